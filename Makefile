@@ -1,0 +1,40 @@
+# Makefile — the two set-up commands (make demo, make test) and their building blocks.
+# Everything real happens in CMake; this file only orders the steps.
+BUILD     ?= build
+BUILD_CPU ?= build-cpu
+JOBS      ?= $(shell nproc)
+CTEST_ARGS ?=
+
+.PHONY: all deps build build-cpu test test-cpu demo bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/Makefile: CMakeLists.txt | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: deps $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-cpu: deps
+	cmake -S . -B $(BUILD_CPU) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF
+	cmake --build $(BUILD_CPU) -j $(JOBS)
+
+# The whole suite on the default build (CUDA compiled when nvcc is present; gpu tests skip without a device).
+test: build
+	cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
+
+# The CPU-only build's suite (CI runs both).
+test-cpu: build-cpu
+	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
+
+demo: build
+	scripts/demo.sh $(BUILD)/rrfp-mm
+
+bench: build
+	bench/ops.sh $(BUILD)/rrfp-mm
+
+clean:
+	rm -rf $(BUILD) $(BUILD_CPU)

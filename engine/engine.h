@@ -1,0 +1,186 @@
+/* engine.h — the engine's front door: tensors, arenas, the backend op table, optimiser, init.
+ *
+ * Conventions (every op, every backend):
+ *   - Row-major f32 buffers, passed as raw pointers with named dimensions (llm.c style).
+ *   - N = rows (tokens in the packed microbatch), C = input channels, OC = output channels,
+ *     T = total packed tokens, S = number of packed sequences, H = heads, d = head dim, V = vocab.
+ *   - Argument order: outputs, saved statistics, inputs, weights, dimensions.
+ *   - Backward ADDS (+=) into every gradient it writes, input gradients included; zeroing is an
+ *     explicit step by the caller. A NULL gradient pointer means "not needed, skip it" — this is how
+ *     a split backward computes input gradients (B) and weight gradients (W) separately.
+ *   - Forward ops may run in place where noted.
+ *   - Packed variable-length sequences are described by cu_seqlens (S+1 ints, cu_seqlens[0] = 0,
+ *     cu_seqlens[S] = T), FlashAttention style.
+ */
+#ifndef RRFP_ENGINE_H
+#define RRFP_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Tensors and arenas */
+
+typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2 } DType;
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+#define TENSOR_MAX_DIMS 4
+typedef struct {
+    void* data;
+    DType dtype;
+    int ndim;
+    int64_t shape[TENSOR_MAX_DIMS];
+} Tensor;
+int64_t tensor_numel(const Tensor* t);
+
+/* A bump allocator over one big block. Allocations are 64-byte aligned. arena_reset frees
+ * everything at once (used for activations, sized from the microbatch token budget). */
+typedef struct {
+    char* base;
+    size_t size;
+    size_t used;
+    size_t peak;
+    const char* name;
+    int device; /* 0 = host memory, 1 = CUDA device memory */
+} Arena;
+void arena_init(Arena* a, const char* name, size_t size); /* host; dies with a clear message on OOM */
+void* arena_alloc(Arena* a, size_t bytes);                 /* dies naming the arena if it overflows */
+float* arena_alloc_f32(Arena* a, size_t n);
+void arena_reset(Arena* a);
+void arena_free(Arena* a);
+
+/* ------------------------------------------------------------------------------------------------
+ * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
+ * All pointers passed to a backend's ops live in that backend's memory. */
+
+typedef struct Backend {
+    const char* name;
+    /* memory */
+    void* (*alloc)(size_t bytes);
+    void (*free)(void* p);
+    void (*memset0)(void* p, size_t bytes);
+    void (*copy_h2d)(void* dst, const void* src, size_t bytes);
+    void (*copy_d2h)(void* dst, const void* src, size_t bytes);
+    void (*copy_d2d)(void* dst, const void* src, size_t bytes);
+    void (*synchronize)(void);
+
+    /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
+    void (*linear_forward)(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                           int OC);
+    /* dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout.
+     * Any of dinp / dweight / dbias may be NULL. */
+    void (*linear_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                            const float* weight, int N, int C, int OC);
+
+    /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
+    void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int N, int C);
+    void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int N, int C);
+
+    /* RMSNorm over C: out = x / sqrt(mean(x^2) + 1e-5) * w. rstd: (N) saved. */
+    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N, int C);
+    void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                             const float* rstd, int N, int C);
+
+    /* GELU, tanh approximation, elementwise over n values. In place allowed (out == inp). */
+    void (*gelu_forward)(float* out, const float* inp, size_t n);
+    void (*gelu_backward)(float* dinp, const float* dout, const float* inp, size_t n);
+
+    /* SwiGLU: out = silu(gate) * up, elementwise over n. */
+    void (*swiglu_forward)(float* out, const float* gate, const float* up, size_t n);
+    void (*swiglu_backward)(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                            size_t n);
+
+    /* Residual add: out = a + b (in place allowed). */
+    void (*add_forward)(float* out, const float* a, const float* b, size_t n);
+
+    /* 1-D RoPE (NeoX rotate-half) applied to N rows of H heads of dim d, row stride `ld` floats
+     * (head h of row i starts at x + i*ld + h*d). Position of row i: pos[i]. In place.
+     * Backward applies the inverse rotation to the gradient, in place (RoPE is linear and
+     * orthogonal, so nothing needs saving). */
+    void (*rope_forward)(float* x, const int* pos, int N, int H, int d, int ld);
+    void (*rope_backward)(float* dx, const int* pos, int N, int H, int d, int ld);
+    /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
+     * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
+    void (*rope2d_forward)(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+    void (*rope2d_backward)(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+
+    /* out (N, C) = table[ids[n]]; dtable (V, C) += scatter of dout. */
+    void (*embedding_forward)(float* out, const int* ids, const float* table, int N, int C);
+    void (*embedding_backward)(float* dtable, const float* dout, const int* ids, int N, int C);
+
+    /* Cross-entropy with ignore index -100, SUM reduction.
+     * forward: *loss_sum (one float, host or device per backend) = sum over n with targets[n] != -100
+     *          of (lse[n] - logits[n, targets[n]]); lse (N) saved.
+     * backward: dlogits (N, V) += scale * (softmax(logits) - onehot(target)) for supervised rows
+     *          (rows with target -100 get nothing). `scale` is 1 / (supervised targets in the step). */
+    void (*crossentropy_forward)(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
+    void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse, const int* targets,
+                                  float scale, int N, int V);
+
+    /* Attention over S packed sequences (cu_seqlens), H heads of dim d.
+     * q, k, v: rows of stride ld_qkv floats; head h of token t at q + t*ld_qkv + h*d (same for k, v).
+     * out: (T, H*d) contiguous. lse: (T, H) log-sum-exp of the scaled scores, saved for backward.
+     * Scale 1/sqrt(d). causal = 1: token i attends to j <= i of its own sequence; 0: to all of it.
+     * Never materialises more than a block of the T x T score matrix (online softmax); backward
+     * recomputes scores from q, k and lse.
+     * backward: dq, dk, dv (same stride ld_qkv) += gradients. */
+    void (*attention_forward)(float* out, float* lse, const float* q, const float* k, const float* v,
+                              const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+    void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                               const float* lse, const float* q, const float* k, const float* v,
+                               const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+} Backend;
+
+extern const Backend backend_cpu;
+/* Returns the CUDA backend, or NULL with a one-line reason in `why` ("no CUDA device: ...",
+ * "built without CUDA"). */
+const Backend* backend_cuda_get(char* why, size_t why_len);
+/* "cpu" or "cuda"; dies with a clear message when the backend cannot be had. */
+const Backend* backend_select(const char* name);
+
+/* CPU GEMM entry (row-major, via CBLAS): C (M, N) = alpha * op(A) @ op(B) + beta * C. */
+void cpu_sgemm(int transA, int transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+               int ldb, float beta, float* C, int ldc);
+/* Name of the BLAS library linked ("blis", "openblas"). */
+const char* cpu_blas_name(void);
+
+/* ------------------------------------------------------------------------------------------------
+ * Initialisation: counter-based Philox4x32-10 keyed by (seed, parameter name), never by layout. */
+
+typedef struct { uint32_t v[4]; } Philox4x32;
+/* One Philox4x32-10 block: 4 random words for `counter` under `key`. */
+Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1);
+/* out[i] ~ N(0, std^2) for i in [offset, offset + n) of the parameter's stream keyed by
+ * (seed, rr_fnv1a64(name)). Element i of a parameter is the same value whatever slice of it is
+ * generated, so a TP shard can generate only its own part. */
+void init_normal(float* out, size_t n, size_t offset, uint64_t seed, const char* name, float std);
+
+/* ------------------------------------------------------------------------------------------------
+ * Optimiser */
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} AdamWConfig;
+/* One AdamW update of n parameters at optimiser step t (1-based). `decay` selects decoupled weight
+ * decay (2-D weights only). Bias-corrected moments as in PyTorch's AdamW. */
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+                  int decay);
+/* Sum of squares of n values, accumulated in double (for the global grad norm). */
+double sum_squares(const float* x, size_t n);
+/* LR at step `step` (0-based): linear warm-up over `warmup` steps from 0 to max_lr (step+1)/warmup,
+ * then cosine decay to min_lr at total_steps. */
+float lr_schedule(int step, int warmup, int total_steps, float max_lr, float min_lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,190 @@
+/* util.c — error reporting, checked allocation, atomic file writes. */
+#define _GNU_SOURCE
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void rr_die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rrfp-mm: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void rr_die_hint(const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rrfp-mm: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fprintf(stderr, "---> HINT: %s\n", hint);
+    exit(1);
+}
+
+void rr_warn(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rrfp-mm: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void rr_assert_fail(const char* expr, const char* file, int line) {
+    fprintf(stderr, "rrfp-mm: internal error: assertion `%s` failed at %s:%d\n", expr, file, line);
+    abort();
+}
+
+void* rr_malloc_check(size_t size, const char* file, int line) {
+    void* p = malloc(size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "rrfp-mm: error: out of memory allocating %zu bytes at %s:%d\n", size, file, line);
+        exit(1);
+    }
+    return p;
+}
+
+void* rr_calloc_check(size_t n, size_t size, const char* file, int line) {
+    void* p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "rrfp-mm: error: out of memory allocating %zu x %zu bytes at %s:%d\n", n, size, file,
+                line);
+        exit(1);
+    }
+    return p;
+}
+
+void* rr_realloc_check(void* old, size_t size, const char* file, int line) {
+    void* p = realloc(old, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "rrfp-mm: error: out of memory reallocating %zu bytes at %s:%d\n", size, file, line);
+        exit(1);
+    }
+    return p;
+}
+
+FILE* rr_fopen_check(const char* path, const char* mode, const char* file, int line) {
+    FILE* f = fopen(path, mode);
+    if (!f) {
+        fprintf(stderr, "rrfp-mm: error: cannot open '%s' (mode %s): %s (at %s:%d)\n", path, mode, strerror(errno),
+                file, line);
+        exit(1);
+    }
+    return f;
+}
+
+double rr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int rr_write_file_atomic(const char* path, const void* data, size_t size) {
+    size_t n = strlen(path) + 32;
+    char* tmp = mallocCheck(n);
+    snprintf(tmp, n, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        free(tmp);
+        return -1;
+    }
+    const char* p = data;
+    size_t left = size;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            free(tmp);
+            errno = e;
+            return -1;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        errno = e;
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        free(tmp);
+        errno = e;
+        return -1;
+    }
+    free(tmp);
+    /* fsync the directory so the rename itself is durable */
+    char* dup = strdup(path);
+    int dfd = open(dirname(dup), O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(dup);
+    return 0;
+}
+
+char* rr_read_file(const char* path, size_t* size) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char* buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        errno = ENOMEM;
+        return NULL;
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            cap *= 2;
+            char* nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[len] = 0;
+    if (size) *size = len;
+    return buf;
+}
+
+uint64_t rr_fnv1a64(const void* data, size_t n) {
+    const unsigned char* p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}

@@ -1,0 +1,63 @@
+/* util.h — error checks, allocation and timing helpers shared by every folder.
+ *
+ * One check macro per library (llm.c style): each passes __FILE__/__LINE__ to one function that
+ * prints and exits. Assertions (RR_ASSERT) stay on in release builds. Errors a user can cause
+ * (bad recipe key, corrupt JPEG, truncated shard) are NOT assertions: report them with rr_die()
+ * or return an error code with a message naming the file, line or sample. */
+#ifndef RRFP_UTIL_H
+#define RRFP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RR_NORETURN __attribute__((noreturn))
+#define RR_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RR_NORETURN
+#define RR_PRINTF(a, b)
+#endif
+
+/* Print "rrfp-mm: error: <msg>" and exit(1). This function does not return. */
+RR_NORETURN void rr_die(const char* fmt, ...) RR_PRINTF(1, 2);
+/* Like rr_die but also prints "---> HINT: <hint>" on a second line. */
+RR_NORETURN void rr_die_hint(const char* hint, const char* fmt, ...) RR_PRINTF(2, 3);
+/* Print "rrfp-mm: warning: <msg>". */
+void rr_warn(const char* fmt, ...) RR_PRINTF(1, 2);
+
+RR_NORETURN void rr_assert_fail(const char* expr, const char* file, int line);
+#define RR_ASSERT(x) ((x) ? (void)0 : rr_assert_fail(#x, __FILE__, __LINE__))
+
+void* rr_malloc_check(size_t size, const char* file, int line);
+void* rr_calloc_check(size_t n, size_t size, const char* file, int line);
+void* rr_realloc_check(void* p, size_t size, const char* file, int line);
+FILE* rr_fopen_check(const char* path, const char* mode, const char* file, int line);
+#define mallocCheck(size) rr_malloc_check((size), __FILE__, __LINE__)
+#define callocCheck(n, size) rr_calloc_check((n), (size), __FILE__, __LINE__)
+#define reallocCheck(p, size) rr_realloc_check((p), (size), __FILE__, __LINE__)
+#define fopenCheck(path, mode) rr_fopen_check((path), (mode), __FILE__, __LINE__)
+
+/* Monotonic wall clock in seconds. */
+double rr_now(void);
+
+/* Write `size` bytes to `path` atomically: write to "<path>.tmp.<pid>", fsync, rename, fsync the
+ * directory. Returns 0 on success; on failure returns -1, sets errno, and leaves no file at `path`
+ * changed and no temporary behind. */
+int rr_write_file_atomic(const char* path, const void* data, size_t size);
+
+/* Read a whole file into a malloc'd buffer (NUL-terminated for convenience; *size excludes the NUL).
+ * Returns NULL with errno set on failure. */
+char* rr_read_file(const char* path, size_t* size);
+
+/* 64-bit FNV-1a hash of a byte string (used for parameter-name keyed init, tokenizer hashes). */
+uint64_t rr_fnv1a64(const void* data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,15 @@
+/* cli.h — subcommands of the rrfp-mm executable. Each lives in its own file and returns the
+ * process exit status (0 ok, 1 runtime error, 2 usage error). */
+#ifndef RRFP_CLI_H
+#define RRFP_CLI_H
+
+typedef int (*CliCommandFn)(int argc, char** argv);
+typedef struct {
+    const char* name;
+    CliCommandFn fn;
+    const char* summary;
+} CliCommand;
+
+int cmd_version(int argc, char** argv);
+
+#endif

@@ -1,0 +1,35 @@
+/* main.c — the rrfp-mm executable: dispatches to subcommands (see cli.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "runtime/cli.h"
+
+static const CliCommand commands[] = {
+    {"version", cmd_version, "print version, BLAS and backends"},
+};
+static const int n_commands = (int)(sizeof(commands) / sizeof(commands[0]));
+
+static void usage(FILE* f) {
+    fprintf(f, "usage: rrfp-mm <command> [options]\n\n"
+               "rrfp-mm trains LLaVA-style multimodal models with the RRFP pipeline runtime.\n\ncommands:\n");
+    for (int i = 0; i < n_commands; i++) fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nRun 'rrfp-mm <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
+    for (int i = 0; i < n_commands; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "rrfp-mm: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# deps.sh — install the Debian packages rrfp-mm needs (as root), or print the exact apt-get line.
+# Usage: scripts/deps.sh [--check]     (--check: only report, never install)
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config
+  libblis-openmp-dev libopenblas-dev      # GEMM: BLIS (default) and OpenBLAS (benchmarked against)
+  libturbojpeg0-dev libjpeg62-turbo-dev   # JPEG decode/encode
+  libzstd-dev zstd                        # shard frames
+  libopenmpi-dev openmpi-bin              # pipeline / data parallel transport
+  libinih-dev libcjson-dev libpcre2-dev   # recipes, manifests/JSON, tokenizer split regex
+  python3-torch python3-numpy             # independent PyTorch reference (tests/ref)
+  python3-skimage python3-pil             # real test photographs; Pillow loader baseline (bench)
+  clang libclang-rt-14-dev                # libFuzzer targets
+)
+
+missing=()
+# node + npm (Hugging Face tokenizers peer test, tests/node): Debian's nodejs unless a node is present.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "${1:-}" = "--check" ] || [ "$(id -u)" != 0 ]; then
+  echo "rrfp-mm: missing Debian packages: ${missing[*]}" >&2
+  echo "---> run as root:  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "rrfp-mm: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
