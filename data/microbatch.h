@@ -1,0 +1,38 @@
+/* microbatch.h — one packed microbatch, as the loader produces it and the model consumes it.
+ *
+ * S samples are packed without padding into T LM positions. Each sample's `<image>` tokens have
+ * already been expanded: an image with gh x gw patches occupies gh*gw consecutive LM positions
+ * (in patch order, row-major over its grid), whose embeddings the model takes from the projector
+ * instead of the token table. All arrays are host memory owned by the microbatch. */
+#ifndef RRFP_MICROBATCH_H
+#define RRFP_MICROBATCH_H
+
+#include <stdint.h>
+
+typedef struct {
+    /* ---- LM side: T positions, S samples ---- */
+    int S, T;
+    int32_t* cu_seqlens; /* (S+1) sample boundaries in LM positions */
+    int32_t* ids;        /* (T) token id, or -1 at image positions */
+    int32_t* targets;    /* (T) next-token target, -100 where ignored (DESIGN.md section 4) */
+    int32_t* pos;        /* (T) position inside its sample (restarts at 0 per sample) */
+    int n_supervised;    /* targets != -100 in this microbatch */
+
+    /* ---- vision side: I images, Np patches in all ---- */
+    int I, Np;
+    int patch;               /* patch size p; each patch row has 3*p*p floats */
+    float* patches;          /* (Np, 3*p*p) normalised pixels, (row, col, channel) flattened */
+    int32_t* img_cu_patches; /* (I+1) image boundaries in patches */
+    int32_t* grid_h;         /* (I) patch rows of each image */
+    int32_t* grid_w;         /* (I) patch columns of each image */
+    int32_t* patch_row;      /* (Np) row index of each patch within its image */
+    int32_t* patch_col;      /* (Np) column index */
+    int32_t* img_lm_start;   /* (I) LM position of the image's first patch token */
+
+    /* ---- provenance (for error messages, dumps and resumable loading) ---- */
+    int64_t* sample_index;   /* (S) global sample index in the dataset */
+} Microbatch;
+
+void microbatch_free(Microbatch* mb);
+
+#endif

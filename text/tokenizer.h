@@ -1,0 +1,33 @@
+/* tokenizer.h — byte-level BPE in the Hugging Face tokenizer.json format (model type BPE, ByteLevel
+ * pre-tokenizer with the GPT-2 split pattern, ByteLevel decoder, added special tokens). */
+#ifndef RRFP_TOKENIZER_H
+#define RRFP_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Tokenizer Tokenizer;
+
+/* Load a tokenizer.json. On error returns NULL and writes a message naming the file and the problem
+ * into err (err_len bytes). */
+Tokenizer* tokenizer_load(const char* path, char* err, size_t err_len);
+/* Same, from an in-memory JSON document (`name` is used in error messages). */
+Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, char* err, size_t err_len);
+void tokenizer_free(Tokenizer* tok);
+
+int tokenizer_vocab_size(const Tokenizer* tok);      /* includes added tokens */
+int tokenizer_token_id(const Tokenizer* tok, const char* token); /* exact token string -> id, -1 if absent */
+const char* tokenizer_token_str(const Tokenizer* tok, int id);   /* id -> token string (NULL if out of range) */
+
+/* Encode `len` bytes of text (any bytes: invalid UTF-8 is still encoded). Added special tokens
+ * (such as "<image>") are matched literally first, as Hugging Face does. Returns the number of ids
+ * and sets *ids to a malloc'd array the caller frees. */
+int tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int32_t** ids);
+/* Decode ids back to bytes (malloc'd, NUL-terminated; *len excludes the NUL). */
+char* tokenizer_decode(const Tokenizer* tok, const int32_t* ids, int n, size_t* len);
+
+/* 64-bit hash identifying the tokenizer (vocabulary, merges and added tokens), stored in shard
+ * headers so a loader refuses shards made with another tokenizer. */
+uint64_t tokenizer_hash(const Tokenizer* tok);
+
+#endif
