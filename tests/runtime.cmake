@@ -1,0 +1,14 @@
+# runtime.cmake — pipeline runtime tests (transport, pipeline trainer). Multi-rank tests run under a
+# timeout so a hang fails instead of stalling CI.
+add_executable(test_transport tests/test_transport.c)
+target_link_libraries(test_transport PRIVATE rrfp_core)
+foreach(np 2 4)
+  add_test(NAME transport_np${np}
+           COMMAND timeout 120 ${RRFP_MPIRUN} -np ${np} $<TARGET_FILE:test_transport>)
+  set_tests_properties(transport_np${np} PROPERTIES LABELS mpi TIMEOUT 150 PASS_REGULAR_EXPRESSION "transport: ok")
+endforeach()
+# A lost peer must not hang: rank 0 dies within its 2 s timeout naming what it waited for.
+add_test(NAME transport_lost_peer
+         COMMAND timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> lost)
+set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90 WILL_FAIL FALSE
+  PASS_REGULAR_EXPRESSION "pipeline rank 0 waited [0-9]+ s without any message; still expecting: gradient chunk 0 mb 3 from rank 1")
