@@ -1,0 +1,493 @@
+/* safetensors.c — safetensors writer (atomic) and validating reader. See safetensors.h for the
+ * format. The reader follows the reference implementation's rules: the header is a JSON object,
+ * tensors cover the data buffer exactly (sorted by offset, no overlap, no hole, nothing after the
+ * last one), and every tensor's byte count equals numel * dtype size. */
+#include "engine/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------
+ * small helpers */
+
+static void st_err(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
+static void st_err(char* err, size_t err_len, const char* fmt, ...) {
+    if (!err || !err_len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+static char* st_strdup(const char* s) {
+    size_t n = strlen(s) + 1;
+    char* p = mallocCheck(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+static int st_dtype_parse(const char* s, DType* out) {
+    if (!strcmp(s, "F32")) *out = DTYPE_F32;
+    else if (!strcmp(s, "BF16")) *out = DTYPE_BF16;
+    else if (!strcmp(s, "I32")) *out = DTYPE_I32;
+    else return -1;
+    return 0;
+}
+
+uint16_t st_f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+float st_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * writer */
+
+typedef struct {
+    char* name;
+    DType dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t nbytes;
+    const void* data;
+} StWEntry;
+
+struct StWriter {
+    StWEntry* t;
+    int n, cap;
+    char** mk;
+    char** mv;
+    int nm, capm;
+};
+
+StWriter* st_writer_new(void) { return callocCheck(1, sizeof(StWriter)); }
+
+void st_writer_add(StWriter* w, const char* name, DType dtype, int ndim, const int64_t* shape, const void* data) {
+    RR_ASSERT(ndim >= 0 && ndim <= ST_MAX_DIMS);
+    RR_ASSERT(strcmp(name, "__metadata__") != 0);
+    for (int i = 0; i < w->n; i++)
+        if (!strcmp(w->t[i].name, name)) rr_die("safetensors writer: tensor '%s' added twice", name);
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 32;
+        w->t = reallocCheck(w->t, (size_t)w->cap * sizeof(StWEntry));
+    }
+    StWEntry* e = &w->t[w->n++];
+    memset(e, 0, sizeof *e);
+    e->name = st_strdup(name);
+    e->dtype = dtype;
+    e->ndim = ndim;
+    size_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        RR_ASSERT(shape[i] >= 0);
+        e->shape[i] = shape[i];
+        numel *= (size_t)shape[i];
+    }
+    e->nbytes = numel * dtype_size(dtype);
+    e->data = data;
+    RR_ASSERT(data || e->nbytes == 0);
+}
+
+void st_writer_add_f32(StWriter* w, const char* name, const float* data, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                       int64_t d3) {
+    int64_t s[4] = {d0, d1, d2, d3};
+    st_writer_add(w, name, DTYPE_F32, ndim, s, data);
+}
+
+void st_writer_add_i32(StWriter* w, const char* name, const int32_t* data, int ndim, int64_t d0, int64_t d1,
+                       int64_t d2, int64_t d3) {
+    int64_t s[4] = {d0, d1, d2, d3};
+    st_writer_add(w, name, DTYPE_I32, ndim, s, data);
+}
+
+void st_writer_meta(StWriter* w, const char* key, const char* value) {
+    for (int i = 0; i < w->nm; i++)
+        if (!strcmp(w->mk[i], key)) {
+            free(w->mv[i]);
+            w->mv[i] = st_strdup(value);
+            return;
+        }
+    if (w->nm == w->capm) {
+        w->capm = w->capm ? 2 * w->capm : 8;
+        w->mk = reallocCheck(w->mk, (size_t)w->capm * sizeof(char*));
+        w->mv = reallocCheck(w->mv, (size_t)w->capm * sizeof(char*));
+    }
+    w->mk[w->nm] = st_strdup(key);
+    w->mv[w->nm] = st_strdup(value);
+    w->nm++;
+}
+
+int st_writer_write(const StWriter* w, const char* path, char* err, size_t err_len) {
+    cJSON* root = cJSON_CreateObject();
+    if (w->nm > 0) {
+        cJSON* meta = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; i < w->nm; i++) cJSON_AddStringToObject(meta, w->mk[i], w->mv[i]);
+    }
+    size_t off = 0;
+    for (int i = 0; i < w->n; i++) {
+        const StWEntry* e = &w->t[i];
+        cJSON* o = cJSON_AddObjectToObject(root, e->name);
+        cJSON_AddStringToObject(o, "dtype", dtype_name(e->dtype));
+        cJSON* sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < e->ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)e->shape[d]));
+        cJSON* offs = cJSON_AddArrayToObject(o, "data_offsets");
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + e->nbytes)));
+        off += e->nbytes;
+    }
+    char* js = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!js) rr_die("out of memory printing a safetensors header for %s", path);
+    size_t jl = strlen(js);
+    size_t hl = (jl + 7) & ~(size_t)7; /* data buffer starts 8-byte aligned; pad with spaces */
+    size_t total = 8 + hl + off;
+    char* buf = mallocCheck(total);
+    for (int b = 0; b < 8; b++) buf[b] = (char)((uint64_t)hl >> (8 * b) & 0xff);
+    memcpy(buf + 8, js, jl);
+    memset(buf + 8 + jl, ' ', hl - jl);
+    free(js);
+    char* p = buf + 8 + hl;
+    for (int i = 0; i < w->n; i++) {
+        if (w->t[i].nbytes) memcpy(p, w->t[i].data, w->t[i].nbytes);
+        p += w->t[i].nbytes;
+    }
+    int rc = rr_write_file_atomic(path, buf, total);
+    free(buf);
+    if (rc != 0) {
+        st_err(err, err_len, "cannot write safetensors file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void st_writer_free(StWriter* w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) free(w->t[i].name);
+    for (int i = 0; i < w->nm; i++) {
+        free(w->mk[i]);
+        free(w->mv[i]);
+    }
+    free(w->t);
+    free(w->mk);
+    free(w->mv);
+    free(w);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * reader */
+
+/* A JSON number that must be a non-negative integer exactly representable in a double. */
+static int st_json_uint(const cJSON* j, uint64_t* out) {
+    if (!cJSON_IsNumber(j)) return -1;
+    double v = j->valuedouble;
+    if (!(v >= 0) || v > 9007199254740992.0 || v != (double)(uint64_t)v) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int st_cmp_begin(const void* a, const void* b) {
+    const StTensor* x = a;
+    const StTensor* y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+void st_free(StFile* f) {
+    if (!f) return;
+    for (int i = 0; i < f->n; i++) free(f->tensors[i].name);
+    for (int i = 0; i < f->n_meta; i++) {
+        free(f->meta_keys[i]);
+        free(f->meta_vals[i]);
+    }
+    free(f->tensors);
+    free(f->meta_keys);
+    free(f->meta_vals);
+    free(f->buf);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+/* Takes ownership of buf (malloc'd, size bytes). */
+static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* err, size_t err_len) {
+    memset(f, 0, sizeof *f);
+    f->path = st_strdup(path);
+    f->buf = buf;
+    f->size = size;
+    cJSON* root = NULL;
+    if (size < 8) {
+        st_err(err, err_len, "%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", path,
+               size);
+        goto fail;
+    }
+    uint64_t hl = 0;
+    for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)buf[b] << (8 * b);
+    if (hl > ST_MAX_HEADER) {
+        st_err(err, err_len, "%s: header length %llu exceeds the %u-byte limit (not a safetensors file?)", path,
+               (unsigned long long)hl, ST_MAX_HEADER);
+        goto fail;
+    }
+    if (hl > size - 8) {
+        st_err(err, err_len, "%s: truncated: header length %llu but only %zu bytes follow the length field", path,
+               (unsigned long long)hl, size - 8);
+        goto fail;
+    }
+    const char* hdr = buf + 8;
+    if (hl == 0 || hdr[0] != '{') {
+        st_err(err, err_len, "%s: header does not start with '{' (not a safetensors file?)", path);
+        goto fail;
+    }
+    const char* end = NULL;
+    root = cJSON_ParseWithLengthOpts(hdr, (size_t)hl, &end, 0);
+    if (!root || !cJSON_IsObject(root)) {
+        size_t at = end ? (size_t)(end - hdr) : (cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - hdr) : 0);
+        st_err(err, err_len, "%s: header is not a valid JSON object (error near byte %zu of the header)", path, at);
+        goto fail;
+    }
+    for (const char* q = end; q < hdr + hl; q++)
+        if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
+            st_err(err, err_len, "%s: unexpected byte 0x%02x after the header JSON at header byte %zu", path,
+                   (unsigned char)*q, (size_t)(q - hdr));
+            goto fail;
+        }
+    f->data = hdr + hl;
+    f->data_size = size - 8 - (size_t)hl;
+
+    int count = 0;
+    for (cJSON* it = root->child; it; it = it->next) count++;
+    f->tensors = callocCheck((size_t)count + 1, sizeof(StTensor));
+    for (cJSON* it = root->child; it; it = it->next) {
+        const char* name = it->string;
+        if (!strcmp(name, "__metadata__")) {
+            if (!cJSON_IsObject(it)) {
+                st_err(err, err_len, "%s: __metadata__ must be an object of strings", path);
+                goto fail;
+            }
+            if (f->n_meta) {
+                st_err(err, err_len, "%s: __metadata__ appears twice", path);
+                goto fail;
+            }
+            int nm = 0;
+            for (cJSON* m = it->child; m; m = m->next) nm++;
+            f->meta_keys = callocCheck((size_t)nm + 1, sizeof(char*));
+            f->meta_vals = callocCheck((size_t)nm + 1, sizeof(char*));
+            for (cJSON* m = it->child; m; m = m->next) {
+                if (!cJSON_IsString(m)) {
+                    st_err(err, err_len, "%s: __metadata__ value of '%s' is not a string", path, m->string);
+                    goto fail;
+                }
+                f->meta_keys[f->n_meta] = st_strdup(m->string);
+                f->meta_vals[f->n_meta] = st_strdup(m->valuestring);
+                f->n_meta++;
+            }
+            continue;
+        }
+        for (int i = 0; i < f->n; i++)
+            if (!strcmp(f->tensors[i].name, name)) {
+                st_err(err, err_len, "%s: tensor '%s' appears twice in the header", path, name);
+                goto fail;
+            }
+        StTensor* t = &f->tensors[f->n++];
+        t->name = st_strdup(name);
+        if (!cJSON_IsObject(it)) {
+            st_err(err, err_len, "%s: tensor '%s': entry is not an object", path, name);
+            goto fail;
+        }
+        cJSON* jd = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+        cJSON* js = cJSON_GetObjectItemCaseSensitive(it, "shape");
+        cJSON* jo = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
+        if (!cJSON_IsString(jd)) {
+            st_err(err, err_len, "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
+            goto fail;
+        }
+        if (st_dtype_parse(jd->valuestring, &t->dtype) != 0) {
+            st_err(err, err_len, "%s: tensor '%s': dtype \"%s\" is not supported (expected F32, BF16 or I32)", path,
+                   name, jd->valuestring);
+            goto fail;
+        }
+        if (!cJSON_IsArray(js)) {
+            st_err(err, err_len, "%s: tensor '%s': missing or non-array \"shape\"", path, name);
+            goto fail;
+        }
+        int nd = cJSON_GetArraySize(js);
+        if (nd > ST_MAX_DIMS) {
+            st_err(err, err_len, "%s: tensor '%s': %d dimensions, at most %d supported", path, name, nd, ST_MAX_DIMS);
+            goto fail;
+        }
+        t->ndim = nd;
+        /* numel * size must not overflow: track it in 128-bit-safe steps via division checks. */
+        uint64_t numel = 1;
+        int d = 0;
+        for (cJSON* s = js->child; s; s = s->next, d++) {
+            uint64_t v;
+            if (st_json_uint(s, &v) != 0) {
+                st_err(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, d);
+                goto fail;
+            }
+            t->shape[d] = (int64_t)v;
+            if (v && numel > UINT64_MAX / 8 / v) {
+                st_err(err, err_len, "%s: tensor '%s': shape overflows", path, name);
+                goto fail;
+            }
+            numel *= v;
+        }
+        if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2) {
+            st_err(err, err_len, "%s: tensor '%s': \"data_offsets\" must be an array [begin, end]", path, name);
+            goto fail;
+        }
+        uint64_t b0, b1;
+        if (st_json_uint(jo->child, &b0) != 0 || st_json_uint(jo->child->next, &b1) != 0) {
+            st_err(err, err_len, "%s: tensor '%s': data_offsets are not non-negative integers", path, name);
+            goto fail;
+        }
+        if (b1 < b0) {
+            st_err(err, err_len, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path, name,
+                   (unsigned long long)b0, (unsigned long long)b1);
+            goto fail;
+        }
+        if (b1 > f->data_size) {
+            st_err(err, err_len,
+                   "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data buffer (%zu bytes; "
+                   "truncated file?)",
+                   path, name, (unsigned long long)b0, (unsigned long long)b1, f->data_size);
+            goto fail;
+        }
+        uint64_t want = numel * dtype_size(t->dtype);
+        if (b1 - b0 != want) {
+            st_err(err, err_len, "%s: tensor '%s': %llu bytes in data_offsets but dtype %s x %llu elements needs %llu",
+                   path, name, (unsigned long long)(b1 - b0), jd->valuestring, (unsigned long long)numel,
+                   (unsigned long long)want);
+            goto fail;
+        }
+        t->begin = (size_t)b0;
+        t->end = (size_t)b1;
+        t->data = f->data + b0;
+    }
+    cJSON_Delete(root);
+    root = NULL;
+
+    /* The tensors must tile the data buffer exactly. */
+    qsort(f->tensors, (size_t)f->n, sizeof(StTensor), st_cmp_begin);
+    size_t at = 0;
+    for (int i = 0; i < f->n; i++) {
+        const StTensor* t = &f->tensors[i];
+        if (t->begin < at) {
+            st_err(err, err_len, "%s: tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s' (which ends at %zu)",
+                   path, t->name, t->begin, t->end, f->tensors[i - 1].name, at);
+            goto fail;
+        }
+        if (t->begin > at) {
+            st_err(err, err_len, "%s: tensor '%s': data_offsets begin at %zu, leaving a hole after byte %zu", path,
+                   t->name, t->begin, at);
+            goto fail;
+        }
+        at = t->end;
+    }
+    if (at != f->data_size) {
+        st_err(err, err_len, "%s: %zu bytes of data follow the last tensor (file has trailing garbage)", path,
+               f->data_size - at);
+        goto fail;
+    }
+    return 0;
+fail:
+    if (root) cJSON_Delete(root);
+    st_free(f);
+    return -1;
+}
+
+int st_load(StFile* f, const char* path, char* err, size_t err_len) {
+    size_t size = 0;
+    char* buf = rr_read_file(path, &size);
+    if (!buf) {
+        memset(f, 0, sizeof *f);
+        st_err(err, err_len, "cannot read safetensors file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    return st_parse(f, path, buf, size, err, err_len);
+}
+
+int st_load_buffer(StFile* f, const char* path, const void* bytes, size_t size, char* err, size_t err_len) {
+    char* buf = mallocCheck(size + 1);
+    if (size) memcpy(buf, bytes, size);
+    buf[size] = 0;
+    return st_parse(f, path, buf, size, err, err_len);
+}
+
+const StTensor* st_find(const StFile* f, const char* name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->tensors[i].name, name)) return &f->tensors[i];
+    return NULL;
+}
+
+const char* st_meta(const StFile* f, const char* key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (!strcmp(f->meta_keys[i], key)) return f->meta_vals[i];
+    return NULL;
+}
+
+static void st_shape_str(char* s, size_t n, int ndim, const int64_t* shape) {
+    size_t k = (size_t)snprintf(s, n, "(");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(s + k, n - k, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (k < n) snprintf(s + k, n - k, ")");
+}
+
+static const StTensor* st_check(const StFile* f, const char* name, int ndim, const int64_t* shape, char* err,
+                                size_t err_len) {
+    const StTensor* t = st_find(f, name);
+    if (!t) {
+        st_err(err, err_len, "%s: tensor '%s' is missing", f->path, name);
+        return NULL;
+    }
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+    if (!same) {
+        char a[160], b[160];
+        st_shape_str(a, sizeof a, t->ndim, t->shape);
+        st_shape_str(b, sizeof b, ndim, shape);
+        st_err(err, err_len, "%s: tensor '%s' has shape %s, expected %s", f->path, name, a, b);
+        return NULL;
+    }
+    return t;
+}
+
+int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const int64_t* shape, char* err,
+                size_t err_len) {
+    const StTensor* t = st_check(f, name, ndim, shape, err, err_len);
+    if (!t) return -1;
+    size_t n = (t->end - t->begin) / dtype_size(t->dtype);
+    if (t->dtype == DTYPE_F32) {
+        memcpy(out, t->data, n * 4);
+    } else if (t->dtype == DTYPE_BF16) {
+        const unsigned char* p = t->data;
+        for (size_t i = 0; i < n; i++) out[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+    } else {
+        st_err(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16", f->path, name,
+               dtype_name(t->dtype));
+        return -1;
+    }
+    return 0;
+}
+
+int st_read_i32(const StFile* f, const char* name, int32_t* out, int ndim, const int64_t* shape, char* err,
+                size_t err_len) {
+    const StTensor* t = st_check(f, name, ndim, shape, err, err_len);
+    if (!t) return -1;
+    if (t->dtype != DTYPE_I32) {
+        st_err(err, err_len, "%s: tensor '%s' has dtype %s, expected I32", f->path, name, dtype_name(t->dtype));
+        return -1;
+    }
+    memcpy(out, t->data, t->end - t->begin);
+    return 0;
+}

@@ -1,0 +1,195 @@
+/* test_safetensors.c — safetensors writer/reader tests.
+ *
+ *   test_safetensors selftest DIR       round trip in C, bf16 rounding, every truncation of a file
+ *   test_safetensors write PATH         write the shared fixture (tests/safetensors_peer.py reads it)
+ *   test_safetensors check PATH         read a fixture written by the independent Python writer
+ *   test_safetensors expect-error PATH TEXT   loading must fail with a message containing TEXT
+ *
+ * The fixture (same in tests/safetensors_peer.py):
+ *   "a.f32"    F32  (3, 5)    a[i] = i * 0.25 - 1.5
+ *   "b.bf16"   BF16 (4)       1.0, -2.5, 3.140625, 65280
+ *   "c.i32"    I32  (2, 3, 2) c[i] = 7 i - 20
+ *   "d.scalar" F32  ()        42.5
+ *   "e.empty"  F32  (0, 4)
+ *   __metadata__ {"format": "pt", "step": "17"} */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/safetensors.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+static float fa[15];
+static uint16_t fb[4];
+static int32_t fc[12];
+static float fd = 42.5f;
+static const float fb_vals[4] = {1.0f, -2.5f, 3.140625f, 65280.0f}; /* all exact in bf16 */
+
+static void fixture_fill(void) {
+    for (int i = 0; i < 15; i++) fa[i] = (float)i * 0.25f - 1.5f;
+    for (int i = 0; i < 4; i++) fb[i] = st_f32_to_bf16(fb_vals[i]);
+    for (int i = 0; i < 12; i++) fc[i] = 7 * i - 20;
+}
+
+static StWriter* fixture_writer(void) {
+    fixture_fill();
+    StWriter* w = st_writer_new();
+    st_writer_add_f32(w, "a.f32", fa, 2, 3, 5, 0, 0);
+    int64_t sb[1] = {4};
+    st_writer_add(w, "b.bf16", DTYPE_BF16, 1, sb, fb);
+    st_writer_add_i32(w, "c.i32", fc, 3, 2, 3, 2, 0);
+    st_writer_add(w, "d.scalar", DTYPE_F32, 0, NULL, &fd);
+    int64_t se[2] = {0, 4};
+    st_writer_add(w, "e.empty", DTYPE_F32, 2, se, NULL);
+    st_writer_meta(w, "format", "pt");
+    st_writer_meta(w, "step", "17");
+    return w;
+}
+
+/* Check a loaded file against the fixture, value by value (bitwise for floats). */
+static void fixture_check(const StFile* f) {
+    char err[512];
+    CHECK(f->n == 5, "%d tensors", f->n);
+    CHECK(st_meta(f, "format") && !strcmp(st_meta(f, "format"), "pt"), "metadata format");
+    CHECK(st_meta(f, "step") && !strcmp(st_meta(f, "step"), "17"), "metadata step");
+    CHECK(st_meta(f, "nope") == NULL, "absent metadata");
+    float a[15];
+    int64_t sa[2] = {3, 5};
+    CHECK(st_read_f32(f, "a.f32", a, 2, sa, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 15; i++) CHECK(a[i] == (float)i * 0.25f - 1.5f, "a[%d] = %g", i, a[i]);
+    float b[4];
+    int64_t sb[1] = {4};
+    CHECK(st_read_f32(f, "b.bf16", b, 1, sb, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 4; i++) CHECK(b[i] == fb_vals[i], "b[%d] = %g", i, b[i]);
+    int32_t c[12];
+    int64_t sc[3] = {2, 3, 2};
+    CHECK(st_read_i32(f, "c.i32", c, 3, sc, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 12; i++) CHECK(c[i] == 7 * i - 20, "c[%d] = %d", i, c[i]);
+    float d = 0;
+    CHECK(st_read_f32(f, "d.scalar", &d, 0, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(d == 42.5f, "d = %g", d);
+    int64_t se[2] = {0, 4};
+    CHECK(st_read_f32(f, "e.empty", NULL, 2, se, err, sizeof err) == 0, "%s", err);
+    /* wrong shape, wrong dtype, missing: each a clear error naming the tensor */
+    int64_t bad[2] = {5, 3};
+    CHECK(st_read_f32(f, "a.f32", a, 2, bad, err, sizeof err) != 0 && strstr(err, "'a.f32' has shape (3, 5), expected (5, 3)"),
+          "%s", err);
+    CHECK(st_read_f32(f, "c.i32", a, 3, sc, err, sizeof err) != 0 && strstr(err, "expected F32 or BF16"), "%s", err);
+    CHECK(st_read_f32(f, "zzz", a, 2, sa, err, sizeof err) != 0 && strstr(err, "'zzz' is missing"), "%s", err);
+}
+
+static void test_bf16(void) {
+    /* round to nearest even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> 1 (even);
+     * 1 + 3*2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 -> 1 + 2^-6 (even). */
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.0f + 1.0f / 256)) == 1.0f, "tie to even down");
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.0f + 3.0f / 256)) == 1.0f + 1.0f / 64, "tie to even up");
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 4096)) == 1.0f + 1.0f / 128, "above half rounds up");
+    float nan = 0.0f / 0.0f;
+    float back = st_bf16_to_f32(st_f32_to_bf16(nan));
+    CHECK(back != back, "NaN stays NaN");
+}
+
+static int selftest(const char* dir) {
+    test_bf16();
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/st_selftest.safetensors", dir);
+    StWriter* w = fixture_writer();
+    CHECK(st_writer_write(w, path, err, sizeof err) == 0, "%s", err);
+    st_writer_free(w);
+    StFile f;
+    CHECK(st_load(&f, path, err, sizeof err) == 0, "%s", err);
+    if (failures) return 1;
+    fixture_check(&f);
+    /* header length is a multiple of 8 and the header is padded with spaces */
+    uint64_t hl = 0;
+    for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)f.buf[b] << (8 * b);
+    CHECK(hl % 8 == 0, "header length %llu", (unsigned long long)hl);
+    CHECK(f.size == 8 + hl + 15 * 4 + 4 * 2 + 12 * 4 + 4, "file size %zu", f.size);
+
+    /* Every truncation of the file must be rejected with a message, never crash or pass. */
+    size_t size = f.size;
+    char* bytes = mallocCheck(size);
+    memcpy(bytes, f.buf, size);
+    st_free(&f);
+    for (size_t cut = 0; cut < size; cut++) {
+        StFile g;
+        int rc = st_load_buffer(&g, "cut.safetensors", bytes, cut, err, sizeof err);
+        CHECK(rc != 0, "truncation to %zu bytes accepted", cut);
+        if (rc == 0) st_free(&g);
+        else CHECK(strstr(err, "cut.safetensors") != NULL, "message does not name the file: %s", err);
+    }
+    /* Trailing garbage after the last tensor is rejected too. */
+    char* longer = mallocCheck(size + 3);
+    memcpy(longer, bytes, size);
+    memcpy(longer + size, "xyz", 3);
+    StFile g;
+    CHECK(st_load_buffer(&g, "long.safetensors", longer, size + 3, err, sizeof err) != 0 && strstr(err, "trailing"),
+          "%s", err);
+    /* Every single-byte flip of the header either loads consistently or fails with a message. */
+    int flips_rejected = 0;
+    for (size_t i = 0; i < 8 + hl; i++) {
+        bytes[i] ^= 0x5a;
+        StFile h;
+        if (st_load_buffer(&h, "flip.safetensors", bytes, size, err, sizeof err) == 0) st_free(&h);
+        else flips_rejected++;
+        bytes[i] ^= 0x5a;
+    }
+    CHECK(flips_rejected > (int)hl / 2, "only %d of %llu header flips rejected", flips_rejected,
+          (unsigned long long)(8 + hl));
+    free(longer);
+    free(bytes);
+    /* missing file */
+    CHECK(st_load(&g, "/nonexistent/x.safetensors", err, sizeof err) != 0 && strstr(err, "/nonexistent/x.safetensors"),
+          "%s", err);
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    else printf("safetensors selftest: ok\n");
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    char err[512];
+    if (argc == 3 && !strcmp(argv[1], "selftest")) return selftest(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "write")) {
+        StWriter* w = fixture_writer();
+        int rc = st_writer_write(w, argv[2], err, sizeof err);
+        st_writer_free(w);
+        if (rc) fprintf(stderr, "%s\n", err);
+        return rc ? 1 : 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "check")) {
+        StFile f;
+        if (st_load(&f, argv[2], err, sizeof err) != 0) {
+            fprintf(stderr, "FAIL: %s\n", err);
+            return 1;
+        }
+        fixture_check(&f);
+        st_free(&f);
+        return failures ? 1 : 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "expect-error")) {
+        StFile f;
+        if (st_load(&f, argv[2], err, sizeof err) == 0) {
+            fprintf(stderr, "FAIL: %s loaded, expected an error containing '%s'\n", argv[2], argv[3]);
+            st_free(&f);
+            return 1;
+        }
+        if (!strstr(err, argv[3])) {
+            fprintf(stderr, "FAIL: error '%s' does not contain '%s'\n", err, argv[3]);
+            return 1;
+        }
+        printf("%s\n", err);
+        return 0;
+    }
+    fprintf(stderr, "usage: test_safetensors selftest DIR | write PATH | check PATH | expect-error PATH TEXT\n");
+    return 2;
+}
