@@ -12,3 +12,6 @@ add_test(NAME transport_lost_peer
          COMMAND timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> lost)
 set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90 WILL_FAIL FALSE
   PASS_REGULAR_EXPRESSION "pipeline rank 0 waited [0-9]+ s without any message; still expecting: gradient chunk 0 mb 3 from rank 1")
+add_executable(test_partition tests/test_partition.c)
+target_link_libraries(test_partition PRIVATE rrfp_core)
+add_test(NAME partition COMMAND test_partition)

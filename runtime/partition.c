@@ -1,0 +1,99 @@
+/* partition.c — LM layer split across pipeline stages: by hand or balanced by a FLOP cost model. */
+#include "runtime/partition.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+
+PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double tokens, double patches,
+                                   double patches_per_image, double tokens_per_sample, int patch) {
+    /* Forward FLOPs per token x 3 for forward + backward (backward ~ 2x forward). */
+    double vit_layer = 2.0 * (3.0 * Dv * Dv + Dv * Dv + 8.0 * Dv * Dv) + 4.0 * patches_per_image * Dv;
+    double vit = patches * (2.0 * 3.0 * patch * patch * Dv + Lv * vit_layer);
+    double proj = patches * 2.0 * (Dv * (double)Dt + (double)Dt * Dt);
+    double lm_layer = tokens * (2.0 * (4.0 * Dt * (double)Dt + 3.0 * Dt * (double)F) + 2.0 * tokens_per_sample * Dt);
+    double head = tokens * 2.0 * Dt * (double)V;
+    PartitionCost c = {3.0 * (vit + proj), 3.0 * head, 3.0 * lm_layer};
+    return c;
+}
+
+static double stage_cost(int s, int S, int layers, PartitionCost c) {
+    double x = layers * c.per_layer;
+    if (s == 0) x += c.first_extra;
+    if (s == S - 1) x += c.last_extra;
+    return x;
+}
+
+void partition_stage_costs(int S, const int* layers, PartitionCost cost, double* out_cost) {
+    for (int s = 0; s < S; s++) out_cost[s] = stage_cost(s, S, layers[s], cost);
+}
+
+int partition_auto(int L, int S, PartitionCost cost, int* out_layers) {
+    if (L < 1 || S < 1) return -1;
+    /* best[s][l]: minimal max-cost splitting the first l layers over the first s stages.
+     * O(S L^2) — trivial for any real model (L <= a few hundred). Ties prefer fewer layers on
+     * earlier stages so the first stage (which also runs the ViT) is not overloaded. */
+    int minper = L >= S ? 1 : 0;
+    double* best = mallocCheck(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
+    int* arg = mallocCheck(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
+#define BEST(s, l) best[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
+#define ARG(s, l) arg[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
+    for (int s = 0; s <= S; s++)
+        for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, ARG(s, l) = -1;
+    BEST(0, 0) = 0.0;
+    for (int s = 1; s <= S; s++)
+        for (int l = 0; l <= L; l++)
+            for (int k = minper; k <= l; k++) { /* stage s-1 takes k layers */
+                if (BEST(s - 1, l - k) >= 1e300) continue;
+                double c = stage_cost(s - 1, S, k, cost);
+                double m = BEST(s - 1, l - k) > c ? BEST(s - 1, l - k) : c;
+                if (m < BEST(s, l) * (1.0 - 1e-12)) BEST(s, l) = m, ARG(s, l) = k;
+            }
+    int l = L;
+    for (int s = S; s >= 1; s--) {
+        int k = ARG(s, l);
+        RR_ASSERT(k >= 0);
+        out_layers[s - 1] = k;
+        l -= k;
+    }
+    RR_ASSERT(l == 0);
+#undef BEST
+#undef ARG
+    free(best);
+    free(arg);
+    return 0;
+}
+
+int partition_parse(const char* spec, int L, int S, int* out_layers, char* err, int err_len) {
+    int n = 0, sum = 0;
+    const char* p = spec;
+    while (*p) {
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 100000) {
+            snprintf(err, (size_t)err_len, "'%s' is not a comma-separated list of layer counts (e.g. 2,3,3)", spec);
+            return -1;
+        }
+        if (n < S) out_layers[n] = (int)v;
+        n++;
+        sum += (int)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') p++;
+        else if (*p) {
+            snprintf(err, (size_t)err_len, "'%s' is not a comma-separated list of layer counts (e.g. 2,3,3)", spec);
+            return -1;
+        }
+    }
+    if (n != S) {
+        snprintf(err, (size_t)err_len, "'%s' gives %d stages, the layout has %d (pp x chunks)", spec, n, S);
+        return -1;
+    }
+    if (sum != L) {
+        snprintf(err, (size_t)err_len, "'%s' sums to %d layers, the model has %d", spec, sum, L);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* partition.h — which LM layers each pipeline rank holds.
+ *
+ * The first virtual stage also holds the ViT, the projector and the token embedding; the last holds
+ * the final norm, the LM head and the loss. `parallel.layers = 2,3,3` gives the split by hand;
+ * otherwise partition_auto balances a per-token FLOP cost model over contiguous layer ranges. */
+#ifndef RRFP_PARTITION_H
+#define RRFP_PARTITION_H
+
+/* Costs in FLOPs per step (forward + backward), from the model shape and the expected tokens. */
+typedef struct {
+    double first_extra; /* ViT + projector + embedding, on the first virtual stage */
+    double last_extra;  /* final norm + LM head + cross-entropy, on the last virtual stage */
+    double per_layer;   /* one LM block */
+} PartitionCost;
+
+/* Cost model for one step of `tokens` LM tokens of which `patches` come from images, each image
+ * having on average `patches_per_image` patches (attention cost is quadratic in it). */
+PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double tokens, double patches,
+                                   double patches_per_image, double tokens_per_sample, int patch);
+
+/* Split L layers over S = pp * chunks virtual stages (contiguous, each >= 1 layer when L >= S,
+ * otherwise some stages may be empty) minimising the most expensive stage. out_layers[S]. Returns 0,
+ * or -1 when L < 1. */
+int partition_auto(int L, int S, PartitionCost cost, int* out_layers);
+
+/* Parse "2,3,3" into out_layers[S]; checks there are exactly S non-negative numbers summing to L.
+ * On error returns -1 and writes a message into err. */
+int partition_parse(const char* spec, int L, int S, int* out_layers, char* err, int err_len);
+
+/* Cost of each virtual stage under a split (for the dry-run report). */
+void partition_stage_costs(int S, const int* layers, PartitionCost cost, double* out_cost);
+
+#endif
