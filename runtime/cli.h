@@ -11,5 +11,6 @@ typedef struct {
 } CliCommand;
 
 int cmd_version(int argc, char** argv);
+int cmd_tensors(int argc, char** argv);
 
 #endif

@@ -15,3 +15,5 @@ set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90 WILL_F
 add_executable(test_partition tests/test_partition.c)
 target_link_libraries(test_partition PRIVATE rrfp_core)
 add_test(NAME partition COMMAND test_partition)
+add_test(NAME tensors_diff COMMAND ${CMAKE_SOURCE_DIR}/tests/test_tensors_diff.sh $<TARGET_FILE:rrfp-mm>)
+set_tests_properties(tensors_diff PROPERTIES PASS_REGULAR_EXPRESSION "tensors diff: ok")

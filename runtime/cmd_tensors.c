@@ -1,0 +1,246 @@
+/* cmd_tensors.c — `rrfp-mm tensors ls|diff`: inspect and compare safetensors files or directories of
+ * them (checkpoint shards of several pipeline ranks are merged by name). `diff` is how the pipeline
+ * equivalence tests compare a parallel step with the single-process step. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/safetensors.h"
+#include "runtime/cli.h"
+
+typedef struct {
+    StFile* files;
+    int n;
+} StSet;
+
+static int ends_with(const char* s, const char* suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+/* A file, or every *.safetensors in a directory (sorted, so output is stable). `prefix` filters the
+ * directory's file names (e.g. "model" to skip optimiser files). */
+static int stset_open(StSet* s, const char* path, const char* file_prefix) {
+    memset(s, 0, sizeof *s);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "rrfp-mm: error: cannot open '%s': no such file or directory\n", path);
+        return -1;
+    }
+    char** names = NULL;
+    int nn = 0;
+    if (S_ISDIR(st.st_mode)) {
+        DIR* d = opendir(path);
+        struct dirent* e;
+        while (d && (e = readdir(d))) {
+            if (!ends_with(e->d_name, ".safetensors")) continue;
+            if (file_prefix && strncmp(e->d_name, file_prefix, strlen(file_prefix))) continue;
+            names = reallocCheck(names, sizeof(char*) * (size_t)(nn + 1));
+            size_t len = strlen(path) + strlen(e->d_name) + 2;
+            names[nn] = mallocCheck(len);
+            snprintf(names[nn], len, "%s/%s", path, e->d_name);
+            nn++;
+        }
+        if (d) closedir(d);
+        qsort(names, (size_t)nn, sizeof *names, cmp_str);
+        if (nn == 0) {
+            fprintf(stderr, "rrfp-mm: error: no .safetensors files in '%s'\n", path);
+            return -1;
+        }
+    } else {
+        names = mallocCheck(sizeof(char*));
+        names[0] = strdup(path);
+        nn = 1;
+    }
+    s->files = callocCheck((size_t)nn, sizeof *s->files);
+    s->n = nn;
+    int rc = 0;
+    for (int i = 0; i < nn; i++) {
+        char err[512];
+        if (st_load(&s->files[i], names[i], err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
+            rc = -1;
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+static const StTensor* stset_find(const StSet* s, const char* name, const StFile** file) {
+    for (int i = 0; i < s->n; i++) {
+        const StTensor* t = st_find(&s->files[i], name);
+        if (t) {
+            if (file) *file = &s->files[i];
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static void stset_free(StSet* s) {
+    for (int i = 0; i < s->n; i++) st_free(&s->files[i]);
+    free(s->files);
+}
+
+static int64_t numel(const StTensor* t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+static void usage(FILE* f) {
+    fprintf(f, "usage: rrfp-mm tensors ls PATH\n"
+               "       rrfp-mm tensors diff A B [--rtol R] [--atol A] [--files PREFIX] [--quiet]\n\n"
+               "PATH, A, B: a .safetensors file or a directory of them (merged by tensor name).\n"
+               "diff compares every tensor of A with the same-named tensor of B (both must hold the same names\n"
+               "and shapes) and fails (exit 1) when any element has |a-b| > atol + rtol*|b|. Defaults: rtol 0,\n"
+               "atol 0 (bitwise equality). --files PREFIX only reads files whose name starts with PREFIX.\n");
+}
+
+static int tensors_ls(const char* path) {
+    StSet s;
+    if (stset_open(&s, path, NULL) != 0) return 1;
+    for (int f = 0; f < s.n; f++) {
+        printf("# %s\n", s.files[f].path);
+        for (int i = 0; i < s.files[f].n; i++) {
+            const StTensor* t = &s.files[f].tensors[i];
+            printf("%-56s %-4s [", t->name, dtype_name(t->dtype));
+            for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            printf("]\n");
+        }
+    }
+    stset_free(&s);
+    return 0;
+}
+
+static int tensors_diff(const char* a_path, const char* b_path, double rtol, double atol, const char* prefix,
+                        int quiet) {
+    StSet a, b;
+    if (stset_open(&a, a_path, prefix) != 0) return 1;
+    if (stset_open(&b, b_path, prefix) != 0) {
+        stset_free(&a);
+        return 1;
+    }
+    int bad = 0, compared = 0;
+    double worst = 0;
+    char worst_name[160] = "";
+    for (int f = 0; f < a.n; f++)
+        for (int i = 0; i < a.files[f].n; i++) {
+            const StTensor* ta = &a.files[f].tensors[i];
+            const StFile* fb = NULL;
+            const StTensor* tb = stset_find(&b, ta->name, &fb);
+            if (!tb) {
+                fprintf(stderr, "tensors diff: %s is in %s but not in %s\n", ta->name, a_path, b_path);
+                bad++;
+                continue;
+            }
+            int same_shape = ta->ndim == tb->ndim;
+            for (int d = 0; same_shape && d < ta->ndim; d++) same_shape = ta->shape[d] == tb->shape[d];
+            if (!same_shape || ta->dtype != tb->dtype) {
+                fprintf(stderr, "tensors diff: %s has another shape or dtype in %s\n", ta->name, b_path);
+                bad++;
+                continue;
+            }
+            int64_t n = numel(ta);
+            double maxabs = 0, maxrel = 0;
+            int64_t at = -1, nbad = 0;
+            if (ta->dtype == DTYPE_I32) {
+                for (int64_t k = 0; k < n; k++) {
+                    int32_t x, y;
+                    memcpy(&x, (const char*)ta->data + 4 * k, 4);
+                    memcpy(&y, (const char*)tb->data + 4 * k, 4);
+                    if (x != y) {
+                        nbad++;
+                        if (at < 0) at = k;
+                    }
+                }
+            } else {
+                float* xa = mallocCheck(sizeof(float) * (size_t)n);
+                float* xb = mallocCheck(sizeof(float) * (size_t)n);
+                char err[256];
+                st_read_f32(&a.files[f], ta->name, xa, ta->ndim, ta->shape, err, sizeof err);
+                st_read_f32(fb, tb->name, xb, tb->ndim, tb->shape, err, sizeof err);
+                for (int64_t k = 0; k < n; k++) {
+                    double d = fabs((double)xa[k] - (double)xb[k]);
+                    int nan_mismatch = isnan(xa[k]) != isnan(xb[k]);
+                    double rel = d / (fabs((double)xb[k]) + 1e-30);
+                    if (d > maxabs) maxabs = d;
+                    if (d > 0 && rel > maxrel) maxrel = rel;
+                    if (nan_mismatch || d > atol + rtol * fabs((double)xb[k])) {
+                        nbad++;
+                        if (at < 0) at = k;
+                    }
+                }
+                if (maxabs > worst) {
+                    worst = maxabs;
+                    snprintf(worst_name, sizeof worst_name, "%s", ta->name);
+                }
+                free(xa);
+                free(xb);
+            }
+            compared++;
+            if (nbad) {
+                bad++;
+                fprintf(stderr, "tensors diff: %s: %lld of %lld elements differ beyond atol %g + rtol %g (first at %lld; max abs %.3g, max rel %.3g)\n",
+                        ta->name, (long long)nbad, (long long)n, atol, rtol, (long long)at, maxabs, maxrel);
+            } else if (!quiet) {
+                printf("%-56s ok  max abs %.3g  max rel %.3g\n", ta->name, maxabs, maxrel);
+            }
+        }
+    for (int f = 0; f < b.n; f++)
+        for (int i = 0; i < b.files[f].n; i++)
+            if (!stset_find(&a, b.files[f].tensors[i].name, NULL)) {
+                fprintf(stderr, "tensors diff: %s is in %s but not in %s\n", b.files[f].tensors[i].name, b_path, a_path);
+                bad++;
+            }
+    printf("tensors diff: %d tensors compared, %d differ (largest abs difference %.3g in %s)\n", compared, bad, worst,
+           worst_name[0] ? worst_name : "-");
+    stset_free(&a);
+    stset_free(&b);
+    return bad ? 1 : 0;
+}
+
+int cmd_tensors(int argc, char** argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "ls")) {
+        if (argc != 3) {
+            usage(stderr);
+            return 2;
+        }
+        return tensors_ls(argv[2]);
+    }
+    if (!strcmp(argv[1], "diff")) {
+        const char* paths[2] = {NULL, NULL};
+        int np = 0, quiet = 0;
+        double rtol = 0, atol = 0;
+        const char* prefix = NULL;
+        for (int i = 2; i < argc; i++) {
+            if (!strcmp(argv[i], "--rtol") && i + 1 < argc) rtol = atof(argv[++i]);
+            else if (!strcmp(argv[i], "--atol") && i + 1 < argc) atol = atof(argv[++i]);
+            else if (!strcmp(argv[i], "--files") && i + 1 < argc) prefix = argv[++i];
+            else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+            else if (argv[i][0] == '-' || np == 2) {
+                fprintf(stderr, "rrfp-mm tensors diff: unexpected argument '%s'\n", argv[i]);
+                usage(stderr);
+                return 2;
+            } else paths[np++] = argv[i];
+        }
+        if (np != 2) {
+            usage(stderr);
+            return 2;
+        }
+        return tensors_diff(paths[0], paths[1], rtol, atol, prefix, quiet);
+    }
+    fprintf(stderr, "rrfp-mm tensors: unknown action '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
