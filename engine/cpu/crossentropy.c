@@ -1,0 +1,46 @@
+/* crossentropy.c — softmax cross-entropy over V classes with ignore index -100, SUM reduction.
+ *
+ * The caller divides by the number of supervised targets in the whole step (DESIGN.md section 4) by
+ * passing scale = 1 / count to the backward, so the loss of a step does not depend on how samples
+ * are split into microbatches. lse (N) is saved for every row, supervised or not. */
+#include <math.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine.h"
+
+#define CE_IGNORE_INDEX (-100)
+
+static void crossentropy_check_target(int t, int n, int V) {
+    if (t != CE_IGNORE_INDEX && (t < 0 || t >= V))
+        rr_die("cross-entropy: target %d of row %d is outside [0, %d) and is not the ignore index -100", t, n, V);
+}
+
+void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V) {
+    double total = 0.0;
+    for (int n = 0; n < N; n++) crossentropy_check_target(targets[n], n, V);
+#pragma omp parallel for reduction(+ : total) if ((size_t)N * V > 16384)
+    for (int n = 0; n < N; n++) {
+        const float* z = logits + (size_t)n * V;
+        float zmax = -INFINITY;
+        for (int v = 0; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) sum += expf(z[v] - zmax);
+        double row_lse = zmax + log(sum);
+        lse[n] = (float)row_lse;
+        if (targets[n] != CE_IGNORE_INDEX) total += row_lse - z[targets[n]];
+    }
+    *loss_sum = (float)total;
+}
+
+void cpu_crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int* targets, float scale,
+                               int N, int V) {
+#pragma omp parallel for if ((size_t)N * V > 16384)
+    for (int n = 0; n < N; n++) {
+        int t = targets[n];
+        if (t == CE_IGNORE_INDEX) continue;
+        const float* z = logits + (size_t)n * V;
+        float* dz = dlogits + (size_t)n * V;
+        for (int v = 0; v < V; v++) dz[v] += scale * expf(z[v] - lse[n]);
+        dz[t] -= scale;
+    }
+}

@@ -1,0 +1,57 @@
+/* rope.c — rotary position embeddings (GPT-NeoX "rotate half"), 1-D for the LM and 2-D for the ViT.
+ *
+ * 1-D rule for a vector of dim n at position t (DESIGN.md section 4): freq_j = 10000^(-2j/n), j < n/2,
+ *   x'[j]       = x[j] cos(t freq_j) - x[j + n/2] sin(t freq_j)
+ *   x'[j + n/2] = x[j + n/2] cos(t freq_j) + x[j] sin(t freq_j)
+ * 2-D: dims [0, d/2) of each head use the 1-D rule of dim d/2 at the patch row, dims [d/2, d) the
+ * same rule at the patch column.
+ * The rotation is orthogonal, so the backward is the rotation by -angle applied to the gradient in
+ * place. Angles are computed in double: t * freq reaches thousands of radians at long positions
+ * and float would lose ~1e-4 rad there. */
+#include <math.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine.h"
+
+#define ROPE_THETA 10000.0
+
+/* Rotate, in every row i and head h, the n dims starting at x + i*ld + h*d + offset by sign*pos[i]. */
+static void rope_rotate_rows(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n, double sign) {
+    int half = n / 2;
+#pragma omp parallel for if ((size_t)N * H * d > 16384)
+    for (int i = 0; i < N; i++) {
+        float* row = x + (size_t)i * ld + offset;
+        for (int j = 0; j < half; j++) {
+            double angle = sign * (double)pos[i] * pow(ROPE_THETA, -2.0 * j / n);
+            float c = (float)cos(angle), s = (float)sin(angle);
+            for (int h = 0; h < H; h++) {
+                float* v = row + (size_t)h * d;
+                float a = v[j], b = v[j + half];
+                v[j] = a * c - b * s;
+                v[j + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld) {
+    RR_ASSERT(d % 2 == 0 && ld >= H * d);
+    rope_rotate_rows(x, pos, N, H, d, ld, 0, d, 1.0);
+}
+
+void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld) {
+    RR_ASSERT(d % 2 == 0 && ld >= H * d);
+    rope_rotate_rows(dx, pos, N, H, d, ld, 0, d, -1.0);
+}
+
+void cpu_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d);
+    rope_rotate_rows(x, pos_row, N, H, d, ld, 0, d / 2, 1.0);
+    rope_rotate_rows(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0);
+}
+
+void cpu_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d);
+    rope_rotate_rows(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0);
+    rope_rotate_rows(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0);
+}
