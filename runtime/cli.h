@@ -11,6 +11,7 @@ typedef struct {
 } CliCommand;
 
 int cmd_version(int argc, char** argv);
+int cmd_train(int argc, char** argv);
 int cmd_tensors(int argc, char** argv);
 
 #endif

@@ -6,3 +6,22 @@ add_test(NAME safetensors_selftest COMMAND test_safetensors selftest ${CMAKE_CUR
 add_test(NAME safetensors_python_peer
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/safetensors_peer.py $<TARGET_FILE:test_safetensors>
                  ${CMAKE_CURRENT_BINARY_DIR}/st_peer)
+
+# Recipes: loading, overrides, validation with FILE:LINE / --set errors, README documents every key.
+add_executable(test_recipe tests/test_recipe.c)
+target_link_libraries(test_recipe PRIVATE rrfp_core)
+add_test(NAME recipe_unit COMMAND test_recipe ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR})
+# The CLI reports a bad key with the file:line and a bad override with --set, exit 2.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/bad_key.ini "[model]\npatch = 8\n[optim]\nlearning_rate = 1\n")
+add_test(NAME recipe_cli_bad_key COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_CURRENT_BINARY_DIR}/bad_key.ini --dry-run" -DEXPECT_RC=2
+         "-DEXPECT_ERR=bad_key.ini:4: unknown key 'learning_rate' in \\[optim\\]"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+add_test(NAME recipe_cli_bad_set COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set model.text_heads=3 --dry-run" -DEXPECT_RC=2
+         "-DEXPECT_ERR=--set: model.text_heads = 3: model.text_width \\(256\\) is not divisible"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+# The full-size recipe is accepted and described without allocating (7B-class parameter count).
+add_test(NAME recipe_dry_run_7b COMMAND rrfp-mm train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini --dry-run)
+set_tests_properties(recipe_dry_run_7b PROPERTIES
+  PASS_REGULAR_EXPRESSION "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank")

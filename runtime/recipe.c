@@ -1,0 +1,495 @@
+/* recipe.c — the recipe key table, INI loading through inih, --set overrides and validation.
+ *
+ * Debian's libinih is built without INI_HANDLER_LINENO, so the handler is not told the line. We
+ * parse through ini_parse_stream with our own line reader that counts lines: inih calls the reader
+ * once per physical line and then the handler for that line, so the count is the handler's line. */
+#include "runtime/recipe.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/partition.h"
+
+#define OFF(f) offsetof(Recipe, f)
+#define SZ(f) sizeof(((Recipe*)0)->f)
+#define BIG 1e18
+
+/* The one table: section, key, type, field, default, range or choices, hashed, meaning. */
+static const RecipeKey recipe_keys[] = {
+    /* [model] */
+    {"model", "vision_width", RKEY_INT, OFF(vision_width), 0, "128", 4, 65536, 0, 1,
+     "ViT width Dv. Dv / vision_heads must be divisible by 4 (2-D RoPE rotates pairs in each half of a head)."},
+    {"model", "vision_layers", RKEY_INT, OFF(vision_layers), 0, "2", 1, 1024, 0, 1, "ViT blocks Lv."},
+    {"model", "vision_heads", RKEY_INT, OFF(vision_heads), 0, "4", 1, 1024, 0, 1, "ViT attention heads Hv."},
+    {"model", "patch", RKEY_INT, OFF(patch), 0, "8", 1, 64, 0, 1, "Patch size p in pixels (patch rows have 3 p^2 values)."},
+    {"model", "text_width", RKEY_INT, OFF(text_width), 0, "256", 2, 65536, 0, 1,
+     "LM width Dt. Dt / text_heads must be even (1-D RoPE rotates halves)."},
+    {"model", "text_layers", RKEY_INT, OFF(text_layers), 0, "4", 1, 1024, 0, 1, "LM blocks Lt."},
+    {"model", "text_heads", RKEY_INT, OFF(text_heads), 0, "4", 1, 1024, 0, 1, "LM attention heads Ht."},
+    {"model", "ffn_hidden", RKEY_INT, OFF(ffn_hidden), 0, "688", 1, 1 << 20, 0, 1, "SwiGLU hidden size F."},
+    {"model", "vocab", RKEY_INT, OFF(vocab), 0, "0", 0, 1 << 24, 0, 1,
+     "Vocabulary V. 0 = the size of data.tokenizer; otherwise it must equal it."},
+    {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
+     "Initialisation seed; init is a function of (seed, parameter name) only."},
+    /* [data] */
+    {"data", "shards", RKEY_STRING, OFF(shards), SZ(shards), "demo/shards", 0, 0, 0, 0,
+     "Folder of .rrs shards from `rrfp-mm pack` (or one .rrs file). Relative paths are from the working directory."},
+    {"data", "tokenizer", RKEY_STRING, OFF(tokenizer), SZ(tokenizer), "demo/tokenizer.json", 0, 0, 0, 0,
+     "tokenizer.json the shards were packed with (the loader checks its hash against the shard headers)."},
+    {"data", "microbatch_tokens", RKEY_INT, OFF(microbatch_tokens), 0, "1024", 16, 1 << 22, 0, 1,
+     "LM positions (text + image tokens) per microbatch; samples are packed up to this budget without padding."},
+    {"data", "microbatches", RKEY_INT, OFF(microbatches), 0, "4", 1, 1 << 16, 0, 1,
+     "Microbatches per optimiser step (per data-parallel rank)."},
+    {"data", "policy", RKEY_ENUM, OFF(policy), SZ(policy), "ffd", 0, 0, "fifo|ffd|balanced", 1,
+     "Microbatch packing policy (DESIGN.md section 5)."},
+    {"data", "window", RKEY_INT, OFF(window), 0, "64", 1, 1 << 20, 0, 1, "Look-ahead window in samples for ffd / balanced."},
+    {"data", "workers", RKEY_INT, OFF(workers), 0, "1", 1, 256, 0, 0, "Decode threads (does not change the data)."},
+    {"data", "seed", RKEY_I64, OFF(data_seed), 0, "1", 0, 9007199254740991.0, 0, 1, "Shuffling seed."},
+    {"data", "min_patches", RKEY_INT, OFF(min_patches), 0, "16", 1, 1 << 20, 0, 1,
+     "Fewest patches an image is resized to (smart_resize lower bound)."},
+    {"data", "max_patches", RKEY_INT, OFF(max_patches), 0, "64", 1, 1 << 20, 0, 1,
+     "Most patches an image is resized to (smart_resize upper bound)."},
+    {"data", "on_error", RKEY_ENUM, OFF(on_error), SZ(on_error), "skip", 0, 0, "skip|fatal", 0,
+     "A damaged sample is reported and skipped (counted in the log), or stops training."},
+    {"data", "eval_manifest", RKEY_STRING, OFF(eval_manifest), SZ(eval_manifest), "", 0, 0, 0, 0,
+     "Held-out question-answer manifest for `rrfp-mm eval` (\"\" = none)."},
+    {"data", "eval_images", RKEY_STRING, OFF(eval_images), SZ(eval_images), "", 0, 0, 0, 0,
+     "Image folder of eval_manifest (\"\" = the manifest's folder)."},
+    /* [train] */
+    {"train", "steps", RKEY_INT, OFF(steps), 0, "200", 1, 1e9, 0, 1, "Optimiser steps; the LR schedule ends here."},
+    {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
+     "Stop after this step and checkpoint (0 = run to train.steps). For time-sliced jobs; resume continues."},
+    {"train", "log_every", RKEY_INT, OFF(log_every), 0, "1", 1, 1e9, 0, 0, "Print a log line every N steps (metrics JSONL gets every step)."},
+    {"train", "checkpoint_every", RKEY_INT, OFF(checkpoint_every), 0, "0", 0, 1e9, 0, 0,
+     "Write a checkpoint every N steps (0 = only at the end / at stop_at)."},
+    {"train", "dump_step", RKEY_INT, OFF(dump_step), 0, "-1", -1, 1e9, 0, 0,
+     "Write RUN_DIR/dump-N/ for step N (1-based): microbatches, weights before the step, loss, gradients. -1 = off."},
+    {"train", "run_dir", RKEY_STRING, OFF(run_dir), SZ(run_dir), "run", 0, 0, 0, 0,
+     "Output folder: log, metrics.jsonl, checkpoints, dumps."},
+    /* [optim] */
+    {"optim", "lr", RKEY_FLOAT, OFF(lr), 0, "3e-3", 0, 10, 0, 1, "Peak learning rate."},
+    {"optim", "min_lr", RKEY_FLOAT, OFF(min_lr), 0, "3e-4", 0, 10, 0, 1, "Learning rate at the end of the cosine decay (<= lr)."},
+    {"optim", "warmup", RKEY_INT, OFF(warmup), 0, "10", 0, 1e9, 0, 1, "Linear warm-up steps (<= train.steps)."},
+    {"optim", "beta1", RKEY_FLOAT, OFF(beta1), 0, "0.9", 0, 0.999999, 0, 1, "AdamW beta1, in [0, 1)."},
+    {"optim", "beta2", RKEY_FLOAT, OFF(beta2), 0, "0.95", 0, 0.999999, 0, 1, "AdamW beta2, in [0, 1)."},
+    {"optim", "eps", RKEY_FLOAT, OFF(eps), 0, "1e-8", 0, 1, 0, 1, "AdamW epsilon."},
+    {"optim", "weight_decay", RKEY_FLOAT, OFF(weight_decay), 0, "0.1", 0, 10, 0, 1,
+     "Decoupled weight decay, applied to 2-D weights only (not norms, biases)."},
+    {"optim", "grad_clip", RKEY_FLOAT, OFF(grad_clip), 0, "1.0", 0, 1e9, 0, 1, "Clip the global gradient norm to this (0 = off)."},
+    /* [parallel] */
+    {"parallel", "pp", RKEY_INT, OFF(pp), 0, "1", 1, 4096, 0, 0, "Pipeline stages P (at most one per model block, see chunks)."},
+    {"parallel", "tp", RKEY_INT, OFF(tp), 0, "1", 1, 1024, 0, 0,
+     "Tensor-parallel ranks; must divide the heads, ffn_hidden, 4 vision_width, text_width and the vocabulary."},
+    {"parallel", "dp", RKEY_INT, OFF(dp), 0, "1", 1, 1 << 20, 0, 1, "Data-parallel replicas (changes the global batch)."},
+    {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
+    {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
+     "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
+    {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
+     "Schedule hint (DESIGN.md section 6)."},
+    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready", 0, "Dispatch mode."},
+    {"parallel", "cap", RKEY_INT, OFF(cap), 0, "0", 0, 1 << 20, 0, 0,
+     "Most microbatches in flight per rank in `ready` mode (0 = the 1f1b peak P - r)."},
+    /* [runtime] */
+    {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
+    {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
+    {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    /* [checkpoint] */
+    {"checkpoint", "dir", RKEY_STRING, OFF(ckpt_dir), SZ(ckpt_dir), "", 0, 0, 0, 0,
+     "Checkpoint folder (\"\" = RUN_DIR/checkpoints); each checkpoint is a subfolder step-NNNNNNNN."},
+    {"checkpoint", "keep", RKEY_INT, OFF(keep), 0, "3", 0, 1 << 20, 0, 0, "Checkpoints kept; older ones are deleted (0 = keep all)."},
+    {"checkpoint", "resume", RKEY_STRING, OFF(resume), SZ(resume), "", 0, 0, 0, 0,
+     "Resume from this checkpoint folder, or `latest` for the newest in checkpoint.dir (\"\" = fresh start)."},
+};
+static const int n_recipe_keys = (int)(sizeof(recipe_keys) / sizeof(recipe_keys[0]));
+
+int recipe_key_count(void) { return n_recipe_keys; }
+const RecipeKey* recipe_key_get(int i) { return (i >= 0 && i < n_recipe_keys) ? &recipe_keys[i] : NULL; }
+
+const char* recipe_key_type_name(RecipeKeyType t) {
+    switch (t) {
+    case RKEY_INT:
+    case RKEY_I64: return "int";
+    case RKEY_FLOAT: return "float";
+    case RKEY_STRING: return "string";
+    case RKEY_ENUM: return "enum";
+    case RKEY_BOOL: return "bool";
+    }
+    return "?";
+}
+
+static void rerr(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
+static void rerr(char* err, size_t n, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+static int recipe_key_find(const char* section, const char* key) {
+    for (int i = 0; i < n_recipe_keys; i++)
+        if (!strcmp(recipe_keys[i].section, section) && !strcmp(recipe_keys[i].key, key)) return i;
+    return -1;
+}
+
+/* The allowed values of a key, for error messages. */
+static void recipe_key_allowed(const RecipeKey* k, char* s, size_t n) {
+    switch (k->type) {
+    case RKEY_INT:
+    case RKEY_I64: snprintf(s, n, "an integer in [%.0f, %.0f]", k->min, k->max); break;
+    case RKEY_FLOAT: snprintf(s, n, "a number in [%g, %g]", k->min, k->max); break;
+    case RKEY_STRING: snprintf(s, n, "a string of at most %zu bytes", k->size - 1); break;
+    case RKEY_ENUM: snprintf(s, n, "one of %s", k->choices); break;
+    case RKEY_BOOL: snprintf(s, n, "true or false"); break;
+    }
+}
+
+/* Parse value into the field of key k. Returns 0, or -1 with "KEY = VALUE: why; allowed: ..." */
+static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, char* err, size_t n) {
+    char allowed[256];
+    recipe_key_allowed(k, allowed, sizeof allowed);
+    char* field = (char*)r + k->offset;
+    switch (k->type) {
+    case RKEY_INT:
+    case RKEY_I64:
+    case RKEY_FLOAT: {
+        char* end = NULL;
+        errno = 0;
+        double v;
+        if (k->type == RKEY_FLOAT) {
+            v = strtod(value, &end);
+        } else {
+            long long iv = strtoll(value, &end, 10);
+            v = (double)iv;
+        }
+        while (end && isspace((unsigned char)*end)) end++;
+        if (!*value || !end || *end || errno == ERANGE || !isfinite(v)) {
+            rerr(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
+                 k->type == RKEY_FLOAT ? "a number" : "an integer");
+            rerr(err + strlen(err), n - strlen(err), "; allowed: %s", allowed);
+            return -1;
+        }
+        if (v < k->min || v > k->max) {
+            rerr(err, n, "%s.%s = %s is out of range; allowed: %s", k->section, k->key, value, allowed);
+            return -1;
+        }
+        if (k->type == RKEY_INT) *(int*)field = (int)v;
+        else if (k->type == RKEY_I64) *(int64_t*)field = strtoll(value, NULL, 10);
+        else *(double*)field = v;
+        return 0;
+    }
+    case RKEY_STRING:
+        if (strlen(value) >= k->size) {
+            rerr(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
+            return -1;
+        }
+        strcpy(field, value);
+        return 0;
+    case RKEY_ENUM: {
+        const char* c = k->choices;
+        size_t vl = strlen(value);
+        while (*c) {
+            const char* bar = strchr(c, '|');
+            size_t cl = bar ? (size_t)(bar - c) : strlen(c);
+            if (cl == vl && !strncmp(c, value, cl)) {
+                strcpy(field, value);
+                return 0;
+            }
+            c += cl + (bar ? 1 : 0);
+        }
+        rerr(err, n, "%s.%s = '%s' is not allowed; allowed: %s", k->section, k->key, value, allowed);
+        return -1;
+    }
+    case RKEY_BOOL:
+        if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes")) *(int*)field = 1;
+        else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no")) *(int*)field = 0;
+        else {
+            rerr(err, n, "%s.%s = '%s' is not a boolean; allowed: %s", k->section, k->key, value, allowed);
+            return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+void recipe_defaults(Recipe* r) {
+    memset(r, 0, sizeof *r);
+    char err[512];
+    RR_ASSERT(n_recipe_keys <= RECIPE_MAX_KEYS);
+    for (int i = 0; i < n_recipe_keys; i++) {
+        int rc = recipe_key_parse(r, &recipe_keys[i], recipe_keys[i].def, err, sizeof err);
+        if (rc != 0) rr_die("internal error: default of %s.%s: %s", recipe_keys[i].section, recipe_keys[i].key, err);
+        strcpy(r->origin[i], "default");
+    }
+}
+
+/* ---- INI loading with line numbers ---- */
+
+typedef struct {
+    FILE* f;
+    int line;
+    Recipe* r;
+    const char* path;
+    char* err;
+    size_t err_len;
+    int failed;
+    char seen[RECIPE_MAX_KEYS];
+} IniCtx;
+
+static char* recipe_ini_reader(char* str, int num, void* stream) {
+    IniCtx* c = stream;
+    char* s = fgets(str, num, c->f);
+    if (s) {
+        size_t l = strlen(s);
+        /* a line longer than inih's buffer arrives in pieces: count only the piece that ends it */
+        if (l > 0 && s[l - 1] == '\n') c->line++;
+        else if (feof(c->f)) c->line++;
+        else if (l == (size_t)num - 1) {
+            if (!c->failed) {
+                rerr(c->err, c->err_len, "%s:%d: line longer than %d bytes", c->path, c->line + 1, num - 2);
+                c->failed = 1;
+            }
+        }
+    }
+    return s;
+}
+
+static int recipe_ini_handler(void* user, const char* section, const char* name, const char* value) {
+    IniCtx* c = user;
+    if (c->failed) return 1; /* keep only the first error */
+    int i = recipe_key_find(section, name);
+    if (i < 0) {
+        char sec[64] = "";
+        int known_section = 0;
+        for (int j = 0; j < n_recipe_keys; j++)
+            if (!strcmp(recipe_keys[j].section, section)) known_section = 1;
+        if (!known_section) {
+            snprintf(sec, sizeof sec, "%s", section);
+            rerr(c->err, c->err_len,
+                 "%s:%d: unknown section [%s] (key '%s'); allowed sections: model, data, train, optim, parallel, "
+                 "runtime, checkpoint (see recipes/README.md)",
+                 c->path, c->line, sec, name);
+        } else {
+            int k = snprintf(c->err, c->err_len, "%s:%d: unknown key '%s' in [%s]; allowed keys:", c->path, c->line,
+                             name, section);
+            for (int j = 0; j < n_recipe_keys && k > 0 && (size_t)k < c->err_len; j++)
+                if (!strcmp(recipe_keys[j].section, section))
+                    k += snprintf(c->err + k, c->err_len - (size_t)k, " %s", recipe_keys[j].key);
+        }
+        c->failed = 1;
+        return 1;
+    }
+    if (c->seen[i]) {
+        rerr(c->err, c->err_len, "%s:%d: %s.%s is set twice (first at %s)", c->path, c->line, section, name,
+             c->r->origin[i]);
+        c->failed = 1;
+        return 1;
+    }
+    char msg[1024];
+    if (recipe_key_parse(c->r, &recipe_keys[i], value, msg, sizeof msg) != 0) {
+        rerr(c->err, c->err_len, "%s:%d: %s", c->path, c->line, msg);
+        c->failed = 1;
+        return 1;
+    }
+    c->seen[i] = 1;
+    snprintf(c->r->origin[i], sizeof c->r->origin[i], "%s:%d", c->path, c->line);
+    return 1;
+}
+
+int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
+    recipe_defaults(r);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    IniCtx c;
+    memset(&c, 0, sizeof c);
+    c.f = fopen(path, "r");
+    if (!c.f) {
+        rerr(err, err_len, "cannot open recipe '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    c.r = r;
+    c.path = path;
+    c.err = err;
+    c.err_len = err_len;
+    int rc = ini_parse_stream(recipe_ini_reader, &c, recipe_ini_handler, &c);
+    fclose(c.f);
+    if (c.failed) return -1;
+    if (rc != 0) {
+        rerr(err, err_len, "%s:%d: syntax error (expected [section], key = value, or a ; / # comment)", path, rc);
+        return -1;
+    }
+    return 0;
+}
+
+int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
+    const char* eq = strchr(assignment, '=');
+    const char* dot = strchr(assignment, '.');
+    if (!eq || !dot || dot > eq) {
+        rerr(err, err_len, "--set %s: expected section.key=value (e.g. --set train.steps=10)", assignment);
+        return -1;
+    }
+    char section[64], key[64];
+    size_t sl = (size_t)(dot - assignment), kl = (size_t)(eq - dot - 1);
+    if (sl == 0 || sl >= sizeof section || kl == 0 || kl >= sizeof key) {
+        rerr(err, err_len, "--set %s: expected section.key=value", assignment);
+        return -1;
+    }
+    memcpy(section, assignment, sl);
+    section[sl] = 0;
+    memcpy(key, dot + 1, kl);
+    key[kl] = 0;
+    int i = recipe_key_find(section, key);
+    if (i < 0) {
+        rerr(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
+             key);
+        return -1;
+    }
+    char msg[1024];
+    if (recipe_key_parse(r, &recipe_keys[i], eq + 1, msg, sizeof msg) != 0) {
+        rerr(err, err_len, "--set %s: %s", assignment, msg);
+        return -1;
+    }
+    snprintf(r->origin[i], sizeof r->origin[i], "--set");
+    return 0;
+}
+
+const char* recipe_origin(const Recipe* r, const char* section, const char* key) {
+    int i = recipe_key_find(section, key);
+    RR_ASSERT(i >= 0);
+    return r->origin[i];
+}
+
+/* "ORIGIN: section.key = VALUE: " prefix for cross-key errors. */
+#define VFAIL(sec, key, value_fmt, value, ...)                                                             \
+    do {                                                                                                     \
+        int k_ = snprintf(err, err_len, "%s: %s.%s = " value_fmt ": ", recipe_origin(r, sec, key), sec, key, \
+                          value);                                                                            \
+        if (k_ > 0 && (size_t)k_ < err_len) snprintf(err + k_, err_len - (size_t)k_, __VA_ARGS__);          \
+        return -1;                                                                                           \
+    } while (0)
+
+int recipe_validate(const Recipe* r, char* err, size_t err_len) {
+    /* heads divide widths; head dims fit the RoPE variants */
+    if (r->vision_width % r->vision_heads)
+        VFAIL("model", "vision_heads", "%d", r->vision_heads,
+              "model.vision_width (%d) is not divisible by it; allowed: a divisor of %d", r->vision_width,
+              r->vision_width);
+    if ((r->vision_width / r->vision_heads) % 4)
+        VFAIL("model", "vision_width", "%d", r->vision_width,
+              "head dim %d / %d = %d is not divisible by 4 (2-D RoPE rotates pairs within each half of a head); "
+              "allowed: vision_width a multiple of 4 x vision_heads",
+              r->vision_width, r->vision_heads, r->vision_width / r->vision_heads);
+    if (r->text_width % r->text_heads)
+        VFAIL("model", "text_heads", "%d", r->text_heads,
+              "model.text_width (%d) is not divisible by it; allowed: a divisor of %d", r->text_width, r->text_width);
+    if ((r->text_width / r->text_heads) % 2)
+        VFAIL("model", "text_width", "%d", r->text_width,
+              "head dim %d / %d = %d is odd (1-D RoPE rotates halves); allowed: a multiple of 2 x text_heads",
+              r->text_width, r->text_heads, r->text_width / r->text_heads);
+    if (r->min_patches > r->max_patches)
+        VFAIL("data", "min_patches", "%d", r->min_patches, "greater than data.max_patches (%d); allowed: <= %d",
+              r->max_patches, r->max_patches);
+    if (r->max_patches > r->microbatch_tokens)
+        VFAIL("data", "max_patches", "%d", r->max_patches,
+              "an image of that many patches cannot fit data.microbatch_tokens (%d); allowed: <= %d",
+              r->microbatch_tokens, r->microbatch_tokens);
+    /* optimiser vs schedule */
+    if (r->min_lr > r->lr)
+        VFAIL("optim", "min_lr", "%g", r->min_lr, "greater than optim.lr (%g); allowed: <= %g", r->lr, r->lr);
+    if (r->warmup > r->steps)
+        VFAIL("optim", "warmup", "%d", r->warmup, "longer than train.steps (%d); allowed: <= %d", r->steps, r->steps);
+    if (r->stop_at > r->steps)
+        VFAIL("train", "stop_at", "%d", r->stop_at, "after train.steps (%d); allowed: 0 .. %d", r->steps, r->steps);
+    if (r->dump_step == 0 || r->dump_step > r->steps)
+        VFAIL("train", "dump_step", "%d", r->dump_step, "not a step of this run; allowed: -1 or 1 .. %d", r->steps);
+    /* parallel layout: the LM layers are split over pp x chunks virtual stages (runtime/partition.h; the
+     * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
+     * sizes and the vocabulary */
+    int S = r->pp * r->chunks;
+    if (S > r->text_layers)
+        VFAIL("parallel", "pp", "%d", r->pp,
+              "pp x chunks = %d virtual stages but the LM has only %d layers (model.text_layers); "
+              "allowed: pp x chunks <= %d",
+              S, r->text_layers, r->text_layers);
+    if (r->layers[0]) {
+        int* split = mallocCheck((size_t)S * sizeof(int));
+        char why[512];
+        int rc = partition_parse(r->layers, r->text_layers, S, split, why, (int)sizeof why);
+        free(split);
+        if (rc != 0)
+            VFAIL("parallel", "layers", "%s", r->layers, "%s; allowed: %d comma-separated layer counts summing to %d",
+                  why, S, r->text_layers);
+    }
+    if (r->chunks > 1 && strcmp(r->hint, "interleaved-1f1b") != 0)
+        VFAIL("parallel", "chunks", "%d", r->chunks, "only the interleaved-1f1b hint runs several chunks per rank; "
+                                                     "allowed: 1, or set parallel.hint=interleaved-1f1b");
+    const struct {
+        const char* what;
+        int v;
+    } tp_div[] = {{"model.vision_heads", r->vision_heads},
+                  {"model.text_heads", r->text_heads},
+                  {"model.ffn_hidden", r->ffn_hidden},
+                  {"model.text_width (projector hidden)", r->text_width},
+                  {"model.vocab", r->vocab}};
+    for (size_t i = 0; i < sizeof tp_div / sizeof tp_div[0]; i++)
+        if (r->tp > 1 && tp_div[i].v > 0 && tp_div[i].v % r->tp)
+            VFAIL("parallel", "tp", "%d", r->tp, "%s (%d) is not divisible by it; allowed: a common divisor", tp_div[i].what,
+                  tp_div[i].v);
+    if (r->cap > 0 && strcmp(r->mode, "ready") != 0)
+        VFAIL("parallel", "cap", "%d", r->cap, "only `ready` mode uses a cap; allowed: 0 with parallel.mode=%s",
+              r->mode);
+    return 0;
+}
+
+uint64_t recipe_hash(const Recipe* r) {
+    /* FNV-1a over "section.key=value\n" of hashed keys, in table order: stable across runs and
+     * independent of which file or override set the value. */
+    char line[RECIPE_STR + 128];
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n_recipe_keys; i++) {
+        const RecipeKey* k = &recipe_keys[i];
+        if (!k->hashed) continue;
+        const char* field = (const char*)r + k->offset;
+        int n = 0;
+        switch (k->type) {
+        case RKEY_INT:
+        case RKEY_BOOL: n = snprintf(line, sizeof line, "%s.%s=%d\n", k->section, k->key, *(const int*)field); break;
+        case RKEY_I64:
+            n = snprintf(line, sizeof line, "%s.%s=%lld\n", k->section, k->key, (long long)*(const int64_t*)field);
+            break;
+        case RKEY_FLOAT: n = snprintf(line, sizeof line, "%s.%s=%a\n", k->section, k->key, *(const double*)field); break;
+        case RKEY_STRING:
+        case RKEY_ENUM: n = snprintf(line, sizeof line, "%s.%s=%s\n", k->section, k->key, field); break;
+        }
+        for (int j = 0; j < n; j++) {
+            h ^= (unsigned char)line[j];
+            h *= 1099511628211ull;
+        }
+    }
+    return h;
+}
+
+void recipe_print(const Recipe* r, FILE* f) {
+    const char* sec = "";
+    for (int i = 0; i < n_recipe_keys; i++) {
+        const RecipeKey* k = &recipe_keys[i];
+        const char* field = (const char*)r + k->offset;
+        if (strcmp(sec, k->section)) {
+            fprintf(f, "%s[%s]\n", i ? "\n" : "", k->section);
+            sec = k->section;
+        }
+        switch (k->type) {
+        case RKEY_INT: fprintf(f, "%s = %d\n", k->key, *(const int*)field); break;
+        case RKEY_BOOL: fprintf(f, "%s = %s\n", k->key, *(const int*)field ? "true" : "false"); break;
+        case RKEY_I64: fprintf(f, "%s = %lld\n", k->key, (long long)*(const int64_t*)field); break;
+        case RKEY_FLOAT: fprintf(f, "%s = %.17g\n", k->key, *(const double*)field); break;
+        case RKEY_STRING:
+        case RKEY_ENUM: fprintf(f, "%s = %s\n", k->key, field); break;
+        }
+    }
+}

@@ -1,0 +1,115 @@
+/* recipe.h — training recipes: INI files (parsed with inih) plus `--set section.key=value`
+ * overrides, validated key by key and across keys. Every key lives in one table (recipe.c) that
+ * also feeds recipes/README.md's documentation test and `rrfp-mm train --print-recipe`.
+ *
+ * Errors name where the offending value came from: "FILE:LINE" for a recipe file, "--set" for an
+ * override, "default" for an untouched default; then the key, the value and what is allowed. */
+#ifndef RRFP_RECIPE_H
+#define RRFP_RECIPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define RECIPE_STR 512
+#define RECIPE_MAX_KEYS 96
+
+typedef struct {
+    /* [model] — DESIGN.md section 4 */
+    int vision_width;  /* Dv */
+    int vision_layers; /* Lv */
+    int vision_heads;  /* Hv */
+    int patch;         /* p */
+    int text_width;    /* Dt */
+    int text_layers;   /* Lt */
+    int text_heads;    /* Ht */
+    int ffn_hidden;    /* F (SwiGLU hidden) */
+    int vocab;         /* V; 0 = take it from data.tokenizer */
+    int64_t seed;      /* initialisation seed */
+
+    /* [data] */
+    char shards[RECIPE_STR];    /* folder of .rrs shards (or one shard) */
+    char tokenizer[RECIPE_STR]; /* tokenizer.json the shards were packed with */
+    int microbatch_tokens;      /* LM tokens (text + image) per microbatch */
+    int microbatches;           /* microbatches per step (per DP rank) */
+    char policy[16];            /* fifo | ffd | balanced */
+    int window;                 /* ffd / balanced look-ahead window in samples */
+    int workers;                /* decode threads */
+    int64_t data_seed;          /* shuffling seed */
+    int min_patches, max_patches;
+    char on_error[8];           /* skip | fatal */
+    char eval_manifest[RECIPE_STR]; /* held-out QA manifest for `rrfp-mm eval` ("" = none) */
+    char eval_images[RECIPE_STR];   /* its image folder ("" = the manifest's folder) */
+
+    /* [train] */
+    int steps;            /* total optimiser steps (sets the LR schedule) */
+    int stop_at;          /* stop after this step (0 = steps); for time-sliced jobs and resume tests */
+    int log_every;
+    int checkpoint_every; /* 0 = only at the end */
+    int dump_step;        /* -1 = none */
+    char run_dir[RECIPE_STR];
+
+    /* [optim] — AdamW, DESIGN.md section 4 */
+    double lr, min_lr;
+    int warmup;
+    double beta1, beta2, eps, weight_decay, grad_clip;
+
+    /* [parallel] */
+    int pp, tp, dp, chunks;
+    char layers[256]; /* LM layers per virtual stage ("" = automatic) */
+    char hint[24]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | bf | bfw */
+    char mode[16]; /* fixed-sync | fixed | ready */
+    int cap;       /* 0 = the 1f1b peak of each rank */
+
+    /* [runtime] */
+    char backend[8]; /* cpu | cuda */
+    int threads;     /* OpenMP/BLAS threads, 0 = all cores */
+    int trace;       /* write Chrome traces */
+
+    /* [checkpoint] */
+    char ckpt_dir[RECIPE_STR]; /* "" = RUN_DIR/checkpoints */
+    int keep;                  /* checkpoints kept (oldest deleted), 0 = all */
+    char resume[RECIPE_STR];   /* checkpoint folder to resume from ("" = fresh start) */
+
+    /* where each key's value came from (index = key table index), for error messages */
+    char origin[RECIPE_MAX_KEYS][RECIPE_STR + 16];
+    char path[RECIPE_STR]; /* the recipe file */
+} Recipe;
+
+typedef enum { RKEY_INT = 0, RKEY_I64, RKEY_FLOAT, RKEY_STRING, RKEY_ENUM, RKEY_BOOL } RecipeKeyType;
+
+typedef struct {
+    const char* section;
+    const char* key;
+    RecipeKeyType type;
+    size_t offset; /* into Recipe */
+    size_t size;   /* strings: buffer size */
+    const char* def;
+    double min, max;     /* numbers: allowed range (inclusive) */
+    const char* choices; /* enums: "a|b|c" */
+    int hashed;          /* part of the recipe hash (changes the math of a run) */
+    const char* doc;
+} RecipeKey;
+
+int recipe_key_count(void);
+const RecipeKey* recipe_key_get(int i);
+const char* recipe_key_type_name(RecipeKeyType t);
+
+/* Defaults for every key (origin "default"). This function can't fail. */
+void recipe_defaults(Recipe* r);
+/* Defaults, then the file. Returns 0, or -1 with "FILE:LINE: ..." in err. */
+int recipe_load(Recipe* r, const char* path, char* err, size_t err_len);
+/* One override "section.key=value". Returns 0, or -1 with "--set ...: ..." in err. */
+int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len);
+/* Cross-key checks (sizes that must divide, layers vs stages, schedule vs steps). Call after the
+ * file and every override. Returns 0, or -1 with the origin of the offending key in err. */
+int recipe_validate(const Recipe* r, char* err, size_t err_len);
+/* Hash of every key that changes the math of a run (model, data plan, optimiser, seeds). A resume
+ * refuses a checkpoint written under another hash. */
+uint64_t recipe_hash(const Recipe* r);
+/* Every key as "section.key = value", one per line, in table order (an INI file that loads back). */
+void recipe_print(const Recipe* r, FILE* f);
+/* "FILE:LINE", "--set" or "default" for key section.key. */
+const char* recipe_origin(const Recipe* r, const char* section, const char* key);
+
+#endif

@@ -1,0 +1,191 @@
+/* test_recipe.c — recipe loading, overrides and validation: the shipped recipes load and validate,
+ * every bad input gets an error naming FILE:LINE (or --set), the key and what is allowed, every key
+ * is documented in recipes/README.md, and printing a recipe loads back to the same recipe.
+ * Usage: test_recipe SOURCE_DIR WORK_DIR */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/recipe.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fputc('\n', stderr);                                           \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+
+static const char* work;
+
+static void write_file(const char* path, const char* text) {
+    FILE* f = fopenCheck(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Load `text` as a recipe file (plus optional --set), validate, and require that the first error
+ * contains every one of the `want` strings (NULL-terminated); want[0] == NULL means "must pass". */
+static void expect(const char* label, const char* text, const char* set, const char* const* want) {
+    char path[1024], err[2048] = "";
+    snprintf(path, sizeof path, "%s/%s.ini", work, label);
+    write_file(path, text);
+    Recipe r;
+    int rc = recipe_load(&r, path, err, sizeof err);
+    if (rc == 0 && set) rc = recipe_set(&r, set, err, sizeof err);
+    if (rc == 0) rc = recipe_validate(&r, err, sizeof err);
+    if (!want[0]) {
+        CHECK(rc == 0, "%s: expected success, got: %s", label, err);
+        return;
+    }
+    CHECK(rc != 0, "%s: expected an error", label);
+    if (rc == 0) return;
+    for (int i = 0; want[i]; i++) {
+        char w[1200];
+        /* "@" stands for the file's path */
+        if (!strcmp(want[i], "@")) snprintf(w, sizeof w, "%s", path);
+        else if (!strncmp(want[i], "@:", 2)) snprintf(w, sizeof w, "%s%s", path, want[i] + 1);
+        else snprintf(w, sizeof w, "%s", want[i]);
+        CHECK(strstr(err, w) != NULL, "%s: error lacks '%s':\n  %s", label, w, err);
+    }
+    printf("%-22s -> %s\n", label, err);
+}
+
+#define W(...) ((const char* const[]){__VA_ARGS__, NULL})
+#define OK ((const char* const[]){NULL})
+
+static void test_errors(void) {
+    expect("good", "[model]\ntext_layers = 2\n[train]\nsteps = 5\n[optim]\nwarmup = 2\n", NULL, OK);
+    expect("unknown_key", "[model]\n; comment\n\ntext_layerz = 2\n", NULL,
+           W("@:4:", "unknown key 'text_layerz' in [model]", "text_layers"));
+    expect("unknown_section", "[trian]\nsteps = 2\n", NULL, W("@:2:", "unknown section [trian]", "allowed sections"));
+    expect("out_of_range", "[train]\nsteps = 5\n[optim]\nbeta2 = 1.5\n", NULL,
+           W("@:4:", "optim.beta2 = 1.5 is out of range", "allowed: a number in [0, 0.999999]"));
+    expect("not_integer", "[model]\ntext_layers = 4.5\n", NULL,
+           W("@:2:", "model.text_layers = '4.5' is not an integer", "allowed: an integer in [1, 1024]"));
+    expect("bad_enum", "[data]\npolicy = random\n", NULL,
+           W("@:2:", "data.policy = 'random' is not allowed", "one of fifo|ffd|balanced"));
+    expect("bad_bool", "[runtime]\ntrace = maybe\n", NULL, W("@:2:", "not a boolean"));
+    expect("twice", "[model]\npatch = 8\npatch = 14\n", NULL, W("@:3:", "set twice", "@:2"));
+    expect("syntax", "[model]\npatch 8\n", NULL, W("@:2:", "syntax error"));
+    /* sizes that do not divide: the error points at the line of the key */
+    expect("heads_divide", "[model]\ntext_width = 256\ntext_heads = 5\n", NULL,
+           W("@:3:", "model.text_heads = 5", "not divisible", "a divisor of 256"));
+    expect("rope1d_even", "[model]\ntext_width = 12\ntext_heads = 4\n", NULL,
+           W("@:2:", "model.text_width = 12", "odd (1-D RoPE"));
+    expect("rope2d_div4", "[model]\nvision_width = 24\nvision_heads = 4\n", NULL,
+           W("@:2:", "model.vision_width = 24", "not divisible by 4 (2-D RoPE"));
+    expect("pp_vs_layers", "[model]\nvision_layers = 1\ntext_layers = 3\n[parallel]\npp = 4\n", NULL,
+           W("@:5:", "parallel.pp = 4", "only 3 layers", "pp x chunks <= 3"));
+    expect("layers_sum", "[model]\ntext_layers = 4\n[parallel]\npp = 2\nlayers = 1,2\n", NULL,
+           W("@:5:", "parallel.layers = 1,2", "summing to 4"));
+    expect("layers_ok", "[model]\ntext_layers = 4\n[parallel]\npp = 2\nlayers = 1,3\n", NULL, OK);
+    expect("tp_divides", "[model]\ntext_heads = 4\n[parallel]\ntp = 3\n", NULL,
+           W("@:4:", "parallel.tp = 3", "model.vision_heads (4) is not divisible"));
+    expect("warmup", "[train]\nsteps = 5\n[optim]\nwarmup = 6\n", NULL, W("@:4:", "optim.warmup = 6", "<= 5"));
+    expect("min_lr", "[optim]\nlr = 1e-3\nmin_lr = 1e-2\n", NULL, W("@:3:", "optim.min_lr", "<= 0.001"));
+    expect("dump_step", "[optim]\nwarmup = 0\n[train]\nsteps = 5\ndump_step = 9\n", NULL, W("@:5:", "train.dump_step = 9", "1 .. 5"));
+    /* a cross-key error on an untouched default names "default" */
+    expect("set_pp", "[model]\nvision_layers = 1\ntext_layers = 2\n", "parallel.pp=3",
+           W("--set: parallel.pp = 3", "only 2 layers"));
+    /* --set */
+    expect("set_ok", "[model]\n", "train.steps=70", OK);
+    expect("set_warmup", "[model]\n", "train.steps=7", W("default: optim.warmup = 10", "longer than train.steps (7)"));
+    expect("set_unknown", "[model]\n", "train.stpes=7", W("--set train.stpes=7", "unknown key 'train.stpes'"));
+    expect("set_range", "[model]\n", "model.patch=0", W("--set model.patch=0", "out of range", "[1, 64]"));
+    expect("set_syntax", "[model]\n", "steps=7", W("--set steps=7", "expected section.key=value"));
+    expect("set_divide", "[model]\n", "model.text_heads=3", W("--set: model.text_heads = 3", "not divisible"));
+    expect("default_vs_set", "[model]\n", "model.vision_heads=64",
+           W("default: model.vision_width = 128", "head dim 128 / 64 = 2"));
+
+    char err[512];
+    Recipe r;
+    CHECK(recipe_load(&r, "/nonexistent/recipe.ini", err, sizeof err) != 0 && strstr(err, "/nonexistent/recipe.ini"),
+          "%s", err);
+}
+
+static void test_shipped(const char* src) {
+    const char* names[] = {"llava.ini", "llava-1.5-7b.ini"};
+    for (int i = 0; i < 2; i++) {
+        char path[1024], err[2048];
+        snprintf(path, sizeof path, "%s/recipes/%s", src, names[i]);
+        Recipe r;
+        CHECK(recipe_load(&r, path, err, sizeof err) == 0, "%s", err);
+        CHECK(recipe_validate(&r, err, sizeof err) == 0, "%s", err);
+        /* printing loads back to the same recipe */
+        char out[1024];
+        snprintf(out, sizeof out, "%s/printed-%s", work, names[i]);
+        FILE* f = fopenCheck(out, "w");
+        recipe_print(&r, f);
+        fclose(f);
+        Recipe q;
+        CHECK(recipe_load(&q, out, err, sizeof err) == 0, "%s", err);
+        CHECK(recipe_hash(&q) == recipe_hash(&r), "%s: printed recipe hashes differently", names[i]);
+        char a[64 << 10], b[64 << 10];
+        FILE* fa = fmemopen(a, sizeof a, "w");
+        FILE* fb = fmemopen(b, sizeof b, "w");
+        recipe_print(&r, fa);
+        recipe_print(&q, fb);
+        fclose(fa);
+        fclose(fb);
+        CHECK(!strcmp(a, b), "%s: printed recipe does not round-trip", names[i]);
+    }
+    char path[1024], err[2048];
+    snprintf(path, sizeof path, "%s/recipes/llava-1.5-7b.ini", src);
+    Recipe r;
+    recipe_load(&r, path, err, sizeof err);
+    CHECK(r.vision_width == 1024 && r.vision_layers == 24 && r.vision_heads == 16 && r.patch == 14 &&
+              r.max_patches == 576,
+          "7b vision");
+    CHECK(r.text_width == 4096 && r.text_layers == 32 && r.text_heads == 32 && r.ffn_hidden == 11008 && r.vocab == 32000,
+          "7b text");
+    /* the hash follows the math, not the bookkeeping */
+    uint64_t h = recipe_hash(&r);
+    CHECK(recipe_set(&r, "train.log_every=7", err, sizeof err) == 0, "%s", err);
+    CHECK(recipe_hash(&r) == h, "log_every changed the hash");
+    CHECK(recipe_set(&r, "optim.lr=1e-4", err, sizeof err) == 0, "%s", err);
+    CHECK(recipe_hash(&r) != h, "lr did not change the hash");
+}
+
+/* Every key appears in recipes/README.md as a table row "| `section.key` | type | default | ...". */
+static void test_documented(const char* src) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/recipes/README.md", src);
+    size_t n;
+    char* doc = rr_read_file(path, &n);
+    CHECK(doc != NULL, "cannot read %s", path);
+    if (!doc) return;
+    for (int i = 0; i < recipe_key_count(); i++) {
+        const RecipeKey* k = recipe_key_get(i);
+        char row[256];
+        snprintf(row, sizeof row, "| `%s.%s` | %s |", k->section, k->key, recipe_key_type_name(k->type));
+        char* at = strstr(doc, row);
+        CHECK(at != NULL, "recipes/README.md does not document %s.%s (expected a row starting '%s')", k->section,
+              k->key, row);
+        if (!at) continue;
+        /* the default column follows */
+        char def[600];
+        snprintf(def, sizeof def, "%s `%s` |", row, k->def);
+        CHECK(!strncmp(at, def, strlen(def)), "recipes/README.md: %s.%s default is not `%s`", k->section, k->key,
+              k->def);
+    }
+    free(doc);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: test_recipe SOURCE_DIR WORK_DIR\n");
+        return 2;
+    }
+    work = argv[2];
+    test_errors();
+    test_shipped(argv[1]);
+    test_documented(argv[1]);
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    else printf("recipe tests: ok\n");
+    return failures ? 1 : 0;
+}
