@@ -1,0 +1,209 @@
+/* dispatch.c — one rank's ready-set arbitration (the PpDispatcher of sched.h).
+ *
+ * The same code decides for the simulator (virtual clock, sim.c) and for the MPI runtime (wall
+ * clock): both report arrivals, starts and completions and ask next(). A task is ready once its
+ * unmet-dependency count (cross-rank input, local predecessor F->B->W) reaches zero; ready tasks sit
+ * in two binary min-heaps keyed by hint rank, forwards apart because the in-flight cap and the
+ * activation byte budget can hold every forward back while a B or W may still run. Entries whose task
+ * was started out of turn (a TP follower runs its leader's choice) are dropped lazily at the top. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/sched.h"
+
+/* The in-flight unit is a microbatch admitted to this rank: its first-chunk forward F(0, m) started
+ * and its first-chunk backward B(0, m) (the last backward of m on the rank) not finished. Only F(0, m)
+ * is gated by the cap and the byte budget; later chunks of an admitted microbatch never are, so an
+ * admitted microbatch can always finish (with one chunk this is DESIGN's "F started, B not finished",
+ * and with several it cannot deadlock on its own chunks). */
+static inline int task_gated(PpTask t) { return t.kind == PP_F && t.chunk == 0; }
+
+/* ---- binary min-heap of hint ranks -------------------------------------------------------------- */
+
+static void heap_push(int* h, int* n, int v) {
+    int i = (*n)++;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (h[p] <= v) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+
+static void heap_pop(int* h, int* n) {
+    int v = h[--(*n)], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (v <= h[c]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = v;
+}
+
+/* Drop heap tops that are no longer ready (started out of turn). */
+static void heap_clean(const PpDispatcher* d, int* h, int* n) {
+    while (*n > 0 && d->state[h[0]] != PP_TS_READY) heap_pop(h, n);
+}
+
+/* ---- init / free -------------------------------------------------------------------------------- */
+
+int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, size_t errlen) {
+    const PpShape* s = &cfg->shape;
+    int sequence = cfg->mode != PP_MODE_READY;
+    if (pp_order_check(s, cfg->rank, cfg->order, cfg->n, sequence, err, errlen)) {
+        if (sequence) {
+            size_t l = strlen(err);
+            snprintf(err + l, errlen - l, " (mode %s runs the hint as a sequence; rankings such as bf/bfw need "
+                     "--mode ready)", pp_mode_name(cfg->mode));
+        }
+        return -1;
+    }
+    memset(d, 0, sizeof *d);
+    d->shape = *s;
+    d->rank = cfg->rank;
+    d->n = cfg->n;
+    d->mode = cfg->mode;
+    d->cap = cfg->cap;
+    d->act_budget = cfg->act_budget;
+    if (cfg->act_bytes) {
+        d->act_bytes = mallocCheck(sizeof(double) * s->M);
+        memcpy(d->act_bytes, cfg->act_bytes, sizeof(double) * s->M);
+    }
+    int n = cfg->n;
+    d->order = mallocCheck(sizeof(PpTask) * n);
+    memcpy(d->order, cfg->order, sizeof(PpTask) * n);
+    d->hrank = mallocCheck(sizeof(int) * n);
+    d->need = callocCheck(n, 1);
+    d->state = callocCheck(n, 1);
+    d->heap_f = mallocCheck(sizeof(int) * n);
+    d->heap_o = mallocCheck(sizeof(int) * n);
+    for (int i = 0; i < n; i++) d->hrank[pp_task_index(s, d->order[i])] = i;
+    for (int i = 0; i < n; i++) {
+        PpTask t = d->order[i], src;
+        int sr;
+        d->need[i] = (uint8_t)(pp_task_input(s, d->rank, t, &sr, &src) + (t.kind != PP_F));
+        if (d->need[i] == 0) {
+            d->state[i] = PP_TS_READY;
+            if (task_gated(t)) heap_push(d->heap_f, &d->nf, i);
+            else heap_push(d->heap_o, &d->no, i);
+        }
+    }
+    return 0;
+}
+
+void pp_dispatcher_free(PpDispatcher* d) {
+    free(d->act_bytes);
+    free(d->order);
+    free(d->hrank);
+    free(d->need);
+    free(d->state);
+    free(d->heap_f);
+    free(d->heap_o);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- notifications ------------------------------------------------------------------------------ */
+
+static void dispatcher_satisfy(PpDispatcher* d, int i) {
+    RR_ASSERT(d->need[i] > 0);
+    if (--d->need[i] == 0) {
+        d->state[i] = PP_TS_READY;
+        if (task_gated(d->order[i])) heap_push(d->heap_f, &d->nf, i);
+        else heap_push(d->heap_o, &d->no, i);
+    }
+}
+
+void pp_dispatcher_input_arrived(PpDispatcher* d, PpTask t) {
+    dispatcher_satisfy(d, d->hrank[pp_task_index(&d->shape, t)]);
+}
+
+void pp_dispatcher_started(PpDispatcher* d, PpTask t) {
+    int i = d->hrank[pp_task_index(&d->shape, t)];
+    RR_ASSERT(d->state[i] == PP_TS_READY);  // a task never starts before its inputs are in
+    d->state[i] = PP_TS_RUNNING;
+    d->n_started++;
+    if (d->mode != PP_MODE_READY) {
+        RR_ASSERT(i == d->pos);
+        d->pos++;
+    }
+    if (task_gated(t)) {
+        d->inflight++;
+        if (d->inflight > d->peak_inflight) d->peak_inflight = d->inflight;
+        if (d->act_bytes) d->inflight_bytes += d->act_bytes[t.mb];
+    }
+}
+
+void pp_dispatcher_finished(PpDispatcher* d, PpTask t) {
+    int i = d->hrank[pp_task_index(&d->shape, t)];
+    RR_ASSERT(d->state[i] == PP_TS_RUNNING);
+    d->state[i] = PP_TS_DONE;
+    d->n_done++;
+    if (t.kind == PP_B && t.chunk == 0) {
+        d->inflight--;
+        if (d->act_bytes) d->inflight_bytes -= d->act_bytes[t.mb];
+    }
+    // Local successor: F -> B, and B -> W when the backward is split.
+    if (t.kind == PP_F || (t.kind == PP_B && d->shape.split)) {
+        PpTask nx = t;
+        nx.kind = t.kind + 1;
+        dispatcher_satisfy(d, d->hrank[pp_task_index(&d->shape, nx)]);
+    }
+}
+
+/* ---- arbitration -------------------------------------------------------------------------------- */
+
+static int dispatcher_forward_allowed(const PpDispatcher* d, int mb) {
+    if (d->inflight == 0) return 1;  // otherwise a budget smaller than one microbatch deadlocks
+    if (d->cap > 0 && d->inflight >= d->cap) return 0;
+    if (d->act_budget > 0 && d->act_bytes && d->inflight_bytes + d->act_bytes[mb] > d->act_budget) return 0;
+    return 1;
+}
+
+int pp_dispatcher_next(PpDispatcher* d, PpTask* t) {
+    d->n_decisions++;
+    if (d->n_started == d->n) return -1;
+    if (d->mode != PP_MODE_READY) {
+        if (d->state[d->pos] != PP_TS_READY) return 0;
+        *t = d->order[d->pos];
+        return 1;
+    }
+    heap_clean(d, d->heap_o, &d->no);
+    heap_clean(d, d->heap_f, &d->nf);
+    int best = -1;
+    if (d->no > 0) best = d->heap_o[0];
+    if (d->nf > 0 && (best < 0 || d->heap_f[0] < best) && dispatcher_forward_allowed(d, d->order[d->heap_f[0]].mb))
+        best = d->heap_f[0];
+    if (best < 0) return 0;
+    *t = d->order[best];
+    return 1;
+}
+
+int pp_dispatcher_next_scan(const PpDispatcher* d, PpTask* t) {
+    if (d->n_started == d->n) return -1;
+    if (d->mode != PP_MODE_READY) {
+        if (d->state[d->pos] != PP_TS_READY) return 0;
+        *t = d->order[d->pos];
+        return 1;
+    }
+    int seen_f = 0;  // forwards are admitted in hint order: only the first ready F may be eligible
+    for (int i = 0; i < d->n; i++) {
+        if (d->state[i] != PP_TS_READY) continue;
+        if (task_gated(d->order[i])) {
+            if (seen_f++ || !dispatcher_forward_allowed(d, d->order[i].mb)) continue;
+        }
+        *t = d->order[i];
+        return 1;
+    }
+    return 0;
+}
+
+int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t) {
+    if (d->pos >= d->n) return 0;
+    *t = d->order[d->pos];
+    return 1;
+}

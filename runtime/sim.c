@@ -1,0 +1,598 @@
+/* sim.c — the RRFP simulator: duration files, the duration generator, DESIGN.md's lower bound, and
+ * a discrete-event run of one step that drives the runtime's own PpDispatcher under a virtual clock.
+ *
+ * Semantics (DESIGN.md section 6, one chunk per rank; V chunks split each rank's durations evenly):
+ * - a message leaves when its producer finishes and arrives `latency` later (fixed, ready);
+ * - all events at one time (completions, arrivals, unblocked senders) are applied before any idle
+ *   rank chooses, so `ready` takes, of the tasks eligible at t, the smallest hint rank, and a rank
+ *   with nothing eligible waits for the next event (the task that becomes eligible first; ties by
+ *   hint rank because they become eligible in the same batch of events);
+ * - fixed-sync: the receive for a task with a cross-rank input is posted when the task before it in
+ *   the sequence finishes computing (time 0 for the first); a send completes at max(producer finish,
+ *   post time), the message arrives `latency` later, and the producer starts nothing before then.
+ *
+ * Generator (pp_durations_generate), in units of one average forward:
+ * - text: microbatches are packed to a token budget, so a microbatch's cost varies a little and
+ *   alike on every stage: F[s][m] = a_m * e_sm, a_m ~ lognormal(sigma = V), e_sm ~ lognormal(V/4),
+ *   both with mean 1;
+ * - mm: LM stages as text with sigma 0.05; the first stage also runs the ViT, whose cost follows the
+ *   images of the microbatch: n_m ~ uniform{0..4} images of size s_i ~ lognormal(0, 0.6) (mean-one
+ *   scaled), X_m = sum_i s_i / 2 (mean 1), F[0][m] = max(0.1, 1 - V) * lm_0m + V * X_m (a partitioner
+ *   balances the mean, the variance stays);
+ * - B = 2F without a split backward; with one, B = F and W = F (the same total work). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "engine/util.h"
+#include "runtime/sched.h"
+
+/* ---- duration files ----------------------------------------------------------------------------- */
+
+static int json_error_line(const char* text, const char* at) {
+    int line = 1;
+    for (const char* p = text; p < at && *p; p++)
+        if (*p == '\n') line++;
+    return line;
+}
+
+static int parse_matrix(const cJSON* root, const char* key, const char* name, int P, int M, double** out,
+                        char* err, size_t errlen) {
+    const cJSON* a = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(a)) {
+        snprintf(err, errlen, "%s: \"%s\" must be an array of %d rows (one per stage) of %d durations", name, key,
+                 P, M);
+        return -1;
+    }
+    int rows = cJSON_GetArraySize(a);
+    if (rows != P) {
+        snprintf(err, errlen, "%s: %s has %d rows, expected stages=%d", name, key, rows, P);
+        return -1;
+    }
+    double* v = mallocCheck(sizeof(double) * P * M);
+    int s = 0;
+    const cJSON* row;
+    cJSON_ArrayForEach(row, a) {
+        if (!cJSON_IsArray(row)) {
+            snprintf(err, errlen, "%s: %s[%d] must be an array of %d durations", name, key, s, M);
+            free(v);
+            return -1;
+        }
+        int n = cJSON_GetArraySize(row);
+        if (n != M) {
+            snprintf(err, errlen, "%s: %s[%d] has %d entries, expected M=%d", name, key, s, n, M);
+            free(v);
+            return -1;
+        }
+        int m = 0;
+        const cJSON* x;
+        cJSON_ArrayForEach(x, row) {
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < 0) {
+                char* js = cJSON_PrintUnformatted(x);
+                snprintf(err, errlen, "%s: %s[%d][%d] must be a finite non-negative number, got %s", name, key, s, m,
+                         js ? js : "?");
+                free(js);
+                free(v);
+                return -1;
+            }
+            v[s * M + m] = x->valuedouble;
+            m++;
+        }
+        s++;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_count(const cJSON* root, const char* key, const char* name, int max, int* out, char* err,
+                       size_t errlen) {
+    const cJSON* x = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!x) {
+        snprintf(err, errlen, "%s: missing key \"%s\"", name, key);
+        return -1;
+    }
+    if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 ||
+        x->valuedouble > max) {
+        char* js = cJSON_PrintUnformatted(x);
+        snprintf(err, errlen, "%s: \"%s\" must be an integer in [1, %d], got %s", name, key, max, js ? js : "?");
+        free(js);
+        return -1;
+    }
+    *out = (int)x->valuedouble;
+    return 0;
+}
+
+int pp_durations_parse(const char* text, const char* name, PpDurations* d, char* err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    const char* end = NULL;
+    cJSON* root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        const char* at = cJSON_GetErrorPtr();
+        if (!at) at = text;
+        snprintf(err, errlen, "%s:%d: not valid JSON near '%.20s'", name, json_error_line(text, at), at);
+        return -1;
+    }
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, errlen, "%s: expected a JSON object {\"stages\", \"microbatches\", \"latency\", \"F\", \"B\", "
+                 "\"W\"} at the top level", name);
+        goto done;
+    }
+    if (parse_count(root, "stages", name, 65536, &d->P, err, errlen)) goto done;
+    if (parse_count(root, "microbatches", name, 1 << 20, &d->M, err, errlen)) goto done;
+    if ((long)d->P * d->M > (1L << 26)) {
+        snprintf(err, errlen, "%s: stages x microbatches = %ld is too large (limit %ld)", name, (long)d->P * d->M,
+                 1L << 26);
+        goto done;
+    }
+    const cJSON* lat = cJSON_GetObjectItemCaseSensitive(root, "latency");
+    d->latency = 0;
+    if (lat) {
+        if (!cJSON_IsNumber(lat) || !isfinite(lat->valuedouble) || lat->valuedouble < 0) {
+            char* js = cJSON_PrintUnformatted(lat);
+            snprintf(err, errlen, "%s: \"latency\" must be a finite non-negative number, got %s", name, js ? js : "?");
+            free(js);
+            goto done;
+        }
+        d->latency = lat->valuedouble;
+    }
+    if (parse_matrix(root, "F", name, d->P, d->M, &d->F, err, errlen)) goto done;
+    if (parse_matrix(root, "B", name, d->P, d->M, &d->B, err, errlen)) goto done;
+    const cJSON* w = cJSON_GetObjectItemCaseSensitive(root, "W");
+    if (w && !cJSON_IsNull(w)) {
+        if (parse_matrix(root, "W", name, d->P, d->M, &d->W, err, errlen)) goto done;
+        d->split = 1;
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    if (rc) pp_durations_free(d);
+    return rc;
+}
+
+int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen) {
+    size_t size;
+    char* text = rr_read_file(path, &size);
+    if (!text) {
+        snprintf(err, errlen, "cannot read duration file '%s': %s", path, strerror(errno));
+        memset(d, 0, sizeof *d);
+        return -1;
+    }
+    int rc = pp_durations_parse(text, path, d, err, errlen);
+    free(text);
+    return rc;
+}
+
+static cJSON* matrix_json(const double* v, int P, int M) {
+    cJSON* a = cJSON_CreateArray();
+    for (int s = 0; s < P; s++) cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(v + (size_t)s * M, M));
+    return a;
+}
+
+char* pp_durations_to_json(const PpDurations* d) {
+    cJSON* root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "stages", d->P);
+    cJSON_AddNumberToObject(root, "microbatches", d->M);
+    cJSON_AddNumberToObject(root, "latency", d->latency);
+    cJSON_AddItemToObject(root, "F", matrix_json(d->F, d->P, d->M));
+    cJSON_AddItemToObject(root, "B", matrix_json(d->B, d->P, d->M));
+    if (d->split) cJSON_AddItemToObject(root, "W", matrix_json(d->W, d->P, d->M));
+    char* s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+void pp_durations_free(PpDurations* d) {
+    free(d->F);
+    free(d->B);
+    free(d->W);
+    d->F = d->B = d->W = NULL;
+}
+
+/* ---- generator ---------------------------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t* x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(uint64_t* x) { return ((splitmix64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double rng_normal(uint64_t* x) {
+    double u = rng_uniform(x), v = rng_uniform(x);
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+/* Lognormal with mean 1. */
+static double rng_lognormal1(uint64_t* x, double sigma) { return exp(sigma * rng_normal(x) - 0.5 * sigma * sigma); }
+
+void pp_durations_generate(PpDurations* d, int P, int M, double V, PpGenKind kind, uint64_t seed, int split,
+                           double latency) {
+    memset(d, 0, sizeof *d);
+    d->P = P;
+    d->M = M;
+    d->split = split;
+    d->latency = latency;
+    d->F = mallocCheck(sizeof(double) * P * M);
+    d->B = mallocCheck(sizeof(double) * P * M);
+    if (split) d->W = mallocCheck(sizeof(double) * P * M);
+    uint64_t st = seed * 0x2545F4914F6CDD1Dull + 1;
+    double* a = mallocCheck(sizeof(double) * M);
+    if (kind == PP_GEN_TEXT) {
+        for (int m = 0; m < M; m++) a[m] = rng_lognormal1(&st, V);
+        for (int s = 0; s < P; s++)
+            for (int m = 0; m < M; m++) d->F[s * M + m] = a[m] * rng_lognormal1(&st, V / 4);
+    } else {
+        const double size_sigma = 0.6, lm_sigma = 0.05;
+        for (int m = 0; m < M; m++) {
+            int n = (int)(rng_uniform(&st) * 5);
+            if (n > 4) n = 4;
+            double x = 0;
+            for (int i = 0; i < n; i++) x += rng_lognormal1(&st, size_sigma);
+            a[m] = x / 2;
+        }
+        double lm0 = 1 - V > 0.1 ? 1 - V : 0.1;
+        for (int s = 0; s < P; s++)
+            for (int m = 0; m < M; m++) {
+                double lm = rng_lognormal1(&st, lm_sigma);
+                d->F[s * M + m] = s == 0 ? lm0 * lm + V * a[m] : lm;
+            }
+    }
+    for (int i = 0; i < P * M; i++) {
+        if (split) {
+            d->B[i] = d->F[i];
+            d->W[i] = d->F[i];
+        } else {
+            d->B[i] = 2 * d->F[i];
+        }
+    }
+    free(a);
+}
+
+/* ---- lower bound -------------------------------------------------------------------------------- */
+
+double pp_lower_bound(const PpDurations* d, int V) {
+    int P = d->P, M = d->M;
+    double L = d->latency, lb = 0;
+    double* pf = callocCheck(M, sizeof(double));  // running sum over stages s' < s of F[s'][m] / V
+    double* pb = callocCheck(M, sizeof(double));
+    for (int s = 0; s < P; s++) {
+        double h = INFINITY, t = INFINITY, fb = 0, w = 0;
+        for (int m = 0; m < M; m++) {
+            if (pf[m] < h) h = pf[m];
+            if (pb[m] < t) t = pb[m];
+            fb += d->F[s * M + m] + d->B[s * M + m];
+            if (d->W) w += d->W[s * M + m];
+        }
+        h += s * L;
+        t += s * L;
+        if (h + fb + t > lb) lb = h + fb + t;
+        if (h + fb + w > lb) lb = h + fb + w;
+        for (int m = 0; m < M; m++) {
+            pf[m] += d->F[s * M + m] / V;
+            pb[m] += d->B[s * M + m] / V;
+        }
+    }
+    for (int m = 0; m < M; m++) {
+        double path = 2.0 * (P * V - 1) * L + (d->W ? d->W[m] / V : 0);
+        for (int s = 0; s < P; s++) path += d->F[s * M + m] + d->B[s * M + m];
+        if (path > lb) lb = path;
+    }
+    free(pf);
+    free(pb);
+    return lb;
+}
+
+/* ---- the event loop ----------------------------------------------------------------------------- */
+
+enum { EV_DONE = 0, EV_ARRIVE = 1 };
+
+typedef struct {
+    double t;
+    long seq;  // insertion order: a deterministic tie break (the outcome does not depend on it)
+    int type, rank, task;
+} SimEvent;
+
+typedef struct {
+    SimEvent* h;
+    int n, cap;
+    long seq;
+} EventHeap;
+
+static int ev_less(const SimEvent* a, const SimEvent* b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
+
+static void ev_push(EventHeap* q, double t, int type, int rank, int task) {
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 1024;
+        q->h = reallocCheck(q->h, sizeof(SimEvent) * q->cap);
+    }
+    SimEvent e = {t, q->seq++, type, rank, task};
+    int i = q->n++;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!ev_less(&e, &q->h[p])) break;
+        q->h[i] = q->h[p];
+        i = p;
+    }
+    q->h[i] = e;
+}
+
+static SimEvent ev_pop(EventHeap* q) {
+    SimEvent top = q->h[0], v = q->h[--q->n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= q->n) break;
+        if (c + 1 < q->n && ev_less(&q->h[c + 1], &q->h[c])) c++;
+        if (!ev_less(&q->h[c], &v)) break;
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    if (q->n > 0) q->h[i] = v;
+    return top;
+}
+
+typedef struct {
+    const PpDurations* d;
+    PpShape sh;
+    PpMode mode;
+    int n;              // tasks per rank
+    PpDispatcher* disp; // (P)
+    EventHeap q;
+    int* busy;          // (P) 0 idle, 1 computing, 2 blocked in a send (fixed-sync)
+    int* slot;          // (P) exec slot of the running task
+    int* dirty;         // (P) rank had an event at the current time
+    int* dirty_list;
+    int n_dirty;
+    double* post;       // (P, n) fixed-sync: receive post time, NAN = not yet posted
+    double* pend;       // (P, n) fixed-sync: finish time of a producer blocked on that receive, NAN = none
+    int* pend_from;     // (P, n) that producer's rank
+    int* next_kind;     // (P, n + 1, 2) fixed-sync with chunks: next F / B position at or after i
+    PpSimResult* res;
+} Sim;
+
+static double sim_duration(const Sim* S, int r, PpTask t) {
+    const PpDurations* d = S->d;
+    const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
+    return a[r * d->M + t.mb] / S->sh.chunks;
+}
+
+static void sim_mark(Sim* S, int r) {
+    if (!S->dirty[r]) {
+        S->dirty[r] = 1;
+        S->dirty_list[S->n_dirty++] = r;
+    }
+}
+
+/* Rank r posts, at time t, the receive(s) its sequence needs next (fixed-sync). One chunk: the next
+ * task's (DESIGN.md). Several chunks: the next forward's and the next backward's, as Megatron's
+ * interleaved schedule posts both in one batched exchange; one receive ahead deadlocks its table. */
+static void sim_post(Sim* S, int r, int k, double t);
+static void sim_post_ahead(Sim* S, int r, double t) {
+    const PpDispatcher* d = &S->disp[r];
+    int cand[2], nc = 0;
+    if (S->sh.chunks == 1) {
+        if (d->pos < d->n) cand[nc++] = d->pos;
+    } else {
+        for (int kind = PP_F; kind <= PP_B; kind++) {
+            int j = S->next_kind[((size_t)r * (S->n + 1) + d->pos) * 2 + kind];
+            if (j >= 0) cand[nc++] = j;
+        }
+    }
+    for (int i = 0; i < nc; i++) {
+        PpTask y = d->order[cand[i]], src;
+        int sr, k = pp_task_index(&S->sh, y);
+        if (pp_task_input(&S->sh, r, y, &sr, &src) && isnan(S->post[(size_t)r * S->n + k])) sim_post(S, r, k, t);
+    }
+}
+
+/* Rank r posts the receive for its task `k` (dense index) at time t (fixed-sync). */
+static void sim_post(Sim* S, int r, int k, double t) {
+    size_t i = (size_t)r * S->n + k;
+    S->post[i] = t;
+    if (!isnan(S->pend[i])) {  // the producer finished earlier and has been blocked on this send
+        int p = S->pend_from[i];
+        ev_push(&S->q, t + S->d->latency, EV_ARRIVE, r, k);
+        S->pend[i] = NAN;
+        RR_ASSERT(S->busy[p] == 2);
+        S->busy[p] = 0;
+        sim_mark(S, p);
+    }
+}
+
+static void sim_done(Sim* S, int r, int k, double t) {
+    PpTask x = pp_task_from_index(&S->sh, k);
+    S->res->exec[r][S->slot[r]].end = t;
+    pp_dispatcher_finished(&S->disp[r], x);
+    S->busy[r] = 0;
+    if (S->mode == PP_MODE_FIXED_SYNC) sim_post_ahead(S, r, t);
+    int dst;
+    PpTask z;
+    if (pp_task_output(&S->sh, r, x, &dst, &z)) {
+        int kz = pp_task_index(&S->sh, z);
+        size_t i = (size_t)dst * S->n + kz;
+        if (S->mode == PP_MODE_FIXED_SYNC && isnan(S->post[i])) {
+            S->pend[i] = t;  // blocked until the receiver posts
+            S->pend_from[i] = r;
+            S->busy[r] = 2;
+        } else {
+            ev_push(&S->q, t + S->d->latency, EV_ARRIVE, dst, kz);
+        }
+    }
+}
+
+static void sim_decide(Sim* S, int r, double t) {
+    if (S->busy[r]) return;
+    PpTask x;
+    S->res->decisions++;
+    if (pp_dispatcher_next(&S->disp[r], &x) != 1) return;
+    pp_dispatcher_started(&S->disp[r], x);
+    S->busy[r] = 1;
+    int slot = S->res->n_exec[r]++;
+    S->slot[r] = slot;
+    S->res->exec[r][slot].task = x;
+    S->res->exec[r][slot].start = t;
+    S->res->exec[r][slot].end = NAN;
+    ev_push(&S->q, t + sim_duration(S, r, x), EV_DONE, r, pp_task_index(&S->sh, x));
+}
+
+static void sim_describe_deadlock(Sim* S, double t) {
+    PpSimResult* res = S->res;
+    char* p = res->msg;
+    size_t left = sizeof res->msg;
+    int w = snprintf(p, left, "deadlock at t=%g:", t);
+    p += w;
+    left -= w;
+    for (int r = 0; r < S->sh.P && left > 40; r++) {
+        PpDispatcher* d = &S->disp[r];
+        if (pp_dispatcher_all_done(d)) continue;
+        char b[32];
+        PpTask y;
+        if (S->busy[r] == 2) w = snprintf(p, left, " rank %d blocked in a send;", r);
+        else if (S->mode != PP_MODE_READY && pp_dispatcher_peek_sequence(d, &y))
+            w = snprintf(p, left, " rank %d waits for the input of %s;", r, pp_task_format(y, r, S->sh.P, b, sizeof b));
+        else w = snprintf(p, left, " rank %d has %d tasks left, none eligible (in flight %d, cap %d);", r,
+                          d->n - d->n_started, d->inflight, d->cap);
+        if (w < 0 || (size_t)w >= left) break;
+        p += w;
+        left -= w;
+    }
+}
+
+int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, PpSimResult* res, char* err,
+               size_t errlen) {
+    memset(res, 0, sizeof *res);
+    PpShape sh = {d->P, d->M, chunks, d->split};
+    if (pp_hint_check_shape(hint, &sh, err, errlen)) return -1;
+    if (mode != PP_MODE_READY && !pp_hint_is_sequence(hint)) {
+        snprintf(err, errlen, "hint %s ranks every backward before every forward, so it is not an executable "
+                 "sequence: mode %s cannot run it; use --mode ready", pp_hint_name(hint), pp_mode_name(mode));
+        return -1;
+    }
+    Sim S;
+    memset(&S, 0, sizeof S);
+    S.d = d;
+    S.sh = sh;
+    S.mode = mode;
+    S.n = pp_shape_tasks(&sh);
+    S.res = res;
+    int P = d->P, n = S.n;
+    S.disp = callocCheck(P, sizeof(PpDispatcher));
+    PpTask* order = mallocCheck(sizeof(PpTask) * n);
+    res->P = P;
+    res->exec = callocCheck(P, sizeof(PpExec*));
+    res->n_exec = callocCheck(P, sizeof(int));
+    res->cap = callocCheck(P, sizeof(int));
+    res->peak_inflight = callocCheck(P, sizeof(int));
+    int rc = 0;
+    for (int r = 0; r < P; r++) {
+        if (pp_hint_build(hint, &sh, r, order, err, errlen) < 0) {
+            rc = -1;
+            break;
+        }
+        int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(hint, &sh, r)
+                   : cap.kind == PP_CAP_DEFAULT ? pp_cap_default_peak(hint, &sh, r) : 0;
+        int c = pp_cap_resolve(cap, peak, P, r);
+        PpDispatchConfig cfg = {sh, r, mode, order, n, mode == PP_MODE_READY ? c : 0, 0, NULL};
+        res->cap[r] = cfg.cap;
+        if (pp_dispatcher_init(&S.disp[r], &cfg, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        res->exec[r] = mallocCheck(sizeof(PpExec) * n);
+    }
+    free(order);
+    if (rc) {
+        for (int r = 0; r < P; r++)
+            if (S.disp[r].order) pp_dispatcher_free(&S.disp[r]);
+        free(S.disp);
+        pp_sim_result_free(res);
+        return -1;
+    }
+    S.busy = callocCheck(P, sizeof(int));
+    S.slot = callocCheck(P, sizeof(int));
+    S.dirty = callocCheck(P, sizeof(int));
+    S.dirty_list = mallocCheck(sizeof(int) * P);
+    if (mode == PP_MODE_FIXED_SYNC) {
+        S.post = mallocCheck(sizeof(double) * P * n);
+        S.pend = mallocCheck(sizeof(double) * P * n);
+        S.pend_from = mallocCheck(sizeof(int) * P * n);
+        for (size_t i = 0; i < (size_t)P * n; i++) S.post[i] = S.pend[i] = NAN;
+        // next_kind[r][i][kind]: hint rank of the first task of that kind at position >= i, or -1.
+        S.next_kind = mallocCheck(sizeof(int) * P * (n + 1) * 2);
+        for (int r = 0; r < P; r++) {
+            int* nk = S.next_kind + (size_t)r * (n + 1) * 2;
+            nk[n * 2 + 0] = nk[n * 2 + 1] = -1;
+            for (int i = n - 1; i >= 0; i--) {
+                nk[i * 2 + 0] = S.disp[r].order[i].kind == PP_F ? i : nk[(i + 1) * 2 + 0];
+                nk[i * 2 + 1] = S.disp[r].order[i].kind == PP_B ? i : nk[(i + 1) * 2 + 1];
+            }
+        }
+        for (int r = 0; r < P; r++) sim_post_ahead(&S, r, 0);  // the first receives are posted at time 0
+    }
+    double t = 0;
+    for (int r = 0; r < P; r++) sim_decide(&S, r, 0);
+    while (S.q.n > 0) {
+        t = S.q.h[0].t;
+        // Apply every event at time t before any rank chooses (completions first).
+        while (S.q.n > 0 && S.q.h[0].t == t) {
+            SimEvent e = ev_pop(&S.q);
+            if (e.type == EV_DONE) sim_done(&S, e.rank, e.task, t);
+            else pp_dispatcher_input_arrived(&S.disp[e.rank], pp_task_from_index(&sh, e.task));
+            sim_mark(&S, e.rank);
+        }
+        // Ranks in increasing order: a rank's choice depends only on its own dispatcher.
+        for (int i = 0; i < S.n_dirty; i++) S.dirty[S.dirty_list[i]] = 0;
+        int nd = S.n_dirty;
+        S.n_dirty = 0;
+        int* list = S.dirty_list;
+        // sort the few dirty ranks so decisions are made in rank order (cheap insertion sort)
+        for (int i = 1; i < nd; i++)
+            for (int j = i; j > 0 && list[j - 1] > list[j]; j--) {
+                int tmp = list[j];
+                list[j] = list[j - 1];
+                list[j - 1] = tmp;
+            }
+        for (int i = 0; i < nd; i++) sim_decide(&S, list[i], t);
+    }
+    double makespan = 0, work = 0;
+    for (int r = 0; r < P; r++) {
+        for (int i = 0; i < res->n_exec[r]; i++) {
+            if (res->exec[r][i].end > makespan) makespan = res->exec[r][i].end;
+        }
+        for (int m = 0; m < d->M; m++)
+            work += d->F[r * d->M + m] + d->B[r * d->M + m] + (d->W ? d->W[r * d->M + m] : 0);
+        res->peak_inflight[r] = S.disp[r].peak_inflight;
+        if (!pp_dispatcher_all_done(&S.disp[r])) res->deadlock = 1;
+    }
+    if (res->deadlock) sim_describe_deadlock(&S, t);
+    res->makespan = makespan;
+    res->lower_bound = pp_lower_bound(d, chunks);
+    res->efficiency = makespan > 0 ? res->lower_bound / makespan : 1.0;
+    res->bubble = makespan > 0 ? 1.0 - work / (P * makespan) : 0.0;
+    for (int r = 0; r < P; r++) pp_dispatcher_free(&S.disp[r]);
+    free(S.disp);
+    free(S.q.h);
+    free(S.busy);
+    free(S.slot);
+    free(S.dirty);
+    free(S.dirty_list);
+    free(S.post);
+    free(S.pend);
+    free(S.pend_from);
+    free(S.next_kind);
+    return 0;
+}
+
+void pp_sim_result_free(PpSimResult* r) {
+    if (r->exec)
+        for (int i = 0; i < r->P; i++) free(r->exec[i]);
+    free(r->exec);
+    free(r->n_exec);
+    free(r->cap);
+    free(r->peak_inflight);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,564 @@
+/* test_sched.c — the scheduler core and the simulator, without MPI.
+ *
+ * Hint orders against hand-written sequences (derived from DESIGN.md and from Megatron's /
+ * Megatron-DeepSpeed's schedule code), hand-computed makespans for each mode (the arithmetic is in
+ * the comments), validity and deadlock checks for every hint x mode x cap on random durations, the
+ * heap arbitration against a scan of every task, and properties (uniform durations: ready 1f1b ==
+ * fixed 1f1b; lower_bound <= makespan). Usage: test_sched [case-name-substring]. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/rrfp.h"
+
+static int g_fail = 0, g_checks = 0;
+
+#define CHECK(cond, ...)                                                \
+    do {                                                                \
+        g_checks++;                                                     \
+        if (!(cond)) {                                                  \
+            g_fail++;                                                   \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                               \
+            fputc('\n', stderr);                                        \
+        }                                                               \
+    } while (0)
+
+/* ---- helpers ------------------------------------------------------------------------------------ */
+
+static char* order_string(PpHint h, PpShape s, int rank) {
+    int n = pp_shape_tasks(&s);
+    PpTask* o = mallocCheck(sizeof(PpTask) * n);
+    char err[256], b[32];
+    int k = pp_hint_build(h, &s, rank, o, err, sizeof err);
+    char* out = mallocCheck(16 * (size_t)n + 320);
+    out[0] = 0;
+    if (k < 0) snprintf(out, 320, "error: %s", err);
+    for (int i = 0; i < k; i++) {
+        if (i) strcat(out, " ");
+        strcat(out, pp_task_format(o[i], rank, s.P, b, sizeof b));
+    }
+    free(o);
+    return out;
+}
+
+static void expect_order(PpHint h, int P, int M, int V, int split, int rank, const char* want) {
+    PpShape s = {P, M, V, split};
+    char* got = order_string(h, s, rank);
+    CHECK(!strcmp(got, want), "%s P=%d M=%d V=%d split=%d rank %d:\n   got  %s\n   want %s", pp_hint_name(h), P, M, V,
+          split, rank, got, want);
+    free(got);
+}
+
+static PpDurations make_uniform(int P, int M, double f, double b, double w, double lat) {
+    PpDurations d = {P, M, w > 0, lat, NULL, NULL, NULL};
+    d.F = mallocCheck(sizeof(double) * P * M);
+    d.B = mallocCheck(sizeof(double) * P * M);
+    if (d.split) d.W = mallocCheck(sizeof(double) * P * M);
+    for (int i = 0; i < P * M; i++) {
+        d.F[i] = f;
+        d.B[i] = b;
+        if (d.split) d.W[i] = w;
+    }
+    return d;
+}
+
+static double sim_makespan(const PpDurations* d, PpHint h, PpMode m, PpCap cap, int V) {
+    PpSimResult r;
+    char err[512];
+    if (pp_sim_run(d, h, m, cap, V, &r, err, sizeof err)) {
+        fprintf(stderr, "  sim error: %s\n", err);
+        return -1;
+    }
+    double ms = r.deadlock ? -2 : r.makespan;
+    if (r.deadlock) fprintf(stderr, "  %s\n", r.msg);
+    pp_sim_result_free(&r);
+    return ms;
+}
+
+static const PpCap CAP_DEFAULT = {PP_CAP_DEFAULT, 0};
+
+/* ---- cases -------------------------------------------------------------------------------------- */
+
+static void test_task_format(void) {
+    PpTask t = {1, PP_W, 7}, u;
+    char b[32];
+    CHECK(!strcmp(pp_task_format(t, 2, 4, b, sizeof b), "6W7"), "got %s", b);
+    CHECK(pp_task_parse("6W7", 2, 4, &u) == 0 && u.chunk == 1 && u.kind == PP_W && u.mb == 7, "parse 6W7");
+    CHECK(pp_task_parse("5W7", 2, 4, &u) == -1, "stage 5 is not on rank 2 of 4");
+    CHECK(pp_task_parse("6X7", 2, 4, &u) == -1, "bad kind");
+    CHECK(pp_task_parse("6F", 2, 4, &u) == -1, "missing microbatch");
+    PpShape s = {4, 5, 2, 1};
+    for (int i = 0; i < pp_shape_tasks(&s); i++)
+        CHECK(pp_task_index(&s, pp_task_from_index(&s, i)) == i, "index round trip %d", i);
+}
+
+static void test_hint_orders(void) {
+    // 1f1b (DESIGN.md): w = min(P-1-r, M) forwards, then F(w) B0 F(w+1) B1 ..., then the rest of B.
+    expect_order(PP_HINT_1F1B, 4, 6, 1, 0, 0, "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
+    expect_order(PP_HINT_1F1B, 4, 6, 1, 0, 1, "1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1B4 1B5");
+    expect_order(PP_HINT_1F1B, 4, 6, 1, 0, 3, "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
+    expect_order(PP_HINT_1F1B, 4, 2, 1, 0, 0, "0F0 0F1 0B0 0B1");  // M < P: warm-up clamped to M
+    expect_order(PP_HINT_1F1B, 2, 3, 1, 1, 0, "0F0 0F1 0B0 0W0 0F2 0B1 0W1 0B2 0W2");
+    // gpipe: all forwards, then all backwards (W directly after its B when split).
+    expect_order(PP_HINT_GPIPE, 2, 3, 1, 0, 1, "1F0 1F1 1F2 1B0 1B1 1B2");
+    expect_order(PP_HINT_GPIPE, 2, 3, 1, 1, 1, "1F0 1F1 1F2 1B0 1W0 1B1 1W1 1B2 1W2");
+    // bf: B0 (W0) B1 (W1) ... then the forwards; bfw: all B, all F, all W.
+    expect_order(PP_HINT_BF, 2, 2, 1, 1, 0, "0B0 0W0 0B1 0W1 0F0 0F1");
+    expect_order(PP_HINT_BF, 2, 3, 1, 0, 1, "1B0 1B1 1B2 1F0 1F1 1F2");
+    expect_order(PP_HINT_BFW, 2, 2, 1, 1, 1, "1B0 1B1 1F0 1F1 1W0 1W1");
+    expect_order(PP_HINT_BFW, 2, 2, 1, 0, 1, "1B0 1B1 1F0 1F1");
+    // zb-h1 (Megatron-DeepSpeed ZeroBubbleH1Pipeline, exact semantics): warm-up P-r-1 forwards,
+    // r (F B) pairs whose W waits, then F B W, then B W, then the r deferred W.
+    expect_order(PP_HINT_ZBH1, 4, 6, 1, 1, 0,
+                 "0F0 0F1 0F2 0F3 0B0 0W0 0F4 0B1 0W1 0F5 0B2 0W2 0B3 0W3 0B4 0W4 0B5 0W5");
+    expect_order(PP_HINT_ZBH1, 4, 6, 1, 1, 1,
+                 "1F0 1F1 1F2 1B0 1F3 1B1 1W0 1F4 1B2 1W1 1F5 1B3 1W2 1B4 1W3 1B5 1W4 1W5");
+    expect_order(PP_HINT_ZBH1, 4, 6, 1, 1, 3,
+                 "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3W0 3F4 3B4 3W1 3F5 3B5 3W2 3W3 3W4 3W5");
+    expect_order(PP_HINT_ZBH1, 4, 6, 1, 0, 1, "1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1B4 1B5");  // = 1f1b
+    // interleaved-1f1b, P=2, V=2, M=4 by Megatron's table (groups of P microbatches, each chunk in
+    // turn; backward walks chunks in reverse). Forward table k -> (chunk, mb):
+    //   (0,0) (0,1) (1,0) (1,1) (0,2) (0,3) (1,2) (1,3); backward: (1,0) (1,1) (0,0) (0,1) (1,2) ...
+    // rank 0: warm-up 2(P-r-1) + (V-1)P = 4 forwards, then 4 F/B pairs, then 4 backwards; stage = c*P + r.
+    expect_order(PP_HINT_INTERLEAVED, 2, 4, 2, 0, 0, "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3");
+    // rank 1: warm-up 2 forwards, 6 pairs, 2 backwards.
+    expect_order(PP_HINT_INTERLEAVED, 2, 4, 2, 0, 1, "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3");
+    // M == P: warm-up 2*3 + 4 = 10 >= 8 clamps to all forwards, then all backwards (Megatron's
+    // are_all_microbatches_in_warmup).
+    expect_order(PP_HINT_INTERLEAVED, 4, 4, 2, 0, 0, "0F0 0F1 0F2 0F3 4F0 4F1 4F2 4F3 4B0 4B1 4B2 4B3 0B0 0B1 0B2 0B3");
+    expect_order(PP_HINT_INTERLEAVED, 2, 4, 2, 1, 1,
+                 "1F0 1F1 3F0 3B0 3W0 3F1 3B1 3W1 1F2 1B0 1W0 1F3 1B1 1W1 3F2 3B2 3W2 3F3 3B3 3W3 1B2 1W2 1B3 1W3");
+    // Shape errors are clear.
+    char err[256];
+    PpTask o[64];
+    PpShape bad = {4, 6, 2, 0};
+    CHECK(pp_hint_build(PP_HINT_INTERLEAVED, &bad, 0, o, err, sizeof err) == -1 && strstr(err, "divisible"),
+          "M %% P check: %s", err);
+    PpShape one = {4, 8, 1, 0};
+    CHECK(pp_hint_build(PP_HINT_INTERLEAVED, &one, 0, o, err, sizeof err) == -1 && strstr(err, "chunks"),
+          "chunks check: %s", err);
+    PpShape two = {4, 8, 2, 0};
+    CHECK(pp_hint_build(PP_HINT_1F1B, &two, 0, o, err, sizeof err) == -1 && strstr(err, "chunk"), "1f1b chunks: %s",
+          err);
+    // Every hint's order is a permutation of the rank's tasks; sequences keep F < B < W.
+    for (int h = 0; h < PP_HINT_COUNT; h++)
+        for (int P = 1; P <= 5; P++)
+            for (int M = 1; M <= 11; M++)
+                for (int split = 0; split <= 1; split++) {
+                    PpShape s = {P, M, h == PP_HINT_INTERLEAVED ? 3 : 1, split};
+                    if (h == PP_HINT_INTERLEAVED && (P < 2 || M % P)) continue;
+                    for (int r = 0; r < P; r++) {
+                        PpTask* ord = mallocCheck(sizeof(PpTask) * pp_shape_tasks(&s));
+                        int n = pp_hint_build((PpHint)h, &s, r, ord, err, sizeof err);
+                        CHECK(n == pp_shape_tasks(&s), "%s: %s", pp_hint_name(h), err);
+                        CHECK(pp_order_check(&s, r, ord, n, pp_hint_is_sequence(h), err, sizeof err) == 0, "%s P=%d M=%d: %s",
+                              pp_hint_name(h), P, M, err);
+                        free(ord);
+                    }
+                }
+    // The checker itself rejects a duplicate and a B before its F.
+    PpShape s = {2, 2, 1, 0};
+    PpTask dup[4] = {{0, PP_F, 0}, {0, PP_F, 0}, {0, PP_B, 0}, {0, PP_B, 1}};
+    CHECK(pp_order_check(&s, 0, dup, 4, 0, err, sizeof err) == -1 && strstr(err, "twice"), "%s", err);
+    PpTask rev[4] = {{0, PP_B, 0}, {0, PP_F, 0}, {0, PP_F, 1}, {0, PP_B, 1}};
+    CHECK(pp_order_check(&s, 0, rev, 4, 0, err, sizeof err) == 0, "a ranking may put B first");
+    CHECK(pp_order_check(&s, 0, rev, 4, 1, err, sizeof err) == -1 && strstr(err, "before its forward"), "%s", err);
+    // Peaks: 1f1b min(P - r, M); gpipe M.
+    PpShape p4 = {4, 8, 1, 1};
+    for (int r = 0; r < 4; r++) {
+        CHECK(pp_hint_peak(PP_HINT_1F1B, &p4, r) == 4 - r, "1f1b peak r=%d", r);
+        CHECK(pp_hint_peak(PP_HINT_ZBH1, &p4, r) == 4 - r, "zb-h1 peak r=%d", r);
+        CHECK(pp_hint_peak(PP_HINT_BFW, &p4, r) == 4 - r, "bfw peak r=%d", r);
+        CHECK(pp_hint_peak(PP_HINT_GPIPE, &p4, r) == 8, "gpipe peak r=%d", r);
+    }
+}
+
+static void test_cap(void) {
+    PpCap c;
+    char err[256];
+    CHECK(pp_cap_parse("4", &c, err, sizeof err) == 0 && c.kind == PP_CAP_COUNT && c.value == 4, "4");
+    CHECK(pp_cap_parse("1.5x", &c, err, sizeof err) == 0 && c.kind == PP_CAP_MULTIPLE && c.value == 1.5, "1.5x");
+    CHECK(pp_cap_resolve(c, 4, 8, 3) == 6, "1.5 x 4");
+    CHECK(pp_cap_resolve(c, 1, 8, 7) == 1, "floor(1.5) = 1");
+    CHECK(pp_cap_parse("1.5", &c, err, sizeof err) == -1, "non-integer count");
+    CHECK(pp_cap_parse("0", &c, err, sizeof err) == -1, "zero");
+    CHECK(pp_cap_parse("abc", &c, err, sizeof err) == -1 && strstr(err, "1.5x"), "%s", err);
+    CHECK(pp_cap_resolve(CAP_DEFAULT, 0, 8, 3) == 5, "default P - r");
+}
+
+/* Hand-computed makespans. */
+static void test_makespans(void) {
+    // P=2, M=2, F=1, B=2, latency 0. 1f1b: r0 = F0 F1 B0 B1, r1 = F0 B0 F1 B1.
+    //   r0: F0 [0,1] F1 [1,2]; r1: F0 [1,2] B0 [2,4]; r0: B0 [4,6];
+    //   r1: F1 (arrived 2) [4,5] B1 [5,7]; r0: B1 [7,9]  -> 9.
+    // lower bound: stage 1: h = 1, sum(F+B) = 6, t = min B[0] = 2 -> 9.
+    PpDurations d = make_uniform(2, 2, 1, 2, 0, 0);
+    for (int m = 0; m < PP_MODE_COUNT; m++)
+        CHECK(sim_makespan(&d, PP_HINT_1F1B, (PpMode)m, CAP_DEFAULT, 1) == 9, "1f1b %s", pp_mode_name(m));
+    // gpipe: r1: F0 [1,2] F1 [2,3] B0 [3,5] B1 [5,7]; r0: B0 [5,7] B1 [7,9] -> 9.
+    CHECK(sim_makespan(&d, PP_HINT_GPIPE, PP_MODE_FIXED, CAP_DEFAULT, 1) == 9, "gpipe fixed");
+    CHECK(pp_lower_bound(&d, 1) == 9, "lb %g", pp_lower_bound(&d, 1));
+    // bf, ready, cap 2: r0 F0 [0,1] F1 [1,2]; r1 F0 [1,2], at 2 B0 (rank 0) beats F1 (rank 3): B0 [2,4],
+    //   F1 [4,5], B1 [5,7]; r0 B0 [4,6], B1 [7,9] -> 9.
+    PpCap two = {PP_CAP_COUNT, 2};
+    CHECK(sim_makespan(&d, PP_HINT_BF, PP_MODE_READY, two, 1) == 9, "bf ready");
+    pp_durations_free(&d);
+
+    // Same with latency 0.5, exercising fixed-sync's blocking send:
+    // fixed: r0 F0 [0,1] F1 [1,2]; r1 F0 [1.5,2.5] B0 [2.5,4.5]; r0 B0 (arr 5) [5,7];
+    //   r1 F1 (arr 2.5) [4.5,5.5] B1 [5.5,7.5]; r0 B1 (arr 8) [8,10] -> 10.
+    // fixed-sync: r1 posts F0's receive at 0; F0 sent at 1 (arr 1.5). r0's F1 send waits for r1 to
+    //   finish B0 (the task before F1 in r1's sequence) at 4.5, arriving 5.0; r0 is blocked 2..4.5.
+    //   r1's B0 send: r0 posted B0's receive at 2 (after F1) -> sent 4.5, arr 5.0. r1 F1 [5,6] B1 [6,8];
+    //   r0 B0 [5,7] then posts B1's receive at 7; r1's B1 send completes at 8, arr 8.5; r0 B1 [8.5,10.5].
+    // ready (caps 2, 1): r1 cannot start F1 before B0 ends (cap 1) -> same as fixed, 10.
+    d = make_uniform(2, 2, 1, 2, 0, 0.5);
+    CHECK(sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1) == 10, "fixed lat");
+    CHECK(sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 1) == 10.5, "fixed-sync lat");
+    CHECK(sim_makespan(&d, PP_HINT_1F1B, PP_MODE_READY, CAP_DEFAULT, 1) == 10, "ready lat");
+    // lower bound: stage 1: h = 1 + 0.5, t = 2 + 0.5 -> 1.5 + 6 + 2.5 = 10.
+    CHECK(pp_lower_bound(&d, 1) == 10, "lb lat %g", pp_lower_bound(&d, 1));
+    pp_durations_free(&d);
+
+    // Split backward, F = B = W = 1, latency 0, P=2, M=2.
+    // bfw ready, caps (2, 1): r0 F0 [0,1] F1 [1,2]; r1 F0 [1,2], at 2 B0 [2,3] (F1 held by cap 1),
+    //   at 3 F1 (rank 3) before W0 (rank 4) [3,4], B1 [4,5], W0 [5,6], W1 [6,7];
+    //   r0 B0 (arr 3) [3,4], W0 [4,5], B1 (arr 5) [5,6], W1 [6,7] -> 7.
+    // zb-h1 fixed: r0 = F0 F1 B0 W0 B1 W1, r1 = F0 B0 F1 B1 W0 W1:
+    //   r1 F0 [1,2] B0 [2,3] F1 [3,4] B1 [4,5] W0 [5,6] W1 [6,7]; r0 B0 [3,4] W0 [4,5] B1 [5,6] W1 [6,7] -> 7.
+    // lower bound: stage 1: h = 1, sum(F+B+W) = 6 -> 7.
+    d = make_uniform(2, 2, 1, 1, 1, 0);
+    CHECK(sim_makespan(&d, PP_HINT_BFW, PP_MODE_READY, CAP_DEFAULT, 1) == 7, "bfw ready");
+    CHECK(sim_makespan(&d, PP_HINT_ZBH1, PP_MODE_FIXED, CAP_DEFAULT, 1) == 7, "zb-h1 fixed");
+    CHECK(pp_lower_bound(&d, 1) == 7, "lb split %g", pp_lower_bound(&d, 1));
+    pp_durations_free(&d);
+
+    // Fixed-sync where the blocking changes the makespan more: P=2, M=3, F=1, B=1, latency 0, gpipe.
+    //   r1 sequence F0 F1 F2 B0 B1 B2: posts F0 at 0, F1 when F0 is computed, F2 when F1 is.
+    //   r0: F0 [0,1] sent at 1; r1 F0 [1,2]; r0 F1 [1,2]: r1 posts F1 at 2 -> sent 2; r1 F1 [2,3];
+    //   r0 F2 [2,3], posted at 3 -> sent 3; r1 F2 [3,4] B0 [4,5] B1 [5,6] B2 [6,7];
+    //   r0 posts B0 at 3 (after F2): r1's B0 send at 5; r0 B0 [5,6], posts B1 at 6 -> B1 sent 6,
+    //   r0 B1 [6,7], posts B2 at 7 -> r1 blocked 7..7; r0 B2 [7,8] -> 8 (fixed: same 8).
+    d = make_uniform(2, 3, 1, 1, 0, 0);
+    CHECK(sim_makespan(&d, PP_HINT_GPIPE, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 1) == 8, "gpipe fixed-sync");
+    CHECK(sim_makespan(&d, PP_HINT_GPIPE, PP_MODE_FIXED, CAP_DEFAULT, 1) == 8, "gpipe fixed");
+    pp_durations_free(&d);
+
+    // Fixed-sync with a slow receiver: P=2, M=2, 1f1b, F = [[1,1],[3,1]], B=1, latency 0.
+    //   r0 = F0 F1 B0 B1; r1 = F0 B0 F1 B1.
+    //   r0 F0 [0,1] (r1 posted at 0) -> arr 1; r1 F0 [1,4]; r0 F1 [1,2]: its receive on r1 is posted
+    //   when r1 finishes B0; r1 B0 [4,5] -> posts F1 at 5 and sends B0 (r0 posted B0 at 2) -> arr 5;
+    //   r0 blocked until 5, B0 [5,6]; r1 F1 [5,6] B1 [6,7]; r0 posts B1 at 6, B1 arr 7 -> r0 B1 [7,8].
+    //   fixed: r1 F1 starts at max(5, 2) = 5 as well -> also 8; blocking only delays r0 here, which
+    //   then idles anyway. The makespan is the same; r0's start of B0 is 5 in both.
+    d = make_uniform(2, 2, 1, 1, 0, 0);
+    d.F[1 * 2 + 0] = 3;
+    CHECK(sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 1) == 8, "slow receiver fixed-sync");
+    CHECK(sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1) == 8, "slow receiver fixed");
+    pp_durations_free(&d);
+}
+
+/* The executed schedule of fixed-sync shows the blocking: rank 0 starts B0 only after its F1 send
+ * completes, even though nothing else would stop it. */
+static void test_fixed_sync_blocking(void) {
+    // P=2, M=2, 1f1b, F=1, B=2, latency 0.5 (see test_makespans): r0 computes F1 in [1,2] and is
+    // blocked in the send until 4.5.
+    PpDurations d = make_uniform(2, 2, 1, 2, 0, 0.5);
+    PpSimResult r;
+    char err[512];
+    CHECK(pp_sim_run(&d, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 1, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.n_exec[0] == 4 && r.exec[0][1].task.mb == 1 && r.exec[0][1].end == 2, "F1 on r0 ends at 2");
+    CHECK(r.exec[1][2].task.kind == PP_F && r.exec[1][2].start == 5.0, "r1 F1 starts at 5 (sent 4.5 + 0.5), got %g",
+          r.exec[1][2].start);
+    CHECK(pp_exec_check(&(PpShape){2, 2, 1, 0}, r.exec, r.n_exec, 0.5, err, sizeof err) == 0, "%s", err);
+    // The checker catches a consumer that starts before its input can arrive.
+    r.exec[1][2].start = 2.2;
+    r.exec[1][2].end = 3.2;
+    CHECK(pp_exec_check(&(PpShape){2, 2, 1, 0}, r.exec, r.n_exec, 0.5, err, sizeof err) == -1, "must reject");
+    pp_sim_result_free(&r);
+    pp_durations_free(&d);
+}
+
+static const char* CAP_SPECS[] = {NULL, "1", "2", "1x", "1.5x", "2x"};
+
+/* Every hint x mode x cap on random durations: either rejected with a message (rankings in fixed
+ * modes) or runs to completion with a valid schedule and lower_bound <= makespan. */
+static void test_all_combinations(void) {
+    uint64_t seed = 1;
+    int runs = 0, rejected = 0;
+    for (int trial = 0; trial < 12; trial++) {
+        int P = 1 + trial % 5, M = 1 + (trial * 7) % 9;
+        int split = trial % 2;
+        double lat = (trial % 3) * 0.1;
+        PpDurations d;
+        pp_durations_generate(&d, P, M, 0.5, trial % 4 < 2 ? PP_GEN_TEXT : PP_GEN_MM, seed++, split, lat);
+        // A second duration set with P >= 2 and M % P == 0 for interleaved.
+        int Pi = P < 2 ? 2 : P, Mi = Pi * (1 + trial % 3);
+        PpDurations di;
+        pp_durations_generate(&di, Pi, Mi, 0.5, PP_GEN_MM, seed++, split, lat);
+        for (int h = 0; h < PP_HINT_COUNT; h++)
+            for (int m = 0; m < PP_MODE_COUNT; m++)
+                for (int c = 0; c < 6; c++) {
+                    PpCap cap = CAP_DEFAULT;
+                    char err[512];
+                    if (CAP_SPECS[c]) pp_cap_parse(CAP_SPECS[c], &cap, err, sizeof err);
+                    int inter = h == PP_HINT_INTERLEAVED;
+                    const PpDurations* dd = inter ? &di : &d;
+                    for (int V = inter ? 2 : 1; V <= (inter ? 3 : 1); V++) {
+                        PpSimResult r;
+                        int rc = pp_sim_run(dd, (PpHint)h, (PpMode)m, cap, V, &r, err, sizeof err);
+                        if (rc) {
+                            CHECK(!pp_hint_is_sequence(h) && m != PP_MODE_READY && strstr(err, "--mode ready"),
+                                  "unexpected rejection %s %s: %s", pp_hint_name(h), pp_mode_name(m), err);
+                            rejected++;
+                            continue;
+                        }
+                        runs++;
+                        CHECK(!r.deadlock, "%s %s cap %s P=%d M=%d V=%d: %s", pp_hint_name(h), pp_mode_name(m),
+                              CAP_SPECS[c] ? CAP_SPECS[c] : "default", dd->P, dd->M, V, r.msg);
+                        PpShape s = {dd->P, dd->M, V, dd->split};
+                        if (!r.deadlock) {
+                            CHECK(pp_exec_check(&s, r.exec, r.n_exec, dd->latency, err, sizeof err) == 0,
+                                  "%s %s: %s", pp_hint_name(h), pp_mode_name(m), err);
+                            CHECK(r.lower_bound <= r.makespan * (1 + 1e-12), "%s %s: lb %g > makespan %g",
+                                  pp_hint_name(h), pp_mode_name(m), r.lower_bound, r.makespan);
+                            if (m == PP_MODE_READY)
+                                for (int k = 0; k < s.P; k++)
+                                    CHECK(r.peak_inflight[k] <= (r.cap[k] > 0 ? r.cap[k] : 1 << 30),
+                                          "rank %d peak %d > cap %d", k, r.peak_inflight[k], r.cap[k]);
+                        }
+                        pp_sim_result_free(&r);
+                    }
+                }
+        pp_durations_free(&d);
+        pp_durations_free(&di);
+    }
+    CHECK(runs > 1000 && rejected > 0, "runs %d rejected %d", runs, rejected);
+    printf("  all combinations: %d runs, %d rejected (rankings under fixed modes)\n", runs, rejected);
+}
+
+/* Uniform durations: ready with the 1f1b hint and its default cap runs exactly 1F1B. */
+static void test_ready_equals_fixed_uniform(void) {
+    int Ps[] = {1, 2, 3, 4, 8}, Ms[] = {1, 2, 5, 16};
+    double lats[] = {0, 0.25};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 2; c++)
+                for (int split = 0; split <= 1; split++) {
+                    PpDurations d = make_uniform(Ps[a], Ms[b], 1, split ? 1 : 2, split ? 1 : 0, lats[c]);
+                    double f = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
+                    double r = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_READY, CAP_DEFAULT, 1);
+                    CHECK(f > 0 && f == r, "P=%d M=%d lat %g split %d: fixed %g ready %g", Ps[a], Ms[b], lats[c], split, f,
+                          r);
+                    pp_durations_free(&d);
+                }
+}
+
+/* The heap arbitration chooses exactly what a scan of every task chooses, under random arrival
+ * orders, caps and byte budgets. */
+static void test_heap_matches_scan(void) {
+    uint64_t x = 12345;
+    int decisions = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int P = 1 + (int)((x >> 33) % 6), M = 1 + (int)((x >> 40) % 12), r = (int)((x >> 20) % P);
+        int h = (int)((x >> 50) % PP_HINT_COUNT);
+        if (h == PP_HINT_INTERLEAVED) h = PP_HINT_BFW;
+        PpShape s = {P, M, 1, (int)((x >> 10) & 1)};
+        int n = pp_shape_tasks(&s);
+        PpTask* ord = mallocCheck(sizeof(PpTask) * n);
+        char err[256];
+        pp_hint_build((PpHint)h, &s, r, ord, err, sizeof err);
+        double* bytes = mallocCheck(sizeof(double) * M);
+        for (int m = 0; m < M; m++) bytes[m] = 1 + (double)((x >> (m % 50)) % 7);
+        PpDispatchConfig cfg = {s, r, PP_MODE_READY, ord, n, 1 + (int)((x >> 5) % 4), trial % 2 ? 9.0 : 0, bytes};
+        PpDispatcher d;
+        CHECK(pp_dispatcher_init(&d, &cfg, err, sizeof err) == 0, "%s", err);
+        // Pending cross-rank inputs, delivered in a random order interleaved with decisions.
+        PpTask* pend = mallocCheck(sizeof(PpTask) * n);
+        int np = 0;
+        for (int i = 0; i < n; i++) {
+            int sr;
+            PpTask src;
+            if (pp_task_input(&s, r, ord[i], &sr, &src)) pend[np++] = ord[i];
+        }
+        int guard = 0;
+        while (!pp_dispatcher_all_done(&d) && guard++ < 10 * n + 10) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            if (np > 0 && (x >> 60) < 6) {  // deliver one random pending input
+                int k = (int)((x >> 20) % np);
+                pp_dispatcher_input_arrived(&d, pend[k]);
+                pend[k] = pend[--np];
+                continue;
+            }
+            PpTask a, b;
+            int ra = pp_dispatcher_next(&d, &a), rb = pp_dispatcher_next_scan(&d, &b);
+            decisions++;
+            CHECK(ra == rb && (ra != 1 || (a.kind == b.kind && a.mb == b.mb && a.chunk == b.chunk)),
+                  "heap %d (%d,%d) vs scan %d (%d,%d)", ra, a.kind, a.mb, rb, b.kind, b.mb);
+            if (ra == 1) {
+                pp_dispatcher_started(&d, a);
+                pp_dispatcher_finished(&d, a);
+            } else if (np == 0) {
+                CHECK(0, "stuck with no pending input (hint %s)", pp_hint_name(h));
+                break;
+            }
+        }
+        CHECK(pp_dispatcher_all_done(&d), "trial %d not done", trial);
+        pp_dispatcher_free(&d);
+        free(pend);
+        free(bytes);
+        free(ord);
+    }
+    CHECK(decisions > 1000, "decisions %d", decisions);
+}
+
+/* In-flight accounting, the cap and the byte budget on one rank. */
+static void test_dispatcher_cap_budget(void) {
+    PpShape s = {4, 6, 1, 0};
+    PpTask ord[12];
+    char err[256];
+    pp_hint_build(PP_HINT_GPIPE, &s, 3, ord, err, sizeof err);  // last rank: B needs only the local F
+    double bytes[6] = {4, 4, 4, 4, 1, 1};
+    PpDispatchConfig cfg = {s, 3, PP_MODE_READY, ord, 12, 3, 10.0, bytes};
+    PpDispatcher d;
+    CHECK(pp_dispatcher_init(&d, &cfg, err, sizeof err) == 0, "%s", err);
+    PpTask t;
+    CHECK(pp_dispatcher_next(&d, &t) == 0, "nothing before F0's activation arrives");
+    for (int m = 0; m < 6; m++) pp_dispatcher_input_arrived(&d, (PpTask){0, PP_F, m});
+    // F0 (4 bytes), F1 (8 bytes); F2 would make 12 > 10: held although in-flight 2 < cap 3.
+    for (int m = 0; m < 2; m++) {
+        CHECK(pp_dispatcher_next(&d, &t) == 1 && t.kind == PP_F && t.mb == m, "F%d", m);
+        pp_dispatcher_started(&d, t);
+        pp_dispatcher_finished(&d, t);
+    }
+    CHECK(pp_dispatcher_next(&d, &t) == 1 && t.kind == PP_B && t.mb == 0, "budget holds F2, B0 runs (kind %d mb %d)",
+          t.kind, t.mb);
+    CHECK(d.inflight == 2 && d.inflight_bytes == 8, "inflight %d bytes %g", d.inflight, d.inflight_bytes);
+    pp_dispatcher_started(&d, t);
+    pp_dispatcher_finished(&d, t);
+    CHECK(d.inflight == 1, "B finished -> in flight 1");
+    CHECK(pp_dispatcher_next(&d, &t) == 1 && t.kind == PP_F && t.mb == 2, "F2 fits now");
+    pp_dispatcher_started(&d, t);
+    pp_dispatcher_finished(&d, t);
+    CHECK(pp_dispatcher_next(&d, &t) == 1 && t.kind == PP_B && t.mb == 1, "F3 (4+4+4 > 10 bytes) is held; B1 runs");
+    CHECK(d.peak_inflight == 2, "peak %d", d.peak_inflight);
+    pp_dispatcher_free(&d);
+    // A fixed mode refuses a ranking.
+    PpTask bf[12];
+    pp_hint_build(PP_HINT_BF, &s, 0, bf, err, sizeof err);
+    PpDispatchConfig cf = {s, 0, PP_MODE_FIXED, bf, 12, 0, 0, NULL};
+    CHECK(pp_dispatcher_init(&d, &cf, err, sizeof err) == -1 && strstr(err, "mode ready"), "%s", err);
+}
+
+static void test_durations_file(void) {
+    char err[512];
+    PpDurations d;
+    const char* ok = "{\"stages\": 2, \"microbatches\": 3, \"latency\": 0.5, \"F\": [[1,2,3],[4,5,6]], "
+                     "\"B\": [[1,1,1],[2,2,2]], \"W\": [[0,0,0],[1,1,1]]}";
+    CHECK(pp_durations_parse(ok, "ok.json", &d, err, sizeof err) == 0 && d.P == 2 && d.M == 3 && d.split &&
+              d.F[5] == 6 && d.latency == 0.5, "%s", err);
+    char* js = pp_durations_to_json(&d);
+    PpDurations e;
+    CHECK(pp_durations_parse(js, "rt", &e, err, sizeof err) == 0 && e.W[4] == 1 && e.B[3] == 2, "round trip %s", err);
+    free(js);
+    pp_durations_free(&e);
+    pp_durations_free(&d);
+    struct {
+        const char* text;
+        const char* want;
+    } bad[] = {
+        {"{\"stages\": 2, \"microbatches\": 2, \"F\": [[1,1],[1]], \"B\": [[1,1],[1,1]]}", "F[1] has 1 entries, expected M=2"},
+        {"{\"stages\": 3, \"microbatches\": 2, \"F\": [[1,1],[1,1]], \"B\": [[1,1],[1,1]]}", "F has 2 rows, expected stages=3"},
+        {"{\"microbatches\": 2, \"F\": [[1,1]], \"B\": [[1,1]]}", "missing key \"stages\""},
+        {"{\"stages\": 1, \"microbatches\": 2, \"F\": [[1,-1]], \"B\": [[1,1]]}", "F[0][1] must be a finite non-negative"},
+        {"{\"stages\": 1, \"microbatches\": 2, \"F\": [[1,1]]}", "\"B\" must be an array"},
+        {"{\"stages\": 1.5, \"microbatches\": 2, \"F\": [[1,1]], \"B\": [[1,1]]}", "\"stages\" must be an integer"},
+        {"{\"stages\": 1, \"microbatches\": 2, \"latency\": \"x\", \"F\": [[1,1]], \"B\": [[1,1]]}", "\"latency\" must be"},
+        {"{\"stages\": 1, \"microbatches\": 1, \"F\": [[1]], \"B\": [[1]], \"W\": [[\"a\"]]}", "W[0][0]"},
+        {"{\"stages\": 1,\n \"microbatches\": 1,, }", "bad.json:2: not valid JSON"},
+        {"[1, 2]", "expected a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = pp_durations_parse(bad[i].text, "bad.json", &d, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, bad[i].want), "case %zu: rc %d err '%s' want '%s'", i, rc, err, bad[i].want);
+    }
+}
+
+/* Generated durations are deterministic per seed and have the documented shape. */
+static void test_generator(void) {
+    PpDurations a, b;
+    pp_durations_generate(&a, 4, 64, 1.0, PP_GEN_MM, 7, 1, 0.02);
+    pp_durations_generate(&b, 4, 64, 1.0, PP_GEN_MM, 7, 1, 0.02);
+    CHECK(!memcmp(a.F, b.F, sizeof(double) * 4 * 64), "deterministic");
+    double m0 = 0, v0 = 0, m1 = 0, v1 = 0;
+    for (int m = 0; m < 64; m++) {
+        m0 += a.F[m] / 64;
+        m1 += a.F[64 + m] / 64;
+        CHECK(a.B[m] == a.F[m] && a.W[m] == a.F[m], "split: B = W = F");
+    }
+    for (int m = 0; m < 64; m++) {
+        v0 += (a.F[m] - m0) * (a.F[m] - m0) / 64;
+        v1 += (a.F[64 + m] - m1) * (a.F[64 + m] - m1) / 64;
+    }
+    // mm: the first stage carries the image variance, LM stages vary by ~5%.
+    CHECK(v0 > 25 * v1, "stage-0 variance %g vs stage-1 %g", v0, v1);
+    pp_durations_free(&a);
+    pp_durations_free(&b);
+}
+
+static void test_large(void) {
+    PpDurations d;
+    pp_durations_generate(&d, 128, 512, 1.0, PP_GEN_MM, 3, 1, 0.02);
+    PpCap cap;
+    char err[256];
+    pp_cap_parse("1.5x", &cap, err, sizeof err);
+    double t0 = rr_now();
+    PpSimResult r;
+    CHECK(pp_sim_run(&d, PP_HINT_BFW, PP_MODE_READY, cap, 1, &r, err, sizeof err) == 0 && !r.deadlock, "%s", err);
+    double t1 = rr_now();
+    PpShape s = {128, 512, 1, 1};
+    CHECK(pp_exec_check(&s, r.exec, r.n_exec, d.latency, err, sizeof err) == 0, "%s", err);
+    CHECK(r.lower_bound <= r.makespan, "lb");
+    printf("  P=128 M=512 ready bfw 1.5x: makespan %.2f lb %.2f eff %.3f, %.3f s\n", r.makespan, r.lower_bound,
+           r.efficiency, t1 - t0);
+    pp_sim_result_free(&r);
+    t0 = rr_now();
+    CHECK(pp_sim_run(&d, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 1, &r, err, sizeof err) == 0 && !r.deadlock,
+          "%s", err);
+    printf("  P=128 M=512 fixed-sync 1f1b: makespan %.2f, %.3f s\n", r.makespan, rr_now() - t0);
+    pp_sim_result_free(&r);
+    pp_durations_free(&d);
+}
+
+int main(int argc, char** argv) {
+    struct {
+        const char* name;
+        void (*fn)(void);
+    } cases[] = {
+        {"task_format", test_task_format},
+        {"hint_orders", test_hint_orders},
+        {"cap", test_cap},
+        {"makespans", test_makespans},
+        {"fixed_sync_blocking", test_fixed_sync_blocking},
+        {"all_combinations", test_all_combinations},
+        {"ready_equals_fixed_uniform", test_ready_equals_fixed_uniform},
+        {"heap_matches_scan", test_heap_matches_scan},
+        {"dispatcher_cap_budget", test_dispatcher_cap_budget},
+        {"durations_file", test_durations_file},
+        {"generator", test_generator},
+        {"large", test_large},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        if (argc > 1 && !strstr(cases[i].name, argv[1])) continue;
+        int before = g_fail;
+        cases[i].fn();
+        printf("%s %s\n", g_fail == before ? "ok  " : "FAIL", cases[i].name);
+    }
+    printf("%d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
