@@ -181,7 +181,7 @@ char* rr_read_file(const char* path, size_t* size) {
 
 uint64_t rr_fnv1a64(const void* data, size_t n) {
     const unsigned char* p = data;
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 14695981039346656037ull; /* FNV-1a 64 offset basis 0xcbf29ce484222325 */
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 1099511628211ull;

@@ -1,0 +1,108 @@
+/* params.c — the parameter table (engine/params.h): register tensors by name and shape, then one
+ * allocation each for values, gradients and the two AdamW moments on the chosen backend.
+ *
+ * Tensors are packed back to back in registration order (offset = sum of earlier numels), so a
+ * global operation (grad norm, AdamW over all, the DP all-reduce) is one loop over `total` floats.
+ * Values are generated on the host in chunks and copied to the backend; because init_normal is a
+ * function of (seed, name, element index), chunking (and the parallel layout) changes nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/params.h"
+
+#define PARAMS_INIT_CHUNK ((size_t)1 << 20) /* floats generated per host chunk */
+
+void params_init(ParamTable* pt) { memset(pt, 0, sizeof *pt); }
+
+int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape, ParamInit init, float init_std,
+               int decay) {
+    RR_ASSERT(pt->data == NULL && "params_add after params_alloc");
+    RR_ASSERT(ndim >= 1 && ndim <= TENSOR_MAX_DIMS);
+    if (strlen(name) >= sizeof pt->specs[0].name)
+        rr_die("parameter name '%s' is longer than %zu characters", name, sizeof pt->specs[0].name - 1);
+    if (params_find(pt, name) >= 0) rr_die("parameter '%s' is registered twice", name);
+    if (pt->n == pt->cap) {
+        pt->cap = pt->cap ? 2 * pt->cap : 64;
+        pt->specs = reallocCheck(pt->specs, (size_t)pt->cap * sizeof(ParamSpec));
+    }
+    ParamSpec* s = &pt->specs[pt->n];
+    memset(s, 0, sizeof *s);
+    strcpy(s->name, name);
+    s->ndim = ndim;
+    s->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        RR_ASSERT(shape[i] > 0);
+        s->shape[i] = shape[i];
+        s->numel *= (size_t)shape[i];
+    }
+    s->offset = pt->total;
+    s->decay = decay;
+    s->init = init;
+    s->init_std = init_std;
+    pt->total += s->numel;
+    return pt->n++;
+}
+
+void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
+    RR_ASSERT(pt->data == NULL);
+    pt->be = be;
+    size_t bytes = pt->total * sizeof(float);
+    pt->data = be->alloc(bytes);
+    pt->grad = be->alloc(bytes);
+    be->memset0(pt->grad, bytes);
+    float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        for (size_t done = 0; done < s->numel; done += PARAMS_INIT_CHUNK) {
+            size_t n = s->numel - done < PARAMS_INIT_CHUNK ? s->numel - done : PARAMS_INIT_CHUNK;
+            switch (s->init) {
+            case PARAM_INIT_NORMAL: init_normal(chunk, n, done, seed, s->name, s->init_std); break;
+            case PARAM_INIT_ONES:
+                for (size_t j = 0; j < n; j++) chunk[j] = 1.0f;
+                break;
+            case PARAM_INIT_ZEROS: memset(chunk, 0, n * sizeof(float)); break;
+            }
+            be->copy_h2d(pt->data + s->offset + done, chunk, n * sizeof(float));
+        }
+    }
+    free(chunk);
+    be->synchronize();
+}
+
+void params_alloc_optimizer(ParamTable* pt) {
+    RR_ASSERT(pt->be && pt->m == NULL);
+    size_t bytes = pt->total * sizeof(float);
+    pt->m = pt->be->alloc(bytes);
+    pt->v = pt->be->alloc(bytes);
+    pt->be->memset0(pt->m, bytes);
+    pt->be->memset0(pt->v, bytes);
+}
+
+int params_find(const ParamTable* pt, const char* name) {
+    for (int i = 0; i < pt->n; i++)
+        if (strcmp(pt->specs[i].name, name) == 0) return i;
+    return -1;
+}
+
+float* params_data(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    return pt->data + pt->specs[i].offset;
+}
+
+float* params_grad(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->grad);
+    return pt->grad + pt->specs[i].offset;
+}
+
+void params_zero_grad(ParamTable* pt) { pt->be->memset0(pt->grad, pt->total * sizeof(float)); }
+
+void params_free(ParamTable* pt) {
+    if (pt->be) {
+        if (pt->data) pt->be->free(pt->data);
+        if (pt->grad) pt->be->free(pt->grad);
+        if (pt->m) pt->be->free(pt->m);
+        if (pt->v) pt->be->free(pt->v);
+    }
+    free(pt->specs);
+    memset(pt, 0, sizeof *pt);
+}

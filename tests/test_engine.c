@@ -1,0 +1,236 @@
+/* test_engine.c — the engine's non-op pieces: Philox KAT, init_normal, lr_schedule, sum_squares, the
+ * parameter table, backend selection, AdamW against a file written by PyTorch, user-error messages.
+ *
+ * Usage: test_engine philox | init | lr | sumsq
+ *        test_engine adamw FILE              (FILE from tests/adamw_ref.py; exit 1 on mismatch)
+ *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/init_ref.py)
+ *        test_engine ce_bad_target | params_dup     (must die with a clear message) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine.h"
+#include "engine/params.h"
+
+static int n_fail = 0;
+#define CHECK(cond, ...)                                                                                   \
+    do {                                                                                                   \
+        if (!(cond)) {                                                                                     \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
+            printf(__VA_ARGS__);                                                                           \
+            printf("\n");                                                                                  \
+            n_fail++;                                                                                      \
+        }                                                                                                  \
+    } while (0)
+
+/* Known-answer vectors from Random123's kat_vectors (philox4x32 10 rounds). */
+static void test_philox(void) {
+    static const struct {
+        uint32_t ctr[4], key[2], out[4];
+    } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+         {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+         {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (int k = 0; k < 3; k++) {
+        Philox4x32 c = {{kat[k].ctr[0], kat[k].ctr[1], kat[k].ctr[2], kat[k].ctr[3]}};
+        Philox4x32 r = philox4x32_10(c, kat[k].key[0], kat[k].key[1]);
+        for (int j = 0; j < 4; j++)
+            CHECK(r.v[j] == kat[k].out[j], "philox KAT %d word %d: got %08x want %08x", k, j, r.v[j], kat[k].out[j]);
+    }
+    printf("philox: 3 known-answer vectors checked\n");
+}
+
+static void test_init(void) {
+    /* any slice gives the same values as the whole */
+    enum { N = 1001 };
+    float* full = malloc(N * sizeof(float));
+    init_normal(full, N, 0, 1234, "text.blocks.0.attn.q.weight", 0.02f);
+    const size_t slices[][2] = {{0, 1}, {3, 17}, {4, 8}, {501, 1}, {997, 4}, {0, N}, {250, 500}};
+    for (size_t s = 0; s < sizeof slices / sizeof slices[0]; s++) {
+        size_t off = slices[s][0], n = slices[s][1];
+        float* part = malloc(n * sizeof(float));
+        init_normal(part, n, off, 1234, "text.blocks.0.attn.q.weight", 0.02f);
+        CHECK(memcmp(part, full + off, n * sizeof(float)) == 0, "init slice [%zu, %zu) differs from the whole", off,
+              off + n);
+        free(part);
+    }
+    /* the stream depends on the name and on the seed */
+    float* other = malloc(N * sizeof(float));
+    init_normal(other, N, 0, 1234, "text.blocks.0.attn.k.weight", 0.02f);
+    int same = 0;
+    for (int i = 0; i < N; i++) same += other[i] == full[i];
+    CHECK(same < 5, "two names share %d of %d values", same, N);
+    init_normal(other, N, 0, 1235, "text.blocks.0.attn.q.weight", 0.02f);
+    same = 0;
+    for (int i = 0; i < N; i++) same += other[i] == full[i];
+    CHECK(same < 5, "two seeds share %d of %d values", same, N);
+    free(other), free(full);
+
+    /* moments of 2^20 samples of N(0, 0.02^2). Standard errors: mean 0.02/sqrt(n) = 2.0e-5, std
+     * 0.02/sqrt(2n) = 1.4e-5, P(|z| < 1) = 0.6827 with sqrt(p(1-p)/n) = 4.5e-4, P(|z| > 3) = 0.0027
+     * with 5.1e-5. Bounds are 5 standard errors: a correct generator fails them with p < 1e-6 and
+     * the seed is fixed, so this test cannot flake. */
+    size_t n = (size_t)1 << 20;
+    float* x = malloc(n * sizeof(float));
+    init_normal(x, n, 0, 42, "vision.patch_embed.weight", 0.02f);
+    double s = 0, ss = 0;
+    size_t in1 = 0, out3 = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += x[i], ss += (double)x[i] * x[i];
+        in1 += fabs(x[i]) < 0.02;
+        out3 += fabs(x[i]) > 0.06;
+    }
+    double mean = s / n, sd = sqrt(ss / n - mean * mean);
+    double p1 = (double)in1 / n, p3 = (double)out3 / n;
+    printf("init: mean %.3e std %.6f P(|z|<1) %.4f P(|z|>3) %.5f\n", mean, sd, p1, p3);
+    CHECK(fabs(mean) < 5 * 2.0e-5, "mean %g", mean);
+    CHECK(fabs(sd - 0.02) < 5 * 1.4e-5, "std %g", sd);
+    CHECK(fabs(p1 - 0.682689) < 5 * 4.5e-4, "P(|z|<1) %g", p1);
+    CHECK(fabs(p3 - 0.002700) < 5 * 5.1e-5, "P(|z|>3) %g", p3);
+    free(x);
+}
+
+static void test_lr(void) {
+    /* warmup 10, total 110, max 1e-3, min 1e-4; values worked out by hand from the formula in adamw.c */
+    const struct {
+        int step, warmup, total;
+        double want;
+    } c[] = {
+        {0, 10, 110, 1e-4},                          /* 1e-3 * 1/10 */
+        {4, 10, 110, 5e-4},                          /* 1e-3 * 5/10 */
+        {9, 10, 110, 1e-3},                          /* end of warm-up */
+        {10, 10, 110, 1e-3},                         /* cosine at p = 0 */
+        {35, 10, 110, 1e-4 + 0.45e-3 * (1 + M_SQRT1_2)}, /* p = 1/4 */
+        {60, 10, 110, 5.5e-4},                       /* p = 1/2: midpoint */
+        {110, 10, 110, 1e-4},                        /* p = 1: min_lr */
+        {500, 10, 110, 1e-4},                        /* past the end: stays at min_lr */
+        {0, 0, 100, 1e-3},                           /* no warm-up */
+        {5, 10, 10, 6e-4},                           /* total <= warmup: warm-up still linear */
+        {10, 10, 10, 1e-4},                          /* and then min_lr */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        float lr = lr_schedule(c[i].step, c[i].warmup, c[i].total, 1e-3f, 1e-4f);
+        /* lr is a float: 2 ulp of 1e-3 is 2.3e-10 */
+        CHECK(fabs(lr - c[i].want) < 1e-9, "lr_schedule(step %d, warmup %d, total %d) = %.9g, want %.9g", c[i].step,
+              c[i].warmup, c[i].total, lr, c[i].want);
+    }
+    printf("lr: %zu values checked\n", sizeof c / sizeof c[0]);
+}
+
+static void test_sumsq(void) {
+    size_t n = 300001; /* odd, and large enough for the parallel path */
+    float* x = malloc(n * sizeof(float));
+    double want = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)((i % 1000) - 500) * 1e-3f;
+        want += (double)x[i] * x[i];
+    }
+    double got = sum_squares(x, n);
+    /* double accumulation in any order: relative error ~ n * 1.1e-16 = 3e-11 */
+    CHECK(fabs(got - want) <= 1e-10 * want, "sum_squares %.17g want %.17g", got, want);
+    printf("sumsq: %.10g\n", got);
+    free(x);
+}
+
+/* The file written by tests/adamw_ref.py: see that script for the layout. */
+static float read_f(FILE* f) {
+    double x;
+    if (fscanf(f, "%lf", &x) != 1) rr_die("adamw reference file: truncated or not a number");
+    return (float)x;
+}
+
+/* Per element: |got - want| / scale_i, scale_i = |want_i| + term_i + abs_floor, where term_i is the
+ * size of the terms the value was summed from (so a moment that cancels to near 0 is judged at the
+ * scale of its terms, not of the cancelled result). */
+static double adamw_err(const float* got, const float* want, const float* term, int n, double abs_floor) {
+    double e = 0;
+    for (int i = 0; i < n; i++)
+        e = fmax(e, fabs(got[i] - want[i]) / (fabs(want[i]) + (term ? term[i] : 0.0) + abs_floor));
+    return e;
+}
+
+static void test_adamw(const char* path) {
+    FILE* f = fopenCheck(path, "r");
+    int n[2], steps;
+    AdamWConfig cfg;
+    if (fscanf(f, "%d %d %d", &n[0], &n[1], &steps) != 3) rr_die("%s: bad header", path);
+    cfg.beta1 = read_f(f), cfg.beta2 = read_f(f), cfg.eps = read_f(f), cfg.weight_decay = read_f(f);
+    float *p[2], *m[2], *v[2], *g[2], *want[2];
+    for (int k = 0; k < 2; k++) {
+        p[k] = malloc(n[k] * sizeof(float)), g[k] = malloc(n[k] * sizeof(float));
+        m[k] = calloc(n[k], sizeof(float)), v[k] = calloc(n[k], sizeof(float));
+        want[k] = malloc(n[k] * sizeof(float));
+        for (int i = 0; i < n[k]; i++) p[k][i] = read_f(f);
+    }
+    double worst = 0;
+    for (int t = 1; t <= steps; t++) {
+        cfg.lr = read_f(f);
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < n[k]; i++) g[k][i] = read_f(f);
+        for (int k = 0; k < 2; k++) {
+            float* term = malloc(n[k] * sizeof(float)); /* |beta1 m| + |(1 - beta1) g| */
+            for (int i = 0; i < n[k]; i++) term[i] = fabsf(cfg.beta1 * m[k][i]) + fabsf((1 - cfg.beta1) * g[k][i]);
+            adamw_update(p[k], g[k], m[k], v[k], n[k], &cfg, t, k == 0 /* decay */);
+            float* got[3] = {p[k], m[k], v[k]};
+            const char* what[3] = {"param", "exp_avg", "exp_avg_sq"};
+            for (int q = 0; q < 3; q++) {
+                for (int i = 0; i < n[k]; i++) want[k][i] = read_f(f);
+                /* Same operations in the same order as PyTorch, in f32: a few ulps (eps 1.2e-7) of
+                 * each value, so the bound is 1e-6 (8 ulps). The first moment is judged at the scale
+                 * of its two terms (it can cancel), the second moment (a sum of positive terms) at
+                 * its own, the parameter at its own plus lr * 1e-6 (ulps of the update). */
+                double floor = q == 0 ? cfg.lr * 1e-6 : 1e-30;
+                double e = adamw_err(got[q], want[k], q == 1 ? term : NULL, n[k], floor);
+                worst = fmax(worst, e);
+                CHECK(e < 1e-6, "adamw step %d %s %s: relative error %.3e", t, k == 0 ? "decay" : "no-decay", what[q],
+                      e);
+            }
+            free(term);
+        }
+    }
+    fclose(f);
+    printf("adamw: %d steps against torch.optim.AdamW, worst relative error %.3e\n", steps, worst);
+    for (int k = 0; k < 2; k++) free(p[k]), free(m[k]), free(v[k]), free(g[k]), free(want[k]);
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_engine philox|init|lr|params|sumsq|backend NAME|adamw FILE|...\n");
+        return 2;
+    }
+    const char* what = argv[1];
+    if (strcmp(what, "philox") == 0) test_philox();
+    else if (strcmp(what, "init") == 0) test_init();
+    else if (strcmp(what, "lr") == 0) test_lr();
+    else if (strcmp(what, "sumsq") == 0) test_sumsq();
+    else if (strcmp(what, "adamw") == 0 && argc == 3) test_adamw(argv[2]);
+    else if (strcmp(what, "init_dump") == 0 && argc == 6) {
+        size_t off = strtoull(argv[4], NULL, 10), n = strtoull(argv[5], NULL, 10);
+        float* x = malloc(n * sizeof(float));
+        init_normal(x, n, off, strtoull(argv[3], NULL, 10), argv[2], 1.0f);
+        for (size_t i = 0; i < n; i++) printf("%.9g\n", x[i]);
+        free(x);
+    } else if (strcmp(what, "ce_bad_target") == 0) {
+        float logits[10] = {0}, lse[2], loss;
+        int targets[2] = {-100, 7};
+        cpu_crossentropy_forward(&loss, lse, logits, targets, 2, 5);
+    } else if (strcmp(what, "params_dup") == 0) {
+        ParamTable pt;
+        params_init(&pt);
+        int64_t s[1] = {4};
+        params_add(&pt, "text.norm.weight", 1, s, PARAM_INIT_ONES, 0, 0);
+        params_add(&pt, "text.norm.weight", 1, s, PARAM_INIT_ONES, 0, 0);
+    } else {
+        fprintf(stderr, "test_engine: unknown test '%s'\n", what);
+        return 2;
+    }
+    if (n_fail) printf("%d checks failed\n", n_fail);
+    return n_fail ? 1 : 0;
+}
