@@ -4,6 +4,7 @@
  *   test_safetensors write PATH         write the shared fixture (tests/safetensors_peer.py reads it)
  *   test_safetensors check PATH         read a fixture written by the independent Python writer
  *   test_safetensors expect-error PATH TEXT   loading must fail with a message containing TEXT
+ *   test_safetensors checkpoint DIR     checkpoint save / load / latest / prune and damaged checkpoints
  *
  * The fixture (same in tests/safetensors_peer.py):
  *   "a.f32"    F32  (3, 5)    a[i] = i * 0.25 - 1.5
@@ -16,7 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/checkpoint.h"
 #include "engine/safetensors.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                   \
@@ -156,8 +161,98 @@ static int selftest(const char* dir) {
     return failures ? 1 : 0;
 }
 
+/* A two-tensor parameter table built by hand (engine/params.c is not needed for the file format). */
+static void table_make(ParamTable* pt, float base) {
+    memset(pt, 0, sizeof *pt);
+    pt->n = 2;
+    pt->specs = callocCheck(2, sizeof(ParamSpec));
+    snprintf(pt->specs[0].name, sizeof pt->specs[0].name, "text.blocks.0.attn.q.weight");
+    pt->specs[0].ndim = 2, pt->specs[0].shape[0] = 3, pt->specs[0].shape[1] = 4, pt->specs[0].numel = 12;
+    snprintf(pt->specs[1].name, sizeof pt->specs[1].name, "text.norm.weight");
+    pt->specs[1].ndim = 1, pt->specs[1].shape[0] = 5, pt->specs[1].numel = 5, pt->specs[1].offset = 12;
+    pt->total = 17;
+    pt->data = mallocCheck(17 * 4), pt->grad = callocCheck(17, 4);
+    pt->m = mallocCheck(17 * 4), pt->v = mallocCheck(17 * 4);
+    for (int i = 0; i < 17; i++) {
+        pt->data[i] = base + 0.1f * (float)i;
+        pt->m[i] = base - 1e-3f * (float)i;
+        pt->v[i] = 1e-7f * (float)(i + 1);
+    }
+}
+
+static void table_free(ParamTable* pt) {
+    free(pt->specs), free(pt->data), free(pt->grad), free(pt->m), free(pt->v);
+}
+
+static int checkpoint_test(const char* dir) {
+    char root[1024], out[4096], err[1024], p[4200];
+    snprintf(root, sizeof root, "%s/ckpt_test", dir);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0, "rm");
+    ParamTable a;
+    table_make(&a, 1.5f);
+    CheckpointState st = {.step = 3, .opt_step = 3, .recipe_hash = 0xfedcba9876543210ull, .seed = 1234, .data_seed = 7,
+                          .loader = "{\"epoch\":0,\"cursor\":12}"};
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/step-00000003", root);
+    CHECK(!strcmp(out, p), "%s", out);
+    st.step = 5;
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    /* a leftover temporary folder (a crash mid-save) is never taken for a checkpoint */
+    snprintf(p, sizeof p, "%s/.step-00000009.tmp.1", root);
+    mkdir(p, 0755);
+    char latest[4096];
+    CHECK(checkpoint_latest(root, latest, sizeof latest) == 5, "latest");
+    CHECK(strstr(latest, "step-00000005") != NULL, "%s", latest);
+
+    ParamTable b;
+    table_make(&b, -7.0f);
+    CheckpointState got;
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(got.step == 5 && got.opt_step == 3 && got.recipe_hash == 0xfedcba9876543210ull && got.seed == 1234 &&
+              got.data_seed == 7,
+          "state");
+    CHECK(got.loader && !strcmp(got.loader, "{\"epoch\":0,\"cursor\":12}"), "loader %s", got.loader);
+    CHECK(!memcmp(a.data, b.data, 17 * 4) && !memcmp(a.m, b.m, 17 * 4) && !memcmp(a.v, b.v, 17 * 4),
+          "values differ after reload");
+    checkpoint_state_free(&got);
+
+    /* a table of another shape: error names the file and the tensor */
+    b.specs[1].shape[0] = 6;
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "model.safetensors") &&
+              strstr(err, "'text.norm.weight' has shape (5), expected (6)"),
+          "%s", err);
+    b.specs[1].shape[0] = 5;
+    snprintf(b.specs[1].name, sizeof b.specs[1].name, "text.final_norm.weight");
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "'text.final_norm.weight' is missing"),
+          "%s", err);
+    snprintf(b.specs[1].name, sizeof b.specs[1].name, "text.norm.weight");
+    /* a truncated optimizer file */
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", latest);
+    CHECK(truncate(p, 100) == 0, "truncate");
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "optimizer.safetensors"), "%s", err);
+    /* not a checkpoint */
+    CHECK(checkpoint_load(root, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "state.json"), "%s", err);
+
+    /* prune keeps the newest */
+    st.step = 7;
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    checkpoint_prune(root, 2);
+    snprintf(p, sizeof p, "%s/step-00000003", root);
+    CHECK(access(p, F_OK) != 0, "step 3 not pruned");
+    snprintf(p, sizeof p, "%s/step-00000005/state.json", root);
+    CHECK(access(p, F_OK) == 0, "step 5 pruned");
+    table_free(&a);
+    table_free(&b);
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    else printf("checkpoint test: ok\n");
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     char err[512];
+    if (argc == 3 && !strcmp(argv[1], "checkpoint")) return checkpoint_test(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "selftest")) return selftest(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "write")) {
         StWriter* w = fixture_writer();

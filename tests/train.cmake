@@ -25,3 +25,4 @@ add_test(NAME recipe_cli_bad_set COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rr
 add_test(NAME recipe_dry_run_7b COMMAND rrfp-mm train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini --dry-run)
 set_tests_properties(recipe_dry_run_7b PROPERTIES
   PASS_REGULAR_EXPRESSION "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank")
+add_test(NAME checkpoint_unit COMMAND test_safetensors checkpoint ${CMAKE_CURRENT_BINARY_DIR})

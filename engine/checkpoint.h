@@ -1,0 +1,54 @@
+/* checkpoint.h — training checkpoints (DESIGN.md section 4).
+ *
+ * A checkpoint is one folder ROOT/step-NNNNNNNN/ holding
+ *   model.safetensors      every parameter by name (F32), metadata {"format": "rrfp-mm", "step"}
+ *   optimizer.safetensors  AdamW moments as "m.<name>" and "v.<name>" (F32)
+ *   state.json             {"format", "version", "step", "optimizer_step", "recipe_hash", "seed",
+ *                           "data_seed", "loader": <the loader's own JSON position>, "files"}
+ * (A pipeline/tensor-parallel shard writes model.pp<P>.tp<T>.safetensors and the matching optimizer
+ * file instead; names stay global so a checkpoint reloads under another layout.)
+ *
+ * Crash safety: the folder is built as ROOT/.step-NNNNNNNN.tmp.<pid>/ (each file written with
+ * rr_write_file_atomic: temporary name, fsync, rename), then renamed to its final name and ROOT is
+ * fsync'd. A folder named step-* is therefore always complete; state.json is written last. */
+#ifndef RRFP_CHECKPOINT_H
+#define RRFP_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/params.h"
+
+#define CHECKPOINT_VERSION 1
+
+typedef struct {
+    int64_t step;          /* optimiser steps completed */
+    int64_t opt_step;      /* AdamW t of the last update */
+    uint64_t recipe_hash;  /* recipe_hash() of the run that wrote it */
+    uint64_t seed;         /* model.seed */
+    uint64_t data_seed;    /* data.seed */
+    char* loader;          /* loader position as JSON text (malloc'd; NULL = none) */
+} CheckpointState;
+
+void checkpoint_state_free(CheckpointState* st);
+
+/* Write ROOT/step-NNNNNNNN/ for st->step from pt's values and AdamW moments (pt->m / pt->v may be
+ * NULL before the first step: then zeros are written). `shard` NULL for a single-process run.
+ * Writes the folder's path into out_dir. Returns 0, or -1 with a message in err (nothing left
+ * behind that looks like a checkpoint). */
+int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
+                    char* out_dir, size_t out_len, char* err, size_t err_len);
+
+/* Read DIR/state.json, then every parameter of pt (and, when pt->m is allocated, its moments) from
+ * DIR's safetensors files, checking names, shapes and dtypes. Returns 0, or -1 with a message
+ * naming the file and tensor. */
+int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
+                    size_t err_len);
+
+/* Path of the newest complete checkpoint under ROOT into out. Returns its step, or -1 when none. */
+int64_t checkpoint_latest(const char* root, char* out, size_t out_len);
+
+/* Delete all but the newest `keep` checkpoints under ROOT (keep 0 = keep all). */
+void checkpoint_prune(const char* root, int keep);
+
+#endif

@@ -1,0 +1,99 @@
+/* metrics.c — per-step metrics: JSONL lines beside the checkpoints and the human log line. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/trainer.h"
+
+int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->path, sizeof m->path, "%s", path);
+    if (resume_step > 0) {
+        /* keep the lines of steps <= resume_step, rewritten atomically */
+        size_t n = 0;
+        char* old = rr_read_file(path, &n);
+        if (old) {
+            char* kept = mallocCheck(n + 1);
+            size_t k = 0;
+            for (char* line = old; line < old + n;) {
+                char* nl = memchr(line, '\n', (size_t)(old + n - line));
+                size_t len = nl ? (size_t)(nl - line) + 1 : (size_t)(old + n - line);
+                long long st = -1;
+                if (sscanf(line, "{\"step\":%lld", &st) == 1 && st <= resume_step && nl) {
+                    memcpy(kept + k, line, len);
+                    k += len;
+                }
+                line += len;
+            }
+            int rc = rr_write_file_atomic(path, kept, k);
+            free(kept);
+            free(old);
+            if (rc != 0) {
+                snprintf(err, err_len, "cannot rewrite metrics file '%s': %s", path, strerror(errno));
+                return -1;
+            }
+        }
+    }
+    m->f = fopen(path, resume_step > 0 ? "a" : "w");
+    if (!m->f) {
+        snprintf(err, err_len, "cannot open metrics file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void metrics_write(Metrics* m, const StepStats* s) {
+    if (!m->f) return;
+    fprintf(m->f,
+            "{\"step\":%lld,\"loss\":%.9g,\"loss_hex\":\"%a\",\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+            "\"supervised\":%lld,\"patches\":%lld,\"step_time_s\":%.6f,\"tokens_per_s\":%.2f,\"data_wait_s\":%.6f,"
+            "\"peak_mem_mb\":%.1f,\"eta_s\":%.1f",
+            (long long)s->step, (double)s->loss, (double)s->loss, s->lr, s->grad_norm, (long long)s->tokens,
+            (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
+            s->peak_mem_mb, s->eta_s);
+    if (s->bubble >= 0) fprintf(m->f, ",\"bubble\":%.4f", s->bubble);
+    fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped);
+    fflush(m->f);
+}
+
+void metrics_close(Metrics* m) {
+    if (m->f) fclose(m->f);
+    m->f = NULL;
+}
+
+static void fmt_eta(char* s, size_t n, double sec) {
+    if (sec < 0) sec = 0;
+    long t = (long)(sec + 0.5);
+    if (t >= 3600) snprintf(s, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else snprintf(s, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_steps) {
+    char eta[32], bub[32] = "";
+    fmt_eta(eta, sizeof eta, s->eta_s);
+    if (s->bubble >= 0) snprintf(bub, sizeof bub, " | bubble %4.1f%%", 100 * s->bubble);
+    snprintf(out, n,
+             "step %5lld/%-5lld | loss %.4f | lr %.3e | grad norm %7.4f | %8.0f tok/s | %7.1f ms%s | peak %6.1f MiB | "
+             "ETA %s",
+             (long long)s->step, (long long)total_steps, (double)s->loss, s->lr, s->grad_norm, s->tokens_per_s,
+             1e3 * s->step_time_s, bub, s->peak_mem_mb, eta);
+    if (s->skipped) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | skipped %lld", (long long)s->skipped);
+    }
+}
+
+double metrics_peak_rss_mb(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            kb = atof(line + 6);
+            break;
+        }
+    fclose(f);
+    return kb / 1024.0;
+}
