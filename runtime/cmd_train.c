@@ -88,7 +88,7 @@ int recipe_dry_run(const Recipe* r, int vocab, FILE* out) {
             "memory per rank (f32; weights, grads and AdamW m + v from the parameter table, TP-split matrices / tp;\n"
             "activations = saved forward values for a %d-token microbatch x microbatches in flight, estimated as\n"
             "LM layer (7 Dt + 3 F + Ht + 2) / token, ViT layer (16 Dv + Hv + 4) / patch with every position a patch,\n"
-            "head (Dt + 2 V) / token; in flight: gpipe M, otherwise min(P - r, M) x chunks, or parallel.cap):\n",
+            "head (Dt + 2 V) / token; in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap):\n",
             T);
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
@@ -117,7 +117,11 @@ int recipe_dry_run(const Recipe* r, int vocab, FILE* out) {
         int inflight;
         if (!strcmp(r->hint, "gpipe")) inflight = M;
         else inflight = (P - rank < M ? P - rank : M) * r->chunks;
-        if (!strcmp(r->mode, "ready") && r->cap > 0) inflight = r->cap < M ? r->cap : M;
+        if (!strcmp(r->mode, "ready") && strcmp(r->cap, "0") != 0) {
+            double cv = atof(r->cap);
+            int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
+            inflight = c < M ? c : M;
+        }
         double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * 4 * inflight;
         double total = w + g + adam + act;
         if (total > max_total) max_total = total;

@@ -94,11 +94,14 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
      "Schedule hint (DESIGN.md section 6)."},
     {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready", 0, "Dispatch mode."},
-    {"parallel", "cap", RKEY_INT, OFF(cap), 0, "0", 0, 1 << 20, 0, 0,
-     "Most microbatches in flight per rank in `ready` mode (0 = the 1f1b peak P - r)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
+    {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
+     "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "
+     "own peak such as `1.5x`; 0 = the 1f1b peak P - r."},
+    {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
+     "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
     /* [checkpoint] */
     {"checkpoint", "dir", RKEY_STRING, OFF(ckpt_dir), SZ(ckpt_dir), "", 0, 0, 0, 0,
@@ -440,9 +443,20 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         if (r->tp > 1 && tp_div[i].v > 0 && tp_div[i].v % r->tp)
             VFAIL("parallel", "tp", "%d", r->tp, "%s (%d) is not divisible by it; allowed: a common divisor", tp_div[i].what,
                   tp_div[i].v);
-    if (r->cap > 0 && strcmp(r->mode, "ready") != 0)
-        VFAIL("parallel", "cap", "%d", r->cap, "only `ready` mode uses a cap; allowed: 0 with parallel.mode=%s",
-              r->mode);
+    {
+        /* runtime.cap: "N" (N >= 0) or "Kx" (K > 0, a multiple of the hint's own peak) */
+        char* end = NULL;
+        double v = strtod(r->cap, &end);
+        int ok = end != r->cap && isfinite(v) && v >= 0;
+        if (ok && *end == 'x' && end[1] == 0) ok = v > 0;
+        else if (ok) ok = *end == 0 && v == (double)(int)v;
+        if (!ok)
+            VFAIL("runtime", "cap", "'%s'", r->cap,
+                  "not a cap; allowed: a whole number of microbatches (0 = the 1f1b peak) or a multiple such as 1.5x");
+        if (strcmp(r->cap, "0") != 0 && strcmp(r->mode, "ready") != 0)
+            VFAIL("runtime", "cap", "%s", r->cap, "only `ready` mode uses a cap; allowed: 0 with parallel.mode=%s",
+                  r->mode);
+    }
     return 0;
 }
 

@@ -59,12 +59,13 @@ typedef struct {
     char layers[256]; /* LM layers per virtual stage ("" = automatic) */
     char hint[24]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | bf | bfw */
     char mode[16]; /* fixed-sync | fixed | ready */
-    int cap;       /* 0 = the 1f1b peak of each rank */
 
     /* [runtime] */
     char backend[8]; /* cpu | cuda */
     int threads;     /* OpenMP/BLAS threads, 0 = all cores */
-    int trace;       /* write Chrome traces */
+    char cap[32];      /* ready-mode in-flight cap: "N" or "1.5x" ("0" = the 1f1b peak) */
+    int act_budget_mb; /* ready-mode activation budget (0 = none) */
+    int trace;         /* write Chrome traces */
 
     /* [checkpoint] */
     char ckpt_dir[RECIPE_STR]; /* "" = RUN_DIR/checkpoints */
