@@ -1,0 +1,143 @@
+/* model.h — the LLaVA model (DESIGN.md section 4) as pipeline stages.
+ *
+ * A Stage holds LM blocks [l0, l1). The first stage (l0 == 0) also holds the ViT, the projector and
+ * the token embedding and assembles the sequence; the last stage (l1 == Lt) also holds the final
+ * RMSNorm, the LM head and the loss. One process without a pipeline is one stage with [0, Lt).
+ * Each stage owns its parameters in its own ParamTable, named as in vision/vision.h and text/lm.h:
+ *
+ *   vision.patch_embed.{weight,bias}                 vision.blocks.{i}.ln1.{weight,bias}
+ *   vision.blocks.{i}.attn.qkv.{weight,bias}         vision.blocks.{i}.attn.out.{weight,bias}
+ *   vision.blocks.{i}.ln2.{weight,bias}              vision.blocks.{i}.mlp.fc1.{weight,bias}
+ *   vision.blocks.{i}.mlp.fc2.{weight,bias}          vision.ln_f.{weight,bias}
+ *   projector.0.{weight,bias}  projector.2.{weight,bias}
+ *   text.embed.weight
+ *   text.blocks.{i}.norm1.weight  text.blocks.{i}.attn.{q,k,v,o}.weight  text.blocks.{i}.norm2.weight
+ *   text.blocks.{i}.mlp.{gate,up,down}.weight
+ *   text.norm.weight  text.lm_head.weight
+ * Init (a function of (seed, name) only, so any layout gives the same model): weights N(0, 0.02);
+ * vision attn.out and mlp.fc2 by 1/sqrt(2 Lv), text attn.o and mlp.down by 1/sqrt(2 Lt); the
+ * projector's second linear unscaled (see vision.h); norm weights 1; biases 0.
+ * AdamW weight decay applies to every 2-D tensor (Linear weights, embedding, LM head).
+ *
+ * Microbatches in flight: each has its own StageActs (saved activations, from one block allocated
+ * at init and sized from the token budget: max LM tokens, max patches). The step allocates nothing.
+ *
+ * Per microbatch: stage_forward, then either stage_backward (B and W fused) or stage_backward_input
+ * (B) followed later by stage_backward_weight (W). Weight gradients ADD into params.grad, so the
+ * microbatches of a step accumulate; zeroing is the caller's (params_zero_grad). Split and fused
+ * backward give bitwise the same gradients (tests/test_model.c). */
+#ifndef RRFP_MODEL_H
+#define RRFP_MODEL_H
+
+#include <stdint.h>
+
+#include "data/microbatch.h"
+#include "engine/engine.h"
+#include "engine/params.h"
+#include "text/lm.h"
+#include "vision/vision.h"
+
+/* Norm eps (1e-5) and the RoPE base (10000) are fixed by DESIGN.md and live in the ops. */
+typedef struct {
+    int patch;                    /* p: a patch has 3 p^2 values */
+    int Dv, Lv, Hv;               /* ViT width, blocks, heads (MLP hidden 4 Dv; Dv/Hv % 4 == 0) */
+    int Dt, Lt, Ht;               /* LM width, blocks, heads (Dt/Ht even) */
+    int F;                        /* SwiGLU hidden */
+    int V;                        /* vocabulary */
+    int min_patches, max_patches; /* per image, the loader's smart_resize bounds */
+    float init_std;               /* 0.02 */
+    uint64_t seed;                /* init seed */
+} ModelConfig;
+
+/* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */
+int model_config_check(const ModelConfig* c, char* err, size_t err_len);
+VitConfig model_config_vit(const ModelConfig* c);
+LmConfig model_config_lm(const ModelConfig* c);
+
+typedef struct {
+    ModelConfig cfg;
+    VitConfig vc;
+    LmConfig lc;
+    int l0, l1;      /* LM blocks [l0, l1) */
+    int first, last; /* l0 == 0, l1 == Lt */
+    const Backend* be;
+    ParamTable params;
+    /* pointers into params.data (w) and params.grad (g) */
+    VitW vit_w, vit_g;
+    ProjW proj_w, proj_g;
+    float *embed_w, *embed_g;  /* (V, Dt) */
+    LmBlockW *blk_w, *blk_g;   /* (l1 - l0) */
+    float *normf_w, *normf_g;  /* (Dt) */
+    float *head_w, *head_g;    /* (V, Dt) */
+} Stage;
+
+/* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
+void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be);
+void stage_free(Stage* st);
+
+typedef enum { ACTS_EMPTY = 0, ACTS_FORWARD = 1, ACTS_INPUT_GRAD = 2 } ActsState;
+
+typedef struct {
+    int max_T, max_Np, split;
+    ActsState state;
+    void* block; /* the one backend allocation */
+    size_t bytes;
+    /* the microbatch, as the forward saw it */
+    int T, S, I, Np, n_supervised;
+    int32_t *cu_seqlens, *pos, *ids, *targets;  /* backend memory: (S+1), (T), (T), (T) */
+    int32_t *img_cu, *prow, *pcol;              /* backend memory: (I+1), (Np), (Np) */
+    float* patches;                             /* backend memory: (Np, 3p^2) */
+    int32_t *h_img_cu, *h_img_lm_start;         /* host: (I+1), (I) */
+    int32_t* h_seg;                             /* host: (2 * n_seg) text runs [start, end) */
+    int n_seg;
+    /* first stage */
+    VitActs vit;
+    ProjActs proj;
+    /* LM blocks of this stage */
+    float* res;            /* (nL+1, max_T, Dt) residual at block boundaries; res[0] = stage input */
+    LmBlockActs* blocks;   /* (nL) */
+    LmBlockGrads* grads;   /* (nL); all alias one set when not split */
+    LmScratch scratch;
+    float* dres;           /* split: (nL+1, max_T, Dt); fused: two buffers used alternately */
+    /* last stage */
+    float *nf, *rstdf;     /* (T, Dt), (T) final RMSNorm */
+    float *logits, *lse;   /* (T, V), (T) */
+    float *dlogits, *dnf;  /* (T, V), (T, Dt) kept by B for the head and final-norm W */
+    float* loss_dev;       /* (1) backend memory */
+    float loss_sum;        /* host: sum of CE over this microbatch's supervised targets */
+} StageActs;
+
+/* Bytes of one StageActs (for the memory plan and --dry-run). */
+size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
+/* split = 1 allows stage_backward_input/_weight (keeps per-block gradients); 0 only stage_backward. */
+void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split);
+void stage_acts_free(StageActs* a, const Stage* st);
+
+/* Forward one microbatch. hidden_in (T, Dt) in backend memory: the previous stage's output (NULL on
+ * the first stage). hidden_out (T, Dt): written with this stage's output (NULL on the last stage).
+ * On the last stage *loss_sum (host) = sum of CE over the microbatch's supervised targets.
+ * A microbatch that does not fit the budget or is inconsistent (image spans, ids) is reported
+ * naming the sample and exits. */
+void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* hidden_in, float* hidden_out,
+                   float* loss_sum);
+/* B: input gradients only. dhidden_out (T, Dt): gradient of this stage's output from the next stage
+ * (NULL on the last stage, which starts from the loss scaled by loss_scale = 1 / supervised targets
+ * in the step). dhidden_in (T, Dt) is OVERWRITTEN with the gradient of this stage's input (NULL on
+ * the first stage). Keeps what W needs; needs split = 1. */
+void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in);
+/* W: adds this microbatch's weight gradients into st->params.grad; frees the StageActs for reuse. */
+void stage_backward_weight(Stage* st, StageActs* a);
+/* B and W fused (block by block); same gradients, bitwise, as B then W. */
+void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in);
+
+/* ---- dumps for external checking (layout in README.md, "Step dumps") ---------------------------- */
+/* The stage's parameter values (grads = 0) or gradients (grads = 1), every tensor by name. */
+int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len);
+/* The microbatch as the model saw it (all its inputs), plus, on the last stage, the logits (T, V)
+ * of its forward (a must be forwarded) and its loss_sum. */
+int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, const char* path, char* err,
+                          size_t err_len);
+/* config.json: the ModelConfig and `extra` key/values (a JSON object text, may be NULL). */
+int model_dump_config(const ModelConfig* c, const char* extra_json, const char* path, char* err, size_t err_len);
+
+#endif

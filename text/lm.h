@@ -1,0 +1,93 @@
+/* lm.h — the decoder LM of DESIGN.md section 4, as blocks that a pipeline stage can hold a range of.
+ *
+ *   x0 = embed(ids) (image positions: the projector's output, spliced in by runtime/model.c)
+ *   block: x += o(attn(rope(q(n)), rope(k(n)), v(n))) with n = RMSNorm1(x);
+ *          x += down(silu(gate(m)) * up(m))               with m = RMSNorm2(x)
+ *   logits = lm_head(RMSNorm(x_L)); loss = sum of CE over supervised targets
+ * Attention is causal within each packed sample (cu_seqlens), 1-D RoPE by the position inside the
+ * sample. No biases anywhere in the LM.
+ *
+ * Parameter names (registered by lm_*_params_add, in this order):
+ *   text.embed.weight (V, D)                        [first stage]
+ *   text.blocks.{i}.norm1.weight (D)
+ *   text.blocks.{i}.attn.q.weight (D, D)  .attn.k.weight (D, D)  .attn.v.weight (D, D)
+ *   text.blocks.{i}.attn.o.weight (D, D)                                      std 0.02/sqrt(2L)
+ *   text.blocks.{i}.norm2.weight (D)
+ *   text.blocks.{i}.mlp.gate.weight (F, D)  .mlp.up.weight (F, D)
+ *   text.blocks.{i}.mlp.down.weight (D, F)                                    std 0.02/sqrt(2L)
+ *   text.norm.weight (D)  text.lm_head.weight (V, D)                [last stage]
+ * L is the LM's total block count (not the stage's), so init does not depend on the pipeline split.
+ * Weights N(0, 0.02) keyed by (seed, name); norm weights 1. */
+#ifndef RRFP_LM_H
+#define RRFP_LM_H
+
+#include "engine/engine.h"
+#include "engine/params.h"
+
+typedef struct {
+    int D, L, H, F, V; /* width, total blocks, heads (head dim D/H, even), SwiGLU hidden, vocabulary */
+    float init_std;    /* 0.02 */
+} LmConfig;
+
+typedef struct {
+    float* norm1_w;               /* (D) */
+    float *q_w, *k_w, *v_w, *o_w; /* (D, D) each */
+    float* norm2_w;               /* (D) */
+    float *gate_w, *up_w;         /* (F, D) */
+    float* down_w;                /* (D, F) */
+} LmBlockW;
+
+typedef struct {
+    float *n1, *rstd1;      /* (T, D), (T) */
+    float *q, *k, *v;       /* (T, D) each, q and k after RoPE */
+    float *att, *lse;       /* (T, D), (T, H) */
+    float* xmid;            /* (T, D) residual after the attention branch */
+    float *n2, *rstd2;      /* (T, D), (T) */
+    float *gate, *up, *h;   /* (T, F) each; h = silu(gate) * up */
+} LmBlockActs;
+
+/* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward). */
+typedef struct {
+    float *dxmid;            /* (T, D) d o output */
+    float *dq, *dk, *dv;     /* (T, D) d q/k/v output (RoPE undone) */
+    float *dn1, *dn2;        /* (T, D) d norm outputs */
+    float *dgate, *dup;      /* (T, F) */
+} LmBlockGrads;
+
+/* Scratch shared by every block of one microbatch's forward or backward. */
+typedef struct {
+    float* tmp;  /* (T, D) */
+    float* datt; /* (T, D) */
+    float* dh;   /* (T, F) */
+} LmScratch;
+
+/* One packed sequence batch as the blocks see it (backend memory). */
+typedef struct {
+    int T, S;
+    const int32_t* cu_seqlens; /* (S+1) */
+    const int32_t* pos;        /* (T) */
+} LmSeq;
+
+void lm_embed_params_add(ParamTable* pt, const LmConfig* c);
+/* Registers blocks [l0, l1) under their global indices. */
+void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1);
+void lm_head_params_add(ParamTable* pt, const LmConfig* c);
+/* Point at the values (grads = 0) or gradients (grads = 1) of block `l` (global index). */
+void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads);
+
+void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T);
+void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T);
+void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T);
+
+/* xout = block(xin). xin must stay valid (unchanged) until the block's backward ends. */
+void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
+                      const LmSeq* seq, const float* xin, float* xout);
+/* B: dxin = d block input, OVERWRITTEN (not added), from dxout; fills g for W. */
+void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
+                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
+                             float* dxin);
+/* W: adds the block's weight gradients into dw from g, the saved activations and dxout. */
+void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* dw, const LmBlockActs* a,
+                              const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout);
+
+#endif

@@ -1,0 +1,143 @@
+/* vision.h — the vision tower (DESIGN.md section 4): a ViT with dynamic resolution and the LLaVA-1.5
+ * `mlp2x_gelu` projector.
+ *
+ * Images are packed without padding: Np patch rows in all, image i owning rows
+ * [img_cu[i], img_cu[i+1]). Attention is bidirectional within each image (cu_seqlens = img_cu),
+ * 2-D RoPE rotates the first half of each head dim by the patch row and the second half by the column.
+ *
+ *   x0 = patch_embed(patches)                                   Linear(3p^2, D) with bias
+ *   block: x += out(attn(rope2d(qkv(LN1(x)))));  x += fc2(gelu(fc1(LN2(x))))
+ *   vout = ln_f(x_L)
+ *   projector: pout = fc2(gelu(fc1(vout)))                       Linear(D, Dt), Linear(Dt, Dt)
+ *
+ * Parameter names (registered by vit_params_add / projector_params_add, in this order):
+ *   vision.patch_embed.weight (D, 3p^2)      vision.patch_embed.bias (D)
+ *   vision.blocks.{i}.ln1.weight (D)         vision.blocks.{i}.ln1.bias (D)
+ *   vision.blocks.{i}.attn.qkv.weight (3D, D) vision.blocks.{i}.attn.qkv.bias (3D)   rows [q | k | v]
+ *   vision.blocks.{i}.attn.out.weight (D, D) vision.blocks.{i}.attn.out.bias (D)     std 0.02/sqrt(2L)
+ *   vision.blocks.{i}.ln2.weight (D)         vision.blocks.{i}.ln2.bias (D)
+ *   vision.blocks.{i}.mlp.fc1.weight (4D, D) vision.blocks.{i}.mlp.fc1.bias (4D)
+ *   vision.blocks.{i}.mlp.fc2.weight (D, 4D) vision.blocks.{i}.mlp.fc2.bias (D)      std 0.02/sqrt(2L)
+ *   vision.ln_f.weight (D)                   vision.ln_f.bias (D)
+ *   projector.0.weight (Dt, D)  projector.0.bias (Dt)  projector.2.weight (Dt, Dt)  projector.2.bias (Dt)
+ * The projector keeps LLaVA-1.5's nn.Sequential indices (0 = Linear, 1 = GELU, 2 = Linear), so a
+ * LLaVA `mm_projector.*` checkpoint maps by renaming the prefix. Its second linear is NOT scaled by
+ * 1/sqrt(2L): that scaling keeps the variance of a residual stream fed by 2L branch outputs near 1,
+ * and the projector's output is not such a branch (it is the input of the LM, a plain std 0.02 layer).
+ * Weights N(0, 0.02) keyed by (seed, name); LayerNorm weights 1; all biases 0.
+ *
+ * Backward is split as the pipeline needs: *_backward_input (B) computes only input gradients and
+ * keeps what the weight gradients need in the activations; *_backward_weight (W) adds the weight
+ * gradients from them. Gradients ADD into the grad pointers (accumulation across microbatches). */
+#ifndef RRFP_VISION_H
+#define RRFP_VISION_H
+
+#include "engine/engine.h"
+#include "engine/params.h"
+
+typedef struct {
+    int patch;  /* p; a patch row has 3 p^2 values */
+    int D, L, H; /* width, blocks, heads (head dim D/H, a multiple of 4 for 2-D RoPE); MLP hidden 4D */
+    int Dt;     /* projector output width (the LM's) */
+    float init_std; /* 0.02 */
+} VitConfig;
+
+/* Pointers to one block's tensors, either the values or the gradients of a ParamTable. */
+typedef struct {
+    float *ln1_w, *ln1_b;   /* (D) */
+    float *qkv_w, *qkv_b;   /* (3D, D), (3D) */
+    float *out_w, *out_b;   /* (D, D), (D) */
+    float *ln2_w, *ln2_b;   /* (D) */
+    float *fc1_w, *fc1_b;   /* (4D, D), (4D) */
+    float *fc2_w, *fc2_b;   /* (D, 4D), (D) */
+} VitBlockW;
+
+typedef struct {
+    float *patch_w, *patch_b; /* (D, 3p^2), (D) */
+    VitBlockW* blocks;        /* (L), owned (malloc'd by vit_weights_point) */
+    float *lnf_w, *lnf_b;     /* (D) */
+} VitW;
+
+typedef struct {
+    float *fc1_w, *fc1_b; /* projector.0: (Dt, D), (Dt) */
+    float *fc2_w, *fc2_b; /* projector.2: (Dt, Dt), (Dt) */
+} ProjW;
+
+/* Saved forward activations of one block (N rows). */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N, D), (N), (N) */
+    float* qkv;                       /* (N, 3D), q and k after RoPE */
+    float *att, *att_lse;             /* (N, D), (N, H) */
+    float* xmid;                      /* (N, D) residual after the attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N, D), (N), (N) */
+    float *fc1, *gelu;                /* (N, 4D) before / after GELU */
+} VitBlockActs;
+
+/* What the weight gradients of one block need from B: the gradient at each weight's output. With a
+ * fused backward all blocks share one set (the W part runs right after the B part of each block). */
+typedef struct {
+    float* dfc1;  /* (N, 4D) d fc1 output */
+    float* dln2;  /* (N, D)  d LN2 output */
+    float* dxmid; /* (N, D)  d attn.out output (= d residual after attention) */
+    float* dqkv;  /* (N, 3D) d qkv output (RoPE undone) */
+    float* dln1;  /* (N, D)  d LN1 output */
+} VitBlockGrads;
+
+typedef struct {
+    int max_N, split;
+    const int32_t* img_cu; /* (I+1) backend memory, set by vit_forward's caller */
+    const int32_t *prow, *pcol; /* (N) */
+    int I, N;
+    const float* patches;    /* (N, 3p^2) backend memory, kept for the patch-embed weight gradient */
+    float* x;                /* (L+1, max_N, D) residual stream at block boundaries */
+    VitBlockActs* blocks;    /* (L) */
+    float *vout, *lnf_mean, *lnf_rstd; /* (N, D), (N), (N) ln_f output = the tower's output */
+    /* backward */
+    float* dx;               /* split: (L+1, max_N, D) d residual at each boundary; fused: 2 ping-pong */
+    VitBlockGrads* grads;    /* (L) */
+    float* dvout;            /* (N, D) d ln_f output (given by the caller of vit_backward_input) */
+    float *dgelu, *datt;     /* (N, 4D), (N, D) scratch */
+    float* tmp;              /* (N, D) scratch */
+} VitActs;
+
+/* Projector activations (N rows). */
+typedef struct {
+    float *fc1, *gelu, *out; /* (N, Dt) each */
+    float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
+    float* dvin;             /* (N, D) d projector input = d vision output */
+} ProjActs;
+
+void vit_params_add(ParamTable* pt, const VitConfig* c);
+void projector_params_add(ParamTable* pt, const VitConfig* c);
+/* Point w at the values (grads = 0) or gradients (grads = 1) of an allocated ParamTable. */
+void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads);
+void vit_weights_free(VitW* w);
+void projector_weights_point(ProjW* w, const ParamTable* pt, int grads);
+
+/* Carve the activations for up to max_N patches out of arena `a` (a measuring arena with base NULL
+ * gives the size). split = 1 keeps per-block gradients so B and W can run apart. The arrays of
+ * block structs are malloc'd (freed by vit_acts_free_tables). */
+void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split);
+void vit_acts_free_tables(VitActs* a);
+void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
+
+/* Forward over N patches of I images. patches, img_cu, prow, pcol in backend memory; they must stay
+ * valid until the backward ends. Writes a->vout. */
+void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
+                 const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N);
+/* B: from a->dvout (filled by the caller) down to the patch-embed output; keeps the block gradients. */
+void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a);
+/* W: adds every vision weight gradient into g. */
+void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
+/* Fused B + W, block by block (shares the block-gradient scratch when not split). Bitwise the same
+ * gradients as B then W. */
+void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
+
+void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N);
+/* B: from a->dout to a->dvin (overwritten). */
+void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N);
+/* W: needs the forward input vin again (the vision output, kept by the ViT's activations). */
+void projector_backward_weight(const Backend* be, const VitConfig* c, const ProjW* g, ProjActs* a, const float* vin,
+                               int N);
+
+#endif
