@@ -13,5 +13,6 @@ typedef struct {
 int cmd_version(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_tensors(int argc, char** argv);
+int cmd_tokenizer(int argc, char** argv);
 
 #endif

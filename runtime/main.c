@@ -9,6 +9,7 @@ static const CliCommand commands[] = {
     {"version", cmd_version, "print version, BLAS and backends"},
     {"train", cmd_train, "train a recipe (single process), or --dry-run to size it"},
     {"tensors", cmd_tensors, "list or compare safetensors files (checkpoints, dumps)"},
+    {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode and decode text"},
 };
 static const int n_commands = (int)(sizeof(commands) / sizeof(commands[0]));
 

