@@ -14,5 +14,7 @@ int cmd_version(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_tensors(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);
+int cmd_sim(int argc, char** argv);
+int cmd_trace(int argc, char** argv);
 
 #endif

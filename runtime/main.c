@@ -10,6 +10,8 @@ static const CliCommand commands[] = {
     {"train", cmd_train, "train a recipe (single process), or --dry-run to size it"},
     {"tensors", cmd_tensors, "list or compare safetensors files (checkpoints, dumps)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode and decode text"},
+    {"sim", cmd_sim, "simulate a pipeline step: hint x dispatch mode on a virtual clock"},
+    {"trace", cmd_trace, "merge per-rank Chrome traces and draw an SVG timeline"},
 };
 static const int n_commands = (int)(sizeof(commands) / sizeof(commands[0]));
 

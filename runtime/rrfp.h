@@ -5,5 +5,6 @@
 #define RRFP_RRFP_H
 
 #include "runtime/sched.h"
+#include "runtime/trace.h"
 
 #endif

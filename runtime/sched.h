@@ -228,6 +228,13 @@ void pp_durations_generate(PpDurations* d, int P, int M, double variance, PpGenK
  * and the microbatch path runs over the P*V virtual stages (V = 1 is exactly DESIGN.md's formula). */
 double pp_lower_bound(const PpDurations* d, int chunks);
 
+/* One message of a simulated run: the output of `task` on rank src for rank dst. */
+typedef struct {
+    int src, dst;
+    PpTask task;
+    double send, arrive;
+} PpSimMsg;
+
 typedef struct {
     double makespan, lower_bound, efficiency, bubble;
     int deadlock;       // 1: the schedule cannot finish; msg says where it stuck
@@ -238,6 +245,8 @@ typedef struct {
     int* cap;           // (P) resolved caps (ready)
     int* peak_inflight; // (P)
     long decisions;     // calls of pp_dispatcher_next
+    PpSimMsg* msgs;     // (n_msgs) in send order
+    int n_msgs;
 } PpSimResult;
 
 /* Run one step under the virtual clock. Returns 0 with *res filled (res->deadlock set when stuck), or

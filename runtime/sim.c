@@ -351,6 +351,7 @@ typedef struct {
     double* pend;       // (P, n) fixed-sync: finish time of a producer blocked on that receive, NAN = none
     int* pend_from;     // (P, n) that producer's rank
     int* next_kind;     // (P, n + 1, 2) fixed-sync with chunks: next F / B position at or after i
+    int msgs_cap;
     PpSimResult* res;
 } Sim;
 
@@ -365,6 +366,23 @@ static void sim_mark(Sim* S, int r) {
         S->dirty[r] = 1;
         S->dirty_list[S->n_dirty++] = r;
     }
+}
+
+/* The message of producer `src`'s task for (dst, consumer kz) leaves at t_send. */
+static void sim_send(Sim* S, int src, int dst, int kz, double t_send) {
+    double arrive = t_send + S->d->latency;
+    ev_push(&S->q, arrive, EV_ARRIVE, dst, kz);
+    PpSimResult* res = S->res;
+    if (res->n_msgs == S->msgs_cap) {
+        S->msgs_cap = S->msgs_cap ? 2 * S->msgs_cap : 1024;
+        res->msgs = reallocCheck(res->msgs, sizeof(PpSimMsg) * S->msgs_cap);
+    }
+    PpTask z = pp_task_from_index(&S->sh, kz);
+    int sr;
+    PpTask x;
+    RR_ASSERT(pp_task_input(&S->sh, dst, z, &sr, &x) && sr == src);
+    PpSimMsg m = {src, dst, x, t_send, arrive};
+    res->msgs[res->n_msgs++] = m;
 }
 
 /* Rank r posts, at time t, the receive(s) its sequence needs next (fixed-sync). One chunk: the next
@@ -395,7 +413,7 @@ static void sim_post(Sim* S, int r, int k, double t) {
     S->post[i] = t;
     if (!isnan(S->pend[i])) {  // the producer finished earlier and has been blocked on this send
         int p = S->pend_from[i];
-        ev_push(&S->q, t + S->d->latency, EV_ARRIVE, r, k);
+        sim_send(S, p, r, k, t);
         S->pend[i] = NAN;
         RR_ASSERT(S->busy[p] == 2);
         S->busy[p] = 0;
@@ -419,7 +437,7 @@ static void sim_done(Sim* S, int r, int k, double t) {
             S->pend_from[i] = r;
             S->busy[r] = 2;
         } else {
-            ev_push(&S->q, t + S->d->latency, EV_ARRIVE, dst, kz);
+            sim_send(S, r, dst, kz, t);
         }
     }
 }
@@ -594,5 +612,6 @@ void pp_sim_result_free(PpSimResult* r) {
     free(r->n_exec);
     free(r->cap);
     free(r->peak_inflight);
+    free(r->msgs);
     memset(r, 0, sizeof *r);
 }

@@ -2,3 +2,4 @@
 add_executable(test_sched tests/test_sched.c)
 target_link_libraries(test_sched PRIVATE rrfp_core)
 add_test(NAME sched_core COMMAND test_sched)
+add_test(NAME sched_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sched_cli.sh $<TARGET_FILE:rrfp-mm>)

@@ -1,0 +1,375 @@
+/* cmd_sim.c — `rrfp-mm sim`: run one pipeline step of a hint under a dispatch mode on the virtual
+ * clock (sim.c, driving the runtime's own dispatcher) and report makespan, lower bound, efficiency
+ * and bubble; generate, dump and trace duration sets; time the dispatcher's decisions. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "engine/util.h"
+#include "runtime/cli.h"
+#include "runtime/rrfp.h"
+
+static void sim_usage(FILE* f) {
+    fprintf(f,
+            "usage: rrfp-mm sim (--durations FILE | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
+            "                    [--seed S] [--split-backward] [--latency L])\n"
+            "                   [--mode fixed-sync|fixed|ready] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
+            "                   [--json] [--grid] [--dump FILE] [--trace FILE] [--bench-dispatch]\n\n"
+            "Simulates one step of the RRFP pipeline runtime (DESIGN.md section 6) with the runtime's own\n"
+            "dispatcher under a virtual clock.\n\n"
+            "  --durations FILE  duration file {\"stages\", \"microbatches\", \"latency\", \"F\", \"B\", \"W\"?}\n"
+            "  --stages/--microbatches  generate durations instead (see bench/README.md for the generator):\n"
+            "      --kind text|mm (default text), --variance V (default 0.1 text, 1.0 mm), --seed S (1),\n"
+            "      --split-backward (B = W = F instead of B = 2F), --latency L (default 0.02)\n"
+            "  --mode MODE       fixed-sync, fixed or ready (default ready)\n"
+            "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw (default 1f1b)\n"
+            "  --cap N|Nx        ready's in-flight cap: a count, or a multiple of the hint's own peak\n"
+            "                    (default P - r, the 1F1B peak; with --chunks > 1 the hint's peak)\n"
+            "  --chunks V        model chunks per rank (interleaved-1f1b); each rank's durations are split\n"
+            "                    evenly over its chunks\n"
+            "  --json            print exactly one JSON object {mode, hint, cap, makespan, lower_bound,\n"
+            "                    efficiency, bubble}; cap is a number, \"Nx\", \"P-r\" (default), or null\n"
+            "                    in the fixed modes\n"
+            "  --grid            print the hint's rank x step grid and the order each rank ran\n"
+            "                    (tasks print as <stage><kind><microbatch>, stage = chunk*P + rank)\n"
+            "  --dump FILE       write the durations used as a duration file\n"
+            "  --trace FILE      write the simulated step as a Chrome trace (1 time unit = 1 ms)\n"
+            "  --bench-dispatch  time the dispatcher's decisions (heap vs a scan of every task) on rank 0\n");
+}
+
+static int parse_int_arg(const char* flag, const char* v, long lo, long hi, long* out) {
+    char* end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "rrfp-mm sim: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_double_arg(const char* flag, const char* v, double lo, double* out) {
+    char* end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || x < lo) {
+        fprintf(stderr, "rrfp-mm sim: %s expects a number >= %g, got '%s'\n", flag, lo, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* Cost per decision of the heap arbitration against a scan of every task, on rank 0 of a P x M
+ * pipeline: inputs arrive in a random order interleaved with decisions (the same script for both). */
+static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint64_t seed) {
+    PpShape s = {P, M, 1, split};
+    char err[512];
+    if (pp_hint_check_shape(hint, &s, err, sizeof err)) {
+        fprintf(stderr, "rrfp-mm sim: %s\n", err);
+        return 2;
+    }
+    int n = pp_shape_tasks(&s), r = 0;
+    PpTask* order = mallocCheck(sizeof(PpTask) * n);
+    pp_hint_build(hint, &s, r, order, err, sizeof err);
+    int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(hint, &s, r) : 0;
+    PpDispatchConfig cfg = {s, r, PP_MODE_READY, order, n, pp_cap_resolve(cap, peak, P, r), 0, NULL};
+    // Script: -1 = decide (and run what was chosen), k >= 0 = the input of dense task k arrives.
+    int* pend = mallocCheck(sizeof(int) * n);
+    int np = 0;
+    for (int i = 0; i < n; i++) {
+        int sr;
+        PpTask src;
+        if (pp_task_input(&s, r, order[i], &sr, &src)) pend[np++] = pp_task_index(&s, order[i]);
+    }
+    int* script = mallocCheck(sizeof(int) * (4 * n + 16));
+    int ns = 0;
+    PpDispatcher d;
+    if (pp_dispatcher_init(&d, &cfg, err, sizeof err)) rr_die("%s", err);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    while (!pp_dispatcher_all_done(&d)) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        PpTask t;
+        if (np > 0 && (x >> 62) < 2) {  // half the time an input arrives (oldest-first with jitter)
+            int k = (int)((x >> 20) % (np < 8 ? np : 8));
+            script[ns++] = pend[k];
+            pp_dispatcher_input_arrived(&d, pp_task_from_index(&s, pend[k]));
+            memmove(pend + k, pend + k + 1, sizeof(int) * (np - k - 1));
+            np--;
+            continue;
+        }
+        int rc = pp_dispatcher_next(&d, &t);
+        if (rc == 1) {
+            pp_dispatcher_started(&d, t);
+            pp_dispatcher_finished(&d, t);
+        }
+        if (rc == 1 || np == 0) script[ns++] = -1;
+        RR_ASSERT(ns < 4 * n + 16);
+    }
+    pp_dispatcher_free(&d);
+    long decisions = 0;
+    for (int i = 0; i < ns; i++) decisions += script[i] < 0;
+    double best[2] = {INFINITY, INFINITY};
+    for (int rep = 0; rep < 5; rep++)
+        for (int which = 0; which < 2; which++) {
+            pp_dispatcher_init(&d, &cfg, err, sizeof err);
+            double t0 = rr_now();
+            for (int i = 0; i < ns; i++) {
+                if (script[i] >= 0) {
+                    pp_dispatcher_input_arrived(&d, pp_task_from_index(&s, script[i]));
+                    continue;
+                }
+                PpTask t;
+                int rc = which == 0 ? pp_dispatcher_next(&d, &t) : pp_dispatcher_next_scan(&d, &t);
+                if (rc == 1) {
+                    pp_dispatcher_started(&d, t);
+                    pp_dispatcher_finished(&d, t);
+                }
+            }
+            double dt = rr_now() - t0;
+            RR_ASSERT(pp_dispatcher_all_done(&d));
+            pp_dispatcher_free(&d);
+            if (dt < best[which]) best[which] = dt;
+        }
+    printf("dispatch bench: P=%d M=%d hint=%s rank 0, %d tasks, %ld decisions (best of 5, arrivals and "
+           "start/finish bookkeeping included)\n", P, M, pp_hint_name(hint), n, decisions);
+    printf("  heap: %8.1f ns/decision\n", best[0] * 1e9 / decisions);
+    printf("  scan: %8.1f ns/decision  (scan / heap = %.1fx)\n", best[1] * 1e9 / decisions, best[1] / best[0]);
+    free(script);
+    free(pend);
+    free(order);
+    return 0;
+}
+
+static void print_exec_grid(FILE* f, const PpSimResult* r, int P) {
+    char b[32];
+    fprintf(f, "executed order (ready reorders the hint; the fixed modes run it as is):\n");
+    for (int k = 0; k < P; k++) {
+        fprintf(f, "%5s%d", "r", k);
+        for (int i = 0; i < r->n_exec[k]; i++) fprintf(f, " %s", pp_task_format(r->exec[k][i].task, k, P, b, sizeof b));
+        fputc('\n', f);
+    }
+}
+
+static int write_sim_trace(const char* path, const PpSimResult* r, int P, char* err, size_t errlen) {
+    const double unit = 1e-3;  // one simulated time unit shown as 1 ms
+    PpTrace* tr = pp_trace_open(path, 0);
+    for (int k = 0; k < P; k++) {
+        pp_trace_rank(tr, k);
+        for (int i = 0; i < r->n_exec[k]; i++)
+            pp_trace_task(tr, k, P, r->exec[k][i].task, r->exec[k][i].start * unit, r->exec[k][i].end * unit);
+        pp_trace_step(tr, k, 0, 0, r->makespan * unit);
+    }
+    for (int i = 0; i < r->n_msgs; i++) {
+        const PpSimMsg* m = &r->msgs[i];
+        pp_trace_send(tr, m->src, m->dst, m->task, 0, m->send * unit);
+        pp_trace_recv(tr, m->dst, m->src, m->task, 0, m->arrive * unit);
+    }
+    return pp_trace_close(tr, err, errlen);
+}
+
+int cmd_sim(int argc, char** argv) {
+    const char *durations = NULL, *dump = NULL, *trace = NULL, *cap_text = NULL;
+    const char *mode_text = "ready", *hint_text = "1f1b", *kind_text = "text";
+    long P = 0, M = 0, seed = 1, chunks = 1;
+    double variance = -1, latency = 0.02;
+    int split = 0, json = 0, grid = 0, bench = 0, have_latency = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* a = argv[i];
+        const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE()                                                            \
+    if (!v) {                                                                   \
+        fprintf(stderr, "rrfp-mm sim: %s needs a value\n", a);                  \
+        return 2;                                                               \
+    }                                                                           \
+    i++;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            sim_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--durations")) {
+            NEED_VALUE();
+            durations = v;
+        } else if (!strcmp(a, "--mode")) {
+            NEED_VALUE();
+            mode_text = v;
+        } else if (!strcmp(a, "--hint")) {
+            NEED_VALUE();
+            hint_text = v;
+        } else if (!strcmp(a, "--cap")) {
+            NEED_VALUE();
+            cap_text = v;
+        } else if (!strcmp(a, "--chunks")) {
+            NEED_VALUE();
+            if (parse_int_arg(a, v, 1, 64, &chunks)) return 2;
+        } else if (!strcmp(a, "--stages")) {
+            NEED_VALUE();
+            if (parse_int_arg(a, v, 1, 65536, &P)) return 2;
+        } else if (!strcmp(a, "--microbatches")) {
+            NEED_VALUE();
+            if (parse_int_arg(a, v, 1, 1 << 20, &M)) return 2;
+        } else if (!strcmp(a, "--variance")) {
+            NEED_VALUE();
+            if (parse_double_arg(a, v, 0, &variance)) return 2;
+        } else if (!strcmp(a, "--kind")) {
+            NEED_VALUE();
+            kind_text = v;
+        } else if (!strcmp(a, "--seed")) {
+            NEED_VALUE();
+            if (parse_int_arg(a, v, 0, 2147483647L, &seed)) return 2;
+        } else if (!strcmp(a, "--latency")) {
+            NEED_VALUE();
+            if (parse_double_arg(a, v, 0, &latency)) return 2;
+            have_latency = 1;
+        } else if (!strcmp(a, "--split-backward")) {
+            split = 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--grid")) {
+            grid = 1;
+        } else if (!strcmp(a, "--dump")) {
+            NEED_VALUE();
+            dump = v;
+        } else if (!strcmp(a, "--trace")) {
+            NEED_VALUE();
+            trace = v;
+        } else if (!strcmp(a, "--bench-dispatch")) {
+            bench = 1;
+        } else {
+            fprintf(stderr, "rrfp-mm sim: unknown option '%s'\n\n", a);
+            sim_usage(stderr);
+            return 2;
+        }
+#undef NEED_VALUE
+    }
+    PpMode mode;
+    PpHint hint;
+    PpCap cap = {PP_CAP_DEFAULT, 0};
+    char err[1024];
+    if (pp_mode_parse(mode_text, &mode)) {
+        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed or ready)\n", mode_text);
+        return 2;
+    }
+    if (pp_hint_parse(hint_text, &hint)) {
+        fprintf(stderr, "rrfp-mm sim: unknown --hint '%s' (expected gpipe, 1f1b, interleaved-1f1b, zb-h1, bf or bfw)\n",
+                hint_text);
+        return 2;
+    }
+    if (cap_text && pp_cap_parse(cap_text, &cap, err, sizeof err)) {
+        fprintf(stderr, "rrfp-mm sim: --cap: %s\n", err);
+        return 2;
+    }
+    PpGenKind kind;
+    if (!strcmp(kind_text, "text")) kind = PP_GEN_TEXT;
+    else if (!strcmp(kind_text, "mm")) kind = PP_GEN_MM;
+    else {
+        fprintf(stderr, "rrfp-mm sim: unknown --kind '%s' (expected text or mm)\n", kind_text);
+        return 2;
+    }
+    if (variance < 0) variance = kind == PP_GEN_TEXT ? 0.1 : 1.0;
+    if (bench) return bench_dispatch(P ? (int)P : 128, M ? (int)M : 512, hint, split, cap, (uint64_t)seed);
+
+    PpDurations d;
+    if (durations) {
+        if (P || M || have_latency || split) {
+            fprintf(stderr, "rrfp-mm sim: --durations FILE excludes --stages/--microbatches/--latency/--split-backward "
+                            "(the file gives them)\n");
+            return 2;
+        }
+        if (pp_durations_load(durations, &d, err, sizeof err)) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
+            return 1;
+        }
+    } else {
+        if (!P || !M) {
+            fprintf(stderr, "rrfp-mm sim: give --durations FILE, or --stages P and --microbatches M to generate "
+                            "durations\n\n");
+            sim_usage(stderr);
+            return 2;
+        }
+        pp_durations_generate(&d, (int)P, (int)M, variance, kind, (uint64_t)seed, split, latency);
+    }
+    int rc = 0;
+    if (dump) {
+        char* js = pp_durations_to_json(&d);
+        if (rr_write_file_atomic(dump, js, strlen(js))) {
+            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", dump, strerror(errno));
+            free(js);
+            pp_durations_free(&d);
+            return 1;
+        }
+        free(js);
+    }
+    FILE* gridf = json ? stderr : stdout;  // --json keeps stdout to exactly one JSON object
+    PpShape shape = {d.P, d.M, (int)chunks, d.split};
+    if (grid) {
+        if (pp_hint_check_shape(hint, &shape, err, sizeof err) == 0) pp_hint_print_grid(hint, &shape, gridf);
+    }
+    PpSimResult r;
+    double t0 = rr_now();
+    if (pp_sim_run(&d, hint, mode, cap, (int)chunks, &r, err, sizeof err)) {
+        fprintf(stderr, "rrfp-mm sim: %s\n", err);
+        pp_durations_free(&d);
+        return 2;
+    }
+    double wall = rr_now() - t0;
+    if (r.deadlock) {
+        fprintf(stderr, "rrfp-mm: error: hint %s under mode %s does not finish: %s\n", pp_hint_name(hint),
+                pp_mode_name(mode), r.msg);
+        rc = 1;
+        goto out;
+    }
+    if (pp_exec_check(&shape, r.exec, r.n_exec, d.latency, err, sizeof err)) {
+        fprintf(stderr, "rrfp-mm: internal error: the simulated schedule is invalid: %s\n", err);
+        rc = 1;
+        goto out;
+    }
+    if (grid) print_exec_grid(gridf, &r, d.P);
+    char capbuf[32];
+    if (mode != PP_MODE_READY) snprintf(capbuf, sizeof capbuf, "none");
+    else if (cap.kind == PP_CAP_DEFAULT && chunks > 1) snprintf(capbuf, sizeof capbuf, "peak");
+    else pp_cap_format(cap, capbuf, sizeof capbuf);
+    if (json) {
+        cJSON* o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "mode", pp_mode_name(mode));
+        cJSON_AddStringToObject(o, "hint", pp_hint_name(hint));
+        if (mode != PP_MODE_READY) cJSON_AddNullToObject(o, "cap");
+        else if (cap.kind == PP_CAP_COUNT) cJSON_AddNumberToObject(o, "cap", cap.value);
+        else cJSON_AddStringToObject(o, "cap", capbuf);
+        cJSON_AddNumberToObject(o, "makespan", r.makespan);
+        cJSON_AddNumberToObject(o, "lower_bound", r.lower_bound);
+        cJSON_AddNumberToObject(o, "efficiency", r.efficiency);
+        cJSON_AddNumberToObject(o, "bubble", r.bubble);
+        char* s = cJSON_PrintUnformatted(o);
+        printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("sim: P=%d M=%d chunks=%ld backward=%s latency=%g hint=%s mode=%s cap=%s\n", d.P, d.M, chunks,
+               d.split ? "split" : "whole", d.latency, pp_hint_name(hint), pp_mode_name(mode), capbuf);
+        printf("makespan     %.6g\nlower_bound  %.6g\nefficiency   %.4f\nbubble       %.4f\n", r.makespan,
+               r.lower_bound, r.efficiency, r.bubble);
+        if (d.P <= 32) {
+            printf("rank   busy      idle      cap  peak-in-flight\n");
+            for (int k = 0; k < d.P; k++) {
+                double busy = 0;
+                for (int i = 0; i < r.n_exec[k]; i++) busy += r.exec[k][i].end - r.exec[k][i].start;
+                char cb[16];
+                if (mode == PP_MODE_READY) snprintf(cb, sizeof cb, "%d", r.cap[k]);
+                else snprintf(cb, sizeof cb, "-");
+                printf("%4d  %-9.4g %-9.4g %4s  %d\n", k, busy, r.makespan - busy, cb, r.peak_inflight[k]);
+            }
+        }
+        printf("simulated in %.3f s (%ld dispatcher decisions)\n", wall, r.decisions);
+    }
+    if (trace && write_sim_trace(trace, &r, d.P, err, sizeof err)) {
+        fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        rc = 1;
+    }
+out:
+    pp_sim_result_free(&r);
+    pp_durations_free(&d);
+    return rc;
+}

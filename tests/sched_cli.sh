@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# sched_cli.sh — command-line contract of `rrfp-mm sim` and `rrfp-mm trace`:
+# the one-object JSON output, a hand-computed makespan through a duration file, clear errors for bad
+# duration files (exit 1) and bad usage (exit 2), --dump round trip, and the trace SVG (well-formed,
+# one row per rank, one rectangle per task).
+# Usage: sched_cli.sh path/to/rrfp-mm
+set -u
+BIN=${1:?usage: sched_cli.sh rrfp-mm}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect RC PATTERN -- CMD...: exit status RC and stderr matching PATTERN (grep -E).
+expect() {
+  local rc=$1 pat=$2; shift 3
+  "$@" >"$T/out" 2>"$T/err"
+  local got=$?
+  if [ "$got" != "$rc" ]; then fail "$* -> exit $got, expected $rc; stderr: $(cat "$T/err")"; return; fi
+  if [ -n "$pat" ] && ! grep -Eq -e "$pat" "$T/err"; then fail "$* -> stderr does not match '$pat': $(cat "$T/err")"; fi
+}
+
+# 1. Hand-computed case (see test_sched.c test_makespans): P=2, M=2, F=1, B=2, latency 0.5.
+cat >"$T/d.json" <<'EOF'
+{"stages": 2, "microbatches": 2, "latency": 0.5,
+ "F": [[1, 1], [1, 1]], "B": [[2, 2], [2, 2]]}
+EOF
+for spec in "fixed-sync 10.5" "fixed 10" "ready 10"; do
+  set -- $spec
+  "$BIN" sim --durations "$T/d.json" --mode "$1" --hint 1f1b --json >"$T/j" 2>"$T/err" || fail "sim $1: $(cat "$T/err")"
+  python3 - "$T/j" "$1" "$2" <<'EOF' || fail "json for mode $2"
+import json, sys
+text = open(sys.argv[1]).read()
+o = json.loads(text)                      # exactly one JSON object, nothing else on stdout
+assert text.strip().count("\n") == 0, text
+assert list(o) == ["mode", "hint", "cap", "makespan", "lower_bound", "efficiency", "bubble"], list(o)
+assert o["mode"] == sys.argv[2] and o["hint"] == "1f1b", o
+assert o["makespan"] == float(sys.argv[3]), o
+assert o["lower_bound"] == 10.0, o
+assert abs(o["efficiency"] - 10.0 / o["makespan"]) < 1e-12, o
+# bubble = 1 - sum of durations / (P * makespan) = 1 - 12 / (2 * makespan)
+assert abs(o["bubble"] - (1 - 12 / (2 * o["makespan"]))) < 1e-12, o
+assert (o["cap"] is None) == (sys.argv[2] != "ready"), o
+EOF
+done
+"$BIN" sim --durations "$T/d.json" --mode ready --hint 1f1b --cap 1.5x --json | grep -q '"cap":"1.5x"' || fail "cap 1.5x in json"
+"$BIN" sim --durations "$T/d.json" --mode ready --hint 1f1b --cap 3 --json | grep -q '"cap":3,' || fail "cap 3 in json"
+
+# 2. Bad duration files: exit 1, message naming the field.
+bad() {  # bad NAME JSON PATTERN
+  printf '%s' "$2" >"$T/$1.json"
+  expect 1 "$3" -- "$BIN" sim --durations "$T/$1.json" --mode ready --hint 1f1b
+}
+bad short '{"stages": 2, "microbatches": 8, "latency": 0, "F": [[1,1,1,1,1,1,1,1],[1,1,1,1,1,1,1]], "B": [[1,1,1,1,1,1,1,1],[1,1,1,1,1,1,1,1]]}' \
+  'F\[1\] has 7 entries, expected M=8'
+bad rows '{"stages": 3, "microbatches": 1, "F": [[1],[1]], "B": [[1],[1],[1]]}' 'F has 2 rows, expected stages=3'
+bad nostages '{"microbatches": 1, "F": [[1]], "B": [[1]]}' 'missing key "stages"'
+bad negative '{"stages": 1, "microbatches": 2, "F": [[1,1]], "B": [[1,-2]]}' 'B\[0\]\[1\] must be a finite non-negative number, got -2'
+bad wrow '{"stages": 1, "microbatches": 2, "F": [[1,1]], "B": [[1,1]], "W": [[1]]}' 'W\[0\] has 1 entries, expected M=2'
+bad syntax '{"stages": 1,
+"microbatches": 2 "F": []}' 'syntax.json:2: not valid JSON'
+expect 1 'cannot read duration file' -- "$BIN" sim --durations "$T/missing.json"
+
+# 3. Usage errors: exit 2.
+expect 2 "unknown --mode 'eager'" -- "$BIN" sim --durations "$T/d.json" --mode eager
+expect 2 "unknown --hint" -- "$BIN" sim --durations "$T/d.json" --hint zb-h9
+expect 2 "bad cap" -- "$BIN" sim --durations "$T/d.json" --cap 1.5
+expect 2 "--stages expects an integer" -- "$BIN" sim --stages x --microbatches 4
+expect 2 "give --durations FILE" -- "$BIN" sim
+expect 2 "mode fixed cannot run it; use --mode ready" -- "$BIN" sim --durations "$T/d.json" --mode fixed --hint bfw
+expect 2 "divisible by the pipeline size" -- "$BIN" sim --stages 4 --microbatches 6 --hint interleaved-1f1b --chunks 2
+expect 2 "unknown option" -- "$BIN" sim --frobnicate
+
+# 4. --dump writes a duration file that reproduces the same result.
+"$BIN" sim --stages 4 --microbatches 12 --kind mm --split-backward --seed 5 --hint zb-h1 --mode fixed --dump "$T/g.json" --json >"$T/a" \
+  || fail "generate + dump"
+"$BIN" sim --durations "$T/g.json" --hint zb-h1 --mode fixed --json >"$T/b" || fail "reload dump"
+cmp -s "$T/a" "$T/b" || fail "dumped durations give a different result: $(cat "$T/a") vs $(cat "$T/b")"
+
+# 5. Trace: sim --trace, then trace --svg; well-formed SVG, one row per rank, one rect per task.
+"$BIN" sim --stages 4 --microbatches 6 --kind mm --split-backward --hint bfw --mode ready --cap 1.5x --trace "$T/t.json" >/dev/null \
+  || fail "sim --trace"
+"$BIN" trace "$T/t.json" --svg "$T/t.svg" --json "$T/m.json" 2>"$T/err" || fail "trace: $(cat "$T/err")"
+python3 - "$T/t.svg" "$T/m.json" <<'EOF' || fail "svg structure"
+import json, sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+rects = root.iter(ns + "rect")
+rows, tasks = [], {"F": 0, "B": 0, "W": 0}
+for r in rects:
+    cls = r.get("class", "").split()
+    if cls == ["row"]:
+        rows.append(int(r.get("data-rank")))
+    elif cls and cls[0] == "task":
+        tasks[cls[1]] += 1
+assert rows == [0, 1, 2, 3], rows
+assert tasks == {"F": 24, "B": 24, "W": 24}, tasks   # P * M tasks of each kind
+m = json.load(open(sys.argv[2]))
+spans = [e for e in m["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("F", "B", "W")]
+assert len(spans) == 72, len(spans)
+flows = [e for e in m["traceEvents"] if e.get("ph") in ("s", "f")]
+# Messages: F from ranks 0..2 and B from ranks 1..3, M each, a start and an end per message.
+assert len(flows) == 2 * 2 * 3 * 6, len(flows)
+EOF
+# Per-rank files merge into the same picture: split the simulated trace by pid and merge again.
+python3 - "$T/t.json" "$T" <<'EOF' || fail "split trace"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+for r in range(4):
+    json.dump({"traceEvents": [e for e in ev if e.get("pid") == r]}, open(f"{sys.argv[2]}/rank{r}.json", "w"))
+EOF
+"$BIN" trace "$T"/rank0.json "$T"/rank1.json "$T"/rank2.json "$T"/rank3.json --svg "$T/t2.svg" 2>/dev/null || fail "trace of rank files"
+python3 -c "
+import sys, xml.etree.ElementTree as ET
+n = sum(1 for r in ET.parse(sys.argv[1]).getroot().iter('{http://www.w3.org/2000/svg}rect') if r.get('class','').startswith('task'))
+assert n == 72, n" "$T/t2.svg" || fail "rank-file svg"
+echo '{"traceEvents": [' >"$T/broken.json"
+expect 1 'broken.json:.*not valid JSON' -- "$BIN" trace "$T/broken.json" --svg "$T/x.svg"
+[ -e "$T/x.svg" ] && fail "an svg was written for a broken trace"
+echo '{"traceEvents": []}' >"$T/empty.json"
+expect 1 'no task spans' -- "$BIN" trace "$T/empty.json" --svg "$T/x.svg"
+expect 2 'give at least one trace file' -- "$BIN" trace --svg "$T/x.svg"
+
+if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
+echo "sched_cli: all checks passed"
