@@ -1,0 +1,112 @@
+// cuda_common.cuh — what every CUDA op file shares: the check macros (llm.c style, with HINT lines),
+// the backend context (one stream, one cuBLAS handle, a device error record), warp/block reductions
+// and the deterministic column reduction used by every bias / norm-weight gradient.
+//
+// Device code never aborts: a kernel that meets bad user data (a target outside the vocabulary, a
+// negative token id) writes what it saw into cuda_ctx.error and carries on; the host reports it, with
+// the row and the value, at the next synchronize() or copy_d2h (see cuda_check_device_errors).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "engine/cuda/kernel_math.h"
+#include "engine/engine.h"
+
+// ---- errors ------------------------------------------------------------------------------------
+
+void cuda_check(cudaError_t err, const char* file, int line);
+void cublas_check(cublasStatus_t st, const char* file, int line);
+#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
+#define cublasCheck(st) cublas_check((st), __FILE__, __LINE__)
+
+// Kinds of bad data a kernel can meet (the first one met is recorded).
+enum {
+    CUDA_ERR_NONE = 0,
+    CUDA_ERR_CE_TARGET = 1,   // cross-entropy target outside [0, V) and not -100: index = row, value = target
+    CUDA_ERR_EMBEDDING_ID = 2 // negative token id: index = row, value = id
+};
+// Record (kind, index, value) unless an earlier error is already there.
+static __device__ inline void cuda_report_error(int* rec, int kind, int index, int value) {
+    if (atomicCAS(rec, 0, kind) == 0) {
+        rec[1] = index;
+        rec[2] = value;
+        __threadfence();
+    }
+}
+// Dies with a clear message if a kernel recorded bad data (synchronises the stream).
+void cuda_check_device_errors(void);
+
+// ---- context -----------------------------------------------------------------------------------
+
+typedef struct {
+    int device;
+    cudaDeviceProp prop;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    int* error; // device int[3]: kind, index, value (see cuda_report_error)
+} CudaContext;
+extern CudaContext cuda_ctx;
+
+static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+static inline unsigned ceil_div_z(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+// ---- reductions ----------------------------------------------------------------------------------
+
+static __device__ inline float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ inline float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `shared` holds 32 floats; the function synchronises before reusing it, so it can be called
+// repeatedly with the same buffer.
+static __device__ inline float block_sum(float v, float* shared) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); // the previous call's readers are done with `shared`
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+static __device__ inline float block_max(float v, float* shared) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? shared[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// out[c] += sum_n f(n, c) for c < C, rows summed in a fixed order (deterministic, no atomics).
+// Block (32, 8): 32 columns, 8 row lanes that stride over N; a shared transpose sums the 8 lanes.
+// Used for dbias (f = dout), LayerNorm / RMSNorm weight gradients.
+#define COLUMN_SUM_ROWS 8
+template <typename F>
+static __global__ void column_sum_kernel(float* out, F f, int N, int C) {
+    __shared__ float part[COLUMN_SUM_ROWS][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (c < C)
+        for (int n = threadIdx.y; n < N; n += COLUMN_SUM_ROWS) acc += f(n, c);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = 0.0f;
+        for (int r = 0; r < COLUMN_SUM_ROWS; r++) s += part[r][threadIdx.x];
+        out[c] += s;
+    }
+}
+template <typename F>
+static void column_sum_cuda(float* out, F f, int N, int C, cudaStream_t stream) {
+    if (N == 0 || C == 0) return;
+    dim3 block(32, COLUMN_SUM_ROWS);
+    column_sum_kernel<<<ceil_div(C, 32), block, 0, stream>>>(out, f, N, C);
+    cudaCheck(cudaGetLastError());
+}

@@ -1,0 +1,51 @@
+// cuda_ops.cuh — prototypes of the CUDA backend's entries (one .cu file per op family, ggml norm.cuh
+// style). Each has exactly the signature of its slot in engine/engine.h's Backend, where the contract
+// is documented; every pointer is device memory. cuda_backend.cu gathers them into the table.
+// Each entry runs on cuda_ctx.stream through a static launcher `<op>_cuda(..., cudaStream_t)` that
+// launches a static `<op>_kernel` and checks cudaGetLastError().
+#pragma once
+
+#include <stddef.h>
+
+// linear.cu (cuBLAS, through engine/gemm_desc.h)
+void cuda_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void cuda_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int N, int C, int OC);
+
+// norm.cu
+void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C);
+void cuda_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int C);
+void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C);
+void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                           const float* rstd, int N, int C);
+
+// elementwise.cu
+void cuda_gelu_forward(float* out, const float* inp, size_t n);
+void cuda_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+void cuda_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
+void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
+void cuda_add_forward(float* out, const float* a, const float* b, size_t n);
+
+// rope.cu
+void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld);
+void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld);
+void cuda_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+
+// embedding.cu
+void cuda_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
+void cuda_embedding_backward(float* dtable, const float* dout, const int* ids, int N, int C);
+
+// crossentropy.cu
+void cuda_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
+void cuda_crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
+                                float scale, int N, int V);
+
+// attention.cu
+void cuda_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
+                             int H, int d, int ld_qkv, int causal);

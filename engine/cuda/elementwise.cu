@@ -1,0 +1,88 @@
+// elementwise.cu — GELU (tanh), SwiGLU and the residual add on CUDA: one thread per element, every
+// value from kernel_math.h (checked against the CPU backend by tests/test_kernel_math.c).
+// In place is allowed where engine.h says so (out == inp): each thread reads its element before it
+// writes it.
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+
+#define ELEMENTWISE_BLOCK 256
+
+// ---- GELU ----------------------------------------------------------------------------------------
+
+static __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_gelu_tanh(inp[i]);
+}
+static void gelu_forward_cuda(float* out, const float* inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    gelu_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, inp, n);
+    cudaCheck(cudaGetLastError());
+}
+
+static __global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dinp[i] += rr_gelu_tanh_grad(inp[i]) * dout[i];
+}
+static void gelu_backward_cuda(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    gelu_backward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(dinp, dout, inp, n);
+    cudaCheck(cudaGetLastError());
+}
+
+void cuda_gelu_forward(float* out, const float* inp, size_t n) { gelu_forward_cuda(out, inp, n, cuda_ctx.stream); }
+void cuda_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+    gelu_backward_cuda(dinp, dout, inp, n, cuda_ctx.stream);
+}
+
+// ---- SwiGLU --------------------------------------------------------------------------------------
+
+static __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_swiglu(gate[i], up[i]);
+}
+static void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    swiglu_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, gate, up, n);
+    cudaCheck(cudaGetLastError());
+}
+
+// dgate / dup may be NULL (split backward)
+static __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate,
+                                              const float* up, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float dg, du;
+    rr_swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
+    if (dgate) dgate[i] += dg;
+    if (dup) dup[i] += du;
+}
+static void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                 size_t n, cudaStream_t stream) {
+    if (n == 0 || (!dgate && !dup)) return;
+    swiglu_backward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(dgate, dup, dout, gate,
+                                                                                               up, n);
+    cudaCheck(cudaGetLastError());
+}
+
+void cuda_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+    swiglu_forward_cuda(out, gate, up, n, cuda_ctx.stream);
+}
+void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
+    swiglu_backward_cuda(dgate, dup, dout, gate, up, n, cuda_ctx.stream);
+}
+
+// ---- add -----------------------------------------------------------------------------------------
+
+static __global__ void add_forward_kernel(float* out, const float* a, const float* b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+static void add_forward_cuda(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    add_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, a, b, n);
+    cudaCheck(cudaGetLastError());
+}
+
+void cuda_add_forward(float* out, const float* a, const float* b, size_t n) {
+    add_forward_cuda(out, a, b, n, cuda_ctx.stream);
+}

@@ -1,0 +1,53 @@
+// embedding.cu — token embedding on CUDA: out (N, C) = table[ids[n]], dtable (V, C) += scatter of dout.
+//
+// The backward uses float atomicAdd, one thread per (row, channel): the same id occurs many times
+// in a microbatch and the adds into its row race otherwise. The order of those adds varies from run
+// to run, so dtable can differ in the last bits between runs (within fp32 round-off of the CPU's
+// in-order sum); everything else in this backend is deterministic.
+// A negative id is recorded in the device error record (reported at the next synchronize) and its
+// row reads / writes nothing.
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+
+static __global__ void embedding_forward_kernel(float* out, const int* ids, const float* table, int N, int C,
+                                                int* err) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    int id = ids[n];
+    if (id < 0) {
+        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id);
+        out[i] = 0.0f;
+        return;
+    }
+    out[i] = table[(size_t)id * C + c];
+}
+static void embedding_forward_cuda(float* out, const int* ids, const float* table, int N, int C, cudaStream_t stream) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    embedding_forward_kernel<<<ceil_div_z(n, 256), 256, 0, stream>>>(out, ids, table, N, C, cuda_ctx.error);
+    cudaCheck(cudaGetLastError());
+}
+
+static __global__ void embedding_backward_kernel(float* dtable, const float* dout, const int* ids, int N, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    int id = ids[n];
+    if (id < 0) return; // reported by the forward
+    atomicAdd(&dtable[(size_t)id * C + c], dout[i]);
+}
+static void embedding_backward_cuda(float* dtable, const float* dout, const int* ids, int N, int C,
+                                    cudaStream_t stream) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    embedding_backward_kernel<<<ceil_div_z(n, 256), 256, 0, stream>>>(dtable, dout, ids, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+void cuda_embedding_forward(float* out, const int* ids, const float* table, int N, int C) {
+    embedding_forward_cuda(out, ids, table, N, C, cuda_ctx.stream);
+}
+void cuda_embedding_backward(float* dtable, const float* dout, const int* ids, int N, int C) {
+    embedding_backward_cuda(dtable, dout, ids, N, C, cuda_ctx.stream);
+}

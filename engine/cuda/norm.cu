@@ -1,0 +1,152 @@
+// norm.cu — LayerNorm and RMSNorm on CUDA (ggml norm.cu style: both norms in one file).
+//
+// Forward and the input gradient: one block per row; the row sums are block reductions and every
+// value comes from kernel_math.h (rr_layernorm_*, rr_rmsnorm_*), the same functions
+// tests/test_kernel_math.c checks against the CPU backend. Weight / bias gradients are
+// deterministic column sums over the rows (cuda_common.cuh). Sums are in float (the CPU reference
+// uses double): for the widths here (C <= a few thousand) the difference is a few float eps.
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+
+// threads for a per-row block: a multiple of 32, no more than 256, no more than C needs
+static int norm_block_size(int C) {
+    int t = ((C + 31) / 32) * 32;
+    return t < 32 ? 32 : (t > 256 ? 256 : t);
+}
+
+// ---- LayerNorm -----------------------------------------------------------------------------------
+
+static __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                                const float* weight, const float* bias, int C) {
+    __shared__ float shared[32];
+    const float* x = inp + (size_t)blockIdx.x * C;
+    float* y = out + (size_t)blockIdx.x * C;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    float m = rr_layernorm_mean(block_sum(s, shared), C);
+    float ssd = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float dx = x[c] - m;
+        ssd += dx * dx;
+    }
+    float r = rr_layernorm_rstd(block_sum(ssd, shared), C);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = rr_layernorm_out(x[c], m, r, weight[c], bias[c]);
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = m;
+        rstd[blockIdx.x] = r;
+    }
+}
+static void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                   const float* bias, int N, int C, cudaStream_t stream) {
+    if (N == 0) return;
+    layernorm_forward_kernel<<<N, norm_block_size(C), 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+    cudaCheck(cudaGetLastError());
+}
+
+static __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                       const float* weight, const float* mean, const float* rstd,
+                                                       int C) {
+    __shared__ float shared[32];
+    size_t row = (size_t)blockIdx.x * C;
+    const float *x = inp + row, *dy = dout + row;
+    float* dx = dinp + row;
+    float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+    float g_sum = 0.0f, gx_sum = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = dy[c] * weight[c];
+        g_sum += g;
+        gx_sum += g * (x[c] - m) * r;
+    }
+    float g_mean = block_sum(g_sum, shared) / C;
+    float gx_mean = block_sum(gx_sum, shared) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rr_layernorm_dx(dy[c], x[c], weight[c], m, r, g_mean, gx_mean);
+}
+static void layernorm_backward_input_cuda(float* dinp, const float* dout, const float* inp, const float* weight,
+                                          const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+    if (N == 0) return;
+    layernorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
+    cudaCheck(cudaGetLastError());
+}
+
+struct LayernormDweight { // dout * xhat
+    const float *dout, *inp, *mean, *rstd;
+    int C;
+    __device__ float operator()(int n, int c) const {
+        size_t i = (size_t)n * C + c;
+        return dout[i] * (inp[i] - mean[n]) * rstd[n];
+    }
+};
+struct RowsOfDout {
+    const float* dout;
+    int C;
+    __device__ float operator()(int n, int c) const { return dout[(size_t)n * C + c]; }
+};
+
+void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C) {
+    layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, cuda_ctx.stream);
+}
+
+void cuda_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int C) {
+    if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_ctx.stream);
+    if (dweight) column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_ctx.stream);
+    if (dbias) column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_ctx.stream);
+}
+
+// ---- RMSNorm -------------------------------------------------------------------------------------
+
+static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C) {
+    __shared__ float shared[32];
+    const float* x = inp + (size_t)blockIdx.x * C;
+    float* y = out + (size_t)blockIdx.x * C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+    float r = rr_rmsnorm_rstd(block_sum(ss, shared), C);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = rr_rmsnorm_out(x[c], r, weight[c]);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+}
+static void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                 cudaStream_t stream) {
+    if (N == 0) return;
+    rmsnorm_forward_kernel<<<N, norm_block_size(C), 0, stream>>>(out, rstd, inp, weight, C);
+    cudaCheck(cudaGetLastError());
+}
+
+static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+                                                     const float* weight, const float* rstd, int C) {
+    __shared__ float shared[32];
+    size_t row = (size_t)blockIdx.x * C;
+    const float *x = inp + row, *dy = dout + row;
+    float* dx = dinp + row;
+    float r = rstd[blockIdx.x];
+    float gx = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) gx += dy[c] * weight[c] * x[c];
+    float gx_mean = block_sum(gx, shared) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rr_rmsnorm_dx(dy[c], x[c], weight[c], r, gx_mean);
+}
+static void rmsnorm_backward_input_cuda(float* dinp, const float* dout, const float* inp, const float* weight,
+                                        const float* rstd, int N, int C, cudaStream_t stream) {
+    if (N == 0) return;
+    rmsnorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dout, inp, weight, rstd, C);
+    cudaCheck(cudaGetLastError());
+}
+
+struct RmsnormDweight { // dout * x * rstd
+    const float *dout, *inp, *rstd;
+    int C;
+    __device__ float operator()(int n, int c) const {
+        size_t i = (size_t)n * C + c;
+        return dout[i] * inp[i] * rstd[n];
+    }
+};
+
+void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C) {
+    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, cuda_ctx.stream);
+}
+
+void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                           const float* rstd, int N, int C) {
+    if (dinp) rmsnorm_backward_input_cuda(dinp, dout, inp, weight, rstd, N, C, cuda_ctx.stream);
+    if (dweight) column_sum_cuda(dweight, RmsnormDweight{dout, inp, rstd, C}, N, C, cuda_ctx.stream);
+}

@@ -1,0 +1,208 @@
+/* test_gemm_desc.c — the CUDA backend's GEMM layout logic, tested on the CPU.
+ *
+ * Every cuBLAS call of the CUDA backend is a GemmDesc (engine/gemm_desc.h). Here each desc is run
+ * through column-major cblas_sgemm (CblasColMajor: the same argument convention as cublasSgemm)
+ * and compared with the CPU backend's row-major linear op, for many shapes including 1s, odd
+ * primes and the model's widths. What this catches: a wrong transpose, a swapped operand, a wrong
+ * m/n/k or leading dimension, beta 0 where the backward must add (or 1 where the forward must
+ * overwrite), and reads or writes outside an operand (every buffer sits between NaN guard zones:
+ * a stray read turns a result into NaN, a stray write changes a guard).
+ *
+ * Usage: test_gemm_desc   (one line per shape; exit 1 on any failure) */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine.h"
+#include "engine/gemm_desc.h"
+
+/* Tolerance: max |desc - cpu| / max |cpu| per tensor. Both sides are fp32 GEMMs over the same K
+ * products, summed in different orders by BLIS's kernels (the layouts differ), so they differ by
+ * rounding only: at most ~K eps relative to the sum of |terms| (K <= 300 here: 4e-5), typically a
+ * few eps. A layout bug (wrong operand, transpose, ld, beta) gives errors of order 1. */
+#define GEMM_DESC_TOL 1e-4
+
+#define GUARD 16 /* floats of NaN on each side of every buffer */
+
+static uint64_t rng_state = 0x1234567887654321ull;
+static float rng_sym(void) { /* splitmix64 -> [-1, 1) */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(2.0 * (double)(z >> 11) * (1.0 / 9007199254740992.0) - 1.0);
+}
+
+/* A buffer of n floats with NaN guards around it. */
+typedef struct {
+    float* base;
+    float* p;
+    size_t n;
+} Guarded;
+static Guarded guarded_new(size_t n) {
+    Guarded g;
+    g.n = n;
+    g.base = mallocCheck((n + 2 * GUARD) * sizeof(float));
+    for (size_t i = 0; i < n + 2 * GUARD; i++) g.base[i] = NAN;
+    g.p = g.base + GUARD;
+    return g;
+}
+static void guarded_fill(Guarded* g) {
+    for (size_t i = 0; i < g->n; i++) g->p[i] = rng_sym();
+}
+static int guarded_intact(const Guarded* g) {
+    for (size_t i = 0; i < GUARD; i++)
+        if (!isnan(g->base[i]) || !isnan(g->p[g->n + i])) return 0;
+    return 1;
+}
+
+/* Run one desc through column-major CBLAS, exactly as linear.cu hands it to cublasSgemm. */
+static void gemm_desc_run_cblas(const GemmDesc* g, const GemmOperands* ops) {
+    const float *A, *B;
+    float* C;
+    gemm_desc_operands(g, ops, &A, &B, &C);
+    cblas_sgemm(CblasColMajor, g->opA ? CblasTrans : CblasNoTrans, g->opB ? CblasTrans : CblasNoTrans, g->m, g->n,
+                g->k, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+}
+
+static double max_err(const float* got, const float* ref, size_t n) {
+    double e = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= e)) e = d; /* NaN propagates */
+        if (fabs(ref[i]) > m) m = fabs(ref[i]);
+    }
+    return m > 0 ? e / m : e;
+}
+
+static int check(const char* what, int N, int C, int OC, const GemmDesc* g, const Guarded* got, const float* ref) {
+    char buf[256];
+    double e = max_err(got->p, ref, got->n);
+    int ok = gemm_desc_valid(g) && guarded_intact(got) && e <= GEMM_DESC_TOL;
+    printf("  %-16s N=%-4d C=%-4d OC=%-4d err=%.2e %s  [%s]\n", what, N, C, OC, e, ok ? "ok" : "FAIL",
+           gemm_desc_format(g, buf, sizeof buf));
+    if (!gemm_desc_valid(g)) printf("    desc breaks the BLAS argument rules\n");
+    if (!guarded_intact(got)) printf("    desc wrote outside its output\n");
+    return ok;
+}
+
+static int test_shape(int N, int C, int OC) {
+    Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), dout = guarded_new((size_t)N * OC);
+    Guarded out = guarded_new((size_t)N * OC), dinp = guarded_new((size_t)N * C), dw = guarded_new((size_t)OC * C);
+    guarded_fill(&inp);
+    guarded_fill(&w);
+    guarded_fill(&dout);
+    float* ref_out = mallocCheck((size_t)N * OC * sizeof(float));
+    float* ref_dinp = mallocCheck((size_t)N * C * sizeof(float));
+    float* ref_dw = mallocCheck((size_t)OC * C * sizeof(float));
+    GemmOperands ops;
+    memset(&ops, 0, sizeof ops);
+    ops.ptr[GEMM_PTR_INP] = inp.p;
+    ops.ptr[GEMM_PTR_WEIGHT] = w.p;
+    ops.ptr[GEMM_PTR_OUT] = out.p;
+    ops.ptr[GEMM_PTR_DOUT] = dout.p;
+    ops.ptr[GEMM_PTR_DINP] = dinp.p;
+    ops.ptr[GEMM_PTR_DWEIGHT] = dw.p;
+    int ok = 1;
+
+    /* forward overwrites: out starts as garbage (beta must be 0) */
+    guarded_fill(&out);
+    cpu_linear_forward(ref_out, inp.p, w.p, NULL, N, C, OC);
+    GemmDesc g = gemm_desc_linear_forward(N, C, OC);
+    gemm_desc_run_cblas(&g, &ops);
+    ok &= check("forward", N, C, OC, &g, &out, ref_out);
+
+    /* backward adds: both sides start from the same random gradients */
+    guarded_fill(&dinp);
+    memcpy(ref_dinp, dinp.p, (size_t)N * C * sizeof(float));
+    cpu_linear_backward(ref_dinp, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+    g = gemm_desc_linear_backward_input(N, C, OC);
+    gemm_desc_run_cblas(&g, &ops);
+    ok &= check("backward_input", N, C, OC, &g, &dinp, ref_dinp);
+
+    guarded_fill(&dw);
+    memcpy(ref_dw, dw.p, (size_t)OC * C * sizeof(float));
+    cpu_linear_backward(NULL, ref_dw, NULL, dout.p, inp.p, w.p, N, C, OC);
+    g = gemm_desc_linear_backward_weight(N, C, OC);
+    gemm_desc_run_cblas(&g, &ops);
+    ok &= check("backward_weight", N, C, OC, &g, &dw, ref_dw);
+
+    ok &= guarded_intact(&inp) && guarded_intact(&w) && guarded_intact(&dout);
+    free(inp.base), free(w.base), free(dout.base), free(out.base), free(dinp.base), free(dw.base);
+    free(ref_out), free(ref_dinp), free(ref_dw);
+    return ok;
+}
+
+/* The desc of a square problem cannot tell m from n or lda from ldb; a non-square one can. This
+ * also checks that a desc that breaks the BLAS rules is recognised (the CUDA path asserts it). */
+static int test_validity(void) {
+    GemmDesc g = gemm_desc_linear_forward(5, 7, 3);
+    int ok = gemm_desc_valid(&g);
+    g.lda = 2; /* A is W stored (C=7, OC=3) column-major, op T: lda must be >= 7 */
+    ok &= !gemm_desc_valid(&g);
+    g = gemm_desc_linear_backward_weight(5, 7, 3);
+    g.ldc = 6;
+    ok &= !gemm_desc_valid(&g);
+    printf("  validity rules %s\n", ok ? "ok" : "FAIL");
+    return ok;
+}
+
+/* The test must be able to fail: descs with one deliberate layout bug each must be caught. */
+static int test_mutants(void) {
+    int N = 13, C = 17, OC = 19, ok = 1;
+    Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), dout = guarded_new((size_t)N * OC);
+    Guarded out = guarded_new((size_t)N * OC), dinp = guarded_new((size_t)N * C);
+    guarded_fill(&inp), guarded_fill(&w), guarded_fill(&dout);
+    float* ref = mallocCheck((size_t)N * (C > OC ? C : OC) * sizeof(float));
+    GemmOperands ops;
+    memset(&ops, 0, sizeof ops);
+    ops.ptr[GEMM_PTR_INP] = inp.p, ops.ptr[GEMM_PTR_WEIGHT] = w.p, ops.ptr[GEMM_PTR_OUT] = out.p;
+    ops.ptr[GEMM_PTR_DOUT] = dout.p, ops.ptr[GEMM_PTR_DINP] = dinp.p;
+    for (int mutant = 0; mutant < 4; mutant++) {
+        GemmDesc g;
+        Guarded* got;
+        if (mutant < 3) {
+            cpu_linear_forward(ref, inp.p, w.p, NULL, N, C, OC);
+            g = gemm_desc_linear_forward(N, C, OC);
+            got = &out;
+            guarded_fill(got);
+            if (mutant == 0) g.beta = 1.0f;                   /* forward that adds to garbage */
+            if (mutant == 1) g.opA = 0, g.lda = OC;           /* W not transposed */
+            if (mutant == 2) g.a = GEMM_PTR_INP, g.b = GEMM_PTR_WEIGHT, g.m = N, g.n = OC, g.ldc = N; /* swapped */
+        } else {
+            got = &dinp;
+            guarded_fill(got);
+            memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
+            cpu_linear_backward(ref, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+            g = gemm_desc_linear_backward_input(N, C, OC);
+            g.beta = 0.0f; /* backward that overwrites instead of adding */
+        }
+        if (!gemm_desc_valid(&g)) continue; /* caught by the rules already */
+        gemm_desc_run_cblas(&g, &ops);
+        double e = max_err(got->p, ref, got->n);
+        int caught = !(e <= GEMM_DESC_TOL) || !guarded_intact(got);
+        printf("  mutant %d err=%.2e %s\n", mutant, e, caught ? "caught" : "NOT CAUGHT");
+        ok &= caught;
+    }
+    free(inp.base), free(w.base), free(dout.base), free(out.base), free(dinp.base), free(ref);
+    return ok;
+}
+
+int main(void) {
+    /* (N, C, OC): ones, odd primes, N much smaller / larger than the widths, and the model's shapes
+     * (ViT qkv 3Dv, MLP 4Dv, LM head V) at small widths */
+    static const int shapes[][3] = {
+        {1, 1, 1},    {1, 1, 7},    {1, 7, 1},     {7, 1, 1},    {2, 3, 5},    {5, 3, 2},     {13, 17, 19},
+        {31, 7, 64},  {64, 31, 7},  {7, 64, 31},   {1, 128, 96}, {97, 1, 33},  {33, 97, 1},   {77, 64, 192},
+        {77, 64, 256}, {77, 256, 64}, {130, 96, 300}, {257, 48, 48}, {3, 300, 11}, {300, 5, 129},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) ok &= test_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
+    ok &= test_validity();
+    ok &= test_mutants();
+    printf("gemm_desc: %s\n", ok ? "ok" : "FAILED");
+    return ok ? 0 : 1;
+}
