@@ -260,25 +260,29 @@ double pp_lower_bound(const PpDurations* d, int V) {
     double* pf = callocCheck(M, sizeof(double));  // running sum over stages s' < s of F[s'][m] / V
     double* pb = callocCheck(M, sizeof(double));
     for (int s = 0; s < P; s++) {
-        double h = INFINITY, t = INFINITY, fb = 0, w = 0;
+        double h = INFINITY, t = INFINITY, fb = 0, fbw = 0;
         for (int m = 0; m < M; m++) {
             if (pf[m] < h) h = pf[m];
             if (pb[m] < t) t = pb[m];
             fb += d->F[s * M + m] + d->B[s * M + m];
-            if (d->W) w += d->W[s * M + m];
+            fbw += d->F[s * M + m] + d->B[s * M + m] + (d->W ? d->W[s * M + m] : 0);
         }
         h += s * L;
         t += s * L;
         if (h + fb + t > lb) lb = h + fb + t;
-        if (h + fb + w > lb) lb = h + fb + w;
+        if (h + fbw > lb) lb = h + fbw;
         for (int m = 0; m < M; m++) {
             pf[m] += d->F[s * M + m] / V;
             pb[m] += d->B[s * M + m] / V;
         }
     }
-    for (int m = 0; m < M; m++) {
-        double path = 2.0 * (P * V - 1) * L + (d->W ? d->W[m] / V : 0);
-        for (int s = 0; s < P; s++) path += d->F[s * M + m] + d->B[s * M + m];
+    for (int m = 0; m < M; m++) {  // summed in the formula's order: sum F + sum B + 2(PV-1)L + W[0][m]/V
+        double sf = 0, sb = 0;
+        for (int s = 0; s < P; s++) {
+            sf += d->F[s * M + m];
+            sb += d->B[s * M + m];
+        }
+        double path = sf + sb + 2.0 * (P * V - 1) * L + (d->W ? d->W[m] / V : 0);
         if (path > lb) lb = path;
     }
     free(pf);

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# sim.sh — the RRFP simulator table: P in {4, 8, 32, 128}, text-like and multimodal variance, modes
+# fixed-sync / fixed / ready, hints 1f1b / zb-h1 / bfw, ready's cap at 1x / 1.5x / 2x the 1F1B peak
+# (P - r; the peak of all three hints). M = 4P microbatches, latency 0.02 (units of one mean forward).
+#
+# Every row is run on the same generated durations (same seed) in this invocation; 1f1b runs the whole
+# backward (B = 2F, Megatron), zb-h1 and bfw the split one (B = F, W = F: the same total work). Columns:
+#   speedup = makespan(fixed-sync 1f1b) / makespan(row), the geometric mean over SEEDS seeds;
+#   eff     = lower_bound / makespan (mean), each against its own duration file's lower bound
+#             (the split file's bound is the lower one, so split rows are held to the tighter bound).
+# Then: ready vs fixed at the same hint (ratio of makespans, > 1.02 = ready loses by more than 2%),
+# the cost per dispatcher decision (heap vs scan of every task) and the simulator's speed at P=128, M=512.
+#
+# Usage: bench/sim.sh [path/to/rrfp-mm] [SEEDS]   (default build/rrfp-mm, 3 seeds)
+set -euo pipefail
+BIN=${1:-build/rrfp-mm}
+SEEDS=${2:-3}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+
+for P in 4 8 32 128; do
+  M=$((4 * P))
+  for kind in text mm; do
+    for seed in $(seq 1 "$SEEDS"); do
+      base="$T/$P-$kind-$seed"
+      "$BIN" sim --stages "$P" --microbatches "$M" --kind "$kind" --seed "$seed" --dump "$base-whole.json" --json >/dev/null
+      "$BIN" sim --stages "$P" --microbatches "$M" --kind "$kind" --seed "$seed" --split-backward \
+        --dump "$base-split.json" --json >/dev/null
+      run() {  # run MODE HINT FILE [CAP]
+        local capflag=()
+        [ -n "${4:-}" ] && capflag=(--cap "$4")
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t' "$P" "$kind" "$seed" "$1" "$2" "${4:--}"
+        "$BIN" sim --durations "$3" --mode "$1" --hint "$2" "${capflag[@]}" --json
+      }
+      run fixed-sync 1f1b "$base-whole.json"
+      run fixed-sync zb-h1 "$base-split.json"
+      run fixed 1f1b "$base-whole.json"
+      run fixed zb-h1 "$base-split.json"
+      for cap in 1x 1.5x 2x; do
+        run ready 1f1b "$base-whole.json" "$cap"
+        run ready zb-h1 "$base-split.json" "$cap"
+        run ready bfw "$base-split.json" "$cap"
+      done
+    done
+  done
+done >"$T/rows.tsv"
+
+python3 - "$T/rows.tsv" <<'EOF'
+import json, math, sys
+from collections import defaultdict
+rows = defaultdict(list)   # (P, kind, mode, hint, cap) -> [(seed, result)]
+for line in open(sys.argv[1]):
+    P, kind, seed, mode, hint, cap, js = line.rstrip("\n").split("\t", 6)
+    rows[(int(P), kind, mode, hint, cap)].append((int(seed), json.loads(js)))
+def makespan(P, kind, mode, hint, cap):
+    return {s: r["makespan"] for s, r in rows[(P, kind, mode, hint, cap)]}
+order = [("fixed-sync", "1f1b", "-"), ("fixed-sync", "zb-h1", "-"), ("fixed", "1f1b", "-"), ("fixed", "zb-h1", "-")]
+order += [("ready", h, c) for c in ("1x", "1.5x", "2x") for h in ("1f1b", "zb-h1", "bfw")]
+Ps = sorted({k[0] for k in rows})
+for kind in ("text", "mm"):
+    print(f"\n### {'text-like (lognormal sigma 0.1)' if kind == 'text' else 'multimodal (ViT variance on stage 0, V = 1.0)'}\n")
+    print("| mode | hint | cap | " + " | ".join(f"P={P} speedup | P={P} eff" for P in Ps) + " |")
+    print("|---|---|---|" + "---|---|" * len(Ps))
+    for mode, hint, cap in order:
+        cells = []
+        for P in Ps:
+            base = makespan(P, kind, "fixed-sync", "1f1b", "-")
+            cur = makespan(P, kind, mode, hint, cap)
+            sp = math.exp(sum(math.log(base[s] / cur[s]) for s in cur) / len(cur))
+            eff = sum(r["efficiency"] for _, r in rows[(P, kind, mode, hint, cap)]) / len(cur)
+            cells.append(f"{sp:.3f} | {eff:.3f}")
+        print(f"| {mode} | {hint} | {cap} | " + " | ".join(cells) + " |")
+print("\n### ready / fixed makespan at the same hint (geometric mean over seeds; > 1.020 = ready loses by more than 2%)\n")
+print("| kind | hint | cap | " + " | ".join(f"P={P}" for P in Ps) + " |")
+print("|---|---|---|" + "---|" * len(Ps))
+worst = (0, None)
+for kind in ("text", "mm"):
+    for hint in ("1f1b", "zb-h1"):
+        for cap in ("1x", "1.5x", "2x"):
+            cells = []
+            for P in Ps:
+                f = makespan(P, kind, "fixed", hint, "-")
+                r = makespan(P, kind, "ready", hint, cap)
+                ratios = [r[s] / f[s] for s in r]
+                g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                if max(ratios) > worst[0]:
+                    worst = (max(ratios), (kind, hint, cap, P))
+                cells.append(f"{g:.3f}")
+            print(f"| {kind} | {hint} | {cap} | " + " | ".join(cells) + " |")
+print(f"\nworst single-seed ready/fixed ratio: {worst[0]:.4f} at {worst[1]}")
+EOF
+
+echo
+"$BIN" sim --bench-dispatch --stages 128 --microbatches 512 --hint bfw --split-backward --cap 1.5x
+echo
+for mode in fixed-sync ready; do
+  hint=1f1b; [ "$mode" = ready ] && hint=bfw
+  "$BIN" sim --stages 128 --microbatches 512 --kind mm --split-backward --mode "$mode" --hint "$hint" --cap 1.5x \
+    | grep -E "^sim:|simulated in"
+done
