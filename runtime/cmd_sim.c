@@ -269,6 +269,9 @@ int cmd_sim(int argc, char** argv) {
         return 2;
     }
     if (variance < 0) variance = kind == PP_GEN_TEXT ? 0.1 : 1.0;
+    if (cap_text && mode != PP_MODE_READY && !bench)
+        fprintf(stderr, "rrfp-mm sim: warning: --cap applies to --mode ready only; mode %s runs the hint as a "
+                        "sequence, so the cap is ignored\n", pp_mode_name(mode));
     if (bench) return bench_dispatch(P ? (int)P : 128, M ? (int)M : 512, hint, split, cap, (uint64_t)seed);
 
     PpDurations d;

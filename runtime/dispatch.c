@@ -83,6 +83,14 @@ int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, 
     d->heap_f = mallocCheck(sizeof(int) * n);
     d->heap_o = mallocCheck(sizeof(int) * n);
     for (int i = 0; i < n; i++) d->hrank[pp_task_index(s, d->order[i])] = i;
+    if (cfg->mode != PP_MODE_READY) {
+        d->next_fb = mallocCheck(sizeof(int) * 2 * (n + 1));
+        d->next_fb[2 * n] = d->next_fb[2 * n + 1] = -1;
+        for (int i = n - 1; i >= 0; i--) {
+            d->next_fb[2 * i] = d->order[i].kind == PP_F ? i : d->next_fb[2 * (i + 1)];
+            d->next_fb[2 * i + 1] = d->order[i].kind == PP_B ? i : d->next_fb[2 * (i + 1) + 1];
+        }
+    }
     for (int i = 0; i < n; i++) {
         PpTask t = d->order[i], src;
         int sr;
@@ -104,6 +112,7 @@ void pp_dispatcher_free(PpDispatcher* d) {
     free(d->state);
     free(d->heap_f);
     free(d->heap_o);
+    free(d->next_fb);
     memset(d, 0, sizeof *d);
 }
 
@@ -206,4 +215,21 @@ int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t) {
     if (d->pos >= d->n) return 0;
     *t = d->order[d->pos];
     return 1;
+}
+
+int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[2]) {
+    int cand[2], nc = 0, k = 0;
+    if (d->pos >= d->n) return 0;
+    if (d->shape.chunks == 1) {
+        cand[nc++] = d->pos;
+    } else {
+        for (int kind = 0; kind < 2; kind++)
+            if (d->next_fb[2 * d->pos + kind] >= 0) cand[nc++] = d->next_fb[2 * d->pos + kind];
+    }
+    for (int i = 0; i < nc; i++) {
+        int sr;
+        PpTask src;
+        if (pp_task_input(&d->shape, d->rank, d->order[cand[i]], &sr, &src)) out[k++] = d->order[cand[i]];
+    }
+    return k;
 }

@@ -165,6 +165,7 @@ typedef struct {
     int* heap_o;        // ready B and W, min-heap of hint ranks
     int no;
     int pos;            // fixed modes: hint rank of the next task in sequence
+    int* next_fb;       // (n + 1, 2) fixed modes: first F / B at or after each hint rank, -1 if none
     int inflight;       // admitted microbatches: F(0, m) started, B(0, m) not finished
     int peak_inflight;
     double inflight_bytes;
@@ -194,9 +195,15 @@ int pp_dispatcher_next_scan(const PpDispatcher* d, PpTask* t);
 void pp_dispatcher_started(PpDispatcher* d, PpTask t);
 /* t has finished computing (its sends may still be in progress). */
 void pp_dispatcher_finished(PpDispatcher* d, PpTask t);
-/* The task the sequence runs next (fixed modes; posts its receive ahead). Returns 1 with *t, or 0 at
- * the end. */
+/* The task the sequence runs next (fixed modes). Returns 1 with *t, or 0 at the end. */
 int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t);
+/* fixed-sync: the tasks whose cross-rank receives are to be posted now, i.e. at time 0 and each time
+ * the rank finishes computing a task (whether or not that task's own send is still blocked). With one
+ * chunk: the next task of the sequence (DESIGN.md section 6). With several: the next forward and the
+ * next backward of the sequence, as Megatron's interleaved schedule posts both in one batched exchange
+ * (one receive ahead deadlocks its table). Tasks without a cross-rank input are left out; a receive
+ * may be returned again on a later call (the caller posts each once). Returns the count (0..2). */
+int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[2]);
 static inline int pp_dispatcher_all_done(const PpDispatcher* d) { return d->n_done == d->n; }
 
 /* ---- durations and the simulator ----------------------------------------------------------------- */

@@ -354,7 +354,6 @@ typedef struct {
     double* post;       // (P, n) fixed-sync: receive post time, NAN = not yet posted
     double* pend;       // (P, n) fixed-sync: finish time of a producer blocked on that receive, NAN = none
     int* pend_from;     // (P, n) that producer's rank
-    int* next_kind;     // (P, n + 1, 2) fixed-sync with chunks: next F / B position at or after i
     int msgs_cap;
     PpSimResult* res;
 } Sim;
@@ -389,25 +388,15 @@ static void sim_send(Sim* S, int src, int dst, int kz, double t_send) {
     res->msgs[res->n_msgs++] = m;
 }
 
-/* Rank r posts, at time t, the receive(s) its sequence needs next (fixed-sync). One chunk: the next
- * task's (DESIGN.md). Several chunks: the next forward's and the next backward's, as Megatron's
- * interleaved schedule posts both in one batched exchange; one receive ahead deadlocks its table. */
+/* Rank r posts, at time t, the receives its sequence needs next (fixed-sync; the dispatcher says
+ * which, so the runtime posts the same ones). */
 static void sim_post(Sim* S, int r, int k, double t);
 static void sim_post_ahead(Sim* S, int r, double t) {
-    const PpDispatcher* d = &S->disp[r];
-    int cand[2], nc = 0;
-    if (S->sh.chunks == 1) {
-        if (d->pos < d->n) cand[nc++] = d->pos;
-    } else {
-        for (int kind = PP_F; kind <= PP_B; kind++) {
-            int j = S->next_kind[((size_t)r * (S->n + 1) + d->pos) * 2 + kind];
-            if (j >= 0) cand[nc++] = j;
-        }
-    }
-    for (int i = 0; i < nc; i++) {
-        PpTask y = d->order[cand[i]], src;
-        int sr, k = pp_task_index(&S->sh, y);
-        if (pp_task_input(&S->sh, r, y, &sr, &src) && isnan(S->post[(size_t)r * S->n + k])) sim_post(S, r, k, t);
+    PpTask y[2];
+    int n = pp_dispatcher_sequence_receives(&S->disp[r], y);
+    for (int i = 0; i < n; i++) {
+        int k = pp_task_index(&S->sh, y[i]);
+        if (isnan(S->post[(size_t)r * S->n + k])) sim_post(S, r, k, t);
     }
 }
 
@@ -543,16 +532,6 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
         S.pend = mallocCheck(sizeof(double) * P * n);
         S.pend_from = mallocCheck(sizeof(int) * P * n);
         for (size_t i = 0; i < (size_t)P * n; i++) S.post[i] = S.pend[i] = NAN;
-        // next_kind[r][i][kind]: hint rank of the first task of that kind at position >= i, or -1.
-        S.next_kind = mallocCheck(sizeof(int) * P * (n + 1) * 2);
-        for (int r = 0; r < P; r++) {
-            int* nk = S.next_kind + (size_t)r * (n + 1) * 2;
-            nk[n * 2 + 0] = nk[n * 2 + 1] = -1;
-            for (int i = n - 1; i >= 0; i--) {
-                nk[i * 2 + 0] = S.disp[r].order[i].kind == PP_F ? i : nk[(i + 1) * 2 + 0];
-                nk[i * 2 + 1] = S.disp[r].order[i].kind == PP_B ? i : nk[(i + 1) * 2 + 1];
-            }
-        }
         for (int r = 0; r < P; r++) sim_post_ahead(&S, r, 0);  // the first receives are posted at time 0
     }
     double t = 0;
@@ -605,7 +584,6 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
     free(S.post);
     free(S.pend);
     free(S.pend_from);
-    free(S.next_kind);
     return 0;
 }
 

@@ -71,6 +71,13 @@ expect 2 "mode fixed cannot run it; use --mode ready" -- "$BIN" sim --durations 
 expect 2 "divisible by the pipeline size" -- "$BIN" sim --stages 4 --microbatches 6 --hint interleaved-1f1b --chunks 2
 expect 2 "unknown option" -- "$BIN" sim --frobnicate
 
+# 3b. --grid prints the hint's rank x step grid (tasks as <stage><kind><mb>) and the executed order.
+"$BIN" sim --stages 4 --microbatches 6 --hint 1f1b --mode fixed --grid >"$T/grid" || fail "--grid"
+grep -Eq '^ +r0 +0F0 +0F1 +0F2 +0F3 +0B0 +0F4 +0B1 +0F5 +0B2 +0B3 +0B4 +0B5$' "$T/grid" || fail "grid row 0: $(cat "$T/grid")"
+grep -Eq '^ +r3 +3F0 +3B0 +3F1 +3B1' "$T/grid" || fail "grid row 3"
+[ "$(grep -c '^ *r[0-9]' "$T/grid")" = 8 ] || fail "grid: expected 4 hint rows and 4 executed rows"
+expect 0 "cap is ignored" -- "$BIN" sim --durations "$T/d.json" --mode fixed --cap 2
+
 # 4. --dump writes a duration file that reproduces the same result.
 "$BIN" sim --stages 4 --microbatches 12 --kind mm --split-backward --seed 5 --hint zb-h1 --mode fixed --dump "$T/g.json" --json >"$T/a" \
   || fail "generate + dump"

@@ -366,13 +366,18 @@ static void test_heap_matches_scan(void) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         int P = 1 + (int)((x >> 33) % 6), M = 1 + (int)((x >> 40) % 12), r = (int)((x >> 20) % P);
         int h = (int)((x >> 50) % PP_HINT_COUNT);
-        if (h == PP_HINT_INTERLEAVED) h = PP_HINT_BFW;
         PpShape s = {P, M, 1, (int)((x >> 10) & 1)};
+        if (h == PP_HINT_INTERLEAVED) {  // V = 2 chunks: later-chunk forwards are never gated
+            if (P < 2) s.P = P = 2;
+            s.chunks = 2;
+            s.M = M = P * (1 + M % 3);
+            r = r % P;
+        }
         int n = pp_shape_tasks(&s);
         PpTask* ord = mallocCheck(sizeof(PpTask) * n);
         char err[256];
         pp_hint_build((PpHint)h, &s, r, ord, err, sizeof err);
-        double* bytes = mallocCheck(sizeof(double) * M);
+        double* bytes = mallocCheck(sizeof(double) * s.M);
         for (int m = 0; m < M; m++) bytes[m] = 1 + (double)((x >> (m % 50)) % 7);
         PpDispatchConfig cfg = {s, r, PP_MODE_READY, ord, n, 1 + (int)((x >> 5) % 4), trial % 2 ? 9.0 : 0, bytes};
         PpDispatcher d;

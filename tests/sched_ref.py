@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""sched_ref.py — an independent Python reading of DESIGN.md section 6 (one chunk per rank), checked
+against `rrfp-mm sim --json` on random duration files.
+
+Written from the design text, not from runtime/sim.c: hints are rebuilt from their definitions; fixed
+and fixed-sync are computed by relaxation (each stage advances whenever the times it needs are known,
+no event queue); ready steps a global clock over the distinct event times and lets every idle stage
+take its smallest-ranked eligible task after all completions at that time. Makespan, lower_bound,
+efficiency and bubble must agree to 1e-9 relative (the same sums in a possibly different order).
+
+Usage: sched_ref.py path/to/rrfp-mm [trials]
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+
+# ---- hints (DESIGN.md section 6; zb-h1 as Megatron-DeepSpeed's ZeroBubbleH1Pipeline) --------------
+def hint(name, P, M, r, split):
+    out = []
+
+    def bw(m):
+        out.append(("B", m))
+        if split:
+            out.append(("W", m))
+
+    if name == "gpipe":
+        out += [("F", m) for m in range(M)]
+        for m in range(M):
+            bw(m)
+    elif name == "1f1b" or (name == "zb-h1" and not split):
+        w = min(P - 1 - r, M)
+        out += [("F", m) for m in range(w)]
+        b = 0
+        for f in range(w, M):
+            out.append(("F", f))
+            bw(b)
+            b += 1
+        for m in range(b, M):
+            bw(m)
+    elif name == "zb-h1":
+        f = b = w = 0
+        for _ in range(min(P - r - 1, M)):
+            out.append(("F", f)); f += 1
+        for _ in range(r):
+            if f == M:
+                break
+            out += [("F", f), ("B", b)]; f += 1; b += 1
+        while f < M:
+            out += [("F", f), ("B", b), ("W", w)]; f += 1; b += 1; w += 1
+        while b < M:
+            out += [("B", b), ("W", w)]; b += 1; w += 1
+        while w < M:
+            out.append(("W", w)); w += 1
+    elif name == "bf":
+        for m in range(M):
+            bw(m)
+        out += [("F", m) for m in range(M)]
+    elif name == "bfw":
+        out += [("B", m) for m in range(M)] + [("F", m) for m in range(M)]
+        if split:
+            out += [("W", m) for m in range(M)]
+    assert len(out) == M * (3 if split else 2), (name, len(out))
+    return out
+
+
+def dur(d, s, task):
+    return d[task[0]][s][task[1]]
+
+
+def producer(P, s, task):
+    """(stage, task) whose message task (s, task) needs, or None."""
+    k, m = task
+    if k == "F" and s > 0:
+        return (s - 1, ("F", m))
+    if k == "B" and s < P - 1:
+        return (s + 1, ("B", m))
+    return None
+
+
+def consumer(P, s, task):
+    k, m = task
+    if k == "F" and s < P - 1:
+        return (s + 1, ("F", m))
+    if k == "B" and s > 0:
+        return (s - 1, ("B", m))
+    return None
+
+
+# ---- fixed and fixed-sync by relaxation -----------------------------------------------------------
+def run_fixed(d, orders, sync):
+    P, L = d["stages"], d.get("latency", 0)
+    n = len(orders[0])
+    pos = {(s, t): i for s in range(P) for i, t in enumerate(orders[s])}
+    comp = [[None] * n for _ in range(P)]   # compute finish
+    free = [[None] * n for _ in range(P)]   # time the stage can start its next task
+    start = [[None] * n for _ in range(P)]
+    arrival = {}                            # (stage, consumer task) -> arrival time
+    nxt = [0] * P
+    progress = True
+    while progress:
+        progress = False
+        for s in range(P):
+            while nxt[s] < n:
+                i = nxt[s]
+                t = orders[s][i]
+                if start[s][i] is None:
+                    prev_free = 0.0 if i == 0 else free[s][i - 1]
+                    if prev_free is None:
+                        break
+                    pr = producer(P, s, t)
+                    if pr is not None and (s, t) not in arrival:
+                        break
+                    start[s][i] = max(prev_free, arrival[(s, t)]) if pr else prev_free
+                    comp[s][i] = start[s][i] + dur(d, s, t)
+                    progress = True
+                # free time: after the compute, and (fixed-sync) after the send completes
+                c = consumer(P, s, t)
+                if c is None:
+                    free[s][i] = comp[s][i]
+                elif not sync:
+                    arrival[c] = comp[s][i] + L
+                    free[s][i] = comp[s][i]
+                else:
+                    ds, dt = c
+                    j = pos[c]
+                    post = 0.0 if j == 0 else comp[ds][j - 1]   # posted when the task before it is computed
+                    if post is None:
+                        break
+                    done = max(comp[s][i], post)
+                    arrival[c] = done + L
+                    free[s][i] = done
+                nxt[s] += 1
+                progress = True
+    if any(x < n for x in nxt):
+        return None
+    return max(comp[s][i] for s in range(P) for i in range(n))
+
+
+# ---- ready on a global clock ----------------------------------------------------------------------
+def run_ready(d, orders, caps):
+    P, L = d["stages"], d.get("latency", 0)
+    n = len(orders[0])
+    finish = {}      # (s, task) -> finish time
+    started = set()
+    running = [None] * P   # (finish time, task)
+    times = {0.0}
+    t = 0.0
+    done = 0
+    while done < P * n:
+        # completions at or before t are visible; then every idle stage chooses
+        for s in range(P):
+            if running[s] and running[s][0] <= t:
+                running[s] = None
+                done += 1
+        for s in range(P):
+            if running[s]:
+                continue
+            inflight = sum(1 for (ss, (k, m)) in started if ss == s and k == "F"
+                           and not ((s, ("B", m)) in finish and finish[(s, ("B", m))] <= t))
+            for task in orders[s]:
+                if (s, task) in started:
+                    continue
+                k, m = task
+                if k == "B" and not ((s, ("F", m)) in finish and finish[(s, ("F", m))] <= t):
+                    continue
+                if k == "W" and not ((s, ("B", m)) in finish and finish[(s, ("B", m))] <= t):
+                    continue
+                pr = producer(P, s, task)
+                if pr and not (pr in finish and finish[pr] + L <= t):
+                    continue
+                if k == "F" and inflight >= caps[s] and inflight > 0:
+                    continue
+                started.add((s, task))
+                f = t + dur(d, s, task)
+                finish[(s, task)] = f
+                running[s] = (f, task)
+                times.add(f)
+                c = consumer(P, s, task)
+                if c:
+                    times.add(f + L)
+                break
+        later = [x for x in times if x > t]
+        if not later:
+            if done < P * n and all(r is None for r in running):
+                return None
+            if not later:
+                break
+        t = min(later)
+    return max(finish.values())
+
+
+def lower_bound(d):
+    P, M, L = d["stages"], d["microbatches"], d.get("latency", 0)
+    F, B = d["F"], d["B"]
+    W = d.get("W") or [[0.0] * M for _ in range(P)]
+    lb = 0.0
+    for s in range(P):
+        h = min(sum(F[x][m] for x in range(s)) for m in range(M)) + s * L
+        t = min(sum(B[x][m] for x in range(s)) for m in range(M)) + s * L
+        fb = sum(F[s][m] + B[s][m] for m in range(M))
+        fbw = sum(F[s][m] + B[s][m] + W[s][m] for m in range(M))
+        lb = max(lb, h + fb + t, h + fbw)
+    for m in range(M):
+        lb = max(lb, sum(F[s][m] for s in range(P)) + sum(B[s][m] for s in range(P)) + 2 * (P - 1) * L + W[0][m])
+    return lb
+
+
+def main():
+    exe = sys.argv[1]
+    trials = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    rng = random.Random(20261122)
+    fails = checked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for trial in range(trials):
+            P, M = rng.randint(1, 5), rng.randint(1, 7)
+            split = rng.random() < 0.5
+            lat = rng.choice([0.0, 0.0, 0.1, 0.37])
+            # durations on a 1/8 grid half the time (exact ties between events), else continuous
+            def r():
+                return rng.randint(1, 24) / 8 if trial % 2 == 0 else rng.uniform(0.1, 3.0)
+            d = {"stages": P, "microbatches": M, "latency": lat,
+                 "F": [[r() for _ in range(M)] for _ in range(P)],
+                 "B": [[r() for _ in range(M)] for _ in range(P)]}
+            if split:
+                d["W"] = [[r() for _ in range(M)] for _ in range(P)]
+            path = os.path.join(tmp, f"d{trial}.json")
+            with open(path, "w") as f:
+                json.dump(d, f)
+            work = sum(sum(map(sum, d[k])) for k in ("F", "B", "W") if k in d)
+            lb = lower_bound(d)
+            for name in ("gpipe", "1f1b", "zb-h1", "bf", "bfw"):
+                orders = [hint(name, P, M, s, split) for s in range(P)]
+                for mode in ("fixed-sync", "fixed", "ready"):
+                    if mode != "ready" and name in ("bf", "bfw"):
+                        continue
+                    for cap in ([None] if mode != "ready" else [None, 1, 2]):
+                        args = [exe, "sim", "--durations", path, "--mode", mode, "--hint", name, "--json"]
+                        if cap:
+                            args += ["--cap", str(cap)]
+                        out = subprocess.run(args, capture_output=True, text=True)
+                        if out.returncode != 0:
+                            print(f"FAIL {name} {mode} cap {cap}: exit {out.returncode}: {out.stderr.strip()}")
+                            fails += 1
+                            continue
+                        got = json.loads(out.stdout)
+                        if mode == "ready":
+                            caps = [cap if cap else P - s for s in range(P)]
+                            want = run_ready(d, orders, caps)
+                        else:
+                            want = run_fixed(d, orders, mode == "fixed-sync")
+                        checked += 1
+                        exp = {"makespan": want, "lower_bound": lb, "efficiency": lb / want,
+                               "bubble": 1 - work / (P * want)}
+                        for k, v in exp.items():
+                            if abs(got[k] - v) > 1e-9 * max(1.0, abs(v)):
+                                print(f"FAIL trial {trial} {name} {mode} cap {cap}: {k} {got[k]!r} != reference {v!r}"
+                                      f" (file {json.dumps(d)})")
+                                fails += 1
+                                break
+    print(f"sched_ref: {checked} runs compared, {fails} mismatches")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
