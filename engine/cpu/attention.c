@@ -1,0 +1,224 @@
+/* attention.c — attention over packed variable-length sequences (cu_seqlens), FlashAttention-2 style.
+ *
+ * Sequence s owns the token rows [cu_seqlens[s], cu_seqlens[s+1]); its tokens attend only to keys of
+ * the same sequence (all of them, or j <= i when causal). Per (sequence, head) this is
+ *   S = scale * Q K^T,  P = softmax_rows(S),  O = P V,  lse_i = log sum_j exp(S_ij),  scale = 1/sqrt(d).
+ *
+ * Forward: one work item is a tile of ATTN_BLOCK query rows of one head. It walks the key tiles of
+ * its sequence with an online softmax (running row max m and row sum l; when m grows, what was
+ * accumulated so far is rescaled by exp(m_old - m_new)), so only an ATTN_BLOCK x ATTN_BLOCK tile of
+ * scores exists at a time. It saves lse = m + log(l) for the backward.
+ *
+ * Backward: with P_ij = exp(S_ij - lse_i) recomputed tile by tile from q, k and lse,
+ *   dV = P^T dO,  dP = dO V^T,  dS_ij = P_ij (dP_ij - D_i),  D_i = sum_c dO_ic O_ic (= sum_j P_ij dP_ij),
+ *   dQ = scale dS K,  dK = scale dS^T Q.
+ * One work item is a whole (sequence, head): it is then the only writer of its rows of dq, dk and dv
+ * in its head's columns, so every tile product adds straight into the caller's gradients with no
+ * race and no T x T or T x d scratch.
+ *
+ * Tile products go through cpu_sgemm (BLIS), which handles the ld_qkv row stride of the fused qkv
+ * buffer directly; the softmax loops are plain C with a polynomial exp the compiler can vectorise.
+ * Scratch: a few ATTN_BLOCK x ATTN_BLOCK tiles per thread, allocated once per call and thread. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine.h"
+
+/* Query rows and key rows per tile. 64 keeps a score tile (16 KiB) and the q/k/v tiles it touches
+ * in L2 for d <= 128 while giving BLIS products big enough to run near its peak (see bench/). */
+#define ATTN_BLOCK 64
+
+/* e^x for x <= 0 (softmax arguments after the row max is subtracted), with the relative accuracy of
+ * expf (~2 ulp): x = n ln2 + r, |r| <= ln2/2, e^r by the Cephes minimax polynomial, 2^n by building the
+ * float's exponent field. Written without calls or branches so that loops over it vectorise
+ * (glibc's expf is scalar here). Below -87 the result would be subnormal: it returns 0 there. */
+static inline float attn_exp(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2), 1.5*2^23 trick */
+    float r = xc - n * 0.693359375f - n * -2.12194440e-4f;              /* ln2 split in two for accuracy */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } two_n = {.i = ((int32_t)n + 127) << 23};
+    return x < -87.0f ? 0.0f : p * two_n.f;
+}
+
+static void attention_check_args(const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv) {
+    RR_ASSERT(S >= 0 && T >= 0 && H > 0 && d > 0 && ld_qkv >= H * d);
+    RR_ASSERT(cu_seqlens[0] == 0 && cu_seqlens[S] == T);
+    for (int s = 0; s < S; s++) RR_ASSERT(cu_seqlens[s] <= cu_seqlens[s + 1]);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Forward */
+
+/* One query tile: rows [q0, q0 + nq) of head h (q, k, v, out, lse already offset to the head), keys
+ * [k_begin, k_end) of its sequence. s_tile: (ATTN_BLOCK, ATTN_BLOCK) scratch; m, l: ATTN_BLOCK. */
+static void attention_forward_tile(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   int q0, int nq, int k_begin, int k_end, int H, int d, int ld, int causal,
+                                   float* s_tile, float* m, float* l) {
+    const int ldo = H * d;
+    const float scale = 1.0f / sqrtf((float)d);
+    float* o = out + (size_t)q0 * ldo;
+    for (int r = 0; r < nq; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        memset(o + (size_t)r * ldo, 0, d * sizeof(float));
+    }
+    /* causal: the last row of the tile sees keys up to q0 + nq - 1, nothing after */
+    int k_stop = causal ? q0 + nq : k_end;
+    for (int k0 = k_begin; k0 < k_stop; k0 += ATTN_BLOCK) {
+        int nk = k_stop - k0 < ATTN_BLOCK ? k_stop - k0 : ATTN_BLOCK;
+        /* S = scale * Q K^T: (nq, nk) */
+        cpu_sgemm(0, 1, nq, nk, d, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, s_tile, ATTN_BLOCK);
+        for (int r = 0; r < nq; r++) {
+            float* srow = s_tile + (size_t)r * ATTN_BLOCK;
+            int n_vis = nk; /* keys k0 .. k0 + n_vis - 1 are visible to this row */
+            if (causal) n_vis = q0 + r - k0 + 1 < nk ? q0 + r - k0 + 1 : nk;
+            if (n_vis <= 0) { /* every key of this tile is in this row's future */
+                memset(srow, 0, nk * sizeof(float));
+                continue;
+            }
+            float mx = srow[0];
+            for (int j = 1; j < n_vis; j++) mx = srow[j] > mx ? srow[j] : mx;
+            float m_new = mx > m[r] ? mx : m[r];
+            float alpha = expf(m[r] - m_new); /* 0 on the first tile (m = -inf) */
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < n_vis; j++) {
+                float p = attn_exp(srow[j] - m_new);
+                srow[j] = p;
+                sum += p;
+            }
+            for (int j = n_vis; j < nk; j++) srow[j] = 0.0f;
+            l[r] = l[r] * alpha + sum;
+            m[r] = m_new;
+            if (alpha != 1.0f) {
+                float* orow = o + (size_t)r * ldo;
+                for (int c = 0; c < d; c++) orow[c] *= alpha;
+            }
+        }
+        /* O += P V: (nq, d) */
+        cpu_sgemm(0, 0, nq, d, nk, 1.0f, s_tile, ATTN_BLOCK, v + (size_t)k0 * ld, ld, 1.0f, o, ldo);
+    }
+    for (int r = 0; r < nq; r++) {
+        float inv = 1.0f / l[r];
+        float* orow = o + (size_t)r * ldo;
+        for (int c = 0; c < d; c++) orow[c] *= inv;
+        lse[(size_t)(q0 + r) * H] = m[r] + logf(l[r]);
+    }
+}
+
+void cpu_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                           const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
+#pragma omp parallel if ((size_t)T * H * d > 4096)
+    {
+        float* s_tile = mallocCheck((size_t)ATTN_BLOCK * (ATTN_BLOCK + 2) * sizeof(float));
+        float* m = s_tile + ATTN_BLOCK * ATTN_BLOCK;
+        float* l = m + ATTN_BLOCK;
+        for (int s = 0; s < S; s++) {
+            int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+            int n_tiles = (end - start + ATTN_BLOCK - 1) / ATTN_BLOCK;
+            /* nowait: a thread done with its share of this sequence starts on the next one. Causal
+             * tiles near the end of a sequence cost the most: hand them out first. */
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
+            for (int h = 0; h < H; h++) {
+                for (int b = n_tiles - 1; b >= 0; b--) {
+                    int q0 = start + b * ATTN_BLOCK;
+                    int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
+                    attention_forward_tile(out + (size_t)h * d, lse + h, q + (size_t)h * d, k + (size_t)h * d,
+                                           v + (size_t)h * d, q0, nq, start, end, H, d, ld_qkv, causal, s_tile,
+                                           m, l);
+                }
+            }
+        }
+        free(s_tile);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Backward */
+
+/* Gradients of one (sequence, head): rows [start, end), pointers already offset to the head. Any of
+ * dq, dk, dv may be NULL (skipped). p_tile, dp_tile: (ATTN_BLOCK, ATTN_BLOCK) scratch; dsum: ATTN_BLOCK. */
+static void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                    const float* lse, const float* q, const float* k, const float* v, int start,
+                                    int end, int H, int d, int ld, int causal, float* p_tile, float* dp_tile,
+                                    float* dsum) {
+    const int ldo = H * d;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int k0 = start; k0 < end; k0 += ATTN_BLOCK) {
+        int nk = end - k0 < ATTN_BLOCK ? end - k0 : ATTN_BLOCK;
+        /* causal: queries before k0 see none of these keys */
+        for (int q0 = causal ? k0 : start; q0 < end; q0 += ATTN_BLOCK) {
+            int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
+            const float* dout_t = dout + (size_t)q0 * ldo;
+            /* P = exp(scale * Q K^T - lse): (nq, nk), zero where masked */
+            cpu_sgemm(0, 1, nq, nk, d, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, p_tile,
+                      ATTN_BLOCK);
+            for (int r = 0; r < nq; r++) {
+                float* prow = p_tile + (size_t)r * ATTN_BLOCK;
+                float lse_r = lse[(size_t)(q0 + r) * H];
+                int n_vis = nk;
+                if (causal) n_vis = q0 + r - k0 + 1 < nk ? (q0 + r - k0 + 1 > 0 ? q0 + r - k0 + 1 : 0) : nk;
+#pragma omp simd
+                for (int j = 0; j < n_vis; j++) prow[j] = attn_exp(prow[j] - lse_r);
+                for (int j = n_vis; j < nk; j++) prow[j] = 0.0f;
+            }
+            /* dV += P^T dO: (nk, d) */
+            if (dv) cpu_sgemm(1, 0, nk, d, nq, 1.0f, p_tile, ATTN_BLOCK, dout_t, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
+            if (!dq && !dk) continue;
+            /* dP = dO V^T: (nq, nk); dS = P (dP - D), in place */
+            cpu_sgemm(0, 1, nq, nk, d, 1.0f, dout_t, ldo, v + (size_t)k0 * ld, ld, 0.0f, dp_tile, ATTN_BLOCK);
+            for (int r = 0; r < nq; r++) {
+                const float* orow = out + (size_t)(q0 + r) * ldo;
+                const float* drow = dout_t + (size_t)r * ldo;
+                float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+                for (int c = 0; c < d; c++) D += drow[c] * orow[c];
+                dsum[r] = D;
+            }
+            for (int r = 0; r < nq; r++) {
+                const float* prow = p_tile + (size_t)r * ATTN_BLOCK;
+                float* dsrow = dp_tile + (size_t)r * ATTN_BLOCK;
+#pragma omp simd
+                for (int j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - dsum[r]);
+            }
+            /* dQ += scale dS K: (nq, d);  dK += scale dS^T Q: (nk, d) */
+            if (dq) cpu_sgemm(0, 0, nq, d, nk, scale, dp_tile, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f,
+                              dq + (size_t)q0 * ld, ld);
+            if (dk) cpu_sgemm(1, 0, nk, d, nq, scale, dp_tile, ATTN_BLOCK, q + (size_t)q0 * ld, ld, 1.0f,
+                              dk + (size_t)k0 * ld, ld);
+        }
+    }
+}
+
+void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                            const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
+                            int H, int d, int ld_qkv, int causal) {
+    attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
+    if (!dq && !dk && !dv) return;
+#pragma omp parallel if ((size_t)T * H * d > 4096)
+    {
+        float* p_tile = mallocCheck((size_t)ATTN_BLOCK * (2 * ATTN_BLOCK + 1) * sizeof(float));
+        float* dp_tile = p_tile + ATTN_BLOCK * ATTN_BLOCK;
+        float* dsum = dp_tile + ATTN_BLOCK * ATTN_BLOCK;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int s = 0; s < S; s++) {
+            for (int h = 0; h < H; h++) {
+                size_t hd = (size_t)h * d;
+                attention_backward_head(dq ? dq + hd : NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL, dout + hd,
+                                        out + hd, lse + h, q + hd, k + hd, v + hd, cu_seqlens[s], cu_seqlens[s + 1],
+                                        H, d, ld_qkv, causal, p_tile, dp_tile, dsum);
+            }
+        }
+        free(p_tile);
+    }
+}
