@@ -6,6 +6,7 @@
  * in two binary min-heaps keyed by hint rank, forwards apart because the in-flight cap and the
  * activation byte budget can hold every forward back while a B or W may still run. Entries whose task
  * was started out of turn (a TP follower runs its leader's choice) are dropped lazily at the top. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,28 @@ int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, 
         }
     }
     return 0;
+}
+
+int pp_dispatcher_init_hint(PpDispatcher* d, PpHint h, const PpShape* s, int rank, PpMode mode, PpCap cap,
+                            double act_budget, const double* act_bytes, char* err, size_t errlen) {
+    if (mode != PP_MODE_READY && !pp_hint_is_sequence(h)) {
+        snprintf(err, errlen, "hint %s ranks every backward before every forward, so it is not an executable "
+                 "sequence: mode %s cannot run it; use --mode ready", pp_hint_name(h), pp_mode_name(mode));
+        return -1;
+    }
+    int n = pp_shape_tasks(s);
+    PpTask* order = mallocCheck(sizeof(PpTask) * n);
+    if (pp_hint_build(h, s, rank, order, err, errlen) < 0) {
+        free(order);
+        return -1;
+    }
+    int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(h, s, rank)
+               : cap.kind == PP_CAP_DEFAULT ? pp_cap_default_peak(h, s, rank) : 0;
+    PpDispatchConfig cfg = {*s, rank, mode, order, n, mode == PP_MODE_READY ? pp_cap_resolve(cap, peak, s->P, rank) : 0,
+                            act_budget, act_bytes};
+    int rc = pp_dispatcher_init(d, &cfg, err, errlen);
+    free(order);
+    return rc;
 }
 
 void pp_dispatcher_free(PpDispatcher* d) {

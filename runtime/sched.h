@@ -178,6 +178,11 @@ enum { PP_TS_WAIT = 0, PP_TS_READY = 1, PP_TS_RUNNING = 2, PP_TS_DONE = 3 };
 /* Returns 0, or -1 with a message in err (order not a valid set of this rank's tasks; a fixed mode
  * given an order that is not a sequence). Nothing is allocated on error. */
 int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, size_t errlen);
+/* The usual way in (simulator and runtime alike): build rank `rank`'s order of hint h, resolve the cap
+ * (default, count or multiple of the hint's peak; ready only) and init. act_bytes may be NULL. Returns
+ * 0, or -1 with a message in err. */
+int pp_dispatcher_init_hint(PpDispatcher* d, PpHint h, const PpShape* s, int rank, PpMode mode, PpCap cap,
+                            double act_budget, const double* act_bytes, char* err, size_t errlen);
 void pp_dispatcher_free(PpDispatcher* d);
 /* The cross-rank input of t has arrived (activation for F, gradient for B). */
 void pp_dispatcher_input_arrived(PpDispatcher* d, PpTask t);
@@ -261,6 +266,11 @@ typedef struct {
 int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, PpSimResult* res,
                char* err, size_t errlen);
 void pp_sim_result_free(PpSimResult* r);
+
+/* Dry run before a real step: simulate the hint x mode x cap on uniform durations (F = 1, B = 2, or
+ * B = W = 1 when split; latency 0) and report whether every rank finishes. Returns 0, or -1 with the
+ * reason (invalid combination, or where it deadlocks) in err. */
+int pp_dry_run(PpHint h, const PpShape* s, PpMode mode, PpCap cap, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

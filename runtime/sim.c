@@ -478,11 +478,6 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
     memset(res, 0, sizeof *res);
     PpShape sh = {d->P, d->M, chunks, d->split};
     if (pp_hint_check_shape(hint, &sh, err, errlen)) return -1;
-    if (mode != PP_MODE_READY && !pp_hint_is_sequence(hint)) {
-        snprintf(err, errlen, "hint %s ranks every backward before every forward, so it is not an executable "
-                 "sequence: mode %s cannot run it; use --mode ready", pp_hint_name(hint), pp_mode_name(mode));
-        return -1;
-    }
     Sim S;
     memset(&S, 0, sizeof S);
     S.d = d;
@@ -492,36 +487,20 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
     S.res = res;
     int P = d->P, n = S.n;
     S.disp = callocCheck(P, sizeof(PpDispatcher));
-    PpTask* order = mallocCheck(sizeof(PpTask) * n);
     res->P = P;
     res->exec = callocCheck(P, sizeof(PpExec*));
     res->n_exec = callocCheck(P, sizeof(int));
     res->cap = callocCheck(P, sizeof(int));
     res->peak_inflight = callocCheck(P, sizeof(int));
-    int rc = 0;
     for (int r = 0; r < P; r++) {
-        if (pp_hint_build(hint, &sh, r, order, err, errlen) < 0) {
-            rc = -1;
-            break;
+        if (pp_dispatcher_init_hint(&S.disp[r], hint, &sh, r, mode, cap, 0, NULL, err, errlen)) {
+            for (int k = 0; k < r; k++) pp_dispatcher_free(&S.disp[k]);
+            free(S.disp);
+            pp_sim_result_free(res);
+            return -1;
         }
-        int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(hint, &sh, r)
-                   : cap.kind == PP_CAP_DEFAULT ? pp_cap_default_peak(hint, &sh, r) : 0;
-        int c = pp_cap_resolve(cap, peak, P, r);
-        PpDispatchConfig cfg = {sh, r, mode, order, n, mode == PP_MODE_READY ? c : 0, 0, NULL};
-        res->cap[r] = cfg.cap;
-        if (pp_dispatcher_init(&S.disp[r], &cfg, err, errlen)) {
-            rc = -1;
-            break;
-        }
+        res->cap[r] = S.disp[r].cap;
         res->exec[r] = mallocCheck(sizeof(PpExec) * n);
-    }
-    free(order);
-    if (rc) {
-        for (int r = 0; r < P; r++)
-            if (S.disp[r].order) pp_dispatcher_free(&S.disp[r]);
-        free(S.disp);
-        pp_sim_result_free(res);
-        return -1;
     }
     S.busy = callocCheck(P, sizeof(int));
     S.slot = callocCheck(P, sizeof(int));
@@ -596,4 +575,31 @@ void pp_sim_result_free(PpSimResult* r) {
     free(r->peak_inflight);
     free(r->msgs);
     memset(r, 0, sizeof *r);
+}
+
+int pp_dry_run(PpHint h, const PpShape* s, PpMode mode, PpCap cap, char* err, size_t errlen) {
+    PpDurations d;
+    memset(&d, 0, sizeof d);
+    d.P = s->P;
+    d.M = s->M;
+    d.split = s->split;
+    d.F = mallocCheck(sizeof(double) * s->P * s->M);
+    d.B = mallocCheck(sizeof(double) * s->P * s->M);
+    if (s->split) d.W = mallocCheck(sizeof(double) * s->P * s->M);
+    for (int i = 0; i < s->P * s->M; i++) {
+        d.F[i] = 1;
+        d.B[i] = s->split ? 1 : 2;
+        if (s->split) d.W[i] = 1;
+    }
+    PpSimResult r;
+    int rc = pp_sim_run(&d, h, mode, cap, s->chunks, &r, err, errlen);
+    if (rc == 0) {
+        if (r.deadlock) {
+            snprintf(err, errlen, "hint %s under mode %s does not finish: %s", pp_hint_name(h), pp_mode_name(mode), r.msg);
+            rc = -1;
+        }
+        pp_sim_result_free(&r);
+    }
+    pp_durations_free(&d);
+    return rc;
 }

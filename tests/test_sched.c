@@ -340,6 +340,37 @@ static void test_all_combinations(void) {
     printf("  all combinations: %d runs, %d rejected (rankings under fixed modes)\n", runs, rejected);
 }
 
+/* The runtime's pre-step dry run: every hint x mode x cap either finishes or is refused with a reason. */
+static void test_dry_run(void) {
+    char err[512];
+    int ok = 0, refused = 0;
+    for (int h = 0; h < PP_HINT_COUNT; h++)
+        for (int m = 0; m < PP_MODE_COUNT; m++)
+            for (int c = 0; c < 6; c++)
+                for (int P = 1; P <= 6; P++) {
+                    PpCap cap = CAP_DEFAULT;
+                    if (CAP_SPECS[c]) pp_cap_parse(CAP_SPECS[c], &cap, err, sizeof err);
+                    PpShape s = {P, 2 * P, h == PP_HINT_INTERLEAVED ? 2 : 1, (P + h) % 2};
+                    if (h == PP_HINT_INTERLEAVED && P < 2) continue;
+                    if (pp_dry_run((PpHint)h, &s, (PpMode)m, cap, err, sizeof err) == 0) ok++;
+                    else {
+                        refused++;
+                        CHECK(!pp_hint_is_sequence(h) && m != PP_MODE_READY && strstr(err, "use --mode ready"),
+                              "%s %s P=%d: %s", pp_hint_name(h), pp_mode_name(m), P, err);
+                    }
+                }
+    CHECK(ok > 400 && refused > 0, "ok %d refused %d", ok, refused);
+    // The dispatcher refuses what the dry run refuses.
+    PpDispatcher d;
+    PpShape s = {4, 8, 1, 1};
+    CHECK(pp_dispatcher_init_hint(&d, PP_HINT_BFW, &s, 0, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 0, NULL, err, sizeof err) == -1,
+          "bfw under fixed-sync");
+    PpCap c15 = {PP_CAP_MULTIPLE, 1.5};
+    CHECK(pp_dispatcher_init_hint(&d, PP_HINT_ZBH1, &s, 1, PP_MODE_READY, c15, 0, NULL, err, sizeof err) == 0 &&
+              d.cap == 4, "zb-h1 rank 1 cap 1.5 x 3 = 4, got %d", d.cap);
+    pp_dispatcher_free(&d);
+}
+
 /* Uniform durations: ready with the 1f1b hint and its default cap runs exactly 1F1B. */
 static void test_ready_equals_fixed_uniform(void) {
     int Ps[] = {1, 2, 3, 4, 8}, Ms[] = {1, 2, 5, 16};
@@ -550,6 +581,7 @@ int main(int argc, char** argv) {
         {"makespans", test_makespans},
         {"fixed_sync_blocking", test_fixed_sync_blocking},
         {"all_combinations", test_all_combinations},
+        {"dry_run", test_dry_run},
         {"ready_equals_fixed_uniform", test_ready_equals_fixed_uniform},
         {"heap_matches_scan", test_heap_matches_scan},
         {"dispatcher_cap_budget", test_dispatcher_cap_budget},
