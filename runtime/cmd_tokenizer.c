@@ -18,7 +18,7 @@ static void tokenizer_usage(FILE* f) {
             "usage:\n"
             "  rrfp-mm tokenizer train  --vocab N --manifest M [--manifest M2 ...] [--text-file F ...] --out tok.json\n"
             "                           [--min-frequency K] [--special TOKEN ...]\n"
-            "  rrfp-mm tokenizer encode --tokenizer tok.json [--text S | --file F] [--lines]\n"
+            "  rrfp-mm tokenizer encode --tokenizer tok.json [--text S | --file F] [--lines] [--count]\n"
             "  rrfp-mm tokenizer decode --tokenizer tok.json [--ids \"1 2 3\" | --file F]\n"
             "  rrfp-mm tokenizer info   --tokenizer tok.json\n"
             "\n"
@@ -28,7 +28,8 @@ static void tokenizer_usage(FILE* f) {
             "        (plus any --special); N counts all of them. Merges stop early when no pair occurs\n"
             "        K times (default %d).\n"
             "encode  prints the ids of the text (stdin if neither --text nor --file), space-separated;\n"
-            "        --lines encodes each line separately (without its newline), one output line each.\n"
+            "        --lines encodes each line separately (without its newline), one output line each;\n"
+            "        --count prints only the number of ids, and the encoding speed on stderr.\n"
             "decode  writes the bytes of the ids (from --ids, --file or stdin) to stdout.\n"
             "info    prints the vocabulary size, the number of merges, the added tokens and the hash.\n",
             BPE_TRAIN_DEFAULT_SPECIALS, BPE_TRAIN_DEFAULT_MIN_FREQUENCY);
@@ -65,9 +66,10 @@ static void print_ids(const int32_t* ids, int n) {
 
 static int cmd_encode(int argc, char** argv) {
     const char *tok_path = NULL, *text = NULL, *file = NULL;
-    int lines = 0;
+    int lines = 0, count = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tok_path = argv[++i];
+        else if (!strcmp(argv[i], "--count")) count = 1;
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--lines")) lines = 1;
@@ -98,20 +100,33 @@ static int cmd_encode(int argc, char** argv) {
         buf = read_stdin(&n);
     }
     int32_t* ids;
+    long long total = 0, n_lines = 0;
+    double t0 = rr_now();
     if (lines) {
         size_t start = 0;
         while (start < n) {
             const char* nl = memchr(buf + start, '\n', n - start);
             size_t end = nl ? (size_t)(nl - buf) : n;
             int k = tokenizer_encode(tok, buf + start, end - start, &ids);
-            print_ids(ids, k);
+            if (!count) print_ids(ids, k);
+            total += k;
+            n_lines++;
             free(ids);
             start = end + 1;
         }
     } else {
         int k = tokenizer_encode(tok, buf, n, &ids);
-        print_ids(ids, k);
+        if (!count) print_ids(ids, k);
+        total = k;
         free(ids);
+    }
+    if (count) {
+        double dt = rr_now() - t0;
+        printf("%lld\n", total);
+        char what[64] = "";
+        if (lines) snprintf(what, sizeof what, " in %lld lines", n_lines);
+        fprintf(stderr, "tokenizer encode: %zu bytes%s -> %lld ids in %.3f s (%.2f MB/s, one thread)\n", n, what, total,
+                dt, dt > 0 ? n / dt / 1e6 : 0.0);
     }
     free(buf);
     tokenizer_free(tok);
