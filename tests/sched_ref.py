@@ -67,31 +67,76 @@ def hint(name, P, M, r, split):
     return out
 
 
+def megatron_interleaved(P, M, V, r, split):
+    """Megatron-LM forward_backward_pipelining_with_interleaving: get_schedule_table with
+    microbatch_group_size_per_vp_stage = P, warm-up (P - r - 1) * 2 + (V - 1) * P clamped to the total,
+    then one forward and one backward per step, then the remaining backwards; the backward walks the
+    table with chunk V - 1 - c. Tasks are (kind, mb, chunk)."""
+    table = []
+    for lo in range(0, M, P):
+        hi = min(lo + P, M) if lo + P < M else M
+        table += [(m, c) for c in range(V) for m in range(lo, hi)]
+    total = M * V
+    warm = min((P - r - 1) * 2 + (V - 1) * P, total)
+    out = []
+
+    def fwd(k):
+        m, c = table[k]
+        out.append(("F", m, c))
+
+    def bwd(k):
+        m, c = table[k]
+        out.append(("B", m, V - 1 - c))
+        if split:
+            out.append(("W", m, V - 1 - c))
+
+    for k in range(warm):
+        fwd(k)
+    for k in range(total - warm):
+        fwd(k + warm)
+        bwd(k)
+    for k in range(total - warm, total):
+        bwd(k)
+    return out
+
+
+def chunk_of(task):
+    return task[2] if len(task) > 2 else 0
+
+
 def dur(d, s, task):
-    return d[task[0]][s][task[1]]
+    return d[task[0]][s][task[1]] / d.get("_V", 1)
 
 
-def producer(P, s, task):
-    """(stage, task) whose message task (s, task) needs, or None."""
-    k, m = task
-    if k == "F" and s > 0:
-        return (s - 1, ("F", m))
-    if k == "B" and s < P - 1:
-        return (s + 1, ("B", m))
-    return None
+def producer(P, s, task, V=1):
+    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s)."""
+    k, m, c = task[0], task[1], chunk_of(task)
+    v = c * P + s
+    if k == "F" and v > 0:
+        u = v - 1
+    elif k == "B" and v < P * V - 1:
+        u = v + 1
+    else:
+        return None
+    t = (k, m) if V == 1 else (k, m, u // P)
+    return (u % P, t)
 
 
-def consumer(P, s, task):
-    k, m = task
-    if k == "F" and s < P - 1:
-        return (s + 1, ("F", m))
-    if k == "B" and s > 0:
-        return (s - 1, ("B", m))
-    return None
+def consumer(P, s, task, V=1):
+    k, m, c = task[0], task[1], chunk_of(task)
+    v = c * P + s
+    if k == "F" and v < P * V - 1:
+        u = v + 1
+    elif k == "B" and v > 0:
+        u = v - 1
+    else:
+        return None
+    t = (k, m) if V == 1 else (k, m, u // P)
+    return (u % P, t)
 
 
 # ---- fixed and fixed-sync by relaxation -----------------------------------------------------------
-def run_fixed(d, orders, sync):
+def run_fixed(d, orders, sync, V=1):
     P, L = d["stages"], d.get("latency", 0)
     n = len(orders[0])
     pos = {(s, t): i for s in range(P) for i, t in enumerate(orders[s])}
@@ -111,14 +156,14 @@ def run_fixed(d, orders, sync):
                     prev_free = 0.0 if i == 0 else free[s][i - 1]
                     if prev_free is None:
                         break
-                    pr = producer(P, s, t)
+                    pr = producer(P, s, t, V)
                     if pr is not None and (s, t) not in arrival:
                         break
                     start[s][i] = max(prev_free, arrival[(s, t)]) if pr else prev_free
                     comp[s][i] = start[s][i] + dur(d, s, t)
                     progress = True
                 # free time: after the compute, and (fixed-sync) after the send completes
-                c = consumer(P, s, t)
+                c = consumer(P, s, t, V)
                 if c is None:
                     free[s][i] = comp[s][i]
                 elif not sync:
@@ -141,7 +186,7 @@ def run_fixed(d, orders, sync):
 
 
 # ---- ready on a global clock ----------------------------------------------------------------------
-def run_ready(d, orders, caps):
+def run_ready(d, orders, caps, V=1):
     P, L = d["stages"], d.get("latency", 0)
     n = len(orders[0])
     finish = {}      # (s, task) -> finish time
@@ -159,27 +204,31 @@ def run_ready(d, orders, caps):
         for s in range(P):
             if running[s]:
                 continue
-            inflight = sum(1 for (ss, (k, m)) in started if ss == s and k == "F"
-                           and not ((s, ("B", m)) in finish and finish[(s, ("B", m))] <= t))
+            # in flight: microbatches whose first-chunk F started and first-chunk B has not finished
+            def first(k, m):
+                return (k, m) if V == 1 else (k, m, 0)
+            inflight = sum(1 for (ss, tk) in started if ss == s and tk[0] == "F" and chunk_of(tk) == 0
+                           and not ((s, first("B", tk[1])) in finish and finish[(s, first("B", tk[1]))] <= t))
             for task in orders[s]:
                 if (s, task) in started:
                     continue
-                k, m = task
-                if k == "B" and not ((s, ("F", m)) in finish and finish[(s, ("F", m))] <= t):
-                    continue
-                if k == "W" and not ((s, ("B", m)) in finish and finish[(s, ("B", m))] <= t):
-                    continue
-                pr = producer(P, s, task)
+                k, m = task[0], task[1]
+                pre = {"B": "F", "W": "B"}.get(k)
+                if pre:
+                    pt = (s, (pre,) + tuple(task[1:]))
+                    if not (pt in finish and finish[pt] <= t):
+                        continue
+                pr = producer(P, s, task, V)
                 if pr and not (pr in finish and finish[pr] + L <= t):
                     continue
-                if k == "F" and inflight >= caps[s] and inflight > 0:
+                if k == "F" and chunk_of(task) == 0 and inflight >= caps[s] and inflight > 0:
                     continue
                 started.add((s, task))
                 f = t + dur(d, s, task)
                 finish[(s, task)] = f
                 running[s] = (f, task)
                 times.add(f)
-                c = consumer(P, s, task)
+                c = consumer(P, s, task, V)
                 if c:
                     times.add(f + L)
                 break
@@ -261,6 +310,55 @@ def main():
                                       f" (file {json.dumps(d)})")
                                 fails += 1
                                 break
+        # interleaved-1f1b: the hint grid against Megatron's table, and fixed / ready makespans on
+        # virtual stages (each rank's durations split evenly over its V chunks, --chunks V).
+        for trial in range(max(4, trials // 4)):
+            P, V = rng.randint(2, 4), rng.randint(2, 3)
+            M = P * rng.randint(1, 3)
+            split = trial % 2 == 1
+            lat = rng.choice([0.0, 0.25])
+            d = {"stages": P, "microbatches": M, "latency": lat,
+                 "F": [[rng.randint(1, 16) / 4 for _ in range(M)] for _ in range(P)],
+                 "B": [[rng.randint(1, 16) / 4 for _ in range(M)] for _ in range(P)]}
+            if split:
+                d["W"] = [[rng.randint(1, 16) / 4 for _ in range(M)] for _ in range(P)]
+            path = os.path.join(tmp, f"i{trial}.json")
+            with open(path, "w") as f:
+                json.dump(d, f)
+            d["_V"] = V
+            orders = [megatron_interleaved(P, M, V, s, split) for s in range(P)]
+            out = subprocess.run([exe, "sim", "--durations", path, "--mode", "fixed", "--hint", "interleaved-1f1b",
+                                  "--chunks", str(V), "--grid"], capture_output=True, text=True)
+            rows = [l.split()[1:] for l in out.stdout.splitlines() if l.strip().startswith("r")][:P]
+            for s_ in range(P):
+                want = [f"{c * P + s_}{k}{m}" for (k, m, c) in orders[s_]]
+                checked += 1
+                if rows[s_] != want:
+                    print(f"FAIL interleaved P={P} V={V} M={M} rank {s_}:\n  got  {rows[s_]}\n  want {want}")
+                    fails += 1
+            for mode in ("fixed", "ready"):
+                out = subprocess.run([exe, "sim", "--durations", path, "--mode", mode, "--hint", "interleaved-1f1b",
+                                      "--chunks", str(V), "--cap", "1x", "--json"], capture_output=True, text=True)
+                if out.returncode != 0:
+                    print(f"FAIL interleaved {mode}: {out.stderr.strip()}")
+                    fails += 1
+                    continue
+                got = json.loads(out.stdout)["makespan"]
+                if mode == "fixed":
+                    want = run_fixed(d, orders, False, V)
+                else:
+                    def peak(order):
+                        cur = best = 0
+                        for (k, m, c) in order:
+                            if c == 0 and k in "FB":
+                                cur += 1 if k == "F" else -1
+                                best = max(best, cur)
+                        return best
+                    want = run_ready(d, orders, [peak(o) for o in orders], V)
+                checked += 1
+                if want is None or abs(got - want) > 1e-9 * max(1.0, want):
+                    print(f"FAIL interleaved {mode} P={P} V={V} M={M}: makespan {got} != reference {want}")
+                    fails += 1
     print(f"sched_ref: {checked} runs compared, {fails} mismatches")
     return 1 if fails else 0
 
