@@ -152,6 +152,10 @@ void cpu_sgemm(int transA, int transB, int M, int N, int K, float alpha, const f
                int ldb, float beta, float* C, int ldc);
 /* Name of the BLAS library linked ("blis", "openblas"). */
 const char* cpu_blas_name(void);
+/* Threads for the CPU backend's OpenMP loops and its BLAS (engine/cpu/threads.c); n <= 0 means one
+ * per core. Returns the count set. Without this call BLIS runs single-threaded unless
+ * BLIS_NUM_THREADS or OMP_NUM_THREADS is set. */
+int cpu_set_num_threads(int n);
 
 /* ------------------------------------------------------------------------------------------------
  * Initialisation: counter-based Philox4x32-10 keyed by (seed, parameter name), never by layout. */

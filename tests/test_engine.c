@@ -1,7 +1,8 @@
 /* test_engine.c — the engine's non-op pieces: Philox KAT, init_normal, lr_schedule, sum_squares, the
  * parameter table, backend selection, AdamW against a file written by PyTorch, user-error messages.
  *
- * Usage: test_engine philox | init | lr | sumsq
+ * Usage: test_engine philox | init | lr | params | sumsq
+ *        test_engine backend NAME            (prints the backend's name or dies with its message)
  *        test_engine adamw FILE              (FILE from tests/adamw_ref.py; exit 1 on mismatch)
  *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/init_ref.py)
  *        test_engine ce_bad_target | params_dup     (must die with a clear message) */
@@ -139,6 +140,37 @@ static void test_sumsq(void) {
     free(x);
 }
 
+static void test_params(void) {
+    ParamTable pt;
+    params_init(&pt);
+    int64_t s_w[2] = {5, 3}, s_b[1] = {5}, s_g[1] = {3};
+    int iw = params_add(&pt, "proj.fc1.weight", 2, s_w, PARAM_INIT_NORMAL, 0.02f, 1);
+    int ib = params_add(&pt, "proj.fc1.bias", 1, s_b, PARAM_INIT_ZEROS, 0, 0);
+    int ig = params_add(&pt, "text.norm.weight", 1, s_g, PARAM_INIT_ONES, 0, 0);
+    CHECK(iw == 0 && ib == 1 && ig == 2, "indices %d %d %d", iw, ib, ig);
+    CHECK(pt.total == 15 + 5 + 3, "total %zu", pt.total);
+    CHECK(pt.specs[iw].offset == 0 && pt.specs[ib].offset == 15 && pt.specs[ig].offset == 20, "offsets %zu %zu %zu",
+          pt.specs[iw].offset, pt.specs[ib].offset, pt.specs[ig].offset);
+    CHECK(pt.specs[iw].numel == 15 && pt.specs[iw].decay == 1 && pt.specs[ib].decay == 0, "numel/decay");
+    CHECK(params_find(&pt, "proj.fc1.bias") == ib && params_find(&pt, "nope") == -1, "params_find");
+    params_alloc(&pt, &backend_cpu, 7);
+    CHECK(params_data(&pt, ib) == pt.data + 15 && params_grad(&pt, ig) == pt.grad + 20, "pointers");
+    float want[15];
+    init_normal(want, 15, 0, 7, "proj.fc1.weight", 0.02f);
+    CHECK(memcmp(params_data(&pt, iw), want, sizeof want) == 0, "normal init differs from init_normal(seed, name)");
+    for (int i = 0; i < 5; i++) CHECK(params_data(&pt, ib)[i] == 0.0f, "bias[%d] = %g", i, params_data(&pt, ib)[i]);
+    for (int i = 0; i < 3; i++) CHECK(params_data(&pt, ig)[i] == 1.0f, "norm[%d] = %g", i, params_data(&pt, ig)[i]);
+    for (size_t i = 0; i < pt.total; i++) CHECK(pt.grad[i] == 0.0f, "grad[%zu] not zeroed", i);
+    pt.grad[3] = 1.5f;
+    params_zero_grad(&pt);
+    CHECK(pt.grad[3] == 0.0f, "params_zero_grad");
+    params_alloc_optimizer(&pt);
+    for (size_t i = 0; i < pt.total; i++) CHECK(pt.m[i] == 0.0f && pt.v[i] == 0.0f, "moments[%zu] not zeroed", i);
+    params_free(&pt);
+    CHECK(pt.specs == NULL && pt.n == 0, "params_free");
+    printf("params: layout checked\n");
+}
+
 /* The file written by tests/adamw_ref.py: see that script for the layout. */
 static float read_f(FILE* f) {
     double x;
@@ -210,7 +242,9 @@ int main(int argc, char** argv) {
     else if (strcmp(what, "init") == 0) test_init();
     else if (strcmp(what, "lr") == 0) test_lr();
     else if (strcmp(what, "sumsq") == 0) test_sumsq();
+    else if (strcmp(what, "params") == 0) test_params();
     else if (strcmp(what, "adamw") == 0 && argc == 3) test_adamw(argv[2]);
+    else if (strcmp(what, "backend") == 0 && argc == 3) printf("backend: %s\n", backend_select(argv[2])->name);
     else if (strcmp(what, "init_dump") == 0 && argc == 6) {
         size_t off = strtoull(argv[4], NULL, 10), n = strtoull(argv[5], NULL, 10);
         float* x = malloc(n * sizeof(float));

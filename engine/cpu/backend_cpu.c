@@ -1,0 +1,51 @@
+/* backend_cpu.c — the CPU backend's op table: host memory and the cpu_* ops of engine/cpu/.
+ * Memory is 64-byte aligned (one cache line, one AVX-512 vector) and allocation failure is fatal with
+ * the size named, like every other allocation in the engine. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_ops.h"
+#include "engine/engine.h"
+
+static void* cpu_alloc(size_t bytes) {
+    void* p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        rr_die("out of memory: cannot allocate %.1f MiB of host memory", (double)bytes / (1 << 20));
+    return p;
+}
+static void cpu_free(void* p) { free(p); }
+static void cpu_memset0(void* p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_synchronize(void) {}
+
+const Backend backend_cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .copy_h2d = cpu_copy,
+    .copy_d2h = cpu_copy,
+    .copy_d2d = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .add_forward = cpu_add_forward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .rope2d_forward = cpu_rope2d_forward,
+    .rope2d_backward = cpu_rope2d_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .crossentropy_forward = cpu_crossentropy_forward,
+    .crossentropy_backward = cpu_crossentropy_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+};
