@@ -240,42 +240,51 @@ static void test_split(void) {
 static void test_added(void) {
     const char* m[][2] = {{"a", "b"}, {" ", "x"}};
     const char* added =
-        "[{\"id\":300,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
-        " {\"id\":301,\"content\":\"<im\",\"special\":true,\"normalized\":false},"
-        " {\"id\":302,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false},"
-        " {\"id\":303,\"content\":\"<mask>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"
-        " {\"id\":304,\"content\":\"<r>\",\"special\":true,\"normalized\":false,\"rstrip\":true},"
-        " {\"id\":305,\"content\":\"ony\",\"special\":false,\"normalized\":true,\"single_word\":true},"
-        " {\"id\":306,\"content\":\"pq\",\"special\":false,\"normalized\":true},"
-        " {\"id\":307,\"content\":\"qr\",\"special\":false,\"normalized\":false},"
+        "[{\"id\":258,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
+        " {\"id\":259,\"content\":\"<im\",\"special\":true,\"normalized\":false},"
+        " {\"id\":260,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false},"
+        " {\"id\":261,\"content\":\"<mask>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"
+        " {\"id\":262,\"content\":\"<r>\",\"special\":true,\"normalized\":false,\"rstrip\":true},"
+        " {\"id\":263,\"content\":\"ony\",\"special\":false,\"normalized\":true,\"single_word\":true},"
+        " {\"id\":264,\"content\":\"pq\",\"special\":false,\"normalized\":true},"
+        " {\"id\":265,\"content\":\"qr\",\"special\":false,\"normalized\":false},"
         " {\"id\":257,\"content\":\"Ġx\",\"special\":false,\"normalized\":false}]";
     char* js = tok_json(m, 2, added, 0, 0, 0);
     Tokenizer* t = load(js);
-    CHECK(tokenizer_vocab_size(t) == 308, "vocab size counts added ids: %d", tokenizer_vocab_size(t));
-    CHECK(tokenizer_token_id(t, "<image>") == 300 && tokenizer_token_id(t, "<|endoftext|>") == 302, "added ids");
-    CHECK(!strcmp(tokenizer_token_str(t, 300), "<image>"), "added str");
+    CHECK(tokenizer_vocab_size(t) == 266, "vocab size counts added ids: %d", tokenizer_vocab_size(t));
+    CHECK(tokenizer_token_id(t, "<image>") == 258 && tokenizer_token_id(t, "<|endoftext|>") == 260, "added ids");
+    CHECK(!strcmp(tokenizer_token_str(t, 258), "<image>"), "added str");
     /* literal match before pre-tokenization; longest wins ("<image>" over "<im") */
-    CHECK(ENC(t, "<image>\nab", 300, 10, 256), "image at start");
-    CHECK(ENC(t, "x<image><image>y<imz", 'x', 300, 300, 'y', 301, 'z'), "adjacent, longest first");
-    CHECK(ENC(t, "ab<|endoftext|> ab", 256, 302, ' ', 256), "endoftext; the space stays with the text");
-    CHECK(ENC(t, "<image", 301, 'a', 'g', 'e'), "without its '>', <image is <im + age");
+    CHECK(ENC(t, "<image>\nab", 258, 10, 256), "image at start");
+    CHECK(ENC(t, "x<image><image>y<imz", 'x', 258, 258, 'y', 259, 'z'), "adjacent, longest first");
+    CHECK(ENC(t, "ab<|endoftext|> ab", 256, 260, ' ', 256), "endoftext; the space stays with the text");
+    CHECK(ENC(t, "<image", 259, 'a', 'g', 'e'), "without its '>', <image is <im + age");
     /* lstrip eats white space on the left, rstrip on the right */
-    CHECK(ENC(t, "ab  <mask> ab", 256, 303, ' ', 256), "lstrip");
-    CHECK(ENC(t, "ab <r>  ab", 256, ' ', 304, 256), "rstrip");
+    CHECK(ENC(t, "ab  <mask> ab", 256, 261, ' ', 256), "lstrip");
+    CHECK(ENC(t, "ab <r>  ab", 256, ' ', 262, 256), "rstrip");
     /* single_word: only where no word character touches it */
-    CHECK(ENC(t, "tony ony", 't', 'o', 'n', 'y', ' ', 305), "single_word");
+    CHECK(ENC(t, "tony ony", 't', 'o', 'n', 'y', ' ', 263), "single_word");
     /* HF's two passes: normalized=false tokens first ("qr"), then normalized=true ones ("pq") in the
      * rest, so "pqr" is p + qr although "pq" starts further left */
-    CHECK(ENC(t, "pqr", 'p', 307), "non-normalized tokens are matched first");
+    CHECK(ENC(t, "pqr", 'p', 265), "non-normalized tokens are matched first");
     /* an added token may reuse a model token's id; its content is matched literally ("Ġx", not " x") */
     CHECK(tokenizer_token_id(t, "Ġx") == 257, "added token with a model id");
     CHECK(ENC(t, "\xC4\xA0x x", 257, 257), "literal Ġx is the added token; \" x\" BPE-merges to the same id");
     /* decoding an added token gives its content */
-    int32_t ids[] = {300, 'a', 302, 303};
+    int32_t ids[] = {258, 'a', 260, 261};
     size_t n;
     char* s = tokenizer_decode(t, ids, 4, &n);
     CHECK(n == 27 && !strcmp(s, "<image>a<|endoftext|><mask>"), "decode added: %s", s);
     free(s);
+    tokenizer_free(t);
+    free(js);
+    /* HF ignores the file's ids of added tokens and assigns its own on load (the model's id if the
+     * content is a model token, else the next free one); a file that disagrees gets HF's ids */
+    js = tok_json(NULL, 0, "[{\"id\":999,\"content\":\"<image>\",\"special\":true},"
+                  " {\"id\":5,\"content\":\"!\",\"special\":true}]", 0, 0, 0);
+    t = load(js);
+    CHECK(tokenizer_token_id(t, "<image>") == 256 && tokenizer_token_id(t, "!") == '!' && tokenizer_vocab_size(t) == 257,
+          "HF's ids for added tokens: <image> %d, ! %d", tokenizer_token_id(t, "<image>"), tokenizer_token_id(t, "!"));
     tokenizer_free(t);
     free(js);
 }
@@ -337,8 +346,8 @@ static void roundtrip(const Tokenizer* t, int iters, const char* what) {
 static void test_roundtrip(void) {
     const char* m[][2] = {{"t", "h"}, {"th", "e"}, {" ", "c"}, {" c", "a"}, {" ca", "t"}, {"\xE6", "\x97"},
                           {"\xE6\x97", "\xA5"}, {"\xF0", "\x9F"}, {" ", " "}, {"1", "2"}, {"12", "3"}, {"\xFF", "\xFE"}};
-    const char* added = "[{\"id\":400,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
-                        " {\"id\":401,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false}]";
+    const char* added = "[{\"id\":268,\"content\":\"<image>\",\"special\":true,\"normalized\":false},"
+                        " {\"id\":269,\"content\":\"<|endoftext|>\",\"special\":true,\"normalized\":false}]";
     char* js = tok_json(m, 12, added, 0, 0, 0);
     Tokenizer* t = load(js);
     roundtrip(t, 3000, "small tokenizer");
@@ -363,7 +372,7 @@ static void test_roundtrip(void) {
     Tokenizer* t2 = load(js2);
     CHECK(ENC(t2, "cat", 260), "prefix space: cat -> ' cat'");
     CHECK(ENC(t2, " cat", 260), "no second space");
-    CHECK(ENC(t2, "the<image>cat", ' ', 257, 400, 260), "each piece gets its space");
+    CHECK(ENC(t2, "the<image>cat", ' ', 257, 268, 260), "each piece gets its space");
     CHECK(tokenizer_hash(t) != tokenizer_hash(t2), "add_prefix_space is part of the hash");
     tokenizer_free(t);
     tokenizer_free(t2);

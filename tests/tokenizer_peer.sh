@@ -27,9 +27,9 @@ if ! node -e "require('$NODE_DIR/node_modules/tokenizers')" 2>"$WORK/node.log"; 
 fi
 
 fail=0
-compare() { # compare TOKENIZER.json NAME
-  local tok=$1 name=$2
-  (cd "$NODE_DIR" && node encode.js "$tok" "$CORPUS" --decode) >"$WORK/$name.hf.txt"
+compare() { # compare TOKENIZER.json NAME [--decode]   (--decode: HF must also decode the ids to the line)
+  local tok=$1 name=$2 dec=${3:-}
+  (cd "$NODE_DIR" && node encode.js "$tok" "$CORPUS" $dec) >"$WORK/$name.hf.txt"
   "$RRFP_MM" tokenizer encode --tokenizer "$tok" --file "$CORPUS" --lines >"$WORK/$name.ours.txt"
   local n; n=$(wc -l <"$WORK/$name.hf.txt")
   if cmp -s "$WORK/$name.hf.txt" "$WORK/$name.ours.txt"; then
@@ -41,15 +41,22 @@ compare() { # compare TOKENIZER.json NAME
   fi
 }
 
-(cd "$NODE_DIR" && node make_gpt2.js "$WORK/gpt2.json" strings && node make_gpt2.js "$WORK/gpt2-pairs.json" pairs)
-compare "$WORK/gpt2.json" gpt2
-compare "$WORK/gpt2-pairs.json" gpt2-pairs
+for v in strings pairs prefix llama3 options; do (cd "$NODE_DIR" && node make_gpt2.js "$WORK/gpt2-$v.json" $v); done
+cp "$WORK/gpt2-strings.json" "$WORK/gpt2.json"
+compare "$WORK/gpt2.json" gpt2 --decode
+compare "$WORK/gpt2-pairs.json" gpt2-pairs --decode
+# variants of the same vocabulary: prefix space; Llama-3's Split + ByteLevel(use_regex false) with
+# ignore_merges; added tokens with lstrip / rstrip / single_word / normalized (these three do not
+# decode back to the line in HF either: the prefix space is added, stripped white space is dropped)
+compare "$WORK/gpt2-prefix.json" gpt2-prefix
+compare "$WORK/gpt2-llama3.json" gpt2-llama3 --decode
+compare "$WORK/gpt2-options.json" gpt2-options 2>/dev/null
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
 # plus the manifests', so most words use learned merges)
 "$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \
   --manifest "$SRC/data/tokenizer_manifest.jsonl" --manifest "$SRC/data/tokenizer_manifest.json" \
   --out "$WORK/trained.json" --quiet
-compare "$WORK/trained.json" trained
+compare "$WORK/trained.json" trained --decode
 # random bytes (invalid UTF-8 included) round-trip through GPT-2's real vocabulary and the trained one
 "$TEST_TOKENIZER" "$WORK/gpt2.json" "$WORK/trained.json" >"$WORK/roundtrip.log" 2>&1 || { cat "$WORK/roundtrip.log"; fail=1; }
 echo "round trips through gpt2.json and trained.json: $(tail -1 "$WORK/roundtrip.log")"

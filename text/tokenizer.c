@@ -674,12 +674,32 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         }
         i++;
         if (!content->valuestring[0]) continue; /* HF ignores empty added tokens */
-        int dup = 0;
-        for (int j = 0; j < t->n_added; j++) dup |= !strcmp(t->added[j].content, content->valuestring);
-        if (dup) continue;
+        int dup = -1;
+        for (int j = 0; j < t->n_added; j++)
+            if (!strcmp(t->added[j].content, content->valuestring)) dup = j;
+        if (dup >= 0) { /* HF keeps the id and takes the later entry's options */
+            AddedToken* d = &t->added[dup];
+            d->special = a->special, d->single_word = a->single_word, d->lstrip = a->lstrip;
+            d->rstrip = a->rstrip, d->normalized = a->normalized;
+            continue;
+        }
         a->content = strdup(content->valuestring);
         a->len = strlen(a->content);
-        a->id = id->valueint;
+        /* The id is the one HF gives on load, whatever the file says: the model's id if the content is
+         * a model token, else the next id after the model vocabulary (counted in entries) and the added
+         * tokens so far. Files written by HF or by our trainer agree; for one that does not, HF warns
+         * and uses its id, and so do we. */
+        int32_t model_id = strmap_get(&t->vocab, a->content, a->len);
+        if (model_id >= 0) a->id = model_id;
+        else {
+            int32_t model_size = (int32_t)t->vocab.n, max = -1;
+            for (int j = 0; j < t->n_added; j++)
+                if (t->added[j].id > max) max = t->added[j].id;
+            a->id = max < 0 ? model_size : (max >= model_size || model_size == 0) ? max + 1 : model_size;
+        }
+        if (a->id != id->valueint)
+            rr_warn("%s: added_tokens[%d] \"%s\" has id %d in the file but gets id %d, as Hugging Face gives it",
+                    name, i - 1, a->content, id->valueint, a->id);
         t->n_added++;
     }
     return 0;
