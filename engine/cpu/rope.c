@@ -8,6 +8,7 @@
  * The rotation is orthogonal, so the backward is the rotation by -angle applied to the gradient in
  * place. Angles are computed in double: t * freq reaches thousands of radians at long positions
  * and float would lose ~1e-4 rad there. */
+#define _GNU_SOURCE /* sincos */
 #include <math.h>
 
 #include "engine/cpu/cpu_ops.h"
@@ -18,12 +19,15 @@
 /* Rotate, in every row i and head h, the n dims starting at x + i*ld + h*d + offset by sign*pos[i]. */
 static void rope_rotate_rows(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n, double sign) {
     int half = n / 2;
+    double inv_freq[half]; /* 10000^(-2j/n), computed once per call, not per row */
+    for (int j = 0; j < half; j++) inv_freq[j] = pow(ROPE_THETA, -2.0 * j / n);
 #pragma omp parallel for if ((size_t)N * H * d > 16384)
     for (int i = 0; i < N; i++) {
         float* row = x + (size_t)i * ld + offset;
         for (int j = 0; j < half; j++) {
-            double angle = sign * (double)pos[i] * pow(ROPE_THETA, -2.0 * j / n);
-            float c = (float)cos(angle), s = (float)sin(angle);
+            double s_d, c_d;
+            sincos(sign * (double)pos[i] * inv_freq[j], &s_d, &c_d);
+            float c = (float)c_d, s = (float)s_d;
             for (int h = 0; h < H; h++) {
                 float* v = row + (size_t)h * d;
                 float a = v[j], b = v[j + half];
