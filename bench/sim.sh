@@ -90,11 +90,39 @@ for kind in ("text", "mm"):
 print(f"\nworst single-seed ready/fixed ratio: {worst[0]:.4f} at {worst[1]}")
 EOF
 
+# Sensitivity to the p2p latency (not a tuning knob of the table above): multimodal, P=32, M=128.
+echo
+echo "### latency sensitivity: ready bfw 1.5x vs fixed-sync 1f1b, multimodal, P=32, M=128 ($SEEDS seeds)"
+echo
+echo "| latency | speedup | eff (ready bfw 1.5x) | eff (fixed-sync 1f1b) |"
+echo "|---|---|---|---|"
+for lat in 0.02 0.1 0.5; do
+  for seed in $(seq 1 "$SEEDS"); do
+    "$BIN" sim --stages 32 --microbatches 128 --kind mm --seed "$seed" --latency "$lat" --dump "$T/lw.json" --json >/dev/null
+    "$BIN" sim --stages 32 --microbatches 128 --kind mm --seed "$seed" --latency "$lat" --split-backward \
+      --dump "$T/ls.json" --json >/dev/null
+    printf '%s\t' "$lat"
+    "$BIN" sim --durations "$T/lw.json" --mode fixed-sync --hint 1f1b --json | tr -d '\n'
+    printf '\t'
+    "$BIN" sim --durations "$T/ls.json" --mode ready --hint bfw --cap 1.5x --json
+  done
+done | python3 -c '
+import json, math, sys
+from collections import defaultdict
+rows = defaultdict(list)
+for line in sys.stdin:
+    lat, a, b = line.rstrip("\n").split("\t")
+    rows[lat].append((json.loads(a), json.loads(b)))
+for lat, rs in rows.items():
+    sp = math.exp(sum(math.log(a["makespan"] / b["makespan"]) for a, b in rs) / len(rs))
+    eb = sum(b["efficiency"] for a, b in rs) / len(rs)
+    ea = sum(a["efficiency"] for a, b in rs) / len(rs)
+    print(f"| {lat} | {sp:.3f} | {eb:.3f} | {ea:.3f} |")
+'
+
 echo
 "$BIN" sim --bench-dispatch --stages 128 --microbatches 512 --hint bfw --split-backward --cap 1.5x
 echo
-for mode in fixed-sync ready; do
-  hint=1f1b; [ "$mode" = ready ] && hint=bfw
-  "$BIN" sim --stages 128 --microbatches 512 --kind mm --split-backward --mode "$mode" --hint "$hint" --cap 1.5x \
-    | grep -E "^sim:|simulated in"
-done
+"$BIN" sim --stages 128 --microbatches 512 --kind mm --mode fixed-sync --hint 1f1b | grep -E "^sim:|simulated in"
+"$BIN" sim --stages 128 --microbatches 512 --kind mm --split-backward --mode ready --hint bfw --cap 1.5x \
+  | grep -E "^sim:|simulated in"
