@@ -87,7 +87,7 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
                              LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
                              float* dxin);
 /* W: adds the block's weight gradients into dw from g, the saved activations and dxout. */
-void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* dw, const LmBlockActs* a,
-                              const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout);
+void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
+                              const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout);
 
 #endif

@@ -102,6 +102,7 @@ typedef struct {
 
 /* Projector activations (N rows). */
 typedef struct {
+    const float* vin;        /* (N, D) the forward's input (the ViT output), kept for W */
     float *fc1, *gelu, *out; /* (N, Dt) each */
     float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
     float* dvin;             /* (N, D) d projector input = d vision output */
@@ -136,8 +137,8 @@ void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const Vi
 void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N);
 /* B: from a->dout to a->dvin (overwritten). */
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N);
-/* W: needs the forward input vin again (the vision output, kept by the ViT's activations). */
-void projector_backward_weight(const Backend* be, const VitConfig* c, const ProjW* g, ProjActs* a, const float* vin,
+/* W: adds the projector's weight gradients into g. vin (the forward input) must still be valid. */
+void projector_backward_weight(const Backend* be, const VitConfig* c, const ProjW* w, const ProjW* g, ProjActs* a,
                                int N);
 
 #endif

@@ -1,0 +1,593 @@
+/* model.c — the LLaVA composition as pipeline stages (runtime/model.h): parameters of a stage,
+ * per-microbatch activations from one block, sequence assembly (image rows from the projector,
+ * text rows from the embedding), forward, split (B / W) and fused backward, and step dumps. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/safetensors.h"
+#include "runtime/model.h"
+
+#define IGNORE_INDEX (-100)
+
+/* ------------------------------------------------------------------------------------------------
+ * Config */
+
+int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
+#define REQ(cond, ...)                             \
+    do {                                           \
+        if (!(cond)) {                             \
+            snprintf(err, err_len, __VA_ARGS__);   \
+            return -1;                             \
+        }                                          \
+    } while (0)
+    REQ(c->patch >= 1, "model: patch must be >= 1 (got %d)", c->patch);
+    REQ(c->Dv >= 1 && c->Lv >= 1 && c->Hv >= 1, "model: vision Dv, Lv, Hv must be >= 1 (got %d, %d, %d)", c->Dv,
+        c->Lv, c->Hv);
+    REQ(c->Dv % c->Hv == 0 && (c->Dv / c->Hv) % 4 == 0,
+        "model: vision head dim Dv/Hv = %d/%d must be a whole multiple of 4 (2-D RoPE rotates two halves)", c->Dv,
+        c->Hv);
+    REQ(c->Dt >= 1 && c->Lt >= 1 && c->Ht >= 1, "model: text Dt, Lt, Ht must be >= 1 (got %d, %d, %d)", c->Dt,
+        c->Lt, c->Ht);
+    REQ(c->Dt % c->Ht == 0 && (c->Dt / c->Ht) % 2 == 0,
+        "model: text head dim Dt/Ht = %d/%d must be a whole even number (RoPE rotates halves)", c->Dt, c->Ht);
+    REQ(c->F >= 1, "model: SwiGLU hidden F must be >= 1 (got %d)", c->F);
+    REQ(c->V >= 2, "model: vocabulary V must be >= 2 (got %d)", c->V);
+    REQ(c->min_patches >= 1 && c->max_patches >= c->min_patches,
+        "model: need 1 <= min_patches <= max_patches (got %d, %d)", c->min_patches, c->max_patches);
+    REQ(c->init_std > 0, "model: init_std must be > 0 (got %g)", c->init_std);
+#undef REQ
+    return 0;
+}
+
+VitConfig model_config_vit(const ModelConfig* c) {
+    VitConfig v = {.patch = c->patch, .D = c->Dv, .L = c->Lv, .H = c->Hv, .Dt = c->Dt, .init_std = c->init_std};
+    return v;
+}
+
+LmConfig model_config_lm(const ModelConfig* c) {
+    LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std};
+    return l;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Stage */
+
+static float* stage_ptr(const ParamTable* pt, const char* name, int grads) {
+    int i = params_find(pt, name);
+    if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
+    return grads ? params_grad(pt, i) : params_data(pt, i);
+}
+
+void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be) {
+    char err[256];
+    if (model_config_check(cfg, err, sizeof err)) rr_die("%s", err);
+    RR_ASSERT(0 <= l0 && l0 < l1 && l1 <= cfg->Lt);
+    memset(st, 0, sizeof *st);
+    st->cfg = *cfg;
+    st->vc = model_config_vit(cfg);
+    st->lc = model_config_lm(cfg);
+    st->l0 = l0;
+    st->l1 = l1;
+    st->first = l0 == 0;
+    st->last = l1 == cfg->Lt;
+    st->be = be;
+    params_init(&st->params);
+    if (st->first) {
+        vit_params_add(&st->params, &st->vc);
+        projector_params_add(&st->params, &st->vc);
+        lm_embed_params_add(&st->params, &st->lc);
+    }
+    lm_blocks_params_add(&st->params, &st->lc, l0, l1);
+    if (st->last) lm_head_params_add(&st->params, &st->lc);
+    params_alloc(&st->params, be, cfg->seed);
+
+    const ParamTable* pt = &st->params;
+    if (st->first) {
+        vit_weights_point(&st->vit_w, pt, &st->vc, 0);
+        vit_weights_point(&st->vit_g, pt, &st->vc, 1);
+        projector_weights_point(&st->proj_w, pt, 0);
+        projector_weights_point(&st->proj_g, pt, 1);
+        st->embed_w = stage_ptr(pt, "text.embed.weight", 0);
+        st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
+    }
+    int nL = l1 - l0;
+    st->blk_w = callocCheck(nL, sizeof(LmBlockW));
+    st->blk_g = callocCheck(nL, sizeof(LmBlockW));
+    for (int j = 0; j < nL; j++) {
+        lm_block_weights_point(&st->blk_w[j], pt, l0 + j, 0);
+        lm_block_weights_point(&st->blk_g[j], pt, l0 + j, 1);
+    }
+    if (st->last) {
+        st->normf_w = stage_ptr(pt, "text.norm.weight", 0);
+        st->normf_g = stage_ptr(pt, "text.norm.weight", 1);
+        st->head_w = stage_ptr(pt, "text.lm_head.weight", 0);
+        st->head_g = stage_ptr(pt, "text.lm_head.weight", 1);
+    }
+}
+
+void stage_free(Stage* st) {
+    vit_weights_free(&st->vit_w);
+    vit_weights_free(&st->vit_g);
+    free(st->blk_w);
+    free(st->blk_g);
+    params_free(&st->params);
+    memset(st, 0, sizeof *st);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Activations: one backend block, carved in a fixed order (measured first with a NULL-based arena) */
+
+static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int max_Np, int split) {
+    const ModelConfig* c = &st->cfg;
+    size_t T = (size_t)max_T, Np = (size_t)max_Np, Dt = c->Dt, nL = (size_t)(st->l1 - st->l0);
+    a->max_T = max_T;
+    a->max_Np = max_Np;
+    a->split = split;
+    a->cu_seqlens = arena_alloc(ar, (T + 1) * sizeof(int32_t));
+    a->pos = arena_alloc(ar, T * sizeof(int32_t));
+    if (st->first) {
+        a->ids = arena_alloc(ar, T * sizeof(int32_t));
+        a->img_cu = arena_alloc(ar, (Np + 1) * sizeof(int32_t));
+        a->prow = arena_alloc(ar, Np * sizeof(int32_t));
+        a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
+        a->patches = arena_alloc_f32(ar, Np * 3 * c->patch * c->patch);
+        vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split);
+        projector_acts_layout(&a->proj, ar, &st->vc, max_Np);
+    }
+    if (st->last) a->targets = arena_alloc(ar, T * sizeof(int32_t));
+    a->res = arena_alloc_f32(ar, (nL + 1) * T * Dt);
+    for (size_t j = 0; j < nL; j++) {
+        lm_block_acts_layout(&a->blocks[j], ar, &st->lc, max_T);
+        if (split || j == 0)
+            lm_block_grads_layout(&a->grads[j], ar, &st->lc, max_T);
+        else
+            a->grads[j] = a->grads[0]; /* fused: a block's W runs right after its B */
+    }
+    lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
+    a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
+    if (st->last) {
+        a->nf = arena_alloc_f32(ar, T * Dt);
+        a->rstdf = arena_alloc_f32(ar, T);
+        a->logits = arena_alloc_f32(ar, T * c->V);
+        a->lse = arena_alloc_f32(ar, T);
+        a->dlogits = arena_alloc_f32(ar, T * c->V);
+        a->dnf = arena_alloc_f32(ar, T * Dt);
+        a->loss_dev = arena_alloc_f32(ar, 1);
+    }
+}
+
+static void stage_acts_tables(StageActs* a, const Stage* st) {
+    int nL = st->l1 - st->l0;
+    a->blocks = callocCheck(nL, sizeof(LmBlockActs));
+    a->grads = callocCheck(nL, sizeof(LmBlockGrads));
+}
+
+static void stage_acts_free_tables(StageActs* a) {
+    free(a->blocks);
+    free(a->grads);
+    vit_acts_free_tables(&a->vit);
+    a->blocks = NULL;
+    a->grads = NULL;
+}
+
+size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split) {
+    StageActs a;
+    memset(&a, 0, sizeof a);
+    stage_acts_tables(&a, st);
+    Arena measure = {.base = NULL, .size = SIZE_MAX, .name = "activation measure"};
+    stage_acts_layout(&a, st, &measure, max_tokens, max_patches, split);
+    stage_acts_free_tables(&a);
+    return measure.used;
+}
+
+void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split) {
+    RR_ASSERT(max_tokens >= 1 && max_patches >= 0);
+    memset(a, 0, sizeof *a);
+    a->bytes = stage_acts_bytes(st, max_tokens, max_patches, split);
+    a->block = st->be->alloc(a->bytes);
+    stage_acts_tables(a, st);
+    Arena ar = {.base = a->block, .size = a->bytes, .name = "stage activations"};
+    stage_acts_layout(a, st, &ar, max_tokens, max_patches, split);
+    RR_ASSERT(ar.used == a->bytes);
+    /* host copies of the image placement and the text runs, for assembly and its backward */
+    a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
+    a->h_img_lm_start = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
+    a->h_seg = mallocCheck(2 * ((size_t)max_patches + 1) * sizeof(int32_t));
+    a->state = ACTS_EMPTY;
+}
+
+void stage_acts_free(StageActs* a, const Stage* st) {
+    if (a->block) st->be->free(a->block);
+    free(a->h_img_cu);
+    free(a->h_img_lm_start);
+    free(a->h_seg);
+    stage_acts_free_tables(a);
+    memset(a, 0, sizeof *a);
+}
+
+static float* stage_res(const StageActs* a, const Stage* st, int j) {
+    return a->res + (size_t)j * a->max_T * st->cfg.Dt;
+}
+
+static float* stage_dres(const StageActs* a, const Stage* st, int j) {
+    size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
+    return a->dres + slot * a->max_T * st->cfg.Dt;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Microbatch checks (a loader bug or a damaged shard must not turn into a silent wrong step) */
+
+static int64_t mb_sample_of(const Microbatch* mb, int t) {
+    int s = 0;
+    while (s + 1 < mb->S && mb->cu_seqlens[s + 1] <= t) s++;
+    return mb->sample_index ? mb->sample_index[s] : s;
+}
+
+static void stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb) {
+    const ModelConfig* c = &st->cfg;
+    if (mb->T < 1 || mb->S < 1)
+        rr_die("microbatch: empty (T = %d positions, S = %d samples)", mb->T, mb->S);
+    if (mb->T > a->max_T)
+        rr_die_hint("raise the activation budget or lower data.microbatch_tokens",
+                    "microbatch: %d LM positions exceed the activation budget of %d", mb->T, a->max_T);
+    if (mb->cu_seqlens[0] != 0 || mb->cu_seqlens[mb->S] != mb->T)
+        rr_die("microbatch: cu_seqlens must run from 0 to T = %d (got %d .. %d)", mb->T, mb->cu_seqlens[0],
+               mb->cu_seqlens[mb->S]);
+    for (int s = 0; s < mb->S; s++) {
+        if (mb->cu_seqlens[s + 1] <= mb->cu_seqlens[s])
+            rr_die("microbatch: sample %lld is empty or cu_seqlens decreases at %d",
+                   (long long)(mb->sample_index ? mb->sample_index[s] : s), s);
+        for (int t = mb->cu_seqlens[s]; t < mb->cu_seqlens[s + 1]; t++)
+            if (mb->pos[t] != t - mb->cu_seqlens[s])
+                rr_die("microbatch: sample %lld: position %d is %d, expected %d (positions restart per sample)",
+                       (long long)mb_sample_of(mb, t), t, mb->pos[t], t - mb->cu_seqlens[s]);
+    }
+    if (st->last) {
+        int n = 0;
+        for (int t = 0; t < mb->T; t++) {
+            if (mb->targets[t] == IGNORE_INDEX) continue;
+            if (mb->targets[t] < 0 || mb->targets[t] >= c->V)
+                rr_die("microbatch: sample %lld: target %d at position %d is outside [0, %d) and not -100",
+                       (long long)mb_sample_of(mb, t), mb->targets[t], t, c->V);
+            n++;
+        }
+        if (n != mb->n_supervised)
+            rr_die("microbatch: n_supervised says %d but %d targets are not -100", mb->n_supervised, n);
+    }
+    if (!st->first) return;
+    if (mb->Np > a->max_Np)
+        rr_die_hint("raise the patch budget", "microbatch: %d patches exceed the activation budget of %d", mb->Np,
+                    a->max_Np);
+    if (mb->I > 0 && mb->patch != c->patch)
+        rr_die("microbatch: patch size %d, but the model's is %d", mb->patch, c->patch);
+    if (mb->img_cu_patches && (mb->img_cu_patches[0] != 0 || mb->img_cu_patches[mb->I] != mb->Np))
+        rr_die("microbatch: img_cu_patches must run from 0 to Np = %d", mb->Np);
+    int n_image_ids = 0;
+    for (int t = 0; t < mb->T; t++) {
+        if (mb->ids[t] == -1) {
+            n_image_ids++;
+        } else if (mb->ids[t] < 0 || mb->ids[t] >= c->V) {
+            rr_die("microbatch: sample %lld: token id %d at position %d is outside [0, %d)",
+                   (long long)mb_sample_of(mb, t), mb->ids[t], t, c->V);
+        }
+    }
+    if (n_image_ids != mb->Np)
+        rr_die("microbatch: %d image positions (id -1) but %d patches", n_image_ids, mb->Np);
+    for (int i = 0; i < mb->I; i++) {
+        int n = mb->img_cu_patches[i + 1] - mb->img_cu_patches[i], t0 = mb->img_lm_start[i];
+        if (n < 1 || n != mb->grid_h[i] * mb->grid_w[i])
+            rr_die("microbatch: image %d has %d patches, grid %d x %d", i, n, mb->grid_h[i], mb->grid_w[i]);
+        if (t0 < 0 || t0 + n > mb->T)
+            rr_die("microbatch: image %d at LM positions [%d, %d) outside [0, %d)", i, t0, t0 + n, mb->T);
+        int64_t s0 = mb_sample_of(mb, t0), s1 = mb_sample_of(mb, t0 + n - 1);
+        if (s0 != s1) rr_die("microbatch: image %d spans samples %lld and %lld", i, (long long)s0, (long long)s1);
+        for (int t = t0; t < t0 + n; t++)
+            if (mb->ids[t] != -1)
+                rr_die("microbatch: sample %lld: image %d covers position %d whose id is %d, not -1",
+                       (long long)s0, i, t, mb->ids[t]);
+        for (int k = mb->img_cu_patches[i]; k < mb->img_cu_patches[i + 1]; k++) {
+            int r = mb->patch_row[k], q = mb->patch_col[k];
+            if (r < 0 || r >= mb->grid_h[i] || q < 0 || q >= mb->grid_w[i])
+                rr_die("microbatch: image %d: patch %d at (%d, %d) outside its %d x %d grid", i, k, r, q,
+                       mb->grid_h[i], mb->grid_w[i]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Forward */
+
+/* x0 (T, Dt): image positions take the projector rows of their image in patch order, the others
+ * the token embedding (DESIGN.md section 4, sequence assembly). */
+static void stage_assemble(Stage* st, StageActs* a, float* x0) {
+    const Backend* be = st->be;
+    int Dt = st->cfg.Dt;
+    for (int r = 0; r < a->n_seg; r++) {
+        int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
+        be->embedding_forward(x0 + (size_t)t0 * Dt, a->ids + t0, st->embed_w, t1 - t0, Dt);
+    }
+    for (int i = 0; i < a->I; i++) {
+        int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
+        be->copy_d2d(x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
+                     (size_t)n * Dt * sizeof(float));
+    }
+}
+
+void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* hidden_in, float* hidden_out,
+                   float* loss_sum) {
+    const Backend* be = st->be;
+    const ModelConfig* c = &st->cfg;
+    RR_ASSERT(a->state == ACTS_EMPTY && "stage_forward on activations still in use by another microbatch");
+    RR_ASSERT(st->first == (hidden_in == NULL));
+    RR_ASSERT(st->last == (hidden_out == NULL));
+    stage_check_microbatch(st, a, mb);
+    int T = mb->T, Dt = c->Dt, nL = st->l1 - st->l0;
+    a->T = T;
+    a->S = mb->S;
+    a->n_supervised = mb->n_supervised;
+    be->copy_h2d(a->cu_seqlens, mb->cu_seqlens, (size_t)(mb->S + 1) * sizeof(int32_t));
+    be->copy_h2d(a->pos, mb->pos, (size_t)T * sizeof(int32_t));
+    if (st->last) be->copy_h2d(a->targets, mb->targets, (size_t)T * sizeof(int32_t));
+
+    float* x0 = stage_res(a, st, 0);
+    if (st->first) {
+        a->I = mb->I;
+        a->Np = mb->Np;
+        be->copy_h2d(a->ids, mb->ids, (size_t)T * sizeof(int32_t));
+        a->n_seg = 0;
+        for (int t = 0; t < T;) {
+            if (mb->ids[t] == -1) {
+                t++;
+                continue;
+            }
+            int t1 = t;
+            while (t1 < T && mb->ids[t1] != -1) t1++;
+            a->h_seg[2 * a->n_seg] = t;
+            a->h_seg[2 * a->n_seg + 1] = t1;
+            a->n_seg++;
+            t = t1;
+        }
+        if (mb->I > 0) {
+            size_t P = 3 * (size_t)c->patch * c->patch;
+            memcpy(a->h_img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
+            memcpy(a->h_img_lm_start, mb->img_lm_start, (size_t)mb->I * sizeof(int32_t));
+            be->copy_h2d(a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
+            be->copy_h2d(a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
+            be->copy_h2d(a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
+            be->copy_h2d(a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
+        }
+        vit_forward(be, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        projector_forward(be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        stage_assemble(st, a, x0);
+    } else {
+        a->I = a->Np = 0;
+        be->copy_d2d(x0, hidden_in, (size_t)T * Dt * sizeof(float));
+    }
+
+    LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    for (int j = 0; j < nL; j++)
+        lm_block_forward(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, stage_res(a, st, j),
+                         stage_res(a, st, j + 1));
+
+    float* xL = stage_res(a, st, nL);
+    if (st->last) {
+        be->rmsnorm_forward(a->nf, a->rstdf, xL, st->normf_w, T, Dt);
+        be->linear_forward(a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
+        be->crossentropy_forward(a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
+        be->copy_d2h(&a->loss_sum, a->loss_dev, sizeof(float));
+        if (loss_sum) *loss_sum = a->loss_sum;
+    } else {
+        be->copy_d2d(hidden_out, xL, (size_t)T * Dt * sizeof(float));
+    }
+    a->state = ACTS_FORWARD;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Backward. B = every input gradient (down through the LM blocks, the projector and the ViT);
+ * W = every weight gradient, from what B kept. The fused path runs each piece's B then its W. */
+
+static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale) {
+    const Backend* be = st->be;
+    int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
+    be->memset0(a->dlogits, (size_t)T * V * sizeof(float));
+    be->crossentropy_backward(a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+    be->memset0(a->dnf, (size_t)T * Dt * sizeof(float));
+    be->linear_backward(a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    float* dxL = stage_dres(a, st, nL);
+    be->memset0(dxL, (size_t)T * Dt * sizeof(float));
+    be->rmsnorm_backward(dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+}
+
+static void stage_head_backward_weight(Stage* st, StageActs* a) {
+    const Backend* be = st->be;
+    int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
+    be->linear_backward(NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    be->rmsnorm_backward(NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+}
+
+/* Image rows of d x0 go back to the projector output, in patch order. */
+static void stage_vision_backward_input(Stage* st, StageActs* a) {
+    const Backend* be = st->be;
+    int Dt = st->cfg.Dt;
+    if (a->Np == 0) return;
+    const float* dx0 = stage_dres(a, st, 0);
+    for (int i = 0; i < a->I; i++) {
+        int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
+        be->copy_d2d(a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
+                     (size_t)n * Dt * sizeof(float));
+    }
+    projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np);
+    be->copy_d2d(a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
+}
+
+static void stage_embed_backward_weight(Stage* st, StageActs* a) {
+    int Dt = st->cfg.Dt;
+    const float* dx0 = stage_dres(a, st, 0);
+    for (int r = 0; r < a->n_seg; r++) {
+        int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
+        st->be->embedding_backward(st->embed_g, dx0 + (size_t)t0 * Dt, a->ids + t0, t1 - t0, Dt);
+    }
+}
+
+static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale) {
+    RR_ASSERT(st->last == (dhidden_out == NULL));
+    int nL = st->l1 - st->l0;
+    if (st->last)
+        stage_head_backward_input(st, a, loss_scale);
+    else
+        st->be->copy_d2d(stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
+}
+
+void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
+    RR_ASSERT(a->split && "stage_backward_input needs activations made with split = 1");
+    RR_ASSERT(a->state == ACTS_FORWARD);
+    RR_ASSERT(st->first == (dhidden_in == NULL));
+    const Backend* be = st->be;
+    int nL = st->l1 - st->l0;
+    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    stage_backward_start(st, a, dhidden_out, loss_scale);
+    for (int j = nL - 1; j >= 0; j--)
+        lm_block_backward_input(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+    if (st->first) {
+        stage_vision_backward_input(st, a);
+        vit_backward_input(be, &st->vc, &st->vit_w, &a->vit);
+    } else {
+        be->copy_d2d(dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
+    }
+    a->state = ACTS_INPUT_GRAD;
+}
+
+void stage_backward_weight(Stage* st, StageActs* a) {
+    RR_ASSERT(a->state == ACTS_INPUT_GRAD && "stage_backward_weight before stage_backward_input");
+    const Backend* be = st->be;
+    int nL = st->l1 - st->l0;
+    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    if (st->last) stage_head_backward_weight(st, a);
+    for (int j = nL - 1; j >= 0; j--)
+        lm_block_backward_weight(be, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
+    if (st->first) {
+        stage_embed_backward_weight(st, a);
+        projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
+        vit_backward_weight(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+    }
+    a->state = ACTS_EMPTY;
+}
+
+void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
+    RR_ASSERT(a->state == ACTS_FORWARD);
+    RR_ASSERT(st->first == (dhidden_in == NULL));
+    const Backend* be = st->be;
+    int nL = st->l1 - st->l0;
+    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    stage_backward_start(st, a, dhidden_out, loss_scale);
+    if (st->last) stage_head_backward_weight(st, a);
+    for (int j = nL - 1; j >= 0; j--) {
+        lm_block_backward_input(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+        lm_block_backward_weight(be, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
+    }
+    if (st->first) {
+        stage_embed_backward_weight(st, a);
+        stage_vision_backward_input(st, a);
+        projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
+        vit_backward(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+    } else {
+        be->copy_d2d(dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
+    }
+    a->state = ACTS_EMPTY;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Dumps */
+
+int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len) {
+    const ParamTable* pt = &st->params;
+    float* host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+    st->be->copy_d2h(host, grads ? pt->grad : pt->data, pt->total * sizeof(float));
+    StWriter* w = st_writer_new();
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + s->offset);
+    }
+    st_writer_meta(w, "format", grads ? "rrfp-mm-grads" : "rrfp-mm-weights");
+    int rc = st_writer_write(w, path, err, err_len);
+    st_writer_free(w);
+    free(host);
+    return rc;
+}
+
+int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, const char* path, char* err,
+                          size_t err_len) {
+    const ModelConfig* c = &st->cfg;
+    StWriter* w = st_writer_new();
+    int P = 3 * c->patch * c->patch;
+    st_writer_add_i32(w, "cu_seqlens", mb->cu_seqlens, 1, mb->S + 1, 0, 0, 0);
+    st_writer_add_i32(w, "ids", mb->ids, 1, mb->T, 0, 0, 0);
+    st_writer_add_i32(w, "targets", mb->targets, 1, mb->T, 0, 0, 0);
+    st_writer_add_i32(w, "pos", mb->pos, 1, mb->T, 0, 0, 0);
+    st_writer_add_f32(w, "patches", mb->patches, 2, mb->Np, P, 0, 0);
+    /* a text-only microbatch may carry no img_cu_patches array; it means {0} */
+    int32_t zero = 0;
+    st_writer_add_i32(w, "img_cu_patches", mb->img_cu_patches ? mb->img_cu_patches : &zero, 1, mb->I + 1, 0, 0, 0);
+    st_writer_add_i32(w, "grid_h", mb->grid_h, 1, mb->I, 0, 0, 0);
+    st_writer_add_i32(w, "grid_w", mb->grid_w, 1, mb->I, 0, 0, 0);
+    st_writer_add_i32(w, "patch_row", mb->patch_row, 1, mb->Np, 0, 0, 0);
+    st_writer_add_i32(w, "patch_col", mb->patch_col, 1, mb->Np, 0, 0, 0);
+    st_writer_add_i32(w, "img_lm_start", mb->img_lm_start, 1, mb->I, 0, 0, 0);
+    float* logits = NULL;
+    float loss = 0;
+    char buf[64];
+    if (st->last && a && a->state != ACTS_EMPTY) {
+        logits = mallocCheck((size_t)mb->T * c->V * sizeof(float));
+        st->be->copy_d2h(logits, a->logits, (size_t)mb->T * c->V * sizeof(float));
+        st_writer_add_f32(w, "logits", logits, 2, mb->T, c->V, 0, 0);
+        loss = a->loss_sum;
+        st_writer_add_f32(w, "loss_sum", &loss, 1, 1, 0, 0, 0);
+    }
+    snprintf(buf, sizeof buf, "%d", mb->n_supervised);
+    st_writer_meta(w, "n_supervised", buf);
+    snprintf(buf, sizeof buf, "%d", mb->patch);
+    st_writer_meta(w, "patch", buf);
+    st_writer_meta(w, "format", "rrfp-mm-microbatch");
+    int rc = st_writer_write(w, path, err, err_len);
+    st_writer_free(w);
+    free(logits);
+    return rc;
+}
+
+int model_dump_config(const ModelConfig* c, const char* extra_json, const char* path, char* err, size_t err_len) {
+    cJSON* j = extra_json ? cJSON_Parse(extra_json) : cJSON_CreateObject();
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        snprintf(err, err_len, "%s: extra fields are not a JSON object", path);
+        return -1;
+    }
+    cJSON_AddStringToObject(j, "format", "rrfp-mm-dump");
+    cJSON_AddNumberToObject(j, "patch", c->patch);
+    cJSON_AddNumberToObject(j, "Dv", c->Dv);
+    cJSON_AddNumberToObject(j, "Lv", c->Lv);
+    cJSON_AddNumberToObject(j, "Hv", c->Hv);
+    cJSON_AddNumberToObject(j, "Dt", c->Dt);
+    cJSON_AddNumberToObject(j, "Lt", c->Lt);
+    cJSON_AddNumberToObject(j, "Ht", c->Ht);
+    cJSON_AddNumberToObject(j, "F", c->F);
+    cJSON_AddNumberToObject(j, "V", c->V);
+    cJSON_AddNumberToObject(j, "min_patches", c->min_patches);
+    cJSON_AddNumberToObject(j, "max_patches", c->max_patches);
+    cJSON_AddNumberToObject(j, "init_std", c->init_std);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    cJSON_AddStringToObject(j, "seed", seed); /* a string: JSON numbers lose 64-bit integers */
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    int rc = rr_write_file_atomic(path, text, strlen(text));
+    if (rc) snprintf(err, err_len, "%s: cannot write (%s)", path, strerror(errno));
+    free(text);
+    return rc;
+}

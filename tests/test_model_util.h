@@ -1,0 +1,162 @@
+/* test_model_util.h — microbatches for model tests, built straight from a compact spec (no loader).
+ *
+ * A spec lists samples separated by '|'; each sample is a sequence of segments:
+ *   pN    N prompt tokens (not supervised)       aN    N assistant tokens (supervised)
+ *   iHxW  an image of H x W patches (its LM positions hold id -1, patches row-major)
+ * e.g. "p2 i2x3 p3 a5 | p1 a4". Targets follow DESIGN.md section 4: position t's target is the
+ * token at t+1 of the same sample when that token is an assistant token, else -100. Token ids and
+ * pixels are random from a splitmix64 stream. */
+#ifndef RRFP_TEST_MODEL_UTIL_H
+#define RRFP_TEST_MODEL_UTIL_H
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/microbatch.h"
+#include "engine/util.h"
+
+static inline uint64_t tm_rand(uint64_t* s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float tm_uniform(uint64_t* s) { return (float)((tm_rand(s) >> 40) / 16777216.0); } /* [0, 1) */
+
+/* Walk the spec; with mb == NULL only count. kind per position: 0 prompt, 1 assistant, 2 image. */
+static void tm_walk(const char* spec, Microbatch* mb, int* kind, int* T, int* S, int* I, int* Np) {
+    int t = 0, s = 0, i = 0, np = 0;
+    const char* p = spec;
+    int in_sample = 0;
+    while (*p) {
+        if (isspace((unsigned char)*p)) {
+            p++;
+            continue;
+        }
+        if (*p == '|') {
+            if (!in_sample) rr_die("test spec '%s': empty sample", spec);
+            in_sample = 0;
+            p++;
+            continue;
+        }
+        if (!in_sample) {
+            if (mb) mb->cu_seqlens[s] = t;
+            s++;
+            in_sample = 1;
+        }
+        char c = *p++;
+        char* end;
+        long a = strtol(p, &end, 10);
+        if (end == p || a < 1) rr_die("test spec '%s': bad count after '%c'", spec, c);
+        p = end;
+        if (c == 'p' || c == 'a') {
+            for (long k = 0; k < a; k++, t++)
+                if (kind) kind[t] = c == 'a';
+        } else if (c == 'i') {
+            if (*p != 'x') rr_die("test spec '%s': image needs HxW", spec);
+            long b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < 1) rr_die("test spec '%s': bad image width", spec);
+            p = end;
+            if (mb) {
+                mb->grid_h[i] = (int32_t)a;
+                mb->grid_w[i] = (int32_t)b;
+                mb->img_lm_start[i] = t;
+                mb->img_cu_patches[i] = np;
+                for (int k = 0; k < a * b; k++) {
+                    mb->patch_row[np + k] = (int32_t)(k / b);
+                    mb->patch_col[np + k] = (int32_t)(k % b);
+                }
+            }
+            for (long k = 0; k < a * b; k++, t++)
+                if (kind) kind[t] = 2;
+            np += (int)(a * b);
+            i++;
+        } else {
+            rr_die("test spec '%s': unknown segment '%c'", spec, c);
+        }
+    }
+    if (mb) {
+        mb->cu_seqlens[s] = t;
+        mb->img_cu_patches[i] = np;
+    }
+    *T = t;
+    *S = s;
+    *I = i;
+    *Np = np;
+}
+
+/* Build a microbatch from spec with ids in [0, V) and pixels in [-1, 1). */
+static void tm_microbatch(Microbatch* mb, const char* spec, int V, int patch, uint64_t* rng) {
+    int T, S, I, Np;
+    tm_walk(spec, NULL, NULL, &T, &S, &I, &Np);
+    memset(mb, 0, sizeof *mb);
+    mb->T = T;
+    mb->S = S;
+    mb->I = I;
+    mb->Np = Np;
+    mb->patch = patch;
+    mb->cu_seqlens = callocCheck(S + 1, sizeof(int32_t));
+    mb->ids = callocCheck(T, sizeof(int32_t));
+    mb->targets = callocCheck(T, sizeof(int32_t));
+    mb->pos = callocCheck(T, sizeof(int32_t));
+    mb->img_cu_patches = callocCheck(I + 1, sizeof(int32_t));
+    mb->grid_h = callocCheck(I + 1, sizeof(int32_t));
+    mb->grid_w = callocCheck(I + 1, sizeof(int32_t));
+    mb->img_lm_start = callocCheck(I + 1, sizeof(int32_t));
+    mb->patch_row = callocCheck(Np + 1, sizeof(int32_t));
+    mb->patch_col = callocCheck(Np + 1, sizeof(int32_t));
+    size_t P = 3 * (size_t)patch * patch;
+    mb->patches = callocCheck(Np * P + 1, sizeof(float));
+    mb->sample_index = callocCheck(S, sizeof(int64_t));
+    int* kind = callocCheck(T, sizeof(int));
+    tm_walk(spec, mb, kind, &T, &S, &I, &Np);
+    for (int t = 0; t < T; t++) mb->ids[t] = kind[t] == 2 ? -1 : (int32_t)(tm_rand(rng) % (uint64_t)V);
+    for (size_t k = 0; k < Np * P; k++) mb->patches[k] = 2.0f * tm_uniform(rng) - 1.0f;
+    mb->n_supervised = 0;
+    for (int s = 0; s < S; s++) {
+        mb->sample_index[s] = s;
+        for (int t = mb->cu_seqlens[s]; t < mb->cu_seqlens[s + 1]; t++) {
+            mb->pos[t] = t - mb->cu_seqlens[s];
+            int nxt = t + 1;
+            if (nxt < mb->cu_seqlens[s + 1] && kind[nxt] == 1) {
+                mb->targets[t] = mb->ids[nxt];
+                mb->n_supervised++;
+            } else {
+                mb->targets[t] = -100;
+            }
+        }
+    }
+    free(kind);
+}
+
+static void tm_microbatch_free(Microbatch* mb) {
+    free(mb->cu_seqlens);
+    free(mb->ids);
+    free(mb->targets);
+    free(mb->pos);
+    free(mb->img_cu_patches);
+    free(mb->grid_h);
+    free(mb->grid_w);
+    free(mb->img_lm_start);
+    free(mb->patch_row);
+    free(mb->patch_col);
+    free(mb->patches);
+    free(mb->sample_index);
+    memset(mb, 0, sizeof *mb);
+}
+
+/* Largest T and Np over a set of specs (the activation budget of a test). */
+static void tm_budget(const char* const* specs, int n, int* max_T, int* max_Np) {
+    *max_T = 1;
+    *max_Np = 0;
+    for (int k = 0; k < n; k++) {
+        int T, S, I, Np;
+        tm_walk(specs[k], NULL, NULL, &T, &S, &I, &Np);
+        if (T > *max_T) *max_T = T;
+        if (Np > *max_Np) *max_Np = Np;
+    }
+}
+
+#endif

@@ -1,0 +1,176 @@
+/* lm.c — the decoder LM's parameters and blocks (DESIGN.md section 4; names and shapes in lm.h).
+ *
+ * A block over T packed positions: RMSNorm, q/k/v/o without bias, 1-D RoPE by position in the
+ * sample, causal attention within each sample, RMSNorm, SwiGLU. The forward saves what the backward
+ * needs; the backward is B (input gradients, keeping each weight's output gradient) and W (weight
+ * gradients from those). Every op goes through the Backend. The embedding, final norm, head and loss
+ * are composed in runtime/model.c, which also splices the image rows in. */
+#include <math.h>
+#include <stdio.h>
+
+#include "text/lm.h"
+
+static void lm_add(ParamTable* pt, const char* name, int ndim, int64_t d0, int64_t d1, ParamInit init, float std) {
+    int64_t shape[2] = {d0, d1};
+    params_add(pt, name, ndim, shape, init, std, ndim == 2);
+}
+
+void lm_embed_params_add(ParamTable* pt, const LmConfig* c) {
+    lm_add(pt, "text.embed.weight", 2, c->V, c->D, PARAM_INIT_NORMAL, c->init_std);
+}
+
+void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1) {
+    int D = c->D, F = c->F;
+    /* L is the whole LM's depth, so a block's init does not depend on the pipeline split */
+    float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * c->L);
+    char n[96];
+    for (int l = l0; l < l1; l++) {
+#define TADD(suffix, ndim, d0, d1, init, s)                        \
+    do {                                                           \
+        snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix);     \
+        lm_add(pt, n, ndim, d0, d1, init, s);                      \
+    } while (0)
+        TADD("norm1.weight", 1, D, 0, PARAM_INIT_ONES, 0);
+        TADD("attn.q.weight", 2, D, D, PARAM_INIT_NORMAL, std);
+        TADD("attn.k.weight", 2, D, D, PARAM_INIT_NORMAL, std);
+        TADD("attn.v.weight", 2, D, D, PARAM_INIT_NORMAL, std);
+        TADD("attn.o.weight", 2, D, D, PARAM_INIT_NORMAL, std_out);
+        TADD("norm2.weight", 1, D, 0, PARAM_INIT_ONES, 0);
+        TADD("mlp.gate.weight", 2, F, D, PARAM_INIT_NORMAL, std);
+        TADD("mlp.up.weight", 2, F, D, PARAM_INIT_NORMAL, std);
+        TADD("mlp.down.weight", 2, D, F, PARAM_INIT_NORMAL, std_out);
+#undef TADD
+    }
+}
+
+void lm_head_params_add(ParamTable* pt, const LmConfig* c) {
+    lm_add(pt, "text.norm.weight", 1, c->D, 0, PARAM_INIT_ONES, 0);
+    lm_add(pt, "text.lm_head.weight", 2, c->V, c->D, PARAM_INIT_NORMAL, c->init_std);
+}
+
+void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads) {
+    char n[96];
+#define TPT(field, suffix)                                                                   \
+    do {                                                                                     \
+        snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix);                               \
+        int i = params_find(pt, n);                                                          \
+        if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", n);    \
+        w->field = grads ? params_grad(pt, i) : params_data(pt, i);                          \
+    } while (0)
+    TPT(norm1_w, "norm1.weight");
+    TPT(q_w, "attn.q.weight");
+    TPT(k_w, "attn.k.weight");
+    TPT(v_w, "attn.v.weight");
+    TPT(o_w, "attn.o.weight");
+    TPT(norm2_w, "norm2.weight");
+    TPT(gate_w, "mlp.gate.weight");
+    TPT(up_w, "mlp.up.weight");
+    TPT(down_w, "mlp.down.weight");
+#undef TPT
+}
+
+void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T) {
+    size_t T = (size_t)max_T, D = c->D, F = c->F;
+    a->n1 = arena_alloc_f32(ar, T * D);
+    a->rstd1 = arena_alloc_f32(ar, T);
+    a->q = arena_alloc_f32(ar, T * D);
+    a->k = arena_alloc_f32(ar, T * D);
+    a->v = arena_alloc_f32(ar, T * D);
+    a->att = arena_alloc_f32(ar, T * D);
+    a->lse = arena_alloc_f32(ar, T * c->H);
+    a->xmid = arena_alloc_f32(ar, T * D);
+    a->n2 = arena_alloc_f32(ar, T * D);
+    a->rstd2 = arena_alloc_f32(ar, T);
+    a->gate = arena_alloc_f32(ar, T * F);
+    a->up = arena_alloc_f32(ar, T * F);
+    a->h = arena_alloc_f32(ar, T * F);
+}
+
+void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T) {
+    size_t T = (size_t)max_T, D = c->D, F = c->F;
+    g->dxmid = arena_alloc_f32(ar, T * D);
+    g->dq = arena_alloc_f32(ar, T * D);
+    g->dk = arena_alloc_f32(ar, T * D);
+    g->dv = arena_alloc_f32(ar, T * D);
+    g->dn1 = arena_alloc_f32(ar, T * D);
+    g->dn2 = arena_alloc_f32(ar, T * D);
+    g->dgate = arena_alloc_f32(ar, T * F);
+    g->dup = arena_alloc_f32(ar, T * F);
+}
+
+void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
+    s->tmp = arena_alloc_f32(ar, (size_t)max_T * c->D);
+    s->datt = arena_alloc_f32(ar, (size_t)max_T * c->D);
+    s->dh = arena_alloc_f32(ar, (size_t)max_T * c->F);
+}
+
+void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
+                      const LmSeq* seq, const float* xin, float* xout) {
+    int T = seq->T, D = c->D, H = c->H, d = D / H, F = c->F;
+    if (T == 0) return;
+    be->rmsnorm_forward(a->n1, a->rstd1, xin, w->norm1_w, T, D);
+    be->linear_forward(a->q, a->n1, w->q_w, NULL, T, D, D);
+    be->linear_forward(a->k, a->n1, w->k_w, NULL, T, D, D);
+    be->linear_forward(a->v, a->n1, w->v_w, NULL, T, D, D);
+    be->rope_forward(a->q, seq->pos, T, H, d, D);
+    be->rope_forward(a->k, seq->pos, T, H, d, D);
+    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, D, 1);
+    be->linear_forward(s->tmp, a->att, w->o_w, NULL, T, D, D);
+    be->add_forward(a->xmid, xin, s->tmp, (size_t)T * D);
+    be->rmsnorm_forward(a->n2, a->rstd2, a->xmid, w->norm2_w, T, D);
+    be->linear_forward(a->gate, a->n2, w->gate_w, NULL, T, D, F);
+    be->linear_forward(a->up, a->n2, w->up_w, NULL, T, D, F);
+    be->swiglu_forward(a->h, a->gate, a->up, (size_t)T * F);
+    be->linear_forward(s->tmp, a->h, w->down_w, NULL, T, F, D);
+    be->add_forward(xout, a->xmid, s->tmp, (size_t)T * D);
+}
+
+void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
+                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
+                             float* dxin) {
+    int T = seq->T, D = c->D, H = c->H, d = D / H, F = c->F;
+    if (T == 0) return;
+    size_t TD = (size_t)T * D, TF = (size_t)T * F;
+    /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
+    be->memset0(s->dh, TF * sizeof(float));
+    be->linear_backward(s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->memset0(g->dgate, TF * sizeof(float));
+    be->memset0(g->dup, TF * sizeof(float));
+    be->swiglu_backward(g->dgate, g->dup, s->dh, a->gate, a->up, TF);
+    be->memset0(g->dn2, TD * sizeof(float));
+    be->linear_backward(g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
+    be->linear_backward(g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
+    be->copy_d2d(g->dxmid, dxout, TD * sizeof(float));
+    be->rmsnorm_backward(g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
+    be->memset0(s->datt, TD * sizeof(float));
+    be->linear_backward(s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, D, D);
+    be->memset0(g->dq, TD * sizeof(float));
+    be->memset0(g->dk, TD * sizeof(float));
+    be->memset0(g->dv, TD * sizeof(float));
+    be->attention_backward(g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
+                           T, H, d, D, 1);
+    be->rope_backward(g->dq, seq->pos, T, H, d, D);
+    be->rope_backward(g->dk, seq->pos, T, H, d, D);
+    be->memset0(g->dn1, TD * sizeof(float));
+    be->linear_backward(g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, D);
+    be->linear_backward(g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, D);
+    be->linear_backward(g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, D);
+    be->copy_d2d(dxin, g->dxmid, TD * sizeof(float));
+    be->rmsnorm_backward(dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+}
+
+void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
+                              const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout) {
+    int T = seq->T, D = c->D, F = c->F;
+    if (T == 0) return;
+    be->linear_backward(NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->linear_backward(NULL, dw->gate_w, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
+    be->linear_backward(NULL, dw->up_w, NULL, g->dup, a->n2, w->up_w, T, D, F);
+    be->rmsnorm_backward(NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->linear_backward(NULL, dw->o_w, NULL, g->dxmid, a->att, w->o_w, T, D, D);
+    be->linear_backward(NULL, dw->q_w, NULL, g->dq, a->n1, w->q_w, T, D, D);
+    be->linear_backward(NULL, dw->k_w, NULL, g->dk, a->n1, w->k_w, T, D, D);
+    be->linear_backward(NULL, dw->v_w, NULL, g->dv, a->n1, w->v_w, T, D, D);
+    be->rmsnorm_backward(NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+}

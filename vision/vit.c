@@ -1,0 +1,288 @@
+/* vit.c — the ViT encoder with dynamic resolution (DESIGN.md section 4; names and shapes in vision.h).
+ *
+ * Pre-norm blocks over N packed patch rows; attention bidirectional within each image, 2-D RoPE on
+ * q and k by (patch row, patch column). Forward saves everything the backward needs; the backward is
+ * split into B (input gradients, block by block from the top) and W (weight gradients from what B
+ * kept), or fused block by block. Every op goes through the Backend. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "vision/vision.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * Parameters */
+
+static void vit_add(ParamTable* pt, const char* name, int ndim, int64_t d0, int64_t d1, ParamInit init, float std) {
+    int64_t shape[2] = {d0, d1};
+    params_add(pt, name, ndim, shape, init, std, ndim == 2);
+}
+
+void vit_params_add(ParamTable* pt, const VitConfig* c) {
+    int D = c->D, P = 3 * c->patch * c->patch;
+    float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * c->L);
+    char n[96];
+    vit_add(pt, "vision.patch_embed.weight", 2, D, P, PARAM_INIT_NORMAL, std);
+    vit_add(pt, "vision.patch_embed.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+    for (int l = 0; l < c->L; l++) {
+#define VADD(suffix, ndim, d0, d1, init, s)                              \
+    do {                                                                 \
+        snprintf(n, sizeof n, "vision.blocks.%d.%s", l, suffix);         \
+        vit_add(pt, n, ndim, d0, d1, init, s);                           \
+    } while (0)
+        VADD("ln1.weight", 1, D, 0, PARAM_INIT_ONES, 0);
+        VADD("ln1.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        VADD("attn.qkv.weight", 2, 3 * D, D, PARAM_INIT_NORMAL, std);
+        VADD("attn.qkv.bias", 1, 3 * D, 0, PARAM_INIT_ZEROS, 0);
+        VADD("attn.out.weight", 2, D, D, PARAM_INIT_NORMAL, std_out);
+        VADD("attn.out.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        VADD("ln2.weight", 1, D, 0, PARAM_INIT_ONES, 0);
+        VADD("ln2.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        VADD("mlp.fc1.weight", 2, 4 * D, D, PARAM_INIT_NORMAL, std);
+        VADD("mlp.fc1.bias", 1, 4 * D, 0, PARAM_INIT_ZEROS, 0);
+        VADD("mlp.fc2.weight", 2, D, 4 * D, PARAM_INIT_NORMAL, std_out);
+        VADD("mlp.fc2.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+#undef VADD
+    }
+    vit_add(pt, "vision.ln_f.weight", 1, D, 0, PARAM_INIT_ONES, 0);
+    vit_add(pt, "vision.ln_f.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+}
+
+static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
+    int i = params_find(pt, name);
+    if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
+    return grads ? params_grad(pt, i) : params_data(pt, i);
+}
+
+void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads) {
+    char n[96];
+    w->patch_w = vit_ptr(pt, "vision.patch_embed.weight", grads);
+    w->patch_b = vit_ptr(pt, "vision.patch_embed.bias", grads);
+    w->blocks = callocCheck(c->L, sizeof(VitBlockW));
+    for (int l = 0; l < c->L; l++) {
+        VitBlockW* b = &w->blocks[l];
+#define VPT(field, suffix)                                       \
+    do {                                                         \
+        snprintf(n, sizeof n, "vision.blocks.%d.%s", l, suffix); \
+        b->field = vit_ptr(pt, n, grads);                        \
+    } while (0)
+        VPT(ln1_w, "ln1.weight");
+        VPT(ln1_b, "ln1.bias");
+        VPT(qkv_w, "attn.qkv.weight");
+        VPT(qkv_b, "attn.qkv.bias");
+        VPT(out_w, "attn.out.weight");
+        VPT(out_b, "attn.out.bias");
+        VPT(ln2_w, "ln2.weight");
+        VPT(ln2_b, "ln2.bias");
+        VPT(fc1_w, "mlp.fc1.weight");
+        VPT(fc1_b, "mlp.fc1.bias");
+        VPT(fc2_w, "mlp.fc2.weight");
+        VPT(fc2_b, "mlp.fc2.bias");
+#undef VPT
+    }
+    w->lnf_w = vit_ptr(pt, "vision.ln_f.weight", grads);
+    w->lnf_b = vit_ptr(pt, "vision.ln_f.bias", grads);
+}
+
+void vit_weights_free(VitW* w) {
+    free(w->blocks);
+    w->blocks = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Activations */
+
+void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split) {
+    size_t N = (size_t)max_N, D = c->D, H = c->H, L = c->L;
+    if (!a->blocks) a->blocks = callocCheck(L, sizeof(VitBlockActs));
+    if (!a->grads) a->grads = callocCheck(L, sizeof(VitBlockGrads));
+    a->max_N = max_N;
+    a->split = split;
+    a->x = arena_alloc_f32(ar, (L + 1) * N * D);
+    for (size_t l = 0; l < L; l++) {
+        VitBlockActs* b = &a->blocks[l];
+        b->ln1 = arena_alloc_f32(ar, N * D);
+        b->ln1_mean = arena_alloc_f32(ar, N);
+        b->ln1_rstd = arena_alloc_f32(ar, N);
+        b->qkv = arena_alloc_f32(ar, N * 3 * D);
+        b->att = arena_alloc_f32(ar, N * D);
+        b->att_lse = arena_alloc_f32(ar, N * H);
+        b->xmid = arena_alloc_f32(ar, N * D);
+        b->ln2 = arena_alloc_f32(ar, N * D);
+        b->ln2_mean = arena_alloc_f32(ar, N);
+        b->ln2_rstd = arena_alloc_f32(ar, N);
+        b->fc1 = arena_alloc_f32(ar, N * 4 * D);
+        b->gelu = arena_alloc_f32(ar, N * 4 * D);
+    }
+    a->vout = arena_alloc_f32(ar, N * D);
+    a->lnf_mean = arena_alloc_f32(ar, N);
+    a->lnf_rstd = arena_alloc_f32(ar, N);
+    a->dx = arena_alloc_f32(ar, (split ? L + 1 : 2) * N * D);
+    for (size_t l = 0; l < L; l++) {
+        VitBlockGrads* g = &a->grads[l];
+        if (split || l == 0) {
+            g->dfc1 = arena_alloc_f32(ar, N * 4 * D);
+            g->dln2 = arena_alloc_f32(ar, N * D);
+            g->dxmid = arena_alloc_f32(ar, N * D);
+            g->dqkv = arena_alloc_f32(ar, N * 3 * D);
+            g->dln1 = arena_alloc_f32(ar, N * D);
+        } else {
+            *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
+        }
+    }
+    a->dvout = arena_alloc_f32(ar, N * D);
+    a->dgelu = arena_alloc_f32(ar, N * 4 * D);
+    a->datt = arena_alloc_f32(ar, N * D);
+    a->tmp = arena_alloc_f32(ar, N * D);
+}
+
+void vit_acts_free_tables(VitActs* a) {
+    free(a->blocks);
+    free(a->grads);
+    a->blocks = NULL;
+    a->grads = NULL;
+}
+
+/* Residual-gradient buffer at block boundary j (0 = patch-embed output, L = tower output). */
+static float* vit_dx(const VitActs* a, const VitConfig* c, int j) {
+    size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
+    return a->dx + slot * (size_t)a->max_N * c->D;
+}
+
+static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
+    return a->x + (size_t)j * a->max_N * c->D;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Forward */
+
+static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* b,
+                              VitActs* a, const float* xin, float* xout) {
+    int N = a->N, D = c->D, H = c->H, d = D / H;
+    be->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
+    be->linear_forward(b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * D);
+    /* q = columns [0, D), k = [D, 2D), v = [2D, 3D) of each row */
+    be->rope2d_forward(b->qkv, a->prow, a->pcol, N, H, d, 3 * D);
+    be->rope2d_forward(b->qkv + D, a->prow, a->pcol, N, H, d, 3 * D);
+    be->attention_forward(b->att, b->att_lse, b->qkv, b->qkv + D, b->qkv + 2 * D, a->img_cu, a->I, N, H, d, 3 * D,
+                          0);
+    be->linear_forward(a->tmp, b->att, w->out_w, w->out_b, N, D, D);
+    be->add_forward(b->xmid, xin, a->tmp, (size_t)N * D);
+    be->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
+    be->linear_forward(b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, 4 * D);
+    be->gelu_forward(b->gelu, b->fc1, (size_t)N * 4 * D);
+    be->linear_forward(a->tmp, b->gelu, w->fc2_w, w->fc2_b, N, 4 * D, D);
+    be->add_forward(xout, b->xmid, a->tmp, (size_t)N * D);
+}
+
+void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
+                 const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N) {
+    RR_ASSERT(N <= a->max_N);
+    a->N = N;
+    a->I = I;
+    a->img_cu = img_cu;
+    a->prow = prow;
+    a->pcol = pcol;
+    a->patches = patches;
+    if (N == 0) return;
+    int D = c->D, P = 3 * c->patch * c->patch;
+    be->linear_forward(vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
+    for (int l = 0; l < c->L; l++)
+        vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
+    be->layernorm_forward(a->vout, a->lnf_mean, a->lnf_rstd, vit_x(a, c, c->L), w->lnf_w, w->lnf_b, N, D);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Backward: B (input gradients) and W (weight gradients) per block */
+
+/* dxin = d block input (overwritten) from dxout; keeps the gradients W needs in g. */
+static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w,
+                                     const VitBlockActs* b, VitBlockGrads* g, VitActs* a, const float* xin,
+                                     const float* dxout, float* dxin) {
+    int N = a->N, D = c->D, H = c->H, d = D / H;
+    size_t ND = (size_t)N * D, N4D = (size_t)N * 4 * D;
+    /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
+    be->memset0(a->dgelu, N4D * sizeof(float));
+    be->linear_backward(a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, 4 * D, D);
+    be->memset0(g->dfc1, N4D * sizeof(float));
+    be->gelu_backward(g->dfc1, a->dgelu, b->fc1, N4D);
+    be->memset0(g->dln2, ND * sizeof(float));
+    be->linear_backward(g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, 4 * D);
+    be->copy_d2d(g->dxmid, dxout, ND * sizeof(float));
+    be->layernorm_backward(g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
+    be->memset0(a->datt, ND * sizeof(float));
+    be->linear_backward(a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, D, D);
+    be->memset0(g->dqkv, 3 * ND * sizeof(float));
+    be->attention_backward(g->dqkv, g->dqkv + D, g->dqkv + 2 * D, a->datt, b->att, b->att_lse, b->qkv, b->qkv + D,
+                           b->qkv + 2 * D, a->img_cu, a->I, N, H, d, 3 * D, 0);
+    be->rope2d_backward(g->dqkv, a->prow, a->pcol, N, H, d, 3 * D);
+    be->rope2d_backward(g->dqkv + D, a->prow, a->pcol, N, H, d, 3 * D);
+    be->memset0(g->dln1, ND * sizeof(float));
+    be->linear_backward(g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * D);
+    be->copy_d2d(dxin, g->dxmid, ND * sizeof(float));
+    be->layernorm_backward(dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+}
+
+static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
+                                      const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a,
+                                      const float* xin, const float* dxout) {
+    int N = a->N, D = c->D;
+    be->linear_backward(NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, 4 * D, D);
+    be->linear_backward(NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, 4 * D);
+    be->layernorm_backward(NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->linear_backward(NULL, dw->out_w, dw->out_b, g->dxmid, b->att, w->out_w, N, D, D);
+    be->linear_backward(NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * D);
+    be->layernorm_backward(NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+}
+
+/* ln_f: B part from a->dvout into dx[L]. */
+static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
+    int N = a->N, D = c->D, L = c->L;
+    float* dxL = vit_dx(a, c, L);
+    be->memset0(dxL, (size_t)N * D * sizeof(float));
+    be->layernorm_backward(dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+}
+
+static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
+    be->layernorm_backward(NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
+                           a->lnf_rstd, a->N, c->D);
+}
+
+static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g,
+                                      VitActs* a) {
+    int P = 3 * c->patch * c->patch;
+    be->linear_backward(NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
+}
+
+void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
+    RR_ASSERT(a->split && "vit_backward_input needs activations laid out with split = 1");
+    if (a->N == 0) return;
+    vit_lnf_backward_input(be, c, w, a);
+    for (int l = c->L - 1; l >= 0; l--)
+        vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
+                                 vit_dx(a, c, l + 1), vit_dx(a, c, l));
+}
+
+void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
+    RR_ASSERT(a->split);
+    if (a->N == 0) return;
+    vit_lnf_backward_weight(be, c, w, g, a);
+    for (int l = c->L - 1; l >= 0; l--)
+        vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
+                                  vit_x(a, c, l), vit_dx(a, c, l + 1));
+    vit_patch_backward_weight(be, c, w, g, a);
+}
+
+void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
+    if (a->N == 0) return;
+    vit_lnf_backward_input(be, c, w, a);
+    vit_lnf_backward_weight(be, c, w, g, a);
+    for (int l = c->L - 1; l >= 0; l--) {
+        vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
+                                 vit_dx(a, c, l + 1), vit_dx(a, c, l));
+        vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
+                                  vit_x(a, c, l), vit_dx(a, c, l + 1));
+    }
+    vit_patch_backward_weight(be, c, w, g, a);
+}
