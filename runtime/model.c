@@ -208,6 +208,8 @@ void stage_acts_free(StageActs* a, const Stage* st) {
     memset(a, 0, sizeof *a);
 }
 
+void stage_acts_release(StageActs* a) { a->state = ACTS_EMPTY; }
+
 static float* stage_res(const StageActs* a, const Stage* st, int j) {
     return a->res + (size_t)j * a->max_T * st->cfg.Dt;
 }

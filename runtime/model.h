@@ -113,6 +113,9 @@ size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int sp
 void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split);
 void stage_acts_free(StageActs* a, const Stage* st);
 
+/* Forget the microbatch held by `a` without a backward (forward-only use: evaluation, checks). */
+void stage_acts_release(StageActs* a);
+
 /* Forward one microbatch. hidden_in (T, Dt) in backend memory: the previous stage's output (NULL on
  * the first stage). hidden_out (T, Dt): written with this stage's output (NULL on the last stage).
  * On the last stage *loss_sum (host) = sum of CE over the microbatch's supervised targets.

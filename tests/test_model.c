@@ -1,0 +1,285 @@
+/* test_model.c — whole-model checks that need no PyTorch.
+ *
+ *   test_model fd      central finite differences of the step loss against stage_backward, for
+ *                      sampled elements of every parameter tensor (ViT, projector, embedding, LM,
+ *                      head) on a tiny multimodal microbatch
+ *   test_model split   B then W (interleaved across 3 microbatches in flight, as a pipeline runs
+ *                      them) gives bitwise the same loss and gradients as the fused backward
+ *   test_model stages  the model cut into 2 and 3 pipeline stages, chained in one process, gives
+ *                      bitwise the same initial weights, losses and gradients as one stage */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model.h"
+#include "tests/test_model_util.h"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                                          \
+    do {                                                           \
+        if (!(cond)) {                                             \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);            \
+            printf(__VA_ARGS__);                                   \
+            printf("\n");                                          \
+            failures++;                                            \
+        }                                                          \
+    } while (0)
+
+/* ---- finite differences -------------------------------------------------------------------------- */
+
+static double fd_loss(Stage* st, StageActs* a, const Microbatch* mb) {
+    float ls;
+    stage_forward(st, a, mb, NULL, NULL, &ls);
+    stage_acts_release(a);
+    return (double)ls / mb->n_supervised;
+}
+
+static void test_fd(void) {
+    /* Tiny, with init std 0.3 so that every nonlinearity (softmax, GELU, SiLU, norms) is off its
+     * linear regime and a wrong derivative term shows. */
+    ModelConfig c = {.patch = 2, .Dv = 8, .Lv = 2, .Hv = 2, .Dt = 8, .Lt = 2, .Ht = 2, .F = 12, .V = 11,
+                     .min_patches = 1, .max_patches = 16, .init_std = 0.3f, .seed = 5};
+    const char* spec = "p1 i2x2 a3 | p1 i1x3 p1 a2 i2x1 a2 | a3";
+    uint64_t rng = 11;
+    Microbatch mb;
+    tm_microbatch(&mb, spec, c.V, c.patch, &rng);
+    Stage st;
+    stage_init(&st, &c, 0, c.Lt, &backend_cpu);
+    StageActs a;
+    stage_acts_init(&a, &st, mb.T, mb.Np, 0);
+
+    float ls;
+    stage_forward(&st, &a, &mb, NULL, NULL, &ls);
+    stage_backward(&st, &a, NULL, 1.0f / mb.n_supervised, NULL);
+    ParamTable* pt = &st.params;
+    /* h = 1e-2: the fp32 forward carries ~1e-6 relative error, so the loss (~2.4) is known to
+     * ~3e-6 and the difference quotient to ~3e-6 / (2h) = 1.5e-4; the O(h^2) truncation term is
+     * ~1e-5 here. Hence |fd - g| <= 3e-4 + 1e-2 |g|: twice the noise floor, and 1% of the
+     * gradient, far below what a wrong term (a missing factor, a dropped branch) changes. */
+    const float h = 1e-2f;
+    const double atol = 3e-4, rtol = 1e-2;
+    int checked = 0;
+    double worst = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        float* w = pt->data + s->offset;
+        const float* g = pt->grad + s->offset;
+        size_t pick[3];
+        size_t amax = 0;
+        for (size_t k = 1; k < s->numel; k++)
+            if (fabsf(g[k]) > fabsf(g[amax])) amax = k;
+        pick[0] = amax;
+        pick[1] = tm_rand(&rng) % s->numel;
+        pick[2] = tm_rand(&rng) % s->numel;
+        for (int p = 0; p < 3; p++) {
+            size_t k = pick[p];
+            float w0 = w[k];
+            w[k] = w0 + h;
+            double lp = fd_loss(&st, &a, &mb);
+            w[k] = w0 - h;
+            double lm = fd_loss(&st, &a, &mb);
+            w[k] = w0;
+            double fd = (lp - lm) / (2.0 * h);
+            double err = fabs(fd - g[k]);
+            double tol = atol + rtol * fabs(g[k]);
+            if (err / tol > worst) worst = err / tol;
+            EXPECT(err <= tol, "%s[%zu]: analytic %.6e, finite difference %.6e, |diff| %.2e > tol %.2e", s->name, k,
+                   g[k], fd, err, tol);
+            checked++;
+        }
+    }
+    printf("fd: %d elements of %d tensors checked, worst |diff|/tol = %.3f\n", checked, pt->n, worst);
+    stage_acts_free(&a, &st);
+    stage_free(&st);
+    tm_microbatch_free(&mb);
+}
+
+/* ---- split vs fused ---------------------------------------------------------------------------------- */
+
+static ModelConfig small_config(int Lt) {
+    ModelConfig c = {.patch = 4, .Dv = 32, .Lv = 2, .Hv = 2, .Dt = 48, .Lt = Lt, .Ht = 4, .F = 96, .V = 97,
+                     .min_patches = 1, .max_patches = 64, .init_std = 0.1f, .seed = 77};
+    return c;
+}
+static const char* SPECS[] = {
+    "p2 i2x3 p3 a5 | p1 i3x3 a4 i1x2 p1 a3",
+    "p3 a4 | i2x2 p2 a6",
+    "p1 i4x2 p2 a5 i1x1 a2",
+};
+#define NMB 3
+
+static void test_split(void) {
+    ModelConfig c = small_config(2);
+    uint64_t rng = 3;
+    Microbatch mb[NMB];
+    int n_sup = 0;
+    for (int m = 0; m < NMB; m++) {
+        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
+        n_sup += mb[m].n_supervised;
+    }
+    int max_T, max_Np;
+    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    float scale = 1.0f / n_sup;
+
+    Stage fused;
+    stage_init(&fused, &c, 0, c.Lt, &backend_cpu);
+    StageActs fa;
+    stage_acts_init(&fa, &fused, max_T, max_Np, 0);
+    float lf[NMB], ls[NMB];
+    for (int m = 0; m < NMB; m++) {
+        stage_forward(&fused, &fa, &mb[m], NULL, NULL, &lf[m]);
+        stage_backward(&fused, &fa, NULL, scale, NULL);
+    }
+
+    Stage split;
+    stage_init(&split, &c, 0, c.Lt, &backend_cpu);
+    StageActs sa[NMB];
+    for (int m = 0; m < NMB; m++) stage_acts_init(&sa[m], &split, max_T, max_Np, 1);
+    /* F0 F1 B0 F2 B1 W0 B2 W1 W2: microbatches in flight, W delayed (zero-bubble style). W runs in
+     * microbatch order, as the fused run accumulates, so every sum is formed in the same order. */
+    stage_forward(&split, &sa[0], &mb[0], NULL, NULL, &ls[0]);
+    stage_forward(&split, &sa[1], &mb[1], NULL, NULL, &ls[1]);
+    stage_backward_input(&split, &sa[0], NULL, scale, NULL);
+    stage_forward(&split, &sa[2], &mb[2], NULL, NULL, &ls[2]);
+    stage_backward_input(&split, &sa[1], NULL, scale, NULL);
+    stage_backward_weight(&split, &sa[0]);
+    stage_backward_input(&split, &sa[2], NULL, scale, NULL);
+    stage_backward_weight(&split, &sa[1]);
+    stage_backward_weight(&split, &sa[2]);
+
+    for (int m = 0; m < NMB; m++) EXPECT(memcmp(&lf[m], &ls[m], sizeof(float)) == 0, "loss of microbatch %d: fused %.9g, split %.9g", m, lf[m], ls[m]);
+    const ParamTable *pf = &fused.params, *ps = &split.params;
+    EXPECT(pf->total == ps->total, "parameter counts differ");
+    int nz = 0;
+    for (int i = 0; i < pf->n; i++) {
+        const ParamSpec* s = &pf->specs[i];
+        const float *gf = pf->grad + s->offset, *gs = ps->grad + s->offset;
+        size_t bad = 0;
+        double gmax = 0;
+        for (size_t k = 0; k < s->numel; k++) {
+            if (memcmp(&gf[k], &gs[k], sizeof(float)) != 0) bad++;
+            if (fabsf(gf[k]) > gmax) gmax = fabsf(gf[k]);
+        }
+        if (gmax > 0) nz++;
+        EXPECT(bad == 0, "%s: %zu of %zu gradient elements differ between fused and split backward", s->name, bad,
+               s->numel);
+    }
+    /* every tensor must receive gradient here (images and text in every microbatch), or the
+     * comparison would be vacuous for it */
+    EXPECT(nz == pf->n, "only %d of %d tensors received a nonzero gradient", nz, pf->n);
+    printf("split: %d tensors, %zu gradient floats, B/W vs fused bitwise equal: %s\n", pf->n, pf->total,
+           failures ? "no" : "yes");
+    for (int m = 0; m < NMB; m++) stage_acts_free(&sa[m], &split);
+    stage_acts_free(&fa, &fused);
+    stage_free(&split);
+    stage_free(&fused);
+    for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
+}
+
+/* ---- pipeline stages chained in one process ----------------------------------------------------------- */
+
+/* Run all microbatches through stages [cuts[s], cuts[s+1]), forward then backward per microbatch.
+ * split_bw: use B then W on every stage. Losses into loss[]. */
+static void run_chain(Stage* st, int P, Microbatch* mb, int M, int max_T, int max_Np, int split_bw, float* loss,
+                      int n_sup) {
+    const Backend* be = &backend_cpu;
+    const ModelConfig* c = &st[0].cfg;
+    StageActs a[8];
+    float* hid[8];
+    float* dhid[8];
+    for (int s = 0; s < P; s++) {
+        stage_acts_init(&a[s], &st[s], max_T, max_Np, split_bw);
+        hid[s] = be->alloc((size_t)max_T * c->Dt * sizeof(float));
+        dhid[s] = be->alloc((size_t)max_T * c->Dt * sizeof(float));
+    }
+    for (int m = 0; m < M; m++) {
+        for (int s = 0; s < P; s++)
+            stage_forward(&st[s], &a[s], &mb[m], s ? hid[s - 1] : NULL, s < P - 1 ? hid[s] : NULL,
+                          s == P - 1 ? &loss[m] : NULL);
+        for (int s = P - 1; s >= 0; s--) {
+            const float* dout = s < P - 1 ? dhid[s] : NULL;
+            float* din = s ? dhid[s - 1] : NULL;
+            if (split_bw) {
+                stage_backward_input(&st[s], &a[s], dout, 1.0f / n_sup, din);
+                stage_backward_weight(&st[s], &a[s]);
+            } else {
+                stage_backward(&st[s], &a[s], dout, 1.0f / n_sup, din);
+            }
+        }
+    }
+    for (int s = 0; s < P; s++) {
+        stage_acts_free(&a[s], &st[s]);
+        be->free(hid[s]);
+        be->free(dhid[s]);
+    }
+}
+
+static void test_stages(void) {
+    ModelConfig c = small_config(3);
+    uint64_t rng = 21;
+    Microbatch mb[NMB];
+    int n_sup = 0;
+    for (int m = 0; m < NMB; m++) {
+        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
+        n_sup += mb[m].n_supervised;
+    }
+    int max_T, max_Np;
+    tm_budget(SPECS, NMB, &max_T, &max_Np);
+
+    Stage one;
+    stage_init(&one, &c, 0, c.Lt, &backend_cpu);
+    float l1[NMB];
+    run_chain(&one, 1, mb, NMB, max_T, max_Np, 0, l1, n_sup);
+
+    const int layouts[2][4] = {{0, 1, 3, -1}, {0, 1, 2, 3}};
+    for (int li = 0; li < 2; li++) {
+        int P = layouts[li][3] < 0 ? 2 : 3;
+        Stage st[3];
+        for (int s = 0; s < P; s++) stage_init(&st[s], &c, layouts[li][s], layouts[li][s + 1], &backend_cpu);
+        float lp[NMB];
+        run_chain(st, P, mb, NMB, max_T, max_Np, li == 1, lp, n_sup);
+        for (int m = 0; m < NMB; m++)
+            EXPECT(memcmp(&l1[m], &lp[m], sizeof(float)) == 0, "%d stages: loss of microbatch %d %.9g vs %.9g", P, m,
+                   lp[m], l1[m]);
+        int seen = 0;
+        for (int s = 0; s < P; s++) {
+            const ParamTable* pt = &st[s].params;
+            for (int i = 0; i < pt->n; i++) {
+                const ParamSpec* sp = &pt->specs[i];
+                int j = params_find(&one.params, sp->name);
+                EXPECT(j >= 0, "%d stages: stage %d has '%s' that the single stage lacks", P, s, sp->name);
+                if (j < 0) continue;
+                seen++;
+                EXPECT(memcmp(params_data(pt, i), params_data(&one.params, j), sp->numel * sizeof(float)) == 0,
+                       "%d stages: initial '%s' differs from the single stage's", P, sp->name);
+                EXPECT(memcmp(params_grad(pt, i), params_grad(&one.params, j), sp->numel * sizeof(float)) == 0,
+                       "%d stages: gradient of '%s' differs from the single stage's", P, sp->name);
+            }
+        }
+        EXPECT(seen == one.params.n, "%d stages hold %d tensors, the single stage %d", P, seen, one.params.n);
+        printf("stages: %d-stage split (%s backward) vs one stage: %d tensors compared\n", P,
+               li == 1 ? "B/W" : "fused", seen);
+        for (int s = 0; s < P; s++) stage_free(&st[s]);
+    }
+    stage_free(&one);
+    for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s fd|split|stages\n", argv[0]);
+        return 2;
+    }
+    if (!strcmp(argv[1], "fd"))
+        test_fd();
+    else if (!strcmp(argv[1], "split"))
+        test_split();
+    else if (!strcmp(argv[1], "stages"))
+        test_stages();
+    else {
+        fprintf(stderr, "unknown test '%s'\n", argv[1]);
+        return 2;
+    }
+    if (failures) printf("%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
