@@ -1,0 +1,10 @@
+# model.cmake — the LLaVA model: finite differences, split/fused and pipeline-split equivalence, and
+# golden steps checked by an independent PyTorch implementation (tests/ref/llava_ref.py).
+add_executable(test_model tests/test_model.c)
+target_link_libraries(test_model PRIVATE rrfp_core)
+add_test(NAME model_fd COMMAND test_model fd)
+add_test(NAME model_split_bitwise COMMAND test_model split)
+add_test(NAME model_pipeline_stages COMMAND test_model stages)
+
+add_executable(test_model_golden tests/test_model_golden.c)
+target_link_libraries(test_model_golden PRIVATE rrfp_core)
