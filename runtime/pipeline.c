@@ -1,0 +1,304 @@
+/* pipeline.c — one pipeline rank's step: dispatcher + transport + stages. See pipeline.h. */
+#include "runtime/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+
+/* Saved activations of one chunk: a pool that grows to the peak number of microbatches in flight
+ * during the first step and is reused afterwards (the step itself allocates nothing once warm). */
+typedef struct {
+    StageActs* acts;
+    int* busy;
+    int n;
+} ActsPool;
+
+struct Pipeline {
+    PipelineConfig cfg;
+    MPI_Comm comm;
+    Transport* tr;
+    Stage** stages;
+    int S;  /* virtual stages P * chunks */
+    int Dt;
+    PpShape shape;
+    PpTask* order;
+    int n_tasks;
+    ActsPool* pools;   /* (chunks) */
+    int** mb_slot;     /* (chunks, M) pool slot of each microbatch in flight */
+    float** act_in;    /* (chunks) -> (M, max_tokens, Dt) received activations */
+    float** grad_in;   /* (chunks) -> (M, max_tokens, Dt) received gradients */
+    float* out_buf;    /* (max_tokens, Dt) output of the task just run, before it is sent */
+    int M_alloc;
+    double act_bytes_max; /* one microbatch's StageActs at the full budget */
+};
+
+int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
+
+static int vstage(const Pipeline* p, int chunk) { return chunk * p->cfg.P + p->cfg.rank; }
+
+Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm comm, char* err, size_t err_len) {
+    PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint)};
+    if (cfg->mode != PP_MODE_READY && !pp_hint_is_sequence(cfg->hint)) {
+        snprintf(err, err_len,
+                 "hint %s ranks every backward before every forward, which is not an executable sequence: it runs "
+                 "under runtime mode 'ready' only (got '%s')",
+                 pp_hint_name(cfg->hint), pp_mode_name(cfg->mode));
+        return NULL;
+    }
+    Pipeline* p = callocCheck(1, sizeof *p);
+    p->cfg = *cfg;
+    p->cfg.split = shape.split;
+    p->comm = comm;
+    p->stages = stages;
+    p->S = cfg->P * cfg->chunks;
+    p->Dt = stages[0]->cfg.Dt;
+    p->shape = shape;
+    p->tr = transport_create(cfg->transport, comm);
+    p->pools = callocCheck((size_t)cfg->chunks, sizeof *p->pools);
+    p->mb_slot = callocCheck((size_t)cfg->chunks, sizeof *p->mb_slot);
+    p->act_in = callocCheck((size_t)cfg->chunks, sizeof *p->act_in);
+    p->grad_in = callocCheck((size_t)cfg->chunks, sizeof *p->grad_in);
+    const Backend* be = stages[0]->be;
+    p->out_buf = be->alloc(sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt);
+    p->act_bytes_max = (double)stage_acts_bytes(stages[0], cfg->max_tokens, cfg->max_patches, shape.split);
+    for (int c = 0; c < cfg->chunks; c++) {
+        Stage* st = stages[c];
+        int v = c * cfg->P + cfg->rank;
+        if ((v == 0) != (st->first != 0) || (v == p->S - 1) != (st->last != 0)) {
+            snprintf(err, err_len, "internal: chunk %d of rank %d is virtual stage %d but its Stage has first=%d last=%d",
+                     c, cfg->rank, v, st->first, st->last);
+            pipeline_free(p);
+            return NULL;
+        }
+    }
+    return p;
+}
+
+void pipeline_free(Pipeline* p) {
+    if (!p) return;
+    const Backend* be = p->stages[0]->be;
+    for (int c = 0; c < p->cfg.chunks; c++) {
+        for (int i = 0; i < p->pools[c].n; i++) stage_acts_free(&p->pools[c].acts[i], p->stages[c]);
+        free(p->pools[c].acts);
+        free(p->pools[c].busy);
+        free(p->mb_slot[c]);
+        if (p->act_in[c]) be->free(p->act_in[c]);
+        if (p->grad_in[c]) be->free(p->grad_in[c]);
+    }
+    free(p->pools);
+    free(p->mb_slot);
+    free(p->act_in);
+    free(p->grad_in);
+    be->free(p->out_buf);
+    free(p->order);
+    transport_free(p->tr);
+    free(p);
+}
+
+static StageActs* acts_acquire(Pipeline* p, int chunk, int mb) {
+    ActsPool* pool = &p->pools[chunk];
+    int slot = -1;
+    for (int i = 0; i < pool->n; i++)
+        if (!pool->busy[i]) {
+            slot = i;
+            break;
+        }
+    if (slot < 0) {
+        pool->acts = reallocCheck(pool->acts, sizeof(StageActs) * (size_t)(pool->n + 1));
+        pool->busy = reallocCheck(pool->busy, sizeof(int) * (size_t)(pool->n + 1));
+        slot = pool->n++;
+        stage_acts_init(&pool->acts[slot], p->stages[chunk], p->cfg.max_tokens, p->cfg.max_patches, p->cfg.split);
+    }
+    pool->busy[slot] = 1;
+    p->mb_slot[chunk][mb] = slot;
+    return &pool->acts[slot];
+}
+
+static StageActs* acts_of(Pipeline* p, int chunk, int mb) {
+    int slot = p->mb_slot[chunk][mb];
+    RR_ASSERT(slot >= 0 && p->pools[chunk].busy[slot]);
+    return &p->pools[chunk].acts[slot];
+}
+
+static void acts_release(Pipeline* p, int chunk, int mb) {
+    int slot = p->mb_slot[chunk][mb];
+    RR_ASSERT(slot >= 0);
+    p->pools[chunk].busy[slot] = 0;
+    p->mb_slot[chunk][mb] = -1;
+}
+
+static size_t mb_bytes(const Pipeline* p, const Microbatch* mb) { return sizeof(float) * (size_t)mb->T * (size_t)p->Dt; }
+
+static float* in_buf(Pipeline* p, PpTask t) {
+    float** base = t.kind == PP_F ? p->act_in : p->grad_in;
+    return base[t.chunk] + (size_t)t.mb * (size_t)p->cfg.max_tokens * (size_t)p->Dt;
+}
+
+/* The message key of the input of local task t (what its producer sends). */
+static MsgKey input_key(PpTask t) { return (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, t.chunk, t.mb}; }
+
+static void post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
+    int src;
+    PpTask src_task;
+    if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return;
+    transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), mb_bytes(p, &mbs[t.mb]));
+}
+
+static void ensure_buffers(Pipeline* p, int M) {
+    if (M <= p->M_alloc) return;
+    const Backend* be = p->stages[0]->be;
+    size_t per = (size_t)p->cfg.max_tokens * (size_t)p->Dt;
+    for (int c = 0; c < p->cfg.chunks; c++) {
+        int v = vstage(p, c);
+        if (p->act_in[c]) be->free(p->act_in[c]);
+        if (p->grad_in[c]) be->free(p->grad_in[c]);
+        p->act_in[c] = v > 0 ? be->alloc(sizeof(float) * per * (size_t)M) : NULL;
+        p->grad_in[c] = v < p->S - 1 ? be->alloc(sizeof(float) * per * (size_t)M) : NULL;
+        p->mb_slot[c] = reallocCheck(p->mb_slot[c], sizeof(int) * (size_t)M);
+        for (int m = 0; m < M; m++) p->mb_slot[c][m] = -1;
+    }
+    p->M_alloc = M;
+}
+
+/* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key. */
+static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_scale, double* loss_sum, int* dst,
+                    MsgKey* key) {
+    Stage* st = p->stages[t.chunk];
+    const Microbatch* mb = &mbs[t.mb];
+    int v = vstage(p, t.chunk);
+    PpTask dst_task;
+    int has_out = t.kind != PP_W && pp_task_output(&p->shape, p->cfg.rank, t, dst, &dst_task);
+    if (has_out) *key = (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, dst_task.chunk, t.mb};
+    switch (t.kind) {
+    case PP_F: {
+        StageActs* a = acts_acquire(p, t.chunk, t.mb);
+        float ls = 0.0f;
+        stage_forward(st, a, mb, v > 0 ? in_buf(p, t) : NULL, has_out ? p->out_buf : NULL, st->last ? &ls : NULL);
+        if (st->last) *loss_sum += ls;
+        break;
+    }
+    case PP_B: {
+        StageActs* a = acts_of(p, t.chunk, t.mb);
+        const float* dout = v < p->S - 1 ? in_buf(p, t) : NULL;
+        float* din = has_out ? p->out_buf : NULL;
+        if (p->cfg.split) {
+            stage_backward_input(st, a, dout, loss_scale, din);
+        } else {
+            stage_backward(st, a, dout, loss_scale, din);
+            acts_release(p, t.chunk, t.mb);
+        }
+        break;
+    }
+    case PP_W:
+        stage_backward_weight(st, acts_of(p, t.chunk, t.mb));
+        acts_release(p, t.chunk, t.mb);
+        break;
+    }
+    return has_out;
+}
+
+int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, PpTrace* trace, int step,
+                  PipelineStepStats* out) {
+    const PipelineConfig* cfg = &p->cfg;
+    char err[512];
+    memset(out, 0, sizeof *out);
+    for (int m = 0; m < M; m++)
+        if (mbs[m].T > cfg->max_tokens)
+            rr_die("microbatch %d of step %d has %d tokens, more than data.microbatch_tokens = %d", m, step, mbs[m].T,
+                   cfg->max_tokens);
+    ensure_buffers(p, M);
+
+    /* The hint order and the dispatcher are rebuilt per step: M may change from step to step. */
+    p->shape.M = M;
+    int n = pp_shape_tasks(&p->shape);
+    p->order = reallocCheck(p->order, sizeof(PpTask) * (size_t)n);
+    if (pp_hint_build(cfg->hint, &p->shape, cfg->rank, p->order, err, sizeof err) < 0)
+        rr_die("pipeline rank %d: %s", cfg->rank, err);
+    double* act_bytes = mallocCheck(sizeof(double) * (size_t)M);
+    for (int m = 0; m < M; m++) act_bytes[m] = p->act_bytes_max * (double)mbs[m].T / (double)cfg->max_tokens;
+    PpDispatchConfig dc = {
+        .shape = p->shape,
+        .rank = cfg->rank,
+        .mode = cfg->mode,
+        .order = p->order,
+        .n = n,
+        .cap = pp_cap_resolve(cfg->cap, pp_cap_default_peak(cfg->hint, &p->shape, cfg->rank), cfg->P, cfg->rank),
+        .act_budget = cfg->act_budget,
+        .act_bytes = act_bytes,
+    };
+    PpDispatcher d;
+    if (pp_dispatcher_init(&d, &dc, err, sizeof err) != 0) rr_die("pipeline rank %d: %s", cfg->rank, err);
+    free(act_bytes);
+
+    int sync = cfg->mode == PP_MODE_FIXED_SYNC;
+    if (sync) {
+        PpTask first;
+        if (pp_dispatcher_peek_sequence(&d, &first)) post_input(p, first, mbs);
+    } else {
+        for (int i = 0; i < n; i++) post_input(p, p->order[i], mbs);
+    }
+
+    double t_start = rr_now(), busy = 0.0, loss_sum = 0.0;
+    MsgKey done[64];
+    for (;;) {
+        int got = transport_poll(p->tr, done, 64);
+        for (;;) {
+            for (int i = 0; i < got; i++) {
+                PpTask t = {done[i].chunk, done[i].kind == MSG_ACT ? PP_F : PP_B, done[i].mb};
+                pp_dispatcher_input_arrived(&d, t);
+                if (trace) {
+                    int src;
+                    PpTask src_task;
+                    pp_task_input(&p->shape, cfg->rank, t, &src, &src_task);
+                    pp_trace_recv(trace, cfg->rank, src, src_task, mb_bytes(p, &mbs[t.mb]), rr_now());
+                }
+            }
+            PpTask t;
+            int r = pp_dispatcher_next(&d, &t);
+            if (r < 0) break;
+            if (r == 0) {
+                got = transport_wait(p->tr, done, 64, cfg->timeout_s);
+                continue;
+            }
+            pp_dispatcher_started(&d, t);
+            double t0 = rr_now();
+            int dst = -1;
+            MsgKey key;
+            int has_out = run_task(p, t, mbs, loss_scale, &loss_sum, &dst, &key);
+            double t1 = rr_now();
+            busy += t1 - t0;
+            pp_dispatcher_finished(&d, t);
+            if (trace) pp_trace_task(trace, cfg->rank, cfg->P, t, t0, t1);
+            if (sync) {
+                /* Megatron's paired exchange: the receive of the next task is posted when this one has
+                 * finished computing, then this task's send blocks until its receiver posted. */
+                PpTask next;
+                if (pp_dispatcher_peek_sequence(&d, &next)) post_input(p, next, mbs);
+            }
+            if (has_out) {
+                if (sync) transport_send_sync(p->tr, dst, key, p->out_buf, mb_bytes(p, &mbs[t.mb]));
+                else transport_isend(p->tr, dst, key, p->out_buf, mb_bytes(p, &mbs[t.mb]));
+                if (trace) pp_trace_send(trace, cfg->rank, dst, t, mb_bytes(p, &mbs[t.mb]), rr_now());
+            }
+            got = transport_poll(p->tr, done, 64);
+        }
+        break;
+    }
+    RR_ASSERT(pp_dispatcher_all_done(&d));
+    transport_flush(p->tr);
+    double t_end = rr_now();
+    if (trace) pp_trace_step(trace, cfg->rank, step, t_start, t_end);
+    out->loss_sum = loss_sum;
+    out->busy_s = busy;
+    out->wall_s = t_end - t_start;
+    out->wait_s = out->wall_s - busy;
+    out->peak_inflight = d.peak_inflight;
+    out->decisions = d.n_decisions;
+    pp_dispatcher_free(&d);
+    if (transport_pending_recvs(p->tr) != 0)
+        rr_die("pipeline rank %d: step %d ended with %d messages still expected (the ranks disagree on the plan)",
+               cfg->rank, step, transport_pending_recvs(p->tr));
+    return 0;
+}

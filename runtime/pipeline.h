@@ -1,0 +1,64 @@
+/* pipeline.h — one pipeline rank's step under RRFP: the dispatcher (runtime/sched.h) picks tasks, the
+ * transport (runtime/transport.h) moves activations and gradients, the Stage API (runtime/model.h)
+ * computes. Megatron's separation: the schedule, the communicator and the step know little of each
+ * other; this file is the one interpreter that joins them.
+ *
+ * Every rank of the pipeline holds the same step plan (the same microbatches, in the same order,
+ * with the same sizes), so every receive is posted ahead with its exact size (fixed, ready), or just
+ * before the task that needs it (fixed-sync, where sends are paired and blocking as Megatron's are).
+ * A completed receive marks its task ready; in `ready` mode the rank runs, of the ready tasks, the
+ * one the hint prefers; with nothing ready it sleeps in the transport until a message arrives.
+ *
+ * Gradients of the step accumulate into each chunk's Stage params.grad; the optimiser step (global
+ * norm over all ranks, clipping, AdamW) is the trainer's. */
+#ifndef RRFP_PIPELINE_H
+#define RRFP_PIPELINE_H
+
+#include <mpi.h>
+
+#include "data/microbatch.h"
+#include "runtime/model.h"
+#include "runtime/sched.h"
+#include "runtime/trace.h"
+#include "runtime/transport.h"
+
+typedef struct {
+    int P, rank;            /* pipeline ranks and this rank */
+    int chunks;             /* model chunks per rank (virtual stages per rank) */
+    PpHint hint;
+    PpMode mode;
+    PpCap cap;              /* ready: in-flight cap */
+    double act_budget;      /* ready: activation bytes in flight, <= 0 = none */
+    int split;              /* split backward into B and W (forced on for zb-h1 and bfw) */
+    TransportKind transport;
+    double timeout_s;       /* a rank waiting this long for any message dies naming what it waits for */
+    int max_tokens, max_patches; /* microbatch budget (sizes the activation pool) */
+} PipelineConfig;
+
+typedef struct {
+    double loss_sum;    /* this rank's share of the loss sum (non-zero on the last stage only) */
+    double busy_s;      /* time computing tasks */
+    double wall_s;      /* step wall time on this rank (first task start .. last task end, incl. waits) */
+    double wait_s;      /* time waiting for messages */
+    int peak_inflight;  /* max microbatches in flight (F started, B not finished), first chunk */
+    long decisions;
+} PipelineStepStats;
+
+typedef struct Pipeline Pipeline;
+
+/* stages[c] is chunk c of this rank (virtual stage c*P + rank), already initialised by the caller
+ * with its layer range. Returns NULL with a message in err when the hint, mode and shape do not fit. */
+Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm comm, char* err, size_t err_len);
+void pipeline_free(Pipeline* p);
+
+/* Whether a hint needs the split backward (it schedules W tasks). */
+int pipeline_hint_splits(PpHint h);
+
+/* Run every task of this rank for the M microbatches of one step (mbs: the whole plan, identical on
+ * every rank). loss_scale = 1 / supervised targets of the whole step. `trace` (may be NULL) records
+ * tasks and messages, `step` numbers them. Returns 0; a protocol error or a lost peer dies with a
+ * message naming the rank. */
+int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, PpTrace* trace, int step,
+                  PipelineStepStats* out);
+
+#endif
