@@ -146,6 +146,18 @@ static void post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
     transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), mb_bytes(p, &mbs[t.mb]));
 }
 
+/* fixed-sync: post the receives the dispatcher says are due now, each once. */
+static void post_sequence_receives(Pipeline* p, const PpDispatcher* d, const Microbatch* mbs, uint8_t* posted) {
+    PpTask due[2];
+    int k = pp_dispatcher_sequence_receives(d, due);
+    for (int i = 0; i < k; i++) {
+        int idx = pp_task_index(&p->shape, due[i]);
+        if (posted[idx]) continue;
+        posted[idx] = 1;
+        post_input(p, due[i], mbs);
+    }
+}
+
 static void ensure_buffers(Pipeline* p, int M) {
     if (M <= p->M_alloc) return;
     const Backend* be = p->stages[0]->be;
@@ -233,9 +245,9 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     free(act_bytes);
 
     int sync = cfg->mode == PP_MODE_FIXED_SYNC;
+    uint8_t* posted = callocCheck((size_t)n, 1); /* by dense task index */
     if (sync) {
-        PpTask first;
-        if (pp_dispatcher_peek_sequence(&d, &first)) post_input(p, first, mbs);
+        post_sequence_receives(p, &d, mbs, posted);
     } else {
         for (int i = 0; i < n; i++) post_input(p, p->order[i], mbs);
     }
@@ -271,12 +283,9 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             busy += t1 - t0;
             pp_dispatcher_finished(&d, t);
             if (trace) pp_trace_task(trace, cfg->rank, cfg->P, t, t0, t1);
-            if (sync) {
-                /* Megatron's paired exchange: the receive of the next task is posted when this one has
-                 * finished computing, then this task's send blocks until its receiver posted. */
-                PpTask next;
-                if (pp_dispatcher_peek_sequence(&d, &next)) post_input(p, next, mbs);
-            }
+            /* Megatron's paired exchange: the receives of what comes next are posted when this task
+             * has finished computing, then this task's send blocks until its receiver posted. */
+            if (sync) post_sequence_receives(p, &d, mbs, posted);
             if (has_out) {
                 if (sync) transport_send_sync(p->tr, dst, key, p->out_buf, mb_bytes(p, &mbs[t.mb]));
                 else transport_isend(p->tr, dst, key, p->out_buf, mb_bytes(p, &mbs[t.mb]));
@@ -297,6 +306,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     out->peak_inflight = d.peak_inflight;
     out->decisions = d.n_decisions;
     pp_dispatcher_free(&d);
+    free(posted);
     if (transport_pending_recvs(p->tr) != 0)
         rr_die("pipeline rank %d: step %d ended with %d messages still expected (the ranks disagree on the plan)",
                cfg->rank, step, transport_pending_recvs(p->tr));
