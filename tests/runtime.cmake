@@ -20,3 +20,17 @@ set_tests_properties(tensors_diff PROPERTIES PASS_REGULAR_EXPRESSION "tensors di
 add_executable(rrfp-bench-pipeline bench/bench_pipeline.c)
 target_link_libraries(rrfp-bench-pipeline PRIVATE rrfp_core)
 set_target_properties(rrfp-bench-pipeline PROPERTIES EXCLUDE_FROM_ALL ON)
+# Gradient equivalence of the pipeline with the single-process step, every hint x mode (2 and 4
+# ranks; 2 chunks per rank for interleaved-1f1b).
+add_executable(test_pipeline tests/test_pipeline.c)
+target_link_libraries(test_pipeline PRIVATE rrfp_core)
+foreach(np 2 4)
+  add_test(NAME pipeline_equiv_np${np}
+           COMMAND timeout 240 ${RRFP_MPIRUN} -np ${np} -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline>)
+  set_tests_properties(pipeline_equiv_np${np} PROPERTIES LABELS mpi TIMEOUT 300
+                       PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")
+endforeach()
+add_test(NAME pipeline_equiv_interleaved_np2
+         COMMAND timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 2)
+set_tests_properties(pipeline_equiv_interleaved_np2 PROPERTIES LABELS mpi TIMEOUT 300
+                     PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")

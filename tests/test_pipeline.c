@@ -83,10 +83,18 @@ int main(int argc, char** argv) {
         if ((h == PP_HINT_INTERLEAVED) != (chunks > 1)) continue;
         for (int mode = 0; mode < PP_MODE_COUNT; mode++) {
             if (mode != PP_MODE_READY && !pp_hint_is_sequence((PpHint)h)) continue;
-            for (int tk = 0; tk < 2; tk++) {
-                if (tk == TRANSPORT_FIFO && mode != PP_MODE_READY && h != PP_HINT_1F1B) continue; /* keep it quick */
+            /* variants: 0,1 = tagged / fifo transport at the default cap; 2 = cap 1 (one microbatch in
+             * flight); 3 = cap 2x the hint's peak with a tiny activation byte budget (admits one F at a
+             * time once anything is in flight). 2 and 3 only matter under ready. */
+            for (int var = 0; var < 4; var++) {
+                int tk = var == 1 ? TRANSPORT_FIFO : TRANSPORT_TAGGED;
+                if (var == 1 && mode != PP_MODE_READY && h != PP_HINT_1F1B) continue; /* keep it quick */
+                if (var >= 2 && mode != PP_MODE_READY) continue;
+                PpCap cap = {PP_CAP_DEFAULT, 0};
+                if (var == 2) cap = (PpCap){PP_CAP_COUNT, 1};
+                if (var == 3) cap = (PpCap){PP_CAP_MULTIPLE, 2.0};
                 PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = (PpHint)h, .mode = (PpMode)mode,
-                                     .cap = {PP_CAP_DEFAULT, 0}, .act_budget = 0, .split = 0,
+                                     .cap = cap, .act_budget = var == 3 ? 1.0 : 0, .split = 0,
                                      .transport = (TransportKind)tk, .timeout_s = 60, .max_tokens = max_T,
                                      .max_patches = max_Np};
                 Pipeline* pl = pipeline_create(&pc, sp, MPI_COMM_WORLD, err, sizeof err);
@@ -126,9 +134,14 @@ int main(int argc, char** argv) {
                 int all_bad = 0;
                 MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
                 if (rank == 0)
-                    printf("%-18s %-10s %-6s loss %.7f (ref %.7f) %s\n", pp_hint_name((PpHint)h),
-                           pp_mode_name((PpMode)mode), transport_kind_name((TransportKind)tk), loss, ref_loss,
-                           all_bad ? "FAIL" : "ok");
+                    printf("%-18s %-10s %-6s %-14s loss %.7f (ref %.7f) peak in flight %d %s\n",
+                           pp_hint_name((PpHint)h), pp_mode_name((PpMode)mode), transport_kind_name((TransportKind)tk),
+                           var == 2 ? "cap 1" : var == 3 ? "cap 2x budget" : "default cap", loss, ref_loss,
+                           st.peak_inflight, all_bad ? "FAIL" : "ok");
+                if (var == 2 && st.peak_inflight > 1) {
+                    fprintf(stderr, "rank %d: cap 1 but %d microbatches were in flight\n", rank, st.peak_inflight);
+                    failures++;
+                }
                 failures += all_bad ? 1 : 0;
                 runs++;
                 pipeline_free(pl);
