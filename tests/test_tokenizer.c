@@ -448,6 +448,11 @@ static void test_errors(void) {
     RR_ASSERT(p);
     sprintf(bad, "%.*s%s", (int)(p - js), js, p + strlen("\"!\":33,"));
     expect_error(bad, "tok.json: model.vocab lacks the byte token \"!\" (byte 0x21)");
+    p = strstr(js, "\"!\":33,");
+    sprintf(bad, "%.*s\"!\":300000000,%s", (int)(p - js), js, p + strlen("\"!\":33,"));
+    expect_error(bad, "model.vocab[\"!\"]: id must be an integer in [0, 2^28)");
+    sprintf(bad, "%.*s\"!\":100000,%s", (int)(p - js), js, p + strlen("\"!\":33,"));
+    expect_error(bad, "tok.json: model.vocab: id 100000 is far above its 256 tokens");
     char err[256];
     CHECK(!tokenizer_load("/nonexistent/tok.json", err, sizeof err) && strstr(err, "/nonexistent/tok.json: cannot read"),
           "missing file: %s", err);
@@ -695,6 +700,77 @@ static void test_train(const char* corpus_path) {
     free(corpus);
 }
 
+/* Damaged files: random byte edits of a valid tokenizer.json (flips, deletions, duplicated spans,
+ * JSON punctuation and odd numbers spliced in) must load or fail with a message naming the file,
+ * never crash; whatever loads must encode and decode random text. */
+static void test_mutations(void) {
+    const char* m[][2] = {{"t", "h"}, {"th", "e"}, {" ", "c"}, {" c", "a"}};
+    const char* added = "[{\"id\":260,\"content\":\"<image>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"
+                        " {\"id\":261,\"content\":\"the\",\"single_word\":true,\"normalized\":true}]";
+    char* js = tok_json(m, 4, added, 0, 1, 1);
+    size_t n = strlen(js);
+    static const char* splice[] = {"\"", "{", "}", "[", "]", ",", ":", "null", "-1", "1e30", "0.5", "true", "\"\"",
+                                   "\"a b\"", "[\"a\"]", "\\u0000", "\"type\":\"Sequence\""};
+    char* buf = mallocCheck(2 * n + 64);
+    int loaded = 0, failed_ok = 0, bad = 0;
+    for (int it = 0; it < 1500; it++) {
+        memcpy(buf, js, n);
+        size_t len = n;
+        for (int k = 0, edits = 1 + rnd() % 4; k < edits; k++) {
+            size_t at = rnd() % len;
+            switch (rnd() % 4) {
+            case 0: buf[at] = (char)(rnd() & 0xFF); break;
+            case 1: { /* delete up to 16 bytes */
+                size_t d = 1 + rnd() % 16;
+                if (at + d > len) d = len - at;
+                memmove(buf + at, buf + at + d, len - at - d);
+                len -= d;
+                break;
+            }
+            case 2: { /* duplicate a span */
+                size_t d = 1 + rnd() % 32;
+                if (at + d > len) d = len - at;
+                if (len + d > 2 * n) break;
+                memmove(buf + at + d, buf + at, len - at);
+                len += d;
+                break;
+            }
+            default: {
+                const char* sp = splice[rnd() % (sizeof splice / sizeof splice[0])];
+                size_t d = strlen(sp);
+                if (len + d > 2 * n) break;
+                memmove(buf + at + d, buf + at, len - at);
+                memcpy(buf + at, sp, d);
+                len += d;
+            }
+            }
+            if (len == 0) break;
+        }
+        char err[512] = {0};
+        Tokenizer* t = tokenizer_load_json(buf, len, "mut.json", err, sizeof err);
+        if (!t) {
+            if (!strncmp(err, "mut.json", 8)) failed_ok++;
+            else if (bad++ < 3) fprintf(stderr, "  error without the file name: %s\n", err);
+            continue;
+        }
+        loaded++;
+        char text[256];
+        size_t tn = random_text(text, sizeof text);
+        int32_t* ids;
+        int k = tokenizer_encode(t, text, tn, &ids);
+        for (int i = 0; i < k; i++) bad += ids[i] < 0 || ids[i] >= tokenizer_vocab_size(t);
+        size_t dn;
+        free(tokenizer_decode(t, ids, k, &dn));
+        free(ids);
+        tokenizer_free(t);
+    }
+    CHECK(bad == 0 && loaded + failed_ok == 1500, "mutated files: %d loaded, %d refused with the name, %d bad", loaded,
+          failed_ok, bad);
+    printf("mutated tokenizer.json: %d of 1500 still load, %d refused with a message\n", loaded, failed_ok);
+    free(buf);
+    free(js);
+}
+
 int main(int argc, char** argv) {
     test_byte_map();
     test_merges();
@@ -703,6 +779,7 @@ int main(int argc, char** argv) {
     test_roundtrip();
     test_threads();
     test_errors();
+    test_mutations();
     int first = 1;
     if (argc > 2 && !strcmp(argv[1], "--corpus")) {
         test_train(argv[2]);

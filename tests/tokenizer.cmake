@@ -19,3 +19,15 @@ set_tests_properties(tokenizer_peer_hf PROPERTIES SKIP_RETURN_CODE 77 LABELS nod
 
 add_test(NAME tokenizer_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tokenizer_cli.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_cli)
+
+# libFuzzer (configure with CC=clang -DRRFP_FUZZ=ON): the tokenizer sources are compiled into the
+# target with coverage and ASan/UBSan; ctest runs it for 20 s from the seeds in tests/data.
+if(RRFP_FUZZ)
+  add_executable(fuzz_tokenizer tests/fuzz_tokenizer.c text/tokenizer.c engine/util.c)
+  target_include_directories(fuzz_tokenizer PRIVATE ${CMAKE_SOURCE_DIR})
+  target_compile_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_tokenizer PRIVATE PkgConfig::CJSON PkgConfig::PCRE2 Threads::Threads m)
+  add_test(NAME tokenizer_fuzz COMMAND bash -c "mkdir -p fuzz_tokenizer_corpus && $<TARGET_FILE:fuzz_tokenizer> -max_total_time=20 -max_len=8192 fuzz_tokenizer_corpus ${CMAKE_SOURCE_DIR}/tests/data/fuzz_tokenizer")
+  set_tests_properties(tokenizer_fuzz PROPERTIES LABELS fuzz TIMEOUT 120)
+endif()

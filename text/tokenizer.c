@@ -555,6 +555,11 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
         if (v->valueint > max_id) max_id = v->valueint;
         n_vocab++;
     }
+    if (max_id >= 2 * n_vocab + 1024) { /* would size the id tables by a stray id; real files are dense */
+        set_err(err, err_len, "%s: model.vocab: id %d is far above its %d tokens (ids must be nearly dense)", name, max_id,
+                n_vocab);
+        return -1;
+    }
     t->n_ids = max_id + 1;
     strmap_init(&t->vocab, (size_t)n_vocab);
     t->model_str = callocCheck((size_t)t->n_ids + 1, sizeof(char*));
