@@ -8,3 +8,9 @@ add_test(NAME model_pipeline_stages COMMAND test_model stages)
 
 add_executable(test_model_golden tests/test_model_golden.c)
 target_link_libraries(test_model_golden PRIVATE rrfp_core)
+foreach(case vit lm llava traj)
+  add_test(NAME model_torch_${case}
+           COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden>
+                   ${case} ${CMAKE_CURRENT_BINARY_DIR}/model_golden_${case})
+  set_tests_properties(model_torch_${case} PROPERTIES LABELS torch TIMEOUT 120)
+endforeach()
