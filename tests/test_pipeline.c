@@ -27,6 +27,150 @@
 #include "runtime/pipeline.h"
 #include "data/synth.h"
 
+/* ---- training equivalence: several optimiser steps through the pipeline vs one process ------------ */
+
+#define TRAIN_STEPS 3
+#define CLIP_NORM 0.5 /* small enough that clipping engages on some steps of this tiny model */
+
+static double stages_sum_squares(Stage** st, int n) {
+    double s = 0;
+    for (int c = 0; c < n; c++) s += sum_squares(st[c]->params.grad, st[c]->params.total);
+    return s;
+}
+
+/* Global-norm clipping + AdamW over the stages of this rank, as the trainer does. */
+static void optimizer_step(Stage** st, int n, double global_sq, int t, float lr) {
+    double norm = sqrt(global_sq);
+    float clip = norm > CLIP_NORM ? (float)(CLIP_NORM / (norm + 1e-6)) : 1.0f;
+    AdamWConfig ac = {lr, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int c = 0; c < n; c++) {
+        ParamTable* pt = &st[c]->params;
+        for (size_t i = 0; i < pt->total; i++) pt->grad[i] *= clip;
+        for (int i = 0; i < pt->n; i++) {
+            const ParamSpec* sp = &pt->specs[i];
+            adamw_update(pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
+                         sp->numel, &ac, t, sp->decay);
+        }
+    }
+}
+
+static void step_batch(Microbatch* mbs, int M, int step, const SynthConfig* sc, int* max_T, int* max_Np, int* sup) {
+    *sup = 0;
+    for (int m = 0; m < M; m++) {
+        synth_microbatch(&mbs[m], sc, 1000 + step, m);
+        *sup += mbs[m].n_supervised;
+        if (mbs[m].T > *max_T) *max_T = mbs[m].T;
+        if (mbs[m].Np > *max_Np) *max_Np = mbs[m].Np;
+    }
+}
+
+/* Returns the number of failures (same on every rank). */
+static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int M, int P, int rank, int chunks,
+                             PpHint hint, PpMode mode, const char* cap_text) {
+    const Backend* be = &backend_cpu;
+    char err[512];
+    Microbatch* mbs = callocCheck((size_t)M, sizeof *mbs);
+    int max_T = 0, max_Np = 0, sup = 0;
+    for (int k = 0; k < TRAIN_STEPS; k++) { /* sizes of every step, for the buffers */
+        step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
+        for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+    }
+    /* reference: one process */
+    Stage ref;
+    stage_init(&ref, cfg, 0, cfg->Lt, be);
+    params_alloc_optimizer(&ref.params);
+    Stage* refp = &ref;
+    StageActs ra;
+    stage_acts_init(&ra, &ref, max_T, max_Np, 0);
+    double ref_loss[TRAIN_STEPS];
+    for (int k = 0; k < TRAIN_STEPS; k++) {
+        step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
+        params_zero_grad(&ref.params);
+        double ls_sum = 0;
+        for (int m = 0; m < M; m++) {
+            float ls = 0;
+            stage_forward(&ref, &ra, &mbs[m], NULL, NULL, &ls);
+            stage_backward(&ref, &ra, NULL, 1.0f / (float)sup, NULL);
+            ls_sum += ls;
+        }
+        ref_loss[k] = ls_sum / sup;
+        optimizer_step(&refp, 1, stages_sum_squares(&refp, 1), k + 1, 1e-2f);
+        for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+    }
+    /* pipeline */
+    int S = P * chunks, layers[64], l0s[64];
+    partition_auto(cfg->Lt, S, (PartitionCost){0, 0, 1}, layers);
+    for (int v = 0, l = 0; v < S; v++) l0s[v] = l, l += layers[v];
+    Stage* stages = callocCheck((size_t)chunks, sizeof *stages);
+    Stage** sp = callocCheck((size_t)chunks, sizeof *sp);
+    for (int c = 0; c < chunks; c++) {
+        int v = c * P + rank;
+        stage_init(&stages[c], cfg, l0s[v], l0s[v] + layers[v], be);
+        params_alloc_optimizer(&stages[c].params);
+        sp[c] = &stages[c];
+    }
+    PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = hint, .mode = mode,
+                         .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED, .timeout_s = 60,
+                         .max_tokens = max_T, .max_patches = max_Np};
+    if (cap_text && pp_cap_parse(cap_text, &pc.cap, err, sizeof err) != 0) rr_die("%s", err);
+    Pipeline* pl = pipeline_create(&pc, sp, MPI_COMM_WORLD, err, sizeof err);
+    if (!pl) rr_die("pipeline_create: %s", err);
+    int bad = 0;
+    double worst_loss = 0, worst_param = 0;
+    for (int k = 0; k < TRAIN_STEPS; k++) {
+        step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
+        for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
+        PipelineStepStats st;
+        pipeline_step(pl, mbs, M, 1.0f / (float)sup, NULL, k, &st);
+        double sq = stages_sum_squares(sp, chunks), gsq = 0, loss = 0, ls = st.loss_sum;
+        MPI_Allreduce(&sq, &gsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&ls, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        loss /= sup;
+        optimizer_step(sp, chunks, gsq, k + 1, 1e-2f);
+        double d = fabs(loss - ref_loss[k]) / fabs(ref_loss[k]);
+        worst_loss = fmax(worst_loss, d);
+        /* Losses: the forward is bitwise the reference's while the parameters agree, and after an
+         * update they differ by at most the round-off bound below, so 1e-6 relative. */
+        if (d > 1e-6) bad++;
+        for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+    }
+    /* Parameters after TRAIN_STEPS updates. Gradients agree to fp32 reordering round-off; the global
+     * norm is a sum of per-rank partial sums (another double summation order: ~1e-16 relative); AdamW
+     * normalises the update, so a relative gradient error e moves a parameter by about lr * e per
+     * step. Bound: 1e-6 absolute = lr (1e-2) x 1e-4, far above fp32 reorder effects (~1e-7 relative)
+     * and far below one update (~1e-2). */
+    for (int c = 0; c < chunks; c++) {
+        ParamTable* pt = &stages[c].params;
+        for (int i = 0; i < pt->n; i++) {
+            int j = params_find(&ref.params, pt->specs[i].name);
+            const float* a = params_data(pt, i);
+            const float* b = params_data(&ref.params, j);
+            for (size_t e = 0; e < pt->specs[i].numel; e++) worst_param = fmax(worst_param, fabs((double)a[e] - b[e]));
+        }
+    }
+    if (worst_param > 1e-6) bad++;
+    int all_bad = 0;
+    double wl = 0, wp = 0;
+    MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&worst_loss, &wl, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&worst_param, &wp, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("train %d steps %-16s %-10s cap %-4s: losses", TRAIN_STEPS, pp_hint_name(hint), pp_mode_name(mode),
+               cap_text ? cap_text : "P-r");
+    if (rank == 0) {
+        for (int k = 0; k < TRAIN_STEPS; k++) printf(" %.6f", ref_loss[k]);
+        printf(" | max loss rel diff %.2g, max param diff %.2g %s\n", wl, wp, all_bad ? "FAIL" : "ok");
+    }
+    pipeline_free(pl);
+    for (int c = 0; c < chunks; c++) stage_free(&stages[c]);
+    free(stages);
+    free(sp);
+    stage_acts_free(&ra, &ref);
+    stage_free(&ref);
+    free(mbs);
+    return all_bad ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     int rank, P;
@@ -148,6 +292,16 @@ int main(int argc, char** argv) {
             }
         }
     }
+    /* Several optimiser steps: the same loss curve and parameters as one process. */
+    if (chunks > 1) {
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_READY, NULL);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_FIXED_SYNC, NULL);
+    } else {
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, NULL);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x");
+    }
+    runs += chunks > 1 ? 2 : 3;
     double worst = 0;
     MPI_Allreduce(&worst_rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
