@@ -57,6 +57,15 @@ compare "$WORK/gpt2-options.json" gpt2-options 2>/dev/null
   --manifest "$SRC/data/tokenizer_manifest.jsonl" --manifest "$SRC/data/tokenizer_manifest.json" \
   --out "$WORK/trained.json" --quiet
 compare "$WORK/trained.json" trained --decode
+# files as HF itself writes them (its field order, merges as pairs): same ids, and the same hash as
+# the file they were made from (the hash is of the tokenizer, not of the JSON text)
+for name in gpt2 trained; do
+  (cd "$NODE_DIR" && node resave.js "$WORK/$name.json" "$WORK/$name-hf.json")
+  compare "$WORK/$name-hf.json" "$name-hf" --decode
+  h1=$("$RRFP_MM" tokenizer info --tokenizer "$WORK/$name.json" | grep hash)
+  h2=$("$RRFP_MM" tokenizer info --tokenizer "$WORK/$name-hf.json" | grep hash)
+  if [ "$h1" = "$h2" ]; then echo "ok: $name re-saved by HF has the same $h1"; else echo "FAIL: $name: $h1 vs HF-saved $h2"; fail=1; fi
+done
 # random bytes (invalid UTF-8 included) round-trip through GPT-2's real vocabulary and the trained one
 "$TEST_TOKENIZER" "$WORK/gpt2.json" "$WORK/trained.json" >"$WORK/roundtrip.log" 2>&1 || { cat "$WORK/roundtrip.log"; fail=1; }
 echo "round trips through gpt2.json and trained.json: $(tail -1 "$WORK/roundtrip.log")"

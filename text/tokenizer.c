@@ -24,6 +24,9 @@
  * Unlike HF (which finishes with a lossy UTF-8 conversion) the bytes are returned unchanged, so
  * decode(encode(x)) == x for any bytes x when add_prefix_space is false.
  *
+ * Not applied: post_processor, truncation and padding (encode gives the ids of the text itself, as
+ * HF's encode(text, add_special_tokens=False); the prompt template adds the special tokens it needs).
+ *
  * Thread safety: after load a Tokenizer is read-only except for the word cache, which a mutex
  * guards; encode and decode may be called from many threads at once. */
 #define _GNU_SOURCE
