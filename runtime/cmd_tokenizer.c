@@ -338,8 +338,12 @@ static int cmd_train_tokenizer(int argc, char** argv) {
     rc = 1;
     double t0 = rr_now();
     long long n_samples = 0, n_turns = 0, words, unique;
-    for (int i = 0; i < n_man; i++)
+    for (int i = 0; i < n_man; i++) {
         if (feed_manifest(tr, manifests[i], &n_samples, &n_turns)) goto done;
+        if (!quiet && n_man + n_text > 1) /* progress for long runs: one line per input file */
+            fprintf(stderr, "tokenizer train: read %s (%lld samples so far, %.1f s)\n", manifests[i], n_samples,
+                    rr_now() - t0);
+    }
     for (int i = 0; i < n_text; i++) {
         size_t n;
         char* buf = rr_read_file(texts[i], &n);
