@@ -5,6 +5,16 @@ target_link_libraries(test_model PRIVATE rrfp_core)
 add_test(NAME model_fd COMMAND test_model fd)
 add_test(NAME model_split_bitwise COMMAND test_model split)
 add_test(NAME model_pipeline_stages COMMAND test_model stages)
+# A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
+foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
+            "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
+            "pos|sample 1: position 16 is 3, expected 0")
+  string(REPLACE "|" ";" parts "${bad}")
+  list(GET parts 0 name)
+  list(GET parts 1 msg)
+  add_test(NAME model_bad_${name} COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_model> -DARGS=bad_${name}
+           -DEXPECT_RC=1 "-DEXPECT_ERR=${msg}" -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+endforeach()
 
 add_executable(test_model_golden tests/test_model_golden.c)
 target_link_libraries(test_model_golden PRIVATE rrfp_core)

@@ -5,6 +5,8 @@
  *                      head) on a tiny multimodal microbatch
  *   test_model split   B then W (interleaved across 3 microbatches in flight, as a pipeline runs
  *                      them) gives bitwise the same loss and gradients as the fused backward
+ *   test_model bad_X   a damaged microbatch (X = budget, image_id, target, grid, pos) stops
+ *                      with a message naming it
  *   test_model stages  the model cut into 2 and 3 pipeline stages, chained in one process, gives
  *                      bitwise the same initial weights, losses and gradients as one stage */
 #include <math.h>
@@ -266,6 +268,29 @@ static void test_stages(void) {
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
 }
 
+/* ---- bad microbatches: each must stop with a message naming what is wrong (see model.cmake) ------- */
+
+static void test_bad(const char* what) {
+    ModelConfig c = small_config(2);
+    uint64_t rng = 5;
+    Microbatch mb;
+    tm_microbatch(&mb, "p2 i2x3 p3 a5 | p1 a4", c.V, c.patch, &rng);
+    Stage st;
+    stage_init(&st, &c, 0, c.Lt, &backend_cpu);
+    StageActs a;
+    int max_T = mb.T, max_Np = mb.Np;
+    if (!strcmp(what, "budget")) max_T = mb.T - 1;          /* more positions than the budget */
+    if (!strcmp(what, "image_id")) mb.ids[4] = 3;            /* a token id inside the image span */
+    if (!strcmp(what, "target")) mb.targets[7] = c.V + 100;  /* a target outside the vocabulary */
+    if (!strcmp(what, "grid")) mb.grid_w[0] = 4;             /* grid disagrees with the patch count */
+    if (!strcmp(what, "pos")) mb.pos[mb.cu_seqlens[1]] = 3;  /* positions must restart per sample */
+    stage_acts_init(&a, &st, max_T, max_Np, 0);
+    float ls;
+    stage_forward(&st, &a, &mb, NULL, NULL, &ls);
+    printf("bad %s: the microbatch was accepted\n", what);
+    exit(1 + 2); /* neither success nor the expected exit 1 */
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s fd|split|stages\n", argv[0]);
@@ -277,6 +302,8 @@ int main(int argc, char** argv) {
         test_split();
     else if (!strcmp(argv[1], "stages"))
         test_stages();
+    else if (!strncmp(argv[1], "bad_", 4))
+        test_bad(argv[1] + 4);
     else {
         fprintf(stderr, "unknown test '%s'\n", argv[1]);
         return 2;
