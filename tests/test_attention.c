@@ -66,6 +66,8 @@ static const AttnCase CASES[] = {
     {"ragged_bidir_d64_fused", 5, {64, 130, 1, 200, 7}, 4, 64, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5},
     {"vit_bidir_d16_fused", 3, {129, 64, 17}, 4, 16, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5},
     {"lm_causal_d16", 4, {65, 128, 1, 63}, 4, 16, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5},
+    {"three_tiles_causal", 2, {257, 300}, 1, 32, LAYOUT_FUSED, 1, 1.0f, 0, 1e-5, 3e-5},
+    {"three_tiles_bidir", 2, {300, 129}, 4, 32, LAYOUT_PADDED, 0, 1.0f, 0, 1e-5, 3e-5},
     {"empty_sequence", 3, {5, 0, 70}, 1, 32, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5},
     {"split_causal", 3, {70, 1, 131}, 4, 32, LAYOUT_FUSED, 1, 1.0f, CASE_SPLIT, 1e-5, 3e-5},
     {"split_bidir", 2, {150, 9}, 1, 64, LAYOUT_PADDED, 0, 1.0f, CASE_SPLIT, 1e-5, 3e-5},
@@ -355,8 +357,8 @@ static int run_case(const AttnCase* tc) {
 
 #define LONG_T 4096
 /* Peak RSS growth allowed for the f32 forward + backward: 8 MiB. One T x T f32 score matrix is
- * 64 MiB (per head); the op's scratch is a few 64 x 64 tiles per thread, and BLIS's packing pools
- * were already allocated by the warm-up call. */
+ * 64 MiB (per head); the op's scratch is a few 128 x 128 and 128 x d tiles per thread (< 0.5 MiB),
+ * and BLIS's packing pools were already allocated by the warm-up call. */
 #define LONG_RSS_BOUND_KIB (8 * 1024)
 
 static int run_long(int causal) {

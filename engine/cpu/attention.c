@@ -17,8 +17,9 @@
  * race and no T x T or T x d scratch.
  *
  * Tile products go through cpu_sgemm (BLIS), which handles the ld_qkv row stride of the fused qkv
- * buffer directly; the softmax loops are plain C with a polynomial exp the compiler can vectorise.
- * Scratch: a few ATTN_BLOCK x ATTN_BLOCK tiles per thread, allocated once per call and thread. */
+ * buffer directly; the softmax loops are plain C with a polynomial exp the compiler vectorises
+ * (tests/attention.cmake builds this file with -O3 for that). Scratch: two ATTN_BLOCK x ATTN_BLOCK
+ * tiles and two d x ATTN_BLOCK tiles per thread, allocated once per call and thread, whatever T is. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +27,10 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-/* Query rows and key rows per tile. 64 keeps a score tile (16 KiB) and the q/k/v tiles it touches
- * in L2 for d <= 128 while giving BLIS products big enough to run near its peak (see bench/). */
-#define ATTN_BLOCK 64
+/* Query rows and key rows per tile. 128 measured 5-15% faster than 64 here (fewer, larger BLIS
+ * calls); the backward's working set, two 64 KiB score tiles plus q/k/v/dO tiles of 128 x d, still
+ * fits a 1 MiB L2 for d <= 128. */
+#define ATTN_BLOCK 128
 
 /* e^x for x <= 0 (softmax arguments after the row max is subtracted), with the relative accuracy of
  * expf (~2 ulp): x = n ln2 + r, |r| <= ln2/2, e^r by the Cephes minimax polynomial, 2^n by building the
@@ -45,9 +47,19 @@ static inline float attn_exp(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } two_n = {.i = ((int32_t)n + 127) << 23};
-    return x < -87.0f ? 0.0f : p * two_n.f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n); /* a register move; a union would stop vectorisation */
+    return x < -87.0f ? 0.0f : p * two_n;
 }
+
+/* The build targets baseline x86-64 (SSE2); the tile functions are also compiled for AVX2+FMA and
+ * AVX-512 and the best one the CPU has is picked at load time (GCC function multi-versioning). */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define ATTN_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ATTN_VECTOR_CLONES
+#endif
 
 static void attention_check_args(const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv) {
     RR_ASSERT(S >= 0 && T >= 0 && H > 0 && d > 0 && ld_qkv >= H * d);
@@ -55,14 +67,23 @@ static void attention_check_args(const int* cu_seqlens, int S, int T, int H, int
     for (int s = 0; s < S; s++) RR_ASSERT(cu_seqlens[s] <= cu_seqlens[s + 1]);
 }
 
+/* xt (d, ATTN_BLOCK) = the transpose of rows x[0 .. n) (n <= ATTN_BLOCK, d columns, stride ld).
+ * BLIS runs Q K^T as Q times a copied-out K^T 10-30% faster than as a transposed operand (measured
+ * with bench/attention.sh), and the copy is d*n moves against 2*d*n*ATTN_BLOCK flops. */
+static void attention_tile_transpose(float* xt, const float* x, int n, int d, int ld) {
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < d; c++) xt[(size_t)c * ATTN_BLOCK + j] = x[(size_t)j * ld + c];
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Forward */
 
 /* One query tile: rows [q0, q0 + nq) of head h (q, k, v, out, lse already offset to the head), keys
- * [k_begin, k_end) of its sequence. s_tile: (ATTN_BLOCK, ATTN_BLOCK) scratch; m, l: ATTN_BLOCK. */
-static void attention_forward_tile(float* out, float* lse, const float* q, const float* k, const float* v,
+ * [k_begin, k_end) of its sequence. Scratch: s_tile (ATTN_BLOCK, ATTN_BLOCK), m and l ATTN_BLOCK,
+ * kt (d, ATTN_BLOCK). */
+ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, const float* q, const float* k, const float* v,
                                    int q0, int nq, int k_begin, int k_end, int H, int d, int ld, int causal,
-                                   float* s_tile, float* m, float* l) {
+                                   float* s_tile, float* m, float* l, float* kt) {
     const int ldo = H * d;
     const float scale = 1.0f / sqrtf((float)d);
     float* o = out + (size_t)q0 * ldo;
@@ -76,7 +97,8 @@ static void attention_forward_tile(float* out, float* lse, const float* q, const
     for (int k0 = k_begin; k0 < k_stop; k0 += ATTN_BLOCK) {
         int nk = k_stop - k0 < ATTN_BLOCK ? k_stop - k0 : ATTN_BLOCK;
         /* S = scale * Q K^T: (nq, nk) */
-        cpu_sgemm(0, 1, nq, nk, d, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, s_tile, ATTN_BLOCK);
+        attention_tile_transpose(kt, k + (size_t)k0 * ld, nk, d, ld);
+        cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ld, ld, kt, ATTN_BLOCK, 0.0f, s_tile, ATTN_BLOCK);
         for (int r = 0; r < nq; r++) {
             float* srow = s_tile + (size_t)r * ATTN_BLOCK;
             int n_vis = nk; /* keys k0 .. k0 + n_vis - 1 are visible to this row */
@@ -86,6 +108,7 @@ static void attention_forward_tile(float* out, float* lse, const float* q, const
                 continue;
             }
             float mx = srow[0];
+#pragma omp simd reduction(max : mx)
             for (int j = 1; j < n_vis; j++) mx = srow[j] > mx ? srow[j] : mx;
             float m_new = mx > m[r] ? mx : m[r];
             float alpha = expf(m[r] - m_new); /* 0 on the first tile (m = -inf) */
@@ -120,7 +143,8 @@ void cpu_attention_forward(float* out, float* lse, const float* q, const float* 
     attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
 #pragma omp parallel if ((size_t)T * H * d > 4096)
     {
-        float* s_tile = mallocCheck((size_t)ATTN_BLOCK * (ATTN_BLOCK + 2) * sizeof(float));
+        float* s_tile = mallocCheck((size_t)ATTN_BLOCK * (ATTN_BLOCK + 2 + d) * sizeof(float));
+        float* kt = s_tile + ATTN_BLOCK * (ATTN_BLOCK + 2);
         float* m = s_tile + ATTN_BLOCK * ATTN_BLOCK;
         float* l = m + ATTN_BLOCK;
         for (int s = 0; s < S; s++) {
@@ -135,7 +159,7 @@ void cpu_attention_forward(float* out, float* lse, const float* q, const float* 
                     int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
                     attention_forward_tile(out + (size_t)h * d, lse + h, q + (size_t)h * d, k + (size_t)h * d,
                                            v + (size_t)h * d, q0, nq, start, end, H, d, ld_qkv, causal, s_tile,
-                                           m, l);
+                                           m, l, kt);
                 }
             }
         }
@@ -147,22 +171,24 @@ void cpu_attention_forward(float* out, float* lse, const float* q, const float* 
  * Backward */
 
 /* Gradients of one (sequence, head): rows [start, end), pointers already offset to the head. Any of
- * dq, dk, dv may be NULL (skipped). p_tile, dp_tile: (ATTN_BLOCK, ATTN_BLOCK) scratch; dsum: ATTN_BLOCK. */
-static void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
+ * dq, dk, dv may be NULL (skipped). Scratch: p_tile and dp_tile (ATTN_BLOCK, ATTN_BLOCK), dsum
+ * ATTN_BLOCK, kt and vt (d, ATTN_BLOCK). */
+ATTN_VECTOR_CLONES static void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                     const float* lse, const float* q, const float* k, const float* v, int start,
                                     int end, int H, int d, int ld, int causal, float* p_tile, float* dp_tile,
-                                    float* dsum) {
+                                    float* dsum, float* kt, float* vt) {
     const int ldo = H * d;
     const float scale = 1.0f / sqrtf((float)d);
     for (int k0 = start; k0 < end; k0 += ATTN_BLOCK) {
         int nk = end - k0 < ATTN_BLOCK ? end - k0 : ATTN_BLOCK;
+        attention_tile_transpose(kt, k + (size_t)k0 * ld, nk, d, ld);
+        attention_tile_transpose(vt, v + (size_t)k0 * ld, nk, d, ld);
         /* causal: queries before k0 see none of these keys */
         for (int q0 = causal ? k0 : start; q0 < end; q0 += ATTN_BLOCK) {
             int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
             const float* dout_t = dout + (size_t)q0 * ldo;
             /* P = exp(scale * Q K^T - lse): (nq, nk), zero where masked */
-            cpu_sgemm(0, 1, nq, nk, d, scale, q + (size_t)q0 * ld, ld, k + (size_t)k0 * ld, ld, 0.0f, p_tile,
-                      ATTN_BLOCK);
+            cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ld, ld, kt, ATTN_BLOCK, 0.0f, p_tile, ATTN_BLOCK);
             for (int r = 0; r < nq; r++) {
                 float* prow = p_tile + (size_t)r * ATTN_BLOCK;
                 float lse_r = lse[(size_t)(q0 + r) * H];
@@ -176,7 +202,7 @@ static void attention_backward_head(float* dq, float* dk, float* dv, const float
             if (dv) cpu_sgemm(1, 0, nk, d, nq, 1.0f, p_tile, ATTN_BLOCK, dout_t, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
             if (!dq && !dk) continue;
             /* dP = dO V^T: (nq, nk); dS = P (dP - D), in place */
-            cpu_sgemm(0, 1, nq, nk, d, 1.0f, dout_t, ldo, v + (size_t)k0 * ld, ld, 0.0f, dp_tile, ATTN_BLOCK);
+            cpu_sgemm(0, 0, nq, nk, d, 1.0f, dout_t, ldo, vt, ATTN_BLOCK, 0.0f, dp_tile, ATTN_BLOCK);
             for (int r = 0; r < nq; r++) {
                 const float* orow = out + (size_t)(q0 + r) * ldo;
                 const float* drow = dout_t + (size_t)r * ldo;
@@ -207,16 +233,18 @@ void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
     if (!dq && !dk && !dv) return;
 #pragma omp parallel if ((size_t)T * H * d > 4096)
     {
-        float* p_tile = mallocCheck((size_t)ATTN_BLOCK * (2 * ATTN_BLOCK + 1) * sizeof(float));
+        float* p_tile = mallocCheck((size_t)ATTN_BLOCK * (2 * ATTN_BLOCK + 1 + 2 * d) * sizeof(float));
         float* dp_tile = p_tile + ATTN_BLOCK * ATTN_BLOCK;
         float* dsum = dp_tile + ATTN_BLOCK * ATTN_BLOCK;
+        float* kt = dsum + ATTN_BLOCK;
+        float* vt = kt + (size_t)d * ATTN_BLOCK;
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int s = 0; s < S; s++) {
             for (int h = 0; h < H; h++) {
                 size_t hd = (size_t)h * d;
                 attention_backward_head(dq ? dq + hd : NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL, dout + hd,
                                         out + hd, lse + h, q + hd, k + hd, v + hd, cu_seqlens[s], cu_seqlens[s + 1],
-                                        H, d, ld_qkv, causal, p_tile, dp_tile, dsum);
+                                        H, d, ld_qkv, causal, p_tile, dp_tile, dsum, kt, vt);
             }
         }
         free(p_tile);
