@@ -41,16 +41,18 @@ compare() { # compare TOKENIZER.json NAME [--decode]   (--decode: HF must also d
   fi
 }
 
-for v in strings pairs prefix llama3 options; do (cd "$NODE_DIR" && node make_gpt2.js "$WORK/gpt2-$v.json" $v); done
+for v in strings pairs prefix llama3 options dupmerge; do (cd "$NODE_DIR" && node make_gpt2.js "$WORK/gpt2-$v.json" $v); done
 cp "$WORK/gpt2-strings.json" "$WORK/gpt2.json"
 compare "$WORK/gpt2.json" gpt2 --decode
 compare "$WORK/gpt2-pairs.json" gpt2-pairs --decode
 # variants of the same vocabulary: prefix space; Llama-3's Split + ByteLevel(use_regex false) with
-# ignore_merges; added tokens with lstrip / rstrip / single_word / normalized (these three do not
-# decode back to the line in HF either: the prefix space is added, stripped white space is dropped)
+# ignore_merges; a repeated merge; added tokens with lstrip / rstrip / single_word / normalized (the
+# prefix and options variants do not decode back to the line in HF either: the prefix space is
+# added, stripped white space is dropped)
 compare "$WORK/gpt2-prefix.json" gpt2-prefix
 compare "$WORK/gpt2-llama3.json" gpt2-llama3 --decode
 compare "$WORK/gpt2-options.json" gpt2-options 2>/dev/null
+compare "$WORK/gpt2-dupmerge.json" gpt2-dupmerge --decode
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
 # plus the manifests', so most words use learned merges)
 "$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \

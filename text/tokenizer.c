@@ -637,11 +637,9 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
             return -1;
         }
         PairSlot* s = pairmap_find(&t->merges, pair_key(ia, ib));
-        if (s->key == UINT64_MAX) { /* HF keeps the first rank of a repeated merge */
-            s->key = pair_key(ia, ib);
-            s->rank = rank;
-            s->new_id = ic;
-        }
+        s->key = pair_key(ia, ib); /* a repeated merge takes its last rank, as in HF (a map insert) */
+        s->rank = rank;
+        s->new_id = ic;
         t->merge_pairs[2 * rank] = ia;
         t->merge_pairs[2 * rank + 1] = ib;
         rank++;

@@ -5,7 +5,8 @@
 //   prefix: ByteLevel with add_prefix_space true;
 //   llama3: pre-tokenizer Sequence[Split(Llama-3's pattern, Isolated), ByteLevel(use_regex false)] and
 //           model.ignore_merges true, as Llama-3's tokenizer.json has them (on GPT-2's vocabulary);
-//   options: added tokens with lstrip / rstrip / single_word / normalized set, special and not.
+//   options: added tokens with lstrip / rstrip / single_word / normalized set, special and not;
+//   dupmerge: "Ġ t" (rank 0) repeated at the end of the merges (HF uses the last rank).
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -42,6 +43,7 @@ if (form === 'llama3') {
     { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false } ] };
   tok.model.ignore_merges = true;
 }
+if (form === 'dupmerge') tok.model.merges.push('Ġ t');
 if (form === 'options') {
   const next = Object.keys(vocab).length;
   const t = (content, id, o) => Object.assign({ id, content, single_word: false, lstrip: false, rstrip: false,
