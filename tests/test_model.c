@@ -5,6 +5,8 @@
  *                      head) on a tiny multimodal microbatch
  *   test_model split   B then W (interleaved across 3 microbatches in flight, as a pipeline runs
  *                      them) gives bitwise the same loss and gradients as the fused backward
+ *   test_model gpu     the same 3-microbatch step on the CUDA backend against the CPU backend, and
+ *                      split vs fused on CUDA (label gpu; exit 77 = skipped without a device)
  *   test_model bad_X   a damaged microbatch (X = budget, image_id, target, grid, pos) stops
  *                      with a message naming it
  *   test_model stages  the model cut into 2 and 3 pipeline stages, chained in one process, gives
@@ -268,6 +270,108 @@ static void test_stages(void) {
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
 }
 
+/* ---- the CUDA backend against the CPU backend (label gpu; exit 77 without a device) ---------------- */
+
+/* Per-tensor ||a - b|| / ||b|| over a table's gradients (host copies). */
+static double table_rel_err(const ParamTable* pt, const float* a, const float* b, int i) {
+    const ParamSpec* s = &pt->specs[i];
+    double d = 0, n = 0;
+    for (size_t k = 0; k < s->numel; k++) {
+        double x = a[s->offset + k], y = b[s->offset + k];
+        d += (x - y) * (x - y);
+        n += y * y;
+    }
+    return n > 0 ? sqrt(d / n) : sqrt(d);
+}
+
+static float* table_host(const ParamTable* pt, int grads) {
+    float* h = mallocCheck(pt->total * sizeof(float));
+    pt->be->copy_d2h(h, grads ? pt->grad : pt->data, pt->total * sizeof(float));
+    return h;
+}
+
+static void test_gpu(void) {
+    char why[256] = "";
+    const Backend* cu = backend_cuda_get(why, sizeof why);
+    if (!cu) {
+        printf("skipped: %s\n", why);
+        exit(77);
+    }
+    ModelConfig c = small_config(2);
+    uint64_t rng = 3;
+    Microbatch mb[NMB];
+    int n_sup = 0;
+    for (int m = 0; m < NMB; m++) {
+        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
+        n_sup += mb[m].n_supervised;
+    }
+    int max_T, max_Np;
+    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    float scale = 1.0f / n_sup;
+    Stage sc, sg, sgs; /* CPU fused, CUDA fused, CUDA split */
+    stage_init(&sc, &c, 0, c.Lt, &backend_cpu);
+    stage_init(&sg, &c, 0, c.Lt, cu);
+    stage_init(&sgs, &c, 0, c.Lt, cu);
+    float* wc = table_host(&sc.params, 0);
+    float* wg = table_host(&sg.params, 0);
+    EXPECT(memcmp(wc, wg, sc.params.total * sizeof(float)) == 0, "initial weights differ between CPU and CUDA");
+    StageActs ac, ag, as[NMB];
+    stage_acts_init(&ac, &sc, max_T, max_Np, 0);
+    stage_acts_init(&ag, &sg, max_T, max_Np, 0);
+    for (int m = 0; m < NMB; m++) stage_acts_init(&as[m], &sgs, max_T, max_Np, 1);
+    float lc[NMB], lg[NMB], ls[NMB];
+    for (int m = 0; m < NMB; m++) {
+        stage_forward(&sc, &ac, &mb[m], NULL, NULL, &lc[m]);
+        stage_backward(&sc, &ac, NULL, scale, NULL);
+        stage_forward(&sg, &ag, &mb[m], NULL, NULL, &lg[m]);
+        stage_backward(&sg, &ag, NULL, scale, NULL);
+    }
+    stage_forward(&sgs, &as[0], &mb[0], NULL, NULL, &ls[0]);
+    stage_forward(&sgs, &as[1], &mb[1], NULL, NULL, &ls[1]);
+    stage_backward_input(&sgs, &as[0], NULL, scale, NULL);
+    stage_forward(&sgs, &as[2], &mb[2], NULL, NULL, &ls[2]);
+    stage_backward_input(&sgs, &as[1], NULL, scale, NULL);
+    stage_backward_weight(&sgs, &as[0]);
+    stage_backward_input(&sgs, &as[2], NULL, scale, NULL);
+    stage_backward_weight(&sgs, &as[1]);
+    stage_backward_weight(&sgs, &as[2]);
+    /* CPU and CUDA sum in different orders (BLIS vs cuBLAS tiles, tiled attention): the same fp32
+     * round-off argument as tests/ref/llava_ref.py gives ~1e-6 per tensor; bound 1e-5. */
+    for (int m = 0; m < NMB; m++)
+        EXPECT(fabs(lc[m] - lg[m]) <= 1e-5 * fabs(lc[m]), "loss of microbatch %d: CPU %.9g CUDA %.9g", m, lc[m],
+               lg[m]);
+    float* gc = table_host(&sc.params, 1);
+    float* gg = table_host(&sg.params, 1);
+    float* gs = table_host(&sgs.params, 1);
+    double worst = 0;
+    for (int i = 0; i < sc.params.n; i++) {
+        const char* name = sc.params.specs[i].name;
+        double e = table_rel_err(&sc.params, gg, gc, i);
+        if (e > worst) worst = e;
+        EXPECT(e <= 1e-5, "gradient of %s: CUDA vs CPU relative error %.2e > 1e-5", name, e);
+        /* split vs fused on CUDA: bitwise, except the embedding, whose CUDA backward adds with
+         * atomics (the order of equal-id rows varies from run to run): round-off there */
+        double es = table_rel_err(&sc.params, gs, gg, i);
+        if (!strcmp(name, "text.embed.weight"))
+            EXPECT(es <= 1e-6, "gradient of %s: CUDA split vs fused relative error %.2e", name, es);
+        else
+            EXPECT(es == 0, "gradient of %s: CUDA split vs fused differ (relative %.2e), expected bitwise", name, es);
+    }
+    printf("gpu: %d tensors, worst CUDA vs CPU gradient relative error %.2e\n", sc.params.n, worst);
+    free(wc);
+    free(wg);
+    free(gc);
+    free(gg);
+    free(gs);
+    for (int m = 0; m < NMB; m++) stage_acts_free(&as[m], &sgs);
+    stage_acts_free(&ac, &sc);
+    stage_acts_free(&ag, &sg);
+    stage_free(&sc);
+    stage_free(&sg);
+    stage_free(&sgs);
+    for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
+}
+
 /* ---- bad microbatches: each must stop with a message naming what is wrong (see model.cmake) ------- */
 
 static void test_bad(const char* what) {
@@ -302,6 +406,8 @@ int main(int argc, char** argv) {
         test_split();
     else if (!strcmp(argv[1], "stages"))
         test_stages();
+    else if (!strcmp(argv[1], "gpu"))
+        test_gpu();
     else if (!strncmp(argv[1], "bad_", 4))
         test_bad(argv[1] + 4);
     else {
