@@ -10,3 +10,52 @@ add_executable(test_kernel_math tests/test_kernel_math.c)
 target_link_libraries(test_kernel_math PRIVATE rrfp_core)
 add_test(NAME cuda_kernel_math COMMAND test_kernel_math)
 set_tests_properties(cuda_kernel_math PROPERTIES PASS_REGULAR_EXPRESSION "kernel_math: ok")
+
+# The op matrix on the GPU against the CPU backend: skipped (77) without a device or a CUDA build.
+add_executable(test_cuda_ops tests/test_cuda_ops.c)
+target_link_libraries(test_cuda_ops PRIVATE rrfp_core)
+add_test(NAME cuda_ops_gpu COMMAND test_cuda_ops)
+set_tests_properties(cuda_ops_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+
+# The same matrix on the CUDA backend's own source compiled for the CPU emulation of the CUDA runtime
+# (tests/cuda_emu): kernels run as fibers, launch limits, barriers and buffer bounds are checked.
+# Built in both builds (it needs no toolkit).
+file(GLOB RRFP_CUDA_EMU_CU CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/cuda/*.cu)
+set(RRFP_CUDA_EMU_GEN)
+foreach(cu ${RRFP_CUDA_EMU_CU})
+  get_filename_component(stem ${cu} NAME_WE)
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/${stem}.cpp)
+  add_custom_command(OUTPUT ${out}
+                     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu
+                     COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py ${cu} ${out}
+                     DEPENDS ${cu} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py VERBATIM)
+  list(APPEND RRFP_CUDA_EMU_GEN ${out})
+endforeach()
+# the headers too (cuda_common.cuh launches a kernel): the generated sources include them by the
+# same path, and a quoted include looks beside the including file first
+file(GLOB RRFP_CUDA_EMU_CUH CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/cuda/*.cuh)
+foreach(cuh ${RRFP_CUDA_EMU_CUH})
+  get_filename_component(name ${cuh} NAME)
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/engine/cuda/${name})
+  add_custom_command(OUTPUT ${out}
+                     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/engine/cuda
+                     COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py ${cuh} ${out}
+                     DEPENDS ${cuh} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py VERBATIM)
+  list(APPEND RRFP_CUDA_EMU_GEN ${out})
+endforeach()
+add_library(rrfp_cuda_emu STATIC tests/cuda_emu/emu.cpp ${RRFP_CUDA_EMU_GEN})
+# tests/cuda_emu first: its cuda_runtime.h / cublas_v2.h stand in for the toolkit's
+target_include_directories(rrfp_cuda_emu BEFORE PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
+target_include_directories(rrfp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR})
+target_include_directories(rrfp_cuda_emu SYSTEM PRIVATE ${BLAS_INC})
+target_compile_features(rrfp_cuda_emu PRIVATE cxx_std_17)
+add_executable(test_cuda_ops_emu tests/test_cuda_ops.c)
+target_compile_definitions(test_cuda_ops_emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(test_cuda_ops_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_cuda_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_ops_emu COMMAND test_cuda_ops_emu)
+set_tests_properties(cuda_ops_emu PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300)
+# again with -0.0 guard zones, which catch stray writes of x += 0 that NaN guards cannot
+add_test(NAME cuda_ops_emu_negzero COMMAND test_cuda_ops_emu)
+set_tests_properties(cuda_ops_emu_negzero PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300
+                     ENVIRONMENT RR_EMU_GUARD=negzero)

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 #include "engine/gemm_desc.h"
 
@@ -110,7 +109,7 @@ static int test_shape(int N, int C, int OC) {
 
     /* forward overwrites: out starts as garbage (beta must be 0) */
     guarded_fill(&out);
-    cpu_linear_forward(ref_out, inp.p, w.p, NULL, N, C, OC);
+    backend_cpu.linear_forward(ref_out, inp.p, w.p, NULL, N, C, OC);
     GemmDesc g = gemm_desc_linear_forward(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("forward", N, C, OC, &g, &out, ref_out);
@@ -118,14 +117,14 @@ static int test_shape(int N, int C, int OC) {
     /* backward adds: both sides start from the same random gradients */
     guarded_fill(&dinp);
     memcpy(ref_dinp, dinp.p, (size_t)N * C * sizeof(float));
-    cpu_linear_backward(ref_dinp, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+    backend_cpu.linear_backward(ref_dinp, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
     g = gemm_desc_linear_backward_input(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_input", N, C, OC, &g, &dinp, ref_dinp);
 
     guarded_fill(&dw);
     memcpy(ref_dw, dw.p, (size_t)OC * C * sizeof(float));
-    cpu_linear_backward(NULL, ref_dw, NULL, dout.p, inp.p, w.p, N, C, OC);
+    backend_cpu.linear_backward(NULL, ref_dw, NULL, dout.p, inp.p, w.p, N, C, OC);
     g = gemm_desc_linear_backward_weight(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_weight", N, C, OC, &g, &dw, ref_dw);
@@ -165,7 +164,7 @@ static int test_mutants(void) {
         GemmDesc g;
         Guarded* got;
         if (mutant < 3) {
-            cpu_linear_forward(ref, inp.p, w.p, NULL, N, C, OC);
+            backend_cpu.linear_forward(ref, inp.p, w.p, NULL, N, C, OC);
             g = gemm_desc_linear_forward(N, C, OC);
             got = &out;
             guarded_fill(got);
@@ -176,7 +175,7 @@ static int test_mutants(void) {
             got = &dinp;
             guarded_fill(got);
             memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-            cpu_linear_backward(ref, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+            backend_cpu.linear_backward(ref, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
             g = gemm_desc_linear_backward_input(N, C, OC);
             g.beta = 0.0f; /* backward that overwrites instead of adding */
         }

@@ -33,19 +33,21 @@
 #define RR_GELU_CUBIC 0.044715f
 
 /* ------------------------------------------------------------------------------------------------
- * GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+ * GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * computed as x sigmoid(2u) (0.5 (1 + tanh(u)) = sigmoid(2u)), as engine/cpu/gelu.c does: one expf
+ * instead of tanhf, and for very negative x exp(-2u) overflows to inf and the result is -0. */
 
 RR_HD static inline float rr_gelu_tanh(float x) {
     float u = RR_GELU_SCALE * (x + RR_GELU_CUBIC * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
+    return x / (1.0f + expf(-2.0f * u));
 }
 
-/* d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx, t = tanh(u) */
+/* d/dx [x s(2u)] = s + 2 x s (1 - s) du/dx */
 RR_HD static inline float rr_gelu_tanh_grad(float x) {
     float u = RR_GELU_SCALE * (x + RR_GELU_CUBIC * x * x * x);
-    float t = tanhf(u);
+    float s = 1.0f / (1.0f + expf(-2.0f * u));
     float du_dx = RR_GELU_SCALE * (1.0f + 3.0f * RR_GELU_CUBIC * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du_dx;
+    return s + 2.0f * x * s * (1.0f - s) * du_dx;
 }
 
 /* ------------------------------------------------------------------------------------------------

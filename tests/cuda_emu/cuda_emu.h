@@ -1,0 +1,164 @@
+/* cuda_emu.h — a CPU emulation of the slice of the CUDA runtime and cuBLAS that engine/cuda uses,
+ * so that the CUDA backend's own source (kernels, launchers, table) runs on machines without a GPU.
+ *
+ * How: tests/cuda_emu/gen.py turns each engine/cuda/*.cu into C++ (a launch `k<<<cfg>>>(args)`
+ * becomes `emu_launch("k", emu_cfg(cfg), [&] { k(args); })`, dynamic shared memory becomes a
+ * pointer from emu_dynamic_smem()) compiled against this header instead of the toolkit's. Each
+ * launch runs its blocks one after another; the threads of a block are fibers (ucontext) on one OS
+ * thread, switched at __syncthreads and at every warp shuffle, in a shuffled order each round.
+ *
+ * What it checks, beyond the numbers (each failure is a sticky error returned by the next CUDA
+ * call, so cudaCheck reports it with the kernel's name):
+ *   - launch configuration: empty grid, more than 1024 threads, grid.y/z > 65535, dynamic shared
+ *     memory above 48 KiB without cudaFuncAttributeMaxDynamicSharedMemorySize, or above the H100's
+ *     227 KiB;
+ *   - __syncthreads reached by some threads of a block while others wait at a shuffle or exited
+ *     (divergent barrier), full-mask shuffles with inactive lanes, shuffles from a lane that did not
+ *     take part;
+ *   - writes past any cudaMalloc'd buffer (NaN guard zones, checked after every launch), copies and
+ *     cuBLAS operands outside an allocation, cuBLAS argument rules (lda / ldb / ldc);
+ *   - dynamic shared memory starts as NaN each block, so reading a slot before writing it shows.
+ * What it cannot check: real memory-model races between warps (threads run between barriers one at
+ * a time, so a missing barrier shows only as wrong numbers in one of the orders tried), device
+ * math precision (it calls the host's libm), performance, register / occupancy limits. */
+#pragma once
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <functional>
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoKernelImageForDevice = 209,
+    cudaErrorUnsupportedPtxVersion = 222,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
+};
+typedef enum cudaError cudaError_t;
+typedef struct EmuStream* cudaStream_t;
+#define cudaStreamNonBlocking 1
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+};
+struct cudaFuncAttributes {
+    int maxThreadsPerBlock;
+};
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static /* blocks run one at a time: one static instance is the block's */
+
+/* the running fiber's coordinates (set by the scheduler before each switch into a fiber) */
+extern dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+
+void __syncthreads(void);
+void __threadfence(void);
+float atomicAdd(float* p, float v);
+int atomicCAS(int* p, int compare, int val);
+/* exchange of 8-byte slots within a warp; src_lane is absolute, xor_mask relative */
+uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src_lane, int xor_mask);
+template <class T>
+static inline T __shfl_sync(unsigned mask, T v, int src_lane) {
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    b = emu_shfl_bits(mask, b, src_lane, -1);
+    T r;
+    memcpy(&r, &b, sizeof(T));
+    return r;
+}
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
+    uint64_t b = 0;
+    memcpy(&b, &v, sizeof(T));
+    b = emu_shfl_bits(mask, b, -1, lane_mask);
+    T r;
+    memcpy(&r, &b, sizeof(T));
+    return r;
+}
+
+/* launches (written by gen.py) */
+struct EmuCfg {
+    dim3 grid, block;
+    size_t smem;
+};
+static inline EmuCfg emu_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) {
+    (void)stream;
+    EmuCfg c = {grid, block, smem};
+    return c;
+}
+void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body);
+void* emu_dynamic_smem(void);
+cudaError_t emu_func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value);
+
+/* runtime */
+cudaError_t cudaGetLastError(void);
+cudaError_t emu_malloc(void** p, size_t bytes);
+template <class T>
+static inline cudaError_t cudaMalloc(T** p, size_t bytes) {
+    return emu_malloc((void**)p, bytes);
+}
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMemset(void* p, int v, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s = 0);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaGetDeviceCount(int* n);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
+const char* cudaGetErrorString(cudaError_t e);
+const char* cudaGetErrorName(cudaError_t e);
+template <class F>
+static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F f) {
+    (void)f;
+    a->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
+
+/* cuBLAS */
+typedef struct EmuCublas* cublasHandle_t;
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_ALLOC_FAILED = 3,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_ARCH_MISMATCH = 8,
+    CUBLAS_STATUS_MAPPING_ERROR = 11,
+    CUBLAS_STATUS_EXECUTION_FAILED = 13,
+    CUBLAS_STATUS_INTERNAL_ERROR = 14,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15,
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;
+cublasStatus_t cublasCreate(cublasHandle_t* h);
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m);
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc);
+
+/* statistics of the emulation (for the test's summary line) */
+struct EmuStats {
+    long launches, blocks, fibers, switches;
+};
+extern "C" void emu_stats_print(void);

@@ -1,0 +1,458 @@
+/* emu.cpp — the CPU emulation of the CUDA runtime / cuBLAS slice declared in cuda_emu.h.
+ *
+ * Device memory is host memory with NaN guard zones; a launch runs its blocks in order, the threads
+ * of a block as ucontext fibers on this OS thread. A fiber runs until it reaches __syncthreads or a
+ * warp shuffle (or returns); when no fiber can run, the scheduler releases every warp whose live
+ * lanes all wait at a shuffle, else the block barrier if every live thread waits there, else it
+ * reports a deadlock (a divergent barrier). Runnable fibers are resumed in a pseudo-random order
+ * each round, so code that reads another thread's shared-memory write without a barrier in between
+ * sees stale (or NaN) data in some order. A fiber is started with makecontext / setcontext and then
+ * switched with _setjmp / _longjmp, which do not save the signal mask (swapcontext makes a system
+ * call per switch, 10x slower here). Errors are sticky, as on a GPU: the first one is printed
+ * with the kernel's name, and every later runtime call returns it. */
+#undef _FORTIFY_SOURCE /* __longjmp_chk would refuse to jump between fiber stacks */
+#include <cblas.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuda_emu.h"
+
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+static EmuStats stats;
+static cudaError_t sticky = cudaSuccess;
+
+static void emu_fail(cudaError_t err, const char* fmt, ...) {
+    if (sticky != cudaSuccess) return; /* the first error is the one that matters */
+    sticky = err;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+/* ---- memory --------------------------------------------------------------------------------------- */
+
+/* Guard zones: 256 bytes on each side of every allocation, filled with NaN so that a stray read
+ * poisons a result. A stray write is found when it changes a guard's bits, which `x += 0` does not
+ * do to a NaN: with RR_EMU_GUARD=negzero the guards hold -0.0f instead, which any add changes
+ * (-0 + 0 = +0), and ctest runs the matrix once in each mode. Fresh allocations are NaN either way. */
+#define EMU_GUARD 256
+static const uint32_t NAN_BITS = 0x7fc00000u;
+static uint32_t guard_bits(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char* e = getenv("RR_EMU_GUARD");
+        mode = (e && !strcmp(e, "negzero")) ? 1 : 0;
+    }
+    return mode ? 0x80000000u : NAN_BITS;
+}
+
+struct Alloc {
+    size_t bytes;
+};
+static std::map<uintptr_t, Alloc> allocs; /* user pointer -> size */
+
+static void fill_bits(void* p, size_t bytes, uint32_t bits) {
+    unsigned char* b = (unsigned char*)p;
+    for (size_t i = 0; i < bytes; i++) b[i] = (unsigned char)(bits >> (8 * (i % 4)));
+}
+static void fill_nan(void* p, size_t bytes) { fill_bits(p, bytes, NAN_BITS); }
+static void fill_guard(void* p, size_t bytes) { fill_bits(p, bytes, guard_bits()); }
+static int guard_intact(const void* p, size_t bytes) {
+    const unsigned char* b = (const unsigned char*)p;
+    uint32_t bits = guard_bits();
+    for (size_t i = 0; i < bytes; i++)
+        if (b[i] != (unsigned char)(bits >> (8 * (i % 4)))) return 0;
+    return 1;
+}
+
+/* Is [p, p + bytes) inside one allocation? */
+static int in_alloc(const void* p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = allocs.upper_bound(a);
+    if (it == allocs.begin()) return 0;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second.bytes;
+}
+
+static void check_guards(const char* after) {
+    for (auto& kv : allocs) {
+        unsigned char* user = (unsigned char*)kv.first;
+        if (!guard_intact(user - EMU_GUARD, EMU_GUARD))
+            emu_fail(cudaErrorIllegalAddress, "%s wrote before the start of a %zu-byte allocation", after, kv.second.bytes);
+        if (!guard_intact(user + kv.second.bytes, EMU_GUARD))
+            emu_fail(cudaErrorIllegalAddress, "%s wrote past the end of a %zu-byte allocation", after, kv.second.bytes);
+    }
+}
+
+cudaError_t emu_malloc(void** p, size_t bytes) {
+    if (sticky) return sticky;
+    unsigned char* base = (unsigned char*)malloc(bytes + 2 * EMU_GUARD);
+    if (!base) return cudaErrorMemoryAllocation;
+    fill_guard(base, EMU_GUARD);
+    fill_nan(base + EMU_GUARD, bytes); /* fresh device memory is garbage: make it NaN */
+    fill_guard(base + EMU_GUARD + bytes, EMU_GUARD);
+    *p = base + EMU_GUARD;
+    allocs[(uintptr_t)*p] = Alloc{bytes};
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+    if (sticky) return sticky;
+    if (!p) return cudaSuccess;
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) {
+        emu_fail(cudaErrorInvalidValue, "cudaFree of a pointer that cudaMalloc did not return");
+        return sticky;
+    }
+    check_guards("a kernel or copy before cudaFree");
+    allocs.erase(it);
+    free((unsigned char*)p - EMU_GUARD);
+    return sticky;
+}
+
+cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
+    if (sticky) return sticky;
+    if (!in_alloc(p, bytes)) {
+        emu_fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes outside any allocation", bytes);
+        return sticky;
+    }
+    memset(p, v, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+    if (sticky) return sticky;
+    int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if ((dst_dev && !in_alloc(dst, bytes)) || (src_dev && !in_alloc(src, bytes))) {
+        emu_fail(cudaErrorInvalidValue, "cudaMemcpy (kind %d) of %zu bytes: the device side is outside any allocation",
+                 (int)kind, bytes);
+        return sticky;
+    }
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    check_guards("a kernel");
+    return sticky;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+    static int dummy;
+    *s = (cudaStream_t)&dummy;
+    return sticky;
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) { return sticky; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation (tests/cuda_emu)");
+    p->major = 9, p->minor = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) { return sticky; }
+
+const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: return "cudaError(other)";
+    }
+}
+const char* cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
+
+/* ---- fibers ------------------------------------------------------------------------------------- */
+
+enum { F_RUN, F_BARRIER, F_SHUFFLE, F_DONE };
+#define EMU_STACK (128 * 1024)
+
+struct Fiber {
+    ucontext_t ctx; /* the start */
+    jmp_buf jb;     /* where it yielded */
+    int started;
+    char* stack;
+    int state;
+    dim3 tid;
+    int linear;
+    unsigned mask; /* of the shuffle it waits at */
+};
+struct Warp {
+    uint64_t slot[2][32];
+    unsigned slot_gen[2][32];
+    unsigned gen;
+};
+
+static std::vector<Fiber> fibers;
+static std::vector<Warp> warps;
+static jmp_buf sched_jb;
+static Fiber* cur;
+static const std::function<void()>* cur_body;
+static const char* cur_kernel = "?";
+static std::vector<unsigned char> dyn_smem;
+static size_t dyn_smem_bytes;
+static std::map<std::string, int> max_dyn_smem; /* cudaFuncAttributeMaxDynamicSharedMemorySize */
+static uint64_t order_rng = 0x9E3779B97F4A7C15ull;
+
+static void fiber_entry(void) {
+    (*cur_body)();
+    cur->state = F_DONE;
+    _longjmp(sched_jb, 1); /* never returns: the scheduler does not resume a finished fiber */
+}
+
+static void fiber_yield(int state) {
+    cur->state = state;
+    stats.switches++;
+    if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1);
+}
+
+static void fiber_resume(Fiber* f) {
+    if (_setjmp(sched_jb)) return; /* the fiber yielded or finished */
+    if (!f->started) {
+        f->started = 1;
+        setcontext(&f->ctx);
+    }
+    _longjmp(f->jb, 1);
+}
+
+void __syncthreads(void) { fiber_yield(F_BARRIER); }
+void __threadfence(void) {}
+float atomicAdd(float* p, float v) { /* fibers share one OS thread: a plain update is atomic */
+    float old = *p;
+    *p = old + v;
+    return old;
+}
+int atomicCAS(int* p, int compare, int val) {
+    int old = *p;
+    if (old == compare) *p = val;
+    return old;
+}
+
+uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src_lane, int xor_mask) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned g = w.gen;
+    int buf = g & 1; /* double buffer: a lane cannot deposit twice before everyone has read */
+    w.slot[buf][lane] = bits;
+    w.slot_gen[buf][lane] = g;
+    f->mask = mask;
+    fiber_yield(F_SHUFFLE);
+    int s = src_lane >= 0 ? src_lane % 32 : (lane ^ xor_mask);
+    if (s >= 32) s = lane;
+    if (w.slot_gen[buf][s] != g) {
+        emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d shuffled from lane %d, which did not take part",
+                 cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, s);
+        return bits;
+    }
+    return w.slot[buf][s];
+}
+
+void* emu_dynamic_smem(void) { return dyn_smem.data() + EMU_GUARD; }
+
+cudaError_t emu_func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > 227 * 1024) {
+            emu_fail(cudaErrorInvalidValue, "cudaFuncSetAttribute(%s): %d bytes of dynamic shared memory exceeds the H100's 227 KiB",
+                     kernel, value);
+            return sticky;
+        }
+        max_dyn_smem[kernel] = value;
+    }
+    return sticky;
+}
+
+/* Run the block blockIdx to completion (or to the first error). */
+static void run_block(int n) {
+    for (int i = 0; i < n; i++) {
+        Fiber& f = fibers[i];
+        f.linear = i;
+        f.tid = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+        f.state = F_RUN;
+        f.started = 0;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack;
+        f.ctx.uc_stack.ss_size = EMU_STACK;
+        f.ctx.uc_link = NULL;
+        makecontext(&f.ctx, fiber_entry, 0);
+    }
+    int nw = (n + 31) / 32;
+    for (int w = 0; w < nw; w++) {
+        warps[w].gen = 0;
+        memset(warps[w].slot_gen, 0xff, sizeof warps[w].slot_gen);
+    }
+    fill_guard(dyn_smem.data(), dyn_smem.size()); /* shared memory starts as garbage */
+    fill_nan(dyn_smem.data() + EMU_GUARD, dyn_smem_bytes);
+    std::vector<int> order(n);
+    for (;;) {
+        /* resume every runnable fiber, in a fresh pseudo-random order */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (fibers[i].state == F_RUN) order[m++] = i;
+        for (int i = m - 1; i > 0; i--) {
+            order_rng ^= order_rng << 13, order_rng ^= order_rng >> 7, order_rng ^= order_rng << 17;
+            int j = (int)(order_rng % (uint64_t)(i + 1));
+            int t = order[i];
+            order[i] = order[j], order[j] = t;
+        }
+        for (int k = 0; k < m; k++) {
+            cur = &fibers[order[k]];
+            threadIdx = cur->tid;
+            fiber_resume(cur);
+            if (sticky) return; /* abandon the block: its fibers are never resumed */
+        }
+        int done = 0, at_barrier = 0, at_shuffle = 0;
+        for (int i = 0; i < n; i++) {
+            done += fibers[i].state == F_DONE;
+            at_barrier += fibers[i].state == F_BARRIER;
+            at_shuffle += fibers[i].state == F_SHUFFLE;
+        }
+        if (done == n) break;
+        int released = 0;
+        for (int w = 0; w < nw; w++) { /* warps whose live lanes all wait at a shuffle */
+            int lo = 32 * w, hi = min(lo + 32, n), live = 0, waiting = 0;
+            unsigned mask = 0;
+            for (int i = lo; i < hi; i++) {
+                if (fibers[i].state == F_DONE) continue;
+                live++;
+                if (fibers[i].state == F_SHUFFLE) waiting++, mask = fibers[i].mask;
+            }
+            if (waiting == 0 || waiting != live) continue;
+            if (mask == 0xffffffffu && live != 32) {
+                emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) warp %d: full-mask shuffle with %d of 32 lanes active",
+                         cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, w, live);
+                return;
+            }
+            for (int i = lo; i < hi; i++)
+                if (fibers[i].state == F_SHUFFLE) fibers[i].state = F_RUN;
+            warps[w].gen++;
+            released = 1;
+        }
+        if (!released && at_shuffle == 0 && at_barrier > 0) { /* every live thread at __syncthreads */
+            for (int i = 0; i < n; i++)
+                if (fibers[i].state == F_BARRIER) fibers[i].state = F_RUN;
+            released = 1;
+        }
+        if (!released) {
+            emu_fail(cudaErrorLaunchFailure,
+                     "%s: block (%u,%u,%u) deadlocked: %d threads at __syncthreads, %d at a warp shuffle, %d exited "
+                     "(a barrier in divergent code?)",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, at_barrier, at_shuffle, done);
+            return;
+        }
+    }
+    if (!guard_intact(dyn_smem.data(), EMU_GUARD) || !guard_intact(dyn_smem.data() + EMU_GUARD + dyn_smem_bytes, EMU_GUARD))
+        emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) wrote outside its %zu bytes of dynamic shared memory",
+                 cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, dyn_smem_bytes);
+}
+
+void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
+    if (sticky) return;
+    unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
+    if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0) {
+        emu_fail(cudaErrorInvalidConfiguration, "launch of %s with an empty grid (%u,%u,%u)", kernel, cfg.grid.x, cfg.grid.y,
+                 cfg.grid.z);
+        return;
+    }
+    if (n == 0 || n > 1024 || cfg.block.z > 64 || cfg.grid.y > 65535 || cfg.grid.z > 65535 || cfg.grid.x > 2147483647u) {
+        emu_fail(cudaErrorInvalidConfiguration, "launch of %s with grid (%u,%u,%u) block (%u,%u,%u)", kernel, cfg.grid.x,
+                 cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z);
+        return;
+    }
+    int limit = 48 * 1024;
+    auto it = max_dyn_smem.find(kernel);
+    if (it != max_dyn_smem.end()) limit = it->second;
+    if (cfg.smem > (size_t)limit) {
+        emu_fail(cudaErrorInvalidValue, "launch of %s with %zu bytes of dynamic shared memory, above its limit of %d", kernel,
+                 cfg.smem, limit);
+        return;
+    }
+    if (fibers.size() < n) {
+        size_t old = fibers.size();
+        fibers.resize(n);
+        for (size_t i = old; i < n; i++) fibers[i].stack = (char*)malloc(EMU_STACK);
+    }
+    if (warps.size() < (n + 31) / 32) warps.resize((n + 31) / 32);
+    dyn_smem_bytes = cfg.smem;
+    dyn_smem.assign(cfg.smem + 2 * EMU_GUARD, 0);
+    cur_body = &body;
+    cur_kernel = kernel;
+    blockDim = cfg.block;
+    gridDim = cfg.grid;
+    stats.launches++;
+    for (unsigned z = 0; z < cfg.grid.z; z++)
+        for (unsigned y = 0; y < cfg.grid.y; y++)
+            for (unsigned x = 0; x < cfg.grid.x; x++) {
+                blockIdx = dim3(x, y, z);
+                run_block((int)n);
+                stats.blocks++;
+                stats.fibers += n;
+                if (sticky) return;
+            }
+    check_guards(kernel);
+}
+
+/* ---- cuBLAS ------------------------------------------------------------------------------------- */
+
+struct EmuCublas {
+    int math;
+};
+cublasStatus_t cublasCreate(cublasHandle_t* h) {
+    *h = new EmuCublas{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+    h->math = (int)m; /* TF32 is not emulated: the product is always fp32 */
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* bytes spanned by a column-major (rows, cols) operand with leading dimension ld */
+static size_t span_bytes(int rows, int cols, int ld) {
+    if (rows <= 0 || cols <= 0) return 0;
+    return ((size_t)(cols - 1) * ld + rows) * sizeof(float);
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                           const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+    int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+    if (m < 0 || n < 0 || k < 0 || lda < max(1, a_rows) || ldb < max(1, b_rows) || ldc < max(1, m))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (!in_alloc(A, span_bytes(a_rows, a_cols, lda)) || !in_alloc(B, span_bytes(b_rows, b_cols, ldb)) ||
+        !in_alloc(C, span_bytes(m, n, ldc))) {
+        emu_fail(cudaErrorIllegalAddress, "cublasSgemm(m=%d n=%d k=%d lda=%d ldb=%d ldc=%d): an operand reaches outside its allocation",
+                 m, n, k, lda, ldb, ldc);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" void emu_stats_print(void) {
+    printf("cuda-emu: %ld launches, %ld blocks, %ld threads, %ld fiber switches\n", stats.launches, stats.blocks,
+           stats.fibers, stats.switches);
+}

@@ -1,0 +1,414 @@
+/* test_cuda_ops.c — the op matrix on the CUDA backend against the CPU backend (label `gpu`).
+ *
+ * For every case (ggml test-backend-ops style: op, shapes, tolerance): random inputs, the same on
+ * both sides; the forward on CUDA (device buffers through the Backend's alloc / copy) and on the
+ * CPU; then the backward onto gradient buffers pre-filled with the same random values on both sides
+ * (backward ADDS). `split` cases run the CUDA backward twice with complementary NULL gradients
+ * (input gradients, then weight gradients) and compare with one full CPU backward, as a split
+ * pipeline backward (B then W) does. Errors: max |cuda - cpu| / max |cpu| per tensor.
+ *
+ * Where there is no usable device (or a CPU-only build) it prints the reason and exits 77, which
+ * ctest reports as skipped. The reason must be the backend's one line ("no CUDA device: ..." or
+ * "built without CUDA ..."); anything else fails.
+ *
+ * NOTE: no machine this project was developed on had a GPU; this test compiles and skips here. The
+ * tolerances below are design bounds, not measured values.
+ *
+ * Usage: test_cuda_ops [case-name-substring] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+#define SKIP_RC 77
+
+#ifdef RR_CUDA_EMU
+/* test_cuda_ops_emu: the same matrix on the CUDA backend's source compiled against the CPU emulation
+ * of the CUDA runtime (tests/cuda_emu): the kernels, launch configurations and the table run here. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+const Backend* backend_cuda_emu_get(char* why, size_t why_len);
+void emu_stats_print(void);
+#ifdef __cplusplus
+}
+#endif
+#define backend_cuda_get backend_cuda_emu_get
+#endif
+
+/* Tolerances (normalised, f32 eps = 1.2e-7):
+ * - GEMM 2e-5: cuBLAS and BLIS sum the same K <= 300 products in different orders: worst case ~K eps
+ *   relative to the sum of |terms|, typically sqrt(K) eps.
+ * - ELEM 2e-6: CUDA's expf / tanhf are within 2 ulp of correctly rounded, glibc's within 1.
+ * - ROW 5e-6: float block reductions over C <= 600 in another order (the CPU sums in double), plus
+ *   device expf for cross-entropy. BWD 1e-5: the norms' / CE's backward cancellation doubles it.
+ * - ROPE 1e-6: the angle is computed in double on both sides; device cos/sin differ from glibc's by
+ *   an ulp of double, invisible after rounding to float.
+ * - EMB 0 forward (a copy); 1e-6 backward (float atomics add repeated ids in another order).
+ * - ATT 2e-5: two float flash implementations with different tilings (online-softmax rescale order).
+ * A real bug (a wrong index, a skipped row or tile, a missing term) gives errors above 1e-2. */
+#define TOL_GEMM 2e-5
+#define TOL_ELEM 2e-6
+#define TOL_ROW 5e-6
+#define TOL_BWD 1e-5
+#define TOL_ROPE 1e-6
+#define TOL_EMB_BWD 1e-6
+#define TOL_ATT 2e-5
+
+typedef enum { OP_LINEAR, OP_LAYERNORM, OP_RMSNORM, OP_GELU, OP_SWIGLU, OP_ADD, OP_ROPE, OP_ROPE2D, OP_EMBEDDING, OP_CE, OP_ATTENTION } OpKind;
+
+enum { CASE_NO_BIAS = 1, CASE_SPLIT = 2, CASE_IGNORE = 4, CASE_CAUSAL = 8, CASE_INPLACE = 16 };
+
+typedef struct {
+    const char* name;
+    OpKind op;
+    int N, C, OC;  /* rows, channels, output channels / vocabulary */
+    int H, d, ld;  /* RoPE and attention */
+    int flags;
+    int S;         /* attention: sequences, lengths in lens */
+    int lens[6];
+} OpCase;
+
+static const OpCase CASES[] = {
+    {"linear_1", OP_LINEAR, .N = 1, .C = 1, .OC = 1},
+    {"linear_odd", OP_LINEAR, .N = 37, .C = 45, .OC = 29},
+    {"linear_nobias", OP_LINEAR, .N = 9, .C = 19, .OC = 6, .flags = CASE_NO_BIAS},
+    {"linear_split", OP_LINEAR, .N = 17, .C = 23, .OC = 31, .flags = CASE_SPLIT},
+    {"linear_model", OP_LINEAR, .N = 300, .C = 128, .OC = 384},
+    {"linear_empty", OP_LINEAR, .N = 0, .C = 8, .OC = 5},
+    {"layernorm_1", OP_LAYERNORM, .N = 1, .C = 13},
+    {"layernorm_odd", OP_LAYERNORM, .N = 11, .C = 37},
+    {"layernorm_wide", OP_LAYERNORM, .N = 130, .C = 600, .flags = CASE_SPLIT},
+    {"layernorm_empty", OP_LAYERNORM, .N = 0, .C = 16},
+    {"rmsnorm_1", OP_RMSNORM, .N = 1, .C = 9},
+    {"rmsnorm_wide", OP_RMSNORM, .N = 130, .C = 600, .flags = CASE_SPLIT},
+    {"rmsnorm_empty", OP_RMSNORM, .N = 0, .C = 16},
+    {"gelu_odd", OP_GELU, .N = 3, .C = 337},
+    {"gelu_inplace", OP_GELU, .N = 3, .C = 29, .flags = CASE_INPLACE},
+    {"gelu_empty", OP_GELU, .N = 0, .C = 29},
+    {"swiglu_odd", OP_SWIGLU, .N = 5, .C = 301},
+    {"swiglu_split", OP_SWIGLU, .N = 5, .C = 13, .flags = CASE_SPLIT},
+    {"add_odd", OP_ADD, .N = 301, .C = 257},
+    {"add_inplace", OP_ADD, .N = 3, .C = 17, .flags = CASE_INPLACE},
+    {"rope_strided", OP_ROPE, .N = 9, .H = 2, .d = 10, .ld = 61},
+    {"rope_model", OP_ROPE, .N = 150, .H = 4, .d = 32, .ld = 3 * 128},
+    {"rope_empty", OP_ROPE, .N = 0, .H = 2, .d = 8, .ld = 16},
+    {"rope2d_strided", OP_ROPE2D, .N = 11, .H = 3, .d = 12, .ld = 3 * 3 * 12 + 5},
+    {"embedding_repeats", OP_EMBEDDING, .N = 400, .C = 70, .OC = 50},
+    {"embedding_empty", OP_EMBEDDING, .N = 0, .C = 7, .OC = 5},
+    {"ce_ignore", OP_CE, .N = 13, .C = 21, .flags = CASE_IGNORE},
+    {"ce_vocab", OP_CE, .N = 64, .C = 5003, .flags = CASE_IGNORE},
+    {"ce_empty", OP_CE, .N = 0, .C = 11},
+    {"attn_len1", OP_ATTENTION, .H = 1, .d = 4, .flags = CASE_CAUSAL, .S = 1, .lens = {1}},
+    {"attn_ragged_causal", OP_ATTENTION, .H = 2, .d = 8, .flags = CASE_CAUSAL, .S = 3, .lens = {1, 40, 75}},
+    {"attn_ragged_bidir", OP_ATTENTION, .H = 2, .d = 8, .S = 3, .lens = {1, 40, 75}},
+    {"attn_tile_edges", OP_ATTENTION, .H = 3, .d = 16, .flags = CASE_CAUSAL | CASE_SPLIT, .S = 4, .lens = {16, 17, 0, 33}},
+    {"attn_d64_long", OP_ATTENTION, .H = 2, .d = 64, .flags = CASE_CAUSAL, .S = 2, .lens = {300, 129}},
+    {"attn_d256", OP_ATTENTION, .H = 1, .d = 256, .S = 2, .lens = {45, 20}},
+    {"attn_empty", OP_ATTENTION, .H = 2, .d = 8, .S = 2, .lens = {0, 0}},
+};
+
+static const Backend* cu;
+static int failures = 0;
+static const char* case_name;
+
+static uint64_t rng_state = 0x5851F42D4C957F2Dull;
+static uint64_t rng_u64(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_sym(void) { return (float)(2.0 * (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0) - 1.0); }
+
+static float* hrand(size_t n, float scale) {
+    float* x = mallocCheck((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = scale * rng_sym();
+    return x;
+}
+static float* hcopy(const float* x, size_t n) {
+    float* y = mallocCheck((n ? n : 1) * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+/* device copy of n floats / ints */
+static float* up(const float* h, size_t n) {
+    float* d = cu->alloc((n ? n : 1) * sizeof(float));
+    cu->copy_h2d(d, h, n * sizeof(float));
+    return d;
+}
+static int* upi(const int* h, size_t n) {
+    int* d = cu->alloc((n ? n : 1) * sizeof(int));
+    cu->copy_h2d(d, h, n * sizeof(int));
+    return d;
+}
+
+/* Compare device tensor `dev` with host `ref`. */
+static void cmp(const char* what, const float* dev, const float* ref, size_t n, double tol) {
+    float* got = mallocCheck((n ? n : 1) * sizeof(float));
+    cu->copy_d2h(got, dev, n * sizeof(float));
+    double e = 0.0, m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= e)) e = d;
+        if (fabs(ref[i]) > m) m = fabs(ref[i]);
+    }
+    if (m > 0) e /= m;
+    int ok = e <= tol;
+    printf("  %-20s %-8s err=%.2e tol=%.0e %s\n", case_name, what, e, tol, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+    free(got);
+}
+
+/* ---- one function per op family ----------------------------------------------------------------- */
+
+static void run_linear(const OpCase* tc) {
+    int N = tc->N, C = tc->C, OC = tc->OC, bias = !(tc->flags & CASE_NO_BIAS);
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    float *x = hrand(nin, 1), *w = hrand(nw, 1), *b = hrand(OC, 1), *dy = hrand(nout, 1);
+    float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
+    float *x_d = up(x, nin), *w_d = up(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
+    float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
+    backend_cpu.linear_forward(out, x, w, bias ? b : NULL, N, C, OC);
+    cu->linear_forward(out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
+    cmp("out", out_d, out, nout, TOL_GEMM);
+    backend_cpu.linear_backward(dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
+    if (tc->flags & CASE_SPLIT) {
+        cu->linear_backward(dx_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+        cu->linear_backward(NULL, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
+    } else {
+        cu->linear_backward(dx_d, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
+    }
+    cmp("dinp", dx_d, dx, nin, TOL_GEMM);
+    cmp("dweight", dw_d, dw, nw, TOL_GEMM);
+    if (bias) cmp("dbias", db_d, db, OC, TOL_ROW);
+    free(x), free(w), free(b), free(dy), free(out), free(dx), free(dw), free(db);
+    cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(dx_d), cu->free(dw_d);
+    cu->free(db_d);
+}
+
+static void run_norm(const OpCase* tc) {
+    int N = tc->N, C = tc->C, ln = tc->op == OP_LAYERNORM, split = tc->flags & CASE_SPLIT;
+    size_t n = (size_t)N * C;
+    float *x = hrand(n, 2), *w = hrand(C, 1), *b = hrand(C, 1), *dy = hrand(n, 1);
+    for (size_t i = 0; i < n; i++) x[i] += 0.5f;
+    float *out = hrand(n, 1), *mean = hrand(N, 1), *rstd = hrand(N, 1);
+    float *dx = hrand(n, 1), *dw = hrand(C, 1), *db = hrand(C, 1);
+    float *x_d = up(x, n), *w_d = up(w, C), *b_d = up(b, C), *dy_d = up(dy, n), *out_d = up(out, n);
+    float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = up(dx, n), *dw_d = up(dw, C), *db_d = up(db, C);
+    if (ln) {
+        backend_cpu.layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        cu->layernorm_forward(out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
+        cmp("mean", mean_d, mean, N, TOL_ROW);
+    } else {
+        backend_cpu.rmsnorm_forward(out, rstd, x, w, N, C);
+        cu->rmsnorm_forward(out_d, rstd_d, x_d, w_d, N, C);
+    }
+    cmp("out", out_d, out, n, TOL_ROW);
+    cmp("rstd", rstd_d, rstd, N, TOL_ROW);
+    /* both backwards from the CPU's statistics, so only the backward is compared */
+    cu->copy_h2d(mean_d, mean, N * sizeof(float));
+    cu->copy_h2d(rstd_d, rstd, N * sizeof(float));
+    if (ln) {
+        backend_cpu.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+        if (split) {
+            cu->layernorm_backward(dx_d, NULL, NULL, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->layernorm_backward(NULL, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+        } else {
+            cu->layernorm_backward(dx_d, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+        }
+        cmp("dbias", db_d, db, C, TOL_BWD);
+    } else {
+        backend_cpu.rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+        if (split) {
+            cu->rmsnorm_backward(dx_d, NULL, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->rmsnorm_backward(NULL, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+        } else {
+            cu->rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+        }
+    }
+    cmp("dinp", dx_d, dx, n, TOL_BWD);
+    cmp("dweight", dw_d, dw, C, TOL_BWD);
+    free(x), free(w), free(b), free(dy), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+    cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(mean_d);
+    cu->free(rstd_d), cu->free(dx_d), cu->free(dw_d), cu->free(db_d);
+}
+
+static void run_elementwise(const OpCase* tc) {
+    size_t n = (size_t)tc->N * tc->C;
+    int inplace = tc->flags & CASE_INPLACE, split = tc->flags & CASE_SPLIT;
+    float *a = hrand(n, 6), *b = hrand(n, 2), *dy = hrand(n, 1), *out = hrand(n, 1);
+    float *da = hrand(n, 1), *db = hrand(n, 1);
+    float *a_d = up(a, n), *b_d = up(b, n), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n), *db_d = up(db, n);
+    float* ref_in = hcopy(a, n); /* the input before an in-place forward overwrote it */
+    if (tc->op == OP_GELU) {
+        backend_cpu.gelu_forward(inplace ? a : out, a, n);
+        cu->gelu_forward(inplace ? a_d : out_d, a_d, n);
+        cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
+        if (!inplace) {
+            backend_cpu.gelu_backward(da, dy, ref_in, n);
+            cu->gelu_backward(da_d, dy_d, a_d, n);
+            cmp("dinp", da_d, da, n, TOL_ELEM);
+        }
+    } else if (tc->op == OP_SWIGLU) {
+        backend_cpu.swiglu_forward(out, a, b, n);
+        cu->swiglu_forward(out_d, a_d, b_d, n);
+        cmp("out", out_d, out, n, TOL_ELEM);
+        backend_cpu.swiglu_backward(da, db, dy, a, b, n);
+        if (split) {
+            cu->swiglu_backward(da_d, NULL, dy_d, a_d, b_d, n);
+            cu->swiglu_backward(NULL, db_d, dy_d, a_d, b_d, n);
+        } else {
+            cu->swiglu_backward(da_d, db_d, dy_d, a_d, b_d, n);
+        }
+        cmp("dgate", da_d, da, n, TOL_ELEM);
+        cmp("dup", db_d, db, n, TOL_ELEM);
+    } else {
+        backend_cpu.add_forward(inplace ? a : out, a, b, n);
+        cu->add_forward(inplace ? a_d : out_d, a_d, b_d, n);
+        cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
+    }
+    free(a), free(b), free(dy), free(out), free(da), free(db), free(ref_in);
+    cu->free(a_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(db_d);
+}
+
+static void run_rope(const OpCase* tc) {
+    int N = tc->N, H = tc->H, d = tc->d, ld = tc->ld;
+    size_t n = (size_t)N * ld;
+    int* pos = mallocCheck(2 * (size_t)N * sizeof(int));
+    for (int i = 0; i < 2 * N; i++) pos[i] = (i % 3 == 0) ? (int)(rng_u64() % 4096) : (int)(rng_u64() % 24);
+    float* x = hrand(n, 1);
+    float* x_d = up(x, n);
+    int* pos_d = upi(pos, 2 * (size_t)N);
+    if (tc->op == OP_ROPE) {
+        backend_cpu.rope_forward(x, pos, N, H, d, ld);
+        cu->rope_forward(x_d, pos_d, N, H, d, ld);
+        cmp("forward", x_d, x, n, TOL_ROPE);
+        backend_cpu.rope_backward(x, pos, N, H, d, ld);
+        cu->rope_backward(x_d, pos_d, N, H, d, ld);
+        cmp("backward", x_d, x, n, TOL_ROPE);
+    } else {
+        backend_cpu.rope2d_forward(x, pos, pos + N, N, H, d, ld);
+        cu->rope2d_forward(x_d, pos_d, pos_d + N, N, H, d, ld);
+        cmp("forward", x_d, x, n, TOL_ROPE);
+        backend_cpu.rope2d_backward(x, pos, pos + N, N, H, d, ld);
+        cu->rope2d_backward(x_d, pos_d, pos_d + N, N, H, d, ld);
+        cmp("backward", x_d, x, n, TOL_ROPE);
+    }
+    free(pos), free(x);
+    cu->free(x_d), cu->free(pos_d);
+}
+
+static void run_embedding(const OpCase* tc) {
+    int N = tc->N, C = tc->C, V = tc->OC;
+    size_t n = (size_t)N * C, nt = (size_t)V * C;
+    int* ids = mallocCheck(N * sizeof(int));
+    for (int i = 0; i < N; i++) ids[i] = (int)(rng_u64() % V); /* N > V: repeated ids race in the backward */
+    float *table = hrand(nt, 1), *dy = hrand(n, 1), *out = hrand(n, 1), *dt = hrand(nt, 1);
+    float *table_d = up(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
+    int* ids_d = upi(ids, N);
+    backend_cpu.embedding_forward(out, ids, table, N, C);
+    cu->embedding_forward(out_d, ids_d, table_d, N, C);
+    cmp("out", out_d, out, n, 0.0);
+    backend_cpu.embedding_backward(dt, dy, ids, N, C);
+    cu->embedding_backward(dt_d, dy_d, ids_d, N, C);
+    cmp("dtable", dt_d, dt, nt, TOL_EMB_BWD);
+    free(ids), free(table), free(dy), free(out), free(dt);
+    cu->free(table_d), cu->free(dy_d), cu->free(out_d), cu->free(dt_d), cu->free(ids_d);
+}
+
+static void run_ce(const OpCase* tc) {
+    int N = tc->N, V = tc->C;
+    size_t n = (size_t)N * V;
+    int* t = mallocCheck(N * sizeof(int));
+    for (int i = 0; i < N; i++) t[i] = ((tc->flags & CASE_IGNORE) && i % 3 == 1) ? -100 : (int)(rng_u64() % V);
+    float *z = hrand(n, 4), *lse = hrand(N, 1), *dz = hrand(n, 1), loss = 0.0f;
+    float *z_d = up(z, n), *lse_d = up(lse, N), *dz_d = up(dz, n), *loss_d = up(&loss, 1);
+    int* t_d = upi(t, N);
+    backend_cpu.crossentropy_forward(&loss, lse, z, t, N, V);
+    cu->crossentropy_forward(loss_d, lse_d, z_d, t_d, N, V);
+    cmp("loss_sum", loss_d, &loss, 1, TOL_ROW);
+    cmp("lse", lse_d, lse, N, TOL_ROW);
+    cu->copy_h2d(lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
+    backend_cpu.crossentropy_backward(dz, z, lse, t, 1.0f / 9.0f, N, V);
+    cu->crossentropy_backward(dz_d, z_d, lse_d, t_d, 1.0f / 9.0f, N, V);
+    cmp("dlogits", dz_d, dz, n, TOL_BWD);
+    free(t), free(z), free(lse), free(dz);
+    cu->free(z_d), cu->free(lse_d), cu->free(dz_d), cu->free(loss_d), cu->free(t_d);
+}
+
+static void run_attention(const OpCase* tc) {
+    int S = tc->S, H = tc->H, d = tc->d, causal = !!(tc->flags & CASE_CAUSAL);
+    int cu_seqlens[8] = {0};
+    for (int s = 0; s < S; s++) cu_seqlens[s + 1] = cu_seqlens[s] + tc->lens[s];
+    int T = cu_seqlens[S], ld = 3 * H * d; /* q | k | v of one qkv buffer */
+    size_t nqkv = (size_t)T * ld, nout = (size_t)T * H * d, nlse = (size_t)T * H;
+    float *qkv = hrand(nqkv, 1.5f), *out = hrand(nout, 1), *lse = hrand(nlse, 1), *dy = hrand(nout, 1);
+    float* dqkv = hrand(nqkv, 1);
+    float *qkv_d = up(qkv, nqkv), *out_d = up(out, nout), *lse_d = up(lse, nlse), *dy_d = up(dy, nout);
+    float* dqkv_d = up(dqkv, nqkv);
+    int* cu_d = upi(cu_seqlens, S + 1);
+    int hd = H * d;
+    backend_cpu.attention_forward(out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
+    cu->attention_forward(out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
+    cmp("out", out_d, out, nout, TOL_ATT);
+    cmp("lse", lse_d, lse, nlse, TOL_ATT);
+    /* the backward from the CPU's out and lse */
+    cu->copy_h2d(out_d, out, nout * sizeof(float));
+    cu->copy_h2d(lse_d, lse, nlse * sizeof(float));
+    backend_cpu.attention_backward(dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
+                           H, d, ld, causal);
+    if (tc->flags & CASE_SPLIT) {
+        cu->attention_backward(dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H,
+                               d, ld, causal);
+        cu->attention_backward(NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd,
+                               cu_d, S, T, H, d, ld, causal);
+    } else {
+        cu->attention_backward(dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd,
+                               qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
+    }
+    cmp("dqkv", dqkv_d, dqkv, nqkv, TOL_ATT);
+    free(qkv), free(out), free(lse), free(dy), free(dqkv);
+    cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dqkv_d), cu->free(cu_d);
+}
+
+int main(int argc, char** argv) {
+    char why[512] = "";
+    cu = backend_cuda_get(why, sizeof why);
+    if (!cu) {
+        /* the reason must be the backend's one clear line, not a crash or an empty string */
+        if (strncmp(why, "no CUDA device: ", 16) != 0 && strncmp(why, "built without CUDA", 18) != 0) {
+            printf("test_cuda_ops: FAIL: unexpected reason from backend_cuda_get: '%s'\n", why);
+            return 1;
+        }
+        printf("test_cuda_ops: skipped: %s\n", why);
+        return SKIP_RC;
+    }
+    printf("test_cuda_ops: backend %s\n", cu->name);
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        const OpCase* tc = &CASES[i];
+        if (argc > 1 && !strstr(tc->name, argv[1])) continue;
+        case_name = tc->name;
+        switch (tc->op) {
+        case OP_LINEAR: run_linear(tc); break;
+        case OP_LAYERNORM:
+        case OP_RMSNORM: run_norm(tc); break;
+        case OP_GELU:
+        case OP_SWIGLU:
+        case OP_ADD: run_elementwise(tc); break;
+        case OP_ROPE:
+        case OP_ROPE2D: run_rope(tc); break;
+        case OP_EMBEDDING: run_embedding(tc); break;
+        case OP_CE: run_ce(tc); break;
+        case OP_ATTENTION: run_attention(tc); break;
+        }
+    }
+    cu->synchronize();
+#ifdef RR_CUDA_EMU
+    emu_stats_print();
+#endif
+    printf("cuda_ops: %s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}
