@@ -12,6 +12,7 @@ typedef struct {
 
 int cmd_version(int argc, char** argv);
 int cmd_train(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 int cmd_tensors(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);
 int cmd_sim(int argc, char** argv);

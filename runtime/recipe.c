@@ -39,6 +39,12 @@ static const RecipeKey recipe_keys[] = {
     {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
      "Initialisation seed; init is a function of (seed, parameter name) only."},
     /* [data] */
+    {"data", "source", RKEY_ENUM, OFF(source), SZ(source), "shards", 0, 0, "shards|synthetic", 1,
+     "`shards`: the loader over data.shards. `synthetic`: generated image-question-answer samples (the answer is the "
+     "colour of the image) for tests without data files; needs model.vocab >= 16."},
+    {"data", "fixed_batch", RKEY_BOOL, OFF(fixed_batch), 0, "false", 0, 1, 0, 1,
+     "Every step trains on the first step's plan (same samples): an overfitting check and the benchmark's "
+     "same-batch step. Synthetic source only."},
     {"data", "shards", RKEY_STRING, OFF(shards), SZ(shards), "demo/shards", 0, 0, 0, 0,
      "Folder of .rrs shards from `rrfp-mm pack` (or one .rrs file). Relative paths are from the working directory."},
     {"data", "tokenizer", RKEY_STRING, OFF(tokenizer), SZ(tokenizer), "demo/tokenizer.json", 0, 0, 0, 0,
@@ -58,10 +64,9 @@ static const RecipeKey recipe_keys[] = {
      "Most patches an image is resized to (smart_resize upper bound)."},
     {"data", "on_error", RKEY_ENUM, OFF(on_error), SZ(on_error), "skip", 0, 0, "skip|fatal", 0,
      "A damaged sample is reported and skipped (counted in the log), or stops training."},
-    {"data", "eval_manifest", RKEY_STRING, OFF(eval_manifest), SZ(eval_manifest), "", 0, 0, 0, 0,
-     "Held-out question-answer manifest for `rrfp-mm eval` (\"\" = none)."},
-    {"data", "eval_images", RKEY_STRING, OFF(eval_images), SZ(eval_images), "", 0, 0, 0, 0,
-     "Image folder of eval_manifest (\"\" = the manifest's folder)."},
+    {"data", "eval_shards", RKEY_STRING, OFF(eval_shards), SZ(eval_shards), "", 0, 0, 0, 0,
+     "Shards packed from the held-out question-answer manifest, for `rrfp-mm eval` (\"\" = none; the synthetic "
+     "source makes its own held-out samples)."},
     /* [train] */
     {"train", "steps", RKEY_INT, OFF(steps), 0, "200", 1, 1e9, 0, 1, "Optimiser steps; the LR schedule ends here."},
     {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
@@ -401,6 +406,11 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         VFAIL("data", "max_patches", "%d", r->max_patches,
               "an image of that many patches cannot fit data.microbatch_tokens (%d); allowed: <= %d",
               r->microbatch_tokens, r->microbatch_tokens);
+    if (!strcmp(r->source, "synthetic") && r->vocab < 16)
+        VFAIL("model", "vocab", "%d", r->vocab, "data.source = synthetic has no tokenizer; allowed: model.vocab >= 16");
+    if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)
+        VFAIL("data", "fixed_batch", "%s", "true", "only the synthetic source repeats a step; allowed: false with "
+                                                   "data.source=%s", r->source);
     /* optimiser vs schedule */
     if (r->min_lr > r->lr)
         VFAIL("optim", "min_lr", "%g", r->min_lr, "greater than optim.lr (%g); allowed: <= %g", r->lr, r->lr);

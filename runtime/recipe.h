@@ -28,6 +28,8 @@ typedef struct {
     int64_t seed;      /* initialisation seed */
 
     /* [data] */
+    char source[16];            /* shards | synthetic */
+    int fixed_batch;            /* every step reuses the first step's plan */
     char shards[RECIPE_STR];    /* folder of .rrs shards (or one shard) */
     char tokenizer[RECIPE_STR]; /* tokenizer.json the shards were packed with */
     int microbatch_tokens;      /* LM tokens (text + image) per microbatch */
@@ -38,8 +40,7 @@ typedef struct {
     int64_t data_seed;          /* shuffling seed */
     int min_patches, max_patches;
     char on_error[8];           /* skip | fatal */
-    char eval_manifest[RECIPE_STR]; /* held-out QA manifest for `rrfp-mm eval` ("" = none) */
-    char eval_images[RECIPE_STR];   /* its image folder ("" = the manifest's folder) */
+    char eval_shards[RECIPE_STR]; /* shards of the held-out QA for `rrfp-mm eval` ("" = none) */
 
     /* [train] */
     int steps;            /* total optimiser steps (sets the LR schedule) */

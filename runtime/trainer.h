@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/microbatch.h"
+#include "engine/params.h"
+#include "runtime/model.h"
 #include "runtime/recipe.h"
 
 /* Parameter counts of a recipe's model by component (doubles: a 7B count overflows nothing). */
@@ -23,14 +26,9 @@ void recipe_param_counts(const Recipe* r, int vocab, RecipeParamCounts* c);
  * allocating anything. Returns 0, or -1 (message on stderr) when the layout is invalid. */
 int recipe_dry_run(const Recipe* r, int vocab, FILE* out);
 
-#endif
-
 /* Vocabulary size of data.tokenizer (largest id + 1 over the model vocabulary and the added
  * tokens of the tokenizer.json), without building the tokenizer. Returns it, or -1 with a message. */
 int trainer_tokenizer_vocab(const Recipe* r, char* err, size_t err_len);
-
-/* Train the recipe in this process. Returns the exit status (0 ok, 1 runtime error). */
-int trainer_run(const Recipe* r, FILE* log);
 
 /* ---- metrics (metrics.c): one JSON object per step, beside the checkpoints ---- */
 typedef struct {
@@ -61,3 +59,92 @@ void metrics_close(Metrics* m);
 void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_steps);
 /* Peak resident set size of this process in MiB (from /proc/self/status VmHWM). */
 double metrics_peak_rss_mb(void);
+
+/* ---- step pieces (the pipeline runtime reuses these) ---- */
+/* Sum of squares of n gradient values, the same bits for any thread count: fixed 64Ki-value chunks
+ * summed in double, then the chunk sums added in order (an OpenMP reduction's order is not fixed,
+ * and a bit-exact resume needs the clipping factor to be). */
+double trainer_sum_squares(const float* x, size_t n);
+/* PyTorch's clip_grad_norm_ factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0. */
+float trainer_clip_coef(double norm, double max_norm);
+/* Scale gradients by `clip` (when < 1), then AdamW on every tensor (decay per ParamSpec) at optimiser
+ * step t (1-based) with learning rate lr and the recipe's betas, eps and weight decay. */
+void trainer_optimizer_step(ParamTable* pt, const Recipe* r, float lr, int t, float clip);
+
+/* ---- batch sources: the step plan (all microbatches of a step) ---- */
+typedef struct {
+    Microbatch* mbs; /* (M) */
+    int M;
+    int64_t n_supervised; /* loss denominator: supervised targets in the whole step */
+    int64_t tokens, patches, samples;
+} StepPlan;
+
+typedef struct BatchSource {
+    void* self;
+    const char* name;
+    /* The next step's plan; valid until the next call. Returns 0, or -1 with err. */
+    int (*next)(struct BatchSource* s, StepPlan* plan, char* err, size_t err_len);
+    /* Position (JSON text, malloc'd) such that seek() to it replays the same following steps. */
+    char* (*position)(struct BatchSource* s);
+    int (*seek)(struct BatchSource* s, const char* json, char* err, size_t err_len);
+    int64_t (*skipped)(struct BatchSource* s); /* damaged samples skipped so far */
+    void (*free)(struct BatchSource* s);
+} BatchSource;
+
+/* Generated samples (data.source = synthetic): each image is one of 8 colours plus noise, the prompt
+ * a few filler tokens and a question token, the supervised answer the colour's token and an end
+ * token, so a model learns only by looking at the image. Deterministic in (data.seed, step). */
+int batch_source_synthetic(BatchSource* src, const Recipe* r, int vocab, char* err, size_t err_len);
+/* The loader over data.shards (data.source = shards). */
+int batch_source_shards(BatchSource* src, const Recipe* r, char* err, size_t err_len);
+
+/* ---- the single-process trainer ---- */
+typedef struct {
+    const Recipe* r;
+    ModelConfig mc;
+    Stage st;        /* the whole model: LM blocks [0, Lt) */
+    StageActs acts;  /* one microbatch in flight */
+    BatchSource src;
+    int64_t step;     /* steps completed */
+    int64_t opt_step; /* AdamW t */
+    int64_t last_step; /* train.stop_at or train.steps */
+    char run_dir[RECIPE_STR], ckpt_root[RECIPE_STR + 32];
+    Metrics metrics;
+    double t_begin;
+    int64_t steps_timed;
+    double time_timed;
+} Trainer;
+
+/* Model config of a recipe (vocab resolved). */
+ModelConfig trainer_model_config(const Recipe* r, int vocab);
+/* Build the model, the batch source and the run folder; resume when checkpoint.resume is set.
+ * eval_only: load the checkpoint's parameters whatever the recipe hash, and leave the metrics file
+ * alone. Returns 0, or -1 with a message. */
+int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t err_len);
+/* One optimiser step (and the dump when train.dump_step is this step). Fills s. */
+int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len);
+/* Checkpoint the state after t->step steps (and prune). */
+int trainer_checkpoint(Trainer* t, char* err, size_t err_len);
+void trainer_free(Trainer* t);
+/* The whole run: init, steps with log lines and metrics, checkpoints. Returns the exit status. */
+int trainer_run(const Recipe* r, FILE* log);
+/* Held-out evaluation. Greedy answer = the argmax token at every answer position given the reference
+ * prefix (teacher forcing), which is exactly greedy decoding's exact match: a sample is correct
+ * when all its supervised targets are argmax predictions. Chance: synthetic, 1 / 8 colours (and the
+ * same answers scored as 8 candidates); shards, per question (the tokens between the last image
+ * position and the answer) 1 / number of distinct answers to it among the held-out samples. */
+typedef struct {
+    int64_t samples, greedy_correct, candidate_correct;
+    double chance;       /* expected accuracy of a uniform guess among the candidates */
+    double loss;         /* mean CE over supervised targets */
+    int64_t supervised;
+    int candidates;      /* 0 when candidate scoring does not apply */
+} EvalResult;
+/* Evaluate t's current parameters on up to max_samples held-out samples: the synthetic source's
+ * held-out stream, or data.eval_shards. Returns 0, or -1 with a message. */
+int trainer_eval(Trainer* t, int64_t max_samples, EvalResult* res, char* err, size_t err_len);
+
+/* Set OpenMP and BLAS threads (0 = leave the defaults). */
+void trainer_set_threads(int n);
+
+#endif

@@ -26,3 +26,12 @@ add_test(NAME recipe_dry_run_7b COMMAND rrfp-mm train ${CMAKE_SOURCE_DIR}/recipe
 set_tests_properties(recipe_dry_run_7b PROPERTIES
   PASS_REGULAR_EXPRESSION "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank")
 add_test(NAME checkpoint_unit COMMAND test_safetensors checkpoint ${CMAKE_CURRENT_BINARY_DIR})
+
+# Single-process training end to end on generated data (seconds): the loss falls by >= 50% and the
+# held-out answers beat chance (1/8) by >= 25 points; stop at half way + resume reproduces every
+# step's loss bit for bit.
+add_test(NAME train_synthetic_e2e
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/train_e2e.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_synthetic_e2e
+                 60 0.5 0.25)
+set_tests_properties(train_synthetic_e2e PROPERTIES TIMEOUT 300)
