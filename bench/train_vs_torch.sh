@@ -8,7 +8,9 @@
 #    (data.fixed_batch: every step the same microbatches) and dumps step 1 (weights, microbatches, loss);
 # 2. bench/train_vs_torch.py builds the same model in PyTorch from that dump, checks its loss equals
 #    the engine's, and trains STEPS steps on the same microbatches;
-# 3. both report the median step time after the first (warm-up) step; tokens/s = LM positions / step.
+# 3. both report the median and the best step time after the first (warm-up) step; tokens/s = LM
+#    positions per step / step time. The machine is shared, so the best step is the figure least
+#    disturbed by other load; both are printed.
 set -euo pipefail
 EXE=${1:-build/rrfp-mm}
 STEPS=${2:-6}
@@ -26,8 +28,10 @@ trap 'rm -rf "$RUN"' EXIT
 ENGINE=$(/usr/bin/python3 - "$RUN/metrics.jsonl" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-t = statistics.median([r["step_time_s"] for r in rows[1:]]) if len(rows) > 1 else rows[0]["step_time_s"]
-print(json.dumps({"engine_step_s": t, "tokens": rows[0]["tokens"], "engine_tokens_per_s": rows[0]["tokens"] / t}))
+ts = [r["step_time_s"] for r in rows[1:]] if len(rows) > 1 else [rows[0]["step_time_s"]]
+t = statistics.median(ts)
+print(json.dumps({"engine_step_s": t, "engine_best_step_s": min(ts), "tokens": rows[0]["tokens"],
+                  "engine_tokens_per_s": rows[0]["tokens"] / t}))
 EOF
 )
 TORCH=$(/usr/bin/python3 "$HERE/bench/train_vs_torch.py" "$RUN/dump-1" --steps "$STEPS" --threads "$THREADS")
@@ -39,8 +43,12 @@ assert e["tokens"] == t["tokens"], (e, t)
 print("train step, recipes/llava.ini model, %d LM tokens per step (same fixed batch), %s threads, %s"
       % (e["tokens"], sys.argv[3], sys.argv[4]))
 print("  loss on the dumped step: engine %.6f  torch %.6f" % (t["loss_engine"], t["loss_torch"]))
-print("  rrfp-mm  %9.0f tokens/s  (%.1f ms/step)" % (e["engine_tokens_per_s"], 1e3 * e["engine_step_s"]))
-print("  PyTorch  %9.0f tokens/s  (%.1f ms/step, torch %s)" % (t["torch_tokens_per_s"], 1e3 * t["torch_step_s"],
-      __import__("torch").__version__))
-print("  ratio rrfp-mm / PyTorch: %.2fx  (target >= 1.5x)" % (e["engine_tokens_per_s"] / t["torch_tokens_per_s"]))
+n = e["tokens"]
+print("                 median step            best step")
+print("  rrfp-mm  %9.0f tok/s %7.1f ms  %9.0f tok/s %7.1f ms" % (n / e["engine_step_s"], 1e3 * e["engine_step_s"],
+      n / e["engine_best_step_s"], 1e3 * e["engine_best_step_s"]))
+print("  PyTorch  %9.0f tok/s %7.1f ms  %9.0f tok/s %7.1f ms  (torch %s)" % (n / t["torch_step_s"],
+      1e3 * t["torch_step_s"], n / t["torch_best_step_s"], 1e3 * t["torch_best_step_s"], __import__("torch").__version__))
+print("  ratio rrfp-mm / PyTorch: %.2fx median, %.2fx best  (target >= 1.5x)"
+      % (t["torch_step_s"] / e["engine_step_s"], t["torch_best_step_s"] / e["engine_best_step_s"]))
 EOF

@@ -343,7 +343,16 @@ int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t e
     }
     t->mc = trainer_model_config(r, vocab);
     if (model_config_check(&t->mc, err, err_len) != 0) return -1;
-    const Backend* be = backend_select(r->backend);
+    const Backend* be = &backend_cpu;
+    if (strcmp(r->backend, "cpu") != 0) {
+        char why[256];
+        be = backend_cuda_get(why, sizeof why);
+        if (!be) {
+            snprintf(err, err_len, "%s: runtime.backend = %s: %s", recipe_origin(r, "runtime", "backend"), r->backend,
+                     why);
+            return -1;
+        }
+    }
     snprintf(t->run_dir, sizeof t->run_dir, "%s", r->run_dir);
     if (r->ckpt_dir[0]) snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s", r->ckpt_dir);
     else snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", r->run_dir);
