@@ -4,7 +4,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,12 +11,6 @@
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/util.h"
-
-#if defined(RRFP_BLAS_BLIS)
-void bli_thread_set_num_threads(int64_t n); /* blis.h: dim_t is a 64-bit integer */
-#elif defined(RRFP_BLAS_OPENBLAS)
-void openblas_set_num_threads(int n);
-#endif
 
 int trainer_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
     size_t n;
@@ -89,15 +82,7 @@ void trainer_optimizer_step(ParamTable* pt, const Recipe* r, float lr, int t, fl
     }
 }
 
-void trainer_set_threads(int n) {
-    if (n <= 0) return;
-    omp_set_num_threads(n);
-#if defined(RRFP_BLAS_BLIS)
-    bli_thread_set_num_threads((int64_t)n);
-#elif defined(RRFP_BLAS_OPENBLAS)
-    openblas_set_num_threads(n);
-#endif
-}
+void trainer_set_threads(int n) { cpu_set_num_threads(n); }
 
 /* ------------------------------------------------------------------------------------------------
  * synthetic batch source */

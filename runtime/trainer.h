@@ -144,7 +144,7 @@ typedef struct {
  * held-out stream, or data.eval_shards. Returns 0, or -1 with a message. */
 int trainer_eval(Trainer* t, int64_t max_samples, EvalResult* res, char* err, size_t err_len);
 
-/* Set OpenMP and BLAS threads (0 = leave the defaults). */
+/* Set OpenMP and BLAS threads (0 = one per core). */
 void trainer_set_threads(int n);
 
 #endif
