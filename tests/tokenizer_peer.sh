@@ -27,10 +27,10 @@ if ! node -e "require('$NODE_DIR/node_modules/tokenizers')" 2>"$WORK/node.log"; 
 fi
 
 fail=0
-compare() { # compare TOKENIZER.json NAME [--decode]   (--decode: HF must also decode the ids to the line)
-  local tok=$1 name=$2 dec=${3:-}
-  (cd "$NODE_DIR" && node encode.js "$tok" "$CORPUS" $dec) >"$WORK/$name.hf.txt"
-  "$RRFP_MM" tokenizer encode --tokenizer "$tok" --file "$CORPUS" --lines >"$WORK/$name.ours.txt"
+compare() { # compare TOKENIZER.json NAME [--decode [TEXT]]   (--decode: HF must also decode the ids to the line)
+  local tok=$1 name=$2 dec=${3:-} text=${4:-$CORPUS}
+  (cd "$NODE_DIR" && node encode.js "$tok" "$text" $dec) >"$WORK/$name.hf.txt"
+  "$RRFP_MM" tokenizer encode --tokenizer "$tok" --file "$text" --lines >"$WORK/$name.ours.txt"
   local n; n=$(wc -l <"$WORK/$name.hf.txt")
   if cmp -s "$WORK/$name.hf.txt" "$WORK/$name.ours.txt"; then
     echo "ok: $name: $n lines, $(wc -w <"$WORK/$name.hf.txt") ids, identical to Hugging Face tokenizers"
@@ -53,6 +53,14 @@ compare "$WORK/gpt2-prefix.json" gpt2-prefix
 compare "$WORK/gpt2-llama3.json" gpt2-llama3 --decode
 compare "$WORK/gpt2-options.json" gpt2-options 2>/dev/null
 compare "$WORK/gpt2-dupmerge.json" gpt2-dupmerge --decode
+# 2,000 lines of random code points from every plane (assigned in Unicode 14, see the generator)
+if command -v python3 >/dev/null; then
+  python3 "$SRC/tokenizer_unicode_gen.py" 7 2000 >"$WORK/unicode.txt"
+  compare "$WORK/gpt2.json" gpt2-unicode --decode "$WORK/unicode.txt"
+  compare "$WORK/gpt2-llama3.json" gpt2-llama3-unicode --decode "$WORK/unicode.txt"
+else
+  echo "note: no python3, random code point lines skipped"
+fi
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
 # plus the manifests', so most words use learned merges)
 "$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \
