@@ -80,7 +80,7 @@ static void case_vit(const char* dir) {
     st_writer_add_i32(sw, "patch_col", mb.patch_col, 1, mb.Np, 0, 0, 0);
     st_writer_add_f32(sw, "vout", a.vout, 2, mb.Np, vc.D, 0, 0); /* CPU backend: host memory */
     st_writer_add_f32(sw, "dvout", dvout, 2, mb.Np, vc.D, 0, 0);
-    path_join(path, sizeof path, dir, "mb0.safetensors");
+    path_join(path, sizeof path, dir, "microbatch-0.safetensors");
     check(st_writer_write(sw, path, err, sizeof err), err);
     st_writer_free(sw);
 
@@ -128,7 +128,7 @@ static void case_step(const char* dir, const char* name, const char* const* spec
         float ls;
         stage_forward(&st, &a, &mb[m], NULL, NULL, &ls);
         loss_sum += ls;
-        snprintf(fname, sizeof fname, "mb%d.safetensors", m);
+        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
         path_join(path, sizeof path, dir, fname);
         check(stage_dump_microbatch(&st, &a, &mb[m], path, err, sizeof err), err);
         if (split) {
@@ -179,7 +179,7 @@ static void case_traj(const char* dir) {
     path_join(path, sizeof path, dir, "weights.safetensors");
     check(stage_dump_params(&st, 0, path, err, sizeof err), err);
     for (int m = 0; m < M; m++) {
-        snprintf(fname, sizeof fname, "mb%d.safetensors", m);
+        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
         path_join(path, sizeof path, dir, fname);
         check(stage_dump_microbatch(&st, NULL, &mb[m], path, err, sizeof err), err);
     }

@@ -343,10 +343,11 @@ TOL_FWD = 2e-6
 
 
 def microbatches(d):
-    """mb{m}.safetensors, plus mb{m}.<anything>.safetensors written by other pipeline stages, unioned."""
+    """microbatch-{m}.safetensors, plus microbatch-{m}.<stage>.safetensors written by other pipeline
+    stages, unioned per microbatch."""
     groups = {}
-    for f in sorted(glob.glob(os.path.join(d, "mb*.safetensors"))):
-        m = re.fullmatch(r"mb(\d+)(\.[^.]+)?\.safetensors", os.path.basename(f))
+    for f in sorted(glob.glob(os.path.join(d, "microbatch-*.safetensors"))):
+        m = re.fullmatch(r"microbatch-(\d+)(\.[^.]+)?\.safetensors", os.path.basename(f))
         if m:
             groups.setdefault(int(m.group(1)), []).append(f)
     return [st_union(groups[m]) for m in sorted(groups)]
