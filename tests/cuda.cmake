@@ -59,3 +59,10 @@ set_tests_properties(cuda_ops_emu PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: 
 add_test(NAME cuda_ops_emu_negzero COMMAND test_cuda_ops_emu)
 set_tests_properties(cuda_ops_emu_negzero PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300
                      ENVIRONMENT RR_EMU_GUARD=negzero)
+# bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
+add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
+         -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+add_test(NAME cuda_emu_bad_id COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-id
+         -DEXPECT_RC=1 "-DEXPECT_ERR=embedding: token id -3 of row 2 is negative"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)

@@ -14,7 +14,8 @@
  * NOTE: no machine this project was developed on had a GPU; this test compiles and skips here. The
  * tolerances below are design bounds, not measured values.
  *
- * Usage: test_cuda_ops [case-name-substring] */
+ * Usage: test_cuda_ops [case-name-substring]
+ *        test_cuda_ops --bad-target | --bad-id   (must die with the bad value named) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,6 +375,26 @@ static void run_attention(const OpCase* tc) {
     cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dqkv_d), cu->free(cu_d);
 }
 
+/* Bad data met inside a kernel: the run must die at the next synchronize with the CPU backend's
+ * message (naming the row and the value), not run on with garbage. Returns only if nothing was
+ * reported (then the caller fails). */
+static void run_bad_input(const char* what) {
+    int N = 4, V = 5, C = 3;
+    int t[4] = {0, 7, -100, 2}, ids[4] = {1, 0, -3, 2};
+    float* z = hrand((size_t)N * V, 1);
+    float *z_d = up(z, (size_t)N * V), *lse_d = up(z, N), *loss_d = up(z, 1), *tab_d = up(z, (size_t)V * C);
+    float* out_d = up(z, (size_t)N * C);
+    if (!strcmp(what, "--bad-target")) {
+        int* t_d = upi(t, N);
+        cu->crossentropy_forward(loss_d, lse_d, z_d, t_d, N, V);
+    } else {
+        int* ids_d = upi(ids, N);
+        cu->embedding_forward(out_d, ids_d, tab_d, N, C);
+    }
+    cu->synchronize();
+    printf("test_cuda_ops: FAIL: %s was not reported\n", what);
+}
+
 int main(int argc, char** argv) {
     char why[512] = "";
     cu = backend_cuda_get(why, sizeof why);
@@ -387,6 +408,10 @@ int main(int argc, char** argv) {
         return SKIP_RC;
     }
     printf("test_cuda_ops: backend %s\n", cu->name);
+    if (argc > 1 && !strncmp(argv[1], "--bad-", 6)) {
+        run_bad_input(argv[1]);
+        return 2;
+    }
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         const OpCase* tc = &CASES[i];
         if (argc > 1 && !strstr(tc->name, argv[1])) continue;

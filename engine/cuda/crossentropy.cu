@@ -27,7 +27,7 @@ static __global__ void crossentropy_lse_kernel(float* lse, const float* logits, 
     if (threadIdx.x == 0) {
         lse[blockIdx.x] = rr_ce_lse(m, s);
         int t = targets[blockIdx.x];
-        if (t != RR_CE_IGNORE_INDEX && !ce_target_ok(t, V)) cuda_report_error(err, CUDA_ERR_CE_TARGET, blockIdx.x, t);
+        if (t != RR_CE_IGNORE_INDEX && !ce_target_ok(t, V)) cuda_report_error(err, CUDA_ERR_CE_TARGET, blockIdx.x, t, V);
     }
 }
 

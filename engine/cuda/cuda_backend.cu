@@ -57,13 +57,14 @@ void cublas_check(cublasStatus_t st, const char* file, int line) {
 }
 
 void cuda_check_device_errors(void) {
-    int rec[3];
+    int rec[CUDA_ERR_WORDS];
     cudaCheck(cudaMemcpyAsync(rec, cuda_ctx.error, sizeof rec, cudaMemcpyDeviceToHost, cuda_ctx.stream));
     cudaCheck(cudaStreamSynchronize(cuda_ctx.stream));
     switch (rec[0]) {
     case CUDA_ERR_NONE: return;
-    case CUDA_ERR_CE_TARGET:
-        rr_die("cross-entropy: target %d of row %d is outside [0, V) and is not the ignore index -100", rec[2], rec[1]);
+    case CUDA_ERR_CE_TARGET: // the CPU backend's words (engine/cpu/crossentropy.c)
+        rr_die("cross-entropy: target %d of row %d is outside [0, %d) and is not the ignore index -100", rec[2], rec[1],
+               rec[3]);
     case CUDA_ERR_EMBEDDING_ID: rr_die("embedding: token id %d of row %d is negative", rec[2], rec[1]);
     default: rr_die("CUDA backend: unknown device error record %d (row %d, value %d)", rec[0], rec[1], rec[2]);
     }
@@ -175,8 +176,8 @@ static int cuda_init(char* why, size_t why_len) {
     const char* tf32 = getenv("RRFP_TF32");
     cublasCheck(cublasSetMathMode(cuda_ctx.cublas, (tf32 && !strcmp(tf32, "1")) ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                                : CUBLAS_DEFAULT_MATH));
-    cudaCheck(cudaMalloc(&cuda_ctx.error, 3 * sizeof(int)));
-    cudaCheck(cudaMemset(cuda_ctx.error, 0, 3 * sizeof(int)));
+    cudaCheck(cudaMalloc(&cuda_ctx.error, CUDA_ERR_WORDS * sizeof(int)));
+    cudaCheck(cudaMemset(cuda_ctx.error, 0, CUDA_ERR_WORDS * sizeof(int)));
     return 1;
 }
 

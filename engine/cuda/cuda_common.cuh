@@ -24,14 +24,16 @@ void cublas_check(cublasStatus_t st, const char* file, int line);
 // Kinds of bad data a kernel can meet (the first one met is recorded).
 enum {
     CUDA_ERR_NONE = 0,
-    CUDA_ERR_CE_TARGET = 1,   // cross-entropy target outside [0, V) and not -100: index = row, value = target
-    CUDA_ERR_EMBEDDING_ID = 2 // negative token id: index = row, value = id
+    CUDA_ERR_CE_TARGET = 1,   // cross-entropy target outside [0, V) and not -100: row, target, V
+    CUDA_ERR_EMBEDDING_ID = 2 // negative token id: row, id
 };
-// Record (kind, index, value) unless an earlier error is already there.
-static __device__ inline void cuda_report_error(int* rec, int kind, int index, int value) {
+#define CUDA_ERR_WORDS 4 // kind, index (row), value, bound
+// Record (kind, index, value, bound) unless an earlier error is already there.
+static __device__ inline void cuda_report_error(int* rec, int kind, int index, int value, int bound) {
     if (atomicCAS(rec, 0, kind) == 0) {
         rec[1] = index;
         rec[2] = value;
+        rec[3] = bound;
         __threadfence();
     }
 }
@@ -45,7 +47,7 @@ typedef struct {
     cudaDeviceProp prop;
     cudaStream_t stream;
     cublasHandle_t cublas;
-    int* error; // device int[3]: kind, index, value (see cuda_report_error)
+    int* error; // device int[CUDA_ERR_WORDS] (see cuda_report_error)
 } CudaContext;
 extern CudaContext cuda_ctx;
 

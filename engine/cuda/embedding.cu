@@ -16,7 +16,7 @@ static __global__ void embedding_forward_kernel(float* out, const int* ids, cons
     int n = (int)(i / C), c = (int)(i % C);
     int id = ids[n];
     if (id < 0) {
-        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id);
+        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
         out[i] = 0.0f;
         return;
     }
