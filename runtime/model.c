@@ -61,7 +61,8 @@ static float* stage_ptr(const ParamTable* pt, const char* name, int grads) {
     return grads ? params_grad(pt, i) : params_data(pt, i);
 }
 
-void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be) {
+/* A Stage with its shapes but no parameters: enough for registration counts and the act layout. */
+static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
     char err[256];
     if (model_config_check(cfg, err, sizeof err)) rr_die("%s", err);
     RR_ASSERT(0 <= l0 && l0 < l1 && l1 <= cfg->Lt);
@@ -73,6 +74,10 @@ void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend
     st->l1 = l1;
     st->first = l0 == 0;
     st->last = l1 == cfg->Lt;
+}
+
+void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be) {
+    stage_shell(st, cfg, l0, l1);
     st->be = be;
     params_init(&st->params);
     if (st->first) {
@@ -181,6 +186,29 @@ size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int sp
     stage_acts_layout(&a, st, &measure, max_tokens, max_patches, split);
     stage_acts_free_tables(&a);
     return measure.used;
+}
+
+size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {
+    Stage st;
+    stage_shell(&st, cfg, l0, l1);
+    ParamTable pt;
+    params_init(&pt);
+    if (st.first) {
+        vit_params_add(&pt, &st.vc);
+        projector_params_add(&pt, &st.vc);
+        lm_embed_params_add(&pt, &st.lc);
+    }
+    lm_blocks_params_add(&pt, &st.lc, l0, l1);
+    if (st.last) lm_head_params_add(&pt, &st.lc);
+    size_t n = pt.total;
+    params_free(&pt);
+    return n;
+}
+
+size_t model_stage_acts_bytes(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split) {
+    Stage st;
+    stage_shell(&st, cfg, l0, l1);
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
 void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split) {

@@ -107,8 +107,12 @@ typedef struct {
     float loss_sum;        /* host: sum of CE over this microbatch's supervised targets */
 } StageActs;
 
-/* Bytes of one StageActs (for the memory plan and --dry-run). */
+/* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
+/* Exact sizes of the stage holding LM blocks [l0, l1) without allocating anything (--dry-run of a
+ * full-size recipe): parameter floats, and bytes of one StageActs at the given budget. */
+size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1);
+size_t model_stage_acts_bytes(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split);
 /* split = 1 allows stage_backward_input/_weight (keeps per-block gradients); 0 only stage_backward. */
 void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split);
 void stage_acts_free(StageActs* a, const Stage* st);

@@ -264,8 +264,30 @@ static void test_stages(void) {
         EXPECT(seen == one.params.n, "%d stages hold %d tensors, the single stage %d", P, seen, one.params.n);
         printf("stages: %d-stage split (%s backward) vs one stage: %d tensors compared\n", P,
                li == 1 ? "B/W" : "fused", seen);
-        for (int s = 0; s < P; s++) stage_free(&st[s]);
+        for (int s = 0; s < P; s++) {
+            /* the allocation-free sizes (--dry-run) are exactly what a real stage takes */
+            EXPECT(model_stage_param_count(&c, st[s].l0, st[s].l1) == st[s].params.total,
+                   "model_stage_param_count(%d, %d) disagrees with the stage's table", st[s].l0, st[s].l1);
+            StageActs a;
+            stage_acts_init(&a, &st[s], max_T, max_Np, 1);
+            EXPECT(model_stage_acts_bytes(&c, st[s].l0, st[s].l1, max_T, max_Np, 1) == a.bytes,
+                   "model_stage_acts_bytes(%d, %d) disagrees with stage_acts_init", st[s].l0, st[s].l1);
+            stage_acts_free(&a, &st[s]);
+            stage_free(&st[s]);
+        }
     }
+    /* LLaVA-1.5-7B shapes (CLIP-L/14 ViT, Vicuna-7B LM), counted without allocating: the LM alone
+     * is the known 6.74B (4096 x 32 layers, F 11008, V 32000, untied head) */
+    ModelConfig big = {.patch = 14, .Dv = 1024, .Lv = 24, .Hv = 16, .Dt = 4096, .Lt = 32, .Ht = 32, .F = 11008,
+                       .V = 32000, .min_patches = 1, .max_patches = 576, .init_std = 0.02f, .seed = 1};
+    size_t n_all = model_stage_param_count(&big, 0, 32), n_lm = model_stage_param_count(&big, 1, 32);
+    size_t lm_expect = (size_t)32000 * 4096 * 2 + 32 * ((size_t)4 * 4096 * 4096 + 3 * (size_t)4096 * 11008 + 2 * 4096) + 4096;
+    size_t n_first = model_stage_param_count(&big, 0, 1), block = (size_t)4 * 4096 * 4096 + 3 * (size_t)4096 * 11008 + 2 * 4096;
+    EXPECT(n_all - (n_first - block - (size_t)32000 * 4096) == lm_expect,
+           "7B shapes: LM parameters %zu, expected %zu", n_all - (n_first - block - (size_t)32000 * 4096), lm_expect);
+    EXPECT(n_all == n_first + n_lm, "7B shapes: stages [0,1) + [1,32) = %zu + %zu != %zu", n_first, n_lm, n_all);
+    printf("stages: 7B shapes counted without allocating: %.3fB parameters (%.3fB in the LM)\n", n_all / 1e9,
+           lm_expect / 1e9);
     stage_free(&one);
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
 }
