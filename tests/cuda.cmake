@@ -66,3 +66,13 @@ add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:t
 add_test(NAME cuda_emu_bad_id COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-id
          -DEXPECT_RC=1 "-DEXPECT_ERR=embedding: token id -3 of row 2 is negative"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+# The model's own gpu test (tests/test_model.c, model helper's file, compiled unchanged) on the
+# emulated CUDA backend: a 3-microbatch LLaVA step, CUDA vs CPU and CUDA split vs fused.
+if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
+  add_executable(test_model_emu tests/test_model.c)
+  target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
+  target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
+  set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
+  add_test(NAME model_gpu_emu COMMAND test_model_emu gpu)
+  set_tests_properties(model_gpu_emu PROPERTIES PASS_REGULAR_EXPRESSION "gpu: [0-9]+ tensors" TIMEOUT 300)
+endif()
