@@ -295,8 +295,9 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
 static int cmd_train_tokenizer(int argc, char** argv) {
     const char* out = NULL;
     long vocab = -1, min_freq = BPE_TRAIN_DEFAULT_MIN_FREQUENCY;
-    const char **manifests = mallocCheck((size_t)(argc + 1) * sizeof(char*)), **texts = mallocCheck((size_t)(argc + 1) * sizeof(char*)),
-               **specials = mallocCheck((size_t)(argc + 1) * sizeof(char*));
+    const char** manifests = mallocCheck((size_t)(argc + 1) * sizeof(char*));
+    const char** texts = mallocCheck((size_t)(argc + 1) * sizeof(char*));
+    const char** specials = mallocCheck((size_t)(argc + 1) * sizeof(char*));
     int n_man = 0, n_text = 0, n_spec = 0, quiet = 0, rc = 2;
     BpeTrainer* tr = NULL;
     char* json = NULL;
@@ -326,7 +327,8 @@ static int cmd_train_tokenizer(int argc, char** argv) {
         }
     }
     if (vocab < 0 || !out || n_man + n_text == 0) {
-        fprintf(stderr, "rrfp-mm tokenizer train: --vocab N, --out FILE and at least one --manifest or --text-file are required\n\n");
+        fprintf(stderr, "rrfp-mm tokenizer train: --vocab N, --out FILE and at least one --manifest or --text-file "
+                        "are required\n\n");
         tokenizer_usage(stderr);
         goto done;
     }

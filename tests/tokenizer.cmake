@@ -23,7 +23,7 @@ add_test(NAME tokenizer_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tokenizer_cli
 # libFuzzer (configure with CC=clang -DRRFP_FUZZ=ON): the tokenizer sources are compiled into the
 # target with coverage and ASan/UBSan; ctest runs it for 20 s from the seeds in tests/data.
 if(RRFP_FUZZ)
-  add_executable(fuzz_tokenizer tests/fuzz_tokenizer.c text/tokenizer.c engine/util.c)
+  add_executable(fuzz_tokenizer tests/fuzz_tokenizer.c text/tokenizer.c text/tokenizer_encode.c engine/util.c)
   target_include_directories(fuzz_tokenizer PRIVATE ${CMAKE_SOURCE_DIR})
   target_compile_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)

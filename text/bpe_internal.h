@@ -22,6 +22,9 @@ typedef void (*TokenizerPieceFn)(void* ctx, const char* piece, size_t len, int a
 /* Split text exactly as encoding does (added tokens first, then the pre-tokenizer) without BPE. */
 void tokenizer_pretokenize(const Tokenizer* tok, const char* text, size_t len, TokenizerPieceFn fn, void* ctx);
 
+/* Length of the valid UTF-8 sequence at s (1..4), writing its code point to *cp, or 0 if the bytes
+ * there are not one (Unicode Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF). */
+int bpe_utf8_decode(const uint8_t* s, size_t n, uint32_t* cp);
 /* Length of the longest prefix of s that is valid UTF-8 (Unicode Table 3-7: no overlongs, no
  * surrogates, nothing above U+10FFFF) and the length of the invalid run that follows it. */
 size_t bpe_utf8_valid_prefix(const uint8_t* s, size_t n);

@@ -44,7 +44,8 @@ static uint64_t word_hash(const char* s, size_t n) {
 
 static WordSlot* word_find(WordSlot* slots, size_t cap, const char* s, size_t n, uint64_t h) {
     size_t i = h & (cap - 1);
-    while (slots[i].key && !(slots[i].h == h && slots[i].len == n && !memcmp(slots[i].key, s, n))) i = (i + 1) & (cap - 1);
+    while (slots[i].key && !(slots[i].h == h && slots[i].len == n && !memcmp(slots[i].key, s, n)))
+        i = (i + 1) & (cap - 1);
     return &slots[i];
 }
 
@@ -69,7 +70,8 @@ static void count_piece(void* ctx, const char* s, size_t n, int added_id) {
         size_t cap = tr->cap * 2;
         WordSlot* slots = callocCheck(cap, sizeof(WordSlot));
         for (size_t i = 0; i < tr->cap; i++)
-            if (tr->slots[i].key) *word_find(slots, cap, tr->slots[i].key, tr->slots[i].len, tr->slots[i].h) = tr->slots[i];
+            if (tr->slots[i].key)
+                *word_find(slots, cap, tr->slots[i].key, tr->slots[i].len, tr->slots[i].h) = tr->slots[i];
         free(tr->slots);
         tr->slots = slots;
         tr->cap = cap;
@@ -214,7 +216,9 @@ void bpe_trainer_free(BpeTrainer* tr) {
     free(tr);
 }
 
-void bpe_trainer_feed(BpeTrainer* tr, const char* text, size_t len) { tokenizer_pretokenize(tr->base, text, len, count_piece, tr); }
+void bpe_trainer_feed(BpeTrainer* tr, const char* text, size_t len) {
+    tokenizer_pretokenize(tr->base, text, len, count_piece, tr);
+}
 
 void bpe_trainer_counts(const BpeTrainer* tr, long long* words, long long* unique) {
     *words = tr->n_words;
@@ -270,7 +274,10 @@ static int32_t ptable_get(PairTable* t, int32_t a, int32_t b) {
     size_t j = pslot(k, t->cap);
     while (t->keys[j] != UINT64_MAX && t->keys[j] != k) j = (j + 1) & (t->cap - 1);
     if (t->keys[j] == k) return t->idx[j];
-    if (t->n_pairs == t->cap_pairs) t->pairs = reallocCheck(t->pairs, (t->cap_pairs = t->cap_pairs ? 2 * t->cap_pairs : 1 << 14) * sizeof(Pair));
+    if (t->n_pairs == t->cap_pairs) {
+        t->cap_pairs = t->cap_pairs ? 2 * t->cap_pairs : 1 << 14;
+        t->pairs = reallocCheck(t->pairs, t->cap_pairs * sizeof(Pair));
+    }
     Pair* p = &t->pairs[t->n_pairs];
     memset(p, 0, sizeof *p);
     p->a = a;
@@ -284,7 +291,10 @@ static int32_t ptable_get(PairTable* t, int32_t a, int32_t b) {
 
 static void pair_where_add(Pair* p, int32_t w) {
     if (p->n_where > 0 && p->where[p->n_where - 1] == w) return;
-    if (p->n_where == p->cap_where) p->where = reallocCheck(p->where, (size_t)(p->cap_where = p->cap_where ? 2 * p->cap_where : 4) * sizeof(int32_t));
+    if (p->n_where == p->cap_where) {
+        p->cap_where = p->cap_where ? 2 * p->cap_where : 4;
+        p->where = reallocCheck(p->where, (size_t)p->cap_where * sizeof(int32_t));
+    }
     p->where[p->n_where++] = w;
 }
 
@@ -437,7 +447,10 @@ char* bpe_trainer_finish(BpeTrainer* tr, int vocab_size, int min_frequency, int 
                     pair_where_add(&pt.pairs[q], wi);
                     if (pt.pairs[q].touched != n_merges) {
                         pt.pairs[q].touched = n_merges;
-                        if (n_touched == cap_touched) touched = reallocCheck(touched, (cap_touched = cap_touched ? 2 * cap_touched : 1024) * sizeof(int32_t));
+                        if (n_touched == cap_touched) {
+                            cap_touched = cap_touched ? 2 * cap_touched : 1024;
+                            touched = reallocCheck(touched, cap_touched * sizeof(int32_t));
+                        }
                         touched[n_touched++] = q;
                     }
                 }

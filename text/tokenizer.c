@@ -1,42 +1,25 @@
-/* tokenizer.c — byte-level BPE read from a Hugging Face tokenizer.json: load, encode, decode, hash.
+/* tokenizer.c — byte-level BPE read from a Hugging Face tokenizer.json: load, hash, accessors, and
+ * GPT-2's byte <-> unicode map (encoding and decoding are in tokenizer_encode.c).
  *
- * Encoding follows the HF Rust implementation step for step:
- *   1. added tokens are cut out literally (leftmost-longest; first the tokens with normalized=false,
- *      then those with normalized=true in the remaining pieces; single_word/lstrip/rstrip as HF);
- *   2. each remaining piece goes through the pre-tokenizer: optional Split(Regex, Isolated) steps,
- *      then ByteLevel (prefix space if add_prefix_space and the piece does not start with ' ';
- *      the GPT-2 split pattern if use_regex);
- *   3. BPE on each pre-token: its bytes become the byte symbols, then the pair of lowest merge rank
- *      (leftmost on ties) is merged until no pair has a rank (HF's priority-queue loop).
+ * What is read: model BPE (vocab; merges as "a b" strings or ["a", "b"] pairs, a repeated merge
+ * taking its last rank; unk_token, fuse_unk, ignore_merges), pre_tokenizer ByteLevel, optionally
+ * after Split(Regex or String, Isolated) steps in a Sequence, decoder ByteLevel, and added_tokens
+ * with HF's ids (the model's id if the content is a model token, else the next free one) and
+ * options. Anything else is refused with a message naming the file and the field.
+ *
  * Regexes run in PCRE2 (UTF + UCP, JIT). Oniguruma, which HF uses, takes \s as Unicode White_Space.
  * PCRE2's UCP \s is its own list (category Z plus the \h and \v characters); it agrees with
  * White_Space in the PCRE2 we build with (checked with U+0085 and U+180E in the peer corpus), but to
  * keep that from depending on the PCRE2 version, \s and \S are rewritten into the explicit
  * White_Space class before compiling (see regex_rewrite_space).
  *
- * Invalid UTF-8 (which HF never sees: Rust strings are valid by construction): in a regex step the
- * text is cut into maximal valid runs and maximal runs of invalid bytes; valid runs are split by the
- * regex, each invalid run is one pre-token of its own. BPE works on bytes, so every byte, valid or
- * not, is encoded and decodes back to itself.
- *
- * Decoding is HF's ByteLevel decoder: each token's characters are mapped back to bytes; a token with
- * a character outside the byte map (an added token such as "<| end |>") contributes its raw UTF-8.
- * Unlike HF (which finishes with a lossy UTF-8 conversion) the bytes are returned unchanged, so
- * decode(encode(x)) == x for any bytes x when add_prefix_space is false.
- *
  * Not applied: post_processor, truncation and padding (encode gives the ids of the text itself, as
- * HF's encode(text, add_special_tokens=False); the prompt template adds the special tokens it needs).
- *
- * Thread safety: after load a Tokenizer is read-only except for the word cache, which a mutex
- * guards; encode and decode may be called from many threads at once. */
+ * HF's encode(text, add_special_tokens=False); the prompt template adds the special tokens it needs). */
 #define _GNU_SOURCE
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "text/tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <pcre2.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,100 +27,7 @@
 
 #include "engine/util.h"
 #include "text/bpe_internal.h"
-
-/* ---- small hash tables ------------------------------------------------------------------------ */
-
-static uint64_t hash_bytes(const void* p, size_t n) {
-    /* FNV-1a, then a final mix so that the low bits used for the slot index are well spread. */
-    uint64_t h = rr_fnv1a64(p, n);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
-
-/* byte string -> int32; keys are not owned. */
-typedef struct {
-    const char* key;
-    uint32_t len;
-    int32_t val;
-    uint64_t h;
-} StrSlot;
-typedef struct {
-    StrSlot* slots;
-    size_t cap, n; /* cap: power of two */
-} StrMap;
-
-static void strmap_init(StrMap* m, size_t expect) {
-    size_t cap = 16;
-    while (cap < expect * 2) cap <<= 1;
-    m->slots = callocCheck(cap, sizeof(StrSlot));
-    m->cap = cap;
-    m->n = 0;
-}
-static void strmap_free(StrMap* m) { free(m->slots); }
-static StrSlot* strmap_find(const StrMap* m, const char* key, size_t len, uint64_t h) {
-    size_t i = h & (m->cap - 1);
-    for (;;) {
-        StrSlot* s = &m->slots[i];
-        if (!s->key) return s;
-        if (s->h == h && s->len == len && !memcmp(s->key, key, len)) return s;
-        i = (i + 1) & (m->cap - 1);
-    }
-}
-static int32_t strmap_get(const StrMap* m, const char* key, size_t len) {
-    StrSlot* s = strmap_find(m, key, len, hash_bytes(key, len));
-    return s->key ? s->val : -1;
-}
-/* Returns 0 if inserted, 1 if the key was there already (value left unchanged). */
-static int strmap_put(StrMap* m, const char* key, size_t len, int32_t val) {
-    if ((m->n + 1) * 2 > m->cap) {
-        StrMap big;
-        strmap_init(&big, m->cap);
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->slots[i].key) *strmap_find(&big, m->slots[i].key, m->slots[i].len, m->slots[i].h) = m->slots[i];
-        big.n = m->n;
-        free(m->slots);
-        *m = big;
-    }
-    uint64_t h = hash_bytes(key, len);
-    StrSlot* s = strmap_find(m, key, len, h);
-    if (s->key) return 1;
-    s->key = key;
-    s->len = (uint32_t)len;
-    s->val = val;
-    s->h = h;
-    m->n++;
-    return 0;
-}
-
-/* (left id, right id) -> (rank, merged id). */
-typedef struct {
-    uint64_t key; /* UINT64_MAX: empty */
-    int32_t rank, new_id;
-} PairSlot;
-typedef struct {
-    PairSlot* slots;
-    size_t cap;
-} PairMap;
-
-static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
-static size_t pair_slot(uint64_t key, size_t cap) {
-    uint64_t h = key * 0x9E3779B97F4A7C15ULL;
-    return (h ^ (h >> 29)) & (cap - 1);
-}
-static void pairmap_init(PairMap* m, size_t expect) {
-    size_t cap = 16;
-    while (cap < expect * 2) cap <<= 1;
-    m->slots = mallocCheck(cap * sizeof(PairSlot));
-    for (size_t i = 0; i < cap; i++) m->slots[i].key = UINT64_MAX;
-    m->cap = cap;
-}
-static PairSlot* pairmap_find(const PairMap* m, uint64_t key) {
-    size_t i = pair_slot(key, m->cap);
-    while (m->slots[i].key != UINT64_MAX && m->slots[i].key != key) i = (i + 1) & (m->cap - 1);
-    return &m->slots[i];
-}
+#include "text/tokenizer_impl.h"
 
 /* ---- byte-level mapping and UTF-8 ------------------------------------------------------------- */
 
@@ -176,7 +66,7 @@ int bpe_codepoint_to_byte(uint32_t cp) {
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not one. Writes the
  * code point to *cp when valid. */
-static int utf8_decode(const uint8_t* s, size_t n, uint32_t* cp) {
+int bpe_utf8_decode(const uint8_t* s, size_t n, uint32_t* cp) {
     if (n == 0) return 0;
     uint8_t c = s[0];
     if (c < 0x80) {
@@ -215,7 +105,7 @@ size_t bpe_utf8_valid_prefix(const uint8_t* s, size_t n) {
             i++;
             continue;
         }
-        int k = utf8_decode(s + i, n - i, &cp);
+        int k = bpe_utf8_decode(s + i, n - i, &cp);
         if (!k) break;
         i += k;
     }
@@ -225,92 +115,12 @@ size_t bpe_utf8_valid_prefix(const uint8_t* s, size_t n) {
 size_t bpe_utf8_invalid_run(const uint8_t* s, size_t n) {
     size_t i = 0;
     uint32_t cp;
-    while (i < n && !utf8_decode(s + i, n - i, &cp)) i++;
+    while (i < n && !bpe_utf8_decode(s + i, n - i, &cp)) i++;
     return i;
 }
 
-/* Unicode White_Space (what Oniguruma's and Rust regex's \s match). */
-static int is_white_space(uint32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-           c == 0x3000;
-}
-#define WHITE_SPACE_CLASS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-
-/* Byte length of the white-space character starting at s, 0 if none. */
-static size_t ws_at(const char* s, size_t n) {
-    uint32_t cp;
-    int k = utf8_decode((const uint8_t*)s, n, &cp);
-    return (k && is_white_space(cp)) ? (size_t)k : 0;
-}
-/* Byte length of the white-space character ending at s[n-1], 0 if none. */
-static size_t ws_before(const char* s, size_t n) {
-    for (size_t k = 1; k <= 4 && k <= n; k++) {
-        uint32_t cp;
-        if (utf8_decode((const uint8_t*)s + n - k, k, &cp) == (int)k) return is_white_space(cp) ? k : 0;
-    }
-    return 0;
-}
-
-/* ---- the tokenizer ---------------------------------------------------------------------------- */
-
-typedef struct {
-    char* content;
-    size_t len;
-    int32_t id;
-    int special, single_word, lstrip, rstrip, normalized;
-} AddedToken;
-
-typedef enum { STEP_SPLIT, STEP_BYTELEVEL } StepKind;
-typedef struct {
-    StepKind kind;
-    char* pattern;         /* as written in the file (STEP_SPLIT; GPT-2's for a ByteLevel with use_regex) */
-    pcre2_code* re;        /* NULL: ByteLevel with use_regex false */
-    int add_prefix_space;  /* ByteLevel only */
-} PretokStep;
-
-#define MAX_STEPS 8
-
-typedef struct {
-    /* word (pre-token bytes) -> ids; cleared when it grows past its budget */
-    pthread_mutex_t mu;
-    StrMap map;         /* key -> index into entries */
-    char* keys;         /* key bytes (arena) */
-    size_t keys_n, keys_cap;
-    int32_t* ids;       /* ids (arena) */
-    size_t ids_n, ids_cap;
-    uint32_t* ent_off;  /* per entry: offset in ids, count */
-    uint32_t* ent_cnt;
-    size_t n_ent;
-} WordCache;
-#define CACHE_MAX_ENTRIES 65536
-#define CACHE_KEY_BYTES (1u << 21)
-#define CACHE_IDS (1u << 19)
-#define CACHE_MAX_WORD 256 /* longer words are not cached */
-
-struct Tokenizer {
-    char* name;
-    int n_ids;             /* max id + 1 over vocab and added tokens */
-    char** model_str;      /* (n_ids) model token string by id, NULL for ids the model lacks */
-    StrMap vocab;          /* model token string -> id (keys point into model_str) */
-    PairMap merges;
-    int n_merges;
-    int32_t* merge_pairs;  /* (n_merges, 2) left and right ids in rank order */
-    int32_t byte_id[256];  /* id of each byte's one-character token, -1 if the vocab lacks it */
-    int32_t unk_id;
-    int fuse_unk, ignore_merges;
-    AddedToken* added;
-    int n_added;
-    int32_t* added_first[2][256]; /* per pass (normalized 0/1) and first byte: indices into added, longest first, -1 ends */
-    pcre2_code* word_re;   /* \w test for single_word */
-    PretokStep steps[MAX_STEPS];
-    int n_steps;
-    int32_t* added_of_id;  /* (n_ids) index into added, -1 if the id is not an added token */
-    char** dec;            /* (n_ids) decoded bytes of each id, NULL for holes */
-    uint32_t* dec_len;
-    uint64_t hash;
-    WordCache cache;
-};
+#define WHITE_SPACE_CLASS \
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 
 static void set_err(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
 static void set_err(char* err, size_t err_len, const char* fmt, ...) {
@@ -512,7 +322,8 @@ static int pretok_parse(Tokenizer* t, const cJSON* pt, const char* name, char* e
 static int merge_token_id(const Tokenizer* t, const char* s, size_t n, int rank, const char* what, const char* name,
                           char* err, size_t err_len) {
     int32_t id = strmap_get(&t->vocab, s, n);
-    if (id < 0) set_err(err, err_len, "%s: model.merges[%d]: %s \"%.*s\" is not in model.vocab", name, rank, what, (int)n, s);
+    if (id < 0)
+        set_err(err, err_len, "%s: model.merges[%d]: %s \"%.*s\" is not in model.vocab", name, rank, what, (int)n, s);
     return id;
 }
 
@@ -559,8 +370,8 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
         n_vocab++;
     }
     if (max_id >= 2 * n_vocab + 1024) { /* would size the id tables by a stray id; real files are dense */
-        set_err(err, err_len, "%s: model.vocab: id %d is far above its %d tokens (ids must be nearly dense)", name, max_id,
-                n_vocab);
+        set_err(err, err_len, "%s: model.vocab: id %d is far above its %d tokens (ids must be nearly dense)", name,
+                max_id, n_vocab);
         return -1;
     }
     t->n_ids = max_id + 1;
@@ -801,7 +612,7 @@ static void decode_table_build(Tokenizer* t) {
         char* out = mallocCheck(n + 1);
         while (i < n) {
             uint32_t cp;
-            int k = utf8_decode((const uint8_t*)s + i, n - i, &cp);
+            int k = bpe_utf8_decode((const uint8_t*)s + i, n - i, &cp);
             int b = k ? bpe_codepoint_to_byte(cp) : -1;
             if (b < 0) break;
             out[o++] = (char)b;
@@ -859,8 +670,9 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
                 /* HF would silently drop such bytes; we refuse, since the text could not round-trip */
                 char u[3] = {0};
                 bpe_byte_to_utf8((uint8_t)b, u);
-                set_err(err, err_len, "%s: model.vocab lacks the byte token \"%s\" (byte 0x%02X) and there is no unk_token",
-                        name, u, b);
+                set_err(err, err_len,
+                        "%s: model.vocab lacks the byte token \"%s\" (byte 0x%02X) and there is no unk_token", name,
+                        u, b);
                 ok = 0;
             }
     }
@@ -921,332 +733,3 @@ const char* tokenizer_token_str(const Tokenizer* t, int id) {
 }
 
 uint64_t tokenizer_hash(const Tokenizer* t) { return t->hash; }
-
-/* ---- splitting: added tokens, then the pre-tokenizer ------------------------------------------ */
-
-typedef struct {
-    TokenizerPieceFn fn;
-    void* ctx;
-    pcre2_match_data* md;
-    char* scratch[MAX_STEPS]; /* prefix-space copies, one per step depth */
-    size_t scratch_cap[MAX_STEPS];
-} SplitCtx;
-
-static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n);
-
-/* Split s by step k's regex (Isolated: matches and the gaps between them are pieces) and hand each
- * piece to step k+1. Invalid UTF-8 runs are pieces of their own (see the file comment). */
-static void regex_split(const Tokenizer* t, SplitCtx* c, int k, const pcre2_code* re, const char* s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        size_t v = bpe_utf8_valid_prefix((const uint8_t*)s + i, n - i);
-        if (v == 0) {
-            size_t bad = bpe_utf8_invalid_run((const uint8_t*)s + i, n - i);
-            pretok_step(t, c, k + 1, s + i, bad);
-            i += bad;
-            continue;
-        }
-        const char* run = s + i;
-        size_t pos = 0, last = 0;
-        while (pos < v) {
-            int rc = pcre2_match(re, (PCRE2_SPTR)run, v, pos, PCRE2_NO_UTF_CHECK, c->md, NULL);
-            if (rc == PCRE2_ERROR_NOMATCH) break;
-            RR_ASSERT(rc > 0); /* the subject is valid UTF-8; other errors would be resource limits */
-            PCRE2_SIZE* ov = pcre2_get_ovector_pointer(c->md);
-            size_t ms = ov[0], me = ov[1];
-            if (me == ms) { /* empty match: step over one character */
-                uint32_t cp;
-                int len = utf8_decode((const uint8_t*)run + pos, v - pos, &cp);
-                pos += len > 0 ? (size_t)len : 1;
-                continue;
-            }
-            if (ms > last) pretok_step(t, c, k + 1, run + last, ms - last);
-            pretok_step(t, c, k + 1, run + ms, me - ms);
-            last = pos = me;
-        }
-        if (last < v) pretok_step(t, c, k + 1, run + last, v - last);
-        i += v;
-    }
-}
-
-static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n) {
-    if (n == 0) return; /* HF drops empty pieces */
-    if (k == t->n_steps) {
-        c->fn(c->ctx, s, n, -1);
-        return;
-    }
-    const PretokStep* st = &t->steps[k];
-    if (st->kind == STEP_BYTELEVEL && st->add_prefix_space && s[0] != ' ') {
-        if (c->scratch_cap[k] < n + 1) c->scratch[k] = reallocCheck(c->scratch[k], c->scratch_cap[k] = 2 * n + 64);
-        c->scratch[k][0] = ' ';
-        memcpy(c->scratch[k] + 1, s, n);
-        s = c->scratch[k];
-        n++;
-    }
-    if (!st->re) pretok_step(t, c, k + 1, s, n);
-    else regex_split(t, c, k, st->re, s, n);
-}
-
-static int is_word_char_at(const Tokenizer* t, const char* s, size_t n, pcre2_match_data* md) {
-    return n > 0 && pcre2_match(t->word_re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED, md, NULL) > 0;
-}
-
-/* Find added tokens of pass p (0: normalized=false, 1: normalized=true) in s; pass 0's gaps go to
- * pass 1, pass 1's gaps to the pre-tokenizer. */
-static void added_split(const Tokenizer* t, SplitCtx* c, int p, const char* s, size_t n) {
-    size_t i = 0, start_offset = 0;
-    while (i < n) {
-        const int32_t* cand = t->added_first[p][(uint8_t)s[i]];
-        int hit = -1;
-        for (; cand && *cand >= 0; cand++) {
-            const AddedToken* a = &t->added[*cand];
-            if (a->len <= n - i && !memcmp(s + i, a->content, a->len)) {
-                hit = *cand;
-                break;
-            }
-        }
-        if (hit < 0) {
-            i++;
-            continue;
-        }
-        const AddedToken* a = &t->added[hit];
-        size_t start = i, stop = i + a->len;
-        i = stop; /* the scan resumes after the match even if single_word discards it, as HF */
-        if (a->single_word) { /* HF: discarded if a \w character touches either end */
-            size_t b = start;
-            while (b > 0 && start - b < 4 && (b == start || ((uint8_t)s[b] & 0xC0) == 0x80)) b--;
-            uint32_t cp;
-            int after = stop < n ? utf8_decode((const uint8_t*)s + stop, n - stop, &cp) : 0;
-            if ((start > 0 && is_word_char_at(t, s + b, start - b, c->md)) ||
-                (after > 0 && is_word_char_at(t, s + stop, (size_t)after, c->md)))
-                continue;
-        }
-        if (a->lstrip) {
-            size_t k;
-            while (start > start_offset && (k = ws_before(s, start)) && start - k >= start_offset) start -= k;
-        }
-        if (a->rstrip) {
-            size_t k;
-            while (stop < n && (k = ws_at(s + stop, n - stop))) stop += k;
-            i = stop;
-        }
-        if (start > start_offset) {
-            if (p == 0) added_split(t, c, 1, s + start_offset, start - start_offset);
-            else pretok_step(t, c, 0, s + start_offset, start - start_offset);
-        }
-        c->fn(c->ctx, s + start, stop - start, a->id);
-        start_offset = stop;
-    }
-    if (start_offset < n) {
-        if (p == 0) added_split(t, c, 1, s + start_offset, n - start_offset);
-        else pretok_step(t, c, 0, s + start_offset, n - start_offset);
-    }
-}
-
-void tokenizer_pretokenize(const Tokenizer* t, const char* text, size_t len, TokenizerPieceFn fn, void* ctx) {
-    SplitCtx c = {.fn = fn, .ctx = ctx};
-    c.md = pcre2_match_data_create(4, NULL);
-    if (!c.md) rr_die("tokenizer: out of memory (pcre2_match_data_create)");
-    added_split(t, &c, 0, text, len);
-    pcre2_match_data_free(c.md);
-    for (int k = 0; k < MAX_STEPS; k++) free(c.scratch[k]);
-}
-
-/* ---- BPE ------------------------------------------------------------------------------------------ */
-
-typedef struct {
-    int32_t rank, pos;  /* pos: index of the left symbol */
-    int32_t new_id;
-} Merge;
-
-static int merge_before(const Merge* x, const Merge* y) {
-    return x->rank != y->rank ? x->rank < y->rank : x->pos < y->pos;
-}
-static void heap_push(Merge* h, int* n, Merge m) {
-    int i = (*n)++;
-    while (i > 0) {
-        int parent = (i - 1) / 2;
-        if (!merge_before(&m, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = m;
-}
-static Merge heap_pop(Merge* h, int* n) {
-    Merge top = h[0], last = h[--(*n)];
-    int i = 0;
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        const Merge* best = &last;
-        if (l < *n && merge_before(&h[l], best)) m = l, best = &h[l];
-        if (r < *n && merge_before(&h[r], best)) m = r;
-        if (m == i) break;
-        h[i] = h[m];
-        i = m;
-    }
-    if (*n > 0) h[i] = last;
-    return top;
-}
-
-typedef struct {
-    int32_t* ids; /* output */
-    size_t n, cap;
-    /* per-word work arrays */
-    int32_t *sym, *prev, *next;
-    Merge* heap;
-    size_t work_cap;
-    char* mapped; /* byte-level string of a word (ignore_merges lookups) */
-    size_t mapped_cap;
-    const Tokenizer* t;
-} EncodeCtx;
-
-static void out_push(EncodeCtx* e, int32_t id) {
-    if (e->n == e->cap) e->ids = reallocCheck(e->ids, (e->cap = e->cap ? 2 * e->cap : 256) * sizeof(int32_t));
-    e->ids[e->n++] = id;
-}
-
-static void pair_push(const Tokenizer* t, EncodeCtx* e, int* nh, int32_t pos) {
-    int32_t nx = e->next[pos];
-    if (nx < 0) return;
-    const PairSlot* s = pairmap_find(&t->merges, pair_key(e->sym[pos], e->sym[nx]));
-    if (s->key == UINT64_MAX) return;
-    heap_push(e->heap, nh, (Merge){s->rank, pos, s->new_id});
-}
-
-/* BPE-encode one pre-token of n bytes, appending its ids. */
-static void bpe_word(const Tokenizer* t, EncodeCtx* e, const uint8_t* w, size_t n) {
-    if (t->ignore_merges) { /* a word that is itself a token is taken whole (HF, ignore_merges) */
-        if (e->mapped_cap < 2 * n) e->mapped = reallocCheck(e->mapped, e->mapped_cap = 2 * n + 64);
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++) m += (size_t)bpe_byte_to_utf8(w[i], e->mapped + m);
-        int32_t id = strmap_get(&t->vocab, e->mapped, m);
-        if (id >= 0) {
-            out_push(e, id);
-            return;
-        }
-    }
-    if (e->work_cap < n) {
-        e->work_cap = 2 * n + 64;
-        e->sym = reallocCheck(e->sym, e->work_cap * sizeof(int32_t));
-        e->prev = reallocCheck(e->prev, e->work_cap * sizeof(int32_t));
-        e->next = reallocCheck(e->next, e->work_cap * sizeof(int32_t));
-        e->heap = reallocCheck(e->heap, e->work_cap * 2 * sizeof(Merge));
-    }
-    /* symbols: one per byte; a byte missing from the vocab becomes unk (fused if fuse_unk) */
-    int32_t ns = 0;
-    for (size_t i = 0; i < n; i++) {
-        int32_t id = t->byte_id[w[i]];
-        if (id < 0) {
-            if (t->fuse_unk && ns > 0 && e->sym[ns - 1] == t->unk_id) continue;
-            id = t->unk_id;
-        }
-        e->sym[ns++] = id;
-    }
-    for (int32_t i = 0; i < ns; i++) {
-        e->prev[i] = i - 1;
-        e->next[i] = i + 1 < ns ? i + 1 : -1;
-    }
-    int nh = 0;
-    for (int32_t i = 0; i + 1 < ns; i++) pair_push(t, e, &nh, i);
-    while (nh > 0) {
-        Merge m = heap_pop(e->heap, &nh);
-        int32_t nx = e->next[m.pos];
-        if (e->sym[m.pos] < 0 || nx < 0) continue; /* merged away, or now the last symbol */
-        const PairSlot* s = pairmap_find(&t->merges, pair_key(e->sym[m.pos], e->sym[nx]));
-        if (s->key == UINT64_MAX || s->new_id != m.new_id) continue; /* stale entry */
-        e->sym[m.pos] = m.new_id;
-        e->sym[nx] = -1;
-        e->next[m.pos] = e->next[nx];
-        if (e->next[nx] >= 0) e->prev[e->next[nx]] = m.pos;
-        if (e->prev[m.pos] >= 0) pair_push(t, e, &nh, e->prev[m.pos]);
-        pair_push(t, e, &nh, m.pos);
-    }
-    for (int32_t i = 0; i >= 0 && ns > 0; i = e->next[i]) out_push(e, e->sym[i]);
-}
-
-/* Word cache: BPE is the costly step and natural text repeats words. */
-static int cache_get(const Tokenizer* tc, EncodeCtx* e, const char* w, size_t n) {
-    WordCache* c = (WordCache*)&tc->cache; /* the cache is the one mutable part, guarded by its mutex */
-    int found = 0;
-    pthread_mutex_lock(&c->mu);
-    int32_t ent = strmap_get(&c->map, w, n);
-    if (ent >= 0) {
-        for (uint32_t i = 0; i < c->ent_cnt[ent]; i++) out_push(e, c->ids[c->ent_off[ent] + i]);
-        found = 1;
-    }
-    pthread_mutex_unlock(&c->mu);
-    return found;
-}
-
-static void cache_put(const Tokenizer* tc, const char* w, size_t n, const int32_t* ids, size_t k) {
-    WordCache* c = (WordCache*)&tc->cache;
-    pthread_mutex_lock(&c->mu);
-    if (!c->keys) { /* arenas have a fixed size, so keys already in the map never move */
-        c->keys = mallocCheck(CACHE_KEY_BYTES);
-        c->ids = mallocCheck(CACHE_IDS * sizeof(int32_t));
-        c->ent_off = mallocCheck(CACHE_MAX_ENTRIES * sizeof(uint32_t));
-        c->ent_cnt = mallocCheck(CACHE_MAX_ENTRIES * sizeof(uint32_t));
-    }
-    if (c->n_ent == CACHE_MAX_ENTRIES || c->keys_n + n > CACHE_KEY_BYTES || c->ids_n + k > CACHE_IDS) {
-        /* full: start over rather than evict (cheap, and natural text refills it with its common words) */
-        strmap_free(&c->map);
-        strmap_init(&c->map, 1024);
-        c->n_ent = c->keys_n = c->ids_n = 0;
-    }
-    if (strmap_get(&c->map, w, n) < 0) {
-        memcpy(c->keys + c->keys_n, w, n);
-        memcpy(c->ids + c->ids_n, ids, k * sizeof(int32_t));
-        c->ent_off[c->n_ent] = (uint32_t)c->ids_n;
-        c->ent_cnt[c->n_ent] = (uint32_t)k;
-        strmap_put(&c->map, c->keys + c->keys_n, n, (int32_t)c->n_ent);
-        c->keys_n += n;
-        c->ids_n += k;
-        c->n_ent++;
-    }
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void encode_piece(void* ctx, const char* piece, size_t len, int added_id) {
-    EncodeCtx* e = ctx;
-    if (added_id >= 0) {
-        out_push(e, added_id);
-        return;
-    }
-    if (len > CACHE_MAX_WORD) {
-        bpe_word(e->t, e, (const uint8_t*)piece, len);
-        return;
-    }
-    if (cache_get(e->t, e, piece, len)) return;
-    size_t before = e->n;
-    bpe_word(e->t, e, (const uint8_t*)piece, len);
-    cache_put(e->t, piece, len, e->ids + before, e->n - before);
-}
-
-int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t** ids) {
-    EncodeCtx e = {.t = t};
-    tokenizer_pretokenize(t, text, len, encode_piece, &e);
-    free(e.sym);
-    free(e.prev);
-    free(e.next);
-    free(e.heap);
-    free(e.mapped);
-    if (!e.ids) e.ids = mallocCheck(sizeof(int32_t)); /* a valid pointer even for no ids */
-    *ids = e.ids;
-    return (int)e.n;
-}
-
-char* tokenizer_decode(const Tokenizer* t, const int32_t* ids, int n, size_t* len) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++)
-        if (ids[i] >= 0 && ids[i] < t->n_ids && t->dec[ids[i]]) total += t->dec_len[ids[i]];
-    char* out = mallocCheck(total + 1);
-    size_t o = 0;
-    for (int i = 0; i < n; i++) /* ids without a token are skipped, as HF does */
-        if (ids[i] >= 0 && ids[i] < t->n_ids && t->dec[ids[i]]) {
-            memcpy(out + o, t->dec[ids[i]], t->dec_len[ids[i]]);
-            o += t->dec_len[ids[i]];
-        }
-    out[o] = 0;
-    if (len) *len = o;
-    return out;
-}
