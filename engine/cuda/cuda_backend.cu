@@ -132,6 +132,9 @@ static const Backend backend_cuda = {
     cuda_attention_backward,
 };
 
+// Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them.
+static_assert(sizeof(Backend) == 29 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {
     if (x) *x = 1;
@@ -177,7 +180,9 @@ static int cuda_init(char* why, size_t why_len) {
     cublasCheck(cublasSetMathMode(cuda_ctx.cublas, (tf32 && !strcmp(tf32, "1")) ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                                : CUBLAS_DEFAULT_MATH));
     cudaCheck(cudaMalloc(&cuda_ctx.error, CUDA_ERR_WORDS * sizeof(int)));
-    cudaCheck(cudaMemset(cuda_ctx.error, 0, CUDA_ERR_WORDS * sizeof(int)));
+    // on our stream: a non-blocking stream does not wait for work on the legacy default stream
+    cudaCheck(cudaMemsetAsync(cuda_ctx.error, 0, CUDA_ERR_WORDS * sizeof(int), cuda_ctx.stream));
+    cudaCheck(cudaStreamSynchronize(cuda_ctx.stream));
     return 1;
 }
 
