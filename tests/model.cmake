@@ -26,3 +26,12 @@ foreach(case vit lm llava traj)
                    ${case} ${CMAKE_CURRENT_BINARY_DIR}/model_golden_${case})
   set_tests_properties(model_torch_${case} PROPERTIES LABELS torch TIMEOUT 120)
 endforeach()
+
+# The trainer's own dumps (rrfp-mm train --set train.dump_step=N) on the synthetic recipe, checked by
+# the same reference: step 1 (initial weights, init statistics too) and step 2 (after one AdamW step).
+foreach(n 1 2)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump${n})
+  add_test(NAME model_torch_trainer_dump${n}
+           COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-${n}'")
+  set_tests_properties(model_torch_trainer_dump${n} PROPERTIES LABELS torch TIMEOUT 120)
+endforeach()

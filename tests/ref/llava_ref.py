@@ -375,7 +375,8 @@ def check_vit(d, c):
 def check_step(d, c):
     weights = st_union(weight_files(d, "weights"))
     grads = st_union(weight_files(d, "grads"))
-    check_init(c, weights)
+    if c.get("step", 1) == 1:  # a trainer's dump of step N > 1 holds trained weights
+        check_init(c, weights)
     model = load_model(c, weights)
     mbs = microbatches(d)
     n_sup = sum(int((mb["targets"] != -100).sum()) for mb in mbs)
@@ -456,8 +457,16 @@ def check_traj(d, c):
 
 
 def check_dir(d):
-    with open(os.path.join(d, "config.json")) as f:
+    path = os.path.join(d, "config.json")
+    if not os.path.isfile(path):
+        print(f"error: {path} does not exist: not a step dump (README.md, \"Step dumps\")")
+        return 1
+    with open(path) as f:
         c = json.load(f)
+    for key in ("patch", "Dv", "Lv", "Hv", "Dt", "Lt", "Ht", "F", "V", "init_std"):
+        if key not in c:
+            print(f"error: {path}: no \"{key}\" (the model config that model_dump_config writes)")
+            return 1
     case = c.get("case", "step")
     print(f"checking {d} (case {case})")
     {"vit": check_vit, "traj": check_traj}.get(case, check_step)(d, c)
