@@ -17,5 +17,7 @@ int cmd_tensors(int argc, char** argv);
 int cmd_tokenizer(int argc, char** argv);
 int cmd_sim(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
+int cmd_demo_data(int argc, char** argv);
+int cmd_pack(int argc, char** argv);
 
 #endif

@@ -13,6 +13,8 @@ static const CliCommand commands[] = {
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode and decode text"},
     {"sim", cmd_sim, "simulate a pipeline step: hint x dispatch mode on a virtual clock"},
     {"trace", cmd_trace, "merge per-rank Chrome traces and draw an SVG timeline"},
+    {"demo-data", cmd_demo_data, "write the demo data set: coloured-shape scenes, questions, held-out split"},
+    {"pack", cmd_pack, "pack a LLaVA manifest and its JPEGs into .rrs shards"},
 };
 static const int n_commands = (int)(sizeof(commands) / sizeof(commands[0]));
 

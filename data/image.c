@@ -1,0 +1,253 @@
+/* image.c — JPEG decode/encode (TurboJPEG), smart_resize, Pillow-compatible antialiased bilinear
+ * resize in float, normalisation and patchify. See image.h for the exact rules. */
+#include "data/image.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "engine/util.h"
+
+struct JpegCodec {
+    tjhandle dec, enc;
+};
+
+JpegCodec* jpeg_codec_new(void) {
+    JpegCodec* c = callocCheck(1, sizeof *c);
+    c->dec = tjInitDecompress();
+    if (!c->dec) rr_die("TurboJPEG: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
+    return c;
+}
+
+void jpeg_codec_free(JpegCodec* c) {
+    if (!c) return;
+    if (c->dec) tjDestroy(c->dec);
+    if (c->enc) tjDestroy(c->enc);
+    free(c);
+}
+
+/* Name what the bytes are when they are not a JPEG: the usual mistake is a PNG or GIF named .jpg. */
+static void describe_not_jpeg(const uint8_t* b, size_t n, char* err, size_t err_len) {
+    const char* what = "";
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) what = ": a PNG file";
+    else if (n >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6))) what = ": a GIF file";
+    else if (n >= 2 && b[0] == 'B' && b[1] == 'M') what = ": a BMP file";
+    else if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) what = ": a WebP file";
+    if (n == 0) {
+        snprintf(err, err_len, "not a JPEG (empty file)");
+        return;
+    }
+    char hex[16] = "";
+    int k = 0;
+    for (size_t i = 0; i < n && i < 4; i++) k += snprintf(hex + k, sizeof hex - k, i ? " %02x" : "%02x", b[i]);
+    snprintf(err, err_len, "not a JPEG (starts with %s, expected ff d8%s)", hex, what);
+}
+
+int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len) {
+    if (n < 2 || buf[0] != 0xFF || buf[1] != 0xD8) {
+        describe_not_jpeg(buf, n, err, err_len);
+        return -1;
+    }
+    int sub = 0, cs = 0;
+    if (tjDecompressHeader3(c->dec, buf, (unsigned long)n, w, h, &sub, &cs) != 0) {
+        snprintf(err, err_len, "corrupt JPEG header: %s", tjGetErrorStr2(c->dec));
+        return -1;
+    }
+    if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
+        snprintf(err, err_len, "unsupported JPEG colour space %s (only RGB/YCbCr and greyscale)",
+                 cs == TJCS_CMYK ? "CMYK" : "YCCK");
+        return -1;
+    }
+    if (*w <= 0 || *h <= 0) {
+        snprintf(err, err_len, "JPEG has an empty size %dx%d", *w, *h);
+        return -1;
+    }
+    return 0;
+}
+
+uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
+                         size_t err_len) {
+    int w, h;
+    if (jpeg_read_header(c, buf, n, &w, &h, err, err_len) != 0) return NULL;
+    RR_ASSERT(scale == 1 || scale == 2 || scale == 4 || scale == 8);
+    tjscalingfactor sf = {1, scale};
+    int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+    uint8_t* rgb = mallocCheck((size_t)sw * sh * 3);
+    /* STOPONWARNING: libjpeg only warns on a truncated file and fills the rest with grey; such an
+     * image must be rejected. LIMITSCANS: refuse progressive files with absurd scan counts. */
+    int flags = TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS;
+    if (tjDecompress2(c->dec, buf, (unsigned long)n, rgb, sw, 0, sh, TJPF_RGB, flags) != 0) {
+        snprintf(err, err_len, "corrupt JPEG: %s", tjGetErrorStr2(c->dec));
+        free(rgb);
+        return NULL;
+    }
+    *ow = sw;
+    *oh = sh;
+    return rgb;
+}
+
+uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int quality, int progressive,
+                         size_t* out_len) {
+    if (!c->enc) {
+        c->enc = tjInitCompress();
+        if (!c->enc) rr_die("TurboJPEG: tjInitCompress failed: %s", tjGetErrorStr2(NULL));
+    }
+    unsigned char* out = NULL;
+    unsigned long len = 0;
+    int flags = progressive ? TJFLAG_PROGRESSIVE : 0;
+    if (tjCompress2(c->enc, rgb, w, 0, h, TJPF_RGB, &out, &len, TJSAMP_420, quality, flags) != 0)
+        rr_die("TurboJPEG: tjCompress2 of a %dx%d image failed: %s", w, h, tjGetErrorStr2(c->enc));
+    /* hand back a malloc'd copy so callers free() it like every other buffer here */
+    uint8_t* copy = mallocCheck(len);
+    memcpy(copy, out, len);
+    tjFree(out);
+    *out_len = len;
+    return copy;
+}
+
+/* ---- smart_resize ------------------------------------------------------------------------------ */
+
+void image_smart_resize(int h, int w, int p, int min_patches, int max_patches, int* grid_h, int* grid_w) {
+    RR_ASSERT(h > 0 && w > 0 && p > 0 && min_patches >= 1 && max_patches >= min_patches);
+    double min_pixels = (double)min_patches * p * p, max_pixels = (double)max_patches * p * p;
+    /* rint: round half to even in the default rounding mode, as Python 3's round() */
+    long hb = (long)rint((double)h / p) * p, wb = (long)rint((double)w / p) * p;
+    if (hb < p) hb = p;
+    if (wb < p) wb = p;
+    if ((double)hb * wb > max_pixels) {
+        double beta = sqrt(((double)h * w) / max_pixels);
+        hb = (long)floor(((double)h / beta) / p) * p;
+        wb = (long)floor(((double)w / beta) / p) * p;
+        if (hb < p) hb = p;
+        if (wb < p) wb = p;
+    } else if ((double)hb * wb < min_pixels) {
+        double beta = sqrt(min_pixels / ((double)h * w));
+        hb = (long)ceil(((double)h * beta) / p) * p;
+        wb = (long)ceil(((double)w * beta) / p) * p;
+    }
+    long gh = hb / p, gw = wb / p;
+    while (gh * gw > max_patches) {
+        if (gh >= gw && gh > 1) gh--;
+        else gw--;
+    }
+    *grid_h = (int)gh;
+    *grid_w = (int)gw;
+}
+
+int image_dct_scale(int w, int h, int ow, int oh) {
+    int s = w / ow < h / oh ? w / ow : h / oh;
+    if (s >= 8) return 8;
+    if (s >= 4) return 4;
+    if (s >= 2) return 2;
+    return 1;
+}
+
+/* ---- resize ------------------------------------------------------------------------------------ */
+
+/* Pillow's precompute_coeffs (libImaging/Resample.c) for the bilinear (triangle) filter, support 1:
+ * for each output pixel xx, taps [bounds[2xx], bounds[2xx] + bounds[2xx+1]) with normalised weights
+ * kk[xx*ksize + i]. Returns ksize. */
+static int resize_coeffs(int in_size, int out_size, int** bounds_out, float** kk_out) {
+    double scale = (double)in_size / out_size, filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = 1.0 * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+    int* bounds = mallocCheck(sizeof(int) * 2 * out_size);
+    float* kk = callocCheck((size_t)out_size * ksize, sizeof(float));
+    double* tmp = mallocCheck(sizeof(double) * ksize);
+    for (int xx = 0; xx < out_size; xx++) {
+        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0) xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            double t = fabs((x + xmin - center + 0.5) * ss);
+            double wgt = t < 1.0 ? 1.0 - t : 0.0;
+            tmp[x] = wgt;
+            ww += wgt;
+        }
+        for (int x = 0; x < xmax; x++) kk[(size_t)xx * ksize + x] = (float)(ww != 0.0 ? tmp[x] / ww : tmp[x]);
+        bounds[2 * xx] = xmin;
+        bounds[2 * xx + 1] = xmax;
+    }
+    free(tmp);
+    *bounds_out = bounds;
+    *kk_out = kk;
+    return ksize;
+}
+
+void image_resize_bilinear(const uint8_t* rgb, int w, int h, float* out, int ow, int oh) {
+    int *bh, *bv;
+    float *kh, *kv;
+    int ksh = resize_coeffs(w, ow, &bh, &kh);
+    int ksv = resize_coeffs(h, oh, &bv, &kv);
+    /* only the source rows the vertical pass reads go through the horizontal pass (as Pillow) */
+    int y0 = bv[0], y1 = bv[2 * (oh - 1)] + bv[2 * (oh - 1) + 1];
+    int rows = y1 - y0;
+    float* tmp = mallocCheck(sizeof(float) * (size_t)rows * ow * 3);
+    for (int y = 0; y < rows; y++) {
+        const uint8_t* src = rgb + (size_t)(y + y0) * w * 3;
+        float* dst = tmp + (size_t)y * ow * 3;
+        for (int xx = 0; xx < ow; xx++) {
+            const float* k = kh + (size_t)xx * ksh;
+            const uint8_t* s = src + (size_t)bh[2 * xx] * 3;
+            float r = 0.f, g = 0.f, b = 0.f;
+            for (int i = 0; i < bh[2 * xx + 1]; i++) {
+                r += k[i] * s[3 * i];
+                g += k[i] * s[3 * i + 1];
+                b += k[i] * s[3 * i + 2];
+            }
+            dst[3 * xx] = r, dst[3 * xx + 1] = g, dst[3 * xx + 2] = b;
+        }
+    }
+    size_t row = (size_t)ow * 3;
+    for (int yy = 0; yy < oh; yy++) {
+        const float* k = kv + (size_t)yy * ksv;
+        float* dst = out + (size_t)yy * row;
+        const float* s = tmp + (size_t)(bv[2 * yy] - y0) * row;
+        for (size_t x = 0; x < row; x++) dst[x] = 0.f;
+        for (int i = 0; i < bv[2 * yy + 1]; i++) {
+            float ki = k[i];
+            const float* si = s + (size_t)i * row;
+            for (size_t x = 0; x < row; x++) dst[x] += ki * si[x];
+        }
+    }
+    free(tmp);
+    free(bh), free(bv), free(kh), free(kv);
+}
+
+void image_patchify(const float* img, int gh, int gw, int p, float* out) {
+    int W = gw * p;
+    for (int r = 0; r < gh; r++)
+        for (int c = 0; c < gw; c++) {
+            float* o = out + ((size_t)r * gw + c) * 3 * p * p;
+            for (int i = 0; i < p; i++) {
+                const float* src = img + ((size_t)(r * p + i) * W + (size_t)c * p) * 3;
+                for (int j = 0; j < 3 * p; j++) *o++ = src[j] * (1.0f / 127.5f) - 1.0f;
+            }
+        }
+}
+
+int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches,
+                       float** patches, int* grid_h, int* grid_w, char* err, size_t err_len) {
+    int w, h;
+    if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    int gh, gw;
+    image_smart_resize(h, w, p, min_patches, max_patches, &gh, &gw);
+    int oh = gh * p, ow = gw * p;
+    int sw, sh;
+    uint8_t* rgb = jpeg_decode_rgb(c, jpeg, n, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
+    if (!rgb) return -1;
+    float* img = mallocCheck(sizeof(float) * (size_t)ow * oh * 3);
+    image_resize_bilinear(rgb, sw, sh, img, ow, oh);
+    free(rgb);
+    *patches = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);
+    image_patchify(img, gh, gw, p, *patches);
+    free(img);
+    *grid_h = gh;
+    *grid_w = gw;
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* image.h — image preprocessing exactly as DESIGN.md section 4: JPEG decode to RGB8 (TurboJPEG,
+ * DCT-domain down-scaling where the target is at most half the source), Qwen2-VL smart_resize
+ * dimensions with patch size p and [min_patches, max_patches], antialiased bilinear resize with
+ * Pillow's Image.resize(BILINEAR) semantics (computed in float, not rounded through 8 bits), and
+ * normalisation x/127.5 - 1 into row-major patches, each flattened (row, col, channel).
+ *
+ * A JpegCodec wraps one TurboJPEG handle: it is not thread-safe, so each thread keeps its own. */
+#ifndef RRFP_DATA_IMAGE_H
+#define RRFP_DATA_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct JpegCodec JpegCodec;
+
+JpegCodec* jpeg_codec_new(void);
+void jpeg_codec_free(JpegCodec* c);
+
+/* Header of a JPEG: width, height, colour space. Returns 0, or -1 with the reason in err
+ * ("not a JPEG (starts with 89 50 4e 47: a PNG file)", "unsupported colour space CMYK", ...). */
+int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
+
+/* Decode to packed RGB8 at 1/scale of the full size (scale 1, 2, 4 or 8; the scaled size is
+ * ceil(w/scale) x ceil(h/scale), TurboJPEG's TJSCALED). Greyscale is expanded to RGB. Any libjpeg
+ * warning (a truncated file, corrupt data) is an error here: a damaged image is rejected, never
+ * half-grey. Returns a malloc'd buffer and sets *ow, *oh; NULL with the reason in err. */
+uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
+                         size_t err_len);
+
+/* Encode packed RGB8 (quality 1..100, 4:2:0, progressive when asked). Returns a malloc'd buffer. */
+uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int quality, int progressive,
+                         size_t* out_len);
+
+/* Qwen2-VL smart_resize with factor p, min_pixels = min_patches p^2, max_pixels = max_patches p^2:
+ * each side rounded (half to even, as Python's round) to a multiple of p, at least p; if the area is
+ * above max_pixels both sides are scaled by sqrt(h w / max_pixels) and floored to multiples of p (at
+ * least p), if below min_pixels scaled up by sqrt(min_pixels / (h w)) and ceiled. Where that still
+ * leaves more than max_patches (extreme aspect ratios, or min_patches close to max_patches), the
+ * longer grid side loses one patch at a time: max_patches is a hard bound (a microbatch budget
+ * depends on it), min_patches is met whenever the aspect ratio allows. Returns the grid. */
+void image_smart_resize(int h, int w, int p, int min_patches, int max_patches, int* grid_h, int* grid_w);
+
+/* DCT scale (1, 2, 4 or 8) used to decode a w x h JPEG for a ow x oh target: the largest a with
+ * a <= min(w / ow, h / oh) (integer division), i.e. Pillow's Image.draft rule. */
+int image_dct_scale(int w, int h, int ow, int oh);
+
+/* Antialiased bilinear resize of packed RGB8 (w x h) to float RGB (ow x oh, values 0..255), with
+ * Pillow's coefficients (triangle filter, support scaled by the down-scale factor, pixel centres at
+ * +0.5, weights normalised per output pixel), horizontal pass then vertical pass. `out` holds
+ * ow*oh*3 floats. */
+void image_resize_bilinear(const uint8_t* rgb, int w, int h, float* out, int ow, int oh);
+
+/* Normalise x/127.5 - 1 and cut the (gh*p) x (gw*p) float image into gh*gw patches, row-major over
+ * the grid, each flattened (row, col, channel): out holds gh*gw*3*p*p floats. */
+void image_patchify(const float* img, int gh, int gw, int p, float* out);
+
+/* The whole pipeline for one JPEG: header, smart_resize grid, DCT-scaled decode, resize, patchify.
+ * *patches is malloc'd (gh*gw*3p^2 floats). Returns 0, or -1 with the reason in err. */
+int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches,
+                       float** patches, int* grid_h, int* grid_w, char* err, size_t err_len);
+
+#endif

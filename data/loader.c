@@ -1,0 +1,895 @@
+/* loader.c — shards -> sample stream -> worker threads (read, verify, decode, resize) -> packer ->
+ * steps of Microbatches. The rules are in loader.h; this file keeps them deterministic: the plan is a
+ * function of the index and the frames' checksums only, workers just fill slots of a ring in stream
+ * order, and the consumer alone decides what goes where. */
+#include "data/loader.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "data/image.h"
+#include "data/shard.h"
+#include "engine/util.h"
+
+/* ---- one processed sample ---------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t k;          /* stream position */
+    int64_t g;          /* global sample index */
+    int damaged;        /* 1: skipped, why says so */
+    char why[384];
+    int n_tokens;
+    int32_t* ids;
+    uint8_t* mask;
+    int n_images, Np;
+    float* patches;     /* (Np, 3p^2), NULL without decode_images */
+} SampleData;
+
+static void sample_data_clear(SampleData* d) {
+    free(d->ids), free(d->mask), free(d->patches);
+    memset(d, 0, sizeof *d);
+}
+
+enum { SLOT_EMPTY = 0, SLOT_BUSY, SLOT_DONE };
+typedef struct {
+    int state;
+    SampleData d;
+} Slot;
+
+struct Loader {
+    LoaderConfig cfg;
+    char shards_path[1024];
+    int n_shards;
+    Shard* shards;
+    int64_t N;
+    int64_t* shard_base;   /* (n_shards+1) first global index of each shard */
+    int32_t* cost_L;       /* (N) LM positions */
+    double* cost_b;        /* (N) balanced cost */
+    int64_t* img_base;     /* (N+1) first image of each sample in grid_h/grid_w */
+    uint16_t *grid_h, *grid_w;
+    int64_t per_rank;      /* samples per rank per epoch */
+    uint64_t config_hash;
+    int oversize_total;
+
+    /* permutation cache (two epochs), guarded by mu */
+    int64_t perm_epoch[2];
+    int64_t* perm[2];
+
+    /* ring of processed samples, guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_done;
+    Slot* ring;
+    int64_t cap;
+    int64_t next_claim;  /* next stream position a worker takes */
+    int64_t base;        /* consumer's next take; workers stay below base + cap */
+    int stop;
+    int n_workers;
+    pthread_t* threads;
+    int64_t bytes_read;
+
+    /* consumer state */
+    SampleData held;       /* fifo: the sample that did not fit (position held.k), or n_tokens = -1 */
+    int has_held;
+    int64_t g_start, g_end; /* current group's stream range */
+    Microbatch* grp;        /* the group's microbatches */
+    int grp_n, grp_next, grp_cap;
+    LoaderPos at_group;     /* counters when the current group began */
+    LoaderStats st;
+    Microbatch* step_mbs;   /* last step handed out (owned here) */
+    int step_n;
+};
+
+/* ---- small helpers ------------------------------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void loader_config_default(LoaderConfig* c) {
+    memset(c, 0, sizeof *c);
+    c->microbatch_tokens = 1024;
+    c->microbatches = 4;
+    c->policy = LOADER_POLICY_FFD;
+    c->window = 64;
+    c->workers = 1;
+    c->seed = 1;
+    c->patch = 8, c->min_patches = 16, c->max_patches = 64;
+    c->dp_rank = 0, c->dp_size = 1;
+    c->decode_images = 1;
+}
+
+int loader_policy_parse(const char* s, LoaderPolicy* p) {
+    if (!strcmp(s, "fifo")) *p = LOADER_POLICY_FIFO;
+    else if (!strcmp(s, "ffd")) *p = LOADER_POLICY_FFD;
+    else if (!strcmp(s, "balanced")) *p = LOADER_POLICY_BALANCED;
+    else return -1;
+    return 0;
+}
+
+static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+/* *.rrs files of a folder in name order, or the one file. */
+static int list_shards(const char* path, char*** out, int* n, char* err, size_t err_len) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, err_len, "data.shards '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    *n = 0;
+    if (!S_ISDIR(st.st_mode)) {
+        *out = mallocCheck(sizeof(char*));
+        (*out)[0] = strdup(path);
+        *n = 1;
+        return 0;
+    }
+    DIR* d = opendir(path);
+    if (!d) {
+        snprintf(err, err_len, "data.shards '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    int cap = 16;
+    char** v = mallocCheck(sizeof(char*) * cap);
+    for (struct dirent* de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 4, ".rrs") != 0) continue;
+        if (*n == cap) v = reallocCheck(v, sizeof(char*) * (cap *= 2));
+        size_t pl = strlen(path) + l + 2;
+        v[*n] = mallocCheck(pl);
+        snprintf(v[*n], pl, "%s/%s", path, de->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n == 0) {
+        free(v);
+        snprintf(err, err_len, "data.shards '%s' holds no .rrs shard\n---> HINT: make shards with `rrfp-mm pack`",
+                 path);
+        return -1;
+    }
+    qsort(v, (size_t)*n, sizeof(char*), cmp_str);
+    *out = v;
+    return 0;
+}
+
+static int shard_of(const Loader* L, int64_t g) {
+    int lo = 0, hi = L->n_shards - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (L->shard_base[mid] <= g) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static const char* sample_id(const Loader* L, int64_t g, int* shard, int64_t* local) {
+    int s = shard_of(L, g);
+    int64_t i = g - L->shard_base[s];
+    if (shard) *shard = s;
+    if (local) *local = i;
+    return L->shards[s].ids + L->shards[s].entries[i].id_off;
+}
+
+/* Global sample at stream position k (caller holds mu or is the only thread). */
+static int64_t stream_sample(Loader* L, int64_t k) {
+    int64_t e = k / L->per_rank, j = k % L->per_rank;
+    int slot = -1;
+    for (int s = 0; s < 2; s++)
+        if (L->perm[s] && L->perm_epoch[s] == e) slot = s;
+    if (slot < 0) {
+        /* replace the older cached epoch */
+        slot = (L->perm[0] && L->perm[1]) ? (L->perm_epoch[0] < L->perm_epoch[1] ? 0 : 1) : (L->perm[0] ? 1 : 0);
+        if (!L->perm[slot]) L->perm[slot] = mallocCheck(sizeof(int64_t) * (size_t)L->N);
+        int64_t* p = L->perm[slot];
+        for (int64_t i = 0; i < L->N; i++) p[i] = i;
+        uint64_t st = mix64(L->cfg.seed * 0x9E3779B97F4A7C15ull ^ mix64((uint64_t)e + 0x632BE59BD9B4E019ull));
+        for (int64_t i = L->N - 1; i > 0; i--) {
+            st += 0x9E3779B97F4A7C15ull;
+            int64_t r = (int64_t)(mix64(st) % (uint64_t)(i + 1));
+            int64_t t = p[i];
+            p[i] = p[r], p[r] = t;
+        }
+        L->perm_epoch[slot] = e;
+    }
+    return L->perm[slot][j * L->cfg.dp_size + L->cfg.dp_rank];
+}
+
+/* ---- workers ----------------------------------------------------------------------------------------- */
+
+static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData* d, int64_t* bytes) {
+    int s;
+    int64_t i;
+    sample_id(L, d->g, &s, &i);
+    const Shard* sh = &L->shards[s];
+    ShardSample ss;
+    char err[320];
+    *bytes += sh->entries[i].size;
+    if (shard_read_sample(sh, (uint64_t)i, dctx, &ss, err, sizeof err) != 0) {
+        d->damaged = 1;
+        snprintf(d->why, sizeof d->why, "%s", err);
+        return;
+    }
+    d->n_tokens = ss.n_tokens;
+    d->ids = mallocCheck(sizeof(int32_t) * (size_t)(ss.n_tokens ? ss.n_tokens : 1));
+    d->mask = mallocCheck((size_t)(ss.n_tokens ? ss.n_tokens : 1));
+    memcpy(d->ids, ss.ids, sizeof(int32_t) * (size_t)ss.n_tokens);
+    memcpy(d->mask, ss.mask, (size_t)ss.n_tokens);
+    d->n_images = ss.n_images;
+    int64_t ib = L->img_base[d->g];
+    d->Np = 0;
+    for (int k = 0; k < ss.n_images; k++) d->Np += L->grid_h[ib + k] * L->grid_w[ib + k];
+    if (L->cfg.decode_images && d->Np > 0) {
+        int p = L->cfg.patch;
+        size_t row = (size_t)3 * p * p;
+        d->patches = mallocCheck(sizeof(float) * row * (size_t)d->Np);
+        size_t off = 0;
+        for (int k = 0; k < ss.n_images; k++) {
+            float* pt = NULL;
+            int gh, gw;
+            if (image_load_patches(jc, ss.jpeg[k], ss.jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, &pt, &gh,
+                                   &gw, err, sizeof err) != 0) {
+                d->damaged = 1;
+                snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
+                break;
+            }
+            if (gh != L->grid_h[ib + k] || gw != L->grid_w[ib + k]) {
+                d->damaged = 1;
+                snprintf(d->why, sizeof d->why, "image %d: decoded grid %dx%d differs from the index's %dx%d", k, gh, gw,
+                         L->grid_h[ib + k], L->grid_w[ib + k]);
+                free(pt);
+                break;
+            }
+            memcpy(d->patches + off, pt, sizeof(float) * row * (size_t)gh * gw);
+            off += row * (size_t)gh * gw;
+            free(pt);
+        }
+    }
+    shard_sample_free(&ss);
+    if (d->damaged) {
+        int64_t k = d->k, g = d->g;
+        char why[384];
+        memcpy(why, d->why, sizeof why);
+        sample_data_clear(d);
+        d->k = k, d->g = g, d->damaged = 1;
+        memcpy(d->why, why, sizeof why);
+    }
+}
+
+static void* worker_main(void* arg) {
+    Loader* L = arg;
+    JpegCodec* jc = jpeg_codec_new();
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    pthread_mutex_lock(&L->mu);
+    for (;;) {
+        while (!L->stop && L->next_claim >= L->base + L->cap) pthread_cond_wait(&L->cv_work, &L->mu);
+        if (L->stop) break;
+        int64_t k = L->next_claim++;
+        Slot* sl = &L->ring[k % L->cap];
+        RR_ASSERT(sl->state == SLOT_EMPTY);
+        sl->state = SLOT_BUSY;
+        SampleData d;
+        memset(&d, 0, sizeof d);
+        d.k = k;
+        d.g = stream_sample(L, k);
+        pthread_mutex_unlock(&L->mu);
+        int64_t bytes = 0;
+        process_sample(L, jc, dctx, &d, &bytes);
+        pthread_mutex_lock(&L->mu);
+        sl->d = d;
+        sl->state = SLOT_DONE;
+        L->bytes_read += bytes;
+        pthread_cond_broadcast(&L->cv_done);
+    }
+    pthread_mutex_unlock(&L->mu);
+    ZSTD_freeDCtx(dctx);
+    jpeg_codec_free(jc);
+    return NULL;
+}
+
+static void workers_start(Loader* L, int64_t from) {
+    L->next_claim = from;
+    L->base = from;
+    L->stop = 0;
+    L->threads = mallocCheck(sizeof(pthread_t) * (size_t)L->n_workers);
+    for (int i = 0; i < L->n_workers; i++)
+        if (pthread_create(&L->threads[i], NULL, worker_main, L) != 0) rr_die("pthread_create failed for a loader worker");
+}
+
+static void workers_stop(Loader* L) {
+    if (!L->threads) return;
+    pthread_mutex_lock(&L->mu);
+    L->stop = 1;
+    pthread_cond_broadcast(&L->cv_work);
+    pthread_mutex_unlock(&L->mu);
+    for (int i = 0; i < L->n_workers; i++) pthread_join(L->threads[i], NULL);
+    free(L->threads);
+    L->threads = NULL;
+    for (int64_t i = 0; i < L->cap; i++) {
+        sample_data_clear(&L->ring[i].d);
+        L->ring[i].state = SLOT_EMPTY;
+    }
+}
+
+/* Take stream position k (must be the consumer's next): waits for its worker. */
+static void take(Loader* L, int64_t k, SampleData* out) {
+    if (L->has_held && L->held.k == k) {
+        *out = L->held;
+        L->has_held = 0;
+        memset(&L->held, 0, sizeof L->held);
+        return;
+    }
+    RR_ASSERT(k == L->base);
+    Slot* sl = &L->ring[k % L->cap];
+    pthread_mutex_lock(&L->mu);
+    if (sl->state != SLOT_DONE) {
+        double t0 = rr_now();
+        while (sl->state != SLOT_DONE) pthread_cond_wait(&L->cv_done, &L->mu);
+        L->st.wait_s += rr_now() - t0;
+    }
+    *out = sl->d;
+    memset(&sl->d, 0, sizeof sl->d);
+    sl->state = SLOT_EMPTY;
+    L->base = k + 1;
+    pthread_cond_broadcast(&L->cv_work);
+    pthread_mutex_unlock(&L->mu);
+}
+
+/* ---- microbatch assembly ------------------------------------------------------------------------- */
+
+static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
+    memset(mb, 0, sizeof *mb);
+    int p = L->cfg.patch, img_tok = L->shards[0].info.image_token;
+    size_t row = (size_t)3 * p * p;
+    int T = 0, I = 0, Np = 0;
+    for (int i = 0; i < S; i++) {
+        T += L->cost_L[s[i]->g];
+        I += s[i]->n_images;
+        Np += s[i]->Np;
+    }
+    mb->S = S, mb->T = T, mb->I = I, mb->Np = Np, mb->patch = p;
+    mb->cu_seqlens = mallocCheck(sizeof(int32_t) * (S + 1));
+    mb->ids = mallocCheck(sizeof(int32_t) * (T ? T : 1));
+    mb->targets = mallocCheck(sizeof(int32_t) * (T ? T : 1));
+    mb->pos = mallocCheck(sizeof(int32_t) * (T ? T : 1));
+    mb->sample_index = mallocCheck(sizeof(int64_t) * (S ? S : 1));
+    mb->img_cu_patches = mallocCheck(sizeof(int32_t) * (I + 1));
+    mb->grid_h = mallocCheck(sizeof(int32_t) * (I ? I : 1));
+    mb->grid_w = mallocCheck(sizeof(int32_t) * (I ? I : 1));
+    mb->img_lm_start = mallocCheck(sizeof(int32_t) * (I ? I : 1));
+    mb->patch_row = mallocCheck(sizeof(int32_t) * (Np ? Np : 1));
+    mb->patch_col = mallocCheck(sizeof(int32_t) * (Np ? Np : 1));
+    if (L->cfg.decode_images) mb->patches = mallocCheck(sizeof(float) * row * (Np ? Np : 1));
+    uint8_t* sup = mallocCheck(T ? T : 1);
+    int t = 0, ii = 0, np = 0;
+    mb->img_cu_patches[0] = 0;
+    for (int i = 0; i < S; i++) {
+        const SampleData* d = s[i];
+        mb->cu_seqlens[i] = t;
+        mb->sample_index[i] = d->g;
+        int start = t, k = 0;
+        int64_t ib = L->img_base[d->g];
+        for (int j = 0; j < d->n_tokens; j++) {
+            if (d->ids[j] == img_tok) {
+                int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
+                mb->grid_h[ii] = gh, mb->grid_w[ii] = gw, mb->img_lm_start[ii] = t;
+                for (int r = 0; r < gh; r++)
+                    for (int c = 0; c < gw; c++) {
+                        mb->ids[t] = -1, sup[t] = 0, mb->pos[t] = t - start, t++;
+                        mb->patch_row[np] = r, mb->patch_col[np] = c, np++;
+                    }
+                mb->img_cu_patches[ii + 1] = np;
+                ii++, k++;
+            } else {
+                mb->ids[t] = d->ids[j], sup[t] = d->mask[j], mb->pos[t] = t - start, t++;
+            }
+        }
+        for (int u = start; u < t; u++) {
+            int sv = u + 1 < t && sup[u + 1];
+            mb->targets[u] = sv ? mb->ids[u + 1] : -100;
+            mb->n_supervised += sv;
+        }
+        if (mb->patches && d->Np)
+            memcpy(mb->patches + row * (size_t)(np - d->Np), d->patches, sizeof(float) * row * (size_t)d->Np);
+    }
+    mb->cu_seqlens[S] = t;
+    RR_ASSERT(t == T && ii == I && np == Np);
+    free(sup);
+}
+
+/* ---- packing ----------------------------------------------------------------------------------------- */
+
+typedef struct {
+    SampleData** v;
+    int n, cap;
+    int64_t tokens;
+    double cost;
+} Bin;
+
+static void bin_add(Bin* b, SampleData* d, int L_) {
+    if (b->n == b->cap) b->v = reallocCheck(b->v, sizeof(SampleData*) * (size_t)(b->cap = b->cap ? 2 * b->cap : 8));
+    b->v[b->n++] = d;
+    b->tokens += L_;
+}
+
+static int cmp_sample_k(const void* a, const void* b) {
+    int64_t x = (*(SampleData* const*)a)->k, y = (*(SampleData* const*)b)->k;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    const Loader* L;
+    SampleData** v;
+    int by_cost;
+} SortCtx;
+static SortCtx g_sort; /* qsort has no context argument in C11; only the consumer thread sorts */
+static int cmp_decreasing(const void* a, const void* b) {
+    const SampleData *x = *(SampleData* const*)a, *y = *(SampleData* const*)b;
+    double cx = g_sort.by_cost ? g_sort.L->cost_b[x->g] : g_sort.L->cost_L[x->g];
+    double cy = g_sort.by_cost ? g_sort.L->cost_b[y->g] : g_sort.L->cost_L[y->g];
+    if (cx != cy) return cx > cy ? -1 : 1;
+    return (x->k > y->k) - (x->k < y->k);
+}
+
+static void report_damaged(Loader* L, const SampleData* d) {
+    int s;
+    int64_t i;
+    const char* id = sample_id(L, d->g, &s, &i);
+    rr_warn("data: %s sample %lld (id '%s'): %s; skipped (%lld damaged so far)", L->shards[s].path, (long long)i, id,
+            d->why, (long long)(L->st.skipped_damaged + 1));
+}
+
+/* Next usable sample at or after *k: skips (and counts) damaged and over-budget ones. Returns 0 with
+ * *out filled, or -1 with err when damage is fatal. */
+static int next_usable(Loader* L, int64_t* k, SampleData* out, char* err, size_t err_len) {
+    for (;;) {
+        take(L, *k, out);
+        (*k)++;
+        if (out->damaged) {
+            if (L->cfg.fatal_errors) {
+                int s;
+                int64_t i;
+                const char* id = sample_id(L, out->g, &s, &i);
+                snprintf(err, err_len, "%s sample %lld (id '%s'): %s\n---> HINT: data.on_error = skip reports and skips "
+                         "damaged samples", L->shards[s].path, (long long)i, id, out->why);
+                sample_data_clear(out);
+                return -1;
+            }
+            report_damaged(L, out);
+            L->st.skipped_damaged++;
+            sample_data_clear(out);
+            continue;
+        }
+        if (L->cost_L[out->g] > L->cfg.microbatch_tokens) {
+            L->st.skipped_oversize++;
+            sample_data_clear(out);
+            continue;
+        }
+        return 0;
+    }
+}
+
+static void group_clear(Loader* L) {
+    for (int i = L->grp_next; i < L->grp_n; i++) microbatch_free(&L->grp[i]);
+    L->grp_n = L->grp_next = 0;
+}
+
+/* Form the packing group starting at L->g_end: fills L->grp. */
+static int group_form(Loader* L, char* err, size_t err_len) {
+    group_clear(L);
+    L->g_start = L->g_end;
+    L->at_group.stream_pos = L->g_start;
+    L->at_group.samples = L->st.samples;
+    L->at_group.skipped_damaged = L->st.skipped_damaged;
+    L->at_group.skipped_oversize = L->st.skipped_oversize;
+    int64_t k = L->g_start;
+    int B = L->cfg.microbatch_tokens;
+    int nb = 0, cap_b = 8;
+    Bin* bins = callocCheck((size_t)cap_b, sizeof(Bin));
+    SampleData** items = NULL;
+    int n_items = 0;
+    int rc = 0;
+    if (L->cfg.policy == LOADER_POLICY_FIFO) {
+        nb = 1;
+        for (;;) {
+            SampleData* d = mallocCheck(sizeof *d);
+            if (next_usable(L, &k, d, err, err_len) != 0) {
+                free(d);
+                rc = -1;
+                break;
+            }
+            int c = L->cost_L[d->g];
+            if (bins[0].tokens + c > B) {
+                L->held = *d; /* starts the next group */
+                L->has_held = 1;
+                free(d);
+                k--;
+                break;
+            }
+            bin_add(&bins[0], d, c);
+        }
+    } else {
+        int W = L->cfg.window;
+        items = mallocCheck(sizeof(SampleData*) * (size_t)W);
+        for (; n_items < W; n_items++) {
+            SampleData* d = mallocCheck(sizeof *d);
+            if (next_usable(L, &k, d, err, err_len) != 0) {
+                free(d);
+                rc = -1;
+                break;
+            }
+            items[n_items] = d;
+        }
+        if (rc == 0) {
+            g_sort.L = L;
+            g_sort.by_cost = 0;
+            qsort(items, (size_t)n_items, sizeof(SampleData*), cmp_decreasing);
+            for (int i = 0; i < n_items; i++) { /* first-fit decreasing */
+                int c = L->cost_L[items[i]->g], b = 0;
+                while (b < nb && bins[b].tokens + c > B) b++;
+                if (b == nb) {
+                    if (nb == cap_b) {
+                        bins = reallocCheck(bins, sizeof(Bin) * (size_t)(cap_b *= 2));
+                        memset(bins + nb, 0, sizeof(Bin) * (size_t)(cap_b - nb));
+                    }
+                    nb++;
+                }
+                bin_add(&bins[b], items[i], c);
+            }
+            if (L->cfg.policy == LOADER_POLICY_BALANCED) {
+                /* same number of bins, refilled by least cost (LPT); a new bin only when none has room */
+                int target = nb;
+                for (int b = 0; b < nb; b++) bins[b].n = 0, bins[b].tokens = 0, bins[b].cost = 0;
+                nb = target;
+                g_sort.by_cost = 1;
+                qsort(items, (size_t)n_items, sizeof(SampleData*), cmp_decreasing);
+                for (int i = 0; i < n_items; i++) {
+                    int c = L->cost_L[items[i]->g], best = -1;
+                    for (int b = 0; b < nb; b++)
+                        if (bins[b].tokens + c <= B && (best < 0 || bins[b].cost < bins[best].cost)) best = b;
+                    if (best < 0) {
+                        if (nb == cap_b) {
+                            bins = reallocCheck(bins, sizeof(Bin) * (size_t)(cap_b *= 2));
+                            memset(bins + nb, 0, sizeof(Bin) * (size_t)(cap_b - nb));
+                        }
+                        best = nb++;
+                    }
+                    bin_add(&bins[best], items[i], c);
+                    bins[best].cost += L->cost_b[items[i]->g];
+                }
+            }
+        }
+    }
+    L->g_end = k;
+    if (rc == 0) {
+        if (L->grp_cap < nb) L->grp = reallocCheck(L->grp, sizeof(Microbatch) * (size_t)(L->grp_cap = nb));
+        for (int b = 0; b < nb; b++) {
+            /* samples of a microbatch in stream order */
+            qsort(bins[b].v, (size_t)bins[b].n, sizeof(SampleData*), cmp_sample_k);
+            assemble(L, bins[b].v, bins[b].n, &L->grp[b]);
+        }
+        L->grp_n = nb;
+        L->grp_next = 0;
+    }
+    for (int b = 0; b < nb; b++) {
+        if (L->cfg.policy == LOADER_POLICY_FIFO)
+            for (int i = 0; i < bins[b].n; i++) sample_data_clear(bins[b].v[i]), free(bins[b].v[i]);
+        free(bins[b].v);
+    }
+    for (int i = 0; i < n_items; i++) sample_data_clear(items[i]), free(items[i]);
+    free(items);
+    free(bins);
+    return rc;
+}
+
+/* ---- open / step / position ------------------------------------------------------------------------ */
+
+static void loader_reset(Loader* L) {
+    workers_stop(L);
+    group_clear(L);
+    if (L->has_held) sample_data_clear(&L->held);
+    L->has_held = 0;
+    for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
+    L->step_n = 0;
+}
+
+int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
+    if (pos->config_hash != L->config_hash) {
+        snprintf(err, err_len, "the saved loader position belongs to another data set or packing configuration "
+                 "(hash %016" PRIx64 ", this one %016" PRIx64 "): shards, data.seed, policy, window, "
+                 "microbatch_tokens, microbatches, patch bounds and the DP layout must be those of the run that "
+                 "saved it", pos->config_hash, L->config_hash);
+        return -1;
+    }
+    if (pos->stream_pos < 0 || pos->group_done < 0) {
+        snprintf(err, err_len, "invalid loader position (stream_pos %lld, group_done %lld)", (long long)pos->stream_pos,
+                 (long long)pos->group_done);
+        return -1;
+    }
+    loader_reset(L);
+    L->st.steps = pos->steps;
+    L->st.microbatches = pos->steps * L->cfg.microbatches;
+    L->st.samples = pos->samples;
+    L->st.skipped_damaged = pos->skipped_damaged;
+    L->st.skipped_oversize = pos->skipped_oversize;
+    L->g_end = pos->stream_pos;
+    workers_start(L, pos->stream_pos);
+    if (pos->group_done > 0) {
+        if (group_form(L, err, err_len) != 0) return -1;
+        if (pos->group_done > L->grp_n) {
+            snprintf(err, err_len, "invalid loader position (group_done %lld, the group has %d microbatches)",
+                     (long long)pos->group_done, L->grp_n);
+            return -1;
+        }
+        for (int b = 0; b < pos->group_done; b++) {
+            L->st.samples += L->grp[L->grp_next].S; /* handed out before the position was saved */
+            microbatch_free(&L->grp[L->grp_next++]);
+        }
+    }
+    return 0;
+}
+
+Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err, size_t err_len) {
+    if (cfg->microbatch_tokens < 1 || cfg->microbatches < 1 || cfg->window < 1 || cfg->workers < 1 ||
+        cfg->dp_size < 1 || cfg->dp_rank < 0 || cfg->dp_rank >= cfg->dp_size || cfg->patch < 1 ||
+        cfg->min_patches < 1 || cfg->max_patches < cfg->min_patches) {
+        snprintf(err, err_len, "invalid loader settings (microbatch_tokens %d, microbatches %d, window %d, workers %d, "
+                 "dp %d of %d, patch %d, patches %d..%d)", cfg->microbatch_tokens, cfg->microbatches, cfg->window,
+                 cfg->workers, cfg->dp_rank, cfg->dp_size, cfg->patch, cfg->min_patches, cfg->max_patches);
+        return NULL;
+    }
+    char** paths;
+    int ns;
+    if (list_shards(cfg->shards, &paths, &ns, err, err_len) != 0) return NULL;
+    Loader* L = callocCheck(1, sizeof *L);
+    L->cfg = *cfg;
+    snprintf(L->shards_path, sizeof L->shards_path, "%s", cfg->shards);
+    L->cfg.shards = L->shards_path;
+    if (L->cfg.attn_tokens <= 0) L->cfg.attn_tokens = 512;
+    L->shards = callocCheck((size_t)ns, sizeof(Shard));
+    L->shard_base = callocCheck((size_t)ns + 1, sizeof(int64_t));
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv_work, NULL);
+    pthread_cond_init(&L->cv_done, NULL);
+    int ok = 1;
+    for (int s = 0; s < ns && ok; s++) {
+        if (shard_open(paths[s], &L->shards[s], err, err_len) != 0) {
+            ok = 0;
+            break;
+        }
+        L->n_shards = s + 1;
+        const ShardInfo* in = &L->shards[s].info;
+        if (cfg->tokenizer_hash && in->tokenizer_hash != cfg->tokenizer_hash) {
+            snprintf(err, err_len, "%s: packed with another tokenizer (hash %016" PRIx64 ", data.tokenizer has %016" PRIx64
+                     ")\n---> HINT: re-pack with this tokenizer, or set data.tokenizer to the one the shards were "
+                     "packed with", paths[s], in->tokenizer_hash, cfg->tokenizer_hash);
+            ok = 0;
+        } else if (s > 0 && in->image_token != L->shards[0].info.image_token) {
+            snprintf(err, err_len, "%s: <image> token id %d differs from %s's %d", paths[s], in->image_token, paths[0],
+                     L->shards[0].info.image_token);
+            ok = 0;
+        }
+        L->shard_base[s + 1] = L->shard_base[s] + (int64_t)L->shards[s].n;
+    }
+    for (int s = 0; s < ns; s++) free(paths[s]);
+    free(paths);
+    if (!ok) {
+        loader_close(L);
+        return NULL;
+    }
+    L->N = L->shard_base[ns];
+    L->per_rank = L->N / cfg->dp_size;
+    if (L->per_rank < 1) {
+        snprintf(err, err_len, "data.shards '%s' holds %lld samples, fewer than the %d data-parallel ranks", cfg->shards,
+                 (long long)L->N, cfg->dp_size);
+        loader_close(L);
+        return NULL;
+    }
+    /* costs and grids from the index (recomputed when the loader's patch bounds differ from pack's) */
+    L->cost_L = mallocCheck(sizeof(int32_t) * (size_t)L->N);
+    L->cost_b = mallocCheck(sizeof(double) * (size_t)L->N);
+    L->img_base = mallocCheck(sizeof(int64_t) * (size_t)(L->N + 1));
+    int64_t n_img = 0;
+    for (int s = 0; s < ns; s++)
+        for (uint64_t i = 0; i < L->shards[s].n; i++) n_img += L->shards[s].entries[i].n_images;
+    L->grid_h = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
+    L->grid_w = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
+    uint64_t h = 0x243F6A8885A308D3ull;
+#define HMIX(v) (h = mix64(h ^ (uint64_t)(v)))
+    HMIX(L->N), HMIX(cfg->seed), HMIX(cfg->policy), HMIX(cfg->window), HMIX(cfg->microbatch_tokens);
+    HMIX(cfg->microbatches), HMIX(cfg->dp_rank), HMIX(cfg->dp_size), HMIX(cfg->patch), HMIX(cfg->min_patches);
+    HMIX(cfg->max_patches);
+    int64_t g = 0, gi = 0, first_over = -1;
+    for (int s = 0; s < ns; s++) {
+        const Shard* sh = &L->shards[s];
+        int same = sh->info.patch == (uint32_t)cfg->patch && sh->info.min_patches == (uint32_t)cfg->min_patches &&
+                   sh->info.max_patches == (uint32_t)cfg->max_patches;
+        HMIX(sh->info.tokenizer_hash);
+        for (uint64_t i = 0; i < sh->n; i++, g++) {
+            const ShardEntry* e = &sh->entries[i];
+            L->img_base[g] = gi;
+            int64_t lm = (int64_t)e->n_tokens - e->n_images;
+            double sq = 0;
+            for (uint32_t k = 0; k < e->n_images; k++, gi++) {
+                const ShardImage* im = &sh->images[e->image0 + k];
+                int gh = im->grid_h, gw = im->grid_w;
+                if (!same) image_smart_resize(im->h, im->w, cfg->patch, cfg->min_patches, cfg->max_patches, &gh, &gw);
+                L->grid_h[gi] = (uint16_t)gh, L->grid_w[gi] = (uint16_t)gw;
+                lm += gh * gw;
+                sq += (double)gh * gw * gh * gw;
+            }
+            L->cost_L[g] = (int32_t)(lm > INT32_MAX ? INT32_MAX : lm);
+            L->cost_b[g] = (double)lm + ((double)lm * lm + sq) / L->cfg.attn_tokens;
+            HMIX(lm), HMIX(e->size), HMIX(e->n_supervised);
+            if (lm > cfg->microbatch_tokens) {
+                if (first_over < 0) first_over = g;
+                L->oversize_total++;
+            }
+        }
+    }
+    L->img_base[L->N] = gi;
+#undef HMIX
+    L->config_hash = h;
+    if (first_over >= 0 && !cfg->skip_oversize) {
+        int s;
+        int64_t i;
+        const char* id = sample_id(L, first_over, &s, &i);
+        const ShardEntry* e = &L->shards[s].entries[i];
+        snprintf(err, err_len, "%s sample %lld (id '%s') needs %d LM positions (%u text tokens, %u image%s), above "
+                 "data.microbatch_tokens = %d; %d sample%s of %lld are over the budget\n---> HINT: raise "
+                 "data.microbatch_tokens or lower data.max_patches, or let the loader skip them (skip_oversize)",
+                 L->shards[s].path, (long long)i, id, L->cost_L[first_over], e->n_tokens - e->n_images, e->n_images,
+                 e->n_images == 1 ? "" : "s", cfg->microbatch_tokens, L->oversize_total,
+                 L->oversize_total == 1 ? " is" : "s", (long long)L->N);
+        loader_close(L);
+        return NULL;
+    }
+    /* ring: the window plus a few steps of look-ahead */
+    double meanL = 0;
+    for (int64_t i = 0; i < L->N; i++) meanL += L->cost_L[i];
+    meanL = meanL / (double)L->N;
+    int64_t per_step = (int64_t)((double)cfg->microbatches * cfg->microbatch_tokens / (meanL > 1 ? meanL : 1)) + 1;
+    int64_t pf = cfg->prefetch > 0 ? cfg->prefetch : 4 * per_step;
+    if (pf > 4096) pf = 4096;
+    L->cap = (int64_t)cfg->window + pf + 2;
+    L->ring = callocCheck((size_t)L->cap, sizeof(Slot));
+    L->n_workers = cfg->workers;
+    L->step_mbs = callocCheck((size_t)cfg->microbatches, sizeof(Microbatch));
+    L->st.dataset_samples = L->N;
+    L->st.shards = ns;
+    LoaderPos start = {.config_hash = L->config_hash};
+    if (loader_seek(L, resume ? resume : &start, err, err_len) != 0) {
+        loader_close(L);
+        return NULL;
+    }
+    return L;
+}
+
+int loader_next_step(Loader* L, LoaderStep* step, char* err, size_t err_len) {
+    for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
+    L->step_n = 0;
+    memset(step, 0, sizeof *step);
+    int M = L->cfg.microbatches;
+    for (int m = 0; m < M; m++) {
+        while (L->grp_next == L->grp_n)
+            if (group_form(L, err, err_len) != 0) {
+                for (int j = 0; j < L->step_n; j++) microbatch_free(&L->step_mbs[j]);
+                L->step_n = 0;
+                return -1;
+            }
+        Microbatch* mb = &L->step_mbs[m];
+        *mb = L->grp[L->grp_next];
+        memset(&L->grp[L->grp_next], 0, sizeof(Microbatch));
+        L->grp_next++;
+        L->step_n = m + 1;
+        step->n_supervised += mb->n_supervised;
+        step->tokens += mb->T;
+        step->patches += mb->Np;
+        step->samples += mb->S;
+        L->st.samples += mb->S;
+    }
+    step->M = M;
+    step->mbs = L->step_mbs;
+    L->st.steps++;
+    L->st.microbatches += M;
+    L->st.tokens += step->tokens;
+    L->st.patches += step->patches;
+    L->st.supervised += step->n_supervised;
+    L->st.epoch = (L->g_end > 0 ? L->g_end - 1 : 0) / L->per_rank;
+    return 0;
+}
+
+void loader_get_pos(const Loader* L, LoaderPos* pos) {
+    memset(pos, 0, sizeof *pos);
+    pos->config_hash = L->config_hash;
+    pos->steps = L->st.steps;
+    if (L->grp_next == L->grp_n) {
+        /* group used up: the next step starts a fresh group at its end */
+        pos->stream_pos = L->g_end;
+        pos->group_done = 0;
+        pos->samples = L->st.samples;
+        pos->skipped_damaged = L->st.skipped_damaged;
+        pos->skipped_oversize = L->st.skipped_oversize;
+    } else {
+        pos->stream_pos = L->g_start;
+        pos->group_done = L->grp_next;
+        pos->samples = L->at_group.samples;
+        pos->skipped_damaged = L->at_group.skipped_damaged;
+        pos->skipped_oversize = L->at_group.skipped_oversize;
+    }
+}
+
+void loader_stats(const Loader* L, LoaderStats* s) {
+    *s = L->st;
+    pthread_mutex_lock((pthread_mutex_t*)&L->mu);
+    s->bytes_read = L->bytes_read;
+    pthread_mutex_unlock((pthread_mutex_t*)&L->mu);
+}
+
+void loader_close(Loader* L) {
+    if (!L) return;
+    loader_reset(L);
+    free(L->grp);
+    free(L->step_mbs);
+    free(L->ring);
+    for (int s = 0; s < L->n_shards; s++) shard_close(&L->shards[s]);
+    free(L->shards), free(L->shard_base);
+    free(L->cost_L), free(L->cost_b), free(L->img_base), free(L->grid_h), free(L->grid_w);
+    free(L->perm[0]), free(L->perm[1]);
+    pthread_mutex_destroy(&L->mu);
+    pthread_cond_destroy(&L->cv_work);
+    pthread_cond_destroy(&L->cv_done);
+    free(L);
+}
+
+int loader_sample_count(const Loader* L) { return (int)L->N; }
+int loader_sample_tokens(const Loader* L, int64_t i) { return i >= 0 && i < L->N ? L->cost_L[i] : -1; }
+
+/* ---- position as JSON ---------------------------------------------------------------------------- */
+
+char* loader_pos_to_json(const LoaderPos* p) {
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "{\"stream_pos\": %lld, \"group_done\": %lld, \"steps\": %lld, \"samples\": %lld, \"skipped_damaged\": "
+             "%lld, \"skipped_oversize\": %lld, \"config_hash\": \"%016" PRIx64 "\"}",
+             (long long)p->stream_pos, (long long)p->group_done, (long long)p->steps, (long long)p->samples,
+             (long long)p->skipped_damaged, (long long)p->skipped_oversize, p->config_hash);
+    return strdup(buf);
+}
+
+int loader_pos_from_json(const char* json, LoaderPos* p, char* err, size_t err_len) {
+    memset(p, 0, sizeof *p);
+    cJSON* o = cJSON_Parse(json);
+    if (!cJSON_IsObject(o)) {
+        snprintf(err, err_len, "loader position is not a JSON object: %.80s", json);
+        cJSON_Delete(o);
+        return -1;
+    }
+    static const char* keys[] = {"stream_pos", "group_done", "steps", "samples", "skipped_damaged", "skipped_oversize"};
+    int64_t* dst[] = {&p->stream_pos, &p->group_done, &p->steps, &p->samples, &p->skipped_damaged, &p->skipped_oversize};
+    for (int i = 0; i < 6; i++) {
+        cJSON* v = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
+            snprintf(err, err_len, "loader position: \"%s\" missing or not a non-negative number", keys[i]);
+            cJSON_Delete(o);
+            return -1;
+        }
+        *dst[i] = (int64_t)v->valuedouble;
+    }
+    cJSON* h = cJSON_GetObjectItemCaseSensitive(o, "config_hash");
+    char* end = NULL;
+    if (!cJSON_IsString(h) || (p->config_hash = strtoull(h->valuestring, &end, 16), *end != 0)) {
+        snprintf(err, err_len, "loader position: \"config_hash\" missing or not a hex string");
+        cJSON_Delete(o);
+        return -1;
+    }
+    cJSON_Delete(o);
+    return 0;
+}

@@ -1,0 +1,121 @@
+/* loader.h — the variable-length loader: .rrs shards -> steps of packed Microbatches.
+ *
+ * Sample stream. The shards of a folder (*.rrs in name order) are concatenated into global sample
+ * indices 0..N-1. Epoch e is a permutation of them (Fisher-Yates keyed by (seed, e)); DP rank r of
+ * R takes permuted positions r, r+R, r+2R, ... of the first floor(N/R)*R, so ranks never share a
+ * sample within an epoch and all take the same count. The stream runs on across epochs forever.
+ *
+ * Worker threads (pthreads) walk the stream ahead of the consumer: read the frame, check zstd's
+ * checksum and the payload against the index, then decode each JPEG with TurboJPEG (DCT-scaled when
+ * the target is at most half the source) and resize / normalise / patchify it (data/image.h). A
+ * damaged sample is reported on stderr with shard, sample index, id and reason, skipped and counted
+ * (or, with fatal_errors, ends the step with an error). Because every JPEG in a shard was fully
+ * decoded by `rrfp-mm pack` and is covered by the frame checksum, damage is decided from the frame
+ * alone: ranks that do not decode pixels (decode_images = 0, pipeline stages after the first) skip
+ * exactly the same samples as the rank that does.
+ *
+ * Packing. Each sample costs L = text tokens - images + patches LM positions (patch grids from the
+ * index, no decoding). The packer fills microbatches of at most microbatch_tokens positions:
+ *   fifo      samples in stream order; a microbatch closes when the next sample does not fit.
+ *   ffd       first-fit-decreasing over a window of `window` samples: sorted by L (largest first,
+ *             ties in stream order), each goes to the first open microbatch it fits; microbatches are
+ *             emitted in the order they were opened.
+ *   balanced  the window is split into as many microbatches as ffd needs, then samples are placed,
+ *             largest cost first, into the microbatch with the least cost so far that has room (a new
+ *             one when none has); cost = L + (L^2 + sum over images of patches^2) / attn_tokens, the
+ *             linear layers plus causal and ViT attention, so microbatches take similar compute
+ *             time rather than similar token counts.
+ * A sample with L > microbatch_tokens is an error naming it at open (or, with skip_oversize, skipped
+ * and counted when the stream reaches it).
+ *
+ * A step is `microbatches` consecutive microbatches: loader_next_step returns all of them with their
+ * n_supervised, so the loss denominator is known before the first forward. Everything is a pure
+ * function of (shards, seed, policy, window, budget, dp) — the worker count changes nothing.
+ *
+ * Resuming. LoaderPos is where the next step starts (the first stream position of the current packing
+ * group and how many of its microbatches were already handed out, plus the counters); opening with it,
+ * or loader_seek, replays exactly the steps that followed. It is plain integers (loader_pos_to_json /
+ * loader_pos_from_json give the checkpoint text) and carries a hash of the plan-defining settings, so
+ * a position from another data set or packing configuration is refused. */
+#ifndef RRFP_DATA_LOADER_H
+#define RRFP_DATA_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/microbatch.h"
+
+typedef enum { LOADER_POLICY_FIFO = 0, LOADER_POLICY_FFD, LOADER_POLICY_BALANCED } LoaderPolicy;
+
+typedef struct {
+    const char* shards;        /* a folder of .rrs files, or one .rrs file */
+    uint64_t tokenizer_hash;   /* must match every shard header; 0 = do not check */
+    int microbatch_tokens;     /* LM positions per microbatch */
+    int microbatches;          /* per step */
+    LoaderPolicy policy;
+    int window;                /* ffd / balanced look-ahead in samples */
+    int workers;               /* decode threads (>= 1) */
+    uint64_t seed;
+    int patch, min_patches, max_patches;
+    int dp_rank, dp_size;
+    int fatal_errors;          /* a damaged sample stops the loader instead of being skipped */
+    int skip_oversize;         /* a sample above the budget is skipped and counted instead of an error */
+    int decode_images;         /* 0: no pixels (grids, positions and targets are still filled) */
+    int prefetch;              /* samples decoded ahead beyond the window (0 = 4 steps' worth, estimated) */
+    double attn_tokens;        /* balanced cost model (0 = 512) */
+} LoaderConfig;
+
+/* Defaults: policy ffd, window 64, 1 worker, dp 0 of 1, decode_images 1, p 8, patches 16..64. */
+void loader_config_default(LoaderConfig* c);
+int loader_policy_parse(const char* s, LoaderPolicy* p); /* "fifo" | "ffd" | "balanced"; 0 or -1 */
+
+typedef struct {
+    int64_t stream_pos;    /* first stream position of the current packing group */
+    int64_t group_done;    /* microbatches of that group already handed out */
+    int64_t steps;         /* steps handed out */
+    int64_t samples;       /* samples packed into handed-out microbatches */
+    int64_t skipped_damaged, skipped_oversize;
+    uint64_t config_hash;  /* plan-defining settings and data set; checked on resume */
+} LoaderPos;
+
+typedef struct {
+    int64_t steps, microbatches, samples, tokens, patches, supervised;
+    int64_t skipped_damaged;   /* corrupt frames (reported on stderr) */
+    int64_t skipped_oversize;  /* samples above microbatch_tokens (with skip_oversize) */
+    int64_t epoch;             /* epoch of the last sample handed out */
+    int64_t bytes_read;        /* compressed frame bytes read by the workers */
+    double wait_s;             /* time loader_next_step spent waiting for workers */
+    int64_t dataset_samples;   /* N over all shards */
+    int shards;
+} LoaderStats;
+
+typedef struct {
+    int M;
+    Microbatch* mbs;       /* (M), owned by the loader until the next call */
+    int64_t n_supervised;  /* sum over the M microbatches: the step's loss denominator on this rank */
+    int64_t tokens, patches, samples;
+} LoaderStep;
+
+typedef struct Loader Loader;
+
+/* Open the shards (every header and index checked, tokenizer hash compared, oversize samples found),
+ * start the workers. resume: NULL for the start of the stream. Returns NULL with a message in err. */
+Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err, size_t err_len);
+/* The next step: `microbatches` microbatches, decoded. Returns 0, or -1 with err (fatal damage). */
+int loader_next_step(Loader* L, LoaderStep* step, char* err, size_t err_len);
+/* Position after the last step handed out (resume point). This function can't fail. */
+void loader_get_pos(const Loader* L, LoaderPos* pos);
+/* Restart the stream at pos (as loader_open with resume). Returns 0, or -1 with err. */
+int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len);
+void loader_stats(const Loader* L, LoaderStats* s);
+void loader_close(Loader* L);
+
+/* Patch grid of image k of global sample i under the loader's (patch, min, max), from the index. */
+int loader_sample_count(const Loader* L);
+int loader_sample_tokens(const Loader* L, int64_t i); /* LM positions L of sample i */
+
+/* Checkpoint text: {"stream_pos": .., "group_done": .., ...} (malloc'd) and back. */
+char* loader_pos_to_json(const LoaderPos* pos);
+int loader_pos_from_json(const char* json, LoaderPos* pos, char* err, size_t err_len);
+
+#endif

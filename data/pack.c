@@ -1,0 +1,258 @@
+/* pack.c — the pack tool (see pack.h): validate, tokenize, check every JPEG, write shards. */
+#include "data/pack.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/image.h"
+#include "data/shard.h"
+#include "engine/util.h"
+#include "text/tokenizer.h"
+
+#define PACK_MAX_SHARDS 100000
+
+static int mkdir_p(const char* path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char* p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+typedef struct {
+    char final[4096], tmp[4112];
+} ShardName;
+
+static void progress_line(const PackConfig* c, const PackSummary* s, int64_t total, double t0, int final) {
+    if (!c->progress) return;
+    double dt = rr_now() - t0;
+    double rate = dt > 0 ? (double)s->read / dt : 0;
+    double eta = rate > 0 ? (double)(total - s->read) / rate : 0;
+    fprintf(c->progress, "%spack: %lld/%lld records, %.0f records/s, %.1f MiB written, ETA %.0f s%s",
+            isatty(fileno(c->progress)) ? "\r" : "", (long long)s->read, (long long)total, rate,
+            (double)s->bytes / (1 << 20), eta, final || !isatty(fileno(c->progress)) ? "\n" : "");
+    fflush(c->progress);
+}
+
+void pack_summary_print(const PackSummary* s, FILE* f) {
+    fprintf(f, "pack: read %lld records, packed %lld into %d shard%s (%.2f MiB, %llu text tokens, %llu images), "
+               "rejected %lld",
+            (long long)s->read, (long long)s->packed, s->shards, s->shards == 1 ? "" : "s",
+            (double)s->bytes / (1 << 20), (unsigned long long)s->tokens, (unsigned long long)s->images,
+            (long long)s->rejected);
+    int first = 1;
+    for (int r = 1; r < REJECT_N; r++)
+        if (s->by_reason[r]) {
+            fprintf(f, "%s%s %lld", first ? ": " : ", ", reject_reason_name((RejectReason)r), (long long)s->by_reason[r]);
+            first = 0;
+        }
+    fprintf(f, "\n");
+}
+
+/* Read and check one image; fills its metadata. Returns REJECT_NONE or a reason with why. */
+static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* name, uint8_t** data, size_t* len,
+                               ShardImage* im, char* why, size_t why_len) {
+    char path[1024];
+    if (name[0] == '/') snprintf(path, sizeof path, "%s", name);
+    else snprintf(path, sizeof path, "%s/%s", c->images_dir, name);
+    *data = (uint8_t*)rr_read_file(path, len);
+    if (!*data) {
+        snprintf(why, why_len, "image '%s': %s", path, strerror(errno));
+        return REJECT_MISSING_IMAGE;
+    }
+    int w, h, ow, oh;
+    char e[256];
+    if (jpeg_read_header(jc, *data, *len, &w, &h, e, sizeof e) != 0) {
+        snprintf(why, why_len, "image '%s': %s", path, e);
+        return REJECT_BAD_IMAGE;
+    }
+    if ((w > h ? (double)w / h : (double)h / w) > 200.0) {
+        snprintf(why, why_len, "image '%s': aspect ratio %dx%d is above 200 (Qwen2-VL smart_resize's limit)", path, w, h);
+        return REJECT_BAD_IMAGE;
+    }
+    int gh, gw;
+    image_smart_resize(h, w, c->patch, c->min_patches, c->max_patches, &gh, &gw);
+    /* decode it fully, at the scale the loader will use: entropy-coded data is read to the end */
+    uint8_t* rgb = jpeg_decode_rgb(jc, *data, *len, image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow, &oh, e,
+                                   sizeof e);
+    if (!rgb) {
+        snprintf(why, why_len, "image '%s': %s", path, e);
+        return REJECT_BAD_IMAGE;
+    }
+    free(rgb);
+    im->w = (uint16_t)w, im->h = (uint16_t)h, im->grid_h = (uint16_t)gh, im->grid_w = (uint16_t)gw;
+    return REJECT_NONE;
+}
+
+int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
+    memset(sum, 0, sizeof *sum);
+    if (c->patch < 1 || c->patch > 1024 || c->min_patches < 1 || c->max_patches < c->min_patches ||
+        c->max_patches > 65535) {
+        snprintf(err, err_len, "need 1 <= patch <= 1024 and 1 <= min_patches <= max_patches <= 65535 (got %d, %d, %d)",
+                 c->patch, c->min_patches, c->max_patches);
+        return -1;
+    }
+    char terr[1024];
+    Tokenizer* tok = tokenizer_load(c->tokenizer, terr, sizeof terr);
+    if (!tok) {
+        snprintf(err, err_len, "%s", terr);
+        return -1;
+    }
+    int image_id = tokenizer_token_id(tok, "<image>"), eot_id = tokenizer_token_id(tok, "<|endoftext|>");
+    if (image_id < 0 || eot_id < 0) {
+        snprintf(err, err_len, "%s: the tokenizer has no %s token (the prompt template needs <image> and "
+                 "<|endoftext|>; `rrfp-mm tokenizer train` adds both)", c->tokenizer, image_id < 0 ? "<image>" : "<|endoftext|>");
+        tokenizer_free(tok);
+        return -1;
+    }
+    Manifest m;
+    if (manifest_load(c->manifest, &m, err, err_len) != 0) {
+        tokenizer_free(tok);
+        return -1;
+    }
+    if (mkdir_p(c->out_dir) != 0) {
+        snprintf(err, err_len, "cannot create the output folder '%s': %s", c->out_dir, strerror(errno));
+        manifest_free(&m);
+        tokenizer_free(tok);
+        return -1;
+    }
+    ShardInfo info = {.tokenizer_hash = tokenizer_hash(tok), .image_token = image_id, .patch = (uint32_t)c->patch,
+                      .min_patches = (uint32_t)c->min_patches, .max_patches = (uint32_t)c->max_patches};
+    uint64_t shard_bytes = (uint64_t)(c->shard_mb * 1048576.0);
+    if (shard_bytes < 4096) shard_bytes = 4096;
+
+    JpegCodec* jc = jpeg_codec_new();
+    ShardName* names = callocCheck(PACK_MAX_SHARDS, sizeof(ShardName));
+    ShardWriter* w = NULL;
+    int rc = 0;
+    double t0 = rr_now(), last = t0;
+    for (int i = 0; i < m.n && rc == 0; i++) {
+        const ManifestRecord* r = &m.recs[i];
+        sum->read++;
+        RejectReason why_code = REJECT_NONE;
+        char why[2048] = "";
+        ManifestSample s;
+        memset(&s, 0, sizeof s);
+        uint8_t* jpeg[SHARD_MAX_IMAGES] = {0};
+        ShardSampleIn in;
+        memset(&in, 0, sizeof in);
+        if (!r->rec) {
+            why_code = REJECT_BAD_JSON;
+            snprintf(why, sizeof why, "%s", r->json_err ? r->json_err : "invalid JSON");
+        } else {
+            why_code = manifest_sample_build(r->rec, r->line, tok, image_id, eot_id, &s, why, sizeof why);
+        }
+        for (int k = 0; why_code == REJECT_NONE && k < s.n_images; k++)
+            why_code = pack_image(jc, c, s.images[k], &jpeg[k], &in.jpeg_len[k], &in.img[k], why, sizeof why);
+        if (why_code != REJECT_NONE) {
+            sum->rejected++;
+            sum->by_reason[why_code]++;
+            const char* id = s.id[0] ? s.id : "?";
+            if (c->strict) {
+                snprintf(err, err_len, "%s:%d: record '%s' rejected (%s): %s\n---> HINT: --strict makes any rejected "
+                         "record fatal; without it the record is skipped and counted", c->manifest, r->line, id,
+                         reject_reason_name(why_code), why);
+                rc = -1;
+            } else if (c->progress) {
+                fprintf(c->progress, "%s%s:%d: record '%s' rejected (%s): %s\n",
+                        isatty(fileno(c->progress)) ? "\r\033[K" : "", c->manifest, r->line, id,
+                        reject_reason_name(why_code), why);
+            }
+        } else {
+            if (w && shard_writer_bytes(w) >= shard_bytes) {
+                rc = shard_writer_close(w, err, err_len);
+                w = NULL;
+            }
+            if (rc == 0 && !w) {
+                if (sum->shards == PACK_MAX_SHARDS) {
+                    snprintf(err, err_len, "more than %d shards: give a larger --shard-size", PACK_MAX_SHARDS);
+                    rc = -1;
+                } else {
+                    ShardName* sn = &names[sum->shards++];
+                    snprintf(sn->final, sizeof sn->final, "%.4000s/shard-%05d.rrs", c->out_dir, sum->shards - 1);
+                    snprintf(sn->tmp, sizeof sn->tmp, "%.4096s.tmp", sn->final);
+                    w = shard_writer_open(sn->tmp, &info, err, err_len);
+                    if (!w) rc = -1;
+                }
+            }
+            if (rc == 0) {
+                in.id = s.id;
+                in.n_tokens = s.n_tokens;
+                in.ids = s.ids;
+                in.mask = s.mask;
+                in.n_supervised = s.n_supervised;
+                in.n_images = s.n_images;
+                for (int k = 0; k < s.n_images; k++) in.jpeg[k] = jpeg[k];
+                uint64_t before = shard_writer_bytes(w);
+                rc = shard_writer_add(w, &in, err, err_len);
+                sum->bytes += shard_writer_bytes(w) - before;
+                sum->packed++;
+                sum->tokens += (uint64_t)s.n_tokens;
+                sum->images += (uint64_t)s.n_images;
+            }
+        }
+        for (int k = 0; k < SHARD_MAX_IMAGES; k++) free(jpeg[k]);
+        manifest_sample_free(&s);
+        double now = rr_now();
+        if (now - last > (c->progress && isatty(fileno(c->progress)) ? 0.5 : 10.0)) {
+            progress_line(c, sum, m.n, t0, 0);
+            last = now;
+        }
+    }
+    if (rc == 0 && sum->packed == 0) {
+        snprintf(err, err_len, "%s: no record could be packed (%lld read, all rejected)", c->manifest,
+                 (long long)sum->read);
+        rc = -1;
+    }
+    if (rc == 0 && w) {
+        uint64_t before = shard_writer_bytes(w);
+        rc = shard_writer_close(w, err, err_len);
+        w = NULL;
+        (void)before;
+    }
+    if (w) shard_writer_abort(w);
+    if (rc == 0) {
+        sum->bytes = 0;
+        for (int k = 0; k < sum->shards; k++) {
+            struct stat st;
+            if (stat(names[k].tmp, &st) == 0) sum->bytes += (uint64_t)st.st_size;
+        }
+        progress_line(c, sum, m.n, t0, 1);
+        for (int k = 0; k < sum->shards && rc == 0; k++)
+            if (rename(names[k].tmp, names[k].final) != 0) {
+                snprintf(err, err_len, "cannot rename '%s' to '%s': %s", names[k].tmp, names[k].final, strerror(errno));
+                rc = -1;
+            }
+        /* shard-*.rrs left from an earlier, larger pack into the same folder would join this data set */
+        DIR* d = rc == 0 ? opendir(c->out_dir) : NULL;
+        for (struct dirent* de; d && (de = readdir(d));) {
+            int k;
+            size_t nl = strlen(de->d_name);
+            if (sscanf(de->d_name, "shard-%d.rrs", &k) == 1 && nl > 4 && !strcmp(de->d_name + nl - 4, ".rrs") &&
+                k >= sum->shards) {
+                char p[4400];
+                snprintf(p, sizeof p, "%s/%s", c->out_dir, de->d_name);
+                unlink(p);
+            }
+        }
+        if (d) closedir(d);
+        int dfd = open(c->out_dir, 0);
+        if (dfd >= 0) fsync(dfd), close(dfd);
+    }
+    if (rc != 0)
+        for (int k = 0; k < sum->shards; k++) unlink(names[k].tmp);
+    free(names);
+    jpeg_codec_free(jc);
+    manifest_free(&m);
+    tokenizer_free(tok);
+    return rc;
+}
