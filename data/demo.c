@@ -134,9 +134,11 @@ typedef struct {
     QType type;
 } QA;
 
-/* A random question about the scene whose answer is determined by it; `type` < 0 picks any kind. */
-static void question_random(Rng* r, const Scene* sc, int type, QA* qa) {
-    for (;;) {
+/* A random question about the scene whose answer is determined by it; `type` < 0 picks any kind.
+ * Returns 0 when a forced type does not fit the scene (e.g. "What colour is the square?" with two
+ * squares): the caller draws another scene. */
+static int question_random(Rng* r, const Scene* sc, int type, QA* qa) {
+    for (int attempt = 0; attempt < 64; attempt++) {
         QType t = type >= 0 ? (QType)type : (QType)rng_int(r, Q_N);
         const Shape* s = &sc->s[rng_int(r, sc->n)];
         qa->type = t;
@@ -145,35 +147,36 @@ static void question_random(Rng* r, const Scene* sc, int type, QA* qa) {
             if (count_kind(sc, s->kind) != 1) break;
             snprintf(qa->q, sizeof qa->q, "What colour is the %s?", KIND_NAMES[s->kind]);
             snprintf(qa->a, sizeof qa->a, "%s", COLOUR_NAMES[s->colour]);
-            return;
+            return 1;
         case Q_COUNT_KIND: {
             int k = rng_int(r, N_KINDS);
             snprintf(qa->q, sizeof qa->q, "How many %s are there?", KIND_PLURAL[k]);
             snprintf(qa->a, sizeof qa->a, "%s", NUMBER_NAMES[count_kind(sc, k)]);
-            return;
+            return 1;
         }
         case Q_WHERE:
             if (count_kind_colour(sc, s->kind, s->colour) != 1) break;
             snprintf(qa->q, sizeof qa->q, "Where is the %s %s?", COLOUR_NAMES[s->colour], KIND_NAMES[s->kind]);
             snprintf(qa->a, sizeof qa->a, "%s", CELL_NAMES[s->cell]);
-            return;
+            return 1;
         case Q_SHAPE_OF_COLOUR:
             if (count_colour(sc, s->colour) != 1) break;
             snprintf(qa->q, sizeof qa->q, "What shape is %s?", COLOUR_NAMES[s->colour]);
             snprintf(qa->a, sizeof qa->a, "a %s", KIND_NAMES[s->kind]);
-            return;
+            return 1;
         case Q_COUNT_ALL:
             snprintf(qa->q, sizeof qa->q, "How many shapes are there?");
             snprintf(qa->a, sizeof qa->a, "%s", NUMBER_NAMES[sc->n]);
-            return;
+            return 1;
         case Q_SIZE:
             if (count_kind(sc, s->kind) != 1) break;
             snprintf(qa->q, sizeof qa->q, "Is the %s large or small?", KIND_NAMES[s->kind]);
             snprintf(qa->a, sizeof qa->a, "%s", s->large ? "large" : "small");
-            return;
+            return 1;
         default: break;
         }
     }
+    return 0;
 }
 
 /* Every answer a question of this type can have (eval chance level = 1 / count). */
@@ -354,7 +357,8 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char
         }
         for (int t = 0; t < turns; t++) {
             QA qa;
-            question_random(r, &sc, -1, &qa);
+            if (!question_random(r, &sc, -1, &qa)) /* "How many shapes" always fits */
+                question_random(r, &sc, Q_COUNT_ALL, &qa);
             if (first) snprintf(text, sizeof text, "<image>\n%s", qa.q);
             else snprintf(text, sizeof text, "%s", qa.q);
             first = 0;
@@ -392,13 +396,13 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         snprintf(id, sizeof id, "heldout_%05d", i);
         snprintf(name, sizeof name, "%s.jpg", id);
         Scene sc;
-        scene_random(&rh, &sc);
+        QA qa;
+        do scene_random(&rh, &sc);
+        while (!question_random(&rh, &sc, i % Q_N, &qa)); /* every question type equally often */
         if (write_image(jc, &rh, &sc, cfg->out_dir, name, err, err_len)) {
             fail = 1;
             break;
         }
-        QA qa;
-        question_random(&rh, &sc, i % Q_N, &qa); /* every question type equally often */
         snprintf(text, sizeof text, "<image>\n%s", qa.q);
         for (int k = 0; k < 2; k++) {
             cJSON* rec = cJSON_CreateObject();

@@ -97,8 +97,15 @@ uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int qua
     unsigned char* out = NULL;
     unsigned long len = 0;
     int flags = progressive ? TJFLAG_PROGRESSIVE : 0;
-    if (tjCompress2(c->enc, rgb, w, 0, h, TJPF_RGB, &out, &len, TJSAMP_420, quality, flags) != 0)
-        rr_die("TurboJPEG: tjCompress2 of a %dx%d image failed: %s", w, h, tjGetErrorStr2(c->enc));
+    /* libjpeg-turbo 2.1's TurboJPEG keeps the progressive scan script in the handle: a baseline
+     * image compressed after a progressive one by the same handle gets trailing scan data that
+     * libjpeg then warns about ("extraneous bytes before marker 0xd9"). A progressive image gets a
+     * handle of its own. */
+    tjhandle h_enc = progressive ? tjInitCompress() : c->enc;
+    if (!h_enc) rr_die("TurboJPEG: tjInitCompress failed: %s", tjGetErrorStr2(NULL));
+    if (tjCompress2(h_enc, rgb, w, 0, h, TJPF_RGB, &out, &len, TJSAMP_420, quality, flags) != 0)
+        rr_die("TurboJPEG: tjCompress2 of a %dx%d image failed: %s", w, h, tjGetErrorStr2(h_enc));
+    if (progressive) tjDestroy(h_enc);
     /* hand back a malloc'd copy so callers free() it like every other buffer here */
     uint8_t* copy = mallocCheck(len);
     memcpy(copy, out, len);
