@@ -312,6 +312,12 @@ static void stage_check_microbatch(const Stage* st, const StageActs* a, const Mi
             rr_die("microbatch: image %d has %d patches, grid %d x %d", i, n, mb->grid_h[i], mb->grid_w[i]);
         if (t0 < 0 || t0 + n > mb->T)
             rr_die("microbatch: image %d at LM positions [%d, %d) outside [0, %d)", i, t0, t0 + n, mb->T);
+        /* images in order and disjoint: with the -1 count equal to Np, they then cover every image
+         * position exactly once, so no row of the assembled sequence is left unwritten */
+        if (i > 0 && t0 < mb->img_lm_start[i - 1] + mb->img_cu_patches[i] - mb->img_cu_patches[i - 1])
+            rr_die("microbatch: image %d starts at LM position %d, inside or before image %d at [%d, %d)", i, t0,
+                   i - 1, mb->img_lm_start[i - 1],
+                   mb->img_lm_start[i - 1] + mb->img_cu_patches[i] - mb->img_cu_patches[i - 1]);
         int64_t s0 = mb_sample_of(mb, t0), s1 = mb_sample_of(mb, t0 + n - 1);
         if (s0 != s1) rr_die("microbatch: image %d spans samples %lld and %lld", i, (long long)s0, (long long)s1);
         for (int t = t0; t < t0 + n; t++)

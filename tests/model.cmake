@@ -10,7 +10,8 @@ set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
-            "pos|sample 1: position 16 is 3, expected 0")
+            "pos|sample 1: position 16 is 3, expected 0"
+            "overlap|image 1 starts at LM position 4, inside or before image 0 at .2, 6.")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 name)
   list(GET parts 1 msg)

@@ -7,10 +7,14 @@
  *                      them) gives bitwise the same loss and gradients as the fused backward
  *   test_model gpu     the same 3-microbatch step on the CUDA backend against the CPU backend, and
  *                      split vs fused on CUDA (label gpu; exit 77 = skipped without a device)
- *   test_model bad_X   a damaged microbatch (X = budget, image_id, target, grid, pos) stops
+ *   test_model bad_X   a damaged microbatch (X = budget, image_id, target, grid, pos,
+ *                      overlap) stops
  *                      with a message naming it
  *   test_model stages  the model cut into 2 and 3 pipeline stages, chained in one process, gives
- *                      bitwise the same initial weights, losses and gradients as one stage */
+ *                      bitwise the same initial weights, losses and gradients as one stage: init is
+ *                      a function of (seed, name) only, and the chain runs the same ops on the same
+ *                      values in the same order (only the hidden state is copied between stages),
+ *                      so not even round-off may differ */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -410,6 +414,11 @@ static void test_bad(const char* what) {
     if (!strcmp(what, "target")) mb.targets[7] = c.V + 100;  /* a target outside the vocabulary */
     if (!strcmp(what, "grid")) mb.grid_w[0] = 4;             /* grid disagrees with the patch count */
     if (!strcmp(what, "pos")) mb.pos[mb.cu_seqlens[1]] = 3;  /* positions must restart per sample */
+    if (!strcmp(what, "overlap")) {                           /* a second image inside the first */
+        tm_microbatch_free(&mb);
+        tm_microbatch(&mb, "p2 i2x2 i1x2 a5", c.V, c.patch, &rng);
+        mb.img_lm_start[1] = 4;
+    }
     stage_acts_init(&a, &st, max_T, max_Np, 0);
     float ls;
     stage_forward(&st, &a, &mb, NULL, NULL, &ls);
