@@ -85,34 +85,30 @@ int recipe_dry_run(const Recipe* r, int vocab, FILE* out) {
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
     fprintf(out, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost-balanced");
     fprintf(out,
-            "memory per rank (f32; weights, grads and AdamW m + v from the parameter table, TP-split matrices / tp;\n"
-            "activations = saved forward values for a %d-token microbatch x microbatches in flight, estimated as\n"
-            "LM layer (7 Dt + 3 F + Ht + 2) / token, ViT layer (16 Dv + Hv + 4) / patch with every position a patch,\n"
-            "head (Dt + 2 V) / token; in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap):\n",
+            "memory per rank (f32; weights, grads and AdamW m + v: the stage's parameter table; activations: the\n"
+            "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
+            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; / tp when tp > 1):\n",
             T);
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
+    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
+     * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
+     * replicated norms and biases. */
+    ModelConfig mc = trainer_model_config(r, vocab);
     double tp = r->tp;
-    double Dv = r->vision_width, Dt = r->text_width, F = r->ffn_hidden, V = vocab;
-    double lm_act = 7 * Dt / tp + 3 * F / tp + r->text_heads / tp + 2 + Dt;
-    double vit_act = 16 * Dv / tp + r->vision_heads / tp + 4 + 2 * Dv;
     double max_total = 0;
+    int l_at = 0;
+    int* l0s = mallocCheck((size_t)S * sizeof(int));
+    for (int s = 0; s < S; s++) l0s[s] = l_at, l_at += layers[s];
     for (int rank = 0; rank < P; rank++) {
         double params = 0, act_mb = 0;
         int nl = 0;
         for (int ch = 0; ch < r->chunks; ch++) {
             int s = rank + ch * P;
             nl += layers[s];
-            params += layers[s] * c.text_block / tp;
-            act_mb += layers[s] * lm_act * T;
-            if (s == 0) {
-                params += c.vision / tp + c.projector / tp + c.text_embed / tp;
-                act_mb += r->vision_layers * vit_act * T + (Dv + 2 * Dt) * T + Dt * T;
-            }
-            if (s == S - 1) {
-                params += c.text_final + c.head / tp;
-                act_mb += (Dt + 2 * V / tp + 1) * T;
-            }
+            params += (double)model_stage_param_count(&mc, l0s[s], l0s[s] + layers[s]) / tp;
+            /* every position of the microbatch may be an image patch: the worst case */
+            act_mb += (double)model_stage_acts_bytes(&mc, l0s[s], l0s[s] + layers[s], T, T, 0) / tp;
         }
         int inflight;
         if (!strcmp(r->hint, "gpipe")) inflight = M;
@@ -122,7 +118,7 @@ int recipe_dry_run(const Recipe* r, int vocab, FILE* out) {
             int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
             inflight = c < M ? c : M;
         }
-        double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * 4 * inflight;
+        double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * inflight;
         double total = w + g + adam + act;
         if (total > max_total) max_total = total;
         char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
@@ -141,6 +137,7 @@ int recipe_dry_run(const Recipe* r, int vocab, FILE* out) {
     fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
             T * M * r->dp);
     fprintf(out, "dry run: nothing allocated, no training.\n");
+    free(l0s);
     free(layers);
     return 0;
 }
