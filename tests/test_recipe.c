@@ -8,6 +8,7 @@
 
 #include "engine/util.h"
 #include "runtime/recipe.h"
+#include "runtime/trainer.h"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                   \
@@ -179,6 +180,29 @@ static void test_documented(const char* src) {
     free(doc);
 }
 
+/* --dry-run's component counts (recipe_param_counts, from the formulas) add up to the model's own
+ * parameter table (model_stage_param_count), exactly, for every shipped recipe. */
+static void test_param_counts(const char* src) {
+    const char* names[] = {"llava.ini", "llava-1.5-7b.ini", "test-synthetic.ini"};
+    for (int i = 0; i < 3; i++) {
+        char path[1024], err[2048];
+        snprintf(path, sizeof path, "%s/recipes/%s", src, names[i]);
+        Recipe r;
+        CHECK(recipe_load(&r, path, err, sizeof err) == 0, "%s", err);
+        int V = r.vocab ? r.vocab : 2048;
+        RecipeParamCounts c;
+        recipe_param_counts(&r, V, &c);
+        ModelConfig mc = trainer_model_config(&r, V);
+        double model = (double)model_stage_param_count(&mc, 0, r.text_layers);
+        CHECK(c.total == model, "%s: dry-run counts %.0f parameters, the model registers %.0f", names[i], c.total, model);
+        /* and split over two stages the parts add up to the whole */
+        if (r.text_layers >= 2) {
+            double two = (double)model_stage_param_count(&mc, 0, 1) + (double)model_stage_param_count(&mc, 1, r.text_layers);
+            CHECK(two == model, "%s: stage split changes the count", names[i]);
+        }
+    }
+}
+
 int main(int argc, char** argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_recipe SOURCE_DIR WORK_DIR\n");
@@ -188,6 +212,7 @@ int main(int argc, char** argv) {
     test_errors();
     test_shipped(argv[1]);
     test_documented(argv[1]);
+    test_param_counts(argv[1]);
     if (failures) fprintf(stderr, "%d failure(s)\n", failures);
     else printf("recipe tests: ok\n");
     return failures ? 1 : 0;
