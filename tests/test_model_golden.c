@@ -3,7 +3,7 @@
  *
  *   test_model_golden vit   DIR   ViT + ln_f alone: output and weight gradients for a random dout
  *   test_model_golden lm    DIR   one step on text-only samples, 2 microbatches (fused backward)
- *   test_model_golden llava DIR   one step, 3 microbatches, 7 images of different sizes (split B/W)
+ *   test_model_golden llava DIR   one step, 3 microbatches, 8 images of 7 sizes, two adjacent (split B/W)
  *   test_model_golden traj  DIR   10 AdamW steps (warm-up + cosine, clipping) on the same 2 microbatches
  * The dump layout is the one `train.dump_step` uses (README.md, "Step dumps"). */
 #include <errno.h>
@@ -99,7 +99,7 @@ static const char* LM_SPECS[] = {"p3 a5 | p4 a6 | a7", "p2 a9 | p5 a3 p2 a4"};
 static const char* LLAVA_SPECS[] = {
     "p2 i2x3 p3 a5 | p1 i3x3 a4 i1x2 p1 a3",
     "p3 a4 | i2x2 p2 a6",
-    "p1 i4x2 p2 a5 i1x1 a2",
+    "p1 i4x2 i1x3 p2 a5 i1x1 a2", /* two images back to back */
 };
 
 static void case_step(const char* dir, const char* name, const char* const* specs, int M, int split) {
