@@ -12,15 +12,17 @@
  * Backward: with P_ij = exp(S_ij - lse_i) recomputed tile by tile from q, k and lse,
  *   dV = P^T dO,  dP = dO V^T,  dS_ij = P_ij (dP_ij - D_i),  D_i = sum_c dO_ic O_ic (= sum_j P_ij dP_ij),
  *   dQ = scale dS K,  dK = scale dS^T Q.
- * One work item is a whole (sequence, head): it is then the only writer of its rows of dq, dk and dv
- * in its head's columns, so every tile product adds straight into the caller's gradients with no
- * race and no T x T or T x d scratch.
+ * Work is split so that every row of dq, dk and dv has one writer (see cpu_attention_backward), so
+ * every tile product adds straight into the caller's gradients with no race and no T x T or T x d
+ * scratch.
  *
  * Tile products go through cpu_sgemm (BLIS), which handles the ld_qkv row stride of the fused qkv
  * buffer directly; the softmax loops are plain C with a polynomial exp the compiler vectorises
  * (tests/attention.cmake builds this file with -O3 for that). Scratch: two ATTN_BLOCK x ATTN_BLOCK
- * tiles and two d x ATTN_BLOCK tiles per thread, allocated once per call and thread, whatever T is. */
+ * tiles and two d x ATTN_BLOCK tiles per thread, allocated once per call and thread, whatever T is
+ * (plus S*H work-item records in the backward). */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,83 +172,170 @@ void cpu_attention_forward(float* out, float* lse, const float* q, const float* 
 /* ------------------------------------------------------------------------------------------------
  * Backward */
 
-/* Gradients of one (sequence, head): rows [start, end), pointers already offset to the head. Any of
- * dq, dk, dv may be NULL (skipped). Scratch: p_tile and dp_tile (ATTN_BLOCK, ATTN_BLOCK), dsum
- * ATTN_BLOCK, kt and vt (d, ATTN_BLOCK). */
-ATTN_VECTOR_CLONES static void attention_backward_head(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                    const float* lse, const float* q, const float* k, const float* v, int start,
-                                    int end, int H, int d, int ld, int causal, float* p_tile, float* dp_tile,
-                                    float* dsum, float* kt, float* vt) {
+/* Per-thread scratch of the backward. */
+typedef struct {
+    float* p;    /* (ATTN_BLOCK, ATTN_BLOCK): P of the tile pair */
+    float* ds;   /* (ATTN_BLOCK, ATTN_BLOCK): dP, then dS in place */
+    float* dsum; /* ATTN_BLOCK: D_i of the query rows */
+    float* kt;   /* (d, ATTN_BLOCK): K^T of the key tile */
+    float* vt;   /* (d, ATTN_BLOCK): V^T of the key tile */
+} AttnBwdScratch;
+
+/* One (query tile, key tile) pair of one head (pointers offset to the head): adds its share into dq
+ * rows [q0, q0 + nq) and dk, dv rows [k0, k0 + nk); a NULL gradient is skipped. sc->kt and sc->vt
+ * must hold this key tile's K^T and V^T. */
+ATTN_VECTOR_CLONES static void attention_backward_pair(float* dq, float* dk, float* dv, const float* dout,
+                                                       const float* out, const float* lse, const float* q,
+                                                       const float* k, int q0, int nq, int k0, int nk, int H,
+                                                       int d, int ld, int causal, const AttnBwdScratch* sc) {
     const int ldo = H * d;
     const float scale = 1.0f / sqrtf((float)d);
-    for (int k0 = start; k0 < end; k0 += ATTN_BLOCK) {
-        int nk = end - k0 < ATTN_BLOCK ? end - k0 : ATTN_BLOCK;
-        attention_tile_transpose(kt, k + (size_t)k0 * ld, nk, d, ld);
-        attention_tile_transpose(vt, v + (size_t)k0 * ld, nk, d, ld);
-        /* causal: queries before k0 see none of these keys */
-        for (int q0 = causal ? k0 : start; q0 < end; q0 += ATTN_BLOCK) {
-            int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
-            const float* dout_t = dout + (size_t)q0 * ldo;
-            /* P = exp(scale * Q K^T - lse): (nq, nk), zero where masked */
-            cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ld, ld, kt, ATTN_BLOCK, 0.0f, p_tile, ATTN_BLOCK);
-            for (int r = 0; r < nq; r++) {
-                float* prow = p_tile + (size_t)r * ATTN_BLOCK;
-                float lse_r = lse[(size_t)(q0 + r) * H];
-                int n_vis = nk;
-                if (causal) n_vis = q0 + r - k0 + 1 < nk ? (q0 + r - k0 + 1 > 0 ? q0 + r - k0 + 1 : 0) : nk;
+    const float* dout_t = dout + (size_t)q0 * ldo;
+    /* P = exp(scale * Q K^T - lse): (nq, nk), zero where masked */
+    cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ld, ld, sc->kt, ATTN_BLOCK, 0.0f, sc->p, ATTN_BLOCK);
+    for (int r = 0; r < nq; r++) {
+        float* prow = sc->p + (size_t)r * ATTN_BLOCK;
+        float lse_r = lse[(size_t)(q0 + r) * H];
+        int n_vis = nk;
+        if (causal) n_vis = q0 + r - k0 + 1 < nk ? (q0 + r - k0 + 1 > 0 ? q0 + r - k0 + 1 : 0) : nk;
 #pragma omp simd
-                for (int j = 0; j < n_vis; j++) prow[j] = attn_exp(prow[j] - lse_r);
-                for (int j = n_vis; j < nk; j++) prow[j] = 0.0f;
-            }
-            /* dV += P^T dO: (nk, d) */
-            if (dv) cpu_sgemm(1, 0, nk, d, nq, 1.0f, p_tile, ATTN_BLOCK, dout_t, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
-            if (!dq && !dk) continue;
-            /* dP = dO V^T: (nq, nk); dS = P (dP - D), in place */
-            cpu_sgemm(0, 0, nq, nk, d, 1.0f, dout_t, ldo, vt, ATTN_BLOCK, 0.0f, dp_tile, ATTN_BLOCK);
-            for (int r = 0; r < nq; r++) {
-                const float* orow = out + (size_t)(q0 + r) * ldo;
-                const float* drow = dout_t + (size_t)r * ldo;
-                float D = 0.0f;
+        for (int j = 0; j < n_vis; j++) prow[j] = attn_exp(prow[j] - lse_r);
+        for (int j = n_vis; j < nk; j++) prow[j] = 0.0f;
+    }
+    /* dV += P^T dO: (nk, d) */
+    if (dv) cpu_sgemm(1, 0, nk, d, nq, 1.0f, sc->p, ATTN_BLOCK, dout_t, ldo, 1.0f, dv + (size_t)k0 * ld, ld);
+    if (!dq && !dk) return;
+    /* dP = dO V^T: (nq, nk); dS = P (dP - D), in place */
+    cpu_sgemm(0, 0, nq, nk, d, 1.0f, dout_t, ldo, sc->vt, ATTN_BLOCK, 0.0f, sc->ds, ATTN_BLOCK);
+    for (int r = 0; r < nq; r++) {
+        const float* orow = out + (size_t)(q0 + r) * ldo;
+        const float* drow = dout_t + (size_t)r * ldo;
+        float D = 0.0f;
 #pragma omp simd reduction(+ : D)
-                for (int c = 0; c < d; c++) D += drow[c] * orow[c];
-                dsum[r] = D;
-            }
-            for (int r = 0; r < nq; r++) {
-                const float* prow = p_tile + (size_t)r * ATTN_BLOCK;
-                float* dsrow = dp_tile + (size_t)r * ATTN_BLOCK;
+        for (int c = 0; c < d; c++) D += drow[c] * orow[c];
+        sc->dsum[r] = D;
+    }
+    for (int r = 0; r < nq; r++) {
+        const float* prow = sc->p + (size_t)r * ATTN_BLOCK;
+        float* dsrow = sc->ds + (size_t)r * ATTN_BLOCK;
+        float D = sc->dsum[r];
 #pragma omp simd
-                for (int j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - dsum[r]);
-            }
-            /* dQ += scale dS K: (nq, d);  dK += scale dS^T Q: (nk, d) */
-            if (dq) cpu_sgemm(0, 0, nq, d, nk, scale, dp_tile, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f,
-                              dq + (size_t)q0 * ld, ld);
-            if (dk) cpu_sgemm(1, 0, nk, d, nq, scale, dp_tile, ATTN_BLOCK, q + (size_t)q0 * ld, ld, 1.0f,
-                              dk + (size_t)k0 * ld, ld);
-        }
+        for (int j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D);
+    }
+    /* dQ += scale dS K: (nq, d);  dK += scale dS^T Q: (nk, d) */
+    if (dq) cpu_sgemm(0, 0, nq, d, nk, scale, sc->ds, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)q0 * ld, ld);
+    if (dk) cpu_sgemm(1, 0, nk, d, nq, scale, sc->ds, ATTN_BLOCK, q + (size_t)q0 * ld, ld, 1.0f, dk + (size_t)k0 * ld, ld);
+}
+
+/* Every pair of key tile kb (rows k0 = start + kb * ATTN_BLOCK ..) with the query tiles that see it,
+ * for rows [start, end) of one head: the complete dk and dv of that key tile, and its share of dq. */
+static void attention_backward_key_tile(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                        const float* lse, const float* q, const float* k, const float* v, int start,
+                                        int end, int kb, int H, int d, int ld, int causal, const AttnBwdScratch* sc) {
+    int k0 = start + kb * ATTN_BLOCK, nk = end - k0 < ATTN_BLOCK ? end - k0 : ATTN_BLOCK;
+    attention_tile_transpose(sc->kt, k + (size_t)k0 * ld, nk, d, ld);
+    attention_tile_transpose(sc->vt, v + (size_t)k0 * ld, nk, d, ld);
+    /* causal: queries before k0 see none of these keys */
+    for (int q0 = causal ? k0 : start; q0 < end; q0 += ATTN_BLOCK) {
+        int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
+        attention_backward_pair(dq, dk, dv, dout, out, lse, q, k, q0, nq, k0, nk, H, d, ld, causal, sc);
     }
 }
 
+/* The complete dq of query tile qb of rows [start, end) of one head (its pairs with every key tile
+ * it sees). */
+static void attention_backward_query_tile(float* dq, const float* dout, const float* out, const float* lse,
+                                          const float* q, const float* k, const float* v, int start, int end, int qb,
+                                          int H, int d, int ld, int causal, const AttnBwdScratch* sc) {
+    int q0 = start + qb * ATTN_BLOCK, nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
+    int k_stop = causal ? q0 + nq : end;
+    for (int k0 = start; k0 < k_stop; k0 += ATTN_BLOCK) {
+        int nk = k_stop - k0 < ATTN_BLOCK ? k_stop - k0 : ATTN_BLOCK;
+        attention_tile_transpose(sc->kt, k + (size_t)k0 * ld, nk, d, ld);
+        attention_tile_transpose(sc->vt, v + (size_t)k0 * ld, nk, d, ld);
+        attention_backward_pair(dq, NULL, NULL, dout, out, lse, q, k, q0, nq, k0, nk, H, d, ld, causal, sc);
+    }
+}
+
+typedef struct {
+    int s, h;
+    double cost;
+} AttnItem;
+
+static int attn_item_cmp_desc(const void* a, const void* b) {
+    double x = ((const AttnItem*)a)->cost, y = ((const AttnItem*)b)->cost;
+    return (x < y) - (x > y);
+}
+
+/* Work split. Normally one item is a whole (sequence, head): its thread is the only writer of those
+ * rows and columns of dq, dk and dv, so the tile products add straight into the caller's buffers.
+ * Items go out largest first (cost ~ len^2), which keeps ragged packings balanced. When one item is
+ * too big for that (a single long sample with few heads), the work is split finer in two passes
+ * that again each have one writer per row: dk and dv per (sequence, head, key tile), then dq per
+ * (sequence, head, query tile). That recomputes P and dP once more (7 tile products per pair
+ * instead of 5), so it is chosen only when the largest item alone exceeds 1.4x an even share. */
 void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                             int H, int d, int ld_qkv, int causal) {
     attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
-    if (!dq && !dk && !dv) return;
+    if ((!dq && !dk && !dv) || T == 0) return;
+    int n_items = S * H, n_threads = omp_get_max_threads();
+    AttnItem* items = mallocCheck((size_t)n_items * sizeof(AttnItem));
+    double total = 0.0;
+    for (int s = 0; s < S; s++)
+        for (int h = 0; h < H; h++) {
+            double len = cu_seqlens[s + 1] - cu_seqlens[s];
+            items[s * H + h] = (AttnItem){s, h, len * len};
+            total += len * len;
+        }
+    qsort(items, n_items, sizeof(AttnItem), attn_item_cmp_desc);
+    int two_pass = n_threads > 1 && items[0].cost * n_threads > 1.4 * total;
 #pragma omp parallel if ((size_t)T * H * d > 4096)
     {
-        float* p_tile = mallocCheck((size_t)ATTN_BLOCK * (2 * ATTN_BLOCK + 1 + 2 * d) * sizeof(float));
-        float* dp_tile = p_tile + ATTN_BLOCK * ATTN_BLOCK;
-        float* dsum = dp_tile + ATTN_BLOCK * ATTN_BLOCK;
-        float* kt = dsum + ATTN_BLOCK;
-        float* vt = kt + (size_t)d * ATTN_BLOCK;
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int s = 0; s < S; s++) {
-            for (int h = 0; h < H; h++) {
-                size_t hd = (size_t)h * d;
-                attention_backward_head(dq ? dq + hd : NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL, dout + hd,
-                                        out + hd, lse + h, q + hd, k + hd, v + hd, cu_seqlens[s], cu_seqlens[s + 1],
-                                        H, d, ld_qkv, causal, p_tile, dp_tile, dsum, kt, vt);
+        AttnBwdScratch sc;
+        sc.p = mallocCheck((size_t)ATTN_BLOCK * (2 * ATTN_BLOCK + 1 + 2 * d) * sizeof(float));
+        sc.ds = sc.p + ATTN_BLOCK * ATTN_BLOCK;
+        sc.dsum = sc.ds + ATTN_BLOCK * ATTN_BLOCK;
+        sc.kt = sc.dsum + ATTN_BLOCK;
+        sc.vt = sc.kt + (size_t)d * ATTN_BLOCK;
+        if (!two_pass) {
+#pragma omp for schedule(dynamic, 1)
+            for (int i = 0; i < n_items; i++) {
+                int s = items[i].s, start = cu_seqlens[s], end = cu_seqlens[s + 1];
+                size_t hd = (size_t)items[i].h * d;
+                for (int kb = 0; kb * ATTN_BLOCK < end - start; kb++)
+                    attention_backward_key_tile(dq ? dq + hd : NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL,
+                                                dout + hd, out + hd, lse + items[i].h, q + hd, k + hd, v + hd, start,
+                                                end, kb, H, d, ld_qkv, causal, &sc);
+            }
+        } else {
+            /* the same nowait-per-sequence pattern as the forward; a barrier between the passes is
+             * not needed (they write different buffers), nor taken */
+            for (int s = 0; s < S; s++) {
+                int start = cu_seqlens[s], end = cu_seqlens[s + 1];
+                int n_tiles = (end - start + ATTN_BLOCK - 1) / ATTN_BLOCK;
+                if (dk || dv) {
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
+                    for (int h = 0; h < H; h++)
+                        for (int kb = 0; kb < n_tiles; kb++) { /* causal: the first key tiles cost the most */
+                            size_t hd = (size_t)h * d;
+                            attention_backward_key_tile(NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL, dout + hd,
+                                                        out + hd, lse + h, q + hd, k + hd, v + hd, start, end, kb, H,
+                                                        d, ld_qkv, causal, &sc);
+                        }
+                }
+                if (dq) {
+#pragma omp for collapse(2) schedule(dynamic, 1) nowait
+                    for (int h = 0; h < H; h++)
+                        for (int qb = n_tiles - 1; qb >= 0; qb--) { /* causal: the last query tiles cost the most */
+                            size_t hd = (size_t)h * d;
+                            attention_backward_query_tile(dq + hd, dout + hd, out + hd, lse + h, q + hd, k + hd,
+                                                          v + hd, start, end, qb, H, d, ld_qkv, causal, &sc);
+                        }
+                }
             }
         }
-        free(p_tile);
+        free(sc.p);
     }
+    free(items);
 }
