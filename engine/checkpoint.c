@@ -82,20 +82,10 @@ static void ck_fsync_dir(const char* dir) {
     }
 }
 
-int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
-                    char* out_dir, size_t out_len, char* err, size_t err_len) {
-    if (ck_mkdir_p(root) != 0) {
-        ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
-        return -1;
-    }
-    char final[4096], tmp[4096], path[4200];
-    snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)st->step);
-    snprintf(tmp, sizeof tmp, "%s/.step-%08lld.tmp.%d", root, (long long)st->step, (int)getpid());
-    ck_rm_rf(tmp);
-    if (mkdir(tmp, 0755) != 0) {
-        ck_err(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
-        return -1;
-    }
+/* Write model[.shard].safetensors and optimizer[.shard].safetensors of pt into folder dir. */
+static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step, const char* shard, char* err,
+                            size_t err_len) {
+    char path[4200];
     int own_d, own_m, own_v;
     float* data = ck_host_view(pt, pt->data, &own_d);
     float* m = ck_host_view(pt, pt->m, &own_m);
@@ -103,7 +93,7 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
     float* zeros = NULL;
     if (!m || !v) zeros = callocCheck(pt->total ? pt->total : 1, sizeof(float));
     char step_s[32];
-    snprintf(step_s, sizeof step_s, "%lld", (long long)st->step);
+    snprintf(step_s, sizeof step_s, "%lld", (long long)step);
 
     StWriter* w = st_writer_new();
     StWriter* wo = st_writer_new();
@@ -120,11 +110,10 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
         snprintf(name, sizeof name, "v.%s", s->name);
         st_writer_add(wo, name, DTYPE_F32, s->ndim, s->shape, (v ? v : zeros) + s->offset);
     }
-    int rc = 0;
-    ck_file_name(path, sizeof path, tmp, "model", shard);
-    rc = st_writer_write(w, path, err, err_len);
+    ck_file_name(path, sizeof path, dir, "model", shard);
+    int rc = st_writer_write(w, path, err, err_len);
     if (rc == 0) {
-        ck_file_name(path, sizeof path, tmp, "optimizer", shard);
+        ck_file_name(path, sizeof path, dir, "optimizer", shard);
         rc = st_writer_write(wo, path, err, err_len);
     }
     st_writer_free(w);
@@ -133,57 +122,66 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
     if (own_m) free(m);
     if (own_v) free(v);
     free(zeros);
+    return rc;
+}
 
-    if (rc == 0) {
-        cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
-        cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
-        cJSON_AddNumberToObject(j, "step", (double)st->step);
-        cJSON_AddNumberToObject(j, "optimizer_step", (double)st->opt_step);
-        char hx[32];
-        /* 64-bit values as hex strings: JSON numbers are doubles */
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)st->recipe_hash);
-        cJSON_AddStringToObject(j, "recipe_hash", hx);
-        snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->seed);
-        cJSON_AddStringToObject(j, "seed", hx);
-        snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->data_seed);
-        cJSON_AddStringToObject(j, "data_seed", hx);
-        cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
-        if (!lj) {
-            ck_err(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
-            rc = -1;
-            lj = cJSON_CreateNull();
-        }
-        cJSON_AddItemToObject(j, "loader", lj);
-        cJSON* files = cJSON_AddArrayToObject(j, "files");
-        ck_file_name(path, sizeof path, ".", "model", shard);
-        cJSON_AddItemToArray(files, cJSON_CreateString(path + 2));
-        ck_file_name(path, sizeof path, ".", "optimizer", shard);
-        cJSON_AddItemToArray(files, cJSON_CreateString(path + 2));
-        char* text = cJSON_Print(j);
-        cJSON_Delete(j);
-        snprintf(path, sizeof path, "%s/state.json", tmp);
-        if (rc == 0 && rr_write_file_atomic(path, text, strlen(text)) != 0) {
-            ck_err(err, err_len, "cannot write '%s': %s", path, strerror(errno));
-            rc = -1;
-        }
-        free(text);
+/* Write dir/state.json (last, so a folder with state.json has every file) naming the files of the
+ * given shards (NULL entry = the unsharded pair). */
+static int ck_write_state(const char* dir, const CheckpointState* st, const char* const* shards, int n_shards,
+                          char* err, size_t err_len) {
+    char path[4200];
+    int rc = 0;
+    cJSON* j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
+    cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
+    cJSON_AddNumberToObject(j, "step", (double)st->step);
+    cJSON_AddNumberToObject(j, "optimizer_step", (double)st->opt_step);
+    char hx[32];
+    /* 64-bit values as hex strings: JSON numbers are doubles */
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)st->recipe_hash);
+    cJSON_AddStringToObject(j, "recipe_hash", hx);
+    snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->seed);
+    cJSON_AddStringToObject(j, "seed", hx);
+    snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->data_seed);
+    cJSON_AddStringToObject(j, "data_seed", hx);
+    cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
+    if (!lj) {
+        ck_err(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
+        rc = -1;
+        lj = cJSON_CreateNull();
     }
-    if (rc == 0) {
-        /* replace an older checkpoint of the same step (a re-run after resume) */
-        struct stat sb;
-        if (stat(final, &sb) == 0) {
-            char old[4200];
-            snprintf(old, sizeof old, "%s/.old.%d", root, (int)getpid());
-            if (rename(final, old) == 0) ck_rm_rf(old);
-        }
-        if (rename(tmp, final) != 0) {
-            ck_err(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
-            rc = -1;
-        }
+    cJSON_AddItemToObject(j, "loader", lj);
+    cJSON* files = cJSON_AddArrayToObject(j, "files");
+    for (int i = 0; i < n_shards; i++) {
+        ck_file_name(path, sizeof path, ".", "model", shards[i]);
+        cJSON_AddItemToArray(files, cJSON_CreateString(path + 2));
+        ck_file_name(path, sizeof path, ".", "optimizer", shards[i]);
+        cJSON_AddItemToArray(files, cJSON_CreateString(path + 2));
     }
-    if (rc != 0) {
-        ck_rm_rf(tmp);
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    if (rc == 0 && rr_write_file_atomic(path, text, strlen(text)) != 0) {
+        ck_err(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+        rc = -1;
+    }
+    free(text);
+    return rc;
+}
+
+/* Rename the complete temporary folder to ROOT/step-N (replacing an older one of the same step). */
+static int ck_finalize(const char* root, const char* tmp, int64_t step, char* out_dir, size_t out_len, char* err,
+                       size_t err_len) {
+    char final[4096];
+    snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)step);
+    struct stat sb;
+    if (stat(final, &sb) == 0) { /* a re-run after resume */
+        char old[4200];
+        snprintf(old, sizeof old, "%s/.old.%d", root, (int)getpid());
+        if (rename(final, old) == 0) ck_rm_rf(old);
+    }
+    if (rename(tmp, final) != 0) {
+        ck_err(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
         return -1;
     }
     ck_fsync_dir(root);
@@ -191,7 +189,60 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
     return 0;
 }
 
-static int ck_read_block(const StFile* f, const ParamTable* pt, float* block, const char* prefix, char* err,
+int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
+                    char* out_dir, size_t out_len, char* err, size_t err_len) {
+    if (ck_mkdir_p(root) != 0) {
+        ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
+        return -1;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s/.step-%08lld.tmp.%d", root, (long long)st->step, (int)getpid());
+    ck_rm_rf(tmp);
+    if (mkdir(tmp, 0755) != 0) {
+        ck_err(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+        return -1;
+    }
+    const char* shards[1] = {shard};
+    int rc = ck_write_tensors(tmp, pt, st->step, shard, err, err_len);
+    if (rc == 0) rc = ck_write_state(tmp, st, shards, 1, err, err_len);
+    if (rc == 0) rc = ck_finalize(root, tmp, st->step, out_dir, out_len, err, err_len);
+    if (rc != 0) ck_rm_rf(tmp);
+    return rc;
+}
+
+int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len) {
+    snprintf(tmp, tmp_len, "%s/.step-%08lld.tmp.shards", root, (long long)step);
+    if (ck_mkdir_p(root) != 0) {
+        ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
+        return -1;
+    }
+    ck_rm_rf(tmp);
+    if (mkdir(tmp, 0755) != 0) {
+        ck_err(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int checkpoint_shard_write(const char* tmp, const ParamTable* pt, int64_t step, const char* shard, char* err,
+                           size_t err_len) {
+    return ck_write_tensors(tmp, pt, step, shard, err, err_len);
+}
+
+int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointState* st, const char* const* shards,
+                            int n_shards, char* out_dir, size_t out_len, char* err, size_t err_len) {
+    int rc = ck_write_state(tmp, st, shards, n_shards, err, err_len);
+    if (rc == 0) rc = ck_finalize(root, tmp, st->step, out_dir, out_len, err, err_len);
+    if (rc != 0) ck_rm_rf(tmp);
+    return rc;
+}
+
+void checkpoint_shard_abort(const char* tmp) { ck_rm_rf(tmp); }
+
+/* Read every tensor of pt (names with `prefix`) into block, each from whichever of the n files holds
+ * it: checkpoint shards of any pipeline layout keep global names, so a stage reads its own tensors
+ * from the shards of another layout. */
+static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* block, const char* prefix, char* err,
                          size_t err_len) {
     int owned = 0;
     float* h = block;
@@ -204,13 +255,62 @@ static int ck_read_block(const StFile* f, const ParamTable* pt, float* block, co
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
         snprintf(name, sizeof name, "%s%s", prefix, s->name);
-        rc = st_read_f32(f, name, h + s->offset, s->ndim, s->shape, err, err_len);
+        int k = 0;
+        while (k < nf - 1 && !st_find(&f[k], name)) k++;
+        rc = st_read_f32(&f[k], name, h + s->offset, s->ndim, s->shape, err, err_len);
+        if (rc != 0 && nf > 1 && !st_find(&f[k], name))
+            ck_err(err, err_len, "%s: tensor %s is in none of its %d shard files", f[0].path, name, nf);
     }
     if (owned) {
         if (rc == 0) pt->be->copy_h2d(block, h, pt->total * sizeof(float));
         free(h);
     }
     return rc;
+}
+
+/* Load the files of state.json's "files" list whose names start with `base` ("model" / "optimizer"),
+ * or, with `shard`, just base.shard.safetensors. Returns the count, or -1 with a message. */
+static int ck_load_files(const char* dir, const cJSON* files, const char* base, const char* shard, StFile** out,
+                         char* err, size_t err_len) {
+    char path[4200];
+    *out = NULL;
+    int n = 0;
+    if (shard || !cJSON_IsArray(files)) {
+        *out = callocCheck(1, sizeof(StFile));
+        ck_file_name(path, sizeof path, dir, base, shard);
+        if (st_load(&(*out)[0], path, err, err_len) != 0) {
+            free(*out);
+            *out = NULL;
+            return -1;
+        }
+        return 1;
+    }
+    *out = callocCheck((size_t)cJSON_GetArraySize(files) + 1, sizeof(StFile));
+    const cJSON* e;
+    cJSON_ArrayForEach(e, files) {
+        if (!cJSON_IsString(e) || strncmp(e->valuestring, base, strlen(base)) != 0) continue;
+        if (strchr(e->valuestring, '/')) continue; /* only files inside the folder */
+        snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
+        if (st_load(&(*out)[n], path, err, err_len) != 0) {
+            for (int i = 0; i < n; i++) st_free(&(*out)[i]);
+            free(*out);
+            *out = NULL;
+            return -1;
+        }
+        n++;
+    }
+    if (n == 0) {
+        ck_err(err, err_len, "%s/state.json lists no %s files", dir, base);
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return n;
+}
+
+static void ck_free_files(StFile* f, int n) {
+    for (int i = 0; i < n; i++) st_free(&f[i]);
+    free(f);
 }
 
 static int ck_json_u64(const cJSON* j, const char* key, int hex, uint64_t* out) {
@@ -260,24 +360,26 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     st->opt_step = (int64_t)ost->valuedouble;
     const cJSON* lj = cJSON_GetObjectItemCaseSensitive(j, "loader");
     if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
-    cJSON_Delete(j);
+    const cJSON* files = cJSON_GetObjectItemCaseSensitive(j, "files");
 
-    StFile f;
-    ck_file_name(path, sizeof path, dir, "model", shard);
-    if (st_load(&f, path, err, err_len) != 0) goto fail;
-    int rc = ck_read_block(&f, pt, pt->data, "", err, err_len);
-    st_free(&f);
+    StFile* f = NULL;
+    int nf = ck_load_files(dir, files, "model", shard, &f, err, err_len);
+    if (nf < 0) goto fail;
+    int rc = ck_read_block(f, nf, pt, pt->data, "", err, err_len);
+    ck_free_files(f, nf);
     if (rc) goto fail;
     if (pt->m && pt->v) {
-        ck_file_name(path, sizeof path, dir, "optimizer", shard);
-        if (st_load(&f, path, err, err_len) != 0) goto fail;
-        rc = ck_read_block(&f, pt, pt->m, "m.", err, err_len);
-        if (rc == 0) rc = ck_read_block(&f, pt, pt->v, "v.", err, err_len);
-        st_free(&f);
+        nf = ck_load_files(dir, files, "optimizer", shard, &f, err, err_len);
+        if (nf < 0) goto fail;
+        rc = ck_read_block(f, nf, pt, pt->m, "m.", err, err_len);
+        if (rc == 0) rc = ck_read_block(f, nf, pt, pt->v, "v.", err, err_len);
+        ck_free_files(f, nf);
         if (rc) goto fail;
     }
+    cJSON_Delete(j);
     return 0;
 fail:
+    cJSON_Delete(j);
     checkpoint_state_free(st);
     return -1;
 }

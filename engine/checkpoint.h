@@ -40,10 +40,26 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
                     char* out_dir, size_t out_len, char* err, size_t err_len);
 
 /* Read DIR/state.json, then every parameter of pt (and, when pt->m is allocated, its moments) from
- * DIR's safetensors files, checking names, shapes and dtypes. Returns 0, or -1 with a message
- * naming the file and tensor. */
+ * DIR's safetensors files, checking names, shapes and dtypes. With shard NULL every model / optimizer
+ * file that state.json lists is searched by name, so a checkpoint written under any pipeline layout
+ * loads into any other (a stage reads only its own tensors). Returns 0, or -1 with a message naming
+ * the file and tensor. */
 int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
                     size_t err_len);
+
+/* ---- multi-rank checkpoints (one shard per pipeline rank, one folder) ----
+ * Rank 0 calls checkpoint_shard_begin (creates ROOT/.step-N.tmp.shards/, path into tmp); after a
+ * barrier every rank calls checkpoint_shard_write with its shard name ("pp0", "pp1", ...); after a
+ * second barrier rank 0 calls checkpoint_shard_commit with every shard name, which writes state.json
+ * last and renames the folder to ROOT/step-N. A crash at any point leaves no step-* folder that is
+ * incomplete. Each returns 0, or -1 with a message (commit removes the temporary folder on failure;
+ * checkpoint_shard_abort removes it after another rank's failure). */
+int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len);
+int checkpoint_shard_write(const char* tmp, const ParamTable* pt, int64_t step, const char* shard, char* err,
+                           size_t err_len);
+int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointState* st, const char* const* shards,
+                            int n_shards, char* out_dir, size_t out_len, char* err, size_t err_len);
+void checkpoint_shard_abort(const char* tmp);
 
 /* Path of the newest complete checkpoint under ROOT into out. Returns its step, or -1 when none. */
 int64_t checkpoint_latest(const char* root, char* out, size_t out_len);
