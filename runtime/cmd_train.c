@@ -3,6 +3,7 @@
  * can be checked on a laptop. The parameter count is the same table the model registers (tested
  * against the real ParamTable for the tiny recipe); activation memory is an estimate from the
  * per-token formulas below. */
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,8 +271,20 @@ int cmd_train(int argc, char** argv) {
         free(r);
         return rc ? 1 : 0;
     }
+    /* Pipeline ranks run under mpirun; one process needs no MPI at all. */
+    const char* world_env = getenv("OMPI_COMM_WORLD_SIZE");
+    int world = world_env ? atoi(world_env) : 1;
+    if (world > 1 && r->pp == 1) {
+        fprintf(stderr, "rrfp-mm: error: mpirun started %d ranks but parallel.pp = 1\n---> HINT: add --set "
+                        "parallel.pp=%d (one rank per pipeline stage)\n", world, world);
+        free(r);
+        return 2;
+    }
+    int use_mpi = r->pp > 1;
+    if (use_mpi) MPI_Init(NULL, NULL);
     rc = trainer_run(r, stdout);
     free(r);
+    if (use_mpi) MPI_Finalize();
     return rc;
 }
 

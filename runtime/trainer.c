@@ -11,6 +11,9 @@
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/util.h"
+#include "runtime/pipeline.h"
+#include <mpi.h>
+#include <unistd.h>
 
 int trainer_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
     size_t n;
@@ -346,10 +349,25 @@ int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t e
     int rc = !strcmp(r->source, "synthetic") ? batch_source_synthetic(&t->src, r, vocab, err, err_len)
                                              : batch_source_shards(&t->src, r, err, err_len);
     if (rc != 0) return -1;
-    stage_init(&t->st, &t->mc, 0, t->mc.Lt, be);
-    params_alloc_optimizer(&t->st.params);
-    /* one microbatch in flight; every position may be an image patch */
-    stage_acts_init(&t->acts, &t->st, r->microbatch_tokens, r->microbatch_tokens, 0);
+    if (r->tp > 1 || r->dp > 1) {
+        snprintf(err, err_len, "%s: parallel.tp = %d, parallel.dp = %d: tensor and data parallelism are not built yet; "
+                 "allowed: 1 (pipeline parallelism: parallel.pp)", recipe_origin(r, "parallel", r->tp > 1 ? "tp" : "dp"),
+                 r->tp, r->dp);
+        return -1;
+    }
+    if (r->pp > 1) {
+        if (eval_only) {
+            snprintf(err, err_len, "evaluation runs in one process: add --set parallel.pp=1 (a checkpoint written under "
+                     "any pipeline layout loads into any other)");
+            return -1;
+        }
+        if (trainer_pp_init(t, be, err, err_len) != 0) return -1;
+    } else {
+        stage_init(&t->st, &t->mc, 0, t->mc.Lt, be);
+        params_alloc_optimizer(&t->st.params);
+        /* one microbatch in flight; every position may be an image patch */
+        stage_acts_init(&t->acts, &t->st, r->microbatch_tokens, r->microbatch_tokens, 0);
+    }
     t->last_step = r->stop_at > 0 ? r->stop_at : r->steps;
 
     int64_t resume_step = 0;
@@ -364,7 +382,9 @@ int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t e
             snprintf(dir, sizeof dir, "%s", r->resume);
         }
         CheckpointState cs;
-        if (checkpoint_load(dir, &t->st.params, &cs, NULL, err, err_len) != 0) return -1;
+        if (t->pl ? trainer_pp_load(t, dir, &cs, err, err_len) != 0
+                  : checkpoint_load(dir, &t->st.params, &cs, NULL, err, err_len) != 0)
+            return -1;
         if (!eval_only && cs.recipe_hash != recipe_hash(r)) {
             snprintf(err, err_len,
                      "%s was written by a run with recipe hash %016llx, this recipe hashes to %016llx: a model, data, "
@@ -381,11 +401,11 @@ int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t e
         t->opt_step = cs.opt_step;
         resume_step = cs.step;
         checkpoint_state_free(&cs);
-        if (!eval_only) fprintf(stderr, "rrfp-mm: resumed from %s at step %lld\n", dir, (long long)t->step);
+        if (!eval_only && t->pp_rank == 0) fprintf(stderr, "rrfp-mm: resumed from %s at step %lld\n", dir, (long long)t->step);
     }
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
-    if (!eval_only && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
+    if (!eval_only && t->pp_rank == 0 && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
     t->t_begin = rr_now();
     return 0;
 }
@@ -413,13 +433,19 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         return -1;
     }
     int dumping = r->dump_step == t->step + 1;
+    if (dumping && t->pl) {
+        snprintf(err, err_len, "%s: train.dump_step = %d: step dumps are written by one process; allowed: with "
+                 "parallel.pp = 1", recipe_origin(r, "train", "dump_step"), r->dump_step);
+        return -1;
+    }
     char ddir[RECIPE_STR + 64], path[RECIPE_STR + 128];
     if (dumping && trainer_dump_begin(t, ddir, sizeof ddir, err, err_len) != 0) return -1;
 
-    params_zero_grad(&t->st.params);
     float scale = (float)(1.0 / (double)plan.n_supervised);
-    double loss_sum = 0.0;
-    for (int m = 0; m < plan.M; m++) {
+    double loss_sum = 0.0, norm = 0.0;
+    if (t->pl && trainer_pp_compute(t, &plan, scale, &loss_sum, &norm, err, err_len) != 0) return -1;
+    if (!t->pl) params_zero_grad(&t->st.params);
+    for (int m = 0; !t->pl && m < plan.M; m++) {
         float ls = 0.0f;
         stage_forward(&t->st, &t->acts, &plan.mbs[m], NULL, NULL, &ls);
         loss_sum += ls;
@@ -430,7 +456,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         stage_backward(&t->st, &t->acts, NULL, scale, NULL);
     }
     ParamTable* pt = &t->st.params;
-    double norm = sqrt(trainer_sum_squares(pt->grad, pt->total));
+    if (!t->pl) norm = sqrt(trainer_sum_squares(pt->grad, pt->total));
     float lr = lr_schedule((int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
     float loss = (float)(loss_sum / (double)plan.n_supervised);
     if (dumping) {
@@ -456,7 +482,8 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         return -1;
     }
     t->opt_step++;
-    trainer_optimizer_step(pt, r, lr, (int)t->opt_step, trainer_clip_coef(norm, r->grad_clip));
+    if (t->pl) trainer_pp_optimizer(t, lr, trainer_clip_coef(norm, r->grad_clip));
+    else trainer_optimizer_step(pt, r, lr, (int)t->opt_step, trainer_clip_coef(norm, r->grad_clip));
     t->step++;
     double dt = rr_now() - t0;
     /* ETA from the steps timed in this process, leaving out the first (warm-up of caches, pages) */
@@ -476,7 +503,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->data_wait_s = t_data;
     s->peak_mem_mb = metrics_peak_rss_mb();
     s->eta_s = per * (double)(t->last_step - t->step);
-    s->bubble = -1;
+    s->bubble = t->pl ? t->bubble : -1;
     s->skipped = t->src.skipped(&t->src);
     metrics_write(&t->metrics, s);
     return 0;
@@ -490,9 +517,10 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
                           .data_seed = (uint64_t)t->r->data_seed,
                           .loader = t->src.position(&t->src)};
     char out[RECIPE_STR + 64];
-    int rc = checkpoint_save(t->ckpt_root, &t->st.params, &cs, NULL, out, sizeof out, err, err_len);
+    int rc = t->pl ? trainer_pp_checkpoint(t, &cs, out, sizeof out, err, err_len)
+                   : checkpoint_save(t->ckpt_root, &t->st.params, &cs, NULL, out, sizeof out, err, err_len);
     free(cs.loader);
-    if (rc == 0) {
+    if (rc == 0 && t->pp_rank == 0) {
         checkpoint_prune(t->ckpt_root, t->r->keep);
         fprintf(stderr, "rrfp-mm: checkpoint %s\n", out);
     }
@@ -502,19 +530,43 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
 void trainer_free(Trainer* t) {
     metrics_close(&t->metrics);
     if (t->src.free) t->src.free(&t->src);
-    stage_acts_free(&t->acts, &t->st);
+    if (t->pl) trainer_pp_free(t);
+    else if (t->acts.block) stage_acts_free(&t->acts, &t->st);
     stage_free(&t->st);
 }
 
+/* A failure on one pipeline rank must end every rank (the others would wait for its messages). */
+static int trainer_fail(const Trainer* t, const char* err) {
+    fprintf(stderr, "rrfp-mm: error: %s\n", err);
+    if (t && t->pp > 1) {
+        fprintf(stderr, "rrfp-mm: error: pipeline rank %d failed; ending all %d ranks\n", t->pp_rank, t->pp);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return 1;
+}
+
 int trainer_run(const Recipe* r, FILE* log) {
-    trainer_set_threads(r->threads);
+    int threads = r->threads;
+    const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (threads == 0 && r->pp > 1 && local && atoi(local) > 1) { /* ranks of one machine share its cores */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / atoi(local));
+        if (threads < 1) threads = 1;
+    }
+    trainer_set_threads(threads);
     Trainer* t = callocCheck(1, sizeof *t);
     char err[2048];
     if (trainer_init(t, r, 0, err, sizeof err) != 0) {
-        fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        int mpi = 0;
+        MPI_Initialized(&mpi);
+        Trainer shown = {.pp = mpi ? r->pp : 1};
+        if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &shown.pp_rank);
         free(t);
-        return 1;
+        return trainer_fail(&shown, err);
     }
+    FILE* devnull = NULL;
+    if (t->pp_rank != 0) log = devnull = fopen("/dev/null", "w"); /* one log: rank 0's */
     RecipeParamCounts pc;
     recipe_param_counts(r, t->mc.V, &pc);
     fprintf(log, "train %s: %.2fM parameters (vision %.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
@@ -527,8 +579,7 @@ int trainer_run(const Recipe* r, FILE* log) {
     while (t->step < t->last_step) {
         StepStats s;
         if (trainer_step(t, &s, err, sizeof err) != 0) {
-            fprintf(stderr, "rrfp-mm: error: %s\n", err);
-            rc = 1;
+            rc = trainer_fail(t, err);
             break;
         }
         if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1) {
@@ -539,8 +590,7 @@ int trainer_run(const Recipe* r, FILE* log) {
         }
         int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
         if (ck && trainer_checkpoint(t, err, sizeof err) != 0) {
-            fprintf(stderr, "rrfp-mm: error: %s\n", err);
-            rc = 1;
+            rc = trainer_fail(t, err);
             break;
         }
     }
@@ -549,6 +599,7 @@ int trainer_run(const Recipe* r, FILE* log) {
                 t->metrics.path);
     trainer_free(t);
     free(t);
+    if (devnull) fclose(devnull);
     return rc;
 }
 

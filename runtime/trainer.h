@@ -12,6 +12,7 @@
 #include "data/microbatch.h"
 #include "engine/params.h"
 #include "runtime/model.h"
+#include "engine/checkpoint.h"
 #include "runtime/recipe.h"
 
 /* Parameter counts of a recipe's model by component (doubles: a 7B count overflows nothing). */
@@ -113,7 +114,31 @@ typedef struct {
     double t_begin;
     int64_t steps_timed;
     double time_timed;
+    /* pipeline (parallel.pp > 1, under mpirun; runtime/trainer_pp.c): st is this rank's chunk 0,
+     * chunks[c] (c >= 1) its further chunks; pl the runtime; trace the Chrome trace (runtime.trace) */
+    int pp, pp_rank, n_chunks;
+    Stage** chunks;
+    struct Pipeline* pl;
+    struct PpTrace* trace;
+    double bubble; /* of the last step, across all ranks */
 } Trainer;
+
+/* ---- pipeline training (runtime/trainer_pp.c); every call is collective over the pipeline ---- */
+/* MPI must be initialised. Builds this rank's chunks (layers from parallel.layers or the cost
+ * model), the runtime and the trace. Returns 0, or -1 with a message. */
+int trainer_pp_init(Trainer* t, const Backend* be, char* err, size_t err_len);
+/* Load this rank's tensors from a checkpoint of any layout. */
+int trainer_pp_load(Trainer* t, const char* dir, CheckpointState* cs, char* err, size_t err_len);
+/* Forward + backward of the plan through the pipeline; *loss_sum and *norm (global gradient norm
+ * before clipping) are the same on every rank; t->bubble is set. */
+int trainer_pp_compute(Trainer* t, const StepPlan* plan, float scale, double* loss_sum, double* norm, char* err,
+                       size_t err_len);
+/* Clip by `clip` and AdamW on every chunk of this rank. */
+void trainer_pp_optimizer(Trainer* t, float lr, float clip);
+/* Every rank writes its shards; rank 0 commits the folder. */
+int trainer_pp_checkpoint(Trainer* t, const CheckpointState* cs, char* out, size_t out_len, char* err,
+                          size_t err_len);
+void trainer_pp_free(Trainer* t);
 
 /* Model config of a recipe (vocab resolved). */
 ModelConfig trainer_model_config(const Recipe* r, int vocab);

@@ -34,3 +34,15 @@ add_test(NAME pipeline_equiv_interleaved_np2
          COMMAND timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 2)
 set_tests_properties(pipeline_equiv_interleaved_np2 PROPERTIES LABELS mpi TIMEOUT 300
                      PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")
+# rrfp-mm train under mpirun against one process: every hint x mode, resume across layouts, traces.
+foreach(np 2 4)
+  add_test(NAME pipeline_train_np${np}
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/pipeline_train.sh $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_train_np${np} ${np} --set model.text_layers=4)
+  set_tests_properties(pipeline_train_np${np} PROPERTIES LABELS mpi TIMEOUT 400 PASS_REGULAR_EXPRESSION "pipeline train: ok")
+endforeach()
+# A rank killed mid-step: the job ends within 30 s naming the rank; the last checkpoint resumes.
+add_test(NAME pipeline_kill_rank
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank)
+set_tests_properties(pipeline_kill_rank PROPERTIES LABELS mpi TIMEOUT 400 PASS_REGULAR_EXPRESSION "pipeline kill: ok")

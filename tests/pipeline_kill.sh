@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# pipeline_kill.sh — a pipeline rank killed mid-step (SIGKILL) must not hang the job: every other rank
+# ends non-zero within 30 s, a line names the lost rank, and the last checkpoint stays intact (it
+# loads and training resumes from it in one process).
+# Usage: pipeline_kill.sh RRFP_MM RECIPE WORKDIR
+set -uo pipefail
+BIN=$1 RECIPE=$2 W=$3
+rm -rf "$W"; mkdir -p "$W"
+fail() { echo "FAIL: $*"; echo "--- output"; cat "$W/out.txt"; exit 1; }
+MPI="mpirun --allow-run-as-root --oversubscribe"
+timeout 300 $MPI -np 2 "$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=100000 \
+  --set train.checkpoint_every=2 --set checkpoint.keep=2 --set parallel.pp=2 --set parallel.mode=ready \
+  --set parallel.hint=bfw >"$W/out.txt" 2>&1 &
+JOB=$!
+# wait for the second checkpoint, so the kill lands mid-run with a checkpoint behind it
+for i in $(seq 1 600); do
+  [ -f "$W/run/checkpoints/step-00000004/state.json" ] && break
+  kill -0 $JOB 2>/dev/null || fail "training ended before the kill"
+  sleep 0.1
+done
+[ -f "$W/run/checkpoints/step-00000004/state.json" ] || fail "no checkpoint after 60 s"
+VICTIM=""
+for p in $(pgrep -f "rrfp-mm train $RECIPE"); do
+  if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then VICTIM=$p; fi
+done
+[ -n "$VICTIM" ] || fail "rank 1 not found"
+T0=$(date +%s.%N)
+kill -9 "$VICTIM"
+wait $JOB; RC=$?
+T1=$(date +%s.%N)
+ELAPSED=$(echo "$T1 - $T0" | bc)
+echo "job ended with exit $RC, $ELAPSED s after SIGKILL of rank 1 (pid $VICTIM)"
+[ "$RC" -ne 0 ] || fail "job exited 0 after a rank was killed"
+[ "$RC" -ne 124 ] || fail "job hung until the timeout"
+[ "$(echo "$ELAPSED < 30" | bc)" = 1 ] || fail "took $ELAPSED s (limit 30)"
+grep -Eq "rank 1 .*(exited on signal 9|Killed)|process rank 1" "$W/out.txt" || fail "no line names the lost rank 1"
+grep -E "rank 1" "$W/out.txt" | head -2
+# no half-written checkpoint: every step-* folder is complete and the newest one resumes
+for d in "$W"/run/checkpoints/step-*; do
+  [ -f "$d/state.json" ] || fail "incomplete checkpoint folder $d"
+done
+LATEST=$(ls -d "$W"/run/checkpoints/step-* | sort | tail -1)
+STEP=$((10#${LATEST##*step-}))
+"$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=100000 --set train.stop_at=$((STEP + 1)) \
+  --set train.checkpoint_every=0 --resume "$LATEST" >>"$W/out.txt" 2>&1 || fail "cannot resume from $LATEST"
+echo "resumed from $LATEST (step $STEP) in one process"
+echo "pipeline kill: ok"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# pipeline_train.sh — `mpirun -np P rrfp-mm train --set parallel.pp=P` against the single-process run
+# of the same recipe: for each (hint, mode) the per-step losses (metrics JSONL, as hex floats) and the
+# final checkpoint (parameters and AdamW moments, `rrfp-mm tensors diff`) must agree. The pipeline
+# runs the same kernels on the same microbatches, so the result is usually bitwise equal (reported);
+# the contract is fp32 round-off: a rank may accumulate weight gradients of its microbatches in another
+# order than one process (ready mode), and the global norm is a sum of per-rank partial sums. Bounds:
+# losses 1e-6 relative; parameters and AdamW moments rtol 1e-5 + atol 1e-7 after 6 steps (AdamW
+# normalises updates, so a relative gradient error e moves a weight by ~lr*e per step). Also: a pipeline checkpoint resumes in one process and a
+# single-process checkpoint in the pipeline, both continuing the same loss curve; per-rank traces merge
+# into an SVG with one row per rank.
+# Usage: pipeline_train.sh RRFP_MM RECIPE WORKDIR NP [--set key=value ...]
+set -uo pipefail
+BIN=$1 RECIPE=$2 W=$3 NP=$4
+rm -rf "$W"; mkdir -p "$W"
+MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
+COMMON=(--set train.steps=6 --set train.checkpoint_every=3 "${@:5}")
+fail() { echo "FAIL: $*"; exit 1; }
+losses() { grep -o '"loss_hex":"[^"]*"' "$1/metrics.jsonl"; }
+close_losses() { /usr/bin/python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
+import json, sys
+a = [float.fromhex(json.loads(l)["loss_hex"]) for l in open(sys.argv[1])]
+b = [float.fromhex(json.loads(l)["loss_hex"]) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(a, b)) else 1)
+PY
+}
+"$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/single" >"$W/single.log" 2>&1 || fail "single-process run"
+[ "$(losses "$W/single" | wc -l)" = 6 ] || fail "single-process metrics"
+CASES=("fixed-sync 1f1b" "fixed 1f1b" "ready 1f1b" "fixed zb-h1" "ready zb-h1" "ready bf" "ready bfw" "ready gpipe")
+# interleaved-1f1b: 2 chunks per rank (needs microbatches % NP == 0 and 2 NP <= text layers)
+[ "$NP" = 2 ] && CASES+=("fixed-sync interleaved-1f1b 2" "ready interleaved-1f1b 2")
+for hm in "${CASES[@]}"; do
+  set -- $hm
+  D="$W/pp-$1-$2"
+  $MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$D" --set parallel.pp="$NP" \
+    --set parallel.mode="$1" --set parallel.hint="$2" --set parallel.chunks="${3:-1}" --set runtime.trace=1 >"$D.log" 2>&1 \
+    || { cat "$D.log"; fail "pp=$NP $1 $2 failed"; }
+  close_losses "$W/single" "$D" || fail "pp=$NP $1 $2: losses differ from one process"
+  "$BIN" tensors diff "$W/single/checkpoints/step-00000006" "$D/checkpoints/step-00000006" --quiet \
+    --rtol 1e-5 --atol 1e-7 >"$D.diff" 2>&1 || { cat "$D.diff"; fail "pp=$NP $1 $2: parameters or moments differ"; }
+  grep -q "bubble" "$D.log" || fail "no bubble in the step log"
+  if diff <(losses "$W/single") <(losses "$D") >/dev/null && \
+     "$BIN" tensors diff "$W/single/checkpoints/step-00000006" "$D/checkpoints/step-00000006" --quiet >/dev/null 2>&1; then
+    how="bitwise equal"; else how="equal within the bounds ($(tail -1 "$D.diff"))"; fi
+  echo "pp=$NP $1 $2: 6 losses, parameters and moments $how to one process"
+done
+# layouts: pipeline checkpoint -> one process, and one-process checkpoint -> pipeline
+D="$W/resume-a"
+$MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$D" --set train.stop_at=3 \
+  --set parallel.pp="$NP" >"$D.log" 2>&1 || fail "pipeline half run"
+"$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$D" --resume latest >>"$D.log" 2>&1 || fail "resume in one process"
+close_losses "$W/single" "$D" || fail "pp=$NP checkpoint resumed in one process: losses differ"
+D="$W/resume-b"
+"$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$D" --set train.stop_at=3 >"$D.log" 2>&1 || fail "half run"
+$MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$D" --set parallel.pp="$NP" \
+  --resume latest >>"$D.log" 2>&1 || fail "resume in the pipeline"
+close_losses "$W/single" "$D" || fail "one-process checkpoint resumed with pp=$NP: losses differ"
+echo "resume across layouts (pp=$NP <-> 1): same loss curve"
+# traces -> SVG
+"$BIN" trace "$W"/pp-ready-bfw/trace-rank*.json --svg "$W/timeline.svg" || fail "trace merge"
+rows=$(grep -c 'class="row"' "$W/timeline.svg")
+[ "$rows" = "$NP" ] || fail "SVG has $rows rows, expected $NP"
+# errors: wrong rank count, and pp > 1 without mpirun
+out=$($MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "parallel.pp = 1" <<<"$out" || fail "mpirun -np 2 with pp=1: rc $rc, $out"
+out=$("$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" --set parallel.pp=2 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "mpirun started 1 ranks" <<<"$out" || fail "pp=2 without mpirun: rc $rc, $out"
+echo "pipeline train: ok"
