@@ -3,3 +3,16 @@ add_executable(test_data tests/test_data.c)
 target_link_libraries(test_data PRIVATE rrfp_core)
 add_test(NAME data_roundtrip COMMAND test_data $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_roundtrip)
 set_tests_properties(data_roundtrip PROPERTIES TIMEOUT 300)
+
+# Our preprocessing against Pillow (Debian python3-pil) on real photographs (python3-skimage's data
+# folder), greyscale and progressive JPEGs: smart_resize grids, DCT-scaled decode, resize, patches.
+add_executable(data_image_tool tests/data_image_tool.c)
+target_link_libraries(data_image_tool PRIVATE rrfp_core)
+add_test(NAME data_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data_pillow.py $<TARGET_FILE:data_image_tool>
+         ${CMAKE_CURRENT_BINARY_DIR}/data_pillow)
+set_tests_properties(data_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# pack on good + every kind of bad record; loader round trip of real photographs (see the script)
+add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data_pack_errors.sh $<TARGET_FILE:rrfp-mm>
+         $<TARGET_FILE:test_data> ${CMAKE_CURRENT_BINARY_DIR}/data_pack_errors)
+set_tests_properties(data_pack_errors PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -235,7 +235,58 @@ static void flip_byte(const char* path, long off) {
     fclose(f);
 }
 
+/* --check-shards SHARDS MANIFEST IMAGES TOK P MIN MAX: one epoch of every policy over the shards, each
+ * sample checked against the manifest and its JPEG files (used on real photographs by
+ * tests/data_pack_errors.sh). */
+static int check_shards(char** a) {
+    char err[2048];
+    g_tok = tokenizer_load(a[3], err, sizeof err);
+    RR_ASSERT(g_tok);
+    g_img_id = tokenizer_token_id(g_tok, "<image>");
+    g_eot_id = tokenizer_token_id(g_tok, "<|endoftext|>");
+    RR_ASSERT(manifest_load(a[1], &g_man, err, sizeof err) == 0);
+    snprintf(g_images, sizeof g_images, "%s", a[2]);
+    g_jc = jpeg_codec_new();
+    for (int pol = 0; pol < 3; pol++) {
+        LoaderConfig c = base_cfg(a[0]);
+        c.patch = atoi(a[4]), c.min_patches = atoi(a[5]), c.max_patches = atoi(a[6]);
+        c.microbatch_tokens = 4 * c.max_patches + 256;
+        c.microbatches = 1, c.window = 4, c.policy = (LoaderPolicy)pol, c.workers = 2;
+        Loader* L = loader_open(&c, NULL, err, sizeof err);
+        CHECK(L != NULL, "%s", err);
+        if (!L) break;
+        int N = loader_sample_count(L);
+        if (!g_ids_by_global) {
+            g_ids_by_global = calloc(N, sizeof(char*));
+            Shard s;
+            char path[1200];
+            int g = 0;
+            for (int k = 0; g < N; k++) {
+                snprintf(path, sizeof path, "%s/shard-%05d.rrs", a[0], k);
+                RR_ASSERT(shard_open(path, &s, err, sizeof err) == 0);
+                for (uint64_t i = 0; i < s.n; i++) g_ids_by_global[g++] = strdup(s.ids + s.entries[i].id_off);
+                shard_close(&s);
+            }
+        }
+        int64_t* seen = calloc(N, sizeof(int64_t));
+        int64_t got = 0;
+        int miss = N;
+        while (miss > 0 && got < 4 * N) { /* groups straddle epochs: allow a few */
+            got += drain(L, 1, seen, N, 1, &c);
+            miss = 0;
+            for (int i = 0; i < N; i++) miss += seen[i] == 0;
+        }
+        CHECK(miss == 0, "%d samples not handed out", miss);
+        printf("check-shards policy %d: %d samples (p %d, patches %d..%d) equal to the manifest and JPEGs\n", pol, N,
+               c.patch, c.min_patches, c.max_patches);
+        free(seen);
+        loader_close(L);
+    }
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc == 9 && !strcmp(argv[1], "--check-shards")) return check_shards(argv + 2);
     if (argc < 3) {
         fprintf(stderr, "usage: test_data RRFP_MM WORK_DIR\n");
         return 2;

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# data_pack_errors.sh — `rrfp-mm pack` on a manifest mixing good records (real photographs from
+# python3-skimage, a greyscale JPEG, a progressive JPEG, two images, text only) with every kind of bad
+# record: each bad one is named by manifest line and reason, the summary counts them, nothing good is
+# lost (the loader hands back every good sample equal to the manifest and its JPEGs), --strict is
+# fatal and leaves no shard, and a JSON-array manifest with bad JSON is an error naming line:column.
+# usage: data_pack_errors.sh RRFP_MM TEST_DATA WORK_DIR
+set -u
+BIN=$1
+TD=$2
+W=$3
+case "$W" in /tmp/* | */build*/*) ;; *) echo "refusing work dir '$W'"; exit 2 ;; esac
+SK=/usr/lib/python3/dist-packages/skimage/data
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+rm -rf "$W" && mkdir -p "$W/img" || exit 2
+cp "$SK/rocket.jpg" "$SK/retina.jpg" "$SK/hubble_deep_field.jpg" "$SK/truncated.jpg" "$W/img/" || exit 77
+/usr/bin/python3 - "$W/img" <<'PYEND' || { echo "cannot make test images (python3-pil)"; exit 77; }
+import sys
+from PIL import Image
+d = sys.argv[1]
+im = Image.open(d + "/rocket.jpg").convert("RGB")
+im.convert("L").save(d + "/grey.jpg", quality=90)
+im.resize((320, 214)).save(d + "/prog.jpg", quality=85, progressive=True)
+im.resize((64, 43)).save(d + "/png.jpg", format="PNG")          # a PNG named .jpg
+im.resize((64, 43)).convert("CMYK").save(d + "/cmyk.jpg", quality=90)
+assert Image.open(d + "/prog.jpg").info.get("progressive")
+PYEND
+H='{"from":"human","value":'
+G='{"from":"gpt","value":'
+cat > "$W/good.jsonl" <<JSONEND
+{"id":"rocket","image":"rocket.jpg","conversations":[$H"<image>\nWhat is this?"},$G"a rocket on its launch pad"}]}
+{"id":"retina","image":"retina.jpg","conversations":[$H"<image>\nDescribe it."},$G"a photograph of a retina"},$H"Colour?"},$G"orange"}]}
+{"id":"hubble","image":"hubble_deep_field.jpg","conversations":[$H"What is shown?\n<image>"},$G"galaxies"}]}
+{"id":"grey","image":"grey.jpg","conversations":[$H"<image>\nIs it in colour?"},$G"no"}]}
+{"id":"prog","image":"prog.jpg","conversations":[$H"<image>\nWhat is this?"},$G"a rocket"}]}
+{"id":"two","image":["rocket.jpg","grey.jpg"],"conversations":[$H"<image>\n<image>\nWhich one is in colour?"},$G"the first"}]}
+{"id":"text","conversations":[$H"Count to three."},$G"one two three"}]}
+JSONEND
+cp "$W/good.jsonl" "$W/all.jsonl"
+cat >> "$W/all.jsonl" <<JSONEND
+{"id":"trunc","image":"truncated.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"png","image":"png.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"missing","image":"nope.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"empty","image":"rocket.jpg","conversations":[]}
+{"id":"broken", "conversations": [
+{"id":"noanswer","conversations":[$H"hello"}]}
+{"id":"mismatch","image":"rocket.jpg","conversations":[$H"What?"},$G"x"}]}
+{"id":"cmyk","image":"cmyk.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"badturn","conversations":[{"from":"system","value":"be nice"},$G"x"}]}
+JSONEND
+"$BIN" tokenizer train --vocab 300 --manifest "$W/good.jsonl" --out "$W/tok.json" >/dev/null 2>&1 || fail "tokenizer train"
+
+"$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/shards" --shard-size 0.3 \
+    2>"$W/pack.log"
+rc=$?
+cat "$W/pack.log"
+[ $rc = 0 ] || fail "pack exit $rc"
+M="$W/all.jsonl"
+expect() { grep -qF -- "$1" "$W/pack.log" || fail "pack log lacks: $1"; }
+expect "$M:8: record 'trunc' rejected (bad_image)"
+expect "$M:9: record 'png' rejected (bad_image): image '$W/img/png.jpg': not a JPEG (starts with 89 50 4e 47, expected ff d8: a PNG file)"
+expect "$M:10: record 'missing' rejected (missing_image): image '$W/img/nope.jpg': No such file or directory"
+expect "$M:11: record 'empty' rejected (empty_conversation)"
+expect "$M:12: record '?' rejected (bad_json): invalid JSON at column"
+expect "$M:13: record 'noanswer' rejected (no_answer)"
+expect "$M:14: record 'mismatch' rejected (image_tokens): 1 image in \"image\" but 0 <image> tokens"
+expect "$M:15: record 'cmyk' rejected (bad_image): image '$W/img/cmyk.jpg'"   # CMYK: libjpeg-turbo 2.1 fails its header
+expect "$M:16: record 'badturn' rejected (bad_turn): turn 0: \"from\" is \"system\""
+expect "read 16 records, packed 7 into"
+expect "rejected 9: bad_json 1, empty_conversation 1, bad_turn 1, no_answer 1, image_tokens 1, missing_image 1, bad_image 3"
+n=$(grep -c "rejected (" "$W/pack.log")
+[ "$n" = 9 ] || fail "$n rejection lines, expected 9"
+ls "$W/shards"/*.tmp >/dev/null 2>&1 && fail "temporary files left"
+
+# every good record comes back through the loader, equal to the manifest + JPEGs, at the pack's grid
+# settings and at others (recomputed from the index's image sizes without decoding)
+"$TD" --check-shards "$W/shards" "$W/good.jsonl" "$W/img" "$W/tok.json" 8 16 64 || fail "loader round trip (8, 16..64)"
+"$TD" --check-shards "$W/shards" "$W/good.jsonl" "$W/img" "$W/tok.json" 14 64 256 || fail "loader round trip (14, 64..256)"
+
+# --strict: the first rejection is fatal, and no shard (finished or temporary) is left
+"$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/strict" --strict 2>"$W/strict.log"
+rc=$?
+[ $rc = 1 ] || fail "--strict exit $rc, expected 1"
+grep -qF "$M:8: record 'trunc' rejected (bad_image)" "$W/strict.log" || fail "--strict message: $(cat "$W/strict.log")"
+[ -z "$(ls -A "$W/strict" 2>/dev/null)" ] || fail "--strict left files: $(ls "$W/strict")"
+
+# a JSON-array manifest with bad JSON: an error naming line and column, nothing written
+printf '[\n{"id":"a","conversations":[]},\n{"id": "b" "conversations": []}\n]\n' > "$W/bad.json"
+"$BIN" pack --manifest "$W/bad.json" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/badjson" 2>"$W/bad.log"
+rc=$?
+[ $rc = 1 ] || fail "bad JSON exit $rc"
+grep -qF "$W/bad.json:3:12: invalid JSON" "$W/bad.log" || fail "bad JSON message: $(cat "$W/bad.log")"
+# nothing packable: an error, not an empty data set
+printf '[\n]\n' > "$W/emptyarr.json"
+"$BIN" pack --manifest "$W/emptyarr.json" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/none" 2>"$W/none.log"
+rc=$?
+[ $rc = 1 ] && grep -qF "no record could be packed" "$W/none.log" || fail "empty manifest: $(cat "$W/none.log")"
+
+[ $fails = 0 ] && echo "data_pack_errors: all checks passed"
+exit $((fails > 0))
