@@ -55,10 +55,12 @@ target_link_libraries(test_cuda_ops_emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(test_cuda_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME cuda_ops_emu COMMAND test_cuda_ops_emu)
 set_tests_properties(cuda_ops_emu PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300)
-# again with -0.0 guard zones, which catch stray writes of x += 0 that NaN guards cannot
-add_test(NAME cuda_ops_emu_negzero COMMAND test_cuda_ops_emu)
-set_tests_properties(cuda_ops_emu_negzero PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300
-                     ENVIRONMENT RR_EMU_GUARD=negzero)
+# again with -0.0 guard zones, which catch stray writes of x += 0 that NaN guards cannot, and every
+# launch run twice (threads in ascending, then descending order) with the outputs compared: a read
+# of another thread's write without a barrier in between changes them
+add_test(NAME cuda_ops_emu_strict COMMAND test_cuda_ops_emu)
+set_tests_properties(cuda_ops_emu_strict PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300
+                     ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
          -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"
@@ -74,5 +76,6 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME model_gpu_emu COMMAND test_model_emu gpu)
-  set_tests_properties(model_gpu_emu PROPERTIES PASS_REGULAR_EXPRESSION "gpu: [0-9]+ tensors" TIMEOUT 300)
+  set_tests_properties(model_gpu_emu PROPERTIES PASS_REGULAR_EXPRESSION "gpu: [0-9]+ tensors" TIMEOUT 300
+                       ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 endif()

@@ -211,6 +211,14 @@ static std::vector<unsigned char> dyn_smem;
 static size_t dyn_smem_bytes;
 static std::map<std::string, int> max_dyn_smem; /* cudaFuncAttributeMaxDynamicSharedMemorySize */
 static uint64_t order_rng = 0x9E3779B97F4A7C15ull;
+/* The order runnable fibers are resumed in: ORDER_RANDOM by default; with RR_EMU_ORDERS=2 every
+ * launch runs twice, ORDER_ASCENDING then ORDER_DESCENDING (lowest / highest warp runs ahead, see
+ * run_block) from the same memory, and any byte of output that differs means a thread read
+ * another's write without a barrier in between (in one of the two orders the reader runs first). Launches that used atomicAdd may differ by round-off and
+ * are not compared. */
+enum { ORDER_RANDOM, ORDER_ASCENDING, ORDER_DESCENDING };
+static int order_mode = ORDER_RANDOM;
+static int atomics_used;
 
 static void fiber_entry(void) {
     (*cur_body)();
@@ -236,6 +244,7 @@ static void fiber_resume(Fiber* f) {
 void __syncthreads(void) { fiber_yield(F_BARRIER); }
 void __threadfence(void) {}
 float atomicAdd(float* p, float v) { /* fibers share one OS thread: a plain update is atomic */
+    atomics_used = 1;
     float old = *p;
     *p = old + v;
     return old;
@@ -303,11 +312,26 @@ static void run_block(int n) {
     fill_nan(dyn_smem.data() + EMU_GUARD, dyn_smem_bytes);
     std::vector<int> order(n);
     for (;;) {
-        /* resume every runnable fiber, in a fresh pseudo-random order */
+        /* ORDER_RANDOM: resume every runnable fiber, in a fresh pseudo-random order.
+         * ORDER_ASCENDING / _DESCENDING: resume only the runnable lanes of the first (last) warp that
+         * has any, so that one warp runs ahead through its shuffles as far as it can before any
+         * other moves: what a real GPU may do, and what exposes a warp reusing shared memory that
+         * slower warps have not finished reading. */
         int m = 0;
-        for (int i = 0; i < n; i++)
-            if (fibers[i].state == F_RUN) order[m++] = i;
-        for (int i = m - 1; i > 0; i--) {
+        if (order_mode == ORDER_RANDOM) {
+            for (int i = 0; i < n; i++)
+                if (fibers[i].state == F_RUN) order[m++] = i;
+        } else {
+            for (int k = 0; k < nw && m == 0; k++) {
+                int w = order_mode == ORDER_ASCENDING ? k : nw - 1 - k;
+                int lo = 32 * w, hi = min(lo + 32, n);
+                for (int i = lo; i < hi; i++) {
+                    int f = order_mode == ORDER_ASCENDING ? i : hi - 1 - (i - lo);
+                    if (fibers[f].state == F_RUN) order[m++] = f;
+                }
+            }
+        }
+        for (int i = m - 1; i > 0 && order_mode == ORDER_RANDOM; i--) {
             order_rng ^= order_rng << 13, order_rng ^= order_rng >> 7, order_rng ^= order_rng << 17;
             int j = (int)(order_rng % (uint64_t)(i + 1));
             int t = order[i];
@@ -319,8 +343,9 @@ static void run_block(int n) {
             fiber_resume(cur);
             if (sticky) return; /* abandon the block: its fibers are never resumed */
         }
-        int done = 0, at_barrier = 0, at_shuffle = 0;
+        int done = 0, at_barrier = 0, at_shuffle = 0, runnable = 0;
         for (int i = 0; i < n; i++) {
+            runnable += fibers[i].state == F_RUN;
             done += fibers[i].state == F_DONE;
             at_barrier += fibers[i].state == F_BARRIER;
             at_shuffle += fibers[i].state == F_SHUFFLE;
@@ -346,6 +371,7 @@ static void run_block(int n) {
             warps[w].gen++;
             released = 1;
         }
+        if (runnable) continue; /* other warps still have work before anything else can be decided */
         if (!released && at_shuffle == 0 && at_barrier > 0) { /* every live thread at __syncthreads */
             for (int i = 0; i < n; i++)
                 if (fibers[i].state == F_BARRIER) fibers[i].state = F_RUN;
@@ -398,15 +424,55 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
     blockDim = cfg.block;
     gridDim = cfg.grid;
     stats.launches++;
-    for (unsigned z = 0; z < cfg.grid.z; z++)
-        for (unsigned y = 0; y < cfg.grid.y; y++)
-            for (unsigned x = 0; x < cfg.grid.x; x++) {
-                blockIdx = dim3(x, y, z);
-                run_block((int)n);
-                stats.blocks++;
-                stats.fibers += n;
-                if (sticky) return;
+    static int two_orders = -1;
+    if (two_orders < 0) {
+        const char* e = getenv("RR_EMU_ORDERS");
+        two_orders = e && !strcmp(e, "2");
+    }
+    std::vector<std::vector<unsigned char>> before, first;
+    if (two_orders) { /* snapshot every allocation, guards included */
+        for (auto& kv : allocs) {
+            unsigned char* b = (unsigned char*)kv.first - EMU_GUARD;
+            before.emplace_back(b, b + kv.second.bytes + 2 * EMU_GUARD);
+        }
+        atomics_used = 0;
+    }
+    for (int pass = 0; pass < (two_orders ? 2 : 1); pass++) {
+        if (two_orders) order_mode = pass == 0 ? ORDER_ASCENDING : ORDER_DESCENDING;
+        if (pass == 1) { /* keep the first pass's results, restore the memory the launch started from */
+            size_t i = 0;
+            for (auto& kv : allocs) {
+                unsigned char* b = (unsigned char*)kv.first - EMU_GUARD;
+                first.emplace_back(b, b + before[i].size());
+                memcpy(b, before[i].data(), before[i].size());
+                i++;
             }
+        }
+        for (unsigned z = 0; z < cfg.grid.z; z++)
+            for (unsigned y = 0; y < cfg.grid.y; y++)
+                for (unsigned x = 0; x < cfg.grid.x; x++) {
+                    blockIdx = dim3(x, y, z);
+                    run_block((int)n);
+                    stats.blocks++;
+                    stats.fibers += n;
+                    if (sticky) return;
+                }
+    }
+    order_mode = ORDER_RANDOM;
+    if (two_orders && !atomics_used) {
+        size_t i = 0;
+        for (auto& kv : allocs) {
+            const unsigned char* b = (const unsigned char*)kv.first - EMU_GUARD;
+            size_t diff = 0;
+            for (size_t j = 0; j < first[i].size(); j++) diff += b[j] != first[i][j];
+            if (diff)
+                emu_fail(cudaErrorLaunchFailure,
+                         "%s: the result depends on the order its threads run in (%zu bytes of a %zu-byte allocation "
+                         "differ between ascending and descending order): a missing __syncthreads?",
+                         kernel, diff, kv.second.bytes);
+            i++;
+        }
+    }
     check_guards(kernel);
 }
 
