@@ -2,8 +2,9 @@
 # attention.sh — CPU attention throughput (engine/cpu/attention.c) on ViT-like (bidirectional, images
 # of 64..1024 patches) and LM-like (causal, samples of 100..2000 tokens) packings, against the
 # materialising baseline in bench/attn_bench.c and PyTorch 1.13 (bench/attention_torch.py), all in
-# this invocation on the same packings. Two threads everywhere (OMP_NUM_THREADS=2 for ours; BLIS
-# inside our tiles runs single-threaded).
+# this invocation on the same packings. Ours and the baseline use OpenMP's default thread count (one
+# per core: 2 here; BLIS inside their parallel regions runs single-threaded), PyTorch
+# torch.set_num_threads(2).
 #
 # Usage: bench/attention.sh [build-dir] [REPS]   (default build, 5 repetitions; medians are reported)
 set -euo pipefail
@@ -13,6 +14,5 @@ BIN="$BUILD/rrfp-bench-attn"
 [ -x "$BIN" ] || { echo "attention.sh: $BIN not found; build first: cmake --build $BUILD --target rrfp-bench-attn" >&2; exit 1; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-export OMP_NUM_THREADS=2
 "$BIN" --list | /usr/bin/python3 "$(dirname "$0")/attention_torch.py" "$REPS" > "$T/torch.txt"
 "$BIN" --torch "$T/torch.txt" --reps "$REPS"
