@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# run_fuzz.sh — build the libFuzzer targets (clang -fsanitize=fuzzer,address,undefined) for the shard
+# reader and the manifest parser, seed them with real inputs (shards and manifests made by
+# `rrfp-mm demo-data` + `pack`, plus the bad manifests of data_pack_errors) and run each for
+# SECONDS_EACH seconds. Exit 77 (skipped) without clang or its libFuzzer runtime.
+# usage: run_fuzz.sh SOURCE_DIR RRFP_MM WORK_DIR [SECONDS_EACH=12]
+set -u
+SRC=$1
+BIN=$2
+W=$3
+T=${4:-10}
+case "$W" in /tmp/* | */build*/*) ;; *) echo "refusing work dir '$W'"; exit 2 ;; esac
+CC=$(command -v clang || command -v clang-14 || true)
+[ -n "$CC" ] || { echo "skipped: clang not found (apt-get install clang libclang-rt-14-dev)"; exit 77; }
+rm -rf "$W" && mkdir -p "$W/corpus_shard" "$W/corpus_manifest" || exit 2
+
+FLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$SRC $(pkg-config --cflags libcjson libzstd libpcre2-8)"
+LIBS="$(pkg-config --libs libcjson libzstd libpcre2-8) -lm"
+TEXT_SRCS=$(ls "$SRC"/text/tokenizer*.c "$SRC"/text/bpe*.c 2>/dev/null)
+echo 'int main(void){return 0;}' > "$W/probe.c"
+if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
+    echo "skipped: $CC has no libFuzzer runtime (apt-get install libclang-rt-14-dev)"
+    exit 77
+fi
+"$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/engine/util.c" $LIBS || exit 1
+"$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/engine/util.c" \
+    $TEXT_SRCS $LIBS || exit 1
+
+# seed corpora: real shards (small ones, so mutations reach the frames) and manifests
+"$BIN" demo-data --out "$W/demo" --samples 12 --heldout 2 --seed 5 2>/dev/null || exit 1
+"$BIN" tokenizer train --vocab 300 --manifest "$W/demo/train.json" --out "$W/tok.json" >/dev/null 2>&1 || exit 1
+"$BIN" pack --manifest "$W/demo/train.json" --images "$W/demo/images" --tokenizer "$W/tok.json" --out "$W/shards" \
+    --shard-size 0.004 --quiet 2>/dev/null || exit 1
+cp "$W"/shards/*.rrs "$W/corpus_shard/"
+cp "$W/demo/train.json" "$W/demo/heldout.json" "$W/demo/eval.jsonl" "$W/corpus_manifest/"
+printf '[\n{"id": 1, "image": ["a.jpg", "b.jpg"], "conversations": [{"from": "human", "value": "<image>\\n<image>"}, {"from": "gpt", "value": "x"}]}\n]\n' \
+    > "$W/corpus_manifest/two.json"
+printf '{"id":"a","conversations":[]}\n{bad\n{"id":"b","conversations":[{"from":"system","value":"x"}]}\n' \
+    > "$W/corpus_manifest/bad.jsonl"
+
+rc=0
+echo "fuzz_shard: $(ls "$W/corpus_shard" | wc -l) seed shards, ${T}s"
+"$W/fuzz_shard" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$W/corpus_shard" >"$W/fuzz_shard.log" 2>&1 || rc=1
+tail -n 4 "$W/fuzz_shard.log"
+echo "fuzz_manifest: $(ls "$W/corpus_manifest" | wc -l) seed manifests, ${T}s"
+FUZZ_TOKENIZER="$W/tok.json" "$W/fuzz_manifest" -max_total_time="$T" -max_len=16384 -rss_limit_mb=2048 \
+    -print_final_stats=1 "$W/corpus_manifest" >"$W/fuzz_manifest.log" 2>&1 || rc=1
+tail -n 4 "$W/fuzz_manifest.log"
+if [ $rc != 0 ]; then
+    echo "FAIL: a fuzz target found a crash; logs in $W (reproduce with the crash-* file it names)"
+    grep -h -A 20 "ERROR\|SUMMARY" "$W"/fuzz_*.log | head -60
+fi
+exit $rc
