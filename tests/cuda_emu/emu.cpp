@@ -213,7 +213,7 @@ static std::map<std::string, int> max_dyn_smem; /* cudaFuncAttributeMaxDynamicSh
 static uint64_t order_rng = 0x9E3779B97F4A7C15ull;
 /* The order runnable fibers are resumed in: ORDER_RANDOM by default; with RR_EMU_ORDERS=2 every
  * launch runs twice, ORDER_ASCENDING then ORDER_DESCENDING (lowest / highest warp runs ahead, see
- * run_block) from the same memory, and any byte of output that differs means a thread read
+ * run_block; the second pass also takes the blocks in reverse) from the same memory, and any byte of output that differs means a thread read
  * another's write without a barrier in between (in one of the two orders the reader runs first). Launches that used atomicAdd may differ by round-off and
  * are not compared. */
 enum { ORDER_RANDOM, ORDER_ASCENDING, ORDER_DESCENDING };
@@ -448,15 +448,18 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
                 i++;
             }
         }
-        for (unsigned z = 0; z < cfg.grid.z; z++)
-            for (unsigned y = 0; y < cfg.grid.y; y++)
-                for (unsigned x = 0; x < cfg.grid.x; x++) {
-                    blockIdx = dim3(x, y, z);
-                    run_block((int)n);
-                    stats.blocks++;
-                    stats.fibers += n;
-                    if (sticky) return;
-                }
+        /* the second pass also runs the blocks in reverse: a block that reads another's output
+         * (blocks are unordered on a GPU) changes the result */
+        unsigned long nb = (unsigned long)cfg.grid.x * cfg.grid.y * cfg.grid.z;
+        for (unsigned long i = 0; i < nb; i++) {
+            unsigned long bb = pass == 1 ? nb - 1 - i : i;
+            blockIdx = dim3((unsigned)(bb % cfg.grid.x), (unsigned)(bb / cfg.grid.x % cfg.grid.y),
+                            (unsigned)(bb / ((unsigned long)cfg.grid.x * cfg.grid.y)));
+            run_block((int)n);
+            stats.blocks++;
+            stats.fibers += n;
+            if (sticky) return;
+        }
     }
     order_mode = ORDER_RANDOM;
     if (two_orders && !atomics_used) {
@@ -468,7 +471,8 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
             if (diff)
                 emu_fail(cudaErrorLaunchFailure,
                          "%s: the result depends on the order its threads run in (%zu bytes of a %zu-byte allocation "
-                         "differ between ascending and descending order): a missing __syncthreads?",
+                         "differ between ascending and descending order): a missing __syncthreads, or blocks that depend "
+                         "on each other?",
                          kernel, diff, kv.second.bytes);
             i++;
         }
