@@ -10,14 +10,79 @@
 #include "runtime/rrfp.h"
 
 static void trace_usage(FILE* f) {
-    fprintf(f, "usage: rrfp-mm trace FILE... --svg OUT.svg [--json MERGED.json] [--title TEXT]\n\n"
+    fprintf(f, "usage: rrfp-mm trace FILE... --svg OUT.svg [--json MERGED.json] [--title TEXT]\n"
+               "                             [--durations OUT.json [--latency L]]\n\n"
                "Merges per-rank Chrome trace JSON files (written by the runtime, or by rrfp-mm sim --trace)\n"
                "and draws an SVG timeline: one row per rank, F blue, B orange, W green, idle grey, time in ms.\n"
-               "--json writes the merged trace (open it in Perfetto or chrome://tracing).\n");
+               "--json writes the merged trace (open it in Perfetto or chrome://tracing).\n"
+               "--durations writes the F/B/W durations (ms) of the last step in the traces of a real run as a\n"
+               "simulator duration file, with message latency L ms (default 0), so `rrfp-mm sim --durations`\n"
+               "can replay that step under another mode, hint or cap. It prints the measured step time.\n");
+}
+
+/* The last step's durations: each (rank, kind, microbatch) runs once per step, so the last span of each
+ * key belongs to the last step. One chunk per rank only (the duration-file format's scope). */
+static int write_durations(const PpTraceSet* set, const char* path, double latency_ms) {
+    int P = 0, M = 0, split = 0;
+    for (int i = 0; i < set->n; i++) {
+        const PpTraceSpan* sp = &set->spans[i];
+        if (sp->chunk != 0) {
+            fprintf(stderr, "rrfp-mm: error: --durations: the trace has model chunk %d (interleaved); duration files "
+                            "describe one chunk per rank\n", sp->chunk);
+            return 1;
+        }
+        if (sp->rank + 1 > P) P = sp->rank + 1;
+        if (sp->mb + 1 > M) M = sp->mb + 1;
+        if (sp->kind == 'W') split = 1;
+    }
+    size_t n = (size_t)P * (size_t)M;
+    const PpTraceSpan** last = callocCheck(3 * n, sizeof *last);
+    for (int i = 0; i < set->n; i++) {
+        const PpTraceSpan* sp = &set->spans[i];
+        int k = sp->kind == 'F' ? 0 : sp->kind == 'B' ? 1 : 2;
+        const PpTraceSpan** slot = &last[(size_t)k * n + (size_t)sp->rank * M + sp->mb];
+        if (!*slot || sp->ts > (*slot)->ts) *slot = sp;
+    }
+    PpDurations d = {.P = P, .M = M, .split = split, .latency = latency_ms};
+    d.F = callocCheck(n, sizeof(double));
+    d.B = callocCheck(n, sizeof(double));
+    d.W = split ? callocCheck(n, sizeof(double)) : NULL;
+    double t0 = 1e300, t1 = -1e300;
+    int rc = 0;
+    for (int k = 0; k < (split ? 3 : 2) && !rc; k++)
+        for (int r = 0; r < P && !rc; r++)
+            for (int m = 0; m < M; m++) {
+                const PpTraceSpan* sp = last[(size_t)k * n + (size_t)r * M + m];
+                if (!sp) {
+                    fprintf(stderr, "rrfp-mm: error: --durations: no %c task of microbatch %d on rank %d in the traces "
+                                    "(give every rank's file)\n", "FBW"[k], m, r);
+                    rc = 1;
+                    break;
+                }
+                double* dst = k == 0 ? d.F : k == 1 ? d.B : d.W;
+                dst[(size_t)r * M + m] = sp->dur / 1000.0;
+                if (sp->ts < t0) t0 = sp->ts;
+                if (sp->ts + sp->dur > t1) t1 = sp->ts + sp->dur;
+            }
+    if (!rc) {
+        char* text = pp_durations_to_json(&d);
+        if (rr_write_file_atomic(path, text, strlen(text)) != 0) {
+            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", path, strerror(errno));
+            rc = 1;
+        } else {
+            printf("durations of the last step: P=%d M=%d%s -> %s; measured step (first task start to last task "
+                   "end) %.3f ms\n", P, M, split ? " split backward" : "", path, (t1 - t0) / 1000.0);
+        }
+        free(text);
+    }
+    free(last);
+    pp_durations_free(&d);
+    return rc;
 }
 
 int cmd_trace(int argc, char** argv) {
-    const char *svg = NULL, *json = NULL, *title = NULL;
+    const char *svg = NULL, *json = NULL, *title = NULL, *durations = NULL;
+    double latency = 0.0;
     const char** files = mallocCheck(sizeof(char*) * (argc + 1));
     int nf = 0;
     for (int i = 1; i < argc; i++) {
@@ -27,7 +92,17 @@ int cmd_trace(int argc, char** argv) {
             free(files);
             return 0;
         }
-        if (!strcmp(a, "--svg") || !strcmp(a, "--json") || !strcmp(a, "--title")) {
+        if (!strcmp(a, "--latency") && i + 1 < argc) {
+            char* end;
+            latency = strtod(argv[++i], &end);
+            if (*end || latency < 0) {
+                fprintf(stderr, "rrfp-mm trace: --latency needs a number >= 0 (ms), got '%s'\n", argv[i]);
+                free(files);
+                return 2;
+            }
+        } else if (!strcmp(a, "--durations") && i + 1 < argc) {
+            durations = argv[++i];
+        } else if (!strcmp(a, "--svg") || !strcmp(a, "--json") || !strcmp(a, "--title")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "rrfp-mm trace: %s needs a value\n", a);
                 free(files);
@@ -44,8 +119,8 @@ int cmd_trace(int argc, char** argv) {
             files[nf++] = a;
         }
     }
-    if (nf == 0 || (!svg && !json)) {
-        fprintf(stderr, "rrfp-mm trace: give at least one trace file and --svg OUT (and/or --json OUT)\n\n");
+    if (nf == 0 || (!svg && !json && !durations)) {
+        fprintf(stderr, "rrfp-mm trace: give at least one trace file and --svg OUT (and/or --json, --durations)\n\n");
         trace_usage(stderr);
         free(files);
         return 2;
@@ -83,6 +158,7 @@ int cmd_trace(int argc, char** argv) {
         }
         free(s);
     }
+    if (!rc && durations) rc = write_durations(&set, durations, latency);
     if (!rc) fprintf(stderr, "rrfp-mm trace: %d task spans from %d file(s)%s%s%s%s\n", set.n, nf, svg ? " -> " : "",
                      svg ? svg : "", json ? " -> " : "", json ? json : "");
     pp_trace_set_free(&set);

@@ -60,6 +60,12 @@ echo "resume across layouts (pp=$NP <-> 1): same loss curve"
 "$BIN" trace "$W"/pp-ready-bfw/trace-rank*.json --svg "$W/timeline.svg" || fail "trace merge"
 rows=$(grep -c 'class="row"' "$W/timeline.svg")
 [ "$rows" = "$NP" ] || fail "SVG has $rows rows, expected $NP"
+# a real run's trace -> simulator duration file -> replay under another mode and hint
+"$BIN" trace "$W"/pp-ready-bfw/trace-rank*.json --durations "$W/durations.json" --latency 0.05 >"$W/dur.log" \
+  || fail "trace --durations"
+grep -q "P=$NP M=" "$W/dur.log" || fail "durations: $(cat "$W/dur.log")"
+"$BIN" sim --durations "$W/durations.json" --mode fixed-sync --hint 1f1b --json | grep -q '"makespan"' \
+  || fail "sim cannot replay the measured durations"
 # errors: wrong rank count, and pp > 1 without mpirun
 out=$($MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "parallel.pp = 1" <<<"$out" || fail "mpirun -np 2 with pp=1: rc $rc, $out"
