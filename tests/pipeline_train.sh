@@ -3,10 +3,14 @@
 # of the same recipe: for each (hint, mode) the per-step losses (metrics JSONL, as hex floats) and the
 # final checkpoint (parameters and AdamW moments, `rrfp-mm tensors diff`) must agree. The pipeline
 # runs the same kernels on the same microbatches, so the result is usually bitwise equal (reported);
-# the contract is fp32 round-off: a rank may accumulate weight gradients of its microbatches in another
-# order than one process (ready mode), and the global norm is a sum of per-rank partial sums. Bounds:
-# losses 1e-6 relative; parameters and AdamW moments rtol 1e-5 + atol 1e-7 after 6 steps (AdamW
-# normalises updates, so a relative gradient error e moves a weight by ~lr*e per step). Also: a pipeline checkpoint resumes in one process and a
+# the contract is fp32 round-off: in ready mode a rank may run the backwards of its microbatches in
+# another order than one process (a later gradient message can complete first), which reorders the
+# fp32 sums of weight gradients, and the global norm is a sum of per-rank partial sums. Bounds:
+# losses 1e-6 relative; parameters and AdamW moments 1e-6 absolute + 1e-5 relative after 6 steps.
+# Why 1e-6: a reordered sum changes a gradient element by ~M ulp of the tensor's gradient scale; AdamW
+# normalises each element's step, so where a gradient element is near zero that noise moves the weight
+# by a fraction of one step (lr = 3e-3); 1e-6 = lr / 3000 allows that and nothing like a wrong step
+# (observed so far: at most 1.2e-7, in a bias whose gradient is near zero). Also: a pipeline checkpoint resumes in one process and a
 # single-process checkpoint in the pipeline, both continuing the same loss curve; per-rank traces merge
 # into an SVG with one row per rank.
 # Usage: pipeline_train.sh RRFP_MM RECIPE WORKDIR NP [--set key=value ...]
@@ -37,7 +41,7 @@ for hm in "${CASES[@]}"; do
     || { cat "$D.log"; fail "pp=$NP $1 $2 failed"; }
   close_losses "$W/single" "$D" || fail "pp=$NP $1 $2: losses differ from one process"
   "$BIN" tensors diff "$W/single/checkpoints/step-00000006" "$D/checkpoints/step-00000006" --quiet \
-    --rtol 1e-5 --atol 1e-7 >"$D.diff" 2>&1 || { cat "$D.diff"; fail "pp=$NP $1 $2: parameters or moments differ"; }
+    --rtol 1e-5 --atol 1e-6 >"$D.diff" 2>&1 || { cat "$D.diff"; fail "pp=$NP $1 $2: parameters or moments differ"; }
   grep -q "bubble" "$D.log" || fail "no bubble in the step log"
   if diff <(losses "$W/single") <(losses "$D") >/dev/null && \
      "$BIN" tensors diff "$W/single/checkpoints/step-00000006" "$D/checkpoints/step-00000006" --quiet >/dev/null 2>&1; then
