@@ -16,6 +16,10 @@ add_executable(test_cuda_ops tests/test_cuda_ops.c)
 target_link_libraries(test_cuda_ops PRIVATE rrfp_core)
 add_test(NAME cuda_ops_gpu COMMAND test_cuda_ops)
 set_tests_properties(cuda_ops_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+# backend_select("cuda"): the backend where there is a device, else one line "no CUDA device: ..."
+# (CUDA build) or "built without CUDA" (CPU-only build), exit 1
+add_test(NAME cuda_select COMMAND test_cuda_ops --select)
+set_tests_properties(cuda_select PROPERTIES PASS_REGULAR_EXPRESSION "select: (ok|a device is present)")
 
 # The same matrix on the CUDA backend's own source compiled for the CPU emulation of the CUDA runtime
 # (tests/cuda_emu): kernels run as fibers, launch limits, barriers and buffer bounds are checked.

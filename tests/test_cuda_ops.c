@@ -15,11 +15,14 @@
  * tolerances below are design bounds, not measured values.
  *
  * Usage: test_cuda_ops [case-name-substring]
- *        test_cuda_ops --bad-target | --bad-id   (must die with the bad value named) */
+ *        test_cuda_ops --bad-target | --bad-id   (must die with the bad value named)
+ *        test_cuda_ops --select   (backend_select("cuda") works, or fails with one clear line) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 
@@ -395,7 +398,51 @@ static void run_bad_input(const char* what) {
     printf("test_cuda_ops: FAIL: %s was not reported\n", what);
 }
 
+/* backend_select("cuda") in a child process: with a device it returns the backend; without one the
+ * child must die with exactly one line on stderr naming the reason (the CLI's behaviour). */
+static int run_select(void) {
+    int fd[2];
+    if (pipe(fd) != 0) return 1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        const Backend* be = backend_select("cuda");
+        fprintf(stderr, "selected %s\n", be->name);
+        exit(0);
+    }
+    close(fd[1]);
+    char buf[2048];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
+    buf[len] = 0;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int lines = 0;
+    for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';
+#ifdef RRFP_HAVE_CUDA
+    const char* expect = "rrfp-mm: error: cannot use backend 'cuda': no CUDA device: ";
+#else
+    const char* expect = "rrfp-mm: error: cannot use backend 'cuda': built without CUDA";
+#endif
+    if (rc == 0 && !strcmp(buf, "selected cuda\n")) {
+        printf("select: a device is present, backend_select(\"cuda\") returned it\n");
+        return 0;
+    }
+    if (rc == 1 && lines == 1 && !strncmp(buf, expect, strlen(expect))) {
+        printf("select: ok: %s", buf);
+        return 0;
+    }
+    printf("select: FAIL: exit %d, %d lines on stderr: %s\n", rc, lines, buf);
+    return 1;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 1 && !strcmp(argv[1], "--select")) return run_select();
     char why[512] = "";
     cu = backend_cuda_get(why, sizeof why);
     if (!cu) {
