@@ -29,7 +29,13 @@ struct Pipeline {
     int** mb_slot;     /* (chunks, M) pool slot of each microbatch in flight */
     float** act_in;    /* (chunks) -> (M, max_tokens, Dt) received activations */
     float** grad_in;   /* (chunks) -> (M, max_tokens, Dt) received gradients */
-    float* out_buf;    /* (max_tokens, Dt) output of the task just run, before it is sent */
+    float* out_buf;    /* (max_tokens, Dt) output of the task just run, before it is sent (backend memory) */
+    /* Device backends: messages travel through host memory (MPI is not assumed CUDA-aware). Received
+     * payloads land in host act_in / grad_in and are copied to dev_in before the task; outputs are
+     * copied from out_buf to host_out before the send. On the CPU backend both are unused. */
+    int on_host;
+    float* dev_in;     /* (max_tokens, Dt) backend memory */
+    float* host_out;   /* (max_tokens, Dt) host memory */
     int M_alloc;
     double act_bytes_max; /* one microbatch's StageActs at the full budget */
 };
@@ -61,7 +67,13 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm co
     p->act_in = callocCheck((size_t)cfg->chunks, sizeof *p->act_in);
     p->grad_in = callocCheck((size_t)cfg->chunks, sizeof *p->grad_in);
     const Backend* be = stages[0]->be;
-    p->out_buf = be->alloc(sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt);
+    size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
+    p->on_host = !strcmp(be->name, "cpu");
+    p->out_buf = be->alloc(one);
+    if (!p->on_host) {
+        p->dev_in = be->alloc(one);
+        p->host_out = mallocCheck(one);
+    }
     p->act_bytes_max = (double)stage_acts_bytes(stages[0], cfg->max_tokens, cfg->max_patches, shape.split);
     for (int c = 0; c < cfg->chunks; c++) {
         Stage* st = stages[c];
@@ -84,14 +96,21 @@ void pipeline_free(Pipeline* p) {
         free(p->pools[c].acts);
         free(p->pools[c].busy);
         free(p->mb_slot[c]);
-        if (p->act_in[c]) be->free(p->act_in[c]);
-        if (p->grad_in[c]) be->free(p->grad_in[c]);
+        if (p->on_host) {
+            if (p->act_in[c]) be->free(p->act_in[c]);
+            if (p->grad_in[c]) be->free(p->grad_in[c]);
+        } else {
+            free(p->act_in[c]);
+            free(p->grad_in[c]);
+        }
     }
     free(p->pools);
     free(p->mb_slot);
     free(p->act_in);
     free(p->grad_in);
     be->free(p->out_buf);
+    if (p->dev_in) be->free(p->dev_in);
+    free(p->host_out);
     free(p->order);
     transport_free(p->tr);
     free(p);
@@ -164,14 +183,37 @@ static void ensure_buffers(Pipeline* p, int M) {
     size_t per = (size_t)p->cfg.max_tokens * (size_t)p->Dt;
     for (int c = 0; c < p->cfg.chunks; c++) {
         int v = vstage(p, c);
-        if (p->act_in[c]) be->free(p->act_in[c]);
-        if (p->grad_in[c]) be->free(p->grad_in[c]);
-        p->act_in[c] = v > 0 ? be->alloc(sizeof(float) * per * (size_t)M) : NULL;
-        p->grad_in[c] = v < p->S - 1 ? be->alloc(sizeof(float) * per * (size_t)M) : NULL;
+        size_t bytes = sizeof(float) * per * (size_t)M;
+        if (p->on_host) {
+            if (p->act_in[c]) be->free(p->act_in[c]);
+            if (p->grad_in[c]) be->free(p->grad_in[c]);
+            p->act_in[c] = v > 0 ? be->alloc(bytes) : NULL;
+            p->grad_in[c] = v < p->S - 1 ? be->alloc(bytes) : NULL;
+        } else {
+            free(p->act_in[c]);
+            free(p->grad_in[c]);
+            p->act_in[c] = v > 0 ? mallocCheck(bytes) : NULL;
+            p->grad_in[c] = v < p->S - 1 ? mallocCheck(bytes) : NULL;
+        }
         p->mb_slot[c] = reallocCheck(p->mb_slot[c], sizeof(int) * (size_t)M);
         for (int m = 0; m < M; m++) p->mb_slot[c][m] = -1;
     }
     p->M_alloc = M;
+}
+
+/* The received input of task t where the backend can read it. */
+static const float* task_input(Pipeline* p, PpTask t, const Microbatch* mb) {
+    float* h = in_buf(p, t);
+    if (p->on_host) return h;
+    p->stages[t.chunk]->be->copy_h2d(p->dev_in, h, mb_bytes(p, mb));
+    return p->dev_in;
+}
+
+/* The output of the task just run, in host memory for the transport. */
+static const float* task_output(Pipeline* p, const Microbatch* mb) {
+    if (p->on_host) return p->out_buf;
+    p->stages[0]->be->copy_d2h(p->host_out, p->out_buf, mb_bytes(p, mb));
+    return p->host_out;
 }
 
 /* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key. */
@@ -187,13 +229,13 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     case PP_F: {
         StageActs* a = acts_acquire(p, t.chunk, t.mb);
         float ls = 0.0f;
-        stage_forward(st, a, mb, v > 0 ? in_buf(p, t) : NULL, has_out ? p->out_buf : NULL, st->last ? &ls : NULL);
+        stage_forward(st, a, mb, v > 0 ? task_input(p, t, mb) : NULL, has_out ? p->out_buf : NULL, st->last ? &ls : NULL);
         if (st->last) *loss_sum += ls;
         break;
     }
     case PP_B: {
         StageActs* a = acts_of(p, t.chunk, t.mb);
-        const float* dout = v < p->S - 1 ? in_buf(p, t) : NULL;
+        const float* dout = v < p->S - 1 ? task_input(p, t, mb) : NULL;
         float* din = has_out ? p->out_buf : NULL;
         if (p->cfg.split) {
             stage_backward_input(st, a, dout, loss_scale, din);
@@ -287,8 +329,9 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
              * has finished computing, then this task's send blocks until its receiver posted. */
             if (sync) post_sequence_receives(p, &d, mbs, posted);
             if (has_out) {
-                if (sync) transport_send_sync(p->tr, dst, key, p->out_buf, mb_bytes(p, &mbs[t.mb]));
-                else transport_isend(p->tr, dst, key, p->out_buf, mb_bytes(p, &mbs[t.mb]));
+                const float* payload = task_output(p, &mbs[t.mb]);
+                if (sync) transport_send_sync(p->tr, dst, key, payload, mb_bytes(p, &mbs[t.mb]));
+                else transport_isend(p->tr, dst, key, payload, mb_bytes(p, &mbs[t.mb]));
                 if (trace) pp_trace_send(trace, cfg->rank, dst, t, mb_bytes(p, &mbs[t.mb]), rr_now());
             }
             got = transport_poll(p->tr, done, 64);

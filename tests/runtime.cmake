@@ -46,3 +46,18 @@ add_test(NAME pipeline_kill_rank
          COMMAND ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank)
 set_tests_properties(pipeline_kill_rank PROPERTIES LABELS mpi TIMEOUT 400 PASS_REGULAR_EXPRESSION "pipeline kill: ok")
+# The pipeline with its stages on the CUDA backend (host-staged messages): on a device (label gpu,
+# skipped without one) and on the emulated CUDA runtime of tests/cuda_emu, which runs here.
+add_test(NAME pipeline_equiv_gpu_np2
+         COMMAND timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 1 cuda)
+set_tests_properties(pipeline_equiv_gpu_np2 PROPERTIES LABELS "mpi;gpu" TIMEOUT 300 SKIP_RETURN_CODE 77)
+if(TARGET rrfp_cuda_emu)
+  add_executable(test_pipeline_emu tests/test_pipeline.c)
+  target_compile_definitions(test_pipeline_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
+  target_link_libraries(test_pipeline_emu PRIVATE rrfp_cuda_emu rrfp_core)
+  set_target_properties(test_pipeline_emu PROPERTIES LINKER_LANGUAGE CXX)
+  add_test(NAME pipeline_equiv_cuda_emu_np2
+           COMMAND timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
+  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300
+                       PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")
+endif()
