@@ -186,44 +186,120 @@ static int resize_coeffs(int in_size, int out_size, int** bounds_out, float** kk
     return ksize;
 }
 
-void image_resize_bilinear(const uint8_t* rgb, int w, int h, float* out, int ow, int oh) {
+/* 4 floats in one SSE register (GCC / clang vector extension; plain C fallback code is the same
+ * arithmetic). Loads and stores go through memcpy, so no alignment is assumed. */
+typedef float v4f __attribute__((vector_size(16)));
+static inline v4f v4_load(const float* p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void v4_store(float* p, v4f v) { memcpy(p, &v, sizeof v); }
+typedef unsigned char v4u8 __attribute__((vector_size(4)));
+
+/* bytes -> floats, 4 at a time (pmovzx + cvtdq2ps instead of a scalar conversion per byte) */
+static void u8_to_f32(const uint8_t* src, float* dst, size_t n) {
+    size_t x = 0;
+    for (; x + 4 <= n; x += 4) {
+        v4u8 b;
+        memcpy(&b, src + x, 4);
+        v4_store(dst + x, __builtin_convertvector(b, v4f));
+    }
+    for (; x < n; x++) dst[x] = (float)src[x];
+}
+
+/* The resize, streamed one output row at a time: each source row the vertical pass needs is
+ * horizontally resized once into a ring of ksv rows (the vertical filter's widest window; windows
+ * only move down), the vertical pass combines them into one output row, and `emit` stores it. The
+ * working set is a few rows, not whole intermediate images. Same arithmetic as horizontal pass then
+ * vertical pass over whole images (Pillow's order). */
+typedef void (*RowEmit)(void* ctx, int yy, const float* row);
+
+static void resize_stream(const uint8_t* rgb, int w, int h, int ow, int oh, RowEmit emit, void* ctx) {
     int *bh, *bv;
     float *kh, *kv;
     int ksh = resize_coeffs(w, ow, &bh, &kh);
     int ksv = resize_coeffs(h, oh, &bv, &kv);
-    /* only the source rows the vertical pass reads go through the horizontal pass (as Pillow) */
-    int y0 = bv[0], y1 = bv[2 * (oh - 1)] + bv[2 * (oh - 1) + 1];
-    int rows = y1 - y0;
-    float* tmp = mallocCheck(sizeof(float) * (size_t)rows * ow * 3);
-    for (int y = 0; y < rows; y++) {
-        const uint8_t* src = rgb + (size_t)(y + y0) * w * 3;
-        float* dst = tmp + (size_t)y * ow * 3;
-        for (int xx = 0; xx < ow; xx++) {
-            const float* k = kh + (size_t)xx * ksh;
-            const uint8_t* s = src + (size_t)bh[2 * xx] * 3;
-            float r = 0.f, g = 0.f, b = 0.f;
-            for (int i = 0; i < bh[2 * xx + 1]; i++) {
-                r += k[i] * s[3 * i];
-                g += k[i] * s[3 * i + 1];
-                b += k[i] * s[3 * i + 2];
-            }
-            dst[3 * xx] = r, dst[3 * xx + 1] = g, dst[3 * xx + 2] = b;
-        }
-    }
     size_t row = (size_t)ow * 3;
+    size_t stride = row + 4; /* +1 pixel of padding: the horizontal pass stores 4 lanes */
+    float* ring = mallocCheck(sizeof(float) * stride * (size_t)ksv);
+    int* ring_y = mallocCheck(sizeof(int) * (size_t)ksv);
+    for (int i = 0; i < ksv; i++) ring_y[i] = -1;
+    float* src_f = mallocCheck(sizeof(float) * ((size_t)w * 3 + 4));
+    float* out = mallocCheck(sizeof(float) * (row + 16));
     for (int yy = 0; yy < oh; yy++) {
+        int ymin = bv[2 * yy], n = bv[2 * yy + 1];
         const float* k = kv + (size_t)yy * ksv;
-        float* dst = out + (size_t)yy * row;
-        const float* s = tmp + (size_t)(bv[2 * yy] - y0) * row;
-        for (size_t x = 0; x < row; x++) dst[x] = 0.f;
-        for (int i = 0; i < bv[2 * yy + 1]; i++) {
-            float ki = k[i];
-            const float* si = s + (size_t)i * row;
-            for (size_t x = 0; x < row; x++) dst[x] += ki * si[x];
+        for (int i = 0; i < n; i++) {
+            int y = ymin + i, slot = y % ksv;
+            if (ring_y[slot] == y) continue;
+            ring_y[slot] = y;
+            const uint8_t* src = rgb + (size_t)y * w * 3;
+            u8_to_f32(src, src_f, (size_t)w * 3);
+            src_f[w * 3] = 0.f;
+            float* dst = ring + (size_t)slot * stride;
+            for (int xx = 0; xx < ow; xx++) {
+                const float* kx = kh + (size_t)xx * ksh;
+                const float* sp = src_f + (size_t)bh[2 * xx] * 3;
+                v4f acc = {0.f, 0.f, 0.f, 0.f};
+                for (int t = 0; t < bh[2 * xx + 1]; t++) acc += kx[t] * v4_load(sp + 3 * t);
+                /* lane 3 is the next pixel's red: the next output overwrites it, the last lands in
+                 * the padding */
+                v4_store(dst + 3 * xx, acc);
+            }
         }
+        size_t x = 0;
+        for (; x + 16 <= row; x += 16) {
+            v4f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < n; i++) {
+                const float* si = ring + (size_t)((ymin + i) % ksv) * stride + x;
+                float ki = k[i];
+                a0 += ki * v4_load(si), a1 += ki * v4_load(si + 4), a2 += ki * v4_load(si + 8), a3 += ki * v4_load(si + 12);
+            }
+            v4_store(out + x, a0), v4_store(out + x + 4, a1), v4_store(out + x + 8, a2), v4_store(out + x + 12, a3);
+        }
+        for (; x < row; x++) {
+            float a = 0.f;
+            for (int i = 0; i < n; i++) a += k[i] * ring[(size_t)((ymin + i) % ksv) * stride + x];
+            out[x] = a;
+        }
+        emit(ctx, yy, out);
     }
-    free(tmp);
+    free(out), free(src_f), free(ring), free(ring_y);
     free(bh), free(bv), free(kh), free(kv);
+}
+
+typedef struct {
+    float* img;
+    size_t row;
+} ImageEmit;
+static void emit_image(void* ctx, int yy, const float* row) {
+    ImageEmit* e = ctx;
+    memcpy(e->img + (size_t)yy * e->row, row, sizeof(float) * e->row);
+}
+
+void image_resize_bilinear(const uint8_t* rgb, int w, int h, float* out, int ow, int oh) {
+    ImageEmit e = {out, (size_t)ow * 3};
+    resize_stream(rgb, w, h, ow, oh, emit_image, &e);
+}
+
+/* Output row yy is row (yy % p) of every patch in patch row yy / p: normalise straight into them. */
+typedef struct {
+    float* patches;
+    int gw, p;
+} PatchEmit;
+static void emit_patches(void* ctx, int yy, const float* row) {
+    PatchEmit* e = ctx;
+    int p = e->p, r = yy / p, i = yy % p;
+    size_t psz = (size_t)3 * p * p;
+    for (int c = 0; c < e->gw; c++) {
+        float* o = e->patches + ((size_t)r * e->gw + c) * psz + (size_t)i * 3 * p;
+        const float* s = row + (size_t)c * 3 * p;
+        int j = 0;
+        const v4f scale = {1.0f / 127.5f, 1.0f / 127.5f, 1.0f / 127.5f, 1.0f / 127.5f}, one = {1.f, 1.f, 1.f, 1.f};
+        for (; j + 4 <= 3 * p; j += 4) v4_store(o + j, v4_load(s + j) * scale - one);
+        for (; j < 3 * p; j++) o[j] = s[j] * (1.0f / 127.5f) - 1.0f;
+    }
 }
 
 void image_patchify(const float* img, int gh, int gw, int p, float* out) {
@@ -238,22 +314,31 @@ void image_patchify(const float* img, int gh, int gw, int p, float* out) {
         }
 }
 
+int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int gh, int gw, float* out, char* err,
+                       size_t err_len) {
+    int w, h, sw, sh;
+    if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    int oh = gh * p, ow = gw * p;
+    uint8_t* rgb = jpeg_decode_rgb(c, jpeg, n, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
+    if (!rgb) return -1;
+    PatchEmit e = {out, gw, p};
+    resize_stream(rgb, sw, sh, ow, oh, emit_patches, &e);
+    free(rgb);
+    return 0;
+}
+
 int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches,
                        float** patches, int* grid_h, int* grid_w, char* err, size_t err_len) {
     int w, h;
     if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
     int gh, gw;
     image_smart_resize(h, w, p, min_patches, max_patches, &gh, &gw);
-    int oh = gh * p, ow = gw * p;
-    int sw, sh;
-    uint8_t* rgb = jpeg_decode_rgb(c, jpeg, n, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
-    if (!rgb) return -1;
-    float* img = mallocCheck(sizeof(float) * (size_t)ow * oh * 3);
-    image_resize_bilinear(rgb, sw, sh, img, ow, oh);
-    free(rgb);
-    *patches = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);
-    image_patchify(img, gh, gw, p, *patches);
-    free(img);
+    float* out = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);
+    if (image_patches_into(c, jpeg, n, p, gh, gw, out, err, err_len) != 0) {
+        free(out);
+        return -1;
+    }
+    *patches = out;
     *grid_h = gh;
     *grid_w = gw;
     return 0;

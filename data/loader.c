@@ -71,6 +71,8 @@ struct Loader {
     int64_t next_claim;  /* next stream position a worker takes */
     int64_t base;        /* consumer's next take; workers stay below base + cap */
     int stop;
+    int consumer_waiting, workers_waiting; /* signal only when someone sleeps: a futex wake per sample
+                                             * costs as much CPU as resizing a small image */
     int n_workers;
     pthread_t* threads;
     int64_t bytes_read;
@@ -232,24 +234,23 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
         d->patches = mallocCheck(sizeof(float) * row * (size_t)d->Np);
         size_t off = 0;
         for (int k = 0; k < ss.n_images; k++) {
-            float* pt = NULL;
-            int gh, gw;
-            if (image_load_patches(jc, ss.jpeg[k], ss.jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, &pt, &gh,
-                                   &gw, err, sizeof err) != 0) {
+            int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
+            /* the index's grid is smart_resize of the JPEG's own size; the header is read again here,
+             * so a JPEG whose size disagrees with its index entry is damage, not a wrong resize */
+            int w, h, egh = gh, egw = gw;
+            if (jpeg_read_header(jc, ss.jpeg[k], ss.jpeg_len[k], &w, &h, err, sizeof err) != 0 ||
+                (image_smart_resize(h, w, p, L->cfg.min_patches, L->cfg.max_patches, &egh, &egw), egh != gh || egw != gw)) {
+                d->damaged = 1;
+                if (egh != gh || egw != gw) snprintf(err, sizeof err, "JPEG size disagrees with the index");
+                snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
+                break;
+            }
+            if (image_patches_into(jc, ss.jpeg[k], ss.jpeg_len[k], p, gh, gw, d->patches + off, err, sizeof err) != 0) {
                 d->damaged = 1;
                 snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
                 break;
             }
-            if (gh != L->grid_h[ib + k] || gw != L->grid_w[ib + k]) {
-                d->damaged = 1;
-                snprintf(d->why, sizeof d->why, "image %d: decoded grid %dx%d differs from the index's %dx%d", k, gh, gw,
-                         L->grid_h[ib + k], L->grid_w[ib + k]);
-                free(pt);
-                break;
-            }
-            memcpy(d->patches + off, pt, sizeof(float) * row * (size_t)gh * gw);
             off += row * (size_t)gh * gw;
-            free(pt);
         }
     }
     shard_sample_free(&ss);
@@ -269,7 +270,11 @@ static void* worker_main(void* arg) {
     ZSTD_DCtx* dctx = ZSTD_createDCtx();
     pthread_mutex_lock(&L->mu);
     for (;;) {
-        while (!L->stop && L->next_claim >= L->base + L->cap) pthread_cond_wait(&L->cv_work, &L->mu);
+        while (!L->stop && L->next_claim >= L->base + L->cap) {
+            L->workers_waiting++;
+            pthread_cond_wait(&L->cv_work, &L->mu);
+            L->workers_waiting--;
+        }
         if (L->stop) break;
         int64_t k = L->next_claim++;
         Slot* sl = &L->ring[k % L->cap];
@@ -286,7 +291,7 @@ static void* worker_main(void* arg) {
         sl->d = d;
         sl->state = SLOT_DONE;
         L->bytes_read += bytes;
-        pthread_cond_broadcast(&L->cv_done);
+        if (L->consumer_waiting) pthread_cond_broadcast(&L->cv_done);
     }
     pthread_mutex_unlock(&L->mu);
     ZSTD_freeDCtx(dctx);
@@ -331,14 +336,16 @@ static void take(Loader* L, int64_t k, SampleData* out) {
     pthread_mutex_lock(&L->mu);
     if (sl->state != SLOT_DONE) {
         double t0 = rr_now();
+        L->consumer_waiting = 1;
         while (sl->state != SLOT_DONE) pthread_cond_wait(&L->cv_done, &L->mu);
+        L->consumer_waiting = 0;
         L->st.wait_s += rr_now() - t0;
     }
     *out = sl->d;
     memset(&sl->d, 0, sizeof sl->d);
     sl->state = SLOT_EMPTY;
     L->base = k + 1;
-    pthread_cond_broadcast(&L->cv_work);
+    if (L->workers_waiting) pthread_cond_broadcast(&L->cv_work);
     pthread_mutex_unlock(&L->mu);
 }
 

@@ -24,3 +24,7 @@ set(RRFP_FUZZ_SECONDS 10 CACHE STRING "seconds per libFuzzer target in data_fuzz
 add_test(NAME data_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz.sh ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_fuzz ${RRFP_FUZZ_SECONDS})
 set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
+
+# loader throughput program (bench/loader.sh runs it against bench/loader_pil.py)
+add_executable(rrfp-bench-loader bench/bench_loader.c)
+target_link_libraries(rrfp-bench-loader PRIVATE rrfp_core)
