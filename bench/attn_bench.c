@@ -294,6 +294,7 @@ int main(int argc, char** argv) {
         free(b.x), free(b.g), free(b.out), free(b.lse), free(b.dout), free(ref_out), free(ref_g);
     }
     if (!list)
-        printf("\ntorch f / torch b: PyTorch time / ours (> 1: ours faster), bench/attention_torch.py, same packings\n");
+        printf(
+            "\ntorch f / torch b: PyTorch time / ours (> 1: ours faster), bench/attention_torch.py, same packings\n");
     return bad;
 }

@@ -265,7 +265,8 @@ static int run_case(const AttnCase* tc) {
     for (size_t i = 0; i < n_out; i++) Rf[i] = rng_sym(1.0f), R[i] = Rf[i];
     double* g_ref = calloc(L.n, sizeof(double));
     for (int s = 0; s < S; s++)
-        for (int h = 0; h < H; h++) ref_head(&L, xd, cu[s], cu[s + 1] - cu[s], h, tc->causal, out_ref, lse_ref, R, g_ref);
+        for (int h = 0; h < H; h++)
+            ref_head(&L, xd, cu[s], cu[s + 1] - cu[s], h, tc->causal, out_ref, lse_ref, R, g_ref);
     double* tmp = malloc(n_out * sizeof(double));
     for (size_t i = 0; i < n_out; i++) tmp[i] = out[i];
     double e_out = norm_err_d(tmp, out_ref, n_out);

@@ -85,9 +85,10 @@ static void attention_tile_transpose(float* xt, const float* x, int n, int d, in
 /* One query tile: rows [q0, q0 + nq) of head h (q, k, v, out, lse already offset to the head), keys
  * [k_begin, k_end) of its sequence. Scratch: s_tile (ATTN_BLOCK, ATTN_BLOCK), m and l ATTN_BLOCK,
  * kt (d, ATTN_BLOCK). */
-ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, const float* q, const float* k, const float* v,
-                                   int q0, int nq, int k_begin, int k_end, int H, int d, int ld, int causal,
-                                   float* s_tile, float* m, float* l, float* kt) {
+ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, const float* q, const float* k,
+                                                      const float* v, int q0, int nq, int k_begin, int k_end, int H,
+                                                      int d, int ld, int causal, float* s_tile, float* m, float* l,
+                                                      float* kt) {
     const int ldo = H * d;
     const float scale = 1.0f / sqrtf((float)d);
     float* o = out + (size_t)q0 * ldo;
@@ -225,8 +226,10 @@ ATTN_VECTOR_CLONES static void attention_backward_pair(float* dq, float* dk, flo
         for (int j = 0; j < nk; j++) dsrow[j] = prow[j] * (dsrow[j] - D);
     }
     /* dQ += scale dS K: (nq, d);  dK += scale dS^T Q: (nk, d) */
-    if (dq) cpu_sgemm(0, 0, nq, d, nk, scale, sc->ds, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)q0 * ld, ld);
-    if (dk) cpu_sgemm(1, 0, nk, d, nq, scale, sc->ds, ATTN_BLOCK, q + (size_t)q0 * ld, ld, 1.0f, dk + (size_t)k0 * ld, ld);
+    if (dq)
+        cpu_sgemm(0, 0, nq, d, nk, scale, sc->ds, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)q0 * ld, ld);
+    if (dk)
+        cpu_sgemm(1, 0, nk, d, nq, scale, sc->ds, ATTN_BLOCK, q + (size_t)q0 * ld, ld, 1.0f, dk + (size_t)k0 * ld, ld);
 }
 
 /* Every pair of key tile kb (rows k0 = start + kb * ATTN_BLOCK ..) with the query tiles that see it,
