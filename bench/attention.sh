@@ -14,5 +14,10 @@ BIN="$BUILD/rrfp-bench-attn"
 [ -x "$BIN" ] || { echo "attention.sh: $BIN not found; build first: cmake --build $BUILD --target rrfp-bench-attn" >&2; exit 1; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-"$BIN" --list | /usr/bin/python3 "$(dirname "$0")/attention_torch.py" "$REPS" > "$T/torch.txt"
-"$BIN" --torch "$T/torch.txt" --reps "$REPS"
+# workload by workload, PyTorch right before ours, so that both see about the same machine load
+header=""
+"$BIN" --list | while read -r line; do
+  echo "$line" | /usr/bin/python3 "$(dirname "$0")/attention_torch.py" "$REPS" > "$T/torch.txt"
+  "$BIN" --only "${line%% *}" --torch "$T/torch.txt" --reps "$REPS" $header
+  header=--no-header
+done

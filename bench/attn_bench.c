@@ -8,12 +8,12 @@
  * (sequence, head). This is what a straightforward C implementation with a good BLAS does; it needs
  * len^2 floats per thread (two such buffers in backward).
  *
- * Both are validated against each other before timing. Times are medians of repeated runs (the
- * machine is shared). FLOPs count only visible (query, key) pairs: forward 4 d per pair (Q K^T and
+ * Both are validated against each other before timing. Times are medians of repeated runs, ours
+ * and the baseline's interleaved (the machine is shared, its load changes by the minute). FLOPs count only visible (query, key) pairs: forward 4 d per pair (Q K^T and
  * P V), backward 10 d per pair (recomputed Q K^T, dO V^T, P^T dO, dS K, dS^T Q), the FlashAttention
  * convention; the baseline's causal products also compute the masked half, which is not counted.
  *
- * Usage: rrfp-bench-attn [--list] [--torch FILE] [--reps N] [--only WORKLOAD]
+ * Usage: rrfp-bench-attn [--list] [--torch FILE] [--reps N] [--only WORKLOAD] [--no-header]
  *   --list        print the packings ("name causal H d T len,len,...") for bench/attention_torch.py
  *   --torch FILE  lines "name fwd_seconds bwd_seconds" from that script: adds ratios against PyTorch */
 #include <math.h>
@@ -173,18 +173,27 @@ static void run_op(const Bench* b, int impl, int backward) {
                       w->causal, b->max_len);
 }
 
-/* Median seconds of `reps` runs after one warm-up. The backward needs the forward's out and lse,
- * which the warm-up forward of the same implementation left in place. */
-static double time_op(const Bench* b, int impl, int backward, int reps) {
-    double t[MAX_REPS];
-    run_op(b, impl, backward);
-    for (int r = 0; r < reps; r++) {
-        double t0 = rr_now();
-        run_op(b, impl, backward);
-        t[r] = rr_now() - t0;
-    }
-    qsort(t, reps, sizeof(double), cmp_double);
-    return t[reps / 2];
+static double median(double* t, int n) {
+    qsort(t, n, sizeof(double), cmp_double);
+    return t[n / 2];
+}
+
+/* Median seconds of `reps` runs of ours and of the baseline, forward and backward, after one
+ * warm-up. The four are interleaved within each repetition so that both implementations see the
+ * same load on a shared machine. out and lse are the same for both (validated), so each backward
+ * may use what the last forward left. sec[impl][backward]. */
+static void time_ops(const Bench* b, int reps, double sec[2][2]) {
+    double t[2][2][MAX_REPS];
+    for (int impl = 0; impl < 2; impl++) run_op(b, impl, 0), run_op(b, impl, 1);
+    for (int r = 0; r < reps; r++)
+        for (int impl = 0; impl < 2; impl++)
+            for (int backward = 0; backward < 2; backward++) {
+                double t0 = rr_now();
+                run_op(b, impl, backward);
+                t[impl][backward][r] = rr_now() - t0;
+            }
+    for (int impl = 0; impl < 2; impl++)
+        for (int backward = 0; backward < 2; backward++) sec[impl][backward] = median(t[impl][backward], reps);
 }
 
 static double max_norm_diff(const float* a, const float* b, size_t n) {
@@ -211,29 +220,32 @@ static int torch_lookup(const char* path, const char* name, double* fwd, double*
 int main(int argc, char** argv) {
     const char* torch_path = NULL;
     const char* only = NULL;
-    int list = 0, reps = 5;
+    int list = 0, reps = 5, header = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--list") == 0) list = 1;
         else if (strcmp(argv[i], "--torch") == 0 && i + 1 < argc) torch_path = argv[++i];
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--no-header") == 0) header = 0;
         else {
-            fprintf(stderr, "usage: rrfp-bench-attn [--list] [--torch FILE] [--reps N] [--only WORKLOAD]\n");
+            fprintf(stderr, "usage: rrfp-bench-attn [--list] [--torch FILE] [--reps N] [--only WORKLOAD] [--no-header]\n");
             return 2;
         }
     }
     if (reps < 1 || reps > MAX_REPS) rr_die("--reps must be in [1, %d], got %d", MAX_REPS, reps);
 
-    if (!list)
+    if (!list && header)
         printf("CPU attention: %d threads, BLAS %s, median of %d runs; ratio = baseline time / ours (> 1: ours "
-               "faster)\n\n"
+               "faster);\ntorch f / torch b = PyTorch time / ours (bench/attention_torch.py, same packing, run "
+               "just before)\n\n"
                "%-22s %5s %4s | %9s %9s %6s %7s | %9s %9s %6s %7s | %9s %8s %8s\n",
                omp_get_max_threads(), cpu_blas_name(), reps, "workload", "T", "S", "fwd ms", "base ms", "ratio",
                "GFLOP/s", "bwd ms", "base ms", "ratio", "GFLOP/s", "tok/s f+b", "torch f", "torch b");
-    int bad = 0;
+    int bad = 0, matched = 0;
     for (int wi = 0; wi < N_WORKLOADS; wi++) {
         const Workload* w = &WORKLOADS[wi];
         if (only && strcmp(only, w->name) != 0) continue;
+        matched++;
         int cu[MAX_SEQS + 1];
         rng_state = 0x853C49E6748FEA9Bull + (uint64_t)wi; /* the same packing with and without --list */
         int S = workload_pack(w, cu), T = cu[S], Hd = w->H * w->d;
@@ -278,8 +290,9 @@ int main(int argc, char** argv) {
             bad = 1;
         }
 
-        double f_ours = time_op(&b, 0, 0, reps), b_ours = time_op(&b, 0, 1, reps);
-        double f_base = time_op(&b, 1, 0, reps), b_base = time_op(&b, 1, 1, reps);
+        double sec[2][2];
+        time_ops(&b, reps, sec);
+        double f_ours = sec[0][0], b_ours = sec[0][1], f_base = sec[1][0], b_base = sec[1][1];
         double head_flops = (double)w->H * w->d * pairs;
         char tf[32] = "-", tb[32] = "-";
         double tfs, tbs;
@@ -293,8 +306,6 @@ int main(int argc, char** argv) {
         fflush(stdout);
         free(b.x), free(b.g), free(b.out), free(b.lse), free(b.dout), free(ref_out), free(ref_g);
     }
-    if (!list)
-        printf(
-            "\ntorch f / torch b: PyTorch time / ours (> 1: ours faster), bench/attention_torch.py, same packings\n");
+    if (matched == 0) rr_die("--only %s: no such workload (rrfp-bench-attn --list names them)", only);
     return bad;
 }
