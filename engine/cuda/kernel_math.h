@@ -5,10 +5,11 @@
  * tests/test_kernel_math.c (built in both builds, run on every machine) recomputes every op
  * row by row / element by element through the same functions and checks the results against the
  * CPU backend. No machine here has a GPU, so this is how the kernels' arithmetic is tested here;
- * what stays untested on the CPU is the indexing, the reductions' order and the launches (see
- * tests/test_cuda_ops.c, label `gpu`).
+ * the indexing, barriers and launches are tested by running the kernels' source on a CPU emulation
+ * of the CUDA runtime (tests/cuda_emu, test_cuda_ops_emu), and on a device by test_cuda_ops (label
+ * `gpu`).
  *
- * Only expf / tanhf / sqrtf / logf / pow / sincos-style libm calls appear: they exist on both sides
+ * Only expf / sqrtf / logf / pow / cos / sin libm calls appear: they exist on both sides
  * with the same meaning (nvcc must not be given --use_fast_math, which would swap in __expf).
  * RoPE angles are computed in double on both sides, like engine/cpu/rope.c: t * freq reaches
  * thousands of radians and float would lose ~1e-4 rad there. */
