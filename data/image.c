@@ -67,10 +67,9 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
     return 0;
 }
 
-uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
-                         size_t err_len) {
-    int w, h;
-    if (jpeg_read_header(c, buf, n, &w, &h, err, err_len) != 0) return NULL;
+/* Decode a JPEG whose header was read already (w x h). */
+static uint8_t* decode_scaled(JpegCodec* c, const uint8_t* buf, size_t n, int w, int h, int scale, int* ow, int* oh,
+                              char* err, size_t err_len) {
     RR_ASSERT(scale == 1 || scale == 2 || scale == 4 || scale == 8);
     tjscalingfactor sf = {1, scale};
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
@@ -86,6 +85,13 @@ uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, 
     *ow = sw;
     *oh = sh;
     return rgb;
+}
+
+uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
+                         size_t err_len) {
+    int w, h;
+    if (jpeg_read_header(c, buf, n, &w, &h, err, err_len) != 0) return NULL;
+    return decode_scaled(c, buf, n, w, h, scale, ow, oh, err, err_len);
 }
 
 uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int quality, int progressive,
@@ -314,12 +320,17 @@ void image_patchify(const float* img, int gh, int gw, int p, float* out) {
         }
 }
 
-int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int gh, int gw, float* out, char* err,
-                       size_t err_len) {
-    int w, h, sw, sh;
+int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches, int gh,
+                       int gw, float* out, char* err, size_t err_len) {
+    int w, h, sw, sh, egh, egw;
     if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    image_smart_resize(h, w, p, min_patches, max_patches, &egh, &egw);
+    if (egh != gh || egw != gw) {
+        snprintf(err, err_len, "a %dx%d JPEG gives a %dx%d patch grid, not the expected %dx%d", w, h, egh, egw, gh, gw);
+        return -1;
+    }
     int oh = gh * p, ow = gw * p;
-    uint8_t* rgb = jpeg_decode_rgb(c, jpeg, n, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
+    uint8_t* rgb = decode_scaled(c, jpeg, n, w, h, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
     if (!rgb) return -1;
     PatchEmit e = {out, gw, p};
     resize_stream(rgb, sw, sh, ow, oh, emit_patches, &e);
@@ -334,7 +345,7 @@ int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
     int gh, gw;
     image_smart_resize(h, w, p, min_patches, max_patches, &gh, &gw);
     float* out = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);
-    if (image_patches_into(c, jpeg, n, p, gh, gw, out, err, err_len) != 0) {
+    if (image_patches_into(c, jpeg, n, p, min_patches, max_patches, gh, gw, out, err, err_len) != 0) {
         free(out);
         return -1;
     }

@@ -59,8 +59,9 @@ void image_patchify(const float* img, int gh, int gw, int p, float* out);
 int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches,
                        float** patches, int* grid_h, int* grid_w, char* err, size_t err_len);
 
-/* The same for a known grid (from a shard index): writes gh*gw*3p^2 floats into out. */
-int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int gh, int gw, float* out, char* err,
-                       size_t err_len);
+/* The same for an expected grid (from a shard index): writes gh*gw*3p^2 floats into out; a JPEG whose
+ * own size gives another grid is an error (the index and the image disagree). */
+int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches, int gh,
+                       int gw, float* out, char* err, size_t err_len);
 
 #endif

@@ -235,17 +235,8 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
         size_t off = 0;
         for (int k = 0; k < ss.n_images; k++) {
             int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
-            /* the index's grid is smart_resize of the JPEG's own size; the header is read again here,
-             * so a JPEG whose size disagrees with its index entry is damage, not a wrong resize */
-            int w, h, egh = gh, egw = gw;
-            if (jpeg_read_header(jc, ss.jpeg[k], ss.jpeg_len[k], &w, &h, err, sizeof err) != 0 ||
-                (image_smart_resize(h, w, p, L->cfg.min_patches, L->cfg.max_patches, &egh, &egw), egh != gh || egw != gw)) {
-                d->damaged = 1;
-                if (egh != gh || egw != gw) snprintf(err, sizeof err, "JPEG size disagrees with the index");
-                snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
-                break;
-            }
-            if (image_patches_into(jc, ss.jpeg[k], ss.jpeg_len[k], p, gh, gw, d->patches + off, err, sizeof err) != 0) {
+            if (image_patches_into(jc, ss.jpeg[k], ss.jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, gh, gw,
+                                   d->patches + off, err, sizeof err) != 0) {
                 d->damaged = 1;
                 snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
                 break;
