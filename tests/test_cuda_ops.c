@@ -14,8 +14,9 @@
  * Built twice: test_cuda_ops (the real backend; on a machine without a GPU it skips) and
  * test_cuda_ops_emu (-DRR_CUDA_EMU: the backend's source on the CPU emulation in tests/cuda_emu,
  * which runs everywhere). NOTE: no machine this project was developed on had a GPU, so on hardware
- * the tolerances below are design bounds, not measured values; in emulation (host libm) the largest
- * error seen is 1e-6 against bounds of 2e-6 and more.
+ * the tolerances below are design bounds, not measured values. In emulation (host libm) the largest
+ * error of the default cases is 4e-7 and no error exceeds 1/12 of its bound; the big cases
+ * (RR_EMU_BIG=1, attention excepted: too slow) reach 2.3e-6 against 1e-5 (LayerNorm dweight).
  *
  * Usage: test_cuda_ops [case-name-substring]
  *        test_cuda_ops --bad-target | --bad-id   (must die with the bad value named)
