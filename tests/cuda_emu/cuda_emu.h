@@ -16,7 +16,8 @@
  *     (divergent barrier), full-mask shuffles with inactive lanes, shuffles from a lane that did not
  *     take part;
  *   - writes past any cudaMalloc'd buffer (NaN guard zones, checked after every launch), copies and
- *     cuBLAS operands outside an allocation, cuBLAS argument rules (lda / ldb / ldc);
+ *     cuBLAS operands outside an allocation, cuBLAS argument rules (lda / ldb / ldc), kernel pointer
+ *     arguments that are not device memory, copies whose host side is device memory;
  *   - dynamic shared memory starts as NaN each block, so reading a slot before writing it shows.
  * What it cannot check: real memory-model races between warps (threads run between barriers one at
  * a time, so a missing barrier shows only as wrong numbers in one of the orders tried), device
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include <functional>
+#include <type_traits>
 
 struct dim3 {
     unsigned x, y, z;
@@ -107,6 +109,23 @@ static inline EmuCfg emu_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_
     return c;
 }
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body);
+/* Every pointer argument of a launch must be NULL or point into a cudaMalloc'd buffer: a host
+ * pointer handed to a kernel crashes a GPU (or reads garbage) but would work here, since emulated
+ * device memory is host memory. (Pointers inside functor arguments are not seen.) */
+int emu_is_device_ptr(const void* p);
+void emu_bad_arg(const char* kernel, int index);
+static inline void emu_check_arg(const char*, int) {}
+template <class T, class... Rest>
+static inline void emu_check_arg(const char* kernel, int index, T first, Rest... rest) {
+    if constexpr (std::is_pointer<T>::value) {
+        if (first && !emu_is_device_ptr((const void*)first)) emu_bad_arg(kernel, index);
+    }
+    emu_check_arg(kernel, index + 1, rest...);
+}
+template <class... Args>
+static inline void emu_check_args(const char* kernel, Args... args) {
+    emu_check_arg(kernel, 1, args...);
+}
 void* emu_dynamic_smem(void);
 cudaError_t emu_func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value);
 

@@ -95,6 +95,11 @@ static void check_guards(const char* after) {
     }
 }
 
+int emu_is_device_ptr(const void* p) { return in_alloc(p, 0); }
+void emu_bad_arg(const char* kernel, int index) {
+    emu_fail(cudaErrorIllegalAddress, "%s: pointer argument %d is not device memory (a host pointer?)", kernel, index);
+}
+
 cudaError_t emu_malloc(void** p, size_t bytes) {
     if (sticky) return sticky;
     unsigned char* base = (unsigned char*)malloc(bytes + 2 * EMU_GUARD);
@@ -139,6 +144,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     if ((dst_dev && !in_alloc(dst, bytes)) || (src_dev && !in_alloc(src, bytes))) {
         emu_fail(cudaErrorInvalidValue, "cudaMemcpy (kind %d) of %zu bytes: the device side is outside any allocation",
                  (int)kind, bytes);
+        return sticky;
+    }
+    if (bytes && ((!dst_dev && in_alloc(dst, 0)) || (!src_dev && in_alloc(src, 0)))) {
+        emu_fail(cudaErrorInvalidValue, "cudaMemcpy (kind %d) of %zu bytes: the host side is device memory", (int)kind,
+                 bytes);
         return sticky;
     }
     memmove(dst, src, bytes);

@@ -6,7 +6,8 @@
                                OUT sits under the build folder at the path the sources include it by
 
 Rewrites, and nothing else (the kernels' and launchers' code is compiled as written):
-  k<<<cfg>>>(args);                 -> emu_launch("k", emu_cfg(cfg), [&] { k(args); });
+  k<<<cfg>>>(args);                 -> emu_check_args("k", args);  (pointers must be device memory)
+                                       emu_launch("k", emu_cfg(cfg), [&] { k(args); });
   extern __shared__ float s[];      -> float* s = (float*)emu_dynamic_smem();
   cudaFuncSetAttribute(k, ...)      -> emu_func_set_attribute("k", ...)
   backend_cuda_get                  -> backend_cuda_emu_get (so the emulated backend can be linked
@@ -38,7 +39,8 @@ LAUNCH = re.compile(r"(\w+)(\s*<[^<>;()]*>)?\s*<<<(.*?)>>>\s*\((.*?)\);", re.S)
 
 def launch(m):
     name, targs, cfg, args = m.group(1), m.group(2) or "", m.group(3), m.group(4)
-    body = f'emu_launch("{name}", emu_cfg({cfg}), [&] {{ {name}{targs}({args}); }});'
+    body = (f'emu_check_args("{name}", {args}); '
+            f'emu_launch("{name}", emu_cfg({cfg}), [&] {{ {name}{targs}({args}); }});')
     # keep the line count so that #line (and compiler messages) still point into the .cu file
     return body + "\n" * m.group(0).count("\n")
 
