@@ -19,10 +19,12 @@ if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
     echo "== demo data"
     "$EXE" demo-data --out demo/data
     echo "== tokenizer (byte-level BPE trained on the demo manifest)"
-    "$EXE" tokenizer train --vocab 2048 --manifest demo/data/train.jsonl --out demo/tokenizer.json
+    "$EXE" tokenizer train --vocab 2048 --manifest demo/data/train.json --out demo/tokenizer.json
     echo "== pack"
-    "$EXE" pack --manifest demo/data/train.jsonl --images demo/data --tokenizer demo/tokenizer.json --out demo/shards
-    "$EXE" pack --manifest demo/data/eval.jsonl --images demo/data --tokenizer demo/tokenizer.json --out demo/eval-shards
+    "$EXE" pack --manifest demo/data/train.json --images demo/data/images --tokenizer demo/tokenizer.json \
+      --out demo/shards
+    "$EXE" pack --manifest demo/data/heldout.json --images demo/data/images --tokenizer demo/tokenizer.json \
+      --out demo/eval-shards
     touch demo/.complete
   fi
   RECIPE=recipes/llava.ini
@@ -41,9 +43,13 @@ rm -rf run/llava
 "$EXE" train "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava
 echo "== held-out questions"
 "$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava --checkpoint latest --samples 1000
-/usr/bin/python3 - run/llava/metrics.jsonl <<'EOF'
-import json, sys
+/usr/bin/python3 - run/llava/metrics.jsonl demo/data/eval.jsonl <<'EOF'
+import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+if os.path.exists(sys.argv[2]) and os.path.exists("demo/.complete"):
+    ev = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+    ch = sum(1.0 / len(e["choices"]) for e in ev) / len(ev)
+    print("chance from the demo's answer choices per question type: %.1f%% (%d held-out questions)" % (100 * ch, len(ev)))
 k = max(1, len(rows) // 10)
 a = sum(r["loss"] for r in rows[:k]) / k
 b = sum(r["loss"] for r in rows[-k:]) / k
