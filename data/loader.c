@@ -39,6 +39,15 @@ static void sample_data_clear(SampleData* d) {
 }
 
 enum { SLOT_EMPTY = 0, SLOT_BUSY, SLOT_DONE };
+
+/* A step prepared by the planner: its microbatches, and the position and counters after it. */
+enum { PLAN_DEPTH = 2 };
+typedef struct {
+    Microbatch* mbs; /* (M) */
+    LoaderStep sum;
+    LoaderPos pos;
+    LoaderStats st;
+} PlannedStep;
 typedef struct {
     int state;
     SampleData d;
@@ -87,6 +96,19 @@ struct Loader {
     LoaderStats st;
     Microbatch* step_mbs;   /* last step handed out (owned here) */
     int step_n;
+
+    /* planner thread: forms and assembles whole steps ahead of the trainer, so loader_next_step only
+     * hands over a finished step; guarded by pmu. L->st and the group state above are the planner's;
+     * pub / pub_pos are as of the last step handed out. */
+    pthread_t planner;
+    int planner_on;
+    pthread_mutex_t pmu;
+    pthread_cond_t cv_plan;
+    PlannedStep q[PLAN_DEPTH];
+    int q_head, q_n, p_stop, p_failed;
+    char p_err[1024];
+    LoaderStats pub;
+    LoaderPos pub_pos;
 };
 
 /* ---- small helpers ------------------------------------------------------------------------------- */
@@ -326,11 +348,9 @@ static void take(Loader* L, int64_t k, SampleData* out) {
     Slot* sl = &L->ring[k % L->cap];
     pthread_mutex_lock(&L->mu);
     if (sl->state != SLOT_DONE) {
-        double t0 = rr_now();
         L->consumer_waiting = 1;
         while (sl->state != SLOT_DONE) pthread_cond_wait(&L->cv_done, &L->mu);
         L->consumer_waiting = 0;
-        L->st.wait_s += rr_now() - t0;
     }
     *out = sl->d;
     memset(&sl->d, 0, sizeof sl->d);
@@ -422,18 +442,25 @@ static int cmp_sample_k(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
+/* Sort keys for ffd / balanced: larger cost first, ties in stream order (a plain comparator, no
+ * global context, so loaders in several threads do not share state). */
 typedef struct {
-    const Loader* L;
-    SampleData** v;
-    int by_cost;
-} SortCtx;
-static SortCtx g_sort; /* qsort has no context argument in C11; only the consumer thread sorts */
+    double cost;
+    int64_t k;
+    SampleData* d;
+} SortItem;
 static int cmp_decreasing(const void* a, const void* b) {
-    const SampleData *x = *(SampleData* const*)a, *y = *(SampleData* const*)b;
-    double cx = g_sort.by_cost ? g_sort.L->cost_b[x->g] : g_sort.L->cost_L[x->g];
-    double cy = g_sort.by_cost ? g_sort.L->cost_b[y->g] : g_sort.L->cost_L[y->g];
-    if (cx != cy) return cx > cy ? -1 : 1;
+    const SortItem *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
     return (x->k > y->k) - (x->k < y->k);
+}
+static void sort_decreasing(const Loader* L, SampleData** items, int n, int by_cost) {
+    SortItem* t = mallocCheck(sizeof(SortItem) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++)
+        t[i] = (SortItem){by_cost ? L->cost_b[items[i]->g] : (double)L->cost_L[items[i]->g], items[i]->k, items[i]};
+    qsort(t, (size_t)n, sizeof(SortItem), cmp_decreasing);
+    for (int i = 0; i < n; i++) items[i] = t[i].d;
+    free(t);
 }
 
 static void report_damaged(Loader* L, const SampleData* d) {
@@ -526,9 +553,7 @@ static int group_form(Loader* L, char* err, size_t err_len) {
             items[n_items] = d;
         }
         if (rc == 0) {
-            g_sort.L = L;
-            g_sort.by_cost = 0;
-            qsort(items, (size_t)n_items, sizeof(SampleData*), cmp_decreasing);
+            sort_decreasing(L, items, n_items, 0);
             for (int i = 0; i < n_items; i++) { /* first-fit decreasing */
                 int c = L->cost_L[items[i]->g], b = 0;
                 while (b < nb && bins[b].tokens + c > B) b++;
@@ -546,8 +571,7 @@ static int group_form(Loader* L, char* err, size_t err_len) {
                 int target = nb;
                 for (int b = 0; b < nb; b++) bins[b].n = 0, bins[b].tokens = 0, bins[b].cost = 0;
                 nb = target;
-                g_sort.by_cost = 1;
-                qsort(items, (size_t)n_items, sizeof(SampleData*), cmp_decreasing);
+                sort_decreasing(L, items, n_items, 1);
                 for (int i = 0; i < n_items; i++) {
                     int c = L->cost_L[items[i]->g], best = -1;
                     for (int b = 0; b < nb; b++)
@@ -589,12 +613,119 @@ static int group_form(Loader* L, char* err, size_t err_len) {
 
 /* ---- open / step / position ------------------------------------------------------------------------ */
 
+/* Position after everything the planner has formed so far (its own state). */
+static void planner_pos(const Loader* L, LoaderPos* pos) {
+    memset(pos, 0, sizeof *pos);
+    pos->config_hash = L->config_hash;
+    pos->steps = L->st.steps;
+    if (L->grp_next == L->grp_n) {
+        /* group used up: the next step starts a fresh group at its end */
+        pos->stream_pos = L->g_end;
+        pos->group_done = 0;
+        pos->samples = L->st.samples;
+        pos->skipped_damaged = L->st.skipped_damaged;
+        pos->skipped_oversize = L->st.skipped_oversize;
+    } else {
+        pos->stream_pos = L->g_start;
+        pos->group_done = L->grp_next;
+        pos->samples = L->at_group.samples;
+        pos->skipped_damaged = L->at_group.skipped_damaged;
+        pos->skipped_oversize = L->at_group.skipped_oversize;
+    }
+}
+
+/* Form the next step (planner thread). Returns 0, or -1 with err (fatal damage). */
+static int plan_step(Loader* L, PlannedStep* ps, char* err, size_t err_len) {
+    memset(ps, 0, sizeof *ps);
+    int M = L->cfg.microbatches;
+    ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
+    for (int m = 0; m < M; m++) {
+        while (L->grp_next == L->grp_n)
+            if (group_form(L, err, err_len) != 0) {
+                for (int j = 0; j < m; j++) microbatch_free(&ps->mbs[j]);
+                free(ps->mbs);
+                ps->mbs = NULL;
+                return -1;
+            }
+        Microbatch* mb = &ps->mbs[m];
+        *mb = L->grp[L->grp_next];
+        memset(&L->grp[L->grp_next], 0, sizeof(Microbatch));
+        L->grp_next++;
+        ps->sum.n_supervised += mb->n_supervised;
+        ps->sum.tokens += mb->T;
+        ps->sum.patches += mb->Np;
+        ps->sum.samples += mb->S;
+        L->st.samples += mb->S;
+    }
+    ps->sum.M = M;
+    L->st.steps++;
+    L->st.microbatches += M;
+    L->st.tokens += ps->sum.tokens;
+    L->st.patches += ps->sum.patches;
+    L->st.supervised += ps->sum.n_supervised;
+    L->st.epoch = (L->g_end > 0 ? L->g_end - 1 : 0) / L->per_rank;
+    planner_pos(L, &ps->pos);
+    ps->st = L->st;
+    return 0;
+}
+
+static void* planner_main(void* arg) {
+    Loader* L = arg;
+    char err[1024];
+    pthread_mutex_lock(&L->pmu);
+    while (!L->p_stop) {
+        while (!L->p_stop && L->q_n == PLAN_DEPTH) pthread_cond_wait(&L->cv_plan, &L->pmu);
+        if (L->p_stop) break;
+        pthread_mutex_unlock(&L->pmu);
+        PlannedStep ps;
+        int rc = plan_step(L, &ps, err, sizeof err);
+        pthread_mutex_lock(&L->pmu);
+        if (rc != 0) {
+            L->p_failed = 1;
+            snprintf(L->p_err, sizeof L->p_err, "%s", err);
+            pthread_cond_broadcast(&L->cv_plan);
+            break;
+        }
+        L->q[(L->q_head + L->q_n) % PLAN_DEPTH] = ps;
+        L->q_n++;
+        pthread_cond_broadcast(&L->cv_plan);
+    }
+    pthread_mutex_unlock(&L->pmu);
+    return NULL;
+}
+
+static void planner_stop(Loader* L) {
+    if (!L->planner_on) return;
+    pthread_mutex_lock(&L->pmu);
+    L->p_stop = 1;
+    pthread_cond_broadcast(&L->cv_plan);
+    pthread_mutex_unlock(&L->pmu);
+    pthread_join(L->planner, NULL);
+    L->planner_on = 0;
+    for (int i = 0; i < L->q_n; i++) {
+        PlannedStep* ps = &L->q[(L->q_head + i) % PLAN_DEPTH];
+        for (int m = 0; m < ps->sum.M; m++) microbatch_free(&ps->mbs[m]);
+        free(ps->mbs);
+    }
+    L->q_head = L->q_n = 0;
+}
+
+static void planner_start(Loader* L) {
+    L->p_stop = L->p_failed = 0;
+    L->p_err[0] = 0;
+    if (pthread_create(&L->planner, NULL, planner_main, L) != 0) rr_die("pthread_create failed for the loader planner");
+    L->planner_on = 1;
+}
+
 static void loader_reset(Loader* L) {
+    planner_stop(L);
     workers_stop(L);
     group_clear(L);
     if (L->has_held) sample_data_clear(&L->held);
     L->has_held = 0;
     for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
+    free(L->step_mbs);
+    L->step_mbs = NULL;
     L->step_n = 0;
 }
 
@@ -631,6 +762,11 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
             microbatch_free(&L->grp[L->grp_next++]);
         }
     }
+    double wait = L->pub.wait_s;
+    L->pub = L->st;
+    L->pub.wait_s = wait;
+    L->pub_pos = *pos;
+    planner_start(L);
     return 0;
 }
 
@@ -656,6 +792,8 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv_work, NULL);
     pthread_cond_init(&L->cv_done, NULL);
+    pthread_mutex_init(&L->pmu, NULL);
+    pthread_cond_init(&L->cv_plan, NULL);
     int ok = 1;
     for (int s = 0; s < ns && ok; s++) {
         if (shard_open(paths[s], &L->shards[s], err, err_len) != 0) {
@@ -759,7 +897,6 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     L->cap = (int64_t)cfg->window + pf + 2;
     L->ring = callocCheck((size_t)L->cap, sizeof(Slot));
     L->n_workers = cfg->workers;
-    L->step_mbs = callocCheck((size_t)cfg->microbatches, sizeof(Microbatch));
     L->st.dataset_samples = L->N;
     L->st.shards = ns;
     LoaderPos start = {.config_hash = L->config_hash};
@@ -772,60 +909,41 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
 
 int loader_next_step(Loader* L, LoaderStep* step, char* err, size_t err_len) {
     for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
+    free(L->step_mbs);
+    L->step_mbs = NULL;
     L->step_n = 0;
     memset(step, 0, sizeof *step);
-    int M = L->cfg.microbatches;
-    for (int m = 0; m < M; m++) {
-        while (L->grp_next == L->grp_n)
-            if (group_form(L, err, err_len) != 0) {
-                for (int j = 0; j < L->step_n; j++) microbatch_free(&L->step_mbs[j]);
-                L->step_n = 0;
-                return -1;
-            }
-        Microbatch* mb = &L->step_mbs[m];
-        *mb = L->grp[L->grp_next];
-        memset(&L->grp[L->grp_next], 0, sizeof(Microbatch));
-        L->grp_next++;
-        L->step_n = m + 1;
-        step->n_supervised += mb->n_supervised;
-        step->tokens += mb->T;
-        step->patches += mb->Np;
-        step->samples += mb->S;
-        L->st.samples += mb->S;
+    pthread_mutex_lock(&L->pmu);
+    if (L->q_n == 0 && !L->p_failed) {
+        double t0 = rr_now();
+        while (L->q_n == 0 && !L->p_failed) pthread_cond_wait(&L->cv_plan, &L->pmu);
+        L->pub.wait_s += rr_now() - t0;
     }
-    step->M = M;
-    step->mbs = L->step_mbs;
-    L->st.steps++;
-    L->st.microbatches += M;
-    L->st.tokens += step->tokens;
-    L->st.patches += step->patches;
-    L->st.supervised += step->n_supervised;
-    L->st.epoch = (L->g_end > 0 ? L->g_end - 1 : 0) / L->per_rank;
+    if (L->q_n == 0) { /* the planner stopped on fatal damage; steps before it were handed out */
+        snprintf(err, err_len, "%s", L->p_err);
+        pthread_mutex_unlock(&L->pmu);
+        return -1;
+    }
+    PlannedStep ps = L->q[L->q_head];
+    L->q_head = (L->q_head + 1) % PLAN_DEPTH;
+    L->q_n--;
+    pthread_cond_broadcast(&L->cv_plan);
+    pthread_mutex_unlock(&L->pmu);
+    L->step_mbs = ps.mbs;
+    L->step_n = ps.sum.M;
+    *step = ps.sum;
+    step->mbs = ps.mbs;
+    double wait = L->pub.wait_s;
+    L->pub = ps.st;
+    L->pub.wait_s = wait;
+    L->pub_pos = ps.pos;
     return 0;
 }
 
-void loader_get_pos(const Loader* L, LoaderPos* pos) {
-    memset(pos, 0, sizeof *pos);
-    pos->config_hash = L->config_hash;
-    pos->steps = L->st.steps;
-    if (L->grp_next == L->grp_n) {
-        /* group used up: the next step starts a fresh group at its end */
-        pos->stream_pos = L->g_end;
-        pos->group_done = 0;
-        pos->samples = L->st.samples;
-        pos->skipped_damaged = L->st.skipped_damaged;
-        pos->skipped_oversize = L->st.skipped_oversize;
-    } else {
-        pos->stream_pos = L->g_start;
-        pos->group_done = L->grp_next;
-        pos->samples = L->at_group.samples;
-        pos->skipped_damaged = L->at_group.skipped_damaged;
-        pos->skipped_oversize = L->at_group.skipped_oversize;
-    }
-}
+void loader_get_pos(const Loader* L, LoaderPos* pos) { *pos = L->pub_pos; }
 
 void loader_stats(const Loader* L, LoaderStats* s) {
-    *s = L->st;
+    *s = L->pub;
     pthread_mutex_lock((pthread_mutex_t*)&L->mu);
     s->bytes_read = L->bytes_read;
     pthread_mutex_unlock((pthread_mutex_t*)&L->mu);
@@ -835,7 +953,6 @@ void loader_close(Loader* L) {
     if (!L) return;
     loader_reset(L);
     free(L->grp);
-    free(L->step_mbs);
     free(L->ring);
     for (int s = 0; s < L->n_shards; s++) shard_close(&L->shards[s]);
     free(L->shards), free(L->shard_base);
@@ -844,6 +961,8 @@ void loader_close(Loader* L) {
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv_work);
     pthread_cond_destroy(&L->cv_done);
+    pthread_mutex_destroy(&L->pmu);
+    pthread_cond_destroy(&L->cv_plan);
     free(L);
 }
 
