@@ -29,8 +29,10 @@
  * and counted when the stream reaches it).
  *
  * A step is `microbatches` consecutive microbatches: loader_next_step returns all of them with their
- * n_supervised, so the loss denominator is known before the first forward. Everything is a pure
- * function of (shards, seed, policy, window, budget, dp) — the worker count changes nothing.
+ * n_supervised, so the loss denominator is known before the first forward. A planner thread forms and
+ * assembles whole steps (up to 2) ahead of the trainer from the workers' samples, so loader_next_step
+ * only hands one over. Everything is a pure function of (shards, seed, policy, window, budget, dp) —
+ * the worker count and the timing of the threads change nothing.
  *
  * Resuming. LoaderPos is where the next step starts (the first stream position of the current packing
  * group and how many of its microbatches were already handed out, plus the counters); opening with it,
@@ -84,7 +86,7 @@ typedef struct {
     int64_t skipped_oversize;  /* samples above microbatch_tokens (with skip_oversize) */
     int64_t epoch;             /* epoch of the last sample handed out */
     int64_t bytes_read;        /* compressed frame bytes read by the workers */
-    double wait_s;             /* time loader_next_step spent waiting for workers */
+    double wait_s;             /* time loader_next_step spent blocked, waiting for a step to be ready */
     int64_t dataset_samples;   /* N over all shards */
     int shards;
 } LoaderStats;
@@ -110,7 +112,7 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len);
 void loader_stats(const Loader* L, LoaderStats* s);
 void loader_close(Loader* L);
 
-/* Patch grid of image k of global sample i under the loader's (patch, min, max), from the index. */
+/* Samples in the data set, and the LM positions of global sample i (from the index, no decoding). */
 int loader_sample_count(const Loader* L);
 int loader_sample_tokens(const Loader* L, int64_t i); /* LM positions L of sample i */
 
