@@ -11,7 +11,9 @@
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/util.h"
+#include "data/loader.h"
 #include "runtime/pipeline.h"
+#include "text/tokenizer.h"
 #include <mpi.h>
 #include <unistd.h>
 
@@ -274,12 +276,110 @@ int batch_source_synthetic(BatchSource* src, const Recipe* r, int vocab, char* e
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * shard source: the loader (data/loader.h) */
+
+typedef struct {
+    Loader* L;
+    int64_t dataset_samples;
+} ShardSource;
+
+static int shard_next(BatchSource* src, StepPlan* plan, char* err, size_t err_len) {
+    ShardSource* ss = src->self;
+    LoaderStep st;
+    if (loader_next_step(ss->L, &st, err, err_len) != 0) return -1;
+    memset(plan, 0, sizeof *plan);
+    plan->mbs = st.mbs;
+    plan->M = st.M;
+    plan->n_supervised = st.n_supervised;
+    plan->tokens = st.tokens;
+    plan->patches = st.patches;
+    plan->samples = st.samples;
+    return 0;
+}
+
+static char* shard_position(BatchSource* src) {
+    ShardSource* ss = src->self;
+    LoaderPos pos;
+    loader_get_pos(ss->L, &pos);
+    return loader_pos_to_json(&pos);
+}
+
+static int shard_seek(BatchSource* src, const char* json, char* err, size_t err_len) {
+    ShardSource* ss = src->self;
+    LoaderPos pos;
+    if (!json) {
+        snprintf(err, err_len, "the checkpoint has no loader position");
+        return -1;
+    }
+    if (loader_pos_from_json(json, &pos, err, err_len) != 0) return -1;
+    return loader_seek(ss->L, &pos, err, err_len);
+}
+
+static int64_t shard_skipped(BatchSource* src) {
+    ShardSource* ss = src->self;
+    LoaderStats st;
+    loader_stats(ss->L, &st);
+    return st.skipped_damaged + st.skipped_oversize;
+}
+
+static void shard_free(BatchSource* src) {
+    ShardSource* ss = src->self;
+    loader_close(ss->L);
+    free(ss);
+    src->self = NULL;
+}
+
+int batch_source_shards_ex(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
+                           char* err, size_t err_len) {
+    LoaderConfig c;
+    loader_config_default(&c);
+    c.shards = shards;
+    c.tokenizer_hash = tok_hash;
+    c.microbatch_tokens = r->microbatch_tokens;
+    c.microbatches = r->microbatches;
+    if (loader_policy_parse(r->policy, &c.policy) != 0) {
+        snprintf(err, err_len, "data.policy '%s' is not known to the loader", r->policy);
+        return -1;
+    }
+    /* eval: stream order, so the first N samples are one whole epoch (each held-out sample once) */
+    if (eval) c.policy = LOADER_POLICY_FIFO;
+    c.window = r->window;
+    c.workers = r->workers;
+    c.seed = (uint64_t)r->data_seed;
+    c.patch = r->patch;
+    c.min_patches = r->min_patches;
+    c.max_patches = r->max_patches;
+    c.dp_rank = 0;
+    c.dp_size = 1;
+    c.fatal_errors = !strcmp(r->on_error, "fatal");
+    c.skip_oversize = 0;
+    c.decode_images = 1;
+    Loader* L = loader_open(&c, NULL, err, err_len);
+    if (!L) return -1;
+    ShardSource* ss = callocCheck(1, sizeof *ss);
+    ss->L = L;
+    LoaderStats st;
+    loader_stats(L, &st);
+    ss->dataset_samples = st.dataset_samples;
+    memset(src, 0, sizeof *src);
+    src->self = ss;
+    src->name = "shards";
+    src->next = shard_next;
+    src->position = shard_position;
+    src->seek = shard_seek;
+    src->skipped = shard_skipped;
+    src->free = shard_free;
+    src->dataset_samples = st.dataset_samples;
+    return 0;
+}
+
 int batch_source_shards(BatchSource* src, const Recipe* r, char* err, size_t err_len) {
-    (void)src;
-    snprintf(err, err_len,
-             "data.source = shards: the shard loader (data/loader.h) is not in this build yet; use "
-             "--set data.source=synthetic");
-    return -1;
+    Tokenizer* tok = tokenizer_load(r->tokenizer, err, err_len);
+    if (!tok) return -1;
+    uint64_t h = tokenizer_hash(tok);
+    tokenizer_free(tok);
+    return batch_source_shards_ex(src, r, r->shards, h, 0, err, err_len);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -319,9 +419,13 @@ int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t e
     memset(t, 0, sizeof *t);
     t->r = r;
     int vocab = r->vocab;
+    uint64_t tok_hash = 0;
     if (!strcmp(r->source, "shards")) {
-        int tv = trainer_tokenizer_vocab(r, err, err_len);
-        if (tv < 0) return -1;
+        Tokenizer* tok = tokenizer_load(r->tokenizer, err, err_len);
+        if (!tok) return -1;
+        int tv = tokenizer_vocab_size(tok);
+        tok_hash = tokenizer_hash(tok);
+        tokenizer_free(tok);
         if (vocab != 0 && vocab != tv) {
             snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 or %d",
                      recipe_origin(r, "model", "vocab"), vocab, r->tokenizer, tv, tv);
@@ -346,8 +450,10 @@ int trainer_init(Trainer* t, const Recipe* r, int eval_only, char* err, size_t e
     else snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", r->run_dir);
     if (trainer_mkdirs(t->run_dir, err, err_len) != 0) return -1;
 
-    int rc = !strcmp(r->source, "synthetic") ? batch_source_synthetic(&t->src, r, vocab, err, err_len)
-                                             : batch_source_shards(&t->src, r, err, err_len);
+    t->tok_hash = tok_hash;
+    int rc = !strcmp(r->source, "synthetic")
+                 ? batch_source_synthetic(&t->src, r, vocab, err, err_len)
+                 : batch_source_shards_ex(&t->src, r, r->shards, tok_hash, 0, err, err_len);
     if (rc != 0) return -1;
     if (r->tp > 1 || r->dp > 1) {
         snprintf(err, err_len, "%s: parallel.tp = %d, parallel.dp = %d: tensor and data parallelism are not built yet; "
@@ -631,12 +737,9 @@ int trainer_eval(Trainer* t, int64_t max_samples, EvalResult* res, char* err, si
                      recipe_origin(r, "data", "eval_shards"));
             return -1;
         }
-        Recipe* er = mallocCheck(sizeof *er);
-        *er = *r;
-        snprintf(er->shards, sizeof er->shards, "%s", r->eval_shards);
-        int rc = batch_source_shards(&src, er, err, err_len);
-        free(er); /* the loader copies what it needs */
-        if (rc != 0) return -1;
+        if (batch_source_shards_ex(&src, r, r->eval_shards, t->tok_hash, 1, err, err_len) != 0) return -1;
+        /* each held-out sample once: the stream runs on into the next epoch */
+        if (src.dataset_samples < max_samples) max_samples = src.dataset_samples;
     }
     const Stage* st = &t->st;
     int V = t->mc.V;

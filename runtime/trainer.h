@@ -89,6 +89,7 @@ typedef struct BatchSource {
     char* (*position)(struct BatchSource* s);
     int (*seek)(struct BatchSource* s, const char* json, char* err, size_t err_len);
     int64_t (*skipped)(struct BatchSource* s); /* damaged samples skipped so far */
+    int64_t dataset_samples; /* samples in one epoch (0 = endless, synthetic) */
     void (*free)(struct BatchSource* s);
 } BatchSource;
 
@@ -96,8 +97,11 @@ typedef struct BatchSource {
  * a few filler tokens and a question token, the supervised answer the colour's token and an end
  * token, so a model learns only by looking at the image. Deterministic in (data.seed, step). */
 int batch_source_synthetic(BatchSource* src, const Recipe* r, int vocab, char* err, size_t err_len);
-/* The loader over data.shards (data.source = shards). */
+/* The loader over data.shards (data.source = shards), checking the shards against data.tokenizer. */
 int batch_source_shards(BatchSource* src, const Recipe* r, char* err, size_t err_len);
+/* The loader over `shards` with the recipe's packing; eval = 1 packs in stream order (fifo). */
+int batch_source_shards_ex(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
+                           char* err, size_t err_len);
 
 /* ---- the single-process trainer ---- */
 typedef struct {
@@ -109,6 +113,7 @@ typedef struct {
     int64_t step;     /* steps completed */
     int64_t opt_step; /* AdamW t */
     int64_t last_step; /* train.stop_at or train.steps */
+    uint64_t tok_hash; /* data.tokenizer's hash (0 for the synthetic source) */
     char run_dir[RECIPE_STR], ckpt_root[RECIPE_STR + 32];
     Metrics metrics;
     double t_begin;

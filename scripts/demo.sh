@@ -16,10 +16,12 @@ has() { "$EXE" --help 2>/dev/null | grep -qE "^  $1 "; }
 if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
   if [ ! -f demo/.complete ]; then
     rm -rf demo
+    mkdir -p demo
     echo "== demo data"
     "$EXE" demo-data --out demo/data
     echo "== tokenizer (byte-level BPE trained on the demo manifest)"
-    "$EXE" tokenizer train --vocab 2048 --manifest demo/data/train.json --out demo/tokenizer.json
+    # the demo's text has few distinct words: its byte-level BPE runs out of pairs near 450 tokens
+    "$EXE" tokenizer train --vocab 448 --manifest demo/data/train.json --out demo/tokenizer.json --quiet
     echo "== pack"
     "$EXE" pack --manifest demo/data/train.json --images demo/data/images --tokenizer demo/tokenizer.json \
       --out demo/shards
