@@ -56,6 +56,7 @@ target_compile_features(rrfp_cuda_emu PRIVATE cxx_std_17)
 add_executable(test_cuda_ops_emu tests/test_cuda_ops.c)
 target_compile_definitions(test_cuda_ops_emu PRIVATE RR_CUDA_EMU=1)
 target_link_libraries(test_cuda_ops_emu PRIVATE rrfp_cuda_emu rrfp_core)
+target_link_options(test_cuda_ops_emu PRIVATE -rdynamic)
 set_target_properties(test_cuda_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME cuda_ops_emu COMMAND test_cuda_ops_emu)
 set_tests_properties(cuda_ops_emu PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300)
@@ -83,3 +84,10 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   set_tests_properties(model_gpu_emu PROPERTIES PASS_REGULAR_EXPRESSION "gpu: [0-9]+ tensors" TIMEOUT 300
                        ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 endif()
+# rrfp-mm on the emulated CUDA backend (not a test: a tool for finding host code that touches device
+# memory, e.g. `rrfp-mm-emu train recipes/test-synthetic.ini --set runtime.backend=cuda`). The linker
+# redirects every backend_cuda_get call to the emulation (tests/cuda_emu/wrap.c).
+add_executable(rrfp-mm-emu runtime/main.c tests/cuda_emu/wrap.c)
+target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
+target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -rdynamic)
+set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)

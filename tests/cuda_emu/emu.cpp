@@ -14,9 +14,13 @@
 #include <cblas.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <map>
 #include <string>
@@ -59,8 +63,63 @@ static uint32_t guard_bits(void) {
 
 struct Alloc {
     size_t bytes;
+    size_t mapped; /* the whole mapping: guards included, rounded up to pages */
 };
 static std::map<uintptr_t, Alloc> allocs; /* user pointer -> size */
+
+/* Device memory is host memory here, so host code that reads or writes it directly (a GPU would
+ * crash) would pass unnoticed. Every allocation is therefore its own mapping, PROT_NONE whenever
+ * control is in host code, opened only while an emulated device operation (a launch, a copy, a
+ * memset, a cuBLAS call) runs; a host access faults, and the handler names the allocation and
+ * prints a backtrace. RR_EMU_PROTECT=0 turns this off. */
+static int protect_on = -1;
+static int device_depth; /* nesting of DeviceOpen */
+
+static unsigned char* alloc_base(uintptr_t user) { return (unsigned char*)user - EMU_GUARD; }
+static void protect_all(int prot) {
+    for (auto& kv : allocs) mprotect(alloc_base(kv.first), kv.second.mapped, prot);
+}
+struct DeviceOpen { /* scope of an emulated device operation */
+    DeviceOpen() {
+        if (protect_on && device_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+    }
+    ~DeviceOpen() {
+        if (protect_on && --device_depth == 0) protect_all(PROT_NONE);
+    }
+};
+
+static void segv_handler(int sig, siginfo_t* si, void*) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (auto& kv : allocs) {
+        uintptr_t base = (uintptr_t)alloc_base(kv.first);
+        if (a >= base && a < base + kv.second.mapped) {
+            char msg[256];
+            int n = snprintf(msg, sizeof msg,
+                             "cuda-emu: host code touched device memory: byte %ld of a %zu-byte cudaMalloc allocation "
+                             "(on a GPU this is a crash); host backtrace:\n",
+                             (long)(a - kv.first), kv.second.bytes);
+            if (write(2, msg, (size_t)n) < 0) {}
+            void* frames[32];
+            backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+            _exit(3);
+        }
+    }
+    signal(sig, SIG_DFL); /* not ours: the ordinary crash */
+    raise(sig);
+}
+
+static void protect_init(void) {
+    if (protect_on >= 0) return;
+    const char* e = getenv("RR_EMU_PROTECT");
+    protect_on = !(e && !strcmp(e, "0"));
+    if (protect_on) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = segv_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, NULL);
+    }
+}
 
 static void fill_bits(void* p, size_t bytes, uint32_t bits) {
     unsigned char* b = (unsigned char*)p;
@@ -102,13 +161,18 @@ void emu_bad_arg(const char* kernel, int index) {
 
 cudaError_t emu_malloc(void** p, size_t bytes) {
     if (sticky) return sticky;
-    unsigned char* base = (unsigned char*)malloc(bytes + 2 * EMU_GUARD);
-    if (!base) return cudaErrorMemoryAllocation;
+    protect_init();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t mapped = (bytes + 2 * EMU_GUARD + page - 1) / page * page;
+    void* m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
+    unsigned char* base = (unsigned char*)m;
     fill_guard(base, EMU_GUARD);
     fill_nan(base + EMU_GUARD, bytes); /* fresh device memory is garbage: make it NaN */
-    fill_guard(base + EMU_GUARD + bytes, EMU_GUARD);
+    fill_guard(base + EMU_GUARD + bytes, mapped - EMU_GUARD - bytes);
     *p = base + EMU_GUARD;
-    allocs[(uintptr_t)*p] = Alloc{bytes};
+    allocs[(uintptr_t)*p] = Alloc{bytes, mapped};
+    if (protect_on && device_depth == 0) mprotect(base, mapped, PROT_NONE);
     return cudaSuccess;
 }
 
@@ -120,14 +184,17 @@ cudaError_t cudaFree(void* p) {
         emu_fail(cudaErrorInvalidValue, "cudaFree of a pointer that cudaMalloc did not return");
         return sticky;
     }
+    DeviceOpen open;
     check_guards("a kernel or copy before cudaFree");
+    size_t mapped = it->second.mapped;
     allocs.erase(it);
-    free((unsigned char*)p - EMU_GUARD);
+    munmap((unsigned char*)p - EMU_GUARD, mapped);
     return sticky;
 }
 
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
     if (sticky) return sticky;
+    DeviceOpen open;
     if (!in_alloc(p, bytes)) {
         emu_fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes outside any allocation", bytes);
         return sticky;
@@ -139,6 +206,7 @@ cudaError_t cudaMemset(void* p, int v, size_t bytes) { return cudaMemsetAsync(p,
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
     if (sticky) return sticky;
+    DeviceOpen open;
     int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if ((dst_dev && !in_alloc(dst, bytes)) || (src_dev && !in_alloc(src, bytes))) {
@@ -156,6 +224,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    DeviceOpen open;
     check_guards("a kernel");
     return sticky;
 }
@@ -402,6 +471,7 @@ static void run_block(int n) {
 
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
     if (sticky) return;
+    DeviceOpen open;
     unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0) {
         emu_fail(cudaErrorInvalidConfiguration, "launch of %s with an empty grid (%u,%u,%u)", kernel, cfg.grid.x, cfg.grid.y,
@@ -527,6 +597,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    DeviceOpen open;
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                 m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
     return CUBLAS_STATUS_SUCCESS;
