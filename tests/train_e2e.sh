@@ -2,7 +2,8 @@
 # train_e2e.sh — end-to-end training checks on one recipe:
 #   1. learning: train STEPS steps; the mean loss of the last 3 steps must be below the first step's
 #      loss by at least MARGIN (relative), and `rrfp-mm eval` must beat chance by EVAL_MARGIN
-#      (absolute accuracy);
+#      (absolute accuracy; "-" = report the accuracy without asserting it, for runs too short to learn
+#      the images);
 #   2. resume: run the same recipe with train.stop_at = STEPS/2, resume from its checkpoint to STEPS,
 #      and require every step's loss to equal the uninterrupted run's bit for bit (loss_hex).
 # Usage: train_e2e.sh RRFP_MM RECIPE WORKDIR STEPS MARGIN EVAL_MARGIN [--set k=v ...]
@@ -27,7 +28,8 @@ echo "== eval"
 
 /usr/bin/python3 - "$WORK" "$STEPS" "$MARGIN" "$EVAL_MARGIN" <<'PY'
 import json, sys
-work, steps, margin, eval_margin = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+work, steps, margin = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+eval_margin = -1.0 if sys.argv[4] == "-" else float(sys.argv[4])
 full = [json.loads(l) for l in open(work + "/full/metrics.jsonl")]
 split = [json.loads(l) for l in open(work + "/split/metrics.jsonl")]
 ok = True
@@ -48,9 +50,9 @@ if drop < margin:
     ok = False
 ev = [json.loads(l) for l in open(work + "/eval.txt") if l.startswith("{")][0]
 acc = ev["greedy_accuracy"]
-print("eval: greedy accuracy %.1f%% vs chance %.1f%% (required >= chance + %.1f points)"
-      % (100 * acc, 100 * ev["chance"], 100 * eval_margin))
-if acc < ev["chance"] + eval_margin:
+print("eval: greedy accuracy %.1f%% vs chance %.1f%% (%s)" % (100 * acc, 100 * ev["chance"],
+      "required >= chance + %.1f points" % (100 * eval_margin) if eval_margin >= 0 else "not asserted"))
+if eval_margin >= 0 and acc < ev["chance"] + eval_margin:
     ok = False
 sys.exit(0 if ok else 1)
 PY
