@@ -474,7 +474,13 @@ static void report_damaged(Loader* L, const SampleData* d) {
 /* Next usable sample at or after *k: skips (and counts) damaged and over-budget ones. Returns 0 with
  * *out filled, or -1 with err when damage is fatal. */
 static int next_usable(Loader* L, int64_t* k, SampleData* out, char* err, size_t err_len) {
-    for (;;) {
+    for (int64_t skipped = 0;; skipped++) {
+        if (skipped > L->per_rank) { /* a whole epoch without one usable sample: never ends otherwise */
+            snprintf(err, err_len, "no usable sample in %s: the last %lld stream positions (a whole epoch of this "
+                     "rank) were all damaged or above data.microbatch_tokens = %d", L->shards_path,
+                     (long long)skipped, L->cfg.microbatch_tokens);
+            return -1;
+        }
         take(L, *k, out);
         (*k)++;
         if (out->damaged) {

@@ -214,10 +214,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         rc = -1;
     }
     if (rc == 0 && w) {
-        uint64_t before = shard_writer_bytes(w);
         rc = shard_writer_close(w, err, err_len);
         w = NULL;
-        (void)before;
     }
     if (w) shard_writer_abort(w);
     if (rc == 0) {

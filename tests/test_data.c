@@ -517,6 +517,14 @@ int main(int argc, char** argv) {
         loader_stats(L, &st);
         CHECK(st.skipped_oversize > 0, "oversize samples not counted");
         loader_close(L);
+        /* every sample over the budget: an error, not an endless search */
+        c.microbatch_tokens = 16;
+        L = loader_open(&c, NULL, err, sizeof err);
+        CHECK(L != NULL, "%s", err);
+        LoaderStep stp;
+        CHECK(L && loader_next_step(L, &stp, err, sizeof err) == -1 && strstr(err, "no usable sample"),
+              "all oversize: %s", err);
+        loader_close(L);
     }
 
     /* 7. damage. A copy of the shards with one flipped byte inside one frame: that sample is reported
