@@ -26,6 +26,7 @@ set_tests_properties(cuda_select PROPERTIES PASS_REGULAR_EXPRESSION "select: (ok
 # Built in both builds (it needs no toolkit).
 file(GLOB RRFP_CUDA_EMU_CU CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/cuda/*.cu)
 set(RRFP_CUDA_EMU_GEN)
+set(RRFP_CUDA_EMU_CPP)
 foreach(cu ${RRFP_CUDA_EMU_CU})
   get_filename_component(stem ${cu} NAME_WE)
   set(out ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/${stem}.cpp)
@@ -34,6 +35,7 @@ foreach(cu ${RRFP_CUDA_EMU_CU})
                      COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py ${cu} ${out}
                      DEPENDS ${cu} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py VERBATIM)
   list(APPEND RRFP_CUDA_EMU_GEN ${out})
+  list(APPEND RRFP_CUDA_EMU_CPP ${out})
 endforeach()
 # the headers too (cuda_common.cuh launches a kernel): the generated sources include them by the
 # same path, and a quoted include looks beside the including file first
@@ -47,6 +49,10 @@ foreach(cuh ${RRFP_CUDA_EMU_CUH})
                      DEPENDS ${cuh} ${CMAKE_SOURCE_DIR}/tests/cuda_emu/gen.py VERBATIM)
   list(APPEND RRFP_CUDA_EMU_GEN ${out})
 endforeach()
+# every generated source includes the generated headers: make sure they exist before it compiles
+set(RRFP_CUDA_EMU_CUH_OUT ${RRFP_CUDA_EMU_GEN})
+list(REMOVE_ITEM RRFP_CUDA_EMU_CUH_OUT ${RRFP_CUDA_EMU_CPP})
+set_source_files_properties(${RRFP_CUDA_EMU_CPP} PROPERTIES OBJECT_DEPENDS "${RRFP_CUDA_EMU_CUH_OUT}")
 add_library(rrfp_cuda_emu STATIC tests/cuda_emu/emu.cpp ${RRFP_CUDA_EMU_GEN})
 # tests/cuda_emu first: its cuda_runtime.h / cublas_v2.h stand in for the toolkit's
 target_include_directories(rrfp_cuda_emu BEFORE PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
