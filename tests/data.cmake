@@ -17,10 +17,10 @@ add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data_pack_
          $<TARGET_FILE:test_data> ${CMAKE_CURRENT_BINARY_DIR}/data_pack_errors)
 set_tests_properties(data_pack_errors PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
-# libFuzzer targets for the shard reader and the manifest parser, built with clang by the script (the
-# project builds with gcc) and run 10 s each from a seed corpus of real shards and manifests;
+# libFuzzer targets for the shard reader, the manifest parser and the image path, built with clang by
+# the script (the project builds with gcc) and run 7 s each from a seed corpus of real shards and manifests;
 # skipped (77) without clang's libFuzzer runtime. RRFP_FUZZ_SECONDS changes the time per target.
-set(RRFP_FUZZ_SECONDS 10 CACHE STRING "seconds per libFuzzer target in data_fuzz")
+set(RRFP_FUZZ_SECONDS 7 CACHE STRING "seconds per libFuzzer target in data_fuzz")
 add_test(NAME data_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz.sh ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_fuzz ${RRFP_FUZZ_SECONDS})
 set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_fuzz.sh — build the libFuzzer targets (clang -fsanitize=fuzzer,address,undefined) for the shard
-# reader and the manifest parser, seed them with real inputs (shards and manifests made by
+# reader, the manifest parser and the image path (decode, resize, patchify), seed them with real inputs (shards and manifests made by
 # `rrfp-mm demo-data` + `pack`, plus the bad manifests of data_pack_errors) and run each for
 # SECONDS_EACH seconds. Exit 77 (skipped) without clang or its libFuzzer runtime.
 # usage: run_fuzz.sh SOURCE_DIR RRFP_MM WORK_DIR [SECONDS_EACH=12]
@@ -8,11 +8,11 @@ set -u
 SRC=$1
 BIN=$2
 W=$3
-T=${4:-10}
+T=${4:-7}
 case "$W" in /tmp/* | */build*/*) ;; *) echo "refusing work dir '$W'"; exit 2 ;; esac
 CC=$(command -v clang || command -v clang-14 || true)
 [ -n "$CC" ] || { echo "skipped: clang not found (apt-get install clang libclang-rt-14-dev)"; exit 77; }
-rm -rf "$W" && mkdir -p "$W/corpus_shard" "$W/corpus_manifest" || exit 2
+rm -rf "$W" && mkdir -p "$W/corpus_shard" "$W/corpus_manifest" "$W/corpus_image" || exit 2
 
 FLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I$SRC $(pkg-config --cflags libcjson libzstd libpcre2-8)"
 LIBS="$(pkg-config --libs libcjson libzstd libpcre2-8) -lm"
@@ -23,6 +23,8 @@ if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
     exit 77
 fi
 "$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/engine/util.c" $LIBS || exit 1
+"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/engine/util.c" $LIBS \
+    $(pkg-config --libs libturbojpeg) || exit 1
 "$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/engine/util.c" \
     $TEXT_SRCS $LIBS || exit 1
 
@@ -38,7 +40,29 @@ printf '[\n{"id": 1, "image": ["a.jpg", "b.jpg"], "conversations": [{"from": "hu
 printf '{"id":"a","conversations":[]}\n{bad\n{"id":"b","conversations":[{"from":"system","value":"x"}]}\n' \
     > "$W/corpus_manifest/bad.jsonl"
 
+# image seeds: a few demo JPEGs (small, several sizes, some progressive), each behind one settings byte
+i=0
+for f in $(ls "$W/demo/images"/*.jpg | head -8); do
+    { printf "\\x$(printf %02x $i)"; cat "$f"; } > "$W/corpus_image/seed$i"
+    i=$((i + 1))
+done
+
+# and JPEGs of extreme shapes (1x1, 1x700, 700x1, 3x2, 17x999), each with every settings byte
+/usr/bin/python3 - "$W/corpus_image" <<'PYEND' || echo "(no extreme-shape seeds: python3-pil missing)"
+import io, sys
+from PIL import Image
+for w, h in [(1, 1), (1, 700), (700, 1), (3, 2), (17, 999), (640, 9)]:
+    b = io.BytesIO()
+    Image.new("RGB", (w, h), (200, 30, 90)).save(b, "JPEG", quality=80)
+    for s in range(4):
+        open("%s/shape_%dx%d_%d" % (sys.argv[1], w, h, s), "wb").write(bytes([s]) + b.getvalue())
+PYEND
+
 rc=0
+echo "fuzz_image: $(ls "$W/corpus_image" | wc -l) seed JPEGs, ${T}s"
+"$W/fuzz_image" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$W/corpus_image" >"$W/fuzz_image.log" 2>&1 || rc=1
+tail -n 4 "$W/fuzz_image.log"
 echo "fuzz_shard: $(ls "$W/corpus_shard" | wc -l) seed shards, ${T}s"
 "$W/fuzz_shard" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
     "$W/corpus_shard" >"$W/fuzz_shard.log" 2>&1 || rc=1
