@@ -202,7 +202,8 @@ def main():
         return 1
     timed = times[1:] if len(times) > 1 else times
     med, best = statistics.median(timed), min(timed)
-    print(json.dumps({"torch_tokens_per_s": tokens / med, "torch_step_s": med, "torch_best_step_s": best, "steps": timed, "tokens": tokens,
+    print(json.dumps({"torch_tokens_per_s": tokens / med, "torch_step_s": med, "torch_best_step_s": best,
+                      "steps": timed, "tokens": tokens,
                       "loss_torch": loss0, "loss_engine": step["loss"], "threads": a.threads}))
     return 0
 

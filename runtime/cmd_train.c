@@ -4,6 +4,7 @@
  * against the real ParamTable for the tiny recipe); activation memory is an estimate from the
  * per-token formulas below. */
 #include <mpi.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,7 +293,8 @@ int cmd_train(int argc, char** argv) {
  * rrfp-mm eval */
 
 static void eval_usage(FILE* f) {
-    fprintf(f, "usage: rrfp-mm eval RECIPE.ini --checkpoint DIR|latest [--samples N] [--set section.key=value ...]\n\n"
+    fprintf(f, "usage: rrfp-mm eval RECIPE.ini --checkpoint DIR|latest [--samples N] [--predictions OUT.jsonl]\n"
+               "                    [--set section.key=value ...]\n\n"
                "Answers held-out questions with a checkpoint's model (greedy, exact match) and prints the accuracy\n"
                "against chance. Held-out data: data.eval_shards, or the synthetic source's held-out stream.\n");
 }
@@ -300,6 +302,7 @@ static void eval_usage(FILE* f) {
 int cmd_eval(int argc, char** argv) {
     const char* recipe_path = NULL;
     const char* ckpt = NULL;
+    const char* pred_path = NULL;
     long long samples = 1000;
     const char** sets = callocCheck((size_t)argc + 1, sizeof(char*));
     int n_sets = 0;
@@ -309,8 +312,11 @@ int cmd_eval(int argc, char** argv) {
             eval_usage(stdout);
             free(sets);
             return 0;
-        } else if ((!strcmp(a, "--set") || !strcmp(a, "--checkpoint") || !strcmp(a, "--samples")) && i + 1 < argc) {
+        } else if ((!strcmp(a, "--set") || !strcmp(a, "--checkpoint") || !strcmp(a, "--samples") ||
+                    !strcmp(a, "--predictions")) &&
+                   i + 1 < argc) {
             if (!strcmp(a, "--set")) sets[n_sets++] = argv[++i];
+            else if (!strcmp(a, "--predictions")) pred_path = argv[++i];
             else if (!strcmp(a, "--checkpoint")) ckpt = argv[++i];
             else {
                 char* end;
@@ -361,7 +367,16 @@ int cmd_eval(int argc, char** argv) {
     }
     EvalResult res;
     double t0 = rr_now();
-    rc = trainer_eval(t, samples, &res, err, sizeof err);
+    FILE* pf = NULL;
+    if (pred_path && !(pf = fopen(pred_path, "w"))) {
+        fprintf(stderr, "rrfp-mm: error: cannot write --predictions '%s': %s\n", pred_path, strerror(errno));
+        trainer_free(t);
+        free(t);
+        free(r);
+        return 1;
+    }
+    rc = trainer_eval(t, samples, pf, &res, err, sizeof err);
+    if (pf) fclose(pf);
     if (rc != 0) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
     } else {

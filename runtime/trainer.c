@@ -723,7 +723,7 @@ static int eval_key_cmp(const void* a, const void* b) {
     return 0;
 }
 
-int trainer_eval(Trainer* t, int64_t max_samples, EvalResult* res, char* err, size_t err_len) {
+int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult* res, char* err, size_t err_len) {
     const Recipe* r = t->r;
     memset(res, 0, sizeof *res);
     BatchSource src;
@@ -789,6 +789,22 @@ int trainer_eval(Trainer* t, int64_t max_samples, EvalResult* res, char* err, si
                 if (first_sup < 0) continue; /* nothing to answer */
                 res->samples++;
                 res->greedy_correct += all_ok;
+                if (predictions) {
+                    /* the predicted answer tokens (argmax at each answer position) */
+                    fprintf(predictions, "{\"sample_index\":%lld,\"correct\":%s,\"predicted\":[",
+                            (long long)mb->sample_index[s], all_ok ? "true" : "false");
+                    int first = 1;
+                    for (int u = a; u < b; u++) {
+                        if (mb->targets[u] == -100) continue;
+                        const float* row = logits + (size_t)u * V;
+                        int best = 0;
+                        for (int v = 1; v < V; v++)
+                            if (row[v] > row[best]) best = v;
+                        fprintf(predictions, "%s%d", first ? "" : ",", best);
+                        first = 0;
+                    }
+                    fprintf(predictions, "]}\n");
+                }
                 if (synthetic) {
                     /* the 8 colour answers as candidates, scored by their logit at the answer position */
                     const float* row = logits + (size_t)first_sup * V;

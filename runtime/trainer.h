@@ -171,8 +171,9 @@ typedef struct {
     int candidates;      /* 0 when candidate scoring does not apply */
 } EvalResult;
 /* Evaluate t's current parameters on up to max_samples held-out samples: the synthetic source's
- * held-out stream, or data.eval_shards. Returns 0, or -1 with a message. */
-int trainer_eval(Trainer* t, int64_t max_samples, EvalResult* res, char* err, size_t err_len);
+ * held-out stream, or data.eval_shards. predictions (may be NULL) gets one JSON line per sample:
+ * {"sample_index", "correct", "predicted": [token ids]}. Returns 0, or -1 with a message. */
+int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult* res, char* err, size_t err_len);
 
 /* Set OpenMP and BLAS threads (0 = one per core). */
 void trainer_set_threads(int n);
