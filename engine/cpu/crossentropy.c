@@ -2,10 +2,15 @@
  *
  * The caller divides by the number of supervised targets in the whole step (DESIGN.md section 4) by
  * passing scale = 1 / count to the backward, so the loss of a step does not depend on how samples
- * are split into microbatches. lse (N) is saved for every row, supervised or not. */
+ * are split into microbatches. lse (N) is saved for every row, supervised or not.
+ * Both passes are loops of exponentials over (N, V): cpu_expf (fastmath.h) lets them vectorise. */
+/* FP exceptions are never inspected, so GCC may if-convert and vectorise cpu_expf's clamps (it
+ * refuses under the default -ftrapping-math); results do not change. */
+#pragma GCC optimize("no-trapping-math")
 #include <math.h>
 
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/fastmath.h"
 #include "engine/engine.h"
 
 #define CE_IGNORE_INDEX (-100)
@@ -22,9 +27,11 @@ void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, 
     for (int n = 0; n < N; n++) {
         const float* z = logits + (size_t)n * V;
         float zmax = -INFINITY;
+#pragma omp simd reduction(max : zmax)
         for (int v = 0; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
         double sum = 0.0;
-        for (int v = 0; v < V; v++) sum += expf(z[v] - zmax);
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += cpu_expf(z[v] - zmax);
         double row_lse = zmax + log(sum);
         lse[n] = (float)row_lse;
         if (targets[n] != CE_IGNORE_INDEX) total += row_lse - z[targets[n]];
@@ -40,7 +47,9 @@ void cpu_crossentropy_backward(float* dlogits, const float* logits, const float*
         if (t == CE_IGNORE_INDEX) continue;
         const float* z = logits + (size_t)n * V;
         float* dz = dlogits + (size_t)n * V;
-        for (int v = 0; v < V; v++) dz[v] += scale * expf(z[v] - lse[n]);
+        float row_lse = lse[n];
+#pragma omp simd
+        for (int v = 0; v < V; v++) dz[v] += scale * cpu_expf(z[v] - row_lse);
         dz[t] -= scale;
     }
 }
