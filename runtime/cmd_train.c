@@ -387,7 +387,8 @@ int cmd_eval(int argc, char** argv) {
                (long long)res.greedy_correct, (long long)res.samples);
         if (res.candidates)
             printf("  best of %d answers %.1f%%\n", res.candidates, 100.0 * res.candidate_correct / res.samples);
-        printf("  chance             %.1f%%\n", 100.0 * res.chance);
+        printf("  chance             %.1f%% (%s)\n", 100.0 * res.chance,
+               res.candidates ? "1 / 8 colours" : "per question, 1 / its distinct answers among the held-out samples");
         printf("{\"eval_step\":%lld,\"samples\":%lld,\"greedy_accuracy\":%.6f,\"candidate_accuracy\":%.6f,"
                "\"chance\":%.6f,\"loss\":%.6f}\n",
                (long long)t->step, (long long)res.samples, (double)res.greedy_correct / res.samples,

@@ -31,27 +31,42 @@ if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
   fi
   RECIPE=recipes/llava.ini
   SETS=()
+  MODE=shards
 else
   echo "rrfp-mm: note: this build has no demo-data / pack / tokenizer commands yet;" >&2
   echo "          training recipes/llava.ini's model on generated data (data.source = synthetic) instead." >&2
   RECIPE=recipes/llava.ini
   SETS=(--set data.source=synthetic --set model.vocab=256 --set train.steps=${STEPS:-120})
   STEPS=
+  MODE=synthetic
 fi
-[ -n "$STEPS" ] && SETS+=(--set train.steps="$STEPS")
+[ -n "$STEPS" ] && SETS+=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS / 10)))
 
 echo "== train $RECIPE"
 rm -rf run/llava
 "$EXE" train "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava
 echo "== held-out questions"
-"$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava --checkpoint latest --samples 1000
-/usr/bin/python3 - run/llava/metrics.jsonl demo/data/eval.jsonl <<'EOF'
-import json, os, sys
+"$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava --checkpoint latest --samples 1000 \
+  --predictions run/llava/predictions.jsonl
+/usr/bin/python3 - run/llava/metrics.jsonl demo/data/eval.jsonl run/llava/predictions.jsonl "$MODE" <<'EOF'
+import collections, json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-if os.path.exists(sys.argv[2]) and os.path.exists("demo/.complete"):
+if sys.argv[4] == "shards":
+    # held-out sample i of the shards is record i of heldout.json = line i of eval.jsonl
     ev = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-    ch = sum(1.0 / len(e["choices"]) for e in ev) / len(ev)
-    print("chance from the demo's answer choices per question type: %.1f%% (%d held-out questions)" % (100 * ch, len(ev)))
+    pr = [json.loads(l) for l in open(sys.argv[3])]
+    by = collections.defaultdict(list)
+    for p in pr:
+        e = ev[p["sample_index"]]
+        by[e["type"]].append((p["correct"], 1.0 / len(e["choices"])))
+    print("held-out accuracy by question type (chance = 1 / answer choices of the type):")
+    for k in sorted(by):
+        v = by[k]
+        print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%" % (k, len(v),
+              100 * sum(c for c, _ in v) / len(v), 100 * sum(x for _, x in v) / len(v)))
+    allv = [x for v in by.values() for x in v]
+    print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%" % ("all", len(allv),
+          100 * sum(c for c, _ in allv) / len(allv), 100 * sum(x for _, x in allv) / len(allv)))
 k = max(1, len(rows) // 10)
 a = sum(r["loss"] for r in rows[:k]) / k
 b = sum(r["loss"] for r in rows[-k:]) / k
