@@ -6,7 +6,7 @@ add_test(NAME engine_ops_fd COMMAND test_ops_fd)
 # Philox, init, schedule, parameter table, backend selection, AdamW against PyTorch.
 add_executable(test_engine tests/test_engine.c)
 target_link_libraries(test_engine PRIVATE rrfp_core)
-foreach(t philox init lr sumsq params)
+foreach(t philox init lr sumsq params expf)
   add_test(NAME engine_${t} COMMAND test_engine ${t})
 endforeach()
 add_test(NAME engine_init_python COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/init_ref.py $<TARGET_FILE:test_engine>)

@@ -1,7 +1,7 @@
 /* test_engine.c — the engine's non-op pieces: Philox KAT, init_normal, lr_schedule, sum_squares, the
  * parameter table, backend selection, AdamW against a file written by PyTorch, user-error messages.
  *
- * Usage: test_engine philox | init | lr | params | sumsq
+ * Usage: test_engine philox | init | lr | params | sumsq | expf
  *        test_engine backend NAME            (prints the backend's name or dies with its message)
  *        test_engine adamw FILE              (FILE from tests/adamw_ref.py; exit 1 on mismatch)
  *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/init_ref.py)
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/fastmath.h"
 #include "engine/engine.h"
 #include "engine/params.h"
 
@@ -171,6 +172,30 @@ static void test_params(void) {
     printf("params: layout checked\n");
 }
 
+/* cpu_expf against glibc's expf: 2^21 evenly spaced floats in [-87, 88.7] within 1 ulp (the Cephes
+ * polynomial's error plus glibc's own 0.5 ulp; measured 1.00), then the edges: overflow to inf,
+ * gradual underflow to 0, infinities and NaN. */
+static void test_expf(void) {
+    double worst = 0;
+    size_t n = (size_t)1 << 21;
+    for (size_t k = 0; k < n; k++) {
+        float x = (float)(-87.0 + 175.7 * (double)k / n);
+        float a = cpu_expf(x), b = expf(x);
+        double ulp = (double)nextafterf(b, INFINITY) - b;
+        worst = fmax(worst, fabs((double)a - b) / ulp);
+    }
+    CHECK(worst <= 1.0, "cpu_expf is %.2f ulp from expf", worst);
+    const float edge[] = {0.0f, -0.0f, 1.0f, 88.72f, 88.73f, 89.0f, 1e30f, -87.34f, -95.0f, -103.9f, -104.0f, -1e30f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+        float a = cpu_expf(edge[i]), b = expf(edge[i]);
+        /* denormal results carry fewer digits: compare within 2 of the smallest denormal or 1 ulp */
+        double tol = fmax(2.8e-45, (double)nextafterf(b, INFINITY) - b);
+        CHECK((isinf(a) && isinf(b)) || fabs((double)a - b) <= tol, "cpu_expf(%g) = %g, expf = %g", edge[i], a, b);
+    }
+    CHECK(isinf(cpu_expf(INFINITY)) && cpu_expf(-INFINITY) == 0.0f && isnan(cpu_expf(NAN)), "cpu_expf of inf/nan");
+    printf("expf: %zu values, worst %.2f ulp; edges, inf and NaN checked\n", n, worst);
+}
+
 /* The file written by tests/adamw_ref.py: see that script for the layout. */
 static float read_f(FILE* f) {
     double x;
@@ -242,6 +267,7 @@ int main(int argc, char** argv) {
     else if (strcmp(what, "init") == 0) test_init();
     else if (strcmp(what, "lr") == 0) test_lr();
     else if (strcmp(what, "sumsq") == 0) test_sumsq();
+    else if (strcmp(what, "expf") == 0) test_expf();
     else if (strcmp(what, "params") == 0) test_params();
     else if (strcmp(what, "adamw") == 0 && argc == 3) test_adamw(argv[2]);
     else if (strcmp(what, "backend") == 0 && argc == 3) printf("backend: %s\n", backend_select(argv[2])->name);
