@@ -35,10 +35,20 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
     }
 }
 
+/* A fixed number of chunks summed in parallel, then the chunk sums in order: the result does not
+ * depend on the thread count (an OpenMP reduction's order does). */
 double sum_squares(const float* x, size_t n) {
+    enum { CHUNKS = 64 };
+    double part[CHUNKS];
+#pragma omp parallel for if (n > 65536)
+    for (int c = 0; c < CHUNKS; c++) {
+        size_t i0 = n * c / CHUNKS, i1 = n * (c + 1) / CHUNKS;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
     double s = 0.0;
-#pragma omp parallel for reduction(+ : s) if (n > 65536)
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (int c = 0; c < CHUNKS; c++) s += part[c];
     return s;
 }
 

@@ -131,12 +131,18 @@ static void test_sumsq(void) {
     float* x = malloc(n * sizeof(float));
     double want = 0;
     for (size_t i = 0; i < n; i++) {
-        x[i] = (float)((i % 1000) - 500) * 1e-3f;
+        x[i] = (float)((int)(i % 1000) - 500) * 1e-3f;
         want += (double)x[i] * x[i];
     }
     double got = sum_squares(x, n);
     /* double accumulation in any order: relative error ~ n * 1.1e-16 = 3e-11 */
     CHECK(fabs(got - want) <= 1e-10 * want, "sum_squares %.17g want %.17g", got, want);
+    /* fixed chunks: the same bits whatever the thread count (the global grad norm must not depend on it) */
+    cpu_set_num_threads(1);
+    double got1 = sum_squares(x, n);
+    cpu_set_num_threads(2);
+    double got2 = sum_squares(x, n);
+    CHECK(got1 == got2 && got2 == got, "sum_squares differs with the thread count: %.17g %.17g", got1, got2);
     printf("sumsq: %.10g\n", got);
     free(x);
 }

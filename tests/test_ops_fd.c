@@ -6,7 +6,8 @@
  *   2. forward: the f32 op against the double reference written here (outputs and saved statistics);
  *   3. backward: with loss = sum(out * R), R random, the f32 backward against central finite
  *      differences of the double reference; run again onto gradient buffers pre-filled with random
- *      values, it must give those values plus the same gradient (backward ADDS). A `split` case runs the backward twice with complementary NULL gradient
+ *      values, it must give those values plus the same gradient (backward ADDS);
+ *   4. forward and backward give the same bits with 1 and 2 threads (all ops but linear). A `split` case runs the backward twice with complementary NULL gradient
  *      pointers (input gradient only, then weight gradients only); the two must sum to the full one.
  * Errors are normalised per tensor: max |f32 - ref| / max |ref|.
  *
@@ -509,6 +510,32 @@ static int run_case(const OpCase* tc) {
             free(ga), free(gn);
         }
         printf(" (tol %.0e)", tc->bwd_tol);
+
+        /* The same bits with 1 and 2 threads: the ops split rows or channels across threads and never
+         * reduce in a thread-dependent order. Linear is left out: its sums are the BLAS's (BLIS
+         * 0.9 was seen to differ by an ulp between 1 and 2 threads on one shape of 12). */
+        if (tc->op != OP_LINEAR) {
+            float* o[2];
+            float* gt[2][MAX_IN] = {{0}};
+            for (int r = 0; r < 2; r++) {
+                cpu_set_num_threads(r + 1);
+                o[r] = malloc(p.out_size * sizeof(float));
+                run_forward(tc, &p, in_f, o[r]);
+                for (int i = 0; i < p.n_in; i++) gt[r][i] = calloc(p.in_size[i], sizeof(float));
+                run_backward(tc, &p, in_f, R, gt[r]);
+            }
+            int same = memcmp(o[0], o[1], p.out_size * sizeof(float)) == 0;
+            for (int i = 0; i < p.n_in; i++) same &= memcmp(gt[0][i], gt[1][i], p.in_size[i] * sizeof(float)) == 0;
+            if (!same) {
+                printf("  [1 and 2 threads give different bits]");
+                ok = 0;
+            }
+            for (int r = 0; r < 2; r++) {
+                free(o[r]);
+                for (int i = 0; i < p.n_in; i++) free(gt[r][i]);
+            }
+            cpu_set_num_threads(2);
+        }
         free(scratch);
         for (int i = 0; i < p.n_in; i++) free(g[i]), free(g0[i]), free(gadd[i]);
         free(R), free(Rd);
@@ -521,6 +548,7 @@ static int run_case(const OpCase* tc) {
 
 int main(int argc, char** argv) {
     const char* filter = argc > 1 ? argv[1] : NULL;
+    cpu_set_num_threads(2);
     int n_run = 0, n_fail = 0;
     for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++) {
         if (filter && !strstr(CASES[c].name, filter)) continue;

@@ -21,9 +21,8 @@ static void crossentropy_check_target(int t, int n, int V) {
 }
 
 void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V) {
-    double total = 0.0;
     for (int n = 0; n < N; n++) crossentropy_check_target(targets[n], n, V);
-#pragma omp parallel for reduction(+ : total) if ((size_t)N * V > 16384)
+#pragma omp parallel for if ((size_t)N * V > 16384)
     for (int n = 0; n < N; n++) {
         const float* z = logits + (size_t)n * V;
         float zmax = -INFINITY;
@@ -32,10 +31,12 @@ void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, 
         double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
         for (int v = 0; v < V; v++) sum += cpu_expf(z[v] - zmax);
-        double row_lse = zmax + log(sum);
-        lse[n] = (float)row_lse;
-        if (targets[n] != CE_IGNORE_INDEX) total += row_lse - z[targets[n]];
+        lse[n] = (float)(zmax + log(sum));
     }
+    /* the sum over rows in row order, so the loss does not depend on the thread count */
+    double total = 0.0;
+    for (int n = 0; n < N; n++)
+        if (targets[n] != CE_IGNORE_INDEX) total += (double)lse[n] - logits[(size_t)n * V + targets[n]];
     *loss_sum = (float)total;
 }
 
