@@ -59,14 +59,22 @@ if sys.argv[4] == "shards":
     for p in pr:
         e = ev[p["sample_index"]]
         by[e["type"]].append((p["correct"], 1.0 / len(e["choices"])))
-    print("held-out accuracy by question type (chance = 1 / answer choices of the type):")
+    # majority: always answering the type's most frequent held-out answer (a blind model's best)
+    maj = {}
+    for k in by:
+        answers = collections.Counter(e["answer"] for e in ev if e["type"] == k)
+        maj[k] = answers.most_common(1)[0][1] / sum(answers.values())
+    print("held-out accuracy by question type (chance = 1 / answer choices; majority = the type's most"
+          " frequent answer):")
     for k in sorted(by):
         v = by[k]
-        print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%" % (k, len(v),
-              100 * sum(c for c, _ in v) / len(v), 100 * sum(x for _, x in v) / len(v)))
+        print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % (k, len(v),
+              100 * sum(c for c, _ in v) / len(v), 100 * sum(x for _, x in v) / len(v), 100 * maj[k]))
     allv = [x for v in by.values() for x in v]
-    print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%" % ("all", len(allv),
-          100 * sum(c for c, _ in allv) / len(allv), 100 * sum(x for _, x in allv) / len(allv)))
+    n_all = sum(len(v) for v in by.values())
+    print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % ("all", len(allv),
+          100 * sum(c for c, _ in allv) / len(allv), 100 * sum(x for _, x in allv) / len(allv),
+          100 * sum(maj[k] * len(by[k]) for k in by) / n_all))
 k = max(1, len(rows) // 10)
 a = sum(r["loss"] for r in rows[:k]) / k
 b = sum(r["loss"] for r in rows[-k:]) / k
