@@ -38,7 +38,7 @@ set_tests_properties(train_synthetic_e2e PROPERTIES TIMEOUT 300)
 
 # The real data path (demo data, tokenizer, shards, loader) end to end: 16 steps of recipes/llava.ini
 # (2 microbatches of 1024 tokens), the loss falls by >= 30% (seen: 6.1 -> 3.3 nats), and stopping at
-# step 8 + resuming reproduces all 16 losses bit for bit. About a minute on an idle 2-core machine.
+# step 8 + resuming reproduces all 16 losses bit for bit. 27 s here when idle, 96 s under load.
 add_test(NAME train_demo_e2e
          COMMAND ${CMAKE_SOURCE_DIR}/tests/train_demo_e2e.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/train_demo_e2e 16 0.3)
