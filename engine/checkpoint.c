@@ -393,6 +393,12 @@ int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
     while ((e = readdir(d))) {
         long long s;
         char tail;
+        if (!strncmp(e->d_name, ".pruned-", 8)) { /* left by a run killed while pruning */
+            char left[4200];
+            snprintf(left, sizeof left, "%s/%s", root, e->d_name);
+            ck_rm_rf(left);
+            continue;
+        }
         if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
         snprintf(p, sizeof p, "%s/%s/state.json", root, e->d_name);
         if (access(p, R_OK) != 0) continue;
@@ -420,6 +426,12 @@ void checkpoint_prune(const char* root, int keep) {
     while ((e = readdir(d))) {
         long long s;
         char tail;
+        if (!strncmp(e->d_name, ".pruned-", 8)) { /* left by a run killed while pruning */
+            char left[4200];
+            snprintf(left, sizeof left, "%s/%s", root, e->d_name);
+            ck_rm_rf(left);
+            continue;
+        }
         if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -429,10 +441,13 @@ void checkpoint_prune(const char* root, int keep) {
     }
     closedir(d);
     qsort(steps, (size_t)n, sizeof(int64_t), ck_cmp_i64);
-    char p[4200];
+    char p[4200], gone[4200];
     for (int i = 0; i + keep < n; i++) {
+        /* Renamed out of the step-* namespace first (atomic), then deleted: a crash in the middle of
+           the deletion leaves a hidden folder, never a step-* folder with files missing. */
         snprintf(p, sizeof p, "%s/step-%08lld", root, (long long)steps[i]);
-        ck_rm_rf(p);
+        snprintf(gone, sizeof gone, "%s/.pruned-%08lld.%d", root, (long long)steps[i], (int)getpid());
+        if (rename(p, gone) == 0) ck_rm_rf(gone);
     }
     ck_fsync_dir(root);
     free(steps);

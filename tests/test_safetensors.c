@@ -20,6 +20,7 @@
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -184,6 +185,17 @@ static void table_free(ParamTable* pt) {
     free(pt->specs), free(pt->data), free(pt->grad), free(pt->m), free(pt->v);
 }
 
+static int count_pruned_entries(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, ".pruned-", 8)) n++;
+    closedir(d);
+    return n;
+}
+
 static int checkpoint_test(const char* dir) {
     char root[1024], out[4096], err[1024], p[4200];
     snprintf(root, sizeof root, "%s/ckpt_test", dir);
@@ -235,10 +247,17 @@ static int checkpoint_test(const char* dir) {
     /* not a checkpoint */
     CHECK(checkpoint_load(root, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "state.json"), "%s", err);
 
-    /* prune keeps the newest */
+    /* prune keeps the newest; it renames a folder out of step-* before deleting it, so a run killed
+       while pruning leaves a hidden .pruned-* folder, which the next prune removes */
     st.step = 7;
     CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/.pruned-00000001.999", root);
+    CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+    snprintf(p, sizeof p, "%s/.pruned-00000001.999/model.safetensors", root);
+    FILE* left = fopen(p, "wb");
+    CHECK(left && fputs("partly deleted", left) >= 0 && fclose(left) == 0, "write %s", p);
     checkpoint_prune(root, 2);
+    CHECK(count_pruned_entries(root) == 0, "prune left .pruned-* folders in %s", root);
     snprintf(p, sizeof p, "%s/step-00000003", root);
     CHECK(access(p, F_OK) != 0, "step 3 not pruned");
     snprintf(p, sizeof p, "%s/step-00000005/state.json", root);
