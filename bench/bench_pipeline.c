@@ -8,7 +8,9 @@
  * (slowest rank). Bubble = 1 - sum(busy) / (P * step time).
  *
  * Usage: mpirun -np P bench_pipeline [--microbatches M] [--repeats R] [--threads T] [--kind mm|text]
- *                                    [--dt D] [--layers L] */
+ *                                    [--dt D] [--layers L] [--trace DIR]
+ * --trace DIR writes DIR/<mode>-<hint>-<cap>-rank<r>.json (Chrome trace of the last repetition of each
+ * configuration) for `rrfp-mm trace` (timeline SVG, or --durations to replay it in the simulator). */
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -46,6 +48,7 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &P);
     int M = 4 * P, repeats = 3, threads = 1, Dt = 128, Lt = 4 * P;
     const char* kind = "mm";
+    const char* trace_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--microbatches") && i + 1 < argc) M = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--kind") && i + 1 < argc) kind = argv[++i];
         else if (!strcmp(argv[i], "--dt") && i + 1 < argc) Dt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) Lt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
         else {
             if (rank == 0) fprintf(stderr, "bench_pipeline: unknown argument '%s'\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -115,8 +119,20 @@ int main(int argc, char** argv) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             PipelineStepStats st;
-            pipeline_step(pls[c], mbs, M, 1.0f / (float)sup, NULL, rep, &st);
+            PpTrace* tr = NULL;
+            if (trace_dir && rep == repeats - 1) {
+                char path[1024];
+                snprintf(path, sizeof path, "%s/%s-%s-%s-rank%d.json", trace_dir, configs[c].mode, configs[c].hint,
+                         configs[c].cap[0] ? configs[c].cap : "default", rank);
+                double origin = rr_now(); /* the trace clock, rank 0's, as the trainer's traces */
+                MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                tr = pp_trace_open(path, origin);
+                if (!tr) rr_die("cannot open trace '%s'", path);
+                pp_trace_rank(tr, rank);
+            }
+            pipeline_step(pls[c], mbs, M, 1.0f / (float)sup, tr, rep, &st);
             double wall = MPI_Wtime() - t0, max_wall = 0, busy = 0;
+            if (tr && pp_trace_close(tr, err, sizeof err) != 0) rr_die("trace: %s", err);
             MPI_Allreduce(&wall, &max_wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             MPI_Allreduce(&st.busy_s, &busy, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
             if (rep >= 0) {

@@ -75,8 +75,7 @@ static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint6
     int n = pp_shape_tasks(&s), r = 0;
     PpTask* order = mallocCheck(sizeof(PpTask) * n);
     pp_hint_build(hint, &s, r, order, err, sizeof err);
-    int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(hint, &s, r) : 0;
-    PpDispatchConfig cfg = {s, r, PP_MODE_READY, order, n, pp_cap_resolve(cap, peak, P, r), 0, NULL};
+    PpDispatchConfig cfg = {s, r, PP_MODE_READY, order, n, pp_cap_for(cap, hint, &s, r), 0, NULL};
     // Script: -1 = decide (and run what was chosen), k >= 0 = the input of dense task k arrives.
     int* pend = mallocCheck(sizeof(int) * n);
     int np = 0;

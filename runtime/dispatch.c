@@ -118,9 +118,7 @@ int pp_dispatcher_init_hint(PpDispatcher* d, PpHint h, const PpShape* s, int ran
         free(order);
         return -1;
     }
-    int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(h, s, rank)
-               : cap.kind == PP_CAP_DEFAULT ? pp_cap_default_peak(h, s, rank) : 0;
-    PpDispatchConfig cfg = {*s, rank, mode, order, n, mode == PP_MODE_READY ? pp_cap_resolve(cap, peak, s->P, rank) : 0,
+    PpDispatchConfig cfg = {*s, rank, mode, order, n, mode == PP_MODE_READY ? pp_cap_for(cap, h, s, rank) : 0,
                             act_budget, act_bytes};
     int rc = pp_dispatcher_init(d, &cfg, err, errlen);
     free(order);

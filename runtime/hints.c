@@ -155,6 +155,12 @@ int pp_cap_default_peak(PpHint h, const PpShape* s, int rank) {
     return s->chunks > 1 ? pp_hint_peak(h, s, rank) : 0;
 }
 
+int pp_cap_for(PpCap cap, PpHint h, const PpShape* s, int rank) {
+    int peak = cap.kind == PP_CAP_MULTIPLE ? pp_hint_peak(h, s, rank)
+               : cap.kind == PP_CAP_DEFAULT ? pp_cap_default_peak(h, s, rank) : 0;
+    return pp_cap_resolve(cap, peak, s->P, rank);
+}
+
 char* pp_cap_format(PpCap cap, char* buf, size_t n) {
     if (cap.kind == PP_CAP_COUNT) snprintf(buf, n, "%d", (int)cap.value);
     else if (cap.kind == PP_CAP_MULTIPLE) snprintf(buf, n, "%gx", cap.value);

@@ -278,7 +278,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         .mode = cfg->mode,
         .order = p->order,
         .n = n,
-        .cap = pp_cap_resolve(cfg->cap, pp_cap_default_peak(cfg->hint, &p->shape, cfg->rank), cfg->P, cfg->rank),
+        .cap = pp_cap_for(cfg->cap, cfg->hint, &p->shape, cfg->rank), /* as the simulator resolves it */
         .act_budget = cfg->act_budget,
         .act_bytes = act_bytes,
     };

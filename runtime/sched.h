@@ -132,6 +132,9 @@ int pp_cap_resolve(PpCap cap, int hint_peak, int P, int rank);
  * peak with several chunks (1F1B's P - r admits too few microbatches for Megatron's interleaved
  * warm-up). */
 int pp_cap_default_peak(PpHint h, const PpShape* s, int rank);
+/* The cap a rank runs under: `cap` resolved against the hint's own peak (for multiples such as 1.5x)
+ * or the default. The one place the simulator and the MPI runtime take it from. */
+int pp_cap_for(PpCap cap, PpHint h, const PpShape* s, int rank);
 /* "P-r", "4" or "1.5x" into buf. */
 char* pp_cap_format(PpCap cap, char* buf, size_t n);
 

@@ -246,8 +246,9 @@ int main(int argc, char** argv) {
             if (mode != PP_MODE_READY && !pp_hint_is_sequence((PpHint)h)) continue;
             /* variants: 0,1 = tagged / fifo transport at the default cap; 2 = cap 1 (one microbatch in
              * flight); 3 = cap 2x the hint's peak with a tiny activation byte budget (admits one F at a
-             * time once anything is in flight). 2 and 3 only matter under ready. */
-            for (int var = 0; var < 4; var++) {
+             * time once anything is in flight); 4 = cap 1x the hint's own peak (P - r, M for gpipe), which
+             * must resolve as in the simulator. 2..4 only matter under ready. */
+            for (int var = 0; var < 5; var++) {
                 if (on_cuda && (var != 0 || !(h == PP_HINT_1F1B || h == PP_HINT_BFW || h == PP_HINT_INTERLEAVED)))
                     continue; /* the emulated device is slow: a fused and a split schedule suffice */
                 int tk = var == 1 ? TRANSPORT_FIFO : TRANSPORT_TAGGED;
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
                 PpCap cap = {PP_CAP_DEFAULT, 0};
                 if (var == 2) cap = (PpCap){PP_CAP_COUNT, 1};
                 if (var == 3) cap = (PpCap){PP_CAP_MULTIPLE, 2.0};
+                if (var == 4) cap = (PpCap){PP_CAP_MULTIPLE, 1.0};
                 PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = (PpHint)h, .mode = (PpMode)mode,
                                      .cap = cap, .act_budget = var == 3 ? 1.0 : 0, .split = 0,
                                      .transport = (TransportKind)tk, .timeout_s = 60, .max_tokens = max_T,
@@ -302,11 +304,25 @@ int main(int argc, char** argv) {
                 if (rank == 0)
                     printf("%-18s %-10s %-6s %-14s loss %.7f (ref %.7f) peak in flight %d %s\n",
                            pp_hint_name((PpHint)h), pp_mode_name((PpMode)mode), transport_kind_name((TransportKind)tk),
-                           var == 2 ? "cap 1" : var == 3 ? "cap 2x budget" : "default cap", loss, ref_loss,
+                           var == 2 ? "cap 1" : var == 3 ? "cap 2x budget" : var == 4 ? "cap 1x" : "default cap",
+                           loss, ref_loss,
                            st.peak_inflight, all_bad ? "FAIL" : "ok");
                 if (var == 2 && st.peak_inflight > 1) {
                     fprintf(stderr, "rank %d: cap 1 but %d microbatches were in flight\n", rank, st.peak_inflight);
                     failures++;
+                }
+                if (var == 4) {
+                    /* Under cap 1x rank 0 may hold pp_cap_for(...) >= 2 microbatches (P >= 2, M >= 2), and it
+                     * does: right after F0 no gradient can have come back yet (B0 needs F0's output to
+                     * travel the whole pipeline), so it starts F1 at once. A cap resolved against no peak
+                     * (1) held it to one. */
+                    PpShape shape = {P, M, chunks, pipeline_hint_splits((PpHint)h)};
+                    int want = pp_cap_for(cap, (PpHint)h, &shape, rank);
+                    if (st.peak_inflight > want || (rank == 0 && chunks == 1 && st.peak_inflight < 2)) {
+                        fprintf(stderr, "rank %d %s: cap 1x = %d but peak in flight %d\n", rank,
+                                pp_hint_name((PpHint)h), want, st.peak_inflight);
+                        failures++;
+                    }
                 }
                 failures += all_bad ? 1 : 0;
                 runs++;

@@ -188,6 +188,17 @@ static void test_cap(void) {
     CHECK(pp_cap_parse("0", &c, err, sizeof err) == -1, "zero");
     CHECK(pp_cap_parse("abc", &c, err, sizeof err) == -1 && strstr(err, "1.5x"), "%s", err);
     CHECK(pp_cap_resolve(CAP_DEFAULT, 0, 8, 3) == 5, "default P - r");
+    /* pp_cap_for (what the simulator and the MPI runtime both run under): multiples of the hint's own
+     * peak (P - r for 1f1b / zb-h1 / bfw, M for gpipe), counts as given, the default P - r */
+    PpShape p4 = {4, 8, 1, 1};
+    PpCap one = {PP_CAP_MULTIPLE, 1.0}, half = {PP_CAP_MULTIPLE, 1.5}, two = {PP_CAP_COUNT, 2};
+    for (int r = 0; r < 4; r++) {
+        CHECK(pp_cap_for(one, PP_HINT_BFW, &p4, r) == 4 - r, "bfw 1x r=%d: %d", r, pp_cap_for(one, PP_HINT_BFW, &p4, r));
+        CHECK(pp_cap_for(half, PP_HINT_ZBH1, &p4, r) == (3 * (4 - r)) / 2, "zb-h1 1.5x r=%d", r);
+        CHECK(pp_cap_for(one, PP_HINT_GPIPE, &p4, r) == 8, "gpipe 1x r=%d", r);
+        CHECK(pp_cap_for(two, PP_HINT_BFW, &p4, r) == 2, "count r=%d", r);
+        CHECK(pp_cap_for(CAP_DEFAULT, PP_HINT_BFW, &p4, r) == 4 - r, "default r=%d", r);
+    }
 }
 
 /* Hand-computed makespans. */
