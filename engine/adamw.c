@@ -1,4 +1,5 @@
-/* adamw.c — AdamW, the global-norm helper and the learning-rate schedule.
+/* adamw.c — the CPU backend's AdamW and sum of squares (the global gradient norm), and the
+ * learning-rate schedule.
  *
  * adamw_update follows PyTorch's torch.optim.AdamW (single-tensor path, amsgrad off) operation by
  * operation, so a step matches it to f32 rounding (tests/adamw_ref.py checks this):
@@ -10,45 +11,38 @@
  * config holds floats, so beta1 = 0.9 means float(0.9): PyTorch given that same value agrees to a
  * few ulps; PyTorch given the double 0.9 differs in (1 - beta1) by 2.4e-7 relative. */
 #include <math.h>
+#include <stdlib.h>
 
+#include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
+/* backend_cpu.adamw_update. The step's scalars and the per-element math are kernel_math.h's
+ * rr_adamw_step / rr_adamw_element, which the CUDA backend's kernel calls too. */
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                   int decay) {
     RR_ASSERT(t >= 1);
-    double bc1 = 1.0 - pow(cfg->beta1, t);
-    double bc2 = 1.0 - pow(cfg->beta2, t);
-    float step_size = (float)(cfg->lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    float keep = decay ? (float)(1.0 - (double)cfg->lr * cfg->weight_decay) : 1.0f;
-    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
-    /* 1 - beta in double then rounded, as PyTorch does with its Python-float betas */
-    float one_minus_b1 = (float)(1.0 - (double)b1), one_minus_b2 = (float)(1.0 - (double)b2);
+    RrAdamwStep c = rr_adamw_step(cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t, decay);
 #pragma omp parallel for if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        float mi = b1 * m[i] + one_minus_b1 * g;
-        float vi = b2 * v[i] + one_minus_b2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] = param[i] * keep - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-    }
+    for (size_t i = 0; i < n; i++) rr_adamw_element(&param[i], &m[i], &v[i], grad[i], &c);
 }
 
-/* A fixed number of chunks summed in parallel, then the chunk sums in order: the result does not
- * depend on the thread count (an OpenMP reduction's order does). */
+/* backend_cpu.sum_squares: the chunks of rr_sumsq_chunk_range summed in parallel, each in index
+ * order, then the chunk sums in order, so the result does not depend on the thread count (an OpenMP
+ * reduction's order does) — and a bit-exact resume needs the clipping factor not to. */
 double sum_squares(const float* x, size_t n) {
-    enum { CHUNKS = 64 };
-    double part[CHUNKS];
-#pragma omp parallel for if (n > 65536)
-    for (int c = 0; c < CHUNKS; c++) {
-        size_t i0 = n * c / CHUNKS, i1 = n * (c + 1) / CHUNKS;
+    size_t nc = rr_sumsq_chunks(n);
+    double small[RR_SUMSQ_SMALL_CHUNKS];
+    double* part = nc <= RR_SUMSQ_SMALL_CHUNKS ? small : mallocCheck(nc * sizeof(double));
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t c = 0; c < nc; c++) {
+        size_t i0, i1;
+        rr_sumsq_chunk_range(n, c, &i0, &i1);
         double s = 0.0;
-        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        for (size_t i = i0; i < i1; i++) s += rr_sumsq_term(x[i]);
         part[c] = s;
     }
-    double s = 0.0;
-    for (int c = 0; c < CHUNKS; c++) s += part[c];
+    double s = rr_sumsq_partials(part, nc);
+    if (part != small) free(part);
     return s;
 }
 

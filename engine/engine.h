@@ -57,6 +57,12 @@ void arena_reset(Arena* a);
 void arena_free(Arena* a);
 
 /* ------------------------------------------------------------------------------------------------
+ * AdamW hyper-parameters (floats: beta1 = 0.9 means float(0.9), see engine/adamw.c). */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} AdamWConfig;
+
+/* ------------------------------------------------------------------------------------------------
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
  * All pointers passed to a backend's ops live in that backend's memory. */
 
@@ -138,6 +144,27 @@ typedef struct Backend {
     void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                const float* lse, const float* q, const float* k, const float* v,
                                const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+
+    /* The step end (the trainer's global gradient norm, clipping and AdamW), so that parameters,
+     * gradients and moments never leave the backend's memory. */
+    /* Sum of x[i]^2 over n values, accumulated in double; returned to the host (the call waits for
+     * the backend). Deterministic: the same bits for the same values on every call, whatever the
+     * thread count or launch. Both backends cut x into the chunks of rr_sumsq_chunk_range
+     * (engine/cuda/kernel_math.h: 64Ki values each, or 64 equal chunks when n <= 64Ki) and add the
+     * chunk sums in chunk order (rr_sumsq_partials). Within a chunk the CPU adds the values in index
+     * order (its bits are those of the trainer before this op existed); the GPU adds each thread's
+     * strided values in order and the 256 thread sums in a fixed pairwise tree, so CPU and GPU agree
+     * to double round-off (~n * 1e-16 relative), not bitwise. */
+    double (*sum_squares)(const float* x, size_t n);
+    /* x *= s, elementwise over n values (gradient clipping). */
+    void (*scale)(float* x, float s, size_t n);
+    /* One AdamW update of n parameters at optimiser step t (1-based), as torch.optim.AdamW (formula in
+     * engine/adamw.c): param, m, v updated in place from grad. `decay` selects decoupled weight decay
+     * (2-D weights only). `cfg` is a host pointer (the one exception to "pointers live in the
+     * backend's memory"): the hyper-parameters, not data. The per-element math is
+     * rr_adamw_element (kernel_math.h) on both backends. */
+    void (*adamw_update)(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+                         int decay);
 } Backend;
 
 extern const Backend backend_cpu;
@@ -169,16 +196,12 @@ Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1);
 void init_normal(float* out, size_t n, size_t offset, uint64_t seed, const char* name, float std);
 
 /* ------------------------------------------------------------------------------------------------
- * Optimiser */
+ * Optimiser (AdamWConfig is above, with the Backend that takes it) */
 
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-} AdamWConfig;
-/* One AdamW update of n parameters at optimiser step t (1-based). `decay` selects decoupled weight
- * decay (2-D weights only). Bias-corrected moments as in PyTorch's AdamW. */
+/* The CPU backend's adamw_update and sum_squares (backend_cpu.adamw_update, .sum_squares), callable
+ * directly on host buffers; contracts at the Backend slots. */
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                   int decay);
-/* Sum of squares of n values, accumulated in double (for the global grad norm). */
 double sum_squares(const float* x, size_t n);
 /* LR at step `step` (0-based): linear warm-up over `warmup` steps from 0 to max_lr (step+1)/warmup,
  * then cosine decay to min_lr at total_steps. */

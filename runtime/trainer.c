@@ -49,23 +49,9 @@ int trainer_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
 /* ------------------------------------------------------------------------------------------------
  * step pieces */
 
-#define TRAINER_SSQ_CHUNK 65536
-
-double trainer_sum_squares(const float* x, size_t n) {
-    size_t nc = (n + TRAINER_SSQ_CHUNK - 1) / TRAINER_SSQ_CHUNK;
-    if (nc <= 1) return sum_squares(x, n);
-    double* part = mallocCheck(nc * sizeof(double));
-#pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nc; c++) {
-        size_t b = c * TRAINER_SSQ_CHUNK, e = b + TRAINER_SSQ_CHUNK < n ? b + TRAINER_SSQ_CHUNK : n;
-        double s = 0.0;
-        for (size_t i = b; i < e; i++) s += (double)x[i] * x[i];
-        part[c] = s;
-    }
-    double s = 0.0;
-    for (size_t c = 0; c < nc; c++) s += part[c];
-    free(part);
-    return s;
+double trainer_grad_sum_squares(const Stage* st) {
+    RR_ASSERT(st->params.be == st->be);
+    return st->be->sum_squares(st->params.grad, st->params.total);
 }
 
 float trainer_clip_coef(double norm, double max_norm) {
@@ -74,16 +60,16 @@ float trainer_clip_coef(double norm, double max_norm) {
     return c < 1.0 ? (float)c : 1.0f;
 }
 
-void trainer_optimizer_step(ParamTable* pt, const Recipe* r, float lr, int t, float clip) {
-    if (clip < 1.0f) {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < pt->total; i++) pt->grad[i] *= clip;
-    }
+void trainer_optimizer_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
+    const Backend* be = st->be;
+    ParamTable* pt = &st->params;
+    RR_ASSERT(pt->be == be);
+    if (clip < 1.0f) be->scale(pt->grad, clip, pt->total);
     AdamWConfig cfg = {lr, (float)r->beta1, (float)r->beta2, (float)r->eps, (float)r->weight_decay};
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
-        adamw_update(pt->data + s->offset, pt->grad + s->offset, pt->m + s->offset, pt->v + s->offset, s->numel, &cfg,
-                     t, s->decay);
+        be->adamw_update(pt->data + s->offset, pt->grad + s->offset, pt->m + s->offset, pt->v + s->offset, s->numel,
+                         &cfg, t, s->decay);
     }
 }
 
@@ -561,8 +547,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         }
         stage_backward(&t->st, &t->acts, NULL, scale, NULL);
     }
-    ParamTable* pt = &t->st.params;
-    if (!t->pl) norm = sqrt(trainer_sum_squares(pt->grad, pt->total));
+    if (!t->pl) norm = sqrt(trainer_grad_sum_squares(&t->st));
     float lr = lr_schedule((int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
     float loss = (float)(loss_sum / (double)plan.n_supervised);
     if (dumping) {
@@ -589,7 +574,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     }
     t->opt_step++;
     if (t->pl) trainer_pp_optimizer(t, lr, trainer_clip_coef(norm, r->grad_clip));
-    else trainer_optimizer_step(pt, r, lr, (int)t->opt_step, trainer_clip_coef(norm, r->grad_clip));
+    else trainer_optimizer_step(&t->st, r, lr, (int)t->opt_step, trainer_clip_coef(norm, r->grad_clip));
     t->step++;
     double dt = rr_now() - t0;
     /* ETA from the steps timed in this process, leaving out the first (warm-up of caches, pages) */

@@ -62,15 +62,15 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
 double metrics_peak_rss_mb(void);
 
 /* ---- step pieces (the pipeline runtime reuses these) ---- */
-/* Sum of squares of n gradient values, the same bits for any thread count: fixed 64Ki-value chunks
- * summed in double, then the chunk sums added in order (an OpenMP reduction's order is not fixed,
- * and a bit-exact resume needs the clipping factor to be). */
-double trainer_sum_squares(const float* x, size_t n);
+/* Sum of squares of a stage's gradients, on the stage's backend (Backend.sum_squares: the same bits
+ * for any thread count, which a bit-exact resume needs of the clipping factor). */
+double trainer_grad_sum_squares(const Stage* st);
 /* PyTorch's clip_grad_norm_ factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0. */
 float trainer_clip_coef(double norm, double max_norm);
-/* Scale gradients by `clip` (when < 1), then AdamW on every tensor (decay per ParamSpec) at optimiser
- * step t (1-based) with learning rate lr and the recipe's betas, eps and weight decay. */
-void trainer_optimizer_step(ParamTable* pt, const Recipe* r, float lr, int t, float clip);
+/* Scale a stage's gradients by `clip` (when < 1), then AdamW on every tensor (decay per ParamSpec) at
+ * optimiser step t (1-based) with learning rate lr and the recipe's betas, eps and weight decay; all
+ * on the stage's backend (st->be): parameters, gradients and moments stay in its memory. */
+void trainer_optimizer_step(Stage* st, const Recipe* r, float lr, int t, float clip);
 
 /* ---- batch sources: the step plan (all microbatches of a step) ---- */
 typedef struct {

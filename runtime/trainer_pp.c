@@ -123,7 +123,7 @@ int trainer_pp_compute(Trainer* t, const StepPlan* plan, float scale, double* lo
     pipeline_step(t->pl, plan->mbs, plan->M, scale, t->trace, (int)t->step + 1, &ps);
     double local[3] = {0.0, ps.loss_sum, ps.busy_s}, global[3];
     for (int c = 0; c < t->n_chunks; c++)
-        local[0] += trainer_sum_squares(t->chunks[c]->params.grad, t->chunks[c]->params.total);
+        local[0] += trainer_grad_sum_squares(t->chunks[c]); /* on the chunk's backend; a double to the host */
     MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     double wall = 0.0;
     MPI_Allreduce(&ps.wall_s, &wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -134,7 +134,7 @@ int trainer_pp_compute(Trainer* t, const StepPlan* plan, float scale, double* lo
 }
 
 void trainer_pp_optimizer(Trainer* t, float lr, float clip) {
-    for (int c = 0; c < t->n_chunks; c++) trainer_optimizer_step(&t->chunks[c]->params, t->r, lr, (int)t->opt_step, clip);
+    for (int c = 0; c < t->n_chunks; c++) trainer_optimizer_step(t->chunks[c], t->r, lr, (int)t->opt_step, clip);
 }
 
 int trainer_pp_checkpoint(Trainer* t, const CheckpointState* cs, char* out, size_t out_len, char* err,

@@ -90,10 +90,27 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   set_tests_properties(model_gpu_emu PROPERTIES PASS_REGULAR_EXPRESSION "gpu: [0-9]+ tensors" TIMEOUT 300
                        ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 endif()
-# rrfp-mm on the emulated CUDA backend (not a test: a tool for finding host code that touches device
-# memory, e.g. `rrfp-mm-emu train recipes/test-synthetic.ini --set runtime.backend=cuda`). The linker
-# redirects every backend_cuda_get call to the emulation (tests/cuda_emu/wrap.c).
+# rrfp-mm on the emulated CUDA backend (a tool for finding host code that touches device memory, e.g.
+# `rrfp-mm-emu train recipes/test-synthetic.ini --set runtime.backend=cuda`, and the executable of the
+# train_cuda_emu tests below). The linker redirects every backend_cuda_get call to the emulation
+# (tests/cuda_emu/wrap.c).
 add_executable(rrfp-mm-emu runtime/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
 target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
+# Training with runtime.backend = cuda end to end with device memory protected (any host access to
+# device memory kills the run): 6 steps against the CPU backend's run of the same recipe (losses and
+# grad norms within 1e-5), stop at 3 + resume with a step dump, eval on the CUDA backend; then the
+# same through the pipeline trainer (parallel.pp = 2 under mpirun, stop + resume). Tolerances are
+# explained in tests/train_cuda_emu.sh.
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_cuda_emu
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 6)
+  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "train cuda emu: ok")
+  add_test(NAME train_cuda_emu_pp2
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
+                   pp 2 ${RRFP_MPIRUN})
+  set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450 PASS_REGULAR_EXPRESSION "train cuda emu: ok")
+endif()

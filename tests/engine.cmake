@@ -3,10 +3,11 @@ add_executable(test_ops_fd tests/test_ops_fd.c)
 target_link_libraries(test_ops_fd PRIVATE rrfp_core)
 add_test(NAME engine_ops_fd COMMAND test_ops_fd)
 
-# Philox, init, schedule, parameter table, backend selection, AdamW against PyTorch.
+# Philox, init, schedule, the step-end ops (sum_squares, scale, adamw_update: against the trainer's
+# code they replaced, bitwise), parameter table, backend selection, AdamW against PyTorch.
 add_executable(test_engine tests/test_engine.c)
 target_link_libraries(test_engine PRIVATE rrfp_core)
-foreach(t philox init lr sumsq params expf)
+foreach(t philox init lr sumsq step_end params expf)
   add_test(NAME engine_${t} COMMAND test_engine ${t})
 endforeach()
 add_test(NAME engine_init_python COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/init_ref.py $<TARGET_FILE:test_engine>)

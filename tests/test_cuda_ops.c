@@ -66,12 +66,29 @@ void emu_stats_print(void);
 #define TOL_ATT 2e-5
 /* Big GEMMs sum K = 1024..2048 products: the round-off bound grows with K (worst ~K eps), so 1e-4. */
 #define TOL_GEMM_BIG 1e-4
+/* The step end:
+ * - sum_squares: both sides add n positive doubles, each within (n - 1) 2^-53 of the exact sum (the
+ *   CPU in index order per chunk, the GPU in a per-chunk tree): relative bound 2 (n - 1) 2^-53,
+ *   computed per case. The CUDA result must also be the same bits on a second call (deterministic).
+ * - scale: one IEEE multiply per value on both sides: 0.
+ * - adamw_update: the same rr_adamw_element on both sides. In emulation the host compiles both: 0.
+ *   On a device nvcc contracts its multiply-adds into FMAs (one rounding instead of two, so up to
+ *   an ulp per operation, compounding over the steps): 1e-6 (8 eps, design bound). */
+#define TOL_SCALE 0.0
+#ifdef RR_CUDA_EMU
+#define TOL_ADAMW 0.0
+#else
+#define TOL_ADAMW 1e-6
+#endif
 
-typedef enum { OP_LINEAR, OP_LAYERNORM, OP_RMSNORM, OP_GELU, OP_SWIGLU, OP_ADD, OP_ROPE, OP_ROPE2D, OP_EMBEDDING, OP_CE, OP_ATTENTION } OpKind;
+typedef enum {
+    OP_LINEAR, OP_LAYERNORM, OP_RMSNORM, OP_GELU, OP_SWIGLU, OP_ADD, OP_ROPE, OP_ROPE2D, OP_EMBEDDING, OP_CE, OP_ATTENTION,
+    OP_SUMSQ, OP_SCALE, OP_ADAMW /* the step end: N values */
+} OpKind;
 
 /* CASE_BIG: model-sized shapes (a 4096-token sample, a 2048 x 1024 x 1024 GEMM), run on a real device
  * only: the emulation runs threads one at a time and would take minutes. */
-enum { CASE_NO_BIAS = 1, CASE_SPLIT = 2, CASE_IGNORE = 4, CASE_CAUSAL = 8, CASE_INPLACE = 16, CASE_BIG = 32 };
+enum { CASE_NO_BIAS = 1, CASE_SPLIT = 2, CASE_IGNORE = 4, CASE_CAUSAL = 8, CASE_INPLACE = 16, CASE_BIG = 32, CASE_DECAY = 64 };
 
 typedef struct {
     const char* name;
@@ -120,6 +137,17 @@ static const OpCase CASES[] = {
     {"attn_d64_long", OP_ATTENTION, .H = 2, .d = 64, .flags = CASE_CAUSAL, .S = 2, .lens = {300, 129}},
     {"attn_d256", OP_ATTENTION, .H = 1, .d = 256, .S = 2, .lens = {45, 20}},
     {"attn_empty", OP_ATTENTION, .H = 2, .d = 8, .S = 2, .lens = {0, 0}},
+    {"sumsq_empty", OP_SUMSQ, .N = 0},
+    {"sumsq_few", OP_SUMSQ, .N = 37},         /* fewer values than the 64 small chunks: empty chunks */
+    {"sumsq_64ki", OP_SUMSQ, .N = 65536},     /* the last size cut into 64 chunks */
+    {"sumsq_chunks", OP_SUMSQ, .N = 3 * 65536 + 77}, /* 64Ki-value chunks, a short last one */
+    {"scale_odd", OP_SCALE, .N = 1001},
+    {"scale_empty", OP_SCALE, .N = 0},
+    {"adamw_decay", OP_ADAMW, .N = 70001, .flags = CASE_DECAY},
+    {"adamw_nodecay", OP_ADAMW, .N = 37},
+    {"adamw_empty", OP_ADAMW, .N = 0},
+    {"big_sumsq", OP_SUMSQ, .N = 50000017, .flags = CASE_BIG},
+    {"big_adamw", OP_ADAMW, .N = 16777259, .flags = CASE_DECAY | CASE_BIG},
     {"big_linear", OP_LINEAR, .N = 2048, .C = 1024, .OC = 1024, .flags = CASE_BIG},
     {"big_layernorm", OP_LAYERNORM, .N = 4096, .C = 1024, .flags = CASE_BIG},
     {"big_ce_vocab", OP_CE, .N = 512, .C = 32000, .flags = CASE_IGNORE | CASE_BIG},
@@ -391,6 +419,61 @@ static void run_attention(const OpCase* tc) {
     cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dqkv_d), cu->free(cu_d);
 }
 
+/* sum_squares returns a double to the host: compared here rather than through cmp. */
+static void run_sumsq(const OpCase* tc) {
+    size_t n = (size_t)tc->N;
+    float* x = hrand(n, 3);
+    float* x_d = up(x, n);
+    double want = backend_cpu.sum_squares(x, n);
+    double got = cu->sum_squares(x_d, n), again = cu->sum_squares(x_d, n);
+    double e = want > 0 ? fabs(got - want) / want : fabs(got);
+    double tol = n > 1 ? 2.0 * (double)(n - 1) * 0x1p-53 : 0.0;
+    int ok = e <= tol;
+    printf("  %-20s %-8s err=%.2e tol=%.0e %s\n", case_name, "sum", e, tol, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+    /* memcmp: the same bits, not just ==, on a second call */
+    int same = !memcmp(&got, &again, sizeof got);
+    printf("  %-20s %-8s %s\n", case_name, "repeat", same ? "same bits ok" : "FAIL: differs between calls");
+    if (!same) failures++;
+    free(x);
+    cu->free(x_d);
+}
+
+static void run_scale(const OpCase* tc) {
+    size_t n = (size_t)tc->N;
+    float* x = hrand(n, 5);
+    float* x_d = up(x, n);
+    backend_cpu.scale(x, 0.2718281f, n);
+    cu->scale(x_d, 0.2718281f, n);
+    cmp("x", x_d, x, n, TOL_SCALE);
+    free(x);
+    cu->free(x_d);
+}
+
+/* Three AdamW steps (a new gradient and learning rate each) from the same state on both sides. */
+static void run_adamw(const OpCase* tc) {
+    size_t n = (size_t)tc->N;
+    int decay = !!(tc->flags & CASE_DECAY);
+    float *p = hrand(n, 0.05f), *m = hrand(n, 1e-3f), *v = hrand(n, 1e-6f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]); /* a second moment is >= 0 */
+    float *p_d = up(p, n), *m_d = up(m, n), *v_d = up(v, n);
+    AdamWConfig cfg = {.lr = 0, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (int t = 1; t <= 3; t++) {
+        float* g = hrand(n, t == 2 ? 1e-4f : 2.0f); /* small and large gradients */
+        float* g_d = up(g, n);
+        cfg.lr = 1e-3f * (float)t;
+        backend_cpu.adamw_update(p, g, m, v, n, &cfg, t, decay);
+        cu->adamw_update(p_d, g_d, m_d, v_d, n, &cfg, t, decay);
+        free(g);
+        cu->free(g_d);
+    }
+    cmp("param", p_d, p, n, TOL_ADAMW);
+    cmp("m", m_d, m, n, TOL_ADAMW);
+    cmp("v", v_d, v, n, TOL_ADAMW);
+    free(p), free(m), free(v);
+    cu->free(p_d), cu->free(m_d), cu->free(v_d);
+}
+
 /* Bad data met inside a kernel: the run must die at the next synchronize with the CPU backend's
  * message (naming the row and the value), not run on with garbage. Returns only if nothing was
  * reported (then the caller fails). */
@@ -491,6 +574,9 @@ int main(int argc, char** argv) {
         case OP_EMBEDDING: run_embedding(tc); break;
         case OP_CE: run_ce(tc); break;
         case OP_ATTENTION: run_attention(tc); break;
+        case OP_SUMSQ: run_sumsq(tc); break;
+        case OP_SCALE: run_scale(tc); break;
+        case OP_ADAMW: run_adamw(tc); break;
         }
     }
     cu->synchronize();

@@ -1,7 +1,8 @@
-/* test_engine.c — the engine's non-op pieces: Philox KAT, init_normal, lr_schedule, sum_squares, the
+/* test_engine.c — the engine's non-op pieces: Philox KAT, init_normal, lr_schedule, the step-end ops
+ * (sum_squares, scale, adamw_update), the
  * parameter table, backend selection, AdamW against a file written by PyTorch, user-error messages.
  *
- * Usage: test_engine philox | init | lr | params | sumsq | expf
+ * Usage: test_engine philox | init | lr | params | sumsq | step_end | expf
  *        test_engine backend NAME            (prints the backend's name or dies with its message)
  *        test_engine adamw FILE              (FILE from tests/adamw_ref.py; exit 1 on mismatch)
  *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/init_ref.py)
@@ -126,25 +127,146 @@ static void test_lr(void) {
     printf("lr: %zu values checked\n", sizeof c / sizeof c[0]);
 }
 
-static void test_sumsq(void) {
-    size_t n = 300001; /* odd, and large enough for the parallel path */
-    float* x = malloc(n * sizeof(float));
-    double want = 0;
-    for (size_t i = 0; i < n; i++) {
-        x[i] = (float)((int)(i % 1000) - 500) * 1e-3f;
-        want += (double)x[i] * x[i];
+/* The step end's code as it was before it became Backend ops (runtime/trainer.c's
+ * trainer_sum_squares, engine/adamw.c's sum_squares and adamw_update at commit 37c5657), kept here
+ * verbatim as the bitwise reference: bit-exact resume and the recorded loss trajectories depend on
+ * the CPU backend giving exactly these bits. */
+static double legacy_sum_squares_64(const float* x, size_t n) {
+    enum { CHUNKS = 64 };
+    double part[CHUNKS];
+#pragma omp parallel for if (n > 65536)
+    for (int c = 0; c < CHUNKS; c++) {
+        size_t i0 = n * c / CHUNKS, i1 = n * (c + 1) / CHUNKS;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[c] = s;
     }
-    double got = sum_squares(x, n);
-    /* double accumulation in any order: relative error ~ n * 1.1e-16 = 3e-11 */
-    CHECK(fabs(got - want) <= 1e-10 * want, "sum_squares %.17g want %.17g", got, want);
-    /* fixed chunks: the same bits whatever the thread count (the global grad norm must not depend on it) */
-    cpu_set_num_threads(1);
-    double got1 = sum_squares(x, n);
-    cpu_set_num_threads(2);
-    double got2 = sum_squares(x, n);
-    CHECK(got1 == got2 && got2 == got, "sum_squares differs with the thread count: %.17g %.17g", got1, got2);
-    printf("sumsq: %.10g\n", got);
-    free(x);
+    double s = 0.0;
+    for (int c = 0; c < CHUNKS; c++) s += part[c];
+    return s;
+}
+#define LEGACY_SSQ_CHUNK 65536
+static double legacy_trainer_sum_squares(const float* x, size_t n) {
+    size_t nc = (n + LEGACY_SSQ_CHUNK - 1) / LEGACY_SSQ_CHUNK;
+    if (nc <= 1) return legacy_sum_squares_64(x, n);
+    double* part = mallocCheck(nc * sizeof(double));
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < nc; c++) {
+        size_t b = c * LEGACY_SSQ_CHUNK, e = b + LEGACY_SSQ_CHUNK < n ? b + LEGACY_SSQ_CHUNK : n;
+        double s = 0.0;
+        for (size_t i = b; i < e; i++) s += (double)x[i] * x[i];
+        part[c] = s;
+    }
+    double s = 0.0;
+    for (size_t c = 0; c < nc; c++) s += part[c];
+    free(part);
+    return s;
+}
+static void legacy_adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg,
+                                int t, int decay) {
+    double bc1 = 1.0 - pow(cfg->beta1, t);
+    double bc2 = 1.0 - pow(cfg->beta2, t);
+    float step_size = (float)(cfg->lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    float keep = decay ? (float)(1.0 - (double)cfg->lr * cfg->weight_decay) : 1.0f;
+    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+    float one_minus_b1 = (float)(1.0 - (double)b1), one_minus_b2 = (float)(1.0 - (double)b2);
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float mi = b1 * m[i] + one_minus_b1 * g;
+        float vi = b2 * v[i] + one_minus_b2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = param[i] * keep - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
+/* deterministic values of mixed sign and magnitudes 10^-6 .. 10 (as gradients have) */
+static float test_value(size_t i, uint64_t salt) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull ^ salt;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    double mag = pow(10.0, -6.0 + 7.0 * (double)((z >> 3) % 1000) / 1000.0);
+    return (float)((u < 0.5 ? -1.0 : 1.0) * mag * (0.5 + u));
+}
+
+static void test_sumsq(void) {
+    CHECK(backend_cpu.sum_squares == sum_squares, "backend_cpu.sum_squares is not engine/adamw.c's sum_squares");
+    /* empty, fewer values than the 64 small chunks, the 64Ki boundary, odd sizes in several chunks */
+    const size_t sizes[] = {0, 1, 63, 64, 100, 65535, 65536, 65537, 300001, 3 * 65536};
+    double worst = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        float* x = malloc((n ? n : 1) * sizeof(float));
+        long double exact = 0;
+        for (size_t i = 0; i < n; i++) {
+            x[i] = test_value(i, n);
+            exact += (long double)x[i] * x[i];
+        }
+        cpu_set_num_threads(1);
+        double got1 = backend_cpu.sum_squares(x, n);
+        double legacy1 = legacy_trainer_sum_squares(x, n);
+        cpu_set_num_threads(2);
+        double got2 = backend_cpu.sum_squares(x, n);
+        double legacy2 = legacy_trainer_sum_squares(x, n);
+        /* n positive terms added in double in any order: within (n - 1) * 2^-53 of the exact sum
+         * (the long double sum: 11 more bits, exact enough to judge by) */
+        double err = exact > 0 ? fabs((double)((long double)got1 - exact) / (double)exact) : fabs(got1);
+        double bound = n > 1 ? (double)(n - 1) * 0x1p-53 : 0.0;
+        worst = fmax(worst, err);
+        CHECK(err <= bound, "sum_squares n=%zu relative error %.3e above %.3e", n, err, bound);
+        /* fixed chunks: the same bits whatever the thread count (the global grad norm must not depend on it) */
+        CHECK(got1 == got2, "sum_squares n=%zu differs with the thread count: %a %a", n, got1, got2);
+        /* and exactly the trainer's bits from before the Backend op */
+        CHECK(got1 == legacy1 && legacy1 == legacy2, "sum_squares n=%zu: %a, the trainer's was %a", n, got1, legacy1);
+        free(x);
+    }
+    printf("sumsq: %zu sizes, worst relative error %.2e, thread-count invariant, the trainer's bits\n",
+           sizeof sizes / sizeof sizes[0], worst);
+}
+
+/* backend_cpu.scale and .adamw_update (the trainer's clipping and optimiser step) against the code
+ * they replaced, bit for bit, at 1 and 2 threads; n large enough for the parallel path. */
+static void test_step_end(void) {
+    CHECK(backend_cpu.adamw_update == adamw_update, "backend_cpu.adamw_update is not engine/adamw.c's adamw_update");
+    const size_t sizes[] = {1, 37, 300001};
+    int compared = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        cpu_set_num_threads(threads);
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            size_t n = sizes[k];
+            float *x = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) x[i] = test_value(i, 7), want[i] = x[i] * 0.3183099f;
+            backend_cpu.scale(x, 0.3183099f, n);
+            CHECK(memcmp(x, want, n * sizeof(float)) == 0, "scale n=%zu threads=%d differs from x * s", n, threads);
+            free(x), free(want);
+            for (int decay = 0; decay <= 1; decay++) {
+                float *p[2], *m[2], *v[2];
+                float* g = malloc(n * sizeof(float));
+                for (int q = 0; q < 2; q++) {
+                    p[q] = malloc(n * sizeof(float)), m[q] = calloc(n, sizeof(float)), v[q] = calloc(n, sizeof(float));
+                    for (size_t i = 0; i < n; i++) p[q][i] = 0.05f * test_value(i, 11);
+                }
+                AdamWConfig cfg = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+                for (int t = 1; t <= 5; t++) {
+                    cfg.lr = 3e-3f * (float)t / 5.0f; /* a schedule: the scalars change every step */
+                    for (size_t i = 0; i < n; i++) g[i] = test_value(i, 100 + (uint64_t)t);
+                    backend_cpu.adamw_update(p[0], g, m[0], v[0], n, &cfg, t, decay);
+                    legacy_adamw_update(p[1], g, m[1], v[1], n, &cfg, t, decay);
+                    int same = !memcmp(p[0], p[1], n * sizeof(float)) && !memcmp(m[0], m[1], n * sizeof(float)) &&
+                               !memcmp(v[0], v[1], n * sizeof(float));
+                    CHECK(same, "adamw n=%zu decay=%d t=%d threads=%d differs from engine/adamw.c's code", n, decay, t,
+                          threads);
+                    compared++;
+                }
+                for (int q = 0; q < 2; q++) free(p[q]), free(m[q]), free(v[q]);
+                free(g);
+            }
+        }
+    }
+    printf("step_end: scale and %d AdamW steps bitwise equal to the code they replaced\n", compared);
 }
 
 static void test_params(void) {
@@ -273,6 +395,7 @@ int main(int argc, char** argv) {
     else if (strcmp(what, "init") == 0) test_init();
     else if (strcmp(what, "lr") == 0) test_lr();
     else if (strcmp(what, "sumsq") == 0) test_sumsq();
+    else if (strcmp(what, "step_end") == 0) test_step_end();
     else if (strcmp(what, "expf") == 0) test_expf();
     else if (strcmp(what, "params") == 0) test_params();
     else if (strcmp(what, "adamw") == 0 && argc == 3) test_adamw(argv[2]);

@@ -18,7 +18,9 @@
  * then travel through host staging buffers. Built against the emulated CUDA runtime (tests/cuda_emu)
  * this runs here; against the real one it needs a device (exit 77 = skipped otherwise). CUDA kernels
  * are not the CPU's, so gradients are compared within 1e-5 of each tensor's largest gradient (the
- * model_gpu test's bound) instead of the reordering bound, and the training phase is left out.
+ * model_gpu test's bound) instead of the reordering bound, and the training phase (several optimiser
+ * steps, the step end on the device through Backend.sum_squares / scale / adamw_update) runs one
+ * schedule with the losses within 1e-5.
  *
  * Usage: test_pipeline [chunks] [cuda]   (chunks = 2 exercises interleaved-1f1b; M is a multiple of P) */
 #include <math.h>
@@ -38,9 +40,10 @@
 #define TRAIN_STEPS 3
 #define CLIP_NORM 0.5 /* small enough that clipping engages on some steps of this tiny model */
 
+/* The step end on each stage's own backend, as the trainer does (runtime/trainer.c). */
 static double stages_sum_squares(Stage** st, int n) {
     double s = 0;
-    for (int c = 0; c < n; c++) s += sum_squares(st[c]->params.grad, st[c]->params.total);
+    for (int c = 0; c < n; c++) s += st[c]->be->sum_squares(st[c]->params.grad, st[c]->params.total);
     return s;
 }
 
@@ -50,12 +53,13 @@ static void optimizer_step(Stage** st, int n, double global_sq, int t, float lr)
     float clip = norm > CLIP_NORM ? (float)(CLIP_NORM / (norm + 1e-6)) : 1.0f;
     AdamWConfig ac = {lr, 0.9f, 0.95f, 1e-8f, 0.1f};
     for (int c = 0; c < n; c++) {
+        const Backend* be = st[c]->be;
         ParamTable* pt = &st[c]->params;
-        for (size_t i = 0; i < pt->total; i++) pt->grad[i] *= clip;
+        if (clip < 1.0f) be->scale(pt->grad, clip, pt->total);
         for (int i = 0; i < pt->n; i++) {
             const ParamSpec* sp = &pt->specs[i];
-            adamw_update(pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
-                         sp->numel, &ac, t, sp->decay);
+            be->adamw_update(pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
+                             sp->numel, &ac, t, sp->decay);
         }
     }
 }
@@ -71,9 +75,11 @@ static void step_batch(Microbatch* mbs, int M, int step, const SynthConfig* sc, 
 }
 
 /* Returns the number of failures (same on every rank). */
+/* pbe: the pipeline stages' backend (the reference is on the CPU). */
 static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int M, int P, int rank, int chunks,
-                             PpHint hint, PpMode mode, const char* cap_text) {
+                             PpHint hint, PpMode mode, const char* cap_text, const Backend* pbe) {
     const Backend* be = &backend_cpu;
+    int on_cuda = pbe != &backend_cpu;
     char err[512];
     Microbatch* mbs = callocCheck((size_t)M, sizeof *mbs);
     int max_T = 0, max_Np = 0, sup = 0;
@@ -111,7 +117,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     Stage** sp = callocCheck((size_t)chunks, sizeof *sp);
     for (int c = 0; c < chunks; c++) {
         int v = c * P + rank;
-        stage_init(&stages[c], cfg, l0s[v], l0s[v] + layers[v], be);
+        stage_init(&stages[c], cfg, l0s[v], l0s[v] + layers[v], pbe);
         params_alloc_optimizer(&stages[c].params);
         sp[c] = &stages[c];
     }
@@ -122,7 +128,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     Pipeline* pl = pipeline_create(&pc, sp, MPI_COMM_WORLD, err, sizeof err);
     if (!pl) rr_die("pipeline_create: %s", err);
     int bad = 0;
-    double worst_loss = 0, worst_param = 0;
+    double worst_loss = 0, worst_param = 0, sum_param = 0, n_param = 0;
     for (int k = 0; k < TRAIN_STEPS; k++) {
         step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
         for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
@@ -136,25 +142,47 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         double d = fabs(loss - ref_loss[k]) / fabs(ref_loss[k]);
         worst_loss = fmax(worst_loss, d);
         /* Losses: the forward is bitwise the reference's while the parameters agree, and after an
-         * update they differ by at most the round-off bound below, so 1e-6 relative. */
-        if (d > 1e-6) bad++;
+         * update they differ by at most the round-off bound below, so 1e-6 relative. On CUDA the
+         * kernels are not the CPU's: the one-step bound above, 1e-5. */
+        if (d > (on_cuda ? 1e-5 : 1e-6)) bad++;
         for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
     }
     /* Parameters after TRAIN_STEPS updates. Gradients agree to fp32 reordering round-off; the global
      * norm is a sum of per-rank partial sums (another double summation order: ~1e-16 relative); AdamW
      * normalises the update, so a relative gradient error e moves a parameter by about lr * e per
      * step. Bound: 1e-6 absolute = lr (1e-2) x 1e-4, far above fp32 reorder effects (~1e-7 relative)
-     * and far below one update (~1e-2). */
+     * and far below one update (~1e-2).
+     * On CUDA the gradients agree only within 1e-5 of each tensor's largest, so an element whose own
+     * gradient is near that level (|g| ~ 1e-7 .. 1e-5 of the tensor's largest) has a large relative
+     * error, and AdamW, which normalises every element's update to about lr, turns it into a move of
+     * up to ~lr per step: the largest difference is reported, not bounded (seen: 2.5e-5 = lr x 2.5e-3).
+     * An element with gradient g and error delta moves about lr x min(1, delta / |g|) off per step;
+     * with delta = 1e-5 of the tensor's largest gradient G and gradients spread evenly over [0, G]
+     * (the worst plausible case), the mean over elements is lr x 1e-5 x (1 + ln 1e5) ~ lr x 1.3e-4.
+     * So the MEAN |difference| must stay below TRAIN_STEPS x lr x 2e-4 = 6e-6 (seen: 8e-8). A device
+     * AdamW without weight decay gives a mean of 4.7e-5 here (tried by hand), and its losses would
+     * still pass. */
     for (int c = 0; c < chunks; c++) {
         ParamTable* pt = &stages[c].params;
+        float* host = mallocCheck(pt->total * sizeof(float)); /* the stage's parameters may be on the device */
+        pbe->copy_d2h(host, pt->data, pt->total * sizeof(float));
         for (int i = 0; i < pt->n; i++) {
             int j = params_find(&ref.params, pt->specs[i].name);
-            const float* a = params_data(pt, i);
+            const float* a = host + pt->specs[i].offset;
             const float* b = params_data(&ref.params, j);
-            for (size_t e = 0; e < pt->specs[i].numel; e++) worst_param = fmax(worst_param, fabs((double)a[e] - b[e]));
+            for (size_t e = 0; e < pt->specs[i].numel; e++) {
+                double diff = fabs((double)a[e] - b[e]);
+                worst_param = fmax(worst_param, diff);
+                sum_param += diff;
+            }
+            n_param += (double)pt->specs[i].numel;
         }
+        free(host);
     }
-    if (worst_param > 1e-6) bad++;
+    double sums[2] = {sum_param, n_param}, all_sums[2];
+    MPI_Allreduce(sums, all_sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double mean_param = all_sums[0] / all_sums[1];
+    if (on_cuda ? mean_param > TRAIN_STEPS * 1e-2 * 2e-4 : worst_param > 1e-6) bad++;
     int all_bad = 0;
     double wl = 0, wp = 0;
     MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -165,7 +193,8 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
                cap_text ? cap_text : "P-r");
     if (rank == 0) {
         for (int k = 0; k < TRAIN_STEPS; k++) printf(" %.6f", ref_loss[k]);
-        printf(" | max loss rel diff %.2g, max param diff %.2g %s\n", wl, wp, all_bad ? "FAIL" : "ok");
+        printf(" | max loss rel diff %.2g, max param diff %.2g (mean %.2g) %s\n", wl, wp, mean_param,
+               all_bad ? "FAIL" : "ok");
     }
     pipeline_free(pl);
     for (int c = 0; c < chunks; c++) stage_free(&stages[c]);
@@ -332,16 +361,18 @@ int main(int argc, char** argv) {
     }
     /* Several optimiser steps: the same loss curve and parameters as one process. */
     if (on_cuda) {
-        /* CUDA vs CPU kernels: one step compared above; the optimiser is the same host code */
+        /* the step end (norm, clipping, AdamW) on the device: one schedule (the emulation is slow) */
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, chunks > 1 ? PP_HINT_INTERLEAVED : PP_HINT_1F1B,
+                                      PP_MODE_READY, NULL, pbe);
     } else if (chunks > 1) {
-        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_READY, NULL);
-        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_FIXED_SYNC, NULL);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_READY, NULL, pbe);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_FIXED_SYNC, NULL, pbe);
     } else {
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, NULL);
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL);
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x");
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, NULL, pbe);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL, pbe);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x", pbe);
     }
-    runs += on_cuda ? 0 : chunks > 1 ? 2 : 3;
+    runs += on_cuda ? 1 : chunks > 1 ? 2 : 3;
     double worst = 0;
     MPI_Allreduce(&worst_rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)

@@ -48,4 +48,7 @@ const Backend backend_cpu = {
     .crossentropy_backward = cpu_crossentropy_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
+    .sum_squares = sum_squares,
+    .scale = cpu_scale,
+    .adamw_update = adamw_update,
 };

@@ -40,6 +40,10 @@ void cpu_swiglu_backward(float* dgate, float* dup, const float* dout, const floa
 /* add.c */
 void cpu_add_forward(float* out, const float* a, const float* b, size_t n);
 
+/* scale.c (the step end's other two ops, adamw_update and sum_squares, are engine/adamw.c's, declared
+ * in engine/engine.h) */
+void cpu_scale(float* x, float s, size_t n);
+
 /* rope.c */
 void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld);
 void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld);

@@ -130,10 +130,13 @@ static const Backend backend_cuda = {
     cuda_crossentropy_backward,
     cuda_attention_forward,
     cuda_attention_backward,
+    cuda_sum_squares,
+    cuda_scale,
+    cuda_adamw_update,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them.
-static_assert(sizeof(Backend) == 29 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+static_assert(sizeof(Backend) == 32 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include "engine/engine.h"
+
 // linear.cu (cuBLAS, through engine/gemm_desc.h)
 void cuda_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
 void cuda_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -49,3 +51,9 @@ void cuda_attention_forward(float* out, float* lse, const float* q, const float*
 void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                              const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                              int H, int d, int ld_qkv, int causal);
+
+// optim.cu (the step end)
+double cuda_sum_squares(const float* x, size_t n);
+void cuda_scale(float* x, float s, size_t n);
+void cuda_adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+                       int decay);

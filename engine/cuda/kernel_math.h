@@ -9,7 +9,7 @@
  * of the CUDA runtime (tests/cuda_emu, test_cuda_ops_emu), and on a device by test_cuda_ops (label
  * `gpu`).
  *
- * Only expf / sqrtf / logf / pow / cos / sin libm calls appear: they exist on both sides
+ * Only expf / sqrtf / logf / pow / sqrt / cos / sin libm calls appear: they exist on both sides
  * with the same meaning (nvcc must not be given --use_fast_math, which would swap in __expf).
  * RoPE angles are computed in double on both sides, like engine/cpu/rope.c: t * freq reaches
  * thousands of radians and float would lose ~1e-4 rad there. */
@@ -17,6 +17,7 @@
 #define RRFP_KERNEL_MATH_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -183,5 +184,70 @@ RR_HD static inline uint16_t rr_f32_to_bf16(float x) {
     return (uint16_t)(u >> 16);
 }
 RR_HD static inline float rr_bf16_to_f32(uint16_t h) { return rr_bits_f32((uint32_t)h << 16); }
+
+/* ------------------------------------------------------------------------------------------------
+ * The step end: sum of squares (the global gradient norm) and AdamW.
+ *
+ * Sum of squares of n floats in double: x is cut into fixed chunks (64Ki values each; when
+ * n <= 64Ki, 64 chunks with boundaries n c / 64, the layout the CPU has always used for small
+ * tensors), each chunk is summed (the CPU in index order, the GPU in a fixed tree), and the chunk
+ * sums are added in chunk order. A float squared is exact in double (48 significant bits), so an
+ * FMA contraction of `acc + x * x` changes nothing. */
+
+#define RR_SUMSQ_CHUNK ((size_t)65536)
+#define RR_SUMSQ_SMALL_CHUNKS ((size_t)64)
+
+RR_HD static inline size_t rr_sumsq_chunks(size_t n) {
+    return n <= RR_SUMSQ_CHUNK ? RR_SUMSQ_SMALL_CHUNKS : (n + RR_SUMSQ_CHUNK - 1) / RR_SUMSQ_CHUNK;
+}
+/* Chunk c of rr_sumsq_chunks(n): values [*i0, *i1) (may be empty when n < 64). */
+RR_HD static inline void rr_sumsq_chunk_range(size_t n, size_t c, size_t* i0, size_t* i1) {
+    if (n <= RR_SUMSQ_CHUNK) {
+        *i0 = n * c / RR_SUMSQ_SMALL_CHUNKS;
+        *i1 = n * (c + 1) / RR_SUMSQ_SMALL_CHUNKS;
+    } else {
+        *i0 = c * RR_SUMSQ_CHUNK;
+        *i1 = *i0 + RR_SUMSQ_CHUNK < n ? *i0 + RR_SUMSQ_CHUNK : n;
+    }
+}
+RR_HD static inline double rr_sumsq_term(float x) { return (double)x * x; }
+/* The chunk sums added in chunk order. */
+RR_HD static inline double rr_sumsq_partials(const double* part, size_t nc) {
+    double s = 0.0;
+    for (size_t c = 0; c < nc; c++) s += part[c];
+    return s;
+}
+
+/* AdamW (torch.optim.AdamW, single-tensor path; the formula is in engine/adamw.c's header). The
+ * step's scalars are computed once, in double as PyTorch does with Python floats, then rounded: */
+typedef struct {
+    float step_size;      /* lr / (1 - beta1^t) */
+    float bc2_sqrt;       /* sqrt(1 - beta2^t) */
+    float keep;           /* 1 - lr * wd with decay, else 1 */
+    float beta1, beta2, eps;
+    float one_minus_beta1, one_minus_beta2; /* 1 - beta in double, then rounded */
+} RrAdamwStep;
+
+RR_HD static inline RrAdamwStep rr_adamw_step(float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                                              int decay) {
+    RrAdamwStep c;
+    double bc1 = 1.0 - pow(beta1, t);
+    double bc2 = 1.0 - pow(beta2, t);
+    c.step_size = (float)(lr / bc1);
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.keep = decay ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
+    c.beta1 = beta1, c.beta2 = beta2, c.eps = eps;
+    c.one_minus_beta1 = (float)(1.0 - (double)beta1);
+    c.one_minus_beta2 = (float)(1.0 - (double)beta2);
+    return c;
+}
+/* One element: m, v from the gradient g, then the parameter. In f32, PyTorch's order of operations. */
+RR_HD static inline void rr_adamw_element(float* p, float* m, float* v, float g, const RrAdamwStep* c) {
+    float mi = c->beta1 * *m + c->one_minus_beta1 * g;
+    float vi = c->beta2 * *v + c->one_minus_beta2 * g * g;
+    *m = mi;
+    *v = vi;
+    *p = *p * c->keep - c->step_size * mi / (sqrtf(vi) / c->bc2_sqrt + c->eps);
+}
 
 #endif

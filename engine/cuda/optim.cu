@@ -1,0 +1,105 @@
+// optim.cu — the step end on CUDA: sum of squares (the global gradient norm), scaling (clipping) and
+// AdamW, so that the trainer never reads or writes parameters, gradients or moments from the host.
+// The per-element math and the chunk layout are kernel_math.h's (rr_adamw_*, rr_sumsq_*), shared
+// with the CPU backend (engine/adamw.c).
+//
+// sum_squares is deterministic: one block per chunk of rr_sumsq_chunk_range; thread j of the block
+// adds the chunk's values j, j + 256, j + 512, ... in that order (in double), the 256 thread sums are
+// combined in a fixed pairwise tree in shared memory, and one thread adds the chunk sums in chunk
+// order. No atomics: the bits depend only on the values and n, never on scheduling. They are not the
+// CPU's bits (the CPU sums a chunk in index order); the two agree to double round-off.
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+
+#define SUMSQ_BLOCK 256 // a power of two (the tree halves it)
+#define OPTIM_BLOCK 256
+
+// ---- sum of squares ------------------------------------------------------------------------------
+
+// part[c] = sum of squares of chunk c (blockIdx.x)
+static __global__ void sum_squares_chunk_kernel(double* part, const float* x, size_t n) {
+    __shared__ double s[SUMSQ_BLOCK];
+    size_t i0, i1;
+    rr_sumsq_chunk_range(n, blockIdx.x, &i0, &i1);
+    double acc = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_BLOCK) acc += rr_sumsq_term(x[i]);
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    for (int k = SUMSQ_BLOCK / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = s[0];
+}
+
+// *total = the nc chunk sums added in chunk order (one thread: the order is the contract)
+static __global__ void sum_squares_total_kernel(double* total, const double* part, size_t nc) {
+    if (threadIdx.x == 0) *total = rr_sumsq_partials(part, nc);
+}
+
+// Device scratch for the chunk sums and the total, kept between calls (grown when a bigger n comes):
+// the trainer calls this every step, and cudaMalloc / cudaFree would synchronise the device each time.
+static double* sumsq_scratch;
+static size_t sumsq_scratch_n;
+
+static double* sum_squares_scratch(size_t need) {
+    if (need > sumsq_scratch_n) {
+        if (sumsq_scratch) cudaCheck(cudaFree(sumsq_scratch));
+        cudaCheck(cudaMalloc(&sumsq_scratch, need * sizeof(double)));
+        sumsq_scratch_n = need;
+    }
+    return sumsq_scratch;
+}
+
+static void sum_squares_cuda(double* total, double* part, const float* x, size_t n, size_t nc, cudaStream_t stream) {
+    sum_squares_chunk_kernel<<<(unsigned)nc, SUMSQ_BLOCK, 0, stream>>>(part, x, n);
+    cudaCheck(cudaGetLastError());
+    sum_squares_total_kernel<<<1, 32, 0, stream>>>(total, part, nc);
+    cudaCheck(cudaGetLastError());
+}
+
+double cuda_sum_squares(const float* x, size_t n) {
+    if (n == 0) return 0.0;
+    size_t nc = rr_sumsq_chunks(n);
+    RR_ASSERT(nc <= 0x7fffffffu); // grid.x (2^31 - 1 chunks of 64Ki values: 1.4e14 values)
+    double* part = sum_squares_scratch(nc + 1);
+    sum_squares_cuda(part + nc, part, x, n, nc, cuda_ctx.stream);
+    double total = 0.0;
+    cudaCheck(cudaMemcpyAsync(&total, part + nc, sizeof total, cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_check_device_errors(); // synchronises: total is complete on return
+    return total;
+}
+
+// ---- scale ---------------------------------------------------------------------------------------
+
+static __global__ void scale_kernel(float* x, float s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+static void scale_cuda(float* x, float s, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    scale_kernel<<<ceil_div_z(n, OPTIM_BLOCK), OPTIM_BLOCK, 0, stream>>>(x, s, n);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_scale(float* x, float s, size_t n) { scale_cuda(x, s, n, cuda_ctx.stream); }
+
+// ---- AdamW ---------------------------------------------------------------------------------------
+
+// The step's scalars (rr_adamw_step) are computed once on the host, in double as on the CPU, and
+// passed by value; each thread updates one element.
+static __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, size_t n, RrAdamwStep c) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) rr_adamw_element(&param[i], &m[i], &v[i], grad[i], &c);
+}
+static void adamw_cuda(float* param, const float* grad, float* m, float* v, size_t n, RrAdamwStep c,
+                       cudaStream_t stream) {
+    if (n == 0) return;
+    adamw_kernel<<<ceil_div_z(n, OPTIM_BLOCK), OPTIM_BLOCK, 0, stream>>>(param, grad, m, v, n, c);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+                       int decay) {
+    RR_ASSERT(t >= 1);
+    RrAdamwStep c = rr_adamw_step(cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t, decay);
+    adamw_cuda(param, grad, m, v, n, c, cuda_ctx.stream);
+}
