@@ -2,6 +2,8 @@
 # demo.sh — `make demo`: demo data -> tokenizer -> shards -> train recipes/llava.ini -> held-out QA.
 #
 #   scripts/demo.sh [RRFP_MM]        (default build/rrfp-mm; writes demo/ and run/llava/)
+#   DEMO_STEPS=N (train steps, default the recipe's 200), DEMO_WARMUP=W (default N/10),
+#   DEMO_HELDOUT=K (held-out questions, default 1200: 200 per question type)
 #
 # Prints the training log (the loss falls), then the held-out accuracy against chance. Everything
 # it makes is under demo/ and run/llava/; a second run reuses demo/ when it is complete.
@@ -11,14 +13,15 @@ set -euo pipefail
 EXE=${1:-build/rrfp-mm}
 cd "$(dirname "$0")/.."
 STEPS=${DEMO_STEPS:-}
+HELDOUT=${DEMO_HELDOUT:-1200}
 has() { "$EXE" --help 2>/dev/null | grep -qE "^  $1 "; }
 
 if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
-  if [ ! -f demo/.complete ]; then
+  if [ "$(cat demo/.complete 2>/dev/null)" != "heldout $HELDOUT" ]; then
     rm -rf demo
     mkdir -p demo
     echo "== demo data"
-    "$EXE" demo-data --out demo/data
+    "$EXE" demo-data --out demo/data --heldout "$HELDOUT"
     echo "== tokenizer (byte-level BPE trained on the demo manifest)"
     # the demo's text has few distinct words: its byte-level BPE runs out of pairs near 450 tokens
     "$EXE" tokenizer train --vocab 448 --manifest demo/data/train.json --out demo/tokenizer.json --quiet
@@ -27,7 +30,7 @@ if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
       --out demo/shards
     "$EXE" pack --manifest demo/data/heldout.json --images demo/data/images --tokenizer demo/tokenizer.json \
       --out demo/eval-shards
-    touch demo/.complete
+    echo "heldout $HELDOUT" >demo/.complete
   fi
   RECIPE=recipes/llava.ini
   SETS=()
@@ -40,13 +43,13 @@ else
   STEPS=
   MODE=synthetic
 fi
-[ -n "$STEPS" ] && SETS+=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS / 10)))
+[ -n "$STEPS" ] && SETS+=(--set train.steps="$STEPS" --set optim.warmup="${DEMO_WARMUP:-$((STEPS / 10))}")
 
 echo "== train $RECIPE"
 rm -rf run/llava
 "$EXE" train "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava
 echo "== held-out questions"
-"$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava --checkpoint latest --samples 1000 \
+"$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava --checkpoint latest --samples "$HELDOUT" \
   --predictions run/llava/predictions.jsonl
 /usr/bin/python3 - run/llava/metrics.jsonl demo/data/eval.jsonl run/llava/predictions.jsonl "$MODE" <<'EOF'
 import collections, json, os, sys
