@@ -393,12 +393,6 @@ int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
     while ((e = readdir(d))) {
         long long s;
         char tail;
-        if (!strncmp(e->d_name, ".pruned-", 8)) { /* left by a run killed while pruning */
-            char left[4200];
-            snprintf(left, sizeof left, "%s/%s", root, e->d_name);
-            ck_rm_rf(left);
-            continue;
-        }
         if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
         snprintf(p, sizeof p, "%s/%s/state.json", root, e->d_name);
         if (access(p, R_OK) != 0) continue;
