@@ -20,9 +20,11 @@
 
 #include "data/synth.h"
 #include "engine/engine.h"
-#include "runtime/model.h"
-#include "runtime/partition.h"
-#include "runtime/pipeline.h"
+#include "runtime/model/model.h"
+#include "runtime/model/partition.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/comm.h"
+#include "runtime/pipeline/pipeline.h"
 
 typedef struct {
     const char* mode;
@@ -43,6 +45,12 @@ static int cmp_double(const void* a, const void* b) {
 
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
+    char werr[256];
+    Comm* world = comm_mpi_world(werr, sizeof werr);
+    if (!world) {
+        fprintf(stderr, "%s\n", werr);
+        return 1;
+    }
     int rank, P;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
@@ -109,7 +117,7 @@ int main(int argc, char** argv) {
         pp_mode_parse(configs[c].mode, &pcfg.mode);
         pp_hint_parse(configs[c].hint, &pcfg.hint);
         if (configs[c].cap[0] && pp_cap_parse(configs[c].cap, &pcfg.cap, err, sizeof err) != 0) rr_die("%s", err);
-        pls[c] = pipeline_create(&pcfg, &sp, MPI_COMM_WORLD, err, sizeof err);
+        pls[c] = pipeline_create(&pcfg, &sp, world, M, err, sizeof err);
         if (!pls[c]) rr_die("%s", err);
     }
     if (repeats > 16) repeats = 16;
@@ -130,7 +138,10 @@ int main(int argc, char** argv) {
                 if (!tr) rr_die("cannot open trace '%s'", path);
                 pp_trace_rank(tr, rank);
             }
-            pipeline_step(pls[c], mbs, M, 1.0f / (float)sup, tr, rep, &st);
+            if (pipeline_step(pls[c], mbs, M, 1.0f / (float)sup, tr, rep, NULL, &st, err, sizeof err) != 0) {
+                fprintf(stderr, "bench_pipeline: %s\n", err);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
             double wall = MPI_Wtime() - t0, max_wall = 0, busy = 0;
             if (tr && pp_trace_close(tr, err, sizeof err) != 0) rr_die("trace: %s", err);
             MPI_Allreduce(&wall, &max_wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -156,7 +167,7 @@ int main(int argc, char** argv) {
     }
     for (int c = 0; c < N_CONFIGS; c++) pipeline_free(pls[c]);
     stage_free(&stage);
-    for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+    for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
     free(mbs);
     MPI_Finalize();
     return 0;

@@ -3,6 +3,8 @@
  * it is text and drawn supervised, -100 otherwise (and always at a sample's last position). */
 #include "data/synth.h"
 
+#include "data/batch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,10 +12,7 @@
 
 static uint64_t next(uint64_t* s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    uint64_t z = *s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return rr_mix64(*s);
 }
 static int uniform(uint64_t* s, int lo, int hi) { return lo + (int)(next(s) % (uint64_t)(hi - lo + 1)); }
 static double unit(uint64_t* s) { return (double)(next(s) >> 11) / 9007199254740992.0; }
@@ -75,18 +74,179 @@ void synth_microbatch(Microbatch* mb, const SynthConfig* c, uint64_t seed, int i
     mb->Np = Np;
 }
 
-void synth_microbatch_free(Microbatch* mb) {
-    free(mb->cu_seqlens);
-    free(mb->ids);
-    free(mb->targets);
-    free(mb->pos);
-    free(mb->img_cu_patches);
-    free(mb->grid_h);
-    free(mb->grid_w);
-    free(mb->img_lm_start);
-    free(mb->patch_row);
-    free(mb->patch_col);
-    free(mb->patches);
-    free(mb->sample_index);
+/* ---- the synthetic colour task (batch_source_synthetic, data/batch.h) ---------------------------- */
+
+#define SYN_COLOURS SYNTH_COLOURS
+#define SYN_TOK_QUESTION SYNTH_TOK_QUESTION
+#define SYN_TOK_ANSWER0 SYNTH_TOK_ANSWER0
+#define SYN_TOK_FILLER0 (SYN_TOK_ANSWER0 + SYN_COLOURS)
+
+typedef struct {
+    SynthSourceConfig c;
+    int V;
+    int heldout;  /* 1: the held-out stream (never seen in training) */
+    int64_t step; /* next step to generate */
+    Microbatch* mbs;
+    int M;
+} SynSource;
+
+static uint64_t syn_mix(uint64_t x) { return rr_mix64(x + 0x9e3779b97f4a7c15ull); }
+
+typedef struct {
+    uint64_t s;
+} SynRng;
+static uint64_t syn_next(SynRng* g) { return g->s = syn_mix(g->s); }
+static int syn_int(SynRng* g, int lo, int hi) { return lo + (int)(syn_next(g) % (uint64_t)(hi - lo + 1)); }
+static float syn_unit(SynRng* g) { return (float)((syn_next(g) >> 40) * (1.0 / 16777216.0)); }
+
+
+/* Colour k's RGB in [-1, 1]: the 8 corners of the cube, scaled so noise does not hide them. */
+static float syn_colour(int k, int ch) { return ((k >> ch) & 1) ? 0.6f : -0.6f; }
+
+/* Generate microbatch m of step `step`: samples until the next one would not fit. */
+static void syn_make_mb(SynSource* ss, int64_t step, int m, Microbatch* mb) {
+    const SynthSourceConfig* r = &ss->c;
+    int p = r->patch, P3 = 3 * p * p, T_max = r->microbatch_tokens;
+    uint64_t stream = ss->heldout ? 0x5eed0fe7a1ull : 0; /* held-out samples: another key */
+    SynRng g = {syn_mix(syn_mix((uint64_t)r->seed ^ stream) ^ syn_mix((uint64_t)step * 1315423911ull + (uint64_t)m))};
+    /* first pass: sample shapes */
+    enum { MAXS = 4096 };
+    int gh[MAXS], gw[MAXS], nf[MAXS], col[MAXS];
+    int S = 0, T = 0, Np = 0;
+    int side_lo = 1, side_hi = 1;
+    while (side_lo * side_lo < r->min_patches) side_lo++;
+    while ((side_hi + 1) * (side_hi + 1) <= r->max_patches) side_hi++;
+    if (side_hi < side_lo) side_hi = side_lo;
+    for (;;) {
+        SynRng g2 = g;
+        int h = syn_int(&g2, side_lo, side_hi), w = syn_int(&g2, side_lo, side_hi);
+        while (h * w > r->max_patches) w--;
+        int f = syn_int(&g2, 1, 6);
+        int k = syn_int(&g2, 0, SYN_COLOURS - 1);
+        int len = h * w + f + 3;
+        if (T + len > T_max || S == MAXS) break;
+        g = g2;
+        gh[S] = h, gw[S] = w, nf[S] = f, col[S] = k;
+        T += len;
+        Np += h * w;
+        S++;
+    }
+    RR_ASSERT(S > 0);
     memset(mb, 0, sizeof *mb);
+    mb->S = S, mb->T = T, mb->I = S, mb->Np = Np, mb->patch = p;
+    mb->cu_seqlens = mallocCheck((size_t)(S + 1) * 4);
+    mb->ids = mallocCheck((size_t)T * 4), mb->targets = mallocCheck((size_t)T * 4), mb->pos = mallocCheck((size_t)T * 4);
+    mb->patches = mallocCheck((size_t)Np * (size_t)P3 * 4);
+    mb->img_cu_patches = mallocCheck((size_t)(S + 1) * 4);
+    mb->grid_h = mallocCheck((size_t)S * 4), mb->grid_w = mallocCheck((size_t)S * 4);
+    mb->patch_row = mallocCheck((size_t)Np * 4), mb->patch_col = mallocCheck((size_t)Np * 4);
+    mb->img_lm_start = mallocCheck((size_t)S * 4);
+    mb->sample_index = mallocCheck((size_t)S * 8);
+    int t = 0, np = 0;
+    mb->cu_seqlens[0] = 0;
+    mb->img_cu_patches[0] = 0;
+    for (int s = 0; s < S; s++) {
+        int n = gh[s] * gw[s], start = t;
+        mb->img_lm_start[s] = t;
+        mb->grid_h[s] = gh[s], mb->grid_w[s] = gw[s];
+        for (int i = 0; i < n; i++, np++) {
+            mb->patch_row[np] = i / gw[s], mb->patch_col[np] = i % gw[s];
+            float* px = mb->patches + (size_t)np * P3;
+            for (int q = 0; q < p * p; q++)
+                for (int ch = 0; ch < 3; ch++) px[q * 3 + ch] = syn_colour(col[s], ch) + 0.8f * (syn_unit(&g) - 0.5f);
+            mb->ids[t++] = -1;
+        }
+        for (int i = 0; i < nf[s]; i++) mb->ids[t++] = syn_int(&g, SYN_TOK_FILLER0, ss->V - 2);
+        mb->ids[t++] = SYN_TOK_QUESTION;
+        mb->ids[t++] = SYN_TOK_ANSWER0 + col[s];
+        mb->ids[t++] = ss->V - 1; /* end of turn */
+        int end = t;
+        for (int u = start; u < end; u++) {
+            mb->pos[u] = u - start;
+            /* supervised: the answer and the end token (the assistant turn) */
+            mb->targets[u] = (u >= end - 3 && u < end - 1) ? mb->ids[u + 1] : -100;
+        }
+        mb->cu_seqlens[s + 1] = t;
+        mb->img_cu_patches[s + 1] = np;
+        mb->sample_index[s] = step * 100000 + m * 1000 + s;
+    }
+    mb->n_supervised = 2 * S;
 }
+
+static int syn_next_plan(BatchSource* src, StepPlan* plan, char* err, size_t err_len) {
+    SynSource* ss = src->self;
+    for (int m = 0; m < ss->M; m++) microbatch_free(&ss->mbs[m]);
+    memset(plan, 0, sizeof *plan);
+    for (int m = 0; m < ss->M; m++) {
+        syn_make_mb(ss, ss->c.fixed_batch && !ss->heldout ? 0 : ss->step, m, &ss->mbs[m]);
+        plan->n_supervised += ss->mbs[m].n_supervised;
+        plan->tokens += ss->mbs[m].T;
+        plan->patches += ss->mbs[m].Np;
+        plan->samples += ss->mbs[m].S;
+    }
+    plan->mbs = ss->mbs;
+    plan->M = ss->M;
+    ss->step++;
+    return 0;
+}
+
+static char* syn_position(BatchSource* src) {
+    SynSource* ss = src->self;
+    char* s = mallocCheck(64);
+    snprintf(s, 64, "{\"synthetic_step\":%lld}", (long long)ss->step);
+    return s;
+}
+
+static int syn_seek(BatchSource* src, const char* json, char* err, size_t err_len) {
+    SynSource* ss = src->self;
+    long long st;
+    if (!json || sscanf(json, "{\"synthetic_step\":%lld}", &st) != 1 || st < 0) {
+        snprintf(err, err_len, "checkpoint loader position '%s' is not a synthetic-source position",
+                 json ? json : "(none)");
+        return -1;
+    }
+    ss->step = st;
+    return 0;
+}
+
+static int64_t syn_skipped(BatchSource* src) {
+    (void)src;
+    return 0;
+}
+
+static void syn_free(BatchSource* src) {
+    SynSource* ss = src->self;
+    for (int m = 0; m < ss->M; m++) microbatch_free(&ss->mbs[m]);
+    free(ss->mbs);
+    free(ss);
+    src->self = NULL;
+}
+
+int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* r, int vocab, char* err, size_t err_len) {
+    if (vocab < 16) {
+        snprintf(err, err_len, "the synthetic source needs a vocabulary of at least 16 (got %d)", vocab);
+        return -1;
+    }
+    int need = 1;
+    while (need * need < r->min_patches) need++;
+    if (need * need + 9 > r->microbatch_tokens) {
+        snprintf(err, err_len, "data.microbatch_tokens %d cannot hold one synthetic sample", r->microbatch_tokens);
+        return -1;
+    }
+    SynSource* ss = callocCheck(1, sizeof *ss);
+    ss->c = *r;
+    ss->heldout = r->heldout;
+    ss->V = vocab;
+    ss->M = r->microbatches;
+    ss->mbs = callocCheck((size_t)ss->M, sizeof(Microbatch));
+    memset(src, 0, sizeof *src);
+    src->self = ss;
+    src->name = "synthetic";
+    src->next = syn_next_plan;
+    src->position = syn_position;
+    src->seek = syn_seek;
+    src->skipped = syn_skipped;
+    src->free = syn_free;
+    return 0;
+}
+

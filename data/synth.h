@@ -20,7 +20,7 @@ typedef struct {
 
 /* Fill *mb (allocating its arrays) with microbatch `index` of stream `seed`. */
 void synth_microbatch(Microbatch* mb, const SynthConfig* c, uint64_t seed, int index);
-/* Free the arrays of a microbatch made by synth_microbatch. */
-void synth_microbatch_free(Microbatch* mb);
+/* Free with microbatch_free (data/microbatch.h). The synthetic colour task of the trainer
+ * (batch_source_synthetic) is in data/batch.h. */
 
 #endif

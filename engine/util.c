@@ -3,6 +3,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
@@ -179,12 +180,29 @@ char* rr_read_file(const char* path, size_t* size) {
     return buf;
 }
 
-uint64_t rr_fnv1a64(const void* data, size_t n) {
+uint64_t rr_fnv1a64_add(uint64_t h, const void* data, size_t n) {
     const unsigned char* p = data;
-    uint64_t h = 14695981039346656037ull; /* FNV-1a 64 offset basis 0xcbf29ce484222325 */
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 1099511628211ull;
     }
     return h;
+}
+
+uint64_t rr_fnv1a64(const void* data, size_t n) { return rr_fnv1a64_add(RR_FNV1A64_INIT, data, n); }
+
+int rr_mkdirs(const char* path) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char* p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
+    return 0;
 }

@@ -56,6 +56,23 @@ char* rr_read_file(const char* path, size_t* size);
 
 /* 64-bit FNV-1a hash of a byte string (used for parameter-name keyed init, tokenizer hashes). */
 uint64_t rr_fnv1a64(const void* data, size_t n);
+/* Incremental FNV-1a 64: h = RR_FNV1A64_INIT, then h = rr_fnv1a64_add(h, ...) over the pieces. */
+#define RR_FNV1A64_INIT 14695981039346656037ull /* offset basis 0xcbf29ce484222325 */
+uint64_t rr_fnv1a64_add(uint64_t h, const void* data, size_t n);
+/* The FNV-1a step for one 64-bit value folded in as one "byte" (h ^ v) * prime, as the eval keys use. */
+static inline uint64_t rr_fnv1a64_word(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
+/* SplitMix64 (Steele, Lea, Flood 2014): rr_mix64 is its output finaliser, rr_splitmix64 one step of
+ * the generator (state += golden gamma, then the finaliser). The one copy every generator uses. */
+static inline uint64_t rr_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline uint64_t rr_splitmix64(uint64_t* state) { return rr_mix64(*state += 0x9E3779B97F4A7C15ull); }
+
+/* mkdir -p: create `path` and its missing parents (mode 0755). Returns 0, or -1 with errno set. */
+int rr_mkdirs(const char* path);
 
 #ifdef __cplusplus
 }

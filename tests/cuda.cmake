@@ -4,12 +4,11 @@
 # labelled `gpu` and exits 77 (skipped) with the reason where there is no device or no CUDA build.
 add_executable(test_gemm_desc tests/test_gemm_desc.c)
 target_link_libraries(test_gemm_desc PRIVATE rrfp_core)
-add_test(NAME cuda_gemm_desc COMMAND test_gemm_desc)
-set_tests_properties(cuda_gemm_desc PROPERTIES PASS_REGULAR_EXPRESSION "gemm_desc: ok")
+add_test(NAME cuda_gemm_desc COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gemm_desc: ok" $<TARGET_FILE:test_gemm_desc>)
+
 add_executable(test_kernel_math tests/test_kernel_math.c)
 target_link_libraries(test_kernel_math PRIVATE rrfp_core)
-add_test(NAME cuda_kernel_math COMMAND test_kernel_math)
-set_tests_properties(cuda_kernel_math PROPERTIES PASS_REGULAR_EXPRESSION "kernel_math: ok")
+add_test(NAME cuda_kernel_math COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kernel_math: ok" $<TARGET_FILE:test_kernel_math>)
 
 # The op matrix on the GPU against the CPU backend: skipped (77) without a device or a CUDA build.
 add_executable(test_cuda_ops tests/test_cuda_ops.c)
@@ -18,8 +17,7 @@ add_test(NAME cuda_ops_gpu COMMAND test_cuda_ops)
 set_tests_properties(cuda_ops_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # backend_select("cuda"): the backend where there is a device, else one line "no CUDA device: ..."
 # (CUDA build) or "built without CUDA" (CPU-only build), exit 1
-add_test(NAME cuda_select COMMAND test_cuda_ops --select)
-set_tests_properties(cuda_select PROPERTIES PASS_REGULAR_EXPRESSION "select: (ok|a device is present)")
+add_test(NAME cuda_select COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "select: (ok|a device is present)" $<TARGET_FILE:test_cuda_ops> --select)
 
 # The same matrix on the CUDA backend's own source compiled for the CPU emulation of the CUDA runtime
 # (tests/cuda_emu): kernels run as fibers, launch limits, barriers and buffer bounds are checked.
@@ -64,13 +62,13 @@ target_compile_definitions(test_cuda_ops_emu PRIVATE RR_CUDA_EMU=1)
 target_link_libraries(test_cuda_ops_emu PRIVATE rrfp_cuda_emu rrfp_core)
 target_link_options(test_cuda_ops_emu PRIVATE -rdynamic)
 set_target_properties(test_cuda_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
-add_test(NAME cuda_ops_emu COMMAND test_cuda_ops_emu)
-set_tests_properties(cuda_ops_emu PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300)
+add_test(NAME cuda_ops_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu>)
+set_tests_properties(cuda_ops_emu PROPERTIES TIMEOUT 300)
 # again with -0.0 guard zones, which catch stray writes of x += 0 that NaN guards cannot, and every
 # launch run twice (threads in ascending, then descending order) with the outputs compared: a read
 # of another thread's write without a barrier in between changes them
-add_test(NAME cuda_ops_emu_strict COMMAND test_cuda_ops_emu)
-set_tests_properties(cuda_ops_emu_strict PROPERTIES PASS_REGULAR_EXPRESSION "cuda_ops: ok" TIMEOUT 300
+add_test(NAME cuda_ops_emu_strict COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu>)
+set_tests_properties(cuda_ops_emu_strict PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
@@ -86,15 +84,15 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
   target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
-  add_test(NAME model_gpu_emu COMMAND test_model_emu gpu)
-  set_tests_properties(model_gpu_emu PROPERTIES PASS_REGULAR_EXPRESSION "gpu: [0-9]+ tensors" TIMEOUT 300
+  add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
+  set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                        ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 endif()
 # rrfp-mm on the emulated CUDA backend (a tool for finding host code that touches device memory, e.g.
 # `rrfp-mm-emu train recipes/test-synthetic.ini --set runtime.backend=cuda`, and the executable of the
 # train_cuda_emu tests below). The linker redirects every backend_cuda_get call to the emulation
 # (tests/cuda_emu/wrap.c).
-add_executable(rrfp-mm-emu runtime/main.c tests/cuda_emu/wrap.c)
+add_executable(rrfp-mm-emu runtime/cli/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
 target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
@@ -105,12 +103,12 @@ set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # explained in tests/train_cuda_emu.sh.
 if(TARGET rrfp_cuda_emu)
   add_test(NAME train_cuda_emu
-           COMMAND ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 6)
-  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "train cuda emu: ok")
+  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 300)
   add_test(NAME train_cuda_emu_pp2
-           COMMAND ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
                    pp 2 ${RRFP_MPIRUN})
-  set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450 PASS_REGULAR_EXPRESSION "train cuda emu: ok")
+  set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450)
 endif()

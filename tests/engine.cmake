@@ -13,8 +13,8 @@ endforeach()
 add_test(NAME engine_init_python COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/init_ref.py $<TARGET_FILE:test_engine>)
 add_test(NAME engine_adamw_torch COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/adamw_ref.py $<TARGET_FILE:test_engine>)
 set_tests_properties(engine_adamw_torch PROPERTIES LABELS torch)
-add_test(NAME engine_backend_cpu COMMAND test_engine backend cpu)
-set_tests_properties(engine_backend_cpu PROPERTIES PASS_REGULAR_EXPRESSION "backend: cpu")
+add_test(NAME engine_backend_cpu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "backend: cpu" $<TARGET_FILE:test_engine> backend cpu)
+
 add_test(NAME engine_backend_unknown COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_engine> "-DARGS=backend frob"
          -DEXPECT_RC=1 "-DEXPECT_ERR=unknown backend 'frob' \\(choices: cpu, cuda\\)"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)

@@ -74,5 +74,5 @@ grep -q "P=$NP M=" "$W/dur.log" || fail "durations: $(cat "$W/dur.log")"
 out=$($MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "parallel.pp = 1" <<<"$out" || fail "mpirun -np 2 with pp=1: rc $rc, $out"
 out=$("$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" --set parallel.pp=2 2>&1); rc=$?
-[ $rc -ne 0 ] && grep -q "mpirun started 1 ranks" <<<"$out" || fail "pp=2 without mpirun: rc $rc, $out"
+[ $rc -ne 0 ] && grep -q "needs 2 ranks, but 1 process was started" <<<"$out" || fail "pp=2 without mpirun: rc $rc, $out"
 echo "pipeline train: ok"

@@ -4,19 +4,18 @@ add_executable(test_transport tests/test_transport.c)
 target_link_libraries(test_transport PRIVATE rrfp_core)
 foreach(np 2 4)
   add_test(NAME transport_np${np}
-           COMMAND timeout 120 ${RRFP_MPIRUN} -np ${np} $<TARGET_FILE:test_transport>)
-  set_tests_properties(transport_np${np} PROPERTIES LABELS mpi TIMEOUT 150 PASS_REGULAR_EXPRESSION "transport: ok")
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "transport: ok" timeout 120 ${RRFP_MPIRUN} -np ${np} $<TARGET_FILE:test_transport>)
+  set_tests_properties(transport_np${np} PROPERTIES LABELS mpi TIMEOUT 150)
 endforeach()
 # A lost peer must not hang: rank 0 dies within its 2 s timeout naming what it waited for.
 add_test(NAME transport_lost_peer
-         COMMAND timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> lost)
-set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90 WILL_FAIL FALSE
-  PASS_REGULAR_EXPRESSION "pipeline rank 0 waited [0-9]+ s without any message; still expecting: gradient chunk 0 mb 3 from rank 1")
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 1 "pipeline rank 0 waited [0-9]+ s without any message; still expecting: gradient chunk 0 mb 3 from rank 1" timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> lost)
+set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90)
 add_executable(test_partition tests/test_partition.c)
 target_link_libraries(test_partition PRIVATE rrfp_core)
 add_test(NAME partition COMMAND test_partition)
-add_test(NAME tensors_diff COMMAND ${CMAKE_SOURCE_DIR}/tests/test_tensors_diff.sh $<TARGET_FILE:rrfp-mm>)
-set_tests_properties(tensors_diff PROPERTIES PASS_REGULAR_EXPRESSION "tensors diff: ok")
+add_test(NAME tensors_diff COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tensors diff: ok" ${CMAKE_SOURCE_DIR}/tests/test_tensors_diff.sh $<TARGET_FILE:rrfp-mm>)
+
 add_executable(rrfp-bench-pipeline bench/bench_pipeline.c)
 target_link_libraries(rrfp-bench-pipeline PRIVATE rrfp_core)
 set_target_properties(rrfp-bench-pipeline PROPERTIES EXCLUDE_FROM_ALL ON)
@@ -26,26 +25,24 @@ add_executable(test_pipeline tests/test_pipeline.c)
 target_link_libraries(test_pipeline PRIVATE rrfp_core)
 foreach(np 2 4)
   add_test(NAME pipeline_equiv_np${np}
-           COMMAND timeout 240 ${RRFP_MPIRUN} -np ${np} -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline>)
-  set_tests_properties(pipeline_equiv_np${np} PROPERTIES LABELS mpi TIMEOUT 300
-                       PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 240 ${RRFP_MPIRUN} -np ${np} -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline>)
+  set_tests_properties(pipeline_equiv_np${np} PROPERTIES LABELS mpi TIMEOUT 300)
 endforeach()
 add_test(NAME pipeline_equiv_interleaved_np2
-         COMMAND timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 2)
-set_tests_properties(pipeline_equiv_interleaved_np2 PROPERTIES LABELS mpi TIMEOUT 300
-                     PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 2)
+set_tests_properties(pipeline_equiv_interleaved_np2 PROPERTIES LABELS mpi TIMEOUT 300)
 # rrfp-mm train under mpirun against one process: every hint x mode, resume across layouts, traces.
 foreach(np 2 4)
   add_test(NAME pipeline_train_np${np}
-           COMMAND ${CMAKE_SOURCE_DIR}/tests/pipeline_train.sh $<TARGET_FILE:rrfp-mm>
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline train: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_train.sh $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_train_np${np} ${np} --set model.text_layers=4)
-  set_tests_properties(pipeline_train_np${np} PROPERTIES LABELS mpi TIMEOUT 400 PASS_REGULAR_EXPRESSION "pipeline train: ok")
+  set_tests_properties(pipeline_train_np${np} PROPERTIES LABELS mpi TIMEOUT 400)
 endforeach()
 # A rank killed mid-step: the job ends within 30 s naming the rank; the last checkpoint resumes.
 add_test(NAME pipeline_kill_rank
-         COMMAND ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline kill: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank)
-set_tests_properties(pipeline_kill_rank PROPERTIES LABELS mpi TIMEOUT 400 PASS_REGULAR_EXPRESSION "pipeline kill: ok")
+set_tests_properties(pipeline_kill_rank PROPERTIES LABELS mpi TIMEOUT 400)
 # The pipeline with its stages on the CUDA backend (host-staged messages): on a device (label gpu,
 # skipped without one) and on the emulated CUDA runtime of tests/cuda_emu, which runs here.
 add_test(NAME pipeline_equiv_gpu_np2
@@ -57,7 +54,6 @@ if(TARGET rrfp_cuda_emu)
   target_link_libraries(test_pipeline_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_pipeline_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME pipeline_equiv_cuda_emu_np2
-           COMMAND timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
-  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300
-                       PASS_REGULAR_EXPRESSION "pipeline equivalence: ok")
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
+  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300)
 endif()

@@ -2,7 +2,7 @@
 """sched_ref.py — an independent Python reading of DESIGN.md section 6 (one chunk per rank), checked
 against `rrfp-mm sim --json` on random duration files.
 
-Written from the design text, not from runtime/sim.c: hints are rebuilt from their definitions; fixed
+Written from the design text, not from runtime/sim/sim.c: hints are rebuilt from their definitions; fixed
 and fixed-sync are computed by relaxation (each stage advances whenever the times it needs are known,
 no event queue); ready steps a global clock over the distinct event times and lets every idle stage
 take its smallest-ranked eligible task after all completions at that time. Makespan, lower_bound,

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 #include "tests/test_model_util.h"
 
 static int failures = 0;

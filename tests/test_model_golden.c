@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "engine/safetensors.h"
-#include "runtime/model.h"
+#include "runtime/model/model.h"
 #include "tests/test_model_util.h"
 
 static ModelConfig golden_config(float init_std) {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/partition.h"
+#include "runtime/model/partition.h"
 
 static int fails = 0;
 #define CHECK(c, ...)                                                                                                  \

@@ -30,9 +30,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "runtime/model.h"
-#include "runtime/partition.h"
-#include "runtime/pipeline.h"
+#include "runtime/model/model.h"
+#include "runtime/model/partition.h"
+#include "runtime/comm/comm.h"
+#include "runtime/pipeline/pipeline.h"
 #include "data/synth.h"
 
 /* ---- training equivalence: several optimiser steps through the pipeline vs one process ------------ */
@@ -41,6 +42,7 @@
 #define CLIP_NORM 0.5 /* small enough that clipping engages on some steps of this tiny model */
 
 /* The step end on each stage's own backend, as the trainer does (runtime/trainer.c). */
+static Comm* test_world;
 static double stages_sum_squares(Stage** st, int n) {
     double s = 0;
     for (int c = 0; c < n; c++) s += st[c]->be->sum_squares(st[c]->params.grad, st[c]->params.total);
@@ -85,7 +87,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     int max_T = 0, max_Np = 0, sup = 0;
     for (int k = 0; k < TRAIN_STEPS; k++) { /* sizes of every step, for the buffers */
         step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
-        for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+        for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
     }
     /* reference: one process */
     Stage ref;
@@ -107,7 +109,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         }
         ref_loss[k] = ls_sum / sup;
         optimizer_step(&refp, 1, stages_sum_squares(&refp, 1), k + 1, 1e-2f);
-        for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+        for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
     }
     /* pipeline */
     int S = P * chunks, layers[64], l0s[64];
@@ -125,7 +127,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
                          .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED, .timeout_s = 60,
                          .max_tokens = max_T, .max_patches = max_Np};
     if (cap_text && pp_cap_parse(cap_text, &pc.cap, err, sizeof err) != 0) rr_die("%s", err);
-    Pipeline* pl = pipeline_create(&pc, sp, MPI_COMM_WORLD, err, sizeof err);
+    Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
     if (!pl) rr_die("pipeline_create: %s", err);
     int bad = 0;
     double worst_loss = 0, worst_param = 0, sum_param = 0, n_param = 0;
@@ -133,7 +135,8 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
         for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
         PipelineStepStats st;
-        pipeline_step(pl, mbs, M, 1.0f / (float)sup, NULL, k, &st);
+        if (pipeline_step(pl, mbs, M, 1.0f / (float)sup, NULL, k, NULL, &st, err, sizeof err) != 0)
+            rr_die("pipeline_step: %s", err);
         double sq = stages_sum_squares(sp, chunks), gsq = 0, loss = 0, ls = st.loss_sum;
         MPI_Allreduce(&sq, &gsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&ls, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -145,7 +148,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
          * update they differ by at most the round-off bound below, so 1e-6 relative. On CUDA the
          * kernels are not the CPU's: the one-step bound above, 1e-5. */
         if (d > (on_cuda ? 1e-5 : 1e-6)) bad++;
-        for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+        for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
     }
     /* Parameters after TRAIN_STEPS updates. Gradients agree to fp32 reordering round-off; the global
      * norm is a sum of per-rank partial sums (another double summation order: ~1e-16 relative); AdamW
@@ -208,6 +211,9 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
 
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
+    char werr[256];
+    test_world = comm_mpi_world(werr, sizeof werr);
+    if (!test_world) rr_die("%s", werr);
     int rank, P;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
@@ -291,11 +297,12 @@ int main(int argc, char** argv) {
                                      .cap = cap, .act_budget = var == 3 ? 1.0 : 0, .split = 0,
                                      .transport = (TransportKind)tk, .timeout_s = 60, .max_tokens = max_T,
                                      .max_patches = max_Np};
-                Pipeline* pl = pipeline_create(&pc, sp, MPI_COMM_WORLD, err, sizeof err);
+                Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
                 if (!pl) rr_die("pipeline_create: %s", err);
                 for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
                 PipelineStepStats st;
-                pipeline_step(pl, mbs, M, scale, NULL, 0, &st);
+                if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                    rr_die("pipeline_step: %s", err);
                 double loss = 0, my = st.loss_sum * scale;
                 MPI_Allreduce(&my, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                 int bad = 0;
@@ -378,11 +385,15 @@ int main(int argc, char** argv) {
     if (rank == 0)
         printf("pipeline P=%d chunks=%d M=%d: %d runs, %d failed, largest gradient difference %.3g of max |g|\n", P,
                chunks, M, runs, failures, worst);
+    /* the verdict is every rank's: a failure seen on any rank fails the test on all of them */
+    int all_failures = 0;
+    MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    failures = all_failures;
     if (rank == 0 && !failures && runs > 0) printf("pipeline equivalence: ok\n");
     for (int c = 0; c < chunks; c++) stage_free(&stages[c]);
     stage_acts_free(&ra, &ref);
     stage_free(&ref);
-    for (int m = 0; m < M; m++) synth_microbatch_free(&mbs[m]);
+    for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
     free(mbs);
     free(stages);
     free(sp);

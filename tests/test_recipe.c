@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/recipe.h"
-#include "runtime/trainer.h"
+#include "runtime/train/recipe.h"
+#include "runtime/train/trainer.h"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                   \
@@ -153,6 +153,32 @@ static void test_shipped(const char* src) {
     CHECK(recipe_hash(&r) == h, "log_every changed the hash");
     CHECK(recipe_set(&r, "optim.lr=1e-4", err, sizeof err) == 0, "%s", err);
     CHECK(recipe_hash(&r) != h, "lr did not change the hash");
+
+    /* FNV-1a 64 with the published offset basis (test vectors from the FNV reference: "" and "a"); the
+     * recipe hash was once computed with a mistyped basis (1469598103934665603, a digit short). */
+    CHECK(rr_fnv1a64("", 0) == 0xcbf29ce484222325ull, "FNV-1a(\"\") = %016llx", (unsigned long long)rr_fnv1a64("", 0));
+    CHECK(rr_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull, "FNV-1a(\"a\") = %016llx", (unsigned long long)rr_fnv1a64("a", 1));
+    /* recipe_hash = FNV-1a over "section.key=value\n" of the hashed keys in table order, rebuilt here */
+    char* text = callocCheck(1, 1 << 16);
+    size_t off = 0;
+    for (int i = 0; i < recipe_key_count(); i++) {
+        const RecipeKey* k = recipe_key_get(i);
+        if (!k->hashed) continue;
+        const char* f = (const char*)&r + k->offset;
+        switch (k->type) {
+        case RKEY_INT:
+        case RKEY_BOOL: off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%d\n", k->section, k->key, *(const int*)f); break;
+        case RKEY_I64:
+            off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%lld\n", k->section, k->key,
+                                    (long long)*(const int64_t*)f);
+            break;
+        case RKEY_FLOAT: off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%a\n", k->section, k->key, *(const double*)f); break;
+        case RKEY_STRING:
+        case RKEY_ENUM: off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%s\n", k->section, k->key, f); break;
+        }
+    }
+    CHECK(recipe_hash(&r) == rr_fnv1a64(text, off), "recipe_hash is not FNV-1a of the hashed keys");
+    free(text);
 }
 
 /* Every key appears in recipes/README.md as a table row "| `section.key` | type | default | ...". */
@@ -190,9 +216,9 @@ static void test_param_counts(const char* src) {
         Recipe r;
         CHECK(recipe_load(&r, path, err, sizeof err) == 0, "%s", err);
         int V = r.vocab ? r.vocab : 2048;
-        RecipeParamCounts c;
-        recipe_param_counts(&r, V, &c);
-        ModelConfig mc = trainer_model_config(&r, V);
+        ModelConfig mc = train_model_config(&r, V);
+        ModelParamCounts c;
+        model_param_counts(&mc, &c);
         double model = (double)model_stage_param_count(&mc, 0, r.text_layers);
         CHECK(c.total == model, "%s: dry-run counts %.0f parameters, the model registers %.0f", names[i], c.total, model);
         /* and split over two stages the parts add up to the whole */

@@ -12,7 +12,8 @@
 #include <unistd.h>
 
 #include "engine/util.h"
-#include "runtime/rrfp.h"
+#include "runtime/sim/sim.h"
+#include "runtime/trace/trace.h"
 
 static int g_fail = 0, g_checks = 0;
 

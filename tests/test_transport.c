@@ -10,19 +10,31 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/transport.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/transport.h"
+
+static Comm* world;
+static char terr[1024];
+/* a transport call that must succeed */
+#define OK(call)                                                                                  \
+    do {                                                                                          \
+        if ((call) < 0) {                                                                         \
+            fprintf(stderr, "rank %d: %s failed: %s\n", world->rank, #call, terr);                \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                         \
+        }                                                                                         \
+    } while (0)
 
 static size_t msg_bytes(int src, int mb) { return (size_t)(4 * (1 + (src * 7919 + mb * 104729) % 5000)); }
 static unsigned char msg_byte(int src, int mb, size_t i) { return (unsigned char)(src * 31 + mb * 17 + i * 13); }
 
 static int test_ring(TransportKind kind, int rank, int size, int M) {
-    Transport* t = transport_create(kind, MPI_COMM_WORLD);
+    Transport* t = transport_create(kind, world);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     unsigned char** in = callocCheck((size_t)M, sizeof *in);
     for (int mb = 0; mb < M; mb++) {
         in[mb] = mallocCheck(msg_bytes(prev, mb));
         memset(in[mb], 0xEE, msg_bytes(prev, mb));
-        transport_post_recv(t, prev, (MsgKey){MSG_ACT, 0, mb}, in[mb], msg_bytes(prev, mb));
+        OK(transport_post_recv(t, prev, (MsgKey){MSG_ACT, 0, mb}, in[mb], msg_bytes(prev, mb), terr, sizeof terr));
     }
     /* Send in a scrambled order (tagged) — the FIFO protocol must deliver by key, whatever the order. */
     for (int j = 0; j < M; j++) {
@@ -30,7 +42,7 @@ static int test_ring(TransportKind kind, int rank, int size, int M) {
         size_t n = msg_bytes(rank, mb);
         unsigned char* out = mallocCheck(n);
         for (size_t i = 0; i < n; i++) out[i] = msg_byte(rank, mb, i);
-        transport_isend(t, next, (MsgKey){MSG_ACT, 0, mb}, out, n);
+        OK(transport_isend(t, next, (MsgKey){MSG_ACT, 0, mb}, out, n, terr, sizeof terr));
         memset(out, 0, n); /* buffered: the caller may reuse its buffer at once */
         free(out);
     }
@@ -38,7 +50,8 @@ static int test_ring(TransportKind kind, int rank, int size, int M) {
     char* seen = callocCheck((size_t)M, 1);
     MsgKey done[16];
     while (got < M) {
-        int n = transport_wait(t, done, 16, 60.0);
+        int n;
+        OK(n = transport_wait(t, done, 16, 60.0, 0, terr, sizeof terr));
         for (int i = 0; i < n; i++) {
             int mb = done[i].mb;
             if (done[i].kind != MSG_ACT || mb < 0 || mb >= M || seen[mb]) {
@@ -57,7 +70,7 @@ static int test_ring(TransportKind kind, int rank, int size, int M) {
         }
     }
     if (transport_pending_recvs(t) != 0) errors++;
-    transport_flush(t);
+    OK(transport_flush(t, 60.0, terr, sizeof terr));
     TransportStats st = transport_stats(t);
     if (st.msgs_sent != M || st.msgs_recv != M) {
         fprintf(stderr, "rank %d: stats sent %ld recv %ld, expected %d\n", rank, st.msgs_sent, st.msgs_recv, M);
@@ -74,7 +87,7 @@ static int test_ring(TransportKind kind, int rank, int size, int M) {
  * task before it, as fixed-sync does. Only pairs (0,1), (2,3) take part. */
 static int test_sync(TransportKind kind, int rank, int size, int M) {
     if (size < 2) return 0;
-    Transport* t = transport_create(kind, MPI_COMM_WORLD);
+    Transport* t = transport_create(kind, world);
     int errors = 0;
     int pair_first = (rank % 2 == 0);
     int peer = pair_first ? rank + 1 : rank - 1;
@@ -88,50 +101,108 @@ static int test_sync(TransportKind kind, int rank, int size, int M) {
         for (int m = 0; m <= M; m++) {
             if (m < M) { /* F(m): send activation */
                 for (int i = 0; i < 64; i++) buf[i] = (float)(m * 100 + i);
-                if (m > 0) transport_post_recv(t, peer, (MsgKey){MSG_GRAD, 0, m - 1}, got, sizeof got);
-                transport_send_sync(t, peer, (MsgKey){MSG_ACT, 0, m}, buf, sizeof buf);
+                if (m > 0) OK(transport_post_recv(t, peer, (MsgKey){MSG_GRAD, 0, m - 1}, got, sizeof got, terr, sizeof terr));
+                OK(transport_send_sync(t, peer, (MsgKey){MSG_ACT, 0, m}, buf, sizeof buf, 60.0, terr, sizeof terr));
             } else {
-                transport_post_recv(t, peer, (MsgKey){MSG_GRAD, 0, m - 1}, got, sizeof got);
+                OK(transport_post_recv(t, peer, (MsgKey){MSG_GRAD, 0, m - 1}, got, sizeof got, terr, sizeof terr));
             }
             if (m > 0) { /* B(m-1): needs the gradient */
-                int n = transport_wait(t, done, 4, 60.0);
+                int n;
+                OK(n = transport_wait(t, done, 4, 60.0, 0, terr, sizeof terr));
                 if (n != 1 || done[0].mb != m - 1 || done[0].kind != MSG_GRAD || got[5] != (float)(-(m - 1) * 100 - 5))
                     errors++;
             }
         }
     } else { /* stage 1: F(m) then B(m) */
         for (int m = 0; m < M; m++) {
-            transport_post_recv(t, peer, (MsgKey){MSG_ACT, 0, m}, got, sizeof got);
-            int n = transport_wait(t, done, 4, 60.0);
+            OK(transport_post_recv(t, peer, (MsgKey){MSG_ACT, 0, m}, got, sizeof got, terr, sizeof terr));
+            int n;
+                OK(n = transport_wait(t, done, 4, 60.0, 0, terr, sizeof terr));
             if (n != 1 || done[0].mb != m || got[7] != (float)(m * 100 + 7)) errors++;
             for (int i = 0; i < 64; i++) buf[i] = -(float)(m * 100 + i);
-            transport_send_sync(t, peer, (MsgKey){MSG_GRAD, 0, m}, buf, sizeof buf);
+            OK(transport_send_sync(t, peer, (MsgKey){MSG_GRAD, 0, m}, buf, sizeof buf, 60.0, terr, sizeof terr));
         }
     }
     transport_free(t);
     return errors;
 }
 
+/* The rank grid: every layout pp x tp x dp of this world's size; each group has the members DESIGN.md
+ * section 6 says (checked by exchanging world ranks inside the group), and a sum over each group equals
+ * the sum of its members' world ranks computed from the coordinates alone. */
+static int test_grid(void) {
+    int errors = 0, size = world->size;
+    for (int pp = 1; pp <= size; pp++)
+        for (int tp = 1; tp <= size / pp; tp++) {
+            if (size % (pp * tp)) continue;
+            int dp = size / (pp * tp);
+            CommGrid g;
+            if (comm_grid_init(&g, world, pp, tp, dp, terr, sizeof terr) != 0) {
+                fprintf(stderr, "rank %d: grid %dx%dx%d: %s\n", world->rank, pp, tp, dp, terr);
+                errors++;
+                continue;
+            }
+            Comm* groups[4] = {g.tp_group, g.dp_group, g.pipe, g.mp};
+            for (int k = 0; k < 4; k++) {
+                Comm* c = groups[k];
+                int* ranks = callocCheck((size_t)c->size, sizeof(int));
+                OK(c->ops->allgather(c, &g.rank, ranks, sizeof(int), terr, sizeof terr));
+                int want_size = k == 0 ? tp : k == 1 ? dp : k == 2 ? pp : pp * tp;
+                if (c->size != want_size) errors++;
+                for (int i = 0; i < c->size; i++) {
+                    int p, t, d;
+                    comm_grid_coords(pp, tp, dp, ranks[i], &p, &t, &d);
+                    /* the member i of each group is the one whose varying coordinate is i */
+                    int ok = k == 0   ? (p == g.p && d == g.d && t == i)
+                             : k == 1 ? (p == g.p && t == g.t && d == i)
+                             : k == 2 ? (t == g.t && d == g.d && p == i)
+                                      : (d == g.d && p * tp + t == i);
+                    if (!ok) {
+                        fprintf(stderr, "rank %d: grid %dx%dx%d group %s member %d is world rank %d\n", world->rank,
+                                pp, tp, dp, c->name, i, ranks[i]);
+                        errors++;
+                    }
+                }
+                double v = g.rank, want = 0;
+                for (int i = 0; i < c->size; i++) want += ranks[i];
+                OK(comm_allreduce(c, &v, 1, COMM_F64, COMM_SUM, terr, sizeof terr));
+                if (v != want) errors++;
+                free(ranks);
+            }
+            comm_grid_free(&g);
+        }
+    /* a layout that does not match the ranks started is refused with both counts named */
+    CommGrid bad;
+    if (comm_grid_init(&bad, world, size + 1, 1, 1, terr, sizeof terr) == 0 || !strstr(terr, "mpirun -np")) errors++;
+    return errors;
+}
+
 int main(int argc, char** argv) {
-    MPI_Init(&argc, &argv);
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    char e0[256];
+    world = comm_mpi_world(e0, sizeof e0);
+    if (!world) {
+        fprintf(stderr, "%s\n", e0);
+        return 1;
+    }
+    int rank = world->rank, size = world->size;
     if (argc > 1 && !strcmp(argv[1], "lost")) {
-        Transport* t = transport_create(TRANSPORT_TAGGED, MPI_COMM_WORLD);
+        Transport* t = transport_create(TRANSPORT_TAGGED, world);
         float x[4];
         MsgKey done[1];
         if (rank == 0) {
-            transport_post_recv(t, 1, (MsgKey){MSG_GRAD, 0, 3}, x, sizeof x);
-            transport_wait(t, done, 1, 2.0); /* must die: nobody sends */
-            fprintf(stderr, "rank 0: transport_wait returned without a message\n");
-            MPI_Abort(MPI_COMM_WORLD, 3);
+            OK(transport_post_recv(t, 1, (MsgKey){MSG_GRAD, 0, 3}, x, sizeof x, terr, sizeof terr));
+            if (transport_wait(t, done, 1, 2.0, 0.5, terr, sizeof terr) >= 0) { /* must fail: nobody sends */
+                fprintf(stderr, "rank 0: transport_wait returned without a message\n");
+                MPI_Abort(MPI_COMM_WORLD, 3);
+            }
+            fprintf(stderr, "rrfp-mm: error: %s\n", terr); /* what the trainer prints, then ends the job */
+            comm_abort(world, 1);
         }
         MPI_Barrier(MPI_COMM_WORLD); /* never released: rank 0 dies, mpirun ends the job */
         MPI_Finalize();
         return 0;
     }
-    int errors = 0;
+    int errors = test_grid();
     for (int kind = 0; kind < 2; kind++) {
         int e1 = test_ring((TransportKind)kind, rank, size, 37);
         int e2 = test_sync((TransportKind)kind, rank, size, 9);
@@ -143,6 +214,7 @@ int main(int argc, char** argv) {
     int total = 0;
     MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("transport: %s (%d ranks, %d errors)\n", total ? "FAIL" : "ok", size, total);
-    MPI_Finalize();
+    world->ops->free(world);
+    comm_mpi_finalize();
     return total ? 1 : 0;
 }

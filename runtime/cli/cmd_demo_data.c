@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "data/demo.h"
-#include "runtime/cli.h"
+#include "runtime/cli/cli.h"
 
 static void demo_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm demo-data --out DIR [--samples N] [--seed S] [--heldout K]\n"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "data/pack.h"
-#include "runtime/cli.h"
+#include "runtime/cli/cli.h"
 
 static void pack_usage(FILE* f) {
     fprintf(f,

@@ -10,8 +10,9 @@
 #include <cjson/cJSON.h>
 
 #include "engine/util.h"
-#include "runtime/cli.h"
-#include "runtime/rrfp.h"
+#include "runtime/cli/cli.h"
+#include "runtime/sim/sim.h"
+#include "runtime/trace/trace.h"
 
 static void sim_usage(FILE* f) {
     fprintf(f,

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "engine/safetensors.h"
-#include "runtime/cli.h"
+#include "runtime/cli/cli.h"
 
 typedef struct {
     StFile* files;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/cli.h"
+#include "runtime/cli/cli.h"
 #include "text/bpe_train.h"
 #include "text/tokenizer.h"
 

@@ -6,8 +6,9 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/cli.h"
-#include "runtime/rrfp.h"
+#include "runtime/cli/cli.h"
+#include "runtime/sim/sim.h"
+#include "runtime/trace/trace.h"
 
 static void trace_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm trace FILE... --svg OUT.svg [--json MERGED.json] [--title TEXT]\n"

@@ -1,148 +1,13 @@
-/* dryrun.c — `rrfp-mm train --dry-run`: parameters per component and memory per pipeline rank for
- * a recipe's layout, computed from the shapes alone (nothing is allocated), so a full-size recipe
- * can be checked on a laptop. The parameter count is the same table the model registers (tested
- * against the real ParamTable for the tiny recipe); activation memory is an estimate from the
- * per-token formulas below. */
-#include <mpi.h>
+/* cmd_train.c — `rrfp-mm train` and `rrfp-mm eval`: arguments, the recipe, then runtime/train/. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/partition.h"
-#include "runtime/trainer.h"
-
-void recipe_param_counts(const Recipe* r, int vocab, RecipeParamCounts* c) {
-    double Dv = r->vision_width, Dt = r->text_width, F = r->ffn_hidden, V = vocab, p = r->patch;
-    memset(c, 0, sizeof *c);
-    c->vision_embed = 3 * p * p * Dv + Dv;
-    /* ln1 (w, b), qkv (W, b), out (W, b), ln2 (w, b), fc1 (W, b), fc2 (W, b) */
-    c->vision_block = 2 * Dv + (3 * Dv * Dv + 3 * Dv) + (Dv * Dv + Dv) + 2 * Dv + (4 * Dv * Dv + 4 * Dv) + (4 * Dv * Dv + Dv);
-    c->vision_final = 2 * Dv;
-    c->projector = (Dv * Dt + Dt) + (Dt * Dt + Dt);
-    c->text_embed = V * Dt;
-    /* norm1, q k v o, norm2, gate up down */
-    c->text_block = Dt + 4 * Dt * Dt + Dt + 3 * Dt * F;
-    c->text_final = Dt;
-    c->head = V * Dt;
-    c->vision = c->vision_embed + r->vision_layers * c->vision_block + c->vision_final;
-    c->text = c->text_embed + r->text_layers * c->text_block + c->text_final + c->head;
-    c->total = c->vision + c->projector + c->text;
-}
-
-static void fmt_count(char* s, size_t n, double x) {
-    if (x >= 1e9) snprintf(s, n, "%.2fB", x / 1e9);
-    else if (x >= 1e6) snprintf(s, n, "%.2fM", x / 1e6);
-    else if (x >= 1e3) snprintf(s, n, "%.1fk", x / 1e3);
-    else snprintf(s, n, "%.0f", x);
-}
-
-static void fmt_bytes(char* s, size_t n, double x) {
-    if (x >= (double)(1ull << 30)) snprintf(s, n, "%.2f GiB", x / (double)(1ull << 30));
-    else snprintf(s, n, "%.1f MiB", x / (double)(1 << 20));
-}
-
-int recipe_dry_run(const Recipe* r, int vocab, FILE* out) {
-    RecipeParamCounts c;
-    recipe_param_counts(r, vocab, &c);
-    char a[32], b[32];
-    fprintf(out, "recipe %s (hash %016llx)\n", r->path, (unsigned long long)recipe_hash(r));
-    fprintf(out, "model: ViT Dv %d x %d layers, %d heads, patch %d; LM Dt %d x %d layers, %d heads, F %d, V %d\n",
-            r->vision_width, r->vision_layers, r->vision_heads, r->patch, r->text_width, r->text_layers, r->text_heads,
-            r->ffn_hidden, vocab);
-    fprintf(out, "parameters:\n");
-    fmt_count(a, sizeof a, c.vision);
-    fmt_count(b, sizeof b, c.vision_block);
-    fprintf(out, "  vision     %10s  %14.0f  (patch embed, %d blocks of %s, final LayerNorm)\n", a, c.vision,
-            r->vision_layers, b);
-    fmt_count(a, sizeof a, c.projector);
-    fprintf(out, "  projector  %10s  %14.0f  (mlp2x_gelu)\n", a, c.projector);
-    fmt_count(a, sizeof a, c.text);
-    fmt_count(b, sizeof b, c.text_block);
-    fprintf(out, "  text       %10s  %14.0f  (embedding, %d blocks of %s, final RMSNorm, LM head)\n", a, c.text,
-            r->text_layers, b);
-    fmt_count(a, sizeof a, c.total);
-    fprintf(out, "  total      %10s  %14.0f\n", a, c.total);
-
-    /* Layout: LM layers over pp x chunks virtual stages; rank r holds virtual stages r, r + pp, ... */
-    int P = r->pp, S = r->pp * r->chunks, T = r->microbatch_tokens, M = r->microbatches;
-    int* layers = mallocCheck((size_t)S * sizeof(int));
-    /* Cost model at the token budget, assuming half the positions are image patches. */
-    PartitionCost cost = partition_cost_model(r->vision_width, r->vision_layers, r->text_width, r->ffn_hidden, vocab, T,
-                                              T * 0.5, r->max_patches, T / 2.0, r->patch);
-    if (r->layers[0]) {
-        char why[256];
-        if (partition_parse(r->layers, r->text_layers, S, layers, why, (int)sizeof why) != 0) {
-            fprintf(stderr, "rrfp-mm: error: parallel.layers: %s\n", why);
-            free(layers);
-            return -1;
-        }
-    } else {
-        partition_auto(r->text_layers, S, cost, layers);
-    }
-    fprintf(out, "layout: pp %d x tp %d x dp %d = %d ranks, %d chunk(s) per rank, hint %s, mode %s\n", r->pp, r->tp,
-            r->dp, r->pp * r->tp * r->dp, r->chunks, r->hint, r->mode);
-    fprintf(out, "LM layers per virtual stage:");
-    for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
-    fprintf(out, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost-balanced");
-    fprintf(out,
-            "memory per rank (f32; weights, grads and AdamW m + v: the stage's parameter table; activations: the\n"
-            "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
-            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; / tp when tp > 1):\n",
-            T);
-    fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
-            "adam m+v", "activations", "total");
-    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
-     * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
-     * replicated norms and biases. */
-    ModelConfig mc = trainer_model_config(r, vocab);
-    double tp = r->tp;
-    double max_total = 0;
-    int l_at = 0;
-    int* l0s = mallocCheck((size_t)S * sizeof(int));
-    for (int s = 0; s < S; s++) l0s[s] = l_at, l_at += layers[s];
-    for (int rank = 0; rank < P; rank++) {
-        double params = 0, act_mb = 0;
-        int nl = 0;
-        for (int ch = 0; ch < r->chunks; ch++) {
-            int s = rank + ch * P;
-            nl += layers[s];
-            params += (double)model_stage_param_count(&mc, l0s[s], l0s[s] + layers[s]) / tp;
-            /* every position of the microbatch may be an image patch: the worst case */
-            act_mb += (double)model_stage_acts_bytes(&mc, l0s[s], l0s[s] + layers[s], T, T, 0) / tp;
-        }
-        int inflight;
-        if (!strcmp(r->hint, "gpipe")) inflight = M;
-        else inflight = (P - rank < M ? P - rank : M) * r->chunks;
-        if (!strcmp(r->mode, "ready") && strcmp(r->cap, "0") != 0) {
-            double cv = atof(r->cap);
-            int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
-            inflight = c < M ? c : M;
-        }
-        double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * inflight;
-        double total = w + g + adam + act;
-        if (total > max_total) max_total = total;
-        char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
-        fmt_count(sp, sizeof sp, params);
-        fmt_bytes(sw, sizeof sw, w);
-        fmt_bytes(sg, sizeof sg, g);
-        fmt_bytes(sa, sizeof sa, adam);
-        fmt_bytes(sx, sizeof sx, act);
-        fmt_bytes(st, sizeof st, total);
-        char ly[16];
-        snprintf(ly, sizeof ly, "%d%s", nl, rank == 0 ? "+ViT" : "");
-        fprintf(out, "  %-5d %-8s %12s %12s %12s %12s %12s %12s\n", rank, ly, sp, sw, sg, sa, sx, st);
-    }
-    char mt[32];
-    fmt_bytes(mt, sizeof mt, max_total);
-    fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
-            T * M * r->dp);
-    fprintf(out, "dry run: nothing allocated, no training.\n");
-    free(l0s);
-    free(layers);
-    return 0;
-}
+#include "runtime/cli/cli.h"
+#include "runtime/comm/comm.h"
+#include "runtime/train/trainer.h"
 
 /* ------------------------------------------------------------------------------------------------
  * the command */
@@ -262,31 +127,39 @@ int cmd_train(int argc, char** argv) {
     }
     int vocab = r->vocab;
     if (dry_run) {
-        if (vocab == 0) vocab = trainer_tokenizer_vocab(r, err, sizeof err);
+        if (vocab == 0) vocab = train_tokenizer_vocab(r, err, sizeof err);
         if (vocab <= 0) {
             fprintf(stderr, "rrfp-mm: error: %s\n---> HINT: set model.vocab, or make data.tokenizer exist\n", err);
             free(r);
             return 1;
         }
-        rc = recipe_dry_run(r, vocab, stdout);
+        rc = train_dry_run(r, vocab, stdout, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
         return rc ? 1 : 0;
     }
-    /* Pipeline ranks run under mpirun; one process needs no MPI at all. */
-    const char* world_env = getenv("OMPI_COMM_WORLD_SIZE");
-    int world = world_env ? atoi(world_env) : 1;
-    if (world > 1 && r->pp == 1) {
-        fprintf(stderr, "rrfp-mm: error: mpirun started %d ranks but parallel.pp = 1\n---> HINT: add --set "
-                        "parallel.pp=%d (one rank per pipeline stage)\n", world, world);
+    /* Every training job is an MPI job (a process started without mpirun is a world of one), so the
+     * number of ranks comes from MPI itself and is checked against the layout before anything starts. */
+    Comm* world = comm_mpi_world(err, sizeof err);
+    if (!world) {
+        fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
-        return 2;
+        return 1;
     }
-    int use_mpi = r->pp > 1;
-    if (use_mpi) MPI_Init(NULL, NULL);
-    rc = trainer_run(r, stdout);
+    rc = trainer_run(r, world, stdout, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        if (world->size > 1) {
+            /* the other ranks would wait for this one's messages: end them all */
+            fprintf(stderr, "rrfp-mm: error: rank %d of %d failed; ending every rank of the job\n", world->rank,
+                    world->size);
+            comm_abort(world, 1);
+        }
+    }
+    world->ops->free(world);
+    comm_mpi_finalize();
     free(r);
-    if (use_mpi) MPI_Finalize();
-    return rc;
+    return rc ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -359,9 +232,12 @@ int cmd_eval(int argc, char** argv) {
     snprintf(r->resume, sizeof r->resume, "%s", ckpt);
     trainer_set_threads(r->threads);
     Trainer* t = callocCheck(1, sizeof *t);
-    if (trainer_init(t, r, 1, err, sizeof err) != 0) {
+    Comm* self = comm_self();
+    if (trainer_init(t, r, self, 1, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        trainer_free(t);
         free(t);
+        self->ops->free(self);
         free(r);
         return 1;
     }
@@ -372,6 +248,7 @@ int cmd_eval(int argc, char** argv) {
         fprintf(stderr, "rrfp-mm: error: cannot write --predictions '%s': %s\n", pred_path, strerror(errno));
         trainer_free(t);
         free(t);
+        self->ops->free(self);
         free(r);
         return 1;
     }
@@ -396,6 +273,7 @@ int cmd_eval(int argc, char** argv) {
     }
     trainer_free(t);
     free(t);
+    self->ops->free(self);
     free(r);
     return rc ? 1 : 0;
 }

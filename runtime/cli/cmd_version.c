@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "engine/engine.h"
-#include "runtime/cli.h"
+#include "runtime/cli/cli.h"
 
 int cmd_version(int argc, char** argv) {
     (void)argc;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "runtime/cli.h"
+#include "runtime/cli/cli.h"
 
 static const CliCommand commands[] = {
     {"version", cmd_version, "print version, BLAS and backends"},

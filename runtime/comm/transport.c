@@ -1,24 +1,18 @@
-/* transport.c — MPI point-to-point for the pipeline: tagged and FIFO (NCCL-model) protocols.
- * See transport.h for the contract. */
+/* transport.c — point-to-point for the pipeline over a Comm: tagged and FIFO (NCCL-model) protocols.
+ * See transport.h for the contract. Written against CommOps only, so the same protocol code runs over
+ * MPI now and NCCL later. */
 #define _GNU_SOURCE
-#include "runtime/transport.h"
+#include "runtime/comm/transport.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "engine/util.h"
 
-#define mpiCheck(x) mpi_check((x), #x, __FILE__, __LINE__)
-static void mpi_check(int rc, const char* what, const char* file, int line) {
-    if (rc == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    rr_die("MPI call failed at %s:%d: %s: %s", file, line, what, msg);
-}
-
-/* FIFO protocol tags: one for headers, one for payloads (per peer, MPI keeps each in order). */
+/* FIFO protocol tags: one for headers, one for payloads (per peer, each kept in order). */
 #define FIFO_TAG_HEADER 1
 #define FIFO_TAG_PAYLOAD 2
 
@@ -33,26 +27,23 @@ typedef struct {
     MsgKey key;
     void* buf;
     size_t bytes;
-    int matched;     /* FIFO: header seen, payload receive posted */
-    MPI_Request req; /* tagged: the receive; FIFO: the payload receive once matched */
+    int matched;   /* FIFO: header seen, payload receive posted */
+    CommReq* req;  /* tagged: the receive; FIFO: the payload receive once matched */
 } RecvSlot;
 
 typedef struct {
-    MPI_Request req;
+    CommReq* req;
     void* copy;
 } SendSlot;
 
 typedef struct {
-    int posted; /* a header receive is outstanding */
-    MPI_Request req;
+    CommReq* req; /* a header receive is outstanding when not NULL */
     FifoHeader hdr;
 } PeerHeader;
 
 struct Transport {
     TransportKind kind;
-    MPI_Comm comm;
-    int rank, size;
-    int tag_ub;
+    Comm* comm;
     RecvSlot* recvs;
     int n_recvs, cap_recvs;
     SendSlot* sends;
@@ -65,33 +56,28 @@ struct Transport {
 
 const char* transport_kind_name(TransportKind kind) { return kind == TRANSPORT_FIFO ? "fifo" : "tagged"; }
 
-int transport_kind_parse(const char* s) {
-    if (!strcmp(s, "tagged") || !strcmp(s, "mpi")) return TRANSPORT_TAGGED;
-    if (!strcmp(s, "fifo")) return TRANSPORT_FIFO;
-    return -1;
-}
+static const char* kind_word(int kind) { return kind == MSG_ACT ? "activation" : "gradient"; }
 
-Transport* transport_create(TransportKind kind, MPI_Comm comm) {
+Transport* transport_create(TransportKind kind, Comm* comm) {
     Transport* t = callocCheck(1, sizeof *t);
     t->kind = kind;
     t->comm = comm;
-    mpiCheck(MPI_Comm_rank(comm, &t->rank));
-    mpiCheck(MPI_Comm_size(comm, &t->size));
-    int flag = 0;
-    int* ub = NULL;
-    mpiCheck(MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag));
-    t->tag_ub = flag ? *ub : 32767;
-    t->peers = callocCheck((size_t)t->size, sizeof *t->peers);
+    t->peers = callocCheck((size_t)comm->size, sizeof *t->peers);
     return t;
 }
 
-static int tagged_tag(const Transport* t, MsgKey k) {
-    /* 3 tags below are reserved for other uses; key -> tag is a bijection below tag_ub. */
-    long tag = 16 + (long)k.kind + 2L * ((long)k.chunk + 64L * (long)k.mb);
-    if (k.chunk < 0 || k.chunk >= 64 || tag > t->tag_ub)
-        rr_die("pipeline message key (kind %d, chunk %d, microbatch %d) does not fit in an MPI tag (MPI_TAG_UB %d)",
-               k.kind, k.chunk, k.mb, t->tag_ub);
-    return (int)tag;
+static int tagged_tag(const Transport* t, MsgKey k, int* tag, char* err, size_t err_len) {
+    /* tags below 16 are reserved for other uses; key -> tag is a bijection below tag_ub. */
+    long v = 16 + (long)k.kind + 2L * ((long)k.chunk + 64L * (long)k.mb);
+    if (k.chunk < 0 || k.chunk >= 64 || v > t->comm->tag_ub) {
+        snprintf(err, err_len,
+                 "pipeline message key (kind %d, chunk %d, microbatch %d) does not fit in a message tag (tag_ub %d); "
+                 "use fewer microbatches per step or the fifo protocol",
+                 k.kind, k.chunk, k.mb, t->comm->tag_ub);
+        return -1;
+    }
+    *tag = (int)v;
+    return 0;
 }
 
 static RecvSlot* recv_slot_new(Transport* t) {
@@ -104,11 +90,10 @@ static RecvSlot* recv_slot_new(Transport* t) {
     return &t->recvs[t->n_recvs++];
 }
 
-static void fifo_post_header(Transport* t, int peer) {
+static int fifo_post_header(Transport* t, int peer, char* err, size_t err_len) {
     PeerHeader* ph = &t->peers[peer];
-    if (ph->posted) return;
-    mpiCheck(MPI_Irecv(&ph->hdr, (int)sizeof ph->hdr, MPI_BYTE, peer, FIFO_TAG_HEADER, t->comm, &ph->req));
-    ph->posted = 1;
+    if (ph->req) return 0;
+    return t->comm->ops->irecv(t->comm, peer, FIFO_TAG_HEADER, &ph->hdr, sizeof ph->hdr, &ph->req, err, err_len);
 }
 
 /* FIFO: keep a header receive posted for a peer only while some expected message from it is not yet
@@ -119,8 +104,8 @@ static int fifo_unmatched_from(const Transport* t, int peer) {
     return 0;
 }
 
-void transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t bytes) {
-    RR_ASSERT(peer >= 0 && peer < t->size && peer != t->rank);
+int transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t bytes, char* err, size_t err_len) {
+    RR_ASSERT(peer >= 0 && peer < t->comm->size && peer != t->comm->rank);
     RR_ASSERT(bytes <= (size_t)INT32_MAX);
     RecvSlot* s = recv_slot_new(t);
     memset(s, 0, sizeof *s);
@@ -129,104 +114,129 @@ void transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t b
     s->key = key;
     s->buf = buf;
     s->bytes = bytes;
-    s->req = MPI_REQUEST_NULL;
     if (t->kind == TRANSPORT_TAGGED) {
+        int tag;
         s->matched = 1;
-        mpiCheck(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tagged_tag(t, key), t->comm, &s->req));
-    } else {
-        fifo_post_header(t, peer);
+        if (tagged_tag(t, key, &tag, err, err_len) != 0) return -1;
+        return t->comm->ops->irecv(t->comm, peer, tag, buf, bytes, &s->req, err, err_len);
     }
+    return fifo_post_header(t, peer, err, err_len);
 }
 
 static SendSlot* send_slot_new(Transport* t) {
     for (int i = 0; i < t->n_sends; i++)
-        if (t->sends[i].req == MPI_REQUEST_NULL && !t->sends[i].copy) return &t->sends[i];
+        if (!t->sends[i].req && !t->sends[i].copy) return &t->sends[i];
     if (t->n_sends == t->cap_sends) {
         t->cap_sends = t->cap_sends ? 2 * t->cap_sends : 64;
         t->sends = reallocCheck(t->sends, (size_t)t->cap_sends * sizeof *t->sends);
     }
     SendSlot* s = &t->sends[t->n_sends++];
-    s->req = MPI_REQUEST_NULL;
+    s->req = NULL;
     s->copy = NULL;
     return s;
 }
 
-static void isend_copy(Transport* t, int peer, int tag, const void* buf, size_t bytes) {
+static int isend_copy(Transport* t, int peer, int tag, const void* buf, size_t bytes, char* err, size_t err_len) {
     SendSlot* s = send_slot_new(t);
-    s->copy = mallocCheck(bytes);
+    s->copy = mallocCheck(bytes ? bytes : 1);
     memcpy(s->copy, buf, bytes);
-    mpiCheck(MPI_Isend(s->copy, (int)bytes, MPI_BYTE, peer, tag, t->comm, &s->req));
+    return t->comm->ops->isend(t->comm, peer, tag, s->copy, bytes, 0, &s->req, err, err_len);
 }
 
-void transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes) {
+int transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len) {
     RR_ASSERT(bytes <= (size_t)INT32_MAX);
     if (t->kind == TRANSPORT_TAGGED) {
-        isend_copy(t, peer, tagged_tag(t, key), buf, bytes);
+        int tag;
+        if (tagged_tag(t, key, &tag, err, err_len) != 0 || isend_copy(t, peer, tag, buf, bytes, err, err_len) != 0)
+            return -1;
     } else {
         FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
-        isend_copy(t, peer, FIFO_TAG_HEADER, &h, sizeof h);
-        isend_copy(t, peer, FIFO_TAG_PAYLOAD, buf, bytes);
+        if (isend_copy(t, peer, FIFO_TAG_HEADER, &h, sizeof h, err, err_len) != 0 ||
+            isend_copy(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
+            return -1;
     }
     t->stats.msgs_sent++;
     t->stats.bytes_sent += (double)bytes;
+    return 0;
+}
+
+static int reap_sends(Transport* t, int* pending, char* err, size_t err_len) {
+    int n = 0;
+    for (int i = 0; i < t->n_sends; i++) {
+        SendSlot* s = &t->sends[i];
+        if (!s->req) continue;
+        int done = 0;
+        if (t->comm->ops->test(t->comm, &s->req, &done, NULL, err, err_len) != 0) return -1;
+        if (done) {
+            free(s->copy);
+            s->copy = NULL;
+        } else {
+            n++;
+        }
+    }
+    if (pending) *pending = n;
+    return 0;
+}
+
+/* FIFO: match arrived headers to expected messages and post their payload receives. */
+static int fifo_match_headers(Transport* t, char* err, size_t err_len) {
+    for (int p = 0; p < t->comm->size; p++) {
+        PeerHeader* ph = &t->peers[p];
+        while (ph->req) {
+            int done = 0;
+            if (t->comm->ops->test(t->comm, &ph->req, &done, NULL, err, err_len) != 0) return -1;
+            if (!done) break;
+            MsgKey k = {ph->hdr.kind, ph->hdr.chunk, ph->hdr.mb};
+            RecvSlot* s = NULL;
+            for (int i = 0; i < t->n_recvs; i++) {
+                RecvSlot* c = &t->recvs[i];
+                if (c->active && !c->matched && c->peer == p && c->key.kind == k.kind && c->key.chunk == k.chunk &&
+                    c->key.mb == k.mb) {
+                    s = c;
+                    break;
+                }
+            }
+            if (!s) {
+                snprintf(err, err_len,
+                         "pipeline protocol error: rank %d sent %s for chunk %d microbatch %d, which rank %d does not "
+                         "expect",
+                         p, k.kind == MSG_ACT ? "an activation" : "a gradient", k.chunk, k.mb, t->comm->rank);
+                return -1;
+            }
+            if ((size_t)ph->hdr.bytes != s->bytes) {
+                snprintf(err, err_len,
+                         "pipeline protocol error: rank %d sent %lld bytes for chunk %d microbatch %d, rank %d expects "
+                         "%zu (the ranks disagree on the microbatch plan)",
+                         p, (long long)ph->hdr.bytes, k.chunk, k.mb, t->comm->rank, s->bytes);
+                return -1;
+            }
+            s->matched = 1;
+            if (t->comm->ops->irecv(t->comm, p, FIFO_TAG_PAYLOAD, s->buf, s->bytes, &s->req, err, err_len) != 0)
+                return -1;
+            if (fifo_unmatched_from(t, p) && fifo_post_header(t, p, err, err_len) != 0) return -1;
+        }
+    }
+    return 0;
 }
 
 /* Progress everything without blocking: reap completed sends, match FIFO headers, move completed
  * receives to t->completed. Called from every waiting loop (sends included), so a rank blocked in a
  * synchronous send still answers its peers' FIFO headers. */
-static void progress(Transport* t) {
-    int flag = 0;
-    for (int i = 0; i < t->n_sends; i++) {
-        SendSlot* s = &t->sends[i];
-        if (s->req == MPI_REQUEST_NULL) continue;
-        mpiCheck(MPI_Test(&s->req, &flag, MPI_STATUS_IGNORE));
-        if (flag) {
-            free(s->copy);
-            s->copy = NULL;
-        }
-    }
-    if (t->kind == TRANSPORT_FIFO) {
-        for (int p = 0; p < t->size; p++) {
-            PeerHeader* ph = &t->peers[p];
-            while (ph->posted) {
-                mpiCheck(MPI_Test(&ph->req, &flag, MPI_STATUS_IGNORE));
-                if (!flag) break;
-                ph->posted = 0;
-                MsgKey k = {ph->hdr.kind, ph->hdr.chunk, ph->hdr.mb};
-                RecvSlot* s = NULL;
-                for (int i = 0; i < t->n_recvs; i++) {
-                    RecvSlot* c = &t->recvs[i];
-                    if (c->active && !c->matched && c->peer == p && c->key.kind == k.kind && c->key.chunk == k.chunk &&
-                        c->key.mb == k.mb) {
-                        s = c;
-                        break;
-                    }
-                }
-                if (!s)
-                    rr_die("pipeline protocol error: rank %d sent %s for chunk %d microbatch %d, which rank %d does "
-                           "not expect",
-                           p, k.kind == MSG_ACT ? "an activation" : "a gradient", k.chunk, k.mb, t->rank);
-                if ((size_t)ph->hdr.bytes != s->bytes)
-                    rr_die("pipeline protocol error: rank %d sent %lld bytes for chunk %d microbatch %d, rank %d "
-                           "expects %zu (the ranks disagree on the microbatch plan)",
-                           p, (long long)ph->hdr.bytes, k.chunk, k.mb, t->rank, s->bytes);
-                s->matched = 1;
-                mpiCheck(MPI_Irecv(s->buf, (int)s->bytes, MPI_BYTE, p, FIFO_TAG_PAYLOAD, t->comm, &s->req));
-                if (fifo_unmatched_from(t, p)) fifo_post_header(t, p);
-            }
-        }
-    }
+static int progress(Transport* t, char* err, size_t err_len) {
+    if (reap_sends(t, NULL, err, err_len) != 0) return -1;
+    if (t->kind == TRANSPORT_FIFO && fifo_match_headers(t, err, err_len) != 0) return -1;
     for (int i = 0; i < t->n_recvs; i++) {
         RecvSlot* s = &t->recvs[i];
         if (!s->active || !s->matched) continue;
-        MPI_Status st;
-        mpiCheck(MPI_Test(&s->req, &flag, &st));
-        if (!flag) continue;
-        int count = 0;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        if ((size_t)count != s->bytes)
-            rr_die("pipeline protocol error: from rank %d, chunk %d microbatch %d: got %d bytes, expected %zu",
-                   s->peer, s->key.chunk, s->key.mb, count, s->bytes);
+        int done = 0;
+        size_t got = 0;
+        if (t->comm->ops->test(t->comm, &s->req, &done, &got, err, err_len) != 0) return -1;
+        if (!done) continue;
+        if (got != s->bytes) {
+            snprintf(err, err_len, "pipeline protocol error: from rank %d, chunk %d microbatch %d: got %zu bytes, "
+                     "expected %zu", s->peer, s->key.chunk, s->key.mb, got, s->bytes);
+            return -1;
+        }
         s->active = 0;
         if (t->n_completed == t->cap_completed) {
             t->cap_completed = t->cap_completed ? 2 * t->cap_completed : 64;
@@ -236,6 +246,7 @@ static void progress(Transport* t) {
         t->stats.msgs_recv++;
         t->stats.bytes_recv += (double)s->bytes;
     }
+    return 0;
 }
 
 static int drain(Transport* t, MsgKey* done, int max) {
@@ -246,8 +257,8 @@ static int drain(Transport* t, MsgKey* done, int max) {
     return n;
 }
 
-int transport_poll(Transport* t, MsgKey* done, int max) {
-    progress(t);
+int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_len) {
+    if (progress(t, err, err_len) != 0) return -1;
     return drain(t, done, max);
 }
 
@@ -256,93 +267,114 @@ static void sleep_us(long us) {
     nanosleep(&ts, NULL);
 }
 
-static void die_waiting(const Transport* t, double waited) {
-    char list[1024] = "";
+/* "activation chunk 0 mb 3 from rank 1, ..." (at most 8) */
+static void expected_list(const Transport* t, char* list, size_t n) {
     size_t off = 0;
     int shown = 0;
+    list[0] = 0;
     for (int i = 0; i < t->n_recvs && shown < 8; i++) {
         const RecvSlot* s = &t->recvs[i];
         if (!s->active) continue;
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s chunk %d mb %d from rank %d", shown ? ", " : "",
-                                s->key.kind == MSG_ACT ? "activation" : "gradient", s->key.chunk, s->key.mb, s->peer);
-        if (off >= sizeof list) break;
+        off += (size_t)snprintf(list + off, n - off, "%s%s chunk %d mb %d from rank %d", shown ? ", " : "",
+                                kind_word(s->key.kind), s->key.chunk, s->key.mb, s->peer);
+        if (off >= n) break;
         shown++;
     }
-    rr_die_hint("a rank probably died or stopped; check the other ranks' output",
-                "pipeline rank %d waited %.0f s without any message; still expecting: %s", t->rank, waited, list);
+    if (!shown) snprintf(list, n, "nothing");
 }
 
-int transport_wait(Transport* t, MsgKey* done, int max, double timeout_s) {
-    double t0 = rr_now();
+int transport_wait(Transport* t, MsgKey* done, int max, double timeout_s, double warn_s, char* err, size_t err_len) {
+    double t0 = rr_now(), next_warn = warn_s;
     long backoff = 20;
     for (;;) {
-        progress(t);
+        if (progress(t, err, err_len) != 0) return -1;
         int n = drain(t, done, max);
         if (n > 0) {
             t->stats.wait_s += rr_now() - t0;
             return n;
         }
         double waited = rr_now() - t0;
-        if (timeout_s > 0 && waited > timeout_s) die_waiting(t, waited);
+        if (warn_s > 0 && waited > next_warn) {
+            char list[1024];
+            expected_list(t, list, sizeof list);
+            rr_warn("pipeline rank %d has waited %.0f s without any message; expecting: %s (a rank stopped or slow?)",
+                    t->comm->rank, waited, list);
+            next_warn += warn_s;
+        }
+        if (timeout_s > 0 && waited > timeout_s) {
+            char list[1024];
+            expected_list(t, list, sizeof list);
+            snprintf(err, err_len,
+                     "pipeline rank %d waited %.0f s without any message; still expecting: %s\n---> HINT: a rank "
+                     "probably died or stopped; check the other ranks' output",
+                     t->comm->rank, waited, list);
+            return -1;
+        }
         sleep_us(backoff);
         if (backoff < 2000) backoff *= 2;
     }
 }
 
-void transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes) {
+/* Wait for request *req while progressing our own receives (so two ranks sending to each other cannot
+ * deadlock on receives that we posted). */
+static int wait_req(Transport* t, CommReq** req, int peer, double timeout_s, char* err, size_t err_len) {
     double t0 = rr_now();
-    RR_ASSERT(bytes <= (size_t)INT32_MAX);
-    MPI_Request req;
-    int flag = 0;
     long backoff = 20;
-    /* MPI_Issend completes only when the matching receive has been posted (Megatron's paired exchange);
-     * wait for it while still progressing our own receives so two ranks sending to each other cannot
-     * deadlock on receives that we posted. */
-    if (t->kind == TRANSPORT_TAGGED) {
-        mpiCheck(MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, tagged_tag(t, key), t->comm, &req));
-    } else {
-        FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
-        MPI_Request hreq;
-        mpiCheck(MPI_Issend(&h, (int)sizeof h, MPI_BYTE, peer, FIFO_TAG_HEADER, t->comm, &hreq));
-        for (;;) {
-            mpiCheck(MPI_Test(&hreq, &flag, MPI_STATUS_IGNORE));
-            if (flag) break;
-            progress(t);
-            sleep_us(backoff);
-            if (backoff < 2000) backoff *= 2;
-        }
-        mpiCheck(MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, FIFO_TAG_PAYLOAD, t->comm, &req));
-    }
-    backoff = 20;
     for (;;) {
-        mpiCheck(MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
-        if (flag) break;
-        progress(t);
+        int done = 0;
+        if (t->comm->ops->test(t->comm, req, &done, NULL, err, err_len) != 0) return -1;
+        if (done) return 0;
+        if (progress(t, err, err_len) != 0) return -1;
+        if (timeout_s > 0 && rr_now() - t0 > timeout_s) {
+            snprintf(err, err_len, "pipeline rank %d: rank %d did not take a message for %.0f s\n---> HINT: a rank "
+                     "probably died or stopped; check the other ranks' output", t->comm->rank, peer, rr_now() - t0);
+            t->comm->ops->cancel(t->comm, req);
+            return -1;
+        }
         sleep_us(backoff);
         if (backoff < 2000) backoff *= 2;
     }
+}
+
+int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s, char* err,
+                        size_t err_len) {
+    double t0 = rr_now();
+    RR_ASSERT(bytes <= (size_t)INT32_MAX);
+    CommReq* req = NULL;
+    /* a synchronous send completes only when the matching receive has been posted */
+    if (t->kind == TRANSPORT_TAGGED) {
+        int tag;
+        if (tagged_tag(t, key, &tag, err, err_len) != 0 ||
+            t->comm->ops->isend(t->comm, peer, tag, buf, bytes, 1, &req, err, err_len) != 0)
+            return -1;
+    } else {
+        FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
+        CommReq* hreq = NULL;
+        if (t->comm->ops->isend(t->comm, peer, FIFO_TAG_HEADER, &h, sizeof h, 1, &hreq, err, err_len) != 0 ||
+            wait_req(t, &hreq, peer, timeout_s, err, err_len) != 0 ||
+            t->comm->ops->isend(t->comm, peer, FIFO_TAG_PAYLOAD, buf, bytes, 1, &req, err, err_len) != 0)
+            return -1;
+    }
+    if (wait_req(t, &req, peer, timeout_s, err, err_len) != 0) return -1;
     t->stats.msgs_sent++;
     t->stats.bytes_sent += (double)bytes;
     t->stats.wait_s += rr_now() - t0;
+    return 0;
 }
 
-void transport_flush(Transport* t) {
+int transport_flush(Transport* t, double timeout_s, char* err, size_t err_len) {
+    double t0 = rr_now();
     long backoff = 20;
     for (;;) {
-        int pending = 0, flag = 0;
-        for (int i = 0; i < t->n_sends; i++) {
-            SendSlot* s = &t->sends[i];
-            if (s->req == MPI_REQUEST_NULL) continue;
-            mpiCheck(MPI_Test(&s->req, &flag, MPI_STATUS_IGNORE));
-            if (flag) {
-                free(s->copy);
-                s->copy = NULL;
-            } else {
-                pending++;
-            }
+        int pending = 0;
+        if (reap_sends(t, &pending, err, err_len) != 0) return -1;
+        if (!pending) return 0;
+        if (progress(t, err, err_len) != 0) return -1;
+        if (timeout_s > 0 && rr_now() - t0 > timeout_s) {
+            snprintf(err, err_len, "pipeline rank %d: %d sends not taken for %.0f s\n---> HINT: a rank probably died "
+                     "or stopped; check the other ranks' output", t->comm->rank, pending, rr_now() - t0);
+            return -1;
         }
-        if (!pending) return;
-        progress(t);
         sleep_us(backoff);
         if (backoff < 2000) backoff *= 2;
     }
@@ -358,17 +390,16 @@ TransportStats transport_stats(const Transport* t) { return t->stats; }
 
 void transport_free(Transport* t) {
     if (!t) return;
-    for (int p = 0; p < t->size; p++)
-        if (t->peers[p].posted) {
-            MPI_Cancel(&t->peers[p].req);
-            MPI_Wait(&t->peers[p].req, MPI_STATUS_IGNORE);
-        }
+    for (int p = 0; p < t->comm->size; p++)
+        if (t->peers[p].req) t->comm->ops->cancel(t->comm, &t->peers[p].req);
     for (int i = 0; i < t->n_recvs; i++)
-        if (t->recvs[i].active && t->recvs[i].req != MPI_REQUEST_NULL) {
-            MPI_Cancel(&t->recvs[i].req);
-            MPI_Wait(&t->recvs[i].req, MPI_STATUS_IGNORE);
-        }
-    transport_flush(t);
+        if (t->recvs[i].active && t->recvs[i].req) t->comm->ops->cancel(t->comm, &t->recvs[i].req);
+    /* sends: give them a bounded time to drain (a dead peer must not hang the free), then cancel */
+    char err[256];
+    if (transport_flush(t, 5.0, err, sizeof err) != 0)
+        for (int i = 0; i < t->n_sends; i++)
+            if (t->sends[i].req) t->comm->ops->cancel(t->comm, &t->sends[i].req);
+    for (int i = 0; i < t->n_sends; i++) free(t->sends[i].copy);
     free(t->recvs);
     free(t->sends);
     free(t->peers);

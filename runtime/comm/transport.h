@@ -1,4 +1,5 @@
-/* transport.h — message-driven point-to-point communication between pipeline ranks.
+/* transport.h — message-driven point-to-point communication between pipeline ranks, over any Comm
+ * (comm.h): the protocols are written once against CommOps and run over MPI today, NCCL later.
  *
  * Every message carries a key (kind, chunk, microbatch). A receiver posts the receive for each message
  * it expects ahead of time (transport_post_recv); a completed receive is reported by transport_poll /
@@ -15,12 +16,16 @@
  *                     run over MPI, so it is tested on the CPU.
  *
  * Waiting never spins a core: transport_wait polls with exponential back-off sleeps (20 us .. 2 ms),
- * so oversubscribed ranks do not starve the one computing. */
+ * so oversubscribed ranks do not starve the one computing.
+ *
+ * Errors (a protocol mismatch, a lost peer, a communication failure) are returned: -1 with a message
+ * naming the ranks and the message; the transport is then unusable and only transport_free is valid. */
 #ifndef RRFP_TRANSPORT_H
 #define RRFP_TRANSPORT_H
 
-#include <mpi.h>
 #include <stddef.h>
+
+#include "runtime/comm/comm.h"
 
 typedef enum { MSG_ACT = 0, MSG_GRAD = 1 } MsgKind;
 typedef struct {
@@ -33,29 +38,31 @@ typedef enum { TRANSPORT_TAGGED = 0, TRANSPORT_FIFO = 1 } TransportKind;
 
 typedef struct Transport Transport;
 
-/* Create over `comm` (the pipeline communicator). The transport is idle until receives are posted. */
-Transport* transport_create(TransportKind kind, MPI_Comm comm);
+/* Create over `comm` (the pipeline group; not owned). Idle until receives are posted. Can't fail. */
+Transport* transport_create(TransportKind kind, Comm* comm);
 void transport_free(Transport* t);
 const char* transport_kind_name(TransportKind kind);
-/* Parse "tagged" / "fifo"; returns -1 when unknown. */
-int transport_kind_parse(const char* s);
 
 /* Expect a message `key` of exactly `bytes` bytes from `peer`, delivered into `buf`. */
-void transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t bytes);
+int transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t bytes, char* err, size_t err_len);
 /* Asynchronous buffered send: copies the payload, returns at once. */
-void transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes);
-/* Synchronous send: returns once the receiver has posted the matching receive and the data is out. */
-void transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes);
+int transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len);
+/* Synchronous send: returns once the receiver has posted the matching receive and the data is out. A
+ * receiver silent for `timeout_s` (> 0) is an error naming it. */
+int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s, char* err,
+                        size_t err_len);
 
 /* Non-blocking: progress all pending operations; store up to `max` keys of receives that completed
- * since the last call into `done`; return how many. */
-int transport_poll(Transport* t, MsgKey* done, int max);
-/* Block (sleeping with back-off, never spinning) until at least one receive completes, then return as
- * transport_poll. Dies with a clear message after `timeout_s` seconds without any completion, naming
- * the messages still expected and from which rank (a lost peer must not hang the job). */
-int transport_wait(Transport* t, MsgKey* done, int max, double timeout_s);
+ * since the last call into `done`; return how many (>= 0), or -1 with a message. */
+int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_len);
+/* Sleep with back-off (never spinning) until at least one receive completes, then return as
+ * transport_poll. After `timeout_s` seconds without any completion: -1 with a message naming the
+ * messages still expected and from which rank (a lost peer must not hang the job). Every
+ * `warn_s` seconds (> 0) of waiting, a warning on stderr names them too (a stopped rank is visible
+ * long before the timeout). */
+int transport_wait(Transport* t, MsgKey* done, int max, double timeout_s, double warn_s, char* err, size_t err_len);
 /* Wait for all outstanding sends to complete (end of step). */
-void transport_flush(Transport* t);
+int transport_flush(Transport* t, double timeout_s, char* err, size_t err_len);
 /* Number of posted receives not yet returned by transport_poll / transport_wait. */
 int transport_pending_recvs(const Transport* t);
 

@@ -111,6 +111,15 @@ typedef struct {
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* Exact sizes of the stage holding LM blocks [l0, l1) without allocating anything (--dry-run of a
  * full-size recipe): parameter floats, and bytes of one StageActs at the given budget. */
+/* Parameter counts of a model by component (doubles: a 7B count overflows nothing); sizes.c. */
+typedef struct {
+    double vision_embed, vision_block, vision_final, vision;
+    double projector;
+    double text_embed, text_block, text_final, head, text;
+    double total;
+} ModelParamCounts;
+void model_param_counts(const ModelConfig* mc, ModelParamCounts* c);
+
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1);
 size_t model_stage_acts_bytes(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split);
 /* split = 1 allows stage_backward_input/_weight (keeps per-block gradients); 0 only stage_backward. */
@@ -139,6 +148,11 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
 
 /* ---- dumps for external checking (layout in README.md, "Step dumps") ---------------------------- */
 /* The stage's parameter values (grads = 0) or gradients (grads = 1), every tensor by name. */
+/* Check a microbatch against the stage (ids, targets, positions, images, patches) and the capacity of
+ * `a` (made for this stage). Returns 0, or -1 with a message naming the sample and what is wrong: a loader
+ * bug or a damaged shard must not turn into a silent wrong step. stage_forward asserts it. */
+int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, char* err, size_t err_len);
+
 int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len);
 /* The microbatch as the model saw it (all its inputs), plus, on the last stage, the logits (T, V)
  * of its forward (a must be forwarded) and its loss_sum. */

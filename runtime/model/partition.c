@@ -1,5 +1,5 @@
 /* partition.c — LM layer split across pipeline stages: by hand or balanced by a FLOP cost model. */
-#include "runtime/partition.h"
+#include "runtime/model/partition.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,12 @@
 /* pipeline.c — one pipeline rank's step: dispatcher + transport + stages. See pipeline.h. */
-#include "runtime/pipeline.h"
+#include "runtime/pipeline/pipeline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/util.h"
+#include "runtime/sim/sim.h"
 
 /* Saved activations of one chunk: a pool that grows to the peak number of microbatches in flight
  * during the first step and is reused afterwards (the step itself allocates nothing once warm). */
@@ -17,7 +18,7 @@ typedef struct {
 
 struct Pipeline {
     PipelineConfig cfg;
-    MPI_Comm comm;
+    Comm* comm;
     Transport* tr;
     Stage** stages;
     int S;  /* virtual stages P * chunks */
@@ -37,14 +38,34 @@ struct Pipeline {
     float* dev_in;     /* (max_tokens, Dt) backend memory */
     float* host_out;   /* (max_tokens, Dt) host memory */
     int M_alloc;
+    int M_checked;         /* the microbatch count whose dry run passed */
     double act_bytes_max; /* one microbatch's StageActs at the full budget */
+    const char* dump_dir;  /* of the step being run, or NULL */
+    char* err;             /* of the step being run */
+    size_t err_len;
 };
 
 int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
 
 static int vstage(const Pipeline* p, int chunk) { return chunk * p->cfg.P + p->cfg.rank; }
 
-Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm comm, char* err, size_t err_len) {
+/* Refuse a hint x mode x cap that cannot finish with M microbatches (the simulator on uniform durations),
+ * at start, instead of a rank timing out. */
+static int pipeline_dry_run(Pipeline* p, int M, char* err, size_t err_len) {
+    if (M == p->M_checked) return 0;
+    PpShape s = p->shape;
+    s.M = M;
+    char e[512];
+    if (pp_dry_run(p->cfg.hint, &s, p->cfg.mode, p->cfg.cap, e, sizeof e) != 0) {
+        snprintf(err, err_len, "hint %s, mode %s with %d ranks x %d chunk(s) and %d microbatches cannot run: %s",
+                 pp_hint_name(p->cfg.hint), pp_mode_name(p->cfg.mode), p->cfg.P, p->cfg.chunks, M, e);
+        return -1;
+    }
+    p->M_checked = M;
+    return 0;
+}
+
+Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm, int M, char* err, size_t err_len) {
     PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint)};
     if (cfg->mode != PP_MODE_READY && !pp_hint_is_sequence(cfg->hint)) {
         snprintf(err, err_len,
@@ -61,6 +82,12 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm co
     p->S = cfg->P * cfg->chunks;
     p->Dt = stages[0]->cfg.Dt;
     p->shape = shape;
+    if (comm->size != cfg->P || comm->rank != cfg->rank) {
+        snprintf(err, err_len, "internal: pipeline group has %d ranks (this one %d), the config says %d (rank %d)",
+                 comm->size, comm->rank, cfg->P, cfg->rank);
+        free(p);
+        return NULL;
+    }
     p->tr = transport_create(cfg->transport, comm);
     p->pools = callocCheck((size_t)cfg->chunks, sizeof *p->pools);
     p->mb_slot = callocCheck((size_t)cfg->chunks, sizeof *p->mb_slot);
@@ -84,6 +111,10 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm co
             pipeline_free(p);
             return NULL;
         }
+    }
+    if (pipeline_dry_run(p, M, err, err_len) != 0) {
+        pipeline_free(p);
+        return NULL;
     }
     return p;
 }
@@ -158,23 +189,24 @@ static float* in_buf(Pipeline* p, PpTask t) {
 /* The message key of the input of local task t (what its producer sends). */
 static MsgKey input_key(PpTask t) { return (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, t.chunk, t.mb}; }
 
-static void post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
+static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
     int src;
     PpTask src_task;
-    if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return;
-    transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), mb_bytes(p, &mbs[t.mb]));
+    if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return 0;
+    return transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), mb_bytes(p, &mbs[t.mb]), p->err, p->err_len);
 }
 
 /* fixed-sync: post the receives the dispatcher says are due now, each once. */
-static void post_sequence_receives(Pipeline* p, const PpDispatcher* d, const Microbatch* mbs, uint8_t* posted) {
+static int post_sequence_receives(Pipeline* p, const PpDispatcher* d, const Microbatch* mbs, uint8_t* posted) {
     PpTask due[2];
     int k = pp_dispatcher_sequence_receives(d, due);
     for (int i = 0; i < k; i++) {
         int idx = pp_task_index(&p->shape, due[i]);
         if (posted[idx]) continue;
         posted[idx] = 1;
-        post_input(p, due[i], mbs);
+        if (post_input(p, due[i], mbs) != 0) return -1;
     }
+    return 0;
 }
 
 static void ensure_buffers(Pipeline* p, int M) {
@@ -216,7 +248,8 @@ static const float* task_output(Pipeline* p, const Microbatch* mb) {
     return p->host_out;
 }
 
-/* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key. */
+/* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key, 0 when not,
+ * -1 with p->err on a failed dump. */
 static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_scale, double* loss_sum, int* dst,
                     MsgKey* key) {
     Stage* st = p->stages[t.chunk];
@@ -231,6 +264,11 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         float ls = 0.0f;
         stage_forward(st, a, mb, v > 0 ? task_input(p, t, mb) : NULL, has_out ? p->out_buf : NULL, st->last ? &ls : NULL);
         if (st->last) *loss_sum += ls;
+        if (p->dump_dir && (st->first || st->last)) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank, t.chunk);
+            if (stage_dump_microbatch(st, a, mb, path, p->err, p->err_len) != 0) return -1;
+        }
         break;
     }
     case PP_B: {
@@ -254,22 +292,36 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
 }
 
 int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, PpTrace* trace, int step,
-                  PipelineStepStats* out) {
+                  const char* dump_dir, PipelineStepStats* out, char* err, size_t err_len) {
     const PipelineConfig* cfg = &p->cfg;
-    char err[512];
     memset(out, 0, sizeof *out);
+    p->err = err, p->err_len = err_len, p->dump_dir = dump_dir;
     for (int m = 0; m < M; m++)
-        if (mbs[m].T > cfg->max_tokens)
-            rr_die("microbatch %d of step %d has %d tokens, more than data.microbatch_tokens = %d", m, step, mbs[m].T,
-                   cfg->max_tokens);
+        if (mbs[m].T > cfg->max_tokens) {
+            snprintf(err, err_len, "microbatch %d of step %d has %d tokens, more than data.microbatch_tokens = %d", m,
+                     step, mbs[m].T, cfg->max_tokens);
+            return -1;
+        }
+    for (int m = 0; m < M; m++)
+        for (int c = 0; c < cfg->chunks; c++) {
+            char e[1024];
+            if (stage_check_microbatch(p->stages[c], NULL, &mbs[m], e, sizeof e) != 0) {
+                snprintf(err, err_len, "step %d, microbatch %d: %s", step, m, e);
+                return -1;
+            }
+        }
+    if (pipeline_dry_run(p, M, err, err_len) != 0) return -1;
     ensure_buffers(p, M);
 
     /* The hint order and the dispatcher are rebuilt per step: M may change from step to step. */
     p->shape.M = M;
     int n = pp_shape_tasks(&p->shape);
     p->order = reallocCheck(p->order, sizeof(PpTask) * (size_t)n);
-    if (pp_hint_build(cfg->hint, &p->shape, cfg->rank, p->order, err, sizeof err) < 0)
-        rr_die("pipeline rank %d: %s", cfg->rank, err);
+    char e[512];
+    if (pp_hint_build(cfg->hint, &p->shape, cfg->rank, p->order, e, sizeof e) < 0) {
+        snprintf(err, err_len, "pipeline rank %d: %s", cfg->rank, e);
+        return -1;
+    }
     double* act_bytes = mallocCheck(sizeof(double) * (size_t)M);
     for (int m = 0; m < M; m++) act_bytes[m] = p->act_bytes_max * (double)mbs[m].T / (double)cfg->max_tokens;
     PpDispatchConfig dc = {
@@ -283,22 +335,25 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         .act_bytes = act_bytes,
     };
     PpDispatcher d;
-    if (pp_dispatcher_init(&d, &dc, err, sizeof err) != 0) rr_die("pipeline rank %d: %s", cfg->rank, err);
+    int rc = pp_dispatcher_init(&d, &dc, e, sizeof e);
     free(act_bytes);
+    if (rc != 0) {
+        snprintf(err, err_len, "pipeline rank %d: %s", cfg->rank, e);
+        return -1;
+    }
 
     int sync = cfg->mode == PP_MODE_FIXED_SYNC;
     uint8_t* posted = callocCheck((size_t)n, 1); /* by dense task index */
     if (sync) {
-        post_sequence_receives(p, &d, mbs, posted);
+        rc = post_sequence_receives(p, &d, mbs, posted);
     } else {
-        for (int i = 0; i < n; i++) post_input(p, p->order[i], mbs);
+        for (int i = 0; i < n && rc == 0; i++) rc = post_input(p, p->order[i], mbs);
     }
 
     double t_start = rr_now(), busy = 0.0, loss_sum = 0.0;
     MsgKey done[64];
-    for (;;) {
-        int got = transport_poll(p->tr, done, 64);
-        for (;;) {
+    int got = rc == 0 ? transport_poll(p->tr, done, 64, err, err_len) : -1;
+    while (got >= 0) {
             for (int i = 0; i < got; i++) {
                 PpTask t = {done[i].chunk, done[i].kind == MSG_ACT ? PP_F : PP_B, done[i].mb};
                 pp_dispatcher_input_arrived(&d, t);
@@ -313,7 +368,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             int r = pp_dispatcher_next(&d, &t);
             if (r < 0) break;
             if (r == 0) {
-                got = transport_wait(p->tr, done, 64, cfg->timeout_s);
+                got = transport_wait(p->tr, done, 64, cfg->timeout_s, cfg->stall_warn_s, err, err_len);
                 continue;
             }
             pp_dispatcher_started(&d, t);
@@ -321,25 +376,39 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             int dst = -1;
             MsgKey key;
             int has_out = run_task(p, t, mbs, loss_scale, &loss_sum, &dst, &key);
+            if (has_out < 0) {
+                got = -1;
+                break;
+            }
             double t1 = rr_now();
             busy += t1 - t0;
             pp_dispatcher_finished(&d, t);
             if (trace) pp_trace_task(trace, cfg->rank, cfg->P, t, t0, t1);
             /* Megatron's paired exchange: the receives of what comes next are posted when this task
              * has finished computing, then this task's send blocks until its receiver posted. */
-            if (sync) post_sequence_receives(p, &d, mbs, posted);
+            if (sync && post_sequence_receives(p, &d, mbs, posted) != 0) {
+                got = -1;
+                break;
+            }
             if (has_out) {
                 const float* payload = task_output(p, &mbs[t.mb]);
-                if (sync) transport_send_sync(p->tr, dst, key, payload, mb_bytes(p, &mbs[t.mb]));
-                else transport_isend(p->tr, dst, key, payload, mb_bytes(p, &mbs[t.mb]));
-                if (trace) pp_trace_send(trace, cfg->rank, dst, t, mb_bytes(p, &mbs[t.mb]), rr_now());
+                size_t bytes = mb_bytes(p, &mbs[t.mb]);
+                int src = sync ? transport_send_sync(p->tr, dst, key, payload, bytes, cfg->timeout_s, err, err_len)
+                               : transport_isend(p->tr, dst, key, payload, bytes, err, err_len);
+                if (src != 0) {
+                    got = -1;
+                    break;
+                }
+                if (trace) pp_trace_send(trace, cfg->rank, dst, t, bytes, rr_now());
             }
-            got = transport_poll(p->tr, done, 64);
-        }
-        break;
+            got = transport_poll(p->tr, done, 64, err, err_len);
+    }
+    if (got < 0 || transport_flush(p->tr, cfg->timeout_s, err, err_len) != 0) {
+        pp_dispatcher_free(&d);
+        free(posted);
+        return -1;
     }
     RR_ASSERT(pp_dispatcher_all_done(&d));
-    transport_flush(p->tr);
     double t_end = rr_now();
     if (trace) pp_trace_step(trace, cfg->rank, step, t_start, t_end);
     out->loss_sum = loss_sum;
@@ -350,8 +419,10 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     out->decisions = d.n_decisions;
     pp_dispatcher_free(&d);
     free(posted);
-    if (transport_pending_recvs(p->tr) != 0)
-        rr_die("pipeline rank %d: step %d ended with %d messages still expected (the ranks disagree on the plan)",
-               cfg->rank, step, transport_pending_recvs(p->tr));
+    if (transport_pending_recvs(p->tr) != 0) {
+        snprintf(err, err_len, "pipeline rank %d: step %d ended with %d messages still expected (the ranks disagree on "
+                 "the plan)", cfg->rank, step, transport_pending_recvs(p->tr));
+        return -1;
+    }
     return 0;
 }

@@ -1,5 +1,5 @@
-/* pipeline.h — one pipeline rank's step under RRFP: the dispatcher (runtime/sched.h) picks tasks, the
- * transport (runtime/transport.h) moves activations and gradients, the Stage API (runtime/model.h)
+/* pipeline.h — one pipeline rank's step under RRFP: the dispatcher (runtime/sched/) picks tasks, the
+ * transport (runtime/comm/) moves activations and gradients, the Stage API (runtime/model/)
  * computes. Megatron's separation: the schedule, the communicator and the step know little of each
  * other; this file is the one interpreter that joins them.
  *
@@ -14,13 +14,11 @@
 #ifndef RRFP_PIPELINE_H
 #define RRFP_PIPELINE_H
 
-#include <mpi.h>
-
 #include "data/microbatch.h"
-#include "runtime/model.h"
-#include "runtime/sched.h"
-#include "runtime/trace.h"
-#include "runtime/transport.h"
+#include "runtime/model/model.h"
+#include "runtime/sched/sched.h"
+#include "runtime/trace/trace.h"
+#include "runtime/comm/transport.h"
 
 typedef struct {
     int P, rank;            /* pipeline ranks and this rank */
@@ -31,7 +29,8 @@ typedef struct {
     double act_budget;      /* ready: activation bytes in flight, <= 0 = none */
     int split;              /* split backward into B and W (forced on for zb-h1 and bfw) */
     TransportKind transport;
-    double timeout_s;       /* a rank waiting this long for any message dies naming what it waits for */
+    double timeout_s;       /* a rank waiting this long for any message fails naming what it waits for */
+    double stall_warn_s;    /* ... and warns every this many seconds before that (0 = never) */
     int max_tokens, max_patches; /* microbatch budget (sizes the activation pool) */
 } PipelineConfig;
 
@@ -47,8 +46,10 @@ typedef struct {
 typedef struct Pipeline Pipeline;
 
 /* stages[c] is chunk c of this rank (virtual stage c*P + rank), already initialised by the caller
- * with its layer range. Returns NULL with a message in err when the hint, mode and shape do not fit. */
-Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, MPI_Comm comm, char* err, size_t err_len);
+ * with its layer range; `pipe` is the pipeline group (rank cfg->rank of cfg->P; not owned). Returns NULL
+ * with a message in err when the hint, mode and shape do not fit, or when the combination would
+ * deadlock (found by a dry run of the simulator on uniform durations for `M` microbatches). */
+Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* pipe, int M, char* err, size_t err_len);
 void pipeline_free(Pipeline* p);
 
 /* Whether a hint needs the split backward (it schedules W tasks). */
@@ -56,9 +57,11 @@ int pipeline_hint_splits(PpHint h);
 
 /* Run every task of this rank for the M microbatches of one step (mbs: the whole plan, identical on
  * every rank). loss_scale = 1 / supervised targets of the whole step. `trace` (may be NULL) records
- * tasks and messages, `step` numbers them. Returns 0; a protocol error or a lost peer dies with a
- * message naming the rank. */
+ * tasks and messages, `step` numbers them. dump_dir (may be NULL): the first and the last stage write
+ * microbatch-{m}.pp{rank}c{chunk}.safetensors there after each forward (inputs; logits and loss on the
+ * last stage: README "Step dumps"). Returns 0, or -1 with a message naming the rank (a protocol error,
+ * a microbatch over the budget, a lost peer); the pipeline is then unusable. */
 int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, PpTrace* trace, int step,
-                  PipelineStepStats* out);
+                  const char* dump_dir, PipelineStepStats* out, char* err, size_t err_len);
 
 #endif

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/sched.h"
+#include "runtime/sched/sched.h"
 
 /* The in-flight unit is a microbatch admitted to this rank: its first-chunk forward F(0, m) started
  * and its first-chunk backward B(0, m) (the last backward of m on the rank) not finished. Only F(0, m)

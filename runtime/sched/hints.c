@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/sched.h"
+#include "runtime/sched/sched.h"
 
 /* ---- tasks -------------------------------------------------------------------------------------- */
 

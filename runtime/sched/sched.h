@@ -1,5 +1,6 @@
 /* sched.h — RRFP scheduler core: pipeline tasks, hints, the per-rank dispatcher (ready-set
- * arbitration), validity checks, and the discrete-event simulator that drives the same dispatcher.
+ * arbitration) and validity checks. Pure: no MPI, no CUDA, no clock. The discrete-event simulator
+ * that drives the same dispatcher is runtime/sim/sim.h.
  *
  * DESIGN.md section 6 is the contract. The split is Megatron's: hints (pure functions, hints.c) know
  * nothing of time; the dispatcher (dispatch.c) knows one rank's ready set and nothing of transports;
@@ -213,67 +214,6 @@ int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t);
  * may be returned again on a later call (the caller posts each once). Returns the count (0..2). */
 int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[2]);
 static inline int pp_dispatcher_all_done(const PpDispatcher* d) { return d->n_done == d->n; }
-
-/* ---- durations and the simulator ----------------------------------------------------------------- */
-
-/* The duration file of DESIGN.md section 6: {"stages": P, "microbatches": M, "latency": L,
- * "F": [[P x M]], "B": [[P x M]], "W": [[P x M]] (optional: present = split backward)}. */
-typedef struct {
-    int P, M, split;
-    double latency;
-    double* F;  // (P, M)
-    double* B;  // (P, M)
-    double* W;  // (P, M), NULL unless split
-} PpDurations;
-
-/* Parse a duration file's text. `name` is used in messages ("run.json: F[3] has 7 entries, expected
- * M=8"). Returns 0, or -1 with the message in err and nothing allocated. */
-int pp_durations_parse(const char* text, const char* name, PpDurations* d, char* err, size_t errlen);
-int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen);
-/* Serialise as a duration file (malloc'd JSON text). */
-char* pp_durations_to_json(const PpDurations* d);
-void pp_durations_free(PpDurations* d);
-
-typedef enum { PP_GEN_TEXT = 0, PP_GEN_MM = 1 } PpGenKind;
-/* Generate a duration set (the generator is documented in sim.c and bench/README.md). */
-void pp_durations_generate(PpDurations* d, int P, int M, double variance, PpGenKind kind, uint64_t seed,
-                           int split, double latency);
-
-/* DESIGN.md's lower bound; with V > 1 chunks each rank's durations are split evenly over its chunks
- * and the microbatch path runs over the P*V virtual stages (V = 1 is exactly DESIGN.md's formula). */
-double pp_lower_bound(const PpDurations* d, int chunks);
-
-/* One message of a simulated run: the output of `task` on rank src for rank dst. */
-typedef struct {
-    int src, dst;
-    PpTask task;
-    double send, arrive;
-} PpSimMsg;
-
-typedef struct {
-    double makespan, lower_bound, efficiency, bubble;
-    int deadlock;       // 1: the schedule cannot finish; msg says where it stuck
-    char msg[512];
-    int P;
-    PpExec** exec;      // (P) executed tasks of each rank in start order
-    int* n_exec;        // (P)
-    int* cap;           // (P) resolved caps (ready)
-    int* peak_inflight; // (P)
-    long decisions;     // calls of pp_dispatcher_next
-    PpSimMsg* msgs;     // (n_msgs) in send order
-    int n_msgs;
-} PpSimResult;
-
-/* Run one step under the virtual clock. Returns 0 with *res filled (res->deadlock set when stuck), or
- * -1 with a message in err when the hint/mode/shape combination is invalid. */
-int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, PpSimResult* res,
-               char* err, size_t errlen);
-void pp_sim_result_free(PpSimResult* r);
-
-/* Dry run before a real step: simulate the hint x mode x cap on uniform durations (F = 1, B = 2, or
- * B = W = 1 when split; latency 0) and report whether every rank finishes. Returns 0, or -1 with the
- * reason (invalid combination, or where it deadlocks) in err. */
-int pp_dry_run(PpHint h, const PpShape* s, PpMode mode, PpCap cap, char* err, size_t errlen);
 
 #ifdef __cplusplus
 }

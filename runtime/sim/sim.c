@@ -29,7 +29,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/util.h"
-#include "runtime/sched.h"
+#include "runtime/sim/sim.h"
 
 /* ---- duration files ----------------------------------------------------------------------------- */
 

@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/util.h"
-#include "runtime/trace.h"
+#include "runtime/trace/trace.h"
 
 /* ---- growing text buffer ------------------------------------------------------------------------ */
 

@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "runtime/sched.h"
+#include "runtime/sched/sched.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,195 +1,209 @@
-/* trainer_pp.c — the trainer's pipeline-parallel pieces (parallel.pp > 1, one process per pipeline
- * rank under mpirun). The step is the single-process step with the microbatch loop replaced by the
- * RRFP runtime (runtime/pipeline.h): every rank draws the same step plan from the same deterministic
- * loader, runs its own tasks, and the step ends with the gradient norm summed over all ranks,
- * clipping and AdamW on each rank's own parameters — the single-process update, to fp32 round-off.
- * Checkpoints are written as one shard per (rank, chunk) in one folder, committed by rank 0. */
+/* exec_pipeline.c — the pipeline step executor (parallel.pp > 1, one process per pipeline rank under
+ * mpirun). The step is the one-process step with the microbatch loop replaced by the RRFP runtime
+ * (runtime/pipeline/): every rank draws the same step plan from the same deterministic loader, runs its
+ * own tasks, and the trainer's step end (norm over every rank, clipping, AdamW on each rank's own
+ * parameters) gives the one-process update, to fp32 round-off. Checkpoints are one shard per (rank,
+ * chunk) in one folder, committed by pipeline rank 0. */
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/checkpoint.h"
 #include "engine/util.h"
-#include "runtime/partition.h"
-#include "runtime/pipeline.h"
-#include "runtime/trace.h"
-#include "runtime/trainer.h"
+#include "runtime/pipeline/pipeline.h"
+#include "runtime/trace/trace.h"
+#include "runtime/train/exec.h"
+#include "runtime/train/layout.h"
 
-/* Layers per virtual stage: parallel.layers, or balanced by the cost model with the token budget of a
- * step, assuming (documented in recipes/README.md) half of the LM positions are image patches, images
- * of (min + max) / 2 patches and samples of 256 positions. */
-static int pp_layers(const Trainer* t, int S, int* layers, char* err, size_t err_len) {
-    const Recipe* r = t->r;
-    const ModelConfig* c = &t->mc;
-    if (r->layers[0]) {
-        char e[256];
-        if (partition_parse(r->layers, c->Lt, S, layers, e, (int)sizeof e) != 0) {
-            snprintf(err, err_len, "%s: parallel.layers = %s: %s", recipe_origin(r, "parallel", "layers"), r->layers, e);
-            return -1;
-        }
-        return 0;
-    }
-    double tokens = (double)r->microbatch_tokens * r->microbatches;
-    PartitionCost pc = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
-                                            0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
-    return partition_auto(c->Lt, S, pc, layers);
+typedef struct {
+    StepExec ex;
+    const Recipe* r;
+    Comm* pipe;      /* the pipeline group (the grid's; not owned) */
+    int P, rank, n_chunks;
+    Stage** chunks;  /* (n_chunks) chunk c = virtual stage c * P + rank */
+    Pipeline* pl;
+    PpTrace* trace;
+} PipeExec;
+
+static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
+                                 double* loss_sum, char* err, size_t err_len) {
+    PipeExec* x = (PipeExec*)ex;
+    for (int c = 0; c < x->n_chunks; c++) params_zero_grad(&x->chunks[c]->params);
+    PipelineStepStats ps;
+    if (pipeline_step(x->pl, plan->mbs, plan->M, scale, x->trace, step, dump_dir, &ps, err, err_len) != 0) return -1;
+    double sums[2] = {ps.loss_sum, ps.busy_s}, wall = ps.wall_s;
+    if (comm_allreduce(x->pipe, sums, 2, COMM_F64, COMM_SUM, err, err_len) != 0 ||
+        comm_allreduce(x->pipe, &wall, 1, COMM_F64, COMM_MAX, err, err_len) != 0)
+        return -1;
+    *loss_sum = sums[0];
+    ex->bubble = wall > 0 ? 1.0 - sums[1] / ((double)x->P * wall) : 0.0;
+    return 0;
 }
 
-int trainer_pp_init(Trainer* t, const Backend* be, char* err, size_t err_len) {
-    const Recipe* r = t->r;
-    int inited = 0, world = 1, rank = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-        snprintf(err, err_len, "parallel.pp = %d needs MPI: run under mpirun -np %d", r->pp, r->pp);
-        return -1;
-    }
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (world != r->pp) {
-        snprintf(err, err_len, "%s: parallel.pp = %d but mpirun started %d ranks; allowed: mpirun -np %d (one rank per "
-                 "pipeline stage)", recipe_origin(r, "parallel", "pp"), r->pp, world, r->pp);
-        return -1;
-    }
-    t->pp = r->pp;
-    t->pp_rank = rank;
-    t->n_chunks = r->chunks;
-    int S = r->pp * r->chunks, layers[4096 + 1], l0[4096 + 1];
-    if (S > 4096 || pp_layers(t, S, layers, err, err_len) != 0) return -1;
-    for (int v = 0, l = 0; v < S; v++) l0[v] = l, l += layers[v];
-    t->chunks = callocCheck((size_t)t->n_chunks, sizeof(Stage*));
-    for (int c = 0; c < t->n_chunks; c++) {
-        int v = c * r->pp + rank;
-        Stage* st = c == 0 ? &t->st : callocCheck(1, sizeof(Stage));
-        stage_init(st, &t->mc, l0[v], l0[v] + layers[v], be);
-        params_alloc_optimizer(&st->params);
-        t->chunks[c] = st;
-    }
-    PipelineConfig pc = {.P = r->pp, .rank = rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
-                         .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = TRANSPORT_TAGGED,
-                         .timeout_s = 600, .max_tokens = r->microbatch_tokens, .max_patches = r->microbatch_tokens};
-    char e[512];
-    if (pp_hint_parse(r->hint, &pc.hint) != 0 || pp_mode_parse(r->mode, &pc.mode) != 0) {
-        snprintf(err, err_len, "internal: hint '%s' or mode '%s' passed validation but does not parse", r->hint, r->mode);
-        return -1;
-    }
-    if (r->cap[0] && strcmp(r->cap, "0") != 0 && pp_cap_parse(r->cap, &pc.cap, e, sizeof e) != 0) {
-        snprintf(err, err_len, "%s: runtime.cap = %s: %s", recipe_origin(r, "runtime", "cap"), r->cap, e);
-        return -1;
-    }
-    PpShape shape = {r->pp, r->microbatches, r->chunks, pipeline_hint_splits(pc.hint)};
-    if (pp_hint_check_shape(pc.hint, &shape, e, sizeof e) != 0) {
-        snprintf(err, err_len, "%s: parallel.hint = %s: %s", recipe_origin(r, "parallel", "hint"), r->hint, e);
-        return -1;
-    }
-    t->pl = pipeline_create(&pc, t->chunks, MPI_COMM_WORLD, e, sizeof e);
-    if (!t->pl) {
-        snprintf(err, err_len, "%s: %s", recipe_origin(r, "parallel", "mode"), e);
-        return -1;
-    }
-    if (r->trace) {
-        double origin = rr_now(); /* one clock for every rank of this machine: rank 0's start */
-        MPI_Bcast(&origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        char path[RECIPE_STR + 64];
-        snprintf(path, sizeof path, "%s/trace-rank%d.json", t->run_dir, rank);
-        t->trace = pp_trace_open(path, origin);
-        pp_trace_rank(t->trace, rank);
-    }
-    if (rank == 0) {
-        fprintf(stderr, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers", r->pp, r->chunks, r->hint,
-                r->mode);
-        for (int v = 0; v < S; v++) fprintf(stderr, "%s%d", v ? "," : " ", layers[v]);
-        fprintf(stderr, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");
+static int pipe_dump_params(StepExec* ex, const char* dir, int grads, char* err, size_t err_len) {
+    PipeExec* x = (PipeExec*)ex;
+    for (int c = 0; c < x->n_chunks; c++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.pp%dc%d.safetensors", dir, grads ? "grads" : "weights", x->rank, c);
+        if (stage_dump_params(x->chunks[c], grads, path, err, err_len) != 0) return -1;
     }
     return 0;
 }
 
-int trainer_pp_load(Trainer* t, const char* dir, CheckpointState* cs, char* err, size_t err_len) {
-    for (int c = 0; c < t->n_chunks; c++) {
+static int pipe_load(StepExec* ex, const char* dir, CheckpointState* cs, char* err, size_t err_len) {
+    PipeExec* x = (PipeExec*)ex;
+    for (int c = 0; c < x->n_chunks; c++) {
         CheckpointState tmp;
-        if (checkpoint_load(dir, &t->chunks[c]->params, c == 0 ? cs : &tmp, NULL, err, err_len) != 0) return -1;
+        if (checkpoint_load(dir, &x->chunks[c]->params, c == 0 ? cs : &tmp, NULL, err, err_len) != 0) return -1;
         if (c > 0) checkpoint_state_free(&tmp);
     }
     return 0;
 }
 
-int trainer_pp_compute(Trainer* t, const StepPlan* plan, float scale, double* loss_sum, double* norm, char* err,
-                       size_t err_len) {
-    (void)err;
-    (void)err_len;
-    for (int c = 0; c < t->n_chunks; c++) params_zero_grad(&t->chunks[c]->params);
-    PipelineStepStats ps;
-    pipeline_step(t->pl, plan->mbs, plan->M, scale, t->trace, (int)t->step + 1, &ps);
-    double local[3] = {0.0, ps.loss_sum, ps.busy_s}, global[3];
-    for (int c = 0; c < t->n_chunks; c++)
-        local[0] += trainer_grad_sum_squares(t->chunks[c]); /* on the chunk's backend; a double to the host */
-    MPI_Allreduce(local, global, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    double wall = 0.0;
-    MPI_Allreduce(&ps.wall_s, &wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    *norm = sqrt(global[0]);
-    *loss_sum = global[1];
-    t->bubble = wall > 0 ? 1.0 - global[2] / ((double)t->pp * wall) : 0.0;
-    return 0;
-}
-
-void trainer_pp_optimizer(Trainer* t, float lr, float clip) {
-    for (int c = 0; c < t->n_chunks; c++) trainer_optimizer_step(t->chunks[c], t->r, lr, (int)t->opt_step, clip);
-}
-
-int trainer_pp_checkpoint(Trainer* t, const CheckpointState* cs, char* out, size_t out_len, char* err,
-                          size_t err_len) {
-    char tmp[RECIPE_STR + 128];
-    int rc = 0, all = 0;
-    if (t->pp_rank == 0) rc = checkpoint_shard_begin(t->ckpt_root, cs->step, tmp, sizeof tmp, err, err_len);
-    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+/* Every rank writes its shards into rank 0's temporary folder; rank 0 commits it when all succeeded. */
+static int pipe_save(StepExec* ex, const char* root, const CheckpointState* cs, char* out, size_t out_len, char* err,
+                     size_t err_len) {
+    PipeExec* x = (PipeExec*)ex;
+    char tmp[4096], e[1024] = "";
+    int rc = 0;
+    if (x->rank == 0) rc = checkpoint_shard_begin(root, cs->step, tmp, sizeof tmp, e, sizeof e);
+    if (comm_bcast(x->pipe, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
     if (rc != 0) {
-        if (t->pp_rank != 0) snprintf(err, err_len, "rank 0 could not start checkpoint step %lld", (long long)cs->step);
+        if (x->rank == 0) snprintf(err, err_len, "%s", e);
+        else snprintf(err, err_len, "pipeline rank 0 could not start checkpoint step %lld", (long long)cs->step);
         return -1;
     }
-    snprintf(tmp, sizeof tmp, "%s/.step-%08lld.tmp.shards", t->ckpt_root, (long long)cs->step);
-    for (int c = 0; c < t->n_chunks && rc == 0; c++) {
+    snprintf(tmp, sizeof tmp, "%s/.step-%08lld.tmp.shards", root, (long long)cs->step);
+    for (int c = 0; c < x->n_chunks && rc == 0; c++) {
         char shard[32];
-        snprintf(shard, sizeof shard, "pp%dc%d", t->pp_rank, c);
-        rc = checkpoint_shard_write(tmp, &t->chunks[c]->params, cs->step, shard, err, err_len);
+        snprintf(shard, sizeof shard, "pp%dc%d", x->rank, c);
+        rc = checkpoint_shard_write(tmp, &x->chunks[c]->params, cs->step, shard, e, sizeof e);
     }
-    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int all = rc;
+    if (comm_allreduce(x->pipe, &all, 1, COMM_I32, COMM_MIN, err, err_len) != 0) return -1;
     if (all != 0) {
-        if (t->pp_rank == 0) checkpoint_shard_abort(tmp);
-        if (rc == 0) snprintf(err, err_len, "another rank failed to write its checkpoint shard");
+        if (x->rank == 0) checkpoint_shard_abort(tmp);
+        if (rc != 0) snprintf(err, err_len, "%s", e);
+        else snprintf(err, err_len, "another pipeline rank failed to write its checkpoint shard");
         return -1;
     }
-    if (t->pp_rank == 0) {
-        int n = t->pp * t->n_chunks;
+    if (x->rank == 0) {
+        int n = x->P * x->n_chunks;
         char(*names)[32] = callocCheck((size_t)n, 32);
         const char** shards = callocCheck((size_t)n, sizeof(char*));
-        for (int r = 0, k = 0; r < t->pp; r++)
-            for (int c = 0; c < t->n_chunks; c++, k++) {
+        for (int r = 0, k = 0; r < x->P; r++)
+            for (int c = 0; c < x->n_chunks; c++, k++) {
                 snprintf(names[k], 32, "pp%dc%d", r, c);
                 shards[k] = names[k];
             }
-        rc = checkpoint_shard_commit(t->ckpt_root, tmp, cs, shards, n, out, out_len, err, err_len);
+        rc = checkpoint_shard_commit(root, tmp, cs, shards, n, out, out_len, e, sizeof e);
         free(names);
         free(shards);
     }
-    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rc != 0 && t->pp_rank != 0) snprintf(err, err_len, "rank 0 could not commit checkpoint step %lld", (long long)cs->step);
-    if (rc == 0 && t->pp_rank != 0) snprintf(out, out_len, "%s/step-%08lld", t->ckpt_root, (long long)cs->step);
-    return rc;
+    if (comm_bcast(x->pipe, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
+    if (rc != 0) {
+        if (x->rank == 0) snprintf(err, err_len, "%s", e);
+        else snprintf(err, err_len, "pipeline rank 0 could not commit checkpoint step %lld", (long long)cs->step);
+        return -1;
+    }
+    if (x->rank != 0) snprintf(out, out_len, "%s/step-%08lld", root, (long long)cs->step);
+    return 0;
 }
 
-void trainer_pp_free(Trainer* t) {
-    if (t->trace) {
+static void pipe_free(StepExec* ex) {
+    PipeExec* x = (PipeExec*)ex;
+    if (x->trace) {
         char e[512];
-        if (pp_trace_close(t->trace, e, sizeof e) != 0) rr_warn("trace: %s", e);
-        t->trace = NULL;
+        if (pp_trace_close(x->trace, e, sizeof e) != 0) rr_warn("trace: %s", e);
     }
-    pipeline_free(t->pl);
-    t->pl = NULL;
-    for (int c = 1; c < t->n_chunks; c++) {
-        stage_free(t->chunks[c]);
-        free(t->chunks[c]);
+    pipeline_free(x->pl);
+    for (int c = 0; c < x->n_chunks; c++)
+        if (x->chunks[c]) {
+            stage_free(x->chunks[c]);
+            free(x->chunks[c]);
+        }
+    free(x->chunks);
+    free(x);
+}
+
+StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, const Backend* be, CommGrid* grid,
+                                    const char* run_dir, char* err, size_t err_len) {
+    int S = r->pp * r->chunks;
+    int* layers = mallocCheck(sizeof(int) * (size_t)S);
+    if (train_layer_split(r, mc, layers, err, err_len) != 0) {
+        free(layers);
+        return NULL;
     }
-    free(t->chunks);
-    t->chunks = NULL;
+    PipeExec* x = callocCheck(1, sizeof *x);
+    x->r = r;
+    x->pipe = grid->pipe;
+    x->P = r->pp;
+    x->rank = grid->p;
+    x->n_chunks = r->chunks;
+    x->chunks = callocCheck((size_t)x->n_chunks, sizeof(Stage*));
+    for (int c = 0; c < x->n_chunks; c++) {
+        int v = c * r->pp + x->rank, l0 = 0;
+        for (int u = 0; u < v; u++) l0 += layers[u];
+        x->chunks[c] = callocCheck(1, sizeof(Stage));
+        stage_init(x->chunks[c], mc, l0, l0 + layers[v], be);
+        params_alloc_optimizer(&x->chunks[c]->params);
+    }
+    StepExec* ex = &x->ex;
+    ex->name = "pipeline";
+    ex->stages = x->chunks;
+    ex->n_stages = x->n_chunks;
+    ex->norm_group = grid->mp;
+    ex->log_rank = grid->rank == 0;
+    ex->decode_images = x->rank == 0; /* only the first stage (the ViT) uses pixels */
+    ex->bubble = 0;
+    ex->forward_backward = pipe_forward_backward;
+    ex->dump_params = pipe_dump_params;
+    ex->save = pipe_save;
+    ex->load = pipe_load;
+    ex->free = pipe_free;
+
+    PipelineConfig pc = {.P = r->pp, .rank = x->rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
+                         .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = TRANSPORT_TAGGED,
+                         .timeout_s = 600, .stall_warn_s = r->stall_warn_s, .max_tokens = r->microbatch_tokens,
+                         .max_patches = r->microbatch_tokens};
+    char e[512];
+    if (pp_hint_parse(r->hint, &pc.hint) != 0 || pp_mode_parse(r->mode, &pc.mode) != 0) {
+        snprintf(err, err_len, "internal: hint '%s' or mode '%s' passed validation but does not parse", r->hint, r->mode);
+        goto fail;
+    }
+    if (r->cap[0] && strcmp(r->cap, "0") != 0 && pp_cap_parse(r->cap, &pc.cap, e, sizeof e) != 0) {
+        snprintf(err, err_len, "%s: runtime.cap = %s: %s", recipe_origin(r, "runtime", "cap"), r->cap, e);
+        goto fail;
+    }
+    PpShape shape = {r->pp, r->microbatches, r->chunks, pipeline_hint_splits(pc.hint)};
+    if (pp_hint_check_shape(pc.hint, &shape, e, sizeof e) != 0) {
+        snprintf(err, err_len, "%s: parallel.hint = %s: %s", recipe_origin(r, "parallel", "hint"), r->hint, e);
+        goto fail;
+    }
+    x->pl = pipeline_create(&pc, x->chunks, grid->pipe, r->microbatches, e, sizeof e);
+    if (!x->pl) {
+        snprintf(err, err_len, "%s: %s", recipe_origin(r, "runtime", "mode"), e);
+        goto fail;
+    }
+    if (r->trace) {
+        double origin = rr_now(); /* one clock for every rank of this machine: rank 0's start */
+        if (comm_bcast(grid->pipe, &origin, sizeof origin, 0, err, err_len) != 0) goto fail;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/trace-rank%d.json", run_dir, x->rank);
+        x->trace = pp_trace_open(path, origin);
+        pp_trace_rank(x->trace, x->rank);
+    }
+    if (x->rank == 0) {
+        fprintf(stderr, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers", r->pp, r->chunks, r->hint,
+                r->mode);
+        for (int v = 0; v < S; v++) fprintf(stderr, "%s%d", v ? "," : " ", layers[v]);
+        fprintf(stderr, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");
+    }
+    free(layers);
+    return ex;
+fail:
+    free(layers);
+    pipe_free(ex);
+    return NULL;
 }

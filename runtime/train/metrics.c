@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/trainer.h"
+#include "runtime/train/metrics.h"
 
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len) {
     memset(m, 0, sizeof *m);

@@ -3,7 +3,7 @@
  * Debian's libinih is built without INI_HANDLER_LINENO, so the handler is not told the line. We
  * parse through ini_parse_stream with our own line reader that counts lines: inih calls the reader
  * once per physical line and then the handler for that line, so the count is the handler's line. */
-#include "runtime/recipe.h"
+#include "runtime/train/recipe.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/partition.h"
+#include "runtime/model/partition.h"
 
 #define OFF(f) offsetof(Recipe, f)
 #define SZ(f) sizeof(((Recipe*)0)->f)
@@ -108,6 +108,8 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    {"runtime", "stall_warn_s", RKEY_FLOAT, OFF(stall_warn_s), 0, "30", 0, 1e6, 0, 0,
+     "Warn, naming the rank waited for, after this many seconds without a message (0 = never)."},
     /* [checkpoint] */
     {"checkpoint", "dir", RKEY_STRING, OFF(ckpt_dir), SZ(ckpt_dir), "", 0, 0, 0, 0,
      "Checkpoint folder (\"\" = RUN_DIR/checkpoints); each checkpoint is a subfolder step-NNNNNNNN."},
@@ -474,7 +476,7 @@ uint64_t recipe_hash(const Recipe* r) {
     /* FNV-1a over "section.key=value\n" of hashed keys, in table order: stable across runs and
      * independent of which file or override set the value. */
     char line[RECIPE_STR + 128];
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = RR_FNV1A64_INIT;
     for (int i = 0; i < n_recipe_keys; i++) {
         const RecipeKey* k = &recipe_keys[i];
         if (!k->hashed) continue;
@@ -490,10 +492,7 @@ uint64_t recipe_hash(const Recipe* r) {
         case RKEY_STRING:
         case RKEY_ENUM: n = snprintf(line, sizeof line, "%s.%s=%s\n", k->section, k->key, field); break;
         }
-        for (int j = 0; j < n; j++) {
-            h ^= (unsigned char)line[j];
-            h *= 1099511628211ull;
-        }
+        h = rr_fnv1a64_add(h, line, (size_t)(n > 0 ? n : 0));
     }
     return h;
 }

@@ -1,0 +1,76 @@
+/* batch.c — the shard batch source: the loader (data/loader.h) behind the BatchSource interface. */
+#include "data/batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+
+typedef struct {
+    Loader* L;
+} ShardSource;
+
+static int shard_next(BatchSource* src, StepPlan* plan, char* err, size_t err_len) {
+    ShardSource* ss = src->self;
+    LoaderStep st;
+    if (loader_next_step(ss->L, &st, err, err_len) != 0) return -1;
+    memset(plan, 0, sizeof *plan);
+    plan->mbs = st.mbs;
+    plan->M = st.M;
+    plan->n_supervised = st.n_supervised;
+    plan->tokens = st.tokens;
+    plan->patches = st.patches;
+    plan->samples = st.samples;
+    return 0;
+}
+
+static char* shard_position(BatchSource* src) {
+    ShardSource* ss = src->self;
+    LoaderPos pos;
+    loader_get_pos(ss->L, &pos);
+    return loader_pos_to_json(&pos);
+}
+
+static int shard_seek(BatchSource* src, const char* json, char* err, size_t err_len) {
+    ShardSource* ss = src->self;
+    LoaderPos pos;
+    if (!json) {
+        snprintf(err, err_len, "the checkpoint has no loader position");
+        return -1;
+    }
+    if (loader_pos_from_json(json, &pos, err, err_len) != 0) return -1;
+    return loader_seek(ss->L, &pos, err, err_len);
+}
+
+static int64_t shard_skipped(BatchSource* src) {
+    ShardSource* ss = src->self;
+    LoaderStats st;
+    loader_stats(ss->L, &st);
+    return st.skipped_damaged + st.skipped_oversize;
+}
+
+static void shard_free(BatchSource* src) {
+    ShardSource* ss = src->self;
+    loader_close(ss->L);
+    free(ss);
+    src->self = NULL;
+}
+
+int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size_t err_len) {
+    Loader* L = loader_open(c, NULL, err, err_len);
+    if (!L) return -1;
+    ShardSource* ss = callocCheck(1, sizeof *ss);
+    ss->L = L;
+    LoaderStats st;
+    loader_stats(L, &st);
+    memset(src, 0, sizeof *src);
+    src->self = ss;
+    src->name = "shards";
+    src->next = shard_next;
+    src->position = shard_position;
+    src->seek = shard_seek;
+    src->skipped = shard_skipped;
+    src->free = shard_free;
+    src->dataset_samples = st.dataset_samples;
+    return 0;
+}

@@ -1,0 +1,55 @@
+/* batch.h — batch sources: where a training step's microbatches come from. A source yields the step
+ * plan (every microbatch of the step, with the loss denominator known before the first forward) and
+ * can save and restore its position, so a resumed run replays the same following steps.
+ *
+ * Two sources: the shard loader (data/loader.h) and the synthetic colour task (data/synth.h). */
+#ifndef RRFP_BATCH_H
+#define RRFP_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/loader.h"
+#include "data/microbatch.h"
+
+/* All microbatches of one step. */
+typedef struct {
+    Microbatch* mbs; /* (M) */
+    int M;
+    int64_t n_supervised; /* loss denominator: supervised targets in the whole step (this source) */
+    int64_t tokens, patches, samples;
+} StepPlan;
+
+typedef struct BatchSource {
+    void* self;
+    const char* name;
+    /* The next step's plan; valid until the next call. Returns 0, or -1 with err. */
+    int (*next)(struct BatchSource* s, StepPlan* plan, char* err, size_t err_len);
+    /* Position (JSON text, malloc'd) such that seek() to it replays the same following steps. */
+    char* (*position)(struct BatchSource* s);
+    int (*seek)(struct BatchSource* s, const char* json, char* err, size_t err_len);
+    int64_t (*skipped)(struct BatchSource* s); /* damaged samples skipped so far */
+    int64_t dataset_samples; /* samples in one epoch (0 = endless, synthetic) */
+    void (*free)(struct BatchSource* s);
+} BatchSource;
+
+/* The synthetic colour task (data.source = synthetic): each image is one of 8 colours plus noise,
+ * the prompt a few filler tokens and a question token, the supervised answer the colour's token and an
+ * end token, so a model learns only by looking at the image. Deterministic in (seed, step). */
+#define SYNTH_COLOURS 8
+#define SYNTH_TOK_QUESTION 1
+#define SYNTH_TOK_ANSWER0 2 /* answer tokens 2 .. 2 + SYNTH_COLOURS - 1; fillers after; end token V - 1 */
+typedef struct {
+    int patch, min_patches, max_patches; /* image grids: square-ish, patch counts in [min, max] */
+    int microbatch_tokens, microbatches;
+    int64_t seed;    /* data.seed */
+    int fixed_batch; /* 1: every training step repeats step 0's samples (overfitting checks) */
+    int heldout;     /* 1: the held-out stream (another key: never seen in training) */
+} SynthSourceConfig;
+/* Returns 0, or -1 with a message (vocabulary below 16, a token budget too small for one sample). */
+int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* c, int vocab, char* err, size_t err_len);
+
+/* The loader over c->shards (data.source = shards). Returns 0, or -1 with the loader's message. */
+int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size_t err_len);
+
+#endif

@@ -1,0 +1,138 @@
+/* comm.c — the rank grid and its groups, and a group of one without MPI (see comm.h). Nothing here
+ * calls MPI: the groups come from the world's own split. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/comm/comm.h"
+
+size_t comm_type_size(CommType t) {
+    switch (t) {
+    case COMM_BYTE: return 1;
+    case COMM_I32: return 4;
+    case COMM_I64: return 8;
+    case COMM_F32: return 4;
+    case COMM_F64: return 8;
+    }
+    return 1;
+}
+
+/* ---- a group of one: collectives are identities, point-to-point has no peer ---- */
+
+static int self_no_peer(Comm* c, char* err, size_t err_len) {
+    snprintf(err, err_len, "group '%s' has one rank: no peer to exchange messages with", c->name);
+    return -1;
+}
+static int s_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, int sync, CommReq** req, char* err,
+                   size_t err_len) {
+    return self_no_peer(c, err, err_len);
+}
+static int s_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len) {
+    return self_no_peer(c, err, err_len);
+}
+static int s_test(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, size_t err_len) {
+    *done = 1;
+    *req = NULL;
+    return 0;
+}
+static void s_cancel(Comm* c, CommReq** req) { *req = NULL; }
+static int s_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    return 0;
+}
+static int s_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                        size_t err_len) {
+    *req = NULL; /* complete at once: test() on NULL is never called (callers check for NULL) */
+    return 0;
+}
+static int s_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) { return 0; }
+static int s_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
+    if (recv != send) memmove(recv, send, bytes);
+    return 0;
+}
+static int s_barrier(Comm* c, char* err, size_t err_len) { return 0; }
+static int s_split(Comm* c, int color, int key, Comm** out, char* err, size_t err_len) {
+    *out = comm_self();
+    return 0;
+}
+static void s_free(Comm* c) { free(c); }
+
+static const CommOps comm_self_ops = {
+    .name = "self",
+    .isend = s_isend,
+    .irecv = s_irecv,
+    .test = s_test,
+    .cancel = s_cancel,
+    .allreduce = s_allreduce,
+    .iallreduce = s_iallreduce,
+    .bcast = s_bcast,
+    .allgather = s_allgather,
+    .barrier = s_barrier,
+    .split = s_split,
+    .free = s_free,
+};
+
+Comm* comm_self(void) {
+    Comm* c = callocCheck(1, sizeof *c);
+    c->ops = &comm_self_ops;
+    c->rank = 0;
+    c->size = 1;
+    c->tag_ub = 32767;
+    snprintf(c->name, sizeof c->name, "self");
+    return c;
+}
+
+/* ---- the grid ---- */
+
+void comm_grid_coords(int pp, int tp, int dp, int rank, int* p, int* t, int* d) {
+    (void)pp;
+    *t = rank % tp;
+    *d = (rank / tp) % dp;
+    *p = rank / (tp * dp);
+}
+
+int comm_grid_rank(int pp, int tp, int dp, int p, int t, int d) {
+    (void)pp;
+    return (p * dp + d) * tp + t;
+}
+
+static int grid_split(Comm* world, int color, int key, const char* name, Comm** out, char* err, size_t err_len) {
+    if (world->ops->split(world, color, key, out, err, err_len) != 0) return -1;
+    snprintf((*out)->name, sizeof (*out)->name, "%s", name);
+    return 0;
+}
+
+int comm_grid_init(CommGrid* g, Comm* world, int pp, int tp, int dp, char* err, size_t err_len) {
+    memset(g, 0, sizeof *g);
+    if (pp < 1 || tp < 1 || dp < 1) {
+        snprintf(err, err_len, "layout pp %d x tp %d x dp %d: every factor must be at least 1", pp, tp, dp);
+        return -1;
+    }
+    if ((long)pp * tp * dp != world->size) {
+        snprintf(err, err_len,
+                 "the layout pp %d x tp %d x dp %d needs %d ranks, but %d %s started; run it under mpirun -np %d",
+                 pp, tp, dp, pp * tp * dp, world->size, world->size == 1 ? "process was" : "ranks were", pp * tp * dp);
+        return -1;
+    }
+    g->pp = pp, g->tp = tp, g->dp = dp;
+    g->world = world;
+    g->rank = world->rank;
+    comm_grid_coords(pp, tp, dp, g->rank, &g->p, &g->t, &g->d);
+    /* colors identify the group; keys order its members by the coordinate that varies inside it */
+    if (grid_split(world, g->p * dp + g->d, g->t, "tp", &g->tp_group, err, err_len) != 0 ||
+        grid_split(world, g->p * tp + g->t, g->d, "dp", &g->dp_group, err, err_len) != 0 ||
+        grid_split(world, g->d * tp + g->t, g->p, "pipe", &g->pipe, err, err_len) != 0 ||
+        grid_split(world, g->d, g->p * tp + g->t, "mp", &g->mp, err, err_len) != 0) {
+        comm_grid_free(g);
+        return -1;
+    }
+    return 0;
+}
+
+void comm_grid_free(CommGrid* g) {
+    Comm** groups[] = {&g->tp_group, &g->dp_group, &g->pipe, &g->mp};
+    for (int i = 0; i < 4; i++)
+        if (*groups[i]) {
+            (*groups[i])->ops->free(*groups[i]);
+            *groups[i] = NULL;
+        }
+}

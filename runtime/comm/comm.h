@@ -1,0 +1,107 @@
+/* comm.h — the one room that talks to other ranks (DESIGN.md sections 2 and 6). Everything above
+ * (pipeline, train, cli) sees groups of ranks (`Comm`), the rank grid, point-to-point requests and
+ * collectives through the function table `CommOps`, like `Backend` for compute; only the files of
+ * this folder call MPI (and, with the GPU path, NCCL).
+ *
+ * Errors: every call returns 0, or -1 with a message in err (a peer that died, a size mismatch); no
+ * function here exits the process. comm_abort() is for runtime/cli/ alone, when one rank's failure
+ * must end every rank of the job.
+ *
+ * The grid (Megatron's order, TP fastest): world rank = (p * dp + d) * tp + t, for pipeline stage p,
+ * data-parallel replica d and tensor-parallel rank t. Groups built once at start:
+ *   tp:   the tp ranks of one (p, d)            (collectives of a split layer)
+ *   dp:   the dp ranks of one (p, t)            (the gradient all-reduce)
+ *   pipe: the pp ranks of one (t, d), by p      (activations and gradients along the pipeline)
+ *   mp:   the pp x tp ranks of one d            (the gradient norm: the "model-parallel" group) */
+#ifndef RRFP_COMM_H
+#define RRFP_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { COMM_BYTE = 0, COMM_I32, COMM_I64, COMM_F32, COMM_F64 } CommType;
+typedef enum { COMM_SUM = 0, COMM_MAX, COMM_MIN } CommOp;
+
+typedef struct Comm Comm;
+/* A pending non-blocking operation; owned by the implementation, NULL once complete. */
+typedef struct CommReq CommReq;
+
+typedef struct CommOps {
+    const char* name; /* "mpi" */
+    /* ---- point-to-point (non-blocking). A send copies nothing: buf must stay valid until the request
+     * completes. sync = 1: completes only once the receiver has posted the matching receive (MPI's
+     * Issend; Megatron's paired exchange). tag: 0 .. tag_ub (an implementation without tags, as NCCL,
+     * delivers in order per peer and ignores it). */
+    int (*isend)(Comm* c, int peer, int tag, const void* buf, size_t bytes, int sync, CommReq** req, char* err,
+                 size_t err_len);
+    int (*irecv)(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len);
+    /* *done = 1 when the request completed (it is freed and *req set to NULL; *bytes, when not NULL,
+     * gets the bytes received); 0 when still pending. */
+    int (*test)(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, size_t err_len);
+    /* Cancel a pending request (a receive that will never match) and free it. Can't fail. */
+    void (*cancel)(Comm* c, CommReq** req);
+    /* ---- collectives over the whole group, in the same order on every member ---- */
+    int (*allreduce)(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len);
+    /* Non-blocking all-reduce (DP gradient buckets): complete it with test. */
+    int (*iallreduce)(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                      size_t err_len);
+    int (*bcast)(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len);
+    /* recv (size * bytes) gets every member's `bytes` of send, in rank order. */
+    int (*allgather)(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len);
+    int (*barrier)(Comm* c, char* err, size_t err_len);
+    /* The members with the same color, ordered by key then rank (MPI_Comm_split). */
+    int (*split)(Comm* c, int color, int key, Comm** out, char* err, size_t err_len);
+    void (*free)(Comm* c);
+} CommOps;
+
+struct Comm {
+    const CommOps* ops;
+    void* impl;
+    int rank, size;
+    int tag_ub;     /* largest usable tag */
+    char name[16];  /* "world", "tp", "dp", "pipe", "mp": for messages */
+};
+
+/* ---- the MPI implementation (comm_mpi.c) ---- */
+/* Initialise MPI (once per process; a process started without mpirun is a world of one) and return
+ * the world group. Returns NULL with a message when MPI cannot start. */
+Comm* comm_mpi_world(char* err, size_t err_len);
+/* Finalise MPI after every Comm is freed (no-op when comm_mpi_world was never called). */
+void comm_mpi_finalize(void);
+/* End every rank of the job now with `code` (runtime/cli/ only: one rank's failure ends the job). */
+void comm_abort(Comm* world, int code);
+/* A group of one process with no MPI at all (tests, the one-process trainer). */
+Comm* comm_self(void);
+
+/* ---- the rank grid ---- */
+typedef struct {
+    int pp, tp, dp;   /* layout; world size = pp * tp * dp */
+    int rank;         /* world rank */
+    int p, t, d;      /* this rank's coordinates */
+    Comm* world;      /* not owned */
+    Comm *tp_group, *dp_group, *pipe, *mp;
+} CommGrid;
+
+/* Pure arithmetic of the layout (no communication): coordinates of world rank `rank`, and back. */
+void comm_grid_coords(int pp, int tp, int dp, int rank, int* p, int* t, int* d);
+int comm_grid_rank(int pp, int tp, int dp, int p, int t, int d);
+
+/* Build the grid's groups over `world`, whose size must be pp * tp * dp (the message says what mpirun
+ * started and what the layout needs). Collective over world. Returns 0, or -1 with a message. */
+int comm_grid_init(CommGrid* g, Comm* world, int pp, int tp, int dp, char* err, size_t err_len);
+void comm_grid_free(CommGrid* g);
+
+/* Convenience wrappers over c->ops. */
+static inline int comm_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err,
+                                 size_t err_len) {
+    return c->size == 1 ? 0 : c->ops->allreduce(c, buf, count, type, op, err, err_len);
+}
+static inline int comm_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
+    return c->size == 1 ? 0 : c->ops->bcast(c, buf, bytes, root, err, err_len);
+}
+static inline int comm_barrier(Comm* c, char* err, size_t err_len) {
+    return c->size == 1 ? 0 : c->ops->barrier(c, err, err_len);
+}
+size_t comm_type_size(CommType t);
+
+#endif

@@ -1,0 +1,225 @@
+/* comm_mpi.c — CommOps over MPI (see comm.h). MPI errors are returned, not fatal: the world
+ * communicator gets MPI_ERRORS_RETURN, so a dead peer reaches the caller as a message. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/comm/comm.h"
+
+struct CommReq {
+    MPI_Request req;
+};
+
+typedef struct {
+    MPI_Comm comm;
+    int owned; /* MPI_Comm_free at comm free (not for MPI_COMM_WORLD) */
+} MpiComm;
+
+static int mpi_initialised_here = 0;
+
+#define MPI_TRY(call)                                                      \
+    do {                                                                   \
+        int rc_ = (call);                                                  \
+        if (rc_ != MPI_SUCCESS) return mpi_fail(c, rc_, #call, err, err_len); \
+    } while (0)
+
+static int mpi_fail(const Comm* c, int rc, const char* what, char* err, size_t err_len) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+    snprintf(err, err_len, "rank %d of group '%s': %s failed: %s", c->rank, c->name, what, msg);
+    return -1;
+}
+
+static MPI_Comm mc(const Comm* c) { return ((const MpiComm*)c->impl)->comm; }
+
+static MPI_Datatype mpi_type(CommType t) {
+    switch (t) {
+    case COMM_BYTE: return MPI_BYTE;
+    case COMM_I32: return MPI_INT32_T;
+    case COMM_I64: return MPI_INT64_T;
+    case COMM_F32: return MPI_FLOAT;
+    case COMM_F64: return MPI_DOUBLE;
+    }
+    return MPI_BYTE;
+}
+
+static MPI_Op mpi_op(CommOp op) { return op == COMM_MAX ? MPI_MAX : op == COMM_MIN ? MPI_MIN : MPI_SUM; }
+
+static int check_count(const Comm* c, size_t n, char* err, size_t err_len) {
+    if (n <= (size_t)INT32_MAX) return 0;
+    snprintf(err, err_len, "rank %d of group '%s': message of %zu elements exceeds MPI's int count", c->rank, c->name, n);
+    return -1;
+}
+
+static int m_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, int sync, CommReq** req, char* err,
+                   size_t err_len) {
+    if (check_count(c, bytes, err, err_len)) return -1;
+    CommReq* r = mallocCheck(sizeof *r);
+    int rc = sync ? MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req)
+                  : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(c, rc, sync ? "MPI_Issend" : "MPI_Isend", err, err_len);
+    }
+    *req = r;
+    return 0;
+}
+
+static int m_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len) {
+    if (check_count(c, bytes, err, err_len)) return -1;
+    CommReq* r = mallocCheck(sizeof *r);
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(c, rc, "MPI_Irecv", err, err_len);
+    }
+    *req = r;
+    return 0;
+}
+
+static int m_test(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, size_t err_len) {
+    MPI_Status st;
+    int flag = 0;
+    *done = 0;
+    MPI_TRY(MPI_Test(&(*req)->req, &flag, &st));
+    if (!flag) return 0;
+    if (bytes) {
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        *bytes = (size_t)(count < 0 ? 0 : count);
+    }
+    free(*req);
+    *req = NULL;
+    *done = 1;
+    return 0;
+}
+
+static void m_cancel(Comm* c, CommReq** req) {
+    (void)c;
+    if (!*req) return;
+    MPI_Cancel(&(*req)->req);
+    MPI_Wait(&(*req)->req, MPI_STATUS_IGNORE);
+    free(*req);
+    *req = NULL;
+}
+
+static int m_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    if (check_count(c, count, err, err_len)) return -1;
+    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c)));
+    return 0;
+}
+
+static int m_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                        size_t err_len) {
+    if (check_count(c, count, err, err_len)) return -1;
+    CommReq* r = mallocCheck(sizeof *r);
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(c, rc, "MPI_Iallreduce", err, err_len);
+    }
+    *req = r;
+    return 0;
+}
+
+static int m_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
+    if (check_count(c, bytes, err, err_len)) return -1;
+    MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, mc(c)));
+    return 0;
+}
+
+static int m_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
+    if (check_count(c, bytes * (size_t)c->size, err, err_len)) return -1;
+    MPI_TRY(MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, mc(c)));
+    return 0;
+}
+
+static int m_barrier(Comm* c, char* err, size_t err_len) {
+    MPI_TRY(MPI_Barrier(mc(c)));
+    return 0;
+}
+
+static Comm* mpi_wrap(MPI_Comm comm, int owned, const char* name);
+
+static int m_split(Comm* c, int color, int key, Comm** out, char* err, size_t err_len) {
+    MPI_Comm nc;
+    MPI_TRY(MPI_Comm_split(mc(c), color, key, &nc));
+    *out = mpi_wrap(nc, 1, "group");
+    return 0;
+}
+
+static void m_free(Comm* c) {
+    if (!c) return;
+    MpiComm* m = c->impl;
+    if (m->owned) MPI_Comm_free(&m->comm);
+    free(m);
+    free(c);
+}
+
+static const CommOps comm_mpi_ops = {
+    .name = "mpi",
+    .isend = m_isend,
+    .irecv = m_irecv,
+    .test = m_test,
+    .cancel = m_cancel,
+    .allreduce = m_allreduce,
+    .iallreduce = m_iallreduce,
+    .bcast = m_bcast,
+    .allgather = m_allgather,
+    .barrier = m_barrier,
+    .split = m_split,
+    .free = m_free,
+};
+
+static Comm* mpi_wrap(MPI_Comm comm, int owned, const char* name) {
+    Comm* c = callocCheck(1, sizeof *c);
+    MpiComm* m = callocCheck(1, sizeof *m);
+    m->comm = comm;
+    m->owned = owned;
+    c->ops = &comm_mpi_ops;
+    c->impl = m;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    int flag = 0;
+    int* ub = NULL;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    c->tag_ub = flag && ub ? *ub : 32767;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return c;
+}
+
+Comm* comm_mpi_world(char* err, size_t err_len) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+            snprintf(err, err_len, "MPI_Init failed: this build needs a working MPI (Open MPI) to run");
+            return NULL;
+        }
+        mpi_initialised_here = 1;
+    }
+    return mpi_wrap(MPI_COMM_WORLD, 0, "world");
+}
+
+void comm_mpi_finalize(void) {
+    int fin = 0;
+    if (!mpi_initialised_here) return;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+    mpi_initialised_here = 0;
+}
+
+void comm_abort(Comm* world, int code) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (world && world->ops == &comm_mpi_ops && world->size > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    (void)inited;
+    exit(code);
+}

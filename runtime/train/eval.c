@@ -1,0 +1,163 @@
+/* eval.c — held-out evaluation of a trainer's current parameters (see trainer.h, trainer_eval). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/train/trainer.h"
+
+typedef struct {
+    uint64_t question, answer;
+} EvalKey;
+
+static int eval_key_cmp(const void* a, const void* b) {
+    const EvalKey *x = a, *y = b;
+    if (x->question != y->question) return x->question < y->question ? -1 : 1;
+    if (x->answer != y->answer) return x->answer < y->answer ? -1 : 1;
+    return 0;
+}
+
+int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult* res, char* err, size_t err_len) {
+    const Recipe* r = t->r;
+    memset(res, 0, sizeof *res);
+    BatchSource src;
+    int synthetic = !strcmp(r->source, "synthetic");
+    if (synthetic) {
+        if (trainer_source_synthetic(&src, r, t->mc.V, 1, err, err_len) != 0) return -1;
+    } else {
+        if (!r->eval_shards[0]) {
+            snprintf(err, err_len, "%s: data.eval_shards is not set: no held-out data to evaluate on",
+                     recipe_origin(r, "data", "eval_shards"));
+            return -1;
+        }
+        if (trainer_source_shards(&src, r, r->eval_shards, t->tok_hash, 1, 1, err, err_len) != 0) return -1;
+        /* each held-out sample once: the stream runs on into the next epoch */
+        if (src.dataset_samples < max_samples) max_samples = src.dataset_samples;
+    }
+    Stage* st = t->ex->stages[0];
+    StageActs* acts = step_exec_single_acts(t->ex);
+    int V = t->mc.V;
+    float* hl = NULL;
+    size_t hl_n = 0;
+    int on_host = !strcmp(st->be->name, "cpu");
+    EvalKey* keys = NULL;
+    int64_t nkeys = 0, capkeys = 0;
+    double loss_sum = 0;
+    int rc = 0;
+    while (res->samples < max_samples && rc == 0) {
+        StepPlan plan;
+        if (src.next(&src, &plan, err, err_len) != 0) {
+            rc = -1;
+            break;
+        }
+        if (plan.M == 0) break; /* the held-out shards are exhausted */
+        for (int m = 0; m < plan.M && res->samples < max_samples && rc == 0; m++) {
+            const Microbatch* mb = &plan.mbs[m];
+            float ls = 0;
+            if (stage_check_microbatch(st, acts, mb, err, err_len) != 0) {
+                rc = -1;
+                break;
+            }
+            stage_forward(st, acts, mb, NULL, NULL, &ls);
+            acts->state = ACTS_EMPTY; /* forward only: no backward will consume these activations */
+            loss_sum += ls;
+            res->supervised += mb->n_supervised;
+            const float* logits = acts->logits;
+            if (!on_host) {
+                size_t need = (size_t)mb->T * (size_t)V;
+                if (need > hl_n) hl = reallocCheck(hl, need * sizeof(float)), hl_n = need;
+                st->be->copy_d2h(hl, acts->logits, need * sizeof(float));
+                logits = hl;
+            }
+            for (int s = 0; s < mb->S && res->samples < max_samples; s++) {
+                int a = mb->cu_seqlens[s], b = mb->cu_seqlens[s + 1];
+                int first_sup = -1, all_ok = 1;
+                uint64_t ans = RR_FNV1A64_INIT;
+                for (int u = a; u < b; u++) {
+                    int tg = mb->targets[u];
+                    if (tg == -100) continue;
+                    if (first_sup < 0) first_sup = u;
+                    const float* row = logits + (size_t)u * V;
+                    int best = 0;
+                    for (int v = 1; v < V; v++)
+                        if (row[v] > row[best]) best = v;
+                    if (best != tg) all_ok = 0;
+                    ans = rr_fnv1a64_word(ans, (uint64_t)tg);
+                }
+                if (first_sup < 0) continue; /* nothing to answer */
+                res->samples++;
+                res->greedy_correct += all_ok;
+                if (predictions) {
+                    /* the predicted answer tokens (argmax at each answer position) */
+                    fprintf(predictions, "{\"sample_index\":%lld,\"correct\":%s,\"predicted\":[",
+                            (long long)mb->sample_index[s], all_ok ? "true" : "false");
+                    int first = 1;
+                    for (int u = a; u < b; u++) {
+                        if (mb->targets[u] == -100) continue;
+                        const float* row = logits + (size_t)u * V;
+                        int best = 0;
+                        for (int v = 1; v < V; v++)
+                            if (row[v] > row[best]) best = v;
+                        fprintf(predictions, "%s%d", first ? "" : ",", best);
+                        first = 0;
+                    }
+                    fprintf(predictions, "]}\n");
+                }
+                if (synthetic) {
+                    /* the 8 colour answers as candidates, scored by their logit at the answer position */
+                    const float* row = logits + (size_t)first_sup * V;
+                    int best = SYNTH_TOK_ANSWER0;
+                    for (int k = 1; k < SYNTH_COLOURS; k++)
+                        if (row[SYNTH_TOK_ANSWER0 + k] > row[best]) best = SYNTH_TOK_ANSWER0 + k;
+                    res->candidate_correct += best == mb->targets[first_sup];
+                } else {
+                    /* question = the tokens after the sample's last image position up to the answer */
+                    int q0 = a;
+                    for (int u = a; u < first_sup; u++)
+                        if (mb->ids[u] < 0) q0 = u + 1;
+                    uint64_t q = RR_FNV1A64_INIT;
+                    for (int u = q0; u <= first_sup; u++) q = rr_fnv1a64_word(q, (uint64_t)(uint32_t)mb->ids[u]);
+                    if (nkeys == capkeys) {
+                        capkeys = capkeys ? 2 * capkeys : 256;
+                        keys = reallocCheck(keys, (size_t)capkeys * sizeof(EvalKey));
+                    }
+                    keys[nkeys].question = q;
+                    keys[nkeys].answer = ans;
+                    nkeys++;
+                }
+            }
+        }
+    }
+    src.free(&src);
+    free(hl);
+    if (rc != 0) {
+        free(keys);
+        return -1;
+    }
+    if (res->samples == 0) {
+        free(keys);
+        snprintf(err, err_len, "no held-out sample with an answer to evaluate");
+        return -1;
+    }
+    res->loss = res->supervised ? loss_sum / (double)res->supervised : 0;
+    if (synthetic) {
+        res->candidates = SYNTH_COLOURS;
+        res->chance = 1.0 / SYNTH_COLOURS;
+    } else {
+        /* chance = mean over samples of 1 / (distinct answers to the same question) */
+        qsort(keys, (size_t)nkeys, sizeof(EvalKey), eval_key_cmp);
+        double ch = 0;
+        for (int64_t i = 0; i < nkeys;) {
+            int64_t j = i, distinct = 0;
+            while (j < nkeys && keys[j].question == keys[i].question) {
+                if (j == i || keys[j].answer != keys[j - 1].answer) distinct++;
+                j++;
+            }
+            ch += (double)(j - i) / (double)distinct;
+            i = j;
+        }
+        res->chance = ch / (double)nkeys;
+    }
+    free(keys);
+    return 0;
+}

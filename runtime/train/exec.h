@@ -1,0 +1,73 @@
+/* exec.h — the step executor: one signature for every way of running a training step (STYLE.md 7a,
+ * Megatron's get_forward_backward_func). The trainer loop calls forward_backward, then the hooks (the
+ * data-parallel gradient reduction goes there), then the gradient norm and the optimiser step over
+ * the executor's stages, and never asks how the step was run.
+ *
+ * Implementations: one process (exec_single.c) and the RRFP pipeline (exec_pipeline.c). */
+#ifndef RRFP_TRAIN_EXEC_H
+#define RRFP_TRAIN_EXEC_H
+
+#include <stddef.h>
+
+#include "data/batch.h"
+#include "engine/checkpoint.h"
+#include "runtime/comm/comm.h"
+#include "runtime/model/model.h"
+#include "runtime/train/recipe.h"
+
+typedef struct StepExec StepExec;
+
+/* A step of its own after forward-backward and before the gradient norm (the DP all-reduce). */
+typedef struct {
+    int (*fn)(StepExec* ex, void* ctx, char* err, size_t err_len);
+    void* ctx;
+} StepHook;
+#define STEP_EXEC_MAX_HOOKS 4
+
+struct StepExec {
+    const char* name;   /* "one process", "pipeline" */
+    Stage** stages;     /* this rank's model chunks (one in one process) */
+    int n_stages;
+    Comm* norm_group;   /* sums the gradient norm over the ranks that hold distinct tensors */
+    int log_rank;       /* 1: this rank writes the log and the metrics */
+    int decode_images;  /* this rank's stages use pixels (the first pipeline stage) */
+    double bubble;      /* of the last step, across the pipeline; < 0 when not pipelined */
+    StepHook hooks[STEP_EXEC_MAX_HOOKS];
+    int n_hooks;
+
+    /* Zero the gradients, then forward + backward of every microbatch of the plan, gradients scaled by
+     * `scale` (1 / supervised targets of the step). *loss_sum: the step's summed loss, the same on
+     * every rank. dump_dir (may be NULL): write this executor's microbatch files of the step dump.
+     * Returns 0, or -1 with a message. */
+    int (*forward_backward)(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
+                            double* loss_sum, char* err, size_t err_len);
+    /* Write this executor's parameters (grads = 0) or gradients (grads = 1) into dump folder dir. */
+    int (*dump_params)(StepExec* ex, const char* dir, int grads, char* err, size_t err_len);
+    /* Save a checkpoint of every stage under root (the step folder committed atomically, written in
+     * *out); load one of any layout from dir. Collective over the executor's ranks. */
+    int (*save)(StepExec* ex, const char* root, const CheckpointState* cs, char* out, size_t out_len, char* err,
+                size_t err_len);
+    int (*load)(StepExec* ex, const char* dir, CheckpointState* cs, char* err, size_t err_len);
+    void (*free)(StepExec* ex);
+};
+
+/* The trainer's side of a step, the same for every executor. */
+int step_exec_run_hooks(StepExec* ex, char* err, size_t err_len);
+/* Global gradient norm before clipping: sum of squares over the stages (on their backend), summed over
+ * norm_group. Returns 0, or -1 with a message. */
+int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len);
+/* Clip by `clip` (< 1) and AdamW at optimiser step t on every stage. */
+void step_exec_optimizer(StepExec* ex, const Recipe* r, float lr, int t, float clip);
+
+/* One process: the whole model in one Stage with one microbatch in flight. */
+StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const Backend* be, char* err,
+                                  size_t err_len);
+/* The single executor's activations (eval runs the model through them). */
+StageActs* step_exec_single_acts(StepExec* ex);
+
+/* The RRFP pipeline over the grid's pipeline group: this rank's chunks, the runtime and (when
+ * runtime.trace) the Chrome trace in run_dir. Collective over the pipeline. */
+StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, const Backend* be, CommGrid* grid,
+                                    const char* run_dir, char* err, size_t err_len);
+
+#endif

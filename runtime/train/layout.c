@@ -1,0 +1,182 @@
+/* layout.c — what a recipe's model and layout are, computed once for everyone: the model config, the
+ * LM layer split over the virtual pipeline stages (the trainer and --dry-run take it from here, so
+ * they cannot disagree), and the dry run's parameter and memory table. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/model/partition.h"
+#include "runtime/train/layout.h"
+
+int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
+    size_t n;
+    char* js = rr_read_file(r->tokenizer, &n);
+    if (!js) {
+        snprintf(err, err_len, "model.vocab = 0 takes the vocabulary from data.tokenizer, but '%s' cannot be read: %s",
+                 r->tokenizer, strerror(errno));
+        return -1;
+    }
+    cJSON* root = cJSON_ParseWithLength(js, n);
+    free(js);
+    cJSON* model = root ? cJSON_GetObjectItemCaseSensitive(root, "model") : NULL;
+    cJSON* vocab = model ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : NULL;
+    if (!cJSON_IsObject(vocab)) {
+        snprintf(err, err_len, "%s: not a tokenizer.json (no model.vocab object)", r->tokenizer);
+        cJSON_Delete(root);
+        return -1;
+    }
+    int max_id = -1;
+    for (cJSON* t = vocab->child; t; t = t->next)
+        if (cJSON_IsNumber(t) && t->valueint > max_id) max_id = t->valueint;
+    cJSON* added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    for (cJSON* t = added ? added->child : NULL; t; t = t->next) {
+        cJSON* id = cJSON_GetObjectItemCaseSensitive(t, "id");
+        if (cJSON_IsNumber(id) && id->valueint > max_id) max_id = id->valueint;
+    }
+    cJSON_Delete(root);
+    return max_id + 1;
+}
+
+ModelConfig train_model_config(const Recipe* r, int vocab) {
+    ModelConfig c;
+    memset(&c, 0, sizeof c);
+    c.patch = r->patch;
+    c.Dv = r->vision_width, c.Lv = r->vision_layers, c.Hv = r->vision_heads;
+    c.Dt = r->text_width, c.Lt = r->text_layers, c.Ht = r->text_heads;
+    c.F = r->ffn_hidden;
+    c.V = vocab;
+    c.min_patches = r->min_patches, c.max_patches = r->max_patches;
+    c.init_std = 0.02f;
+    c.seed = (uint64_t)r->seed;
+    return c;
+}
+
+int train_layer_split(const Recipe* r, const ModelConfig* c, int* layers, char* err, size_t err_len) {
+    int S = r->pp * r->chunks;
+    if (r->layers[0]) {
+        char e[256];
+        if (partition_parse(r->layers, c->Lt, S, layers, e, (int)sizeof e) != 0) {
+            snprintf(err, err_len, "%s: parallel.layers = %s: %s", recipe_origin(r, "parallel", "layers"), r->layers, e);
+            return -1;
+        }
+        return 0;
+    }
+    /* the cost model at the token budget of a step; assumptions in recipes/README.md */
+    double tokens = (double)r->microbatch_tokens * r->microbatches;
+    PartitionCost pc = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
+                                            0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    if (partition_auto(c->Lt, S, pc, layers) != 0) {
+        snprintf(err, err_len, "%s: %d LM layers cannot be split over %d x %d virtual pipeline stages (at least one "
+                 "layer each)", recipe_origin(r, "parallel", "pp"), c->Lt, r->pp, r->chunks);
+        return -1;
+    }
+    return 0;
+}
+
+static void fmt_count(char* s, size_t n, double x) {
+    if (x >= 1e9) snprintf(s, n, "%.2fB", x / 1e9);
+    else if (x >= 1e6) snprintf(s, n, "%.2fM", x / 1e6);
+    else if (x >= 1e3) snprintf(s, n, "%.1fk", x / 1e3);
+    else snprintf(s, n, "%.0f", x);
+}
+
+static void fmt_bytes(char* s, size_t n, double x) {
+    if (x >= (double)(1ull << 30)) snprintf(s, n, "%.2f GiB", x / (double)(1ull << 30));
+    else snprintf(s, n, "%.1f MiB", x / (double)(1 << 20));
+}
+
+int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
+    ModelConfig mc = train_model_config(r, vocab);
+    ModelParamCounts c;
+    model_param_counts(&mc, &c);
+    char a[32], b[32];
+    fprintf(out, "recipe %s (hash %016llx)\n", r->path, (unsigned long long)recipe_hash(r));
+    fprintf(out, "model: ViT Dv %d x %d layers, %d heads, patch %d; LM Dt %d x %d layers, %d heads, F %d, V %d\n",
+            r->vision_width, r->vision_layers, r->vision_heads, r->patch, r->text_width, r->text_layers, r->text_heads,
+            r->ffn_hidden, vocab);
+    fprintf(out, "parameters:\n");
+    fmt_count(a, sizeof a, c.vision);
+    fmt_count(b, sizeof b, c.vision_block);
+    fprintf(out, "  vision     %10s  %14.0f  (patch embed, %d blocks of %s, final LayerNorm)\n", a, c.vision,
+            r->vision_layers, b);
+    fmt_count(a, sizeof a, c.projector);
+    fprintf(out, "  projector  %10s  %14.0f  (mlp2x_gelu)\n", a, c.projector);
+    fmt_count(a, sizeof a, c.text);
+    fmt_count(b, sizeof b, c.text_block);
+    fprintf(out, "  text       %10s  %14.0f  (embedding, %d blocks of %s, final RMSNorm, LM head)\n", a, c.text,
+            r->text_layers, b);
+    fmt_count(a, sizeof a, c.total);
+    fprintf(out, "  total      %10s  %14.0f\n", a, c.total);
+
+    /* Layout: LM layers over pp x chunks virtual stages; rank r holds virtual stages r, r + pp, ... */
+    int P = r->pp, S = r->pp * r->chunks, T = r->microbatch_tokens, M = r->microbatches;
+    int* layers = mallocCheck((size_t)S * sizeof(int));
+    if (train_layer_split(r, &mc, layers, err, err_len) != 0) { /* the trainer's own split */
+        free(layers);
+        return -1;
+    }
+    fprintf(out, "layout: pp %d x tp %d x dp %d = %d ranks, %d chunk(s) per rank, hint %s, mode %s\n", r->pp, r->tp,
+            r->dp, r->pp * r->tp * r->dp, r->chunks, r->hint, r->mode);
+    fprintf(out, "LM layers per virtual stage:");
+    for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
+    fprintf(out, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost-balanced");
+    fprintf(out,
+            "memory per rank (f32; weights, grads and AdamW m + v: the stage's parameter table; activations: the\n"
+            "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
+            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; / tp when tp > 1):\n",
+            T);
+    fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
+            "adam m+v", "activations", "total");
+    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
+     * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
+     * replicated norms and biases. */
+    double tp = r->tp;
+    double max_total = 0;
+    int l_at = 0;
+    int* l0s = mallocCheck((size_t)S * sizeof(int));
+    for (int s = 0; s < S; s++) l0s[s] = l_at, l_at += layers[s];
+    for (int rank = 0; rank < P; rank++) {
+        double params = 0, act_mb = 0;
+        int nl = 0;
+        for (int ch = 0; ch < r->chunks; ch++) {
+            int s = rank + ch * P;
+            nl += layers[s];
+            params += (double)model_stage_param_count(&mc, l0s[s], l0s[s] + layers[s]) / tp;
+            /* every position of the microbatch may be an image patch: the worst case */
+            act_mb += (double)model_stage_acts_bytes(&mc, l0s[s], l0s[s] + layers[s], T, T, 0) / tp;
+        }
+        int inflight;
+        if (!strcmp(r->hint, "gpipe")) inflight = M;
+        else inflight = (P - rank < M ? P - rank : M) * r->chunks;
+        if (!strcmp(r->mode, "ready") && strcmp(r->cap, "0") != 0) {
+            double cv = atof(r->cap);
+            int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
+            inflight = c < M ? c : M;
+        }
+        double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * inflight;
+        double total = w + g + adam + act;
+        if (total > max_total) max_total = total;
+        char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
+        fmt_count(sp, sizeof sp, params);
+        fmt_bytes(sw, sizeof sw, w);
+        fmt_bytes(sg, sizeof sg, g);
+        fmt_bytes(sa, sizeof sa, adam);
+        fmt_bytes(sx, sizeof sx, act);
+        fmt_bytes(st, sizeof st, total);
+        char ly[16];
+        snprintf(ly, sizeof ly, "%d%s", nl, rank == 0 ? "+ViT" : "");
+        fprintf(out, "  %-5d %-8s %12s %12s %12s %12s %12s %12s\n", rank, ly, sp, sw, sg, sa, sx, st);
+    }
+    char mt[32];
+    fmt_bytes(mt, sizeof mt, max_total);
+    fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
+            T * M * r->dp);
+    fprintf(out, "dry run: nothing allocated, no training.\n");
+    free(l0s);
+    free(layers);
+    return 0;
+}
+

@@ -1,0 +1,25 @@
+/* layout.h — a recipe's model and parallel layout, computed in one place (layout.c). */
+#ifndef RRFP_TRAIN_LAYOUT_H
+#define RRFP_TRAIN_LAYOUT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "runtime/model/model.h"
+#include "runtime/train/recipe.h"
+
+/* Model config of a recipe (vocab resolved). */
+ModelConfig train_model_config(const Recipe* r, int vocab);
+/* Vocabulary size of data.tokenizer (largest id + 1 over the model vocabulary and the added tokens of
+ * the tokenizer.json), without building the tokenizer. Returns it, or -1 with a message. */
+int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len);
+/* LM layers per virtual stage (pp x chunks of them): parallel.layers, or balanced by the cost model at the
+ * step's token budget, assuming half of the LM positions are image patches, images of (min + max) / 2
+ * patches and samples of 256 positions. The one split the trainer and the dry run use. Returns 0, or -1
+ * with a message. */
+int train_layer_split(const Recipe* r, const ModelConfig* mc, int* layers, char* err, size_t err_len);
+/* Print parameters per component and memory per pipeline rank for the recipe's layout, allocating
+ * nothing. Returns 0, or -1 with a message. */
+int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len);
+
+#endif

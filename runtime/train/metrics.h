@@ -1,0 +1,38 @@
+/* metrics.h — per-step metrics: one JSON object per step beside the checkpoints, and the log line. */
+#ifndef RRFP_TRAIN_METRICS_H
+#define RRFP_TRAIN_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    int64_t step;         /* 1-based step just finished */
+    float loss;           /* sum CE / supervised targets of the step */
+    double lr, grad_norm; /* grad_norm before clipping */
+    int64_t tokens;       /* LM positions in the step */
+    int64_t supervised;   /* loss denominator */
+    int64_t patches;      /* image patches in the step */
+    double step_time_s, tokens_per_s, data_wait_s;
+    double peak_mem_mb;   /* process peak RSS */
+    double eta_s;
+    double bubble;        /* pipeline bubble fraction, < 0 when not pipelined */
+    int64_t skipped;      /* damaged samples skipped so far */
+} StepStats;
+
+typedef struct {
+    FILE* f;
+    char path[4096];
+} Metrics;
+/* Open PATH for appending. resume_step > 0 keeps only the lines of steps <= resume_step (a resumed
+ * run rewrites what came after its checkpoint); 0 starts the file afresh. Returns 0, or -1 with err. */
+int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len);
+/* Append one line; the loss also as a C99 hex float ("loss_hex") so runs compare bit for bit. */
+void metrics_write(Metrics* m, const StepStats* s);
+void metrics_close(Metrics* m);
+/* Format one human log line (step, loss, lr, grad norm, tokens/s, step time, bubble, peak mem, ETA). */
+void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_steps);
+/* Peak resident set size of this process in MiB (from /proc/self/status VmHWM). */
+double metrics_peak_rss_mb(void);
+
+#endif

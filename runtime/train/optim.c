@@ -1,0 +1,29 @@
+/* optim.c — the optimiser step of one stage (see optim.h). */
+#include "runtime/train/optim.h"
+
+#include "engine/engine.h"
+#include "engine/util.h"
+
+double optim_grad_sum_squares(const Stage* st) {
+    RR_ASSERT(st->params.be == st->be);
+    return st->be->sum_squares(st->params.grad, st->params.total);
+}
+
+float optim_clip_coef(double norm, double max_norm) {
+    if (max_norm <= 0) return 1.0f;
+    double c = max_norm / (norm + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}
+
+void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
+    const Backend* be = st->be;
+    ParamTable* pt = &st->params;
+    RR_ASSERT(pt->be == be);
+    if (clip < 1.0f) be->scale(pt->grad, clip, pt->total);
+    AdamWConfig cfg = {lr, (float)r->beta1, (float)r->beta2, (float)r->eps, (float)r->weight_decay};
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        be->adamw_update(pt->data + s->offset, pt->grad + s->offset, pt->m + s->offset, pt->v + s->offset, s->numel,
+                         &cfg, t, s->decay);
+    }
+}
