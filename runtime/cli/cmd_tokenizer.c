@@ -397,6 +397,11 @@ int cmd_tokenizer(int argc, char** argv) {
         tokenizer_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    for (int i = 2; i < argc; i++) /* `tokenizer encode --help`: the usage, as for every command */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            tokenizer_usage(stdout);
+            return 0;
+        }
     if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);

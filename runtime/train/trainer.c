@@ -125,6 +125,13 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
     t->r = r;
+    /* refused before any tokenizer, loader, folder or rank starts, until they are built */
+    if (r->tp > 1 || r->dp > 1) {
+        snprintf(err, err_len, "%s: parallel.%s = %d: %s parallelism is not built yet; allowed: 1 (the dry run sizes "
+                 "such layouts: --dry-run)", recipe_origin(r, "parallel", r->tp > 1 ? "tp" : "dp"), r->tp > 1 ? "tp" : "dp",
+                 r->tp > 1 ? r->tp : r->dp, r->tp > 1 ? "tensor" : "data");
+        return -1;
+    }
     int vocab;
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
     t->mc = train_model_config(r, vocab);
