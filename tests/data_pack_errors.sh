@@ -4,6 +4,8 @@
 # record: each bad one is named by manifest line and reason, the summary counts them, nothing good is
 # lost (the loader hands back every good sample equal to the manifest and its JPEGs), --strict is
 # fatal and leaves no shard, and a JSON-array manifest with bad JSON is an error naming line:column.
+# Damaged JPEGs (tests/bad_jpegs.py) placed before good records cost only themselves, in pack and in
+# the loader (test_data --bad-images).
 # usage: data_pack_errors.sh RRFP_MM TEST_DATA WORK_DIR
 set -u
 BIN=$1
@@ -26,6 +28,7 @@ im.resize((64, 43)).save(d + "/png.jpg", format="PNG")          # a PNG named .j
 im.resize((64, 43)).convert("CMYK").save(d + "/cmyk.jpg", quality=90)
 assert Image.open(d + "/prog.jpg").info.get("progressive")
 PYEND
+/usr/bin/python3 "$(dirname "$0")/bad_jpegs.py" "$W/img/rocket.jpg" "$W/img" || fail "bad_jpegs.py"
 H='{"from":"human","value":'
 G='{"from":"gpt","value":'
 cat > "$W/good.jsonl" <<JSONEND
@@ -96,6 +99,29 @@ printf '[\n]\n' > "$W/emptyarr.json"
 "$BIN" pack --manifest "$W/emptyarr.json" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/none" 2>"$W/none.log"
 rc=$?
 [ $rc = 1 ] && grep -qF "no record could be packed" "$W/none.log" || fail "empty manifest: $(cat "$W/none.log")"
+
+# Bad JPEGs (random bytes after a marker, 65535x65535, zero height, 12 bits, 60000x60000 + noise, cut)
+# before every good record: each is rejected with its own reason and every good record is packed
+# (a decoder left broken by the first failure rejected all of them with a stale message).
+: > "$W/poison.jsonl"
+for f in "$W"/img/bad-*.jpg; do
+    b=$(basename "$f" .jpg)
+    echo "{\"id\":\"$b\",\"image\":\"$b.jpg\",\"conversations\":[$H\"<image>\\nWhat?\"},$G\"x\"}]}" >> "$W/poison.jsonl"
+done
+nbad=$(wc -l < "$W/poison.jsonl")
+cat "$W/good.jsonl" >> "$W/poison.jsonl"
+"$BIN" pack --manifest "$W/poison.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/poison" 2>"$W/poison.log"
+rc=$?
+[ $rc = 0 ] || fail "pack after bad JPEGs: exit $rc: $(tail -2 "$W/poison.log")"
+grep -qF "read $((nbad + 7)) records, packed 7 into" "$W/poison.log" || fail "pack after bad JPEGs: $(tail -3 "$W/poison.log")"
+grep -qF "rejected $nbad: bad_image $nbad" "$W/poison.log" || fail "bad JPEG rejections: $(tail -3 "$W/poison.log")"
+grep -qF "record 'bad-huge-random' rejected (bad_image): image '$W/img/bad-huge-random.jpg': JPEG declares 60000x60000 pixels, above the limit" \
+    "$W/poison.log" || fail "60000x60000 message: $(grep huge "$W/poison.log")"
+"$TD" --check-shards "$W/poison" "$W/good.jsonl" "$W/img" "$W/tok.json" 8 16 64 || fail "loader round trip after bad JPEGs"
+# the same bad JPEGs in the decoder and in the loader's decode path (one shard, bad between good)
+mkdir -p "$W/bad" && cp "$W"/img/bad-*.jpg "$W/bad/"
+"$TD" --bad-images "$W" "$W/bad" "$W/img/rocket.jpg" "$W/img/retina.jpg" "$W/img/hubble_deep_field.jpg" \
+    "$W/img/grey.jpg" "$W/img/prog.jpg" 2>"$W/bad_images.log" || { tail -20 "$W/bad_images.log"; fail "test_data --bad-images"; }
 
 [ $fails = 0 ] && echo "data_pack_errors: all checks passed"
 exit $((fails > 0))
