@@ -119,6 +119,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         tokenizer_free(tok);
         return -1;
     }
+    struct stat out_st;
+    int out_existed = stat(c->out_dir, &out_st) == 0;
     if (mkdir_p(c->out_dir) != 0) {
         snprintf(err, err_len, "cannot create the output folder '%s': %s", c->out_dir, strerror(errno));
         manifest_free(&m);
@@ -155,6 +157,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             why_code = pack_image(jc, c, s.images[k], &jpeg[k], &in.jpeg_len[k], &in.img[k], why, sizeof why);
         if (why_code != REJECT_NONE) {
             sum->rejected++;
+            /* once past the limit no later record can bring it back under: stop here */
+            int too_many = !c->strict && (double)sum->rejected > c->max_reject_fraction * (double)m.n;
             sum->by_reason[why_code]++;
             const char* id = s.id[0] ? s.id : "?";
             if (c->strict) {
@@ -166,6 +170,14 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
                 fprintf(c->progress, "%s%s:%d: record '%s' rejected (%s): %s\n",
                         isatty(fileno(c->progress)) ? "\r\033[K" : "", c->manifest, r->line, id,
                         reject_reason_name(why_code), why);
+            }
+            if (too_many) {
+                snprintf(err, err_len, "%s: %lld of the %d records rejected (stopped at line %d), more than "
+                         "--max-reject-fraction %g allows; no shard written\n---> HINT: the summary counts the reasons; "
+                         "most records failing for one reason is usually a wrong --images folder or manifest, not bad "
+                         "data (--max-reject-fraction 1 packs whatever is usable)", c->manifest,
+                         (long long)sum->rejected, m.n, r->line, c->max_reject_fraction);
+                rc = -1;
             }
         } else {
             if (w && shard_writer_bytes(w) >= shard_bytes) {
@@ -246,8 +258,11 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         int dfd = open(c->out_dir, 0);
         if (dfd >= 0) fsync(dfd), close(dfd);
     }
-    if (rc != 0)
+    if (rc != 0) {
         for (int k = 0; k < sum->shards; k++) unlink(names[k].tmp);
+        if (!out_existed) rmdir(c->out_dir); /* made by this run, and empty now */
+        sum->shards = 0, sum->bytes = 0;      /* for the summary: nothing was written */
+    }
     free(names);
     jpeg_codec_free(jc);
     manifest_free(&m);

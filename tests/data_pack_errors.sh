@@ -54,8 +54,22 @@ cat >> "$W/all.jsonl" <<JSONEND
 JSONEND
 "$BIN" tokenizer train --vocab 300 --manifest "$W/good.jsonl" --out "$W/tok.json" >/dev/null 2>&1 || fail "tokenizer train"
 
+# 9 of the 16 records are bad: above the default --max-reject-fraction 0.5, an error that writes
+# nothing (it stops at the rejection that passes the limit, here the last line)
+"$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/toomany" --shard-size 0.3 \
+    2>"$W/toomany.log"
+rc=$?
+[ $rc = 1 ] || fail "pack with 9 of 16 rejected: exit $rc, expected 1"
+grep -qF "$W/all.jsonl: 9 of the 16 records rejected (stopped at line 16), more than --max-reject-fraction 0.5 allows; no shard written" \
+    "$W/toomany.log" || fail "too many rejections message: $(tail -3 "$W/toomany.log")"
+[ ! -e "$W/toomany" ] || fail "pack with too many rejections left $(ls -A "$W/toomany")"
+"$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/x" --max-reject-fraction 1.5 \
+    2>"$W/frac.log"
+rc=$?
+[ $rc = 2 ] && grep -qF "expects a number in [0, 1], got '1.5'" "$W/frac.log" || fail "bad fraction: $rc $(cat "$W/frac.log")"
+
 "$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/shards" --shard-size 0.3 \
-    2>"$W/pack.log"
+    --max-reject-fraction 0.6 2>"$W/pack.log"
 rc=$?
 cat "$W/pack.log"
 [ $rc = 0 ] || fail "pack exit $rc"
