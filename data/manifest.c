@@ -57,6 +57,10 @@ static int array_element_lines(const char* t, size_t n, int* lines, int cap) {
 int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, char* err, size_t err_len) {
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", name);
+    /* A UTF-8 byte-order mark (written by some Windows editors and .NET) is not part of the JSON; left
+     * in, it hid the '[' of an array, which was then read as JSONL with most records lost. Lines and
+     * columns are counted after it, as an editor shows them. */
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3, len -= 3;
     size_t i = 0;
     while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
     if (i < len && text[i] == '[') {

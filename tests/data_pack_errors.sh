@@ -114,6 +114,25 @@ printf '[\n]\n' > "$W/emptyarr.json"
 rc=$?
 [ $rc = 1 ] && grep -qF "no record could be packed" "$W/none.log" || fail "empty manifest: $(cat "$W/none.log")"
 
+# A manifest starting with a UTF-8 byte-order mark, as a JSON array and as JSONL: all 5 records packed
+# (the BOM hid the array's '[', and the array was read as JSONL: 4 of 5 records lost, exit 0)
+for form in json jsonl; do
+    f="$W/bom.$form"
+    printf '\xef\xbb\xbf' > "$f"
+    [ $form = json ] && printf '[\n' >> "$f"
+    for i in 1 2 3 4 5; do
+        sep=","; [ $form = jsonl ] || [ $i = 5 ] && sep=""
+        echo "{\"id\":\"bom$i\",\"conversations\":[$H\"Say $i.\"},$G\"$i\"}]}$sep" >> "$f"
+    done
+    [ $form = json ] && printf ']\n' >> "$f"
+    "$BIN" tokenizer train --vocab 300 --manifest "$f" --out "$W/bomtok.$form.json" >"$W/bomtok.$form.log" 2>&1 ||
+        fail "tokenizer train on a $form manifest with a BOM: $(tail -2 "$W/bomtok.$form.log")"
+    "$BIN" pack --manifest "$f" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/bom-$form" 2>"$W/bom-$form.log"
+    rc=$?
+    [ $rc = 0 ] && grep -qF "read 5 records, packed 5 into 1 shard" "$W/bom-$form.log" ||
+        fail "$form manifest with a BOM: exit $rc, $(tail -2 "$W/bom-$form.log")"
+done
+
 # Bad JPEGs (random bytes after a marker, 65535x65535, zero height, 12 bits, 60000x60000 + noise, cut)
 # before every good record: each is rejected with its own reason and every good record is packed
 # (a decoder left broken by the first failure rejected all of them with a stale message).
