@@ -39,21 +39,17 @@ void jpeg_codec_free(JpegCodec* c) {
     free(c);
 }
 
-/* Name what the bytes are when they are not a JPEG: the usual mistake is a PNG or GIF named .jpg. */
+/* Name what the bytes are when they are not a JPEG: the usual mistake is a PNG or GIF named .jpg.
+ * The bytes themselves are never echoed: an image path can name any file (a manifest pointing at
+ * /etc/passwd must not get its first bytes printed). */
 static void describe_not_jpeg(const uint8_t* b, size_t n, char* err, size_t err_len) {
     const char* what = "";
     if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) what = ": a PNG file";
     else if (n >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6))) what = ": a GIF file";
     else if (n >= 2 && b[0] == 'B' && b[1] == 'M') what = ": a BMP file";
     else if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) what = ": a WebP file";
-    if (n == 0) {
-        snprintf(err, err_len, "not a JPEG (empty file)");
-        return;
-    }
-    char hex[16] = "";
-    int k = 0;
-    for (size_t i = 0; i < n && i < 4; i++) k += snprintf(hex + k, sizeof hex - k, i ? " %02x" : "%02x", b[i]);
-    snprintf(err, err_len, "not a JPEG (starts with %s, expected ff d8%s)", hex, what);
+    if (n == 0) snprintf(err, err_len, "not a JPEG (empty file)");
+    else snprintf(err, err_len, "not a JPEG (does not start with the JPEG marker ff d8%s)", what);
 }
 
 int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len) {

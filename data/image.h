@@ -28,8 +28,8 @@ JpegCodec* jpeg_codec_new(void);
 void jpeg_codec_free(JpegCodec* c);
 
 /* Header of a JPEG: width, height, colour space, checked against the limits above. Returns 0, or -1
- * with the reason in err ("not a JPEG (starts with 89 50 4e 47: a PNG file)", "unsupported colour space
- * CMYK", ...). */
+ * with the reason in err ("not a JPEG (does not start with the JPEG marker ff d8: a PNG file)",
+ * "unsupported colour space CMYK", ...); the file's bytes are never quoted. */
 int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
 
 /* Decode to packed RGB8 at 1/scale of the full size (scale 1, 2, 4 or 8; the scaled size is

@@ -11,7 +11,8 @@
 
 static const char* REJECT_NAMES[REJECT_N] = {
     "ok",           "bad_json",     "not_object",    "no_conversations", "empty_conversation", "bad_turn",
-    "no_answer",    "bad_image_field", "image_tokens", "missing_image",   "bad_image",          "too_long"};
+    "no_answer",    "bad_image_field", "image_tokens", "missing_image",   "bad_image",          "too_long",
+    "outside_images"};
 
 const char* reject_reason_name(RejectReason r) { return r >= 0 && r < REJECT_N ? REJECT_NAMES[r] : "?"; }
 

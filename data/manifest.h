@@ -38,6 +38,7 @@ typedef enum {
     REJECT_MISSING_IMAGE,      /* image file cannot be read */
     REJECT_BAD_IMAGE,          /* not a JPEG, corrupt, truncated, CMYK, extreme aspect ratio */
     REJECT_TOO_LONG,           /* more tokens than a shard entry holds */
+    REJECT_OUTSIDE_IMAGES,     /* image path absolute or leading outside the images folder (pack) */
     REJECT_N
 } RejectReason;
 

@@ -21,7 +21,10 @@
 
 typedef struct {
     const char* manifest;
-    const char* images_dir; /* image names in the manifest are relative to it (absolute ones are kept) */
+    const char* images_dir; /* image names in the manifest are relative to it */
+    int allow_outside_images; /* 0: an image path that is absolute, or that leads outside images_dir (by
+                                 "..", or a symbolic link resolved with realpath), rejects its record
+                                 (outside_images); 1: any path is read (absolute ones as they are) */
     const char* tokenizer;
     const char* out_dir;
     double shard_mb;        /* start a new shard after this many MiB (default 256) */

@@ -257,8 +257,8 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
     }
     for (const char* q = end; q < hdr + hl; q++)
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            st_err(err, err_len, "%s: unexpected byte 0x%02x after the header JSON at header byte %zu", path,
-                   (unsigned char)*q, (size_t)(q - hdr));
+            st_err(err, err_len, "%s: unexpected bytes after the header JSON at header byte %zu", path,
+                   (size_t)(q - hdr));
             goto fail;
         }
     f->data = hdr + hl;

@@ -76,7 +76,7 @@ cat "$W/pack.log"
 M="$W/all.jsonl"
 expect() { grep -qF -- "$1" "$W/pack.log" || fail "pack log lacks: $1"; }
 expect "$M:8: record 'trunc' rejected (bad_image)"
-expect "$M:9: record 'png' rejected (bad_image): image '$W/img/png.jpg': not a JPEG (starts with 89 50 4e 47, expected ff d8: a PNG file)"
+expect "$M:9: record 'png' rejected (bad_image): image '$W/img/png.jpg': not a JPEG (does not start with the JPEG marker ff d8: a PNG file)"
 expect "$M:10: record 'missing' rejected (missing_image): image '$W/img/nope.jpg': No such file or directory"
 expect "$M:11: record 'empty' rejected (empty_conversation)"
 expect "$M:12: record '?' rejected (bad_json): invalid JSON at column"
@@ -113,6 +113,45 @@ printf '[\n]\n' > "$W/emptyarr.json"
 "$BIN" pack --manifest "$W/emptyarr.json" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/none" 2>"$W/none.log"
 rc=$?
 [ $rc = 1 ] && grep -qF "no record could be packed" "$W/none.log" || fail "empty manifest: $(cat "$W/none.log")"
+
+# Image paths leading outside --images (.., absolute, a symbolic link) reject their record naming the
+# sample and the path, and no message ever quotes a file's bytes (/etc/passwd's "root"); with
+# --allow-outside-images they are read (and /etc/passwd is "not a JPEG", still unquoted).
+cp "$W/img/rocket.jpg" "$W/outside.jpg"
+ln -sf ../outside.jpg "$W/img/link.jpg"
+esc() { echo "{\"id\":\"$1\",\"image\":\"$2\",\"conversations\":[$H\"<image>\\nWhat?\"},$G\"a rocket\"}]}"; }
+{
+    esc up ../outside.jpg
+    esc deep sub/../../outside.jpg
+    esc abs "$W/outside.jpg"
+    esc passwd /etc/passwd
+    esc passwd2 ../../../../../../../../../etc/passwd
+    esc link link.jpg
+    cat "$W/good.jsonl"
+} > "$W/escape.jsonl"
+E="$W/escape.jsonl"
+"$BIN" pack --manifest "$E" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/escape" 2>"$W/escape.log"
+rc=$?
+[ $rc = 0 ] || fail "pack with escaping paths: exit $rc"
+for x in "1: record 'up' rejected (outside_images): image path '../outside.jpg' leads outside the images folder '$W/img'" \
+    "2: record 'deep' rejected (outside_images): image path 'sub/../../outside.jpg' leads outside" \
+    "3: record 'abs' rejected (outside_images): image path '$W/outside.jpg' is absolute, not relative to the images folder" \
+    "4: record 'passwd' rejected (outside_images): image path '/etc/passwd' is absolute" \
+    "5: record 'passwd2' rejected (outside_images): image path '../../../../../../../../../etc/passwd' leads outside" \
+    "6: record 'link' rejected (outside_images): image '$W/img/link.jpg' resolves to '$W/outside.jpg', outside the images folder" \
+    "read 13 records, packed 7 into 1 shard" "rejected 6: outside_images 6"; do
+    grep -qF -- "$x" "$W/escape.log" || fail "escape log lacks: $x"
+done
+"$BIN" pack --manifest "$E" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/escape2" --allow-outside-images \
+    2>"$W/escape2.log"
+rc=$?
+[ $rc = 0 ] || fail "pack --allow-outside-images: exit $rc"
+for x in "4: record 'passwd' rejected (bad_image): image '/etc/passwd': not a JPEG (does not start with the JPEG marker ff d8)" \
+    "read 13 records, packed 10 into 1 shard" "rejected 3: missing_image 1, bad_image 2"; do
+    grep -qF -- "$x" "$W/escape2.log" || fail "--allow-outside-images log lacks: $x"
+done
+grep -n "root\|72 6f 6f 74" "$W/escape.log" "$W/escape2.log" && fail "a message quotes /etc/passwd"
+rm -f "$W/img/link.jpg"
 
 # A manifest starting with a UTF-8 byte-order mark, as a JSON array and as JSONL: all 5 records packed
 # (the BOM hid the array's '[', and the array was read as JSONL: 4 of 5 records lost, exit 0)
