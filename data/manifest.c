@@ -148,7 +148,9 @@ int manifest_load(const char* path, Manifest* m, char* err, size_t err_len) {
     size_t len;
     char* text = rr_read_file(path, &len);
     if (!text) {
-        snprintf(err, err_len, "cannot read manifest '%s': %s", path, strerror(errno));
+        char why[128];
+        snprintf(err, err_len, "cannot read manifest '%s': %s", path,
+                 rr_read_file_why(errno, "a JSON or JSONL manifest file", why, sizeof why));
         return -1;
     }
     int rc = manifest_parse(text, len, path, m, err, err_len);

@@ -103,9 +103,17 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
             return REJECT_OUTSIDE_IMAGES;
         }
     }
-    *data = (uint8_t*)rr_read_file(images_real ? real : path, len); /* read what was checked */
+    const char* rd = images_real ? real : path; /* read what was checked */
+    struct stat st;
+    if (stat(rd, &st) == 0 && !S_ISREG(st.st_mode)) { /* a folder, a device (/dev/zero never ends), a pipe */
+        snprintf(why, why_len, "image '%.1024s' is %s, expected a JPEG file", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        return REJECT_MISSING_IMAGE;
+    }
+    *data = (uint8_t*)rr_read_file(rd, len);
     if (!*data) {
-        snprintf(why, why_len, "image '%.1024s': %s", path, strerror(errno));
+        char e[128];
+        snprintf(why, why_len, "image '%.1024s': %s", path, rr_read_file_why(errno, "a JPEG file", e, sizeof e));
         return REJECT_MISSING_IMAGE;
     }
     int w, h, ow, oh;

@@ -330,7 +330,9 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     size_t n;
     char* text = rr_read_file(path, &n);
     if (!text) {
-        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path, strerror(errno));
+        char why[128];
+        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
+               rr_read_file_why(errno, "a JSON file", why, sizeof why));
         return -1;
     }
     cJSON* j = cJSON_ParseWithLength(text, n);

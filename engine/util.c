@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,7 +145,16 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
 char* rr_read_file(const char* path, size_t* size) {
     FILE* f = fopen(path, "rb");
     if (!f) return NULL;
+    /* fopen opens a directory for reading; its first read then fails with EISDIR, which ferror()
+     * alone reported as EIO ("Input/output error") */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
     size_t cap = 1 << 16, len = 0;
+    errno = 0; /* so a failed fread below leaves its own errno */
     char* buf = malloc(cap);
     if (!buf) {
         fclose(f);
@@ -167,16 +177,24 @@ char* rr_read_file(const char* path, size_t* size) {
         len += r;
         if (r == 0) break;
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (err) {
         free(buf);
-        errno = EIO;
+        errno = err;
         return NULL;
     }
     buf[len] = 0;
     if (size) *size = len;
     return buf;
+}
+
+const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n) {
+    if (errnum == EISDIR) {
+        snprintf(buf, n, "is a directory, expected %s", expected);
+        return buf;
+    }
+    return strerror(errnum);
 }
 
 uint64_t rr_fnv1a64(const void* data, size_t n) {

@@ -153,6 +153,32 @@ done
 grep -n "root\|72 6f 6f 74" "$W/escape.log" "$W/escape2.log" && fail "a message quotes /etc/passwd"
 rm -f "$W/img/link.jpg"
 
+# Folders where files are expected: each error says what was expected (it said "Input/output error")
+mkdir -p "$W/img/dir.jpg"
+{ esc dirimg dir.jpg; esc devzero /dev/zero; cat "$W/good.jsonl"; } > "$W/dirs.jsonl"
+# (address space capped: /dev/zero read to the end would take all the memory there is)
+(ulimit -v 4000000; "$BIN" pack --manifest "$W/dirs.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/dirs" \
+    --allow-outside-images 2>"$W/dirs.log")
+rc=$?
+for x in "1: record 'dirimg' rejected (missing_image): image '$W/img/dir.jpg' is a directory, expected a JPEG file" \
+    "2: record 'devzero' rejected (missing_image): image '/dev/zero' is not a regular file, expected a JPEG file" \
+    "read 9 records, packed 7 into 1 shard"; do
+    grep -qF -- "$x" "$W/dirs.log" || fail "image folder: exit $rc, log lacks: $x"
+done
+"$BIN" pack --manifest "$W/img" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/dirs2" 2>"$W/dirs2.log"
+rc=$?
+[ $rc = 1 ] && grep -qF "cannot read manifest '$W/img': is a directory, expected a JSON or JSONL manifest file" "$W/dirs2.log" ||
+    fail "manifest folder: exit $rc, $(cat "$W/dirs2.log")"
+"$BIN" pack --manifest "$W/good.jsonl" --images "$W/img" --tokenizer "$W/img" --out "$W/dirs3" 2>"$W/dirs3.log"
+rc=$?
+[ $rc = 1 ] && grep -qF "$W/img: cannot read the tokenizer: is a directory, expected a tokenizer.json file" "$W/dirs3.log" ||
+    fail "tokenizer folder: exit $rc, $(cat "$W/dirs3.log")"
+"$BIN" pack --manifest "$W/good.jsonl" --images "$W/good.jsonl" --tokenizer "$W/tok.json" --out "$W/dirs4" 2>"$W/dirs4.log"
+rc=$?
+[ $rc = 1 ] && grep -qF -- "--images '$W/good.jsonl': not a folder" "$W/dirs4.log" ||
+    fail "--images a file: exit $rc, $(cat "$W/dirs4.log")"
+rmdir "$W/img/dir.jpg"
+
 # A manifest starting with a UTF-8 byte-order mark, as a JSON array and as JSONL: all 5 records packed
 # (the BOM hid the array's '[', and the array was read as JSONL: 4 of 5 records lost, exit 0)
 for form in json jsonl; do
