@@ -241,6 +241,7 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
         fprintf(stderr, "rrfp-mm: error: %s: cannot read the manifest: %s\n", path, strerror(errno));
         return -1;
     }
+    if (n >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3)) memset(buf, ' ', 3); /* a UTF-8 BOM, as data/manifest.c */
     size_t i = 0;
     while (i < n && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
     char where[600];
