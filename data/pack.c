@@ -18,18 +18,6 @@
 
 #define PACK_MAX_SHARDS 100000
 
-static int mkdir_p(const char* path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char* p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 typedef struct {
     char final[4096], tmp[4112];
 } ShardName;
@@ -180,7 +168,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     }
     struct stat out_st;
     int out_existed = stat(c->out_dir, &out_st) == 0;
-    if (mkdir_p(c->out_dir) != 0) {
+    if (rr_mkdirs(c->out_dir) != 0) {
         snprintf(err, err_len, "cannot create the output folder '%s': %s", c->out_dir, strerror(errno));
         manifest_free(&m);
         tokenizer_free(tok);

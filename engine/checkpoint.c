@@ -49,19 +49,6 @@ static void ck_file_name(char* out, size_t n, const char* dir, const char* base,
     else snprintf(out, n, "%s/%s.safetensors", dir, base);
 }
 
-static int ck_mkdir_p(const char* path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char* p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
 static void ck_rm_rf(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;
@@ -225,7 +212,7 @@ static int ck_finalize(const char* root, const char* tmp, int64_t step, char* ou
 
 int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
                     char* out_dir, size_t out_len, char* err, size_t err_len) {
-    if (ck_mkdir_p(root) != 0) {
+    if (rr_mkdirs(root) != 0) {
         ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
     }
@@ -246,7 +233,7 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
 
 int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len) {
     snprintf(tmp, tmp_len, "%s/.step-%08lld.tmp.shards", root, (long long)step);
-    if (ck_mkdir_p(root) != 0) {
+    if (rr_mkdirs(root) != 0) {
         ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
     }
