@@ -24,16 +24,7 @@
 #include "engine/util.h"
 #include "text/tokenizer.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                            \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 static const char* BIN;
 static char WORK[1024];
@@ -286,7 +277,7 @@ static int check_shards(char** a) {
         free(seen);
         loader_close(L);
     }
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 /* ---- --bad-images WORK BAD_DIR GOOD.jpg...: a bad JPEG costs only itself ---------------------------
@@ -463,9 +454,9 @@ static int bad_images(int argc, char** argv) {
     loader_close(L);
     for (int g = 0; g < ngood; g++) free(good[g]), free(ref[g]);
     for (int b = 0; b < nbad; b++) free(bad[b]), free(bad_name[b]);
-    if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
     else printf("bad-images: %d bad JPEGs rejected, each costing only itself (decoder and loader)\n", nbad);
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
@@ -800,8 +791,8 @@ int main(int argc, char** argv) {
     manifest_free(&g_man);
     tokenizer_free(g_tok);
     jpeg_codec_free(g_jc);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
+    if (check_failures) {
+        fprintf(stderr, "%d check(s) failed\n", check_failures);
         return 1;
     }
     printf("test_data: all checks passed\n");

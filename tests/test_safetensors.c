@@ -30,16 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 static float fa[15];
 static uint16_t fb[4];
@@ -120,7 +111,7 @@ static int selftest(const char* dir) {
     st_writer_free(w);
     StFile f;
     CHECK(st_load(&f, path, err, sizeof err) == 0, "%s", err);
-    if (failures) return 1;
+    if (check_failures) return 1;
     fixture_check(&f);
     /* header length is a multiple of 8 and the header is padded with spaces */
     uint64_t hl = 0;
@@ -163,9 +154,9 @@ static int selftest(const char* dir) {
     /* missing file */
     CHECK(st_load(&g, "/nonexistent/x.safetensors", err, sizeof err) != 0 && strstr(err, "/nonexistent/x.safetensors"),
           "%s", err);
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("safetensors selftest: ok\n");
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 /* A two-tensor parameter table built by hand (engine/params.c is not needed for the file format). */
@@ -412,9 +403,9 @@ static int checkpoint_test(const char* dir) {
     CHECK(access(p, F_OK) == 0, "step 5 pruned");
     table_free(&a);
     table_free(&b);
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("checkpoint test: ok\n");
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
@@ -436,7 +427,7 @@ int main(int argc, char** argv) {
         }
         fixture_check(&f);
         st_free(&f);
-        return failures ? 1 : 0;
+        return check_failures ? 1 : 0;
     }
     if (argc == 4 && !strcmp(argv[1], "expect-error")) {
         StFile f;
