@@ -85,6 +85,7 @@ struct Loader {
     int n_workers;
     pthread_t* threads;
     int64_t bytes_read;
+    int64_t images_decoded; /* JPEGs decoded into patches by the workers (0 without decode_images) */
 
     /* consumer state */
     SampleData held;       /* fifo: the sample that did not fit (position held.k), or n_tokens = -1 */
@@ -299,6 +300,7 @@ static void* worker_main(void* arg) {
         sl->d = d;
         sl->state = SLOT_DONE;
         L->bytes_read += bytes;
+        if (L->cfg.decode_images && !d.damaged) L->images_decoded += d.n_images;
         if (L->consumer_waiting) pthread_cond_broadcast(&L->cv_done);
     }
     pthread_mutex_unlock(&L->mu);
@@ -947,6 +949,7 @@ void loader_stats(const Loader* L, LoaderStats* s) {
     *s = L->pub;
     pthread_mutex_lock((pthread_mutex_t*)&L->mu);
     s->bytes_read = L->bytes_read;
+    s->images_decoded = L->images_decoded;
     pthread_mutex_unlock((pthread_mutex_t*)&L->mu);
 }
 
