@@ -1,4 +1,4 @@
-/* tensor.c — dtypes, tensor helpers and the bump arena (one big block per purpose, llm.c style). */
+/* tensor.c — element types: their sizes and safetensors names. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,37 +21,4 @@ const char* dtype_name(DType t) {
     case DTYPE_I32: return "I32";
     }
     return "?";
-}
-
-int64_t tensor_numel(const Tensor* t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return n;
-}
-
-void arena_init(Arena* a, const char* name, size_t size) {
-    memset(a, 0, sizeof *a);
-    a->name = name;
-    a->size = size;
-    if (size == 0) return;
-    if (posix_memalign((void**)&a->base, 64, size) != 0)
-        rr_die("out of memory: cannot allocate the %s arena (%.1f MiB)", name, (double)size / (1 << 20));
-}
-
-void* arena_alloc(Arena* a, size_t bytes) {
-    size_t off = (a->used + 63) & ~(size_t)63;
-    if (off + bytes > a->size)
-        rr_die("the %s arena is full: need %zu more bytes, %zu of %zu used", a->name, bytes, a->used, a->size);
-    a->used = off + bytes;
-    if (a->used > a->peak) a->peak = a->used;
-    return a->base + off;
-}
-
-float* arena_alloc_f32(Arena* a, size_t n) { return (float*)arena_alloc(a, n * sizeof(float)); }
-
-void arena_reset(Arena* a) { a->used = 0; }
-
-void arena_free(Arena* a) {
-    free(a->base);
-    memset(a, 0, sizeof *a);
 }
