@@ -25,12 +25,28 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------------------------------------
- * Element types (safetensors, dumps) */
+ * Tensors and arenas */
 
 typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2 } DType;
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
+#define TENSOR_MAX_DIMS 4 /* safetensors entries and parameter shapes */
+
+/* A bump allocator over one big block. Allocations are 64-byte aligned (a stage's activations are laid
+ * out in one, sized from the microbatch token budget). */
+typedef struct {
+    char* base;
+    size_t size;
+    size_t used;
+    size_t peak;
+    const char* name;
+    int device; /* 0 = host memory, 1 = CUDA device memory */
+} Arena;
+void arena_init(Arena* a, const char* name, size_t size); /* host; dies with a clear message on OOM */
+void* arena_alloc(Arena* a, size_t bytes);                 /* dies naming the arena if it overflows */
+float* arena_alloc_f32(Arena* a, size_t n);
+void arena_free(Arena* a);
 
 /* ------------------------------------------------------------------------------------------------
  * AdamW hyper-parameters (floats: beta1 = 0.9 means float(0.9), see engine/adamw.c). */

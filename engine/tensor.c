@@ -1,4 +1,4 @@
-/* tensor.c — element types: their sizes and safetensors names. */
+/* tensor.c — dtypes and the bump arena (one big block per purpose, llm.c style). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,4 +21,29 @@ const char* dtype_name(DType t) {
     case DTYPE_I32: return "I32";
     }
     return "?";
+}
+
+void arena_init(Arena* a, const char* name, size_t size) {
+    memset(a, 0, sizeof *a);
+    a->name = name;
+    a->size = size;
+    if (size == 0) return;
+    if (posix_memalign((void**)&a->base, 64, size) != 0)
+        rr_die("out of memory: cannot allocate the %s arena (%.1f MiB)", name, (double)size / (1 << 20));
+}
+
+void* arena_alloc(Arena* a, size_t bytes) {
+    size_t off = (a->used + 63) & ~(size_t)63;
+    if (off + bytes > a->size)
+        rr_die("the %s arena is full: need %zu more bytes, %zu of %zu used", a->name, bytes, a->used, a->size);
+    a->used = off + bytes;
+    if (a->used > a->peak) a->peak = a->used;
+    return a->base + off;
+}
+
+float* arena_alloc_f32(Arena* a, size_t n) { return (float*)arena_alloc(a, n * sizeof(float)); }
+
+void arena_free(Arena* a) {
+    free(a->base);
+    memset(a, 0, sizeof *a);
 }
