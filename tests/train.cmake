@@ -42,3 +42,22 @@ add_test(NAME train_demo_e2e
          COMMAND ${CMAKE_SOURCE_DIR}/tests/train_demo_e2e.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/train_demo_e2e 16 0.3)
 set_tests_properties(train_demo_e2e PROPERTIES LABELS slow TIMEOUT 900)
+
+# Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, memory check, leftovers of
+# killed checkpoint writers, threads vs cores, the demo data hint.
+foreach(mode lock memory stale threads demo)
+  add_test(NAME train_guard_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_guard.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_guard_${mode} ${mode})
+  set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
+endforeach()
+
+# SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
+# mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
+foreach(mode single second mpi)
+  add_test(NAME train_signal_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train signal ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_signal.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_signal_${mode} ${mode})
+  set_tests_properties(train_signal_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(train_signal_mpi PROPERTIES LABELS mpi)
