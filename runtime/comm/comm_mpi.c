@@ -123,9 +123,13 @@ static int m_wait_collective(Comm* c, MPI_Request* rq, const char* what, char* e
         if (flag) return 0;
         double waited = rr_now() - t0;
         if (comm_stall_warn_s > 0 && waited > next_warn) {
-            rr_warn("rank %d has waited %.0f s in %s over group '%s' (%d ranks) for the other ranks: one of them is "
-                    "stopped or slow",
-                    c->rank, waited, what, c->name, c->size);
+            if (c->size == 2)
+                rr_warn("rank %d has waited %.0f s in %s over group '%s' (2 ranks) for its rank %d: stopped or slow",
+                        c->rank, waited, what, c->name, 1 - c->rank);
+            else
+                rr_warn("rank %d has waited %.0f s in %s over group '%s' (%d ranks) for the other ranks: one of them "
+                        "is stopped or slow",
+                        c->rank, waited, what, c->name, c->size);
             next_warn += comm_stall_warn_s;
         }
         struct timespec ts = {0, sleep_ns};
