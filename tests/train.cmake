@@ -61,3 +61,9 @@ foreach(mode single second mpi)
   set_tests_properties(train_signal_${mode} PROPERTIES TIMEOUT 300)
 endforeach()
 set_tests_properties(train_signal_mpi PROPERTIES LABELS mpi)
+
+# eval under other packing settings than the checkpoint's (it never seeks the training loader).
+add_test(NAME train_eval_packing
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "eval packing: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_eval_packing.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_eval_packing)
+set_tests_properties(train_eval_packing PROPERTIES TIMEOUT 200)
