@@ -21,6 +21,9 @@ add_test(NAME recipe_cli_bad_set COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rr
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set model.text_heads=3 --dry-run" -DEXPECT_RC=2
          "-DEXPECT_ERR=--set: model.text_heads = 3: model.text_width \\(256\\) is not divisible"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+# --print-recipe of every shipped recipe (with a 250-byte run_dir) loads back and prints the same.
+add_test(NAME recipe_print_roundtrip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "recipe print round trip: ok" bash ${CMAKE_SOURCE_DIR}/tests/recipe_print_roundtrip.sh
+         $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/recipe_print_roundtrip)
 # The full-size recipe is accepted and described without allocating (7B-class parameter count).
 add_test(NAME recipe_dry_run_7b COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank" $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini --dry-run)
 
