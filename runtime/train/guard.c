@@ -58,8 +58,8 @@ void guard_run_unlock(int fd) {
     if (fd >= 0) close(fd);
 }
 
-/* The ranks of world on this host: *local = how many, *first = whether this rank is the lowest of them;
- * sums[] (may be NULL) adds `v` of every rank on this host. */
+/* The ranks of world on this host (same gethostname): *local = how many, *sum = their `v` added up. A
+ * failed all-gather counts this rank alone. */
 static void guard_host_ranks(Comm* world, double v, int* local, double* sum) {
     *local = 1;
     *sum = v;
