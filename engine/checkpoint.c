@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
@@ -231,8 +232,12 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
     return rc;
 }
 
+void checkpoint_shard_tmp_name(char* tmp, size_t tmp_len, const char* root, int64_t step, int pid) {
+    snprintf(tmp, tmp_len, "%s/.step-%08lld.tmp.shards.%d", root, (long long)step, pid);
+}
+
 int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len) {
-    snprintf(tmp, tmp_len, "%s/.step-%08lld.tmp.shards", root, (long long)step);
+    checkpoint_shard_tmp_name(tmp, tmp_len, root, step, (int)getpid());
     if (rr_mkdirs(root) != 0) {
         ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
@@ -503,4 +508,38 @@ void checkpoint_prune(const char* root, int keep) {
     }
     ck_fsync_dir(root);
     free(steps);
+}
+
+/* The pid a leftover's name ends with: .step-N.tmp.PID, .step-N.tmp.shards.PID, .old.PID; 0 when the
+ * name is none of them. */
+static int ck_leftover_pid(const char* name) {
+    long long step;
+    int pid = 0, n = 0;
+    if (sscanf(name, ".step-%lld.tmp.shards.%d%n", &step, &pid, &n) == 2 && name[n] == 0) return pid;
+    if (sscanf(name, ".step-%lld.tmp.%d%n", &step, &pid, &n) == 2 && name[n] == 0) return pid;
+    if (sscanf(name, ".old.%d%n", &pid, &n) == 1 && name[n] == 0) return pid;
+    return 0;
+}
+
+int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len) {
+    if (removed_len) removed[0] = 0;
+    DIR* d = opendir(root);
+    if (!d) return 0;
+    int n = 0;
+    size_t o = 0;
+    struct dirent* e;
+    char p[4200];
+    while ((e = readdir(d))) {
+        int pid = ck_leftover_pid(e->d_name);
+        if (pid <= 0) continue;
+        /* alive (ours, or another job's on this machine; EPERM: alive under another user) */
+        if (pid == (int)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        snprintf(p, sizeof p, "%s/%s", root, e->d_name);
+        ck_rm_rf(p);
+        n++;
+        if (o < removed_len) o += (size_t)snprintf(removed + o, removed_len - o, "%s%s", o ? ", " : "", e->d_name);
+    }
+    closedir(d);
+    if (n) ck_fsync_dir(root);
+    return n;
 }

@@ -56,7 +56,7 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
                     size_t err_len);
 
 /* ---- multi-rank checkpoints (one shard per pipeline rank, one folder) ----
- * Rank 0 calls checkpoint_shard_begin (creates ROOT/.step-N.tmp.shards/, path into tmp); after a
+ * Rank 0 calls checkpoint_shard_begin (creates ROOT/.step-N.tmp.shards.PID/, path into tmp); after a
  * barrier every rank calls checkpoint_shard_write with its shard name ("pp0", "pp1", ...); after a
  * second barrier rank 0 calls checkpoint_shard_commit with every shard name, which writes state.json
  * last and renames the folder to ROOT/step-N. A crash at any point leaves no step-* folder that is
@@ -68,6 +68,15 @@ int checkpoint_shard_write(const char* tmp, const ParamTable* pt, int64_t step, 
 int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointState* st, const char* const* shards,
                             int n_shards, char* out_dir, size_t out_len, char* err, size_t err_len);
 void checkpoint_shard_abort(const char* tmp);
+/* The temporary folder checkpoint_shard_begin makes for `step` when rank 0 has process id `pid`:
+ * ROOT/.step-N.tmp.shards.PID (the other ranks name it from rank 0's pid). */
+void checkpoint_shard_tmp_name(char* tmp, size_t tmp_len, const char* root, int64_t step, int pid);
+
+/* Remove the leftovers of killed writers under ROOT: .step-N.tmp.PID, .step-N.tmp.shards.PID and
+ * .old.PID folders whose process PID is no longer alive on this machine (a live process's, another
+ * job's included, is never touched). Writes their names, comma-separated, into removed. Returns how
+ * many were removed (0 when ROOT does not exist). */
+int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len);
 
 /* Path of the newest complete checkpoint under ROOT into out. Returns its step, or -1 when none. */
 int64_t checkpoint_latest(const char* root, char* out, size_t out_len);

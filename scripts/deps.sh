@@ -9,7 +9,7 @@ PKGS=(
   libturbojpeg0-dev libjpeg62-turbo-dev   # JPEG decode/encode
   libzstd-dev zstd                        # shard frames
   libopenmpi-dev openmpi-bin              # pipeline / data parallel transport
-  libinih-dev libcjson-dev libpcre2-dev   # recipes, manifests/JSON, tokenizer split regex
+  libcjson-dev libpcre2-dev   # manifests/JSON, tokenizer split regex
   python3-torch python3-numpy             # independent PyTorch reference (tests/ref)
   python3-skimage python3-pil             # real test photographs; Pillow loader baseline (bench)
   clang libclang-rt-14-dev                # libFuzzer targets

@@ -62,3 +62,15 @@ add_test(NAME pipeline_decode_first_stage
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pipeline_decode.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/pipeline_decode)
 set_tests_properties(pipeline_decode_first_stage PROPERTIES LABELS mpi TIMEOUT 400)
+# A rank stopped (SIGSTOP) for 6 s with runtime.stall_warn_s = 2: the other rank warns naming what it
+# waits for, and the run finishes once it continues.
+add_test(NAME pipeline_stall_warn
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline stall: ok" bash ${CMAKE_SOURCE_DIR}/tests/pipeline_stall.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_stall_warn)
+set_tests_properties(pipeline_stall_warn PROPERTIES LABELS mpi TIMEOUT 300)
+# Fault injection: kill -9 a rank or SIGTERM both at random moments of a pp=2 run with a checkpoint every
+# step, 10 faults; every resumed run ends with the uninterrupted run's losses bit for bit.
+add_test(NAME pipeline_faults
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline faults: ok" bash ${CMAKE_SOURCE_DIR}/tests/pipeline_faults.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_faults 10)
+set_tests_properties(pipeline_faults PROPERTIES LABELS mpi TIMEOUT 400)

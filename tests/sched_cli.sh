@@ -129,5 +129,27 @@ echo '{"traceEvents": []}' >"$T/empty.json"
 expect 1 'no task spans' -- "$BIN" trace "$T/empty.json" --svg "$T/x.svg"
 expect 2 'give at least one trace file' -- "$BIN" trace --svg "$T/x.svg"
 
+# 6. Limits (issue 9): durations whose sum is infinite, P x M beyond 2^22, and trace --durations
+# writing only what sim reads back.
+bad overflow '{"stages": 1, "microbatches": 2, "F": [[1e308, 1e308]], "B": [[1, 1]]}' \
+  'add up to infinity at F\[0\]\[1\] = 1e\+308'
+bad toolarge '{"stages": 4096, "microbatches": 2048, "F": [], "B": []}' 'stages x microbatches = 4096 x 2048 = 8388608 is too large.*<= 4194304'
+expect 2 'stages x microbatches = 16384 x 16384 .* <= 4194304' -- "$BIN" sim --stages 16384 --microbatches 16384
+"$BIN" sim --stages 4 --microbatches 6 --kind mm --split-backward --hint bfw --mode ready --trace "$T/rt.json" >/dev/null || fail "sim --trace rt"
+"$BIN" trace "$T/rt.json" --durations "$T/rt-d.json" >/dev/null 2>"$T/err" || fail "trace --durations: $(cat "$T/err")"
+"$BIN" sim --durations "$T/rt-d.json" --hint bfw --mode ready >/dev/null 2>"$T/err" || fail "sim rejects what trace --durations wrote: $(cat "$T/err")"
+python3 - "$T/rt.json" "$T" <<'EOF' || fail "make bad traces"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+neg = json.loads(json.dumps(ev))
+[e for e in neg if e.get("ph") == "X" and e.get("cat") == "B"][3]["dur"] = -5
+json.dump({"traceEvents": neg}, open(sys.argv[2] + "/neg.json", "w"))
+EOF
+expect 1 'neg.json: traceEvents\[[0-9]+\] = .*a finite "dur" >= 0' -- "$BIN" trace "$T/neg.json" --durations "$T/neg-d.json"
+[ -e "$T/neg-d.json" ] && fail "trace --durations wrote a file from a negative duration"
+expect 1 'durations sim cannot use: .*latency' -- "$BIN" trace "$T/rt.json" --durations "$T/big-d.json" --latency 1e307
+[ -e "$T/big-d.json" ] && fail "trace --durations wrote a file sim rejects"
+expect 2 'latency needs a number' -- "$BIN" trace "$T/rt.json" --durations "$T/x.json" --latency inf
+
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "sched_cli: all checks passed"

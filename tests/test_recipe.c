@@ -2,6 +2,7 @@
  * every bad input gets an error naming FILE:LINE (or --set), the key and what is allowed, every key
  * is documented in recipes/README.md, and printing a recipe loads back to the same recipe.
  * Usage: test_recipe SOURCE_DIR WORK_DIR */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,18 +111,60 @@ static void test_errors(void) {
     Recipe r;
     CHECK(recipe_load(&r, "/nonexistent/recipe.ini", err, sizeof err) != 0 && strstr(err, "/nonexistent/recipe.ini"),
           "%s", err);
+
+    /* lines of any length: a 300-byte comment and a 250-byte value (inih stopped at 198 bytes) */
+    char long_text[2048], dir[300];
+    memset(dir, 'd', 250);
+    dir[250] = 0;
+    snprintf(long_text, sizeof long_text, "; %0300d\n[train]\nrun_dir = /tmp/%s\nsteps = 20\n", 0, dir);
+    expect("long_lines", long_text, NULL, OK);
+    /* a NUL byte inside a value is an error naming the line, never a shorter value */
+    {
+        static const char nul[] = "[train]\nsteps = 5\0junk\n";
+        char path[1024];
+        snprintf(path, sizeof path, "%s/nul.ini", work);
+        FILE* f = fopenCheck(path, "wb");
+        fwrite(nul, 1, sizeof nul - 1, f);
+        fclose(f);
+        char e[2048] = "";
+        CHECK(recipe_load(&r, path, e, sizeof e) != 0, "steps = 5\\0junk loaded (steps = %d)", r.steps);
+        CHECK(strstr(e, ":2:") && strstr(e, "NUL"), "NUL error lacks the line: %s", e);
+        printf("%-22s -> %s\n", "nul_byte", e);
+    }
+    /* a directory is not an empty recipe */
+    {
+        char e[2048] = "";
+        CHECK(recipe_load(&r, work, e, sizeof e) != 0, "a directory loaded as a recipe");
+        CHECK(strstr(e, "is a directory, expected a recipe .ini file") != NULL, "directory error: %s", e);
+        printf("%-22s -> %s\n", "directory", e);
+    }
 }
 
 static void test_shipped(const char* src) {
-    const char* names[] = {"llava.ini", "llava-1.5-7b.ini"};
-    for (int i = 0; i < 2; i++) {
-        char path[1024], err[2048];
+    /* every shipped recipe, with a long run folder (a line over inih's 198 bytes) */
+    char rdir[1024];
+    snprintf(rdir, sizeof rdir, "%s/recipes", src);
+    DIR* d = opendir(rdir);
+    CHECK(d != NULL, "cannot list %s", rdir);
+    char names[64][256];
+    int n_names = 0;
+    for (struct dirent* e; d && (e = readdir(d)) && n_names < 64;) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && !strcmp(e->d_name + l - 4, ".ini")) snprintf(names[n_names++], 256, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    CHECK(n_names >= 3, "only %d recipes in %s", n_names, rdir);
+    for (int i = 0; i < n_names; i++) {
+        char path[17408], err[2048];
         snprintf(path, sizeof path, "%s/recipes/%s", src, names[i]);
         Recipe r;
         CHECK(recipe_load(&r, path, err, sizeof err) == 0, "%s", err);
         CHECK(recipe_validate(&r, err, sizeof err) == 0, "%s", err);
+        char set[512];
+        snprintf(set, sizeof set, "train.run_dir=run/%0240d", i);
+        CHECK(recipe_set(&r, set, err, sizeof err) == 0, "%s", err);
         /* printing loads back to the same recipe */
-        char out[1024];
+        char out[17408];
         snprintf(out, sizeof out, "%s/printed-%s", work, names[i]);
         FILE* f = fopenCheck(out, "w");
         recipe_print(&r, f);

@@ -21,6 +21,9 @@ add_test(NAME recipe_cli_bad_set COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rr
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set model.text_heads=3 --dry-run" -DEXPECT_RC=2
          "-DEXPECT_ERR=--set: model.text_heads = 3: model.text_width \\(256\\) is not divisible"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+# --print-recipe of every shipped recipe (with a 250-byte run_dir) loads back and prints the same.
+add_test(NAME recipe_print_roundtrip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "recipe print round trip: ok" bash ${CMAKE_SOURCE_DIR}/tests/recipe_print_roundtrip.sh
+         $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/recipe_print_roundtrip)
 # The full-size recipe is accepted and described without allocating (7B-class parameter count).
 add_test(NAME recipe_dry_run_7b COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank" $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini --dry-run)
 
@@ -51,3 +54,28 @@ add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set parallel.tp=2 --set data.tokenizer=/nonexistent/tok.json --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
          -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2: tensor parallelism is not built yet"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+
+# Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, memory check, leftovers of
+# killed checkpoint writers, threads vs cores, the demo data hint.
+foreach(mode lock memory stale threads demo)
+  add_test(NAME train_guard_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_guard.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_guard_${mode} ${mode})
+  set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
+endforeach()
+
+# SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
+# mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
+foreach(mode single second mpi)
+  add_test(NAME train_signal_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train signal ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_signal.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_signal_${mode} ${mode})
+  set_tests_properties(train_signal_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(train_signal_mpi PROPERTIES LABELS mpi)
+
+# eval under other packing settings than the checkpoint's (it never seeks the training loader).
+add_test(NAME train_eval_packing
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "eval packing: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_eval_packing.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_eval_packing)
+set_tests_properties(train_eval_packing PROPERTIES TIMEOUT 200)

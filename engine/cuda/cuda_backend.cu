@@ -199,3 +199,14 @@ extern "C" const Backend* backend_cuda_get(char* why, size_t why_len) {
     }
     return &backend_cuda;
 }
+
+extern "C" int backend_cuda_mem_free(size_t* bytes, char* err, size_t err_len) {
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+        snprintf(err, err_len, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    *bytes = free_b;
+    return 0;
+}

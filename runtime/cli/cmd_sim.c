@@ -292,6 +292,10 @@ int cmd_sim(int argc, char** argv) {
             sim_usage(stderr);
             return 2;
         }
+        if (pp_sim_check_size(P, M, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm sim: --stages %ld --microbatches %ld: %s\n", (long)P, (long)M, err);
+            return 2;
+        }
         pp_durations_generate(&d, (int)P, (int)M, variance, kind, (uint64_t)seed, split, latency);
     }
     int rc = 0;

@@ -1,6 +1,7 @@
 /* cmd_trace.c — `rrfp-mm trace FILES... --svg OUT [--json MERGED]`: merge per-rank Chrome traces
  * (runtime or simulator) and draw the timeline: one row per rank, F/B/W coloured, idle visible. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,19 @@ static int write_durations(const PpTraceSet* set, const char* path, double laten
                             "describe one chunk per rank\n", sp->chunk);
             return 1;
         }
+        if (sp->mb < 0) {
+            fprintf(stderr, "rrfp-mm: error: --durations: a %c task span of rank %d has no microbatch (\"args\": "
+                            "{\"mb\": N}); traces of `rrfp-mm train` carry one\n", sp->kind, sp->rank);
+            return 1;
+        }
         if (sp->rank + 1 > P) P = sp->rank + 1;
         if (sp->mb + 1 > M) M = sp->mb + 1;
         if (sp->kind == 'W') split = 1;
+    }
+    char err[1024];
+    if (pp_sim_check_size(P, M, err, sizeof err) != 0) {
+        fprintf(stderr, "rrfp-mm: error: --durations: %s\n", err);
+        return 1;
     }
     size_t n = (size_t)P * (size_t)M;
     const PpTraceSpan** last = callocCheck(3 * n, sizeof *last);
@@ -67,7 +78,17 @@ static int write_durations(const PpTraceSet* set, const char* path, double laten
             }
     if (!rc) {
         char* text = pp_durations_to_json(&d);
-        if (rr_write_file_atomic(path, text, strlen(text)) != 0) {
+        /* what is written is what `sim --durations` reads: checked by its own parser first */
+        PpDurations back;
+        if (pp_durations_parse(text, path, &back, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm: error: --durations: the traces give durations sim cannot use: %s\n", err);
+            rc = 1;
+        } else {
+            pp_durations_free(&back);
+        }
+        if (rc) {
+            /* nothing written */
+        } else if (rr_write_file_atomic(path, text, strlen(text)) != 0) {
             fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", path, strerror(errno));
             rc = 1;
         } else {
@@ -96,7 +117,7 @@ int cmd_trace(int argc, char** argv) {
         if (!strcmp(a, "--latency") && i + 1 < argc) {
             char* end;
             latency = strtod(argv[++i], &end);
-            if (*end || latency < 0) {
+            if (end == argv[i] || *end || !isfinite(latency) || latency < 0) {
                 fprintf(stderr, "rrfp-mm trace: --latency needs a number >= 0 (ms), got '%s'\n", argv[i]);
                 free(files);
                 return 2;

@@ -1,13 +1,56 @@
 /* cmd_train.c — `rrfp-mm train` and `rrfp-mm eval`: arguments, the recipe, then runtime/train/. */
 #include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
 #include "runtime/comm/comm.h"
+#include "runtime/train/guard.h"
 #include "runtime/train/trainer.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * SIGTERM / SIGINT (preemption): the first finishes the step, checkpoints and exits 128 + signal; a
+ * second one, 2 s or more after the first, exits at once (DESIGN.md section 9, docs/reliability.md). */
+
+static volatile sig_atomic_t train_stop_signal = 0;
+static struct timespec train_first_signal;
+
+static void train_on_signal(int sig) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    /* Under mpirun a preemption's SIGTERM often arrives twice within moments (from the scheduler, and
+     * forwarded by mpirun): a repeat within 2 s is the same request, not a second one. */
+    if (train_stop_signal && (double)(now.tv_sec - train_first_signal.tv_sec) +
+                                     1e-9 * (double)(now.tv_nsec - train_first_signal.tv_nsec) < 2.0)
+        return;
+    if (train_stop_signal) {
+        static const char m[] = "rrfp-mm: second signal: exiting now, without a checkpoint\n";
+        ssize_t w = write(2, m, sizeof m - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    train_stop_signal = sig;
+    train_first_signal = now;
+    static const char m[] = "rrfp-mm: signal received: finishing this step, then a checkpoint and exit "
+                            "(a second signal exits at once)\n";
+    ssize_t w = write(2, m, sizeof m - 1);
+    (void)w;
+}
+
+static void train_catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = train_on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
 
 /* ------------------------------------------------------------------------------------------------
  * the command */
@@ -146,7 +189,17 @@ int cmd_train(int argc, char** argv) {
         free(r);
         return 1;
     }
-    rc = trainer_run(r, world, stdout, err, sizeof err);
+    train_catch_signals();
+    rc = trainer_run(r, world, stdout, &train_stop_signal, err, sizeof err);
+    if (rc == 1) {
+        /* stopped at a step end agreed by every rank, checkpoint written: 128 + the signal, as a shell
+         * reports a process ended by it (143 SIGTERM, 130 SIGINT; a rank that saw none says 143) */
+        int sig = train_stop_signal ? (int)train_stop_signal : SIGTERM;
+        world->ops->free(world);
+        comm_mpi_finalize();
+        free(r);
+        return 128 + sig;
+    }
     if (rc != 0) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         if (world->size > 1) {
@@ -230,9 +283,9 @@ int cmd_eval(int argc, char** argv) {
         return 2;
     }
     snprintf(r->resume, sizeof r->resume, "%s", ckpt);
-    trainer_set_threads(r->threads);
-    Trainer* t = callocCheck(1, sizeof *t);
     Comm* self = comm_self();
+    trainer_set_threads(guard_threads(r, self));
+    Trainer* t = callocCheck(1, sizeof *t);
     if (trainer_init(t, r, self, 1, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         trainer_free(t);

@@ -70,6 +70,9 @@ Comm* comm_mpi_world(char* err, size_t err_len);
 void comm_mpi_finalize(void);
 /* End every rank of the job now with `code` (runtime/cli/ only: one rank's failure ends the job). */
 void comm_abort(Comm* world, int code);
+/* Blocking collectives (allreduce, bcast, allgather, barrier) warn on stderr every warn_s seconds
+ * (<= 0: never) they wait, naming the rank and the group: a stopped rank is seen (default 30). */
+void comm_set_stall_warn(double warn_s);
 /* A group of one process with no MPI at all (tests, the one-process trainer). */
 Comm* comm_self(void);
 

@@ -1,6 +1,8 @@
 /* comm_mpi.c — CommOps over MPI (see comm.h). MPI errors are returned, not fatal: the world
  * communicator gets MPI_ERRORS_RETURN, so a dead peer reaches the caller as a message. */
 #include <mpi.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,10 +107,42 @@ static void m_cancel(Comm* c, CommReq** req) {
     *req = NULL;
 }
 
+/* Blocking collectives are started non-blocking and waited for here, with sleeps of 20 us .. 2 ms
+ * (never spinning a core an oversubscribed rank needs) and a warning every comm_stall_warn_s seconds:
+ * a stopped rank must not stall its group silently (DESIGN.md section 9). */
+static double comm_stall_warn_s = 30.0;
+
+void comm_set_stall_warn(double warn_s) { comm_stall_warn_s = warn_s; }
+
+static int m_wait_collective(Comm* c, MPI_Request* rq, const char* what, char* err, size_t err_len) {
+    double t0 = rr_now(), next_warn = comm_stall_warn_s;
+    long sleep_ns = 20000;
+    for (;;) {
+        int flag = 0;
+        MPI_TRY(MPI_Test(rq, &flag, MPI_STATUS_IGNORE));
+        if (flag) return 0;
+        double waited = rr_now() - t0;
+        if (comm_stall_warn_s > 0 && waited > next_warn) {
+            if (c->size == 2)
+                rr_warn("rank %d has waited %.0f s in %s over group '%s' (2 ranks) for its rank %d: stopped or slow",
+                        c->rank, waited, what, c->name, 1 - c->rank);
+            else
+                rr_warn("rank %d has waited %.0f s in %s over group '%s' (%d ranks) for the other ranks: one of them "
+                        "is stopped or slow",
+                        c->rank, waited, what, c->name, c->size);
+            next_warn += comm_stall_warn_s;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 2000000) sleep_ns *= 2;
+    }
+}
+
 static int m_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
     if (check_count(c, count, err, err_len)) return -1;
-    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c)));
-    return 0;
+    MPI_Request rq;
+    MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c), &rq));
+    return m_wait_collective(c, &rq, "an all-reduce", err, err_len);
 }
 
 static int m_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
@@ -126,19 +160,22 @@ static int m_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp 
 
 static int m_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
     if (check_count(c, bytes, err, err_len)) return -1;
-    MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, mc(c)));
-    return 0;
+    MPI_Request rq;
+    MPI_TRY(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, mc(c), &rq));
+    return m_wait_collective(c, &rq, "a broadcast", err, err_len);
 }
 
 static int m_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
     if (check_count(c, bytes * (size_t)c->size, err, err_len)) return -1;
-    MPI_TRY(MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, mc(c)));
-    return 0;
+    MPI_Request rq;
+    MPI_TRY(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, mc(c), &rq));
+    return m_wait_collective(c, &rq, "an all-gather", err, err_len);
 }
 
 static int m_barrier(Comm* c, char* err, size_t err_len) {
-    MPI_TRY(MPI_Barrier(mc(c)));
-    return 0;
+    MPI_Request rq;
+    MPI_TRY(MPI_Ibarrier(mc(c), &rq));
+    return m_wait_collective(c, &rq, "a barrier", err, err_len);
 }
 
 static Comm* mpi_wrap(MPI_Comm comm, int owned, const char* name);

@@ -106,6 +106,17 @@ static int parse_count(const cJSON* root, const char* key, const char* name, int
     return 0;
 }
 
+int pp_sim_check_size(long P, long M, char* err, size_t errlen) {
+    if (P * M > PP_SIM_MAX_TASKS) {
+        snprintf(err, errlen,
+                 "stages x microbatches = %ld x %ld = %ld is too large for the simulator (its tables take memory in "
+                 "proportion); allowed: stages x microbatches <= %ld (2^22)",
+                 P, M, P * M, (long)PP_SIM_MAX_TASKS);
+        return -1;
+    }
+    return 0;
+}
+
 int pp_durations_parse(const char* text, const char* name, PpDurations* d, char* err, size_t errlen) {
     memset(d, 0, sizeof *d);
     const char* end = NULL;
@@ -124,9 +135,9 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
     }
     if (parse_count(root, "stages", name, 65536, &d->P, err, errlen)) goto done;
     if (parse_count(root, "microbatches", name, 1 << 20, &d->M, err, errlen)) goto done;
-    if ((long)d->P * d->M > (1L << 26)) {
-        snprintf(err, errlen, "%s: stages x microbatches = %ld is too large (limit %ld)", name, (long)d->P * d->M,
-                 1L << 26);
+    char why[512];
+    if (pp_sim_check_size(d->P, d->M, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s: %s", name, why);
         goto done;
     }
     const cJSON* lat = cJSON_GetObjectItemCaseSensitive(root, "latency");
@@ -146,6 +157,27 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
     if (w && !cJSON_IsNull(w)) {
         if (parse_matrix(root, "W", name, d->P, d->M, &d->W, err, errlen)) goto done;
         d->split = 1;
+    }
+    /* every entry is finite, but their sum may not be (1e308 + 1e308): the simulator adds them up */
+    {
+        double total = d->latency * 2.0 * d->P * d->M;
+        const double* mats[3] = {d->F, d->B, d->W};
+        const char* keys[3] = {"F", "B", "W"};
+        for (int k = 0; k < 3 && isfinite(total); k++)
+            for (int i = 0; mats[k] && i < d->P * d->M; i++) {
+                total += mats[k][i];
+                if (!isfinite(total)) {
+                    snprintf(err, errlen,
+                             "%s: the durations add up to infinity at %s[%d][%d] = %g (the step's makespan would "
+                             "overflow); allowed: finite non-negative durations with a finite sum",
+                             name, keys[k], i / d->M, i % d->M, mats[k][i]);
+                    goto done;
+                }
+            }
+        if (!isfinite(total)) {
+            snprintf(err, errlen, "%s: \"latency\" %g times the messages of a step is not finite", name, d->latency);
+            goto done;
+        }
     }
     rc = 0;
 done:

@@ -77,4 +77,9 @@ int pp_dry_run(PpHint h, const PpShape* s, PpMode mode, PpCap cap, char* err, si
 #ifdef __cplusplus
 }
 #endif
+/* The largest stages x microbatches the simulator takes (2^22: its per-task tables stay under a few
+ * hundred MB). pp_sim_check_size returns 0, or -1 with a message naming P, M and the bound. */
+#define PP_SIM_MAX_TASKS (1L << 22)
+int pp_sim_check_size(long P, long M, char* err, size_t errlen);
+
 #endif

@@ -159,6 +159,10 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     const cJSON* ts = cJSON_GetObjectItemCaseSensitive(e, "ts");
     const cJSON* dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
     if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur)) return -1;
+    /* a duration is finite and >= 0, a rank >= 0: what `sim` accepts of the files --durations writes */
+    if (!isfinite(ts->valuedouble) || !isfinite(dur->valuedouble) || dur->valuedouble < 0 || pid->valuedouble < 0 ||
+        pid->valuedouble > 65535)
+        return -2;
     s->rank = pid->valueint;
     s->kind = c[0];
     s->ts = ts->valuedouble;
@@ -203,6 +207,16 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     cJSON_ArrayForEach(e, events) {
         PpTraceSpan s;
         int k = span_from_event(e, &s);
+        if (k == -2) {
+            char* js = cJSON_PrintUnformatted(e);
+            snprintf(err, errlen,
+                     "%s: traceEvents[%d] = %.200s: a task span needs a finite \"ts\", a finite \"dur\" >= 0 and a "
+                     "rank \"pid\" in 0 .. 65535",
+                     path, i, js ? js : "?");
+            free(js);
+            cJSON_Delete(root);
+            return -1;
+        }
         if (k < 0) {
             snprintf(err, errlen, "%s: traceEvents[%d] is a task span without numeric pid/ts/dur", path, i);
             cJSON_Delete(root);

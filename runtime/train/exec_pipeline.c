@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/checkpoint.h"
 #include "engine/util.h"
@@ -68,13 +69,15 @@ static int pipe_save(StepExec* ex, const char* root, const CheckpointState* cs, 
     char tmp[4096], e[1024] = "";
     int rc = 0;
     if (x->rank == 0) rc = checkpoint_shard_begin(root, cs->step, tmp, sizeof tmp, e, sizeof e);
-    if (comm_bcast(x->pipe, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
+    int hdr[2] = {rc, (int)getpid()}; /* rank 0's pid names the temporary folder */
+    if (comm_bcast(x->pipe, hdr, sizeof hdr, 0, err, err_len) != 0) return -1;
+    rc = hdr[0];
     if (rc != 0) {
         if (x->rank == 0) snprintf(err, err_len, "%s", e);
         else snprintf(err, err_len, "pipeline rank 0 could not start checkpoint step %lld", (long long)cs->step);
         return -1;
     }
-    snprintf(tmp, sizeof tmp, "%s/.step-%08lld.tmp.shards", root, (long long)cs->step);
+    checkpoint_shard_tmp_name(tmp, sizeof tmp, root, cs->step, hdr[1]);
     for (int c = 0; c < x->n_chunks && rc == 0; c++) {
         char shard[32];
         snprintf(shard, sizeof shard, "pp%dc%d", x->rank, c);

@@ -88,6 +88,48 @@ static void fmt_bytes(char* s, size_t n, double x) {
     else snprintf(s, n, "%.1f MiB", x / (double)(1 << 20));
 }
 
+void train_fmt_bytes(char* s, size_t n, double x) { fmt_bytes(s, n, x); }
+
+int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err,
+                     size_t err_len) {
+    int P = r->pp, S = r->pp * r->chunks, T = r->microbatch_tokens, M = r->microbatches;
+    int* layers = mallocCheck((size_t)S * sizeof(int));
+    if (train_layer_split(r, mc, layers, err, err_len) != 0) { /* the trainer's own split */
+        free(layers);
+        return -1;
+    }
+    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
+     * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
+     * replicated norms and biases. */
+    double tp = r->tp, params = 0, act_mb = 0;
+    int nl = 0;
+    for (int ch = 0; ch < r->chunks; ch++) {
+        int s = rank + ch * P, l0 = 0;
+        for (int u = 0; u < s; u++) l0 += layers[u];
+        nl += layers[s];
+        params += (double)model_stage_param_count(mc, l0, l0 + layers[s]) / tp;
+        /* every position of the microbatch may be an image patch: the worst case */
+        act_mb += (double)model_stage_acts_bytes(mc, l0, l0 + layers[s], T, T, 0) / tp;
+    }
+    free(layers);
+    int inflight;
+    if (!strcmp(r->hint, "gpipe")) inflight = M;
+    else inflight = (P - rank < M ? P - rank : M) * r->chunks;
+    if (!strcmp(r->mode, "ready") && strcmp(r->cap, "0") != 0) {
+        double cv = atof(r->cap);
+        int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
+        inflight = c < M ? c : M;
+    }
+    out->params = params;
+    out->layers = nl;
+    out->weights = params * 4;
+    out->grads = params * 4;
+    out->adam = params * 8;
+    out->acts = act_mb * inflight;
+    out->total = out->weights + out->grads + out->adam + out->acts;
+    return 0;
+}
+
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
     ModelConfig mc = train_model_config(r, vocab);
     ModelParamCounts c;
@@ -133,41 +175,23 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
-    double tp = r->tp;
     double max_total = 0;
-    int l_at = 0;
-    int* l0s = mallocCheck((size_t)S * sizeof(int));
-    for (int s = 0; s < S; s++) l0s[s] = l_at, l_at += layers[s];
     for (int rank = 0; rank < P; rank++) {
-        double params = 0, act_mb = 0;
-        int nl = 0;
-        for (int ch = 0; ch < r->chunks; ch++) {
-            int s = rank + ch * P;
-            nl += layers[s];
-            params += (double)model_stage_param_count(&mc, l0s[s], l0s[s] + layers[s]) / tp;
-            /* every position of the microbatch may be an image patch: the worst case */
-            act_mb += (double)model_stage_acts_bytes(&mc, l0s[s], l0s[s] + layers[s], T, T, 0) / tp;
+        TrainRankBytes b;
+        if (train_rank_bytes(r, &mc, rank, &b, err, err_len) != 0) {
+            free(layers);
+            return -1;
         }
-        int inflight;
-        if (!strcmp(r->hint, "gpipe")) inflight = M;
-        else inflight = (P - rank < M ? P - rank : M) * r->chunks;
-        if (!strcmp(r->mode, "ready") && strcmp(r->cap, "0") != 0) {
-            double cv = atof(r->cap);
-            int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
-            inflight = c < M ? c : M;
-        }
-        double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * inflight;
-        double total = w + g + adam + act;
-        if (total > max_total) max_total = total;
+        if (b.total > max_total) max_total = b.total;
         char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
-        fmt_count(sp, sizeof sp, params);
-        fmt_bytes(sw, sizeof sw, w);
-        fmt_bytes(sg, sizeof sg, g);
-        fmt_bytes(sa, sizeof sa, adam);
-        fmt_bytes(sx, sizeof sx, act);
-        fmt_bytes(st, sizeof st, total);
+        fmt_count(sp, sizeof sp, b.params);
+        fmt_bytes(sw, sizeof sw, b.weights);
+        fmt_bytes(sg, sizeof sg, b.grads);
+        fmt_bytes(sa, sizeof sa, b.adam);
+        fmt_bytes(sx, sizeof sx, b.acts);
+        fmt_bytes(st, sizeof st, b.total);
         char ly[16];
-        snprintf(ly, sizeof ly, "%d%s", nl, rank == 0 ? "+ViT" : "");
+        snprintf(ly, sizeof ly, "%d%s", b.layers, rank == 0 ? "+ViT" : "");
         fprintf(out, "  %-5d %-8s %12s %12s %12s %12s %12s %12s\n", rank, ly, sp, sw, sg, sa, sx, st);
     }
     char mt[32];
@@ -175,7 +199,6 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
             T * M * r->dp);
     fprintf(out, "dry run: nothing allocated, no training.\n");
-    free(l0s);
     free(layers);
     return 0;
 }

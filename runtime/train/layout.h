@@ -18,6 +18,19 @@ int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len);
  * patches and samples of 256 positions. The one split the trainer and the dry run use. Returns 0, or -1
  * with a message. */
 int train_layer_split(const Recipe* r, const ModelConfig* mc, int* layers, char* err, size_t err_len);
+/* Bytes one pipeline rank allocates for the recipe's layout (f32 weights, gradients, AdamW m + v of its
+ * stages; activations of its stages for a microbatch of patches only, times the microbatches in flight),
+ * as the dry run prints them. `rank` is the pipeline stage (0 .. pp - 1). Returns 0, or -1 with a
+ * message (a layer split that does not exist). */
+typedef struct {
+    double params;   /* parameter count of the rank's stages (/ tp) */
+    double weights, grads, adam, acts, total; /* bytes */
+    int layers;      /* LM layers of the rank */
+} TrainRankBytes;
+int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err, size_t err_len);
+/* "12.3 MiB" / "1.50 GiB" */
+void train_fmt_bytes(char* s, size_t n, double x);
+
 /* Print parameters per component and memory per pipeline rank for the recipe's layout, allocating
  * nothing. Returns 0, or -1 with a message. */
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len);

@@ -1,18 +1,20 @@
-/* recipe.c — the recipe key table, INI loading through inih, --set overrides and validation.
+/* recipe.c — the recipe key table, INI loading, --set overrides and validation.
  *
- * Debian's libinih is built without INI_HANDLER_LINENO, so the handler is not told the line. We
- * parse through ini_parse_stream with our own line reader that counts lines: inih calls the reader
- * once per physical line and then the handler for that line, so the count is the handler's line. */
+ * The INI reader is our own (inih's syntax: [section], key = value or key: value, whole-line ; and #
+ * comments, inline comments after whitespace + ;, a UTF-8 byte-order mark) because inih's lines are
+ * limited to INI_MAX_LINE bytes (200 in Debian's build), so a recipe written by --print-recipe with a
+ * long path could not be read back, and inih reads a NUL byte as the end of the line. Here a line has
+ * no length limit, a NUL byte is an error naming the line, and every handler call knows its line. */
 #include "runtime/train/recipe.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/util.h"
 #include "runtime/model/partition.h"
@@ -110,6 +112,9 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
     {"runtime", "stall_warn_s", RKEY_FLOAT, OFF(stall_warn_s), 0, "30", 0, 1e6, 0, 0,
      "Warn, naming the rank waited for, after this many seconds without a message (0 = never)."},
+    {"runtime", "allow_overcommit", RKEY_BOOL, OFF(allow_overcommit), 0, "false", 0, 1, 0, 0,
+     "Start even when the parameters, optimiser state and activations (the dry run's figures) exceed the memory "
+     "available (host MemAvailable, or the GPU's free memory): the start-up check warns instead of refusing."},
     /* [checkpoint] */
     {"checkpoint", "dir", RKEY_STRING, OFF(ckpt_dir), SZ(ckpt_dir), "", 0, 0, 0, 0,
      "Checkpoint folder (\"\" = RUN_DIR/checkpoints); each checkpoint is a subfolder step-NNNNNNNN."},
@@ -242,7 +247,6 @@ void recipe_defaults(Recipe* r) {
 /* ---- INI loading with line numbers ---- */
 
 typedef struct {
-    FILE* f;
     int line;
     Recipe* r;
     const char* path;
@@ -252,22 +256,11 @@ typedef struct {
     char seen[RECIPE_MAX_KEYS];
 } IniCtx;
 
-static char* recipe_ini_reader(char* str, int num, void* stream) {
-    IniCtx* c = stream;
-    char* s = fgets(str, num, c->f);
-    if (s) {
-        size_t l = strlen(s);
-        /* a line longer than inih's buffer arrives in pieces: count only the piece that ends it */
-        if (l > 0 && s[l - 1] == '\n') c->line++;
-        else if (feof(c->f)) c->line++;
-        else if (l == (size_t)num - 1) {
-            if (!c->failed) {
-                rerr(c->err, c->err_len, "%s:%d: line longer than %d bytes", c->path, c->line + 1, num - 2);
-                c->failed = 1;
-            }
-        }
-    }
-    return s;
+static char* ini_strip(char* a, char* end) { /* trims [a, end) in place, returns the start */
+    while (a < end && isspace((unsigned char)*a)) a++;
+    while (end > a && isspace((unsigned char)end[-1])) end--;
+    *end = 0;
+    return a;
 }
 
 static int recipe_ini_handler(void* user, const char* section, const char* name, const char* value) {
@@ -312,28 +305,81 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
     return 1;
 }
 
+static int recipe_ini_handler(void* user, const char* section, const char* name, const char* value);
+
+/* Parse text (n bytes) line by line, calling the handler; the first error stops it. */
+static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
+    char section[64] = "";
+    size_t at = 0;
+    if (n >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) at = 3; /* UTF-8 byte-order mark */
+    while (at < n && !c->failed) {
+        char* line = text + at;
+        char* nl = memchr(line, '\n', n - at);
+        size_t len = nl ? (size_t)(nl - line) : n - at;
+        at += len + (nl ? 1 : 0);
+        c->line++;
+        if (memchr(line, 0, len)) {
+            rerr(c->err, c->err_len, "%s:%d: a NUL byte inside the line (byte %zu); a recipe is text", c->path,
+                 c->line, (size_t)((char*)memchr(line, 0, len) - line) + 1);
+            c->failed = 1;
+            return;
+        }
+        char* s = ini_strip(line, line + len);
+        if (!*s || *s == ';' || *s == '#') continue;
+        if (*s == '[') {
+            char* close = strchr(s, ']');
+            if (!close) {
+                rerr(c->err, c->err_len, "%s:%d: syntax error: '[' without ']' (expected [section])", c->path, c->line);
+                c->failed = 1;
+                return;
+            }
+            char* name = ini_strip(s + 1, close);
+            snprintf(section, sizeof section, "%s", name);
+            continue;
+        }
+        char* eq = s + strcspn(s, "=:");
+        if (!*eq) {
+            rerr(c->err, c->err_len,
+                 "%s:%d: syntax error (expected [section], key = value, or a ; / # comment)", c->path, c->line);
+            c->failed = 1;
+            return;
+        }
+        char* vend = eq + 1 + strlen(eq + 1);
+        /* inline comment: ; after whitespace */
+        for (char* q = eq + 1; *q; q++)
+            if (*q == ';' && q > eq + 1 && isspace((unsigned char)q[-1])) {
+                vend = q;
+                break;
+            }
+        char* value = ini_strip(eq + 1, vend);
+        char* key = ini_strip(s, eq);
+        recipe_ini_handler(c, section, key, value);
+    }
+}
+
 int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
     recipe_defaults(r);
     snprintf(r->path, sizeof r->path, "%s", path);
-    IniCtx c;
-    memset(&c, 0, sizeof c);
-    c.f = fopen(path, "r");
-    if (!c.f) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        rerr(err, err_len, "recipe '%s' is a directory, expected a recipe .ini file (see recipes/)", path);
+        return -1;
+    }
+    size_t n = 0;
+    char* text = rr_read_file(path, &n);
+    if (!text) {
         rerr(err, err_len, "cannot open recipe '%s': %s", path, strerror(errno));
         return -1;
     }
+    IniCtx c;
+    memset(&c, 0, sizeof c);
     c.r = r;
     c.path = path;
     c.err = err;
     c.err_len = err_len;
-    int rc = ini_parse_stream(recipe_ini_reader, &c, recipe_ini_handler, &c);
-    fclose(c.f);
-    if (c.failed) return -1;
-    if (rc != 0) {
-        rerr(err, err_len, "%s:%d: syntax error (expected [section], key = value, or a ; / # comment)", path, rc);
-        return -1;
-    }
-    return 0;
+    recipe_ini_parse(&c, text, n);
+    free(text);
+    return c.failed ? -1 : 0;
 }
 
 int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {

@@ -67,6 +67,7 @@ typedef struct {
     char cap[32];      /* ready-mode in-flight cap: "N" or "1.5x" ("0" = the 1f1b peak) */
     int act_budget_mb; /* ready-mode activation budget (0 = none) */
     double stall_warn_s; /* warn after this long without a message (0 = never) */
+    int allow_overcommit; /* start even when the memory check says the layout cannot fit */
     int trace;         /* write Chrome traces */
 
     /* [checkpoint] */

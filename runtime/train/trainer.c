@@ -2,8 +2,10 @@
  * step executor (exec.h) runs it. */
 #include "runtime/train/trainer.h"
 #include "runtime/train/optim.h"
+#include "runtime/train/guard.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,13 +72,32 @@ static int trainer_mkdirs(const char* path, char* err, size_t err_len) {
     return -1;
 }
 
+/* A path under demo/ that does not exist: the demo data is made by `make demo` (a fresh clone has none). */
+static void trainer_demo_hint(const char* path, char* err, size_t err_len) {
+    struct stat sb;
+    if (strncmp(path, "demo/", 5) != 0 || stat(path, &sb) == 0) return;
+    size_t n = strlen(err);
+    snprintf(err + n, err_len - n,
+             "\n---> HINT: the demo data (demo/tokenizer.json, demo/shards) is not part of the repository: make it "
+             "with `make demo` (data, tokenizer, shards, then a training run), or by hand:\n"
+             "    rrfp-mm demo-data --out demo/data\n"
+             "    rrfp-mm tokenizer train --vocab 448 --manifest demo/data/train.json --out demo/tokenizer.json\n"
+             "    rrfp-mm pack --manifest demo/data/train.json --images demo/data/images --tokenizer "
+             "demo/tokenizer.json --out demo/shards\n"
+             "    rrfp-mm pack --manifest demo/data/heldout.json --images demo/data/images --tokenizer "
+             "demo/tokenizer.json --out demo/eval-shards");
+}
+
 /* The vocabulary (from data.tokenizer for shards) and the tokenizer's hash. */
 static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* err, size_t err_len) {
     *vocab = r->vocab;
     *tok_hash = 0;
     if (strcmp(r->source, "shards") != 0) return 0;
     Tokenizer* tok = tokenizer_load(r->tokenizer, err, err_len);
-    if (!tok) return -1;
+    if (!tok) {
+        trainer_demo_hint(r->tokenizer, err, err_len);
+        return -1;
+    }
     int tv = tokenizer_vocab_size(tok);
     *tok_hash = tokenizer_hash(tok);
     tokenizer_free(tok);
@@ -122,8 +143,43 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     return rc;
 }
 
+/* Before anything is allocated: the run folder's lock (held by world rank 0 for the job's life), the
+ * leftovers of killed checkpoint writers, and the memory this layout needs. Collective over world; every
+ * rank returns the same verdict. */
+static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char* err, size_t err_len) {
+    const Recipe* r = t->r;
+    char e[1024] = "";
+    int rc = 0;
+    if (world->rank == 0) {
+        t->lock_fd = guard_run_lock(t->run_dir, e, sizeof e);
+        if (t->lock_fd < 0) rc = -1;
+        char removed[1024];
+        int n = rc == 0 ? checkpoint_clean_stale(t->ckpt_root, removed, sizeof removed) : 0;
+        if (n > 0)
+            fprintf(stderr, "rrfp-mm: removed %d unfinished checkpoint folder%s of killed runs in %s: %s\n", n,
+                    n == 1 ? "" : "s", t->ckpt_root, removed);
+    }
+    if (comm_bcast(world, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
+    if (rc != 0) {
+        if (world->rank == 0) snprintf(err, err_len, "%s", e);
+        else snprintf(err, err_len, "rank 0 refused to start (see its message)");
+        return -1;
+    }
+    TrainRankBytes b;
+    if (train_rank_bytes(r, &t->mc, t->grid.p, &b, err, err_len) != 0) return -1;
+    char detail[256], sw[32], sa[32], sx[32];
+    train_fmt_bytes(sw, sizeof sw, b.weights + b.grads);
+    train_fmt_bytes(sa, sizeof sa, b.adam);
+    train_fmt_bytes(sx, sizeof sx, b.acts);
+    snprintf(detail, sizeof detail,
+             "pipeline rank %d: weights + grads %s, AdamW m + v %s, activations %s (see --dry-run)", t->grid.p, sw,
+             sa, sx);
+    return guard_memory(be, world, b.total, detail, r->allow_overcommit, err, err_len);
+}
+
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
+    t->lock_fd = -1;
     t->r = r;
     /* refused before any tokenizer, loader, folder or rank starts, until they are built */
     if (r->tp > 1 || r->dp > 1) {
@@ -151,6 +207,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                  "any layout loads into any other)");
         return -1;
     }
+    comm_set_stall_warn(r->stall_warn_s);
     char e[512];
     if (comm_grid_init(&t->grid, world, r->pp, r->tp, r->dp, e, sizeof e) != 0) {
         snprintf(err, err_len, "%s: parallel.pp = %d, parallel.tp = %d, parallel.dp = %d: %s",
@@ -161,6 +218,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (r->ckpt_dir[0]) snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s", r->ckpt_dir);
     else snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", r->run_dir);
     if (!eval_only && trainer_mkdirs(t->run_dir, err, err_len) != 0) return -1;
+    if (!eval_only && trainer_start_checks(t, be, world, err, err_len) != 0) return -1;
 
     t->ex = r->pp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
@@ -169,7 +227,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         int rc = !strcmp(r->source, "synthetic")
                      ? trainer_source_synthetic(&t->src, r, vocab, 0, err, err_len)
                      : trainer_source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, err, err_len);
-        if (rc != 0) return -1;
+        if (rc != 0) {
+            if (strcmp(r->source, "synthetic") != 0) trainer_demo_hint(r->shards, err, err_len);
+            return -1;
+        }
     }
     t->last_step = r->stop_at > 0 ? r->stop_at : r->steps;
 
@@ -288,24 +349,8 @@ void trainer_free(Trainer* t) {
     if (t->ex) t->ex->free(t->ex);
     t->ex = NULL;
     comm_grid_free(&t->grid);
-}
-
-/* Threads per rank: runtime.threads, or the cores of this machine shared by the ranks on it. */
-static int trainer_threads(const Recipe* r, Comm* world) {
-    if (r->threads > 0 || world->size == 1) return r->threads;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    char* all = callocCheck((size_t)world->size, sizeof host);
-    char err[256];
-    int local = 1;
-    if (world->ops->allgather(world, host, all, sizeof host, err, sizeof err) == 0) {
-        local = 0;
-        for (int i = 0; i < world->size; i++) local += !strcmp(all + (size_t)i * sizeof host, host);
-    }
-    free(all);
-    int n = (int)(cores / (local > 0 ? local : 1));
-    return n < 1 ? 1 : n;
+    guard_run_unlock(t->lock_fd);
+    t->lock_fd = -1;
 }
 
 /* RUN_DIR/rank-R.json: what this rank of the job did (its grid coordinates, its model chunks, images it
@@ -329,8 +374,10 @@ static int trainer_rank_summary(const Trainer* t, char* err, size_t err_len) {
     return 0;
 }
 
-int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_len) {
-    trainer_set_threads(trainer_threads(r, world));
+int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atomic_t* stop, char* err,
+                size_t err_len) {
+    int threads = guard_threads(r, world);
+    trainer_set_threads(threads);
     Trainer* t = callocCheck(1, sizeof *t);
     if (trainer_init(t, r, world, 0, err, err_len) != 0) {
         trainer_free(t);
@@ -342,9 +389,9 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_l
     ModelParamCounts pc;
     model_param_counts(&t->mc, &pc);
     fprintf(log, "train %s: %.2fM parameters (vision %.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
-                 "%d microbatches x %d tokens, %s, steps %lld..%lld of %d, run %s\n",
+                 "%d microbatches x %d tokens, %s, %d thread%s per rank, steps %lld..%lld of %d, run %s\n",
             r->path, pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
-            r->microbatches, r->microbatch_tokens, t->ex->name, (long long)t->step + 1, (long long)t->last_step,
+            r->microbatches, r->microbatch_tokens, t->ex->name, threads, threads == 1 ? "" : "s", (long long)t->step + 1, (long long)t->last_step,
             r->steps, t->run_dir);
     fflush(log);
     int rc = 0;
@@ -361,8 +408,26 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_l
             fflush(log);
         }
         int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
-        if (ck && trainer_checkpoint(t, err, err_len) != 0) {
+        /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
+         * first at which any rank has seen one (an all-reduce MAX over the world). */
+        int stopping = stop && *stop;
+        if (world->size > 1 && comm_allreduce(world, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
             rc = -1;
+            break;
+        }
+        if ((ck || stopping) && trainer_checkpoint(t, err, err_len) != 0) {
+            rc = -1;
+            break;
+        }
+        if (stopping && t->step < t->last_step) {
+            char dir[RECIPE_STR + 64];
+            snprintf(dir, sizeof dir, "%s/step-%08lld", t->ckpt_root, (long long)t->step);
+            fprintf(log,
+                    "stopped by a signal after step %lld of %lld: checkpoint %s saved (parameters, AdamW state, data "
+                    "position); resume with --resume latest\n",
+                    (long long)t->step, (long long)t->last_step, dir);
+            fflush(log);
+            rc = 1;
             break;
         }
     }

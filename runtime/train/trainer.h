@@ -8,6 +8,7 @@
 #ifndef RRFP_TRAINER_H
 #define RRFP_TRAINER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ typedef struct {
     double t_begin;
     int64_t steps_timed;
     double time_timed;
+    int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when
@@ -56,9 +58,12 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len);
 /* Checkpoint the state after t->step steps (and prune). */
 int trainer_checkpoint(Trainer* t, char* err, size_t err_len);
 void trainer_free(Trainer* t);
-/* The whole run: init, steps with log lines and metrics, checkpoints. Returns 0, or -1 with a message
- * (the caller ends the job). Log lines go to `log` on the log rank. */
-int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_len);
+/* The whole run: init, steps with log lines and metrics, checkpoints. Log lines go to `log` on the log
+ * rank. `stop` (may be NULL) is set by a signal handler: at the end of the step in which any rank of the
+ * world has it set, every rank writes a checkpoint and returns 1. Returns 0 when the run is done, 1 when
+ * stopped that way, or -1 with a message (the caller ends the job). */
+int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atomic_t* stop, char* err,
+                size_t err_len);
 
 /* Held-out evaluation. Greedy answer = the argmax token at every answer position given the reference
  * prefix (teacher forcing), which is exactly greedy decoding's exact match: a sample is correct

@@ -137,6 +137,11 @@ static inline cudaError_t cudaMalloc(T** p, size_t bytes) {
     return emu_malloc((void**)p, bytes);
 }
 cudaError_t cudaFree(void* p);
+/* The emulated device reports 16 GiB free of 16 GiB (the start-up memory check). */
+static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    *free_b = *total_b = (size_t)16 << 30;
+    return cudaSuccess;
+}
 cudaError_t cudaMemset(void* p, int v, size_t bytes);
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);

@@ -52,6 +52,7 @@ def main():
     text = re.sub(r"extern\s+__shared__\s+float\s+(\w+)\s*\[\s*\]\s*;", r"float* \1 = (float*)emu_dynamic_smem();", text)
     text = re.sub(r"cudaFuncSetAttribute\(\s*(\w+)\s*,", r'emu_func_set_attribute("\1",', text)
     text = text.replace("backend_cuda_get", "backend_cuda_emu_get")
+    text = text.replace("backend_cuda_mem_free", "backend_cuda_emu_mem_free")
     if "<<<" in text:
         sys.exit(f"gen.py: {src}: a kernel launch was not rewritten")
     with open(out, "w") as f:

@@ -1,0 +1,158 @@
+/* guard.c — start-up refusals of a training job (guard.h). */
+#define _GNU_SOURCE
+#include "runtime/train/guard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "engine/memory.h"
+#include "engine/util.h"
+#include "runtime/train/layout.h"
+
+#define GUARD_HOST 256
+
+int guard_run_lock(const char* run_dir, char* err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", run_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, err_len, "cannot open the run folder's lock '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char who[512] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            snprintf(err, err_len, "cannot lock '%s': %s", path, strerror(e));
+            return -1;
+        }
+        who[n > 0 ? n : 0] = 0;
+        who[strcspn(who, "\n")] = 0;
+        snprintf(err, err_len,
+                 "run folder '%s' is in use by another job (%s; lock %s)\n---> HINT: wait for it to end, or give this "
+                 "job its own folder: --set train.run_dir=...",
+                 run_dir, who[0] ? who : "holder unknown", path);
+        return -1;
+    }
+    char host[GUARD_HOST] = "";
+    gethostname(host, sizeof host - 1);
+    char line[GUARD_HOST + 64];
+    int n = snprintf(line, sizeof line, "pid %d host %s\n", (int)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+        snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+void guard_run_unlock(int fd) {
+    if (fd >= 0) close(fd);
+}
+
+/* The ranks of world on this host (same gethostname): *local = how many, *sum = their `v` added up. A
+ * failed all-gather counts this rank alone. */
+static void guard_host_ranks(Comm* world, double v, int* local, double* sum) {
+    *local = 1;
+    *sum = v;
+    if (world->size == 1) return;
+    typedef struct {
+        char host[GUARD_HOST];
+        double v;
+    } Entry;
+    Entry me;
+    memset(&me, 0, sizeof me);
+    gethostname(me.host, sizeof me.host - 1);
+    me.v = v;
+    Entry* all = callocCheck((size_t)world->size, sizeof(Entry));
+    char err[256];
+    if (world->ops->allgather(world, &me, all, sizeof(Entry), err, sizeof err) == 0) {
+        *local = 0;
+        *sum = 0;
+        for (int i = 0; i < world->size; i++)
+            if (!strcmp(all[i].host, me.host)) {
+                (*local)++;
+                *sum += all[i].v;
+            }
+    }
+    free(all);
+}
+
+int guard_memory(const Backend* be, Comm* world, double need, const char* detail, int allow, char* err,
+                 size_t err_len) {
+    int host_mem = !be || !strcmp(be->name, "cpu");
+    int local;
+    double host_need;
+    guard_host_ranks(world, need, &local, &host_need);
+    double want = host_mem ? host_need : need;
+    size_t avail = 0;
+    char e[256];
+    int fail = 0;
+    if (mem_backend_available(be, &avail, e, sizeof e) != 0) {
+        rr_warn("memory check skipped: %s", e);
+    } else if (want > (double)avail) {
+        char a[32], b[32];
+        train_fmt_bytes(a, sizeof a, want);
+        train_fmt_bytes(b, sizeof b, (double)avail);
+        char what[128];
+        if (host_mem && local > 1) snprintf(what, sizeof what, "the %d ranks on this host need", local);
+        else snprintf(what, sizeof what, "this rank needs");
+        snprintf(err, err_len,
+                 "not enough memory: %s %s (parameters, gradients, AdamW state, activations) but %s has %s "
+                 "available%s%s\n---> HINT: a smaller model or microbatch, more pipeline stages, or "
+                 "--set runtime.allow_overcommit=1 to start anyway",
+                 what, a, host_mem ? "the host (MemAvailable)" : "the device (cudaMemGetInfo)", b,
+                 detail && detail[0] ? "; " : "", detail ? detail : "");
+        fail = 1;
+    }
+    if (fail && allow) {
+        rr_warn("%s (runtime.allow_overcommit = 1: starting anyway)", err);
+        fail = 0;
+    }
+    /* every rank takes the same decision */
+    int any = fail;
+    if (comm_allreduce(world, &any, 1, COMM_I32, COMM_MAX, e, sizeof e) != 0) {
+        snprintf(err, err_len, "memory check: %s", e);
+        return -1;
+    }
+    if (any && !fail) snprintf(err, err_len, "another rank has not enough memory (see its message)");
+    return any ? -1 : 0;
+}
+
+int guard_cores(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int guard_threads(const Recipe* r, Comm* world) {
+    int cores = guard_cores();
+    int local;
+    double unused;
+    guard_host_ranks(world, 0, &local, &unused);
+    if (r->threads > 0) {
+        int share = cores / (local > 0 ? local : 1);
+        if (share < 1) share = 1;
+        if (r->threads > share && world->rank == 0)
+            rr_warn("%s: runtime.threads = %d but this process may run on %d core%s%s (sched_getaffinity): "
+                    "threads beyond the cores run much slower; set runtime.threads <= %d, or 0 for the cores available",
+                    recipe_origin(r, "runtime", "threads"), r->threads, cores, cores == 1 ? "" : "s",
+                    local > 1 ? ", shared by the ranks on this host" : "", share);
+        return r->threads;
+    }
+    int n = cores / (local > 0 ? local : 1);
+    return n < 1 ? 1 : n;
+}

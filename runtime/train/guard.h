@@ -1,0 +1,34 @@
+/* guard.h — what a training job checks before it starts (DESIGN.md section 9: "a job refuses before it
+ * starts what it can know will fail"): the run folder's lock, the memory the layout needs, threads
+ * against the cores. Each returns 0, or -1 with a message; none exits. */
+#ifndef RRFP_TRAIN_GUARD_H
+#define RRFP_TRAIN_GUARD_H
+
+#include <stddef.h>
+
+#include "engine/engine.h"
+#include "runtime/comm/comm.h"
+#include "runtime/train/recipe.h"
+
+/* Take the advisory lock RUN_DIR/.lock (flock, exclusive, not waiting) for the life of the process and
+ * write "pid P host H" into it. Returns the open descriptor (keep it open: closing it releases the
+ * lock), or -1 with a message naming the holder's pid and host when another job holds it. */
+int guard_run_lock(const char* run_dir, char* err, size_t err_len);
+void guard_run_unlock(int fd);
+
+/* Refuse when this host's ranks need more than the memory available: `need` = this rank's bytes
+ * (train_rank_bytes), summed over the ranks of `world` on this host for the cpu backend, or this
+ * rank's alone against its device's free memory for cuda. Collective over world. allow = 1
+ * (runtime.allow_overcommit) turns a refusal into a warning. `detail` is appended to the message (the
+ * dry run's figures). */
+int guard_memory(const Backend* be, Comm* world, double need, const char* detail, int allow, char* err,
+                 size_t err_len);
+
+/* Cores this process may run on (sched_getaffinity; sysconf when that fails). */
+int guard_cores(void);
+/* Threads per rank: runtime.threads, or the cores available shared by the ranks of `world` on this
+ * host. Warns (stderr) when runtime.threads asks for more than the cores available. Collective over
+ * world. Can't fail. */
+int guard_threads(const Recipe* r, Comm* world);
+
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# pipeline_stall.sh — a stopped rank is seen, not silent: mpirun -np 2, parallel.pp = 2,
+# runtime.stall_warn_s = 2; rank 1 is stopped (SIGSTOP) for 6 s, then continued (SIGCONT). Rank 0's
+# stderr must warn, naming what it waits for (rank 1 in the pipeline transport, or the group of a
+# collective), and the run must finish normally.
+# Usage: pipeline_stall.sh RRFP_MM RECIPE WORKDIR
+set -uo pipefail
+BIN=$1 RECIPE=$2 W=$3
+rm -rf "$W"; mkdir -p "$W"
+fail() { echo "FAIL: $*"; echo "--- output"; cat "$W/out.txt"; [ -n "${VICTIM:-}" ] && kill -CONT "$VICTIM" 2>/dev/null; [ -n "${JOB:-}" ] && kill "$JOB" 2>/dev/null; exit 1; }
+STEPS=14
+timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2 "$BIN" train "$RECIPE" \
+  --set train.run_dir="$W/run" --set train.steps=$STEPS --set optim.warmup=1 --set parallel.pp=2 \
+  --set runtime.stall_warn_s=2 >"$W/out.txt" 2>&1 &
+JOB=$!
+lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+for i in $(seq 1 600); do [ "$(lines "$W/run/metrics.jsonl")" -ge 2 ] && break; kill -0 $JOB 2>/dev/null || fail "ended early"; sleep 0.1; done
+VICTIM=""
+for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
+  tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && VICTIM=$p
+done
+[ -n "$VICTIM" ] || fail "rank 1 not found"
+kill -STOP "$VICTIM"; sleep 6; kill -CONT "$VICTIM"
+wait "$JOB"; RC=$?
+[ "$RC" -eq 0 ] || fail "the run exited $RC after rank 1 was continued"
+[ "$(lines "$W/run/metrics.jsonl")" -eq $STEPS ] || fail "the run did not finish its $STEPS steps"
+grep -E "warning: (pipeline rank 0 has waited [0-9]+ s without any message; expecting: .*from rank 1|rank 0 has waited [0-9]+ s in .* over group '[a-z]+' \(2 ranks\) for its rank 1)" "$W/out.txt" \
+  || fail "no warning on rank 0 naming rank 1 or the group waited for"
+echo "pipeline stall: ok"
