@@ -423,7 +423,7 @@ static void test_heap_matches_scan(void) {
         pp_hint_build((PpHint)h, &s, r, ord, err, sizeof err);
         double* bytes = mallocCheck(sizeof(double) * s.M);
         for (int m = 0; m < M; m++) bytes[m] = 1 + (double)((x >> (m % 50)) % 7);
-        PpDispatchConfig cfg = {s, r, PP_MODE_READY, ord, n, 1 + (int)((x >> 5) % 4), trial % 2 ? 9.0 : 0, bytes};
+        PpDispatchConfig cfg = {s, r, PP_MODE_READY, ord, n, 1 + (int)((x >> 5) % 4), trial % 2 ? 9.0 : 0, bytes, NULL, NULL};
         PpDispatcher d;
         CHECK(pp_dispatcher_init(&d, &cfg, err, sizeof err) == 0, "%s", err);
         // Pending cross-rank inputs, delivered in a random order interleaved with decisions.
@@ -472,7 +472,7 @@ static void test_dispatcher_cap_budget(void) {
     char err[256];
     pp_hint_build(PP_HINT_GPIPE, &s, 3, ord, err, sizeof err);  // last rank: B needs only the local F
     double bytes[6] = {4, 4, 4, 4, 1, 1};
-    PpDispatchConfig cfg = {s, 3, PP_MODE_READY, ord, 12, 3, 10.0, bytes};
+    PpDispatchConfig cfg = {s, 3, PP_MODE_READY, ord, 12, 3, 10.0, bytes, NULL, NULL};
     PpDispatcher d;
     CHECK(pp_dispatcher_init(&d, &cfg, err, sizeof err) == 0, "%s", err);
     PpTask t;
@@ -499,7 +499,7 @@ static void test_dispatcher_cap_budget(void) {
     // A fixed mode refuses a ranking.
     PpTask bf[12];
     pp_hint_build(PP_HINT_BF, &s, 0, bf, err, sizeof err);
-    PpDispatchConfig cf = {s, 0, PP_MODE_FIXED, bf, 12, 0, 0, NULL};
+    PpDispatchConfig cf = {s, 0, PP_MODE_FIXED, bf, 12, 0, 0, NULL, NULL, NULL};
     CHECK(pp_dispatcher_init(&d, &cf, err, sizeof err) == -1 && strstr(err, "mode ready"), "%s", err);
 }
 

@@ -27,7 +27,19 @@
 
 #include "runtime/comm/comm.h"
 
-typedef enum { MSG_ACT = 0, MSG_GRAD = 1 } MsgKind;
+/* Notices (lookahead mode), a double each: MSG_NOTICE_*: the producer of that activation / gradient
+ * STARTS its task, payload its duration estimate in seconds; MSG_AHEAD_*: sent once per producing
+ * task, at the first notice of its own input or at its start, whichever comes first: seconds until
+ * the message is expected (0 = unknown), so a prediction travels several ranks ahead of the work. */
+typedef enum {
+    MSG_ACT = 0,
+    MSG_GRAD = 1,
+    MSG_NOTICE_ACT = 2,
+    MSG_NOTICE_GRAD = 3,
+    MSG_AHEAD_ACT = 4,
+    MSG_AHEAD_GRAD = 5,
+    MSG_KIND_COUNT
+} MsgKind;
 typedef struct {
     int kind;  /* MsgKind */
     int chunk; /* model chunk (virtual stage) the message is FOR on the receiver */
