@@ -151,7 +151,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         int inflight;
         if (!strcmp(r->hint, "gpipe")) inflight = M;
         else inflight = (P - rank < M ? P - rank : M) * r->chunks;
-        if (!strcmp(r->mode, "ready") && strcmp(r->cap, "0") != 0) {
+        if ((!strcmp(r->mode, "ready") || !strcmp(r->mode, "lookahead")) && strcmp(r->cap, "0") != 0) {
             double cv = atof(r->cap);
             int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
             inflight = c < M ? c : M;
