@@ -57,3 +57,11 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
   set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
+# Replay (DESIGN.md section 6): the runtime with each task sleeping its duration from a duration file,
+# real messages between 8 real ranks; the makespan must be within 20% of the simulator's.
+add_executable(rrfp-bench-replay bench/bench_replay.c)
+target_link_libraries(rrfp-bench-replay PRIVATE rrfp_core)
+add_test(NAME pipeline_replay_np8
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "replay: ok" ${CMAKE_SOURCE_DIR}/tests/replay_quick.sh
+                 $<TARGET_FILE:rrfp-mm> $<TARGET_FILE:rrfp-bench-replay> ${CMAKE_CURRENT_BINARY_DIR}/replay_quick ${RRFP_MPIRUN})
+set_tests_properties(pipeline_replay_np8 PROPERTIES LABELS mpi TIMEOUT 200)

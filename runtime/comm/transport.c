@@ -253,6 +253,8 @@ static int progress(Transport* t, char* err, size_t err_len) {
     return 0;
 }
 
+int transport_progress(Transport* t, char* err, size_t err_len) { return progress(t, err, err_len); }
+
 static int drain(Transport* t, MsgKey* done, int max) {
     int n = t->n_completed < max ? t->n_completed : max;
     memcpy(done, t->completed, (size_t)n * sizeof *done);

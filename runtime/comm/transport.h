@@ -67,6 +67,10 @@ int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, siz
 /* Non-blocking: progress all pending operations; store up to `max` keys of receives that completed
  * since the last call into `done`; return how many (>= 0), or -1 with a message. */
 int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_len);
+/* Non-blocking: progress pending operations (rendezvous hand-shakes of large messages, FIFO headers)
+ * and keep completed receives for the next poll / wait. For a caller that waits on something else
+ * between polls (replay's sleeping tasks: a device computes while the host progresses messages). */
+int transport_progress(Transport* t, char* err, size_t err_len);
 /* Sleep with back-off (never spinning) until at least one receive completes, then return as
  * transport_poll. After `timeout_s` seconds without any completion: -1 with a message naming the
  * messages still expected and from which rank (a lost peer must not hang the job). Every

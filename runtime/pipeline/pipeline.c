@@ -322,13 +322,17 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     if (has_out) *key = (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, dst_task.chunk, t.mb};
     if (p->cfg.replay[0]) {
         /* Replay: wait the task's recorded duration (sleeping, so many ranks share a core); the output
-         * buffer keeps whatever it holds, the message has the real size. */
+         * buffer keeps whatever it holds, the message has the real size. The wait is cut in slices of
+         * at most 1 ms between which the transport progresses, as a GPU rank's host thread does
+         * while the device computes: a large message's rendezvous must not wait for the task's end. */
         double s = p->cfg.replay[t.kind][(size_t)p->cfg.rank * (size_t)p->cfg.replay_M + (size_t)t.mb] *
                    p->cfg.replay_scale / p->cfg.chunks;
         double until = rr_now() + s;
         for (double left = s; left > 0; left = until - rr_now()) {
-            struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+            if (left > 1e-3) left = 1e-3;
+            struct timespec ts = {0, (long)(left * 1e9)};
             nanosleep(&ts, NULL);
+            if (transport_progress(p->tr, p->err, p->err_len) != 0) return -1;
         }
         return has_out;
     }
