@@ -1,7 +1,6 @@
 /* pipeline.c — one pipeline rank's step: dispatcher + transport + stages. See pipeline.h. */
 #include "runtime/pipeline/pipeline.h"
 
-#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
