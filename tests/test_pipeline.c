@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
     for (int h = 0; h < PP_HINT_COUNT; h++) {
         if ((h == PP_HINT_INTERLEAVED) != (chunks > 1)) continue;
         for (int mode = 0; mode < PP_MODE_COUNT; mode++) {
-            if (mode != PP_MODE_READY && !pp_hint_is_sequence((PpHint)h)) continue;
+            if (!pp_mode_is_ready((PpMode)mode) && !pp_hint_is_sequence((PpHint)h)) continue;
             /* variants: 0,1 = tagged / fifo transport at the default cap; 2 = cap 1 (one microbatch in
              * flight); 3 = cap 2x the hint's peak with a tiny activation byte budget (admits one F at a
              * time once anything is in flight); 4 = cap 1x the hint's own peak (P - r, M for gpipe), which
@@ -287,8 +287,8 @@ int main(int argc, char** argv) {
                 if (on_cuda && (var != 0 || !(h == PP_HINT_1F1B || h == PP_HINT_BFW || h == PP_HINT_INTERLEAVED)))
                     continue; /* the emulated device is slow: a fused and a split schedule suffice */
                 int tk = var == 1 ? TRANSPORT_FIFO : TRANSPORT_TAGGED;
-                if (var == 1 && mode != PP_MODE_READY && h != PP_HINT_1F1B) continue; /* keep it quick */
-                if (var >= 2 && mode != PP_MODE_READY) continue;
+                if (var == 1 && mode != PP_MODE_READY && mode != PP_MODE_LOOKAHEAD && h != PP_HINT_1F1B) continue; /* keep it quick */
+                if (var >= 2 && !pp_mode_is_ready((PpMode)mode)) continue;
                 PpCap cap = {PP_CAP_DEFAULT, 0};
                 if (var == 2) cap = (PpCap){PP_CAP_COUNT, 1};
                 if (var == 3) cap = (PpCap){PP_CAP_MULTIPLE, 2.0};
@@ -299,8 +299,14 @@ int main(int argc, char** argv) {
                                      .max_patches = max_Np};
                 Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
                 if (!pl) rr_die("pipeline_create: %s", err);
-                for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
                 PipelineStepStats st;
+                if (mode == PP_MODE_LOOKAHEAD) {
+                    /* a first step calibrates the cost model, so the checked step runs with estimates
+                     * (its notices, predictions and waits), as every step after the first does */
+                    if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                        rr_die("pipeline_step (warm-up): %s", err);
+                }
+                for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
                 if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                     rr_die("pipeline_step: %s", err);
                 double loss = 0, my = st.loss_sum * scale;
@@ -338,11 +344,11 @@ int main(int argc, char** argv) {
                 int all_bad = 0;
                 MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
                 if (rank == 0)
-                    printf("%-18s %-10s %-6s %-14s loss %.7f (ref %.7f) peak in flight %d %s\n",
+                    printf("%-18s %-10s %-6s %-14s loss %.7f (ref %.7f) peak in flight %d waits %ld %s\n",
                            pp_hint_name((PpHint)h), pp_mode_name((PpMode)mode), transport_kind_name((TransportKind)tk),
                            var == 2 ? "cap 1" : var == 3 ? "cap 2x budget" : var == 4 ? "cap 1x" : "default cap",
                            loss, ref_loss,
-                           st.peak_inflight, all_bad ? "FAIL" : "ok");
+                           st.peak_inflight, st.waits, all_bad ? "FAIL" : "ok");
                 if (var == 2 && st.peak_inflight > 1) {
                     fprintf(stderr, "rank %d: cap 1 but %d microbatches were in flight\n", rank, st.peak_inflight);
                     failures++;

@@ -18,7 +18,8 @@ static void sim_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm sim (--durations FILE | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
             "                    [--seed S] [--split-backward] [--latency L])\n"
-            "                   [--mode fixed-sync|fixed|ready] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
+            "                   [--mode fixed-sync|fixed|ready|lookahead] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
+            "                   [--estimate-error E] [--estimate-seed S]\n"
             "                   [--json] [--grid] [--dump FILE] [--trace FILE] [--bench-dispatch]\n\n"
             "Simulates one step of the RRFP pipeline runtime (DESIGN.md section 6) with the runtime's own\n"
             "dispatcher under a virtual clock.\n\n"
@@ -26,7 +27,10 @@ static void sim_usage(FILE* f) {
             "  --stages/--microbatches  generate durations instead (see bench/README.md for the generator):\n"
             "      --kind text|mm (default text), --variance V (default 0.1 text, 1.0 mm), --seed S (1),\n"
             "      --split-backward (B = W = F instead of B = 2F), --latency L (default 0.02)\n"
-            "  --mode MODE       fixed-sync, fixed or ready (default ready)\n"
+            "  --mode MODE       fixed-sync, fixed, ready or lookahead (default ready)\n"
+            "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
+            "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
+            "  --estimate-seed S the seed of those factors (default 1)\n"
             "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw (default 1f1b)\n"
             "  --cap N|Nx        ready's in-flight cap: a count, or a multiple of the hint's own peak\n"
             "                    (default P - r, the 1F1B peak; with --chunks > 1 the hint's peak)\n"
@@ -76,7 +80,7 @@ static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint6
     int n = pp_shape_tasks(&s), r = 0;
     PpTask* order = mallocCheck(sizeof(PpTask) * n);
     pp_hint_build(hint, &s, r, order, err, sizeof err);
-    PpDispatchConfig cfg = {s, r, PP_MODE_READY, order, n, pp_cap_for(cap, hint, &s, r), 0, NULL};
+    PpDispatchConfig cfg = {s, r, PP_MODE_READY, order, n, pp_cap_for(cap, hint, &s, r), 0, NULL, NULL, NULL};
     // Script: -1 = decide (and run what was chosen), k >= 0 = the input of dense task k arrives.
     int* pend = mallocCheck(sizeof(int) * n);
     int np = 0;
@@ -174,8 +178,8 @@ static int write_sim_trace(const char* path, const PpSimResult* r, int P, char* 
 int cmd_sim(int argc, char** argv) {
     const char *durations = NULL, *dump = NULL, *trace = NULL, *cap_text = NULL;
     const char *mode_text = "ready", *hint_text = "1f1b", *kind_text = "text";
-    long P = 0, M = 0, seed = 1, chunks = 1;
-    double variance = -1, latency = 0.02;
+    long P = 0, M = 0, seed = 1, chunks = 1, est_seed = 1;
+    double variance = -1, latency = 0.02, est_error = 0;
     int split = 0, json = 0, grid = 0, bench = 0, have_latency = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
@@ -223,6 +227,16 @@ int cmd_sim(int argc, char** argv) {
             NEED_VALUE();
             if (parse_double_arg(a, v, 0, &latency)) return 2;
             have_latency = 1;
+        } else if (!strcmp(a, "--estimate-error")) {
+            NEED_VALUE();
+            if (parse_double_arg(a, v, 0, &est_error)) return 2;
+            if (est_error >= 1) {
+                fprintf(stderr, "rrfp-mm sim: --estimate-error expects a number in [0, 1), got '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--estimate-seed")) {
+            NEED_VALUE();
+            if (parse_int_arg(a, v, 0, 2147483647L, &est_seed)) return 2;
         } else if (!strcmp(a, "--split-backward")) {
             split = 1;
         } else if (!strcmp(a, "--json")) {
@@ -249,7 +263,7 @@ int cmd_sim(int argc, char** argv) {
     PpCap cap = {PP_CAP_DEFAULT, 0};
     char err[1024];
     if (pp_mode_parse(mode_text, &mode)) {
-        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed or ready)\n", mode_text);
+        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed, ready or lookahead)\n", mode_text);
         return 2;
     }
     if (pp_hint_parse(hint_text, &hint)) {
@@ -269,8 +283,8 @@ int cmd_sim(int argc, char** argv) {
         return 2;
     }
     if (variance < 0) variance = kind == PP_GEN_TEXT ? 0.1 : 1.0;
-    if (cap_text && mode != PP_MODE_READY && !bench)
-        fprintf(stderr, "rrfp-mm sim: warning: --cap applies to --mode ready only; mode %s runs the hint as a "
+    if (cap_text && !pp_mode_is_ready(mode) && !bench)
+        fprintf(stderr, "rrfp-mm sim: warning: --cap applies to --mode ready and lookahead only; mode %s runs the hint as a "
                         "sequence, so the cap is ignored\n", pp_mode_name(mode));
     if (bench) return bench_dispatch(P ? (int)P : 128, M ? (int)M : 512, hint, split, cap, (uint64_t)seed);
 
@@ -316,7 +330,8 @@ int cmd_sim(int argc, char** argv) {
     }
     PpSimResult r;
     double t0 = rr_now();
-    if (pp_sim_run(&d, hint, mode, cap, (int)chunks, &r, err, sizeof err)) {
+    PpSimOptions so = {est_error, (uint64_t)est_seed};
+    if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
         pp_durations_free(&d);
         return 2;
@@ -335,14 +350,14 @@ int cmd_sim(int argc, char** argv) {
     }
     if (grid) print_exec_grid(gridf, &r, d.P);
     char capbuf[32];
-    if (mode != PP_MODE_READY) snprintf(capbuf, sizeof capbuf, "none");
+    if (!pp_mode_is_ready(mode)) snprintf(capbuf, sizeof capbuf, "none");
     else if (cap.kind == PP_CAP_DEFAULT && chunks > 1) snprintf(capbuf, sizeof capbuf, "peak");
     else pp_cap_format(cap, capbuf, sizeof capbuf);
     if (json) {
         cJSON* o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "mode", pp_mode_name(mode));
         cJSON_AddStringToObject(o, "hint", pp_hint_name(hint));
-        if (mode != PP_MODE_READY) cJSON_AddNullToObject(o, "cap");
+        if (!pp_mode_is_ready(mode)) cJSON_AddNullToObject(o, "cap");
         else if (cap.kind == PP_CAP_COUNT) cJSON_AddNumberToObject(o, "cap", cap.value);
         else cJSON_AddStringToObject(o, "cap", capbuf);
         cJSON_AddNumberToObject(o, "makespan", r.makespan);
@@ -364,12 +379,14 @@ int cmd_sim(int argc, char** argv) {
                 double busy = 0;
                 for (int i = 0; i < r.n_exec[k]; i++) busy += r.exec[k][i].end - r.exec[k][i].start;
                 char cb[16];
-                if (mode == PP_MODE_READY) snprintf(cb, sizeof cb, "%d", r.cap[k]);
+                if (pp_mode_is_ready(mode)) snprintf(cb, sizeof cb, "%d", r.cap[k]);
                 else snprintf(cb, sizeof cb, "-");
                 printf("%4d  %-9.4g %-9.4g %4s  %d\n", k, busy, r.makespan - busy, cb, r.peak_inflight[k]);
             }
         }
-        printf("simulated in %.3f s (%ld dispatcher decisions)\n", wall, r.decisions);
+        printf("simulated in %.3f s (%ld dispatcher decisions", wall, r.decisions);
+        if (mode == PP_MODE_LOOKAHEAD) printf(", %ld of them waited for an announced input", r.waits);
+        printf(")\n");
     }
     if (trace && write_sim_trace(trace, &r, d.P, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);

@@ -56,7 +56,11 @@ struct Transport {
 
 const char* transport_kind_name(TransportKind kind) { return kind == TRANSPORT_FIFO ? "fifo" : "tagged"; }
 
-static const char* kind_word(int kind) { return kind == MSG_ACT ? "activation" : "gradient"; }
+static const char* kind_word(int kind) {
+    static const char* w[MSG_KIND_COUNT] = {"activation", "gradient", "activation notice", "gradient notice",
+                                            "activation ahead-notice", "gradient ahead-notice"};
+    return kind >= 0 && kind < MSG_KIND_COUNT ? w[kind] : "?";
+}
 
 Transport* transport_create(TransportKind kind, Comm* comm) {
     Transport* t = callocCheck(1, sizeof *t);
@@ -68,7 +72,7 @@ Transport* transport_create(TransportKind kind, Comm* comm) {
 
 static int tagged_tag(const Transport* t, MsgKey k, int* tag, char* err, size_t err_len) {
     /* tags below 16 are reserved for other uses; key -> tag is a bijection below tag_ub. */
-    long v = 16 + (long)k.kind + 2L * ((long)k.chunk + 64L * (long)k.mb);
+    long v = 16 + (long)k.kind + 8L * ((long)k.chunk + 64L * (long)k.mb);
     if (k.chunk < 0 || k.chunk >= 64 || v > t->comm->tag_ub) {
         snprintf(err, err_len,
                  "pipeline message key (kind %d, chunk %d, microbatch %d) does not fit in a message tag (tag_ub %d); "
@@ -198,9 +202,9 @@ static int fifo_match_headers(Transport* t, char* err, size_t err_len) {
             }
             if (!s) {
                 snprintf(err, err_len,
-                         "pipeline protocol error: rank %d sent %s for chunk %d microbatch %d, which rank %d does not "
+                         "pipeline protocol error: rank %d sent a message (%s) for chunk %d microbatch %d, which rank %d does not "
                          "expect",
-                         p, k.kind == MSG_ACT ? "an activation" : "a gradient", k.chunk, k.mb, t->comm->rank);
+                         p, kind_word(k.kind), k.chunk, k.mb, t->comm->rank);
                 return -1;
             }
             if ((size_t)ph->hdr.bytes != s->bytes) {
@@ -248,6 +252,8 @@ static int progress(Transport* t, char* err, size_t err_len) {
     }
     return 0;
 }
+
+int transport_progress(Transport* t, char* err, size_t err_len) { return progress(t, err, err_len); }
 
 static int drain(Transport* t, MsgKey* done, int max) {
     int n = t->n_completed < max ? t->n_completed : max;

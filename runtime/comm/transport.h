@@ -27,7 +27,19 @@
 
 #include "runtime/comm/comm.h"
 
-typedef enum { MSG_ACT = 0, MSG_GRAD = 1 } MsgKind;
+/* Notices (lookahead mode), a double each: MSG_NOTICE_*: the producer of that activation / gradient
+ * STARTS its task, payload its duration estimate in seconds; MSG_AHEAD_*: sent once per producing
+ * task, at the first notice of its own input or at its start, whichever comes first: seconds until
+ * the message is expected (0 = unknown), so a prediction travels several ranks ahead of the work. */
+typedef enum {
+    MSG_ACT = 0,
+    MSG_GRAD = 1,
+    MSG_NOTICE_ACT = 2,
+    MSG_NOTICE_GRAD = 3,
+    MSG_AHEAD_ACT = 4,
+    MSG_AHEAD_GRAD = 5,
+    MSG_KIND_COUNT
+} MsgKind;
 typedef struct {
     int kind;  /* MsgKind */
     int chunk; /* model chunk (virtual stage) the message is FOR on the receiver */
@@ -55,6 +67,10 @@ int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, siz
 /* Non-blocking: progress all pending operations; store up to `max` keys of receives that completed
  * since the last call into `done`; return how many (>= 0), or -1 with a message. */
 int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_len);
+/* Non-blocking: progress pending operations (rendezvous hand-shakes of large messages, FIFO headers)
+ * and keep completed receives for the next poll / wait. For a caller that waits on something else
+ * between polls (replay's sleeping tasks: a device computes while the host progresses messages). */
+int transport_progress(Transport* t, char* err, size_t err_len);
 /* Sleep with back-off (never spinning) until at least one receive completes, then return as
  * transport_poll. After `timeout_s` seconds without any completion: -1 with a message naming the
  * messages still expected and from which rank (a lost peer must not hang the job). Every

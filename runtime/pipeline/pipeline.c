@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/util.h"
 #include "runtime/sim/sim.h"
@@ -43,6 +44,11 @@ struct Pipeline {
     const char* dump_dir;  /* of the step being run, or NULL */
     char* err;             /* of the step being run */
     size_t err_len;
+    const Microbatch* mbs; /* of the step being run (the cost model's units) */
+    double* cost_s;        /* (chunks, 3) lookahead cost model: measured seconds ... */
+    double* cost_u;        /* (chunks, 3) ... and work units, summed over every task run so far */
+    double* notice_in;     /* (chunks, 2, 2, M) received notices and ahead-notices, in seconds */
+    uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
 };
 
 int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
@@ -67,7 +73,7 @@ static int pipeline_dry_run(Pipeline* p, int M, char* err, size_t err_len) {
 
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm, int M, char* err, size_t err_len) {
     PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint)};
-    if (cfg->mode != PP_MODE_READY && !pp_hint_is_sequence(cfg->hint)) {
+    if (!pp_mode_is_ready(cfg->mode) && !pp_hint_is_sequence(cfg->hint)) {
         snprintf(err, err_len,
                  "hint %s ranks every backward before every forward, which is not an executable sequence: it runs "
                  "under runtime mode 'ready' only (got '%s')",
@@ -89,6 +95,8 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
         return NULL;
     }
     p->tr = transport_create(cfg->transport, comm);
+    p->cost_s = callocCheck((size_t)cfg->chunks * 3, sizeof(double));
+    p->cost_u = callocCheck((size_t)cfg->chunks * 3, sizeof(double));
     p->pools = callocCheck((size_t)cfg->chunks, sizeof *p->pools);
     p->mb_slot = callocCheck((size_t)cfg->chunks, sizeof *p->mb_slot);
     p->act_in = callocCheck((size_t)cfg->chunks, sizeof *p->act_in);
@@ -143,6 +151,10 @@ void pipeline_free(Pipeline* p) {
     if (p->dev_in) be->free(p->dev_in);
     free(p->host_out);
     free(p->order);
+    free(p->cost_s);
+    free(p->cost_u);
+    free(p->notice_in);
+    free(p->ahead_sent);
     transport_free(p->tr);
     free(p);
 }
@@ -186,6 +198,46 @@ static float* in_buf(Pipeline* p, PpTask t) {
     return base[t.chunk] + (size_t)t.mb * (size_t)p->cfg.max_tokens * (size_t)p->Dt;
 }
 
+/* ---- lookahead: the cost model and the start notices ------------------------------------------- */
+
+/* Work units of a task: the microbatch's tokens, plus its patches on a chunk that runs the ViT. */
+static double task_units(const Pipeline* p, PpTask t) {
+    const Microbatch* mb = &p->mbs[t.mb];
+    return (double)mb->T + (p->stages[t.chunk]->first ? (double)mb->Np : 0.0) + 1.0;
+}
+
+static double cost_model_estimate(void* ctx, int rank, PpTask t) {
+    (void)rank;
+    const Pipeline* p = ctx;
+    int k = t.chunk * 3 + t.kind;
+    if (p->cost_u[k] <= 0) return 0;  /* nothing of this (chunk, kind) measured yet: unknown */
+    return p->cost_s[k] / p->cost_u[k] * task_units(p, t);
+}
+
+static double task_estimate(Pipeline* p, PpTask t) {
+    if (p->cfg.estimate) return p->cfg.estimate(p->cfg.estimate_ctx, p->cfg.rank, t);
+    return cost_model_estimate(p, p->cfg.rank, t);
+}
+
+static double* notice_slot(Pipeline* p, PpTask t, int ahead) {
+    return &p->notice_in[(((size_t)t.chunk * 2 + (t.kind == PP_F ? 0 : 1)) * 2 + (size_t)ahead) * (size_t)p->M_alloc +
+                         (size_t)t.mb];
+}
+
+/* Send the ahead-notice of task t's output once: `in_s` seconds until t can start (0 when it starts
+ * now), plus t's estimate; 0 = unknown when either is. */
+static int send_ahead(Pipeline* p, PpTask t, double in_s, int known, char* err, size_t err_len) {
+    uint8_t* sent = &p->ahead_sent[((size_t)t.chunk * 3 + (size_t)t.kind) * (size_t)p->M_alloc + (size_t)t.mb];
+    int dst;
+    PpTask dst_task;
+    if (*sent || t.kind == PP_W || !pp_task_output(&p->shape, p->cfg.rank, t, &dst, &dst_task)) return 0;
+    *sent = 1;
+    double e = task_estimate(p, t);
+    double v = known && e > 0 ? (in_s > 0 ? in_s : 0) + e : 0;
+    MsgKey k = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, dst_task.chunk, t.mb};
+    return transport_isend(p->tr, dst, k, &v, sizeof v, err, err_len);
+}
+
 /* The message key of the input of local task t (what its producer sends). */
 static MsgKey input_key(PpTask t) { return (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, t.chunk, t.mb}; }
 
@@ -193,6 +245,13 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
     int src;
     PpTask src_task;
     if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return 0;
+    if (p->cfg.mode == PP_MODE_LOOKAHEAD) {
+        MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, t.chunk, t.mb};
+        MsgKey ak = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, t.chunk, t.mb};
+        if (transport_post_recv(p->tr, src, nk, notice_slot(p, t, 0), sizeof(double), p->err, p->err_len) != 0 ||
+            transport_post_recv(p->tr, src, ak, notice_slot(p, t, 1), sizeof(double), p->err, p->err_len) != 0)
+            return -1;
+    }
     return transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), mb_bytes(p, &mbs[t.mb]), p->err, p->err_len);
 }
 
@@ -230,6 +289,8 @@ static void ensure_buffers(Pipeline* p, int M) {
         p->mb_slot[c] = reallocCheck(p->mb_slot[c], sizeof(int) * (size_t)M);
         for (int m = 0; m < M; m++) p->mb_slot[c][m] = -1;
     }
+    p->notice_in = reallocCheck(p->notice_in, sizeof(double) * (size_t)p->cfg.chunks * 4 * (size_t)M);
+    p->ahead_sent = reallocCheck(p->ahead_sent, (size_t)p->cfg.chunks * 3 * (size_t)M);
     p->M_alloc = M;
 }
 
@@ -258,6 +319,22 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     PpTask dst_task;
     int has_out = t.kind != PP_W && pp_task_output(&p->shape, p->cfg.rank, t, dst, &dst_task);
     if (has_out) *key = (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, dst_task.chunk, t.mb};
+    if (p->cfg.replay[0]) {
+        /* Replay: wait the task's recorded duration (sleeping, so many ranks share a core); the output
+         * buffer keeps whatever it holds, the message has the real size. The wait is cut in slices of
+         * at most 1 ms between which the transport progresses, as a GPU rank's host thread does
+         * while the device computes: a large message's rendezvous must not wait for the task's end. */
+        double s = p->cfg.replay[t.kind][(size_t)p->cfg.rank * (size_t)p->cfg.replay_M + (size_t)t.mb] *
+                   p->cfg.replay_scale / p->cfg.chunks;
+        double until = rr_now() + s;
+        for (double left = s; left > 0; left = until - rr_now()) {
+            if (left > 1e-3) left = 1e-3;
+            struct timespec ts = {0, (long)(left * 1e9)};
+            nanosleep(&ts, NULL);
+            if (transport_progress(p->tr, p->err, p->err_len) != 0) return -1;
+        }
+        return has_out;
+    }
     switch (t.kind) {
     case PP_F: {
         StageActs* a = acts_acquire(p, t.chunk, t.mb);
@@ -342,7 +419,11 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         return -1;
     }
 
-    int sync = cfg->mode == PP_MODE_FIXED_SYNC;
+    int sync = cfg->mode == PP_MODE_FIXED_SYNC, look = cfg->mode == PP_MODE_LOOKAHEAD;
+    p->mbs = mbs;
+    memset(p->ahead_sent, 0, (size_t)cfg->chunks * 3 * (size_t)p->M_alloc);
+    d.estimate = cfg->estimate ? cfg->estimate : cost_model_estimate;
+    d.estimate_ctx = cfg->estimate ? cfg->estimate_ctx : (void*)p;
     uint8_t* posted = callocCheck((size_t)n, 1); /* by dense task index */
     if (sync) {
         rc = post_sequence_receives(p, &d, mbs, posted);
@@ -355,7 +436,19 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     int got = rc == 0 ? transport_poll(p->tr, done, 64, err, err_len) : -1;
     while (got >= 0) {
             for (int i = 0; i < got; i++) {
-                PpTask t = {done[i].chunk, done[i].kind == MSG_ACT ? PP_F : PP_B, done[i].mb};
+                int k = done[i].kind, ahead = k == MSG_AHEAD_ACT || k == MSG_AHEAD_GRAD;
+                int fwd = k == MSG_ACT || k == MSG_NOTICE_ACT || k == MSG_AHEAD_ACT;
+                PpTask t = {done[i].chunk, fwd ? PP_F : PP_B, done[i].mb};
+                if (k != MSG_ACT && k != MSG_GRAD) {
+                    /* a notice: predict t's input, and pass the prediction on to t's consumer */
+                    double est = *notice_slot(p, t, ahead), now = rr_now();
+                    if (est > 0) pp_dispatcher_notice(&d, t, now + est);
+                    if (send_ahead(p, t, est, est > 0, err, err_len) != 0) {
+                        got = -1;
+                        break;
+                    }
+                    continue;
+                }
                 pp_dispatcher_input_arrived(&d, t);
                 if (trace) {
                     int src;
@@ -364,17 +457,29 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
                     pp_trace_recv(trace, cfg->rank, src, src_task, mb_bytes(p, &mbs[t.mb]), rr_now());
                 }
             }
+            if (got < 0) break;
             PpTask t;
-            int r = pp_dispatcher_next(&d, &t);
+            int r = pp_dispatcher_next_at(&d, rr_now(), &t);
             if (r < 0) break;
             if (r == 0) {
                 got = transport_wait(p->tr, done, 64, cfg->timeout_s, cfg->stall_warn_s, err, err_len);
                 continue;
             }
             pp_dispatcher_started(&d, t);
-            double t0 = rr_now();
             int dst = -1;
             MsgKey key;
+            PpTask dst_task;
+            if (look && t.kind != PP_W && pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task)) {
+                /* the start notice: the consumer learns that its input is on the way and when to expect it */
+                double est = task_estimate(p, t);
+                MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, dst_task.chunk, t.mb};
+                if (send_ahead(p, t, 0, 1, err, err_len) != 0 ||
+                    transport_isend(p->tr, dst, nk, &est, sizeof est, err, err_len) != 0) {
+                    got = -1;
+                    break;
+                }
+            }
+            double t0 = rr_now();
             int has_out = run_task(p, t, mbs, loss_scale, &loss_sum, &dst, &key);
             if (has_out < 0) {
                 got = -1;
@@ -382,6 +487,8 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             }
             double t1 = rr_now();
             busy += t1 - t0;
+            p->cost_s[t.chunk * 3 + t.kind] += t1 - t0;
+            p->cost_u[t.chunk * 3 + t.kind] += task_units(p, t);
             pp_dispatcher_finished(&d, t);
             if (trace) pp_trace_task(trace, cfg->rank, cfg->P, t, t0, t1);
             /* Megatron's paired exchange: the receives of what comes next are posted when this task
@@ -417,6 +524,8 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     out->wait_s = out->wall_s - busy;
     out->peak_inflight = d.peak_inflight;
     out->decisions = d.n_decisions;
+    out->waits = d.n_waits;
+    out->t_start = t_start;
     pp_dispatcher_free(&d);
     free(posted);
     if (transport_pending_recvs(p->tr) != 0) {

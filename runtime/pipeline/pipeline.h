@@ -32,6 +32,17 @@ typedef struct {
     double timeout_s;       /* a rank waiting this long for any message fails naming what it waits for */
     double stall_warn_s;    /* ... and warns every this many seconds before that (0 = never) */
     int max_tokens, max_patches; /* microbatch budget (sizes the activation pool) */
+    /* lookahead: a task's duration estimate in seconds (<= 0: unknown). NULL = the pipeline's own cost
+     * model: per (chunk, kind) seconds per unit of work (tokens, plus patches on the ViT stage), from
+     * the durations measured so far, this step's and earlier steps'. */
+    double (*estimate)(void* ctx, int rank, PpTask t);
+    void* estimate_ctx;
+    /* Replay (DESIGN.md section 6): when set, a task sleeps for replay[kind][rank * M + mb] * replay_scale
+     * seconds (kind F, B, W; W NULL unless split) instead of computing; messages are the real ones. The
+     * arrays must cover this rank's M of every step. */
+    const double* replay[3];
+    int replay_M;
+    double replay_scale;
 } PipelineConfig;
 
 typedef struct {
@@ -41,6 +52,8 @@ typedef struct {
     double wait_s;      /* time waiting for messages */
     int peak_inflight;  /* max microbatches in flight (F started, B not finished), first chunk */
     long decisions;
+    long waits;         /* lookahead: decisions that stayed idle for an announced input */
+    double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
 } PipelineStepStats;
 
 typedef struct Pipeline Pipeline;

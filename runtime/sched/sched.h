@@ -114,9 +114,13 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
 
 /* ---- dispatcher: one rank's ready-set arbitration ----------------------------------------------- */
 
-typedef enum { PP_MODE_FIXED_SYNC = 0, PP_MODE_FIXED, PP_MODE_READY, PP_MODE_COUNT } PpMode;
+/* lookahead: `ready` that may leave a rank idle for a better-ranked task whose input is predicted to
+ * arrive before the best ready task would finish (pp_dispatcher_next_at). */
+typedef enum { PP_MODE_FIXED_SYNC = 0, PP_MODE_FIXED, PP_MODE_READY, PP_MODE_LOOKAHEAD, PP_MODE_COUNT } PpMode;
 const char* pp_mode_name(PpMode m);
 int pp_mode_parse(const char* name, PpMode* m);
+/* 1 for the modes that arbitrate a ready set under a cap (ready, lookahead); 0 for the sequences. */
+static inline int pp_mode_is_ready(PpMode m) { return m == PP_MODE_READY || m == PP_MODE_LOOKAHEAD; }
 
 /* In-flight cap: unset (default P - r), an absolute count, or a multiple of the hint's own peak. */
 typedef struct {
@@ -148,6 +152,10 @@ typedef struct {
     int cap;                  // resolved in-flight cap (ready only); <= 0 means no cap
     double act_budget;        // activation bytes allowed in flight (ready only); <= 0: none
     const double* act_bytes;  // (M) activation bytes per microbatch on this rank, or NULL
+    /* lookahead only: the estimated duration of one of this rank's tasks, in the caller's time unit
+     * (<= 0: unknown, then the rank does not wait on its account). A cost model, never the truth. */
+    double (*estimate)(void* ctx, int rank, PpTask t);
+    void* estimate_ctx;
 } PpDispatchConfig;
 
 /* Tasks are addressed inside by their hint rank (position in the order). The ready set is two
@@ -175,6 +183,14 @@ typedef struct {
     double inflight_bytes;
     int n_started, n_done;
     long n_decisions;
+    /* lookahead: tasks whose producer has started (a notice came) and whose input has not arrived */
+    double (*estimate)(void* ctx, int rank, PpTask t);
+    void* estimate_ctx;
+    double* pred;       // (n) by hint rank: predicted arrival of the cross-rank input, NAN = no notice
+    int* noticed;       // hint ranks with a prediction and the input not yet in
+    int n_noticed;
+    long n_waits;       // decisions that left the rank idle for a predicted task
+    int sequence_hint;  // lookahead: the order is an executable sequence (it only waits then)
 } PpDispatcher;
 
 enum { PP_TS_WAIT = 0, PP_TS_READY = 1, PP_TS_RUNNING = 2, PP_TS_DONE = 3 };
@@ -197,6 +213,17 @@ void pp_dispatcher_input_arrived(PpDispatcher* d, PpTask t);
  * Forwards are admitted in hint order: when the most preferred ready F does not fit the byte budget,
  * no later F overtakes it (a large microbatch is never starved by small ones). */
 int pp_dispatcher_next(PpDispatcher* d, PpTask* t);
+/* lookahead's decision at time `now` (the caller's clock; the dispatcher has none): ready's choice c,
+ * unless a task x ranked better than c, whose producer's start has been announced
+ * (pp_dispatcher_notice) and which would be eligible once its input is in, is predicted to arrive
+ * before c would finish by its estimate: now + estimate(c) > predicted arrival of x. Then it returns 0
+ * (wait for x; an arrival re-asks). An overdue prediction keeps the wait (the producer has started,
+ * so the input does come). In every other mode, and with now = NAN, exactly pp_dispatcher_next. */
+int pp_dispatcher_next_at(PpDispatcher* d, double now, PpTask* t);
+/* lookahead: the producer of t's cross-rank input has started; the input is predicted at `arrive_at`
+ * (the caller's clock: the notice's receipt time plus the producer's own duration estimate, which
+ * the notice carries). Ignored when the input is already in or by the other modes. */
+void pp_dispatcher_notice(PpDispatcher* d, PpTask t, double arrive_at);
 /* Reference arbitration by scanning every task (tests cross-check next() against it; the bench uses
  * it as the baseline for the cost per decision). Same contract as pp_dispatcher_next. */
 int pp_dispatcher_next_scan(const PpDispatcher* d, PpTask* t);

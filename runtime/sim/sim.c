@@ -324,12 +324,13 @@ double pp_lower_bound(const PpDurations* d, int V) {
 
 /* ---- the event loop ----------------------------------------------------------------------------- */
 
-enum { EV_DONE = 0, EV_ARRIVE = 1 };
+enum { EV_DONE = 0, EV_ARRIVE = 1, EV_NOTICE = 2 };
 
 typedef struct {
     double t;
     long seq;  // insertion order: a deterministic tie break (the outcome does not depend on it)
     int type, rank, task;
+    double val;  // EV_NOTICE: predicted arrival of the announced input
 } SimEvent;
 
 typedef struct {
@@ -340,12 +341,12 @@ typedef struct {
 
 static int ev_less(const SimEvent* a, const SimEvent* b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
 
-static void ev_push(EventHeap* q, double t, int type, int rank, int task) {
+static void ev_push_val(EventHeap* q, double t, int type, int rank, int task, double val) {
     if (q->n == q->cap) {
         q->cap = q->cap ? 2 * q->cap : 1024;
         q->h = reallocCheck(q->h, sizeof(SimEvent) * q->cap);
     }
-    SimEvent e = {t, q->seq++, type, rank, task};
+    SimEvent e = {t, q->seq++, type, rank, task, val};
     int i = q->n++;
     while (i > 0) {
         int p = (i - 1) / 2;
@@ -355,6 +356,8 @@ static void ev_push(EventHeap* q, double t, int type, int rank, int task) {
     }
     q->h[i] = e;
 }
+
+static void ev_push(EventHeap* q, double t, int type, int rank, int task) { ev_push_val(q, t, type, rank, task, 0); }
 
 static SimEvent ev_pop(EventHeap* q) {
     SimEvent top = q->h[0], v = q->h[--q->n];
@@ -388,12 +391,32 @@ typedef struct {
     int* pend_from;     // (P, n) that producer's rank
     int msgs_cap;
     PpSimResult* res;
+    PpSimOptions opt;
+    uint8_t* fwd;       // (P, n) lookahead: the first notice of this task's input has been passed on
+    double* busy_until; // (P) lookahead: estimated end of the running task
 } Sim;
 
 static double sim_duration(const Sim* S, int r, PpTask t) {
     const PpDurations* d = S->d;
     const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
     return a[r * d->M + t.mb] / S->sh.chunks;
+}
+
+/* Per-(rank, task) estimate factor in [1 - e, 1 + e]: a hash of (seed, rank, task), so every mode sees
+ * the same cost model. */
+double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt, int r, PpTask t) {
+    const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
+    double v = a[r * d->M + t.mb] / chunks;
+    if (!opt || opt->estimate_error <= 0) return v;
+    uint64_t x = opt->estimate_seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)r << 40) ^
+                 ((uint64_t)t.kind << 36) ^ ((uint64_t)t.chunk << 28) ^ (uint64_t)t.mb;
+    double u = rng_uniform(&x);
+    return v * (1 + opt->estimate_error * (2 * u - 1));
+}
+
+static double sim_estimate(void* ctx, int r, PpTask t) {
+    const Sim* S = ctx;
+    return pp_sim_estimate(S->d, S->sh.chunks, &S->opt, r, t);
 }
 
 static void sim_mark(Sim* S, int r) {
@@ -471,8 +494,16 @@ static void sim_decide(Sim* S, int r, double t) {
     if (S->busy[r]) return;
     PpTask x;
     S->res->decisions++;
-    if (pp_dispatcher_next(&S->disp[r], &x) != 1) return;
+    if (pp_dispatcher_next_at(&S->disp[r], t, &x) != 1) return;
     pp_dispatcher_started(&S->disp[r], x);
+    int dst;
+    PpTask z;
+    if (S->mode == PP_MODE_LOOKAHEAD && pp_task_output(&S->sh, r, x, &dst, &z)) {
+        // The start notice travels like a message; it carries the producer's own estimate.
+        double at = t + S->d->latency;
+        ev_push_val(&S->q, at, EV_NOTICE, dst, pp_task_index(&S->sh, z), at + sim_estimate(S, r, x));
+    }
+    if (S->mode == PP_MODE_LOOKAHEAD) S->busy_until[r] = t + sim_estimate(S, r, x);
     S->busy[r] = 1;
     int slot = S->res->n_exec[r]++;
     S->slot[r] = slot;
@@ -480,6 +511,23 @@ static void sim_decide(Sim* S, int r, double t) {
     S->res->exec[r][slot].start = t;
     S->res->exec[r][slot].end = NAN;
     ev_push(&S->q, t + sim_duration(S, r, x), EV_DONE, r, pp_task_index(&S->sh, x));
+}
+
+/* A notice for rank r's task k (dense) arrives at t, predicting its input at `val`. Forwarding: the
+ * first notice of a task is passed on at once to the consumer of the task's own output, predicting it
+ * at max(input, end of what r runs now) + r's estimate of the task (+ latency): a rank hears of a
+ * wave of work several ranks upstream, not only from its neighbour's start. */
+static void sim_notice(Sim* S, int r, int k, double val, double t) {
+    PpTask z = pp_task_from_index(&S->sh, k), z2;
+    pp_dispatcher_notice(&S->disp[r], z, val);
+    size_t i = (size_t)r * S->n + k;
+    int dst;
+    if (S->fwd[i] || !pp_task_output(&S->sh, r, z, &dst, &z2)) return;
+    S->fwd[i] = 1;
+    double start = val > S->busy_until[r] ? val : S->busy_until[r];
+    if (start < t) start = t;
+    double at = t + S->d->latency;
+    ev_push_val(&S->q, at, EV_NOTICE, dst, pp_task_index(&S->sh, z2), start + sim_estimate(S, r, z) + S->d->latency);
 }
 
 static void sim_describe_deadlock(Sim* S, double t) {
@@ -495,7 +543,7 @@ static void sim_describe_deadlock(Sim* S, double t) {
         char b[32];
         PpTask y;
         if (S->busy[r] == 2) w = snprintf(p, left, " rank %d blocked in a send;", r);
-        else if (S->mode != PP_MODE_READY && pp_dispatcher_peek_sequence(d, &y))
+        else if (!pp_mode_is_ready(S->mode) && pp_dispatcher_peek_sequence(d, &y))
             w = snprintf(p, left, " rank %d waits for the input of %s;", r, pp_task_format(y, r, S->sh.P, b, sizeof b));
         else w = snprintf(p, left, " rank %d has %d tasks left, none eligible (in flight %d, cap %d);", r,
                           d->n - d->n_started, d->inflight, d->cap);
@@ -507,6 +555,11 @@ static void sim_describe_deadlock(Sim* S, double t) {
 
 int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, PpSimResult* res, char* err,
                size_t errlen) {
+    return pp_sim_run_opts(d, hint, mode, cap, chunks, NULL, res, err, errlen);
+}
+
+int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
+                    PpSimResult* res, char* err, size_t errlen) {
     memset(res, 0, sizeof *res);
     PpShape sh = {d->P, d->M, chunks, d->split};
     if (pp_hint_check_shape(hint, &sh, err, errlen)) return -1;
@@ -517,6 +570,7 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
     S.mode = mode;
     S.n = pp_shape_tasks(&sh);
     S.res = res;
+    if (opt) S.opt = *opt;
     int P = d->P, n = S.n;
     S.disp = callocCheck(P, sizeof(PpDispatcher));
     res->P = P;
@@ -531,10 +585,14 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
             pp_sim_result_free(res);
             return -1;
         }
+        S.disp[r].estimate = sim_estimate;
+        S.disp[r].estimate_ctx = &S;
         res->cap[r] = S.disp[r].cap;
         res->exec[r] = mallocCheck(sizeof(PpExec) * n);
     }
     S.busy = callocCheck(P, sizeof(int));
+    S.fwd = callocCheck((size_t)P * n, 1);
+    S.busy_until = callocCheck(P, sizeof(double));
     S.slot = callocCheck(P, sizeof(int));
     S.dirty = callocCheck(P, sizeof(int));
     S.dirty_list = mallocCheck(sizeof(int) * P);
@@ -553,6 +611,7 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
         while (S.q.n > 0 && S.q.h[0].t == t) {
             SimEvent e = ev_pop(&S.q);
             if (e.type == EV_DONE) sim_done(&S, e.rank, e.task, t);
+            else if (e.type == EV_NOTICE) sim_notice(&S, e.rank, e.task, e.val, t);
             else pp_dispatcher_input_arrived(&S.disp[e.rank], pp_task_from_index(&sh, e.task));
             sim_mark(&S, e.rank);
         }
@@ -578,6 +637,7 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
         for (int m = 0; m < d->M; m++)
             work += d->F[r * d->M + m] + d->B[r * d->M + m] + (d->W ? d->W[r * d->M + m] : 0);
         res->peak_inflight[r] = S.disp[r].peak_inflight;
+        res->waits += S.disp[r].n_waits;
         if (!pp_dispatcher_all_done(&S.disp[r])) res->deadlock = 1;
     }
     if (res->deadlock) sim_describe_deadlock(&S, t);
@@ -589,6 +649,8 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
     free(S.disp);
     free(S.q.h);
     free(S.busy);
+    free(S.fwd);
+    free(S.busy_until);
     free(S.slot);
     free(S.dirty);
     free(S.dirty_list);

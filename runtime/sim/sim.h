@@ -59,6 +59,7 @@ typedef struct {
     int* cap;           // (P) resolved caps (ready)
     int* peak_inflight; // (P)
     long decisions;     // calls of pp_dispatcher_next
+    long waits;         // lookahead: decisions that stayed idle for an announced task
     PpSimMsg* msgs;     // (n_msgs) in send order
     int n_msgs;
 } PpSimResult;
@@ -67,6 +68,18 @@ typedef struct {
  * -1 with a message in err when the hint/mode/shape combination is invalid. */
 int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, PpSimResult* res,
                char* err, size_t errlen);
+
+/* What a rank's cost model knows (lookahead): the estimate of a task is its true duration times a
+ * factor drawn uniformly from [1 - estimate_error, 1 + estimate_error], per (rank, task), as a pure
+ * function of estimate_seed (the same draw for every mode and hint). estimate_error 0 = exact. */
+typedef struct {
+    double estimate_error;  // in [0, 1)
+    uint64_t estimate_seed;
+} PpSimOptions;
+int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
+                    PpSimResult* res, char* err, size_t errlen);
+/* The estimate pp_sim_run_opts gives rank r's task t (also the replay benchmark's). */
+double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt, int r, PpTask t);
 void pp_sim_result_free(PpSimResult* r);
 
 /* Dry run before a real step: simulate the hint x mode x cap on uniform durations (F = 1, B = 2, or

@@ -100,7 +100,8 @@ static const RecipeKey recipe_keys[] = {
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
      "Schedule hint (DESIGN.md section 6)."},
-    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready", 0, "Dispatch mode."},
+    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready|lookahead", 0,
+     "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
@@ -511,8 +512,8 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         if (!ok)
             VFAIL("runtime", "cap", "'%s'", r->cap,
                   "not a cap; allowed: a whole number of microbatches (0 = the 1f1b peak) or a multiple such as 1.5x");
-        if (strcmp(r->cap, "0") != 0 && strcmp(r->mode, "ready") != 0)
-            VFAIL("runtime", "cap", "%s", r->cap, "only `ready` mode uses a cap; allowed: 0 with parallel.mode=%s",
+        if (strcmp(r->cap, "0") != 0 && strcmp(r->mode, "ready") != 0 && strcmp(r->mode, "lookahead") != 0)
+            VFAIL("runtime", "cap", "%s", r->cap, "only `ready` and `lookahead` modes use a cap; allowed: 0 with parallel.mode=%s",
                   r->mode);
     }
     return 0;
