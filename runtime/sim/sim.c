@@ -227,13 +227,7 @@ void pp_durations_free(PpDurations* d) {
 
 /* ---- generator ---------------------------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t* x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rng_uniform(uint64_t* x) { return ((splitmix64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double rng_uniform(uint64_t* x) { return ((rr_splitmix64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static double rng_normal(uint64_t* x) {
     double u = rng_uniform(x), v = rng_uniform(x);
     return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
