@@ -122,6 +122,30 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     return rc;
 }
 
+/* train.init_from: every rank loads its own stages' matching tensors; the log rank reports for the whole
+ * model (the matching rule is by name and shape, so its report is what the ranks together did). Step 0,
+ * fresh optimiser state: nothing else is read. */
+static int trainer_init_from(Trainer* t, char* err, size_t err_len) {
+    const Recipe* r = t->r;
+    char e[1024];
+    for (int c = 0; c < t->ex->n_stages; c++)
+        if (checkpoint_init_from(r->init_from, &t->ex->stages[c]->params, NULL, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: train.init_from = %s: %s", recipe_origin(r, "train", "init_from"), r->init_from, e);
+            return -1;
+        }
+    if (t->ex->log_rank) {
+        ParamTable whole;
+        model_params_register(&t->mc, 0, t->mc.Lt, &whole);
+        int rc = checkpoint_init_from(r->init_from, &whole, stderr, e, sizeof e);
+        params_free(&whole);
+        if (rc != 0) {
+            snprintf(err, err_len, "train.init_from = %s: %s", r->init_from, e);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
     t->r = r;
@@ -129,6 +153,13 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
     t->mc = train_model_config(r, vocab);
     if (model_config_check(&t->mc, err, err_len) != 0) return -1;
+    if (r->freeze[0]) {
+        char e[1024];
+        if (model_freeze_check(&t->mc, r->freeze, NULL, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: train.freeze = %s: %s", recipe_origin(r, "train", "freeze"), r->freeze, e);
+            return -1;
+        }
+    }
     const Backend* be = &backend_cpu;
     if (strcmp(r->backend, "cpu") != 0) {
         char why[256];
@@ -168,6 +199,8 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
 
     int64_t resume_step = 0;
     if (r->resume[0] && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
+    /* a resumed run continues from its own checkpoint: init_from only starts a run */
+    if (!r->resume[0] && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
