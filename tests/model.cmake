@@ -5,6 +5,7 @@ target_link_libraries(test_model PRIVATE rrfp_core)
 add_test(NAME model_fd COMMAND test_model fd)
 add_test(NAME model_split_bitwise COMMAND test_model split)
 add_test(NAME model_pipeline_stages COMMAND test_model stages)
+add_test(NAME model_freeze COMMAND test_model freeze)
 add_test(NAME model_gpu COMMAND test_model gpu)
 set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
