@@ -42,3 +42,20 @@ add_test(NAME train_demo_e2e
          COMMAND ${CMAKE_SOURCE_DIR}/tests/train_demo_e2e.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/train_demo_e2e 16 0.3)
 set_tests_properties(train_demo_e2e PROPERTIES LABELS slow TIMEOUT 900)
+
+# LLaVA's workflow: recipes/llava-stage1.ini (train.freeze = vision,text) then llava-stage2.ini
+# (train.freeze = vision, train.init_from = stage 1's checkpoint), one process and pp 2 (checks in the script).
+add_test(NAME train_llava_stages
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "llava stages: ok" ${CMAKE_SOURCE_DIR}/tests/train_llava_stages.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_llava_stages)
+set_tests_properties(train_llava_stages PROPERTIES LABELS mpi TIMEOUT 600)
+# A freeze list that names no parameter is refused before anything trains, naming the item (exit 1).
+add_test(NAME train_freeze_bad_key COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.freeze=vision,txt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/freeze_bad"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=train.freeze = vision,txt: 'txt' names no parameter of this model"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+# init_from of a folder that is not a checkpoint: a clear error naming it (exit 1).
+add_test(NAME train_init_from_missing COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/init_from_missing"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=train.init_from = .*no_such_ckpt/state.json: cannot read"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
