@@ -50,7 +50,9 @@ VitConfig model_config_vit(const ModelConfig* c) {
 }
 
 LmConfig model_config_lm(const ModelConfig* c) {
-    LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std};
+    /* 0 (a ModelConfig written before these fields) means the defaults of DESIGN.md */
+    LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std,
+                  .rms_eps = c->rms_eps > 0 ? c->rms_eps : 1e-5, .rope_base = c->rope_base > 0 ? c->rope_base : 10000.0};
     return l;
 }
 
@@ -521,7 +523,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {
-        be->rmsnorm_forward(a->nf, a->rstdf, xL, st->normf_w, T, Dt);
+        be->rmsnorm_forward(a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
         be->linear_forward(a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
         be->crossentropy_forward(a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
         be->copy_d2h(&a->loss_sum, a->loss_dev, sizeof(float));
@@ -739,6 +741,9 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "min_patches", c->min_patches);
     cJSON_AddNumberToObject(j, "max_patches", c->max_patches);
     cJSON_AddNumberToObject(j, "init_std", c->init_std);
+    LmConfig lc = model_config_lm(c);
+    cJSON_AddNumberToObject(j, "rms_eps", lc.rms_eps);
+    cJSON_AddNumberToObject(j, "rope_base", lc.rope_base);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     cJSON_AddStringToObject(j, "seed", seed); /* a string: JSON numbers lose 64-bit integers */

@@ -37,7 +37,8 @@
 #include "text/lm.h"
 #include "vision/vision.h"
 
-/* Norm eps (1e-5) and the RoPE base (10000) are fixed by DESIGN.md and live in the ops. */
+/* The ViT's LayerNorm eps (1e-5) and 2-D RoPE base (10000) are fixed by DESIGN.md; the LM's RMSNorm eps
+ * and RoPE base are the recipe's (an imported Llama sets them). */
 typedef struct {
     int patch;                    /* p: a patch has 3 p^2 values */
     int Dv, Lv, Hv;               /* ViT width, blocks, heads (MLP hidden 4 Dv; Dv/Hv % 4 == 0) */
@@ -47,6 +48,8 @@ typedef struct {
     int min_patches, max_patches; /* per image, the loader's smart_resize bounds */
     float init_std;               /* 0.02 */
     uint64_t seed;                /* init seed */
+    double rms_eps;               /* LM RMSNorm eps (model.rms_eps); 0 = 1e-5 */
+    double rope_base;             /* LM RoPE theta (model.rope_base); 0 = 10000 */
 } ModelConfig;
 
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */

@@ -51,6 +51,8 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.min_patches = r->min_patches, c.max_patches = r->max_patches;
     c.init_std = 0.02f;
     c.seed = (uint64_t)r->seed;
+    c.rms_eps = r->rms_eps;
+    c.rope_base = r->rope_base;
     return c;
 }
 
