@@ -27,7 +27,7 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------------
  * Tensors and arenas */
 
-typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2 } DType;
+typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DType; /* F16: read only (imports) */
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 

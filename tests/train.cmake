@@ -59,3 +59,13 @@ add_test(NAME train_init_from_missing COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FI
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/init_from_missing"
          -DEXPECT_RC=1 "-DEXPECT_ERR=train.init_from = .*no_such_ckpt/state.json: cannot read"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+
+# rrfp-mm import llama: a Hugging Face Llama written by the test (2 shards, F32 / BF16 / F16, index json)
+# gives the logits of an independent float64 Llama forward (tolerance in the script); GQA, tied embeddings,
+# rope_scaling and biases are refused.
+add_executable(test_llama_logits tests/test_llama_logits.c)
+target_link_libraries(test_llama_logits PRIVATE rrfp_core)
+add_test(NAME import_llama_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llama.py $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llama_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llama)
+set_tests_properties(import_llama_torch PROPERTIES LABELS torch TIMEOUT 300)
