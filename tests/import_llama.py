@@ -195,6 +195,24 @@ def main():
         e2 = rel_err(mb["logits"], ref(eps, theta))
         expect(e2 > 100 * tol, f"sensitivity: with the default {what} the reference differs by {e2:.2e} (> {100 * tol:.0e})")
 
+    # ---- LLaVA stage 1 on the imported LM: the text tower starts as imported and stays so (frozen)
+    run = os.path.join(work, "stage1")
+    recipe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "test-synthetic.ini")
+    sets = [f"model.{k}={keys[k]}" for k in ("text_width", "text_layers", "text_heads", "ffn_hidden", "vocab", "rms_eps", "rope_base")]
+    sets += [f"train.init_from={ck}", "train.freeze=vision,text", "train.steps=2", "optim.warmup=1", f"train.run_dir={run}"]
+    r = subprocess.run([rrfp, "train", recipe] + sum((["--set", x] for x in sets), []), capture_output=True, text=True)
+    expect(r.returncode == 0 and "loaded 30 tensors" in r.stderr, f"stage 1 trains from the import: exit {r.returncode} "
+                                                                  f"{(r.stderr + r.stdout).strip()[-300:]}")
+    if r.returncode == 0:
+        imported = {}
+        for fn in os.listdir(ck):
+            if fn.endswith(".safetensors"):
+                imported.update(st_read(os.path.join(ck, fn)))
+        trained = st_read(os.path.join(run, "checkpoints", "step-00000002", "model.safetensors"))
+        same = [k for k in imported if torch.equal(imported[k], trained[k])]
+        expect(len(same) == 30 and torch.equal(imported["text.embed.weight"].to(DT), W["model.embed_tokens.weight"]),
+               f"after 2 stage-1 steps the 30 text tensors are bitwise the imported (= the HF) values ({len(same)} equal)")
+
     # ---- what the model cannot represent is refused, naming it
     bad = [({"num_key_value_heads": 2}, "num_key_value_heads = 2"), ({"tie_word_embeddings": True}, "tie_word_embeddings"),
            ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"), ({"attention_bias": True}, "attention_bias"),

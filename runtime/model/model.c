@@ -163,6 +163,14 @@ int model_freeze_check(const ModelConfig* cfg, const char* freeze, int* n_frozen
     return rc;
 }
 
+size_t model_params_freeze(ParamTable* pt, const char* freeze) {
+    freeze_for_each(freeze, freeze_apply, pt);
+    size_t n = 0;
+    for (int i = 0; i < pt->n; i++)
+        if (!pt->specs[i].frozen) n += pt->specs[i].numel;
+    return n;
+}
+
 void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be) {
     stage_init_frozen(st, cfg, l0, l1, NULL, be);
 }

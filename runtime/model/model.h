@@ -141,6 +141,9 @@ size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1);
 /* Register (params_init, then names and shapes; nothing allocated) the parameters of the stage holding
  * LM blocks [l0, l1): with [0, Lt) the whole model. Free with params_free. */
 void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt);
+/* Mark the tensors of a registered (not yet allocated) table under the train.freeze list frozen; returns
+ * the trainable values left. */
+size_t model_params_freeze(ParamTable* pt, const char* freeze);
 size_t model_stage_acts_bytes(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split);
 /* split = 1 allows stage_backward_input/_weight (keeps per-block gradients); 0 only stage_backward. */
 void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split);

@@ -92,6 +92,13 @@ static void fmt_bytes(char* s, size_t n, double x) {
 
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
     ModelConfig mc = train_model_config(r, vocab);
+    if (r->freeze[0]) {
+        char e[1024];
+        if (model_freeze_check(&mc, r->freeze, NULL, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: train.freeze = %s: %s", recipe_origin(r, "train", "freeze"), r->freeze, e);
+            return -1;
+        }
+    }
     ModelParamCounts c;
     model_param_counts(&mc, &c);
     char a[32], b[32];
@@ -126,7 +133,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
     fprintf(out, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost-balanced");
     fprintf(out,
-            "memory per rank (f32; weights, grads and AdamW m + v: the stage's parameter table; activations: the\n"
+            "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
+            "(train.freeze); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
             "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; / tp when tp > 1):\n",
             T);
@@ -141,12 +149,16 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     int* l0s = mallocCheck((size_t)S * sizeof(int));
     for (int s = 0; s < S; s++) l0s[s] = l_at, l_at += layers[s];
     for (int rank = 0; rank < P; rank++) {
-        double params = 0, act_mb = 0;
+        double params = 0, trainable = 0, act_mb = 0;
         int nl = 0;
         for (int ch = 0; ch < r->chunks; ch++) {
             int s = rank + ch * P;
             nl += layers[s];
             params += (double)model_stage_param_count(&mc, l0s[s], l0s[s] + layers[s]) / tp;
+            ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
+            model_params_register(&mc, l0s[s], l0s[s] + layers[s], &pt);
+            trainable += (double)model_params_freeze(&pt, r->freeze) / tp;
+            params_free(&pt);
             /* every position of the microbatch may be an image patch: the worst case */
             act_mb += (double)model_stage_acts_bytes(&mc, l0s[s], l0s[s] + layers[s], T, T, 0) / tp;
         }
@@ -158,7 +170,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
             inflight = c < M ? c : M;
         }
-        double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * inflight;
+        double w = params * 4, g = trainable * 4, adam = trainable * 8, act = act_mb * inflight;
         double total = w + g + adam + act;
         if (total > max_total) max_total = total;
         char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];

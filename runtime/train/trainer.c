@@ -351,6 +351,14 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_l
             r->path, pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
             r->microbatches, r->microbatch_tokens, t->ex->name, (long long)t->step + 1, (long long)t->last_step,
             r->steps, t->run_dir);
+    if (r->freeze[0]) {
+        ParamTable whole;
+        model_params_register(&t->mc, 0, t->mc.Lt, &whole);
+        size_t trainable = model_params_freeze(&whole, r->freeze);
+        fprintf(log, "freeze %s: %.2fM of %.2fM parameters train (no gradient, AdamW state or update for the rest)\n",
+                r->freeze, (double)trainable / 1e6, (double)whole.total / 1e6);
+        params_free(&whole);
+    }
     fflush(log);
     int rc = 0;
     while (t->step < t->last_step) {
