@@ -10,6 +10,7 @@
 #  - stage 2: starts at step 1 from stage 1's checkpoint of either layout (its step-1 weights are that
 #    checkpoint, bitwise), reports 71 loaded / 0 initialised / 0 unused; afterwards vision.* bitwise
 #    unchanged, projector.* and text.* moved, no AdamW state for vision.*; pp 2 agrees with one process;
+#  - eval reads a stage-1 checkpoint under a recipe without train.freeze (values only);
 #  - init_from into another model (2 LM layers, another SwiGLU width): the report names the tensors
 #    initialised for their shape and the checkpoint's blocks 2-3 as not used.
 # Usage: train_llava_stages.sh RRFP_MM SOURCE_DIR WORKDIR
@@ -101,6 +102,10 @@ for run in "s2 $W/s1/$CK 1" "s2x $W/s1pp/$CK 1" "s2pp $W/s1/$CK 2"; do
 done
 close_losses "$W/s2" "$W/s2pp" || fail "stage 2: pipeline losses differ from one process"
 "$BIN" tensors diff "$W/s2/$CK" "$W/s2pp/$CK" --quiet --rtol 1e-5 --atol 1e-6 || fail "stage 2: pipeline checkpoint differs"
+
+# ---- a stage-1 checkpoint (AdamW state for the projector only) evaluates under a recipe without freeze
+"$BIN" eval "$S2" "${SMALL[@]}" --set train.freeze= --checkpoint "$W/s1/$CK" --samples 8 >"$W/eval.log" 2>&1 \
+  || { cat "$W/eval.log"; fail "eval of a stage-1 checkpoint without train.freeze"; }
 
 # ---- init_from into a model of another shape: what is initialised and what is left unused is named
 "$BIN" train "$S2" "${SMALL[@]}" --set train.run_dir="$W/other" --set train.init_from="$W/s1/$CK" \

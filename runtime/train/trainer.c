@@ -189,7 +189,16 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     t->ex = r->pp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
-    if (!eval_only) {
+    if (eval_only) {
+        /* evaluation reads the values only: without moments a checkpoint written under another
+         * train.freeze (which has AdamW state for other tensors) evaluates too */
+        for (int c = 0; c < t->ex->n_stages; c++) {
+            ParamTable* pt = &t->ex->stages[c]->params;
+            if (pt->m) pt->be->free(pt->m);
+            if (pt->v) pt->be->free(pt->v);
+            pt->m = pt->v = NULL;
+        }
+    } else {
         int rc = !strcmp(r->source, "synthetic")
                      ? trainer_source_synthetic(&t->src, r, vocab, 0, err, err_len)
                      : trainer_source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, err, err_len);
