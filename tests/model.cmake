@@ -37,3 +37,9 @@ foreach(n 1 2)
            COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-${n}'")
   set_tests_properties(model_torch_trainer_dump${n} PROPERTIES LABELS torch TIMEOUT 120)
 endforeach()
+# model.rms_eps and model.rope_base away from their defaults (eps 0.01 dominates mean(x^2) ~ 4e-4 at
+# init; theta 123): the reference takes them from the dump's config.json, the engine from the recipe.
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_eps)
+add_test(NAME model_torch_trainer_dump_eps
+         COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=1 --set model.rms_eps=0.01 --set model.rope_base=123 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-1'")
+set_tests_properties(model_torch_trainer_dump_eps PROPERTIES LABELS torch TIMEOUT 120)
