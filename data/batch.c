@@ -49,6 +49,13 @@ static int64_t shard_skipped(BatchSource* src) {
     return st.skipped_damaged + st.skipped_oversize;
 }
 
+static int64_t shard_images_decoded(BatchSource* src) {
+    ShardSource* ss = src->self;
+    LoaderStats st;
+    loader_stats(ss->L, &st);
+    return st.images_decoded;
+}
+
 static void shard_free(BatchSource* src) {
     ShardSource* ss = src->self;
     loader_close(ss->L);
@@ -70,6 +77,7 @@ int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size
     src->position = shard_position;
     src->seek = shard_seek;
     src->skipped = shard_skipped;
+    src->images_decoded = shard_images_decoded;
     src->free = shard_free;
     src->dataset_samples = st.dataset_samples;
     return 0;

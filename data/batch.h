@@ -29,6 +29,7 @@ typedef struct BatchSource {
     char* (*position)(struct BatchSource* s);
     int (*seek)(struct BatchSource* s, const char* json, char* err, size_t err_len);
     int64_t (*skipped)(struct BatchSource* s); /* damaged samples skipped so far */
+    int64_t (*images_decoded)(struct BatchSource* s); /* JPEGs decoded so far (0: none, or no JPEGs) */
     int64_t dataset_samples; /* samples in one epoch (0 = endless, synthetic) */
     void (*free)(struct BatchSource* s);
 } BatchSource;

@@ -21,6 +21,17 @@ JpegCodec* jpeg_codec_new(void) {
     return c;
 }
 
+/* After any failed call the decompressor gets a fresh handle. libjpeg-turbo 2.1's
+ * tjDecompressHeader3 returns from its error handler without aborting the libjpeg object, so the
+ * next header read on the same handle fails too ("two SOI markers", or the first image's stale
+ * message): one bad JPEG would reject every later one. A new handle costs microseconds, and only
+ * on the error path. */
+static void codec_reset(JpegCodec* c) {
+    tjDestroy(c->dec);
+    c->dec = tjInitDecompress();
+    if (!c->dec) rr_die("TurboJPEG: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
+}
+
 void jpeg_codec_free(JpegCodec* c) {
     if (!c) return;
     if (c->dec) tjDestroy(c->dec);
@@ -28,21 +39,17 @@ void jpeg_codec_free(JpegCodec* c) {
     free(c);
 }
 
-/* Name what the bytes are when they are not a JPEG: the usual mistake is a PNG or GIF named .jpg. */
+/* Name what the bytes are when they are not a JPEG: the usual mistake is a PNG or GIF named .jpg.
+ * The bytes themselves are never echoed: an image path can name any file (a manifest pointing at
+ * /etc/passwd must not get its first bytes printed). */
 static void describe_not_jpeg(const uint8_t* b, size_t n, char* err, size_t err_len) {
     const char* what = "";
     if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) what = ": a PNG file";
     else if (n >= 6 && (!memcmp(b, "GIF87a", 6) || !memcmp(b, "GIF89a", 6))) what = ": a GIF file";
     else if (n >= 2 && b[0] == 'B' && b[1] == 'M') what = ": a BMP file";
     else if (n >= 12 && !memcmp(b, "RIFF", 4) && !memcmp(b + 8, "WEBP", 4)) what = ": a WebP file";
-    if (n == 0) {
-        snprintf(err, err_len, "not a JPEG (empty file)");
-        return;
-    }
-    char hex[16] = "";
-    int k = 0;
-    for (size_t i = 0; i < n && i < 4; i++) k += snprintf(hex + k, sizeof hex - k, i ? " %02x" : "%02x", b[i]);
-    snprintf(err, err_len, "not a JPEG (starts with %s, expected ff d8%s)", hex, what);
+    if (n == 0) snprintf(err, err_len, "not a JPEG (empty file)");
+    else snprintf(err, err_len, "not a JPEG (does not start with the JPEG marker ff d8%s)", what);
 }
 
 int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len) {
@@ -50,9 +57,15 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
         describe_not_jpeg(buf, n, err, err_len);
         return -1;
     }
+    if (n > (size_t)JPEG_MAX_BYTES) {
+        snprintf(err, err_len, "JPEG of %zu bytes, above the limit of %d MiB", n, JPEG_MAX_BYTES >> 20);
+        return -1;
+    }
     int sub = 0, cs = 0;
+    *w = *h = 0;
     if (tjDecompressHeader3(c->dec, buf, (unsigned long)n, w, h, &sub, &cs) != 0) {
         snprintf(err, err_len, "corrupt JPEG header: %s", tjGetErrorStr2(c->dec));
+        codec_reset(c);
         return -1;
     }
     if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
@@ -64,6 +77,12 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
         snprintf(err, err_len, "JPEG has an empty size %dx%d", *w, *h);
         return -1;
     }
+    /* bounded here, before anything is allocated for the pixels */
+    if (*w > JPEG_MAX_SIDE || *h > JPEG_MAX_SIDE || (int64_t)*w * *h > JPEG_MAX_PIXELS) {
+        snprintf(err, err_len, "JPEG declares %dx%d pixels, above the limit of %d pixels (%d per side)", *w, *h,
+                 JPEG_MAX_PIXELS, JPEG_MAX_SIDE);
+        return -1;
+    }
     return 0;
 }
 
@@ -71,6 +90,7 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
 static uint8_t* decode_scaled(JpegCodec* c, const uint8_t* buf, size_t n, int w, int h, int scale, int* ow, int* oh,
                               char* err, size_t err_len) {
     RR_ASSERT(scale == 1 || scale == 2 || scale == 4 || scale == 8);
+    RR_ASSERT(w > 0 && h > 0 && w <= JPEG_MAX_SIDE && h <= JPEG_MAX_SIDE && (int64_t)w * h <= JPEG_MAX_PIXELS);
     tjscalingfactor sf = {1, scale};
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
     uint8_t* rgb = mallocCheck((size_t)sw * sh * 3);
@@ -80,6 +100,7 @@ static uint8_t* decode_scaled(JpegCodec* c, const uint8_t* buf, size_t n, int w,
     if (tjDecompress2(c->dec, buf, (unsigned long)n, rgb, sw, 0, sh, TJPF_RGB, flags) != 0) {
         snprintf(err, err_len, "corrupt JPEG: %s", tjGetErrorStr2(c->dec));
         free(rgb);
+        codec_reset(c);
         return NULL;
     }
     *ow = sw;

@@ -4,20 +4,32 @@
  * Pillow's Image.resize(BILINEAR) semantics (computed in float, not rounded through 8 bits), and
  * normalisation x/127.5 - 1 into row-major patches, each flattened (row, col, channel).
  *
- * A JpegCodec wraps one TurboJPEG handle: it is not thread-safe, so each thread keeps its own. */
+ * A JpegCodec wraps one TurboJPEG handle: it is not thread-safe, so each thread keeps its own. A
+ * failure never affects the next call: after any error the handle is replaced by a fresh one.
+ *
+ * Limits. A JPEG may declare up to 65535 x 65535 pixels in 2,000 bytes; the decode buffer is sized
+ * from the header, so the header is bounded before anything is allocated: at most JPEG_MAX_SIDE
+ * pixels per side (libjpeg-turbo's own limit) and JPEG_MAX_PIXELS in all (Pillow's default
+ * MAX_IMAGE_PIXELS, its decompression-bomb threshold), and the file at most JPEG_MAX_BYTES. An
+ * image beyond them is an error like a corrupt one (a rejected record), never an allocation. */
 #ifndef RRFP_DATA_IMAGE_H
 #define RRFP_DATA_IMAGE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#define JPEG_MAX_SIDE 65500
+#define JPEG_MAX_PIXELS 89478485
+#define JPEG_MAX_BYTES (256 << 20)
+
 typedef struct JpegCodec JpegCodec;
 
 JpegCodec* jpeg_codec_new(void);
 void jpeg_codec_free(JpegCodec* c);
 
-/* Header of a JPEG: width, height, colour space. Returns 0, or -1 with the reason in err
- * ("not a JPEG (starts with 89 50 4e 47: a PNG file)", "unsupported colour space CMYK", ...). */
+/* Header of a JPEG: width, height, colour space, checked against the limits above. Returns 0, or -1
+ * with the reason in err ("not a JPEG (does not start with the JPEG marker ff d8: a PNG file)",
+ * "unsupported colour space CMYK", ...); the file's bytes are never quoted. */
 int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
 
 /* Decode to packed RGB8 at 1/scale of the full size (scale 1, 2, 4 or 8; the scaled size is

@@ -85,6 +85,7 @@ struct Loader {
     int n_workers;
     pthread_t* threads;
     int64_t bytes_read;
+    int64_t images_decoded; /* JPEGs decoded into patches by the workers (0 without decode_images) */
 
     /* consumer state */
     SampleData held;       /* fifo: the sample that did not fit (position held.k), or n_tokens = -1 */
@@ -113,11 +114,6 @@ struct Loader {
 
 /* ---- small helpers ------------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 void loader_config_default(LoaderConfig* c) {
     memset(c, 0, sizeof *c);
@@ -214,10 +210,10 @@ static int64_t stream_sample(Loader* L, int64_t k) {
         if (!L->perm[slot]) L->perm[slot] = mallocCheck(sizeof(int64_t) * (size_t)L->N);
         int64_t* p = L->perm[slot];
         for (int64_t i = 0; i < L->N; i++) p[i] = i;
-        uint64_t st = mix64(L->cfg.seed * 0x9E3779B97F4A7C15ull ^ mix64((uint64_t)e + 0x632BE59BD9B4E019ull));
+        uint64_t st = rr_mix64(L->cfg.seed * 0x9E3779B97F4A7C15ull ^ rr_mix64((uint64_t)e + 0x632BE59BD9B4E019ull));
         for (int64_t i = L->N - 1; i > 0; i--) {
             st += 0x9E3779B97F4A7C15ull;
-            int64_t r = (int64_t)(mix64(st) % (uint64_t)(i + 1));
+            int64_t r = (int64_t)(rr_mix64(st) % (uint64_t)(i + 1));
             int64_t t = p[i];
             p[i] = p[r], p[r] = t;
         }
@@ -304,6 +300,7 @@ static void* worker_main(void* arg) {
         sl->d = d;
         sl->state = SLOT_DONE;
         L->bytes_read += bytes;
+        if (L->cfg.decode_images && !d.damaged) L->images_decoded += d.n_images;
         if (L->consumer_waiting) pthread_cond_broadcast(&L->cv_done);
     }
     pthread_mutex_unlock(&L->mu);
@@ -844,7 +841,7 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     L->grid_h = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
     L->grid_w = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
     uint64_t h = 0x243F6A8885A308D3ull;
-#define HMIX(v) (h = mix64(h ^ (uint64_t)(v)))
+#define HMIX(v) (h = rr_mix64(h ^ (uint64_t)(v)))
     HMIX(L->N), HMIX(cfg->seed), HMIX(cfg->policy), HMIX(cfg->window), HMIX(cfg->microbatch_tokens);
     HMIX(cfg->microbatches), HMIX(cfg->dp_rank), HMIX(cfg->dp_size), HMIX(cfg->patch), HMIX(cfg->min_patches);
     HMIX(cfg->max_patches);
@@ -952,6 +949,7 @@ void loader_stats(const Loader* L, LoaderStats* s) {
     *s = L->pub;
     pthread_mutex_lock((pthread_mutex_t*)&L->mu);
     s->bytes_read = L->bytes_read;
+    s->images_decoded = L->images_decoded;
     pthread_mutex_unlock((pthread_mutex_t*)&L->mu);
 }
 

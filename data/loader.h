@@ -86,6 +86,7 @@ typedef struct {
     int64_t skipped_oversize;  /* samples above microbatch_tokens (with skip_oversize) */
     int64_t epoch;             /* epoch of the last sample handed out */
     int64_t bytes_read;        /* compressed frame bytes read by the workers */
+    int64_t images_decoded;    /* JPEGs decoded into patches (0 when decode_images is off) */
     double wait_s;             /* time loader_next_step spent blocked, waiting for a step to be ready */
     int64_t dataset_samples;   /* N over all shards */
     int shards;

@@ -11,7 +11,8 @@
 
 static const char* REJECT_NAMES[REJECT_N] = {
     "ok",           "bad_json",     "not_object",    "no_conversations", "empty_conversation", "bad_turn",
-    "no_answer",    "bad_image_field", "image_tokens", "missing_image",   "bad_image",          "too_long"};
+    "no_answer",    "bad_image_field", "image_tokens", "missing_image",   "bad_image",          "too_long",
+    "outside_images"};
 
 const char* reject_reason_name(RejectReason r) { return r >= 0 && r < REJECT_N ? REJECT_NAMES[r] : "?"; }
 
@@ -57,6 +58,10 @@ static int array_element_lines(const char* t, size_t n, int* lines, int cap) {
 int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, char* err, size_t err_len) {
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", name);
+    /* A UTF-8 byte-order mark (written by some Windows editors and .NET) is not part of the JSON; left
+     * in, it hid the '[' of an array, which was then read as JSONL with most records lost. Lines and
+     * columns are counted after it, as an editor shows them. */
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3, len -= 3;
     size_t i = 0;
     while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) i++;
     if (i < len && text[i] == '[') {
@@ -143,7 +148,9 @@ int manifest_load(const char* path, Manifest* m, char* err, size_t err_len) {
     size_t len;
     char* text = rr_read_file(path, &len);
     if (!text) {
-        snprintf(err, err_len, "cannot read manifest '%s': %s", path, strerror(errno));
+        char why[128];
+        snprintf(err, err_len, "cannot read manifest '%s': %s", path,
+                 rr_read_file_why(errno, "a JSON or JSONL manifest file", why, sizeof why));
         return -1;
     }
     int rc = manifest_parse(text, len, path, m, err, err_len);

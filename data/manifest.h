@@ -1,7 +1,7 @@
 /* manifest.h — LLaVA manifests (DESIGN.md section 5) and the prompt template.
  *
  * A manifest is a JSON array of records or JSONL (one record per line); the first non-blank byte
- * decides ('[' = array). Each record: {"id": ..., "image": "a.jpg" | ["a.jpg", ...] (optional),
+ * decides ('[' = array); a leading UTF-8 byte-order mark is skipped. Each record: {"id": ..., "image": "a.jpg" | ["a.jpg", ...] (optional),
  * "conversations": [{"from": "human", "value": "<image>\nWhat is shown?"}, {"from": "gpt", ...}]}.
  * "from" is "human" (or "user") for prompt turns and "gpt" (or "assistant") for answers.
  *
@@ -38,6 +38,7 @@ typedef enum {
     REJECT_MISSING_IMAGE,      /* image file cannot be read */
     REJECT_BAD_IMAGE,          /* not a JPEG, corrupt, truncated, CMYK, extreme aspect ratio */
     REJECT_TOO_LONG,           /* more tokens than a shard entry holds */
+    REJECT_OUTSIDE_IMAGES,     /* image path absolute or leading outside the images folder (pack) */
     REJECT_N
 } RejectReason;
 

@@ -1,9 +1,11 @@
 /* pack.c — the pack tool (see pack.h): validate, tokenize, check every JPEG, write shards. */
+#define _GNU_SOURCE
 #include "data/pack.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,18 +17,6 @@
 #include "text/tokenizer.h"
 
 #define PACK_MAX_SHARDS 100000
-
-static int mkdir_p(const char* path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char* p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 typedef struct {
     char final[4096], tmp[4112];
@@ -58,25 +48,70 @@ void pack_summary_print(const PackSummary* s, FILE* f) {
     fprintf(f, "\n");
 }
 
-/* Read and check one image; fills its metadata. Returns REJECT_NONE or a reason with why. */
-static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* name, uint8_t** data, size_t* len,
-                               ShardImage* im, char* why, size_t why_len) {
-    char path[1024];
+/* Does the relative path `name` climb above its starting folder ("../x", "a/../../x")? Decided on
+ * the text alone, before the file system is asked anything (whether a file outside exists is not
+ * revealed either). */
+static int path_climbs_out(const char* name) {
+    int depth = 0;
+    for (const char* p = name; *p;) {
+        const char* q = strchr(p, '/');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.') {
+            if (--depth < 0) return 1;
+        } else if (n > 0 && !(n == 1 && p[0] == '.')) {
+            depth++;
+        }
+        p += n + (q ? 1 : 0);
+    }
+    return 0;
+}
+
+/* Read and check one image; fills its metadata. images_real: realpath of the images folder (NULL with
+ * allow_outside_images). Returns REJECT_NONE or a reason with why. No message quotes the file. */
+static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* images_real, const char* name,
+                               uint8_t** data, size_t* len, ShardImage* im, char* why, size_t why_len) {
+    char path[PATH_MAX + 64], real[PATH_MAX];
+    *data = NULL;
+    if (!c->allow_outside_images && (name[0] == '/' || path_climbs_out(name))) {
+        snprintf(why, why_len, "image path '%s' %s the images folder '%s' (--allow-outside-images to allow it)", name,
+                 name[0] == '/' ? "is absolute, not relative to" : "leads outside", c->images_dir);
+        return REJECT_OUTSIDE_IMAGES;
+    }
     if (name[0] == '/') snprintf(path, sizeof path, "%s", name);
     else snprintf(path, sizeof path, "%s/%s", c->images_dir, name);
-    *data = (uint8_t*)rr_read_file(path, len);
+    if (images_real) { /* symbolic links: the file itself must lie inside the folder */
+        if (!realpath(path, real)) {
+            snprintf(why, why_len, "image '%.1024s': %s", path, strerror(errno));
+            return REJECT_MISSING_IMAGE;
+        }
+        size_t n = strlen(images_real);
+        if (strncmp(real, images_real, n) != 0 || (real[n] != '/' && strcmp(images_real, "/") != 0)) {
+            snprintf(why, why_len, "image '%.600s' resolves to '%.600s', outside the images folder '%.600s' "
+                     "(--allow-outside-images to allow it)", path, real, c->images_dir);
+            return REJECT_OUTSIDE_IMAGES;
+        }
+    }
+    const char* rd = images_real ? real : path; /* read what was checked */
+    struct stat st;
+    if (stat(rd, &st) == 0 && !S_ISREG(st.st_mode)) { /* a folder, a device (/dev/zero never ends), a pipe */
+        snprintf(why, why_len, "image '%.1024s' is %s, expected a JPEG file", path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+        return REJECT_MISSING_IMAGE;
+    }
+    *data = (uint8_t*)rr_read_file(rd, len);
     if (!*data) {
-        snprintf(why, why_len, "image '%s': %s", path, strerror(errno));
+        char e[128];
+        snprintf(why, why_len, "image '%.1024s': %s", path, rr_read_file_why(errno, "a JPEG file", e, sizeof e));
         return REJECT_MISSING_IMAGE;
     }
     int w, h, ow, oh;
     char e[256];
     if (jpeg_read_header(jc, *data, *len, &w, &h, e, sizeof e) != 0) {
-        snprintf(why, why_len, "image '%s': %s", path, e);
+        snprintf(why, why_len, "image '%.1024s': %s", path, e);
         return REJECT_BAD_IMAGE;
     }
     if ((w > h ? (double)w / h : (double)h / w) > 200.0) {
-        snprintf(why, why_len, "image '%s': aspect ratio %dx%d is above 200 (Qwen2-VL smart_resize's limit)", path, w, h);
+        snprintf(why, why_len, "image '%.1024s': aspect ratio %dx%d is above 200 (Qwen2-VL smart_resize's limit)", path, w, h);
         return REJECT_BAD_IMAGE;
     }
     int gh, gw;
@@ -85,7 +120,7 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* n
     uint8_t* rgb = jpeg_decode_rgb(jc, *data, *len, image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow, &oh, e,
                                    sizeof e);
     if (!rgb) {
-        snprintf(why, why_len, "image '%s': %s", path, e);
+        snprintf(why, why_len, "image '%.1024s': %s", path, e);
         return REJECT_BAD_IMAGE;
     }
     free(rgb);
@@ -114,12 +149,26 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         tokenizer_free(tok);
         return -1;
     }
+    char images_real_buf[PATH_MAX], *images_real = NULL;
+    if (!c->allow_outside_images) {
+        struct stat ist;
+        const char* bad = !realpath(c->images_dir, images_real_buf) ? strerror(errno)
+                          : stat(images_real_buf, &ist) != 0 || !S_ISDIR(ist.st_mode) ? "not a folder" : NULL;
+        if (bad) {
+            snprintf(err, err_len, "--images '%s': %s", c->images_dir, bad);
+            tokenizer_free(tok);
+            return -1;
+        }
+        images_real = images_real_buf;
+    }
     Manifest m;
     if (manifest_load(c->manifest, &m, err, err_len) != 0) {
         tokenizer_free(tok);
         return -1;
     }
-    if (mkdir_p(c->out_dir) != 0) {
+    struct stat out_st;
+    int out_existed = stat(c->out_dir, &out_st) == 0;
+    if (rr_mkdirs(c->out_dir) != 0) {
         snprintf(err, err_len, "cannot create the output folder '%s': %s", c->out_dir, strerror(errno));
         manifest_free(&m);
         tokenizer_free(tok);
@@ -152,9 +201,12 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             why_code = manifest_sample_build(r->rec, r->line, tok, image_id, eot_id, &s, why, sizeof why);
         }
         for (int k = 0; why_code == REJECT_NONE && k < s.n_images; k++)
-            why_code = pack_image(jc, c, s.images[k], &jpeg[k], &in.jpeg_len[k], &in.img[k], why, sizeof why);
+            why_code = pack_image(jc, c, images_real, s.images[k], &jpeg[k], &in.jpeg_len[k], &in.img[k], why,
+                                  sizeof why);
         if (why_code != REJECT_NONE) {
             sum->rejected++;
+            /* once past the limit no later record can bring it back under: stop here */
+            int too_many = !c->strict && (double)sum->rejected > c->max_reject_fraction * (double)m.n;
             sum->by_reason[why_code]++;
             const char* id = s.id[0] ? s.id : "?";
             if (c->strict) {
@@ -166,6 +218,14 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
                 fprintf(c->progress, "%s%s:%d: record '%s' rejected (%s): %s\n",
                         isatty(fileno(c->progress)) ? "\r\033[K" : "", c->manifest, r->line, id,
                         reject_reason_name(why_code), why);
+            }
+            if (too_many) {
+                snprintf(err, err_len, "%s: %lld of the %d records rejected (stopped at line %d), more than "
+                         "--max-reject-fraction %g allows; no shard written\n---> HINT: the summary counts the reasons; "
+                         "most records failing for one reason is usually a wrong --images folder or manifest, not bad "
+                         "data (--max-reject-fraction 1 packs whatever is usable)", c->manifest,
+                         (long long)sum->rejected, m.n, r->line, c->max_reject_fraction);
+                rc = -1;
             }
         } else {
             if (w && shard_writer_bytes(w) >= shard_bytes) {
@@ -246,8 +306,11 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         int dfd = open(c->out_dir, 0);
         if (dfd >= 0) fsync(dfd), close(dfd);
     }
-    if (rc != 0)
+    if (rc != 0) {
         for (int k = 0; k < sum->shards; k++) unlink(names[k].tmp);
+        if (!out_existed) rmdir(c->out_dir); /* made by this run, and empty now */
+        sum->shards = 0, sum->bytes = 0;      /* for the summary: nothing was written */
+    }
     free(names);
     jpeg_codec_free(jc);
     manifest_free(&m);

@@ -3,7 +3,9 @@
  * Each record is checked (manifest.h), tokenized with the prompt template, and each image read and
  * fully decoded once (the same DCT-scaled decode the loader will do), so a shard holds only samples
  * the loader can use. A rejected record is reported as "MANIFEST:LINE: record 'ID' rejected
- * (REASON): WHY" and counted; with `strict` the first rejection stops the pack. Shards are written to
+ * (REASON): WHY" and counted; with `strict` the first rejection stops the pack, and without it so does
+ * the first rejection beyond max_reject_fraction of the records (a systematic failure is an error, not
+ * a small data set). Shards are written to
  * temporary names ("shard-00000.rrs.tmp") and all renamed only when every one is complete, so an
  * interrupted pack leaves nothing that looks finished; older shard-*.rrs files in the folder that
  * the new set does not overwrite are removed at the end. The same inputs give byte-identical shards
@@ -19,11 +21,17 @@
 
 typedef struct {
     const char* manifest;
-    const char* images_dir; /* image names in the manifest are relative to it (absolute ones are kept) */
+    const char* images_dir; /* image names in the manifest are relative to it */
+    int allow_outside_images; /* 0: an image path that is absolute, or that leads outside images_dir (by
+                                 "..", or a symbolic link resolved with realpath), rejects its record
+                                 (outside_images); 1: any path is read (absolute ones as they are) */
     const char* tokenizer;
     const char* out_dir;
     double shard_mb;        /* start a new shard after this many MiB (default 256) */
     int strict;
+    double max_reject_fraction; /* more rejected records than this fraction of the manifest's records is an
+                                   error and nothing is written (the CLI's default 0.5; 1 = only "none
+                                   packable" is an error); the pack stops as soon as the limit is passed */
     int patch, min_patches, max_patches; /* grid stored in the index (the loader recomputes if it differs) */
     FILE* progress;         /* progress and rejections (stderr), NULL = quiet */
 } PackConfig;

@@ -246,6 +246,7 @@ int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* r, int voc
     src->position = syn_position;
     src->seek = syn_seek;
     src->skipped = syn_skipped;
+    src->images_decoded = syn_skipped; /* generated pixels: nothing is decoded */
     src->free = syn_free;
     return 0;
 }

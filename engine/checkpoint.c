@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,19 +49,6 @@ static void ck_file_name(char* out, size_t n, const char* dir, const char* base,
     else snprintf(out, n, "%s/%s.safetensors", dir, base);
 }
 
-static int ck_mkdir_p(const char* path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char* p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
 static void ck_rm_rf(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;
@@ -82,6 +71,37 @@ static void ck_fsync_dir(const char* dir) {
     }
 }
 
+/* The first value of x[0..n) that no training state can hold: not finite, or (nonneg) below zero.
+ * Returns its index, or -1 when every value is fine. */
+static int64_t ck_bad_value(const float* x, size_t n, int nonneg) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) || (nonneg && x[i] < 0.0f)) return (int64_t)i;
+    return -1;
+}
+
+static const char* ck_value_kind(float x) { return isnan(x) ? "a NaN" : isinf(x) ? "an infinite" : "a negative"; }
+
+/* The checksum of a tensor's bytes as stored in the metadata: "xxh64.<name>" -> 16 hex digits. */
+static void ck_checksum_key(char* key, size_t n, const char* name) { snprintf(key, n, "xxh64.%s", name); }
+
+/* Add one F32 tensor and its checksum to w, after checking its values. */
+static int ck_add_checked(StWriter* w, const ParamSpec* s, const char* name, const float* x, int nonneg, int64_t step,
+                          char* err, size_t err_len) {
+    int64_t bad = ck_bad_value(x, s->numel, nonneg);
+    if (bad >= 0) {
+        ck_err(err, err_len, "refusing to write the checkpoint of step %lld: tensor '%s' holds %s value (%g at "
+               "element %lld); the run has diverged or its state is damaged, and the last good checkpoint stays the "
+               "newest", (long long)step, name, ck_value_kind(x[bad]), (double)x[bad], (long long)bad);
+        return -1;
+    }
+    char key[200], hx[24];
+    ck_checksum_key(key, sizeof key, name);
+    snprintf(hx, sizeof hx, "%016" PRIx64, rr_xxh64(x, s->numel * sizeof(float), 0));
+    st_writer_add(w, name, DTYPE_F32, s->ndim, s->shape, x);
+    st_writer_meta(w, key, hx);
+    return 0;
+}
+
 /* Write model[.shard].safetensors and optimizer[.shard].safetensors of pt into folder dir. */
 static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step, const char* shard, char* err,
                             size_t err_len) {
@@ -101,18 +121,19 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
     st_writer_meta(w, "step", step_s);
     st_writer_meta(wo, "format", "rrfp-mm-adamw");
     st_writer_meta(wo, "step", step_s);
-    char name[128];
-    for (int i = 0; i < pt->n; i++) {
+    char name[160];
+    int rc = 0;
+    for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
-        st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, data + s->offset);
+        rc = ck_add_checked(w, s, s->name, data + s->offset, 0, step, err, err_len);
         if (s->frozen) continue; /* a frozen tensor has no AdamW state */
         snprintf(name, sizeof name, "m.%s", s->name);
-        st_writer_add(wo, name, DTYPE_F32, s->ndim, s->shape, (m ? m : zeros) + s->goff);
+        if (rc == 0) rc = ck_add_checked(wo, s, name, (m ? m : zeros) + s->goff, 0, step, err, err_len);
         snprintf(name, sizeof name, "v.%s", s->name);
-        st_writer_add(wo, name, DTYPE_F32, s->ndim, s->shape, (v ? v : zeros) + s->goff);
+        if (rc == 0) rc = ck_add_checked(wo, s, name, (v ? v : zeros) + s->goff, 1, step, err, err_len);
     }
     ck_file_name(path, sizeof path, dir, "model", shard);
-    int rc = st_writer_write(w, path, err, err_len);
+    if (rc == 0) rc = st_writer_write(w, path, err, err_len);
     if (rc == 0) {
         ck_file_name(path, sizeof path, dir, "optimizer", shard);
         rc = st_writer_write(wo, path, err, err_len);
@@ -192,7 +213,7 @@ static int ck_finalize(const char* root, const char* tmp, int64_t step, char* ou
 
 int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
                     char* out_dir, size_t out_len, char* err, size_t err_len) {
-    if (ck_mkdir_p(root) != 0) {
+    if (rr_mkdirs(root) != 0) {
         ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
     }
@@ -213,7 +234,7 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
 
 int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len) {
     snprintf(tmp, tmp_len, "%s/.step-%08lld.tmp.shards", root, (long long)step);
-    if (ck_mkdir_p(root) != 0) {
+    if (rr_mkdirs(root) != 0) {
         ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
     }
@@ -240,6 +261,39 @@ int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointS
 
 void checkpoint_shard_abort(const char* tmp) { ck_rm_rf(tmp); }
 
+/* Check one tensor just read from f into x: values (finite; nonneg: AdamW's v >= 0), then the
+ * checksum of its bytes in the file. Values first: a NaN is named as such, not as a checksum failure. */
+static int ck_check_loaded(const StFile* f, const char* name, const float* x, size_t n, int nonneg, char* err,
+                           size_t err_len) {
+    int64_t bad = ck_bad_value(x, n, nonneg);
+    if (bad >= 0) {
+        ck_err(err, err_len, "%s: tensor '%s' holds %s value (%g at element %lld)%s: the checkpoint is damaged, "
+               "refusing to load it", f->path, name, ck_value_kind(x[bad]), (double)x[bad], (long long)bad,
+               nonneg && !isnan(x[bad]) && !isinf(x[bad]) ? " but an AdamW second moment is never negative" : "");
+        return -1;
+    }
+    char key[200];
+    ck_checksum_key(key, sizeof key, name);
+    const char* want = st_meta(f, key);
+    const StTensor* t = st_find(f, name);
+    RR_ASSERT(t);
+    uint64_t stored = 0, got = rr_xxh64(t->data, t->end - t->begin, 0);
+    char* end = NULL;
+    if (want) stored = strtoull(want, &end, 16);
+    if (!want || strlen(want) != 16 || *end) {
+        ck_err(err, err_len, "%s: tensor '%s' has no checksum (\"%s\" missing or malformed in __metadata__): "
+               "not a checkpoint written by this build, or a damaged header", f->path, name, key);
+        return -1;
+    }
+    if (stored != got) {
+        ck_err(err, err_len, "%s: tensor '%s' fails its checksum (xxh64 %016" PRIx64 " stored, %016" PRIx64
+               " computed): the file is damaged (a flipped bit on disk or in transfer), refusing to load it", f->path,
+               name, stored, got);
+        return -1;
+    }
+    return 0;
+}
+
 /* Read every tensor of pt (names with `prefix`) into block, each from whichever of the n files holds
  * it: checkpoint shards of any pipeline layout keep global names, so a stage reads its own tensors
  * from the shards of another layout. */
@@ -265,6 +319,7 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
         rc = st_read_f32(&f[k], name, h + (moments ? s->goff : s->offset), s->ndim, s->shape, err, err_len);
         if (rc != 0 && nf > 1 && !st_find(&f[k], name))
             ck_err(err, err_len, "%s: tensor %s is in none of its %d shard files", f[0].path, name, nf);
+        if (rc == 0) rc = ck_check_loaded(&f[k], name, h + s->offset, s->numel, !strcmp(prefix, "v."), err, err_len);
     }
     if (owned) {
         if (rc == 0) pt->be->copy_h2d(block, h, n * sizeof(float));
@@ -335,7 +390,9 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     size_t n;
     char* text = rr_read_file(path, &n);
     if (!text) {
-        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path, strerror(errno));
+        char why[128];
+        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
+               rr_read_file_why(errno, "a JSON file", why, sizeof why));
         return -1;
     }
     cJSON* j = cJSON_ParseWithLength(text, n);
@@ -350,7 +407,8 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
         return -1;
     }
     if (!cJSON_IsNumber(ver) || ver->valueint != CHECKPOINT_VERSION) {
-        ck_err(err, err_len, "%s: checkpoint version %d, this build reads version %d", path,
+        ck_err(err, err_len, "%s: checkpoint version %d, this build reads version %d only (version 2 added "
+               "per-tensor checksums); resume it with the build that wrote it, or start the run again", path,
                cJSON_IsNumber(ver) ? ver->valueint : -1, CHECKPOINT_VERSION);
         cJSON_Delete(j);
         return -1;

@@ -9,6 +9,12 @@
  * (A pipeline/tensor-parallel shard writes model.pp<P>.tp<T>.safetensors and the matching optimizer
  * file instead; names stay global so a checkpoint reloads under another layout.)
  *
+ * Checked values (DESIGN.md section 9). Every tensor's bytes carry an XXH64 checksum in its file's
+ * __metadata__ ("xxh64.<tensor name>": 16 hex digits), verified on load, so silent corruption (a
+ * flipped bit that still gives a plausible value) is found; every loaded value must be finite and
+ * every AdamW second moment non-negative. A checkpoint is never written with a non-finite value
+ * (a diverged run keeps its last good checkpoint as the newest). Errors name the file and tensor.
+ *
  * Crash safety: the folder is built as ROOT/.step-NNNNNNNN.tmp.<pid>/ (each file written with
  * rr_write_file_atomic: temporary name, fsync, rename), then renamed to its final name and ROOT is
  * fsync'd. A folder named step-* is therefore always complete; state.json is written last. */
@@ -21,7 +27,7 @@
 
 #include "engine/params.h"
 
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2 /* 2: per-tensor XXH64 checksums */
 
 typedef struct {
     int64_t step;          /* optimiser steps completed */
@@ -37,15 +43,17 @@ void checkpoint_state_free(CheckpointState* st);
 /* Write ROOT/step-NNNNNNNN/ for st->step from pt's values and AdamW moments (pt->m / pt->v may be
  * NULL before the first step: then zeros are written). `shard` NULL for a single-process run.
  * Writes the folder's path into out_dir. Returns 0, or -1 with a message in err (nothing left
- * behind that looks like a checkpoint). */
+ * behind that looks like a checkpoint; a non-finite parameter or moment, or a negative second moment,
+ * is such an error, naming the tensor, and writes no folder). */
 int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
                     char* out_dir, size_t out_len, char* err, size_t err_len);
 
 /* Read DIR/state.json, then every parameter of pt (and, when pt->m is allocated, its moments) from
  * DIR's safetensors files, checking names, shapes and dtypes. With shard NULL every model / optimizer
  * file that state.json lists is searched by name, so a checkpoint written under any pipeline layout
- * loads into any other (a stage reads only its own tensors). Returns 0, or -1 with a message naming
- * the file and tensor. */
+ * loads into any other (a stage reads only its own tensors). Every tensor read is checked (its
+ * checksum, finite values, v >= 0). Returns 0, or -1 with a message naming the file and tensor (pt's
+ * values are then partly overwritten: do not use them). */
 int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
                     size_t err_len);
 

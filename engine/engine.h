@@ -31,17 +31,10 @@ typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DTy
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
-#define TENSOR_MAX_DIMS 4
-typedef struct {
-    void* data;
-    DType dtype;
-    int ndim;
-    int64_t shape[TENSOR_MAX_DIMS];
-} Tensor;
-int64_t tensor_numel(const Tensor* t);
+#define TENSOR_MAX_DIMS 4 /* safetensors entries and parameter shapes */
 
-/* A bump allocator over one big block. Allocations are 64-byte aligned. arena_reset frees
- * everything at once (used for activations, sized from the microbatch token budget). */
+/* A bump allocator over one big block. Allocations are 64-byte aligned (a stage's activations are laid
+ * out in one, sized from the microbatch token budget). */
 typedef struct {
     char* base;
     size_t size;
@@ -53,7 +46,6 @@ typedef struct {
 void arena_init(Arena* a, const char* name, size_t size); /* host; dies with a clear message on OOM */
 void* arena_alloc(Arena* a, size_t bytes);                 /* dies naming the arena if it overflows */
 float* arena_alloc_f32(Arena* a, size_t n);
-void arena_reset(Arena* a);
 void arena_free(Arena* a);
 
 /* ------------------------------------------------------------------------------------------------

@@ -278,8 +278,8 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
     }
     for (const char* q = end; q < hdr + hl; q++)
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            st_err(err, err_len, "%s: unexpected byte 0x%02x after the header JSON at header byte %zu", path,
-                   (unsigned char)*q, (size_t)(q - hdr));
+            st_err(err, err_len, "%s: unexpected bytes after the header JSON at header byte %zu", path,
+                   (size_t)(q - hdr));
             goto fail;
         }
     f->data = hdr + hl;
@@ -432,7 +432,9 @@ int st_load(StFile* f, const char* path, char* err, size_t err_len) {
     char* buf = rr_read_file(path, &size);
     if (!buf) {
         memset(f, 0, sizeof *f);
-        st_err(err, err_len, "cannot read safetensors file '%s': %s", path, strerror(errno));
+        char why[128];
+        st_err(err, err_len, "cannot read safetensors file '%s': %s", path,
+               rr_read_file_why(errno, "a .safetensors file", why, sizeof why));
         return -1;
     }
     return st_parse(f, path, buf, size, err, err_len);

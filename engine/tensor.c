@@ -1,4 +1,4 @@
-/* tensor.c — dtypes, tensor helpers and the bump arena (one big block per purpose, llm.c style). */
+/* tensor.c — dtypes and the bump arena (one big block per purpose, llm.c style). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,12 +25,6 @@ const char* dtype_name(DType t) {
     return "?";
 }
 
-int64_t tensor_numel(const Tensor* t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return n;
-}
-
 void arena_init(Arena* a, const char* name, size_t size) {
     memset(a, 0, sizeof *a);
     a->name = name;
@@ -50,8 +44,6 @@ void* arena_alloc(Arena* a, size_t bytes) {
 }
 
 float* arena_alloc_f32(Arena* a, size_t n) { return (float*)arena_alloc(a, n * sizeof(float)); }
-
-void arena_reset(Arena* a) { a->used = 0; }
 
 void arena_free(Arena* a) {
     free(a->base);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +146,16 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
 char* rr_read_file(const char* path, size_t* size) {
     FILE* f = fopen(path, "rb");
     if (!f) return NULL;
+    /* fopen opens a directory for reading; its first read then fails with EISDIR, which ferror()
+     * alone reported as EIO ("Input/output error") */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
     size_t cap = 1 << 16, len = 0;
+    errno = 0; /* so a failed fread below leaves its own errno */
     char* buf = malloc(cap);
     if (!buf) {
         fclose(f);
@@ -168,16 +178,24 @@ char* rr_read_file(const char* path, size_t* size) {
         len += r;
         if (r == 0) break;
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0;
     fclose(f);
     if (err) {
         free(buf);
-        errno = EIO;
+        errno = err;
         return NULL;
     }
     buf[len] = 0;
     if (size) *size = len;
     return buf;
+}
+
+const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n) {
+    if (errnum == EISDIR) {
+        snprintf(buf, n, "is a directory, expected %s", expected);
+        return buf;
+    }
+    return strerror(errnum);
 }
 
 uint64_t rr_fnv1a64_add(uint64_t h, const void* data, size_t n) {
@@ -205,4 +223,60 @@ int rr_mkdirs(const char* path) {
         }
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return -1;
     return 0;
+}
+
+/* ---- XXH64 (after Yann Collet's xxHash specification, doc/xxhash_spec.md) ---- */
+#define XXH_P1 0x9E3779B185EBCA87ull
+#define XXH_P2 0xC2B2AE3D27D4EB4Full
+#define XXH_P3 0x165667B19E3779F9ull
+#define XXH_P4 0x85EBCA77C2B2AE63ull
+#define XXH_P5 0x27D4EB2F165667C5ull
+
+static inline uint64_t xxh_rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static inline uint64_t xxh_read64(const unsigned char* p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline uint64_t xxh_round(uint64_t acc, uint64_t in) {
+    acc += in * XXH_P2;
+    return xxh_rotl(acc, 31) * XXH_P1;
+}
+static inline uint64_t xxh_merge(uint64_t h, uint64_t v) {
+    h ^= xxh_round(0, v);
+    return h * XXH_P1 + XXH_P4;
+}
+
+uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed) {
+    const unsigned char* p = data;
+    const unsigned char* end = p + n;
+    uint64_t h;
+    if (n >= 32) {
+        uint64_t v1 = seed + XXH_P1 + XXH_P2, v2 = seed + XXH_P2, v3 = seed, v4 = seed - XXH_P1;
+        for (; p + 32 <= end; p += 32) {
+            v1 = xxh_round(v1, xxh_read64(p));
+            v2 = xxh_round(v2, xxh_read64(p + 8));
+            v3 = xxh_round(v3, xxh_read64(p + 16));
+            v4 = xxh_round(v4, xxh_read64(p + 24));
+        }
+        h = xxh_rotl(v1, 1) + xxh_rotl(v2, 7) + xxh_rotl(v3, 12) + xxh_rotl(v4, 18);
+        h = xxh_merge(h, v1), h = xxh_merge(h, v2), h = xxh_merge(h, v3), h = xxh_merge(h, v4);
+    } else {
+        h = seed + XXH_P5;
+    }
+    h += (uint64_t)n;
+    for (; p + 8 <= end; p += 8) h = xxh_rotl(h ^ xxh_round(0, xxh_read64(p)), 27) * XXH_P1 + XXH_P4;
+    if (p + 4 <= end) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        h = xxh_rotl(h ^ (uint64_t)v * XXH_P1, 23) * XXH_P2 + XXH_P3;
+        p += 4;
+    }
+    for (; p < end; p++) h = xxh_rotl(h ^ *p * XXH_P5, 11) * XXH_P1;
+    h ^= h >> 33;
+    h *= XXH_P2;
+    h ^= h >> 29;
+    h *= XXH_P3;
+    h ^= h >> 32;
+    return h;
 }

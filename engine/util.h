@@ -51,8 +51,13 @@ double rr_now(void);
 int rr_write_file_atomic(const char* path, const void* data, size_t size);
 
 /* Read a whole file into a malloc'd buffer (NUL-terminated for convenience; *size excludes the NUL).
- * Returns NULL with errno set on failure. */
+ * Returns NULL with errno set on failure (EISDIR for a directory). */
 char* rr_read_file(const char* path, size_t* size);
+
+/* The reason rr_read_file failed with errno errnum, for "PATH: <reason>": strerror, except for a
+ * directory: "is a directory, expected <expected>" (expected = "a JPEG file"). The text is in buf
+ * or static. This function can't fail. */
+const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n);
 
 /* 64-bit FNV-1a hash of a byte string (used for parameter-name keyed init, tokenizer hashes). */
 uint64_t rr_fnv1a64(const void* data, size_t n);
@@ -73,6 +78,10 @@ static inline uint64_t rr_splitmix64(uint64_t* state) { return rr_mix64(*state +
 
 /* mkdir -p: create `path` and its missing parents (mode 0755). Returns 0, or -1 with errno set. */
 int rr_mkdirs(const char* path);
+
+/* XXH64 (xxHash, 64-bit, as the reference XXH64(data, n, seed) on a little-endian host): a checksum
+ * of checkpoint tensors, ~10x faster than FNV-1a on large buffers. */
+uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed);
 
 #ifdef __cplusplus
 }

@@ -5,3 +5,7 @@ add_test(NAME cli_unknown_command COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:r
          -DEXPECT_RC=2 -DEXPECT_ERR=unknown\ command -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
 add_test(NAME cli_version COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "blas: (blis|openblas)" $<TARGET_FILE:rrfp-mm> version)
 
+# --help on every command and sub-command (exit 0, usage on stdout); unknown options exit 2 naming them
+add_test(NAME cli_contract COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli_contract.sh $<TARGET_FILE:rrfp-mm>)
+# structural rules: MPI only in runtime/comm/, no exits below runtime/cli/, verdicts by exit code
+add_test(NAME lint_layers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint_layers.sh ${CMAKE_SOURCE_DIR})

@@ -4,6 +4,8 @@
 # record: each bad one is named by manifest line and reason, the summary counts them, nothing good is
 # lost (the loader hands back every good sample equal to the manifest and its JPEGs), --strict is
 # fatal and leaves no shard, and a JSON-array manifest with bad JSON is an error naming line:column.
+# Damaged JPEGs (tests/bad_jpegs.py) placed before good records cost only themselves, in pack and in
+# the loader (test_data --bad-images).
 # usage: data_pack_errors.sh RRFP_MM TEST_DATA WORK_DIR
 set -u
 BIN=$1
@@ -26,6 +28,7 @@ im.resize((64, 43)).save(d + "/png.jpg", format="PNG")          # a PNG named .j
 im.resize((64, 43)).convert("CMYK").save(d + "/cmyk.jpg", quality=90)
 assert Image.open(d + "/prog.jpg").info.get("progressive")
 PYEND
+/usr/bin/python3 "$(dirname "$0")/bad_jpegs.py" "$W/img/rocket.jpg" "$W/img" || fail "bad_jpegs.py"
 H='{"from":"human","value":'
 G='{"from":"gpt","value":'
 cat > "$W/good.jsonl" <<JSONEND
@@ -51,15 +54,29 @@ cat >> "$W/all.jsonl" <<JSONEND
 JSONEND
 "$BIN" tokenizer train --vocab 300 --manifest "$W/good.jsonl" --out "$W/tok.json" >/dev/null 2>&1 || fail "tokenizer train"
 
+# 9 of the 16 records are bad: above the default --max-reject-fraction 0.5, an error that writes
+# nothing (it stops at the rejection that passes the limit, here the last line)
+"$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/toomany" --shard-size 0.3 \
+    2>"$W/toomany.log"
+rc=$?
+[ $rc = 1 ] || fail "pack with 9 of 16 rejected: exit $rc, expected 1"
+grep -qF "$W/all.jsonl: 9 of the 16 records rejected (stopped at line 16), more than --max-reject-fraction 0.5 allows; no shard written" \
+    "$W/toomany.log" || fail "too many rejections message: $(tail -3 "$W/toomany.log")"
+[ ! -e "$W/toomany" ] || fail "pack with too many rejections left $(ls -A "$W/toomany")"
+"$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/x" --max-reject-fraction 1.5 \
+    2>"$W/frac.log"
+rc=$?
+[ $rc = 2 ] && grep -qF "expects a number in [0, 1], got '1.5'" "$W/frac.log" || fail "bad fraction: $rc $(cat "$W/frac.log")"
+
 "$BIN" pack --manifest "$W/all.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/shards" --shard-size 0.3 \
-    2>"$W/pack.log"
+    --max-reject-fraction 0.6 2>"$W/pack.log"
 rc=$?
 cat "$W/pack.log"
 [ $rc = 0 ] || fail "pack exit $rc"
 M="$W/all.jsonl"
 expect() { grep -qF -- "$1" "$W/pack.log" || fail "pack log lacks: $1"; }
 expect "$M:8: record 'trunc' rejected (bad_image)"
-expect "$M:9: record 'png' rejected (bad_image): image '$W/img/png.jpg': not a JPEG (starts with 89 50 4e 47, expected ff d8: a PNG file)"
+expect "$M:9: record 'png' rejected (bad_image): image '$W/img/png.jpg': not a JPEG (does not start with the JPEG marker ff d8: a PNG file)"
 expect "$M:10: record 'missing' rejected (missing_image): image '$W/img/nope.jpg': No such file or directory"
 expect "$M:11: record 'empty' rejected (empty_conversation)"
 expect "$M:12: record '?' rejected (bad_json): invalid JSON at column"
@@ -96,6 +113,113 @@ printf '[\n]\n' > "$W/emptyarr.json"
 "$BIN" pack --manifest "$W/emptyarr.json" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/none" 2>"$W/none.log"
 rc=$?
 [ $rc = 1 ] && grep -qF "no record could be packed" "$W/none.log" || fail "empty manifest: $(cat "$W/none.log")"
+
+# Image paths leading outside --images (.., absolute, a symbolic link) reject their record naming the
+# sample and the path, and no message ever quotes a file's bytes (/etc/passwd's "root"); with
+# --allow-outside-images they are read (and /etc/passwd is "not a JPEG", still unquoted).
+cp "$W/img/rocket.jpg" "$W/outside.jpg"
+ln -sf ../outside.jpg "$W/img/link.jpg"
+esc() { echo "{\"id\":\"$1\",\"image\":\"$2\",\"conversations\":[$H\"<image>\\nWhat?\"},$G\"a rocket\"}]}"; }
+{
+    esc up ../outside.jpg
+    esc deep sub/../../outside.jpg
+    esc abs "$W/outside.jpg"
+    esc passwd /etc/passwd
+    esc passwd2 ../../../../../../../../../etc/passwd
+    esc link link.jpg
+    cat "$W/good.jsonl"
+} > "$W/escape.jsonl"
+E="$W/escape.jsonl"
+"$BIN" pack --manifest "$E" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/escape" 2>"$W/escape.log"
+rc=$?
+[ $rc = 0 ] || fail "pack with escaping paths: exit $rc"
+for x in "1: record 'up' rejected (outside_images): image path '../outside.jpg' leads outside the images folder '$W/img'" \
+    "2: record 'deep' rejected (outside_images): image path 'sub/../../outside.jpg' leads outside" \
+    "3: record 'abs' rejected (outside_images): image path '$W/outside.jpg' is absolute, not relative to the images folder" \
+    "4: record 'passwd' rejected (outside_images): image path '/etc/passwd' is absolute" \
+    "5: record 'passwd2' rejected (outside_images): image path '../../../../../../../../../etc/passwd' leads outside" \
+    "6: record 'link' rejected (outside_images): image '$W/img/link.jpg' resolves to '$W/outside.jpg', outside the images folder" \
+    "read 13 records, packed 7 into 1 shard" "rejected 6: outside_images 6"; do
+    grep -qF -- "$x" "$W/escape.log" || fail "escape log lacks: $x"
+done
+"$BIN" pack --manifest "$E" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/escape2" --allow-outside-images \
+    2>"$W/escape2.log"
+rc=$?
+[ $rc = 0 ] || fail "pack --allow-outside-images: exit $rc"
+for x in "4: record 'passwd' rejected (bad_image): image '/etc/passwd': not a JPEG (does not start with the JPEG marker ff d8)" \
+    "read 13 records, packed 10 into 1 shard" "rejected 3: missing_image 1, bad_image 2"; do
+    grep -qF -- "$x" "$W/escape2.log" || fail "--allow-outside-images log lacks: $x"
+done
+grep -n "root\|72 6f 6f 74" "$W/escape.log" "$W/escape2.log" && fail "a message quotes /etc/passwd"
+rm -f "$W/img/link.jpg"
+
+# Folders where files are expected: each error says what was expected (it said "Input/output error")
+mkdir -p "$W/img/dir.jpg"
+{ esc dirimg dir.jpg; esc devzero /dev/zero; cat "$W/good.jsonl"; } > "$W/dirs.jsonl"
+# (address space capped: /dev/zero read to the end would take all the memory there is)
+(ulimit -v 4000000; "$BIN" pack --manifest "$W/dirs.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/dirs" \
+    --allow-outside-images 2>"$W/dirs.log")
+rc=$?
+for x in "1: record 'dirimg' rejected (missing_image): image '$W/img/dir.jpg' is a directory, expected a JPEG file" \
+    "2: record 'devzero' rejected (missing_image): image '/dev/zero' is not a regular file, expected a JPEG file" \
+    "read 9 records, packed 7 into 1 shard"; do
+    grep -qF -- "$x" "$W/dirs.log" || fail "image folder: exit $rc, log lacks: $x"
+done
+"$BIN" pack --manifest "$W/img" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/dirs2" 2>"$W/dirs2.log"
+rc=$?
+[ $rc = 1 ] && grep -qF "cannot read manifest '$W/img': is a directory, expected a JSON or JSONL manifest file" "$W/dirs2.log" ||
+    fail "manifest folder: exit $rc, $(cat "$W/dirs2.log")"
+"$BIN" pack --manifest "$W/good.jsonl" --images "$W/img" --tokenizer "$W/img" --out "$W/dirs3" 2>"$W/dirs3.log"
+rc=$?
+[ $rc = 1 ] && grep -qF "$W/img: cannot read the tokenizer: is a directory, expected a tokenizer.json file" "$W/dirs3.log" ||
+    fail "tokenizer folder: exit $rc, $(cat "$W/dirs3.log")"
+"$BIN" pack --manifest "$W/good.jsonl" --images "$W/good.jsonl" --tokenizer "$W/tok.json" --out "$W/dirs4" 2>"$W/dirs4.log"
+rc=$?
+[ $rc = 1 ] && grep -qF -- "--images '$W/good.jsonl': not a folder" "$W/dirs4.log" ||
+    fail "--images a file: exit $rc, $(cat "$W/dirs4.log")"
+rmdir "$W/img/dir.jpg"
+
+# A manifest starting with a UTF-8 byte-order mark, as a JSON array and as JSONL: all 5 records packed
+# (the BOM hid the array's '[', and the array was read as JSONL: 4 of 5 records lost, exit 0)
+for form in json jsonl; do
+    f="$W/bom.$form"
+    printf '\xef\xbb\xbf' > "$f"
+    [ $form = json ] && printf '[\n' >> "$f"
+    for i in 1 2 3 4 5; do
+        sep=","; [ $form = jsonl ] || [ $i = 5 ] && sep=""
+        echo "{\"id\":\"bom$i\",\"conversations\":[$H\"Say $i.\"},$G\"$i\"}]}$sep" >> "$f"
+    done
+    [ $form = json ] && printf ']\n' >> "$f"
+    "$BIN" tokenizer train --vocab 300 --manifest "$f" --out "$W/bomtok.$form.json" >"$W/bomtok.$form.log" 2>&1 ||
+        fail "tokenizer train on a $form manifest with a BOM: $(tail -2 "$W/bomtok.$form.log")"
+    "$BIN" pack --manifest "$f" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/bom-$form" 2>"$W/bom-$form.log"
+    rc=$?
+    [ $rc = 0 ] && grep -qF "read 5 records, packed 5 into 1 shard" "$W/bom-$form.log" ||
+        fail "$form manifest with a BOM: exit $rc, $(tail -2 "$W/bom-$form.log")"
+done
+
+# Bad JPEGs (random bytes after a marker, 65535x65535, zero height, 12 bits, 60000x60000 + noise, cut)
+# before every good record: each is rejected with its own reason and every good record is packed
+# (a decoder left broken by the first failure rejected all of them with a stale message).
+: > "$W/poison.jsonl"
+for f in "$W"/img/bad-*.jpg; do
+    b=$(basename "$f" .jpg)
+    echo "{\"id\":\"$b\",\"image\":\"$b.jpg\",\"conversations\":[$H\"<image>\\nWhat?\"},$G\"x\"}]}" >> "$W/poison.jsonl"
+done
+nbad=$(wc -l < "$W/poison.jsonl")
+cat "$W/good.jsonl" >> "$W/poison.jsonl"
+"$BIN" pack --manifest "$W/poison.jsonl" --images "$W/img" --tokenizer "$W/tok.json" --out "$W/poison" 2>"$W/poison.log"
+rc=$?
+[ $rc = 0 ] || fail "pack after bad JPEGs: exit $rc: $(tail -2 "$W/poison.log")"
+grep -qF "read $((nbad + 7)) records, packed 7 into" "$W/poison.log" || fail "pack after bad JPEGs: $(tail -3 "$W/poison.log")"
+grep -qF "rejected $nbad: bad_image $nbad" "$W/poison.log" || fail "bad JPEG rejections: $(tail -3 "$W/poison.log")"
+grep -qF "record 'bad-huge-random' rejected (bad_image): image '$W/img/bad-huge-random.jpg': JPEG declares 60000x60000 pixels, above the limit" \
+    "$W/poison.log" || fail "60000x60000 message: $(grep huge "$W/poison.log")"
+"$TD" --check-shards "$W/poison" "$W/good.jsonl" "$W/img" "$W/tok.json" 8 16 64 || fail "loader round trip after bad JPEGs"
+# the same bad JPEGs in the decoder and in the loader's decode path (one shard, bad between good)
+mkdir -p "$W/bad" && cp "$W"/img/bad-*.jpg "$W/bad/"
+"$TD" --bad-images "$W" "$W/bad" "$W/img/rocket.jpg" "$W/img/retina.jpg" "$W/img/hubble_deep_field.jpg" \
+    "$W/img/grey.jpg" "$W/img/prog.jpg" 2>"$W/bad_images.log" || { tail -20 "$W/bad_images.log"; fail "test_data --bad-images"; }
 
 [ $fails = 0 ] && echo "data_pack_errors: all checks passed"
 exit $((fails > 0))

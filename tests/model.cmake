@@ -37,6 +37,21 @@ foreach(n 1 2)
            COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-${n}'")
   set_tests_properties(model_torch_trainer_dump${n} PROPERTIES LABELS torch TIMEOUT 120)
 endforeach()
+# the same checker on a pipelined step's per-stage dump (weights.ppRcC, grads.ppRcC, microbatch-m.ppRcC):
+# stage 2 of a pp=2 run with the split backward, and stage 1 of an interleaved pp=2 x 2 chunks run
+foreach(v 1f1b zbh1 interleaved)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_pp_dump_${v})
+  if(v STREQUAL "interleaved")
+    set(extra "--set parallel.hint=interleaved-1f1b --set parallel.chunks=2 --set model.text_layers=4 --set data.microbatches=4")
+  elseif(v STREQUAL "zbh1")
+    set(extra "--set parallel.hint=zb-h1")
+  else()
+    set(extra "")
+  endif()
+  add_test(NAME model_torch_pp_dump_${v}
+           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set parallel.pp=2 ${extra} --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && ls '${dir}'/dump-2/weights.pp1c0.safetensors '${dir}'/dump-2/grads.pp0c0.safetensors && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-2'")
+  set_tests_properties(model_torch_pp_dump_${v} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
+endforeach()
 # model.rms_eps and model.rope_base away from their defaults (eps 0.01 dominates mean(x^2) ~ 4e-4 at
 # init; theta 123): the reference takes them from the dump's config.json, the engine from the recipe.
 set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_eps)

@@ -57,3 +57,8 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
   set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
+# only the first pipeline stage decodes JPEGs (rank-R.json of a pp = 2 run on real shards)
+add_test(NAME pipeline_decode_first_stage
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pipeline_decode.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/pipeline_decode)
+set_tests_properties(pipeline_decode_first_stage PROPERTIES LABELS mpi TIMEOUT 400)

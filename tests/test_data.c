@@ -3,9 +3,13 @@
  * determinism (any worker count), resume, and damaged shards (flipped byte, truncation, wrong magic,
  * damaged index), each giving its documented error or count with nothing else lost.
  *
- * usage: test_data RRFP_MM_BINARY WORK_DIR */
+ * usage: test_data RRFP_MM_BINARY WORK_DIR
+ *        test_data --check-shards SHARDS MANIFEST IMAGES TOK P MIN MAX   (tests/data_pack_errors.sh)
+ *        test_data --bad-images WORK BAD_DIR GOOD.jpg...                 (tests/data_pack_errors.sh) */
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +24,7 @@
 #include "engine/util.h"
 #include "text/tokenizer.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                            \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 static const char* BIN;
 static char WORK[1024];
@@ -282,10 +277,190 @@ static int check_shards(char** a) {
         free(seen);
         loader_close(L);
     }
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
+}
+
+/* ---- --bad-images WORK BAD_DIR GOOD.jpg...: a bad JPEG costs only itself ---------------------------
+ * Every file of BAD_DIR (tests/bad_jpegs.py: random bytes after a JPEG marker, headers claiming
+ * 65535x65535, a zero height, 12-bit samples, 60000x60000 followed by noise, a cut file) is rejected,
+ * and after each one the same codec still decodes every good photograph bit for bit like a fresh
+ * codec (libjpeg-turbo 2.1 leaves its handle broken after a failed header read). The address space is
+ * capped at 4 GiB, so a decode buffer sized from a lying header (10 GB for 60000x60000) kills the test
+ * instead of passing. Then the loader over a shard holding the bad images between good ones hands out
+ * every good sample, with the right pixels, epoch after epoch, and skips only the bad ones. */
+
+static uint8_t* read_or_die(const char* path, size_t* n) {
+    uint8_t* b = (uint8_t*)rr_read_file(path, n);
+    if (!b) {
+        fprintf(stderr, "cannot read '%s': %s\n", path, strerror(errno));
+        exit(2);
+    }
+    return b;
+}
+
+static int bad_images(int argc, char** argv) {
+    const char* work = argv[0];
+    const char* bad_dir = argv[1];
+    int ngood = argc - 2;
+    RR_ASSERT(ngood >= 1 && ngood <= 8);
+    struct rlimit rl = {4ull << 30, 4ull << 30};
+    RR_ASSERT(setrlimit(RLIMIT_AS, &rl) == 0);
+    const int p = 8, minp = 16, maxp = 64;
+    char err[512];
+
+    uint8_t* good[8];
+    size_t good_n[8];
+    float* ref[8];
+    int ref_gh[8], ref_gw[8], gw_[8], gh_[8];
+    for (int g = 0; g < ngood; g++) {
+        good[g] = read_or_die(argv[2 + g], &good_n[g]);
+        JpegCodec* fresh = jpeg_codec_new();
+        RR_ASSERT(jpeg_read_header(fresh, good[g], good_n[g], &gw_[g], &gh_[g], err, sizeof err) == 0);
+        int rc = image_load_patches(fresh, good[g], good_n[g], p, minp, maxp, &ref[g], &ref_gh[g], &ref_gw[g], err,
+                                    sizeof err);
+        CHECK(rc == 0, "%s: %s", argv[2 + g], err);
+        jpeg_codec_free(fresh);
+        if (rc) return 1;
+    }
+
+    /* the bad files, in name order */
+    char* bad_name[32];
+    int nbad = 0;
+    DIR* d = opendir(bad_dir);
+    RR_ASSERT(d);
+    for (struct dirent* e; (e = readdir(d));)
+        if (e->d_name[0] != '.' && nbad < 32) bad_name[nbad++] = strdup(e->d_name);
+    closedir(d);
+    for (int i = 0; i < nbad; i++)
+        for (int j = i + 1; j < nbad; j++)
+            if (strcmp(bad_name[j], bad_name[i]) < 0) {
+                char* t = bad_name[i];
+                bad_name[i] = bad_name[j], bad_name[j] = t;
+            }
+    CHECK(nbad >= 7, "only %d bad JPEGs in %s", nbad, bad_dir);
+    uint8_t* bad[32];
+    size_t bad_n[32];
+
+    /* 1. the decoder: every bad one rejected, every good one still decoded after it */
+    JpegCodec* jc = jpeg_codec_new();
+    for (int b = 0; b < nbad; b++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", bad_dir, bad_name[b]);
+        bad[b] = read_or_die(path, &bad_n[b]);
+        float* pt = NULL;
+        int gh, gw;
+        err[0] = 0;
+        int rc = image_load_patches(jc, bad[b], bad_n[b], p, minp, maxp, &pt, &gh, &gw, err, sizeof err);
+        CHECK(rc == -1 && err[0], "%s: accepted", bad_name[b]);
+        if (rc == 0) free(pt);
+        printf("  %-24s rejected: %s\n", bad_name[b], err);
+        if (strstr(bad_name[b], "huge"))
+            CHECK(strstr(err, "60000x60000") && strstr(err, "above the limit"), "%s: %s", bad_name[b], err);
+        for (int g = 0; g < ngood; g++) {
+            rc = image_load_patches(jc, good[g], good_n[g], p, minp, maxp, &pt, &gh, &gw, err, sizeof err);
+            CHECK(rc == 0, "%s after %s: %s", argv[2 + g], bad_name[b], err);
+            if (rc) continue;
+            CHECK(gh == ref_gh[g] && gw == ref_gw[g] &&
+                      !memcmp(pt, ref[g], sizeof(float) * (size_t)gh * gw * 3 * p * p),
+                  "%s decodes differently after %s", argv[2 + g], bad_name[b]);
+            free(pt);
+        }
+        /* a full-size decode (scale 1) of the bad file: bounded before the buffer is allocated */
+        int ow, oh;
+        uint8_t* rgb = jpeg_decode_rgb(jc, bad[b], bad_n[b], 1, &ow, &oh, err, sizeof err);
+        CHECK(!rgb, "%s: decoded at scale 1", bad_name[b]);
+        free(rgb);
+        rgb = jpeg_decode_rgb(jc, good[0], good_n[0], 2, &ow, &oh, err, sizeof err);
+        CHECK(rgb != NULL, "%s after a scale-1 decode of %s: %s", argv[2], bad_name[b], err);
+        free(rgb);
+    }
+    jpeg_codec_free(jc);
+
+    /* 2. the loader: one shard, bad images between good ones, one worker (one codec for them all) */
+    char dir[1200], path[1300];
+    snprintf(dir, sizeof dir, "%s/bad_shard", work);
+    sh("rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    snprintf(path, sizeof path, "%s/shard-00000.rrs", dir);
+    ShardInfo info = {.tokenizer_hash = 0, .image_token = 5, .patch = p, .min_patches = minp, .max_patches = maxp};
+    ShardWriter* w = shard_writer_open(path, &info, err, sizeof err);
+    RR_ASSERT(w);
+    const int32_t ids[5] = {1, 5, 2, 3, 4};
+    const uint8_t mask[5] = {0, 0, 0, 1, 1};
+    int N = 0, is_good[64];
+    char name[64][64];
+    int gi = 0;
+    for (int b = 0; b <= nbad; b++) {
+        for (int k = 0; k < 2; k++) { /* bad b (none after the last), then a good one */
+            int g = k == 1 ? gi++ % ngood : -1;
+            if (k == 0 && b == nbad) continue;
+            ShardSampleIn in;
+            memset(&in, 0, sizeof in);
+            snprintf(name[N], sizeof name[N], k == 0 ? "bad-%d" : "good-%d", k == 0 ? b : g);
+            in.id = name[N];
+            in.n_tokens = 5, in.ids = ids, in.mask = mask, in.n_supervised = 2, in.n_images = 1;
+            int src = g >= 0 ? g : 0; /* a bad image's index entry claims the first good one's size */
+            in.jpeg[0] = g >= 0 ? good[g] : bad[b];
+            in.jpeg_len[0] = g >= 0 ? good_n[g] : bad_n[b];
+            in.img[0] = (ShardImage){(uint16_t)gw_[src], (uint16_t)gh_[src], (uint16_t)ref_gh[src], (uint16_t)ref_gw[src]};
+            RR_ASSERT(shard_writer_add(w, &in, err, sizeof err) == 0);
+            is_good[N++] = g;
+        }
+    }
+    RR_ASSERT(shard_writer_close(w, err, sizeof err) == 0);
+    LoaderConfig c;
+    loader_config_default(&c);
+    c.shards = dir;
+    c.microbatch_tokens = 4 * maxp + 64;
+    c.microbatches = 1, c.window = 4, c.policy = LOADER_POLICY_FIFO, c.workers = 1, c.seed = 3;
+    c.patch = p, c.min_patches = minp, c.max_patches = maxp;
+    Loader* L = loader_open(&c, NULL, err, sizeof err);
+    CHECK(L != NULL, "%s", err);
+    if (!L) return 1;
+    RR_ASSERT(loader_sample_count(L) == N);
+    int64_t seen[64] = {0}, got = 0;
+    LoaderStats st;
+    size_t row = (size_t)3 * p * p;
+    fprintf(stderr, "(warnings naming the bad-* samples of %s are expected below)\n", path);
+    for (int iter = 0; iter < 50 * N; iter++) {
+        LoaderStep step;
+        int rc = loader_next_step(L, &step, err, sizeof err);
+        CHECK(rc == 0, "loader_next_step: %s", err);
+        if (rc) break;
+        for (int m = 0; m < step.M; m++) {
+            const Microbatch* mb = &step.mbs[m];
+            for (int s = 0; s < mb->S; s++) {
+                int64_t gidx = mb->sample_index[s];
+                seen[gidx]++;
+                got++;
+                int g = is_good[gidx];
+                CHECK(g >= 0, "bad sample %s handed out", name[gidx]);
+                if (g < 0 || !mb->patches) continue;
+                /* one image per sample, in sample order */
+                int n = mb->img_cu_patches[s + 1] - mb->img_cu_patches[s];
+                CHECK(n == ref_gh[g] * ref_gw[g] &&
+                          !memcmp(mb->patches + row * mb->img_cu_patches[s], ref[g], sizeof(float) * row * n),
+                      "%s: pixels differ from a fresh decode", name[gidx]);
+            }
+        }
+        loader_stats(L, &st);
+        if (got + st.skipped_damaged >= 3 * N) break;
+    }
+    loader_stats(L, &st);
+    int missing = 0;
+    for (int i = 0; i < N; i++) missing += is_good[i] >= 0 && seen[i] < 2;
+    CHECK(missing == 0, "%d good samples handed out fewer than twice in 3 epochs (damaged %lld, delivered %lld)",
+          missing, (long long)st.skipped_damaged, (long long)got);
+    CHECK(st.skipped_damaged >= 2 * nbad, "damaged count %lld", (long long)st.skipped_damaged);
+    loader_close(L);
+    for (int g = 0; g < ngood; g++) free(good[g]), free(ref[g]);
+    for (int b = 0; b < nbad; b++) free(bad[b]), free(bad_name[b]);
+    if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures);
+    else printf("bad-images: %d bad JPEGs rejected, each costing only itself (decoder and loader)\n", nbad);
+    return check_failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
+    if (argc >= 5 && !strcmp(argv[1], "--bad-images")) return bad_images(argc - 2, argv + 2);
     if (argc == 9 && !strcmp(argv[1], "--check-shards")) return check_shards(argv + 2);
     if (argc < 3) {
         fprintf(stderr, "usage: test_data RRFP_MM WORK_DIR\n");
@@ -616,8 +791,8 @@ int main(int argc, char** argv) {
     manifest_free(&g_man);
     tokenizer_free(g_tok);
     jpeg_codec_free(g_jc);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
+    if (check_failures) {
+        fprintf(stderr, "%d check(s) failed\n", check_failures);
         return 1;
     }
     printf("test_data: all checks passed\n");

@@ -5,16 +5,7 @@
 
 #include "runtime/model/partition.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                                                                                  \
-    do {                                                                                                               \
-        if (!(c)) {                                                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                      \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-            fails++;                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 static double max_cost(int S, const int* layers, PartitionCost c) {
     double costs[64], m = 0;
@@ -78,7 +69,7 @@ int main(void) {
     PartitionCost b = partition_cost_model(128, 2, 256, 1024, 8192, 2048, 2048, 128, 300, 8);
     CHECK(b.last_extra > 1.9 * a.last_extra && b.first_extra > 1.9 * a.first_extra && a.per_layer == b.per_layer,
           "cost model scaling");
-    if (fails) return 1;
+    if (check_failures) return 1;
     printf("partition: ok\n");
     return 0;
 }

@@ -366,6 +366,24 @@ int main(int argc, char** argv) {
             }
         }
     }
+    /* Errors are returned, not fatal (they used to be discarded, or to kill the rank): a plan whose
+     * microbatch exceeds the token budget is refused on every rank before any message moves, and the
+     * same pipeline then still runs a valid step. */
+    if (!on_cuda) {
+        PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = chunks > 1 ? PP_HINT_INTERLEAVED : PP_HINT_1F1B,
+                             .mode = PP_MODE_READY, .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED,
+                             .timeout_s = 60, .max_tokens = max_T - 1, .max_patches = max_Np};
+        Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
+        if (!pl) rr_die("pipeline_create: %s", err);
+        PipelineStepStats st;
+        int rc = pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err);
+        if (rc == 0 || !strstr(err, "more than data.microbatch_tokens")) {
+            fprintf(stderr, "rank %d: an over-budget microbatch gave rc %d, '%s'\n", rank, rc, err);
+            failures++;
+        }
+        pipeline_free(pl);
+        runs++;
+    }
     /* Several optimiser steps: the same loss curve and parameters as one process. */
     if (on_cuda) {
         /* the step end (norm, clipping, AdamW) on the device: one schedule (the emulation is slow) */

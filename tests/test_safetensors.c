@@ -4,7 +4,10 @@
  *   test_safetensors write PATH         write the shared fixture (tests/safetensors_peer.py reads it)
  *   test_safetensors check PATH         read a fixture written by the independent Python writer
  *   test_safetensors expect-error PATH TEXT   loading must fail with a message containing TEXT
- *   test_safetensors checkpoint DIR     checkpoint save / load / latest / prune and damaged checkpoints
+ *   test_safetensors checkpoint DIR     checkpoint save / load / latest / prune and damaged checkpoints;
+ *                                       checked values: XXH64 against its reference vectors and zstd, a
+ *                                       flipped mantissa / exponent / sign bit on disk, NaN and negative
+ *                                       second moments refused on save and on load, naming the tensor
  *
  * The fixture (same in tests/safetensors_peer.py):
  *   "a.f32"    F32  (3, 5)    a[i] = i * 0.25 - 1.5
@@ -13,9 +16,12 @@
  *   "d.scalar" F32  ()        42.5
  *   "e.empty"  F32  (0, 4)
  *   __metadata__ {"format": "pt", "step": "17"} */
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
@@ -24,16 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 static float fa[15];
 static uint16_t fb[4];
@@ -114,7 +111,7 @@ static int selftest(const char* dir) {
     st_writer_free(w);
     StFile f;
     CHECK(st_load(&f, path, err, sizeof err) == 0, "%s", err);
-    if (failures) return 1;
+    if (check_failures) return 1;
     fixture_check(&f);
     /* header length is a multiple of 8 and the header is padded with spaces */
     uint64_t hl = 0;
@@ -157,9 +154,9 @@ static int selftest(const char* dir) {
     /* missing file */
     CHECK(st_load(&g, "/nonexistent/x.safetensors", err, sizeof err) != 0 && strstr(err, "/nonexistent/x.safetensors"),
           "%s", err);
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("safetensors selftest: ok\n");
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 /* A two-tensor parameter table built by hand (engine/params.c is not needed for the file format). */
@@ -196,7 +193,149 @@ static int count_pruned_entries(const char* dir) {
     return n;
 }
 
+/* Flip bit `bit` of float element `elem` of tensor `name` in the safetensors file `path` (in place). */
+static void flip_tensor_bit(const char* path, const char* name, size_t elem, int bit) {
+    StFile f;
+    char err[512];
+    RR_ASSERT(st_load(&f, path, err, sizeof err) == 0);
+    const StTensor* t = st_find(&f, name);
+    RR_ASSERT(t && elem * 4 < t->end - t->begin);
+    long off = (long)((f.data - f.buf) + t->begin + elem * 4);
+    st_free(&f);
+    FILE* fp = fopen(path, "r+b");
+    RR_ASSERT(fp);
+    uint32_t u;
+    RR_ASSERT(fseek(fp, off, SEEK_SET) == 0 && fread(&u, 4, 1, fp) == 1);
+    u ^= 1u << bit;
+    RR_ASSERT(fseek(fp, off, SEEK_SET) == 0 && fwrite(&u, 4, 1, fp) == 1 && fclose(fp) == 0);
+}
+
+static int count_entries(const char* dir, const char* prefix) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent* e; (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+/* Loaded state is checked and written state is finite (DESIGN.md section 9). */
+static void checkpoint_values_test(const char* dir) {
+    /* XXH64: the reference vectors (xxHash's own and python-xxhash's README), and zstd's frame checksum
+     * (the low 32 bits of XXH64 with seed 0) on every length 0..299, an independent implementation */
+    CHECK(rr_xxh64("", 0, 0) == 0xEF46DB3751D8E999ull, "xxh64('')");
+    CHECK(rr_xxh64("a", 1, 0) == 0xD24EC4F1A98C6E5Bull, "xxh64('a')");
+    CHECK(rr_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ull, "xxh64('abc')");
+    CHECK(rr_xxh64("Nobody inspects the spammish repetition", 39, 0) == 0xFBCEA83C8A378BF1ull, "xxh64(39 bytes)");
+    unsigned char buf[300], frame[512];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    ZSTD_CCtx* cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+    for (size_t n = 0; n < sizeof buf; n++) {
+        size_t k = ZSTD_compress2(cc, frame, sizeof frame, buf, n);
+        RR_ASSERT(!ZSTD_isError(k) && k >= 4);
+        uint32_t z;
+        memcpy(&z, frame + k - 4, 4);
+        CHECK(z == (uint32_t)rr_xxh64(buf, n, 0), "xxh64 of %zu bytes differs from zstd's checksum", n);
+    }
+    ZSTD_freeCCtx(cc);
+
+    char root[1024], out[4096], err[1024], model[4200], opt[4200], cmd[4400];
+    snprintf(root, sizeof root, "%s/ckpt_values", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0, "rm");
+    ParamTable a, b;
+    table_make(&a, 1.5f);
+    table_make(&b, 0.0f);
+    CheckpointState st = {.step = 11, .opt_step = 11, .seed = 1, .data_seed = 2, .loader = NULL}, got;
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(model, sizeof model, "%s/model.safetensors", out);
+    snprintf(opt, sizeof opt, "%s/optimizer.safetensors", out);
+    CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) == 0, "%s", err);
+    checkpoint_state_free(&got);
+
+    struct {
+        const char* file;
+        const char* tensor;
+        size_t elem;
+        int bit;
+        const char* expect;
+    } cases[] = {
+        /* the lowest mantissa bit: 1.7 becomes 1.6999999, a plausible value only the checksum sees */
+        {model, "text.norm.weight", 2, 0, "fails its checksum"},
+        {opt, "m.text.blocks.0.attn.q.weight", 7, 3, "fails its checksum"},
+        /* the top exponent bit of a value in [1, 2): NaN or infinity */
+        {model, "text.blocks.0.attn.q.weight", 1, 30, "holds a NaN value"},
+        /* the lowest exponent bit: 1.5 becomes 0.75, plausible again */
+        {model, "text.blocks.0.attn.q.weight", 0, 23, "fails its checksum"},
+        /* the sign of a second moment */
+        {opt, "v.text.norm.weight", 3, 31, "but an AdamW second moment is never negative"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        flip_tensor_bit(cases[c].file, cases[c].tensor, cases[c].elem, cases[c].bit);
+        char want[300];
+        snprintf(want, sizeof want, "%s: tensor '%s' ", cases[c].file, cases[c].tensor);
+        CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, want) &&
+                  strstr(err, cases[c].expect),
+              "bit %d of %s[%zu]: %s", cases[c].bit, cases[c].tensor, cases[c].elem, err);
+        flip_tensor_bit(cases[c].file, cases[c].tensor, cases[c].elem, cases[c].bit); /* and back */
+        CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) == 0, "restored: %s", err);
+        checkpoint_state_free(&got);
+    }
+    /* a model file without checksums (written by an older build, or by hand) */
+    {
+        StWriter* w = st_writer_new();
+        for (int i = 0; i < a.n; i++) st_writer_add(w, a.specs[i].name, DTYPE_F32, a.specs[i].ndim, a.specs[i].shape,
+                                                    a.data + a.specs[i].offset);
+        CHECK(st_writer_write(w, model, err, sizeof err) == 0, "%s", err);
+        st_writer_free(w);
+        CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "has no checksum") &&
+                  strstr(err, "'text.blocks.0.attn.q.weight'"),
+              "no checksum: %s", err);
+    }
+    /* a folder where a safetensors file is expected */
+    {
+        StFile f;
+        CHECK(st_load(&f, out, err, sizeof err) != 0 && strstr(err, "is a directory, expected a .safetensors file"),
+              "folder: %s", err);
+    }
+
+    /* never written: a NaN parameter, an infinite first moment, a negative second moment */
+    st.step = 12;
+    struct {
+        float* x;
+        float bad;
+        const char* expect;
+    } saves[] = {{&a.data[14], NAN, "tensor 'text.norm.weight' holds a NaN value (nan at element 2)"},
+                 {&a.m[4], INFINITY, "tensor 'm.text.blocks.0.attn.q.weight' holds an infinite value (inf at element 4)"},
+                 {&a.v[0], -1e-9f, "tensor 'v.text.blocks.0.attn.q.weight' holds a negative value (-1e-09 at element 0)"}};
+    for (size_t c = 0; c < sizeof saves / sizeof saves[0]; c++) {
+        float keep = *saves[c].x;
+        *saves[c].x = saves[c].bad;
+        CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) != 0 &&
+                  strstr(err, "refusing to write the checkpoint of step 12") && strstr(err, saves[c].expect),
+              "save %zu: %s", c, err);
+        *saves[c].x = keep;
+        CHECK(count_entries(root, "step-00000012") == 0 && count_entries(root, ".step-") == 0,
+              "a refused save left a folder in %s", root);
+    }
+    char latest[4096];
+    CHECK(checkpoint_latest(root, latest, sizeof latest) == 11, "the newest checkpoint is no longer step 11");
+
+    /* a checkpoint of the previous format version is refused with what to do */
+    snprintf(model, sizeof model, "%s/step-00000011/state.json", root);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"version\":[[:space:]]*2/\"version\": 1/' '%s'", model);
+    CHECK(system(cmd) == 0, "sed");
+    snprintf(model, sizeof model, "%s/step-00000011", root);
+    CHECK(checkpoint_load(model, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "checkpoint version 1") &&
+              strstr(err, "start the run again"),
+          "old version: %s", err);
+    table_free(&a);
+    table_free(&b);
+}
+
 static int checkpoint_test(const char* dir) {
+    checkpoint_values_test(dir);
     char root[1024], out[4096], err[1024], p[4200];
     snprintf(root, sizeof root, "%s/ckpt_test", dir);
     char cmd[1200];
@@ -264,9 +403,9 @@ static int checkpoint_test(const char* dir) {
     CHECK(access(p, F_OK) == 0, "step 5 pruned");
     table_free(&a);
     table_free(&b);
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("checkpoint test: ok\n");
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }
 
 int main(int argc, char** argv) {
@@ -288,7 +427,7 @@ int main(int argc, char** argv) {
         }
         fixture_check(&f);
         st_free(&f);
-        return failures ? 1 : 0;
+        return check_failures ? 1 : 0;
     }
     if (argc == 4 && !strcmp(argv[1], "expect-error")) {
         StFile f;

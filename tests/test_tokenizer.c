@@ -18,17 +18,7 @@
 #include "text/bpe_train.h"
 #include "text/tokenizer.h"
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) n_pass++;                                              \
-        else {                                                           \
-            n_fail++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, "\n");                                       \
-        }                                                                \
-    } while (0)
+#include "check.h"
 
 /* ---- building small tokenizer.json files ------------------------------------------------------ */
 
@@ -792,6 +782,6 @@ int main(int argc, char** argv) {
         if (t) roundtrip(t, 3000, argv[i]);
         tokenizer_free(t);
     }
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    printf("%d passed, %d failed\n", (check_count - check_failures), check_failures);
+    return check_failures ? 1 : 0;
 }

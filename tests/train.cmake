@@ -42,6 +42,15 @@ add_test(NAME train_demo_e2e
          COMMAND ${CMAKE_SOURCE_DIR}/tests/train_demo_e2e.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/train_demo_e2e 16 0.3)
 set_tests_properties(train_demo_e2e PROPERTIES LABELS slow TIMEOUT 900)
+# the dry run prints the layer split the trainer uses (one function computes it)
+add_test(NAME layer_split_dry_run COMMAND bash ${CMAKE_SOURCE_DIR}/tests/layer_split.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/layer_split)
+set_tests_properties(layer_split_dry_run PROPERTIES LABELS mpi TIMEOUT 300)
+# tp / dp > 1 are refused before the tokenizer, the loader or any folder is touched (until they are built)
+add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set parallel.tp=2 --set data.tokenizer=/nonexistent/tok.json --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2: tensor parallelism is not built yet"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
 
 # LLaVA's workflow: recipes/llava-stage1.ini (train.freeze = vision,text) then llava-stage2.ini
 # (train.freeze = vision, train.init_from = stage 1's checkpoint), one process and pp 2 (checks in the script).

@@ -710,7 +710,9 @@ Tokenizer* tokenizer_load(const char* path, char* err, size_t err_len) {
     size_t n;
     char* json = rr_read_file(path, &n);
     if (!json) {
-        set_err(err, err_len, "%s: cannot read the tokenizer: %s", path, strerror(errno));
+        char why[128];
+        set_err(err, err_len, "%s: cannot read the tokenizer: %s", path,
+                rr_read_file_why(errno, "a tokenizer.json file", why, sizeof why));
         return NULL;
     }
     Tokenizer* t = tokenizer_load_json(json, n, path, err, err_len);

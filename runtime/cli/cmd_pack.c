@@ -10,12 +10,16 @@ static void pack_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm pack --manifest M --images DIR --tokenizer tok.json --out DIR\n"
             "                    [--shard-size MB] [--strict] [--patch P] [--min-patches N] [--max-patches N]\n"
+            "                    [--max-reject-fraction F] [--allow-outside-images]\n"
             "\n"
             "Reads a LLaVA manifest (JSON array or JSONL), checks every record and every JPEG (header and a\n"
             "full decode), tokenizes with the prompt template (data/manifest.h) and writes DIR/shard-NNNNN.rrs\n"
             "(data/shard.h). Rejected records are named by manifest line and reason and skipped (--strict: the\n"
             "first one is fatal). Defaults: --shard-size 256, --patch 8, --min-patches 16, --max-patches 64\n"
-            "(the image grid stored in the index; a loader with other settings recomputes it).\n");
+            "(the image grid stored in the index; a loader with other settings recomputes it).\n"
+            "More than a fraction F (default 0.5) of the records rejected is an error, and nothing is written.\n"
+            "Image paths must stay inside --images (no absolute paths, no '..' or links out of it) unless\n"
+            "--allow-outside-images.\n");
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, int* out) {
@@ -30,7 +34,8 @@ static int parse_int(const char* opt, const char* s, long lo, long hi, int* out)
 }
 
 int cmd_pack(int argc, char** argv) {
-    PackConfig c = {.shard_mb = 256, .patch = 8, .min_patches = 16, .max_patches = 64, .progress = stderr};
+    PackConfig c = {.shard_mb = 256, .patch = 8, .min_patches = 16, .max_patches = 64, .progress = stderr,
+                    .max_reject_fraction = 0.5};
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         int has = i + 1 < argc;
@@ -42,12 +47,20 @@ int cmd_pack(int argc, char** argv) {
         else if (!strcmp(a, "--tokenizer") && has) c.tokenizer = argv[++i];
         else if (!strcmp(a, "--out") && has) c.out_dir = argv[++i];
         else if (!strcmp(a, "--strict")) c.strict = 1;
+        else if (!strcmp(a, "--allow-outside-images")) c.allow_outside_images = 1;
         else if (!strcmp(a, "--quiet")) c.progress = NULL;
         else if (!strcmp(a, "--shard-size") && has) {
             char* end;
             c.shard_mb = strtod(argv[++i], &end);
             if (*end || !(c.shard_mb > 0)) {
                 fprintf(stderr, "rrfp-mm pack: --shard-size expects a positive number of MiB, got '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-reject-fraction") && has) {
+            char* end;
+            c.max_reject_fraction = strtod(argv[++i], &end);
+            if (*end || !*argv[i] || !(c.max_reject_fraction >= 0 && c.max_reject_fraction <= 1)) {
+                fprintf(stderr, "rrfp-mm pack: --max-reject-fraction expects a number in [0, 1], got '%s'\n", argv[i]);
                 return 2;
             }
         } else if (!strcmp(a, "--patch") && has) {

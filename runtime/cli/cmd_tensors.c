@@ -211,8 +211,14 @@ int cmd_tensors(int argc, char** argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    for (int i = 2; i < argc; i++) /* `tensors ls --help`: the usage, as for every command */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
     if (!strcmp(argv[1], "ls")) {
-        if (argc != 3) {
+        if (argc != 3 || argv[2][0] == '-') {
+            if (argc == 3) fprintf(stderr, "rrfp-mm tensors ls: unknown option '%s'\n\n", argv[2]);
             usage(stderr);
             return 2;
         }

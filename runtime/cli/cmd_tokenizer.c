@@ -241,6 +241,7 @@ static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples,
         fprintf(stderr, "rrfp-mm: error: %s: cannot read the manifest: %s\n", path, strerror(errno));
         return -1;
     }
+    if (n >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3)) memset(buf, ' ', 3); /* a UTF-8 BOM, as data/manifest.c */
     size_t i = 0;
     while (i < n && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r')) i++;
     char where[600];
@@ -397,6 +398,11 @@ int cmd_tokenizer(int argc, char** argv) {
         tokenizer_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    for (int i = 2; i < argc; i++) /* `tokenizer encode --help`: the usage, as for every command */
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            tokenizer_usage(stdout);
+            return 0;
+        }
     if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);

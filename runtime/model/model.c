@@ -69,7 +69,7 @@ static float* stage_ptr(const ParamTable* pt, const char* name, int grads) {
 /* A Stage with its shapes but no parameters: enough for registration counts and the act layout. */
 static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
     char err[256];
-    if (model_config_check(cfg, err, sizeof err)) rr_die("%s", err);
+    if (model_config_check(cfg, err, sizeof err)) rr_die("internal: %s (callers check the config with model_config_check first)", err);
     RR_ASSERT(0 <= l0 && l0 < l1 && l1 <= cfg->Lt);
     memset(st, 0, sizeof *st);
     st->cfg = *cfg;
@@ -695,6 +695,9 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     const ModelConfig* c = &st->cfg;
     StWriter* w = st_writer_new();
     int P = 3 * c->patch * c->patch;
+    /* the inputs from the first stage, the logits and loss from the last: a pipeline's per-stage files
+     * union into one microbatch without a tensor twice */
+    if (st->first) {
     st_writer_add_i32(w, "cu_seqlens", mb->cu_seqlens, 1, mb->S + 1, 0, 0, 0);
     st_writer_add_i32(w, "ids", mb->ids, 1, mb->T, 0, 0, 0);
     st_writer_add_i32(w, "targets", mb->targets, 1, mb->T, 0, 0, 0);
@@ -708,6 +711,7 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     st_writer_add_i32(w, "patch_row", mb->patch_row, 1, mb->Np, 0, 0, 0);
     st_writer_add_i32(w, "patch_col", mb->patch_col, 1, mb->Np, 0, 0, 0);
     st_writer_add_i32(w, "img_lm_start", mb->img_lm_start, 1, mb->I, 0, 0, 0);
+    }
     float* logits = NULL;
     float loss = 0;
     char buf[64];

@@ -195,10 +195,13 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         pp_trace_rank(x->trace, x->rank);
     }
     if (x->rank == 0) {
-        fprintf(stderr, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers", r->pp, r->chunks, r->hint,
-                r->mode);
-        for (int v = 0; v < S; v++) fprintf(stderr, "%s%d", v ? "," : " ", layers[v]);
-        fprintf(stderr, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");
+        /* one write, so the line is not interleaved with other output */
+        char line[8192];
+        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers",
+                                    r->pp, r->chunks, r->hint, r->mode);
+        for (int v = 0; v < S && o < sizeof line; v++) o += (size_t)snprintf(line + o, sizeof line - o, "%s%d", v ? "," : " ", layers[v]);
+        if (o < sizeof line) snprintf(line + o, sizeof line - o, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");
+        fputs(line, stderr);
     }
     free(layers);
     return ex;

@@ -149,6 +149,13 @@ static int trainer_init_from(Trainer* t, char* err, size_t err_len) {
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
     t->r = r;
+    /* refused before any tokenizer, loader, folder or rank starts, until they are built */
+    if (r->tp > 1 || r->dp > 1) {
+        snprintf(err, err_len, "%s: parallel.%s = %d: %s parallelism is not built yet; allowed: 1 (the dry run sizes "
+                 "such layouts: --dry-run)", recipe_origin(r, "parallel", r->tp > 1 ? "tp" : "dp"), r->tp > 1 ? "tp" : "dp",
+                 r->tp > 1 ? r->tp : r->dp, r->tp > 1 ? "tensor" : "data");
+        return -1;
+    }
     int vocab;
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
     t->mc = train_model_config(r, vocab);
@@ -343,6 +350,27 @@ static int trainer_threads(const Recipe* r, Comm* world) {
     return n < 1 ? 1 : n;
 }
 
+/* RUN_DIR/rank-R.json: what this rank of the job did (its grid coordinates, its model chunks, images it
+ * decoded, its peak memory), written atomically at the end of the run by every rank. */
+static int trainer_rank_summary(const Trainer* t, char* err, size_t err_len) {
+    char path[RECIPE_STR + 64], js[1024];
+    size_t o = (size_t)snprintf(js, sizeof js,
+                                "{\"rank\": %d, \"p\": %d, \"t\": %d, \"d\": %d, \"executor\": \"%s\", \"steps\": %lld, "
+                                "\"images_decoded\": %lld, \"decode_images\": %s, \"peak_mem_mb\": %.1f, \"layers\": [",
+                                t->grid.rank, t->grid.p, t->grid.t, t->grid.d, t->ex->name, (long long)t->step,
+                                (long long)(t->src.images_decoded ? t->src.images_decoded((BatchSource*)&t->src) : 0),
+                                t->ex->decode_images ? "true" : "false", metrics_peak_rss_mb());
+    for (int c = 0; c < t->ex->n_stages && o < sizeof js; c++)
+        o += (size_t)snprintf(js + o, sizeof js - o, "%s[%d, %d]", c ? ", " : "", t->ex->stages[c]->l0, t->ex->stages[c]->l1);
+    if (o < sizeof js) snprintf(js + o, sizeof js - o, "]}\n");
+    snprintf(path, sizeof path, "%s/rank-%d.json", t->run_dir, t->grid.rank);
+    if (rr_write_file_atomic(path, js, strlen(js)) != 0) {
+        snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_len) {
     trainer_set_threads(trainer_threads(r, world));
     Trainer* t = callocCheck(1, sizeof *t);
@@ -388,6 +416,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_l
             break;
         }
     }
+    if (rc == 0) rc = trainer_rank_summary(t, err, err_len);
     if (rc == 0)
         fprintf(log, "done: %lld steps in %.1f s; metrics %s\n", (long long)t->step, rr_now() - t->t_begin,
                 t->metrics.path);

@@ -2,7 +2,9 @@
 # run_fuzz.sh — build the libFuzzer targets (clang -fsanitize=fuzzer,address,undefined) for the shard
 # reader, the manifest parser and the image path (decode, resize, patchify), seed them with real inputs (shards and manifests made by
 # `rrfp-mm demo-data` + `pack`, plus the bad manifests of data_pack_errors) and run each for
-# SECONDS_EACH seconds. Exit 77 (skipped) without clang or its libFuzzer runtime.
+# SECONDS_EACH seconds. Regression seeds of issue 9: the damaged JPEGs of tests/bad_jpegs.py (random
+# bytes after a marker, 65535x65535, zero height, 12-bit, 60000x60000 + noise, cut), manifests with a
+# UTF-8 byte-order mark and with image paths leading out of the images folder. Exit 77 (skipped) without clang or its libFuzzer runtime.
 # usage: run_fuzz.sh SOURCE_DIR RRFP_MM WORK_DIR [SECONDS_EACH=12]
 set -u
 SRC=$1
@@ -39,6 +41,14 @@ printf '[\n{"id": 1, "image": ["a.jpg", "b.jpg"], "conversations": [{"from": "hu
     > "$W/corpus_manifest/two.json"
 printf '{"id":"a","conversations":[]}\n{bad\n{"id":"b","conversations":[{"from":"system","value":"x"}]}\n' \
     > "$W/corpus_manifest/bad.jsonl"
+# regression seeds: a byte-order mark before an array and before JSONL, image paths leading outside
+T1='{"id": "a", "conversations": [{"from": "human", "value": "Say 1."}, {"from": "gpt", "value": "1"}]}'
+T2='{"id": "b", "conversations": [{"from": "human", "value": "Say 2."}, {"from": "gpt", "value": "2"}]}'
+printf '\xef\xbb\xbf[\n%s,\n%s\n]\n' "$T1" "$T2" > "$W/corpus_manifest/bom.json"
+printf '\xef\xbb\xbf%s\n%s\n' "$T1" "$T2" > "$W/corpus_manifest/bom.jsonl"
+for p in ../outside.jpg /etc/passwd sub/../../x.jpg ./a/../../../etc/shadow; do
+    printf '{"id": "e", "image": "%s", "conversations": [{"from": "human", "value": "<image>\\nWhat?"}, {"from": "gpt", "value": "x"}]}\n' "$p"
+done > "$W/corpus_manifest/escape.jsonl"
 
 # image seeds: a few demo JPEGs (small, several sizes, some progressive), each behind one settings byte
 i=0
@@ -58,21 +68,32 @@ for w, h in [(1, 1), (1, 700), (700, 1), (3, 2), (17, 999), (640, 9)]:
         open("%s/shape_%dx%d_%d" % (sys.argv[1], w, h, s), "wb").write(bytes([s]) + b.getvalue())
 PYEND
 
+# regression seeds: damaged JPEGs made from a small demo JPEG, each behind every settings byte
+mkdir -p "$W/bad_jpegs"
+if /usr/bin/python3 "$SRC/tests/bad_jpegs.py" "$(ls "$W/demo/images"/*.jpg | head -1)" "$W/bad_jpegs"; then
+    for f in "$W"/bad_jpegs/*.jpg; do
+        for s in 0 1 2 3; do { printf "\\x0$s"; cat "$f"; } > "$W/corpus_image/$(basename "$f" .jpg)_$s"; done
+    done
+else
+    echo "FAIL: tests/bad_jpegs.py could not make the regression seeds"
+    exit 1
+fi
+
 rc=0
 echo "fuzz_image: $(ls "$W/corpus_image" | wc -l) seed JPEGs, ${T}s"
-"$W/fuzz_image" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+"$W/fuzz_image" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -artifact_prefix="$W/" -print_final_stats=1 \
     "$W/corpus_image" >"$W/fuzz_image.log" 2>&1 || rc=1
 tail -n 4 "$W/fuzz_image.log"
 echo "fuzz_shard: $(ls "$W/corpus_shard" | wc -l) seed shards, ${T}s"
-"$W/fuzz_shard" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+"$W/fuzz_shard" -max_total_time="$T" -max_len=65536 -rss_limit_mb=2048 -artifact_prefix="$W/" -print_final_stats=1 \
     "$W/corpus_shard" >"$W/fuzz_shard.log" 2>&1 || rc=1
 tail -n 4 "$W/fuzz_shard.log"
 echo "fuzz_manifest: $(ls "$W/corpus_manifest" | wc -l) seed manifests, ${T}s"
-FUZZ_TOKENIZER="$W/tok.json" "$W/fuzz_manifest" -max_total_time="$T" -max_len=16384 -rss_limit_mb=2048 \
+FUZZ_TOKENIZER="$W/tok.json" "$W/fuzz_manifest" -max_total_time="$T" -max_len=16384 -rss_limit_mb=2048 -artifact_prefix="$W/" \
     -print_final_stats=1 "$W/corpus_manifest" >"$W/fuzz_manifest.log" 2>&1 || rc=1
 tail -n 4 "$W/fuzz_manifest.log"
 if [ $rc != 0 ]; then
-    echo "FAIL: a fuzz target found a crash; logs in $W (reproduce with the crash-* file it names)"
+    echo "FAIL: a fuzz target found a crash; logs in $W (reproduce with the crash-* file it names, kept there)"
     grep -h -A 20 "ERROR\|SUMMARY" "$W"/fuzz_*.log | head -60
 fi
 exit $rc

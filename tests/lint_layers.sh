@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# lint_layers.sh SRC — the structural rules of DESIGN.md section 2 and STYLE.md 10a that a compiler does
+# not check (the link checks of CMakeLists.txt catch calls that point back up):
+#   - MPI (and NCCL) only in runtime/comm/ (tests and bench may use MPI directly);
+#   - no rank counts from Open MPI's environment (OMPI_COMM_WORLD_*): MPI itself says;
+#   - no exit / abort in library code below runtime/cli/ but comm_abort (which cli/ alone calls), and
+#     rr_die in runtime/{pipeline,train,model,comm,sched,sim} only for internal invariants ("internal...");
+#   - a test's verdict is its exit code: no PASS_REGULAR_EXPRESSION in tests/*.cmake.
+set -u
+cd "$1" || exit 2
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+hits=$(grep -rlE '\bMPI_[A-Z][a-z_]*\(|#include <mpi\.h>|\bnccl[A-Z][A-Za-z]*\(' engine data text vision runtime \
+       --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' | grep -v '^runtime/comm/')
+[ -z "$hits" ] || bad "MPI/NCCL calls outside runtime/comm/: $hits"
+hits=$(grep -rln 'OMPI_' engine data text vision runtime --include='*.c' --include='*.h')
+[ -z "$hits" ] || bad "Open MPI environment variables read in: $hits"
+hits=$(grep -rnE '\b(exit|abort)\(' engine data text vision runtime --include='*.c' --include='*.h' \
+       | grep -v '^runtime/cli/' | grep -v 'runtime/comm/comm_mpi.c:.*exit(code)' | grep -v '^engine/util\.[ch]:')
+[ -z "$hits" ] || bad "exit/abort below runtime/cli/: $hits"
+hits=$(grep -rnE 'rr_die(_hint)?\(' runtime/pipeline runtime/train runtime/model runtime/comm runtime/sched runtime/sim \
+       --include='*.c' | grep -v 'rr_die[_a-z]*("internal')
+[ -z "$hits" ] || bad "rr_die on a path a user's input can reach (return the error instead): $hits"
+hits=$(grep -ln 'PASS_REGULAR_EXPRESSION' tests/*.cmake)
+[ -z "$hits" ] || bad "PASS_REGULAR_EXPRESSION (ignores the exit code) in: $hits"
+[ $fail -eq 0 ] && echo "lint layers: ok"
+exit $fail
