@@ -35,12 +35,12 @@ void checkpoint_state_free(CheckpointState* st) {
 static int ck_on_host(const ParamTable* pt) { return !pt->be || !strcmp(pt->be->name, "cpu"); }
 
 /* A host copy of one of pt's blocks (or the block itself on the CPU backend). */
-static float* ck_host_view(const ParamTable* pt, const float* block, int* owned) {
+static float* ck_host_view(const ParamTable* pt, const float* block, size_t n, int* owned) {
     *owned = 0;
     if (!block) return NULL;
     if (ck_on_host(pt)) return (float*)block;
-    float* h = mallocCheck(pt->total * sizeof(float));
-    pt->be->copy_d2h(h, block, pt->total * sizeof(float));
+    float* h = mallocCheck((n ? n : 1) * sizeof(float));
+    pt->be->copy_d2h(h, block, n * sizeof(float));
     *owned = 1;
     return h;
 }
@@ -108,11 +108,11 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
                             size_t err_len) {
     char path[4200];
     int own_d, own_m, own_v;
-    float* data = ck_host_view(pt, pt->data, &own_d);
-    float* m = ck_host_view(pt, pt->m, &own_m);
-    float* v = ck_host_view(pt, pt->v, &own_v);
+    float* data = ck_host_view(pt, pt->data, pt->total, &own_d);
+    float* m = ck_host_view(pt, pt->m, pt->gtotal, &own_m);
+    float* v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
     float* zeros = NULL;
-    if (!m || !v) zeros = callocCheck(pt->total ? pt->total : 1, sizeof(float));
+    if (!m || !v) zeros = callocCheck(pt->gtotal ? pt->gtotal : 1, sizeof(float));
     char step_s[32];
     snprintf(step_s, sizeof step_s, "%lld", (long long)step);
 
@@ -127,10 +127,11 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
         rc = ck_add_checked(w, s, s->name, data + s->offset, 0, step, err, err_len);
+        if (s->frozen) continue; /* a frozen tensor has no AdamW state */
         snprintf(name, sizeof name, "m.%s", s->name);
-        if (rc == 0) rc = ck_add_checked(wo, s, name, (m ? m : zeros) + s->offset, 0, step, err, err_len);
+        if (rc == 0) rc = ck_add_checked(wo, s, name, (m ? m : zeros) + s->goff, 0, step, err, err_len);
         snprintf(name, sizeof name, "v.%s", s->name);
-        if (rc == 0) rc = ck_add_checked(wo, s, name, (v ? v : zeros) + s->offset, 1, step, err, err_len);
+        if (rc == 0) rc = ck_add_checked(wo, s, name, (v ? v : zeros) + s->goff, 1, step, err, err_len);
     }
     ck_file_name(path, sizeof path, dir, "model", shard);
     if (rc == 0) rc = st_writer_write(w, path, err, err_len);
@@ -303,26 +304,30 @@ static int ck_check_loaded(const StFile* f, const char* name, const float* x, si
  * from the shards of another layout. */
 static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* block, const char* prefix, char* err,
                          size_t err_len) {
+    /* values: every tensor at offset; moments ("m." / "v."): the trainable ones at goff */
+    int moments = prefix[0] != 0;
+    size_t n = moments ? pt->gtotal : pt->total;
     int owned = 0;
     float* h = block;
     if (!ck_on_host(pt)) {
-        h = mallocCheck(pt->total * sizeof(float));
+        h = mallocCheck((n ? n : 1) * sizeof(float));
         owned = 1;
     }
     char name[160];
     int rc = 0;
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
+        if (moments && s->frozen) continue;
         snprintf(name, sizeof name, "%s%s", prefix, s->name);
         int k = 0;
         while (k < nf - 1 && !st_find(&f[k], name)) k++;
-        rc = st_read_f32(&f[k], name, h + s->offset, s->ndim, s->shape, err, err_len);
+        rc = st_read_f32(&f[k], name, h + (moments ? s->goff : s->offset), s->ndim, s->shape, err, err_len);
         if (rc != 0 && nf > 1 && !st_find(&f[k], name))
             ck_err(err, err_len, "%s: tensor %s is in none of its %d shard files", f[0].path, name, nf);
         if (rc == 0) rc = ck_check_loaded(&f[k], name, h + s->offset, s->numel, !strcmp(prefix, "v."), err, err_len);
     }
     if (owned) {
-        if (rc == 0) pt->be->copy_h2d(block, h, pt->total * sizeof(float));
+        if (rc == 0) pt->be->copy_h2d(block, h, n * sizeof(float));
         free(h);
     }
     return rc;
@@ -445,6 +450,147 @@ fail:
     cJSON_Delete(j);
     checkpoint_state_free(st);
     return -1;
+}
+
+/* ---- init_from ---------------------------------------------------------------------------------- */
+
+/* "text.blocks.12.attn.q.weight" -> "text.blocks.*.attn.q.weight": names of repeated blocks collapse. */
+static void ck_name_pattern(const char* name, char* out, size_t n) {
+    size_t o = 0;
+    for (const char* p = name; *p && o + 2 < n;) {
+        if (*p == '.' && p[1] >= '0' && p[1] <= '9') {
+            const char* q = p + 1;
+            while (*q >= '0' && *q <= '9') q++;
+            if (*q == '.' || *q == 0) {
+                out[o++] = '.';
+                out[o++] = '*';
+                p = q;
+                continue;
+            }
+        }
+        out[o++] = *p++;
+    }
+    out[o] = 0;
+}
+
+/* Print names grouped by pattern ("text.blocks.*.attn.q.weight x4"), in first-seen order. */
+static void ck_print_grouped(FILE* f, const char* what, const char** names, const char** notes, int n) {
+    fprintf(f, "  %s: %d tensor%s\n", what, n, n == 1 ? "" : "s");
+    char* done = callocCheck((size_t)n + 1, 1);
+    char pa[256], pb[256];
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        ck_name_pattern(names[i], pa, sizeof pa);
+        int count = 0;
+        for (int j = i; j < n; j++) {
+            if (done[j]) continue;
+            ck_name_pattern(names[j], pb, sizeof pb);
+            if (!strcmp(pa, pb) && (!notes || !strcmp(notes[i] ? notes[i] : "", notes[j] ? notes[j] : ""))) {
+                done[j] = 1;
+                count++;
+            }
+        }
+        if (count == 1) fprintf(f, "    %s", names[i]);
+        else fprintf(f, "    %s x%d", pa, count);
+        if (notes && notes[i]) fprintf(f, " (%s)", notes[i]);
+        fprintf(f, "\n");
+    }
+    free(done);
+}
+
+static void ck_shape_str(char* out, size_t n, int ndim, const int64_t* shape) {
+    size_t o = (size_t)snprintf(out, n, "(");
+    for (int d = 0; d < ndim && o < n; d++) o += (size_t)snprintf(out + o, n - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (o < n) snprintf(out + o, n - o, ")");
+}
+
+int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    size_t n;
+    char* text = rr_read_file(path, &n);
+    if (!text) {
+        ck_err(err, err_len, "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
+               "checkpoints/step-N, or the output of rrfp-mm import llama)", path, strerror(errno));
+        return -1;
+    }
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
+    if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
+        ck_err(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
+        cJSON_Delete(j);
+        return -1;
+    }
+    StFile* f = NULL;
+    int nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "model", NULL, &f, err, err_len);
+    cJSON_Delete(j);
+    if (nf < 0) return -1;
+
+    int load = pt->data != NULL;
+    float* host = NULL;
+    if (load && !ck_on_host(pt)) {
+        host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+        pt->be->copy_d2h(host, pt->data, pt->total * sizeof(float));
+    }
+    float* h = load ? (host ? host : pt->data) : NULL;
+    const char** loaded = callocCheck((size_t)pt->n + 1, sizeof(char*));
+    const char** inited = callocCheck((size_t)pt->n + 1, sizeof(char*));
+    char** why = callocCheck((size_t)pt->n + 1, sizeof(char*));
+    int n_loaded = 0, n_init = 0, rc = 0;
+    double values = 0;
+    for (int i = 0; i < pt->n && rc == 0; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        const StTensor* t = NULL;
+        int k;
+        for (k = 0; k < nf && !t; k++) t = st_find(&f[k], s->name);
+        k--;
+        int same = t && t->ndim == s->ndim;
+        for (int d = 0; same && d < s->ndim; d++) same = t->shape[d] == s->shape[d];
+        if (!same) {
+            char a[96], b[96], w[256];
+            if (!t) snprintf(w, sizeof w, "not in the checkpoint");
+            else {
+                ck_shape_str(a, sizeof a, t->ndim, t->shape);
+                ck_shape_str(b, sizeof b, s->ndim, s->shape);
+                snprintf(w, sizeof w, "shape %s in the checkpoint, %s here", a, b);
+            }
+            why[n_init] = strdup(w);
+            inited[n_init++] = s->name;
+            continue;
+        }
+        if (load) rc = st_read_f32(&f[k], s->name, h + s->offset, s->ndim, s->shape, err, err_len);
+        loaded[n_loaded++] = s->name;
+        values += (double)s->numel;
+    }
+    if (rc == 0 && load && host) pt->be->copy_h2d(pt->data, host, pt->total * sizeof(float));
+    if (rc == 0 && report) {
+        int n_ck = 0;
+        for (int k = 0; k < nf; k++) n_ck += f[k].n;
+        const char** unused = callocCheck((size_t)n_ck + 1, sizeof(char*));
+        int n_unused = 0;
+        for (int k = 0; k < nf; k++)
+            for (int t = 0; t < f[k].n; t++) {
+                const StTensor* x = &f[k].tensors[t];
+                int used = 0;
+                for (int i = 0; i < n_loaded && !used; i++) used = !strcmp(loaded[i], x->name);
+                if (!used) unused[n_unused++] = x->name;
+            }
+        fprintf(report, "init_from %s: loaded %d tensors (%.0f values), initialised %d from model.seed, %d in the "
+                "checkpoint not used\n", dir, n_loaded, values, n_init, n_unused);
+        ck_print_grouped(report, "loaded", loaded, NULL, n_loaded);
+        ck_print_grouped(report, "initialised", inited, (const char**)why, n_init);
+        ck_print_grouped(report, "not used", unused, NULL, n_unused);
+        fflush(report);
+        free(unused);
+    }
+    for (int i = 0; i < n_init; i++) free(why[i]);
+    free(why);
+    free(loaded);
+    free(inited);
+    free(host);
+    ck_free_files(f, nf);
+    return rc;
 }
 
 int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {

@@ -2,7 +2,8 @@
  *
  * A checkpoint is one folder ROOT/step-NNNNNNNN/ holding
  *   model.safetensors      every parameter by name (F32), metadata {"format": "rrfp-mm", "step"}
- *   optimizer.safetensors  AdamW moments as "m.<name>" and "v.<name>" (F32)
+ *   optimizer.safetensors  AdamW moments as "m.<name>" and "v.<name>" (F32), trainable tensors only
+ *                          (a tensor frozen by train.freeze has none)
  *   state.json             {"format", "version", "step", "optimizer_step", "recipe_hash", "seed",
  *                           "data_seed", "loader": <the loader's own JSON position>, "files"}
  * (A pipeline/tensor-parallel shard writes model.pp<P>.tp<T>.safetensors and the matching optimizer
@@ -22,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/params.h"
 
@@ -77,6 +79,14 @@ void checkpoint_shard_tmp_name(char* tmp, size_t tmp_len, const char* root, int6
  * job's included, is never touched). Writes their names, comma-separated, into removed. Returns how
  * many were removed (0 when ROOT does not exist). */
 int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len);
+
+/* train.init_from: read every tensor of pt whose global name and shape match a tensor of checkpoint
+ * folder DIR (any layout: its state.json lists the model files; values only, F32 or BF16) into
+ * pt->data, leaving the others as initialised. With pt->data NULL (a registration-only table, e.g. the
+ * whole model on the rank that logs) nothing is read. When report is not NULL, prints what was loaded,
+ * what keeps its initialisation (absent, or another shape), and which checkpoint tensors matched
+ * nothing of pt. Returns 0, or -1 with a message naming the file (and the tensor). */
+int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* err, size_t err_len);
 
 /* Path of the newest complete checkpoint under ROOT into out. Returns its step, or -1 when none. */
 int64_t checkpoint_latest(const char* root, char* out, size_t out_len);

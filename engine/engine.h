@@ -27,7 +27,7 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------------
  * Tensors and arenas */
 
-typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2 } DType;
+typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DType; /* F16: read only (imports) */
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -83,8 +83,9 @@ typedef struct Backend {
     void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C);
 
-    /* RMSNorm over C: out = x / sqrt(mean(x^2) + 1e-5) * w. rstd: (N) saved. */
-    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N, int C);
+    /* RMSNorm over C: out = x / sqrt(mean(x^2) + eps) * w (eps: model.rms_eps, 1e-5 by default). rstd: (N)
+     * saved; the backward needs only rstd. */
+    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
     void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                              const float* rstd, int N, int C);
 
@@ -104,8 +105,9 @@ typedef struct Backend {
      * (head h of row i starts at x + i*ld + h*d). Position of row i: pos[i]. In place.
      * Backward applies the inverse rotation to the gradient, in place (RoPE is linear and
      * orthogonal, so nothing needs saving). */
-    void (*rope_forward)(float* x, const int* pos, int N, int H, int d, int ld);
-    void (*rope_backward)(float* dx, const int* pos, int N, int H, int d, int ld);
+    /* freq_j = theta^(-2j/d) (theta: model.rope_base, 10000 by default). */
+    void (*rope_forward)(float* x, const int* pos, int N, int H, int d, int ld, double theta);
+    void (*rope_backward)(float* dx, const int* pos, int N, int H, int d, int ld, double theta);
     /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
      * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
     void (*rope2d_forward)(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);

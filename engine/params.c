@@ -36,6 +36,7 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
         s->numel *= (size_t)shape[i];
     }
     s->offset = pt->total;
+    s->goff = pt->total;
     s->decay = decay;
     s->init = init;
     s->init_std = init_std;
@@ -43,13 +44,35 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
     return pt->n++;
 }
 
+int params_name_under(const char* name, const char* prefix) {
+    size_t n = strlen(prefix);
+    return n > 0 && strncmp(name, prefix, n) == 0 && (name[n] == 0 || name[n] == '.');
+}
+
+int params_freeze(ParamTable* pt, const char* prefix) {
+    RR_ASSERT(pt->data == NULL && "params_freeze after params_alloc");
+    int hits = 0;
+    for (int i = 0; i < pt->n; i++)
+        if (params_name_under(pt->specs[i].name, prefix)) {
+            pt->specs[i].frozen = 1;
+            hits++;
+        }
+    return hits;
+}
+
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     RR_ASSERT(pt->data == NULL);
     pt->be = be;
-    size_t bytes = pt->total * sizeof(float);
+    /* gradients and moments exist for the trainable tensors only, packed in registration order */
+    pt->gtotal = 0;
+    for (int i = 0; i < pt->n; i++) {
+        pt->specs[i].goff = pt->gtotal;
+        if (!pt->specs[i].frozen) pt->gtotal += pt->specs[i].numel;
+    }
+    size_t bytes = pt->total * sizeof(float), gbytes = pt->gtotal * sizeof(float);
     pt->data = be->alloc(bytes);
-    pt->grad = be->alloc(bytes);
-    be->memset0(pt->grad, bytes);
+    pt->grad = be->alloc(gbytes ? gbytes : sizeof(float));
+    be->memset0(pt->grad, gbytes);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -71,9 +94,9 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
 
 void params_alloc_optimizer(ParamTable* pt) {
     RR_ASSERT(pt->be && pt->m == NULL);
-    size_t bytes = pt->total * sizeof(float);
-    pt->m = pt->be->alloc(bytes);
-    pt->v = pt->be->alloc(bytes);
+    size_t bytes = pt->gtotal * sizeof(float);
+    pt->m = pt->be->alloc(bytes ? bytes : sizeof(float));
+    pt->v = pt->be->alloc(bytes ? bytes : sizeof(float));
     pt->be->memset0(pt->m, bytes);
     pt->be->memset0(pt->v, bytes);
 }
@@ -91,10 +114,10 @@ float* params_data(const ParamTable* pt, int i) {
 
 float* params_grad(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->grad);
-    return pt->grad + pt->specs[i].offset;
+    return pt->specs[i].frozen ? NULL : pt->grad + pt->specs[i].goff;
 }
 
-void params_zero_grad(ParamTable* pt) { pt->be->memset0(pt->grad, pt->total * sizeof(float)); }
+void params_zero_grad(ParamTable* pt) { pt->be->memset0(pt->grad, pt->gtotal * sizeof(float)); }
 
 void params_free(ParamTable* pt) {
     if (pt->be) {

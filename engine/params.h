@@ -16,7 +16,9 @@ typedef struct {
     int ndim;
     int64_t shape[TENSOR_MAX_DIMS];
     size_t numel;
-    size_t offset;  /* in floats, into data/grad/m/v */
+    size_t offset;  /* in floats, into data */
+    size_t goff;    /* in floats, into grad/m/v (trainable tensors only; == offset when nothing is frozen) */
+    int frozen;     /* no gradient, no AdamW state, no update (train.freeze) */
     int decay;      /* AdamW weight decay applies (2-D weights only) */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
@@ -25,11 +27,12 @@ typedef struct {
 typedef struct {
     ParamSpec* specs;
     int n, cap;
-    size_t total; /* floats */
-    float* data;  /* (total) values */
-    float* grad;  /* (total) gradients */
-    float* m;     /* (total) AdamW first moment (allocated by params_alloc_optimizer) */
-    float* v;     /* (total) AdamW second moment */
+    size_t total;  /* floats */
+    size_t gtotal; /* floats of the trainable tensors (== total when nothing is frozen) */
+    float* data;   /* (total) values */
+    float* grad;   /* (gtotal) gradients of the trainable tensors, at goff */
+    float* m;      /* (gtotal) AdamW first moment (allocated by params_alloc_optimizer) */
+    float* v;      /* (gtotal) AdamW second moment */
     const Backend* be;
 } ParamTable;
 
@@ -37,12 +40,19 @@ void params_init(ParamTable* pt);
 /* Register a tensor; returns its index. decay = 1 for 2-D weights. Dies on a duplicate name. */
 int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape, ParamInit init, float init_std,
                int decay);
-/* One allocation for values and one for gradients on backend `be`, then fill values from the
- * (seed, name)-keyed initialiser and zero the gradients. */
+/* Freeze every registered tensor whose name is `prefix` or starts with `prefix` followed by '.'
+ * (so "text.blocks.1" freezes block 1 and not block 10). Before params_alloc. Returns how many
+ * tensors matched (0 is not an error here: a pipeline stage may hold none of them). */
+int params_freeze(ParamTable* pt, const char* prefix);
+/* 1 when tensor name `name` lies under `prefix` in the sense of params_freeze. */
+int params_name_under(const char* name, const char* prefix);
+/* One allocation for values and one for the gradients of the trainable tensors on backend `be`,
+ * then fill values from the (seed, name)-keyed initialiser and zero the gradients. */
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed);
 void params_alloc_optimizer(ParamTable* pt);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
 float* params_data(const ParamTable* pt, int i);
+/* The gradient of tensor i, or NULL when it is frozen. */
 float* params_grad(const ParamTable* pt, int i);
 void params_zero_grad(ParamTable* pt);
 void params_free(ParamTable* pt);

@@ -33,8 +33,29 @@ static int st_dtype_parse(const char* s, DType* out) {
     if (!strcmp(s, "F32")) *out = DTYPE_F32;
     else if (!strcmp(s, "BF16")) *out = DTYPE_BF16;
     else if (!strcmp(s, "I32")) *out = DTYPE_I32;
+    else if (!strcmp(s, "F16")) *out = DTYPE_F16;
     else return -1;
     return 0;
+}
+
+float st_f16_to_f32(uint16_t h) {
+    /* IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits; every value is exact in f32 */
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, bits;
+    if (e == 0) {
+        if (m == 0) bits = sign;
+        else { /* subnormal: normalise */
+            e = 113; /* 127 - 15 + 1 */
+            while (!(m & 1024)) m <<= 1, e--;
+            bits = sign | (e << 23) | ((m & 1023) << 13);
+        }
+    } else if (e == 31) {
+        bits = sign | 0x7f800000u | (m << 13); /* inf / NaN */
+    } else {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
 }
 
 uint16_t st_f32_to_bf16(float x) {
@@ -312,7 +333,7 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
             goto fail;
         }
         if (st_dtype_parse(jd->valuestring, &t->dtype) != 0) {
-            st_err(err, err_len, "%s: tensor '%s': dtype \"%s\" is not supported (expected F32, BF16 or I32)", path,
+            st_err(err, err_len, "%s: tensor '%s': dtype \"%s\" is not supported (expected F32, BF16, F16 or I32)", path,
                    name, jd->valuestring);
             goto fail;
         }
@@ -474,8 +495,11 @@ int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const i
     } else if (t->dtype == DTYPE_BF16) {
         const unsigned char* p = t->data;
         for (size_t i = 0; i < n; i++) out[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+    } else if (t->dtype == DTYPE_F16) {
+        const unsigned char* p = t->data;
+        for (size_t i = 0; i < n; i++) out[i] = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
     } else {
-        st_err(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16", f->path, name,
+        st_err(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16 (or F16)", f->path, name,
                dtype_name(t->dtype));
         return -1;
     }

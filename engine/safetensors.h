@@ -5,7 +5,8 @@
  * The JSON maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]} (offsets relative
  * to the start of the data buffer) plus an optional "__metadata__" map of string to string.
  * The writer pads the header with spaces so the data buffer starts 8-byte aligned, and lays the
- * tensors out back to back in the order they were added. Supported dtypes: F32, BF16, I32.
+ * tensors out back to back in the order they were added. Supported dtypes: F32, BF16, I32 (and F16 for
+ * reading: Hugging Face checkpoints).
  *
  * The reader validates everything a damaged or hand-made file can get wrong (sizes, JSON, dtypes,
  * shapes against byte counts, offsets in range, overlaps and holes, duplicate names) and reports it
@@ -84,6 +85,8 @@ int st_read_i32(const StFile* f, const char* name, int32_t* out, int ndim, const
 /* bf16 <-> f32 (round to nearest even; NaN stays NaN). */
 uint16_t st_f32_to_bf16(float x);
 float st_bf16_to_f32(uint16_t h);
+/* IEEE half -> f32 (exact). */
+float st_f16_to_f32(uint16_t h);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@ size_t dtype_size(DType t) {
     case DTYPE_F32: return 4;
     case DTYPE_BF16: return 2;
     case DTYPE_I32: return 4;
+    case DTYPE_F16: return 2;
     }
     RR_ASSERT(0 && "unknown dtype");
     return 0;
@@ -19,6 +20,7 @@ const char* dtype_name(DType t) {
     case DTYPE_F32: return "F32";
     case DTYPE_BF16: return "BF16";
     case DTYPE_I32: return "I32";
+    case DTYPE_F16: return "F16";
     }
     return "?";
 }

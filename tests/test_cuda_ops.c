@@ -248,8 +248,8 @@ static void run_norm(const OpCase* tc) {
         cu->layernorm_forward(out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
         cmp("mean", mean_d, mean, N, TOL_ROW);
     } else {
-        backend_cpu.rmsnorm_forward(out, rstd, x, w, N, C);
-        cu->rmsnorm_forward(out_d, rstd_d, x_d, w_d, N, C);
+        backend_cpu.rmsnorm_forward(out, rstd, x, w, N, C, 1e-5);
+        cu->rmsnorm_forward(out_d, rstd_d, x_d, w_d, N, C, 1e-5);
     }
     cmp("out", out_d, out, n, TOL_ROW);
     cmp("rstd", rstd_d, rstd, N, TOL_ROW);
@@ -328,11 +328,11 @@ static void run_rope(const OpCase* tc) {
     float* x_d = up(x, n);
     int* pos_d = upi(pos, 2 * (size_t)N);
     if (tc->op == OP_ROPE) {
-        backend_cpu.rope_forward(x, pos, N, H, d, ld);
-        cu->rope_forward(x_d, pos_d, N, H, d, ld);
+        backend_cpu.rope_forward(x, pos, N, H, d, ld, 10000.0);
+        cu->rope_forward(x_d, pos_d, N, H, d, ld, 10000.0);
         cmp("forward", x_d, x, n, TOL_ROPE);
-        backend_cpu.rope_backward(x, pos, N, H, d, ld);
-        cu->rope_backward(x_d, pos_d, N, H, d, ld);
+        backend_cpu.rope_backward(x, pos, N, H, d, ld, 10000.0);
+        cu->rope_backward(x_d, pos_d, N, H, d, ld, 10000.0);
         cmp("backward", x_d, x, n, TOL_ROPE);
     } else {
         backend_cpu.rope2d_forward(x, pos, pos + N, N, H, d, ld);

@@ -181,11 +181,11 @@ static void test_rmsnorm(int N, int C) {
         const float* xr = x + (size_t)r * C;
         float ss = 0.0f;
         for (int c = 0; c < C; c++) ss += xr[c] * xr[c];
-        float rs = rr_rmsnorm_rstd(ss, C);
+        float rs = rr_rmsnorm_rstd(ss, C, RR_RMSNORM_EPS);
         for (int c = 0; c < C; c++) out[(size_t)r * C + c] = rr_rmsnorm_out(xr[c], rs, w[c]);
         rstd[r] = rs;
     }
-    backend_cpu.rmsnorm_forward(out_ref, rstd_ref, x, w, N, C);
+    backend_cpu.rmsnorm_forward(out_ref, rstd_ref, x, w, N, C, 1e-5);
     expect("rmsnorm", "out", norm_err(out, out_ref, n), TOL_ROW);
     expect("rmsnorm", "rstd", norm_err(rstd, rstd_ref, N), TOL_ROW);
 
@@ -217,7 +217,7 @@ static void rope_by_pairs(float* x, const int* pos, int N, int H, int d, int ld,
         for (int h = 0; h < H; h++)
             for (int j = 0; j < half; j++) {
                 float c, s;
-                rr_rope_cos_sin(pos[i], j, n, sign, &c, &s);
+                rr_rope_cos_sin(pos[i], j, n, sign, RR_ROPE_THETA, &c, &s);
                 float* v = x + (size_t)i * ld + (size_t)h * d + offset;
                 rr_rope_rotate_pair(&v[j], &v[j + half], c, s);
             }
@@ -230,10 +230,10 @@ static void test_rope(int N, int H, int d, int ld) {
     float* x = frand(n, 1.0f);
     float *a = fcopy(x, n), *b = fcopy(x, n);
     rope_by_pairs(a, pos, N, H, d, ld, 0, d, 1.0);
-    backend_cpu.rope_forward(b, pos, N, H, d, ld);
+    backend_cpu.rope_forward(b, pos, N, H, d, ld, 10000.0);
     expect("rope", "forward", norm_err(a, b, n), TOL_ELEM);
     rope_by_pairs(a, pos, N, H, d, ld, 0, d, -1.0);
-    backend_cpu.rope_backward(b, pos, N, H, d, ld);
+    backend_cpu.rope_backward(b, pos, N, H, d, ld, 10000.0);
     expect("rope", "backward", norm_err(a, b, n), TOL_ELEM);
     expect("rope", "roundtrip", norm_err(a, x, n), TOL_ELEM); /* backward undoes forward */
     if (d % 4 == 0) {

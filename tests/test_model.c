@@ -10,6 +10,12 @@
  *   test_model bad_X   a damaged microbatch (X = budget, image_id, target, grid, pos,
  *                      overlap) stops
  *                      with a message naming it
+ *   test_model freeze  train.freeze (stage 1 `vision,text`, stage 2 `vision`, and finer prefixes): over
+ *                      3 AdamW steps, fused and split backward, frozen tensors stay bitwise as initialised
+ *                      and the trainable ones are bitwise those of an unfrozen run whose frozen
+ *                      gradients are computed and discarded; no gradient / AdamW memory for frozen
+ *                      tensors; with `vision` frozen the ViT backward never runs and its activations
+ *                      are not kept (smaller StageActs)
  *   test_model stages  the model cut into 2 and 3 pipeline stages, chained in one process, gives
  *                      bitwise the same initial weights, losses and gradients as one stage: init is
  *                      a function of (seed, name) only, and the chain runs the same ops on the same
@@ -183,6 +189,156 @@ static void test_split(void) {
     stage_free(&split);
     stage_free(&fused);
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
+}
+
+/* ---- train.freeze --------------------------------------------------------------------------------------- */
+
+/* AdamW on the trainable tensors of pt (frozen[i] from the frozen run's table: the same registration
+ * order), with the clipping factor from the trainable gradients' norm (per tensor, in double). */
+static void freeze_adamw(ParamTable* pt, const ParamTable* fz, int t) {
+    double ss = 0;
+    for (int i = 0; i < pt->n; i++) {
+        if (fz->specs[i].frozen) continue;
+        const float* g = params_grad(pt, i);
+        for (size_t k = 0; k < pt->specs[i].numel; k++) ss += (double)g[k] * g[k];
+    }
+    float clip = sqrt(ss) > 0.5 ? (float)(0.5 / (sqrt(ss) + 1e-6)) : 1.0f; /* clipping engaged */
+    AdamWConfig cfg = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int i = 0; i < pt->n; i++) {
+        if (fz->specs[i].frozen) continue;
+        const ParamSpec* s = &pt->specs[i];
+        float* g = params_grad(pt, i);
+        for (size_t k = 0; k < s->numel; k++) g[k] *= clip;
+        backend_cpu.adamw_update(params_data(pt, i), g, pt->m + s->goff, pt->v + s->goff, s->numel, &cfg, t, s->decay);
+    }
+}
+
+static void freeze_case(const char* freeze, int split_bw) {
+    ModelConfig c = small_config(2);
+    uint64_t rng = 3;
+    Microbatch mb[NMB];
+    int n_sup = 0;
+    for (int m = 0; m < NMB; m++) {
+        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
+        n_sup += mb[m].n_supervised;
+    }
+    int max_T, max_Np;
+    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    float scale = 1.0f / n_sup;
+    char err[1024];
+    EXPECT(model_freeze_check(&c, freeze, NULL, err, sizeof err) == 0, "freeze '%s' refused: %s", freeze, err);
+
+    Stage ref, fz;
+    stage_init(&ref, &c, 0, c.Lt, &backend_cpu);
+    stage_init_frozen(&fz, &c, 0, c.Lt, freeze, &backend_cpu);
+    params_alloc_optimizer(&ref.params);
+    params_alloc_optimizer(&fz.params);
+    ParamTable *pr = &ref.params, *pf = &fz.params;
+    size_t trainable = 0;
+    int n_frozen = 0, vision_all = 1, n_vision = 0;
+    for (int i = 0; i < pf->n; i++) {
+        const ParamSpec* s = &pf->specs[i];
+        if (!s->frozen) trainable += s->numel;
+        n_frozen += s->frozen;
+        if (!strncmp(s->name, "vision.", 7)) n_vision++, vision_all &= s->frozen;
+        EXPECT((params_grad(pf, i) == NULL) == (s->frozen != 0), "%s: gradient pointer vs frozen flag", s->name);
+    }
+    EXPECT(n_frozen > 0 && n_frozen < pf->n, "freeze '%s' froze %d of %d tensors", freeze, n_frozen, pf->n);
+    EXPECT(pf->gtotal == trainable && pf->gtotal < pf->total,
+           "gradient / AdamW floats %zu, expected the trainable %zu (of %zu)", pf->gtotal, trainable, pf->total);
+    float* init = mallocCheck(pf->total * sizeof(float));
+    memcpy(init, pf->data, pf->total * sizeof(float));
+    EXPECT(memcmp(pr->data, pf->data, pf->total * sizeof(float)) == 0, "initial weights differ");
+    size_t bytes_ref = stage_acts_bytes(&ref, max_T, max_Np, split_bw), bytes_fz = stage_acts_bytes(&fz, max_T, max_Np, split_bw);
+    if (vision_all) {
+        /* what a ViT backward would keep: (L+1) residuals less the 2 the forward alternates, block
+         * activations of L-1 blocks, and the gradient buffers: at least (L-1) * 12 N D floats */
+        size_t least = (size_t)(c.Lv - 1) * 12 * max_Np * c.Dv * sizeof(float);
+        EXPECT(bytes_ref - bytes_fz >= least, "frozen ViT: activations %zu bytes vs %zu unfrozen (expected >= %zu less)",
+               bytes_fz, bytes_ref, least);
+    }
+
+    StageActs ra[NMB], fa[NMB];
+    for (int m = 0; m < NMB; m++) {
+        stage_acts_init(&ra[m], &ref, max_T, max_Np, split_bw);
+        stage_acts_init(&fa[m], &fz, max_T, max_Np, split_bw);
+    }
+    for (int step = 1; step <= 3; step++) {
+        Stage* both[2] = {&ref, &fz};
+        StageActs* acts[2] = {ra, fa};
+        float loss[2][NMB];
+        for (int k = 0; k < 2; k++) {
+            params_zero_grad(&both[k]->params);
+            for (int m = 0; m < NMB; m++) stage_forward(both[k], &acts[k][m], &mb[m], NULL, NULL, &loss[k][m]);
+            for (int m = 0; m < NMB; m++) {
+                if (split_bw) {
+                    stage_backward_input(both[k], &acts[k][m], NULL, scale, NULL);
+                    stage_backward_weight(both[k], &acts[k][m]);
+                } else {
+                    stage_backward(both[k], &acts[k][m], NULL, scale, NULL);
+                }
+            }
+        }
+        for (int m = 0; m < NMB; m++)
+            EXPECT(memcmp(&loss[0][m], &loss[1][m], sizeof(float)) == 0, "step %d microbatch %d: loss %.9g frozen vs %.9g",
+                   step, m, loss[1][m], loss[0][m]);
+        for (int i = 0; i < pf->n; i++) {
+            if (pf->specs[i].frozen) {
+                /* the reference computed this gradient; it is discarded */
+                memset(params_grad(pr, i), 0, pr->specs[i].numel * sizeof(float));
+                continue;
+            }
+            EXPECT(memcmp(params_grad(pr, i), params_grad(pf, i), pf->specs[i].numel * sizeof(float)) == 0,
+                   "step %d: gradient of %s differs from the unfrozen run's", step, pf->specs[i].name);
+        }
+        freeze_adamw(pr, pf, step);
+        freeze_adamw(pf, pf, step);
+    }
+    int moved = 0;
+    for (int i = 0; i < pf->n; i++) {
+        const ParamSpec* s = &pf->specs[i];
+        const float* d = params_data(pf, i);
+        if (s->frozen) {
+            EXPECT(memcmp(d, init + s->offset, s->numel * sizeof(float)) == 0, "frozen %s changed", s->name);
+        } else {
+            moved += memcmp(d, init + s->offset, s->numel * sizeof(float)) != 0;
+            EXPECT(memcmp(d, params_data(pr, i), s->numel * sizeof(float)) == 0,
+                   "trainable %s differs from the run whose frozen gradients were discarded", s->name);
+        }
+    }
+    EXPECT(moved == pf->n - n_frozen, "only %d of %d trainable tensors moved", moved, pf->n - n_frozen);
+    long vb = fz.n_vit_backward;
+    if (vision_all) EXPECT(vb == 0, "vision frozen, but the ViT backward ran %ld times", vb);
+    else EXPECT(vb > 0, "a vision tensor trains, but the ViT backward never ran");
+    EXPECT(ref.n_vit_backward > 0, "the unfrozen run never ran the ViT backward");
+    printf("freeze '%s' (%s backward): %d of %d tensors frozen, gradient + AdamW floats %zu of %zu, ViT backward runs "
+           "%ld (unfrozen %ld), activations %zu vs %zu bytes\n",
+           freeze, split_bw ? "split" : "fused", n_frozen, pf->n, pf->gtotal, pf->total, vb, ref.n_vit_backward,
+           bytes_fz, bytes_ref);
+    for (int m = 0; m < NMB; m++) {
+        stage_acts_free(&ra[m], &ref);
+        stage_acts_free(&fa[m], &fz);
+        tm_microbatch_free(&mb[m]);
+    }
+    free(init);
+    stage_free(&ref);
+    stage_free(&fz);
+}
+
+static void test_freeze(void) {
+    const char* cases[] = {"vision,text", "vision", "projector", "text.embed, vision.blocks.0,vision.patch_embed, text.blocks.1.mlp",
+                           "vision.ln_f,text.lm_head,text.norm"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int split_bw = 0; split_bw < 2; split_bw++) freeze_case(cases[i], split_bw);
+    /* refused lists: a name that matches nothing (a prefix must end at a dot), and everything */
+    ModelConfig c = small_config(2);
+    char err[1024];
+    EXPECT(model_freeze_check(&c, "vision,txt", NULL, err, sizeof err) != 0 && strstr(err, "'txt' names no parameter"),
+           "'txt' accepted or unclear: %s", err);
+    EXPECT(model_freeze_check(&c, "text.block", NULL, err, sizeof err) != 0, "'text.block' (not at a dot) accepted");
+    EXPECT(model_freeze_check(&c, "text.blocks.5", NULL, err, sizeof err) != 0, "a block the model lacks accepted");
+    EXPECT(model_freeze_check(&c, "vision,projector,text", NULL, err, sizeof err) != 0 && strstr(err, "nothing would train"),
+           "freezing everything accepted: %s", err);
 }
 
 /* ---- pipeline stages chained in one process ----------------------------------------------------------- */
@@ -437,6 +593,8 @@ int main(int argc, char** argv) {
         test_split();
     else if (!strcmp(argv[1], "stages"))
         test_stages();
+    else if (!strcmp(argv[1], "freeze"))
+        test_freeze();
     else if (!strcmp(argv[1], "gpu"))
         test_gpu();
     else if (!strncmp(argv[1], "bad_", 4))

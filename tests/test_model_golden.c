@@ -47,9 +47,9 @@ static void case_vit(const char* dir) {
     VitActs a;
     memset(&a, 0, sizeof a);
     Arena measure = {.base = NULL, .size = SIZE_MAX, .name = "measure"};
-    vit_acts_layout(&a, &measure, &vc, mb.Np, 0);
+    vit_acts_layout(&a, &measure, &vc, mb.Np, 0, 1);
     Arena ar = {.base = be->alloc(measure.used), .size = measure.used, .name = "vit acts"};
-    vit_acts_layout(&a, &ar, &vc, mb.Np, 0);
+    vit_acts_layout(&a, &ar, &vc, mb.Np, 0, 1);
 
     vit_forward(be, &vc, &w, &a, mb.patches, mb.img_cu_patches, mb.I, mb.patch_row, mb.patch_col, mb.Np);
     size_t ND = (size_t)mb.Np * vc.D;

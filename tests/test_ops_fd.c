@@ -302,7 +302,7 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
     switch (tc->op) {
     case OP_LINEAR: be->linear_forward(out, in[0], in[1], p->n_in == 3 ? in[2] : NULL, N, C, OC); break;
     case OP_LAYERNORM: be->layernorm_forward(out, out + NC, out + NC + N, in[0], in[1], in[2], N, C); break;
-    case OP_RMSNORM: be->rmsnorm_forward(out, out + NC, in[0], in[1], N, C); break;
+    case OP_RMSNORM: be->rmsnorm_forward(out, out + NC, in[0], in[1], N, C, 1e-5); break;
     case OP_GELU:
         if (tc->flags & CASE_INPLACE) {
             float* buf = malloc(NC * sizeof(float));
@@ -326,7 +326,7 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
     case OP_ROPE:
     case OP_ROPE2D:
         memcpy(out, in[0], p->out_size * sizeof(float));
-        if (tc->op == OP_ROPE) be->rope_forward(out, p->ints, N, tc->H, tc->d, tc->ld);
+        if (tc->op == OP_ROPE) be->rope_forward(out, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
         else be->rope2d_forward(out, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
         break;
     case OP_EMBEDDING: be->embedding_forward(out, p->ints, in[0], N, C); break;
@@ -358,7 +358,7 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
         if (grad[0]) { /* RoPE's backward transforms in place; the model then adds or uses it */
             float* g = malloc(p->out_size * sizeof(float));
             memcpy(g, R, p->out_size * sizeof(float));
-            if (tc->op == OP_ROPE) be->rope_backward(g, p->ints, N, tc->H, tc->d, tc->ld);
+            if (tc->op == OP_ROPE) be->rope_backward(g, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
             else be->rope2d_backward(g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
             for (size_t i = 0; i < p->out_size; i++) grad[0][i] += g[i];
             free(g);

@@ -167,8 +167,8 @@ static void table_make(ParamTable* pt, float base) {
     snprintf(pt->specs[0].name, sizeof pt->specs[0].name, "text.blocks.0.attn.q.weight");
     pt->specs[0].ndim = 2, pt->specs[0].shape[0] = 3, pt->specs[0].shape[1] = 4, pt->specs[0].numel = 12;
     snprintf(pt->specs[1].name, sizeof pt->specs[1].name, "text.norm.weight");
-    pt->specs[1].ndim = 1, pt->specs[1].shape[0] = 5, pt->specs[1].numel = 5, pt->specs[1].offset = 12;
-    pt->total = 17;
+    pt->specs[1].ndim = 1, pt->specs[1].shape[0] = 5, pt->specs[1].numel = 5, pt->specs[1].offset = 12, pt->specs[1].goff = 12;
+    pt->total = 17, pt->gtotal = 17; /* nothing frozen: gradients and moments at the value offsets */
     pt->data = mallocCheck(17 * 4), pt->grad = callocCheck(17, 4);
     pt->m = mallocCheck(17 * 4), pt->v = mallocCheck(17 * 4);
     for (int i = 0; i < 17; i++) {

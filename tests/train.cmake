@@ -79,3 +79,30 @@ add_test(NAME train_eval_packing
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "eval packing: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_eval_packing.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_eval_packing)
 set_tests_properties(train_eval_packing PROPERTIES TIMEOUT 200)
+
+# LLaVA's workflow: recipes/llava-stage1.ini (train.freeze = vision,text) then llava-stage2.ini
+# (train.freeze = vision, train.init_from = stage 1's checkpoint), one process and pp 2 (checks in the script).
+add_test(NAME train_llava_stages
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "llava stages: ok" ${CMAKE_SOURCE_DIR}/tests/train_llava_stages.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_llava_stages)
+set_tests_properties(train_llava_stages PROPERTIES LABELS mpi TIMEOUT 600)
+# A freeze list that names no parameter is refused before anything trains, naming the item (exit 1).
+add_test(NAME train_freeze_bad_key COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.freeze=vision,txt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/freeze_bad"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=train.freeze = vision,txt: 'txt' names no parameter of this model"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+# init_from of a folder that is not a checkpoint: a clear error naming it (exit 1).
+add_test(NAME train_init_from_missing COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/init_from_missing"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=train.init_from = .*no_such_ckpt/state.json: cannot read"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+
+# rrfp-mm import llama: a Hugging Face Llama written by the test (2 shards, F32 / BF16 / F16, index json)
+# gives the logits of an independent float64 Llama forward (tolerance in the script); GQA, tied embeddings,
+# rope_scaling and biases are refused.
+add_executable(test_llama_logits tests/test_llama_logits.c)
+target_link_libraries(test_llama_logits PRIVATE rrfp_core)
+add_test(NAME import_llama_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llama.py $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llama_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llama)
+set_tests_properties(import_llama_torch PROPERTIES LABELS torch TIMEOUT 300)

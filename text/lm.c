@@ -108,16 +108,16 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
                       const LmSeq* seq, const float* xin, float* xout) {
     int T = seq->T, D = c->D, H = c->H, d = D / H, F = c->F;
     if (T == 0) return;
-    be->rmsnorm_forward(a->n1, a->rstd1, xin, w->norm1_w, T, D);
+    be->rmsnorm_forward(a->n1, a->rstd1, xin, w->norm1_w, T, D, c->rms_eps);
     be->linear_forward(a->q, a->n1, w->q_w, NULL, T, D, D);
     be->linear_forward(a->k, a->n1, w->k_w, NULL, T, D, D);
     be->linear_forward(a->v, a->n1, w->v_w, NULL, T, D, D);
-    be->rope_forward(a->q, seq->pos, T, H, d, D);
-    be->rope_forward(a->k, seq->pos, T, H, d, D);
+    be->rope_forward(a->q, seq->pos, T, H, d, D, c->rope_base);
+    be->rope_forward(a->k, seq->pos, T, H, d, D, c->rope_base);
     be->attention_forward(a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, D, 1);
     be->linear_forward(s->tmp, a->att, w->o_w, NULL, T, D, D);
     be->add_forward(a->xmid, xin, s->tmp, (size_t)T * D);
-    be->rmsnorm_forward(a->n2, a->rstd2, a->xmid, w->norm2_w, T, D);
+    be->rmsnorm_forward(a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
     be->linear_forward(a->gate, a->n2, w->gate_w, NULL, T, D, F);
     be->linear_forward(a->up, a->n2, w->up_w, NULL, T, D, F);
     be->swiglu_forward(a->h, a->gate, a->up, (size_t)T * F);
@@ -150,8 +150,8 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     be->memset0(g->dv, TD * sizeof(float));
     be->attention_backward(g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, d, D, 1);
-    be->rope_backward(g->dq, seq->pos, T, H, d, D);
-    be->rope_backward(g->dk, seq->pos, T, H, d, D);
+    be->rope_backward(g->dq, seq->pos, T, H, d, D, c->rope_base);
+    be->rope_backward(g->dk, seq->pos, T, H, d, D, c->rope_base);
     be->memset0(g->dn1, TD * sizeof(float));
     be->linear_backward(g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, D);
     be->linear_backward(g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, D);

@@ -27,6 +27,8 @@
 typedef struct {
     int D, L, H, F, V; /* width, total blocks, heads (head dim D/H, even), SwiGLU hidden, vocabulary */
     float init_std;    /* 0.02 */
+    double rms_eps;    /* RMSNorm eps (model.rms_eps, 1e-5) */
+    double rope_base;  /* RoPE theta (model.rope_base, 10000) */
 } LmConfig;
 
 typedef struct {

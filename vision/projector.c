@@ -43,13 +43,15 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     be->linear_forward(a->out, a->gelu, w->fc2_w, w->fc2_b, N, c->Dt, c->Dt);
 }
 
-void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N) {
+void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,
+                              int need_dvin) {
     if (N == 0) return;
     size_t NT = (size_t)N * c->Dt;
     be->memset0(a->dgelu, NT * sizeof(float));
     be->linear_backward(a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, c->Dt, c->Dt);
     be->memset0(a->dfc1, NT * sizeof(float));
     be->gelu_backward(a->dfc1, a->dgelu, a->fc1, NT);
+    if (!need_dvin) return; /* a frozen vision tower takes no gradient */
     be->memset0(a->dvin, (size_t)N * c->D * sizeof(float));
     be->linear_backward(a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, c->Dt);
 }

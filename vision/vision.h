@@ -28,7 +28,8 @@
  *
  * Backward is split as the pipeline needs: *_backward_input (B) computes only input gradients and
  * keeps what the weight gradients need in the activations; *_backward_weight (W) adds the weight
- * gradients from them. Gradients ADD into the grad pointers (accumulation across microbatches). */
+ * gradients from them. Gradients ADD into the grad pointers (accumulation across microbatches); a NULL
+ * gradient pointer (a tensor frozen by train.freeze) gets nothing, and its op is skipped. */
 #ifndef RRFP_VISION_H
 #define RRFP_VISION_H
 
@@ -85,6 +86,9 @@ typedef struct {
 
 typedef struct {
     int max_N, split;
+    int backward; /* 0: laid out for the forward only (a frozen tower: nothing kept, no gradient buffers) */
+    int b_floor;  /* B runs down to block b_floor only: the lowest block with a trainable tensor (the caller
+                     sets it, vit_backward_floor; 0 when everything trains) */
     const int32_t* img_cu; /* (I+1) backend memory, set by vit_forward's caller */
     const int32_t *prow, *pcol; /* (N) */
     int I, N;
@@ -116,9 +120,13 @@ void vit_weights_free(VitW* w);
 void projector_weights_point(ProjW* w, const ParamTable* pt, int grads);
 
 /* Carve the activations for up to max_N patches out of arena `a` (a measuring arena with base NULL
- * gives the size). split = 1 keeps per-block gradients so B and W can run apart. The arrays of
+ * gives the size). split = 1 keeps per-block gradients so B and W can run apart. backward = 0: the
+ * forward only (a frozen tower): no activation is kept for a backward and none may run. The arrays of
  * block structs are malloc'd (freed by vit_acts_free_tables). */
-void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split);
+void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward);
+/* The lowest block whose input gradient a backward needs, given gradient pointers g (NULL = frozen
+ * tensor): 0 when the patch embedding trains, L when no block does (ln_f alone, or nothing). */
+int vit_backward_floor(const VitConfig* c, const VitW* g);
 void vit_acts_free_tables(VitActs* a);
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
 
@@ -135,8 +143,10 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
 
 void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N);
-/* B: from a->dout to a->dvin (overwritten). */
-void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N);
+/* B: from a->dout to a->dfc1 (kept for W) and, with need_dvin (the vision tower trains), a->dvin
+ * (overwritten). */
+void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,
+                              int need_dvin);
 /* W: adds the projector's weight gradients into g. vin (the forward input) must still be valid. */
 void projector_backward_weight(const Backend* be, const VitConfig* c, const ProjW* w, const ProjW* g, ProjActs* a,
                                int N);

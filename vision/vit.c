@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vision/vision.h"
 
@@ -92,15 +93,23 @@ void vit_weights_free(VitW* w) {
 /* ------------------------------------------------------------------------------------------------
  * Activations */
 
-void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split) {
+void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
     size_t N = (size_t)max_N, D = c->D, H = c->H, L = c->L;
     if (!a->blocks) a->blocks = callocCheck(L, sizeof(VitBlockActs));
     if (!a->grads) a->grads = callocCheck(L, sizeof(VitBlockGrads));
     a->max_N = max_N;
     a->split = split;
-    a->x = arena_alloc_f32(ar, (L + 1) * N * D);
+    a->backward = backward;
+    a->b_floor = 0;
+    /* Without a backward (a frozen tower) nothing is kept for it: two residual slots used
+     * alternately and one set of block activations that every block overwrites. */
+    a->x = arena_alloc_f32(ar, (backward ? L + 1 : 2) * N * D);
     for (size_t l = 0; l < L; l++) {
         VitBlockActs* b = &a->blocks[l];
+        if (!backward && l > 0) {
+            *b = a->blocks[0];
+            continue;
+        }
         b->ln1 = arena_alloc_f32(ar, N * D);
         b->ln1_mean = arena_alloc_f32(ar, N);
         b->ln1_rstd = arena_alloc_f32(ar, N);
@@ -117,6 +126,12 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     a->vout = arena_alloc_f32(ar, N * D);
     a->lnf_mean = arena_alloc_f32(ar, N);
     a->lnf_rstd = arena_alloc_f32(ar, N);
+    a->tmp = arena_alloc_f32(ar, N * D);
+    if (!backward) {
+        a->dx = a->dvout = a->dgelu = a->datt = NULL;
+        for (size_t l = 0; l < L; l++) memset(&a->grads[l], 0, sizeof a->grads[l]);
+        return;
+    }
     a->dx = arena_alloc_f32(ar, (split ? L + 1 : 2) * N * D);
     for (size_t l = 0; l < L; l++) {
         VitBlockGrads* g = &a->grads[l];
@@ -133,7 +148,17 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     a->dvout = arena_alloc_f32(ar, N * D);
     a->dgelu = arena_alloc_f32(ar, N * 4 * D);
     a->datt = arena_alloc_f32(ar, N * D);
-    a->tmp = arena_alloc_f32(ar, N * D);
+}
+
+int vit_backward_floor(const VitConfig* c, const VitW* g) {
+    if (g->patch_w || g->patch_b) return 0;
+    for (int l = 0; l < c->L; l++) {
+        const VitBlockW* b = &g->blocks[l];
+        if (b->ln1_w || b->ln1_b || b->qkv_w || b->qkv_b || b->out_w || b->out_b || b->ln2_w || b->ln2_b ||
+            b->fc1_w || b->fc1_b || b->fc2_w || b->fc2_b)
+            return l;
+    }
+    return c->L;
 }
 
 void vit_acts_free_tables(VitActs* a) {
@@ -150,7 +175,8 @@ static float* vit_dx(const VitActs* a, const VitConfig* c, int j) {
 }
 
 static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
-    return a->x + (size_t)j * a->max_N * c->D;
+    size_t slot = a->backward ? (size_t)j : (size_t)(j % 2);
+    return a->x + slot * (size_t)a->max_N * c->D;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -257,9 +283,10 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
 
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     RR_ASSERT(a->split && "vit_backward_input needs activations laid out with split = 1");
+    RR_ASSERT(a->backward && "vit_backward_input on activations laid out without a backward");
     if (a->N == 0) return;
     vit_lnf_backward_input(be, c, w, a);
-    for (int l = c->L - 1; l >= 0; l--)
+    for (int l = c->L - 1; l >= a->b_floor; l--)
         vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
                                  vit_dx(a, c, l + 1), vit_dx(a, c, l));
 }
@@ -268,21 +295,22 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
     RR_ASSERT(a->split);
     if (a->N == 0) return;
     vit_lnf_backward_weight(be, c, w, g, a);
-    for (int l = c->L - 1; l >= 0; l--)
+    for (int l = c->L - 1; l >= a->b_floor; l--)
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
                                   vit_x(a, c, l), vit_dx(a, c, l + 1));
-    vit_patch_backward_weight(be, c, w, g, a);
+    if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
 }
 
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
+    RR_ASSERT(a->backward && "vit_backward on activations laid out without a backward");
     if (a->N == 0) return;
     vit_lnf_backward_input(be, c, w, a);
     vit_lnf_backward_weight(be, c, w, g, a);
-    for (int l = c->L - 1; l >= 0; l--) {
+    for (int l = c->L - 1; l >= a->b_floor; l--) {
         vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
                                  vit_dx(a, c, l + 1), vit_dx(a, c, l));
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
                                   vit_x(a, c, l), vit_dx(a, c, l + 1));
     }
-    vit_patch_backward_weight(be, c, w, g, a);
+    if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
 }

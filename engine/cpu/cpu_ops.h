@@ -25,7 +25,7 @@ void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const flo
                             const float* weight, const float* mean, const float* rstd, int N, int C);
 
 /* rmsnorm.c */
-void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C);
+void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
 void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                           const float* rstd, int N, int C);
 
@@ -45,8 +45,8 @@ void cpu_add_forward(float* out, const float* a, const float* b, size_t n);
 void cpu_scale(float* x, float s, size_t n);
 
 /* rope.c */
-void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld);
-void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld);
+void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta);
 void cpu_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cpu_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 

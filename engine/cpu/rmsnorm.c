@@ -1,4 +1,5 @@
-/* rmsnorm.c — RMSNorm over the last dimension C: out = x / sqrt(mean(x^2) + 1e-5) * w (no bias).
+/* rmsnorm.c — RMSNorm over the last dimension C: out = x / sqrt(mean(x^2) + eps) * w (no bias; eps is
+ * model.rms_eps, 1e-5 by default).
  *
  * Forward saves rstd (N). The sum of squares is accumulated in double (see layernorm.c). */
 #include <math.h>
@@ -6,16 +7,14 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-#define RMSNORM_EPS 1e-5
-
-void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C) {
+void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
 #pragma omp parallel for if ((size_t)N * C > 16384)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
         float* y = out + (size_t)n * C;
         double ss = 0.0;
         for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
-        float s = (float)(1.0 / sqrt(ss / C + RMSNORM_EPS));
+        float s = (float)(1.0 / sqrt(ss / C + eps));
         for (int c = 0; c < C; c++) y[c] = x[c] * s * weight[c];
         rstd[n] = s;
     }

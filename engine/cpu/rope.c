@@ -14,13 +14,14 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-#define ROPE_THETA 10000.0
+#define ROPE_THETA_2D 10000.0 /* the ViT's 2-D RoPE; the LM's theta is model.rope_base */
 
 /* Rotate, in every row i and head h, the n dims starting at x + i*ld + h*d + offset by sign*pos[i]. */
-static void rope_rotate_rows(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n, double sign) {
+static void rope_rotate_rows(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n, double sign,
+                             double theta) {
     int half = n / 2;
-    double inv_freq[half]; /* 10000^(-2j/n), computed once per call, not per row */
-    for (int j = 0; j < half; j++) inv_freq[j] = pow(ROPE_THETA, -2.0 * j / n);
+    double inv_freq[half]; /* theta^(-2j/n), computed once per call, not per row */
+    for (int j = 0; j < half; j++) inv_freq[j] = pow(theta, -2.0 * j / n);
 #pragma omp parallel for if ((size_t)N * H * d > 16384)
     for (int i = 0; i < N; i++) {
         float* row = x + (size_t)i * ld + offset;
@@ -38,24 +39,24 @@ static void rope_rotate_rows(float* x, const int* pos, int N, int H, int d, int 
     }
 }
 
-void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld) {
+void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_rows(x, pos, N, H, d, ld, 0, d, 1.0);
+    rope_rotate_rows(x, pos, N, H, d, ld, 0, d, 1.0, theta);
 }
 
-void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld) {
+void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_rows(dx, pos, N, H, d, ld, 0, d, -1.0);
+    rope_rotate_rows(dx, pos, N, H, d, ld, 0, d, -1.0, theta);
 }
 
 void cpu_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_rows(x, pos_row, N, H, d, ld, 0, d / 2, 1.0);
-    rope_rotate_rows(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0);
+    rope_rotate_rows(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, ROPE_THETA_2D);
+    rope_rotate_rows(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, ROPE_THETA_2D);
 }
 
 void cpu_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_rows(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0);
-    rope_rotate_rows(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0);
+    rope_rotate_rows(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, ROPE_THETA_2D);
+    rope_rotate_rows(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, ROPE_THETA_2D);
 }

@@ -19,7 +19,7 @@ void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* i
                             const float* bias, int N, int C);
 void cuda_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N, int C);
-void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C);
+void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
 void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, int N, int C);
 
@@ -31,8 +31,8 @@ void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const flo
 void cuda_add_forward(float* out, const float* a, const float* b, size_t n);
 
 // rope.cu
-void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld);
-void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld);
+void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta);
 void cuda_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cuda_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 

@@ -28,8 +28,8 @@
 #endif
 
 #define RR_LAYERNORM_EPS 1e-5f
-#define RR_RMSNORM_EPS 1e-5f
-#define RR_ROPE_THETA 10000.0
+#define RR_RMSNORM_EPS 1e-5f /* the default of model.rms_eps */
+#define RR_ROPE_THETA 10000.0 /* the ViT's 2-D RoPE, and the default of model.rope_base */
 #define RR_CE_IGNORE_INDEX (-100)
 #define RR_GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define RR_GELU_CUBIC 0.044715f
@@ -71,10 +71,10 @@ RR_HD static inline void rr_swiglu_grad(float dout, float gate, float up, float*
 
 /* ------------------------------------------------------------------------------------------------
  * RoPE (GPT-NeoX rotate-half). For a vector of dim n at position t, pair j < n/2 is (x[j], x[j+n/2]),
- * rotated by angle t * 10000^(-2j/n). sign = +1 forward, -1 backward (the inverse rotation). */
+ * rotated by angle t * theta^(-2j/n). sign = +1 forward, -1 backward (the inverse rotation). */
 
-RR_HD static inline void rr_rope_cos_sin(int pos, int j, int n, double sign, float* c, float* s) {
-    double angle = sign * (double)pos * pow(RR_ROPE_THETA, -2.0 * j / n);
+RR_HD static inline void rr_rope_cos_sin(int pos, int j, int n, double sign, double theta, float* c, float* s) {
+    double angle = sign * (double)pos * pow(theta, -2.0 * j / n);
     *c = (float)cos(angle);
     *s = (float)sin(angle);
 }
@@ -108,7 +108,7 @@ RR_HD static inline float rr_layernorm_dx(float dout, float x, float w, float me
 }
 
 /* rstd from the row's sum of squares */
-RR_HD static inline float rr_rmsnorm_rstd(float sum_sq, int C) { return 1.0f / sqrtf(sum_sq / (float)C + RR_RMSNORM_EPS); }
+RR_HD static inline float rr_rmsnorm_rstd(float sum_sq, int C, float eps) { return 1.0f / sqrtf(sum_sq / (float)C + eps); }
 RR_HD static inline float rr_rmsnorm_out(float x, float rstd, float w) { return x * rstd * w; }
 /* d/dx_i of sum_j g_j x_j r (g = dout w, r = rstd) = r g_i - x_i r^3 gx_mean, gx_mean = sum_j g_j x_j / C */
 RR_HD static inline float rr_rmsnorm_dx(float dout, float x, float w, float rstd, float gx_mean) {

@@ -96,20 +96,21 @@ void cuda_layernorm_backward(float* dinp, float* dweight, float* dbias, const fl
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
 
-static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C) {
+static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C,
+                                              float eps) {
     __shared__ float shared[32];
     const float* x = inp + (size_t)blockIdx.x * C;
     float* y = out + (size_t)blockIdx.x * C;
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
-    float r = rr_rmsnorm_rstd(block_sum(ss, shared), C);
+    float r = rr_rmsnorm_rstd(block_sum(ss, shared), C, eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = rr_rmsnorm_out(x[c], r, weight[c]);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 static void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                                 cudaStream_t stream) {
+                                 double eps, cudaStream_t stream) {
     if (N == 0) return;
-    rmsnorm_forward_kernel<<<N, norm_block_size(C), 0, stream>>>(out, rstd, inp, weight, C);
+    rmsnorm_forward_kernel<<<N, norm_block_size(C), 0, stream>>>(out, rstd, inp, weight, C, (float)eps);
     cudaCheck(cudaGetLastError());
 }
 
@@ -141,8 +142,8 @@ struct RmsnormDweight { // dout * x * rstd
     }
 };
 
-void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C) {
-    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, cuda_ctx.stream);
+void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
+    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, eps, cuda_ctx.stream);
 }
 
 void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,

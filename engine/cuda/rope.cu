@@ -9,7 +9,7 @@
 
 // Rotate, for every row i and head h, the n dims at x + i*ld + h*d + offset by sign * pos[i].
 static __global__ void rope_rotate_kernel(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n,
-                                          double sign) {
+                                          double sign, double theta) {
     int half = n / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * H * half) return;
@@ -17,34 +17,34 @@ static __global__ void rope_rotate_kernel(float* x, const int* pos, int N, int H
     int h = (int)((idx / half) % H);
     int i = (int)(idx / ((size_t)half * H));
     float c, s;
-    rr_rope_cos_sin(pos[i], j, n, sign, &c, &s);
+    rr_rope_cos_sin(pos[i], j, n, sign, theta, &c, &s);
     float* v = x + (size_t)i * ld + (size_t)h * d + offset;
     rr_rope_rotate_pair(&v[j], &v[j + half], c, s);
 }
 static void rope_rotate_cuda(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n, double sign,
-                             cudaStream_t stream) {
+                             double theta, cudaStream_t stream) {
     size_t threads = (size_t)N * H * (n / 2);
     if (threads == 0) return;
-    rope_rotate_kernel<<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos, N, H, d, ld, offset, n, sign);
+    rope_rotate_kernel<<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos, N, H, d, ld, offset, n, sign, theta);
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld) {
+void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_cuda(x, pos, N, H, d, ld, 0, d, 1.0, cuda_ctx.stream);
+    rope_rotate_cuda(x, pos, N, H, d, ld, 0, d, 1.0, theta, cuda_ctx.stream);
 }
-void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld) {
+void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_cuda(dx, pos, N, H, d, ld, 0, d, -1.0, cuda_ctx.stream);
+    rope_rotate_cuda(dx, pos, N, H, d, ld, 0, d, -1.0, theta, cuda_ctx.stream);
 }
 
 void cuda_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_cuda(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, cuda_ctx.stream);
-    rope_rotate_cuda(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, cuda_ctx.stream);
+    rope_rotate_cuda(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, RR_ROPE_THETA, cuda_ctx.stream);
+    rope_rotate_cuda(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, RR_ROPE_THETA, cuda_ctx.stream);
 }
 void cuda_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_cuda(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, cuda_ctx.stream);
-    rope_rotate_cuda(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, cuda_ctx.stream);
+    rope_rotate_cuda(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, RR_ROPE_THETA, cuda_ctx.stream);
+    rope_rotate_cuda(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, RR_ROPE_THETA, cuda_ctx.stream);
 }

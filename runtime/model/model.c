@@ -50,13 +50,16 @@ VitConfig model_config_vit(const ModelConfig* c) {
 }
 
 LmConfig model_config_lm(const ModelConfig* c) {
-    LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std};
+    /* 0 (a ModelConfig written before these fields) means the defaults of DESIGN.md */
+    LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std,
+                  .rms_eps = c->rms_eps > 0 ? c->rms_eps : 1e-5, .rope_base = c->rope_base > 0 ? c->rope_base : 10000.0};
     return l;
 }
 
 /* ------------------------------------------------------------------------------------------------
  * Stage */
 
+/* Values (grads = 0) or gradient (grads = 1; NULL when the tensor is frozen) of a registered tensor. */
 static float* stage_ptr(const ParamTable* pt, const char* name, int grads) {
     int i = params_find(pt, name);
     if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
@@ -76,19 +79,108 @@ static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
     st->l1 = l1;
     st->first = l0 == 0;
     st->last = l1 == cfg->Lt;
+    st->vit_train = st->proj_train = st->first;
+}
+
+/* Register the parameters of LM blocks [l0, l1) (and the first / last stage's extras) into pt. */
+static void stage_register(ParamTable* pt, const Stage* st) {
+    if (st->first) {
+        vit_params_add(pt, &st->vc);
+        projector_params_add(pt, &st->vc);
+        lm_embed_params_add(pt, &st->lc);
+    }
+    lm_blocks_params_add(pt, &st->lc, st->l0, st->l1);
+    if (st->last) lm_head_params_add(pt, &st->lc);
+}
+
+/* Calls fn(item, ctx) for every comma-separated item of list (spaces trimmed, empty items skipped);
+ * stops at and returns the first nonzero return. */
+static int freeze_for_each(const char* list, int (*fn)(const char* item, void* ctx), void* ctx) {
+    const char* p = list ? list : "";
+    while (*p) {
+        const char* comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char item[128];
+        while (n > 0 && (*p == ' ' || *p == '\t')) p++, n--;
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+        if (n >= sizeof item) n = sizeof item - 1;
+        memcpy(item, p, n);
+        item[n] = 0;
+        if (n > 0) {
+            int rc = fn(item, ctx);
+            if (rc) return rc;
+        }
+        p += comma ? (size_t)(comma - p) + 1 : strlen(p);
+    }
+    return 0;
+}
+
+static int freeze_apply(const char* item, void* ctx) {
+    params_freeze((ParamTable*)ctx, item);
+    return 0;
+}
+
+typedef struct {
+    ParamTable* pt;
+    const char* bad;
+    char bad_buf[128];
+} FreezeCheck;
+
+static int freeze_check_item(const char* item, void* ctx) {
+    FreezeCheck* fc = ctx;
+    if (params_freeze(fc->pt, item) > 0) return 0;
+    snprintf(fc->bad_buf, sizeof fc->bad_buf, "%s", item);
+    fc->bad = fc->bad_buf;
+    return 1;
+}
+
+int model_freeze_check(const ModelConfig* cfg, const char* freeze, int* n_frozen, char* err, size_t err_len) {
+    Stage st;
+    stage_shell(&st, cfg, 0, cfg->Lt);
+    ParamTable pt;
+    params_init(&pt);
+    stage_register(&pt, &st);
+    FreezeCheck fc = {.pt = &pt};
+    int rc = 0;
+    if (freeze_for_each(freeze, freeze_check_item, &fc) != 0) {
+        snprintf(err, err_len,
+                 "'%s' names no parameter of this model; allowed: a comma-separated list of vision, projector, "
+                 "text, or prefixes of parameter names ending at a dot, such as text.embed, text.blocks.0, "
+                 "vision.blocks.1.attn, text.lm_head (the names: rrfp-mm tensors list on a checkpoint's "
+                 "model.safetensors)",
+                 fc.bad);
+        rc = -1;
+    }
+    int nf = 0;
+    for (int i = 0; i < pt.n; i++) nf += pt.specs[i].frozen;
+    if (rc == 0 && nf == pt.n) {
+        snprintf(err, err_len, "'%s' freezes every parameter of the model: nothing would train; allowed: a subset "
+                 "(LLaVA stage 1: vision,text; stage 2: vision)", freeze);
+        rc = -1;
+    }
+    if (n_frozen) *n_frozen = nf;
+    params_free(&pt);
+    return rc;
+}
+
+size_t model_params_freeze(ParamTable* pt, const char* freeze) {
+    freeze_for_each(freeze, freeze_apply, pt);
+    size_t n = 0;
+    for (int i = 0; i < pt->n; i++)
+        if (!pt->specs[i].frozen) n += pt->specs[i].numel;
+    return n;
 }
 
 void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be) {
+    stage_init_frozen(st, cfg, l0, l1, NULL, be);
+}
+
+void stage_init_frozen(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be) {
     stage_shell(st, cfg, l0, l1);
     st->be = be;
     params_init(&st->params);
-    if (st->first) {
-        vit_params_add(&st->params, &st->vc);
-        projector_params_add(&st->params, &st->vc);
-        lm_embed_params_add(&st->params, &st->lc);
-    }
-    lm_blocks_params_add(&st->params, &st->lc, l0, l1);
-    if (st->last) lm_head_params_add(&st->params, &st->lc);
+    stage_register(&st->params, st);
+    freeze_for_each(freeze, freeze_apply, &st->params);
     params_alloc(&st->params, be, cfg->seed);
 
     const ParamTable* pt = &st->params;
@@ -99,6 +191,10 @@ void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend
         projector_weights_point(&st->proj_g, pt, 1);
         st->embed_w = stage_ptr(pt, "text.embed.weight", 0);
         st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
+        /* what the first stage's backward must compute (DESIGN.md: frozen = no work nothing needs) */
+        st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
+        st->vit_train = st->vit_floor < st->vc.L || st->vit_g.lnf_w || st->vit_g.lnf_b;
+        st->proj_train = st->proj_g.fc1_w || st->proj_g.fc1_b || st->proj_g.fc2_w || st->proj_g.fc2_b;
     }
     int nL = l1 - l0;
     st->blk_w = callocCheck(nL, sizeof(LmBlockW));
@@ -141,7 +237,9 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->prow = arena_alloc(ar, Np * sizeof(int32_t));
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
         a->patches = arena_alloc_f32(ar, Np * 3 * c->patch * c->patch);
-        vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split);
+        /* a frozen vision tower keeps nothing for a backward that never runs */
+        vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
+        a->vit.b_floor = st->vit_floor;
         projector_acts_layout(&a->proj, ar, &st->vc, max_Np);
     }
     if (st->last) a->targets = arena_alloc(ar, T * sizeof(int32_t));
@@ -190,18 +288,19 @@ size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int sp
     return measure.used;
 }
 
+void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt) {
+    Stage st;
+    stage_shell(&st, cfg, l0, l1);
+    params_init(pt);
+    stage_register(pt, &st);
+}
+
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {
     Stage st;
     stage_shell(&st, cfg, l0, l1);
     ParamTable pt;
     params_init(&pt);
-    if (st.first) {
-        vit_params_add(&pt, &st.vc);
-        projector_params_add(&pt, &st.vc);
-        lm_embed_params_add(&pt, &st.lc);
-    }
-    lm_blocks_params_add(&pt, &st.lc, l0, l1);
-    if (st.last) lm_head_params_add(&pt, &st.lc);
+    stage_register(&pt, &st);
     size_t n = pt.total;
     params_free(&pt);
     return n;
@@ -432,7 +531,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {
-        be->rmsnorm_forward(a->nf, a->rstdf, xL, st->normf_w, T, Dt);
+        be->rmsnorm_forward(a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
         be->linear_forward(a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
         be->crossentropy_forward(a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
         be->copy_d2h(&a->loss_sum, a->loss_dev, sizeof(float));
@@ -470,19 +569,30 @@ static void stage_head_backward_weight(Stage* st, StageActs* a) {
 static void stage_vision_backward_input(Stage* st, StageActs* a) {
     const Backend* be = st->be;
     int Dt = st->cfg.Dt;
-    if (a->Np == 0) return;
+    if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         be->copy_d2d(a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
                      (size_t)n * Dt * sizeof(float));
     }
-    projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np);
-    be->copy_d2d(a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
+    projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np, st->vit_train);
+    if (st->vit_train) be->copy_d2d(a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
+}
+
+/* The projector's W and the ViT's B / W run only for what trains. */
+static void stage_vision_backward_weight(Stage* st, StageActs* a, int vit_input_too) {
+    const Backend* be = st->be;
+    if (st->proj_train) projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
+    if (!st->vit_train || a->Np == 0) return;
+    if (vit_input_too) vit_backward(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+    else vit_backward_weight(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+    st->n_vit_backward++;
 }
 
 static void stage_embed_backward_weight(Stage* st, StageActs* a) {
     int Dt = st->cfg.Dt;
+    if (!st->embed_g) return; /* frozen */
     const float* dx0 = stage_dres(a, st, 0);
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
@@ -512,7 +622,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
                                 stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     if (st->first) {
         stage_vision_backward_input(st, a);
-        vit_backward_input(be, &st->vc, &st->vit_w, &a->vit);
+        if (st->vit_train && a->Np > 0) vit_backward_input(be, &st->vc, &st->vit_w, &a->vit);
     } else {
         be->copy_d2d(dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
@@ -530,8 +640,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
                                  stage_res(a, st, j), stage_dres(a, st, j + 1));
     if (st->first) {
         stage_embed_backward_weight(st, a);
-        projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
-        vit_backward_weight(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+        stage_vision_backward_weight(st, a, 0);
     }
     a->state = ACTS_EMPTY;
 }
@@ -553,8 +662,7 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_input(st, a);
-        projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
-        vit_backward(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+        stage_vision_backward_weight(st, a, 1);
     } else {
         be->copy_d2d(dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
@@ -566,12 +674,14 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
 
 int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len) {
     const ParamTable* pt = &st->params;
-    float* host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
-    st->be->copy_d2h(host, grads ? pt->grad : pt->data, pt->total * sizeof(float));
+    size_t n = grads ? pt->gtotal : pt->total;
+    float* host = mallocCheck((n ? n : 1) * sizeof(float));
+    st->be->copy_d2h(host, grads ? pt->grad : pt->data, n * sizeof(float));
     StWriter* w = st_writer_new();
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
-        st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + s->offset);
+        if (grads && s->frozen) continue; /* a frozen tensor has no gradient */
+        st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + (grads ? s->goff : s->offset));
     }
     st_writer_meta(w, "format", grads ? "rrfp-mm-grads" : "rrfp-mm-weights");
     int rc = st_writer_write(w, path, err, err_len);
@@ -643,6 +753,9 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "min_patches", c->min_patches);
     cJSON_AddNumberToObject(j, "max_patches", c->max_patches);
     cJSON_AddNumberToObject(j, "init_std", c->init_std);
+    LmConfig lc = model_config_lm(c);
+    cJSON_AddNumberToObject(j, "rms_eps", lc.rms_eps);
+    cJSON_AddNumberToObject(j, "rope_base", lc.rope_base);
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     cJSON_AddStringToObject(j, "seed", seed); /* a string: JSON numbers lose 64-bit integers */

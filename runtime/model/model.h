@@ -37,7 +37,8 @@
 #include "text/lm.h"
 #include "vision/vision.h"
 
-/* Norm eps (1e-5) and the RoPE base (10000) are fixed by DESIGN.md and live in the ops. */
+/* The ViT's LayerNorm eps (1e-5) and 2-D RoPE base (10000) are fixed by DESIGN.md; the LM's RMSNorm eps
+ * and RoPE base are the recipe's (an imported Llama sets them). */
 typedef struct {
     int patch;                    /* p: a patch has 3 p^2 values */
     int Dv, Lv, Hv;               /* ViT width, blocks, heads (MLP hidden 4 Dv; Dv/Hv % 4 == 0) */
@@ -47,6 +48,8 @@ typedef struct {
     int min_patches, max_patches; /* per image, the loader's smart_resize bounds */
     float init_std;               /* 0.02 */
     uint64_t seed;                /* init seed */
+    double rms_eps;               /* LM RMSNorm eps (model.rms_eps); 0 = 1e-5 */
+    double rope_base;             /* LM RoPE theta (model.rope_base); 0 = 10000 */
 } ModelConfig;
 
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */
@@ -69,10 +72,24 @@ typedef struct {
     LmBlockW *blk_w, *blk_g;   /* (l1 - l0) */
     float *normf_w, *normf_g;  /* (Dt) */
     float *head_w, *head_g;    /* (V, Dt) */
+    /* train.freeze: a frozen tensor's gradient pointer (*_g) is NULL and its weight gradient is never
+     * computed. First stage: */
+    int vit_train;   /* some vision.* tensor trains: the ViT backward runs (else its acts keep nothing) */
+    int vit_floor;   /* the ViT's B goes down to this block only (vit_backward_floor) */
+    int proj_train;  /* some projector.* tensor trains (its B runs when this or vit_train) */
+    long n_vit_backward; /* ViT backward passes run (a frozen tower: stays 0; checked by tests) */
 } Stage;
 
 /* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
 void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be);
+/* The same with the tensors under the comma-separated prefixes of `freeze` frozen (train.freeze; NULL
+ * or "" = none): no gradient, no AdamW state (params_alloc_optimizer skips them), no backward work that
+ * nothing else needs. Check the list first with model_freeze_check. */
+void stage_init_frozen(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be);
+/* Check a train.freeze list against the whole model: every item must name at least one parameter
+ * (exactly, or as a prefix ending at a dot), and something must remain trainable. *n_frozen (may be
+ * NULL) gets the count of frozen tensors. Returns 0, or -1 with a message naming the bad item. */
+int model_freeze_check(const ModelConfig* cfg, const char* freeze, int* n_frozen, char* err, size_t err_len);
 void stage_free(Stage* st);
 
 typedef enum { ACTS_EMPTY = 0, ACTS_FORWARD = 1, ACTS_INPUT_GRAD = 2 } ActsState;
@@ -121,6 +138,12 @@ typedef struct {
 void model_param_counts(const ModelConfig* mc, ModelParamCounts* c);
 
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1);
+/* Register (params_init, then names and shapes; nothing allocated) the parameters of the stage holding
+ * LM blocks [l0, l1): with [0, Lt) the whole model. Free with params_free. */
+void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt);
+/* Mark the tensors of a registered (not yet allocated) table under the train.freeze list frozen; returns
+ * the trainable values left. */
+size_t model_params_freeze(ParamTable* pt, const char* freeze);
 size_t model_stage_acts_bytes(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split);
 /* split = 1 allows stage_backward_input/_weight (keeps per-block gradients); 0 only stage_backward. */
 void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patches, int split);

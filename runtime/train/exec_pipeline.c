@@ -149,7 +149,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         int v = c * r->pp + x->rank, l0 = 0;
         for (int u = 0; u < v; u++) l0 += layers[u];
         x->chunks[c] = callocCheck(1, sizeof(Stage));
-        stage_init(x->chunks[c], mc, l0, l0 + layers[v], be);
+        stage_init_frozen(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be);
         params_alloc_optimizer(&x->chunks[c]->params);
     }
     StepExec* ex = &x->ex;

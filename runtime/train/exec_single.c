@@ -66,7 +66,7 @@ StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const 
     (void)err;
     (void)err_len;
     SingleExec* s = callocCheck(1, sizeof *s);
-    stage_init(&s->st, mc, 0, mc->Lt, be);
+    stage_init_frozen(&s->st, mc, 0, mc->Lt, r->freeze, be);
     params_alloc_optimizer(&s->st.params);
     /* one microbatch in flight; every position may be an image patch */
     stage_acts_init(&s->acts, &s->st, r->microbatch_tokens, r->microbatch_tokens, 0);

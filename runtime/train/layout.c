@@ -51,6 +51,8 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.min_patches = r->min_patches, c.max_patches = r->max_patches;
     c.init_std = 0.02f;
     c.seed = (uint64_t)r->seed;
+    c.rms_eps = r->rms_eps;
+    c.rope_base = r->rope_base;
     return c;
 }
 
@@ -101,13 +103,17 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
-    double tp = r->tp, params = 0, act_mb = 0;
+    double tp = r->tp, params = 0, trainable = 0, act_mb = 0;
     int nl = 0;
     for (int ch = 0; ch < r->chunks; ch++) {
         int s = rank + ch * P, l0 = 0;
         for (int u = 0; u < s; u++) l0 += layers[u];
         nl += layers[s];
         params += (double)model_stage_param_count(mc, l0, l0 + layers[s]) / tp;
+        ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
+        model_params_register(mc, l0, l0 + layers[s], &pt);
+        trainable += (double)model_params_freeze(&pt, r->freeze) / tp;
+        params_free(&pt);
         /* every position of the microbatch may be an image patch: the worst case */
         act_mb += (double)model_stage_acts_bytes(mc, l0, l0 + layers[s], T, T, 0) / tp;
     }
@@ -123,8 +129,9 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     out->params = params;
     out->layers = nl;
     out->weights = params * 4;
-    out->grads = params * 4;
-    out->adam = params * 8;
+    out->trainable = trainable;
+    out->grads = trainable * 4;
+    out->adam = trainable * 8;
     out->acts = act_mb * inflight;
     out->total = out->weights + out->grads + out->adam + out->acts;
     return 0;
@@ -132,6 +139,13 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
 
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
     ModelConfig mc = train_model_config(r, vocab);
+    if (r->freeze[0]) {
+        char e[1024];
+        if (model_freeze_check(&mc, r->freeze, NULL, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: train.freeze = %s: %s", recipe_origin(r, "train", "freeze"), r->freeze, e);
+            return -1;
+        }
+    }
     ModelParamCounts c;
     model_param_counts(&mc, &c);
     char a[32], b[32];
@@ -166,7 +180,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
     fprintf(out, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost-balanced");
     fprintf(out,
-            "memory per rank (f32; weights, grads and AdamW m + v: the stage's parameter table; activations: the\n"
+            "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
+            "(train.freeze); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
             "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; / tp when tp > 1):\n",
             T);

@@ -24,6 +24,7 @@ int train_layer_split(const Recipe* r, const ModelConfig* mc, int* layers, char*
  * message (a layer split that does not exist). */
 typedef struct {
     double params;   /* parameter count of the rank's stages (/ tp) */
+    double trainable; /* of which not frozen (train.freeze): they alone have gradients and AdamW moments */
     double weights, grads, adam, acts, total; /* bytes */
     int layers;      /* LM layers of the rank */
 } TrainRankBytes;

@@ -40,6 +40,10 @@ static const RecipeKey recipe_keys[] = {
      "Vocabulary V. 0 = the size of data.tokenizer; otherwise it must equal it."},
     {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
      "Initialisation seed; init is a function of (seed, parameter name) only."},
+    {"model", "rms_eps", RKEY_FLOAT, OFF(rms_eps), 0, "1e-5", 1e-12, 1, 0, 1,
+     "eps of the LM's RMSNorms, x / sqrt(mean(x^2) + eps) * w (Llama's rms_norm_eps; `rrfp-mm import llama` prints it)."},
+    {"model", "rope_base", RKEY_FLOAT, OFF(rope_base), 0, "10000", 1, 1e12, 0, 1,
+     "Base theta of the LM's 1-D RoPE, freq_i = theta^(-2i/n) (Llama's rope_theta). The ViT's 2-D RoPE keeps 10000."},
     /* [data] */
     {"data", "source", RKEY_ENUM, OFF(source), SZ(source), "shards", 0, 0, "shards|synthetic", 1,
      "`shards`: the loader over data.shards. `synthetic`: generated image-question-answer samples (the answer is the "
@@ -80,6 +84,15 @@ static const RecipeKey recipe_keys[] = {
      "Write RUN_DIR/dump-N/ for step N (1-based): microbatches, weights before the step, loss, gradients. -1 = off."},
     {"train", "run_dir", RKEY_STRING, OFF(run_dir), SZ(run_dir), "run", 0, 0, 0, 0,
      "Output folder: log, metrics.jsonl, checkpoints, dumps."},
+    {"train", "freeze", RKEY_STRING, OFF(freeze), SZ(freeze), "", 0, 0, 0, 1,
+     "Parameters that do not train, comma-separated: `vision`, `projector`, `text`, or any prefix of parameter names "
+     "ending at a dot (`text.embed`, `vision.blocks.0`, `text.blocks.3.attn`). Frozen tensors get no gradient, no AdamW "
+     "state and no update, and the backward skips what only they need (the whole ViT backward when `vision` is frozen). "
+     "LLaVA stage 1: `vision,text`; stage 2: `vision`. \"\" = everything trains."},
+    {"train", "init_from", RKEY_STRING, OFF(init_from), SZ(init_from), "", 0, 0, 0, 0,
+     "Start from another run's checkpoint folder (any layout, or one written by `rrfp-mm import llama`): tensors whose "
+     "name and shape match are loaded, the rest initialised from model.seed; prints what was loaded, initialised and "
+     "left unused. Unlike checkpoint.resume: step 0, fresh optimiser state, any recipe. \"\" = none."},
     /* [optim] */
     {"optim", "lr", RKEY_FLOAT, OFF(lr), 0, "3e-3", 0, 10, 0, 1, "Peak learning rate."},
     {"optim", "min_lr", RKEY_FLOAT, OFF(min_lr), 0, "3e-4", 0, 10, 0, 1, "Learning rate at the end of the cosine decay (<= lr)."},

@@ -26,6 +26,8 @@ typedef struct {
     int ffn_hidden;    /* F (SwiGLU hidden) */
     int vocab;         /* V; 0 = take it from data.tokenizer */
     int64_t seed;      /* initialisation seed */
+    double rms_eps;    /* the LM's RMSNorm eps (1e-5) */
+    double rope_base;  /* the LM's RoPE base theta (10000) */
 
     /* [data] */
     char source[16];            /* shards | synthetic */
@@ -49,6 +51,8 @@ typedef struct {
     int checkpoint_every; /* 0 = only at the end */
     int dump_step;        /* -1 = none */
     char run_dir[RECIPE_STR];
+    char freeze[256];             /* comma-separated parameter-name prefixes that do not train ("" = none) */
+    char init_from[RECIPE_STR];   /* checkpoint folder whose matching tensors start this run ("" = none) */
 
     /* [optim] — AdamW, DESIGN.md section 4 */
     double lr, min_lr;

@@ -177,6 +177,30 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
     return guard_memory(be, world, b.total, detail, r->allow_overcommit, err, err_len);
 }
 
+/* train.init_from: every rank loads its own stages' matching tensors; the log rank reports for the whole
+ * model (the matching rule is by name and shape, so its report is what the ranks together did). Step 0,
+ * fresh optimiser state: nothing else is read. */
+static int trainer_init_from(Trainer* t, char* err, size_t err_len) {
+    const Recipe* r = t->r;
+    char e[1024];
+    for (int c = 0; c < t->ex->n_stages; c++)
+        if (checkpoint_init_from(r->init_from, &t->ex->stages[c]->params, NULL, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: train.init_from = %s: %s", recipe_origin(r, "train", "init_from"), r->init_from, e);
+            return -1;
+        }
+    if (t->ex->log_rank) {
+        ParamTable whole;
+        model_params_register(&t->mc, 0, t->mc.Lt, &whole);
+        int rc = checkpoint_init_from(r->init_from, &whole, stderr, e, sizeof e);
+        params_free(&whole);
+        if (rc != 0) {
+            snprintf(err, err_len, "train.init_from = %s: %s", r->init_from, e);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
     t->lock_fd = -1;
@@ -192,6 +216,13 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
     t->mc = train_model_config(r, vocab);
     if (model_config_check(&t->mc, err, err_len) != 0) return -1;
+    if (r->freeze[0]) {
+        char e[1024];
+        if (model_freeze_check(&t->mc, r->freeze, NULL, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: train.freeze = %s: %s", recipe_origin(r, "train", "freeze"), r->freeze, e);
+            return -1;
+        }
+    }
     const Backend* be = &backend_cpu;
     if (strcmp(r->backend, "cpu") != 0) {
         char why[256];
@@ -223,7 +254,16 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     t->ex = r->pp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
-    if (!eval_only) {
+    if (eval_only) {
+        /* evaluation reads the values only: without moments a checkpoint written under another
+         * train.freeze (which has AdamW state for other tensors) evaluates too */
+        for (int c = 0; c < t->ex->n_stages; c++) {
+            ParamTable* pt = &t->ex->stages[c]->params;
+            if (pt->m) pt->be->free(pt->m);
+            if (pt->v) pt->be->free(pt->v);
+            pt->m = pt->v = NULL;
+        }
+    } else {
         int rc = !strcmp(r->source, "synthetic")
                      ? trainer_source_synthetic(&t->src, r, vocab, 0, err, err_len)
                      : trainer_source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, err, err_len);
@@ -236,6 +276,8 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
 
     int64_t resume_step = 0;
     if (r->resume[0] && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
+    /* a resumed run continues from its own checkpoint: init_from only starts a run */
+    if (!r->resume[0] && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
@@ -393,6 +435,14 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             r->path, pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
             r->microbatches, r->microbatch_tokens, t->ex->name, threads, threads == 1 ? "" : "s", (long long)t->step + 1, (long long)t->last_step,
             r->steps, t->run_dir);
+    if (r->freeze[0]) {
+        ParamTable whole;
+        model_params_register(&t->mc, 0, t->mc.Lt, &whole);
+        size_t trainable = model_params_freeze(&whole, r->freeze);
+        fprintf(log, "freeze %s: %.2fM of %.2fM parameters train (no gradient, AdamW state or update for the rest)\n",
+                r->freeze, (double)trainable / 1e6, (double)whole.total / 1e6);
+        params_free(&whole);
+    }
     fflush(log);
     int rc = 0;
     while (t->step < t->last_step) {

@@ -71,10 +71,10 @@ def st_union(paths):
 # The model, from DESIGN.md section 4
 
 
-def rope_tables(pos, n):
+def rope_tables(pos, n, base=10000.0):
     """cos, sin of shape (N, n) for 1-D RoPE of dim n at integer positions pos (N)."""
     i = torch.arange(n // 2, dtype=DT)
-    freq = 10000.0 ** (-2.0 * i / n)
+    freq = base ** (-2.0 * i / n)
     ang = pos.to(DT)[:, None] * freq[None, :]
     return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
 
@@ -84,9 +84,9 @@ def rotate_half(x):
     return torch.cat([-b, a], dim=-1)
 
 
-def rope_1d(x, pos):
+def rope_1d(x, pos, base=10000.0):
     """x (N, H, n): NeoX rotate-half RoPE by pos (N)."""
-    cos, sin = rope_tables(pos, x.shape[-1])
+    cos, sin = rope_tables(pos, x.shape[-1], base)
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
@@ -153,18 +153,20 @@ class ViT(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, D):
+    def __init__(self, D, eps=1e-5):
         super().__init__()
+        self.eps = eps
         self.weight = nn.Parameter(torch.ones(D))
 
     def forward(self, x):
-        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class TextAttention(nn.Module):
-    def __init__(self, D, H):
+    def __init__(self, D, H, base=10000.0):
         super().__init__()
         self.H = H
+        self.base = base
         self.q = nn.Linear(D, D, bias=False)
         self.k = nn.Linear(D, D, bias=False)
         self.v = nn.Linear(D, D, bias=False)
@@ -173,7 +175,7 @@ class TextAttention(nn.Module):
     def forward(self, x, pos, samples):
         T, D = x.shape
         q, k, v = (m(x).reshape(T, self.H, D // self.H) for m in (self.q, self.k, self.v))
-        q, k = rope_1d(q, pos), rope_1d(k, pos)
+        q, k = rope_1d(q, pos, self.base), rope_1d(k, pos, self.base)
         outs = []
         for a, b in samples:
             n = b - a
@@ -183,11 +185,11 @@ class TextAttention(nn.Module):
 
 
 class TextBlock(nn.Module):
-    def __init__(self, D, H, Fh):
+    def __init__(self, D, H, Fh, eps=1e-5, base=10000.0):
         super().__init__()
-        self.norm1 = RMSNorm(D)
-        self.attn = TextAttention(D, H)
-        self.norm2 = RMSNorm(D)
+        self.norm1 = RMSNorm(D, eps)
+        self.attn = TextAttention(D, H, base)
+        self.norm2 = RMSNorm(D, eps)
         self.mlp = nn.Module()
         self.mlp.gate = nn.Linear(D, Fh, bias=False)
         self.mlp.up = nn.Linear(D, Fh, bias=False)
@@ -203,8 +205,9 @@ class TextLM(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.embed = nn.Embedding(c["V"], c["Dt"])
-        self.blocks = nn.ModuleList([TextBlock(c["Dt"], c["Ht"], c["F"]) for _ in range(c["Lt"])])
-        self.norm = RMSNorm(c["Dt"])
+        eps, base = c.get("rms_eps", 1e-5), c.get("rope_base", 10000.0)  # model.rms_eps, model.rope_base
+        self.blocks = nn.ModuleList([TextBlock(c["Dt"], c["Ht"], c["F"], eps, base) for _ in range(c["Lt"])])
+        self.norm = RMSNorm(c["Dt"], eps)
         self.lm_head = nn.Linear(c["Dt"], c["V"], bias=False)
 
 

@@ -1,0 +1,55 @@
+/* cmd_import.c — `rrfp-mm import llama --hf DIR --out CKPT`: a Hugging Face Llama LM as a checkpoint of
+ * the text tower for train.init_from (runtime/train/import.h), and the recipe keys it implies. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/cli/cli.h"
+#include "runtime/train/import.h"
+
+static void import_usage(FILE* f) {
+    fprintf(f, "usage: rrfp-mm import llama --hf DIR --out CKPT\n\n"
+               "Converts a Hugging Face Llama-format LM (DIR/config.json, DIR/model.safetensors or the shards that\n"
+               "DIR/model.safetensors.index.json lists) into checkpoint folder CKPT holding text.* tensors, for\n"
+               "train.init_from (tensors load by name and shape; vision and projector keep their initialisation).\n"
+               "Prints the recipe keys the model implies. Refuses grouped-query attention, tied embeddings,\n"
+               "rope_scaling and biases (this model has none of them). DIR/tokenizer.json is data.tokenizer.\n");
+}
+
+int cmd_import(int argc, char** argv) {
+    const char *kind = NULL, *hf = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            import_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--hf") && i + 1 < argc) {
+            hf = argv[++i];
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (argv[i][0] != '-' && !kind) {
+            kind = argv[i];
+        } else {
+            fprintf(stderr, "rrfp-mm import: unexpected argument '%s'\n\n", argv[i]);
+            import_usage(stderr);
+            return 2;
+        }
+    }
+    if (!kind || strcmp(kind, "llama") != 0 || !hf || !out) {
+        if (kind && strcmp(kind, "llama") != 0) fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama)\n\n", kind);
+        import_usage(stderr);
+        return 2;
+    }
+    LlamaImport info;
+    char err[2048];
+    if (import_llama(hf, out, &info, stderr, err, sizeof err) != 0) {
+        fprintf(stderr, "rrfp-mm: error: import llama: %s\n", err);
+        return 1;
+    }
+    printf("imported %d tensors of a Llama LM (D %d, %d layers, %d heads, F %d, V %d) into %s\n", info.tensors, info.D,
+           info.L, info.H, info.F, info.V, out);
+    printf("; recipe keys for this LM (set the [model] keys as below, and [train] init_from = %s):\n", out);
+    printf("[model]\ntext_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.D, info.L,
+           info.H, info.F, info.V);
+    printf("rms_eps = %.17g\nrope_base = %.17g\n", info.rms_eps, info.rope_base);
+    printf("[train]\ninit_from = %s\n", out);
+    return 0;
+}

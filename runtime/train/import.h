@@ -1,0 +1,39 @@
+/* import.h — `rrfp-mm import llama`: a Hugging Face Llama-format LM (config.json and one or several
+ * *.safetensors, with model.safetensors.index.json when sharded) becomes a checkpoint folder of the
+ * text tower under this model's names (text/lm.h), loadable by train.init_from.
+ *
+ *   model.embed_tokens.weight                     -> text.embed.weight            (V, D)
+ *   model.layers.N.input_layernorm.weight         -> text.blocks.N.norm1.weight   (D)
+ *   model.layers.N.self_attn.{q,k,v,o}_proj.weight-> text.blocks.N.attn.{q,k,v,o}.weight (D, D)
+ *   model.layers.N.post_attention_layernorm.weight-> text.blocks.N.norm2.weight   (D)
+ *   model.layers.N.mlp.{gate,up,down}_proj.weight -> text.blocks.N.mlp.{gate,up,down}.weight
+ *   model.norm.weight                             -> text.norm.weight             (D)
+ *   lm_head.weight                                -> text.lm_head.weight          (V, D)
+ * No layout change: HF's Llama applies RoPE with rotate_half on each head's [first half | second half]
+ * (its conversion script permuted Meta's interleaved q/k rows into that order), which is DESIGN.md's
+ * NeoX rule, and head h is columns [h d, (h+1) d) of q, k, v as here. Values are stored F32 (F32, BF16
+ * and F16 inputs are converted exactly).
+ *
+ * Refused with a message naming the config key or tensor: grouped-query attention (num_key_value_heads
+ * != num_attention_heads), tie_word_embeddings, rope_scaling, attention_bias / mlp_bias, a head_dim
+ * other than hidden_size / num_attention_heads or odd, hidden_act other than silu, model_type other
+ * than llama, and tensors the model has no place for. */
+#ifndef RRFP_TRAIN_IMPORT_H
+#define RRFP_TRAIN_IMPORT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct {
+    int D, L, H, F, V;   /* hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size */
+    double rms_eps;      /* rms_norm_eps */
+    double rope_base;    /* rope_theta */
+    int tensors;         /* tensors written */
+} LlamaImport;
+
+/* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and
+ * OUT/state.json, built under a temporary name and renamed: never half-written). Progress lines go to
+ * `log` (may be NULL). Returns 0 with *info filled, or -1 with a message. */
+int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len);
+
+#endif
