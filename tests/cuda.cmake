@@ -70,6 +70,12 @@ set_tests_properties(cuda_ops_emu PROPERTIES TIMEOUT 300)
 add_test(NAME cuda_ops_emu_strict COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu>)
 set_tests_properties(cuda_ops_emu_strict PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+# runtime.precision = bf16: the CUDA backend's bf16 table (cuBLASLt GEMMs, rounding kernels) against
+# backend_cpu_bf16, strict (two thread orders, -0.0 guards); tolerances in tests/test_cuda_ops.c (cmp)
+add_test(NAME cuda_ops_emu_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16)
+set_tests_properties(cuda_ops_emu_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+add_test(NAME cuda_ops_gpu_bf16 COMMAND test_cuda_ops --bf16)
+set_tests_properties(cuda_ops_gpu_bf16 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
          -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"

@@ -26,4 +26,5 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
         be->adamw_update(pt->data + s->offset, pt->grad + s->offset, pt->m + s->offset, pt->v + s->offset, s->numel,
                          &cfg, t, s->decay);
     }
+    params_refresh_compute(pt); /* bf16: the compute copy follows the f32 master */
 }
