@@ -39,7 +39,8 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 HALF=$((STEPS / 2))
 DUMP=$((HALF + 1))
-common=(--set train.steps="$STEPS" --set train.log_every=1 --set checkpoint.keep=0)
+PRECISION=${PRECISION:-fp32} # runtime.precision of both backends' runs (env; bf16: see TOL_CPU)
+common=(--set train.steps="$STEPS" --set train.log_every=1 --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
@@ -68,10 +69,19 @@ else
     "${PP[@]}" --set train.run_dir="$WORK/pp" --resume latest
 fi
 
-/usr/bin/python3 - "$WORK" "$STEPS" "$MODE" "$DUMP" <<'PY'
+/usr/bin/python3 - "$WORK" "$STEPS" "$MODE" "$DUMP" "$PRECISION" <<'PY'
 import json, sys
-work, steps, mode, dump = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+work, steps, mode, dump, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 TOL_CPU, TOL_RESUME = 1e-5, 1e-6
+if precision == "bf16":
+    # bf16 (PRECISION=bf16): step 1 matches as in fp32 (seen: equal loss bits, grad norm 2e-7). After it
+    # the f32 masters of the two runs differ by f32 round-off, and a master weight that close to a
+    # bf16 rounding boundary lands on the other bf16 neighbour in the compute copy: a 2^-7 relative
+    # change of that weight, not a round-off-sized one, and more of them each step as the masters
+    # drift. The runs then differ like two bf16 runs of slightly different weights. Seen over 6 steps:
+    # loss within 5e-5, grad norm within 2.3e-3 (step 6); 2e-2 leaves ~10x. The resumed run differs
+    # from the uninterrupted one the same way (the embedding's float atomics reorder, then flips).
+    TOL_CPU, TOL_RESUME = 2e-2, 2e-2
 ok = True
 
 def metrics(name):
