@@ -23,6 +23,8 @@
 #     that depends on scheduling (here: the emulator's fiber order, which differs after a restart), so a
 #     resumed CUDA run is not bitwise the uninterrupted one; the difference is fp32 reordering round-off.
 #     Seen here: equal losses, grad norms within 1e-8.
+# PRECISION=bf16 (environment) runs both sides with runtime.precision = bf16 (test train_cuda_emu_bf16):
+# tolerances for it in the verdict below (flips of the bf16 compute copy, not f32 round-off).
 # Usage: train_cuda_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR STEPS [pp NP MPIRUN...]
 set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5
@@ -121,6 +123,12 @@ if mode == "single":
     ev = {k: [json.loads(l) for l in open("%s/eval_%s.txt" % (work, k)) if l.startswith("{")][0] for k in ("cuda", "cpu")}
     e = rel(ev["cuda"]["loss"], ev["cpu"]["loss"])
     same_acc = all(ev["cuda"][k] == ev["cpu"][k] for k in ("samples", "greedy_accuracy", "candidate_accuracy"))
+    if precision == "bf16":
+        # the two bf16 models differ by bf16 flips (above), so an answer whose two best logits are that
+        # close can change: up to 3 of the held-out answers may differ (seen: 1 of 64, greedy)
+        n = ev["cpu"]["samples"]
+        same_acc = ev["cuda"]["samples"] == n and all(
+            abs(ev["cuda"][k] - ev["cpu"][k]) * n <= 3 + 1e-9 for k in ("greedy_accuracy", "candidate_accuracy"))
     print("eval: held-out loss %.6f (cuda) vs %.6f (cpu), relative %.2e; greedy accuracy %.4f vs %.4f" %
           (ev["cuda"]["loss"], ev["cpu"]["loss"], e, ev["cuda"]["greedy_accuracy"], ev["cpu"]["greedy_accuracy"]))
     if e > TOL_CPU or not same_acc:
