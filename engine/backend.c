@@ -13,3 +13,21 @@ const Backend* backend_select(const char* name) {
     }
     rr_die("unknown backend '%s' (choices: cpu, cuda)", name);
 }
+
+const char* precision_name(Precision p) { return p == PRECISION_BF16 ? "bf16" : "fp32"; }
+
+int precision_parse(const char* name, Precision* p) {
+    if (strcmp(name, "fp32") == 0) *p = PRECISION_FP32;
+    else if (strcmp(name, "bf16") == 0) *p = PRECISION_BF16;
+    else return -1;
+    return 0;
+}
+
+const Backend* backend_with_precision(const Backend* be, Precision p) {
+    if (p == PRECISION_BF16) {
+        RR_ASSERT(be->bf16_variant && "every backend table names its bf16 variant");
+        return be->bf16_variant;
+    }
+    RR_ASSERT(be->precision == PRECISION_FP32 && "an fp32 table is asked of its fp32 parent, not of a bf16 table");
+    return be;
+}

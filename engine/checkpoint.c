@@ -436,6 +436,7 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     int rc = ck_read_block(f, nf, pt, pt->data, "", err, err_len);
     ck_free_files(f, nf);
     if (rc) goto fail;
+    params_refresh_compute(pt);
     if (pt->m && pt->v) {
         nf = ck_load_files(dir, files, "optimizer", shard, &f, err, err_len);
         if (nf < 0) goto fail;

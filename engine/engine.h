@@ -49,6 +49,19 @@ float* arena_alloc_f32(Arena* a, size_t n);
 void arena_free(Arena* a);
 
 /* ------------------------------------------------------------------------------------------------
+ * Compute precision of a backend table (recipe key runtime.precision, DESIGN.md section 3).
+ * PRECISION_BF16 is mixed precision as Megatron runs it: parameters, gradients and AdamW moments stay
+ * f32 (the ParamTable's master copy); the ops round to bf16 (nearest even) exactly where the GPU
+ * stores bf16: every GEMM operand (activation, weight and output gradient), and every activation an
+ * op writes (linear, norm, GELU, SwiGLU, residual add, RoPE, embedding and attention outputs).
+ * Norm statistics (mean, rstd), softmax and its lse, RoPE angles, cross-entropy, activation and
+ * weight gradients, reductions and the optimiser stay f32. Buffers stay f32 words: a bf16 value is
+ * exactly representable in f32, so the numerics are those of bf16 storage (the memory is not halved;
+ * see engine/cpu/bf16.c). */
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
+const char* precision_name(Precision p);
+
+/* ------------------------------------------------------------------------------------------------
  * AdamW hyper-parameters (floats: beta1 = 0.9 means float(0.9), see engine/adamw.c). */
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -159,9 +172,21 @@ typedef struct Backend {
      * rr_adamw_element (kernel_math.h) on both backends. */
     void (*adamw_update)(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                          int decay);
+
+    /* out[i] = inp[i] rounded to bf16 (nearest, ties to even: rr_f32_to_bf16), held in an f32 word;
+     * in place allowed. Refreshes the ParamTable's bf16 compute copy after each optimiser step. */
+    void (*round_bf16)(float* out, const float* inp, size_t n);
+    /* The same device's table that computes in bf16 (its own bf16_variant is itself). */
+    const struct Backend* bf16_variant;
+    Precision precision;
 } Backend;
 
 extern const Backend backend_cpu;
+extern const Backend backend_cpu_bf16; /* engine/cpu/bf16.c: the CPU ops with the bf16 rounding points */
+/* `be`'s table for precision `p` (be itself for PRECISION_FP32 when be is fp32). Never NULL. */
+const Backend* backend_with_precision(const Backend* be, Precision p);
+/* "fp32" / "bf16" -> Precision; 0 on success, -1 for any other name. */
+int precision_parse(const char* name, Precision* p);
 /* Returns the CUDA backend, or NULL with a one-line reason in `why` ("no CUDA device: ...",
  * "built without CUDA"). */
 const Backend* backend_cuda_get(char* why, size_t why_len);

@@ -89,7 +89,18 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
         }
     }
     free(chunk);
+    if (be->precision == PRECISION_BF16) pt->compute = be->alloc(bytes);
+    params_refresh_compute(pt);
     be->synchronize();
+}
+
+void params_refresh_compute(ParamTable* pt) {
+    if (pt->compute) pt->be->round_bf16(pt->compute, pt->data, pt->total);
+}
+
+float* params_weights(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    return (pt->compute ? pt->compute : pt->data) + pt->specs[i].offset;
 }
 
 void params_alloc_optimizer(ParamTable* pt) {
@@ -125,6 +136,7 @@ void params_free(ParamTable* pt) {
         if (pt->grad) pt->be->free(pt->grad);
         if (pt->m) pt->be->free(pt->m);
         if (pt->v) pt->be->free(pt->v);
+        if (pt->compute) pt->be->free(pt->compute);
     }
     free(pt->specs);
     memset(pt, 0, sizeof *pt);

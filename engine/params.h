@@ -33,6 +33,14 @@ typedef struct {
     float* grad;   /* (gtotal) gradients of the trainable tensors, at goff */
     float* m;      /* (gtotal) AdamW first moment (allocated by params_alloc_optimizer) */
     float* v;      /* (gtotal) AdamW second moment */
+    /* (total) bf16 compute copy of `data`, only when the backend computes in bf16 (NULL in fp32):
+     * the weights the forward and backward read (params_weights), bf16 values in f32 words, on the
+     * backend. `data` stays the f32 master that AdamW updates; params_refresh_compute re-rounds the
+     * copy after every change of `data` (allocation, optimiser step, checkpoint load). On CUDA the
+     * copy is the operand the bf16 GEMMs read (already rounded, so their conversion to bf16 is
+     * exact); keeping it as real 2-byte bf16 needs typed operands in the Backend's op slots (left
+     * for later: it halves this copy's bytes, not the numerics). */
+    float* compute;
     const Backend* be;
 } ParamTable;
 
@@ -46,14 +54,19 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
 int params_freeze(ParamTable* pt, const char* prefix);
 /* 1 when tensor name `name` lies under `prefix` in the sense of params_freeze. */
 int params_name_under(const char* name, const char* prefix);
-/* One allocation for values and one for the gradients of the trainable tensors on backend `be`,
- * then fill values from the (seed, name)-keyed initialiser and zero the gradients. */
+/* One allocation for values and one for the gradients of the trainable tensors on backend `be` (plus
+ * the bf16 compute copy when be->precision is bf16), then fill values from the (seed, name)-keyed
+ * initialiser, refresh the compute copy and zero the gradients. */
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed);
 void params_alloc_optimizer(ParamTable* pt);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
 float* params_data(const ParamTable* pt, int i);
 /* The gradient of tensor i, or NULL when it is frozen. */
 float* params_grad(const ParamTable* pt, int i);
+/* The values the ops compute with: the bf16 compute copy when there is one, else the master. */
+float* params_weights(const ParamTable* pt, int i);
+/* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data`. */
+void params_refresh_compute(ParamTable* pt);
 void params_zero_grad(ParamTable* pt);
 void params_free(ParamTable* pt);
 

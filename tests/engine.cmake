@@ -2,6 +2,11 @@
 add_executable(test_ops_fd tests/test_ops_fd.c)
 target_link_libraries(test_ops_fd PRIVATE rrfp_core)
 add_test(NAME engine_ops_fd COMMAND test_ops_fd)
+# runtime.precision = bf16: every op of backend_cpu_bf16 against the f32 op within a bf16 round-off
+# bound derived per element (tests/test_ops_bf16.c), rounding points present, operands rounded
+add_executable(test_ops_bf16 tests/test_ops_bf16.c)
+target_link_libraries(test_ops_bf16 PRIVATE rrfp_core)
+add_test(NAME engine_ops_bf16 COMMAND test_ops_bf16)
 
 # Philox, init, schedule, the step-end ops (sum_squares, scale, adamw_update: against the trainer's
 # code they replaced, bitwise), parameter table, backend selection, AdamW against PyTorch.

@@ -18,7 +18,7 @@
  * error of the default cases is 4e-7 and no error exceeds 1/12 of its bound; the big cases
  * (RR_EMU_BIG=1, attention excepted: too slow) reach 2.3e-6 against 1e-5 (LayerNorm dweight).
  *
- * Usage: test_cuda_ops [case-name-substring]
+ * Usage: test_cuda_ops [--bf16] [case-name-substring]   (--bf16: the bf16 tables on both sides, see cmp)
  *        test_cuda_ops --bad-target | --bad-id   (must die with the bad value named)
  *        test_cuda_ops --select   (backend_select("cuda") works, or fails with one clear line) */
 #include <math.h>
@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
 #define SKIP_RC 77
@@ -155,6 +156,7 @@ static const OpCase CASES[] = {
 };
 
 static const Backend* cu;
+static const Backend* refb = &backend_cpu; /* backend_cpu_bf16 with --bf16 */
 static int failures = 0;
 static const char* case_name;
 
@@ -190,9 +192,34 @@ static int* upi(const int* h, size_t n) {
 }
 
 /* Compare device tensor `dev` with host `ref`. */
+/* --bf16: both sides round the activations they store to bf16 (engine.h, Precision). Their f32
+ * values before rounding differ by the f32 tolerance of the op; two such values on either side of a
+ * rounding boundary round to adjacent bf16 values, one bf16 ulp apart: at most 2^-7 |y| (8
+ * significant bits; the ulp of y is 2^-7 of the bottom of its binade). So the rounded outputs
+ * ("out", RoPE's in-place "forward", and RoPE's "backward" that starts from it) get 2^-7 on top of
+ * their f32 tolerance, and must themselves be bf16 values (a missing rounding on the CUDA side shows).
+ * Gradients are f32 from identical inputs and keep the f32 tolerances. */
+static int bf16_pass = 0;
+#define BF16_FLIP 0.0078125 /* 2^-7 */
+
+/* Every one of the W values of N rows (stride ld) of host copy `got` must be a bf16 value. */
+static void bf16_check_rows(const char* what, const float* got, size_t N, size_t W, size_t ld) {
+    size_t not_bf16 = 0;
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < W; j++) not_bf16 += rr_bf16_round(got[i * ld + j]) != got[i * ld + j];
+    if (not_bf16) {
+        printf("  %-20s %-8s FAIL: %zu of %zu values are not bf16 (a rounding point is missing)\n", case_name, what,
+               not_bf16, N * W);
+        failures++;
+    }
+}
+
 static void cmp(const char* what, const float* dev, const float* ref, size_t n, double tol) {
     float* got = mallocCheck((n ? n : 1) * sizeof(float));
     cu->copy_d2h(got, dev, n * sizeof(float));
+    int rounded = bf16_pass && !strcmp(what, "out"); /* RoPE's rows have untouched padding: run_rope checks */
+    if (bf16_pass && (rounded || !strcmp(what, "forward") || !strcmp(what, "backward"))) tol += BF16_FLIP;
+    if (rounded) bf16_check_rows(what, got, 1, n, n);
     double e = 0.0, m = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)got[i] - ref[i]);
@@ -215,11 +242,11 @@ static void run_linear(const OpCase* tc) {
     float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
     float *x_d = up(x, nin), *w_d = up(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
-    backend_cpu.linear_forward(out, x, w, bias ? b : NULL, N, C, OC);
+    refb->linear_forward(out, x, w, bias ? b : NULL, N, C, OC);
     cu->linear_forward(out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
     double tol = (tc->flags & CASE_BIG) ? TOL_GEMM_BIG : TOL_GEMM;
     cmp("out", out_d, out, nout, tol);
-    backend_cpu.linear_backward(dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
+    refb->linear_backward(dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
     if (tc->flags & CASE_SPLIT) {
         cu->linear_backward(dx_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
         cu->linear_backward(NULL, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
@@ -244,11 +271,11 @@ static void run_norm(const OpCase* tc) {
     float *x_d = up(x, n), *w_d = up(w, C), *b_d = up(b, C), *dy_d = up(dy, n), *out_d = up(out, n);
     float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = up(dx, n), *dw_d = up(dw, C), *db_d = up(db, C);
     if (ln) {
-        backend_cpu.layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        refb->layernorm_forward(out, mean, rstd, x, w, b, N, C);
         cu->layernorm_forward(out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
         cmp("mean", mean_d, mean, N, TOL_ROW);
     } else {
-        backend_cpu.rmsnorm_forward(out, rstd, x, w, N, C, 1e-5);
+        refb->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5);
         cu->rmsnorm_forward(out_d, rstd_d, x_d, w_d, N, C, 1e-5);
     }
     cmp("out", out_d, out, n, TOL_ROW);
@@ -257,7 +284,7 @@ static void run_norm(const OpCase* tc) {
     cu->copy_h2d(mean_d, mean, N * sizeof(float));
     cu->copy_h2d(rstd_d, rstd, N * sizeof(float));
     if (ln) {
-        backend_cpu.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+        refb->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
         if (split) {
             cu->layernorm_backward(dx_d, NULL, NULL, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
             cu->layernorm_backward(NULL, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
@@ -266,7 +293,7 @@ static void run_norm(const OpCase* tc) {
         }
         cmp("dbias", db_d, db, C, TOL_BWD);
     } else {
-        backend_cpu.rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+        refb->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
         if (split) {
             cu->rmsnorm_backward(dx_d, NULL, dy_d, x_d, w_d, rstd_d, N, C);
             cu->rmsnorm_backward(NULL, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
@@ -289,19 +316,19 @@ static void run_elementwise(const OpCase* tc) {
     float *a_d = up(a, n), *b_d = up(b, n), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n), *db_d = up(db, n);
     float* ref_in = hcopy(a, n); /* the input before an in-place forward overwrote it */
     if (tc->op == OP_GELU) {
-        backend_cpu.gelu_forward(inplace ? a : out, a, n);
+        refb->gelu_forward(inplace ? a : out, a, n);
         cu->gelu_forward(inplace ? a_d : out_d, a_d, n);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
         if (!inplace) {
-            backend_cpu.gelu_backward(da, dy, ref_in, n);
+            refb->gelu_backward(da, dy, ref_in, n);
             cu->gelu_backward(da_d, dy_d, a_d, n);
             cmp("dinp", da_d, da, n, TOL_ELEM);
         }
     } else if (tc->op == OP_SWIGLU) {
-        backend_cpu.swiglu_forward(out, a, b, n);
+        refb->swiglu_forward(out, a, b, n);
         cu->swiglu_forward(out_d, a_d, b_d, n);
         cmp("out", out_d, out, n, TOL_ELEM);
-        backend_cpu.swiglu_backward(da, db, dy, a, b, n);
+        refb->swiglu_backward(da, db, dy, a, b, n);
         if (split) {
             cu->swiglu_backward(da_d, NULL, dy_d, a_d, b_d, n);
             cu->swiglu_backward(NULL, db_d, dy_d, a_d, b_d, n);
@@ -311,12 +338,21 @@ static void run_elementwise(const OpCase* tc) {
         cmp("dgate", da_d, da, n, TOL_ELEM);
         cmp("dup", db_d, db, n, TOL_ELEM);
     } else {
-        backend_cpu.add_forward(inplace ? a : out, a, b, n);
+        refb->add_forward(inplace ? a : out, a, b, n);
         cu->add_forward(inplace ? a_d : out_d, a_d, b_d, n);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
     }
     free(a), free(b), free(dy), free(out), free(da), free(db), free(ref_in);
     cu->free(a_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(db_d);
+}
+
+/* --bf16: the H*d rotated values of each row must be bf16 (the padding up to ld is not RoPE's) */
+static void rope_check_bf16(const float* x_d, int N, int W, int ld) {
+    if (!bf16_pass || N == 0) return;
+    float* h = mallocCheck((size_t)N * ld * sizeof(float));
+    cu->copy_d2h(h, x_d, (size_t)N * ld * sizeof(float));
+    bf16_check_rows("forward", h, (size_t)N, (size_t)W, (size_t)ld);
+    free(h);
 }
 
 static void run_rope(const OpCase* tc) {
@@ -328,17 +364,19 @@ static void run_rope(const OpCase* tc) {
     float* x_d = up(x, n);
     int* pos_d = upi(pos, 2 * (size_t)N);
     if (tc->op == OP_ROPE) {
-        backend_cpu.rope_forward(x, pos, N, H, d, ld, 10000.0);
+        refb->rope_forward(x, pos, N, H, d, ld, 10000.0);
         cu->rope_forward(x_d, pos_d, N, H, d, ld, 10000.0);
         cmp("forward", x_d, x, n, TOL_ROPE);
-        backend_cpu.rope_backward(x, pos, N, H, d, ld, 10000.0);
+        rope_check_bf16(x_d, N, H * d, ld);
+        refb->rope_backward(x, pos, N, H, d, ld, 10000.0);
         cu->rope_backward(x_d, pos_d, N, H, d, ld, 10000.0);
         cmp("backward", x_d, x, n, TOL_ROPE);
     } else {
-        backend_cpu.rope2d_forward(x, pos, pos + N, N, H, d, ld);
+        refb->rope2d_forward(x, pos, pos + N, N, H, d, ld);
         cu->rope2d_forward(x_d, pos_d, pos_d + N, N, H, d, ld);
         cmp("forward", x_d, x, n, TOL_ROPE);
-        backend_cpu.rope2d_backward(x, pos, pos + N, N, H, d, ld);
+        rope_check_bf16(x_d, N, H * d, ld);
+        refb->rope2d_backward(x, pos, pos + N, N, H, d, ld);
         cu->rope2d_backward(x_d, pos_d, pos_d + N, N, H, d, ld);
         cmp("backward", x_d, x, n, TOL_ROPE);
     }
@@ -354,10 +392,10 @@ static void run_embedding(const OpCase* tc) {
     float *table = hrand(nt, 1), *dy = hrand(n, 1), *out = hrand(n, 1), *dt = hrand(nt, 1);
     float *table_d = up(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
     int* ids_d = upi(ids, N);
-    backend_cpu.embedding_forward(out, ids, table, N, C);
+    refb->embedding_forward(out, ids, table, N, C);
     cu->embedding_forward(out_d, ids_d, table_d, N, C);
     cmp("out", out_d, out, n, 0.0);
-    backend_cpu.embedding_backward(dt, dy, ids, N, C);
+    refb->embedding_backward(dt, dy, ids, N, C);
     cu->embedding_backward(dt_d, dy_d, ids_d, N, C);
     cmp("dtable", dt_d, dt, nt, TOL_EMB_BWD);
     free(ids), free(table), free(dy), free(out), free(dt);
@@ -372,12 +410,12 @@ static void run_ce(const OpCase* tc) {
     float *z = hrand(n, 4), *lse = hrand(N, 1), *dz = hrand(n, 1), loss = 0.0f;
     float *z_d = up(z, n), *lse_d = up(lse, N), *dz_d = up(dz, n), *loss_d = up(&loss, 1);
     int* t_d = upi(t, N);
-    backend_cpu.crossentropy_forward(&loss, lse, z, t, N, V);
+    refb->crossentropy_forward(&loss, lse, z, t, N, V);
     cu->crossentropy_forward(loss_d, lse_d, z_d, t_d, N, V);
     cmp("loss_sum", loss_d, &loss, 1, TOL_ROW);
     cmp("lse", lse_d, lse, N, TOL_ROW);
     cu->copy_h2d(lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
-    backend_cpu.crossentropy_backward(dz, z, lse, t, 1.0f / 9.0f, N, V);
+    refb->crossentropy_backward(dz, z, lse, t, 1.0f / 9.0f, N, V);
     cu->crossentropy_backward(dz_d, z_d, lse_d, t_d, 1.0f / 9.0f, N, V);
     cmp("dlogits", dz_d, dz, n, TOL_BWD);
     free(t), free(z), free(lse), free(dz);
@@ -396,14 +434,14 @@ static void run_attention(const OpCase* tc) {
     float* dqkv_d = up(dqkv, nqkv);
     int* cu_d = upi(cu_seqlens, S + 1);
     int hd = H * d;
-    backend_cpu.attention_forward(out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
+    refb->attention_forward(out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
     cu->attention_forward(out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
     cmp("out", out_d, out, nout, TOL_ATT);
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
     /* the backward from the CPU's out and lse */
     cu->copy_h2d(out_d, out, nout * sizeof(float));
     cu->copy_h2d(lse_d, lse, nlse * sizeof(float));
-    backend_cpu.attention_backward(dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
+    refb->attention_backward(dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
                            H, d, ld, causal);
     if (tc->flags & CASE_SPLIT) {
         cu->attention_backward(dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H,
@@ -424,7 +462,7 @@ static void run_sumsq(const OpCase* tc) {
     size_t n = (size_t)tc->N;
     float* x = hrand(n, 3);
     float* x_d = up(x, n);
-    double want = backend_cpu.sum_squares(x, n);
+    double want = refb->sum_squares(x, n);
     double got = cu->sum_squares(x_d, n), again = cu->sum_squares(x_d, n);
     double e = want > 0 ? fabs(got - want) / want : fabs(got);
     double tol = n > 1 ? 2.0 * (double)(n - 1) * 0x1p-53 : 0.0;
@@ -443,7 +481,7 @@ static void run_scale(const OpCase* tc) {
     size_t n = (size_t)tc->N;
     float* x = hrand(n, 5);
     float* x_d = up(x, n);
-    backend_cpu.scale(x, 0.2718281f, n);
+    refb->scale(x, 0.2718281f, n);
     cu->scale(x_d, 0.2718281f, n);
     cmp("x", x_d, x, n, TOL_SCALE);
     free(x);
@@ -462,7 +500,7 @@ static void run_adamw(const OpCase* tc) {
         float* g = hrand(n, t == 2 ? 1e-4f : 2.0f); /* small and large gradients */
         float* g_d = up(g, n);
         cfg.lr = 1e-3f * (float)t;
-        backend_cpu.adamw_update(p, g, m, v, n, &cfg, t, decay);
+        refb->adamw_update(p, g, m, v, n, &cfg, t, decay);
         cu->adamw_update(p_d, g_d, m_d, v_d, n, &cfg, t, decay);
         free(g);
         cu->free(g_d);
@@ -550,7 +588,13 @@ int main(int argc, char** argv) {
         printf("test_cuda_ops: skipped: %s\n", why);
         return SKIP_RC;
     }
-    printf("test_cuda_ops: backend %s\n", cu->name);
+    if (argc > 1 && !strcmp(argv[1], "--bf16")) { /* runtime.precision = bf16 on both sides */
+        bf16_pass = 1;
+        cu = backend_with_precision(cu, PRECISION_BF16);
+        refb = &backend_cpu_bf16;
+        argc--, argv++;
+    }
+    printf("test_cuda_ops: backend %s, precision %s\n", cu->name, precision_name(cu->precision));
     if (argc > 1 && !strncmp(argv[1], "--bad-", 6)) {
         run_bad_input(argv[1]);
         return 2;

@@ -15,8 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 #include "engine/gemm_desc.h"
+#include "engine/gemm_lt_desc.h"
 
 /* Tolerance: max |desc - cpu| / max |cpu| per tensor. Both sides are fp32 GEMMs over the same K
  * products, summed in different orders by BLIS's kernels (the layouts differ), so they differ by
@@ -190,6 +192,124 @@ static int test_mutants(void) {
     return ok;
 }
 
+/* ---- cuBLASLt descs of the bf16 path (engine/gemm_lt_desc.h) -----------------------------------
+ * Each desc runs through gemm_lt_desc_run_ref (bf16-rounded A and B, column-major cblas_sgemm, the
+ * bias epilogue) and is compared with backend_cpu_bf16's row-major linear op on the same data.
+ * Both multiply the same bf16 values exactly in f32 and differ only in the order of the K f32
+ * additions, so per element |got - ref| <= 2 gamma_K S with gamma_K = K u / (1 - K u), u = 2^-24,
+ * S = sum_k |a_k b_k| (+ |C0| when beta = 1: the start value is one more term), taken over the
+ * unrounded operands times 1.01 (each rounded operand is within 2^-8 of its value: (1 + 2^-8)^2 < 1.01). The forward output
+ * is then rounded to bf16 on the reference side (and here, as the CUDA path's round kernel does);
+ * two f32 values within that bound may round to adjacent bf16 values, one bf16 ulp apart, at most
+ * 2^-7 |y| (8 significant bits: the ulp is 2^-7 of the bottom of y's binade): the forward bound adds
+ * 2^-7 max(|got|, |ref|). A layout bug
+ * (wrong op, m/n swap, wrong ld) gives errors of the order of |y| itself. */
+static double lt_gamma(int K) {
+    double u = ldexp(1.0, -24);
+    return K * u / (1.0 - K * u);
+}
+
+static int lt_check(const char* what, int N, int C, int OC, const GemmLtDesc* d, const Guarded* got, const float* ref,
+                    const double* S, int K, int rounded) {
+    char buf[384];
+    double worst = 0.0; /* max of |got - ref| / bound */
+    size_t n = got->n;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got->p[i] - ref[i]);
+        double b = 2.0 * lt_gamma(K) * S[i] + 1e-30;
+        if (rounded) b += ldexp(1.0, -7) * fmax(fabs(got->p[i]), fabs(ref[i]));
+        double r = e / b;
+        if (!(r <= worst)) worst = r;
+    }
+    int ok = gemm_desc_valid(&d->g) && guarded_intact(got) && worst <= 1.0;
+    printf("  lt %-13s N=%-4d C=%-4d OC=%-4d err/bound=%.2e %s  [%s]\n", what, N, C, OC, worst, ok ? "ok" : "FAIL",
+           gemm_lt_desc_format(d, buf, sizeof buf));
+    return ok;
+}
+
+static int test_lt_shape(int N, int C, int OC) {
+    Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), dout = guarded_new((size_t)N * OC);
+    Guarded out = guarded_new((size_t)N * OC), dinp = guarded_new((size_t)N * C), dw = guarded_new((size_t)OC * C);
+    Guarded bias = guarded_new((size_t)OC);
+    guarded_fill(&inp), guarded_fill(&w), guarded_fill(&dout), guarded_fill(&bias);
+    float* ref = mallocCheck(((size_t)N * OC + (size_t)N * C + (size_t)OC * C) * sizeof(float));
+    double* S = mallocCheck(((size_t)N * OC + (size_t)N * C + (size_t)OC * C) * sizeof(double));
+    GemmOperands ops;
+    memset(&ops, 0, sizeof ops);
+    ops.ptr[GEMM_PTR_INP] = inp.p, ops.ptr[GEMM_PTR_WEIGHT] = w.p, ops.ptr[GEMM_PTR_OUT] = out.p;
+    ops.ptr[GEMM_PTR_DOUT] = dout.p, ops.ptr[GEMM_PTR_DINP] = dinp.p, ops.ptr[GEMM_PTR_DWEIGHT] = dw.p;
+    const float *A, *B;
+    float* Cm;
+    int ok = 1;
+
+    /* forward with the bias epilogue, output rounded to bf16 as the CUDA path stores it */
+    guarded_fill(&out);
+    backend_cpu_bf16.linear_forward(ref, inp.p, w.p, bias.p, N, C, OC);
+    GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 1);
+    gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
+    gemm_lt_desc_run_ref(&d, A, B, Cm, bias.p);
+    cpu_round_bf16(out.p, out.p, (size_t)N * OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = fabs(bias.p[o]);
+            for (int c = 0; c < C; c++) s += fabs(inp.p[(size_t)n * C + c] * (double)w.p[(size_t)o * C + c]);
+            S[(size_t)n * OC + o] = s * 1.01; /* rounded operands are within 2^-9 of these */
+        }
+    ok &= lt_check("forward+bias", N, C, OC, &d, &out, ref, S, C + 1, 1);
+
+    guarded_fill(&dinp);
+    memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
+    backend_cpu_bf16.linear_backward(ref, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+    d = gemm_lt_desc_linear_backward_input(N, C, OC);
+    gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
+    gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++) s += fabs(dout.p[(size_t)n * OC + o] * (double)w.p[(size_t)o * C + c]);
+            S[(size_t)n * C + c] = s * 1.01 + fabs(ref[(size_t)n * C + c]);
+        }
+    ok &= lt_check("backward_input", N, C, OC, &d, &dinp, ref, S, OC + 1, 0);
+
+    guarded_fill(&dw);
+    memcpy(ref, dw.p, (size_t)OC * C * sizeof(float));
+    backend_cpu_bf16.linear_backward(NULL, ref, NULL, dout.p, inp.p, w.p, N, C, OC);
+    d = gemm_lt_desc_linear_backward_weight(N, C, OC);
+    gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
+    gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
+    for (int o = 0; o < OC; o++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int n = 0; n < N; n++) s += fabs(dout.p[(size_t)n * OC + o] * (double)inp.p[(size_t)n * C + c]);
+            S[(size_t)o * C + c] = s * 1.01 + fabs(ref[(size_t)o * C + c]);
+        }
+    ok &= lt_check("backward_weight", N, C, OC, &d, &dw, ref, S, N + 1, 0);
+
+    ok &= guarded_intact(&inp) && guarded_intact(&w) && guarded_intact(&dout) && guarded_intact(&bias);
+    free(inp.base), free(w.base), free(dout.base), free(out.base), free(dinp.base), free(dw.base), free(bias.base);
+    free(ref), free(S);
+    return ok;
+}
+
+/* The bf16 path must round its operands: the same desc run in f32 (cblas on unrounded values) must
+ * differ from the bf16 reference by more than the f32 bound on a shape with K = 64 (random values
+ * are almost never bf16-representable). Guards against a "bf16" path that silently stays f32. */
+static int test_lt_rounds(void) {
+    int N = 9, C = 64, OC = 11;
+    Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), out = guarded_new((size_t)N * OC);
+    guarded_fill(&inp), guarded_fill(&w);
+    float* f32 = mallocCheck((size_t)N * OC * sizeof(float));
+    backend_cpu.linear_forward(f32, inp.p, w.p, NULL, N, C, OC);
+    GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 0);
+    gemm_lt_desc_run_ref(&d, w.p, inp.p, out.p, NULL);
+    double e = max_err(out.p, f32, (size_t)N * OC);
+    int ok = e > 64 * lt_gamma(C);
+    printf("  lt rounds operands: bf16 vs f32 relative difference %.2e (must exceed the f32 bound %.2e) %s\n", e,
+           64 * lt_gamma(C), ok ? "ok" : "FAIL");
+    free(inp.base), free(w.base), free(out.base), free(f32);
+    return ok;
+}
+
 int main(void) {
     /* (N, C, OC): ones, odd primes, N much smaller / larger than the widths, and the model's shapes
      * (ViT qkv 3Dv, MLP 4Dv, LM head V) at small widths */
@@ -202,6 +322,8 @@ int main(void) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) ok &= test_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
     ok &= test_validity();
     ok &= test_mutants();
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) ok &= test_lt_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
+    ok &= test_lt_rounds();
     printf("gemm_desc: %s\n", ok ? "ok" : "FAILED");
     return ok ? 0 : 1;
 }

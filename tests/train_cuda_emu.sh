@@ -23,6 +23,8 @@
 #     that depends on scheduling (here: the emulator's fiber order, which differs after a restart), so a
 #     resumed CUDA run is not bitwise the uninterrupted one; the difference is fp32 reordering round-off.
 #     Seen here: equal losses, grad norms within 1e-8.
+# PRECISION=bf16 (environment) runs both sides with runtime.precision = bf16 (test train_cuda_emu_bf16):
+# tolerances for it in the verdict below (flips of the bf16 compute copy, not f32 round-off).
 # Usage: train_cuda_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR STEPS [pp NP MPIRUN...]
 set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5
@@ -39,7 +41,8 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 HALF=$((STEPS / 2))
 DUMP=$((HALF + 1))
-common=(--set train.steps="$STEPS" --set train.log_every=1 --set checkpoint.keep=0)
+PRECISION=${PRECISION:-fp32} # runtime.precision of both backends' runs (env; bf16: see TOL_CPU)
+common=(--set train.steps="$STEPS" --set train.log_every=1 --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
@@ -68,10 +71,19 @@ else
     "${PP[@]}" --set train.run_dir="$WORK/pp" --resume latest
 fi
 
-/usr/bin/python3 - "$WORK" "$STEPS" "$MODE" "$DUMP" <<'PY'
+/usr/bin/python3 - "$WORK" "$STEPS" "$MODE" "$DUMP" "$PRECISION" <<'PY'
 import json, sys
-work, steps, mode, dump = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+work, steps, mode, dump, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 TOL_CPU, TOL_RESUME = 1e-5, 1e-6
+if precision == "bf16":
+    # bf16 (PRECISION=bf16): step 1 matches as in fp32 (seen: equal loss bits, grad norm 2e-7). After it
+    # the f32 masters of the two runs differ by f32 round-off, and a master weight that close to a
+    # bf16 rounding boundary lands on the other bf16 neighbour in the compute copy: a 2^-7 relative
+    # change of that weight, not a round-off-sized one, and more of them each step as the masters
+    # drift. The runs then differ like two bf16 runs of slightly different weights. Seen over 6 steps:
+    # loss within 5e-5, grad norm within 2.3e-3 (step 6); 2e-2 leaves ~10x. The resumed run differs
+    # from the uninterrupted one the same way (the embedding's float atomics reorder, then flips).
+    TOL_CPU, TOL_RESUME = 2e-2, 2e-2
 ok = True
 
 def metrics(name):
@@ -111,6 +123,12 @@ if mode == "single":
     ev = {k: [json.loads(l) for l in open("%s/eval_%s.txt" % (work, k)) if l.startswith("{")][0] for k in ("cuda", "cpu")}
     e = rel(ev["cuda"]["loss"], ev["cpu"]["loss"])
     same_acc = all(ev["cuda"][k] == ev["cpu"][k] for k in ("samples", "greedy_accuracy", "candidate_accuracy"))
+    if precision == "bf16":
+        # the two bf16 models differ by bf16 flips (above), so an answer whose two best logits are that
+        # close can change: up to 3 of the held-out answers may differ (seen: 1 of 64, greedy)
+        n = ev["cpu"]["samples"]
+        same_acc = ev["cuda"]["samples"] == n and all(
+            abs(ev["cuda"][k] - ev["cpu"][k]) * n <= 3 + 1e-9 for k in ("greedy_accuracy", "candidate_accuracy"))
     print("eval: held-out loss %.6f (cuda) vs %.6f (cpu), relative %.2e; greedy accuracy %.4f vs %.4f" %
           (ev["cuda"]["loss"], ev["cpu"]["loss"], e, ev["cuda"]["greedy_accuracy"], ev["cpu"]["greedy_accuracy"]))
     if e > TOL_CPU or not same_acc:

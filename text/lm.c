@@ -55,7 +55,7 @@ void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads)
         snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix);                               \
         int i = params_find(pt, n);                                                          \
         if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", n);    \
-        w->field = grads ? params_grad(pt, i) : params_data(pt, i);                          \
+        w->field = grads ? params_grad(pt, i) : params_weights(pt, i);                          \
     } while (0)
     TPT(norm1_w, "norm1.weight");
     TPT(q_w, "attn.q.weight");

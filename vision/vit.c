@@ -52,7 +52,7 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
 static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
     int i = params_find(pt, name);
     if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
-    return grads ? params_grad(pt, i) : params_data(pt, i);
+    return grads ? params_grad(pt, i) : params_weights(pt, i);
 }
 
 void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads) {

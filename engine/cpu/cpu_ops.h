@@ -66,6 +66,25 @@ void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                             int H, int d, int ld_qkv, int causal);
 
+/* bf16.c: the forward ops with the bf16 rounding points (engine.h, Precision); the backward ops,
+ * cross-entropy and the step end of backend_cpu_bf16 are the f32 ones above. */
+void cpu_round_bf16(float* out, const float* inp, size_t n);
+void cpu_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                             int OC);
+void cpu_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, int N, int C, int OC);
+void cpu_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                const float* bias, int N, int C);
+void cpu_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+void cpu_bf16_gelu_forward(float* out, const float* inp, size_t n);
+void cpu_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
+void cpu_bf16_add_forward(float* out, const float* a, const float* b, size_t n);
+void cpu_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cpu_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
+void cpu_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+
 #ifdef __cplusplus
 }
 #endif

@@ -100,6 +100,7 @@ static void cuda_synchronize(void) { cuda_check_device_errors(); }
 
 // ---- the table -----------------------------------------------------------------------------------
 
+extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
 static const Backend backend_cuda = {
     "cuda",
     cuda_alloc,
@@ -133,10 +134,55 @@ static const Backend backend_cuda = {
     cuda_sum_squares,
     cuda_scale,
     cuda_adamw_update,
+    cuda_round_bf16,
+    &backend_cuda_bf16,
+    PRECISION_FP32,
 };
 
-// Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them.
-static_assert(sizeof(Backend) == 32 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
+// the GEMMs go through cuBLASLt; backward ops, cross-entropy and the step end are backend_cuda's.
+extern const Backend backend_cuda_bf16;
+const Backend backend_cuda_bf16 = {
+    "cuda",
+    cuda_alloc,
+    cuda_free,
+    cuda_memset0,
+    cuda_copy_h2d,
+    cuda_copy_d2h,
+    cuda_copy_d2d,
+    cuda_synchronize,
+    cuda_bf16_linear_forward,
+    cuda_bf16_linear_backward,
+    cuda_bf16_layernorm_forward,
+    cuda_layernorm_backward,
+    cuda_bf16_rmsnorm_forward,
+    cuda_rmsnorm_backward,
+    cuda_bf16_gelu_forward,
+    cuda_gelu_backward,
+    cuda_bf16_swiglu_forward,
+    cuda_swiglu_backward,
+    cuda_bf16_add_forward,
+    cuda_bf16_rope_forward,
+    cuda_rope_backward,
+    cuda_bf16_rope2d_forward,
+    cuda_rope2d_backward,
+    cuda_bf16_embedding_forward,
+    cuda_embedding_backward,
+    cuda_crossentropy_forward,
+    cuda_crossentropy_backward,
+    cuda_bf16_attention_forward,
+    cuda_attention_backward,
+    cuda_sum_squares,
+    cuda_scale,
+    cuda_adamw_update,
+    cuda_round_bf16,
+    &backend_cuda_bf16,
+    PRECISION_BF16,
+};
+
+// Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
+// (name + 32 function pointers + the bf16 variant + the precision, padded to a pointer).
+static_assert(sizeof(Backend) == 35 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {
@@ -177,6 +223,7 @@ static int cuda_init(char* why, size_t why_len) {
     cudaCheck(cudaStreamCreateWithFlags(&cuda_ctx.stream, cudaStreamNonBlocking));
     cublasCheck(cublasCreate(&cuda_ctx.cublas));
     cublasCheck(cublasSetStream(cuda_ctx.cublas, cuda_ctx.stream));
+    cublasCheck(cublasLtCreate(&cuda_ctx.cublaslt)); // the bf16 GEMMs (bf16.cu); the stream is per call
     // TF32 off unless asked for: results must match the fp32 CPU backend to fp32 round-off (TF32
     // keeps 10 mantissa bits and would differ at ~1e-3). RRFP_TF32=1 trades that for speed.
     const char* tf32 = getenv("RRFP_TF32");

@@ -7,6 +7,7 @@
 // the row and the value, at the next synchronize() or copy_d2h (see cuda_check_device_errors).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -47,6 +48,11 @@ typedef struct {
     cudaDeviceProp prop;
     cudaStream_t stream;
     cublasHandle_t cublas;
+    cublasLtHandle_t cublaslt; // the bf16 GEMMs (engine/cuda/bf16.cu)
+    // bf16 operand scratch of the bf16 GEMMs: grown (cudaMalloc) only when a larger product than any
+    // before comes, so a step at a fixed token budget allocates nothing after its first microbatch
+    uint16_t* bf16_scratch;
+    size_t bf16_scratch_elems;
     int* error; // device int[CUDA_ERR_WORDS] (see cuda_report_error)
 } CudaContext;
 extern CudaContext cuda_ctx;

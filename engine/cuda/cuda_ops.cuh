@@ -57,3 +57,21 @@ double cuda_sum_squares(const float* x, size_t n);
 void cuda_scale(float* x, float s, size_t n);
 void cuda_adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                        int decay);
+
+// bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt)
+void cuda_round_bf16(float* out, const float* inp, size_t n);
+void cuda_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                              int OC);
+void cuda_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC);
+void cuda_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int N, int C);
+void cuda_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+void cuda_bf16_gelu_forward(float* out, const float* inp, size_t n);
+void cuda_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
+void cuda_bf16_add_forward(float* out, const float* a, const float* b, size_t n);
+void cuda_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
+void cuda_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);

@@ -184,6 +184,8 @@ RR_HD static inline uint16_t rr_f32_to_bf16(float x) {
     return (uint16_t)(u >> 16);
 }
 RR_HD static inline float rr_bf16_to_f32(uint16_t h) { return rr_bits_f32((uint32_t)h << 16); }
+/* x rounded to bf16 and held in f32 (the rounding point of runtime.precision = bf16, both backends) */
+RR_HD static inline float rr_bf16_round(float x) { return rr_bf16_to_f32(rr_f32_to_bf16(x)); }
 
 /* ------------------------------------------------------------------------------------------------
  * The step end: sum of squares (the global gradient norm) and AdamW.

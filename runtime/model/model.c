@@ -63,7 +63,7 @@ LmConfig model_config_lm(const ModelConfig* c) {
 static float* stage_ptr(const ParamTable* pt, const char* name, int grads) {
     int i = params_find(pt, name);
     if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
-    return grads ? params_grad(pt, i) : params_data(pt, i);
+    return grads ? params_grad(pt, i) : params_weights(pt, i);
 }
 
 /* A Stage with its shapes but no parameters: enough for registration counts and the act layout. */

@@ -65,7 +65,7 @@ typedef struct {
     int first, last; /* l0 == 0, l1 == Lt */
     const Backend* be;
     ParamTable params;
-    /* pointers into params.data (w) and params.grad (g) */
+    /* pointers into params_weights (w: the bf16 compute copy under runtime.precision = bf16, else params.data) and params.grad (g) */
     VitW vit_w, vit_g;
     ProjW proj_w, proj_g;
     float *embed_w, *embed_g;  /* (V, Dt) */

@@ -27,4 +27,5 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
         be->adamw_update(pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
                          &cfg, t, s->decay);
     }
+    params_refresh_compute(pt); /* bf16: the compute copy follows the f32 master */
 }

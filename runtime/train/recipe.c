@@ -117,6 +117,9 @@ static const RecipeKey recipe_keys[] = {
      "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
+    {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
+     "Compute precision. `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
+     "operands and stored activations; norms, softmax, RoPE angles and cross-entropy in f32), on both backends."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
     {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
      "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "

@@ -233,6 +233,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
             return -1;
         }
     }
+    Precision prec;
+    RR_ASSERT(precision_parse(r->precision, &prec) == 0); /* the recipe reader allowed only fp32 | bf16 */
+    be = backend_with_precision(be, prec);
     if (eval_only && r->pp * r->tp * r->dp > 1) {
         snprintf(err, err_len, "evaluation runs in one process: add --set parallel.pp=1 (a checkpoint written under "
                  "any layout loads into any other)");

@@ -181,6 +181,43 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                            float* C, int ldc);
 
+/* cuBLASLt: the slice the bf16 GEMMs use (engine/cuda/bf16.cu). Values of the enums as the toolkit's. */
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+} cublasLtMatmulDescAttributes_t;
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef struct EmuLt* cublasLtHandle_t;
+typedef struct EmuLtDesc* cublasLtMatmulDesc_t;
+typedef struct EmuLtLayout* cublasLtMatrixLayout_t;
+typedef struct {
+    uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
+/* D = alpha op(A) op(B) + beta C (+ bias over rows with CUBLASLT_EPILOGUE_BIAS). Emulated for A, B
+ * bf16, C, D f32, compute 32F, scale f32: A and B widened exactly to f32, column-major cblas_sgemm,
+ * then the epilogue; any other type combination is CUBLAS_STATUS_NOT_SUPPORTED. Checks shapes
+ * against the ops (op(A) m x k, op(B) k x n, C and D m x n), ld >= rows, every operand (and the
+ * bias) inside one allocation, and algo == NULL with no workspace (what bf16.cu passes). */
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream);
+
 /* statistics of the emulation (for the test's summary line) */
 struct EmuStats {
     long launches, blocks, fibers, switches;

@@ -603,6 +603,133 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* ---- cuBLASLt ----------------------------------------------------------------------------------- */
+
+struct EmuLt {
+    int unused;
+};
+struct EmuLtDesc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t ta, tb;
+    cublasLtEpilogue_t epilogue;
+    const float* bias;
+};
+struct EmuLtLayout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+    *h = new EmuLt{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+    *d = new EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+    if (!d || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->ta, buf, size);
+        break;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->tb, buf, size);
+        break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->epilogue, buf, size);
+        break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->bias, buf, size);
+        break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    if ((int64_t)rows > ld && rows > 0 && cols > 0) return CUBLAS_STATUS_INVALID_VALUE; /* ld >= rows */
+    *l = new EmuLtLayout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static size_t lt_span_elems(const EmuLtLayout* l) {
+    if (l->rows == 0 || l->cols == 0) return 0;
+    return (size_t)(l->cols - 1) * (size_t)l->ld + l->rows;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ldd,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                              cudaStream_t) {
+    if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
+        lb->type != CUDA_R_16BF || lc->type != CUDA_R_32F || ldd->type != CUDA_R_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (algo || workspace || workspace_bytes) return CUBLAS_STATUS_NOT_SUPPORTED; /* not what bf16.cu passes */
+    uint64_t m = d->ta == CUBLAS_OP_N ? la->rows : la->cols, k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t kb = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    if (k != kb || lc->rows != m || lc->cols != n || ldd->rows != m || ldd->cols != n || lc->ld != ldd->ld)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (!in_alloc(A, lt_span_elems(la) * 2) || !in_alloc(B, lt_span_elems(lb) * 2) || !in_alloc(C, lt_span_elems(lc) * 4) ||
+        !in_alloc(D, lt_span_elems(ldd) * 4) ||
+        (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !in_alloc(d->bias, (size_t)m * 4))) {
+        emu_fail(cudaErrorIllegalAddress,
+                 "cublasLtMatmul(m=%llu n=%llu k=%llu lda=%lld ldb=%lld ldc=%lld): an operand%s reaches outside its allocation",
+                 (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, (long long)la->ld,
+                 (long long)lb->ld, (long long)lc->ld, d->epilogue == CUBLASLT_EPILOGUE_BIAS ? " or the bias" : "");
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    DeviceOpen open;
+    /* bf16 -> f32 is exact (the 16 bits are the top of the f32 word) */
+    std::vector<float> a(lt_span_elems(la)), b(lt_span_elems(lb));
+    for (size_t i = 0; i < a.size(); i++) {
+        uint32_t u = (uint32_t)((const uint16_t*)A)[i] << 16;
+        memcpy(&a[i], &u, 4);
+    }
+    for (size_t i = 0; i < b.size(); i++) {
+        uint32_t u = (uint32_t)((const uint16_t*)B)[i] << 16;
+        memcpy(&b[i], &u, 4);
+    }
+    float* dd = (float*)D;
+    if (D != C)
+        for (uint64_t j = 0; j < n; j++) memcpy(dd + j * ldd->ld, (const float*)C + j * lc->ld, m * sizeof(float));
+    if (k == 0) { /* D = beta C, like cublasSgemm with k = 0 */
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) dd[j * ldd->ld + i] *= *(const float*)beta;
+    } else {
+        cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    d->tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, *(const float*)alpha,
+                    a.data(), (int)la->ld, b.data(), (int)lb->ld, *(const float*)beta, dd, (int)ldd->ld);
+    }
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS)
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) dd[j * ldd->ld + i] += d->bias[i];
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 extern "C" void emu_stats_print(void) {
     printf("cuda-emu: %ld launches, %ld blocks, %ld threads, %ld fiber switches\n", stats.launches, stats.blocks,
            stats.fibers, stats.switches);

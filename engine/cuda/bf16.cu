@@ -1,0 +1,200 @@
+// bf16.cu — the CUDA backend's bf16 mixed precision (runtime.precision = bf16): the same rounding
+// points as the CPU reference (engine/cpu/bf16.c, contract in engine.h's Precision), with every
+// linear product a cublasLtMatmul described by a GemmLtDesc (engine/gemm_lt_desc.h): bf16 A and B,
+// f32 C = D, f32 accumulate, the bias in the epilogue of the forward.
+//
+// Buffers stay f32 (the Backend's op slots take float*); each GEMM converts its operands into bf16
+// scratch (f32_to_bf16_kernel, round to nearest even by rr_f32_to_bf16) right before the call. The
+// weights usually arrive already rounded (the ParamTable's compute copy), so their conversion is
+// exact. Stored activations are rounded in place by round_bf16_kernel after the f32 op that wrote
+// them (a separate pass: fusing it into each kernel's store is a speed-up, not a change of result).
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+#include "engine/gemm_lt_desc.h"
+
+#define BF16_BLOCK 256
+
+// ---- conversions ---------------------------------------------------------------------------------
+
+static __global__ void f32_to_bf16_kernel(uint16_t* out, const float* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_f32_to_bf16(inp[i]);
+}
+static void f32_to_bf16_cuda(uint16_t* out, const float* inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    f32_to_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(out, inp, n);
+    cudaCheck(cudaGetLastError());
+}
+
+static __global__ void round_bf16_kernel(float* out, const float* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_bf16_round(inp[i]);
+}
+static void round_bf16_cuda(float* out, const float* inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    round_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(out, inp, n);
+    cudaCheck(cudaGetLastError());
+}
+
+// the W values of each of N rows of stride ld (the columns RoPE wrote), one thread per value
+static __global__ void round_rows_kernel(float* x, int N, int W, int ld) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)N * W) {
+        float* p = x + (i / W) * (size_t)ld + i % W;
+        *p = rr_bf16_round(*p);
+    }
+}
+static void round_rows_cuda(float* x, int N, int W, int ld, cudaStream_t stream) {
+    size_t n = (size_t)N * W;
+    if (n == 0) return;
+    round_rows_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(x, N, W, ld);
+    cudaCheck(cudaGetLastError());
+}
+
+void cuda_round_bf16(float* out, const float* inp, size_t n) { round_bf16_cuda(out, inp, n, cuda_ctx.stream); }
+
+// bf16 scratch of at least `elems` values (see CudaContext.bf16_scratch)
+static uint16_t* bf16_scratch(size_t elems) {
+    if (elems > cuda_ctx.bf16_scratch_elems) {
+        if (cuda_ctx.bf16_scratch) cudaCheck(cudaFree(cuda_ctx.bf16_scratch)); // waits for its users
+        cudaCheck(cudaMalloc(&cuda_ctx.bf16_scratch, elems * sizeof(uint16_t)));
+        cuda_ctx.bf16_scratch_elems = elems;
+    }
+    return cuda_ctx.bf16_scratch;
+}
+
+// ---- GEMMs through cuBLASLt ----------------------------------------------------------------------
+
+// elements of a column-major (rows, cols) operand with leading dimension ld
+static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 0 ? 0 : (size_t)(cols - 1) * ld + rows; }
+
+// One described GEMM: A and B are the bf16 operands (already converted), C = D f32 in place.
+static void gemm_lt_desc_run_cuda(const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, float* C,
+                                  const float* bias) {
+    const GemmDesc* g = &d->g;
+    RR_ASSERT(gemm_desc_valid(g));
+    cublasLtMatmulDesc_t op;
+    cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = g->opA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->opB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (d->epilogue == GEMM_LT_EPI_BIAS) {
+        RR_ASSERT(bias);
+        epi = CUBLASLT_EPILOGUE_BIAS;
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    // layouts of the operands as stored (before op): A is (m, k) or, transposed, (k, m)
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, g->m, g->n, g->ldc));
+    // algo NULL: cuBLASLt runs its own heuristic query; no workspace (the fastest kernels for large
+    // shapes may want one: a fixed workspace in CudaContext is the next step)
+    cublasCheck(cublasLtMatmul(cuda_ctx.cublaslt, op, &g->alpha, A, la, B, lb, &g->beta, C, lc, C, lc, NULL, NULL, 0,
+                               cuda_ctx.stream));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
+    cublasCheck(cublasLtMatmulDescDestroy(op));
+}
+
+// Convert the desc's A and B (f32, roles from `ops`) into bf16 scratch and run it.
+static void gemm_lt_run_f32_operands(const GemmLtDesc* d, const GemmOperands* ops, const float* bias) {
+    const GemmDesc* g = &d->g;
+    const float *A, *B;
+    float* C;
+    gemm_desc_operands(g, ops, &A, &B, &C);
+    size_t na = lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda);
+    size_t nb = lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb);
+    uint16_t* s = bf16_scratch(na + nb);
+    f32_to_bf16_cuda(s, A, na, cuda_ctx.stream);
+    f32_to_bf16_cuda(s + na, B, nb, cuda_ctx.stream);
+    gemm_lt_desc_run_cuda(d, s, s + na, C, bias);
+}
+
+// column n of dout for the dbias column sum
+struct Bf16RowsOf {
+    const float* x;
+    int ld;
+    __device__ float operator()(int n, int c) const { return x[(size_t)n * ld + c]; }
+};
+
+void cuda_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                              int OC) {
+    if (N == 0 || OC == 0) return;
+    if (C == 0) { // k = 0: out = bias (or 0), as the CPU's BLAS gives; then rounded
+        cuda_linear_forward(out, inp, weight, bias, N, C, OC);
+    } else {
+        GemmOperands ops = {};
+        ops.ptr[GEMM_PTR_INP] = inp;
+        ops.ptr[GEMM_PTR_WEIGHT] = weight;
+        ops.ptr[GEMM_PTR_OUT] = out;
+        GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
+        gemm_lt_run_f32_operands(&d, &ops, bias);
+    }
+    round_bf16_cuda(out, out, (size_t)N * OC, cuda_ctx.stream);
+}
+
+void cuda_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_DOUT] = dout;
+    ops.ptr[GEMM_PTR_DINP] = dinp;
+    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    if (dinp && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
+        gemm_lt_run_f32_operands(&d, &ops, NULL);
+    }
+    if (dweight && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
+        gemm_lt_run_f32_operands(&d, &ops, NULL);
+    }
+    // the f32 dout, as the CPU reference (engine/cpu/bf16.c)
+    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_ctx.stream);
+}
+
+// ---- the other forward ops: the f32 kernel, then the stored activation rounded -------------------
+
+void cuda_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int N, int C) {
+    cuda_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    round_bf16_cuda(out, out, (size_t)N * C, cuda_ctx.stream);
+}
+void cuda_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
+    cuda_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    round_bf16_cuda(out, out, (size_t)N * C, cuda_ctx.stream);
+}
+void cuda_bf16_gelu_forward(float* out, const float* inp, size_t n) {
+    cuda_gelu_forward(out, inp, n);
+    round_bf16_cuda(out, out, n, cuda_ctx.stream);
+}
+void cuda_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+    cuda_swiglu_forward(out, gate, up, n);
+    round_bf16_cuda(out, out, n, cuda_ctx.stream);
+}
+void cuda_bf16_add_forward(float* out, const float* a, const float* b, size_t n) {
+    cuda_add_forward(out, a, b, n);
+    round_bf16_cuda(out, out, n, cuda_ctx.stream);
+}
+void cuda_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
+    cuda_rope_forward(x, pos, N, H, d, ld, theta);
+    round_rows_cuda(x, N, H * d, ld, cuda_ctx.stream);
+}
+void cuda_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    cuda_rope2d_forward(x, pos_row, pos_col, N, H, d, ld);
+    round_rows_cuda(x, N, H * d, ld, cuda_ctx.stream);
+}
+void cuda_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C) {
+    cuda_embedding_forward(out, ids, table, N, C);
+    round_bf16_cuda(out, out, (size_t)N * C, cuda_ctx.stream);
+}
+void cuda_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    cuda_attention_forward(out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+    round_bf16_cuda(out, out, (size_t)T * H * d, cuda_ctx.stream);
+}
