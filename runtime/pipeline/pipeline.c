@@ -43,7 +43,15 @@ struct Pipeline {
     const char* dump_dir;  /* of the step being run, or NULL */
     char* err;             /* of the step being run */
     size_t err_len;
+    PipelineGradsDone grads_done;
+    void* grads_done_ctx;
+    int* grad_tasks;       /* (chunks) weight-gradient tasks (W, or fused B) finished this step */
 };
+
+void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx) {
+    p->grads_done = fn;
+    p->grads_done_ctx = ctx;
+}
 
 int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
 
@@ -93,6 +101,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->mb_slot = callocCheck((size_t)cfg->chunks, sizeof *p->mb_slot);
     p->act_in = callocCheck((size_t)cfg->chunks, sizeof *p->act_in);
     p->grad_in = callocCheck((size_t)cfg->chunks, sizeof *p->grad_in);
+    p->grad_tasks = callocCheck((size_t)cfg->chunks, sizeof *p->grad_tasks);
     const Backend* be = stages[0]->be;
     size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
     p->on_host = !strcmp(be->name, "cpu");
@@ -139,6 +148,7 @@ void pipeline_free(Pipeline* p) {
     free(p->mb_slot);
     free(p->act_in);
     free(p->grad_in);
+    free(p->grad_tasks);
     be->free(p->out_buf);
     if (p->dev_in) be->free(p->dev_in);
     free(p->host_out);
@@ -343,6 +353,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     }
 
     int sync = cfg->mode == PP_MODE_FIXED_SYNC;
+    for (int c = 0; c < cfg->chunks; c++) p->grad_tasks[c] = 0;
     uint8_t* posted = callocCheck((size_t)n, 1); /* by dense task index */
     if (sync) {
         rc = post_sequence_receives(p, &d, mbs, posted);
@@ -400,6 +411,12 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
                     break;
                 }
                 if (trace) pp_trace_send(trace, cfg->rank, dst, t, bytes, rr_now());
+            }
+            /* this chunk's weight gradients are final after its M-th W (or fused B) */
+            if (t.kind == (cfg->split ? PP_W : PP_B) && ++p->grad_tasks[t.chunk] == M && p->grads_done &&
+                p->grads_done(p->grads_done_ctx, t.chunk, err, err_len) != 0) {
+                got = -1;
+                break;
             }
             got = transport_poll(p->tr, done, 64, err, err_len);
     }

@@ -52,6 +52,13 @@ typedef struct Pipeline Pipeline;
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* pipe, int M, char* err, size_t err_len);
 void pipeline_free(Pipeline* p);
 
+/* From the next step on, call fn(ctx, c) during pipeline_step as soon as chunk c's weight gradients of
+ * the step are final (its M-th W, or fused B, has run and its output is sent): the data-parallel
+ * all-reduce of those gradients can start while the rank still runs other chunks' work. fn returning
+ * -1 (with a message in err) fails the step. fn = NULL: no calls. */
+typedef int (*PipelineGradsDone)(void* ctx, int chunk, char* err, size_t err_len);
+void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx);
+
 /* Whether a hint needs the split backward (it schedules W tasks). */
 int pipeline_hint_splits(PpHint h);
 

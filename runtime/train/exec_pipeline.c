@@ -111,6 +111,10 @@ static int pipe_save(StepExec* ex, const char* root, const CheckpointState* cs, 
     return 0;
 }
 
+static void pipe_set_grads_done(StepExec* ex, StepGradsDone fn, void* ctx) {
+    pipeline_set_grads_done(((PipeExec*)ex)->pl, fn, ctx);
+}
+
 static void pipe_free(StepExec* ex) {
     PipeExec* x = (PipeExec*)ex;
     if (x->trace) {
@@ -161,6 +165,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     ex->dump_params = pipe_dump_params;
     ex->save = pipe_save;
     ex->load = pipe_load;
+    ex->set_grads_done = pipe_set_grads_done;
     ex->free = pipe_free;
 
     PipelineConfig pc = {.P = r->pp, .rank = x->rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
@@ -194,7 +199,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         x->trace = pp_trace_open(path, origin);
         pp_trace_rank(x->trace, x->rank);
     }
-    if (x->rank == 0) {
+    if (grid->rank == 0) {
         fprintf(stderr, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers", r->pp, r->chunks, r->hint,
                 r->mode);
         for (int v = 0; v < S; v++) fprintf(stderr, "%s%d", v ? "," : " ", layers[v]);
