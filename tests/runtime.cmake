@@ -57,3 +57,13 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
   set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
+# Data parallelism: rrfp-mm train with dp = 2 (pp 1 and pp 2) against one process training the same
+# global step (dp x microbatches), every mode and a hint set, small and large buckets, resume across layouts.
+add_test(NAME dp_train_np2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np2 1 2 2)
+set_tests_properties(dp_train_np2 PROPERTIES LABELS mpi TIMEOUT 400)
+add_test(NAME dp_train_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
+set_tests_properties(dp_train_np4 PROPERTIES LABELS mpi TIMEOUT 500)

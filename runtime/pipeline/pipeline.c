@@ -414,7 +414,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             }
             /* this chunk's weight gradients are final after its M-th W (or fused B) */
             if (t.kind == (cfg->split ? PP_W : PP_B) && ++p->grad_tasks[t.chunk] == M && p->grads_done &&
-                p->grads_done(p->grads_done_ctx, t.chunk, err, err_len) != 0) {
+                p->grads_done(p->grads_done_ctx, t.chunk, !pp_dispatcher_all_done(&d), err, err_len) != 0) {
                 got = -1;
                 break;
             }

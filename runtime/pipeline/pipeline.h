@@ -54,9 +54,10 @@ void pipeline_free(Pipeline* p);
 
 /* From the next step on, call fn(ctx, c) during pipeline_step as soon as chunk c's weight gradients of
  * the step are final (its M-th W, or fused B, has run and its output is sent): the data-parallel
- * all-reduce of those gradients can start while the rank still runs other chunks' work. fn returning
+ * all-reduce of those gradients can start while the rank still runs other chunks' work (more_work = 1:
+ * this rank has tasks of the step left). fn returning
  * -1 (with a message in err) fails the step. fn = NULL: no calls. */
-typedef int (*PipelineGradsDone)(void* ctx, int chunk, char* err, size_t err_len);
+typedef int (*PipelineGradsDone)(void* ctx, int chunk, int more_work, char* err, size_t err_len);
 void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx);
 
 /* Whether a hint needs the split backward (it schedules W tasks). */

@@ -25,9 +25,10 @@ typedef struct {
 } StepHook;
 
 /* Called by an executor during forward_backward as soon as chunk c's gradients of the step are final
- * (its last W, or fused B, has run), so the step end can start on them early. Returns 0, or -1 with a
+ * (its last W, or fused B, has run), so the step end can start on them early; more_work = 1 when the
+ * executor still has work of the step left (the start overlaps it). Returns 0, or -1 with a
  * message (the step fails). */
-typedef int (*StepGradsDone)(void* ctx, int chunk, char* err, size_t err_len);
+typedef int (*StepGradsDone)(void* ctx, int chunk, int more_work, char* err, size_t err_len);
 #define STEP_EXEC_MAX_HOOKS 4
 
 struct StepExec {
@@ -76,7 +77,8 @@ void step_exec_free_hooks(StepExec* ex);
  * the group). Device backends reduce through a host copy (MPI is not assumed CUDA-aware).
  * Returns 0, or -1 with a message (no hook slot left). Does nothing when dp has one rank. */
 int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double timeout_s, char* err, size_t err_len);
-/* Buckets of the last step: how many, and how many started before forward_backward returned. */
+/* Buckets of the last step: how many, and how many started while the executor still had work of the
+ * step left (overlapping it). */
 void step_exec_dp_stats(const StepExec* ex, int* buckets, int* early);
 /* Global gradient norm before clipping: sum of squares over the stages (on their backend), summed over
  * norm_group. Returns 0, or -1 with a message. */

@@ -54,26 +54,26 @@ static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
 }
 
 /* Start the buckets of every stage whose turn has come and whose gradients are final. */
-static int dp_start_ready(DpReduce* d, int force, char* err, size_t err_len) {
+static int dp_start_ready(DpReduce* d, int force, int more_work, char* err, size_t err_len) {
     while (d->next >= 0 && (force || d->done[d->next])) {
         if (dp_start_stage(d, d->next, err, err_len) != 0) return -1;
-        if (!force) d->early += d->first[d->next + 1] - d->first[d->next];
+        if (more_work) d->early += d->first[d->next + 1] - d->first[d->next];
         d->next--;
     }
     return 0;
 }
 
-static int dp_grads_done(void* ctx, int chunk, char* err, size_t err_len) {
+static int dp_grads_done(void* ctx, int chunk, int more_work, char* err, size_t err_len) {
     DpReduce* d = ctx;
     RR_ASSERT(chunk >= 0 && chunk < d->ex->n_stages);
     d->done[chunk] = 1;
-    return dp_start_ready(d, 0, err, err_len);
+    return dp_start_ready(d, 0, more_work, err, err_len);
 }
 
 static int dp_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
     DpReduce* d = ctx;
     (void)ex;
-    if (dp_start_ready(d, 1, err, err_len) != 0) return -1;
+    if (dp_start_ready(d, 1, 0, err, err_len) != 0) return -1;
     double t0 = rr_now();
     int left = d->nb;
     while (left > 0) {

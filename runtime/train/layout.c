@@ -3,6 +3,7 @@
  * they cannot disagree), and the dry run's parameter and memory table. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +135,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
     double tp = r->tp;
-    double max_total = 0;
+    double max_total = 0, max_params = 0;
     int l_at = 0;
     int* l0s = mallocCheck((size_t)S * sizeof(int));
     for (int s = 0; s < S; s++) l0s[s] = l_at, l_at += layers[s];
@@ -159,6 +160,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         double w = params * 4, g = params * 4, adam = params * 8, act = act_mb * inflight;
         double total = w + g + adam + act;
         if (total > max_total) max_total = total;
+        if (params > max_params) max_params = params;
         char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
         fmt_count(sp, sizeof sp, params);
         fmt_bytes(sw, sizeof sw, w);
@@ -174,6 +176,24 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     fmt_bytes(mt, sizeof mt, max_total);
     fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
             T * M * r->dp);
+    /* DP (exec_dp.c): every replica holds the table above in full (no ZeRO sharding); the gradient
+     * all-reduce works in place on the grad block, bucket by bucket, so it adds nothing on the CPU; a
+     * device backend reduces through a host copy of the grad block. */
+    if (r->dp > 1) {
+        double buckets = ceil(max_params * 4 / (r->dp_bucket_mb * 1048576.0));
+        char hc[32];
+        fmt_bytes(hc, sizeof hc, max_params * 4);
+        fprintf(out,
+                "data parallel: dp %d replicas, each rank holding the memory above (parameters, gradients and AdamW "
+                "state replicated, no ZeRO); gradient all-reduce in place in buckets of %g MiB (%.0f on the largest "
+                "rank)%s%s%s\n",
+                r->dp, r->dp_bucket_mb, buckets, strcmp(r->backend, "cpu") ? ", plus a host copy of the gradients on "
+                                                                              "this device backend: " : "",
+                strcmp(r->backend, "cpu") ? hc : "", strcmp(r->backend, "cpu") ? " per rank" : "");
+    }
+    if (r->tp > 1)
+        fprintf(out, "tensor parallel: tp %d is not built yet (docs/parallel.md): the figures / tp above are the "
+                     "plan's split, training refuses tp > 1\n", r->tp);
     fprintf(out, "dry run: nothing allocated, no training.\n");
     free(l0s);
     free(layers);

@@ -430,7 +430,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, char* err, size_t err_l
             int nb, early;
             step_exec_dp_stats(t->ex, &nb, &early);
             fprintf(stderr, "rrfp-mm: data parallel: %d replicas, gradient all-reduce in %d bucket(s) of <= %g MiB, "
-                    "%d started as their chunk's last backward finished (step 1)\n", t->grid.dp, nb, r->dp_bucket_mb,
+                    "%d started while the backward still ran (step 1)\n", t->grid.dp, nb, r->dp_bucket_mb,
                     early);
         }
         if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1) {
