@@ -36,3 +36,10 @@ foreach(n 1 2)
            COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-${n}'")
   set_tests_properties(model_torch_trainer_dump${n} PROPERTIES LABELS torch TIMEOUT 120)
 endforeach()
+# Tensor-parallel split without MPI: each tensor's split and ownership, shard init = slice of the whole,
+# vocabulary-parallel cross-entropy on in-process ranks against the unsplit op.
+add_executable(test_tp tests/test_tp.c)
+target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
+foreach(t split init ce)
+  add_test(NAME tp_${t} COMMAND test_tp ${t})
+endforeach()
