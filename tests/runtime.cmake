@@ -67,3 +67,13 @@ add_test(NAME dp_train_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
 set_tests_properties(dp_train_np4 PROPERTIES LABELS mpi TIMEOUT 500)
+# Leader-decides: the TP ranks of a stage run their leader's task sequence under injected arrival
+# delays (ready bf / bfw, fixed 1f1b), pp 2 x tp 2; and the negative control (independent dispatch
+# must diverge under the same delays).
+add_executable(test_tp_dispatch tests/test_tp_dispatch.c)
+target_link_libraries(test_tp_dispatch PRIVATE rrfp_core)
+add_test(NAME tp_dispatch_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp dispatch: ok" timeout 240 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_tp_dispatch> 2)
+add_test(NAME tp_dispatch_independent_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "negative control: ok, independent dispatch diverged" timeout 240 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_tp_dispatch> 2 independent)
+set_tests_properties(tp_dispatch_np4 tp_dispatch_independent_np4 PROPERTIES LABELS mpi TIMEOUT 300)

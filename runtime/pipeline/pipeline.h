@@ -32,6 +32,14 @@ typedef struct {
     double timeout_s;       /* a rank waiting this long for any message fails naming what it waits for */
     double stall_warn_s;    /* ... and warns every this many seconds before that (0 = never) */
     int max_tokens, max_patches; /* microbatch budget (sizes the activation pool) */
+    /* Tensor parallelism: the TP ranks of this stage (NULL or one rank: none). They must run the same
+     * task sequence (their split layers issue collectives). Leader-decides in `ready` mode: TP rank 0
+     * runs the dispatcher and sends each choice (kind, chunk, microbatch) to its peers before it starts
+     * the task; a peer keeps a receive for the next choice posted and runs exactly that task, waiting
+     * for its inputs if they have not arrived there. The fixed modes need no messages (every TP rank
+     * follows the same sequence). */
+    Comm* tp;
+    int tp_independent; /* tests only (the negative control): every TP rank dispatches on its own */
 } PipelineConfig;
 
 typedef struct {
@@ -41,6 +49,11 @@ typedef struct {
     double wait_s;      /* time waiting for messages */
     int peak_inflight;  /* max microbatches in flight (F started, B not finished), first chunk */
     long decisions;
+    /* leader-decides (tp > 1, ready): choices sent (leader) or received (peer); the peer's time from a
+     * choice's arrival until the chosen task's inputs were there; the time spent sending/receiving
+     * choices (the coordination's own cost) */
+    long tp_choices;
+    double tp_wait_s, tp_coord_s;
 } PipelineStepStats;
 
 typedef struct Pipeline Pipeline;
@@ -59,6 +72,12 @@ void pipeline_free(Pipeline* p);
  * -1 (with a message in err) fails the step. fn = NULL: no calls. */
 typedef int (*PipelineGradsDone)(void* ctx, int chunk, int more_work, char* err, size_t err_len);
 void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx);
+
+/* From the next step on, call fn(ctx, t) just before each task t runs (tests: a TP collective per task,
+ * as split layers issue, and the record of the sequence). fn returning -1 (message in err) fails the
+ * step. */
+typedef int (*PipelineTaskHook)(void* ctx, PpTask t, char* err, size_t err_len);
+void pipeline_set_task_hook(Pipeline* p, PipelineTaskHook fn, void* ctx);
 
 /* Whether a hint needs the split backward (it schedules W tasks). */
 int pipeline_hint_splits(PpHint h);
