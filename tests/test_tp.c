@@ -5,8 +5,11 @@
  *   init:  each shard initialised alone equals the slice of the one-process tensor, bitwise ("slices
  *          equal the whole");
  *   ce:    the vocabulary-parallel cross-entropy on 2 and 4 in-process ranks (threads with a barrier
- *          all-reduce) against the unsplit CPU op: loss, lse and every rank's dlogits columns.
- * Usage: test_tp [split|init|ce]   (no argument: all) */
+ *          all-reduce) against the unsplit CPU op: loss, lse and every rank's dlogits columns;
+ *   lm:    one LM block split over 2 and 4 in-process ranks (column-parallel q, k, v, gate, up with
+ *          heads split, row-parallel o and down + all-reduce, whole norms) against the unsplit block:
+ *          output, input gradient and every weight gradient (each rank's slice).
+ * Usage: test_tp [split|init|ce|lm]   (no argument: all) */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include "engine/util.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tp.h"
+#include "text/lm.h"
 
 static int fails = 0;
 #define CHECK(c, ...)                                                                                                  \
@@ -249,12 +253,173 @@ static void test_ce(void) {
     pthread_barrier_destroy(&g1.bar);
 }
 
+/* ---- one LM block over in-process TP ranks ---- */
+enum { LT = 11, LD = 32, LH = 4, LF = 48 };
+typedef struct {
+    FakeGroup* g;
+    int t;
+    LmConfig c;
+    LmBlockW w, dw;
+    float xout[LT * LD], dxin[LT * LD];
+} LmRank;
+
+static int fake_reduce_f32(void* ctx, float* buf, size_t n) {
+    LmRank* me = ctx;
+    FakeGroup* g = me->g;
+    double* tmp = mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) tmp[i] = buf[i];
+    FakeRank fr = {.g = g, .t = me->t};
+    char err[64];
+    int rc = fake_reduce(&fr, tmp, n, 0, err, sizeof err);
+    for (size_t i = 0; i < n; i++) buf[i] = (float)tmp[i];
+    free(tmp);
+    return rc;
+}
+
+static const int32_t lm_cu[3] = {0, 5, LT};
+static const int32_t lm_pos[LT] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5};
+static float lm_x[LT * LD], lm_dy[LT * LD];
+
+/* forward, B and W of one block with weights w (shapes from c), into xout, dxin and dw */
+static void lm_run(const LmConfig* c, const LmBlockW* w, LmBlockW* dw, float* xout, float* dxin) {
+    Arena ar;
+    arena_init(&ar, "test_tp lm", 1 << 22);
+    LmBlockActs a;
+    LmBlockGrads gr;
+    LmScratch s;
+    lm_block_acts_layout(&a, &ar, c, LT);
+    lm_block_grads_layout(&gr, &ar, c, LT);
+    lm_scratch_layout(&s, &ar, c, LT);
+    LmSeq seq = {LT, 2, lm_cu, lm_pos};
+    lm_block_forward(&backend_cpu, c, w, &a, &s, &seq, lm_x, xout);
+    lm_block_backward_input(&backend_cpu, c, w, &a, &gr, &s, &seq, lm_x, lm_dy, dxin);
+    lm_block_backward_weight(&backend_cpu, c, w, dw, &a, &gr, &seq, lm_x, lm_dy);
+    arena_free(&ar);
+}
+
+static void* lm_rank_main(void* arg) {
+    LmRank* me = arg;
+    lm_run(&me->c, &me->w, &me->dw, me->xout, me->dxin);
+    return NULL;
+}
+
+/* rows [r0, r0 + n) of a (rows, cols) matrix, or columns [c0, c0 + n) when by_col */
+static float* lm_slice(const float* m, int rows, int cols, int by_col, int off, int n) {
+    float* out = mallocCheck(sizeof(float) * (size_t)(by_col ? rows * n : n * cols));
+    for (int i = 0; i < (by_col ? rows : n); i++)
+        for (int j = 0; j < (by_col ? n : cols); j++)
+            out[i * (by_col ? n : cols) + j] = by_col ? m[i * cols + off + j] : m[(off + i) * cols + j];
+    return out;
+}
+
+static float lm_maxabs(const float* a, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i]));
+    return m;
+}
+
+static void test_lm(void) {
+    uint64_t s = 777;
+#define RND() (s = s * 6364136223846793005ull + 1442695040888963407ull, (float)((double)(s >> 11) / 9007199254740992.0 - 0.5))
+    LmConfig c = {.D = LD, .L = 2, .H = LH, .F = LF, .V = 40, .init_std = 0.02f};
+    /* whole weights (norms near 1) */
+    float n1[LD], n2[LD], q[LD * LD], k[LD * LD], v[LD * LD], o[LD * LD], gt[LF * LD], up[LF * LD], dn[LD * LF];
+    for (int i = 0; i < LD; i++) n1[i] = 1.0f + 0.2f * RND(), n2[i] = 1.0f + 0.2f * RND();
+    float* mats[] = {q, k, v, o};
+    for (int m = 0; m < 4; m++)
+        for (int i = 0; i < LD * LD; i++) mats[m][i] = 0.4f * RND();
+    for (int i = 0; i < LF * LD; i++) gt[i] = 0.4f * RND(), up[i] = 0.4f * RND(), dn[i] = 0.4f * RND();
+    for (int i = 0; i < LT * LD; i++) lm_x[i] = 2.0f * RND(), lm_dy[i] = RND();
+#undef RND
+    LmBlockW w = {n1, q, k, v, o, n2, gt, up, dn};
+    LmBlockW dw = {callocCheck(LD, 4), callocCheck(LD * LD, 4), callocCheck(LD * LD, 4), callocCheck(LD * LD, 4),
+                   callocCheck(LD * LD, 4), callocCheck(LD, 4), callocCheck(LF * LD, 4), callocCheck(LF * LD, 4),
+                   callocCheck(LD * LF, 4)};
+    static float xout[LT * LD], dxin[LT * LD];
+    lm_run(&c, &w, &dw, xout, dxin);
+    for (int T = 2; T <= 4; T *= 2) {
+        int Dq = LD / T, Fl = LF / T;
+        FakeGroup g = {.T = T};
+        pthread_barrier_init(&g.bar, NULL, (unsigned)T);
+        LmRank* rk = callocCheck((size_t)T, sizeof(LmRank));
+        pthread_t th[4];
+        for (int t = 0; t < T; t++) {
+            LmRank* r = &rk[t];
+            r->g = &g, r->t = t;
+            r->c = c;
+            r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_f32, r->c.tp_ctx = r;
+            r->w = (LmBlockW){n1,
+                              lm_slice(q, LD, LD, 0, t * Dq, Dq),
+                              lm_slice(k, LD, LD, 0, t * Dq, Dq),
+                              lm_slice(v, LD, LD, 0, t * Dq, Dq),
+                              lm_slice(o, LD, LD, 1, t * Dq, Dq),
+                              n2,
+                              lm_slice(gt, LF, LD, 0, t * Fl, Fl),
+                              lm_slice(up, LF, LD, 0, t * Fl, Fl),
+                              lm_slice(dn, LD, LF, 1, t * Fl, Fl)};
+            r->dw = (LmBlockW){callocCheck(LD, 4),       callocCheck(Dq * LD, 4), callocCheck(Dq * LD, 4),
+                               callocCheck(Dq * LD, 4),  callocCheck(LD * Dq, 4), callocCheck(LD, 4),
+                               callocCheck(Fl * LD, 4),  callocCheck(Fl * LD, 4), callocCheck(LD * Fl, 4)};
+            pthread_create(&th[t], NULL, lm_rank_main, r);
+        }
+        for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+        /* Tolerance: TP reorders fp32 sums (o and down: the heads' / hidden units' partial products added
+         * across ranks; the norms' input gradients likewise), reductions of at most F = 48 terms: error
+         * <= 48 x 2^-24 x the sum of |terms| ~ 3e-6 of the magnitudes involved; bound 1e-5 x the largest
+         * |value| of each reference tensor. A wrong split (a head or a hidden unit lost or counted twice)
+         * is off by O(1) of that scale. */
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            LmRank* r = &rk[t];
+            struct {
+                const char* what;
+                float *got, *want;
+                int n;
+                int free_want;
+            } cmp[] = {
+                {"xout", r->xout, xout, LT * LD, 0},
+                {"dxin", r->dxin, dxin, LT * LD, 0},
+                {"d norm1", r->dw.norm1_w, dw.norm1_w, LD, 0},
+                {"d norm2", r->dw.norm2_w, dw.norm2_w, LD, 0},
+                {"d q", r->dw.q_w, lm_slice(dw.q_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
+                {"d k", r->dw.k_w, lm_slice(dw.k_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
+                {"d v", r->dw.v_w, lm_slice(dw.v_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
+                {"d o", r->dw.o_w, lm_slice(dw.o_w, LD, LD, 1, t * Dq, Dq), LD * Dq, 1},
+                {"d gate", r->dw.gate_w, lm_slice(dw.gate_w, LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
+                {"d up", r->dw.up_w, lm_slice(dw.up_w, LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
+                {"d down", r->dw.down_w, lm_slice(dw.down_w, LD, LF, 1, t * Fl, Fl), LD * Fl, 1},
+            };
+            for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
+                float scale = lm_maxabs(cmp[i].want, (size_t)cmp[i].n), diff = 0;
+                for (int e = 0; e < cmp[i].n; e++) diff = fmaxf(diff, fabsf(cmp[i].got[e] - cmp[i].want[e]));
+                CHECK(scale > 0 && diff <= 1e-5f * scale, "lm block tp %d rank %d: %s differs by %g (scale %g)", T, t,
+                      cmp[i].what, diff, scale);
+                if (scale > 0 && diff / scale > worst) worst = diff / scale;
+                if (cmp[i].free_want) free(cmp[i].want);
+            }
+            float* own[] = {r->w.q_w, r->w.k_w, r->w.v_w, r->w.o_w, r->w.gate_w, r->w.up_w, r->w.down_w};
+            for (int i = 0; i < 7; i++) free(own[i]);
+            float* g2[] = {r->dw.norm1_w, r->dw.q_w, r->dw.k_w, r->dw.v_w, r->dw.o_w, r->dw.norm2_w, r->dw.gate_w,
+                           r->dw.up_w, r->dw.down_w};
+            for (int i = 0; i < 9; i++) free(g2[i]);
+        }
+        printf("LM block, tp %d: output, input gradient and weight gradients within %.3g of each tensor's scale\n", T,
+               worst);
+        free(rk);
+        pthread_barrier_destroy(&g.bar);
+    }
+    float* g1[] = {dw.norm1_w, dw.q_w, dw.k_w, dw.v_w, dw.o_w, dw.norm2_w, dw.gate_w, dw.up_w, dw.down_w};
+    for (int i = 0; i < 9; i++) free(g1[i]);
+}
+
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "all";
     int all = !strcmp(which, "all");
     if (all || !strcmp(which, "split")) test_split();
     if (all || !strcmp(which, "init")) test_init();
     if (all || !strcmp(which, "ce")) test_ce();
+    cpu_set_num_threads(1); /* the in-process ranks are threads */
+    if (all || !strcmp(which, "lm")) test_lm();
     if (fails) {
         fprintf(stderr, "test_tp %s: %d failure(s)\n", which, fails);
         return 1;
