@@ -8,8 +8,11 @@
  *          all-reduce) against the unsplit CPU op: loss, lse and every rank's dlogits columns;
  *   lm:    one LM block split over 2 and 4 in-process ranks (column-parallel q, k, v, gate, up with
  *          heads split, row-parallel o and down + all-reduce, whole norms) against the unsplit block:
- *          output, input gradient and every weight gradient (each rank's slice).
- * Usage: test_tp [split|init|ce|lm]   (no argument: all) */
+ *          output, input gradient and every weight gradient (each rank's slice);
+ *   vit:   the ViT tower (patch embed, 2 blocks, ln_f) split over 2 and 4 in-process ranks (fused qkv by
+ *          heads of each part, row-parallel attn.out and fc2 with their bias added once) against the
+ *          unsplit tower: output and every weight gradient.
+ * Usage: test_tp [split|init|ce|lm|vit]   (no argument: all) */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/tp.h"
 #include "text/lm.h"
+#include "vision/vision.h"
 
 static int fails = 0;
 #define CHECK(c, ...)                                                                                                  \
@@ -412,6 +416,157 @@ static void test_lm(void) {
     for (int i = 0; i < 9; i++) free(g1[i]);
 }
 
+/* ---- the ViT tower over in-process TP ranks ---- */
+enum { VN = 15, VD = 32, VH = 4, VL = 2, VP = 2 };
+static const int32_t vit_cu[3] = {0, 6, VN};
+static int32_t vit_prow[VN], vit_pcol[VN];
+static float vit_px[VN * 3 * VP * VP], vit_dv[VN * VD];
+
+typedef struct {
+    FakeGroup* g;
+    int t;
+    VitConfig c;
+    VitW w, dw;
+    float vout[VN * VD];
+} VitRank;
+
+static int fake_reduce_vit(void* ctx, float* buf, size_t n) {
+    VitRank* me = ctx;
+    LmRank tmp = {.g = me->g, .t = me->t};
+    return fake_reduce_f32(&tmp, buf, n);
+}
+
+static void vit_run(const VitConfig* c, const VitW* w, const VitW* dw, float* vout) {
+    Arena ar;
+    arena_init(&ar, "test_tp vit", 1 << 22);
+    VitActs a;
+    memset(&a, 0, sizeof a);
+    vit_acts_layout(&a, &ar, c, VN, 0);
+    vit_forward(&backend_cpu, c, w, &a, vit_px, vit_cu, 2, vit_prow, vit_pcol, VN);
+    memcpy(vout, a.vout, sizeof(float) * VN * VD);
+    memcpy(a.dvout, vit_dv, sizeof vit_dv);
+    vit_backward(&backend_cpu, c, w, dw, &a);
+    vit_acts_free_tables(&a);
+    arena_free(&ar);
+}
+
+static void* vit_rank_main(void* arg) {
+    VitRank* me = arg;
+    vit_run(&me->c, &me->w, &me->dw, me->vout);
+    return NULL;
+}
+
+/* rows of each of the 3 parts (part rows D each, cols wide): [k D + t n, k D + (t+1) n) stacked */
+static float* slice_qkv(const float* m, int D, int cols, int t, int n) {
+    float* out = mallocCheck(sizeof(float) * 3 * (size_t)n * (size_t)cols);
+    for (int k = 0; k < 3; k++) memcpy(out + (size_t)k * n * cols, m + ((size_t)k * D + (size_t)t * n) * cols,
+                                       sizeof(float) * (size_t)n * (size_t)cols);
+    return out;
+}
+
+static void test_vit(void) {
+    VitConfig c = {.patch = VP, .D = VD, .L = VL, .H = VH, .Dt = 32, .init_std = 0.02f};
+    for (int i = 0; i < VN; i++) {
+        int img = i >= 6, j = img ? i - 6 : i, gw = 3; /* 2 x 3 and 3 x 3 grids */
+        vit_prow[i] = j / gw, vit_pcol[i] = j % gw;
+    }
+    uint64_t s = 4242;
+#define RND() (s = s * 6364136223846793005ull + 1442695040888963407ull, (float)((double)(s >> 11) / 9007199254740992.0 - 0.5))
+    for (size_t i = 0; i < sizeof vit_px / 4; i++) vit_px[i] = 2.0f * RND();
+    for (size_t i = 0; i < sizeof vit_dv / 4; i++) vit_dv[i] = RND();
+    ParamTable pt;
+    params_init(&pt);
+    vit_params_add(&pt, &c);
+    params_alloc(&pt, &backend_cpu, 5);
+    for (size_t i = 0; i < pt.total; i++) pt.data[i] += 0.3f * RND(); /* biases and norms away from 0 and 1 */
+#undef RND
+    VitW w, g;
+    vit_weights_point(&w, &pt, &c, 0);
+    vit_weights_point(&g, &pt, &c, 1);
+    static float vout[VN * VD];
+    vit_run(&c, &w, &g, vout);
+    int D = VD;
+    for (int T = 2; T <= 4; T *= 2) {
+        int Dq = D / T, Dm = 4 * D / T;
+        FakeGroup fg = {.T = T};
+        pthread_barrier_init(&fg.bar, NULL, (unsigned)T);
+        VitRank* rk = callocCheck((size_t)T, sizeof(VitRank));
+        pthread_t th[4];
+        for (int t = 0; t < T; t++) {
+            VitRank* r = &rk[t];
+            r->g = &fg, r->t = t, r->c = c;
+            r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_vit, r->c.tp_ctx = r;
+            r->w = w; /* patch embed, ln_f: whole */
+            r->w.blocks = callocCheck(VL, sizeof(VitBlockW));
+            r->dw.patch_w = callocCheck((size_t)D * 3 * VP * VP, 4), r->dw.patch_b = callocCheck((size_t)D, 4);
+            r->dw.lnf_w = callocCheck((size_t)D, 4), r->dw.lnf_b = callocCheck((size_t)D, 4);
+            r->dw.blocks = callocCheck(VL, sizeof(VitBlockW));
+            for (int l = 0; l < VL; l++) {
+                const VitBlockW* b = &w.blocks[l];
+                r->w.blocks[l] = (VitBlockW){b->ln1_w, b->ln1_b, slice_qkv(b->qkv_w, D, D, t, Dq),
+                                             slice_qkv(b->qkv_b, D, 1, t, Dq), lm_slice(b->out_w, D, D, 1, t * Dq, Dq),
+                                             b->out_b, b->ln2_w, b->ln2_b, lm_slice(b->fc1_w, 4 * D, D, 0, t * Dm, Dm),
+                                             lm_slice(b->fc1_b, 4 * D, 1, 0, t * Dm, Dm),
+                                             lm_slice(b->fc2_w, D, 4 * D, 1, t * Dm, Dm), b->fc2_b};
+                r->dw.blocks[l] = (VitBlockW){callocCheck(D, 4),           callocCheck(D, 4),
+                                              callocCheck(3 * Dq * D, 4),  callocCheck(3 * Dq, 4),
+                                              callocCheck(D * Dq, 4),      callocCheck(D, 4),
+                                              callocCheck(D, 4),           callocCheck(D, 4),
+                                              callocCheck(Dm * D, 4),      callocCheck(Dm, 4),
+                                              callocCheck(D * Dm, 4),      callocCheck(D, 4)};
+            }
+            pthread_create(&th[t], NULL, vit_rank_main, r);
+        }
+        for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+        /* Tolerance as for the LM block (TP reorders fp32 sums of at most 4D = 128 terms; LayerNorm and
+         * GELU are the same ops on whole or equal inputs): 1e-5 of each reference tensor's scale. */
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            VitRank* r = &rk[t];
+            struct {
+                const char* what;
+                const float *got, *want;
+                int n, own;
+            } cmp[4 + 4 + 12 * VL];
+            int nc = 0;
+#define CMP(wh, gp, wp, nn, ow) cmp[nc++] = (typeof(cmp[0])){wh, gp, wp, nn, ow}
+            CMP("vout", r->vout, vout, VN * D, 0);
+            CMP("d patch_w", r->dw.patch_w, g.patch_w, D * 3 * VP * VP, 0);
+            CMP("d patch_b", r->dw.patch_b, g.patch_b, D, 0);
+            CMP("d lnf_w", r->dw.lnf_w, g.lnf_w, D, 0);
+            for (int l = 0; l < VL; l++) {
+                const VitBlockW *a = &r->dw.blocks[l], *b = &g.blocks[l];
+                CMP("d ln1_w", a->ln1_w, b->ln1_w, D, 0);
+                CMP("d ln1_b", a->ln1_b, b->ln1_b, D, 0);
+                CMP("d qkv_w", a->qkv_w, slice_qkv(b->qkv_w, D, D, t, Dq), 3 * Dq * D, 1);
+                CMP("d qkv_b", a->qkv_b, slice_qkv(b->qkv_b, D, 1, t, Dq), 3 * Dq, 1);
+                CMP("d out_w", a->out_w, lm_slice(b->out_w, D, D, 1, t * Dq, Dq), D * Dq, 1);
+                CMP("d out_b", a->out_b, b->out_b, D, 0);
+                CMP("d ln2_w", a->ln2_w, b->ln2_w, D, 0);
+                CMP("d fc1_w", a->fc1_w, lm_slice(b->fc1_w, 4 * D, D, 0, t * Dm, Dm), Dm * D, 1);
+                CMP("d fc1_b", a->fc1_b, lm_slice(b->fc1_b, 4 * D, 1, 0, t * Dm, Dm), Dm, 1);
+                CMP("d fc2_w", a->fc2_w, lm_slice(b->fc2_w, D, 4 * D, 1, t * Dm, Dm), D * Dm, 1);
+                CMP("d fc2_b", a->fc2_b, b->fc2_b, D, 0);
+            }
+#undef CMP
+            for (int i = 0; i < nc; i++) {
+                float scale = lm_maxabs(cmp[i].want, (size_t)cmp[i].n), diff = 0;
+                for (int e = 0; e < cmp[i].n; e++) diff = fmaxf(diff, fabsf(cmp[i].got[e] - cmp[i].want[e]));
+                CHECK(scale > 0 && diff <= 1e-5f * scale, "vit tp %d rank %d: %s differs by %g (scale %g)", T, t,
+                      cmp[i].what, diff, scale);
+                if (scale > 0 && diff / scale > worst) worst = diff / scale;
+                if (cmp[i].own) free((void*)cmp[i].want);
+            }
+        }
+        printf("ViT tower, tp %d: output and weight gradients within %.3g of each tensor's scale\n", T, worst);
+        pthread_barrier_destroy(&fg.bar);
+        free(rk); /* the shards are left to the process's end */
+    }
+    vit_weights_free(&w);
+    vit_weights_free(&g);
+    params_free(&pt);
+}
+
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "all";
     int all = !strcmp(which, "all");
@@ -420,6 +575,7 @@ int main(int argc, char** argv) {
     if (all || !strcmp(which, "ce")) test_ce();
     cpu_set_num_threads(1); /* the in-process ranks are threads */
     if (all || !strcmp(which, "lm")) test_lm();
+    if (all || !strcmp(which, "vit")) test_vit();
     if (fails) {
         fprintf(stderr, "test_tp %s: %d failure(s)\n", which, fails);
         return 1;
