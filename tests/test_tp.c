@@ -12,7 +12,9 @@
  *   vit:   the ViT tower (patch embed, 2 blocks, ln_f) split over 2 and 4 in-process ranks (fused qkv by
  *          heads of each part, row-parallel attn.out and fc2 with their bias added once) against the
  *          unsplit tower: output and every weight gradient.
- * Usage: test_tp [split|init|ce|lm|vit]   (no argument: all) */
+ *   proj:  the projector (projector.0 column-, projector.2 row-parallel, bias once) on 2 and 4 ranks
+ *          against the unsplit one: output, input gradient, every weight gradient.
+ * Usage: test_tp [split|init|ce|lm|vit|proj]   (no argument: all) */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -567,6 +569,106 @@ static void test_vit(void) {
     params_free(&pt);
 }
 
+/* ---- the projector over in-process TP ranks ---- */
+enum { PN = 7, PDV = 16, PDT = 32 };
+typedef struct {
+    FakeGroup* g;
+    int t;
+    VitConfig c;
+    ProjW w, dw;
+    float out[PN * PDT], dvin[PN * PDV];
+} ProjRank;
+static float proj_vin[PN * PDV], proj_dout[PN * PDT];
+
+static int fake_reduce_proj(void* ctx, float* buf, size_t n) {
+    ProjRank* me = ctx;
+    LmRank tmp = {.g = me->g, .t = me->t};
+    return fake_reduce_f32(&tmp, buf, n);
+}
+
+static void proj_run(const VitConfig* c, const ProjW* w, const ProjW* dw, float* out, float* dvin) {
+    Arena ar;
+    arena_init(&ar, "test_tp proj", 1 << 20);
+    ProjActs a;
+    projector_acts_layout(&a, &ar, c, PN);
+    projector_forward(&backend_cpu, c, w, &a, proj_vin, PN);
+    memcpy(out, a.out, sizeof(float) * PN * PDT);
+    memcpy(a.dout, proj_dout, sizeof proj_dout);
+    projector_backward_input(&backend_cpu, c, w, &a, PN);
+    projector_backward_weight(&backend_cpu, c, w, dw, &a, PN);
+    memcpy(dvin, a.dvin, sizeof(float) * PN * PDV);
+    arena_free(&ar);
+}
+
+static void* proj_rank_main(void* arg) {
+    ProjRank* me = arg;
+    proj_run(&me->c, &me->w, &me->dw, me->out, me->dvin);
+    return NULL;
+}
+
+static void test_proj(void) {
+    VitConfig c = {.patch = 2, .D = PDV, .L = 1, .H = 2, .Dt = PDT, .init_std = 0.02f};
+    uint64_t s = 99;
+#define RND() (s = s * 6364136223846793005ull + 1442695040888963407ull, (float)((double)(s >> 11) / 9007199254740992.0 - 0.5))
+    static float w1[PDT * PDV], b1[PDT], w2[PDT * PDT], b2[PDT];
+    for (int i = 0; i < PDT * PDV; i++) w1[i] = 0.5f * RND();
+    for (int i = 0; i < PDT * PDT; i++) w2[i] = 0.5f * RND();
+    for (int i = 0; i < PDT; i++) b1[i] = 0.5f * RND(), b2[i] = 0.5f * RND();
+    for (int i = 0; i < PN * PDV; i++) proj_vin[i] = 2.0f * RND();
+    for (int i = 0; i < PN * PDT; i++) proj_dout[i] = RND();
+#undef RND
+    ProjW w = {w1, b1, w2, b2};
+    ProjW g = {callocCheck(PDT * PDV, 4), callocCheck(PDT, 4), callocCheck(PDT * PDT, 4), callocCheck(PDT, 4)};
+    static float out[PN * PDT], dvin[PN * PDV];
+    proj_run(&c, &w, &g, out, dvin);
+    for (int T = 2; T <= 4; T *= 2) {
+        int L = PDT / T;
+        FakeGroup fg = {.T = T};
+        pthread_barrier_init(&fg.bar, NULL, (unsigned)T);
+        ProjRank* rk = callocCheck((size_t)T, sizeof(ProjRank));
+        pthread_t th[4];
+        for (int t = 0; t < T; t++) {
+            ProjRank* r = &rk[t];
+            r->g = &fg, r->t = t, r->c = c;
+            r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_proj, r->c.tp_ctx = r;
+            r->w = (ProjW){lm_slice(w1, PDT, PDV, 0, t * L, L), lm_slice(b1, PDT, 1, 0, t * L, L),
+                           lm_slice(w2, PDT, PDT, 1, t * L, L), b2};
+            r->dw = (ProjW){callocCheck(L * PDV, 4), callocCheck(L, 4), callocCheck(PDT * L, 4), callocCheck(PDT, 4)};
+            pthread_create(&th[t], NULL, proj_rank_main, r);
+        }
+        for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+        double worst = 0;
+        for (int t = 0; t < T; t++) {
+            ProjRank* r = &rk[t];
+            struct {
+                const char* what;
+                const float *got, *want;
+                int n, own;
+            } cmp[] = {{"out", r->out, out, PN * PDT, 0},
+                       {"dvin", r->dvin, dvin, PN * PDV, 0},
+                       {"d projector.0.weight", r->dw.fc1_w, lm_slice(g.fc1_w, PDT, PDV, 0, t * L, L), L * PDV, 1},
+                       {"d projector.0.bias", r->dw.fc1_b, lm_slice(g.fc1_b, PDT, 1, 0, t * L, L), L, 1},
+                       {"d projector.2.weight", r->dw.fc2_w, lm_slice(g.fc2_w, PDT, PDT, 1, t * L, L), PDT * L, 1},
+                       {"d projector.2.bias", r->dw.fc2_b, g.fc2_b, PDT, 0}};
+            for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
+                float scale = lm_maxabs(cmp[i].want, (size_t)cmp[i].n), diff = 0;
+                for (int e = 0; e < cmp[i].n; e++) diff = fmaxf(diff, fabsf(cmp[i].got[e] - cmp[i].want[e]));
+                CHECK(scale > 0 && diff <= 1e-5f * scale, "projector tp %d rank %d: %s differs by %g (scale %g)", T, t,
+                      cmp[i].what, diff, scale);
+                if (scale > 0 && diff / scale > worst) worst = diff / scale;
+                if (cmp[i].own) free((void*)cmp[i].want);
+            }
+            free(r->w.fc1_w), free(r->w.fc1_b), free(r->w.fc2_w);
+            free(r->dw.fc1_w), free(r->dw.fc1_b), free(r->dw.fc2_w), free(r->dw.fc2_b);
+        }
+        printf("projector, tp %d: output, input gradient and weight gradients within %.3g of each tensor's scale\n",
+               T, worst);
+        free(rk);
+        pthread_barrier_destroy(&fg.bar);
+    }
+    free(g.fc1_w), free(g.fc1_b), free(g.fc2_w), free(g.fc2_b);
+}
+
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "all";
     int all = !strcmp(which, "all");
@@ -576,6 +678,7 @@ int main(int argc, char** argv) {
     cpu_set_num_threads(1); /* the in-process ranks are threads */
     if (all || !strcmp(which, "lm")) test_lm();
     if (all || !strcmp(which, "vit")) test_vit();
+    if (all || !strcmp(which, "proj")) test_proj();
     if (fails) {
         fprintf(stderr, "test_tp %s: %d failure(s)\n", which, fails);
         return 1;
