@@ -40,6 +40,6 @@ endforeach()
 # vocabulary-parallel cross-entropy on in-process ranks against the unsplit op.
 add_executable(test_tp tests/test_tp.c)
 target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
-foreach(t split init ce lm vit proj)
+foreach(t split init ce lm vit proj embed)
   add_test(NAME tp_${t} COMMAND test_tp ${t})
 endforeach()

@@ -14,7 +14,9 @@
  *          unsplit tower: output and every weight gradient.
  *   proj:  the projector (projector.0 column-, projector.2 row-parallel, bias once) on 2 and 4 ranks
  *          against the unsplit one: output, input gradient, every weight gradient.
- * Usage: test_tp [split|init|ce|lm|vit|proj]   (no argument: all) */
+ *   embed: the vocabulary-parallel embedding (masked lookup + sum over ranks; backward into the owned
+ *          rows) against the whole table, exactly (each output row is one rank's row plus zeros).
+ * Usage: test_tp [split|init|ce|lm|vit|proj|embed]   (no argument: all) */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -669,6 +671,41 @@ static void test_proj(void) {
     free(g.fc1_w), free(g.fc1_b), free(g.fc2_w), free(g.fc2_b);
 }
 
+static void test_embed(void) {
+    enum { ET = 10, ED = 6, EV = 12 };
+    int32_t ids[ET] = {3, -1, 0, 11, 5, 5, -1, 7, 2, 11}; /* -1: image positions; repeats */
+    float table[EV * ED], dout[ET * ED], want[ET * ED], dwant[EV * ED];
+    for (int i = 0; i < EV * ED; i++) table[i] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i < ET * ED; i++) dout[i] = (float)((i * 7) % 11) - 5.0f;
+    memset(dwant, 0, sizeof dwant);
+    for (int i = 0; i < ET; i++)
+        for (int j = 0; j < ED; j++) {
+            want[i * ED + j] = ids[i] >= 0 ? table[ids[i] * ED + j] : 0.0f;
+            if (ids[i] >= 0) dwant[ids[i] * ED + j] += dout[i * ED + j];
+        }
+    char err[256];
+    for (int T = 2; T <= 4; T *= 2) {
+        int Vs = EV / T;
+        float sum[ET * ED], dtab[EV * ED];
+        memset(sum, 0, sizeof sum);
+        memset(dtab, 0, sizeof dtab);
+        for (int t = 0; t < T; t++) {
+            float part[ET * ED];
+            int rc = tp_vocab_embed_forward(part, ids, table + t * Vs * ED, ET, ED, Vs, t * Vs, EV, err, sizeof err);
+            CHECK(rc == 0, "embed tp %d rank %d: %s", T, t, err);
+            for (int i = 0; i < ET * ED; i++) sum[i] += part[i]; /* the all-reduce */
+            tp_vocab_embed_backward(dtab + t * Vs * ED, ids, dout, ET, ED, Vs, t * Vs);
+        }
+        CHECK(!memcmp(sum, want, sizeof sum), "embed tp %d: the summed lookups differ from the whole table's", T);
+        CHECK(!memcmp(dtab, dwant, sizeof dtab), "embed tp %d: the rows' gradients differ", T);
+    }
+    int32_t bad[2] = {4, EV};
+    float o[2 * ED];
+    CHECK(tp_vocab_embed_forward(o, bad, table, 2, ED, EV, 0, EV, err, sizeof err) == -1 && strstr(err, "id 12 at position 1"),
+          "bad id: '%s'", err);
+    printf("vocab-parallel embedding, tp 2 and 4: lookup and row gradients exactly the whole table's\n");
+}
+
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "all";
     int all = !strcmp(which, "all");
@@ -679,6 +716,7 @@ int main(int argc, char** argv) {
     if (all || !strcmp(which, "lm")) test_lm();
     if (all || !strcmp(which, "vit")) test_vit();
     if (all || !strcmp(which, "proj")) test_proj();
+    if (all || !strcmp(which, "embed")) test_embed();
     if (fails) {
         fprintf(stderr, "test_tp %s: %d failure(s)\n", which, fails);
         return 1;

@@ -90,6 +90,34 @@ void tp_init_normal_shard(float* shard, const char* name, int ndim, const int64_
     }
 }
 
+/* ---- vocabulary-parallel embedding ---- */
+
+int tp_vocab_embed_forward(float* out, const int32_t* ids, const float* table, int T, int D, int Vs, int v0, int V,
+                           char* err, size_t err_len) {
+    for (int i = 0; i < T; i++) {
+        if (ids[i] < -1 || ids[i] >= V) {
+            snprintf(err, err_len, "embedding: id %d at position %d is outside [0, %d) and is not -1 (image)", ids[i], i,
+                     V);
+            return -1;
+        }
+        int r = ids[i] - v0;
+        float* o = out + (size_t)i * D;
+        if (ids[i] >= 0 && r >= 0 && r < Vs) memcpy(o, table + (size_t)r * D, sizeof(float) * (size_t)D);
+        else memset(o, 0, sizeof(float) * (size_t)D);
+    }
+    return 0;
+}
+
+void tp_vocab_embed_backward(float* dtable, const int32_t* ids, const float* dout, int T, int D, int Vs, int v0) {
+    for (int i = 0; i < T; i++) {
+        int r = ids[i] - v0;
+        if (ids[i] < 0 || r < 0 || r >= Vs) continue;
+        float* g = dtable + (size_t)r * D;
+        const float* d = dout + (size_t)i * D;
+        for (int j = 0; j < D; j++) g[j] += d[j];
+    }
+}
+
 /* ---- vocabulary-parallel cross-entropy ---- */
 
 int tp_vocab_ce_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int Vs, int v0,

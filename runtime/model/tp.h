@@ -65,4 +65,14 @@ int tp_vocab_ce_forward(float* loss_sum, float* lse, const float* logits, const 
 void tp_vocab_ce_backward(float* dlogits, const float* logits, const float* lse, const int* targets, float scale,
                           int N, int Vs, int v0);
 
+/* ---- vocabulary-parallel embedding (CPU reference) ----
+ * out (T, D) = the rows of table (Vs, D), this rank's tokens [v0, v0 + Vs), for the ids it owns, 0
+ * elsewhere (ids < 0, image positions, are 0 on every rank); the caller all-reduces out over the TP
+ * group, after which every rank has the whole embedding. Returns 0, or -1 with a message for an id
+ * outside [-1, V). */
+int tp_vocab_embed_forward(float* out, const int32_t* ids, const float* table, int T, int D, int Vs, int v0, int V,
+                           char* err, size_t err_len);
+/* dtable (Vs, D) += dout rows of the ids this rank owns (dout: the whole gradient of the embedding). */
+void tp_vocab_embed_backward(float* dtable, const int32_t* ids, const float* dout, int T, int D, int Vs, int v0);
+
 #endif
