@@ -147,6 +147,49 @@ static void test_init(void) {
             }
     }
     CHECK(checked > 40, "only %d shards checked", checked);
+    /* a table of slices (params_add_slice + params_alloc): every tensor equals the shard init above */
+    for (int T = 2; T <= 4; T += 2) {
+        int t = T - 1;
+        ParamTable sh;
+        params_init(&sh);
+        for (int i = 0; i < st.params.n; i++) {
+            const ParamSpec* s = &st.params.specs[i];
+            TpRange r[TP_MAX_RANGES];
+            char err[256];
+            int n = tp_shard_ranges(s->name, s->ndim, s->shape, T, t, r, err, sizeof err);
+            if (n < 1 || tp_split_of(s->name) == TP_REPLICATED) {
+                params_add(&sh, s->name, s->ndim, s->shape, s->init, s->init_std, s->decay);
+                continue;
+            }
+            ParamSlice sl = {.dim = r[0].dim, .n = n};
+            for (int k = 0; k < n; k++) sl.off[k] = r[k].offset, sl.len[k] = r[k].length;
+            params_add_slice(&sh, s->name, s->ndim, s->shape, &sl, s->init, s->init_std, s->decay);
+        }
+        params_alloc(&sh, &backend_cpu, mc.seed);
+        int bad = 0;
+        for (int i = 0; i < sh.n; i++) {
+            const ParamSpec* s = &sh.specs[i];
+            const ParamSpec* whole = &st.params.specs[params_find(&st.params, s->name)];
+            float* want = mallocCheck(s->numel * sizeof(float));
+            if (s->slice.dim < 0) {
+                memcpy(want, params_data(&st.params, params_find(&st.params, s->name)), s->numel * sizeof(float));
+            } else if (s->init != PARAM_INIT_NORMAL) { /* biases: zeros (ones for norms, never split) */
+                for (size_t e = 0; e < s->numel; e++) want[e] = s->init == PARAM_INIT_ONES ? 1.0f : 0.0f;
+            } else {
+                TpRange r[TP_MAX_RANGES];
+                char err[256];
+                int n = tp_shard_ranges(s->name, whole->ndim, whole->shape, T, t, r, err, sizeof err);
+                tp_init_normal_shard(want, s->name, whole->ndim, whole->shape, r, n, mc.seed, s->init_std);
+            }
+            if (memcmp(want, params_data(&sh, i), s->numel * sizeof(float))) {
+                CHECK(0, "params_add_slice: %s (tp %d rank %d) differs from its slice of the whole", s->name, T, t);
+                bad++;
+            }
+            free(want);
+        }
+        CHECK(sh.total < st.params.total, "the sliced table holds %zu floats, the whole %zu", sh.total, st.params.total);
+        params_free(&sh);
+    }
     stage_free(&st);
 }
 

@@ -69,25 +69,9 @@ void tp_shard_shape(const TpRange* r, int n, int ndim, const int64_t* shape, int
 
 void tp_init_normal_shard(float* shard, const char* name, int ndim, const int64_t* shape, const TpRange* r, int n,
                           uint64_t seed, float std) {
-    int64_t cols = ndim > 1 ? shape[1] : 1;
-    if (r[0].dim == 0) {
-        /* row ranges are contiguous in the global tensor: one call each */
-        for (int k = 0; k < n; k++) {
-            init_normal(shard, (size_t)(r[k].length * cols), (size_t)(r[k].offset * cols), seed, name, std);
-            shard += r[k].length * cols;
-        }
-        return;
-    }
-    /* column ranges: one contiguous run per global row */
-    int64_t w = 0;
-    for (int k = 0; k < n; k++) w += r[k].length;
-    for (int64_t i = 0; i < shape[0]; i++) {
-        float* dst = shard + i * w;
-        for (int k = 0; k < n; k++) {
-            init_normal(dst, (size_t)r[k].length, (size_t)(i * cols + r[k].offset), seed, name, std);
-            dst += r[k].length;
-        }
-    }
+    int64_t off[TP_MAX_RANGES], len[TP_MAX_RANGES];
+    for (int k = 0; k < n; k++) off[k] = r[k].offset, len[k] = r[k].length;
+    init_normal_slice(shard, name, ndim, shape, r[0].dim, n, off, len, seed, std);
 }
 
 /* ---- vocabulary-parallel embedding ---- */
