@@ -46,6 +46,10 @@ typedef struct {
     int64_t seed;    /* data.seed */
     int fixed_batch; /* 1: every training step repeats step 0's samples (overfitting checks) */
     int heldout;     /* 1: the held-out stream (another key: never seen in training) */
+    /* Data parallelism: replica dp_rank of dp_size draws microbatches dp_rank, dp_rank + dp_size, ... of
+     * the step's dp_size x microbatches (interleaved), so the replicas of one step together train on
+     * exactly the step of one process with dp_size x microbatches. 0 and 1 (or 0 and 0) without DP. */
+    int dp_rank, dp_size;
 } SynthSourceConfig;
 /* Returns 0, or -1 with a message (vocabulary below 16, a token budget too small for one sample). */
 int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* c, int vocab, char* err, size_t err_len);

@@ -103,7 +103,8 @@ static float syn_unit(SynRng* g) { return (float)((syn_next(g) >> 40) * (1.0 / 1
 /* Colour k's RGB in [-1, 1]: the 8 corners of the cube, scaled so noise does not hide them. */
 static float syn_colour(int k, int ch) { return ((k >> ch) & 1) ? 0.6f : -0.6f; }
 
-/* Generate microbatch m of step `step`: samples until the next one would not fit. */
+/* Generate microbatch m of step `step` (m: the index among all replicas' microbatches of the step):
+ * samples until the next one would not fit. */
 static void syn_make_mb(SynSource* ss, int64_t step, int m, Microbatch* mb) {
     const SynthSourceConfig* r = &ss->c;
     int p = r->patch, P3 = 3 * p * p, T_max = r->microbatch_tokens;
@@ -178,7 +179,8 @@ static int syn_next_plan(BatchSource* src, StepPlan* plan, char* err, size_t err
     for (int m = 0; m < ss->M; m++) microbatch_free(&ss->mbs[m]);
     memset(plan, 0, sizeof *plan);
     for (int m = 0; m < ss->M; m++) {
-        syn_make_mb(ss, ss->c.fixed_batch && !ss->heldout ? 0 : ss->step, m, &ss->mbs[m]);
+        int D = ss->c.dp_size > 1 ? ss->c.dp_size : 1, d = D > 1 ? ss->c.dp_rank : 0;
+        syn_make_mb(ss, ss->c.fixed_batch && !ss->heldout ? 0 : ss->step, m * D + d, &ss->mbs[m]);
         plan->n_supervised += ss->mbs[m].n_supervised;
         plan->tokens += ss->mbs[m].T;
         plan->patches += ss->mbs[m].Np;
@@ -231,6 +233,10 @@ int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* r, int voc
     while (need * need < r->min_patches) need++;
     if (need * need + 9 > r->microbatch_tokens) {
         snprintf(err, err_len, "data.microbatch_tokens %d cannot hold one synthetic sample", r->microbatch_tokens);
+        return -1;
+    }
+    if (r->dp_size > 1 && (r->dp_rank < 0 || r->dp_rank >= r->dp_size)) {
+        snprintf(err, err_len, "synthetic source: dp rank %d is not a rank of %d replicas", r->dp_rank, r->dp_size);
         return -1;
     }
     SynSource* ss = callocCheck(1, sizeof *ss);

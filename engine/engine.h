@@ -213,6 +213,11 @@ Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint32_t key1);
  * (seed, rr_fnv1a64(name)). Element i of a parameter is the same value whatever slice of it is
  * generated, so a TP shard can generate only its own part. */
 void init_normal(float* out, size_t n, size_t offset, uint64_t seed, const char* name, float std);
+/* The values of init_normal's whole tensor `name` (shape gshape, row-major) at ranges [off[k], off[k] +
+ * len[k]) of dimension dim (0 or 1), concatenated along dim: a tensor-parallel slice equals that part
+ * of the whole. */
+void init_normal_slice(float* out, const char* name, int ndim, const int64_t* gshape, int dim, int n,
+                       const int64_t* off, const int64_t* len, uint64_t seed, float std);
 
 /* ------------------------------------------------------------------------------------------------
  * Optimiser (AdamWConfig is above, with the Backend that takes it) */

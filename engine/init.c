@@ -56,6 +56,28 @@ static void init_normal_block(double z[4], uint64_t b, uint64_t seed, uint32_t k
     }
 }
 
+void init_normal_slice(float* out, const char* name, int ndim, const int64_t* gshape, int dim, int n,
+                       const int64_t* off, const int64_t* len, uint64_t seed, float std) {
+    RR_ASSERT(dim == 0 || (dim == 1 && ndim == 2));
+    int64_t cols = ndim > 1 ? gshape[1] : 1;
+    if (dim == 0) { /* row ranges are contiguous in the whole tensor */
+        for (int k = 0; k < n; k++) {
+            init_normal(out, (size_t)(len[k] * cols), (size_t)(off[k] * cols), seed, name, std);
+            out += len[k] * cols;
+        }
+        return;
+    }
+    int64_t w = 0; /* column ranges: one run per row */
+    for (int k = 0; k < n; k++) w += len[k];
+    for (int64_t i = 0; i < gshape[0]; i++) {
+        float* dst = out + i * w;
+        for (int k = 0; k < n; k++) {
+            init_normal(dst, (size_t)len[k], (size_t)(i * cols + off[k]), seed, name, std);
+            dst += len[k];
+        }
+    }
+}
+
 void init_normal(float* out, size_t n, size_t offset, uint64_t seed, const char* name, float std) {
     uint64_t h = rr_fnv1a64(name, strlen(name));
     uint32_t key0 = (uint32_t)h, key1 = (uint32_t)(h >> 32);

@@ -37,6 +37,8 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
     }
     s->offset = pt->total;
     s->goff = pt->total;
+    s->slice.dim = -1;
+    for (int i = 0; i < ndim; i++) s->slice.gshape[i] = shape[i];
     s->decay = decay;
     s->init = init;
     s->init_std = init_std;
@@ -60,6 +62,22 @@ int params_freeze(ParamTable* pt, const char* prefix) {
     return hits;
 }
 
+int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* gshape, const ParamSlice* sl,
+                     ParamInit init, float init_std, int decay) {
+    RR_ASSERT(sl->dim >= 0 && sl->dim < ndim && sl->n >= 1 && sl->n <= PARAM_MAX_RANGES);
+    int64_t shape[TENSOR_MAX_DIMS] = {0}, len = 0;
+    for (int k = 0; k < sl->n; k++) {
+        RR_ASSERT(sl->off[k] >= 0 && sl->len[k] > 0 && sl->off[k] + sl->len[k] <= gshape[sl->dim]);
+        len += sl->len[k];
+    }
+    for (int i = 0; i < ndim; i++) shape[i] = i == sl->dim ? len : gshape[i];
+    int idx = params_add(pt, name, ndim, shape, init, init_std, decay);
+    ParamSpec* s = &pt->specs[idx];
+    s->slice = *sl;
+    for (int i = 0; i < ndim; i++) s->slice.gshape[i] = gshape[i];
+    return idx;
+}
+
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     RR_ASSERT(pt->data == NULL);
     pt->be = be;
@@ -76,6 +94,15 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
+        if (s->slice.dim >= 0 && s->init == PARAM_INIT_NORMAL) {
+            /* a slice: its values at their global indices, in one host buffer */
+            float* h = mallocCheck(s->numel * sizeof(float));
+            init_normal_slice(h, s->name, s->ndim, s->slice.gshape, s->slice.dim, s->slice.n, s->slice.off,
+                              s->slice.len, seed, s->init_std);
+            be->copy_h2d(pt->data + s->offset, h, s->numel * sizeof(float));
+            free(h);
+            continue;
+        }
         for (size_t done = 0; done < s->numel; done += PARAMS_INIT_CHUNK) {
             size_t n = s->numel - done < PARAMS_INIT_CHUNK ? s->numel - done : PARAMS_INIT_CHUNK;
             switch (s->init) {

@@ -11,6 +11,16 @@
 
 typedef enum { PARAM_INIT_NORMAL = 0, PARAM_INIT_ONES = 1, PARAM_INIT_ZEROS = 2 } ParamInit;
 
+/* The part of a global tensor that a table holds (tensor parallelism): ranges along one dimension,
+ * stored concatenated in that order. dim = -1: the whole tensor. */
+#define PARAM_MAX_RANGES 3
+typedef struct {
+    int dim;
+    int n;
+    int64_t off[PARAM_MAX_RANGES], len[PARAM_MAX_RANGES];
+    int64_t gshape[TENSOR_MAX_DIMS]; /* the global tensor's shape */
+} ParamSlice;
+
 typedef struct {
     char name[96];
     int ndim;
@@ -22,6 +32,7 @@ typedef struct {
     int decay;      /* AdamW weight decay applies (2-D weights only) */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
+    ParamSlice slice; /* which part of the global tensor `name` this is (dim -1: all of it) */
 } ParamSpec;
 
 typedef struct {
@@ -58,6 +69,11 @@ int params_name_under(const char* name, const char* prefix);
  * the bf16 compute copy when be->precision is bf16), then fill values from the (seed, name)-keyed
  * initialiser, refresh the compute copy and zero the gradients. */
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed);
+/* Register the slice sl of global tensor `name` (shape gshape): the table holds only the slice, whose
+ * values params_alloc draws at their global element indices, so the slice equals that part of the
+ * whole tensor registered with params_add. Returns its index. */
+int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* gshape, const ParamSlice* sl,
+                     ParamInit init, float init_std, int decay);
 void params_alloc_optimizer(ParamTable* pt);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
 float* params_data(const ParamTable* pt, int i);

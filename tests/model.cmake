@@ -58,3 +58,10 @@ set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_eps)
 add_test(NAME model_torch_trainer_dump_eps
          COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=1 --set model.rms_eps=0.01 --set model.rope_base=123 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-1'")
 set_tests_properties(model_torch_trainer_dump_eps PROPERTIES LABELS torch TIMEOUT 120)
+# Tensor-parallel split without MPI: each tensor's split and ownership, shard init = slice of the whole,
+# vocabulary-parallel cross-entropy on in-process ranks against the unsplit op.
+add_executable(test_tp tests/test_tp.c)
+target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
+foreach(t split init ce lm vit proj embed)
+  add_test(NAME tp_${t} COMMAND test_tp ${t})
+endforeach()

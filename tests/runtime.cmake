@@ -82,3 +82,23 @@ add_test(NAME pipeline_replay_np8
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "replay: ok" ${CMAKE_SOURCE_DIR}/tests/replay_quick.sh
                  $<TARGET_FILE:rrfp-mm> $<TARGET_FILE:rrfp-bench-replay> ${CMAKE_CURRENT_BINARY_DIR}/replay_quick ${RRFP_MPIRUN})
 set_tests_properties(pipeline_replay_np8 PROPERTIES LABELS mpi TIMEOUT 200)
+# Data parallelism: rrfp-mm train with dp = 2 (pp 1 and pp 2) against one process training the same
+# global step (dp x microbatches), every mode and a hint set, small and large buckets, resume across layouts.
+add_test(NAME dp_train_np2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np2 1 2 2)
+set_tests_properties(dp_train_np2 PROPERTIES LABELS mpi TIMEOUT 400)
+add_test(NAME dp_train_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
+set_tests_properties(dp_train_np4 PROPERTIES LABELS mpi TIMEOUT 500)
+# Leader-decides: the TP ranks of a stage run their leader's task sequence under injected arrival
+# delays (ready bf / bfw, fixed 1f1b), pp 2 x tp 2; and the negative control (independent dispatch
+# must diverge under the same delays).
+add_executable(test_tp_dispatch tests/test_tp_dispatch.c)
+target_link_libraries(test_tp_dispatch PRIVATE rrfp_core)
+add_test(NAME tp_dispatch_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp dispatch: ok" timeout 240 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_tp_dispatch> 2)
+add_test(NAME tp_dispatch_independent_np4
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "negative control: ok, independent dispatch diverged" timeout 240 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_tp_dispatch> 2 independent)
+set_tests_properties(tp_dispatch_np4 tp_dispatch_independent_np4 PROPERTIES LABELS mpi TIMEOUT 300)

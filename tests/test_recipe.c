@@ -201,7 +201,17 @@ static void test_shipped(const char* src) {
      * recipe hash was once computed with a mistyped basis (1469598103934665603, a digit short). */
     CHECK(rr_fnv1a64("", 0) == 0xcbf29ce484222325ull, "FNV-1a(\"\") = %016llx", (unsigned long long)rr_fnv1a64("", 0));
     CHECK(rr_fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull, "FNV-1a(\"a\") = %016llx", (unsigned long long)rr_fnv1a64("a", 1));
-    /* recipe_hash = FNV-1a over "section.key=value\n" of the hashed keys in table order, rebuilt here */
+    /* the global batch, not its split over replicas: dp 2 x 2 microbatches is dp 1 x 4, not dp 1 x 2 */
+    {
+        Recipe a = r, b = r, c = r;
+        a.dp = 2, a.microbatches = 2;
+        b.dp = 1, b.microbatches = 4;
+        c.dp = 1, c.microbatches = 2;
+        CHECK(recipe_hash(&a) == recipe_hash(&b), "dp 2 x 2 microbatches hashes unlike dp 1 x 4");
+        CHECK(recipe_hash(&a) != recipe_hash(&c), "dp 2 x 2 microbatches hashes like dp 1 x 2");
+    }
+    /* recipe_hash = FNV-1a over "section.key=value\n" of the hashed keys in table order, rebuilt here, with
+     * data.microbatches as microbatches x dp and parallel.dp as 1 */
     char* text = callocCheck(1, 1 << 16);
     size_t off = 0;
     for (int i = 0; i < recipe_key_count(); i++) {
@@ -210,7 +220,13 @@ static void test_shipped(const char* src) {
         const char* f = (const char*)&r + k->offset;
         switch (k->type) {
         case RKEY_INT:
-        case RKEY_BOOL: off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%d\n", k->section, k->key, *(const int*)f); break;
+        case RKEY_BOOL: {
+            int v = *(const int*)f;
+            if (!strcmp(k->key, "microbatches")) v *= r.dp;
+            if (!strcmp(k->section, "parallel") && !strcmp(k->key, "dp")) v = 1;
+            off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%d\n", k->section, k->key, v);
+            break;
+        }
         case RKEY_I64:
             off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%lld\n", k->section, k->key,
                                     (long long)*(const int64_t*)f);

@@ -24,12 +24,34 @@
 #include "engine/engine.h"
 #include "engine/params.h"
 
+/* The TP group's all-reduce (sum, in place, n floats of backend memory). Returns 0, or -1 when the
+ * group failed (the callback keeps its message in ctx for the caller to report after the block). */
+typedef int (*LmTpReduce)(void* ctx, float* buf, size_t n);
+
 typedef struct {
     int D, L, H, F, V; /* width, total blocks, heads (head dim D/H, even), SwiGLU hidden, vocabulary */
     float init_std;    /* 0.02 */
     double rms_eps;    /* RMSNorm eps (model.rms_eps, 1e-5) */
     double rope_base;  /* RoPE theta (model.rope_base, 10000) */
+    /* Tensor parallelism of the blocks (DESIGN.md section 6; tp <= 1: unsplit). Rank tp_rank of tp holds
+     * heads [tp_rank H/tp, (tp_rank+1) H/tp) of q, k, v (their weights' rows: column-parallel, (D/tp, D)),
+     * the matching columns of o (row-parallel, (D, D/tp)), rows [tp_rank F/tp, ...) of gate and up and
+     * those columns of down; the norms whole. Activations q, k, v, att are (T, D/tp), gate, up, h
+     * (T, F/tp); the block calls tp_reduce after o and down (the partial outputs) and, backward, on the
+     * norm outputs' gradients (the column-parallel inputs' partial gradients), so the residual stream,
+     * the norms and their gradients are whole and equal on every TP rank. */
+    int tp, tp_rank;
+    LmTpReduce tp_reduce;
+    void* tp_ctx;
 } LmConfig;
+
+/* This rank's heads, attention width (heads x head dim) and SwiGLU hidden. */
+static inline void lm_local_sizes(const LmConfig* c, int* H, int* Dq, int* F) {
+    int T = c->tp > 1 ? c->tp : 1;
+    *H = c->H / T;
+    *Dq = c->D / T;
+    *F = c->F / T;
+}
 
 typedef struct {
     float* norm1_w;               /* (D) */

@@ -1,6 +1,15 @@
 /* projector.c — LLaVA-1.5's `mlp2x_gelu` projector: Linear(Dv, Dt) + GELU(tanh) + Linear(Dt, Dt),
- * with biases, applied to every patch row of the vision output (names in vision.h). */
+ * with biases, applied to every patch row of the vision output (names in vision.h).
+ * Tensor parallel (VitConfig.tp > 1): projector.0 column-parallel (rows [t Dt/T, (t+1) Dt/T) and its
+ * bias), projector.2 row-parallel (those columns) with the TP all-reduce of its output, its bias added
+ * by TP rank 0 only (once in the sum) and its gradient whole on every rank; backward the input's
+ * partial gradient is all-reduced. */
 #include "vision/vision.h"
+
+static int proj_local(const VitConfig* c) { return c->tp > 1 ? c->Dt / c->tp : c->Dt; }
+static void proj_tp_sum(const VitConfig* c, float* buf, size_t n) {
+    if (c->tp > 1) (void)c->tp_reduce(c->tp_ctx, buf, n);
+}
 
 void projector_params_add(ParamTable* pt, const VitConfig* c) {
     int64_t w0[2] = {c->Dt, c->D}, b[1] = {c->Dt}, w2[2] = {c->Dt, c->Dt};
@@ -25,40 +34,45 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
 }
 
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
-    size_t NT = (size_t)max_N * c->Dt;
-    a->fc1 = arena_alloc_f32(ar, NT);
-    a->gelu = arena_alloc_f32(ar, NT);
+    size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c);
+    a->fc1 = arena_alloc_f32(ar, NL);
+    a->gelu = arena_alloc_f32(ar, NL);
     a->out = arena_alloc_f32(ar, NT);
     a->dout = arena_alloc_f32(ar, NT);
-    a->dfc1 = arena_alloc_f32(ar, NT);
-    a->dgelu = arena_alloc_f32(ar, NT);
+    a->dfc1 = arena_alloc_f32(ar, NL);
+    a->dgelu = arena_alloc_f32(ar, NL);
     a->dvin = arena_alloc_f32(ar, (size_t)max_N * c->D);
 }
 
 void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N) {
     a->vin = vin;
     if (N == 0) return;
-    be->linear_forward(a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, c->Dt);
-    be->gelu_forward(a->gelu, a->fc1, (size_t)N * c->Dt);
-    be->linear_forward(a->out, a->gelu, w->fc2_w, w->fc2_b, N, c->Dt, c->Dt);
+    int L = proj_local(c);
+    be->linear_forward(a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
+    be->gelu_forward(a->gelu, a->fc1, (size_t)N * L);
+    be->linear_forward(a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
+    proj_tp_sum(c, a->out, (size_t)N * c->Dt); /* row-parallel projector.2 */
 }
 
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,
                               int need_dvin) {
     if (N == 0) return;
-    size_t NT = (size_t)N * c->Dt;
-    be->memset0(a->dgelu, NT * sizeof(float));
-    be->linear_backward(a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, c->Dt, c->Dt);
-    be->memset0(a->dfc1, NT * sizeof(float));
-    be->gelu_backward(a->dfc1, a->dgelu, a->fc1, NT);
+    int L = proj_local(c);
+    size_t NL = (size_t)N * L;
+    be->memset0(a->dgelu, NL * sizeof(float));
+    be->linear_backward(a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    be->memset0(a->dfc1, NL * sizeof(float));
+    be->gelu_backward(a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
     be->memset0(a->dvin, (size_t)N * c->D * sizeof(float));
-    be->linear_backward(a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, c->Dt);
+    be->linear_backward(a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
 void projector_backward_weight(const Backend* be, const VitConfig* c, const ProjW* w, const ProjW* g, ProjActs* a,
                                int N) {
     if (N == 0) return;
-    be->linear_backward(NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, w->fc2_w, N, c->Dt, c->Dt);
-    be->linear_backward(NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, w->fc1_w, N, c->D, c->Dt);
+    int L = proj_local(c);
+    be->linear_backward(NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    be->linear_backward(NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
 }

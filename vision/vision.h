@@ -36,11 +36,27 @@
 #include "engine/engine.h"
 #include "engine/params.h"
 
+/* The TP group's all-reduce (sum, in place, n floats of backend memory). Returns 0, or -1 when the
+ * group failed (the callback keeps its message in ctx for the caller to report). */
+typedef int (*VitTpReduce)(void* ctx, float* buf, size_t n);
+
 typedef struct {
     int patch;  /* p; a patch row has 3 p^2 values */
     int D, L, H; /* width, blocks, heads (head dim D/H, a multiple of 4 for 2-D RoPE); MLP hidden 4D */
     int Dt;     /* projector output width (the LM's) */
     float init_std; /* 0.02 */
+    /* Tensor parallelism of the blocks (DESIGN.md section 6; tp <= 1: unsplit). Rank tp_rank of tp holds
+     * heads [tp_rank H/tp, (tp_rank+1) H/tp) of each of q, k, v: its qkv weight is those rows of the q, k
+     * and v parts stacked, (3 D/tp, D), with the bias alike; the matching columns of attn.out (D, D/tp);
+     * rows [tp_rank 4D/tp, ...) of fc1 (and its bias) and those columns of fc2 (D, 4D/tp); the norms,
+     * the patch embedding and the biases of attn.out and fc2 whole. Activations qkv are (N, 3 D/tp),
+     * att (N, D/tp), fc1 and gelu (N, 4D/tp). The row-parallel outputs (attn.out, fc2) are all-reduced
+     * with their bias added by TP rank 0 only (so once); backward, the LN outputs' partial gradients are
+     * all-reduced, so the residual stream and every replicated tensor's gradient are whole and equal on
+     * every TP rank. */
+    int tp, tp_rank;
+    VitTpReduce tp_reduce;
+    void* tp_ctx;
 } VitConfig;
 
 /* Pointers to one block's tensors, either the values or the gradients of a ParamTable. */

@@ -93,8 +93,26 @@ void vit_weights_free(VitW* w) {
 /* ------------------------------------------------------------------------------------------------
  * Activations */
 
+/* This TP rank's heads, attention width and MLP hidden. */
+static void vit_local(const VitConfig* c, int* H, int* Dq, int* Dm) {
+    int T = c->tp > 1 ? c->tp : 1;
+    *H = c->H / T;
+    *Dq = c->D / T;
+    *Dm = 4 * c->D / T;
+}
+
+/* The TP all-reduce of a partial (N, D) result; a failure is kept by the callback's ctx. */
+static void vit_tp_sum(const VitConfig* c, float* buf, size_t n) {
+    if (c->tp > 1) (void)c->tp_reduce(c->tp_ctx, buf, n);
+}
+
+/* The bias of a row-parallel layer: added by TP rank 0 only, so once in the all-reduced sum. */
+static const float* vit_row_bias(const VitConfig* c, const float* b) { return c->tp > 1 && c->tp_rank != 0 ? NULL : b; }
+
 void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
-    size_t N = (size_t)max_N, D = c->D, H = c->H, L = c->L;
+    int Hl, Dql, Dml;
+    vit_local(c, &Hl, &Dql, &Dml);
+    size_t N = (size_t)max_N, D = c->D, H = (size_t)Hl, L = c->L, Dq = (size_t)Dql, Dm = (size_t)Dml;
     if (!a->blocks) a->blocks = callocCheck(L, sizeof(VitBlockActs));
     if (!a->grads) a->grads = callocCheck(L, sizeof(VitBlockGrads));
     a->max_N = max_N;
@@ -113,15 +131,15 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
         b->ln1 = arena_alloc_f32(ar, N * D);
         b->ln1_mean = arena_alloc_f32(ar, N);
         b->ln1_rstd = arena_alloc_f32(ar, N);
-        b->qkv = arena_alloc_f32(ar, N * 3 * D);
-        b->att = arena_alloc_f32(ar, N * D);
+        b->qkv = arena_alloc_f32(ar, N * 3 * Dq);
+        b->att = arena_alloc_f32(ar, N * Dq);
         b->att_lse = arena_alloc_f32(ar, N * H);
         b->xmid = arena_alloc_f32(ar, N * D);
         b->ln2 = arena_alloc_f32(ar, N * D);
         b->ln2_mean = arena_alloc_f32(ar, N);
         b->ln2_rstd = arena_alloc_f32(ar, N);
-        b->fc1 = arena_alloc_f32(ar, N * 4 * D);
-        b->gelu = arena_alloc_f32(ar, N * 4 * D);
+        b->fc1 = arena_alloc_f32(ar, N * Dm);
+        b->gelu = arena_alloc_f32(ar, N * Dm);
     }
     a->vout = arena_alloc_f32(ar, N * D);
     a->lnf_mean = arena_alloc_f32(ar, N);
@@ -136,18 +154,18 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     for (size_t l = 0; l < L; l++) {
         VitBlockGrads* g = &a->grads[l];
         if (split || l == 0) {
-            g->dfc1 = arena_alloc_f32(ar, N * 4 * D);
+            g->dfc1 = arena_alloc_f32(ar, N * Dm);
             g->dln2 = arena_alloc_f32(ar, N * D);
             g->dxmid = arena_alloc_f32(ar, N * D);
-            g->dqkv = arena_alloc_f32(ar, N * 3 * D);
+            g->dqkv = arena_alloc_f32(ar, N * 3 * Dq);
             g->dln1 = arena_alloc_f32(ar, N * D);
         } else {
             *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
         }
     }
     a->dvout = arena_alloc_f32(ar, N * D);
-    a->dgelu = arena_alloc_f32(ar, N * 4 * D);
-    a->datt = arena_alloc_f32(ar, N * D);
+    a->dgelu = arena_alloc_f32(ar, N * Dm);
+    a->datt = arena_alloc_f32(ar, N * Dq);
 }
 
 int vit_backward_floor(const VitConfig* c, const VitW* g) {
@@ -184,20 +202,23 @@ static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
 
 static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* b,
                               VitActs* a, const float* xin, float* xout) {
-    int N = a->N, D = c->D, H = c->H, d = D / H;
+    int N = a->N, D = c->D, d = D / c->H, H, Dq, Dm; /* H, Dq, Dm: this TP rank's share */
+    vit_local(c, &H, &Dq, &Dm);
     be->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
-    be->linear_forward(b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * D);
-    /* q = columns [0, D), k = [D, 2D), v = [2D, 3D) of each row */
-    be->rope2d_forward(b->qkv, a->prow, a->pcol, N, H, d, 3 * D);
-    be->rope2d_forward(b->qkv + D, a->prow, a->pcol, N, H, d, 3 * D);
-    be->attention_forward(b->att, b->att_lse, b->qkv, b->qkv + D, b->qkv + 2 * D, a->img_cu, a->I, N, H, d, 3 * D,
+    be->linear_forward(b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
+    /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads) */
+    be->rope2d_forward(b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->rope2d_forward(b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->attention_forward(b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq,
                           0);
-    be->linear_forward(a->tmp, b->att, w->out_w, w->out_b, N, D, D);
+    be->linear_forward(a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
+    vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
     be->add_forward(b->xmid, xin, a->tmp, (size_t)N * D);
     be->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
-    be->linear_forward(b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, 4 * D);
-    be->gelu_forward(b->gelu, b->fc1, (size_t)N * 4 * D);
-    be->linear_forward(a->tmp, b->gelu, w->fc2_w, w->fc2_b, N, 4 * D, D);
+    be->linear_forward(b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+    be->gelu_forward(b->gelu, b->fc1, (size_t)N * Dm);
+    be->linear_forward(a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
+    vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel fc2 */
     be->add_forward(xout, b->xmid, a->tmp, (size_t)N * D);
 }
 
@@ -225,27 +246,30 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
 static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w,
                                      const VitBlockActs* b, VitBlockGrads* g, VitActs* a, const float* xin,
                                      const float* dxout, float* dxin) {
-    int N = a->N, D = c->D, H = c->H, d = D / H;
-    size_t ND = (size_t)N * D, N4D = (size_t)N * 4 * D;
+    int N = a->N, D = c->D, d = D / c->H, H, Dq, Dm;
+    vit_local(c, &H, &Dq, &Dm);
+    size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
     be->memset0(a->dgelu, N4D * sizeof(float));
-    be->linear_backward(a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, 4 * D, D);
+    be->linear_backward(a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
     be->memset0(g->dfc1, N4D * sizeof(float));
     be->gelu_backward(g->dfc1, a->dgelu, b->fc1, N4D);
     be->memset0(g->dln2, ND * sizeof(float));
-    be->linear_backward(g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, 4 * D);
+    be->linear_backward(g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
     be->copy_d2d(g->dxmid, dxout, ND * sizeof(float));
     be->layernorm_backward(g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    be->memset0(a->datt, ND * sizeof(float));
-    be->linear_backward(a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, D, D);
-    be->memset0(g->dqkv, 3 * ND * sizeof(float));
-    be->attention_backward(g->dqkv, g->dqkv + D, g->dqkv + 2 * D, a->datt, b->att, b->att_lse, b->qkv, b->qkv + D,
-                           b->qkv + 2 * D, a->img_cu, a->I, N, H, d, 3 * D, 0);
-    be->rope2d_backward(g->dqkv, a->prow, a->pcol, N, H, d, 3 * D);
-    be->rope2d_backward(g->dqkv + D, a->prow, a->pcol, N, H, d, 3 * D);
+    be->memset0(a->datt, NQ * sizeof(float));
+    be->linear_backward(a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->memset0(g->dqkv, 3 * NQ * sizeof(float));
+    be->attention_backward(g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv, b->qkv + Dq,
+                           b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq, 0);
+    be->rope2d_backward(g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->rope2d_backward(g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
     be->memset0(g->dln1, ND * sizeof(float));
-    be->linear_backward(g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * D);
+    be->linear_backward(g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
     be->copy_d2d(dxin, g->dxmid, ND * sizeof(float));
     be->layernorm_backward(dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
@@ -253,12 +277,14 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
                                       const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a,
                                       const float* xin, const float* dxout) {
-    int N = a->N, D = c->D;
-    be->linear_backward(NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, 4 * D, D);
-    be->linear_backward(NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, 4 * D);
+    int N = a->N, D = c->D, H, Dq, Dm;
+    vit_local(c, &H, &Dq, &Dm);
+    /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
+    be->linear_backward(NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    be->linear_backward(NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
     be->layernorm_backward(NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    be->linear_backward(NULL, dw->out_w, dw->out_b, g->dxmid, b->att, w->out_w, N, D, D);
-    be->linear_backward(NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * D);
+    be->linear_backward(NULL, dw->out_w, dw->out_b, g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->linear_backward(NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
     be->layernorm_backward(NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 

@@ -49,7 +49,112 @@ struct Pipeline {
     double* cost_u;        /* (chunks, 3) ... and work units, summed over every task run so far */
     double* notice_in;     /* (chunks, 2, 2, M) received notices and ahead-notices, in seconds */
     uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
+    PipelineGradsDone grads_done;
+    void* grads_done_ctx;
+    int* grad_tasks;       /* (chunks) weight-gradient tasks (W, or fused B) finished this step */
+    PipelineTaskHook task_hook;
+    void* task_hook_ctx;
 };
+
+/* ---- leader-decides (DESIGN.md section 6): the TP leader's choices travel to its peers ---- */
+#define TP_CHOICE_TAG 7
+typedef struct {
+    Comm* tp;
+    int leader, follower;
+    int32_t* sent;       /* leader: (n, 3) choices, alive until their sends complete */
+    CommReq** sreq;      /* leader: (n, T - 1) */
+    int n_sent;
+    int32_t rbuf[3];     /* peer: the posted receive of the next choice */
+    CommReq* rreq;
+    int received, have;  /* peer: choices received; one is waiting to run */
+    PpTask want;
+    double t_have;       /* when `want` arrived */
+} TpCoord;
+
+static int tp_choice_send(TpCoord* c, PpTask t, char* err, size_t err_len) {
+    int32_t* b = c->sent + 3 * c->n_sent;
+    b[0] = (int32_t)t.kind, b[1] = t.chunk, b[2] = t.mb;
+    for (int q = 1; q < c->tp->size; q++) {
+        char e[256];
+        CommReq** r = &c->sreq[(size_t)c->n_sent * (size_t)(c->tp->size - 1) + (size_t)(q - 1)];
+        if (c->tp->ops->isend(c->tp, q, TP_CHOICE_TAG, b, sizeof(int32_t) * 3, 0, r, e, sizeof e) != 0) {
+            snprintf(err, err_len, "TP leader: sending its choice to TP rank %d: %s", q, e);
+            return -1;
+        }
+    }
+    c->n_sent++;
+    return 0;
+}
+
+static int tp_choice_post(TpCoord* c, char* err, size_t err_len) {
+    char e[256];
+    if (c->tp->ops->irecv(c->tp, 0, TP_CHOICE_TAG, c->rbuf, sizeof c->rbuf, &c->rreq, e, sizeof e) != 0) {
+        snprintf(err, err_len, "TP rank %d: posting the receive of the leader's next choice: %s", c->tp->rank, e);
+        return -1;
+    }
+    return 0;
+}
+
+/* Peer: take the next choice when it has arrived. Returns 0 or -1 with a message. */
+static int tp_choice_poll(TpCoord* c, const PpShape* shape, int n, char* err, size_t err_len) {
+    if (c->have || !c->rreq) return 0;
+    int done = 0;
+    size_t bytes = 0;
+    char e[256];
+    if (c->tp->ops->test(c->tp, &c->rreq, &done, &bytes, e, sizeof e) != 0) {
+        snprintf(err, err_len, "TP rank %d: receiving the leader's choice: %s", c->tp->rank, e);
+        return -1;
+    }
+    if (!done) return 0;
+    if (bytes != sizeof c->rbuf || c->rbuf[0] < PP_F || c->rbuf[0] > PP_W || c->rbuf[1] < 0 ||
+        c->rbuf[1] >= shape->chunks || c->rbuf[2] < 0 || c->rbuf[2] >= shape->M) {
+        snprintf(err, err_len, "TP rank %d: the leader's choice %d is malformed (%zu bytes: kind %d, chunk %d, mb %d)",
+                 c->tp->rank, c->received, bytes, (int)c->rbuf[0], (int)c->rbuf[1], (int)c->rbuf[2]);
+        return -1;
+    }
+    c->want = (PpTask){c->rbuf[1], (PpKind)c->rbuf[0], c->rbuf[2]};
+    c->have = 1;
+    c->t_have = rr_now();
+    if (++c->received < n) return tp_choice_post(c, err, err_len);
+    return 0;
+}
+
+/* Leader: wait until every choice's send completed (peers may still be running). */
+static int tp_choice_flush(TpCoord* c, double timeout_s, char* err, size_t err_len) {
+    size_t k = (size_t)c->n_sent * (size_t)(c->tp->size - 1);
+    double t0 = rr_now();
+    for (;;) {
+        int left = 0;
+        for (size_t i = 0; i < k; i++) {
+            if (!c->sreq[i]) continue;
+            int done = 0;
+            char e[256];
+            if (c->tp->ops->test(c->tp, &c->sreq[i], &done, NULL, e, sizeof e) != 0) {
+                snprintf(err, err_len, "TP leader: a choice's send failed: %s", e);
+                return -1;
+            }
+            left += !done;
+        }
+        if (!left) return 0;
+        if (timeout_s > 0 && rr_now() - t0 > timeout_s) {
+            snprintf(err, err_len, "TP leader: %d choice(s) not delivered after %.0f s: a TP peer probably died", left,
+                     rr_now() - t0);
+            return -1;
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void pipeline_set_task_hook(Pipeline* p, PipelineTaskHook fn, void* ctx) {
+    p->task_hook = fn;
+    p->task_hook_ctx = ctx;
+}
+
+void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx) {
+    p->grads_done = fn;
+    p->grads_done_ctx = ctx;
+}
 
 int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
 
@@ -101,6 +206,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->mb_slot = callocCheck((size_t)cfg->chunks, sizeof *p->mb_slot);
     p->act_in = callocCheck((size_t)cfg->chunks, sizeof *p->act_in);
     p->grad_in = callocCheck((size_t)cfg->chunks, sizeof *p->grad_in);
+    p->grad_tasks = callocCheck((size_t)cfg->chunks, sizeof *p->grad_tasks);
     const Backend* be = stages[0]->be;
     size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
     p->on_host = !strcmp(be->name, "cpu");
@@ -147,6 +253,7 @@ void pipeline_free(Pipeline* p) {
     free(p->mb_slot);
     free(p->act_in);
     free(p->grad_in);
+    free(p->grad_tasks);
     be->free(p->out_buf);
     if (p->dev_in) be->free(p->dev_in);
     free(p->host_out);
@@ -424,11 +531,27 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     memset(p->ahead_sent, 0, (size_t)cfg->chunks * 3 * (size_t)p->M_alloc);
     d.estimate = cfg->estimate ? cfg->estimate : cost_model_estimate;
     d.estimate_ctx = cfg->estimate ? cfg->estimate_ctx : (void*)p;
+    for (int c = 0; c < cfg->chunks; c++) p->grad_tasks[c] = 0;
     uint8_t* posted = callocCheck((size_t)n, 1); /* by dense task index */
     if (sync) {
         rc = post_sequence_receives(p, &d, mbs, posted);
     } else {
         for (int i = 0; i < n && rc == 0; i++) rc = post_input(p, p->order[i], mbs);
+    }
+
+    /* leader-decides (ready mode, tp > 1) */
+    TpCoord tc = {0};
+    double tp_wait = 0.0, tp_coord = 0.0, idle_since = rr_now();
+    if (rc == 0 && cfg->tp && cfg->tp->size > 1 && cfg->mode == PP_MODE_READY && !cfg->tp_independent) {
+        tc.tp = cfg->tp;
+        tc.leader = cfg->tp->rank == 0;
+        tc.follower = !tc.leader;
+        if (tc.leader) {
+            tc.sent = mallocCheck(sizeof(int32_t) * 3 * (size_t)n);
+            tc.sreq = callocCheck((size_t)n * (size_t)(cfg->tp->size - 1), sizeof(CommReq*));
+        } else if (n > 0) {
+            rc = tp_choice_post(&tc, err, err_len);
+        }
     }
 
     double t_start = rr_now(), busy = 0.0, loss_sum = 0.0;
@@ -459,13 +582,69 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             }
             if (got < 0) break;
             PpTask t;
-            int r = pp_dispatcher_next_at(&d, rr_now(), &t);
+            int r;
+            if (tc.follower) {
+                /* a TP peer runs the leader's choice, once its inputs are here */
+                double c0 = rr_now();
+                if (tp_choice_poll(&tc, &p->shape, n, err, err_len) != 0) {
+                    got = -1;
+                    break;
+                }
+                tp_coord += rr_now() - c0;
+                if (tc.have && d.state[d.hrank[pp_task_index(&p->shape, tc.want)]] == PP_TS_READY) {
+                    t = tc.want;
+                    tc.have = 0;
+                    tp_wait += rr_now() - tc.t_have;
+                    r = 1;
+                } else {
+                    r = d.n_started == n ? -1 : 0;
+                }
+            } else {
+                r = pp_dispatcher_next_at(&d, rr_now(), &t);
+            }
             if (r < 0) break;
             if (r == 0) {
-                got = transport_wait(p->tr, done, 64, cfg->timeout_s, cfg->stall_warn_s, err, err_len);
+                if (!tc.follower) {
+                    got = transport_wait(p->tr, done, 64, cfg->timeout_s, cfg->stall_warn_s, err, err_len);
+                    continue;
+                }
+                /* the choice arrives on the TP group, the inputs on the pipeline's: poll both */
+                got = transport_poll(p->tr, done, 64, err, err_len);
+                if (got > 0 || tc.have != 0) idle_since = got > 0 ? rr_now() : idle_since;
+                if (got == 0) {
+                    if (cfg->timeout_s > 0 && rr_now() - idle_since > cfg->timeout_s) {
+                        if (tc.have)
+                            snprintf(err, err_len, "pipeline rank %d, TP rank %d: the inputs of the leader's choice "
+                                     "(%s chunk %d mb %d) did not arrive in %.0f s", cfg->rank, tc.tp->rank,
+                                     tc.want.kind == PP_F ? "F" : tc.want.kind == PP_B ? "B" : "W", tc.want.chunk,
+                                     tc.want.mb, rr_now() - idle_since);
+                        else
+                            snprintf(err, err_len, "pipeline rank %d, TP rank %d: no choice from the TP leader (TP rank "
+                                     "0) for %.0f s: it probably died or stopped", cfg->rank, tc.tp->rank,
+                                     rr_now() - idle_since);
+                        got = -1;
+                        break;
+                    }
+                    struct timespec ts = {0, 20000};
+                    nanosleep(&ts, NULL);
+                }
                 continue;
             }
+            idle_since = rr_now();
+            if (tc.leader) {
+                /* the choice goes to the peers before the task starts */
+                double c0 = rr_now();
+                if (tp_choice_send(&tc, t, err, err_len) != 0) {
+                    got = -1;
+                    break;
+                }
+                tp_coord += rr_now() - c0;
+            }
             pp_dispatcher_started(&d, t);
+            if (p->task_hook && p->task_hook(p->task_hook_ctx, t, err, err_len) != 0) {
+                got = -1;
+                break;
+            }
             int dst = -1;
             MsgKey key;
             PpTask dst_task;
@@ -508,8 +687,20 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
                 }
                 if (trace) pp_trace_send(trace, cfg->rank, dst, t, bytes, rr_now());
             }
+            /* this chunk's weight gradients are final after its M-th W (or fused B) */
+            if (t.kind == (cfg->split ? PP_W : PP_B) && ++p->grad_tasks[t.chunk] == M && p->grads_done &&
+                p->grads_done(p->grads_done_ctx, t.chunk, !pp_dispatcher_all_done(&d), err, err_len) != 0) {
+                got = -1;
+                break;
+            }
             got = transport_poll(p->tr, done, 64, err, err_len);
     }
+    if (got >= 0 && tc.leader) got = tp_choice_flush(&tc, cfg->timeout_s, err, err_len);
+    if (tc.rreq) tc.tp->ops->cancel(tc.tp, &tc.rreq);
+    for (size_t i = 0; tc.sreq && i < (size_t)tc.n_sent * (size_t)(tc.tp->size - 1); i++)
+        if (tc.sreq[i]) tc.tp->ops->cancel(tc.tp, &tc.sreq[i]); /* only after a failure */
+    free(tc.sent);
+    free(tc.sreq);
     if (got < 0 || transport_flush(p->tr, cfg->timeout_s, err, err_len) != 0) {
         pp_dispatcher_free(&d);
         free(posted);
@@ -526,6 +717,9 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     out->decisions = d.n_decisions;
     out->waits = d.n_waits;
     out->t_start = t_start;
+    out->tp_choices = tc.leader ? tc.n_sent : tc.received;
+    out->tp_wait_s = tp_wait;
+    out->tp_coord_s = tp_coord;
     pp_dispatcher_free(&d);
     free(posted);
     if (transport_pending_recvs(p->tr) != 0) {

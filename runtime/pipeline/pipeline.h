@@ -43,6 +43,14 @@ typedef struct {
     const double* replay[3];
     int replay_M;
     double replay_scale;
+    /* Tensor parallelism: the TP ranks of this stage (NULL or one rank: none). They must run the same
+     * task sequence (their split layers issue collectives). Leader-decides in `ready` mode: TP rank 0
+     * runs the dispatcher and sends each choice (kind, chunk, microbatch) to its peers before it starts
+     * the task; a peer keeps a receive for the next choice posted and runs exactly that task, waiting
+     * for its inputs if they have not arrived there. The fixed modes need no messages (every TP rank
+     * follows the same sequence). */
+    Comm* tp;
+    int tp_independent; /* tests only (the negative control): every TP rank dispatches on its own */
 } PipelineConfig;
 
 typedef struct {
@@ -54,6 +62,11 @@ typedef struct {
     long decisions;
     long waits;         /* lookahead: decisions that stayed idle for an announced input */
     double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
+    /* leader-decides (tp > 1, ready): choices sent (leader) or received (peer); the peer's time from a
+     * choice's arrival until the chosen task's inputs were there; the time spent sending/receiving
+     * choices (the coordination's own cost) */
+    long tp_choices;
+    double tp_wait_s, tp_coord_s;
 } PipelineStepStats;
 
 typedef struct Pipeline Pipeline;
@@ -64,6 +77,20 @@ typedef struct Pipeline Pipeline;
  * deadlock (found by a dry run of the simulator on uniform durations for `M` microbatches). */
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* pipe, int M, char* err, size_t err_len);
 void pipeline_free(Pipeline* p);
+
+/* From the next step on, call fn(ctx, c) during pipeline_step as soon as chunk c's weight gradients of
+ * the step are final (its M-th W, or fused B, has run and its output is sent): the data-parallel
+ * all-reduce of those gradients can start while the rank still runs other chunks' work (more_work = 1:
+ * this rank has tasks of the step left). fn returning
+ * -1 (with a message in err) fails the step. fn = NULL: no calls. */
+typedef int (*PipelineGradsDone)(void* ctx, int chunk, int more_work, char* err, size_t err_len);
+void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx);
+
+/* From the next step on, call fn(ctx, t) just before each task t runs (tests: a TP collective per task,
+ * as split layers issue, and the record of the sequence). fn returning -1 (message in err) fails the
+ * step. */
+typedef int (*PipelineTaskHook)(void* ctx, PpTask t, char* err, size_t err_len);
+void pipeline_set_task_hook(Pipeline* p, PipelineTaskHook fn, void* ctx);
 
 /* Whether a hint needs the split backward (it schedules W tasks). */
 int pipeline_hint_splits(PpHint h);

@@ -23,14 +23,14 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
     BatchSource src;
     int synthetic = !strcmp(r->source, "synthetic");
     if (synthetic) {
-        if (trainer_source_synthetic(&src, r, t->mc.V, 1, err, err_len) != 0) return -1;
+        if (trainer_source_synthetic(&src, r, t->mc.V, 1, 0, 1, err, err_len) != 0) return -1;
     } else {
         if (!r->eval_shards[0]) {
             snprintf(err, err_len, "%s: data.eval_shards is not set: no held-out data to evaluate on",
                      recipe_origin(r, "data", "eval_shards"));
             return -1;
         }
-        if (trainer_source_shards(&src, r, r->eval_shards, t->tok_hash, 1, 1, err, err_len) != 0) return -1;
+        if (trainer_source_shards(&src, r, r->eval_shards, t->tok_hash, 1, 1, 0, 1, err, err_len) != 0) return -1;
         /* each held-out sample once: the stream runs on into the next epoch */
         if (src.dataset_samples < max_samples) max_samples = src.dataset_samples;
     }

@@ -12,6 +12,12 @@ int step_exec_run_hooks(StepExec* ex, char* err, size_t err_len) {
     return 0;
 }
 
+void step_exec_free_hooks(StepExec* ex) {
+    for (int i = 0; i < ex->n_hooks; i++)
+        if (ex->hooks[i].free) ex->hooks[i].free(ex->hooks[i].ctx);
+    ex->n_hooks = 0;
+}
+
 int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len) {
     double ss = 0.0;
     for (int c = 0; c < ex->n_stages; c++) ss += optim_grad_sum_squares(ex->stages[c]); /* a double to the host */

@@ -21,7 +21,14 @@ typedef struct StepExec StepExec;
 typedef struct {
     int (*fn)(StepExec* ex, void* ctx, char* err, size_t err_len);
     void* ctx;
+    void (*free)(void* ctx); /* may be NULL; step_exec_free_hooks */
 } StepHook;
+
+/* Called by an executor during forward_backward as soon as chunk c's gradients of the step are final
+ * (its last W, or fused B, has run), so the step end can start on them early; more_work = 1 when the
+ * executor still has work of the step left (the start overlaps it). Returns 0, or -1 with a
+ * message (the step fails). */
+typedef int (*StepGradsDone)(void* ctx, int chunk, int more_work, char* err, size_t err_len);
 #define STEP_EXEC_MAX_HOOKS 4
 
 struct StepExec {
@@ -48,11 +55,31 @@ struct StepExec {
     int (*save)(StepExec* ex, const char* root, const CheckpointState* cs, char* out, size_t out_len, char* err,
                 size_t err_len);
     int (*load)(StepExec* ex, const char* dir, CheckpointState* cs, char* err, size_t err_len);
+    /* May be NULL (the executor knows no earlier point than the end of forward_backward): from the
+     * next step on, call fn(ctx, c) when chunk c's gradients are final. */
+    void (*set_grads_done)(StepExec* ex, StepGradsDone fn, void* ctx);
     void (*free)(StepExec* ex);
 };
 
 /* The trainer's side of a step, the same for every executor. */
 int step_exec_run_hooks(StepExec* ex, char* err, size_t err_len);
+/* Free every hook's ctx (before ex->free). */
+void step_exec_free_hooks(StepExec* ex);
+
+/* Data parallelism (exec_dp.c): add the step-end hook that sums every stage's gradients over the
+ * replicas of `dp` (in place; the loss scale already divides by the global step's supervised targets,
+ * so the sum is the one-process gradient). The gradient block of each stage is cut into buckets of
+ * bucket_mb MiB, each all-reduced with one CommOps.iallreduce; when the executor reports a chunk's
+ * gradients final (set_grads_done) its buckets start at once, during the rest of forward_backward,
+ * otherwise the hook starts them. Buckets start in one fixed order on every replica (chunks from the
+ * last to the first, the order their backwards finish), so the collectives match whatever order the
+ * replicas' dispatchers ran. The hook waits for all of them (at most timeout_s, then an error naming
+ * the group). Device backends reduce through a host copy (MPI is not assumed CUDA-aware).
+ * Returns 0, or -1 with a message (no hook slot left). Does nothing when dp has one rank. */
+int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double timeout_s, char* err, size_t err_len);
+/* Buckets of the last step: how many, and how many started while the executor still had work of the
+ * step left (overlapping it). */
+void step_exec_dp_stats(const StepExec* ex, int* buckets, int* early);
 /* Global gradient norm before clipping: sum of squares over the stages (on their backend), summed over
  * norm_group. Returns 0, or -1 with a message. */
 int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len);

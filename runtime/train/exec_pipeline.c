@@ -114,6 +114,10 @@ static int pipe_save(StepExec* ex, const char* root, const CheckpointState* cs, 
     return 0;
 }
 
+static void pipe_set_grads_done(StepExec* ex, StepGradsDone fn, void* ctx) {
+    pipeline_set_grads_done(((PipeExec*)ex)->pl, fn, ctx);
+}
+
 static void pipe_free(StepExec* ex) {
     PipeExec* x = (PipeExec*)ex;
     if (x->trace) {
@@ -164,6 +168,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     ex->dump_params = pipe_dump_params;
     ex->save = pipe_save;
     ex->load = pipe_load;
+    ex->set_grads_done = pipe_set_grads_done;
     ex->free = pipe_free;
 
     PipelineConfig pc = {.P = r->pp, .rank = x->rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
@@ -197,7 +202,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         x->trace = pp_trace_open(path, origin);
         pp_trace_rank(x->trace, x->rank);
     }
-    if (x->rank == 0) {
+    if (grid->rank == 0) {
         /* one write, so the line is not interleaved with other output */
         char line[8192];
         size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers",

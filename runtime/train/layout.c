@@ -3,6 +3,7 @@
  * they cannot disagree), and the dry run's parameter and memory table. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,7 +191,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
-    double max_total = 0;
+    double max_total = 0, max_params = 0;
     for (int rank = 0; rank < P; rank++) {
         TrainRankBytes b;
         if (train_rank_bytes(r, &mc, rank, &b, err, err_len) != 0) {
@@ -198,6 +199,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             return -1;
         }
         if (b.total > max_total) max_total = b.total;
+        if (b.params > max_params) max_params = b.params;
         char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
         fmt_count(sp, sizeof sp, b.params);
         fmt_bytes(sw, sizeof sw, b.weights);
@@ -213,6 +215,24 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     fmt_bytes(mt, sizeof mt, max_total);
     fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
             T * M * r->dp);
+    /* DP (exec_dp.c): every replica holds the table above in full (no ZeRO sharding); the gradient
+     * all-reduce works in place on the grad block, bucket by bucket, so it adds nothing on the CPU; a
+     * device backend reduces through a host copy of the grad block. */
+    if (r->dp > 1) {
+        double buckets = ceil(max_params * 4 / (r->dp_bucket_mb * 1048576.0));
+        char hc[32];
+        fmt_bytes(hc, sizeof hc, max_params * 4);
+        fprintf(out,
+                "data parallel: dp %d replicas, each rank holding the memory above (parameters, gradients and AdamW "
+                "state replicated, no ZeRO); gradient all-reduce in place in buckets of %g MiB (%.0f on the largest "
+                "rank)%s%s%s\n",
+                r->dp, r->dp_bucket_mb, buckets, strcmp(r->backend, "cpu") ? ", plus a host copy of the gradients on "
+                                                                              "this device backend: " : "",
+                strcmp(r->backend, "cpu") ? hc : "", strcmp(r->backend, "cpu") ? " per rank" : "");
+    }
+    if (r->tp > 1)
+        fprintf(out, "tensor parallel: tp %d is not built yet (docs/parallel.md): the figures / tp above are the "
+                     "plan's split, training refuses tp > 1\n", r->tp);
     fprintf(out, "dry run: nothing allocated, no training.\n");
     free(layers);
     return 0;

@@ -107,7 +107,11 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "pp", RKEY_INT, OFF(pp), 0, "1", 1, 4096, 0, 0, "Pipeline stages P (at most one per model block, see chunks)."},
     {"parallel", "tp", RKEY_INT, OFF(tp), 0, "1", 1, 1024, 0, 0,
      "Tensor-parallel ranks; must divide the heads, ffn_hidden, 4 vision_width, text_width and the vocabulary."},
-    {"parallel", "dp", RKEY_INT, OFF(dp), 0, "1", 1, 1 << 20, 0, 1, "Data-parallel replicas (changes the global batch)."},
+    {"parallel", "dp", RKEY_INT, OFF(dp), 0, "1", 1, 1 << 20, 0, 1,
+     "Data-parallel replicas, each with data.microbatches microbatches: the global step has dp x microbatches "
+     "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4)."},
+    {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
+     "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
@@ -518,6 +522,10 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         if (r->tp > 1 && tp_div[i].v > 0 && tp_div[i].v % r->tp)
             VFAIL("parallel", "tp", "%d", r->tp, "%s (%d) is not divisible by it; allowed: a common divisor", tp_div[i].what,
                   tp_div[i].v);
+    if (r->dp > 1 && r->dump_step > 0)
+        VFAIL("train", "dump_step", "%d", r->dump_step,
+              "a step dump is written by one replica and would hold only its microbatches; allowed: -1 with "
+              "parallel.dp = %d (dump the same step with dp = 1 and dp x data.microbatches microbatches)", r->dp);
     {
         /* runtime.cap: "N" (N >= 0) or "Kx" (K > 0, a multiple of the hint's own peak) */
         char* end = NULL;
@@ -547,7 +555,15 @@ uint64_t recipe_hash(const Recipe* r) {
         int n = 0;
         switch (k->type) {
         case RKEY_INT:
-        case RKEY_BOOL: n = snprintf(line, sizeof line, "%s.%s=%d\n", k->section, k->key, *(const int*)field); break;
+        case RKEY_BOOL: {
+            /* The global batch, not its split over replicas: data.microbatches x parallel.dp as the
+             * microbatches and dp as 1 (a dp = 1 recipe hashes as before). */
+            int v = *(const int*)field;
+            if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) v *= r->dp;
+            if (!strcmp(k->section, "parallel") && !strcmp(k->key, "dp")) v = 1;
+            n = snprintf(line, sizeof line, "%s.%s=%d\n", k->section, k->key, v);
+            break;
+        }
         case RKEY_I64:
             n = snprintf(line, sizeof line, "%s.%s=%lld\n", k->section, k->key, (long long)*(const int64_t*)field);
             break;

@@ -16,6 +16,7 @@
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/util.h"
+#include <cjson/cJSON.h>
 #include "text/tokenizer.h"
 
 void trainer_set_threads(int n) { cpu_set_num_threads(n); }
@@ -23,7 +24,8 @@ void trainer_set_threads(int n) { cpu_set_num_threads(n); }
 /* ------------------------------------------------------------------------------------------------
  * batch sources from the recipe */
 
-int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int heldout, char* err, size_t err_len) {
+int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int heldout, int dp_rank, int dp_size,
+                             char* err, size_t err_len) {
     SynthSourceConfig c = {.patch = r->patch,
                            .min_patches = r->min_patches,
                            .max_patches = r->max_patches,
@@ -31,12 +33,14 @@ int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int h
                            .microbatches = r->microbatches,
                            .seed = r->data_seed,
                            .fixed_batch = r->fixed_batch,
-                           .heldout = heldout};
+                           .heldout = heldout,
+                           .dp_rank = dp_rank,
+                           .dp_size = dp_size};
     return batch_source_synthetic(src, &c, vocab, err, err_len);
 }
 
 int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
-                          int decode_images, char* err, size_t err_len) {
+                          int decode_images, int dp_rank, int dp_size, char* err, size_t err_len) {
     LoaderConfig c;
     loader_config_default(&c);
     c.shards = shards;
@@ -55,8 +59,8 @@ int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards,
     c.patch = r->patch;
     c.min_patches = r->min_patches;
     c.max_patches = r->max_patches;
-    c.dp_rank = 0;
-    c.dp_size = 1;
+    c.dp_rank = dp_rank;
+    c.dp_size = dp_size;
     c.fatal_errors = !strcmp(r->on_error, "fatal");
     c.skip_oversize = 0;
     c.decode_images = decode_images;
@@ -110,6 +114,72 @@ static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* 
     return 0;
 }
 
+/* The loader position of a checkpoint: the source's own position when every replica's was the same
+ * (always for the synthetic source, whose position is the step), else {"dp": [replica 0's, ...]}. */
+static int trainer_seek(Trainer* t, const char* dir, const char* pos, char* err, size_t err_len) {
+    if (!pos || strncmp(pos, "{\"dp\":", 6) != 0) return t->src.seek(&t->src, pos, err, err_len);
+    cJSON* j = cJSON_Parse(pos);
+    const cJSON* a = j ? cJSON_GetObjectItemCaseSensitive(j, "dp") : NULL;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    int rc = -1;
+    if (n < 1) {
+        snprintf(err, err_len, "%s: the loader position has a \"dp\" entry that is not a list of positions", dir);
+    } else if (n != t->grid.dp) {
+        snprintf(err, err_len,
+                 "%s was written with parallel.dp = %d and its replicas' loader positions differ (the shard loader "
+                 "deals each epoch's samples to the replicas by rank); it resumes only with parallel.dp = %d (the "
+                 "parameters load under any layout: start a new run from them with checkpoint.resume and the same dp)",
+                 dir, n, n);
+    } else {
+        char* one = cJSON_PrintUnformatted(cJSON_GetArrayItem(a, t->grid.d));
+        rc = t->src.seek(&t->src, one, err, err_len);
+        free(one);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* Every replica's loader position, as trainer_seek reads it (malloc'd). Collective over the DP group. */
+static int trainer_position(Trainer* t, char** out, char* err, size_t err_len) {
+    char* mine = t->src.position(&t->src);
+    Comm* dp = t->grid.dp_group;
+    if (dp->size == 1) {
+        *out = mine;
+        return 0;
+    }
+    enum { POS_MAX = 4096 };
+    char* buf = callocCheck(1, POS_MAX);
+    char* all = callocCheck((size_t)dp->size, POS_MAX);
+    int rc = 0;
+    if (mine && strlen(mine) >= POS_MAX) {
+        snprintf(err, err_len, "internal: loader position of %zu bytes exceeds %d", strlen(mine), POS_MAX);
+        rc = -1;
+    } else {
+        snprintf(buf, POS_MAX, "%s", mine ? mine : "null");
+        rc = dp->ops->allgather(dp, buf, all, POS_MAX, err, err_len);
+    }
+    if (rc == 0) {
+        int same = 1;
+        for (int i = 1; i < dp->size; i++) same &= !strcmp(all, all + (size_t)i * POS_MAX);
+        if (same) {
+            *out = mine;
+            mine = NULL;
+        } else {
+            size_t cap = (size_t)dp->size * (POS_MAX + 1) + 16, n = 0;
+            char* s = mallocCheck(cap);
+            n += (size_t)snprintf(s + n, cap - n, "{\"dp\":[");
+            for (int i = 0; i < dp->size; i++)
+                n += (size_t)snprintf(s + n, cap - n, "%s%s", i ? "," : "", all + (size_t)i * POS_MAX);
+            snprintf(s + n, cap - n, "]}");
+            *out = s;
+        }
+    }
+    free(mine);
+    free(buf);
+    free(all);
+    return rc;
+}
+
 static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char* err, size_t err_len) {
     const Recipe* r = t->r;
     char dir[RECIPE_STR + 64];
@@ -131,7 +201,7 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
                  dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r));
         rc = -1;
     }
-    if (rc == 0 && !eval_only) rc = t->src.seek(&t->src, cs.loader, err, err_len);
+    if (rc == 0 && !eval_only) rc = trainer_seek(t, dir, cs.loader, err, err_len);
     if (rc == 0) {
         t->step = cs.step;
         t->opt_step = cs.opt_step;
@@ -205,11 +275,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     memset(t, 0, sizeof *t);
     t->lock_fd = -1;
     t->r = r;
-    /* refused before any tokenizer, loader, folder or rank starts, until they are built */
-    if (r->tp > 1 || r->dp > 1) {
-        snprintf(err, err_len, "%s: parallel.%s = %d: %s parallelism is not built yet; allowed: 1 (the dry run sizes "
-                 "such layouts: --dry-run)", recipe_origin(r, "parallel", r->tp > 1 ? "tp" : "dp"), r->tp > 1 ? "tp" : "dp",
-                 r->tp > 1 ? r->tp : r->dp, r->tp > 1 ? "tensor" : "data");
+    /* refused before any tokenizer, loader, folder or rank starts, until it is built */
+    if (r->tp > 1) {
+        snprintf(err, err_len, "%s: parallel.tp = %d: tensor parallelism is not built yet (docs/parallel.md); "
+                 "allowed: 1 (the dry run sizes such layouts: --dry-run)", recipe_origin(r, "parallel", "tp"), r->tp);
         return -1;
     }
     int vocab;
@@ -257,6 +326,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     t->ex = r->pp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
+    t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
+    /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
+     * executor reports chunks done) */
+    if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, 600, err, err_len) != 0) return -1;
     if (eval_only) {
         /* evaluation reads the values only: without moments a checkpoint written under another
          * train.freeze (which has AdamW state for other tensors) evaluates too */
@@ -268,8 +341,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         }
     } else {
         int rc = !strcmp(r->source, "synthetic")
-                     ? trainer_source_synthetic(&t->src, r, vocab, 0, err, err_len)
-                     : trainer_source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, err, err_len);
+                     ? trainer_source_synthetic(&t->src, r, vocab, 0, t->grid.d, t->grid.dp, err, err_len)
+                     : trainer_source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, t->grid.d,
+                                             t->grid.dp, err, err_len);
         if (rc != 0) {
             if (strcmp(r->source, "synthetic") != 0) trainer_demo_hint(r->shards, err, err_len);
             return -1;
@@ -319,6 +393,10 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     StepPlan plan;
     if (t->src.next(&t->src, &plan, err, err_len) != 0) return -1;
     double t_data = rr_now() - t0;
+    /* The global step: every replica's plan, summed before the first forward (the loss denominator). */
+    int64_t tot[4] = {plan.n_supervised, plan.tokens, plan.patches, plan.samples};
+    if (comm_allreduce(t->grid.dp_group, tot, 4, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
+    plan.n_supervised = tot[0], plan.tokens = tot[1], plan.patches = tot[2], plan.samples = tot[3];
     if (plan.n_supervised <= 0) {
         snprintf(err, err_len, "step %lld has no supervised targets (no assistant tokens in any sample)",
                  (long long)(t->step + 1));
@@ -334,7 +412,8 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     float scale = (float)(1.0 / (double)plan.n_supervised);
     double loss_sum = 0.0, norm = 0.0;
     if (ex->forward_backward(ex, &plan, scale, (int)t->step + 1, dumping ? ddir : NULL, &loss_sum, err, err_len) != 0 ||
-        step_exec_run_hooks(ex, err, err_len) != 0 || step_exec_grad_norm(ex, &norm, err, err_len) != 0)
+        step_exec_run_hooks(ex, err, err_len) != 0 || step_exec_grad_norm(ex, &norm, err, err_len) != 0 ||
+        comm_allreduce(t->grid.dp_group, &loss_sum, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
         return -1;
     float lr = lr_schedule((int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
     float loss = (float)(loss_sum / (double)plan.n_supervised);
@@ -371,16 +450,28 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     return 0;
 }
 
+/* DP replicas hold the same parameters and optimiser state: replica 0 writes the checkpoint (with every
+ * replica's loader position) and tells the others how it went. */
 int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
     CheckpointState cs = {.step = t->step,
                           .opt_step = t->opt_step,
                           .recipe_hash = recipe_hash(t->r),
                           .seed = (uint64_t)t->r->seed,
-                          .data_seed = (uint64_t)t->r->data_seed,
-                          .loader = t->src.position(&t->src)};
+                          .data_seed = (uint64_t)t->r->data_seed};
+    if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
     char out[RECIPE_STR + 64];
-    int rc = t->ex->save(t->ex, t->ckpt_root, &cs, out, sizeof out, err, err_len);
+    int rc = 0;
+    if (t->grid.d == 0) rc = t->ex->save(t->ex, t->ckpt_root, &cs, out, sizeof out, err, err_len);
     free(cs.loader);
+    if (t->grid.dp > 1) {
+        char e[256];
+        if (comm_bcast(t->grid.dp_group, &rc, sizeof rc, 0, e, sizeof e) != 0) {
+            snprintf(err, err_len, "checkpoint step %lld: %s", (long long)t->step, e);
+            return -1;
+        }
+        if (rc != 0 && t->grid.d != 0)
+            snprintf(err, err_len, "data-parallel replica 0 could not write checkpoint step %lld", (long long)t->step);
+    }
     if (rc == 0 && t->ex->log_rank) {
         checkpoint_prune(t->ckpt_root, t->r->keep);
         fprintf(stderr, "rrfp-mm: checkpoint %s\n", out);
@@ -391,7 +482,10 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
 void trainer_free(Trainer* t) {
     if (t->metrics.f) metrics_close(&t->metrics);
     if (t->src.free) t->src.free(&t->src);
-    if (t->ex) t->ex->free(t->ex);
+    if (t->ex) {
+        step_exec_free_hooks(t->ex);
+        t->ex->free(t->ex);
+    }
     t->ex = NULL;
     comm_grid_free(&t->grid);
     guard_run_unlock(t->lock_fd);
@@ -453,6 +547,13 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         if (trainer_step(t, &s, err, err_len) != 0) {
             rc = -1;
             break;
+        }
+        if (t->grid.dp > 1 && s.step == 1 && t->ex->log_rank) {
+            int nb, early;
+            step_exec_dp_stats(t->ex, &nb, &early);
+            fprintf(stderr, "rrfp-mm: data parallel: %d replicas, gradient all-reduce in %d bucket(s) of <= %g MiB, "
+                    "%d started while the backward still ran (step 1)\n", t->grid.dp, nb, r->dp_bucket_mb,
+                    early);
         }
         if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1) {
             char line[512];

@@ -23,12 +23,17 @@
 #include "runtime/train/recipe.h"
 
 /* ---- batch sources from the recipe (data/batch.h) ---- */
-/* The synthetic colour task with the recipe's shapes; heldout = 1: the held-out stream. */
-int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int heldout, char* err, size_t err_len);
+/* Both give data-parallel replica dp_rank of dp_size its own share of every step (0 and 1 without DP).
+ * The synthetic colour task with the recipe's shapes; heldout = 1: the held-out stream. Replica d draws
+ * microbatches d, d + dp_size, ... of the global step, so the replicas' union is the one-process step
+ * with dp_size x data.microbatches microbatches. */
+int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int heldout, int dp_rank, int dp_size,
+                             char* err, size_t err_len);
 /* The loader over `shards` with the recipe's packing; eval = 1 packs in stream order (fifo);
- * decode_images = 0 leaves the pixels out (pipeline ranks after the first never use them). */
+ * decode_images = 0 leaves the pixels out (pipeline ranks after the first never use them). Replica d
+ * packs samples d, d + dp_size, ... of each epoch's permutation (data/loader.h). */
 int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
-                          int decode_images, char* err, size_t err_len);
+                          int decode_images, int dp_rank, int dp_size, char* err, size_t err_len);
 
 typedef struct {
     const Recipe* r;
