@@ -51,15 +51,20 @@ typedef struct {
     uint8_t bg;
 } Scene;
 
-static void scene_random(Rng* r, Scene* sc) {
-    /* sizes 64x48 .. 320x240 in several aspect ratios (w/h) */
-    static const double ratios[] = {4.0 / 3.0, 3.0 / 4.0, 1.0, 16.0 / 9.0, 2.0, 0.5, 3.0 / 2.0};
-    double ratio = ratios[rng_int(r, 7)];
-    int w = 64 + rng_int(r, 257);
-    int h = (int)lround(w / ratio);
-    if (h < 48) h = 48;
-    if (h > 320) h = 320;
-    sc->w = w, sc->h = h;
+/* square = 1: square scenes of 48..144 px (every one resizes to the same patch grid); 0: sizes
+ * 64x48 .. 320x240 in several aspect ratios (w/h). */
+static void scene_random(Rng* r, int square, Scene* sc) {
+    if (square) {
+        sc->w = sc->h = 48 + rng_int(r, 97);
+    } else {
+        static const double ratios[] = {4.0 / 3.0, 3.0 / 4.0, 1.0, 16.0 / 9.0, 2.0, 0.5, 3.0 / 2.0};
+        double ratio = ratios[rng_int(r, 7)];
+        int w = 64 + rng_int(r, 257);
+        int h = (int)lround(w / ratio);
+        if (h < 48) h = 48;
+        if (h > 320) h = 320;
+        sc->w = w, sc->h = h;
+    }
     sc->n = 1 + rng_int(r, MAX_SHAPES);
     sc->bg = (uint8_t)(70 + rng_int(r, 110));
     int cells[N_CELLS];
@@ -294,7 +299,8 @@ static const char* TEXT_ONLY_Q[] = {"How many sides does a triangle have?", "How
 static const char* TEXT_ONLY_A[] = {"three", "four", "a circle", "green", "orange", "purple"};
 
 /* One training record; images are written as they are made. */
-static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char* err, size_t err_len, int* fail) {
+static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const char* dir, char* err, size_t err_len,
+                            int* fail) {
     char id[32], name[64], name_b[64], text[1024];
     snprintf(id, sizeof id, "train_%05d", idx);
     cJSON* rec = cJSON_CreateObject();
@@ -317,8 +323,8 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char
         }
     } else if (kind >= 16) {
         Scene a, b;
-        scene_random(r, &a);
-        do scene_random(r, &b);
+        scene_random(r, square, &a);
+        do scene_random(r, square, &b);
         while (b.n == a.n);
         snprintf(name, sizeof name, "%s.jpg", id);
         snprintf(name_b, sizeof name_b, "%s_b.jpg", id);
@@ -340,14 +346,15 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char
         }
     } else {
         Scene sc;
-        scene_random(r, &sc);
+        scene_random(r, square, &sc);
         snprintf(name, sizeof name, "%s.jpg", id);
         if (write_image(jc, r, &sc, dir, name, err, err_len)) {
             *fail = 1;
             return rec;
         }
         cJSON_AddStringToObject(rec, "image", name);
-        int turns = kind <= 10 ? 1 + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
+        /* square scenes are cheap (few patches): more questions per image, more answers per LM token */
+        int turns = kind <= 10 ? 1 + square + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
         int first = 1;
         if (kind >= 11) {
             add_turn(conv, "human", rng_int(r, 2) ? "<image>\nDescribe the image." : "Describe this picture.\n<image>");
@@ -386,7 +393,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
     /* two independent streams, so the held-out split does not change with --samples */
     Rng rt = {cfg->seed * 0x9E3779B97F4A7C15ull + 1}, rh = {cfg->seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995ull};
     cJSON** train = callocCheck((size_t)cfg->samples, sizeof(cJSON*));
-    for (int i = 0; i < cfg->samples && !fail; i++) train[i] = train_record(jc, &rt, i, cfg->out_dir, err, err_len, &fail);
+    for (int i = 0; i < cfg->samples && !fail; i++) train[i] = train_record(jc, &rt, cfg->square, i, cfg->out_dir, err, err_len, &fail);
 
     int nh = cfg->heldout;
     cJSON** held = callocCheck((size_t)nh + 1, sizeof(cJSON*));
@@ -397,7 +404,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         snprintf(name, sizeof name, "%s.jpg", id);
         Scene sc;
         QA qa;
-        do scene_random(&rh, &sc);
+        do scene_random(&rh, cfg->square, &sc);
         while (!question_random(&rh, &sc, i % Q_N, &qa)); /* every question type equally often */
         if (write_image(jc, &rh, &sc, cfg->out_dir, name, err, err_len)) {
             fail = 1;

@@ -26,6 +26,8 @@ typedef struct {
     int samples;   /* training records */
     int heldout;   /* held-out records */
     uint64_t seed;
+    int square;    /* 1: square scenes of 48..144 px, so every image resizes to the same patch grid (with
+                    * patch = side / 3 each layout cell is one patch), and 2-4 questions per QA record */
 } DemoConfig;
 
 /* Write the demo data set. Returns 0, or -1 with a message naming the file in err. */
