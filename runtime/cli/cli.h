@@ -19,5 +19,6 @@ int cmd_sim(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
 int cmd_demo_data(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 #endif

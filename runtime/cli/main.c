@@ -15,6 +15,7 @@ static const CliCommand commands[] = {
     {"trace", cmd_trace, "merge per-rank Chrome traces and draw an SVG timeline"},
     {"demo-data", cmd_demo_data, "write the demo data set: coloured-shape scenes, questions, held-out split"},
     {"pack", cmd_pack, "pack a LLaVA manifest and its JPEGs into .rrs shards"},
+    {"report", cmd_report, "one self-contained HTML page of a run: curves, recipe, timeline, held-out answers"},
 };
 static const int n_commands = (int)(sizeof(commands) / sizeof(commands[0]));
 
