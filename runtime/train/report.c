@@ -178,7 +178,7 @@ static double nice_step(double range, int ticks) {
 }
 
 /* One line chart (class "curve" path, one point per finite value) of y against x. logy: log10 axis
- * when every value is positive. */
+ * when every value is positive and they span more than a factor 20. */
 static void chart(Html* h, const char* id, const char* title, const double* x, const double* y, int n, int logy) {
     const double W = 560, H = 260, L = 64, R = 16, T = 28, B = 36, pw = W - L - R, ph = H - T - B;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -188,6 +188,10 @@ static void chart(Html* h, const char* id, const char* title, const double* x, c
         if (y[i] <= 0) logy = 0;
         finite++;
     }
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(y[i]) && isfinite(x[i])) lo = fmin(lo, y[i]), hi = fmax(hi, y[i]);
+    if (logy && hi < 20 * lo) logy = 0; /* less than ~1.3 decades: a linear axis reads better */
     for (int i = 0; i < n; i++) {
         if (!isfinite(y[i]) || !isfinite(x[i])) continue;
         double v = logy ? log10(y[i]) : y[i];
