@@ -217,11 +217,20 @@ static cJSON* question_choices(QType t) {
 }
 
 /* "There are two shapes: a small red circle at the top left and a large blue square at the bottom." */
-static void caption(const Scene* sc, char* out, size_t n) {
+/* reading_order = 1 names the shapes row by row (top left first), so the caption is a function of the
+ * image alone; 0 keeps the order they were drawn in. */
+static void caption(const Scene* sc, int reading_order, char* out, size_t n) {
     size_t k = 0;
+    int order[MAX_SHAPES];
+    for (int i = 0; i < sc->n; i++) order[i] = i;
+    for (int i = 1; i < sc->n && reading_order; i++)
+        for (int j = i; j > 0 && sc->s[order[j - 1]].cell > sc->s[order[j]].cell; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
     k += snprintf(out + k, n - k, sc->n == 1 ? "There is one shape:" : "There are %s shapes:", NUMBER_NAMES[sc->n]);
     for (int i = 0; i < sc->n; i++) {
-        const Shape* s = &sc->s[i];
+        const Shape* s = &sc->s[order[i]];
         const char* sep = i == 0 ? " " : (i == sc->n - 1 ? " and " : ", ");
         const char* at = s->cell == 4 ? "in the" : "at the";
         k += snprintf(out + k, n - k, "%sa %s %s %s %s %s", sep, s->large ? "large" : "small", COLOUR_NAMES[s->colour],
@@ -307,6 +316,11 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
     cJSON_AddStringToObject(rec, "id", id);
     cJSON* conv = cJSON_CreateArray();
     int kind = rng_int(r, 20); /* 0-10 QA, 11-13 caption, 14-15 caption + QA, 16-17 two images, 18-19 text only */
+    if (square) {
+        /* mostly questions about one image (16 in 20), where the supervision per LM token is highest */
+        static const int square_kind[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11, 14, 16, 18};
+        kind = square_kind[kind];
+    }
     if (kind >= 18) {
         /* text only: world knowledge, or counting of varied length */
         if (rng_int(r, 2)) {
@@ -354,11 +368,11 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         }
         cJSON_AddStringToObject(rec, "image", name);
         /* square scenes are cheap (few patches): more questions per image, more answers per LM token */
-        int turns = kind <= 10 ? 1 + square + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
+        int turns = kind <= 10 ? 1 + 2 * square + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
         int first = 1;
         if (kind >= 11) {
             add_turn(conv, "human", rng_int(r, 2) ? "<image>\nDescribe the image." : "Describe this picture.\n<image>");
-            caption(&sc, text, sizeof text);
+            caption(&sc, square, text, sizeof text);
             add_turn(conv, "gpt", text);
             first = 0;
         }

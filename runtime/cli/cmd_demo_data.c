@@ -14,7 +14,8 @@ static void demo_usage(FILE* f) {
                "single-question records, default N/10), DIR/eval.jsonl (the held-out records with \"answer\",\n"
                "\"choices\" and \"type\") and DIR/images/*.jpg. The same arguments give the same bytes.\n"
                "--square: square scenes of 48..144 px (default: 64x48 .. 320x240 in seven aspect ratios), so every\n"
-               "image resizes to the same patch grid; QA records ask 2-4 questions (default 1-3). make demo uses it.\n");
+               "image resizes to the same patch grid; most records ask 3-5 questions about one image; captions name\n"
+               "the shapes in reading order. make demo uses it.\n");
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, long* out) {
