@@ -142,9 +142,13 @@ typedef struct {
 /* A random question about the scene whose answer is determined by it; `type` < 0 picks any kind.
  * Returns 0 when a forced type does not fit the scene (e.g. "What colour is the square?" with two
  * squares): the caller draws another scene. */
-static int question_random(Rng* r, const Scene* sc, int type, QA* qa) {
+/* The question types of a data set: square scenes ask no "where" (see demo.h). */
+static const QType SQUARE_TYPES[] = {Q_COLOUR, Q_COUNT_KIND, Q_SHAPE_OF_COLOUR, Q_COUNT_ALL, Q_SIZE};
+enum { N_SQUARE_TYPES = 5 };
+
+static int question_random(Rng* r, const Scene* sc, int square, int type, QA* qa) {
     for (int attempt = 0; attempt < 64; attempt++) {
-        QType t = type >= 0 ? (QType)type : (QType)rng_int(r, Q_N);
+        QType t = type >= 0 ? (QType)type : square ? SQUARE_TYPES[rng_int(r, N_SQUARE_TYPES)] : (QType)rng_int(r, Q_N);
         const Shape* s = &sc->s[rng_int(r, sc->n)];
         qa->type = t;
         switch (t) {
@@ -217,8 +221,8 @@ static cJSON* question_choices(QType t) {
 }
 
 /* "There are two shapes: a small red circle at the top left and a large blue square at the bottom." */
-/* reading_order = 1 names the shapes row by row (top left first), so the caption is a function of the
- * image alone; 0 keeps the order they were drawn in. */
+/* reading_order = 1 (square scenes) names the shapes row by row (top left first), so the caption is a
+ * function of the image alone, without their places; 0 keeps the order they were drawn in, with places. */
 static void caption(const Scene* sc, int reading_order, char* out, size_t n) {
     size_t k = 0;
     int order[MAX_SHAPES];
@@ -233,8 +237,12 @@ static void caption(const Scene* sc, int reading_order, char* out, size_t n) {
         const Shape* s = &sc->s[order[i]];
         const char* sep = i == 0 ? " " : (i == sc->n - 1 ? " and " : ", ");
         const char* at = s->cell == 4 ? "in the" : "at the";
-        k += snprintf(out + k, n - k, "%sa %s %s %s %s %s", sep, s->large ? "large" : "small", COLOUR_NAMES[s->colour],
-                      KIND_NAMES[s->kind], at, CELL_NAMES[s->cell]);
+        if (reading_order) /* square scenes: no place (see demo.h) */
+            k += snprintf(out + k, n - k, "%sa %s %s %s", sep, s->large ? "large" : "small", COLOUR_NAMES[s->colour],
+                          KIND_NAMES[s->kind]);
+        else
+            k += snprintf(out + k, n - k, "%sa %s %s %s %s %s", sep, s->large ? "large" : "small",
+                          COLOUR_NAMES[s->colour], KIND_NAMES[s->kind], at, CELL_NAMES[s->cell]);
     }
     snprintf(out + k, n - k, ".");
 }
@@ -378,8 +386,8 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         }
         for (int t = 0; t < turns; t++) {
             QA qa;
-            if (!question_random(r, &sc, -1, &qa)) /* "How many shapes" always fits */
-                question_random(r, &sc, Q_COUNT_ALL, &qa);
+            if (!question_random(r, &sc, square, -1, &qa)) /* "How many shapes" always fits */
+                question_random(r, &sc, square, Q_COUNT_ALL, &qa);
             if (first) snprintf(text, sizeof text, "<image>\n%s", qa.q);
             else snprintf(text, sizeof text, "%s", qa.q);
             first = 0;
@@ -419,7 +427,9 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         Scene sc;
         QA qa;
         do scene_random(&rh, cfg->square, &sc);
-        while (!question_random(&rh, &sc, i % Q_N, &qa)); /* every question type equally often */
+        /* every question type equally often */
+        while (!question_random(&rh, &sc, cfg->square, cfg->square ? (int)SQUARE_TYPES[i % N_SQUARE_TYPES] : i % Q_N,
+                                &qa));
         if (write_image(jc, &rh, &sc, cfg->out_dir, name, err, err_len)) {
             fail = 1;
             break;

@@ -4,7 +4,7 @@
 #   scripts/demo.sh [RRFP_MM]        (default build/rrfp-mm; writes demo/ and run/demo/)
 #   DEMO_STEPS=N (train steps, default the recipe's), DEMO_WARMUP=W (default N/10),
 #   DEMO_SAMPLES=S (training records, default 8000), DEMO_HELDOUT=K (held-out questions, default 1200:
-#   200 per question type)
+#   240 per question type)
 #
 # The demo's scenes are square (demo-data --square) so that every image becomes the same 3 x 3 grid of
 # 24-px patches (recipes/demo.ini: patch 24, 9 patches), one patch per cell of the scenes' layout.
