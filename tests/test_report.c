@@ -75,10 +75,17 @@ int main(int argc, char** argv) {
     snprintf(run, sizeof run, "%s/run <&> \"q\"", argv[1]);
     RR_ASSERT(rr_mkdirs(run) == 0);
     ReportConfig c = {.run_dir = run, .questions = 4, .warn = NULL};
+    /* a previous run's files: this run starts from an empty run folder */
+    const char* stale[] = {"metrics.jsonl", "report.html", "recipe.ini", "predictions.jsonl"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", run, stale[i]);
+        remove(path);
+    }
+    snprintf(path, sizeof path, "%s/old.html", argv[1]);
+    remove(path);
 
     /* missing metrics.jsonl: an error naming the file, nothing written */
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
-    remove(path);
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0, "no metrics: must fail");
     CHECK(strstr(err, path) && strstr(err, "No such file"), "error: %s", err);
     snprintf(out, sizeof out, "%s/report.html", run);
