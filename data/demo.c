@@ -384,10 +384,21 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
             add_turn(conv, "gpt", text);
             first = 0;
         }
+        char asked[8][160];
+        int n_asked = 0;
         for (int t = 0; t < turns; t++) {
             QA qa;
-            if (!question_random(r, &sc, square, -1, &qa)) /* "How many shapes" always fits */
-                question_random(r, &sc, square, Q_COUNT_ALL, &qa);
+            /* square scenes: distinct questions in a record, or a repeated one's answer could be copied
+             * from the text instead of read from the image (a few draws, then fewer questions) */
+            int fresh = 0;
+            for (int tries = 0; tries < (square ? 8 : 1) && !fresh; tries++) {
+                if (!question_random(r, &sc, square, -1, &qa)) /* "How many shapes" always fits */
+                    question_random(r, &sc, square, Q_COUNT_ALL, &qa);
+                fresh = 1;
+                for (int i = 0; square && i < n_asked; i++) fresh &= strcmp(asked[i], qa.q) != 0;
+            }
+            if (!fresh) break;
+            if (n_asked < 8) snprintf(asked[n_asked++], sizeof asked[0], "%s", qa.q);
             if (first) snprintf(text, sizeof text, "<image>\n%s", qa.q);
             else snprintf(text, sizeof text, "%s", qa.q);
             first = 0;
