@@ -51,15 +51,20 @@ typedef struct {
     uint8_t bg;
 } Scene;
 
-static void scene_random(Rng* r, Scene* sc) {
-    /* sizes 64x48 .. 320x240 in several aspect ratios (w/h) */
-    static const double ratios[] = {4.0 / 3.0, 3.0 / 4.0, 1.0, 16.0 / 9.0, 2.0, 0.5, 3.0 / 2.0};
-    double ratio = ratios[rng_int(r, 7)];
-    int w = 64 + rng_int(r, 257);
-    int h = (int)lround(w / ratio);
-    if (h < 48) h = 48;
-    if (h > 320) h = 320;
-    sc->w = w, sc->h = h;
+/* square = 1: square scenes of 48..144 px (every one resizes to the same patch grid); 0: sizes
+ * 64x48 .. 320x240 in several aspect ratios (w/h). */
+static void scene_random(Rng* r, int square, Scene* sc) {
+    if (square) {
+        sc->w = sc->h = 48 + rng_int(r, 97);
+    } else {
+        static const double ratios[] = {4.0 / 3.0, 3.0 / 4.0, 1.0, 16.0 / 9.0, 2.0, 0.5, 3.0 / 2.0};
+        double ratio = ratios[rng_int(r, 7)];
+        int w = 64 + rng_int(r, 257);
+        int h = (int)lround(w / ratio);
+        if (h < 48) h = 48;
+        if (h > 320) h = 320;
+        sc->w = w, sc->h = h;
+    }
     sc->n = 1 + rng_int(r, MAX_SHAPES);
     sc->bg = (uint8_t)(70 + rng_int(r, 110));
     int cells[N_CELLS];
@@ -137,9 +142,13 @@ typedef struct {
 /* A random question about the scene whose answer is determined by it; `type` < 0 picks any kind.
  * Returns 0 when a forced type does not fit the scene (e.g. "What colour is the square?" with two
  * squares): the caller draws another scene. */
-static int question_random(Rng* r, const Scene* sc, int type, QA* qa) {
+/* The question types of a data set: square scenes ask no "where" (see demo.h). */
+static const QType SQUARE_TYPES[] = {Q_COLOUR, Q_COUNT_KIND, Q_SHAPE_OF_COLOUR, Q_COUNT_ALL, Q_SIZE};
+enum { N_SQUARE_TYPES = 5 };
+
+static int question_random(Rng* r, const Scene* sc, int square, int type, QA* qa) {
     for (int attempt = 0; attempt < 64; attempt++) {
-        QType t = type >= 0 ? (QType)type : (QType)rng_int(r, Q_N);
+        QType t = type >= 0 ? (QType)type : square ? SQUARE_TYPES[rng_int(r, N_SQUARE_TYPES)] : (QType)rng_int(r, Q_N);
         const Shape* s = &sc->s[rng_int(r, sc->n)];
         qa->type = t;
         switch (t) {
@@ -212,15 +221,28 @@ static cJSON* question_choices(QType t) {
 }
 
 /* "There are two shapes: a small red circle at the top left and a large blue square at the bottom." */
-static void caption(const Scene* sc, char* out, size_t n) {
+/* reading_order = 1 (square scenes) names the shapes row by row (top left first), so the caption is a
+ * function of the image alone, without their places; 0 keeps the order they were drawn in, with places. */
+static void caption(const Scene* sc, int reading_order, char* out, size_t n) {
     size_t k = 0;
+    int order[MAX_SHAPES];
+    for (int i = 0; i < sc->n; i++) order[i] = i;
+    for (int i = 1; i < sc->n && reading_order; i++)
+        for (int j = i; j > 0 && sc->s[order[j - 1]].cell > sc->s[order[j]].cell; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
     k += snprintf(out + k, n - k, sc->n == 1 ? "There is one shape:" : "There are %s shapes:", NUMBER_NAMES[sc->n]);
     for (int i = 0; i < sc->n; i++) {
-        const Shape* s = &sc->s[i];
+        const Shape* s = &sc->s[order[i]];
         const char* sep = i == 0 ? " " : (i == sc->n - 1 ? " and " : ", ");
         const char* at = s->cell == 4 ? "in the" : "at the";
-        k += snprintf(out + k, n - k, "%sa %s %s %s %s %s", sep, s->large ? "large" : "small", COLOUR_NAMES[s->colour],
-                      KIND_NAMES[s->kind], at, CELL_NAMES[s->cell]);
+        if (reading_order) /* square scenes: no place (see demo.h) */
+            k += snprintf(out + k, n - k, "%sa %s %s %s", sep, s->large ? "large" : "small", COLOUR_NAMES[s->colour],
+                          KIND_NAMES[s->kind]);
+        else
+            k += snprintf(out + k, n - k, "%sa %s %s %s %s %s", sep, s->large ? "large" : "small",
+                          COLOUR_NAMES[s->colour], KIND_NAMES[s->kind], at, CELL_NAMES[s->cell]);
     }
     snprintf(out + k, n - k, ".");
 }
@@ -294,13 +316,19 @@ static const char* TEXT_ONLY_Q[] = {"How many sides does a triangle have?", "How
 static const char* TEXT_ONLY_A[] = {"three", "four", "a circle", "green", "orange", "purple"};
 
 /* One training record; images are written as they are made. */
-static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char* err, size_t err_len, int* fail) {
+static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const char* dir, char* err, size_t err_len,
+                            int* fail) {
     char id[32], name[64], name_b[64], text[1024];
     snprintf(id, sizeof id, "train_%05d", idx);
     cJSON* rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "id", id);
     cJSON* conv = cJSON_CreateArray();
     int kind = rng_int(r, 20); /* 0-10 QA, 11-13 caption, 14-15 caption + QA, 16-17 two images, 18-19 text only */
+    if (square) {
+        /* mostly questions about one image (16 in 20), where the supervision per LM token is highest */
+        static const int square_kind[20] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11, 14, 16, 18};
+        kind = square_kind[kind];
+    }
     if (kind >= 18) {
         /* text only: world knowledge, or counting of varied length */
         if (rng_int(r, 2)) {
@@ -317,8 +345,8 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char
         }
     } else if (kind >= 16) {
         Scene a, b;
-        scene_random(r, &a);
-        do scene_random(r, &b);
+        scene_random(r, square, &a);
+        do scene_random(r, square, &b);
         while (b.n == a.n);
         snprintf(name, sizeof name, "%s.jpg", id);
         snprintf(name_b, sizeof name_b, "%s_b.jpg", id);
@@ -340,25 +368,37 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int idx, const char* dir, char
         }
     } else {
         Scene sc;
-        scene_random(r, &sc);
+        scene_random(r, square, &sc);
         snprintf(name, sizeof name, "%s.jpg", id);
         if (write_image(jc, r, &sc, dir, name, err, err_len)) {
             *fail = 1;
             return rec;
         }
         cJSON_AddStringToObject(rec, "image", name);
-        int turns = kind <= 10 ? 1 + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
+        /* square scenes are cheap (few patches): more questions per image, more answers per LM token */
+        int turns = kind <= 10 ? 1 + 2 * square + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
         int first = 1;
         if (kind >= 11) {
             add_turn(conv, "human", rng_int(r, 2) ? "<image>\nDescribe the image." : "Describe this picture.\n<image>");
-            caption(&sc, text, sizeof text);
+            caption(&sc, square, text, sizeof text);
             add_turn(conv, "gpt", text);
             first = 0;
         }
+        char asked[8][160];
+        int n_asked = 0;
         for (int t = 0; t < turns; t++) {
             QA qa;
-            if (!question_random(r, &sc, -1, &qa)) /* "How many shapes" always fits */
-                question_random(r, &sc, Q_COUNT_ALL, &qa);
+            /* square scenes: distinct questions in a record, or a repeated one's answer could be copied
+             * from the text instead of read from the image (a few draws, then fewer questions) */
+            int fresh = 0;
+            for (int tries = 0; tries < (square ? 8 : 1) && !fresh; tries++) {
+                if (!question_random(r, &sc, square, -1, &qa)) /* "How many shapes" always fits */
+                    question_random(r, &sc, square, Q_COUNT_ALL, &qa);
+                fresh = 1;
+                for (int i = 0; square && i < n_asked; i++) fresh &= strcmp(asked[i], qa.q) != 0;
+            }
+            if (!fresh) break;
+            if (n_asked < 8) snprintf(asked[n_asked++], sizeof asked[0], "%s", qa.q);
             if (first) snprintf(text, sizeof text, "<image>\n%s", qa.q);
             else snprintf(text, sizeof text, "%s", qa.q);
             first = 0;
@@ -386,7 +426,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
     /* two independent streams, so the held-out split does not change with --samples */
     Rng rt = {cfg->seed * 0x9E3779B97F4A7C15ull + 1}, rh = {cfg->seed * 0x9E3779B97F4A7C15ull + 0x5bd1e995ull};
     cJSON** train = callocCheck((size_t)cfg->samples, sizeof(cJSON*));
-    for (int i = 0; i < cfg->samples && !fail; i++) train[i] = train_record(jc, &rt, i, cfg->out_dir, err, err_len, &fail);
+    for (int i = 0; i < cfg->samples && !fail; i++) train[i] = train_record(jc, &rt, cfg->square, i, cfg->out_dir, err, err_len, &fail);
 
     int nh = cfg->heldout;
     cJSON** held = callocCheck((size_t)nh + 1, sizeof(cJSON*));
@@ -397,8 +437,10 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         snprintf(name, sizeof name, "%s.jpg", id);
         Scene sc;
         QA qa;
-        do scene_random(&rh, &sc);
-        while (!question_random(&rh, &sc, i % Q_N, &qa)); /* every question type equally often */
+        do scene_random(&rh, cfg->square, &sc);
+        /* every question type equally often */
+        while (!question_random(&rh, &sc, cfg->square, cfg->square ? (int)SQUARE_TYPES[i % N_SQUARE_TYPES] : i % Q_N,
+                                &qa));
         if (write_image(jc, &rh, &sc, cfg->out_dir, name, err, err_len)) {
             fail = 1;
             break;

@@ -26,6 +26,12 @@ typedef struct {
     int samples;   /* training records */
     int heldout;   /* held-out records */
     uint64_t seed;
+    int square;    /* 1: square scenes of 48..144 px, so every image resizes to the same patch grid (with
+                    * patch = side / 3 each layout cell is one patch); 16 in 20 records ask 3-5 questions
+                    * about one image (1 in 20 each: caption, caption + questions, two images, text only);
+                    * captions name the shapes in reading order. No "where" questions and no places in
+                    * captions: the model has no absolute position (2-D RoPE in the ViT and 1-D RoPE in
+                    * the LM are relative), so it cannot learn them (README "Demo") */
 } DemoConfig;
 
 /* Write the demo data set. Returns 0, or -1 with a message naming the file in err. */

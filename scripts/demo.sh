@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# demo.sh — `make demo`: demo data -> tokenizer -> shards -> train recipes/llava.ini -> held-out QA.
+# demo.sh — `make demo`: demo data -> tokenizer -> shards -> train recipes/demo.ini -> held-out QA -> report.
 #
-#   scripts/demo.sh [RRFP_MM]        (default build/rrfp-mm; writes demo/ and run/llava/)
-#   DEMO_STEPS=N (train steps, default the recipe's 200), DEMO_WARMUP=W (default N/10),
-#   DEMO_HELDOUT=K (held-out questions, default 1200: 200 per question type)
+#   scripts/demo.sh [RRFP_MM]        (default build/rrfp-mm; writes demo/ and run/demo/)
+#   DEMO_STEPS=N (train steps, default the recipe's), DEMO_WARMUP=W (default N/10),
+#   DEMO_SAMPLES=S (training records, default 8000), DEMO_HELDOUT=K (held-out questions, default 1200:
+#   240 per question type)
 #
-# Prints the training log (the loss falls), then the held-out accuracy against chance. Everything
-# it makes is under demo/ and run/llava/; a second run reuses demo/ when it is complete.
+# The demo's scenes are square (demo-data --square) so that every image becomes the same 3 x 3 grid of
+# 24-px patches (recipes/demo.ini: patch 24, 9 patches), one patch per cell of the scenes' layout.
+# Prints the training log (the loss falls), then the held-out accuracy per question type against chance
+# and against the blind majority, and ends with the report page's path. Everything it makes is under
+# demo/ and run/demo/; a second run reuses demo/ when it is complete.
 # When this build lacks the data commands (demo-data, pack) it says so and runs the same pipeline
 # on generated data (data.source = synthetic) instead of pretending.
 set -euo pipefail
@@ -14,25 +18,28 @@ EXE=${1:-build/rrfp-mm}
 cd "$(dirname "$0")/.."
 STEPS=${DEMO_STEPS:-}
 HELDOUT=${DEMO_HELDOUT:-1200}
+SAMPLES=${DEMO_SAMPLES:-8000}
+RUN=run/demo
 has() { "$EXE" --help 2>/dev/null | grep -qE "^  $1 "; }
 
 if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
-  if [ "$(cat demo/.complete 2>/dev/null)" != "heldout $HELDOUT" ]; then
+  if [ "$(cat demo/.complete 2>/dev/null)" != "square samples $SAMPLES heldout $HELDOUT" ]; then
     rm -rf demo
     mkdir -p demo
     echo "== demo data"
-    "$EXE" demo-data --out demo/data --heldout "$HELDOUT"
+    "$EXE" demo-data --square --out demo/data --samples "$SAMPLES" --heldout "$HELDOUT"
     echo "== tokenizer (byte-level BPE trained on the demo manifest)"
     # the demo's text has few distinct words: its byte-level BPE runs out of pairs near 450 tokens
     "$EXE" tokenizer train --vocab 448 --manifest demo/data/train.json --out demo/tokenizer.json --quiet
     echo "== pack"
-    "$EXE" pack --manifest demo/data/train.json --images demo/data/images --tokenizer demo/tokenizer.json \
-      --out demo/shards
-    "$EXE" pack --manifest demo/data/heldout.json --images demo/data/images --tokenizer demo/tokenizer.json \
-      --out demo/eval-shards
-    echo "heldout $HELDOUT" >demo/.complete
+    # the patch grid of recipes/demo.ini (patch 24, 9 patches: 72 x 72 px)
+    for s in train:shards heldout:eval-shards; do
+      "$EXE" pack --manifest demo/data/${s%%:*}.json --images demo/data/images --tokenizer demo/tokenizer.json \
+        --out demo/${s#*:} --patch 24 --min-patches 9 --max-patches 9 --quiet
+    done
+    echo "square samples $SAMPLES heldout $HELDOUT" >demo/.complete
   fi
-  RECIPE=recipes/llava.ini
+  RECIPE=recipes/demo.ini
   SETS=()
   MODE=shards
 else
@@ -46,12 +53,12 @@ fi
 [ -n "$STEPS" ] && SETS+=(--set train.steps="$STEPS" --set optim.warmup="${DEMO_WARMUP:-$((STEPS / 10))}")
 
 echo "== train $RECIPE"
-rm -rf run/llava
-"$EXE" train "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava
+rm -rf "$RUN"
+"$EXE" train "$RECIPE" "${SETS[@]}" --set train.run_dir="$RUN"
 echo "== held-out questions"
-"$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir=run/llava --checkpoint latest --samples "$HELDOUT" \
-  --predictions run/llava/predictions.jsonl
-/usr/bin/python3 - run/llava/metrics.jsonl demo/data/eval.jsonl run/llava/predictions.jsonl "$MODE" <<'EOF'
+"$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir="$RUN" --checkpoint latest --samples "$HELDOUT" \
+  --predictions "$RUN/predictions.jsonl"
+/usr/bin/python3 - "$RUN/metrics.jsonl" demo/data/eval.jsonl "$RUN/predictions.jsonl" "$MODE" <<'EOF'
 import collections, json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 if sys.argv[4] == "shards":
@@ -84,3 +91,5 @@ b = sum(r["loss"] for r in rows[-k:]) / k
 print("loss: %.3f (first %d steps) -> %.3f (last %d steps); median %.0f tokens/s" %
       (a, k, b, k, sorted(r["tokens_per_s"] for r in rows)[len(rows) // 2]))
 EOF
+echo "== report"
+"$EXE" report "$RUN"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # deps.sh — install the Debian packages rrfp-mm needs (as root), or print the exact apt-get line.
-# Usage: scripts/deps.sh [--check]     (--check: only report, never install)
+# Usage: scripts/deps.sh [--check] [--with-browser]
+#   --check: only report, never install; --with-browser: also Debian's chromium for the report page's
+#   browser test (make test asks for it, make demo does not). A missing chromium that cannot be
+#   installed here is a note, not a failure: report_browser then skips, saying why.
 set -euo pipefail
 
 PKGS=(
@@ -15,16 +18,33 @@ PKGS=(
   clang libclang-rt-14-dev                # libFuzzer targets
 )
 
+check=0 browser=0
+for a in "$@"; do
+  case "$a" in
+    --check) check=1 ;;
+    --with-browser) browser=1 ;;
+    *) echo "scripts/deps.sh: unknown option '$a' (--check, --with-browser)" >&2; exit 2 ;;
+  esac
+done
+
 missing=()
 # node + npm (Hugging Face tokenizers peer test, tests/node): Debian's nodejs unless a node is present.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if [ "$browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$check" = 0 ] && [ "$(id -u)" = 0 ]; then
+    missing+=(chromium)
+  else
+    echo "rrfp-mm: note: chromium is not installed: the report page's browser test (report_browser) will be" \
+         "skipped; as root: apt-get install -y chromium" >&2
+  fi
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-if [ "${1:-}" = "--check" ] || [ "$(id -u)" != 0 ]; then
+if [ "$check" = 1 ] || [ "$(id -u)" != 0 ]; then
   echo "rrfp-mm: missing Debian packages: ${missing[*]}" >&2
   echo "---> run as root:  apt-get update && apt-get install -y ${missing[*]}" >&2
   exit 1

@@ -268,8 +268,8 @@ static void test_documented(const char* src) {
 /* --dry-run's component counts (recipe_param_counts, from the formulas) add up to the model's own
  * parameter table (model_stage_param_count), exactly, for every shipped recipe. */
 static void test_param_counts(const char* src) {
-    const char* names[] = {"llava.ini", "llava-1.5-7b.ini", "test-synthetic.ini"};
-    for (int i = 0; i < 3; i++) {
+    const char* names[] = {"llava.ini", "llava-1.5-7b.ini", "test-synthetic.ini", "demo.ini"};
+    for (int i = 0; i < 4; i++) {
         char path[1024], err[2048];
         snprintf(path, sizeof path, "%s/recipes/%s", src, names[i]);
         Recipe r;

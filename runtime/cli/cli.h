@@ -20,5 +20,6 @@ int cmd_trace(int argc, char** argv);
 int cmd_demo_data(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
 int cmd_import(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 #endif

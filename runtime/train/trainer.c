@@ -271,6 +271,27 @@ static int trainer_init_from(Trainer* t, char* err, size_t err_len) {
     return 0;
 }
 
+/* RUN_DIR/recipe.ini: the recipe as trained (file + overrides, every key), loadable again; the report
+ * page and a later `rrfp-mm eval` read it. Written atomically at every (re)start. */
+static int trainer_write_recipe(const Trainer* t, char* err, size_t err_len) {
+    char* text = NULL;
+    size_t n = 0;
+    FILE* f = open_memstream(&text, &n);
+    if (!f) {
+        snprintf(err, err_len, "cannot format the recipe: %s", strerror(errno));
+        return -1;
+    }
+    fprintf(f, "; the recipe as trained: %s and its --set overrides, every key (rrfp-mm train)\n", t->r->path);
+    recipe_print(t->r, f);
+    fclose(f);
+    char path[RECIPE_STR + 32];
+    snprintf(path, sizeof path, "%s/recipe.ini", t->run_dir);
+    int rc = rr_write_file_atomic(path, text, n);
+    if (rc != 0) snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+    free(text);
+    return rc;
+}
+
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
     t->lock_fd = -1;
@@ -358,6 +379,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
+    if (!eval_only && t->ex->log_rank && trainer_write_recipe(t, err, err_len) != 0) return -1;
     t->t_begin = rr_now();
     return 0;
 }

@@ -1,0 +1,826 @@
+/* report.c — the HTML report page of a run (see report.h): curves from metrics.jsonl, the recipe, the
+ * pipeline timeline of the last traced step, and held-out questions with their images and answers. */
+#include "runtime/train/report.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "data/image.h"
+#include "data/shard.h"
+#include "engine/util.h"
+#include "runtime/trace/trace.h"
+#include "text/tokenizer.h"
+
+/* ---- a growing text buffer ------------------------------------------------------------------------ */
+
+typedef struct {
+    char* s;
+    size_t n, cap;
+} Html;
+
+static void h_reserve(Html* h, size_t more) {
+    if (h->n + more + 1 <= h->cap) return;
+    size_t cap = h->cap ? h->cap : 4096;
+    while (cap < h->n + more + 1) cap *= 2;
+    h->s = reallocCheck(h->s, cap);
+    h->cap = cap;
+}
+
+static void h_put(Html* h, const char* s, size_t n) {
+    h_reserve(h, n);
+    memcpy(h->s + h->n, s, n);
+    h->n += n;
+    h->s[h->n] = 0;
+}
+
+static void h_printf(Html* h, const char* fmt, ...) RR_PRINTF(2, 3);
+static void h_printf(Html* h, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    h_reserve(h, (size_t)need);
+    va_start(ap, fmt);
+    vsnprintf(h->s + h->n, (size_t)need + 1, fmt, ap);
+    va_end(ap);
+    h->n += (size_t)need;
+}
+
+/* Text as HTML: the five special characters as references; other bytes as they are (UTF-8). */
+static void h_text(Html* h, const char* s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': h_put(h, "&amp;", 5); break;
+        case '<': h_put(h, "&lt;", 4); break;
+        case '>': h_put(h, "&gt;", 4); break;
+        case '"': h_put(h, "&quot;", 6); break;
+        case '\'': h_put(h, "&#39;", 5); break;
+        default: h_put(h, s, 1);
+        }
+    }
+}
+
+char* report_html_escape(const char* s) {
+    Html h = {0};
+    h_reserve(&h, 0);
+    h.s[0] = 0;
+    h_text(&h, s);
+    return h.s;
+}
+
+char* report_base64(const unsigned char* d, size_t n) {
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char* out = mallocCheck(4 * ((n + 2) / 3) + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
+        out[k++] = A[v >> 18 & 63];
+        out[k++] = A[v >> 12 & 63];
+        out[k++] = i + 1 < n ? A[v >> 6 & 63] : '=';
+        out[k++] = i + 2 < n ? A[v & 63] : '=';
+    }
+    out[k] = 0;
+    return out;
+}
+
+static void warnf(const ReportConfig* c, const char* fmt, ...) RR_PRINTF(2, 3);
+static void warnf(const ReportConfig* c, const char* fmt, ...) {
+    if (!c->warn) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(c->warn, "rrfp-mm report: warning: ");
+    vfprintf(c->warn, fmt, ap);
+    fprintf(c->warn, "\n");
+    va_end(ap);
+}
+
+/* ---- metrics.jsonl ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int n;
+    double *step, *loss, *lr, *gnorm, *tps, *bubble, *peak; /* bubble: NAN when absent */
+} Series;
+
+static void series_free(Series* s) {
+    free(s->step), free(s->loss), free(s->lr), free(s->gnorm), free(s->tps), free(s->bubble), free(s->peak);
+}
+
+static double num_field(const cJSON* o, const char* k) {
+    const cJSON* v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static int metrics_read(const char* path, Series* s, char* err, size_t err_len) {
+    memset(s, 0, sizeof *s);
+    size_t len;
+    char* text = rr_read_file(path, &len);
+    if (!text) {
+        snprintf(err, err_len, "%s: %s (RUN_DIR must be a run folder: `rrfp-mm train` writes metrics.jsonl there)",
+                 path, strerror(errno));
+        return -1;
+    }
+    int cap = 0, line = 0, rc = 0;
+    for (char* p = text; p < text + len && rc == 0;) {
+        char* nl = memchr(p, '\n', (size_t)(text + len - p));
+        size_t l = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+        line++;
+        char* next = p + l + (nl ? 1 : 0);
+        int blank = 1;
+        for (size_t i = 0; i < l; i++) blank &= p[i] == ' ' || p[i] == '\t' || p[i] == '\r';
+        if (!blank) {
+            cJSON* o = cJSON_ParseWithLength(p, l);
+            double st = num_field(o, "step"), lo = num_field(o, "loss");
+            if (!cJSON_IsObject(o) || !isfinite(st)) {
+                snprintf(err, err_len, "%s:%d: not a metrics line (a JSON object with \"step\" and \"loss\", as "
+                         "rrfp-mm train writes)", path, line);
+                rc = -1;
+            } else {
+                if (s->n == cap) {
+                    cap = cap ? 2 * cap : 256;
+                    double** cols[] = {&s->step, &s->loss, &s->lr, &s->gnorm, &s->tps, &s->bubble, &s->peak};
+                    for (int k = 0; k < 7; k++) *cols[k] = reallocCheck(*cols[k], sizeof(double) * (size_t)cap);
+                }
+                s->step[s->n] = st;
+                s->loss[s->n] = lo;
+                s->lr[s->n] = num_field(o, "lr");
+                s->gnorm[s->n] = num_field(o, "grad_norm");
+                s->tps[s->n] = num_field(o, "tokens_per_s");
+                s->bubble[s->n] = num_field(o, "bubble");
+                s->peak[s->n] = num_field(o, "peak_mem_mb");
+                s->n++;
+            }
+            cJSON_Delete(o);
+        }
+        p = next;
+    }
+    free(text);
+    if (rc == 0 && s->n == 0) {
+        snprintf(err, err_len, "%s: no steps (the run has not finished a step yet)", path);
+        rc = -1;
+    }
+    if (rc != 0) series_free(s);
+    return rc;
+}
+
+/* ---- curves -------------------------------------------------------------------------------------- */
+
+static double nice_step(double range, int ticks) {
+    double raw = range / ticks, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+/* One line chart (class "curve" path, one point per finite value) of y against x. logy: log10 axis
+ * when every value is positive and they span more than a factor 20. */
+static void chart(Html* h, const char* id, const char* title, const double* x, const double* y, int n, int logy) {
+    const double W = 560, H = 260, L = 64, R = 16, T = 28, B = 36, pw = W - L - R, ph = H - T - B;
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    int finite = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(y[i]) || !isfinite(x[i])) continue;
+        if (y[i] <= 0) logy = 0;
+        finite++;
+    }
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(y[i]) && isfinite(x[i])) lo = fmin(lo, y[i]), hi = fmax(hi, y[i]);
+    if (logy && hi < 20 * lo) logy = 0; /* less than ~1.3 decades: a linear axis reads better */
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(y[i]) || !isfinite(x[i])) continue;
+        double v = logy ? log10(y[i]) : y[i];
+        x0 = fmin(x0, x[i]), x1 = fmax(x1, x[i]), y0 = fmin(y0, v), y1 = fmax(y1, v);
+    }
+    h_printf(h, "<figure class=\"chart\" id=\"%s\"><svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %.0f %.0f\" "
+             "width=\"%.0f\" height=\"%.0f\" role=\"img\"><title>", id, W, H, W, H);
+    h_text(h, title);
+    h_printf(h, "</title><text class=\"ct\" x=\"%.0f\" y=\"18\">", L);
+    h_text(h, title);
+    h_printf(h, "%s</text>\n", logy ? " (log scale)" : "");
+    if (finite == 0) {
+        h_printf(h, "<text x=\"%.0f\" y=\"%.0f\">no finite values</text></svg></figure>\n", L, T + ph / 2);
+        return;
+    }
+    if (x1 <= x0) x1 = x0 + 1;
+    if (y1 <= y0) {
+        double d = fabs(y0) > 0 ? fabs(y0) * 0.05 : 1;
+        y0 -= d, y1 += d;
+    }
+    double pad = (y1 - y0) * 0.04;
+    y0 -= pad, y1 += pad;
+    h_printf(h, "<rect class=\"plot\" x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\"/>\n", L, T, pw, ph);
+    /* y ticks (log: decades and their 2x, 5x) */
+    if (logy) {
+        for (int e = (int)floor(y0) - 1; e <= (int)ceil(y1); e++)
+            for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) {
+                double v = e + log10(m);
+                if (v < y0 || v > y1) continue;
+                double py = T + ph * (1 - (v - y0) / (y1 - y0));
+                h_printf(h, "<line class=\"grid\" x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/><text class=\"yt\" "
+                         "x=\"%.0f\" y=\"%.1f\">%g</text>\n", L, py, L + pw, py, L - 4, py + 4, pow(10, v));
+            }
+    } else {
+        double st = nice_step(y1 - y0, 5);
+        for (double v = ceil(y0 / st) * st; v <= y1; v += st) {
+            double py = T + ph * (1 - (v - y0) / (y1 - y0));
+            h_printf(h, "<line class=\"grid\" x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/><text class=\"yt\" "
+                     "x=\"%.0f\" y=\"%.1f\">%.4g</text>\n", L, py, L + pw, py, L - 4, py + 4, fabs(v) < st * 1e-6 ? 0 : v);
+        }
+    }
+    double sx = nice_step(x1 - x0, 6);
+    for (double v = ceil(x0 / sx) * sx; v <= x1; v += sx) {
+        double px = L + pw * (v - x0) / (x1 - x0);
+        h_printf(h, "<text class=\"xt\" x=\"%.1f\" y=\"%.0f\">%g</text>\n", px, T + ph + 16, v);
+    }
+    h_printf(h, "<text class=\"xt\" x=\"%.0f\" y=\"%.0f\">step</text>\n", L + pw / 2, H - 4);
+    /* the curve: at most ~1200 points (every k-th step and the last) */
+    int k = n > 1200 ? (n + 1199) / 1200 : 1, first = 1;
+    h_printf(h, "<path class=\"curve\" d=\"");
+    for (int i = 0; i < n; i++) {
+        if ((i % k && i != n - 1) || !isfinite(y[i]) || !isfinite(x[i])) continue;
+        double v = logy ? log10(y[i]) : y[i];
+        h_printf(h, "%s%.1f,%.1f", first ? "M" : " L", L + pw * (x[i] - x0) / (x1 - x0),
+                 T + ph * (1 - (v - y0) / (y1 - y0)));
+        first = 0;
+    }
+    h_printf(h, "\"/>\n</svg></figure>\n");
+}
+
+/* ---- recipe.ini ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int n;
+    char (*sec)[64];
+    char (*key)[64];
+    char (*val)[1100];
+} RecipeText;
+
+static const char* recipe_text_get(const RecipeText* r, const char* sec, const char* key) {
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->sec[i], sec) && !strcmp(r->key[i], key)) return r->val[i];
+    return NULL;
+}
+
+static void trim(char* s) {
+    size_t a = 0, b = strlen(s);
+    while (s[a] == ' ' || s[a] == '\t') a++;
+    while (b > a && (s[b - 1] == ' ' || s[b - 1] == '\t' || s[b - 1] == '\r' || s[b - 1] == '\n')) b--;
+    memmove(s, s + a, b - a);
+    s[b - a] = 0;
+}
+
+/* Read "[section]" and "key = value" lines (recipe_print's form). Returns 1 read, 0 absent, -1 damaged. */
+static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t why_len) {
+    memset(r, 0, sizeof *r);
+    FILE* f = fopen(path, "r");
+    if (!f) {
+        int e = errno;
+        snprintf(why, why_len, "%.1800s: %s", path, strerror(e));
+        return e == ENOENT ? 0 : -1;
+    }
+    char line[2048], sec[64] = "";
+    int ln = 0, cap = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        trim(line);
+        if (!line[0] || line[0] == ';' || line[0] == '#') continue;
+        if (line[0] == '[') {
+            char* e = strchr(line, ']');
+            if (!e || e - line - 1 >= (long)sizeof sec) goto bad;
+            *e = 0;
+            snprintf(sec, sizeof sec, "%.63s", line + 1);
+            continue;
+        }
+        char* eq = strchr(line, '=');
+        if (!eq || !sec[0]) goto bad;
+        *eq = 0;
+        if (r->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            r->sec = reallocCheck(r->sec, sizeof *r->sec * (size_t)cap);
+            r->key = reallocCheck(r->key, sizeof *r->key * (size_t)cap);
+            r->val = reallocCheck(r->val, sizeof *r->val * (size_t)cap);
+        }
+        snprintf(r->sec[r->n], sizeof r->sec[0], "%.63s", sec);
+        snprintf(r->key[r->n], sizeof r->key[0], "%.63s", line);
+        snprintf(r->val[r->n], sizeof r->val[0], "%.1099s", eq + 1);
+        trim(r->key[r->n]);
+        trim(r->val[r->n]);
+        r->n++;
+        continue;
+    bad:
+        snprintf(why, why_len, "%.1800s:%d: expected \"[section]\" or \"key = value\"", path, ln);
+        fclose(f);
+        free(r->sec), free(r->key), free(r->val);
+        memset(r, 0, sizeof *r);
+        return -1;
+    }
+    fclose(f);
+    return 1;
+}
+
+static void recipe_text_free(RecipeText* r) { free(r->sec), free(r->key), free(r->val); }
+
+/* ---- traces -------------------------------------------------------------------------------------- */
+
+static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+/* The sorted paths in dir whose names start with prefix and end with suffix (malloc'd, *n set). */
+static char** list_files(const char* dir, const char* prefix, const char* suffix, int* n) {
+    *n = 0;
+    DIR* d = opendir(dir);
+    if (!d) return NULL;
+    char** v = NULL;
+    int cap = 0;
+    size_t lp = strlen(prefix), ls = strlen(suffix);
+    for (struct dirent* de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (l < lp + ls || strncmp(de->d_name, prefix, lp) || strcmp(de->d_name + l - ls, suffix)) continue;
+        if (*n == cap) v = reallocCheck(v, sizeof(char*) * (size_t)(cap = cap ? 2 * cap : 8));
+        size_t pl = strlen(dir) + l + 2;
+        v[*n] = mallocCheck(pl);
+        snprintf(v[*n], pl, "%s/%s", dir, de->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n) qsort(v, (size_t)*n, sizeof(char*), cmp_str);
+    return v;
+}
+
+static void free_list(char** v, int n) {
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* The timeline of the last step in RUN_DIR/trace-rank*.json: a step ends with the optimiser after every
+ * task, so the last step's tasks are those from the last start of rank 0's F of microbatch 0 on. */
+static void section_timeline(Html* h, const ReportConfig* c, const Series* m) {
+    int n;
+    char** files = list_files(c->run_dir, "trace-rank", ".json", &n);
+    h_printf(h, "<section id=\"timeline\"><h2>Pipeline timeline</h2>\n");
+    double bsum = 0;
+    int bn = 0;
+    for (int i = 0; i < m->n; i++)
+        if (isfinite(m->bubble[i])) bsum += m->bubble[i], bn++;
+    if (bn) h_printf(h, "<p>Bubble (metrics.jsonl, mean of %d steps): <b>%.1f%%</b>.</p>\n", bn, 100 * bsum / bn);
+    if (n == 0) {
+        h_printf(h, "<p class=\"note\">No trace in this run folder (pipelined runs write trace-rank*.json with "
+                    "<code>--set runtime.trace=true</code>).</p></section>\n");
+        free_list(files, n);
+        return;
+    }
+    PpTraceSet set = {0};
+    char err[1024];
+    for (int i = 0; i < n; i++)
+        if (pp_trace_load(&set, files[i], err, sizeof err) != 0) {
+            warnf(c, "timeline left out: %s", err);
+            h_printf(h, "<p class=\"note\">Timeline left out: ");
+            h_text(h, err);
+            h_printf(h, "</p></section>\n");
+            pp_trace_set_free(&set);
+            free_list(files, n);
+            return;
+        }
+    double start = -INFINITY;
+    int min_rank = 1 << 30;
+    for (int i = 0; i < set.n; i++) min_rank = set.spans[i].rank < min_rank ? set.spans[i].rank : min_rank;
+    for (int i = 0; i < set.n; i++) {
+        const PpTraceSpan* s = &set.spans[i];
+        if (s->rank == min_rank && s->kind == 'F' && s->mb == 0 && s->chunk == 0 && s->ts > start) start = s->ts;
+    }
+    PpTraceSet last = {0};
+    last.spans = mallocCheck(sizeof(PpTraceSpan) * (size_t)(set.n + 1));
+    for (int i = 0; i < set.n; i++)
+        if (set.spans[i].ts >= start) last.spans[last.n++] = set.spans[i];
+    last.cap = last.n;
+    if (last.n == 0) {
+        h_printf(h, "<p class=\"note\">The traces hold no task spans.</p></section>\n");
+    } else {
+        char title[256];
+        snprintf(title, sizeof title, "last traced step: %d tasks from %d rank file%s", last.n, n, n > 1 ? "s" : "");
+        char* svg = pp_trace_set_svg(&last, title);
+        const char* body = strstr(svg, "<svg");
+        h_printf(h, "<div class=\"timeline\">%s</div>\n", body ? body : svg);
+        free(svg);
+    }
+    h_printf(h, "</section>\n");
+    free(last.spans);
+    pp_trace_set_free(&set);
+    free_list(files, n);
+}
+
+/* ---- held-out questions -------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t index;
+    int correct;
+    int32_t* pred;
+    int n_pred;
+} Prediction;
+
+static void predictions_free(Prediction* p, int n) {
+    for (int i = 0; i < n; i++) free(p[i].pred);
+    free(p);
+}
+
+/* Returns 1 read, 0 absent, -1 damaged (why names the file and line). */
+static int predictions_read(const char* path, Prediction** out, int* n, char* why, size_t why_len) {
+    *out = NULL, *n = 0;
+    size_t len;
+    char* text = rr_read_file(path, &len);
+    if (!text) {
+        int e = errno;
+        snprintf(why, why_len, "%.1800s: %s", path, strerror(e));
+        return e == ENOENT ? 0 : -1;
+    }
+    int cap = 0, line = 0, rc = 1;
+    Prediction* v = NULL;
+    for (char* p = text; p < text + len && rc == 1;) {
+        char* nl = memchr(p, '\n', (size_t)(text + len - p));
+        size_t l = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+        line++;
+        if (l > 0) {
+            cJSON* o = cJSON_ParseWithLength(p, l);
+            const cJSON *si = cJSON_GetObjectItemCaseSensitive(o, "sample_index"),
+                        *co = cJSON_GetObjectItemCaseSensitive(o, "correct"),
+                        *pr = cJSON_GetObjectItemCaseSensitive(o, "predicted");
+            if (!cJSON_IsNumber(si) || si->valuedouble < 0 || !cJSON_IsBool(co) || !cJSON_IsArray(pr)) {
+                snprintf(why, why_len, "%.1800s:%d: expected {\"sample_index\": N, \"correct\": true|false, \"predicted\": "
+                         "[token ids]} (rrfp-mm eval --predictions)", path, line);
+                rc = -1;
+            } else {
+                if (*n == cap) v = reallocCheck(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 256));
+                Prediction* q = &v[(*n)++];
+                q->index = (int64_t)si->valuedouble;
+                q->correct = cJSON_IsTrue(co);
+                q->n_pred = cJSON_GetArraySize(pr);
+                q->pred = mallocCheck(sizeof(int32_t) * (size_t)(q->n_pred + 1));
+                int k = 0;
+                for (const cJSON* it = pr->child; it; it = it->next) q->pred[k++] = cJSON_IsNumber(it) ? it->valueint : -1;
+            }
+            cJSON_Delete(o);
+        }
+        p += l + (nl ? 1 : 0);
+    }
+    free(text);
+    if (rc != 1) {
+        predictions_free(v, *n);
+        *out = NULL, *n = 0;
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+/* The image re-encoded to fit a 128 x 128 box (JPEG quality 85) as a data URI; NULL with why. */
+static char* image_data_uri(JpegCodec* jc, const uint8_t* jpg, size_t n, char* why, size_t why_len) {
+    int w, h;
+    if (jpeg_read_header(jc, jpg, n, &w, &h, why, why_len) != 0) return NULL;
+    const int box = 128;
+    double s = fmin(1.0, fmin((double)box / w, (double)box / h));
+    int ow = (int)lround(w * s), oh = (int)lround(h * s);
+    if (ow < 1) ow = 1;
+    if (oh < 1) oh = 1;
+    int dw, dh;
+    uint8_t* rgb = jpeg_decode_rgb(jc, jpg, n, image_dct_scale(w, h, ow, oh), &dw, &dh, why, why_len);
+    if (!rgb) return NULL;
+    float* f = mallocCheck(sizeof(float) * 3 * (size_t)ow * (size_t)oh);
+    image_resize_bilinear(rgb, dw, dh, f, ow, oh);
+    for (size_t i = 0; i < 3 * (size_t)ow * (size_t)oh; i++) {
+        float v = f[i] + 0.5f;
+        rgb[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    free(f);
+    size_t len;
+    uint8_t* out = jpeg_encode_rgb(jc, rgb, ow, oh, 85, 0, &len);
+    free(rgb);
+    char* b64 = report_base64(out, len);
+    free(out);
+    size_t bl = strlen(b64);
+    char* uri = mallocCheck(bl + 32);
+    memcpy(uri, "data:image/jpeg;base64,", 23);
+    memcpy(uri + 23, b64, bl + 1);
+    free(b64);
+    return uri;
+}
+
+/* Decode ids[a, b) skipping image and end-of-text tokens; trimmed. */
+static char* decode_span(const Tokenizer* tok, const int32_t* ids, int a, int b, int image_id, int eot_id) {
+    int32_t* v = mallocCheck(sizeof(int32_t) * (size_t)(b - a + 1));
+    int k = 0;
+    for (int i = a; i < b; i++)
+        if (ids[i] >= 0 && ids[i] != image_id && ids[i] != eot_id && ids[i] < tokenizer_vocab_size(tok)) v[k++] = ids[i];
+    size_t len;
+    char* s = tokenizer_decode(tok, v, k, &len);
+    free(v);
+    trim(s);
+    return s;
+}
+
+typedef struct {
+    int n;
+    char** paths;
+    Shard* shards;
+    int64_t* base; /* (n+1) first global sample index of each shard, as the loader numbers them */
+} ShardSet;
+
+static void shard_set_close(ShardSet* s) {
+    for (int i = 0; i < s->n; i++) shard_close(&s->shards[i]);
+    free_list(s->paths, s->n);
+    free(s->shards), free(s->base);
+    memset(s, 0, sizeof *s);
+}
+
+/* data.eval_shards: one .rrs file or a folder of them, in name order (the loader's global numbering). */
+static int shard_set_open(const char* path, ShardSet* s, char* why, size_t why_len) {
+    memset(s, 0, sizeof *s);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(why, why_len, "data.eval_shards '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        s->paths = list_files(path, "", ".rrs", &s->n);
+    } else {
+        s->paths = mallocCheck(sizeof(char*));
+        s->paths[0] = strdup(path);
+        s->n = 1;
+    }
+    if (s->n == 0) {
+        snprintf(why, why_len, "data.eval_shards '%s' holds no .rrs shard", path);
+        return -1;
+    }
+    s->shards = callocCheck((size_t)s->n, sizeof(Shard));
+    s->base = callocCheck((size_t)s->n + 1, sizeof(int64_t));
+    for (int i = 0; i < s->n; i++) {
+        if (shard_open(s->paths[i], &s->shards[i], why, why_len) != 0) {
+            for (int j = 0; j < i; j++) shard_close(&s->shards[j]);
+            free_list(s->paths, s->n);
+            free(s->shards), free(s->base);
+            memset(s, 0, sizeof *s);
+            return -1;
+        }
+        s->base[i + 1] = s->base[i] + (int64_t)s->shards[i].n;
+    }
+    return 0;
+}
+
+/* One card: image(s), question, reference and the model's answer. */
+static void card(Html* h, const ReportConfig* c, JpegCodec* jc, const Tokenizer* tok, const ShardSet* ss,
+                 ZSTD_DCtx* dctx, const Prediction* p, int image_id, int eot_id) {
+    char why[1024] = "";
+    int si = -1;
+    for (int i = 0; i < ss->n; i++)
+        if (p->index >= ss->base[i] && p->index < ss->base[i + 1]) si = i;
+    ShardSample smp;
+    memset(&smp, 0, sizeof smp);
+    int ok = si >= 0;
+    if (si < 0) snprintf(why, sizeof why, "sample_index %lld is not in data.eval_shards (%lld samples)",
+                         (long long)p->index, (long long)ss->base[ss->n]);
+    else if (shard_read_sample(&ss->shards[si], (uint64_t)(p->index - ss->base[si]), dctx, &smp, why, sizeof why) != 0) {
+        char w2[1024];
+        snprintf(w2, sizeof w2, "%s sample %lld: %s", ss->paths[si], (long long)(p->index - ss->base[si]), why);
+        snprintf(why, sizeof why, "%s", w2);
+        ok = 0;
+    }
+    h_printf(h, "<div class=\"card %s\" data-sample=\"%lld\">", p->correct ? "right" : "wrong", (long long)p->index);
+    if (!ok) {
+        warnf(c, "held-out sample %lld left out: %s", (long long)p->index, why);
+        h_printf(h, "<p class=\"note\">");
+        h_text(h, why);
+        h_printf(h, "</p></div>\n");
+        return;
+    }
+    for (int k = 0; k < smp.n_images; k++) {
+        char* uri = image_data_uri(jc, smp.jpeg[k], smp.jpeg_len[k], why, sizeof why);
+        if (uri) {
+            h_printf(h, "<img src=\"%s\" alt=\"held-out sample %lld, image %d\">", uri, (long long)p->index, k + 1);
+            free(uri);
+        } else {
+            warnf(c, "held-out sample %lld: image %d: %s", (long long)p->index, k + 1, why);
+            h_printf(h, "<p class=\"note\">image %d: ", k + 1);
+            h_text(h, why);
+            h_printf(h, "</p>");
+        }
+    }
+    /* question: the prompt after the last image up to the first answer token; reference: that answer */
+    int first = -1, q0 = 0;
+    for (int i = 0; i < smp.n_tokens && first < 0; i++) {
+        if (smp.mask[i]) first = i;
+        else if (smp.ids[i] == image_id) q0 = i + 1;
+    }
+    int a1 = first;
+    while (a1 >= 0 && a1 < smp.n_tokens && smp.mask[a1]) a1++;
+    char* q = decode_span(tok, smp.ids, q0, first < 0 ? smp.n_tokens : first, image_id, eot_id);
+    char* ref = first < 0 ? strdup("") : decode_span(tok, smp.ids, first, a1, image_id, eot_id);
+    /* the model's answer: its argmax at each answer position, up to its first end-of-text */
+    int np = 0;
+    while (np < p->n_pred && p->pred[np] != eot_id) np++;
+    char* ans = decode_span(tok, p->pred, 0, np, -2, eot_id);
+    size_t ql = strlen(q);
+    if (ql >= 10 && !strcmp(q + ql - 10, "ASSISTANT:")) q[ql - 10] = 0, trim(q); /* the prompt template's tail */
+    if (!strncmp(q, "USER:", 5)) memmove(q, q + 5, strlen(q + 5) + 1), trim(q);
+    h_printf(h, "<p class=\"q\">");
+    h_text(h, q);
+    h_printf(h, "</p><p class=\"ref\">reference: <b>");
+    h_text(h, ref);
+    h_printf(h, "</b></p><p class=\"ans\">model: <b>");
+    h_text(h, ans[0] ? ans : "(nothing)");
+    h_printf(h, "</b> %s</p></div>\n", p->correct ? "&#10003;" : "&#10007;");
+    free(q), free(ref), free(ans);
+    shard_sample_free(&smp);
+}
+
+static void section_questions(Html* h, const ReportConfig* c, const RecipeText* rt, int have_recipe) {
+    char path[4096], why[2048];
+    if (c->predictions) snprintf(path, sizeof path, "%s", c->predictions);
+    else snprintf(path, sizeof path, "%s/predictions.jsonl", c->run_dir);
+    h_printf(h, "<section id=\"questions\"><h2>Held-out questions</h2>\n");
+    Prediction* pr;
+    int n;
+    int r = predictions_read(path, &pr, &n, why, sizeof why);
+    if (r <= 0) {
+        if (r < 0) warnf(c, "held-out questions left out: %s", why);
+        h_printf(h, "<p class=\"note\">");
+        if (r < 0) h_text(h, why);
+        else h_printf(h, "Not evaluated: no predictions.jsonl (<code>rrfp-mm eval RECIPE --checkpoint latest "
+                         "--predictions RUN_DIR/predictions.jsonl</code> writes it).");
+        h_printf(h, "</p></section>\n");
+        return;
+    }
+    int right = 0;
+    for (int i = 0; i < n; i++) right += pr[i].correct;
+    h_printf(h, "<p class=\"acc\">Greedy exact match on <b>%d</b> held-out questions: <b>%.1f%%</b> (%d right, "
+                "%d wrong).</p>\n", n, n ? 100.0 * right / n : 0.0, right, n - right);
+    const char* source = have_recipe ? recipe_text_get(rt, "data", "source") : NULL;
+    const char* shards = have_recipe ? recipe_text_get(rt, "data", "eval_shards") : NULL;
+    const char* tokp = have_recipe ? recipe_text_get(rt, "data", "tokenizer") : NULL;
+    if (source && !strcmp(source, "synthetic")) {
+        h_printf(h, "<p class=\"note\">Synthetic source: its held-out samples are generated in memory, there are "
+                    "no images or texts to show.</p></section>\n");
+        predictions_free(pr, n);
+        return;
+    }
+    if (!shards || !shards[0] || !tokp || !tokp[0]) {
+        snprintf(why, sizeof why, "%.1800s/recipe.ini %s: the cards need data.eval_shards and data.tokenizer", c->run_dir,
+                 have_recipe ? "does not name them" : "is missing");
+        warnf(c, "held-out question cards left out: %s", why);
+        h_printf(h, "<p class=\"note\">");
+        h_text(h, why);
+        h_printf(h, "</p></section>\n");
+        predictions_free(pr, n);
+        return;
+    }
+    ShardSet ss;
+    Tokenizer* tok = NULL;
+    if (shard_set_open(shards, &ss, why, sizeof why) != 0 || !(tok = tokenizer_load(tokp, why, sizeof why))) {
+        if (!tok && ss.n) shard_set_close(&ss);
+        warnf(c, "held-out question cards left out: %s", why);
+        h_printf(h, "<p class=\"note\">Cards left out: ");
+        h_text(h, why);
+        h_printf(h, "</p></section>\n");
+        predictions_free(pr, n);
+        return;
+    }
+    int image_id = tokenizer_token_id(tok, "<image>"), eot_id = tokenizer_token_id(tok, "<|endoftext|>");
+    /* up to questions/2 right and wrong ones each (the rest from the other kind), spread over the file */
+    int want = c->questions > 0 ? c->questions : 24;
+    int want_w = want / 2 < n - right ? want / 2 : n - right;
+    int want_r = want - want_w < right ? want - want_w : right;
+    if (want_r + want_w < want) want_w = want - want_r < n - right ? want - want_r : n - right;
+    JpegCodec* jc = jpeg_codec_new();
+    ZSTD_DCtx* dctx = ZSTD_createDCtx();
+    for (int kind = 1; kind >= 0; kind--) {
+        int total = kind ? right : n - right, take = kind ? want_r : want_w;
+        h_printf(h, "<h3>%s (%d of %d shown)</h3>\n<div class=\"cards\">\n", kind ? "Right" : "Wrong", take, total);
+        int seen = 0, shown = 0;
+        for (int i = 0; i < n && shown < take; i++) {
+            if (pr[i].correct != kind) continue;
+            /* the k-th shown is the floor(k * total / take)-th of its kind */
+            if (seen++ != (int)((int64_t)shown * total / take)) continue;
+            card(h, c, jc, tok, &ss, dctx, &pr[i], image_id, eot_id);
+            shown++;
+        }
+        h_printf(h, "</div>\n");
+    }
+    ZSTD_freeDCtx(dctx);
+    jpeg_codec_free(jc);
+    tokenizer_free(tok);
+    shard_set_close(&ss);
+    predictions_free(pr, n);
+    h_printf(h, "</section>\n");
+}
+
+/* ---- the page ------------------------------------------------------------------------------------ */
+
+static const char* CSS =
+    "body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1240px}"
+    "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:28px}"
+    "h3{font-size:15px}code{background:#f3f3f3;padding:0 3px}.note{color:#777}"
+    ".summary td,.recipe td{padding:2px 10px 2px 0}.recipe th{text-align:left;padding-top:8px;color:#555}"
+    ".charts{display:flex;flex-wrap:wrap;gap:12px}.chart{margin:0}.chart svg{max-width:100%;height:auto}"
+    ".plot{fill:#fafafa;stroke:#bbb}.grid{stroke:#e4e4e4}.curve{fill:none;stroke:#2f6db5;stroke-width:1.4}"
+    ".ct{font-size:13px;font-weight:600}.yt{font-size:10px;text-anchor:end;fill:#555}"
+    ".xt{font-size:10px;text-anchor:middle;fill:#555}"
+    ".timeline svg{max-width:100%;height:auto;border:1px solid #ddd}"
+    ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{width:200px;border:1px solid #ccc;border-radius:6px;"
+    "padding:8px;font-size:13px}.card.right{border-left:5px solid #3a9a4a}.card.wrong{border-left:5px solid #c8412f}"
+    ".card img{width:128px;image-rendering:pixelated;display:block;margin-bottom:6px}.card p{margin:3px 0}";
+
+int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* err, size_t err_len) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+    Series m;
+    if (metrics_read(path, &m, err, err_len) != 0) return -1;
+    RecipeText rt;
+    char why[2048];
+    snprintf(path, sizeof path, "%s/recipe.ini", c->run_dir);
+    int have_recipe = recipe_text_read(path, &rt, why, sizeof why);
+    if (have_recipe < 0) warnf(c, "recipe left out: %s", why);
+
+    Html h = {0};
+    h_printf(&h, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                 "<meta name=\"viewport\" content=\"width=device-width\"><title>rrfp-mm report: ");
+    h_text(&h, c->run_dir);
+    h_printf(&h, "</title><style>%s</style></head><body>\n<h1>rrfp-mm run <code>", CSS);
+    h_text(&h, c->run_dir);
+    h_printf(&h, "</code></h1>\n");
+
+    /* summary */
+    int k = m.n / 10 > 0 ? m.n / 10 : 1;
+    double a = 0, b = 0;
+    for (int i = 0; i < k; i++) a += m.loss[i], b += m.loss[m.n - k + i];
+    double* t = mallocCheck(sizeof(double) * (size_t)m.n);
+    int nt = 0;
+    double peak = 0;
+    for (int i = 0; i < m.n; i++) {
+        if (isfinite(m.tps[i])) t[nt++] = m.tps[i];
+        if (isfinite(m.peak[i]) && m.peak[i] > peak) peak = m.peak[i];
+    }
+    for (int i = 1; i < nt; i++) /* insertion sort: a median of a few thousand values */
+        for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    h_printf(&h, "<table class=\"summary\"><tr><td>steps</td><td>%g .. %g (%d lines)</td></tr>"
+                 "<tr><td>loss</td><td>%.4f (mean of the first %d steps) &rarr; %.4f (last %d)</td></tr>"
+                 "<tr><td>median throughput</td><td>%.0f tokens/s</td></tr><tr><td>peak memory</td><td>%.1f MiB</td></tr>"
+                 "</table>\n", m.step[0], m.step[m.n - 1], m.n, a / k, k, b / k, k, nt ? t[nt / 2] : 0.0, peak);
+    free(t);
+
+    h_printf(&h, "<section id=\"curves\"><h2>Training curves</h2><div class=\"charts\">\n");
+    chart(&h, "loss", "loss", m.step, m.loss, m.n, 1);
+    chart(&h, "lr", "learning rate", m.step, m.lr, m.n, 0);
+    chart(&h, "grad_norm", "grad norm (before clipping)", m.step, m.gnorm, m.n, 1);
+    chart(&h, "tokens_per_s", "tokens/s", m.step, m.tps, m.n, 0);
+    h_printf(&h, "</div></section>\n");
+
+    section_timeline(&h, c, &m);
+    section_questions(&h, c, &rt, have_recipe > 0);
+
+    h_printf(&h, "<section id=\"recipe\"><h2>Recipe</h2>\n");
+    if (have_recipe > 0) {
+        h_printf(&h, "<table class=\"recipe\">\n");
+        const char* sec = "";
+        for (int i = 0; i < rt.n; i++) {
+            if (strcmp(sec, rt.sec[i])) {
+                h_printf(&h, "<tr><th colspan=\"2\">[");
+                h_text(&h, rt.sec[i]);
+                h_printf(&h, "]</th></tr>\n");
+                sec = rt.sec[i];
+            }
+            h_printf(&h, "<tr><td>");
+            h_text(&h, rt.key[i]);
+            h_printf(&h, "</td><td>");
+            h_text(&h, rt.val[i]);
+            h_printf(&h, "</td></tr>\n");
+        }
+        h_printf(&h, "</table>\n");
+    } else {
+        h_printf(&h, "<p class=\"note\">");
+        h_text(&h, have_recipe < 0 ? why : "No recipe.ini in the run folder (rrfp-mm train writes it at start).");
+        h_printf(&h, "</p>\n");
+    }
+    h_printf(&h, "</section>\n");
+    time_t now = time(NULL);
+    char ts[64];
+    strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+    h_printf(&h, "<p class=\"note\">Written by rrfp-mm report at %s.</p>\n</body></html>\n", ts);
+
+    if (c->out) snprintf(out_path, out_len, "%s", c->out);
+    else snprintf(out_path, out_len, "%s/report.html", c->run_dir);
+    int rc = 0;
+    if (rr_write_file_atomic(out_path, h.s, h.n) != 0) {
+        snprintf(err, err_len, "cannot write '%s': %s", out_path, strerror(errno));
+        rc = -1;
+    }
+    free(h.s);
+    if (have_recipe > 0) recipe_text_free(&rt);
+    series_free(&m);
+    return rc;
+}
