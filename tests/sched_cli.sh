@@ -150,6 +150,9 @@ expect 1 'neg.json: traceEvents\[[0-9]+\] = .*a finite "dur" >= 0' -- "$BIN" tra
 expect 1 'durations sim cannot use: .*latency' -- "$BIN" trace "$T/rt.json" --durations "$T/big-d.json" --latency 1e307
 [ -e "$T/big-d.json" ] && fail "trace --durations wrote a file sim rejects"
 expect 2 'latency needs a number' -- "$BIN" trace "$T/rt.json" --durations "$T/x.json" --latency inf
+# a folder where a file is expected: say what was expected (not "Is a directory")
+expect 1 'is a directory, expected a duration file' -- "$BIN" sim --durations "$T" --mode ready --hint 1f1b
+expect 1 'is a directory, expected a Chrome trace' -- "$BIN" trace "$T" --svg "$T/dir.svg"
 
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "sched_cli: all checks passed"

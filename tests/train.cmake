@@ -74,13 +74,13 @@ endforeach()
 
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
-foreach(mode single second mpi)
+foreach(mode single second mpi mpirun)
   add_test(NAME train_signal_${mode}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train signal ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_signal.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_signal_${mode} ${mode})
   set_tests_properties(train_signal_${mode} PROPERTIES TIMEOUT 300)
 endforeach()
-set_tests_properties(train_signal_mpi PROPERTIES LABELS mpi)
+set_tests_properties(train_signal_mpi train_signal_mpirun PROPERTIES LABELS mpi)
 
 # eval under other packing settings than the checkpoint's (it never seeks the training loader).
 add_test(NAME train_eval_packing

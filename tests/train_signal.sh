@@ -5,6 +5,9 @@
 #            continues the uninterrupted run's losses bit for bit (metrics.jsonl loss_hex)
 #   mpi      mpirun -np 2, parallel.pp = 2, SIGTERM to every rank (at slightly different instants): both
 #            stop at the same step end, one checkpoint; resume under mpirun continues bit for bit
+#   mpirun   the same, but SIGTERM to mpirun itself (as a scheduler preempting the job does): mpirun
+#            passes it to the ranks, which stop at one step end and checkpoint; mpirun's own exit code is
+#            non-zero (Open MPI reports the ranks' exit as 1)
 #   second   SIGTERM, then SIGINT 2.5 s later: exit 130 at once (a repeat within 2 s counts once: under
 #            mpirun the scheduler's SIGTERM and mpirun's forwarded copy arrive together)
 # Usage: train_signal.sh RRFP_MM RECIPE WORKDIR MODE
@@ -19,7 +22,7 @@ PP=()
 NEED=3
 # second: steps of many microbatches (seconds each), so both signals land inside one step
 if [ "$MODE" = second ]; then COMMON+=(--set data.microbatches=160); NEED=1; fi
-if [ "$MODE" = mpi ]; then PRE=(timeout 300 $MPI -np 2); PP=(--set parallel.pp=2 --set parallel.mode=ready --set parallel.hint=1f1b); fi
+if [ "$MODE" = mpi ] || [ "$MODE" = mpirun ]; then PRE=(timeout 300 $MPI -np 2); PP=(--set parallel.pp=2 --set parallel.mode=ready --set parallel.hint=1f1b); fi
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
 "${PRE[@]}" "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "${COMMON[@]}" "${PP[@]}" >"$W/out.txt" 2>&1 &
 JOB=$!
@@ -36,6 +39,11 @@ mpi)
   done
   [ "$(echo $RANKS | wc -w)" -eq 2 ] || fail "ranks not found: '$RANKS'"
   for p in $RANKS; do kill -TERM "$p"; sleep 0.2; done ;;
+mpirun)
+  M=$(pgrep -x mpirun -P "$(pgrep -x timeout -P "$JOB" || echo "$JOB")" || true)
+  [ -z "$M" ] && M=$(pgrep -f -- "mpirun .*--set train.run_dir=$W/run " | head -1)
+  [ -n "$M" ] || fail "mpirun not found"
+  kill -TERM "$M" ;;
 esac
 wait "$JOB"; RC=$?
 echo "exit $RC"
@@ -45,7 +53,11 @@ if [ "$MODE" = second ]; then
   grep -q "stopped by a signal" "$W/out.txt" && fail "the second signal waited for a checkpoint"
   echo "train signal $MODE: ok"; exit 0
 fi
-[ "$RC" -eq 143 ] || fail "exit $RC after SIGTERM, expected 143"
+if [ "$MODE" = mpirun ]; then
+  [ "$RC" -ne 0 ] || fail "exit 0 after SIGTERM to mpirun"
+else
+  [ "$RC" -eq 143 ] || fail "exit $RC after SIGTERM, expected 143"
+fi
 K=$(sed -n 's/^stopped by a signal after step \([0-9]*\) of .*/\1/p' "$W/out.txt")
 [ -n "$K" ] || fail "no 'stopped by a signal after step K' line"
 D="$W/run/checkpoints/step-$(printf %08d "$K")"

@@ -190,7 +190,9 @@ int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen
     size_t size;
     char* text = rr_read_file(path, &size);
     if (!text) {
-        snprintf(err, errlen, "cannot read duration file '%s': %s", path, strerror(errno));
+        char why[128];
+        snprintf(err, errlen, "cannot read duration file '%s': %s", path,
+                 rr_read_file_why(errno, "a duration file (JSON, DESIGN.md section 6)", why, sizeof why));
         memset(d, 0, sizeof *d);
         return -1;
     }

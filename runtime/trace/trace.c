@@ -181,7 +181,9 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     size_t size;
     char* text = rr_read_file(path, &size);
     if (!text) {
-        snprintf(err, errlen, "cannot read trace '%s': %s", path, strerror(errno));
+        char why[128];
+        snprintf(err, errlen, "cannot read trace '%s': %s", path,
+                 rr_read_file_why(errno, "a Chrome trace JSON file (RUN_DIR/trace-rank*.json)", why, sizeof why));
         return -1;
     }
     cJSON* root = cJSON_ParseWithLength(text, size);
