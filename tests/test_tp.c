@@ -372,7 +372,7 @@ static float lm_maxabs(const float* a, size_t n) {
 static void test_lm(void) {
     uint64_t s = 777;
 #define RND() (s = s * 6364136223846793005ull + 1442695040888963407ull, (float)((double)(s >> 11) / 9007199254740992.0 - 0.5))
-    LmConfig c = {.D = LD, .L = 2, .H = LH, .F = LF, .V = 40, .init_std = 0.02f};
+    LmConfig c = {.D = LD, .L = 2, .H = LH, .F = LF, .V = 40, .init_std = 0.02f, .rms_eps = 1e-5, .rope_base = 10000.0};
     /* whole weights (norms near 1) */
     float n1[LD], n2[LD], q[LD * LD], k[LD * LD], v[LD * LD], o[LD * LD], gt[LF * LD], up[LF * LD], dn[LD * LF];
     for (int i = 0; i < LD; i++) n1[i] = 1.0f + 0.2f * RND(), n2[i] = 1.0f + 0.2f * RND();
