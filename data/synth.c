@@ -211,7 +211,8 @@ static int syn_seek(BatchSource* src, const char* json, char* err, size_t err_le
     return 0;
 }
 
-static int64_t syn_skipped(BatchSource* src) {
+/* skipped samples and decoded JPEGs: none (generated samples cannot be damaged, pixels are made) */
+static int64_t syn_none(BatchSource* src) {
     (void)src;
     return 0;
 }
@@ -251,8 +252,8 @@ int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* r, int voc
     src->next = syn_next_plan;
     src->position = syn_position;
     src->seek = syn_seek;
-    src->skipped = syn_skipped;
-    src->images_decoded = syn_skipped; /* generated pixels: nothing is decoded */
+    src->skipped = syn_none;
+    src->images_decoded = syn_none;
     src->free = syn_free;
     return 0;
 }

@@ -17,16 +17,7 @@
 #include "engine/engine.h"
 #include "engine/params.h"
 
-static int n_fail = 0;
-#define CHECK(cond, ...)                                                                                   \
-    do {                                                                                                   \
-        if (!(cond)) {                                                                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
-            printf(__VA_ARGS__);                                                                           \
-            printf("\n");                                                                                  \
-            n_fail++;                                                                                      \
-        }                                                                                                  \
-    } while (0)
+#include "check.h"
 
 /* Known-answer vectors from Random123's kat_vectors (philox4x32 10 rounds). */
 static void test_philox(void) {
@@ -420,6 +411,6 @@ int main(int argc, char** argv) {
         fprintf(stderr, "test_engine: unknown test '%s'\n", what);
         return 2;
     }
-    if (n_fail) printf("%d checks failed\n", n_fail);
-    return n_fail ? 1 : 0;
+    if (check_failures) printf("%d checks failed\n", check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -576,8 +576,12 @@ static void test_bad(const char* what) {
         mb.img_lm_start[1] = 4;
     }
     stage_acts_init(&a, &st, max_T, max_Np, 0);
-    float ls;
-    stage_forward(&st, &a, &mb, NULL, NULL, &ls);
+    /* what every caller of stage_forward runs first (step executors, eval): refused with a message */
+    char err[1024];
+    if (stage_check_microbatch(&st, &a, &mb, err, sizeof err) != 0) {
+        fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        exit(1);
+    }
     printf("bad %s: the microbatch was accepted\n", what);
     exit(1 + 2); /* neither success nor the expected exit 1 */
 }

@@ -11,16 +11,7 @@
 #include "runtime/train/recipe.h"
 #include "runtime/train/trainer.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 static const char* work;
 
@@ -298,7 +289,7 @@ int main(int argc, char** argv) {
     test_shipped(argv[1]);
     test_documented(argv[1]);
     test_param_counts(argv[1]);
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("recipe tests: ok\n");
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

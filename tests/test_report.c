@@ -12,16 +12,7 @@
 #include "engine/util.h"
 #include "runtime/train/report.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 static void write_file(const char* path, const char* text) {
     FILE* f = fopenCheck(path, "w");
@@ -161,7 +152,7 @@ int main(int argc, char** argv) {
     free(page);
     CHECK(leftovers(argv[1]) == 0 && leftovers(run) == 0, "no temporary left behind");
 
-    if (failures) fprintf(stderr, "report: %d failure(s)\n", failures);
+    if (check_failures) fprintf(stderr, "report: %d failure(s)\n", check_failures);
     else printf("report: ok\n");
-    return failures ? 1 : 0;
+    return check_failures ? 1 : 0;
 }

@@ -15,18 +15,8 @@
 #include "runtime/sim/sim.h"
 #include "runtime/trace/trace.h"
 
-static int g_fail = 0, g_checks = 0;
 
-#define CHECK(cond, ...)                                                \
-    do {                                                                \
-        g_checks++;                                                     \
-        if (!(cond)) {                                                  \
-            g_fail++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                               \
-            fputc('\n', stderr);                                        \
-        }                                                               \
-    } while (0)
+#include "check.h"
 
 /* ---- helpers ------------------------------------------------------------------------------------ */
 
@@ -793,10 +783,10 @@ int main(int argc, char** argv) {
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         if (argc > 1 && !strstr(cases[i].name, argv[1])) continue;
-        int before = g_fail;
+        int before = check_failures;
         cases[i].fn();
-        printf("%s %s\n", g_fail == before ? "ok  " : "FAIL", cases[i].name);
+        printf("%s %s\n", check_failures == before ? "ok  " : "FAIL", cases[i].name);
     }
-    printf("%d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failed\n", check_count, check_failures);
+    return check_failures ? 1 : 0;
 }

@@ -30,16 +30,7 @@
 #include "text/lm.h"
 #include "vision/vision.h"
 
-static int fails = 0;
-#define CHECK(c, ...)                                                                                                  \
-    do {                                                                                                               \
-        if (!(c)) {                                                                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                      \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fputc('\n', stderr);                                                                                       \
-            fails++;                                                                                                   \
-        }                                                                                                              \
-    } while (0)
+#include "check.h"
 
 /* A small model whose every split dimension divides by 4. */
 static ModelConfig small_config(void) {
@@ -760,8 +751,8 @@ int main(int argc, char** argv) {
     if (all || !strcmp(which, "vit")) test_vit();
     if (all || !strcmp(which, "proj")) test_proj();
     if (all || !strcmp(which, "embed")) test_embed();
-    if (fails) {
-        fprintf(stderr, "test_tp %s: %d failure(s)\n", which, fails);
+    if (check_failures) {
+        fprintf(stderr, "test_tp %s: %d failure(s)\n", which, check_failures);
         return 1;
     }
     printf("test_tp %s: ok\n", which);

@@ -55,6 +55,19 @@ static void train_catch_signals(void) {
 /* ------------------------------------------------------------------------------------------------
  * the command */
 
+/* The recipe file with its --set overrides, validated; NULL after printing the error (a usage error). */
+static Recipe* recipe_from_args(const char* path, const char** sets, int n_sets) {
+    Recipe* r = mallocCheck(sizeof(Recipe));
+    char err[2048];
+    int rc = recipe_load(r, path, err, sizeof err);
+    for (int i = 0; rc == 0 && i < n_sets; i++) rc = recipe_set(r, sets[i], err, sizeof err);
+    if (rc == 0) rc = recipe_validate(r, err, sizeof err);
+    if (rc == 0) return r;
+    fprintf(stderr, "rrfp-mm: error: %s\n", err);
+    free(r);
+    return NULL;
+}
+
 static void train_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm train RECIPE.ini [--set section.key=value ...] [--resume DIR] [--dry-run]\n"
@@ -152,17 +165,11 @@ int cmd_train(int argc, char** argv) {
         free(sets);
         return 2;
     }
-    Recipe* r = mallocCheck(sizeof(Recipe));
-    char err[2048];
-    int rc = recipe_load(r, recipe_path, err, sizeof err);
-    for (int i = 0; rc == 0 && i < n_sets; i++) rc = recipe_set(r, sets[i], err, sizeof err);
-    if (rc == 0) rc = recipe_validate(r, err, sizeof err);
+    Recipe* r = recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
-    if (rc != 0) {
-        fprintf(stderr, "rrfp-mm: error: %s\n", err);
-        free(r);
-        return 2;
-    }
+    if (!r) return 2;
+    char err[2048];
+    int rc;
     if (print_recipe) {
         recipe_print(r, stdout);
         free(r);
@@ -271,17 +278,11 @@ int cmd_eval(int argc, char** argv) {
         free(sets);
         return 2;
     }
-    Recipe* r = mallocCheck(sizeof(Recipe));
-    char err[2048];
-    int rc = recipe_load(r, recipe_path, err, sizeof err);
-    for (int i = 0; rc == 0 && i < n_sets; i++) rc = recipe_set(r, sets[i], err, sizeof err);
-    if (rc == 0) rc = recipe_validate(r, err, sizeof err);
+    Recipe* r = recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
-    if (rc != 0) {
-        fprintf(stderr, "rrfp-mm: error: %s\n", err);
-        free(r);
-        return 2;
-    }
+    if (!r) return 2;
+    char err[2048];
+    int rc;
     snprintf(r->resume, sizeof r->resume, "%s", ckpt);
     Comm* self = comm_self();
     trainer_set_threads(guard_threads(r, self));

@@ -173,7 +173,8 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
 /* The stage's parameter values (grads = 0) or gradients (grads = 1), every tensor by name. */
 /* Check a microbatch against the stage (ids, targets, positions, images, patches) and the capacity of
  * `a` (made for this stage). Returns 0, or -1 with a message naming the sample and what is wrong: a loader
- * bug or a damaged shard must not turn into a silent wrong step. stage_forward asserts it. */
+ * bug or a damaged shard must not turn into a silent wrong step. Callers of stage_forward run it once
+ * per microbatch (stage_forward itself only asserts the capacity). */
 int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, char* err, size_t err_len);
 
 int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len);
