@@ -23,6 +23,12 @@ int precision_parse(const char* name, Precision* p) {
     return 0;
 }
 
+Backend backend_on_stream(const Backend* be, void* stream) {
+    Backend b = *be;
+    b.stream = stream;
+    return b;
+}
+
 const Backend* backend_with_precision(const Backend* be, Precision p) {
     if (p == PRECISION_BF16) {
         RR_ASSERT(be->bf16_variant && "every backend table names its bf16 variant");

@@ -40,7 +40,7 @@ static float* ck_host_view(const ParamTable* pt, const float* block, size_t n, i
     if (!block) return NULL;
     if (ck_on_host(pt)) return (float*)block;
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
-    pt->be->copy_d2h(h, block, n * sizeof(float));
+    pt->be->copy_d2h(pt->be, h, block, n * sizeof(float));
     *owned = 1;
     return h;
 }
@@ -327,7 +327,7 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
         if (rc == 0) rc = ck_check_loaded(&f[k], name, h + s->offset, s->numel, !strcmp(prefix, "v."), err, err_len);
     }
     if (owned) {
-        if (rc == 0) pt->be->copy_h2d(block, h, n * sizeof(float));
+        if (rc == 0) pt->be->copy_h2d(pt->be, block, h, n * sizeof(float));
         free(h);
     }
     return rc;
@@ -532,7 +532,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     float* host = NULL;
     if (load && !ck_on_host(pt)) {
         host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
-        pt->be->copy_d2h(host, pt->data, pt->total * sizeof(float));
+        pt->be->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
     }
     float* h = load ? (host ? host : pt->data) : NULL;
     const char** loaded = callocCheck((size_t)pt->n + 1, sizeof(char*));
@@ -564,7 +564,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
         loaded[n_loaded++] = s->name;
         values += (double)s->numel;
     }
-    if (rc == 0 && load && host) pt->be->copy_h2d(pt->data, host, pt->total * sizeof(float));
+    if (rc == 0 && load && host) pt->be->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
     if (rc == 0 && report) {
         int n_ck = 0;
         for (int k = 0; k < nf; k++) n_ck += f[k].n;

@@ -76,67 +76,72 @@ typedef struct Backend {
     /* memory */
     void* (*alloc)(size_t bytes);
     void (*free)(void* p);
-    void (*memset0)(void* p, size_t bytes);
-    void (*copy_h2d)(void* dst, const void* src, size_t bytes);
-    void (*copy_d2h)(void* dst, const void* src, size_t bytes);
-    void (*copy_d2d)(void* dst, const void* src, size_t bytes);
-    void (*synchronize)(void);
+    void (*memset0)(const struct Backend* be, void* p, size_t bytes);
+    void (*copy_h2d)(const struct Backend* be, void* dst, const void* src, size_t bytes);
+    void (*copy_d2h)(const struct Backend* be, void* dst, const void* src, size_t bytes);
+    void (*copy_d2d)(const struct Backend* be, void* dst, const void* src, size_t bytes);
+    void (*synchronize)(const struct Backend* be);
+    /* Streams (DESIGN.md section 3): a new stream, ordered independently of the compute stream (a
+     * cudaStream_t on CUDA; NULL on the CPU, whose ops all run in call order), and its release. A table
+     * bound to it with backend_on_stream runs its ops there: the communication streams of a stage. */
+    void* (*stream_create)(void);
+    void (*stream_destroy)(void* stream);
 
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
-    void (*linear_forward)(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+    void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                            int OC);
     /* dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout.
      * Any of dinp / dweight / dbias may be NULL. */
-    void (*linear_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int N, int C, int OC);
 
     /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
-    void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+    void (*layernorm_forward)(const struct Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int N, int C);
-    void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C);
 
     /* RMSNorm over C: out = x / sqrt(mean(x^2) + eps) * w (eps: model.rms_eps, 1e-5 by default). rstd: (N)
      * saved; the backward needs only rstd. */
-    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-    void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void (*rmsnorm_forward)(const struct Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                              const float* rstd, int N, int C);
 
     /* GELU, tanh approximation, elementwise over n values. In place allowed (out == inp). */
-    void (*gelu_forward)(float* out, const float* inp, size_t n);
-    void (*gelu_backward)(float* dinp, const float* dout, const float* inp, size_t n);
+    void (*gelu_forward)(const struct Backend* be, float* out, const float* inp, size_t n);
+    void (*gelu_backward)(const struct Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
 
     /* SwiGLU: out = silu(gate) * up, elementwise over n. */
-    void (*swiglu_forward)(float* out, const float* gate, const float* up, size_t n);
-    void (*swiglu_backward)(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+    void (*swiglu_forward)(const struct Backend* be, float* out, const float* gate, const float* up, size_t n);
+    void (*swiglu_backward)(const struct Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                             size_t n);
 
     /* Residual add: out = a + b (in place allowed). */
-    void (*add_forward)(float* out, const float* a, const float* b, size_t n);
+    void (*add_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
 
     /* 1-D RoPE (NeoX rotate-half) applied to N rows of H heads of dim d, row stride `ld` floats
      * (head h of row i starts at x + i*ld + h*d). Position of row i: pos[i]. In place.
      * Backward applies the inverse rotation to the gradient, in place (RoPE is linear and
      * orthogonal, so nothing needs saving). */
     /* freq_j = theta^(-2j/d) (theta: model.rope_base, 10000 by default). */
-    void (*rope_forward)(float* x, const int* pos, int N, int H, int d, int ld, double theta);
-    void (*rope_backward)(float* dx, const int* pos, int N, int H, int d, int ld, double theta);
+    void (*rope_forward)(const struct Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+    void (*rope_backward)(const struct Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta);
     /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
      * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
-    void (*rope2d_forward)(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-    void (*rope2d_backward)(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+    void (*rope2d_forward)(const struct Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+    void (*rope2d_backward)(const struct Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
     /* out (N, C) = table[ids[n]]; dtable (V, C) += scatter of dout. */
-    void (*embedding_forward)(float* out, const int* ids, const float* table, int N, int C);
-    void (*embedding_backward)(float* dtable, const float* dout, const int* ids, int N, int C);
+    void (*embedding_forward)(const struct Backend* be, float* out, const int* ids, const float* table, int N, int C);
+    void (*embedding_backward)(const struct Backend* be, float* dtable, const float* dout, const int* ids, int N, int C);
 
     /* Cross-entropy with ignore index -100, SUM reduction.
      * forward: *loss_sum (one float, host or device per backend) = sum over n with targets[n] != -100
      *          of (lse[n] - logits[n, targets[n]]); lse (N) saved.
      * backward: dlogits (N, V) += scale * (softmax(logits) - onehot(target)) for supervised rows
      *          (rows with target -100 get nothing). `scale` is 1 / (supervised targets in the step). */
-    void (*crossentropy_forward)(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
-    void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse, const int* targets,
+    void (*crossentropy_forward)(const struct Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
+    void (*crossentropy_backward)(const struct Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
                                   float scale, int N, int V);
 
     /* Attention over S packed sequences (cu_seqlens), H heads of dim d.
@@ -146,9 +151,9 @@ typedef struct Backend {
      * Never materialises more than a block of the T x T score matrix (online softmax); backward
      * recomputes scores from q, k and lse.
      * backward: dq, dk, dv (same stride ld_qkv) += gradients. */
-    void (*attention_forward)(float* out, float* lse, const float* q, const float* k, const float* v,
+    void (*attention_forward)(const struct Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                               const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
-    void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const float* out,
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                const float* lse, const float* q, const float* k, const float* v,
                                const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
 
@@ -162,24 +167,34 @@ typedef struct Backend {
      * order (its bits are those of the trainer before this op existed); the GPU adds each thread's
      * strided values in order and the 256 thread sums in a fixed pairwise tree, so CPU and GPU agree
      * to double round-off (~n * 1e-16 relative), not bitwise. */
-    double (*sum_squares)(const float* x, size_t n);
+    double (*sum_squares)(const struct Backend* be, const float* x, size_t n);
     /* x *= s, elementwise over n values (gradient clipping). */
-    void (*scale)(float* x, float s, size_t n);
+    void (*scale)(const struct Backend* be, float* x, float s, size_t n);
     /* One AdamW update of n parameters at optimiser step t (1-based), as torch.optim.AdamW (formula in
      * engine/adamw.c): param, m, v updated in place from grad. `decay` selects decoupled weight decay
      * (2-D weights only). `cfg` is a host pointer (the one exception to "pointers live in the
      * backend's memory"): the hyper-parameters, not data. The per-element math is
      * rr_adamw_element (kernel_math.h) on both backends. */
-    void (*adamw_update)(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+    void (*adamw_update)(const struct Backend* be, float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                          int decay);
 
     /* out[i] = inp[i] rounded to bf16 (nearest, ties to even: rr_f32_to_bf16), held in an f32 word;
      * in place allowed. Refreshes the ParamTable's bf16 compute copy after each optimiser step. */
-    void (*round_bf16)(float* out, const float* inp, size_t n);
+    void (*round_bf16)(const struct Backend* be, float* out, const float* inp, size_t n);
     /* The same device's table that computes in bf16 (its own bf16_variant is itself). */
     const struct Backend* bf16_variant;
     Precision precision;
+    /* The context the ops run on. Every op above takes the table it was called through as its first
+     * argument (`be->linear_forward(be, ...)`), so a table bound to another stream runs the same ops
+     * there: on CUDA a cudaStream_t (NULL: the backend's compute stream), ordered with the other ops
+     * of that stream only; the CPU backend runs every op in call order and ignores it. The static
+     * tables have NULL; backend_on_stream makes a bound copy. */
+    void* stream;
 } Backend;
+
+/* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
+ * backend's compute stream). */
+Backend backend_on_stream(const Backend* be, void* stream);
 
 extern const Backend backend_cpu;
 extern const Backend backend_cpu_bf16; /* engine/cpu/bf16.c: the CPU ops with the bf16 rounding points */

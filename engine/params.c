@@ -90,7 +90,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     size_t bytes = pt->total * sizeof(float), gbytes = pt->gtotal * sizeof(float);
     pt->data = be->alloc(bytes);
     pt->grad = be->alloc(gbytes ? gbytes : sizeof(float));
-    be->memset0(pt->grad, gbytes);
+    be->memset0(be, pt->grad, gbytes);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -99,7 +99,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             float* h = mallocCheck(s->numel * sizeof(float));
             init_normal_slice(h, s->name, s->ndim, s->slice.gshape, s->slice.dim, s->slice.n, s->slice.off,
                               s->slice.len, seed, s->init_std);
-            be->copy_h2d(pt->data + s->offset, h, s->numel * sizeof(float));
+            be->copy_h2d(be, pt->data + s->offset, h, s->numel * sizeof(float));
             free(h);
             continue;
         }
@@ -112,17 +112,17 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
                 break;
             case PARAM_INIT_ZEROS: memset(chunk, 0, n * sizeof(float)); break;
             }
-            be->copy_h2d(pt->data + s->offset + done, chunk, n * sizeof(float));
+            be->copy_h2d(be, pt->data + s->offset + done, chunk, n * sizeof(float));
         }
     }
     free(chunk);
     if (be->precision == PRECISION_BF16) pt->compute = be->alloc(bytes);
     params_refresh_compute(pt);
-    be->synchronize();
+    be->synchronize(be);
 }
 
 void params_refresh_compute(ParamTable* pt) {
-    if (pt->compute) pt->be->round_bf16(pt->compute, pt->data, pt->total);
+    if (pt->compute) pt->be->round_bf16(pt->be, pt->compute, pt->data, pt->total);
 }
 
 float* params_weights(const ParamTable* pt, int i) {
@@ -135,8 +135,8 @@ void params_alloc_optimizer(ParamTable* pt) {
     size_t bytes = pt->gtotal * sizeof(float);
     pt->m = pt->be->alloc(bytes ? bytes : sizeof(float));
     pt->v = pt->be->alloc(bytes ? bytes : sizeof(float));
-    pt->be->memset0(pt->m, bytes);
-    pt->be->memset0(pt->v, bytes);
+    pt->be->memset0(pt->be, pt->m, bytes);
+    pt->be->memset0(pt->be, pt->v, bytes);
 }
 
 int params_find(const ParamTable* pt, const char* name) {
@@ -155,7 +155,7 @@ float* params_grad(const ParamTable* pt, int i) {
     return pt->specs[i].frozen ? NULL : pt->grad + pt->specs[i].goff;
 }
 
-void params_zero_grad(ParamTable* pt) { pt->be->memset0(pt->grad, pt->gtotal * sizeof(float)); }
+void params_zero_grad(ParamTable* pt) { pt->be->memset0(pt->be, pt->grad, pt->gtotal * sizeof(float)); }
 
 void params_free(ParamTable* pt) {
     if (pt->be) {

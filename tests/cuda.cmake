@@ -74,6 +74,13 @@ set_tests_properties(cuda_ops_emu_strict PROPERTIES TIMEOUT 300
 # backend_cpu_bf16, strict (two thread orders, -0.0 guards); tolerances in tests/test_cuda_ops.c (cmp)
 add_test(NAME cuda_ops_emu_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16)
 set_tests_properties(cuda_ops_emu_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+# every op through a table bound to a second stream (the ops take their table, DESIGN.md section 3):
+# the emulation fails any work that lands on another stream; both precisions
+add_test(NAME cuda_ops_emu_stream COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --stream)
+add_test(NAME cuda_ops_emu_stream_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16 --stream)
+set_tests_properties(cuda_ops_emu_stream cuda_ops_emu_stream_bf16 PROPERTIES TIMEOUT 300)
+add_test(NAME cuda_ops_gpu_stream COMMAND test_cuda_ops --stream)
+set_tests_properties(cuda_ops_gpu_stream PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME cuda_ops_gpu_bf16 COMMAND test_cuda_ops --bf16)
 set_tests_properties(cuda_ops_gpu_bf16 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words

@@ -259,7 +259,7 @@ static int run_case(const AttnCase* tc) {
     float* lse = malloc(n_lse * sizeof(float));
     double* out_ref = calloc(n_out, sizeof(double));
     double* lse_ref = calloc(n_lse, sizeof(double));
-    cpu_attention_forward(out, lse, q, k, v, cu, S, T, H, d, L.ld, tc->causal);
+    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu, S, T, H, d, L.ld, tc->causal);
     double* R = malloc(n_out * sizeof(double));
     float* Rf = malloc(n_out * sizeof(float));
     for (size_t i = 0; i < n_out; i++) Rf[i] = rng_sym(1.0f), R[i] = Rf[i];
@@ -278,7 +278,7 @@ static int run_case(const AttnCase* tc) {
     float* g = malloc(L.n * sizeof(float));
     for (size_t i = 0; i < L.n; i++) g0[i] = layout_is_pad(&L, i) ? 12345.0f : rng_sym(1.0f);
     memcpy(g, g0, L.n * sizeof(float));
-    cpu_attention_backward(g + L.off[0], g + L.off[1], g + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld,
+    cpu_attention_backward(&backend_cpu, g + L.off[0], g + L.off[1], g + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld,
                            tc->causal);
     int pad_touched = 0;
     for (size_t i = 0; i < L.n; i++)
@@ -329,8 +329,8 @@ static int run_case(const AttnCase* tc) {
     double e_split = 0;
     if (tc->flags & CASE_SPLIT) {
         float* gs = calloc(L.n, sizeof(float));
-        cpu_attention_backward(gs + L.off[0], NULL, NULL, Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld, tc->causal);
-        cpu_attention_backward(NULL, gs + L.off[1], gs + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld,
+        cpu_attention_backward(&backend_cpu, gs + L.off[0], NULL, NULL, Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld, tc->causal);
+        cpu_attention_backward(&backend_cpu, NULL, gs + L.off[1], gs + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld,
                                tc->causal);
         double gmax = max_abs_d(g_ref, L.n);
         for (size_t i = 0; i < L.n; i++) {
@@ -380,17 +380,17 @@ static int run_long(int causal) {
 
     /* warm-up on a smaller packing: OpenMP threads and BLIS pools exist before the measurement */
     int cu_w[2] = {0, 256};
-    cpu_attention_forward(out, lse, q, k, v, cu_w, 1, 256, H, d, L.ld, causal);
-    cpu_attention_backward(g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu_w, 1, 256, H, d, L.ld, causal);
+    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu_w, 1, 256, H, d, L.ld, causal);
+    cpu_attention_backward(&backend_cpu, g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu_w, 1, 256, H, d, L.ld, causal);
     memset(g, 0, L.n * sizeof(float));
     memset(out, 0, (size_t)T * Hd * sizeof(float)), memset(lse, 0, (size_t)T * H * sizeof(float));
 
     int reset = rss_peak_reset();
     long rss0 = reset ? proc_status_kib("VmRSS") : proc_status_kib("VmHWM");
     double t0 = rr_now();
-    cpu_attention_forward(out, lse, q, k, v, cu, 1, T, H, d, L.ld, causal);
+    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu, 1, T, H, d, L.ld, causal);
     double t1 = rr_now();
-    cpu_attention_backward(g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu, 1, T, H, d, L.ld, causal);
+    cpu_attention_backward(&backend_cpu, g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu, 1, T, H, d, L.ld, causal);
     double t2 = rr_now();
     long rss_growth = proc_status_kib("VmHWM") - rss0;
     if (rss0 < 0) rss_growth = 1L << 40; /* no /proc: fail loudly rather than pass unchecked */

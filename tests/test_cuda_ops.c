@@ -41,6 +41,7 @@ extern "C" {
 #endif
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 void emu_stats_print(void);
+void emu_require_stream(void* stream); /* cudaStream_t: see tests/cuda_emu/cuda_emu.h */
 #ifdef __cplusplus
 }
 #endif
@@ -182,12 +183,12 @@ static float* hcopy(const float* x, size_t n) {
 /* device copy of n floats / ints */
 static float* up(const float* h, size_t n) {
     float* d = cu->alloc((n ? n : 1) * sizeof(float));
-    cu->copy_h2d(d, h, n * sizeof(float));
+    cu->copy_h2d(cu, d, h, n * sizeof(float));
     return d;
 }
 static int* upi(const int* h, size_t n) {
     int* d = cu->alloc((n ? n : 1) * sizeof(int));
-    cu->copy_h2d(d, h, n * sizeof(int));
+    cu->copy_h2d(cu, d, h, n * sizeof(int));
     return d;
 }
 
@@ -216,7 +217,7 @@ static void bf16_check_rows(const char* what, const float* got, size_t N, size_t
 
 static void cmp(const char* what, const float* dev, const float* ref, size_t n, double tol) {
     float* got = mallocCheck((n ? n : 1) * sizeof(float));
-    cu->copy_d2h(got, dev, n * sizeof(float));
+    cu->copy_d2h(cu, got, dev, n * sizeof(float));
     int rounded = bf16_pass && !strcmp(what, "out"); /* RoPE's rows have untouched padding: run_rope checks */
     if (bf16_pass && (rounded || !strcmp(what, "forward") || !strcmp(what, "backward"))) tol += BF16_FLIP;
     if (rounded) bf16_check_rows(what, got, 1, n, n);
@@ -242,16 +243,16 @@ static void run_linear(const OpCase* tc) {
     float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
     float *x_d = up(x, nin), *w_d = up(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
-    refb->linear_forward(out, x, w, bias ? b : NULL, N, C, OC);
-    cu->linear_forward(out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
+    refb->linear_forward(refb, out, x, w, bias ? b : NULL, N, C, OC);
+    cu->linear_forward(cu, out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
     double tol = (tc->flags & CASE_BIG) ? TOL_GEMM_BIG : TOL_GEMM;
     cmp("out", out_d, out, nout, tol);
-    refb->linear_backward(dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
+    refb->linear_backward(refb, dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
     if (tc->flags & CASE_SPLIT) {
-        cu->linear_backward(dx_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-        cu->linear_backward(NULL, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
+        cu->linear_backward(cu, dx_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+        cu->linear_backward(cu, NULL, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
     } else {
-        cu->linear_backward(dx_d, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
+        cu->linear_backward(cu, dx_d, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
     }
     cmp("dinp", dx_d, dx, nin, tol);
     cmp("dweight", dw_d, dw, nw, tol);
@@ -271,34 +272,34 @@ static void run_norm(const OpCase* tc) {
     float *x_d = up(x, n), *w_d = up(w, C), *b_d = up(b, C), *dy_d = up(dy, n), *out_d = up(out, n);
     float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = up(dx, n), *dw_d = up(dw, C), *db_d = up(db, C);
     if (ln) {
-        refb->layernorm_forward(out, mean, rstd, x, w, b, N, C);
-        cu->layernorm_forward(out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
+        refb->layernorm_forward(refb, out, mean, rstd, x, w, b, N, C);
+        cu->layernorm_forward(cu, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
         cmp("mean", mean_d, mean, N, TOL_ROW);
     } else {
-        refb->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5);
-        cu->rmsnorm_forward(out_d, rstd_d, x_d, w_d, N, C, 1e-5);
+        refb->rmsnorm_forward(refb, out, rstd, x, w, N, C, 1e-5);
+        cu->rmsnorm_forward(cu, out_d, rstd_d, x_d, w_d, N, C, 1e-5);
     }
     cmp("out", out_d, out, n, TOL_ROW);
     cmp("rstd", rstd_d, rstd, N, TOL_ROW);
     /* both backwards from the CPU's statistics, so only the backward is compared */
-    cu->copy_h2d(mean_d, mean, N * sizeof(float));
-    cu->copy_h2d(rstd_d, rstd, N * sizeof(float));
+    cu->copy_h2d(cu, mean_d, mean, N * sizeof(float));
+    cu->copy_h2d(cu, rstd_d, rstd, N * sizeof(float));
     if (ln) {
-        refb->layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+        refb->layernorm_backward(refb, dx, dw, db, dy, x, w, mean, rstd, N, C);
         if (split) {
-            cu->layernorm_backward(dx_d, NULL, NULL, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
-            cu->layernorm_backward(NULL, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->layernorm_backward(cu, dx_d, NULL, NULL, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->layernorm_backward(cu, NULL, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
         } else {
-            cu->layernorm_backward(dx_d, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
         }
         cmp("dbias", db_d, db, C, TOL_BWD);
     } else {
-        refb->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+        refb->rmsnorm_backward(refb, dx, dw, dy, x, w, rstd, N, C);
         if (split) {
-            cu->rmsnorm_backward(dx_d, NULL, dy_d, x_d, w_d, rstd_d, N, C);
-            cu->rmsnorm_backward(NULL, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->rmsnorm_backward(cu, dx_d, NULL, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->rmsnorm_backward(cu, NULL, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
         } else {
-            cu->rmsnorm_backward(dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->rmsnorm_backward(cu, dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
         }
     }
     cmp("dinp", dx_d, dx, n, TOL_BWD);
@@ -316,30 +317,30 @@ static void run_elementwise(const OpCase* tc) {
     float *a_d = up(a, n), *b_d = up(b, n), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n), *db_d = up(db, n);
     float* ref_in = hcopy(a, n); /* the input before an in-place forward overwrote it */
     if (tc->op == OP_GELU) {
-        refb->gelu_forward(inplace ? a : out, a, n);
-        cu->gelu_forward(inplace ? a_d : out_d, a_d, n);
+        refb->gelu_forward(refb, inplace ? a : out, a, n);
+        cu->gelu_forward(cu, inplace ? a_d : out_d, a_d, n);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
         if (!inplace) {
-            refb->gelu_backward(da, dy, ref_in, n);
-            cu->gelu_backward(da_d, dy_d, a_d, n);
+            refb->gelu_backward(refb, da, dy, ref_in, n);
+            cu->gelu_backward(cu, da_d, dy_d, a_d, n);
             cmp("dinp", da_d, da, n, TOL_ELEM);
         }
     } else if (tc->op == OP_SWIGLU) {
-        refb->swiglu_forward(out, a, b, n);
-        cu->swiglu_forward(out_d, a_d, b_d, n);
+        refb->swiglu_forward(refb, out, a, b, n);
+        cu->swiglu_forward(cu, out_d, a_d, b_d, n);
         cmp("out", out_d, out, n, TOL_ELEM);
-        refb->swiglu_backward(da, db, dy, a, b, n);
+        refb->swiglu_backward(refb, da, db, dy, a, b, n);
         if (split) {
-            cu->swiglu_backward(da_d, NULL, dy_d, a_d, b_d, n);
-            cu->swiglu_backward(NULL, db_d, dy_d, a_d, b_d, n);
+            cu->swiglu_backward(cu, da_d, NULL, dy_d, a_d, b_d, n);
+            cu->swiglu_backward(cu, NULL, db_d, dy_d, a_d, b_d, n);
         } else {
-            cu->swiglu_backward(da_d, db_d, dy_d, a_d, b_d, n);
+            cu->swiglu_backward(cu, da_d, db_d, dy_d, a_d, b_d, n);
         }
         cmp("dgate", da_d, da, n, TOL_ELEM);
         cmp("dup", db_d, db, n, TOL_ELEM);
     } else {
-        refb->add_forward(inplace ? a : out, a, b, n);
-        cu->add_forward(inplace ? a_d : out_d, a_d, b_d, n);
+        refb->add_forward(refb, inplace ? a : out, a, b, n);
+        cu->add_forward(cu, inplace ? a_d : out_d, a_d, b_d, n);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
     }
     free(a), free(b), free(dy), free(out), free(da), free(db), free(ref_in);
@@ -350,7 +351,7 @@ static void run_elementwise(const OpCase* tc) {
 static void rope_check_bf16(const float* x_d, int N, int W, int ld) {
     if (!bf16_pass || N == 0) return;
     float* h = mallocCheck((size_t)N * ld * sizeof(float));
-    cu->copy_d2h(h, x_d, (size_t)N * ld * sizeof(float));
+    cu->copy_d2h(cu, h, x_d, (size_t)N * ld * sizeof(float));
     bf16_check_rows("forward", h, (size_t)N, (size_t)W, (size_t)ld);
     free(h);
 }
@@ -364,20 +365,20 @@ static void run_rope(const OpCase* tc) {
     float* x_d = up(x, n);
     int* pos_d = upi(pos, 2 * (size_t)N);
     if (tc->op == OP_ROPE) {
-        refb->rope_forward(x, pos, N, H, d, ld, 10000.0);
-        cu->rope_forward(x_d, pos_d, N, H, d, ld, 10000.0);
+        refb->rope_forward(refb, x, pos, N, H, d, ld, 10000.0);
+        cu->rope_forward(cu, x_d, pos_d, N, H, d, ld, 10000.0);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
-        refb->rope_backward(x, pos, N, H, d, ld, 10000.0);
-        cu->rope_backward(x_d, pos_d, N, H, d, ld, 10000.0);
+        refb->rope_backward(refb, x, pos, N, H, d, ld, 10000.0);
+        cu->rope_backward(cu, x_d, pos_d, N, H, d, ld, 10000.0);
         cmp("backward", x_d, x, n, TOL_ROPE);
     } else {
-        refb->rope2d_forward(x, pos, pos + N, N, H, d, ld);
-        cu->rope2d_forward(x_d, pos_d, pos_d + N, N, H, d, ld);
+        refb->rope2d_forward(refb, x, pos, pos + N, N, H, d, ld);
+        cu->rope2d_forward(cu, x_d, pos_d, pos_d + N, N, H, d, ld);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
-        refb->rope2d_backward(x, pos, pos + N, N, H, d, ld);
-        cu->rope2d_backward(x_d, pos_d, pos_d + N, N, H, d, ld);
+        refb->rope2d_backward(refb, x, pos, pos + N, N, H, d, ld);
+        cu->rope2d_backward(cu, x_d, pos_d, pos_d + N, N, H, d, ld);
         cmp("backward", x_d, x, n, TOL_ROPE);
     }
     free(pos), free(x);
@@ -392,11 +393,11 @@ static void run_embedding(const OpCase* tc) {
     float *table = hrand(nt, 1), *dy = hrand(n, 1), *out = hrand(n, 1), *dt = hrand(nt, 1);
     float *table_d = up(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
     int* ids_d = upi(ids, N);
-    refb->embedding_forward(out, ids, table, N, C);
-    cu->embedding_forward(out_d, ids_d, table_d, N, C);
+    refb->embedding_forward(refb, out, ids, table, N, C);
+    cu->embedding_forward(cu, out_d, ids_d, table_d, N, C);
     cmp("out", out_d, out, n, 0.0);
-    refb->embedding_backward(dt, dy, ids, N, C);
-    cu->embedding_backward(dt_d, dy_d, ids_d, N, C);
+    refb->embedding_backward(refb, dt, dy, ids, N, C);
+    cu->embedding_backward(cu, dt_d, dy_d, ids_d, N, C);
     cmp("dtable", dt_d, dt, nt, TOL_EMB_BWD);
     free(ids), free(table), free(dy), free(out), free(dt);
     cu->free(table_d), cu->free(dy_d), cu->free(out_d), cu->free(dt_d), cu->free(ids_d);
@@ -410,13 +411,13 @@ static void run_ce(const OpCase* tc) {
     float *z = hrand(n, 4), *lse = hrand(N, 1), *dz = hrand(n, 1), loss = 0.0f;
     float *z_d = up(z, n), *lse_d = up(lse, N), *dz_d = up(dz, n), *loss_d = up(&loss, 1);
     int* t_d = upi(t, N);
-    refb->crossentropy_forward(&loss, lse, z, t, N, V);
-    cu->crossentropy_forward(loss_d, lse_d, z_d, t_d, N, V);
+    refb->crossentropy_forward(refb, &loss, lse, z, t, N, V);
+    cu->crossentropy_forward(cu, loss_d, lse_d, z_d, t_d, N, V);
     cmp("loss_sum", loss_d, &loss, 1, TOL_ROW);
     cmp("lse", lse_d, lse, N, TOL_ROW);
-    cu->copy_h2d(lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
-    refb->crossentropy_backward(dz, z, lse, t, 1.0f / 9.0f, N, V);
-    cu->crossentropy_backward(dz_d, z_d, lse_d, t_d, 1.0f / 9.0f, N, V);
+    cu->copy_h2d(cu, lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
+    refb->crossentropy_backward(refb, dz, z, lse, t, 1.0f / 9.0f, N, V);
+    cu->crossentropy_backward(cu, dz_d, z_d, lse_d, t_d, 1.0f / 9.0f, N, V);
     cmp("dlogits", dz_d, dz, n, TOL_BWD);
     free(t), free(z), free(lse), free(dz);
     cu->free(z_d), cu->free(lse_d), cu->free(dz_d), cu->free(loss_d), cu->free(t_d);
@@ -434,22 +435,22 @@ static void run_attention(const OpCase* tc) {
     float* dqkv_d = up(dqkv, nqkv);
     int* cu_d = upi(cu_seqlens, S + 1);
     int hd = H * d;
-    refb->attention_forward(out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
-    cu->attention_forward(out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
+    refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
+    cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
     cmp("out", out_d, out, nout, TOL_ATT);
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
     /* the backward from the CPU's out and lse */
-    cu->copy_h2d(out_d, out, nout * sizeof(float));
-    cu->copy_h2d(lse_d, lse, nlse * sizeof(float));
-    refb->attention_backward(dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
+    cu->copy_h2d(cu, out_d, out, nout * sizeof(float));
+    cu->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
+    refb->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
                            H, d, ld, causal);
     if (tc->flags & CASE_SPLIT) {
-        cu->attention_backward(dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H,
+        cu->attention_backward(cu, dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H,
                                d, ld, causal);
-        cu->attention_backward(NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd,
+        cu->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd,
                                cu_d, S, T, H, d, ld, causal);
     } else {
-        cu->attention_backward(dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd,
+        cu->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd,
                                qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
     }
     cmp("dqkv", dqkv_d, dqkv, nqkv, TOL_ATT);
@@ -462,8 +463,8 @@ static void run_sumsq(const OpCase* tc) {
     size_t n = (size_t)tc->N;
     float* x = hrand(n, 3);
     float* x_d = up(x, n);
-    double want = refb->sum_squares(x, n);
-    double got = cu->sum_squares(x_d, n), again = cu->sum_squares(x_d, n);
+    double want = refb->sum_squares(refb, x, n);
+    double got = cu->sum_squares(cu, x_d, n), again = cu->sum_squares(cu, x_d, n);
     double e = want > 0 ? fabs(got - want) / want : fabs(got);
     double tol = n > 1 ? 2.0 * (double)(n - 1) * 0x1p-53 : 0.0;
     int ok = e <= tol;
@@ -481,8 +482,8 @@ static void run_scale(const OpCase* tc) {
     size_t n = (size_t)tc->N;
     float* x = hrand(n, 5);
     float* x_d = up(x, n);
-    refb->scale(x, 0.2718281f, n);
-    cu->scale(x_d, 0.2718281f, n);
+    refb->scale(refb, x, 0.2718281f, n);
+    cu->scale(cu, x_d, 0.2718281f, n);
     cmp("x", x_d, x, n, TOL_SCALE);
     free(x);
     cu->free(x_d);
@@ -500,8 +501,8 @@ static void run_adamw(const OpCase* tc) {
         float* g = hrand(n, t == 2 ? 1e-4f : 2.0f); /* small and large gradients */
         float* g_d = up(g, n);
         cfg.lr = 1e-3f * (float)t;
-        refb->adamw_update(p, g, m, v, n, &cfg, t, decay);
-        cu->adamw_update(p_d, g_d, m_d, v_d, n, &cfg, t, decay);
+        refb->adamw_update(refb, p, g, m, v, n, &cfg, t, decay);
+        cu->adamw_update(cu, p_d, g_d, m_d, v_d, n, &cfg, t, decay);
         free(g);
         cu->free(g_d);
     }
@@ -523,12 +524,12 @@ static void run_bad_input(const char* what) {
     float* out_d = up(z, (size_t)N * C);
     if (!strcmp(what, "--bad-target")) {
         int* t_d = upi(t, N);
-        cu->crossentropy_forward(loss_d, lse_d, z_d, t_d, N, V);
+        cu->crossentropy_forward(cu, loss_d, lse_d, z_d, t_d, N, V);
     } else {
         int* ids_d = upi(ids, N);
-        cu->embedding_forward(out_d, ids_d, tab_d, N, C);
+        cu->embedding_forward(cu, out_d, ids_d, tab_d, N, C);
     }
-    cu->synchronize();
+    cu->synchronize(cu);
     printf("test_cuda_ops: FAIL: %s was not reported\n", what);
 }
 
@@ -594,7 +595,26 @@ int main(int argc, char** argv) {
         refb = &backend_cpu_bf16;
         argc--, argv++;
     }
-    printf("test_cuda_ops: backend %s, precision %s\n", cu->name, precision_name(cu->precision));
+    /* --stream: the whole matrix through a table bound to a second stream (backend_on_stream): every
+     * op must run where its table says. The emulation fails any launch, copy, memset, synchronize or
+     * cuBLAS(Lt) call that lands on another stream, naming it; a device checks the results there. */
+    static Backend bound;
+    void* stream = NULL;
+    if (argc > 1 && !strcmp(argv[1], "--stream")) {
+        stream = cu->stream_create();
+        if (!stream) {
+            printf("test_cuda_ops: FAIL: stream_create returned NULL on the CUDA backend\n");
+            return 1;
+        }
+        bound = backend_on_stream(cu, stream);
+        cu = &bound;
+#ifdef RR_CUDA_EMU
+        emu_require_stream(stream);
+#endif
+        argc--, argv++;
+    }
+    printf("test_cuda_ops: backend %s, precision %s%s\n", cu->name, precision_name(cu->precision),
+           stream ? ", on a second stream" : "");
     if (argc > 1 && !strncmp(argv[1], "--bad-", 6)) {
         run_bad_input(argv[1]);
         return 2;
@@ -623,7 +643,8 @@ int main(int argc, char** argv) {
         case OP_ADAMW: run_adamw(tc); break;
         }
     }
-    cu->synchronize();
+    cu->synchronize(cu);
+    if (stream) cu->stream_destroy(stream);
 #ifdef RR_CUDA_EMU
     emu_stats_print();
 #endif

@@ -209,7 +209,7 @@ static void freeze_adamw(ParamTable* pt, const ParamTable* fz, int t) {
         const ParamSpec* s = &pt->specs[i];
         float* g = params_grad(pt, i);
         for (size_t k = 0; k < s->numel; k++) g[k] *= clip;
-        backend_cpu.adamw_update(params_data(pt, i), g, pt->m + s->goff, pt->v + s->goff, s->numel, &cfg, t, s->decay);
+        backend_cpu.adamw_update(&backend_cpu, params_data(pt, i), g, pt->m + s->goff, pt->v + s->goff, s->numel, &cfg, t, s->decay);
     }
 }
 
@@ -468,7 +468,7 @@ static double table_rel_err(const ParamTable* pt, const float* a, const float* b
 
 static float* table_host(const ParamTable* pt, int grads) {
     float* h = mallocCheck(pt->total * sizeof(float));
-    pt->be->copy_d2h(h, grads ? pt->grad : pt->data, pt->total * sizeof(float));
+    pt->be->copy_d2h(pt->be, h, grads ? pt->grad : pt->data, pt->total * sizeof(float));
     return h;
 }
 

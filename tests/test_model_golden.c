@@ -55,7 +55,7 @@ static void case_vit(const char* dir) {
     size_t ND = (size_t)mb.Np * vc.D;
     float* dvout = mallocCheck(ND * sizeof(float));
     for (size_t k = 0; k < ND; k++) dvout[k] = 2.0f * tm_uniform(&rng) - 1.0f;
-    be->copy_h2d(a.dvout, dvout, ND * sizeof(float));
+    be->copy_h2d(be, a.dvout, dvout, ND * sizeof(float));
     vit_backward(be, &vc, &w, &g, &a);
 
     char path[1024], err[512];

@@ -300,37 +300,37 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
     int N = tc->N, C = tc->C, OC = tc->OC;
     size_t NC = (size_t)N * C;
     switch (tc->op) {
-    case OP_LINEAR: be->linear_forward(out, in[0], in[1], p->n_in == 3 ? in[2] : NULL, N, C, OC); break;
-    case OP_LAYERNORM: be->layernorm_forward(out, out + NC, out + NC + N, in[0], in[1], in[2], N, C); break;
-    case OP_RMSNORM: be->rmsnorm_forward(out, out + NC, in[0], in[1], N, C, 1e-5); break;
+    case OP_LINEAR: be->linear_forward(be, out, in[0], in[1], p->n_in == 3 ? in[2] : NULL, N, C, OC); break;
+    case OP_LAYERNORM: be->layernorm_forward(be, out, out + NC, out + NC + N, in[0], in[1], in[2], N, C); break;
+    case OP_RMSNORM: be->rmsnorm_forward(be, out, out + NC, in[0], in[1], N, C, 1e-5); break;
     case OP_GELU:
         if (tc->flags & CASE_INPLACE) {
             float* buf = malloc(NC * sizeof(float));
             memcpy(buf, in[0], NC * sizeof(float));
-            be->gelu_forward(buf, buf, NC);
+            be->gelu_forward(be, buf, buf, NC);
             memcpy(out, buf, NC * sizeof(float));
             free(buf);
         } else {
-            be->gelu_forward(out, in[0], NC);
+            be->gelu_forward(be, out, in[0], NC);
         }
         break;
-    case OP_SWIGLU: be->swiglu_forward(out, in[0], in[1], NC); break;
+    case OP_SWIGLU: be->swiglu_forward(be, out, in[0], in[1], NC); break;
     case OP_ADD:
         if (tc->flags & CASE_INPLACE) { /* x += f(x) */
             memcpy(out, in[0], NC * sizeof(float));
-            be->add_forward(out, out, in[1], NC);
+            be->add_forward(be, out, out, in[1], NC);
         } else {
-            be->add_forward(out, in[0], in[1], NC);
+            be->add_forward(be, out, in[0], in[1], NC);
         }
         break;
     case OP_ROPE:
     case OP_ROPE2D:
         memcpy(out, in[0], p->out_size * sizeof(float));
-        if (tc->op == OP_ROPE) be->rope_forward(out, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
-        else be->rope2d_forward(out, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
+        if (tc->op == OP_ROPE) be->rope_forward(be, out, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
+        else be->rope2d_forward(be, out, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
         break;
-    case OP_EMBEDDING: be->embedding_forward(out, p->ints, in[0], N, C); break;
-    case OP_CE: be->crossentropy_forward(out, out + 1, in[0], p->ints, N, C); break;
+    case OP_EMBEDDING: be->embedding_forward(be, out, p->ints, in[0], N, C); break;
+    case OP_CE: be->crossentropy_forward(be, out, out + 1, in[0], p->ints, N, C); break;
     }
 }
 
@@ -342,33 +342,33 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
     run_forward(tc, p, in, out);
     switch (tc->op) {
     case OP_LINEAR:
-        be->linear_backward(grad[0], grad[1], p->n_in == 3 ? grad[2] : NULL, R, in[0], in[1], N, C, OC);
+        be->linear_backward(be, grad[0], grad[1], p->n_in == 3 ? grad[2] : NULL, R, in[0], in[1], N, C, OC);
         break;
     case OP_LAYERNORM:
-        be->layernorm_backward(grad[0], grad[1], grad[2], R, in[0], in[1], out + NC, out + NC + N, N, C);
+        be->layernorm_backward(be, grad[0], grad[1], grad[2], R, in[0], in[1], out + NC, out + NC + N, N, C);
         break;
-    case OP_RMSNORM: be->rmsnorm_backward(grad[0], grad[1], R, in[0], in[1], out + NC, N, C); break;
+    case OP_RMSNORM: be->rmsnorm_backward(be, grad[0], grad[1], R, in[0], in[1], out + NC, N, C); break;
     case OP_GELU:
-        if (grad[0]) be->gelu_backward(grad[0], R, in[0], NC);
+        if (grad[0]) be->gelu_backward(be, grad[0], R, in[0], NC);
         break;
-    case OP_SWIGLU: be->swiglu_backward(grad[0], grad[1], R, in[0], in[1], NC); break;
+    case OP_SWIGLU: be->swiglu_backward(be, grad[0], grad[1], R, in[0], in[1], NC); break;
     case OP_ADD: RR_ASSERT(0 && "add has no backward"); break;
     case OP_ROPE:
     case OP_ROPE2D:
         if (grad[0]) { /* RoPE's backward transforms in place; the model then adds or uses it */
             float* g = malloc(p->out_size * sizeof(float));
             memcpy(g, R, p->out_size * sizeof(float));
-            if (tc->op == OP_ROPE) be->rope_backward(g, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
-            else be->rope2d_backward(g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
+            if (tc->op == OP_ROPE) be->rope_backward(be, g, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
+            else be->rope2d_backward(be, g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
             for (size_t i = 0; i < p->out_size; i++) grad[0][i] += g[i];
             free(g);
         }
         break;
     case OP_EMBEDDING:
-        if (grad[0]) be->embedding_backward(grad[0], R, p->ints, N, C);
+        if (grad[0]) be->embedding_backward(be, grad[0], R, p->ints, N, C);
         break;
     case OP_CE: /* loss = R[0] * loss_sum: the backward's scale argument carries R[0] */
-        if (grad[0]) be->crossentropy_backward(grad[0], in[0], out + 1, p->ints, R[0], N, C);
+        if (grad[0]) be->crossentropy_backward(be, grad[0], in[0], out + 1, p->ints, R[0], N, C);
         break;
     }
     free(out);

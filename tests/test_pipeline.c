@@ -45,7 +45,7 @@
 static Comm* test_world;
 static double stages_sum_squares(Stage** st, int n) {
     double s = 0;
-    for (int c = 0; c < n; c++) s += st[c]->be->sum_squares(st[c]->params.grad, st[c]->params.total);
+    for (int c = 0; c < n; c++) s += st[c]->be->sum_squares(st[c]->be, st[c]->params.grad, st[c]->params.total);
     return s;
 }
 
@@ -57,10 +57,10 @@ static void optimizer_step(Stage** st, int n, double global_sq, int t, float lr)
     for (int c = 0; c < n; c++) {
         const Backend* be = st[c]->be;
         ParamTable* pt = &st[c]->params;
-        if (clip < 1.0f) be->scale(pt->grad, clip, pt->total);
+        if (clip < 1.0f) be->scale(be, pt->grad, clip, pt->total);
         for (int i = 0; i < pt->n; i++) {
             const ParamSpec* sp = &pt->specs[i];
-            be->adamw_update(pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
+            be->adamw_update(be, pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
                              sp->numel, &ac, t, sp->decay);
         }
     }
@@ -168,7 +168,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     for (int c = 0; c < chunks; c++) {
         ParamTable* pt = &stages[c].params;
         float* host = mallocCheck(pt->total * sizeof(float)); /* the stage's parameters may be on the device */
-        pbe->copy_d2h(host, pt->data, pt->total * sizeof(float));
+        pbe->copy_d2h(pbe, host, pt->data, pt->total * sizeof(float));
         for (int i = 0; i < pt->n; i++) {
             int j = params_find(&ref.params, pt->specs[i].name);
             const float* a = host + pt->specs[i].offset;
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
                         int j = params_find(&ref.params, pt->specs[i].name);
                         if (j < 0) rr_die("parameter %s not in the reference", pt->specs[i].name);
                         float* gh = mallocCheck(sizeof(float) * pt->specs[i].numel);
-                        pbe->copy_d2h(gh, params_grad(pt, i), sizeof(float) * pt->specs[i].numel);
+                        pbe->copy_d2h(pbe, gh, params_grad(pt, i), sizeof(float) * pt->specs[i].numel);
                         const float* g = gh;
                         const float* gr = params_grad(&ref.params, j);
                         double maxg = 0, maxd = 0;

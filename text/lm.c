@@ -118,23 +118,23 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F; /* H, Dq, F: this TP rank's share */
     lm_local_sizes(c, &H, &Dq, &F);
     if (T == 0) return;
-    be->rmsnorm_forward(a->n1, a->rstd1, xin, w->norm1_w, T, D, c->rms_eps);
-    be->linear_forward(a->q, a->n1, w->q_w, NULL, T, D, Dq);
-    be->linear_forward(a->k, a->n1, w->k_w, NULL, T, D, Dq);
-    be->linear_forward(a->v, a->n1, w->v_w, NULL, T, D, Dq);
-    be->rope_forward(a->q, seq->pos, T, H, d, Dq, c->rope_base);
-    be->rope_forward(a->k, seq->pos, T, H, d, Dq, c->rope_base);
-    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
-    be->linear_forward(s->tmp, a->att, w->o_w, NULL, T, Dq, D);
+    be->rmsnorm_forward(be, a->n1, a->rstd1, xin, w->norm1_w, T, D, c->rms_eps);
+    be->linear_forward(be, a->q, a->n1, w->q_w, NULL, T, D, Dq);
+    be->linear_forward(be, a->k, a->n1, w->k_w, NULL, T, D, Dq);
+    be->linear_forward(be, a->v, a->n1, w->v_w, NULL, T, D, Dq);
+    be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, c->rope_base);
+    be->rope_forward(be, a->k, seq->pos, T, H, d, Dq, c->rope_base);
+    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
+    be->linear_forward(be, s->tmp, a->att, w->o_w, NULL, T, Dq, D);
     lm_tp_sum(c, s->tmp, (size_t)T * D); /* row-parallel o: the heads' partial sums */
-    be->add_forward(a->xmid, xin, s->tmp, (size_t)T * D);
-    be->rmsnorm_forward(a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
-    be->linear_forward(a->gate, a->n2, w->gate_w, NULL, T, D, F);
-    be->linear_forward(a->up, a->n2, w->up_w, NULL, T, D, F);
-    be->swiglu_forward(a->h, a->gate, a->up, (size_t)T * F);
-    be->linear_forward(s->tmp, a->h, w->down_w, NULL, T, F, D);
+    be->add_forward(be, a->xmid, xin, s->tmp, (size_t)T * D);
+    be->rmsnorm_forward(be, a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
+    be->linear_forward(be, a->gate, a->n2, w->gate_w, NULL, T, D, F);
+    be->linear_forward(be, a->up, a->n2, w->up_w, NULL, T, D, F);
+    be->swiglu_forward(be, a->h, a->gate, a->up, (size_t)T * F);
+    be->linear_forward(be, s->tmp, a->h, w->down_w, NULL, T, F, D);
     lm_tp_sum(c, s->tmp, (size_t)T * D); /* row-parallel down */
-    be->add_forward(xout, a->xmid, s->tmp, (size_t)T * D);
+    be->add_forward(be, xout, a->xmid, s->tmp, (size_t)T * D);
 }
 
 void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
@@ -145,34 +145,34 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     if (T == 0) return;
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TF = (size_t)T * F;
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
-    be->memset0(s->dh, TF * sizeof(float));
-    be->linear_backward(s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
-    be->memset0(g->dgate, TF * sizeof(float));
-    be->memset0(g->dup, TF * sizeof(float));
-    be->swiglu_backward(g->dgate, g->dup, s->dh, a->gate, a->up, TF);
-    be->memset0(g->dn2, TD * sizeof(float));
-    be->linear_backward(g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
-    be->linear_backward(g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
+    be->memset0(be, s->dh, TF * sizeof(float));
+    be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->memset0(be, g->dgate, TF * sizeof(float));
+    be->memset0(be, g->dup, TF * sizeof(float));
+    be->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
+    be->memset0(be, g->dn2, TD * sizeof(float));
+    be->linear_backward(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
+    be->linear_backward(be, g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
     lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
-    be->copy_d2d(g->dxmid, dxout, TD * sizeof(float));
-    be->rmsnorm_backward(g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
+    be->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
-    be->memset0(s->datt, TQ * sizeof(float));
-    be->linear_backward(s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->memset0(g->dq, TQ * sizeof(float));
-    be->memset0(g->dk, TQ * sizeof(float));
-    be->memset0(g->dv, TQ * sizeof(float));
-    be->attention_backward(g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
+    be->memset0(be, s->datt, TQ * sizeof(float));
+    be->linear_backward(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->memset0(be, g->dq, TQ * sizeof(float));
+    be->memset0(be, g->dk, TQ * sizeof(float));
+    be->memset0(be, g->dv, TQ * sizeof(float));
+    be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, d, Dq, 1);
-    be->rope_backward(g->dq, seq->pos, T, H, d, Dq, c->rope_base);
-    be->rope_backward(g->dk, seq->pos, T, H, d, Dq, c->rope_base);
-    be->memset0(g->dn1, TD * sizeof(float));
-    be->linear_backward(g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->linear_backward(g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dq);
-    be->linear_backward(g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dq);
+    be->rope_backward(be, g->dq, seq->pos, T, H, d, Dq, c->rope_base);
+    be->rope_backward(be, g->dk, seq->pos, T, H, d, Dq, c->rope_base);
+    be->memset0(be, g->dn1, TD * sizeof(float));
+    be->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
+    be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dq);
+    be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dq);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
-    be->copy_d2d(dxin, g->dxmid, TD * sizeof(float));
-    be->rmsnorm_backward(dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    be->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
+    be->rmsnorm_backward(be, dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }
 
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
@@ -180,13 +180,13 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
     int T = seq->T, D = c->D, H, Dq, F;
     lm_local_sizes(c, &H, &Dq, &F);
     if (T == 0) return;
-    be->linear_backward(NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
-    be->linear_backward(NULL, dw->gate_w, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
-    be->linear_backward(NULL, dw->up_w, NULL, g->dup, a->n2, w->up_w, T, D, F);
-    be->rmsnorm_backward(NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-    be->linear_backward(NULL, dw->o_w, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->linear_backward(NULL, dw->q_w, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->linear_backward(NULL, dw->k_w, NULL, g->dk, a->n1, w->k_w, T, D, Dq);
-    be->linear_backward(NULL, dw->v_w, NULL, g->dv, a->n1, w->v_w, T, D, Dq);
-    be->rmsnorm_backward(NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    be->linear_backward(be, NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->linear_backward(be, NULL, dw->gate_w, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
+    be->linear_backward(be, NULL, dw->up_w, NULL, g->dup, a->n2, w->up_w, T, D, F);
+    be->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->linear_backward(be, NULL, dw->o_w, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->linear_backward(be, NULL, dw->q_w, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
+    be->linear_backward(be, NULL, dw->k_w, NULL, g->dk, a->n1, w->k_w, T, D, Dq);
+    be->linear_backward(be, NULL, dw->v_w, NULL, g->dv, a->n1, w->v_w, T, D, Dq);
+    be->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }

@@ -48,9 +48,9 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     a->vin = vin;
     if (N == 0) return;
     int L = proj_local(c);
-    be->linear_forward(a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
-    be->gelu_forward(a->gelu, a->fc1, (size_t)N * L);
-    be->linear_forward(a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
+    be->linear_forward(be, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
+    be->gelu_forward(be, a->gelu, a->fc1, (size_t)N * L);
+    be->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
     proj_tp_sum(c, a->out, (size_t)N * c->Dt); /* row-parallel projector.2 */
 }
 
@@ -59,13 +59,13 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
     if (N == 0) return;
     int L = proj_local(c);
     size_t NL = (size_t)N * L;
-    be->memset0(a->dgelu, NL * sizeof(float));
-    be->linear_backward(a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
-    be->memset0(a->dfc1, NL * sizeof(float));
-    be->gelu_backward(a->dfc1, a->dgelu, a->fc1, NL);
+    be->memset0(be, a->dgelu, NL * sizeof(float));
+    be->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    be->memset0(be, a->dfc1, NL * sizeof(float));
+    be->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
-    be->memset0(a->dvin, (size_t)N * c->D * sizeof(float));
-    be->linear_backward(a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
+    be->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
@@ -73,6 +73,6 @@ void projector_backward_weight(const Backend* be, const VitConfig* c, const Proj
                                int N) {
     if (N == 0) return;
     int L = proj_local(c);
-    be->linear_backward(NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
-    be->linear_backward(NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->linear_backward(be, NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    be->linear_backward(be, NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
 }

@@ -204,22 +204,22 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
                               VitActs* a, const float* xin, float* xout) {
     int N = a->N, D = c->D, d = D / c->H, H, Dq, Dm; /* H, Dq, Dm: this TP rank's share */
     vit_local(c, &H, &Dq, &Dm);
-    be->layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
-    be->linear_forward(b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
+    be->layernorm_forward(be, b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
+    be->linear_forward(be, b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
     /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads) */
-    be->rope2d_forward(b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->rope2d_forward(b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->attention_forward(b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq,
+    be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->rope2d_forward(be, b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->attention_forward(be, b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq,
                           0);
-    be->linear_forward(a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
+    be->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
-    be->add_forward(b->xmid, xin, a->tmp, (size_t)N * D);
-    be->layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
-    be->linear_forward(b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
-    be->gelu_forward(b->gelu, b->fc1, (size_t)N * Dm);
-    be->linear_forward(a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
+    be->add_forward(be, b->xmid, xin, a->tmp, (size_t)N * D);
+    be->layernorm_forward(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
+    be->linear_forward(be, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+    be->gelu_forward(be, b->gelu, b->fc1, (size_t)N * Dm);
+    be->linear_forward(be, a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel fc2 */
-    be->add_forward(xout, b->xmid, a->tmp, (size_t)N * D);
+    be->add_forward(be, xout, b->xmid, a->tmp, (size_t)N * D);
 }
 
 void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
@@ -233,10 +233,10 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
     a->patches = patches;
     if (N == 0) return;
     int D = c->D, P = 3 * c->patch * c->patch;
-    be->linear_forward(vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
+    be->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
     for (int l = 0; l < c->L; l++)
         vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
-    be->layernorm_forward(a->vout, a->lnf_mean, a->lnf_rstd, vit_x(a, c, c->L), w->lnf_w, w->lnf_b, N, D);
+    be->layernorm_forward(be, a->vout, a->lnf_mean, a->lnf_rstd, vit_x(a, c, c->L), w->lnf_w, w->lnf_b, N, D);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -250,28 +250,28 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
-    be->memset0(a->dgelu, N4D * sizeof(float));
-    be->linear_backward(a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
-    be->memset0(g->dfc1, N4D * sizeof(float));
-    be->gelu_backward(g->dfc1, a->dgelu, b->fc1, N4D);
-    be->memset0(g->dln2, ND * sizeof(float));
-    be->linear_backward(g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    be->memset0(be, a->dgelu, N4D * sizeof(float));
+    be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    be->memset0(be, g->dfc1, N4D * sizeof(float));
+    be->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
+    be->memset0(be, g->dln2, ND * sizeof(float));
+    be->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
-    be->copy_d2d(g->dxmid, dxout, ND * sizeof(float));
-    be->layernorm_backward(g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
+    be->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    be->memset0(a->datt, NQ * sizeof(float));
-    be->linear_backward(a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
-    be->memset0(g->dqkv, 3 * NQ * sizeof(float));
-    be->attention_backward(g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv, b->qkv + Dq,
+    be->memset0(be, a->datt, NQ * sizeof(float));
+    be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
+    be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv, b->qkv + Dq,
                            b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq, 0);
-    be->rope2d_backward(g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->rope2d_backward(g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->memset0(g->dln1, ND * sizeof(float));
-    be->linear_backward(g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+    be->memset0(be, g->dln1, ND * sizeof(float));
+    be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
-    be->copy_d2d(dxin, g->dxmid, ND * sizeof(float));
-    be->layernorm_backward(dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
+    be->layernorm_backward(be, dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
@@ -280,31 +280,31 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
     int N = a->N, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
-    be->linear_backward(NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
-    be->linear_backward(NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
-    be->layernorm_backward(NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    be->linear_backward(NULL, dw->out_w, dw->out_b, g->dxmid, b->att, w->out_w, N, Dq, D);
-    be->linear_backward(NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
-    be->layernorm_backward(NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    be->linear_backward(be, NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    be->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->linear_backward(be, NULL, dw->out_w, dw->out_b, g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->linear_backward(be, NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    be->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 
 /* ln_f: B part from a->dvout into dx[L]. */
 static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     int N = a->N, D = c->D, L = c->L;
     float* dxL = vit_dx(a, c, L);
-    be->memset0(dxL, (size_t)N * D * sizeof(float));
-    be->layernorm_backward(dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+    be->memset0(be, dxL, (size_t)N * D * sizeof(float));
+    be->layernorm_backward(be, dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
 }
 
 static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
-    be->layernorm_backward(NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
+    be->layernorm_backward(be, NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
                            a->lnf_rstd, a->N, c->D);
 }
 
 static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g,
                                       VitActs* a) {
     int P = 3 * c->patch * c->patch;
-    be->linear_backward(NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
+    be->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
 }
 
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {

@@ -4,7 +4,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-void cpu_add_forward(float* out, const float* a, const float* b, size_t n) {
+void cpu_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
 #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }

@@ -143,7 +143,7 @@ ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, co
     }
 }
 
-void cpu_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cpu_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                            const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
     attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
 #pragma omp parallel if ((size_t)T * H * d > 4096)
@@ -279,7 +279,7 @@ static int attn_item_cmp_desc(const void* a, const void* b) {
  * that again each have one writer per row: dk and dv per (sequence, head, key tile), then dq per
  * (sequence, head, query tile). That recomputes P and dP once more (7 tile products per pair
  * instead of 5), so it is chosen only when the largest item alone exceeds 1.4x an even share. */
-void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                             int H, int d, int ld_qkv, int causal) {
     attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);

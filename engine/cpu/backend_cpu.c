@@ -14,9 +14,21 @@ static void* cpu_alloc(size_t bytes) {
     return p;
 }
 static void cpu_free(void* p) { free(p); }
-static void cpu_memset0(void* p, size_t bytes) { memset(p, 0, bytes); }
-static void cpu_copy(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
-static void cpu_synchronize(void) {}
+static void cpu_memset0(const Backend* be, void* p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(const Backend* be, void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_synchronize(const Backend* be) { (void)be; }
+static void* cpu_stream_create(void) { return NULL; }
+static void cpu_stream_destroy(void* stream) { (void)stream; }
+/* the step end's ops are engine/adamw.c's, callable on host buffers without a table */
+static double cpu_sum_squares(const Backend* be, const float* x, size_t n) {
+    (void)be;
+    return sum_squares(x, n);
+}
+static void cpu_adamw_update(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                             const AdamWConfig* cfg, int t, int decay) {
+    (void)be;
+    adamw_update(param, grad, m, v, n, cfg, t, decay);
+}
 
 const Backend backend_cpu = {
     .name = "cpu",
@@ -27,6 +39,8 @@ const Backend backend_cpu = {
     .copy_d2h = cpu_copy,
     .copy_d2d = cpu_copy,
     .synchronize = cpu_synchronize,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .layernorm_forward = cpu_layernorm_forward,
@@ -48,9 +62,9 @@ const Backend backend_cpu = {
     .crossentropy_backward = cpu_crossentropy_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
-    .sum_squares = sum_squares,
+    .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
-    .adamw_update = adamw_update,
+    .adamw_update = cpu_adamw_update,
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_FP32,
@@ -67,6 +81,8 @@ const Backend backend_cpu_bf16 = {
     .copy_d2h = cpu_copy,
     .copy_d2d = cpu_copy,
     .synchronize = cpu_synchronize,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
     .linear_forward = cpu_bf16_linear_forward,
     .linear_backward = cpu_bf16_linear_backward,
     .layernorm_forward = cpu_bf16_layernorm_forward,
@@ -88,9 +104,9 @@ const Backend backend_cpu_bf16 = {
     .crossentropy_backward = cpu_crossentropy_backward,
     .attention_forward = cpu_bf16_attention_forward,
     .attention_backward = cpu_attention_backward,
-    .sum_squares = sum_squares,
+    .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
-    .adamw_update = adamw_update,
+    .adamw_update = cpu_adamw_update,
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_BF16,

@@ -24,7 +24,7 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
-void cpu_round_bf16(float* out, const float* inp, size_t n) {
+void cpu_round_bf16(const Backend* be, float* out, const float* inp, size_t n) {
 #pragma omp parallel for if (n > 65536)
     for (size_t i = 0; i < n; i++) out[i] = rr_bf16_round(inp[i]);
 }
@@ -33,85 +33,85 @@ void cpu_round_bf16(float* out, const float* inp, size_t n) {
 static float* rounded_copy(const float* x, size_t n) {
     if (!x) return NULL;
     float* r = mallocCheck((n ? n : 1) * sizeof(float));
-    cpu_round_bf16(r, x, n);
+    cpu_round_bf16(&backend_cpu, r, x, n);
     return r;
 }
 
-void cpu_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cpu_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                                 int OC) {
     if (N == 0 || OC == 0) return;
     float* xr = rounded_copy(inp, (size_t)N * C);
     float* wr = rounded_copy(weight, (size_t)OC * C);
-    cpu_linear_forward(out, xr, wr, bias, N, C, OC);
-    cpu_round_bf16(out, out, (size_t)N * OC);
+    cpu_linear_forward(be, out, xr, wr, bias, N, C, OC);
+    cpu_round_bf16(be, out, out, (size_t)N * OC);
     free(xr);
     free(wr);
 }
 
-void cpu_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* weight, int N, int C, int OC) {
     if (N == 0) return;
     if (dinp || dweight) {
         float* dr = rounded_copy(dout, (size_t)N * OC);
         float* xr = dweight ? rounded_copy(inp, (size_t)N * C) : NULL;
         float* wr = dinp ? rounded_copy(weight, (size_t)OC * C) : NULL;
-        cpu_linear_backward(dinp, dweight, NULL, dr, xr, wr, N, C, OC);
+        cpu_linear_backward(be, dinp, dweight, NULL, dr, xr, wr, N, C, OC);
         free(dr);
         free(xr);
         free(wr);
     }
-    if (dbias) cpu_linear_backward(NULL, NULL, dbias, dout, inp, weight, N, C, OC);
+    if (dbias) cpu_linear_backward(be, NULL, NULL, dbias, dout, inp, weight, N, C, OC);
 }
 
-void cpu_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cpu_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                    const float* bias, int N, int C) {
-    cpu_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-    cpu_round_bf16(out, out, (size_t)N * C);
+    cpu_layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C);
+    cpu_round_bf16(be, out, out, (size_t)N * C);
 }
 
-void cpu_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
-    cpu_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
-    cpu_round_bf16(out, out, (size_t)N * C);
+void cpu_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
+    cpu_rmsnorm_forward(be, out, rstd, inp, weight, N, C, eps);
+    cpu_round_bf16(be, out, out, (size_t)N * C);
 }
 
-void cpu_bf16_gelu_forward(float* out, const float* inp, size_t n) {
-    cpu_gelu_forward(out, inp, n);
-    cpu_round_bf16(out, out, n);
+void cpu_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
+    cpu_gelu_forward(be, out, inp, n);
+    cpu_round_bf16(be, out, out, n);
 }
 
-void cpu_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-    cpu_swiglu_forward(out, gate, up, n);
-    cpu_round_bf16(out, out, n);
+void cpu_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+    cpu_swiglu_forward(be, out, gate, up, n);
+    cpu_round_bf16(be, out, out, n);
 }
 
-void cpu_bf16_add_forward(float* out, const float* a, const float* b, size_t n) {
-    cpu_add_forward(out, a, b, n);
-    cpu_round_bf16(out, out, n);
+void cpu_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+    cpu_add_forward(be, out, a, b, n);
+    cpu_round_bf16(be, out, out, n);
 }
 
 /* the H*d values of each of N rows of stride ld (the columns RoPE wrote) */
 static void round_rows(float* x, int N, int W, int ld) {
 #pragma omp parallel for if ((size_t)N * W > 65536)
-    for (int i = 0; i < N; i++) cpu_round_bf16(x + (size_t)i * ld, x + (size_t)i * ld, (size_t)W);
+    for (int i = 0; i < N; i++) cpu_round_bf16(&backend_cpu, x + (size_t)i * ld, x + (size_t)i * ld, (size_t)W);
 }
 
-void cpu_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
-    cpu_rope_forward(x, pos, N, H, d, ld, theta);
+void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta) {
+    cpu_rope_forward(be, x, pos, N, H, d, ld, theta);
     round_rows(x, N, H * d, ld);
 }
 
-void cpu_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
-    cpu_rope2d_forward(x, pos_row, pos_col, N, H, d, ld);
+void cpu_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    cpu_rope2d_forward(be, x, pos_row, pos_col, N, H, d, ld);
     round_rows(x, N, H * d, ld);
 }
 
-void cpu_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C) {
-    cpu_embedding_forward(out, ids, table, N, C);
-    cpu_round_bf16(out, out, (size_t)N * C);
+void cpu_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+    cpu_embedding_forward(be, out, ids, table, N, C);
+    cpu_round_bf16(be, out, out, (size_t)N * C);
 }
 
-void cpu_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cpu_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                    const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    cpu_attention_forward(out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
-    cpu_round_bf16(out, out, (size_t)T * H * d);
+    cpu_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+    cpu_round_bf16(be, out, out, (size_t)T * H * d);
 }

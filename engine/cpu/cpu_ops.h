@@ -1,6 +1,7 @@
 /* cpu_ops.h — prototypes of the CPU backend's ops (one .c file per op in engine/cpu/).
  *
- * Each function has exactly the signature of its slot in engine/engine.h's Backend struct, where
+ * Each function has exactly the signature of its slot in engine/engine.h's Backend struct (the table
+ * it runs through first: the CPU runs ops in call order and needs no stream), where
  * the contract of every op is documented (argument order: outputs, saved statistics, inputs,
  * weights, dimensions; backward ADDS into gradients, NULL gradients are skipped). backend_cpu.c
  * gathers them into `backend_cpu`. Tests and benches may call them directly. */
@@ -9,80 +10,82 @@
 
 #include <stddef.h>
 
+#include "engine/engine.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* linear.c */
-void cpu_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
-void cpu_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC);
 
 /* layernorm.c */
-void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cpu_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C);
-void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C);
 
 /* rmsnorm.c */
-void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void cpu_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+void cpu_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                           const float* rstd, int N, int C);
 
 /* gelu.c */
-void cpu_gelu_forward(float* out, const float* inp, size_t n);
-void cpu_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
+void cpu_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
+void cpu_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
 
 /* swiglu.c */
-void cpu_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void cpu_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
+void cpu_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
+void cpu_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
 
 /* add.c */
-void cpu_add_forward(float* out, const float* a, const float* b, size_t n);
+void cpu_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 
 /* scale.c (the step end's other two ops, adamw_update and sum_squares, are engine/adamw.c's, declared
  * in engine/engine.h) */
-void cpu_scale(float* x, float s, size_t n);
+void cpu_scale(const Backend* be, float* x, float s, size_t n);
 
 /* rope.c */
-void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
-void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta);
-void cpu_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-void cpu_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cpu_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cpu_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
 /* embedding.c */
-void cpu_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
-void cpu_embedding_backward(float* dtable, const float* dout, const int* ids, int N, int C);
+void cpu_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
+void cpu_embedding_backward(const Backend* be, float* dtable, const float* dout, const int* ids, int N, int C);
 
 /* crossentropy.c */
-void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
-void cpu_crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int* targets, float scale,
+void cpu_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
+void cpu_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets, float scale,
                                int N, int V);
 
 /* attention.c */
-void cpu_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cpu_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                            const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
-void cpu_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                             int H, int d, int ld_qkv, int causal);
 
 /* bf16.c: the forward ops with the bf16 rounding points (engine.h, Precision); the backward ops,
  * cross-entropy and the step end of backend_cpu_bf16 are the f32 ones above. */
-void cpu_round_bf16(float* out, const float* inp, size_t n);
-void cpu_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cpu_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
+void cpu_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                              int OC);
-void cpu_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, int N, int C, int OC);
-void cpu_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cpu_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int N, int C);
-void cpu_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-void cpu_bf16_gelu_forward(float* out, const float* inp, size_t n);
-void cpu_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void cpu_bf16_add_forward(float* out, const float* a, const float* b, size_t n);
-void cpu_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
-void cpu_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-void cpu_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
-void cpu_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cpu_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+void cpu_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
+void cpu_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
+void cpu_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
+void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cpu_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
+void cpu_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                 const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
 
 #ifdef __cplusplus

@@ -20,7 +20,7 @@ static void crossentropy_check_target(int t, int n, int V) {
         rr_die("cross-entropy: target %d of row %d is outside [0, %d) and is not the ignore index -100", t, n, V);
 }
 
-void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V) {
+void cpu_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V) {
     for (int n = 0; n < N; n++) crossentropy_check_target(targets[n], n, V);
 #pragma omp parallel for if ((size_t)N * V > 16384)
     for (int n = 0; n < N; n++) {
@@ -40,7 +40,7 @@ void cpu_crossentropy_forward(float* loss_sum, float* lse, const float* logits, 
     *loss_sum = (float)total;
 }
 
-void cpu_crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int* targets, float scale,
+void cpu_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets, float scale,
                                int N, int V) {
 #pragma omp parallel for if ((size_t)N * V > 16384)
     for (int n = 0; n < N; n++) {

@@ -6,7 +6,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-void cpu_embedding_forward(float* out, const int* ids, const float* table, int N, int C) {
+void cpu_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
 #pragma omp parallel for if ((size_t)N * C > 65536)
     for (int n = 0; n < N; n++) {
         RR_ASSERT(ids[n] >= 0);
@@ -14,7 +14,7 @@ void cpu_embedding_forward(float* out, const int* ids, const float* table, int N
     }
 }
 
-void cpu_embedding_backward(float* dtable, const float* dout, const int* ids, int N, int C) {
+void cpu_embedding_backward(const Backend* be, float* dtable, const float* dout, const int* ids, int N, int C) {
     enum { BLOCK = 64 };
 #pragma omp parallel for if ((size_t)N * C > 16384)
     for (int c0 = 0; c0 < C; c0 += BLOCK) {

@@ -17,7 +17,7 @@
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_CUBIC 0.044715f
 
-void cpu_gelu_forward(float* out, const float* inp, size_t n) {
+void cpu_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
 #pragma omp parallel for simd if (n > 16384)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -26,7 +26,7 @@ void cpu_gelu_forward(float* out, const float* inp, size_t n) {
     }
 }
 
-void cpu_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
+void cpu_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
 #pragma omp parallel for simd if (n > 16384)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];

@@ -10,7 +10,7 @@
 
 #define LAYERNORM_EPS 1e-5
 
-void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cpu_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                            const float* bias, int N, int C) {
 #pragma omp parallel for if ((size_t)N * C > 16384)
     for (int n = 0; n < N; n++) {
@@ -39,7 +39,7 @@ void cpu_layernorm_forward(float* out, float* mean, float* rstd, const float* in
 /* With xhat = (x - mean) * rstd and g = dout * weight:
  *   dinp   = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
  *   dweight = sum_n dout * xhat,  dbias = sum_n dout. */
-void cpu_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, const float* mean, const float* rstd, int N, int C) {
     if (dinp) {
 #pragma omp parallel for if ((size_t)N * C > 16384)

@@ -5,7 +5,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-void cpu_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cpu_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                         int OC) {
     if (N == 0 || OC == 0) return;
     /* out (N, OC) = inp (N, C) @ weight^T (C, OC) */
@@ -19,7 +19,7 @@ void cpu_linear_forward(float* out, const float* inp, const float* weight, const
     }
 }
 
-void cpu_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC) {
     if (N == 0) return;
     /* dinp (N, C) += dout (N, OC) @ weight (OC, C); beta = 1 accumulates */

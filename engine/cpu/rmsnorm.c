@@ -7,7 +7,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
+void cpu_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
 #pragma omp parallel for if ((size_t)N * C > 16384)
     for (int n = 0; n < N; n++) {
         const float* x = inp + (size_t)n * C;
@@ -21,7 +21,7 @@ void cpu_rmsnorm_forward(float* out, float* rstd, const float* inp, const float*
 }
 
 /* With g = dout * w and r = rstd: d/dx_i of sum_j g_j x_j r = r g_i - x_i r^3 / C * sum_j g_j x_j. */
-void cpu_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void cpu_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                           const float* rstd, int N, int C) {
     if (dinp) {
 #pragma omp parallel for if ((size_t)N * C > 16384)

@@ -39,23 +39,23 @@ static void rope_rotate_rows(float* x, const int* pos, int N, int H, int d, int 
     }
 }
 
-void cpu_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
+void cpu_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
     rope_rotate_rows(x, pos, N, H, d, ld, 0, d, 1.0, theta);
 }
 
-void cpu_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta) {
+void cpu_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
     rope_rotate_rows(dx, pos, N, H, d, ld, 0, d, -1.0, theta);
 }
 
-void cpu_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+void cpu_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
     rope_rotate_rows(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, ROPE_THETA_2D);
     rope_rotate_rows(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, ROPE_THETA_2D);
 }
 
-void cpu_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+void cpu_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
     rope_rotate_rows(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, ROPE_THETA_2D);
     rope_rotate_rows(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, ROPE_THETA_2D);

@@ -4,7 +4,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
-void cpu_scale(float* x, float s, size_t n) {
+void cpu_scale(const Backend* be, float* x, float s, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }

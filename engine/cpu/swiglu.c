@@ -10,7 +10,7 @@
 #include "engine/cpu/fastmath.h"
 #include "engine/engine.h"
 
-void cpu_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+void cpu_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
 #pragma omp parallel for simd if (n > 16384)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
@@ -20,7 +20,7 @@ void cpu_swiglu_forward(float* out, const float* gate, const float* up, size_t n
 }
 
 /* d silu(g)/dg = sig (1 + g (1 - sig)) */
-void cpu_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
+void cpu_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
     /* straight-line loops (no per-element NULL tests) so that they vectorise */
     if (dgate && dup) {
 #pragma omp parallel for simd if (n > 16384)

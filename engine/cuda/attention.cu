@@ -330,16 +330,16 @@ static void attention_check_dims(int d) {
         rr_die("CUDA attention: head dim %d is not supported (1..%d); use more heads or the CPU backend", d, ATT_MAX_D);
 }
 
-void cuda_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cuda_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
     attention_check_dims(d);
-    attention_forward_cuda(out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal, cuda_ctx.stream);
+    attention_forward_cuda(out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal, cuda_stream(be));
 }
 
-void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                              const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                              int H, int d, int ld_qkv, int causal) {
     attention_check_dims(d);
     attention_backward_cuda(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal,
-                            cuda_ctx.stream);
+                            cuda_stream(be));
 }

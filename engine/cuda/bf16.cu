@@ -51,9 +51,11 @@ static void round_rows_cuda(float* x, int N, int W, int ld, cudaStream_t stream)
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_round_bf16(float* out, const float* inp, size_t n) { round_bf16_cuda(out, inp, n, cuda_ctx.stream); }
+void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n) { round_bf16_cuda(out, inp, n, cuda_stream(be)); }
 
 // bf16 scratch of at least `elems` values (see CudaContext.bf16_scratch)
+// One scratch per process: the bf16 GEMMs run on the compute stream only (a table bound to another
+// stream must not run them concurrently with it).
 static uint16_t* bf16_scratch(size_t elems) {
     if (elems > cuda_ctx.bf16_scratch_elems) {
         if (cuda_ctx.bf16_scratch) cudaCheck(cudaFree(cuda_ctx.bf16_scratch)); // waits for its users
@@ -69,7 +71,7 @@ static uint16_t* bf16_scratch(size_t elems) {
 static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 0 ? 0 : (size_t)(cols - 1) * ld + rows; }
 
 // One described GEMM: A and B are the bf16 operands (already converted), C = D f32 in place.
-static void gemm_lt_desc_run_cuda(const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, float* C,
+static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, float* C,
                                   const float* bias) {
     const GemmDesc* g = &d->g;
     RR_ASSERT(gemm_desc_valid(g));
@@ -93,7 +95,7 @@ static void gemm_lt_desc_run_cuda(const GemmLtDesc* d, const uint16_t* A, const 
     // algo NULL: cuBLASLt runs its own heuristic query; no workspace (the fastest kernels for large
     // shapes may want one: a fixed workspace in CudaContext is the next step)
     cublasCheck(cublasLtMatmul(cuda_ctx.cublaslt, op, &g->alpha, A, la, B, lb, &g->beta, C, lc, C, lc, NULL, NULL, 0,
-                               cuda_ctx.stream));
+                               cuda_stream(be)));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(lc));
@@ -101,7 +103,7 @@ static void gemm_lt_desc_run_cuda(const GemmLtDesc* d, const uint16_t* A, const 
 }
 
 // Convert the desc's A and B (f32, roles from `ops`) into bf16 scratch and run it.
-static void gemm_lt_run_f32_operands(const GemmLtDesc* d, const GemmOperands* ops, const float* bias) {
+static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
     float* C;
@@ -109,9 +111,9 @@ static void gemm_lt_run_f32_operands(const GemmLtDesc* d, const GemmOperands* op
     size_t na = lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda);
     size_t nb = lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb);
     uint16_t* s = bf16_scratch(na + nb);
-    f32_to_bf16_cuda(s, A, na, cuda_ctx.stream);
-    f32_to_bf16_cuda(s + na, B, nb, cuda_ctx.stream);
-    gemm_lt_desc_run_cuda(d, s, s + na, C, bias);
+    f32_to_bf16_cuda(s, A, na, cuda_stream(be));
+    f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
+    gemm_lt_desc_run_cuda(be, d, s, s + na, C, bias);
 }
 
 // column n of dout for the dbias column sum
@@ -121,23 +123,23 @@ struct Bf16RowsOf {
     __device__ float operator()(int n, int c) const { return x[(size_t)n * ld + c]; }
 };
 
-void cuda_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC) {
     if (N == 0 || OC == 0) return;
     if (C == 0) { // k = 0: out = bias (or 0), as the CPU's BLAS gives; then rounded
-        cuda_linear_forward(out, inp, weight, bias, N, C, OC);
+        cuda_linear_forward(be, out, inp, weight, bias, N, C, OC);
     } else {
         GemmOperands ops = {};
         ops.ptr[GEMM_PTR_INP] = inp;
         ops.ptr[GEMM_PTR_WEIGHT] = weight;
         ops.ptr[GEMM_PTR_OUT] = out;
         GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
-        gemm_lt_run_f32_operands(&d, &ops, bias);
+        gemm_lt_run_f32_operands(be, &d, &ops, bias);
     }
-    round_bf16_cuda(out, out, (size_t)N * OC, cuda_ctx.stream);
+    round_bf16_cuda(out, out, (size_t)N * OC, cuda_stream(be));
 }
 
-void cuda_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
@@ -148,53 +150,53 @@ void cuda_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const 
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
     if (dinp && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
-        gemm_lt_run_f32_operands(&d, &ops, NULL);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL);
     }
     if (dweight && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
-        gemm_lt_run_f32_operands(&d, &ops, NULL);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL);
     }
     // the f32 dout, as the CPU reference (engine/cpu/bf16.c)
-    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_ctx.stream);
+    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
 
 // ---- the other forward ops: the f32 kernel, then the stored activation rounded -------------------
 
-void cuda_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                  const float* bias, int N, int C) {
-    cuda_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-    round_bf16_cuda(out, out, (size_t)N * C, cuda_ctx.stream);
+    cuda_layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C);
+    round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
 }
-void cuda_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
-    cuda_rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
-    round_bf16_cuda(out, out, (size_t)N * C, cuda_ctx.stream);
+void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
+    cuda_rmsnorm_forward(be, out, rstd, inp, weight, N, C, eps);
+    round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
 }
-void cuda_bf16_gelu_forward(float* out, const float* inp, size_t n) {
-    cuda_gelu_forward(out, inp, n);
-    round_bf16_cuda(out, out, n, cuda_ctx.stream);
+void cuda_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
+    cuda_gelu_forward(be, out, inp, n);
+    round_bf16_cuda(out, out, n, cuda_stream(be));
 }
-void cuda_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-    cuda_swiglu_forward(out, gate, up, n);
-    round_bf16_cuda(out, out, n, cuda_ctx.stream);
+void cuda_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+    cuda_swiglu_forward(be, out, gate, up, n);
+    round_bf16_cuda(out, out, n, cuda_stream(be));
 }
-void cuda_bf16_add_forward(float* out, const float* a, const float* b, size_t n) {
-    cuda_add_forward(out, a, b, n);
-    round_bf16_cuda(out, out, n, cuda_ctx.stream);
+void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+    cuda_add_forward(be, out, a, b, n);
+    round_bf16_cuda(out, out, n, cuda_stream(be));
 }
-void cuda_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
-    cuda_rope_forward(x, pos, N, H, d, ld, theta);
-    round_rows_cuda(x, N, H * d, ld, cuda_ctx.stream);
+void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta) {
+    cuda_rope_forward(be, x, pos, N, H, d, ld, theta);
+    round_rows_cuda(x, N, H * d, ld, cuda_stream(be));
 }
-void cuda_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
-    cuda_rope2d_forward(x, pos_row, pos_col, N, H, d, ld);
-    round_rows_cuda(x, N, H * d, ld, cuda_ctx.stream);
+void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    cuda_rope2d_forward(be, x, pos_row, pos_col, N, H, d, ld);
+    round_rows_cuda(x, N, H * d, ld, cuda_stream(be));
 }
-void cuda_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C) {
-    cuda_embedding_forward(out, ids, table, N, C);
-    round_bf16_cuda(out, out, (size_t)N * C, cuda_ctx.stream);
+void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+    cuda_embedding_forward(be, out, ids, table, N, C);
+    round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
 }
-void cuda_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    cuda_attention_forward(out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
-    round_bf16_cuda(out, out, (size_t)T * H * d, cuda_ctx.stream);
+    cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+    round_bf16_cuda(out, out, (size_t)T * H * d, cuda_stream(be));
 }

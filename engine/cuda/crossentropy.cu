@@ -80,10 +80,10 @@ static void crossentropy_backward_cuda(float* dlogits, const float* logits, cons
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V) {
-    crossentropy_forward_cuda(loss_sum, lse, logits, targets, N, V, cuda_ctx.stream);
+void cuda_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V) {
+    crossentropy_forward_cuda(loss_sum, lse, logits, targets, N, V, cuda_stream(be));
 }
-void cuda_crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
+void cuda_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
                                 float scale, int N, int V) {
-    crossentropy_backward_cuda(dlogits, logits, lse, targets, scale, N, V, cuda_ctx.stream);
+    crossentropy_backward_cuda(dlogits, logits, lse, targets, scale, N, V, cuda_stream(be));
 }

@@ -3,8 +3,9 @@
 // op family, see cuda_ops.cuh).
 //
 // A machine without a usable GPU gets one clear line ("no CUDA device: ...") from backend_cuda_get
-// instead of a crash. All work runs on one stream, cuda_ctx.stream; the copies to and from the host
-// synchronise it (the host buffers may be pageable and reused at once).
+// instead of a crash. Every op runs on the stream of the table it is called through (cuda_stream:
+// backend_on_stream's, else the compute stream cuda_ctx.stream); the copies to and from the host
+// synchronise that stream (the host buffers may be pageable and reused at once).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,10 +57,10 @@ void cublas_check(cublasStatus_t st, const char* file, int line) {
     exit(1);
 }
 
-void cuda_check_device_errors(void) {
+void cuda_check_device_errors(cudaStream_t stream) {
     int rec[CUDA_ERR_WORDS];
-    cudaCheck(cudaMemcpyAsync(rec, cuda_ctx.error, sizeof rec, cudaMemcpyDeviceToHost, cuda_ctx.stream));
-    cudaCheck(cudaStreamSynchronize(cuda_ctx.stream));
+    cudaCheck(cudaMemcpyAsync(rec, cuda_ctx.error, sizeof rec, cudaMemcpyDeviceToHost, stream));
+    cudaCheck(cudaStreamSynchronize(stream));
     switch (rec[0]) {
     case CUDA_ERR_NONE: return;
     case CUDA_ERR_CE_TARGET: // the CPU backend's words (engine/cpu/crossentropy.c)
@@ -81,22 +82,30 @@ static void* cuda_alloc(size_t bytes) {
 static void cuda_free(void* p) {
     if (p) cudaCheck(cudaFree(p));
 }
-static void cuda_memset0(void* p, size_t bytes) {
-    if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_ctx.stream));
+static void cuda_memset0(const Backend* be, void* p, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
 }
-static void cuda_copy_h2d(void* dst, const void* src, size_t bytes) {
+static void cuda_copy_h2d(const Backend* be, void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_ctx.stream));
-    cudaCheck(cudaStreamSynchronize(cuda_ctx.stream));
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+    cudaCheck(cudaStreamSynchronize(cuda_stream(be)));
 }
-static void cuda_copy_d2h(void* dst, const void* src, size_t bytes) {
-    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_ctx.stream));
-    cuda_check_device_errors(); // synchronises: dst is complete on return
+static void cuda_copy_d2h(const Backend* be, void* dst, const void* src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    cuda_check_device_errors(cuda_stream(be)); // synchronises: dst is complete on return
 }
-static void cuda_copy_d2d(void* dst, const void* src, size_t bytes) {
-    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+static void cuda_copy_d2d(const Backend* be, void* dst, const void* src, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
-static void cuda_synchronize(void) { cuda_check_device_errors(); }
+static void cuda_synchronize(const Backend* be) { cuda_check_device_errors(cuda_stream(be)); }
+static void* cuda_stream_create(void) {
+    cudaStream_t s = NULL;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return (void*)s;
+}
+static void cuda_stream_destroy(void* stream) {
+    if (stream) cudaCheck(cudaStreamDestroy((cudaStream_t)stream));
+}
 
 // ---- the table -----------------------------------------------------------------------------------
 
@@ -110,6 +119,8 @@ static const Backend backend_cuda = {
     cuda_copy_d2h,
     cuda_copy_d2d,
     cuda_synchronize,
+    cuda_stream_create,
+    cuda_stream_destroy,
     cuda_linear_forward,
     cuda_linear_backward,
     cuda_layernorm_forward,
@@ -151,6 +162,8 @@ const Backend backend_cuda_bf16 = {
     cuda_copy_d2h,
     cuda_copy_d2d,
     cuda_synchronize,
+    cuda_stream_create,
+    cuda_stream_destroy,
     cuda_bf16_linear_forward,
     cuda_bf16_linear_backward,
     cuda_bf16_layernorm_forward,
@@ -181,8 +194,8 @@ const Backend backend_cuda_bf16 = {
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 32 function pointers + the bf16 variant + the precision, padded to a pointer).
-static_assert(sizeof(Backend) == 35 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 34 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
+static_assert(sizeof(Backend) == 38 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {
@@ -236,7 +249,7 @@ static int cuda_init(char* why, size_t why_len) {
     return 1;
 }
 
-extern "C" const Backend* backend_cuda_get(char* why, size_t why_len) {
+extern "C" __attribute__((visibility("default"))) const Backend* rrfp_cuda_backend_get(char* why, size_t why_len) {
     static int state = 0; // 0 untried, 1 ready, -1 unavailable
     static char reason[256];
     if (state == 0) state = cuda_init(reason, sizeof reason) ? 1 : -1;
@@ -247,7 +260,7 @@ extern "C" const Backend* backend_cuda_get(char* why, size_t why_len) {
     return &backend_cuda;
 }
 
-extern "C" int backend_cuda_mem_free(size_t* bytes, char* err, size_t err_len) {
+extern "C" __attribute__((visibility("default"))) int rrfp_cuda_mem_free(size_t* bytes, char* err, size_t err_len) {
     size_t free_b = 0, total_b = 0;
     cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
     if (e != cudaSuccess) {

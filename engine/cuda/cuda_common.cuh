@@ -38,8 +38,8 @@ static __device__ inline void cuda_report_error(int* rec, int kind, int index, i
         __threadfence();
     }
 }
-// Dies with a clear message if a kernel recorded bad data (synchronises the stream).
-void cuda_check_device_errors(void);
+// Dies with a clear message if a kernel recorded bad data (synchronises `stream` first).
+void cuda_check_device_errors(cudaStream_t stream);
 
 // ---- context -----------------------------------------------------------------------------------
 
@@ -56,6 +56,11 @@ typedef struct {
     int* error; // device int[CUDA_ERR_WORDS] (see cuda_report_error)
 } CudaContext;
 extern CudaContext cuda_ctx;
+
+// The stream an op runs on: the one its table is bound to (backend_on_stream), else the compute stream.
+static inline cudaStream_t cuda_stream(const Backend* be) {
+    return be && be->stream ? (cudaStream_t)be->stream : cuda_ctx.stream;
+}
 
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 static inline unsigned ceil_div_z(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }

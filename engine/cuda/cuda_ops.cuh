@@ -10,68 +10,68 @@
 #include "engine/engine.h"
 
 // linear.cu (cuBLAS, through engine/gemm_desc.h)
-void cuda_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
-void cuda_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC);
 
 // norm.cu
-void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cuda_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, int N, int C);
-void cuda_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N, int C);
-void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, int N, int C);
 
 // elementwise.cu
-void cuda_gelu_forward(float* out, const float* inp, size_t n);
-void cuda_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n);
-void cuda_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
-void cuda_add_forward(float* out, const float* a, const float* b, size_t n);
+void cuda_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
+void cuda_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
+void cuda_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
+void cuda_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n);
+void cuda_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 
 // rope.cu
-void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
-void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta);
-void cuda_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-void cuda_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
 // embedding.cu
-void cuda_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
-void cuda_embedding_backward(float* dtable, const float* dout, const int* ids, int N, int C);
+void cuda_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
+void cuda_embedding_backward(const Backend* be, float* dtable, const float* dout, const int* ids, int N, int C);
 
 // crossentropy.cu
-void cuda_crossentropy_forward(float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
-void cuda_crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int* targets,
+void cuda_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
+void cuda_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
                                 float scale, int N, int V);
 
 // attention.cu
-void cuda_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cuda_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
-void cuda_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                              const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                              int H, int d, int ld_qkv, int causal);
 
 // optim.cu (the step end)
-double cuda_sum_squares(const float* x, size_t n);
-void cuda_scale(float* x, float s, size_t n);
-void cuda_adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+double cuda_sum_squares(const Backend* be, const float* x, size_t n);
+void cuda_scale(const Backend* be, float* x, float s, size_t n);
+void cuda_adamw_update(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                        int decay);
 
 // bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt)
-void cuda_round_bf16(float* out, const float* inp, size_t n);
-void cuda_bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
+void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC);
-void cuda_bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, int N, int C, int OC);
-void cuda_bf16_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                  const float* bias, int N, int C);
-void cuda_bf16_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-void cuda_bf16_gelu_forward(float* out, const float* inp, size_t n);
-void cuda_bf16_swiglu_forward(float* out, const float* gate, const float* up, size_t n);
-void cuda_bf16_add_forward(float* out, const float* a, const float* b, size_t n);
-void cuda_bf16_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta);
-void cuda_bf16_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-void cuda_bf16_embedding_forward(float* out, const int* ids, const float* table, int N, int C);
-void cuda_bf16_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
+void cuda_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
+void cuda_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
+void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
+void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
+void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);

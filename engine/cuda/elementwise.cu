@@ -29,9 +29,9 @@ static void gelu_backward_cuda(float* dinp, const float* dout, const float* inp,
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_gelu_forward(float* out, const float* inp, size_t n) { gelu_forward_cuda(out, inp, n, cuda_ctx.stream); }
-void cuda_gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
-    gelu_backward_cuda(dinp, dout, inp, n, cuda_ctx.stream);
+void cuda_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) { gelu_forward_cuda(out, inp, n, cuda_stream(be)); }
+void cuda_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
+    gelu_backward_cuda(dinp, dout, inp, n, cuda_stream(be));
 }
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
@@ -64,11 +64,11 @@ static void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, co
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-    swiglu_forward_cuda(out, gate, up, n, cuda_ctx.stream);
+void cuda_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+    swiglu_forward_cuda(out, gate, up, n, cuda_stream(be));
 }
-void cuda_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
-    swiglu_backward_cuda(dgate, dup, dout, gate, up, n, cuda_ctx.stream);
+void cuda_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
+    swiglu_backward_cuda(dgate, dup, dout, gate, up, n, cuda_stream(be));
 }
 
 // ---- add -----------------------------------------------------------------------------------------
@@ -83,6 +83,6 @@ static void add_forward_cuda(float* out, const float* a, const float* b, size_t 
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_add_forward(float* out, const float* a, const float* b, size_t n) {
-    add_forward_cuda(out, a, b, n, cuda_ctx.stream);
+void cuda_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+    add_forward_cuda(out, a, b, n, cuda_stream(be));
 }

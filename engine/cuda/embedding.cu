@@ -45,9 +45,9 @@ static void embedding_backward_cuda(float* dtable, const float* dout, const int*
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_embedding_forward(float* out, const int* ids, const float* table, int N, int C) {
-    embedding_forward_cuda(out, ids, table, N, C, cuda_ctx.stream);
+void cuda_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+    embedding_forward_cuda(out, ids, table, N, C, cuda_stream(be));
 }
-void cuda_embedding_backward(float* dtable, const float* dout, const int* ids, int N, int C) {
-    embedding_backward_cuda(dtable, dout, ids, N, C, cuda_ctx.stream);
+void cuda_embedding_backward(const Backend* be, float* dtable, const float* dout, const int* ids, int N, int C) {
+    embedding_backward_cuda(dtable, dout, ids, N, C, cuda_stream(be));
 }

@@ -7,11 +7,12 @@
 #include "engine/gemm_desc.h"
 
 // Run one described GEMM on the backend's stream.
-static void gemm_desc_run_cuda(const GemmDesc* g, const GemmOperands* ops) {
+static void gemm_desc_run_cuda(const Backend* be, const GemmDesc* g, const GemmOperands* ops) {
     const float *A, *B;
     float* C;
     RR_ASSERT(gemm_desc_valid(g));
     gemm_desc_operands(g, ops, &A, &B, &C);
+    cublasCheck(cublasSetStream(cuda_ctx.cublas, cuda_stream(be))); // the handle is shared by every stream
     cublasCheck(cublasSgemm(cuda_ctx.cublas, g->opA ? CUBLAS_OP_T : CUBLAS_OP_N, g->opB ? CUBLAS_OP_T : CUBLAS_OP_N,
                             g->m, g->n, g->k, &g->alpha, A, g->lda, B, g->ldb, &g->beta, C, g->ldc));
 }
@@ -34,22 +35,22 @@ struct RowsOf {
     __device__ float operator()(int n, int c) const { return x[(size_t)n * ld + c]; }
 };
 
-void cuda_linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
     ops.ptr[GEMM_PTR_INP] = inp;
     ops.ptr[GEMM_PTR_WEIGHT] = weight;
     ops.ptr[GEMM_PTR_OUT] = out;
     if (C == 0) { // cuBLAS with k = 0 scales C by beta = 0: out = 0, as the CPU's BLAS gives
-        cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), cuda_ctx.stream));
+        cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), cuda_stream(be)));
     } else {
         GemmDesc g = gemm_desc_linear_forward(N, C, OC);
-        gemm_desc_run_cuda(&g, &ops);
+        gemm_desc_run_cuda(be, &g, &ops);
     }
-    if (bias) bias_add_cuda(out, bias, N, OC, cuda_ctx.stream);
+    if (bias) bias_add_cuda(out, bias, N, OC, cuda_stream(be));
 }
 
-void cuda_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
@@ -60,11 +61,11 @@ void cuda_linear_backward(float* dinp, float* dweight, float* dbias, const float
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
     if (dinp && C > 0) {
         GemmDesc g = gemm_desc_linear_backward_input(N, C, OC);
-        gemm_desc_run_cuda(&g, &ops);
+        gemm_desc_run_cuda(be, &g, &ops);
     }
     if (dweight && C > 0) {
         GemmDesc g = gemm_desc_linear_backward_weight(N, C, OC);
-        gemm_desc_run_cuda(&g, &ops);
+        gemm_desc_run_cuda(be, &g, &ops);
     }
-    if (dbias) column_sum_cuda(dbias, RowsOf{dout, OC}, N, OC, cuda_ctx.stream);
+    if (dbias) column_sum_cuda(dbias, RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }

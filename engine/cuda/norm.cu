@@ -82,16 +82,16 @@ struct RowsOfDout {
     __device__ float operator()(int n, int c) const { return dout[(size_t)n * C + c]; }
 };
 
-void cuda_layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cuda_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, int N, int C) {
-    layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, cuda_ctx.stream);
+    layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, cuda_stream(be));
 }
 
-void cuda_layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N, int C) {
-    if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_ctx.stream);
-    if (dweight) column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_ctx.stream);
-    if (dbias) column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_ctx.stream);
+    if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
+    if (dweight) column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
+    if (dbias) column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_stream(be));
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
@@ -142,12 +142,12 @@ struct RmsnormDweight { // dout * x * rstd
     }
 };
 
-void cuda_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
-    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, eps, cuda_ctx.stream);
+void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
+    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, eps, cuda_stream(be));
 }
 
-void cuda_rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, int N, int C) {
-    if (dinp) rmsnorm_backward_input_cuda(dinp, dout, inp, weight, rstd, N, C, cuda_ctx.stream);
-    if (dweight) column_sum_cuda(dweight, RmsnormDweight{dout, inp, rstd, C}, N, C, cuda_ctx.stream);
+    if (dinp) rmsnorm_backward_input_cuda(dinp, dout, inp, weight, rstd, N, C, cuda_stream(be));
+    if (dweight) column_sum_cuda(dweight, RmsnormDweight{dout, inp, rstd, C}, N, C, cuda_stream(be));
 }

@@ -58,15 +58,15 @@ static void sum_squares_cuda(double* total, double* part, const float* x, size_t
     cudaCheck(cudaGetLastError());
 }
 
-double cuda_sum_squares(const float* x, size_t n) {
+double cuda_sum_squares(const Backend* be, const float* x, size_t n) {
     if (n == 0) return 0.0;
     size_t nc = rr_sumsq_chunks(n);
     RR_ASSERT(nc <= 0x7fffffffu); // grid.x (2^31 - 1 chunks of 64Ki values: 1.4e14 values)
     double* part = sum_squares_scratch(nc + 1);
-    sum_squares_cuda(part + nc, part, x, n, nc, cuda_ctx.stream);
+    sum_squares_cuda(part + nc, part, x, n, nc, cuda_stream(be));
     double total = 0.0;
-    cudaCheck(cudaMemcpyAsync(&total, part + nc, sizeof total, cudaMemcpyDeviceToHost, cuda_ctx.stream));
-    cuda_check_device_errors(); // synchronises: total is complete on return
+    cudaCheck(cudaMemcpyAsync(&total, part + nc, sizeof total, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    cuda_check_device_errors(cuda_stream(be)); // synchronises: total is complete on return
     return total;
 }
 
@@ -81,7 +81,7 @@ static void scale_cuda(float* x, float s, size_t n, cudaStream_t stream) {
     scale_kernel<<<ceil_div_z(n, OPTIM_BLOCK), OPTIM_BLOCK, 0, stream>>>(x, s, n);
     cudaCheck(cudaGetLastError());
 }
-void cuda_scale(float* x, float s, size_t n) { scale_cuda(x, s, n, cuda_ctx.stream); }
+void cuda_scale(const Backend* be, float* x, float s, size_t n) { scale_cuda(x, s, n, cuda_stream(be)); }
 
 // ---- AdamW ---------------------------------------------------------------------------------------
 
@@ -97,9 +97,9 @@ static void adamw_cuda(float* param, const float* grad, float* m, float* v, size
     adamw_kernel<<<ceil_div_z(n, OPTIM_BLOCK), OPTIM_BLOCK, 0, stream>>>(param, grad, m, v, n, c);
     cudaCheck(cudaGetLastError());
 }
-void cuda_adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
+void cuda_adamw_update(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                        int decay) {
     RR_ASSERT(t >= 1);
     RrAdamwStep c = rr_adamw_step(cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t, decay);
-    adamw_cuda(param, grad, m, v, n, c, cuda_ctx.stream);
+    adamw_cuda(param, grad, m, v, n, c, cuda_stream(be));
 }

@@ -29,22 +29,22 @@ static void rope_rotate_cuda(float* x, const int* pos, int N, int H, int d, int 
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_rope_forward(float* x, const int* pos, int N, int H, int d, int ld, double theta) {
+void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_cuda(x, pos, N, H, d, ld, 0, d, 1.0, theta, cuda_ctx.stream);
+    rope_rotate_cuda(x, pos, N, H, d, ld, 0, d, 1.0, theta, cuda_stream(be));
 }
-void cuda_rope_backward(float* dx, const int* pos, int N, int H, int d, int ld, double theta) {
+void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_cuda(dx, pos, N, H, d, ld, 0, d, -1.0, theta, cuda_ctx.stream);
+    rope_rotate_cuda(dx, pos, N, H, d, ld, 0, d, -1.0, theta, cuda_stream(be));
 }
 
-void cuda_rope2d_forward(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+void cuda_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_cuda(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, RR_ROPE_THETA, cuda_ctx.stream);
-    rope_rotate_cuda(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, RR_ROPE_THETA, cuda_ctx.stream);
+    rope_rotate_cuda(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, RR_ROPE_THETA, cuda_stream(be));
+    rope_rotate_cuda(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, RR_ROPE_THETA, cuda_stream(be));
 }
-void cuda_rope2d_backward(float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_cuda(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, RR_ROPE_THETA, cuda_ctx.stream);
-    rope_rotate_cuda(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, RR_ROPE_THETA, cuda_ctx.stream);
+    rope_rotate_cuda(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, RR_ROPE_THETA, cuda_stream(be));
+    rope_rotate_cuda(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, RR_ROPE_THETA, cuda_stream(be));
 }

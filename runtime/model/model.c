@@ -462,11 +462,11 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     int Dt = st->cfg.Dt;
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        be->embedding_forward(x0 + (size_t)t0 * Dt, a->ids + t0, st->embed_w, t1 - t0, Dt);
+        be->embedding_forward(be, x0 + (size_t)t0 * Dt, a->ids + t0, st->embed_w, t1 - t0, Dt);
     }
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
-        be->copy_d2d(x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
+        be->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
                      (size_t)n * Dt * sizeof(float));
     }
 }
@@ -485,15 +485,15 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     a->T = T;
     a->S = mb->S;
     a->n_supervised = mb->n_supervised;
-    be->copy_h2d(a->cu_seqlens, mb->cu_seqlens, (size_t)(mb->S + 1) * sizeof(int32_t));
-    be->copy_h2d(a->pos, mb->pos, (size_t)T * sizeof(int32_t));
-    if (st->last) be->copy_h2d(a->targets, mb->targets, (size_t)T * sizeof(int32_t));
+    be->copy_h2d(be, a->cu_seqlens, mb->cu_seqlens, (size_t)(mb->S + 1) * sizeof(int32_t));
+    be->copy_h2d(be, a->pos, mb->pos, (size_t)T * sizeof(int32_t));
+    if (st->last) be->copy_h2d(be, a->targets, mb->targets, (size_t)T * sizeof(int32_t));
 
     float* x0 = stage_res(a, st, 0);
     if (st->first) {
         a->I = mb->I;
         a->Np = mb->Np;
-        be->copy_h2d(a->ids, mb->ids, (size_t)T * sizeof(int32_t));
+        be->copy_h2d(be, a->ids, mb->ids, (size_t)T * sizeof(int32_t));
         a->n_seg = 0;
         for (int t = 0; t < T;) {
             if (mb->ids[t] == -1) {
@@ -511,17 +511,17 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             size_t P = 3 * (size_t)c->patch * c->patch;
             memcpy(a->h_img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
             memcpy(a->h_img_lm_start, mb->img_lm_start, (size_t)mb->I * sizeof(int32_t));
-            be->copy_h2d(a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
-            be->copy_h2d(a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
-            be->copy_h2d(a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
-            be->copy_h2d(a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
+            be->copy_h2d(be, a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
+            be->copy_h2d(be, a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
+            be->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
+            be->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
         }
         vit_forward(be, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
         projector_forward(be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
-        be->copy_d2d(x0, hidden_in, (size_t)T * Dt * sizeof(float));
+        be->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
     LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
@@ -531,13 +531,13 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {
-        be->rmsnorm_forward(a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
-        be->linear_forward(a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
-        be->crossentropy_forward(a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
-        be->copy_d2h(&a->loss_sum, a->loss_dev, sizeof(float));
+        be->rmsnorm_forward(be, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
+        be->linear_forward(be, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
+        be->crossentropy_forward(be, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
+        be->copy_d2h(be, &a->loss_sum, a->loss_dev, sizeof(float));
         if (loss_sum) *loss_sum = a->loss_sum;
     } else {
-        be->copy_d2d(hidden_out, xL, (size_t)T * Dt * sizeof(float));
+        be->copy_d2d(be, hidden_out, xL, (size_t)T * Dt * sizeof(float));
     }
     a->state = ACTS_FORWARD;
 }
@@ -549,20 +549,20 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
 static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale) {
     const Backend* be = st->be;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
-    be->memset0(a->dlogits, (size_t)T * V * sizeof(float));
-    be->crossentropy_backward(a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-    be->memset0(a->dnf, (size_t)T * Dt * sizeof(float));
-    be->linear_backward(a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
+    be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+    be->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
+    be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
     float* dxL = stage_dres(a, st, nL);
-    be->memset0(dxL, (size_t)T * Dt * sizeof(float));
-    be->rmsnorm_backward(dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
+    be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->be;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
-    be->linear_backward(NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
-    be->rmsnorm_backward(NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    be->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
@@ -573,11 +573,11 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
     const float* dx0 = stage_dres(a, st, 0);
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
-        be->copy_d2d(a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
+        be->copy_d2d(be, a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
                      (size_t)n * Dt * sizeof(float));
     }
     projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np, st->vit_train);
-    if (st->vit_train) be->copy_d2d(a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
+    if (st->vit_train) be->copy_d2d(be, a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
 }
 
 /* The projector's W and the ViT's B / W run only for what trains. */
@@ -596,7 +596,7 @@ static void stage_embed_backward_weight(Stage* st, StageActs* a) {
     const float* dx0 = stage_dres(a, st, 0);
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        st->be->embedding_backward(st->embed_g, dx0 + (size_t)t0 * Dt, a->ids + t0, t1 - t0, Dt);
+        st->be->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->ids + t0, t1 - t0, Dt);
     }
 }
 
@@ -606,7 +606,7 @@ static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_o
     if (st->last)
         stage_head_backward_input(st, a, loss_scale);
     else
-        st->be->copy_d2d(stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
+        st->be->copy_d2d(st->be, stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
 }
 
 void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
@@ -624,7 +624,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
         stage_vision_backward_input(st, a);
         if (st->vit_train && a->Np > 0) vit_backward_input(be, &st->vc, &st->vit_w, &a->vit);
     } else {
-        be->copy_d2d(dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
+        be->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
     a->state = ACTS_INPUT_GRAD;
 }
@@ -664,7 +664,7 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
         stage_vision_backward_input(st, a);
         stage_vision_backward_weight(st, a, 1);
     } else {
-        be->copy_d2d(dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
+        be->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
     a->state = ACTS_EMPTY;
 }
@@ -676,7 +676,7 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
     const ParamTable* pt = &st->params;
     size_t n = grads ? pt->gtotal : pt->total;
     float* host = mallocCheck((n ? n : 1) * sizeof(float));
-    st->be->copy_d2h(host, grads ? pt->grad : pt->data, n * sizeof(float));
+    st->be->copy_d2h(st->be, host, grads ? pt->grad : pt->data, n * sizeof(float));
     StWriter* w = st_writer_new();
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -717,7 +717,7 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     char buf[64];
     if (st->last && a && a->state != ACTS_EMPTY) {
         logits = mallocCheck((size_t)mb->T * c->V * sizeof(float));
-        st->be->copy_d2h(logits, a->logits, (size_t)mb->T * c->V * sizeof(float));
+        st->be->copy_d2h(st->be, logits, a->logits, (size_t)mb->T * c->V * sizeof(float));
         st_writer_add_f32(w, "logits", logits, 2, mb->T, c->V, 0, 0);
         loss = a->loss_sum;
         st_writer_add_f32(w, "loss_sum", &loss, 1, 1, 0, 0, 0);

@@ -405,14 +405,14 @@ static void ensure_buffers(Pipeline* p, int M) {
 static const float* task_input(Pipeline* p, PpTask t, const Microbatch* mb) {
     float* h = in_buf(p, t);
     if (p->on_host) return h;
-    p->stages[t.chunk]->be->copy_h2d(p->dev_in, h, mb_bytes(p, mb));
+    p->stages[t.chunk]->be->copy_h2d(p->stages[t.chunk]->be, p->dev_in, h, mb_bytes(p, mb));
     return p->dev_in;
 }
 
 /* The output of the task just run, in host memory for the transport. */
 static const float* task_output(Pipeline* p, const Microbatch* mb) {
     if (p->on_host) return p->out_buf;
-    p->stages[0]->be->copy_d2h(p->host_out, p->out_buf, mb_bytes(p, mb));
+    p->stages[0]->be->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
     return p->host_out;
 }
 

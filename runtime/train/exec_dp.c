@@ -41,7 +41,7 @@ static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
         DpBucket* k = &d->b[i];
         if (!d->on_host) {
             const ParamTable* pt = &d->ex->stages[s]->params;
-            pt->be->copy_d2h(d->host[s] + k->off, pt->grad + k->off, k->n * sizeof(float));
+            pt->be->copy_d2h(pt->be, d->host[s] + k->off, pt->grad + k->off, k->n * sizeof(float));
         }
         char e[512];
         if (d->dp->ops->iallreduce(d->dp, bucket_buf(d, k), k->n, COMM_F32, COMM_SUM, &k->req, e, sizeof e) != 0) {
@@ -91,7 +91,7 @@ static int dp_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
             progressed = 1;
             if (!d->on_host) {
                 const ParamTable* pt = &d->ex->stages[k->stage]->params;
-                pt->be->copy_h2d(pt->grad + k->off, d->host[k->stage] + k->off, k->n * sizeof(float));
+                pt->be->copy_h2d(pt->be, pt->grad + k->off, d->host[k->stage] + k->off, k->n * sizeof(float));
             }
         }
         left = 0;

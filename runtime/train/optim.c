@@ -6,7 +6,7 @@
 
 double optim_grad_sum_squares(const Stage* st) {
     RR_ASSERT(st->params.be == st->be);
-    return st->be->sum_squares(st->params.grad, st->params.gtotal); /* frozen tensors have no gradient */
+    return st->be->sum_squares(st->be, st->params.grad, st->params.gtotal); /* frozen tensors have no gradient */
 }
 
 float optim_clip_coef(double norm, double max_norm) {
@@ -19,12 +19,12 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
     const Backend* be = st->be;
     ParamTable* pt = &st->params;
     RR_ASSERT(pt->be == be);
-    if (clip < 1.0f) be->scale(pt->grad, clip, pt->gtotal);
+    if (clip < 1.0f) be->scale(be, pt->grad, clip, pt->gtotal);
     AdamWConfig cfg = {lr, (float)r->beta1, (float)r->beta2, (float)r->eps, (float)r->weight_decay};
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (s->frozen) continue; /* train.freeze: no state, no update, no weight decay */
-        be->adamw_update(pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+        be->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
                          &cfg, t, s->decay);
     }
     params_refresh_compute(pt); /* bf16: the compute copy follows the f32 master */

@@ -51,6 +51,10 @@ enum cudaError {
 typedef enum cudaError cudaError_t;
 typedef struct EmuStream* cudaStream_t;
 #define cudaStreamNonBlocking 1
+/* Streams are ordered by the emulation trivially (everything runs at once, in call order), so what is
+ * checked is the plumbing: emu_require_stream(s) makes every launch, copy, memset, synchronize and
+ * cuBLAS(Lt) call on another stream an error naming it (tests/test_cuda_ops.c --stream). */
+extern "C" void emu_require_stream(cudaStream_t s);
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct cudaDeviceProp {
@@ -102,10 +106,10 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
 struct EmuCfg {
     dim3 grid, block;
     size_t smem;
+    cudaStream_t stream;
 };
 static inline EmuCfg emu_cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) {
-    (void)stream;
-    EmuCfg c = {grid, block, smem};
+    EmuCfg c = {grid, block, smem, stream};
     return c;
 }
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body);
@@ -147,6 +151,7 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);

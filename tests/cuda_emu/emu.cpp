@@ -192,7 +192,28 @@ cudaError_t cudaFree(void* p) {
     return sticky;
 }
 
-cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
+/* ---- streams --------------------------------------------------------------------------------------- */
+
+struct EmuStream {
+    int id;
+};
+static int streams_made = 0;
+static int require_on = 0;
+static cudaStream_t required = NULL;
+static int stream_id(cudaStream_t s) { return s ? s->id : 0; }
+extern "C" void emu_require_stream(cudaStream_t s) {
+    require_on = s != NULL;
+    required = s;
+}
+/* `what` (a kernel's name or an API call) was enqueued on `s`: an error when a test requires another */
+static void emu_on_stream(cudaStream_t s, const char* what) {
+    if (require_on && s != required)
+        emu_fail(cudaErrorInvalidValue, "%s ran on stream %d, not on the table's stream %d", what, stream_id(s),
+                 stream_id(required));
+}
+
+cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
+    emu_on_stream(stream, "cudaMemsetAsync");
     if (sticky) return sticky;
     DeviceOpen open;
     if (!in_alloc(p, bytes)) {
@@ -204,7 +225,8 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
 }
 cudaError_t cudaMemset(void* p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+    emu_on_stream(stream, "cudaMemcpyAsync");
     if (sticky) return sticky;
     DeviceOpen open;
     int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -223,14 +245,23 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu_on_stream(s, "cudaStreamSynchronize");
     DeviceOpen open;
     check_guards("a kernel");
     return sticky;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-    static int dummy;
-    *s = (cudaStream_t)&dummy;
+    *s = new EmuStream{++streams_made};
+    return sticky;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) {
+        emu_fail(cudaErrorInvalidValue, "cudaStreamDestroy of the default stream");
+        return sticky;
+    }
+    if (require_on && s == required) require_on = 0, required = NULL;
+    delete s;
     return sticky;
 }
 cudaError_t cudaGetDeviceCount(int* n) {
@@ -470,6 +501,7 @@ static void run_block(int n) {
 }
 
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
+    emu_on_stream(cfg.stream, kernel);
     if (sticky) return;
     DeviceOpen open;
     unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
@@ -564,12 +596,17 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
 
 struct EmuCublas {
     int math;
+    cudaStream_t stream; /* cublasSetStream's; the products are enqueued there */
 };
 cublasStatus_t cublasCreate(cublasHandle_t* h) {
-    *h = new EmuCublas{0};
+    *h = new EmuCublas{0, NULL};
     return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
     h->math = (int)m; /* TF32 is not emulated: the product is always fp32 */
     return CUBLAS_STATUS_SUCCESS;
@@ -585,6 +622,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float* alpha, const float* A, int lda, const float* B, int ldb, const float* beta,
                            float* C, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    emu_on_stream(h->stream, "cublasSgemm");
     int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
     int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < max(1, a_rows) || ldb < max(1, b_rows) || ldc < max(1, m))
@@ -680,8 +718,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t la, const void* B, cublasLtMatrixLayout_t lb, const void* beta,
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ldd,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
     if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
+    emu_on_stream(stream, "cublasLtMatmul");
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
         lb->type != CUDA_R_16BF || lc->type != CUDA_R_32F || ldd->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;

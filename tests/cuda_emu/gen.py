@@ -10,7 +10,7 @@ Rewrites, and nothing else (the kernels' and launchers' code is compiled as writ
                                        emu_launch("k", emu_cfg(cfg), [&] { k(args); });
   extern __shared__ float s[];      -> float* s = (float*)emu_dynamic_smem();
   cudaFuncSetAttribute(k, ...)      -> emu_func_set_attribute("k", ...)
-  backend_cuda_get                  -> backend_cuda_emu_get (so the emulated backend can be linked
+  rrfp_cuda_backend_get             -> backend_cuda_emu_get (so the emulated backend can be linked
                                        beside the real one)
 and wraps the file in `namespace rr_emu` after pre-including the headers it would include, so its
 internal symbols never clash with the real CUDA objects in rrfp_core. Fails if a launch is left.
@@ -53,8 +53,8 @@ def main():
     text = LAUNCH.sub(launch, text)
     text = re.sub(r"extern\s+__shared__\s+float\s+(\w+)\s*\[\s*\]\s*;", r"float* \1 = (float*)emu_dynamic_smem();", text)
     text = re.sub(r"cudaFuncSetAttribute\(\s*(\w+)\s*,", r'emu_func_set_attribute("\1",', text)
-    text = text.replace("backend_cuda_get", "backend_cuda_emu_get")
-    text = text.replace("backend_cuda_mem_free", "backend_cuda_emu_mem_free")
+    text = text.replace("rrfp_cuda_backend_get", "backend_cuda_emu_get")
+    text = text.replace("rrfp_cuda_mem_free", "backend_cuda_emu_mem_free")
     if "<<<" in text:
         sys.exit(f"gen.py: {src}: a kernel launch was not rewritten")
     with open(out, "w") as f:
