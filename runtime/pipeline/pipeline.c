@@ -548,7 +548,8 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                 }
                 mats[k][(size_t)r * M + m] = v;
             }
-    if (known) *mode = pp_sim_plan(&est, cfg->hint, cfg->cap, V, pred);
+    if (known) /* fixed ignores the activation byte budget: not a candidate under one */
+        *mode = pp_sim_plan(&est, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
     pp_durations_free(&est);
     free(rate);
     return 0;

@@ -571,13 +571,19 @@ void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOpt
     }
 }
 
-PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, double pred[3]) {
+PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]) {
     static const PpMode cand[3] = {PP_MODE_READY, PP_MODE_LOOKAHEAD, PP_MODE_FIXED};
     double ms[3];
     int seq = pp_hint_is_sequence(hint);
+    if (seq && allow_fixed) {  // the hint's sequence is a candidate only where it stays within the cap
+        PpShape sh = {est->P, est->M, chunks, est->split};
+        for (int r = 0; r < est->P && allow_fixed; r++)
+            if (pp_hint_peak(hint, &sh, r) > pp_cap_for(cap, hint, &sh, r)) allow_fixed = 0;
+    }
     for (int i = 0; i < 3; i++) {
         ms[i] = NAN;
         if (i > 0 && !seq) continue;  // lookahead never waits under a ranking; fixed cannot run one
+        if (i == 2 && !allow_fixed) continue;
         PpSimResult r;
         char err[256];
         if (pp_sim_run_opts(est, hint, cand[i], cap, chunks, NULL, &r, err, sizeof err) == 0) {
@@ -604,7 +610,7 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         PpDurations est;
         double pred[3];
         pp_sim_estimated_durations(d, chunks, opt, &est);
-        PpMode chosen = pp_sim_plan(&est, hint, cap, chunks, pred);
+        PpMode chosen = pp_sim_plan(&est, hint, cap, chunks, 1, pred);
         pp_durations_free(&est);
         int rc = pp_sim_run_opts(d, hint, chosen, cap, chunks, opt, res, err, errlen);
         if (rc == 0)

@@ -85,15 +85,16 @@ double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt
 
 /* adaptive's plan (sched.h): simulate the step on the estimated durations `est` (what every rank of the
  * pipeline knows before the step: the plan's microbatches through the cost model) under ready,
- * lookahead (with `est` as its own estimates) and, when the hint is a sequence, fixed; return the mode
+ * lookahead (with `est` as its own estimates) and, when the hint is a sequence, allow_fixed is set and
+ * the hint's own in-flight peak stays within the cap on every rank (the cap bounds memory), fixed; return the mode
  * predicted fastest. Ties and near-ties go to the more conservative policy: lookahead is taken over
  * ready only when predicted faster, and fixed is kept unless the best ready-family policy is predicted
  * faster than it by more than PP_PLAN_MARGIN (relative): under estimate error a near-tie is noise, and
  * fixed is the reference the mode must not lose to. pred (may be NULL) receives the predicted makespans
  * of ready, lookahead and fixed (NAN when not a candidate). Deterministic: every rank computes the same
  * choice from the same inputs. */
-#define PP_PLAN_MARGIN 0.03
-PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, double pred[3]);
+#define PP_PLAN_MARGIN 0.02
+PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]);
 /* The estimated durations of d as the simulator's cost model gives them (pp_sim_estimate per rank and
  * task, chunks summed per rank): the input of pp_sim_plan. */
 void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOptions* opt, PpDurations* est);
