@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
                              .replay = {d.F, d.B, d.W}, .replay_M = M, .replay_scale = scale};
         if (pp_mode_parse(mode_s, &pc.mode) || pp_hint_parse(hint_s, &pc.hint)) rr_die("unknown mode or hint in '%s'", cfgs[c]);
         if (strcmp(cap_s, "-") && pp_cap_parse(cap_s, &pc.cap, err, sizeof err)) rr_die("%s", err);
-        if (pc.mode == PP_MODE_LOOKAHEAD) pc.estimate = replay_estimate, pc.estimate_ctx = &re;
+        if (pp_mode_waits(pc.mode)) pc.estimate = replay_estimate, pc.estimate_ctx = &re;
+        pc.plan_latency_s = d.latency * scale;
         if (pipeline_hint_splits(pc.hint) && !d.split) {
             if (rank == 0) printf("%-10s %-6s %-5s skipped: the hint needs a split backward (a file with W)\n", mode_s,
                                   hint_s, cap_s);

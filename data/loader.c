@@ -451,13 +451,45 @@ static int cmp_decreasing(const void* a, const void* b) {
     if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
     return (x->k > y->k) - (x->k < y->k);
 }
-static void sort_decreasing(const Loader* L, SampleData** items, int n, int by_cost) {
-    SortItem* t = mallocCheck(sizeof(SortItem) * (size_t)(n ? n : 1));
-    for (int i = 0; i < n; i++)
-        t[i] = (SortItem){by_cost ? L->cost_b[items[i]->g] : (double)L->cost_L[items[i]->g], items[i]->k, items[i]};
+int loader_pack_window(LoaderPolicy policy, int n, const int* cost_L, const double* cost_b, const int64_t* key,
+                       int budget, int* bin_of) {
+    if (policy == LOADER_POLICY_FIFO || n <= 0) return 0;
+    SortItem* t = mallocCheck(sizeof(SortItem) * (size_t)n);
+    int* tok = callocCheck((size_t)n, sizeof(int)); /* at most n bins */
+    double* cost = callocCheck((size_t)n, sizeof(double));
+    int nb = 0;
+    for (int i = 0; i < n; i++) t[i] = (SortItem){(double)cost_L[i], key[i], (SampleData*)(intptr_t)i};
     qsort(t, (size_t)n, sizeof(SortItem), cmp_decreasing);
-    for (int i = 0; i < n; i++) items[i] = t[i].d;
+    for (int j = 0; j < n; j++) { /* first-fit decreasing */
+        int i = (int)(intptr_t)t[j].d, c = cost_L[i], b = 0;
+        while (b < nb && tok[b] + c > budget) b++;
+        if (b == nb) nb++;
+        tok[b] += c;
+        bin_of[i] = b;
+    }
+    if (policy == LOADER_POLICY_BALANCED) {
+        /* same number of bins, refilled by least cost (LPT); a new bin only when none has room */
+        for (int b = 0; b < nb; b++) tok[b] = 0, cost[b] = 0;
+        for (int i = 0; i < n; i++) t[i] = (SortItem){cost_b[i], key[i], (SampleData*)(intptr_t)i};
+        qsort(t, (size_t)n, sizeof(SortItem), cmp_decreasing);
+        for (int j = 0; j < n; j++) {
+            int i = (int)(intptr_t)t[j].d, c = cost_L[i], best = -1;
+            for (int b = 0; b < nb; b++)
+                if (tok[b] + c <= budget && (best < 0 || cost[b] < cost[best])) best = b;
+            if (best < 0) best = nb++;
+            tok[best] += c;
+            cost[best] += cost_b[i];
+            bin_of[i] = best;
+        }
+    }
     free(t);
+    free(tok);
+    free(cost);
+    return nb;
+}
+
+double loader_balanced_cost(double lm, double patches_sq, double attn_tokens) {
+    return lm + (lm * lm + patches_sq) / attn_tokens;
 }
 
 static void report_damaged(Loader* L, const SampleData* d) {
@@ -556,40 +588,27 @@ static int group_form(Loader* L, char* err, size_t err_len) {
             items[n_items] = d;
         }
         if (rc == 0) {
-            sort_decreasing(L, items, n_items, 0);
-            for (int i = 0; i < n_items; i++) { /* first-fit decreasing */
-                int c = L->cost_L[items[i]->g], b = 0;
-                while (b < nb && bins[b].tokens + c > B) b++;
-                if (b == nb) {
-                    if (nb == cap_b) {
-                        bins = reallocCheck(bins, sizeof(Bin) * (size_t)(cap_b *= 2));
-                        memset(bins + nb, 0, sizeof(Bin) * (size_t)(cap_b - nb));
-                    }
-                    nb++;
-                }
-                bin_add(&bins[b], items[i], c);
+            /* the packer proper: loader_pack_window (shared with the duration generator) */
+            int* cl = mallocCheck(sizeof(int) * (size_t)(n_items ? n_items : 1));
+            double* cb = mallocCheck(sizeof(double) * (size_t)(n_items ? n_items : 1));
+            int64_t* key = mallocCheck(sizeof(int64_t) * (size_t)(n_items ? n_items : 1));
+            int* bin_of = mallocCheck(sizeof(int) * (size_t)(n_items ? n_items : 1));
+            for (int i = 0; i < n_items; i++)
+                cl[i] = L->cost_L[items[i]->g], cb[i] = L->cost_b[items[i]->g], key[i] = items[i]->k;
+            nb = loader_pack_window(L->cfg.policy, n_items, cl, cb, key, B, bin_of);
+            if (nb > cap_b) {
+                bins = reallocCheck(bins, sizeof(Bin) * (size_t)nb);
+                memset(bins + cap_b, 0, sizeof(Bin) * (size_t)(nb - cap_b));
+                cap_b = nb;
             }
-            if (L->cfg.policy == LOADER_POLICY_BALANCED) {
-                /* same number of bins, refilled by least cost (LPT); a new bin only when none has room */
-                int target = nb;
-                for (int b = 0; b < nb; b++) bins[b].n = 0, bins[b].tokens = 0, bins[b].cost = 0;
-                nb = target;
-                sort_decreasing(L, items, n_items, 1);
-                for (int i = 0; i < n_items; i++) {
-                    int c = L->cost_L[items[i]->g], best = -1;
-                    for (int b = 0; b < nb; b++)
-                        if (bins[b].tokens + c <= B && (best < 0 || bins[b].cost < bins[best].cost)) best = b;
-                    if (best < 0) {
-                        if (nb == cap_b) {
-                            bins = reallocCheck(bins, sizeof(Bin) * (size_t)(cap_b *= 2));
-                            memset(bins + nb, 0, sizeof(Bin) * (size_t)(cap_b - nb));
-                        }
-                        best = nb++;
-                    }
-                    bin_add(&bins[best], items[i], c);
-                    bins[best].cost += L->cost_b[items[i]->g];
-                }
+            for (int i = 0; i < n_items; i++) {
+                bin_add(&bins[bin_of[i]], items[i], cl[i]);
+                bins[bin_of[i]].cost += cb[i];
             }
+            free(cl);
+            free(cb);
+            free(key);
+            free(bin_of);
         }
     }
     L->g_end = k;
@@ -865,7 +884,7 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
                 sq += (double)gh * gw * gh * gw;
             }
             L->cost_L[g] = (int32_t)(lm > INT32_MAX ? INT32_MAX : lm);
-            L->cost_b[g] = (double)lm + ((double)lm * lm + sq) / L->cfg.attn_tokens;
+            L->cost_b[g] = loader_balanced_cost((double)lm, sq, L->cfg.attn_tokens);
             HMIX(lm), HMIX(e->size), HMIX(e->n_supervised);
             if (lm > cfg->microbatch_tokens) {
                 if (first_over < 0) first_over = g;

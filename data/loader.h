@@ -70,6 +70,16 @@ typedef struct {
 /* Defaults: policy ffd, window 64, 1 worker, dp 0 of 1, decode_images 1, p 8, patches 16..64. */
 void loader_config_default(LoaderConfig* c);
 int loader_policy_parse(const char* s, LoaderPolicy* p); /* "fifo" | "ffd" | "balanced"; 0 or -1 */
+/* The ffd / balanced packer over one window of n samples (the loader's own, also used by the duration
+ * generator of runtime/sim/): cost_L[i] LM positions, cost_b[i] balanced cost (loader_balanced_cost),
+ * key[i] stream position (ties), budget = microbatch_tokens (every cost_L[i] <= budget). Fills
+ * bin_of[i] (microbatch of sample i, in the order microbatches were opened) and returns the count.
+ * fifo is not a window packer (it closes a microbatch when the next sample does not fit): returns 0. */
+int loader_pack_window(LoaderPolicy policy, int n, const int* cost_L, const double* cost_b, const int64_t* key,
+                       int budget, int* bin_of);
+/* balanced's cost of a sample of lm LM positions whose images have sum of squared patch counts
+ * patches_sq: lm + (lm^2 + patches_sq) / attn_tokens (linear layers plus causal and ViT attention). */
+double loader_balanced_cost(double lm, double patches_sq, double attn_tokens);
 
 typedef struct {
     int64_t stream_pos;    /* first stream position of the current packing group */

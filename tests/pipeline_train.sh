@@ -30,7 +30,7 @@ PY
 }
 "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/single" >"$W/single.log" 2>&1 || fail "single-process run"
 [ "$(losses "$W/single" | wc -l)" = 6 ] || fail "single-process metrics"
-CASES=("fixed-sync 1f1b" "fixed 1f1b" "ready 1f1b" "fixed zb-h1" "ready zb-h1" "ready bf" "ready bfw" "ready gpipe" "lookahead 1f1b")
+CASES=("fixed-sync 1f1b" "fixed 1f1b" "ready 1f1b" "fixed zb-h1" "ready zb-h1" "ready bf" "ready bfw" "ready gpipe" "lookahead 1f1b" "adaptive zb-h1")
 # interleaved-1f1b: 2 chunks per rank (needs microbatches % NP == 0 and 2 NP <= text layers)
 [ "$NP" = 2 ] && CASES+=("fixed-sync interleaved-1f1b 2" "ready interleaved-1f1b 2")
 for hm in "${CASES[@]}"; do

@@ -82,6 +82,13 @@ add_test(NAME pipeline_replay_np8
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "replay: ok" ${CMAKE_SOURCE_DIR}/tests/replay_quick.sh
                  $<TARGET_FILE:rrfp-mm> $<TARGET_FILE:rrfp-bench-replay> ${CMAKE_CURRENT_BINARY_DIR}/replay_quick ${RRFP_MPIRUN})
 set_tests_properties(pipeline_replay_np8 PROPERTIES LABELS mpi TIMEOUT 200)
+# rrfp-mm train with runtime.compute = replay:FILE at P = 8: every task once per step, in fixed mode in the
+# hint's order, lasting at least the file's duration, real messages of the microbatches' sizes, the
+# measured makespan at least the simulator's (fixed is monotone); adaptive runs; bad files refused.
+add_test(NAME train_replay_np8
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "replay train: ok" ${CMAKE_SOURCE_DIR}/tests/replay_train.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/replay_train)
+set_tests_properties(train_replay_np8 PROPERTIES LABELS mpi TIMEOUT 200)
 # Data parallelism: rrfp-mm train with dp = 2 (pp 1 and pp 2) against one process training the same
 # global step (dp x microbatches), every mode and a hint set, small and large buckets, resume across layouts.
 add_test(NAME dp_train_np2

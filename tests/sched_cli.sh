@@ -154,5 +154,37 @@ expect 2 'latency needs a number' -- "$BIN" trace "$T/rt.json" --durations "$T/x
 expect 1 'is a directory, expected a duration file' -- "$BIN" sim --durations "$T" --mode ready --hint 1f1b
 expect 1 'is a directory, expected a Chrome trace' -- "$BIN" trace "$T" --svg "$T/dir.svg"
 
+# 7. The calibrated generator: the 7B recipe's step at P = 8, every packing policy, deterministic for a
+# seed, a valid duration file (seconds) that sim reads back; the adaptive mode reports its choice.
+R7=$(dirname "$0")/../recipes/llava-1.5-7b.ini
+for pol in fifo ffd balanced; do
+  "$BIN" sim --calibrated "$R7" --stages 8 --microbatches 16 --policy $pol --split-backward --seed 2 \
+    --dump "$T/cal-$pol.json" --mode adaptive --hint zb-h1 --estimate-error 0.2 >"$T/cal-$pol.txt" 2>"$T/err" \
+    || fail "sim --calibrated --policy $pol: $(cat "$T/err")"
+  grep -qE "^calibrated: .*policy $pol: [0-9]+ samples.*layers 4,4,4,4,4,4,4,4$" "$T/cal-$pol.txt" || fail "calibrated $pol summary: $(head -1 "$T/cal-$pol.txt")"
+  grep -qE "^adaptive: ran (ready|lookahead|fixed) \(predicted" "$T/cal-$pol.txt" || fail "adaptive does not report its choice"
+  "$BIN" sim --durations "$T/cal-$pol.json" --mode ready --hint bfw --json >/dev/null 2>"$T/err" || fail "sim rejects the calibrated file: $(cat "$T/err")"
+done
+"$BIN" sim --calibrated "$R7" --stages 8 --microbatches 16 --policy balanced --split-backward --seed 2 --dump "$T/cal-again.json" --json >/dev/null 2>&1
+cmp -s "$T/cal-balanced.json" "$T/cal-again.json" || fail "the calibrated generator is not deterministic for a seed"
+python3 - "$T" <<'PYCAL' || fail "calibrated files"
+import json, sys
+T = sys.argv[1]
+for pol in ("fifo", "ffd", "balanced"):
+    d = json.load(open(f"{T}/cal-{pol}.json"))
+    assert d["stages"] == 8 and d["microbatches"] == 16 and "W" in d, pol
+    for k in "FBW":
+        for row in d[k]:
+            assert all(0 < x < 10 for x in row), (pol, k)  # seconds: a 4096-token microbatch through 4 LM layers
+    assert 0 < d["latency"] < 0.01, d["latency"]
+PYCAL
+"$BIN" sim --calibrated "$R7" --stages 8 --workload text --json >"$T/out" 2>"$T/err" || fail "calibrated text workload"
+grep -q "(0 patches)" "$T/err" || fail "a text-only workload with patches: $(cat "$T/err")"
+expect 2 'unknown --policy' -- "$BIN" sim --calibrated "$R7" --policy lpt
+expect 2 'unknown --workload' -- "$BIN" sim --calibrated "$R7" --workload video
+expect 2 'straggler expects FACTOR:LENGTH:PROBABILITY' -- "$BIN" sim --calibrated "$R7" --straggler 2:0:0.5
+expect 2 'stages <= LM layers' -- "$BIN" sim --calibrated "$R7" --stages 64
+expect 2 'excludes --durations' -- "$BIN" sim --calibrated "$R7" --durations "$T/cal-fifo.json"
+
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "sched_cli: all checks passed"

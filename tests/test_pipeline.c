@@ -300,9 +300,10 @@ int main(int argc, char** argv) {
                 Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
                 if (!pl) rr_die("pipeline_create: %s", err);
                 PipelineStepStats st;
-                if (mode == PP_MODE_LOOKAHEAD) {
+                if (pp_mode_waits((PpMode)mode)) {
                     /* a first step calibrates the cost model, so the checked step runs with estimates
-                     * (its notices, predictions and waits), as every step after the first does */
+                     * (its notices, predictions and waits; adaptive: its plan over every rank's cost
+                     * model), as every step after the first does */
                     if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                         rr_die("pipeline_step (warm-up): %s", err);
                 }

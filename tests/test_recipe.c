@@ -81,7 +81,7 @@ static void test_errors(void) {
            W("@:4:", "parallel.tp = 3", "model.vision_heads (4) is not divisible"));
     expect("cap_mult", "[runtime]\ncap = 1.5x\n", NULL, OK);
     expect("cap_bad", "[runtime]\ncap = lots\n", NULL, W("@:2:", "runtime.cap = 'lots'", "such as 1.5x"));
-    expect("cap_mode", "[parallel]\nmode = fixed\n[runtime]\ncap = 2\n", NULL, W("@:4:", "only `ready` and `lookahead` modes"));
+    expect("cap_mode", "[parallel]\nmode = fixed\n[runtime]\ncap = 2\n", NULL, W("@:4:", "only `ready`, `lookahead` and `adaptive` modes"));
     expect("warmup", "[train]\nsteps = 5\n[optim]\nwarmup = 6\n", NULL, W("@:4:", "optim.warmup = 6", "<= 5"));
     expect("min_lr", "[optim]\nlr = 1e-3\nmin_lr = 1e-2\n", NULL, W("@:3:", "optim.min_lr", "<= 0.001"));
     expect("dump_step", "[optim]\nwarmup = 0\n[train]\nsteps = 5\ndump_step = 9\n", NULL, W("@:5:", "train.dump_step = 9", "1 .. 5"));

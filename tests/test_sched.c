@@ -734,6 +734,67 @@ static void test_lookahead_sim(void) {
     pp_durations_free(&d);
 }
 
+/* adaptive: the plan picks from its candidates by the predicted makespans (the PP_PLAN_MARGIN rule), and
+ * the step then runs exactly the chosen mode (the same makespan as running that mode); under a ranking
+ * (bfw) the only candidate is ready; on the anomaly (text 1f1b cap 1x, P = 32, ready ~8% behind fixed) it
+ * does not pick ready, with estimates exact or 20% off; every run valid. */
+static void test_adaptive(void) {
+    const char* caps[] = {"1x", "1.5x", "2x"};
+    for (int kind = 0; kind < 2; kind++)
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            PpDurations dw, ds;
+            pp_durations_generate(&dw, 8, 32, kind ? 1.0 : 0.1, (PpGenKind)kind, seed, 0, 0.02);
+            pp_durations_generate(&ds, 8, 32, kind ? 1.0 : 0.1, (PpGenKind)kind, seed, 1, 0.02);
+            for (int c = 0; c < 3; c++)
+                for (int h = 0; h < PP_HINT_COUNT; h++) {
+                    if (h == PP_HINT_INTERLEAVED) continue;
+                    PpCap cap;
+                    char err[512];
+                    pp_cap_parse(caps[c], &cap, err, sizeof err);
+                    const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
+                    PpSimOptions o = {0.2, seed};
+                    PpSimResult r, q;
+                    CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 &&
+                              !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
+                    PpShape sh = {8, 32, 1, d->split};
+                    CHECK(pp_exec_check(&sh, r.exec, r.n_exec, d->latency, err, sizeof err) == 0, "%s", err);
+                    const double* p = r.predicted;
+                    PpMode want = PP_MODE_READY;
+                    if (!isnan(p[1]) && p[1] < p[0]) want = PP_MODE_LOOKAHEAD;
+                    double best = want == PP_MODE_READY ? p[0] : p[1];
+                    if (!isnan(p[2]) && !(best < p[2] * (1 - PP_PLAN_MARGIN))) want = PP_MODE_FIXED;
+                    CHECK(r.chosen == want, "%s %s: chose %s, the rule on %g %g %g says %s", pp_hint_name((PpHint)h),
+                          caps[c], pp_mode_name(r.chosen), p[0], p[1], p[2], pp_mode_name(want));
+                    if (!pp_hint_is_sequence((PpHint)h))
+                        CHECK(r.chosen == PP_MODE_READY && isnan(p[1]) && isnan(p[2]), "a ranking has one candidate");
+                    CHECK(pp_sim_run_opts(d, (PpHint)h, r.chosen, cap, 1, &o, &q, err, sizeof err) == 0 &&
+                              q.makespan == r.makespan, "adaptive's step is not the chosen mode's: %g vs %g", r.makespan,
+                          q.makespan);
+                    pp_sim_result_free(&q);
+                    pp_sim_result_free(&r);
+                }
+            pp_durations_free(&dw);
+            pp_durations_free(&ds);
+        }
+    PpDurations d;
+    pp_durations_generate(&d, 32, 128, 0.1, PP_GEN_TEXT, 1, 0, 0.02);
+    PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
+    double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
+    for (int e = 0; e < 2; e++) {
+        PpSimOptions o = {e ? 0.2 : 0.0, 1};
+        PpSimResult r;
+        char err[256];
+        CHECK(pp_sim_run_opts(&d, PP_HINT_1F1B, PP_MODE_ADAPTIVE, c1, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock,
+              "%s", err);
+        CHECK(r.chosen != PP_MODE_READY && r.makespan <= 1.005 * fixed, "anomaly, error %d: chose %s, %g vs fixed %g",
+              e, pp_mode_name(r.chosen), r.makespan, fixed);
+        printf("  adaptive on the anomaly (estimate error %.1f): ran %s, %.4f x fixed\n", o.estimate_error,
+               pp_mode_name(r.chosen), r.makespan / fixed);
+        pp_sim_result_free(&r);
+    }
+    pp_durations_free(&d);
+}
+
 static void test_large(void) {
     PpDurations d;
     pp_durations_generate(&d, 128, 512, 1.0, PP_GEN_MM, 3, 1, 0.02);
@@ -778,6 +839,7 @@ int main(int argc, char** argv) {
         {"trace_writer", test_trace_writer},
         {"lookahead_decision", test_lookahead_decision},
         {"lookahead_sim", test_lookahead_sim},
+        {"adaptive", test_adaptive},
         {"large", test_large},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);

@@ -11,15 +11,20 @@
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "data/loader.h"
 #include "runtime/sim/sim.h"
+#include "runtime/train/recipe.h"
 #include "runtime/trace/trace.h"
 
 static void sim_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm sim (--durations FILE | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
             "                    [--seed S] [--split-backward] [--latency L])\n"
-            "                   [--mode fixed-sync|fixed|ready|lookahead] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
+            "                   [--mode fixed-sync|fixed|ready|lookahead|adaptive] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
             "                   [--estimate-error E] [--estimate-seed S]\n"
+            "       rrfp-mm sim --calibrated RECIPE [--stages P] [--microbatches M] [--workload text|mm]\n"
+            "                   [--policy fifo|ffd|balanced] [--flops F] [--jitter J] [--straggler F:LEN:P]\n"
+            "                   [--seed S] [--split-backward] [--mode ...] [--hint ...] [--dump FILE] ...\n"
             "                   [--json] [--grid] [--dump FILE] [--trace FILE] [--bench-dispatch]\n\n"
             "Simulates one step of the RRFP pipeline runtime (DESIGN.md section 6) with the runtime's own\n"
             "dispatcher under a virtual clock.\n\n"
@@ -27,7 +32,16 @@ static void sim_usage(FILE* f) {
             "  --stages/--microbatches  generate durations instead (see bench/README.md for the generator):\n"
             "      --kind text|mm (default text), --variance V (default 0.1 text, 1.0 mm), --seed S (1),\n"
             "      --split-backward (B = W = F instead of B = 2F), --latency L (default 0.02)\n"
-            "  --mode MODE       fixed-sync, fixed, ready or lookahead (default ready)\n"
+            "  --calibrated RECIPE  generate one step's durations (seconds) from RECIPE's model, a LLaVA-1.5-like\n"
+            "                    sample mix packed by the loader's packer at data.microbatch_tokens, the\n"
+            "                    partitioner's FLOP model and --flops (default 400e12 FLOP/s per rank);\n"
+            "                    --stages / --microbatches default to parallel.pp / data.microbatches;\n"
+            "                    --workload text|mm (default mm), --policy (default data.policy), --jitter J\n"
+            "                    (lognormal sigma per task, default 0.03), --straggler FACTOR:LEN:PROB\n"
+            "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
+            "  --mode MODE       fixed-sync, fixed, ready, lookahead or adaptive (default ready); adaptive\n"
+            "                    simulates the step on the estimates under ready, lookahead and fixed\n"
+            "                    and runs the one predicted fastest (docs/scheduler.md)\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
             "  --estimate-seed S the seed of those factors (default 1)\n"
@@ -176,6 +190,10 @@ static int write_sim_trace(const char* path, const PpSimResult* r, int P, char* 
 }
 
 int cmd_sim(int argc, char** argv) {
+    const char *calib_recipe = NULL, *workload_text = "mm", *policy_text = NULL;
+    double cal_flops = 0, cal_jitter = -1, cal_sf = 0, cal_sp = 0;
+    long cal_sl = 0;
+    int have_straggler = 0;
     const char *durations = NULL, *dump = NULL, *trace = NULL, *cap_text = NULL;
     const char *mode_text = "ready", *hint_text = "1f1b", *kind_text = "text";
     long P = 0, M = 0, seed = 1, chunks = 1, est_seed = 1;
@@ -237,6 +255,32 @@ int cmd_sim(int argc, char** argv) {
         } else if (!strcmp(a, "--estimate-seed")) {
             NEED_VALUE();
             if (parse_int_arg(a, v, 0, 2147483647L, &est_seed)) return 2;
+        } else if (!strcmp(a, "--calibrated")) {
+            NEED_VALUE();
+            calib_recipe = v;
+        } else if (!strcmp(a, "--workload")) {
+            NEED_VALUE();
+            workload_text = v;
+        } else if (!strcmp(a, "--policy")) {
+            NEED_VALUE();
+            policy_text = v;
+        } else if (!strcmp(a, "--flops")) {
+            NEED_VALUE();
+            if (parse_double_arg(a, v, 1, &cal_flops)) return 2;
+        } else if (!strcmp(a, "--jitter")) {
+            NEED_VALUE();
+            if (parse_double_arg(a, v, 0, &cal_jitter)) return 2;
+        } else if (!strcmp(a, "--straggler")) {
+            NEED_VALUE();
+            char* end;
+            cal_sf = strtod(v, &end);
+            if (*end != ':' || (cal_sl = strtol(end + 1, &end, 10), *end != ':') || (cal_sp = strtod(end + 1, &end), *end) ||
+                !(cal_sf >= 1) || cal_sl < 1 || !(cal_sp >= 0 && cal_sp <= 1)) {
+                fprintf(stderr, "rrfp-mm sim: --straggler expects FACTOR:LENGTH:PROBABILITY (factor >= 1, length >= 1 "
+                                "microbatches, probability in [0, 1]), got '%s'\n", v);
+                return 2;
+            }
+            have_straggler = 1;
         } else if (!strcmp(a, "--split-backward")) {
             split = 1;
         } else if (!strcmp(a, "--json")) {
@@ -263,7 +307,7 @@ int cmd_sim(int argc, char** argv) {
     PpCap cap = {PP_CAP_DEFAULT, 0};
     char err[1024];
     if (pp_mode_parse(mode_text, &mode)) {
-        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed, ready or lookahead)\n", mode_text);
+        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed, ready, lookahead or adaptive)\n", mode_text);
         return 2;
     }
     if (pp_hint_parse(hint_text, &hint)) {
@@ -284,12 +328,61 @@ int cmd_sim(int argc, char** argv) {
     }
     if (variance < 0) variance = kind == PP_GEN_TEXT ? 0.1 : 1.0;
     if (cap_text && !pp_mode_is_ready(mode) && !bench)
-        fprintf(stderr, "rrfp-mm sim: warning: --cap applies to --mode ready and lookahead only; mode %s runs the hint as a "
+        fprintf(stderr, "rrfp-mm sim: warning: --cap applies to --mode ready, lookahead and adaptive only; mode %s runs the hint as a "
                         "sequence, so the cap is ignored\n", pp_mode_name(mode));
     if (bench) return bench_dispatch(P ? (int)P : 128, M ? (int)M : 512, hint, split, cap, (uint64_t)seed);
 
     PpDurations d;
-    if (durations) {
+    if (calib_recipe) {
+        if (durations || have_latency) {
+            fprintf(stderr, "rrfp-mm sim: --calibrated RECIPE excludes --durations and --latency (the recipe and the link give them)\n");
+            return 2;
+        }
+        Recipe rc0;
+        recipe_defaults(&rc0);
+        if (recipe_load(&rc0, calib_recipe, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
+            return 1;
+        }
+        PpCalibConfig cc;
+        pp_calib_defaults(&cc);
+        cc.P = P ? (int)P : rc0.pp;
+        cc.M = M ? (int)M : rc0.microbatches;
+        cc.microbatch_tokens = rc0.microbatch_tokens;
+        cc.window = rc0.window;
+        cc.Dv = rc0.vision_width, cc.Lv = rc0.vision_layers, cc.Dt = rc0.text_width, cc.Lt = rc0.text_layers;
+        cc.F = rc0.ffn_hidden, cc.V = rc0.vocab > 0 ? rc0.vocab : 32000, cc.patch = rc0.patch;
+        cc.min_patches = rc0.min_patches, cc.max_patches = rc0.max_patches;
+        cc.split = split;
+        cc.seed = (uint64_t)seed;
+        LoaderPolicy lp;
+        if (loader_policy_parse(policy_text ? policy_text : rc0.policy, &lp) != 0) {
+            fprintf(stderr, "rrfp-mm sim: unknown --policy '%s' (expected fifo, ffd or balanced)\n", policy_text);
+            return 2;
+        }
+        cc.policy = (int)lp;
+        if (!strcmp(workload_text, "text")) cc.workload = PP_WORKLOAD_TEXT;
+        else if (!strcmp(workload_text, "mm")) cc.workload = PP_WORKLOAD_MM;
+        else {
+            fprintf(stderr, "rrfp-mm sim: unknown --workload '%s' (expected text or mm)\n", workload_text);
+            return 2;
+        }
+        if (cal_flops > 0) cc.flops = cal_flops;
+        if (cal_jitter >= 0) cc.jitter = cal_jitter;
+        if (have_straggler) cc.straggler_factor = cal_sf, cc.straggler_len = (int)cal_sl, cc.straggler_prob = cal_sp;
+        PpCalibStats cs;
+        if (pp_calib_generate(&cc, &d, &cs, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm sim: %s\n", err);
+            return 2;
+        }
+        fprintf(json ? stderr : stdout,
+                "calibrated: %s, %s workload, P=%d M=%d policy %s: %d samples, %.0f tokens (%.0f patches), fill %.3f "
+                "(microbatches %.0f..%.0f tokens), step work %.4g s, latency %.3g s, straggling %.3f, layers",
+                calib_recipe, workload_text, cc.P, cc.M, policy_text ? policy_text : rc0.policy, cs.samples, cs.tokens,
+                cs.patches, cs.fill, cs.min_T, cs.max_T, cs.step_work_s, d.latency, cs.straggler_share);
+        for (int s = 0; s < cc.P && s < 128; s++) fprintf(json ? stderr : stdout, "%s%d", s ? "," : " ", cs.layers[s]);
+        fprintf(json ? stderr : stdout, "\n");
+    } else if (durations) {
         if (P || M || have_latency || split) {
             fprintf(stderr, "rrfp-mm sim: --durations FILE excludes --stages/--microbatches/--latency/--split-backward "
                             "(the file gives them)\n");
@@ -385,8 +478,11 @@ int cmd_sim(int argc, char** argv) {
             }
         }
         printf("simulated in %.3f s (%ld dispatcher decisions", wall, r.decisions);
-        if (mode == PP_MODE_LOOKAHEAD) printf(", %ld of them waited for an announced input", r.waits);
+        if (pp_mode_waits(r.chosen)) printf(", %ld of them waited for an announced input", r.waits);
         printf(")\n");
+        if (mode == PP_MODE_ADAPTIVE)
+            printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
+                   pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
     }
     if (trace && write_sim_trace(trace, &r, d.P, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);

@@ -1,10 +1,16 @@
 /* pipeline.c — one pipeline rank's step: dispatcher + transport + stages. See pipeline.h. */
 #include "runtime/pipeline/pipeline.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <sched.h>
+
+/* replay: the last part of a task's wait spent yielding instead of sleeping (s) */
+#define REPLAY_SPIN_S 100e-6
 
 #include "engine/util.h"
 #include "runtime/sim/sim.h"
@@ -49,6 +55,8 @@ struct Pipeline {
     double* cost_u;        /* (chunks, 3) ... and work units, summed over every task run so far */
     double* notice_in;     /* (chunks, 2, 2, M) received notices and ahead-notices, in seconds */
     uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
+    int look;              /* this step's ranks send start notices (lookahead, or adaptive's choice of it) */
+    PpMode step_mode;      /* the mode this step runs under (adaptive: its plan's choice) */
     PipelineGradsDone grads_done;
     void* grads_done_ctx;
     int* grad_tasks;       /* (chunks) weight-gradient tasks (W, or fused B) finished this step */
@@ -352,7 +360,7 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
     int src;
     PpTask src_task;
     if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return 0;
-    if (p->cfg.mode == PP_MODE_LOOKAHEAD) {
+    if (p->look) {
         MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, t.chunk, t.mb};
         MsgKey ak = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, t.chunk, t.mb};
         if (transport_post_recv(p->tr, src, nk, notice_slot(p, t, 0), sizeof(double), p->err, p->err_len) != 0 ||
@@ -428,16 +436,26 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     if (has_out) *key = (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, dst_task.chunk, t.mb};
     if (p->cfg.replay[0]) {
         /* Replay: wait the task's recorded duration (sleeping, so many ranks share a core); the output
-         * buffer keeps whatever it holds, the message has the real size. The wait is cut in slices of
-         * at most 1 ms between which the transport progresses, as a GPU rank's host thread does
-         * while the device computes: a large message's rendezvous must not wait for the task's end. */
+         * buffer keeps whatever it holds, the message has the real size. The wait sleeps to absolute
+         * deadlines (clock_nanosleep, TIMER_ABSTIME, on rr_now's CLOCK_MONOTONIC), so the time spent
+         * progressing and the wake-ups' lateness never add up: in slices of at most 1 ms between which
+         * the transport progresses, as a GPU rank's host thread does while the device computes (a large
+         * message's rendezvous must not wait for the task's end), up to REPLAY_SPIN_S before the end,
+         * then yielding the core until the deadline (a wake-up from a sleep comes late on a loaded
+         * machine; a yield loop gives the core away and still notices the deadline soon after). */
         double s = p->cfg.replay[t.kind][(size_t)p->cfg.rank * (size_t)p->cfg.replay_M + (size_t)t.mb] *
                    p->cfg.replay_scale / p->cfg.chunks;
         double until = rr_now() + s;
-        for (double left = s; left > 0; left = until - rr_now()) {
-            if (left > 1e-3) left = 1e-3;
-            struct timespec ts = {0, (long)(left * 1e9)};
-            nanosleep(&ts, NULL);
+        for (double now = rr_now(); now < until; now = rr_now()) {
+            double wake = until - REPLAY_SPIN_S;
+            if (wake > now + 1e-3) wake = now + 1e-3;
+            if (wake > now) {
+                struct timespec ts = {(time_t)wake, (long)((wake - (double)(time_t)wake) * 1e9)};
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+                }
+            } else {
+                sched_yield();
+            }
             if (transport_progress(p->tr, p->err, p->err_len) != 0) return -1;
         }
         return has_out;
@@ -475,6 +493,68 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     return has_out;
 }
 
+/* adaptive (sched.h): the step's mode, from a simulation of the step on the estimated durations of
+ * every rank (pp_sim_plan). Estimates: cfg->estimate when given (it answers for any rank), else every
+ * rank's cost model (per chunk and kind, seconds per work unit), summed over the pipeline group with one
+ * small all-reduce (each rank contributes its own entries; the others are 0, so the sum is exact and
+ * identical on every rank). Every rank then computes the same choice from the same plan. A rank whose
+ * cost model has measured nothing yet (the first step) makes the plan unknown: the step runs lookahead,
+ * which without estimates behaves as ready. pred: the predicted makespans (s) or NAN. */
+static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, double pred[3], char* err, size_t err_len) {
+    const PipelineConfig* cfg = &p->cfg;
+    int P = cfg->P, V = cfg->chunks;
+    for (int i = 0; i < 3; i++) pred[i] = NAN;
+    *mode = PP_MODE_LOOKAHEAD;
+    double* rate = NULL; /* (P, V, 3): seconds per unit, 0 = unknown */
+    if (!cfg->estimate) {
+        size_t n = (size_t)P * (size_t)V * 6;
+        double* su = callocCheck(n, sizeof(double));
+        for (int k = 0; k < V * 3; k++) {
+            su[((size_t)cfg->rank * V * 3 + k) * 2] = p->cost_s[k];
+            su[((size_t)cfg->rank * V * 3 + k) * 2 + 1] = p->cost_u[k];
+        }
+        char e[512];
+        if (comm_allreduce(p->comm, su, n, COMM_F64, COMM_SUM, e, sizeof e) != 0) {
+            snprintf(err, err_len, "pipeline rank %d: sharing the cost model (adaptive mode): %s", cfg->rank, e);
+            free(su);
+            return -1;
+        }
+        rate = mallocCheck(sizeof(double) * (size_t)P * V * 3);
+        for (size_t k = 0; k < (size_t)P * V * 3; k++) rate[k] = su[2 * k + 1] > 0 ? su[2 * k] / su[2 * k + 1] : 0;
+        free(su);
+    }
+    PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
+    est.F = callocCheck((size_t)P * M, sizeof(double));
+    est.B = callocCheck((size_t)P * M, sizeof(double));
+    if (cfg->split) est.W = callocCheck((size_t)P * M, sizeof(double));
+    double* mats[3] = {est.F, est.B, est.W};
+    int known = 1;
+    for (int r = 0; r < P && known; r++)
+        for (int k = 0; k < (cfg->split ? 3 : 2) && known; k++)
+            for (int m = 0; m < M && known; m++) {
+                double v = 0;
+                for (int c = 0; c < V; c++) {
+                    PpTask t = {c, k, m};
+                    double e;
+                    if (cfg->estimate) {
+                        e = cfg->estimate(cfg->estimate_ctx, r, t);
+                    } else {
+                        int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
+                        e = rate[((size_t)r * V + c) * 3 + k] *
+                            ((double)mbs[m].T + (first ? (double)mbs[m].Np : 0.0) + 1.0);
+                    }
+                    if (!(e > 0)) known = 0;
+                    v += e;
+                }
+                mats[k][(size_t)r * M + m] = v;
+            }
+    if (known) /* fixed ignores the activation byte budget: not a candidate under one */
+        *mode = pp_sim_plan(&est, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
+    pp_durations_free(&est);
+    free(rate);
+    return 0;
+}
+
 int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, PpTrace* trace, int step,
                   const char* dump_dir, PipelineStepStats* out, char* err, size_t err_len) {
     const PipelineConfig* cfg = &p->cfg;
@@ -506,15 +586,20 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         snprintf(err, err_len, "pipeline rank %d: %s", cfg->rank, e);
         return -1;
     }
+    PpMode mode = cfg->mode;
+    double pred[3] = {NAN, NAN, NAN};
+    if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, err, err_len) != 0) return -1;
+    p->step_mode = mode;
+    p->look = pp_mode_waits(mode);
     double* act_bytes = mallocCheck(sizeof(double) * (size_t)M);
     for (int m = 0; m < M; m++) act_bytes[m] = p->act_bytes_max * (double)mbs[m].T / (double)cfg->max_tokens;
     PpDispatchConfig dc = {
         .shape = p->shape,
         .rank = cfg->rank,
-        .mode = cfg->mode,
+        .mode = mode,
         .order = p->order,
         .n = n,
-        .cap = pp_cap_for(cfg->cap, cfg->hint, &p->shape, cfg->rank), /* as the simulator resolves it */
+        .cap = pp_mode_is_ready(mode) ? pp_cap_for(cfg->cap, cfg->hint, &p->shape, cfg->rank) : 0, /* as the simulator */
         .act_budget = cfg->act_budget,
         .act_bytes = act_bytes,
     };
@@ -526,7 +611,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         return -1;
     }
 
-    int sync = cfg->mode == PP_MODE_FIXED_SYNC, look = cfg->mode == PP_MODE_LOOKAHEAD;
+    int sync = mode == PP_MODE_FIXED_SYNC, look = p->look;
     p->mbs = mbs;
     memset(p->ahead_sent, 0, (size_t)cfg->chunks * 3 * (size_t)p->M_alloc);
     d.estimate = cfg->estimate ? cfg->estimate : cost_model_estimate;
@@ -542,7 +627,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     /* leader-decides (ready mode, tp > 1) */
     TpCoord tc = {0};
     double tp_wait = 0.0, tp_coord = 0.0, idle_since = rr_now();
-    if (rc == 0 && cfg->tp && cfg->tp->size > 1 && cfg->mode == PP_MODE_READY && !cfg->tp_independent) {
+    if (rc == 0 && cfg->tp && cfg->tp->size > 1 && pp_mode_is_ready(mode) && !cfg->tp_independent) {
         tc.tp = cfg->tp;
         tc.leader = cfg->tp->rank == 0;
         tc.follower = !tc.leader;
@@ -716,6 +801,8 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     out->peak_inflight = d.peak_inflight;
     out->decisions = d.n_decisions;
     out->waits = d.n_waits;
+    out->mode = mode;
+    for (int i = 0; i < 3; i++) out->predicted[i] = pred[i];
     out->t_start = t_start;
     out->tp_choices = tc.leader ? tc.n_sent : tc.received;
     out->tp_wait_s = tp_wait;

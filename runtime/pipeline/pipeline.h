@@ -32,11 +32,15 @@ typedef struct {
     double timeout_s;       /* a rank waiting this long for any message fails naming what it waits for */
     double stall_warn_s;    /* ... and warns every this many seconds before that (0 = never) */
     int max_tokens, max_patches; /* microbatch budget (sizes the activation pool) */
-    /* lookahead: a task's duration estimate in seconds (<= 0: unknown). NULL = the pipeline's own cost
-     * model: per (chunk, kind) seconds per unit of work (tokens, plus patches on the ViT stage), from
-     * the durations measured so far, this step's and earlier steps'. */
+    /* lookahead, adaptive: the estimated duration in seconds of pipeline rank `rank`'s task t (<= 0:
+     * unknown); lookahead asks for this rank's tasks, adaptive's plan for every rank's. NULL = the
+     * pipeline's own cost model: per (chunk, kind) seconds per unit of work (tokens, plus patches on the
+     * ViT stage), from the durations measured so far, this step's and earlier steps' (adaptive shares
+     * every rank's model over the pipeline group at the start of each step). */
     double (*estimate)(void* ctx, int rank, PpTask t);
     void* estimate_ctx;
+    /* adaptive: the message latency (s) its plan assumes between ranks (0 = none) */
+    double plan_latency_s;
     /* Replay (DESIGN.md section 6): when set, a task sleeps for replay[kind][rank * M + mb] * replay_scale
      * seconds (kind F, B, W; W NULL unless split) instead of computing; messages are the real ones. The
      * arrays must cover this rank's M of every step. */
@@ -61,6 +65,8 @@ typedef struct {
     int peak_inflight;  /* max microbatches in flight (F started, B not finished), first chunk */
     long decisions;
     long waits;         /* lookahead: decisions that stayed idle for an announced input */
+    PpMode mode;        /* the mode the step ran under (adaptive: the plan's choice) */
+    double predicted[3];/* adaptive: predicted makespans (s) of ready, lookahead, fixed; NAN = none */
     double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
     /* leader-decides (tp > 1, ready): choices sent (leader) or received (peer); the peer's time from a
      * choice's arrival until the chosen task's inputs were there; the time spent sending/receiving

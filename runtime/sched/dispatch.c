@@ -85,7 +85,7 @@ int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, 
     d->heap_f = mallocCheck(sizeof(int) * n);
     d->heap_o = mallocCheck(sizeof(int) * n);
     for (int i = 0; i < n; i++) d->hrank[pp_task_index(s, d->order[i])] = i;
-    if (cfg->mode == PP_MODE_LOOKAHEAD) {
+    if (pp_mode_waits(cfg->mode)) {
         d->sequence_hint = pp_order_check(s, cfg->rank, cfg->order, cfg->n, 1, err, errlen) == 0;
         err[0] = 0;
         d->estimate = cfg->estimate;
@@ -173,7 +173,7 @@ static void notice_drop(PpDispatcher* d, int i) {
 
 void pp_dispatcher_input_arrived(PpDispatcher* d, PpTask t) {
     int i = d->hrank[pp_task_index(&d->shape, t)];
-        notice_drop(d, i);
+    notice_drop(d, i);
     dispatcher_satisfy(d, i);
 }
 
@@ -271,7 +271,7 @@ int pp_dispatcher_next_at(PpDispatcher* d, double now, PpTask* t) {
     if (d->nf > 0 && (best < 0 || d->heap_f[0] < best) && dispatcher_forward_allowed(d, d->order[d->heap_f[0]].mb))
         best = d->heap_f[0];
     if (best < 0) return 0;
-    if (d->mode == PP_MODE_LOOKAHEAD && lookahead_wait(d, best, now)) return 0;
+    if (pp_mode_waits(d->mode) && lookahead_wait(d, best, now)) return 0;
     *t = d->order[best];
     return 1;
 }

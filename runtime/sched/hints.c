@@ -94,7 +94,7 @@ int pp_task_output(const PpShape* s, int rank, PpTask t, int* dst_rank, PpTask* 
 /* ---- names -------------------------------------------------------------------------------------- */
 
 static const char* pp_hint_names[PP_HINT_COUNT] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "bf", "bfw"};
-static const char* pp_mode_names[PP_MODE_COUNT] = {"fixed-sync", "fixed", "ready", "lookahead"};
+static const char* pp_mode_names[PP_MODE_COUNT] = {"fixed-sync", "fixed", "ready", "lookahead", "adaptive"};
 
 const char* pp_hint_name(PpHint h) { return (h >= 0 && h < PP_HINT_COUNT) ? pp_hint_names[h] : "?"; }
 

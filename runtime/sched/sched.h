@@ -115,12 +115,30 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
 /* ---- dispatcher: one rank's ready-set arbitration ----------------------------------------------- */
 
 /* lookahead: `ready` that may leave a rank idle for a better-ranked task whose input is predicted to
- * arrive before the best ready task would finish (pp_dispatcher_next_at). */
-typedef enum { PP_MODE_FIXED_SYNC = 0, PP_MODE_FIXED, PP_MODE_READY, PP_MODE_LOOKAHEAD, PP_MODE_COUNT } PpMode;
+ * arrive before the best ready task would finish (pp_dispatcher_next_at).
+ * adaptive: per step, the policy that the step's plan and the duration estimates predict fastest, of
+ * ready (never wait), lookahead (wait for announced better-ranked inputs) and, under a sequence hint,
+ * the hint's sequence (always wait for the next task: fixed). The choice is made before the step by
+ * simulating it on the estimates (pp_sim_plan in runtime/sim/: every rank of the pipeline computes the
+ * same choice from the same plan and estimates); a dispatcher given `adaptive` itself, without a plan,
+ * behaves as lookahead. */
+typedef enum {
+    PP_MODE_FIXED_SYNC = 0,
+    PP_MODE_FIXED,
+    PP_MODE_READY,
+    PP_MODE_LOOKAHEAD,
+    PP_MODE_ADAPTIVE,
+    PP_MODE_COUNT
+} PpMode;
 const char* pp_mode_name(PpMode m);
 int pp_mode_parse(const char* name, PpMode* m);
-/* 1 for the modes that arbitrate a ready set under a cap (ready, lookahead); 0 for the sequences. */
-static inline int pp_mode_is_ready(PpMode m) { return m == PP_MODE_READY || m == PP_MODE_LOOKAHEAD; }
+/* 1 for the modes that arbitrate a ready set under a cap (ready, lookahead, adaptive); 0 for the
+ * sequences. */
+static inline int pp_mode_is_ready(PpMode m) {
+    return m == PP_MODE_READY || m == PP_MODE_LOOKAHEAD || m == PP_MODE_ADAPTIVE;
+}
+/* 1 for the modes whose ranks send start notices and may wait for an announced input. */
+static inline int pp_mode_waits(PpMode m) { return m == PP_MODE_LOOKAHEAD || m == PP_MODE_ADAPTIVE; }
 
 /* In-flight cap: unset (default P - r), an absolute count, or a multiple of the hint's own peak. */
 typedef struct {

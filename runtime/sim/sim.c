@@ -494,12 +494,12 @@ static void sim_decide(Sim* S, int r, double t) {
     pp_dispatcher_started(&S->disp[r], x);
     int dst;
     PpTask z;
-    if (S->mode == PP_MODE_LOOKAHEAD && pp_task_output(&S->sh, r, x, &dst, &z)) {
+    if (pp_mode_waits(S->mode) && pp_task_output(&S->sh, r, x, &dst, &z)) {
         // The start notice travels like a message; it carries the producer's own estimate.
         double at = t + S->d->latency;
         ev_push_val(&S->q, at, EV_NOTICE, dst, pp_task_index(&S->sh, z), at + sim_estimate(S, r, x));
     }
-    if (S->mode == PP_MODE_LOOKAHEAD) S->busy_until[r] = t + sim_estimate(S, r, x);
+    if (pp_mode_waits(S->mode)) S->busy_until[r] = t + sim_estimate(S, r, x);
     S->busy[r] = 1;
     int slot = S->res->n_exec[r]++;
     S->slot[r] = slot;
@@ -554,11 +554,71 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
     return pp_sim_run_opts(d, hint, mode, cap, chunks, NULL, res, err, errlen);
 }
 
+void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOptions* opt, PpDurations* est) {
+    memset(est, 0, sizeof *est);
+    int P = d->P, M = d->M;
+    est->P = P, est->M = M, est->split = d->split, est->latency = d->latency;
+    double** dst[3] = {&est->F, &est->B, &est->W};
+    for (int k = 0; k < (d->split ? 3 : 2); k++) {
+        double* a = mallocCheck(sizeof(double) * (size_t)P * (size_t)M);
+        for (int r = 0; r < P; r++)
+            for (int m = 0; m < M; m++) {
+                double v = 0;
+                for (int c = 0; c < chunks; c++) v += pp_sim_estimate(d, chunks, opt, r, (PpTask){c, k, m});
+                a[(size_t)r * M + m] = v;
+            }
+        *dst[k] = a;
+    }
+}
+
+PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]) {
+    static const PpMode cand[3] = {PP_MODE_READY, PP_MODE_LOOKAHEAD, PP_MODE_FIXED};
+    double ms[3];
+    int seq = pp_hint_is_sequence(hint);
+    if (seq && allow_fixed) {  // the hint's sequence is a candidate only where it stays within the cap
+        PpShape sh = {est->P, est->M, chunks, est->split};
+        for (int r = 0; r < est->P && allow_fixed; r++)
+            if (pp_hint_peak(hint, &sh, r) > pp_cap_for(cap, hint, &sh, r)) allow_fixed = 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        ms[i] = NAN;
+        if (i > 0 && !seq) continue;  // lookahead never waits under a ranking; fixed cannot run one
+        if (i == 2 && !allow_fixed) continue;
+        PpSimResult r;
+        char err[256];
+        if (pp_sim_run_opts(est, hint, cand[i], cap, chunks, NULL, &r, err, sizeof err) == 0) {
+            if (!r.deadlock) ms[i] = r.makespan;
+            pp_sim_result_free(&r);
+        }
+    }
+    if (pred)
+        for (int i = 0; i < 3; i++) pred[i] = ms[i];
+    int best = 0;  // ready
+    if (!isnan(ms[1]) && (isnan(ms[0]) || ms[1] < ms[0])) best = 1;
+    if (isnan(ms[best])) best = -1;
+    if (!isnan(ms[2]) && (best < 0 || !(ms[best] < ms[2] * (1 - PP_PLAN_MARGIN)))) best = 2;
+    return best < 0 ? PP_MODE_READY : cand[best];
+}
+
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
                     PpSimResult* res, char* err, size_t errlen) {
     memset(res, 0, sizeof *res);
     PpShape sh = {d->P, d->M, chunks, d->split};
     if (pp_hint_check_shape(hint, &sh, err, errlen)) return -1;
+    if (mode == PP_MODE_ADAPTIVE) {
+        /* plan on what the ranks know (the estimates), then run the step for real under the choice */
+        PpDurations est;
+        double pred[3];
+        pp_sim_estimated_durations(d, chunks, opt, &est);
+        PpMode chosen = pp_sim_plan(&est, hint, cap, chunks, 1, pred);
+        pp_durations_free(&est);
+        int rc = pp_sim_run_opts(d, hint, chosen, cap, chunks, opt, res, err, errlen);
+        if (rc == 0)
+            for (int i = 0; i < 3; i++) res->predicted[i] = pred[i];
+        return rc;
+    }
+    res->chosen = mode;
+    for (int i = 0; i < 3; i++) res->predicted[i] = NAN;
     Sim S;
     memset(&S, 0, sizeof S);
     S.d = d;

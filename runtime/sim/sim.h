@@ -60,6 +60,8 @@ typedef struct {
     int* peak_inflight; // (P)
     long decisions;     // calls of pp_dispatcher_next
     long waits;         // lookahead: decisions that stayed idle for an announced task
+    PpMode chosen;      // the mode the step ran under (adaptive: its plan's choice; else the mode)
+    double predicted[3];// adaptive: predicted makespans of ready, lookahead, fixed (NAN = not a candidate)
     PpSimMsg* msgs;     // (n_msgs) in send order
     int n_msgs;
 } PpSimResult;
@@ -80,6 +82,22 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
                     PpSimResult* res, char* err, size_t errlen);
 /* The estimate pp_sim_run_opts gives rank r's task t (also the replay benchmark's). */
 double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt, int r, PpTask t);
+
+/* adaptive's plan (sched.h): simulate the step on the estimated durations `est` (what every rank of the
+ * pipeline knows before the step: the plan's microbatches through the cost model) under ready,
+ * lookahead (with `est` as its own estimates) and, when the hint is a sequence, allow_fixed is set and
+ * the hint's own in-flight peak stays within the cap on every rank (the cap bounds memory), fixed; return the mode
+ * predicted fastest. Ties and near-ties go to the more conservative policy: lookahead is taken over
+ * ready only when predicted faster, and fixed is kept unless the best ready-family policy is predicted
+ * faster than it by more than PP_PLAN_MARGIN (relative): under estimate error a near-tie is noise, and
+ * fixed is the reference the mode must not lose to. pred (may be NULL) receives the predicted makespans
+ * of ready, lookahead and fixed (NAN when not a candidate). Deterministic: every rank computes the same
+ * choice from the same inputs. */
+#define PP_PLAN_MARGIN 0.02
+PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]);
+/* The estimated durations of d as the simulator's cost model gives them (pp_sim_estimate per rank and
+ * task, chunks summed per rank): the input of pp_sim_plan. */
+void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOptions* opt, PpDurations* est);
 void pp_sim_result_free(PpSimResult* r);
 
 /* Dry run before a real step: simulate the hint x mode x cap on uniform durations (F = 1, B = 2, or
@@ -90,6 +108,54 @@ int pp_dry_run(PpHint h, const PpShape* s, PpMode mode, PpCap cap, char* err, si
 #ifdef __cplusplus
 }
 #endif
+/* ---- the calibrated duration generator (calib.c; docs/scheduler.md) ------------------------------ */
+
+typedef enum { PP_WORKLOAD_TEXT = 0, PP_WORKLOAD_MM = 1 } PpWorkload;
+
+/* One training step's durations, in seconds, from a model and a data mix (not invented distributions):
+ * samples drawn from a LLaVA-1.5-like instruction mix are packed by the loader's own packer
+ * (loader_pack_window: ffd / balanced over a window; fifo as the loader closes microbatches) at the
+ * recipe's token budget into M microbatches; the LM layers are split over P stages by the
+ * partitioner (partition_auto on the trainer's assumptions); each (stage, microbatch) costs the
+ * partitioner's FLOP model (partition_cost_model with the microbatch's tokens, patches, sum of squared
+ * sample lengths / tokens and sum of squared patch counts / patches) divided by a GPU's effective FLOP
+ * rate; then per-task jitter and stragglers. */
+typedef struct {
+    int P, M;               /* stages, microbatches per step */
+    PpWorkload workload;    /* text: every sample text-only and no ViT cost; mm: the mix below */
+    int policy, window;     /* 0 fifo, 1 ffd, 2 balanced (LoaderPolicy); ffd / balanced window in samples */
+    int microbatch_tokens;  /* the token budget (data.microbatch_tokens) */
+    int Dv, Lv, Dt, Lt, F, V, patch, min_patches, max_patches; /* the model (recipe [model], data.*_patches) */
+    int split;              /* 1: B and W separately (1/3 each of forward + backward), else B = 2/3 */
+    /* sample mix (defaults: LLaVA-1.5's 665K mix, approximated) */
+    double text_only_share;   /* share of text-only samples (ShareGPT: 40,688 of 665,298 = 0.061) */
+    double extra_image_prob;  /* each further image with this probability (LLaVA-1.5: 0, one image each) */
+    double image_text_mean, image_text_sigma; /* text tokens of a sample with images: lognormal */
+    double text_only_mean, text_only_sigma;   /* text tokens of a text-only conversation: lognormal */
+    double image_px_mean, image_px_sigma, aspect_sigma; /* pixels (lognormal), log aspect ratio (normal) */
+    /* hardware */
+    double flops;             /* effective FLOP/s of one pipeline rank's device (default 400e12) */
+    double link_GBps, link_latency_s, act_bytes; /* message latency = link latency + mean activation / bw */
+    /* variability */
+    double jitter;            /* per-task compute jitter: lognormal factor with this sigma, mean 1 */
+    double straggler_factor;  /* a straggling rank runs this many times slower ... */
+    int straggler_len;        /* ... for this many consecutive microbatches ... */
+    double straggler_prob;    /* ... an episode starting with this probability per (rank, microbatch) */
+    uint64_t seed;
+} PpCalibConfig;
+
+typedef struct {
+    int samples;
+    double tokens, patches, fill, min_T, max_T; /* fill = tokens / (M x budget) */
+    double step_work_s, straggler_share;
+    int layers[128];                            /* the LM layers of each stage (first 128) */
+} PpCalibStats;
+
+/* The defaults: the 7B recipe (recipes/llava-1.5-7b.ini) at P = 8, M = 32, balanced, window 256. */
+void pp_calib_defaults(PpCalibConfig* c);
+/* Generate; returns 0 with d filled (seconds) and st (may be NULL), or -1 with a message. */
+int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, char* err, size_t errlen);
+
 /* The largest stages x microbatches the simulator takes (2^22: its per-task tables stay under a few
  * hundred MB). pp_sim_check_size returns 0, or -1 with a message naming P, M and the bound. */
 #define PP_SIM_MAX_TASKS (1L << 22)

@@ -13,6 +13,7 @@
 #include "engine/checkpoint.h"
 #include "engine/util.h"
 #include "runtime/pipeline/pipeline.h"
+#include "runtime/sim/sim.h"
 #include "runtime/trace/trace.h"
 #include "runtime/train/exec.h"
 #include "runtime/train/layout.h"
@@ -25,6 +26,8 @@ typedef struct {
     Stage** chunks;  /* (n_chunks) chunk c = virtual stage c * P + rank */
     Pipeline* pl;
     PpTrace* trace;
+    PpDurations replay;  /* runtime.compute = replay:FILE (F NULL otherwise) */
+    int last_mode;       /* adaptive: the mode of the previous step (-1 before the first) */
 } PipeExec;
 
 static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
@@ -33,6 +36,18 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
     for (int c = 0; c < x->n_chunks; c++) params_zero_grad(&x->chunks[c]->params);
     PipelineStepStats ps;
     if (pipeline_step(x->pl, plan->mbs, plan->M, scale, x->trace, step, dump_dir, &ps, err, err_len) != 0) return -1;
+    if (x->rank == 0 && !strcmp(x->r->mode, "adaptive") && (int)ps.mode != x->last_mode) {
+        /* adaptive's choice, each time it changes (one write, not interleaved) */
+        char line[256];
+        if (isnan(ps.predicted[0]))
+            snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (no estimates of every rank yet)\n", step,
+                     pp_mode_name(ps.mode));
+        else
+            snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (predicted s: ready %.4g, lookahead %.4g, "
+                     "fixed %.4g)\n", step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[1], ps.predicted[2]);
+        fputs(line, stderr);
+        x->last_mode = (int)ps.mode;
+    }
     double sums[2] = {ps.loss_sum, ps.busy_s}, wall = ps.wall_s;
     if (comm_allreduce(x->pipe, sums, 2, COMM_F64, COMM_SUM, err, err_len) != 0 ||
         comm_allreduce(x->pipe, &wall, 1, COMM_F64, COMM_MAX, err, err_len) != 0)
@@ -125,6 +140,7 @@ static void pipe_free(StepExec* ex) {
         if (pp_trace_close(x->trace, e, sizeof e) != 0) rr_warn("trace: %s", e);
     }
     pipeline_free(x->pl);
+    pp_durations_free(&x->replay);
     for (int c = 0; c < x->n_chunks; c++)
         if (x->chunks[c]) {
             stage_free(x->chunks[c]);
@@ -148,6 +164,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     x->P = r->pp;
     x->rank = grid->p;
     x->n_chunks = r->chunks;
+    x->last_mode = -1;
     x->chunks = callocCheck((size_t)x->n_chunks, sizeof(Stage*));
     for (int c = 0; c < x->n_chunks; c++) {
         int v = c * r->pp + x->rank, l0 = 0;
@@ -189,6 +206,31 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         snprintf(err, err_len, "%s: parallel.hint = %s: %s", recipe_origin(r, "parallel", "hint"), r->hint, e);
         goto fail;
     }
+    if (!strncmp(r->compute, "replay:", 7)) {
+        /* Replay (DESIGN.md section 6): tasks sleep the file's durations; messages stay the real ones */
+        const char* file = r->compute + 7;
+        const char* origin = recipe_origin(r, "runtime", "compute");
+        if (pp_durations_load(file, &x->replay, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: runtime.compute = %s: %s", origin, r->compute, e);
+            goto fail;
+        }
+        if (x->replay.P != r->pp || x->replay.M < r->microbatches) {
+            snprintf(err, err_len, "%s: runtime.compute = %s: the file has %d stages x %d microbatches; allowed: stages "
+                     "= parallel.pp = %d and microbatches >= data.microbatches = %d", origin, r->compute, x->replay.P,
+                     x->replay.M, r->pp, r->microbatches);
+            goto fail;
+        }
+        if (x->replay.split != shape.split) {
+            snprintf(err, err_len, "%s: runtime.compute = %s: the file %s W durations but parallel.hint = %s %s the "
+                     "backward; allowed: a file with W for zb-h1 and bfw, without W for the others", origin, r->compute,
+                     x->replay.split ? "has" : "has no", r->hint, shape.split ? "splits" : "does not split");
+            goto fail;
+        }
+        pc.replay[0] = x->replay.F, pc.replay[1] = x->replay.B, pc.replay[2] = x->replay.W;
+        pc.replay_M = x->replay.M;
+        pc.replay_scale = r->replay_scale;
+        pc.plan_latency_s = x->replay.latency * r->replay_scale;
+    }
     x->pl = pipeline_create(&pc, x->chunks, grid->pipe, r->microbatches, e, sizeof e);
     if (!x->pl) {
         snprintf(err, err_len, "%s: %s", recipe_origin(r, "runtime", "mode"), e);
@@ -205,8 +247,9 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     if (grid->rank == 0) {
         /* one write, so the line is not interleaved with other output */
         char line[8192];
-        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, layers",
-                                    r->pp, r->chunks, r->hint, r->mode);
+        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s%s%s%s, layers",
+                                    r->pp, r->chunks, r->hint, r->mode, x->replay.F ? " (compute: " : "",
+                                    x->replay.F ? r->compute : "", x->replay.F ? ")" : "");
         for (int v = 0; v < S && o < sizeof line; v++) o += (size_t)snprintf(line + o, sizeof line - o, "%s%d", v ? "," : " ", layers[v]);
         if (o < sizeof line) snprintf(line + o, sizeof line - o, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");
         fputs(line, stderr);

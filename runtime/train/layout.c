@@ -122,7 +122,8 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     int inflight;
     if (!strcmp(r->hint, "gpipe")) inflight = M;
     else inflight = (P - rank < M ? P - rank : M) * r->chunks;
-    if ((!strcmp(r->mode, "ready") || !strcmp(r->mode, "lookahead")) && strcmp(r->cap, "0") != 0) {
+    if ((!strcmp(r->mode, "ready") || !strcmp(r->mode, "lookahead") || !strcmp(r->mode, "adaptive")) &&
+        strcmp(r->cap, "0") != 0) {
         double cv = atof(r->cap);
         int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
         inflight = c < M ? c : M;

@@ -117,8 +117,10 @@ static const RecipeKey recipe_keys[] = {
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
      "Schedule hint (DESIGN.md section 6)."},
-    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready|lookahead", 0,
-     "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate)."},
+    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
+     "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
+     "adaptive = per step, ready, lookahead or the hint's sequence, whichever a simulation of the step on the "
+     "cost model's estimates predicts fastest: docs/scheduler.md)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
@@ -131,6 +133,13 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
+     "`model`, or `replay:FILE` (DESIGN.md section 6, parallel.pp > 1): every task sleeps its duration from the "
+     "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "
+     "splits the backward) times runtime.replay_scale seconds instead of computing, with the real messages of the "
+     "real sizes between the ranks (losses and gradients are then 0)."},
+    {"runtime", "replay_scale", RKEY_FLOAT, OFF(replay_scale), 0, "1", 1e-9, 1e6, 0, 0,
+     "Seconds per time unit of the replay file (runtime.compute = replay:FILE)."},
     {"runtime", "stall_warn_s", RKEY_FLOAT, OFF(stall_warn_s), 0, "30", 0, 1e6, 0, 0,
      "Warn, naming the rank waited for, after this many seconds without a message (0 = never)."},
     {"runtime", "allow_overcommit", RKEY_BOOL, OFF(allow_overcommit), 0, "false", 0, 1, 0, 0,
@@ -536,9 +545,17 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         if (!ok)
             VFAIL("runtime", "cap", "'%s'", r->cap,
                   "not a cap; allowed: a whole number of microbatches (0 = the 1f1b peak) or a multiple such as 1.5x");
-        if (strcmp(r->cap, "0") != 0 && strcmp(r->mode, "ready") != 0 && strcmp(r->mode, "lookahead") != 0)
-            VFAIL("runtime", "cap", "%s", r->cap, "only `ready` and `lookahead` modes use a cap; allowed: 0 with parallel.mode=%s",
-                  r->mode);
+        if (strcmp(r->cap, "0") != 0 && strcmp(r->mode, "ready") != 0 && strcmp(r->mode, "lookahead") != 0 &&
+            strcmp(r->mode, "adaptive") != 0)
+            VFAIL("runtime", "cap", "%s", r->cap,
+                  "only `ready`, `lookahead` and `adaptive` modes use a cap; allowed: 0 with parallel.mode=%s", r->mode);
+    }
+    if (strcmp(r->compute, "model") != 0) {
+        if (strncmp(r->compute, "replay:", 7) != 0 || r->compute[7] == 0)
+            VFAIL("runtime", "compute", "'%s'", r->compute, "allowed: model, or replay:FILE (a duration file)");
+        if (r->pp < 2)
+            VFAIL("runtime", "compute", "'%s'", r->compute,
+                  "replay runs the pipeline runtime; allowed with parallel.pp > 1 (got parallel.pp = %d)", r->pp);
     }
     return 0;
 }

@@ -63,7 +63,7 @@ typedef struct {
     int pp, tp, dp, chunks;
     char layers[256]; /* LM layers per virtual stage ("" = automatic) */
     char hint[24]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | bf | bfw */
-    char mode[16]; /* fixed-sync | fixed | ready */
+    char mode[16]; /* fixed-sync | fixed | ready | lookahead | adaptive */
 
     /* [runtime] */
     char backend[8]; /* cpu | cuda */
@@ -75,6 +75,8 @@ typedef struct {
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */
     int trace;         /* write Chrome traces */
+    char compute[RECIPE_STR]; /* "model", or "replay:FILE" (tasks sleep the file's durations) */
+    double replay_scale;      /* seconds per time unit of the replay file */
 
     /* [checkpoint] */
     char ckpt_dir[RECIPE_STR]; /* "" = RUN_DIR/checkpoints */

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# sim_calibrated.sh — modes on the calibrated workloads (`rrfp-mm sim --calibrated`, docs/scheduler.md):
+# the 7B recipe (recipes/llava-1.5-7b.ini) at P in PS (default 8 16 32), M = data.microbatches (32),
+# text-only and multimodal samples packed by the recipe's packer (balanced, window 256) at 4096 tokens,
+# durations from the partitioner's FLOP model at 400 TFLOP/s per rank, jitter 0.03, stragglers
+# 1.5x for 8 microbatches with probability 0.01 per (rank, microbatch). For each (P, workload, seed):
+# every mode x hint x cap of bench/sim.sh's table on the same step; adaptive and lookahead with
+# estimates off by up to ERR (default 0.2). Columns: speedup over fixed-sync 1f1b (geometric mean over
+# seeds), efficiency (lower bound / makespan) and bubble (means). Then the packing policies on the same
+# recipe: tokens per second of the step (policies pack different numbers of samples into the M
+# microbatches, so makespans alone do not compare) for fixed-sync 1f1b, adaptive 1f1b 1x and ready bfw 1.5x.
+#
+# Usage: bench/sim_calibrated.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds)
+set -euo pipefail
+BIN=${1:-build/rrfp-mm}
+SEEDS=${2:-3}
+PS=${3:-8 16 32}
+ERR=${ERR:-0.2}
+RECIPE=${RECIPE:-recipes/llava-1.5-7b.ini}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+for P in $PS; do
+  for wl in text mm; do
+    for seed in $(seq 1 "$SEEDS"); do
+      for pol in balanced ffd fifo; do
+        base="$T/$P-$wl-$seed-$pol"
+        "$BIN" sim --calibrated "$RECIPE" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
+          --dump "$base-whole.json" --json >/dev/null 2>"$base-whole.info"
+        "$BIN" sim --calibrated "$RECIPE" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
+          --split-backward --dump "$base-split.json" --json >/dev/null 2>"$base-split.info"
+        tokens=$(sed -n 's/.* samples, \([0-9]*\) tokens.*/\1/p' "$base-whole.info")
+        run() {  # run MODE HINT FILE [CAP]
+          local capflag=()
+          [ -n "${4:-}" ] && capflag=(--cap "$4")
+          case "$1" in lookahead|adaptive) capflag+=(--estimate-error "$ERR" --estimate-seed "$seed") ;; esac
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t' "$P" "$wl" "$seed" "$pol" "$tokens" "$1" "$2" "${4:--}"
+          "$BIN" sim --durations "$3" --mode "$1" --hint "$2" "${capflag[@]}" --json
+        }
+        run fixed-sync 1f1b "$base-whole.json"
+        run adaptive 1f1b "$base-whole.json" 1x
+        run ready bfw "$base-split.json" 1.5x
+        [ "$pol" = balanced ] || continue
+        run fixed-sync zb-h1 "$base-split.json"
+        run fixed 1f1b "$base-whole.json"
+        run fixed zb-h1 "$base-split.json"
+        for cap in 1x 1.5x 2x; do
+          for mode in ready lookahead adaptive; do
+            run $mode 1f1b "$base-whole.json" "$cap"
+            run $mode zb-h1 "$base-split.json" "$cap"
+            [ $mode = ready ] && [ $cap = 1.5x ] || run $mode bfw "$base-split.json" "$cap"
+          done
+        done
+      done
+    done
+  done
+done >"$T/rows.tsv"
+
+python3 - "$T/rows.tsv" <<'PY'
+import json, math, sys
+from collections import defaultdict
+rows = defaultdict(dict)  # (P, wl, pol, mode, hint, cap) -> {seed: (result, tokens)}
+for line in open(sys.argv[1]):
+    P, wl, seed, pol, tok, mode, hint, cap, js = line.rstrip("\n").split("\t", 8)
+    rows[(int(P), wl, pol, mode, hint, cap)][int(seed)] = (json.loads(js), float(tok))
+Ps = sorted({k[0] for k in rows})
+gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
+order = [("fixed-sync", "1f1b", "-"), ("fixed-sync", "zb-h1", "-"), ("fixed", "1f1b", "-"), ("fixed", "zb-h1", "-")]
+order += [(m, h, c) for c in ("1x", "1.5x", "2x") for m in ("ready", "lookahead", "adaptive") for h in ("1f1b", "zb-h1", "bfw")]
+for wl in ("text", "mm"):
+    print(f"\n### calibrated {'text-only' if wl == 'text' else 'multimodal'} workload (7B recipe, balanced packing)\n")
+    print("| mode | hint | cap | " + " | ".join(f"P={P} speedup | eff | bubble" for P in Ps) + " |")
+    print("|---|---|---|" + "---|---|---|" * len(Ps))
+    for mode, hint, cap in order:
+        cells = []
+        for P in Ps:
+            base = rows[(P, wl, "balanced", "fixed-sync", "1f1b", "-")]
+            cur = rows.get((P, wl, "balanced", mode, hint, cap))
+            if not cur: cells.append("- | - | -"); continue
+            sp = gm([base[s][0]["makespan"] / cur[s][0]["makespan"] for s in cur])
+            eff = sum(r["efficiency"] for r, _ in cur.values()) / len(cur)
+            bub = sum(r["bubble"] for r, _ in cur.values()) / len(cur)
+            cells.append(f"{sp:.3f} | {eff:.3f} | {bub:.3f}")
+        print(f"| {mode} | {hint} | {cap} | " + " | ".join(cells) + " |")
+print("\n### packing policy: tokens per second of the step relative to balanced (geometric mean over seeds), and fill\n")
+print("| workload | mode | hint | cap | " + " | ".join(f"P={P} fifo | P={P} ffd" for P in Ps) + " |")
+print("|---|---|---|---|" + "---|---|" * len(Ps))
+for wl in ("text", "mm"):
+    for mode, hint, cap in (("fixed-sync", "1f1b", "-"), ("adaptive", "1f1b", "1x"), ("ready", "bfw", "1.5x")):
+        cells = []
+        for P in Ps:
+            b = rows[(P, wl, "balanced", mode, hint, cap)]
+            for pol in ("fifo", "ffd"):
+                c = rows[(P, wl, pol, mode, hint, cap)]
+                cells.append(f"{gm([(c[s][1] / c[s][0]['makespan']) / (b[s][1] / b[s][0]['makespan']) for s in c]):.3f}")
+        print(f"| {wl} | {mode} | {hint} | {cap} | " + " | ".join(cells) + " |")
+PY
