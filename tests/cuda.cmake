@@ -120,10 +120,11 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 6)
   set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 300)
   # runtime.precision = bf16 on both sides: the CUDA bf16 table (cuBLASLt emulated) against backend_cpu_bf16
+  # (the stop/resume part is train_cuda_emu's: RESUME=0)
   add_test(NAME train_cuda_emu_bf16
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 6)
-  set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16")
+  set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
   add_test(NAME train_cuda_emu_pp2
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
