@@ -15,7 +15,8 @@
 #
 # Usage: bench/replay.sh [BUILD_DIR] (needs rrfp-mm and rrfp-bench-replay built there)
 #   env PS (default "8 16 32"), KINDS (default "text mm"), SCALE (s per mean forward, default 0.05),
-#   CAPS (default "1x 1.5x 2x"), MODES (the ready-family modes, default "ready lookahead adaptive")
+#   CAPS (default "1x 1.5x 2x"), MODES (the ready-family modes, default "ready lookahead adaptive"),
+#   SAVE (a file to keep the rows in, for bench/replay_explain.py)
 set -euo pipefail
 B=${1:-build}
 PS=${PS:-8 16 32}
@@ -47,6 +48,7 @@ for P in $PS; do
     echo "## end P=$P kind=$kind load: $(uptime | sed 's/.*load average: //')" | tee -a "$T/all.txt"
   done
 done
+[ -n "${SAVE:-}" ] && cp "$T/all.txt" "$SAVE"
 python3 - "$T/all.txt" <<'PY'
 import statistics, sys
 blocks, order, cur = {}, [], None
