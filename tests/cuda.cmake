@@ -51,7 +51,13 @@ endforeach()
 set(RRFP_CUDA_EMU_CUH_OUT ${RRFP_CUDA_EMU_GEN})
 list(REMOVE_ITEM RRFP_CUDA_EMU_CUH_OUT ${RRFP_CUDA_EMU_CPP})
 set_source_files_properties(${RRFP_CUDA_EMU_CPP} PROPERTIES OBJECT_DEPENDS "${RRFP_CUDA_EMU_CUH_OUT}")
-add_library(rrfp_cuda_emu STATIC tests/cuda_emu/emu.cpp ${RRFP_CUDA_EMU_GEN})
+# with NCCL emulated over MPI (nccl_emu.cpp) and runtime/comm/comm_nccl.c compiled against it
+add_library(rrfp_cuda_emu STATIC tests/cuda_emu/emu.cpp tests/cuda_emu/nccl_emu.cpp tests/cuda_emu/comm_nccl_emu.cpp
+            ${RRFP_CUDA_EMU_GEN})
+target_link_libraries(rrfp_cuda_emu PUBLIC MPI::MPI_C)
+target_compile_definitions(rrfp_cuda_emu PRIVATE OMPI_SKIP_MPICXX=1)
+set_source_files_properties(tests/cuda_emu/comm_nccl_emu.cpp PROPERTIES OBJECT_DEPENDS
+                            ${CMAKE_SOURCE_DIR}/runtime/comm/comm_nccl.c)
 # tests/cuda_emu first: its cuda_runtime.h / cublas_v2.h stand in for the toolkit's
 target_include_directories(rrfp_cuda_emu BEFORE PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
 target_include_directories(rrfp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR})
@@ -107,7 +113,8 @@ endif()
 # (tests/cuda_emu/wrap.c).
 add_executable(rrfp-mm-emu runtime/cli/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
-target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -rdynamic)
+target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -Wl,--wrap=comm_nccl_create
+                    -Wl,--wrap=metrics_peak_rss_mb -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # Training with runtime.backend = cuda end to end with device memory protected (any host access to
 # device memory kills the run): 6 steps against the CPU backend's run of the same recipe (losses and

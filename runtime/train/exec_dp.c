@@ -26,7 +26,9 @@ typedef struct {
     int* first;           /* (n_stages + 1) first bucket of each stage in b, by stage index */
     int* done;            /* (n_stages) grads final this step */
     int next;             /* stage whose buckets start next (n_stages - 1 .. 0, then -1) */
-    int on_host;          /* the CPU backend: reduce the grad block in place */
+    int on_host;          /* the CPU backend, or a device DP group (NCCL): reduce the grad block in place */
+    int device;           /* a device DP group: the all-reduce's stream waits for the gradients' event */
+    void* ev;             /* (device) recorded on the compute stream when a stage's gradients are final */
     float** host;         /* device backends: a host copy of each stage's grad block */
     int early, last_early;
 } DpReduce;
@@ -37,6 +39,17 @@ static float* bucket_buf(DpReduce* d, const DpBucket* k) {
 }
 
 static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
+    if (d->device) {
+        /* the gradients are written by work still queued on the compute stream: NCCL's stream waits for
+         * it on the device (DESIGN.md section 3), the host goes on */
+        const ParamTable* pt = &d->ex->stages[s]->params;
+        char e[512];
+        pt->be->event_record(pt->be, d->ev);
+        if (d->dp->ops->wait_event(d->dp, -1, d->ev, e, sizeof e) != 0) {
+            snprintf(err, err_len, "data-parallel gradient all-reduce of stage %d: %s", s, e);
+            return -1;
+        }
+    }
     for (int i = d->first[s]; i < d->first[s + 1]; i++) {
         DpBucket* k = &d->b[i];
         if (!d->on_host) {
@@ -125,6 +138,7 @@ static void dp_free(void* ctx) {
     if (d->host)
         for (int s = 0; s < d->ex->n_stages; s++) free(d->host[s]);
     free(d->host);
+    if (d->ev) d->ex->stages[0]->be->event_destroy(d->ev);
     free(d->b);
     free(d->first);
     free(d->done);
@@ -144,6 +158,10 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double tim
     d->dp = dp;
     d->timeout_s = timeout_s;
     d->on_host = !strcmp(ex->stages[0]->be->name, "cpu");
+    if (!d->on_host && dp->device_memory && dp->ops->wait_event) {
+        d->on_host = d->device = 1;
+        d->ev = ex->stages[0]->be->event_create();
+    }
     int S = ex->n_stages;
     d->first = callocCheck((size_t)S + 1, sizeof(int));
     d->done = callocCheck((size_t)S, sizeof(int));

@@ -189,7 +189,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     ex->free = pipe_free;
 
     PipelineConfig pc = {.P = r->pp, .rank = x->rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
-                         .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = TRANSPORT_TAGGED,
+                         .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = grid->pipe->device_memory ? TRANSPORT_FIFO : TRANSPORT_TAGGED,
                          .timeout_s = 600, .stall_warn_s = r->stall_warn_s, .max_tokens = r->microbatch_tokens,
                          .max_patches = r->microbatch_tokens};
     char e[512];
@@ -247,8 +247,8 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     if (grid->rank == 0) {
         /* one write, so the line is not interleaved with other output */
         char line[8192];
-        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s%s%s%s, layers",
-                                    r->pp, r->chunks, r->hint, r->mode, x->replay.F ? " (compute: " : "",
+        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s, comm %s%s%s%s, layers",
+                                    r->pp, r->chunks, r->hint, r->mode, grid->pipe->ops->name, x->replay.F ? " (compute: " : "",
                                     x->replay.F ? r->compute : "", x->replay.F ? ")" : "");
         for (int v = 0; v < S && o < sizeof line; v++) o += (size_t)snprintf(line + o, sizeof line - o, "%s%d", v ? "," : " ", layers[v]);
         if (o < sizeof line) snprintf(line + o, sizeof line - o, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");

@@ -126,6 +126,10 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
      "Compute precision. `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
      "operands and stored activations; norms, softmax, RoPE angles and cross-entropy in f32), on both backends."},
+    {"runtime", "comm", RKEY_ENUM, OFF(comm), SZ(comm), "mpi", 0, 0, "mpi|nccl", 0,
+     "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` "
+     "(runtime.backend = cuda): NCCL on device memory, FIFO protocol, one communicator per pipeline direction, "
+     "completions polled as CUDA events (docs/cuda.md); `mpi`: host memory over MPI."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
     {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
      "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "

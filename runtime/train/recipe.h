@@ -68,6 +68,7 @@ typedef struct {
     /* [runtime] */
     char backend[8]; /* cpu | cuda */
     char precision[8]; /* fp32 | bf16 */
+    char comm[8];      /* mpi | nccl: what carries activations, gradients and device collectives */
     int threads;     /* OpenMP/BLAS threads, 0 = all cores */
     char cap[32];      /* ready-mode in-flight cap: "N" or "1.5x" ("0" = the 1f1b peak) */
     int act_budget_mb; /* ready-mode activation budget (0 = none) */

@@ -338,6 +338,19 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                  recipe_origin(r, "parallel", "pp"), r->pp, r->tp, r->dp, e);
         return -1;
     }
+    if (!strcmp(r->comm, "nccl")) {
+        if (strcmp(r->backend, "cuda") != 0) {
+            snprintf(err, err_len, "%s: runtime.comm = nccl carries device memory: it needs runtime.backend = cuda (got "
+                     "%s); allowed with %s: runtime.comm = mpi", recipe_origin(r, "runtime", "comm"), r->backend,
+                     r->backend);
+            comm_grid_free(&t->grid);
+            return -1;
+        }
+        if (comm_grid_use_nccl(&t->grid, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: runtime.comm = nccl: %s", recipe_origin(r, "runtime", "comm"), e);
+            return -1;
+        }
+    }
     snprintf(t->run_dir, sizeof t->run_dir, "%s", r->run_dir);
     if (r->ckpt_dir[0]) snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s", r->ckpt_dir);
     else snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", r->run_dir);

@@ -22,7 +22,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
+#include <time.h>
 #include <string>
 #include <vector>
 
@@ -159,8 +161,11 @@ void emu_bad_arg(const char* kernel, int index) {
     emu_fail(cudaErrorIllegalAddress, "%s: pointer argument %d is not device memory (a host pointer?)", kernel, index);
 }
 
+static long malloc_calls;
+extern "C" long emu_malloc_count(void) { return malloc_calls; }
 cudaError_t emu_malloc(void** p, size_t bytes) {
     if (sticky) return sticky;
+    malloc_calls++;
     protect_init();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t mapped = (bytes + 2 * EMU_GUARD + page - 1) / page * page;
@@ -196,7 +201,12 @@ cudaError_t cudaFree(void* p) {
 
 struct EmuStream {
     int id;
+    std::deque<std::function<int()>> q; /* pending operations, in order (see cuda_emu.h) */
+    long enq, done;                     /* operations enqueued / completed on this stream so far */
 };
+static EmuStream default_stream = {0, {}, 0, 0};
+static std::vector<EmuStream*> live_streams;
+static EmuStream* S(cudaStream_t s) { return s ? s : &default_stream; }
 static int streams_made = 0;
 static int require_on = 0;
 static cudaStream_t required = NULL;
@@ -211,24 +221,72 @@ static void emu_on_stream(cudaStream_t s, const char* what) {
         emu_fail(cudaErrorInvalidValue, "%s ran on stream %d, not on the table's stream %d", what, stream_id(s),
                  stream_id(required));
 }
-
+static int progress_stream(EmuStream* s) {
+    int moved = 0;
+    while (!s->q.empty()) {
+        std::function<int()> f = s->q.front();
+        if (!f()) break;
+        s->q.pop_front();
+        s->done++;
+        moved = 1;
+    }
+    return moved;
+}
+void emu_progress(void) {
+    for (int again = 1; again;) {
+        again = progress_stream(&default_stream);
+        for (size_t i = 0; i < live_streams.size(); i++) again |= progress_stream(live_streams[i]);
+    }
+}
+void emu_stream_enqueue(cudaStream_t st, std::function<int()> step) {
+    EmuStream* s = S(st);
+    s->enq++;
+    s->q.push_back(step);
+    emu_progress();
+}
+/* Until s has nothing pending (sleeping between polls: the message comes from another process). */
+static void drain(EmuStream* s) {
+    long ns = 20000;
+    double waited = 0, warn = 60;
+    for (;;) {
+        emu_progress();
+        if (s->q.empty()) return;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        waited += ns * 1e-9;
+        if (ns < 1000000) ns *= 2;
+        if (waited > warn) {
+            fprintf(stderr, "cuda-emu: stream %d has waited %.0f s for pending communication (a lost peer?)\n", s->id,
+                    waited);
+            warn += 60;
+        }
+    }
+}
+/* An operation that runs now on s: first whatever is pending there (a real stream would queue it). */
+static void run_now(cudaStream_t st) {
+    EmuStream* s = S(st);
+    if (!s->q.empty()) drain(s);
+    s->enq++;
+    s->done++;
+}
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemsetAsync");
     if (sticky) return sticky;
-    DeviceOpen open;
     if (!in_alloc(p, bytes)) {
         emu_fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes outside any allocation", bytes);
         return sticky;
     }
-    memset(p, v, bytes);
+    emu_stream_enqueue(stream, [=] {
+        DeviceOpen open;
+        memset(p, v, bytes);
+        return 1;
+    });
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
-
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemcpyAsync");
     if (sticky) return sticky;
-    DeviceOpen open;
     int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if ((dst_dev && !in_alloc(dst, bytes)) || (src_dev && !in_alloc(src, bytes))) {
@@ -241,18 +299,35 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                  bytes);
         return sticky;
     }
-    memmove(dst, src, bytes);
+    EmuStream* s = S(stream);
+    if (s->q.empty() || kind != cudaMemcpyHostToDevice) {
+        /* behind pending work the copy waits its turn; a host source is read at the call (as pageable
+         * memory is staged by the driver), so only a copy into the host can be deferred */
+        emu_stream_enqueue(stream, [=] {
+            DeviceOpen open;
+            memmove(dst, src, bytes);
+            return 1;
+        });
+    } else {
+        std::vector<unsigned char> copy((const unsigned char*)src, (const unsigned char*)src + bytes);
+        emu_stream_enqueue(stream, [=] {
+            DeviceOpen open;
+            memmove(dst, copy.data(), bytes);
+            return 1;
+        });
+    }
     return cudaSuccess;
 }
-
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu_on_stream(s, "cudaStreamSynchronize");
+    drain(S(s));
     DeviceOpen open;
     check_guards("a kernel");
     return sticky;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-    *s = new EmuStream{++streams_made};
+    *s = new EmuStream{++streams_made, {}, 0, 0};
+    live_streams.push_back(*s);
     return sticky;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
@@ -261,6 +336,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
         return sticky;
     }
     if (require_on && s == required) require_on = 0, required = NULL;
+    drain(s);
+    for (size_t i = 0; i < live_streams.size(); i++)
+        if (live_streams[i] == s) live_streams.erase(live_streams.begin() + (long)i);
     delete s;
     return sticky;
 }
@@ -503,6 +581,7 @@ static void run_block(int n) {
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
     emu_on_stream(cfg.stream, kernel);
     if (sticky) return;
+    run_now(cfg.stream);
     DeviceOpen open;
     unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0) {
@@ -623,6 +702,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            float* C, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(h->stream, "cublasSgemm");
+    run_now(h->stream);
     int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
     int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < max(1, a_rows) || ldb < max(1, b_rows) || ldc < max(1, m))
@@ -721,6 +801,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cudaStream_t stream) {
     if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(stream, "cublasLtMatmul");
+    run_now(stream);
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
         lb->type != CUDA_R_16BF || lc->type != CUDA_R_32F || ldd->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -772,4 +853,85 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 extern "C" void emu_stats_print(void) {
     printf("cuda-emu: %ld launches, %ld blocks, %ld threads, %ld fiber switches\n", stats.launches, stats.blocks,
            stats.fibers, stats.switches);
+}
+
+/* ---- events, pinned memory, pointer kinds ---------------------------------------------------------- */
+
+struct EmuEvent {
+    EmuStream* s; /* NULL: never recorded (complete) */
+    long target;  /* complete once s->done reaches it */
+};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+    *e = new EmuEvent{NULL, 0};
+    return sticky;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
+    emu_on_stream(st, "cudaEventRecord");
+    if (!e) {
+        emu_fail(cudaErrorInvalidValue, "cudaEventRecord of a NULL event");
+        return sticky;
+    }
+    e->s = S(st);
+    e->target = e->s->enq;
+    return sticky;
+}
+static int event_done(const EmuEvent* e) { return !e->s || e->s->done >= e->target; }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (sticky) return sticky;
+    emu_progress();
+    return event_done(e) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (e->s) {
+        long ns = 20000;
+        for (emu_progress(); !event_done(e); emu_progress()) {
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, NULL);
+            if (ns < 1000000) ns *= 2;
+        }
+    }
+    return sticky;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return sticky;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned) {
+    if (!e) {
+        emu_fail(cudaErrorInvalidValue, "cudaStreamWaitEvent on a NULL event");
+        return sticky;
+    }
+    emu_progress();
+    if (event_done(e)) return sticky;
+    EmuStream* es = e->s;
+    long target = e->target;
+    emu_stream_enqueue(st, [=] { return es->done >= target ? 1 : 0; });
+    return sticky;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+    free(p);
+    return sticky;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+    memset(a, 0, sizeof *a);
+    a->type = in_alloc(p, 0) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    return cudaSuccess;
+}
+int emu_in_alloc(const void* p, size_t bytes) { return in_alloc(p, bytes); }
+void emu_device_read(void* host_dst, const void* dev_src, size_t bytes) {
+    DeviceOpen open;
+    memcpy(host_dst, dev_src, bytes);
+}
+void emu_device_write(void* dev_dst, const void* host_src, size_t bytes) {
+    DeviceOpen open;
+    memcpy(dev_dst, host_src, bytes);
+}
+void emu_device_fill_nan(void* dev, size_t bytes) {
+    DeviceOpen open;
+    fill_nan(dev, bytes);
 }
