@@ -98,6 +98,11 @@ typedef struct Backend {
     int (*event_query)(void* ev);
     void (*event_wait)(const struct Backend* be, void* ev);
     void (*event_destroy)(void* ev);
+    /* Allocate now the backend's own scratch for GEMM operands of up to gemm_elems values (the bf16
+     * GEMMs' conversion buffer) and for sum_squares over up to sumsq_n values, so that no training step
+     * allocates device memory (DESIGN.md section 3: a stage's memory from the budget, allocated once).
+     * Scratch only grows; a call with smaller sizes does nothing. The CPU backend has none. */
+    void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n);
 
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
     void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,

@@ -168,3 +168,15 @@ void params_free(ParamTable* pt) {
     free(pt->specs);
     memset(pt, 0, sizeof *pt);
 }
+
+size_t params_gemm_operand_elems(const ParamTable* pt, int N) {
+    size_t most = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* sp = &pt->specs[i];
+        if (sp->ndim != 2) continue;
+        size_t oc = (size_t)sp->shape[0], c = (size_t)sp->shape[1];
+        size_t e = (size_t)N * (c + oc) + oc * c;
+        if (e > most) most = e;
+    }
+    return most;
+}

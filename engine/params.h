@@ -75,6 +75,10 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed);
 int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* gshape, const ParamSlice* sl,
                      ParamInit init, float init_std, int decay);
 void params_alloc_optimizer(ParamTable* pt);
+/* The most values the two operands of one GEMM of a 2-D tensor (OC, C) of the table take with N rows:
+ * max over them of N (C + OC) + OC C, which bounds the forward (x, W), the input gradient (dy, W) and
+ * the weight gradient (dy, x) alike. What Backend.reserve needs for the bf16 GEMMs' operand scratch. */
+size_t params_gemm_operand_elems(const ParamTable* pt, int N);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
 float* params_data(const ParamTable* pt, int i);
 /* The gradient of tensor i, or NULL when it is frozen. */

@@ -130,6 +130,12 @@ static void cuda_event_destroy(void* ev) {
     if (ev) cudaCheck(cudaEventDestroy((cudaEvent_t)ev));
 }
 
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) {
+    (void)be;
+    cuda_bf16_reserve(gemm_elems);
+    cuda_sum_squares_reserve(sumsq_n);
+}
+
 // ---- the table -----------------------------------------------------------------------------------
 
 extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
@@ -149,6 +155,7 @@ static const Backend backend_cuda = {
     cuda_event_query,
     cuda_event_wait,
     cuda_event_destroy,
+    cuda_reserve,
     cuda_linear_forward,
     cuda_linear_backward,
     cuda_layernorm_forward,
@@ -197,6 +204,7 @@ const Backend backend_cuda_bf16 = {
     cuda_event_query,
     cuda_event_wait,
     cuda_event_destroy,
+    cuda_reserve,
     cuda_bf16_linear_forward,
     cuda_bf16_linear_backward,
     cuda_bf16_layernorm_forward,
@@ -217,7 +225,7 @@ const Backend backend_cuda_bf16 = {
     cuda_crossentropy_forward,
     cuda_crossentropy_backward,
     cuda_bf16_attention_forward,
-    cuda_attention_backward,
+    cuda_bf16_attention_backward,
     cuda_sum_squares,
     cuda_scale,
     cuda_adamw_update,
@@ -227,8 +235,8 @@ const Backend backend_cuda_bf16 = {
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 39 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 43 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 40 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
+static_assert(sizeof(Backend) == 44 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

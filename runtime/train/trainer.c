@@ -361,6 +361,14 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
+    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums) now, at the
+     * microbatch budget: no step allocates device memory (the activations and messages are the
+     * executors' pools, filled in the first step) */
+    for (int c = 0; c < t->ex->n_stages; c++) {
+        const Stage* st = t->ex->stages[c];
+        size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
+        st->be->reserve(st->be, gemm, st->params.gtotal);
+    }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
     if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, 600, err, err_len) != 0) return -1;

@@ -196,8 +196,12 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+/* GELU_AUX_BIAS is declared for bf16.cu's mapping; the emulated cublasLtMatmul refuses it
+ * (CUBLAS_STATUS_NOT_SUPPORTED): no op issues it yet */
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164 } cublasLtEpilogue_t;
 typedef struct EmuLt* cublasLtHandle_t;
 typedef struct EmuLtDesc* cublasLtMatmulDesc_t;
 typedef struct EmuLtLayout* cublasLtMatrixLayout_t;
@@ -231,8 +235,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
  * cudaEventQuery reports cudaErrorNotReady while any operation enqueued on the event's stream before
  * its record is pending; cudaStreamWaitEvent makes a stream's later work wait for it.
  * RR_EMU_COMM_DELAY=N (N > 0): each NCCL receive, once its message has arrived, stays pending for a
- * pseudo-random 0 .. N further polls, and its destination holds NaN until it completes, so a reader
- * that does not wait for the receive's event reads NaN (tests/pipeline_nccl_emu.sh). */
+ * pseudo-random N .. 2N further polls (cudaEventQuery, cudaEventSynchronize, a wait in
+ * cudaStreamSynchronize: emu_poll_epoch), and its destination holds NaN until it completes, so a
+ * reader that does not wait for the receive's event reads NaN (tests/test_nccl_emu.c, the control;
+ * tests/train_nccl_emu.sh). */
+long emu_poll_epoch(void);
 typedef struct EmuEvent* cudaEvent_t;
 #define cudaEventDefault 0
 #define cudaEventDisableTiming 2

@@ -232,6 +232,8 @@ static int progress_stream(EmuStream* s) {
     }
     return moved;
 }
+static long poll_epoch;
+long emu_poll_epoch(void) { return poll_epoch; }
 void emu_progress(void) {
     for (int again = 1; again;) {
         again = progress_stream(&default_stream);
@@ -251,6 +253,7 @@ static void drain(EmuStream* s) {
     for (;;) {
         emu_progress();
         if (s->q.empty()) return;
+        poll_epoch++;
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
         waited += ns * 1e-9;
@@ -879,6 +882,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
 static int event_done(const EmuEvent* e) { return !e->s || e->s->done >= e->target; }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (sticky) return sticky;
+    poll_epoch++;
     emu_progress();
     return event_done(e) ? cudaSuccess : cudaErrorNotReady;
 }
@@ -886,6 +890,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (e->s) {
         long ns = 20000;
         for (emu_progress(); !event_done(e); emu_progress()) {
+            poll_epoch++;
             struct timespec ts = {0, ns};
             nanosleep(&ts, NULL);
             if (ns < 1000000) ns *= 2;

@@ -225,7 +225,7 @@ static int delay_draw(void) {
     int d = comm_delay();
     if (!d) return 0;
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    return (int)(x % (uint64_t)(d + 1));
+    return d + (int)(x % (uint64_t)(d + 1));
 }
 
 struct OpState {
@@ -233,6 +233,7 @@ struct OpState {
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<unsigned char> host;
     int delay = 0;
+    long arrived = -1; /* emu_poll_epoch() when its message was seen complete */
 };
 
 static ncclResult_t check_dev(const void* p, size_t bytes, const char* what) {
@@ -297,11 +298,9 @@ ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t type, int peer, nc
                         bytes, peer, got);
                 c->error = ncclInvalidUsage;
             }
+            st->arrived = emu_poll_epoch();
         }
-        if (st->delay > 0) {
-            st->delay--;
-            return 0;
-        }
+        if (emu_poll_epoch() - st->arrived < st->delay) return 0;
         emu_device_write(buf, st->host.data(), bytes);
         return 1;
     });

@@ -24,6 +24,7 @@ Comm* __wrap_comm_nccl_create(Comm* host, char* err, size_t err_len) {
 #include <stdio.h>
 #include <stdlib.h>
 long emu_malloc_count(void);
+long emu_nccl_ops(void);
 double __real_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void) {
@@ -34,8 +35,8 @@ double __wrap_metrics_peak_rss_mb(void) {
         MPI_Initialized(&inited);
         if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         long now = emu_malloc_count();
-        fprintf(stderr, "cuda-emu: rank %d step-end %ld: %ld cudaMalloc calls since the previous one\n", rank, ++calls,
-                now - last);
+        fprintf(stderr, "cuda-emu: rank %d step-end %ld: %ld cudaMalloc calls since the previous one, %ld NCCL operations "
+                "so far\n", rank, ++calls, now - last, emu_nccl_ops());
         last = now;
     }
     return __real_metrics_peak_rss_mb();
