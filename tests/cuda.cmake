@@ -175,6 +175,12 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_fs 3 2 1 2 ${RRFP_MPIRUN})
-  set_tests_properties(train_nccl_emu_pp2 train_nccl_emu_dp2 train_nccl_emu_pp2_fixed_sync PROPERTIES LABELS mpi TIMEOUT 480)
+  add_test(NAME train_nccl_emu_pp2_bf16
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_bf16 3 2 1 2 ${RRFP_MPIRUN})
+  set_tests_properties(train_nccl_emu_pp2 train_nccl_emu_dp2 train_nccl_emu_pp2_fixed_sync train_nccl_emu_pp2_bf16
+                       PROPERTIES LABELS mpi TIMEOUT 480)
   set_tests_properties(train_nccl_emu_pp2_fixed_sync PROPERTIES ENVIRONMENT "MODE=fixed-sync")
+  set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()

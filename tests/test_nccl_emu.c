@@ -10,7 +10,9 @@
  *      overwritten right after each send (the send's pooled copy is what travels); every payload is
  *      checked exactly, when the transport reports it, and the pool stops growing;
  *   3. collectives on device memory (all-reduce, non-blocking all-reduce ordered after an event,
- *      broadcast, all-gather) and on host memory (over the MPI group). */
+ *      broadcast, all-gather) and on host memory (over the MPI group);
+ *   4. (4 ranks and more) host messages to a rank that is not a ring neighbour go over MPI with their
+ *      tags; device memory to it is refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,12 +239,24 @@ int main(void) {
         be->free(all);
         free(hall);
     }
-    /* no link beyond the ring neighbours (n > 3) */
+    /* beyond the ring neighbours (n > 3): host messages go over MPI (with their tags, in order), device
+     * memory is refused */
     if (n > 3) {
+        int far_to = (me + 2) % n, far_from = (me + n - 2) % n;
+        int32_t out[3] = {me, 1, 2}, in[3] = {-1, -1, -1}, out2 = 100 + me, in2 = -1;
+        CommReq *s1 = NULL, *s2 = NULL, *r1 = NULL, *r2 = NULL;
+        CHECK(c->ops->irecv(c, far_from, 7, in, sizeof in, &r1, err, sizeof err) == 0, "%s", err);
+        CHECK(c->ops->irecv(c, far_from, 8, &in2, sizeof in2, &r2, err, sizeof err) == 0, "%s", err);
+        CHECK(c->ops->isend(c, far_to, 8, &out2, sizeof out2, 0, &s2, err, sizeof err) == 0, "%s", err);
+        CHECK(c->ops->isend(c, far_to, 7, out, sizeof out, 0, &s1, err, sizeof err) == 0, "%s", err);
+        CommReq** all[4] = {&s1, &s2, &r1, &r2};
+        for (int i = 0; i < 4; i++)
+            for (int done = 0; !done && *all[i];) CHECK(c->ops->test(c, all[i], &done, NULL, err, sizeof err) == 0, "%s", err);
+        CHECK(in[0] == far_from && in[1] == 1 && in[2] == 2 && in2 == 100 + far_from,
+              "host messages from a non-neighbour: %d %d %d / %d", in[0], in[1], in[2], in2);
         CommReq* r = NULL;
-        float one = 1;
-        CHECK(c->ops->isend(c, (me + 2) % n, 0, &one, sizeof one, 0, &r, err, sizeof err) != 0 &&
-                  strstr(err, "no NCCL link"), "a send to a non-neighbour: %s", err);
+        CHECK(c->ops->isend(c, far_to, 0, dev, sizeof(float), 0, &r, err, sizeof err) != 0 && strstr(err, "no NCCL link"),
+              "device memory to a non-neighbour: %s", err);
     }
     be->event_destroy(ev);
     be->free(dev);

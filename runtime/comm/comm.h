@@ -69,7 +69,8 @@ struct Comm {
      * are CUDA events that test() polls; a host buffer of at most COMM_HOST_STAGE_BYTES is staged for
      * point-to-point (the FIFO headers, notices, TP choices), and a host-memory collective (a scalar:
      * the gradient norm, the cost model) goes over the MPI group the device group was made from. The
-     * point-to-point is tagless and FIFO per peer (TRANSPORT_FIFO), on ring neighbours only. 0: host
+     * point-to-point is tagless and FIFO per peer (TRANSPORT_FIFO) between ring neighbours (rank +- 1);
+     * to any other rank only host memory goes, over MPI with its tag (a TP leader's choices). 0: host
      * memory only (MPI, self). */
     int device_memory;
 };

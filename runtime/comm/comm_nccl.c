@@ -151,19 +151,38 @@ static void req_release(NcclComm* n, CommReq* r) {
 
 static int link_of(Comm* c, Link* links, int peer, const char* dir, Link** out, char* err, size_t err_len) {
     if (peer < 0 || peer >= c->size || !links[peer].nc) {
-        snprintf(err, err_len, "rank %d of group '%s' has no NCCL link %s rank %d (links join ring neighbours only)",
-                 c->rank, c->name, dir, peer);
+        snprintf(err, err_len, "rank %d of group '%s' has no NCCL link %s rank %d (links join ring neighbours only; "
+                 "device memory cannot go to another rank, host memory goes over MPI)", c->rank, c->name, dir, peer);
         return -1;
     }
     *out = &links[peer];
     return 0;
 }
 
+/* A host-memory message to or from a rank that is not a ring neighbour (a TP leader's choice to its third
+ * peer) goes over the MPI group, with its tag: every message between those two ranks does, so each
+ * pair's messages stay in one ordered channel. */
+static int host_p2p(Comm* c, int peer, const void* buf, Link* links) {
+    return peer >= 0 && peer < c->size && peer != c->rank && !links[peer].nc && !is_device(buf);
+}
+static CommReq* wrap_host(CommReq* hr) {
+    CommReq* r = (CommReq*)callocCheck(1, sizeof *r);
+    r->slot = -1;
+    r->host_req = hr;
+    return r;
+}
+
 static int n_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, int sync, CommReq** req, char* err,
                    size_t err_len) {
-    (void)tag, (void)sync; /* tagless and FIFO; a send completes when its receiver has the data */
     NcclComm* n = nimpl(c);
     Link* l;
+    if (host_p2p(c, peer, buf, n->out)) {
+        CommReq* hr = NULL;
+        if (n->host->ops->isend(n->host, peer, tag, buf, bytes, sync, &hr, err, err_len) != 0) return -1;
+        *req = wrap_host(hr);
+        return 0;
+    }
+    (void)tag, (void)sync; /* tagless and FIFO; a send completes when its receiver has the data */
     if (check_usable(c, err, err_len) || link_of(c, n->out, peer, "to", &l, err, err_len)) return -1;
     const void* src = buf;
     int slot = -1;
@@ -180,9 +199,14 @@ static int n_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, in
 }
 
 static int n_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len) {
-    (void)tag;
     NcclComm* n = nimpl(c);
     Link* l;
+    if (host_p2p(c, peer, buf, n->in)) {
+        CommReq* hr = NULL;
+        if (n->host->ops->irecv(n->host, peer, tag, buf, bytes, &hr, err, err_len) != 0) return -1;
+        *req = wrap_host(hr);
+        return 0;
+    }
     if (check_usable(c, err, err_len) || link_of(c, n->in, peer, "from", &l, err, err_len)) return -1;
     void* dst = buf;
     void* host_dst = NULL;
