@@ -54,8 +54,8 @@ if(TARGET rrfp_cuda_emu)
   target_link_libraries(test_pipeline_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_pipeline_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME pipeline_equiv_cuda_emu_np2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
-  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300)
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 580 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
+  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 600)
 endif()
 # only the first pipeline stage decodes JPEGs (rank-R.json of a pp = 2 run on real shards)
 add_test(NAME pipeline_decode_first_stage
