@@ -409,10 +409,32 @@ size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int sp
 }
 
 void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt) {
+    model_params_register_tp(cfg, l0, l1, 1, 0, pt);
+}
+
+/* A shell of TP rank t of tp: the split sizes, no group, no parameters. */
+static void stage_shell_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, int tp, int t) {
+    stage_shell(st, cfg, l0, l1);
+    st->tp = tp > 1 ? tp : 1;
+    st->tp_rank = tp > 1 ? t : 0;
+    st->vc.tp = st->lc.tp = st->tp;
+    st->vc.tp_rank = st->lc.tp_rank = st->tp_rank;
+    st->Vs = cfg->V / st->tp;
+    st->v0 = st->tp_rank * st->Vs;
+}
+
+void model_params_register_tp(const ModelConfig* cfg, int l0, int l1, int tp, int t, ParamTable* pt) {
     Stage st;
-    stage_shell(&st, cfg, l0, l1);
+    stage_shell_tp(&st, cfg, l0, l1, tp, t);
     params_init(pt);
     stage_register(pt, &st);
+}
+
+size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split,
+                                 int tp) {
+    Stage st;
+    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {

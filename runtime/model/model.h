@@ -172,6 +172,11 @@ size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1);
 /* Register (params_init, then names and shapes; nothing allocated) the parameters of the stage holding
  * LM blocks [l0, l1): with [0, Lt) the whole model. Free with params_free. */
 void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt);
+/* The same for TP rank t of tp (its slices only; tp 1: the above). */
+void model_params_register_tp(const ModelConfig* cfg, int l0, int l1, int tp, int t, ParamTable* pt);
+/* Bytes of one StageActs of a TP rank of tp (the split activations; tp 1: model_stage_acts_bytes). */
+size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split,
+                                 int tp);
 /* Mark the tensors of a registered (not yet allocated) table under the train.freeze list frozen; returns
  * the trainable values left. */
 size_t model_params_freeze(ParamTable* pt, const char* freeze);
