@@ -124,3 +124,7 @@ foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/${name} ${pp} ${tp} ${dp} 2 ${extra})
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 500)
 endforeach()
+add_test(NAME tp_kill_peer
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp kill: ok" ${CMAKE_SOURCE_DIR}/tests/tp_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer)
+set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)
