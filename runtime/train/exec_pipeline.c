@@ -30,6 +30,11 @@ typedef struct {
     PpTrace* trace;
     PpDurations replay;  /* runtime.compute = replay:FILE (F NULL otherwise) */
     int last_mode;       /* adaptive: the mode of the previous step (-1 before the first) */
+    /* TP coordination over the steps after the first (printed at the end, tp > 1): leader-decides
+     * choices sent / received, time spent sending / receiving them, peers' wait for the chosen task's
+     * inputs, this rank's step wall time */
+    long steps, tp_choices;
+    double tp_coord_s, tp_wait_s, wall_s;
 } PipeExec;
 
 static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
@@ -49,6 +54,12 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
                      "fixed %.4g)\n", step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[1], ps.predicted[2]);
         fputs(line, stderr);
         x->last_mode = (int)ps.mode;
+    }
+    if (x->steps++ > 0) {
+        x->tp_choices += ps.tp_choices;
+        x->tp_coord_s += ps.tp_coord_s;
+        x->tp_wait_s += ps.tp_wait_s;
+        x->wall_s += ps.wall_s;
     }
     double sums[2] = {ps.loss_sum, ps.busy_s}, wall = ps.wall_s;
     if (comm_allreduce(x->pipe, sums, 2, COMM_F64, COMM_SUM, err, err_len) != 0 ||
@@ -146,6 +157,20 @@ static void pipe_set_grads_done(StepExec* ex, StepGradsDone fn, void* ctx) {
 
 static void pipe_free(StepExec* ex) {
     PipeExec* x = (PipeExec*)ex;
+    if (x->tp > 1 && x->steps > 1) {
+        /* one write per rank (bench/parallel.sh reads these lines) */
+        long n = x->steps - 1;
+        char line[512];
+        snprintf(line, sizeof line,
+                 "rrfp-mm: TP coordination: pipeline rank %d, TP rank %d (%s), %ld steps after the first: %.1f choices "
+                 "per step, %.4f ms sending/receiving choices per step (%.2f us per choice), %.4f ms per step waiting "
+                 "for the inputs of the leader's choices, step %.3f ms on this rank (coordination %.3f%% of it)\n",
+                 x->rank, x->t, x->t == 0 ? "leader" : "peer", n, (double)x->tp_choices / (double)n,
+                 1e3 * x->tp_coord_s / (double)n, x->tp_choices ? 1e6 * x->tp_coord_s / (double)x->tp_choices : 0.0,
+                 1e3 * x->tp_wait_s / (double)n, 1e3 * x->wall_s / (double)n,
+                 x->wall_s > 0 ? 100.0 * x->tp_coord_s / x->wall_s : 0.0);
+        fputs(line, stderr);
+    }
     if (x->trace) {
         char e[512];
         if (pp_trace_close(x->trace, e, sizeof e) != 0) rr_warn("trace: %s", e);
