@@ -127,7 +127,7 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
     char skey[200], sval[256];
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
-        if (pt->omit_replicated && s->slice.dim < 0) continue; /* TP rank 0 writes the replicated tensors */
+        if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
         int sliced = params_slice_format(s, sval, sizeof sval);
         rc = ck_add_checked(w, s, s->name, data + s->offset, 0, step, err, err_len);
         if (sliced) {
@@ -397,7 +397,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
             }
     }
     if (rc == 0 && !found) {
-        ck_err(err, err_len, "%s: tensor %s is in none of its %d file(s)", nf > 0 ? f[0].path : "?", name, nf);
+        ck_err(err, err_len, "%s: tensor '%s' is missing (in none of its %d shard file(s))", nf > 0 ? f[0].path : "?", name, nf);
         rc = -1;
     }
     for (int64_t i = 0; rc == 0 && i < wlen; i++)
@@ -432,7 +432,9 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
         const ParamSpec* s = &pt->specs[i];
         if (moments && s->frozen) continue;
         snprintf(name, sizeof name, "%s%s", prefix, s->name);
-        rc = checkpoint_read_assembled(f, nf, name, &s->slice, s->ndim, s->shape, h + (moments ? s->goff : s->offset), 1,
+        ParamSlice whole = {.dim = -1};
+        rc = checkpoint_read_assembled(f, nf, name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
+                                       h + (moments ? s->goff : s->offset), 1,
                                        !strcmp(prefix, "v."), err, err_len);
     }
     if (owned) {

@@ -79,7 +79,7 @@ int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* 
 }
 
 int params_slice_format(const ParamSpec* s, char* val, size_t n) {
-    if (s->slice.dim < 0) return 0;
+    if (!params_is_slice(s)) return 0;
     size_t o = (size_t)snprintf(val, n, "dim=%d;shape=", s->slice.dim);
     for (int i = 0; i < s->ndim && o < n; i++) o += (size_t)snprintf(val + o, n - o, "%s%lld", i ? "," : "", (long long)s->slice.gshape[i]);
     if (o < n) o += (size_t)snprintf(val + o, n - o, ";ranges=");

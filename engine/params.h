@@ -59,6 +59,10 @@ typedef struct {
     int omit_replicated;
 } ParamTable;
 
+/* Whether spec s holds a slice of its global tensor (a table built without params_add may leave the
+ * slice zeroed: no ranges means the whole tensor). */
+static inline int params_is_slice(const ParamSpec* s) { return s->slice.dim >= 0 && s->slice.n >= 1; }
+
 void params_init(ParamTable* pt);
 /* Register a tensor; returns its index. decay = 1 for 2-D weights. Dies on a duplicate name. */
 int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape, ParamInit init, float init_std,

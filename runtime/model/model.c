@@ -921,7 +921,7 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (grads && s->frozen) continue; /* a frozen tensor has no gradient */
-        if (pt->omit_replicated && s->slice.dim < 0) continue; /* TP rank 0 writes the replicated tensors */
+        if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
         st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + (grads ? s->goff : s->offset));
         char key[160], val[256];
         if (params_slice_format(s, val, sizeof val)) {

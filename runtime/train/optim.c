@@ -12,7 +12,7 @@ double optim_grad_sum_squares(const Stage* st) {
     double ss = 0.0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
-        if (!s->frozen && s->slice.dim >= 0) ss += st->be->sum_squares(st->be, pt->grad + s->goff, s->numel);
+        if (!s->frozen && params_is_slice(s)) ss += st->be->sum_squares(st->be, pt->grad + s->goff, s->numel);
     }
     return ss;
 }
