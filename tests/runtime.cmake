@@ -109,3 +109,22 @@ add_test(NAME tp_dispatch_np4
 add_test(NAME tp_dispatch_independent_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "negative control: ok, independent dispatch diverged" timeout 240 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_tp_dispatch> 2 independent)
 set_tests_properties(tp_dispatch_np4 tp_dispatch_independent_np4 PROPERTIES LABELS mpi TIMEOUT 300)
+
+# Tensor parallelism (tests/tp_train.sh): one step's loss and every global gradient against one process,
+# for (pp, tp, dp) x hints x modes, the dump reassembled, resume across layouts. 8 ranks share 2 cores.
+foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "2;2;1;--set;model.text_layers=4"
+          "1;2;2;" "2;2;2;--set;model.text_layers=4")
+  list(GET l 0 pp)
+  list(GET l 1 tp)
+  list(GET l 2 dp)
+  list(SUBLIST l 3 -1 extra)
+  set(name tp_train_pp${pp}tp${tp}dp${dp})
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/tp_train.sh $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/${name} ${pp} ${tp} ${dp} 2 ${extra})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 500)
+endforeach()
+add_test(NAME tp_kill_peer
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp kill: ok" ${CMAKE_SOURCE_DIR}/tests/tp_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer)
+set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)

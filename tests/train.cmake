@@ -57,10 +57,10 @@ set_tests_properties(train_demo_e2e PROPERTIES LABELS slow TIMEOUT 900)
 add_test(NAME layer_split_dry_run COMMAND bash ${CMAKE_SOURCE_DIR}/tests/layer_split.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/layer_split)
 set_tests_properties(layer_split_dry_run PROPERTIES LABELS mpi TIMEOUT 300)
-# tp / dp > 1 are refused before the tokenizer, the loader or any folder is touched (until they are built)
+# a tp layout started without its ranks is refused naming what mpirun must start
 add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set parallel.tp=2 --set data.tokenizer=/nonexistent/tok.json --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2: tensor parallelism is not built yet"
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
 
 # Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, memory check, leftovers of
