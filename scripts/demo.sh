@@ -86,13 +86,15 @@ if sys.argv[4] == "shards":
           " frequent answer):")
     for k in sorted(by):
         v = by[k]
-        print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % (k, len(v),
+        print("  %-12s %4d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % (k, len(v),
               100 * sum(c for c, _ in v) / len(v), 100 * sum(x for _, x in v) / len(v), 100 * maj[k]))
     allv = [x for v in by.values() for x in v]
     n_all = sum(len(v) for v in by.values())
-    print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % ("all", len(allv),
-          100 * sum(c for c, _ in allv) / len(allv), 100 * sum(x for _, x in allv) / len(allv),
-          100 * sum(maj[k] * len(by[k]) for k in by) / n_all))
+    acc_all = 100 * sum(c for c, _ in allv) / len(allv)
+    maj_all = 100 * sum(maj[k] * len(by[k]) for k in by) / n_all
+    print("  %-12s %4d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%  (%+.1f points over the"
+          " blind majority)" % ("all", len(allv), acc_all, 100 * sum(x for _, x in allv) / len(allv), maj_all,
+                                acc_all - maj_all))
 k = max(1, len(rows) // 10)
 a = sum(r["loss"] for r in rows[:k]) / k
 b = sum(r["loss"] for r in rows[-k:]) / k
