@@ -160,11 +160,13 @@ const char* demo_question_types(void) {
 /* The question types drawn from: cfg->types (a mask of 1 << QType), else the square or the default set. */
 static QType g_types[Q_N];
 static int g_ntypes, g_maxq;
+static unsigned g_types_mask;
 static void types_init(const DemoConfig* cfg) {
-    g_ntypes = 0;
+    g_ntypes = 0, g_types_mask = 0;
     g_maxq = cfg->questions;
     for (int t = 0; t < Q_N; t++)
-        if (cfg->types ? (cfg->types >> t) & 1 : t < Q_COUNT_COLOUR && (!cfg->square || t != Q_WHERE)) g_types[g_ntypes++] = (QType)t;
+        if (cfg->types ? (cfg->types >> t) & 1 : t < Q_COUNT_COLOUR && (!cfg->square || t != Q_WHERE))
+            g_types[g_ntypes++] = (QType)t, g_types_mask |= 1u << t;
 }
 
 static int question_random(Rng* r, const Scene* sc, int square, int type, QA* qa) {
@@ -464,9 +466,11 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
             int fresh = 0;
             if (have_first && t == 0) qa = first_qa, fresh = 1;
             for (int tries = 0; tries < (square ? 8 : 1) && !fresh; tries++) {
-                if (!question_random(r, &sc, square, -1, &qa)) { /* each type in turn; "How many shapes" always fits */
+                if (!question_random(r, &sc, square, -1, &qa)) {
+                    /* "How many shapes" always fits; without it among the types, each type in turn first */
                     int ok = 0;
-                    for (int k = 0; k < g_ntypes && !ok; k++) ok = question_random(r, &sc, square, (int)g_types[k], &qa);
+                    for (int k = 0; k < g_ntypes && !ok && !(g_types_mask >> Q_COUNT_ALL & 1); k++)
+                        ok = question_random(r, &sc, square, (int)g_types[k], &qa);
                     if (!ok) question_random(r, &sc, square, Q_COUNT_ALL, &qa);
                 }
                 fresh = 1;
