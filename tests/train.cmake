@@ -53,6 +53,12 @@ add_test(NAME train_demo_e2e
          COMMAND ${CMAKE_SOURCE_DIR}/tests/train_demo_e2e.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/train_demo_e2e 16 0.3)
 set_tests_properties(train_demo_e2e PROPERTIES LABELS slow TIMEOUT 900)
+# make demo's own script (scripts/demo.sh: the demo's data flags, recipes/demo.ini, eval, per-type table,
+# report page) at a small size: 300 records, 6 steps. The accuracy is `make demo`'s (docs/training.md).
+add_test(NAME demo_small
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "demo_small: ok" ${CMAKE_SOURCE_DIR}/tests/demo_small.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/demo_small)
+set_tests_properties(demo_small PROPERTIES TIMEOUT 300)
 # the dry run prints the layer split the trainer uses (one function computes it)
 add_test(NAME layer_split_dry_run COMMAND bash ${CMAKE_SOURCE_DIR}/tests/layer_split.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/layer_split)
