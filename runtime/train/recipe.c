@@ -120,10 +120,11 @@ static const RecipeKey recipe_keys[] = {
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
      "Schedule hint (DESIGN.md section 6)."},
-    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
+    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
      "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
-     "adaptive = per step, ready, lookahead or the hint's sequence, whichever a simulation of the step on the "
-     "cost model's estimates predicts fastest: docs/scheduler.md)."},
+     "adaptive (the default) = per step, ready, lookahead or the hint's sequence, whichever a simulation of the "
+     "step on the cost model's (denoised) estimates predicts fastest, the sequence unless another is predicted "
+     "more than 3% faster: docs/scheduler.md)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
