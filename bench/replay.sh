@@ -5,16 +5,24 @@
 # rrfp-bench-replay under mpirun with P ranks on this machine (every task sleeps its duration times
 # SCALE seconds, default 0.05 s per mean forward; messages are real MPI messages of T x 256 floats)
 # for the modes x hints x caps of the simulator table, printing the measured makespan next to the
-# simulator's for the same file, mode, hint and cap (lookahead with 20% estimate error in both).
+# simulator's for the same file, mode, hint and cap (lookahead and adaptive with 20% estimate error in
+# both: the same seeded estimates, so adaptive's plan makes the same choice in both). Each block starts
+# with the machine's load (uptime); at the end a summary per (P, kind): configurations within 5% of the
+# simulator, the median ratio and busy/work, and how often a pair of configurations is ranked in the same
+# order by the measurement as by the simulator (pairs whose simulated makespans differ by > 2%).
 # OpenMPI's yield-when-idle is turned off: with it, every MPI_Test of an idle rank calls sched_yield,
 # which on an oversubscribed machine costs milliseconds per call.
 #
 # Usage: bench/replay.sh [BUILD_DIR] (needs rrfp-mm and rrfp-bench-replay built there)
+#   env PS (default "8 16 32"), KINDS (default "text mm"), SCALE (s per mean forward, default 0.05),
+#   CAPS (default "1x 1.5x 2x"), MODES (the ready-family modes, default "ready lookahead adaptive")
 set -euo pipefail
 B=${1:-build}
 PS=${PS:-8 16 32}
 KINDS=${KINDS:-text mm}
 SCALE=${SCALE:-0.05}
+CAPS=${CAPS:-1x 1.5x 2x}
+MODES=${MODES:-ready lookahead adaptive}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 MPI=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 0)
@@ -23,16 +31,52 @@ for P in $PS; do
   for kind in $KINDS; do
     "$B/rrfp-mm" sim --stages "$P" --microbatches "$M" --kind "$kind" --seed 1 --dump "$T/w.json" --json >/dev/null
     "$B/rrfp-mm" sim --stages "$P" --microbatches "$M" --kind "$kind" --seed 1 --split-backward --dump "$T/s.json" --json >/dev/null
-    echo "## P=$P kind=$kind"
+    echo "## P=$P kind=$kind load: $(uptime | sed 's/.*load average: //')" | tee -a "$T/all.txt"
     whole=(fixed-sync:1f1b:- fixed:1f1b:-)
     split=(fixed-sync:zb-h1:- fixed:zb-h1:-)
-    for cap in 1x 1.5x 2x; do
-      whole+=(ready:1f1b:$cap lookahead:1f1b:$cap)
-      split+=(ready:zb-h1:$cap lookahead:zb-h1:$cap ready:bfw:$cap lookahead:bfw:$cap)
+    for cap in $CAPS; do
+      for mode in $MODES; do
+        whole+=("$mode:1f1b:$cap")
+        split+=("$mode:zb-h1:$cap" "$mode:bfw:$cap")
+      done
     done
-    timeout 900 "${MPI[@]}" -np "$P" "$B/rrfp-bench-replay" --durations "$T/w.json" --scale "$SCALE" \
-      --estimate-error 0.2 "${whole[@]}" | grep -v "^replay: ok"
-    timeout 900 "${MPI[@]}" -np "$P" "$B/rrfp-bench-replay" --durations "$T/s.json" --scale "$SCALE" \
-      --estimate-error 0.2 "${split[@]}" | grep -v "^#\|^mode\|^replay: ok"
+    timeout 1800 "${MPI[@]}" -np "$P" "$B/rrfp-bench-replay" --durations "$T/w.json" --scale "$SCALE" \
+      --estimate-error 0.2 "${whole[@]}" | grep -v "^replay: ok" | tee -a "$T/all.txt"
+    timeout 1800 "${MPI[@]}" -np "$P" "$B/rrfp-bench-replay" --durations "$T/s.json" --scale "$SCALE" \
+      --estimate-error 0.2 "${split[@]}" | grep -v "^#\|^mode\|^replay: ok" | tee -a "$T/all.txt"
+    echo "## end P=$P kind=$kind load: $(uptime | sed 's/.*load average: //')" | tee -a "$T/all.txt"
   done
 done
+python3 - "$T/all.txt" <<'PY'
+import statistics, sys
+blocks, order, cur = {}, [], None
+for line in open(sys.argv[1]):
+    f = line.split()
+    if line.startswith("## P="):
+        if line.startswith("## end"):
+            continue
+        cur = (int(f[1][2:]), f[2][5:])
+        order.append(cur)
+        blocks[cur] = []
+    elif cur and len(f) >= 8 and f[0] in ("fixed-sync", "fixed", "ready", "lookahead", "adaptive"):
+        blocks[cur].append((f[0], f[1], f[2], float(f[3]), float(f[4]), float(f[5]), float(f[7])))
+print("\n### summary (per P and kind)\n")
+print("| P | kind | configurations | within 5% | median ratio | worst ratio | median busy/work | same order (pairs > 2% apart in the simulator) |")
+print("|---|---|---|---|---|---|---|---|")
+for key in order:
+    rows = blocks[key]
+    if not rows:
+        continue
+    ratios = [r[5] for r in rows]
+    agree = pairs = 0
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            a, b = rows[i], rows[j]
+            if abs(a[4] / b[4] - 1) <= 0.02:
+                continue
+            pairs += 1
+            agree += (a[4] < b[4]) == (a[3] < b[3])
+    print(f"| {key[0]} | {key[1]} | {len(rows)} | {sum(abs(x - 1) <= 0.05 for x in ratios)} | "
+          f"{statistics.median(ratios):.3f} | {max(ratios):.3f} | {statistics.median(r[6] for r in rows):.3f} | "
+          f"{agree}/{pairs} |")
+PY

@@ -125,20 +125,21 @@ target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -Wl,--wrap=c
                     -Wl,--wrap=metrics_peak_rss_mb -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # Training with runtime.backend = cuda end to end with device memory protected (any host access to
-# device memory kills the run): 6 steps against the CPU backend's run of the same recipe (losses and
+# device memory kills the run): 4 steps against the CPU backend's run of the same recipe (losses and
 # grad norms within 1e-5), stop at 3 + resume with a step dump, eval on the CUDA backend; then the
 # same through the pipeline trainer (parallel.pp = 2 under mpirun, stop + resume). Tolerances are
 # explained in tests/train_cuda_emu.sh.
 if(TARGET rrfp_cuda_emu)
   add_test(NAME train_cuda_emu
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 6)
-  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 300)
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 4)
+  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 600)
   # runtime.precision = bf16 on both sides: the CUDA bf16 table (cuBLASLt emulated) against backend_cpu_bf16
+  # (the stop/resume part is train_cuda_emu's: RESUME=0)
   add_test(NAME train_cuda_emu_bf16
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 6)
-  set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16")
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 4)
+  set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
   add_test(NAME train_cuda_emu_pp2
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
@@ -179,8 +180,13 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_bf16 3 2 1 2 ${RRFP_MPIRUN})
+  add_test(NAME train_nccl_emu_tp2
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_tp2 3 1 1 2 ${RRFP_MPIRUN})
   set_tests_properties(train_nccl_emu_pp2 train_nccl_emu_dp2 train_nccl_emu_pp2_fixed_sync train_nccl_emu_pp2_bf16
-                       PROPERTIES LABELS mpi TIMEOUT 480)
+                       train_nccl_emu_tp2 PROPERTIES LABELS mpi TIMEOUT 480)
+  set_tests_properties(train_nccl_emu_tp2 PROPERTIES ENVIRONMENT "TP=2")
   set_tests_properties(train_nccl_emu_pp2_fixed_sync PROPERTIES ENVIRONMENT "MODE=fixed-sync")
   set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()

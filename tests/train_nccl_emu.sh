@@ -15,13 +15,15 @@
 # of train_cuda_emu.sh's bf16 run and for the same reason (flips of the bf16 compute copy after step 1);
 # it also checks that the bf16 GEMMs' scratch, sized by Backend.reserve, never grows in a step.
 # Memory protection stays on.
-# Environment: MODE (ready), HINT (1f1b), DELAY (2), PRECISION (fp32).
+# Environment: MODE (ready), HINT (1f1b), DELAY (2), PRECISION (fp32), TP (1: parallel.tp; the TP
+# all-reduces then run in place on the device group, and the pipeline's leader-decides choices travel
+# over it).
 # Usage: train_nccl_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR STEPS PP DP M MPIRUN...
 set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5 PP=$6 DP=$7 M=$8
 shift 8
 MPIRUN=("$@")
-MODE=${MODE:-ready} HINT=${HINT:-1f1b} DELAY=${DELAY:-2} PRECISION=${PRECISION:-fp32}
+MODE=${MODE:-ready} HINT=${HINT:-1f1b} DELAY=${DELAY:-2} PRECISION=${PRECISION:-fp32} TP=${TP:-1}
 unset RR_EMU_PROTECT
 export OMP_NUM_THREADS=1
 rm -rf "$WORK"
@@ -31,11 +33,11 @@ common=(--set train.steps="$STEPS" --set optim.warmup=1 --set train.log_every=1 
 echo "== CPU backend, one process: $STEPS steps of $((DP * M)) microbatches"
 "$CPU" train "$RECIPE" "${common[@]}" --set data.microbatches=$((DP * M)) --set train.run_dir="$WORK/cpu" >"$WORK/cpu.log" 2>&1 \
   || { cat "$WORK/cpu.log"; exit 1; }
-NP=$((PP * DP))
-echo "== CUDA backend + NCCL (emulated), pp $PP x dp $DP ($NP ranks), mode $MODE, hint $HINT, RR_EMU_COMM_DELAY=$DELAY"
+NP=$((PP * DP * TP))
+echo "== CUDA backend + NCCL (emulated), pp $PP x tp $TP x dp $DP ($NP ranks), mode $MODE, hint $HINT, RR_EMU_COMM_DELAY=$DELAY"
 timeout 400 "${MPIRUN[@]}" -np "$NP" -x OMP_NUM_THREADS=1 -x RR_EMU_COMM_DELAY="$DELAY" -x RR_EMU_STEP_ALLOCS=1 \
   "$EMU" train "$RECIPE" "${common[@]}" --set runtime.backend=cuda --set runtime.comm=nccl \
-  --set parallel.pp="$PP" --set parallel.dp="$DP" --set data.microbatches="$M" --set parallel.mode="$MODE" \
+  --set parallel.pp="$PP" --set parallel.dp="$DP" --set parallel.tp="$TP" --set data.microbatches="$M" --set parallel.mode="$MODE" \
   --set parallel.hint="$HINT" --set train.run_dir="$WORK/nccl" >"$WORK/nccl.log" 2>&1 || { cat "$WORK/nccl.log"; exit 1; }
 grep -E "^step|pipeline:|cuda-emu" "$WORK/nccl.log" || true
 

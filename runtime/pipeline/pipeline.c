@@ -526,7 +526,11 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         if (st->last) *loss_sum += ls;
         if (p->dump_dir && (st->first || st->last)) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank, t.chunk);
+            if (p->cfg.tp && p->cfg.tp->size > 1)
+                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dtp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank,
+                         p->cfg.tp->rank, t.chunk);
+            else
+                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank, t.chunk);
             if (stage_dump_microbatch(st, a, mb, path, p->err, p->err_len) != 0) return -1;
         }
         break;
@@ -547,6 +551,11 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         stage_backward_weight(st, acts_of(p, t.chunk, t.mb));
         acts_release(p, t.chunk, t.mb);
         break;
+    }
+    if (stage_tp_error(st)) { /* a TP collective of the task failed (a lost TP peer) */
+        snprintf(p->err, p->err_len, "pipeline rank %d, %s chunk %d mb %d: %s", p->cfg.rank,
+                 t.kind == PP_F ? "F" : t.kind == PP_B ? "B" : "W", t.chunk, t.mb, stage_tp_error(st));
+        return -1;
     }
     return has_out;
 }
@@ -647,6 +656,16 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     PpMode mode = cfg->mode;
     double pred[3] = {NAN, NAN, NAN};
     if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, err, err_len) != 0) return -1;
+    if (cfg->mode == PP_MODE_ADAPTIVE && cfg->tp && cfg->tp->size > 1) {
+        /* the TP ranks of a stage plan on their own measurements: the leader's plan is the stage's */
+        int32_t m32 = (int32_t)mode;
+        if (comm_bcast(cfg->tp, &m32, sizeof m32, 0, e, sizeof e) != 0) {
+            snprintf(err, err_len, "pipeline rank %d, TP rank %d: receiving the TP leader's mode (adaptive): %s", cfg->rank,
+                     cfg->tp->rank, e);
+            return -1;
+        }
+        mode = (PpMode)m32;
+    }
     p->step_mode = mode;
     p->look = pp_mode_waits(mode);
     double* act_bytes = mallocCheck(sizeof(double) * (size_t)M);

@@ -571,6 +571,98 @@ void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOpt
     }
 }
 
+/* One matrix (P x M, row-major) replaced by its low-rank fit: components are taken one at a time (the
+ * leading singular pair of the residual, by power iteration) while each stands out of the noise left
+ * after it: singular value s > PP_FIT_EDGE x sigma x (sqrt(P) + sqrt(M)), sigma the residual's RMS per
+ * entry after removing it (the largest singular value of a P x M matrix of independent noise is about
+ * sigma (sqrt(P) + sqrt(M))). At most PP_FIT_MAX_RANK components; the first is always kept. */
+#define PP_FIT_EDGE 1.5
+#define PP_FIT_MAX_RANK 4
+static void fit_low_rank(double* A, int P, int M) {
+    size_t n = (size_t)P * M;
+    double* R = mallocCheck(sizeof(double) * n);  // residual
+    double* F = callocCheck(n, sizeof(double));   // fit
+    double* u = mallocCheck(sizeof(double) * P);
+    double* v = mallocCheck(sizeof(double) * M);
+    memcpy(R, A, sizeof(double) * n);
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += A[i] * A[i];
+    int maxk = PP_FIT_MAX_RANK < P ? PP_FIT_MAX_RANK : P;
+    if (maxk > M) maxk = M;
+    for (int k = 0; k < maxk; k++) {
+        // leading right singular vector of R: start from the column sums (the microbatch profile) for the
+        // first, from an alternating combination of rows plus a fixed perturbation for the next, iterate
+        for (int m = 0; m < M; m++) {
+            double a = 0;
+            for (int s = 0; s < P; s++) a += R[(size_t)s * M + m] * (k == 0 ? 1.0 : (s & 1 ? 1.0 : -0.5));
+            v[m] = a + (k > 0 ? 1e-3 * ((m * 2654435761u) % 1000) / 1000.0 : 0);
+        }
+        double sv = 0;
+        for (int it = 0; it < 60; it++) {
+            double nv = 0;
+            for (int m = 0; m < M; m++) nv += v[m] * v[m];
+            nv = sqrt(nv);
+            if (!(nv > 0)) break;
+            for (int m = 0; m < M; m++) v[m] /= nv;
+            for (int s = 0; s < P; s++) {
+                double a = 0;
+                for (int m = 0; m < M; m++) a += R[(size_t)s * M + m] * v[m];
+                u[s] = a;
+            }
+            double nu = 0;
+            for (int s = 0; s < P; s++) nu += u[s] * u[s];
+            nu = sqrt(nu);
+            if (!(nu > 0)) break;
+            for (int s = 0; s < P; s++) u[s] /= nu;
+            double prev = sv;
+            for (int m = 0; m < M; m++) {
+                double a = 0;
+                for (int s = 0; s < P; s++) a += R[(size_t)s * M + m] * u[s];
+                v[m] = a;
+            }
+            sv = 0;
+            for (int m = 0; m < M; m++) sv += v[m] * v[m];
+            sv = sqrt(sv);
+            if (it > 3 && fabs(sv - prev) <= 1e-9 * sv) break;
+        }
+        if (!(sv > 1e-12 * sqrt(total))) break;  // nothing left (exactly low rank)
+        // residual after removing the component (v = sv * unit right vector)
+        double left = 0;
+        for (int s = 0; s < P; s++)
+            for (int m = 0; m < M; m++) {
+                double x = R[(size_t)s * M + m] - u[s] * v[m];
+                left += x * x;
+            }
+        double dof = (double)(P - k - 1) * (double)(M - k - 1);
+        double sigma = dof > 0 ? sqrt(left / dof) : 0;
+        if (k > 0 && !(sv > PP_FIT_EDGE * sigma * (sqrt((double)P) + sqrt((double)M)))) break;
+        for (int s = 0; s < P; s++)
+            for (int m = 0; m < M; m++) {
+                F[(size_t)s * M + m] += u[s] * v[m];
+                R[(size_t)s * M + m] -= u[s] * v[m];
+            }
+    }
+    // a fit is a duration: keep it positive (a component may dip below 0 on a tiny task)
+    for (size_t i = 0; i < n; i++) A[i] = F[i] > 0.05 * A[i] ? F[i] : (A[i] > 0 ? 0.05 * A[i] : A[i]);
+    free(R);
+    free(F);
+    free(u);
+    free(v);
+}
+
+void pp_durations_smooth(const PpDurations* in, PpDurations* out) {
+    *out = *in;
+    size_t n = (size_t)in->P * in->M;
+    double* const* src[3] = {&in->F, &in->B, &in->W};
+    double** dst[3] = {&out->F, &out->B, &out->W};
+    for (int k = 0; k < 3; k++) {
+        if (!*src[k]) continue;
+        *dst[k] = mallocCheck(sizeof(double) * n);
+        memcpy(*dst[k], *src[k], sizeof(double) * n);
+        if (in->P > 1 && in->M > 1) fit_low_rank(*dst[k], in->P, in->M);
+    }
+}
+
 PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]) {
     static const PpMode cand[3] = {PP_MODE_READY, PP_MODE_LOOKAHEAD, PP_MODE_FIXED};
     double ms[3];
@@ -580,17 +672,20 @@ PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, i
         for (int r = 0; r < est->P && allow_fixed; r++)
             if (pp_hint_peak(hint, &sh, r) > pp_cap_for(cap, hint, &sh, r)) allow_fixed = 0;
     }
+    PpDurations fit;  // plan on the denoised estimates: per-task noise would look like text-like variance
+    pp_durations_smooth(est, &fit);
     for (int i = 0; i < 3; i++) {
         ms[i] = NAN;
         if (i > 0 && !seq) continue;  // lookahead never waits under a ranking; fixed cannot run one
         if (i == 2 && !allow_fixed) continue;
         PpSimResult r;
         char err[256];
-        if (pp_sim_run_opts(est, hint, cand[i], cap, chunks, NULL, &r, err, sizeof err) == 0) {
+        if (pp_sim_run_opts(&fit, hint, cand[i], cap, chunks, NULL, &r, err, sizeof err) == 0) {
             if (!r.deadlock) ms[i] = r.makespan;
             pp_sim_result_free(&r);
         }
     }
+    pp_durations_free(&fit);
     if (pred)
         for (int i = 0; i < 3; i++) pred[i] = ms[i];
     int best = 0;  // ready

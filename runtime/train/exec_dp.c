@@ -145,7 +145,8 @@ static void dp_free(void* ctx) {
     free(d);
 }
 
-int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double timeout_s, char* err, size_t err_len) {
+int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, int overlap, double timeout_s, char* err,
+                            size_t err_len) {
     if (dp->size <= 1) return 0;
     if (ex->n_hooks >= STEP_EXEC_MAX_HOOKS) {
         snprintf(err, err_len, "internal: no step hook slot left for the data-parallel all-reduce");
@@ -179,7 +180,7 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double tim
     d->first[S] = d->nb;
     d->next = S - 1;
     ex->hooks[ex->n_hooks++] = (StepHook){.fn = dp_hook, .ctx = d, .free = dp_free};
-    if (ex->set_grads_done) ex->set_grads_done(ex, dp_grads_done, d);
+    if (overlap && ex->set_grads_done) ex->set_grads_done(ex, dp_grads_done, d);
     (void)err_len;
     return 0;
 }

@@ -112,15 +112,19 @@ static const RecipeKey recipe_keys[] = {
      "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4)."},
     {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
+    {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
+     "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping "
+     "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline)."},
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
      "Schedule hint (DESIGN.md section 6)."},
-    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "ready", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
+    {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
      "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
-     "adaptive = per step, ready, lookahead or the hint's sequence, whichever a simulation of the step on the "
-     "cost model's estimates predicts fastest: docs/scheduler.md)."},
+     "adaptive (the default) = per step, ready, lookahead or the hint's sequence, whichever a simulation of the "
+     "step on the cost model's (denoised) estimates predicts fastest, the sequence unless another is predicted "
+     "more than 3% faster: docs/scheduler.md)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,

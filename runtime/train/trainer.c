@@ -296,16 +296,17 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     memset(t, 0, sizeof *t);
     t->lock_fd = -1;
     t->r = r;
-    /* refused before any tokenizer, loader, folder or rank starts, until it is built */
-    if (r->tp > 1) {
-        snprintf(err, err_len, "%s: parallel.tp = %d: tensor parallelism is not built yet (docs/parallel.md); "
-                 "allowed: 1 (the dry run sizes such layouts: --dry-run)", recipe_origin(r, "parallel", "tp"), r->tp);
-        return -1;
-    }
     int vocab;
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
     t->mc = train_model_config(r, vocab);
     if (model_config_check(&t->mc, err, err_len) != 0) return -1;
+    if (r->tp > 1) {
+        char e[1024];
+        if (model_tp_check(&t->mc, r->tp, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: parallel.tp = %d: %s", recipe_origin(r, "parallel", "tp"), r->tp, e);
+            return -1;
+        }
+    }
     if (r->freeze[0]) {
         char e[1024];
         if (model_freeze_check(&t->mc, r->freeze, NULL, e, sizeof e) != 0) {
@@ -357,7 +358,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (!eval_only && trainer_mkdirs(t->run_dir, err, err_len) != 0) return -1;
     if (!eval_only && trainer_start_checks(t, be, world, err, err_len) != 0) return -1;
 
-    t->ex = r->pp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
+    /* tensor parallelism runs through the pipeline executor (one stage when pp = 1): its leader-decides
+     * dispatch keeps the TP ranks of a stage on one task sequence */
+    t->ex = r->pp > 1 || r->tp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
@@ -371,7 +374,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
-    if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, 600, err, err_len) != 0) return -1;
+    if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0) return -1;
     if (eval_only) {
         /* evaluation reads the values only: without moments a checkpoint written under another
          * train.freeze (which has AdamW state for other tensors) evaluates too */

@@ -6,8 +6,8 @@
  * lanes all wait at a shuffle, else the block barrier if every live thread waits there, else it
  * reports a deadlock (a divergent barrier). Runnable fibers are resumed in a pseudo-random order
  * each round, so code that reads another thread's shared-memory write without a barrier in between
- * sees stale (or NaN) data in some order. A fiber is started with makecontext / setcontext and then
- * switched with _setjmp / _longjmp, which do not save the signal mask (swapcontext makes a system
+ * sees stale (or NaN) data in some order. A fiber is started once with makecontext / setcontext, runs thread after
+ * thread (fiber_entry), and is switched with _setjmp / _longjmp, which do not save the signal mask (swapcontext makes a system
  * call per switch, 10x slower here). Errors are sticky, as on a GPU: the first one is printed
  * with the kernel's name, and every later runtime call returns it. */
 #undef _FORTIFY_SOURCE /* __longjmp_chk would refuse to jump between fiber stacks */
@@ -411,10 +411,16 @@ enum { ORDER_RANDOM, ORDER_ASCENDING, ORDER_DESCENDING };
 static int order_mode = ORDER_RANDOM;
 static int atomics_used;
 
+/* A fiber runs one thread of a block, then waits (F_DONE) until the scheduler resumes it as a thread
+ * of a later block: started once, not once per block (getcontext / setcontext are system calls,
+ * and a training step launches hundreds of thousands of threads). */
 static void fiber_entry(void) {
-    (*cur_body)();
-    cur->state = F_DONE;
-    _longjmp(sched_jb, 1); /* never returns: the scheduler does not resume a finished fiber */
+    for (;;) {
+        (*cur_body)();
+        cur->state = F_DONE;
+        if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1);
+        /* resumed for the next block: `cur` is this fiber again, with its new thread index */
+    }
 }
 
 static void fiber_yield(int state) {
@@ -427,6 +433,11 @@ static void fiber_resume(Fiber* f) {
     if (_setjmp(sched_jb)) return; /* the fiber yielded or finished */
     if (!f->started) {
         f->started = 1;
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = EMU_STACK;
+        f->ctx.uc_link = NULL;
+        makecontext(&f->ctx, fiber_entry, 0);
         setcontext(&f->ctx);
     }
     _longjmp(f->jb, 1);
@@ -486,13 +497,10 @@ static void run_block(int n) {
         Fiber& f = fibers[i];
         f.linear = i;
         f.tid = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+        /* a fiber left inside a body (its block was abandoned at an error) starts afresh; a finished
+         * one waits at the top of its loop and runs the new body from there */
+        if (f.started && f.state != F_DONE) f.started = 0;
         f.state = F_RUN;
-        f.started = 0;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = EMU_STACK;
-        f.ctx.uc_link = NULL;
-        makecontext(&f.ctx, fiber_entry, 0);
     }
     int nw = (n + 31) / 32;
     for (int w = 0; w < nw; w++) {
