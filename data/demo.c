@@ -66,7 +66,10 @@ static void scene_random(Rng* r, int square, Scene* sc) {
         sc->w = w, sc->h = h;
     }
     sc->n = 1 + rng_int(r, MAX_SHAPES);
-    sc->bg = (uint8_t)(70 + rng_int(r, 110));
+    /* square scenes: one mid-grey background (128, about 0 after x/127.5 - 1), so that a patch of
+     * background is the same input in every image; a background grey of 70..180 made shape-or-not a
+     * function the tiny ViT learnt slowly (README "Demo") */
+    sc->bg = square ? 128 : (uint8_t)(70 + rng_int(r, 110));
     int cells[N_CELLS];
     for (int i = 0; i < N_CELLS; i++) cells[i] = i;
     for (int i = N_CELLS - 1; i > 0; i--) {
@@ -131,24 +134,45 @@ static int count_kind_colour(const Scene* sc, int kind, int colour) {
 
 /* ---- questions -------------------------------------------------------------------------------------- */
 
-typedef enum { Q_COLOUR = 0, Q_COUNT_KIND, Q_WHERE, Q_SHAPE_OF_COLOUR, Q_COUNT_ALL, Q_SIZE, Q_N } QType;
-static const char* QTYPE_NAMES[Q_N] = {"colour", "count", "position", "shape", "count_all", "size"};
+typedef enum { Q_COLOUR = 0, Q_COUNT_KIND, Q_WHERE, Q_SHAPE_OF_COLOUR, Q_COUNT_ALL, Q_SIZE, Q_COUNT_COLOUR, Q_EXISTS,
+               Q_COLOUR1, Q_KIND1, Q_SIZE1, Q_N } QType;
+static const char* QTYPE_NAMES[Q_N] = {"colour", "count", "position", "shape", "count_all", "size", "count_colour", "exists",
+                                       "lone_colour", "lone_shape", "lone_size"};
 
 typedef struct {
     char q[160], a[96];
     QType type;
 } QA;
 
+int demo_question_type(const char* name) {
+    for (int t = 0; t < Q_N; t++)
+        if (!strcmp(name, QTYPE_NAMES[t])) return t;
+    return -1;
+}
+const char* demo_question_types(void) {
+    return "colour count position shape count_all size count_colour exists lone_colour lone_shape lone_size";
+}
+
 /* A random question about the scene whose answer is determined by it; `type` < 0 picks any kind.
  * Returns 0 when a forced type does not fit the scene (e.g. "What colour is the square?" with two
  * squares): the caller draws another scene. */
-/* The question types of a data set: square scenes ask no "where" (see demo.h). */
-static const QType SQUARE_TYPES[] = {Q_COLOUR, Q_COUNT_KIND, Q_SHAPE_OF_COLOUR, Q_COUNT_ALL, Q_SIZE};
-enum { N_SQUARE_TYPES = 5 };
+
+/* The question types drawn from: cfg->types (a mask of 1 << QType), else the square or the default set. */
+static QType g_types[Q_N];
+static int g_ntypes, g_maxq;
+static unsigned g_types_mask;
+static void types_init(const DemoConfig* cfg) {
+    g_ntypes = 0, g_types_mask = 0;
+    g_maxq = cfg->questions;
+    for (int t = 0; t < Q_N; t++)
+        if (cfg->types ? (cfg->types >> t) & 1 : t < Q_COUNT_COLOUR && (!cfg->square || t != Q_WHERE))
+            g_types[g_ntypes++] = (QType)t, g_types_mask |= 1u << t;
+}
 
 static int question_random(Rng* r, const Scene* sc, int square, int type, QA* qa) {
+    (void)square;
     for (int attempt = 0; attempt < 64; attempt++) {
-        QType t = type >= 0 ? (QType)type : square ? SQUARE_TYPES[rng_int(r, N_SQUARE_TYPES)] : (QType)rng_int(r, Q_N);
+        QType t = type >= 0 ? (QType)type : g_types[rng_int(r, g_ntypes)];
         const Shape* s = &sc->s[rng_int(r, sc->n)];
         qa->type = t;
         switch (t) {
@@ -177,6 +201,34 @@ static int question_random(Rng* r, const Scene* sc, int square, int type, QA* qa
             snprintf(qa->q, sizeof qa->q, "How many shapes are there?");
             snprintf(qa->a, sizeof qa->a, "%s", NUMBER_NAMES[sc->n]);
             return 1;
+        case Q_COUNT_COLOUR: {
+            int c = rng_int(r, 2) ? s->colour : rng_int(r, N_COLOURS); /* half the time a colour that is there */
+            snprintf(qa->q, sizeof qa->q, "How many %s shapes are there?", COLOUR_NAMES[c]);
+            snprintf(qa->a, sizeof qa->a, "%s", NUMBER_NAMES[count_colour(sc, c)]);
+            return 1;
+        }
+        case Q_EXISTS: { /* yes half the time: a shape of the scene, else a random (colour, kind) */
+            int c = s->colour, k = s->kind;
+            if (rng_int(r, 2)) c = rng_int(r, N_COLOURS), k = rng_int(r, N_KINDS);
+            snprintf(qa->q, sizeof qa->q, "Is there a %s %s?", COLOUR_NAMES[c], KIND_NAMES[k]);
+            snprintf(qa->a, sizeof qa->a, "%s", count_kind_colour(sc, k, c) ? "yes" : "no");
+            return 1;
+        }
+        case Q_COLOUR1: /* one-shape scenes: no question word to match against the image */
+            if (sc->n != 1) break;
+            snprintf(qa->q, sizeof qa->q, "What colour is the shape?");
+            snprintf(qa->a, sizeof qa->a, "%s", COLOUR_NAMES[s->colour]);
+            return 1;
+        case Q_KIND1:
+            if (sc->n != 1) break;
+            snprintf(qa->q, sizeof qa->q, "What shape is it?");
+            snprintf(qa->a, sizeof qa->a, "a %s", KIND_NAMES[s->kind]);
+            return 1;
+        case Q_SIZE1:
+            if (sc->n != 1) break;
+            snprintf(qa->q, sizeof qa->q, "Is the shape large or small?");
+            snprintf(qa->a, sizeof qa->a, "%s", s->large ? "large" : "small");
+            return 1;
         case Q_SIZE:
             if (count_kind(sc, s->kind) != 1) break;
             snprintf(qa->q, sizeof qa->q, "Is the %s large or small?", KIND_NAMES[s->kind]);
@@ -194,6 +246,7 @@ static cJSON* question_choices(QType t) {
     char buf[64];
     switch (t) {
     case Q_COLOUR:
+    case Q_COLOUR1:
         for (int i = 0; i < N_COLOURS; i++) cJSON_AddItemToArray(a, cJSON_CreateString(COLOUR_NAMES[i]));
         break;
     case Q_COUNT_KIND:
@@ -203,6 +256,7 @@ static cJSON* question_choices(QType t) {
         for (int i = 0; i < N_CELLS; i++) cJSON_AddItemToArray(a, cJSON_CreateString(CELL_NAMES[i]));
         break;
     case Q_SHAPE_OF_COLOUR:
+    case Q_KIND1:
         for (int i = 0; i < N_KINDS; i++) {
             snprintf(buf, sizeof buf, "a %s", KIND_NAMES[i]);
             cJSON_AddItemToArray(a, cJSON_CreateString(buf));
@@ -211,7 +265,15 @@ static cJSON* question_choices(QType t) {
     case Q_COUNT_ALL:
         for (int i = 1; i <= MAX_SHAPES; i++) cJSON_AddItemToArray(a, cJSON_CreateString(NUMBER_NAMES[i]));
         break;
+    case Q_COUNT_COLOUR:
+        for (int i = 0; i <= MAX_SHAPES; i++) cJSON_AddItemToArray(a, cJSON_CreateString(NUMBER_NAMES[i]));
+        break;
+    case Q_EXISTS:
+        cJSON_AddItemToArray(a, cJSON_CreateString("yes"));
+        cJSON_AddItemToArray(a, cJSON_CreateString("no"));
+        break;
     case Q_SIZE:
+    case Q_SIZE1:
         cJSON_AddItemToArray(a, cJSON_CreateString("large"));
         cJSON_AddItemToArray(a, cJSON_CreateString("small"));
         break;
@@ -368,7 +430,17 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         }
     } else {
         Scene sc;
-        scene_random(r, square, &sc);
+        QA first_qa;
+        int have_first = 0;
+        if (square && kind <= 10 && g_maxq == 1) {
+            /* one question: its type first, then a scene it fits (as the held-out split draws them) */
+            QType t = g_types[rng_int(r, g_ntypes)];
+            do scene_random(r, square, &sc);
+            while (!question_random(r, &sc, square, (int)t, &first_qa));
+            have_first = 1;
+        } else {
+            scene_random(r, square, &sc);
+        }
         snprintf(name, sizeof name, "%s.jpg", id);
         if (write_image(jc, r, &sc, dir, name, err, err_len)) {
             *fail = 1;
@@ -377,6 +449,7 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
         cJSON_AddStringToObject(rec, "image", name);
         /* square scenes are cheap (few patches): more questions per image, more answers per LM token */
         int turns = kind <= 10 ? 1 + 2 * square + rng_int(r, 3) : (kind <= 13 ? 0 : 1 + rng_int(r, 2));
+        if (g_maxq && turns > g_maxq) turns = g_maxq;
         int first = 1;
         if (kind >= 11) {
             add_turn(conv, "human", rng_int(r, 2) ? "<image>\nDescribe the image." : "Describe this picture.\n<image>");
@@ -391,9 +464,15 @@ static cJSON* train_record(JpegCodec* jc, Rng* r, int square, int idx, const cha
             /* square scenes: distinct questions in a record, or a repeated one's answer could be copied
              * from the text instead of read from the image (a few draws, then fewer questions) */
             int fresh = 0;
+            if (have_first && t == 0) qa = first_qa, fresh = 1;
             for (int tries = 0; tries < (square ? 8 : 1) && !fresh; tries++) {
-                if (!question_random(r, &sc, square, -1, &qa)) /* "How many shapes" always fits */
-                    question_random(r, &sc, square, Q_COUNT_ALL, &qa);
+                if (!question_random(r, &sc, square, -1, &qa)) {
+                    /* "How many shapes" always fits; without it among the types, each type in turn first */
+                    int ok = 0;
+                    for (int k = 0; k < g_ntypes && !ok && !(g_types_mask >> Q_COUNT_ALL & 1); k++)
+                        ok = question_random(r, &sc, square, (int)g_types[k], &qa);
+                    if (!ok) question_random(r, &sc, square, Q_COUNT_ALL, &qa);
+                }
                 fresh = 1;
                 for (int i = 0; square && i < n_asked; i++) fresh &= strcmp(asked[i], qa.q) != 0;
             }
@@ -421,6 +500,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         snprintf(err, err_len, "cannot create '%s': %s", path, strerror(errno));
         return -1;
     }
+    types_init(cfg);
     JpegCodec* jc = jpeg_codec_new();
     int fail = 0;
     /* two independent streams, so the held-out split does not change with --samples */
@@ -439,8 +519,7 @@ int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len) {
         QA qa;
         do scene_random(&rh, cfg->square, &sc);
         /* every question type equally often */
-        while (!question_random(&rh, &sc, cfg->square, cfg->square ? (int)SQUARE_TYPES[i % N_SQUARE_TYPES] : i % Q_N,
-                                &qa));
+        while (!question_random(&rh, &sc, cfg->square, (int)g_types[i % g_ntypes], &qa));
         if (write_image(jc, &rh, &sc, cfg->out_dir, name, err, err_len)) {
             fail = 1;
             break;

@@ -32,7 +32,14 @@ typedef struct {
                     * captions name the shapes in reading order. No "where" questions and no places in
                     * captions: the model has no absolute position (2-D RoPE in the ViT and 1-D RoPE in
                     * the LM are relative), so it cannot learn them (README "Demo") */
+    unsigned types; /* question types asked, a mask of 1 << type in the order colour, count, position, shape,
+                     * count_all, size (demo-data --types); 0 = every type, without position when square */
+    int questions;  /* most questions about one image in a training record (demo-data --questions); 0 = no limit */
 } DemoConfig;
+
+/* The question type named `name` (its bit in DemoConfig.types), or -1; demo_question_types() lists them. */
+int demo_question_type(const char* name);
+const char* demo_question_types(void);
 
 /* Write the demo data set. Returns 0, or -1 with a message naming the file in err. */
 int demo_data_write(const DemoConfig* cfg, char* err, size_t err_len);

@@ -124,14 +124,29 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
     st_writer_meta(wo, "step", step_s);
     char name[160];
     int rc = 0;
+    char skey[200], sval[256];
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
+        if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
+        int sliced = params_slice_format(s, sval, sizeof sval);
         rc = ck_add_checked(w, s, s->name, data + s->offset, 0, step, err, err_len);
+        if (sliced) {
+            snprintf(skey, sizeof skey, "slice.%s", s->name);
+            st_writer_meta(w, skey, sval);
+        }
         if (s->frozen) continue; /* a frozen tensor has no AdamW state */
         snprintf(name, sizeof name, "m.%s", s->name);
         if (rc == 0) rc = ck_add_checked(wo, s, name, (m ? m : zeros) + s->goff, 0, step, err, err_len);
+        if (sliced) {
+            snprintf(skey, sizeof skey, "slice.%s", name);
+            st_writer_meta(wo, skey, sval);
+        }
         snprintf(name, sizeof name, "v.%s", s->name);
         if (rc == 0) rc = ck_add_checked(wo, s, name, (v ? v : zeros) + s->goff, 1, step, err, err_len);
+        if (sliced) {
+            snprintf(skey, sizeof skey, "slice.%s", name);
+            st_writer_meta(wo, skey, sval);
+        }
     }
     ck_file_name(path, sizeof path, dir, "model", shard);
     if (rc == 0) rc = st_writer_write(w, path, err, err_len);
@@ -299,9 +314,107 @@ static int ck_check_loaded(const StFile* f, const char* name, const float* x, si
     return 0;
 }
 
+int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const ParamSlice* want, int ndim,
+                              const int64_t* shape, float* out, int check, int nonneg, char* err, size_t err_len) {
+    char key[200];
+    snprintf(key, sizeof key, "slice.%s", name);
+    int64_t lnumel = 1;
+    for (int i = 0; i < ndim; i++) lnumel *= shape[i];
+    int d = want->dim; /* the dimension the pieces are cut along (found from the first sliced piece) */
+    uint8_t* covered = NULL;
+    int64_t wlen = 0, found = 0;
+    float* tmp = NULL;
+    int rc = 0;
+    for (int k = 0; k < nf && rc == 0; k++) {
+        const StTensor* t = st_find(&f[k], name);
+        if (!t) continue;
+        found++;
+        ParamSlice fs = {.dim = -1};
+        int fnd = t->ndim;
+        const char* mv = st_meta(&f[k], key);
+        if (mv && params_slice_parse(mv, &fs, &fnd) != 0) {
+            ck_err(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, name, mv);
+            rc = -1;
+            break;
+        }
+        if (fs.dim < 0)
+            for (int i = 0; i < t->ndim; i++) fs.gshape[i] = t->shape[i];
+        if (want->dim < 0 && fs.dim < 0) { /* whole from whole: the common case */
+            rc = st_read_f32(&f[k], name, out, ndim, shape, err, err_len);
+            if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, out, (size_t)lnumel, nonneg, err, err_len);
+            free(covered);
+            return rc;
+        }
+        const int64_t* wg = want->dim < 0 ? shape : want->gshape;
+        int same = fnd == ndim;
+        for (int i = 0; same && i < ndim; i++) same = fs.gshape[i] == wg[i];
+        if (!same) {
+            ck_err(err, err_len, "%s: tensor '%s' is a piece of a tensor of another shape than this model's", f[k].path,
+                   name);
+            rc = -1;
+            break;
+        }
+        if (d < 0) d = fs.dim;
+        if (fs.dim >= 0 && fs.dim != d) {
+            ck_err(err, err_len, "%s: tensor '%s' is cut along dimension %d, expected %d", f[k].path, name, fs.dim, d);
+            rc = -1;
+            break;
+        }
+        /* ranges along d: the wanted ones (storage order) and the piece's */
+        int wn = want->dim < 0 ? 1 : want->n, pn = fs.dim < 0 ? 1 : fs.n;
+        int64_t wo[PARAM_MAX_RANGES], wl[PARAM_MAX_RANGES], po[PARAM_MAX_RANGES], pl[PARAM_MAX_RANGES];
+        for (int r = 0; r < wn; r++) wo[r] = want->dim < 0 ? 0 : want->off[r], wl[r] = want->dim < 0 ? wg[d] : want->len[r];
+        for (int r = 0; r < pn; r++) po[r] = fs.dim < 0 ? 0 : fs.off[r], pl[r] = fs.dim < 0 ? wg[d] : fs.len[r];
+        int64_t Wd = 0, Pd = 0, outer = 1, inner = 1;
+        for (int r = 0; r < wn; r++) Wd += wl[r];
+        for (int r = 0; r < pn; r++) Pd += pl[r];
+        for (int i = 0; i < d; i++) outer *= wg[i];
+        for (int i = d + 1; i < ndim; i++) inner *= wg[i];
+        if (!covered) {
+            wlen = Wd;
+            covered = callocCheck((size_t)Wd + 1, 1);
+        }
+        int64_t pnumel = 1;
+        for (int i = 0; i < t->ndim; i++) pnumel *= t->shape[i];
+        if (pnumel != outer * Pd * inner) {
+            ck_err(err, err_len, "%s: tensor '%s': its shape does not match its slice description", f[k].path, name);
+            rc = -1;
+            break;
+        }
+        tmp = reallocCheck(tmp, (size_t)pnumel * sizeof(float) + 1);
+        rc = st_read_f32(&f[k], name, tmp, t->ndim, t->shape, err, err_len);
+        if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, tmp, (size_t)pnumel, nonneg, err, err_len);
+        if (rc != 0) break;
+        for (int a = 0, wpos = 0; a < wn; wpos += (int)wl[a], a++)
+            for (int b = 0, ppos = 0; b < pn; ppos += (int)pl[b], b++) {
+                int64_t lo = wo[a] > po[b] ? wo[a] : po[b];
+                int64_t hi = wo[a] + wl[a] < po[b] + pl[b] ? wo[a] + wl[a] : po[b] + pl[b];
+                if (lo >= hi) continue;
+                for (int64_t o = 0; o < outer; o++)
+                    memcpy(out + (o * Wd + wpos + lo - wo[a]) * inner, tmp + (o * Pd + ppos + lo - po[b]) * inner,
+                           (size_t)((hi - lo) * inner) * sizeof(float));
+                memset(covered + wpos + lo - wo[a], 1, (size_t)(hi - lo));
+            }
+    }
+    if (rc == 0 && !found) {
+        ck_err(err, err_len, "%s: tensor '%s' is missing (in none of its %d shard file(s))", nf > 0 ? f[0].path : "?", name, nf);
+        rc = -1;
+    }
+    for (int64_t i = 0; rc == 0 && i < wlen; i++)
+        if (!covered[i]) {
+            ck_err(err, err_len, "%s: tensor %s: index %lld of dimension %d (of this model's part) is in none of the "
+                   "%d file(s) (a shard is missing)", f[0].path, name, (long long)i, d, nf);
+            rc = -1;
+        }
+    free(covered);
+    free(tmp);
+    return rc;
+}
+
 /* Read every tensor of pt (names with `prefix`) into block, each from whichever of the n files holds
- * it: checkpoint shards of any pipeline layout keep global names, so a stage reads its own tensors
- * from the shards of another layout. */
+ * it, or assembled from the pieces several files hold: checkpoint shards of any pipeline x tensor
+ * parallel layout keep global names (and record their slices), so a stage reads its own part of each
+ * tensor from the shards of another layout. */
 static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* block, const char* prefix, char* err,
                          size_t err_len) {
     /* values: every tensor at offset; moments ("m." / "v."): the trainable ones at goff */
@@ -319,12 +432,10 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
         const ParamSpec* s = &pt->specs[i];
         if (moments && s->frozen) continue;
         snprintf(name, sizeof name, "%s%s", prefix, s->name);
-        int k = 0;
-        while (k < nf - 1 && !st_find(&f[k], name)) k++;
-        rc = st_read_f32(&f[k], name, h + (moments ? s->goff : s->offset), s->ndim, s->shape, err, err_len);
-        if (rc != 0 && nf > 1 && !st_find(&f[k], name))
-            ck_err(err, err_len, "%s: tensor %s is in none of its %d shard files", f[0].path, name, nf);
-        if (rc == 0) rc = ck_check_loaded(&f[k], name, h + s->offset, s->numel, !strcmp(prefix, "v."), err, err_len);
+        ParamSlice whole = {.dim = -1};
+        rc = checkpoint_read_assembled(f, nf, name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
+                                       h + (moments ? s->goff : s->offset), 1,
+                                       !strcmp(prefix, "v."), err, err_len);
     }
     if (owned) {
         if (rc == 0) pt->be->copy_h2d(pt->be, block, h, n * sizeof(float));

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "engine/params.h"
+#include "engine/safetensors.h"
 
 #define CHECKPOINT_VERSION 2 /* 2: per-tensor XXH64 checksums */
 
@@ -87,6 +88,15 @@ int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len);
  * what keeps its initialisation (absent, or another shape), and which checkpoint tensors matched
  * nothing of pt. Returns 0, or -1 with a message naming the file (and the tensor). */
 int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* err, size_t err_len);
+
+/* Tensor `name` as stored in the nf files f (checkpoint shards, step dumps), assembled: each file may
+ * hold it whole or a slice of it (metadata "slice.<name>", params_slice_format), and out (ndim, shape:
+ * the local shape) gets the part `want` describes (want->dim -1: the whole tensor; else that slice of the
+ * global tensor want->gshape), whichever pieces it is cut from. check: each piece's values must be finite
+ * (nonneg: >= 0) and match its checksum. Returns 0, or -1 with a message (absent, another global shape, a
+ * part in no file). */
+int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const ParamSlice* want, int ndim,
+                              const int64_t* shape, float* out, int check, int nonneg, char* err, size_t err_len);
 
 /* Path of the newest complete checkpoint under ROOT into out. Returns its step, or -1 when none. */
 int64_t checkpoint_latest(const char* root, char* out, size_t out_len);

@@ -86,6 +86,23 @@ typedef struct Backend {
      * bound to it with backend_on_stream runs its ops there: the communication streams of a stage. */
     void* (*stream_create)(void);
     void (*stream_destroy)(void* stream);
+    /* Events (DESIGN.md section 3): completion markers the pipeline polls instead of synchronising. A
+     * cudaEvent_t on CUDA (timing off); NULL on the CPU, whose ops complete in call order, so there
+     * every event is complete at once. event_record marks the work enqueued so far on be's stream;
+     * event_query never blocks: 1 when everything before the record has completed (or ev is NULL),
+     * 0 while it runs; event_wait makes be's stream wait for ev without blocking the host;
+     * event_destroy releases it (NULL allowed). Created once, re-recorded at will: a wait captures
+     * the record it was called after. */
+    void* (*event_create)(void);
+    void (*event_record)(const struct Backend* be, void* ev);
+    int (*event_query)(void* ev);
+    void (*event_wait)(const struct Backend* be, void* ev);
+    void (*event_destroy)(void* ev);
+    /* Allocate now the backend's own scratch for GEMM operands of up to gemm_elems values (the bf16
+     * GEMMs' conversion buffer) and for sum_squares over up to sumsq_n values, so that no training step
+     * allocates device memory (DESIGN.md section 3: a stage's memory from the budget, allocated once).
+     * Scratch only grows; a call with smaller sizes does nothing. The CPU backend has none. */
+    void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n);
 
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
     void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,

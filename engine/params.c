@@ -78,6 +78,54 @@ int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* 
     return idx;
 }
 
+int params_slice_format(const ParamSpec* s, char* val, size_t n) {
+    if (!params_is_slice(s)) return 0;
+    size_t o = (size_t)snprintf(val, n, "dim=%d;shape=", s->slice.dim);
+    for (int i = 0; i < s->ndim && o < n; i++) o += (size_t)snprintf(val + o, n - o, "%s%lld", i ? "," : "", (long long)s->slice.gshape[i]);
+    if (o < n) o += (size_t)snprintf(val + o, n - o, ";ranges=");
+    for (int k = 0; k < s->slice.n && o < n; k++)
+        o += (size_t)snprintf(val + o, n - o, "%s%lld:%lld", k ? "," : "", (long long)s->slice.off[k], (long long)s->slice.len[k]);
+    return 1;
+}
+
+int params_slice_parse(const char* val, ParamSlice* sl, int* ndim) {
+    memset(sl, 0, sizeof *sl);
+    const char* p = val;
+    char* end;
+    if (strncmp(p, "dim=", 4)) return -1;
+    sl->dim = (int)strtol(p + 4, &end, 10);
+    if (strncmp(end, ";shape=", 7)) return -1;
+    p = end + 7;
+    int nd = 0;
+    for (;;) {
+        if (nd >= TENSOR_MAX_DIMS) return -1;
+        sl->gshape[nd++] = strtoll(p, &end, 10);
+        if (end == p) return -1;
+        p = end;
+        if (*p != ',') break;
+        p++;
+    }
+    if (strncmp(p, ";ranges=", 8)) return -1;
+    p += 8;
+    for (;;) {
+        if (sl->n >= PARAM_MAX_RANGES) return -1;
+        sl->off[sl->n] = strtoll(p, &end, 10);
+        if (end == p || *end != ':') return -1;
+        p = end + 1;
+        sl->len[sl->n] = strtoll(p, &end, 10);
+        if (end == p) return -1;
+        sl->n++;
+        p = end;
+        if (*p != ',') break;
+        p++;
+    }
+    if (*p || sl->dim < 0 || sl->dim >= nd) return -1;
+    for (int k = 0; k < sl->n; k++)
+        if (sl->off[k] < 0 || sl->len[k] <= 0 || sl->off[k] + sl->len[k] > sl->gshape[sl->dim]) return -1;
+    *ndim = nd;
+    return 0;
+}
+
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     RR_ASSERT(pt->data == NULL);
     pt->be = be;
@@ -167,4 +215,16 @@ void params_free(ParamTable* pt) {
     }
     free(pt->specs);
     memset(pt, 0, sizeof *pt);
+}
+
+size_t params_gemm_operand_elems(const ParamTable* pt, int N) {
+    size_t most = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* sp = &pt->specs[i];
+        if (sp->ndim != 2) continue;
+        size_t oc = (size_t)sp->shape[0], c = (size_t)sp->shape[1];
+        size_t e = (size_t)N * (c + oc) + oc * c;
+        if (e > most) most = e;
+    }
+    return most;
 }

@@ -53,7 +53,15 @@ typedef struct {
      * for later: it halves this copy's bytes, not the numerics). */
     float* compute;
     const Backend* be;
+    /* Tensor parallelism: a TP rank other than 0 holds copies of the replicated tensors that TP rank 0
+     * also holds; checkpoints and dumps leave them out here (TP rank 0 writes them), so a union of the
+     * TP ranks' files holds every tensor once. */
+    int omit_replicated;
 } ParamTable;
+
+/* Whether spec s holds a slice of its global tensor (a table built without params_add may leave the
+ * slice zeroed: no ranges means the whole tensor). */
+static inline int params_is_slice(const ParamSpec* s) { return s->slice.dim >= 0 && s->slice.n >= 1; }
 
 void params_init(ParamTable* pt);
 /* Register a tensor; returns its index. decay = 1 for 2-D weights. Dies on a duplicate name. */
@@ -75,6 +83,16 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed);
 int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* gshape, const ParamSlice* sl,
                      ParamInit init, float init_std, int decay);
 void params_alloc_optimizer(ParamTable* pt);
+/* The most values the two operands of one GEMM of a 2-D tensor (OC, C) of the table take with N rows:
+ * max over them of N (C + OC) + OC C, which bounds the forward (x, W), the input gradient (dy, W) and
+ * the weight gradient (dy, x) alike. What Backend.reserve needs for the bf16 GEMMs' operand scratch. */
+size_t params_gemm_operand_elems(const ParamTable* pt, int N);
+/* The slice description stored beside a sliced tensor in checkpoints and dumps: metadata key
+ * "slice.<stored name>" with value "dim=D;shape=G0,G1;ranges=OFF:LEN,OFF:LEN" (the global shape, the
+ * dimension and the ranges in storage order). Returns 0 for a whole tensor (nothing to store). */
+int params_slice_format(const ParamSpec* s, char* val, size_t n);
+/* Parse such a value into sl (ndim from the shape list). Returns 0, or -1 when malformed. */
+int params_slice_parse(const char* val, ParamSlice* sl, int* ndim);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
 float* params_data(const ParamTable* pt, int i);
 /* The gradient of tensor i, or NULL when it is frozen. */

@@ -3,11 +3,16 @@
 #
 #   scripts/demo.sh [RRFP_MM]        (default build/rrfp-mm; writes demo/ and run/demo/)
 #   DEMO_STEPS=N (train steps, default the recipe's), DEMO_WARMUP=W (default N/10),
-#   DEMO_SAMPLES=S (training records, default 8000), DEMO_HELDOUT=K (held-out questions, default 1200:
-#   240 per question type)
+#   DEMO_SAMPLES=S (training records, default 20000), DEMO_HELDOUT=K (held-out questions, default 1200:
+#   400 per question type), DEMO_DATA=DIR (default demo), DEMO_RUN=DIR (default run/demo): the test
+#   suite's small run (tests/demo_small.sh) uses the last four.
 #
-# The demo's scenes are square (demo-data --square) so that every image becomes the same 3 x 3 grid of
-# 24-px patches (recipes/demo.ini: patch 24, 9 patches), one patch per cell of the scenes' layout.
+# The demo's scenes are square with one mid-grey background (demo-data --square) so that every image
+# becomes the same 3 x 3 grid of 24-px patches (recipes/demo.ini: patch 24, 9 patches), one patch per
+# cell of the scenes' layout. Three question types (demo-data --types, docs/training.md "Demo"), one
+# question per training record (--questions 1): "How many shapes are there?" (count_all, 1-4 shapes),
+# "What colour is the shape?" (lone_colour, one shape) and "What colour is the square?" (colour, 1-4
+# shapes, the named kind appears once).
 # Prints the training log (the loss falls), then the held-out accuracy per question type against chance
 # and against the blind majority, and ends with the report page's path. Everything it makes is under
 # demo/ and run/demo/; a second run reuses demo/ when it is complete.
@@ -18,29 +23,32 @@ EXE=${1:-build/rrfp-mm}
 cd "$(dirname "$0")/.."
 STEPS=${DEMO_STEPS:-}
 HELDOUT=${DEMO_HELDOUT:-1200}
-SAMPLES=${DEMO_SAMPLES:-8000}
-RUN=run/demo
+SAMPLES=${DEMO_SAMPLES:-20000}
+DATA=${DEMO_DATA:-demo}
+RUN=${DEMO_RUN:-run/demo}
+TYPES=count_all,lone_colour,colour
 has() { "$EXE" --help 2>/dev/null | grep -qE "^  $1 "; }
 
 if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
-  if [ "$(cat demo/.complete 2>/dev/null)" != "square samples $SAMPLES heldout $HELDOUT" ]; then
-    rm -rf demo
-    mkdir -p demo
+  STAMP="square flat types $TYPES questions 1 samples $SAMPLES heldout $HELDOUT"
+  if [ "$(cat "$DATA/.complete" 2>/dev/null)" != "$STAMP" ]; then
+    rm -rf "$DATA"
+    mkdir -p "$DATA"
     echo "== demo data"
-    "$EXE" demo-data --square --out demo/data --samples "$SAMPLES" --heldout "$HELDOUT"
+    "$EXE" demo-data --square --types "$TYPES" --questions 1 --out "$DATA/data" --samples "$SAMPLES" --heldout "$HELDOUT"
     echo "== tokenizer (byte-level BPE trained on the demo manifest)"
     # the demo's text has few distinct words: its byte-level BPE runs out of pairs near 450 tokens
-    "$EXE" tokenizer train --vocab 448 --manifest demo/data/train.json --out demo/tokenizer.json --quiet
+    "$EXE" tokenizer train --vocab 448 --manifest "$DATA/data/train.json" --out "$DATA/tokenizer.json" --quiet
     echo "== pack"
     # the patch grid of recipes/demo.ini (patch 24, 9 patches: 72 x 72 px)
     for s in train:shards heldout:eval-shards; do
-      "$EXE" pack --manifest demo/data/${s%%:*}.json --images demo/data/images --tokenizer demo/tokenizer.json \
-        --out demo/${s#*:} --patch 24 --min-patches 9 --max-patches 9 --quiet
+      "$EXE" pack --manifest "$DATA/data/${s%%:*}.json" --images "$DATA/data/images" --tokenizer "$DATA/tokenizer.json" \
+        --out "$DATA/${s#*:}" --patch 24 --min-patches 9 --max-patches 9 --quiet
     done
-    echo "square samples $SAMPLES heldout $HELDOUT" >demo/.complete
+    echo "$STAMP" >"$DATA/.complete"
   fi
   RECIPE=recipes/demo.ini
-  SETS=()
+  SETS=(--set data.shards="$DATA/shards" --set data.eval_shards="$DATA/eval-shards" --set data.tokenizer="$DATA/tokenizer.json")
   MODE=shards
 else
   echo "rrfp-mm: note: this build has no demo-data / pack / tokenizer commands yet;" >&2
@@ -58,7 +66,7 @@ rm -rf "$RUN"
 echo "== held-out questions"
 "$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir="$RUN" --checkpoint latest --samples "$HELDOUT" \
   --predictions "$RUN/predictions.jsonl"
-/usr/bin/python3 - "$RUN/metrics.jsonl" demo/data/eval.jsonl "$RUN/predictions.jsonl" "$MODE" <<'EOF'
+/usr/bin/python3 - "$RUN/metrics.jsonl" "$DATA/data/eval.jsonl" "$RUN/predictions.jsonl" "$MODE" <<'EOF'
 import collections, json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 if sys.argv[4] == "shards":
@@ -78,13 +86,15 @@ if sys.argv[4] == "shards":
           " frequent answer):")
     for k in sorted(by):
         v = by[k]
-        print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % (k, len(v),
+        print("  %-12s %4d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % (k, len(v),
               100 * sum(c for c, _ in v) / len(v), 100 * sum(x for _, x in v) / len(v), 100 * maj[k]))
     allv = [x for v in by.values() for x in v]
     n_all = sum(len(v) for v in by.values())
-    print("  %-10s %3d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%" % ("all", len(allv),
-          100 * sum(c for c, _ in allv) / len(allv), 100 * sum(x for _, x in allv) / len(allv),
-          100 * sum(maj[k] * len(by[k]) for k in by) / n_all))
+    acc_all = 100 * sum(c for c, _ in allv) / len(allv)
+    maj_all = 100 * sum(maj[k] * len(by[k]) for k in by) / n_all
+    print("  %-12s %4d questions  accuracy %5.1f%%  chance %5.1f%%  majority %5.1f%%  (%+.1f points over the"
+          " blind majority)" % ("all", len(allv), acc_all, 100 * sum(x for _, x in allv) / len(allv), maj_all,
+                                acc_all - maj_all))
 k = max(1, len(rows) // 10)
 a = sum(r["loss"] for r in rows[:k]) / k
 b = sum(r["loss"] for r in rows[-k:]) / k

@@ -51,7 +51,13 @@ endforeach()
 set(RRFP_CUDA_EMU_CUH_OUT ${RRFP_CUDA_EMU_GEN})
 list(REMOVE_ITEM RRFP_CUDA_EMU_CUH_OUT ${RRFP_CUDA_EMU_CPP})
 set_source_files_properties(${RRFP_CUDA_EMU_CPP} PROPERTIES OBJECT_DEPENDS "${RRFP_CUDA_EMU_CUH_OUT}")
-add_library(rrfp_cuda_emu STATIC tests/cuda_emu/emu.cpp ${RRFP_CUDA_EMU_GEN})
+# with NCCL emulated over MPI (nccl_emu.cpp) and runtime/comm/comm_nccl.c compiled against it
+add_library(rrfp_cuda_emu STATIC tests/cuda_emu/emu.cpp tests/cuda_emu/nccl_emu.cpp tests/cuda_emu/comm_nccl_emu.cpp
+            ${RRFP_CUDA_EMU_GEN})
+target_link_libraries(rrfp_cuda_emu PUBLIC MPI::MPI_C)
+target_compile_definitions(rrfp_cuda_emu PRIVATE OMPI_SKIP_MPICXX=1)
+set_source_files_properties(tests/cuda_emu/comm_nccl_emu.cpp PROPERTIES OBJECT_DEPENDS
+                            ${CMAKE_SOURCE_DIR}/runtime/comm/comm_nccl.c)
 # tests/cuda_emu first: its cuda_runtime.h / cublas_v2.h stand in for the toolkit's
 target_include_directories(rrfp_cuda_emu BEFORE PRIVATE ${CMAKE_SOURCE_DIR}/tests/cuda_emu)
 target_include_directories(rrfp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR})
@@ -83,6 +89,14 @@ add_test(NAME cuda_ops_gpu_stream COMMAND test_cuda_ops --stream)
 set_tests_properties(cuda_ops_gpu_stream PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME cuda_ops_gpu_bf16 COMMAND test_cuda_ops --bf16)
 set_tests_properties(cuda_ops_gpu_bf16 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+# the bf16 attention cases with cuDNN's fused attention (engine/cuda/attention_cudnn.cu: its first run per
+# shape is checked against the own kernel, RRFP_CUDNN_VERBOSE says which path ran and whether it agreed),
+# and the same cases with cuDNN turned off (the fallback). Never run: no device here.
+add_test(NAME cuda_ops_gpu_bf16_attn_cudnn COMMAND test_cuda_ops --bf16 attn)
+add_test(NAME cuda_ops_gpu_bf16_attn_fallback COMMAND test_cuda_ops --bf16 attn)
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn cuda_ops_gpu_bf16_attn_fallback PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn PROPERTIES ENVIRONMENT "RRFP_CUDNN_VERBOSE=1")
+set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
          -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"
@@ -107,27 +121,72 @@ endif()
 # (tests/cuda_emu/wrap.c).
 add_executable(rrfp-mm-emu runtime/cli/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
-target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -rdynamic)
+target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -Wl,--wrap=comm_nccl_create
+                    -Wl,--wrap=metrics_peak_rss_mb -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # Training with runtime.backend = cuda end to end with device memory protected (any host access to
-# device memory kills the run): 6 steps against the CPU backend's run of the same recipe (losses and
+# device memory kills the run): 4 steps against the CPU backend's run of the same recipe (losses and
 # grad norms within 1e-5), stop at 3 + resume with a step dump, eval on the CUDA backend; then the
 # same through the pipeline trainer (parallel.pp = 2 under mpirun, stop + resume). Tolerances are
 # explained in tests/train_cuda_emu.sh.
 if(TARGET rrfp_cuda_emu)
   add_test(NAME train_cuda_emu
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 6)
-  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 300)
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 4)
+  set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 600)
   # runtime.precision = bf16 on both sides: the CUDA bf16 table (cuBLASLt emulated) against backend_cpu_bf16
   # (the stop/resume part is train_cuda_emu's: RESUME=0)
   add_test(NAME train_cuda_emu_bf16
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 6)
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 4)
   set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
   add_test(NAME train_cuda_emu_pp2
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
                    pp 2 ${RRFP_MPIRUN})
   set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450)
+endif()
+
+# NCCL emulated over MPI (tests/cuda_emu/nccl_emu.cpp) under runtime/comm/comm_nccl.c: a delayed receive is
+# NaN until its event (the control), the FIFO transport with device payloads, the collectives.
+add_executable(test_nccl_emu tests/test_nccl_emu.c)
+target_link_libraries(test_nccl_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_nccl_emu PROPERTIES LINKER_LANGUAGE CXX)
+foreach(np 2 4)
+  add_test(NAME nccl_emu_np${np}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "nccl emu: ok" timeout 120 ${RRFP_MPIRUN} -np ${np}
+                   -x RR_EMU_COMM_DELAY=3 $<TARGET_FILE:test_nccl_emu>)
+  set_tests_properties(nccl_emu_np${np} PROPERTIES LABELS mpi TIMEOUT 150)
+endforeach()
+
+# Training with runtime.comm = nccl on the emulated CUDA runtime and NCCL, against the CPU backend's one
+# process (tests/train_nccl_emu.sh): pp 2 (the FIFO protocol over one communicator per direction, inputs
+# ready on their receive's event, receives delayed), dp 2 (the gradient all-reduce in place on device
+# memory), fixed-sync (synchronous device sends). No cudaMalloc after the first step on any rank.
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_nccl_emu_pp2
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2 4 2 1 2 ${RRFP_MPIRUN})
+  add_test(NAME train_nccl_emu_dp2
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_dp2 3 1 2 1 ${RRFP_MPIRUN})
+  add_test(NAME train_nccl_emu_pp2_fixed_sync
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_fs 3 2 1 2 ${RRFP_MPIRUN})
+  add_test(NAME train_nccl_emu_pp2_bf16
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_bf16 3 2 1 2 ${RRFP_MPIRUN})
+  add_test(NAME train_nccl_emu_tp2
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_tp2 3 1 1 2 ${RRFP_MPIRUN})
+  set_tests_properties(train_nccl_emu_pp2 train_nccl_emu_dp2 train_nccl_emu_pp2_fixed_sync train_nccl_emu_pp2_bf16
+                       train_nccl_emu_tp2 PROPERTIES LABELS mpi TIMEOUT 480)
+  set_tests_properties(train_nccl_emu_tp2 PROPERTIES ENVIRONMENT "TP=2")
+  set_tests_properties(train_nccl_emu_pp2_fixed_sync PROPERTIES ENVIRONMENT "MODE=fixed-sync")
+  set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()

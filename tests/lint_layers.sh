@@ -13,6 +13,15 @@ bad() { echo "FAIL: $*"; fail=1; }
 hits=$(grep -rlE '\bMPI_[A-Z][a-z_]*\(|#include <mpi\.h>|\bnccl[A-Z][A-Za-z]*\(' engine data text vision runtime \
        --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' | grep -v '^runtime/comm/')
 [ -z "$hits" ] || bad "MPI/NCCL calls outside runtime/comm/: $hits"
+# NCCL's header only in runtime/comm/, and only in the NCCL implementation's own file (librrfp-nccl.so, opened
+# on first use: a process that does not ask for NCCL never maps it)
+hits=$(grep -rlE '#include <nccl\.h>' engine data text vision runtime --include='*.c' --include='*.h' --include='*.cu' \
+       --include='*.cuh' | grep -v '^runtime/comm/comm_nccl\.c$')
+[ -z "$hits" ] || bad "nccl.h included outside runtime/comm/comm_nccl.c: $hits"
+# the CUDA runtime only in engine/cuda/ and runtime/comm/ (DESIGN.md section 2)
+hits=$(grep -rlE '#include <cuda_runtime\.h>|\bcuda[A-Z][A-Za-z]*\(' data text vision runtime engine --include='*.c' \
+       --include='*.h' | grep -vE '^(engine/cuda|runtime/comm)/')
+[ -z "$hits" ] || bad "CUDA runtime calls outside engine/cuda/ and runtime/comm/: $hits"
 hits=$(grep -rln 'OMPI_' engine data text vision runtime --include='*.c' --include='*.h')
 [ -z "$hits" ] || bad "Open MPI environment variables read in: $hits"
 hits=$(grep -rnE '\b(exit|abort)\(' engine data text vision runtime --include='*.c' --include='*.h' \

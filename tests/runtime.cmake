@@ -54,8 +54,8 @@ if(TARGET rrfp_cuda_emu)
   target_link_libraries(test_pipeline_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_pipeline_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME pipeline_equiv_cuda_emu_np2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 280 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
-  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 300)
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 580 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline_emu> 1 cuda)
+  set_tests_properties(pipeline_equiv_cuda_emu_np2 PROPERTIES LABELS mpi TIMEOUT 600)
 endif()
 # only the first pipeline stage decodes JPEGs (rank-R.json of a pp = 2 run on real shards)
 add_test(NAME pipeline_decode_first_stage
@@ -109,3 +109,22 @@ add_test(NAME tp_dispatch_np4
 add_test(NAME tp_dispatch_independent_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "negative control: ok, independent dispatch diverged" timeout 240 ${RRFP_MPIRUN} -np 4 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_tp_dispatch> 2 independent)
 set_tests_properties(tp_dispatch_np4 tp_dispatch_independent_np4 PROPERTIES LABELS mpi TIMEOUT 300)
+
+# Tensor parallelism (tests/tp_train.sh): one step's loss and every global gradient against one process,
+# for (pp, tp, dp) x hints x modes, the dump reassembled, resume across layouts. 8 ranks share 2 cores.
+foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "2;2;1;--set;model.text_layers=4"
+          "1;2;2;" "2;2;2;--set;model.text_layers=4")
+  list(GET l 0 pp)
+  list(GET l 1 tp)
+  list(GET l 2 dp)
+  list(SUBLIST l 3 -1 extra)
+  set(name tp_train_pp${pp}tp${tp}dp${dp})
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/tp_train.sh $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/${name} ${pp} ${tp} ${dp} 2 ${extra})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 500)
+endforeach()
+add_test(NAME tp_kill_peer
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp kill: ok" ${CMAKE_SOURCE_DIR}/tests/tp_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer)
+set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)

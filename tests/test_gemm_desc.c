@@ -291,6 +291,56 @@ static int test_lt_shape(int N, int C, int OC) {
     return ok;
 }
 
+/* GELU_AUX_BIAS (the fused linear + GELU of the ViT MLP and the projector): Aux must be the linear's
+ * f32 pre-activation and D its GELU. Reference: backend_cpu's (f32) linear on bf16-rounded copies of
+ * the operands, with the bias (the same bf16 products, the same K + 1 terms: the forward+bias bound
+ * above without the output rounding), then backend_cpu's gelu_forward on that. For D: gelu's slope is
+ * at most 1.13 in magnitude (its maximum, at x ~ 2.4), so two pre-activations within the bound give
+ * GELUs within 1.13 x the bound, plus the f32 evaluation of gelu itself on either side (a few ulps:
+ * 8 u |y| + 1e-30). An epilogue that skipped the GELU, or stored D into Aux, fails by O(|y|). */
+static int test_lt_gelu(int N, int C, int OC) {
+    Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), bias = guarded_new((size_t)OC);
+    Guarded out = guarded_new((size_t)N * OC), aux = guarded_new((size_t)N * OC);
+    guarded_fill(&inp), guarded_fill(&w), guarded_fill(&bias), guarded_fill(&out), guarded_fill(&aux);
+    float* ir = mallocCheck((size_t)N * C * sizeof(float));
+    float* wr = mallocCheck((size_t)OC * C * sizeof(float));
+    float* pre = mallocCheck((size_t)N * OC * sizeof(float));
+    float* act = mallocCheck((size_t)N * OC * sizeof(float));
+    cpu_round_bf16(&backend_cpu, ir, inp.p, (size_t)N * C);
+    cpu_round_bf16(&backend_cpu, wr, w.p, (size_t)OC * C);
+    backend_cpu.linear_forward(&backend_cpu, pre, ir, wr, bias.p, N, C, OC);
+    backend_cpu.gelu_forward(&backend_cpu, act, pre, (size_t)N * OC);
+    GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
+    GemmOperands ops;
+    memset(&ops, 0, sizeof ops);
+    ops.ptr[GEMM_PTR_INP] = inp.p, ops.ptr[GEMM_PTR_WEIGHT] = w.p, ops.ptr[GEMM_PTR_OUT] = out.p;
+    const float *A, *B;
+    float* Cm;
+    gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
+    gemm_lt_desc_run_ref_aux(&d, A, B, Cm, bias.p, aux.p);
+    double worst_aux = 0, worst_out = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            size_t i = (size_t)n * OC + o;
+            double S = fabs(bias.p[o]);
+            for (int c = 0; c < C; c++) S += fabs(ir[(size_t)n * C + c] * (double)wr[(size_t)o * C + c]);
+            double b = 2.0 * lt_gamma(C + 1) * S + 1e-30;
+            double ea = fabs((double)aux.p[i] - pre[i]) / b;
+            double bo = 1.13 * b + 8 * ldexp(1.0, -24) * fabs(act[i]) + 1e-30;
+            double eo = fabs((double)out.p[i] - act[i]) / bo;
+            if (!(ea <= worst_aux)) worst_aux = ea;
+            if (!(eo <= worst_out)) worst_out = eo;
+        }
+    int ok = d.aux_ld == OC && worst_aux <= 1.0 && worst_out <= 1.0 && guarded_intact(&out) && guarded_intact(&aux) &&
+             guarded_intact(&inp) && guarded_intact(&w) && guarded_intact(&bias);
+    char buf[384];
+    printf("  lt %-13s N=%-4d C=%-4d OC=%-4d err/bound aux %.2e out %.2e %s  [%s]\n", "gelu_aux_bias", N, C, OC,
+           worst_aux, worst_out, ok ? "ok" : "FAIL", gemm_lt_desc_format(&d, buf, sizeof buf));
+    free(inp.base), free(w.base), free(bias.base), free(out.base), free(aux.base);
+    free(ir), free(wr), free(pre), free(act);
+    return ok;
+}
+
 /* The bf16 path must round its operands: the same desc run in f32 (cblas on unrounded values) must
  * differ from the bf16 reference by more than the f32 bound on a shape with K = 64 (random values
  * are almost never bf16-representable). Guards against a "bf16" path that silently stays f32. */
@@ -323,6 +373,7 @@ int main(void) {
     ok &= test_validity();
     ok &= test_mutants();
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) ok &= test_lt_shape(shapes[i][0], shapes[i][1], shapes[i][2]);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) ok &= test_lt_gelu(shapes[i][0], shapes[i][1], shapes[i][2]);
     ok &= test_lt_rounds();
     printf("gemm_desc: %s\n", ok ? "ok" : "FAILED");
     return ok ? 0 : 1;

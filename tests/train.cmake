@@ -53,14 +53,20 @@ add_test(NAME train_demo_e2e
          COMMAND ${CMAKE_SOURCE_DIR}/tests/train_demo_e2e.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/train_demo_e2e 16 0.3)
 set_tests_properties(train_demo_e2e PROPERTIES LABELS slow TIMEOUT 900)
+# make demo's own script (scripts/demo.sh: the demo's data flags, recipes/demo.ini, eval, per-type table,
+# report page) at a small size: 300 records, 6 steps. The accuracy is `make demo`'s (docs/training.md).
+add_test(NAME demo_small
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "demo_small: ok" ${CMAKE_SOURCE_DIR}/tests/demo_small.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/demo_small)
+set_tests_properties(demo_small PROPERTIES TIMEOUT 300)
 # the dry run prints the layer split the trainer uses (one function computes it)
 add_test(NAME layer_split_dry_run COMMAND bash ${CMAKE_SOURCE_DIR}/tests/layer_split.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/layer_split)
 set_tests_properties(layer_split_dry_run PROPERTIES LABELS mpi TIMEOUT 300)
-# tp / dp > 1 are refused before the tokenizer, the loader or any folder is touched (until they are built)
+# a tp layout started without its ranks is refused naming what mpirun must start
 add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/llava.ini --set parallel.tp=2 --set data.tokenizer=/nonexistent/tok.json --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2: tensor parallelism is not built yet"
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
+         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
 
 # Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, memory check, leftovers of

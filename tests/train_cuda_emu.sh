@@ -46,7 +46,9 @@ HALF=$((STEPS / 2))
 DUMP=$((HALF + 1))
 PRECISION=${PRECISION:-fp32} # runtime.precision of both backends' runs (env; bf16: see TOL_CPU)
 RESUME=${RESUME:-1}
-common=(--set train.steps="$STEPS" --set train.log_every=1 --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
+# optim.warmup: the recipe's 5 steps, or all of them when fewer run (a warm-up longer than the run is refused)
+common=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS < 5 ? STEPS : 5)) --set train.log_every=1
+        --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"

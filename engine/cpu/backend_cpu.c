@@ -19,6 +19,13 @@ static void cpu_copy(const Backend* be, void* dst, const void* src, size_t bytes
 static void cpu_synchronize(const Backend* be) { (void)be; }
 static void* cpu_stream_create(void) { return NULL; }
 static void cpu_stream_destroy(void* stream) { (void)stream; }
+/* events: every op has completed when it returns */
+static void* cpu_event_create(void) { return NULL; }
+static void cpu_event_record(const Backend* be, void* ev) { (void)be, (void)ev; }
+static int cpu_event_query(void* ev) { (void)ev; return 1; }
+static void cpu_event_wait(const Backend* be, void* ev) { (void)be, (void)ev; }
+static void cpu_event_destroy(void* ev) { (void)ev; }
+static void cpu_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) { (void)be, (void)gemm_elems, (void)sumsq_n; }
 /* the step end's ops are engine/adamw.c's, callable on host buffers without a table */
 static double cpu_sum_squares(const Backend* be, const float* x, size_t n) {
     (void)be;
@@ -41,6 +48,12 @@ const Backend backend_cpu = {
     .synchronize = cpu_synchronize,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
+    .event_create = cpu_event_create,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_wait = cpu_event_wait,
+    .event_destroy = cpu_event_destroy,
+    .reserve = cpu_reserve,
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .layernorm_forward = cpu_layernorm_forward,
@@ -83,6 +96,12 @@ const Backend backend_cpu_bf16 = {
     .synchronize = cpu_synchronize,
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
+    .event_create = cpu_event_create,
+    .event_record = cpu_event_record,
+    .event_query = cpu_event_query,
+    .event_wait = cpu_event_wait,
+    .event_destroy = cpu_event_destroy,
+    .reserve = cpu_reserve,
     .linear_forward = cpu_bf16_linear_forward,
     .linear_backward = cpu_bf16_linear_backward,
     .layernorm_forward = cpu_bf16_layernorm_forward,

@@ -65,14 +65,19 @@ static uint16_t* bf16_scratch(size_t elems) {
     return cuda_ctx.bf16_scratch;
 }
 
+void cuda_bf16_reserve(size_t gemm_elems) {
+    if (gemm_elems) (void)bf16_scratch(gemm_elems);
+}
+
 // ---- GEMMs through cuBLASLt ----------------------------------------------------------------------
 
 // elements of a column-major (rows, cols) operand with leading dimension ld
 static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 0 ? 0 : (size_t)(cols - 1) * ld + rows; }
 
 // One described GEMM: A and B are the bf16 operands (already converted), C = D f32 in place.
+// aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (f32, leading dimension d->aux_ld), else NULL.
 static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, float* C,
-                                  const float* bias) {
+                                  const float* bias, float* aux = NULL) {
     const GemmDesc* g = &d->g;
     RR_ASSERT(gemm_desc_valid(g));
     cublasLtMatmulDesc_t op;
@@ -85,6 +90,14 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
         RR_ASSERT(bias);
         epi = CUBLASLT_EPILOGUE_BIAS;
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    } else if (d->epilogue == GEMM_LT_EPI_GELU_AUX_BIAS) {
+        // D = gelu(AB + bias), Aux = AB + bias (f32, as D): cuBLASLt wants aux_ld a multiple of 8
+        RR_ASSERT(bias && aux && d->aux_ld >= g->m && d->aux_ld % 8 == 0);
+        epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        int64_t ld = d->aux_ld;
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     // layouts of the operands as stored (before op): A is (m, k) or, transposed, (k, m)
@@ -197,6 +210,18 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
 }
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu: never run on a device yet,
+    // self-checked on first use); its output is bf16 already
+    if (cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal)) return;
     cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
     round_bf16_cuda(out, out, (size_t)T * H * d, cuda_stream(be));
+}
+
+// The backward: cuDNN's where opted in and it takes the shape (attention_cudnn.cu), else the own kernel.
+void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    if (cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal))
+        return;
+    cuda_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
 }

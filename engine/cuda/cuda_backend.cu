@@ -106,6 +106,35 @@ static void* cuda_stream_create(void) {
 static void cuda_stream_destroy(void* stream) {
     if (stream) cudaCheck(cudaStreamDestroy((cudaStream_t)stream));
 }
+// Events: timing off (cudaEventDisableTiming), the cheapest kind to record and query.
+static void* cuda_event_create(void) {
+    cudaEvent_t e = NULL;
+    cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return (void*)e;
+}
+static void cuda_event_record(const Backend* be, void* ev) { cudaCheck(cudaEventRecord((cudaEvent_t)ev, cuda_stream(be))); }
+static int cuda_event_query(void* ev) {
+    if (!ev) return 1;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError(); // not an error: clear it so the next check does not see it
+        return 0;
+    }
+    cudaCheck(e);
+    return 1;
+}
+static void cuda_event_wait(const Backend* be, void* ev) {
+    if (ev) cudaCheck(cudaStreamWaitEvent(cuda_stream(be), (cudaEvent_t)ev, 0));
+}
+static void cuda_event_destroy(void* ev) {
+    if (ev) cudaCheck(cudaEventDestroy((cudaEvent_t)ev));
+}
+
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) {
+    (void)be;
+    cuda_bf16_reserve(gemm_elems);
+    cuda_sum_squares_reserve(sumsq_n);
+}
 
 // ---- the table -----------------------------------------------------------------------------------
 
@@ -121,6 +150,12 @@ static const Backend backend_cuda = {
     cuda_synchronize,
     cuda_stream_create,
     cuda_stream_destroy,
+    cuda_event_create,
+    cuda_event_record,
+    cuda_event_query,
+    cuda_event_wait,
+    cuda_event_destroy,
+    cuda_reserve,
     cuda_linear_forward,
     cuda_linear_backward,
     cuda_layernorm_forward,
@@ -164,6 +199,12 @@ const Backend backend_cuda_bf16 = {
     cuda_synchronize,
     cuda_stream_create,
     cuda_stream_destroy,
+    cuda_event_create,
+    cuda_event_record,
+    cuda_event_query,
+    cuda_event_wait,
+    cuda_event_destroy,
+    cuda_reserve,
     cuda_bf16_linear_forward,
     cuda_bf16_linear_backward,
     cuda_bf16_layernorm_forward,
@@ -184,7 +225,7 @@ const Backend backend_cuda_bf16 = {
     cuda_crossentropy_forward,
     cuda_crossentropy_backward,
     cuda_bf16_attention_forward,
-    cuda_attention_backward,
+    cuda_bf16_attention_backward,
     cuda_sum_squares,
     cuda_scale,
     cuda_adamw_update,
@@ -194,8 +235,8 @@ const Backend backend_cuda_bf16 = {
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 34 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 38 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 40 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
+static_assert(sizeof(Backend) == 44 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -75,3 +75,20 @@ void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, c
 void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+
+// scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares
+void cuda_bf16_reserve(size_t gemm_elems);
+void cuda_sum_squares_reserve(size_t n);
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n);
+
+// attention_cudnn.cu: cuDNN's fused attention forward for the bf16 table (1: done, 0: run the own kernel)
+int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                 int causal);
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+int cuda_cudnn_attention_available(void);
+void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);

@@ -51,6 +51,10 @@ static double* sum_squares_scratch(size_t need) {
     return sumsq_scratch;
 }
 
+void cuda_sum_squares_reserve(size_t n) {
+    if (n) (void)sum_squares_scratch(rr_sumsq_chunks(n) + 1);
+}
+
 static void sum_squares_cuda(double* total, double* part, const float* x, size_t n, size_t nc, cudaStream_t stream) {
     sum_squares_chunk_kernel<<<(unsigned)nc, SUMSQ_BLOCK, 0, stream>>>(part, x, n);
     cudaCheck(cudaGetLastError());

@@ -9,13 +9,20 @@
 
 static void demo_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm demo-data --out DIR [--samples N] [--seed S] [--heldout K] [--square]\n"
+               "                         [--types T1,T2,...] [--questions Q]\n"
                "\n"
                "Writes DIR/train.json (LLaVA manifest, N records, default 2000), DIR/heldout.json (K held-out\n"
                "single-question records, default N/10), DIR/eval.jsonl (the held-out records with \"answer\",\n"
                "\"choices\" and \"type\") and DIR/images/*.jpg. The same arguments give the same bytes.\n"
                "--square: square scenes of 48..144 px (default: 64x48 .. 320x240 in seven aspect ratios), so every\n"
                "image resizes to the same patch grid; most records ask 3-5 questions about one image; captions name\n"
-               "the shapes in reading order. make demo uses it.\n");
+               "the shapes in reading order. make demo uses it.\n"
+               "--types: the question types asked (training and held-out), of: %s.\n"
+               "  Default: colour count shape count_all size, and position without --square. lone_* ask about a scene\n"
+               "  with one shape (\"What colour is the shape?\").\n"
+               "--questions Q: at most Q questions about one image in a training record (1: each question its own\n"
+               "  record, its type drawn first and then a scene it fits, as the held-out split does; 0 = no limit).\n",
+            demo_question_types());
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, long* out) {
@@ -45,6 +52,21 @@ int cmd_demo_data(int argc, char** argv) {
         } else if (!strcmp(a, "--heldout") && i + 1 < argc) {
             if (parse_int(a, argv[++i], 0, 10000000, &v)) return 2;
             c.heldout = (int)v;
+        } else if (!strcmp(a, "--types") && i + 1 < argc) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            for (char* tk = strtok(buf, ","); tk; tk = strtok(NULL, ",")) {
+                int k = demo_question_type(tk);
+                if (k < 0) {
+                    fprintf(stderr, "rrfp-mm demo-data: --types: unknown question type '%s'; allowed: %s\n", tk,
+                            demo_question_types());
+                    return 2;
+                }
+                c.types |= 1u << k;
+            }
+        } else if (!strcmp(a, "--questions") && i + 1 < argc) {
+            if (parse_int(a, argv[++i], 0, 8, &v)) return 2;
+            c.questions = (int)v;
         } else if (!strcmp(a, "--square")) {
             c.square = 1;
         } else if (!strcmp(a, "--seed") && i + 1 < argc) {

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "engine/checkpoint.h"
 #include "engine/safetensors.h"
 #include "runtime/cli/cli.h"
 
@@ -22,6 +24,8 @@ static int ends_with(const char* s, const char* suf) {
 }
 
 static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+static int stset_assemble(StSet* s);
 
 /* A file, or every *.safetensors in a directory (sorted, so output is stable). `prefix` filters the
  * directory's file names (e.g. "model" to skip optimiser files). */
@@ -69,12 +73,84 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
         free(names[i]);
     }
     free(names);
+    if (rc == 0) rc = stset_assemble(s);
+    return rc;
+}
+
+/* A tensor stored as a slice of a global tensor (tensor-parallel shards: "slice.<name>" metadata). */
+static int is_piece(const StFile* f, const char* name) {
+    char key[200];
+    snprintf(key, sizeof key, "slice.%s", name);
+    return st_meta(f, key) != NULL;
+}
+
+/* Tensor-parallel shards hold slices of global tensors: assemble every sliced tensor (by its global
+ * name, from all the set's pieces) into one more file of the set, so layouts compare by global name. */
+static int stset_assemble(StSet* s) {
+    StWriter* w = NULL;
+    float** bufs = NULL;
+    int nb = 0, rc = 0;
+    for (int f = 0; f < s->n && rc == 0; f++)
+        for (int i = 0; i < s->files[f].n && rc == 0; i++) {
+            const char* name = s->files[f].tensors[i].name;
+            if (!is_piece(&s->files[f], name)) continue;
+            int seen = 0; /* assembled already from an earlier file's piece */
+            for (int g = 0; g < f && !seen; g++) seen = st_find(&s->files[g], name) != NULL;
+            for (int j = 0; j < i && !seen; j++) seen = !strcmp(s->files[f].tensors[j].name, name);
+            if (seen) continue;
+            char key[200];
+            snprintf(key, sizeof key, "slice.%s", name);
+            ParamSlice sl, whole = {.dim = -1};
+            int ndim;
+            char err[512];
+            if (params_slice_parse(st_meta(&s->files[f], key), &sl, &ndim) != 0) {
+                fprintf(stderr, "rrfp-mm: error: %s: tensor %s: malformed slice description\n", s->files[f].path, name);
+                rc = -1;
+                break;
+            }
+            int64_t n = 1;
+            for (int d = 0; d < ndim; d++) n *= sl.gshape[d];
+            bufs = reallocCheck(bufs, sizeof(float*) * (size_t)(nb + 1));
+            bufs[nb] = mallocCheck((size_t)n * sizeof(float) + 1);
+            if (checkpoint_read_assembled(s->files, s->n, name, &whole, ndim, sl.gshape, bufs[nb], 0, 0, err, sizeof err) != 0) {
+                fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                free(bufs[nb]);
+                rc = -1;
+                break;
+            }
+            if (!w) w = st_writer_new();
+            st_writer_add(w, name, DTYPE_F32, ndim, sl.gshape, bufs[nb]);
+            nb++;
+        }
+    if (rc == 0 && w) {
+        char path[] = "/tmp/rrfp-tensors-XXXXXX", err[512];
+        int fd = mkstemp(path);
+        if (fd < 0) {
+            fprintf(stderr, "rrfp-mm: error: cannot create a temporary file for the assembled tensors\n");
+            rc = -1;
+        } else {
+            close(fd);
+            s->files = reallocCheck(s->files, sizeof *s->files * (size_t)(s->n + 1));
+            memset(&s->files[s->n], 0, sizeof s->files[s->n]);
+            if (st_writer_write(w, path, err, sizeof err) != 0 || st_load(&s->files[s->n], path, err, sizeof err) != 0) {
+                fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                rc = -1;
+            } else {
+                s->n++;
+            }
+            unlink(path);
+        }
+    }
+    if (w) st_writer_free(w);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
     return rc;
 }
 
 static const StTensor* stset_find(const StSet* s, const char* name, const StFile** file) {
     for (int i = 0; i < s->n; i++) {
         const StTensor* t = st_find(&s->files[i], name);
+        if (t && is_piece(&s->files[i], name)) continue;
         if (t) {
             if (file) *file = &s->files[i];
             return t;
@@ -97,7 +173,8 @@ static int64_t numel(const StTensor* t) {
 static void usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm tensors ls PATH\n"
                "       rrfp-mm tensors diff A B [--rtol R] [--atol A] [--files PREFIX] [--quiet]\n\n"
-               "PATH, A, B: a .safetensors file or a directory of them (merged by tensor name).\n"
+               "PATH, A, B: a .safetensors file or a directory of them (merged by tensor name; the slices of a\n"
+               "tensor-parallel layout's shards are assembled into their global tensors).\n"
                "diff compares every tensor of A with the same-named tensor of B (both must hold the same names\n"
                "and shapes) and fails (exit 1) when any element has |a-b| > atol + rtol*|b|. Defaults: rtol 0,\n"
                "atol 0 (bitwise equality). --files PREFIX only reads files whose name starts with PREFIX.\n");
@@ -133,6 +210,7 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
     for (int f = 0; f < a.n; f++)
         for (int i = 0; i < a.files[f].n; i++) {
             const StTensor* ta = &a.files[f].tensors[i];
+            if (is_piece(&a.files[f], ta->name)) continue; /* compared assembled */
             const StFile* fb = NULL;
             const StTensor* tb = stset_find(&b, ta->name, &fb);
             if (!tb) {
@@ -195,7 +273,7 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
         }
     for (int f = 0; f < b.n; f++)
         for (int i = 0; i < b.files[f].n; i++)
-            if (!stset_find(&a, b.files[f].tensors[i].name, NULL)) {
+            if (!is_piece(&b.files[f], b.files[f].tensors[i].name) && !stset_find(&a, b.files[f].tensors[i].name, NULL)) {
                 fprintf(stderr, "tensors diff: %s is in %s but not in %s\n", b.files[f].tensors[i].name, b_path, a_path);
                 bad++;
             }

@@ -136,3 +136,23 @@ void comm_grid_free(CommGrid* g) {
             *groups[i] = NULL;
         }
 }
+
+int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len) {
+    /* the same order on every rank: each creation is collective over its group */
+    Comm** groups[] = {&g->tp_group, &g->dp_group, &g->pipe};
+    for (int i = 0; i < 3; i++) {
+        Comm* h = *groups[i];
+        if (!h || h->size == 1 || h->device_memory) continue;
+        char name[16];
+        snprintf(name, sizeof name, "%s", h->name);
+        *groups[i] = NULL; /* the device group owns h from here on, also when it fails */
+        Comm* d = comm_nccl_create(h, err, err_len);
+        if (!d) {
+            comm_grid_free(g);
+            return -1;
+        }
+        snprintf(d->name, sizeof d->name, "%s", name);
+        *groups[i] = d;
+    }
+    return 0;
+}

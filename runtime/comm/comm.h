@@ -49,6 +49,11 @@ typedef struct CommOps {
     /* recv (size * bytes) gets every member's `bytes` of send, in rank order. */
     int (*allgather)(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len);
     int (*barrier)(Comm* c, char* err, size_t err_len);
+    /* Device implementations (NCCL): order the next isend to `peer` (peer < 0: the next collective)
+     * after `event`, a backend event (engine.h event_record) marking the work that produced its buffer:
+     * the communication stream waits for it on the device, the host does not. NULL in host
+     * implementations, whose buffers are complete when the call is made. */
+    int (*wait_event)(Comm* c, int peer, void* event, char* err, size_t err_len);
     /* The members with the same color, ordered by key then rank (MPI_Comm_split). */
     int (*split)(Comm* c, int color, int key, Comm** out, char* err, size_t err_len);
     void (*free)(Comm* c);
@@ -60,7 +65,16 @@ struct Comm {
     int rank, size;
     int tag_ub;     /* largest usable tag */
     char name[16];  /* "world", "tp", "dp", "pipe", "mp": for messages */
+    /* 1 (NCCL): point-to-point and collectives take device memory (the CUDA backend's), completions
+     * are CUDA events that test() polls; a host buffer of at most COMM_HOST_STAGE_BYTES is staged for
+     * point-to-point (the FIFO headers, notices, TP choices), and a host-memory collective (a scalar:
+     * the gradient norm, the cost model) goes over the MPI group the device group was made from. The
+     * point-to-point is tagless and FIFO per peer (TRANSPORT_FIFO) between ring neighbours (rank +- 1);
+     * to any other rank only host memory goes, over MPI with its tag (a TP leader's choices). 0: host
+     * memory only (MPI, self). */
+    int device_memory;
 };
+#define COMM_HOST_STAGE_BYTES 64
 
 /* ---- the MPI implementation (comm_mpi.c) ---- */
 /* Initialise MPI (once per process; a process started without mpirun is a world of one) and return
@@ -75,6 +89,15 @@ void comm_abort(Comm* world, int code);
 void comm_set_stall_warn(double warn_s);
 /* A group of one process with no MPI at all (tests, the one-process trainer). */
 Comm* comm_self(void);
+
+/* ---- the NCCL implementation (comm_nccl.c, in librrfp-nccl.so opened on first use) ---- */
+/* A device group over the same ranks as `host` (an MPI group; the device group owns it from then on,
+ * also on failure), collective over host: an ncclUniqueId broadcast over host makes the group's
+ * communicator (collectives), and for each ring neighbour one communicator per direction (this rank
+ * sends only on its outgoing links and receives only on its incoming ones, so a receive posted ahead
+ * never blocks a send). The CUDA backend must be initialised (its device current) first. Returns NULL
+ * with a message where NCCL cannot be had (a build without it, no device, an init failure). */
+Comm* comm_nccl_create(Comm* host, char* err, size_t err_len);
 
 /* ---- the rank grid ---- */
 typedef struct {
@@ -93,6 +116,9 @@ int comm_grid_rank(int pp, int tp, int dp, int p, int t, int d);
  * started and what the layout needs). Collective over world. Returns 0, or -1 with a message. */
 int comm_grid_init(CommGrid* g, Comm* world, int pp, int tp, int dp, char* err, size_t err_len);
 void comm_grid_free(CommGrid* g);
+/* Replace the grid's pipe, dp and tp groups of more than one rank by device groups over them (the mp
+ * group carries only the gradient norm's scalar and stays on MPI). Collective over the world. */
+int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len);
 
 /* Convenience wrappers over c->ops. */
 static inline int comm_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err,

@@ -34,6 +34,7 @@ typedef struct {
 typedef struct {
     CommReq* req;
     void* copy;
+    int dev; /* copy is a device buffer of the TransportDevice pool */
 } SendSlot;
 
 typedef struct {
@@ -49,6 +50,7 @@ struct Transport {
     SendSlot* sends;
     int n_sends, cap_sends;
     PeerHeader* peers; /* FIFO: per peer */
+    TransportDevice dev;  /* device payloads (dev.acquire != NULL) */
     MsgKey* completed; /* receives completed by progress() but not yet returned by poll/wait */
     int n_completed, cap_completed;
     TransportStats stats;
@@ -137,14 +139,59 @@ static SendSlot* send_slot_new(Transport* t) {
     SendSlot* s = &t->sends[t->n_sends++];
     s->req = NULL;
     s->copy = NULL;
+    s->dev = 0;
     return s;
 }
 
 static int isend_copy(Transport* t, int peer, int tag, const void* buf, size_t bytes, char* err, size_t err_len) {
     SendSlot* s = send_slot_new(t);
     s->copy = mallocCheck(bytes ? bytes : 1);
+    s->dev = 0;
     memcpy(s->copy, buf, bytes);
     return t->comm->ops->isend(t->comm, peer, tag, s->copy, bytes, 0, &s->req, err, err_len);
+}
+
+/* The communication to `peer` waits for `ev` (the producer's), on the device. */
+static int wait_producer(Transport* t, int peer, void* ev, char* err, size_t err_len) {
+    return ev && t->comm->ops->wait_event ? t->comm->ops->wait_event(t->comm, peer, ev, err, err_len) : 0;
+}
+
+static int isend_copy_dev(Transport* t, int peer, int tag, const void* buf, size_t bytes, char* err, size_t err_len) {
+    SendSlot* s = send_slot_new(t);
+    s->copy = t->dev.acquire(t->dev.ctx, bytes);
+    s->dev = 1;
+    void* ev = t->dev.copy_mark(t->dev.ctx, s->copy, buf, bytes);
+    if (wait_producer(t, peer, ev, err, err_len) != 0) return -1;
+    return t->comm->ops->isend(t->comm, peer, tag, s->copy, bytes, 0, &s->req, err, err_len);
+}
+
+void transport_set_device(Transport* t, const TransportDevice* dev) {
+    if (dev) t->dev = *dev;
+    else memset(&t->dev, 0, sizeof t->dev);
+}
+
+static void send_slot_release(Transport* t, SendSlot* s) {
+    if (s->dev && s->copy) t->dev.release(t->dev.ctx, s->copy);
+    else free(s->copy);
+    s->copy = NULL;
+    s->dev = 0;
+}
+
+int transport_isend_dev(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len) {
+    RR_ASSERT(t->dev.acquire && bytes <= (size_t)INT32_MAX);
+    if (t->kind == TRANSPORT_TAGGED) {
+        int tag;
+        if (tagged_tag(t, key, &tag, err, err_len) != 0 || isend_copy_dev(t, peer, tag, buf, bytes, err, err_len) != 0)
+            return -1;
+    } else {
+        FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
+        if (isend_copy(t, peer, FIFO_TAG_HEADER, &h, sizeof h, err, err_len) != 0 ||
+            isend_copy_dev(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
+            return -1;
+    }
+    t->stats.msgs_sent++;
+    t->stats.bytes_sent += (double)bytes;
+    return 0;
 }
 
 int transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len) {
@@ -172,8 +219,7 @@ static int reap_sends(Transport* t, int* pending, char* err, size_t err_len) {
         int done = 0;
         if (t->comm->ops->test(t->comm, &s->req, &done, NULL, err, err_len) != 0) return -1;
         if (done) {
-            free(s->copy);
-            s->copy = NULL;
+            send_slot_release(t, s);
         } else {
             n++;
         }
@@ -342,11 +388,12 @@ static int wait_req(Transport* t, CommReq** req, int peer, double timeout_s, cha
     }
 }
 
-int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s, char* err,
-                        size_t err_len) {
+static int send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, int dev, double timeout_s,
+                     char* err, size_t err_len) {
     double t0 = rr_now();
     RR_ASSERT(bytes <= (size_t)INT32_MAX);
     CommReq* req = NULL;
+    if (dev && wait_producer(t, peer, t->dev.copy_mark(t->dev.ctx, NULL, NULL, 0), err, err_len) != 0) return -1;
     /* a synchronous send completes only when the matching receive has been posted */
     if (t->kind == TRANSPORT_TAGGED) {
         int tag;
@@ -366,6 +413,17 @@ int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, siz
     t->stats.bytes_sent += (double)bytes;
     t->stats.wait_s += rr_now() - t0;
     return 0;
+}
+
+int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s, char* err,
+                        size_t err_len) {
+    return send_sync(t, peer, key, buf, bytes, 0, timeout_s, err, err_len);
+}
+
+int transport_send_sync_dev(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s,
+                            char* err, size_t err_len) {
+    RR_ASSERT(t->dev.acquire);
+    return send_sync(t, peer, key, buf, bytes, 1, timeout_s, err, err_len);
 }
 
 int transport_flush(Transport* t, double timeout_s, char* err, size_t err_len) {
@@ -405,7 +463,7 @@ void transport_free(Transport* t) {
     if (transport_flush(t, 5.0, err, sizeof err) != 0)
         for (int i = 0; i < t->n_sends; i++)
             if (t->sends[i].req) t->comm->ops->cancel(t->comm, &t->sends[i].req);
-    for (int i = 0; i < t->n_sends; i++) free(t->sends[i].copy);
+    for (int i = 0; i < t->n_sends; i++) send_slot_release(t, &t->sends[i]);
     free(t->recvs);
     free(t->sends);
     free(t->peers);

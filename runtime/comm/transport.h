@@ -64,6 +64,27 @@ int transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t 
 int transport_send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s, char* err,
                         size_t err_len);
 
+/* Device payloads, for a transport over a device Comm (comm->device_memory, NCCL): the payload is
+ * backend (device) memory written by work still queued on the producer's stream. A buffered send
+ * copies it, on that stream, into a device buffer from the caller's pool, and the communication stream
+ * waits for the copy's event (CommOps.wait_event): the host never waits for the producer. Receives
+ * need nothing: post them into device buffers; a receive completes (transport_poll) when its CUDA
+ * event has, so the consumer may read the buffer from then on. */
+typedef struct {
+    void* ctx;
+    void* (*acquire)(void* ctx, size_t bytes); /* a device buffer of at least `bytes` (pool: no allocation in a step) */
+    void (*release)(void* ctx, void* buf);     /* back to the pool: its send completed */
+    /* enqueue dst <- src (bytes; 0: nothing to copy) on the producer's stream; return an event recorded
+     * after it (NULL: complete) */
+    void* (*copy_mark)(void* ctx, void* dst, const void* src, size_t bytes);
+} TransportDevice;
+void transport_set_device(Transport* t, const TransportDevice* dev);
+/* As transport_isend / transport_send_sync for a device payload (transport_set_device first). The
+ * synchronous one sends from buf itself (it returns only once the data is out). */
+int transport_isend_dev(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len);
+int transport_send_sync_dev(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, double timeout_s,
+                            char* err, size_t err_len);
+
 /* Non-blocking: progress all pending operations; store up to `max` keys of receives that completed
  * since the last call into `done`; return how many (>= 0), or -1 with a message. */
 int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_len);

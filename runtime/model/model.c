@@ -9,6 +9,7 @@
 
 #include "engine/safetensors.h"
 #include "runtime/model/model.h"
+#include "runtime/model/tp.h"
 
 #include <stdarg.h>
 
@@ -82,8 +83,58 @@ static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
     st->vit_train = st->proj_train = st->first;
 }
 
-/* Register the parameters of LM blocks [l0, l1) (and the first / last stage's extras) into pt. */
+static void stage_register_whole(ParamTable* pt, const Stage* st);
+
+/* Register the parameters of LM blocks [l0, l1) (and the first / last stage's extras) into pt; under
+ * tensor parallelism only this TP rank's slice of each split tensor (global names, slices recorded). */
 static void stage_register(ParamTable* pt, const Stage* st) {
+    if (st->tp <= 1) {
+        stage_register_whole(pt, st);
+        return;
+    }
+    ParamTable whole;
+    params_init(&whole);
+    stage_register_whole(&whole, st);
+    for (int i = 0; i < whole.n; i++) {
+        const ParamSpec* s = &whole.specs[i];
+        TpRange r[TP_MAX_RANGES];
+        char e[256];
+        int n = tp_shard_ranges(s->name, s->ndim, s->shape, st->tp, st->tp_rank, r, e, sizeof e);
+        if (n < 0) rr_die("internal: %s (callers check the split with model_tp_check first)", e);
+        if (tp_split_of(s->name) == TP_REPLICATED || (n == 1 && r[0].length == s->shape[r[0].dim] && r[0].offset == 0)) {
+            params_add(pt, s->name, s->ndim, s->shape, s->init, s->init_std, s->decay);
+            continue;
+        }
+        ParamSlice sl = {.dim = r[0].dim, .n = n};
+        for (int k = 0; k < n; k++) sl.off[k] = r[k].offset, sl.len[k] = r[k].length;
+        params_add_slice(pt, s->name, s->ndim, s->shape, &sl, s->init, s->init_std, s->decay);
+    }
+    params_free(&whole);
+}
+
+int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len) {
+    if (tp <= 1) return 0;
+    Stage st;
+    stage_shell(&st, cfg, 0, cfg->Lt);
+    ParamTable pt;
+    params_init(&pt);
+    stage_register_whole(&pt, &st);
+    int rc = 0;
+    for (int i = 0; i < pt.n && rc == 0; i++) {
+        TpRange r[TP_MAX_RANGES];
+        char e[256];
+        if (tp_shard_ranges(pt.specs[i].name, pt.specs[i].ndim, pt.specs[i].shape, tp, 0, r, e, sizeof e) < 0) {
+            snprintf(err, err_len, "%s; tensor parallelism splits heads, MLP hidden sizes and the vocabulary: "
+                     "model.vision_heads (%d), model.text_heads (%d), model.ffn_hidden (%d) and model.vocab (%d) must "
+                     "all be multiples of parallel.tp = %d", e, cfg->Hv, cfg->Ht, cfg->F, cfg->V, tp);
+            rc = -1;
+        }
+    }
+    params_free(&pt);
+    return rc;
+}
+
+static void stage_register_whole(ParamTable* pt, const Stage* st) {
     if (st->first) {
         vit_params_add(pt, &st->vc);
         projector_params_add(pt, &st->vc);
@@ -176,10 +227,86 @@ void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend
 }
 
 void stage_init_frozen(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be) {
+    stage_init_tp(st, cfg, l0, l1, freeze, be, 1, 0, NULL);
+}
+
+/* ---- tensor-parallel all-reduces (through the comm/ seam; device memory through a host copy) ---- */
+
+static int stage_tp_fail(Stage* st, const char* what, const char* e) {
+    if (!st->tp_failed)
+        snprintf(st->tp_err, sizeof st->tp_err, "TP rank %d of %d: %s: %s", st->tp_rank, st->tp, what, e);
+    st->tp_failed = 1;
+    return -1;
+}
+
+static int stage_tp_sum(void* ctx, float* buf, size_t n) {
+    Stage* st = ctx;
+    if (st->tp_failed) return -1; /* a lost peer: fail fast, the caller reports the first error */
+    char e[256];
+    float* h = buf;
+    if (!st->tp_on_host && st->tp_comm->device_memory && st->tp_comm->ops->wait_event) {
+        /* a device group (NCCL): in place on the device, its stream ordered after the compute stream's
+         * work so far; the call returns once the sum is there */
+        if (!st->tp_ev) st->tp_ev = st->be->event_create();
+        st->be->event_record(st->be, st->tp_ev);
+        if (st->tp_comm->ops->wait_event(st->tp_comm, -1, st->tp_ev, e, sizeof e) != 0 ||
+            comm_allreduce(st->tp_comm, buf, n, COMM_F32, COMM_SUM, e, sizeof e) != 0)
+            return stage_tp_fail(st, "all-reduce over the TP group", e);
+        return 0;
+    }
+    if (!st->tp_on_host) {
+        if (st->tp_host_n < n) {
+            free(st->tp_host);
+            st->tp_host = mallocCheck(n * sizeof(float));
+            st->tp_host_n = n;
+        }
+        h = st->tp_host;
+        st->be->copy_d2h(st->be, h, buf, n * sizeof(float));
+    }
+    if (comm_allreduce(st->tp_comm, h, n, COMM_F32, COMM_SUM, e, sizeof e) != 0)
+        return stage_tp_fail(st, "all-reduce over the TP group", e);
+    if (!st->tp_on_host) st->be->copy_h2d(st->be, buf, h, n * sizeof(float));
+    return 0;
+}
+
+static int stage_tp_reduce_d(void* ctx, double* buf, size_t n, int op_max, char* err, size_t err_len) {
+    Stage* st = ctx;
+    if (st->tp_failed) {
+        snprintf(err, err_len, "%s", st->tp_err);
+        return -1;
+    }
+    char e[256];
+    if (comm_allreduce(st->tp_comm, buf, n, COMM_F64, op_max ? COMM_MAX : COMM_SUM, e, sizeof e) != 0) {
+        stage_tp_fail(st, "vocabulary-parallel cross-entropy all-reduce", e);
+        snprintf(err, err_len, "%s", st->tp_err);
+        return -1;
+    }
+    return 0;
+}
+
+const char* stage_tp_error(const Stage* st) { return st->tp_failed ? st->tp_err : NULL; }
+
+void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be, int tp,
+                   int tp_rank, Comm* tp_comm) {
     stage_shell(st, cfg, l0, l1);
     st->be = be;
+    st->tp = tp > 1 ? tp : 1;
+    st->tp_rank = tp > 1 ? tp_rank : 0;
+    st->tp_comm = tp_comm;
+    st->tp_on_host = !strcmp(be->name, "cpu");
+    st->Vs = cfg->V / st->tp;
+    st->v0 = st->tp_rank * st->Vs;
+    if (st->tp > 1) {
+        RR_ASSERT(tp_comm && tp_comm->size == tp && tp_comm->rank == tp_rank);
+        st->vc.tp = st->lc.tp = st->tp;
+        st->vc.tp_rank = st->lc.tp_rank = st->tp_rank;
+        st->vc.tp_reduce = stage_tp_sum;
+        st->lc.tp_reduce = stage_tp_sum;
+        st->vc.tp_ctx = st->lc.tp_ctx = st;
+    }
     params_init(&st->params);
     stage_register(&st->params, st);
+    st->params.omit_replicated = st->tp_rank > 0;
     freeze_for_each(freeze, freeze_apply, &st->params);
     params_alloc(&st->params, be, cfg->seed);
 
@@ -216,6 +343,8 @@ void stage_free(Stage* st) {
     vit_weights_free(&st->vit_g);
     free(st->blk_w);
     free(st->blk_g);
+    free(st->tp_host);
+    if (st->tp_ev) st->be->event_destroy(st->tp_ev);
     params_free(&st->params);
     memset(st, 0, sizeof *st);
 }
@@ -231,8 +360,10 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     a->split = split;
     a->cu_seqlens = arena_alloc(ar, (T + 1) * sizeof(int32_t));
     a->pos = arena_alloc(ar, T * sizeof(int32_t));
+    size_t Vs = st->Vs > 0 ? (size_t)st->Vs : (size_t)c->V; /* a shell (sizes only) is unsplit */
     if (st->first) {
         a->ids = arena_alloc(ar, T * sizeof(int32_t));
+        if (st->tp > 1) a->lids = arena_alloc(ar, T * sizeof(int32_t));
         a->img_cu = arena_alloc(ar, (Np + 1) * sizeof(int32_t));
         a->prow = arena_alloc(ar, Np * sizeof(int32_t));
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
@@ -256,9 +387,9 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     if (st->last) {
         a->nf = arena_alloc_f32(ar, T * Dt);
         a->rstdf = arena_alloc_f32(ar, T);
-        a->logits = arena_alloc_f32(ar, T * c->V);
+        a->logits = arena_alloc_f32(ar, T * Vs);
         a->lse = arena_alloc_f32(ar, T);
-        a->dlogits = arena_alloc_f32(ar, T * c->V);
+        a->dlogits = arena_alloc_f32(ar, T * Vs);
         a->dnf = arena_alloc_f32(ar, T * Dt);
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
@@ -289,10 +420,32 @@ size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int sp
 }
 
 void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt) {
+    model_params_register_tp(cfg, l0, l1, 1, 0, pt);
+}
+
+/* A shell of TP rank t of tp: the split sizes, no group, no parameters. */
+static void stage_shell_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, int tp, int t) {
+    stage_shell(st, cfg, l0, l1);
+    st->tp = tp > 1 ? tp : 1;
+    st->tp_rank = tp > 1 ? t : 0;
+    st->vc.tp = st->lc.tp = st->tp;
+    st->vc.tp_rank = st->lc.tp_rank = st->tp_rank;
+    st->Vs = cfg->V / st->tp;
+    st->v0 = st->tp_rank * st->Vs;
+}
+
+void model_params_register_tp(const ModelConfig* cfg, int l0, int l1, int tp, int t, ParamTable* pt) {
     Stage st;
-    stage_shell(&st, cfg, l0, l1);
+    stage_shell_tp(&st, cfg, l0, l1, tp, t);
     params_init(pt);
     stage_register(pt, &st);
+}
+
+size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split,
+                                 int tp) {
+    Stage st;
+    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {
@@ -325,6 +478,10 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_img_lm_start = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_seg = mallocCheck(2 * ((size_t)max_patches + 1) * sizeof(int32_t));
+    if (st->tp > 1) {
+        a->h_own = mallocCheck(2 * ((size_t)max_tokens + 1) * sizeof(int32_t));
+        a->h_targets = mallocCheck(((size_t)max_tokens + 1) * sizeof(int32_t));
+    }
     a->state = ACTS_EMPTY;
 }
 
@@ -333,6 +490,8 @@ void stage_acts_free(StageActs* a, const Stage* st) {
     free(a->h_img_cu);
     free(a->h_img_lm_start);
     free(a->h_seg);
+    free(a->h_own);
+    free(a->h_targets);
     stage_acts_free_tables(a);
     memset(a, 0, sizeof *a);
 }
@@ -460,6 +619,15 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
 static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     const Backend* be = st->be;
     int Dt = st->cfg.Dt;
+    if (st->tp > 1) {
+        /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP */
+        be->memset0(be, x0, (size_t)a->T * Dt * sizeof(float));
+        for (int r = 0; r < a->n_own; r++) {
+            int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
+            be->embedding_forward(be, x0 + (size_t)t0 * Dt, a->lids + t0, st->embed_w, t1 - t0, Dt);
+        }
+        stage_tp_sum(st, x0, (size_t)a->T * Dt);
+    } else
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
         be->embedding_forward(be, x0 + (size_t)t0 * Dt, a->ids + t0, st->embed_w, t1 - t0, Dt);
@@ -468,6 +636,49 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         be->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
                      (size_t)n * Dt * sizeof(float));
+    }
+}
+
+/* Host views of a microbatch's logits (T, Vs) and lse (T) for the vocabulary-parallel cross-entropy (the
+ * CPU reference of runtime/model/tp.h; device backends copy). */
+static float* stage_host(const Stage* st, const float* dev, size_t n) {
+    if (st->tp_on_host) return (float*)dev;
+    float* h = mallocCheck((n ? n : 1) * sizeof(float));
+    st->be->copy_d2h(st->be, h, dev, n * sizeof(float));
+    return h;
+}
+
+static void stage_tp_ce_forward(Stage* st, StageActs* a) {
+    int T = a->T;
+    size_t nl = (size_t)T * st->Vs;
+    float* logits = stage_host(st, a->logits, nl);
+    float* lse = st->tp_on_host ? a->lse : mallocCheck((size_t)T * sizeof(float));
+    double* scratch = mallocCheck(3 * (size_t)T * sizeof(double));
+    char e[512];
+    a->loss_sum = 0;
+    if (tp_vocab_ce_forward(&a->loss_sum, lse, logits, a->h_targets, T, st->Vs, st->v0, st->cfg.V, stage_tp_reduce_d,
+                            st, scratch, e, sizeof e) != 0 && !st->tp_failed)
+        stage_tp_fail(st, "vocabulary-parallel cross-entropy", e);
+    free(scratch);
+    if (!st->tp_on_host) {
+        st->be->copy_h2d(st->be, a->lse, lse, (size_t)T * sizeof(float));
+        free(lse);
+        free(logits);
+    }
+}
+
+static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
+    int T = a->T;
+    size_t nl = (size_t)T * st->Vs;
+    float* logits = stage_host(st, a->logits, nl);
+    float* lse = stage_host(st, a->lse, (size_t)T);
+    float* dl = st->tp_on_host ? a->dlogits : callocCheck(nl + 1, sizeof(float));
+    tp_vocab_ce_backward(dl, logits, lse, a->h_targets, loss_scale, T, st->Vs, st->v0);
+    if (!st->tp_on_host) {
+        st->be->copy_h2d(st->be, a->dlogits, dl, nl * sizeof(float));
+        free(dl);
+        free(lse);
+        free(logits);
     }
 }
 
@@ -488,6 +699,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     be->copy_h2d(be, a->cu_seqlens, mb->cu_seqlens, (size_t)(mb->S + 1) * sizeof(int32_t));
     be->copy_h2d(be, a->pos, mb->pos, (size_t)T * sizeof(int32_t));
     if (st->last) be->copy_h2d(be, a->targets, mb->targets, (size_t)T * sizeof(int32_t));
+    if (st->last && st->tp > 1) memcpy(a->h_targets, mb->targets, (size_t)T * sizeof(int32_t));
 
     float* x0 = stage_res(a, st, 0);
     if (st->first) {
@@ -506,6 +718,30 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             a->h_seg[2 * a->n_seg + 1] = t1;
             a->n_seg++;
             t = t1;
+        }
+        if (st->tp > 1) {
+            /* the positions whose token this TP rank owns, in runs, with local row ids */
+            int32_t* lid = mallocCheck(((size_t)T + 1) * sizeof(int32_t));
+            a->n_own = 0;
+            for (int t = 0; t < T;) {
+                int own = mb->ids[t] >= st->v0 && mb->ids[t] < st->v0 + st->Vs;
+                lid[t] = own ? mb->ids[t] - st->v0 : 0;
+                if (!own) {
+                    t++;
+                    continue;
+                }
+                int t1 = t;
+                while (t1 < T && mb->ids[t1] >= st->v0 && mb->ids[t1] < st->v0 + st->Vs) {
+                    lid[t1] = mb->ids[t1] - st->v0;
+                    t1++;
+                }
+                a->h_own[2 * a->n_own] = t;
+                a->h_own[2 * a->n_own + 1] = t1;
+                a->n_own++;
+                t = t1;
+            }
+            be->copy_h2d(be, a->lids, lid, (size_t)T * sizeof(int32_t));
+            free(lid);
         }
         if (mb->I > 0) {
             size_t P = 3 * (size_t)c->patch * c->patch;
@@ -532,9 +768,14 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     float* xL = stage_res(a, st, nL);
     if (st->last) {
         be->rmsnorm_forward(be, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
-        be->linear_forward(be, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
-        be->crossentropy_forward(be, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
-        be->copy_d2h(be, &a->loss_sum, a->loss_dev, sizeof(float));
+        if (st->tp > 1) {
+            be->linear_forward(be, a->logits, a->nf, st->head_w, NULL, T, Dt, st->Vs);
+            stage_tp_ce_forward(st, a);
+        } else {
+            be->linear_forward(be, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
+            be->crossentropy_forward(be, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
+            be->copy_d2h(be, &a->loss_sum, a->loss_dev, sizeof(float));
+        }
         if (loss_sum) *loss_sum = a->loss_sum;
     } else {
         be->copy_d2d(be, hidden_out, xL, (size_t)T * Dt * sizeof(float));
@@ -549,10 +790,13 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
 static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale) {
     const Backend* be = st->be;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
+    if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
-    be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+    if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
+    else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
     be->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
     be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
     be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
@@ -560,7 +804,7 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->be;
-    int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
+    int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
     be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
     be->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
@@ -594,6 +838,13 @@ static void stage_embed_backward_weight(Stage* st, StageActs* a) {
     int Dt = st->cfg.Dt;
     if (!st->embed_g) return; /* frozen */
     const float* dx0 = stage_dres(a, st, 0);
+    if (st->tp > 1) { /* this rank's vocabulary rows only */
+        for (int r = 0; r < a->n_own; r++) {
+            int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
+            st->be->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->lids + t0, t1 - t0, Dt);
+        }
+        return;
+    }
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
         st->be->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->ids + t0, t1 - t0, Dt);
@@ -681,7 +932,13 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (grads && s->frozen) continue; /* a frozen tensor has no gradient */
+        if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
         st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + (grads ? s->goff : s->offset));
+        char key[160], val[256];
+        if (params_slice_format(s, val, sizeof val)) {
+            snprintf(key, sizeof key, "slice.%s", s->name);
+            st_writer_meta(w, key, val);
+        }
     }
     st_writer_meta(w, "format", grads ? "rrfp-mm-grads" : "rrfp-mm-weights");
     int rc = st_writer_write(w, path, err, err_len);
@@ -697,7 +954,7 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     int P = 3 * c->patch * c->patch;
     /* the inputs from the first stage, the logits and loss from the last: a pipeline's per-stage files
      * union into one microbatch without a tensor twice */
-    if (st->first) {
+    if (st->first && st->tp_rank == 0) { /* TP: the inputs once, from TP rank 0 */
     st_writer_add_i32(w, "cu_seqlens", mb->cu_seqlens, 1, mb->S + 1, 0, 0, 0);
     st_writer_add_i32(w, "ids", mb->ids, 1, mb->T, 0, 0, 0);
     st_writer_add_i32(w, "targets", mb->targets, 1, mb->T, 0, 0, 0);
@@ -716,11 +973,17 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     float loss = 0;
     char buf[64];
     if (st->last && a && a->state != ACTS_EMPTY) {
-        logits = mallocCheck((size_t)mb->T * c->V * sizeof(float));
-        st->be->copy_d2h(st->be, logits, a->logits, (size_t)mb->T * c->V * sizeof(float));
-        st_writer_add_f32(w, "logits", logits, 2, mb->T, c->V, 0, 0);
+        int Vs = st->tp > 1 ? st->Vs : c->V; /* TP: this rank's vocabulary columns, the slice recorded */
+        logits = mallocCheck((size_t)mb->T * Vs * sizeof(float));
+        st->be->copy_d2h(st->be, logits, a->logits, (size_t)mb->T * Vs * sizeof(float));
+        st_writer_add_f32(w, "logits", logits, 2, mb->T, Vs, 0, 0);
+        if (st->tp > 1) {
+            char val[128];
+            snprintf(val, sizeof val, "dim=1;shape=%d,%d;ranges=%d:%d", mb->T, c->V, st->v0, Vs);
+            st_writer_meta(w, "slice.logits", val);
+        }
         loss = a->loss_sum;
-        st_writer_add_f32(w, "loss_sum", &loss, 1, 1, 0, 0, 0);
+        if (st->tp_rank == 0) st_writer_add_f32(w, "loss_sum", &loss, 1, 1, 0, 0, 0);
     }
     snprintf(buf, sizeof buf, "%d", mb->n_supervised);
     st_writer_meta(w, "n_supervised", buf);

@@ -34,6 +34,7 @@
 #include "data/microbatch.h"
 #include "engine/engine.h"
 #include "engine/params.h"
+#include "runtime/comm/comm.h"
 #include "text/lm.h"
 #include "vision/vision.h"
 
@@ -78,6 +79,22 @@ typedef struct {
     int vit_floor;   /* the ViT's B goes down to this block only (vit_backward_floor) */
     int proj_train;  /* some projector.* tensor trains (its B runs when this or vit_train) */
     long n_vit_backward; /* ViT backward passes run (a frozen tower: stays 0; checked by tests) */
+    /* Tensor parallelism (DESIGN.md section 6; tp = 1: unsplit). This stage is TP rank tp_rank of tp over
+     * the group tp_comm (not owned): its ParamTable holds only this rank's slice of each split tensor
+     * (global names, slices recorded; runtime/model/tp.h says which), the ViT, projector and LM blocks
+     * all-reduce their row-parallel outputs and column-parallel input gradients over tp_comm, the token
+     * embedding is the vocabulary rows [v0, v0 + Vs) (masked lookup + all-reduce) and the LM head those
+     * rows too (vocabulary-parallel logits and cross-entropy: the full logits never exist here). A
+     * failed all-reduce (a lost TP peer) is kept in tp_err and fails every later one at once; the caller
+     * checks stage_tp_error after each forward / backward call. */
+    int tp, tp_rank, v0, Vs;
+    Comm* tp_comm;
+    int tp_on_host;      /* the backend's memory is host memory (else the all-reduces go through tp_host) */
+    float* tp_host;
+    size_t tp_host_n;
+    void* tp_ev;         /* a device TP group (NCCL): the event the all-reduce's stream waits for */
+    int tp_failed;
+    char tp_err[1024];
 } Stage;
 
 /* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
@@ -90,6 +107,15 @@ void stage_init_frozen(Stage* st, const ModelConfig* cfg, int l0, int l1, const 
  * (exactly, or as a prefix ending at a dot), and something must remain trainable. *n_frozen (may be
  * NULL) gets the count of frozen tensors. Returns 0, or -1 with a message naming the bad item. */
 int model_freeze_check(const ModelConfig* cfg, const char* freeze, int* n_frozen, char* err, size_t err_len);
+/* The same as TP rank tp_rank of tp over group tp_comm (tp 1: stage_init_frozen). Check the split with
+ * model_tp_check first. */
+void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be, int tp,
+                   int tp_rank, Comm* tp_comm);
+/* 0 when every split dimension of the model divides by tp (heads, widths, hidden sizes, vocabulary);
+ * else -1 with a message naming the model field and the allowed values. */
+int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len);
+/* The error of a failed TP all-reduce during the last stage call (NULL when none). */
+const char* stage_tp_error(const Stage* st);
 void stage_free(Stage* st);
 
 typedef enum { ACTS_EMPTY = 0, ACTS_FORWARD = 1, ACTS_INPUT_GRAD = 2 } ActsState;
@@ -121,6 +147,12 @@ typedef struct {
     float *logits, *lse;   /* (T, V), (T) */
     float *dlogits, *dnf;  /* (T, V), (T, Dt) kept by B for the head and final-norm W */
     float* loss_dev;       /* (1) backend memory */
+    /* tensor parallel: this rank's vocabulary rows' local ids (first stage, backend memory (T)), the
+     * runs [start, end) of positions whose token it owns (host), the targets (last stage, host (T)) */
+    int32_t* lids;
+    int32_t* h_own;
+    int n_own;
+    int32_t* h_targets;
     float loss_sum;        /* host: sum of CE over this microbatch's supervised targets */
 } StageActs;
 
@@ -141,6 +173,11 @@ size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1);
 /* Register (params_init, then names and shapes; nothing allocated) the parameters of the stage holding
  * LM blocks [l0, l1): with [0, Lt) the whole model. Free with params_free. */
 void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* pt);
+/* The same for TP rank t of tp (its slices only; tp 1: the above). */
+void model_params_register_tp(const ModelConfig* cfg, int l0, int l1, int tp, int t, ParamTable* pt);
+/* Bytes of one StageActs of a TP rank of tp (the split activations; tp 1: model_stage_acts_bytes). */
+size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split,
+                                 int tp);
 /* Mark the tensors of a registered (not yet allocated) table under the train.freeze list frozen; returns
  * the trainable values left. */
 size_t model_params_freeze(ParamTable* pt, const char* freeze);

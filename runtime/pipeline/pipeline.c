@@ -44,6 +44,17 @@ struct Pipeline {
     int on_host;
     float* dev_in;     /* (max_tokens, Dt) backend memory */
     float* host_out;   /* (max_tokens, Dt) host memory */
+    /* A device Comm (NCCL, comm->device_memory) on a device backend: messages go device to device.
+     * act_in / grad_in are backend memory, received into directly: a task's input is ready when its
+     * receive's CUDA event has completed (the transport polls it, never blocking). A send copies
+     * out_buf, on the compute stream, into a buffer of send_pool, and the communication stream waits
+     * for the copy's event (send_ev), not the host. */
+    int dev_comm;
+    void** send_pool;  /* (n_send_pool) device buffers of (max_tokens, Dt) floats */
+    int* send_busy;
+    int n_send_pool;
+    void* send_ev;
+    long pool_allocs;  /* send_pool buffers allocated (they stop growing after the first step) */
     int M_alloc;
     int M_checked;         /* the microbatch count whose dry run passed */
     double act_bytes_max; /* one microbatch's StageActs at the full budget */
@@ -184,6 +195,40 @@ static int pipeline_dry_run(Pipeline* p, int M, char* err, size_t err_len) {
     return 0;
 }
 
+/* ---- device sends (dev_comm): the pool of send buffers, allocated in the first step only ---- */
+static void* send_acquire(void* ctx, size_t bytes) {
+    Pipeline* p = ctx;
+    const Backend* be = p->stages[0]->be;
+    RR_ASSERT(bytes <= sizeof(float) * (size_t)p->cfg.max_tokens * (size_t)p->Dt);
+    for (int i = 0; i < p->n_send_pool; i++)
+        if (!p->send_busy[i]) {
+            p->send_busy[i] = 1;
+            return p->send_pool[i];
+        }
+    p->send_pool = reallocCheck(p->send_pool, sizeof(void*) * (size_t)(p->n_send_pool + 1));
+    p->send_busy = reallocCheck(p->send_busy, sizeof(int) * (size_t)(p->n_send_pool + 1));
+    p->send_pool[p->n_send_pool] = be->alloc(sizeof(float) * (size_t)p->cfg.max_tokens * (size_t)p->Dt);
+    p->send_busy[p->n_send_pool] = 1;
+    p->pool_allocs++;
+    return p->send_pool[p->n_send_pool++];
+}
+static void send_release(void* ctx, void* buf) {
+    Pipeline* p = ctx;
+    for (int i = 0; i < p->n_send_pool; i++)
+        if (p->send_pool[i] == buf) {
+            p->send_busy[i] = 0;
+            return;
+        }
+    rr_die("internal: a send buffer that is not the pipeline's");
+}
+static void* send_copy_mark(void* ctx, void* dst, const void* src, size_t bytes) {
+    Pipeline* p = ctx;
+    const Backend* be = p->stages[0]->be;
+    if (bytes) be->copy_d2d(be, dst, src, bytes);
+    be->event_record(be, p->send_ev);
+    return p->send_ev;
+}
+
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm, int M, char* err, size_t err_len) {
     PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint)};
     if (!pp_mode_is_ready(cfg->mode) && !pp_hint_is_sequence(cfg->hint)) {
@@ -218,8 +263,16 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     const Backend* be = stages[0]->be;
     size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
     p->on_host = !strcmp(be->name, "cpu");
+    p->dev_comm = !p->on_host && comm->device_memory;
+    if (p->dev_comm) {
+        static const TransportDevice ops = {NULL, send_acquire, send_release, send_copy_mark};
+        TransportDevice d = ops;
+        d.ctx = p;
+        transport_set_device(p->tr, &d);
+        p->send_ev = be->event_create();
+    }
     p->out_buf = be->alloc(one);
-    if (!p->on_host) {
+    if (!p->on_host && !p->dev_comm) {
         p->dev_in = be->alloc(one);
         p->host_out = mallocCheck(one);
     }
@@ -249,7 +302,7 @@ void pipeline_free(Pipeline* p) {
         free(p->pools[c].acts);
         free(p->pools[c].busy);
         free(p->mb_slot[c]);
-        if (p->on_host) {
+        if (p->on_host || p->dev_comm) {
             if (p->act_in[c]) be->free(p->act_in[c]);
             if (p->grad_in[c]) be->free(p->grad_in[c]);
         } else {
@@ -257,6 +310,12 @@ void pipeline_free(Pipeline* p) {
             free(p->grad_in[c]);
         }
     }
+    transport_free(p->tr); /* its sends are done with the pool's buffers */
+    p->tr = NULL;
+    for (int i = 0; i < p->n_send_pool; i++) be->free(p->send_pool[i]);
+    free(p->send_pool);
+    free(p->send_busy);
+    if (p->send_ev) be->event_destroy(p->send_ev);
     free(p->pools);
     free(p->mb_slot);
     free(p->act_in);
@@ -270,7 +329,6 @@ void pipeline_free(Pipeline* p) {
     free(p->cost_u);
     free(p->notice_in);
     free(p->ahead_sent);
-    transport_free(p->tr);
     free(p);
 }
 
@@ -390,7 +448,7 @@ static void ensure_buffers(Pipeline* p, int M) {
     for (int c = 0; c < p->cfg.chunks; c++) {
         int v = vstage(p, c);
         size_t bytes = sizeof(float) * per * (size_t)M;
-        if (p->on_host) {
+        if (p->on_host || p->dev_comm) {
             if (p->act_in[c]) be->free(p->act_in[c]);
             if (p->grad_in[c]) be->free(p->grad_in[c]);
             p->act_in[c] = v > 0 ? be->alloc(bytes) : NULL;
@@ -412,14 +470,14 @@ static void ensure_buffers(Pipeline* p, int M) {
 /* The received input of task t where the backend can read it. */
 static const float* task_input(Pipeline* p, PpTask t, const Microbatch* mb) {
     float* h = in_buf(p, t);
-    if (p->on_host) return h;
+    if (p->on_host || p->dev_comm) return h; /* dev_comm: its receive's event has completed */
     p->stages[t.chunk]->be->copy_h2d(p->stages[t.chunk]->be, p->dev_in, h, mb_bytes(p, mb));
     return p->dev_in;
 }
 
 /* The output of the task just run, in host memory for the transport. */
 static const float* task_output(Pipeline* p, const Microbatch* mb) {
-    if (p->on_host) return p->out_buf;
+    if (p->on_host || p->dev_comm) return p->out_buf;
     p->stages[0]->be->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
     return p->host_out;
 }
@@ -468,7 +526,11 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         if (st->last) *loss_sum += ls;
         if (p->dump_dir && (st->first || st->last)) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank, t.chunk);
+            if (p->cfg.tp && p->cfg.tp->size > 1)
+                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dtp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank,
+                         p->cfg.tp->rank, t.chunk);
+            else
+                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank, t.chunk);
             if (stage_dump_microbatch(st, a, mb, path, p->err, p->err_len) != 0) return -1;
         }
         break;
@@ -489,6 +551,11 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         stage_backward_weight(st, acts_of(p, t.chunk, t.mb));
         acts_release(p, t.chunk, t.mb);
         break;
+    }
+    if (stage_tp_error(st)) { /* a TP collective of the task failed (a lost TP peer) */
+        snprintf(p->err, p->err_len, "pipeline rank %d, %s chunk %d mb %d: %s", p->cfg.rank,
+                 t.kind == PP_F ? "F" : t.kind == PP_B ? "B" : "W", t.chunk, t.mb, stage_tp_error(st));
+        return -1;
     }
     return has_out;
 }
@@ -589,6 +656,16 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     PpMode mode = cfg->mode;
     double pred[3] = {NAN, NAN, NAN};
     if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, err, err_len) != 0) return -1;
+    if (cfg->mode == PP_MODE_ADAPTIVE && cfg->tp && cfg->tp->size > 1) {
+        /* the TP ranks of a stage plan on their own measurements: the leader's plan is the stage's */
+        int32_t m32 = (int32_t)mode;
+        if (comm_bcast(cfg->tp, &m32, sizeof m32, 0, e, sizeof e) != 0) {
+            snprintf(err, err_len, "pipeline rank %d, TP rank %d: receiving the TP leader's mode (adaptive): %s", cfg->rank,
+                     cfg->tp->rank, e);
+            return -1;
+        }
+        mode = (PpMode)m32;
+    }
     p->step_mode = mode;
     p->look = pp_mode_waits(mode);
     double* act_bytes = mallocCheck(sizeof(double) * (size_t)M);
@@ -764,8 +841,11 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             if (has_out) {
                 const float* payload = task_output(p, &mbs[t.mb]);
                 size_t bytes = mb_bytes(p, &mbs[t.mb]);
-                int src = sync ? transport_send_sync(p->tr, dst, key, payload, bytes, cfg->timeout_s, err, err_len)
-                               : transport_isend(p->tr, dst, key, payload, bytes, err, err_len);
+                int src = p->dev_comm
+                              ? (sync ? transport_send_sync_dev(p->tr, dst, key, payload, bytes, cfg->timeout_s, err, err_len)
+                                      : transport_isend_dev(p->tr, dst, key, payload, bytes, err, err_len))
+                              : (sync ? transport_send_sync(p->tr, dst, key, payload, bytes, cfg->timeout_s, err, err_len)
+                                      : transport_isend(p->tr, dst, key, payload, bytes, err, err_len));
                 if (src != 0) {
                     got = -1;
                     break;

@@ -71,12 +71,13 @@ void step_exec_free_hooks(StepExec* ex);
  * so the sum is the one-process gradient). The gradient block of each stage is cut into buckets of
  * bucket_mb MiB, each all-reduced with one CommOps.iallreduce; when the executor reports a chunk's
  * gradients final (set_grads_done) its buckets start at once, during the rest of forward_backward,
- * otherwise the hook starts them. Buckets start in one fixed order on every replica (chunks from the
+ * otherwise (or with overlap = 0, parallel.dp_overlap) the hook starts them. Buckets start in one fixed order on every replica (chunks from the
  * last to the first, the order their backwards finish), so the collectives match whatever order the
  * replicas' dispatchers ran. The hook waits for all of them (at most timeout_s, then an error naming
  * the group). Device backends reduce through a host copy (MPI is not assumed CUDA-aware).
  * Returns 0, or -1 with a message (no hook slot left). Does nothing when dp has one rank. */
-int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double timeout_s, char* err, size_t err_len);
+int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, int overlap, double timeout_s, char* err,
+                            size_t err_len);
 /* Buckets of the last step: how many, and how many started while the executor still had work of the
  * step left (overlapping it). */
 void step_exec_dp_stats(const StepExec* ex, int* buckets, int* early);

@@ -26,7 +26,9 @@ typedef struct {
     int* first;           /* (n_stages + 1) first bucket of each stage in b, by stage index */
     int* done;            /* (n_stages) grads final this step */
     int next;             /* stage whose buckets start next (n_stages - 1 .. 0, then -1) */
-    int on_host;          /* the CPU backend: reduce the grad block in place */
+    int on_host;          /* the CPU backend, or a device DP group (NCCL): reduce the grad block in place */
+    int device;           /* a device DP group: the all-reduce's stream waits for the gradients' event */
+    void* ev;             /* (device) recorded on the compute stream when a stage's gradients are final */
     float** host;         /* device backends: a host copy of each stage's grad block */
     int early, last_early;
 } DpReduce;
@@ -37,6 +39,17 @@ static float* bucket_buf(DpReduce* d, const DpBucket* k) {
 }
 
 static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
+    if (d->device) {
+        /* the gradients are written by work still queued on the compute stream: NCCL's stream waits for
+         * it on the device (DESIGN.md section 3), the host goes on */
+        const ParamTable* pt = &d->ex->stages[s]->params;
+        char e[512];
+        pt->be->event_record(pt->be, d->ev);
+        if (d->dp->ops->wait_event(d->dp, -1, d->ev, e, sizeof e) != 0) {
+            snprintf(err, err_len, "data-parallel gradient all-reduce of stage %d: %s", s, e);
+            return -1;
+        }
+    }
     for (int i = d->first[s]; i < d->first[s + 1]; i++) {
         DpBucket* k = &d->b[i];
         if (!d->on_host) {
@@ -125,13 +138,15 @@ static void dp_free(void* ctx) {
     if (d->host)
         for (int s = 0; s < d->ex->n_stages; s++) free(d->host[s]);
     free(d->host);
+    if (d->ev) d->ex->stages[0]->be->event_destroy(d->ev);
     free(d->b);
     free(d->first);
     free(d->done);
     free(d);
 }
 
-int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double timeout_s, char* err, size_t err_len) {
+int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, int overlap, double timeout_s, char* err,
+                            size_t err_len) {
     if (dp->size <= 1) return 0;
     if (ex->n_hooks >= STEP_EXEC_MAX_HOOKS) {
         snprintf(err, err_len, "internal: no step hook slot left for the data-parallel all-reduce");
@@ -144,6 +159,10 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double tim
     d->dp = dp;
     d->timeout_s = timeout_s;
     d->on_host = !strcmp(ex->stages[0]->be->name, "cpu");
+    if (!d->on_host && dp->device_memory && dp->ops->wait_event) {
+        d->on_host = d->device = 1;
+        d->ev = ex->stages[0]->be->event_create();
+    }
     int S = ex->n_stages;
     d->first = callocCheck((size_t)S + 1, sizeof(int));
     d->done = callocCheck((size_t)S, sizeof(int));
@@ -161,7 +180,7 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, double tim
     d->first[S] = d->nb;
     d->next = S - 1;
     ex->hooks[ex->n_hooks++] = (StepHook){.fn = dp_hook, .ctx = d, .free = dp_free};
-    if (ex->set_grads_done) ex->set_grads_done(ex, dp_grads_done, d);
+    if (overlap && ex->set_grads_done) ex->set_grads_done(ex, dp_grads_done, d);
     (void)err_len;
     return 0;
 }

@@ -22,12 +22,19 @@ typedef struct {
     StepExec ex;
     const Recipe* r;
     Comm* pipe;      /* the pipeline group (the grid's; not owned) */
+    Comm* mp;        /* the pp x tp ranks of this replica (checkpoints: every shard of the model) */
     int P, rank, n_chunks;
+    int tp, t;       /* tensor parallelism: this rank is TP rank t of tp */
     Stage** chunks;  /* (n_chunks) chunk c = virtual stage c * P + rank */
     Pipeline* pl;
     PpTrace* trace;
     PpDurations replay;  /* runtime.compute = replay:FILE (F NULL otherwise) */
     int last_mode;       /* adaptive: the mode of the previous step (-1 before the first) */
+    /* TP coordination over the steps after the first (printed at the end, tp > 1): leader-decides
+     * choices sent / received, time spent sending / receiving them, peers' wait for the chosen task's
+     * inputs, this rank's step wall time */
+    long steps, tp_choices;
+    double tp_coord_s, tp_wait_s, wall_s;
 } PipeExec;
 
 static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
@@ -48,6 +55,12 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
         fputs(line, stderr);
         x->last_mode = (int)ps.mode;
     }
+    if (x->steps++ > 0) {
+        x->tp_choices += ps.tp_choices;
+        x->tp_coord_s += ps.tp_coord_s;
+        x->tp_wait_s += ps.tp_wait_s;
+        x->wall_s += ps.wall_s;
+    }
     double sums[2] = {ps.loss_sum, ps.busy_s}, wall = ps.wall_s;
     if (comm_allreduce(x->pipe, sums, 2, COMM_F64, COMM_SUM, err, err_len) != 0 ||
         comm_allreduce(x->pipe, &wall, 1, COMM_F64, COMM_MAX, err, err_len) != 0)
@@ -57,11 +70,18 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
     return 0;
 }
 
+/* The shard name of chunk c of pipeline rank p, TP rank t: "pp{p}c{c}", or "pp{p}tp{t}c{c}" under TP. */
+static void shard_name(const PipeExec* x, int p, int t, int c, char* out, size_t n) {
+    if (x->tp > 1) snprintf(out, n, "pp%dtp%dc%d", p, t, c);
+    else snprintf(out, n, "pp%dc%d", p, c);
+}
+
 static int pipe_dump_params(StepExec* ex, const char* dir, int grads, char* err, size_t err_len) {
     PipeExec* x = (PipeExec*)ex;
     for (int c = 0; c < x->n_chunks; c++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.pp%dc%d.safetensors", dir, grads ? "grads" : "weights", x->rank, c);
+        char path[4096], shard[48];
+        shard_name(x, x->rank, x->t, c, shard, sizeof shard);
+        snprintf(path, sizeof path, "%s/%s.%s.safetensors", dir, grads ? "grads" : "weights", shard);
         if (stage_dump_params(x->chunks[c], grads, path, err, err_len) != 0) return -1;
     }
     return 0;
@@ -77,55 +97,57 @@ static int pipe_load(StepExec* ex, const char* dir, CheckpointState* cs, char* e
     return 0;
 }
 
-/* Every rank writes its shards into rank 0's temporary folder; rank 0 commits it when all succeeded. */
+/* Every rank of the replica (pp x tp) writes its shards into the first rank's temporary folder; that rank
+ * commits it when all succeeded. */
 static int pipe_save(StepExec* ex, const char* root, const CheckpointState* cs, char* out, size_t out_len, char* err,
                      size_t err_len) {
     PipeExec* x = (PipeExec*)ex;
     char tmp[4096], e[1024] = "";
-    int rc = 0;
-    if (x->rank == 0) rc = checkpoint_shard_begin(root, cs->step, tmp, sizeof tmp, e, sizeof e);
+    int rc = 0, lead = x->mp->rank == 0;
+    if (lead) rc = checkpoint_shard_begin(root, cs->step, tmp, sizeof tmp, e, sizeof e);
     int hdr[2] = {rc, (int)getpid()}; /* rank 0's pid names the temporary folder */
-    if (comm_bcast(x->pipe, hdr, sizeof hdr, 0, err, err_len) != 0) return -1;
+    if (comm_bcast(x->mp, hdr, sizeof hdr, 0, err, err_len) != 0) return -1;
     rc = hdr[0];
     if (rc != 0) {
-        if (x->rank == 0) snprintf(err, err_len, "%s", e);
-        else snprintf(err, err_len, "pipeline rank 0 could not start checkpoint step %lld", (long long)cs->step);
+        if (lead) snprintf(err, err_len, "%s", e);
+        else snprintf(err, err_len, "the replica's first rank could not start checkpoint step %lld", (long long)cs->step);
         return -1;
     }
     checkpoint_shard_tmp_name(tmp, sizeof tmp, root, cs->step, hdr[1]);
     for (int c = 0; c < x->n_chunks && rc == 0; c++) {
-        char shard[32];
-        snprintf(shard, sizeof shard, "pp%dc%d", x->rank, c);
+        char shard[48];
+        shard_name(x, x->rank, x->t, c, shard, sizeof shard);
         rc = checkpoint_shard_write(tmp, &x->chunks[c]->params, cs->step, shard, e, sizeof e);
     }
     int all = rc;
-    if (comm_allreduce(x->pipe, &all, 1, COMM_I32, COMM_MIN, err, err_len) != 0) return -1;
+    if (comm_allreduce(x->mp, &all, 1, COMM_I32, COMM_MIN, err, err_len) != 0) return -1;
     if (all != 0) {
-        if (x->rank == 0) checkpoint_shard_abort(tmp);
+        if (lead) checkpoint_shard_abort(tmp);
         if (rc != 0) snprintf(err, err_len, "%s", e);
-        else snprintf(err, err_len, "another pipeline rank failed to write its checkpoint shard");
+        else snprintf(err, err_len, "another rank of the replica failed to write its checkpoint shard");
         return -1;
     }
-    if (x->rank == 0) {
-        int n = x->P * x->n_chunks;
-        char(*names)[32] = callocCheck((size_t)n, 32);
+    if (lead) {
+        int n = x->P * x->tp * x->n_chunks;
+        char(*names)[48] = callocCheck((size_t)n, 48);
         const char** shards = callocCheck((size_t)n, sizeof(char*));
         for (int r = 0, k = 0; r < x->P; r++)
-            for (int c = 0; c < x->n_chunks; c++, k++) {
-                snprintf(names[k], 32, "pp%dc%d", r, c);
-                shards[k] = names[k];
-            }
+            for (int t = 0; t < x->tp; t++)
+                for (int c = 0; c < x->n_chunks; c++, k++) {
+                    shard_name(x, r, t, c, names[k], 48);
+                    shards[k] = names[k];
+                }
         rc = checkpoint_shard_commit(root, tmp, cs, shards, n, out, out_len, e, sizeof e);
         free(names);
         free(shards);
     }
-    if (comm_bcast(x->pipe, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
+    if (comm_bcast(x->mp, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
     if (rc != 0) {
-        if (x->rank == 0) snprintf(err, err_len, "%s", e);
-        else snprintf(err, err_len, "pipeline rank 0 could not commit checkpoint step %lld", (long long)cs->step);
+        if (lead) snprintf(err, err_len, "%s", e);
+        else snprintf(err, err_len, "the replica's first rank could not commit checkpoint step %lld", (long long)cs->step);
         return -1;
     }
-    if (x->rank != 0) snprintf(out, out_len, "%s/step-%08lld", root, (long long)cs->step);
+    if (!lead) snprintf(out, out_len, "%s/step-%08lld", root, (long long)cs->step);
     return 0;
 }
 
@@ -135,6 +157,20 @@ static void pipe_set_grads_done(StepExec* ex, StepGradsDone fn, void* ctx) {
 
 static void pipe_free(StepExec* ex) {
     PipeExec* x = (PipeExec*)ex;
+    if (x->tp > 1 && x->steps > 1) {
+        /* one write per rank (bench/parallel.sh reads these lines) */
+        long n = x->steps - 1;
+        char line[512];
+        snprintf(line, sizeof line,
+                 "rrfp-mm: TP coordination: pipeline rank %d, TP rank %d (%s), %ld steps after the first: %.1f choices "
+                 "per step, %.4f ms sending/receiving choices per step (%.2f us per choice), %.4f ms per step waiting "
+                 "for the inputs of the leader's choices, step %.3f ms on this rank (coordination %.3f%% of it)\n",
+                 x->rank, x->t, x->t == 0 ? "leader" : "peer", n, (double)x->tp_choices / (double)n,
+                 1e3 * x->tp_coord_s / (double)n, x->tp_choices ? 1e6 * x->tp_coord_s / (double)x->tp_choices : 0.0,
+                 1e3 * x->tp_wait_s / (double)n, 1e3 * x->wall_s / (double)n,
+                 x->wall_s > 0 ? 100.0 * x->tp_coord_s / x->wall_s : 0.0);
+        fputs(line, stderr);
+    }
     if (x->trace) {
         char e[512];
         if (pp_trace_close(x->trace, e, sizeof e) != 0) rr_warn("trace: %s", e);
@@ -161,6 +197,9 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     PipeExec* x = callocCheck(1, sizeof *x);
     x->r = r;
     x->pipe = grid->pipe;
+    x->mp = grid->mp;
+    x->tp = r->tp;
+    x->t = grid->t;
     x->P = r->pp;
     x->rank = grid->p;
     x->n_chunks = r->chunks;
@@ -170,11 +209,11 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         int v = c * r->pp + x->rank, l0 = 0;
         for (int u = 0; u < v; u++) l0 += layers[u];
         x->chunks[c] = callocCheck(1, sizeof(Stage));
-        stage_init_frozen(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be);
+        stage_init_tp(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be, r->tp, grid->t, grid->tp_group);
         params_alloc_optimizer(&x->chunks[c]->params);
     }
     StepExec* ex = &x->ex;
-    ex->name = "pipeline";
+    ex->name = r->tp > 1 ? "pipeline x tensor parallel" : "pipeline";
     ex->stages = x->chunks;
     ex->n_stages = x->n_chunks;
     ex->norm_group = grid->mp;
@@ -189,9 +228,9 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     ex->free = pipe_free;
 
     PipelineConfig pc = {.P = r->pp, .rank = x->rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
-                         .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = TRANSPORT_TAGGED,
+                         .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = grid->pipe->device_memory ? TRANSPORT_FIFO : TRANSPORT_TAGGED,
                          .timeout_s = 600, .stall_warn_s = r->stall_warn_s, .max_tokens = r->microbatch_tokens,
-                         .max_patches = r->microbatch_tokens};
+                         .max_patches = r->microbatch_tokens, .tp = grid->tp_group};
     char e[512];
     if (pp_hint_parse(r->hint, &pc.hint) != 0 || pp_mode_parse(r->mode, &pc.mode) != 0) {
         snprintf(err, err_len, "internal: hint '%s' or mode '%s' passed validation but does not parse", r->hint, r->mode);
@@ -247,8 +286,9 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     if (grid->rank == 0) {
         /* one write, so the line is not interleaved with other output */
         char line[8192];
-        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks, hint %s, mode %s%s%s%s, layers",
-                                    r->pp, r->chunks, r->hint, r->mode, x->replay.F ? " (compute: " : "",
+        size_t o = (size_t)snprintf(line, sizeof line, "rrfp-mm: pipeline: %d ranks x %d chunks%s%.0d, hint %s, mode %s, comm %s%s%s%s, layers",
+                                    r->pp, r->chunks, r->tp > 1 ? " x tensor parallel " : "", r->tp > 1 ? r->tp : 0, r->hint, r->mode,
+                                    grid->pipe->ops->name, x->replay.F ? " (compute: " : "",
                                     x->replay.F ? r->compute : "", x->replay.F ? ")" : "");
         for (int v = 0; v < S && o < sizeof line; v++) o += (size_t)snprintf(line + o, sizeof line - o, "%s%d", v ? "," : " ", layers[v]);
         if (o < sizeof line) snprintf(line + o, sizeof line - o, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");

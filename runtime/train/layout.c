@@ -102,21 +102,21 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         return -1;
     }
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
-     * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
-     * replicated norms and biases. */
-    double tp = r->tp, params = 0, trainable = 0, act_mb = 0;
+     * tp > 1: one TP rank's table (its slices of the split tensors, whole copies of the replicated
+     * ones: every TP rank holds the same amount) and its split activations. */
+    double params = 0, trainable = 0, act_mb = 0;
     int nl = 0;
     for (int ch = 0; ch < r->chunks; ch++) {
         int s = rank + ch * P, l0 = 0;
         for (int u = 0; u < s; u++) l0 += layers[u];
         nl += layers[s];
-        params += (double)model_stage_param_count(mc, l0, l0 + layers[s]) / tp;
         ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
-        model_params_register(mc, l0, l0 + layers[s], &pt);
-        trainable += (double)model_params_freeze(&pt, r->freeze) / tp;
+        model_params_register_tp(mc, l0, l0 + layers[s], r->tp, 0, &pt);
+        params += (double)pt.total;
+        trainable += (double)model_params_freeze(&pt, r->freeze);
         params_free(&pt);
         /* every position of the microbatch may be an image patch: the worst case */
-        act_mb += (double)model_stage_acts_bytes(mc, l0, l0 + layers[s], T, T, 0) / tp;
+        act_mb += (double)model_stage_acts_bytes_tp(mc, l0, l0 + layers[s], T, T, 0, r->tp);
     }
     free(layers);
     int inflight;
@@ -185,7 +185,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
             "(train.freeze); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
-            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; / tp when tp > 1):\n",
+            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; with tp > 1 one\n"
+            "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations):\n",
             T);
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
@@ -232,8 +233,10 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
                 strcmp(r->backend, "cpu") ? hc : "", strcmp(r->backend, "cpu") ? " per rank" : "");
     }
     if (r->tp > 1)
-        fprintf(out, "tensor parallel: tp %d is not built yet (docs/parallel.md): the figures / tp above are the "
-                     "plan's split, training refuses tp > 1\n", r->tp);
+        fprintf(out, "tensor parallel: tp %d ranks per stage, each holding the figures above (heads, MLP hidden and "
+                     "vocabulary split; norms, the patch embedding and row-parallel biases replicated; the full "
+                     "logits never on one rank); activations cross TP ranks only through all-reduces of (tokens, "
+                     "width) per split layer (docs/parallel.md)\n", r->tp);
     fprintf(out, "dry run: nothing allocated, no training.\n");
     free(layers);
     return 0;

@@ -6,7 +6,15 @@
 
 double optim_grad_sum_squares(const Stage* st) {
     RR_ASSERT(st->params.be == st->be);
-    return st->be->sum_squares(st->be, st->params.grad, st->params.gtotal); /* frozen tensors have no gradient */
+    const ParamTable* pt = &st->params;
+    if (st->tp_rank == 0) return st->be->sum_squares(st->be, pt->grad, pt->gtotal); /* frozen tensors have no gradient */
+    /* another TP rank: its slices only; a replicated tensor (equal on every TP rank) counts once, on TP rank 0 */
+    double ss = 0.0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        if (!s->frozen && params_is_slice(s)) ss += st->be->sum_squares(st->be, pt->grad + s->goff, s->numel);
+    }
+    return ss;
 }
 
 float optim_clip_coef(double norm, double max_norm) {

@@ -112,6 +112,9 @@ static const RecipeKey recipe_keys[] = {
      "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4)."},
     {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
+    {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
+     "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping "
+     "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline)."},
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
@@ -127,6 +130,10 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
      "Compute precision. `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
      "operands and stored activations; norms, softmax, RoPE angles and cross-entropy in f32), on both backends."},
+    {"runtime", "comm", RKEY_ENUM, OFF(comm), SZ(comm), "mpi", 0, 0, "mpi|nccl", 0,
+     "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` "
+     "(runtime.backend = cuda): NCCL on device memory, FIFO protocol, one communicator per pipeline direction, "
+     "completions polled as CUDA events (docs/cuda.md); `mpi`: host memory over MPI."},
     {"runtime", "threads", RKEY_INT, OFF(threads), 0, "0", 0, 1024, 0, 0, "CPU threads (OpenMP and BLAS); 0 = all cores."},
     {"runtime", "cap", RKEY_STRING, OFF(cap), SZ(cap), "0", 0, 0, 0, 0,
      "In-flight cap of `ready` mode: microbatches (F started, B not finished) per rank: N, or a multiple of the hint's "

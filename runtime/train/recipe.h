@@ -68,10 +68,12 @@ typedef struct {
     /* [runtime] */
     char backend[8]; /* cpu | cuda */
     char precision[8]; /* fp32 | bf16 */
+    char comm[8];      /* mpi | nccl: what carries activations, gradients and device collectives */
     int threads;     /* OpenMP/BLAS threads, 0 = all cores */
     char cap[32];      /* ready-mode in-flight cap: "N" or "1.5x" ("0" = the 1f1b peak) */
     int act_budget_mb; /* ready-mode activation budget (0 = none) */
     double dp_bucket_mb; /* DP gradient all-reduce bucket, MiB */
+    int dp_overlap;      /* 1: buckets start when their chunk's gradients are final; 0: after the backward */
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */
     int trace;         /* write Chrome traces */

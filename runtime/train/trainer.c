@@ -296,16 +296,17 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     memset(t, 0, sizeof *t);
     t->lock_fd = -1;
     t->r = r;
-    /* refused before any tokenizer, loader, folder or rank starts, until it is built */
-    if (r->tp > 1) {
-        snprintf(err, err_len, "%s: parallel.tp = %d: tensor parallelism is not built yet (docs/parallel.md); "
-                 "allowed: 1 (the dry run sizes such layouts: --dry-run)", recipe_origin(r, "parallel", "tp"), r->tp);
-        return -1;
-    }
     int vocab;
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
     t->mc = train_model_config(r, vocab);
     if (model_config_check(&t->mc, err, err_len) != 0) return -1;
+    if (r->tp > 1) {
+        char e[1024];
+        if (model_tp_check(&t->mc, r->tp, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: parallel.tp = %d: %s", recipe_origin(r, "parallel", "tp"), r->tp, e);
+            return -1;
+        }
+    }
     if (r->freeze[0]) {
         char e[1024];
         if (model_freeze_check(&t->mc, r->freeze, NULL, e, sizeof e) != 0) {
@@ -338,19 +339,42 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                  recipe_origin(r, "parallel", "pp"), r->pp, r->tp, r->dp, e);
         return -1;
     }
+    if (!strcmp(r->comm, "nccl")) {
+        if (strcmp(r->backend, "cuda") != 0) {
+            snprintf(err, err_len, "%s: runtime.comm = nccl carries device memory: it needs runtime.backend = cuda (got "
+                     "%s); allowed with %s: runtime.comm = mpi", recipe_origin(r, "runtime", "comm"), r->backend,
+                     r->backend);
+            comm_grid_free(&t->grid);
+            return -1;
+        }
+        if (comm_grid_use_nccl(&t->grid, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: runtime.comm = nccl: %s", recipe_origin(r, "runtime", "comm"), e);
+            return -1;
+        }
+    }
     snprintf(t->run_dir, sizeof t->run_dir, "%s", r->run_dir);
     if (r->ckpt_dir[0]) snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s", r->ckpt_dir);
     else snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s/checkpoints", r->run_dir);
     if (!eval_only && trainer_mkdirs(t->run_dir, err, err_len) != 0) return -1;
     if (!eval_only && trainer_start_checks(t, be, world, err, err_len) != 0) return -1;
 
-    t->ex = r->pp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
+    /* tensor parallelism runs through the pipeline executor (one stage when pp = 1): its leader-decides
+     * dispatch keeps the TP ranks of a stage on one task sequence */
+    t->ex = r->pp > 1 || r->tp > 1 ? step_exec_pipeline_create(r, &t->mc, be, &t->grid, t->run_dir, err, err_len)
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
+    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums) now, at the
+     * microbatch budget: no step allocates device memory (the activations and messages are the
+     * executors' pools, filled in the first step) */
+    for (int c = 0; c < t->ex->n_stages; c++) {
+        const Stage* st = t->ex->stages[c];
+        size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
+        st->be->reserve(st->be, gemm, st->params.gtotal);
+    }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
-    if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, 600, err, err_len) != 0) return -1;
+    if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0) return -1;
     if (eval_only) {
         /* evaluation reads the values only: without moments a checkpoint written under another
          * train.freeze (which has AdamW state for other tensors) evaluates too */

@@ -45,6 +45,7 @@ enum cudaError {
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoKernelImageForDevice = 209,
     cudaErrorUnsupportedPtxVersion = 222,
+    cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
     cudaErrorLaunchFailure = 719,
 };
@@ -195,8 +196,12 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+/* GELU_AUX_BIAS is declared for bf16.cu's mapping; the emulated cublasLtMatmul refuses it
+ * (CUBLAS_STATUS_NOT_SUPPORTED): no op issues it yet */
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164 } cublasLtEpilogue_t;
 typedef struct EmuLt* cublasLtHandle_t;
 typedef struct EmuLtDesc* cublasLtMatmulDesc_t;
 typedef struct EmuLtLayout* cublasLtMatrixLayout_t;
@@ -222,6 +227,51 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const void* C, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream);
+
+/* Events and the streams' queues. Kernels, cuBLAS calls and copies run when they are called (a launch
+ * first waits until its stream's queue is empty); what can be pending is communication (the NCCL
+ * emulation, nccl_emu.cpp): an NCCL operation sits in its stream's queue until its MPI message has
+ * completed, and the copies, waits and event records enqueued after it on that stream wait behind it.
+ * cudaEventQuery reports cudaErrorNotReady while any operation enqueued on the event's stream before
+ * its record is pending; cudaStreamWaitEvent makes a stream's later work wait for it.
+ * RR_EMU_COMM_DELAY=N (N > 0): each NCCL receive, once its message has arrived, stays pending for a
+ * pseudo-random N .. 2N further polls (cudaEventQuery, cudaEventSynchronize, a wait in
+ * cudaStreamSynchronize: emu_poll_epoch), and its destination holds NaN until it completes, so a
+ * reader that does not wait for the receive's event reads NaN (tests/test_nccl_emu.c, the control;
+ * tests/train_nccl_emu.sh). */
+long emu_poll_epoch(void);
+typedef struct EmuEvent* cudaEvent_t;
+#define cudaEventDefault 0
+#define cudaEventDisableTiming 2
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+/* pinned host memory (plain host memory here) and pointer kinds */
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2,
+                      cudaMemoryTypeManaged = 3 };
+struct cudaPointerAttributes {
+    enum cudaMemoryType type;
+    int device;
+    void* devicePointer;
+    void* hostPointer;
+};
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
+/* for the NCCL emulation: enqueue `step` on s (it is called until it returns 1, in stream order);
+ * copies between device memory and the host, opening the device memory's protection */
+void emu_stream_enqueue(cudaStream_t s, std::function<int()> step);
+void emu_progress(void);
+void emu_device_read(void* host_dst, const void* dev_src, size_t bytes);
+void emu_device_write(void* dev_dst, const void* host_src, size_t bytes);
+void emu_device_fill_nan(void* dev, size_t bytes);
+int emu_in_alloc(const void* p, size_t bytes);
+/* cudaMalloc calls so far (tests: a stage allocates nothing after its first step) */
+extern "C" long emu_malloc_count(void);
 
 /* statistics of the emulation (for the test's summary line) */
 struct EmuStats {

@@ -6,8 +6,8 @@
  * lanes all wait at a shuffle, else the block barrier if every live thread waits there, else it
  * reports a deadlock (a divergent barrier). Runnable fibers are resumed in a pseudo-random order
  * each round, so code that reads another thread's shared-memory write without a barrier in between
- * sees stale (or NaN) data in some order. A fiber is started with makecontext / setcontext and then
- * switched with _setjmp / _longjmp, which do not save the signal mask (swapcontext makes a system
+ * sees stale (or NaN) data in some order. A fiber is started once with makecontext / setcontext, runs thread after
+ * thread (fiber_entry), and is switched with _setjmp / _longjmp, which do not save the signal mask (swapcontext makes a system
  * call per switch, 10x slower here). Errors are sticky, as on a GPU: the first one is printed
  * with the kernel's name, and every later runtime call returns it. */
 #undef _FORTIFY_SOURCE /* __longjmp_chk would refuse to jump between fiber stacks */
@@ -22,7 +22,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
+#include <time.h>
 #include <string>
 #include <vector>
 
@@ -159,8 +161,11 @@ void emu_bad_arg(const char* kernel, int index) {
     emu_fail(cudaErrorIllegalAddress, "%s: pointer argument %d is not device memory (a host pointer?)", kernel, index);
 }
 
+static long malloc_calls;
+extern "C" long emu_malloc_count(void) { return malloc_calls; }
 cudaError_t emu_malloc(void** p, size_t bytes) {
     if (sticky) return sticky;
+    malloc_calls++;
     protect_init();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t mapped = (bytes + 2 * EMU_GUARD + page - 1) / page * page;
@@ -196,7 +201,12 @@ cudaError_t cudaFree(void* p) {
 
 struct EmuStream {
     int id;
+    std::deque<std::function<int()>> q; /* pending operations, in order (see cuda_emu.h) */
+    long enq, done;                     /* operations enqueued / completed on this stream so far */
 };
+static EmuStream default_stream = {0, {}, 0, 0};
+static std::vector<EmuStream*> live_streams;
+static EmuStream* S(cudaStream_t s) { return s ? s : &default_stream; }
 static int streams_made = 0;
 static int require_on = 0;
 static cudaStream_t required = NULL;
@@ -211,24 +221,75 @@ static void emu_on_stream(cudaStream_t s, const char* what) {
         emu_fail(cudaErrorInvalidValue, "%s ran on stream %d, not on the table's stream %d", what, stream_id(s),
                  stream_id(required));
 }
-
+static int progress_stream(EmuStream* s) {
+    int moved = 0;
+    while (!s->q.empty()) {
+        std::function<int()> f = s->q.front();
+        if (!f()) break;
+        s->q.pop_front();
+        s->done++;
+        moved = 1;
+    }
+    return moved;
+}
+static long poll_epoch;
+long emu_poll_epoch(void) { return poll_epoch; }
+void emu_progress(void) {
+    for (int again = 1; again;) {
+        again = progress_stream(&default_stream);
+        for (size_t i = 0; i < live_streams.size(); i++) again |= progress_stream(live_streams[i]);
+    }
+}
+void emu_stream_enqueue(cudaStream_t st, std::function<int()> step) {
+    EmuStream* s = S(st);
+    s->enq++;
+    s->q.push_back(step);
+    emu_progress();
+}
+/* Until s has nothing pending (sleeping between polls: the message comes from another process). */
+static void drain(EmuStream* s) {
+    long ns = 20000;
+    double waited = 0, warn = 60;
+    for (;;) {
+        emu_progress();
+        if (s->q.empty()) return;
+        poll_epoch++;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        waited += ns * 1e-9;
+        if (ns < 1000000) ns *= 2;
+        if (waited > warn) {
+            fprintf(stderr, "cuda-emu: stream %d has waited %.0f s for pending communication (a lost peer?)\n", s->id,
+                    waited);
+            warn += 60;
+        }
+    }
+}
+/* An operation that runs now on s: first whatever is pending there (a real stream would queue it). */
+static void run_now(cudaStream_t st) {
+    EmuStream* s = S(st);
+    if (!s->q.empty()) drain(s);
+    s->enq++;
+    s->done++;
+}
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemsetAsync");
     if (sticky) return sticky;
-    DeviceOpen open;
     if (!in_alloc(p, bytes)) {
         emu_fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes outside any allocation", bytes);
         return sticky;
     }
-    memset(p, v, bytes);
+    emu_stream_enqueue(stream, [=] {
+        DeviceOpen open;
+        memset(p, v, bytes);
+        return 1;
+    });
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
-
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemcpyAsync");
     if (sticky) return sticky;
-    DeviceOpen open;
     int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
     int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
     if ((dst_dev && !in_alloc(dst, bytes)) || (src_dev && !in_alloc(src, bytes))) {
@@ -241,18 +302,35 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                  bytes);
         return sticky;
     }
-    memmove(dst, src, bytes);
+    EmuStream* s = S(stream);
+    if (s->q.empty() || kind != cudaMemcpyHostToDevice) {
+        /* behind pending work the copy waits its turn; a host source is read at the call (as pageable
+         * memory is staged by the driver), so only a copy into the host can be deferred */
+        emu_stream_enqueue(stream, [=] {
+            DeviceOpen open;
+            memmove(dst, src, bytes);
+            return 1;
+        });
+    } else {
+        std::vector<unsigned char> copy((const unsigned char*)src, (const unsigned char*)src + bytes);
+        emu_stream_enqueue(stream, [=] {
+            DeviceOpen open;
+            memmove(dst, copy.data(), bytes);
+            return 1;
+        });
+    }
     return cudaSuccess;
 }
-
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu_on_stream(s, "cudaStreamSynchronize");
+    drain(S(s));
     DeviceOpen open;
     check_guards("a kernel");
     return sticky;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-    *s = new EmuStream{++streams_made};
+    *s = new EmuStream{++streams_made, {}, 0, 0};
+    live_streams.push_back(*s);
     return sticky;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
@@ -261,6 +339,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
         return sticky;
     }
     if (require_on && s == required) require_on = 0, required = NULL;
+    drain(s);
+    for (size_t i = 0; i < live_streams.size(); i++)
+        if (live_streams[i] == s) live_streams.erase(live_streams.begin() + (long)i);
     delete s;
     return sticky;
 }
@@ -330,10 +411,16 @@ enum { ORDER_RANDOM, ORDER_ASCENDING, ORDER_DESCENDING };
 static int order_mode = ORDER_RANDOM;
 static int atomics_used;
 
+/* A fiber runs one thread of a block, then waits (F_DONE) until the scheduler resumes it as a thread
+ * of a later block: started once, not once per block (getcontext / setcontext are system calls,
+ * and a training step launches hundreds of thousands of threads). */
 static void fiber_entry(void) {
-    (*cur_body)();
-    cur->state = F_DONE;
-    _longjmp(sched_jb, 1); /* never returns: the scheduler does not resume a finished fiber */
+    for (;;) {
+        (*cur_body)();
+        cur->state = F_DONE;
+        if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1);
+        /* resumed for the next block: `cur` is this fiber again, with its new thread index */
+    }
 }
 
 static void fiber_yield(int state) {
@@ -346,6 +433,11 @@ static void fiber_resume(Fiber* f) {
     if (_setjmp(sched_jb)) return; /* the fiber yielded or finished */
     if (!f->started) {
         f->started = 1;
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = EMU_STACK;
+        f->ctx.uc_link = NULL;
+        makecontext(&f->ctx, fiber_entry, 0);
         setcontext(&f->ctx);
     }
     _longjmp(f->jb, 1);
@@ -405,13 +497,10 @@ static void run_block(int n) {
         Fiber& f = fibers[i];
         f.linear = i;
         f.tid = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+        /* a fiber left inside a body (its block was abandoned at an error) starts afresh; a finished
+         * one waits at the top of its loop and runs the new body from there */
+        if (f.started && f.state != F_DONE) f.started = 0;
         f.state = F_RUN;
-        f.started = 0;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack;
-        f.ctx.uc_stack.ss_size = EMU_STACK;
-        f.ctx.uc_link = NULL;
-        makecontext(&f.ctx, fiber_entry, 0);
     }
     int nw = (n + 31) / 32;
     for (int w = 0; w < nw; w++) {
@@ -503,6 +592,7 @@ static void run_block(int n) {
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
     emu_on_stream(cfg.stream, kernel);
     if (sticky) return;
+    run_now(cfg.stream);
     DeviceOpen open;
     unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0) {
@@ -623,6 +713,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            float* C, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(h->stream, "cublasSgemm");
+    run_now(h->stream);
     int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
     int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < max(1, a_rows) || ldb < max(1, b_rows) || ldc < max(1, m))
@@ -721,6 +812,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cudaStream_t stream) {
     if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(stream, "cublasLtMatmul");
+    run_now(stream);
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
         lb->type != CUDA_R_16BF || lc->type != CUDA_R_32F || ldd->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -772,4 +864,87 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
 extern "C" void emu_stats_print(void) {
     printf("cuda-emu: %ld launches, %ld blocks, %ld threads, %ld fiber switches\n", stats.launches, stats.blocks,
            stats.fibers, stats.switches);
+}
+
+/* ---- events, pinned memory, pointer kinds ---------------------------------------------------------- */
+
+struct EmuEvent {
+    EmuStream* s; /* NULL: never recorded (complete) */
+    long target;  /* complete once s->done reaches it */
+};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+    *e = new EmuEvent{NULL, 0};
+    return sticky;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
+    emu_on_stream(st, "cudaEventRecord");
+    if (!e) {
+        emu_fail(cudaErrorInvalidValue, "cudaEventRecord of a NULL event");
+        return sticky;
+    }
+    e->s = S(st);
+    e->target = e->s->enq;
+    return sticky;
+}
+static int event_done(const EmuEvent* e) { return !e->s || e->s->done >= e->target; }
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (sticky) return sticky;
+    poll_epoch++;
+    emu_progress();
+    return event_done(e) ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (e->s) {
+        long ns = 20000;
+        for (emu_progress(); !event_done(e); emu_progress()) {
+            poll_epoch++;
+            struct timespec ts = {0, ns};
+            nanosleep(&ts, NULL);
+            if (ns < 1000000) ns *= 2;
+        }
+    }
+    return sticky;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return sticky;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned) {
+    if (!e) {
+        emu_fail(cudaErrorInvalidValue, "cudaStreamWaitEvent on a NULL event");
+        return sticky;
+    }
+    emu_progress();
+    if (event_done(e)) return sticky;
+    EmuStream* es = e->s;
+    long target = e->target;
+    emu_stream_enqueue(st, [=] { return es->done >= target ? 1 : 0; });
+    return sticky;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+    free(p);
+    return sticky;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+    memset(a, 0, sizeof *a);
+    a->type = in_alloc(p, 0) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    return cudaSuccess;
+}
+int emu_in_alloc(const void* p, size_t bytes) { return in_alloc(p, bytes); }
+void emu_device_read(void* host_dst, const void* dev_src, size_t bytes) {
+    DeviceOpen open;
+    memcpy(host_dst, dev_src, bytes);
+}
+void emu_device_write(void* dev_dst, const void* host_src, size_t bytes) {
+    DeviceOpen open;
+    memcpy(dev_dst, host_src, bytes);
+}
+void emu_device_fill_nan(void* dev, size_t bytes) {
+    DeviceOpen open;
+    fill_nan(dev, bytes);
 }

@@ -7,3 +7,37 @@ const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 const Backend* __wrap_backend_cuda_get(char* why, size_t why_len);
 
 const Backend* __wrap_backend_cuda_get(char* why, size_t why_len) { return backend_cuda_emu_get(why, why_len); }
+
+/* and comm_nccl_create (-Wl,--wrap=comm_nccl_create) gets NCCL emulated over MPI
+ * (tests/cuda_emu/comm_nccl_emu.cpp) instead of opening librrfp-nccl.so */
+#include "runtime/comm/comm.h"
+Comm* rrfp_nccl_emu_comm_create(Comm* host, char* err, size_t err_len);
+Comm* __wrap_comm_nccl_create(Comm* host, char* err, size_t err_len);
+Comm* __wrap_comm_nccl_create(Comm* host, char* err, size_t err_len) {
+    return rrfp_nccl_emu_comm_create(host, err, err_len);
+}
+
+/* and metrics_peak_rss_mb (-Wl,--wrap=metrics_peak_rss_mb), which the trainer calls once at the end of
+ * every step on every rank: with RR_EMU_STEP_ALLOCS=1 it prints the cudaMalloc calls since the
+ * previous step's end, so that a test can check that steps after the first allocate nothing. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+long emu_malloc_count(void);
+long emu_nccl_ops(void);
+double __real_metrics_peak_rss_mb(void);
+double __wrap_metrics_peak_rss_mb(void);
+double __wrap_metrics_peak_rss_mb(void) {
+    static long last = 0, calls = 0;
+    const char* e = getenv("RR_EMU_STEP_ALLOCS");
+    if (e && *e == '1') {
+        int rank = 0, inited = 0;
+        MPI_Initialized(&inited);
+        if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        long now = emu_malloc_count();
+        fprintf(stderr, "cuda-emu: rank %d step-end %ld: %ld cudaMalloc calls since the previous one, %ld NCCL operations "
+                "so far\n", rank, ++calls, now - last, emu_nccl_ops());
+        last = now;
+    }
+    return __real_metrics_peak_rss_mb();
+}

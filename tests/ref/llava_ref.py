@@ -57,13 +57,43 @@ def st_load(path):
     return out, meta
 
 
+def slice_parse(val):
+    """'dim=D;shape=G0,G1;ranges=OFF:LEN,...' (a tensor-parallel piece, params_slice_format) ->
+    (dim, global shape, [(off, len), ...])."""
+    f = dict(kv.split("=", 1) for kv in val.split(";"))
+    shape = [int(x) for x in f["shape"].split(",")]
+    ranges = [tuple(int(y) for y in r.split(":")) for r in f["ranges"].split(",")]
+    return int(f["dim"]), shape, ranges
+
+
 def st_union(paths):
-    out = {}
+    """The tensors of several files by name: a pipeline's stages hold distinct tensors; the TP ranks of a
+    stage hold slices of one global tensor (metadata slice.<name>), reassembled here, each global
+    element exactly once."""
+    out, pieces = {}, {}
     for p in paths:
-        t, _ = st_load(p)
+        t, meta = st_load(p)
         for k, v in t.items():
+            sl = meta.get("slice." + k)
+            if sl is not None:
+                pieces.setdefault(k, []).append((slice_parse(sl), v))
+                continue
             assert k not in out, f"{k} appears in two of {paths}"
             out[k] = v
+    for k, ps in pieces.items():
+        assert k not in out, f"{k} appears whole and sliced in {paths}"
+        (dim, shape, _), first = ps[0]
+        g = torch.zeros(shape, dtype=first.dtype)
+        seen = torch.zeros(shape[dim], dtype=torch.int32)
+        for (d, sh, ranges), v in ps:
+            assert d == dim and sh == shape, f"{k}: pieces of different tensors in {paths}"
+            pos = 0
+            for off, n in ranges:
+                g.narrow(dim, off, n).copy_(v.narrow(dim, pos, n))
+                seen[off:off + n] += 1
+                pos += n
+        assert bool((seen == 1).all()), f"{k}: the pieces in {paths} do not cover it exactly once"
+        out[k] = g
     return out
 
 

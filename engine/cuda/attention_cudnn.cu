@@ -1,0 +1,648 @@
+// attention_cudnn.cu — attention forward through cuDNN's fused flash attention, built with cuDNN's C
+// backend API (an operation graph of descriptors; no cudnn-frontend), for runtime.precision = bf16.
+//
+// STATUS: compiled and linked, never run — no machine this was written on had a GPU. Nothing here is
+// measured, and whether cuDNN accepts this graph is decided by cuDNN at run time. Every outcome other
+// than a verified success falls back to the backend's own kernel (attention.cu), which is also what
+// the CPU emulation runs (tests/cuda_emu/cudnn_stub.cpp says "refused"):
+//   - no cuDNN handle (cudnnCreate fails), RRFP_CUDNN_ATTENTION=0, head dim not a multiple of 8 or
+//     above 128, more than 2^31 elements: not tried;
+//   - a descriptor, the operation graph, the heuristics or every execution plan refused: that shape
+//     (S sequences, padded length, heads, head dim, causal) is remembered as refused;
+//   - the first run of each plan is checked against the backend's own kernel on the same inputs
+//     (outputs and lse within bf16 round-off: see SELF_CHECK_TOL); a mismatch disables cuDNN for the
+//     process with a warning. So a graph that cuDNN accepts but that means something else than this
+//     op (a stride, a ragged offset, a mask the wrong way round) costs one warning, not a model.
+//
+// The graph (cuDNN's "composite" SDPA pattern, as cudnn-frontend builds it): packed sequences are the
+// ragged layout (THD): Q, K, V, O of shape [B = S sequences, H, Smax, d] with strides [-, d, H d, 1]
+// and a ragged offset tensor (element offset of each sequence: cu_seqlens[b] * H d); the lse (stats)
+// [B, H, Smax, 1] with strides [-, 1, H, 1] and offsets cu_seqlens[b] * H, which is exactly engine.h's
+// (T, H) lse. Ops: S = Q K^T (GEMM M / N overridden by the sequence lengths), S *= 1/sqrt(d), the
+// padding mask (row < len and col < len, from GEN_INDEX) and for the LM the causal mask (row >= col)
+// as BINARY_SELECT with -inf, max / exp / sum reductions, stats = max + log(sum), P = exp / sum in
+// bf16, O = P V. Inputs are converted to bf16 (exact: in bf16 precision they already are bf16 values)
+// and O comes back rounded to bf16, the bf16 table's rounding point for attention outputs. Smax is the
+// packed length T rounded up to 64 (the true maximum is on the device; plans are cached per shape).
+//
+// The backward graph (cuda_cudnn_attention_backward) is opt-in, RRFP_CUDNN_ATTENTION_BWD=1: its
+// gradients are bf16, where the bf16 table keeps activation gradients f32 (see there).
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+
+#ifdef RRFP_HAVE_CUDNN
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+typedef cudnnBackendDescriptor_t Desc;
+
+namespace {
+
+// A graph under construction: every descriptor made, freed together; the first failure is kept.
+struct Graph {
+    std::vector<Desc> all;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    const char* what = "";
+    bool ok() const { return st == CUDNN_STATUS_SUCCESS; }
+    ~Graph() {
+        for (size_t i = all.size(); i-- > 0;) cudnnBackendDestroyDescriptor(all[i]);
+    }
+    Desc make(cudnnBackendDescriptorType_t t, const char* w) {
+        Desc d = NULL;
+        if (!ok()) return NULL;
+        st = cudnnBackendCreateDescriptor(t, &d);
+        if (!ok()) what = w;
+        else all.push_back(d);
+        return d;
+    }
+    void set(Desc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n, const void* v,
+             const char* w) {
+        if (!ok()) return;
+        st = cudnnBackendSetAttribute(d, a, t, n, v);
+        if (!ok()) what = w;
+    }
+    void fin(Desc d, const char* w) {
+        if (!ok()) return;
+        st = cudnnBackendFinalize(d);
+        if (!ok()) what = w;
+    }
+    Desc tensor(int64_t uid, cudnnDataType_t dt, const int64_t dims[4], const int64_t strides[4], bool virt,
+                bool by_value = false, Desc ragged = NULL) {
+        Desc t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
+        int64_t align = 16;
+        set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
+        set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
+        set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
+        set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "tensor strides");
+        set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor uid");
+        set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "tensor virtual");
+        if (by_value) set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "tensor by value");
+        if (ragged) set(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged, "ragged");
+        fin(t, "tensor");
+        return t;
+    }
+    Desc pointwise(cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = NULL, int64_t axis = -1) {
+        Desc p = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise");
+        cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+        set(p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+        set(p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise precision");
+        if (axis >= 0) set(p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise axis");
+        fin(p, "pointwise");
+        Desc op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "pointwise op");
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p, "pointwise op");
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise x");
+        if (b) set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "pointwise b");
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise y");
+        if (t) set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, "pointwise t");
+        fin(op, "pointwise op");
+        return op;
+    }
+    Desc reduction(cudnnReduceTensorOp_t r, Desc x, Desc y) {
+        Desc d = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction");
+        cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+        set(d, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &r, "reduction operator");
+        set(d, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "reduction precision");
+        fin(d, "reduction");
+        Desc op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "reduction op");
+        set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reduction x");
+        set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reduction y");
+        set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d, "reduction desc");
+        fin(op, "reduction op");
+        return op;
+    }
+    Desc reshape(Desc x, Desc y) { // y: x's values seen through y's dims and strides (a transpose)
+        Desc op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "reshape op");
+        set(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "reshape x");
+        set(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reshape y");
+        fin(op, "reshape op");
+        return op;
+    }
+    Desc matmul(Desc a, Desc b, Desc c, Desc m_override, Desc n_override, Desc k_override) {
+        Desc d = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul");
+        cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+        set(d, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "matmul precision");
+        fin(d, "matmul");
+        Desc op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "matmul op");
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "matmul a");
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "matmul b");
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d, "matmul desc");
+        if (m_override)
+            set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m_override, "m");
+        if (n_override)
+            set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n_override, "n");
+        if (k_override)
+            set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k_override, "k");
+        fin(op, "matmul op");
+        return op;
+    }
+};
+
+// Tensor uids of the forward graph's device buffers (the variant pack's order).
+enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_SEQ_Q, U_SEQ_KV, U_OFF_QKV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O,
+       U_OFF_STATS, U_NEG_INF,
+       // backward: dO in, dQ dK dV out, K and V seen untransposed, the row sums of dO * O
+       U_DO, U_DQ, U_DK, U_DV, U_K_N, U_VT, U_DSUM, U_OFF_DO, U_OFF_DQ, U_OFF_DK, U_OFF_DV, U_VIRT = 100 };
+
+struct Plan {
+    int S, Smax, H, d, causal, backward;
+    int refused;     // 1: cuDNN said no for this shape
+    int checked;     // the first run was compared with the own kernel
+    Desc plan;       // execution plan (owned: its graph's descriptors are kept in `keep`)
+    Graph* keep;
+    int64_t workspace;
+};
+
+struct State {
+    int tried, disabled;
+    cudnnHandle_t handle;
+    std::vector<Plan> plans;
+    void* scratch; // bf16 q, k, v, o; int32 offsets and lengths; workspace
+    size_t scratch_bytes;
+};
+State g_state;
+
+const double SELF_CHECK_TOL = 2.0 / 128.0; // outputs are rounded to bf16 (2^-8 relative) by both paths,
+                                            // after sums in another order: a few bf16 ulps
+
+bool cudnn_ready() {
+    State& s = g_state;
+    if (s.disabled) return false;
+    if (!s.tried) {
+        s.tried = 1;
+        const char* e = getenv("RRFP_CUDNN_ATTENTION");
+        if (e && !strcmp(e, "0")) {
+            s.disabled = 1;
+            return false;
+        }
+        if (cudnnCreate(&s.handle) != CUDNN_STATUS_SUCCESS) {
+            (void)cudaGetLastError();
+            s.disabled = 1;
+            return false;
+        }
+    }
+    return true;
+}
+
+// The operation graph of `ops`, cuDNN's heuristics, and the first execution plan that finalises: into
+// p (p->refused stays 1 when none does; g is then freed, else kept with the plan).
+void finish_plan(Graph* g, std::vector<Desc>& ops, Plan* pp) {
+    State& s = g_state;
+    Plan& p = *pp;
+    Desc graph = g->make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+    g->set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)ops.size(), ops.data(), "ops");
+    g->set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &s.handle, "graph handle");
+    g->fin(graph, "operation graph");
+    Desc heur = g->make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    g->set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heur graph");
+    g->set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heur mode");
+    g->fin(heur, "heuristics");
+    Desc cfg[8];
+    int64_t n_cfg = 0;
+    for (int i = 0; i < 8; i++) cfg[i] = g->make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+    if (g->ok()) {
+        g->st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 8, &n_cfg, cfg);
+        if (!g->ok()) g->what = "heuristics results";
+    }
+    for (int64_t i = 0; g->ok() && i < n_cfg && !p.plan; i++) {
+        Desc plan = NULL;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) break;
+        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &s.handle) ==
+                CUDNN_STATUS_SUCCESS &&
+            cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &cfg[i]) == CUDNN_STATUS_SUCCESS &&
+            cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS) {
+            int64_t got = 0;
+            cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
+                                     &p.workspace);
+            p.plan = plan;
+        } else {
+            cudnnBackendDestroyDescriptor(plan);
+        }
+    }
+    if (g->ok() && p.plan) {
+        p.refused = 0;
+        p.keep = g;
+        g->all.push_back(p.plan);
+    } else {
+        if (getenv("RRFP_CUDNN_VERBOSE"))
+            fprintf(stderr, "rrfp-mm: cuDNN attention refused (S %d, Smax %d, H %d, d %d, causal %d) at %s: %s\n", p.S, p.Smax,
+                    p.H, p.d, p.causal, g->ok() ? "execution plan" : g->what, cudnnGetErrorString(g->st));
+        delete g;
+    }
+}
+
+// Build (once per shape) the forward plan, or remember that cuDNN refused it.
+Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
+    State& s = g_state;
+    for (auto& p : s.plans)
+        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && !p.backward)
+            return p.refused ? NULL : &p;
+    Plan p = {S, Smax, H, d, causal, 0, 1, 0, NULL, NULL, 0};
+    Graph* g = new Graph();
+    int64_t B = S, L = Smax, HD = (int64_t)H * d;
+    int64_t dq[4] = {B, H, L, d}, sq[4] = {L * HD, d, HD, 1};
+    int64_t dkt[4] = {B, H, d, L}, skt[4] = {L * HD, d, 1, HD};
+    int64_t ds[4] = {B, H, L, L}, ss[4] = {(int64_t)H * L * L, L * L, L, 1};
+    int64_t dst[4] = {B, H, L, 1}, sst[4] = {L * H, 1, H, 1};
+    int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
+    int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1};
+    int64_t doff[4] = {B + 1, 1, 1, 1};
+    Desc off_q = g->tensor(U_OFF_Q, CUDNN_DATA_INT32, doff, sseq, false);
+    Desc off_k = g->tensor(U_OFF_K, CUDNN_DATA_INT32, doff, sseq, false);
+    Desc off_v = g->tensor(U_OFF_V, CUDNN_DATA_INT32, doff, sseq, false);
+    Desc off_o = g->tensor(U_OFF_O, CUDNN_DATA_INT32, doff, sseq, false);
+    Desc off_st = g->tensor(U_OFF_STATS, CUDNN_DATA_INT32, doff, sseq, false);
+    Desc q = g->tensor(U_Q, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off_q);
+    Desc kt = g->tensor(U_K, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off_k);
+    Desc v = g->tensor(U_V, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off_v);
+    Desc o = g->tensor(U_O, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off_o);
+    Desc stats = g->tensor(U_STATS, CUDNN_DATA_FLOAT, dst, sst, false, false, off_st);
+    Desc scale = g->tensor(U_SCALE, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
+    Desc neg_inf = g->tensor(U_NEG_INF, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
+    Desc seq_q = g->tensor(U_SEQ_Q, CUDNN_DATA_INT32, dseq, sseq, false);
+    Desc seq_kv = g->tensor(U_SEQ_KV, CUDNN_DATA_INT32, dseq, sseq, false);
+    int64_t vid = U_VIRT;
+    auto virt = [&](cudnnDataType_t t, const int64_t* dims, const int64_t* strides) {
+        return g->tensor(vid++, t, dims, strides, true);
+    };
+    std::vector<Desc> ops;
+    Desc s0 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->matmul(q, kt, s0, seq_q, seq_kv, NULL));
+    Desc s1 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1));
+    Desc row = virt(CUDNN_DATA_INT32, ds, ss), col = virt(CUDNN_DATA_INT32, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, NULL, row, NULL, 2));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, NULL, col, NULL, 3));
+    Desc rm = virt(CUDNN_DATA_BOOLEAN, ds, ss), cm = virt(CUDNN_DATA_BOOLEAN, ds, ss), pm = virt(CUDNN_DATA_BOOLEAN, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_CMP_LT, row, seq_q, rm));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_CMP_LT, col, seq_kv, cm));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_LOGICAL_AND, rm, cm, pm));
+    Desc s2 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_BINARY_SELECT, s1, neg_inf, s2, pm));
+    Desc s3 = s2;
+    if (causal) {
+        Desc cz = virt(CUDNN_DATA_BOOLEAN, ds, ss);
+        ops.push_back(g->pointwise(CUDNN_POINTWISE_CMP_GE, row, col, cz));
+        s3 = virt(CUDNN_DATA_FLOAT, ds, ss);
+        ops.push_back(g->pointwise(CUDNN_POINTWISE_BINARY_SELECT, s2, neg_inf, s3, cz));
+    }
+    int64_t srow[4] = {H * L, L, 1, 1};
+    Desc mx = virt(CUDNN_DATA_FLOAT, dst, srow);
+    ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_MAX, s3, mx));
+    Desc s4 = virt(CUDNN_DATA_FLOAT, ds, ss), e = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_SUB, s3, mx, s4));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_EXP, s4, NULL, e));
+    Desc z = virt(CUDNN_DATA_FLOAT, dst, srow), lz = virt(CUDNN_DATA_FLOAT, dst, srow);
+    ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_ADD, e, z));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_LOG, z, NULL, lz));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_ADD, mx, lz, stats));
+    Desc pr = virt(CUDNN_DATA_BFLOAT16, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_DIV, e, z, pr));
+    ops.push_back(g->matmul(pr, v, o, seq_q, NULL, seq_kv));
+
+    finish_plan(g, ops, &p);
+    s.plans.push_back(p);
+    return p.refused ? NULL : &s.plans.back();
+}
+
+
+// Build (once per shape) the backward plan: dQ, dK, dV from Q, K, V, O, dO and the stats (cuDNN's
+// composite SDPA backward: P recomputed as exp(S - stats), dV = P^T dO, dP = dO V^T,
+// dS = P (dP - rowsum(dO O)) / sqrt(d), dQ = dS K, dK = dS^T Q; transposes as reshapes).
+Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
+    State& s = g_state;
+    for (auto& p : s.plans)
+        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && p.backward)
+            return p.refused ? NULL : &p;
+    Plan p = {S, Smax, H, d, causal, 1, 1, 0, NULL, NULL, 0};
+    Graph* g = new Graph();
+    int64_t B = S, L = Smax, HD = (int64_t)H * d;
+    int64_t dq[4] = {B, H, L, d}, sq[4] = {L * HD, d, HD, 1};
+    int64_t dkt[4] = {B, H, d, L}, skt[4] = {L * HD, d, 1, HD};
+    int64_t sdense[4] = {H * L * d, L * d, d, 1};
+    int64_t ds[4] = {B, H, L, L}, ss[4] = {(int64_t)H * L * L, L * L, L, 1}, sst_t[4] = {(int64_t)H * L * L, L * L, 1, L};
+    int64_t dst[4] = {B, H, L, 1}, sst[4] = {L * H, 1, H, 1}, srow[4] = {H * L, L, 1, 1};
+    int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
+    int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1}, doff[4] = {B + 1, 1, 1, 1};
+    auto off = [&](int64_t uid) { return g->tensor(uid, CUDNN_DATA_INT32, doff, sseq, false); };
+    Desc q = g->tensor(U_Q, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_Q));
+    Desc kt = g->tensor(U_K, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off(U_OFF_K));
+    Desc kn = g->tensor(U_K_N, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_K + 1000));
+    Desc vt = g->tensor(U_VT, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off(U_OFF_V));
+    Desc o = g->tensor(U_O, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_O));
+    Desc dout = g->tensor(U_DO, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DO));
+    Desc dqt = g->tensor(U_DQ, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DQ));
+    Desc dkd = g->tensor(U_DK, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DK));
+    Desc dvd = g->tensor(U_DV, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DV));
+    Desc stats = g->tensor(U_STATS, CUDNN_DATA_FLOAT, dst, sst, false, false, off(U_OFF_STATS));
+    Desc dsum = g->tensor(U_DSUM, CUDNN_DATA_FLOAT, dst, srow, false);
+    Desc scale = g->tensor(U_SCALE, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
+    Desc neg_inf = g->tensor(U_NEG_INF, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
+    Desc seq_q = g->tensor(U_SEQ_Q, CUDNN_DATA_INT32, dseq, sseq, false);
+    Desc seq_kv = g->tensor(U_SEQ_KV, CUDNN_DATA_INT32, dseq, sseq, false);
+    int64_t vid = U_VIRT;
+    auto virt = [&](cudnnDataType_t t, const int64_t* dims, const int64_t* strides) {
+        return g->tensor(vid++, t, dims, strides, true);
+    };
+    std::vector<Desc> ops;
+    Desc doo = virt(CUDNN_DATA_FLOAT, dq, sdense);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, dout, o, doo));
+    ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_ADD, doo, dsum));
+    Desc s0 = virt(CUDNN_DATA_FLOAT, ds, ss), s1 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->matmul(q, kt, s0, seq_q, seq_kv, NULL));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1));
+    Desc row = virt(CUDNN_DATA_INT32, ds, ss), col = virt(CUDNN_DATA_INT32, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, NULL, row, NULL, 2));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_GEN_INDEX, s1, NULL, col, NULL, 3));
+    Desc rm = virt(CUDNN_DATA_BOOLEAN, ds, ss), cm = virt(CUDNN_DATA_BOOLEAN, ds, ss), pm = virt(CUDNN_DATA_BOOLEAN, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_CMP_LT, row, seq_q, rm));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_CMP_LT, col, seq_kv, cm));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_LOGICAL_AND, rm, cm, pm));
+    Desc s2 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_BINARY_SELECT, s1, neg_inf, s2, pm));
+    Desc s3 = s2;
+    if (causal) {
+        Desc cz = virt(CUDNN_DATA_BOOLEAN, ds, ss);
+        ops.push_back(g->pointwise(CUDNN_POINTWISE_CMP_GE, row, col, cz));
+        s3 = virt(CUDNN_DATA_FLOAT, ds, ss);
+        ops.push_back(g->pointwise(CUDNN_POINTWISE_BINARY_SELECT, s2, neg_inf, s3, cz));
+    }
+    Desc s4 = virt(CUDNN_DATA_FLOAT, ds, ss), pr = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_SUB, s3, stats, s4));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_EXP, s4, NULL, pr));
+    Desc p16 = virt(CUDNN_DATA_BFLOAT16, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_IDENTITY, pr, NULL, p16));
+    int64_t dst_t[4] = {B, H, L, L};
+    Desc p16t = virt(CUDNN_DATA_BFLOAT16, dst_t, sst_t);
+    ops.push_back(g->reshape(p16, p16t));
+    ops.push_back(g->matmul(p16t, dout, dvd, seq_kv, NULL, seq_q));
+    Desc dp = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->matmul(dout, vt, dp, seq_q, seq_kv, NULL));
+    Desc t1 = virt(CUDNN_DATA_FLOAT, ds, ss), t2 = virt(CUDNN_DATA_FLOAT, ds, ss), t3 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_SUB, dp, dsum, t1));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, pr, t1, t2));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, t2, scale, t3));
+    Desc ds16 = virt(CUDNN_DATA_BFLOAT16, ds, ss), ds16t = virt(CUDNN_DATA_BFLOAT16, dst_t, sst_t);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_IDENTITY, t3, NULL, ds16));
+    ops.push_back(g->matmul(ds16, kn, dqt, seq_q, NULL, seq_kv));
+    ops.push_back(g->reshape(ds16, ds16t));
+    ops.push_back(g->matmul(ds16t, q, dkd, seq_kv, NULL, seq_q));
+    finish_plan(g, ops, &p);
+    s.plans.push_back(p);
+    return p.refused ? NULL : &s.plans.back();
+}
+
+// ---- small kernels: bf16 packing, offsets --------------------------------------------------------
+
+__global__ void pack_bf16_kernel(uint16_t* out, const float* in, int T, int W, int ld) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)T * W) out[i] = rr_f32_to_bf16(in[(i / W) * (size_t)ld + i % W]);
+}
+// out (rows of stride ld) += in (compact bf16, W per row)
+__global__ void add_bf16_rows_kernel(float* out, const uint16_t* in, int T, int W, int ld) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)T * W) out[(i / W) * (size_t)ld + i % W] += rr_bf16_to_f32(in[i]);
+}
+// bad += count of |x - y| > rtol |y| + atol, x compact bf16 (W per row), y f32 rows of stride ld
+__global__ void compare_rows_kernel(float* bad, const uint16_t* x16, const float* y, int T, int W, int ld, float rtol,
+                                    float atol) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)T * W) {
+        float x = rr_bf16_to_f32(x16[i]), r = y[(i / W) * (size_t)ld + i % W];
+        if (!(fabsf(x - r) <= rtol * fabsf(r) + atol)) atomicAdd(bad, 1.0f);
+    }
+}
+__global__ void unpack_bf16_kernel(float* out, const uint16_t* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_bf16_to_f32(in[i]);
+}
+// off_qkvo[b] = cu[b] * HD, off_stats[b] = cu[b] * H (b <= S), seq[b] = cu[b + 1] - cu[b] (b < S)
+__global__ void offsets_kernel(int* off_x, int* off_st, int* seq, const int* cu, int S, int H, int HD) {
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b <= S) {
+        off_x[b] = cu[b] * HD;
+        off_st[b] = cu[b] * H;
+    }
+    if (b < S) seq[b] = cu[b + 1] - cu[b];
+}
+__global__ void compare_kernel(float* bad, const float* a, const float* b, size_t n, float tol) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = a[i], y = b[i];
+        if (!(fabsf(x - y) <= tol * (1.0f + fabsf(y)))) atomicAdd(bad, 1.0f);
+    }
+}
+
+void* scratch(size_t bytes) {
+    State& s = g_state;
+    if (bytes > s.scratch_bytes) {
+        if (s.scratch) cudaCheck(cudaFree(s.scratch));
+        cudaCheck(cudaMalloc(&s.scratch, bytes));
+        s.scratch_bytes = bytes;
+    }
+    return s.scratch;
+}
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+} // namespace
+
+// Returns 1 when cuDNN computed out (rounded to bf16) and lse; 0 when the caller must run its own kernel.
+int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                 int causal) {
+    if (d % 8 != 0 || d > 128 || S < 1 || T < 1 || (size_t)T * H * d >= ((size_t)1 << 31) || !cudnn_ready()) return 0;
+    int Smax = (T + 63) / 64 * 64;
+    Plan* p = forward_plan(S, Smax, H, d, causal);
+    if (!p) return 0;
+    cudaStream_t st = cuda_stream(be);
+    size_t n = (size_t)T * H * d, HD = (size_t)H * d;
+    size_t o16 = 3 * align256(n * 2), offs = o16 + align256(n * 2);
+    size_t ws = offs + align256(sizeof(int) * (size_t)(3 * S + 3)) + 256, chk = ws + align256((size_t)p->workspace);
+    size_t need = chk + (p->checked ? 0 : align256((n + (size_t)T * H) * sizeof(float)) + 256);
+    char* base = (char*)scratch(need);
+    uint16_t* q16 = (uint16_t*)base;
+    uint16_t* k16 = (uint16_t*)(base + align256(n * 2));
+    uint16_t* v16 = (uint16_t*)(base + 2 * align256(n * 2));
+    uint16_t* out16 = (uint16_t*)(base + o16);
+    int* off_x = (int*)(base + offs);
+    int* off_st = off_x + (S + 1);
+    int* seq = off_st + (S + 1);
+    void* work = base + ws;
+    const unsigned B = 256;
+    pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(q16, q, T, (int)HD, ld_qkv);
+    pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(k16, k, T, (int)HD, ld_qkv);
+    pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(v16, v, T, (int)HD, ld_qkv);
+    offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
+    cudaCheck(cudaGetLastError());
+    // the first run of a plan writes into check buffers: compared with the own kernel before trusted
+    float* o_dst = out;
+    float* lse_dst = lse;
+    if (!p->checked) {
+        o_dst = (float*)(base + chk);
+        lse_dst = o_dst + n;
+    }
+    float scale = 1.0f / sqrtf((float)d), neg_inf = -INFINITY;
+    int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF, U_SEQ_Q, U_SEQ_KV,
+                      U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O, U_OFF_STATS};
+    void* ptrs[] = {q16, k16, v16, out16, lse_dst, &scale, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_st};
+    Graph g;
+    Desc vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 14, uids, "uids");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 14, ptrs, "pointers");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work, "workspace");
+    g.fin(vp, "variant pack");
+    if (g.ok() && cudnnSetStream(g_state.handle, st) == CUDNN_STATUS_SUCCESS)
+        g.st = cudnnBackendExecute(g_state.handle, p->plan, vp);
+    if (!g.ok()) {
+        p->refused = 1;
+        return 0;
+    }
+    unpack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(o_dst, out16, n);
+    cudaCheck(cudaGetLastError());
+    if (!p->checked) {
+        // the backend's own kernel on the same inputs, rounded as the bf16 table rounds
+        cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+        cuda_round_bf16(be, out, out, n);
+        float* bad = lse_dst + (size_t)T * H;
+        cudaCheck(cudaMemsetAsync(bad, 0, sizeof(float), st));
+        compare_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, o_dst, out, n, (float)SELF_CHECK_TOL);
+        compare_kernel<<<ceil_div_z((size_t)T * H, B), B, 0, st>>>(bad, lse_dst, lse, (size_t)T * H, 1e-3f);
+        float nbad = 0;
+        cudaCheck(cudaMemcpyAsync(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost, st));
+        cudaCheck(cudaStreamSynchronize(st));
+        p->checked = 1;
+        if (getenv("RRFP_CUDNN_VERBOSE"))
+            fprintf(stderr, "rrfp-mm: cuDNN attention (S %d, T %d, H %d, d %d, causal %d): first run %s the backend's "
+                    "own kernel (%.0f values apart)\n", S, T, H, d, causal, nbad > 0 ? "DIFFERS from" : "matches", nbad);
+        if (nbad > 0) {
+            fprintf(stderr, "rrfp-mm: warning: cuDNN attention (S %d, T %d, H %d, d %d, causal %d) differs from the "
+                    "backend's own kernel in %.0f values on its first run: cuDNN attention is off for this process\n",
+                    S, T, H, d, causal, nbad);
+            g_state.disabled = 1;
+        }
+        return 1; // out and lse hold the own kernel's results
+    }
+    return 1;
+}
+
+
+// Opt-in (RRFP_CUDNN_ATTENTION_BWD=1): cuDNN's gradients come back in bf16 (the GPU's usual flash
+// attention backward), where the bf16 table's contract keeps activation gradients f32 and the CPU
+// reference follows that contract; and dO is rounded to bf16 on the way in. Returns 1 when dq, dk, dv
+// (each may be NULL) got cuDNN's gradients added, 0 when the caller must run its own kernel.
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    const char* e = getenv("RRFP_CUDNN_ATTENTION_BWD");
+    if (!e || strcmp(e, "1") != 0) return 0;
+    if (d % 8 != 0 || d > 128 || S < 1 || T < 1 || (size_t)T * H * d >= ((size_t)1 << 31) || !cudnn_ready()) return 0;
+    int Smax = (T + 63) / 64 * 64;
+    Plan* p = backward_plan(S, Smax, H, d, causal);
+    if (!p) return 0;
+    cudaStream_t st = cuda_stream(be);
+    size_t n = (size_t)T * H * d, HD = (size_t)H * d, a = align256(n * 2);
+    size_t dsum_at = 8 * a, offs = dsum_at + align256((size_t)S * H * Smax * sizeof(float));
+    size_t ws = offs + align256(sizeof(int) * (size_t)(3 * S + 3)) + 256, chk = ws + align256((size_t)p->workspace);
+    size_t need = chk + (p->checked ? 0 : align256((size_t)3 * T * ld_qkv * sizeof(float)) + 256);
+    char* base = (char*)scratch(need);
+    uint16_t* b16[8];
+    for (int i = 0; i < 8; i++) b16[i] = (uint16_t*)(base + (size_t)i * a); // q k v o do dq dk dv
+    float* dsum = (float*)(base + dsum_at);
+    int* off_x = (int*)(base + offs);
+    int* off_st = off_x + (S + 1);
+    int* seq = off_st + (S + 1);
+    void* work = base + ws;
+    const unsigned B = 256;
+    const float* src[5] = {q, k, v, out, dout};
+    int lds[5] = {ld_qkv, ld_qkv, ld_qkv, (int)HD, (int)HD};
+    for (int i = 0; i < 5; i++) pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(b16[i], src[i], T, (int)HD, lds[i]);
+    offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
+    cudaCheck(cudaGetLastError());
+    float scale = 1.0f / sqrtf((float)d), neg_inf = -INFINITY;
+    int64_t uids[] = {U_Q, U_K, U_K_N, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_SCALE, U_NEG_INF,
+                      U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_K + 1000, U_OFF_V, U_OFF_O, U_OFF_DO, U_OFF_DQ,
+                      U_OFF_DK, U_OFF_DV, U_OFF_STATS};
+    void* ptrs[] = {b16[0], b16[1], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6], b16[7], (void*)lse, dsum,
+                    &scale, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_st};
+    const int64_t nv = (int64_t)(sizeof uids / sizeof uids[0]);
+    Graph g;
+    Desc vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nv, uids, "uids");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nv, ptrs, "pointers");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work, "workspace");
+    g.fin(vp, "variant pack");
+    if (g.ok() && cudnnSetStream(g_state.handle, st) == CUDNN_STATUS_SUCCESS)
+        g.st = cudnnBackendExecute(g_state.handle, p->plan, vp);
+    if (!g.ok()) {
+        p->refused = 1;
+        return 0;
+    }
+    if (!p->checked) {
+        // the own kernel's gradients of the same inputs, into zeroed buffers of the same stride
+        float* own = (float*)(base + chk);
+        float* bad = own + (size_t)3 * T * ld_qkv;
+        size_t one = (size_t)T * ld_qkv;
+        cudaCheck(cudaMemsetAsync(own, 0, (3 * one + 1) * sizeof(float), st));
+        cuda_attention_backward(be, own, own + one, own + 2 * one, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d,
+                                ld_qkv, causal);
+        for (int i = 0; i < 3; i++)
+            compare_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, b16[5 + i], own + (size_t)i * one, T, (int)HD,
+                                                               ld_qkv, 1.0f / 32, 1e-4f);
+        cudaCheck(cudaGetLastError());
+        float nbad = 0;
+        cudaCheck(cudaMemcpyAsync(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost, st));
+        cudaCheck(cudaStreamSynchronize(st));
+        p->checked = 1;
+        if (getenv("RRFP_CUDNN_VERBOSE"))
+            fprintf(stderr, "rrfp-mm: cuDNN attention backward (S %d, T %d, H %d, d %d, causal %d): first run %s the "
+                    "backend's own kernel (%.0f values apart)\n", S, T, H, d, causal, nbad > 0 ? "DIFFERS from" : "matches",
+                    nbad);
+        if (nbad > 0) {
+            fprintf(stderr, "rrfp-mm: warning: cuDNN attention backward differs from the backend's own kernel in %.0f "
+                    "values on its first run: cuDNN attention is off for this process\n", nbad);
+            g_state.disabled = 1;
+        }
+        return 0; // this time the caller's own kernel adds the gradients
+    }
+    float* outs[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++)
+        if (outs[i]) add_bf16_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(outs[i], b16[5 + i], T, (int)HD, ld_qkv);
+    cudaCheck(cudaGetLastError());
+    return 1;
+}
+
+#else // no cuDNN in this build
+
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    (void)be, (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k, (void)v;
+    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
+    return 0;
+}
+
+int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                 int causal) {
+    (void)be, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d;
+    (void)ld_qkv, (void)causal;
+    return 0;
+}
+
+#endif
+
+// Whether this build has cuDNN attention and it is not turned off (tests: what the gpu test compares).
+int cuda_cudnn_attention_available(void) {
+#ifdef RRFP_HAVE_CUDNN
+    return cudnn_ready() ? 1 : 0;
+#else
+    return 0;
+#endif
+}

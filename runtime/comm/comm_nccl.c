@@ -1,0 +1,494 @@
+/* comm_nccl.c — CommOps over NCCL (see comm.h, "the NCCL implementation"). Built into librrfp-nccl.so
+ * (opened on first use by comm_nccl_loader.c) and, for the CPU emulation, compiled as C++ against
+ * tests/cuda_emu's cuda_runtime.h and nccl.h (NCCL emulated over MPI), so the same code runs here.
+ *
+ * Layout of a device group of n ranks:
+ *   - coll: one communicator over the group, on its own stream (collectives: TP / DP all-reduces);
+ *   - links: for each ring neighbour q (rank +- 1 mod n), an outgoing communicator (2 ranks: this
+ *     rank 0, q rank 1) and an incoming one (q rank 0, this rank 1), each on its own stream. NCCL
+ *     point-to-point is tagless, FIFO per communicator, and a receive enqueued on a stream blocks
+ *     what follows it there until its message comes; with one communicator per direction a receive
+ *     posted ahead (the FIFO protocol's next header) never holds up a send.
+ * Every request is a CUDA event recorded after its operation; test() polls it (cudaEventQuery) and
+ * never blocks. Host buffers of p2p messages (headers, notices: at most COMM_HOST_STAGE_BYTES) go
+ * through a pinned + device staging ring allocated at creation; a receive's bytes reach the host
+ * buffer when test() sees its event complete. Host-memory collectives go over the MPI group. */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/util.h"
+#include "runtime/comm/comm.h"
+
+#define STAGE_SLOTS 256
+
+typedef struct {
+    ncclComm_t nc; /* NULL: no link to that rank */
+    cudaStream_t stream;
+} Link;
+
+typedef struct {
+    Comm* host; /* the MPI group of the same ranks (owned) */
+    ncclComm_t coll;
+    cudaStream_t coll_stream;
+    Link* out; /* (size) by peer */
+    Link* in;  /* (size) by peer */
+    unsigned char* dev_stage; /* STAGE_SLOTS x COMM_HOST_STAGE_BYTES, device */
+    unsigned char* pin_stage; /* the same, pinned host */
+    unsigned char busy[STAGE_SLOTS];
+    cudaEvent_t* free_ev;
+    int n_free_ev, cap_free_ev;
+    int broken; /* an operation was cancelled: NCCL cannot take one back, the group is aborted */
+} NcclComm;
+
+struct CommReq {
+    cudaEvent_t ev;  /* NULL: a host request (host_req) */
+    CommReq* host_req;
+    void* host_dst;  /* a staged receive: its bytes go here on completion */
+    int slot;        /* staging slot, -1: none */
+    size_t bytes;
+};
+
+static NcclComm* nimpl(const Comm* c) { return (NcclComm*)c->impl; }
+
+static int nccl_fail(const Comm* c, const char* what, ncclResult_t r, char* err, size_t err_len) {
+    snprintf(err, err_len, "rank %d of group '%s': %s failed: %s", c->rank, c->name, what, ncclGetErrorString(r));
+    return -1;
+}
+static int cuda_fail(const Comm* c, const char* what, cudaError_t e, char* err, size_t err_len) {
+    snprintf(err, err_len, "rank %d of group '%s': %s failed: %s", c->rank, c->name, what, cudaGetErrorString(e));
+    return -1;
+}
+#define NCCL_TRY(call)                                                      \
+    do {                                                                    \
+        ncclResult_t r_ = (call);                                           \
+        if (r_ != ncclSuccess) return nccl_fail(c, #call, r_, err, err_len); \
+    } while (0)
+#define CUDA_TRY(call)                                                      \
+    do {                                                                    \
+        cudaError_t e_ = (call);                                            \
+        if (e_ != cudaSuccess) return cuda_fail(c, #call, e_, err, err_len); \
+    } while (0)
+
+static int is_device(const void* p) {
+    if (!p) return 0;
+    struct cudaPointerAttributes a;
+    memset(&a, 0, sizeof a);
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static ncclDataType_t nccl_type(CommType t) {
+    switch (t) {
+    case COMM_BYTE: return ncclUint8;
+    case COMM_I32: return ncclInt32;
+    case COMM_I64: return ncclInt64;
+    case COMM_F32: return ncclFloat32;
+    case COMM_F64: return ncclFloat64;
+    }
+    return ncclUint8;
+}
+static ncclRedOp_t nccl_op(CommOp op) { return op == COMM_MAX ? ncclMax : op == COMM_MIN ? ncclMin : ncclSum; }
+
+static int check_usable(const Comm* c, char* err, size_t err_len) {
+    if (!nimpl(c)->broken) return 0;
+    snprintf(err, err_len, "rank %d of group '%s': the NCCL group was aborted (a pending operation was cancelled)",
+             c->rank, c->name);
+    return -1;
+}
+
+static int slot_get(Comm* c, size_t bytes, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (bytes > COMM_HOST_STAGE_BYTES) {
+        snprintf(err, err_len, "rank %d of group '%s': a %zu-byte host buffer over NCCL (at most %d bytes are staged: "
+                 "larger payloads must be device memory)", c->rank, c->name, bytes, COMM_HOST_STAGE_BYTES);
+        return -1;
+    }
+    for (int i = 0; i < STAGE_SLOTS; i++)
+        if (!n->busy[i]) {
+            n->busy[i] = 1;
+            return i;
+        }
+    snprintf(err, err_len, "rank %d of group '%s': more than %d staged host messages in flight", c->rank, c->name,
+             STAGE_SLOTS);
+    return -1;
+}
+
+/* A request completing with the work enqueued so far on `stream`. */
+static int make_req(Comm* c, cudaStream_t stream, void* host_dst, int slot, size_t bytes, CommReq** req, char* err,
+                    size_t err_len) {
+    NcclComm* n = nimpl(c);
+    cudaEvent_t ev = NULL;
+    if (n->n_free_ev > 0) ev = n->free_ev[--n->n_free_ev];
+    else CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_TRY(cudaEventRecord(ev, stream));
+    CommReq* r = (CommReq*)callocCheck(1, sizeof *r);
+    r->ev = ev;
+    r->host_dst = host_dst;
+    r->slot = slot;
+    r->bytes = bytes;
+    *req = r;
+    return 0;
+}
+
+static void req_release(NcclComm* n, CommReq* r) {
+    if (r->slot >= 0) n->busy[r->slot] = 0;
+    if (r->ev) {
+        if (n->n_free_ev == n->cap_free_ev) {
+            n->cap_free_ev = n->cap_free_ev ? 2 * n->cap_free_ev : 64;
+            n->free_ev = (cudaEvent_t*)reallocCheck(n->free_ev, (size_t)n->cap_free_ev * sizeof *n->free_ev);
+        }
+        n->free_ev[n->n_free_ev++] = r->ev;
+    }
+    free(r);
+}
+
+static int link_of(Comm* c, Link* links, int peer, const char* dir, Link** out, char* err, size_t err_len) {
+    if (peer < 0 || peer >= c->size || !links[peer].nc) {
+        snprintf(err, err_len, "rank %d of group '%s' has no NCCL link %s rank %d (links join ring neighbours only; "
+                 "device memory cannot go to another rank, host memory goes over MPI)", c->rank, c->name, dir, peer);
+        return -1;
+    }
+    *out = &links[peer];
+    return 0;
+}
+
+/* A host-memory message to or from a rank that is not a ring neighbour (a TP leader's choice to its third
+ * peer) goes over the MPI group, with its tag: every message between those two ranks does, so each
+ * pair's messages stay in one ordered channel. */
+static int host_p2p(Comm* c, int peer, const void* buf, Link* links) {
+    return peer >= 0 && peer < c->size && peer != c->rank && !links[peer].nc && !is_device(buf);
+}
+static CommReq* wrap_host(CommReq* hr) {
+    CommReq* r = (CommReq*)callocCheck(1, sizeof *r);
+    r->slot = -1;
+    r->host_req = hr;
+    return r;
+}
+
+static int n_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, int sync, CommReq** req, char* err,
+                   size_t err_len) {
+    NcclComm* n = nimpl(c);
+    Link* l;
+    if (host_p2p(c, peer, buf, n->out)) {
+        CommReq* hr = NULL;
+        if (n->host->ops->isend(n->host, peer, tag, buf, bytes, sync, &hr, err, err_len) != 0) return -1;
+        *req = wrap_host(hr);
+        return 0;
+    }
+    (void)tag, (void)sync; /* tagless and FIFO; a send completes when its receiver has the data */
+    if (check_usable(c, err, err_len) || link_of(c, n->out, peer, "to", &l, err, err_len)) return -1;
+    const void* src = buf;
+    int slot = -1;
+    if (bytes && !is_device(buf)) {
+        if ((slot = slot_get(c, bytes, err, err_len)) < 0) return -1;
+        unsigned char* pin = n->pin_stage + (size_t)slot * COMM_HOST_STAGE_BYTES;
+        unsigned char* dev = n->dev_stage + (size_t)slot * COMM_HOST_STAGE_BYTES;
+        memcpy(pin, buf, bytes);
+        CUDA_TRY(cudaMemcpyAsync(dev, pin, bytes, cudaMemcpyHostToDevice, l->stream));
+        src = dev;
+    }
+    NCCL_TRY(ncclSend(src, bytes, ncclUint8, 1, l->nc, l->stream));
+    return make_req(c, l->stream, NULL, slot, bytes, req, err, err_len);
+}
+
+static int n_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    Link* l;
+    if (host_p2p(c, peer, buf, n->in)) {
+        CommReq* hr = NULL;
+        if (n->host->ops->irecv(n->host, peer, tag, buf, bytes, &hr, err, err_len) != 0) return -1;
+        *req = wrap_host(hr);
+        return 0;
+    }
+    if (check_usable(c, err, err_len) || link_of(c, n->in, peer, "from", &l, err, err_len)) return -1;
+    void* dst = buf;
+    void* host_dst = NULL;
+    int slot = -1;
+    if (bytes && !is_device(buf)) {
+        if ((slot = slot_get(c, bytes, err, err_len)) < 0) return -1;
+        dst = n->dev_stage + (size_t)slot * COMM_HOST_STAGE_BYTES;
+        host_dst = buf;
+    }
+    NCCL_TRY(ncclRecv(dst, bytes, ncclUint8, 0, l->nc, l->stream));
+    if (slot >= 0)
+        CUDA_TRY(cudaMemcpyAsync(n->pin_stage + (size_t)slot * COMM_HOST_STAGE_BYTES, dst, bytes,
+                                 cudaMemcpyDeviceToHost, l->stream));
+    return make_req(c, l->stream, host_dst, slot, bytes, req, err, err_len);
+}
+
+static int n_test(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    CommReq* r = *req;
+    *done = 0;
+    if (!r->ev) { /* a host collective's request */
+        if (n->host->ops->test(n->host, &r->host_req, done, bytes, err, err_len) != 0) return -1;
+        if (*done) {
+            free(r);
+            *req = NULL;
+        }
+        return 0;
+    }
+    cudaError_t e = cudaEventQuery(r->ev);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        ncclResult_t ae = ncclSuccess;
+        /* a failed peer shows as an asynchronous error of a communicator, not as an event */
+        if (ncclCommGetAsyncError(n->coll, &ae) == ncclSuccess && ae != ncclSuccess && ae != ncclInProgress)
+            return nccl_fail(c, "an NCCL operation", ae, err, err_len);
+        return 0;
+    }
+    if (e != cudaSuccess) return cuda_fail(c, "cudaEventQuery", e, err, err_len);
+    if (r->host_dst) memcpy(r->host_dst, n->pin_stage + (size_t)r->slot * COMM_HOST_STAGE_BYTES, r->bytes);
+    if (bytes) *bytes = r->bytes; /* NCCL delivers exactly what was posted: the FIFO header checks sizes */
+    req_release(n, r);
+    *req = NULL;
+    *done = 1;
+    return 0;
+}
+
+static void abort_all(NcclComm* n, int size) {
+    for (int p = 0; p < size; p++) {
+        if (n->out[p].nc) ncclCommAbort(n->out[p].nc), n->out[p].nc = NULL;
+        if (n->in[p].nc) ncclCommAbort(n->in[p].nc), n->in[p].nc = NULL;
+    }
+    if (n->coll) ncclCommAbort(n->coll), n->coll = NULL;
+    n->broken = 1;
+}
+
+static void n_cancel(Comm* c, CommReq** req) {
+    NcclComm* n = nimpl(c);
+    if (!*req) return;
+    CommReq* r = *req;
+    if (!r->ev) {
+        n->host->ops->cancel(n->host, &r->host_req);
+        free(r);
+    } else if (cudaEventQuery(r->ev) == cudaSuccess) {
+        req_release(n, r);
+    } else {
+        /* NCCL cannot withdraw an enqueued operation: abort the group (its event is never reused) */
+        (void)cudaGetLastError();
+        abort_all(n, c->size);
+        if (r->slot >= 0) n->busy[r->slot] = 0;
+        free(r);
+    }
+    *req = NULL;
+}
+
+/* Wait for the collective stream's work so far (sleeping, never spinning). */
+static int coll_wait(Comm* c, const char* what, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    CommReq* r = NULL;
+    if (make_req(c, n->coll_stream, NULL, -1, 0, &r, err, err_len) != 0) return -1;
+    long ns = 20000;
+    double t0 = rr_now(), next_warn = 30.0;
+    for (;;) {
+        int done = 0;
+        if (n_test(c, &r, &done, NULL, err, err_len) != 0) return -1;
+        if (done) return 0;
+        if (rr_now() - t0 > next_warn) {
+            rr_warn("rank %d has waited %.0f s in an NCCL %s over group '%s' (%d ranks): one of them is stopped or slow",
+                    c->rank, rr_now() - t0, what, c->name, c->size);
+            next_warn += 30.0;
+        }
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        if (ns < 2000000) ns *= 2;
+    }
+}
+
+static int n_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (!is_device(buf)) return n->host->ops->allreduce(n->host, buf, count, type, op, err, err_len);
+    if (check_usable(c, err, err_len)) return -1;
+    NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+    return coll_wait(c, "all-reduce", err, err_len);
+}
+
+static int n_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                        size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (!is_device(buf)) {
+        CommReq* r = (CommReq*)callocCheck(1, sizeof *r);
+        r->slot = -1;
+        if (n->host->ops->iallreduce(n->host, buf, count, type, op, &r->host_req, err, err_len) != 0) {
+            free(r);
+            return -1;
+        }
+        if (!r->host_req) { /* complete at once */
+            free(r);
+            r = NULL;
+        }
+        *req = r;
+        return 0;
+    }
+    if (check_usable(c, err, err_len)) return -1;
+    NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+    return make_req(c, n->coll_stream, NULL, -1, 0, req, err, err_len);
+}
+
+static int n_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (!is_device(buf)) return n->host->ops->bcast(n->host, buf, bytes, root, err, err_len);
+    if (check_usable(c, err, err_len)) return -1;
+    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->coll, n->coll_stream));
+    return coll_wait(c, "broadcast", err, err_len);
+}
+
+static int n_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (!is_device(recv)) return n->host->ops->allgather(n->host, send, recv, bytes, err, err_len);
+    if (check_usable(c, err, err_len)) return -1;
+    NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, n->coll, n->coll_stream));
+    return coll_wait(c, "all-gather", err, err_len);
+}
+
+static int n_barrier(Comm* c, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    return n->host->ops->barrier(n->host, err, err_len);
+}
+
+static int n_wait_event(Comm* c, int peer, void* event, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (!event) return 0;
+    cudaStream_t s = n->coll_stream;
+    if (peer >= 0) {
+        Link* l;
+        if (link_of(c, n->out, peer, "to", &l, err, err_len) != 0) return -1;
+        s = l->stream;
+    }
+    CUDA_TRY(cudaStreamWaitEvent(s, (cudaEvent_t)event, 0));
+    return 0;
+}
+
+static Comm* nccl_create(Comm* host, char* err, size_t err_len);
+
+static int n_split(Comm* c, int color, int key, Comm** out, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    Comm* h = NULL;
+    if (n->host->ops->split(n->host, color, key, &h, err, err_len) != 0) return -1;
+    *out = nccl_create(h, err, err_len);
+    return *out ? 0 : -1;
+}
+
+static void n_free(Comm* c) {
+    if (!c) return;
+    NcclComm* n = nimpl(c);
+    if (n->coll_stream) cudaStreamSynchronize(n->coll_stream);
+    for (int p = 0; p < c->size && n->out; p++) {
+        Link* ls[2] = {&n->out[p], &n->in[p]};
+        for (int k = 0; k < 2; k++) {
+            if (ls[k]->nc) ncclCommDestroy(ls[k]->nc);
+            if (ls[k]->stream) cudaStreamDestroy(ls[k]->stream);
+        }
+    }
+    if (n->coll) ncclCommDestroy(n->coll);
+    if (n->coll_stream) cudaStreamDestroy(n->coll_stream);
+    for (int i = 0; i < n->n_free_ev; i++) cudaEventDestroy(n->free_ev[i]);
+    free(n->free_ev);
+    if (n->dev_stage) cudaFree(n->dev_stage);
+    if (n->pin_stage) cudaFreeHost(n->pin_stage);
+    free(n->out);
+    free(n->in);
+    if (n->host) n->host->ops->free(n->host);
+    free(n);
+    free(c);
+}
+
+static const CommOps comm_nccl_ops = {
+    .name = "nccl",
+    .isend = n_isend,
+    .irecv = n_irecv,
+    .test = n_test,
+    .cancel = n_cancel,
+    .allreduce = n_allreduce,
+    .iallreduce = n_iallreduce,
+    .bcast = n_bcast,
+    .allgather = n_allgather,
+    .barrier = n_barrier,
+    .wait_event = n_wait_event,
+    .split = n_split,
+    .free = n_free,
+};
+
+/* The communicators: the group's, then this rank's links, all initialised in one NCCL group (the
+ * inits of several communicators must not wait on each other across ranks). */
+static int nccl_init(Comm* c, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    int size = c->size, me = c->rank;
+    int next = (me + 1) % size, prev = (me + size - 1) % size;
+    ncclUniqueId id, mine[2];
+    memset(&id, 0, sizeof id);
+    memset(mine, 0, sizeof mine);
+    if (me == 0) NCCL_TRY(ncclGetUniqueId(&id));
+    if (n->host->ops->bcast(n->host, &id, sizeof id, 0, err, err_len) != 0) return -1;
+    /* mine[0]: the link to next, mine[1]: to prev (the same rank when size == 2: one link) */
+    NCCL_TRY(ncclGetUniqueId(&mine[0]));
+    if (prev != next) NCCL_TRY(ncclGetUniqueId(&mine[1]));
+    ncclUniqueId* all = (ncclUniqueId*)mallocCheck(sizeof(ncclUniqueId) * 2 * (size_t)size);
+    if (n->host->ops->allgather(n->host, mine, all, sizeof mine, err, err_len) != 0) {
+        free(all);
+        return -1;
+    }
+    int peers[2] = {next, prev}, np = prev != next ? 2 : 1;
+    for (int i = 0; i < np; i++) {
+        CUDA_TRY(cudaStreamCreateWithFlags(&n->out[peers[i]].stream, cudaStreamNonBlocking));
+        CUDA_TRY(cudaStreamCreateWithFlags(&n->in[peers[i]].stream, cudaStreamNonBlocking));
+    }
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess) r = ncclCommInitRank(&n->coll, size, id, me);
+    for (int i = 0; i < np && r == ncclSuccess; i++) {
+        int q = peers[i];
+        /* q made its link to us as its next (index 0) when q + 1 == me, else as its prev (index 1) */
+        int qi = (q + 1) % size == me ? 0 : 1;
+        r = ncclCommInitRank(&n->out[q].nc, 2, mine[i], 0);
+        if (r == ncclSuccess) r = ncclCommInitRank(&n->in[q].nc, 2, all[2 * q + qi], 1);
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    free(all);
+    if (r == ncclSuccess) r = r2;
+    if (r != ncclSuccess) return nccl_fail(c, "ncclCommInitRank (the group's and its links')", r, err, err_len);
+    return 0;
+}
+
+static Comm* nccl_create(Comm* host, char* err, size_t err_len) {
+    Comm* c = (Comm*)callocCheck(1, sizeof *c);
+    NcclComm* n = (NcclComm*)callocCheck(1, sizeof *n);
+    c->ops = &comm_nccl_ops;
+    c->impl = n;
+    c->rank = host->rank;
+    c->size = host->size;
+    c->tag_ub = host->tag_ub;
+    c->device_memory = 1;
+    snprintf(c->name, sizeof c->name, "%s", host->name);
+    n->host = host;
+    n->out = (Link*)callocCheck((size_t)c->size, sizeof(Link));
+    n->in = (Link*)callocCheck((size_t)c->size, sizeof(Link));
+    cudaError_t e = cudaMalloc((void**)&n->dev_stage, (size_t)STAGE_SLOTS * COMM_HOST_STAGE_BYTES);
+    if (e == cudaSuccess) e = cudaMallocHost((void**)&n->pin_stage, (size_t)STAGE_SLOTS * COMM_HOST_STAGE_BYTES);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&n->coll_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        cuda_fail(c, "allocating the NCCL group's staging and stream", e, err, err_len);
+        n_free(c);
+        return NULL;
+    }
+    if (nccl_init(c, err, err_len) != 0) {
+        n_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+#ifdef __cplusplus
+extern "C"
+#endif
+    __attribute__((visibility("default"))) Comm*
+    rrfp_nccl_comm_create(Comm* host, char* err, size_t err_len) {
+    return nccl_create(host, err, err_len);
+}

@@ -1,0 +1,83 @@
+/* comm_nccl_loader.c — comm_nccl_create's entry: the NCCL implementation (comm_nccl.c, with cudart and
+ * NCCL) is a shared object, librrfp-nccl.so, opened on first use, so that a process that never asks for
+ * NCCL (every CPU run, every tool) never maps it. Looked for as librrfp-cuda.so is (engine/cuda/
+ * cuda_loader.c): $RRFP_NCCL_LIB, beside the executable, ../lib/ from it, then the dynamic linker's
+ * search. A build without CUDA or NCCL has no such library and says so. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/comm/comm.h"
+
+#define RRFP_NCCL_SO "librrfp-nccl.so"
+
+typedef Comm* (*CreateFn)(Comm*, char*, size_t);
+
+#ifdef RRFP_HAVE_NCCL
+static int state = 0; /* 0 untried, 1 loaded, -1 failed */
+static char load_error[1024];
+static CreateFn create_fn;
+
+static void* try_open(const char* path, char* tried, size_t tried_len) {
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        size_t used = strlen(tried);
+        const char* e = dlerror();
+        snprintf(tried + used, tried_len - used, "%s%s", used ? "; " : "", e ? e : path);
+    }
+    return h;
+}
+
+static void load(void) {
+    if (state) return;
+    state = -1;
+    char tried[768] = "";
+    void* h = NULL;
+    const char* env = getenv("RRFP_NCCL_LIB");
+    if (env && *env) h = try_open(env, tried, sizeof tried);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (!h && n > 0) {
+        exe[n] = 0;
+        char* slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            char path[PATH_MAX + 64];
+            snprintf(path, sizeof path, "%s/" RRFP_NCCL_SO, exe);
+            if (access(path, F_OK) == 0) h = try_open(path, tried, sizeof tried);
+            if (!h) {
+                snprintf(path, sizeof path, "%s/../lib/" RRFP_NCCL_SO, exe);
+                if (access(path, F_OK) == 0) h = try_open(path, tried, sizeof tried);
+            }
+        }
+    }
+    if (!h) h = try_open(RRFP_NCCL_SO, tried, sizeof tried);
+    if (!h) {
+        snprintf(load_error, sizeof load_error, "cannot load the NCCL transport (%s): %s", RRFP_NCCL_SO, tried);
+        return;
+    }
+    create_fn = (CreateFn)dlsym(h, "rrfp_nccl_comm_create");
+    if (!create_fn) {
+        snprintf(load_error, sizeof load_error, "%s is not this build's NCCL transport (no rrfp_nccl_comm_create)",
+                 RRFP_NCCL_SO);
+        return;
+    }
+    state = 1;
+}
+#endif
+
+Comm* comm_nccl_create(Comm* host, char* err, size_t err_len) {
+#ifdef RRFP_HAVE_NCCL
+    load();
+    if (state > 0) return create_fn(host, err, err_len);
+    snprintf(err, err_len, "%s", load_error);
+#else
+    snprintf(err, err_len, "runtime.comm = nccl: this build has no NCCL (it needs the CUDA toolkit and libnccl)");
+#endif
+    host->ops->free(host);
+    return NULL;
+}

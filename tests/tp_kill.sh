@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tp_kill.sh — a tensor-parallel peer killed mid-step (SIGKILL) under pp 2 x tp 2 (world rank 1: TP rank
+# 1 of the first stage, inside the TP all-reduces of every split layer and waiting on its leader's
+# choices in `ready` mode) must not hang the job: every other rank ends non-zero within 30 s, a line
+# names the lost rank, and the last checkpoint (TP shards with their slices) stays intact: it loads and
+# training resumes from it in one process, the slices reassembled.
+# Usage: tp_kill.sh RRFP_MM RECIPE WORKDIR
+set -uo pipefail
+BIN=$1 RECIPE=$2 W=$3
+rm -rf "$W"; mkdir -p "$W"
+fail() {
+  echo "FAIL: $*"; echo "--- output"; cat "$W/out.txt"
+  [ -n "${JOB:-}" ] && kill "$JOB" 2>/dev/null  # do not leave the training job running
+  exit 1
+}
+MPI="mpirun --allow-run-as-root --oversubscribe"
+timeout 300 $MPI -np 4 -x OMP_NUM_THREADS=1 "$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=100000 \
+  --set train.checkpoint_every=2 --set checkpoint.keep=2 --set parallel.pp=2 --set parallel.tp=2 \
+  --set parallel.mode=ready --set parallel.hint=bfw >"$W/out.txt" 2>&1 &
+JOB=$!
+# wait for a checkpoint at step 4 or later, so the kill lands mid-run with a checkpoint behind it
+# (checkpoint.keep = 2 prunes older ones, and a fast machine passes step 4 between two polls)
+ckpt_after_4() {
+  local d n
+  for d in "$W"/run/checkpoints/step-*; do
+    [ -f "$d/state.json" ] || continue
+    n=$((10#${d##*step-}))
+    [ "$n" -ge 4 ] && return 0
+  done
+  return 1
+}
+for i in $(seq 1 600); do
+  ckpt_after_4 && break
+  kill -0 $JOB 2>/dev/null || fail "training ended before the kill"
+  sleep 0.1
+done
+ckpt_after_4 || fail "no checkpoint at step 4 or later after 60 s"
+VICTIM=""
+# this job's ranks only (their command line holds this test's run folder): other tests running at
+# the same time train the same recipe
+for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
+  if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then VICTIM=$p; fi
+done
+[ -n "$VICTIM" ] || fail "rank 1 not found"
+T0=$(date +%s.%N)
+kill -9 "$VICTIM"
+wait $JOB; RC=$?
+T1=$(date +%s.%N)
+ELAPSED=$(echo "$T1 - $T0" | bc)
+echo "job ended with exit $RC, $ELAPSED s after SIGKILL of rank 1 (pid $VICTIM)"
+[ "$RC" -ne 0 ] || fail "job exited 0 after a rank was killed"
+[ "$RC" -ne 124 ] || fail "job hung until the timeout"
+[ "$(echo "$ELAPSED < 30" | bc)" = 1 ] || fail "took $ELAPSED s (limit 30)"
+grep -Eq "rank 1 .*(exited on signal 9|Killed)|process rank 1" "$W/out.txt" || fail "no line names the lost rank 1"
+grep -E "rank 1" "$W/out.txt" | head -2
+# no half-written checkpoint: every step-* folder is complete and the newest one resumes
+for d in "$W"/run/checkpoints/step-*; do
+  [ -f "$d/state.json" ] || fail "incomplete checkpoint folder $d"
+done
+LATEST=$(ls -d "$W"/run/checkpoints/step-* | sort | tail -1)
+STEP=$((10#${LATEST##*step-}))
+"$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=100000 --set train.stop_at=$((STEP + 1)) \
+  --set train.checkpoint_every=0 --resume "$LATEST" >>"$W/out.txt" 2>&1 || fail "cannot resume from $LATEST"
+echo "resumed from $LATEST (step $STEP) in one process"
+echo "tp kill: ok"
