@@ -2,7 +2,10 @@
 #define _GNU_SOURCE
 #include "util.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -278,5 +281,37 @@ uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed) {
     h ^= h >> 29;
     h *= XXH_P3;
     h ^= h >> 32;
+    return h;
+}
+
+/* ---- shared objects beside the executable ------------------------------------------------------------ */
+
+static void* dlopen_noting(const char* path, char* tried, size_t tried_len) {
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        size_t used = strlen(tried);
+        const char* e = dlerror();
+        snprintf(tried + used, tried_len - used, "%s%.300s", used ? "; " : "", e ? e : path);
+    }
+    return h;
+}
+
+void* rr_dlopen_beside_exe(const char* env_var, const char* soname, char* err, size_t err_len) {
+    char tried[768] = "";
+    void* h = NULL;
+    const char* env = getenv(env_var);
+    if (env && *env) h = dlopen_noting(env, tried, sizeof tried);
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char* slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+    if (slash) *slash = 0;
+    const char* beside[2] = {"%s/%s", "%s/../lib/%s"};
+    for (int k = 0; k < 2 && !h && slash; k++) {
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof path, beside[k], exe, soname);
+        if (access(path, F_OK) == 0) h = dlopen_noting(path, tried, sizeof tried);
+    }
+    if (!h) h = dlopen_noting(soname, tried, sizeof tried);
+    if (!h) snprintf(err, err_len, "%s", tried);
     return h;
 }

@@ -83,6 +83,11 @@ int rr_mkdirs(const char* path);
  * of checkpoint tensors, ~10x faster than FNV-1a on large buffers. */
 uint64_t rr_xxh64(const void* data, size_t n, uint64_t seed);
 
+/* Open the shared object `soname` that this build puts beside its executables (the CUDA backend, the NCCL
+ * transport), looking in order at $env_var (a path), the running executable's folder, ../lib/ from it,
+ * and the dynamic linker's own search. NULL on failure, with every attempt's reason in `err`. */
+void* rr_dlopen_beside_exe(const char* env_var, const char* soname, char* err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

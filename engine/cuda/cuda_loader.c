@@ -3,7 +3,7 @@
  * never asks for the CUDA backend (tokenize, pack, sim, trace, a CPU training run) then never maps the
  * CUDA libraries, whose loading costs most of a second per process (several per test under mpirun).
  *
- * Where it is looked for, first found wins:
+ * Where it is looked for (rr_dlopen_beside_exe, engine/util.h), first found wins:
  *   1. $RRFP_CUDA_LIB (a path);
  *   2. beside the running executable (the build folder: every rrfp-mm binary and test lives there);
  *   3. ../lib/ from the executable's folder (an installed layout);
@@ -11,11 +11,7 @@
  * A build whose backend cannot be opened reports why in the one-line reason of backend_cuda_get. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "engine/engine.h"
 #include "engine/memory.h"
@@ -30,40 +26,11 @@ static char load_error[1024];
 static GetFn get_fn;
 static MemFreeFn mem_free_fn;
 
-static void* try_open(const char* path, char* tried, size_t tried_len) {
-    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        size_t used = strlen(tried);
-        const char* err = dlerror();
-        snprintf(tried + used, tried_len - used, "%s%s", used ? "; " : "", err ? err : path);
-    }
-    return h;
-}
-
 static void load(void) {
     if (state) return;
     state = -1;
-    char tried[768] = "";
-    void* h = NULL;
-    const char* env = getenv("RRFP_CUDA_LIB");
-    if (env && *env) h = try_open(env, tried, sizeof tried);
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (!h && n > 0) {
-        exe[n] = 0;
-        char* slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            char path[PATH_MAX + 64];
-            snprintf(path, sizeof path, "%s/" RRFP_CUDA_SO, exe);
-            if (access(path, F_OK) == 0) h = try_open(path, tried, sizeof tried);
-            if (!h) {
-                snprintf(path, sizeof path, "%s/../lib/" RRFP_CUDA_SO, exe);
-                if (access(path, F_OK) == 0) h = try_open(path, tried, sizeof tried);
-            }
-        }
-    }
-    if (!h) h = try_open(RRFP_CUDA_SO, tried, sizeof tried);
+    char tried[768];
+    void* h = rr_dlopen_beside_exe("RRFP_CUDA_LIB", RRFP_CUDA_SO, tried, sizeof tried);
     if (!h) {
         snprintf(load_error, sizeof load_error, "cannot load the CUDA backend (%s): %s", RRFP_CUDA_SO, tried);
         return;

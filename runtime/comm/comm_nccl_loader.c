@@ -5,12 +5,9 @@
  * search. A build without CUDA or NCCL has no such library and says so. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
+#include "engine/util.h"
 #include "runtime/comm/comm.h"
 
 #define RRFP_NCCL_SO "librrfp-nccl.so"
@@ -22,40 +19,11 @@ static int state = 0; /* 0 untried, 1 loaded, -1 failed */
 static char load_error[1024];
 static CreateFn create_fn;
 
-static void* try_open(const char* path, char* tried, size_t tried_len) {
-    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        size_t used = strlen(tried);
-        const char* e = dlerror();
-        snprintf(tried + used, tried_len - used, "%s%s", used ? "; " : "", e ? e : path);
-    }
-    return h;
-}
-
 static void load(void) {
     if (state) return;
     state = -1;
-    char tried[768] = "";
-    void* h = NULL;
-    const char* env = getenv("RRFP_NCCL_LIB");
-    if (env && *env) h = try_open(env, tried, sizeof tried);
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (!h && n > 0) {
-        exe[n] = 0;
-        char* slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            char path[PATH_MAX + 64];
-            snprintf(path, sizeof path, "%s/" RRFP_NCCL_SO, exe);
-            if (access(path, F_OK) == 0) h = try_open(path, tried, sizeof tried);
-            if (!h) {
-                snprintf(path, sizeof path, "%s/../lib/" RRFP_NCCL_SO, exe);
-                if (access(path, F_OK) == 0) h = try_open(path, tried, sizeof tried);
-            }
-        }
-    }
-    if (!h) h = try_open(RRFP_NCCL_SO, tried, sizeof tried);
+    char tried[768];
+    void* h = rr_dlopen_beside_exe("RRFP_NCCL_LIB", RRFP_NCCL_SO, tried, sizeof tried);
     if (!h) {
         snprintf(load_error, sizeof load_error, "cannot load the NCCL transport (%s): %s", RRFP_NCCL_SO, tried);
         return;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # expect.sh RC REGEX CMD [ARGS...] — a test's verdict from its exit code AND its output: pass only when
 # CMD exits with RC and its stdout + stderr (as one text) matches the extended regex REGEX. Exit 77
-# (skipped) passes through. Used instead of CTest's PASS_REGULAR_EXPRESSION, which ignores the exit code.
+# (skipped) passes through. Used instead of CTest's pass-regex test property, which ignores the exit code.
 want=$1 regex=$2
 shift 2
 out=$("$@" 2>&1)
