@@ -5,7 +5,7 @@ BUILD_CPU ?= build-cpu
 JOBS      ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps deps-test build build-cpu test test-cpu demo bench clean
+.PHONY: all deps deps-test deps-demo build build-cpu test test-cpu demo bench clean
 
 all: build
 
@@ -15,6 +15,10 @@ deps:
 # the suite's set-up also wants a browser for the report page's test (skipped where it cannot be had)
 deps-test:
 	@scripts/deps.sh --with-browser
+
+# the demo's set-up: only the CPU build's packages (no PyTorch, node or browser: they are the suite's)
+deps-demo:
+	@scripts/deps.sh --demo
 
 $(BUILD)/Makefile: CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -36,7 +40,7 @@ test-cpu: deps-test build-cpu
 
 # The demo trains on the CPU and needs only the executable: the CPU-only build of the rrfp-mm target
 # (building the tests, or the CUDA kernels with nvcc, would take most of its time budget).
-demo: deps
+demo: deps-demo
 	cmake -S . -B $(BUILD_CPU) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF
 	cmake --build $(BUILD_CPU) -j $(JOBS) --target rrfp-mm
 	scripts/demo.sh $(BUILD_CPU)/rrfp-mm

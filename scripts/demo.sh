@@ -27,6 +27,9 @@ SAMPLES=${DEMO_SAMPLES:-20000}
 DATA=${DEMO_DATA:-demo}
 RUN=${DEMO_RUN:-run/demo}
 TYPES=count_all,lone_colour,colour
+T0=$SECONDS
+# each part says how long the demo has run so far (make demo's set-up and build are before T0)
+part() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - T0) / 60)) $(((SECONDS - T0) % 60)); }
 has() { "$EXE" --help 2>/dev/null | grep -qE "^  $1 "; }
 
 if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
@@ -34,12 +37,12 @@ if has demo-data && has pack && "$EXE" tokenizer --help >/dev/null 2>&1; then
   if [ "$(cat "$DATA/.complete" 2>/dev/null)" != "$STAMP" ]; then
     rm -rf "$DATA"
     mkdir -p "$DATA"
-    echo "== demo data"
+    part "demo data"
     "$EXE" demo-data --square --types "$TYPES" --questions 1 --out "$DATA/data" --samples "$SAMPLES" --heldout "$HELDOUT"
-    echo "== tokenizer (byte-level BPE trained on the demo manifest)"
+    part "tokenizer (byte-level BPE trained on the demo manifest)"
     # the demo's text has few distinct words: its byte-level BPE runs out of pairs near 450 tokens
     "$EXE" tokenizer train --vocab 448 --manifest "$DATA/data/train.json" --out "$DATA/tokenizer.json" --quiet
-    echo "== pack"
+    part "pack"
     # the patch grid of recipes/demo.ini (patch 24, 9 patches: 72 x 72 px)
     for s in train:shards heldout:eval-shards; do
       "$EXE" pack --manifest "$DATA/data/${s%%:*}.json" --images "$DATA/data/images" --tokenizer "$DATA/tokenizer.json" \
@@ -60,10 +63,10 @@ else
 fi
 [ -n "$STEPS" ] && SETS+=(--set train.steps="$STEPS" --set optim.warmup="${DEMO_WARMUP:-$((STEPS / 10))}")
 
-echo "== train $RECIPE"
+part "train $RECIPE"
 rm -rf "$RUN"
 "$EXE" train "$RECIPE" "${SETS[@]}" --set train.run_dir="$RUN"
-echo "== held-out questions"
+part "held-out questions"
 "$EXE" eval "$RECIPE" "${SETS[@]}" --set train.run_dir="$RUN" --checkpoint latest --samples "$HELDOUT" \
   --predictions "$RUN/predictions.jsonl"
 /usr/bin/python3 - "$RUN/metrics.jsonl" "$DATA/data/eval.jsonl" "$RUN/predictions.jsonl" "$MODE" <<'EOF'
@@ -101,5 +104,5 @@ b = sum(r["loss"] for r in rows[-k:]) / k
 print("loss: %.3f (first %d steps) -> %.3f (last %d steps); median %.0f tokens/s" %
       (a, k, b, k, sorted(r["tokens_per_s"] for r in rows)[len(rows) // 2]))
 EOF
-echo "== report"
+part "report"
 "$EXE" report "$RUN"

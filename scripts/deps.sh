@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # deps.sh — install the Debian packages rrfp-mm needs (as root), or print the exact apt-get line.
-# Usage: scripts/deps.sh [--check] [--with-browser]
+# Usage: scripts/deps.sh [--check] [--with-browser | --demo]
 #   --check: only report, never install; --with-browser: also Debian's chromium for the report page's
 #   browser test (make test asks for it, make demo does not). A missing chromium that cannot be
 #   installed here is a note, not a failure: report_browser then skips, saying why.
+#   --demo: only what `make demo` needs (the CPU build of rrfp-mm and python3 for its summary): the
+#   suite's references (PyTorch, scikit-image's photographs, node, clang's fuzzers) are a large part
+#   of a fresh machine's set-up time and the demo uses none of them.
 set -euo pipefail
 
 PKGS=(
@@ -17,19 +20,28 @@ PKGS=(
   python3-skimage python3-pil             # real test photographs; Pillow loader baseline (bench)
   clang libclang-rt-14-dev                # libFuzzer targets
 )
+# make demo: the CPU build (CMakeLists.txt's REQUIRED packages with BLIS) and the summary's python3
+PKGS_DEMO=(
+  build-essential cmake pkg-config libblis-openmp-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  libzstd-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev python3
+)
 
-check=0 browser=0
+check=0 browser=0 demo=0
 for a in "$@"; do
   case "$a" in
     --check) check=1 ;;
     --with-browser) browser=1 ;;
-    *) echo "scripts/deps.sh: unknown option '$a' (--check, --with-browser)" >&2; exit 2 ;;
+    --demo) demo=1 ;;
+    *) echo "scripts/deps.sh: unknown option '$a' (--check, --with-browser, --demo)" >&2; exit 2 ;;
   esac
 done
 
+[ "$demo" = 1 ] && [ "$browser" = 1 ] && { echo "scripts/deps.sh: --demo and --with-browser exclude each other" >&2; exit 2; }
+[ "$demo" = 1 ] && PKGS=("${PKGS_DEMO[@]}")
+
 missing=()
 # node + npm (Hugging Face tokenizers peer test, tests/node): Debian's nodejs unless a node is present.
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+[ "$demo" = 1 ] || command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
