@@ -100,7 +100,8 @@ add_test(NAME dp_train_np4
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
 set_tests_properties(dp_train_np4 PROPERTIES LABELS mpi TIMEOUT 500)
 # Leader-decides: the TP ranks of a stage run their leader's task sequence under injected arrival
-# delays (ready bf / bfw, fixed 1f1b), pp 2 x tp 2; and the negative control (independent dispatch
+# delays (ready bf / bfw, fixed 1f1b; adaptive 1f1b with the TP groups' plans made to differ: every TP rank
+# runs its leader's mode), pp 2 x tp 2; and the negative control (independent dispatch
 # must diverge under the same delays).
 add_executable(test_tp_dispatch tests/test_tp_dispatch.c)
 target_link_libraries(test_tp_dispatch PRIVATE rrfp_core)

@@ -10,6 +10,13 @@
 #     computes it), assembled from the TP shards by global name (`rrfp-mm tensors diff`);
 #   - with DP = 1 also the step dump (train.dump_step = 1): the per-rank grads files and each
 #     microbatch's logits, whose vocabulary slices the reader reassembles into the one-process tensors.
+# With PP > 1 also `adaptive` (the recipes' default) under 1f1b (its plan may pick ready, lookahead or the
+# hint's sequence) and zb-h1 (split backward): step 1 has no estimates (lookahead), steps 2 and 3 run the
+# plan's choice; the same comparisons hold whatever it chose. Each TP index's pipeline group plans on its
+# own cost model and the stage runs its TP leader's choice (broadcast over the TP group): the stage-0
+# ranks of every TP index print each change of mode ("adaptive: step N runs MODE"), so each such line
+# must appear a multiple of TP times (a peer group that ran its own plan would add a line of its own).
+# tp_dispatch_np4 checks the same with plans made to differ.
 # Then checkpoint resume across layouts: this layout -> one process, one process -> this layout, and
 # this layout -> pp 1 x tp 2 (another split), each continuing the one-process loss curve.
 #
@@ -53,7 +60,19 @@ PY
 "$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" "${DUMP[@]}" --set train.run_dir="$W/one" >"$W/one.log" 2>&1 \
   || { cat "$W/one.log"; fail "one-process run"; }
 CASES=("fixed-sync 1f1b 1" "fixed 1f1b 1" "ready bfw 1" "ready zb-h1 1")
-[ "$PP" -gt 1 ] && CASES+=("ready 1f1b 1" "ready interleaved-1f1b 2" "fixed interleaved-1f1b 2")
+[ "$PP" -gt 1 ] && CASES+=("ready 1f1b 1" "ready interleaved-1f1b 2" "fixed interleaved-1f1b 2" "adaptive 1f1b 1"
+                          "adaptive zb-h1 1")
+# adaptive: the mode lines of the stage-0 ranks (one per TP index and replica) agree by TP group
+adaptive_modes() { /usr/bin/python3 - "$1" "$2" <<'PY'
+import collections, re, sys
+lines = re.findall(r"adaptive: step (\d+) runs (\S+)", open(sys.argv[1]).read())
+tp = int(sys.argv[2])
+c = collections.Counter(lines)
+odd = [k for k, n in c.items() if n % tp]
+print(" ".join("step %s %s x%d" % (k[0], k[1], n) for k, n in sorted(c.items())))
+sys.exit(0 if lines and ("1", "lookahead") in c and not odd else 1)
+PY
+}
 for c in "${CASES[@]}"; do
   set -- $c
   D="$W/tp-$1-$2-$3"
@@ -76,6 +95,10 @@ for c in "${CASES[@]}"; do
         >"$D.mdiff" 2>&1 || { cat "$D.mdiff"; fail "pp=$PP tp=$TP $c: microbatch $m of the dump differs"; }
     done
     extra=", dump: $(tail -1 "$D.gdiff" | sed 's/tensors diff: //')"
+  fi
+  if [ "$1" = adaptive ]; then
+    am=$(adaptive_modes "$D.log" "$TP") || { cat "$D.log"; fail "pp=$PP tp=$TP dp=$DP $c: the TP ranks' adaptive modes differ ($am)"; }
+    extra="$extra, modes: $am"
   fi
   echo "pp=$PP tp=$TP dp=$DP $c: 3 losses (max rel diff $dl), step-1 m: $(tail -1 "$D.diff" | sed 's/tensors diff: //')$extra"
 done
