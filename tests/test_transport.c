@@ -2,6 +2,9 @@
  *   ring:  every rank sends M variable-size messages to the next rank in a scrambled order; the next
  *          rank posted every receive ahead and checks each payload byte-exactly;
  *   sync:  paired synchronous exchange in 1F1B order between neighbours (Megatron's fixed-sync);
+ *          both with and without doorbells (transport_enable_doorbell);
+ *   doorbell: each rank rings the next one's doorbell, which must receive the ring (doorbell_wait returns
+ *          it rather than its 30 s timeout) and none more;
  *   lost:  (argument "lost") rank 0 expects a message nobody sends: it must die within the timeout
  *          with a line naming the missing message and the rank it expected it from. */
 #include <mpi.h>
@@ -11,6 +14,7 @@
 
 #include "engine/util.h"
 #include "runtime/comm/comm.h"
+#include "runtime/comm/doorbell.h"
 #include "runtime/comm/transport.h"
 
 static Comm* world;
@@ -27,8 +31,9 @@ static char terr[1024];
 static size_t msg_bytes(int src, int mb) { return (size_t)(4 * (1 + (src * 7919 + mb * 104729) % 5000)); }
 static unsigned char msg_byte(int src, int mb, size_t i) { return (unsigned char)(src * 31 + mb * 17 + i * 13); }
 
-static int test_ring(TransportKind kind, int rank, int size, int M) {
+static int test_ring(TransportKind kind, int bell, int rank, int size, int M) {
     Transport* t = transport_create(kind, world);
+    if (bell) transport_enable_doorbell(t);
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     unsigned char** in = callocCheck((size_t)M, sizeof *in);
     for (int mb = 0; mb < M; mb++) {
@@ -85,9 +90,10 @@ static int test_ring(TransportKind kind, int rank, int size, int M) {
 
 /* 1F1B between rank r and r+1 with synchronous sends; the receiver posts each receive only after the
  * task before it, as fixed-sync does. Only pairs (0,1), (2,3) take part. */
-static int test_sync(TransportKind kind, int rank, int size, int M) {
+static int test_sync(TransportKind kind, int bell, int rank, int size, int M) {
     if (size < 2) return 0;
     Transport* t = transport_create(kind, world);
+    if (bell) transport_enable_doorbell(t);
     int errors = 0;
     int pair_first = (rank % 2 == 0);
     int peer = pair_first ? rank + 1 : rank - 1;
@@ -124,6 +130,35 @@ static int test_sync(TransportKind kind, int rank, int size, int M) {
         }
     }
     transport_free(t);
+    return errors;
+}
+
+/* Doorbells over the world: rank r rings r + 1 once; each rank must take exactly that ring. */
+static int test_doorbell(int rank, int size) {
+    if (size < 2) return 0;
+    const char* env = getenv("RRFP_DOORBELL");
+    int off = env && !strcmp(env, "0");
+    Doorbell* d = doorbell_create(world);
+    Transport* t = transport_create(TRANSPORT_TAGGED, world);
+    transport_enable_doorbell(t);
+    int errors = 0;
+    if ((d == NULL) != off || transport_has_doorbell(t) == off) {
+        fprintf(stderr, "rank %d: doorbell %s, expected %s\n", rank, d ? "made" : "not made", off ? "none" : "one");
+        errors++;
+    }
+    transport_free(t);
+    if (d) {
+        MPI_Barrier(MPI_COMM_WORLD); /* every socket is bound before the first ring */
+        doorbell_ring(d, (rank + 1) % size);
+        int rings = doorbell_wait(d, 30.0);
+        MPI_Barrier(MPI_COMM_WORLD); /* every ring was sent: nothing more may come */
+        rings += doorbell_wait(d, 1e-3);
+        if (rings != 1) {
+            fprintf(stderr, "rank %d: took %d rings, expected 1\n", rank, rings);
+            errors++;
+        }
+    }
+    doorbell_free(d);
     return errors;
 }
 
@@ -202,15 +237,17 @@ int main(int argc, char** argv) {
         MPI_Finalize();
         return 0;
     }
-    int errors = test_grid();
-    for (int kind = 0; kind < 2; kind++) {
-        int e1 = test_ring((TransportKind)kind, rank, size, 37);
-        int e2 = test_sync((TransportKind)kind, rank, size, 9);
-        if (e1 || e2)
-            fprintf(stderr, "rank %d %s: ring errors %d, sync errors %d\n", rank, transport_kind_name(kind), e1, e2);
-        errors += e1 + e2;
-        MPI_Barrier(MPI_COMM_WORLD);
-    }
+    int errors = test_grid() + test_doorbell(rank, size);
+    for (int kind = 0; kind < 2; kind++)
+        for (int bell = 0; bell < 2; bell++) {
+            int e1 = test_ring((TransportKind)kind, bell, rank, size, 37);
+            int e2 = test_sync((TransportKind)kind, bell, rank, size, 9);
+            if (e1 || e2)
+                fprintf(stderr, "rank %d %s%s: ring errors %d, sync errors %d\n", rank, transport_kind_name(kind),
+                        bell ? " with doorbells" : "", e1, e2);
+            errors += e1 + e2;
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
     int total = 0;
     MPI_Allreduce(&errors, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("transport: %s (%d ranks, %d errors)\n", total ? "FAIL" : "ok", size, total);

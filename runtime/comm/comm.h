@@ -38,6 +38,11 @@ typedef struct CommOps {
     /* *done = 1 when the request completed (it is freed and *req set to NULL; *bytes, when not NULL,
      * gets the bytes received); 0 when still pending. */
     int (*test)(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, size_t err_len);
+    /* Optional (NULL: call test on each). Test n requests in one progress pass (MPI_Testsome: one
+     * progress of the library, where n calls of test would make n): a NULL request is skipped; a completed
+     * one is freed, reqs[i] set to NULL, done[i] = 1 and bytes[i] (bytes may be NULL) the bytes received;
+     * done[i] = 0 for the others. */
+    int (*testsome)(Comm* c, int n, CommReq** reqs, int* done, size_t* bytes, char* err, size_t err_len);
     /* Cancel a pending request (a receive that will never match) and free it. Can't fail. */
     void (*cancel)(Comm* c, CommReq** req);
     /* ---- collectives over the whole group, in the same order on every member ---- */

@@ -98,6 +98,39 @@ static int m_test(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, s
     return 0;
 }
 
+static int m_testsome(Comm* c, int n, CommReq** reqs, int* done, size_t* bytes, char* err, size_t err_len) {
+    /* scratch of the largest n so far (the transport calls this from one thread) */
+    static MPI_Request* rq = NULL;
+    static MPI_Status* st = NULL;
+    static int* idx = NULL;
+    static int cap = 0;
+    if (n > cap) {
+        cap = n > 2 * cap ? n : 2 * cap;
+        rq = reallocCheck(rq, sizeof *rq * (size_t)cap);
+        st = reallocCheck(st, sizeof *st * (size_t)cap);
+        idx = reallocCheck(idx, sizeof *idx * (size_t)cap);
+    }
+    for (int i = 0; i < n; i++) {
+        rq[i] = reqs[i] ? reqs[i]->req : MPI_REQUEST_NULL;
+        done[i] = 0;
+    }
+    int out = 0;
+    if (n > 0) MPI_TRY(MPI_Testsome(n, rq, &out, idx, st));
+    if (out == MPI_UNDEFINED) out = 0; /* every request NULL */
+    for (int k = 0; k < out; k++) {
+        int i = idx[k];
+        if (bytes) {
+            int count = 0;
+            MPI_Get_count(&st[k], MPI_BYTE, &count);
+            bytes[i] = (size_t)(count < 0 ? 0 : count);
+        }
+        free(reqs[i]);
+        reqs[i] = NULL;
+        done[i] = 1;
+    }
+    return 0;
+}
+
 static void m_cancel(Comm* c, CommReq** req) {
     (void)c;
     if (!*req) return;
@@ -200,6 +233,7 @@ static const CommOps comm_mpi_ops = {
     .isend = m_isend,
     .irecv = m_irecv,
     .test = m_test,
+    .testsome = m_testsome,
     .cancel = m_cancel,
     .allreduce = m_allreduce,
     .iallreduce = m_iallreduce,

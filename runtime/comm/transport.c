@@ -11,10 +11,17 @@
 #include <time.h>
 
 #include "engine/util.h"
+#include "runtime/comm/doorbell.h"
 
 /* FIFO protocol tags: one for headers, one for payloads (per peer, each kept in order). */
 #define FIFO_TAG_HEADER 1
 #define FIFO_TAG_PAYLOAD 2
+
+/* Idle waits (idle_sleep): the longest poll interval (us); while a send of ours may need our progress,
+ * for SEND_HOT_S (s) after it is posted, poll within SEND_POLL_US (us). */
+#define IDLE_POLL_MAX_US 2000
+#define SEND_POLL_US 200
+#define SEND_HOT_S 2e-3
 
 typedef struct {
     int32_t kind, chunk, mb, pad;
@@ -53,6 +60,13 @@ struct Transport {
     TransportDevice dev;  /* device payloads (dev.acquire != NULL) */
     MsgKey* completed; /* receives completed by progress() but not yet returned by poll/wait */
     int n_completed, cap_completed;
+    int pending_sends; /* sends not yet complete at the last progress() */
+    double send_hot_until; /* rr_now() of the last send + SEND_HOT_S */
+    CommReq** sc_req;  /* scratch of progress(): the requests tested in one pass ... */
+    int *sc_slot, *sc_done; /* ... their slots, and which completed */
+    size_t* sc_bytes;
+    int cap_scratch;
+    Doorbell* bell;    /* transport_enable_doorbell: NULL = poll only */
     TransportStats stats;
 };
 
@@ -123,8 +137,11 @@ int transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t by
     if (t->kind == TRANSPORT_TAGGED) {
         int tag;
         s->matched = 1;
-        if (tagged_tag(t, key, &tag, err, err_len) != 0) return -1;
-        return t->comm->ops->irecv(t->comm, peer, tag, buf, bytes, &s->req, err, err_len);
+        if (tagged_tag(t, key, &tag, err, err_len) != 0 ||
+            t->comm->ops->irecv(t->comm, peer, tag, buf, bytes, &s->req, err, err_len) != 0)
+            return -1;
+        doorbell_ring(t->bell, peer); /* a synchronous send to us waits for this receive */
+        return 0;
     }
     return fifo_post_header(t, peer, err, err_len);
 }
@@ -189,6 +206,9 @@ int transport_isend_dev(Transport* t, int peer, MsgKey key, const void* buf, siz
             isend_copy_dev(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
             return -1;
     }
+    t->pending_sends++;
+    t->send_hot_until = rr_now() + SEND_HOT_S;
+    doorbell_ring(t->bell, peer);
     t->stats.msgs_sent++;
     t->stats.bytes_sent += (double)bytes;
     return 0;
@@ -206,25 +226,55 @@ int transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t 
             isend_copy(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
             return -1;
     }
+    t->pending_sends++;
+    t->send_hot_until = rr_now() + SEND_HOT_S;
+    doorbell_ring(t->bell, peer);
     t->stats.msgs_sent++;
     t->stats.bytes_sent += (double)bytes;
     return 0;
 }
 
+/* Test the n requests *reqs[i] (NULL ones skipped) in one pass where the comm can (testsome: one
+ * progress of the MPI library for all of them, where a test each made one per request, the bulk of an
+ * idle rank's CPU time at P = 32), else one by one. done[i], bytes[i] as CommOps.testsome. */
+static int test_all(Transport* t, int n, CommReq** reqs, int* done, size_t* bytes, char* err, size_t err_len) {
+    if (t->comm->ops->testsome) return t->comm->ops->testsome(t->comm, n, reqs, done, bytes, err, err_len);
+    for (int i = 0; i < n; i++) {
+        done[i] = 0;
+        if (reqs[i] && t->comm->ops->test(t->comm, &reqs[i], &done[i], bytes ? &bytes[i] : NULL, err, err_len) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* scratch for test_all: room for n requests */
+static void scratch_reserve(Transport* t, int n) {
+    if (n <= t->cap_scratch) return;
+    t->cap_scratch = n > 2 * t->cap_scratch ? n : 2 * t->cap_scratch;
+    t->sc_req = reallocCheck(t->sc_req, sizeof *t->sc_req * (size_t)t->cap_scratch);
+    t->sc_slot = reallocCheck(t->sc_slot, sizeof *t->sc_slot * (size_t)t->cap_scratch);
+    t->sc_done = reallocCheck(t->sc_done, sizeof *t->sc_done * (size_t)t->cap_scratch);
+    t->sc_bytes = reallocCheck(t->sc_bytes, sizeof *t->sc_bytes * (size_t)t->cap_scratch);
+}
+
 static int reap_sends(Transport* t, int* pending, char* err, size_t err_len) {
-    int n = 0;
-    for (int i = 0; i < t->n_sends; i++) {
-        SendSlot* s = &t->sends[i];
-        if (!s->req) continue;
-        int done = 0;
-        if (t->comm->ops->test(t->comm, &s->req, &done, NULL, err, err_len) != 0) return -1;
-        if (done) {
+    int n = 0, k = 0;
+    scratch_reserve(t, t->n_sends);
+    for (int i = 0; i < t->n_sends; i++)
+        if (t->sends[i].req) t->sc_slot[k] = i, t->sc_req[k++] = t->sends[i].req;
+    int rc = test_all(t, k, t->sc_req, t->sc_done, NULL, err, err_len);
+    for (int j = 0; j < k; j++) t->sends[t->sc_slot[j]].req = t->sc_req[j]; /* NULL once complete (freed) */
+    if (rc != 0) return -1;
+    for (int j = 0; j < k; j++) {
+        SendSlot* s = &t->sends[t->sc_slot[j]];
+        if (t->sc_done[j]) {
             send_slot_release(t, s);
         } else {
             n++;
         }
     }
     if (pending) *pending = n;
+    t->pending_sends = n;
     return 0;
 }
 
@@ -263,6 +313,7 @@ static int fifo_match_headers(Transport* t, char* err, size_t err_len) {
             s->matched = 1;
             if (t->comm->ops->irecv(t->comm, p, FIFO_TAG_PAYLOAD, s->buf, s->bytes, &s->req, err, err_len) != 0)
                 return -1;
+            doorbell_ring(t->bell, p); /* a synchronous payload send waits for this receive */
             if (fifo_unmatched_from(t, p) && fifo_post_header(t, p, err, err_len) != 0) return -1;
         }
     }
@@ -275,13 +326,17 @@ static int fifo_match_headers(Transport* t, char* err, size_t err_len) {
 static int progress(Transport* t, char* err, size_t err_len) {
     if (reap_sends(t, NULL, err, err_len) != 0) return -1;
     if (t->kind == TRANSPORT_FIFO && fifo_match_headers(t, err, err_len) != 0) return -1;
-    for (int i = 0; i < t->n_recvs; i++) {
-        RecvSlot* s = &t->recvs[i];
-        if (!s->active || !s->matched) continue;
-        int done = 0;
-        size_t got = 0;
-        if (t->comm->ops->test(t->comm, &s->req, &done, &got, err, err_len) != 0) return -1;
-        if (!done) continue;
+    int k = 0;
+    scratch_reserve(t, t->n_recvs);
+    for (int i = 0; i < t->n_recvs; i++)
+        if (t->recvs[i].active && t->recvs[i].matched) t->sc_slot[k] = i, t->sc_req[k++] = t->recvs[i].req;
+    int rc = test_all(t, k, t->sc_req, t->sc_done, t->sc_bytes, err, err_len);
+    for (int j = 0; j < k; j++) t->recvs[t->sc_slot[j]].req = t->sc_req[j]; /* NULL once complete (freed) */
+    if (rc != 0) return -1;
+    for (int j = 0; j < k; j++) {
+        RecvSlot* s = &t->recvs[t->sc_slot[j]];
+        if (!t->sc_done[j]) continue;
+        size_t got = t->sc_bytes[j];
         if (got != s->bytes) {
             snprintf(err, err_len, "pipeline protocol error: from rank %d, chunk %d microbatch %d: got %zu bytes, "
                      "expected %zu", s->peer, s->key.chunk, s->key.mb, got, s->bytes);
@@ -293,6 +348,7 @@ static int progress(Transport* t, char* err, size_t err_len) {
             t->completed = reallocCheck(t->completed, (size_t)t->cap_completed * sizeof *t->completed);
         }
         t->completed[t->n_completed++] = s->key;
+        doorbell_ring(t->bell, s->peer); /* the sender's request may be complete now: let it reap it */
         t->stats.msgs_recv++;
         t->stats.bytes_recv += (double)s->bytes;
     }
@@ -314,9 +370,19 @@ int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_le
     return drain(t, done, max);
 }
 
-static void sleep_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
+/* The idle wait between two polls (transport_wait, a synchronous send, the flush): sleep `us` or until a
+ * doorbell rings, whichever comes first, and return the next interval. The interval doubles from 20 us
+ * up to IDLE_POLL_MAX_US: a rank never spins, and a message from a rank whose ring cannot reach it (another
+ * machine, a lost ring) is found within that. A ring (a message was just posted to us) starts over at
+ * 20 us, as its completion may take a few more polls (a large message's rendezvous); for SEND_HOT_S after
+ * one of our own sends, while it is in flight, the interval stays within SEND_POLL_US, as a rendezvous may
+ * need the sender's progress too; a receiver rings the sender back when the message has completed. */
+static int send_hot(const Transport* t) { return t->pending_sends > 0 && rr_now() < t->send_hot_until; }
+
+static long idle_sleep(Transport* t, long us) {
+    if (send_hot(t) && us > SEND_POLL_US) us = SEND_POLL_US;
+    if (doorbell_wait(t->bell, (double)us * 1e-6) > 0) return 20;
+    return us < IDLE_POLL_MAX_US ? 2 * us : IDLE_POLL_MAX_US;
 }
 
 /* "activation chunk 0 mb 3 from rank 1, ..." (at most 8) */
@@ -362,9 +428,19 @@ int transport_wait(Transport* t, MsgKey* done, int max, double timeout_s, double
                      t->comm->rank, waited, list);
             return -1;
         }
-        sleep_us(backoff);
-        if (backoff < 2000) backoff *= 2;
+        backoff = idle_sleep(t, backoff);
     }
+}
+
+int transport_sleep_until(Transport* t, double until, double slice_s, char* err, size_t err_len) {
+    for (double now = rr_now(); now < until; now = rr_now()) {
+        double s = until - now;
+        if (s > slice_s) s = slice_s;
+        if (send_hot(t) && s > SEND_POLL_US * 1e-6) s = SEND_POLL_US * 1e-6;
+        doorbell_wait(t->bell, s);
+        if (progress(t, err, err_len) != 0) return -1;
+    }
+    return 0;
 }
 
 /* Wait for request *req while progressing our own receives (so two ranks sending to each other cannot
@@ -383,8 +459,7 @@ static int wait_req(Transport* t, CommReq** req, int peer, double timeout_s, cha
             t->comm->ops->cancel(t->comm, req);
             return -1;
         }
-        sleep_us(backoff);
-        if (backoff < 2000) backoff *= 2;
+        backoff = idle_sleep(t, backoff);
     }
 }
 
@@ -400,13 +475,17 @@ static int send_sync(Transport* t, int peer, MsgKey key, const void* buf, size_t
         if (tagged_tag(t, key, &tag, err, err_len) != 0 ||
             t->comm->ops->isend(t->comm, peer, tag, buf, bytes, 1, &req, err, err_len) != 0)
             return -1;
+        doorbell_ring(t->bell, peer);
     } else {
         FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
         CommReq* hreq = NULL;
-        if (t->comm->ops->isend(t->comm, peer, FIFO_TAG_HEADER, &h, sizeof h, 1, &hreq, err, err_len) != 0 ||
-            wait_req(t, &hreq, peer, timeout_s, err, err_len) != 0 ||
+        if (t->comm->ops->isend(t->comm, peer, FIFO_TAG_HEADER, &h, sizeof h, 1, &hreq, err, err_len) != 0)
+            return -1;
+        doorbell_ring(t->bell, peer);
+        if (wait_req(t, &hreq, peer, timeout_s, err, err_len) != 0 ||
             t->comm->ops->isend(t->comm, peer, FIFO_TAG_PAYLOAD, buf, bytes, 1, &req, err, err_len) != 0)
             return -1;
+        doorbell_ring(t->bell, peer);
     }
     if (wait_req(t, &req, peer, timeout_s, err, err_len) != 0) return -1;
     t->stats.msgs_sent++;
@@ -439,8 +518,7 @@ int transport_flush(Transport* t, double timeout_s, char* err, size_t err_len) {
                      "or stopped; check the other ranks' output", t->comm->rank, pending, rr_now() - t0);
             return -1;
         }
-        sleep_us(backoff);
-        if (backoff < 2000) backoff *= 2;
+        backoff = idle_sleep(t, backoff);
     }
 }
 
@@ -451,6 +529,12 @@ int transport_pending_recvs(const Transport* t) {
 }
 
 TransportStats transport_stats(const Transport* t) { return t->stats; }
+
+void transport_enable_doorbell(Transport* t) {
+    if (!t->bell) t->bell = doorbell_create(t->comm);
+}
+
+int transport_has_doorbell(const Transport* t) { return t->bell != NULL; }
 
 void transport_free(Transport* t) {
     if (!t) return;
@@ -468,5 +552,10 @@ void transport_free(Transport* t) {
     free(t->sends);
     free(t->peers);
     free(t->completed);
+    free(t->sc_req);
+    free(t->sc_slot);
+    free(t->sc_done);
+    free(t->sc_bytes);
+    doorbell_free(t->bell);
     free(t);
 }

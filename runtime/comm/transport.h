@@ -16,7 +16,11 @@
  *                     run over MPI, so it is tested on the CPU.
  *
  * Waiting never spins a core: transport_wait polls with exponential back-off sleeps (20 us .. 2 ms),
- * so oversubscribed ranks do not starve the one computing.
+ * so oversubscribed ranks do not starve the one computing. With a doorbell (transport_enable_doorbell,
+ * doorbell.h) a sender also rings the receiver, which sleeps in ppoll on it instead of nanosleep and so
+ * wakes when a message is posted to it rather than at the end of its back-off; a receiver rings the
+ * sender back when the message has completed, so the sender reaps its send without polling for it.
+ * Progress tests every pending request in one pass where the comm can (CommOps.testsome).
  *
  * Errors (a protocol mismatch, a lost peer, a communication failure) are returned: -1 with a message
  * naming the ranks and the message; the transport is then unusable and only transport_free is valid. */
@@ -55,6 +59,12 @@ Transport* transport_create(TransportKind kind, Comm* comm);
 void transport_free(Transport* t);
 const char* transport_kind_name(TransportKind kind);
 
+/* Collective over the transport's comm: give every rank a doorbell (doorbell.h; none for a device comm,
+ * a group of one, or with RRFP_DOORBELL=0), so that posting a message (or a receive, which a synchronous
+ * send waits for) wakes the peer's wait. Can't fail: without one the waits poll as before. */
+void transport_enable_doorbell(Transport* t);
+int transport_has_doorbell(const Transport* t);
+
 /* Expect a message `key` of exactly `bytes` bytes from `peer`, delivered into `buf`. */
 int transport_post_recv(Transport* t, int peer, MsgKey key, void* buf, size_t bytes, char* err, size_t err_len);
 /* Asynchronous buffered send: copies the payload, returns at once. */
@@ -92,6 +102,12 @@ int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_le
  * and keep completed receives for the next poll / wait. For a caller that waits on something else
  * between polls (replay's sleeping tasks: a device computes while the host progresses messages). */
 int transport_progress(Transport* t, char* err, size_t err_len);
+/* Sleep until rr_now() >= until (replay: a task's duration), waking to progress the transport whenever the
+ * doorbell rings and at least every slice_s (every 200 us for 2 ms after each of this rank's sends while it
+ * is in flight: a large message's rendezvous may need its sender's progress), as a GPU rank's host thread
+ * progresses messages while its device computes. Completed receives are kept for the next poll. Each
+ * sleep is computed from `until`, so wake-ups' lateness never adds up. Returns 0, or -1 with a message. */
+int transport_sleep_until(Transport* t, double until, double slice_s, char* err, size_t err_len);
 /* Sleep with back-off (never spinning) until at least one receive completes, then return as
  * transport_poll. After `timeout_s` seconds without any completion: -1 with a message naming the
  * messages still expected and from which rank (a lost peer must not hang the job). Every

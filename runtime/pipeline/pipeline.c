@@ -9,8 +9,12 @@
 #include <errno.h>
 #include <sched.h>
 
-/* replay: the last part of a task's wait spent yielding instead of sleeping (s) */
+/* replay: the last part of a task's wait spent yielding instead of sleeping (s), and the longest sleep
+ * between two progress calls before that: without a doorbell (s), and with one (s; a message posted to
+ * this rank rings it, so the slice only bounds what a lost ring could delay) */
 #define REPLAY_SPIN_S 100e-6
+#define REPLAY_SLICE_S 1e-3
+#define REPLAY_SLICE_BELL_S 10e-3
 
 #include "engine/util.h"
 #include "runtime/sim/sim.h"
@@ -253,6 +257,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
         return NULL;
     }
     p->tr = transport_create(cfg->transport, comm);
+    transport_enable_doorbell(p->tr); /* collective: an idle rank wakes when a message is posted to it */
     p->cost_s = callocCheck((size_t)cfg->chunks * 3, sizeof(double));
     p->cost_u = callocCheck((size_t)cfg->chunks * 3, sizeof(double));
     p->pools = callocCheck((size_t)cfg->chunks, sizeof *p->pools);
@@ -494,26 +499,21 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     if (has_out) *key = (MsgKey){t.kind == PP_F ? MSG_ACT : MSG_GRAD, dst_task.chunk, t.mb};
     if (p->cfg.replay[0]) {
         /* Replay: wait the task's recorded duration (sleeping, so many ranks share a core); the output
-         * buffer keeps whatever it holds, the message has the real size. The wait sleeps to absolute
-         * deadlines (clock_nanosleep, TIMER_ABSTIME, on rr_now's CLOCK_MONOTONIC), so the time spent
-         * progressing and the wake-ups' lateness never add up: in slices of at most 1 ms between which
-         * the transport progresses, as a GPU rank's host thread does while the device computes (a large
-         * message's rendezvous must not wait for the task's end), up to REPLAY_SPIN_S before the end,
-         * then yielding the core until the deadline (a wake-up from a sleep comes late on a loaded
-         * machine; a yield loop gives the core away and still notices the deadline soon after). */
+         * buffer keeps whatever it holds, the message has the real size. The wait is computed from the
+         * absolute deadline, so the time spent progressing and the wake-ups' lateness never add up. Up
+         * to REPLAY_SPIN_S before the end it sleeps in the transport (transport_sleep_until: woken by
+         * the doorbell when a message is posted to this rank, else every slice, every 200 us for a while
+         * after one of its own sends), progressing messages as a GPU rank's host thread
+         * does while the device computes (a large message's rendezvous must not wait for the task's
+         * end); then it yields the core until the deadline (a wake-up from a sleep comes late on a
+         * loaded machine; a yield loop gives the core away and still notices the deadline soon after). */
         double s = p->cfg.replay[t.kind][(size_t)p->cfg.rank * (size_t)p->cfg.replay_M + (size_t)t.mb] *
                    p->cfg.replay_scale / p->cfg.chunks;
         double until = rr_now() + s;
+        double slice = transport_has_doorbell(p->tr) ? REPLAY_SLICE_BELL_S : REPLAY_SLICE_S;
+        if (transport_sleep_until(p->tr, until - REPLAY_SPIN_S, slice, p->err, p->err_len) != 0) return -1;
         for (double now = rr_now(); now < until; now = rr_now()) {
-            double wake = until - REPLAY_SPIN_S;
-            if (wake > now + 1e-3) wake = now + 1e-3;
-            if (wake > now) {
-                struct timespec ts = {(time_t)wake, (long)((wake - (double)(time_t)wake) * 1e9)};
-                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-                }
-            } else {
-                sched_yield();
-            }
+            sched_yield();
             if (transport_progress(p->tr, p->err, p->err_len) != 0) return -1;
         }
         return has_out;
