@@ -40,8 +40,8 @@ foreach(np 2 4)
 endforeach()
 # A rank killed mid-step: the job ends within 30 s naming the rank; the last checkpoint resumes.
 add_test(NAME pipeline_kill_rank
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline kill: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank)
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kill at tp 1: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank 1)
 set_tests_properties(pipeline_kill_rank PROPERTIES LABELS mpi TIMEOUT 400)
 # The pipeline with its stages on the CUDA backend (host-staged messages): on a device (label gpu,
 # skipped without one) and on the emulated CUDA runtime of tests/cuda_emu, which runs here.
@@ -125,6 +125,6 @@ foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 500)
 endforeach()
 add_test(NAME tp_kill_peer
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp kill: ok" ${CMAKE_SOURCE_DIR}/tests/tp_kill.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer)
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kill at tp 2: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer 2)
 set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)
