@@ -664,6 +664,7 @@ int main(int argc, char** argv) {
             CHECK(Lr[r] != NULL, "dp loader: %s", err);
         }
         int bad = 0;
+        int64_t kept_images = 0; /* images in replica 0's microbatches handed out */
         LoaderPos pos1 = {0}, posr = {0}, mid1 = {0};
         for (int st = 0; st < STEPS && !bad; st++) {
             LoaderStep s1;
@@ -682,6 +683,7 @@ int main(int argc, char** argv) {
                 for (int m = 0; m < M; m++) check_microbatch(&sr.mbs[m], rc[r].patch, rc[r].min_patches,
                                                               rc[r].max_patches, rc[r].microbatch_tokens, 1);
                 nsup += sr.n_supervised;
+                for (int m = 0; r == 0 && m < M; m++) kept_images += sr.mbs[m].I;
                 loader_get_pos(Lr[r], &posr);
                 loader_get_pos(L1, &pos1);
                 if (memcmp(&posr, &pos1, sizeof pos1)) {
@@ -727,12 +729,24 @@ int main(int argc, char** argv) {
         CHECK(O == NULL && strstr(err, "another data set or packing configuration"), "%s: foreign global step: %s",
               pol_names[pol], O ? "accepted" : err);
         if (O) loader_close(O);
+        /* decoding: replica 0 decoded the images of its own microbatches only, those handed out and at most
+         * the 2 steps its planner prepares ahead (not the other replicas' 2/3 of each step) */
         LoaderStats s1, s2;
         loader_stats(L1, &s1);
         loader_stats(Lr[0], &s2);
+        int64_t ahead = 0;
+        for (int st = 0; st < 2; st++) {
+            LoaderStep sr;
+            CHECK(loader_next_step(Lr[0], &sr, err, sizeof err) == 0, "%s", err);
+            for (int m = 0; m < sr.M; m++) ahead += sr.mbs[m].I;
+        }
+        CHECK(s2.images_decoded >= kept_images && s2.images_decoded <= kept_images + ahead,
+              "%s: replica 0 decoded %lld images; its microbatches of %d steps hold %lld (+ %lld in the next 2)",
+              pol_names[pol], (long long)s2.images_decoded, STEPS, (long long)kept_images, (long long)ahead);
         printf("dp %s: %d replicas x %d microbatches = one process x %d, %d steps bit for bit, positions equal, "
-               "resume both ways; images decoded: one process %lld (workers, read ahead), replica 0 %lld\n",
-               pol_names[pol], R, M, M * R, STEPS, (long long)s1.images_decoded, (long long)s2.images_decoded);
+               "resume both ways; images decoded: one process %lld (workers, read ahead), replica 0 %lld (its "
+               "microbatches: %lld, + %lld planned ahead at most)\n", pol_names[pol], R, M, M * R, STEPS,
+               (long long)s1.images_decoded, (long long)s2.images_decoded, (long long)kept_images, (long long)ahead);
         for (int r = 0; r < R; r++)
             if (Lr[r]) loader_close(Lr[r]);
         loader_close(L1);
