@@ -829,8 +829,8 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
     if (pos->config_hash != L->config_hash) {
         snprintf(err, err_len, "the saved loader position belongs to another data set or packing configuration "
                  "(hash %016" PRIx64 ", this one %016" PRIx64 "): shards, data.seed, policy, window, "
-                 "microbatch_tokens, microbatches, patch bounds and the DP layout must be those of the run that "
-                 "saved it", pos->config_hash, L->config_hash);
+                 "microbatch_tokens, microbatches x dp (the global step), patch bounds must be those of the run "
+                 "that saved it", pos->config_hash, L->config_hash);
         return -1;
     }
     if (pos->stream_pos < 0 || pos->group_done < 0) {

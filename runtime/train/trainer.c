@@ -127,9 +127,9 @@ static int trainer_seek(Trainer* t, const char* dir, const char* pos, char* err,
         snprintf(err, err_len, "%s: the loader position has a \"dp\" entry that is not a list of positions", dir);
     } else if (n != t->grid.dp) {
         snprintf(err, err_len,
-                 "%s was written with parallel.dp = %d by a build whose replicas had loader positions of their own; "
-                 "it resumes only with parallel.dp = %d (the parameters load under any layout: train.init_from "
-                 "starts a new run from them)", dir, n, n);
+                 "%s holds %d per-replica loader positions (written by a build whose shard loader dealt samples to "
+                 "the replicas); they resume only under parallel.dp = %d, and only where this build's loader accepts "
+                 "them (the parameters load under any layout: train.init_from starts a new run from them)", dir, n, n);
     } else {
         char* one = cJSON_PrintUnformatted(cJSON_GetArrayItem(a, t->grid.d));
         rc = t->src.seek(&t->src, one, err, err_len);
