@@ -99,6 +99,24 @@ add_test(NAME dp_train_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
 set_tests_properties(dp_train_np4 PROPERTIES LABELS mpi TIMEOUT 500)
+# Data parallelism on real shards (tests/dp_shards.sh): demo-data -> pack, then dp 2 (pp 1, pp 2, and
+# pp 2 x tp 2 on 8 ranks) against one process with dp x microbatches: 3 losses (step 1 bitwise at tp 1),
+# first stages decode, resume across dp layouts both ways.
+foreach(l "1;1" "2;1" "2;2")
+  list(GET l 0 pp)
+  list(GET l 1 tp)
+  set(name dp_shards_pp${pp}tp${tp}dp2)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp shards: ok" ${CMAKE_SOURCE_DIR}/tests/dp_shards.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${pp} ${tp})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 600)
+endforeach()
+# train.init_from from a pp 1 x tp 2 checkpoint (slices reassembled by global name) into one process,
+# tp 2 and pp 2: the loaded weights equal the checkpoint's bit for bit.
+add_test(NAME init_from_tp_checkpoint
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "init_from tp: ok" ${CMAKE_SOURCE_DIR}/tests/init_from_tp.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/init_from_tp)
+set_tests_properties(init_from_tp_checkpoint PROPERTIES LABELS mpi TIMEOUT 300)
 # Leader-decides: the TP ranks of a stage run their leader's task sequence under injected arrival
 # delays (ready bf / bfw, fixed 1f1b), pp 2 x tp 2; and the negative control (independent dispatch
 # must diverge under the same delays).
