@@ -67,6 +67,12 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } AdamWConfig;
 
+/* The largest attention call of one kind a stage makes (Backend.reserve): at most max_T packed tokens in
+ * at most max_S sequences, H heads of dim d, q / k / v rows of stride ld_qkv. */
+typedef struct {
+    int max_T, max_S, H, d, ld_qkv;
+} AttnReserve;
+
 /* ------------------------------------------------------------------------------------------------
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
  * All pointers passed to a backend's ops live in that backend's memory. */
@@ -99,10 +105,13 @@ typedef struct Backend {
     void (*event_wait)(const struct Backend* be, void* ev);
     void (*event_destroy)(void* ev);
     /* Allocate now the backend's own scratch for GEMM operands of up to gemm_elems values (the bf16
-     * GEMMs' conversion buffer) and for sum_squares over up to sumsq_n values, so that no training step
-     * allocates device memory (DESIGN.md section 3: a stage's memory from the budget, allocated once).
-     * Scratch only grows; a call with smaller sizes does nothing. The CPU backend has none. */
-    void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n);
+     * GEMMs' conversion buffer), for sum_squares over up to sumsq_n values and for the attention calls
+     * bounded by attn[0 .. n_attn) (cuDNN's fused attention: its bf16 copies, offsets, workspace and
+     * first-run check, engine/cuda/attention_scratch.h), so that no training step allocates device memory
+     * (DESIGN.md section 3: a stage's memory from the budget, allocated once). Scratch only grows; a call
+     * with smaller sizes does nothing. An attention call larger than its reservation runs the backend's
+     * own kernel (no scratch) instead of allocating. The CPU backend has none. */
+    void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
 
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
     void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,

@@ -435,6 +435,10 @@ static void run_attention(const OpCase* tc) {
     float* dqkv_d = up(dqkv, nqkv);
     int* cu_d = upi(cu_seqlens, S + 1);
     int hd = H * d;
+    /* cuDNN attention (bf16 table, a device with cuDNN) runs only within the scratch Backend.reserve set
+     * aside (no allocation in a call): reserve this case's shape as the trainer reserves a stage's */
+    AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld};
+    cu->reserve(cu, 0, 0, &ar, 1);
     refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
     cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
     cmp("out", out_d, out, nout, TOL_ATT);

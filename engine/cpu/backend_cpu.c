@@ -25,7 +25,9 @@ static void cpu_event_record(const Backend* be, void* ev) { (void)be, (void)ev; 
 static int cpu_event_query(void* ev) { (void)ev; return 1; }
 static void cpu_event_wait(const Backend* be, void* ev) { (void)be, (void)ev; }
 static void cpu_event_destroy(void* ev) { (void)ev; }
-static void cpu_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) { (void)be, (void)gemm_elems, (void)sumsq_n; }
+static void cpu_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
+    (void)be, (void)gemm_elems, (void)sumsq_n, (void)attn, (void)n_attn;
+}
 /* the step end's ops are engine/adamw.c's, callable on host buffers without a table */
 static double cpu_sum_squares(const Backend* be, const float* x, size_t n) {
     (void)be;

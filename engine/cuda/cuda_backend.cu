@@ -130,10 +130,11 @@ static void cuda_event_destroy(void* ev) {
     if (ev) cudaCheck(cudaEventDestroy((cudaEvent_t)ev));
 }
 
-void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) {
-    (void)be;
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
     cuda_bf16_reserve(gemm_elems);
     cuda_sum_squares_reserve(sumsq_n);
+    // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
+    if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
 }
 
 // ---- the table -----------------------------------------------------------------------------------

@@ -76,10 +76,12 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
 
-// scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares
+// scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares, cuDNN attention's
 void cuda_bf16_reserve(size_t gemm_elems);
 void cuda_sum_squares_reserve(size_t n);
-void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n);
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
+// attention_cudnn.cu's scratch (attention_scratch.h's layout) for the largest calls; nothing without cuDNN
+void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn);
 
 // attention_cudnn.cu: cuDNN's fused attention forward for the bf16 table (1: done, 0: run the own kernel)
 int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,

@@ -364,13 +364,15 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
-    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums) now, at the
-     * microbatch budget: no step allocates device memory (the activations and messages are the
-     * executors' pools, filled in the first step) */
+    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums, cuDNN attention's
+     * buffers) now, at the microbatch budget: no step allocates device memory (the activations and
+     * messages are the executors' pools, filled in the first step) */
     for (int c = 0; c < t->ex->n_stages; c++) {
         const Stage* st = t->ex->stages[c];
         size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
-        st->be->reserve(st->be, gemm, st->params.gtotal);
+        AttnReserve attn[2];
+        int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
+        st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
