@@ -10,7 +10,11 @@
  *      overwritten right after each send (the send's pooled copy is what travels); every payload is
  *      checked exactly, when the transport reports it, and the pool stops growing;
  *   3. collectives on device memory (all-reduce, non-blocking all-reduce ordered after an event,
- *      broadcast, all-gather) and on host memory (over the MPI group);
+ *      broadcast, all-gather) and on host memory (a step's scalars): these go over NCCL too, staged
+ *      through the group's device buffer in 64 KiB pieces (an all-reduce of 3 pieces, a broadcast, an
+ *      all-gather, a barrier), and comm_mpi_counts must not move while they run (a host collective
+ *      that fell back to the MPI group would be counted); the same on a collectives-only group
+ *      (links = 0, the gradient norm's), whose point-to-point is refused;
  *   4. (4 ranks and more) host messages to a rank that is not a ring neighbour go over MPI with their
  *      tags; device memory to it is refused. */
 #include <math.h>
@@ -24,7 +28,7 @@
 #include "tests/check.h"
 
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-Comm* rrfp_nccl_emu_comm_create(Comm* host, char* err, size_t err_len);
+Comm* rrfp_nccl_emu_comm_create(Comm* host, int links, char* err, size_t err_len);
 
 #define N 300 /* floats per payload */
 #define M 6   /* messages per direction */
@@ -78,7 +82,7 @@ int main(void) {
     if (!be || n < 2) return 1;
     Comm* host = NULL;
     CHECK(world->ops->split(world, 0, me, &host, err, sizeof err) == 0, "%s", err);
-    Comm* c = rrfp_nccl_emu_comm_create(host, err, sizeof err);
+    Comm* c = rrfp_nccl_emu_comm_create(host, 1, err, sizeof err);
     CHECK(c != NULL && c->device_memory == 1 && c->size == n && c->rank == me, "%s", err);
     if (!c) return 1;
     int next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -233,11 +237,64 @@ int main(void) {
         for (int q = 0; q < n; q++)
             for (int i = 0; i < N; i++) bad += hall[(size_t)q * N + i] != value(q, 1, i);
         CHECK(bad == 0, "device all-gather: %d wrong", bad);
+        be->free(all);
+        free(hall);
+    }
+    /* host-memory collectives: over NCCL, no MPI call (comm_mpi_counts), pieces of 64 KiB */
+    {
+        long coll0, p2p0, coll1, p2p1;
+        comm_mpi_counts(&coll0, &p2p0);
         double x = me + 0.5;
         CHECK(comm_allreduce(c, &x, 1, COMM_F64, COMM_SUM, err, sizeof err) == 0 && x == n * n / 2.0, "host all-reduce %g",
               x);
-        be->free(all);
-        free(hall);
+        enum { BIG = 3 * 8192 + 5 }; /* doubles: 3 full pieces of 64 KiB and a short one */
+        double* big = malloc(BIG * sizeof(double));
+        for (int i = 0; i < BIG; i++) big[i] = (double)(me + 1) * i;
+        CHECK(comm_allreduce(c, big, BIG, COMM_F64, COMM_SUM, err, sizeof err) == 0, "%s", err);
+        int bad = 0;
+        for (int i = 0; i < BIG; i++) bad += big[i] != (double)(n * (n + 1) / 2) * i;
+        CHECK(bad == 0, "host all-reduce of %d doubles in pieces: %d wrong", BIG, bad);
+        int64_t mx[2] = {me, -me};
+        CHECK(comm_allreduce(c, mx, 2, COMM_I64, COMM_MAX, err, sizeof err) == 0 && mx[0] == n - 1 && mx[1] == 0,
+              "host all-reduce max %lld %lld", (long long)mx[0], (long long)mx[1]);
+        for (int i = 0; i < BIG; i++) big[i] = me == n - 1 ? 3.0 * i : -1.0;
+        CHECK(comm_bcast(c, big, BIG * sizeof(double), n - 1, err, sizeof err) == 0, "%s", err);
+        bad = 0;
+        for (int i = 0; i < BIG; i++) bad += big[i] != 3.0 * i;
+        CHECK(bad == 0, "host broadcast in pieces: %d wrong", bad);
+        enum { G = 20000 }; /* bytes per rank: more than one piece of 64 KiB / (n + 1) */
+        unsigned char* mine = malloc(G);
+        unsigned char* gath = malloc((size_t)n * G);
+        for (int i = 0; i < G; i++) mine[i] = (unsigned char)(31 * me + i);
+        CHECK(c->ops->allgather(c, mine, gath, G, err, sizeof err) == 0, "%s", err);
+        bad = 0;
+        for (int q = 0; q < n; q++)
+            for (int i = 0; i < G; i++) bad += gath[(size_t)q * G + i] != (unsigned char)(31 * q + i);
+        CHECK(bad == 0, "host all-gather in pieces: %d wrong", bad);
+        CHECK(comm_barrier(c, err, sizeof err) == 0, "%s", err);
+        comm_mpi_counts(&coll1, &p2p1);
+        CHECK(coll1 == coll0 && p2p1 == p2p0, "host collectives on the device group used MPI: %ld collectives, %ld "
+              "point-to-point", coll1 - coll0, p2p1 - p2p0);
+        /* a collectives-only group (links = 0) over the same ranks: the same, and no point-to-point */
+        Comm* h2 = NULL;
+        CHECK(world->ops->split(world, 0, me, &h2, err, sizeof err) == 0, "%s", err);
+        Comm* cc = rrfp_nccl_emu_comm_create(h2, 0, err, sizeof err);
+        CHECK(cc != NULL && cc->device_memory == 1, "%s", err);
+        if (cc) {
+            comm_mpi_counts(&coll0, &p2p0);
+            x = 1.0;
+            CHECK(comm_allreduce(cc, &x, 1, COMM_F64, COMM_SUM, err, sizeof err) == 0 && x == n, "collectives-only %g", x);
+            comm_mpi_counts(&coll1, &p2p1);
+            CHECK(coll1 == coll0 && p2p1 == p2p0, "a collectives-only group's all-reduce used MPI");
+            CommReq* r = NULL;
+            CHECK(cc->ops->isend(cc, next, 0, dev, sizeof(float), 0, &r, err, sizeof err) != 0 && strstr(err, "no NCCL link"),
+                  "point-to-point on a collectives-only group: %s", err);
+            cc->ops->free(cc);
+        }
+        free(big);
+        free(mine);
+        free(gath);
+        if (me == 0) printf("rank 0: host collectives over nccl, no MPI call\n");
     }
     /* beyond the ring neighbours (n > 3): host messages go over MPI (with their tags, in order), device
      * memory is refused */

@@ -611,9 +611,10 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         }
         int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
-         * first at which any rank has seen one (an all-reduce MAX over the world). */
+         * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
+         * runtime.comm = nccl, comm_grid_allreduce_all). */
         int stopping = stop && *stop;
-        if (world->size > 1 && comm_allreduce(world, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
+        if (world->size > 1 && comm_grid_allreduce_all(&t->grid, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
             rc = -1;
             break;
         }
