@@ -5,6 +5,10 @@
  *   1. a receive's buffer is not there before its event: a device receive polled once reads NaN (the
  *      control: this is what a reader that skipped the event would get), then the data once test()
  *      reports it done;
+ *   1b. (--compute-delay, with RR_EMU_COMPUTE_DELAY) a send must wait for its producer's event: a device send issued
+ *      right after a kernel that writes its buffer, without wait_event, transmits the buffer as it was
+ *      before the kernel (the control: the emulated compute stream finishes the kernel later, as a GPU
+ *      does); with wait_event on the kernel's event, the kernel's result;
  *   2. the FIFO transport over the device group, ring neighbours: rank r sends M device payloads and M
  *      host notices to r + 1 and receives r - 1's, posted in the reverse order; the source buffer is
  *      overwritten right after each send (the send's pooled copy is what travels); every payload is
@@ -68,7 +72,11 @@ static void* pool_copy_mark(void* ctx, void* dst, const void* src, size_t bytes)
 
 static float value(int from, int m, int i) { return (float)(1000 * from + 10 * m) + (float)i * 0.25f; }
 
-int main(void) {
+int main(int argc, char** argv) {
+    /* --compute-delay: the run with RR_EMU_COMPUTE_DELAY (tests/cuda.cmake): control 1b is required, and
+     * control 1's read before the event is left out (that read is a deferred copy itself and may land
+     * after the receive completed, as on a GPU) */
+    int compute_delay = argc > 1 && !strcmp(argv[1], "--compute-delay");
     char err[1024], why[256];
     Comm* world = comm_mpi_world(err, sizeof err);
     if (!world) {
@@ -96,6 +104,7 @@ int main(void) {
         be->copy_h2d(be, dev, h, N * sizeof(float));
         float* in = be->alloc(N * sizeof(float));
         be->memset0(be, in, N * sizeof(float));
+        be->synchronize(be); /* the receive's stream does not wait for the compute stream's memset */
         CommReq *sr = NULL, *rr = NULL;
         CHECK(c->ops->isend(c, next, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
         CHECK(c->ops->irecv(c, prev, 0, in, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
@@ -104,10 +113,13 @@ int main(void) {
         size_t got = 0;
         CHECK(c->ops->test(c, &rr, &done, &got, err, sizeof err) == 0, "%s", err);
         CHECK(!done, "a receive under RR_EMU_COMM_DELAY completed at its first poll (is the delay set?)");
-        be->copy_d2h(be, h, in, N * sizeof(float));
-        int nan = 0;
-        for (int i = 0; i < N; i++) nan += isnan(h[i]);
-        CHECK(nan == N, "reading a receive's buffer before its event: %d of %d NaN (the control must see NaN)", nan, N);
+        if (!compute_delay) {
+            be->copy_d2h(be, h, in, N * sizeof(float));
+            int nan = 0;
+            for (int i = 0; i < N; i++) nan += isnan(h[i]);
+            CHECK(nan == N, "reading a receive's buffer before its event: %d of %d NaN (the control must see NaN)", nan,
+                  N);
+        }
         while (!done) CHECK(c->ops->test(c, &rr, &done, &got, err, sizeof err) == 0, "%s", err);
         CHECK(got == N * sizeof(float), "got %zu bytes", got);
         be->copy_d2h(be, h, in, N * sizeof(float));
@@ -115,6 +127,39 @@ int main(void) {
         for (int i = 0; i < N; i++) bad += h[i] != value(prev, 99, i);
         CHECK(bad == 0, "after the event: %d of %d values wrong", bad, N);
         for (done = 0; !done;) CHECK(c->ops->test(c, &sr, &done, NULL, err, sizeof err) == 0, "%s", err);
+        be->free(in);
+    }
+
+    /* 1b. the compute stream finishes later than the host launches (RR_EMU_COMPUTE_DELAY): a send that
+     * skips the wait for its producer's event reads the buffer before the producer ran */
+    if (compute_delay) {
+        const char* cd = getenv("RR_EMU_COMPUTE_DELAY");
+        CHECK(cd && atoi(cd) > 0, "--compute-delay needs RR_EMU_COMPUTE_DELAY > 0: the control below depends on it");
+        for (int i = 0; i < N; i++) h[i] = value(me, 50, i);
+        be->copy_h2d(be, dev, h, N * sizeof(float)); /* synchronous: dev holds v */
+        float* in = be->alloc(N * sizeof(float));
+        for (int round = 0; round < 2; round++) {
+            be->scale(be, dev, 2.0f, N); /* the producer, on the compute stream */
+            if (round == 1) { /* as the pipeline's sends do */
+                be->event_record(be, ev);
+                CHECK(c->ops->wait_event(c, next, ev, err, sizeof err) == 0, "%s", err);
+            }
+            CommReq *sr = NULL, *rr = NULL;
+            CHECK(c->ops->irecv(c, prev, 0, in, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
+            CHECK(c->ops->isend(c, next, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
+            for (int done = 0; !done;) CHECK(c->ops->test(c, &rr, &done, NULL, err, sizeof err) == 0, "%s", err);
+            for (int done = 0; !done;) CHECK(c->ops->test(c, &sr, &done, NULL, err, sizeof err) == 0, "%s", err);
+            be->copy_d2h(be, h, in, N * sizeof(float)); /* also finishes the compute stream: dev scaled */
+            /* round 0 sent v (the scale had not run), round 1 waited for the second scale: 4 v */
+            float f = round == 0 ? 1.0f : 4.0f;
+            int match = 0;
+            for (int i = 0; i < N; i++) match += h[i] == f * value(prev, 50, i);
+            if (round == 0)
+                CHECK(match == N, "a send without a wait for its producer's event: %d of %d values are the buffer "
+                      "before the producer (the control: is RR_EMU_COMPUTE_DELAY in effect?)", match, N);
+            else
+                CHECK(match == N, "a send after wait_event on its producer's event: %d of %d values right", match, N);
+        }
         be->free(in);
     }
 

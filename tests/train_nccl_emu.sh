@@ -35,7 +35,7 @@ set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5 PP=$6 DP=$7 M=$8
 shift 8
 MPIRUN=("$@")
-MODE=${MODE:-ready} HINT=${HINT:-1f1b} DELAY=${DELAY:-2} PRECISION=${PRECISION:-fp32} TP=${TP:-1}
+MODE=${MODE:-ready} HINT=${HINT:-1f1b} DELAY=${DELAY:-2} CDELAY=${CDELAY:-2} PRECISION=${PRECISION:-fp32} TP=${TP:-1}
 unset RR_EMU_PROTECT
 export OMP_NUM_THREADS=1
 rm -rf "$WORK"
