@@ -120,6 +120,16 @@ typedef struct Backend {
      * Any of dinp / dweight / dbias may be NULL. */
     void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int N, int C, int OC);
+    /* Linear then GELU (tanh), one op where the backend can fuse them (the ViT MLP's fc1 and the
+     * projector's first linear): pre (N, OC) = inp @ weight^T + bias, the pre-activation saved for
+     * gelu_backward, and out (N, OC) = gelu(pre); bias may be NULL. fp32 tables: exactly linear_forward
+     * into pre, then gelu_forward into out. bf16 tables: the GELU reads the f32 pre-activation (as
+     * cuBLASLt's GELU_AUX_BIAS epilogue does, in the GEMM's f32 output), then out and pre are each
+     * rounded to bf16 (out the stored activation, pre what the backward reads); the two ops would round
+     * pre before the GELU, so out can differ from theirs by one bf16 ulp. The backward is gelu_backward on
+     * pre, then linear_backward. */
+    void (*linear_gelu_forward)(const struct Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                const float* bias, int N, int C, int OC);
 
     /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
     void (*layernorm_forward)(const struct Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,

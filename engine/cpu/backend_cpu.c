@@ -39,6 +39,13 @@ static void cpu_adamw_update(const Backend* be, float* param, const float* grad,
     adamw_update(param, grad, m, v, n, cfg, t, decay);
 }
 
+/* Linear then GELU (engine.h): the two ops, so the fp32 results are those of the unfused model. */
+void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC) {
+    cpu_linear_forward(be, pre, inp, weight, bias, N, C, OC);
+    cpu_gelu_forward(be, out, pre, (size_t)N * OC);
+}
+
 const Backend backend_cpu = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -57,6 +64,7 @@ const Backend backend_cpu = {
     .event_destroy = cpu_event_destroy,
     .reserve = cpu_reserve,
     .linear_forward = cpu_linear_forward,
+    .linear_gelu_forward = cpu_linear_gelu_forward,
     .linear_backward = cpu_linear_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
@@ -105,6 +113,7 @@ const Backend backend_cpu_bf16 = {
     .event_destroy = cpu_event_destroy,
     .reserve = cpu_reserve,
     .linear_forward = cpu_bf16_linear_forward,
+    .linear_gelu_forward = cpu_bf16_linear_gelu_forward,
     .linear_backward = cpu_bf16_linear_backward,
     .layernorm_forward = cpu_bf16_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,

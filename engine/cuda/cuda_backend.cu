@@ -159,6 +159,7 @@ static const Backend backend_cuda = {
     cuda_reserve,
     cuda_linear_forward,
     cuda_linear_backward,
+    cuda_linear_gelu_forward,
     cuda_layernorm_forward,
     cuda_layernorm_backward,
     cuda_rmsnorm_forward,
@@ -208,6 +209,7 @@ const Backend backend_cuda_bf16 = {
     cuda_reserve,
     cuda_bf16_linear_forward,
     cuda_bf16_linear_backward,
+    cuda_bf16_linear_gelu_forward,
     cuda_bf16_layernorm_forward,
     cuda_layernorm_backward,
     cuda_bf16_rmsnorm_forward,
@@ -236,8 +238,8 @@ const Backend backend_cuda_bf16 = {
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 40 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 44 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
+static_assert(sizeof(Backend) == 45 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

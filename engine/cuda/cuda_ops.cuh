@@ -13,6 +13,8 @@
 void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
 void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC);
+void cuda_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                              const float* bias, int N, int C, int OC);
 
 // norm.cu
 void cuda_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -64,6 +66,8 @@ void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, c
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, int N, int C, int OC);
+void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                   const float* bias, int N, int C, int OC);
 void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                  const float* bias, int N, int C);
 void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
