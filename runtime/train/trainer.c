@@ -364,13 +364,15 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
-    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums) now, at the
-     * microbatch budget: no step allocates device memory (the activations and messages are the
-     * executors' pools, filled in the first step) */
+    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums, cuDNN attention's
+     * buffers) now, at the microbatch budget: no step allocates device memory (the activations and
+     * messages are the executors' pools, filled in the first step) */
     for (int c = 0; c < t->ex->n_stages; c++) {
         const Stage* st = t->ex->stages[c];
         size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
-        st->be->reserve(st->be, gemm, st->params.gtotal);
+        AttnReserve attn[2];
+        int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
+        st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
@@ -615,9 +617,10 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         }
         int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
-         * first at which any rank has seen one (an all-reduce MAX over the world). */
+         * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
+         * runtime.comm = nccl, comm_grid_allreduce_all). */
         int stopping = stop && *stop;
-        if (world->size > 1 && comm_allreduce(world, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
+        if (world->size > 1 && comm_grid_allreduce_all(&t->grid, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
             rc = -1;
             break;
         }
