@@ -30,12 +30,28 @@ typedef struct {
     int32_t* ids;
     uint8_t* mask;
     int n_images, Np;
-    float* patches;     /* (Np, 3p^2), NULL without decode_images */
+    float* patches;     /* (Np, 3p^2), NULL without decode_images (or until decoded, when deferred) */
+    uint8_t* jpeg;      /* deferred decoding: the images' JPEG bytes, concatenated (NULL otherwise) */
+    size_t jpeg_len[SHARD_MAX_IMAGES];
 } SampleData;
 
 static void sample_data_clear(SampleData* d) {
-    free(d->ids), free(d->mask), free(d->patches);
+    free(d->ids), free(d->mask), free(d->patches), free(d->jpeg);
     memset(d, 0, sizeof *d);
+}
+
+/* One planned microbatch of a packing group: its samples (owned), in stream order once formed. */
+typedef struct {
+    SampleData** v;
+    int n, cap;
+    int64_t tokens;
+    double cost;
+} Bin;
+
+static void bin_free(Bin* b) {
+    for (int i = 0; i < b->n; i++) sample_data_clear(b->v[i]), free(b->v[i]);
+    free(b->v);
+    memset(b, 0, sizeof *b);
 }
 
 enum { SLOT_EMPTY = 0, SLOT_BUSY, SLOT_DONE };
@@ -64,7 +80,8 @@ struct Loader {
     double* cost_b;        /* (N) balanced cost */
     int64_t* img_base;     /* (N+1) first image of each sample in grid_h/grid_w */
     uint16_t *grid_h, *grid_w;
-    int64_t per_rank;      /* samples per rank per epoch */
+    int64_t per_epoch;     /* stream positions per epoch (N: every replica walks the whole stream) */
+    int defer_decode;      /* decode only the microbatches this replica keeps (dp > 1, in the planner) */
     uint64_t config_hash;
     int oversize_total;
 
@@ -85,13 +102,14 @@ struct Loader {
     int n_workers;
     pthread_t* threads;
     int64_t bytes_read;
-    int64_t images_decoded; /* JPEGs decoded into patches by the workers (0 without decode_images) */
+    int64_t images_decoded; /* JPEGs decoded into patches (workers, or the planner when deferred) */
+    JpegCodec* p_jc;        /* the planner's decoder (deferred decoding) */
 
     /* consumer state */
     SampleData held;       /* fifo: the sample that did not fit (position held.k), or n_tokens = -1 */
     int has_held;
     int64_t g_start, g_end; /* current group's stream range */
-    Microbatch* grp;        /* the group's microbatches */
+    Bin* grp;               /* the group's microbatches (samples, assembled when handed out) */
     int grp_n, grp_next, grp_cap;
     LoaderPos at_group;     /* counters when the current group began */
     LoaderStats st;
@@ -200,7 +218,7 @@ static const char* sample_id(const Loader* L, int64_t g, int* shard, int64_t* lo
 
 /* Global sample at stream position k (caller holds mu or is the only thread). */
 static int64_t stream_sample(Loader* L, int64_t k) {
-    int64_t e = k / L->per_rank, j = k % L->per_rank;
+    int64_t e = k / L->per_epoch, j = k % L->per_epoch;
     int slot = -1;
     for (int s = 0; s < 2; s++)
         if (L->perm[s] && L->perm_epoch[s] == e) slot = s;
@@ -219,7 +237,7 @@ static int64_t stream_sample(Loader* L, int64_t k) {
         }
         L->perm_epoch[slot] = e;
     }
-    return L->perm[slot][j * L->cfg.dp_size + L->cfg.dp_rank];
+    return L->perm[slot][j];
 }
 
 /* ---- workers ----------------------------------------------------------------------------------------- */
@@ -246,7 +264,18 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
     int64_t ib = L->img_base[d->g];
     d->Np = 0;
     for (int k = 0; k < ss.n_images; k++) d->Np += L->grid_h[ib + k] * L->grid_w[ib + k];
-    if (L->cfg.decode_images && d->Np > 0) {
+    if (L->defer_decode && d->Np > 0) {
+        /* keep the JPEG bytes: the planner decodes them if this replica keeps the sample's microbatch */
+        size_t tot = 0;
+        for (int k = 0; k < ss.n_images; k++) tot += ss.jpeg_len[k];
+        d->jpeg = mallocCheck(tot ? tot : 1);
+        tot = 0;
+        for (int k = 0; k < ss.n_images; k++) {
+            memcpy(d->jpeg + tot, ss.jpeg[k], ss.jpeg_len[k]);
+            d->jpeg_len[k] = ss.jpeg_len[k];
+            tot += ss.jpeg_len[k];
+        }
+    } else if (L->cfg.decode_images && d->Np > 0) {
         int p = L->cfg.patch;
         size_t row = (size_t)3 * p * p;
         d->patches = mallocCheck(sizeof(float) * row * (size_t)d->Np);
@@ -300,7 +329,7 @@ static void* worker_main(void* arg) {
         sl->d = d;
         sl->state = SLOT_DONE;
         L->bytes_read += bytes;
-        if (L->cfg.decode_images && !d.damaged) L->images_decoded += d.n_images;
+        if (L->cfg.decode_images && !L->defer_decode && !d.damaged) L->images_decoded += d.n_images;
         if (L->consumer_waiting) pthread_cond_broadcast(&L->cv_done);
     }
     pthread_mutex_unlock(&L->mu);
@@ -421,13 +450,6 @@ static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
 
 /* ---- packing ----------------------------------------------------------------------------------------- */
 
-typedef struct {
-    SampleData** v;
-    int n, cap;
-    int64_t tokens;
-    double cost;
-} Bin;
-
 static void bin_add(Bin* b, SampleData* d, int L_) {
     if (b->n == b->cap) b->v = reallocCheck(b->v, sizeof(SampleData*) * (size_t)(b->cap = b->cap ? 2 * b->cap : 8));
     b->v[b->n++] = d;
@@ -504,9 +526,9 @@ static void report_damaged(Loader* L, const SampleData* d) {
  * *out filled, or -1 with err when damage is fatal. */
 static int next_usable(Loader* L, int64_t* k, SampleData* out, char* err, size_t err_len) {
     for (int64_t skipped = 0;; skipped++) {
-        if (skipped > L->per_rank) { /* a whole epoch without one usable sample: never ends otherwise */
-            snprintf(err, err_len, "no usable sample in %s: the last %lld stream positions (a whole epoch of this "
-                     "rank) were all damaged or above data.microbatch_tokens = %d", L->shards_path,
+        if (skipped > L->per_epoch) { /* a whole epoch without one usable sample: never ends otherwise */
+            snprintf(err, err_len, "no usable sample in %s: the last %lld stream positions (a whole epoch)"
+                     " were all damaged or above data.microbatch_tokens = %d", L->shards_path,
                      (long long)skipped, L->cfg.microbatch_tokens);
             return -1;
         }
@@ -537,7 +559,7 @@ static int next_usable(Loader* L, int64_t* k, SampleData* out, char* err, size_t
 }
 
 static void group_clear(Loader* L) {
-    for (int i = L->grp_next; i < L->grp_n; i++) microbatch_free(&L->grp[i]);
+    for (int i = L->grp_next; i < L->grp_n; i++) bin_free(&L->grp[i]);
     L->grp_n = L->grp_next = 0;
 }
 
@@ -613,21 +635,22 @@ static int group_form(Loader* L, char* err, size_t err_len) {
     }
     L->g_end = k;
     if (rc == 0) {
-        if (L->grp_cap < nb) L->grp = reallocCheck(L->grp, sizeof(Microbatch) * (size_t)(L->grp_cap = nb));
+        /* the group keeps the bins (and so the samples); a microbatch is assembled when handed out */
+        if (L->grp_cap < nb) L->grp = reallocCheck(L->grp, sizeof(Bin) * (size_t)(L->grp_cap = nb));
         for (int b = 0; b < nb; b++) {
             /* samples of a microbatch in stream order */
             qsort(bins[b].v, (size_t)bins[b].n, sizeof(SampleData*), cmp_sample_k);
-            assemble(L, bins[b].v, bins[b].n, &L->grp[b]);
+            L->grp[b] = bins[b];
         }
         L->grp_n = nb;
         L->grp_next = 0;
-    }
-    for (int b = 0; b < nb; b++) {
+    } else {
         if (L->cfg.policy == LOADER_POLICY_FIFO)
-            for (int i = 0; i < bins[b].n; i++) sample_data_clear(bins[b].v[i]), free(bins[b].v[i]);
-        free(bins[b].v);
+            for (int b = 0; b < nb; b++) bin_free(&bins[b]);
+        else
+            for (int i = 0; i < n_items; i++) sample_data_clear(items[i]), free(items[i]);
+        for (int b = 0; b < nb; b++) free(bins[b].v);
     }
-    for (int i = 0; i < n_items; i++) sample_data_clear(items[i]), free(items[i]);
     free(items);
     free(bins);
     return rc;
@@ -656,36 +679,87 @@ static void planner_pos(const Loader* L, LoaderPos* pos) {
     }
 }
 
-/* Form the next step (planner thread). Returns 0, or -1 with err (fatal damage). */
-static int plan_step(Loader* L, PlannedStep* ps, char* err, size_t err_len) {
-    memset(ps, 0, sizeof *ps);
-    int M = L->cfg.microbatches;
-    ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
-    for (int m = 0; m < M; m++) {
-        while (L->grp_next == L->grp_n)
-            if (group_form(L, err, err_len) != 0) {
-                for (int j = 0; j < m; j++) microbatch_free(&ps->mbs[j]);
-                free(ps->mbs);
-                ps->mbs = NULL;
+/* Decode the images of a kept microbatch's samples (deferred decoding, planner thread). A frame that
+ * passed its checksum holds JPEGs that `rrfp-mm pack` decoded, so a failure here is not a damaged
+ * sample to skip (the other replicas and pipeline ranks have planned with it): it is an error. */
+static int bin_decode(Loader* L, Bin* b, char* err, size_t err_len) {
+    if (!L->p_jc) L->p_jc = jpeg_codec_new();
+    int p = L->cfg.patch, n_dec = 0;
+    size_t row = (size_t)3 * p * p;
+    for (int i = 0; i < b->n; i++) {
+        SampleData* d = b->v[i];
+        if (!d->jpeg || d->patches) continue;
+        d->patches = mallocCheck(sizeof(float) * row * (size_t)d->Np);
+        int64_t ib = L->img_base[d->g];
+        size_t off = 0, at = 0;
+        for (int k = 0; k < d->n_images; k++) {
+            int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
+            char e[320];
+            if (image_patches_into(L->p_jc, d->jpeg + at, d->jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, gh,
+                                   gw, d->patches + off, e, sizeof e) != 0) {
+                int s;
+                int64_t li;
+                const char* id = sample_id(L, d->g, &s, &li);
+                int n = snprintf(err, err_len, "%s sample %lld (id '%s'): image %d: %s", L->shards[s].path, (long long)li,
+                                 id, k, e);
+                if (n >= 0 && (size_t)n < err_len)
+                    snprintf(err + n, err_len - (size_t)n, " (its frame passed the checksum, so the data-parallel "
+                             "replicas planned with it and none can skip it)\n---> HINT: re-pack the data with "
+                             "`rrfp-mm pack`");
                 return -1;
             }
-        Microbatch* mb = &ps->mbs[m];
-        *mb = L->grp[L->grp_next];
-        memset(&L->grp[L->grp_next], 0, sizeof(Microbatch));
-        L->grp_next++;
-        ps->sum.n_supervised += mb->n_supervised;
-        ps->sum.tokens += mb->T;
-        ps->sum.patches += mb->Np;
-        ps->sum.samples += mb->S;
-        L->st.samples += mb->S;
+            off += row * (size_t)gh * gw;
+            at += d->jpeg_len[k];
+            n_dec++;
+        }
+        free(d->jpeg);
+        d->jpeg = NULL;
     }
+    pthread_mutex_lock(&L->mu);
+    L->images_decoded += n_dec;
+    pthread_mutex_unlock(&L->mu);
+    return 0;
+}
+
+/* Form the next step (planner thread). Every replica plans the global step, the microbatches
+ * 0 .. M*D-1 of one process with M x D microbatches, and keeps (assembles) microbatches d, d + D, ...;
+ * the others are dropped unassembled. Returns 0, or -1 with err (fatal damage). */
+static int plan_step(Loader* L, PlannedStep* ps, char* err, size_t err_len) {
+    memset(ps, 0, sizeof *ps);
+    int M = L->cfg.microbatches, D = L->cfg.dp_size, d = L->cfg.dp_rank;
+    ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
+    int m = 0;
+    for (int g = 0; g < M * D; g++) {
+        int rc = 0;
+        while (rc == 0 && L->grp_next == L->grp_n) rc = group_form(L, err, err_len);
+        Bin* b = rc == 0 ? &L->grp[L->grp_next] : NULL;
+        if (b && g % D == d && L->defer_decode) rc = bin_decode(L, b, err, err_len);
+        if (rc != 0) {
+            for (int j = 0; j < m; j++) microbatch_free(&ps->mbs[j]);
+            free(ps->mbs);
+            ps->mbs = NULL;
+            return -1;
+        }
+        L->grp_next++;
+        L->st.samples += b->n; /* the global count: the position is the same on every replica */
+        if (g % D == d) {
+            Microbatch* mb = &ps->mbs[m++];
+            assemble(L, b->v, b->n, mb);
+            ps->sum.n_supervised += mb->n_supervised;
+            ps->sum.tokens += mb->T;
+            ps->sum.patches += mb->Np;
+            ps->sum.samples += mb->S;
+        }
+        bin_free(b);
+    }
+    RR_ASSERT(m == M);
     ps->sum.M = M;
     L->st.steps++;
     L->st.microbatches += M;
     L->st.tokens += ps->sum.tokens;
     L->st.patches += ps->sum.patches;
     L->st.supervised += ps->sum.n_supervised;
-    L->st.epoch = (L->g_end > 0 ? L->g_end - 1 : 0) / L->per_rank;
+    L->st.epoch = (L->g_end > 0 ? L->g_end - 1 : 0) / L->per_epoch;
     planner_pos(L, &ps->pos);
     ps->st = L->st;
     return 0;
@@ -755,8 +829,8 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
     if (pos->config_hash != L->config_hash) {
         snprintf(err, err_len, "the saved loader position belongs to another data set or packing configuration "
                  "(hash %016" PRIx64 ", this one %016" PRIx64 "): shards, data.seed, policy, window, "
-                 "microbatch_tokens, microbatches, patch bounds and the DP layout must be those of the run that "
-                 "saved it", pos->config_hash, L->config_hash);
+                 "microbatch_tokens, microbatches x dp (the global step), patch bounds must be those of the run "
+                 "that saved it", pos->config_hash, L->config_hash);
         return -1;
     }
     if (pos->stream_pos < 0 || pos->group_done < 0) {
@@ -766,7 +840,7 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
     }
     loader_reset(L);
     L->st.steps = pos->steps;
-    L->st.microbatches = pos->steps * L->cfg.microbatches;
+    L->st.microbatches = pos->steps * L->cfg.microbatches; /* this replica's */
     L->st.samples = pos->samples;
     L->st.skipped_damaged = pos->skipped_damaged;
     L->st.skipped_oversize = pos->skipped_oversize;
@@ -780,8 +854,8 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
             return -1;
         }
         for (int b = 0; b < pos->group_done; b++) {
-            L->st.samples += L->grp[L->grp_next].S; /* handed out before the position was saved */
-            microbatch_free(&L->grp[L->grp_next++]);
+            L->st.samples += L->grp[L->grp_next].n; /* handed out before the position was saved */
+            bin_free(&L->grp[L->grp_next++]);
         }
     }
     double wait = L->pub.wait_s;
@@ -843,13 +917,13 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
         return NULL;
     }
     L->N = L->shard_base[ns];
-    L->per_rank = L->N / cfg->dp_size;
-    if (L->per_rank < 1) {
-        snprintf(err, err_len, "data.shards '%s' holds %lld samples, fewer than the %d data-parallel ranks", cfg->shards,
-                 (long long)L->N, cfg->dp_size);
+    L->per_epoch = L->N;
+    if (L->N < 1) {
+        snprintf(err, err_len, "data.shards '%s' holds no sample", cfg->shards);
         loader_close(L);
         return NULL;
     }
+    L->defer_decode = cfg->decode_images && cfg->dp_size > 1;
     /* costs and grids from the index (recomputed when the loader's patch bounds differ from pack's) */
     L->cost_L = mallocCheck(sizeof(int32_t) * (size_t)L->N);
     L->cost_b = mallocCheck(sizeof(double) * (size_t)L->N);
@@ -861,8 +935,10 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     L->grid_w = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
     uint64_t h = 0x243F6A8885A308D3ull;
 #define HMIX(v) (h = rr_mix64(h ^ (uint64_t)(v)))
+    /* the global step (microbatches x dp), not the replica's share, so a position resumes under any dp;
+     * hashed as dp 0 of 1, so that one-process positions of earlier builds stay valid */
     HMIX(L->N), HMIX(cfg->seed), HMIX(cfg->policy), HMIX(cfg->window), HMIX(cfg->microbatch_tokens);
-    HMIX(cfg->microbatches), HMIX(cfg->dp_rank), HMIX(cfg->dp_size), HMIX(cfg->patch), HMIX(cfg->min_patches);
+    HMIX((int64_t)cfg->microbatches * cfg->dp_size), HMIX(0), HMIX(1), HMIX(cfg->patch), HMIX(cfg->min_patches);
     HMIX(cfg->max_patches);
     int64_t g = 0, gi = 0, first_over = -1;
     for (int s = 0; s < ns; s++) {
@@ -913,7 +989,8 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     double meanL = 0;
     for (int64_t i = 0; i < L->N; i++) meanL += L->cost_L[i];
     meanL = meanL / (double)L->N;
-    int64_t per_step = (int64_t)((double)cfg->microbatches * cfg->microbatch_tokens / (meanL > 1 ? meanL : 1)) + 1;
+    int64_t per_step =
+        (int64_t)((double)cfg->microbatches * cfg->dp_size * cfg->microbatch_tokens / (meanL > 1 ? meanL : 1)) + 1;
     int64_t pf = cfg->prefetch > 0 ? cfg->prefetch : 4 * per_step;
     if (pf > 4096) pf = 4096;
     L->cap = (int64_t)cfg->window + pf + 2;
@@ -981,6 +1058,7 @@ void loader_close(Loader* L) {
     free(L->shards), free(L->shard_base);
     free(L->cost_L), free(L->cost_b), free(L->img_base), free(L->grid_h), free(L->grid_w);
     free(L->perm[0]), free(L->perm[1]);
+    if (L->p_jc) jpeg_codec_free(L->p_jc);
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv_work);
     pthread_cond_destroy(&L->cv_done);

@@ -1,9 +1,8 @@
 /* loader.h — the variable-length loader: .rrs shards -> steps of packed Microbatches.
  *
  * Sample stream. The shards of a folder (*.rrs in name order) are concatenated into global sample
- * indices 0..N-1. Epoch e is a permutation of them (Fisher-Yates keyed by (seed, e)); DP rank r of
- * R takes permuted positions r, r+R, r+2R, ... of the first floor(N/R)*R, so ranks never share a
- * sample within an epoch and all take the same count. The stream runs on across epochs forever.
+ * indices 0..N-1. Epoch e is a permutation of them (Fisher-Yates keyed by (seed, e)). The stream runs
+ * on across epochs forever, and it is the same for every data-parallel replica.
  *
  * Worker threads (pthreads) walk the stream ahead of the consumer: read the frame, check zstd's
  * checksum and the payload against the index, then decode each JPEG with TurboJPEG (DCT-scaled when
@@ -29,7 +28,15 @@
  * and counted when the stream reaches it).
  *
  * A step is `microbatches` consecutive microbatches: loader_next_step returns all of them with their
- * n_supervised, so the loss denominator is known before the first forward. A planner thread forms and
+ * n_supervised, so the loss denominator is known before the first forward.
+ *
+ * Data parallelism (dp_size D > 1). Every replica plans the global step: the same stream and the same
+ * packing as one process with microbatches x D microbatches per step (the plan needs only the index's
+ * lengths and patch grids, and the frames' checksums for damage), and replica d keeps microbatches
+ * d, d + D, d + 2D, ... of it (as the synthetic source does, data/batch.h), so the replicas' union is
+ * exactly the one-process step. Its n_supervised is the replica's share; the trainer sums it over the
+ * replicas. The workers only read and check frames; the planner decodes the JPEGs of the kept
+ * microbatches alone (on its one thread), so a replica decodes about 1/D of the images. A planner thread forms and
  * assembles whole steps (up to 2) ahead of the trainer from the workers' samples, so loader_next_step
  * only hands one over. Everything is a pure function of (shards, seed, policy, window, budget, dp) —
  * the worker count and the timing of the threads change nothing.
@@ -38,7 +45,10 @@
  * group and how many of its microbatches were already handed out, plus the counters); opening with it,
  * or loader_seek, replays exactly the steps that followed. It is plain integers (loader_pos_to_json /
  * loader_pos_from_json give the checkpoint text) and carries a hash of the plan-defining settings, so
- * a position from another data set or packing configuration is refused. */
+ * a position from another data set or packing configuration is refused. Positions count the global
+ * step (all replicas' microbatches and samples) and the hash takes microbatches x D, not D: every
+ * replica holds the same position, and it resumes under any dp with the same global step (dp 2 x 2
+ * microbatches <-> one process x 4, and the reverse). */
 #ifndef RRFP_DATA_LOADER_H
 #define RRFP_DATA_LOADER_H
 
@@ -53,13 +63,13 @@ typedef struct {
     const char* shards;        /* a folder of .rrs files, or one .rrs file */
     uint64_t tokenizer_hash;   /* must match every shard header; 0 = do not check */
     int microbatch_tokens;     /* LM positions per microbatch */
-    int microbatches;          /* per step */
+    int microbatches;          /* per step and replica (the global step has microbatches x dp_size) */
     LoaderPolicy policy;
     int window;                /* ffd / balanced look-ahead in samples */
     int workers;               /* decode threads (>= 1) */
     uint64_t seed;
     int patch, min_patches, max_patches;
-    int dp_rank, dp_size;
+    int dp_rank, dp_size;      /* replica d of D keeps microbatches d, d + D, ... of the global step */
     int fatal_errors;          /* a damaged sample stops the loader instead of being skipped */
     int skip_oversize;         /* a sample above the budget is skipped and counted instead of an error */
     int decode_images;         /* 0: no pixels (grids, positions and targets are still filled) */
@@ -83,20 +93,22 @@ double loader_balanced_cost(double lm, double patches_sq, double attn_tokens);
 
 typedef struct {
     int64_t stream_pos;    /* first stream position of the current packing group */
-    int64_t group_done;    /* microbatches of that group already handed out */
+    int64_t group_done;    /* microbatches of that group already handed out (all replicas') */
     int64_t steps;         /* steps handed out */
-    int64_t samples;       /* samples packed into handed-out microbatches */
+    int64_t samples;       /* samples packed into handed-out microbatches (all replicas') */
     int64_t skipped_damaged, skipped_oversize;
     uint64_t config_hash;  /* plan-defining settings and data set; checked on resume */
 } LoaderPos;
 
 typedef struct {
-    int64_t steps, microbatches, samples, tokens, patches, supervised;
+    int64_t steps, microbatches, samples, tokens, patches, supervised; /* samples: all replicas'; microbatches,
+                                                                       * tokens, patches, supervised: this one's */
     int64_t skipped_damaged;   /* corrupt frames (reported on stderr) */
     int64_t skipped_oversize;  /* samples above microbatch_tokens (with skip_oversize) */
     int64_t epoch;             /* epoch of the last sample handed out */
     int64_t bytes_read;        /* compressed frame bytes read by the workers */
-    int64_t images_decoded;    /* JPEGs decoded into patches (0 when decode_images is off) */
+    int64_t images_decoded;    /* JPEGs decoded into patches (0 when decode_images is off; dp > 1: those of the
+                                * kept microbatches of the steps planned so far) */
     double wait_s;             /* time loader_next_step spent blocked, waiting for a step to be ready */
     int64_t dataset_samples;   /* N over all shards */
     int shards;
@@ -105,7 +117,7 @@ typedef struct {
 typedef struct {
     int M;
     Microbatch* mbs;       /* (M), owned by the loader until the next call */
-    int64_t n_supervised;  /* sum over the M microbatches: the step's loss denominator on this rank */
+    int64_t n_supervised;  /* sum over the M microbatches: this replica's share of the loss denominator */
     int64_t tokens, patches, samples;
 } LoaderStep;
 

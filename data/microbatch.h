@@ -31,6 +31,8 @@ typedef struct {
 
     /* ---- provenance (for error messages, dumps and resumable loading) ---- */
     int64_t* sample_index;   /* (S) global sample index in the dataset */
+    int index;               /* its index among the global step's microbatches (m x dp + d for replica d's
+                              * m-th; set by the trainer, names the step dump's microbatch files) */
 } Microbatch;
 
 void microbatch_free(Microbatch* mb);

@@ -653,25 +653,47 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     double values = 0;
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
+        /* matched by global name and global shape: a TP-sharded checkpoint's files hold slices (metadata
+         * "slice.<name>"), and this table may hold a slice too; checkpoint_read_assembled cuts this
+         * table's part out of whichever pieces hold it, as a resume does */
         const StTensor* t = NULL;
-        int k;
+        int k, gnd = 0;
+        int64_t gshape[TENSOR_MAX_DIMS] = {0};
         for (k = 0; k < nf && !t; k++) t = st_find(&f[k], s->name);
         k--;
-        int same = t && t->ndim == s->ndim;
-        for (int d = 0; same && d < s->ndim; d++) same = t->shape[d] == s->shape[d];
+        if (t) {
+            char key[200];
+            snprintf(key, sizeof key, "slice.%s", s->name);
+            const char* mv = st_meta(&f[k], key);
+            ParamSlice fs = {.dim = -1};
+            gnd = t->ndim;
+            if (mv && params_slice_parse(mv, &fs, &gnd) != 0) {
+                ck_err(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, s->name, mv);
+                rc = -1;
+                break;
+            }
+            for (int d = 0; d < gnd && d < TENSOR_MAX_DIMS; d++) gshape[d] = fs.dim < 0 ? t->shape[d] : fs.gshape[d];
+        }
+        const int64_t* mine = params_is_slice(s) ? s->slice.gshape : s->shape;
+        int same = t && gnd == s->ndim;
+        for (int d = 0; same && d < s->ndim; d++) same = gshape[d] == mine[d];
         if (!same) {
             char a[96], b[96], w[256];
             if (!t) snprintf(w, sizeof w, "not in the checkpoint");
             else {
-                ck_shape_str(a, sizeof a, t->ndim, t->shape);
-                ck_shape_str(b, sizeof b, s->ndim, s->shape);
+                ck_shape_str(a, sizeof a, gnd, gshape);
+                ck_shape_str(b, sizeof b, s->ndim, mine);
                 snprintf(w, sizeof w, "shape %s in the checkpoint, %s here", a, b);
             }
             why[n_init] = strdup(w);
             inited[n_init++] = s->name;
             continue;
         }
-        if (load) rc = st_read_f32(&f[k], s->name, h + s->offset, s->ndim, s->shape, err, err_len);
+        if (load) {
+            ParamSlice whole = {.dim = -1};
+            rc = checkpoint_read_assembled(f, nf, s->name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
+                                           h + s->offset, 0, 0, err, err_len);
+        }
         loaded[n_loaded++] = s->name;
         values += (double)s->numel;
     }
@@ -686,6 +708,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
                 const StTensor* x = &f[k].tensors[t];
                 int used = 0;
                 for (int i = 0; i < n_loaded && !used; i++) used = !strcmp(loaded[i], x->name);
+                for (int j = 0; j < n_unused && !used; j++) used = !strcmp(unused[j], x->name); /* TP pieces: once */
                 if (!used) unused[n_unused++] = x->name;
             }
         fprintf(report, "init_from %s: loaded %d tensors (%.0f values), initialised %d from model.seed, %d in the "

@@ -81,9 +81,10 @@ void checkpoint_shard_tmp_name(char* tmp, size_t tmp_len, const char* root, int6
  * many were removed (0 when ROOT does not exist). */
 int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len);
 
-/* train.init_from: read every tensor of pt whose global name and shape match a tensor of checkpoint
- * folder DIR (any layout: its state.json lists the model files; values only, F32 or BF16) into
- * pt->data, leaving the others as initialised. With pt->data NULL (a registration-only table, e.g. the
+/* train.init_from: read every tensor of pt whose global name and global shape match a tensor of
+ * checkpoint folder DIR (any layout: its state.json lists the model files, and the slices that the
+ * shards of a tensor-parallel checkpoint hold are reassembled by global name, as checkpoint_load does;
+ * pt may hold a slice too; values only, F32 or BF16) into pt->data, leaving the others as initialised. With pt->data NULL (a registration-only table, e.g. the
  * whole model on the rank that logs) nothing is read. When report is not NULL, prints what was loaded,
  * what keeps its initialisation (absent, or another shape), and which checkpoint tensors matched
  * nothing of pt. Returns 0, or -1 with a message naming the file (and the tensor). */

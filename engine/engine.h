@@ -67,6 +67,12 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } AdamWConfig;
 
+/* The largest attention call of one kind a stage makes (Backend.reserve): at most max_T packed tokens in
+ * at most max_S sequences, H heads of dim d, q / k / v rows of stride ld_qkv. */
+typedef struct {
+    int max_T, max_S, H, d, ld_qkv;
+} AttnReserve;
+
 /* ------------------------------------------------------------------------------------------------
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
  * All pointers passed to a backend's ops live in that backend's memory. */
@@ -99,10 +105,13 @@ typedef struct Backend {
     void (*event_wait)(const struct Backend* be, void* ev);
     void (*event_destroy)(void* ev);
     /* Allocate now the backend's own scratch for GEMM operands of up to gemm_elems values (the bf16
-     * GEMMs' conversion buffer) and for sum_squares over up to sumsq_n values, so that no training step
-     * allocates device memory (DESIGN.md section 3: a stage's memory from the budget, allocated once).
-     * Scratch only grows; a call with smaller sizes does nothing. The CPU backend has none. */
-    void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n);
+     * GEMMs' conversion buffer), for sum_squares over up to sumsq_n values and for the attention calls
+     * bounded by attn[0 .. n_attn) (cuDNN's fused attention: its bf16 copies, offsets, workspace and
+     * first-run check, engine/cuda/attention_scratch.h), so that no training step allocates device memory
+     * (DESIGN.md section 3: a stage's memory from the budget, allocated once). Scratch only grows; a call
+     * with smaller sizes does nothing. An attention call larger than its reservation runs the backend's
+     * own kernel (no scratch) instead of allocating. The CPU backend has none. */
+    void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
 
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
     void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
@@ -111,6 +120,16 @@ typedef struct Backend {
      * Any of dinp / dweight / dbias may be NULL. */
     void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int N, int C, int OC);
+    /* Linear then GELU (tanh), one op where the backend can fuse them (the ViT MLP's fc1 and the
+     * projector's first linear): pre (N, OC) = inp @ weight^T + bias, the pre-activation saved for
+     * gelu_backward, and out (N, OC) = gelu(pre); bias may be NULL. fp32 tables: exactly linear_forward
+     * into pre, then gelu_forward into out. bf16 tables: the GELU reads the f32 pre-activation (as
+     * cuBLASLt's GELU_AUX_BIAS epilogue does, in the GEMM's f32 output), then out and pre are each
+     * rounded to bf16 (out the stored activation, pre what the backward reads); the two ops would round
+     * pre before the GELU, so out can differ from theirs by one bf16 ulp. The backward is gelu_backward on
+     * pre, then linear_backward. */
+    void (*linear_gelu_forward)(const struct Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                const float* bias, int N, int C, int OC);
 
     /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
     void (*layernorm_forward)(const struct Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -148,7 +148,9 @@ if(TARGET rrfp_cuda_emu)
 endif()
 
 # NCCL emulated over MPI (tests/cuda_emu/nccl_emu.cpp) under runtime/comm/comm_nccl.c: a delayed receive is
-# NaN until its event (the control), the FIFO transport with device payloads, the collectives.
+# NaN until its event (the control), a send that skips its producer's event sends stale data under the
+# delayed compute stream (the control of RR_EMU_COMPUTE_DELAY), the FIFO transport with device payloads,
+# the collectives (host ones over NCCL, without MPI).
 add_executable(test_nccl_emu tests/test_nccl_emu.c)
 target_link_libraries(test_nccl_emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(test_nccl_emu PROPERTIES LINKER_LANGUAGE CXX)
@@ -156,7 +158,12 @@ foreach(np 2 4)
   add_test(NAME nccl_emu_np${np}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "nccl emu: ok" timeout 120 ${RRFP_MPIRUN} -np ${np}
                    -x RR_EMU_COMM_DELAY=3 $<TARGET_FILE:test_nccl_emu>)
-  set_tests_properties(nccl_emu_np${np} PROPERTIES LABELS mpi TIMEOUT 150)
+  # the same with the compute streams delayed too: everything must still hold, and the control of
+  # RR_EMU_COMPUTE_DELAY (a send that skips its producer's event sends stale data) must see it
+  add_test(NAME nccl_emu_np${np}_compute_delay
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "nccl emu: ok" timeout 120 ${RRFP_MPIRUN} -np ${np}
+                   -x RR_EMU_COMM_DELAY=3 -x RR_EMU_COMPUTE_DELAY=2 $<TARGET_FILE:test_nccl_emu> --compute-delay)
+  set_tests_properties(nccl_emu_np${np} nccl_emu_np${np}_compute_delay PROPERTIES LABELS mpi TIMEOUT 150)
 endforeach()
 
 # Training with runtime.comm = nccl on the emulated CUDA runtime and NCCL, against the CPU backend's one

@@ -58,6 +58,12 @@ set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_tp_dump)
 add_test(NAME model_torch_tp_dump
          COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set parallel.pp=2 --set parallel.tp=2 --set parallel.hint=zb-h1 --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && ls '${dir}'/dump-2/weights.pp1tp1c0.safetensors '${dir}'/dump-2/grads.pp0tp1c0.safetensors && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-2'")
 set_tests_properties(model_torch_tp_dump PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
+# ... and on a data-parallel step's dump (pp 2 x dp 2): replica 0's weights and gradients, each
+# replica's microbatches as m x dp + d, so the reader sees the one-process step of dp x microbatches
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_dp_dump)
+add_test(NAME model_torch_dp_dump
+         COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set parallel.pp=2 --set parallel.dp=2 --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && ls '${dir}'/dump-2/weights.pp1c0.safetensors '${dir}'/dump-2/microbatch-3.pp1c0.safetensors && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-2'")
+set_tests_properties(model_torch_dp_dump PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
 # model.rms_eps and model.rope_base away from their defaults (eps 0.01 dominates mean(x^2) ~ 4e-4 at
 # init; theta 123): the reference takes them from the dump's config.json, the engine from the recipe.
 set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_eps)

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# pipeline_kill.sh — a pipeline rank killed mid-step (SIGKILL) must not hang the job: every other rank
-# ends non-zero within 30 s, a line names the lost rank, and the last checkpoint stays intact (it
-# loads and training resumes from it in one process).
-# Usage: pipeline_kill.sh RRFP_MM RECIPE WORKDIR
+# pipeline_kill.sh — a rank killed mid-step (SIGKILL) must not hang the job: every other rank ends
+# non-zero within 30 s, a line names the lost rank, and the last checkpoint stays intact (it loads and
+# training resumes from it in one process).
+#   TP = 1 (pipeline_kill_rank): pp 2, the second stage (world rank 1) is killed.
+#   TP = 2 (tp_kill_peer): pp 2 x tp 2, world rank 1 is TP rank 1 of the first stage, inside the TP
+#   all-reduces of every split layer and waiting on its leader's choices in `ready` mode; the
+#   checkpoint is TP shards with their slices, reassembled when one process resumes from it.
+# Usage: pipeline_kill.sh RRFP_MM RECIPE WORKDIR [TP]
 set -uo pipefail
-BIN=$1 RECIPE=$2 W=$3
+BIN=$1 RECIPE=$2 W=$3 TP=${4:-1}
 rm -rf "$W"; mkdir -p "$W"
 fail() {
   echo "FAIL: $*"; echo "--- output"; cat "$W/out.txt"
@@ -12,9 +16,9 @@ fail() {
   exit 1
 }
 MPI="mpirun --allow-run-as-root --oversubscribe"
-timeout 300 $MPI -np 2 "$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=100000 \
-  --set train.checkpoint_every=2 --set checkpoint.keep=2 --set parallel.pp=2 --set parallel.mode=ready \
-  --set parallel.hint=bfw >"$W/out.txt" 2>&1 &
+timeout 300 $MPI -np $((2 * TP)) -x OMP_NUM_THREADS=1 "$BIN" train "$RECIPE" --set train.run_dir="$W/run" \
+  --set train.steps=100000 --set train.checkpoint_every=2 --set checkpoint.keep=2 --set parallel.pp=2 \
+  --set parallel.tp="$TP" --set parallel.mode=ready --set parallel.hint=bfw >"$W/out.txt" 2>&1 &
 JOB=$!
 # wait for a checkpoint at step 4 or later, so the kill lands mid-run with a checkpoint behind it
 # (checkpoint.keep = 2 prunes older ones, and a fast machine passes step 4 between two polls)
@@ -60,4 +64,4 @@ STEP=$((10#${LATEST##*step-}))
 "$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=100000 --set train.stop_at=$((STEP + 1)) \
   --set train.checkpoint_every=0 --resume "$LATEST" >>"$W/out.txt" 2>&1 || fail "cannot resume from $LATEST"
 echo "resumed from $LATEST (step $STEP) in one process"
-echo "pipeline kill: ok"
+echo "kill at tp $TP: ok"

@@ -40,8 +40,8 @@ foreach(np 2 4)
 endforeach()
 # A rank killed mid-step: the job ends within 30 s naming the rank; the last checkpoint resumes.
 add_test(NAME pipeline_kill_rank
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline kill: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank)
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kill at tp 1: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_kill_rank 1)
 set_tests_properties(pipeline_kill_rank PROPERTIES LABELS mpi TIMEOUT 400)
 # The pipeline with its stages on the CUDA backend (host-staged messages): on a device (label gpu,
 # skipped without one) and on the emulated CUDA runtime of tests/cuda_emu, which runs here.
@@ -99,6 +99,24 @@ add_test(NAME dp_train_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
 set_tests_properties(dp_train_np4 PROPERTIES LABELS mpi TIMEOUT 500)
+# Data parallelism on real shards (tests/dp_shards.sh): demo-data -> pack, then dp 2 (pp 1, pp 2, and
+# pp 2 x tp 2 on 8 ranks) against one process with dp x microbatches: 3 losses (step 1 bitwise at tp 1),
+# first stages decode, resume across dp layouts both ways.
+foreach(l "1;1" "2;1" "2;2")
+  list(GET l 0 pp)
+  list(GET l 1 tp)
+  set(name dp_shards_pp${pp}tp${tp}dp2)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp shards: ok" ${CMAKE_SOURCE_DIR}/tests/dp_shards.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${pp} ${tp})
+  set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 600)
+endforeach()
+# train.init_from from a pp 1 x tp 2 checkpoint (slices reassembled by global name) into one process,
+# tp 2 and pp 2: the loaded weights equal the checkpoint's bit for bit.
+add_test(NAME init_from_tp_checkpoint
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "init_from tp: ok" ${CMAKE_SOURCE_DIR}/tests/init_from_tp.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/init_from_tp)
+set_tests_properties(init_from_tp_checkpoint PROPERTIES LABELS mpi TIMEOUT 300)
 # Leader-decides: the TP ranks of a stage run their leader's task sequence under injected arrival
 # delays (ready bf / bfw, fixed 1f1b; adaptive 1f1b with the TP groups' plans made to differ: every TP rank
 # runs its leader's mode), pp 2 x tp 2; and the negative control (independent dispatch
@@ -126,6 +144,6 @@ foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 500)
 endforeach()
 add_test(NAME tp_kill_peer
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp kill: ok" ${CMAKE_SOURCE_DIR}/tests/tp_kill.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer)
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kill at tp 2: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer 2)
 set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)

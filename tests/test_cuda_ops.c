@@ -66,6 +66,12 @@ void emu_require_stream(void* stream); /* cudaStream_t: see tests/cuda_emu/cuda_
 #define TOL_ROPE 1e-6
 #define TOL_EMB_BWD 1e-6
 #define TOL_ATT 2e-5
+/* linear + GELU: pre within the GEMM's bound; out = gelu(pre) moves by at most max |gelu'| = 1.13 times
+ * pre's error, plus GELU's own (ELEM): 1.13 x 2e-5 + 2e-6 < 2.5e-5 of max |pre|, and max |out| is within
+ * a few percent of max |pre| for these symmetric random products (the largest pre is as likely positive,
+ * where gelu(x) ~ x). In --bf16 both rounded outputs get cmp's one-ulp flip on top. The backward
+ * (gelu_backward from the same pre on both sides) is an elementwise op: ELEM. */
+#define TOL_LINEAR_GELU 2.5e-5
 /* Big GEMMs sum K = 1024..2048 products: the round-off bound grows with K (worst ~K eps), so 1e-4. */
 #define TOL_GEMM_BIG 1e-4
 /* The step end:
@@ -84,7 +90,7 @@ void emu_require_stream(void* stream); /* cudaStream_t: see tests/cuda_emu/cuda_
 #endif
 
 typedef enum {
-    OP_LINEAR, OP_LAYERNORM, OP_RMSNORM, OP_GELU, OP_SWIGLU, OP_ADD, OP_ROPE, OP_ROPE2D, OP_EMBEDDING, OP_CE, OP_ATTENTION,
+    OP_LINEAR, OP_LINEAR_GELU, OP_LAYERNORM, OP_RMSNORM, OP_GELU, OP_SWIGLU, OP_ADD, OP_ROPE, OP_ROPE2D, OP_EMBEDDING, OP_CE, OP_ATTENTION,
     OP_SUMSQ, OP_SCALE, OP_ADAMW /* the step end: N values */
 } OpKind;
 
@@ -109,6 +115,13 @@ static const OpCase CASES[] = {
     {"linear_split", OP_LINEAR, .N = 17, .C = 23, .OC = 31, .flags = CASE_SPLIT},
     {"linear_model", OP_LINEAR, .N = 300, .C = 128, .OC = 384},
     {"linear_empty", OP_LINEAR, .N = 0, .C = 8, .OC = 5},
+    /* linear + GELU (the ViT MLP, the projector): OC a multiple of 8 with a bias takes the bf16 table's
+     * fused cuBLASLt epilogue, the others its unfused fallback; both must give the CPU table's values */
+    {"linear_gelu_fused", OP_LINEAR_GELU, .N = 37, .C = 45, .OC = 32},
+    {"linear_gelu_model", OP_LINEAR_GELU, .N = 300, .C = 128, .OC = 512},
+    {"linear_gelu_odd", OP_LINEAR_GELU, .N = 19, .C = 23, .OC = 29},
+    {"linear_gelu_nobias", OP_LINEAR_GELU, .N = 9, .C = 19, .OC = 16, .flags = CASE_NO_BIAS},
+    {"linear_gelu_empty", OP_LINEAR_GELU, .N = 0, .C = 8, .OC = 8},
     {"layernorm_1", OP_LAYERNORM, .N = 1, .C = 13},
     {"layernorm_odd", OP_LAYERNORM, .N = 11, .C = 37},
     {"layernorm_wide", OP_LAYERNORM, .N = 130, .C = 600, .flags = CASE_SPLIT},
@@ -218,7 +231,9 @@ static void bf16_check_rows(const char* what, const float* got, size_t N, size_t
 static void cmp(const char* what, const float* dev, const float* ref, size_t n, double tol) {
     float* got = mallocCheck((n ? n : 1) * sizeof(float));
     cu->copy_d2h(cu, got, dev, n * sizeof(float));
-    int rounded = bf16_pass && !strcmp(what, "out"); /* RoPE's rows have untouched padding: run_rope checks */
+    /* stored activations (RoPE's rows have untouched padding: run_rope checks them); "pre": the fused
+     * linear + GELU's saved pre-activation, rounded as well */
+    int rounded = bf16_pass && (!strcmp(what, "out") || !strcmp(what, "pre"));
     if (bf16_pass && (rounded || !strcmp(what, "forward") || !strcmp(what, "backward"))) tol += BF16_FLIP;
     if (rounded) bf16_check_rows(what, got, 1, n, n);
     double e = 0.0, m = 0.0;
@@ -260,6 +275,52 @@ static void run_linear(const OpCase* tc) {
     free(x), free(w), free(b), free(dy), free(out), free(dx), free(dw), free(db);
     cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(dx_d), cu->free(dw_d);
     cu->free(db_d);
+}
+
+/* linear_gelu_forward on both tables, then gelu_backward from each side's own saved pre: the saved
+ * pre-activation is what the backward reads, so it is checked too */
+static void run_linear_gelu(const OpCase* tc) {
+    int N = tc->N, C = tc->C, OC = tc->OC, bias = !(tc->flags & CASE_NO_BIAS);
+    size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    float *x = hrand(nin, 1), *w = hrand(nw, 1), *b = hrand(OC, 1), *dy = hrand(nout, 1);
+    float *out = hrand(nout, 1), *pre = hrand(nout, 1), *dpre = hrand(nout, 1);
+    float *x_d = up(x, nin), *w_d = up(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
+    float *out_d = up(out, nout), *pre_d = up(pre, nout), *dpre_d = up(dpre, nout);
+    refb->linear_gelu_forward(refb, out, pre, x, w, bias ? b : NULL, N, C, OC);
+    cu->linear_gelu_forward(cu, out_d, pre_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
+    cmp("pre", pre_d, pre, nout, TOL_GEMM);
+    cmp("out", out_d, out, nout, TOL_LINEAR_GELU);
+#ifdef RR_CUDA_EMU
+    /* --bf16 in emulation: both sides' GEMM is the same BLIS product of the same rounded operands, so the
+     * rounded values must agree nearly everywhere (seen: all). The one-ulp allowance above would hide a
+     * moved rounding point (GELU of the rounded pre-activation instead of the f32 one lands on the
+     * neighbouring bf16 value in a good share of the elements), so count the values that differ at all:
+     * at most 1 in 1000 (room for an f32 ulp of GELU between the two sides' libm turning into a bf16
+     * flip at a rounding tie). */
+    if (bf16_pass && nout > 0) {
+        float* got = mallocCheck(nout * sizeof(float));
+        const char* names[2] = {"pre", "out"};
+        const float* devs[2] = {pre_d, out_d};
+        const float* refs[2] = {pre, out};
+        for (int k = 0; k < 2; k++) {
+            cu->copy_d2h(cu, got, devs[k], nout * sizeof(float));
+            size_t diff = 0;
+            for (size_t i = 0; i < nout; i++) diff += got[i] != refs[k][i];
+            int ok = diff * 1000 <= nout;
+            printf("  %-20s %-8s %zu of %zu values differ (at most 1/1000) %s\n", case_name, names[k], diff, nout,
+                   ok ? "ok" : "FAIL");
+            if (!ok) failures++;
+        }
+        free(got);
+    }
+#endif
+    /* the backward from the CPU's pre (as run_attention's): in bf16 the two pre may sit one bf16 ulp apart */
+    cu->copy_h2d(cu, pre_d, pre, nout * sizeof(float));
+    refb->gelu_backward(refb, dpre, dy, pre, nout);
+    cu->gelu_backward(cu, dpre_d, dy_d, pre_d, nout);
+    cmp("dpre", dpre_d, dpre, nout, TOL_ELEM);
+    free(x), free(w), free(b), free(dy), free(out), free(pre), free(dpre);
+    cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(pre_d), cu->free(dpre_d);
 }
 
 static void run_norm(const OpCase* tc) {
@@ -435,6 +496,10 @@ static void run_attention(const OpCase* tc) {
     float* dqkv_d = up(dqkv, nqkv);
     int* cu_d = upi(cu_seqlens, S + 1);
     int hd = H * d;
+    /* cuDNN attention (bf16 table, a device with cuDNN) runs only within the scratch Backend.reserve set
+     * aside (no allocation in a call): reserve this case's shape as the trainer reserves a stage's */
+    AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld};
+    cu->reserve(cu, 0, 0, &ar, 1);
     refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
     cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
     cmp("out", out_d, out, nout, TOL_ATT);
@@ -628,6 +693,7 @@ int main(int argc, char** argv) {
         case_name = tc->name;
         switch (tc->op) {
         case OP_LINEAR: run_linear(tc); break;
+        case OP_LINEAR_GELU: run_linear_gelu(tc); break;
         case OP_LAYERNORM:
         case OP_RMSNORM: run_norm(tc); break;
         case OP_GELU:

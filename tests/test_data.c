@@ -197,6 +197,17 @@ static int64_t drain(Loader* L, int steps, int64_t* seen, int N, int check, cons
     return samples;
 }
 
+/* A digest of one microbatch: every id, target, sample index and pixel. */
+static uint64_t mb_digest(const Microbatch* mb) {
+    uint64_t h = 1469598103934665603ull;
+    h = h * 31 + rr_fnv1a64(mb->ids, sizeof(int32_t) * mb->T);
+    h = h * 31 + rr_fnv1a64(mb->targets, sizeof(int32_t) * mb->T);
+    h = h * 31 + rr_fnv1a64(mb->pos, sizeof(int32_t) * mb->T);
+    h = h * 31 + rr_fnv1a64(mb->sample_index, sizeof(int64_t) * mb->S);
+    if (mb->patches) h = h * 31 + rr_fnv1a64(mb->patches, sizeof(float) * mb->Np * 3 * mb->patch * mb->patch);
+    return h;
+}
+
 /* A digest of the next `steps` steps: every id, target, position and pixel. */
 static uint64_t digest_steps(Loader* L, int steps) {
     uint64_t h = 1469598103934665603ull;
@@ -630,25 +641,115 @@ int main(int argc, char** argv) {
         if (L) loader_close(L);
     }
 
-    /* 4. DP sharding: ranks of one epoch never share a sample and together cover floor(N/R)*R */
-    {
-        int R = 3;
-        int64_t* seen = calloc(N, sizeof(int64_t));
+    /* 4. DP: replica r of R (M microbatches each) gets microbatches r, r + R, ... of the step of one
+     *    process with M x R microbatches, bit for bit (ids, targets, samples, pixels), for every policy;
+     *    every replica's position equals the one process's, and a position resumes under the other
+     *    layout (one process -> replica, replica -> one process) with the same following steps. */
+    for (int pol = 0; pol < 3; pol++) {
+        enum { R = 3, M = 2, STEPS = 6 };
+        LoaderConfig one = base_cfg(shards);
+        one.policy = (LoaderPolicy)pol;
+        one.microbatches = M * R;
+        one.workers = 2;
+        Loader* L1 = loader_open(&one, NULL, err, sizeof err);
+        RR_ASSERT(L1);
+        Loader* Lr[R];
+        LoaderConfig rc[R];
         for (int r = 0; r < R; r++) {
-            c = base_cfg(shards);
-            c.policy = LOADER_POLICY_FIFO;
-            c.dp_rank = r, c.dp_size = R;
-            c.microbatches = 1;
-            L = loader_open(&c, NULL, err, sizeof err);
-            int64_t got = 0;
-            /* fifo hands out stream positions in order: stop at the end of the first epoch */
-            while (got < N / R - 30) got += drain(L, 1, seen, N, 0, &c);
-            loader_close(L);
+            rc[r] = one;
+            rc[r].microbatches = M;
+            rc[r].dp_rank = r, rc[r].dp_size = R;
+            rc[r].workers = 1 + r % 2;
+            Lr[r] = loader_open(&rc[r], NULL, err, sizeof err);
+            CHECK(Lr[r] != NULL, "dp loader: %s", err);
         }
-        int dup = 0;
-        for (int i = 0; i < N; i++) dup += seen[i] > 1;
-        CHECK(dup == 0, "DP ranks share %d samples within an epoch", dup);
-        free(seen);
+        int bad = 0;
+        int64_t kept_images = 0; /* images in replica 0's microbatches handed out */
+        LoaderPos pos1 = {0}, posr = {0}, mid1 = {0};
+        for (int st = 0; st < STEPS && !bad; st++) {
+            LoaderStep s1;
+            CHECK(loader_next_step(L1, &s1, err, sizeof err) == 0, "%s", err);
+            int64_t nsup = 0;
+            for (int r = 0; r < R; r++) {
+                LoaderStep sr;
+                if (loader_next_step(Lr[r], &sr, err, sizeof err) != 0) {
+                    CHECK(0, "replica %d: %s", r, err);
+                    bad = 1;
+                    break;
+                }
+                CHECK(sr.M == M, "replica %d: %d microbatches", r, sr.M);
+                for (int m = 0; m < M; m++)
+                    if (mb_digest(&sr.mbs[m]) != mb_digest(&s1.mbs[m * R + r])) bad++;
+                for (int m = 0; m < M; m++) check_microbatch(&sr.mbs[m], rc[r].patch, rc[r].min_patches,
+                                                              rc[r].max_patches, rc[r].microbatch_tokens, 1);
+                nsup += sr.n_supervised;
+                for (int m = 0; r == 0 && m < M; m++) kept_images += sr.mbs[m].I;
+                loader_get_pos(Lr[r], &posr);
+                loader_get_pos(L1, &pos1);
+                if (memcmp(&posr, &pos1, sizeof pos1)) {
+                    char* a = loader_pos_to_json(&posr);
+                    char* b = loader_pos_to_json(&pos1);
+                    CHECK(0, "%s: replica %d position after step %d: %s, one process %s", pol_names[pol], r, st + 1, a, b);
+                    free(a), free(b);
+                    bad++;
+                }
+            }
+            CHECK(nsup == s1.n_supervised, "%s step %d: replicas' supervised targets %lld, one process %lld",
+                  pol_names[pol], st + 1, (long long)nsup, (long long)s1.n_supervised);
+            if (st == 2) mid1 = pos1;
+        }
+        CHECK(bad == 0, "%s: %d replica microbatches differ from the one-process step's", pol_names[pol], bad);
+        /* replica 1 resumed from the one-process position after 3 steps replays its share of steps 4.. */
+        Loader* Q = loader_open(&rc[1], &mid1, err, sizeof err);
+        CHECK(Q != NULL, "%s: a one-process position refused by a replica: %s", pol_names[pol], err);
+        Loader* O = loader_open(&one, &mid1, err, sizeof err);
+        CHECK(O != NULL, "%s: %s", pol_names[pol], err);
+        for (int st = 3; Q && O && st < STEPS; st++) {
+            LoaderStep sq, so;
+            CHECK(loader_next_step(Q, &sq, err, sizeof err) == 0 && loader_next_step(O, &so, err, sizeof err) == 0, "%s", err);
+            for (int m = 0; m < M; m++)
+                CHECK(mb_digest(&sq.mbs[m]) == mb_digest(&so.mbs[m * R + 1]), "%s: resumed replica 1, step %d, "
+                      "microbatch %d differs", pol_names[pol], st + 1, m);
+        }
+        if (Q) loader_close(Q);
+        if (O) loader_close(O);
+        /* and the reverse: a replica's position opens a one-process loader at the same step */
+        loader_get_pos(Lr[2], &posr);
+        O = loader_open(&one, &posr, err, sizeof err);
+        CHECK(O != NULL, "%s: a replica position refused by one process: %s", pol_names[pol], err);
+        if (O) {
+            uint64_t a = digest_steps(O, 2), b = digest_steps(L1, 2);
+            CHECK(a == b, "%s: one process resumed from a replica's position gives other data", pol_names[pol]);
+            loader_close(O);
+        }
+        /* another global step (R x (M + 1)) is another plan: refused */
+        LoaderConfig other = rc[0];
+        other.microbatches = M + 1;
+        O = loader_open(&other, &posr, err, sizeof err);
+        CHECK(O == NULL && strstr(err, "another data set or packing configuration"), "%s: foreign global step: %s",
+              pol_names[pol], O ? "accepted" : err);
+        if (O) loader_close(O);
+        /* decoding: replica 0 decoded the images of its own microbatches only, those handed out and at most
+         * the 2 steps its planner prepares ahead (not the other replicas' 2/3 of each step) */
+        LoaderStats s1, s2;
+        loader_stats(L1, &s1);
+        loader_stats(Lr[0], &s2);
+        int64_t ahead = 0;
+        for (int st = 0; st < 2; st++) {
+            LoaderStep sr;
+            CHECK(loader_next_step(Lr[0], &sr, err, sizeof err) == 0, "%s", err);
+            for (int m = 0; m < sr.M; m++) ahead += sr.mbs[m].I;
+        }
+        CHECK(s2.images_decoded >= kept_images && s2.images_decoded <= kept_images + ahead,
+              "%s: replica 0 decoded %lld images; its microbatches of %d steps hold %lld (+ %lld in the next 2)",
+              pol_names[pol], (long long)s2.images_decoded, STEPS, (long long)kept_images, (long long)ahead);
+        printf("dp %s: %d replicas x %d microbatches = one process x %d, %d steps bit for bit, positions equal, "
+               "resume both ways; images decoded: one process %lld (workers, read ahead), replica 0 %lld (its "
+               "microbatches: %lld, + %lld planned ahead at most)\n", pol_names[pol], R, M, M * R, STEPS,
+               (long long)s1.images_decoded, (long long)s2.images_decoded, (long long)kept_images, (long long)ahead);
+        for (int r = 0; r < R; r++)
+            if (Lr[r]) loader_close(Lr[r]);
+        loader_close(L1);
     }
 
     /* 5. decode_images = 0 (later pipeline stages): same plan, no pixels */

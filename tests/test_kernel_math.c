@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/attention_scratch.h"
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
@@ -552,6 +553,80 @@ static void test_bf16(void) {
     failures += bad != 0;
 }
 
+/* ---- cuDNN attention's scratch (engine/cuda/attention_scratch.h): what Backend.reserve sets aside must
+ * hold every call up to the stage's largest, so that no step allocates. Checked here on the CPU:
+ *   1. one layout recomputed by hand (T 300, S 2, H 2, d 64, ld 384, forward, first run);
+ *   2. for a grid of shapes, both directions, with and without the first-run check: every region 256-byte
+ *      aligned, in order, without overlap, and at least as large as what the kernels write there (the bf16
+ *      copies T H d x 2 bytes, the row sums S H Smax floats, 3 S + 3 offsets, the workspace, the check
+ *      buffers and their counter);
+ *   3. the reservation at (T, S) holds every layout at (T' <= T, S' <= S) with a workspace within the
+ *      budget, and is exactly the larger of the forward's and (opted in) the backward's layout at (T, S):
+ *      no slack that would hide a region left out of the reservation. */
+static void test_attn_scratch(void) {
+    int bad = 0;
+    /* 1: n = 38400 values: bf16 copies 76800 bytes each (256-aligned), offsets 9 ints -> 256,
+     * workspace 153600 + 4 MiB = 4347904, check (38400 + 600 + 1) floats = 156004 -> 156160 */
+    RrAttnScratch one = rr_cudnn_attn_scratch(0, 300, 2, 2, 64, 384, rr_cudnn_attn_workspace_budget(300, 2, 64), 1);
+    size_t want = 4 * 76800 + 256 + 4347904 + 156160;
+    if (one.total != want || one.offsets_at != 4 * 76800 || one.work_at != 4 * 76800 + 256) {
+        printf("  attn_scratch: FAIL: T 300 S 2 H 2 d 64: total %zu (want %zu), offsets at %zu, workspace at %zu\n",
+               one.total, want, one.offsets_at, one.work_at);
+        bad++;
+    }
+    static const int Ts[] = {1, 63, 64, 65, 300, 4096}, Ss[] = {1, 2, 7, 64}, Hs[] = {1, 2, 32}, ds[] = {8, 64, 128};
+    int shapes = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t si = 0; si < sizeof Ss / sizeof *Ss; si++)
+            for (size_t hi = 0; hi < sizeof Hs / sizeof *Hs; hi++)
+                for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+                    for (int bwd = 0; bwd < 2; bwd++)
+                        for (int chk = 0; chk < 2; chk++) {
+                            int T = Ts[ti], S = Ss[si] < T ? Ss[si] : T, H = Hs[hi], d = ds[di], ld = 3 * H * d;
+                            size_t ws = rr_cudnn_attn_workspace_budget(T, H, d) - 1000, n = (size_t)T * H * d;
+                            RrAttnScratch l = rr_cudnn_attn_scratch(bwd, T, S, H, d, ld, ws, chk);
+                            shapes++;
+                            /* 2: regions in order, aligned, large enough */
+                            size_t at = 0;
+                            int ok = l.n_bf16 == (bwd ? 8 : 4);
+                            for (int i = 0; i < l.n_bf16; i++) {
+                                ok &= l.bf16_at[i] % 256 == 0 && l.bf16_at[i] >= at;
+                                at = l.bf16_at[i] + n * 2;
+                            }
+                            if (bwd) {
+                                ok &= l.dsum_at % 256 == 0 && l.dsum_at >= at;
+                                at = l.dsum_at + (size_t)S * H * (size_t)((T + 63) / 64 * 64) * 4;
+                            }
+                            ok &= l.offsets_at % 256 == 0 && l.offsets_at >= at;
+                            at = l.offsets_at + (size_t)(3 * S + 3) * 4;
+                            ok &= l.work_at % 256 == 0 && l.work_at >= at;
+                            at = l.work_at + ws;
+                            ok &= l.check_at % 256 == 0 && l.check_at >= at;
+                            if (chk) at = l.check_at + ((bwd ? (size_t)3 * T * ld : n + (size_t)T * H) + 1) * 4;
+                            ok &= l.total >= at && l.total - at < 256 + 256;
+                            /* 3: the reservation at (T, S) holds every smaller call */
+                            size_t res = rr_cudnn_attn_reserve_bytes(T, S, H, d, ld, bwd);
+                            for (int t2 = 1; t2 <= T; t2 += T / 7 + 1)
+                                for (int s2 = 1; s2 <= S && s2 <= t2; s2 += S / 3 + 1)
+                                    for (int b2 = 0; b2 <= bwd; b2++)
+                                        ok &= rr_cudnn_attn_scratch(b2, t2, s2, H, d, ld,
+                                                                     rr_cudnn_attn_workspace_budget(t2, H, d), 1)
+                                                  .total <= res;
+                            size_t wsb = rr_cudnn_attn_workspace_budget(T, H, d);
+                            size_t f = rr_cudnn_attn_scratch(0, T, S, H, d, ld, wsb, 1).total;
+                            size_t b = rr_cudnn_attn_scratch(1, T, S, H, d, ld, wsb, 1).total;
+                            ok &= res == (bwd && b > f ? b : f);
+                            if (!ok) {
+                                if (bad < 5)
+                                    printf("  attn_scratch: FAIL: backward %d check %d T %d S %d H %d d %d: total %zu, "
+                                           "reserve %zu\n", bwd, chk, T, S, H, d, l.total, res);
+                                bad++;
+                            }
+                        }
+    printf("  %-14s %d shapes x layouts: %s\n", "attn_scratch", shapes, bad ? "FAIL" : "ok");
+    failures += bad != 0;
+}
+
 int main(void) {
     test_gelu(5000);
     test_swiglu(5000);
@@ -571,6 +646,7 @@ int main(void) {
     test_attention("ragged_bidir", lens3, 3, 2, 8, 0);
     test_attention("tile_edges", lens4, 4, 3, 16, 1);
     test_bf16();
+    test_attn_scratch();
     printf("kernel_math: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }

@@ -5,12 +5,20 @@
  *   1. a receive's buffer is not there before its event: a device receive polled once reads NaN (the
  *      control: this is what a reader that skipped the event would get), then the data once test()
  *      reports it done;
+ *   1b. (--compute-delay, with RR_EMU_COMPUTE_DELAY) a send must wait for its producer's event: a device send issued
+ *      right after a kernel that writes its buffer, without wait_event, transmits the buffer as it was
+ *      before the kernel (the control: the emulated compute stream finishes the kernel later, as a GPU
+ *      does); with wait_event on the kernel's event, the kernel's result;
  *   2. the FIFO transport over the device group, ring neighbours: rank r sends M device payloads and M
  *      host notices to r + 1 and receives r - 1's, posted in the reverse order; the source buffer is
  *      overwritten right after each send (the send's pooled copy is what travels); every payload is
  *      checked exactly, when the transport reports it, and the pool stops growing;
  *   3. collectives on device memory (all-reduce, non-blocking all-reduce ordered after an event,
- *      broadcast, all-gather) and on host memory (over the MPI group);
+ *      broadcast, all-gather) and on host memory (a step's scalars): these go over NCCL too, staged
+ *      through the group's device buffer in 64 KiB pieces (an all-reduce of 3 pieces, a broadcast, an
+ *      all-gather, a barrier), and comm_mpi_counts must not move while they run (a host collective
+ *      that fell back to the MPI group would be counted); the same on a collectives-only group
+ *      (links = 0, the gradient norm's), whose point-to-point is refused;
  *   4. (4 ranks and more) host messages to a rank that is not a ring neighbour go over MPI with their
  *      tags; device memory to it is refused. */
 #include <math.h>
@@ -24,7 +32,7 @@
 #include "tests/check.h"
 
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-Comm* rrfp_nccl_emu_comm_create(Comm* host, char* err, size_t err_len);
+Comm* rrfp_nccl_emu_comm_create(Comm* host, int links, char* err, size_t err_len);
 
 #define N 300 /* floats per payload */
 #define M 6   /* messages per direction */
@@ -64,7 +72,11 @@ static void* pool_copy_mark(void* ctx, void* dst, const void* src, size_t bytes)
 
 static float value(int from, int m, int i) { return (float)(1000 * from + 10 * m) + (float)i * 0.25f; }
 
-int main(void) {
+int main(int argc, char** argv) {
+    /* --compute-delay: the run with RR_EMU_COMPUTE_DELAY (tests/cuda.cmake): control 1b is required, and
+     * control 1's read before the event is left out (that read is a deferred copy itself and may land
+     * after the receive completed, as on a GPU) */
+    int compute_delay = argc > 1 && !strcmp(argv[1], "--compute-delay");
     char err[1024], why[256];
     Comm* world = comm_mpi_world(err, sizeof err);
     if (!world) {
@@ -78,7 +90,7 @@ int main(void) {
     if (!be || n < 2) return 1;
     Comm* host = NULL;
     CHECK(world->ops->split(world, 0, me, &host, err, sizeof err) == 0, "%s", err);
-    Comm* c = rrfp_nccl_emu_comm_create(host, err, sizeof err);
+    Comm* c = rrfp_nccl_emu_comm_create(host, 1, err, sizeof err);
     CHECK(c != NULL && c->device_memory == 1 && c->size == n && c->rank == me, "%s", err);
     if (!c) return 1;
     int next = (me + 1) % n, prev = (me + n - 1) % n;
@@ -92,6 +104,7 @@ int main(void) {
         be->copy_h2d(be, dev, h, N * sizeof(float));
         float* in = be->alloc(N * sizeof(float));
         be->memset0(be, in, N * sizeof(float));
+        be->synchronize(be); /* the receive's stream does not wait for the compute stream's memset */
         CommReq *sr = NULL, *rr = NULL;
         CHECK(c->ops->isend(c, next, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
         CHECK(c->ops->irecv(c, prev, 0, in, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
@@ -100,10 +113,13 @@ int main(void) {
         size_t got = 0;
         CHECK(c->ops->test(c, &rr, &done, &got, err, sizeof err) == 0, "%s", err);
         CHECK(!done, "a receive under RR_EMU_COMM_DELAY completed at its first poll (is the delay set?)");
-        be->copy_d2h(be, h, in, N * sizeof(float));
-        int nan = 0;
-        for (int i = 0; i < N; i++) nan += isnan(h[i]);
-        CHECK(nan == N, "reading a receive's buffer before its event: %d of %d NaN (the control must see NaN)", nan, N);
+        if (!compute_delay) {
+            be->copy_d2h(be, h, in, N * sizeof(float));
+            int nan = 0;
+            for (int i = 0; i < N; i++) nan += isnan(h[i]);
+            CHECK(nan == N, "reading a receive's buffer before its event: %d of %d NaN (the control must see NaN)", nan,
+                  N);
+        }
         while (!done) CHECK(c->ops->test(c, &rr, &done, &got, err, sizeof err) == 0, "%s", err);
         CHECK(got == N * sizeof(float), "got %zu bytes", got);
         be->copy_d2h(be, h, in, N * sizeof(float));
@@ -111,6 +127,39 @@ int main(void) {
         for (int i = 0; i < N; i++) bad += h[i] != value(prev, 99, i);
         CHECK(bad == 0, "after the event: %d of %d values wrong", bad, N);
         for (done = 0; !done;) CHECK(c->ops->test(c, &sr, &done, NULL, err, sizeof err) == 0, "%s", err);
+        be->free(in);
+    }
+
+    /* 1b. the compute stream finishes later than the host launches (RR_EMU_COMPUTE_DELAY): a send that
+     * skips the wait for its producer's event reads the buffer before the producer ran */
+    if (compute_delay) {
+        const char* cd = getenv("RR_EMU_COMPUTE_DELAY");
+        CHECK(cd && atoi(cd) > 0, "--compute-delay needs RR_EMU_COMPUTE_DELAY > 0: the control below depends on it");
+        for (int i = 0; i < N; i++) h[i] = value(me, 50, i);
+        be->copy_h2d(be, dev, h, N * sizeof(float)); /* synchronous: dev holds v */
+        float* in = be->alloc(N * sizeof(float));
+        for (int round = 0; round < 2; round++) {
+            be->scale(be, dev, 2.0f, N); /* the producer, on the compute stream */
+            if (round == 1) { /* as the pipeline's sends do */
+                be->event_record(be, ev);
+                CHECK(c->ops->wait_event(c, next, ev, err, sizeof err) == 0, "%s", err);
+            }
+            CommReq *sr = NULL, *rr = NULL;
+            CHECK(c->ops->irecv(c, prev, 0, in, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
+            CHECK(c->ops->isend(c, next, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
+            for (int done = 0; !done;) CHECK(c->ops->test(c, &rr, &done, NULL, err, sizeof err) == 0, "%s", err);
+            for (int done = 0; !done;) CHECK(c->ops->test(c, &sr, &done, NULL, err, sizeof err) == 0, "%s", err);
+            be->copy_d2h(be, h, in, N * sizeof(float)); /* also finishes the compute stream: dev scaled */
+            /* round 0 sent v (the scale had not run), round 1 waited for the second scale: 4 v */
+            float f = round == 0 ? 1.0f : 4.0f;
+            int match = 0;
+            for (int i = 0; i < N; i++) match += h[i] == f * value(prev, 50, i);
+            if (round == 0)
+                CHECK(match == N, "a send without a wait for its producer's event: %d of %d values are the buffer "
+                      "before the producer (the control: is RR_EMU_COMPUTE_DELAY in effect?)", match, N);
+            else
+                CHECK(match == N, "a send after wait_event on its producer's event: %d of %d values right", match, N);
+        }
         be->free(in);
     }
 
@@ -233,11 +282,64 @@ int main(void) {
         for (int q = 0; q < n; q++)
             for (int i = 0; i < N; i++) bad += hall[(size_t)q * N + i] != value(q, 1, i);
         CHECK(bad == 0, "device all-gather: %d wrong", bad);
+        be->free(all);
+        free(hall);
+    }
+    /* host-memory collectives: over NCCL, no MPI call (comm_mpi_counts), pieces of 64 KiB */
+    {
+        long coll0, p2p0, coll1, p2p1;
+        comm_mpi_counts(&coll0, &p2p0);
         double x = me + 0.5;
         CHECK(comm_allreduce(c, &x, 1, COMM_F64, COMM_SUM, err, sizeof err) == 0 && x == n * n / 2.0, "host all-reduce %g",
               x);
-        be->free(all);
-        free(hall);
+        enum { BIG = 3 * 8192 + 5 }; /* doubles: 3 full pieces of 64 KiB and a short one */
+        double* big = malloc(BIG * sizeof(double));
+        for (int i = 0; i < BIG; i++) big[i] = (double)(me + 1) * i;
+        CHECK(comm_allreduce(c, big, BIG, COMM_F64, COMM_SUM, err, sizeof err) == 0, "%s", err);
+        int bad = 0;
+        for (int i = 0; i < BIG; i++) bad += big[i] != (double)(n * (n + 1) / 2) * i;
+        CHECK(bad == 0, "host all-reduce of %d doubles in pieces: %d wrong", BIG, bad);
+        int64_t mx[2] = {me, -me};
+        CHECK(comm_allreduce(c, mx, 2, COMM_I64, COMM_MAX, err, sizeof err) == 0 && mx[0] == n - 1 && mx[1] == 0,
+              "host all-reduce max %lld %lld", (long long)mx[0], (long long)mx[1]);
+        for (int i = 0; i < BIG; i++) big[i] = me == n - 1 ? 3.0 * i : -1.0;
+        CHECK(comm_bcast(c, big, BIG * sizeof(double), n - 1, err, sizeof err) == 0, "%s", err);
+        bad = 0;
+        for (int i = 0; i < BIG; i++) bad += big[i] != 3.0 * i;
+        CHECK(bad == 0, "host broadcast in pieces: %d wrong", bad);
+        enum { G = 20000 }; /* bytes per rank: more than one piece of 64 KiB / (n + 1) */
+        unsigned char* mine = malloc(G);
+        unsigned char* gath = malloc((size_t)n * G);
+        for (int i = 0; i < G; i++) mine[i] = (unsigned char)(31 * me + i);
+        CHECK(c->ops->allgather(c, mine, gath, G, err, sizeof err) == 0, "%s", err);
+        bad = 0;
+        for (int q = 0; q < n; q++)
+            for (int i = 0; i < G; i++) bad += gath[(size_t)q * G + i] != (unsigned char)(31 * q + i);
+        CHECK(bad == 0, "host all-gather in pieces: %d wrong", bad);
+        CHECK(comm_barrier(c, err, sizeof err) == 0, "%s", err);
+        comm_mpi_counts(&coll1, &p2p1);
+        CHECK(coll1 == coll0 && p2p1 == p2p0, "host collectives on the device group used MPI: %ld collectives, %ld "
+              "point-to-point", coll1 - coll0, p2p1 - p2p0);
+        /* a collectives-only group (links = 0) over the same ranks: the same, and no point-to-point */
+        Comm* h2 = NULL;
+        CHECK(world->ops->split(world, 0, me, &h2, err, sizeof err) == 0, "%s", err);
+        Comm* cc = rrfp_nccl_emu_comm_create(h2, 0, err, sizeof err);
+        CHECK(cc != NULL && cc->device_memory == 1, "%s", err);
+        if (cc) {
+            comm_mpi_counts(&coll0, &p2p0);
+            x = 1.0;
+            CHECK(comm_allreduce(cc, &x, 1, COMM_F64, COMM_SUM, err, sizeof err) == 0 && x == n, "collectives-only %g", x);
+            comm_mpi_counts(&coll1, &p2p1);
+            CHECK(coll1 == coll0 && p2p1 == p2p0, "a collectives-only group's all-reduce used MPI");
+            CommReq* r = NULL;
+            CHECK(cc->ops->isend(cc, next, 0, dev, sizeof(float), 0, &r, err, sizeof err) != 0 && strstr(err, "no NCCL link"),
+                  "point-to-point on a collectives-only group: %s", err);
+            cc->ops->free(cc);
+        }
+        free(big);
+        free(mine);
+        free(gath);
+        if (me == 0) printf("rank 0: host collectives over nccl, no MPI call\n");
     }
     /* beyond the ring neighbours (n > 3): host messages go over MPI (with their tags, in order), device
      * memory is refused */

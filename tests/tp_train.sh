@@ -8,8 +8,9 @@
 #   - every global gradient of step 1: the step-1 checkpoint's AdamW first moments m = (1 - beta1) g
 #     (optim.grad_clip = 0, so m is the unclipped step gradient times 0.1, exactly as one process
 #     computes it), assembled from the TP shards by global name (`rrfp-mm tensors diff`);
-#   - with DP = 1 also the step dump (train.dump_step = 1): the per-rank grads files and each
-#     microbatch's logits, whose vocabulary slices the reader reassembles into the one-process tensors.
+#   - the step dump (train.dump_step = 1): the per-rank grads files and each microbatch's logits, whose
+#     vocabulary slices the reader reassembles into the one-process tensors; under DP replica 0 writes
+#     the weights and gradients and replica d its microbatches as m x DP + d, the one-process names.
 # With PP > 1 also `adaptive` (the recipes' default) under 1f1b (its plan may pick ready, lookahead or the
 # hint's sequence) and zb-h1 (split backward): step 1 has no estimates (lookahead), steps 2 and 3 run the
 # plan's choice; the same comparisons hold whatever it chose. Each TP index's pipeline group plans on its
@@ -42,8 +43,7 @@ rm -rf "$W"; mkdir -p "$W"
 MPI="timeout 150 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1"
 COMMON=(--set train.steps=3 --set optim.warmup=1 --set optim.grad_clip=0 --set train.checkpoint_every=1
         --set checkpoint.keep=0 --set train.log_every=1 "${@:8}")
-DUMP=()
-[ "$DP" = 1 ] && DUMP=(--set train.dump_step=1)
+DUMP=(--set train.dump_step=1)
 ONE=(--set data.microbatches=$((DP * M)))
 PAR=(--set data.microbatches="$M" --set parallel.dp="$DP" --set parallel.pp="$PP" --set parallel.tp="$TP")
 fail() { echo "FAIL: $*"; exit 1; }
@@ -82,20 +82,20 @@ for c in "${CASES[@]}"; do
   dl=$(close_losses "$W/one" "$D") || fail "pp=$PP tp=$TP dp=$DP $c: losses differ from one process (max rel $dl)"
   "$BIN" tensors diff "$W/one/checkpoints/step-00000001" "$D/checkpoints/step-00000001" --files optimizer --quiet \
     --rtol 1e-4 --atol 1e-8 >"$D.diff" 2>&1 || { cat "$D.diff"; fail "pp=$PP tp=$TP dp=$DP $c: step-1 gradients (AdamW m) differ"; }
-  extra=""
-  if [ "$DP" = 1 ]; then
-    "$BIN" tensors diff "$W/one/dump-1" "$D/dump-1" --files grads --quiet --rtol 1e-4 --atol 1e-7 >"$D.gdiff" 2>&1 \
-      || { cat "$D.gdiff"; fail "pp=$PP tp=$TP $c: the dumped gradients differ"; }
-    "$BIN" tensors diff "$W/one/dump-1" "$D/dump-1" --files weights --quiet >"$D.wdiff" 2>&1 \
-      || { cat "$D.wdiff"; fail "pp=$PP tp=$TP $c: the dumped initial weights differ (init must not depend on the layout)"; }
-    # each microbatch's files (inputs from the first stage, logits by vocabulary slice from the last)
-    for ((m = 0; m < M; m++)); do
-      mkdir -p "$D/mb$m"; cp "$D"/dump-1/microbatch-$m.*.safetensors "$D/mb$m/"
-      "$BIN" tensors diff "$W/one/dump-1/microbatch-$m.safetensors" "$D/mb$m" --quiet --rtol 1e-5 --atol 1e-6 \
-        >"$D.mdiff" 2>&1 || { cat "$D.mdiff"; fail "pp=$PP tp=$TP $c: microbatch $m of the dump differs"; }
-    done
-    extra=", dump: $(tail -1 "$D.gdiff" | sed 's/tensors diff: //')"
-  fi
+  "$BIN" tensors diff "$W/one/dump-1" "$D/dump-1" --files grads --quiet --rtol 1e-4 --atol 1e-7 >"$D.gdiff" 2>&1 \
+    || { cat "$D.gdiff"; fail "pp=$PP tp=$TP $c: the dumped gradients differ"; }
+  "$BIN" tensors diff "$W/one/dump-1" "$D/dump-1" --files weights --quiet >"$D.wdiff" 2>&1 \
+    || { cat "$D.wdiff"; fail "pp=$PP tp=$TP $c: the dumped initial weights differ (init must not depend on the layout)"; }
+  # each microbatch's files (inputs from the first stage, logits by vocabulary slice from the last),
+  # every microbatch of the global step (DP x M)
+  for ((m = 0; m < DP * M; m++)); do
+    mkdir -p "$D/mb$m"; cp "$D"/dump-1/microbatch-$m.*.safetensors "$D/mb$m/"
+    "$BIN" tensors diff "$W/one/dump-1/microbatch-$m.safetensors" "$D/mb$m" --quiet --rtol 1e-5 --atol 1e-6 \
+      >"$D.mdiff" 2>&1 || { cat "$D.mdiff"; fail "pp=$PP tp=$TP $c: microbatch $m of the dump differs"; }
+  done
+  n=$(ls "$D"/dump-1/microbatch-*.safetensors | sed 's/.*microbatch-\([0-9]*\)\..*/\1/' | sort -u | wc -l)
+  [ "$n" = $((DP * M)) ] || fail "pp=$PP tp=$TP dp=$DP $c: the dump holds $n microbatches, expected $((DP * M))"
+  extra=", dump: $(tail -1 "$D.gdiff" | sed 's/tensors diff: //')"
   if [ "$1" = adaptive ]; then
     am=$(adaptive_modes "$D.log" "$TP") || { cat "$D.log"; fail "pp=$PP tp=$TP dp=$DP $c: the TP ranks' adaptive modes differ ($am)"; }
     extra="$extra, modes: $am"

@@ -7,8 +7,20 @@
 #   - RR_EMU_COMM_DELAY (default 2): every NCCL receive completes 2..4 polls after its message came and
 #     its buffer holds NaN until then: a task that read its input before the receive's event completed
 #     would turn the loss NaN (the control of that mechanism: tests/test_nccl_emu.c);
+#   - RR_EMU_COMPUTE_DELAY (default 2, CDELAY): every kernel, GEMM and copy finishes 2..4 polls after it
+#     reached the head of its stream, so a send, a DP bucket or a TP all-reduce that does not wait for its
+#     producer's event reads the buffer before the producer wrote it (stale activations, or NaN in a
+#     pool buffer's first use) and the losses leave the tolerance (the control: tests/test_nccl_emu.c.
+#     Tried by hand: deleting the wait for the producer before a pipeline send (transport.c,
+#     isend_copy_dev) made train_nccl_emu_pp2 fail at step 1 with loss NaN; with CDELAY=0 the same
+#     deletion passed, which is the gap this closes);
 #   - RR_EMU_STEP_ALLOCS: no cudaMalloc on any rank in steps 2..STEPS (a stage's memory is allocated in
 #     its first step, then reused), and NCCL operations were issued;
+#   - no MPI in steps 2..STEPS on any rank: no collective and no point-to-point through comm/'s MPI groups
+#     (comm_mpi_counts, printed at each step end by tests/cuda_emu/wrap.c): the step's scalars (the plan's
+#     totals, the loss sum, the gradient norm, the stop flag, the vocabulary-parallel cross-entropy's row
+#     statistics) travel over NCCL; MPI carries the job start and the unique ids only (step 1's count
+#     includes them and is not checked);
 #   - with PP > 1, the pipeline's start line names comm nccl.
 # TOL 1e-5 relative: as train_cuda_emu.sh's TOL_CPU (the CUDA kernels against the CPU's; the pipeline and
 # the DP all-reduce reorder fp32 sums by ~1e-7 more, tests/dp_train.sh). PRECISION=bf16: 2e-2, the bound
@@ -23,7 +35,7 @@ set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5 PP=$6 DP=$7 M=$8
 shift 8
 MPIRUN=("$@")
-MODE=${MODE:-ready} HINT=${HINT:-1f1b} DELAY=${DELAY:-2} PRECISION=${PRECISION:-fp32} TP=${TP:-1}
+MODE=${MODE:-ready} HINT=${HINT:-1f1b} DELAY=${DELAY:-2} CDELAY=${CDELAY:-2} PRECISION=${PRECISION:-fp32} TP=${TP:-1}
 unset RR_EMU_PROTECT
 export OMP_NUM_THREADS=1
 rm -rf "$WORK"
@@ -34,8 +46,9 @@ echo "== CPU backend, one process: $STEPS steps of $((DP * M)) microbatches"
 "$CPU" train "$RECIPE" "${common[@]}" --set data.microbatches=$((DP * M)) --set train.run_dir="$WORK/cpu" >"$WORK/cpu.log" 2>&1 \
   || { cat "$WORK/cpu.log"; exit 1; }
 NP=$((PP * DP * TP))
-echo "== CUDA backend + NCCL (emulated), pp $PP x tp $TP x dp $DP ($NP ranks), mode $MODE, hint $HINT, RR_EMU_COMM_DELAY=$DELAY"
-timeout 400 "${MPIRUN[@]}" -np "$NP" -x OMP_NUM_THREADS=1 -x RR_EMU_COMM_DELAY="$DELAY" -x RR_EMU_STEP_ALLOCS=1 \
+echo "== CUDA backend + NCCL (emulated), pp $PP x tp $TP x dp $DP ($NP ranks), mode $MODE, hint $HINT, RR_EMU_COMM_DELAY=$DELAY, RR_EMU_COMPUTE_DELAY=$CDELAY"
+timeout 400 "${MPIRUN[@]}" -np "$NP" -x OMP_NUM_THREADS=1 -x RR_EMU_COMM_DELAY="$DELAY" -x RR_EMU_COMPUTE_DELAY="$CDELAY" \
+  -x RR_EMU_STEP_ALLOCS=1 \
   "$EMU" train "$RECIPE" "${common[@]}" --set runtime.backend=cuda --set runtime.comm=nccl \
   --set parallel.pp="$PP" --set parallel.dp="$DP" --set parallel.tp="$TP" --set data.microbatches="$M" --set parallel.mode="$MODE" \
   --set parallel.hint="$HINT" --set train.run_dir="$WORK/nccl" >"$WORK/nccl.log" 2>&1 || { cat "$WORK/nccl.log"; exit 1; }
@@ -61,10 +74,12 @@ for a, b in zip(rows("nccl"), rows("cpu")):
         ok = False
 print("nccl vs cpu: %d steps, worst relative difference of loss / grad norm %.2e (tolerance %.0e)" % (steps, worst, TOL))
 log = open("%s/nccl.log" % work).read()
-ends = re.findall(r"cuda-emu: rank (\d+) step-end (\d+): (\d+) cudaMalloc calls since the previous one, (\d+) NCCL", log)
-per_rank = {}
-for r, s, n, ops in ends:
+ends = re.findall(r"cuda-emu: rank (\d+) step-end (\d+): (\d+) cudaMalloc calls since the previous one, (\d+) NCCL "
+                  r"operations so far, (\d+) MPI collectives and (\d+) MPI point-to-point", log)
+per_rank, mpi = {}, {}
+for r, s, n, ops, coll, p2p in ends:
     per_rank.setdefault(int(r), []).append((int(s), int(n), int(ops)))
+    mpi.setdefault(int(r), []).append((int(s), int(coll), int(p2p)))
 if sorted(per_rank) != list(range(np_)):
     print("STEP ALLOCS: expected step-end lines from ranks 0..%d, got %s" % (np_ - 1, sorted(per_rank)))
     ok = False
@@ -78,6 +93,15 @@ for r, v in sorted(per_rank.items()):
         ok = False
 print("cudaMalloc in steps 2..%d: %s; NCCL operations per rank: %s" % (steps, "none" if ok else "see above",
       [v[-1][2] for r, v in sorted(per_rank.items())]))
+mpi_ok = True
+for r, v in sorted(mpi.items()):
+    later = [(s, c, p) for s, c, p in v if 2 <= s <= steps]
+    if len(later) != steps - 1 or any(c or p for _, c, p in later):
+        print("MPI IN STEPS: rank %d: (step, MPI collectives, MPI point-to-point) in steps 2..%d: %s" % (r, steps, later))
+        mpi_ok = False
+ok = ok and mpi_ok
+print("MPI calls in steps 2..%d: %s; in step 1 (the job start included), collectives per rank: %s"
+      % (steps, "none" if mpi_ok else "see above", [v[0][1] for r, v in sorted(mpi.items())]))
 if pp > 1 and "comm nccl" not in log:
     print("the pipeline did not run over NCCL (no 'comm nccl' in its start line)")
     ok = False

@@ -48,8 +48,7 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     a->vin = vin;
     if (N == 0) return;
     int L = proj_local(c);
-    be->linear_forward(be, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
-    be->gelu_forward(be, a->gelu, a->fc1, (size_t)N * L);
+    be->linear_gelu_forward(be, a->gelu, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L); /* fused where it can be */
     be->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
     proj_tp_sum(c, a->out, (size_t)N * c->Dt); /* row-parallel projector.2 */
 }

@@ -215,8 +215,8 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
     be->add_forward(be, b->xmid, xin, a->tmp, (size_t)N * D);
     be->layernorm_forward(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
-    be->linear_forward(be, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
-    be->gelu_forward(be, b->gelu, b->fc1, (size_t)N * Dm);
+    /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved */
+    be->linear_gelu_forward(be, b->gelu, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
     be->linear_forward(be, a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel fc2 */
     be->add_forward(be, xout, b->xmid, a->tmp, (size_t)N * D);

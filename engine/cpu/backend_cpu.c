@@ -25,7 +25,9 @@ static void cpu_event_record(const Backend* be, void* ev) { (void)be, (void)ev; 
 static int cpu_event_query(void* ev) { (void)ev; return 1; }
 static void cpu_event_wait(const Backend* be, void* ev) { (void)be, (void)ev; }
 static void cpu_event_destroy(void* ev) { (void)ev; }
-static void cpu_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) { (void)be, (void)gemm_elems, (void)sumsq_n; }
+static void cpu_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
+    (void)be, (void)gemm_elems, (void)sumsq_n, (void)attn, (void)n_attn;
+}
 /* the step end's ops are engine/adamw.c's, callable on host buffers without a table */
 static double cpu_sum_squares(const Backend* be, const float* x, size_t n) {
     (void)be;
@@ -35,6 +37,13 @@ static void cpu_adamw_update(const Backend* be, float* param, const float* grad,
                              const AdamWConfig* cfg, int t, int decay) {
     (void)be;
     adamw_update(param, grad, m, v, n, cfg, t, decay);
+}
+
+/* Linear then GELU (engine.h): the two ops, so the fp32 results are those of the unfused model. */
+void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC) {
+    cpu_linear_forward(be, pre, inp, weight, bias, N, C, OC);
+    cpu_gelu_forward(be, out, pre, (size_t)N * OC);
 }
 
 const Backend backend_cpu = {
@@ -55,6 +64,7 @@ const Backend backend_cpu = {
     .event_destroy = cpu_event_destroy,
     .reserve = cpu_reserve,
     .linear_forward = cpu_linear_forward,
+    .linear_gelu_forward = cpu_linear_gelu_forward,
     .linear_backward = cpu_linear_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
@@ -103,6 +113,7 @@ const Backend backend_cpu_bf16 = {
     .event_destroy = cpu_event_destroy,
     .reserve = cpu_reserve,
     .linear_forward = cpu_bf16_linear_forward,
+    .linear_gelu_forward = cpu_bf16_linear_gelu_forward,
     .linear_backward = cpu_bf16_linear_backward,
     .layernorm_forward = cpu_bf16_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,

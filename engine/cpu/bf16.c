@@ -7,7 +7,8 @@
  *     reads bf16 A and B and accumulates in f32; BLIS here multiplies the rounded values in f32, so
  *     the products are exact and only the f32 accumulation order differs);
  *   - activations an op writes: linear, LayerNorm, RMSNorm, GELU, SwiGLU, residual add, RoPE,
- *     embedding and attention outputs;
+ *     embedding and attention outputs; the fused linear + GELU rounds its output and its saved
+ *     pre-activation after the GELU has read the f32 pre-activation (cuBLASLt's epilogue does);
  *   - nothing else: norm statistics, lse, the softmax inside attention and cross-entropy, the loss,
  *     every gradient (activation gradients are accumulated in f32 by the `+=` contract, weight
  *     gradients are the f32 master gradients), reductions and AdamW stay f32. The bias gradient is
@@ -77,6 +78,23 @@ void cpu_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const 
 void cpu_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
     cpu_gelu_forward(be, out, inp, n);
     cpu_round_bf16(be, out, out, n);
+}
+
+/* Linear then GELU as the CUDA bf16 table fuses them (cuBLASLt's GELU_AUX_BIAS epilogue, engine/cuda/
+ * bf16.cu): the GEMM on rounded operands with its f32 output and bias, the GELU of that f32
+ * pre-activation, then out and pre each rounded to bf16. (The two ops would round pre first.) */
+void cpu_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                  const float* bias, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    float* xr = rounded_copy(inp, (size_t)N * C);
+    float* wr = rounded_copy(weight, (size_t)OC * C);
+    size_t n = (size_t)N * OC;
+    cpu_linear_forward(be, pre, xr, wr, bias, N, C, OC);
+    cpu_gelu_forward(be, out, pre, n);
+    cpu_round_bf16(be, out, out, n);
+    cpu_round_bf16(be, pre, pre, n);
+    free(xr);
+    free(wr);
 }
 
 void cpu_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {

@@ -18,6 +18,8 @@ extern "C" {
 
 /* linear.c */
 void cpu_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC);
 void cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC);
 
@@ -80,6 +82,8 @@ void cpu_bf16_layernorm_forward(const Backend* be, float* out, float* mean, floa
                                 const float* bias, int N, int C);
 void cpu_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
 void cpu_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
+void cpu_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                  const float* bias, int N, int C, int OC);
 void cpu_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
 void cpu_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);

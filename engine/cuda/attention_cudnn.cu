@@ -27,6 +27,7 @@
 //
 // The backward graph (cuda_cudnn_attention_backward) is opt-in, RRFP_CUDNN_ATTENTION_BWD=1: its
 // gradients are bf16, where the bf16 table keeps activation gradients f32 (see there).
+#include "engine/cuda/attention_scratch.h"
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
@@ -161,8 +162,9 @@ struct State {
     int tried, disabled;
     cudnnHandle_t handle;
     std::vector<Plan> plans;
-    void* scratch; // bf16 q, k, v, o; int32 offsets and lengths; workspace
-    size_t scratch_bytes;
+    void* scratch; // bf16 copies, offsets, workspace, check buffers: attention_scratch.h's layout
+    size_t scratch_bytes; // reserved by Backend.reserve (cuda_cudnn_attention_reserve), never grown in a step
+    int over_warned;      // the one warning of a call that did not fit
 };
 State g_state;
 
@@ -439,17 +441,20 @@ __global__ void compare_kernel(float* bad, const float* a, const float* b, size_
     }
 }
 
-void* scratch(size_t bytes) {
+// The reserved scratch when a call's layout fits in it, else NULL: the caller runs the backend's own
+// kernel (which needs no scratch) instead of allocating in a step. Said once per process, and per call
+// with RRFP_CUDNN_VERBOSE=1.
+char* scratch_for(size_t bytes, const char* what, int S, int T, int H, int d) {
     State& s = g_state;
-    if (bytes > s.scratch_bytes) {
-        if (s.scratch) cudaCheck(cudaFree(s.scratch));
-        cudaCheck(cudaMalloc(&s.scratch, bytes));
-        s.scratch_bytes = bytes;
-    }
-    return s.scratch;
+    if (bytes <= s.scratch_bytes && s.scratch) return (char*)s.scratch;
+    if (!s.over_warned || getenv("RRFP_CUDNN_VERBOSE"))
+        fprintf(stderr, "rrfp-mm: %scuDNN attention %s (S %d, T %d, H %d, d %d) needs %zu bytes of scratch, %zu are "
+                "reserved (Backend.reserve): the backend's own kernel runs it%s\n", s.over_warned ? "" : "warning: ",
+                what, S, T, H, d, bytes, s.scratch_bytes, s.over_warned ? "" : " (said once; RRFP_CUDNN_VERBOSE=1 says "
+                "it for every call)");
+    s.over_warned = 1;
+    return NULL;
 }
-
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 } // namespace
 
@@ -463,18 +468,17 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     if (!p) return 0;
     cudaStream_t st = cuda_stream(be);
     size_t n = (size_t)T * H * d, HD = (size_t)H * d;
-    size_t o16 = 3 * align256(n * 2), offs = o16 + align256(n * 2);
-    size_t ws = offs + align256(sizeof(int) * (size_t)(3 * S + 3)) + 256, chk = ws + align256((size_t)p->workspace);
-    size_t need = chk + (p->checked ? 0 : align256((n + (size_t)T * H) * sizeof(float)) + 256);
-    char* base = (char*)scratch(need);
-    uint16_t* q16 = (uint16_t*)base;
-    uint16_t* k16 = (uint16_t*)(base + align256(n * 2));
-    uint16_t* v16 = (uint16_t*)(base + 2 * align256(n * 2));
-    uint16_t* out16 = (uint16_t*)(base + o16);
-    int* off_x = (int*)(base + offs);
+    RrAttnScratch L = rr_cudnn_attn_scratch(0, T, S, H, d, ld_qkv, (size_t)p->workspace, !p->checked);
+    char* base = scratch_for(L.total, "forward", S, T, H, d);
+    if (!base) return 0;
+    uint16_t* q16 = (uint16_t*)(base + L.bf16_at[0]);
+    uint16_t* k16 = (uint16_t*)(base + L.bf16_at[1]);
+    uint16_t* v16 = (uint16_t*)(base + L.bf16_at[2]);
+    uint16_t* out16 = (uint16_t*)(base + L.bf16_at[3]);
+    int* off_x = (int*)(base + L.offsets_at);
     int* off_st = off_x + (S + 1);
     int* seq = off_st + (S + 1);
-    void* work = base + ws;
+    void* work = base + L.work_at;
     const unsigned B = 256;
     pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(q16, q, T, (int)HD, ld_qkv);
     pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(k16, k, T, (int)HD, ld_qkv);
@@ -485,7 +489,7 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     float* o_dst = out;
     float* lse_dst = lse;
     if (!p->checked) {
-        o_dst = (float*)(base + chk);
+        o_dst = (float*)(base + L.check_at);
         lse_dst = o_dst + n;
     }
     float scale = 1.0f / sqrtf((float)d), neg_inf = -INFINITY;
@@ -547,18 +551,17 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     Plan* p = backward_plan(S, Smax, H, d, causal);
     if (!p) return 0;
     cudaStream_t st = cuda_stream(be);
-    size_t n = (size_t)T * H * d, HD = (size_t)H * d, a = align256(n * 2);
-    size_t dsum_at = 8 * a, offs = dsum_at + align256((size_t)S * H * Smax * sizeof(float));
-    size_t ws = offs + align256(sizeof(int) * (size_t)(3 * S + 3)) + 256, chk = ws + align256((size_t)p->workspace);
-    size_t need = chk + (p->checked ? 0 : align256((size_t)3 * T * ld_qkv * sizeof(float)) + 256);
-    char* base = (char*)scratch(need);
+    size_t n = (size_t)T * H * d, HD = (size_t)H * d;
+    RrAttnScratch L = rr_cudnn_attn_scratch(1, T, S, H, d, ld_qkv, (size_t)p->workspace, !p->checked);
+    char* base = scratch_for(L.total, "backward", S, T, H, d);
+    if (!base) return 0;
     uint16_t* b16[8];
-    for (int i = 0; i < 8; i++) b16[i] = (uint16_t*)(base + (size_t)i * a); // q k v o do dq dk dv
-    float* dsum = (float*)(base + dsum_at);
-    int* off_x = (int*)(base + offs);
+    for (int i = 0; i < 8; i++) b16[i] = (uint16_t*)(base + L.bf16_at[i]); // q k v o do dq dk dv
+    float* dsum = (float*)(base + L.dsum_at);
+    int* off_x = (int*)(base + L.offsets_at);
     int* off_st = off_x + (S + 1);
     int* seq = off_st + (S + 1);
-    void* work = base + ws;
+    void* work = base + L.work_at;
     const unsigned B = 256;
     const float* src[5] = {q, k, v, out, dout};
     int lds[5] = {ld_qkv, ld_qkv, ld_qkv, (int)HD, (int)HD};
@@ -586,7 +589,7 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     }
     if (!p->checked) {
         // the own kernel's gradients of the same inputs, into zeroed buffers of the same stride
-        float* own = (float*)(base + chk);
+        float* own = (float*)(base + L.check_at);
         float* bad = own + (size_t)3 * T * ld_qkv;
         size_t one = (size_t)T * ld_qkv;
         cudaCheck(cudaMemsetAsync(own, 0, (3 * one + 1) * sizeof(float), st));
@@ -618,6 +621,30 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     return 1;
 }
 
+// Backend.reserve's share (cuda_reserve): the scratch for the largest attention calls of the stage, once,
+// before the first step. Nothing when cuDNN will not run (no handle, RRFP_CUDNN_ATTENTION=0): the own
+// kernel needs no scratch. Only grows; a reservation happens outside the steps, never inside one.
+void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn) {
+    if (n_attn <= 0 || !cudnn_ready()) return;
+    const char* e = getenv("RRFP_CUDNN_ATTENTION_BWD");
+    int bwd = e && !strcmp(e, "1");
+    size_t most = 0;
+    for (int i = 0; i < n_attn; i++) {
+        const AttnReserve* a = &attn[i];
+        if (a->max_T < 1 || a->max_S < 1 || a->d % 8 != 0 || a->d > 128) continue; // never cuDNN's (see the gates)
+        size_t b = rr_cudnn_attn_reserve_bytes(a->max_T, a->max_S, a->H, a->d, a->ld_qkv, bwd);
+        if (b > most) most = b;
+    }
+    State& s = g_state;
+    if (most <= s.scratch_bytes) return;
+    if (s.scratch) cudaCheck(cudaFree(s.scratch));
+    cudaCheck(cudaMalloc(&s.scratch, most));
+    s.scratch_bytes = most;
+    if (getenv("RRFP_CUDNN_VERBOSE"))
+        fprintf(stderr, "rrfp-mm: cuDNN attention: %zu bytes of scratch reserved (%s)\n", most,
+                bwd ? "forward and backward" : "forward");
+}
+
 #else // no cuDNN in this build
 
 int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
@@ -635,6 +662,8 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     (void)ld_qkv, (void)causal;
     return 0;
 }
+
+void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn) { (void)attn, (void)n_attn; }
 
 #endif
 

@@ -115,8 +115,9 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
     cublasCheck(cublasLtMatmulDescDestroy(op));
 }
 
-// Convert the desc's A and B (f32, roles from `ops`) into bf16 scratch and run it.
-static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias) {
+// Convert the desc's A and B (f32, roles from `ops`) into bf16 scratch and run it (aux: GELU_AUX_BIAS's).
+static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
+                                     float* aux = NULL) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
     float* C;
@@ -126,7 +127,7 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
     uint16_t* s = bf16_scratch(na + nb);
     f32_to_bf16_cuda(s, A, na, cuda_stream(be));
     f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
-    gemm_lt_desc_run_cuda(be, d, s, s + na, C, bias);
+    gemm_lt_desc_run_cuda(be, d, s, s + na, C, bias, aux);
 }
 
 // column n of dout for the dbias column sum
@@ -150,6 +151,41 @@ void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, c
         gemm_lt_run_f32_operands(be, &d, &ops, bias);
     }
     round_bf16_cuda(out, out, (size_t)N * OC, cuda_stream(be));
+}
+
+// Linear then GELU (engine.h's contract for bf16 tables; the CPU's is engine/cpu/bf16.c): one cublasLtMatmul
+// with the GELU_AUX_BIAS epilogue writes gelu(pre) into out and the f32 pre-activation pre = x W^T + b
+// into pre (Aux, leading dimension OC); both are then rounded to bf16. cuBLASLt needs a bias and an Aux
+// leading dimension that is a multiple of 8: otherwise (and for C = 0) the same values come from the
+// bias epilogue into pre and the GELU kernel, unrounded in between. The backward reads the rounded pre
+// (gelu_backward's kernel; the DGELU epilogue is not used: the model's backward adds into dfc1, which
+// the split backward's W pass reads).
+void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                   const float* bias, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    size_t n = (size_t)N * OC;
+    if (C > 0 && bias && OC % 8 == 0) {
+        GemmOperands ops = {};
+        ops.ptr[GEMM_PTR_INP] = inp;
+        ops.ptr[GEMM_PTR_WEIGHT] = weight;
+        ops.ptr[GEMM_PTR_OUT] = out;
+        GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, bias, pre);
+    } else {
+        if (C == 0) {
+            cuda_linear_forward(be, pre, inp, weight, bias, N, C, OC);
+        } else {
+            GemmOperands ops = {};
+            ops.ptr[GEMM_PTR_INP] = inp;
+            ops.ptr[GEMM_PTR_WEIGHT] = weight;
+            ops.ptr[GEMM_PTR_OUT] = pre;
+            GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
+            gemm_lt_run_f32_operands(be, &d, &ops, bias);
+        }
+        cuda_gelu_forward(be, out, pre, n);
+    }
+    round_bf16_cuda(out, out, n, cuda_stream(be));
+    round_bf16_cuda(pre, pre, n, cuda_stream(be));
 }
 
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

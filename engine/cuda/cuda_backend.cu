@@ -130,10 +130,11 @@ static void cuda_event_destroy(void* ev) {
     if (ev) cudaCheck(cudaEventDestroy((cudaEvent_t)ev));
 }
 
-void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n) {
-    (void)be;
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
     cuda_bf16_reserve(gemm_elems);
     cuda_sum_squares_reserve(sumsq_n);
+    // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
+    if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
 }
 
 // ---- the table -----------------------------------------------------------------------------------
@@ -158,6 +159,7 @@ static const Backend backend_cuda = {
     cuda_reserve,
     cuda_linear_forward,
     cuda_linear_backward,
+    cuda_linear_gelu_forward,
     cuda_layernorm_forward,
     cuda_layernorm_backward,
     cuda_rmsnorm_forward,
@@ -207,6 +209,7 @@ const Backend backend_cuda_bf16 = {
     cuda_reserve,
     cuda_bf16_linear_forward,
     cuda_bf16_linear_backward,
+    cuda_bf16_linear_gelu_forward,
     cuda_bf16_layernorm_forward,
     cuda_layernorm_backward,
     cuda_bf16_rmsnorm_forward,
@@ -235,8 +238,8 @@ const Backend backend_cuda_bf16 = {
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 40 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 44 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
+static_assert(sizeof(Backend) == 45 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -13,6 +13,8 @@
 void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
 void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC);
+void cuda_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                              const float* bias, int N, int C, int OC);
 
 // norm.cu
 void cuda_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -64,6 +66,8 @@ void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, c
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, int N, int C, int OC);
+void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                   const float* bias, int N, int C, int OC);
 void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                  const float* bias, int N, int C);
 void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
@@ -76,10 +80,12 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
 
-// scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares
+// scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares, cuDNN attention's
 void cuda_bf16_reserve(size_t gemm_elems);
 void cuda_sum_squares_reserve(size_t n);
-void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n);
+void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
+// attention_cudnn.cu's scratch (attention_scratch.h's layout) for the largest calls; nothing without cuDNN
+void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn);
 
 // attention_cudnn.cu: cuDNN's fused attention forward for the bf16 table (1: done, 0: run the own kernel)
 int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,

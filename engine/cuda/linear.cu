@@ -69,3 +69,12 @@ void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float*
     }
     if (dbias) column_sum_cuda(dbias, RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
+
+// Linear then GELU in fp32 (engine.h): the two ops (cuBLAS, then the GELU kernel), so the results are the
+// unfused model's. The fused form is the bf16 table's (bf16.cu: cuBLASLt's GELU_AUX_BIAS epilogue, which
+// takes bf16 operands only).
+void cuda_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                              const float* bias, int N, int C, int OC) {
+    cuda_linear_forward(be, pre, inp, weight, bias, N, C, OC);
+    cuda_gelu_forward(be, out, pre, (size_t)N * OC);
+}

@@ -139,14 +139,14 @@ void comm_grid_free(CommGrid* g) {
 
 int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len) {
     /* the same order on every rank: each creation is collective over its group */
-    Comm** groups[] = {&g->tp_group, &g->dp_group, &g->pipe};
-    for (int i = 0; i < 3; i++) {
+    Comm** groups[] = {&g->tp_group, &g->dp_group, &g->pipe, &g->mp};
+    for (int i = 0; i < 4; i++) {
         Comm* h = *groups[i];
         if (!h || h->size == 1 || h->device_memory) continue;
         char name[16];
         snprintf(name, sizeof name, "%s", h->name);
         *groups[i] = NULL; /* the device group owns h from here on, also when it fails */
-        Comm* d = comm_nccl_create(h, err, err_len);
+        Comm* d = comm_nccl_create(h, groups[i] != &g->mp, err, err_len); /* mp: collectives only */
         if (!d) {
             comm_grid_free(g);
             return -1;
@@ -155,4 +155,14 @@ int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len) {
         *groups[i] = d;
     }
     return 0;
+}
+
+int comm_grid_allreduce_all(CommGrid* g, void* buf, size_t count, CommType type, CommOp op, char* err,
+                            size_t err_len) {
+    int dev = (g->mp && g->mp->device_memory) || (g->dp_group && g->dp_group->device_memory);
+    if (!dev) return comm_allreduce(g->world, buf, count, type, op, err, err_len);
+    /* mp holds the pp x tp ranks of one replica, dp the replicas of one (p, t): sum (max, min) over the
+     * first, then over the second, is the job's */
+    if (comm_allreduce(g->mp, buf, count, type, op, err, err_len) != 0) return -1;
+    return comm_allreduce(g->dp_group, buf, count, type, op, err, err_len);
 }

@@ -72,8 +72,9 @@ struct Comm {
     char name[16];  /* "world", "tp", "dp", "pipe", "mp": for messages */
     /* 1 (NCCL): point-to-point and collectives take device memory (the CUDA backend's), completions
      * are CUDA events that test() polls; a host buffer of at most COMM_HOST_STAGE_BYTES is staged for
-     * point-to-point (the FIFO headers, notices, TP choices), and a host-memory collective (a scalar:
-     * the gradient norm, the cost model) goes over the MPI group the device group was made from. The
+     * point-to-point (the FIFO headers, notices, TP choices), and a host-memory collective (a step's
+     * scalars: the loss sum, the gradient norm, the cost model) is staged through device memory and goes
+     * over NCCL as well. The
      * point-to-point is tagless and FIFO per peer (TRANSPORT_FIFO) between ring neighbours (rank +- 1);
      * to any other rank only host memory goes, over MPI with its tag (a TP leader's choices). 0: host
      * memory only (MPI, self). */
@@ -98,11 +99,13 @@ Comm* comm_self(void);
 /* ---- the NCCL implementation (comm_nccl.c, in librrfp-nccl.so opened on first use) ---- */
 /* A device group over the same ranks as `host` (an MPI group; the device group owns it from then on,
  * also on failure), collective over host: an ncclUniqueId broadcast over host makes the group's
- * communicator (collectives), and for each ring neighbour one communicator per direction (this rank
- * sends only on its outgoing links and receives only on its incoming ones, so a receive posted ahead
- * never blocks a send). The CUDA backend must be initialised (its device current) first. Returns NULL
- * with a message where NCCL cannot be had (a build without it, no device, an init failure). */
-Comm* comm_nccl_create(Comm* host, char* err, size_t err_len);
+ * communicator (collectives), and with links = 1 for each ring neighbour one communicator per direction
+ * (this rank sends only on its outgoing links and receives only on its incoming ones, so a receive
+ * posted ahead never blocks a send); links = 0: collectives only (point-to-point is refused). Host-memory
+ * collectives go over NCCL too (staged through a device buffer made here), so that after creation MPI
+ * carries no step's traffic. The CUDA backend must be initialised (its device current) first. Returns
+ * NULL with a message where NCCL cannot be had (a build without it, no device, an init failure). */
+Comm* comm_nccl_create(Comm* host, int links, char* err, size_t err_len);
 
 /* ---- the rank grid ---- */
 typedef struct {
@@ -121,9 +124,18 @@ int comm_grid_rank(int pp, int tp, int dp, int p, int t, int d);
  * started and what the layout needs). Collective over world. Returns 0, or -1 with a message. */
 int comm_grid_init(CommGrid* g, Comm* world, int pp, int tp, int dp, char* err, size_t err_len);
 void comm_grid_free(CommGrid* g);
-/* Replace the grid's pipe, dp and tp groups of more than one rank by device groups over them (the mp
- * group carries only the gradient norm's scalar and stays on MPI). Collective over the world. */
+/* Replace the grid's pipe, dp and tp groups of more than one rank by device groups over them, and the mp
+ * group (the gradient norm's scalar) by a collectives-only one, so that no step uses MPI. Collective
+ * over the world. */
 int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len);
+/* An all-reduce over every rank of the job (the stop flag at a step end): the world group; with device
+ * groups (comm_grid_use_nccl) over mp and then dp, which together span the world, so that it travels
+ * over NCCL. Collective over the world. Returns 0, or -1 with a message. */
+int comm_grid_allreduce_all(CommGrid* g, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len);
+/* Calls into MPI made through the MPI groups so far (comm_mpi.c): collectives (all-reduce, broadcast,
+ * all-gather, barrier) and point-to-point operations (sends and receives posted). Tests read them
+ * around a step: with runtime.comm = nccl a step must use none. */
+void comm_mpi_counts(long* collectives, long* p2p);
 
 /* Convenience wrappers over c->ops. */
 static inline int comm_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err,

@@ -19,6 +19,12 @@ typedef struct {
 } MpiComm;
 
 static int mpi_initialised_here = 0;
+static long n_collectives, n_p2p; /* comm_mpi_counts */
+
+void comm_mpi_counts(long* collectives, long* p2p) {
+    *collectives = n_collectives;
+    *p2p = n_p2p;
+}
 
 #define MPI_TRY(call)                                                      \
     do {                                                                   \
@@ -58,6 +64,7 @@ static int check_count(const Comm* c, size_t n, char* err, size_t err_len) {
 static int m_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, int sync, CommReq** req, char* err,
                    size_t err_len) {
     if (check_count(c, bytes, err, err_len)) return -1;
+    n_p2p++;
     CommReq* r = mallocCheck(sizeof *r);
     int rc = sync ? MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req)
                   : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req);
@@ -71,6 +78,7 @@ static int m_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, in
 
 static int m_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len) {
     if (check_count(c, bytes, err, err_len)) return -1;
+    n_p2p++;
     CommReq* r = mallocCheck(sizeof *r);
     int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req);
     if (rc != MPI_SUCCESS) {
@@ -173,6 +181,7 @@ static int m_wait_collective(Comm* c, MPI_Request* rq, const char* what, char* e
 
 static int m_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
     if (check_count(c, count, err, err_len)) return -1;
+    n_collectives++;
     MPI_Request rq;
     MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c), &rq));
     return m_wait_collective(c, &rq, "an all-reduce", err, err_len);
@@ -181,6 +190,7 @@ static int m_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp o
 static int m_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
                         size_t err_len) {
     if (check_count(c, count, err, err_len)) return -1;
+    n_collectives++;
     CommReq* r = mallocCheck(sizeof *r);
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c), &r->req);
     if (rc != MPI_SUCCESS) {
@@ -193,6 +203,7 @@ static int m_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp 
 
 static int m_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
     if (check_count(c, bytes, err, err_len)) return -1;
+    n_collectives++;
     MPI_Request rq;
     MPI_TRY(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, mc(c), &rq));
     return m_wait_collective(c, &rq, "a broadcast", err, err_len);
@@ -200,12 +211,14 @@ static int m_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t
 
 static int m_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
     if (check_count(c, bytes * (size_t)c->size, err, err_len)) return -1;
+    n_collectives++;
     MPI_Request rq;
     MPI_TRY(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, mc(c), &rq));
     return m_wait_collective(c, &rq, "an all-gather", err, err_len);
 }
 
 static int m_barrier(Comm* c, char* err, size_t err_len) {
+    n_collectives++;
     MPI_Request rq;
     MPI_TRY(MPI_Ibarrier(mc(c), &rq));
     return m_wait_collective(c, &rq, "a barrier", err, err_len);

@@ -12,7 +12,13 @@
  * Every request is a CUDA event recorded after its operation; test() polls it (cudaEventQuery) and
  * never blocks. Host buffers of p2p messages (headers, notices: at most COMM_HOST_STAGE_BYTES) go
  * through a pinned + device staging ring allocated at creation; a receive's bytes reach the host
- * buffer when test() sees its event complete. Host-memory collectives go over the MPI group. */
+ * buffer when test() sees its event complete. Host-memory collectives (a step's scalars: the loss sum,
+ * the gradient norm, the plan's totals, the stop flag, the adaptive mode's cost model, the vocabulary-
+ * parallel cross-entropy's row statistics) go through a second pinned + device buffer made at creation,
+ * in pieces of at most COLL_STAGE_BYTES, over the group's NCCL communicator: after the job start and
+ * the unique ids, MPI carries nothing but host messages to a rank that is not a ring neighbour (a TP
+ * leader's choice to its third peer and beyond). A group made without links (comm_nccl_create with
+ * links = 0: the gradient norm's model-parallel group) has only the collective communicator. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -24,6 +30,7 @@
 #include "runtime/comm/comm.h"
 
 #define STAGE_SLOTS 256
+#define COLL_STAGE_BYTES (64 * 1024) /* a host collective's piece (a multiple of every type's size) */
 
 typedef struct {
     ncclComm_t nc; /* NULL: no link to that rank */
@@ -39,9 +46,12 @@ typedef struct {
     unsigned char* dev_stage; /* STAGE_SLOTS x COMM_HOST_STAGE_BYTES, device */
     unsigned char* pin_stage; /* the same, pinned host */
     unsigned char busy[STAGE_SLOTS];
+    unsigned char* coll_dev; /* COLL_STAGE_BYTES, device: host collectives */
+    unsigned char* coll_pin; /* the same, pinned host */
     cudaEvent_t* free_ev;
     int n_free_ev, cap_free_ev;
     int broken; /* an operation was cancelled: NCCL cannot take one back, the group is aborted */
+    int has_links; /* 0: collectives only (comm_nccl_create with links = 0) */
 } NcclComm;
 
 struct CommReq {
@@ -93,6 +103,9 @@ static ncclDataType_t nccl_type(CommType t) {
     case COMM_F64: return ncclFloat64;
     }
     return ncclUint8;
+}
+static size_t type_bytes(CommType t) {
+    return t == COMM_I64 || t == COMM_F64 ? 8 : t == COMM_I32 || t == COMM_F32 ? 4 : 1;
 }
 static ncclRedOp_t nccl_op(CommOp op) { return op == COMM_MAX ? ncclMax : op == COMM_MIN ? ncclMin : ncclSum; }
 
@@ -303,9 +316,65 @@ static int coll_wait(Comm* c, const char* what, char* err, size_t err_len) {
     }
 }
 
+/* ---- host-memory collectives, staged through coll_dev / coll_pin in pieces (see the top) ---- */
+
+static int host_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (check_usable(c, err, err_len)) return -1;
+    size_t ts = type_bytes(type), per = COLL_STAGE_BYTES / ts;
+    for (size_t at = 0; at < count; at += per) {
+        size_t k = count - at < per ? count - at : per, bytes = k * ts;
+        memcpy(n->coll_pin, (unsigned char*)buf + at * ts, bytes);
+        CUDA_TRY(cudaMemcpyAsync(n->coll_dev, n->coll_pin, bytes, cudaMemcpyHostToDevice, n->coll_stream));
+        NCCL_TRY(ncclAllReduce(n->coll_dev, n->coll_dev, k, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+        CUDA_TRY(cudaMemcpyAsync(n->coll_pin, n->coll_dev, bytes, cudaMemcpyDeviceToHost, n->coll_stream));
+        if (coll_wait(c, "all-reduce", err, err_len) != 0) return -1;
+        memcpy((unsigned char*)buf + at * ts, n->coll_pin, bytes);
+    }
+    return 0;
+}
+
+static int host_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (check_usable(c, err, err_len)) return -1;
+    for (size_t at = 0; at < bytes; at += COLL_STAGE_BYTES) {
+        size_t k = bytes - at < COLL_STAGE_BYTES ? bytes - at : COLL_STAGE_BYTES;
+        if (c->rank == root) {
+            memcpy(n->coll_pin, (unsigned char*)buf + at, k);
+            CUDA_TRY(cudaMemcpyAsync(n->coll_dev, n->coll_pin, k, cudaMemcpyHostToDevice, n->coll_stream));
+        }
+        NCCL_TRY(ncclBroadcast(n->coll_dev, n->coll_dev, k, ncclUint8, root, n->coll, n->coll_stream));
+        CUDA_TRY(cudaMemcpyAsync(n->coll_pin, n->coll_dev, k, cudaMemcpyDeviceToHost, n->coll_stream));
+        if (coll_wait(c, "broadcast", err, err_len) != 0) return -1;
+        memcpy((unsigned char*)buf + at, n->coll_pin, k);
+    }
+    return 0;
+}
+
+/* recv (size x bytes, rank order) from every member's `bytes` of send, in pieces of k bytes per member:
+ * the piece of send at coll_dev, the gathered pieces after it */
+static int host_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (check_usable(c, err, err_len)) return -1;
+    size_t per = COLL_STAGE_BYTES / ((size_t)c->size + 1);
+    unsigned char* all_dev = n->coll_dev + per;
+    for (size_t at = 0; at < bytes; at += per) {
+        size_t k = bytes - at < per ? bytes - at : per;
+        memcpy(n->coll_pin, (const unsigned char*)send + at, k);
+        CUDA_TRY(cudaMemcpyAsync(n->coll_dev, n->coll_pin, k, cudaMemcpyHostToDevice, n->coll_stream));
+        NCCL_TRY(ncclAllGather(n->coll_dev, all_dev, k, ncclUint8, n->coll, n->coll_stream));
+        CUDA_TRY(cudaMemcpyAsync(n->coll_pin + per, all_dev, k * (size_t)c->size, cudaMemcpyDeviceToHost,
+                                 n->coll_stream));
+        if (coll_wait(c, "all-gather", err, err_len) != 0) return -1;
+        for (int r = 0; r < c->size; r++)
+            memcpy((unsigned char*)recv + (size_t)r * bytes + at, n->coll_pin + per + (size_t)r * k, k);
+    }
+    return 0;
+}
+
 static int n_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
     NcclComm* n = nimpl(c);
-    if (!is_device(buf)) return n->host->ops->allreduce(n->host, buf, count, type, op, err, err_len);
+    if (!is_device(buf)) return host_allreduce(c, buf, count, type, op, err, err_len);
     if (check_usable(c, err, err_len)) return -1;
     NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
     return coll_wait(c, "all-reduce", err, err_len);
@@ -314,19 +383,9 @@ static int n_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp o
 static int n_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
                         size_t err_len) {
     NcclComm* n = nimpl(c);
-    if (!is_device(buf)) {
-        CommReq* r = (CommReq*)callocCheck(1, sizeof *r);
-        r->slot = -1;
-        if (n->host->ops->iallreduce(n->host, buf, count, type, op, &r->host_req, err, err_len) != 0) {
-            free(r);
-            return -1;
-        }
-        if (!r->host_req) { /* complete at once */
-            free(r);
-            r = NULL;
-        }
-        *req = r;
-        return 0;
+    if (!is_device(buf)) { /* a host buffer: staged, complete on return (*req NULL, as comm.h allows) */
+        *req = NULL;
+        return host_allreduce(c, buf, count, type, op, err, err_len);
     }
     if (check_usable(c, err, err_len)) return -1;
     NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
@@ -335,7 +394,7 @@ static int n_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp 
 
 static int n_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t err_len) {
     NcclComm* n = nimpl(c);
-    if (!is_device(buf)) return n->host->ops->bcast(n->host, buf, bytes, root, err, err_len);
+    if (!is_device(buf)) return host_bcast(c, buf, bytes, root, err, err_len);
     if (check_usable(c, err, err_len)) return -1;
     NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->coll, n->coll_stream));
     return coll_wait(c, "broadcast", err, err_len);
@@ -343,15 +402,16 @@ static int n_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t
 
 static int n_allgather(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len) {
     NcclComm* n = nimpl(c);
-    if (!is_device(recv)) return n->host->ops->allgather(n->host, send, recv, bytes, err, err_len);
+    if (!is_device(recv)) return host_allgather(c, send, recv, bytes, err, err_len);
     if (check_usable(c, err, err_len)) return -1;
     NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, n->coll, n->coll_stream));
     return coll_wait(c, "all-gather", err, err_len);
 }
 
+/* a one-byte all-reduce: every member has reached it */
 static int n_barrier(Comm* c, char* err, size_t err_len) {
-    NcclComm* n = nimpl(c);
-    return n->host->ops->barrier(n->host, err, err_len);
+    unsigned char b = 0;
+    return host_allreduce(c, &b, 1, COMM_BYTE, COMM_SUM, err, err_len);
 }
 
 static int n_wait_event(Comm* c, int peer, void* event, char* err, size_t err_len) {
@@ -367,13 +427,13 @@ static int n_wait_event(Comm* c, int peer, void* event, char* err, size_t err_le
     return 0;
 }
 
-static Comm* nccl_create(Comm* host, char* err, size_t err_len);
+static Comm* nccl_create(Comm* host, int links, char* err, size_t err_len);
 
 static int n_split(Comm* c, int color, int key, Comm** out, char* err, size_t err_len) {
     NcclComm* n = nimpl(c);
     Comm* h = NULL;
     if (n->host->ops->split(n->host, color, key, &h, err, err_len) != 0) return -1;
-    *out = nccl_create(h, err, err_len);
+    *out = nccl_create(h, n->has_links, err, err_len);
     return *out ? 0 : -1;
 }
 
@@ -394,6 +454,8 @@ static void n_free(Comm* c) {
     free(n->free_ev);
     if (n->dev_stage) cudaFree(n->dev_stage);
     if (n->pin_stage) cudaFreeHost(n->pin_stage);
+    if (n->coll_dev) cudaFree(n->coll_dev);
+    if (n->coll_pin) cudaFreeHost(n->coll_pin);
     free(n->out);
     free(n->in);
     if (n->host) n->host->ops->free(n->host);
@@ -428,6 +490,11 @@ static int nccl_init(Comm* c, char* err, size_t err_len) {
     memset(mine, 0, sizeof mine);
     if (me == 0) NCCL_TRY(ncclGetUniqueId(&id));
     if (n->host->ops->bcast(n->host, &id, sizeof id, 0, err, err_len) != 0) return -1;
+    if (!n->has_links) { /* collectives only */
+        ncclResult_t r = ncclCommInitRank(&n->coll, size, id, me);
+        if (r != ncclSuccess) return nccl_fail(c, "ncclCommInitRank (the group's)", r, err, err_len);
+        return 0;
+    }
     /* mine[0]: the link to next, mine[1]: to prev (the same rank when size == 2: one link) */
     NCCL_TRY(ncclGetUniqueId(&mine[0]));
     if (prev != next) NCCL_TRY(ncclGetUniqueId(&mine[1]));
@@ -457,7 +524,7 @@ static int nccl_init(Comm* c, char* err, size_t err_len) {
     return 0;
 }
 
-static Comm* nccl_create(Comm* host, char* err, size_t err_len) {
+static Comm* nccl_create(Comm* host, int links, char* err, size_t err_len) {
     Comm* c = (Comm*)callocCheck(1, sizeof *c);
     NcclComm* n = (NcclComm*)callocCheck(1, sizeof *n);
     c->ops = &comm_nccl_ops;
@@ -468,10 +535,13 @@ static Comm* nccl_create(Comm* host, char* err, size_t err_len) {
     c->device_memory = 1;
     snprintf(c->name, sizeof c->name, "%s", host->name);
     n->host = host;
+    n->has_links = links;
     n->out = (Link*)callocCheck((size_t)c->size, sizeof(Link));
     n->in = (Link*)callocCheck((size_t)c->size, sizeof(Link));
     cudaError_t e = cudaMalloc((void**)&n->dev_stage, (size_t)STAGE_SLOTS * COMM_HOST_STAGE_BYTES);
     if (e == cudaSuccess) e = cudaMallocHost((void**)&n->pin_stage, (size_t)STAGE_SLOTS * COMM_HOST_STAGE_BYTES);
+    if (e == cudaSuccess) e = cudaMalloc((void**)&n->coll_dev, COLL_STAGE_BYTES);
+    if (e == cudaSuccess) e = cudaMallocHost((void**)&n->coll_pin, COLL_STAGE_BYTES);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&n->coll_stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         cuda_fail(c, "allocating the NCCL group's staging and stream", e, err, err_len);
@@ -489,6 +559,6 @@ static Comm* nccl_create(Comm* host, char* err, size_t err_len) {
 extern "C"
 #endif
     __attribute__((visibility("default"))) Comm*
-    rrfp_nccl_comm_create(Comm* host, char* err, size_t err_len) {
-    return nccl_create(host, err, err_len);
+    rrfp_nccl_comm_create(Comm* host, int links, char* err, size_t err_len) {
+    return nccl_create(host, links, err, err_len);
 }

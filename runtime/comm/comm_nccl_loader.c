@@ -12,7 +12,7 @@
 
 #define RRFP_NCCL_SO "librrfp-nccl.so"
 
-typedef Comm* (*CreateFn)(Comm*, char*, size_t);
+typedef Comm* (*CreateFn)(Comm*, int, char*, size_t);
 
 #ifdef RRFP_HAVE_NCCL
 static int state = 0; /* 0 untried, 1 loaded, -1 failed */
@@ -38,12 +38,13 @@ static void load(void) {
 }
 #endif
 
-Comm* comm_nccl_create(Comm* host, char* err, size_t err_len) {
+Comm* comm_nccl_create(Comm* host, int links, char* err, size_t err_len) {
 #ifdef RRFP_HAVE_NCCL
     load();
-    if (state > 0) return create_fn(host, err, err_len);
+    if (state > 0) return create_fn(host, links, err, err_len);
     snprintf(err, err_len, "%s", load_error);
 #else
+    (void)links;
     snprintf(err, err_len, "runtime.comm = nccl: this build has no NCCL (it needs the CUDA toolkit and libnccl)");
 #endif
     host->ops->free(host);

@@ -409,6 +409,20 @@ static void stage_acts_free_tables(StageActs* a) {
     a->grads = NULL;
 }
 
+int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnReserve out[2]) {
+    const ModelConfig* c = &st->cfg;
+    int tp = st->tp > 1 ? st->tp : 1, n = 0;
+    if (st->first && max_patches > 0) {
+        int mp = c->min_patches > 0 ? c->min_patches : 1;
+        out[n++] = (AttnReserve){.max_T = max_patches, .max_S = (max_patches + mp - 1) / mp, .H = c->Hv / tp,
+                                 .d = c->Dv / c->Hv, .ld_qkv = 3 * c->Dv / tp};
+    }
+    if (st->l1 > st->l0)
+        out[n++] = (AttnReserve){.max_T = max_tokens, .max_S = max_tokens, .H = c->Ht / tp, .d = c->Dt / c->Ht,
+                                 .ld_qkv = c->Dt / tp};
+    return n;
+}
+
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split) {
     StageActs a;
     memset(&a, 0, sizeof a);

@@ -527,10 +527,11 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         if (p->dump_dir && (st->first || st->last)) {
             char path[4096];
             if (p->cfg.tp && p->cfg.tp->size > 1)
-                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dtp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank,
+                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dtp%dc%d.safetensors", p->dump_dir, mb->index, p->cfg.rank,
                          p->cfg.tp->rank, t.chunk);
             else
-                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, t.mb, p->cfg.rank, t.chunk);
+                snprintf(path, sizeof path, "%s/microbatch-%d.pp%dc%d.safetensors", p->dump_dir, mb->index, p->cfg.rank,
+                         t.chunk);
             if (stage_dump_microbatch(st, a, mb, path, p->err, p->err_len) != 0) return -1;
         }
         break;

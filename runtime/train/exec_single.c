@@ -26,7 +26,7 @@ static int single_forward_backward(StepExec* ex, const StepPlan* plan, float sca
         sum += ls;
         if (dump_dir) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/microbatch-%d.safetensors", dump_dir, m);
+            snprintf(path, sizeof path, "%s/microbatch-%d.safetensors", dump_dir, plan->mbs[m].index);
             if (stage_dump_microbatch(&s->st, &s->acts, &plan->mbs[m], path, err, err_len) != 0) return -1;
         }
         stage_backward(&s->st, &s->acts, NULL, scale, NULL);

@@ -539,10 +539,6 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         if (r->tp > 1 && tp_div[i].v > 0 && tp_div[i].v % r->tp)
             VFAIL("parallel", "tp", "%d", r->tp, "%s (%d) is not divisible by it; allowed: a common divisor", tp_div[i].what,
                   tp_div[i].v);
-    if (r->dp > 1 && r->dump_step > 0)
-        VFAIL("train", "dump_step", "%d", r->dump_step,
-              "a step dump is written by one replica and would hold only its microbatches; allowed: -1 with "
-              "parallel.dp = %d (dump the same step with dp = 1 and dp x data.microbatches microbatches)", r->dp);
     {
         /* runtime.cap: "N" (N >= 0) or "Kx" (K > 0, a multiple of the hint's own peak) */
         char* end = NULL;

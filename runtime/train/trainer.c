@@ -115,7 +115,8 @@ static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* 
 }
 
 /* The loader position of a checkpoint: the source's own position when every replica's was the same
- * (always for the synthetic source, whose position is the step), else {"dp": [replica 0's, ...]}. */
+ * (both sources: the synthetic one's is the step, the shard loader's counts the global step), else
+ * {"dp": [replica 0's, ...]} (checkpoints of builds whose shard loader dealt samples to replicas). */
 static int trainer_seek(Trainer* t, const char* dir, const char* pos, char* err, size_t err_len) {
     if (!pos || strncmp(pos, "{\"dp\":", 6) != 0) return t->src.seek(&t->src, pos, err, err_len);
     cJSON* j = cJSON_Parse(pos);
@@ -126,10 +127,9 @@ static int trainer_seek(Trainer* t, const char* dir, const char* pos, char* err,
         snprintf(err, err_len, "%s: the loader position has a \"dp\" entry that is not a list of positions", dir);
     } else if (n != t->grid.dp) {
         snprintf(err, err_len,
-                 "%s was written with parallel.dp = %d and its replicas' loader positions differ (the shard loader "
-                 "deals each epoch's samples to the replicas by rank); it resumes only with parallel.dp = %d (the "
-                 "parameters load under any layout: start a new run from them with checkpoint.resume and the same dp)",
-                 dir, n, n);
+                 "%s holds %d per-replica loader positions (written by a build whose shard loader dealt samples to "
+                 "the replicas); they resume only under parallel.dp = %d, and only where this build's loader accepts "
+                 "them (the parameters load under any layout: train.init_from starts a new run from them)", dir, n, n);
     } else {
         char* one = cJSON_PrintUnformatted(cJSON_GetArrayItem(a, t->grid.d));
         rc = t->src.seek(&t->src, one, err, err_len);
@@ -364,13 +364,15 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                       : step_exec_single_create(r, &t->mc, be, err, err_len);
     if (!t->ex) return -1;
     t->ex->log_rank = t->grid.rank == 0; /* one log and one metrics file per job */
-    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums) now, at the
-     * microbatch budget: no step allocates device memory (the activations and messages are the
-     * executors' pools, filled in the first step) */
+    /* the backend's own scratch (bf16 GEMM operands, the gradient norm's partial sums, cuDNN attention's
+     * buffers) now, at the microbatch budget: no step allocates device memory (the activations and
+     * messages are the executors' pools, filled in the first step) */
     for (int c = 0; c < t->ex->n_stages; c++) {
         const Stage* st = t->ex->stages[c];
         size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
-        st->be->reserve(st->be, gemm, st->params.gtotal);
+        AttnReserve attn[2];
+        int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
+        st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
@@ -411,16 +413,19 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
 /* RUN_DIR/dump-N/: config.json, weights[.<stage>].safetensors (before the step),
  * microbatch-{m}[.<stage>].safetensors (inputs; logits, loss_sum from the last stage),
  * grads[.<stage>].safetensors (the step's summed, unclipped gradients), step.json (loss, denominator,
- * lr, grad norm). Layout: docs/training.md "Step dumps". Every rank writes its own files. */
+ * lr, grad norm). Layout: docs/training.md "Step dumps". Every rank writes its own files; under DP,
+ * replica 0 the weights and gradients (the same on every replica) and each replica its microbatches,
+ * named by their index m x dp + d in the global step, so the files are the one-process dump's. */
 static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, double loss_sum, float loss, float lr,
                             double norm, char* err, size_t err_len) {
-    if (t->ex->dump_params(t->ex, dir, 1, err, err_len) != 0) return -1;
+    /* DP: the gradients are the global sums on every replica after the all-reduce: replica 0 writes */
+    if (t->grid.d == 0 && t->ex->dump_params(t->ex, dir, 1, err, err_len) != 0) return -1;
     if (!t->ex->log_rank) return 0;
     char extra[512], path[RECIPE_STR + 128];
     snprintf(extra, sizeof extra,
              "{\"step\": %lld, \"microbatches\": %d, \"n_supervised\": %lld, \"loss\": %.9g, \"loss_hex\": \"%a\", "
              "\"loss_sum\": %.17g, \"lr\": %.9g, \"grad_norm\": %.17g}",
-             (long long)(t->step + 1), plan->M, (long long)plan->n_supervised, (double)loss, (double)loss, loss_sum,
+             (long long)(t->step + 1), plan->M * t->grid.dp, (long long)plan->n_supervised, (double)loss, (double)loss, loss_sum,
              (double)lr, norm);
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (model_dump_config(&t->mc, extra, path, err, err_len) != 0) return -1;
@@ -448,11 +453,14 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
                  (long long)(t->step + 1));
         return -1;
     }
+    /* replica d's m-th microbatch is microbatch m x dp + d of the global step (both sources) */
+    for (int m = 0; m < plan.M; m++) plan.mbs[m].index = m * t->grid.dp + t->grid.d;
     int dumping = r->dump_step == t->step + 1;
     char ddir[RECIPE_STR + 64];
     if (dumping) {
         snprintf(ddir, sizeof ddir, "%s/dump-%lld", t->run_dir, (long long)(t->step + 1));
-        if (trainer_mkdirs(ddir, err, err_len) != 0 || ex->dump_params(ex, ddir, 0, err, err_len) != 0) return -1;
+        if (trainer_mkdirs(ddir, err, err_len) != 0 || (t->grid.d == 0 && ex->dump_params(ex, ddir, 0, err, err_len) != 0))
+            return -1;
     }
 
     float scale = (float)(1.0 / (double)plan.n_supervised);
@@ -609,9 +617,10 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         }
         int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
-         * first at which any rank has seen one (an all-reduce MAX over the world). */
+         * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
+         * runtime.comm = nccl, comm_grid_allreduce_all). */
         int stopping = stop && *stop;
-        if (world->size > 1 && comm_allreduce(world, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
+        if (world->size > 1 && comm_grid_allreduce_all(&t->grid, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
             rc = -1;
             break;
         }

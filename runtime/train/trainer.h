@@ -30,8 +30,9 @@
 int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int heldout, int dp_rank, int dp_size,
                              char* err, size_t err_len);
 /* The loader over `shards` with the recipe's packing; eval = 1 packs in stream order (fifo);
- * decode_images = 0 leaves the pixels out (pipeline ranks after the first never use them). Replica d
- * packs samples d, d + dp_size, ... of each epoch's permutation (data/loader.h). */
+ * decode_images = 0 leaves the pixels out (pipeline ranks after the first never use them). Like the
+ * synthetic source, replica d keeps microbatches d, d + dp_size, ... of the global step, packed as one
+ * process with dp_size x data.microbatches packs it (data/loader.h), and decodes only those. */
 int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
                           int decode_images, int dp_rank, int dp_size, char* err, size_t err_len);
 

@@ -2,7 +2,7 @@
  * so that the CUDA backend's own source (kernels, launchers, table) runs on machines without a GPU.
  *
  * How: tests/cuda_emu/gen.py turns each engine/cuda/*.cu into C++ (a launch `k<<<cfg>>>(args)`
- * becomes `emu_launch("k", emu_cfg(cfg), [&] { k(args); })`, dynamic shared memory becomes a
+ * becomes `emu_launch("k", emu_cfg(cfg), [=] { k(args); })`, dynamic shared memory becomes a
  * pointer from emu_dynamic_smem()) compiled against this header instead of the toolkit's. Each
  * launch runs its blocks one after another; the threads of a block are fibers (ucontext) on one OS
  * thread, switched at __syncthreads and at every warp shuffle, in a shuffled order each round.
@@ -199,8 +199,8 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
 } cublasLtMatmulDescAttributes_t;
-/* GELU_AUX_BIAS is declared for bf16.cu's mapping; the emulated cublasLtMatmul refuses it
- * (CUBLAS_STATUS_NOT_SUPPORTED): no op issues it yet */
+/* GELU_AUX_BIAS (bf16.cu's fused linear + GELU): D = gelu(pre) with rr_gelu_tanh, Aux = pre (f32, the D
+ * type), pre = the product + bias; the Aux pointer must be set and its ld >= m and a multiple of 8 */
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164 } cublasLtEpilogue_t;
 typedef struct EmuLt* cublasLtHandle_t;
 typedef struct EmuLtDesc* cublasLtMatmulDesc_t;
@@ -217,7 +217,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType type, uint64_t rows, uint64_t cols,
                                           int64_t ld);
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l);
-/* D = alpha op(A) op(B) + beta C (+ bias over rows with CUBLASLT_EPILOGUE_BIAS). Emulated for A, B
+/* D = alpha op(A) op(B) + beta C (+ bias over rows with CUBLASLT_EPILOGUE_BIAS; GELU_AUX_BIAS above). Emulated for A, B
  * bf16, C, D f32, compute 32F, scale f32: A and B widened exactly to f32, column-major cblas_sgemm,
  * then the epilogue; any other type combination is CUBLAS_STATUS_NOT_SUPPORTED. Checks shapes
  * against the ops (op(A) m x k, op(B) k x n, C and D m x n), ld >= rows, every operand (and the
@@ -229,7 +229,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cudaStream_t stream);
 
 /* Events and the streams' queues. Kernels, cuBLAS calls and copies run when they are called (a launch
- * first waits until its stream's queue is empty); what can be pending is communication (the NCCL
+ * first waits until its stream's queue is empty), unless RR_EMU_COMPUTE_DELAY=N is set: then they are
+ * enqueued on their stream and each runs N .. 2N polls after reaching its head (emu.cpp,
+ * enqueue_compute), so work on another stream that does not wait for the producer's event reads stale
+ * data. What can be pending otherwise is communication (the NCCL
  * emulation, nccl_emu.cpp): an NCCL operation sits in its stream's queue until its MPI message has
  * completed, and the copies, waits and event records enqueued after it on that stream wait behind it.
  * cudaEventQuery reports cudaErrorNotReady while any operation enqueued on the event's stream before

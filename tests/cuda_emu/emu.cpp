@@ -24,11 +24,13 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <time.h>
 #include <string>
 #include <vector>
 
 #include "cuda_emu.h"
+#include "engine/cuda/kernel_math.h" /* rr_gelu_tanh: the GELU epilogue */
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -181,9 +183,12 @@ cudaError_t emu_malloc(void** p, size_t bytes) {
     return cudaSuccess;
 }
 
+static void settle_compute(void); /* below, with RR_EMU_COMPUTE_DELAY */
+
 cudaError_t cudaFree(void* p) {
     if (sticky) return sticky;
     if (!p) return cudaSuccess;
+    settle_compute(); /* a deferred kernel may still write here (cudaFree synchronises on a GPU) */
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) {
         emu_fail(cudaErrorInvalidValue, "cudaFree of a pointer that cudaMalloc did not return");
@@ -272,6 +277,55 @@ static void run_now(cudaStream_t st) {
     s->enq++;
     s->done++;
 }
+
+/* RR_EMU_COMPUTE_DELAY=N (N > 0): device work (kernel launches, cuBLAS and cuBLASLt calls, memsets and
+ * copies) does not run when it is called but is enqueued on its stream, and once it reaches the head of
+ * the stream it waits a pseudo-random N .. 2N further polls (emu_poll_epoch) before it runs, as a GPU
+ * finishes a kernel some time after the host launched it. Work on the same stream stays in order, the
+ * host's synchronisations (cudaStreamSynchronize, a copy to the host, cudaEventSynchronize) wait for
+ * it, and an event recorded after it completes only once it has run; but work on another stream that
+ * does not wait for its event (cudaStreamWaitEvent) runs before it and reads the buffer's previous
+ * contents: a send that skips the wait for the producing task's event transmits stale data
+ * (tests/test_nccl_emu.c's control; tests/train_nccl_emu.sh). Launch configurations and pointer
+ * arguments are still checked at the call; what a kernel does wrong is reported at the next call after
+ * it ran. 0 (the default): everything runs at its call, as before. */
+static int compute_delay(void) {
+    static int d = -1;
+    if (d < 0) {
+        const char* e = getenv("RR_EMU_COMPUTE_DELAY");
+        d = e ? atoi(e) : 0;
+        if (d < 0) d = 0;
+    }
+    return d;
+}
+static long compute_pending; /* deferred device work not run yet */
+static void enqueue_compute(cudaStream_t st, std::function<void()> run) {
+    int d = compute_delay();
+    if (d) {
+        static uint64_t x = 0x9E3779B97F4A7C15ull;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        d += (int)(x % (uint64_t)(d + 1));
+    }
+    auto since = std::make_shared<long>(-1);
+    compute_pending++;
+    emu_stream_enqueue(st, [=] {
+        if (*since < 0) *since = poll_epoch; /* at the head of its stream from now */
+        if (poll_epoch - *since < d) return 0;
+        run();
+        compute_pending--;
+        return 1;
+    });
+}
+/* Before memory is freed or reused by the host: let every deferred operation that can run, run (one that
+ * waits behind pending communication cannot, and is left: cudaFree on a GPU would wait for it). */
+static void settle_compute(void) {
+    if (!compute_delay()) return;
+    for (int rounds = 0; compute_pending > 0 && rounds < 4 * compute_delay() + 8; rounds++) {
+        emu_progress();
+        poll_epoch++;
+    }
+    emu_progress();
+}
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemsetAsync");
     if (sticky) return sticky;
@@ -279,10 +333,9 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
         emu_fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes outside any allocation", bytes);
         return sticky;
     }
-    emu_stream_enqueue(stream, [=] {
+    enqueue_compute(stream, [=] {
         DeviceOpen open;
         memset(p, v, bytes);
-        return 1;
     });
     return cudaSuccess;
 }
@@ -303,20 +356,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
         return sticky;
     }
     EmuStream* s = S(stream);
-    if (s->q.empty() || kind != cudaMemcpyHostToDevice) {
+    if ((s->q.empty() && !compute_delay()) || kind != cudaMemcpyHostToDevice) {
         /* behind pending work the copy waits its turn; a host source is read at the call (as pageable
          * memory is staged by the driver), so only a copy into the host can be deferred */
-        emu_stream_enqueue(stream, [=] {
+        enqueue_compute(stream, [=] {
             DeviceOpen open;
             memmove(dst, src, bytes);
-            return 1;
         });
     } else {
         std::vector<unsigned char> copy((const unsigned char*)src, (const unsigned char*)src + bytes);
-        emu_stream_enqueue(stream, [=] {
+        enqueue_compute(stream, [=] {
             DeviceOpen open;
             memmove(dst, copy.data(), bytes);
-            return 1;
         });
     }
     return cudaSuccess;
@@ -589,11 +640,11 @@ static void run_block(int n) {
                  cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, dyn_smem_bytes);
 }
 
+static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void()>& body);
+
 void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
     emu_on_stream(cfg.stream, kernel);
     if (sticky) return;
-    run_now(cfg.stream);
-    DeviceOpen open;
     unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (cfg.grid.x == 0 || cfg.grid.y == 0 || cfg.grid.z == 0) {
         emu_fail(cudaErrorInvalidConfiguration, "launch of %s with an empty grid (%u,%u,%u)", kernel, cfg.grid.x, cfg.grid.y,
@@ -613,6 +664,21 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
                  cfg.smem, limit);
         return;
     }
+    if (compute_delay()) { /* the body's captures are copies (gen.py writes [=]): it can run later */
+        std::function<void()> b = body;
+        enqueue_compute(cfg.stream, [=] {
+            if (!sticky) launch_run(kernel, cfg, b);
+        });
+        return;
+    }
+    run_now(cfg.stream);
+    launch_run(kernel, cfg, body);
+}
+
+/* Run a launch whose configuration was checked (emu_launch) now. */
+static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
+    DeviceOpen open;
+    unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (fibers.size() < n) {
         size_t old = fibers.size();
         fibers.resize(n);
@@ -713,7 +779,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            float* C, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(h->stream, "cublasSgemm");
-    run_now(h->stream);
+    if (!compute_delay()) run_now(h->stream);
     int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
     int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < max(1, a_rows) || ldb < max(1, b_rows) || ldc < max(1, m))
@@ -726,9 +792,14 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    DeviceOpen open;
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+    float al = *alpha, be = *beta; /* host scalars: read at the call */
+    auto run = [=] {
+        DeviceOpen open;
+        cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                    tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb, be, C, ldc);
+    };
+    if (compute_delay()) enqueue_compute(h->stream, run);
+    else run();
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -743,6 +814,8 @@ struct EmuLtDesc {
     cublasOperation_t ta, tb;
     cublasLtEpilogue_t epilogue;
     const float* bias;
+    float* aux;     /* GELU_AUX_BIAS: the pre-activation, f32 (the D type), leading dimension aux_ld */
+    int64_t aux_ld;
 };
 struct EmuLtLayout {
     cudaDataType_t type;
@@ -758,7 +831,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
-    *d = new EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL};
+    *d = new EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -784,6 +857,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
         if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&d->bias, buf, size);
+        break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->aux, buf, size);
+        break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->aux_ld, buf, size);
         break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -812,7 +893,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cudaStream_t stream) {
     if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(stream, "cublasLtMatmul");
-    run_now(stream);
+    if (!compute_delay()) run_now(stream);
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
         lb->type != CUDA_R_16BF || lc->type != CUDA_R_32F || ldd->type != CUDA_R_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -821,43 +902,68 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     uint64_t kb = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
     if (k != kb || lc->rows != m || lc->cols != n || ldd->rows != m || ldd->cols != n || lc->ld != ldd->ld)
         return CUBLAS_STATUS_INVALID_VALUE;
-    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
+    cublasLtEpilogue_t epi = d->epilogue;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT && epi != CUBLASLT_EPILOGUE_BIAS && epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    int has_bias = epi == CUBLASLT_EPILOGUE_BIAS || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int gelu = epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    /* cuBLASLt's rules for the Aux output: a pointer, ld >= rows of D and a multiple of 8 */
+    if (gelu && (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0)) return CUBLAS_STATUS_INVALID_VALUE;
     if (sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
+    size_t aux_elems = gelu && n > 0 && m > 0 ? (size_t)(n - 1) * (size_t)d->aux_ld + m : 0;
     if (!in_alloc(A, lt_span_elems(la) * 2) || !in_alloc(B, lt_span_elems(lb) * 2) || !in_alloc(C, lt_span_elems(lc) * 4) ||
-        !in_alloc(D, lt_span_elems(ldd) * 4) ||
-        (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !in_alloc(d->bias, (size_t)m * 4))) {
+        !in_alloc(D, lt_span_elems(ldd) * 4) || (has_bias && !in_alloc(d->bias, (size_t)m * 4)) ||
+        (gelu && !in_alloc(d->aux, aux_elems * 4))) {
         emu_fail(cudaErrorIllegalAddress,
                  "cublasLtMatmul(m=%llu n=%llu k=%llu lda=%lld ldb=%lld ldc=%lld): an operand%s reaches outside its allocation",
                  (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, (long long)la->ld,
-                 (long long)lb->ld, (long long)lc->ld, d->epilogue == CUBLASLT_EPILOGUE_BIAS ? " or the bias" : "");
+                 (long long)lb->ld, (long long)lc->ld, has_bias ? ", the bias or the Aux output" : "");
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    DeviceOpen open;
-    /* bf16 -> f32 is exact (the 16 bits are the top of the f32 word) */
-    std::vector<float> a(lt_span_elems(la)), b(lt_span_elems(lb));
-    for (size_t i = 0; i < a.size(); i++) {
-        uint32_t u = (uint32_t)((const uint16_t*)A)[i] << 16;
-        memcpy(&a[i], &u, 4);
-    }
-    for (size_t i = 0; i < b.size(); i++) {
-        uint32_t u = (uint32_t)((const uint16_t*)B)[i] << 16;
-        memcpy(&b[i], &u, 4);
-    }
-    float* dd = (float*)D;
-    if (D != C)
-        for (uint64_t j = 0; j < n; j++) memcpy(dd + j * ldd->ld, (const float*)C + j * lc->ld, m * sizeof(float));
-    if (k == 0) { /* D = beta C, like cublasSgemm with k = 0 */
-        for (uint64_t j = 0; j < n; j++)
-            for (uint64_t i = 0; i < m; i++) dd[j * ldd->ld + i] *= *(const float*)beta;
-    } else {
-        cblas_sgemm(CblasColMajor, d->ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                    d->tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, *(const float*)alpha,
-                    a.data(), (int)la->ld, b.data(), (int)lb->ld, *(const float*)beta, dd, (int)ldd->ld);
-    }
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS)
-        for (uint64_t j = 0; j < n; j++)
-            for (uint64_t i = 0; i < m; i++) dd[j * ldd->ld + i] += d->bias[i];
+    /* what the call reads from the host or from the descriptors (destroyed right after it): now */
+    float al = *(const float*)alpha, be = *(const float*)beta;
+    cublasOperation_t ta = d->ta, tb = d->tb;
+    const float* bias = d->bias;
+    float* aux = d->aux;
+    int64_t aux_ld = d->aux_ld, lda = la->ld, ldb = lb->ld, ldc = lc->ld, ldD = ldd->ld;
+    size_t na = lt_span_elems(la), nb = lt_span_elems(lb);
+    auto run = [=] {
+        DeviceOpen open;
+        /* bf16 -> f32 is exact (the 16 bits are the top of the f32 word) */
+        std::vector<float> a(na), b(nb);
+        for (size_t i = 0; i < a.size(); i++) {
+            uint32_t u = (uint32_t)((const uint16_t*)A)[i] << 16;
+            memcpy(&a[i], &u, 4);
+        }
+        for (size_t i = 0; i < b.size(); i++) {
+            uint32_t u = (uint32_t)((const uint16_t*)B)[i] << 16;
+            memcpy(&b[i], &u, 4);
+        }
+        float* dd = (float*)D;
+        if (D != C)
+            for (uint64_t j = 0; j < n; j++) memcpy(dd + j * ldD, (const float*)C + j * ldc, m * sizeof(float));
+        if (k == 0) { /* D = beta C, like cublasSgemm with k = 0 */
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++) dd[j * ldD + i] *= be;
+        } else {
+            cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                        tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, al, a.data(), (int)lda,
+                        b.data(), (int)ldb, be, dd, (int)ldD);
+        }
+        if (has_bias)
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++) dd[j * ldD + i] += bias[i];
+        if (gelu) /* Aux = the pre-activation, D = gelu(it): the CPU reference's GELU (kernel_math.h) */
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++) {
+                    float pre = dd[j * ldD + i];
+                    aux[j * aux_ld + i] = pre;
+                    dd[j * ldD + i] = rr_gelu_tanh(pre);
+                }
+    };
+    if (compute_delay()) enqueue_compute(stream, run);
+    else run();
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -927,6 +1033,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void* p) {
+    settle_compute(); /* a deferred copy into it may still be pending */
     free(p);
     return sticky;
 }

@@ -7,7 +7,9 @@
 
 Rewrites, and nothing else (the kernels' and launchers' code is compiled as written):
   k<<<cfg>>>(args);                 -> emu_check_args("k", args);  (pointers must be device memory)
-                                       emu_launch("k", emu_cfg(cfg), [&] { k(args); });
+                                       emu_launch("k", emu_cfg(cfg), [=] { k(args); });
+                                       (the arguments captured by value, as a launch copies them: with
+                                       RR_EMU_COMPUTE_DELAY the body runs after the launcher returned)
   extern __shared__ float s[];      -> float* s = (float*)emu_dynamic_smem();
   cudaFuncSetAttribute(k, ...)      -> emu_func_set_attribute("k", ...)
   rrfp_cuda_backend_get             -> backend_cuda_emu_get (so the emulated backend can be linked
@@ -42,7 +44,7 @@ LAUNCH = re.compile(r"(\w+)(\s*<[^<>;()]*>)?\s*<<<(.*?)>>>\s*\((.*?)\);", re.S)
 def launch(m):
     name, targs, cfg, args = m.group(1), m.group(2) or "", m.group(3), m.group(4)
     body = (f'emu_check_args("{name}", {args}); '
-            f'emu_launch("{name}", emu_cfg({cfg}), [&] {{ {name}{targs}({args}); }});')
+            f'emu_launch("{name}", emu_cfg({cfg}), [=] {{ {name}{targs}({args}); }});')
     # keep the line count so that #line (and compiler messages) still point into the .cu file
     return body + "\n" * m.group(0).count("\n")
 

@@ -11,15 +11,17 @@ const Backend* __wrap_backend_cuda_get(char* why, size_t why_len) { return backe
 /* and comm_nccl_create (-Wl,--wrap=comm_nccl_create) gets NCCL emulated over MPI
  * (tests/cuda_emu/comm_nccl_emu.cpp) instead of opening librrfp-nccl.so */
 #include "runtime/comm/comm.h"
-Comm* rrfp_nccl_emu_comm_create(Comm* host, char* err, size_t err_len);
-Comm* __wrap_comm_nccl_create(Comm* host, char* err, size_t err_len);
-Comm* __wrap_comm_nccl_create(Comm* host, char* err, size_t err_len) {
-    return rrfp_nccl_emu_comm_create(host, err, err_len);
+Comm* rrfp_nccl_emu_comm_create(Comm* host, int links, char* err, size_t err_len);
+Comm* __wrap_comm_nccl_create(Comm* host, int links, char* err, size_t err_len);
+Comm* __wrap_comm_nccl_create(Comm* host, int links, char* err, size_t err_len) {
+    return rrfp_nccl_emu_comm_create(host, links, err, err_len);
 }
 
 /* and metrics_peak_rss_mb (-Wl,--wrap=metrics_peak_rss_mb), which the trainer calls once at the end of
- * every step on every rank: with RR_EMU_STEP_ALLOCS=1 it prints the cudaMalloc calls since the
- * previous step's end, so that a test can check that steps after the first allocate nothing. */
+ * every step on every rank: with RR_EMU_STEP_ALLOCS=1 it prints the cudaMalloc calls and the calls into
+ * MPI through comm/'s MPI groups (comm_mpi_counts: collectives, point-to-point) since the previous
+ * step's end, so that a test can check that steps after the first allocate nothing and, with
+ * runtime.comm = nccl, use no MPI (the NCCL emulation's own MPI traffic is not counted: it is NCCL's). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,16 +30,18 @@ long emu_nccl_ops(void);
 double __real_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void) {
-    static long last = 0, calls = 0;
+    static long last = 0, calls = 0, last_coll = 0, last_p2p = 0;
     const char* e = getenv("RR_EMU_STEP_ALLOCS");
     if (e && *e == '1') {
         int rank = 0, inited = 0;
         MPI_Initialized(&inited);
         if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        long now = emu_malloc_count();
+        long now = emu_malloc_count(), coll = 0, p2p = 0;
+        comm_mpi_counts(&coll, &p2p);
         fprintf(stderr, "cuda-emu: rank %d step-end %ld: %ld cudaMalloc calls since the previous one, %ld NCCL operations "
-                "so far\n", rank, ++calls, now - last, emu_nccl_ops());
-        last = now;
+                "so far, %ld MPI collectives and %ld MPI point-to-point since the previous one\n", rank, ++calls,
+                now - last, emu_nccl_ops(), coll - last_coll, p2p - last_p2p);
+        last = now, last_coll = coll, last_p2p = p2p;
     }
     return __real_metrics_peak_rss_mb();
 }
