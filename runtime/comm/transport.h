@@ -103,8 +103,8 @@ int transport_poll(Transport* t, MsgKey* done, int max, char* err, size_t err_le
  * between polls (replay's sleeping tasks: a device computes while the host progresses messages). */
 int transport_progress(Transport* t, char* err, size_t err_len);
 /* Sleep until rr_now() >= until (replay: a task's duration), waking to progress the transport whenever the
- * doorbell rings and at least every slice_s (every 200 us for 2 ms after each of this rank's sends while it
- * is in flight: a large message's rendezvous may need its sender's progress), as a GPU rank's host thread
+ * doorbell rings and at least every slice_s (with a doorbell, every 200 us for 2 ms after each of this rank's
+ * sends while it is in flight: a large message's rendezvous may need its sender's progress), as a GPU rank's host thread
  * progresses messages while its device computes. Completed receives are kept for the next poll. Each
  * sleep is computed from `until`, so wake-ups' lateness never adds up. Returns 0, or -1 with a message. */
 int transport_sleep_until(Transport* t, double until, double slice_s, char* err, size_t err_len);
