@@ -194,16 +194,20 @@ static void send_slot_release(Transport* t, SendSlot* s) {
     s->dev = 0;
 }
 
-int transport_isend_dev(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len) {
-    RR_ASSERT(t->dev.acquire && bytes <= (size_t)INT32_MAX);
+/* One message: its payload (copied from host memory, or from device memory through the pool when
+ * `dev`) after a header in the FIFO protocol, or under its own tag; then the doorbell and the counts. */
+static int isend_message(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, int dev, char* err,
+                         size_t err_len) {
+    RR_ASSERT(bytes <= (size_t)INT32_MAX);
+    int (*payload)(Transport*, int, int, const void*, size_t, char*, size_t) = dev ? isend_copy_dev : isend_copy;
     if (t->kind == TRANSPORT_TAGGED) {
         int tag;
-        if (tagged_tag(t, key, &tag, err, err_len) != 0 || isend_copy_dev(t, peer, tag, buf, bytes, err, err_len) != 0)
+        if (tagged_tag(t, key, &tag, err, err_len) != 0 || payload(t, peer, tag, buf, bytes, err, err_len) != 0)
             return -1;
     } else {
         FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
         if (isend_copy(t, peer, FIFO_TAG_HEADER, &h, sizeof h, err, err_len) != 0 ||
-            isend_copy_dev(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
+            payload(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
             return -1;
     }
     t->pending_sends++;
@@ -214,24 +218,13 @@ int transport_isend_dev(Transport* t, int peer, MsgKey key, const void* buf, siz
     return 0;
 }
 
+int transport_isend_dev(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len) {
+    RR_ASSERT(t->dev.acquire);
+    return isend_message(t, peer, key, buf, bytes, 1, err, err_len);
+}
+
 int transport_isend(Transport* t, int peer, MsgKey key, const void* buf, size_t bytes, char* err, size_t err_len) {
-    RR_ASSERT(bytes <= (size_t)INT32_MAX);
-    if (t->kind == TRANSPORT_TAGGED) {
-        int tag;
-        if (tagged_tag(t, key, &tag, err, err_len) != 0 || isend_copy(t, peer, tag, buf, bytes, err, err_len) != 0)
-            return -1;
-    } else {
-        FifoHeader h = {key.kind, key.chunk, key.mb, 0, (int64_t)bytes};
-        if (isend_copy(t, peer, FIFO_TAG_HEADER, &h, sizeof h, err, err_len) != 0 ||
-            isend_copy(t, peer, FIFO_TAG_PAYLOAD, buf, bytes, err, err_len) != 0)
-            return -1;
-    }
-    t->pending_sends++;
-    t->send_hot_until = rr_now() + SEND_HOT_S;
-    doorbell_ring(t->bell, peer);
-    t->stats.msgs_sent++;
-    t->stats.bytes_sent += (double)bytes;
-    return 0;
+    return isend_message(t, peer, key, buf, bytes, 0, err, err_len);
 }
 
 /* Test the n requests *reqs[i] (NULL ones skipped) in one pass where the comm can (testsome: one

@@ -250,11 +250,18 @@ static int test_req(OpState* st) {
     return flag;
 }
 
-ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c, cudaStream_t s) {
-    size_t bytes = count * type_size(type);
-    if (!c || !type_size(type) || peer < 0 || peer >= c->size || peer == c->rank || bytes > (size_t)INT32_MAX)
+/* ncclSend / ncclRecv's arguments: a valid peer other than this rank, a size MPI can carry, device memory. */
+static ncclResult_t check_p2p(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c,
+                              const char* what, size_t* bytes) {
+    *bytes = count * type_size(type);
+    if (!c || !type_size(type) || peer < 0 || peer >= c->size || peer == c->rank || *bytes > (size_t)INT32_MAX)
         return ncclInvalidArgument;
-    if (check_dev(buf, bytes, "ncclSend") != ncclSuccess) return ncclInvalidArgument;
+    return check_dev(buf, *bytes, what);
+}
+
+ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c, cudaStream_t s) {
+    size_t bytes;
+    if (check_p2p(buf, count, type, peer, c, "ncclSend", &bytes) != ncclSuccess) return ncclInvalidArgument;
     auto st = std::make_shared<OpState>();
     MPI_Comm comm = c->comm;
     ops_enqueued++;
@@ -271,10 +278,8 @@ ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t type, int pe
 }
 
 ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t type, int peer, ncclComm_t c, cudaStream_t s) {
-    size_t bytes = count * type_size(type);
-    if (!c || !type_size(type) || peer < 0 || peer >= c->size || peer == c->rank || bytes > (size_t)INT32_MAX)
-        return ncclInvalidArgument;
-    if (check_dev(buf, bytes, "ncclRecv") != ncclSuccess) return ncclInvalidArgument;
+    size_t bytes;
+    if (check_p2p(buf, count, type, peer, c, "ncclRecv", &bytes) != ncclSuccess) return ncclInvalidArgument;
     auto st = std::make_shared<OpState>();
     MPI_Comm comm = c->comm;
     ops_enqueued++;
