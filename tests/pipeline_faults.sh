@@ -10,9 +10,17 @@ BIN=$1 RECIPE=$2 W=$3 ROUNDS=${4:-10} SEED=${5:-$$}
 RANDOM=$SEED
 rm -rf "$W"; mkdir -p "$W"
 echo "seed $SEED"
-fail() { echo "FAIL: $*"; for f in "$W"/*.txt; do echo "--- $f"; tail -20 "$f"; done; [ -n "${JOB:-}" ] && kill -9 "$JOB" 2>/dev/null; exit 1; }
+fail() {
+  echo "FAIL: $*"; for f in "$W"/*.txt; do echo "--- $f"; tail -20 "$f"; done
+  [ -n "${JOB:-}" ] && kill -9 "$JOB" 2>/dev/null
+  pkill -9 -f -- "--set train.run_dir=$W/" 2>/dev/null  # ranks that a hung mpirun left behind
+  exit 1
+}
 STEPS=10
-MPI=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2)
+# a round past LIMIT seconds is a hang, and fails; -k: a mpirun that ignores the SIGTERM is killed 10 s
+# later (one that had lost a rank mid-start once printed "PMIX ERROR: UNREACHABLE" and never exited)
+LIMIT=120
+MPI=(timeout -k 10 $LIMIT mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2)
 ARGS=(--set train.steps=$STEPS --set optim.warmup=1 --set train.checkpoint_every=1 --set checkpoint.keep=2
       --set parallel.pp=2 --set train.log_every=1000)
 hexes() { sed -n 's/.*"loss_hex": *"\([^"]*\)".*/\1/p' "$1" | tr '\n' ' '; }
@@ -25,6 +33,7 @@ while [ $kills -lt "$ROUNDS" ] || [ $finished -eq 0 ]; do
   if [ $finished -eq 1 ]; then rm -rf "$W/run"; finished=0; fi  # a finished run starts over for more faults
   RES=()
   ls "$W"/run/checkpoints/step-*/state.json >/dev/null 2>&1 && RES=(--resume latest)
+  T0=$SECONDS
   "${MPI[@]}" "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "${ARGS[@]}" "${RES[@]}" >"$W/round.txt" 2>&1 &
   JOB=$!
   if [ $kills -lt "$ROUNDS" ]; then
@@ -48,7 +57,7 @@ while [ $kills -lt "$ROUNDS" ] || [ $finished -eq 0 ]; do
     what="(no fault: run to the end)"
   fi
   wait "$JOB"; RC=$?
-  [ "$RC" -ne 124 ] || fail "round $rounds hung"
+  [ "$RC" -ne 124 ] && [ $((SECONDS - T0)) -lt $LIMIT ] || fail "round $rounds hung ($what; exit $RC after $((SECONDS - T0)) s)"
   N=$(ls -d "$W"/run/checkpoints/step-* 2>/dev/null | wc -l)
   for d in "$W"/run/checkpoints/step-*; do [ -e "$d" ] || continue; [ -f "$d/state.json" ] || fail "incomplete $d"; done
   LAST=$(ls -d "$W"/run/checkpoints/step-* 2>/dev/null | sort | tail -1)

@@ -190,13 +190,16 @@ int cmd_train(int argc, char** argv) {
     }
     /* Every training job is an MPI job (a process started without mpirun is a world of one), so the
      * number of ranks comes from MPI itself and is checked against the layout before anything starts. */
+    /* The handlers go in before MPI starts: a SIGTERM while MPI_Init runs its start-up exchange would
+     * otherwise kill the rank in the middle of it, and mpirun can then wait forever for the others (seen
+     * as "PMIX ERROR: UNREACHABLE" and a hung job). Caught, it stops the run at the first step end. */
+    train_catch_signals();
     Comm* world = comm_mpi_world(err, sizeof err);
     if (!world) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
         return 1;
     }
-    train_catch_signals();
     rc = trainer_run(r, world, stdout, &train_stop_signal, err, sizeof err);
     if (rc == 1) {
         /* stopped at a step end agreed by every rank, checkpoint written: 128 + the signal, as a shell

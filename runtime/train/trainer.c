@@ -640,6 +640,9 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             break;
         }
     }
+    /* the last step's device work (the optimizer's kernels on a replica that wrote no checkpoint) ends
+     * before the time is taken and the memory is freed */
+    for (int c = 0; rc == 0 && t->ex && c < t->ex->n_stages; c++) t->ex->stages[c]->be->synchronize(t->ex->stages[c]->be);
     if (rc == 0) rc = trainer_rank_summary(t, err, err_len);
     if (rc == 0)
         fprintf(log, "done: %lld steps in %.1f s; metrics %s\n", (long long)t->step, rr_now() - t->t_begin,

@@ -183,12 +183,12 @@ cudaError_t emu_malloc(void** p, size_t bytes) {
     return cudaSuccess;
 }
 
-static void settle_compute(void); /* below, with RR_EMU_COMPUTE_DELAY */
+static void settle_compute(void); /* below: every stream's work completes (a GPU's cudaFree synchronises) */
 
 cudaError_t cudaFree(void* p) {
     if (sticky) return sticky;
     if (!p) return cudaSuccess;
-    settle_compute(); /* a deferred kernel may still write here (cudaFree synchronises on a GPU) */
+    settle_compute(); /* a queued kernel may still write here (cudaFree synchronises on a GPU) */
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) {
         emu_fail(cudaErrorInvalidValue, "cudaFree of a pointer that cudaMalloc did not return");
@@ -316,15 +316,46 @@ static void enqueue_compute(cudaStream_t st, std::function<void()> run) {
         return 1;
     });
 }
-/* Before memory is freed or reused by the host: let every deferred operation that can run, run (one that
- * waits behind pending communication cannot, and is left: cudaFree on a GPU would wait for it). */
+/* Before memory is freed: cudaFree and cudaFreeHost synchronise the device on a GPU, so every operation
+ * enqueued on any stream completes first, communication included (the emulation's peers are other
+ * processes: the wait sleeps between polls once nothing moves). Before, this ran a bounded number of
+ * polls and left what had not run: a deferred kernel could then write memory already unmapped. Seen:
+ * a data-parallel replica that writes no checkpoint freed its parameters while the last step's AdamW
+ * kernels were still queued, and the kernel crashed at exit (train_nccl_emu_dp2, 1 run in ~30). */
+static int device_idle(void) {
+    if (!default_stream.q.empty()) return 0;
+    for (size_t i = 0; i < live_streams.size(); i++)
+        if (!live_streams[i]->q.empty()) return 0;
+    return 1;
+}
+static long device_done(void) {
+    long n = default_stream.done;
+    for (size_t i = 0; i < live_streams.size(); i++) n += live_streams[i]->done;
+    return n;
+}
 static void settle_compute(void) {
-    if (!compute_delay()) return;
-    for (int rounds = 0; compute_pending > 0 && rounds < 4 * compute_delay() + 8; rounds++) {
+    long ns = 20000, last = -1;
+    int still = 0;
+    double waited = 0, warn = 60;
+    for (;;) {
         emu_progress();
+        if (device_idle()) return;
         poll_epoch++;
+        long now = device_done();
+        if (now != last) { /* something ran: poll on without sleeping (deferred kernels wait for polls) */
+            last = now, still = 0, ns = 20000;
+            continue;
+        }
+        if (++still <= 4 * compute_delay() + 8) continue;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        waited += ns * 1e-9;
+        if (ns < 1000000) ns *= 2;
+        if (waited > warn) {
+            fprintf(stderr, "cuda-emu: cudaFree has waited %.0f s for pending device work (a lost peer?)\n", waited);
+            warn += 60;
+        }
     }
-    emu_progress();
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemsetAsync");
@@ -1033,7 +1064,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void* p) {
-    settle_compute(); /* a deferred copy into it may still be pending */
+    settle_compute(); /* a queued copy into it may still be pending (it synchronises on a GPU) */
     free(p);
     return sticky;
 }
