@@ -19,8 +19,10 @@
  *      all-gather, a barrier), and comm_mpi_counts must not move while they run (a host collective
  *      that fell back to the MPI group would be counted); the same on a collectives-only group
  *      (links = 0, the gradient norm's), whose point-to-point is refused;
- *   4. (4 ranks and more) host messages to a rank that is not a ring neighbour go over MPI with their
- *      tags; device memory to it is refused. */
+ *   4. (4 ranks and more) a rank that is not a ring neighbour: in a group of <= 8 every two ranks are
+ *      linked, so host messages and device payloads reach it over NCCL, in order, with no MPI call; in
+ *      a group above the mesh limit (lowered to 2 by RRFP_NCCL_MESH_MAX) host messages go over MPI
+ *      with their tags and device memory is refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,24 +343,73 @@ int main(int argc, char** argv) {
         free(gath);
         if (me == 0) printf("rank 0: host collectives over nccl, no MPI call\n");
     }
-    /* beyond the ring neighbours (n > 3): host messages go over MPI (with their tags, in order), device
-     * memory is refused */
+    /* 4 ranks and more: a rank that is not a ring neighbour (+- 2). In a group of <= 8 every two ranks
+     * are linked (a TP leader's choices go to every peer): host and device messages to it go over
+     * NCCL, in order (tagless FIFO), without an MPI call. */
     if (n > 3) {
         int far_to = (me + 2) % n, far_from = (me + n - 2) % n;
+        long coll0, p2p0, coll1, p2p1;
+        comm_mpi_counts(&coll0, &p2p0);
         int32_t out[3] = {me, 1, 2}, in[3] = {-1, -1, -1}, out2 = 100 + me, in2 = -1;
         CommReq *s1 = NULL, *s2 = NULL, *r1 = NULL, *r2 = NULL;
         CHECK(c->ops->irecv(c, far_from, 7, in, sizeof in, &r1, err, sizeof err) == 0, "%s", err);
         CHECK(c->ops->irecv(c, far_from, 8, &in2, sizeof in2, &r2, err, sizeof err) == 0, "%s", err);
-        CHECK(c->ops->isend(c, far_to, 8, &out2, sizeof out2, 0, &s2, err, sizeof err) == 0, "%s", err);
         CHECK(c->ops->isend(c, far_to, 7, out, sizeof out, 0, &s1, err, sizeof err) == 0, "%s", err);
+        CHECK(c->ops->isend(c, far_to, 8, &out2, sizeof out2, 0, &s2, err, sizeof err) == 0, "%s", err);
         CommReq** all[4] = {&s1, &s2, &r1, &r2};
         for (int i = 0; i < 4; i++)
             for (int done = 0; !done && *all[i];) CHECK(c->ops->test(c, all[i], &done, NULL, err, sizeof err) == 0, "%s", err);
         CHECK(in[0] == far_from && in[1] == 1 && in[2] == 2 && in2 == 100 + far_from,
-              "host messages from a non-neighbour: %d %d %d / %d", in[0], in[1], in[2], in2);
-        CommReq* r = NULL;
-        CHECK(c->ops->isend(c, far_to, 0, dev, sizeof(float), 0, &r, err, sizeof err) != 0 && strstr(err, "no NCCL link"),
-              "device memory to a non-neighbour: %s", err);
+              "host messages from a non-neighbour over NCCL: %d %d %d / %d", in[0], in[1], in[2], in2);
+        /* device memory: far_from's values land in din */
+        float* din = be->alloc(N * sizeof(float));
+        for (int i = 0; i < N; i++) h[i] = (float)(1000 * me + i);
+        be->copy_h2d(be, dev, h, N * sizeof(float));
+        CommReq *sr = NULL, *rr = NULL;
+        CHECK(c->ops->irecv(c, far_from, 0, din, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
+        CHECK(c->ops->isend(c, far_to, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
+        CommReq** dv[2] = {&sr, &rr};
+        for (int i = 0; i < 2; i++)
+            for (int done = 0; !done && *dv[i];) CHECK(c->ops->test(c, dv[i], &done, NULL, err, sizeof err) == 0, "%s", err);
+        be->copy_d2h(be, h, din, N * sizeof(float));
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += h[i] != (float)(1000 * far_from + i);
+        CHECK(bad == 0, "device payload from the non-neighbour %d: %d of %d wrong", far_from, bad, N);
+        be->free(din);
+        comm_mpi_counts(&coll1, &p2p1);
+        CHECK(coll1 == coll0 && p2p1 == p2p0, "messages to a non-neighbour in a group of %d used MPI: %ld "
+              "point-to-point", n, p2p1 - p2p0);
+
+        /* A group larger than the mesh limit (RRFP_NCCL_MESH_MAX lowers it to 2 here: a ring) links ring
+         * neighbours only: host messages to another rank go over MPI with their tags (received in tag
+         * order, not send order), and device memory to it is refused. */
+        setenv("RRFP_NCCL_MESH_MAX", "2", 1);
+        Comm* h3 = NULL;
+        CHECK(world->ops->split(world, 0, me, &h3, err, sizeof err) == 0, "%s", err);
+        Comm* ring = rrfp_nccl_emu_comm_create(h3, 1, err, sizeof err);
+        unsetenv("RRFP_NCCL_MESH_MAX");
+        CHECK(ring != NULL, "%s", err);
+        if (ring) {
+            int32_t rin[3] = {-1, -1, -1}, rin2 = -1;
+            s1 = s2 = r1 = r2 = NULL;
+            comm_mpi_counts(&coll0, &p2p0);
+            CHECK(ring->ops->irecv(ring, far_from, 7, rin, sizeof rin, &r1, err, sizeof err) == 0, "%s", err);
+            CHECK(ring->ops->irecv(ring, far_from, 8, &rin2, sizeof rin2, &r2, err, sizeof err) == 0, "%s", err);
+            CHECK(ring->ops->isend(ring, far_to, 8, &out2, sizeof out2, 0, &s2, err, sizeof err) == 0, "%s", err);
+            CHECK(ring->ops->isend(ring, far_to, 7, out, sizeof out, 0, &s1, err, sizeof err) == 0, "%s", err);
+            for (int i = 0; i < 4; i++)
+                for (int done = 0; !done && *all[i];)
+                    CHECK(ring->ops->test(ring, all[i], &done, NULL, err, sizeof err) == 0, "%s", err);
+            CHECK(rin[0] == far_from && rin[1] == 1 && rin[2] == 2 && rin2 == 100 + far_from,
+                  "host messages from a non-neighbour over MPI: %d %d %d / %d", rin[0], rin[1], rin[2], rin2);
+            comm_mpi_counts(&coll1, &p2p1);
+            CHECK(p2p1 > p2p0, "a ring's host messages to a non-neighbour did not go over MPI");
+            CommReq* r = NULL;
+            CHECK(ring->ops->isend(ring, far_to, 0, dev, sizeof(float), 0, &r, err, sizeof err) != 0 &&
+                      strstr(err, "no NCCL link"),
+                  "device memory to a non-neighbour of a ring: %s", err);
+            ring->ops->free(ring);
+        }
     }
     be->event_destroy(ev);
     be->free(dev);

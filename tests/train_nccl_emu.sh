@@ -29,7 +29,7 @@
 # Memory protection stays on.
 # Environment: MODE (ready), HINT (1f1b), DELAY (2), PRECISION (fp32), TP (1: parallel.tp; the TP
 # all-reduces then run in place on the device group, and the pipeline's leader-decides choices travel
-# over it).
+# over it), SETS (more section.key=value overrides for both runs, blank-separated).
 # Usage: train_nccl_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR STEPS PP DP M MPIRUN...
 set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5 PP=$6 DP=$7 M=$8
@@ -42,6 +42,7 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 common=(--set train.steps="$STEPS" --set optim.warmup=1 --set train.log_every=1 --set checkpoint.keep=0
         --set runtime.precision="$PRECISION")
+for kv in ${SETS:-}; do common+=(--set "$kv"); done
 echo "== CPU backend, one process: $STEPS steps of $((DP * M)) microbatches"
 "$CPU" train "$RECIPE" "${common[@]}" --set data.microbatches=$((DP * M)) --set train.run_dir="$WORK/cpu" >"$WORK/cpu.log" 2>&1 \
   || { cat "$WORK/cpu.log"; exit 1; }

@@ -75,9 +75,9 @@ struct Comm {
      * point-to-point (the FIFO headers, notices, TP choices), and a host-memory collective (a step's
      * scalars: the loss sum, the gradient norm, the cost model) is staged through device memory and goes
      * over NCCL as well. The
-     * point-to-point is tagless and FIFO per peer (TRANSPORT_FIFO) between ring neighbours (rank +- 1);
-     * to any other rank only host memory goes, over MPI with its tag (a TP leader's choices). 0: host
-     * memory only (MPI, self). */
+     * point-to-point is tagless and FIFO per peer (TRANSPORT_FIFO) between any two ranks of a group of
+     * at most 8 (a TP group) and between ring neighbours (rank +- 1) of a larger one; to any other rank
+     * only host memory goes, over MPI with its tag. 0: host memory only (MPI, self). */
     int device_memory;
 };
 #define COMM_HOST_STAGE_BYTES 64
@@ -99,7 +99,8 @@ Comm* comm_self(void);
 /* ---- the NCCL implementation (comm_nccl.c, in librrfp-nccl.so opened on first use) ---- */
 /* A device group over the same ranks as `host` (an MPI group; the device group owns it from then on,
  * also on failure), collective over host: an ncclUniqueId broadcast over host makes the group's
- * communicator (collectives), and with links = 1 for each ring neighbour one communicator per direction
+ * communicator (collectives), and with links = 1 for each other rank of a group of at most 8 (for each
+ * ring neighbour of a larger one) one communicator per direction
  * (this rank sends only on its outgoing links and receives only on its incoming ones, so a receive
  * posted ahead never blocks a send); links = 0: collectives only (point-to-point is refused). Host-memory
  * collectives go over NCCL too (staged through a device buffer made here), so that after creation MPI

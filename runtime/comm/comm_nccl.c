@@ -4,8 +4,9 @@
  *
  * Layout of a device group of n ranks:
  *   - coll: one communicator over the group, on its own stream (collectives: TP / DP all-reduces);
- *   - links: for each ring neighbour q (rank +- 1 mod n), an outgoing communicator (2 ranks: this
- *     rank 0, q rank 1) and an incoming one (q rank 0, this rank 1), each on its own stream. NCCL
+ *   - links: for each other rank q of a group of at most 8 (a TP group), for each ring neighbour q
+ *     (rank +- 1 mod n) of a larger one, an outgoing communicator (2 ranks: this rank 0, q rank 1)
+ *     and an incoming one (q rank 0, this rank 1), each on its own stream. NCCL
  *     point-to-point is tagless, FIFO per communicator, and a receive enqueued on a stream blocks
  *     what follows it there until its message comes; with one communicator per direction a receive
  *     posted ahead (the FIFO protocol's next header) never holds up a send.
@@ -16,9 +17,10 @@
  * the gradient norm, the plan's totals, the stop flag, the adaptive mode's cost model, the vocabulary-
  * parallel cross-entropy's row statistics) go through a second pinned + device buffer made at creation,
  * in pieces of at most COLL_STAGE_BYTES, over the group's NCCL communicator: after the job start and
- * the unique ids, MPI carries nothing but host messages to a rank that is not a ring neighbour (a TP
- * leader's choice to its third peer and beyond). A group made without links (comm_nccl_create with
- * links = 0: the gradient norm's model-parallel group) has only the collective communicator. */
+ * the unique ids, MPI carries nothing but host messages between two ranks of a group of more than 8
+ * that are not ring neighbours (a pipeline stage sends to its ring neighbours only). A group made
+ * without links (comm_nccl_create with links = 0: the gradient norm's model-parallel group) has only
+ * the collective communicator. */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -164,16 +166,17 @@ static void req_release(NcclComm* n, CommReq* r) {
 
 static int link_of(Comm* c, Link* links, int peer, const char* dir, Link** out, char* err, size_t err_len) {
     if (peer < 0 || peer >= c->size || !links[peer].nc) {
-        snprintf(err, err_len, "rank %d of group '%s' has no NCCL link %s rank %d (links join ring neighbours only; "
-                 "device memory cannot go to another rank, host memory goes over MPI)", c->rank, c->name, dir, peer);
+        snprintf(err, err_len, "rank %d of group '%s' has no NCCL link %s rank %d (links join every two ranks of a group of "
+                 "<= 8 and ring neighbours in a larger one; device memory cannot go to another rank, host memory "
+                 "goes over MPI)", c->rank, c->name, dir, peer);
         return -1;
     }
     *out = &links[peer];
     return 0;
 }
 
-/* A host-memory message to or from a rank that is not a ring neighbour (a TP leader's choice to its third
- * peer) goes over the MPI group, with its tag: every message between those two ranks does, so each
+/* A host-memory message to or from a rank without a link (not a ring neighbour in a group of more than 8)
+ * goes over the MPI group, with its tag: every message between those two ranks does, so each
  * pair's messages stay in one ordered channel. */
 static int host_p2p(Comm* c, int peer, const void* buf, Link* links) {
     return peer >= 0 && peer < c->size && peer != c->rank && !links[peer].nc && !is_device(buf);
@@ -479,15 +482,34 @@ static const CommOps comm_nccl_ops = {
     .free = n_free,
 };
 
+/* Which ranks get links: every other rank in a group of at most LINK_MESH_MAX (a TP group: its leader's
+ * choices go to every peer), the ring neighbours (rank +- 1 mod n) in a larger one (a pipeline's stages
+ * send to their neighbours only). */
+#define LINK_MESH_MAX 8
+static int link_peers(int size, int me, int* peers) {
+    int np = 0, mesh_max = LINK_MESH_MAX;
+    const char* e = getenv("RRFP_NCCL_MESH_MAX"); /* tests/test_nccl_emu.c: a ring at 4 ranks */
+    if (e && *e) mesh_max = atoi(e);
+    if (size <= mesh_max) {
+        for (int q = 0; q < size; q++)
+            if (q != me) peers[np++] = q;
+        return np;
+    }
+    int next = (me + 1) % size, prev = (me + size - 1) % size;
+    peers[np++] = next;
+    if (prev != next) peers[np++] = prev;
+    return np;
+}
+
 /* The communicators: the group's, then this rank's links, all initialised in one NCCL group (the
- * inits of several communicators must not wait on each other across ranks). */
+ * inits of several communicators must not wait on each other across ranks). The link p -> q is made
+ * from p's unique id number q: every rank makes one id per peer, and an allgather gives each rank the
+ * ids of its incoming links. */
 static int nccl_init(Comm* c, char* err, size_t err_len) {
     NcclComm* n = nimpl(c);
     int size = c->size, me = c->rank;
-    int next = (me + 1) % size, prev = (me + size - 1) % size;
-    ncclUniqueId id, mine[2];
+    ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    memset(mine, 0, sizeof mine);
     if (me == 0) NCCL_TRY(ncclGetUniqueId(&id));
     if (n->host->ops->bcast(n->host, &id, sizeof id, 0, err, err_len) != 0) return -1;
     if (!n->has_links) { /* collectives only */
@@ -495,30 +517,36 @@ static int nccl_init(Comm* c, char* err, size_t err_len) {
         if (r != ncclSuccess) return nccl_fail(c, "ncclCommInitRank (the group's)", r, err, err_len);
         return 0;
     }
-    /* mine[0]: the link to next, mine[1]: to prev (the same rank when size == 2: one link) */
-    NCCL_TRY(ncclGetUniqueId(&mine[0]));
-    if (prev != next) NCCL_TRY(ncclGetUniqueId(&mine[1]));
-    ncclUniqueId* all = (ncclUniqueId*)mallocCheck(sizeof(ncclUniqueId) * 2 * (size_t)size);
-    if (n->host->ops->allgather(n->host, mine, all, sizeof mine, err, err_len) != 0) {
-        free(all);
-        return -1;
+    int* peers = (int*)mallocCheck(sizeof(int) * (size_t)size);
+    int np = link_peers(size, me, peers);
+    ncclUniqueId* mine = (ncclUniqueId*)callocCheck((size_t)size, sizeof(ncclUniqueId));
+    ncclUniqueId* all = (ncclUniqueId*)mallocCheck(sizeof(ncclUniqueId) * (size_t)size * (size_t)size);
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < np && r == ncclSuccess; i++) r = ncclGetUniqueId(&mine[peers[i]]);
+    if (r != ncclSuccess || n->host->ops->allgather(n->host, mine, all, sizeof(ncclUniqueId) * (size_t)size, err,
+                                                    err_len) != 0) {
+        free(peers), free(mine), free(all);
+        return r != ncclSuccess ? nccl_fail(c, "ncclGetUniqueId", r, err, err_len) : -1;
     }
-    int peers[2] = {next, prev}, np = prev != next ? 2 : 1;
-    for (int i = 0; i < np; i++) {
-        CUDA_TRY(cudaStreamCreateWithFlags(&n->out[peers[i]].stream, cudaStreamNonBlocking));
-        CUDA_TRY(cudaStreamCreateWithFlags(&n->in[peers[i]].stream, cudaStreamNonBlocking));
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < np && e == cudaSuccess; i++) {
+        e = cudaStreamCreateWithFlags(&n->out[peers[i]].stream, cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&n->in[peers[i]].stream, cudaStreamNonBlocking);
     }
-    ncclResult_t r = ncclGroupStart();
+    if (e != cudaSuccess) {
+        free(peers), free(mine), free(all);
+        return cuda_fail(c, "creating the NCCL links' streams", e, err, err_len);
+    }
+    r = ncclGroupStart();
     if (r == ncclSuccess) r = ncclCommInitRank(&n->coll, size, id, me);
     for (int i = 0; i < np && r == ncclSuccess; i++) {
         int q = peers[i];
-        /* q made its link to us as its next (index 0) when q + 1 == me, else as its prev (index 1) */
-        int qi = (q + 1) % size == me ? 0 : 1;
-        r = ncclCommInitRank(&n->out[q].nc, 2, mine[i], 0);
-        if (r == ncclSuccess) r = ncclCommInitRank(&n->in[q].nc, 2, all[2 * q + qi], 1);
+        r = ncclCommInitRank(&n->out[q].nc, 2, mine[q], 0); /* me -> q: my id number q */
+        if (r == ncclSuccess) /* q -> me: q's id number me */
+            r = ncclCommInitRank(&n->in[q].nc, 2, all[(size_t)q * (size_t)size + (size_t)me], 1);
     }
     ncclResult_t r2 = ncclGroupEnd();
-    free(all);
+    free(peers), free(mine), free(all);
     if (r == ncclSuccess) r = r2;
     if (r != ncclSuccess) return nccl_fail(c, "ncclCommInitRank (the group's and its links')", r, err, err_len);
     return 0;
