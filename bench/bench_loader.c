@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
     double step_ms = argc > 7 ? atof(argv[7]) : 0;
     c.policy = step_ms > 0 ? LOADER_POLICY_FFD : LOADER_POLICY_FIFO;
     c.microbatches = argc > 8 ? atoi(argv[8]) : 1;
+    /* BENCH_DP=D: replica 0 of D (it plans the global step, decodes only its microbatches' images) */
+    c.dp_size = getenv("BENCH_DP") ? atoi(getenv("BENCH_DP")) : 1, c.dp_rank = 0;
     int steps = argc > 9 ? atoi(argv[9]) : 50;
     char err[1024];
     double w0 = rr_now(), c0 = cpu_s();

@@ -103,7 +103,7 @@ struct Loader {
     pthread_t* threads;
     int64_t bytes_read;
     int64_t images_decoded; /* JPEGs decoded into patches (workers, or the planner when deferred) */
-    JpegCodec* p_jc;        /* the planner's decoder (deferred decoding) */
+    JpegCodec** p_jc;       /* the planner's decoders, one per decode thread (deferred decoding) */
 
     /* consumer state */
     SampleData held;       /* fifo: the sample that did not fit (position held.k), or n_tokens = -1 */
@@ -440,7 +440,7 @@ static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
             mb->targets[u] = sv ? mb->ids[u + 1] : -100;
             mb->n_supervised += sv;
         }
-        if (mb->patches && d->Np)
+        if (mb->patches && d->Np && d->patches) /* deferred decoding writes into mb->patches later */
             memcpy(mb->patches + row * (size_t)(np - d->Np), d->patches, sizeof(float) * row * (size_t)d->Np);
     }
     mb->cu_seqlens[S] = t;
@@ -679,42 +679,107 @@ static void planner_pos(const Loader* L, LoaderPos* pos) {
     }
 }
 
-/* Decode the images of a kept microbatch's samples (deferred decoding, planner thread). A frame that
- * passed its checksum holds JPEGs that `rrfp-mm pack` decoded, so a failure here is not a damaged
- * sample to skip (the other replicas and pipeline ranks have planned with it): it is an error. */
-static int bin_decode(Loader* L, Bin* b, char* err, size_t err_len) {
-    if (!L->p_jc) L->p_jc = jpeg_codec_new();
-    int p = L->cfg.patch, n_dec = 0;
+/* Decode the images of a step's kept samples (deferred decoding, planner thread) straight into their
+ * assembled microbatches' patch rows, on up to data.workers threads (the planner and n_workers - 1
+ * helpers, each with its own decoder, claiming a sample at a time across the step; a sample is one
+ * thread's, so the result does not depend on the threads). A frame that passed its checksum holds
+ * JPEGs that `rrfp-mm pack` decoded, so a failure here is not a damaged sample to skip (the other
+ * replicas and pipeline ranks have planned with it): it is an error, the first failing sample's in
+ * step order. */
+typedef struct {
+    const SampleData* d;
+    float* dst; /* its first patch row in its microbatch */
+} DecodeItem;
+typedef struct {
+    Loader* L;
+    const DecodeItem* v;
+    int n;
+    JpegCodec* jc;
+    int* next; /* the next index of v to claim (atomic) */
+    int bad;   /* the first index of v that failed on this thread, n if none */
+    int n_dec;
+    char err[1536];
+} DecodeJob;
+
+static void* decode_samples(void* arg) {
+    DecodeJob* j = arg;
+    Loader* L = j->L;
+    int p = L->cfg.patch;
     size_t row = (size_t)3 * p * p;
-    for (int i = 0; i < b->n; i++) {
-        SampleData* d = b->v[i];
-        if (!d->jpeg || d->patches) continue;
-        d->patches = mallocCheck(sizeof(float) * row * (size_t)d->Np);
+    j->bad = j->n;
+    for (;;) {
+        int i = __atomic_fetch_add(j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->n) break;
+        const SampleData* d = j->v[i].d;
         int64_t ib = L->img_base[d->g];
         size_t off = 0, at = 0;
         for (int k = 0; k < d->n_images; k++) {
             int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
             char e[320];
-            if (image_patches_into(L->p_jc, d->jpeg + at, d->jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, gh,
-                                   gw, d->patches + off, e, sizeof e) != 0) {
-                int s;
-                int64_t li;
-                const char* id = sample_id(L, d->g, &s, &li);
-                int n = snprintf(err, err_len, "%s sample %lld (id '%s'): image %d: %s", L->shards[s].path, (long long)li,
-                                 id, k, e);
-                if (n >= 0 && (size_t)n < err_len)
-                    snprintf(err + n, err_len - (size_t)n, " (its frame passed the checksum, so the data-parallel "
-                             "replicas planned with it and none can skip it)\n---> HINT: re-pack the data with "
-                             "`rrfp-mm pack`");
-                return -1;
+            if (image_patches_into(j->jc, d->jpeg + at, d->jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, gh,
+                                   gw, j->v[i].dst + off, e, sizeof e) != 0) {
+                if (i < j->bad) {
+                    int s;
+                    int64_t li;
+                    const char* id = sample_id(L, d->g, &s, &li);
+                    snprintf(j->err, sizeof j->err, "%s sample %lld (id '%s'): image %d: %s", L->shards[s].path,
+                             (long long)li, id, k, e);
+                    j->bad = i;
+                }
+                break;
             }
             off += row * (size_t)gh * gw;
             at += d->jpeg_len[k];
-            n_dec++;
+            j->n_dec++;
         }
-        free(d->jpeg);
-        d->jpeg = NULL;
     }
+    return NULL;
+}
+
+static int step_decode(Loader* L, const Bin* kept, const Microbatch* mbs, int M, char* err, size_t err_len) {
+    int n = 0;
+    for (int b = 0; b < M; b++) n += kept[b].n;
+    DecodeItem* v = mallocCheck(sizeof(DecodeItem) * (size_t)(n ? n : 1));
+    size_t row = (size_t)3 * L->cfg.patch * L->cfg.patch;
+    n = 0;
+    for (int b = 0; b < M; b++) {
+        size_t np = 0; /* patches before the sample in its microbatch (assemble's order) */
+        for (int i = 0; i < kept[b].n; i++) {
+            const SampleData* d = kept[b].v[i];
+            if (d->jpeg && d->Np) v[n++] = (DecodeItem){d, mbs[b].patches + row * np};
+            np += (size_t)d->Np;
+        }
+    }
+    int nt = L->n_workers < n ? L->n_workers : n;
+    if (nt < 1) nt = 1;
+    if (!L->p_jc) L->p_jc = callocCheck((size_t)L->n_workers, sizeof(JpegCodec*));
+    DecodeJob* jobs = callocCheck((size_t)nt, sizeof(DecodeJob));
+    pthread_t* th = callocCheck((size_t)nt, sizeof(pthread_t));
+    int next = 0;
+    for (int t = 0; t < nt; t++) {
+        if (!L->p_jc[t]) L->p_jc[t] = jpeg_codec_new();
+        jobs[t] = (DecodeJob){.L = L, .v = v, .n = n, .jc = L->p_jc[t], .next = &next};
+    }
+    for (int t = 1; t < nt; t++)
+        if (pthread_create(&th[t], NULL, decode_samples, &jobs[t]) != 0) rr_die("pthread_create failed for a loader decoder");
+    decode_samples(&jobs[0]);
+    int bad = n, who = -1, n_dec = 0;
+    for (int t = 0; t < nt; t++) {
+        if (t > 0) pthread_join(th[t], NULL);
+        n_dec += jobs[t].n_dec;
+        if (jobs[t].bad < bad) bad = jobs[t].bad, who = t;
+    }
+    if (who >= 0) {
+        int k = snprintf(err, err_len, "%s", jobs[who].err);
+        if (k >= 0 && (size_t)k < err_len)
+            snprintf(err + k, err_len - (size_t)k, " (its frame passed the checksum, so the data-parallel "
+                     "replicas planned with it and none can skip it)\n---> HINT: re-pack the data with "
+                     "`rrfp-mm pack`");
+    }
+    free(jobs);
+    free(th);
+    free(v);
+    if (who >= 0) return -1;
     pthread_mutex_lock(&L->mu);
     L->images_decoded += n_dec;
     pthread_mutex_unlock(&L->mu);
@@ -723,36 +788,46 @@ static int bin_decode(Loader* L, Bin* b, char* err, size_t err_len) {
 
 /* Form the next step (planner thread). Every replica plans the global step, the microbatches
  * 0 .. M*D-1 of one process with M x D microbatches, and keeps (assembles) microbatches d, d + D, ...;
- * the others are dropped unassembled. Returns 0, or -1 with err (fatal damage). */
+ * the others are dropped unassembled. With deferred decoding the kept microbatches are assembled
+ * first and their images decoded into them. Returns 0, or -1 with err (fatal damage). */
 static int plan_step(Loader* L, PlannedStep* ps, char* err, size_t err_len) {
     memset(ps, 0, sizeof *ps);
     int M = L->cfg.microbatches, D = L->cfg.dp_size, d = L->cfg.dp_rank;
-    ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
-    int m = 0;
-    for (int g = 0; g < M * D; g++) {
-        int rc = 0;
+    Bin* kept = callocCheck((size_t)M, sizeof(Bin)); /* this replica's bins, taken out of the group */
+    int m = 0, rc = 0;
+    for (int g = 0; g < M * D && rc == 0; g++) {
         while (rc == 0 && L->grp_next == L->grp_n) rc = group_form(L, err, err_len);
-        Bin* b = rc == 0 ? &L->grp[L->grp_next] : NULL;
-        if (b && g % D == d && L->defer_decode) rc = bin_decode(L, b, err, err_len);
-        if (rc != 0) {
-            for (int j = 0; j < m; j++) microbatch_free(&ps->mbs[j]);
-            free(ps->mbs);
-            ps->mbs = NULL;
-            return -1;
-        }
-        L->grp_next++;
+        if (rc != 0) break;
+        Bin* b = &L->grp[L->grp_next++];
         L->st.samples += b->n; /* the global count: the position is the same on every replica */
         if (g % D == d) {
-            Microbatch* mb = &ps->mbs[m++];
-            assemble(L, b->v, b->n, mb);
-            ps->sum.n_supervised += mb->n_supervised;
-            ps->sum.tokens += mb->T;
-            ps->sum.patches += mb->Np;
-            ps->sum.samples += mb->S;
+            kept[m++] = *b;
+            memset(b, 0, sizeof *b); /* owned by kept now */
+        } else {
+            bin_free(b);
         }
-        bin_free(b);
     }
-    RR_ASSERT(m == M);
+    if (rc == 0) {
+        RR_ASSERT(m == M);
+        ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
+        for (int j = 0; j < M; j++) assemble(L, kept[j].v, kept[j].n, &ps->mbs[j]);
+        if (L->defer_decode && L->cfg.decode_images) rc = step_decode(L, kept, ps->mbs, M, err, err_len);
+    }
+    for (int j = 0; j < m; j++) bin_free(&kept[j]);
+    free(kept);
+    if (rc != 0) {
+        for (int j = 0; ps->mbs && j < M; j++) microbatch_free(&ps->mbs[j]);
+        free(ps->mbs);
+        ps->mbs = NULL;
+        return -1;
+    }
+    for (int j = 0; j < M; j++) {
+        const Microbatch* mb = &ps->mbs[j];
+        ps->sum.n_supervised += mb->n_supervised;
+        ps->sum.tokens += mb->T;
+        ps->sum.patches += mb->Np;
+        ps->sum.samples += mb->S;
+    }
     ps->sum.M = M;
     L->st.steps++;
     L->st.microbatches += M;
@@ -1058,7 +1133,9 @@ void loader_close(Loader* L) {
     free(L->shards), free(L->shard_base);
     free(L->cost_L), free(L->cost_b), free(L->img_base), free(L->grid_h), free(L->grid_w);
     free(L->perm[0]), free(L->perm[1]);
-    if (L->p_jc) jpeg_codec_free(L->p_jc);
+    for (int t = 0; L->p_jc && t < L->n_workers; t++)
+        if (L->p_jc[t]) jpeg_codec_free(L->p_jc[t]);
+    free(L->p_jc);
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv_work);
     pthread_cond_destroy(&L->cv_done);

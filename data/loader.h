@@ -36,7 +36,8 @@
  * d, d + D, d + 2D, ... of it (as the synthetic source does, data/batch.h), so the replicas' union is
  * exactly the one-process step. Its n_supervised is the replica's share; the trainer sums it over the
  * replicas. The workers only read and check frames; the planner decodes the JPEGs of the kept
- * microbatches alone (on its one thread), so a replica decodes about 1/D of the images. A planner thread forms and
+ * microbatches alone (on `workers` threads: itself and workers - 1 helpers), so a replica decodes about
+ * 1/D of the images. A planner thread forms and
  * assembles whole steps (up to 2) ahead of the trainer from the workers' samples, so loader_next_step
  * only hands one over. Everything is a pure function of (shards, seed, policy, window, budget, dp) —
  * the worker count and the timing of the threads change nothing.

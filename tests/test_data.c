@@ -659,7 +659,7 @@ int main(int argc, char** argv) {
             rc[r] = one;
             rc[r].microbatches = M;
             rc[r].dp_rank = r, rc[r].dp_size = R;
-            rc[r].workers = 1 + r % 2;
+            rc[r].workers = 1 + r; /* 1, 2, 3: deferred decoding on that many threads */
             Lr[r] = loader_open(&rc[r], NULL, err, sizeof err);
             CHECK(Lr[r] != NULL, "dp loader: %s", err);
         }
