@@ -811,7 +811,7 @@ static int plan_step(Loader* L, PlannedStep* ps, char* err, size_t err_len) {
         RR_ASSERT(m == M);
         ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
         for (int j = 0; j < M; j++) assemble(L, kept[j].v, kept[j].n, &ps->mbs[j]);
-        if (L->defer_decode && L->cfg.decode_images) rc = step_decode(L, kept, ps->mbs, M, err, err_len);
+        if (L->defer_decode) rc = step_decode(L, kept, ps->mbs, M, err, err_len);
     }
     for (int j = 0; j < m; j++) bin_free(&kept[j]);
     free(kept);

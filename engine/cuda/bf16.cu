@@ -137,19 +137,25 @@ struct Bf16RowsOf {
     __device__ float operator()(int n, int c) const { return x[(size_t)n * ld + c]; }
 };
 
+// out = x W^T + b from the bf16 operands, f32, not rounded (k = 0: out = bias or 0, as the CPU's BLAS gives)
+static void bf16_linear_unrounded(const Backend* be, float* out, const float* inp, const float* weight,
+                                  const float* bias, int N, int C, int OC) {
+    if (C == 0) {
+        cuda_linear_forward(be, out, inp, weight, bias, N, C, OC);
+        return;
+    }
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_OUT] = out;
+    GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
+    gemm_lt_run_f32_operands(be, &d, &ops, bias);
+}
+
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC) {
     if (N == 0 || OC == 0) return;
-    if (C == 0) { // k = 0: out = bias (or 0), as the CPU's BLAS gives; then rounded
-        cuda_linear_forward(be, out, inp, weight, bias, N, C, OC);
-    } else {
-        GemmOperands ops = {};
-        ops.ptr[GEMM_PTR_INP] = inp;
-        ops.ptr[GEMM_PTR_WEIGHT] = weight;
-        ops.ptr[GEMM_PTR_OUT] = out;
-        GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
-        gemm_lt_run_f32_operands(be, &d, &ops, bias);
-    }
+    bf16_linear_unrounded(be, out, inp, weight, bias, N, C, OC);
     round_bf16_cuda(out, out, (size_t)N * OC, cuda_stream(be));
 }
 
@@ -172,16 +178,7 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
         GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
         gemm_lt_run_f32_operands(be, &d, &ops, bias, pre);
     } else {
-        if (C == 0) {
-            cuda_linear_forward(be, pre, inp, weight, bias, N, C, OC);
-        } else {
-            GemmOperands ops = {};
-            ops.ptr[GEMM_PTR_INP] = inp;
-            ops.ptr[GEMM_PTR_WEIGHT] = weight;
-            ops.ptr[GEMM_PTR_OUT] = pre;
-            GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
-            gemm_lt_run_f32_operands(be, &d, &ops, bias);
-        }
+        bf16_linear_unrounded(be, pre, inp, weight, bias, N, C, OC);
         cuda_gelu_forward(be, out, pre, n);
     }
     round_bf16_cuda(out, out, n, cuda_stream(be));

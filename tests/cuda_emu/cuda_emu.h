@@ -243,6 +243,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
  * reader that does not wait for the receive's event reads NaN (tests/test_nccl_emu.c, the control;
  * tests/train_nccl_emu.sh). */
 long emu_poll_epoch(void);
+/* an environment variable's count (RR_EMU_COMPUTE_DELAY, RR_EMU_COMM_DELAY): 0 when unset or negative */
+int emu_env_count(const char* name);
 typedef struct EmuEvent* cudaEvent_t;
 #define cudaEventDefault 0
 #define cudaEventDisableTiming 2

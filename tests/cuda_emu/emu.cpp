@@ -183,12 +183,18 @@ cudaError_t emu_malloc(void** p, size_t bytes) {
     return cudaSuccess;
 }
 
-static void settle_compute(void); /* below: every stream's work completes (a GPU's cudaFree synchronises) */
+struct EmuStream;
+static void drain(EmuStream* s); /* below: s NULL waits for every stream */
+/* cudaFree and cudaFreeHost synchronise the device on a GPU, so every operation enqueued on any stream
+ * completes first, communication included. (Before, a bounded number of polls ran and what had not run
+ * was left: a data-parallel replica that writes no checkpoint freed its parameters while the last
+ * step's AdamW kernels were still queued, and the kernel crashed at exit, train_nccl_emu_dp2.) */
+static void sync_device(void) { drain(NULL); }
 
 cudaError_t cudaFree(void* p) {
     if (sticky) return sticky;
     if (!p) return cudaSuccess;
-    settle_compute(); /* a queued kernel may still write here (cudaFree synchronises on a GPU) */
+    sync_device(); /* a queued kernel may still write here */
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) {
         emu_fail(cudaErrorInvalidValue, "cudaFree of a pointer that cudaMalloc did not return");
@@ -251,21 +257,46 @@ void emu_stream_enqueue(cudaStream_t st, std::function<int()> step) {
     s->q.push_back(step);
     emu_progress();
 }
-/* Until s has nothing pending (sleeping between polls: the message comes from another process). */
+static int compute_delay(void);
+static int device_idle(void) {
+    if (!default_stream.q.empty()) return 0;
+    for (size_t i = 0; i < live_streams.size(); i++)
+        if (!live_streams[i]->q.empty()) return 0;
+    return 1;
+}
+static long device_done(void) {
+    long n = default_stream.done;
+    for (size_t i = 0; i < live_streams.size(); i++) n += live_streams[i]->done;
+    return n;
+}
+/* Until s (NULL: every stream) has nothing pending. Polls on without sleeping while work runs (deferred
+ * kernels wait for polls, RR_EMU_COMPUTE_DELAY); once nothing has moved for a while, sleeps between
+ * polls with back-off (what is left waits for a message from another process). */
 static void drain(EmuStream* s) {
-    long ns = 20000;
+    long ns = 20000, last = -1;
+    int still = 0;
     double waited = 0, warn = 60;
     for (;;) {
         emu_progress();
-        if (s->q.empty()) return;
+        if (s ? s->q.empty() : device_idle()) return;
         poll_epoch++;
+        long now = device_done();
+        if (now != last) {
+            last = now, still = 0, ns = 20000;
+            continue;
+        }
+        if (++still <= 4 * compute_delay() + 8) continue;
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
         waited += ns * 1e-9;
         if (ns < 1000000) ns *= 2;
         if (waited > warn) {
-            fprintf(stderr, "cuda-emu: stream %d has waited %.0f s for pending communication (a lost peer?)\n", s->id,
-                    waited);
+            if (s)
+                fprintf(stderr, "cuda-emu: stream %d has waited %.0f s for pending communication (a lost peer?)\n",
+                        s->id, waited);
+            else
+                fprintf(stderr, "cuda-emu: cudaFree has waited %.0f s for pending device work (a lost peer?)\n",
+                        waited);
             warn += 60;
         }
     }
@@ -289,16 +320,16 @@ static void run_now(cudaStream_t st) {
  * (tests/test_nccl_emu.c's control; tests/train_nccl_emu.sh). Launch configurations and pointer
  * arguments are still checked at the call; what a kernel does wrong is reported at the next call after
  * it ran. 0 (the default): everything runs at its call, as before. */
+int emu_env_count(const char* name) {
+    const char* e = getenv(name);
+    int v = e ? atoi(e) : 0;
+    return v > 0 ? v : 0;
+}
 static int compute_delay(void) {
     static int d = -1;
-    if (d < 0) {
-        const char* e = getenv("RR_EMU_COMPUTE_DELAY");
-        d = e ? atoi(e) : 0;
-        if (d < 0) d = 0;
-    }
+    if (d < 0) d = emu_env_count("RR_EMU_COMPUTE_DELAY");
     return d;
 }
-static long compute_pending; /* deferred device work not run yet */
 static void enqueue_compute(cudaStream_t st, std::function<void()> run) {
     int d = compute_delay();
     if (d) {
@@ -307,55 +338,12 @@ static void enqueue_compute(cudaStream_t st, std::function<void()> run) {
         d += (int)(x % (uint64_t)(d + 1));
     }
     auto since = std::make_shared<long>(-1);
-    compute_pending++;
     emu_stream_enqueue(st, [=] {
         if (*since < 0) *since = poll_epoch; /* at the head of its stream from now */
         if (poll_epoch - *since < d) return 0;
         run();
-        compute_pending--;
         return 1;
     });
-}
-/* Before memory is freed: cudaFree and cudaFreeHost synchronise the device on a GPU, so every operation
- * enqueued on any stream completes first, communication included (the emulation's peers are other
- * processes: the wait sleeps between polls once nothing moves). Before, this ran a bounded number of
- * polls and left what had not run: a deferred kernel could then write memory already unmapped. Seen:
- * a data-parallel replica that writes no checkpoint freed its parameters while the last step's AdamW
- * kernels were still queued, and the kernel crashed at exit (train_nccl_emu_dp2, 1 run in ~30). */
-static int device_idle(void) {
-    if (!default_stream.q.empty()) return 0;
-    for (size_t i = 0; i < live_streams.size(); i++)
-        if (!live_streams[i]->q.empty()) return 0;
-    return 1;
-}
-static long device_done(void) {
-    long n = default_stream.done;
-    for (size_t i = 0; i < live_streams.size(); i++) n += live_streams[i]->done;
-    return n;
-}
-static void settle_compute(void) {
-    long ns = 20000, last = -1;
-    int still = 0;
-    double waited = 0, warn = 60;
-    for (;;) {
-        emu_progress();
-        if (device_idle()) return;
-        poll_epoch++;
-        long now = device_done();
-        if (now != last) { /* something ran: poll on without sleeping (deferred kernels wait for polls) */
-            last = now, still = 0, ns = 20000;
-            continue;
-        }
-        if (++still <= 4 * compute_delay() + 8) continue;
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        waited += ns * 1e-9;
-        if (ns < 1000000) ns *= 2;
-        if (waited > warn) {
-            fprintf(stderr, "cuda-emu: cudaFree has waited %.0f s for pending device work (a lost peer?)\n", waited);
-            warn += 60;
-        }
-    }
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
     emu_on_stream(stream, "cudaMemsetAsync");
@@ -1064,7 +1052,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void* p) {
-    settle_compute(); /* a queued copy into it may still be pending (it synchronises on a GPU) */
+    sync_device(); /* a queued copy into it may still be pending */
     free(p);
     return sticky;
 }

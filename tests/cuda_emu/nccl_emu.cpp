@@ -213,11 +213,7 @@ static MPI_Datatype mpi_type(ncclDataType_t t) {
 /* RR_EMU_COMM_DELAY (cuda_emu.h): further polls a completed receive stays pending */
 static int comm_delay(void) {
     static int d = -1;
-    if (d < 0) {
-        const char* e = getenv("RR_EMU_COMM_DELAY");
-        d = e ? atoi(e) : 0;
-        if (d < 0) d = 0;
-    }
+    if (d < 0) d = emu_env_count("RR_EMU_COMM_DELAY");
     return d;
 }
 static int delay_draw(void) {
