@@ -108,6 +108,7 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
                             size_t err_len) {
     char path[4200];
     int own_d, own_m, own_v;
+    rr_test_pause("RRFP_TEST_CKPT_SLEEP_MS"); /* tests only: a fault aimed at a checkpoint write lands in it */
     float* data = ck_host_view(pt, pt->data, pt->total, &own_d);
     float* m = ck_host_view(pt, pt->m, pt->gtotal, &own_m);
     float* v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
@@ -169,6 +170,7 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
                           char* err, size_t err_len) {
     char path[4200];
     int rc = 0;
+    rr_test_pause("RRFP_TEST_CKPT_SLEEP_MS"); /* between the tensors and state.json: see ck_write_tensors */
     cJSON* j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
     cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);

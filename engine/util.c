@@ -95,6 +95,22 @@ double rr_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void rr_test_pause(const char* env) {
+    const char* v = getenv(env);
+    if (!v || !*v) return;
+    char* end;
+    errno = 0;
+    long ms = strtol(v, &end, 10);
+    if (errno || *end || ms < 0 || ms > 600000) {
+        static int warned;
+        if (!warned++) rr_warn("%s = '%s' ignored: expected milliseconds, an integer in 0..600000", env, v);
+        return;
+    }
+    struct timespec left = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
 int rr_write_file_atomic(const char* path, const void* data, size_t size) {
     size_t n = strlen(path) + 32;
     char* tmp = mallocCheck(n);

@@ -45,6 +45,14 @@ FILE* rr_fopen_check(const char* path, const char* mode, const char* file, int l
 /* Monotonic wall clock in seconds. */
 double rr_now(void);
 
+/* Test-only pause (docs/reliability.md, "Fault tests"): sleeps the milliseconds that the environment
+ * variable `env` holds (RRFP_TEST_STEP_SLEEP_MS before each training step, RRFP_TEST_CKPT_SLEEP_MS inside
+ * each checkpoint write), resuming after a signal so the pause keeps its length; does nothing when the
+ * variable is unset or 0 (the default). Fault tests use it to make a short run long enough to aim a
+ * fault at a chosen point of its progress. A value that is not an integer in 0..600000 is refused with
+ * a warning, once, and ignored. */
+void rr_test_pause(const char* env);
+
 /* Write `size` bytes to `path` atomically: write to "<path>.tmp.<pid>", fsync, rename, fsync the
  * directory. Returns 0 on success; on failure returns -1, sets errno, and leaves no file at `path`
  * changed and no temporary behind. */

@@ -2,14 +2,17 @@
 # pipeline_stall.sh — a stopped rank is seen, not silent: mpirun -np 2, parallel.pp = 2,
 # runtime.stall_warn_s = 2; rank 1 is stopped (SIGSTOP) for 6 s, then continued (SIGCONT). Rank 0's
 # stderr must warn, naming what it waits for (rank 1 in the pipeline transport, or the group of a
-# collective), and the run must finish normally.
+# collective), and the run must finish normally. The stop is aimed at the run's progress (after its
+# second step), and the test-only RRFP_TEST_STEP_SLEEP_MS (docs/reliability.md) makes the 14 steps last
+# at least 2.8 s on any machine, so the stop lands while steps are still ahead (checked).
 # Usage: pipeline_stall.sh RRFP_MM RECIPE WORKDIR
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3
 rm -rf "$W"; mkdir -p "$W"
 fail() { echo "FAIL: $*"; echo "--- output"; cat "$W/out.txt"; [ -n "${VICTIM:-}" ] && kill -CONT "$VICTIM" 2>/dev/null; [ -n "${JOB:-}" ] && kill "$JOB" 2>/dev/null; exit 1; }
 STEPS=14
-timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2 "$BIN" train "$RECIPE" \
+export RRFP_TEST_STEP_SLEEP_MS=200
+timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x RRFP_TEST_STEP_SLEEP_MS -np 2 "$BIN" train "$RECIPE" \
   --set train.run_dir="$W/run" --set train.steps=$STEPS --set optim.warmup=1 --set parallel.pp=2 \
   --set runtime.stall_warn_s=2 >"$W/out.txt" 2>&1 &
 JOB=$!
@@ -20,7 +23,11 @@ for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
   tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && VICTIM=$p
 done
 [ -n "$VICTIM" ] || fail "rank 1 not found"
-kill -STOP "$VICTIM"; sleep 6; kill -CONT "$VICTIM"
+kill -STOP "$VICTIM"
+AT=$(lines "$W/run/metrics.jsonl")
+[ "$AT" -lt $((STEPS - 1)) ] || fail "the stop landed after step $AT of $STEPS: too late to judge"
+sleep 6; kill -CONT "$VICTIM"
+echo "rank 1 stopped for 6 s after step $AT of $STEPS"
 wait "$JOB"; RC=$?
 [ "$RC" -eq 0 ] || fail "the run exited $RC after rank 1 was continued"
 [ "$(lines "$W/run/metrics.jsonl")" -eq $STEPS ] || fail "the run did not finish its $STEPS steps"

@@ -20,9 +20,10 @@ COMMON=(--set train.steps=100000 --set optim.warmup=1 --set train.log_every=1000
 PRE=()
 PP=()
 NEED=3
-# second: steps of many microbatches (seconds each), so both signals land inside one step
-# (800 x 256 tokens: about 12 s a step on a quiet 2-core machine, 2.4 s at 160, which a 2.5 s gap outlasted)
-if [ "$MODE" = second ]; then COMMON+=(--set data.microbatches=800); NEED=1; fi
+# second: both signals must land inside one step: the test-only RRFP_TEST_STEP_SLEEP_MS
+# (docs/reliability.md) makes every step last at least 6 s on any machine (the signals come 0.1 s + 2.5 s
+# after step 1's row; many-microbatch steps were 12 s on a loaded machine but 2.4 s on a fast one)
+if [ "$MODE" = second ]; then export RRFP_TEST_STEP_SLEEP_MS=6000; NEED=1; fi
 if [ "$MODE" = mpi ] || [ "$MODE" = mpirun ]; then PRE=(timeout 300 $MPI -np 2); PP=(--set parallel.pp=2 --set parallel.mode=ready --set parallel.hint=1f1b); fi
 lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
 "${PRE[@]}" "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "${COMMON[@]}" "${PP[@]}" >"$W/out.txt" 2>&1 &

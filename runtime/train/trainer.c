@@ -598,6 +598,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     int rc = 0;
     while (t->step < t->last_step) {
         StepStats s;
+        rr_test_pause("RRFP_TEST_STEP_SLEEP_MS"); /* tests only (fault tests): a step made long enough to aim at */
         if (trainer_step(t, &s, err, err_len) != 0) {
             rc = -1;
             break;
