@@ -238,8 +238,10 @@ const Backend backend_cuda_bf16 = {
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 45 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
+// + the CLIP tower's 4 ops, which this backend does not have yet: NULL, and model.vision_arch = clip
+// and model.projector_act = gelu refuse it by name, runtime/model/model.c).
+static_assert(sizeof(Backend) == 49 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {
