@@ -6,6 +6,10 @@ add_test(NAME model_fd COMMAND test_model fd)
 add_test(NAME model_split_bitwise COMMAND test_model split)
 add_test(NAME model_pipeline_stages COMMAND test_model stages)
 add_test(NAME model_freeze COMMAND test_model freeze)
+# the CLIP tower (model.vision_arch = clip) through the same checks
+add_test(NAME model_fd_clip COMMAND test_model fd_clip)
+add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
+add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
 add_test(NAME model_gpu COMMAND test_model gpu)
 set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
@@ -74,6 +78,6 @@ set_tests_properties(model_torch_trainer_dump_eps PROPERTIES LABELS torch TIMEOU
 # vocabulary-parallel cross-entropy on in-process ranks against the unsplit op.
 add_executable(test_tp tests/test_tp.c)
 target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
-foreach(t split init ce lm vit proj embed)
+foreach(t split init ce lm vit proj embed vit_clip proj_clip)
   add_test(NAME tp_${t} COMMAND test_tp ${t})
 endforeach()
