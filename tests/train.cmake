@@ -120,3 +120,15 @@ add_test(NAME import_llama_torch
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llama.py $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llama_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llama)
 set_tests_properties(import_llama_torch PROPERTIES LABELS torch TIMEOUT 300)
+# import llava / import clip / export hf: three namings, logits against a float64 reference, round trip,
+# refusals; and the same against transformers itself where it is installed (77 = skipped)
+add_executable(test_llava_logits tests/test_llava_logits.c)
+target_link_libraries(test_llava_logits PRIVATE rrfp_core)
+add_test(NAME import_llava_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava)
+set_tests_properties(import_llava_torch PROPERTIES LABELS torch TIMEOUT 300)
+add_test(NAME import_llava_transformers
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py --transformers $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava_tf)
+set_tests_properties(import_llava_transformers PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)
