@@ -11,6 +11,9 @@ target_link_libraries(data_image_tool PRIVATE rrfp_core)
 add_test(NAME data_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data_pillow.py $<TARGET_FILE:data_image_tool>
          ${CMAKE_CURRENT_BINARY_DIR}/data_pillow)
 set_tests_properties(data_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+add_test(NAME data_llava_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data_llava_pillow.py $<TARGET_FILE:data_image_tool>
+         ${CMAKE_CURRENT_BINARY_DIR}/data_llava_pillow)
+set_tests_properties(data_llava_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # pack on good + every kind of bad record; loader round trip of real photographs (see the script)
 add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data_pack_errors.sh $<TARGET_FILE:rrfp-mm>
