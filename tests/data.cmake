@@ -31,3 +31,9 @@ set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS
 # loader throughput program (bench/loader.sh runs it against bench/loader_pil.py)
 add_executable(rrfp-bench-loader bench/bench_loader.c)
 target_link_libraries(rrfp-bench-loader PRIVATE rrfp_core)
+# pack --image-preprocess llava -> version 2 shards -> the loader's LLaVA pixels -> a CLIP model trains;
+# refusals name model.patch / data.min_patches
+add_test(NAME pack_llava
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pack llava: ok" ${CMAKE_SOURCE_DIR}/tests/pack_llava.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/pack_llava)
+set_tests_properties(pack_llava PROPERTIES TIMEOUT 300)
