@@ -3,11 +3,12 @@
  *   GELU_ERF    0.5 x (1 + erf(x / sqrt 2)), torch's nn.GELU() (Hugging Face LLaVA's projector `gelu`);
  *               d/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi);
  *   QUICK_GELU  x sigmoid(1.702 x), OpenAI CLIP's; d/dx = s + 1.702 x s (1 - s).
- * Computed in double per element (erf has no vector form here; the CLIP tower's MLP is a few percent of
- * its GEMM time), rounded once to float. */
+ * Computed in double per element through kernel_math.h (the CUDA kernels' functions; erf has no vector
+ * form here, and the CLIP tower's MLP is a few percent of its GEMM time), rounded once to float. */
 #include <math.h>
 
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
 const char* act_name(Act a) {
@@ -19,8 +20,6 @@ const char* act_name(Act a) {
     return "?";
 }
 
-#define QUICK_GELU_K 1.702
-
 void cpu_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {
     if (act == ACT_GELU_TANH) {
         cpu_gelu_forward(be, out, inp, n);
@@ -28,18 +27,12 @@ void cpu_act_forward(const Backend* be, float* out, const float* inp, size_t n, 
     }
     if (act == ACT_GELU_ERF) {
 #pragma omp parallel for if (n > 16384)
-        for (size_t i = 0; i < n; i++) {
-            double x = inp[i];
-            out[i] = (float)(0.5 * x * (1.0 + erf(x * M_SQRT1_2)));
-        }
+        for (size_t i = 0; i < n; i++) out[i] = rr_gelu_erf(inp[i]);
         return;
     }
     RR_ASSERT(act == ACT_QUICK_GELU);
 #pragma omp parallel for if (n > 16384)
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        out[i] = (float)(x / (1.0 + exp(-QUICK_GELU_K * x)));
-    }
+    for (size_t i = 0; i < n; i++) out[i] = rr_quick_gelu(inp[i]);
 }
 
 void cpu_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
@@ -48,22 +41,13 @@ void cpu_act_backward(const Backend* be, float* dinp, const float* dout, const f
         return;
     }
     if (act == ACT_GELU_ERF) {
-        const double inv_sqrt_2pi = 0.3989422804014327;
 #pragma omp parallel for if (n > 16384)
-        for (size_t i = 0; i < n; i++) {
-            double x = inp[i];
-            double g = 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * inv_sqrt_2pi * exp(-0.5 * x * x);
-            dinp[i] += (float)(g * dout[i]);
-        }
+        for (size_t i = 0; i < n; i++) dinp[i] += (float)(rr_gelu_erf_grad(inp[i]) * dout[i]);
         return;
     }
     RR_ASSERT(act == ACT_QUICK_GELU);
 #pragma omp parallel for if (n > 16384)
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double s = 1.0 / (1.0 + exp(-QUICK_GELU_K * x));
-        dinp[i] += (float)((s + QUICK_GELU_K * x * s * (1.0 - s)) * dout[i]);
-    }
+    for (size_t i = 0; i < n; i++) dinp[i] += (float)(rr_quick_gelu_grad(inp[i]) * dout[i]);
 }
 
 void cpu_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {

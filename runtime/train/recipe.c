@@ -47,7 +47,7 @@ static const RecipeKey recipe_keys[] = {
     {"model", "vision_arch", RKEY_ENUM, OFF(vision_arch), SZ(vision_arch), "rope2d", 0, 0, "rope2d|clip", 1,
      "`rope2d`: DESIGN.md's ViT (2-D RoPE, no class token). `clip`: OpenAI's CLIP tower as LLaVA uses it (class token, "
      "learned position embeddings bicubic-interpolated to each image's grid, pre_layrnorm, QuickGELU, features of "
-     "model.vision_feature_layer without the class token); `rrfp-mm import clip|llava` prints it. CPU backend only."},
+     "model.vision_feature_layer without the class token); `rrfp-mm import clip|llava` prints it."},
     {"model", "vision_feature_layer", RKEY_INT, OFF(vision_feature_layer), 0, "-2", -1025, 1024, 0, 1,
      "CLIP: the hidden state the projector reads (Hugging Face's hidden_states index: 0 = the embeddings after "
      "pre_layrnorm, k = after block k, negative from the end: -1 = the last block, -2 = LLaVA's). Blocks past it never run "
@@ -57,7 +57,7 @@ static const RecipeKey recipe_keys[] = {
      "another grid get them bicubic-interpolated."},
     {"model", "projector_act", RKEY_ENUM, OFF(projector_act), SZ(projector_act), "gelu_tanh", 0, 0, "gelu_tanh|gelu", 1,
      "The projector's activation: `gelu_tanh` (DESIGN.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
-     "Hugging Face's projector_hidden_act (CPU backend only)."},
+     "Hugging Face's projector_hidden_act."},
     /* [data] */
     {"data", "source", RKEY_ENUM, OFF(source), SZ(source), "shards", 0, 0, "shards|synthetic", 1,
      "`shards`: the loader over data.shards. `synthetic`: generated image-question-answer samples (the answer is the "
