@@ -326,10 +326,9 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->lc.tp_reduce = stage_tp_sum;
         st->vc.tp_ctx = st->lc.tp_ctx = st;
     }
-    if (st->first && (cfg->vision_arch == VIT_ARCH_CLIP || cfg->projector_act != ACT_GELU_TANH) &&
-        (!be->act_forward || !be->rows_gather_forward))
-        rr_die("model.vision_arch = clip / model.projector_act = gelu need the CLIP ops (act_forward, rows_gather), which "
-               "the %s backend does not have yet\n---> HINT: run this model with runtime.backend = cpu", be->name);
+    /* every backend table has the CLIP tower's ops (engine.h: a table written before them would have NULL) */
+    RR_ASSERT(!st->first || (cfg->vision_arch != VIT_ARCH_CLIP && cfg->projector_act == ACT_GELU_TANH) ||
+              (be->act_forward && be->act_backward && be->rows_gather_forward && be->rows_gather_backward));
     params_init(&st->params);
     stage_register(&st->params, st);
     st->params.omit_replicated = st->tp_rank > 0;
