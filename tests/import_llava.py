@@ -360,24 +360,29 @@ def main_transformers(rrfp, logits_bin, work):
     expect(r.returncode == 0, "logits of the import: " + r.stderr.strip()[-300:])
     mb = st_read(dump)
     # transformers' forward on the same inputs: input ids with IMAGE_TOKEN at the image positions, pixel
-    # values per sample (LLaVA puts one image per sample here), interpolated position embeddings
+    # values per sample (one image per sample here); only the samples whose image has the checkpoint's
+    # grid (interpolate_pos_encoding is not an argument of every version's LLaVA forward)
     sd = {k: v.to(DT) for k, v in model.state_dict().items()}
     with torch.no_grad():
         ids, cu = mb["ids"].tolist(), mb["cu_seqlens"].tolist()
         icu, gh, gw = mb["img_cu_patches"].tolist(), mb["grid_h"].tolist(), mb["grid_w"].tolist()
-        outs = []
+        G = IMG // PATCH
+        errs = []
         for s in range(len(cu) - 1):
-            seq = [IMAGE_TOKEN if ids[t] < 0 else ids[t] for t in range(cu[s], cu[s + 1])]
             i = s
+            if (gh[i], gw[i]) != (G, G):
+                continue
+            seq = [IMAGE_TOKEN if ids[t] < 0 else ids[t] for t in range(cu[s], cu[s + 1])]
             img = torch.zeros(3, gh[i] * PATCH, gw[i] * PATCH)
             for k in range(icu[i], icu[i + 1]):
                 rr, c = divmod(k - icu[i], gw[i])
                 img[:, rr * PATCH:(rr + 1) * PATCH, c * PATCH:(c + 1) * PATCH] = mb["patches"][k].reshape(PATCH, PATCH, 3).permute(2, 0, 1)
-            o = model(input_ids=torch.tensor([seq]), pixel_values=img[None], interpolate_pos_encoding=True)
-            outs.append(o.logits[0].to(DT))
-        ref = torch.cat(outs, 0)
-    err = (mb["logits"].to(DT) - ref).abs().max().item() / ref.abs().max().item()
-    expect(err < 1e-4, f"logits of transformers' model imported vs transformers itself: rel {err:.2e} (fp32)")
+            ref = model(input_ids=torch.tensor([seq]), pixel_values=img[None]).logits[0].to(DT)
+            got = mb["logits"][cu[s]:cu[s + 1]].to(DT)
+            errs.append((got - ref).abs().max().item() / ref.abs().max().item())
+    # fp32 on both sides, different summation orders: 1e-5 (the float64 comparison above sees 1e-6)
+    expect(len(errs) == 1 and max(errs) < 1e-5,
+           f"logits of transformers' model imported vs transformers itself: rel {max(errs or [1]):.2e} (fp32)")
     del sd
     rec = os.path.join(work, "r.ini")
     with open(rec, "w") as f:
@@ -392,7 +397,7 @@ def main_transformers(rrfp, logits_bin, work):
         a = model(input_ids=torch.tensor([seq]), pixel_values=px).logits
         b = back(input_ids=torch.tensor([seq]), pixel_values=px).logits
     err = (a - b).abs().max().item() / a.abs().max().item()
-    expect(err == 0.0, f"our export opened by LlavaForConditionalGeneration.from_pretrained: logits differ by {err:.2e}")
+    expect(err < 1e-5, f"our export opened by LlavaForConditionalGeneration.from_pretrained: logits differ by {err:.2e}")
     return 1 if FAILED else 0
 
 
@@ -516,6 +521,7 @@ def main():
     refused("pact", lambda c: c.update(projector_hidden_act="relu"), want="projector_hidden_act")
     refused("lm_act", lambda c: c["text_config"].update(hidden_act="gelu"), want="hidden_act")
     refused("next", lambda c: c.update(model_type="llava_next"), want="model_type")
+    refused("shape", lambda c: c["vision_config"].update(image_size=8), want="config.json implies (17, 32)")
     refused("newline", extra={"model.image_newline": ("F32", torch.zeros(DTXT))}, want="image_newline")
     rope = os.path.join(work, "rope.ini")
     with open(rope, "w") as f:

@@ -502,6 +502,23 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 break;
             }
             m->n.seen = 1;
+            /* the file's shape against config.json's before anything is allocated for it (the file's own
+             * size, checked by st_load, then bounds the allocation) */
+            int64_t want[4] = {m->n.shape[0], m->n.shape[1], 0, 0};
+            int wnd = m->n.ndim;
+            if (m->kind == IL_CONV) want[1] = 3, want[2] = want[3] = info->patch, wnd = 4;
+            int same = x->ndim == wnd;
+            for (int d = 0; d < wnd && same; d++) same = x->shape[d] == want[d];
+            if (!same) {
+                char got[128] = "", exp[128] = "";
+                for (int d = 0; d < x->ndim && d < ST_MAX_DIMS; d++)
+                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+                for (int d = 0; d < wnd; d++)
+                    snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", d ? ", " : "", (long long)want[d]);
+                rc = il_fail(err, err_len, "%s: tensor '%s' has shape (%s), config.json implies (%s)", path, x->name, got,
+                             exp);
+                break;
+            }
             if (m->kind == IL_CONV) {
                 int64_t cs[4] = {D, 3, info->patch, info->patch};
                 size_t numel = (size_t)D * 3 * info->patch * info->patch;
