@@ -43,6 +43,12 @@ foreach(n 1 2)
            COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-${n}'")
   set_tests_properties(model_torch_trainer_dump${n} PROPERTIES LABELS torch TIMEOUT 120)
 endforeach()
+# the CLIP tower's step (model.vision_arch = clip: position embeddings interpolated to the synthetic images'
+# grids, the exact-GELU projector) against the reference's ClipViT (F.interpolate's own backward)
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_clip)
+add_test(NAME model_torch_trainer_dump_clip
+         COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=1 --set train.run_dir='${dir}' --set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-1'")
+set_tests_properties(model_torch_trainer_dump_clip PROPERTIES LABELS torch TIMEOUT 120)
 # the same checker on a pipelined step's per-stage dump (weights.ppRcC, grads.ppRcC, microbatch-m.ppRcC):
 # stage 2 of a pp=2 run with the split backward, and stage 1 of an interleaved pp=2 x 2 chunks run
 foreach(v 1f1b zbh1 interleaved)
