@@ -6,7 +6,9 @@
 #      dump's patches are LLaVA's normalisation: every value v of channel c is (k / 255 - mean_c) / std_c for
 #      an integer k in 0..255 (x / 127.5 - 1 would put nearly none there), and every image is 3 x 3;
 #   4. the loader refuses what cannot hold: another model.patch, patch bounds that exclude the fixed grid,
-#      each error naming the key.
+#      each error naming the key;
+#   5. model.vocab above the tokenizer's size (a published checkpoint's padded embedding) trains, below it
+#      is refused.
 # Usage: pack_llava.sh RRFP_MM SOURCE_DIR WORKDIR
 set -euo pipefail
 EXE=$1 SRC=$2 W=$3
@@ -66,4 +68,10 @@ grep -q "model.patch" "$W/bad1.log" || { cat "$W/bad1.log"; fail "the patch refu
 "$EXE" train "$SRC/recipes/demo.ini" "${R[@]}" --set data.min_patches=16 --set data.max_patches=16 --set train.run_dir="$W/bad2" \
   >"$W/bad2.log" 2>&1 && fail "patch bounds excluding the fixed grid were accepted"
 grep -q "data.min_patches" "$W/bad2.log" || { cat "$W/bad2.log"; fail "the bounds refusal does not name data.min_patches"; }
+# a published checkpoint's padded vocabulary (more embedding rows than tokens) trains; fewer is refused
+"$EXE" train "$SRC/recipes/demo.ini" "${R[@]}" --set model.vocab=1000 --set train.steps=1 --set train.run_dir="$W/padded" \
+  >"$W/padded.log" 2>&1 || { cat "$W/padded.log"; fail "model.vocab above the tokenizer's size was refused"; }
+"$EXE" train "$SRC/recipes/demo.ini" "${R[@]}" --set model.vocab=10 --set train.run_dir="$W/bad3" >"$W/bad3.log" 2>&1 \
+  && fail "model.vocab below the tokenizer's size was accepted"
+grep -q "allowed: 0 or >=" "$W/bad3.log" || { cat "$W/bad3.log"; fail "the vocabulary refusal does not say what is allowed"; }
 echo "pack llava: ok"

@@ -37,7 +37,8 @@ static const RecipeKey recipe_keys[] = {
     {"model", "text_heads", RKEY_INT, OFF(text_heads), 0, "4", 1, 1024, 0, 1, "LM attention heads Ht."},
     {"model", "ffn_hidden", RKEY_INT, OFF(ffn_hidden), 0, "688", 1, 1 << 20, 0, 1, "SwiGLU hidden size F."},
     {"model", "vocab", RKEY_INT, OFF(vocab), 0, "0", 0, 1 << 24, 0, 1,
-     "Vocabulary V. 0 = the size of data.tokenizer; otherwise it must equal it."},
+     "Vocabulary V. 0 = the size of data.tokenizer; otherwise at least that (a published checkpoint's padded "
+     "embedding: llava-hf's LLaVA-1.5 has 32064 rows for 32002 tokens; `rrfp-mm import` prints it)."},
     {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
      "Initialisation seed; init is a function of (seed, parameter name) only."},
     {"model", "rms_eps", RKEY_FLOAT, OFF(rms_eps), 0, "1e-5", 1e-12, 1, 0, 1,
