@@ -36,8 +36,9 @@
  *   x0 = pre_ln(e); block: x += out(attn(q, k, v of LN1(x))); x += fc2(quick_gelu(fc1(LN2(x))))
  *   vout = the patch rows of x after L_run blocks (LLaVA's vision_feature_layer, hidden_states[L_run],
  *          select strategy `default`: without the class token); no final LayerNorm
- * Its names: vision.patch_embed.weight (D, 3p^2) (CLIP's Conv2d weight (D, 3, p, p) permuted to this
- * model's (row, col, channel) patch order by `rrfp-mm import`), vision.class_embedding (D),
+ * Its names: vision.patch_embed.weight (D, 3p^2): CLIP's Conv2d weight (D, 3, p, p) as it is, a linear over
+ * the patch's pixels in CLIP's channel-major order (the tower reorders each patch row from the loader's
+ * (row, col, channel) to (channel, row, col) first), vision.class_embedding (D),
  * vision.pos_embed.weight (1 + G^2, D), vision.pre_ln.{weight,bias}, the blocks as above (CLIP's q, k, v
  * projections stacked as attn.qkv), vision.post_ln.{weight,bias} (CLIP's post_layernorm: kept for export,
  * never used, as in LLaVA). Blocks [L_run, L) and post_ln are registered but never run: the stage freezes
@@ -159,8 +160,11 @@ typedef struct {
     float* pos_w;            /* (T, 16) their bicubic weights */
     float *emb, *pre_mean, *pre_rstd; /* (T, D), (T), (T): the embeddings before pre_ln */
     float* demb;             /* (T, D) d embeddings (W of the embedding tensors) */
+    float* patches_cm;       /* (N, 3p^2) the patches in CLIP's channel-major order (the patch embedding's input) */
+    int32_t* cm_idx;         /* (max_N 3p^2) source of each channel-major value (rows_gather of 1-wide rows) */
+    int cm_ready;            /* cm_idx uploaded */
     /* host scratch (malloc'd by the layout, freed by vit_acts_free_tables) */
-    int32_t *h_img_cu, *h_prow, *h_pcol, *h_idx;
+    int32_t *h_img_cu, *h_prow, *h_pcol, *h_idx, *h_cm;
     float* h_w;
 } VitActs;
 

@@ -173,7 +173,12 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
         a->pre_mean = arena_alloc_f32(ar, N);
         a->pre_rstd = arena_alloc_f32(ar, N);
         a->demb = backward ? arena_alloc_f32(ar, N * D) : NULL;
+        size_t P = 3 * (size_t)c->patch * c->patch;
+        a->patches_cm = arena_alloc_f32(ar, NP * P);
+        a->cm_idx = (int32_t*)arena_alloc_f32(ar, NP * P);
+        a->cm_ready = 0;
         if (!a->h_idx) {
+            a->h_cm = callocCheck((NP * P) > 0 ? NP * P : 1, sizeof(int32_t));
             a->h_img_cu = callocCheck(MI + 1, sizeof(int32_t));
             a->h_prow = callocCheck(NP ? NP : 1, sizeof(int32_t));
             a->h_pcol = callocCheck(NP ? NP : 1, sizeof(int32_t));
@@ -249,8 +254,8 @@ void vit_acts_free_tables(VitActs* a) {
     free(a->grads);
     a->blocks = NULL;
     a->grads = NULL;
-    free(a->h_img_cu), free(a->h_prow), free(a->h_pcol), free(a->h_idx), free(a->h_w);
-    a->h_img_cu = a->h_prow = a->h_pcol = a->h_idx = NULL;
+    free(a->h_img_cu), free(a->h_prow), free(a->h_pcol), free(a->h_idx), free(a->h_w), free(a->h_cm);
+    a->h_img_cu = a->h_prow = a->h_pcol = a->h_idx = a->h_cm = NULL;
     a->h_w = NULL;
 }
 
@@ -382,12 +387,32 @@ static void clip_layout_tokens(const Backend* be, const VitConfig* c, VitActs* a
     be->copy_h2d(be, a->pos_w, pos_w, (size_t)T * VIT_POS_TAPS * sizeof(float));
 }
 
+/* The patch rows in CLIP's channel-major order: value (ch, r, c) of patch n from the loader's (r, c, ch),
+ * a gather of 1-wide rows whose index (the same for every microbatch) is uploaded once. */
+static void clip_patches_channel_major(const Backend* be, const VitConfig* c, VitActs* a) {
+    int p = c->patch, P = 3 * p * p;
+    size_t NP = (size_t)a->max_N * P;
+    if (!a->cm_ready) {
+        for (size_t n = 0; n < (size_t)a->max_N; n++)
+            for (int ch = 0; ch < 3; ch++)
+                for (int r = 0; r < p; r++)
+                    for (int col = 0; col < p; col++)
+                        a->h_cm[n * P + ((size_t)ch * p + r) * p + col] = (int32_t)(n * P + ((size_t)r * p + col) * 3 + ch);
+        be->copy_h2d(be, a->cm_idx, a->h_cm, NP * sizeof(int32_t));
+        a->cm_ready = 1;
+    }
+    size_t n = (size_t)a->N * P;
+    be->memset0(be, a->patches_cm, n * sizeof(float));
+    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
+}
+
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
 static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     int N = a->N, D = c->D, P = 3 * c->patch * c->patch;
     clip_layout_tokens(be, c, a);
+    clip_patches_channel_major(be, c, a);
     int T = a->T;
-    be->linear_forward(be, a->tmp, a->patches, w->patch_w, NULL, N, P, D);
+    be->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, NULL, N, P, D);
     be->memset0(be, a->emb, (size_t)T * D * sizeof(float));
     be->rows_gather_forward(be, a->emb, a->patch_of_tok, NULL, a->tmp, T, 1, D);
     be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, w->cls, T, 1, D);
@@ -408,7 +433,7 @@ static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, co
     if (g->patch_w) {
         be->memset0(be, a->tmp, (size_t)N * D * sizeof(float));
         be->rows_gather_backward(be, a->tmp, a->demb, a->patch_of_tok, NULL, T, 1, D);
-        be->linear_backward(be, NULL, g->patch_w, NULL, a->tmp, a->patches, w->patch_w, N, P, D);
+        be->linear_backward(be, NULL, g->patch_w, NULL, a->tmp, a->patches_cm, w->patch_w, N, P, D);
     }
 }
 

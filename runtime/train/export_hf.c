@@ -74,16 +74,9 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     int64_t D = c->Dv, Dt = c->Dt, p = c->patch, G = c->vision_image_size / c->patch;
     char hf[160], ours[128];
     const char* V = "vision_tower.vision_model.";
-    /* the patch embedding back to CLIP's Conv2d (D, 3, p, p) from this model's (row, col, channel) order */
-    const float* pw = ex_get(pt, "vision.patch_embed.weight");
-    float* conv = mallocCheck((size_t)(D * 3 * p * p) * sizeof(float));
-    for (int64_t o = 0; o < D; o++)
-        for (int ch = 0; ch < 3; ch++)
-            for (int64_t r = 0; r < p; r++)
-                for (int64_t col = 0; col < p; col++)
-                    conv[((o * 3 + ch) * p + r) * p + col] = pw[((o * p + r) * p + col) * 3 + ch];
+    /* the patch embedding is CLIP's Conv2d weight (D, 3, p, p), channel-major: the same values */
     snprintf(hf, sizeof hf, "%sembeddings.patch_embedding.weight", V);
-    ex_add(l, hf, conv, 4, D, 3, p, p)->owned = conv;
+    ex_add(l, hf, ex_get(pt, "vision.patch_embed.weight"), 4, D, 3, p, p);
     snprintf(hf, sizeof hf, "%sembeddings.class_embedding", V);
     ex_add(l, hf, ex_get(pt, "vision.class_embedding"), 1, D, 0, 0, 0);
     snprintf(hf, sizeof hf, "%sembeddings.position_embedding.weight", V);

@@ -413,15 +413,6 @@ static void il_rm_tmp(const char* dir) {
     if (rmdir(dir) != 0 && errno != ENOENT) rr_warn("could not remove %s: %s", dir, strerror(errno));
 }
 
-/* CLIP's conv weight (D, 3, p, p) -> (D, p, p, 3) flattened: this model's patch order (row, col, channel). */
-static void il_conv_permute(const float* in, float* out, int64_t D, int p) {
-    for (int64_t o = 0; o < D; o++)
-        for (int ch = 0; ch < 3; ch++)
-            for (int r = 0; r < p; r++)
-                for (int col = 0; col < p; col++)
-                    out[((o * p + r) * p + col) * 3 + ch] = in[((o * 3 + ch) * p + r) * p + col];
-}
-
 /* Add an F32 tensor with its checksum (engine/checkpoint.h: checkpoint_load verifies every tensor's). */
 static void il_put(StWriter* w, const char* name, int ndim, const int64_t* shape, const float* data) {
     size_t numel = 1;
@@ -520,14 +511,12 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 break;
             }
             if (m->kind == IL_CONV) {
+                /* CLIP's Conv2d weight (D, 3, p, p) is the (D, 3p^2) linear over channel-major patch pixels */
                 int64_t cs[4] = {D, 3, info->patch, info->patch};
                 size_t numel = (size_t)D * 3 * info->patch * info->patch;
-                float* raw = mallocCheck(numel * sizeof(float));
                 float* v = mallocCheck(numel * sizeof(float));
                 bufs[nb++] = v;
-                rc = st_read_f32(&f, x->name, raw, 4, cs, err, err_len);
-                if (rc == 0) il_conv_permute(raw, v, D, info->patch);
-                free(raw);
+                rc = st_read_f32(&f, x->name, v, 4, cs, err, err_len);
                 if (rc == 0) il_put(w, m->n.ours, m->n.ndim, m->n.shape, v), added++, info->tensors++;
                 continue;
             }

@@ -10,9 +10,8 @@
  *                                  [model.]vision_tower.*  (no vision_model.)  [model.]multi_modal_projector.*
  *                                  model.language_model.*  lm_head.weight
  * CLIP vision part (below `vision_model.` or the tower's prefix) -> ours (vision/vision.h):
- *   embeddings.patch_embedding.weight (D, 3, p, p)   -> vision.patch_embed.weight (D, 3p^2), columns permuted
- *                                                       from CLIP's (channel, row, col) to this model's patch
- *                                                       order (row, col, channel): a permutation, exact
+ *   embeddings.patch_embedding.weight (D, 3, p, p)   -> vision.patch_embed.weight (D, 3p^2), the same values
+ *                                                       (the tower reads patches channel-major, as the conv)
  *   embeddings.class_embedding (D)                   -> vision.class_embedding
  *   embeddings.position_embedding.weight (1+G^2, D)  -> vision.pos_embed.weight
  *   pre_layrnorm.*                                   -> vision.pre_ln.*
@@ -71,7 +70,7 @@ typedef struct {
  * tokenizer.json (with tokenizer_config.json, special_tokens_map.json and tokenizer.model when they sit
  * beside it). The model's shapes and keys come from recipe_path (a recipe.ini: the run's own, which
  * RUN_DIR/recipe.ini is). Refused, with the reason, for a model with no Hugging Face equivalent: the
- * 2-D RoPE ViT (model.vision_arch = rope2d) and the tanh projector... (only gelu maps to LLaVA's).
+ * 2-D RoPE ViT (model.vision_arch = rope2d); the projector's gelu_tanh is written as gelu_pytorch_tanh.
  * image_token_index: the <image> id the config declares. Returns 0, or -1 with a message. */
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
               int image_token_index, size_t shard_bytes, HfExport* info, FILE* log, char* err, size_t err_len);

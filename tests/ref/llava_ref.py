@@ -232,7 +232,10 @@ class ClipViT(nn.Module):
         out = []
         pos = self.pos_embed.weight
         for (a, b), (gh, gw) in zip(images, grids):
-            x = torch.cat([self.class_embedding[None], self.patch_embed(patches[a:b])], 0)
+            # the dump's patch rows are (row, col, channel); CLIP's patch embedding reads (channel, row, col)
+            n, p = b - a, int(round(math.sqrt(patches.shape[1] // 3)))
+            cm = patches[a:b].reshape(n, p, p, 3).permute(0, 3, 1, 2).reshape(n, -1)
+            x = torch.cat([self.class_embedding[None], self.patch_embed(cm)], 0)
             pp = pos[1:]
             if (gh, gw) != (self.G, self.G):
                 g = pp.reshape(1, self.G, self.G, -1).permute(0, 3, 1, 2)
