@@ -154,3 +154,8 @@ add_test(NAME tp_kill_peer
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kill at tp 2: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer 2)
 set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)
+# export hf of a pp 2 x tp 2 checkpoint (slices reassembled), imported back: bit for bit
+add_test(NAME export_hf_layout_pp2tp2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "export hf layout: ok" ${CMAKE_SOURCE_DIR}/tests/export_hf_layout.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/export_hf_layout)
+set_tests_properties(export_hf_layout_pp2tp2 PROPERTIES LABELS mpi TIMEOUT 300)

@@ -16,7 +16,8 @@ static void export_usage(FILE* f) {
                "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
                "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
                "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from the\n"
-               "recipe (default: DIR/../recipe.ini, the run's own); the tokenizer from --tokenizer (default: the\n"
+               "recipe (default: DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the tokenizer\n"
+               "from --tokenizer (default: the\n"
                "recipe's data.tokenizer when readable). config.json's image_token_index is --image-token-id, else\n"
                "the id of <image> in the tokenizer's added_tokens. Refused for a model with no Hugging Face\n"
                "equivalent (model.vision_arch = rope2d).\n");
@@ -76,8 +77,8 @@ int cmd_export(int argc, char** argv) {
         return 2;
     }
     char rpath[4200];
-    if (!recipe) {
-        snprintf(rpath, sizeof rpath, "%s/../recipe.ini", ckpt);
+    if (!recipe) { /* the run's own: RUN_DIR/recipe.ini, the checkpoint being RUN_DIR/checkpoints/step-N */
+        snprintf(rpath, sizeof rpath, "%s/../../recipe.ini", ckpt);
         if (access(rpath, R_OK) != 0) {
             fprintf(stderr, "rrfp-mm: error: export hf: %s: cannot read: %s (a checkpoint outside a run folder, such as "
                     "an import, needs --recipe R.ini)\n", rpath, strerror(errno));
