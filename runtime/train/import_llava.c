@@ -167,7 +167,22 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         goto out;
     }
     snprintf(where, sizeof where, "%s vision_config", path);
-    if (il_vision_config(vc, where, c, err, err_len)) goto out;
+    cJSON* vdef = NULL;
+    if (!cJSON_IsObject(vc)) {
+        /* LlavaConfig without a vision_config: its own default, CLIP ViT-L/14-336 (not CLIPVisionConfig's) */
+        vdef = cJSON_CreateObject();
+        static const struct {
+            const char* k;
+            int v;
+        } d[] = {{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24},
+                 {"num_attention_heads", 16}, {"patch_size", 14}, {"image_size", 336}};
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cJSON_AddNumberToObject(vdef, d[i].k, d[i].v);
+        il_note_default(c, "config.json", "vision_config (LlavaConfig's: CLIP ViT-L/14-336)");
+        vc = vdef;
+    }
+    int vrc = il_vision_config(vc, where, c, err, err_len);
+    cJSON_Delete(vdef);
+    if (vrc) goto out;
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, "vision_feature_layer");
     if (x && !cJSON_IsNumber(x)) {
         il_fail(err, err_len, "%s: vision_feature_layer is not one integer (a list concatenates several layers' "
