@@ -375,3 +375,162 @@ int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
     *grid_w = gw;
     return 0;
 }
+
+/* ---- LLaVA-1.5's preprocessing (image.h) -------------------------------------------------------- */
+
+const double image_clip_mean[3] = {0.48145466, 0.4578275, 0.40821073};
+const double image_clip_std[3] = {0.26862954, 0.26130258, 0.27577711};
+
+int image_prep_parse(const char* name, ImagePrepKind* kind) {
+    if (!strcmp(name, "smart")) *kind = IMAGE_PREP_SMART;
+    else if (!strcmp(name, "llava")) *kind = IMAGE_PREP_LLAVA;
+    else return -1;
+    return 0;
+}
+
+const char* image_prep_name(ImagePrepKind kind) { return kind == IMAGE_PREP_LLAVA ? "llava" : "smart"; }
+
+void image_expand2square(const uint8_t* rgb, int w, int h, uint8_t* out) {
+    int side = w > h ? w : h, x0 = (side - w) / 2, y0 = (side - h) / 2;
+    uint8_t bg[3];
+    for (int ch = 0; ch < 3; ch++) bg[ch] = (uint8_t)(int)(image_clip_mean[ch] * 255); /* LLaVA: int(x * 255) */
+    for (size_t i = 0; i < (size_t)side * side; i++) memcpy(out + 3 * i, bg, 3);
+    for (int y = 0; y < h; y++) memcpy(out + ((size_t)(y + y0) * side + x0) * 3, rgb + (size_t)y * w * 3, (size_t)w * 3);
+}
+
+/* Pillow's libImaging/Resample.c for 8-bit images: bicubic_filter, precompute_coeffs,
+ * normalize_coeffs_8bpc (PRECISION_BITS = 32 - 8 - 2) and the two passes with clip8. */
+#define PIL_PRECISION_BITS (32 - 8 - 2)
+
+static double pil_bicubic(double x) {
+    const double a = -0.5;
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+/* Coefficients of out_n outputs from in_n inputs: bounds (xmin, count) and ksize fixed-point weights each. */
+static int pil_coeffs(int in_n, int out_n, int** bounds, int32_t** kk) {
+    double scale = (double)in_n / out_n, filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = 2.0 * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+    double* pre = mallocCheck(sizeof(double) * (size_t)out_n * ksize);
+    *bounds = mallocCheck(sizeof(int) * 2 * (size_t)out_n);
+    *kk = mallocCheck(sizeof(int32_t) * (size_t)out_n * ksize);
+    for (int xx = 0; xx < out_n; xx++) {
+        double center = (xx + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
+        if (xmin < 0) xmin = 0;
+        if (xmax > in_n) xmax = in_n;
+        xmax -= xmin;
+        double* k = pre + (size_t)xx * ksize;
+        int x;
+        for (x = 0; x < xmax; x++) {
+            double wv = pil_bicubic((x + xmin - center + 0.5) * ss);
+            k[x] = wv;
+            ww += wv;
+        }
+        for (x = 0; x < xmax; x++)
+            if (ww != 0.0) k[x] /= ww;
+        for (; x < ksize; x++) k[x] = 0;
+        (*bounds)[xx * 2] = xmin;
+        (*bounds)[xx * 2 + 1] = xmax;
+    }
+    for (size_t i = 0; i < (size_t)out_n * ksize; i++)
+        (*kk)[i] = pre[i] < 0 ? (int32_t)(-0.5 + pre[i] * (1 << PIL_PRECISION_BITS))
+                              : (int32_t)(0.5 + pre[i] * (1 << PIL_PRECISION_BITS));
+    free(pre);
+    return ksize;
+}
+
+static uint8_t pil_clip8(int64_t in) {
+    if (in >= ((int64_t)255 << PIL_PRECISION_BITS)) return 255;
+    if (in <= 0) return 0;
+    return (uint8_t)(in >> PIL_PRECISION_BITS);
+}
+
+void image_resize_bicubic_u8(const uint8_t* rgb, int w, int h, uint8_t* out, int ow, int oh) {
+    /* horizontal pass (Pillow skips a pass whose size does not change) */
+    const uint8_t* src = rgb;
+    uint8_t* mid = NULL;
+    if (ow != w) {
+        int *b;
+        int32_t* kk;
+        int ks = pil_coeffs(w, ow, &b, &kk);
+        mid = mallocCheck((size_t)ow * h * 3);
+        for (int y = 0; y < h; y++)
+            for (int xx = 0; xx < ow; xx++) {
+                const int32_t* k = kk + (size_t)xx * ks;
+                int xmin = b[xx * 2], xmax = b[xx * 2 + 1];
+                for (int ch = 0; ch < 3; ch++) {
+                    int64_t ss = (int64_t)1 << (PIL_PRECISION_BITS - 1);
+                    for (int x = 0; x < xmax; x++) ss += (int64_t)rgb[((size_t)y * w + x + xmin) * 3 + ch] * k[x];
+                    mid[((size_t)y * ow + xx) * 3 + ch] = pil_clip8(ss);
+                }
+            }
+        free(b), free(kk);
+        src = mid;
+    }
+    if (oh != h) {
+        int *b;
+        int32_t* kk;
+        int ks = pil_coeffs(h, oh, &b, &kk);
+        for (int yy = 0; yy < oh; yy++) {
+            const int32_t* k = kk + (size_t)yy * ks;
+            int ymin = b[yy * 2], ymax = b[yy * 2 + 1];
+            for (int x = 0; x < ow; x++)
+                for (int ch = 0; ch < 3; ch++) {
+                    int64_t ss = (int64_t)1 << (PIL_PRECISION_BITS - 1);
+                    for (int y = 0; y < ymax; y++) ss += (int64_t)src[((size_t)(y + ymin) * ow + x) * 3 + ch] * k[y];
+                    out[((size_t)yy * ow + x) * 3 + ch] = pil_clip8(ss);
+                }
+        }
+        free(b), free(kk);
+    } else {
+        memcpy(out, src, (size_t)ow * oh * 3);
+    }
+    free(mid);
+}
+
+void image_prep_grid(const ImagePrep* prep, int h, int w, int p, int min_patches, int max_patches, int* grid_h,
+                     int* grid_w) {
+    if (prep && prep->kind == IMAGE_PREP_LLAVA) {
+        *grid_h = *grid_w = prep->size / p;
+        return;
+    }
+    image_smart_resize(h, w, p, min_patches, max_patches, grid_h, grid_w);
+}
+
+int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const ImagePrep* prep, int p, int min_patches,
+                            int max_patches, int gh, int gw, float* out, char* err, size_t err_len) {
+    if (!prep || prep->kind == IMAGE_PREP_SMART)
+        return image_patches_into(c, jpeg, n, p, min_patches, max_patches, gh, gw, out, err, err_len);
+    int S = prep->size;
+    if (S % p || gh != S / p || gw != S / p) {
+        snprintf(err, err_len, "--image-preprocess llava at size %d gives a %dx%d grid of %d-pixel patches, not the "
+                 "expected %dx%d", S, S / p, S / p, p, gh, gw);
+        return -1;
+    }
+    int w, h, sw, sh;
+    if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    uint8_t* rgb = jpeg_decode_rgb(c, jpeg, n, 1, &sw, &sh, err, err_len);
+    if (!rgb) return -1;
+    int side = sw > sh ? sw : sh;
+    uint8_t* sq = mallocCheck((size_t)side * side * 3);
+    image_expand2square(rgb, sw, sh, sq);
+    free(rgb);
+    uint8_t* px = mallocCheck((size_t)S * S * 3);
+    image_resize_bicubic_u8(sq, side, side, px, S, S);
+    free(sq);
+    for (int r = 0; r < gh; r++)
+        for (int col = 0; col < gw; col++) {
+            float* o = out + ((size_t)r * gw + col) * 3 * p * p;
+            for (int i = 0; i < p; i++) {
+                const uint8_t* s = px + ((size_t)(r * p + i) * S + (size_t)col * p) * 3;
+                for (int j = 0; j < 3 * p; j++) *o++ = (float)((s[j] / 255.0 - image_clip_mean[j % 3]) / image_clip_std[j % 3]);
+            }
+        }
+    free(px);
+    return 0;
+}

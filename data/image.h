@@ -76,4 +76,35 @@ int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
 int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches, int gh,
                        int gw, float* out, char* err, size_t err_len);
 
+/* ---- LLaVA-1.5's preprocessing (rrfp-mm pack --image-preprocess llava; recorded in the shard header) ----
+ * As LLaVA's train.py (image_aspect_ratio = pad) and Hugging Face's CLIPImageProcessor do it: the decoded
+ * RGB8 image (full scale: Pillow opens it without draft) is padded to a square of side max(w, h) with the
+ * colour int(255 * CLIP mean) = (122, 116, 104), the image pasted at ((side - w) / 2, (side - h) / 2)
+ * (expand2square); resized to size x size with Pillow's Image.resize(BICUBIC) (a = -0.5, support scaled
+ * by the down-scale factor, 8-bit fixed point with 22 fraction bits, rounded to uint8 after each pass,
+ * horizontal then vertical: the same bytes as Pillow); the centre crop of a square is the square
+ * itself; then (x / 255 - mean) / std per channel with CLIP's mean (0.48145466, 0.4578275, 0.40821073)
+ * and std (0.26862954, 0.26130258, 0.27577711), cut into (size / p)^2 patches flattened (row, col,
+ * channel) as image_patchify. */
+typedef enum { IMAGE_PREP_SMART = 0, IMAGE_PREP_LLAVA = 1 } ImagePrepKind;
+typedef struct {
+    ImagePrepKind kind;
+    int size; /* IMAGE_PREP_LLAVA: the output side (336) */
+} ImagePrep;
+extern const double image_clip_mean[3], image_clip_std[3];
+/* "smart" / "llava" -> kind; 0, or -1 for another name. */
+int image_prep_parse(const char* name, ImagePrepKind* kind);
+const char* image_prep_name(ImagePrepKind kind);
+
+/* expand2square: out (side x side x 3, side = max(w, h)) */
+void image_expand2square(const uint8_t* rgb, int w, int h, uint8_t* out);
+/* Pillow's Image.resize((ow, oh), BICUBIC) of packed RGB8, exactly (see above). */
+void image_resize_bicubic_u8(const uint8_t* rgb, int w, int h, uint8_t* out, int ow, int oh);
+/* The grid an image of w x h gets under prep (smart_resize for IMAGE_PREP_SMART). */
+void image_prep_grid(const ImagePrep* prep, int h, int w, int p, int min_patches, int max_patches, int* grid_h,
+                     int* grid_w);
+/* image_patches_into under prep (IMAGE_PREP_SMART: exactly image_patches_into). */
+int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const ImagePrep* prep, int p, int min_patches,
+                            int max_patches, int gh, int gw, float* out, char* err, size_t err_len);
+
 #endif

@@ -70,6 +70,7 @@ typedef struct {
 } Slot;
 
 struct Loader {
+    ImagePrep prep; /* how the shards say their images are preprocessed (all shards agree) */
     LoaderConfig cfg;
     char shards_path[1024];
     int n_shards;
@@ -282,8 +283,8 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
         size_t off = 0;
         for (int k = 0; k < ss.n_images; k++) {
             int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
-            if (image_patches_into(jc, ss.jpeg[k], ss.jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, gh, gw,
-                                   d->patches + off, err, sizeof err) != 0) {
+            if (image_patches_into_prep(jc, ss.jpeg[k], ss.jpeg_len[k], &L->prep, p, L->cfg.min_patches,
+                                        L->cfg.max_patches, gh, gw, d->patches + off, err, sizeof err) != 0) {
                 d->damaged = 1;
                 snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
                 break;
@@ -716,8 +717,8 @@ static void* decode_samples(void* arg) {
         for (int k = 0; k < d->n_images; k++) {
             int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
             char e[320];
-            if (image_patches_into(j->jc, d->jpeg + at, d->jpeg_len[k], p, L->cfg.min_patches, L->cfg.max_patches, gh,
-                                   gw, j->v[i].dst + off, e, sizeof e) != 0) {
+            if (image_patches_into_prep(j->jc, d->jpeg + at, d->jpeg_len[k], &L->prep, p, L->cfg.min_patches,
+                                        L->cfg.max_patches, gh, gw, j->v[i].dst + off, e, sizeof e) != 0) {
                 if (i < j->bad) {
                     int s;
                     int64_t li;
@@ -982,6 +983,24 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
             snprintf(err, err_len, "%s: <image> token id %d differs from %s's %d", paths[s], in->image_token, paths[0],
                      L->shards[0].info.image_token);
             ok = 0;
+        } else if (s > 0 && (in->prep != L->shards[0].info.prep || in->prep_size != L->shards[0].info.prep_size)) {
+            snprintf(err, err_len, "%s: packed with --image-preprocess %s (size %u), %s with %s (size %u): one folder of "
+                     "shards has one preprocessing", paths[s], image_prep_name((ImagePrepKind)in->prep), in->prep_size,
+                     paths[0], image_prep_name((ImagePrepKind)L->shards[0].info.prep), L->shards[0].info.prep_size);
+            ok = 0;
+        } else if (in->prep == IMAGE_PREP_LLAVA) {
+            /* the grid is fixed by the pack: the model's patch and patch bounds must take it */
+            uint32_t g = in->prep_size / (in->patch ? in->patch : 1);
+            if (in->patch != (uint32_t)cfg->patch) {
+                snprintf(err, err_len, "%s: packed with --image-preprocess llava for %u-pixel patches, but model.patch is "
+                         "%d\n---> HINT: re-pack with --patch %d", paths[s], in->patch, cfg->patch, cfg->patch);
+                ok = 0;
+            } else if ((int64_t)g * g < cfg->min_patches || (int64_t)g * g > cfg->max_patches) {
+                snprintf(err, err_len, "%s: packed with --image-preprocess llava: every image is %u x %u = %u patches, "
+                         "outside data.min_patches .. data.max_patches = %d .. %d\n---> HINT: set both to %u", paths[s],
+                         g, g, g * g, cfg->min_patches, cfg->max_patches, g * g);
+                ok = 0;
+            }
         }
         L->shard_base[s + 1] = L->shard_base[s] + (int64_t)L->shards[s].n;
     }
@@ -991,6 +1010,8 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
         loader_close(L);
         return NULL;
     }
+    L->prep.kind = (ImagePrepKind)L->shards[0].info.prep;
+    L->prep.size = (int)L->shards[0].info.prep_size;
     L->N = L->shard_base[ns];
     L->per_epoch = L->N;
     if (L->N < 1) {
@@ -1018,9 +1039,11 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     int64_t g = 0, gi = 0, first_over = -1;
     for (int s = 0; s < ns; s++) {
         const Shard* sh = &L->shards[s];
-        int same = sh->info.patch == (uint32_t)cfg->patch && sh->info.min_patches == (uint32_t)cfg->min_patches &&
-                   sh->info.max_patches == (uint32_t)cfg->max_patches;
+        int same = (sh->info.patch == (uint32_t)cfg->patch && sh->info.min_patches == (uint32_t)cfg->min_patches &&
+                    sh->info.max_patches == (uint32_t)cfg->max_patches) ||
+                   sh->info.prep == IMAGE_PREP_LLAVA; /* LLaVA's grid is the pack's (checked above) */
         HMIX(sh->info.tokenizer_hash);
+        if (sh->info.prep) HMIX(sh->info.prep), HMIX(sh->info.prep_size); /* version 2 shards only: older positions stay valid */
         for (uint64_t i = 0; i < sh->n; i++, g++) {
             const ShardEntry* e = &sh->entries[i];
             L->img_base[g] = gi;

@@ -114,11 +114,11 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
         snprintf(why, why_len, "image '%.1024s': aspect ratio %dx%d is above 200 (Qwen2-VL smart_resize's limit)", path, w, h);
         return REJECT_BAD_IMAGE;
     }
-    int gh, gw;
-    image_smart_resize(h, w, c->patch, c->min_patches, c->max_patches, &gh, &gw);
-    /* decode it fully, at the scale the loader will use: entropy-coded data is read to the end */
-    uint8_t* rgb = jpeg_decode_rgb(jc, *data, *len, image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow, &oh, e,
-                                   sizeof e);
+    int gh, gw, llava = c->prep.kind == IMAGE_PREP_LLAVA;
+    image_prep_grid(&c->prep, h, w, c->patch, c->min_patches, c->max_patches, &gh, &gw);
+    /* decode it fully, at the scale the loader will use (LLaVA's: full size): entropy-coded data is read to the end */
+    uint8_t* rgb = jpeg_decode_rgb(jc, *data, *len, llava ? 1 : image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow,
+                                   &oh, e, sizeof e);
     if (!rgb) {
         snprintf(why, why_len, "image '%.1024s': %s", path, e);
         return REJECT_BAD_IMAGE;
@@ -130,6 +130,12 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
 
 int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     memset(sum, 0, sizeof *sum);
+    if (c->prep.kind == IMAGE_PREP_LLAVA &&
+        (c->prep.size < c->patch || c->prep.size > 16384 || c->prep.size % c->patch || (c->prep.size / c->patch) > 255)) {
+        snprintf(err, err_len, "--image-preprocess llava: --image-size %d must be a multiple of --patch %d in [%d, 16384] "
+                 "with at most 255 patches a side", c->prep.size, c->patch, c->patch);
+        return -1;
+    }
     if (c->patch < 1 || c->patch > 1024 || c->min_patches < 1 || c->max_patches < c->min_patches ||
         c->max_patches > 65535) {
         snprintf(err, err_len, "need 1 <= patch <= 1024 and 1 <= min_patches <= max_patches <= 65535 (got %d, %d, %d)",
@@ -175,7 +181,12 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         return -1;
     }
     ShardInfo info = {.tokenizer_hash = tokenizer_hash(tok), .image_token = image_id, .patch = (uint32_t)c->patch,
-                      .min_patches = (uint32_t)c->min_patches, .max_patches = (uint32_t)c->max_patches};
+                      .min_patches = (uint32_t)c->min_patches, .max_patches = (uint32_t)c->max_patches,
+                      .prep = (uint32_t)c->prep.kind, .prep_size = c->prep.kind ? (uint32_t)c->prep.size : 0};
+    if (c->prep.kind == IMAGE_PREP_LLAVA) { /* every grid is (size / p)^2: min = max = that */
+        uint32_t g = (uint32_t)(c->prep.size / c->patch);
+        info.min_patches = info.max_patches = g * g;
+    }
     uint64_t shard_bytes = (uint64_t)(c->shard_mb * 1048576.0);
     if (shard_bytes < 4096) shard_bytes = 4096;
 

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/image.h"
+
 #include "data/manifest.h"
 
 typedef struct {
@@ -33,6 +35,8 @@ typedef struct {
                                    error and nothing is written (the CLI's default 0.5; 1 = only "none
                                    packable" is an error); the pack stops as soon as the limit is passed */
     int patch, min_patches, max_patches; /* grid stored in the index (the loader recomputes if it differs) */
+    ImagePrep prep;         /* how the loader will preprocess the images (--image-preprocess; recorded in the
+                               shards: IMAGE_PREP_LLAVA writes version 2 shards, every grid (size / p)^2) */
     FILE* progress;         /* progress and rejections (stderr), NULL = quiet */
 } PackConfig;
 

@@ -170,8 +170,14 @@ void shard_writer_abort(ShardWriter* w) {
 
 int shard_writer_close(ShardWriter* w, char* err, size_t err_len) {
     uint8_t h[SHARD_HEADER_SIZE] = {0};
+    if (w->info.prep != 0) { /* version 2: the preprocessing record ends the index */
+        uint8_t t[16] = {'I', 'P', 'R', 'P'};
+        put_u32(t + 4, w->info.prep);
+        put_u32(t + 8, w->info.prep_size);
+        buf_put(&w->index, t, 16);
+    }
     memcpy(h, SHARD_MAGIC, 8);
-    put_u32(h + 8, SHARD_VERSION);
+    put_u32(h + 8, w->info.prep != 0 ? SHARD_VERSION_PREP : SHARD_VERSION);
     put_u32(h + 12, SHARD_HEADER_SIZE);
     put_u64(h + 16, w->count);
     put_u64(h + 24, w->info.tokenizer_hash);
@@ -228,9 +234,9 @@ static int shard_parse(Shard* s, char* err, size_t err_len) {
         return -1;
     }
     uint32_t version = get_u32(h + 8);
-    if (version != SHARD_VERSION) {
-        snprintf(err, err_len, "%s: shard version %u, this build reads version %d (re-pack with this rrfp-mm)", P,
-                 version, SHARD_VERSION);
+    if (version != SHARD_VERSION && version != SHARD_VERSION_PREP) {
+        snprintf(err, err_len, "%s: shard version %u, this build reads versions %d and %d (re-pack with this rrfp-mm)",
+                 P, version, SHARD_VERSION, SHARD_VERSION_PREP);
         return -1;
     }
     if (get_u64(h + 72) != rr_fnv1a64(h, 72) || get_u32(h + 12) != SHARD_HEADER_SIZE) {
@@ -270,6 +276,18 @@ static int shard_parse(Shard* s, char* err, size_t err_len) {
         snprintf(err, err_len, "%s: damaged index (checksum mismatch); the shard's samples cannot be located", P);
         free(ix);
         return -1;
+    }
+    s->info.prep = s->info.prep_size = 0;
+    if (version == SHARD_VERSION_PREP) { /* the preprocessing record at the index's end */
+        if (isz < 16 || memcmp(ix + isz - 16, "IPRP", 4) != 0 || get_u32(ix + isz - 12) != 1 ||
+            get_u32(ix + isz - 8) < 1 || get_u32(ix + isz - 8) > 16384 || get_u32(ix + isz - 4) != 0) {
+            snprintf(err, err_len, "%s: damaged index (version 2 without a valid image-preprocessing record)", P);
+            free(ix);
+            return -1;
+        }
+        s->info.prep = get_u32(ix + isz - 12);
+        s->info.prep_size = get_u32(ix + isz - 8);
+        isz -= 16;
     }
     s->entries = callocCheck(s->n ? s->n : 1, sizeof(ShardEntry));
     size_t n_img = 0, id_bytes = 0, pos = 0;

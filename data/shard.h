@@ -13,6 +13,10 @@
  *     u64 frame offset, u32 frame size, u32 n_tokens, u32 n_supervised, u16 n_images, u16 id length,
  *     id bytes, then per image u16 width, u16 height, u16 grid_h, u16 grid_w (the smart_resize grid
  *     for the header's p / min / max, so a packer plans without decoding)
+ *   version 2 (written only by `pack --image-preprocess llava`; a default pack stays version 1, byte for
+ *   byte): the index ends with a 16-byte record of how the images are to be preprocessed: "IPRP",
+ *   u32 kind (1 = LLaVA-1.5's, data/image.h), u32 output side (336), u32 0; the grids above are then
+ *   (side / p) x (side / p). Covered by the index checksum like the entries.
  *
  * Damage is local: a bad header or index makes the whole shard unreadable (reported by file); a
  * frame that fails zstd's checksum or does not match its index entry loses that sample only. */
@@ -25,6 +29,7 @@
 
 #define SHARD_MAGIC "RRFPSHRD"
 #define SHARD_VERSION 1
+#define SHARD_VERSION_PREP 2 /* with the image-preprocessing record */
 #define SHARD_HEADER_SIZE 80
 #define SHARD_MAX_IMAGES 16
 
@@ -46,6 +51,7 @@ typedef struct {
     uint64_t tokenizer_hash;
     int32_t image_token;
     uint32_t patch, min_patches, max_patches;
+    uint32_t prep, prep_size; /* ImagePrepKind (0 = smart_resize, version 1) and the LLaVA output side */
 } ShardInfo;
 
 /* ---- writer ---- */

@@ -73,6 +73,12 @@ typedef struct {
     int max_T, max_S, H, d, ld_qkv;
 } AttnReserve;
 
+/* Elementwise activations of Backend.act_forward / act_backward (the CLIP tower and Hugging Face's
+ * projector): GELU_TANH is gelu_forward's; GELU_ERF the exact 0.5 x (1 + erf(x / sqrt 2)) (torch's
+ * nn.GELU(), LLaVA's `gelu`); QUICK_GELU x * sigmoid(1.702 x) (OpenAI CLIP's). */
+typedef enum { ACT_GELU_TANH = 0, ACT_GELU_ERF = 1, ACT_QUICK_GELU = 2 } Act;
+const char* act_name(Act a);
+
 /* ------------------------------------------------------------------------------------------------
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
  * All pointers passed to a backend's ops live in that backend's memory. */
@@ -226,6 +232,22 @@ typedef struct Backend {
      * of that stream only; the CPU backend runs every op in call order and ignores it. The static
      * tables have NULL; backend_on_stream makes a bound copy. */
     void* stream;
+
+    /* ---- the CLIP tower's ops (vision/vit.c, model.vision_arch = clip), after `stream` so that a table
+     * written before them (the CUDA backend's, positional) leaves them NULL: a caller that needs them
+     * checks and refuses naming the backend. */
+    /* out = act(inp) elementwise over n values (in place allowed); backward: dinp += act'(inp) * dout. */
+    void (*act_forward)(const struct Backend* be, float* out, const float* inp, size_t n, Act act);
+    void (*act_backward)(const struct Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+    /* Weighted row gather: out (N, C) += sum over k < K of w[n K + k] * table[idx[n K + k], :] (w NULL:
+     * every weight 1; idx < 0: the tap is skipped). The class token, the patch rows' placement among the
+     * tokens, the bicubic-interpolated position embeddings (K = 16 taps) and the features without the
+     * class token are all this op. backward: dtable[idx[n K + k], :] += w[n K + k] * dout[n, :]
+     * (deterministic: the same bits whatever the threads). */
+    void (*rows_gather_forward)(const struct Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+                                int K, int C);
+    void (*rows_gather_backward)(const struct Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
+                                 int K, int C);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -19,8 +19,9 @@ check_unknown() {
         fail=1
     fi
 }
-cmds=(version train eval tensors tokenizer sim trace demo-data pack import report)
-subs=("tokenizer train" "tokenizer encode" "tokenizer decode" "tokenizer info" "tensors ls" "tensors diff" "import llama")
+cmds=(version train eval tensors tokenizer sim trace demo-data pack import export report)
+subs=("tokenizer train" "tokenizer encode" "tokenizer decode" "tokenizer info" "tensors ls" "tensors diff" "import llama"
+      "import llava" "import clip" "export hf")
 # every command listed by `rrfp-mm --help` is covered here
 for c in $("$BIN" --help | awk '/^commands:/{on=1; next} on && !NF {exit} on {print $1}'); do
     [[ " ${cmds[*]} " == *" $c "* ]] || { echo "FAIL: command '$c' is not covered by this test"; fail=1; }

@@ -114,6 +114,10 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
   set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                        ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+  # the same with the CLIP tower and the exact-GELU projector (clip_ops.cu)
+  add_test(NAME model_gpu_emu_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_clip)
+  set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
+                       ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 endif()
 # rrfp-mm on the emulated CUDA backend (a tool for finding host code that touches device memory, e.g.
 # `rrfp-mm-emu train recipes/test-synthetic.ini --set runtime.backend=cuda`, and the executable of the
@@ -140,6 +144,13 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 4)
   set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
+  # the CLIP tower trained on the emulated CUDA backend against the CPU backend (RESUME=0: train_cuda_emu
+  # covers checkpointing)
+  add_test(NAME train_cuda_emu_clip
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip 4)
+  set_tests_properties(train_cuda_emu_clip PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
   add_test(NAME train_cuda_emu_pp2
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6

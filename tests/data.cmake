@@ -11,6 +11,9 @@ target_link_libraries(data_image_tool PRIVATE rrfp_core)
 add_test(NAME data_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data_pillow.py $<TARGET_FILE:data_image_tool>
          ${CMAKE_CURRENT_BINARY_DIR}/data_pillow)
 set_tests_properties(data_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+add_test(NAME data_llava_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data_llava_pillow.py $<TARGET_FILE:data_image_tool>
+         ${CMAKE_CURRENT_BINARY_DIR}/data_llava_pillow)
+set_tests_properties(data_llava_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # pack on good + every kind of bad record; loader round trip of real photographs (see the script)
 add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data_pack_errors.sh $<TARGET_FILE:rrfp-mm>
@@ -28,3 +31,9 @@ set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS
 # loader throughput program (bench/loader.sh runs it against bench/loader_pil.py)
 add_executable(rrfp-bench-loader bench/bench_loader.c)
 target_link_libraries(rrfp-bench-loader PRIVATE rrfp_core)
+# pack --image-preprocess llava -> version 2 shards -> the loader's LLaVA pixels -> a CLIP model trains;
+# refusals name model.patch / data.min_patches
+add_test(NAME pack_llava
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pack llava: ok" ${CMAKE_SOURCE_DIR}/tests/pack_llava.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/pack_llava)
+set_tests_properties(pack_llava PROPERTIES TIMEOUT 300)

@@ -2,7 +2,9 @@
  *   smart                         reads "h w p min max" lines on stdin, prints "grid_h grid_w"
  *   decode  IN.jpg SCALE OUT      raw RGB8 of the DCT-scaled decode; prints "w h"
  *   resize  IN.jpg P MIN MAX OUT  float32 RGB (0..255) after decode + resize; prints "gh gw scale"
- *   patches IN.jpg P MIN MAX OUT  float32 normalised patches (image_load_patches); prints "gh gw" */
+ *   patches IN.jpg P MIN MAX OUT  float32 normalised patches (image_load_patches); prints "gh gw"
+ *   llava_px IN.jpg SIZE OUT      RGB8 after expand2square + the Pillow-exact bicubic resize to SIZE x SIZE
+ *   llava   IN.jpg P SIZE OUT     float32 patches of --image-preprocess llava (image_patches_into_prep) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +67,30 @@ int main(int argc, char** argv) {
             rr_die("%s: %s", argv[2], err);
         save(argv[6], pt, sizeof(float) * (size_t)gh * gw * p * p * 3);
         printf("%d %d\n", gh, gw);
+        free(pt), free(b);
+    } else if (!strcmp(argv[1], "llava_px") && argc == 5) {
+        size_t n;
+        uint8_t* b = load(argv[2], &n);
+        int w, h, S = atoi(argv[3]);
+        uint8_t* rgb = jpeg_decode_rgb(c, b, n, 1, &w, &h, err, sizeof err);
+        if (!rgb) rr_die("%s: %s", argv[2], err);
+        int side = w > h ? w : h;
+        uint8_t* sq = mallocCheck((size_t)side * side * 3);
+        image_expand2square(rgb, w, h, sq);
+        uint8_t* px = mallocCheck((size_t)S * S * 3);
+        image_resize_bicubic_u8(sq, side, side, px, S, S);
+        save(argv[4], px, (size_t)S * S * 3);
+        printf("%d %d\n", w, h);
+        free(px), free(sq), free(rgb), free(b);
+    } else if (!strcmp(argv[1], "llava") && argc == 6) {
+        size_t n;
+        uint8_t* b = load(argv[2], &n);
+        int p = atoi(argv[3]), S = atoi(argv[4]), g = S / p;
+        ImagePrep prep = {IMAGE_PREP_LLAVA, S};
+        float* pt = mallocCheck(sizeof(float) * (size_t)g * g * p * p * 3);
+        if (image_patches_into_prep(c, b, n, &prep, p, 1, 1, g, g, pt, err, sizeof err)) rr_die("%s: %s", argv[2], err);
+        save(argv[5], pt, sizeof(float) * (size_t)g * g * p * p * 3);
+        printf("%d %d\n", g, g);
         free(pt), free(b);
     } else {
         return 2;

@@ -6,8 +6,14 @@ add_test(NAME model_fd COMMAND test_model fd)
 add_test(NAME model_split_bitwise COMMAND test_model split)
 add_test(NAME model_pipeline_stages COMMAND test_model stages)
 add_test(NAME model_freeze COMMAND test_model freeze)
+# the CLIP tower (model.vision_arch = clip) through the same checks
+add_test(NAME model_fd_clip COMMAND test_model fd_clip)
+add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
+add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
 add_test(NAME model_gpu COMMAND test_model gpu)
 set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+add_test(NAME model_gpu_clip COMMAND test_model gpu_clip)
+set_tests_properties(model_gpu_clip PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
@@ -37,6 +43,12 @@ foreach(n 1 2)
            COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-${n}'")
   set_tests_properties(model_torch_trainer_dump${n} PROPERTIES LABELS torch TIMEOUT 120)
 endforeach()
+# the CLIP tower's step (model.vision_arch = clip: position embeddings interpolated to the synthetic images'
+# grids, the exact-GELU projector) against the reference's ClipViT (F.interpolate's own backward)
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_clip)
+add_test(NAME model_torch_trainer_dump_clip
+         COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=1 --set train.run_dir='${dir}' --set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-1'")
+set_tests_properties(model_torch_trainer_dump_clip PROPERTIES LABELS torch TIMEOUT 120)
 # the same checker on a pipelined step's per-stage dump (weights.ppRcC, grads.ppRcC, microbatch-m.ppRcC):
 # stage 2 of a pp=2 run with the split backward, and stage 1 of an interleaved pp=2 x 2 chunks run
 foreach(v 1f1b zbh1 interleaved)
@@ -74,6 +86,6 @@ set_tests_properties(model_torch_trainer_dump_eps PROPERTIES LABELS torch TIMEOU
 # vocabulary-parallel cross-entropy on in-process ranks against the unsplit op.
 add_executable(test_tp tests/test_tp.c)
 target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
-foreach(t split init ce lm vit proj embed)
+foreach(t split init ce lm vit proj embed vit_clip proj_clip)
   add_test(NAME tp_${t} COMMAND test_tp ${t})
 endforeach()

@@ -143,7 +143,19 @@ foreach(l "1;2;1;" "1;4;1;--set;model.vision_heads=4;--set;model.text_heads=4" "
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/${name} ${pp} ${tp} ${dp} 2 ${extra})
   set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 500)
 endforeach()
+# the CLIP tower (model.vision_arch = clip, feature layer -2: a never-run frozen block) under pp 2 x tp 2
+set(clip_sets --set model.text_layers=4 --set model.vision_arch=clip --set model.vision_layers=2
+    --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu)
+add_test(NAME tp_train_pp2tp2dp1_clip
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/tp_train.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_train_pp2tp2dp1_clip 2 2 1 2 ${clip_sets})
+set_tests_properties(tp_train_pp2tp2dp1_clip PROPERTIES LABELS mpi TIMEOUT 500)
 add_test(NAME tp_kill_peer
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "kill at tp 2: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_kill.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_kill_peer 2)
 set_tests_properties(tp_kill_peer PROPERTIES LABELS mpi TIMEOUT 400)
+# export hf of a pp 2 x tp 2 checkpoint (slices reassembled), imported back: bit for bit
+add_test(NAME export_hf_layout_pp2tp2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "export hf layout: ok" ${CMAKE_SOURCE_DIR}/tests/export_hf_layout.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/export_hf_layout)
+set_tests_properties(export_hf_layout_pp2tp2 PROPERTIES LABELS mpi TIMEOUT 300)

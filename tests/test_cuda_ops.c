@@ -91,6 +91,7 @@ void emu_require_stream(void* stream); /* cudaStream_t: see tests/cuda_emu/cuda_
 
 typedef enum {
     OP_LINEAR, OP_LINEAR_GELU, OP_LAYERNORM, OP_RMSNORM, OP_GELU, OP_SWIGLU, OP_ADD, OP_ROPE, OP_ROPE2D, OP_EMBEDDING, OP_CE, OP_ATTENTION,
+    OP_GELU_ERF, OP_QUICK_GELU, OP_GATHER, /* the CLIP tower's (OP_GATHER: N rows of C, H = K taps into OC table rows) */
     OP_SUMSQ, OP_SCALE, OP_ADAMW /* the step end: N values */
 } OpKind;
 
@@ -142,6 +143,13 @@ static const OpCase CASES[] = {
     {"rope2d_strided", OP_ROPE2D, .N = 11, .H = 3, .d = 12, .ld = 3 * 3 * 12 + 5},
     {"embedding_repeats", OP_EMBEDDING, .N = 400, .C = 70, .OC = 50},
     {"embedding_empty", OP_EMBEDDING, .N = 0, .C = 7, .OC = 5},
+    {"gelu_erf_odd", OP_GELU_ERF, .N = 3, .C = 337},
+    {"gelu_erf_inplace", OP_GELU_ERF, .N = 3, .C = 29, .flags = CASE_INPLACE},
+    {"quick_gelu_odd", OP_QUICK_GELU, .N = 3, .C = 337},
+    {"quick_gelu_empty", OP_QUICK_GELU, .N = 0, .C = 29},
+    {"gather_k1", OP_GATHER, .N = 40, .C = 33, .OC = 30, .H = 1},
+    {"gather_k16", OP_GATHER, .N = 130, .C = 70, .OC = 26, .H = 16},
+    {"gather_empty", OP_GATHER, .N = 0, .C = 7, .OC = 5, .H = 16},
     {"ce_ignore", OP_CE, .N = 13, .C = 21, .flags = CASE_IGNORE},
     {"ce_vocab", OP_CE, .N = 64, .C = 5003, .flags = CASE_IGNORE},
     {"ce_empty", OP_CE, .N = 0, .C = 11},
@@ -464,6 +472,47 @@ static void run_embedding(const OpCase* tc) {
     cu->free(table_d), cu->free(dy_d), cu->free(out_d), cu->free(dt_d), cu->free(ids_d);
 }
 
+/* act_forward / act_backward: the same kernel_math.h functions in double on both sides: ELEM (device
+ * erf / exp of double within an ulp of double, invisible after rounding to float, as RoPE's cos / sin). */
+static void run_act(const OpCase* tc) {
+    size_t n = (size_t)tc->N * tc->C;
+    Act act = tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU;
+    int inplace = tc->flags & CASE_INPLACE;
+    float *a = hrand(n, 6), *dy = hrand(n, 1), *out = hrand(n, 1), *da = hrand(n, 1);
+    float *a_d = up(a, n), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
+    float* ref_in = hcopy(a, n);
+    refb->act_forward(refb, inplace ? a : out, a, n, act);
+    cu->act_forward(cu, inplace ? a_d : out_d, a_d, n, act);
+    cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
+    refb->act_backward(refb, da, dy, ref_in, n, act);
+    float* in_d = up(ref_in, n);
+    cu->act_backward(cu, da_d, dy_d, in_d, n, act);
+    cmp("dinp", da_d, da, n, TOL_ELEM);
+    free(a), free(dy), free(out), free(da), free(ref_in);
+    cu->free(a_d), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(in_d);
+}
+
+/* rows_gather: the forward adds the K taps in the CPU's order: ELEM (a few ulps of the sum); the backward
+ * adds with float atomics in another order: EMB's bound. */
+static void run_gather(const OpCase* tc) {
+    int N = tc->N, C = tc->C, R = tc->OC, K = tc->H;
+    size_t n = (size_t)N * C, nt = (size_t)R * C, nk = (size_t)N * K;
+    int* idx = mallocCheck((nk ? nk : 1) * sizeof(int));
+    for (size_t i = 0; i < nk; i++) idx[i] = i % 7 == 3 ? -1 : (int)(rng_u64() % R); /* skipped and shared rows */
+    float *w = hrand(nk, 1), *table = hrand(nt, 1), *out = hrand(n, 1), *dy = hrand(n, 1), *dt = hrand(nt, 1);
+    float *w_d = up(w, nk), *table_d = up(table, nt), *out_d = up(out, n), *dy_d = up(dy, n), *dt_d = up(dt, nt);
+    int* idx_d = upi(idx, nk);
+    const float* wh = K == 1 ? NULL : w; /* K = 1: every weight 1 (the NULL form) */
+    refb->rows_gather_forward(refb, out, idx, wh, table, N, K, C);
+    cu->rows_gather_forward(cu, out_d, idx_d, K == 1 ? NULL : w_d, table_d, N, K, C);
+    cmp("out", out_d, out, n, TOL_ELEM);
+    refb->rows_gather_backward(refb, dt, dy, idx, wh, N, K, C);
+    cu->rows_gather_backward(cu, dt_d, dy_d, idx_d, K == 1 ? NULL : w_d, N, K, C);
+    cmp("dtable", dt_d, dt, nt, TOL_EMB_BWD);
+    free(idx), free(w), free(table), free(out), free(dy), free(dt);
+    cu->free(w_d), cu->free(table_d), cu->free(out_d), cu->free(dy_d), cu->free(dt_d), cu->free(idx_d);
+}
+
 static void run_ce(const OpCase* tc) {
     int N = tc->N, V = tc->C;
     size_t n = (size_t)N * V;
@@ -702,6 +751,9 @@ int main(int argc, char** argv) {
         case OP_ROPE:
         case OP_ROPE2D: run_rope(tc); break;
         case OP_EMBEDDING: run_embedding(tc); break;
+        case OP_GELU_ERF:
+        case OP_QUICK_GELU: run_act(tc); break;
+        case OP_GATHER: run_gather(tc); break;
         case OP_CE: run_ce(tc); break;
         case OP_ATTENTION: run_attention(tc); break;
         case OP_SUMSQ: run_sumsq(tc); break;

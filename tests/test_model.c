@@ -29,6 +29,19 @@
 #include "tests/test_model_util.h"
 
 static int failures = 0;
+/* `fd_clip`, `split_clip`, `freeze_clip`: the same tests with the CLIP tower (model.vision_arch = clip),
+ * LLaVA's feature layer -2 (so the last block is registered, frozen and never run) and the exact-GELU
+ * projector; its image sizes chosen so that some images have the position grid and others are
+ * interpolated. */
+static int g_clip = 0;
+static void clip_config(ModelConfig* c) {
+    if (!g_clip) return;
+    c->vision_arch = 1;
+    c->Lv = 3;
+    c->vision_feature_layer = -2;
+    c->vision_image_size = 3 * c->patch; /* a 3 x 3 grid */
+    c->projector_act = ACT_GELU_ERF;
+}
 #define EXPECT(cond, ...)                                          \
     do {                                                           \
         if (!(cond)) {                                             \
@@ -53,7 +66,8 @@ static void test_fd(void) {
      * linear regime and a wrong derivative term shows. */
     ModelConfig c = {.patch = 2, .Dv = 8, .Lv = 2, .Hv = 2, .Dt = 8, .Lt = 2, .Ht = 2, .F = 12, .V = 11,
                      .min_patches = 1, .max_patches = 16, .init_std = 0.3f, .seed = 5};
-    const char* spec = "p1 i2x2 a3 | p1 i1x3 p1 a2 i2x1 a2 | a3";
+    clip_config(&c);
+    const char* spec = g_clip ? "p1 i3x3 a3 | p1 i1x3 p1 a2 i2x4 a2 | a3" : "p1 i2x2 a3 | p1 i1x3 p1 a2 i2x1 a2 | a3";
     uint64_t rng = 11;
     Microbatch mb;
     tm_microbatch(&mb, spec, c.V, c.patch, &rng);
@@ -75,10 +89,22 @@ static void test_fd(void) {
     const double atol = 1e-4, rtol = 2e-3;
     int checked = 0;
     double worst = 0;
+    int n_frozen = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         float* w = pt->data + s->offset;
-        const float* g = pt->grad + s->offset;
+        if (s->frozen) { /* CLIP's blocks past the feature layer and post_ln: never run, the loss ignores them */
+            EXPECT(g_clip, "%s is frozen in a test that freezes nothing", s->name);
+            float w0 = w[0];
+            w[0] = w0 + 0.5f;
+            double lp = fd_loss(&st, &a, &mb);
+            w[0] = w0;
+            double l0 = fd_loss(&st, &a, &mb);
+            EXPECT(lp == l0, "%s is never run, yet changing it changes the loss (%.9g -> %.9g)", s->name, l0, lp);
+            n_frozen++;
+            continue;
+        }
+        const float* g = pt->grad + s->goff;
         size_t pick[3];
         size_t amax = 0;
         for (size_t k = 1; k < s->numel; k++)
@@ -103,7 +129,9 @@ static void test_fd(void) {
             checked++;
         }
     }
-    printf("fd: %d elements of %d tensors checked, worst |diff|/tol = %.3f\n", checked, pt->n, worst);
+    if (g_clip) EXPECT(n_frozen == 12 + 2, "the CLIP tower froze %d tensors, expected block 2's 12 and post_ln's 2", n_frozen);
+    printf("fd: %d elements of %d tensors checked (%d never run), worst |diff|/tol = %.3f\n", checked, pt->n - n_frozen,
+           n_frozen, worst);
     stage_acts_free(&a, &st);
     stage_free(&st);
     tm_microbatch_free(&mb);
@@ -114,6 +142,7 @@ static void test_fd(void) {
 static ModelConfig small_config(int Lt) {
     ModelConfig c = {.patch = 4, .Dv = 32, .Lv = 2, .Hv = 2, .Dt = 48, .Lt = Lt, .Ht = 4, .F = 96, .V = 97,
                      .min_patches = 1, .max_patches = 64, .init_std = 0.1f, .seed = 77};
+    clip_config(&c);
     return c;
 }
 static const char* SPECS[] = {
@@ -165,10 +194,14 @@ static void test_split(void) {
     for (int m = 0; m < NMB; m++) EXPECT(memcmp(&lf[m], &ls[m], sizeof(float)) == 0, "loss of microbatch %d: fused %.9g, split %.9g", m, lf[m], ls[m]);
     const ParamTable *pf = &fused.params, *ps = &split.params;
     EXPECT(pf->total == ps->total, "parameter counts differ");
-    int nz = 0;
+    int nz = 0, nfz = 0;
     for (int i = 0; i < pf->n; i++) {
         const ParamSpec* s = &pf->specs[i];
-        const float *gf = pf->grad + s->offset, *gs = ps->grad + s->offset;
+        if (s->frozen) {
+            nfz++;
+            continue;
+        }
+        const float *gf = pf->grad + s->goff, *gs = ps->grad + s->goff;
         size_t bad = 0;
         double gmax = 0;
         for (size_t k = 0; k < s->numel; k++) {
@@ -181,7 +214,8 @@ static void test_split(void) {
     }
     /* every tensor must receive gradient here (images and text in every microbatch), or the
      * comparison would be vacuous for it */
-    EXPECT(nz == pf->n, "only %d of %d tensors received a nonzero gradient", nz, pf->n);
+    EXPECT(nz == pf->n - nfz, "only %d of %d tensors received a nonzero gradient", nz, pf->n - nfz);
+    EXPECT(nfz == (g_clip ? 12 + 2 : 0), "%d tensors frozen", nfz);
     printf("split: %d tensors, %zu gradient floats, B/W vs fused bitwise equal: %s\n", pf->n, pf->total,
            failures ? "no" : "yes");
     for (int m = 0; m < NMB; m++) stage_acts_free(&sa[m], &split);
@@ -417,6 +451,11 @@ static void test_stages(void) {
                 seen++;
                 EXPECT(memcmp(params_data(pt, i), params_data(&one.params, j), sp->numel * sizeof(float)) == 0,
                        "%d stages: initial '%s' differs from the single stage's", P, sp->name);
+                if (!params_grad(pt, i) || !params_grad(&one.params, j)) { /* CLIP's never-run tensors */
+                    EXPECT(!params_grad(pt, i) && !params_grad(&one.params, j) && g_clip,
+                           "%d stages: '%s' frozen in one run only", P, sp->name);
+                    continue;
+                }
                 EXPECT(memcmp(params_grad(pt, i), params_grad(&one.params, j), sp->numel * sizeof(float)) == 0,
                        "%d stages: gradient of '%s' differs from the single stage's", P, sp->name);
             }
@@ -459,7 +498,7 @@ static double table_rel_err(const ParamTable* pt, const float* a, const float* b
     const ParamSpec* s = &pt->specs[i];
     double d = 0, n = 0;
     for (size_t k = 0; k < s->numel; k++) {
-        double x = a[s->offset + k], y = b[s->offset + k];
+        double x = a[s->goff + k], y = b[s->goff + k]; /* gradients: goff (== offset when nothing is frozen) */
         d += (x - y) * (x - y);
         n += y * y;
     }
@@ -467,8 +506,9 @@ static double table_rel_err(const ParamTable* pt, const float* a, const float* b
 }
 
 static float* table_host(const ParamTable* pt, int grads) {
-    float* h = mallocCheck(pt->total * sizeof(float));
-    pt->be->copy_d2h(pt->be, h, grads ? pt->grad : pt->data, pt->total * sizeof(float));
+    size_t n = grads ? pt->gtotal : pt->total; /* the gradients of the trainable tensors only */
+    float* h = mallocCheck((n ? n : 1) * sizeof(float));
+    pt->be->copy_d2h(pt->be, h, grads ? pt->grad : pt->data, n * sizeof(float));
     return h;
 }
 
@@ -528,13 +568,15 @@ static void test_gpu(void) {
     double worst = 0;
     for (int i = 0; i < sc.params.n; i++) {
         const char* name = sc.params.specs[i].name;
+        if (sc.params.specs[i].frozen) continue; /* CLIP's never-run tensors */
         double e = table_rel_err(&sc.params, gg, gc, i);
         if (e > worst) worst = e;
         EXPECT(e <= 1e-5, "gradient of %s: CUDA vs CPU relative error %.2e > 1e-5", name, e);
         /* split vs fused on CUDA: bitwise, except the embedding, whose CUDA backward adds with
          * atomics (the order of equal-id rows varies from run to run): round-off there */
         double es = table_rel_err(&sc.params, gs, gg, i);
-        if (!strcmp(name, "text.embed.weight"))
+        if (!strcmp(name, "text.embed.weight") || !strcmp(name, "vision.pos_embed.weight") ||
+            !strcmp(name, "vision.class_embedding")) /* atomics: the rows many tokens share */
             EXPECT(es <= 1e-6, "gradient of %s: CUDA split vs fused relative error %.2e", name, es);
         else
             EXPECT(es == 0, "gradient of %s: CUDA split vs fused differ (relative %.2e), expected bitwise", name, es);
@@ -588,8 +630,16 @@ static void test_bad(const char* what) {
 
 int main(int argc, char** argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s fd|split|stages\n", argv[0]);
+        fprintf(stderr, "usage: %s fd|split|stages[_clip]\n", argv[0]);
         return 2;
+    }
+    char mode[64];
+    snprintf(mode, sizeof mode, "%s", argv[1]);
+    size_t ml = strlen(mode);
+    if (ml > 5 && !strcmp(mode + ml - 5, "_clip")) {
+        g_clip = 1;
+        mode[ml - 5] = 0;
+        argv[1] = mode;
     }
     if (!strcmp(argv[1], "fd"))
         test_fd();

@@ -257,6 +257,38 @@ static void case_embedding(int N, int C, int V) {
     free(ids), free(t), free(yb), free(yf);
 }
 
+/* the CLIP tower's: act_forward (rounded output; backward f32: the same bits) and rows_gather (the f32 sum
+ * into the accumulator, then the stored output rounded) */
+static void case_act(int which) {
+    size_t n = 3 * 337;
+    Act act = which ? ACT_QUICK_GELU : ACT_GELU_ERF;
+    float *a = hrand(n, 3), *yb = hrand(n, 1), *yf = hrand(n, 1);
+    backend_cpu_bf16.act_forward(&backend_cpu_bf16, yb, a, n, act);
+    backend_cpu.act_forward(&backend_cpu, yf, a, n, act);
+    check_rounded("out", yb, yf, 1, n, n);
+    float *dy = hrand(n, 1), *db = hrand(n, 1), *df = hdup(db, n);
+    backend_cpu_bf16.act_backward(&backend_cpu_bf16, db, dy, a, n, act);
+    backend_cpu.act_backward(&backend_cpu, df, dy, a, n, act);
+    check_same("dinp", db, df, n);
+    free(a), free(yb), free(yf), free(dy), free(db), free(df);
+}
+
+static void case_gather(int K) {
+    int N = 130, C = 70, R = 26;
+    int* idx = mallocCheck((size_t)N * K * sizeof(int));
+    for (int i = 0; i < N * K; i++) idx[i] = i % 7 == 3 ? -1 : (int)((rng_sym() + 1.0f) * 0.5f * (R - 1));
+    float *w = hrand((size_t)N * K, 1), *t = hrand((size_t)R * C, 1), *yb = hrand((size_t)N * C, 1);
+    float* yf = hdup(yb, (size_t)N * C); /* the op adds: from the same start */
+    backend_cpu_bf16.rows_gather_forward(&backend_cpu_bf16, yb, idx, w, t, N, K, C);
+    backend_cpu.rows_gather_forward(&backend_cpu, yf, idx, w, t, N, K, C);
+    check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
+    float *dy = hrand((size_t)N * C, 1), *db = hrand((size_t)R * C, 1), *df = hdup(db, (size_t)R * C);
+    backend_cpu_bf16.rows_gather_backward(&backend_cpu_bf16, db, dy, idx, w, N, K, C);
+    backend_cpu.rows_gather_backward(&backend_cpu, df, dy, idx, w, N, K, C);
+    check_same("dtable", db, df, (size_t)R * C);
+    free(idx), free(w), free(t), free(yb), free(yf), free(dy), free(db), free(df);
+}
+
 static void case_ce(int N, int V) {
     int* tg = mallocCheck((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = i % 4 == 3 ? -100 : (int)((rng_sym() + 1.0f) * 0.5f * (V - 1));
@@ -324,7 +356,8 @@ static const Case CASES[] = {
     {"gelu", run_elem, 0},                  {"swiglu", run_elem, 1},            {"add", run_elem, 2},
     {"rope", run_rope, 0},                  {"rope2d", run_rope, 1},            {"embedding", run_embedding, 0},
     {"crossentropy", run_ce, 0},            {"attn_causal", run_attention, 1},  {"attn_bidir", run_attention, 0},
-    {"round_bf16", run_round, 0},
+    {"round_bf16", run_round, 0},           {"gelu_erf", case_act, 0},          {"quick_gelu", case_act, 1},
+    {"rows_gather", case_gather, 16},
 };
 
 int main(int argc, char** argv) {

@@ -33,6 +33,9 @@ typedef enum {
     OP_ROPE2D,    /* same */
     OP_EMBEDDING, /* N ids into a (OC = V, C) table */
     OP_CE,        /* N rows of C = V logits */
+    OP_GELU_ERF,  /* N*C values: act_forward(ACT_GELU_ERF) */
+    OP_QUICK_GELU, /* N*C values: act_forward(ACT_QUICK_GELU) */
+    OP_GATHER,    /* rows_gather: N rows of C from an (OC, C) table, H = K taps per row */
 } OpKind;
 
 enum {
@@ -100,6 +103,15 @@ static const OpCase CASES[] = {
     {"ce_ignore", OP_CE, 13, 21, 0, 0, 0, 0, CASE_IGNORE, 2e-6, 5e-6},
     {"ce_all_ignored", OP_CE, 4, 11, 0, 0, 0, 0, CASE_ALL_IGN, 2e-6, 5e-6},
     {"ce_parallel", OP_CE, 64, 513, 0, 0, 0, 0, CASE_IGNORE, 2e-6, 5e-6},
+    /* the CLIP tower's: elementwise bounds as GELU; the gather sums at most K = 16 products, so the
+     * elementwise forward bound holds (1e-6 ~ 8 eps) */
+    {"gelu_erf_odd", OP_GELU_ERF, 1, 37, 0, 0, 0, 0, 0, 1e-6, 5e-6},
+    {"gelu_erf_parallel", OP_GELU_ERF, 150, 130, 0, 0, 0, 0, CASE_INPLACE, 1e-6, 5e-6},
+    {"quick_gelu_odd", OP_QUICK_GELU, 3, 29, 0, 0, 0, 0, 0, 1e-6, 5e-6},
+    {"quick_gelu_parallel", OP_QUICK_GELU, 150, 130, 0, 0, 0, 0, CASE_INPLACE, 1e-6, 5e-6},
+    {"gather_k1", OP_GATHER, 9, 7, 5, 1, 0, 0, 0, 1e-6, 5e-6},
+    {"gather_k16", OP_GATHER, 13, 11, 10, 16, 0, 0, 0, 1e-6, 5e-6},
+    {"gather_parallel", OP_GATHER, 300, 130, 50, 16, 0, 0, 0, 1e-6, 5e-6},
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -129,6 +141,7 @@ typedef struct {
     size_t out_diff;          /* the leading outputs the loss sum(out * R) covers */
     int* ints;                /* ids / targets / positions */
     size_t n_ints;
+    float* tap_w;             /* rows_gather's tap weights (constants, not differentiated) */
 } Problem;
 
 static void problem_setup(const OpCase* tc, Problem* p) {
@@ -157,10 +170,25 @@ static void problem_setup(const OpCase* tc, Problem* p) {
         p->out_diff = NC, p->out_size = NC + N; /* out | rstd */
         break;
     case OP_GELU:
+    case OP_GELU_ERF:
+    case OP_QUICK_GELU:
         p->n_in = 1;
         p->in_name[0] = "inp", p->in_size[0] = NC;
         p->out_size = p->out_diff = NC;
         break;
+    case OP_GATHER: {
+        int K = tc->H;
+        p->n_in = 1;
+        p->in_name[0] = "table", p->in_size[0] = (size_t)OC * C, p->in_is_weight[0] = 1;
+        p->out_size = p->out_diff = NC;
+        p->n_ints = (size_t)N * K, p->ints = malloc(p->n_ints * sizeof(int));
+        p->tap_w = malloc(p->n_ints * sizeof(float));
+        for (size_t i = 0; i < p->n_ints; i++) {
+            p->ints[i] = i % 7 == 3 ? -1 : rng_int(OC); /* skipped taps, and rows shared by many taps */
+            p->tap_w[i] = K == 1 ? 1.0f : rng_sym();
+        }
+        break;
+    }
     case OP_SWIGLU:
     case OP_ADD:
         p->n_in = 2;
@@ -254,6 +282,23 @@ static void ref_forward(const OpCase* tc, const Problem* p, double* const* in, d
     case OP_SWIGLU:
         for (size_t i = 0; i < NC; i++) out[i] = in[0][i] / (1.0 + exp(-in[0][i])) * in[1][i];
         break;
+    case OP_GELU_ERF: /* torch.nn.GELU(): x Phi(x) */
+        for (size_t i = 0; i < NC; i++) out[i] = in[0][i] * 0.5 * erfc(-in[0][i] / sqrt(2.0));
+        break;
+    case OP_QUICK_GELU: /* OpenAI CLIP: x sigmoid(1.702 x) */
+        for (size_t i = 0; i < NC; i++) out[i] = in[0][i] / (1.0 + exp(-1.702 * in[0][i]));
+        break;
+    case OP_GATHER:
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                double sum = 0;
+                for (int k = 0; k < tc->H; k++) {
+                    int r = p->ints[(size_t)n * tc->H + k];
+                    if (r >= 0) sum += (double)p->tap_w[(size_t)n * tc->H + k] * in[0][(size_t)r * C + c];
+                }
+                out[(size_t)n * C + c] = sum;
+            }
+        break;
     case OP_ADD:
         for (size_t i = 0; i < NC; i++) out[i] = in[0][i] + in[1][i];
         break;
@@ -315,6 +360,21 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
         }
         break;
     case OP_SWIGLU: be->swiglu_forward(be, out, in[0], in[1], NC); break;
+    case OP_GELU_ERF:
+    case OP_QUICK_GELU: {
+        Act act = tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU;
+        if (tc->flags & CASE_INPLACE) {
+            memcpy(out, in[0], NC * sizeof(float));
+            be->act_forward(be, out, out, NC, act);
+        } else {
+            be->act_forward(be, out, in[0], NC, act);
+        }
+        break;
+    }
+    case OP_GATHER: /* the op adds: into zeros here */
+        memset(out, 0, NC * sizeof(float));
+        be->rows_gather_forward(be, out, p->ints, tc->H == 1 ? NULL : p->tap_w, in[0], N, tc->H, C);
+        break;
     case OP_ADD:
         if (tc->flags & CASE_INPLACE) { /* x += f(x) */
             memcpy(out, in[0], NC * sizeof(float));
@@ -352,6 +412,13 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
         if (grad[0]) be->gelu_backward(be, grad[0], R, in[0], NC);
         break;
     case OP_SWIGLU: be->swiglu_backward(be, grad[0], grad[1], R, in[0], in[1], NC); break;
+    case OP_GELU_ERF:
+    case OP_QUICK_GELU:
+        if (grad[0]) be->act_backward(be, grad[0], R, in[0], NC, tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU);
+        break;
+    case OP_GATHER:
+        if (grad[0]) be->rows_gather_backward(be, grad[0], R, p->ints, tc->H == 1 ? NULL : p->tap_w, N, tc->H, C);
+        break;
     case OP_ADD: RR_ASSERT(0 && "add has no backward"); break;
     case OP_ROPE:
     case OP_ROPE2D:
@@ -415,7 +482,8 @@ static int run_case(const OpCase* tc) {
             float x = rng_sym();
             if (tc->op == OP_LAYERNORM && i == 0) x += 2.0f; /* a large mean, as in residual streams */
             if (tc->op == OP_CE) x *= 4.0f;                   /* peaked softmax rows */
-            if (tc->op == OP_GELU || tc->op == OP_SWIGLU) x *= 4.0f; /* both tails of the nonlinearity */
+            if (tc->op == OP_GELU || tc->op == OP_SWIGLU || tc->op == OP_GELU_ERF || tc->op == OP_QUICK_GELU)
+                x *= 4.0f; /* both tails of the nonlinearity */
             in_f[i][j] = x;
             in_d[i][j] = x;
         }
@@ -542,7 +610,7 @@ static int run_case(const OpCase* tc) {
     }
     printf("  %s\n", ok ? "ok" : "FAIL");
     for (int i = 0; i < p.n_in; i++) free(in_f[i]), free(in_d[i]);
-    free(out_ref), free(out_f), free(out_fd), free(p.ints);
+    free(out_ref), free(out_f), free(out_fd), free(p.ints), free(p.tap_w);
     return ok;
 }
 

@@ -179,7 +179,9 @@ static void test_shipped(const char* src) {
     CHECK(r.vision_width == 1024 && r.vision_layers == 24 && r.vision_heads == 16 && r.patch == 14 &&
               r.max_patches == 576,
           "7b vision");
-    CHECK(r.text_width == 4096 && r.text_layers == 32 && r.text_heads == 32 && r.ffn_hidden == 11008 && r.vocab == 32000,
+    CHECK(r.text_width == 4096 && r.text_layers == 32 && r.text_heads == 32 && r.ffn_hidden == 11008 && r.vocab == 32064 &&
+              !strcmp(r.vision_arch, "clip") && r.vision_feature_layer == -2 && r.vision_image_size == 336 &&
+              !strcmp(r.projector_act, "gelu"),
           "7b text");
     /* the hash follows the math, not the bookkeeping */
     uint64_t h = recipe_hash(&r);

@@ -502,8 +502,13 @@ static float* slice_qkv(const float* m, int D, int cols, int t, int n) {
     return out;
 }
 
+/* vit_clip / proj_clip: the CLIP tower (class token, position taps: the 3 x 3 image on the checkpoint's grid,
+ * the 2 x 3 one interpolated; QuickGELU) and the exact-GELU projector, split the same way */
+static int g_clip = 0;
+
 static void test_vit(void) {
     VitConfig c = {.patch = VP, .D = VD, .L = VL, .H = VH, .Dt = 32, .init_std = 0.02f};
+    if (g_clip) c.arch = VIT_ARCH_CLIP, c.grid = 3, c.L_run = VL, c.min_patches = 1;
     for (int i = 0; i < VN; i++) {
         int img = i >= 6, j = img ? i - 6 : i, gw = 3; /* 2 x 3 and 3 x 3 grids */
         vit_prow[i] = j / gw, vit_pcol[i] = j % gw;
@@ -536,8 +541,14 @@ static void test_vit(void) {
             r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_vit, r->c.tp_ctx = r;
             r->w = w; /* patch embed, ln_f: whole */
             r->w.blocks = callocCheck(VL, sizeof(VitBlockW));
-            r->dw.patch_w = callocCheck((size_t)D * 3 * VP * VP, 4), r->dw.patch_b = callocCheck((size_t)D, 4);
-            r->dw.lnf_w = callocCheck((size_t)D, 4), r->dw.lnf_b = callocCheck((size_t)D, 4);
+            r->dw.patch_w = callocCheck((size_t)D * 3 * VP * VP, 4);
+            if (g_clip) {
+                r->dw.cls = callocCheck((size_t)D, 4), r->dw.pos = callocCheck((size_t)D * 10, 4);
+                r->dw.pre_w = callocCheck((size_t)D, 4), r->dw.pre_b = callocCheck((size_t)D, 4);
+            } else {
+                r->dw.patch_b = callocCheck((size_t)D, 4);
+                r->dw.lnf_w = callocCheck((size_t)D, 4), r->dw.lnf_b = callocCheck((size_t)D, 4);
+            }
             r->dw.blocks = callocCheck(VL, sizeof(VitBlockW));
             for (int l = 0; l < VL; l++) {
                 const VitBlockW* b = &w.blocks[l];
@@ -565,13 +576,20 @@ static void test_vit(void) {
                 const char* what;
                 const float *got, *want;
                 int n, own;
-            } cmp[4 + 4 + 12 * VL];
+            } cmp[6 + 4 + 12 * VL];
             int nc = 0;
 #define CMP(wh, gp, wp, nn, ow) cmp[nc++] = (typeof(cmp[0])){wh, gp, wp, nn, ow}
             CMP("vout", r->vout, vout, VN * D, 0);
             CMP("d patch_w", r->dw.patch_w, g.patch_w, D * 3 * VP * VP, 0);
-            CMP("d patch_b", r->dw.patch_b, g.patch_b, D, 0);
-            CMP("d lnf_w", r->dw.lnf_w, g.lnf_w, D, 0);
+            if (g_clip) {
+                CMP("d class_embedding", r->dw.cls, g.cls, D, 0);
+                CMP("d pos_embed", r->dw.pos, g.pos, D * 10, 0);
+                CMP("d pre_ln_w", r->dw.pre_w, g.pre_w, D, 0);
+                CMP("d pre_ln_b", r->dw.pre_b, g.pre_b, D, 0);
+            } else {
+                CMP("d patch_b", r->dw.patch_b, g.patch_b, D, 0);
+                CMP("d lnf_w", r->dw.lnf_w, g.lnf_w, D, 0);
+            }
             for (int l = 0; l < VL; l++) {
                 const VitBlockW *a = &r->dw.blocks[l], *b = &g.blocks[l];
                 CMP("d ln1_w", a->ln1_w, b->ln1_w, D, 0);
@@ -596,7 +614,7 @@ static void test_vit(void) {
                 if (cmp[i].own) free((void*)cmp[i].want);
             }
         }
-        printf("ViT tower, tp %d: output and weight gradients within %.3g of each tensor's scale\n", T, worst);
+        printf("%s tower, tp %d: output and weight gradients within %.3g of each tensor's scale\n", g_clip ? "CLIP" : "ViT", T, worst);
         pthread_barrier_destroy(&fg.bar);
         free(rk); /* the shards are left to the process's end */
     }
@@ -644,6 +662,7 @@ static void* proj_rank_main(void* arg) {
 
 static void test_proj(void) {
     VitConfig c = {.patch = 2, .D = PDV, .L = 1, .H = 2, .Dt = PDT, .init_std = 0.02f};
+    if (g_clip) c.proj_act = ACT_GELU_ERF;
     uint64_t s = 99;
 #define RND() (s = s * 6364136223846793005ull + 1442695040888963407ull, (float)((double)(s >> 11) / 9007199254740992.0 - 0.5))
     static float w1[PDT * PDV], b1[PDT], w2[PDT * PDT], b2[PDT];
@@ -743,6 +762,14 @@ static void test_embed(void) {
 int main(int argc, char** argv) {
     const char* which = argc > 1 ? argv[1] : "all";
     int all = !strcmp(which, "all");
+    if (!strcmp(which, "vit_clip") || !strcmp(which, "proj_clip")) {
+        g_clip = 1;
+        cpu_set_num_threads(1);
+        if (!strcmp(which, "vit_clip")) test_vit();
+        else test_proj();
+        printf("test_tp %s: %s\n", which, check_failures ? "FAILED" : "ok");
+        return check_failures ? 1 : 0;
+    }
     if (all || !strcmp(which, "split")) test_split();
     if (all || !strcmp(which, "init")) test_init();
     if (all || !strcmp(which, "ce")) test_ce();

@@ -37,6 +37,14 @@ add_test(NAME train_synthetic_e2e
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_synthetic_e2e
                  60 0.5 0.25)
 set_tests_properties(train_synthetic_e2e PROPERTIES TIMEOUT 300)
+# The same with the CLIP tower (model.vision_arch = clip; the synthetic images' grids of 4 .. 16 patches get
+# the 4 x 4 position embeddings bicubic-interpolated) and the exact-GELU projector.
+add_test(NAME train_clip_e2e
+         COMMAND ${CMAKE_SOURCE_DIR}/tests/train_e2e.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_clip_e2e
+                 60 0.5 0.25 --set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16
+                 --set model.vision_feature_layer=-2 --set model.projector_act=gelu)
+set_tests_properties(train_clip_e2e PROPERTIES TIMEOUT 300)
 
 # runtime.precision = bf16 against fp32 on the same recipe: step 1 within 1%, the loss curve in a band
 # (per step 10% + 0.005, last 10 steps 5% on average), bf16 learns, bf16 resume bit for bit. The band
@@ -120,3 +128,15 @@ add_test(NAME import_llama_torch
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llama.py $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llama_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llama)
 set_tests_properties(import_llama_torch PROPERTIES LABELS torch TIMEOUT 300)
+# import llava / import clip / export hf: three namings, logits against a float64 reference, round trip,
+# refusals; and the same against transformers itself where it is installed (77 = skipped)
+add_executable(test_llava_logits tests/test_llava_logits.c)
+target_link_libraries(test_llava_logits PRIVATE rrfp_core)
+add_test(NAME import_llava_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava)
+set_tests_properties(import_llava_torch PROPERTIES LABELS torch TIMEOUT 300)
+add_test(NAME import_llava_transformers
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py --transformers $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava_tf)
+set_tests_properties(import_llava_transformers PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)

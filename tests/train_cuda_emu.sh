@@ -47,8 +47,10 @@ DUMP=$((HALF + 1))
 PRECISION=${PRECISION:-fp32} # runtime.precision of both backends' runs (env; bf16: see TOL_CPU)
 RESUME=${RESUME:-1}
 # optim.warmup: the recipe's 5 steps, or all of them when fewer run (a warm-up longer than the run is refused)
+# EXTRA_SETS (environment): more --set key=value words for both sides (train_cuda_emu_clip: the CLIP tower)
+# shellcheck disable=SC2206
 common=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS < 5 ? STEPS : 5)) --set train.log_every=1
-        --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
+        --set checkpoint.keep=0 --set runtime.precision="$PRECISION" ${EXTRA_SETS:-})
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"

@@ -48,7 +48,12 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     a->vin = vin;
     if (N == 0) return;
     int L = proj_local(c);
-    be->linear_gelu_forward(be, a->gelu, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L); /* fused where it can be */
+    if (c->proj_act != ACT_GELU_TANH) { /* Hugging Face's exact GELU (model.projector_act = gelu) */
+        be->linear_forward(be, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
+        be->act_forward(be, a->gelu, a->fc1, (size_t)N * L, c->proj_act);
+    } else {
+        be->linear_gelu_forward(be, a->gelu, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L); /* fused where it can be */
+    }
     be->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
     proj_tp_sum(c, a->out, (size_t)N * c->Dt); /* row-parallel projector.2 */
 }
@@ -61,7 +66,8 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
     be->memset0(be, a->dgelu, NL * sizeof(float));
     be->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
     be->memset0(be, a->dfc1, NL * sizeof(float));
-    be->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
+    if (c->proj_act != ACT_GELU_TANH) be->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
+    else be->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
     be->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
     be->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);

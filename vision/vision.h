@@ -26,6 +26,24 @@
  * and the projector's output is not such a branch (it is the input of the LM, a plain std 0.02 layer).
  * Weights N(0, 0.02) keyed by (seed, name); LayerNorm weights 1; all biases 0.
  *
+ * The CLIP tower (arch VIT_ARCH_CLIP, model.vision_arch = clip; OpenAI's ViT as Hugging Face's
+ * CLIPVisionModel and LLaVA use it). Image i's patches become 1 + n_i tokens: a class token, then its
+ * patches in order (tokens packed without padding, image i at [img_cu[i] + i, img_cu[i+1] + i + 1)):
+ *   e = [class | patch_embed(patches)] + pos                   patch_embed Linear(3p^2, D) without bias
+ *   pos: row 0 for the class token; the patches' rows 1 .. G^2 (a G x G grid, G = image_size / p), for an
+ *        image of another grid bicubic-interpolated from them (torch interpolate, align_corners=False,
+ *        A = -0.75, indices clamped at the border) as Hugging Face's interpolate_pos_encoding does
+ *   x0 = pre_ln(e); block: x += out(attn(q, k, v of LN1(x))); x += fc2(quick_gelu(fc1(LN2(x))))
+ *   vout = the patch rows of x after L_run blocks (LLaVA's vision_feature_layer, hidden_states[L_run],
+ *          select strategy `default`: without the class token); no final LayerNorm
+ * Its names: vision.patch_embed.weight (D, 3p^2): CLIP's Conv2d weight (D, 3, p, p) as it is, a linear over
+ * the patch's pixels in CLIP's channel-major order (the tower reorders each patch row from the loader's
+ * (row, col, channel) to (channel, row, col) first), vision.class_embedding (D),
+ * vision.pos_embed.weight (1 + G^2, D), vision.pre_ln.{weight,bias}, the blocks as above (CLIP's q, k, v
+ * projections stacked as attn.qkv), vision.post_ln.{weight,bias} (CLIP's post_layernorm: kept for export,
+ * never used, as in LLaVA). Blocks [L_run, L) and post_ln are registered but never run: the stage freezes
+ * them (no gradient, no AdamW: weight decay would change tensors nothing trains).
+ *
  * Backward is split as the pipeline needs: *_backward_input (B) computes only input gradients and
  * keeps what the weight gradients need in the activations; *_backward_weight (W) adds the weight
  * gradients from them. Gradients ADD into the grad pointers (accumulation across microbatches); a NULL
@@ -40,11 +58,20 @@
  * group failed (the callback keeps its message in ctx for the caller to report). */
 typedef int (*VitTpReduce)(void* ctx, float* buf, size_t n);
 
+typedef enum { VIT_ARCH_ROPE2D = 0, VIT_ARCH_CLIP = 1 } VitArch;
+
+#define VIT_POS_TAPS 16 /* bicubic: 4 x 4 source rows per interpolated position */
+
 typedef struct {
     int patch;  /* p; a patch row has 3 p^2 values */
     int D, L, H; /* width, blocks, heads (head dim D/H, a multiple of 4 for 2-D RoPE); MLP hidden 4D */
     int Dt;     /* projector output width (the LM's) */
     float init_std; /* 0.02 */
+    VitArch arch;   /* VIT_ARCH_ROPE2D (DESIGN.md's ViT, the default) or VIT_ARCH_CLIP */
+    int grid;       /* CLIP: G, the position embedding's grid side (image_size / patch) */
+    int L_run;      /* CLIP: blocks run (the feature layer); 0 = all L */
+    int min_patches; /* CLIP: the fewest patches of an image (bounds the class tokens of max_N patches) */
+    Act proj_act;   /* the projector's activation: ACT_GELU_TANH (DESIGN.md) or ACT_GELU_ERF (Hugging Face's) */
     /* Tensor parallelism of the blocks (DESIGN.md section 6; tp <= 1: unsplit). Rank tp_rank of tp holds
      * heads [tp_rank H/tp, (tp_rank+1) H/tp) of each of q, k, v: its qkv weight is those rows of the q, k
      * and v parts stacked, (3 D/tp, D), with the bias alike; the matching columns of attn.out (D, D/tp);
@@ -70,9 +97,14 @@ typedef struct {
 } VitBlockW;
 
 typedef struct {
-    float *patch_w, *patch_b; /* (D, 3p^2), (D) */
+    float *patch_w, *patch_b; /* (D, 3p^2), (D); CLIP: no bias (NULL) */
     VitBlockW* blocks;        /* (L), owned (malloc'd by vit_weights_point) */
-    float *lnf_w, *lnf_b;     /* (D) */
+    float *lnf_w, *lnf_b;     /* (D); CLIP: NULL */
+    /* CLIP only (NULL otherwise) */
+    float* cls;               /* (D) */
+    float* pos;               /* (1 + G^2, D) */
+    float *pre_w, *pre_b;     /* (D) */
+    float *post_w, *post_b;   /* (D), never used */
 } VitW;
 
 typedef struct {
@@ -118,6 +150,22 @@ typedef struct {
     float* dvout;            /* (N, D) d ln_f output (given by the caller of vit_backward_input) */
     float *dgelu, *datt;     /* (N, 4D), (N, D) scratch */
     float* tmp;              /* (N, D) scratch */
+    /* CLIP: T = N + I token rows (blocks, x and dx are laid out for max_T of them) */
+    int max_T, T, max_I;
+    int32_t *tok_cu;         /* (I+1) backend memory: the images' token ranges */
+    int32_t *tok_of_patch;   /* (N) token row of each patch */
+    int32_t *patch_of_tok;   /* (T) patch row of each token, -1 for a class token */
+    int32_t *cls_of_tok;     /* (T) 0 for a class token, else -1 */
+    int32_t* pos_idx;        /* (T, 16) position-embedding rows of each token's taps (-1: none) */
+    float* pos_w;            /* (T, 16) their bicubic weights */
+    float *emb, *pre_mean, *pre_rstd; /* (T, D), (T), (T): the embeddings before pre_ln */
+    float* demb;             /* (T, D) d embeddings (W of the embedding tensors) */
+    float* patches_cm;       /* (N, 3p^2) the patches in CLIP's channel-major order (the patch embedding's input) */
+    int32_t* cm_idx;         /* (max_N 3p^2) source of each channel-major value (rows_gather of 1-wide rows) */
+    int cm_ready;            /* cm_idx uploaded */
+    /* host scratch (malloc'd by the layout, freed by vit_acts_free_tables) */
+    int32_t *h_img_cu, *h_prow, *h_pcol, *h_idx, *h_cm;
+    float* h_w;
 } VitActs;
 
 /* Projector activations (N rows). */
@@ -129,6 +177,16 @@ typedef struct {
 } ProjActs;
 
 void vit_params_add(ParamTable* pt, const VitConfig* c);
+/* Blocks the forward runs (L, or the CLIP tower's L_run). */
+int vit_blocks_run(const VitConfig* c);
+/* CLIP: token rows of a microbatch of at most max_N patches (a class token per image of >= min_patches). */
+int vit_max_tokens(const VitConfig* c, int max_N);
+/* Bicubic taps (torch interpolate, align_corners=False, A = -0.75) of output index o of out_n from in_n:
+ * idx[4] source indices clamped to [0, in_n), w[4] weights. */
+void vit_bicubic_taps(int o, int out_n, int in_n, int* idx, double* w);
+/* The registered tensors that never train (CLIP: blocks [L_run, L) and post_ln), as a train.freeze list
+ * ("" when none); written into buf. */
+const char* vit_always_frozen(const VitConfig* c, char* buf, size_t n);
 void projector_params_add(ParamTable* pt, const VitConfig* c);
 /* Point w at the values (grads = 0) or gradients (grads = 1) of an allocated ParamTable. */
 void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads);

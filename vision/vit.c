@@ -19,12 +19,37 @@ static void vit_add(ParamTable* pt, const char* name, int ndim, int64_t d0, int6
     params_add(pt, name, ndim, shape, init, std, ndim == 2);
 }
 
+int vit_blocks_run(const VitConfig* c) { return c->arch == VIT_ARCH_CLIP && c->L_run > 0 ? c->L_run : c->L; }
+
+int vit_max_tokens(const VitConfig* c, int max_N) {
+    if (c->arch != VIT_ARCH_CLIP) return max_N;
+    int mp = c->min_patches > 0 ? c->min_patches : 1;
+    return max_N + (max_N + mp - 1) / mp;
+}
+
+const char* vit_always_frozen(const VitConfig* c, char* buf, size_t n) {
+    buf[0] = 0;
+    if (c->arch != VIT_ARCH_CLIP) return buf;
+    size_t at = 0;
+    for (int l = vit_blocks_run(c); l < c->L && at < n; l++) at += (size_t)snprintf(buf + at, n - at, "vision.blocks.%d,", l);
+    if (at < n) snprintf(buf + at, n - at, "vision.post_ln");
+    return buf;
+}
+
 void vit_params_add(ParamTable* pt, const VitConfig* c) {
     int D = c->D, P = 3 * c->patch * c->patch;
     float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * c->L);
     char n[96];
+    int clip = c->arch == VIT_ARCH_CLIP;
     vit_add(pt, "vision.patch_embed.weight", 2, D, P, PARAM_INIT_NORMAL, std);
-    vit_add(pt, "vision.patch_embed.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+    if (clip) {
+        vit_add(pt, "vision.class_embedding", 1, D, 0, PARAM_INIT_NORMAL, std);
+        vit_add(pt, "vision.pos_embed.weight", 2, 1 + (int64_t)c->grid * c->grid, D, PARAM_INIT_NORMAL, std);
+        vit_add(pt, "vision.pre_ln.weight", 1, D, 0, PARAM_INIT_ONES, 0);
+        vit_add(pt, "vision.pre_ln.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+    } else {
+        vit_add(pt, "vision.patch_embed.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+    }
     for (int l = 0; l < c->L; l++) {
 #define VADD(suffix, ndim, d0, d1, init, s)                              \
     do {                                                                 \
@@ -45,8 +70,11 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
         VADD("mlp.fc2.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
 #undef VADD
     }
-    vit_add(pt, "vision.ln_f.weight", 1, D, 0, PARAM_INIT_ONES, 0);
-    vit_add(pt, "vision.ln_f.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+    const char* fin = clip ? "vision.post_ln" : "vision.ln_f";
+    snprintf(n, sizeof n, "%s.weight", fin);
+    vit_add(pt, n, 1, D, 0, PARAM_INIT_ONES, 0);
+    snprintf(n, sizeof n, "%s.bias", fin);
+    vit_add(pt, n, 1, D, 0, PARAM_INIT_ZEROS, 0);
 }
 
 static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
@@ -57,8 +85,18 @@ static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
 
 void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads) {
     char n[96];
+    memset(w, 0, sizeof *w);
     w->patch_w = vit_ptr(pt, "vision.patch_embed.weight", grads);
-    w->patch_b = vit_ptr(pt, "vision.patch_embed.bias", grads);
+    if (c->arch == VIT_ARCH_CLIP) {
+        w->cls = vit_ptr(pt, "vision.class_embedding", grads);
+        w->pos = vit_ptr(pt, "vision.pos_embed.weight", grads);
+        w->pre_w = vit_ptr(pt, "vision.pre_ln.weight", grads);
+        w->pre_b = vit_ptr(pt, "vision.pre_ln.bias", grads);
+        w->post_w = vit_ptr(pt, "vision.post_ln.weight", grads);
+        w->post_b = vit_ptr(pt, "vision.post_ln.bias", grads);
+    } else {
+        w->patch_b = vit_ptr(pt, "vision.patch_embed.bias", grads);
+    }
     w->blocks = callocCheck(c->L, sizeof(VitBlockW));
     for (int l = 0; l < c->L; l++) {
         VitBlockW* b = &w->blocks[l];
@@ -81,8 +119,10 @@ void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int gr
         VPT(fc2_b, "mlp.fc2.bias");
 #undef VPT
     }
-    w->lnf_w = vit_ptr(pt, "vision.ln_f.weight", grads);
-    w->lnf_b = vit_ptr(pt, "vision.ln_f.bias", grads);
+    if (c->arch != VIT_ARCH_CLIP) {
+        w->lnf_w = vit_ptr(pt, "vision.ln_f.weight", grads);
+        w->lnf_b = vit_ptr(pt, "vision.ln_f.bias", grads);
+    }
 }
 
 void vit_weights_free(VitW* w) {
@@ -112,10 +152,40 @@ static const float* vit_row_bias(const VitConfig* c, const float* b) { return c-
 void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
     int Hl, Dql, Dml;
     vit_local(c, &Hl, &Dql, &Dml);
-    size_t N = (size_t)max_N, D = c->D, H = (size_t)Hl, L = c->L, Dq = (size_t)Dql, Dm = (size_t)Dml;
-    if (!a->blocks) a->blocks = callocCheck(L, sizeof(VitBlockActs));
-    if (!a->grads) a->grads = callocCheck(L, sizeof(VitBlockGrads));
+    int clip = c->arch == VIT_ARCH_CLIP;
+    int max_T = vit_max_tokens(c, max_N);
+    /* N: the rows of the blocks (tokens; the patches themselves for the RoPE ViT) */
+    size_t N = (size_t)max_T, D = c->D, H = (size_t)Hl, L = (size_t)vit_blocks_run(c), Dq = (size_t)Dql, Dm = (size_t)Dml;
+    if (!a->blocks) a->blocks = callocCheck((size_t)c->L, sizeof(VitBlockActs));
+    if (!a->grads) a->grads = callocCheck((size_t)c->L, sizeof(VitBlockGrads));
     a->max_N = max_N;
+    a->max_T = max_T;
+    if (clip) {
+        size_t NP = (size_t)max_N, MI = (size_t)(max_T - max_N);
+        a->max_I = (int)MI;
+        a->tok_cu = (int32_t*)arena_alloc_f32(ar, MI + 1);
+        a->tok_of_patch = (int32_t*)arena_alloc_f32(ar, NP);
+        a->patch_of_tok = (int32_t*)arena_alloc_f32(ar, N);
+        a->cls_of_tok = (int32_t*)arena_alloc_f32(ar, N);
+        a->pos_idx = (int32_t*)arena_alloc_f32(ar, N * VIT_POS_TAPS);
+        a->pos_w = arena_alloc_f32(ar, N * VIT_POS_TAPS);
+        a->emb = arena_alloc_f32(ar, N * D);
+        a->pre_mean = arena_alloc_f32(ar, N);
+        a->pre_rstd = arena_alloc_f32(ar, N);
+        a->demb = backward ? arena_alloc_f32(ar, N * D) : NULL;
+        size_t P = 3 * (size_t)c->patch * c->patch;
+        a->patches_cm = arena_alloc_f32(ar, NP * P);
+        a->cm_idx = (int32_t*)arena_alloc_f32(ar, NP * P);
+        a->cm_ready = 0;
+        if (!a->h_idx) {
+            a->h_cm = callocCheck((NP * P) > 0 ? NP * P : 1, sizeof(int32_t));
+            a->h_img_cu = callocCheck(MI + 1, sizeof(int32_t));
+            a->h_prow = callocCheck(NP ? NP : 1, sizeof(int32_t));
+            a->h_pcol = callocCheck(NP ? NP : 1, sizeof(int32_t));
+            a->h_idx = callocCheck(N * (VIT_POS_TAPS + 3) + NP + MI + 1, sizeof(int32_t));
+            a->h_w = callocCheck(N * VIT_POS_TAPS, sizeof(float));
+        }
+    }
     a->split = split;
     a->backward = backward;
     a->b_floor = 0;
@@ -141,7 +211,7 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
         b->fc1 = arena_alloc_f32(ar, N * Dm);
         b->gelu = arena_alloc_f32(ar, N * Dm);
     }
-    a->vout = arena_alloc_f32(ar, N * D);
+    a->vout = arena_alloc_f32(ar, (size_t)max_N * D);
     a->lnf_mean = arena_alloc_f32(ar, N);
     a->lnf_rstd = arena_alloc_f32(ar, N);
     a->tmp = arena_alloc_f32(ar, N * D);
@@ -163,20 +233,20 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
             *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
         }
     }
-    a->dvout = arena_alloc_f32(ar, N * D);
+    a->dvout = arena_alloc_f32(ar, (size_t)max_N * D);
     a->dgelu = arena_alloc_f32(ar, N * Dm);
     a->datt = arena_alloc_f32(ar, N * Dq);
 }
 
 int vit_backward_floor(const VitConfig* c, const VitW* g) {
-    if (g->patch_w || g->patch_b) return 0;
-    for (int l = 0; l < c->L; l++) {
+    if (g->patch_w || g->patch_b || g->cls || g->pos || g->pre_w || g->pre_b) return 0;
+    for (int l = 0; l < vit_blocks_run(c); l++) {
         const VitBlockW* b = &g->blocks[l];
         if (b->ln1_w || b->ln1_b || b->qkv_w || b->qkv_b || b->out_w || b->out_b || b->ln2_w || b->ln2_b ||
             b->fc1_w || b->fc1_b || b->fc2_w || b->fc2_b)
             return l;
     }
-    return c->L;
+    return vit_blocks_run(c);
 }
 
 void vit_acts_free_tables(VitActs* a) {
@@ -184,17 +254,20 @@ void vit_acts_free_tables(VitActs* a) {
     free(a->grads);
     a->blocks = NULL;
     a->grads = NULL;
+    free(a->h_img_cu), free(a->h_prow), free(a->h_pcol), free(a->h_idx), free(a->h_w), free(a->h_cm);
+    a->h_img_cu = a->h_prow = a->h_pcol = a->h_idx = a->h_cm = NULL;
+    a->h_w = NULL;
 }
 
 /* Residual-gradient buffer at block boundary j (0 = patch-embed output, L = tower output). */
 static float* vit_dx(const VitActs* a, const VitConfig* c, int j) {
     size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
-    return a->dx + slot * (size_t)a->max_N * c->D;
+    return a->dx + slot * (size_t)a->max_T * c->D;
 }
 
 static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
     size_t slot = a->backward ? (size_t)j : (size_t)(j % 2);
-    return a->x + slot * (size_t)a->max_N * c->D;
+    return a->x + slot * (size_t)a->max_T * c->D;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -202,24 +275,174 @@ static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
 
 static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* b,
                               VitActs* a, const float* xin, float* xout) {
-    int N = a->N, D = c->D, d = D / c->H, H, Dq, Dm; /* H, Dq, Dm: this TP rank's share */
+    int N = a->T, D = c->D, d = D / c->H, H, Dq, Dm; /* H, Dq, Dm: this TP rank's share */
+    int clip = c->arch == VIT_ARCH_CLIP;
+    const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
     be->layernorm_forward(be, b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
     be->linear_forward(be, b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
-    /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads) */
-    be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->rope2d_forward(be, b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->attention_forward(be, b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq,
-                          0);
+    /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads); CLIP has no RoPE */
+    if (!clip) {
+        be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
+        be->rope2d_forward(be, b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+    }
+    be->attention_forward(be, b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, seq, a->I, N, H, d, 3 * Dq, 0);
     be->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
     be->add_forward(be, b->xmid, xin, a->tmp, (size_t)N * D);
     be->layernorm_forward(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
-    /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved */
-    be->linear_gelu_forward(be, b->gelu, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+    /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved.
+     * CLIP: fc1, then QuickGELU. */
+    if (clip) {
+        be->linear_forward(be, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+        be->act_forward(be, b->gelu, b->fc1, (size_t)N * Dm, ACT_QUICK_GELU);
+    } else {
+        be->linear_gelu_forward(be, b->gelu, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+    }
     be->linear_forward(be, a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel fc2 */
     be->add_forward(be, xout, b->xmid, a->tmp, (size_t)N * D);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * CLIP: token layout, position taps and the embeddings */
+
+void vit_bicubic_taps(int o, int out_n, int in_n, int* idx, double* w) {
+    /* torch's upsample_bicubic2d, align_corners=False with an output size: scale = in / out, source
+     * x = (o + 0.5) scale - 0.5 (not clamped for cubic), taps floor(x) - 1 .. floor(x) + 2 clamped to the
+     * border, Keys' cubic convolution with A = -0.75 */
+    const double A = -0.75;
+    double scale = (double)in_n / (double)out_n;
+    double x = (o + 0.5) * scale - 0.5;
+    double fl = floor(x), t = x - fl;
+    int i0 = (int)fl;
+    double x1 = t + 1.0, x2 = 1.0 - t, x3 = 2.0 - t;
+    w[0] = ((A * x1 - 5.0 * A) * x1 + 8.0 * A) * x1 - 4.0 * A;
+    w[1] = ((A + 2.0) * t - (A + 3.0)) * t * t + 1.0;
+    w[2] = ((A + 2.0) * x2 - (A + 3.0)) * x2 * x2 + 1.0;
+    w[3] = ((A * x3 - 5.0 * A) * x3 + 8.0 * A) * x3 - 4.0 * A;
+    for (int k = 0; k < 4; k++) {
+        int i = i0 - 1 + k;
+        idx[k] = i < 0 ? 0 : i >= in_n ? in_n - 1 : i;
+    }
+}
+
+/* The token rows of the microbatch (host), then in backend memory: each image's class token and patches,
+ * and each token's position-embedding taps (one tap of weight 1 where the grid is the checkpoint's). */
+static void clip_layout_tokens(const Backend* be, const VitConfig* c, VitActs* a) {
+    int N = a->N, I = a->I, G = c->grid, T = N + I;
+    RR_ASSERT(I <= a->max_I && T <= a->max_T);
+    a->T = T;
+    be->copy_d2h(be, a->h_img_cu, a->img_cu, (size_t)(I + 1) * sizeof(int32_t));
+    be->copy_d2h(be, a->h_prow, a->prow, (size_t)N * sizeof(int32_t));
+    be->copy_d2h(be, a->h_pcol, a->pcol, (size_t)N * sizeof(int32_t));
+    int32_t* tok_cu = a->h_idx;               /* (I+1) */
+    int32_t* tok_of_patch = tok_cu + I + 1;   /* (N) */
+    int32_t* patch_of_tok = tok_of_patch + N; /* (T) */
+    int32_t* cls_of_tok = patch_of_tok + T;   /* (T) */
+    int32_t* pos_idx = cls_of_tok + T;        /* (T, 16) */
+    float* pos_w = a->h_w;
+    for (int i = 0; i < I; i++) {
+        int p0 = a->h_img_cu[i], p1 = a->h_img_cu[i + 1], t0 = p0 + i;
+        RR_ASSERT(p1 > p0);
+        /* the grid from the last patch (patches are row-major over the image's grid) */
+        int gh = a->h_prow[p1 - 1] + 1, gw = a->h_pcol[p1 - 1] + 1;
+        RR_ASSERT(gh * gw == p1 - p0);
+        tok_cu[i] = t0;
+        patch_of_tok[t0] = -1;
+        cls_of_tok[t0] = 0;
+        for (int k = 0; k < VIT_POS_TAPS; k++) pos_idx[(size_t)t0 * VIT_POS_TAPS + k] = -1;
+        pos_idx[(size_t)t0 * VIT_POS_TAPS] = 0;
+        pos_w[(size_t)t0 * VIT_POS_TAPS] = 1.0f;
+        for (int p = p0; p < p1; p++) {
+            int t = t0 + 1 + (p - p0), r = a->h_prow[p], col = a->h_pcol[p];
+            tok_of_patch[p] = t;
+            patch_of_tok[t] = p;
+            cls_of_tok[t] = -1;
+            int32_t* ix = pos_idx + (size_t)t * VIT_POS_TAPS;
+            float* wx = pos_w + (size_t)t * VIT_POS_TAPS;
+            for (int k = 0; k < VIT_POS_TAPS; k++) ix[k] = -1, wx[k] = 0.0f;
+            if (gh == G && gw == G) { /* Hugging Face does not interpolate here: the row itself */
+                ix[0] = 1 + r * G + col;
+                wx[0] = 1.0f;
+                continue;
+            }
+            int ri[4], ci[4];
+            double rw[4], cw[4];
+            vit_bicubic_taps(r, gh, G, ri, rw);
+            vit_bicubic_taps(col, gw, G, ci, cw);
+            for (int u = 0; u < 4; u++)
+                for (int v = 0; v < 4; v++) {
+                    ix[u * 4 + v] = 1 + ri[u] * G + ci[v];
+                    wx[u * 4 + v] = (float)(rw[u] * cw[v]);
+                }
+        }
+    }
+    tok_cu[I] = T;
+    be->copy_h2d(be, a->tok_cu, tok_cu, (size_t)(I + 1) * sizeof(int32_t));
+    be->copy_h2d(be, a->tok_of_patch, tok_of_patch, (size_t)N * sizeof(int32_t));
+    be->copy_h2d(be, a->patch_of_tok, patch_of_tok, (size_t)T * sizeof(int32_t));
+    be->copy_h2d(be, a->cls_of_tok, cls_of_tok, (size_t)T * sizeof(int32_t));
+    be->copy_h2d(be, a->pos_idx, pos_idx, (size_t)T * VIT_POS_TAPS * sizeof(int32_t));
+    be->copy_h2d(be, a->pos_w, pos_w, (size_t)T * VIT_POS_TAPS * sizeof(float));
+}
+
+/* The patch rows in CLIP's channel-major order: value (ch, r, c) of patch n from the loader's (r, c, ch),
+ * a gather of 1-wide rows whose index (the same for every microbatch) is uploaded once. */
+static void clip_patches_channel_major(const Backend* be, const VitConfig* c, VitActs* a) {
+    int p = c->patch, P = 3 * p * p;
+    size_t NP = (size_t)a->max_N * P;
+    if (!a->cm_ready) {
+        for (size_t n = 0; n < (size_t)a->max_N; n++)
+            for (int ch = 0; ch < 3; ch++)
+                for (int r = 0; r < p; r++)
+                    for (int col = 0; col < p; col++)
+                        a->h_cm[n * P + ((size_t)ch * p + r) * p + col] = (int32_t)(n * P + ((size_t)r * p + col) * 3 + ch);
+        be->copy_h2d(be, a->cm_idx, a->h_cm, NP * sizeof(int32_t));
+        a->cm_ready = 1;
+    }
+    size_t n = (size_t)a->N * P;
+    be->memset0(be, a->patches_cm, n * sizeof(float));
+    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
+}
+
+/* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
+static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
+    int N = a->N, D = c->D, P = 3 * c->patch * c->patch;
+    clip_layout_tokens(be, c, a);
+    clip_patches_channel_major(be, c, a);
+    int T = a->T;
+    be->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, NULL, N, P, D);
+    be->memset0(be, a->emb, (size_t)T * D * sizeof(float));
+    be->rows_gather_forward(be, a->emb, a->patch_of_tok, NULL, a->tmp, T, 1, D);
+    be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, w->cls, T, 1, D);
+    be->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, w->pos, T, VIT_POS_TAPS, D);
+    be->layernorm_forward(be, vit_x(a, c, 0), a->pre_mean, a->pre_rstd, a->emb, w->pre_w, w->pre_b, T, D);
+}
+
+/* W of the embedding tensors (pre_ln, class, position, patch embedding) from dx[0]. */
+static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
+    int N = a->N, T = a->T, D = c->D, P = 3 * c->patch * c->patch;
+    int need_demb = g->cls || g->pos || g->patch_w;
+    if (need_demb) be->memset0(be, a->demb, (size_t)T * D * sizeof(float));
+    if (need_demb || g->pre_w || g->pre_b)
+        be->layernorm_backward(be, need_demb ? a->demb : NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), a->emb, w->pre_w,
+                               a->pre_mean, a->pre_rstd, T, D);
+    if (g->cls) be->rows_gather_backward(be, g->cls, a->demb, a->cls_of_tok, NULL, T, 1, D);
+    if (g->pos) be->rows_gather_backward(be, g->pos, a->demb, a->pos_idx, a->pos_w, T, VIT_POS_TAPS, D);
+    if (g->patch_w) {
+        be->memset0(be, a->tmp, (size_t)N * D * sizeof(float));
+        be->rows_gather_backward(be, a->tmp, a->demb, a->patch_of_tok, NULL, T, 1, D);
+        be->linear_backward(be, NULL, g->patch_w, NULL, a->tmp, a->patches_cm, w->patch_w, N, P, D);
+    }
+}
+
+/* B at the top of the CLIP tower: the features' gradient (patch rows) into dx[L_run] (class rows 0). */
+static void clip_out_backward_input(const Backend* be, const VitConfig* c, VitActs* a) {
+    int Lr = vit_blocks_run(c), D = c->D;
+    float* dxL = vit_dx(a, c, Lr);
+    be->memset0(be, dxL, (size_t)a->T * D * sizeof(float));
+    be->rows_gather_backward(be, dxL, a->dvout, a->tok_of_patch, NULL, a->N, 1, D);
 }
 
 void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
@@ -231,8 +454,19 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
     a->prow = prow;
     a->pcol = pcol;
     a->patches = patches;
+    a->T = N;
     if (N == 0) return;
     int D = c->D, P = 3 * c->patch * c->patch;
+    if (c->arch == VIT_ARCH_CLIP) {
+        clip_embed_forward(be, c, w, a);
+        int Lr = vit_blocks_run(c);
+        for (int l = 0; l < Lr; l++)
+            vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
+        /* the features: hidden_states[L_run] without the class tokens */
+        be->memset0(be, a->vout, (size_t)N * D * sizeof(float));
+        be->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
+        return;
+    }
     be->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
     for (int l = 0; l < c->L; l++)
         vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
@@ -246,14 +480,17 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
 static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w,
                                      const VitBlockActs* b, VitBlockGrads* g, VitActs* a, const float* xin,
                                      const float* dxout, float* dxin) {
-    int N = a->N, D = c->D, d = D / c->H, H, Dq, Dm;
+    int N = a->T, D = c->D, d = D / c->H, H, Dq, Dm;
+    int clip = c->arch == VIT_ARCH_CLIP;
+    const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
     be->memset0(be, a->dgelu, N4D * sizeof(float));
     be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
     be->memset0(be, g->dfc1, N4D * sizeof(float));
-    be->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
+    if (clip) be->act_backward(be, g->dfc1, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
+    else be->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
     be->memset0(be, g->dln2, ND * sizeof(float));
     be->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
@@ -264,9 +501,11 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
     be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
     be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv, b->qkv + Dq,
-                           b->qkv + 2 * Dq, a->img_cu, a->I, N, H, d, 3 * Dq, 0);
-    be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-    be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+                           b->qkv + 2 * Dq, seq, a->I, N, H, d, 3 * Dq, 0);
+    if (!clip) {
+        be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
+        be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+    }
     be->memset0(be, g->dln1, ND * sizeof(float));
     be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
@@ -277,7 +516,7 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
                                       const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a,
                                       const float* xin, const float* dxout) {
-    int N = a->N, D = c->D, H, Dq, Dm;
+    int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
     be->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
@@ -301,8 +540,14 @@ static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const
                            a->lnf_rstd, a->N, c->D);
 }
 
+static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
+
 static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g,
                                       VitActs* a) {
+    if (c->arch == VIT_ARCH_CLIP) {
+        clip_embed_backward_weight(be, c, w, g, a);
+        return;
+    }
     int P = 3 * c->patch * c->patch;
     be->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
 }
@@ -311,8 +556,9 @@ void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, Vi
     RR_ASSERT(a->split && "vit_backward_input needs activations laid out with split = 1");
     RR_ASSERT(a->backward && "vit_backward_input on activations laid out without a backward");
     if (a->N == 0) return;
-    vit_lnf_backward_input(be, c, w, a);
-    for (int l = c->L - 1; l >= a->b_floor; l--)
+    if (c->arch == VIT_ARCH_CLIP) clip_out_backward_input(be, c, a);
+    else vit_lnf_backward_input(be, c, w, a);
+    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--)
         vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
                                  vit_dx(a, c, l + 1), vit_dx(a, c, l));
 }
@@ -320,8 +566,8 @@ void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, Vi
 void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     RR_ASSERT(a->split);
     if (a->N == 0) return;
-    vit_lnf_backward_weight(be, c, w, g, a);
-    for (int l = c->L - 1; l >= a->b_floor; l--)
+    if (c->arch != VIT_ARCH_CLIP) vit_lnf_backward_weight(be, c, w, g, a);
+    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--)
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
                                   vit_x(a, c, l), vit_dx(a, c, l + 1));
     if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
@@ -330,9 +576,13 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     RR_ASSERT(a->backward && "vit_backward on activations laid out without a backward");
     if (a->N == 0) return;
-    vit_lnf_backward_input(be, c, w, a);
-    vit_lnf_backward_weight(be, c, w, g, a);
-    for (int l = c->L - 1; l >= a->b_floor; l--) {
+    if (c->arch == VIT_ARCH_CLIP) {
+        clip_out_backward_input(be, c, a);
+    } else {
+        vit_lnf_backward_input(be, c, w, a);
+        vit_lnf_backward_weight(be, c, w, g, a);
+    }
+    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
         vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
                                  vit_dx(a, c, l + 1), vit_dx(a, c, l));
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,

@@ -91,6 +91,10 @@ const Backend backend_cpu = {
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_FP32,
+    .act_forward = cpu_act_forward,
+    .act_backward = cpu_act_backward,
+    .rows_gather_forward = cpu_rows_gather_forward,
+    .rows_gather_backward = cpu_rows_gather_backward,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -140,4 +144,8 @@ const Backend backend_cpu_bf16 = {
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_BF16,
+    .act_forward = cpu_bf16_act_forward,
+    .act_backward = cpu_act_backward,
+    .rows_gather_forward = cpu_bf16_rows_gather_forward,
+    .rows_gather_backward = cpu_rows_gather_backward,
 };

@@ -55,6 +55,15 @@ void cpu_rope_backward(const Backend* be, float* dx, const int* pos, int N, int 
 void cpu_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cpu_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
+/* act.c, rows_gather.c (the CLIP tower's) */
+void cpu_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
+void cpu_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+void cpu_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N, int K, int C);
+void cpu_rows_gather_backward(const Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N, int K, int C);
+void cpu_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
+void cpu_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N, int K,
+                                  int C);
+
 /* embedding.c */
 void cpu_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
 void cpu_embedding_backward(const Backend* be, float* dtable, const float* dout, const int* ids, int N, int C);

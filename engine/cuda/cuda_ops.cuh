@@ -62,6 +62,16 @@ void cuda_adamw_update(const Backend* be, float* param, const float* grad, float
 
 // bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt)
 void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
+// clip_ops.cu
+void cuda_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
+void cuda_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+void cuda_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N, int K,
+                              int C);
+void cuda_rows_gather_backward(const Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
+                               int K, int C);
+void cuda_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
+void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+                                   int K, int C);
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

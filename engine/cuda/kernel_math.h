@@ -53,6 +53,30 @@ RR_HD static inline float rr_gelu_tanh_grad(float x) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * The CLIP tower's activations (Backend.act_forward, engine/cpu/act.c), computed in double and rounded
+ * once (erf and exp of double exist on both sides with the same meaning):
+ *   exact GELU  x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)),  d/dx = Phi(x) + x phi(x);
+ *   QuickGELU   x sigmoid(1.702 x),                     d/dx = s + 1.702 x s (1 - s). */
+
+#define RR_QUICK_GELU_K 1.702
+RR_HD static inline float rr_gelu_erf(float xf) {
+    double x = xf;
+    return (float)(0.5 * x * (1.0 + erf(x * 0.70710678118654752440)));
+}
+RR_HD static inline double rr_gelu_erf_grad(float xf) {
+    double x = xf;
+    return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.3989422804014327 * exp(-0.5 * x * x);
+}
+RR_HD static inline float rr_quick_gelu(float xf) {
+    double x = xf;
+    return (float)(x / (1.0 + exp(-RR_QUICK_GELU_K * x)));
+}
+RR_HD static inline double rr_quick_gelu_grad(float xf) {
+    double x = xf, s = 1.0 / (1.0 + exp(-RR_QUICK_GELU_K * x));
+    return s + RR_QUICK_GELU_K * x * s * (1.0 - s);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * SiLU and SwiGLU: out = silu(gate) * up, silu(g) = g sigmoid(g) */
 
 RR_HD static inline float rr_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

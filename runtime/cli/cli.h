@@ -20,6 +20,8 @@ int cmd_trace(int argc, char** argv);
 int cmd_demo_data(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
 int cmd_import(int argc, char** argv);
+int cmd_import_llava(const char* kind, const char* hf, const char* out); /* cmd_import_llava.c: llava | clip */
+int cmd_export(int argc, char** argv);                                    /* cmd_export.c: export hf */
 int cmd_report(int argc, char** argv);
 
 #endif

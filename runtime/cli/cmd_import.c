@@ -7,12 +7,16 @@
 #include "runtime/train/import.h"
 
 static void import_usage(FILE* f) {
-    fprintf(f, "usage: rrfp-mm import llama --hf DIR --out CKPT\n\n"
+    fprintf(f, "usage: rrfp-mm import llama|llava|clip --hf DIR --out CKPT\n\n"
                "Converts a Hugging Face Llama-format LM (DIR/config.json, DIR/model.safetensors or the shards that\n"
                "DIR/model.safetensors.index.json lists) into checkpoint folder CKPT holding text.* tensors, for\n"
                "train.init_from (tensors load by name and shape; vision and projector keep their initialisation).\n"
                "Prints the recipe keys the model implies. Refuses grouped-query attention, tied embeddings,\n"
-               "rope_scaling and biases (this model has none of them). DIR/tokenizer.json is data.tokenizer.\n");
+               "rope_scaling and biases (this model has none of them). DIR/tokenizer.json is data.tokenizer.\n\n"
+               "import llava: a LlavaForConditionalGeneration (CLIP tower, projector, Llama LM; llava-hf hub names,\n"
+               "transformers 5's save_pretrained names or the in-memory model.* names) as a whole-model checkpoint.\n"
+               "import clip: a CLIPVisionModel (or CLIPModel's vision part) as a vision.* checkpoint.\n"
+               "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n");
 }
 
 int cmd_import(int argc, char** argv) {
@@ -33,8 +37,10 @@ int cmd_import(int argc, char** argv) {
             return 2;
         }
     }
+    if (kind && hf && out && (!strcmp(kind, "llava") || !strcmp(kind, "clip"))) return cmd_import_llava(kind, hf, out);
     if (!kind || strcmp(kind, "llama") != 0 || !hf || !out) {
-        if (kind && strcmp(kind, "llama") != 0) fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama)\n\n", kind);
+        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "clip") != 0)
+            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, clip)\n\n", kind);
         import_usage(stderr);
         return 2;
     }

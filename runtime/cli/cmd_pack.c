@@ -11,6 +11,7 @@ static void pack_usage(FILE* f) {
             "usage: rrfp-mm pack --manifest M --images DIR --tokenizer tok.json --out DIR\n"
             "                    [--shard-size MB] [--strict] [--patch P] [--min-patches N] [--max-patches N]\n"
             "                    [--max-reject-fraction F] [--allow-outside-images]\n"
+            "                    [--image-preprocess smart|llava] [--image-size S]\n"
             "\n"
             "Reads a LLaVA manifest (JSON array or JSONL), checks every record and every JPEG (header and a\n"
             "full decode), tokenizes with the prompt template (data/manifest.h) and writes DIR/shard-NNNNN.rrs\n"
@@ -19,7 +20,11 @@ static void pack_usage(FILE* f) {
             "(the image grid stored in the index; a loader with other settings recomputes it).\n"
             "More than a fraction F (default 0.5) of the records rejected is an error, and nothing is written.\n"
             "Image paths must stay inside --images (no absolute paths, no '..' or links out of it) unless\n"
-            "--allow-outside-images.\n");
+            "--allow-outside-images.\n"
+            "--image-preprocess llava: LLaVA-1.5's pixels (pad to a square with the CLIP mean colour, Pillow's\n"
+            "bicubic resize to S x S (--image-size, default 336), CLIP mean/std; data/image.h), recorded in the\n"
+            "shards so that the loader applies it; every image is then (S / P)^2 patches. Default: smart (Qwen2-VL\n"
+            "smart_resize within the patch bounds, x / 127.5 - 1).\n");
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, int* out) {
@@ -63,6 +68,13 @@ int cmd_pack(int argc, char** argv) {
                 fprintf(stderr, "rrfp-mm pack: --max-reject-fraction expects a number in [0, 1], got '%s'\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(a, "--image-preprocess") && has) {
+            if (image_prep_parse(argv[++i], &c.prep.kind) != 0) {
+                fprintf(stderr, "rrfp-mm pack: --image-preprocess '%s' unknown; allowed: smart, llava\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--image-size") && has) {
+            if (parse_int(a, argv[++i], 1, 16384, &c.prep.size)) return 2;
         } else if (!strcmp(a, "--patch") && has) {
             if (parse_int(a, argv[++i], 1, 1024, &c.patch)) return 2;
         } else if (!strcmp(a, "--min-patches") && has) {
@@ -80,6 +92,7 @@ int cmd_pack(int argc, char** argv) {
         pack_usage(stderr);
         return 2;
     }
+    if (c.prep.size == 0) c.prep.size = 336;
     if (c.min_patches > c.max_patches) {
         fprintf(stderr, "rrfp-mm pack: --min-patches %d is above --max-patches %d\n", c.min_patches, c.max_patches);
         return 2;

@@ -15,7 +15,8 @@ static const CliCommand commands[] = {
     {"trace", cmd_trace, "merge per-rank Chrome traces and draw an SVG timeline"},
     {"demo-data", cmd_demo_data, "write the demo data set: coloured-shape scenes, questions, held-out split"},
     {"pack", cmd_pack, "pack a LLaVA manifest and its JPEGs into .rrs shards"},
-    {"import", cmd_import, "import a Hugging Face Llama LM as a text-tower checkpoint for train.init_from"},
+    {"import", cmd_import, "import a Hugging Face Llama LM, LLaVA or CLIP tower as a checkpoint for train.init_from"},
+    {"export", cmd_export, "export a checkpoint as a Hugging Face LlavaForConditionalGeneration folder"},
     {"report", cmd_report, "one self-contained HTML page of a run: curves, recipe, timeline, held-out answers"},
 };
 static const int n_commands = (int)(sizeof(commands) / sizeof(commands[0]));

@@ -29,9 +29,24 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
     REQ(c->patch >= 1, "model: patch must be >= 1 (got %d)", c->patch);
     REQ(c->Dv >= 1 && c->Lv >= 1 && c->Hv >= 1, "model: vision Dv, Lv, Hv must be >= 1 (got %d, %d, %d)", c->Dv,
         c->Lv, c->Hv);
-    REQ(c->Dv % c->Hv == 0 && (c->Dv / c->Hv) % 4 == 0,
-        "model: vision head dim Dv/Hv = %d/%d must be a whole multiple of 4 (2-D RoPE rotates two halves)", c->Dv,
-        c->Hv);
+    REQ(c->vision_arch == VIT_ARCH_ROPE2D || c->vision_arch == VIT_ARCH_CLIP,
+        "model: vision_arch %d unknown; allowed: rope2d (0), clip (1)", c->vision_arch);
+    if (c->vision_arch == VIT_ARCH_CLIP) {
+        REQ(c->Dv % c->Hv == 0, "model: vision head dim Dv/Hv = %d/%d must be whole", c->Dv, c->Hv);
+        REQ(c->vision_image_size >= c->patch && c->vision_image_size % c->patch == 0,
+            "model.vision_image_size %d must be a whole multiple of model.patch %d (CLIP's position grid)",
+            c->vision_image_size, c->patch);
+        int f = c->vision_feature_layer, run = f < 0 ? c->Lv + 1 + f : f;
+        REQ(run >= 1 && run <= c->Lv,
+            "model.vision_feature_layer %d selects hidden state %d of %d; allowed: 1 .. %d, or -1 .. -%d (from the end; "
+            "-2 as LLaVA)", f, run, c->Lv + 1, c->Lv, c->Lv);
+    } else {
+        REQ(c->Dv % c->Hv == 0 && (c->Dv / c->Hv) % 4 == 0,
+            "model: vision head dim Dv/Hv = %d/%d must be a whole multiple of 4 (2-D RoPE rotates two halves)", c->Dv,
+            c->Hv);
+    }
+    REQ(c->projector_act == ACT_GELU_TANH || c->projector_act == ACT_GELU_ERF,
+        "model: projector_act %d unknown; allowed: gelu_tanh (0), gelu (1)", c->projector_act);
     REQ(c->Dt >= 1 && c->Lt >= 1 && c->Ht >= 1, "model: text Dt, Lt, Ht must be >= 1 (got %d, %d, %d)", c->Dt,
         c->Lt, c->Ht);
     REQ(c->Dt % c->Ht == 0 && (c->Dt / c->Ht) % 2 == 0,
@@ -47,6 +62,13 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
 
 VitConfig model_config_vit(const ModelConfig* c) {
     VitConfig v = {.patch = c->patch, .D = c->Dv, .L = c->Lv, .H = c->Hv, .Dt = c->Dt, .init_std = c->init_std};
+    v.arch = (VitArch)c->vision_arch;
+    v.proj_act = (Act)c->projector_act;
+    v.min_patches = c->min_patches;
+    if (v.arch == VIT_ARCH_CLIP) {
+        v.grid = c->vision_image_size / c->patch;
+        v.L_run = c->vision_feature_layer < 0 ? c->Lv + 1 + c->vision_feature_layer : c->vision_feature_layer;
+    }
     return v;
 }
 
@@ -304,10 +326,17 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->lc.tp_reduce = stage_tp_sum;
         st->vc.tp_ctx = st->lc.tp_ctx = st;
     }
+    /* every backend table has the CLIP tower's ops (engine.h: a table written before them would have NULL) */
+    RR_ASSERT(!st->first || (cfg->vision_arch != VIT_ARCH_CLIP && cfg->projector_act == ACT_GELU_TANH) ||
+              (be->act_forward && be->act_backward && be->rows_gather_forward && be->rows_gather_backward));
     params_init(&st->params);
     stage_register(&st->params, st);
     st->params.omit_replicated = st->tp_rank > 0;
     freeze_for_each(freeze, freeze_apply, &st->params);
+    if (st->first) { /* CLIP: the blocks past the feature layer and post_layernorm never run: never trained */
+        char always[8192];
+        freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
+    }
     params_alloc(&st->params, be, cfg->seed);
 
     const ParamTable* pt = &st->params;
@@ -320,7 +349,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
         /* what the first stage's backward must compute (DESIGN.md: frozen = no work nothing needs) */
         st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
-        st->vit_train = st->vit_floor < st->vc.L || st->vit_g.lnf_w || st->vit_g.lnf_b;
+        st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
         st->proj_train = st->proj_g.fc1_w || st->proj_g.fc1_b || st->proj_g.fc2_w || st->proj_g.fc2_b;
     }
     int nL = l1 - l0;
@@ -414,7 +443,7 @@ int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnRes
     int tp = st->tp > 1 ? st->tp : 1, n = 0;
     if (st->first && max_patches > 0) {
         int mp = c->min_patches > 0 ? c->min_patches : 1;
-        out[n++] = (AttnReserve){.max_T = max_patches, .max_S = (max_patches + mp - 1) / mp, .H = c->Hv / tp,
+        out[n++] = (AttnReserve){.max_T = vit_max_tokens(&st->vc, max_patches), .max_S = (max_patches + mp - 1) / mp, .H = c->Hv / tp,
                                  .d = c->Dv / c->Hv, .ld_qkv = 3 * c->Dv / tp};
     }
     if (st->l1 > st->l0)
@@ -1033,6 +1062,10 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     LmConfig lc = model_config_lm(c);
     cJSON_AddNumberToObject(j, "rms_eps", lc.rms_eps);
     cJSON_AddNumberToObject(j, "rope_base", lc.rope_base);
+    cJSON_AddStringToObject(j, "vision_arch", c->vision_arch == VIT_ARCH_CLIP ? "clip" : "rope2d");
+    cJSON_AddNumberToObject(j, "vision_feature_layer", c->vision_feature_layer);
+    cJSON_AddNumberToObject(j, "vision_image_size", c->vision_image_size);
+    cJSON_AddStringToObject(j, "projector_act", act_name((Act)c->projector_act));
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     cJSON_AddStringToObject(j, "seed", seed); /* a string: JSON numbers lose 64-bit integers */

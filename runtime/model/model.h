@@ -51,6 +51,12 @@ typedef struct {
     uint64_t seed;                /* init seed */
     double rms_eps;               /* LM RMSNorm eps (model.rms_eps); 0 = 1e-5 */
     double rope_base;             /* LM RoPE theta (model.rope_base); 0 = 10000 */
+    /* the published-model variants (DESIGN.md section 4; 0 = today's model) */
+    int vision_arch;              /* VitArch: 0 = the 2-D RoPE ViT, 1 = CLIP (model.vision_arch) */
+    int vision_feature_layer;     /* CLIP: hidden_states index of the features (model.vision_feature_layer, -2 as
+                                   * LLaVA: negative counts from L + 1, so -1 = after the last block) */
+    int vision_image_size;        /* CLIP: the position embeddings' image side (336: a 24 x 24 grid at p = 14) */
+    int projector_act;            /* Act: ACT_GELU_TANH (0, DESIGN.md) or ACT_GELU_ERF (Hugging Face's `gelu`) */
 } ModelConfig;
 
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */

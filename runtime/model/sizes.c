@@ -17,6 +17,10 @@ void model_param_counts(const ModelConfig* mc, ModelParamCounts* c) {
     c->text_block = Dt + 4 * Dt * Dt + Dt + 3 * Dt * F;
     c->text_final = Dt;
     c->head = V * Dt;
+    if (mc->vision_arch == 1) { /* CLIP: no patch bias; class token, position embeddings, pre_ln; post_ln */
+        double G = mc->patch > 0 ? (double)(mc->vision_image_size / mc->patch) : 0;
+        c->vision_embed = 3 * p * p * Dv + Dv + (1 + G * G) * Dv + 2 * Dv;
+    }
     c->vision = c->vision_embed + mc->Lv * c->vision_block + c->vision_final;
     c->text = c->text_embed + mc->Lt * c->text_block + c->text_final + c->head;
     c->total = c->vision + c->projector + c->text;

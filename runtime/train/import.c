@@ -24,12 +24,7 @@ static int im_fail(char* err, size_t n, const char* fmt, ...) {
     return -1;
 }
 
-typedef struct {
-    char hf[128], ours[128];
-    int ndim;
-    int64_t shape[2];
-    int seen;
-} ImName;
+typedef ImportName ImName;
 
 static void im_add(ImName* t, int* n, const char* hf, const char* ours, int64_t d0, int64_t d1) {
     ImName* x = &t[(*n)++];
@@ -40,6 +35,8 @@ static void im_add(ImName* t, int* n, const char* hf, const char* ours, int64_t 
     x->shape[1] = d1;
     x->seen = 0;
 }
+
+static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len);
 
 /* config.json -> info, refusing what the model cannot represent. */
 static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len) {
@@ -54,6 +51,17 @@ static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len)
         cJSON_Delete(j);
         return im_fail(err, err_len, "%s: not a JSON object", path);
     }
+    int rc = im_config_json(j, path, c, err, err_len);
+    cJSON_Delete(j);
+    return rc;
+}
+
+int import_llama_config(const cJSON* j, const char* where, LlamaImport* c, char* err, size_t err_len) {
+    return im_config_json(j, where, c, err, err_len);
+}
+
+/* The Llama config object j (config.json, or a LLaVA's text_config; `path` names it in messages). */
+static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len) {
     int rc = -1;
     const char* ints[5] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"};
     int* dst[5] = {&c->D, &c->L, &c->H, &c->F, &c->V};
@@ -120,7 +128,6 @@ static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len)
     }
     rc = 0;
 out:
-    cJSON_Delete(j);
     return rc;
 }
 
@@ -170,12 +177,7 @@ static void im_rm_rf(const char* dir) {
     if (system(cmd) != 0) rr_warn("could not remove %s", dir);
 }
 
-int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len) {
-    memset(info, 0, sizeof *info);
-    if (im_config(hf_dir, info, err, err_len) != 0) return -1;
-    struct stat sb;
-    if (stat(out, &sb) == 0) return im_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
-    const LlamaImport* c = info;
+ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
     int cap = 9 * c->L + 3, n = 0;
     ImName* names = callocCheck((size_t)cap, sizeof(ImName));
     char hf[128], ours[128];
@@ -201,6 +203,18 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
     }
     im_add(names, &n, "model.norm.weight", "text.norm.weight", c->D, 0);
     im_add(names, &n, "lm_head.weight", "text.lm_head.weight", c->V, c->D);
+
+    *n_out = n;
+    return names;
+}
+
+int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len) {
+    memset(info, 0, sizeof *info);
+    if (im_config(hf_dir, info, err, err_len) != 0) return -1;
+    struct stat sb;
+    if (stat(out, &sb) == 0) return im_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
+    int n = 0;
+    ImName* names = import_llama_names(info, &n);
 
     char** files = NULL;
     int nf = 0, rc = 0;

@@ -22,6 +22,7 @@
 #define RRFP_TRAIN_IMPORT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct {
@@ -30,6 +31,22 @@ typedef struct {
     double rope_base;    /* rope_theta */
     int tensors;         /* tensors written */
 } LlamaImport;
+
+/* One tensor of an import: its Hugging Face name, this model's name and shape, seen in a file yet. */
+typedef struct {
+    char hf[128], ours[128];
+    int ndim;
+    int64_t shape[2];
+    int seen;
+} ImportName;
+
+struct cJSON;
+/* The Llama config object j (config.json, or a LLaVA's text_config; `where` names it in messages) into
+ * info's shapes and keys, refusing what the model cannot represent. Returns 0, or -1 with a message. */
+int import_llama_config(const struct cJSON* j, const char* where, LlamaImport* info, char* err, size_t err_len);
+/* The LM's tensors under Hugging Face's LlamaForCausalLM names (model.*, lm_head.weight) and ours, for
+ * the shapes of info; malloc'd, *n entries. */
+ImportName* import_llama_names(const LlamaImport* info, int* n);
 
 /* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and
  * OUT/state.json, built under a temporary name and renamed: never half-written). Progress lines go to

@@ -54,6 +54,10 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.seed = (uint64_t)r->seed;
     c.rms_eps = r->rms_eps;
     c.rope_base = r->rope_base;
+    c.vision_arch = !strcmp(r->vision_arch, "clip") ? 1 : 0;
+    c.vision_feature_layer = r->vision_feature_layer;
+    c.vision_image_size = r->vision_image_size;
+    c.projector_act = !strcmp(r->projector_act, "gelu") ? ACT_GELU_ERF : ACT_GELU_TANH;
     return c;
 }
 

@@ -37,13 +37,28 @@ static const RecipeKey recipe_keys[] = {
     {"model", "text_heads", RKEY_INT, OFF(text_heads), 0, "4", 1, 1024, 0, 1, "LM attention heads Ht."},
     {"model", "ffn_hidden", RKEY_INT, OFF(ffn_hidden), 0, "688", 1, 1 << 20, 0, 1, "SwiGLU hidden size F."},
     {"model", "vocab", RKEY_INT, OFF(vocab), 0, "0", 0, 1 << 24, 0, 1,
-     "Vocabulary V. 0 = the size of data.tokenizer; otherwise it must equal it."},
+     "Vocabulary V. 0 = the size of data.tokenizer; otherwise at least that (a published checkpoint's padded "
+     "embedding: llava-hf's LLaVA-1.5 has 32064 rows for 32002 tokens; `rrfp-mm import` prints it)."},
     {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
      "Initialisation seed; init is a function of (seed, parameter name) only."},
     {"model", "rms_eps", RKEY_FLOAT, OFF(rms_eps), 0, "1e-5", 1e-12, 1, 0, 1,
      "eps of the LM's RMSNorms, x / sqrt(mean(x^2) + eps) * w (Llama's rms_norm_eps; `rrfp-mm import llama` prints it)."},
     {"model", "rope_base", RKEY_FLOAT, OFF(rope_base), 0, "10000", 1, 1e12, 0, 1,
      "Base theta of the LM's 1-D RoPE, freq_i = theta^(-2i/n) (Llama's rope_theta). The ViT's 2-D RoPE keeps 10000."},
+    {"model", "vision_arch", RKEY_ENUM, OFF(vision_arch), SZ(vision_arch), "rope2d", 0, 0, "rope2d|clip", 1,
+     "`rope2d`: DESIGN.md's ViT (2-D RoPE, no class token). `clip`: OpenAI's CLIP tower as LLaVA uses it (class token, "
+     "learned position embeddings bicubic-interpolated to each image's grid, pre_layrnorm, QuickGELU, features of "
+     "model.vision_feature_layer without the class token); `rrfp-mm import clip|llava` prints it."},
+    {"model", "vision_feature_layer", RKEY_INT, OFF(vision_feature_layer), 0, "-2", -1025, 1024, 0, 1,
+     "CLIP: the hidden state the projector reads (Hugging Face's hidden_states index: 0 = the embeddings after "
+     "pre_layrnorm, k = after block k, negative from the end: -1 = the last block, -2 = LLaVA's). Blocks past it never run "
+     "and never train."},
+    {"model", "vision_image_size", RKEY_INT, OFF(vision_image_size), 0, "336", 1, 1 << 16, 0, 1,
+     "CLIP: the image side the position embeddings were trained for (image_size / patch = their grid side); images of "
+     "another grid get them bicubic-interpolated."},
+    {"model", "projector_act", RKEY_ENUM, OFF(projector_act), SZ(projector_act), "gelu_tanh", 0, 0, "gelu_tanh|gelu", 1,
+     "The projector's activation: `gelu_tanh` (DESIGN.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
+     "Hugging Face's projector_hidden_act."},
     /* [data] */
     {"data", "source", RKEY_ENUM, OFF(source), SZ(source), "shards", 0, 0, "shards|synthetic", 1,
      "`shards`: the loader over data.shards. `synthetic`: generated image-question-answer samples (the answer is the "
@@ -468,12 +483,23 @@ const char* recipe_origin(const Recipe* r, const char* section, const char* key)
     } while (0)
 
 int recipe_validate(const Recipe* r, char* err, size_t err_len) {
+    if (!strcmp(r->vision_arch, "clip")) {
+        if (r->vision_image_size % r->patch)
+            VFAIL("model", "vision_image_size", "%d", r->vision_image_size,
+                  "not a multiple of model.patch (%d): CLIP's position grid is image_size / patch; allowed: a multiple of %d",
+                  r->patch, r->patch);
+        int f = r->vision_feature_layer, run = f < 0 ? r->vision_layers + 1 + f : f;
+        if (run < 1 || run > r->vision_layers)
+            VFAIL("model", "vision_feature_layer", "%d", f,
+                  "selects hidden state %d of model.vision_layers + 1 = %d; allowed: 1 .. %d or -1 .. -%d", run,
+                  r->vision_layers + 1, r->vision_layers, r->vision_layers);
+    }
     /* heads divide widths; head dims fit the RoPE variants */
     if (r->vision_width % r->vision_heads)
         VFAIL("model", "vision_heads", "%d", r->vision_heads,
               "model.vision_width (%d) is not divisible by it; allowed: a divisor of %d", r->vision_width,
               r->vision_width);
-    if ((r->vision_width / r->vision_heads) % 4)
+    if (strcmp(r->vision_arch, "clip") && (r->vision_width / r->vision_heads) % 4)
         VFAIL("model", "vision_width", "%d", r->vision_width,
               "head dim %d / %d = %d is not divisible by 4 (2-D RoPE rotates pairs within each half of a head); "
               "allowed: vision_width a multiple of 4 x vision_heads",

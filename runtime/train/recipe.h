@@ -28,6 +28,10 @@ typedef struct {
     int64_t seed;      /* initialisation seed */
     double rms_eps;    /* the LM's RMSNorm eps (1e-5) */
     double rope_base;  /* the LM's RoPE base theta (10000) */
+    char vision_arch[16];      /* rope2d | clip */
+    int vision_feature_layer;  /* CLIP: hidden_states index of the features (-2) */
+    int vision_image_size;     /* CLIP: the position grid's image side (336) */
+    char projector_act[16];    /* gelu_tanh | gelu */
 
     /* [data] */
     char source[16];            /* shards | synthetic */

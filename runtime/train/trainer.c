@@ -105,12 +105,15 @@ static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* 
     int tv = tokenizer_vocab_size(tok);
     *tok_hash = tokenizer_hash(tok);
     tokenizer_free(tok);
-    if (*vocab != 0 && *vocab != tv) {
-        snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 or %d",
+    /* a published checkpoint's embedding may have more rows than its tokenizer has tokens (llava-hf's
+     * LLaVA-1.5: 32064 rows, 32002 tokens, padded to a multiple of 64): those rows are never an input and
+     * take part in the softmax only, as in Hugging Face's model */
+    if (*vocab != 0 && *vocab < tv) {
+        snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 or >= %d",
                  recipe_origin(r, "model", "vocab"), *vocab, r->tokenizer, tv, tv);
         return -1;
     }
-    *vocab = tv;
+    if (*vocab == 0) *vocab = tv;
     return 0;
 }
 

@@ -182,6 +182,72 @@ class ViT(nn.Module):
         return self.ln_f(x)
 
 
+class ClipBlock(nn.Module):
+    """OpenAI CLIP's encoder layer (Hugging Face CLIPEncoderLayer): pre-LN, q/k/v/out with biases (stored
+    stacked as attn.qkv, rows [q | k | v]), no RoPE, MLP with QuickGELU x sigmoid(1.702 x)."""
+
+    def __init__(self, D, H):
+        super().__init__()
+        self.H = H
+        self.ln1 = nn.LayerNorm(D, eps=1e-5)
+        self.attn = nn.Module()
+        self.attn.qkv = nn.Linear(D, 3 * D)
+        self.attn.out = nn.Linear(D, D)
+        self.ln2 = nn.LayerNorm(D, eps=1e-5)
+        self.mlp = nn.Module()
+        self.mlp.fc1 = nn.Linear(D, 4 * D)
+        self.mlp.fc2 = nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        N, D = x.shape
+        q, k, v = self.attn.qkv(self.ln1(x)).split(D, dim=-1)
+        q, k, v = (t.reshape(N, self.H, D // self.H) for t in (q, k, v))
+        x = x + self.attn.out(attend(q, k, v))
+        h = self.mlp.fc1(self.ln2(x))
+        return x + self.mlp.fc2(h * torch.sigmoid(1.702 * h))
+
+
+class ClipViT(nn.Module):
+    """model.vision_arch = clip, as Hugging Face's CLIPVisionModel computes it and LLaVA reads it: per image
+    [class embedding | patch_embed(patches)] + position embeddings (a G x G grid; another image grid gets
+    them through F.interpolate(bicubic, align_corners=False), CLIPVisionEmbeddings.interpolate_pos_encoding),
+    pre_layrnorm, the encoder layers; the features are hidden_states[vision_feature_layer] without the class
+    token (no post_layernorm). Each image is its own sequence."""
+
+    def __init__(self, c):
+        super().__init__()
+        D, p = c["Dv"], c["patch"]
+        self.G = c["vision_image_size"] // p
+        L = c["Lv"]
+        f = c["vision_feature_layer"]
+        self.run = L + 1 + f if f < 0 else f
+        self.patch_embed = nn.Linear(3 * p * p, D, bias=False)
+        self.class_embedding = nn.Parameter(torch.zeros(D))
+        self.pos_embed = nn.Embedding(1 + self.G * self.G, D)
+        self.pre_ln = nn.LayerNorm(D, eps=1e-5)
+        self.blocks = nn.ModuleList([ClipBlock(D, c["Hv"]) for _ in range(L)])
+        self.post_ln = nn.LayerNorm(D, eps=1e-5)  # registered, never used
+
+    def forward(self, patches, rows, cols, images, grids):
+        out = []
+        pos = self.pos_embed.weight
+        for (a, b), (gh, gw) in zip(images, grids):
+            # the dump's patch rows are (row, col, channel); CLIP's patch embedding reads (channel, row, col)
+            n, p = b - a, int(round(math.sqrt(patches.shape[1] // 3)))
+            cm = patches[a:b].reshape(n, p, p, 3).permute(0, 3, 1, 2).reshape(n, -1)
+            x = torch.cat([self.class_embedding[None], self.patch_embed(cm)], 0)
+            pp = pos[1:]
+            if (gh, gw) != (self.G, self.G):
+                g = pp.reshape(1, self.G, self.G, -1).permute(0, 3, 1, 2)
+                g = F.interpolate(g, size=(gh, gw), mode="bicubic", align_corners=False)
+                pp = g.permute(0, 2, 3, 1).reshape(gh * gw, -1)
+            x = self.pre_ln(x + torch.cat([pos[:1], pp], 0))
+            for blk in self.blocks[: self.run]:
+                x = blk(x)
+            out.append(x[1:])
+        return torch.cat(out, 0)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, D, eps=1e-5):
         super().__init__()
@@ -244,8 +310,10 @@ class TextLM(nn.Module):
 class LLaVA(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.vision = ViT(c)
-        self.projector = nn.Sequential(nn.Linear(c["Dv"], c["Dt"]), nn.GELU(approximate="tanh"),
+        self.clip = c.get("vision_arch") == "clip"
+        self.vision = ClipViT(c) if self.clip else ViT(c)
+        act = "none" if c.get("projector_act") == "gelu" else "tanh"  # LLaVA's nn.GELU() / DESIGN.md's tanh
+        self.projector = nn.Sequential(nn.Linear(c["Dv"], c["Dt"]), nn.GELU(approximate=act),
                                        nn.Linear(c["Dt"], c["Dt"]))
         self.text = TextLM(c)
 
@@ -259,7 +327,12 @@ class LLaVA(nn.Module):
         image_pos = (ids == -1).nonzero().flatten()
         if len(image_pos):
             rows, cols, images = image_geometry(mb)
-            proj = self.projector(self.vision(mb["patches"].to(DT), rows, cols, images))
+            if self.clip:
+                grids = list(zip(mb["grid_h"].tolist(), mb["grid_w"].tolist()))
+                vout = self.vision(mb["patches"].to(DT), rows, cols, images, grids)
+            else:
+                vout = self.vision(mb["patches"].to(DT), rows, cols, images)
+            proj = self.projector(vout)
             assert len(image_pos) == proj.shape[0], "image positions and patches disagree"
             # each image's patches fill the next -1 positions, in patch order
             x = x.index_put((image_pos,), proj)
@@ -326,7 +399,7 @@ def check_init(c, weights):
         if name.endswith(".bias"):
             expect(bool((w == 0).all()), f"init: {name} is all zeros")
             continue
-        if w.dim() == 1:
+        if w.dim() == 1 and name != "vision.class_embedding":  # CLIP's class embedding: N(0, std) as a weight
             expect(bool((w == 1).all()), f"init: {name} is all ones")
             continue
         std = c["init_std"]

@@ -1,0 +1,101 @@
+// clip_ops.cu — the CLIP tower's ops on CUDA (engine.h: act_forward / act_backward, rows_gather_forward /
+// _backward): one thread per element, every activation value from kernel_math.h (the CPU backend's
+// functions, engine/cpu/act.c).
+//
+// rows_gather's backward scatters into table rows that many (row, tap) pairs share (the position
+// embedding's 16 bicubic taps, the class embedding's one row), with float atomicAdd as embedding.cu's
+// backward: the order of the adds varies between runs, so the table gradient can differ in the last bits
+// from run to run (within fp32 round-off of the CPU's in-order sum).
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/cuda_ops.cuh"
+#include "engine/cuda/kernel_math.h"
+
+#define CLIP_BLOCK 256
+
+static __global__ void act_forward_kernel(float* out, const float* inp, size_t n, int act) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = act == ACT_GELU_ERF ? rr_gelu_erf(x) : rr_quick_gelu(x);
+}
+static __global__ void act_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n, int act) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    double g = act == ACT_GELU_ERF ? rr_gelu_erf_grad(x) : rr_quick_gelu_grad(x);
+    dinp[i] += (float)(g * dout[i]);
+}
+
+void cuda_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {
+    if (act == ACT_GELU_TANH) {
+        cuda_gelu_forward(be, out, inp, n);
+        return;
+    }
+    if (n == 0) return;
+    act_forward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, inp, n, (int)act);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
+    if (act == ACT_GELU_TANH) {
+        cuda_gelu_backward(be, dinp, dout, inp, n);
+        return;
+    }
+    if (n == 0) return;
+    act_backward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dinp, dout, inp, n, (int)act);
+    cudaCheck(cudaGetLastError());
+}
+
+// out[n, c] += sum_k w[n K + k] table[idx[n K + k], c], the taps in order (as the CPU's loop)
+static __global__ void rows_gather_forward_kernel(float* out, const int* idx, const float* w, const float* table, int N,
+                                                  int K, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    float acc = out[i];
+    for (int k = 0; k < K; k++) {
+        int r = idx[(size_t)n * K + k];
+        if (r < 0) continue;
+        float a = w ? w[(size_t)n * K + k] : 1.0f;
+        acc += a * table[(size_t)r * C + c];
+    }
+    out[i] = acc;
+}
+static __global__ void rows_gather_backward_kernel(float* dtable, const float* dout, const int* idx, const float* w, int N,
+                                                   int K, int C) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    float dy = dout[i];
+    for (int k = 0; k < K; k++) {
+        int r = idx[(size_t)n * K + k];
+        if (r < 0) continue;
+        float a = w ? w[(size_t)n * K + k] : 1.0f;
+        atomicAdd(&dtable[(size_t)r * C + c], a * dy);
+    }
+}
+
+void cuda_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N, int K,
+                              int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    rows_gather_forward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, idx, w, table, N, K, C);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_rows_gather_backward(const Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
+                               int K, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    rows_gather_backward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dtable, dout, idx, w, N, K, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// bf16 tables: the outputs are activations the GPU stores in bf16
+void cuda_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {
+    cuda_act_forward(be, out, inp, n, act);
+    cuda_round_bf16(be, out, out, n);
+}
+void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+                                   int K, int C) {
+    cuda_rows_gather_forward(be, out, idx, w, table, N, K, C);
+    cuda_round_bf16(be, out, out, (size_t)N * C);
+}

@@ -1,0 +1,98 @@
+/* cmd_export.c — `rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]
+ * [--image-token-id N] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
+ * (runtime/train/import_llava.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/cli/cli.h"
+#include "runtime/train/import_llava.h"
+
+static void export_usage(FILE* f) {
+    fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
+               "                         [--image-token-id N] [--shard-mb MB]\n\n"
+               "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
+               "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
+               "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from the\n"
+               "recipe (default: DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the tokenizer\n"
+               "from --tokenizer (default: the\n"
+               "recipe's data.tokenizer when readable). config.json's image_token_index is --image-token-id, else\n"
+               "the id of <image> in the tokenizer's added_tokens. Refused for a model with no Hugging Face\n"
+               "equivalent (model.vision_arch = rope2d).\n");
+}
+
+int cmd_export(int argc, char** argv) {
+    const char *kind = NULL, *ckpt = NULL, *out = NULL, *recipe = NULL, *tok = NULL;
+    int image_id = -1;
+    long shard_mb = 2048;
+    size_t shard_bytes = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            export_usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) {
+            ckpt = argv[++i];
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
+            recipe = argv[++i];
+        } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
+            tok = argv[++i];
+        } else if (!strcmp(argv[i], "--image-token-id") && i + 1 < argc) {
+            char* end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > (1L << 30)) {
+                fprintf(stderr, "rrfp-mm export: --image-token-id '%s' is not a token id\n", argv[i]);
+                return 2;
+            }
+            image_id = (int)v;
+        } else if (!strcmp(argv[i], "--shard-bytes") && i + 1 < argc) { /* tests: several small shards */
+            char* end;
+            long long b = strtoll(argv[++i], &end, 10);
+            if (*end || b < 1) {
+                fprintf(stderr, "rrfp-mm export: --shard-bytes '%s' is not a positive size\n", argv[i]);
+                return 2;
+            }
+            shard_bytes = (size_t)b;
+        } else if (!strcmp(argv[i], "--shard-mb") && i + 1 < argc) {
+            char* end;
+            shard_mb = strtol(argv[++i], &end, 10);
+            if (*end || shard_mb < 1 || shard_mb > (1L << 20)) {
+                fprintf(stderr, "rrfp-mm export: --shard-mb '%s' is not in 1 .. 1048576\n", argv[i]);
+                return 2;
+            }
+        } else if (argv[i][0] != '-' && !kind) {
+            kind = argv[i];
+        } else {
+            fprintf(stderr, "rrfp-mm export: unexpected argument '%s'\n\n", argv[i]);
+            export_usage(stderr);
+            return 2;
+        }
+    }
+    if (!kind || strcmp(kind, "hf") != 0 || !ckpt || !out) {
+        if (kind && strcmp(kind, "hf") != 0) fprintf(stderr, "rrfp-mm export: unknown format '%s' (known: hf)\n\n", kind);
+        export_usage(stderr);
+        return 2;
+    }
+    char rpath[4200];
+    if (!recipe) { /* the run's own: RUN_DIR/recipe.ini, the checkpoint being RUN_DIR/checkpoints/step-N */
+        snprintf(rpath, sizeof rpath, "%s/../../recipe.ini", ckpt);
+        if (access(rpath, R_OK) != 0) {
+            fprintf(stderr, "rrfp-mm: error: export hf: %s: cannot read: %s (a checkpoint outside a run folder, such as "
+                    "an import, needs --recipe R.ini)\n", rpath, strerror(errno));
+            return 1;
+        }
+        recipe = rpath;
+    }
+    HfExport info;
+    char err[2048];
+    if (export_hf(ckpt, recipe, out, tok, image_id, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
+        fprintf(stderr, "rrfp-mm: error: export hf: %s\n", err);
+        return 1;
+    }
+    printf("exported %d tensors in %d file(s)%s into %s (LlavaForConditionalGeneration.from_pretrained opens it)\n",
+           info.tensors, info.files, info.tokenizer ? " with the tokenizer" : "", out);
+    return 0;
+}

@@ -1,0 +1,47 @@
+/* cmd_import_llava.c — `rrfp-mm import llava|clip --hf DIR --out CKPT` (runtime/train/import_llava.h): the
+ * import, then the recipe keys the checkpoint implies. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "runtime/cli/cli.h"
+#include "runtime/train/import_llava.h"
+
+int cmd_import_llava(const char* kind, const char* hf, const char* out) {
+    int llava = !strcmp(kind, "llava");
+    LlavaImport info;
+    char err[2048];
+    if (import_llava(hf, out, llava, &info, stderr, err, sizeof err) != 0) {
+        fprintf(stderr, "rrfp-mm: error: import %s: %s\n", kind, err);
+        return 1;
+    }
+    int G = info.image_size / info.patch;
+    printf("imported %d tensors of a %s (CLIP tower D %d, %d layers, %d heads, patch %d, image %d", info.tensors,
+           llava ? "LLaVA" : "CLIP vision model", info.D, info.L, info.H, info.patch, info.image_size);
+    if (llava)
+        printf("; LM D %d, %d layers, %d heads, F %d, V %d", info.text.D, info.text.L, info.text.H, info.text.F,
+               info.text.V);
+    printf(") into %s\n", out);
+    if (info.skipped) printf("skipped %d tensors the model has no use for (buffers, CLIPModel's text side)\n", info.skipped);
+    if (info.absent)
+        printf("%d never-used tensors (post_layernorm, blocks past the feature layer) were absent: they keep their "
+               "initialisation\n", info.absent);
+    if (info.defaults[0]) printf("absent from config.json, so Hugging Face's class defaults: %s\n", info.defaults);
+    printf("; recipe keys for this model (and [train] init_from = %s)%s:\n", out,
+           llava ? "" : "; the projector and LM keep their own keys and initialisation");
+    printf("[model]\nvision_arch = clip\nvision_width = %d\nvision_layers = %d\nvision_heads = %d\npatch = %d\n"
+           "vision_image_size = %d\nvision_feature_layer = %d\n", info.D, info.L, info.H, info.patch, info.image_size,
+           info.feature_layer);
+    if (llava) {
+        printf("projector_act = %s\n", act_name((Act)info.proj_act));
+        printf("text_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.text.D,
+               info.text.L, info.text.H, info.text.F, info.text.V);
+        printf("rms_eps = %.17g\nrope_base = %.17g\n", info.text.rms_eps, info.text.rope_base);
+    }
+    printf("[data]\n; LLaVA-1.5 feeds every image at the checkpoint's grid (%d x %d patches): pack with "
+           "--image-preprocess llava\nmin_patches = %d\nmax_patches = %d\n", G, G, G * G, G * G);
+    if (llava && info.image_token_index >= 0)
+        printf("; the checkpoint's <image> token id is %d (image_token_index)\n", info.image_token_index);
+    printf("[train]\ninit_from = %s\n", out);
+    return 0;
+}

@@ -1,0 +1,333 @@
+/* export_hf.c — `rrfp-mm export hf`: a checkpoint of this model (any pp x tp layout) as a Hugging Face
+ * LlavaForConditionalGeneration folder (import_llava.h). The names written are the hub's (llava-hf's
+ * `vision_tower.vision_model.*`, `multi_modal_projector.*`, `language_model.model.*`,
+ * `language_model.lm_head.weight`), which every transformers version since 4.36 opens (transformers 5 maps
+ * them on load); values F32 as trained. The whole model is held in memory (4 bytes per parameter) while
+ * the shards are written. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/checkpoint.h"
+#include "engine/safetensors.h"
+#include "engine/util.h"
+#include "runtime/model/model.h"
+#include "runtime/train/import_llava.h"
+#include "runtime/train/layout.h"
+#include "runtime/train/recipe.h"
+
+static int ex_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
+static int ex_fail(char* err, size_t n, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* One tensor to write: its HF name, shape and values (pointing into the table, or owned). */
+typedef struct {
+    char name[160];
+    int ndim;
+    int64_t shape[4];
+    const float* data;
+    float* owned;
+    size_t bytes;
+    int file;
+} ExTensor;
+
+typedef struct {
+    ExTensor* v;
+    int n, cap;
+} ExList;
+
+static ExTensor* ex_add(ExList* l, const char* name, const float* data, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                        int64_t d3) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 512;
+        l->v = reallocCheck(l->v, (size_t)l->cap * sizeof(ExTensor));
+    }
+    ExTensor* t = &l->v[l->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    int64_t d[4] = {d0, d1, d2, d3};
+    size_t numel = 1;
+    for (int i = 0; i < ndim; i++) t->shape[i] = d[i], numel *= (size_t)d[i];
+    t->data = data;
+    t->bytes = numel * sizeof(float);
+    return t;
+}
+
+static const float* ex_get(const ParamTable* pt, const char* name) {
+    int i = params_find(pt, name);
+    RR_ASSERT(i >= 0 && "export: a registered tensor is missing");
+    return params_data(pt, i);
+}
+
+/* The HF tensors of the model in pt (whole, loaded). */
+static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
+    int64_t D = c->Dv, Dt = c->Dt, p = c->patch, G = c->vision_image_size / c->patch;
+    char hf[160], ours[128];
+    const char* V = "vision_tower.vision_model.";
+    /* the patch embedding is CLIP's Conv2d weight (D, 3, p, p), channel-major: the same values */
+    snprintf(hf, sizeof hf, "%sembeddings.patch_embedding.weight", V);
+    ex_add(l, hf, ex_get(pt, "vision.patch_embed.weight"), 4, D, 3, p, p);
+    snprintf(hf, sizeof hf, "%sembeddings.class_embedding", V);
+    ex_add(l, hf, ex_get(pt, "vision.class_embedding"), 1, D, 0, 0, 0);
+    snprintf(hf, sizeof hf, "%sembeddings.position_embedding.weight", V);
+    ex_add(l, hf, ex_get(pt, "vision.pos_embed.weight"), 2, 1 + G * G, D, 0, 0);
+    snprintf(hf, sizeof hf, "%spre_layrnorm.weight", V);
+    ex_add(l, hf, ex_get(pt, "vision.pre_ln.weight"), 1, D, 0, 0, 0);
+    snprintf(hf, sizeof hf, "%spre_layrnorm.bias", V);
+    ex_add(l, hf, ex_get(pt, "vision.pre_ln.bias"), 1, D, 0, 0, 0);
+    for (int b = 0; b < c->Lv; b++) {
+        static const struct {
+            const char *hf, *ours;
+            int rows4, cols4, bias;
+        } m[] = {{"layer_norm1.weight", "ln1.weight", 0, 0, 1}, {"layer_norm1.bias", "ln1.bias", 0, 0, 1},
+                 {"self_attn.out_proj.weight", "attn.out.weight", 0, 0, 0},
+                 {"self_attn.out_proj.bias", "attn.out.bias", 0, 0, 1},
+                 {"layer_norm2.weight", "ln2.weight", 0, 0, 1}, {"layer_norm2.bias", "ln2.bias", 0, 0, 1},
+                 {"mlp.fc1.weight", "mlp.fc1.weight", 1, 0, 0}, {"mlp.fc1.bias", "mlp.fc1.bias", 1, 0, 1},
+                 {"mlp.fc2.weight", "mlp.fc2.weight", 0, 1, 0}, {"mlp.fc2.bias", "mlp.fc2.bias", 0, 0, 1}};
+        for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+            snprintf(hf, sizeof hf, "%sencoder.layers.%d.%s", V, b, m[k].hf);
+            snprintf(ours, sizeof ours, "vision.blocks.%d.%s", b, m[k].ours);
+            int64_t rows = m[k].rows4 ? 4 * D : D;
+            if (m[k].bias) ex_add(l, hf, ex_get(pt, ours), 1, rows, 0, 0, 0);
+            else ex_add(l, hf, ex_get(pt, ours), 2, rows, m[k].cols4 ? 4 * D : D, 0, 0);
+        }
+        /* the fused [q | k | v] rows back to three projections */
+        static const char* part[3] = {"q_proj", "k_proj", "v_proj"};
+        snprintf(ours, sizeof ours, "vision.blocks.%d.attn.qkv.weight", b);
+        const float* qw = ex_get(pt, ours);
+        snprintf(ours, sizeof ours, "vision.blocks.%d.attn.qkv.bias", b);
+        const float* qb = ex_get(pt, ours);
+        for (int k = 0; k < 3; k++) {
+            snprintf(hf, sizeof hf, "%sencoder.layers.%d.self_attn.%s.weight", V, b, part[k]);
+            ex_add(l, hf, qw + (size_t)k * D * D, 2, D, D, 0, 0);
+            snprintf(hf, sizeof hf, "%sencoder.layers.%d.self_attn.%s.bias", V, b, part[k]);
+            ex_add(l, hf, qb + (size_t)k * D, 1, D, 0, 0, 0);
+        }
+    }
+    snprintf(hf, sizeof hf, "%spost_layernorm.weight", V);
+    ex_add(l, hf, ex_get(pt, "vision.post_ln.weight"), 1, D, 0, 0, 0);
+    snprintf(hf, sizeof hf, "%spost_layernorm.bias", V);
+    ex_add(l, hf, ex_get(pt, "vision.post_ln.bias"), 1, D, 0, 0, 0);
+    ex_add(l, "multi_modal_projector.linear_1.weight", ex_get(pt, "projector.0.weight"), 2, Dt, D, 0, 0);
+    ex_add(l, "multi_modal_projector.linear_1.bias", ex_get(pt, "projector.0.bias"), 1, Dt, 0, 0, 0);
+    ex_add(l, "multi_modal_projector.linear_2.weight", ex_get(pt, "projector.2.weight"), 2, Dt, Dt, 0, 0);
+    ex_add(l, "multi_modal_projector.linear_2.bias", ex_get(pt, "projector.2.bias"), 1, Dt, 0, 0, 0);
+    /* the LM under import llama's names (the same table), below language_model. */
+    LlamaImport li = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V};
+    int n = 0;
+    ImportName* names = import_llama_names(&li, &n);
+    for (int i = 0; i < n; i++) {
+        snprintf(hf, sizeof hf, "language_model.%s", names[i].hf);
+        ex_add(l, hf, ex_get(pt, names[i].ours), names[i].ndim, names[i].shape[0], names[i].shape[1], 0, 0);
+    }
+    free(names);
+}
+
+static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
+    cJSON* j = cJSON_CreateObject();
+    cJSON* a = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString("LlavaForConditionalGeneration"));
+    cJSON_AddStringToObject(j, "model_type", "llava");
+    cJSON_AddNumberToObject(j, "image_token_index", image_token_index);
+    cJSON_AddStringToObject(j, "projector_hidden_act", c->projector_act == ACT_GELU_ERF ? "gelu" : "gelu_pytorch_tanh");
+    cJSON_AddNumberToObject(j, "vision_feature_layer", c->vision_feature_layer);
+    cJSON_AddStringToObject(j, "vision_feature_select_strategy", "default");
+    cJSON_AddTrueToObject(j, "multimodal_projector_bias");
+    int G = c->vision_image_size / c->patch;
+    cJSON_AddNumberToObject(j, "image_seq_length", G * G);
+    cJSON_AddFalseToObject(j, "tie_word_embeddings");
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    cJSON* v = cJSON_AddObjectToObject(j, "vision_config");
+    cJSON_AddStringToObject(v, "model_type", "clip_vision_model");
+    cJSON_AddNumberToObject(v, "hidden_size", c->Dv);
+    cJSON_AddNumberToObject(v, "intermediate_size", 4 * c->Dv);
+    cJSON_AddNumberToObject(v, "num_hidden_layers", c->Lv);
+    cJSON_AddNumberToObject(v, "num_attention_heads", c->Hv);
+    cJSON_AddNumberToObject(v, "image_size", c->vision_image_size);
+    cJSON_AddNumberToObject(v, "patch_size", c->patch);
+    cJSON_AddNumberToObject(v, "num_channels", 3);
+    cJSON_AddStringToObject(v, "hidden_act", "quick_gelu");
+    cJSON_AddNumberToObject(v, "layer_norm_eps", 1e-5);
+    cJSON_AddNumberToObject(v, "projection_dim", c->Dv);
+    cJSON* t = cJSON_AddObjectToObject(j, "text_config");
+    LmConfig lc = model_config_lm(c);
+    cJSON_AddStringToObject(t, "model_type", "llama");
+    cJSON_AddNumberToObject(t, "hidden_size", c->Dt);
+    cJSON_AddNumberToObject(t, "intermediate_size", c->F);
+    cJSON_AddNumberToObject(t, "num_hidden_layers", c->Lt);
+    cJSON_AddNumberToObject(t, "num_attention_heads", c->Ht);
+    cJSON_AddNumberToObject(t, "num_key_value_heads", c->Ht);
+    cJSON_AddNumberToObject(t, "vocab_size", c->V);
+    cJSON_AddNumberToObject(t, "rms_norm_eps", lc.rms_eps);
+    cJSON_AddNumberToObject(t, "rope_theta", lc.rope_base);
+    cJSON_AddNumberToObject(t, "max_position_embeddings", 4096);
+    cJSON_AddStringToObject(t, "hidden_act", "silu");
+    cJSON_AddFalseToObject(t, "tie_word_embeddings");
+    cJSON_AddFalseToObject(t, "attention_bias");
+    cJSON_AddFalseToObject(t, "mlp_bias");
+    return j;
+}
+
+static int ex_write_json(const char* dir, const char* file, const cJSON* j, char* err, size_t err_len) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char* text = cJSON_Print(j);
+    int rc = rr_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc ? ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno)) : 0;
+}
+
+/* The <image> id from tokenizer.json's added_tokens, or -1. */
+static int ex_image_token(const char* tokenizer) {
+    size_t n;
+    char* text = rr_read_file(tokenizer, &n);
+    if (!text) return -1;
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    int id = -1;
+    const cJSON* at = j ? cJSON_GetObjectItemCaseSensitive(j, "added_tokens") : NULL;
+    const cJSON* e;
+    cJSON_ArrayForEach(e, at) {
+        const cJSON* c = cJSON_GetObjectItemCaseSensitive(e, "content");
+        const cJSON* i = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (cJSON_IsString(c) && !strcmp(c->valuestring, "<image>") && cJSON_IsNumber(i)) id = i->valueint;
+    }
+    cJSON_Delete(j);
+    return id;
+}
+
+int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
+              int image_token_index, size_t shard_bytes, HfExport* info, FILE* log, char* err, size_t err_len) {
+    memset(info, 0, sizeof *info);
+    Recipe r;
+    recipe_defaults(&r);
+    if (recipe_load(&r, recipe_path, err, err_len) != 0 || recipe_validate(&r, err, err_len) != 0) return -1;
+    if (strcmp(r.vision_arch, "clip"))
+        return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (DESIGN.md's, no class token, "
+                       "rotary positions) has no Hugging Face equivalent; LlavaForConditionalGeneration's tower is CLIP "
+                       "(model.vision_arch = clip, e.g. from rrfp-mm import llava)", recipe_path, r.vision_arch);
+    int V = r.vocab;
+    if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
+    ModelConfig mc = train_model_config(&r, V);
+    if (model_config_check(&mc, err, err_len) != 0) return -1;
+    if (!tokenizer && access(r.tokenizer, R_OK) == 0) tokenizer = r.tokenizer; /* the run's own */
+    if (image_token_index < 0 && tokenizer) image_token_index = ex_image_token(tokenizer);
+    if (image_token_index < 0 || image_token_index >= V)
+        return ex_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
+                       "--image-token-id N (0 <= N < vocab %d) or a --tokenizer whose added_tokens hold <image>",
+                       image_token_index < 0 ? "unknown" : "outside the vocabulary", V);
+    struct stat sb;
+    if (stat(out_dir, &sb) == 0) return ex_fail(err, err_len, "%s already exists: remove it or choose another --out", out_dir);
+
+    ParamTable pt;
+    model_params_register(&mc, 0, mc.Lt, &pt);
+    params_alloc(&pt, &backend_cpu, mc.seed);
+    CheckpointState cs;
+    memset(&cs, 0, sizeof cs);
+    if (checkpoint_load(ckpt, &pt, &cs, NULL, err, err_len) != 0) {
+        params_free(&pt);
+        return -1;
+    }
+    checkpoint_state_free(&cs);
+    ExList l = {0};
+    ex_tensors(&l, &mc, &pt);
+    /* shards of at most shard_bytes (a bigger tensor alone) */
+    int nfile = 1;
+    size_t at = 0, total = 0;
+    for (int i = 0; i < l.n; i++) {
+        if (at > 0 && at + l.v[i].bytes > shard_bytes) nfile++, at = 0;
+        l.v[i].file = nfile;
+        at += l.v[i].bytes;
+        total += l.v[i].bytes;
+    }
+    char tmp[4200], path[4400], base[64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_dir, (int)getpid());
+    int rc = 0;
+    if (rr_mkdirs(tmp) != 0) rc = ex_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+    cJSON* wm = cJSON_CreateObject();
+    for (int f = 1; f <= nfile && rc == 0; f++) {
+        StWriter* w = st_writer_new();
+        snprintf(base, sizeof base, "model-%05d-of-%05d.safetensors", f, nfile);
+        for (int i = 0; i < l.n; i++) {
+            if (l.v[i].file != f) continue;
+            st_writer_add(w, l.v[i].name, DTYPE_F32, l.v[i].ndim, l.v[i].shape, l.v[i].data);
+            cJSON_AddStringToObject(wm, l.v[i].name, base);
+            info->tensors++;
+        }
+        st_writer_meta(w, "format", "pt");
+        snprintf(path, sizeof path, "%s/%s", tmp, base);
+        rc = st_writer_write(w, path, err, err_len);
+        st_writer_free(w);
+        if (rc == 0) info->files++;
+        if (rc == 0 && log) fprintf(log, "export: %s\n", base);
+    }
+    if (rc == 0) {
+        cJSON* idx = cJSON_CreateObject();
+        cJSON* meta = cJSON_AddObjectToObject(idx, "metadata");
+        cJSON_AddNumberToObject(meta, "total_size", (double)total);
+        cJSON_AddItemToObject(idx, "weight_map", wm);
+        wm = NULL;
+        rc = ex_write_json(tmp, "model.safetensors.index.json", idx, err, err_len);
+        cJSON_Delete(idx);
+    }
+    if (rc == 0) {
+        cJSON* cfg = ex_config(&mc, image_token_index);
+        rc = ex_write_json(tmp, "config.json", cfg, err, err_len);
+        cJSON_Delete(cfg);
+    }
+    if (rc == 0 && tokenizer) {
+        /* tokenizer.json, and its companions where they sit beside it */
+        static const char* names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"};
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", tokenizer);
+        char* slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+        for (int k = 0; k < 4 && rc == 0; k++) {
+            char src[4400];
+            if (k == 0) snprintf(src, sizeof src, "%s", tokenizer);
+            else snprintf(src, sizeof src, "%s/%s", dir, names[k]);
+            size_t n;
+            char* bytes = rr_read_file(src, &n);
+            if (!bytes) {
+                if (k == 0) rc = ex_fail(err, err_len, "%s: cannot read: %s", src, strerror(errno));
+                continue;
+            }
+            snprintf(path, sizeof path, "%s/%s", tmp, names[k]);
+            if (rr_write_file_atomic(path, bytes, n) != 0) rc = ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+            else info->tokenizer++;
+            free(bytes);
+        }
+    }
+    if (rc == 0 && rename(tmp, out_dir) != 0)
+        rc = ex_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, out_dir, strerror(errno));
+    if (rc != 0) { /* our own flat temporary folder */
+        for (int f = 1; f <= nfile; f++) {
+            snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", tmp, f, nfile);
+            unlink(path);
+        }
+        static const char* rest[] = {"model.safetensors.index.json", "config.json", "tokenizer.json", "tokenizer_config.json",
+                                     "special_tokens_map.json", "tokenizer.model"};
+        for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++) {
+            snprintf(path, sizeof path, "%s/%s", tmp, rest[k]);
+            unlink(path);
+        }
+        rmdir(tmp);
+    }
+    cJSON_Delete(wm);
+    for (int i = 0; i < l.n; i++) free(l.v[i].owned);
+    free(l.v);
+    params_free(&pt);
+    return rc;
+}

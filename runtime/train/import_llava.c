@@ -1,0 +1,627 @@
+/* import_llava.c — a Hugging Face LLaVA or CLIP vision checkpoint as a checkpoint of this model (see
+ * import_llava.h). One input shard at a time is read, converted and written as one output file; the only
+ * tensors held across shards are a CLIP layer's q, k, v projections until all three have been seen (they
+ * become one fused qkv tensor). The LM part goes through import.c's Llama config parser and name table. */
+#include "runtime/train/import_llava.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/checkpoint.h"
+#include "engine/engine.h"
+#include "engine/safetensors.h"
+#include "engine/util.h"
+
+static int il_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
+static int il_fail(char* err, size_t n, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Configs */
+
+#define IL_MAX_DIM (1 << 20) /* any width, layer count or vocabulary above this is not a real model */
+
+static void il_note_default(LlavaImport* info, const char* where, const char* key) {
+    size_t at = strlen(info->defaults);
+    if (at + 2 < sizeof info->defaults)
+        snprintf(info->defaults + at, sizeof info->defaults - at, "%s%s.%s", at ? ", " : "", where, key);
+}
+
+/* An integer field of object o in [lo, hi], or def (noted) when absent. */
+static int il_int(const cJSON* o, const char* where, const char* key, int def, int lo, int hi, int* out, LlavaImport* info,
+                  char* err, size_t err_len) {
+    const cJSON* x = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    if (!x || cJSON_IsNull(x)) {
+        *out = def;
+        il_note_default(info, where, key);
+        return 0;
+    }
+    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(long long)x->valuedouble || x->valuedouble < lo ||
+        x->valuedouble > hi)
+        return il_fail(err, err_len, "%s: \"%s\" must be an integer in [%d, %d]", where, key, lo, hi);
+    *out = (int)x->valuedouble;
+    return 0;
+}
+
+/* The CLIP vision config v (CLIPVisionConfig defaults for absent fields). */
+static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, char* err, size_t err_len) {
+    int inter, channels;
+    if (il_int(v, where, "hidden_size", 768, 1, IL_MAX_DIM, &c->D, c, err, err_len) ||
+        il_int(v, where, "num_hidden_layers", 12, 1, 1024, &c->L, c, err, err_len) ||
+        il_int(v, where, "num_attention_heads", 12, 1, 1024, &c->H, c, err, err_len) ||
+        il_int(v, where, "patch_size", 32, 1, 64, &c->patch, c, err, err_len) ||
+        il_int(v, where, "image_size", 224, 1, 1 << 16, &c->image_size, c, err, err_len) ||
+        il_int(v, where, "intermediate_size", 3072, 1, 4 * IL_MAX_DIM, &inter, c, err, err_len) ||
+        il_int(v, where, "num_channels", 3, 1, 64, &channels, c, err, err_len))
+        return -1;
+    if (channels != 3) return il_fail(err, err_len, "%s: num_channels = %d: the model reads RGB images (3)", where, channels);
+    if (inter != 4 * c->D)
+        return il_fail(err, err_len, "%s: intermediate_size = %d is not 4 x hidden_size = %d: this model's vision MLP "
+                       "hidden is 4 D", where, inter, 4 * c->D);
+    if (c->D % c->H)
+        return il_fail(err, err_len, "%s: hidden_size %d is not divisible by num_attention_heads %d", where, c->D, c->H);
+    if (c->image_size % c->patch)
+        return il_fail(err, err_len, "%s: image_size %d is not a multiple of patch_size %d", where, c->image_size, c->patch);
+    const cJSON* x = v ? cJSON_GetObjectItemCaseSensitive(v, "hidden_act") : NULL;
+    if (x && !cJSON_IsNull(x) && (!cJSON_IsString(x) || strcmp(x->valuestring, "quick_gelu")))
+        return il_fail(err, err_len, "%s: hidden_act \"%s\": the CLIP tower's MLP uses quick_gelu (OpenAI's CLIP)", where,
+                       cJSON_IsString(x) ? x->valuestring : "?");
+    if (!x) il_note_default(c, where, "hidden_act");
+    x = v ? cJSON_GetObjectItemCaseSensitive(v, "layer_norm_eps") : NULL;
+    if (x && !cJSON_IsNull(x) && (!cJSON_IsNumber(x) || x->valuedouble != 1e-5))
+        return il_fail(err, err_len, "%s: layer_norm_eps = %g: the vision LayerNorms' eps is 1e-5 (DESIGN.md section 4)",
+                       where, cJSON_IsNumber(x) ? x->valuedouble : -1.0);
+    return 0;
+}
+
+/* text_config as import llama reads it: absent fields of LlamaConfig's filled in (noted), transformers 5's
+ * rope_parameters mapped to rope_theta (and rope_scaling when it is not the default rule). */
+static cJSON* il_text_config(const cJSON* top, LlavaImport* info) {
+    const cJSON* tc = cJSON_GetObjectItemCaseSensitive(top, "text_config");
+    cJSON* t = cJSON_IsObject(tc) ? cJSON_Duplicate(tc, 1) : cJSON_CreateObject();
+    static const struct {
+        const char* key;
+        int def;
+    } llama_defaults[] = {{"hidden_size", 4096}, {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                          {"num_attention_heads", 32}, {"vocab_size", 32000}};
+    for (size_t i = 0; i < sizeof llama_defaults / sizeof llama_defaults[0]; i++) {
+        if (cJSON_GetObjectItemCaseSensitive(t, llama_defaults[i].key)) continue;
+        /* old llava-hf configs keep vocab_size at the top */
+        const cJSON* up = cJSON_GetObjectItemCaseSensitive(top, llama_defaults[i].key);
+        if (!strcmp(llama_defaults[i].key, "vocab_size") && cJSON_IsNumber(up)) {
+            cJSON_AddNumberToObject(t, "vocab_size", up->valuedouble);
+            continue;
+        }
+        cJSON_AddNumberToObject(t, llama_defaults[i].key, llama_defaults[i].def);
+        il_note_default(info, "text_config", llama_defaults[i].key);
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(t, "model_type")) cJSON_AddStringToObject(t, "model_type", "llama");
+    const cJSON* rp = cJSON_GetObjectItemCaseSensitive(t, "rope_parameters");
+    if (cJSON_IsObject(rp)) {
+        const cJSON* th = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
+        if (cJSON_IsNumber(th) && !cJSON_GetObjectItemCaseSensitive(t, "rope_theta"))
+            cJSON_AddNumberToObject(t, "rope_theta", th->valuedouble);
+        const cJSON* ty = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (cJSON_IsString(ty) && strcmp(ty->valuestring, "default") && !cJSON_GetObjectItemCaseSensitive(t, "rope_scaling"))
+            cJSON_AddItemToObject(t, "rope_scaling", cJSON_Duplicate(rp, 1));
+    }
+    return t;
+}
+
+/* config.json of DIR into info. */
+static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t n;
+    char* text = rr_read_file(path, &n);
+    if (!text) return il_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path, strerror(errno));
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return il_fail(err, err_len, "%s: not a JSON object", path);
+    }
+    int rc = -1;
+    const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    const char* type = cJSON_IsString(mt) ? mt->valuestring : "";
+    char where[4300];
+    c->llava = llava;
+    c->image_token_index = -1;
+    c->feature_layer = -2;
+    c->proj_act = ACT_GELU_ERF;
+    if (!llava) {
+        const cJSON* v = j;
+        snprintf(where, sizeof where, "%s", path);
+        if (!strcmp(type, "clip")) {
+            v = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
+            snprintf(where, sizeof where, "%s vision_config", path);
+        } else if (strcmp(type, "clip_vision_model")) {
+            il_fail(err, err_len, "%s: model_type \"%s\": import clip reads a CLIPVisionModel (clip_vision_model) or a "
+                    "CLIPModel (clip)%s", path, type, !strcmp(type, "llava") ? "; this is a LLaVA: use import llava" : "");
+            goto out;
+        }
+        rc = il_vision_config(v, where, c, err, err_len);
+        goto out;
+    }
+    if (strcmp(type, "llava")) {
+        il_fail(err, err_len, "%s: model_type \"%s\": import llava reads a LlavaForConditionalGeneration (llava)%s", path,
+                type, !strncmp(type, "llava_", 6) ? " (LLaVA-NeXT / -OneVision's image tiling is not this model)" : "");
+        goto out;
+    }
+    const cJSON* vc = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
+    const cJSON* vt = vc ? cJSON_GetObjectItemCaseSensitive(vc, "model_type") : NULL;
+    if (cJSON_IsString(vt) && strcmp(vt->valuestring, "clip_vision_model")) {
+        il_fail(err, err_len, "%s: vision_config.model_type \"%s\": the vision tower this model has is CLIP's "
+                "(clip_vision_model)", path, vt->valuestring);
+        goto out;
+    }
+    snprintf(where, sizeof where, "%s vision_config", path);
+    cJSON* vdef = NULL;
+    if (!cJSON_IsObject(vc)) {
+        /* LlavaConfig without a vision_config: its own default, CLIP ViT-L/14-336 (not CLIPVisionConfig's) */
+        vdef = cJSON_CreateObject();
+        static const struct {
+            const char* k;
+            int v;
+        } d[] = {{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24},
+                 {"num_attention_heads", 16}, {"patch_size", 14}, {"image_size", 336}};
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) cJSON_AddNumberToObject(vdef, d[i].k, d[i].v);
+        il_note_default(c, "config.json", "vision_config (LlavaConfig's: CLIP ViT-L/14-336)");
+        vc = vdef;
+    }
+    int vrc = il_vision_config(vc, where, c, err, err_len);
+    cJSON_Delete(vdef);
+    if (vrc) goto out;
+    const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, "vision_feature_layer");
+    if (x && !cJSON_IsNumber(x)) {
+        il_fail(err, err_len, "%s: vision_feature_layer is not one integer (a list concatenates several layers' "
+                "features, which this model's projector cannot take)", path);
+        goto out;
+    }
+    if (il_int(j, "config.json", "vision_feature_layer", -2, -c->L - 1, c->L, &c->feature_layer, c, err, err_len)) goto out;
+    int run = c->feature_layer < 0 ? c->L + 1 + c->feature_layer : c->feature_layer;
+    if (run < 1) {
+        il_fail(err, err_len, "%s: vision_feature_layer = %d selects the embeddings themselves (hidden state 0); "
+                "allowed: a hidden state after at least one block", path, c->feature_layer);
+        goto out;
+    }
+    x = cJSON_GetObjectItemCaseSensitive(j, "vision_feature_select_strategy");
+    if (x && (!cJSON_IsString(x) || strcmp(x->valuestring, "default"))) {
+        il_fail(err, err_len, "%s: vision_feature_select_strategy \"%s\": this model drops the class token (`default`)",
+                path, cJSON_IsString(x) ? x->valuestring : "?");
+        goto out;
+    }
+    x = cJSON_GetObjectItemCaseSensitive(j, "projector_hidden_act");
+    if (x && cJSON_IsString(x)) {
+        if (!strcmp(x->valuestring, "gelu")) c->proj_act = ACT_GELU_ERF;
+        else if (!strcmp(x->valuestring, "gelu_pytorch_tanh") || !strcmp(x->valuestring, "gelu_new")) c->proj_act = ACT_GELU_TANH;
+        else {
+            il_fail(err, err_len, "%s: projector_hidden_act \"%s\": the projector's activation is gelu (exact) or "
+                    "gelu_pytorch_tanh", path, x->valuestring);
+            goto out;
+        }
+    } else {
+        il_note_default(c, "config.json", "projector_hidden_act");
+    }
+    x = cJSON_GetObjectItemCaseSensitive(j, "multimodal_projector_bias");
+    if (x && cJSON_IsFalse(x)) {
+        il_fail(err, err_len, "%s: multimodal_projector_bias = false: this model's projector has biases", path);
+        goto out;
+    }
+    x = cJSON_GetObjectItemCaseSensitive(j, "image_token_index");
+    if (!x) x = cJSON_GetObjectItemCaseSensitive(j, "image_token_id");
+    if (cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < (1 << 30)) c->image_token_index = x->valueint;
+    cJSON* t = il_text_config(j, c);
+    snprintf(where, sizeof where, "%s text_config", path);
+    rc = import_llama_config(t, where, &c->text, err, err_len);
+    cJSON_Delete(t);
+out:
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Names */
+
+enum { IL_PLAIN = 0, IL_CONV, IL_Q, IL_K, IL_V };
+
+typedef struct {
+    ImportName n; /* n.hf: the canonical name ("V:" vision, "P:" projector, "L:" Llama) */
+    int kind, layer;
+    int optional; /* never used by the model (post_layernorm, blocks past the feature layer): may be absent */
+} IlName;
+
+typedef struct {
+    IlName* v;
+    int n, cap;
+} IlTable;
+
+static IlName* il_add(IlTable* t, const char* hf, const char* ours, int ndim, int64_t d0, int64_t d1, int kind, int layer) {
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 256;
+        t->v = reallocCheck(t->v, (size_t)t->cap * sizeof(IlName));
+    }
+    IlName* x = &t->v[t->n++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->n.hf, sizeof x->n.hf, "%s", hf);
+    snprintf(x->n.ours, sizeof x->n.ours, "%s", ours);
+    x->n.ndim = ndim;
+    x->n.shape[0] = d0;
+    x->n.shape[1] = d1;
+    x->kind = kind;
+    x->layer = layer;
+    return x;
+}
+
+static void il_table(IlTable* t, const LlavaImport* c) {
+    int64_t D = c->D, G = c->image_size / c->patch, P = 3LL * c->patch * c->patch;
+    int run = c->feature_layer < 0 ? c->L + 1 + c->feature_layer : c->feature_layer;
+    char hf[128], ours[128];
+    il_add(t, "V:embeddings.patch_embedding.weight", "vision.patch_embed.weight", 2, D, P, IL_CONV, -1);
+    il_add(t, "V:embeddings.class_embedding", "vision.class_embedding", 1, D, 0, IL_PLAIN, -1);
+    il_add(t, "V:embeddings.position_embedding.weight", "vision.pos_embed.weight", 2, 1 + G * G, D, IL_PLAIN, -1);
+    il_add(t, "V:pre_layrnorm.weight", "vision.pre_ln.weight", 1, D, 0, IL_PLAIN, -1);
+    il_add(t, "V:pre_layrnorm.bias", "vision.pre_ln.bias", 1, D, 0, IL_PLAIN, -1);
+    for (int l = 0; l < c->L; l++) {
+        static const struct {
+            const char *hf, *ours;
+            int kind, rows4, cols4, bias;
+        } m[] = {{"layer_norm1.weight", "ln1.weight", IL_PLAIN, 0, 0, 1},
+                 {"layer_norm1.bias", "ln1.bias", IL_PLAIN, 0, 0, 1},
+                 {"self_attn.q_proj.weight", "attn.qkv.weight", IL_Q, 0, 0, 0},
+                 {"self_attn.k_proj.weight", "attn.qkv.weight", IL_K, 0, 0, 0},
+                 {"self_attn.v_proj.weight", "attn.qkv.weight", IL_V, 0, 0, 0},
+                 {"self_attn.q_proj.bias", "attn.qkv.bias", IL_Q, 0, 0, 1},
+                 {"self_attn.k_proj.bias", "attn.qkv.bias", IL_K, 0, 0, 1},
+                 {"self_attn.v_proj.bias", "attn.qkv.bias", IL_V, 0, 0, 1},
+                 {"self_attn.out_proj.weight", "attn.out.weight", IL_PLAIN, 0, 0, 0},
+                 {"self_attn.out_proj.bias", "attn.out.bias", IL_PLAIN, 0, 0, 1},
+                 {"layer_norm2.weight", "ln2.weight", IL_PLAIN, 0, 0, 1},
+                 {"layer_norm2.bias", "ln2.bias", IL_PLAIN, 0, 0, 1},
+                 {"mlp.fc1.weight", "mlp.fc1.weight", IL_PLAIN, 1, 0, 0},
+                 {"mlp.fc1.bias", "mlp.fc1.bias", IL_PLAIN, 1, 0, 1},
+                 {"mlp.fc2.weight", "mlp.fc2.weight", IL_PLAIN, 0, 1, 0},
+                 {"mlp.fc2.bias", "mlp.fc2.bias", IL_PLAIN, 0, 0, 1}};
+        for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+            snprintf(hf, sizeof hf, "V:encoder.layers.%d.%s", l, m[k].hf);
+            snprintf(ours, sizeof ours, "vision.blocks.%d.%s", l, m[k].ours);
+            int64_t rows = m[k].rows4 ? 4 * D : D;
+            IlName* x = m[k].bias ? il_add(t, hf, ours, 1, rows, 0, m[k].kind, l)
+                                  : il_add(t, hf, ours, 2, rows, m[k].cols4 ? 4 * D : D, m[k].kind, l);
+            x->optional = l >= run;
+        }
+    }
+    il_add(t, "V:post_layernorm.weight", "vision.post_ln.weight", 1, D, 0, IL_PLAIN, -1)->optional = 1;
+    il_add(t, "V:post_layernorm.bias", "vision.post_ln.bias", 1, D, 0, IL_PLAIN, -1)->optional = 1;
+    if (!c->llava) return;
+    int64_t Dt = c->text.D;
+    il_add(t, "P:linear_1.weight", "projector.0.weight", 2, Dt, D, IL_PLAIN, -1);
+    il_add(t, "P:linear_1.bias", "projector.0.bias", 1, Dt, 0, IL_PLAIN, -1);
+    il_add(t, "P:linear_2.weight", "projector.2.weight", 2, Dt, Dt, IL_PLAIN, -1);
+    il_add(t, "P:linear_2.bias", "projector.2.bias", 1, Dt, 0, IL_PLAIN, -1);
+    int nl = 0;
+    ImportName* lm = import_llama_names(&c->text, &nl);
+    for (int i = 0; i < nl; i++) {
+        snprintf(hf, sizeof hf, "L:%.120s", lm[i].hf);
+        il_add(t, hf, lm[i].ours, lm[i].ndim, lm[i].shape[0], lm[i].shape[1], IL_PLAIN, -1);
+    }
+    free(lm);
+}
+
+static int il_starts(const char* s, const char* p) { return !strncmp(s, p, strlen(p)); }
+
+/* A Hugging Face name under any of the namings (import_llava.h) -> the canonical name, or "" for a
+ * tensor that is skipped (buffers, CLIPModel's text side). Returns 0, or -1 when it fits no naming. */
+static int il_canon(const char* name, int llava, char* out, size_t n) {
+    const char* s = name;
+    out[0] = 0;
+    if (!llava) {
+        if (il_starts(s, "text_model.") || il_starts(s, "text_projection.") || il_starts(s, "visual_projection.") ||
+            !strcmp(s, "logit_scale"))
+            return 0;
+        if (!il_starts(s, "vision_model.")) return -1;
+        s += strlen("vision_model.");
+        if (!strcmp(s, "embeddings.position_ids")) return 0;
+        snprintf(out, n, "V:%s", s);
+        return 0;
+    }
+    if (!strcmp(s, "lm_head.weight") || !strcmp(s, "language_model.lm_head.weight")) {
+        snprintf(out, n, "L:lm_head.weight");
+        return 0;
+    }
+    if (il_starts(s, "model.") && (il_starts(s + 6, "vision_tower.") || il_starts(s + 6, "multi_modal_projector.") ||
+                                   il_starts(s + 6, "language_model.")))
+        s += 6;
+    if (il_starts(s, "vision_tower.")) {
+        s += strlen("vision_tower.");
+        if (il_starts(s, "vision_model.")) s += strlen("vision_model.");
+        if (!strcmp(s, "embeddings.position_ids")) return 0;
+        snprintf(out, n, "V:%s", s);
+        return 0;
+    }
+    if (il_starts(s, "multi_modal_projector.")) {
+        snprintf(out, n, "P:%s", s + strlen("multi_modal_projector."));
+        return 0;
+    }
+    if (il_starts(s, "language_model.")) {
+        s += strlen("language_model.");
+        if (il_starts(s, "model.")) s += strlen("model.");
+        snprintf(out, n, "L:model.%s", s);
+        return 0;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Files */
+
+#define IL_MAX_FILES 4096
+
+/* The safetensors files of DIR: the index's weight_map values (each once), or model.safetensors. */
+static int il_files(const char* dir, char*** files, int* nf, char* err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    size_t n;
+    char* text = rr_read_file(path, &n);
+    *files = NULL;
+    *nf = 0;
+    if (!text) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (access(path, R_OK) != 0)
+            return il_fail(err, err_len, "%s: neither model.safetensors.index.json nor model.safetensors is readable", dir);
+        *files = callocCheck(1, sizeof(char*));
+        (*files)[(*nf)++] = strdup("model.safetensors");
+        return 0;
+    }
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    const cJSON* wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(j);
+        return il_fail(err, err_len, "%s: no \"weight_map\" object", path);
+    }
+    *files = callocCheck(IL_MAX_FILES, sizeof(char*));
+    const cJSON* e;
+    cJSON_ArrayForEach(e, wm) {
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !strcmp(e->valuestring, "..") || !e->valuestring[0]) {
+            cJSON_Delete(j);
+            return il_fail(err, err_len, "%s: weight_map[\"%s\"] is not a file name in the folder", path, e->string);
+        }
+        int dup = 0;
+        for (int i = 0; i < *nf && !dup; i++) dup = !strcmp((*files)[i], e->valuestring);
+        if (dup) continue;
+        if (*nf == IL_MAX_FILES) {
+            cJSON_Delete(j);
+            return il_fail(err, err_len, "%s: more than %d files in weight_map", path, IL_MAX_FILES);
+        }
+        (*files)[(*nf)++] = strdup(e->valuestring);
+    }
+    cJSON_Delete(j);
+    if (*nf == 0) return il_fail(err, err_len, "%s: empty weight_map", path);
+    return 0;
+}
+
+/* Remove our own temporary folder (flat: the files we wrote), without a shell. */
+static void il_rm_tmp(const char* dir) {
+    DIR* d = opendir(dir);
+    if (d) {
+        struct dirent* e;
+        char p[4600];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0 && errno != ENOENT) rr_warn("could not remove %s: %s", dir, strerror(errno));
+}
+
+/* Add an F32 tensor with its checksum (engine/checkpoint.h: checkpoint_load verifies every tensor's). */
+static void il_put(StWriter* w, const char* name, int ndim, const int64_t* shape, const float* data) {
+    size_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= (size_t)shape[i];
+    st_writer_add(w, name, DTYPE_F32, ndim, shape, data);
+    char key[200], hx[24];
+    snprintf(key, sizeof key, "xxh64.%s", name);
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)rr_xxh64(data, numel * sizeof(float), 0));
+    st_writer_meta(w, key, hx);
+}
+
+/* A CLIP layer's q / k / v until all three parts of a tensor (weight or bias) have been read. */
+typedef struct {
+    float* buf;
+    int parts;
+} IlPending;
+
+int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* info, FILE* log, char* err,
+                 size_t err_len) {
+    memset(info, 0, sizeof *info);
+    if (il_config(hf_dir, llava, info, err, err_len) != 0) return -1;
+    struct stat sb;
+    if (stat(out, &sb) == 0) return il_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
+    IlTable tab = {0};
+    il_table(&tab, info);
+    IlPending* pend = callocCheck((size_t)info->L * 2, sizeof(IlPending)); /* [layer][0 weight, 1 bias] */
+    int64_t D = info->D;
+
+    char** files = NULL;
+    int nf = 0, rc = 0;
+    char tmp[4200], path[4400], canon[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid());
+    if (il_files(hf_dir, &files, &nf, err, err_len) != 0) rc = -1;
+    int made = 0;
+    if (rc == 0) {
+        if (rr_mkdirs(tmp) != 0) rc = il_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+        else made = 1;
+    }
+    cJSON* list = cJSON_CreateArray();
+    for (int k = 0; k < nf && rc == 0; k++) {
+        StFile f;
+        snprintf(path, sizeof path, "%s/%s", hf_dir, files[k]);
+        if (st_load(&f, path, err, err_len) != 0) {
+            rc = -1;
+            break;
+        }
+        StWriter* w = st_writer_new();
+        float** bufs = callocCheck((size_t)f.n + 1, sizeof(float*));
+        int nb = 0, added = 0;
+        for (int t = 0; t < f.n && rc == 0; t++) {
+            const StTensor* x = &f.tensors[t];
+            size_t ln = strlen(x->name);
+            if (ln >= 19 && !strcmp(x->name + ln - 19, "rotary_emb.inv_freq")) { /* recomputed from theta */
+                info->skipped++;
+                continue;
+            }
+            if (il_canon(x->name, llava, canon, sizeof canon) != 0) {
+                rc = il_fail(err, err_len, "%s: tensor '%s' is under no naming of a %s checkpoint (%s)", path, x->name,
+                             llava ? "LLaVA" : "CLIP vision",
+                             llava ? "vision_tower., multi_modal_projector., language_model., model.*, lm_head.weight"
+                                   : "vision_model.*");
+                break;
+            }
+            if (!canon[0]) {
+                info->skipped++;
+                continue;
+            }
+            IlName* m = NULL;
+            for (int i = 0; i < tab.n && !m; i++)
+                if (!strcmp(tab.v[i].n.hf, canon)) m = &tab.v[i];
+            if (!m) {
+                rc = il_fail(err, err_len, "%s: tensor '%s' has no place in this model (another architecture's tensor, "
+                             "or a layer / bias the config does not declare)", path, x->name);
+                break;
+            }
+            if (m->n.seen) {
+                rc = il_fail(err, err_len, "%s: tensor '%s' appears twice (two namings, or two files)", path, x->name);
+                break;
+            }
+            m->n.seen = 1;
+            /* the file's shape against config.json's before anything is allocated for it (the file's own
+             * size, checked by st_load, then bounds the allocation) */
+            int64_t want[4] = {m->n.shape[0], m->n.shape[1], 0, 0};
+            int wnd = m->n.ndim;
+            if (m->kind == IL_CONV) want[1] = 3, want[2] = want[3] = info->patch, wnd = 4;
+            int same = x->ndim == wnd;
+            for (int d = 0; d < wnd && same; d++) same = x->shape[d] == want[d];
+            if (!same) {
+                char got[128] = "", exp[128] = "";
+                for (int d = 0; d < x->ndim && d < ST_MAX_DIMS; d++)
+                    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+                for (int d = 0; d < wnd; d++)
+                    snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", d ? ", " : "", (long long)want[d]);
+                rc = il_fail(err, err_len, "%s: tensor '%s' has shape (%s), config.json implies (%s)", path, x->name, got,
+                             exp);
+                break;
+            }
+            if (m->kind == IL_CONV) {
+                /* CLIP's Conv2d weight (D, 3, p, p) is the (D, 3p^2) linear over channel-major patch pixels */
+                int64_t cs[4] = {D, 3, info->patch, info->patch};
+                size_t numel = (size_t)D * 3 * info->patch * info->patch;
+                float* v = mallocCheck(numel * sizeof(float));
+                bufs[nb++] = v;
+                rc = st_read_f32(&f, x->name, v, 4, cs, err, err_len);
+                if (rc == 0) il_put(w, m->n.ours, m->n.ndim, m->n.shape, v), added++, info->tensors++;
+                continue;
+            }
+            size_t numel = (size_t)m->n.shape[0] * (size_t)(m->n.ndim == 2 ? m->n.shape[1] : 1);
+            if (m->kind == IL_Q || m->kind == IL_K || m->kind == IL_V) {
+                int isb = m->n.ndim == 1;
+                IlPending* pd = &pend[m->layer * 2 + isb];
+                if (!pd->buf) pd->buf = mallocCheck(3 * numel * sizeof(float));
+                int part = m->kind - IL_Q;
+                if (st_read_f32(&f, x->name, pd->buf + (size_t)part * numel, m->n.ndim, m->n.shape, err, err_len) != 0) {
+                    rc = -1;
+                    break;
+                }
+                if (++pd->parts == 3) { /* all of q, k, v: the fused tensor goes into this file */
+                    int64_t sh[2] = {3 * m->n.shape[0], m->n.shape[1]};
+                    bufs[nb++] = pd->buf;
+                    pd->buf = NULL;
+                    il_put(w, m->n.ours, m->n.ndim, sh, bufs[nb - 1]);
+                    added++;
+                    info->tensors++;
+                }
+                continue;
+            }
+            float* v = mallocCheck(numel * sizeof(float));
+            bufs[nb++] = v;
+            if (st_read_f32(&f, x->name, v, m->n.ndim, m->n.shape, err, err_len) != 0) {
+                rc = -1; /* names the file, the tensor and the shape config.json implies */
+                break;
+            }
+            il_put(w, m->n.ours, m->n.ndim, m->n.shape, v);
+            added++;
+            info->tensors++;
+        }
+        if (rc == 0 && added > 0) {
+            char base[64];
+            snprintf(base, sizeof base, "model.hf%d.safetensors", k);
+            snprintf(path, sizeof path, "%s/%s", tmp, base);
+            st_writer_meta(w, "format", "rrfp-mm");
+            st_writer_meta(w, "imported_from", llava ? "huggingface llava" : "huggingface clip");
+            rc = st_writer_write(w, path, err, err_len);
+            cJSON_AddItemToArray(list, cJSON_CreateString(base));
+            if (rc == 0 && log) fprintf(log, "import: %s/%s -> %s\n", hf_dir, files[k], base);
+        }
+        st_writer_free(w);
+        for (int i = 0; i < nb; i++) free(bufs[i]);
+        free(bufs);
+        st_free(&f);
+    }
+    for (int i = 0; i < tab.n && rc == 0; i++) {
+        IlName* m = &tab.v[i];
+        if (m->n.seen) continue;
+        if (m->optional) {
+            info->absent++;
+            continue;
+        }
+        rc = il_fail(err, err_len, "%s: tensor %s (for %s) is in none of the model's files", hf_dir, m->n.hf + 2, m->n.ours);
+    }
+    for (int l = 0; l < info->L && rc == 0; l++)
+        for (int b = 0; b < 2; b++)
+            if (pend[l * 2 + b].buf)
+                rc = il_fail(err, err_len, "%s: layer %d's q / k / v %s are not all in the files", hf_dir, l,
+                             b ? "biases" : "weights");
+    if (rc == 0) {
+        /* a checkpoint state at step 0 with no optimiser state: train.init_from reads it, a resume refuses it */
+        cJSON* j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
+        cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
+        cJSON_AddNumberToObject(j, "step", 0);
+        cJSON_AddNumberToObject(j, "optimizer_step", 0);
+        cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
+        cJSON_AddStringToObject(j, "seed", "0");
+        cJSON_AddStringToObject(j, "data_seed", "0");
+        cJSON_AddNullToObject(j, "loader");
+        cJSON_AddStringToObject(j, "imported_from", hf_dir);
+        cJSON_AddItemToObject(j, "files", list);
+        list = NULL;
+        char* text = cJSON_Print(j);
+        cJSON_Delete(j);
+        snprintf(path, sizeof path, "%s/state.json", tmp);
+        if (rr_write_file_atomic(path, text, strlen(text)) != 0)
+            rc = il_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+        free(text);
+    }
+    if (rc == 0 && rename(tmp, out) != 0) rc = il_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
+    if (rc != 0 && made) il_rm_tmp(tmp);
+    cJSON_Delete(list);
+    for (int l = 0; l < info->L * 2; l++) free(pend[l].buf);
+    free(pend);
+    for (int k = 0; k < nf; k++) free(files[k]);
+    free(files);
+    free(tab.v);
+    return rc;
+}
