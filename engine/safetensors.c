@@ -429,7 +429,7 @@ fail:
 
 int st_load(StFile* f, const char* path, char* err, size_t err_len) {
     size_t size = 0;
-    char* buf = rr_read_file(path, &size);
+    char* buf = rr_read_file(path, &size, RR_MAX_SAFETENSORS);
     if (!buf) {
         memset(f, 0, sizeof *f);
         char why[128];
@@ -483,6 +483,10 @@ static const StTensor* st_check(const StFile* f, const char* name, int ndim, con
         return NULL;
     }
     return t;
+}
+
+int st_expect_shape(const StFile* f, const char* name, int ndim, const int64_t* shape, char* err, size_t err_len) {
+    return st_check(f, name, ndim, shape, err, err_len) ? 0 : -1;
 }
 
 int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const int64_t* shape, char* err,

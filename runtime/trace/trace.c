@@ -179,7 +179,7 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
 
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     size_t size;
-    char* text = rr_read_file(path, &size);
+    char* text = rr_read_file(path, &size, RR_MAX_JSONL);
     if (!text) {
         char why[128];
         snprintf(err, errlen, "cannot read trace '%s': %s", path,

@@ -14,10 +14,11 @@
 
 int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
     size_t n;
-    char* js = rr_read_file(r->tokenizer, &n);
+    char* js = rr_read_file(r->tokenizer, &n, RR_MAX_TOKENIZER);
     if (!js) {
+        char why[160];
         snprintf(err, err_len, "model.vocab = 0 takes the vocabulary from data.tokenizer, but '%s' cannot be read: %s",
-                 r->tokenizer, strerror(errno));
+                 r->tokenizer, rr_read_file_why(errno, "a tokenizer.json file", why, sizeof why));
         return -1;
     }
     cJSON* root = cJSON_ParseWithLength(js, n);

@@ -121,10 +121,11 @@ static double num_field(const cJSON* o, const char* k) {
 static int metrics_read(const char* path, Series* s, char* err, size_t err_len) {
     memset(s, 0, sizeof *s);
     size_t len;
-    char* text = rr_read_file(path, &len);
+    char* text = rr_read_file(path, &len, RR_MAX_JSONL);
     if (!text) {
+        char why[160];
         snprintf(err, err_len, "%s: %s (RUN_DIR must be a run folder: `rrfp-mm train` writes metrics.jsonl there)",
-                 path, strerror(errno));
+                 path, rr_read_file_why(errno, "a metrics.jsonl file", why, sizeof why));
         return -1;
     }
     int cap = 0, line = 0, rc = 0;
@@ -432,10 +433,11 @@ static void predictions_free(Prediction* p, int n) {
 static int predictions_read(const char* path, Prediction** out, int* n, char* why, size_t why_len) {
     *out = NULL, *n = 0;
     size_t len;
-    char* text = rr_read_file(path, &len);
+    char* text = rr_read_file(path, &len, RR_MAX_JSONL);
     if (!text) {
         int e = errno;
-        snprintf(why, why_len, "%.1800s: %s", path, strerror(e));
+        char w[160];
+        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, "a predictions.jsonl file", w, sizeof w));
         return e == ENOENT ? 0 : -1;
     }
     int cap = 0, line = 0, rc = 1;
