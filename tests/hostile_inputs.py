@@ -452,6 +452,14 @@ def cap_cases():
     os.symlink(huge, os.path.join(rd, "metrics.jsonl"))
     refused("report: metrics.jsonl of 5 GiB", [EXE, "report", rd, "--out", "rep.html"], ["metrics.jsonl", "limit"],
             outs=["rep.html"])
+    rz = os.path.join(WORK, "run_zero_recipe")
+    os.makedirs(rz)
+    open(os.path.join(rz, "metrics.jsonl"), "w").write('{"step":1,"loss":4.0,"lr":0.001,"grad_norm":1.0}\n')
+    os.symlink("/dev/zero", os.path.join(rz, "recipe.ini"))
+    # the report draws what it can and warns about a damaged part (its contract): the right answer here
+    rc, out, err = run([EXE, "report", rz, "--out", "rep.html"])
+    note(rc == 0 and "recipe.ini" in err and "limit" in err and not [x for x in SAN if x in err],
+         "report: recipe.ini is /dev/zero: exit %d, expected 0 with a warning naming it: %s" % (rc, err[-300:]))
     rr = os.path.join(WORK, "run_zero_resume")
     rc, out, err = run(train_args(rr))
     note(rc == 0, "training run_zero_resume: %s" % err[-300:])

@@ -279,15 +279,21 @@ static void trim(char* s) {
 /* Read "[section]" and "key = value" lines (recipe_print's form). Returns 1 read, 0 absent, -1 damaged. */
 static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t why_len) {
     memset(r, 0, sizeof *r);
-    FILE* f = fopen(path, "r");
-    if (!f) {
+    size_t len;
+    char* text = rr_read_file(path, &len, RR_MAX_INI);
+    if (!text) {
         int e = errno;
-        snprintf(why, why_len, "%.1800s: %s", path, strerror(e));
+        char w[160];
+        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, "a recipe .ini file", w, sizeof w));
         return e == ENOENT ? 0 : -1;
     }
     char line[2048], sec[64] = "";
     int ln = 0, cap = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (char* p = text; p < text + len;) {
+        char* nl = memchr(p, '\n', (size_t)(text + len - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), p);
+        p += n + (nl != NULL);
         ln++;
         trim(line);
         if (!line[0] || line[0] == ';' || line[0] == '#') continue;
@@ -316,12 +322,12 @@ static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t w
         continue;
     bad:
         snprintf(why, why_len, "%.1800s:%d: expected \"[section]\" or \"key = value\"", path, ln);
-        fclose(f);
+        free(text);
         free(r->sec), free(r->key), free(r->val);
         memset(r, 0, sizeof *r);
         return -1;
     }
-    fclose(f);
+    free(text);
     return 1;
 }
 
