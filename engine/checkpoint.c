@@ -717,6 +717,17 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail;
+    /* a folder named step-N (as the writer names them) holds step N: a renamed or copied folder is not
+     * taken for another step (checkpoint.resume = latest goes by the name) */
+    const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    long long named;
+    int used = 0;
+    if (sscanf(base, "step-%lld%n", &named, &used) == 1 && base[used] == 0 && named != st->step) {
+        ck_err(err, err_len, "%s: \"step\" is %lld, but the folder is named for step %lld: refusing to mix steps "
+               "(name the folder step-%08lld, or resume from the folder of step %lld)", path, (long long)st->step,
+               named, (long long)st->step, named);
+        goto fail;
+    }
     if (!strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT)) {
         ck_err(err, err_len, "%s: an imported model (rrfp-mm import), with no optimiser state or data position: it "
                "starts a run as train.init_from, it does not resume one", path);

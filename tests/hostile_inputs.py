@@ -328,6 +328,14 @@ def checkpoint_cases():
         d = fresh()
         shutil.copy(os.path.join(ck("runB", 2), f), os.path.join(d, f))
         resume_refused("%s of another job's step 2" % f, d, [f, "run"], evaluate=f.startswith("model"))
+    # a whole step-2 folder renamed step-4 in a run's checkpoints: `latest` goes by the name
+    rl = os.path.join(WORK, "run_renamed")
+    shutil.copytree(os.path.join(WORK, "runA"), rl)
+    shutil.rmtree(os.path.join(rl, "checkpoints", "step-00000004"))
+    os.rename(os.path.join(rl, "checkpoints", "step-00000002"), os.path.join(rl, "checkpoints", "step-00000004"))
+    refused("resume latest: step 2's folder renamed step-00000004",
+            train_args(rl, extra=["--set", "checkpoint.resume=latest"]), ["state.json", "step-00000004", "step"],
+            own=[rl])
     d = fresh()
     st_rewrite(os.path.join(d, "model.safetensors"), lambda h: h["__metadata__"].update(layout="pp=2 tp=1 chunks=1"))
     resume_refused("model file of another layout", d, ["model.safetensors", "layout"])
