@@ -8,8 +8,8 @@ add_test(NAME hostile_inputs
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs base)
 set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
-# the same for one pipeline shard: a pp 2 checkpoint folder holding one shard of a later step is refused,
-# under pp 2 and in one process
+# the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
+# under that layout and in one process (~12 s)
 add_test(NAME hostile_inputs_pp
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)

@@ -17,7 +17,8 @@ A few cases that have a right answer (listing a 6-dimensional tensor, a successf
 with quotes, spaces and $(...)) assert that answer instead.
 
 Usage: hostile_inputs.py RRFP_MM SRC_DIR WORK_DIR [base|pp]   (exit 0 = every case passed)
-  base: one-process cases; pp: a pipeline (mpirun -np 2) checkpoint with a shard of another step."""
+  base: one-process cases; pp: pipeline and tensor-parallel (mpirun -np 2) checkpoints holding one shard
+  of another step."""
 import json
 import os
 import shutil
@@ -488,22 +489,23 @@ def pp_cases():
         print("SKIP: no mpirun")
         sys.exit(77)
     base = [mpi, "--allow-run-as-root", "--oversubscribe", "-np", "2"]
-    rd = os.path.join(WORK, "pp")
-    rc, out, err = run(base + train_args(rd, extra=["--set", "parallel.pp=2"]), timeout=300)
-    note(rc == 0, "pp 2 training for the shard case: %s" % err[-400:])
-    ck = os.path.join(rd, "checkpoints")
-    files = sorted(f for f in os.listdir(os.path.join(ck, "step-00000002")) if f.endswith(".safetensors"))
-    note(len(files) == 4, "pp 2 checkpoint files: %s" % files)
-    for f in [x for x in files if ".pp1" in x]:
-        d = os.path.join(WORK, "pp_mixed_" + f)
-        shutil.copytree(os.path.join(ck, "step-00000002"), d)
-        shutil.copy(os.path.join(ck, "step-00000004", f), os.path.join(d, f))
-        rr = os.path.join(WORK, "pp_rr_" + f)
-        refused("pp 2 resume: %s of step 4 in step 2's folder" % f,
-                base + train_args(rr, extra=["--set", "parallel.pp=2", "--set", "checkpoint.resume=" + d]),
-                [f, "step"], own=[rr], timeout=300)
-        refused("one process resume of that pp 2 folder", train_args(rr + "_1", extra=["--set", "checkpoint.resume=" + d]),
-                [f, "step"], own=[rr + "_1"])
+    for kind, setting, shard in [("pp", "parallel.pp=2", ".pp1"), ("tp", "parallel.tp=2", "tp1")]:
+        rd = os.path.join(WORK, kind)
+        rc, out, err = run(base + train_args(rd, extra=["--set", setting]), timeout=300)
+        note(rc == 0, "%s 2 training for the shard case: %s" % (kind, err[-400:]))
+        ck = os.path.join(rd, "checkpoints")
+        files = sorted(f for f in os.listdir(os.path.join(ck, "step-00000002")) if f.endswith(".safetensors"))
+        note(len(files) == 4, "%s 2 checkpoint files: %s" % (kind, files))
+        for f in [x for x in files if shard in x]:
+            d = os.path.join(WORK, kind + "_mixed_" + f)
+            shutil.copytree(os.path.join(ck, "step-00000002"), d)
+            shutil.copy(os.path.join(ck, "step-00000004", f), os.path.join(d, f))
+            rr = os.path.join(WORK, kind + "_rr_" + f)
+            refused("%s 2 resume: %s of step 4 in step 2's folder" % (kind, f),
+                    base + train_args(rr, extra=["--set", setting, "--set", "checkpoint.resume=" + d]),
+                    [f, "step"], own=[rr], timeout=300)
+            refused("one process resume of that %s 2 folder" % kind,
+                    train_args(rr + "_1", extra=["--set", "checkpoint.resume=" + d]), [f, "step"], own=[rr + "_1"])
 
 
 def main():
