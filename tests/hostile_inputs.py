@@ -386,6 +386,12 @@ def checkpoint_cases():
     os.remove(os.path.join(d, "state.json"))
     os.symlink("/dev/zero", os.path.join(d, "state.json"))
     resume_refused("state.json is /dev/zero", d, ["state.json", "limit"])
+    for f in ["model.safetensors", "optimizer.safetensors"]:
+        d = fresh()
+        os.remove(os.path.join(d, f))
+        os.symlink("/dev/zero", os.path.join(d, f))
+        resume_refused("%s is /dev/zero" % f, d, [f, "not a regular file"], evaluate=f.startswith("model"))
+    refused("tensors ls /dev/zero", [EXE, "tensors", "ls", "/dev/zero"], ["/dev/zero", "not a regular file"])
     d = fresh()
     os.truncate(os.path.join(d, "state.json"), 100 << 20)  # sparse: 100 MiB that take no disk
     resume_refused("state.json of 100 MiB", d, ["state.json", "limit"])
