@@ -14,3 +14,8 @@ add_test(NAME hostile_inputs_pp
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)
 set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# the helpers underneath: rr_read_file's caps (regular files, /dev/zero, pipes), rr_remove_tree (symbolic
+# links not followed, shell syntax in names), checked 64-bit arithmetic, the slice-description parser
+add_executable(test_hostile_util tests/test_hostile_util.c)
+target_link_libraries(test_hostile_util PRIVATE rrfp_core)
+add_test(NAME hostile_util COMMAND test_hostile_util ${CMAKE_CURRENT_BINARY_DIR}/hostile_util)
