@@ -610,15 +610,17 @@ static int ck_json_int(const cJSON* x, double lo, double hi, int64_t* out) {
     return 0;
 }
 
-/* "pp=P tp=T chunks=C", each in [1, 65536]; the number of shards it writes (one file each). */
+/* "pp=P tp=T chunks=C", each in [1, 65536] and at most 2^20 shards; the number of shards it writes. */
 static int ck_layout_shards(const char* layout, int64_t* shards) {
     int p, t, c, used = 0;
-    if (sscanf(layout, "pp=%d tp=%d chunks=%d%n", &p, &t, &c, &used) != 3 || layout[used] != 0 || p < 1 || t < 1 ||
-        c < 1 || p > 65536 || t > 65536 || c > 65536)
+    if (sscanf(layout, "pp=%5d tp=%5d chunks=%5d%n", &p, &t, &c, &used) != 3 || layout[used] != 0 || p < 1 ||
+        t < 1 || c < 1 || (int64_t)p * t * c > (1 << 20))
         return -1;
     *shards = (int64_t)p * t * c;
     return 0;
 }
+
+static int ck_cmp_str(const void* a, const void* b) { return strcmp(*(const char* const*)a, *(const char* const*)b); }
 
 /* Parse and check state.json (path, already parsed as j) into st: every value of the right type and in
  * its range, and consistent with the others (optimizer_step <= step; the files are the layout's shards,
@@ -668,7 +670,16 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         ck_err(err, err_len, "%s: missing or malformed \"files\" (a list of the folder's file names)", path);
         return -1;
     }
+    int import = !strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT); /* model files only, as many as it converted */
+    int nfiles = cJSON_GetArraySize(files);
+    if (!import && nfiles != 2 * shards) {
+        ck_err(err, err_len, "%s: \"files\" lists %d files, but layout \"%s\" writes %lld (a model and an optimizer "
+               "file per shard)", path, nfiles, st->layout, (long long)(2 * shards));
+        return -1;
+    }
+    const char** names = callocCheck((size_t)nfiles + 1, sizeof(char*));
     const cJSON* e;
+    int rc = 0;
     cJSON_ArrayForEach(e, files) {
         char shard[128];
         const char* v = cJSON_IsString(e) ? e->valuestring : NULL;
@@ -677,16 +688,21 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         if (!v || strchr(v, '/') || (!model && !optim)) {
             ck_err(err, err_len, "%s: \"files\" entry %.200s is not model[.SHARD].safetensors or "
                    "optimizer[.SHARD].safetensors", path, v ? v : "(not a string)");
-            return -1;
+            rc = -1;
+            break;
         }
-        for (const cJSON* o = files->child; o != e; o = o->next)
-            if (!strcmp(o->valuestring, v)) {
-                ck_err(err, err_len, "%s: \"files\" lists %.200s twice", path, v);
-                return -1;
-            }
+        names[nm + no] = v;
         nm += model, no += optim;
     }
-    int import = !strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT); /* model files only, as many as it converted */
+    /* each file once: sorted, so a forged list of a million names costs n log n, not n^2 */
+    if (rc == 0) qsort(names, (size_t)(nm + no), sizeof *names, ck_cmp_str);
+    for (int i = 1; rc == 0 && i < nm + no; i++)
+        if (!strcmp(names[i - 1], names[i])) {
+            ck_err(err, err_len, "%s: \"files\" lists %.200s twice", path, names[i]);
+            rc = -1;
+        }
+    free(names);
+    if (rc != 0) return -1;
     if (import ? (nm < 1 || no != 0) : (nm != shards || no != shards)) {
         ck_err(err, err_len, "%s: \"files\" lists %d model and %d optimizer files, but layout \"%s\" writes %s", path,
                nm, no, st->layout, import ? "one or more model files and no optimizer file" : "one of each per shard");

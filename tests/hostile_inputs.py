@@ -355,6 +355,8 @@ def checkpoint_cases():
         ("step", 1000), ("seed", "-1"), ("seed", "7 "), ("seed", 7), ("seed", "99999999999999999999999"),
         ("data_seed", "0x3"), ("recipe_hash", "zz"), ("recipe_hash", "-1"), ("run", None), ("run", "12345"),
         ("layout", "pp=0 tp=1 chunks=1"), ("layout", "pp=1 tp=1 chunks=1 x"), ("layout", 5), ("version", 2),
+        ("layout", "pp=99999999999 tp=1 chunks=1"), ("layout", "pp=65536 tp=65536 chunks=65536"),
+        ("layout", "pp=2 tp=1 chunks=1"),
         ("version", 1e300), ("files", ["../runB/checkpoints/step-00000002/model.safetensors", "optimizer.safetensors"]),
         ("files", ["model.safetensors", "model.safetensors", "optimizer.safetensors"]),
         ("files", ["model.safetensors"]), ("files", "model.safetensors"), ("files", [5, "optimizer.safetensors"]),
@@ -386,6 +388,12 @@ def checkpoint_cases():
     os.remove(os.path.join(d, "state.json"))
     os.symlink("/dev/zero", os.path.join(d, "state.json"))
     resume_refused("state.json is /dev/zero", d, ["state.json", "limit"])
+    # a forged list of 200,000 files (a layout of 100,000 shards), one listed twice: refused in n log n
+    d = fresh()
+    many = ["%s.s%d.safetensors" % (b, i) for b in ("model", "optimizer") for i in range(100000)]
+    many[-1] = many[-2]
+    json_edit(os.path.join(d, "state.json"), lambda j: j.update(layout="pp=1000 tp=100 chunks=1", files=many))
+    resume_refused("state.json files: 200,000 names, one twice", d, ["state.json", "twice"], train=False)
     for f in ["model.safetensors", "optimizer.safetensors"]:
         d = fresh()
         os.remove(os.path.join(d, f))
