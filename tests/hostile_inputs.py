@@ -470,6 +470,24 @@ def cap_cases():
     refused("sim: a 5 GiB duration file", [EXE, "sim", "--durations", "huge.json"], ["huge.json", "limit"])
     refused("tokenizer info of /dev/zero", [EXE, "tokenizer", "info", "--tokenizer", "/dev/zero"],
             ["/dev/zero", "limit"])
+    # tokenizer.json: an added token's id far past the vocabulary must not size the id tables (2^28 x 12
+    # bytes): it gets the next id, as Hugging Face gives it, with a warning (the right answer); out of
+    # range, it is refused
+    tok = os.path.join(WORK, "tok.json")
+    rc, out, err = run([EXE, "tokenizer", "train", "--vocab", "300", "--manifest",
+                        os.path.join(SRC, "tests", "data", "tokenizer_manifest.json"), "--out", tok])
+    note(rc == 0, "tokenizer train for the tokenizer cases: %s" % err[-300:])
+    for bad_id in [268435455, 100000, 2 ** 31, -1]:
+        j = json.load(open(tok))
+        j["added_tokens"].append(dict(j["added_tokens"][0], id=bad_id, content="<x%s>" % bad_id))
+        json.dump(j, open(os.path.join(WORK, "tok_bad.json"), "w"))
+        name = "tokenizer: added token id %s" % bad_id
+        if bad_id < 0 or bad_id >= 2 ** 28:
+            refused(name, [EXE, "tokenizer", "info", "--tokenizer", "tok_bad.json"], ["tok_bad.json", "added_tokens"])
+        else:
+            rc, out, err = run([EXE, "tokenizer", "info", "--tokenizer", "tok_bad.json"])
+            note(rc == 0 and "gets id 285" in err and not [x for x in SAN if x in err],
+                 "%s: exit %d, expected 0 with the id reassigned: %s" % (name, rc, err[-300:]))
     rd = os.path.join(WORK, "run_zero")
     os.makedirs(rd)
     os.symlink(huge, os.path.join(rd, "metrics.jsonl"))
