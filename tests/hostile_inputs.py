@@ -470,6 +470,14 @@ def cap_cases():
     refused("sim: a 5 GiB duration file", [EXE, "sim", "--durations", "huge.json"], ["huge.json", "limit"])
     refused("tokenizer info of /dev/zero", [EXE, "tokenizer", "info", "--tokenizer", "/dev/zero"],
             ["/dev/zero", "limit"])
+    # trace spans whose microbatch or chunk would size --durations' tables (or overflow "mb + 1")
+    for key, v in [("mb", 2147483647), ("mb", 1e300), ("mb", -1), ("mb", 1.5), ("mb", "3"), ("chunk", 1e300),
+                   ("chunk", -1), ("chunk", 2147483647)]:
+        ev = [{"ph": "X", "cat": k, "pid": 0, "ts": i, "dur": 1, "args": {"mb": 0}} for i, k in enumerate("FB")]
+        ev[1]["args"][key] = v
+        json.dump({"traceEvents": ev}, open(os.path.join(WORK, "tr.json"), "w"))
+        refused("trace --durations: args.%s = %s" % (key, json.dumps(v)),
+                [EXE, "trace", "tr.json", "--durations", "d.json"], ["tr.json", "traceEvents[1]", key], outs=["d.json"])
     # tokenizer.json: an added token's id far past the vocabulary must not size the id tables (2^28 x 12
     # bytes): it gets the next id, as Hugging Face gives it, with a warning (the right answer); out of
     # range, it is refused
