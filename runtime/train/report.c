@@ -457,7 +457,8 @@ static int predictions_read(const char* path, Prediction** out, int* n, char* wh
             const cJSON *si = cJSON_GetObjectItemCaseSensitive(o, "sample_index"),
                         *co = cJSON_GetObjectItemCaseSensitive(o, "correct"),
                         *pr = cJSON_GetObjectItemCaseSensitive(o, "predicted");
-            if (!cJSON_IsNumber(si) || si->valuedouble < 0 || !cJSON_IsBool(co) || !cJSON_IsArray(pr)) {
+            if (!cJSON_IsNumber(si) || !(si->valuedouble >= 0 && si->valuedouble <= 9007199254740992.0) ||
+                si->valuedouble != floor(si->valuedouble) || !cJSON_IsBool(co) || !cJSON_IsArray(pr)) {
                 snprintf(why, why_len, "%.1800s:%d: expected {\"sample_index\": N, \"correct\": true|false, \"predicted\": "
                          "[token ids]} (rrfp-mm eval --predictions)", path, line);
                 rc = -1;
