@@ -496,6 +496,18 @@ def cap_cases():
             rc, out, err = run([EXE, "tokenizer", "info", "--tokenizer", "tok_bad.json"])
             note(rc == 0 and "gets id 285" in err and not [x for x in SAN if x in err],
                  "%s: exit %d, expected 0 with the id reassigned: %s" % (name, rc, err[-300:]))
+    # the dry run takes the vocabulary from the tokenizer as training does (was: the largest id + 1, with
+    # no check: 2^31 - 1 overflowed to a garbage message)
+    llava = os.path.join(SRC, "recipes", "llava.ini")
+    for bad_id, ok in [(2 ** 31 - 1, False), (268435455, True)]:
+        j = json.load(open(tok))
+        j["added_tokens"].append(dict(j["added_tokens"][0], id=bad_id, content="<y>"))
+        json.dump(j, open(os.path.join(WORK, "tok_dry.json"), "w"))
+        args = [EXE, "train", llava, "--set", "data.tokenizer=" + os.path.join(WORK, "tok_dry.json"), "--dry-run"]
+        if ok:
+            works("train --dry-run: an added token id %d gets the next id" % bad_id, args, "V 286")
+        else:
+            refused("train --dry-run: an added token id %d" % bad_id, args, ["tok_dry.json", "added_tokens"])
     rd = os.path.join(WORK, "run_zero")
     os.makedirs(rd)
     os.symlink(huge, os.path.join(rd, "metrics.jsonl"))
