@@ -362,9 +362,6 @@ def checkpoint_cases():
         ("files", ["model.safetensors"]), ("files", "model.safetensors"), ("files", [5, "optimizer.safetensors"]),
         ("files", ["/etc/passwd", "optimizer.safetensors"]), ("loader", 5), ("loader", {"synthetic_step": 1e300}),
         ("loader", {"synthetic_step": 3}), ("loader", {"synthetic_step": -1}), ("loader", None)]
-    names = {"step": "step", "optimizer_step": "optimizer_step", "seed": "seed", "data_seed": "data_seed",
-             "recipe_hash": "recipe_hash", "run": "run", "layout": "layout", "version": "version", "files": "files",
-             "loader": "loader"}
     for key, v in state_cases:
         d = fresh()
         p = os.path.join(d, "state.json")
@@ -373,14 +370,13 @@ def checkpoint_cases():
             for f in ["model.safetensors", "optimizer.safetensors"]:
                 st_rewrite(os.path.join(d, f), lambda h: h["__metadata__"].update(step="1000"))
             must = ["state.json", "train.steps"]
-        elif v is None and key != "loader":
+        elif v is None and key != "loader":  # the key left out
             json_edit(p, lambda j: j.pop(key))
-            must = ["state.json", names[key]]
+            must = ["state.json", key]
         else:
             json_edit(p, lambda j: j.update({key: v}))
-            must = ["state.json", names[key]] if key != "loader" or v == 5 else ["loader position"]
-            if key == "loader" and v is None:
-                must = ["loader position"]
+            # a loader position of the wrong shape is the source's to refuse ("loader position ...")
+            must = ["state.json", key] if key != "loader" or v == 5 else ["loader position"]
         recipe = key in ("loader", "seed", "data_seed", "recipe_hash") or v == 1000  # checked against the recipe
         resume_refused("state.json %s = %s" % (key, json.dumps(v)[:50]), d, must, evaluate=not recipe,
                        train=recipe or (key, v) in (("optimizer_step", -5), ("step", 1e300), ("step", -100)))
