@@ -554,6 +554,13 @@ def pp_cases():
                     [f, "step"], own=[rr], timeout=300)
             refused("one process resume of that %s 2 folder" % kind,
                     train_args(rr + "_1", extra=["--set", "checkpoint.resume=" + d]), [f, "step"], own=[rr + "_1"])
+        # the same step's shards swapped: each file says which shard it is
+        d = os.path.join(WORK, kind + "_swapped")
+        shutil.copytree(os.path.join(ck, "step-00000002"), d)
+        a, b = [x for x in files if x.startswith("model.")]
+        shutil.copy(os.path.join(ck, "step-00000002", a), os.path.join(d, b))
+        refused("%s 2 folder with %s copied over %s" % (kind, a, b), [EXE, "eval", RECIPE, "--checkpoint", d,
+                "--samples", "2"], [b, "shard"])
 
 
 def main():
