@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1194,8 +1195,10 @@ int loader_pos_from_json(const char* json, LoaderPos* p, char* err, size_t err_l
     int64_t* dst[] = {&p->stream_pos, &p->group_done, &p->steps, &p->samples, &p->skipped_damaged, &p->skipped_oversize};
     for (int i = 0; i < 6; i++) {
         cJSON* v = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0) {
-            snprintf(err, err_len, "loader position: \"%s\" missing or not a non-negative number", keys[i]);
+        /* a whole number a double holds exactly: converting anything else to int64_t is undefined */
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0) ||
+            v->valuedouble != floor(v->valuedouble)) {
+            snprintf(err, err_len, "loader position: \"%s\" missing or not a whole number in [0, 2^53]", keys[i]);
             cJSON_Delete(o);
             return -1;
         }

@@ -146,7 +146,7 @@ int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, 
 
 int manifest_load(const char* path, Manifest* m, char* err, size_t err_len) {
     size_t len;
-    char* text = rr_read_file(path, &len);
+    char* text = rr_read_file(path, &len, RR_MAX_MANIFEST);
     if (!text) {
         char why[128];
         snprintf(err, err_len, "cannot read manifest '%s': %s", path,

@@ -98,7 +98,7 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
                  S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
         return REJECT_MISSING_IMAGE;
     }
-    *data = (uint8_t*)rr_read_file(rd, len);
+    *data = (uint8_t*)rr_read_file(rd, len, RR_MAX_IMAGE);
     if (!*data) {
         char e[128];
         snprintf(why, why_len, "image '%.1024s': %s", path, rr_read_file_why(errno, "a JPEG file", e, sizeof e));

@@ -202,7 +202,8 @@ static char* syn_position(BatchSource* src) {
 static int syn_seek(BatchSource* src, const char* json, char* err, size_t err_len) {
     SynSource* ss = src->self;
     long long st;
-    if (!json || sscanf(json, "{\"synthetic_step\":%lld}", &st) != 1 || st < 0) {
+    int used = 0;
+    if (!json || sscanf(json, "{\"synthetic_step\":%18lld}%n", &st, &used) != 1 || !used || json[used] || st < 0) {
         snprintf(err, err_len, "checkpoint loader position '%s' is not a synthetic-source position",
                  json ? json : "(none)");
         return -1;

@@ -4,6 +4,7 @@
 #include "engine/checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -14,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/safetensors.h"
@@ -50,18 +53,9 @@ static void ck_file_name(char* out, size_t n, const char* dir, const char* base,
     else snprintf(out, n, "%s/%s.safetensors", dir, base);
 }
 
+/* A temporary or pruned folder of ours: removed whole (nftw, no shell, symbolic links not followed). */
 static void ck_rm_rf(const char* dir) {
-    DIR* d = opendir(dir);
-    if (!d) return;
-    struct dirent* e;
-    char p[4096];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
+    if (rr_remove_tree(dir) != 0) rr_warn("could not remove '%s': %s", dir, strerror(errno));
 }
 
 static void ck_fsync_dir(const char* dir) {
@@ -103,9 +97,52 @@ static int ck_add_checked(StWriter* w, const ParamSpec* s, const char* name, con
     return 0;
 }
 
-/* Write model[.shard].safetensors and optimizer[.shard].safetensors of pt into folder dir. */
-static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step, const char* shard, char* err,
-                            size_t err_len) {
+static const char* ck_layout(const CheckpointState* st) { return st->layout[0] ? st->layout : "pp=1 tp=1 chunks=1"; }
+
+void checkpoint_identity_meta(StWriter* w, const CheckpointState* st, const char* shard) {
+    char v[32];
+    snprintf(v, sizeof v, "%lld", (long long)st->step);
+    st_writer_meta(w, "step", v);
+    snprintf(v, sizeof v, "%016llx", (unsigned long long)st->run);
+    st_writer_meta(w, "run", v);
+    st_writer_meta(w, "layout", ck_layout(st));
+    st_writer_meta(w, "shard", shard ? shard : "");
+}
+
+uint64_t checkpoint_new_run_id(void) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) { /* no entropy source: clock, pid and address */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = rr_mix64((uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^
+                      (uint64_t)(uintptr_t)&id);
+    }
+    return id ? id : 1;
+}
+
+int checkpoint_add_tensor(StWriter* w, const char* name, int ndim, const int64_t* shape, const float* x, char* err,
+                          size_t err_len) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    int64_t bad = ck_bad_value(x, n, 0);
+    if (bad >= 0) {
+        ck_err(err, err_len, "tensor '%s' holds %s value (%g at element %lld): a checkpoint never holds one", name,
+               ck_value_kind(x[bad]), (double)x[bad], (long long)bad);
+        return -1;
+    }
+    char key[200], hx[24];
+    ck_checksum_key(key, sizeof key, name);
+    snprintf(hx, sizeof hx, "%016" PRIx64, rr_xxh64(x, n * sizeof(float), 0));
+    st_writer_add(w, name, DTYPE_F32, ndim, shape, x);
+    st_writer_meta(w, key, hx);
+    return 0;
+}
+
+/* Write model[.shard].safetensors and optimizer[.shard].safetensors of pt into folder dir, each carrying
+ * the identity of st (step, run, layout) and its shard name. */
+static int ck_write_tensors(const char* dir, const ParamTable* pt, const CheckpointState* st, const char* shard,
+                            char* err, size_t err_len) {
+    int64_t step = st->step;
     char path[4200];
     int own_d, own_m, own_v;
     rr_test_pause("RRFP_TEST_CKPT_SLEEP_MS"); /* tests only: a fault aimed at a checkpoint write lands in it */
@@ -114,15 +151,12 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, int64_t step,
     float* v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
     float* zeros = NULL;
     if (!m || !v) zeros = callocCheck(pt->gtotal ? pt->gtotal : 1, sizeof(float));
-    char step_s[32];
-    snprintf(step_s, sizeof step_s, "%lld", (long long)step);
-
     StWriter* w = st_writer_new();
     StWriter* wo = st_writer_new();
     st_writer_meta(w, "format", "rrfp-mm");
-    st_writer_meta(w, "step", step_s);
+    checkpoint_identity_meta(w, st, shard);
     st_writer_meta(wo, "format", "rrfp-mm-adamw");
-    st_writer_meta(wo, "step", step_s);
+    checkpoint_identity_meta(wo, st, shard);
     char name[160];
     int rc = 0;
     char skey[200], sval[256];
@@ -184,6 +218,9 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     cJSON_AddStringToObject(j, "seed", hx);
     snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->data_seed);
     cJSON_AddStringToObject(j, "data_seed", hx);
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)st->run);
+    cJSON_AddStringToObject(j, "run", hx);
+    cJSON_AddStringToObject(j, "layout", ck_layout(st));
     cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
     if (!lj) {
         ck_err(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
@@ -243,7 +280,7 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
         return -1;
     }
     const char* shards[1] = {shard};
-    int rc = ck_write_tensors(tmp, pt, st->step, shard, err, err_len);
+    int rc = ck_write_tensors(tmp, pt, st, shard, err, err_len);
     if (rc == 0) rc = ck_write_state(tmp, st, shards, 1, err, err_len);
     if (rc == 0) rc = ck_finalize(root, tmp, st->step, out_dir, out_len, err, err_len);
     if (rc != 0) ck_rm_rf(tmp);
@@ -268,9 +305,9 @@ int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp
     return 0;
 }
 
-int checkpoint_shard_write(const char* tmp, const ParamTable* pt, int64_t step, const char* shard, char* err,
-                           size_t err_len) {
-    return ck_write_tensors(tmp, pt, step, shard, err, err_len);
+int checkpoint_shard_write(const char* tmp, const ParamTable* pt, const CheckpointState* st, const char* shard,
+                           char* err, size_t err_len) {
+    return ck_write_tensors(tmp, pt, st, shard, err, err_len);
 }
 
 int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointState* st, const char* const* shards,
@@ -285,8 +322,8 @@ void checkpoint_shard_abort(const char* tmp) { ck_rm_rf(tmp); }
 
 /* Check one tensor just read from f into x: values (finite; nonneg: AdamW's v >= 0), then the
  * checksum of its bytes in the file. Values first: a NaN is named as such, not as a checksum failure. */
-static int ck_check_loaded(const StFile* f, const char* name, const float* x, size_t n, int nonneg, char* err,
-                           size_t err_len) {
+static int ck_check_loaded(const StFile* f, const char* name, const float* x, size_t n, int nonneg, int check,
+                           char* err, size_t err_len) {
     int64_t bad = ck_bad_value(x, n, nonneg);
     if (bad >= 0) {
         ck_err(err, err_len, "%s: tensor '%s' holds %s value (%g at element %lld)%s: the checkpoint is damaged, "
@@ -297,6 +334,7 @@ static int ck_check_loaded(const StFile* f, const char* name, const float* x, si
     char key[200];
     ck_checksum_key(key, sizeof key, name);
     const char* want = st_meta(f, key);
+    if (!want && check == CK_CHECK_VALUES) return 0; /* no checksum to verify (another tool's file) */
     const StTensor* t = st_find(f, name);
     RR_ASSERT(t);
     uint64_t stored = 0, got = rr_xxh64(t->data, t->end - t->begin, 0);
@@ -331,6 +369,12 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         const StTensor* t = st_find(&f[k], name);
         if (!t) continue;
         found++;
+        if (t->ndim < 1 || t->ndim > TENSOR_MAX_DIMS) { /* the format allows 8; this model's tensors have <= 4 */
+            ck_err(err, err_len, "%s: tensor '%s' has %d dimensions, expected %d (this model's tensors have 1 to %d)",
+                   f[k].path, name, t->ndim, ndim, TENSOR_MAX_DIMS);
+            rc = -1;
+            break;
+        }
         ParamSlice fs = {.dim = -1};
         int fnd = t->ndim;
         const char* mv = st_meta(&f[k], key);
@@ -343,7 +387,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
             for (int i = 0; i < t->ndim; i++) fs.gshape[i] = t->shape[i];
         if (want->dim < 0 && fs.dim < 0) { /* whole from whole: the common case */
             rc = st_read_f32(&f[k], name, out, ndim, shape, err, err_len);
-            if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, out, (size_t)lnumel, nonneg, err, err_len);
+            if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, out, (size_t)lnumel, nonneg, check, err, err_len);
             free(covered);
             return rc;
         }
@@ -385,7 +429,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         }
         tmp = reallocCheck(tmp, (size_t)pnumel * sizeof(float) + 1);
         rc = st_read_f32(&f[k], name, tmp, t->ndim, t->shape, err, err_len);
-        if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, tmp, (size_t)pnumel, nonneg, err, err_len);
+        if (rc == 0 && check) rc = ck_check_loaded(&f[k], name, tmp, (size_t)pnumel, nonneg, check, err, err_len);
         if (rc != 0) break;
         for (int a = 0, wpos = 0; a < wn; wpos += (int)wl[a], a++)
             for (int b = 0, ppos = 0; b < pn; ppos += (int)pl[b], b++) {
@@ -446,10 +490,56 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
     return rc;
 }
 
+/* The shard part of a checkpoint file's name: "model.pp1c0.safetensors" -> "pp1c0", "model.safetensors" -> "".
+ * Returns -1 when the name is not base[.SHARD].safetensors. */
+static int ck_shard_of(const char* file, const char* base, char* shard, size_t n) {
+    size_t bl = strlen(base), fl = strlen(file), sl = strlen(".safetensors");
+    if (fl < bl + sl || strncmp(file, base, bl) || strcmp(file + fl - sl, ".safetensors")) return -1;
+    const char* p = file + bl;
+    size_t k = fl - bl - sl;
+    if (k == 0) {
+        snprintf(shard, n, "%s", "");
+        return 0;
+    }
+    if (p[0] != '.' || k < 2 || k - 1 >= n) return -1;
+    memcpy(shard, p + 1, k - 1);
+    shard[k - 1] = 0;
+    return 0;
+}
+
+/* File f (named `file` in state.json) must carry the identity of the checkpoint state.json describes
+ * (checkpoint_identity_meta): written at the same step, by the same job, under the same layout, as the
+ * shard its name says. A file of another step or job copied into the folder is refused here, by name. */
+static int ck_check_identity(const StFile* f, const char* file, const char* base, const CheckpointState* st,
+                             const char* dir, char* err, size_t err_len) {
+    char want_step[32], want_run[24], shard[128];
+    snprintf(want_step, sizeof want_step, "%lld", (long long)st->step);
+    snprintf(want_run, sizeof want_run, "%016llx", (unsigned long long)st->run);
+    const char* keys[4] = {"step", "run", "layout", "shard"};
+    const char* want[4] = {want_step, want_run, ck_layout(st), shard};
+    const char* what[4] = {"step", "run (the job that wrote it)", "layout", "shard"};
+    if (ck_shard_of(file, base, shard, sizeof shard) != 0) {
+        ck_err(err, err_len, "%s/state.json: file '%s' is not named %s[.SHARD].safetensors", dir, file, base);
+        return -1;
+    }
+    for (int k = 0; k < 4; k++) {
+        const char* got = st_meta(f, keys[k]);
+        if (!got || strcmp(got, want[k])) {
+            ck_err(err, err_len, "%s: %s \"%.64s\" in its metadata, but %s/state.json says %s \"%s\": a file of "
+                   "another checkpoint (another step, job or layout) is in this folder; refusing to mix them (restore "
+                   "the folder's own file, or resume from another checkpoint)", f->path, what[k], got ? got : "(none)",
+                   dir, what[k], want[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Load the files of state.json's "files" list whose names start with `base` ("model" / "optimizer"),
- * or, with `shard`, just base.shard.safetensors. Returns the count, or -1 with a message. */
-static int ck_load_files(const char* dir, const cJSON* files, const char* base, const char* shard, StFile** out,
-                         char* err, size_t err_len) {
+ * or, with `shard`, just base.shard.safetensors. With `id` (not NULL), every file must carry that
+ * identity (ck_check_identity). Returns the count, or -1 with a message. */
+static int ck_load_files(const char* dir, const cJSON* files, const char* base, const char* shard,
+                         const CheckpointState* id, StFile** out, char* err, size_t err_len) {
     char path[4200];
     *out = NULL;
     int n = 0;
@@ -457,6 +547,12 @@ static int ck_load_files(const char* dir, const cJSON* files, const char* base, 
         *out = callocCheck(1, sizeof(StFile));
         ck_file_name(path, sizeof path, dir, base, shard);
         if (st_load(&(*out)[0], path, err, err_len) != 0) {
+            free(*out);
+            *out = NULL;
+            return -1;
+        }
+        if (id && ck_check_identity(&(*out)[0], strrchr(path, '/') + 1, base, id, dir, err, err_len) != 0) {
+            st_free(&(*out)[0]);
             free(*out);
             *out = NULL;
             return -1;
@@ -469,8 +565,9 @@ static int ck_load_files(const char* dir, const cJSON* files, const char* base, 
         if (!cJSON_IsString(e) || strncmp(e->valuestring, base, strlen(base)) != 0) continue;
         if (strchr(e->valuestring, '/')) continue; /* only files inside the folder */
         snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
-        if (st_load(&(*out)[n], path, err, err_len) != 0) {
-            for (int i = 0; i < n; i++) st_free(&(*out)[i]);
+        if (st_load(&(*out)[n], path, err, err_len) != 0 ||
+            (id && ck_check_identity(&(*out)[n], e->valuestring, base, id, dir, err, err_len) != 0)) {
+            for (int i = 0; i <= n; i++) st_free(&(*out)[i]);
             free(*out);
             *out = NULL;
             return -1;
@@ -491,13 +588,135 @@ static void ck_free_files(StFile* f, int n) {
     free(f);
 }
 
+/* A 64-bit value stored as a string of digits (JSON numbers are doubles): hex or decimal, nothing else. */
 static int ck_json_u64(const cJSON* j, const char* key, int hex, uint64_t* out) {
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!cJSON_IsString(x)) return -1;
+    const char* v = x->valuestring;
+    size_t n = strlen(v);
+    if (n == 0 || n > (hex ? 16u : 20u)) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!(hex ? isxdigit((unsigned char)v[i]) : isdigit((unsigned char)v[i]))) return -1;
     char* end;
     errno = 0;
-    *out = strtoull(x->valuestring, &end, hex ? 16 : 10);
+    *out = strtoull(v, &end, hex ? 16 : 10);
     return (*end || errno) ? -1 : 0;
+}
+
+/* A JSON number that is a whole number in [lo, hi] (a double holds every integer up to 2^53 exactly). */
+static int ck_json_int(const cJSON* x, double lo, double hi, int64_t* out) {
+    if (!cJSON_IsNumber(x)) return -1;
+    double v = x->valuedouble;
+    if (!(v >= lo && v <= hi) || v != floor(v)) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* "pp=P tp=T chunks=C", each in [1, 65536] and at most 2^20 shards; the number of shards it writes. */
+static int ck_layout_shards(const char* layout, int64_t* shards) {
+    int p, t, c, used = 0;
+    if (sscanf(layout, "pp=%5d tp=%5d chunks=%5d%n", &p, &t, &c, &used) != 3 || layout[used] != 0 || p < 1 ||
+        t < 1 || c < 1 || (int64_t)p * t * c > (1 << 20))
+        return -1;
+    *shards = (int64_t)p * t * c;
+    return 0;
+}
+
+static int ck_cmp_str(const void* a, const void* b) { return strcmp(*(const char* const*)a, *(const char* const*)b); }
+
+/* Parse and check state.json (path, already parsed as j) into st: every value of the right type and in
+ * its range, and consistent with the others (optimizer_step <= step; the files are the layout's shards,
+ * each model file with its optimizer file). The files' own identity is checked as they are loaded. */
+static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st, char* err, size_t err_len) {
+    const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
+    const cJSON* ver = j ? cJSON_GetObjectItemCaseSensitive(j, "version") : NULL;
+    if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
+        ck_err(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
+        return -1;
+    }
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != CHECKPOINT_VERSION) {
+        ck_err(err, err_len, "%s: checkpoint version %.0f, this build reads version %d only (version 3 added the "
+               "step, run and layout to every file of a checkpoint); resume it with the build that wrote it, or "
+               "start the run again (train.init_from reads its parameters)", path,
+               cJSON_IsNumber(ver) && fabs(ver->valuedouble) < 1e9 ? ver->valuedouble : -1.0, CHECKPOINT_VERSION);
+        return -1;
+    }
+    const char* bad = NULL;
+    int64_t shards = 0;
+    const cJSON* lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    if (ck_json_int(cJSON_GetObjectItemCaseSensitive(j, "step"), 0, CHECKPOINT_MAX_STEP, &st->step))
+        bad = "\"step\" (a whole number in [0, 1e9])";
+    else if (ck_json_int(cJSON_GetObjectItemCaseSensitive(j, "optimizer_step"), 0, CHECKPOINT_MAX_STEP, &st->opt_step))
+        bad = "\"optimizer_step\" (a whole number in [0, 1e9])";
+    else if (st->opt_step > st->step)
+        bad = "\"optimizer_step\" (at most \"step\": one AdamW update per step at most)";
+    else if (ck_json_u64(j, "recipe_hash", 1, &st->recipe_hash))
+        bad = "\"recipe_hash\" (16 hex digits)";
+    else if (ck_json_u64(j, "seed", 0, &st->seed) || st->seed > 9007199254740991ull)
+        bad = "\"seed\" (a decimal string, model.seed's range)";
+    else if (ck_json_u64(j, "data_seed", 0, &st->data_seed) || st->data_seed > 9007199254740991ull)
+        bad = "\"data_seed\" (a decimal string, data.seed's range)";
+    else if (ck_json_u64(j, "run", 1, &st->run))
+        bad = "\"run\" (16 hex digits)";
+    else if (!cJSON_IsString(lay) || strlen(lay->valuestring) >= sizeof st->layout ||
+             (strcmp(lay->valuestring, CHECKPOINT_LAYOUT_IMPORT) && ck_layout_shards(lay->valuestring, &shards)))
+        bad = "\"layout\" (\"pp=P tp=T chunks=C\")";
+    if (bad) {
+        ck_err(err, err_len, "%s: missing or malformed %s", path, bad);
+        return -1;
+    }
+    snprintf(st->layout, sizeof st->layout, "%s", lay->valuestring);
+    const cJSON* files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    int nm = 0, no = 0;
+    if (!cJSON_IsArray(files)) {
+        ck_err(err, err_len, "%s: missing or malformed \"files\" (a list of the folder's file names)", path);
+        return -1;
+    }
+    int import = !strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT); /* model files only, as many as it converted */
+    int nfiles = cJSON_GetArraySize(files);
+    if (!import && nfiles != 2 * shards) {
+        ck_err(err, err_len, "%s: \"files\" lists %d files, but layout \"%s\" writes %lld (a model and an optimizer "
+               "file per shard)", path, nfiles, st->layout, (long long)(2 * shards));
+        return -1;
+    }
+    const char** names = callocCheck((size_t)nfiles + 1, sizeof(char*));
+    const cJSON* e;
+    int rc = 0;
+    cJSON_ArrayForEach(e, files) {
+        char shard[128];
+        const char* v = cJSON_IsString(e) ? e->valuestring : NULL;
+        int model = v && ck_shard_of(v, "model", shard, sizeof shard) == 0;
+        int optim = v && !model && ck_shard_of(v, "optimizer", shard, sizeof shard) == 0;
+        if (!v || strchr(v, '/') || (!model && !optim)) {
+            ck_err(err, err_len, "%s: \"files\" entry %.200s is not model[.SHARD].safetensors or "
+                   "optimizer[.SHARD].safetensors", path, v ? v : "(not a string)");
+            rc = -1;
+            break;
+        }
+        names[nm + no] = v;
+        nm += model, no += optim;
+    }
+    /* each file once: sorted, so a forged list of a million names costs n log n, not n^2 */
+    if (rc == 0) qsort(names, (size_t)(nm + no), sizeof *names, ck_cmp_str);
+    for (int i = 1; rc == 0 && i < nm + no; i++)
+        if (!strcmp(names[i - 1], names[i])) {
+            ck_err(err, err_len, "%s: \"files\" lists %.200s twice", path, names[i]);
+            rc = -1;
+        }
+    free(names);
+    if (rc != 0) return -1;
+    if (import ? (nm < 1 || no != 0) : (nm != shards || no != shards)) {
+        ck_err(err, err_len, "%s: \"files\" lists %d model and %d optimizer files, but layout \"%s\" writes %s", path,
+               nm, no, st->layout, import ? "one or more model files and no optimizer file" : "one of each per shard");
+        return -1;
+    }
+    const cJSON* lj = cJSON_GetObjectItemCaseSensitive(j, "loader");
+    if (lj && !cJSON_IsNull(lj) && !cJSON_IsObject(lj)) {
+        ck_err(err, err_len, "%s: \"loader\" is neither null nor an object (the loader's position)", path);
+        return -1;
+    }
+    if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
+    return 0;
 }
 
 int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
@@ -506,52 +725,43 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     char path[4200];
     snprintf(path, sizeof path, "%s/state.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n);
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
     if (!text) {
-        char why[128];
+        char why[160];
         ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
                rr_read_file_why(errno, "a JSON file", why, sizeof why));
         return -1;
     }
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
-    const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
-    const cJSON* ver = j ? cJSON_GetObjectItemCaseSensitive(j, "version") : NULL;
-    const cJSON* stp = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-    const cJSON* ost = j ? cJSON_GetObjectItemCaseSensitive(j, "optimizer_step") : NULL;
-    if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
-        ck_err(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
-        cJSON_Delete(j);
-        return -1;
+    if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail;
+    /* a folder named step-N (as the writer names them) holds step N: a renamed or copied folder is not
+     * taken for another step (checkpoint.resume = latest goes by the name) */
+    const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    long long named;
+    int used = 0;
+    if (sscanf(base, "step-%lld%n", &named, &used) == 1 && base[used] == 0 && named != st->step) {
+        ck_err(err, err_len, "%s: \"step\" is %lld, but the folder is named for step %lld: refusing to mix steps "
+               "(name the folder step-%08lld, or resume from the folder of step %lld)", path, (long long)st->step,
+               named, (long long)st->step, named);
+        goto fail;
     }
-    if (!cJSON_IsNumber(ver) || ver->valueint != CHECKPOINT_VERSION) {
-        ck_err(err, err_len, "%s: checkpoint version %d, this build reads version %d only (version 2 added "
-               "per-tensor checksums); resume it with the build that wrote it, or start the run again", path,
-               cJSON_IsNumber(ver) ? ver->valueint : -1, CHECKPOINT_VERSION);
-        cJSON_Delete(j);
-        return -1;
+    if (!strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT)) {
+        ck_err(err, err_len, "%s: an imported model (rrfp-mm import), with no optimiser state or data position: it "
+               "starts a run as train.init_from, it does not resume one", path);
+        goto fail;
     }
-    if (!cJSON_IsNumber(stp) || !cJSON_IsNumber(ost) || ck_json_u64(j, "recipe_hash", 1, &st->recipe_hash) ||
-        ck_json_u64(j, "seed", 0, &st->seed) || ck_json_u64(j, "data_seed", 0, &st->data_seed)) {
-        ck_err(err, err_len, "%s: missing or malformed step / optimizer_step / recipe_hash / seed / data_seed", path);
-        cJSON_Delete(j);
-        return -1;
-    }
-    st->step = (int64_t)stp->valuedouble;
-    st->opt_step = (int64_t)ost->valuedouble;
-    const cJSON* lj = cJSON_GetObjectItemCaseSensitive(j, "loader");
-    if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
     const cJSON* files = cJSON_GetObjectItemCaseSensitive(j, "files");
 
     StFile* f = NULL;
-    int nf = ck_load_files(dir, files, "model", shard, &f, err, err_len);
+    int nf = ck_load_files(dir, files, "model", shard, st, &f, err, err_len);
     if (nf < 0) goto fail;
     int rc = ck_read_block(f, nf, pt, pt->data, "", err, err_len);
     ck_free_files(f, nf);
     if (rc) goto fail;
     params_refresh_compute(pt);
     if (pt->m && pt->v) {
-        nf = ck_load_files(dir, files, "optimizer", shard, &f, err, err_len);
+        nf = ck_load_files(dir, files, "optimizer", shard, st, &f, err, err_len);
         if (nf < 0) goto fail;
         rc = ck_read_block(f, nf, pt, pt->m, "m.", err, err_len);
         if (rc == 0) rc = ck_read_block(f, nf, pt, pt->v, "v.", err, err_len);
@@ -622,10 +832,12 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     char path[4200];
     snprintf(path, sizeof path, "%s/state.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n);
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
     if (!text) {
+        char why[160];
         ck_err(err, err_len, "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
-               "checkpoints/step-N, or the output of rrfp-mm import llama)", path, strerror(errno));
+               "checkpoints/step-N, or the output of rrfp-mm import llama)", path,
+               rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
         return -1;
     }
     cJSON* j = cJSON_ParseWithLength(text, n);
@@ -636,8 +848,19 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
         cJSON_Delete(j);
         return -1;
     }
+    /* a checkpoint of this build (state.json has "run") is checked as a resume checks it: state.json's
+     * values, and every model file's step, job and layout; another tool's folder is read as it is */
+    CheckpointState id;
+    memset(&id, 0, sizeof id);
+    int ours = cJSON_GetObjectItemCaseSensitive(j, "run") != NULL;
+    if (ours && ck_state_parse(path, j, &id, err, err_len) != 0) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    checkpoint_state_free(&id);
     StFile* f = NULL;
-    int nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "model", NULL, &f, err, err_len);
+    int nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "model", NULL, ours ? &id : NULL, &f,
+                           err, err_len);
     cJSON_Delete(j);
     if (nf < 0) return -1;
 
@@ -694,7 +917,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
         if (load) {
             ParamSlice whole = {.dim = -1};
             rc = checkpoint_read_assembled(f, nf, s->name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
-                                           h + s->offset, 0, 0, err, err_len);
+                                           h + s->offset, ours ? CK_CHECK_ALL : CK_CHECK_VALUES, 0, err, err_len);
         }
         loaded[n_loaded++] = s->name;
         values += (double)s->numel;

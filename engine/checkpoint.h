@@ -28,7 +28,9 @@
 #include "engine/params.h"
 #include "engine/safetensors.h"
 
-#define CHECKPOINT_VERSION 2 /* 2: per-tensor XXH64 checksums */
+#define CHECKPOINT_VERSION 3 /* 2: per-tensor XXH64 checksums; 3: every file carries step, run, layout, shard */
+#define CHECKPOINT_LAYOUT_IMPORT "import" /* the layout of rrfp-mm import's folders: model files only */
+#define CHECKPOINT_MAX_STEP 1000000000 /* train.steps' own upper bound: a larger step is not a run's */
 
 typedef struct {
     int64_t step;          /* optimiser steps completed */
@@ -37,9 +39,23 @@ typedef struct {
     uint64_t seed;         /* model.seed */
     uint64_t data_seed;    /* data.seed */
     char* loader;          /* loader position as JSON text (malloc'd; NULL = none) */
+    uint64_t run;          /* identity of the job that wrote it (checkpoint_new_run_id at its start) */
+    char layout[64];       /* the layout that wrote it, "pp=P tp=T chunks=C" ("" = one process, pp=1 tp=1 chunks=1) */
 } CheckpointState;
 
 void checkpoint_state_free(CheckpointState* st);
+
+/* A fresh identity for a job's checkpoints (random, never 0). */
+uint64_t checkpoint_new_run_id(void);
+/* The identity every file of a checkpoint carries in its __metadata__: "step", "run" (16 hex digits),
+ * "layout" and "shard" (the shard part of its name, "" for model.safetensors). The load checks each
+ * file's against state.json, so a folder holding another step's or another job's file is refused
+ * naming the file. (The writers here add it; rrfp-mm import adds it to its files.) */
+void checkpoint_identity_meta(StWriter* w, const CheckpointState* st, const char* shard);
+/* Add F32 tensor x to w as a checkpoint holds it: refused (-1, naming the tensor) when a value is not
+ * finite, else added with its XXH64 checksum in the metadata. x must stay valid until the write. */
+int checkpoint_add_tensor(StWriter* w, const char* name, int ndim, const int64_t* shape, const float* x, char* err,
+                          size_t err_len);
 
 /* Write ROOT/step-NNNNNNNN/ for st->step from pt's values and AdamW moments (pt->m / pt->v may be
  * NULL before the first step: then zeros are written). `shard` NULL for a single-process run.
@@ -66,8 +82,8 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
  * incomplete. Each returns 0, or -1 with a message (commit removes the temporary folder on failure;
  * checkpoint_shard_abort removes it after another rank's failure). */
 int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len);
-int checkpoint_shard_write(const char* tmp, const ParamTable* pt, int64_t step, const char* shard, char* err,
-                           size_t err_len);
+int checkpoint_shard_write(const char* tmp, const ParamTable* pt, const CheckpointState* st, const char* shard,
+                           char* err, size_t err_len);
 int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointState* st, const char* const* shards,
                             int n_shards, char* out_dir, size_t out_len, char* err, size_t err_len);
 void checkpoint_shard_abort(const char* tmp);
@@ -93,9 +109,12 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
 /* Tensor `name` as stored in the nf files f (checkpoint shards, step dumps), assembled: each file may
  * hold it whole or a slice of it (metadata "slice.<name>", params_slice_format), and out (ndim, shape:
  * the local shape) gets the part `want` describes (want->dim -1: the whole tensor; else that slice of the
- * global tensor want->gshape), whichever pieces it is cut from. check: each piece's values must be finite
- * (nonneg: >= 0) and match its checksum. Returns 0, or -1 with a message (absent, another global shape, a
+ * global tensor want->gshape), whichever pieces it is cut from. check (CK_CHECK_*): each piece's values must be
+ * finite (nonneg: >= 0) and match its checksum. A stored piece of more than TENSOR_MAX_DIMS dimensions is refused. Returns 0, or -1 with a message (absent, another global shape, a
  * part in no file). */
+#define CK_CHECK_NONE 0   /* read as stored (tensors diff, dumps) */
+#define CK_CHECK_ALL 1    /* finite values and a matching checksum, which must be present (resume) */
+#define CK_CHECK_VALUES 2 /* finite values; the checksum where the file has one (train.init_from) */
 int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const ParamSlice* want, int ndim,
                               const int64_t* shape, float* out, int check, int nonneg, char* err, size_t err_len);
 

@@ -5,6 +5,7 @@
  * global operation (grad norm, AdamW over all, the DP all-reduce) is one loop over `total` floats.
  * Values are generated on the host in chunks and copied to the backend; because init_normal is a
  * function of (seed, name, element index), chunking (and the parallel layout) changes nothing. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,20 +89,33 @@ int params_slice_format(const ParamSpec* s, char* val, size_t n) {
     return 1;
 }
 
+/* One decimal integer in [lo, hi] at *p (a file's text: no overflow, no sign games); advances *p. */
+static int slice_num(const char** p, int64_t lo, int64_t hi, int64_t* out) {
+    char* end;
+    errno = 0;
+    long long v = strtoll(*p, &end, 10);
+    if (end == *p || errno || v < lo || v > hi) return -1;
+    *p = end;
+    *out = v;
+    return 0;
+}
+
 int params_slice_parse(const char* val, ParamSlice* sl, int* ndim) {
     memset(sl, 0, sizeof *sl);
+    if (!val) return -1;
     const char* p = val;
-    char* end;
+    int64_t v, numel = 1;
     if (strncmp(p, "dim=", 4)) return -1;
-    sl->dim = (int)strtol(p + 4, &end, 10);
-    if (strncmp(end, ";shape=", 7)) return -1;
-    p = end + 7;
+    p += 4;
+    if (slice_num(&p, 0, TENSOR_MAX_DIMS - 1, &v)) return -1;
+    sl->dim = (int)v;
+    if (strncmp(p, ";shape=", 7)) return -1;
+    p += 7;
     int nd = 0;
     for (;;) {
-        if (nd >= TENSOR_MAX_DIMS) return -1;
-        sl->gshape[nd++] = strtoll(p, &end, 10);
-        if (end == p) return -1;
-        p = end;
+        if (nd >= TENSOR_MAX_DIMS) return -1; /* more dimensions than any tensor of the model */
+        if (slice_num(&p, 1, INT64_MAX, &sl->gshape[nd]) || rr_mul_i64(numel, sl->gshape[nd], &numel)) return -1;
+        nd++;
         if (*p != ',') break;
         p++;
     }
@@ -109,19 +123,18 @@ int params_slice_parse(const char* val, ParamSlice* sl, int* ndim) {
     p += 8;
     for (;;) {
         if (sl->n >= PARAM_MAX_RANGES) return -1;
-        sl->off[sl->n] = strtoll(p, &end, 10);
-        if (end == p || *end != ':') return -1;
-        p = end + 1;
-        sl->len[sl->n] = strtoll(p, &end, 10);
-        if (end == p) return -1;
+        if (slice_num(&p, 0, INT64_MAX, &sl->off[sl->n]) || *p != ':') return -1;
+        p++;
+        if (slice_num(&p, 1, INT64_MAX, &sl->len[sl->n])) return -1;
         sl->n++;
-        p = end;
         if (*p != ',') break;
         p++;
     }
-    if (*p || sl->dim < 0 || sl->dim >= nd) return -1;
-    for (int k = 0; k < sl->n; k++)
-        if (sl->off[k] < 0 || sl->len[k] <= 0 || sl->off[k] + sl->len[k] > sl->gshape[sl->dim]) return -1;
+    if (*p || sl->dim >= nd) return -1;
+    for (int k = 0; k < sl->n; k++) {
+        int64_t end;
+        if (rr_add_i64(sl->off[k], sl->len[k], &end) || end > sl->gshape[sl->dim]) return -1;
+    }
     *ndim = nd;
     return 0;
 }

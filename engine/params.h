@@ -91,7 +91,9 @@ size_t params_gemm_operand_elems(const ParamTable* pt, int N);
  * "slice.<stored name>" with value "dim=D;shape=G0,G1;ranges=OFF:LEN,OFF:LEN" (the global shape, the
  * dimension and the ranges in storage order). Returns 0 for a whole tensor (nothing to store). */
 int params_slice_format(const ParamSpec* s, char* val, size_t n);
-/* Parse such a value into sl (ndim from the shape list). Returns 0, or -1 when malformed. */
+/* Parse such a value into sl (ndim from the shape list). Returns 0, or -1 when malformed: more than
+ * TENSOR_MAX_DIMS dimensions, a number out of range (a dimension < 1, a product of the global shape or an
+ * offset + length past INT64_MAX), a range outside the global shape. */
 int params_slice_parse(const char* val, ParamSlice* sl, int* ndim);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
 float* params_data(const ParamTable* pt, int i);

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------------------------------------------
  * small helpers */
@@ -429,7 +430,15 @@ fail:
 
 int st_load(StFile* f, const char* path, char* err, size_t err_len) {
     size_t size = 0;
-    char* buf = rr_read_file(path, &size);
+    /* a safetensors file is a regular file: a device or a pipe (/dev/zero) would be read up to the 1 TiB cap */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
+        memset(f, 0, sizeof *f);
+        st_err(err, err_len, "cannot read safetensors file '%s': not a regular file (a device or a pipe), expected a "
+               ".safetensors file", path);
+        return -1;
+    }
+    char* buf = rr_read_file(path, &size, RR_MAX_SAFETENSORS);
     if (!buf) {
         memset(f, 0, sizeof *f);
         char why[128];
@@ -483,6 +492,10 @@ static const StTensor* st_check(const StFile* f, const char* name, int ndim, con
         return NULL;
     }
     return t;
+}
+
+int st_expect_shape(const StFile* f, const char* name, int ndim, const int64_t* shape, char* err, size_t err_len) {
+    return st_check(f, name, ndim, shape, err, err_len) ? 0 : -1;
 }
 
 int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const int64_t* shape, char* err,

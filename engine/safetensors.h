@@ -75,6 +75,9 @@ void st_free(StFile* f);
 const StTensor* st_find(const StFile* f, const char* name); /* NULL when absent */
 const char* st_meta(const StFile* f, const char* key);     /* NULL when absent */
 
+/* Whether tensor `name` exists with exactly the expected shape: 0, or -1 with a message naming the file,
+ * the tensor and both shapes. (Check before sizing a buffer from the expected shape.) */
+int st_expect_shape(const StFile* f, const char* name, int ndim, const int64_t* shape, char* err, size_t err_len);
 /* Copy tensor `name` into out as f32 (F32 copied, BF16 widened), checking that it exists and has
  * exactly the expected shape. Returns 0, or -1 with a message naming the file and tensor. */
 int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const int64_t* shape, char* err,

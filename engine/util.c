@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <sys/stat.h>
 #include <stdarg.h>
@@ -162,7 +163,61 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
     return 0;
 }
 
-char* rr_read_file(const char* path, size_t* size) {
+/* The cap of this thread's last rr_read_file that failed with EFBIG, for rr_read_file_why's message. */
+static _Thread_local size_t rr_read_cap;
+
+char* rr_read_stream(FILE* f, size_t* size, size_t max) {
+    struct stat st;
+    int known = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
+    /* a regular file over the cap is refused before anything is read or allocated; anything else (a
+     * pipe, a device such as /dev/zero) is read up to one byte past the cap */
+    if (known && (uint64_t)st.st_size > (uint64_t)max) {
+        rr_read_cap = max;
+        errno = EFBIG;
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    if (known && (uint64_t)st.st_size + 2 > cap) cap = (size_t)st.st_size + 2;
+    errno = 0; /* so a failed fread below leaves its own errno */
+    char* buf = malloc(cap);
+    if (!buf) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    for (;;) {
+        if (len > max) {
+            free(buf);
+            rr_read_cap = max;
+            errno = EFBIG;
+            return NULL;
+        }
+        if (len + 1 >= cap) {
+            size_t ncap = cap > max / 2 ? max + 2 : 2 * cap; /* one byte past the cap tells "too big" */
+            char* nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    if (ferror(f)) {
+        int err = errno ? errno : EIO;
+        free(buf);
+        errno = err;
+        return NULL;
+    }
+    buf[len] = 0;
+    if (size) *size = len;
+    return buf;
+}
+
+char* rr_read_file(const char* path, size_t* size, size_t max) {
     FILE* f = fopen(path, "rb");
     if (!f) return NULL;
     /* fopen opens a directory for reading; its first read then fails with EISDIR, which ferror()
@@ -173,40 +228,24 @@ char* rr_read_file(const char* path, size_t* size) {
         errno = EISDIR;
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
-    errno = 0; /* so a failed fread below leaves its own errno */
-    char* buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        errno = ENOMEM;
-        return NULL;
-    }
-    for (;;) {
-        if (len + 1 >= cap) {
-            cap *= 2;
-            char* nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                errno = ENOMEM;
-                return NULL;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0) break;
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
+    char* buf = rr_read_stream(f, size, max);
+    int e = errno;
     fclose(f);
-    if (err) {
-        free(buf);
-        errno = err;
-        return NULL;
-    }
-    buf[len] = 0;
-    if (size) *size = len;
+    errno = e;
     return buf;
+}
+
+void rr_fmt_bytes(char* buf, size_t n, uint64_t bytes) {
+    static const char* unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (bytes < 1024) {
+        snprintf(buf, n, "%llu bytes", (unsigned long long)bytes);
+        return;
+    }
+    double v = (double)bytes / 1024;
+    int u = 0;
+    while (v >= 1024 && u < 5) v /= 1024, u++;
+    if (v == (double)(uint64_t)v) snprintf(buf, n, "%.0f %s", v, unit[u]);
+    else snprintf(buf, n, "%.1f %s", v, unit[u]);
 }
 
 const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n) {
@@ -214,7 +253,40 @@ const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t
         snprintf(buf, n, "is a directory, expected %s", expected);
         return buf;
     }
+    if (errnum == EFBIG) {
+        char cap[32];
+        rr_fmt_bytes(cap, sizeof cap, rr_read_cap);
+        snprintf(buf, n, "larger than %s, the limit for %s (refusing to read it whole)", cap, expected);
+        return buf;
+    }
     return strerror(errnum);
+}
+
+static int rr_remove_one(const char* path, const struct stat* sb, int type, struct FTW* ftw) {
+    (void)sb;
+    (void)ftw;
+    int rc = type == FTW_DP ? rmdir(path) : unlink(path);
+    return rc != 0 && errno != ENOENT ? -1 : 0;
+}
+
+int rr_remove_tree(const char* path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, rr_remove_one, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) == 0 ? 0 : -1;
+}
+
+int rr_mul_i64(int64_t a, int64_t b, int64_t* out) {
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return -1;
+    *out = r;
+    return 0;
+}
+
+int rr_add_i64(int64_t a, int64_t b, int64_t* out) {
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r)) return -1;
+    *out = r;
+    return 0;
 }
 
 uint64_t rr_fnv1a64_add(uint64_t h, const void* data, size_t n) {

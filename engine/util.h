@@ -58,14 +58,45 @@ void rr_test_pause(const char* env);
  * changed and no temporary behind. */
 int rr_write_file_atomic(const char* path, const void* data, size_t size);
 
-/* Read a whole file into a malloc'd buffer (NUL-terminated for convenience; *size excludes the NUL).
- * Returns NULL with errno set on failure (EISDIR for a directory). */
-char* rr_read_file(const char* path, size_t* size);
+/* Size caps of whole-file reads: a file is read whole only up to the cap of its kind, so a crafted
+ * or mistaken path (/dev/zero, a FIFO, a 40 GB file named as a recipe) is refused with a message, not
+ * read until memory runs out. Each cap is far above any real file of its kind. */
+#define RR_MiB ((size_t)1 << 20)
+#define RR_GiB ((size_t)1 << 30)
+#define RR_MAX_INI (4 * RR_MiB)         /* recipe .ini files */
+#define RR_MAX_JSON (64 * RR_MiB)       /* config.json, model.safetensors.index.json, state.json, duration files */
+#define RR_MAX_TOKENIZER (256 * RR_MiB) /* tokenizer.json (the largest published ones are ~35 MB) */
+#define RR_MAX_JSONL RR_GiB             /* metrics.jsonl, predictions.jsonl, Chrome trace files, text to encode */
+#define RR_MAX_MANIFEST (16 * RR_GiB)   /* LLaVA manifests (llava_v1_5_mix665k.json is ~1 GB) */
+#define RR_MAX_IMAGE (256 * RR_MiB)     /* one JPEG */
+#define RR_MAX_SAFETENSORS (1024 * RR_GiB) /* one .safetensors file (checkpoint shards, Hugging Face shards) */
+
+/* Read a whole file into a malloc'd buffer (NUL-terminated for convenience; *size excludes the NUL),
+ * refusing a file of more than `max` bytes (one of the RR_MAX_* caps) before reading it, or, when its
+ * size is not known in advance (a pipe, a device), as soon as more than `max` bytes arrive. Returns NULL
+ * with errno set on failure (EISDIR for a directory, EFBIG over the cap). */
+char* rr_read_file(const char* path, size_t* size, size_t max);
+/* The same for an open stream (stdin), from its current position; the stream stays open. */
+char* rr_read_stream(FILE* f, size_t* size, size_t max);
 
 /* The reason rr_read_file failed with errno errnum, for "PATH: <reason>": strerror, except for a
- * directory: "is a directory, expected <expected>" (expected = "a JPEG file"). The text is in buf
+ * directory: "is a directory, expected <expected>" (expected = "a JPEG file"), and over the cap: "larger
+ * than 4 MiB, the limit for <expected>" (the cap of this thread's last rr_read_file). The text is in buf
  * or static. This function can't fail. */
 const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n);
+
+/* Format a byte count the way the caps are written ("4 MiB", "1.5 GiB", "300 bytes"). */
+void rr_fmt_bytes(char* buf, size_t n, uint64_t bytes);
+
+/* Remove `path` and, when it is a folder, everything under it, without following symbolic links and
+ * without leaving its file system: nftw with FTW_DEPTH | FTW_PHYS | FTW_MOUNT, never a shell. A missing
+ * path is success. Returns 0, or -1 with errno set (what could be removed is gone). */
+int rr_remove_tree(const char* path);
+
+/* Checked 64-bit arithmetic for sizes computed from a file's or an argument's numbers: *out = a * b or
+ * a + b; returns 0, or -1 when the result leaves [0, INT64_MAX] (either operand negative included). */
+int rr_mul_i64(int64_t a, int64_t b, int64_t* out);
+int rr_add_i64(int64_t a, int64_t b, int64_t* out);
 
 /* 64-bit FNV-1a hash of a byte string (used for parameter-name keyed init, tokenizer hashes). */
 uint64_t rr_fnv1a64(const void* data, size_t n);

@@ -13,7 +13,7 @@
 #include "engine/util.h"
 
 static uint8_t* load(const char* path, size_t* n) {
-    uint8_t* b = (uint8_t*)rr_read_file(path, n);
+    uint8_t* b = (uint8_t*)rr_read_file(path, n, RR_MAX_IMAGE);
     if (!b) rr_die("cannot read %s", path);
     return b;
 }

@@ -25,19 +25,10 @@
 #include "text/tokenizer.h"
 
 #include "check.h"
+#include "util/proc.h"
 
 static const char* BIN;
 static char WORK[1024];
-
-static int sh(const char* fmt, ...) {
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 /* ---- the independent expectation: manifest record -> expanded ids / targets / patches ---- */
 
@@ -75,7 +66,7 @@ static void expected_build(int rec, int p, int minp, int maxp, Expected* e) {
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", g_images, s.images[k]);
         size_t n;
-        uint8_t* b = (uint8_t*)rr_read_file(path, &n);
+        uint8_t* b = (uint8_t*)rr_read_file(path, &n, RR_MAX_IMAGE);
         RR_ASSERT(b);
         int rc = image_load_patches(g_jc, b, n, p, minp, maxp, &pt[k], &e->gh[k], &e->gw[k], why, sizeof why);
         RR_ASSERT(rc == 0);
@@ -229,7 +220,7 @@ static uint64_t digest_steps(Loader* L, int steps) {
     return h;
 }
 
-static int copy_file(const char* a, const char* b) { return sh("cp '%s' '%s'", a, b); }
+static int copy_file(const char* a, const char* b) { return proc_copy_file(a, b); }
 
 static void flip_byte(const char* path, long off) {
     FILE* f = fopen(path, "r+b");
@@ -301,7 +292,7 @@ static int check_shards(char** a) {
  * every good sample, with the right pixels, epoch after epoch, and skips only the bad ones. */
 
 static uint8_t* read_or_die(const char* path, size_t* n) {
-    uint8_t* b = (uint8_t*)rr_read_file(path, n);
+    uint8_t* b = (uint8_t*)rr_read_file(path, n, RR_MAX_IMAGE);
     if (!b) {
         fprintf(stderr, "cannot read '%s': %s\n", path, strerror(errno));
         exit(2);
@@ -390,7 +381,7 @@ static int bad_images(int argc, char** argv) {
     /* 2. the loader: one shard, bad images between good ones, one worker (one codec for them all) */
     char dir[1200], path[1300];
     snprintf(dir, sizeof dir, "%s/bad_shard", work);
-    sh("rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    RR_ASSERT(proc_fresh_dir(dir) == 0);
     snprintf(path, sizeof path, "%s/shard-00000.rrs", dir);
     ShardInfo info = {.tokenizer_hash = 0, .image_token = 5, .patch = p, .min_patches = minp, .max_patches = maxp};
     ShardWriter* w = shard_writer_open(path, &info, err, sizeof err);
@@ -479,20 +470,31 @@ int main(int argc, char** argv) {
     }
     BIN = argv[1];
     snprintf(WORK, sizeof WORK, "%s", argv[2]);
-    sh("rm -rf '%s' && mkdir -p '%s'", WORK, WORK);
+    RR_ASSERT(proc_fresh_dir(WORK) == 0);
     /* demo data (300 records: single and two-image, text only), its tokenizer, shards of ~1 MiB */
-    RR_ASSERT(sh("'%s' demo-data --out '%s/demo' --samples 300 --heldout 20 --seed 3 2>/dev/null", BIN, WORK) == 0);
-    RR_ASSERT(sh("'%s' tokenizer train --vocab 400 --manifest '%s/demo/train.json' --out '%s/tok.json' >/dev/null 2>&1",
-                 BIN, WORK, WORK) == 0);
-    RR_ASSERT(sh("'%s' pack --manifest '%s/demo/train.json' --images '%s/demo/images' --tokenizer '%s/tok.json' "
-                 "--out '%s/shards' --shard-size 0.5 2>'%s/pack.log'", BIN, WORK, WORK, WORK, WORK, WORK) == 0);
-    CHECK(sh("grep -q 'read 300 records, packed 300 into' '%s/pack.log'", WORK) == 0, "pack summary");
+    char a1[1300], a2[1300], a3[1300], a4[1300], a5[1300], log[1300];
+    snprintf(a1, sizeof a1, "%s/demo", WORK);
+    const char* demo[] = {BIN, "demo-data", "--out", a1, "--samples", "300", "--heldout", "20", "--seed", "3", NULL};
+    RR_ASSERT(proc_run(demo, NULL, "/dev/null") == 0);
+    snprintf(a1, sizeof a1, "%s/demo/train.json", WORK);
+    snprintf(a2, sizeof a2, "%s/tok.json", WORK);
+    const char* tok[] = {BIN, "tokenizer", "train", "--vocab", "400", "--manifest", a1, "--out", a2, NULL};
+    RR_ASSERT(proc_run(tok, "/dev/null", "/dev/null") == 0);
+    snprintf(a3, sizeof a3, "%s/demo/images", WORK);
+    snprintf(a4, sizeof a4, "%s/shards", WORK);
+    snprintf(log, sizeof log, "%s/pack.log", WORK);
+    const char* pack[] = {BIN, "pack", "--manifest", a1, "--images", a3, "--tokenizer", a2, "--out", a4,
+                          "--shard-size", "0.5", NULL};
+    RR_ASSERT(proc_run(pack, NULL, log) == 0);
+    CHECK(proc_file_has(log, "read 300 records, packed 300 into"), "pack summary");
 
     /* same inputs -> byte-identical shards */
-    RR_ASSERT(sh("'%s' pack --manifest '%s/demo/train.json' --images '%s/demo/images' --tokenizer '%s/tok.json' "
-                 "--out '%s/shards2' --shard-size 0.5 2>/dev/null", BIN, WORK, WORK, WORK, WORK) == 0);
-    CHECK(sh("diff -r '%s/shards' '%s/shards2' >/dev/null", WORK, WORK) == 0, "packing twice gave different bytes");
-    CHECK(sh("ls '%s/shards' | grep -c rrs | grep -qv '^1$'", WORK) == 0, "expected several shards");
+    snprintf(a5, sizeof a5, "%s/shards2", WORK);
+    const char* pack2[] = {BIN, "pack", "--manifest", a1, "--images", a3, "--tokenizer", a2, "--out", a5,
+                           "--shard-size", "0.5", NULL};
+    RR_ASSERT(proc_run(pack2, NULL, "/dev/null") == 0);
+    CHECK(proc_same_dir(a4, a5), "packing twice gave different bytes");
+    CHECK(proc_count_names(a4, "rrs") > 1, "expected several shards");
 
     char path[2048], err[2048];
     snprintf(path, sizeof path, "%s/tok.json", WORK);
@@ -806,7 +808,8 @@ int main(int argc, char** argv) {
     /* 7. damage. A copy of the shards with one flipped byte inside one frame: that sample is reported
      *    and skipped, every other sample still comes out intact. */
     {
-        sh("rm -rf '%s/bad' && cp -r '%s' '%s/bad'", WORK, shards, WORK);
+        snprintf(path, sizeof path, "%s/bad", WORK);
+        RR_ASSERT(rr_remove_tree(path) == 0 && proc_copy_dir(shards, path) == 0);
         snprintf(path, sizeof path, "%s/bad/shard-00001.rrs", WORK);
         Shard s;
         RR_ASSERT(shard_open(path, &s, err, sizeof err) == 0);

@@ -5,7 +5,7 @@
  * KEY=VALUE are the [model] recipe keys `rrfp-mm import llava` printed (vision_width, vision_layers,
  * vision_heads, patch, vision_image_size, vision_feature_layer, projector_act, text_width, text_layers,
  * text_heads, ffn_hidden, vocab, rms_eps, rope_base; vision_arch must be clip). Builds the whole model,
- * loads EVERY tensor from CKPT (checkpoint_load: a tensor the import did not write is an error), forwards
+ * loads EVERY tensor from CKPT (train.init_from's loader, whose report must say all loaded), forwards
  * one microbatch of two packed samples with images (a 3 x 3 grid and a 2 x 4 grid; with vision_image_size
  * = 3 patch the first is the checkpoint's grid and the second gets interpolated position embeddings) and
  * writes the microbatch and its logits (the step-dump layout) to OUT. Exit 0 when that worked. */
@@ -65,13 +65,30 @@ int main(int argc, char** argv) {
     }
     Stage st;
     stage_init(&st, &c, 0, c.Lt, &backend_cpu);
-    CheckpointState cs;
-    memset(&cs, 0, sizeof cs);
-    if (checkpoint_load(argv[1], &st.params, &cs, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "checkpoint_load: %s\n", err);
+    /* train.init_from's loader (an import has no optimiser state: a resume refuses it), with its report:
+     * every tensor of the model loaded, none initialised from the seed, none of the checkpoint left over */
+    char* rep = NULL;
+    size_t rep_len = 0;
+    FILE* rf = open_memstream(&rep, &rep_len);
+    int lrc = checkpoint_init_from(argv[1], &st.params, rf, err, sizeof err);
+    fclose(rf);
+    if (lrc != 0) {
+        fprintf(stderr, "init_from: %s\n", err);
+        free(rep);
         return 1;
     }
-    checkpoint_state_free(&cs);
+    fputs(rep, stdout);
+    const char* at = strstr(rep, ": loaded ");
+    int n_loaded = -1, n_init = -1, n_unused = -1;
+    double values;
+    if (!at || sscanf(at, ": loaded %d tensors (%lf values), initialised %d from model.seed, %d in the", &n_loaded, &values,
+                      &n_init, &n_unused) != 4 || n_loaded != st.params.n || n_init != 0 || n_unused != 0) {
+        fprintf(stderr, "init_from did not load every tensor of the model (%d of %d loaded, %d initialised, %d unused)\n",
+                n_loaded, st.params.n, n_init, n_unused);
+        free(rep);
+        return 1;
+    }
+    free(rep);
     printf("loaded all %d tensors of the model from %s\n", st.params.n, argv[1]);
     const char* spec = "p3 i3x3 p2 a4 | p2 i2x4 p1 a3"; /* two samples with one image each */
     uint64_t rng = 2025;

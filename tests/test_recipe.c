@@ -238,7 +238,7 @@ static void test_documented(const char* src) {
     char path[1024];
     snprintf(path, sizeof path, "%s/recipes/README.md", src);
     size_t n;
-    char* doc = rr_read_file(path, &n);
+    char* doc = rr_read_file(path, &n, RR_MAX_JSONL);
     CHECK(doc != NULL, "cannot read %s", path);
     if (!doc) return;
     for (int i = 0; i < recipe_key_count(); i++) {

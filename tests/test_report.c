@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     write_file(path, METRICS);
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "report: %s", err);
     size_t n;
-    char* page = rr_read_file(out, &n);
+    char* page = rr_read_file(out, &n, RR_MAX_JSONL);
     CHECK(page && !strncmp(page, "<!DOCTYPE html>", 15) && strstr(page, "</html>\n"), "page framing");
     if (page) {
         CHECK(count(page, "<path class=\"curve\"") == 4, "4 curves, got %d", count(page, "<path class=\"curve\""));
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
     fclose(c.warn);
     c.warn = NULL;
     CHECK(wbuf && strstr(wbuf, "predictions.jsonl:2:"), "warning names the line: %s", wbuf ? wbuf : "");
-    page = rr_read_file(out, &n);
+    page = rr_read_file(out, &n, RR_MAX_JSONL);
     if (page) {
         CHECK(strstr(page, "<table class=\"recipe\">") && strstr(page, "<td>patch</td><td>24</td>") &&
                   strstr(page, "<td>a&lt;b</td>"), "recipe table");
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     write_file(path, "{\"sample_index\":0,\"correct\":true,\"predicted\":[1]}\n"
                      "{\"sample_index\":1,\"correct\":false,\"predicted\":[2]}\n");
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "report: %s", err);
-    page = rr_read_file(out, &n);
+    page = rr_read_file(out, &n, RR_MAX_JSONL);
     if (page) CHECK(strstr(page, "<b>50.0%</b>") && strstr(page, "Synthetic source"), "accuracy of 2 predictions");
     free(page);
 
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0 && strstr(err, dir_as_file), "error: %s", err);
     c.out = path;
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) == 0, "report: %s", err);
-    page = rr_read_file(path, &n);
+    page = rr_read_file(path, &n, RR_MAX_JSONL);
     CHECK(page && !strncmp(page, "<!DOCTYPE html>", 15), "--out replaced");
     free(page);
     CHECK(leftovers(argv[1]) == 0 && leftovers(run) == 0, "no temporary left behind");

@@ -556,7 +556,7 @@ static size_t unmapped(const char* s, char* out) {
 
 static void test_train(const char* corpus_path) {
     size_t n;
-    char* corpus = rr_read_file(corpus_path, &n);
+    char* corpus = rr_read_file(corpus_path, &n, RR_MAX_JSONL);
     CHECK(corpus != NULL, "cannot read %s", corpus_path);
     if (!corpus) return;
     char err[512];

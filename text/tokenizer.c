@@ -708,7 +708,7 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
 
 Tokenizer* tokenizer_load(const char* path, char* err, size_t err_len) {
     size_t n;
-    char* json = rr_read_file(path, &n);
+    char* json = rr_read_file(path, &n, RR_MAX_TOKENIZER);
     if (!json) {
         char why[128];
         set_err(err, err_len, "%s: cannot read the tokenizer: %s", path,

@@ -108,8 +108,22 @@ static int stset_assemble(StSet* s) {
                 rc = -1;
                 break;
             }
-            int64_t n = 1;
-            for (int d = 0; d < ndim; d++) n *= sl.gshape[d];
+            /* the global tensor is assembled from its pieces, so it can hold no more values than they do
+             * together (their bytes are in memory): a slice description claiming more is refused before
+             * anything is sized from it */
+            int64_t n = 1, held = 0;
+            for (int d = 0; d < ndim; d++) n *= sl.gshape[d]; /* no overflow: params_slice_parse checked it */
+            for (int g = 0; g < s->n; g++) {
+                const StTensor* t = st_find(&s->files[g], name);
+                if (t) held += (int64_t)((t->end - t->begin) / dtype_size(t->dtype));
+            }
+            if (n > held) {
+                fprintf(stderr, "rrfp-mm: error: %s: tensor %s: its slice description (%s) gives a global tensor of %lld "
+                        "values, but its pieces hold %lld: a damaged or forged slice description\n", s->files[f].path,
+                        name, st_meta(&s->files[f], key), (long long)n, (long long)held);
+                rc = -1;
+                break;
+            }
             bufs = reallocCheck(bufs, sizeof(float*) * (size_t)(nb + 1));
             bufs[nb] = mallocCheck((size_t)n * sizeof(float) + 1);
             if (checkpoint_read_assembled(s->files, s->n, name, &whole, ndim, sl.gshape, bufs[nb], 0, 0, err, sizeof err) != 0) {

@@ -35,17 +35,14 @@ static void tokenizer_usage(FILE* f) {
             BPE_TRAIN_DEFAULT_SPECIALS, BPE_TRAIN_DEFAULT_MIN_FREQUENCY);
 }
 
-static char* read_stdin(size_t* n) {
-    size_t cap = 1 << 16, len = 0;
-    char* buf = mallocCheck(cap + 1);
-    size_t k;
-    while ((k = fread(buf + len, 1, cap - len, stdin)) > 0) {
-        len += k;
-        if (len == cap) buf = reallocCheck(buf, (cap *= 2) + 1);
-    }
-    buf[len] = 0;
-    *n = len;
-    return buf;
+/* stdin whole, up to the cap of a text file (NULL with errno EFBIG past it). */
+static char* read_stdin(size_t* n) { return rr_read_stream(stdin, n, RR_MAX_JSONL); }
+
+/* "PATH: cannot read: <why>" for a failed read of a text file (or stdin). */
+static void read_failed(const char* what) {
+    char why[160];
+    fprintf(stderr, "rrfp-mm: error: %s: cannot read: %s\n", what ? what : "stdin",
+            rr_read_file_why(errno, "a text file", why, sizeof why));
 }
 
 static Tokenizer* load_or_die(const char* path) {
@@ -91,13 +88,15 @@ static int cmd_encode(int argc, char** argv) {
         buf = strdup(text);
         n = strlen(text);
     } else if (file) {
-        if (!(buf = rr_read_file(file, &n))) {
-            fprintf(stderr, "rrfp-mm: error: %s: cannot read: %s\n", file, strerror(errno));
+        if (!(buf = rr_read_file(file, &n, RR_MAX_JSONL))) {
+            read_failed(file);
             tokenizer_free(tok);
             return 1;
         }
-    } else {
-        buf = read_stdin(&n);
+    } else if (!(buf = read_stdin(&n))) {
+        read_failed(NULL);
+        tokenizer_free(tok);
+        return 1;
     }
     int32_t* ids;
     long long total = 0, n_lines = 0;
@@ -148,9 +147,9 @@ static int cmd_decode(int argc, char** argv) {
     Tokenizer* tok = load_or_die(tok_path);
     if (!tok) return tok_path ? 1 : 2;
     size_t n;
-    char* buf = ids_arg ? strdup(ids_arg) : file ? rr_read_file(file, &n) : read_stdin(&n);
+    char* buf = ids_arg ? strdup(ids_arg) : file ? rr_read_file(file, &n, RR_MAX_JSONL) : read_stdin(&n);
     if (!buf) {
-        fprintf(stderr, "rrfp-mm: error: %s: cannot read: %s\n", file, strerror(errno));
+        read_failed(file);
         tokenizer_free(tok);
         return 1;
     }
@@ -236,9 +235,11 @@ static int feed_sample(BpeTrainer* tr, const cJSON* sample, const char* where, l
 /* A LLaVA manifest: one JSON array of samples, or JSONL (one sample per non-empty line). */
 static int feed_manifest(BpeTrainer* tr, const char* path, long long* n_samples, long long* n_turns) {
     size_t n;
-    char* buf = rr_read_file(path, &n);
+    char* buf = rr_read_file(path, &n, RR_MAX_MANIFEST);
     if (!buf) {
-        fprintf(stderr, "rrfp-mm: error: %s: cannot read the manifest: %s\n", path, strerror(errno));
+        char why[160];
+        fprintf(stderr, "rrfp-mm: error: %s: cannot read the manifest: %s\n", path,
+                rr_read_file_why(errno, "a JSON or JSONL manifest file", why, sizeof why));
         return -1;
     }
     if (n >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3)) memset(buf, ' ', 3); /* a UTF-8 BOM, as data/manifest.c */
@@ -349,9 +350,9 @@ static int cmd_train_tokenizer(int argc, char** argv) {
     }
     for (int i = 0; i < n_text; i++) {
         size_t n;
-        char* buf = rr_read_file(texts[i], &n);
+        char* buf = rr_read_file(texts[i], &n, RR_MAX_JSONL);
         if (!buf) {
-            fprintf(stderr, "rrfp-mm: error: %s: cannot read: %s\n", texts[i], strerror(errno));
+            read_failed(texts[i]);
             goto done;
         }
         bpe_trainer_feed(tr, buf, n);

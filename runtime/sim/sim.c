@@ -188,7 +188,7 @@ done:
 
 int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen) {
     size_t size;
-    char* text = rr_read_file(path, &size);
+    char* text = rr_read_file(path, &size, RR_MAX_JSON);
     if (!text) {
         char why[128];
         snprintf(err, errlen, "cannot read duration file '%s': %s", path,

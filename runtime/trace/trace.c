@@ -172,14 +172,21 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
     const cJSON* mb = args ? cJSON_GetObjectItemCaseSensitive(args, "mb") : NULL;
     const cJSON* ch = args ? cJSON_GetObjectItemCaseSensitive(args, "chunk") : NULL;
-    if (cJSON_IsNumber(mb)) s->mb = mb->valueint;
-    if (cJSON_IsNumber(ch)) s->chunk = ch->valueint;
+    /* a microbatch and a chunk index size the tables of --durations: whole numbers in the simulator's range */
+    if (mb && (!cJSON_IsNumber(mb) || !(mb->valuedouble >= 0 && mb->valuedouble < (1 << 20)) ||
+               mb->valuedouble != floor(mb->valuedouble)))
+        return -2;
+    if (ch && (!cJSON_IsNumber(ch) || !(ch->valuedouble >= 0 && ch->valuedouble <= 65535) ||
+               ch->valuedouble != floor(ch->valuedouble)))
+        return -2;
+    if (mb) s->mb = (int)mb->valuedouble;
+    if (ch) s->chunk = (int)ch->valuedouble;
     return 1;
 }
 
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     size_t size;
-    char* text = rr_read_file(path, &size);
+    char* text = rr_read_file(path, &size, RR_MAX_JSONL);
     if (!text) {
         char why[128];
         snprintf(err, errlen, "cannot read trace '%s': %s", path,
@@ -212,8 +219,9 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         if (k == -2) {
             char* js = cJSON_PrintUnformatted(e);
             snprintf(err, errlen,
-                     "%s: traceEvents[%d] = %.200s: a task span needs a finite \"ts\", a finite \"dur\" >= 0 and a "
-                     "rank \"pid\" in 0 .. 65535",
+                     "%s: traceEvents[%d] = %.200s: a task span needs a finite \"ts\", a finite \"dur\" >= 0, a "
+                     "rank \"pid\" in 0 .. 65535, and \"args\" \"mb\" in 0 .. 2^20 - 1 and \"chunk\" in 0 .. 65535 "
+                     "(whole numbers) where present",
                      path, i, js ? js : "?");
             free(js);
             cJSON_Delete(root);

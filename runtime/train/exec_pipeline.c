@@ -117,7 +117,7 @@ static int pipe_save(StepExec* ex, const char* root, const CheckpointState* cs, 
     for (int c = 0; c < x->n_chunks && rc == 0; c++) {
         char shard[48];
         shard_name(x, x->rank, x->t, c, shard, sizeof shard);
-        rc = checkpoint_shard_write(tmp, &x->chunks[c]->params, cs->step, shard, e, sizeof e);
+        rc = checkpoint_shard_write(tmp, &x->chunks[c]->params, cs, shard, e, sizeof e);
     }
     int all = rc;
     if (comm_allreduce(x->mp, &all, 1, COMM_I32, COMM_MIN, err, err_len) != 0) return -1;

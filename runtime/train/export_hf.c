@@ -191,7 +191,7 @@ static int ex_write_json(const char* dir, const char* file, const cJSON* j, char
 /* The <image> id from tokenizer.json's added_tokens, or -1. */
 static int ex_image_token(const char* tokenizer) {
     size_t n;
-    char* text = rr_read_file(tokenizer, &n);
+    char* text = rr_read_file(tokenizer, &n, RR_MAX_TOKENIZER);
     if (!text) return -1;
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
@@ -233,13 +233,28 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     ParamTable pt;
     model_params_register(&mc, 0, mc.Lt, &pt);
     params_alloc(&pt, &backend_cpu, mc.seed);
-    CheckpointState cs;
-    memset(&cs, 0, sizeof cs);
-    if (checkpoint_load(ckpt, &pt, &cs, NULL, err, err_len) != 0) {
+    /* train.init_from's loader: a trained checkpoint of any layout or an import (which a resume refuses);
+     * every value checked finite and against its checksum; every tensor of the model must be in it */
+    char* rep = NULL;
+    size_t rep_len = 0;
+    FILE* rf = open_memstream(&rep, &rep_len);
+    int lrc = checkpoint_init_from(ckpt, &pt, rf, err, err_len);
+    fclose(rf);
+    const char* lat = lrc == 0 && rep ? strstr(rep, ": loaded ") : NULL;
+    int n_loaded = -1, n_init = -1;
+    double values;
+    if (lrc == 0 && (!lat || sscanf(lat, ": loaded %d tensors (%lf values), initialised %d", &n_loaded, &values, &n_init) != 3 ||
+                     n_init != 0)) {
+        const char* which = lat ? strstr(lat, "initialised") : NULL;
+        ex_fail(err, err_len, "%s: the checkpoint lacks %d of the model's %d tensors (%.200s): not a checkpoint of "
+                "this model", ckpt, n_init, pt.n, which ? which : "?");
+        lrc = -1;
+    }
+    free(rep);
+    if (lrc != 0) {
         params_free(&pt);
         return -1;
     }
-    checkpoint_state_free(&cs);
     ExList l = {0};
     ex_tensors(&l, &mc, &pt);
     /* shards of at most shard_bytes (a bigger tensor alone) */
@@ -299,7 +314,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             if (k == 0) snprintf(src, sizeof src, "%s", tokenizer);
             else snprintf(src, sizeof src, "%s/%s", dir, names[k]);
             size_t n;
-            char* bytes = rr_read_file(src, &n);
+            char* bytes = rr_read_file(src, &n, RR_MAX_TOKENIZER);
             if (!bytes) {
                 if (k == 0) rc = ex_fail(err, err_len, "%s: cannot read: %s", src, strerror(errno));
                 continue;

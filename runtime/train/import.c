@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
+#include "runtime/train/recipe.h"
 
 static int im_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
 static int im_fail(char* err, size_t n, const char* fmt, ...) {
@@ -37,14 +39,32 @@ static void im_add(ImName* t, int* n, const char* hf, const char* ours, int64_t 
 }
 
 static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len);
+/* The allowed range of recipe key model.<key>: the model's own limits, which an import must respect too. */
+static void im_key_range(const char* key, double* lo, double* hi) {
+    for (int i = 0; i < recipe_key_count(); i++) {
+        const RecipeKey* k = recipe_key_get(i);
+        if (!strcmp(k->section, "model") && !strcmp(k->key, key)) {
+            *lo = k->min;
+            *hi = k->max;
+            return;
+        }
+    }
+    RR_ASSERT(!"a model key of the import is not a recipe key");
+}
+
+/* A JSON number that is an integer (any size), for the messages of the optional keys. */
+static int im_json_int(const cJSON* x) { return cJSON_IsNumber(x) && x->valuedouble == floor(x->valuedouble); }
 
 /* config.json -> info, refusing what the model cannot represent. */
 static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n);
-    if (!text) return im_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path, strerror(errno));
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
+    char why[160];
+    if (!text)
+        return im_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path,
+                       rr_read_file_why(errno, "a config.json file", why, sizeof why));
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     if (!cJSON_IsObject(j)) {
@@ -63,15 +83,25 @@ int import_llama_config(const cJSON* j, const char* where, LlamaImport* c, char*
 /* The Llama config object j (config.json, or a LLaVA's text_config; `path` names it in messages). */
 static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len) {
     int rc = -1;
+    /* each within this model's own limits (the recipe key's range) before anything is sized from it */
     const char* ints[5] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"};
+    const char* keys[5] = {"text_width", "text_layers", "text_heads", "ffn_hidden", "vocab"};
     int* dst[5] = {&c->D, &c->L, &c->H, &c->F, &c->V};
     for (int i = 0; i < 5; i++) {
         const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, ints[i]);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble != (double)(int)x->valuedouble) {
+        double lo = 1, hi = 0;
+        im_key_range(keys[i], &lo, &hi);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1) || x->valuedouble > 2147483647.0 ||
+            x->valuedouble != floor(x->valuedouble)) {
             im_fail(err, err_len, "%s: \"%s\" is missing or not a positive integer", path, ints[i]);
             goto out;
         }
-        *dst[i] = x->valueint;
+        if (x->valuedouble < lo || x->valuedouble > hi) {
+            im_fail(err, err_len, "%s: \"%s\" = %.0f is outside this model's range [%.0f, %.0f] (model.%s)", path,
+                    ints[i], x->valuedouble, lo > 1 ? lo : 1, hi, keys[i]);
+            goto out;
+        }
+        *dst[i] = (int)x->valuedouble;
     }
     const cJSON* x;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "model_type")) && cJSON_IsString(x) && strcmp(x->valuestring, "llama")) {
@@ -83,7 +113,7 @@ static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char
         goto out;
     }
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads")) && !cJSON_IsNull(x) &&
-        (!cJSON_IsNumber(x) || x->valueint != c->H)) {
+        (!im_json_int(x) || x->valuedouble != (double)c->H)) {
         im_fail(err, err_len, "%s: num_key_value_heads = %d but num_attention_heads = %d: grouped-query attention, "
                 "which this model cannot represent (its q, k and v have the same heads)", path,
                 cJSON_IsNumber(x) ? x->valueint : -1, c->H);
@@ -113,7 +143,7 @@ static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char
         goto out;
     }
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "head_dim")) && !cJSON_IsNull(x) &&
-        (!cJSON_IsNumber(x) || x->valueint != c->D / c->H)) {
+        (!im_json_int(x) || x->valuedouble != (double)(c->D / c->H))) {
         im_fail(err, err_len, "%s: head_dim = %d, not hidden_size / num_attention_heads = %d: this model's heads "
                 "split the width", path, cJSON_IsNumber(x) ? x->valueint : -1, c->D / c->H);
         goto out;
@@ -122,7 +152,7 @@ static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char
     c->rope_base = 10000.0;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps")) && cJSON_IsNumber(x)) c->rms_eps = x->valuedouble;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "rope_theta")) && cJSON_IsNumber(x)) c->rope_base = x->valuedouble;
-    if (!(c->rms_eps > 0) || !(c->rope_base > 1)) {
+    if (!(c->rms_eps > 0) || !isfinite(c->rms_eps) || !(c->rope_base > 1) || !isfinite(c->rope_base)) {
         im_fail(err, err_len, "%s: rms_norm_eps %g / rope_theta %g out of range", path, c->rms_eps, c->rope_base);
         goto out;
     }
@@ -131,14 +161,19 @@ out:
     return rc;
 }
 
-/* The safetensors files of the model: the index's weight_map values (each once), or model.safetensors. */
-static int im_files(const char* dir, char*** files, int* nf, char* err, size_t err_len) {
+/* The safetensors files of the model: the index's weight_map values (each once), or model.safetensors.
+ * An index of more than max_entries tensors is not this model's (config.json sizes it). */
+static int im_files(const char* dir, int max_entries, char*** files, int* nf, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n);
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
     *files = NULL;
     *nf = 0;
+    if (!text && errno != ENOENT) {
+        char why[160];
+        return im_fail(err, err_len, "%s: cannot read: %s", path, rr_read_file_why(errno, "a JSON file", why, sizeof why));
+    }
     if (!text) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         if (access(path, R_OK) != 0)
@@ -150,36 +185,45 @@ static int im_files(const char* dir, char*** files, int* nf, char* err, size_t e
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     const cJSON* wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
+    int rc = 0;
     if (!cJSON_IsObject(wm)) {
-        cJSON_Delete(j);
-        return im_fail(err, err_len, "%s: no \"weight_map\" object", path);
-    }
-    *files = callocCheck((size_t)cJSON_GetArraySize(wm) + 1, sizeof(char*));
-    const cJSON* e;
-    cJSON_ArrayForEach(e, wm) {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
-            cJSON_Delete(j);
-            return im_fail(err, err_len, "%s: weight_map[\"%s\"] is not a file name in the folder", path, e->string);
+        rc = im_fail(err, err_len, "%s: %s", path, j ? "no \"weight_map\" object" : "not valid JSON");
+    } else if (cJSON_GetArraySize(wm) > max_entries) {
+        rc = im_fail(err, err_len, "%s: weight_map lists %d tensors, but the model config.json describes has %d: not "
+                     "this model's index", path, cJSON_GetArraySize(wm), max_entries);
+    } else {
+        *files = callocCheck((size_t)cJSON_GetArraySize(wm) + 1, sizeof(char*));
+        const cJSON* e;
+        cJSON_ArrayForEach(e, wm) {
+            /* a plain file name inside the folder: no path, nothing hidden, not the folder itself */
+            const char* v = cJSON_IsString(e) ? e->valuestring : NULL;
+            if (!v || !v[0] || v[0] == '.' || strchr(v, '/') || strlen(v) > 255) {
+                char* shown = cJSON_PrintUnformatted(e);
+                rc = im_fail(err, err_len, "%s: weight_map[\"%.200s\"] = %.200s is not a file name in the folder", path,
+                             e->string, shown ? shown : "?");
+                free(shown);
+                break;
+            }
+            int dup = 0;
+            for (int i = 0; i < *nf && !dup; i++) dup = !strcmp((*files)[i], v);
+            if (!dup) (*files)[(*nf)++] = strdup(v);
         }
-        int dup = 0;
-        for (int i = 0; i < *nf && !dup; i++) dup = !strcmp((*files)[i], e->valuestring);
-        if (!dup) (*files)[(*nf)++] = strdup(e->valuestring);
     }
-    cJSON_Delete(j);
-    if (*nf == 0) return im_fail(err, err_len, "%s: empty weight_map", path);
-    return 0;
+    cJSON_Delete(j); /* after the last message that reads it */
+    if (rc == 0 && *nf == 0) rc = im_fail(err, err_len, "%s: empty weight_map", path);
+    return rc;
 }
 
 static void im_rm_rf(const char* dir) {
-    char cmd[4300];
-    /* only our own temporary folder, whose name we made */
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) rr_warn("could not remove %s", dir);
+    /* only our own temporary folder, whose name we made; nftw, never a shell */
+    if (rr_remove_tree(dir) != 0) rr_warn("could not remove %s: %s", dir, strerror(errno));
 }
 
 ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
-    int cap = 9 * c->L + 3, n = 0;
-    ImName* names = callocCheck((size_t)cap, sizeof(ImName));
+    /* c->L is within model.text_layers' range (im_config), so the table's size is small and exact */
+    size_t cap = 9 * (size_t)c->L + 3;
+    int n = 0;
+    ImName* names = callocCheck(cap, sizeof(ImName));
     char hf[128], ours[128];
     im_add(names, &n, "model.embed_tokens.weight", "text.embed.weight", c->V, c->D);
     for (int l = 0; l < c->L; l++) {
@@ -212,16 +256,35 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
     memset(info, 0, sizeof *info);
     if (im_config(hf_dir, info, err, err_len) != 0) return -1;
     struct stat sb;
-    if (stat(out, &sb) == 0) return im_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
+    if (lstat(out, &sb) == 0) return im_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
+    if (!out[0] || out[strlen(out) - 1] == '/')
+        return im_fail(err, err_len, "--out '%s': expected the path of a folder to create (no trailing '/')", out);
+    const LlamaImport* c = info;
     int n = 0;
     ImName* names = import_llama_names(info, &n);
+    size_t cap = (size_t)n;
 
     char** files = NULL;
-    int nf = 0, rc = 0;
+    int nf = 0, rc = 0, made = 0;
     char tmp[4200], path[4400];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid());
-    if (im_files(hf_dir, &files, &nf, err, err_len) != 0) rc = -1;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid()) >= (int)sizeof tmp - 300)
+        rc = im_fail(err, err_len, "--out '%.200s...': path too long", out);
+    if (rc == 0 && im_files(hf_dir, (int)cap + c->L + 16, &files, &nf, err, err_len) != 0) rc = -1;
+    /* the outermost folder this import creates (tmp, or the first missing parent of --out): a failed
+     * import removes it whole, so it leaves nothing behind, not even the parents it made */
+    char made_top[4200] = "";
+    for (size_t i = 1; rc == 0 && tmp[i - 1]; i++) {
+        if (tmp[i] != '/' && tmp[i] != 0) continue;
+        snprintf(made_top, sizeof made_top, "%.*s", (int)i, tmp);
+        if (lstat(made_top, &sb) != 0) break;
+        made_top[0] = 0;
+    }
     if (rc == 0 && rr_mkdirs(tmp) != 0) rc = im_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+    made = rc == 0 && made_top[0];
+    if (rc != 0 && made_top[0]) im_rm_rf(made_top);
+    /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
+    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
+    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
     cJSON* list = cJSON_CreateArray();
     for (int k = 0; k < nf && rc == 0; k++) {
         StFile f;
@@ -249,22 +312,35 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
                 rc = im_fail(err, err_len, "%s: tensor '%s' appears in two files", path, x->name);
                 break;
             }
-            size_t numel = (size_t)m->shape[0] * (size_t)(m->ndim == 2 ? m->shape[1] : 1);
-            float* v = mallocCheck(numel * sizeof(float));
+            /* the buffer is sized from the tensor as the file stores it (its bytes are in memory), after
+             * checking that shape against the one config.json implies: never from config.json alone */
+            if (st_expect_shape(&f, x->name, m->ndim, m->shape, err, err_len) != 0) {
+                size_t l = strlen(err);
+                snprintf(err + l, err_len - l, " (from %s/config.json)", hf_dir);
+                rc = -1;
+                break;
+            }
+            float* v = mallocCheck((x->end - x->begin) / dtype_size(x->dtype) * sizeof(float));
             bufs[nb++] = v;
             if (st_read_f32(&f, x->name, v, m->ndim, m->shape, err, err_len) != 0) {
-                rc = -1; /* names the file, the tensor and the shape config.json implies */
+                rc = -1; /* names the file and the tensor (a dtype this import does not convert) */
                 break;
             }
             m->seen = 1;
-            st_writer_add(w, m->ours, DTYPE_F32, m->ndim, m->shape, v);
+            char e2[512];
+            if (checkpoint_add_tensor(w, m->ours, m->ndim, m->shape, v, e2, sizeof e2) != 0) {
+                rc = im_fail(err, err_len, "%s: tensor '%s' (for %s): %s", path, x->name, m->ours, e2);
+                break;
+            }
             info->tensors++;
         }
         if (rc == 0) {
-            char base[64];
-            snprintf(base, sizeof base, "model.hf%d.safetensors", k);
+            char base[64], shard[32];
+            snprintf(shard, sizeof shard, "hf%d", k);
+            snprintf(base, sizeof base, "model.%s.safetensors", shard);
             snprintf(path, sizeof path, "%s/%s", tmp, base);
             st_writer_meta(w, "format", "rrfp-mm");
+            checkpoint_identity_meta(w, &id, shard);
             st_writer_meta(w, "imported_from", "huggingface llama");
             rc = st_writer_write(w, path, err, err_len);
             cJSON_AddItemToArray(list, cJSON_CreateString(base));
@@ -289,6 +365,10 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
         cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
         cJSON_AddStringToObject(j, "seed", "0");
         cJSON_AddStringToObject(j, "data_seed", "0");
+        char hx[24];
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id.run);
+        cJSON_AddStringToObject(j, "run", hx);
+        cJSON_AddStringToObject(j, "layout", id.layout);
         cJSON_AddNullToObject(j, "loader");
         cJSON_AddStringToObject(j, "imported_from", hf_dir);
         cJSON_AddItemToObject(j, "files", list);
@@ -301,7 +381,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
         free(text);
     }
     if (rc == 0 && rename(tmp, out) != 0) rc = im_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
-    if (rc != 0 && nf > 0) im_rm_rf(tmp);
+    if (rc != 0 && made) im_rm_rf(made_top);
     cJSON_Delete(list);
     for (int k = 0; k < nf; k++) free(files[k]);
     free(files);

@@ -124,7 +124,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n);
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
     if (!text) return il_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path, strerror(errno));
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
@@ -373,7 +373,7 @@ static int il_files(const char* dir, char*** files, int* nf, char* err, size_t e
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n);
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
     *files = NULL;
     *nf = 0;
     if (!text) {
@@ -428,15 +428,14 @@ static void il_rm_tmp(const char* dir) {
     if (rmdir(dir) != 0 && errno != ENOENT) rr_warn("could not remove %s: %s", dir, strerror(errno));
 }
 
-/* Add an F32 tensor with its checksum (engine/checkpoint.h: checkpoint_load verifies every tensor's). */
-static void il_put(StWriter* w, const char* name, int ndim, const int64_t* shape, const float* data) {
-    size_t numel = 1;
-    for (int i = 0; i < ndim; i++) numel *= (size_t)shape[i];
-    st_writer_add(w, name, DTYPE_F32, ndim, shape, data);
-    char key[200], hx[24];
-    snprintf(key, sizeof key, "xxh64.%s", name);
-    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)rr_xxh64(data, numel * sizeof(float), 0));
-    st_writer_meta(w, key, hx);
+/* Add an F32 tensor as a checkpoint holds it (checkpoint_add_tensor: a value that is not finite is refused,
+ * naming the tensor; else added with its XXH64 checksum). Returns 0, or -1 with the message in err. */
+static int il_put(StWriter* w, const char* name, int ndim, const int64_t* shape, const float* data, const char* path,
+                  char* err, size_t err_len) {
+    char e2[512];
+    if (checkpoint_add_tensor(w, name, ndim, shape, data, e2, sizeof e2) == 0) return 0;
+    snprintf(err, err_len, "%s: %s", path, e2);
+    return -1;
 }
 
 /* A CLIP layer's q / k / v until all three parts of a tensor (weight or bias) have been read. */
@@ -466,6 +465,9 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
         if (rr_mkdirs(tmp) != 0) rc = il_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
         else made = 1;
     }
+    /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
+    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
+    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
     cJSON* list = cJSON_CreateArray();
     for (int k = 0; k < nf && rc == 0; k++) {
         StFile f;
@@ -532,7 +534,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 float* v = mallocCheck(numel * sizeof(float));
                 bufs[nb++] = v;
                 rc = st_read_f32(&f, x->name, v, 4, cs, err, err_len);
-                if (rc == 0) il_put(w, m->n.ours, m->n.ndim, m->n.shape, v), added++, info->tensors++;
+                if (rc == 0) rc = il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len);
+                if (rc == 0) added++, info->tensors++;
                 continue;
             }
             size_t numel = (size_t)m->n.shape[0] * (size_t)(m->n.ndim == 2 ? m->n.shape[1] : 1);
@@ -549,7 +552,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                     int64_t sh[2] = {3 * m->n.shape[0], m->n.shape[1]};
                     bufs[nb++] = pd->buf;
                     pd->buf = NULL;
-                    il_put(w, m->n.ours, m->n.ndim, sh, bufs[nb - 1]);
+                    rc = il_put(w, m->n.ours, m->n.ndim, sh, bufs[nb - 1], path, err, err_len);
                     added++;
                     info->tensors++;
                 }
@@ -561,15 +564,20 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 rc = -1; /* names the file, the tensor and the shape config.json implies */
                 break;
             }
-            il_put(w, m->n.ours, m->n.ndim, m->n.shape, v);
+            if (il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len) != 0) {
+                rc = -1;
+                break;
+            }
             added++;
             info->tensors++;
         }
         if (rc == 0 && added > 0) {
-            char base[64];
-            snprintf(base, sizeof base, "model.hf%d.safetensors", k);
+            char base[64], shard[32];
+            snprintf(shard, sizeof shard, "hf%d", k);
+            snprintf(base, sizeof base, "model.%s.safetensors", shard);
             snprintf(path, sizeof path, "%s/%s", tmp, base);
             st_writer_meta(w, "format", "rrfp-mm");
+            checkpoint_identity_meta(w, &id, shard);
             st_writer_meta(w, "imported_from", llava ? "huggingface llava" : "huggingface clip");
             rc = st_writer_write(w, path, err, err_len);
             cJSON_AddItemToArray(list, cJSON_CreateString(base));
@@ -604,6 +612,10 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
         cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
         cJSON_AddStringToObject(j, "seed", "0");
         cJSON_AddStringToObject(j, "data_seed", "0");
+        char hx[24];
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id.run);
+        cJSON_AddStringToObject(j, "run", hx);
+        cJSON_AddStringToObject(j, "layout", id.layout);
         cJSON_AddNullToObject(j, "loader");
         cJSON_AddStringToObject(j, "imported_from", hf_dir);
         cJSON_AddItemToObject(j, "files", list);

@@ -1,7 +1,6 @@
 /* layout.c — what a recipe's model and layout are, computed once for everyone: the model config, the
  * LM layer split over the virtual pipeline stages (the trainer and --dry-run take it from here, so
  * they cannot disagree), and the dry run's parameter and memory table. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,34 +10,21 @@
 #include "engine/util.h"
 #include "runtime/model/partition.h"
 #include "runtime/train/layout.h"
+#include "text/tokenizer.h"
 
 int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
-    size_t n;
-    char* js = rr_read_file(r->tokenizer, &n);
-    if (!js) {
-        snprintf(err, err_len, "model.vocab = 0 takes the vocabulary from data.tokenizer, but '%s' cannot be read: %s",
-                 r->tokenizer, strerror(errno));
+    /* the tokenizer as training loads it: its checks (ids dense, in range; added tokens as Hugging Face
+     * numbers them) hold here too, so the dry run describes the model training would build */
+    Tokenizer* tok = tokenizer_load(r->tokenizer, err, err_len);
+    if (!tok) {
+        char e[1024];
+        snprintf(e, sizeof e, "%s", err);
+        snprintf(err, err_len, "model.vocab = 0 takes the vocabulary from data.tokenizer: %s", e);
         return -1;
     }
-    cJSON* root = cJSON_ParseWithLength(js, n);
-    free(js);
-    cJSON* model = root ? cJSON_GetObjectItemCaseSensitive(root, "model") : NULL;
-    cJSON* vocab = model ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : NULL;
-    if (!cJSON_IsObject(vocab)) {
-        snprintf(err, err_len, "%s: not a tokenizer.json (no model.vocab object)", r->tokenizer);
-        cJSON_Delete(root);
-        return -1;
-    }
-    int max_id = -1;
-    for (cJSON* t = vocab->child; t; t = t->next)
-        if (cJSON_IsNumber(t) && t->valueint > max_id) max_id = t->valueint;
-    cJSON* added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    for (cJSON* t = added ? added->child : NULL; t; t = t->next) {
-        cJSON* id = cJSON_GetObjectItemCaseSensitive(t, "id");
-        if (cJSON_IsNumber(id) && id->valueint > max_id) max_id = id->valueint;
-    }
-    cJSON_Delete(root);
-    return max_id + 1;
+    int v = tokenizer_vocab_size(tok);
+    tokenizer_free(tok);
+    return v;
 }
 
 ModelConfig train_model_config(const Recipe* r, int vocab) {

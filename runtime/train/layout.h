@@ -10,8 +10,8 @@
 
 /* Model config of a recipe (vocab resolved). */
 ModelConfig train_model_config(const Recipe* r, int vocab);
-/* Vocabulary size of data.tokenizer (largest id + 1 over the model vocabulary and the added tokens of
- * the tokenizer.json), without building the tokenizer. Returns it, or -1 with a message. */
+/* Vocabulary size of data.tokenizer, as the trainer's tokenizer gives it (the file's ids checked as training
+ * checks them). Returns it, or -1 with a message. */
 int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len);
 /* LM layers per virtual stage (pp x chunks of them): parallel.layers, or balanced by the cost model at the
  * step's token budget, assuming half of the LM positions are image patches, images of (min + max) / 2

@@ -12,7 +12,13 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
     if (resume_step > 0) {
         /* keep the lines of steps <= resume_step, rewritten atomically */
         size_t n = 0;
-        char* old = rr_read_file(path, &n);
+        char* old = rr_read_file(path, &n, RR_MAX_JSONL);
+        if (!old && errno != ENOENT) {
+            char why[160];
+            snprintf(err, err_len, "cannot read metrics file '%s' to resume it: %s", path,
+                     rr_read_file_why(errno, "a metrics.jsonl file", why, sizeof why));
+            return -1;
+        }
         if (old) {
             char* kept = mallocCheck(n + 1);
             size_t k = 0;

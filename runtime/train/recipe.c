@@ -419,9 +419,11 @@ int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
         return -1;
     }
     size_t n = 0;
-    char* text = rr_read_file(path, &n);
+    char* text = rr_read_file(path, &n, RR_MAX_INI);
     if (!text) {
-        rerr(err, err_len, "cannot open recipe '%s': %s", path, strerror(errno));
+        char why[160];
+        rerr(err, err_len, "cannot open recipe '%s': %s", path,
+             rr_read_file_why(errno, "a recipe .ini file", why, sizeof why));
         return -1;
     }
     IniCtx c;

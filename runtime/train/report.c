@@ -121,10 +121,11 @@ static double num_field(const cJSON* o, const char* k) {
 static int metrics_read(const char* path, Series* s, char* err, size_t err_len) {
     memset(s, 0, sizeof *s);
     size_t len;
-    char* text = rr_read_file(path, &len);
+    char* text = rr_read_file(path, &len, RR_MAX_JSONL);
     if (!text) {
+        char why[160];
         snprintf(err, err_len, "%s: %s (RUN_DIR must be a run folder: `rrfp-mm train` writes metrics.jsonl there)",
-                 path, strerror(errno));
+                 path, rr_read_file_why(errno, "a metrics.jsonl file", why, sizeof why));
         return -1;
     }
     int cap = 0, line = 0, rc = 0;
@@ -278,15 +279,21 @@ static void trim(char* s) {
 /* Read "[section]" and "key = value" lines (recipe_print's form). Returns 1 read, 0 absent, -1 damaged. */
 static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t why_len) {
     memset(r, 0, sizeof *r);
-    FILE* f = fopen(path, "r");
-    if (!f) {
+    size_t len;
+    char* text = rr_read_file(path, &len, RR_MAX_INI);
+    if (!text) {
         int e = errno;
-        snprintf(why, why_len, "%.1800s: %s", path, strerror(e));
+        char w[160];
+        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, "a recipe .ini file", w, sizeof w));
         return e == ENOENT ? 0 : -1;
     }
     char line[2048], sec[64] = "";
     int ln = 0, cap = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (char* p = text; p < text + len;) {
+        char* nl = memchr(p, '\n', (size_t)(text + len - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), p);
+        p += n + (nl != NULL);
         ln++;
         trim(line);
         if (!line[0] || line[0] == ';' || line[0] == '#') continue;
@@ -315,12 +322,12 @@ static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t w
         continue;
     bad:
         snprintf(why, why_len, "%.1800s:%d: expected \"[section]\" or \"key = value\"", path, ln);
-        fclose(f);
+        free(text);
         free(r->sec), free(r->key), free(r->val);
         memset(r, 0, sizeof *r);
         return -1;
     }
-    fclose(f);
+    free(text);
     return 1;
 }
 
@@ -432,10 +439,11 @@ static void predictions_free(Prediction* p, int n) {
 static int predictions_read(const char* path, Prediction** out, int* n, char* why, size_t why_len) {
     *out = NULL, *n = 0;
     size_t len;
-    char* text = rr_read_file(path, &len);
+    char* text = rr_read_file(path, &len, RR_MAX_JSONL);
     if (!text) {
         int e = errno;
-        snprintf(why, why_len, "%.1800s: %s", path, strerror(e));
+        char w[160];
+        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, "a predictions.jsonl file", w, sizeof w));
         return e == ENOENT ? 0 : -1;
     }
     int cap = 0, line = 0, rc = 1;
@@ -449,7 +457,8 @@ static int predictions_read(const char* path, Prediction** out, int* n, char* wh
             const cJSON *si = cJSON_GetObjectItemCaseSensitive(o, "sample_index"),
                         *co = cJSON_GetObjectItemCaseSensitive(o, "correct"),
                         *pr = cJSON_GetObjectItemCaseSensitive(o, "predicted");
-            if (!cJSON_IsNumber(si) || si->valuedouble < 0 || !cJSON_IsBool(co) || !cJSON_IsArray(pr)) {
+            if (!cJSON_IsNumber(si) || !(si->valuedouble >= 0 && si->valuedouble <= 9007199254740992.0) ||
+                si->valuedouble != floor(si->valuedouble) || !cJSON_IsBool(co) || !cJSON_IsArray(pr)) {
                 snprintf(why, why_len, "%.1800s:%d: expected {\"sample_index\": N, \"correct\": true|false, \"predicted\": "
                          "[token ids]} (rrfp-mm eval --predictions)", path, line);
                 rc = -1;

@@ -183,6 +183,37 @@ static int trainer_position(Trainer* t, char** out, char* err, size_t err_len) {
     return rc;
 }
 
+/* A checkpoint's state (checked alone by checkpoint_load) against the recipe that resumes it: the seeds it
+ * was trained with, a step inside train.steps, and a loader position at that same step. */
+static int trainer_state_check(const Trainer* t, const char* dir, const CheckpointState* cs, char* err,
+                               size_t err_len) {
+    const Recipe* r = t->r;
+    if (cs->seed != (uint64_t)r->seed || cs->data_seed != (uint64_t)r->data_seed) {
+        snprintf(err, err_len, "%s/state.json: seed %llu, data_seed %llu, but this recipe has model.seed %lld, data.seed "
+                 "%lld: not this run's checkpoint", dir, (unsigned long long)cs->seed,
+                 (unsigned long long)cs->data_seed, (long long)r->seed, (long long)r->data_seed);
+        return -1;
+    }
+    if (cs->step > r->steps) {
+        snprintf(err, err_len, "%s/state.json: step %lld is past train.steps = %d (%s): not a step of this run",
+                 dir, (long long)cs->step, r->steps, recipe_origin(r, "train", "steps"));
+        return -1;
+    }
+    /* both sources count steps in their position ("synthetic_step", the shard loader's "steps") */
+    cJSON* j = cs->loader ? cJSON_Parse(cs->loader) : NULL;
+    const cJSON* at = j ? cJSON_GetObjectItemCaseSensitive(j, "synthetic_step") : NULL;
+    if (j && !at) at = cJSON_GetObjectItemCaseSensitive(j, "steps");
+    int rc = 0;
+    if (at && (!cJSON_IsNumber(at) || at->valuedouble != (double)cs->step)) {
+        snprintf(err, err_len, "%s/state.json: the loader position is at step %.17g, but \"step\" is %lld: the data "
+                 "would not continue where the model stopped", dir, cJSON_IsNumber(at) ? at->valuedouble : -1.0,
+                 (long long)cs->step);
+        rc = -1;
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
 static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char* err, size_t err_len) {
     const Recipe* r = t->r;
     char dir[RECIPE_STR + 64];
@@ -204,6 +235,7 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
                  dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r));
         rc = -1;
     }
+    if (rc == 0 && !eval_only) rc = trainer_state_check(t, dir, &cs, err, err_len);
     if (rc == 0 && !eval_only) rc = trainer_seek(t, dir, cs.loader, err, err_len);
     if (rc == 0) {
         t->step = cs.step;
@@ -342,6 +374,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
                  recipe_origin(r, "parallel", "pp"), r->pp, r->tp, r->dp, e);
         return -1;
     }
+    /* this job's identity, which every file of its checkpoints carries (checkpoint_identity_meta) */
+    t->run_id = checkpoint_new_run_id();
+    if (comm_bcast(world, &t->run_id, sizeof t->run_id, 0, err, err_len) != 0) return -1;
     if (!strcmp(r->comm, "nccl")) {
         if (strcmp(r->backend, "cuda") != 0) {
             snprintf(err, err_len, "%s: runtime.comm = nccl carries device memory: it needs runtime.backend = cuda (got "
@@ -514,7 +549,11 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
                           .opt_step = t->opt_step,
                           .recipe_hash = recipe_hash(t->r),
                           .seed = (uint64_t)t->r->seed,
-                          .data_seed = (uint64_t)t->r->data_seed};
+                          .data_seed = (uint64_t)t->r->data_seed,
+                          .run = t->run_id};
+    /* the layout as the executor writes it: one file pair for one process, one per (pp, tp, chunk) shard */
+    if (t->r->pp > 1 || t->r->tp > 1)
+        snprintf(cs.layout, sizeof cs.layout, "pp=%d tp=%d chunks=%d", t->r->pp, t->r->tp, t->r->chunks);
     if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
     char out[RECIPE_STR + 64];
     int rc = 0;

@@ -52,6 +52,7 @@ typedef struct {
     int64_t steps_timed;
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
+    uint64_t run_id;  /* this job's identity in its checkpoints' files (world rank 0's, broadcast) */
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when

@@ -1,0 +1,21 @@
+# hostile.cmake — crafted files and arguments get a clean refusal (issue 19, docs/reliability.md "What is
+# checked"): config.json / index overflows, --out paths with shell syntax, checkpoints with 5..9-dim tensors,
+# forged slice descriptions, state.json values, files of another step or job, NaN weights, /dev/zero and
+# huge files where a JSON / INI / trace / duration / metrics file belongs. Each case: exit 1..125, the file
+# and field named, no sanitizer report, nothing outside the output folder touched, no partial output.
+# ~1000 checks, ~30 s (most of it the start-up of the ~30 refused `train` runs).
+add_test(NAME hostile_inputs
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs base)
+set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
+# the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
+# under that layout and in one process (~12 s)
+add_test(NAME hostile_inputs_pp
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)
+set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# the helpers underneath: rr_read_file's caps (regular files, /dev/zero, pipes), rr_remove_tree (symbolic
+# links not followed, shell syntax in names), checked 64-bit arithmetic, the slice-description parser
+add_executable(test_hostile_util tests/test_hostile_util.c)
+target_link_libraries(test_hostile_util PRIVATE rrfp_core)
+add_test(NAME hostile_util COMMAND test_hostile_util ${CMAKE_CURRENT_BINARY_DIR}/hostile_util)
