@@ -102,8 +102,62 @@ static void test_bf16(void) {
     CHECK(back != back, "NaN stays NaN");
 }
 
+/* A header of n one-element F32 tensors named "t<k>" (k = i, or name_of[i] when given), data zeros. */
+static char* many_names_file(int n, const int* name_of, size_t* size) {
+    size_t cap = (size_t)n * 80 + 64, len = 0;
+    char* h = mallocCheck(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                                i ? "," : "", name_of ? name_of[i] : i, 4 * i, 4 * i + 4);
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    while (len % 8) h[len++] = ' ';
+    *size = 8 + len + 4 * (size_t)n;
+    char* b = callocCheck(*size, 1);
+    for (int k = 0; k < 8; k++) b[k] = (char)((uint64_t)len >> (8 * k));
+    memcpy(b + 8, h, len);
+    free(h);
+    return b;
+}
+
+/* Duplicate names among many (issue 19: the check was a scan per tensor, O(n^2)): a unique set loads,
+ * one repeated name anywhere (first and last, neighbours, middle) is refused naming it. */
+static void test_many_names(void) {
+    enum { N = 20000 };
+    char err[512];
+    size_t size;
+    int* name_of = mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) name_of[i] = (int)(((int64_t)i * 7919) % N); /* a permutation: 7919 is prime */
+    char* b = many_names_file(N, name_of, &size);
+    StFile f;
+    CHECK(st_load_buffer(&f, "many.safetensors", b, size, err, sizeof err) == 0, "%d unique names refused: %s", N, err);
+    if (!check_failures) {
+        CHECK(f.n == N, "%d tensors read, expected %d", f.n, N);
+        CHECK(st_find(&f, "t0") && st_find(&f, "t19999") && !st_find(&f, "t20000"), "st_find over many names");
+        st_free(&f);
+    }
+    free(b);
+    const int pairs[4][2] = {{0, N - 1}, {500, 501}, {N / 2, 3}, {N - 2, N - 1}};
+    for (int p = 0; p < 4; p++) {
+        int keep = name_of[pairs[p][1]];
+        name_of[pairs[p][1]] = name_of[pairs[p][0]];
+        b = many_names_file(N, name_of, &size);
+        char want[64];
+        snprintf(want, sizeof want, "tensor 't%d' appears twice", name_of[pairs[p][0]]);
+        int rc = st_load_buffer(&f, "dup.safetensors", b, size, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, want) && strstr(err, "dup.safetensors"),
+              "entries %d and %d share a name: rc %d, '%s' (expected '%s')", pairs[p][0], pairs[p][1], rc,
+              rc ? err : "", want);
+        if (rc == 0) st_free(&f);
+        free(b);
+        name_of[pairs[p][1]] = keep;
+    }
+    free(name_of);
+}
+
 static int selftest(const char* dir) {
     test_bf16();
+    test_many_names();
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/st_selftest.safetensors", dir);
     StWriter* w = fixture_writer();

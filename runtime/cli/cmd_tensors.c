@@ -308,9 +308,19 @@ int cmd_tensors(int argc, char** argv) {
         double rtol = 0, atol = 0;
         const char* prefix = NULL;
         for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--rtol") && i + 1 < argc) rtol = atof(argv[++i]);
-            else if (!strcmp(argv[i], "--atol") && i + 1 < argc) atol = atof(argv[++i]);
-            else if (!strcmp(argv[i], "--files") && i + 1 < argc) prefix = argv[++i];
+            if ((!strcmp(argv[i], "--rtol") || !strcmp(argv[i], "--atol")) && i + 1 < argc) {
+                /* a tolerance is a finite number >= 0: NaN compares false with every difference, so
+                 * `--atol nan` would pass any two files (and atof read "1e-3x" as 0.001, "abc" as 0) */
+                char* end;
+                double x = strtod(argv[i + 1], &end);
+                if (end == argv[i + 1] || *end || !isfinite(x) || x < 0) {
+                    fprintf(stderr, "rrfp-mm tensors diff: %s expects a finite number >= 0, got '%s'\n", argv[i],
+                            argv[i + 1]);
+                    return 2;
+                }
+                *(argv[i][2] == 'r' ? &rtol : &atol) = x;
+                i++;
+            } else if (!strcmp(argv[i], "--files") && i + 1 < argc) prefix = argv[++i];
             else if (!strcmp(argv[i], "--quiet")) quiet = 1;
             else if (argv[i][0] == '-' || np == 2) {
                 fprintf(stderr, "rrfp-mm tensors diff: unexpected argument '%s'\n", argv[i]);

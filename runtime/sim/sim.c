@@ -117,6 +117,40 @@ int pp_sim_check_size(long P, long M, char* err, size_t errlen) {
     return 0;
 }
 
+/* Every entry finite and non-negative, and their sum (with the latency of every message) finite: the
+ * simulator adds them up (1e308 + 1e308 is infinite, and so is a latency of 1e308 times the messages). */
+int pp_durations_check(const PpDurations* d, const char* name, char* err, size_t errlen) {
+    const double* mats[3] = {d->F, d->B, d->W};
+    const char* keys[3] = {"F", "B", "W"};
+    if (!isfinite(d->latency) || d->latency < 0) {
+        snprintf(err, errlen, "%s: the latency must be a finite non-negative number, got %g", name, d->latency);
+        return -1;
+    }
+    double total = d->latency * 2.0 * d->P * d->M;
+    if (!isfinite(total)) {
+        snprintf(err, errlen, "%s: the latency %g times the messages of a step (2 x %d x %d) is not finite; allowed: "
+                 "a latency whose step total is finite", name, d->latency, d->P, d->M);
+        return -1;
+    }
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; mats[k] && i < d->P * d->M; i++) {
+            if (!isfinite(mats[k][i]) || mats[k][i] < 0) {
+                snprintf(err, errlen, "%s: %s[%d][%d] must be a finite non-negative number, got %g", name, keys[k],
+                         i / d->M, i % d->M, mats[k][i]);
+                return -1;
+            }
+            total += mats[k][i];
+            if (!isfinite(total)) {
+                snprintf(err, errlen,
+                         "%s: the durations add up to infinity at %s[%d][%d] = %g (the step's makespan would "
+                         "overflow); allowed: finite non-negative durations with a finite sum",
+                         name, keys[k], i / d->M, i % d->M, mats[k][i]);
+                return -1;
+            }
+        }
+    return 0;
+}
+
 int pp_durations_parse(const char* text, const char* name, PpDurations* d, char* err, size_t errlen) {
     memset(d, 0, sizeof *d);
     const char* end = NULL;
@@ -158,27 +192,7 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
         if (parse_matrix(root, "W", name, d->P, d->M, &d->W, err, errlen)) goto done;
         d->split = 1;
     }
-    /* every entry is finite, but their sum may not be (1e308 + 1e308): the simulator adds them up */
-    {
-        double total = d->latency * 2.0 * d->P * d->M;
-        const double* mats[3] = {d->F, d->B, d->W};
-        const char* keys[3] = {"F", "B", "W"};
-        for (int k = 0; k < 3 && isfinite(total); k++)
-            for (int i = 0; mats[k] && i < d->P * d->M; i++) {
-                total += mats[k][i];
-                if (!isfinite(total)) {
-                    snprintf(err, errlen,
-                             "%s: the durations add up to infinity at %s[%d][%d] = %g (the step's makespan would "
-                             "overflow); allowed: finite non-negative durations with a finite sum",
-                             name, keys[k], i / d->M, i % d->M, mats[k][i]);
-                    goto done;
-                }
-            }
-        if (!isfinite(total)) {
-            snprintf(err, errlen, "%s: \"latency\" %g times the messages of a step is not finite", name, d->latency);
-            goto done;
-        }
-    }
+    if (pp_durations_check(d, name, err, errlen) != 0) goto done;
     rc = 0;
 done:
     cJSON_Delete(root);

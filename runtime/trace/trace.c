@@ -95,9 +95,9 @@ void pp_trace_task(PpTrace* tr, int rank, int P, PpTask t, double start, double 
     trace_sep(tr);
     tb_printf(&tr->ev,
               "{\"name\":\"%c%d\",\"cat\":\"%c\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":0,"
-              "\"args\":{\"chunk\":%d,\"mb\":%d,\"stage\":%d}}",
+              "\"args\":{\"chunk\":%d,\"mb\":%d,\"stage\":%d,\"stages\":%d}}",
               kind_char[t.kind], t.mb, kind_char[t.kind], us(tr, start), (end - start) * 1e6, rank, t.chunk, t.mb,
-              t.chunk * P + rank);
+              t.chunk * P + rank, P);
 }
 
 /* The flow id names the message by its producer and endpoints, so a sender's and a receiver's files
@@ -169,12 +169,42 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     s->dur = dur->valuedouble;
     s->mb = -1;
     s->chunk = 0;
+    s->stages = -1;
     const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
     const cJSON* mb = args ? cJSON_GetObjectItemCaseSensitive(args, "mb") : NULL;
     const cJSON* ch = args ? cJSON_GetObjectItemCaseSensitive(args, "chunk") : NULL;
-    if (cJSON_IsNumber(mb)) s->mb = mb->valueint;
-    if (cJSON_IsNumber(ch)) s->chunk = ch->valueint;
+    const cJSON* st = args ? cJSON_GetObjectItemCaseSensitive(args, "stages") : NULL;
+    /* integers in the ranges the runtime writes (a microbatch < 2^20, a chunk or a pipeline size <= 65535):
+     * `--durations` computes the file's M and P from them */
+    if (mb && !(cJSON_IsNumber(mb) && mb->valuedouble >= 0 && mb->valuedouble < (1 << 20) &&
+                mb->valuedouble == (int)mb->valuedouble))
+        return -3;
+    if (ch && !(cJSON_IsNumber(ch) && ch->valuedouble >= 0 && ch->valuedouble <= 65535 &&
+                ch->valuedouble == (int)ch->valuedouble))
+        return -3;
+    if (st && !(cJSON_IsNumber(st) && st->valuedouble >= 1 && st->valuedouble <= 65536 &&
+                st->valuedouble == (int)st->valuedouble && st->valuedouble > pid->valuedouble))
+        return -3;
+    if (mb) s->mb = (int)mb->valuedouble;
+    if (ch) s->chunk = (int)ch->valuedouble;
+    if (st) s->stages = (int)st->valuedouble;
     return 1;
+}
+
+/* The peer a p2p instant names ("send F3 -> r2", "recv B0 <- r1"), or -1. */
+static int peer_from_event(const cJSON* e) {
+    const cJSON* ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+    const cJSON* cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+    const cJSON* name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "i") || !cJSON_IsString(cat) || strcmp(cat->valuestring, "p2p") ||
+        !cJSON_IsString(name))
+        return -1;
+    char kind, arrow[3];
+    int mb, peer, used = 0;
+    if (sscanf(name->valuestring, "%*4[sendrcv] %c%d %2s r%d%n", &kind, &mb, arrow, &peer, &used) != 4 ||
+        name->valuestring[used] != 0 || peer < 0 || peer > 65535)
+        return -1;
+    return peer;
 }
 
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
@@ -219,6 +249,16 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
             cJSON_Delete(root);
             return -1;
         }
+        if (k == -3) {
+            char* js = cJSON_PrintUnformatted(e);
+            snprintf(err, errlen,
+                     "%s: traceEvents[%d] = %.200s: a task span's \"args\" need an integer \"mb\" in 0 .. 1048575, "
+                     "\"chunk\" in 0 .. 65535 and \"stages\" in 1 .. 65536 above its pid",
+                     path, i, js ? js : "?");
+            free(js);
+            cJSON_Delete(root);
+            return -1;
+        }
         if (k < 0) {
             snprintf(err, errlen, "%s: traceEvents[%d] is a task span without numeric pid/ts/dur", path, i);
             cJSON_Delete(root);
@@ -231,9 +271,12 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         set->cap = (set->n + n_new) * 2 + 16;
         set->spans = reallocCheck(set->spans, sizeof(PpTraceSpan) * set->cap);
     }
+    if (set->n == 0 && !set->merged) set->max_peer = -1;
     cJSON_ArrayForEach(e, events) {
         PpTraceSpan s;
         if (span_from_event(e, &s) == 1) set->spans[set->n++] = s;
+        int peer = peer_from_event(e);
+        if (peer > set->max_peer) set->max_peer = peer;
     }
     if (!set->merged) set->merged = cJSON_CreateArray();
     while (events->child) cJSON_AddItemToArray(set->merged, cJSON_DetachItemFromArray(events, 0));

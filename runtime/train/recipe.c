@@ -222,6 +222,13 @@ static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, ch
             v = (double)iv;
         }
         while (end && isspace((unsigned char)*end)) end++;
+        /* a well-formed number that does not fit (1e-400 underflows, 1e400 and 2^63 overflow) is out of range,
+         * not "not a number" */
+        if (*value && end && end != value && !*end && errno == ERANGE) {
+            rerr(err, n, "%s.%s = %s is out of range (beyond what a %s holds); allowed: %s", k->section, k->key, value,
+                 k->type == RKEY_FLOAT ? "double" : "64-bit integer", allowed);
+            return -1;
+        }
         if (!*value || !end || *end || errno == ERANGE || !isfinite(v)) {
             rerr(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
                  k->type == RKEY_FLOAT ? "a number" : "an integer");
