@@ -1,0 +1,14 @@
+# robustness.cmake — issue 19 (sec2): answers that were silently wrong, and write errors that lost data.
+add_test(NAME silent_answers
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "silent answers: ok" bash ${CMAKE_SOURCE_DIR}/tests/silent_answers.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/silent_answers)
+set_tests_properties(silent_answers PROPERTIES TIMEOUT 120)
+# metrics.jsonl, the log and the trace: a failed write stops the run naming the file (after a checkpoint);
+# a torn last metrics row is reported by resume and report. `full` mounts a tmpfs (root; else skipped).
+foreach(mode metrics log torn full trace)
+  add_test(NAME write_errors_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "write errors ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/write_errors.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/write_errors_${mode} ${mode})
+  set_tests_properties(write_errors_${mode} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+endforeach()
+set_tests_properties(write_errors_trace PROPERTIES LABELS mpi)
