@@ -331,6 +331,12 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         found++;
         ParamSlice fs = {.dim = -1};
         int fnd = t->ndim;
+        if (t->ndim > TENSOR_MAX_DIMS) { /* a file may hold 8; a global shape here holds 4 (issue 19) */
+            ck_err(err, err_len, "%s: tensor '%s' has %d dimensions, at most %d here", f[k].path, name, t->ndim,
+                   TENSOR_MAX_DIMS);
+            rc = -1;
+            break;
+        }
         const char* mv = st_meta(&f[k], key);
         if (mv && params_slice_parse(mv, &fs, &fnd) != 0) {
             ck_err(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, name, mv);
@@ -532,6 +538,14 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     if (!cJSON_IsNumber(stp) || !cJSON_IsNumber(ost) || ck_json_u64(j, "recipe_hash", 1, &st->recipe_hash) ||
         ck_json_u64(j, "seed", 0, &st->seed) || ck_json_u64(j, "data_seed", 0, &st->data_seed)) {
         ck_err(err, err_len, "%s: missing or malformed step / optimizer_step / recipe_hash / seed / data_seed", path);
+        cJSON_Delete(j);
+        return -1;
+    }
+    /* whole numbers in [0, 2^53] before the casts ((int64_t)1e308 is undefined; issue 19, fuzz_checkpoint) */
+    if (!(stp->valuedouble >= 0 && stp->valuedouble <= 9007199254740992.0 && stp->valuedouble == floor(stp->valuedouble)) ||
+        !(ost->valuedouble >= 0 && ost->valuedouble <= 9007199254740992.0 && ost->valuedouble == floor(ost->valuedouble))) {
+        ck_err(err, err_len, "%s: \"step\" %g / \"optimizer_step\" %g: expected whole numbers in [0, 2^53]", path,
+               stp->valuedouble, ost->valuedouble);
         cJSON_Delete(j);
         return -1;
     }

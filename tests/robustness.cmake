@@ -12,3 +12,10 @@ foreach(mode metrics log torn full trace)
   set_tests_properties(write_errors_${mode} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
 endforeach()
 set_tests_properties(write_errors_trace PROPERTIES LABELS mpi)
+# libFuzzer targets where files come in (tests/fuzz/run_fuzz_files.sh: safetensors + slices, checkpoint
+# folders, HF import, recipes + --set, duration files, traces), each from its committed seeds for
+# RRFP_FUZZ_FILES_SECONDS seconds; longer runs: docs/reliability.md. Skipped (77) without clang.
+set(RRFP_FUZZ_FILES_SECONDS 5 CACHE STRING "seconds per libFuzzer target in files_fuzz")
+add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
+         ${CMAKE_CURRENT_BINARY_DIR}/files_fuzz ${RRFP_FUZZ_FILES_SECONDS})
+set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)

@@ -98,6 +98,10 @@ static void test_errors(void) {
     expect("set_overflow", "[model]\n", "optim.lr=1e400", W("--set optim.lr=1e400", "out of range"));
     expect("int_overflow", "[train]\nsteps = 99999999999999999999\n", NULL,
            W("@:2:", "train.steps = 99999999999999999999 is out of range", "an integer in"));
+    /* a value that would read back as a comment (found by fuzz_recipe): refused, not printed wrong */
+    expect("semicolon", "[train]\ninit_from =; lla\n", NULL, W("@:2:", "train.init_from = '; lla'", "start a comment"));
+    expect("set_semicolon", "[model]\n", "train.init_from=a ;b", W("--set train.init_from=a ;b", "start a comment"));
+    expect("semicolon_inside", "[train]\ninit_from = a;b\n", NULL, OK);
     expect("set_nan", "[model]\n", "optim.lr=nan", W("--set optim.lr=nan", "is not a number"));
     expect("set_syntax", "[model]\n", "steps=7", W("--set steps=7", "expected section.key=value"));
     expect("set_divide", "[model]\n", "model.text_heads=3", W("--set: model.text_heads = 3", "not divisible"));

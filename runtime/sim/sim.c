@@ -215,9 +215,22 @@ int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen
     return rc;
 }
 
+/* A number written with 17 significant digits, which read back bit for bit (cJSON's own printing tries 15
+ * digits and keeps them when they read back within a relative epsilon: 1.77770000038537e+28 for
+ * 17777000003853698980976496185, a different double). Entries are finite (checked). */
+static cJSON* exact_json(double x) {
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", x);
+    return cJSON_CreateRaw(b);
+}
+
 static cJSON* matrix_json(const double* v, int P, int M) {
     cJSON* a = cJSON_CreateArray();
-    for (int s = 0; s < P; s++) cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(v + (size_t)s * M, M));
+    for (int s = 0; s < P; s++) {
+        cJSON* row = cJSON_CreateArray();
+        for (int m = 0; m < M; m++) cJSON_AddItemToArray(row, exact_json(v[(size_t)s * M + m]));
+        cJSON_AddItemToArray(a, row);
+    }
     return a;
 }
 
@@ -225,7 +238,7 @@ char* pp_durations_to_json(const PpDurations* d) {
     cJSON* root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "stages", d->P);
     cJSON_AddNumberToObject(root, "microbatches", d->M);
-    cJSON_AddNumberToObject(root, "latency", d->latency);
+    cJSON_AddItemToObject(root, "latency", exact_json(d->latency));
     cJSON_AddItemToObject(root, "F", matrix_json(d->F, d->P, d->M));
     cJSON_AddItemToObject(root, "B", matrix_json(d->B, d->P, d->M));
     if (d->split) cJSON_AddItemToObject(root, "W", matrix_json(d->W, d->P, d->M));

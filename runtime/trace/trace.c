@@ -160,8 +160,10 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     const cJSON* dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
     if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur)) return -1;
     /* a duration is finite and >= 0, a rank >= 0: what `sim` accepts of the files --durations writes */
-    if (!isfinite(ts->valuedouble) || !isfinite(dur->valuedouble) || dur->valuedouble < 0 || pid->valuedouble < 0 ||
-        pid->valuedouble > 65535)
+    /* times within 1e15 us (31 years) of the origin: the timeline's range and ticks stay exact (ts 4e42 with
+     * dur 1 gave an empty range and an endless axis loop, found by fuzz_trace) */
+    if (!(fabs(ts->valuedouble) <= 1e15) || !(dur->valuedouble >= 0 && dur->valuedouble <= 1e15) ||
+        pid->valuedouble < 0 || pid->valuedouble > 65535)
         return -2;
     s->rank = pid->valueint;
     s->kind = c[0];
@@ -242,8 +244,8 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         if (k == -2) {
             char* js = cJSON_PrintUnformatted(e);
             snprintf(err, errlen,
-                     "%s: traceEvents[%d] = %.200s: a task span needs a finite \"ts\", a finite \"dur\" >= 0 and a "
-                     "rank \"pid\" in 0 .. 65535",
+                     "%s: traceEvents[%d] = %.200s: a task span needs a \"ts\" in -1e15 .. 1e15 (microseconds), a "
+                     "\"dur\" in 0 .. 1e15 and a rank \"pid\" in 0 .. 65535",
                      path, i, js ? js : "?");
             free(js);
             cJSON_Delete(root);
@@ -390,7 +392,8 @@ char* pp_trace_set_svg(const PpTraceSet* set, const char* title) {
     double range_ms = (t1 - t0) / 1e3, step = nice_step(range_ms);
     tb_printf(&b, "<line class=\"axis\" x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/>\n", left, axis_y,
               left + plot_w, axis_y);
-    for (double v = 0; v <= range_ms * (1 + 1e-9); v += step) {
+    for (int k = 0; k <= 100 && step > 0 && k * step <= range_ms * (1 + 1e-9); k++) { /* nice_step: ~10 ticks */
+        double v = k * step;
         double x = left + v * 1e3 * scale;
         tb_printf(&b, "<line class=\"axis\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\"/>"
                       "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",

@@ -59,12 +59,21 @@ static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len)
     int* dst[5] = {&c->D, &c->L, &c->H, &c->F, &c->V};
     for (int i = 0; i < 5; i++) {
         const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, ints[i]);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble != (double)(int)x->valuedouble) {
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1 && x->valuedouble <= 2147483647.0) ||
+            x->valuedouble != (double)(int)x->valuedouble) { /* range first: (int)9e20 is undefined */
             im_fail(err, err_len, "%s: \"%s\" is missing or not a positive integer", path, ints[i]);
             goto out;
         }
         *dst[i] = x->valueint;
     }
+    /* the model's limits (the recipe's model.* bounds) before any count is computed from them: 9 x
+     * num_hidden_layers overflowed an int and sized a names table (issue 19, found again by fuzz_import) */
+    const int max[5] = {65536, 1024, 1024, 1 << 20, 1 << 24};
+    for (int i = 0; i < 5; i++)
+        if (*dst[i] > max[i]) {
+            im_fail(err, err_len, "%s: \"%s\" = %d is beyond this model's limit %d", path, ints[i], *dst[i], max[i]);
+            goto out;
+        }
     const cJSON* x;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "model_type")) && cJSON_IsString(x) && strcmp(x->valuestring, "llama")) {
         im_fail(err, err_len, "%s: model_type \"%s\": only the llama architecture is imported", path, x->valuestring);
@@ -151,8 +160,13 @@ static int im_files(const char* dir, char*** files, int* nf, char* err, size_t e
     const cJSON* e;
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e) || strchr(e->valuestring, '/')) {
+            /* the message before the JSON is freed: it names e's key (read after cJSON_Delete, issue 19) */
+            im_fail(err, err_len, "%s: weight_map[\"%s\"] is not a file name in the folder", path, e->string);
             cJSON_Delete(j);
-            return im_fail(err, err_len, "%s: weight_map[\"%s\"] is not a file name in the folder", path, e->string);
+            for (int i = 0; i < *nf; i++) free((*files)[i]);
+            free(*files);
+            *files = NULL, *nf = 0;
+            return -1;
         }
         int dup = 0;
         for (int i = 0; i < *nf && !dup; i++) dup = !strcmp((*files)[i], e->valuestring);
@@ -233,6 +247,20 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             }
             if (m->seen) {
                 rc = im_fail(err, err_len, "%s: tensor '%s' appears in two files", path, x->name);
+                break;
+            }
+            /* the file's (validated) shape must be config.json's before anything is sized by it: a config's
+             * vocab_size x hidden_size alone asked for terabytes (issue 19) */
+            if (x->ndim != m->ndim || x->shape[0] != m->shape[0] || (m->ndim == 2 && x->shape[1] != m->shape[1])) {
+                char want[64], got[128];
+                snprintf(want, sizeof want, m->ndim == 2 ? "[%lld, %lld]" : "[%lld]", (long long)m->shape[0],
+                         (long long)m->shape[1]);
+                size_t o = (size_t)snprintf(got, sizeof got, "[");
+                for (int d = 0; d < x->ndim && o < sizeof got; d++)
+                    o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+                if (o < sizeof got) snprintf(got + o, sizeof got - o, "]");
+                rc = im_fail(err, err_len, "%s: tensor '%s' has shape %s, config.json implies %s", path, x->name, got,
+                             want);
                 break;
             }
             size_t numel = (size_t)m->shape[0] * (size_t)(m->ndim == 2 ? m->shape[1] : 1);

@@ -245,6 +245,15 @@ static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, ch
         return 0;
     }
     case RKEY_STRING:
+        /* a ';' at the start or after white space starts a comment when the recipe is read back (the run's
+         * RUN_DIR/recipe.ini, --print-recipe): `init_from =; x` loaded as "; x" and came back empty */
+        for (const char* q = value; *q; q++)
+            if (*q == ';' && (q == value || isspace((unsigned char)q[-1]))) {
+                rerr(err, n, "%s.%s = '%s': a ';' at the start or after a space would start a comment when the "
+                     "recipe is written and read back; allowed: %s without such a ';'", k->section, k->key, value,
+                     allowed);
+                return -1;
+            }
         if (strlen(value) >= k->size) {
             rerr(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
             return -1;
