@@ -19,3 +19,8 @@ set(RRFP_FUZZ_FILES_SECONDS 5 CACHE STRING "seconds per libFuzzer target in file
 add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
          ${CMAKE_CURRENT_BINARY_DIR}/files_fuzz ${RRFP_FUZZ_FILES_SECONDS})
 set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
+# a killed rank's temporary checkpoint folder is removed while the rank lingers as a zombie
+add_test(NAME stale_zombie
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "stale zombie: ok" bash ${CMAKE_SOURCE_DIR}/tests/stale_zombie.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/stale_zombie)
+set_tests_properties(stale_zombie PROPERTIES TIMEOUT 120)

@@ -133,7 +133,15 @@ static void test_many_names(void) {
     CHECK(st_load_buffer(&f, "many.safetensors", b, size, err, sizeof err) == 0, "%d unique names refused: %s", N, err);
     if (!check_failures) {
         CHECK(f.n == N, "%d tensors read, expected %d", f.n, N);
-        CHECK(st_find(&f, "t0") && st_find(&f, "t19999") && !st_find(&f, "t20000"), "st_find over many names");
+        int found = 0; /* st_find's binary search over the names finds each one, and nothing else */
+        for (int i = 0; i < N; i++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "t%d", i);
+            const StTensor* t = st_find(&f, nm);
+            found += t && !strcmp(t->name, nm) && t->begin == 4 * (size_t)((int64_t)i * 17679 % N); /* 17679 = 7919^-1 mod N */
+        }
+        CHECK(found == N, "st_find found %d of %d names at their offsets", found, N);
+        CHECK(!st_find(&f, "t20000") && !st_find(&f, "") && !st_find(&f, "t"), "st_find of absent names");
         st_free(&f);
     }
     free(b);
