@@ -10,6 +10,7 @@
 #   full     (root only, else skipped) a tmpfs run folder with a few KB free: the disk fills during
 #            training, the run stops naming metrics.jsonl at the step that failed and every row before
 #            it is whole (was: the file stopped mid-line and training went on)
+#   metrics_mpi  (mpi) the same under mpirun -np 2, pp 2: both ranks stop at step 1 after one checkpoint
 #   trace    (mpi) RUN/trace-rank0.json cannot be written (a folder is in the way): exit 1 naming it
 # Usage: write_errors.sh RRFP_MM RECIPE WORKDIR MODE
 set -uo pipefail
@@ -40,6 +41,18 @@ metrics)
   rm "$W/run/metrics.jsonl"
   "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.steps=5 --resume latest >"$W/resume.txt" 2>&1 || fail "resume after the error"
   [ "$(rows "$W/run/metrics.jsonl")" -eq 4 ] || fail "resumed metrics (steps 2..5): $(cat "$W/run/metrics.jsonl")"
+  ;;
+metrics_mpi)
+  # pp 2: the log rank's failure stops both ranks at the same step end, after one checkpoint
+  ln -s /dev/full "$W/run/metrics.jsonl"
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" \
+    --set train.steps=5 --set parallel.pp=2 >"$W/out.txt" 2>&1; RC=$?
+  [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] || fail "exit $RC with an unwritable metrics file under mpirun"
+  grep -Eq "error: cannot write metrics file '$W/run/metrics.jsonl' \(row of step 1\): No space left on device; stopped after step 1 with checkpoint $W/run/checkpoints/step-00000001" "$W/out.txt" ||
+    fail "the error does not name the file, the step and the checkpoint"
+  grep -q "stopped after step 1 with a checkpoint: the log rank could not write" "$W/out.txt" || fail "rank 1 does not say why it stops"
+  grep -q "step     2/" "$W/out.txt" && fail "training went on after the metrics write failed"
+  [ -f "$W/run/checkpoints/step-00000001/state.json" ] || fail "no checkpoint of step 1"
   ;;
 log)
   "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.steps=5 >/dev/full 2>"$W/err.txt"; RC=$?
