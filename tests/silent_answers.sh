@@ -70,6 +70,7 @@ expect 1 "2-stage pipeline but hold the tasks of ranks 0 .. 0 only; give every r
 [ -e "$T/d0.json" ] && fail "trace --durations wrote a file from rank 0's trace alone"
 expect 1 "2-stage pipeline but hold the tasks of ranks 0 .. 0 only" -- "$BIN" trace "$T/old0.json" --durations "$T/d0.json"
 expect 0 'P=2 M=4' -- "$BIN" trace "$T/r0.json" "$T/r1.json" --durations "$T/d2.json"
+expect 0 'P=2 M=4' -- "$BIN" trace "$T/old0.json" "$T/r1.json" --durations "$T/d2old.json"   # an older file beside a newer
 python3 -c "
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -26,7 +26,7 @@ static void trace_usage(FILE* f) {
 /* The last step's durations: each (rank, kind, microbatch) runs once per step, so the last span of each
  * key belongs to the last step. One chunk per rank only (the duration-file format's scope). */
 static int write_durations(const PpTraceSet* set, const char* path, double latency_ms) {
-    int P = 0, M = 0, split = 0;
+    int P = 0, M = 0, split = 0, stated = -1;
     for (int i = 0; i < set->n; i++) {
         const PpTraceSpan* sp = &set->spans[i];
         if (sp->chunk != 0) {
@@ -42,15 +42,16 @@ static int write_durations(const PpTraceSet* set, const char* path, double laten
         if (sp->rank + 1 > P) P = sp->rank + 1;
         if (sp->mb + 1 > M) M = sp->mb + 1;
         if (sp->kind == 'W') split = 1;
-        if (sp->stages > 0 && sp->stages != set->spans[0].stages) {
+        if (sp->stages > 0 && stated > 0 && sp->stages != stated) {
             fprintf(stderr, "rrfp-mm: error: --durations: the traces are of pipelines of %d and %d stages (give the "
-                            "files of one run)\n", set->spans[0].stages, sp->stages);
+                            "files of one run)\n", stated, sp->stages);
             return 1;
         }
+        if (sp->stages > 0) stated = sp->stages;
     }
     /* the pipeline's size is what the spans say (or, in older traces, the peers their messages name), not
      * the ranks whose files were given: rank 0's file of a 2-stage run is not a 1-stage pipeline */
-    int stages = set->spans[0].stages > P ? set->spans[0].stages : P;
+    int stages = stated > P ? stated : P;
     if (set->max_peer + 1 > stages) stages = set->max_peer + 1;
     if (stages > P) {
         fprintf(stderr, "rrfp-mm: error: --durations: the traces are of a %d-stage pipeline but hold the tasks of "
