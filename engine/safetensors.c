@@ -231,6 +231,10 @@ static _Thread_local const StTensor* st_sort_tensors;
 static int st_cmp_index_name(const void* a, const void* b) {
     return strcmp(st_sort_tensors[*(const int*)a].name, st_sort_tensors[*(const int*)b].name);
 }
+static _Thread_local char* const* st_sort_keys;
+static int st_cmp_index_key(const void* a, const void* b) {
+    return strcmp(st_sort_keys[*(const int*)a], st_sort_keys[*(const int*)b]);
+}
 
 void st_free(StFile* f) {
     if (!f) return;
@@ -241,6 +245,7 @@ void st_free(StFile* f) {
     }
     free(f->tensors);
     free(f->by_name);
+    free(f->meta_by_key);
     free(f->meta_keys);
     free(f->meta_vals);
     free(f->buf);
@@ -401,6 +406,18 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
     cJSON_Delete(root);
     root = NULL;
 
+    /* No metadata key twice either (which of two slice descriptions would count?); sorted for st_meta */
+    if (f->n_meta > 1) {
+        f->meta_by_key = mallocCheck(sizeof(int) * (size_t)f->n_meta);
+        for (int i = 0; i < f->n_meta; i++) f->meta_by_key[i] = i;
+        st_sort_keys = f->meta_keys;
+        qsort(f->meta_by_key, (size_t)f->n_meta, sizeof(int), st_cmp_index_key);
+        for (int i = 1; i < f->n_meta; i++)
+            if (!strcmp(f->meta_keys[f->meta_by_key[i - 1]], f->meta_keys[f->meta_by_key[i]])) {
+                st_err(err, err_len, "%s: __metadata__ key '%s' appears twice", path, f->meta_keys[f->meta_by_key[i]]);
+                goto fail;
+            }
+    }
     /* The tensors must tile the data buffer exactly. */
     qsort(f->tensors, (size_t)f->n, sizeof(StTensor), st_cmp_begin);
     /* No name twice: the indices sorted by name, neighbours compared (a scan per tensor was O(n^2): 78 s
@@ -480,8 +497,18 @@ const StTensor* st_find(const StFile* f, const char* name) {
 }
 
 const char* st_meta(const StFile* f, const char* key) {
-    for (int i = 0; i < f->n_meta; i++)
-        if (!strcmp(f->meta_keys[i], key)) return f->meta_vals[i];
+    if (!f->meta_by_key) {
+        for (int i = 0; i < f->n_meta; i++)
+            if (!strcmp(f->meta_keys[i], key)) return f->meta_vals[i];
+        return NULL;
+    }
+    int lo = 0, hi = f->n_meta - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->meta_keys[f->meta_by_key[mid]], key);
+        if (c == 0) return f->meta_vals[f->meta_by_key[mid]];
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
     return NULL;
 }
 

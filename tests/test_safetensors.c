@@ -163,9 +163,54 @@ static void test_many_names(void) {
     free(name_of);
 }
 
+/* Many metadata keys (a tensor-parallel shard has a slice description per tensor): st_meta finds each by
+ * binary search; a key given twice is refused naming it (which description would count?). */
+static void test_many_meta(void) {
+    enum { K = 5000 };
+    char err[512];
+    for (int dup = 0; dup < 2; dup++) {
+        size_t cap = (size_t)K * 40 + 256, len = 0;
+        char* h = mallocCheck(cap);
+        len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{");
+        for (int i = 0; i < K; i++)
+            len += (size_t)snprintf(h + len, cap - len, "%s\"k%d\":\"v%d\"", i ? "," : "", dup && i == K - 1 ? 17 : i, i);
+        len += (size_t)snprintf(h + len, cap - len, "},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+        while (len % 8) h[len++] = ' ';
+        size_t size = 8 + len + 4;
+        char* b = callocCheck(size, 1);
+        for (int k = 0; k < 8; k++) b[k] = (char)((uint64_t)len >> (8 * k));
+        memcpy(b + 8, h, len);
+        StFile f;
+        int rc = st_load_buffer(&f, "meta.safetensors", b, size, err, sizeof err);
+        if (dup) {
+            CHECK(rc != 0 && strstr(err, "__metadata__ key 'k17' appears twice"), "a repeated metadata key: rc %d %s", rc,
+                  rc ? err : "");
+            if (rc == 0) st_free(&f);
+        } else {
+            CHECK(rc == 0, "%d metadata keys refused: %s", K, err);
+            int found = 0;
+            for (int i = 0; rc == 0 && i < K; i++) {
+                char key[32], val[32];
+                snprintf(key, sizeof key, "k%d", i);
+                snprintf(val, sizeof val, "v%d", i);
+                const char* v = st_meta(&f, key);
+                found += v && !strcmp(v, val);
+            }
+            CHECK(found == K, "st_meta found %d of %d keys", found, K);
+            if (rc == 0) {
+                CHECK(!st_meta(&f, "k5000") && !st_meta(&f, "") && st_find(&f, "x"), "absent keys, the tensor");
+                st_free(&f);
+            }
+        }
+        free(b);
+        free(h);
+    }
+}
+
 static int selftest(const char* dir) {
     test_bf16();
     test_many_names();
+    test_many_meta();
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/st_selftest.safetensors", dir);
     StWriter* w = fixture_writer();

@@ -78,11 +78,18 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
 }
 
 /* A tensor stored as a slice of a global tensor (tensor-parallel shards: "slice.<name>" metadata). */
-static int is_piece(const StFile* f, const char* name) {
-    char key[200];
-    snprintf(key, sizeof key, "slice.%s", name);
-    return st_meta(f, key) != NULL;
+/* "slice.<name>", whole however long the name (a 200-byte buffer cut long names, and a cut key could
+ * name another tensor's slice) */
+static const char* slice_meta(const StFile* f, const char* name) {
+    size_t n = strlen(name) + 7;
+    char* key = mallocCheck(n);
+    snprintf(key, n, "slice.%s", name);
+    const char* v = st_meta(f, key);
+    free(key);
+    return v;
 }
+
+static int is_piece(const StFile* f, const char* name) { return slice_meta(f, name) != NULL; }
 
 /* Tensor-parallel shards hold slices of global tensors: assemble every sliced tensor (by its global
  * name, from all the set's pieces) into one more file of the set, so layouts compare by global name. */
@@ -95,15 +102,13 @@ static int stset_assemble(StSet* s) {
             const char* name = s->files[f].tensors[i].name;
             if (!is_piece(&s->files[f], name)) continue;
             int seen = 0; /* assembled already from an earlier file's piece */
+            /* (names are unique within a file: the reader refuses a repeated one) */
             for (int g = 0; g < f && !seen; g++) seen = st_find(&s->files[g], name) != NULL;
-            for (int j = 0; j < i && !seen; j++) seen = !strcmp(s->files[f].tensors[j].name, name);
             if (seen) continue;
-            char key[200];
-            snprintf(key, sizeof key, "slice.%s", name);
             ParamSlice sl, whole = {.dim = -1};
             int ndim;
             char err[512];
-            if (params_slice_parse(st_meta(&s->files[f], key), &sl, &ndim) != 0) {
+            if (params_slice_parse(slice_meta(&s->files[f], name), &sl, &ndim) != 0) {
                 fprintf(stderr, "rrfp-mm: error: %s: tensor %s: malformed slice description\n", s->files[f].path, name);
                 rc = -1;
                 break;
