@@ -14,7 +14,8 @@
 # - log_path: every report (ASan, UBSan, LeakSanitizer) goes to build-asan/sanitizer-reports/TEST.PID,
 #   whatever the test does with the program's stderr; the fixture test `asan_reports_none` runs after
 #   the selection and fails listing every report and the test that wrote it (a test that only checks
-#   "exit status != 0" cannot hide one).
+#   "exit status != 0" cannot hide one). GCC's libubsan ignores log_path beside libasan:
+#   tests/asan/ubsan_log_path.c, linked into every target of this build, sets it at start-up.
 # Leaks: detect_leaks=1 with tests/asan/lsan.supp, which suppresses Open MPI's own start-up allocations
 # only (MPI_Init's tables live to the end of the process; its plug-ins are dlclose'd at MPI_Finalize, so
 # fast_unwind_on_malloc=0 is needed for their stacks to reach libmpi and match). Our leaks still fail.
