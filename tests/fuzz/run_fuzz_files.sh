@@ -55,8 +55,12 @@ for t in $TARGETS; do
     cp "$SRC/tests/fuzz/seeds/$t"/* "$W/corpus_$t/" 2>/dev/null
 done
 # generated seeds: a checkpoint as this build writes it, the recipes of the repository
-case " $TARGETS " in *" checkpoint "*) FUZZ_SEED_DIR="$W/corpus_checkpoint" "$W/fuzz_checkpoint" -runs=0 >/dev/null 2>&1 ||
-    { echo "FAIL: fuzz_checkpoint could not write its seed checkpoint"; exit 1; } ;; esac
+case " $TARGETS " in *" checkpoint "*)
+    FUZZ_SEED_DIR="$W/corpus_checkpoint" "$W/fuzz_checkpoint" -runs=0 >"$W/seed_checkpoint.log" 2>&1 &
+    pid=$!
+    wait $pid || { echo "FAIL: fuzz_checkpoint could not write its seed checkpoint"; cat "$W/seed_checkpoint.log"; exit 1; }
+    rm -rf "/dev/shm/rrfp-fuzz-$pid" "/tmp/rrfp-fuzz-$pid" ;;
+esac
 case " $TARGETS " in *" recipe "*) for r in "$SRC"/recipes/*.ini; do cp "$r" "$W/corpus_recipe/$(basename "$r")"; done ;; esac
 
 rc=0
@@ -64,9 +68,11 @@ for t in $TARGETS; do
     echo "fuzz_$t: $(ls "$W/corpus_$t" | wc -l) seeds, ${T}s"
     # the work dir: a target's scratch files (on /dev/shm when there is one) are per process
     "$W/fuzz_$t" -max_total_time="$T" -max_len="${MAXLEN[$t]}" -rss_limit_mb=2048 -timeout=20 -dict="$SRC/tests/fuzz/files.dict" \
-        -artifact_prefix="$W/" -print_final_stats=1 "$W/corpus_$t" >"$W/fuzz_$t.log" 2>&1 || rc=1
+        -artifact_prefix="$W/" -print_final_stats=1 "$W/corpus_$t" >"$W/fuzz_$t.log" 2>&1 &
+    pid=$!
+    wait $pid || rc=1
     grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$W/fuzz_$t.log" | tail -n 2
-    rm -rf /dev/shm/rrfp-fuzz-* /tmp/rrfp-fuzz-* 2>/dev/null
+    rm -rf "/dev/shm/rrfp-fuzz-$pid" "/tmp/rrfp-fuzz-$pid"   # its scratch folder (fuzz_util.h), no other's
 done
 if [ $rc != 0 ]; then
     echo "FAIL: a fuzz target found a crash; logs in $W (reproduce with the crash-* file it names, kept there)"
