@@ -5,7 +5,9 @@ BUILD_CPU ?= build-cpu
 JOBS      ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps deps-test deps-demo build build-cpu test test-cpu demo bench clean
+BUILD_ASAN ?= build-asan
+
+.PHONY: all deps deps-test deps-demo build build-cpu build-asan test test-cpu test-asan demo bench clean
 
 all: build
 
@@ -38,6 +40,16 @@ test: deps-test build
 test-cpu: deps-test build-cpu
 	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
 
+# The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, CPU only) and its selection of the
+# suite (label asan: unit, input-handling, CLI and 2-rank pipeline tests; tests/asan/asan.cmake). A
+# sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
+build-asan: deps
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+
+test-asan: deps-test build-asan
+	cd $(BUILD_ASAN) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L asan $(CTEST_ARGS)
+
 # The demo trains on the CPU and needs only the executable: the CPU-only build of the rrfp-mm target
 # (building the tests, or the CUDA kernels with nvcc, would take most of its time budget).
 demo: deps-demo
@@ -49,4 +61,4 @@ bench: build
 	bench/ops.sh $(BUILD)/rrfp-mm
 
 clean:
-	rm -rf $(BUILD) $(BUILD_CPU)
+	rm -rf $(BUILD) $(BUILD_CPU) $(BUILD_ASAN)

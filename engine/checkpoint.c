@@ -1027,6 +1027,22 @@ static int ck_leftover_pid(const char* name) {
     return 0;
 }
 
+/* Whether process pid runs on this machine: kill(pid, 0) succeeds (or EPERM: another user's), and it is
+ * not a zombie. A rank killed by mpirun stays a zombie until its parent reaps it, which can take the
+ * parent's whole life: its temporary folder would be kept as a live writer's (issue 19). */
+static int ck_pid_alive(int pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE* f = fopen(path, "r");
+    if (!f) return 1; /* no /proc: kill's answer */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char* rp = strrchr(buf, ')'); /* "PID (COMM) STATE ...": COMM may hold spaces and parentheses */
+    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
 int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len) {
     if (removed_len) removed[0] = 0;
     DIR* d = opendir(root);
@@ -1038,8 +1054,8 @@ int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len) 
     while ((e = readdir(d))) {
         int pid = ck_leftover_pid(e->d_name);
         if (pid <= 0) continue;
-        /* alive (ours, or another job's on this machine; EPERM: alive under another user) */
-        if (pid == (int)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        /* alive (ours, or another job's on this machine; EPERM: alive under another user; not a zombie) */
+        if (pid == (int)getpid() || ck_pid_alive(pid)) continue;
         snprintf(p, sizeof p, "%s/%s", root, e->d_name);
         ck_rm_rf(p);
         n++;

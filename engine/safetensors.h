@@ -64,6 +64,8 @@ typedef struct {
     int n_meta;
     char** meta_keys;
     char** meta_vals;
+    int* by_name; /* tensor indices sorted by name: st_find's binary search (NULL when n < 2) */
+    int* meta_by_key; /* metadata indices sorted by key: st_meta's (NULL when n_meta < 2) */
 } StFile;
 
 /* Read and validate a file. Returns 0, or -1 with a message naming the file (and the tensor) in err;

@@ -145,7 +145,7 @@ neg = json.loads(json.dumps(ev))
 [e for e in neg if e.get("ph") == "X" and e.get("cat") == "B"][3]["dur"] = -5
 json.dump({"traceEvents": neg}, open(sys.argv[2] + "/neg.json", "w"))
 EOF
-expect 1 'neg.json: traceEvents\[[0-9]+\] = .*a finite "dur" >= 0' -- "$BIN" trace "$T/neg.json" --durations "$T/neg-d.json"
+expect 1 'neg.json: traceEvents\[[0-9]+\] = .*a "dur" in 0 .. 1e15' -- "$BIN" trace "$T/neg.json" --durations "$T/neg-d.json"
 [ -e "$T/neg-d.json" ] && fail "trace --durations wrote a file from a negative duration"
 expect 1 'durations sim cannot use: .*latency' -- "$BIN" trace "$T/rt.json" --durations "$T/big-d.json" --latency 1e307
 [ -e "$T/big-d.json" ] && fail "trace --durations wrote a file sim rejects"

@@ -305,8 +305,10 @@ static int bad_images(int argc, char** argv) {
     const char* bad_dir = argv[1];
     int ngood = argc - 2;
     RR_ASSERT(ngood >= 1 && ngood <= 8);
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer's shadow memory needs terabytes of address space */
     struct rlimit rl = {4ull << 30, 4ull << 30};
     RR_ASSERT(setrlimit(RLIMIT_AS, &rl) == 0);
+#endif
     const int p = 8, minp = 16, maxp = 64;
     char err[512];
 

@@ -93,6 +93,16 @@ static void test_errors(void) {
     expect("set_warmup", "[model]\n", "train.steps=7", W("default: optim.warmup = 10", "longer than train.steps (7)"));
     expect("set_unknown", "[model]\n", "train.stpes=7", W("--set train.stpes=7", "unknown key 'train.stpes'"));
     expect("set_range", "[model]\n", "model.patch=0", W("--set model.patch=0", "out of range", "[1, 64]"));
+    /* numbers beyond a double or a 64-bit integer are out of range, not "not a number" (issue 19) */
+    expect("set_underflow", "[model]\n", "optim.lr=1e-400", W("--set optim.lr=1e-400", "out of range", "a number in"));
+    expect("set_overflow", "[model]\n", "optim.lr=1e400", W("--set optim.lr=1e400", "out of range"));
+    expect("int_overflow", "[train]\nsteps = 99999999999999999999\n", NULL,
+           W("@:2:", "train.steps = 99999999999999999999 is out of range", "an integer in"));
+    /* a value that would read back as a comment (found by fuzz_recipe): refused, not printed wrong */
+    expect("semicolon", "[train]\ninit_from =; lla\n", NULL, W("@:2:", "train.init_from = '; lla'", "start a comment"));
+    expect("set_semicolon", "[model]\n", "train.init_from=a ;b", W("--set train.init_from=a ;b", "start a comment"));
+    expect("semicolon_inside", "[train]\ninit_from = a;b\n", NULL, OK);
+    expect("set_nan", "[model]\n", "optim.lr=nan", W("--set optim.lr=nan", "is not a number"));
     expect("set_syntax", "[model]\n", "steps=7", W("--set steps=7", "expected section.key=value"));
     expect("set_divide", "[model]\n", "model.text_heads=3", W("--set: model.text_heads = 3", "not divisible"));
     expect("default_vs_set", "[model]\n", "model.vision_heads=64",

@@ -87,6 +87,25 @@ int main(int argc, char** argv) {
     write_file(path, "{\"step\":1,\"loss\":2}\nnot json\n");
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0, "malformed metrics: must fail");
     CHECK(strstr(err, "metrics.jsonl:2:"), "error: %s", err);
+    /* a torn last row (no newline: a killed run's, issue 19): drawn without it, with a warning naming it */
+    {
+        write_file(path, "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1.5}\n{\"step\":3,\"lo");
+        char* tb = NULL;
+        size_t tl = 0;
+        c.warn = open_memstream(&tb, &tl);
+        int trc = report_write(&c, out, sizeof out, err, sizeof err);
+        fclose(c.warn);
+        c.warn = NULL;
+        CHECK(trc == 0, "a run whose last row is torn is refused: %s", err);
+        CHECK(tb && strstr(tb, "metrics.jsonl:3: a torn last row") && strstr(tb, "left out"), "torn row warning: %s",
+              tb ? tb : "");
+        free(tb);
+        snprintf(out, sizeof out, "%s/report.html", run);
+        remove(out);
+        /* only a torn row: no steps */
+        write_file(path, "{\"step\":1,\"lo");
+        CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0 && strstr(err, "no steps"), "error: %s", err);
+    }
     /* an empty file: no steps */
     write_file(path, "");
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0 && strstr(err, "no steps"), "error: %s", err);

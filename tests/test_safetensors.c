@@ -102,8 +102,115 @@ static void test_bf16(void) {
     CHECK(back != back, "NaN stays NaN");
 }
 
+/* A header of n one-element F32 tensors named "t<k>" (k = i, or name_of[i] when given), data zeros. */
+static char* many_names_file(int n, const int* name_of, size_t* size) {
+    size_t cap = (size_t)n * 80 + 64, len = 0;
+    char* h = mallocCheck(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                                i ? "," : "", name_of ? name_of[i] : i, 4 * i, 4 * i + 4);
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    while (len % 8) h[len++] = ' ';
+    *size = 8 + len + 4 * (size_t)n;
+    char* b = callocCheck(*size, 1);
+    for (int k = 0; k < 8; k++) b[k] = (char)((uint64_t)len >> (8 * k));
+    memcpy(b + 8, h, len);
+    free(h);
+    return b;
+}
+
+/* Duplicate names among many (issue 19: the check was a scan per tensor, O(n^2)): a unique set loads,
+ * one repeated name anywhere (first and last, neighbours, middle) is refused naming it. */
+static void test_many_names(void) {
+    enum { N = 20000 };
+    char err[512];
+    size_t size;
+    int* name_of = mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) name_of[i] = (int)(((int64_t)i * 7919) % N); /* a permutation: 7919 is prime */
+    char* b = many_names_file(N, name_of, &size);
+    StFile f;
+    CHECK(st_load_buffer(&f, "many.safetensors", b, size, err, sizeof err) == 0, "%d unique names refused: %s", N, err);
+    if (!check_failures) {
+        CHECK(f.n == N, "%d tensors read, expected %d", f.n, N);
+        int found = 0; /* st_find's binary search over the names finds each one, and nothing else */
+        for (int i = 0; i < N; i++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "t%d", i);
+            const StTensor* t = st_find(&f, nm);
+            found += t && !strcmp(t->name, nm) && t->begin == 4 * (size_t)((int64_t)i * 17679 % N); /* 17679 = 7919^-1 mod N */
+        }
+        CHECK(found == N, "st_find found %d of %d names at their offsets", found, N);
+        CHECK(!st_find(&f, "t20000") && !st_find(&f, "") && !st_find(&f, "t"), "st_find of absent names");
+        st_free(&f);
+    }
+    free(b);
+    const int pairs[4][2] = {{0, N - 1}, {500, 501}, {N / 2, 3}, {N - 2, N - 1}};
+    for (int p = 0; p < 4; p++) {
+        int keep = name_of[pairs[p][1]];
+        name_of[pairs[p][1]] = name_of[pairs[p][0]];
+        b = many_names_file(N, name_of, &size);
+        char want[64];
+        snprintf(want, sizeof want, "tensor 't%d' appears twice", name_of[pairs[p][0]]);
+        int rc = st_load_buffer(&f, "dup.safetensors", b, size, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, want) && strstr(err, "dup.safetensors"),
+              "entries %d and %d share a name: rc %d, '%s' (expected '%s')", pairs[p][0], pairs[p][1], rc,
+              rc ? err : "", want);
+        if (rc == 0) st_free(&f);
+        free(b);
+        name_of[pairs[p][1]] = keep;
+    }
+    free(name_of);
+}
+
+/* Many metadata keys (a tensor-parallel shard has a slice description per tensor): st_meta finds each by
+ * binary search; a key given twice is refused naming it (which description would count?). */
+static void test_many_meta(void) {
+    enum { K = 5000 };
+    char err[512];
+    for (int dup = 0; dup < 2; dup++) {
+        size_t cap = (size_t)K * 40 + 256, len = 0;
+        char* h = mallocCheck(cap);
+        len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{");
+        for (int i = 0; i < K; i++)
+            len += (size_t)snprintf(h + len, cap - len, "%s\"k%d\":\"v%d\"", i ? "," : "", dup && i == K - 1 ? 17 : i, i);
+        len += (size_t)snprintf(h + len, cap - len, "},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+        while (len % 8) h[len++] = ' ';
+        size_t size = 8 + len + 4;
+        char* b = callocCheck(size, 1);
+        for (int k = 0; k < 8; k++) b[k] = (char)((uint64_t)len >> (8 * k));
+        memcpy(b + 8, h, len);
+        StFile f;
+        int rc = st_load_buffer(&f, "meta.safetensors", b, size, err, sizeof err);
+        if (dup) {
+            CHECK(rc != 0 && strstr(err, "__metadata__ key 'k17' appears twice"), "a repeated metadata key: rc %d %s", rc,
+                  rc ? err : "");
+            if (rc == 0) st_free(&f);
+        } else {
+            CHECK(rc == 0, "%d metadata keys refused: %s", K, err);
+            int found = 0;
+            for (int i = 0; rc == 0 && i < K; i++) {
+                char key[32], val[32];
+                snprintf(key, sizeof key, "k%d", i);
+                snprintf(val, sizeof val, "v%d", i);
+                const char* v = st_meta(&f, key);
+                found += v && !strcmp(v, val);
+            }
+            CHECK(found == K, "st_meta found %d of %d keys", found, K);
+            if (rc == 0) {
+                CHECK(!st_meta(&f, "k5000") && !st_meta(&f, "") && st_find(&f, "x"), "absent keys, the tensor");
+                st_free(&f);
+            }
+        }
+        free(b);
+        free(h);
+    }
+}
+
 static int selftest(const char* dir) {
     test_bf16();
+    test_many_names();
+    test_many_meta();
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/st_selftest.safetensors", dir);
     StWriter* w = fixture_writer();

@@ -39,4 +39,23 @@ if "$BIN" tensors diff "$D/a.safetensors" "$D/ulp.safetensors" >/dev/null 2>&1; 
 "$BIN" tensors ls "$D/shards" | grep -q "y.bias .*F32 *\[2\]" || fail "ls"
 set +e; "$BIN" tensors diff "$D/a.safetensors" "$D/nope" 2>/dev/null; rc=$?; set -e
 [ $rc -eq 1 ] || fail "missing path rc $rc"
+# tolerances are finite numbers >= 0 (issue 19: `--atol nan` passed a difference of 99 as "0 differ")
+/usr/bin/python3 - "$D" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+h = json.dumps({"x.weight": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+                "y.bias": {"dtype": "F32", "shape": [2], "data_offsets": [24, 32]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(f"{d}/far.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<8f", 1, 2, 3, 4, 104, 6, 0.5, -0.25))
+PY
+for bad in nan NaN inf -inf -1 1e-3x abc ""; do
+  set +e; out=$("$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --atol "$bad" 2>&1); rc=$?; set -e
+  [ $rc -eq 2 ] || fail "--atol '$bad' gave rc $rc (expected 2, a refusal): $out"
+  echo "$out" | grep -q "atol expects a finite number >= 0" || fail "--atol '$bad' message: $out"
+  set +e; "$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --rtol "$bad" >/dev/null 2>&1; rc=$?; set -e
+  [ $rc -eq 2 ] || fail "--rtol '$bad' gave rc $rc (expected 2)"
+done
+set +e; out=$("$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --atol 98.9 2>&1); rc=$?; set -e
+[ $rc -eq 1 ] && echo "$out" | grep -q "x.weight: 1 of 6 elements differ beyond atol 98.9" || fail "a difference of 99 passed atol 98.9 (rc $rc): $out"
+"$BIN" tensors diff "$D/a.safetensors" "$D/far.safetensors" --atol 99 >/dev/null || fail "a difference of 99 failed atol 99"
 echo "tensors diff: ok"

@@ -616,7 +616,20 @@ static void test_vit(void) {
         }
         printf("%s tower, tp %d: output and weight gradients within %.3g of each tensor's scale\n", g_clip ? "CLIP" : "ViT", T, worst);
         pthread_barrier_destroy(&fg.bar);
-        free(rk); /* the shards are left to the process's end */
+        for (int t = 0; t < T; t++) { /* each rank's slices and gradients (the sanitizer build checks leaks) */
+            VitRank* r = &rk[t];
+            for (int l = 0; l < VL; l++) {
+                VitBlockW *a = &r->w.blocks[l], *d = &r->dw.blocks[l];
+                float* own[] = {a->qkv_w, a->qkv_b, a->out_w, a->fc1_w, a->fc1_b, a->fc2_w};
+                for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) free(own[k]);
+                float* grads[] = {d->ln1_w, d->ln1_b, d->qkv_w, d->qkv_b, d->out_w, d->out_b,
+                                  d->ln2_w, d->ln2_b, d->fc1_w, d->fc1_b, d->fc2_w, d->fc2_b};
+                for (size_t k = 0; k < sizeof grads / sizeof grads[0]; k++) free(grads[k]);
+            }
+            free(r->w.blocks), free(r->dw.blocks);
+            free(r->dw.patch_w), free(r->dw.patch_b), free(r->dw.lnf_w), free(r->dw.lnf_b);
+        }
+        free(rk);
     }
     vit_weights_free(&w);
     vit_weights_free(&g);

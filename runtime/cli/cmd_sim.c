@@ -37,7 +37,7 @@ static void sim_usage(FILE* f) {
             "                    partitioner's FLOP model and --flops (default 400e12 FLOP/s per rank);\n"
             "                    --stages / --microbatches default to parallel.pp / data.microbatches;\n"
             "                    --workload text|mm (default mm), --policy (default data.policy), --jitter J\n"
-            "                    (lognormal sigma per task, default 0.03), --straggler FACTOR:LEN:PROB\n"
+            "                    (lognormal sigma per task, default 0.03, at most 1), --straggler FACTOR:LEN:PROB\n"
             "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead or adaptive (default ready); adaptive\n"
             "                    simulates the step on the estimates under ready, lookahead and fixed\n"
@@ -404,6 +404,14 @@ int cmd_sim(int argc, char** argv) {
             return 2;
         }
         pp_durations_generate(&d, (int)P, (int)M, variance, kind, (uint64_t)seed, split, latency);
+    }
+    /* generated and calibrated durations get a duration file's checks: --latency 1e308 (or a huge --flops
+     * ratio or straggler factor) would make every figure below inf or nan */
+    if (!durations && pp_durations_check(&d, calib_recipe ? "calibrated durations" : "generated durations", err,
+                                         sizeof err) != 0) {
+        fprintf(stderr, "rrfp-mm sim: %s\n", err);
+        pp_durations_free(&d);
+        return 2;
     }
     int rc = 0;
     if (dump) {

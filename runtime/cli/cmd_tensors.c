@@ -78,11 +78,18 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
 }
 
 /* A tensor stored as a slice of a global tensor (tensor-parallel shards: "slice.<name>" metadata). */
-static int is_piece(const StFile* f, const char* name) {
-    char key[200];
-    snprintf(key, sizeof key, "slice.%s", name);
-    return st_meta(f, key) != NULL;
+/* "slice.<name>", whole however long the name (a 200-byte buffer cut long names, and a cut key could
+ * name another tensor's slice) */
+static const char* slice_meta(const StFile* f, const char* name) {
+    size_t n = strlen(name) + 7;
+    char* key = mallocCheck(n);
+    snprintf(key, n, "slice.%s", name);
+    const char* v = st_meta(f, key);
+    free(key);
+    return v;
 }
+
+static int is_piece(const StFile* f, const char* name) { return slice_meta(f, name) != NULL; }
 
 /* Tensor-parallel shards hold slices of global tensors: assemble every sliced tensor (by its global
  * name, from all the set's pieces) into one more file of the set, so layouts compare by global name. */
@@ -95,15 +102,13 @@ static int stset_assemble(StSet* s) {
             const char* name = s->files[f].tensors[i].name;
             if (!is_piece(&s->files[f], name)) continue;
             int seen = 0; /* assembled already from an earlier file's piece */
+            /* (names are unique within a file: the reader refuses a repeated one) */
             for (int g = 0; g < f && !seen; g++) seen = st_find(&s->files[g], name) != NULL;
-            for (int j = 0; j < i && !seen; j++) seen = !strcmp(s->files[f].tensors[j].name, name);
             if (seen) continue;
-            char key[200];
-            snprintf(key, sizeof key, "slice.%s", name);
             ParamSlice sl, whole = {.dim = -1};
             int ndim;
             char err[512];
-            if (params_slice_parse(st_meta(&s->files[f], key), &sl, &ndim) != 0) {
+            if (params_slice_parse(slice_meta(&s->files[f], name), &sl, &ndim) != 0) {
                 fprintf(stderr, "rrfp-mm: error: %s: tensor %s: malformed slice description\n", s->files[f].path, name);
                 rc = -1;
                 break;
@@ -120,7 +125,7 @@ static int stset_assemble(StSet* s) {
             if (n > held) {
                 fprintf(stderr, "rrfp-mm: error: %s: tensor %s: its slice description (%s) gives a global tensor of %lld "
                         "values, but its pieces hold %lld: a damaged or forged slice description\n", s->files[f].path,
-                        name, st_meta(&s->files[f], key), (long long)n, (long long)held);
+                        name, slice_meta(&s->files[f], name), (long long)n, (long long)held);
                 rc = -1;
                 break;
             }
@@ -322,9 +327,19 @@ int cmd_tensors(int argc, char** argv) {
         double rtol = 0, atol = 0;
         const char* prefix = NULL;
         for (int i = 2; i < argc; i++) {
-            if (!strcmp(argv[i], "--rtol") && i + 1 < argc) rtol = atof(argv[++i]);
-            else if (!strcmp(argv[i], "--atol") && i + 1 < argc) atol = atof(argv[++i]);
-            else if (!strcmp(argv[i], "--files") && i + 1 < argc) prefix = argv[++i];
+            if ((!strcmp(argv[i], "--rtol") || !strcmp(argv[i], "--atol")) && i + 1 < argc) {
+                /* a tolerance is a finite number >= 0: NaN compares false with every difference, so
+                 * `--atol nan` would pass any two files (and atof read "1e-3x" as 0.001, "abc" as 0) */
+                char* end;
+                double x = strtod(argv[i + 1], &end);
+                if (end == argv[i + 1] || *end || !isfinite(x) || x < 0) {
+                    fprintf(stderr, "rrfp-mm tensors diff: %s expects a finite number >= 0, got '%s'\n", argv[i],
+                            argv[i + 1]);
+                    return 2;
+                }
+                *(argv[i][2] == 'r' ? &rtol : &atol) = x;
+                i++;
+            } else if (!strcmp(argv[i], "--files") && i + 1 < argc) prefix = argv[++i];
             else if (!strcmp(argv[i], "--quiet")) quiet = 1;
             else if (argv[i][0] == '-' || np == 2) {
                 fprintf(stderr, "rrfp-mm tensors diff: unexpected argument '%s'\n", argv[i]);

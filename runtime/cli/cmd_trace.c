@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
@@ -25,7 +26,7 @@ static void trace_usage(FILE* f) {
 /* The last step's durations: each (rank, kind, microbatch) runs once per step, so the last span of each
  * key belongs to the last step. One chunk per rank only (the duration-file format's scope). */
 static int write_durations(const PpTraceSet* set, const char* path, double latency_ms) {
-    int P = 0, M = 0, split = 0;
+    int P = 0, M = 0, split = 0, stated = -1;
     for (int i = 0; i < set->n; i++) {
         const PpTraceSpan* sp = &set->spans[i];
         if (sp->chunk != 0) {
@@ -41,6 +42,21 @@ static int write_durations(const PpTraceSet* set, const char* path, double laten
         if (sp->rank + 1 > P) P = sp->rank + 1;
         if (sp->mb + 1 > M) M = sp->mb + 1;
         if (sp->kind == 'W') split = 1;
+        if (sp->stages > 0 && stated > 0 && sp->stages != stated) {
+            fprintf(stderr, "rrfp-mm: error: --durations: the traces are of pipelines of %d and %d stages (give the "
+                            "files of one run)\n", stated, sp->stages);
+            return 1;
+        }
+        if (sp->stages > 0) stated = sp->stages;
+    }
+    /* the pipeline's size is what the spans say (or, in older traces, the peers their messages name), not
+     * the ranks whose files were given: rank 0's file of a 2-stage run is not a 1-stage pipeline */
+    int stages = stated > P ? stated : P;
+    if (set->max_peer + 1 > stages) stages = set->max_peer + 1;
+    if (stages > P) {
+        fprintf(stderr, "rrfp-mm: error: --durations: the traces are of a %d-stage pipeline but hold the tasks of "
+                        "ranks 0 .. %d only; give every rank's file (RUN_DIR/trace-rank*.json)\n", stages, P - 1);
+        return 1;
     }
     char err[1024];
     if (pp_sim_check_size(P, M, err, sizeof err) != 0) {
@@ -102,6 +118,14 @@ static int write_durations(const PpTraceSet* set, const char* path, double laten
     return rc;
 }
 
+/* Do two paths name one file: the same text, or (when both exist) the same device and inode (a link,
+ * "./t.json" against "t.json"). */
+static int same_file(const char* a, const char* b) {
+    if (!strcmp(a, b)) return 1;
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int cmd_trace(int argc, char** argv) {
     const char *svg = NULL, *json = NULL, *title = NULL, *durations = NULL;
     double latency = 0.0;
@@ -147,6 +171,24 @@ int cmd_trace(int argc, char** argv) {
         free(files);
         return 2;
     }
+    /* an output that is one of the inputs would replace it (`trace t.json --svg t.json`) */
+    const char* outs[3] = {svg, json, durations};
+    const char* out_flags[3] = {"--svg", "--json", "--durations"};
+    for (int o = 0; o < 3; o++)
+        for (int i = 0; outs[o] && i < nf; i++)
+            if (same_file(outs[o], files[i])) {
+                fprintf(stderr, "rrfp-mm trace: %s '%s' is the input trace '%s'; refusing to overwrite an input (give "
+                                "another output path)\n", out_flags[o], outs[o], files[i]);
+                free(files);
+                return 2;
+            }
+    for (int o = 0; o < 3; o++)
+        for (int q = o + 1; q < 3; q++)
+            if (outs[o] && outs[q] && same_file(outs[o], outs[q])) {
+                fprintf(stderr, "rrfp-mm trace: %s and %s name the same file '%s'\n", out_flags[o], out_flags[q], outs[o]);
+                free(files);
+                return 2;
+            }
     PpTraceSet set = {0};
     char err[1024];
     int rc = 0;

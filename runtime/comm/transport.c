@@ -352,6 +352,7 @@ int transport_progress(Transport* t, char* err, size_t err_len) { return progres
 
 static int drain(Transport* t, MsgKey* done, int max) {
     int n = t->n_completed < max ? t->n_completed : max;
+    if (n <= 0) return 0; /* done and completed may be NULL then (memcpy's arguments must not be) */
     memcpy(done, t->completed, (size_t)n * sizeof *done);
     memmove(t->completed, t->completed + n, (size_t)(t->n_completed - n) * sizeof *done);
     t->n_completed -= n;

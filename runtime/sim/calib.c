@@ -89,6 +89,14 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
                  "flops %g)", c->Lt, c->P, c->M, c->microbatch_tokens, c->flops);
         return -1;
     }
+    /* the jitter is a lognormal factor's sigma with mean 1: its median is exp(-sigma^2/2), so a large sigma
+     * shrinks almost every task toward 0 (sigma 10: all durations print as 0) instead of jittering them */
+    if (!(c->jitter >= 0 && c->jitter <= PP_CALIB_MAX_JITTER)) {
+        snprintf(err, errlen, "calibrated generator: jitter %g is out of range; allowed: 0 <= jitter <= %g (a lognormal "
+                 "sigma: beyond that the median task shrinks below %.2f of its mean)", c->jitter, PP_CALIB_MAX_JITTER,
+                 exp(-0.5 * PP_CALIB_MAX_JITTER * PP_CALIB_MAX_JITTER));
+        return -1;
+    }
     uint64_t x = c->seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
     /* 1. samples, packed by the loader's own packer into M microbatches */
     int M = c->M, cap_s = 1024, n_s = 0;

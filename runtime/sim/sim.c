@@ -117,6 +117,40 @@ int pp_sim_check_size(long P, long M, char* err, size_t errlen) {
     return 0;
 }
 
+/* Every entry finite and non-negative, and their sum (with the latency of every message) finite: the
+ * simulator adds them up (1e308 + 1e308 is infinite, and so is a latency of 1e308 times the messages). */
+int pp_durations_check(const PpDurations* d, const char* name, char* err, size_t errlen) {
+    const double* mats[3] = {d->F, d->B, d->W};
+    const char* keys[3] = {"F", "B", "W"};
+    if (!isfinite(d->latency) || d->latency < 0) {
+        snprintf(err, errlen, "%s: the latency must be a finite non-negative number, got %g", name, d->latency);
+        return -1;
+    }
+    double total = d->latency * 2.0 * d->P * d->M;
+    if (!isfinite(total)) {
+        snprintf(err, errlen, "%s: the latency %g times the messages of a step (2 x %d x %d) is not finite; allowed: "
+                 "a latency whose step total is finite", name, d->latency, d->P, d->M);
+        return -1;
+    }
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; mats[k] && i < d->P * d->M; i++) {
+            if (!isfinite(mats[k][i]) || mats[k][i] < 0) {
+                snprintf(err, errlen, "%s: %s[%d][%d] must be a finite non-negative number, got %g", name, keys[k],
+                         i / d->M, i % d->M, mats[k][i]);
+                return -1;
+            }
+            total += mats[k][i];
+            if (!isfinite(total)) {
+                snprintf(err, errlen,
+                         "%s: the durations add up to infinity at %s[%d][%d] = %g (the step's makespan would "
+                         "overflow); allowed: finite non-negative durations with a finite sum",
+                         name, keys[k], i / d->M, i % d->M, mats[k][i]);
+                return -1;
+            }
+        }
+    return 0;
+}
+
 int pp_durations_parse(const char* text, const char* name, PpDurations* d, char* err, size_t errlen) {
     memset(d, 0, sizeof *d);
     const char* end = NULL;
@@ -158,27 +192,7 @@ int pp_durations_parse(const char* text, const char* name, PpDurations* d, char*
         if (parse_matrix(root, "W", name, d->P, d->M, &d->W, err, errlen)) goto done;
         d->split = 1;
     }
-    /* every entry is finite, but their sum may not be (1e308 + 1e308): the simulator adds them up */
-    {
-        double total = d->latency * 2.0 * d->P * d->M;
-        const double* mats[3] = {d->F, d->B, d->W};
-        const char* keys[3] = {"F", "B", "W"};
-        for (int k = 0; k < 3 && isfinite(total); k++)
-            for (int i = 0; mats[k] && i < d->P * d->M; i++) {
-                total += mats[k][i];
-                if (!isfinite(total)) {
-                    snprintf(err, errlen,
-                             "%s: the durations add up to infinity at %s[%d][%d] = %g (the step's makespan would "
-                             "overflow); allowed: finite non-negative durations with a finite sum",
-                             name, keys[k], i / d->M, i % d->M, mats[k][i]);
-                    goto done;
-                }
-            }
-        if (!isfinite(total)) {
-            snprintf(err, errlen, "%s: \"latency\" %g times the messages of a step is not finite", name, d->latency);
-            goto done;
-        }
-    }
+    if (pp_durations_check(d, name, err, errlen) != 0) goto done;
     rc = 0;
 done:
     cJSON_Delete(root);
@@ -201,9 +215,22 @@ int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen
     return rc;
 }
 
+/* A number written with 17 significant digits, which read back bit for bit (cJSON's own printing tries 15
+ * digits and keeps them when they read back within a relative epsilon: 1.77770000038537e+28 for
+ * 17777000003853698980976496185, a different double). Entries are finite (checked). */
+static cJSON* exact_json(double x) {
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", x);
+    return cJSON_CreateRaw(b);
+}
+
 static cJSON* matrix_json(const double* v, int P, int M) {
     cJSON* a = cJSON_CreateArray();
-    for (int s = 0; s < P; s++) cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(v + (size_t)s * M, M));
+    for (int s = 0; s < P; s++) {
+        cJSON* row = cJSON_CreateArray();
+        for (int m = 0; m < M; m++) cJSON_AddItemToArray(row, exact_json(v[(size_t)s * M + m]));
+        cJSON_AddItemToArray(a, row);
+    }
     return a;
 }
 
@@ -211,7 +238,7 @@ char* pp_durations_to_json(const PpDurations* d) {
     cJSON* root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "stages", d->P);
     cJSON_AddNumberToObject(root, "microbatches", d->M);
-    cJSON_AddNumberToObject(root, "latency", d->latency);
+    cJSON_AddItemToObject(root, "latency", exact_json(d->latency));
     cJSON_AddItemToObject(root, "F", matrix_json(d->F, d->P, d->M));
     cJSON_AddItemToObject(root, "B", matrix_json(d->B, d->P, d->M));
     if (d->split) cJSON_AddItemToObject(root, "W", matrix_json(d->W, d->P, d->M));

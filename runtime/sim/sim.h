@@ -29,6 +29,9 @@ typedef struct {
  * M=8"). Returns 0, or -1 with the message in err and nothing allocated. */
 int pp_durations_parse(const char* text, const char* name, PpDurations* d, char* err, size_t errlen);
 int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen);
+/* The checks a duration file gets, for durations from elsewhere (generated, calibrated): every entry
+ * finite and >= 0 and the step's total (latency x 2PM included) finite. 0, or -1 with a message. */
+int pp_durations_check(const PpDurations* d, const char* name, char* err, size_t errlen);
 /* Serialise as a duration file (malloc'd JSON text). */
 char* pp_durations_to_json(const PpDurations* d);
 void pp_durations_free(PpDurations* d);
@@ -158,6 +161,8 @@ typedef struct {
     int layers[128];                            /* the LM layers of each stage (first 128) */
 } PpCalibStats;
 
+/* The largest jitter sigma pp_calib_generate takes (its median factor exp(-sigma^2/2) is 0.61 there). */
+#define PP_CALIB_MAX_JITTER 1.0
 /* The defaults: the 7B recipe (recipes/llava-1.5-7b.ini) at P = 8, M = 32, balanced, window 256. */
 void pp_calib_defaults(PpCalibConfig* c);
 /* Generate; returns 0 with d filled (seconds) and st (may be NULL), or -1 with a message. */

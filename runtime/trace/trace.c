@@ -95,9 +95,9 @@ void pp_trace_task(PpTrace* tr, int rank, int P, PpTask t, double start, double 
     trace_sep(tr);
     tb_printf(&tr->ev,
               "{\"name\":\"%c%d\",\"cat\":\"%c\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":0,"
-              "\"args\":{\"chunk\":%d,\"mb\":%d,\"stage\":%d}}",
+              "\"args\":{\"chunk\":%d,\"mb\":%d,\"stage\":%d,\"stages\":%d}}",
               kind_char[t.kind], t.mb, kind_char[t.kind], us(tr, start), (end - start) * 1e6, rank, t.chunk, t.mb,
-              t.chunk * P + rank);
+              t.chunk * P + rank, P);
 }
 
 /* The flow id names the message by its producer and endpoints, so a sender's and a receiver's files
@@ -160,8 +160,10 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     const cJSON* dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
     if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur)) return -1;
     /* a duration is finite and >= 0, a rank >= 0: what `sim` accepts of the files --durations writes */
-    if (!isfinite(ts->valuedouble) || !isfinite(dur->valuedouble) || dur->valuedouble < 0 || pid->valuedouble < 0 ||
-        pid->valuedouble > 65535)
+    /* times within 1e15 us (31 years) of the origin: the timeline's range and ticks stay exact (ts 4e42 with
+     * dur 1 gave an empty range and an endless axis loop, found by fuzz_trace) */
+    if (!(fabs(ts->valuedouble) <= 1e15) || !(dur->valuedouble >= 0 && dur->valuedouble <= 1e15) ||
+        pid->valuedouble < 0 || pid->valuedouble > 65535)
         return -2;
     s->rank = pid->valueint;
     s->kind = c[0];
@@ -169,19 +171,42 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     s->dur = dur->valuedouble;
     s->mb = -1;
     s->chunk = 0;
+    s->stages = -1;
     const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
     const cJSON* mb = args ? cJSON_GetObjectItemCaseSensitive(args, "mb") : NULL;
     const cJSON* ch = args ? cJSON_GetObjectItemCaseSensitive(args, "chunk") : NULL;
-    /* a microbatch and a chunk index size the tables of --durations: whole numbers in the simulator's range */
-    if (mb && (!cJSON_IsNumber(mb) || !(mb->valuedouble >= 0 && mb->valuedouble < (1 << 20)) ||
-               mb->valuedouble != floor(mb->valuedouble)))
-        return -2;
-    if (ch && (!cJSON_IsNumber(ch) || !(ch->valuedouble >= 0 && ch->valuedouble <= 65535) ||
-               ch->valuedouble != floor(ch->valuedouble)))
-        return -2;
+    const cJSON* st = args ? cJSON_GetObjectItemCaseSensitive(args, "stages") : NULL;
+    /* integers in the ranges the runtime writes (a microbatch < 2^20, a chunk or a pipeline size <= 65535):
+     * `--durations` computes the file's M and P from them */
+    if (mb && !(cJSON_IsNumber(mb) && mb->valuedouble >= 0 && mb->valuedouble < (1 << 20) &&
+                mb->valuedouble == (int)mb->valuedouble))
+        return -3;
+    if (ch && !(cJSON_IsNumber(ch) && ch->valuedouble >= 0 && ch->valuedouble <= 65535 &&
+                ch->valuedouble == (int)ch->valuedouble))
+        return -3;
+    if (st && !(cJSON_IsNumber(st) && st->valuedouble >= 1 && st->valuedouble <= 65536 &&
+                st->valuedouble == (int)st->valuedouble && st->valuedouble > pid->valuedouble))
+        return -3;
     if (mb) s->mb = (int)mb->valuedouble;
     if (ch) s->chunk = (int)ch->valuedouble;
+    if (st) s->stages = (int)st->valuedouble;
     return 1;
+}
+
+/* The peer a p2p instant names ("send F3 -> r2", "recv B0 <- r1"), or -1. */
+static int peer_from_event(const cJSON* e) {
+    const cJSON* ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+    const cJSON* cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+    const cJSON* name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "i") || !cJSON_IsString(cat) || strcmp(cat->valuestring, "p2p") ||
+        !cJSON_IsString(name))
+        return -1;
+    char kind, arrow[3];
+    int mb, peer, used = 0;
+    if (sscanf(name->valuestring, "%*4[sendrcv] %c%d %2s r%d%n", &kind, &mb, arrow, &peer, &used) != 4 ||
+        name->valuestring[used] != 0 || peer < 0 || peer > 65535)
+        return -1;
+    return peer;
 }
 
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
@@ -219,9 +244,18 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         if (k == -2) {
             char* js = cJSON_PrintUnformatted(e);
             snprintf(err, errlen,
-                     "%s: traceEvents[%d] = %.200s: a task span needs a finite \"ts\", a finite \"dur\" >= 0, a "
-                     "rank \"pid\" in 0 .. 65535, and \"args\" \"mb\" in 0 .. 2^20 - 1 and \"chunk\" in 0 .. 65535 "
-                     "(whole numbers) where present",
+                     "%s: traceEvents[%d] = %.200s: a task span needs a \"ts\" in -1e15 .. 1e15 (microseconds), a "
+                     "\"dur\" in 0 .. 1e15 and a rank \"pid\" in 0 .. 65535",
+                     path, i, js ? js : "?");
+            free(js);
+            cJSON_Delete(root);
+            return -1;
+        }
+        if (k == -3) {
+            char* js = cJSON_PrintUnformatted(e);
+            snprintf(err, errlen,
+                     "%s: traceEvents[%d] = %.200s: a task span's \"args\" need an integer \"mb\" in 0 .. 1048575, "
+                     "\"chunk\" in 0 .. 65535 and \"stages\" in 1 .. 65536 above its pid",
                      path, i, js ? js : "?");
             free(js);
             cJSON_Delete(root);
@@ -239,9 +273,12 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         set->cap = (set->n + n_new) * 2 + 16;
         set->spans = reallocCheck(set->spans, sizeof(PpTraceSpan) * set->cap);
     }
+    if (set->n == 0 && !set->merged) set->max_peer = -1;
     cJSON_ArrayForEach(e, events) {
         PpTraceSpan s;
         if (span_from_event(e, &s) == 1) set->spans[set->n++] = s;
+        int peer = peer_from_event(e);
+        if (peer > set->max_peer) set->max_peer = peer;
     }
     if (!set->merged) set->merged = cJSON_CreateArray();
     while (events->child) cJSON_AddItemToArray(set->merged, cJSON_DetachItemFromArray(events, 0));
@@ -355,7 +392,8 @@ char* pp_trace_set_svg(const PpTraceSet* set, const char* title) {
     double range_ms = (t1 - t0) / 1e3, step = nice_step(range_ms);
     tb_printf(&b, "<line class=\"axis\" x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/>\n", left, axis_y,
               left + plot_w, axis_y);
-    for (double v = 0; v <= range_ms * (1 + 1e-9); v += step) {
+    for (int k = 0; k <= 100 && step > 0 && k * step <= range_ms * (1 + 1e-9); k++) { /* nice_step: ~10 ticks */
+        double v = k * step;
         double x = left + v * 1e3 * scale;
         tb_printf(&b, "<line class=\"axis\" x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\"/>"
                       "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",

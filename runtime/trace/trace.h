@@ -46,13 +46,15 @@ int pp_trace_close(PpTrace* tr, char* err, size_t errlen);
 typedef struct {
     int rank;
     char kind;       // 'F', 'B' or 'W'
-    int mb, chunk;
+    int mb, chunk;   // mb -1 when the span has none; both checked in [0, 2^20] and [0, 65535]
+    int stages;      // the pipeline's P ("args": {"stages": P}, written since issue 19), -1 when absent
     double ts, dur;  // microseconds
 } PpTraceSpan;
 
 typedef struct {
     PpTraceSpan* spans;
     int n, cap;
+    int max_peer;    // the highest rank a p2p instant ("send F3 -> r2", "recv B0 <- r1") names, -1 if none
     void* merged;    // cJSON array of every event of every loaded file (for --json)
 } PpTraceSet;
 

@@ -59,6 +59,9 @@ struct StepExec {
      * next step on, call fn(ctx, c) when chunk c's gradients are final. */
     void (*set_grads_done)(StepExec* ex, StepGradsDone fn, void* ctx);
     void (*free)(StepExec* ex);
+    /* May be NULL: write what the executor keeps for the end of the run (the pipeline's trace file).
+     * Returns 0, or -1 with a message naming the file; free() still frees what is left. */
+    int (*finish)(StepExec* ex, char* err, size_t err_len);
 };
 
 /* The trainer's side of a step, the same for every executor. */

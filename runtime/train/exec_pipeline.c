@@ -155,6 +155,15 @@ static void pipe_set_grads_done(StepExec* ex, StepGradsDone fn, void* ctx) {
     pipeline_set_grads_done(((PipeExec*)ex)->pl, fn, ctx);
 }
 
+/* The trace file, written at the end of the run: a failed write is the run's error (issue 19). */
+static int pipe_finish(StepExec* ex, char* err, size_t err_len) {
+    PipeExec* x = (PipeExec*)ex;
+    if (!x->trace) return 0;
+    PpTrace* tr = x->trace;
+    x->trace = NULL;
+    return pp_trace_close(tr, err, err_len);
+}
+
 static void pipe_free(StepExec* ex) {
     PipeExec* x = (PipeExec*)ex;
     if (x->tp > 1 && x->steps > 1) {
@@ -226,6 +235,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     ex->load = pipe_load;
     ex->set_grads_done = pipe_set_grads_done;
     ex->free = pipe_free;
+    ex->finish = pipe_finish;
 
     PipelineConfig pc = {.P = r->pp, .rank = x->rank, .chunks = r->chunks, .cap = {PP_CAP_DEFAULT, 0},
                          .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = grid->pipe->device_memory ? TRANSPORT_FIFO : TRANSPORT_TAGGED,

@@ -205,8 +205,9 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     }
     char mt[32];
     fmt_bytes(mt, sizeof mt, max_total);
-    fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %d\n", mt, T, M, r->dp,
-            T * M * r->dp);
+    /* in 64 bits: the recipe's bounds allow 2^22 x 2^16 x 2^20 (4194304 x 512 overflowed an int) */
+    fprintf(out, "largest rank: %s; tokens per step: %d x %d microbatches x dp %d = %lld\n", mt, T, M, r->dp,
+            (long long)T * M * r->dp);
     /* DP (exec_dp.c): every replica holds the table above in full (no ZeRO sharding); the gradient
      * all-reduce works in place on the grad block, bucket by bucket, so it adds nothing on the CPU; a
      * device backend reduces through a host copy of the grad block. */

@@ -22,13 +22,23 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
         if (old) {
             char* kept = mallocCheck(n + 1);
             size_t k = 0;
+            int lineno = 0;
             for (char* line = old; line < old + n;) {
                 char* nl = memchr(line, '\n', (size_t)(old + n - line));
                 size_t len = nl ? (size_t)(nl - line) + 1 : (size_t)(old + n - line);
                 long long st = -1;
-                if (sscanf(line, "{\"step\":%lld", &st) == 1 && st <= resume_step && nl) {
+                int is_row = sscanf(line, "{\"step\":%lld", &st) == 1 && len >= 2 && line[len - (nl ? 2 : 1)] == '}';
+                lineno++;
+                if (is_row && st <= resume_step && nl) {
                     memcpy(kept + k, line, len);
                     k += len;
+                } else if (!m->dropped[0] && (!nl || !is_row)) {
+                    /* what a killed run (or a full disk) leaves: said, never dropped without a word */
+                    snprintf(m->dropped, sizeof m->dropped, "%s:%d: dropped %s (%zu bytes: '%.40s%s')", path, lineno,
+                             !nl ? "a torn last row without its newline" : "a line that is not a whole metrics row",
+                             len - (nl ? 1 : 0), line, len > 41 ? "..." : "");
+                    for (char* c = m->dropped; *c; c++)
+                        if (*c == '\n' || (unsigned char)*c < 32) *c = ' ';
                 }
                 line += len;
             }
@@ -49,23 +59,41 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
     return 0;
 }
 
-void metrics_write(Metrics* m, const StepStats* s) {
-    if (!m->f) return;
-    fprintf(m->f,
+int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
+    if (!m->f) return 0;
+    errno = 0;
+    int bad = fprintf(m->f,
             "{\"step\":%lld,\"loss\":%.9g,\"loss_hex\":\"%a\",\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
             "\"supervised\":%lld,\"patches\":%lld,\"step_time_s\":%.6f,\"tokens_per_s\":%.2f,\"data_wait_s\":%.6f,"
             "\"peak_mem_mb\":%.1f,\"eta_s\":%.1f",
             (long long)s->step, (double)s->loss, (double)s->loss, s->lr, s->grad_norm, (long long)s->tokens,
             (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
-            s->peak_mem_mb, s->eta_s);
-    if (s->bubble >= 0) fprintf(m->f, ",\"bubble\":%.4f", s->bubble);
-    fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped);
-    fflush(m->f);
+            s->peak_mem_mb, s->eta_s) < 0;
+    if (s->bubble >= 0) bad |= fprintf(m->f, ",\"bubble\":%.4f", s->bubble) < 0;
+    bad |= fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped) < 0;
+    /* every row reaches the file at its step: a full disk is an error now, not a file that silently
+     * stops at the stdio buffer's size */
+    bad |= fflush(m->f) != 0;
+    if (bad || ferror(m->f)) {
+        snprintf(err, err_len, "cannot write metrics file '%s' (row of step %lld): %s", m->path, (long long)s->step,
+                 strerror(errno ? errno : EIO));
+        return -1;
+    }
+    return 0;
 }
 
-void metrics_close(Metrics* m) {
-    if (m->f) fclose(m->f);
+int metrics_close(Metrics* m, char* err, size_t err_len) {
+    int rc = 0;
+    if (m->f) {
+        errno = 0;
+        int bad = ferror(m->f);
+        if (fclose(m->f) != 0 || bad) {
+            snprintf(err, err_len, "cannot write metrics file '%s': %s", m->path, strerror(errno ? errno : EIO));
+            rc = -1;
+        }
+    }
     m->f = NULL;
+    return rc;
 }
 
 static void fmt_eta(char* s, size_t n, double sec) {

@@ -23,13 +23,20 @@ typedef struct {
 typedef struct {
     FILE* f;
     char path[4096];
+    char dropped[512]; /* metrics_open: what it dropped that was not a whole row ("" when nothing) */
+    char error[1024];  /* the caller's copy of a write error (trainer.c stops the run on it) */
 } Metrics;
 /* Open PATH for appending. resume_step > 0 keeps only the lines of steps <= resume_step (a resumed
- * run rewrites what came after its checkpoint); 0 starts the file afresh. Returns 0, or -1 with err. */
+ * run rewrites what came after its checkpoint); 0 starts the file afresh. A torn row (no newline: what
+ * a killed run or a full disk leaves) or a line that is not a row is dropped and described in
+ * m->dropped for the caller to report. Returns 0, or -1 with err. */
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len);
-/* Append one line; the loss also as a C99 hex float ("loss_hex") so runs compare bit for bit. */
-void metrics_write(Metrics* m, const StepStats* s);
-void metrics_close(Metrics* m);
+/* Append one line (written through: fflush) and check that it reached the file; the loss also as a C99
+ * hex float ("loss_hex") so runs compare bit for bit. Returns 0, or -1 with a message naming the file
+ * (a full disk: "No space left on device"); the row may then be torn. */
+int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len);
+/* Close; 0, or -1 with a message when the last bytes could not be written. */
+int metrics_close(Metrics* m, char* err, size_t err_len);
 /* Format one human log line (step, loss, lr, grad norm, tokens/s, step time, bubble, peak mem, ETA). */
 void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_steps);
 /* Peak resident set size of this process in MiB (from /proc/self/status VmHWM). */

@@ -237,6 +237,13 @@ static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, ch
             v = (double)iv;
         }
         while (end && isspace((unsigned char)*end)) end++;
+        /* a well-formed number that does not fit (1e-400 underflows, 1e400 and 2^63 overflow) is out of range,
+         * not "not a number" */
+        if (*value && end && end != value && !*end && errno == ERANGE) {
+            rerr(err, n, "%s.%s = %s is out of range (beyond what a %s holds); allowed: %s", k->section, k->key, value,
+                 k->type == RKEY_FLOAT ? "double" : "64-bit integer", allowed);
+            return -1;
+        }
         if (!*value || !end || *end || errno == ERANGE || !isfinite(v)) {
             rerr(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
                  k->type == RKEY_FLOAT ? "a number" : "an integer");
@@ -253,6 +260,15 @@ static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, ch
         return 0;
     }
     case RKEY_STRING:
+        /* a ';' at the start or after white space starts a comment when the recipe is read back (the run's
+         * RUN_DIR/recipe.ini, --print-recipe): `init_from =; x` loaded as "; x" and came back empty */
+        for (const char* q = value; *q; q++)
+            if (*q == ';' && (q == value || isspace((unsigned char)q[-1]))) {
+                rerr(err, n, "%s.%s = '%s': a ';' at the start or after a space would start a comment when the "
+                     "recipe is written and read back; allowed: %s without such a ';'", k->section, k->key, value,
+                     allowed);
+                return -1;
+            }
         if (strlen(value) >= k->size) {
             rerr(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
             return -1;

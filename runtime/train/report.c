@@ -118,7 +118,7 @@ static double num_field(const cJSON* o, const char* k) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-static int metrics_read(const char* path, Series* s, char* err, size_t err_len) {
+static int metrics_read(const ReportConfig* c, const char* path, Series* s, char* err, size_t err_len) {
     memset(s, 0, sizeof *s);
     size_t len;
     char* text = rr_read_file(path, &len, RR_MAX_JSONL);
@@ -139,7 +139,12 @@ static int metrics_read(const char* path, Series* s, char* err, size_t err_len) 
         if (!blank) {
             cJSON* o = cJSON_ParseWithLength(p, l);
             double st = num_field(o, "step"), lo = num_field(o, "loss");
-            if (!cJSON_IsObject(o) || !isfinite(st)) {
+            if ((!cJSON_IsObject(o) || !isfinite(st)) && !nl) {
+                /* the last row without its newline: what a killed run or a full disk leaves (resume drops it
+                 * too); the run is drawn without it */
+                warnf(c, "%s:%d: a torn last row (%zu bytes, no newline: the run was killed or its disk filled "
+                      "while writing it) is left out", path, line, l);
+            } else if (!cJSON_IsObject(o) || !isfinite(st)) {
                 snprintf(err, err_len, "%s:%d: not a metrics line (a JSON object with \"step\" and \"loss\", as "
                          "rrfp-mm train writes)", path, line);
                 rc = -1;
@@ -745,7 +750,7 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
     Series m;
-    if (metrics_read(path, &m, err, err_len) != 0) return -1;
+    if (metrics_read(c, path, &m, err, err_len) != 0) return -1;
     RecipeText rt;
     char why[2048];
     snprintf(path, sizeof path, "%s/recipe.ini", c->run_dir);

@@ -443,6 +443,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
+    if (t->metrics.dropped[0]) rr_warn("%s", t->metrics.dropped);
     if (!eval_only && t->ex->log_rank && trainer_write_recipe(t, err, err_len) != 0) return -1;
     t->t_begin = rr_now();
     return 0;
@@ -538,7 +539,8 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->eta_s = per * (double)(t->last_step - t->step);
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
-    if (ex->log_rank) metrics_write(&t->metrics, s);
+    /* a failed write stops the run at this step end, after a checkpoint (trainer_run) */
+    if (ex->log_rank && !t->metrics.error[0]) metrics_write(&t->metrics, s, t->metrics.error, sizeof t->metrics.error);
     return 0;
 }
 
@@ -576,7 +578,10 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
 }
 
 void trainer_free(Trainer* t) {
-    if (t->metrics.f) metrics_close(&t->metrics);
+    if (t->metrics.f) {
+        char e[1024];
+        if (metrics_close(&t->metrics, e, sizeof e) != 0 && !t->metrics.error[0]) rr_warn("%s", e);
+    }
     if (t->src.free) t->src.free(&t->src);
     if (t->ex) {
         step_exec_free_hooks(t->ex);
@@ -655,19 +660,42 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1) {
             char line[512];
             metrics_log_line(line, sizeof line, &s, r->steps);
-            fprintf(log, "%s\n", line);
-            fflush(log);
+            errno = 0;
+            int bad = fprintf(log, "%s\n", line) < 0;
+            bad |= fflush(log) != 0;
+            if ((bad || ferror(log)) && !t->metrics.error[0])
+                snprintf(t->metrics.error, sizeof t->metrics.error, "cannot write the log (standard output) at step "
+                         "%lld: %s", (long long)t->step, strerror(errno ? errno : EIO));
         }
         int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
          * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
          * runtime.comm = nccl, comm_grid_allreduce_all). */
-        int stopping = stop && *stop;
+        /* 2: a rank could not write the metrics or the log: every rank stops here too, after a checkpoint
+         * where one can still be written, and the job fails naming the file */
+        int stopping = t->metrics.error[0] ? 2 : stop && *stop;
         if (world->size > 1 && comm_grid_allreduce_all(&t->grid, &stopping, 1, COMM_I32, COMM_MAX, err, err_len) != 0) {
             rc = -1;
             break;
         }
         if ((ck || stopping) && trainer_checkpoint(t, err, err_len) != 0) {
+            if (stopping == 2 && t->metrics.error[0]) {
+                char ck_err[1024];
+                snprintf(ck_err, sizeof ck_err, "%s", err);
+                snprintf(err, err_len, "%s; the checkpoint of step %lld could not be written either: %s",
+                         t->metrics.error, (long long)t->step, ck_err);
+            }
+            rc = -1;
+            break;
+        }
+        if (stopping == 2) {
+            if (t->metrics.error[0])
+                snprintf(err, err_len, "%s; stopped after step %lld with checkpoint %s/step-%08lld (resume with "
+                         "--resume latest once the file can be written)", t->metrics.error, (long long)t->step,
+                         t->ckpt_root, (long long)t->step);
+            else
+                snprintf(err, err_len, "stopped after step %lld with a checkpoint: the log rank could not write the "
+                         "metrics or the log (its message names the file)", (long long)t->step);
             rc = -1;
             break;
         }
@@ -686,6 +714,8 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     /* the last step's device work (the optimizer's kernels on a replica that wrote no checkpoint) ends
      * before the time is taken and the memory is freed */
     for (int c = 0; rc == 0 && t->ex && c < t->ex->n_stages; c++) t->ex->stages[c]->be->synchronize(t->ex->stages[c]->be);
+    if ((rc == 0 || rc == 1) && t->ex && t->ex->finish && t->ex->finish(t->ex, err, err_len) != 0) rc = -1;
+    if ((rc == 0 || rc == 1) && t->metrics.f && metrics_close(&t->metrics, err, err_len) != 0) rc = -1;
     if (rc == 0) rc = trainer_rank_summary(t, err, err_len);
     if (rc == 0)
         fprintf(log, "done: %lld steps in %.1f s; metrics %s\n", (long long)t->step, rr_now() - t->t_begin,

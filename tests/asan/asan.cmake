@@ -1,0 +1,59 @@
+# asan.cmake — the sanitizer build's test selection (label `asan`) and environment; included by
+# CMakeLists.txt after every tests/*.cmake. `make test-asan` configures build-asan with
+# -DRRFP_SANITIZE=ON -DRRFP_CUDA=OFF and runs `ctest -L asan` there (.ci/run).
+#
+# The selection: the unit tests, the input-handling and CLI tests, and pipeline runs of 2 ranks (the
+# transport, a SIGTERM'd pp 2 training job and its resume, a pp 2 job whose trace cannot be written),
+# each a few seconds under ASan (pipeline_equiv_np2 and train_synthetic_e2e take 45 s each there: left
+# to the normal build). Left out: torch / node / browser peers (another process does the work), fuzzers (their own
+# ASan build), gpu, the CUDA emulation (its own checks), slow and 4..8-rank tests (CI time).
+#
+# A sanitizer report fails the test that caused it, and is never lost:
+# - halt_on_error=1 and -fno-sanitize-recover=undefined: the first report ends the process with exit 86,
+#   a status no test expects (tests expect 0, 1, 2, 77 or 128 + a signal);
+# - log_path: every report (ASan, UBSan, LeakSanitizer) goes to build-asan/sanitizer-reports/TEST.PID,
+#   whatever the test does with the program's stderr; the fixture test `asan_reports_none` runs after
+#   the selection and fails listing every report and the test that wrote it (a test that only checks
+#   "exit status != 0" cannot hide one). GCC's libubsan ignores log_path beside libasan:
+#   tests/asan/ubsan_log_path.c, linked into every target of this build, sets it at start-up.
+# Leaks: detect_leaks=1 with tests/asan/lsan.supp, which suppresses Open MPI's own start-up allocations
+# only (MPI_Init's tables live to the end of the process; its plug-ins are dlclose'd at MPI_Finalize, so
+# fast_unwind_on_malloc=0 is needed for their stacks to reach libmpi and match). Our leaks still fail.
+if(NOT RRFP_SANITIZE)
+  return()
+endif()
+set(RRFP_ASAN_TESTS
+    # unit
+    engine_philox engine_init engine_lr engine_sumsq engine_step_end engine_params engine_expf engine_backend_cpu
+    engine_backend_unknown engine_ce_bad_target engine_params_duplicate engine_ops_fd engine_ops_bf16
+    model_fd model_split_bitwise model_pipeline_stages model_freeze model_bad_budget model_bad_image_id
+    model_bad_target model_bad_grid model_bad_pos model_bad_overlap
+    tp_split tp_init tp_ce tp_lm tp_vit tp_proj tp_embed partition sched_core tokenizer_unit attention_table
+    report_unit safetensors_selftest checkpoint_unit recipe_unit
+    # input handling and the command line
+    data_roundtrip data_pack_errors tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
+    recipe_cli_bad_key recipe_cli_bad_set recipe_print_roundtrip recipe_dry_run_7b tensors_diff sched_cli
+    cli_help cli_unknown_command cli_version cli_contract train_guard_lock train_guard_memory train_guard_stale
+    train_guard_threads train_guard_demo train_freeze_bad_key train_init_from_missing train_tp_refused
+    train_eval_packing silent_answers write_errors_metrics write_errors_log write_errors_torn
+    write_errors_full write_errors_trace write_errors_metrics_mpi stale_zombie
+    # pipeline parallel, 2 ranks
+    transport_np2 transport_lost_peer train_signal_mpi)
+set(RRFP_ASAN_REPORTS ${CMAKE_BINARY_DIR}/sanitizer-reports)
+add_test(NAME asan_reports_clear COMMAND bash -c "rm -rf \"$0\" && mkdir -p \"$0\"" ${RRFP_ASAN_REPORTS})
+add_test(NAME asan_reports_none
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/asan/reports_none.sh ${RRFP_ASAN_REPORTS})
+set_tests_properties(asan_reports_clear PROPERTIES FIXTURES_SETUP asan_reports LABELS asan)
+set_tests_properties(asan_reports_none PROPERTIES FIXTURES_CLEANUP asan_reports LABELS asan)
+foreach(t ${RRFP_ASAN_TESTS})
+  if(NOT TEST ${t})
+    message(FATAL_ERROR "tests/asan/asan.cmake: no test named '${t}' (renamed? update RRFP_ASAN_TESTS)")
+  endif()
+  set(common "halt_on_error=1:exitcode=86:log_path=${RRFP_ASAN_REPORTS}/${t}")
+  set_property(TEST ${t} APPEND PROPERTY LABELS asan)
+  set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED asan_reports)
+  set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT
+               "ASAN_OPTIONS=${common}:detect_leaks=1:fast_unwind_on_malloc=0:abort_on_error=0"
+               "UBSAN_OPTIONS=${common}:print_stacktrace=1"
+               "LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/asan/lsan.supp:print_suppressions=0")
+endforeach()

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""make_seeds.py OUT_DIR [SIM_TRACE.json] — the committed seed corpora of the file-input fuzz targets
+(tests/fuzz/seeds/, run_fuzz_files.sh): small valid inputs of each format, and the reproductions of
+issue 19 that the targets must keep refusing. Written with the standard library only (an independent
+writer of the formats). Run again after a format change: python3 tests/fuzz/make_seeds.py tests/fuzz/seeds"""
+import json, os, struct, sys
+
+SEP = b"\n--8<--\n"
+out = sys.argv[1]
+
+
+def put(target, name, data):
+    os.makedirs(os.path.join(out, target), exist_ok=True)
+    with open(os.path.join(out, target, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def safetensors(tensors, meta=None):
+    """tensors: [(name, dtype, shape, bytes)]"""
+    hdr, off, blobs = {}, 0, []
+    if meta:
+        hdr["__metadata__"] = meta
+    for name, dt, shape, b in tensors:
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+# safetensors: every dtype, a scalar, an empty tensor; tensor-parallel slices; issue 19's shapes
+put("safetensors", "dtypes", safetensors([
+    ("a.f32", "F32", [3, 2], f32(*range(6))), ("b.bf16", "BF16", [4], struct.pack("<4H", 0x3f80, 0xc020, 0x4049, 0x477f)),
+    ("c.i32", "I32", [2, 1], struct.pack("<2i", 7, -20)), ("d.f16", "F16", [2], struct.pack("<2H", 0x3c00, 0xc000)),
+    ("e.scalar", "F32", [], f32(42.5)), ("f.empty", "F32", [0, 4], b"")], {"format": "pt"}))
+put("safetensors", "slices", safetensors([
+    ("text.blocks.0.attn.q.weight", "F32", [2, 4], f32(*range(8))), ("text.blocks.0.mlp.down.weight", "F32", [4, 1], f32(*range(4)))],
+    {"slice.text.blocks.0.attn.q.weight": "dim=0;shape=4,4;ranges=0:2",
+     "slice.text.blocks.0.mlp.down.weight": "dim=1;shape=4,2;ranges=0:1",
+     "xxh64.text.blocks.0.attn.q.weight": "0"}))
+put("safetensors", "slice_qkv", safetensors([("w", "F32", [6, 2], f32(*range(12)))],
+    {"slice.w": "dim=0;shape=12,2;ranges=0:2,4:2,8:2"}))
+put("safetensors", "slice_huge_shape", safetensors([("w", "F32", [4, 1], f32(1, 2, 3, 4))],
+    {"slice.w": "dim=1;shape=4,4000000000000;ranges=0:1"}))
+put("safetensors", "six_dims", safetensors([("w", "F32", [32, 48, 1, 1, 1, 1], f32(*([0.5] * (32 * 48))))]))
+put("safetensors", "duplicate", b"")  # replaced below: json.dumps cannot write a duplicate key
+dup = b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
+dup += b" " * ((-len(dup)) % 8)
+put("safetensors", "duplicate", struct.pack("<Q", len(dup)) + dup + b"\0" * 8)
+
+# import: a two-layer Llama folder (config.json, index, model.safetensors), and issue 19's configs
+cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+       "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 16, "vocab_size": 16,
+       "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False}
+D, F, V = 8, 16, 16
+lt = [("model.embed_tokens.weight", [V, D]), ("model.norm.weight", [D]), ("lm_head.weight", [V, D])]
+for k, sh in [("input_layernorm.weight", [D]), ("self_attn.q_proj.weight", [D, D]), ("self_attn.k_proj.weight", [D, D]),
+              ("self_attn.v_proj.weight", [D, D]), ("self_attn.o_proj.weight", [D, D]),
+              ("post_attention_layernorm.weight", [D]), ("mlp.gate_proj.weight", [F, D]), ("mlp.up_proj.weight", [F, D]),
+              ("mlp.down_proj.weight", [D, F])]:
+    lt.append(("model.layers.0." + k, sh))
+tens = []
+for name, sh in lt:
+    n = 1
+    for s in sh:
+        n *= s
+    tens.append((name, "F32", sh, f32(*[0.01 * (i % 13) for i in range(n)])))
+model = safetensors(tens)
+index = json.dumps({"metadata": {"total_size": len(model)}, "weight_map": {n: "model.safetensors" for n, _ in lt}})
+put("import", "llama_index", json.dumps(cfg).encode() + SEP + index.encode() + SEP + model)
+put("import", "llama_single", json.dumps(cfg).encode() + SEP + SEP + model)
+put("import", "layers_overflow", json.dumps(dict(cfg, num_hidden_layers=477218589)))
+put("import", "index_not_string", json.dumps(cfg).encode() + SEP + b'{"weight_map": {"model.embed_tokens.weight": 5}}')
+put("import", "vocab_huge", json.dumps(dict(cfg, vocab_size=2147483647, hidden_size=16384, num_attention_heads=128))
+    .encode() + SEP + SEP + model)
+
+# durations: a hand-computed file, split backward, and the overflow case
+put("durations", "p2m2", json.dumps({"stages": 2, "microbatches": 2, "latency": 0.5, "F": [[1, 1], [1, 1]],
+                                     "B": [[2, 2], [2, 2]]}))
+put("durations", "split", json.dumps({"stages": 2, "microbatches": 3, "latency": 0, "F": [[1, 2, 1], [1, 1, 3]],
+                                      "B": [[1, 1, 1], [2, 1, 1]], "W": [[1, 1, 1], [1, 1, 2]]}))
+put("durations", "overflow", json.dumps({"stages": 1, "microbatches": 2, "F": [[1e308, 1e308]], "B": [[1, 1]]}))
+
+# recipes: the synthetic test recipe's keys with --set lines after the separator
+put("recipe", "small", "[model]\ntext_layers = 2\ntext_width = 64\ntext_heads = 2\nvocab = 64\n[train]\nsteps = 5\n"
+    "[optim]\nwarmup = 2\nlr = 3e-3\n" + SEP.decode() + "optim.lr=1e-400\ndata.microbatches=512\nparallel.pp=2\n")
+put("recipe", "sets", "[data]\nsource = synthetic\n" + SEP.decode() +
+    "data.microbatch_tokens=4194304\ntrain.steps=99999999999999999999\nruntime.cap=1.5x\nparallel.layers=1,1\n")
+
+# traces: what `rrfp-mm sim --trace` writes, and rank 0's part of it (a 2-stage run's one file)
+if len(sys.argv) > 2:
+    ev = json.load(open(sys.argv[2]))["traceEvents"]
+    put("trace", "sim_p2", json.dumps({"traceEvents": ev}))
+    put("trace", "rank0", json.dumps({"traceEvents": [e for e in ev if e.get("pid") == 0]}))
+put("trace", "bare_array", json.dumps([{"name": "F0", "cat": "F", "ph": "X", "ts": 0, "dur": 5, "pid": 0, "tid": 0,
+                                        "args": {"chunk": 0, "mb": 0, "stage": 0, "stages": 1}},
+                                       {"name": "B0", "cat": "B", "ph": "X", "ts": 5, "dur": 9, "pid": 0, "tid": 0,
+                                        "args": {"chunk": 0, "mb": 0}}]))
