@@ -77,3 +77,13 @@ target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
 foreach(t split init ce lm vit proj embed)
   add_test(NAME tp_${t} COMMAND test_tp ${t})
 endforeach()
+# The LM variants of LLaVA's successors in one step against the reference (its own GQA by repeat_interleave,
+# biases as nn.Linear biases, Llama-3 frequencies as published, tied head as embed.weight^T): grouped-query
+# attention (4 query heads on 2 key/value heads), q/k/v and o biases, tied embeddings, rope_type = llama3 with
+# original_max_pos 512 so that the 8 frequency pairs of a 16-dim head fall in all three bands, theta 500000.
+# Step 2's dump: the biases have moved from their zero init, so the forward uses them.
+set(LM_VARIANT_SETS "--set model.text_heads=4 --set model.text_kv_heads=2 --set model.text_qkv_bias=true --set model.text_o_bias=true --set model.tie_embeddings=true --set model.rope_type=llama3 --set model.rope_original_max_pos=512 --set model.rope_base=500000")
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_lm_variants)
+add_test(NAME model_torch_trainer_dump_lm_variants
+         COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 ${LM_VARIANT_SETS} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-2'")
+set_tests_properties(model_torch_trainer_dump_lm_variants PROPERTIES LABELS torch TIMEOUT 120)

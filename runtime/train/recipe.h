@@ -28,6 +28,12 @@ typedef struct {
     int64_t seed;      /* initialisation seed */
     double rms_eps;    /* the LM's RMSNorm eps (1e-5) */
     double rope_base;  /* the LM's RoPE base theta (10000) */
+    int text_kv_heads; /* LM key/value heads (0 = text_heads) */
+    int text_qkv_bias, text_o_bias; /* LM attention biases */
+    int tie_embeddings;             /* LM head = token embedding */
+    char rope_type[16];             /* default | llama3 */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
 
     /* [data] */
     char source[16];            /* shards | synthetic */
