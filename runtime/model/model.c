@@ -336,6 +336,8 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     params_init(&st->params);
     stage_register(&st->params, st);
     st->params.omit_replicated = st->tp_rank > 0;
+    if (cfg->tie_embeddings && st->last && !st->first) /* the tied head's copy of the first stage's embedding */
+        st->params.specs[params_find(&st->params, "text.embed.weight")].shared_copy = 1;
     freeze_for_each(freeze, freeze_apply, &st->params);
     params_alloc(&st->params, be, cfg->seed);
 
@@ -977,6 +979,7 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
         const ParamSpec* s = &pt->specs[i];
         if (grads && s->frozen) continue; /* a frozen tensor has no gradient */
         if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
+        if (s->shared_copy) continue;                               /* the tied embedding's copy: stage 0 writes it */
         st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + (grads ? s->goff : s->offset));
         char key[160], val[256];
         if (params_slice_format(s, val, sizeof val)) {

@@ -377,6 +377,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
     if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0) return -1;
+    /* tied embeddings under a pipeline: the first and last stage's gradients summed, after the DP reduction */
+    if (step_exec_add_tied_embed(t->ex, &t->mc, r->pp > 1 ? t->grid.pipe : NULL, t->grid.p, r->pp, err, err_len) != 0)
+        return -1;
     if (eval_only) {
         /* evaluation reads the values only: without moments a checkpoint written under another
          * train.freeze (which has AdamW state for other tensors) evaluates too */
