@@ -61,6 +61,21 @@ if command -v python3 >/dev/null; then
 else
   echo "note: no python3, random code point lines skipped"
 fi
+# Llama-2's SentencePiece-style BPE (normalizer Prepend + Replace to metaspaces, no pre-tokenizer, byte
+# fallback, fuse_unk, decoder Replace / ByteFallback / Fuse / Strip), with merges learned from the corpus by
+# tests/node/make_llama2.js (Meta's file is not downloadable here); characters rarer than 3 in the corpus
+# are not in its vocabulary, so emoji and most scripts go through the byte pieces. HF decodes the ids back
+# to the line. Then LLaVA's variant with <image> / <pad> added tokens (each piece between them normalized
+# on its own, as HF does: no decode check, the metaspace prepended after an added token decodes as a
+# space), the random code points (HF decodes a literal U+2581 as a space: no decode check), and the file as
+# HF re-saves it (same ids, same hash, below).
+(cd "$NODE_DIR" && node make_llama2.js "$WORK/llama2.json" 800 llama2 "$CORPUS" && \
+   node make_llama2.js "$WORK/llama2-llava.json" 800 llava "$CORPUS") 2>"$WORK/make_llama2.log"
+compare "$WORK/llama2.json" llama2 --decode
+compare "$WORK/llama2-llava.json" llama2-llava 2>/dev/null
+if [ -f "$WORK/unicode.txt" ]; then compare "$WORK/llama2.json" llama2-unicode "" "$WORK/unicode.txt"; fi
+fb=$(tr ' ' '\n' <"$WORK/llama2.hf.txt" | awk '$1 >= 3 && $1 <= 258' | wc -l)
+if [ "$fb" -gt 100 ]; then echo "ok: llama2: $fb of the ids are byte-fallback pieces"; else echo "FAIL: llama2: only $fb byte-fallback ids: the corpus does not exercise byte fallback"; fail=1; fi
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
 # plus the manifests', so most words use learned merges)
 "$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \
@@ -69,7 +84,7 @@ fi
 compare "$WORK/trained.json" trained --decode
 # files as HF itself writes them (its field order, merges as pairs): same ids, and the same hash as
 # the file they were made from (the hash is of the tokenizer, not of the JSON text)
-for name in gpt2 trained; do
+for name in gpt2 trained llama2; do
   (cd "$NODE_DIR" && node resave.js "$WORK/$name.json" "$WORK/$name-hf.json")
   compare "$WORK/$name-hf.json" "$name-hf" --decode
   h1=$("$RRFP_MM" tokenizer info --tokenizer "$WORK/$name.json" | grep hash)

@@ -1,5 +1,7 @@
-/* tokenizer.h — byte-level BPE in the Hugging Face tokenizer.json format (model type BPE, ByteLevel
- * pre-tokenizer with the GPT-2 split pattern, ByteLevel decoder, added special tokens). */
+/* tokenizer.h — BPE in the Hugging Face tokenizer.json format: byte-level (ByteLevel pre-tokenizer with
+ * the GPT-2 split pattern, ByteLevel decoder) or SentencePiece-style as Llama-2's file (Prepend / Replace
+ * metaspace normalizer, no pre-tokenizer, byte_fallback, Replace / ByteFallback / Fuse / Strip decoder),
+ * with added special tokens. */
 #ifndef RRFP_TOKENIZER_H
 #define RRFP_TOKENIZER_H
 
