@@ -34,6 +34,7 @@ typedef struct {
                                    packable" is an error); the pack stops as soon as the limit is passed */
     int patch, min_patches, max_patches; /* grid stored in the index (the loader recomputes if it differs) */
     FILE* progress;         /* progress and rejections (stderr), NULL = quiet */
+    const char* chat_template; /* data/template.h: rrfp (NULL: the same), vicuna_v1, llama_3, chatml, plain */
 } PackConfig;
 
 typedef struct {

@@ -28,3 +28,9 @@ set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS
 # loader throughput program (bench/loader.sh runs it against bench/loader_pil.py)
 add_executable(rrfp-bench-loader bench/bench_loader.c)
 target_link_libraries(rrfp-bench-loader PRIVATE rrfp_core)
+# LLaVA's chat templates (data/template.h) against the prompts LLaVA's conversation.py / train.py build
+# (tests/data/chat_templates_expected.json, written by tests/chat_templates_ref.py), their supervised
+# pieces, and segment-wise tokenization equal to the whole text's with a SentencePiece-style tokenizer
+add_executable(test_templates tests/test_templates.c)
+target_link_libraries(test_templates PRIVATE rrfp_core)
+add_test(NAME data_chat_templates COMMAND test_templates ${CMAKE_SOURCE_DIR}/tests/data/chat_templates_expected.json)

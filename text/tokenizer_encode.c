@@ -72,10 +72,13 @@ typedef struct {
     size_t scratch_cap[MAX_STEPS];
     char* norm[2];            /* the normalizer's output and its work copy */
     size_t norm_cap[2];
+    int cont;                 /* tokenizer_encode_continue: the text's first piece continues text (no Prepend) */
+    const char* text;         /* the whole text (its first piece is the one at text) */
 } SplitCtx;
 
-/* The normalizer (SentencePiece-style) of s into c->norm[0]; returns its length. */
-static size_t normalize(const Tokenizer* t, SplitCtx* c, const char* s, size_t n) {
+/* The normalizer (SentencePiece-style) of s into c->norm[0]; returns its length. skip_prepend: leave out the
+ * Prepend steps (a piece that continues earlier text). */
+static size_t normalize(const Tokenizer* t, SplitCtx* c, const char* s, size_t n, int skip_prepend) {
     size_t len = n;
     int cur = 0;
     for (int k = 0; k < 2; k++)
@@ -91,7 +94,7 @@ static size_t normalize(const Tokenizer* t, SplitCtx* c, const char* s, size_t n
         char* out = c->norm[1 - cur];
         size_t o = 0;
         if (st->kind == NORM_PREPEND) {
-            if (len == 0) continue; /* HF prepends to non-empty text only */
+            if (len == 0 || skip_prepend) continue; /* HF prepends to non-empty text only */
             memcpy(out, st->to, st->to_len);
             memcpy(out + st->to_len, in, len);
             o = st->to_len + len;
@@ -240,15 +243,15 @@ static void added_split_normalized(const Tokenizer* t, SplitCtx* c, const char* 
         added_split(t, c, 1, s, n);
         return;
     }
-    size_t len = normalize(t, c, s, n);
+    size_t len = normalize(t, c, s, n, c->cont && s == c->text);
     char* copy = mallocCheck(len + 1);
     memcpy(copy, c->norm[0], len);
     added_split(t, c, 1, copy, len);
     free(copy);
 }
 
-void tokenizer_pretokenize(const Tokenizer* t, const char* text, size_t len, TokenizerPieceFn fn, void* ctx) {
-    SplitCtx c = {.fn = fn, .ctx = ctx};
+static void pretokenize(const Tokenizer* t, const char* text, size_t len, int cont, TokenizerPieceFn fn, void* ctx) {
+    SplitCtx c = {.fn = fn, .ctx = ctx, .cont = cont, .text = text};
     c.md = pcre2_match_data_create(4, NULL);
     if (!c.md) rr_die("tokenizer: out of memory (pcre2_match_data_create)");
     added_split(t, &c, 0, text, len);
@@ -256,6 +259,10 @@ void tokenizer_pretokenize(const Tokenizer* t, const char* text, size_t len, Tok
     for (int k = 0; k < MAX_STEPS; k++) free(c.scratch[k]);
     free(c.norm[0]);
     free(c.norm[1]);
+}
+
+void tokenizer_pretokenize(const Tokenizer* t, const char* text, size_t len, TokenizerPieceFn fn, void* ctx) {
+    pretokenize(t, text, len, 0, fn, ctx);
 }
 
 /* ---- BPE ------------------------------------------------------------------------------------------ */
@@ -468,9 +475,9 @@ static void encode_piece(void* ctx, const char* piece, size_t len, int added_id)
     cache_put(e->t, piece, len, e->ids + before, e->n - before);
 }
 
-int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t** ids) {
+static int encode(const Tokenizer* t, const char* text, size_t len, int cont, int32_t** ids) {
     EncodeCtx e = {.t = t};
-    tokenizer_pretokenize(t, text, len, encode_piece, &e);
+    pretokenize(t, text, len, cont, encode_piece, &e);
     free(e.sym);
     free(e.prev);
     free(e.next);
@@ -479,6 +486,15 @@ int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t**
     if (!e.ids) e.ids = mallocCheck(sizeof(int32_t)); /* a valid pointer even for no ids */
     *ids = e.ids;
     return (int)e.n;
+}
+
+int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t** ids) { return encode(t, text, len, 0, ids); }
+
+int tokenizer_encode_continue(const Tokenizer* t, const char* text, size_t len, int prev_id, int32_t** ids) {
+    /* HF normalizes each piece between added tokens on its own: a piece after an added token (or at the
+     * start) gets the Prepend, one that continues ordinary text does not */
+    int cont = prev_id >= 0 && !(prev_id < t->n_ids && t->added_of_id[prev_id] >= 0);
+    return encode(t, text, len, cont, ids);
 }
 
 char* tokenizer_decode(const Tokenizer* t, const int32_t* ids, int n, size_t* len) {
