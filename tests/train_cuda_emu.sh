@@ -25,6 +25,7 @@
 #     Seen here: equal losses, grad norms within 1e-8.
 # PRECISION=bf16 (environment) runs both sides with runtime.precision = bf16 (test train_cuda_emu_bf16):
 # tolerances for it in the verdict below (flips of the bf16 compute copy, not f32 round-off).
+# EXTRA_SETS (environment): further `--set key=value` for both sides (the LM variants' test).
 # RESUME=0 (environment) leaves out the stop/resume/dump part of single mode (2.): checkpointing does
 # not depend on the precision, and train_cuda_emu covers it; train_cuda_emu_bf16 sets it (the
 # emulation runs a step in tens of seconds).
@@ -49,6 +50,9 @@ RESUME=${RESUME:-1}
 # optim.warmup: the recipe's 5 steps, or all of them when fewer run (a warm-up longer than the run is refused)
 common=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS < 5 ? STEPS : 5)) --set train.log_every=1
         --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
+# EXTRA_SETS (environment): more --set options for both backends' runs (train_cuda_emu_lm_variants)
+read -r -a extra <<<"${EXTRA_SETS:-}"
+common+=("${extra[@]}")
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
