@@ -13,10 +13,12 @@ void model_param_counts(const ModelConfig* mc, ModelParamCounts* c) {
     c->vision_final = 2 * Dv;
     c->projector = (Dv * Dt + Dt) + (Dt * Dt + Dt);
     c->text_embed = V * Dt;
-    /* norm1, q k v o, norm2, gate up down */
-    c->text_block = Dt + 4 * Dt * Dt + Dt + 3 * Dt * F;
+    /* norm1, q k v o (k, v: the key/value heads' rows), their biases, norm2, gate up down */
+    double Dkv = (mc->Hkv > 0 ? mc->Hkv : mc->Ht) * (Dt / mc->Ht);
+    c->text_block = Dt + 2 * Dt * Dt + 2 * Dkv * Dt + (mc->qkv_bias ? Dt + 2 * Dkv : 0) + (mc->o_bias ? Dt : 0) + Dt +
+                    3 * Dt * F;
     c->text_final = Dt;
-    c->head = V * Dt;
+    c->head = mc->tie_embeddings ? 0 : V * Dt; /* tied: the embedding (a pipeline's last stage holds a copy) */
     c->vision = c->vision_embed + mc->Lv * c->vision_block + c->vision_final;
     c->text = c->text_embed + mc->Lt * c->text_block + c->text_final + c->head;
     c->total = c->vision + c->projector + c->text;
