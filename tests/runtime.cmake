@@ -158,3 +158,11 @@ add_test(NAME tp_train_pp2tp2dp1_lm_variants
                  --set model.text_o_bias=true --set model.tie_embeddings=true --set model.rope_type=llama3
                  --set model.rope_original_max_pos=512 --set model.rope_base=500000)
 set_tests_properties(tp_train_pp2tp2dp1_lm_variants PROPERTIES LABELS mpi TIMEOUT 500)
+# Tied embeddings with data parallelism: the DP buckets (started early, overlapping the backward) must be
+# finished before the tied gradient sum between the first and last stage reads them: pp 2 x dp 2 against
+# one process, with one key/value head (grouped-query attention at its extreme)
+add_test(NAME tp_train_pp2tp1dp2_tied
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/tp_train.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_train_tied_dp 2 1 2 2
+                 --set model.text_layers=4 --set model.tie_embeddings=true --set model.text_kv_heads=1)
+set_tests_properties(tp_train_pp2tp1dp2_tied PROPERTIES LABELS mpi TIMEOUT 500)
