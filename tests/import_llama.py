@@ -298,6 +298,12 @@ VARIANTS = [
                     "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": 4096,
                     "rope_theta": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
      {"text_kv_heads": "1", "text_qkv_bias": "true", "tie_embeddings": "true"}, 1 + 12 * 3 + 1),
+    # Mistral as transformers 5 saves it: rope_parameters holding rope_theta and Llama-3's scaling, no biases
+    ("mistral_rope_parameters", {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "num_key_value_heads": 2,
+                                 "sliding_window": None, "rope_parameters": {
+                                     "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+     {"text_kv_heads": "2", "rope_type": "llama3", "rope_original_max_pos": "64"}, 1 + 9 * 3 + 2),
 ]
 
 
@@ -334,6 +340,8 @@ def variant_cases(rrfp, logits_bin, work):
             t[p + "mlp.down_proj.weight"] = ("F16", rnd(D, F, std=0.3 / math.sqrt(F)))
         if not cfg.get("tie_word_embeddings"):
             t["lm_head.weight"] = ("BF16", rnd(V, D, std=2 / math.sqrt(D)))
+        else:  # a tied model saved with its head anyway (the embedding's values): skipped by the import
+            t["lm_head.weight"] = t["model.embed_tokens.weight"]
         W = st_write(os.path.join(hf, "model.safetensors"), t)
         ck = os.path.join(work, "ckpt_" + name)
         r = subprocess.run([rrfp, "import", "llama", "--hf", hf, "--out", ck], capture_output=True, text=True)
@@ -358,7 +366,7 @@ def variant_cases(rrfp, logits_bin, work):
         mb = st_read(out)
         cu = mb["cu_seqlens"].tolist()
         ids = mb["ids"].long()
-        scaling = cfg.get("rope_scaling")
+        scaling = cfg.get("rope_scaling") or (cfg.get("rope_parameters") if cfg.get("rope_parameters", {}).get("rope_type") == "llama3" else None)
 
         def ref(**kw):
             args = {"eps": 1e-3, "theta": theta, "scaling": scaling, **kw}
@@ -367,7 +375,7 @@ def variant_cases(rrfp, logits_bin, work):
         tol = 1e-5  # as the base case: float32 against float64, 3 layers
         e = rel_err(mb["logits"], ref())
         expect(e <= tol, f"{name}: logits vs the float64 forward: {e:.2e} <= {tol:.0e}")
-        senses = [("the biases", {"use_bias": False})]
+        senses = [("the biases", {"use_bias": False})] if qkv_bias else []
         if scaling:
             senses.append(("the llama3 frequency scaling", {"scaling": None}))
         if 1 < Hkv < H:
