@@ -207,12 +207,15 @@ RejectReason manifest_sample_build(const cJSON* rec, int line, const Tokenizer* 
 /* A LLaVA template's segments, tokenized one after the other (tokenizer_encode_continue: as if the text
  * were encoded whole), the supervised ones masked 1. */
 static void tokbuf_push_segs(TokBuf* b, const Tokenizer* tok, TemplateKind k, const TemplateSegs* sg) {
-    int bos = template_bos_id(k, tok);
+    int bos = template_bos_id(k, tok), prev = -1; /* the BOS is the tokenizer's addition, not text */
     if (bos >= 0) tokbuf_push(b, &bos, 1, 0);
     for (int i = 0; i < sg->n; i++) {
         int32_t* ids = NULL;
-        int n = tokenizer_encode_continue(tok, sg->seg[i].text, sg->seg[i].len, b->n ? b->ids[b->n - 1] : -1, &ids);
-        if (n > 0) tokbuf_push(b, ids, n, (uint8_t)sg->seg[i].supervised);
+        int n = tokenizer_encode_continue(tok, sg->seg[i].text, sg->seg[i].len, prev, &ids);
+        if (n > 0) {
+            tokbuf_push(b, ids, n, (uint8_t)sg->seg[i].supervised);
+            prev = ids[n - 1];
+        }
         free(ids);
     }
 }

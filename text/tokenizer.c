@@ -5,7 +5,8 @@
  * taking its last rank; unk_token, fuse_unk, ignore_merges, byte_fallback), pre_tokenizer ByteLevel,
  * optionally after Split(Regex or String, Isolated) steps in a Sequence, decoder ByteLevel; or, without a
  * pre_tokenizer, SentencePiece-style BPE (Llama-2): normalizer Prepend / Replace(String) steps and the
- * decoder Sequence Replace, ByteFallback, Fuse, Strip; and added_tokens
+ * decoder Sequence Replace, ByteFallback, Fuse, Strip, or its newer form with a Metaspace pre-tokenizer (and
+ * optionally a Metaspace decoder); and added_tokens
  * with HF's ids (the model's id if the content is a model token, else the next free one) and
  * options. Anything else is refused with a message naming the file and the field.
  *
@@ -526,11 +527,58 @@ static int normalizer_parse(Tokenizer* t, const cJSON* n, const char* name, char
     return norm_step_parse(t, n, name, err, err_len);
 }
 
+/* A Metaspace's prepend_scheme ("always" | "first" | "never"), or the older add_prefix_space (true: always). */
+static int meta_prepend_parse(const cJSON* m, int* prepend) {
+    const cJSON* ps = cJSON_GetObjectItemCaseSensitive(m, "prepend_scheme");
+    if (cJSON_IsString(ps)) {
+        if (!strcmp(ps->valuestring, "always")) *prepend = META_ALWAYS;
+        else if (!strcmp(ps->valuestring, "first")) *prepend = META_FIRST;
+        else if (!strcmp(ps->valuestring, "never")) *prepend = META_NEVER;
+        else return -1;
+        return 0;
+    }
+    int aps;
+    if (json_bool(m, "add_prefix_space", 1, &aps)) return -1;
+    *prepend = aps ? META_ALWAYS : META_NEVER;
+    return 0;
+}
+
+/* pre_tokenizer Metaspace (newer Llama / Mistral files): ' ' replaced, the replacement prepended by its scheme,
+ * optionally split before each replacement. */
+static int metaspace_parse(Tokenizer* t, const cJSON* m, const char* name, char* err, size_t err_len) {
+    PretokStep* s = &t->steps[0];
+    memset(s, 0, sizeof *s);
+    const cJSON* r = cJSON_GetObjectItemCaseSensitive(m, "replacement");
+    int split;
+    if (!cJSON_IsString(r) || !r->valuestring[0] || meta_prepend_parse(m, &s->prepend) || json_bool(m, "split", 1, &split)) {
+        set_err(err, err_len, "%s: pre_tokenizer Metaspace: needs a \"replacement\" string, prepend_scheme always / "
+                "first / never (or add_prefix_space) and a boolean split", name);
+        return -1;
+    }
+    s->kind = STEP_METASPACE;
+    s->pattern = strdup(r->valuestring);
+    s->split = split;
+    t->n_steps = 1;
+    return 0;
+}
+
 /* Llama-2's decoder: Sequence [Replace("\u2581" -> " "), ByteFallback, Fuse, Strip(" ", start, 0)]; the
- * steps may be a subset, in that order. Sets dec_strip. */
+ * steps may be a subset, in that order; or a Metaspace decoder ("\u2581" -> " ", the first token's leading
+ * space dropped unless its prepend_scheme is never). Sets dec_strip and dec_bytes. */
 static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char* err, size_t err_len) {
     const cJSON* list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
     const char* type = json_type(d);
+    if (type && !strcmp(type, "Metaspace")) {
+        const cJSON* r = cJSON_GetObjectItemCaseSensitive(d, "replacement");
+        int prepend;
+        if (!cJSON_IsString(r) || strcmp(r->valuestring, "\xe2\x96\x81") || meta_prepend_parse(d, &prepend)) {
+            set_err(err, err_len, "%s: decoder Metaspace: only replacement \"\u2581\" with a prepend_scheme is supported",
+                    name);
+            return -1;
+        }
+        t->dec_strip = prepend != META_NEVER;
+        return 0;
+    }
     if (!type || strcmp(type, "Sequence") || !cJSON_IsArray(list)) {
         set_err(err, err_len, "%s: decoder %s: a tokenizer without a pre_tokenizer (SentencePiece-style) needs Llama-2's "
                 "decoder, a Sequence of Replace(\"\u2581\" -> \" \"), ByteFallback, Fuse, Strip", name, type ? type : "missing");
@@ -547,6 +595,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
                     "in that order)", name, k ? k : "without a type");
             return -1;
         }
+        if (at == 1) t->dec_bytes = 1;
         if (at == 0) {
             const cJSON* pat = cJSON_GetObjectItemCaseSensitive(x, "pattern");
             const cJSON* str = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
@@ -708,7 +757,8 @@ static uint64_t tokenizer_compute_hash(const Tokenizer* t) {
     PUT32(t->fuse_unk | t->ignore_merges << 1);
     if (t->sp) { /* SentencePiece-style: its own settings (byte-level files hash as before) */
         PUT("sp", 2);
-        PUT32(t->byte_fallback | t->dec_strip << 1);
+        PUT32(t->byte_fallback | t->dec_strip << 1 | t->dec_bytes << 8);
+        for (int i = 0; i < t->n_steps; i++) PUT32(t->steps[i].prepend | t->steps[i].split << 2);
         PUT32(t->n_norm);
         for (int i = 0; i < t->n_norm; i++) {
             PUT32(t->norm[i].kind);
@@ -738,7 +788,7 @@ static void decode_table_build(Tokenizer* t) {
             char* out = mallocCheck(n + 1);
             unsigned hex;
             int used = 0;
-            if (t->byte_fallback && n == 6 && !strncmp(s, "<0x", 3) && s[5] == '>' && sscanf(s + 3, "%2X%n", &hex, &used) == 1 &&
+            if (t->dec_bytes && n == 6 && !strncmp(s, "<0x", 3) && s[5] == '>' && sscanf(s + 3, "%2X%n", &hex, &used) == 1 &&
                 used == 2) {
                 out[o++] = (char)hex;
             } else {
@@ -798,11 +848,17 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
     int ok = 0;
     if (!cJSON_IsObject(root) || !cJSON_IsObject(model)) {
         set_err(err, err_len, "%s: no \"model\" object; expected a Hugging Face tokenizer.json", name);
-    } else if ((!pt || cJSON_IsNull(pt)) && ((norm && !cJSON_IsNull(norm)) || !cJSON_IsObject(dec) ||
-                                            !json_type(dec) || strcmp(json_type(dec), "ByteLevel"))) {
-        /* no pre-tokenizer: SentencePiece-style BPE (Llama-2), the normalizer inserting the metaspaces */
+    } else if (((!pt || cJSON_IsNull(pt)) && ((norm && !cJSON_IsNull(norm)) || !cJSON_IsObject(dec) ||
+                                             !json_type(dec) || strcmp(json_type(dec), "ByteLevel"))) ||
+               (json_type(pt) && !strcmp(json_type(pt), "Metaspace"))) {
+        /* SentencePiece-style BPE: no pre-tokenizer, the normalizer inserting the metaspaces (Llama-2), or the
+         * Metaspace pre-tokenizer doing it (newer files, without a normalizer) */
         t->sp = 1;
-        if (!normalizer_parse(t, norm, name, err, err_len) && !sp_decoder_parse(t, dec, name, err, err_len) &&
+        int meta = cJSON_IsObject(pt);
+        if (meta && norm && !cJSON_IsNull(norm)) {
+            set_err(err, err_len, "%s: a normalizer together with the Metaspace pre_tokenizer is not supported", name);
+        } else if ((!meta || !metaspace_parse(t, pt, name, err, err_len)) && !normalizer_parse(t, norm, name, err, err_len) &&
+                   !sp_decoder_parse(t, dec, name, err, err_len) &&
             !model_parse(t, model, name, err, err_len) &&
             !added_parse(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), name, err, err_len)) {
             ok = 1;

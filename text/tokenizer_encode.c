@@ -72,9 +72,45 @@ typedef struct {
     size_t scratch_cap[MAX_STEPS];
     char* norm[2];            /* the normalizer's output and its work copy */
     size_t norm_cap[2];
-    int cont;                 /* tokenizer_encode_continue: the text's first piece continues text (no Prepend) */
+    int cont;                 /* tokenizer_encode_continue: 1 the text's first piece continues text (no Prepend),
+                                 2 the text follows an added token; 0: the text starts the sequence */
     const char* text;         /* the whole text (its first piece is the one at text) */
 } SplitCtx;
+
+static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n);
+
+/* Metaspace (step k): ' ' -> the replacement, which is prepended (always: unless the piece starts with it;
+ * first: also only to the piece that starts the text, as HF's offsets_original().0 == 0; never), then the
+ * piece is cut before each replacement (split) or passed on whole. A piece that continues text
+ * (tokenizer_encode_continue) gets no prepend. */
+static void metaspace_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n) {
+    const PretokStep* st = &t->steps[k];
+    const char* r = st->pattern;
+    size_t rl = strlen(r), cap = n * rl + rl + 64;
+    if (c->scratch_cap[k] < cap) c->scratch[k] = reallocCheck(c->scratch[k], c->scratch_cap[k] = 2 * cap);
+    char* out = c->scratch[k];
+    size_t o = 0;
+    int at_start = s == c->text && c->cont == 0;
+    int starts = (n >= 1 && s[0] == ' ') || (n >= rl && !memcmp(s, r, rl)); /* HF checks after the replace */
+    if ((st->prepend == META_ALWAYS && !(c->cont == 1 && s == c->text)) || (st->prepend == META_FIRST && at_start))
+        if (!starts) memcpy(out, r, rl), o = rl;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') memcpy(out + o, r, rl), o += rl;
+        else out[o++] = s[i];
+    }
+    if (!st->split) {
+        pretok_step(t, c, k + 1, out, o);
+        return;
+    }
+    size_t last = 0;
+    for (size_t i = 1; i + rl <= o; i++)
+        if (!memcmp(out + i, r, rl)) { /* MergedWithNext: the replacement starts the next piece */
+            pretok_step(t, c, k + 1, out + last, i - last);
+            last = i;
+            i += rl - 1;
+        }
+    pretok_step(t, c, k + 1, out + last, o - last);
+}
 
 /* The normalizer (SentencePiece-style) of s into c->norm[0]; returns its length. skip_prepend: leave out the
  * Prepend steps (a piece that continues earlier text). */
@@ -121,8 +157,6 @@ static size_t normalize(const Tokenizer* t, SplitCtx* c, const char* s, size_t n
     return len;
 }
 
-static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n);
-
 /* Split s by step k's regex (Isolated: matches and the gaps between them are pieces) and hand each
  * piece to step k+1. Invalid UTF-8 runs are pieces of their own (see the file comment). */
 static void regex_split(const Tokenizer* t, SplitCtx* c, int k, const pcre2_code* re, const char* s, size_t n) {
@@ -165,6 +199,10 @@ static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, s
         return;
     }
     const PretokStep* st = &t->steps[k];
+    if (st->kind == STEP_METASPACE) {
+        metaspace_step(t, c, k, s, n);
+        return;
+    }
     if (st->kind == STEP_BYTELEVEL && st->add_prefix_space && s[0] != ' ') {
         if (c->scratch_cap[k] < n + 1) c->scratch[k] = reallocCheck(c->scratch[k], c->scratch_cap[k] = 2 * n + 64);
         c->scratch[k][0] = ' ';
@@ -243,7 +281,7 @@ static void added_split_normalized(const Tokenizer* t, SplitCtx* c, const char* 
         added_split(t, c, 1, s, n);
         return;
     }
-    size_t len = normalize(t, c, s, n, c->cont && s == c->text);
+    size_t len = normalize(t, c, s, n, c->cont == 1 && s == c->text);
     char* copy = mallocCheck(len + 1);
     memcpy(copy, c->norm[0], len);
     added_split(t, c, 1, copy, len);
@@ -493,7 +531,7 @@ int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t**
 int tokenizer_encode_continue(const Tokenizer* t, const char* text, size_t len, int prev_id, int32_t** ids) {
     /* HF normalizes each piece between added tokens on its own: a piece after an added token (or at the
      * start) gets the Prepend, one that continues ordinary text does not */
-    int cont = prev_id >= 0 && !(prev_id < t->n_ids && t->added_of_id[prev_id] >= 0);
+    int cont = prev_id < 0 ? 0 : prev_id < t->n_ids && t->added_of_id[prev_id] >= 0 ? 2 : 1;
     return encode(t, text, len, cont, ids);
 }
 

@@ -119,12 +119,15 @@ typedef struct {
     int special, single_word, lstrip, rstrip, normalized;
 } AddedToken;
 
-typedef enum { STEP_SPLIT, STEP_BYTELEVEL } StepKind;
+typedef enum { STEP_SPLIT, STEP_BYTELEVEL, STEP_METASPACE } StepKind;
+enum { META_NEVER = 0, META_ALWAYS = 1, META_FIRST = 2 }; /* Metaspace prepend_scheme */
 typedef struct {
     StepKind kind;
-    char* pattern;         /* as written in the file (STEP_SPLIT; GPT-2's for a ByteLevel with use_regex) */
+    char* pattern;         /* as written in the file (STEP_SPLIT; GPT-2's for a ByteLevel with use_regex; the
+                              replacement of a Metaspace) */
     pcre2_code* re;        /* NULL: ByteLevel with use_regex false */
     int add_prefix_space;  /* ByteLevel only */
+    int prepend, split;    /* Metaspace only: prepend_scheme (META_*), split on the replacement */
 } PretokStep;
 
 #define MAX_STEPS 8
@@ -188,6 +191,7 @@ struct Tokenizer {
     NormStep norm[MAX_NORM];
     int n_norm;
     int dec_strip;         /* decoder Strip: leading ' ' removed from the decoded text (Llama-2: 1) */
+    int dec_bytes;         /* the decoder has ByteFallback: "<0xXX>" decodes to its byte */
 };
 
 #endif

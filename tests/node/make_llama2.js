@@ -9,7 +9,9 @@
 // byte pieces (byte fallback), as rare characters do in Llama-2.
 // usage: node make_llama2.js OUT.json MERGES VARIANT TEXT_FILE...
 //   VARIANT llama2: as Llama-2's file; llava: plus LLaVA's added tokens <image> and <pad> (special,
-//   not normalized), so that text around them is normalized piece by piece as HF does.
+//   not normalized), so that text around them is normalized piece by piece as HF does; metaspace: as newer
+//   files (legacy = false): no normalizer, pre-tokenizer Metaspace(prepend_scheme first, split false), and
+//   <image>; metaspace-split: Metaspace(always, split true) with a Metaspace decoder.
 'use strict';
 const fs = require('fs');
 
@@ -88,5 +90,14 @@ const tok = {
   model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: null,
     fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab, merges },
 };
+// newer files (transformers' legacy = false): no normalizer, a Metaspace pre-tokenizer prepending only at
+// the start of the text (first) or to every piece (always, here with split on)
+if (variant === 'metaspace' || variant === 'metaspace-split') {
+  tok.normalizer = null;
+  tok.pre_tokenizer = variant === 'metaspace' ? { type: 'Metaspace', replacement: SP, prepend_scheme: 'first', split: false }
+                                              : { type: 'Metaspace', replacement: SP, prepend_scheme: 'always', split: true };
+  if (variant === 'metaspace-split') tok.decoder = { type: 'Metaspace', replacement: SP, prepend_scheme: 'always', split: true };
+  added.push(special('<image>' in vocab ? vocab['<image>'] : next++, '<image>'));
+}
 fs.writeFileSync(out, JSON.stringify(tok, null, 1));
 process.stderr.write(`make_llama2: ${Object.keys(vocab).length} tokens (${alphabet.length} characters, ${merges.length} merges)\n`);
