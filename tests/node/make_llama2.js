@@ -7,7 +7,8 @@
 // "▁" run's last "▁", pairs counted within pieces, the most frequent pair merged, ties by the smaller
 // pair string); characters seen fewer than 3 times are left out of the vocabulary, so they take the
 // byte pieces (byte fallback), as rare characters do in Llama-2.
-// usage: node make_llama2.js OUT.json MERGES VARIANT TEXT_FILE...
+// usage: node make_llama2.js MERGES PREFIX TEXT_FILE...   writes PREFIX-VARIANT.json for every VARIANT (the
+// merges are learned once):
 //   VARIANT llama2: as Llama-2's file; llava: plus LLaVA's added tokens <image> and <pad> (special,
 //   not normalized), so that text around them is normalized piece by piece as HF does; metaspace: as newer
 //   files (legacy = false): no normalizer, pre-tokenizer Metaspace(prepend_scheme first, split false), and
@@ -15,7 +16,7 @@
 'use strict';
 const fs = require('fs');
 
-const [out, nMergesArg, variant, ...files] = process.argv.slice(2);
+const [nMergesArg, prefix, ...files] = process.argv.slice(2);
 const nMerges = parseInt(nMergesArg, 10);
 const SP = '\u2581';
 const lines = [];
@@ -67,37 +68,40 @@ for (let b = 0; b < 256; b++) vocab[`<0x${b.toString(16).toUpperCase().padStart(
 for (const ch of alphabet) if (!(ch in vocab)) vocab[ch] = next++;
 for (const m of merges) { const t = m.split(' ').join(''); if (!(t in vocab)) vocab[t] = next++; }
 
-const special = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
-  special: true });
-const added = [special(0, '<unk>'), special(1, '<s>'), special(2, '</s>')];
-// HF gives an added token the model's id when its content is a model token, else the next free id
-if (variant === 'llava') for (const c of ['<image>', '<pad>']) added.push(special(c in vocab ? vocab[c] : next++, c));
-const tok = {
-  version: '1.0',
-  truncation: null,
-  padding: null,
-  added_tokens: added,
-  normalizer: { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: SP },
-    { type: 'Replace', pattern: { String: ' ' }, content: SP }] },
-  pre_tokenizer: null,
-  post_processor: { type: 'TemplateProcessing',
-    single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
-    pair: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
-      { SpecialToken: { id: '<s>', type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
-    special_tokens: { '<s>': { id: '<s>', ids: [1], tokens: ['<s>'] } } },
-  decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: SP }, content: ' ' },
-    { type: 'ByteFallback' }, { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }] },
-  model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: null,
-    fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab, merges },
-};
-// newer files (transformers' legacy = false): no normalizer, a Metaspace pre-tokenizer prepending only at
-// the start of the text (first) or to every piece (always, here with split on)
-if (variant === 'metaspace' || variant === 'metaspace-split') {
-  tok.normalizer = null;
-  tok.pre_tokenizer = variant === 'metaspace' ? { type: 'Metaspace', replacement: SP, prepend_scheme: 'first', split: false }
-                                              : { type: 'Metaspace', replacement: SP, prepend_scheme: 'always', split: true };
-  if (variant === 'metaspace-split') tok.decoder = { type: 'Metaspace', replacement: SP, prepend_scheme: 'always', split: true };
-  added.push(special('<image>' in vocab ? vocab['<image>'] : next++, '<image>'));
+for (const variant of ['llama2', 'llava', 'metaspace', 'metaspace-split']) {
+  let nextFree = next;
+  const special = (id, content) => ({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false,
+    special: true });
+  const added = [special(0, '<unk>'), special(1, '<s>'), special(2, '</s>')];
+  // HF gives an added token the model's id when its content is a model token, else the next free id
+  if (variant === 'llava') for (const c of ['<image>', '<pad>']) added.push(special(c in vocab ? vocab[c] : nextFree++, c));
+  const tok = {
+    version: '1.0',
+    truncation: null,
+    padding: null,
+    added_tokens: added,
+    normalizer: { type: 'Sequence', normalizers: [{ type: 'Prepend', prepend: SP },
+      { type: 'Replace', pattern: { String: ' ' }, content: SP }] },
+    pre_tokenizer: null,
+    post_processor: { type: 'TemplateProcessing',
+      single: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+      pair: [{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
+        { SpecialToken: { id: '<s>', type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+      special_tokens: { '<s>': { id: '<s>', ids: [1], tokens: ['<s>'] } } },
+    decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: SP }, content: ' ' },
+      { type: 'ByteFallback' }, { type: 'Fuse' }, { type: 'Strip', content: ' ', start: 1, stop: 0 }] },
+    model: { type: 'BPE', dropout: null, unk_token: '<unk>', continuing_subword_prefix: null, end_of_word_suffix: null,
+      fuse_unk: true, byte_fallback: true, ignore_merges: false, vocab, merges },
+  };
+  // newer files (transformers' legacy = false): no normalizer, a Metaspace pre-tokenizer prepending only at
+  // the start of the text (first) or to every piece (always, here with split on)
+  if (variant === 'metaspace' || variant === 'metaspace-split') {
+    tok.normalizer = null;
+    tok.pre_tokenizer = variant === 'metaspace' ? { type: 'Metaspace', replacement: SP, prepend_scheme: 'first', split: false }
+                                                : { type: 'Metaspace', replacement: SP, prepend_scheme: 'always', split: true };
+    if (variant === 'metaspace-split') tok.decoder = { type: 'Metaspace', replacement: SP, prepend_scheme: 'always', split: true };
+    added.push(special('<image>' in vocab ? vocab['<image>'] : nextFree++, '<image>'));
+  }
+  fs.writeFileSync(`${prefix}-${variant}.json`, JSON.stringify(tok, null, 1));
 }
-fs.writeFileSync(out, JSON.stringify(tok, null, 1));
 process.stderr.write(`make_llama2: ${Object.keys(vocab).length} tokens (${alphabet.length} characters, ${merges.length} merges)\n`);
