@@ -51,7 +51,8 @@ int template_check_tokenizer(TemplateKind k, const Tokenizer* tok, char* err, si
         if (tokenizer_token_id(tok, need[k][i]) < 0) {
             snprintf(err, err_len, "the tokenizer has no %s token, which the %s template needs%s", need[k][i],
                      template_name(k),
-                     k == TEMPLATE_RRFP ? " (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>)"
+                     k == TEMPLATE_RRFP ? " (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>; a published "
+                                          "LLaVA's tokenizer goes with --template vicuna_v1, llama_3 or chatml)"
                                         : "; allowed: a tokenizer of the template's LM family (with <image> added)");
             return -1;
         }
