@@ -53,6 +53,15 @@ common=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS < 5 ? STEPS : 5))
 # EXTRA_SETS (environment): more --set options for both backends' runs (train_cuda_emu_lm_variants)
 read -r -a extra <<<"${EXTRA_SETS:-}"
 common+=("${extra[@]}")
+# EXTRA_SETS took effect (a test named for a model variant must have trained that variant)
+check_extra() {
+  local kv k v
+  for kv in "${extra[@]}"; do
+    [ "$kv" = --set ] && continue
+    k=${kv#*.}; k=${k%%=*}; v=${kv#*=}
+    grep -qx "$k = $v" "$1/recipe.ini" || { echo "FAIL: $1: $kv not in its recipe.ini"; exit 1; }
+  done
+}
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
@@ -61,6 +70,8 @@ CUDA=(--set runtime.backend=cuda)
 if [ "$MODE" = single ]; then
   echo "== CUDA backend (emulated, memory protected): $STEPS steps"
   "$EMU" train "$RECIPE" "${common[@]}" "${CUDA[@]}" --set train.run_dir="$WORK/cuda"
+  check_extra "$WORK/cpu"
+  check_extra "$WORK/cuda"
   if [ "$RESUME" = 1 ]; then
     echo "== CUDA backend: stop at $HALF, resume with the dump of step $DUMP"
     "$EMU" train "$RECIPE" "${common[@]}" "${CUDA[@]}" --set train.run_dir="$WORK/split" --set train.stop_at="$HALF"
