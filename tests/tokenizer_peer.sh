@@ -84,6 +84,21 @@ if [ -f "$WORK/unicode.txt" ]; then
   compare "$WORK/llama2-metaspace.json" llama2-metaspace-unicode "" "$WORK/unicode.txt"
   compare "$WORK/llama2-metaspace-split.json" llama2-metaspace-split-unicode "" "$WORK/unicode.txt"
 fi
+# the whole corpus as one text, its 380 newlines included (Llama-2: one word of 28 kB whose newlines take
+# the <0x0A> byte piece), for each form and GPT-2's; HF decodes it back for Llama-2's and GPT-2's
+whole() { # whole TOKENIZER NAME [--decode]
+  (cd "$NODE_DIR" && node encode.js "$1" "$CORPUS" --whole ${3:-}) >"$WORK/$2.hf.txt"
+  "$RRFP_MM" tokenizer encode --tokenizer "$1" --file "$CORPUS" >"$WORK/$2.ours.txt"
+  if cmp -s "$WORK/$2.hf.txt" "$WORK/$2.ours.txt"; then
+    echo "ok: $2: the whole corpus as one text, $(wc -w <"$WORK/$2.hf.txt") ids, identical to Hugging Face tokenizers"
+  else
+    echo "FAIL: $2: the whole corpus's ids differ from Hugging Face tokenizers"; fail=1
+  fi
+}
+whole "$WORK/llama2.json" llama2-whole --decode
+whole "$WORK/llama2-metaspace.json" llama2-metaspace-whole
+whole "$WORK/llama2-metaspace-split.json" llama2-metaspace-split-whole
+whole "$WORK/gpt2.json" gpt2-whole --decode
 fb=$(tr ' ' '\n' <"$WORK/llama2.hf.txt" | awk '$1 >= 3 && $1 <= 258' | wc -l)
 if [ "$fb" -gt 100 ]; then echo "ok: llama2: $fb of the ids are byte-fallback pieces"; else echo "FAIL: llama2: only $fb byte-fallback ids: the corpus does not exercise byte fallback"; fail=1; fi
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
