@@ -6,6 +6,7 @@ add_test(NAME model_fd COMMAND test_model fd)
 # the same with the LM variants: grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE
 add_test(NAME model_fd_variants COMMAND test_model fd_variants)
 add_test(NAME model_split_bitwise COMMAND test_model split)
+add_test(NAME model_split_bitwise_variants COMMAND test_model split_variants)
 add_test(NAME model_pipeline_stages COMMAND test_model stages)
 add_test(NAME model_freeze COMMAND test_model freeze)
 add_test(NAME model_gpu COMMAND test_model gpu)

@@ -4,7 +4,7 @@
  *                      the same with grouped-query attention, attention biases, tied embeddings, Llama-3 RoPE)
  *                      sampled elements of every parameter tensor (ViT, projector, embedding, LM,
  *                      head) on a tiny multimodal microbatch
- *   test_model split   B then W (interleaved across 3 microbatches in flight, as a pipeline runs
+ *   test_model split   (split_variants: with the LM variants) B then W (interleaved across 3 microbatches in flight, as a pipeline runs
  *                      them) gives bitwise the same loss and gradients as the fused backward
  *   test_model gpu     the same 3-microbatch step on the CUDA backend against the CPU backend, and
  *                      split vs fused on CUDA (label gpu; exit 77 = skipped without a device)
@@ -150,8 +150,23 @@ static const char* SPECS[] = {
 };
 #define NMB 3
 
+static void split_run(const ModelConfig* cfg);
+
 static void test_split(void) {
     ModelConfig c = small_config(2);
+    split_run(&c);
+}
+
+/* the LM variants (grouped-query attention, biases, tied embeddings, Llama-3 RoPE): B then W as fused, bitwise */
+static void test_split_variants(void) {
+    ModelConfig c = small_config(2);
+    c.Hkv = 2, c.qkv_bias = c.o_bias = 1, c.tie_embeddings = 1;
+    c.rope_llama3 = 1, c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_max_pos = 16;
+    split_run(&c);
+}
+
+static void split_run(const ModelConfig* cfg) {
+    ModelConfig c = *cfg;
     uint64_t rng = 3;
     Microbatch mb[NMB];
     int n_sup = 0;
@@ -624,6 +639,8 @@ int main(int argc, char** argv) {
         test_fd_variants();
     else if (!strcmp(argv[1], "split"))
         test_split();
+    else if (!strcmp(argv[1], "split_variants"))
+        test_split_variants();
     else if (!strcmp(argv[1], "stages"))
         test_stages();
     else if (!strcmp(argv[1], "freeze"))
