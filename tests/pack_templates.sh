@@ -3,7 +3,8 @@
 # packed under every chat template with a tokenizer trained here that has the templates' special tokens,
 # each pack counting its records (plain takes only the one-exchange records with an image and rejects the
 # others, naming the reason), an unknown template and a tokenizer without the template's tokens refused
-# before anything is written, and two training steps on the vicuna_v1 shards.
+# before anything is written, and two training steps on the vicuna_v1 shards; a padded model.vocab (more
+# rows than the tokenizer's ids, as Hugging Face checkpoints have) trains and a smaller one is refused.
 # usage: pack_templates.sh RRFP_MM RECIPE WORK_DIR
 set -u
 BIN=$1 RECIPE=$2 W=$3
@@ -49,5 +50,15 @@ log=$("$BIN" train "$RECIPE" --set data.source=shards --set data.shards="$W/shar
       --set model.vocab=0 --set train.steps=2 --set optim.warmup=1 --set data.microbatches=1 --set train.run_dir="$W/run" 2>&1) \
   || fail "training on the vicuna_v1 shards: $log"
 grep -q "step     2/2" <<<"$log" && echo "trained 2 steps on the vicuna_v1 shards" || fail "no step 2 in: $log"
+# a padded vocabulary (an imported checkpoint's: more rows than token ids) trains; a smaller one is refused
+tv=$("$BIN" tokenizer info --tokenizer "$W/tok.json" | sed -n 's/^vocab size: //p')
+log=$("$BIN" train "$RECIPE" --set data.source=shards --set data.shards="$W/shards-vicuna_v1" --set data.tokenizer="$W/tok.json" \
+      --set model.vocab=$((tv + 7)) --set train.steps=1 --set optim.warmup=1 --set data.microbatches=1 \
+      --set train.run_dir="$W/run-padded" 2>&1) || fail "training with model.vocab = $((tv + 7)) (padded): $log"
+log=$("$BIN" train "$RECIPE" --set data.source=shards --set data.shards="$W/shards-vicuna_v1" --set data.tokenizer="$W/tok.json" \
+      --set model.vocab=$((tv - 1)) --set train.steps=1 --set optim.warmup=1 --set train.run_dir="$W/run-small" 2>&1) \
+  && fail "model.vocab below the tokenizer's size was accepted"
+grep -q "allowed: 0 (= $tv) or more" <<<"$log" || fail "model.vocab too small: '$log'"
+echo "model.vocab $((tv + 7)) (the tokenizer's $tv padded) trains, $((tv - 1)) is refused"
 [ $fails = 0 ] && echo "pack templates: ok"
 exit $((fails > 0))

@@ -37,7 +37,8 @@ static const RecipeKey recipe_keys[] = {
     {"model", "text_heads", RKEY_INT, OFF(text_heads), 0, "4", 1, 1024, 0, 1, "LM attention heads Ht."},
     {"model", "ffn_hidden", RKEY_INT, OFF(ffn_hidden), 0, "688", 1, 1 << 20, 0, 1, "SwiGLU hidden size F."},
     {"model", "vocab", RKEY_INT, OFF(vocab), 0, "0", 0, 1 << 24, 0, 1,
-     "Vocabulary V. 0 = the size of data.tokenizer; otherwise it must equal it."},
+     "Vocabulary V. 0 = the size of data.tokenizer; otherwise at least that (more: a padded vocabulary, as Hugging "
+     "Face checkpoints have, e.g. Qwen2's 152064 rows for 151,665 token ids; rows no token reaches)."},
     {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
      "Initialisation seed; init is a function of (seed, parameter name) only."},
     {"model", "rms_eps", RKEY_FLOAT, OFF(rms_eps), 0, "1e-5", 1e-12, 1, 0, 1,

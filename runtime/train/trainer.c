@@ -105,12 +105,13 @@ static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* 
     int tv = tokenizer_vocab_size(tok);
     *tok_hash = tokenizer_hash(tok);
     tokenizer_free(tok);
-    if (*vocab != 0 && *vocab != tv) {
-        snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 or %d",
-                 recipe_origin(r, "model", "vocab"), *vocab, r->tokenizer, tv, tv);
+    if (*vocab != 0 && *vocab < tv) {
+        snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 (= %d) or more (a "
+                 "padded vocabulary, as Hugging Face checkpoints have)", recipe_origin(r, "model", "vocab"), *vocab,
+                 r->tokenizer, tv, tv);
         return -1;
     }
-    *vocab = tv;
+    if (*vocab == 0) *vocab = tv; /* more: rows no token id reaches (an imported checkpoint's padding) */
     return 0;
 }
 
