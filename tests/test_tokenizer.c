@@ -694,11 +694,20 @@ static void test_train(const char* corpus_path) {
 /* Damaged files: random byte edits of a valid tokenizer.json (flips, deletions, duplicated spans,
  * JSON punctuation and odd numbers spliced in) must load or fail with a message naming the file,
  * never crash; whatever loads must encode and decode random text. */
+static void mutations_run(const char* js, const char* what);
+
 static void test_mutations(void) {
     const char* m[][2] = {{"t", "h"}, {"th", "e"}, {" ", "c"}, {" c", "a"}};
     const char* added = "[{\"id\":260,\"content\":\"<image>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"
                         " {\"id\":261,\"content\":\"the\",\"single_word\":true,\"normalized\":true}]";
     char* js = tok_json(m, 4, added, 0, 1, 1);
+    mutations_run(js, "");
+    free(js);
+}
+
+/* 1,500 randomly damaged copies of js: each loads or is refused naming the file; what loads encodes random
+ * text to valid ids and decodes them */
+static void mutations_run(const char* js, const char* what) {
     size_t n = strlen(js);
     static const char* splice[] = {"\"", "{", "}", "[", "]", ",", ":", "null", "-1", "1e30", "0.5", "true", "\"\"",
                                    "\"a b\"", "[\"a\"]", "\\u0000", "\"type\":\"Sequence\""};
@@ -755,11 +764,10 @@ static void test_mutations(void) {
         free(ids);
         tokenizer_free(t);
     }
-    CHECK(bad == 0 && loaded + failed_ok == 1500, "mutated files: %d loaded, %d refused with the name, %d bad", loaded,
-          failed_ok, bad);
-    printf("mutated tokenizer.json: %d of 1500 still load, %d refused with a message\n", loaded, failed_ok);
+    CHECK(bad == 0 && loaded + failed_ok == 1500, "mutated files%s: %d loaded, %d refused with the name, %d bad", what,
+          loaded, failed_ok, bad);
+    printf("mutated tokenizer.json%s: %d of 1500 still load, %d refused with a message\n", what, loaded, failed_ok);
     free(buf);
-    free(js);
 }
 
 /* ---- SentencePiece-style BPE (Llama-2's tokenizer.json) ----------------------------------------- */
@@ -875,6 +883,21 @@ static void test_sentencepiece(void) {
     free(js2);
 }
 
+/* damaged copies of a Llama-2-layout file and of its Metaspace form */
+static void test_mutations_sp(void) {
+    char* js = sp_json(1, SP_NORM);
+    mutations_run(js, " (SentencePiece-style)");
+    cJSON* j = cJSON_Parse(js);
+    cJSON_ReplaceItemInObject(j, "normalizer", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(j, "pre_tokenizer", cJSON_Parse("{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\","
+                                                             "\"prepend_scheme\":\"always\",\"split\":true}"));
+    char* js2 = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    mutations_run(js2, " (Metaspace)");
+    free(js);
+    free(js2);
+}
+
 int main(int argc, char** argv) {
     test_byte_map();
     test_merges();
@@ -882,6 +905,7 @@ int main(int argc, char** argv) {
     test_added();
     test_roundtrip();
     test_sentencepiece();
+    test_mutations_sp();
     test_threads();
     test_errors();
     test_mutations();
