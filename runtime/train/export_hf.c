@@ -124,7 +124,8 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     ex_add(l, "multi_modal_projector.linear_2.weight", ex_get(pt, "projector.2.weight"), 2, Dt, Dt, 0, 0);
     ex_add(l, "multi_modal_projector.linear_2.bias", ex_get(pt, "projector.2.bias"), 1, Dt, 0, 0, 0);
     /* the LM under import llama's names (the same table), below language_model. */
-    LlamaImport li = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V};
+    LlamaImport li = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .Hkv = c->Hkv > 0 ? c->Hkv : c->Ht,
+                      .qkv_bias = c->qkv_bias, .o_bias = c->o_bias, .tie = c->tie_embeddings};
     int n = 0;
     ImportName* names = import_llama_names(&li, &n);
     for (int i = 0; i < n; i++) {
@@ -170,7 +171,7 @@ static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
     cJSON_AddNumberToObject(t, "num_key_value_heads", c->Ht);
     cJSON_AddNumberToObject(t, "vocab_size", c->V);
     cJSON_AddNumberToObject(t, "rms_norm_eps", lc.rms_eps);
-    cJSON_AddNumberToObject(t, "rope_theta", lc.rope_base);
+    cJSON_AddNumberToObject(t, "rope_theta", lc.rope.theta);
     cJSON_AddNumberToObject(t, "max_position_embeddings", 4096);
     cJSON_AddStringToObject(t, "hidden_act", "silu");
     cJSON_AddFalseToObject(t, "tie_word_embeddings");

@@ -224,7 +224,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     if (cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < (1 << 30)) c->image_token_index = x->valueint;
     cJSON* t = il_text_config(j, c);
     snprintf(where, sizeof where, "%s text_config", path);
-    rc = import_llama_config(t, where, &c->text, err, err_len);
+    rc = import_llama_config_json(t, where, &c->text, err, err_len);
     cJSON_Delete(t);
 out:
     cJSON_Delete(j);
