@@ -23,6 +23,20 @@ static void import_usage(FILE* f) {
                "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n");
 }
 
+/* The LM's [model] keys beyond its shape (import llama, import llava): rms_eps, rope_base and the variants
+ * that differ from DESIGN.md's model. */
+void cli_print_lm_keys(const LlamaImport* info) {
+    printf("rms_eps = %.17g\nrope_base = %.17g\n", info->rms_eps, info->rope_base);
+    if (info->Hkv != info->H) printf("text_kv_heads = %d\n", info->Hkv);
+    if (info->qkv_bias) printf("text_qkv_bias = true\n");
+    if (info->o_bias) printf("text_o_bias = true\n");
+    if (info->tie) printf("tie_embeddings = true\n");
+    if (info->rope_llama3)
+        printf("rope_type = llama3\nrope_factor = %.17g\nrope_low_freq_factor = %.17g\nrope_high_freq_factor = %.17g\n"
+               "rope_original_max_pos = %.0f\n", info->rope_factor, info->rope_low_freq_factor, info->rope_high_freq_factor,
+               info->rope_original_max_pos);
+}
+
 int cmd_import(int argc, char** argv) {
     const char *kind = NULL, *hf = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
@@ -59,16 +73,7 @@ int cmd_import(int argc, char** argv) {
     printf("; recipe keys for this LM (set the [model] keys as below, and [train] init_from = %s):\n", out);
     printf("[model]\ntext_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.D, info.L,
            info.H, info.F, info.V);
-    printf("rms_eps = %.17g\nrope_base = %.17g\n", info.rms_eps, info.rope_base);
-    /* the LM variants: only what differs from the defaults of DESIGN.md's model */
-    if (info.Hkv != info.H) printf("text_kv_heads = %d\n", info.Hkv);
-    if (info.qkv_bias) printf("text_qkv_bias = true\n");
-    if (info.o_bias) printf("text_o_bias = true\n");
-    if (info.tie) printf("tie_embeddings = true\n");
-    if (info.rope_llama3)
-        printf("rope_type = llama3\nrope_factor = %.17g\nrope_low_freq_factor = %.17g\nrope_high_freq_factor = %.17g\n"
-               "rope_original_max_pos = %.0f\n", info.rope_factor, info.rope_low_freq_factor, info.rope_high_freq_factor,
-               info.rope_original_max_pos);
+    cli_print_lm_keys(&info);
     printf("[train]\ninit_from = %s\n", out);
     return 0;
 }
