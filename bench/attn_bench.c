@@ -162,10 +162,10 @@ typedef struct {
 static void run_op(const Bench* b, int impl, int backward) {
     const Workload* w = b->w;
     if (impl == 0 && !backward)
-        cpu_attention_forward(&backend_cpu, b->out, b->lse, b->q, b->k, b->v, b->cu, b->S, b->T, w->H, w->d, b->ld, w->causal);
+        cpu_attention_forward(&backend_cpu, b->out, b->lse, b->q, b->k, b->v, b->cu, b->S, b->T, w->H, w->H, w->d, b->ld, b->ld, w->causal);
     else if (impl == 0)
-        cpu_attention_backward(&backend_cpu, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v, b->cu, b->S, b->T, w->H,
-                               w->d, b->ld, w->causal);
+        cpu_attention_backward(&backend_cpu, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v, b->cu, b->S, b->T, w->H, w->H,
+                               w->d, b->ld, b->ld, w->causal);
     else if (!backward)
         base_forward(b->out, b->lse, b->q, b->k, b->v, b->cu, b->S, w->H, w->d, b->ld, w->causal, b->max_len);
     else

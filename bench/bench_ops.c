@@ -243,10 +243,10 @@ static void bench_attention(int quick) {
         double best_f = 1e30, best_b = 1e30;
         for (int r = 0; r < (quick ? 2 : 3); r++) {
             double t0 = rr_now();
-            be->attention_forward(be, out, lse, qkv, qkv + D, qkv + 2 * D, cu, a->S, T, H, d, ld, a->causal);
+            be->attention_forward(be, out, lse, qkv, qkv + D, qkv + 2 * D, cu, a->S, T, H, H, d, ld, ld, a->causal);
             double t1 = rr_now();
             be->attention_backward(be, dqkv, dqkv + D, dqkv + 2 * D, dout, out, lse, qkv, qkv + D, qkv + 2 * D, cu, a->S,
-                                   T, H, d, ld, a->causal);
+                                   T, H, H, d, ld, ld, a->causal);
             double t2 = rr_now();
             if (t1 - t0 < best_f) best_f = t1 - t0;
             if (t2 - t1 < best_b) best_b = t2 - t1;

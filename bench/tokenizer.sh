@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tokenizer.sh — our tokenizer against Hugging Face's (the Rust `tokenizers` library through its Node
 # bindings, tests/node) on the same text in the same invocation: encoding speed with GPT-2's real
-# vocabulary (one thread each: RAYON_NUM_THREADS=1 for HF), and BPE training time to the same
+# vocabulary and with a Llama-2-format (SentencePiece-style) file (one thread each: RAYON_NUM_THREADS=1 for
+# HF), and BPE training time to the same
 # vocabulary size. Prints the ratios (HF time / our time). Ids are checked equal by count here and
 # in full by the tokenizer_peer_hf test.
 # usage: bench/tokenizer.sh [build/rrfp-mm] [TEXT]   TEXT defaults to 5 MB of Python's standard library
@@ -33,6 +34,15 @@ hf=$(RAYON_NUM_THREADS=1 node "$ROOT/bench/tokenizer_hf.js" whole "$W/gpt2.json"
 [ "$(cat "$W/n2")" = "$(echo "$hf" | num ids)" ] || { echo "id counts differ: ours $(cat "$W/n2"), HF $hf"; exit 1; }
 to=$(echo "$ours" | ours_time); th=$(echo "$hf" | num seconds)
 awk -v o="$to" -v h="$th" -v b="$bytes" -v n="$(cat "$W/n2")" 'BEGIN { printf "encode whole    (GPT-2, %d ids): ours %.3f s (%.1f MB/s), HF %.3f s (%.1f MB/s): %.1fx\n", n, o, b/o/1e6, h, b/h/1e6, h/o }'
+
+# encode by line with a Llama-2-format tokenizer (SentencePiece-style: metaspace normalizer, byte fallback;
+# 800 merges learned from tests/data/tokenizer_corpus.txt by tests/node/make_llama2.js)
+(cd "$NODE_DIR" && node make_llama2.js 800 "$W/l2" "$ROOT/tests/data/tokenizer_corpus.txt" 2>/dev/null)
+ours=$("$BIN" tokenizer encode --tokenizer "$W/l2-llama2.json" --file "$W/text.txt" --lines --count 2>&1 >"$W/n3")
+hf=$(RAYON_NUM_THREADS=1 node "$ROOT/bench/tokenizer_hf.js" encode "$W/l2-llama2.json" "$W/text.txt")
+[ "$(cat "$W/n3")" = "$(echo "$hf" | num ids)" ] || { echo "id counts differ: ours $(cat "$W/n3"), HF $hf"; exit 1; }
+to=$(echo "$ours" | ours_time); th=$(echo "$hf" | num seconds)
+awk -v o="$to" -v h="$th" -v b="$bytes" -v n="$(cat "$W/n3")" 'BEGIN { printf "encode by line  (Llama-2 style, %d ids): ours %.3f s (%.1f MB/s), HF %.3f s (%.1f MB/s): %.1fx\n", n, o, b/o/1e6, h, b/h/1e6, h/o }'
 
 # train: HF's Node bindings train with the model's default BpeTrainer (vocab 30000, min_frequency 0);
 # ours to the same size with --min-frequency 1

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/template.h"
 #include "engine/util.h"
 
 static const char* REJECT_NAMES[REJECT_N] = {
@@ -200,6 +201,29 @@ static int tokbuf_push_text(TokBuf* b, const Tokenizer* tok, const char* text, u
 
 RejectReason manifest_sample_build(const cJSON* rec, int line, const Tokenizer* tok, int image_id, int eot_id,
                                    ManifestSample* s, char* why, size_t why_len) {
+    return manifest_sample_build_template(rec, line, tok, TEMPLATE_RRFP, image_id, eot_id, s, why, why_len);
+}
+
+/* A LLaVA template's segments, tokenized one after the other (tokenizer_encode_continue: as if the text
+ * were encoded whole), the supervised ones masked 1. */
+static void tokbuf_push_segs(TokBuf* b, const Tokenizer* tok, TemplateKind k, const TemplateSegs* sg) {
+    int bos = template_bos_id(k, tok), prev = -1; /* the BOS is the tokenizer's addition, not text */
+    if (bos >= 0) tokbuf_push(b, &bos, 1, 0);
+    for (int i = 0; i < sg->n; i++) {
+        int32_t* ids = NULL;
+        int n = tokenizer_encode_continue(tok, sg->seg[i].text, sg->seg[i].len, prev, &ids);
+        if (n > 0) {
+            tokbuf_push(b, ids, n, (uint8_t)sg->seg[i].supervised);
+            prev = ids[n - 1];
+        }
+        free(ids);
+    }
+}
+
+RejectReason manifest_sample_build_template(const cJSON* rec, int line, const Tokenizer* tok, int tmpl_kind,
+                                            int image_id, int eot_id, ManifestSample* s, char* why, size_t why_len) {
+    TemplateKind tmpl = (TemplateKind)tmpl_kind;
+    RR_ASSERT(tmpl >= 0 && tmpl < TEMPLATE_N);
     memset(s, 0, sizeof *s);
     if (!cJSON_IsObject(rec)) {
         snprintf(why, why_len, "the record is not a JSON object");
@@ -266,8 +290,29 @@ RejectReason manifest_sample_build(const cJSON* rec, int line, const Tokenizer* 
 
     TokBuf b = {0};
     int image_tokens = 0;
+    if (tmpl != TEMPLATE_RRFP) {
+        TemplateSegs sg;
+        RejectReason r = template_render(conv, tmpl, &sg, why, why_len);
+        if (r != REJECT_NONE) return r;
+        tokbuf_push_segs(&b, tok, tmpl, &sg);
+        template_segs_free(&sg);
+        for (int i = 0; i < b.n; i++)
+            if (b.ids[i] == image_id) {
+                if (b.mask[i]) {
+                    snprintf(why, why_len, "a \"gpt\" turn contains <image>");
+                    free(b.ids), free(b.mask);
+                    return REJECT_IMAGE_TOKENS;
+                }
+                image_tokens++;
+            }
+        if (b.n > MANIFEST_MAX_TOKENS) {
+            snprintf(why, why_len, "more than %d tokens", MANIFEST_MAX_TOKENS);
+            free(b.ids), free(b.mask);
+            return REJECT_TOO_LONG;
+        }
+    }
     t = 0;
-    for (const cJSON* turn = conv->child; turn; turn = turn->next, t++) {
+    for (const cJSON* turn = conv->child; turn && tmpl == TEMPLATE_RRFP; turn = turn->next, t++) {
         const char* f = cJSON_GetObjectItemCaseSensitive(turn, "from")->valuestring;
         const char* v = cJSON_GetObjectItemCaseSensitive(turn, "value")->valuestring;
         int is_answer = !strcmp(f, "gpt") || !strcmp(f, "assistant");

@@ -83,6 +83,11 @@ typedef struct {
  * tokenizer's <image> and <|endoftext|> ids. On rejection nothing is left allocated. */
 RejectReason manifest_sample_build(const cJSON* rec, int line, const Tokenizer* tok, int image_id, int eot_id,
                                    ManifestSample* s, char* why, size_t why_len);
+/* The same under chat template `tmpl` (data/template.h; TEMPLATE_RRFP: manifest_sample_build). The label
+ * mask is 1 on the template's supervised text (the answers and their end token). eot_id is used by
+ * TEMPLATE_RRFP only. */
+RejectReason manifest_sample_build_template(const cJSON* rec, int line, const Tokenizer* tok, int tmpl, int image_id,
+                                            int eot_id, ManifestSample* s, char* why, size_t why_len);
 void manifest_sample_free(ManifestSample* s);
 
 #endif

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "data/pack.h"
 
+#include "data/template.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -149,9 +151,15 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
         return -1;
     }
     int image_id = tokenizer_token_id(tok, "<image>"), eot_id = tokenizer_token_id(tok, "<|endoftext|>");
-    if (image_id < 0 || eot_id < 0) {
-        snprintf(err, err_len, "%s: the tokenizer has no %s token (the prompt template needs <image> and "
-                 "<|endoftext|>; `rrfp-mm tokenizer train` adds both)", c->tokenizer, image_id < 0 ? "<image>" : "<|endoftext|>");
+    TemplateKind tmpl = TEMPLATE_RRFP;
+    if (c->chat_template && template_parse(c->chat_template, &tmpl) != 0) {
+        snprintf(err, err_len, "--template %s: unknown chat template; allowed: rrfp, vicuna_v1, llama_3, chatml, plain",
+                 c->chat_template);
+        tokenizer_free(tok);
+        return -1;
+    }
+    if (template_check_tokenizer(tmpl, tok, terr, sizeof terr) != 0) {
+        snprintf(err, err_len, "%s: %s", c->tokenizer, terr);
         tokenizer_free(tok);
         return -1;
     }
@@ -209,7 +217,7 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
             why_code = REJECT_BAD_JSON;
             snprintf(why, sizeof why, "%s", r->json_err ? r->json_err : "invalid JSON");
         } else {
-            why_code = manifest_sample_build(r->rec, r->line, tok, image_id, eot_id, &s, why, sizeof why);
+            why_code = manifest_sample_build_template(r->rec, r->line, tok, tmpl, image_id, eot_id, &s, why, sizeof why);
         }
         for (int k = 0; why_code == REJECT_NONE && k < s.n_images; k++)
             why_code = pack_image(jc, c, images_real, s.images[k], &jpeg[k], &in.jpeg_len[k], &in.img[k], why,

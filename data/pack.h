@@ -38,6 +38,7 @@ typedef struct {
     ImagePrep prep;         /* how the loader will preprocess the images (--image-preprocess; recorded in the
                                shards: IMAGE_PREP_LLAVA writes version 2 shards, every grid (size / p)^2) */
     FILE* progress;         /* progress and rejections (stderr), NULL = quiet */
+    const char* chat_template; /* data/template.h: rrfp (NULL: the same), vicuna_v1, llama_3, chatml, plain */
 } PackConfig;
 
 typedef struct {

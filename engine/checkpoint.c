@@ -163,6 +163,7 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
+        if (s->shared_copy) continue; /* the stage that owns it writes it */
         int sliced = params_slice_format(s, sval, sizeof sval);
         rc = ck_add_checked(w, s, s->name, data + s->offset, 0, step, err, err_len);
         if (sliced) {

@@ -78,6 +78,17 @@ typedef struct {
  * nn.GELU(), LLaVA's `gelu`); QUICK_GELU x * sigmoid(1.702 x) (OpenAI CLIP's). */
 typedef enum { ACT_GELU_TANH = 0, ACT_GELU_ERF = 1, ACT_QUICK_GELU = 2 } Act;
 const char* act_name(Act a);
+/* The 1-D RoPE's frequencies (model.rope_*): pair j of a head of dim n turns by pos * inv_freq_j with
+ * inv_freq_j = theta^(-2j/n); with llama3 set, Llama-3's rescaling (transformers'
+ * _compute_llama3_parameters): wavelen = 2 pi / inv_freq; wavelen > L / low_freq_factor: inv_freq / factor;
+ * wavelen < L / high_freq_factor: inv_freq; between: (1 - s) inv_freq / factor + s inv_freq with
+ * s = (L / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor), L = original_max_pos.
+ * rr_rope_inv_freq (engine/cuda/kernel_math.h) computes it, for both backends. */
+typedef struct {
+    double theta;
+    int llama3;
+    double factor, low_freq_factor, high_freq_factor, original_max_pos;
+} RopeFreq;
 
 /* ------------------------------------------------------------------------------------------------
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
@@ -165,9 +176,10 @@ typedef struct Backend {
      * (head h of row i starts at x + i*ld + h*d). Position of row i: pos[i]. In place.
      * Backward applies the inverse rotation to the gradient, in place (RoPE is linear and
      * orthogonal, so nothing needs saving). */
-    /* freq_j = theta^(-2j/d) (theta: model.rope_base, 10000 by default). */
-    void (*rope_forward)(const struct Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
-    void (*rope_backward)(const struct Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta);
+    /* Pair j rotates by pos * rr_rope_inv_freq(rf, j, d): theta^(-2j/d) (theta: model.rope_base), rescaled
+     * by Llama-3's rule when rf->llama3 (RopeFreq above). rf is a host pointer, like adamw_update's cfg. */
+    void (*rope_forward)(const struct Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+    void (*rope_backward)(const struct Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
     /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
      * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
     void (*rope2d_forward)(const struct Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
@@ -186,18 +198,22 @@ typedef struct Backend {
     void (*crossentropy_backward)(const struct Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
                                   float scale, int N, int V);
 
-    /* Attention over S packed sequences (cu_seqlens), H heads of dim d.
-     * q, k, v: rows of stride ld_qkv floats; head h of token t at q + t*ld_qkv + h*d (same for k, v).
+    /* Attention over S packed sequences (cu_seqlens), H query heads of dim d and Hkv key/value heads
+     * (grouped-query attention: Hkv divides H, query head h reads key/value head h / (H / Hkv); Hkv = H is
+     * plain multi-head attention).
+     * q: rows of stride ld_q floats, head h of token t at q + t*ld_q + h*d; k, v: rows of stride ld_kv,
+     * head g at k + t*ld_kv + g*d.
      * out: (T, H*d) contiguous. lse: (T, H) log-sum-exp of the scaled scores, saved for backward.
      * Scale 1/sqrt(d). causal = 1: token i attends to j <= i of its own sequence; 0: to all of it.
      * Never materialises more than a block of the T x T score matrix (online softmax); backward
      * recomputes scores from q, k and lse.
-     * backward: dq, dk, dv (same stride ld_qkv) += gradients. */
+     * backward: dq (stride ld_q), dk, dv (stride ld_kv) += gradients; a key/value head's gradient is the
+     * sum over the query heads of its group. */
     void (*attention_forward)(const struct Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                              const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                              const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
     void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                const float* lse, const float* q, const float* k, const float* v,
-                               const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                               const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
     /* The step end (the trainer's global gradient norm, clipping and AdamW), so that parameters,
      * gradients and moments never leave the backend's memory. */

@@ -33,6 +33,10 @@ typedef struct {
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
     ParamSlice slice; /* which part of the global tensor `name` this is (dim -1: all of it) */
+    /* A copy of a tensor that another pipeline stage also holds and writes (the tied embedding's copy on the
+     * last stage, model.tie_embeddings): checkpoints and dumps leave it out and the gradient norm does not
+     * count it; it loads by name like any tensor. */
+    int shared_copy;
 } ParamSpec;
 
 typedef struct {

@@ -215,3 +215,20 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_nccl_emu_pp2_fixed_sync PROPERTIES ENVIRONMENT "MODE=fixed-sync")
   set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()
+# The LM variants (grouped-query attention 4 on 2 heads, q/k/v and o biases, tied embeddings, Llama-3 RoPE) on
+# the CUDA backend's kernels: one process against the CPU backend (RESUME=0: checkpointing is
+# train_cuda_emu's), and pp 2 over the emulated NCCL, where the tied embedding's gradient sum between the
+# first and last stage runs in place on the device group (no MPI in steps 2..3)
+if(TARGET rrfp_cuda_emu)
+  set(LM_VARIANTS_SETS "model.text_layers=4 model.text_heads=4 model.text_kv_heads=2 model.text_qkv_bias=true model.text_o_bias=true model.tie_embeddings=true model.rope_type=llama3 model.rope_original_max_pos=512 model.rope_base=500000")
+  string(REPLACE "model." "--set model." LM_VARIANTS_EXTRA "${LM_VARIANTS_SETS}")
+  add_test(NAME train_cuda_emu_lm_variants
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants 2)
+  set_tests_properties(train_cuda_emu_lm_variants PROPERTIES TIMEOUT 300 ENVIRONMENT "RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA}")
+  add_test(NAME train_nccl_emu_pp2_lm_variants
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
+  set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
+endif()

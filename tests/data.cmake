@@ -37,3 +37,14 @@ add_test(NAME pack_llava
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pack llava: ok" ${CMAKE_SOURCE_DIR}/tests/pack_llava.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/pack_llava)
 set_tests_properties(pack_llava PROPERTIES TIMEOUT 300)
+# LLaVA's chat templates (data/template.h) against the prompts LLaVA's conversation.py / train.py build
+# (tests/data/chat_templates_expected.json, written by tests/chat_templates_ref.py), their supervised
+# pieces, and segment-wise tokenization equal to the whole text's with a SentencePiece-style tokenizer
+add_executable(test_templates tests/test_templates.c)
+target_link_libraries(test_templates PRIVATE rrfp_core)
+add_test(NAME data_chat_templates COMMAND test_templates ${CMAKE_SOURCE_DIR}/tests/data/chat_templates_expected.json)
+# `rrfp-mm pack --template` end to end: every template packs (plain: one-exchange image records only, the
+# others rejected with the reason), refusals before anything is written, two steps on vicuna_v1 shards
+add_test(NAME data_pack_templates COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pack_templates.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pack_templates)
+set_tests_properties(data_pack_templates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)

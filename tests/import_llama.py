@@ -10,8 +10,15 @@ v)) on RMSNorm(x), causal; x += down(silu(gate) * up) on RMSNorm(x); final RMSNo
 Hugging Face applies it: inv_freq = theta^(-2i/d), cos/sin of cat(freqs, freqs), q cos + rotate_half(q) sin).
 rms_norm_eps = 1e-3 with small activations and rope_theta = 500000 make both keys matter: the same
 comparison with the defaults (1e-5, 10000) must fail by far. Then configs the model cannot represent
-(grouped-query attention, tied embeddings, rope_scaling, attention / MLP biases, a bias tensor) must be
-refused naming the key or tensor.
+(num_key_value_heads not dividing the heads, a rope_scaling other than llama3, MLP biases, sliding-window
+attention, another model_type, a bias tensor the config does not announce) must be refused naming the key
+or tensor.
+Then the LM variants LLaVA's successors use, each imported and its logits checked against this file's
+forward: a Llama-3-style model (grouped-query attention 4 on 2 heads, attention_bias: q/k/v/o biases,
+rope_scaling llama3 with transformers 4's keys) and a Qwen2 one (one key/value head, q/k/v biases, tied
+embeddings, transformers 5's rope_parameters holding rope_theta); the reference repeats each key/value head
+for its query heads (HF's repeat_kv) and rescales the frequencies with Meta's apply_scaling loop; each
+variant must matter (the reference without it differs by far).
 
 Usage: import_llama.py RRFP_MM TEST_LLAMA_LOGITS WORKDIR   (exit 0 = every check passed)"""
 import json
@@ -90,12 +97,33 @@ def rotate_half(x):
     return torch.cat([-b, a], -1)
 
 
-def llama_logits(W, cfg, ids, eps, theta):
+def apply_scaling(freqs, s):
+    """Llama-3's frequency scaling, as Meta's llama3 model.py writes it (a loop over the frequencies)."""
+    low_freq_wavelen = s["original_max_position_embeddings"] / s["low_freq_factor"]
+    high_freq_wavelen = s["original_max_position_embeddings"] / s["high_freq_factor"]
+    new_freqs = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_freq_wavelen:
+            new_freqs.append(freq)
+        elif wavelen > low_freq_wavelen:
+            new_freqs.append(freq / s["factor"])
+        else:
+            smooth = (s["original_max_position_embeddings"] / wavelen - s["low_freq_factor"]) / (
+                s["high_freq_factor"] - s["low_freq_factor"])
+            new_freqs.append((1 - smooth) * freq / s["factor"] + smooth * freq)
+    return torch.tensor(new_freqs, dtype=DT)
+
+
+def llama_logits(W, cfg, ids, eps, theta, scaling=None, use_bias=True, kv_tiled=False):
     D, H, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    Hkv = cfg.get("num_key_value_heads") or H
     d = D // H
     T = len(ids)
     x = W["model.embed_tokens.weight"][ids]
     inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=DT) / d)
+    if scaling is not None:
+        inv_freq = apply_scaling(inv_freq, scaling)
     freqs = torch.arange(T, dtype=DT)[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], -1)
     cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
@@ -103,17 +131,24 @@ def llama_logits(W, cfg, ids, eps, theta):
     for l in range(L):
         p = f"model.layers.{l}."
         h = rms_norm(x, W[p + "input_layernorm.weight"], eps)
-        q, k, v = (h @ W[p + f"self_attn.{n}_proj.weight"].T for n in "qkv")
-        q, k, v = (t.reshape(T, H, d) for t in (q, k, v))
+        q, k, v = (h @ W[p + f"self_attn.{n}_proj.weight"].T + (W.get(p + f"self_attn.{n}_proj.bias", 0) if use_bias else 0)
+                   for n in "qkv")
+        q, k, v = q.reshape(T, H, d), k.reshape(T, Hkv, d), v.reshape(T, Hkv, d)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        # grouped-query attention: key/value head j serves query heads j * H / Hkv .. (HF's repeat_kv)
+        if kv_tiled:  # the wrong grouping (query head h on key/value head h mod Hkv): the sensitivity check's
+            k, v = k.repeat(1, H // Hkv, 1), v.repeat(1, H // Hkv, 1)
+        else:
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
         s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(d)
         a = torch.softmax(s.masked_fill(~causal, float("-inf")), -1)
         o = torch.einsum("hts,shd->thd", a, v).reshape(T, D)
-        x = x + o @ W[p + "self_attn.o_proj.weight"].T
+        x = x + o @ W[p + "self_attn.o_proj.weight"].T + (W.get(p + "self_attn.o_proj.bias", 0) if use_bias else 0)
         h = rms_norm(x, W[p + "post_attention_layernorm.weight"], eps)
         g, u = h @ W[p + "mlp.gate_proj.weight"].T, h @ W[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
-    return rms_norm(x, W["model.norm.weight"], eps) @ W["lm_head.weight"].T
+    head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
+    return rms_norm(x, W["model.norm.weight"], eps) @ head.T
 
 
 def rel_err(c, r):
@@ -214,9 +249,14 @@ def main():
                f"after 2 stage-1 steps the 30 text tensors are bitwise the imported (= the HF) values ({len(same)} equal)")
 
     # ---- what the model cannot represent is refused, naming it
-    bad = [({"num_key_value_heads": 2}, "num_key_value_heads = 2"), ({"tie_word_embeddings": True}, "tie_word_embeddings"),
-           ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"), ({"attention_bias": True}, "attention_bias"),
-           ({"mlp_bias": True}, "mlp_bias"), ({"head_dim": 32}, "head_dim = 32")]
+    bad = [({"num_key_value_heads": 3}, "num_key_value_heads = 3"),
+           ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+           ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_parameters"),
+           ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling.low_freq_factor"),
+           ({"mlp_bias": True}, "mlp_bias"), ({"head_dim": 32}, "head_dim = 32"),
+           ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window"),
+           ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
+           ({"model_type": "gemma"}, "model_type \"gemma\"")]
     for i, (change, needle) in enumerate(bad):
         d = os.path.join(work, f"bad{i}")
         shutil.copytree(hf, d)
@@ -235,11 +275,114 @@ def main():
            f"a bias tensor refused: {r.stderr.strip()[:160]}")
     r = subprocess.run([rrfp, "import", "llama", "--hf", hf, "--out", ck], capture_output=True, text=True)
     expect(r.returncode == 1 and "already exists" in r.stderr, "an existing --out is not overwritten")
+    variant_cases(rrfp, logits_bin, work)
     if FAILED:
         print(f"{len(FAILED)} check(s) failed")
         return 1
     print("import llama: all checks passed")
     return 0
+
+
+# ---- the LM variants of LLaVA's successors -------------------------------------------------------
+
+VARIANTS = [
+    # Llama-3 style: GQA 4 on 2, attention_bias (q, k, v, o biases), rope_scaling llama3 (transformers 4 keys);
+    # original_max_position_embeddings 64 puts the 8 frequencies of a 16-dim head in all three bands (wavelength
+    # 6.3 kept, 32 blended, the rest scaled) and makes the scaling show at the test's positions (< 20)
+    ("llama3_gqa_bias", {"model_type": "llama", "num_key_value_heads": 2, "attention_bias": True, "rope_theta": 500000.0,
+                         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+     {"text_kv_heads": "2", "text_qkv_bias": "true", "text_o_bias": "true", "rope_type": "llama3"}, 1 + 13 * 3 + 2),
+    # Qwen2 style: one key/value head, q/k/v biases (no o bias), tied embeddings, transformers 5's rope_parameters
+    ("qwen2_tied", {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "num_key_value_heads": 1,
+                    "tie_word_embeddings": True, "use_sliding_window": False, "sliding_window": 4096,
+                    "rope_theta": None, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
+     {"text_kv_heads": "1", "text_qkv_bias": "true", "tie_embeddings": "true"}, 1 + 12 * 3 + 1),
+    # Mistral as transformers 5 saves it: rope_parameters holding rope_theta and Llama-3's scaling, no biases
+    ("mistral_rope_parameters", {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "num_key_value_heads": 2,
+                                 "sliding_window": None, "rope_parameters": {
+                                     "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+     {"text_kv_heads": "2", "rope_type": "llama3", "rope_original_max_pos": "64"}, 1 + 9 * 3 + 2),
+]
+
+
+def variant_cases(rrfp, logits_bin, work):
+    D, H, F, V, L = 64, 4, 112, 101, 3
+    d = D // H
+    for name, change, want_keys, n_tensors in VARIANTS:
+        cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": D, "num_attention_heads": H, "num_hidden_layers": L,
+               "intermediate_size": F, "vocab_size": V, "rms_norm_eps": 1e-3, "hidden_act": "silu",
+               "max_position_embeddings": 64, **change}
+        cfg = {k: v for k, v in cfg.items() if v is not None}
+        hf = os.path.join(work, "hf_" + name)
+        os.makedirs(hf)
+        json.dump(cfg, open(os.path.join(hf, "config.json"), "w"), indent=1)
+        g = torch.Generator().manual_seed(11)
+        Hkv = cfg["num_key_value_heads"]
+        qwen2 = cfg["model_type"] == "qwen2"
+        qkv_bias, o_bias = qwen2 or cfg.get("attention_bias", False), not qwen2 and cfg.get("attention_bias", False)
+
+        def rnd(*shape, std):
+            return torch.randn(*shape, generator=g) * std
+
+        t = {"model.embed_tokens.weight": ("F32", rnd(V, D, std=0.05)), "model.norm.weight": ("BF16", 1 + rnd(D, std=0.2))}
+        for l in range(L):
+            p = f"model.layers.{l}."
+            t[p + "input_layernorm.weight"] = ("F32", 1 + rnd(D, std=0.2))
+            t[p + "post_attention_layernorm.weight"] = ("F32", 1 + rnd(D, std=0.2))
+            for n, rows in (("q", D), ("k", Hkv * d), ("v", Hkv * d), ("o", D)):
+                t[p + f"self_attn.{n}_proj.weight"] = ("BF16", rnd(rows, D, std=0.4 / math.sqrt(D)))
+                if (n != "o" and qkv_bias) or (n == "o" and o_bias):
+                    t[p + f"self_attn.{n}_proj.bias"] = ("F32", rnd(rows, std=0.3))
+            t[p + "mlp.gate_proj.weight"] = ("F32", rnd(F, D, std=1 / math.sqrt(D)))
+            t[p + "mlp.up_proj.weight"] = ("F32", rnd(F, D, std=1 / math.sqrt(D)))
+            t[p + "mlp.down_proj.weight"] = ("F16", rnd(D, F, std=0.3 / math.sqrt(F)))
+        if not cfg.get("tie_word_embeddings"):
+            t["lm_head.weight"] = ("BF16", rnd(V, D, std=2 / math.sqrt(D)))
+        else:  # a tied model saved with its head anyway (the embedding's values): skipped by the import
+            t["lm_head.weight"] = t["model.embed_tokens.weight"]
+        W = st_write(os.path.join(hf, "model.safetensors"), t)
+        ck = os.path.join(work, "ckpt_" + name)
+        r = subprocess.run([rrfp, "import", "llama", "--hf", hf, "--out", ck], capture_output=True, text=True)
+        print(r.stdout + r.stderr)
+        expect(r.returncode == 0, f"{name}: import llama exits 0")
+        keys = dict(l.split(" = ") for l in r.stdout.splitlines() if " = " in l and not l.startswith(";"))
+        expect(all(keys.get(k) == v for k, v in want_keys.items()), f"{name}: printed variant keys {want_keys} (got {keys})")
+        theta = float(keys.get("rope_base", 0))
+        expect(theta == (cfg.get("rope_theta") or cfg.get("rope_parameters", {}).get("rope_theta")),
+               f"{name}: rope_base {theta} from the config's rope_theta / rope_parameters")
+        extra = [f"{k}={v}" for k, v in keys.items()
+                 if k.startswith("rope_") and k != "rope_base" or k in ("text_kv_heads", "text_qkv_bias", "text_o_bias",
+                                                                         "tie_embeddings")]
+        out = os.path.join(work, f"logits_{name}.safetensors")
+        r = subprocess.run([logits_bin, ck, str(D), str(L), str(H), str(F), str(V), keys.get("rms_eps", "0"),
+                            keys.get("rope_base", "0"), out] + extra, capture_output=True, text=True)
+        print(r.stdout[:400] + r.stderr)
+        expect(r.returncode == 0 and f"loaded {n_tensors} tensors" in r.stdout and ", 0 in the checkpoint not used" in r.stdout,
+               f"{name}: the model starts from the import, all {n_tensors} text tensors loaded, none left over")
+        if r.returncode != 0:
+            continue
+        mb = st_read(out)
+        cu = mb["cu_seqlens"].tolist()
+        ids = mb["ids"].long()
+        scaling = cfg.get("rope_scaling") or (cfg.get("rope_parameters") if cfg.get("rope_parameters", {}).get("rope_type") == "llama3" else None)
+
+        def ref(**kw):
+            args = {"eps": 1e-3, "theta": theta, "scaling": scaling, **kw}
+            return torch.cat([llama_logits(W, cfg, ids[a:b], **args) for a, b in zip(cu[:-1], cu[1:])])
+
+        tol = 1e-5  # as the base case: float32 against float64, 3 layers
+        e = rel_err(mb["logits"], ref())
+        expect(e <= tol, f"{name}: logits vs the float64 forward: {e:.2e} <= {tol:.0e}")
+        senses = [("the biases", {"use_bias": False})] if qkv_bias else []
+        if scaling:
+            senses.append(("the llama3 frequency scaling", {"scaling": None}))
+        if 1 < Hkv < H:
+            senses.append(("query head h on key/value head h // (H / Hkv) (with h mod Hkv)", {"kv_tiled": True}))
+        for what, kw in senses:
+            e2 = rel_err(mb["logits"], ref(**kw))
+            expect(e2 > 100 * tol, f"{name}: sensitivity: without {what} the reference differs by {e2:.2e} (> {100 * tol:.0e})")
 
 
 if __name__ == "__main__":

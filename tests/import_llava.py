@@ -18,6 +18,10 @@ save_pretrained names with rope_parameters, the in-memory model.* names), import
     importing the export gives the same checkpoint bit for bit;
   - import clip of the same tower (CLIPVisionModel and CLIPModel layouts) gives the same vision.* tensors;
   - what the model cannot represent is refused naming the key or tensor; export refuses the 2-D RoPE ViT.
+  - two LLaVAs whose LM is a later family's (VARIANTS: Qwen2-shaped with grouped-query attention, q/k/v
+    biases and tied embeddings; Llama-3-shaped with one key/value head, attention_bias and llama3 RoPE
+    scaling): the same import, logits (against repeat_kv, the biases and Meta's frequency rescaling; the
+    nearest wrong models must miss), export's text_config and export then import bit for bit.
 Mode --transformers (needs the `transformers` package; exit 77 without it): the same model built by
 transformers itself, saved with save_pretrained, imported, logits compared; our export opened with
 LlavaForConditionalGeneration.from_pretrained, logits compared.
@@ -106,11 +110,25 @@ PATCH, IMG, DV, LV, HV = 2, 6, 32, 3, 4          # CLIP: 3 x 3 position grid, 3 
 DTXT, LT, HT, FT, V = 48, 2, 4, 80, 97           # Llama
 FEATURE_LAYER, IMAGE_TOKEN = -2, 96
 EPS, THETA = 1e-5, 500000.0
+# The LM: Llama-2-shaped (LLaVA-1.5's), or a variant of LLaVA's later LMs (section "LM variants" below):
+# type (text_config model_type), hkv (num_key_value_heads), qkv_bias / o_bias, tie (tie_word_embeddings),
+# llama3 (rope_scaling llama3: factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
+LM0 = {"type": "llama", "hkv": HT, "qkv_bias": False, "o_bias": False, "tie": False, "llama3": None}
+VARIANTS = {
+    # Qwen2-shaped: grouped-query attention (2 key/value heads for 4 query heads), q/k/v biases, tied embeddings
+    "qwen2_gqa_bias_tied": {"type": "qwen2", "hkv": 2, "qkv_bias": True, "o_bias": False, "tie": True, "llama3": None},
+    # Llama-3-shaped: one key/value head, attention_bias (q, k, v and o), Llama-3 RoPE scaling with
+    # original_max_position_embeddings 100: at theta 5e5 and head dim 12 the pairs' wavelengths are 6.3
+    # (< 100 / 4: kept), 56 (between: blended), 500 ... (> 100: divided by the factor), all three bands
+    "llama3_mqa_bias_rope": {"type": "llama", "hkv": 1, "qkv_bias": True, "o_bias": True, "tie": False,
+                             "llama3": (8.0, 1.0, 4.0, 100)},
+}
 
 
-def make_weights():
+def make_weights(lm=LM0, seed=11):
     """Hub-named (llava-hf) random weights, float32."""
-    g = torch.Generator().manual_seed(11)
+    g = torch.Generator().manual_seed(seed)
+    dkv = lm["hkv"] * (DTXT // HT)
 
     def rnd(*shape, std=0.2, mean=0.0):
         return torch.randn(*shape, generator=g) * std + mean
@@ -147,12 +165,15 @@ def make_weights():
         W[p + "input_layernorm.weight"] = rnd(DTXT, std=0.2, mean=1.0)
         W[p + "post_attention_layernorm.weight"] = rnd(DTXT, std=0.2, mean=1.0)
         for n in "qkvo":
-            W[p + f"self_attn.{n}_proj.weight"] = rnd(DTXT, DTXT, std=0.2)
+            W[p + f"self_attn.{n}_proj.weight"] = rnd(dkv if n in "kv" else DTXT, DTXT, std=0.2)
+            if (lm["qkv_bias"] and n != "o") or (lm["o_bias"] and n == "o"):
+                W[p + f"self_attn.{n}_proj.bias"] = rnd(dkv if n in "kv" else DTXT, std=0.3)
         W[p + "mlp.gate_proj.weight"] = rnd(FT, DTXT, std=0.2)
         W[p + "mlp.up_proj.weight"] = rnd(FT, DTXT, std=0.2)
         W[p + "mlp.down_proj.weight"] = rnd(DTXT, FT, std=0.2)
     W[t + "norm.weight"] = rnd(DTXT, std=0.2, mean=1.0)
-    W["language_model.lm_head.weight"] = rnd(V, DTXT, std=0.3)
+    if not lm["tie"]:
+        W["language_model.lm_head.weight"] = rnd(V, DTXT, std=0.3)
     return W
 
 
@@ -179,17 +200,31 @@ def rename(name, naming):
     raise ValueError(name)
 
 
-def make_config(naming):
+def make_config(naming, lm=LM0):
     vc = {"model_type": "clip_vision_model", "hidden_size": DV, "intermediate_size": 4 * DV, "num_hidden_layers": LV,
           "num_attention_heads": HV, "image_size": IMG, "patch_size": PATCH, "projection_dim": 16}
     tc = {"model_type": "llama", "hidden_size": DTXT, "intermediate_size": FT, "num_hidden_layers": LT,
           "num_attention_heads": HT, "vocab_size": V, "rms_norm_eps": EPS, "max_position_embeddings": 64}
+    rope = {"rope_type": "default"}
+    if lm["llama3"]:
+        f, lo, hi, L = lm["llama3"]
+        rope = {"rope_type": "llama3", "factor": f, "low_freq_factor": lo, "high_freq_factor": hi,
+                "original_max_position_embeddings": L}
     if naming == "tf5":
-        tc["rope_parameters"] = {"rope_theta": THETA, "rope_type": "default"}
+        tc["rope_parameters"] = dict(rope, rope_theta=THETA)
         vc["hidden_act"] = "quick_gelu"
         vc["layer_norm_eps"] = 1e-5
     else:
         tc["rope_theta"] = THETA
+        if lm["llama3"]:
+            tc["rope_scaling"] = rope
+    if lm is not LM0:
+        tc["model_type"] = lm["type"]
+        tc["num_key_value_heads"] = lm["hkv"]
+        tc["tie_word_embeddings"] = lm["tie"]
+        if lm["type"] == "llama":
+            tc["attention_bias"] = lm["o_bias"]
+        assert lm["type"] != "qwen2" or (lm["qkv_bias"] and not lm["o_bias"])
     return {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "image_token_index": IMAGE_TOKEN,
             "projector_hidden_act": "gelu", "vision_feature_layer": FEATURE_LAYER,
             "vision_feature_select_strategy": "default", "vision_config": vc, "text_config": tc}
@@ -270,10 +305,26 @@ def rotate_half(x):
     return torch.cat([-b, a], -1)
 
 
-def llama(S, x):
-    t = "language_model.model."
-    T, d = x.shape[0], DTXT // HT
+def inv_freq(d, llama3):
+    """RoPE frequencies; llama3: Meta's apply_scaling (transformers' _compute_llama3_parameters)."""
     inv = 1.0 / THETA ** (torch.arange(0, d, 2, dtype=DT) / d)
+    if llama3:
+        factor, low, high, L = llama3
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > L / low, inv / factor, inv)
+        smooth = (L / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < L / high) & ~(wavelen > L / low)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
+def llama(S, x, lm=LM0, kv_map="repeat_kv", llama3="lm"):
+    """kv_map: repeat_kv (transformers: query head h reads key/value head h // (HT / hkv)) or the wrong
+    "modulo" (h % hkv); llama3: the LM's rope_scaling, or None (a sensitivity check)."""
+    t = "language_model.model."
+    T, d, hkv = x.shape[0], DTXT // HT, lm["hkv"]
+    inv = inv_freq(d, lm["llama3"] if llama3 == "lm" else llama3)
     fr = torch.arange(T, dtype=DT)[:, None] * inv[None]
     emb = torch.cat([fr, fr], -1)
     cos, sin = emb.cos()[:, None], emb.sin()[:, None]
@@ -281,17 +332,24 @@ def llama(S, x):
     for l in range(LT):
         p = f"{t}layers.{l}."
         h = rms_norm(x, S[p + "input_layernorm.weight"])
-        q, k, v = ((h @ S[p + f"self_attn.{n}_proj.weight"].T).reshape(T, HT, d) for n in "qkv")
+        q, k, v = (h @ S[p + f"self_attn.{n}_proj.weight"].T + (S[p + f"self_attn.{n}_proj.bias"] if lm["qkv_bias"] else 0)
+                   for n in "qkv")
+        q, k, v = q.reshape(T, HT, d), k.reshape(T, hkv, d), v.reshape(T, hkv, d)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if kv_map == "repeat_kv":
+            k, v = k.repeat_interleave(HT // hkv, 1), v.repeat_interleave(HT // hkv, 1)
+        else:
+            k, v = k.repeat(1, HT // hkv, 1), v.repeat(1, HT // hkv, 1)
         s = torch.einsum("thd,shd->hts", q, k) / math.sqrt(d)
         o = torch.einsum("hts,shd->thd", torch.softmax(s.masked_fill(~causal, float("-inf")), -1), v).reshape(T, DTXT)
-        x = x + o @ S[p + "self_attn.o_proj.weight"].T
+        x = x + o @ S[p + "self_attn.o_proj.weight"].T + (S[p + "self_attn.o_proj.bias"] if lm["o_bias"] else 0)
         h = rms_norm(x, S[p + "post_attention_layernorm.weight"])
         x = x + (Fn.silu(h @ S[p + "mlp.gate_proj.weight"].T) * (h @ S[p + "mlp.up_proj.weight"].T)) @ S[p + "mlp.down_proj.weight"].T
-    return rms_norm(x, S[t + "norm.weight"]) @ S["language_model.lm_head.weight"].T
+    head = S[t + "embed_tokens.weight"] if lm["tie"] else S["language_model.lm_head.weight"]
+    return rms_norm(x, S[t + "norm.weight"]) @ head.T
 
 
-def reference_logits(S, mb, tanh=False, align_corners=False):
+def reference_logits(S, mb, tanh=False, align_corners=False, lm=LM0, **lm_kw):
     """Each packed sample on its own, its image positions holding the projected CLIP features."""
     p = PATCH
     patches = mb["patches"].to(DT)
@@ -311,7 +369,7 @@ def reference_logits(S, mb, tanh=False, align_corners=False):
     for s in range(len(cu) - 1):
         x = torch.stack([feats[t] if ids[t] < 0 else S["language_model.model.embed_tokens.weight"][ids[t]]
                          for t in range(cu[s], cu[s + 1])])
-        out.append(llama(S, x))
+        out.append(llama(S, x, lm, **lm_kw))
     return torch.cat(out, 0)
 
 
@@ -335,29 +393,47 @@ def recipe_keys(stdout):
 def main_transformers(rrfp, logits_bin, work):
     try:
         import transformers  # noqa: F401
-        from transformers import LlavaConfig, LlavaForConditionalGeneration
+        from transformers import LlavaConfig, LlavaForConditionalGeneration  # noqa: F401
     except Exception as e:  # not installed here: skipped
         print(f"transformers is not importable ({e.__class__.__name__}): skipped")
         return 77
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    cfg = make_config("hub")
+    # LLaVA-1.5's Llama-2-shaped LM, then the LM variants (their attention biases drawn away from the zero init)
+    for name, lm in [("llama2", LM0)] + list(VARIANTS.items()):
+        check_transformers(rrfp, logits_bin, os.path.join(work, name), name, lm)
+    return 1 if FAILED else 0
+
+
+def check_transformers(rrfp, logits_bin, work, name, lm):
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+    os.makedirs(work)
+    cfg = make_config("hub", lm)
     config = LlavaConfig(vision_config=cfg["vision_config"], text_config=cfg["text_config"],
                          image_token_index=IMAGE_TOKEN, projector_hidden_act="gelu", vision_feature_layer=FEATURE_LAYER,
-                         vision_feature_select_strategy="default")
+                         vision_feature_select_strategy="default", tie_word_embeddings=lm["tie"])
     torch.manual_seed(3)
     model = LlavaForConditionalGeneration(config).to(torch.float32).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "language_model" in n and "self_attn" in n and n.endswith(".bias"):
+                p.normal_(0.0, 0.3)
     sp = os.path.join(work, "saved")
     model.save_pretrained(sp)
     ck = os.path.join(work, "ckpt")
     r = run([rrfp, "import", "llava", "--hf", sp, "--out", ck])
-    expect(r.returncode == 0, "import llava of transformers' own save_pretrained output: " + r.stderr.strip()[-300:])
+    expect(r.returncode == 0, f"{name}: import llava of transformers' own save_pretrained output: " + r.stderr.strip()[-300:])
     if r.returncode:
-        return 1
+        return
     keys = recipe_keys(r.stdout)
+    expect(keys.get("text_kv_heads", str(HT)) == str(lm["hkv"]) and (keys.get("tie_embeddings") == "true") == lm["tie"] and
+           (keys.get("text_qkv_bias") == "true") == lm["qkv_bias"] and (keys.get("rope_type") == "llama3") == bool(lm["llama3"]),
+           f"{name}: the recipe keys of transformers' save_pretrained output: {keys}")
     dump = os.path.join(work, "mb.safetensors")
     r = run([logits_bin, ck, dump] + [f"{k}={v}" for k, v in keys.items()])
-    expect(r.returncode == 0, "logits of the import: " + r.stderr.strip()[-300:])
+    expect(r.returncode == 0, f"{name}: logits of the import: " + r.stderr.strip()[-300:])
+    if r.returncode:
+        return
     mb = st_read(dump)
     # transformers' forward on the same inputs: input ids with IMAGE_TOKEN at the image positions, pixel
     # values per sample (one image per sample here); only the samples whose image has the checkpoint's
@@ -382,14 +458,16 @@ def main_transformers(rrfp, logits_bin, work):
             errs.append((got - ref).abs().max().item() / ref.abs().max().item())
     # fp32 on both sides, different summation orders: 1e-5 (the float64 comparison above sees 1e-6)
     expect(len(errs) == 1 and max(errs) < 1e-5,
-           f"logits of transformers' model imported vs transformers itself: rel {max(errs or [1]):.2e} (fp32)")
+           f"{name}: logits of transformers' model imported vs transformers itself: rel {max(errs or [1]):.2e} (fp32)")
     del sd
     rec = os.path.join(work, "r.ini")
     with open(rec, "w") as f:
         f.write("[model]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + "[data]\nsource = synthetic\n")
     ex = os.path.join(work, "export")
     r = run([rrfp, "export", "hf", "--checkpoint", ck, "--recipe", rec, "--out", ex, "--image-token-id", str(IMAGE_TOKEN)])
-    expect(r.returncode == 0, "export hf: " + r.stderr.strip()[-300:])
+    expect(r.returncode == 0, f"{name}: export hf: " + r.stderr.strip()[-300:])
+    if r.returncode:
+        return
     back = LlavaForConditionalGeneration.from_pretrained(ex).eval()
     with torch.no_grad():
         seq = [IMAGE_TOKEN] * 9 + [5, 6, 7]
@@ -397,8 +475,7 @@ def main_transformers(rrfp, logits_bin, work):
         a = model(input_ids=torch.tensor([seq]), pixel_values=px).logits
         b = back(input_ids=torch.tensor([seq]), pixel_values=px).logits
     err = (a - b).abs().max().item() / a.abs().max().item()
-    expect(err < 1e-5, f"our export opened by LlavaForConditionalGeneration.from_pretrained: logits differ by {err:.2e}")
-    return 1 if FAILED else 0
+    expect(err < 1e-5, f"{name}: our export opened by LlavaForConditionalGeneration.from_pretrained: logits differ by {err:.2e}")
 
 
 def main():
@@ -521,6 +598,10 @@ def main():
     refused("pact", lambda c: c.update(projector_hidden_act="relu"), want="projector_hidden_act")
     refused("lm_act", lambda c: c["text_config"].update(hidden_act="gelu"), want="hidden_act")
     refused("next", lambda c: c.update(model_type="llava_next"), want="model_type")
+    # MistralConfig's sliding_window default (4096) applies when text_config leaves it out
+    refused("mistral_window", lambda c: c["text_config"].update(model_type="mistral", num_key_value_heads=HT),
+            want="sliding_window")
+    refused("mlp_bias", lambda c: c["text_config"].update(mlp_bias=True), want="mlp_bias")
     refused("shape", lambda c: c["vision_config"].update(image_size=8), want="config.json implies (17, 32)")
     refused("newline", extra={"model.image_newline": ("F32", torch.zeros(DTXT))}, want="image_newline")
     rope = os.path.join(work, "rope.ini")
@@ -529,9 +610,119 @@ def main():
     r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rope, "--out", os.path.join(work, "ex_rope"),
              "--image-token-id", "1"])
     expect(r.returncode == 1 and "no Hugging Face equivalent" in r.stderr, f"export refuses the 2-D RoPE ViT: {r.stderr.strip()[-200:]}")
+    obias = os.path.join(work, "obias.ini")
+    with open(obias, "w") as f:
+        f.write("[model]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + "text_o_bias = true\n"
+                "[data]\nsource = synthetic\n")
+    r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", obias, "--out", os.path.join(work, "ex_obias"),
+             "--image-token-id", "1"])
+    expect(r.returncode == 1 and "model.text_o_bias" in r.stderr and not os.path.exists(os.path.join(work, "ex_obias")),
+           f"export refuses a bias on o alone: {r.stderr.strip()[-200:]}")
+
+    for name, lm in VARIANTS.items():
+        check_variant(rrfp, logits_bin, work, name, lm)
 
     print(f"{len(FAILED)} check(s) failed" if FAILED else "all checks passed")
     return 1 if FAILED else 0
+
+
+def check_variant(rrfp, logits_bin, work, name, lm):
+    """An LM of LLaVA's later families under the CLIP tower: imported under the hub's names and transformers
+    5's (rope_parameters; tied: with an lm_head.weight in the files, which is skipped), logits against the
+    float64 reference (and the nearest wrong models failing), export's text_config, export then import bit
+    for bit."""
+    W = make_weights(lm, seed=29)
+    ck, out = {}, {}
+    for naming in ("hub", "tf5"):
+        hf = os.path.join(work, f"hf_{name}_{naming}")
+        extra = None
+        if lm["tie"] and naming == "tf5":  # a tied checkpoint saved with its head (the same values)
+            extra = {"lm_head.weight": ("F32", W["language_model.model.embed_tokens.weight"])}
+        S = write_hf(hf, W, naming, cfg=make_config(naming, lm), extra=extra)
+        if naming == "hub":
+            stored = S
+        ck[naming] = os.path.join(work, f"ckpt_{name}_{naming}")
+        r = run([rrfp, "import", "llava", "--hf", hf, "--out", ck[naming]])
+        expect(r.returncode == 0, f"{name}: import llava ({naming} names) exits 0: {r.stderr.strip()[-400:]}")
+        if r.returncode:
+            return
+        out[naming] = r.stdout
+    keys = recipe_keys(out["hub"])
+    want = {"text_width": str(DTXT), "text_heads": str(HT), "vocab": str(V), "text_kv_heads": str(lm["hkv"])}
+    if lm["qkv_bias"]:
+        want["text_qkv_bias"] = "true"
+    if lm["o_bias"]:
+        want["text_o_bias"] = "true"
+    if lm["tie"]:
+        want["tie_embeddings"] = "true"
+    if lm["llama3"]:
+        want.update(rope_type="llama3", rope_original_max_pos=str(lm["llama3"][3]))
+    absent = {"text_qkv_bias", "text_o_bias", "tie_embeddings", "rope_type"} - set(want)
+    expect(all(keys.get(k) == v for k, v in want.items()) and not absent & set(keys),
+           f"{name}: printed recipe keys {keys}")
+    if lm["llama3"]:
+        f, lo, hi, _ = lm["llama3"]
+        expect((float(keys["rope_factor"]), float(keys["rope_low_freq_factor"]), float(keys["rope_high_freq_factor"])) ==
+               (f, lo, hi), f"{name}: the llama3 factors printed")
+    expect(recipe_keys(out["tf5"]) == keys, f"{name}: transformers 5 names imply the same recipe keys as the hub's")
+    expect(same_bits(read_dir(ck["tf5"]), read_dir(ck["hub"])),
+           f"{name}: transformers 5 names import to the same checkpoint as the hub's, bit for bit")
+    mine = read_dir(ck["hub"])
+    expect(("text.lm_head.weight" in mine) == (not lm["tie"]), f"{name}: text.lm_head.weight only when untied")
+    expect(tuple(mine["text.blocks.0.attn.k.weight"].shape) == (lm["hkv"] * (DTXT // HT), DTXT),
+           f"{name}: k holds the key/value heads' rows")
+
+    dump = os.path.join(work, f"mb_{name}.safetensors")
+    r = run([logits_bin, ck["hub"], dump] + [f"{k}={v}" for k, v in keys.items()])
+    expect(r.returncode == 0 and "loaded all" in r.stdout, f"{name}: test_llava_logits loads every tensor: "
+           f"{r.stdout.strip()} {r.stderr.strip()[-400:]}")
+    if r.returncode:
+        return
+    mb = st_read(dump)
+    got = mb["logits"].to(DT)
+    ref = reference_logits(stored, mb, lm=lm)
+    err = (got - ref).abs().max().item() / ref.abs().max().item()
+    expect(err < 1e-5, f"{name}: LLaVA logits vs the float64 reference: max rel err {err:.2e} (tol 1e-5)")
+    wrong = [("query head h on key/value head h % hkv", {"kv_map": "modulo"})] if 1 < lm["hkv"] < HT else []
+    if lm["llama3"]:
+        wrong.append(("the unscaled RoPE", {"llama3": None}))
+    if lm["qkv_bias"]:
+        wrong.append(("no q/k/v biases", {"lm": dict(lm, qkv_bias=False, o_bias=False)}))
+    for what, kw in wrong:
+        kw = dict(kw)
+        e = (got - reference_logits(stored, mb, **dict({"lm": lm}, **kw))).abs().max().item() / ref.abs().max().item()
+        expect(e > 1e-5 * 3, f"{name}: the same comparison with {what} fails the tolerance: {e:.2e}")
+
+    rec = os.path.join(work, f"r_{name}.ini")
+    with open(rec, "w") as f:
+        f.write("[model]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items()) + "[data]\nsource = synthetic\n")
+    ex = os.path.join(work, f"export_{name}")
+    r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rec, "--out", ex,
+             "--image-token-id", str(IMAGE_TOKEN), "--shard-bytes", "60000"])
+    expect(r.returncode == 0, f"{name}: export hf exits 0: {r.stdout.strip()} {r.stderr.strip()[-400:]}")
+    if r.returncode:
+        return
+    E = read_dir(ex)
+    orig = {n: stored[n].to(torch.float32) for n in stored}
+    expect(same_bits(E, orig), f"{name}: the export holds the original tensors under their hub names, bit for bit "
+           f"(tied: no lm_head): {sorted(set(E) ^ set(orig))}")
+    tc = json.load(open(os.path.join(ex, "config.json")))["text_config"]
+    ok = (tc["model_type"] == lm["type"] and tc["num_key_value_heads"] == lm["hkv"] and
+          tc["tie_word_embeddings"] == lm["tie"] and tc["rope_theta"] == THETA and
+          (lm["type"] == "qwen2" or tc["attention_bias"] == lm["o_bias"]))
+    if lm["llama3"]:
+        f, lo, hi, L = lm["llama3"]
+        rs = tc.get("rope_scaling") or {}
+        ok = ok and rs.get("rope_type") == "llama3" and (rs.get("factor"), rs.get("low_freq_factor"),
+                                                         rs.get("high_freq_factor"),
+                                                         rs.get("original_max_position_embeddings")) == (f, lo, hi, L)
+    else:
+        ok = ok and "rope_scaling" not in tc
+    expect(ok, f"{name}: export's text_config {tc}")
+    back = os.path.join(work, f"ckpt_{name}_back")
+    r = run([rrfp, "import", "llava", "--hf", ex, "--out", back])
+    expect(r.returncode == 0 and recipe_keys(r.stdout) == keys, f"{name}: import of the export: {r.stderr.strip()[-300:]}")
+    expect(r.returncode == 0 and same_bits(read_dir(back), mine), f"{name}: export then import equals the import, bit for bit")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 add_executable(test_model tests/test_model.c)
 target_link_libraries(test_model PRIVATE rrfp_core)
 add_test(NAME model_fd COMMAND test_model fd)
+# the same with the LM variants: grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE
+add_test(NAME model_fd_variants COMMAND test_model fd_variants)
 add_test(NAME model_split_bitwise COMMAND test_model split)
+add_test(NAME model_split_bitwise_variants COMMAND test_model split_variants)
 add_test(NAME model_pipeline_stages COMMAND test_model stages)
 add_test(NAME model_freeze COMMAND test_model freeze)
 # the CLIP tower (model.vision_arch = clip) through the same checks
@@ -89,3 +92,19 @@ target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
 foreach(t split init ce lm vit proj embed vit_clip proj_clip)
   add_test(NAME tp_${t} COMMAND test_tp ${t})
 endforeach()
+# The LM variants of LLaVA's successors in one step against the reference (its own GQA by repeat_interleave,
+# biases as nn.Linear biases, Llama-3 frequencies as published, tied head as embed.weight^T): grouped-query
+# attention (4 query heads on 2 key/value heads), q/k/v and o biases, tied embeddings, rope_type = llama3 with
+# original_max_pos 512 so that the 8 frequency pairs of a 16-dim head fall in all three bands, theta 500000.
+# Step 2's dump: the biases have moved from their zero init, so the forward uses them.
+set(LM_VARIANT_SETS "--set model.text_heads=4 --set model.text_kv_heads=2 --set model.text_qkv_bias=true --set model.text_o_bias=true --set model.tie_embeddings=true --set model.rope_type=llama3 --set model.rope_original_max_pos=512 --set model.rope_base=500000")
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_lm_variants)
+add_test(NAME model_torch_trainer_dump_lm_variants
+         COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 ${LM_VARIANT_SETS} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && grep -Eq '\"Hkv\":[[:space:]]*2,' '${dir}/dump-2/config.json' && grep -Eq '\"tie_embeddings\":[[:space:]]*1,' '${dir}/dump-2/config.json' && grep -Eq '\"rope_type\":[[:space:]]*\"llama3\"' '${dir}/dump-2/config.json' && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-2'")
+set_tests_properties(model_torch_trainer_dump_lm_variants PROPERTIES LABELS torch TIMEOUT 120)
+# The CLIP tower and the LM variants in one model, step 2's dump against the reference (both halves of
+# issue 21 together: CLIP features into a GQA / biased / tied / llama3-RoPE LM)
+set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_clip_lm_variants)
+add_test(NAME model_torch_trainer_dump_clip_lm_variants
+         COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 ${LM_VARIANT_SETS} --set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && grep -Eq '\"Hkv\":[[:space:]]*2,' '${dir}/dump-2/config.json' && grep -Eq '\"vision_arch\":[[:space:]]*\"clip\"' '${dir}/dump-2/config.json' && grep -Eq '\"tie_embeddings\":[[:space:]]*1,' '${dir}/dump-2/config.json' && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/ref/llava_ref.py' --check '${dir}/dump-2'")
+set_tests_properties(model_torch_trainer_dump_clip_lm_variants PROPERTIES LABELS torch TIMEOUT 120)

@@ -42,11 +42,12 @@ typedef struct {
     int S;
     int lens[MAX_SEQS];
     int H, d;
-    int layout; /* FUSED: one (T, 3*H*d) buffer, q|k|v at columns 0, H*d, 2*H*d (the ViT's qkv) */
+    int layout; /* FUSED: one (T, (H + 2 Hkv) d) buffer, q|k|v at columns 0, H*d, (H + Hkv) d (the ViT's qkv) */
     int causal;
     float amp; /* q, k, v uniform in [-amp, amp] */
     int flags;
     double fwd_tol, bwd_tol;
+    int Hkv;   /* key/value heads (grouped-query attention: query head h reads h / (H / Hkv)); 0 = H */
 } AttnCase;
 
 /* Tolerances (normalised errors). f32 eps = 1.2e-7. Scores carry a relative error of a few eps times
@@ -59,21 +60,29 @@ typedef struct {
  * gives errors above 1e-2. The finite differences of the double reference (h = 1e-4 * amp) have
  * truncation error ~1e-8 relative, so the reference's analytic gradient must match them to 1e-6. */
 static const AttnCase CASES[] = {
-    {"len1_causal", 1, {1}, 1, 16, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5},
-    {"len1_bidir", 1, {1}, 4, 16, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5},
-    {"ragged_causal_d32", 5, {1, 7, 130, 64, 200}, 4, 32, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5},
-    {"ragged_bidir_d32", 5, {1, 7, 130, 64, 200}, 4, 32, LAYOUT_PADDED, 0, 1.0f, 0, 1e-5, 3e-5},
-    {"ragged_causal_d64_fused", 5, {200, 1, 64, 7, 130}, 1, 64, LAYOUT_FUSED, 1, 1.0f, 0, 1e-5, 3e-5},
-    {"ragged_bidir_d64_fused", 5, {64, 130, 1, 200, 7}, 4, 64, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5},
-    {"vit_bidir_d16_fused", 3, {129, 64, 17}, 4, 16, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5},
-    {"lm_causal_d16", 4, {65, 128, 1, 63}, 4, 16, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5},
-    {"three_tiles_causal", 2, {257, 300}, 1, 32, LAYOUT_FUSED, 1, 1.0f, 0, 1e-5, 3e-5},
-    {"three_tiles_bidir", 2, {300, 129}, 4, 32, LAYOUT_PADDED, 0, 1.0f, 0, 1e-5, 3e-5},
-    {"empty_sequence", 3, {5, 0, 70}, 1, 32, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5},
-    {"split_causal", 3, {70, 1, 131}, 4, 32, LAYOUT_FUSED, 1, 1.0f, CASE_SPLIT, 1e-5, 3e-5},
-    {"split_bidir", 2, {150, 9}, 1, 64, LAYOUT_PADDED, 0, 1.0f, CASE_SPLIT, 1e-5, 3e-5},
-    {"peaked_causal", 2, {150, 3}, 1, 16, LAYOUT_PADDED, 1, 8.0f, 0, 1e-4, 3e-4},
-    {"peaked_bidir", 2, {3, 150}, 4, 16, LAYOUT_FUSED, 0, 8.0f, 0, 1e-4, 3e-4},
+    {"len1_causal", 1, {1}, 1, 16, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"len1_bidir", 1, {1}, 4, 16, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"ragged_causal_d32", 5, {1, 7, 130, 64, 200}, 4, 32, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"ragged_bidir_d32", 5, {1, 7, 130, 64, 200}, 4, 32, LAYOUT_PADDED, 0, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"ragged_causal_d64_fused", 5, {200, 1, 64, 7, 130}, 1, 64, LAYOUT_FUSED, 1, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"ragged_bidir_d64_fused", 5, {64, 130, 1, 200, 7}, 4, 64, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"vit_bidir_d16_fused", 3, {129, 64, 17}, 4, 16, LAYOUT_FUSED, 0, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"lm_causal_d16", 4, {65, 128, 1, 63}, 4, 16, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"three_tiles_causal", 2, {257, 300}, 1, 32, LAYOUT_FUSED, 1, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"three_tiles_bidir", 2, {300, 129}, 4, 32, LAYOUT_PADDED, 0, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"empty_sequence", 3, {5, 0, 70}, 1, 32, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5, 0},
+    {"split_causal", 3, {70, 1, 131}, 4, 32, LAYOUT_FUSED, 1, 1.0f, CASE_SPLIT, 1e-5, 3e-5, 0},
+    {"split_bidir", 2, {150, 9}, 1, 64, LAYOUT_PADDED, 0, 1.0f, CASE_SPLIT, 1e-5, 3e-5, 0},
+    {"peaked_causal", 2, {150, 3}, 1, 16, LAYOUT_PADDED, 1, 8.0f, 0, 1e-4, 3e-4, 0},
+    {"peaked_bidir", 2, {3, 150}, 4, 16, LAYOUT_FUSED, 0, 8.0f, 0, 1e-4, 3e-4, 0},
+    /* grouped-query attention (the LM of Llama-3 / Mistral / Qwen2): 2 or 4 query heads per key/value head,
+     * q and k/v in separate buffers of different strides (padded) or one fused row; the same bounds, since
+     * each query head's scores and sums are those of plain attention, and a key/value head's gradient
+     * adds G such sums (G <= 4: within the bound's headroom) */
+    {"gqa_causal_g2", 4, {65, 128, 1, 63}, 4, 16, LAYOUT_PADDED, 1, 1.0f, 0, 1e-5, 3e-5, 2},
+    {"gqa_causal_g4_fused", 3, {130, 7, 200}, 4, 32, LAYOUT_FUSED, 1, 1.0f, 0, 1e-5, 3e-5, 1},
+    {"gqa_bidir_g2", 3, {1, 150, 9}, 8, 16, LAYOUT_PADDED, 0, 1.0f, 0, 1e-5, 3e-5, 4},
+    {"gqa_split_causal_g3", 3, {70, 1, 131}, 6, 16, LAYOUT_PADDED, 1, 1.0f, CASE_SPLIT, 1e-5, 3e-5, 2},
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -114,48 +123,57 @@ static int rss_peak_reset(void) {
 
 /* Where q, k, v live in one array x (the gradient buffers use the same layout). */
 typedef struct {
-    int T, H, d, ld;
-    int padded;    /* ld = H*d + PAD_COLS: columns [H*d, ld) of each row are padding */
+    int T, H, Hkv, d;
+    int ld, ldkv;  /* row strides of q and of k, v */
+    int padded;    /* PADDED: q rows of ld = H*d + PAD_COLS, k and v rows of ldkv = Hkv*d + PAD_COLS */
     size_t off[3]; /* q, k, v */
     size_t n;      /* elements of x */
 } Layout;
 
-static Layout layout_make(int T, int H, int d, int kind) {
-    Layout L = {T, H, d, 0, kind == LAYOUT_PADDED, {0, 0, 0}, 0};
-    int Hd = H * d;
+static Layout layout_make(int T, int H, int Hkv, int d, int kind) {
+    Layout L = {T, H, Hkv, d, 0, 0, kind == LAYOUT_PADDED, {0, 0, 0}, 0};
+    int Hd = H * d, Kd = Hkv * d;
     if (kind == LAYOUT_FUSED) {
-        L.ld = 3 * Hd;
-        L.off[1] = Hd, L.off[2] = 2 * (size_t)Hd;
+        L.ld = L.ldkv = Hd + 2 * Kd;
+        L.off[1] = Hd, L.off[2] = (size_t)Hd + Kd;
         L.n = (size_t)T * L.ld;
     } else {
         L.ld = Hd + PAD_COLS;
-        L.off[1] = (size_t)T * L.ld, L.off[2] = 2 * (size_t)T * L.ld;
-        L.n = 3 * (size_t)T * L.ld;
+        L.ldkv = Kd + PAD_COLS;
+        L.off[1] = (size_t)T * L.ld, L.off[2] = L.off[1] + (size_t)T * L.ldkv;
+        L.n = L.off[2] + (size_t)T * L.ldkv;
     }
     return L;
 }
-static int layout_is_pad(const Layout* L, size_t i) { return L->padded && (int)(i % L->ld) >= L->H * L->d; }
+/* row stride and width of tensor t (0 q, 1 k, 2 v) */
+static int layout_ld(const Layout* L, int t) { return t == 0 ? L->ld : L->ldkv; }
+static int layout_width(const Layout* L, int t) { return (t == 0 ? L->H : L->Hkv) * L->d; }
+static int layout_is_pad(const Layout* L, size_t i) {
+    if (!L->padded) return 0;
+    int t = i >= L->off[2] ? 2 : i >= L->off[1] ? 1 : 0;
+    return (int)((i - L->off[t]) % layout_ld(L, t)) >= layout_width(L, t);
+}
 
 /* ------------------------------------------------------------------------------------------------
  * Double reference, from the definition: for one (sequence, head) the full len x len softmax. */
 
-/* Rows [start, start + len) of head h: writes out (T, H*d) and lse (T, H) rows; when dout is given,
- * ADDS the gradients into g (layout L). */
+/* Rows [start, start + len) of query head h (key/value head h / (H / Hkv)): writes out (T, H*d) and lse
+ * (T, H) rows; when dout is given, ADDS the gradients into g (layout L). */
 static void ref_head(const Layout* L, const double* x, int start, int len, int h, int causal, double* out,
                      double* lse, const double* dout, double* g) {
     if (len == 0) return;
-    int H = L->H, d = L->d, ld = L->ld, Hd = H * d;
+    int H = L->H, d = L->d, ldq = L->ld, ld = L->ldkv, Hd = H * d, hk = h / (L->H / L->Hkv);
     double scale = 1.0 / sqrt((double)d);
     const double* q = x + L->off[0] + (size_t)h * d;
-    const double* k = x + L->off[1] + (size_t)h * d;
-    const double* v = x + L->off[2] + (size_t)h * d;
+    const double* k = x + L->off[1] + (size_t)hk * d;
+    const double* v = x + L->off[2] + (size_t)hk * d;
     double* P = malloc((size_t)len * len * sizeof(double));
     for (int i = 0; i < len; i++) {
         int nvis = causal ? i + 1 : len;
         double mx = -INFINITY;
         for (int j = 0; j < nvis; j++) {
             double s = 0;
-            for (int c = 0; c < d; c++) s += q[(size_t)(start + i) * ld + c] * k[(size_t)(start + j) * ld + c];
+            for (int c = 0; c < d; c++) s += q[(size_t)(start + i) * ldq + c] * k[(size_t)(start + j) * ld + c];
             P[(size_t)i * len + j] = s * scale;
             mx = fmax(mx, s * scale);
         }
@@ -171,8 +189,8 @@ static void ref_head(const Layout* L, const double* x, int start, int len, int h
     }
     if (dout) {
         double* gq = g + L->off[0] + (size_t)h * d;
-        double* gk = g + L->off[1] + (size_t)h * d;
-        double* gv = g + L->off[2] + (size_t)h * d;
+        double* gk = g + L->off[1] + (size_t)hk * d;
+        double* gv = g + L->off[2] + (size_t)hk * d;
         for (int i = 0; i < len; i++) {
             const double* dor = dout + (size_t)(start + i) * Hd + (size_t)h * d;
             /* dP_ij = dO_i . v_j;  dS_ij = P_ij (dP_ij - sum_l P_il dP_il) */
@@ -189,8 +207,8 @@ static void ref_head(const Layout* L, const double* x, int start, int len, int h
                 if (p == 0.0) continue;
                 double ds = p * (dP[j] - dsum) * scale;
                 for (int c = 0; c < d; c++) {
-                    gq[(size_t)(start + i) * ld + c] += ds * k[(size_t)(start + j) * ld + c];
-                    gk[(size_t)(start + j) * ld + c] += ds * q[(size_t)(start + i) * ld + c];
+                    gq[(size_t)(start + i) * ldq + c] += ds * k[(size_t)(start + j) * ld + c];
+                    gk[(size_t)(start + j) * ld + c] += ds * q[(size_t)(start + i) * ldq + c];
                     gv[(size_t)(start + j) * ld + c] += p * dor[c];
                 }
             }
@@ -200,17 +218,19 @@ static void ref_head(const Layout* L, const double* x, int start, int len, int h
     free(P);
 }
 
-/* sum(out * R) over the rows of one (sequence, head): the part of the loss that x's elements of that
- * sequence and head influence. */
-static double ref_head_loss(const Layout* L, const double* x, int start, int len, int h, int causal, const double* R,
-                            double* out, double* lse) {
-    ref_head(L, x, start, len, h, causal, out, lse, NULL, NULL);
+/* sum(out * R) over the rows of one sequence and query heads [h0, h1): the part of the loss that x's
+ * elements of that sequence and those heads influence (a key/value head: its whole group). */
+static double ref_head_loss(const Layout* L, const double* x, int start, int len, int h0, int h1, int causal,
+                            const double* R, double* out, double* lse) {
     double loss = 0;
-    for (int i = start; i < start + len; i++)
-        for (int c = 0; c < L->d; c++) {
-            size_t o = (size_t)i * L->H * L->d + (size_t)h * L->d + c;
-            loss += out[o] * R[o];
-        }
+    for (int h = h0; h < h1; h++) {
+        ref_head(L, x, start, len, h, causal, out, lse, NULL, NULL);
+        for (int i = start; i < start + len; i++)
+            for (int c = 0; c < L->d; c++) {
+                size_t o = (size_t)i * L->H * L->d + (size_t)h * L->d + c;
+                loss += out[o] * R[o];
+            }
+    }
     return loss;
 }
 
@@ -237,12 +257,12 @@ static double norm_err_d(const double* a, const double* b, size_t n) {
 #define FD_PER_TENSOR 24
 
 static int run_case(const AttnCase* tc) {
-    int S = tc->S, H = tc->H, d = tc->d, Hd = H * d;
+    int S = tc->S, H = tc->H, d = tc->d, Hd = H * d, Hkv = tc->Hkv > 0 ? tc->Hkv : H, G = H / Hkv;
     int cu[MAX_SEQS + 1];
     cu[0] = 0;
     for (int s = 0; s < S; s++) cu[s + 1] = cu[s] + tc->lens[s];
     int T = cu[S];
-    Layout L = layout_make(T, H, d, tc->layout);
+    Layout L = layout_make(T, H, Hkv, d, tc->layout);
     size_t n_out = (size_t)T * Hd, n_lse = (size_t)T * H;
 
     /* inputs: NaN in the padding so that reading it shows */
@@ -259,7 +279,7 @@ static int run_case(const AttnCase* tc) {
     float* lse = malloc(n_lse * sizeof(float));
     double* out_ref = calloc(n_out, sizeof(double));
     double* lse_ref = calloc(n_lse, sizeof(double));
-    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu, S, T, H, d, L.ld, tc->causal);
+    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu, S, T, H, Hkv, d, L.ld, L.ldkv, tc->causal);
     double* R = malloc(n_out * sizeof(double));
     float* Rf = malloc(n_out * sizeof(float));
     for (size_t i = 0; i < n_out; i++) Rf[i] = rng_sym(1.0f), R[i] = Rf[i];
@@ -278,8 +298,8 @@ static int run_case(const AttnCase* tc) {
     float* g = malloc(L.n * sizeof(float));
     for (size_t i = 0; i < L.n; i++) g0[i] = layout_is_pad(&L, i) ? 12345.0f : rng_sym(1.0f);
     memcpy(g, g0, L.n * sizeof(float));
-    cpu_attention_backward(&backend_cpu, g + L.off[0], g + L.off[1], g + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld,
-                           tc->causal);
+    cpu_attention_backward(&backend_cpu, g + L.off[0], g + L.off[1], g + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, Hkv, d, L.ld,
+                           L.ldkv, tc->causal);
     int pad_touched = 0;
     for (size_t i = 0; i < L.n; i++)
         if (layout_is_pad(&L, i) && memcmp(&g[i], &g0[i], sizeof(float)) != 0) pad_touched++;
@@ -289,8 +309,8 @@ static int run_case(const AttnCase* tc) {
         /* the fused layout interleaves q, k, v: compare only this tensor's columns */
         double e = 0, s = 0;
         for (int r = 0; r < T; r++)
-            for (int c = 0; c < Hd; c++) {
-                size_t i = L.off[t] + (size_t)r * L.ld + c;
+            for (int c = 0; c < layout_width(&L, t); c++) {
+                size_t i = L.off[t] + (size_t)r * layout_ld(&L, t) + c;
                 double diff = fabs(((double)g[i] - g0[i]) - g_ref[i]);
                 e = (diff > e || isnan(diff)) ? diff : e;
                 s = fmax(s, fabs(g_ref[i]));
@@ -304,19 +324,21 @@ static int run_case(const AttnCase* tc) {
     double* lse_s = malloc(n_lse * sizeof(double));
     for (int t = 0; t < 3; t++) {
         double gmax = 0;
+        int W = layout_width(&L, t), ldt = layout_ld(&L, t);
         for (int r = 0; r < T; r++)
-            for (int c = 0; c < Hd; c++) gmax = fmax(gmax, fabs(g_ref[L.off[t] + (size_t)r * L.ld + c]));
+            for (int c = 0; c < W; c++) gmax = fmax(gmax, fabs(g_ref[L.off[t] + (size_t)r * ldt + c]));
         for (int n = 0; n < FD_PER_TENSOR; n++) {
             int s = n % S;
             int len = cu[s + 1] - cu[s];
             if (len == 0) continue;
-            int row = cu[s] + rng_int(len), col = rng_int(Hd), h = col / d;
-            size_t i = L.off[t] + (size_t)row * L.ld + col;
+            int row = cu[s] + rng_int(len), col = rng_int(W), h = col / d;
+            int h0 = t == 0 ? h : h * G, h1 = t == 0 ? h + 1 : (h + 1) * G; /* the query heads it feeds */
+            size_t i = L.off[t] + (size_t)row * ldt + col;
             double h_fd = 1e-4 * tc->amp, x0 = xd[i];
             xd[i] = x0 + h_fd;
-            double lp = ref_head_loss(&L, xd, cu[s], len, h, tc->causal, R, out_s, lse_s);
+            double lp = ref_head_loss(&L, xd, cu[s], len, h0, h1, tc->causal, R, out_s, lse_s);
             xd[i] = x0 - h_fd;
-            double lm = ref_head_loss(&L, xd, cu[s], len, h, tc->causal, R, out_s, lse_s);
+            double lm = ref_head_loss(&L, xd, cu[s], len, h0, h1, tc->causal, R, out_s, lse_s);
             xd[i] = x0;
             double fd = (lp - lm) / (2 * h_fd);
             double norm = gmax > 0 ? gmax : 1.0;
@@ -329,9 +351,10 @@ static int run_case(const AttnCase* tc) {
     double e_split = 0;
     if (tc->flags & CASE_SPLIT) {
         float* gs = calloc(L.n, sizeof(float));
-        cpu_attention_backward(&backend_cpu, gs + L.off[0], NULL, NULL, Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld, tc->causal);
-        cpu_attention_backward(&backend_cpu, NULL, gs + L.off[1], gs + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, d, L.ld,
+        cpu_attention_backward(&backend_cpu, gs + L.off[0], NULL, NULL, Rf, out, lse, q, k, v, cu, S, T, H, Hkv, d, L.ld, L.ldkv,
                                tc->causal);
+        cpu_attention_backward(&backend_cpu, NULL, gs + L.off[1], gs + L.off[2], Rf, out, lse, q, k, v, cu, S, T, H, Hkv, d, L.ld,
+                               L.ldkv, tc->causal);
         double gmax = max_abs_d(g_ref, L.n);
         for (size_t i = 0; i < L.n; i++) {
             if (layout_is_pad(&L, i)) continue;
@@ -344,9 +367,9 @@ static int run_case(const AttnCase* tc) {
     double e_bwd = fmax(e_grad[0], fmax(e_grad[1], e_grad[2]));
     int ok = e_out <= tc->fwd_tol && e_lse <= tc->fwd_tol * 10 && e_bwd <= tc->bwd_tol && e_fd_ref <= 1e-6 &&
              e_fd_f32 <= tc->bwd_tol && e_split <= tc->bwd_tol && pad_touched == 0;
-    printf("%-26s T=%-4d H=%d d=%-2d %s %-6s out %.1e lse %.1e | %s %.1e %s %.1e %s %.1e | fd(ref) %.1e "
+    printf("%-26s T=%-4d H=%d/%d d=%-2d %s %-6s out %.1e lse %.1e | %s %.1e %s %.1e %s %.1e | fd(ref) %.1e "
            "fd(f32) %.1e%s | tol %.0e/%.0e %s\n",
-           tc->name, T, H, d, tc->layout == LAYOUT_FUSED ? "fused " : "padded", tc->causal ? "causal" : "bidir", e_out,
+           tc->name, T, H, Hkv, d, tc->layout == LAYOUT_FUSED ? "fused " : "padded", tc->causal ? "causal" : "bidir", e_out,
            e_lse, tname[0], e_grad[0], tname[1], e_grad[1], tname[2], e_grad[2], e_fd_ref, e_fd_f32,
            pad_touched ? " PADDING WRITTEN" : "", tc->fwd_tol, tc->bwd_tol, ok ? "ok" : "FAIL");
     free(x), free(xd), free(out), free(lse), free(out_ref), free(lse_ref), free(R), free(Rf), free(g_ref), free(tmp);
@@ -368,7 +391,7 @@ static int run_long(int causal) {
      * item is the whole work, so the backward takes its two-pass split (see attention.c) */
     const int T = LONG_T, H = causal ? 2 : 1, d = 64, Hd = H * d, h = H - 1;
     int cu[2] = {0, T};
-    Layout L = layout_make(T, H, d, LAYOUT_FUSED);
+    Layout L = layout_make(T, H, H, d, LAYOUT_FUSED);
     float* x = malloc(L.n * sizeof(float));
     for (size_t i = 0; i < L.n; i++) x[i] = rng_sym(1.0f);
     float* out = malloc((size_t)T * Hd * sizeof(float));
@@ -380,17 +403,17 @@ static int run_long(int causal) {
 
     /* warm-up on a smaller packing: OpenMP threads and BLIS pools exist before the measurement */
     int cu_w[2] = {0, 256};
-    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu_w, 1, 256, H, d, L.ld, causal);
-    cpu_attention_backward(&backend_cpu, g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu_w, 1, 256, H, d, L.ld, causal);
+    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu_w, 1, 256, H, H, d, L.ld, L.ld, causal);
+    cpu_attention_backward(&backend_cpu, g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu_w, 1, 256, H, H, d, L.ld, L.ld, causal);
     memset(g, 0, L.n * sizeof(float));
     memset(out, 0, (size_t)T * Hd * sizeof(float)), memset(lse, 0, (size_t)T * H * sizeof(float));
 
     int reset = rss_peak_reset();
     long rss0 = reset ? proc_status_kib("VmRSS") : proc_status_kib("VmHWM");
     double t0 = rr_now();
-    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu, 1, T, H, d, L.ld, causal);
+    cpu_attention_forward(&backend_cpu, out, lse, q, k, v, cu, 1, T, H, H, d, L.ld, L.ld, causal);
     double t1 = rr_now();
-    cpu_attention_backward(&backend_cpu, g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu, 1, T, H, d, L.ld, causal);
+    cpu_attention_backward(&backend_cpu, g, g + L.off[1], g + L.off[2], R, out, lse, q, k, v, cu, 1, T, H, H, d, L.ld, L.ld, causal);
     double t2 = rr_now();
     long rss_growth = proc_status_kib("VmHWM") - rss0;
     if (rss0 < 0) rss_growth = 1L << 40; /* no /proc: fail loudly rather than pass unchecked */

@@ -31,6 +31,11 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
+static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
+/* Llama-3.1's scaling with original_max_pos 2048: a head of dim 64 at theta 500000 has pairs in all three bands */
+static const RopeFreq RF_LLAMA3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0, .low_freq_factor = 1.0,
+                                   .high_freq_factor = 4.0, .original_max_pos = 2048.0};
+
 #define SKIP_RC 77
 
 #ifdef RR_CUDA_EMU
@@ -97,7 +102,8 @@ typedef enum {
 
 /* CASE_BIG: model-sized shapes (a 4096-token sample, a 2048 x 1024 x 1024 GEMM), run on a real device
  * only: the emulation runs threads one at a time and would take minutes. */
-enum { CASE_NO_BIAS = 1, CASE_SPLIT = 2, CASE_IGNORE = 4, CASE_CAUSAL = 8, CASE_INPLACE = 16, CASE_BIG = 32, CASE_DECAY = 64 };
+enum { CASE_NO_BIAS = 1, CASE_SPLIT = 2, CASE_IGNORE = 4, CASE_CAUSAL = 8, CASE_INPLACE = 16, CASE_BIG = 32, CASE_DECAY = 64,
+       CASE_LLAMA3 = 128 /* RoPE: RF_LLAMA3 */ };
 
 typedef struct {
     const char* name;
@@ -107,6 +113,7 @@ typedef struct {
     int flags;
     int S;         /* attention: sequences, lengths in lens */
     int lens[6];
+    int Hkv;       /* attention: key/value heads (grouped-query; q and k|v in separate buffers); 0 = H, one qkv buffer */
 } OpCase;
 
 static const OpCase CASES[] = {
@@ -139,6 +146,7 @@ static const OpCase CASES[] = {
     {"add_inplace", OP_ADD, .N = 3, .C = 17, .flags = CASE_INPLACE},
     {"rope_strided", OP_ROPE, .N = 9, .H = 2, .d = 10, .ld = 61},
     {"rope_model", OP_ROPE, .N = 150, .H = 4, .d = 32, .ld = 3 * 128},
+    {"rope_llama3", OP_ROPE, .N = 40, .H = 3, .d = 64, .ld = 3 * 64 + 5, .flags = CASE_LLAMA3},
     {"rope_empty", OP_ROPE, .N = 0, .H = 2, .d = 8, .ld = 16},
     {"rope2d_strided", OP_ROPE2D, .N = 11, .H = 3, .d = 12, .ld = 3 * 3 * 12 + 5},
     {"embedding_repeats", OP_EMBEDDING, .N = 400, .C = 70, .OC = 50},
@@ -160,6 +168,10 @@ static const OpCase CASES[] = {
     {"attn_d64_long", OP_ATTENTION, .H = 2, .d = 64, .flags = CASE_CAUSAL, .S = 2, .lens = {300, 129}},
     {"attn_d256", OP_ATTENTION, .H = 1, .d = 256, .S = 2, .lens = {45, 20}},
     {"attn_empty", OP_ATTENTION, .H = 2, .d = 8, .S = 2, .lens = {0, 0}},
+    {"attn_gqa_causal", OP_ATTENTION, .H = 4, .d = 16, .flags = CASE_CAUSAL, .S = 3, .lens = {1, 40, 75}, .Hkv = 2},
+    {"attn_gqa_g4_split", OP_ATTENTION, .H = 4, .d = 8, .flags = CASE_CAUSAL | CASE_SPLIT, .S = 3, .lens = {16, 33, 5},
+     .Hkv = 1},
+    {"attn_gqa_bidir", OP_ATTENTION, .H = 6, .d = 8, .S = 2, .lens = {30, 17}, .Hkv = 3},
     {"sumsq_empty", OP_SUMSQ, .N = 0},
     {"sumsq_few", OP_SUMSQ, .N = 37},         /* fewer values than the 64 small chunks: empty chunks */
     {"sumsq_64ki", OP_SUMSQ, .N = 65536},     /* the last size cut into 64 chunks */
@@ -434,12 +446,13 @@ static void run_rope(const OpCase* tc) {
     float* x_d = up(x, n);
     int* pos_d = upi(pos, 2 * (size_t)N);
     if (tc->op == OP_ROPE) {
-        refb->rope_forward(refb, x, pos, N, H, d, ld, 10000.0);
-        cu->rope_forward(cu, x_d, pos_d, N, H, d, ld, 10000.0);
+        const RopeFreq* rf = tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT;
+        refb->rope_forward(refb, x, pos, N, H, d, ld, rf);
+        cu->rope_forward(cu, x_d, pos_d, N, H, d, ld, rf);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
-        refb->rope_backward(refb, x, pos, N, H, d, ld, 10000.0);
-        cu->rope_backward(cu, x_d, pos_d, N, H, d, ld, 10000.0);
+        refb->rope_backward(refb, x, pos, N, H, d, ld, rf);
+        cu->rope_backward(cu, x_d, pos_d, N, H, d, ld, rf);
         cmp("backward", x_d, x, n, TOL_ROPE);
     } else {
         refb->rope2d_forward(refb, x, pos, pos + N, N, H, d, ld);
@@ -533,7 +546,48 @@ static void run_ce(const OpCase* tc) {
     cu->free(z_d), cu->free(lse_d), cu->free(dz_d), cu->free(loss_d), cu->free(t_d);
 }
 
+/* Grouped-query attention: q (T, ldq) and k | v (T, ldkv) in two buffers of different, padded strides, as
+ * the LM's separate q and k / v projections (plus padding, which must not be read or written) */
+static void run_attention_gqa(const OpCase* tc) {
+    int S = tc->S, H = tc->H, Hkv = tc->Hkv, d = tc->d, causal = !!(tc->flags & CASE_CAUSAL);
+    int cu_seqlens[8] = {0};
+    for (int s = 0; s < S; s++) cu_seqlens[s + 1] = cu_seqlens[s] + tc->lens[s];
+    int T = cu_seqlens[S], ldq = H * d + 3, ldkv = 2 * Hkv * d + 1, kd = Hkv * d;
+    size_t nq = (size_t)T * ldq, nkv = (size_t)T * ldkv, nout = (size_t)T * H * d, nlse = (size_t)T * H;
+    float *q = hrand(nq, 1.5f), *kv = hrand(nkv, 1.5f), *out = hrand(nout, 1), *lse = hrand(nlse, 1);
+    float *dy = hrand(nout, 1), *dq = hrand(nq, 1), *dkv = hrand(nkv, 1);
+    float *q_d = up(q, nq), *kv_d = up(kv, nkv), *out_d = up(out, nout), *lse_d = up(lse, nlse), *dy_d = up(dy, nout);
+    float *dq_d = up(dq, nq), *dkv_d = up(dkv, nkv);
+    int* cu_d = upi(cu_seqlens, S + 1);
+    refb->attention_forward(refb, out, lse, q, kv, kv + kd, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, causal);
+    cu->attention_forward(cu, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d, ldq, ldkv, causal);
+    cmp("out", out_d, out, nout, TOL_ATT);
+    cmp("lse", lse_d, lse, nlse, TOL_ATT);
+    cu->copy_h2d(cu, out_d, out, nout * sizeof(float));
+    cu->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
+    refb->attention_backward(refb, dq, dkv, dkv + kd, dy, out, lse, q, kv, kv + kd, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+                             causal);
+    if (tc->flags & CASE_SPLIT) {
+        cu->attention_backward(cu, dq_d, NULL, NULL, dy_d, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d, ldq,
+                               ldkv, causal);
+        cu->attention_backward(cu, NULL, dkv_d, dkv_d + kd, dy_d, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d,
+                               ldq, ldkv, causal);
+    } else {
+        cu->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, dy_d, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d,
+                               ldq, ldkv, causal);
+    }
+    cmp("dq", dq_d, dq, nq, TOL_ATT);
+    cmp("dkv", dkv_d, dkv, nkv, TOL_ATT);
+    free(q), free(kv), free(out), free(lse), free(dy), free(dq), free(dkv);
+    cu->free(q_d), cu->free(kv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dq_d), cu->free(dkv_d);
+    cu->free(cu_d);
+}
+
 static void run_attention(const OpCase* tc) {
+    if (tc->Hkv > 0) {
+        run_attention_gqa(tc);
+        return;
+    }
     int S = tc->S, H = tc->H, d = tc->d, causal = !!(tc->flags & CASE_CAUSAL);
     int cu_seqlens[8] = {0};
     for (int s = 0; s < S; s++) cu_seqlens[s + 1] = cu_seqlens[s] + tc->lens[s];
@@ -549,23 +603,23 @@ static void run_attention(const OpCase* tc) {
      * aside (no allocation in a call): reserve this case's shape as the trainer reserves a stage's */
     AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld};
     cu->reserve(cu, 0, 0, &ar, 1);
-    refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
-    cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
+    refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, H, d, ld, ld, causal);
+    cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, H, d, ld, ld, causal);
     cmp("out", out_d, out, nout, TOL_ATT);
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
     /* the backward from the CPU's out and lse */
     cu->copy_h2d(cu, out_d, out, nout * sizeof(float));
     cu->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
     refb->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
-                           H, d, ld, causal);
+                           H, H, d, ld, ld, causal);
     if (tc->flags & CASE_SPLIT) {
-        cu->attention_backward(cu, dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H,
-                               d, ld, causal);
+        cu->attention_backward(cu, dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, H,
+                               d, ld, ld, causal);
         cu->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd,
-                               cu_d, S, T, H, d, ld, causal);
+                               cu_d, S, T, H, H, d, ld, ld, causal);
     } else {
         cu->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd,
-                               qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
+                               qkv_d + 2 * hd, cu_d, S, T, H, H, d, ld, ld, causal);
     }
     cmp("dqkv", dqkv_d, dqkv, nqkv, TOL_ATT);
     free(qkv), free(out), free(lse), free(dy), free(dqkv);

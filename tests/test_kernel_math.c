@@ -20,6 +20,8 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
+static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
+
 /* Tolerances (f32 eps = 1.2e-7):
  * - ELEM 1e-6: elementwise ops (GELU, SwiGLU, RoPE): the same formula on both sides, at most a
  *   different association of a product: a few ulps.
@@ -231,10 +233,10 @@ static void test_rope(int N, int H, int d, int ld) {
     float* x = frand(n, 1.0f);
     float *a = fcopy(x, n), *b = fcopy(x, n);
     rope_by_pairs(a, pos, N, H, d, ld, 0, d, 1.0);
-    backend_cpu.rope_forward(&backend_cpu, b, pos, N, H, d, ld, 10000.0);
+    backend_cpu.rope_forward(&backend_cpu, b, pos, N, H, d, ld, &RF_DEFAULT);
     expect("rope", "forward", norm_err(a, b, n), TOL_ELEM);
     rope_by_pairs(a, pos, N, H, d, ld, 0, d, -1.0);
-    backend_cpu.rope_backward(&backend_cpu, b, pos, N, H, d, ld, 10000.0);
+    backend_cpu.rope_backward(&backend_cpu, b, pos, N, H, d, ld, &RF_DEFAULT);
     expect("rope", "backward", norm_err(a, b, n), TOL_ELEM);
     expect("rope", "roundtrip", norm_err(a, x, n), TOL_ELEM); /* backward undoes forward */
     if (d % 4 == 0) {
@@ -249,6 +251,35 @@ static void test_rope(int N, int H, int d, int ld) {
         expect("rope2d", "backward", norm_err(a, b, n), TOL_ELEM);
     }
     free(pos), free(pos_col), free(x), free(a), free(b);
+}
+
+/* Llama-3 frequency scaling as rope.cu's threads compute it (rr_rope_inv_freq per pair, then
+ * rr_rope_cos_sin_freq), against the CPU backend's table of the same frequencies */
+static void test_rope_llama3(int N, int H, int d, int ld) {
+    const RopeFreq rf = {.theta = 500000.0, .llama3 = 1, .factor = 8.0, .low_freq_factor = 1.0,
+                         .high_freq_factor = 4.0, .original_max_pos = 2048.0};
+    size_t n = (size_t)N * ld;
+    int* pos = callocCheck(N, sizeof(int));
+    for (int i = 0; i < N; i++) pos[i] = (int)(rng_u64() % 8192);
+    float* x = frand(n, 1.0f);
+    float *a = fcopy(x, n), *b = fcopy(x, n);
+    for (int sign = 1; sign >= -1; sign -= 2) {
+        for (int i = 0; i < N; i++)
+            for (int h = 0; h < H; h++)
+                for (int j = 0; j < d / 2; j++) {
+                    float c, s;
+                    double f = rr_rope_inv_freq(j, d, rf.theta, 1, rf.factor, rf.low_freq_factor, rf.high_freq_factor,
+                                                rf.original_max_pos);
+                    rr_rope_cos_sin_freq(pos[i], sign, f, &c, &s);
+                    float* v = a + (size_t)i * ld + (size_t)h * d;
+                    rr_rope_rotate_pair(&v[j], &v[j + d / 2], c, s);
+                }
+        if (sign > 0) backend_cpu.rope_forward(&backend_cpu, b, pos, N, H, d, ld, &rf);
+        else backend_cpu.rope_backward(&backend_cpu, b, pos, N, H, d, ld, &rf);
+        expect("rope llama3", sign > 0 ? "forward" : "backward", norm_err(a, b, n), TOL_ELEM);
+    }
+    expect("rope llama3", "roundtrip", norm_err(a, x, n), TOL_ELEM);
+    free(pos), free(x), free(a), free(b);
 }
 
 /* ---- cross-entropy: row max and float sum of exp (the block reductions), then kernel_math ------- */
@@ -456,9 +487,9 @@ static void test_attention(const char* name, const int* lens, int S, int H, int 
     }
     /* and against the CPU backend's own flash implementation (BLIS tiles of 64, its own exp) */
     float *out_cpu = fvec(nout), *lse_cpu = fvec((size_t)T * H), *dqkv_cpu = fvec(nqkv);
-    backend_cpu.attention_forward(&backend_cpu, out_cpu, lse_cpu, q, k, v, cu, S, T, H, d, ld, causal);
+    backend_cpu.attention_forward(&backend_cpu, out_cpu, lse_cpu, q, k, v, cu, S, T, H, H, d, ld, ld, causal);
     backend_cpu.attention_backward(&backend_cpu, dqkv_cpu, dqkv_cpu + H * d, dqkv_cpu + 2 * H * d, dout, out_cpu, lse_cpu, q, k, v, cu,
-                                   S, T, H, d, ld, causal);
+                                   S, T, H, H, d, ld, ld, causal);
     snprintf(what, sizeof what, "attn %s/cpu", name);
     expect(what, "out", norm_err(out, out_cpu, nout), TOL_ATT);
     expect(what, "lse", norm_err(lse, lse_cpu, (size_t)T * H), TOL_ATT);
@@ -637,6 +668,7 @@ int main(void) {
     test_rope(1, 1, 2, 2);
     test_rope(9, 2, 10, 61);
     test_rope(33, 4, 32, 3 * 128);
+    test_rope_llama3(17, 2, 64, 2 * 64 + 3);
     test_crossentropy(1, 5);
     test_crossentropy(40, 513);
     test_online_softmax();

@@ -1,6 +1,10 @@
 /* test_llama_logits.c — the LM logits of an imported checkpoint, for tests/import_llama.py.
  *
- *   test_llama_logits CKPT D L H F V RMS_EPS ROPE_BASE OUT.safetensors
+ *   test_llama_logits CKPT D L H F V RMS_EPS ROPE_BASE OUT.safetensors [KEY=VALUE ...]
+ *
+ * KEY=VALUE: the LM variants as `rrfp-mm import llama` prints them: text_kv_heads=N, text_qkv_bias=true,
+ * text_o_bias=true, tie_embeddings=true, rope_type=llama3, rope_factor=X, rope_low_freq_factor=X,
+ * rope_high_freq_factor=X, rope_original_max_pos=N.
  *
  * Builds the model with that LM (and a tiny vision tower), starts it from CKPT through train.init_from's
  * loader (its report on stdout: every text.* tensor must load), forwards a text-only microbatch of two
@@ -15,13 +19,37 @@
 #include "tests/test_model_util.h"
 
 int main(int argc, char** argv) {
-    if (argc != 10) {
-        fprintf(stderr, "usage: %s CKPT D L H F V RMS_EPS ROPE_BASE OUT.safetensors\n", argv[0]);
+    if (argc < 10) {
+        fprintf(stderr, "usage: %s CKPT D L H F V RMS_EPS ROPE_BASE OUT.safetensors [KEY=VALUE ...]\n", argv[0]);
         return 2;
     }
     ModelConfig c = {.patch = 2, .Dv = 8, .Lv = 1, .Hv = 2, .Dt = atoi(argv[2]), .Lt = atoi(argv[3]), .Ht = atoi(argv[4]),
                      .F = atoi(argv[5]), .V = atoi(argv[6]), .min_patches = 1, .max_patches = 16, .init_std = 0.02f,
                      .seed = 1, .rms_eps = atof(argv[7]), .rope_base = atof(argv[8])};
+    for (int i = 10; i < argc; i++) {
+        const char* eq = strchr(argv[i], '=');
+        if (!eq) {
+            fprintf(stderr, "not KEY=VALUE: %s\n", argv[i]);
+            return 2;
+        }
+        const char* v = eq + 1;
+        int on = !strcmp(v, "true") || !strcmp(v, "1");
+#define KEY(k) (!strncmp(argv[i], k "=", strlen(k) + 1))
+        if (KEY("text_kv_heads")) c.Hkv = atoi(v);
+        else if (KEY("text_qkv_bias")) c.qkv_bias = on;
+        else if (KEY("text_o_bias")) c.o_bias = on;
+        else if (KEY("tie_embeddings")) c.tie_embeddings = on;
+        else if (KEY("rope_type")) c.rope_llama3 = !strcmp(v, "llama3");
+        else if (KEY("rope_factor")) c.rope_factor = atof(v);
+        else if (KEY("rope_low_freq_factor")) c.rope_low_freq_factor = atof(v);
+        else if (KEY("rope_high_freq_factor")) c.rope_high_freq_factor = atof(v);
+        else if (KEY("rope_original_max_pos")) c.rope_original_max_pos = atof(v);
+        else {
+            fprintf(stderr, "unknown key: %s\n", argv[i]);
+            return 2;
+        }
+#undef KEY
+    }
     (void)tm_budget;
     char err[2048];
     if (model_config_check(&c, err, sizeof err) != 0) {

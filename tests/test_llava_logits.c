@@ -4,7 +4,8 @@
  *
  * KEY=VALUE are the [model] recipe keys `rrfp-mm import llava` printed (vision_width, vision_layers,
  * vision_heads, patch, vision_image_size, vision_feature_layer, projector_act, text_width, text_layers,
- * text_heads, ffn_hidden, vocab, rms_eps, rope_base; vision_arch must be clip). Builds the whole model,
+ * text_heads, ffn_hidden, vocab, rms_eps, rope_base, and the LM variants text_kv_heads, text_qkv_bias,
+ * text_o_bias, tie_embeddings, rope_type and its factors; vision_arch must be clip). Builds the whole model,
  * loads EVERY tensor from CKPT (train.init_from's loader, whose report must say all loaded), forwards
  * one microbatch of two packed samples with images (a 3 x 3 grid and a 2 x 4 grid; with vision_image_size
  * = 3 patch the first is the checkpoint's grid and the second gets interpolated position embeddings) and
@@ -48,6 +49,15 @@ int main(int argc, char** argv) {
         else if (!strcmp(key, "vocab")) c.V = atoi(v);
         else if (!strcmp(key, "rms_eps")) c.rms_eps = atof(v);
         else if (!strcmp(key, "rope_base")) c.rope_base = atof(v);
+        else if (!strcmp(key, "text_kv_heads")) c.Hkv = atoi(v);
+        else if (!strcmp(key, "text_qkv_bias")) c.qkv_bias = !strcmp(v, "true");
+        else if (!strcmp(key, "text_o_bias")) c.o_bias = !strcmp(v, "true");
+        else if (!strcmp(key, "tie_embeddings")) c.tie_embeddings = !strcmp(v, "true");
+        else if (!strcmp(key, "rope_type")) c.rope_llama3 = !strcmp(v, "llama3");
+        else if (!strcmp(key, "rope_factor")) c.rope_factor = atof(v);
+        else if (!strcmp(key, "rope_low_freq_factor")) c.rope_low_freq_factor = atof(v);
+        else if (!strcmp(key, "rope_high_freq_factor")) c.rope_high_freq_factor = atof(v);
+        else if (!strcmp(key, "rope_original_max_pos")) c.rope_original_max_pos = atof(v);
         else {
             fprintf(stderr, "unknown key '%s'\n", key);
             return 2;

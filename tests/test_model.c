@@ -1,9 +1,10 @@
 /* test_model.c — whole-model checks that need no PyTorch.
  *
- *   test_model fd      central finite differences of the step loss against stage_backward, for
+ *   test_model fd      central finite differences of the step loss against stage_backward, for (fd_variants:
+ *                      the same with grouped-query attention, attention biases, tied embeddings, Llama-3 RoPE)
  *                      sampled elements of every parameter tensor (ViT, projector, embedding, LM,
  *                      head) on a tiny multimodal microbatch
- *   test_model split   B then W (interleaved across 3 microbatches in flight, as a pipeline runs
+ *   test_model split   (split_variants: with the LM variants) B then W (interleaved across 3 microbatches in flight, as a pipeline runs
  *                      them) gives bitwise the same loss and gradients as the fused backward
  *   test_model gpu     the same 3-microbatch step on the CUDA backend against the CPU backend, and
  *                      split vs fused on CUDA (label gpu; exit 77 = skipped without a device)
@@ -61,12 +62,32 @@ static double fd_loss(Stage* st, StageActs* a, const Microbatch* mb) {
     return (double)ls / mb->n_supervised;
 }
 
+static void fd_run(const ModelConfig* cfg, const char* what);
+
 static void test_fd(void) {
     /* Tiny, with init std 0.3 so that every nonlinearity (softmax, GELU, SiLU, norms) is off its
      * linear regime and a wrong derivative term shows. */
     ModelConfig c = {.patch = 2, .Dv = 8, .Lv = 2, .Hv = 2, .Dt = 8, .Lt = 2, .Ht = 2, .F = 12, .V = 11,
                      .min_patches = 1, .max_patches = 16, .init_std = 0.3f, .seed = 5};
     clip_config(&c);
+    fd_run(&c, g_clip ? "fd clip" : "fd");
+}
+
+/* The LM variants in one model: grouped-query attention (4 query heads on 2 key/value heads), q/k/v and o
+ * biases (drawn N(0, 0.3) rather than left at their zero init, so that they act on the forward), tied
+ * embeddings (the embedding's gradient has the lookup's and the head's parts) and Llama-3's RoPE with
+ * original_max_pos 8, so that the head's 2 frequency pairs at theta 10000 fall in different bands. */
+static void test_fd_variants(void) {
+    ModelConfig c = {.patch = 2, .Dv = 8, .Lv = 2, .Hv = 2, .Dt = 16, .Lt = 2, .Ht = 4, .F = 12, .V = 11,
+                     .min_patches = 1, .max_patches = 16, .init_std = 0.3f, .seed = 5, .Hkv = 2, .qkv_bias = 1,
+                     .o_bias = 1, .tie_embeddings = 1, .rope_llama3 = 1, .rope_factor = 8, .rope_low_freq_factor = 1,
+                     .rope_high_freq_factor = 4, .rope_original_max_pos = 8};
+    clip_config(&c);
+    fd_run(&c, g_clip ? "fd variants clip" : "fd variants");
+}
+
+static void fd_run(const ModelConfig* cfg, const char* what) {
+    ModelConfig c = *cfg;
     const char* spec = g_clip ? "p1 i3x3 a3 | p1 i1x3 p1 a2 i2x4 a2 | a3" : "p1 i2x2 a3 | p1 i1x3 p1 a2 i2x1 a2 | a3";
     uint64_t rng = 11;
     Microbatch mb;
@@ -75,6 +96,13 @@ static void test_fd(void) {
     stage_init(&st, &c, 0, c.Lt, &backend_cpu);
     StageActs a;
     stage_acts_init(&a, &st, mb.T, mb.Np, 0);
+    if (c.qkv_bias || c.o_bias) /* the LM's attention biases away from their zero init */
+        for (int i = 0; i < st.params.n; i++) {
+            const ParamSpec* s = &st.params.specs[i];
+            if (!strncmp(s->name, "text.", 5) && strstr(s->name, ".attn.") && strstr(s->name, ".bias"))
+                for (size_t k = 0; k < s->numel; k++)
+                    st.params.data[s->offset + k] = 0.3f * (float)((double)(tm_rand(&rng) % 2001) / 1000.0 - 1.0);
+        }
 
     float ls;
     stage_forward(&st, &a, &mb, NULL, NULL, &ls);
@@ -130,8 +158,8 @@ static void test_fd(void) {
         }
     }
     if (g_clip) EXPECT(n_frozen == 12 + 2, "the CLIP tower froze %d tensors, expected block 2's 12 and post_ln's 2", n_frozen);
-    printf("fd: %d elements of %d tensors checked (%d never run), worst |diff|/tol = %.3f\n", checked, pt->n - n_frozen,
-           n_frozen, worst);
+    printf("%s: %d elements of %d tensors checked (%d never run), worst |diff|/tol = %.3f\n", what, checked,
+           pt->n - n_frozen, n_frozen, worst);
     stage_acts_free(&a, &st);
     stage_free(&st);
     tm_microbatch_free(&mb);
@@ -152,8 +180,23 @@ static const char* SPECS[] = {
 };
 #define NMB 3
 
+static void split_run(const ModelConfig* cfg);
+
 static void test_split(void) {
     ModelConfig c = small_config(2);
+    split_run(&c);
+}
+
+/* the LM variants (grouped-query attention, biases, tied embeddings, Llama-3 RoPE): B then W as fused, bitwise */
+static void test_split_variants(void) {
+    ModelConfig c = small_config(2);
+    c.Hkv = 2, c.qkv_bias = c.o_bias = 1, c.tie_embeddings = 1;
+    c.rope_llama3 = 1, c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_max_pos = 16;
+    split_run(&c);
+}
+
+static void split_run(const ModelConfig* cfg) {
+    ModelConfig c = *cfg;
     uint64_t rng = 3;
     Microbatch mb[NMB];
     int n_sup = 0;
@@ -630,7 +673,7 @@ static void test_bad(const char* what) {
 
 int main(int argc, char** argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s fd|split|stages[_clip]\n", argv[0]);
+        fprintf(stderr, "usage: %s fd|fd_variants|split|split_variants|stages|freeze[_clip]\n", argv[0]);
         return 2;
     }
     char mode[64];
@@ -643,8 +686,12 @@ int main(int argc, char** argv) {
     }
     if (!strcmp(argv[1], "fd"))
         test_fd();
+    else if (!strcmp(argv[1], "fd_variants"))
+        test_fd_variants();
     else if (!strcmp(argv[1], "split"))
         test_split();
+    else if (!strcmp(argv[1], "split_variants"))
+        test_split_variants();
     else if (!strcmp(argv[1], "stages"))
         test_stages();
     else if (!strcmp(argv[1], "freeze"))

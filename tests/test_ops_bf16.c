@@ -32,6 +32,8 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
+static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
+
 #define U_BF16 0.00390625 /* 2^-8 */
 #define FLOOR_BF16 4.5917748078995606e-41 /* 2^-134, half the smallest bf16 subnormal */
 
@@ -229,8 +231,8 @@ static void case_rope(int two_d, int N, int H, int d, int ld) {
         backend_cpu_bf16.rope2d_forward(&backend_cpu_bf16, xb, pos, pos + N, N, H, d, ld);
         backend_cpu.rope2d_forward(&backend_cpu, xf, pos, pos + N, N, H, d, ld);
     } else {
-        backend_cpu_bf16.rope_forward(&backend_cpu_bf16, xb, pos, N, H, d, ld, 10000.0);
-        backend_cpu.rope_forward(&backend_cpu, xf, pos, N, H, d, ld, 10000.0);
+        backend_cpu_bf16.rope_forward(&backend_cpu_bf16, xb, pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu.rope_forward(&backend_cpu, xf, pos, N, H, d, ld, &RF_DEFAULT);
     }
     check_rounded("forward", xb, xf, (size_t)N, (size_t)H * d, (size_t)ld);
     /* the backward is f32 on both: from the same values, the same bits */
@@ -240,8 +242,8 @@ static void case_rope(int two_d, int N, int H, int d, int ld) {
         backend_cpu_bf16.rope2d_backward(&backend_cpu_bf16, gb, pos, pos + N, N, H, d, ld);
         backend_cpu.rope2d_backward(&backend_cpu, gf, pos, pos + N, N, H, d, ld);
     } else {
-        backend_cpu_bf16.rope_backward(&backend_cpu_bf16, gb, pos, N, H, d, ld, 10000.0);
-        backend_cpu.rope_backward(&backend_cpu, gf, pos, N, H, d, ld, 10000.0);
+        backend_cpu_bf16.rope_backward(&backend_cpu_bf16, gb, pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu.rope_backward(&backend_cpu, gf, pos, N, H, d, ld, &RF_DEFAULT);
     }
     check_same("backward", gb, gf, n);
     free(pos), free(xb), free(xf), free(gb), free(gf);
@@ -311,15 +313,15 @@ static void case_attention(int causal) {
     size_t no = (size_t)T * H * d;
     float *ob = hrand(no, 1), *of = hrand(no, 1), *lb = hrand((size_t)T * H, 1), *lf = hrand((size_t)T * H, 1);
     int hd = H * d;
-    backend_cpu_bf16.attention_forward(&backend_cpu_bf16, ob, lb, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, d, ld, causal);
-    backend_cpu.attention_forward(&backend_cpu, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, d, ld, causal);
+    backend_cpu_bf16.attention_forward(&backend_cpu_bf16, ob, lb, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, H, d, ld, ld, causal);
+    backend_cpu.attention_forward(&backend_cpu, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, H, d, ld, ld, causal);
     check_same("lse", lb, lf, (size_t)T * H);
     check_rounded("out", ob, of, 1, no, no);
     float *dy = hrand(no, 1), *gb = hrand((size_t)T * ld, 1), *gf = hdup(gb, (size_t)T * ld);
     backend_cpu_bf16.attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, dy, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T,
-                                        H, d, ld, causal);
-    backend_cpu.attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, dy, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, d,
-                                   ld, causal);
+                                        H, H, d, ld, ld, causal);
+    backend_cpu.attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, dy, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, H, d,
+                                   ld, ld, causal);
     check_same("dqkv", gb, gf, (size_t)T * ld);
     free(qkv), free(ob), free(of), free(lb), free(lf), free(dy), free(gb), free(gf);
 }

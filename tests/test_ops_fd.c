@@ -19,6 +19,13 @@
 
 #include "engine/engine.h"
 
+static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
+/* Llama-3.1's scaling (factor 8, low 1, high 4) with original_max_pos 2048 so that a head of dim 32 at
+ * theta 500000 has pairs in all three bands (wavelengths 6 .. 3.3e5: kept below 512, scaled above 2048,
+ * smoothed between) */
+static const RopeFreq RF_LLAMA3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0, .low_freq_factor = 1.0,
+                                   .high_freq_factor = 4.0, .original_max_pos = 2048.0};
+
 /* ------------------------------------------------------------------------------------------------
  * The table */
 
@@ -44,6 +51,7 @@ enum {
     CASE_IGNORE = 4,   /* cross-entropy: some targets are -100 */
     CASE_INPLACE = 8,  /* forward with out == first input */
     CASE_ALL_IGN = 16, /* cross-entropy: every target is -100 (loss 0, no gradient) */
+    CASE_LLAMA3 = 32,  /* 1-D RoPE with RF_LLAMA3: theta 500000 and Llama-3's frequency scaling */
 };
 
 typedef struct {
@@ -92,6 +100,8 @@ static const OpCase CASES[] = {
     {"rope_contig", OP_ROPE, 7, 0, 0, 3, 6, 18, 0, 1e-6, 5e-6},
     {"rope_strided", OP_ROPE, 9, 0, 0, 2, 10, 61, 0, 1e-6, 5e-6},
     {"rope_parallel", OP_ROPE, 150, 0, 0, 4, 32, 3 * 128, 0, 1e-6, 5e-6},
+    {"rope_llama3_d32", OP_ROPE, 9, 0, 0, 2, 32, 70, CASE_LLAMA3, 1e-6, 5e-6},
+    {"rope_llama3_d64", OP_ROPE, 40, 0, 0, 3, 64, 3 * 64, CASE_LLAMA3, 1e-6, 5e-6},
     {"rope2d_contig", OP_ROPE2D, 6, 0, 0, 2, 8, 16, 0, 1e-6, 5e-6},
     {"rope2d_strided", OP_ROPE2D, 11, 0, 0, 3, 12, 3 * 3 * 12 + 5, 0, 1e-6, 5e-6},
     {"rope2d_parallel", OP_ROPE2D, 130, 0, 0, 4, 32, 3 * 128, 0, 1e-6, 5e-6},
@@ -231,14 +241,29 @@ static void problem_setup(const OpCase* tc, Problem* p) {
  * Double-precision references, written from the formulas in engine/engine.h and DESIGN.md, not from
  * the CPU code. */
 
-static void ref_rope_rotate(double* v, int n, int pos, int sign) {
+/* Llama-3's rescaled frequency, as transformers' _compute_llama3_parameters writes it (torch.where over
+ * the wavelengths): low frequencies divided by factor, high kept, a linear blend between */
+static double ref_llama3_freq(double inv_freq, const RopeFreq* rf) {
+    double L = rf->original_max_pos, low_wavelen = L / rf->low_freq_factor, high_wavelen = L / rf->high_freq_factor;
+    double wavelen = 2 * M_PI / inv_freq;
+    double f = wavelen > low_wavelen ? inv_freq / rf->factor : inv_freq;
+    double smooth = (L / wavelen - rf->low_freq_factor) / (rf->high_freq_factor - rf->low_freq_factor);
+    double smoothed = (1 - smooth) * f / rf->factor + smooth * f;
+    int medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    return medium ? smoothed : f;
+}
+
+/* rf NULL: theta 10000, unscaled */
+static void ref_rope_rotate_rf(double* v, int n, int pos, int sign, const RopeFreq* rf) {
     for (int j = 0; j < n / 2; j++) {
-        double freq = pow(10000.0, -2.0 * j / n); /* 10000^(-2j/n) */
+        double freq = pow(rf ? rf->theta : 10000.0, -2.0 * j / n); /* theta^(-2j/n) */
+        if (rf && rf->llama3) freq = ref_llama3_freq(freq, rf);
         double a = v[j], b = v[j + n / 2], th = sign * pos * freq;
         v[j] = a * cos(th) - b * sin(th);           /* x cos + rotate_half(x) sin, rotate_half([a|b]) = [-b|a] */
         v[j + n / 2] = b * cos(th) + a * sin(th);
     }
 }
+static void ref_rope_rotate(double* v, int n, int pos, int sign) { ref_rope_rotate_rf(v, n, pos, sign, NULL); }
 
 static void ref_forward(const OpCase* tc, const Problem* p, double* const* in, double* out) {
     int N = tc->N, C = tc->C, OC = tc->OC;
@@ -309,7 +334,7 @@ static void ref_forward(const OpCase* tc, const Problem* p, double* const* in, d
             for (int h = 0; h < tc->H; h++) {
                 double* v = out + (size_t)n * tc->ld + (size_t)h * tc->d;
                 if (tc->op == OP_ROPE) {
-                    ref_rope_rotate(v, tc->d, p->ints[n], 1);
+                    ref_rope_rotate_rf(v, tc->d, p->ints[n], 1, tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : NULL);
                 } else {
                     ref_rope_rotate(v, tc->d / 2, p->ints[n], 1);
                     ref_rope_rotate(v + tc->d / 2, tc->d / 2, p->ints[N + n], 1);
@@ -386,7 +411,8 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
     case OP_ROPE:
     case OP_ROPE2D:
         memcpy(out, in[0], p->out_size * sizeof(float));
-        if (tc->op == OP_ROPE) be->rope_forward(be, out, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
+        if (tc->op == OP_ROPE) be->rope_forward(be, out, p->ints, N, tc->H, tc->d, tc->ld,
+                                            tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
         else be->rope2d_forward(be, out, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
         break;
     case OP_EMBEDDING: be->embedding_forward(be, out, p->ints, in[0], N, C); break;
@@ -425,7 +451,8 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
         if (grad[0]) { /* RoPE's backward transforms in place; the model then adds or uses it */
             float* g = malloc(p->out_size * sizeof(float));
             memcpy(g, R, p->out_size * sizeof(float));
-            if (tc->op == OP_ROPE) be->rope_backward(be, g, p->ints, N, tc->H, tc->d, tc->ld, 10000.0);
+            if (tc->op == OP_ROPE) be->rope_backward(be, g, p->ints, N, tc->H, tc->d, tc->ld,
+                                                 tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
             else be->rope2d_backward(be, g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
             for (size_t i = 0; i < p->out_size; i++) grad[0][i] += g[i];
             free(g);

@@ -289,6 +289,22 @@ static void test_param_counts(const char* src) {
             CHECK(two == model, "%s: stage split changes the count", names[i]);
         }
     }
+    /* the LM variants: grouped-query attention, biases, tied embeddings (the last stage's copy of the
+     * embedding is a second copy of one tensor, counted once by the formulas) */
+    char path[1024], err[2048];
+    snprintf(path, sizeof path, "%s/recipes/test-synthetic.ini", src);
+    Recipe r;
+    CHECK(recipe_load(&r, path, err, sizeof err) == 0, "%s", err);
+    const char* sets[] = {"model.text_heads=4", "model.text_kv_heads=2", "model.text_qkv_bias=true", "model.text_o_bias=true",
+                          "model.tie_embeddings=true"};
+    for (int i = 0; i < 5; i++) CHECK(recipe_set(&r, sets[i], err, sizeof err) == 0, "%s", err);
+    ModelConfig mc = train_model_config(&r, r.vocab);
+    ModelParamCounts c;
+    model_param_counts(&mc, &c);
+    double model = (double)model_stage_param_count(&mc, 0, r.text_layers);
+    CHECK(c.total == model, "LM variants: dry-run counts %.0f parameters, the model registers %.0f", c.total, model);
+    double two = (double)model_stage_param_count(&mc, 0, 1) + (double)model_stage_param_count(&mc, 1, r.text_layers);
+    CHECK(two == model + (double)mc.V * mc.Dt, "LM variants over two stages: %.0f = %.0f + the embedding's copy", two, model);
 }
 
 int main(int argc, char** argv) {

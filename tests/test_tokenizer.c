@@ -7,6 +7,7 @@
  * every pair each step, sort, take the maximum with the documented tie-break): same merges, same order.
  * usage: test_tokenizer [--corpus FILE] [TOKENIZER.json ...]
  *   --corpus: text to train on (one text per line); extra files: round-trip random bytes through each */
+#define _GNU_SOURCE /* memmem */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -693,11 +694,20 @@ static void test_train(const char* corpus_path) {
 /* Damaged files: random byte edits of a valid tokenizer.json (flips, deletions, duplicated spans,
  * JSON punctuation and odd numbers spliced in) must load or fail with a message naming the file,
  * never crash; whatever loads must encode and decode random text. */
+static void mutations_run(const char* js, const char* what);
+
 static void test_mutations(void) {
     const char* m[][2] = {{"t", "h"}, {"th", "e"}, {" ", "c"}, {" c", "a"}};
     const char* added = "[{\"id\":260,\"content\":\"<image>\",\"special\":true,\"normalized\":false,\"lstrip\":true},"
                         " {\"id\":261,\"content\":\"the\",\"single_word\":true,\"normalized\":true}]";
     char* js = tok_json(m, 4, added, 0, 1, 1);
+    mutations_run(js, "");
+    free(js);
+}
+
+/* 1,500 randomly damaged copies of js: each loads or is refused naming the file; what loads encodes random
+ * text to valid ids and decodes them */
+static void mutations_run(const char* js, const char* what) {
     size_t n = strlen(js);
     static const char* splice[] = {"\"", "{", "}", "[", "]", ",", ":", "null", "-1", "1e30", "0.5", "true", "\"\"",
                                    "\"a b\"", "[\"a\"]", "\\u0000", "\"type\":\"Sequence\""};
@@ -754,11 +764,138 @@ static void test_mutations(void) {
         free(ids);
         tokenizer_free(t);
     }
-    CHECK(bad == 0 && loaded + failed_ok == 1500, "mutated files: %d loaded, %d refused with the name, %d bad", loaded,
-          failed_ok, bad);
-    printf("mutated tokenizer.json: %d of 1500 still load, %d refused with a message\n", loaded, failed_ok);
+    CHECK(bad == 0 && loaded + failed_ok == 1500, "mutated files%s: %d loaded, %d refused with the name, %d bad", what,
+          loaded, failed_ok, bad);
+    printf("mutated tokenizer.json%s: %d of 1500 still load, %d refused with a message\n", what, loaded, failed_ok);
     free(buf);
+}
+
+/* ---- SentencePiece-style BPE (Llama-2's tokenizer.json) ----------------------------------------- */
+
+/* Llama-2's layout by hand: <unk> <s> </s>, the 256 byte pieces <0x00>.. (ids 3..258), "\u2581" 259, a few
+ * characters and merges; normalizer Prepend + Replace, no pre-tokenizer, Llama-2's decoder. */
+static char* sp_json(int byte_fallback, const char* normalizer) {
+    cJSON* root = cJSON_CreateObject();
+    cJSON_AddItemToObject(root, "added_tokens",
+                          cJSON_Parse("[{\"id\":0,\"content\":\"<unk>\",\"special\":true,\"normalized\":false},"
+                                      "{\"id\":1,\"content\":\"<s>\",\"special\":true,\"normalized\":false},"
+                                      "{\"id\":2,\"content\":\"</s>\",\"special\":true,\"normalized\":false}]"));
+    cJSON_AddItemToObject(root, "normalizer", cJSON_Parse(normalizer));
+    cJSON_AddNullToObject(root, "pre_tokenizer");
+    cJSON_AddItemToObject(root, "decoder", cJSON_Parse(
+        "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\xE2\x96\x81\"},\"content\":\" \"},"
+        "{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]}"));
+    cJSON* model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddStringToObject(model, "unk_token", "<unk>");
+    cJSON_AddBoolToObject(model, "fuse_unk", 1);
+    cJSON_AddBoolToObject(model, "byte_fallback", byte_fallback);
+    cJSON* vocab = cJSON_AddObjectToObject(model, "vocab");
+    cJSON_AddNumberToObject(vocab, "<unk>", 0);
+    cJSON_AddNumberToObject(vocab, "<s>", 1);
+    cJSON_AddNumberToObject(vocab, "</s>", 2);
+    char b[8];
+    for (int i = 0; i < 256; i++) {
+        snprintf(b, sizeof b, "<0x%02X>", i);
+        cJSON_AddNumberToObject(vocab, b, 3 + i);
+    }
+    const char* toks[] = {"\xE2\x96\x81", "t", "h", "e", "c", "a", "\xE2\x96\x81t", "he", "\xE2\x96\x81the", "at",
+                          "\xE2\x96\x81" "c", "\xE2\x96\x81" "cat", "\xE6\x97\xA5"};
+    for (int i = 0; i < 13; i++) cJSON_AddNumberToObject(vocab, toks[i], 259 + i);
+    cJSON_AddItemToObject(model, "merges", cJSON_Parse("[\"\xE2\x96\x81 t\", \"h e\", \"\xE2\x96\x81t he\", \"a t\", "
+                                                       "\"\xE2\x96\x81 c\", \"\xE2\x96\x81" "c at\"]"));
+    char* out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+static const char* SP_NORM = "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"\xE2\x96\x81\"},"
+                             "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\xE2\x96\x81\"}]}";
+
+static int dec_eq(const Tokenizer* t, const int32_t* ids, int n, const char* want) {
+    size_t m;
+    char* s = tokenizer_decode(t, ids, n, &m);
+    int ok = m == strlen(want) && !memcmp(s, want, m);
+    if (!ok) fprintf(stderr, "  decode gave '%s', want '%s'\n", s, want);
+    free(s);
+    return ok;
+}
+
+static void test_sentencepiece(void) {
+    char* js = sp_json(1, SP_NORM);
+    Tokenizer* t = load(js);
+    const int FB = 3; /* <0x00> */
+    CHECK(ENC(t, "the cat", 267, 270), "merges by rank over characters: '\\u2581the\\u2581cat'");
+    CHECK(ENC(t, " the", 259, 267), "a leading space: two metaspaces, the first alone");
+    CHECK(ENC(t, "\xE6\x97\xA5x", 259, 271, FB + 'x'), "a character outside the vocabulary: its byte piece");
+    CHECK(ENC(t, "\xF0\x9F\xA4\x97", 259, FB + 0xF0, FB + 0x9F, FB + 0xA4, FB + 0x97), "an emoji: its four byte pieces");
+    CHECK(ENC(t, "\xFF" "a", 259, FB + 0xFF, 264), "an invalid UTF-8 byte: its byte piece");
+    CHECK(ENC(t, "a\nb", 259, 264, FB + '\n', FB + 'b'), "newline through byte fallback");
+    CHECK(ENC(t, "<s>the", 1, 267), "added token, then the normalized piece after it");
+    CHECK(ENC(t, "the<s> cat</s>", 267, 1, 259, 270, 2), "each piece between added tokens gets its metaspace (HF)");
+    int32_t* ids;
+    CHECK(tokenizer_encode(t, "", 0, &ids) == 0, "empty text: no ids (Prepend skips empty text)");
+    free(ids);
+    CHECK(dec_eq(t, (const int32_t[]){267, 270}, 2, "the cat"), "decode: metaspaces to spaces, one leading space stripped");
+    CHECK(dec_eq(t, (const int32_t[]){259, 267}, 2, " the"), "decode: only one leading space stripped");
+    CHECK(dec_eq(t, (const int32_t[]){259, FB + 0xF0, FB + 0x9F, FB + 0xA4, FB + 0x97}, 5, "\xF0\x9F\xA4\x97"),
+          "decode: byte pieces to bytes");
+    CHECK(dec_eq(t, (const int32_t[]){1, 267, 2}, 3, "<s> the</s>"), "decode: added tokens as their text");
+    /* round trips of random text (without a literal U+2581 or an added token's text, which do not come
+     * back by design: HF decodes U+2581 as a space and adds a metaspace after an added token) */
+    char buf[512];
+    int bad = 0, n_ok = 0;
+    for (int it = 0; it < 3000; it++) {
+        size_t n = random_text(buf, sizeof buf);
+        if (memmem(buf, n, "\xE2\x96\x81", 3) || memmem(buf, n, "<s>", 3) || memmem(buf, n, "</s>", 4) ||
+            memmem(buf, n, "<unk>", 5))
+            continue;
+        int k = tokenizer_encode(t, buf, n, &ids);
+        size_t m;
+        char* back = tokenizer_decode(t, ids, k, &m);
+        if (m != n || memcmp(back, buf, n)) bad++;
+        for (int i = 0; i < k; i++) bad += ids[i] < 0 || ids[i] >= tokenizer_vocab_size(t) || ids[i] == 0;
+        n_ok++;
+        free(ids);
+        free(back);
+    }
+    CHECK(bad == 0 && n_ok > 2000, "%d of %d random texts did not round-trip (or gave unk)", bad, n_ok);
+    /* without byte fallback: unknown characters are one fused unk */
+    char* js2 = sp_json(0, SP_NORM);
+    Tokenizer* t2 = load(js2);
+    CHECK(ENC(t2, "xy\xF0\x9F\xA4\x97 the", 259, 0, 267), "no byte fallback: unknown characters fuse into one <unk>");
+    CHECK(tokenizer_hash(t) != tokenizer_hash(t2), "byte_fallback is part of the hash");
+    /* what is refused, naming the field */
+    char err[512];
+    char* js3 = sp_json(1, "{\"type\":\"Lowercase\"}");
+    Tokenizer* t3 = tokenizer_load_json(js3, strlen(js3), "sp.json", err, sizeof err);
+    CHECK(!t3 && strstr(err, "normalizer Lowercase is not supported"), "a Lowercase normalizer refused: %s", err);
+    char* js4 = sp_json(1, "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\" +\"},\"content\":\"x\"}");
+    Tokenizer* t4 = tokenizer_load_json(js4, strlen(js4), "sp.json", err, sizeof err);
+    CHECK(!t4 && strstr(err, "normalizer Replace"), "a Regex Replace refused: %s", err);
+    tokenizer_free(t3);
+    tokenizer_free(t4);
+    free(js3);
+    free(js4);
+    tokenizer_free(t);
+    tokenizer_free(t2);
     free(js);
+    free(js2);
+}
+
+/* damaged copies of a Llama-2-layout file and of its Metaspace form */
+static void test_mutations_sp(void) {
+    char* js = sp_json(1, SP_NORM);
+    mutations_run(js, " (SentencePiece-style)");
+    cJSON* j = cJSON_Parse(js);
+    cJSON_ReplaceItemInObject(j, "normalizer", cJSON_CreateNull());
+    cJSON_ReplaceItemInObject(j, "pre_tokenizer", cJSON_Parse("{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\","
+                                                             "\"prepend_scheme\":\"always\",\"split\":true}"));
+    char* js2 = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    mutations_run(js2, " (Metaspace)");
+    free(js);
+    free(js2);
 }
 
 int main(int argc, char** argv) {
@@ -767,6 +904,8 @@ int main(int argc, char** argv) {
     test_split();
     test_added();
     test_roundtrip();
+    test_sentencepiece();
+    test_mutations_sp();
     test_threads();
     test_errors();
     test_mutations();

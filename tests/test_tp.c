@@ -360,27 +360,37 @@ static float lm_maxabs(const float* a, size_t n) {
     return m;
 }
 
-static void test_lm(void) {
-    uint64_t s = 777;
+/* One LM block under TP vs unsplit: kv = key/value heads (grouped-query when < LH), bias = q/k/v and o biases,
+ * llama3 = Llama-3's RoPE scaling. */
+static void test_lm_variant(int kv, int bias, int llama3) {
+    uint64_t s = 777 + 10 * (uint64_t)kv + 3 * (uint64_t)bias + (uint64_t)llama3;
 #define RND() (s = s * 6364136223846793005ull + 1442695040888963407ull, (float)((double)(s >> 11) / 9007199254740992.0 - 0.5))
-    LmConfig c = {.D = LD, .L = 2, .H = LH, .F = LF, .V = 40, .init_std = 0.02f, .rms_eps = 1e-5, .rope_base = 10000.0};
+    LmConfig c = {.D = LD, .L = 2, .H = LH, .F = LF, .V = 40, .init_std = 0.02f, .rms_eps = 1e-5, .rope = {.theta = 10000.0},
+                  .Hkv = kv, .qkv_bias = bias, .o_bias = bias};
+    if (llama3) c.rope = (RopeFreq){.theta = 500000.0, .llama3 = 1, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                                    .original_max_pos = 16};
+    const int KD = kv * (LD / LH); /* k, v rows */
     /* whole weights (norms near 1) */
     float n1[LD], n2[LD], q[LD * LD], k[LD * LD], v[LD * LD], o[LD * LD], gt[LF * LD], up[LF * LD], dn[LD * LF];
+    float qb[LD], kb[LD], vb[LD], ob[LD];
     for (int i = 0; i < LD; i++) n1[i] = 1.0f + 0.2f * RND(), n2[i] = 1.0f + 0.2f * RND();
+    for (int i = 0; i < LD; i++) qb[i] = 0.5f * RND(), kb[i] = 0.5f * RND(), vb[i] = 0.5f * RND(), ob[i] = 0.5f * RND();
     float* mats[] = {q, k, v, o};
     for (int m = 0; m < 4; m++)
         for (int i = 0; i < LD * LD; i++) mats[m][i] = 0.4f * RND();
     for (int i = 0; i < LF * LD; i++) gt[i] = 0.4f * RND(), up[i] = 0.4f * RND(), dn[i] = 0.4f * RND();
     for (int i = 0; i < LT * LD; i++) lm_x[i] = 2.0f * RND(), lm_dy[i] = RND();
 #undef RND
-    LmBlockW w = {n1, q, k, v, o, n2, gt, up, dn};
-    LmBlockW dw = {callocCheck(LD, 4), callocCheck(LD * LD, 4), callocCheck(LD * LD, 4), callocCheck(LD * LD, 4),
+    LmBlockW w = {n1, q, k, v, o, n2, gt, up, dn, bias ? qb : NULL, bias ? kb : NULL, bias ? vb : NULL, bias ? ob : NULL};
+    LmBlockW dw = {callocCheck(LD, 4), callocCheck(LD * LD, 4), callocCheck(KD * LD, 4), callocCheck(KD * LD, 4),
                    callocCheck(LD * LD, 4), callocCheck(LD, 4), callocCheck(LF * LD, 4), callocCheck(LF * LD, 4),
-                   callocCheck(LD * LF, 4)};
+                   callocCheck(LD * LF, 4), NULL, NULL, NULL, NULL};
+    if (bias) dw.q_b = callocCheck(LD, 4), dw.k_b = callocCheck(KD, 4), dw.v_b = callocCheck(KD, 4), dw.o_b = callocCheck(LD, 4);
     static float xout[LT * LD], dxin[LT * LD];
     lm_run(&c, &w, &dw, xout, dxin);
     for (int T = 2; T <= 4; T *= 2) {
-        int Dq = LD / T, Fl = LF / T;
+        if (kv % T) continue; /* TP splits by key/value head */
+        int Dq = LD / T, Fl = LF / T, Dk = KD / T;
         FakeGroup g = {.T = T};
         pthread_barrier_init(&g.bar, NULL, (unsigned)T);
         LmRank* rk = callocCheck((size_t)T, sizeof(LmRank));
@@ -392,23 +402,29 @@ static void test_lm(void) {
             r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_f32, r->c.tp_ctx = r;
             r->w = (LmBlockW){n1,
                               lm_slice(q, LD, LD, 0, t * Dq, Dq),
-                              lm_slice(k, LD, LD, 0, t * Dq, Dq),
-                              lm_slice(v, LD, LD, 0, t * Dq, Dq),
+                              lm_slice(k, KD, LD, 0, t * Dk, Dk),
+                              lm_slice(v, KD, LD, 0, t * Dk, Dk),
                               lm_slice(o, LD, LD, 1, t * Dq, Dq),
                               n2,
                               lm_slice(gt, LF, LD, 0, t * Fl, Fl),
                               lm_slice(up, LF, LD, 0, t * Fl, Fl),
-                              lm_slice(dn, LD, LF, 1, t * Fl, Fl)};
-            r->dw = (LmBlockW){callocCheck(LD, 4),       callocCheck(Dq * LD, 4), callocCheck(Dq * LD, 4),
-                               callocCheck(Dq * LD, 4),  callocCheck(LD * Dq, 4), callocCheck(LD, 4),
-                               callocCheck(Fl * LD, 4),  callocCheck(Fl * LD, 4), callocCheck(LD * Fl, 4)};
+                              lm_slice(dn, LD, LF, 1, t * Fl, Fl),
+                              bias ? qb + t * Dq : NULL, bias ? kb + t * Dk : NULL, bias ? vb + t * Dk : NULL,
+                              bias ? ob : NULL};
+            r->dw = (LmBlockW){callocCheck(LD, 4),       callocCheck(Dq * LD, 4), callocCheck(Dk * LD, 4),
+                               callocCheck(Dk * LD, 4),  callocCheck(LD * Dq, 4), callocCheck(LD, 4),
+                               callocCheck(Fl * LD, 4),  callocCheck(Fl * LD, 4), callocCheck(LD * Fl, 4),
+                               NULL, NULL, NULL, NULL};
+            if (bias) r->dw.q_b = callocCheck(Dq, 4), r->dw.k_b = callocCheck(Dk, 4), r->dw.v_b = callocCheck(Dk, 4),
+                      r->dw.o_b = callocCheck(LD, 4);
             pthread_create(&th[t], NULL, lm_rank_main, r);
         }
         for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
         /* Tolerance: TP reorders fp32 sums (o and down: the heads' / hidden units' partial products added
          * across ranks; the norms' input gradients likewise), reductions of at most F = 48 terms: error
          * <= 48 x 2^-24 x the sum of |terms| ~ 3e-6 of the magnitudes involved; bound 1e-5 x the largest
-         * |value| of each reference tensor. A wrong split (a head or a hidden unit lost or counted twice)
+         * |value| of each reference tensor. A wrong split (a head or a hidden unit lost or counted twice,
+         * a query head reading another group's key/value head, a row-parallel bias added on every rank)
          * is off by O(1) of that scale. */
         double worst = 0;
         for (int t = 0; t < T; t++) {
@@ -424,34 +440,46 @@ static void test_lm(void) {
                 {"d norm1", r->dw.norm1_w, dw.norm1_w, LD, 0},
                 {"d norm2", r->dw.norm2_w, dw.norm2_w, LD, 0},
                 {"d q", r->dw.q_w, lm_slice(dw.q_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
-                {"d k", r->dw.k_w, lm_slice(dw.k_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
-                {"d v", r->dw.v_w, lm_slice(dw.v_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
+                {"d k", r->dw.k_w, lm_slice(dw.k_w, KD, LD, 0, t * Dk, Dk), Dk * LD, 1},
+                {"d v", r->dw.v_w, lm_slice(dw.v_w, KD, LD, 0, t * Dk, Dk), Dk * LD, 1},
                 {"d o", r->dw.o_w, lm_slice(dw.o_w, LD, LD, 1, t * Dq, Dq), LD * Dq, 1},
                 {"d gate", r->dw.gate_w, lm_slice(dw.gate_w, LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
                 {"d up", r->dw.up_w, lm_slice(dw.up_w, LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
                 {"d down", r->dw.down_w, lm_slice(dw.down_w, LD, LF, 1, t * Fl, Fl), LD * Fl, 1},
+                {"d q bias", r->dw.q_b, bias ? dw.q_b + t * Dq : NULL, bias ? Dq : 0, 0},
+                {"d k bias", r->dw.k_b, bias ? dw.k_b + t * Dk : NULL, bias ? Dk : 0, 0},
+                {"d v bias", r->dw.v_b, bias ? dw.v_b + t * Dk : NULL, bias ? Dk : 0, 0},
+                {"d o bias", r->dw.o_b, bias ? dw.o_b : NULL, bias ? LD : 0, 0},
             };
             for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
+                if (cmp[i].n == 0) continue;
                 float scale = lm_maxabs(cmp[i].want, (size_t)cmp[i].n), diff = 0;
                 for (int e = 0; e < cmp[i].n; e++) diff = fmaxf(diff, fabsf(cmp[i].got[e] - cmp[i].want[e]));
-                CHECK(scale > 0 && diff <= 1e-5f * scale, "lm block tp %d rank %d: %s differs by %g (scale %g)", T, t,
-                      cmp[i].what, diff, scale);
+                CHECK(scale > 0 && diff <= 1e-5f * scale, "lm block (kv %d bias %d llama3 %d) tp %d rank %d: %s differs by %g (scale %g)",
+                      kv, bias, llama3, T, t, cmp[i].what, diff, scale);
                 if (scale > 0 && diff / scale > worst) worst = diff / scale;
                 if (cmp[i].free_want) free(cmp[i].want);
             }
             float* own[] = {r->w.q_w, r->w.k_w, r->w.v_w, r->w.o_w, r->w.gate_w, r->w.up_w, r->w.down_w};
             for (int i = 0; i < 7; i++) free(own[i]);
             float* g2[] = {r->dw.norm1_w, r->dw.q_w, r->dw.k_w, r->dw.v_w, r->dw.o_w, r->dw.norm2_w, r->dw.gate_w,
-                           r->dw.up_w, r->dw.down_w};
-            for (int i = 0; i < 9; i++) free(g2[i]);
+                           r->dw.up_w, r->dw.down_w, r->dw.q_b, r->dw.k_b, r->dw.v_b, r->dw.o_b};
+            for (int i = 0; i < 13; i++) free(g2[i]);
         }
-        printf("LM block, tp %d: output, input gradient and weight gradients within %.3g of each tensor's scale\n", T,
-               worst);
+        printf("LM block (kv heads %d/%d%s%s), tp %d: output, input gradient and weight gradients within %.3g of "
+               "each tensor's scale\n", kv, LH, bias ? ", q/k/v/o biases" : "", llama3 ? ", llama3 RoPE" : "", T, worst);
         free(rk);
         pthread_barrier_destroy(&g.bar);
     }
-    float* g1[] = {dw.norm1_w, dw.q_w, dw.k_w, dw.v_w, dw.o_w, dw.norm2_w, dw.gate_w, dw.up_w, dw.down_w};
-    for (int i = 0; i < 9; i++) free(g1[i]);
+    float* g1[] = {dw.norm1_w, dw.q_w, dw.k_w, dw.v_w, dw.o_w, dw.norm2_w, dw.gate_w, dw.up_w, dw.down_w,
+                   dw.q_b, dw.k_b, dw.v_b, dw.o_b};
+    for (int i = 0; i < 13; i++) free(g1[i]);
+}
+
+static void test_lm(void) {
+    test_lm_variant(LH, 0, 0);
+    test_lm_variant(2, 1, 1); /* grouped-query (2 query heads per key/value head), biases, Llama-3 RoPE */
+    test_lm_variant(LH, 1, 0); /* biases under tp 2 and 4 (o's added once) */
 }
 
 /* ---- the ViT tower over in-process TP ranks ---- */

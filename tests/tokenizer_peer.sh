@@ -61,6 +61,46 @@ if command -v python3 >/dev/null; then
 else
   echo "note: no python3, random code point lines skipped"
 fi
+# Llama-2's SentencePiece-style BPE (normalizer Prepend + Replace to metaspaces, no pre-tokenizer, byte
+# fallback, fuse_unk, decoder Replace / ByteFallback / Fuse / Strip), with merges learned from the corpus by
+# tests/node/make_llama2.js (Meta's file is not downloadable here); characters rarer than 3 in the corpus
+# are not in its vocabulary, so emoji and most scripts go through the byte pieces. HF decodes the ids back
+# to the line. Then LLaVA's variant with <image> / <pad> added tokens (each piece between them normalized
+# on its own, as HF does: no decode check, the metaspace prepended after an added token decodes as a
+# space), the random code points (HF decodes a literal U+2581 as a space: no decode check), and the file as
+# HF re-saves it (same ids, same hash, below).
+(cd "$NODE_DIR" && node make_llama2.js 800 "$WORK/llama2" "$CORPUS") 2>"$WORK/make_llama2.log"
+cp "$WORK/llama2-llama2.json" "$WORK/llama2.json"
+compare "$WORK/llama2.json" llama2 --decode
+compare "$WORK/llama2-llava.json" llama2-llava 2>/dev/null
+# the newer form of the same tokenizer (transformers' legacy = false): no normalizer, a Metaspace
+# pre-tokenizer prepending at the start of the text only (first, split false), and Metaspace with
+# prepend_scheme always, split on, and a Metaspace decoder; both with <image> (no decode check: a line's
+# leading space is not restored by these decoders in HF either)
+compare "$WORK/llama2-metaspace.json" llama2-metaspace
+compare "$WORK/llama2-metaspace-split.json" llama2-metaspace-split
+if [ -f "$WORK/unicode.txt" ]; then
+  compare "$WORK/llama2.json" llama2-unicode "" "$WORK/unicode.txt"
+  compare "$WORK/llama2-metaspace.json" llama2-metaspace-unicode "" "$WORK/unicode.txt"
+  compare "$WORK/llama2-metaspace-split.json" llama2-metaspace-split-unicode "" "$WORK/unicode.txt"
+fi
+# the whole corpus as one text, its 380 newlines included (Llama-2: one word of 28 kB whose newlines take
+# the <0x0A> byte piece), for each form and GPT-2's; HF decodes it back for Llama-2's and GPT-2's
+whole() { # whole TOKENIZER NAME [--decode]
+  (cd "$NODE_DIR" && node encode.js "$1" "$CORPUS" --whole ${3:-}) >"$WORK/$2.hf.txt"
+  "$RRFP_MM" tokenizer encode --tokenizer "$1" --file "$CORPUS" >"$WORK/$2.ours.txt"
+  if cmp -s "$WORK/$2.hf.txt" "$WORK/$2.ours.txt"; then
+    echo "ok: $2: the whole corpus as one text, $(wc -w <"$WORK/$2.hf.txt") ids, identical to Hugging Face tokenizers"
+  else
+    echo "FAIL: $2: the whole corpus's ids differ from Hugging Face tokenizers"; fail=1
+  fi
+}
+whole "$WORK/llama2.json" llama2-whole --decode
+whole "$WORK/llama2-metaspace.json" llama2-metaspace-whole
+whole "$WORK/llama2-metaspace-split.json" llama2-metaspace-split-whole
+whole "$WORK/gpt2.json" gpt2-whole --decode
+fb=$(tr ' ' '\n' <"$WORK/llama2.hf.txt" | awk '$1 >= 3 && $1 <= 258' | wc -l)
+if [ "$fb" -gt 100 ]; then echo "ok: llama2: $fb of the ids are byte-fallback pieces"; else echo "FAIL: llama2: only $fb byte-fallback ids: the corpus does not exercise byte fallback"; fail=1; fi
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
 # plus the manifests', so most words use learned merges)
 "$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \
@@ -69,7 +109,7 @@ fi
 compare "$WORK/trained.json" trained --decode
 # files as HF itself writes them (its field order, merges as pairs): same ids, and the same hash as
 # the file they were made from (the hash is of the tokenizer, not of the JSON text)
-for name in gpt2 trained; do
+for name in gpt2 trained llama2; do
   (cd "$NODE_DIR" && node resave.js "$WORK/$name.json" "$WORK/$name-hf.json")
   compare "$WORK/$name-hf.json" "$name-hf" --decode
   h1=$("$RRFP_MM" tokenizer info --tokenizer "$WORK/$name.json" | grep hash)

@@ -140,3 +140,13 @@ add_test(NAME import_llava_transformers
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py --transformers $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava_tf)
 set_tests_properties(import_llava_transformers PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)
+# grouped-query attention: tensor parallelism splits by key/value head, so tp must divide model.text_kv_heads
+# (refused before any rank starts, naming the key); text_kv_heads must divide text_heads
+add_test(NAME train_tp_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set model.text_kv_heads=1 --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_kv_refused"
+         -DEXPECT_RC=2 "-DEXPECT_ERR=parallel.tp = 2: model.text_kv_heads .tensor parallelism splits grouped-query attention by key/value head. .1. is not divisible by it"
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
+add_test(NAME train_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set model.text_kv_heads=3 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/kv_refused"
+         -DEXPECT_RC=2 "-DEXPECT_ERR=model.text_kv_heads = 3: does not divide model.text_heads .2."
+         -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)

@@ -25,6 +25,8 @@
 #     Seen here: equal losses, grad norms within 1e-8.
 # PRECISION=bf16 (environment) runs both sides with runtime.precision = bf16 (test train_cuda_emu_bf16):
 # tolerances for it in the verdict below (flips of the bf16 compute copy, not f32 round-off).
+# EXTRA_SETS (environment): further `--set key=value` for both sides (train_cuda_emu_lm_variants: the LM
+# variants; train_cuda_emu_clip: the CLIP tower); each must show in both runs' recipe.ini.
 # RESUME=0 (environment) leaves out the stop/resume/dump part of single mode (2.): checkpointing does
 # not depend on the precision, and train_cuda_emu covers it; train_cuda_emu_bf16 sets it (the
 # emulation runs a step in tens of seconds).
@@ -47,10 +49,19 @@ DUMP=$((HALF + 1))
 PRECISION=${PRECISION:-fp32} # runtime.precision of both backends' runs (env; bf16: see TOL_CPU)
 RESUME=${RESUME:-1}
 # optim.warmup: the recipe's 5 steps, or all of them when fewer run (a warm-up longer than the run is refused)
-# EXTRA_SETS (environment): more --set key=value words for both sides (train_cuda_emu_clip: the CLIP tower)
-# shellcheck disable=SC2206
 common=(--set train.steps="$STEPS" --set optim.warmup=$((STEPS < 5 ? STEPS : 5)) --set train.log_every=1
-        --set checkpoint.keep=0 --set runtime.precision="$PRECISION" ${EXTRA_SETS:-})
+        --set checkpoint.keep=0 --set runtime.precision="$PRECISION")
+read -r -a extra <<<"${EXTRA_SETS:-}"
+common+=("${extra[@]}")
+# EXTRA_SETS took effect (a test named for a model variant must have trained that variant)
+check_extra() {
+  local kv k v
+  for kv in "${extra[@]}"; do
+    [ "$kv" = --set ] && continue
+    k=${kv#*.}; k=${k%%=*}; v=${kv#*=}
+    grep -qx "$k = $v" "$1/recipe.ini" || { echo "FAIL: $1: $kv not in its recipe.ini"; exit 1; }
+  done
+}
 
 echo "== CPU backend: $STEPS steps"
 "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
@@ -59,6 +70,8 @@ CUDA=(--set runtime.backend=cuda)
 if [ "$MODE" = single ]; then
   echo "== CUDA backend (emulated, memory protected): $STEPS steps"
   "$EMU" train "$RECIPE" "${common[@]}" "${CUDA[@]}" --set train.run_dir="$WORK/cuda"
+  check_extra "$WORK/cpu"
+  check_extra "$WORK/cuda"
   if [ "$RESUME" = 1 ]; then
     echo "== CUDA backend: stop at $HALF, resume with the dump of step $DUMP"
     "$EMU" train "$RECIPE" "${common[@]}" "${CUDA[@]}" --set train.run_dir="$WORK/split" --set train.stop_at="$HALF"

@@ -54,6 +54,19 @@ timeout 400 "${MPIRUN[@]}" -np "$NP" -x OMP_NUM_THREADS=1 -x RR_EMU_COMM_DELAY="
   --set parallel.pp="$PP" --set parallel.dp="$DP" --set parallel.tp="$TP" --set data.microbatches="$M" --set parallel.mode="$MODE" \
   --set parallel.hint="$HINT" --set train.run_dir="$WORK/nccl" >"$WORK/nccl.log" 2>&1 || { cat "$WORK/nccl.log"; exit 1; }
 grep -E "^step|pipeline:|cuda-emu" "$WORK/nccl.log" || true
+# SETS took effect (a test named for a model variant must have trained that variant): in the CPU run's
+# recipe.ini, and the NCCL run's last checkpoint has the same recipe hash (the hashed keys: the model's)
+for kv in ${SETS:-}; do
+  k=${kv#*.}; k=${k%%=*}; v=${kv#*=}
+  grep -qx "$k = $v" "$WORK/cpu/recipe.ini" || { echo "FAIL: the CPU run: $kv not in its recipe.ini"; exit 1; }
+done
+if [ -n "${SETS:-}" ]; then
+  h=() ; for run in cpu nccl; do
+    st=$(ls -d "$WORK/$run"/checkpoints/step-* | tail -1)/state.json
+    h+=("$(sed -n 's/.*"recipe_hash":[[:space:]]*"\([0-9a-f]*\)".*/\1/p' "$st")")
+  done
+  [ -n "${h[0]}" ] && [ "${h[0]}" = "${h[1]}" ] || { echo "FAIL: recipe hashes differ (cpu ${h[0]}, nccl ${h[1]}): SETS not applied alike"; exit 1; }
+fi
 
 /usr/bin/python3 - "$WORK" "$STEPS" "$PP" "$NP" "$PRECISION" <<'PY'
 import json, re, sys

@@ -1,7 +1,8 @@
 /* lm.c — the decoder LM's parameters and blocks (DESIGN.md section 4; names and shapes in lm.h).
  *
- * A block over T packed positions: RMSNorm, q/k/v/o without bias, 1-D RoPE by position in the
- * sample, causal attention within each sample, RMSNorm, SwiGLU. The forward saves what the backward
+ * A block over T packed positions: RMSNorm, q/k/v/o (biases optional: Qwen2's q/k/v, Llama's
+ * attention_bias), 1-D RoPE by position in the sample (Llama-3's frequency scaling optional), causal
+ * attention within each sample (grouped-query: Hkv key/value heads), RMSNorm, SwiGLU. The forward saves what the backward
  * needs; the backward is B (input gradients, keeping each weight's output gradient) and W (weight
  * gradients from those). Every op goes through the Backend. The embedding, final norm, head and loss
  * are composed in runtime/model.c, which also splices the image rows in. */
@@ -20,7 +21,7 @@ void lm_embed_params_add(ParamTable* pt, const LmConfig* c) {
 }
 
 void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1) {
-    int D = c->D, F = c->F;
+    int D = c->D, F = c->F, Dkv = lm_kv_heads(c) * (c->D / c->H);
     /* L is the whole LM's depth, so a block's init does not depend on the pipeline split */
     float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * c->L);
     char n[96];
@@ -32,9 +33,15 @@ void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1) {
     } while (0)
         TADD("norm1.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         TADD("attn.q.weight", 2, D, D, PARAM_INIT_NORMAL, std);
-        TADD("attn.k.weight", 2, D, D, PARAM_INIT_NORMAL, std);
-        TADD("attn.v.weight", 2, D, D, PARAM_INIT_NORMAL, std);
+        TADD("attn.k.weight", 2, Dkv, D, PARAM_INIT_NORMAL, std);
+        TADD("attn.v.weight", 2, Dkv, D, PARAM_INIT_NORMAL, std);
+        if (c->qkv_bias) {
+            TADD("attn.q.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+            TADD("attn.k.bias", 1, Dkv, 0, PARAM_INIT_ZEROS, 0);
+            TADD("attn.v.bias", 1, Dkv, 0, PARAM_INIT_ZEROS, 0);
+        }
         TADD("attn.o.weight", 2, D, D, PARAM_INIT_NORMAL, std_out);
+        if (c->o_bias) TADD("attn.o.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
         TADD("norm2.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         TADD("mlp.gate.weight", 2, F, D, PARAM_INIT_NORMAL, std);
         TADD("mlp.up.weight", 2, F, D, PARAM_INIT_NORMAL, std);
@@ -46,6 +53,12 @@ void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1) {
 void lm_head_params_add(ParamTable* pt, const LmConfig* c) {
     lm_add(pt, "text.norm.weight", 1, c->D, 0, PARAM_INIT_ONES, 0);
     lm_add(pt, "text.lm_head.weight", 2, c->V, c->D, PARAM_INIT_NORMAL, c->init_std);
+}
+
+static int pt_has_block_bias(const ParamTable* pt, int l, const char* suffix) {
+    char n[96];
+    snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix);
+    return params_find(pt, n) >= 0;
 }
 
 void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads) {
@@ -66,18 +79,26 @@ void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads)
     TPT(gate_w, "mlp.gate.weight");
     TPT(up_w, "mlp.up.weight");
     TPT(down_w, "mlp.down.weight");
+    w->q_b = w->k_b = w->v_b = w->o_b = NULL;
+    if (pt_has_block_bias(pt, l, "attn.q.bias")) {
+        TPT(q_b, "attn.q.bias");
+        TPT(k_b, "attn.k.bias");
+        TPT(v_b, "attn.v.bias");
+    }
+    if (pt_has_block_bias(pt, l, "attn.o.bias")) TPT(o_b, "attn.o.bias");
 #undef TPT
 }
 
 void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T) {
-    int Hl, Dq, Fl;
+    int Hl, Dq, Fl, Hkvl, Dkv;
     lm_local_sizes(c, &Hl, &Dq, &Fl);
+    lm_local_kv(c, &Hkvl, &Dkv);
     size_t T = (size_t)max_T, D = c->D, F = (size_t)Fl;
     a->n1 = arena_alloc_f32(ar, T * D);
     a->rstd1 = arena_alloc_f32(ar, T);
     a->q = arena_alloc_f32(ar, T * Dq);
-    a->k = arena_alloc_f32(ar, T * Dq);
-    a->v = arena_alloc_f32(ar, T * Dq);
+    a->k = arena_alloc_f32(ar, T * Dkv);
+    a->v = arena_alloc_f32(ar, T * Dkv);
     a->att = arena_alloc_f32(ar, T * Dq);
     a->lse = arena_alloc_f32(ar, T * Hl);
     a->xmid = arena_alloc_f32(ar, T * D);
@@ -89,13 +110,14 @@ void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_
 }
 
 void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T) {
-    int Hl, Dq, Fl;
+    int Hl, Dq, Fl, Hkvl, Dkv;
     lm_local_sizes(c, &Hl, &Dq, &Fl);
+    lm_local_kv(c, &Hkvl, &Dkv);
     size_t T = (size_t)max_T, D = c->D, F = (size_t)Fl;
     g->dxmid = arena_alloc_f32(ar, T * D);
     g->dq = arena_alloc_f32(ar, T * Dq);
-    g->dk = arena_alloc_f32(ar, T * Dq);
-    g->dv = arena_alloc_f32(ar, T * Dq);
+    g->dk = arena_alloc_f32(ar, T * Dkv);
+    g->dv = arena_alloc_f32(ar, T * Dkv);
     g->dn1 = arena_alloc_f32(ar, T * D);
     g->dn2 = arena_alloc_f32(ar, T * D);
     g->dgate = arena_alloc_f32(ar, T * F);
@@ -115,18 +137,20 @@ static void lm_tp_sum(const LmConfig* c, float* buf, size_t n) {
 
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
                       const LmSeq* seq, const float* xin, float* xout) {
-    int T = seq->T, D = c->D, d = D / c->H, H, Dq, F; /* H, Dq, F: this TP rank's share */
+    int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv; /* H, Dq, F, Hkv, Dkv: this TP rank's share */
     lm_local_sizes(c, &H, &Dq, &F);
+    lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
     be->rmsnorm_forward(be, a->n1, a->rstd1, xin, w->norm1_w, T, D, c->rms_eps);
-    be->linear_forward(be, a->q, a->n1, w->q_w, NULL, T, D, Dq);
-    be->linear_forward(be, a->k, a->n1, w->k_w, NULL, T, D, Dq);
-    be->linear_forward(be, a->v, a->n1, w->v_w, NULL, T, D, Dq);
-    be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, c->rope_base);
-    be->rope_forward(be, a->k, seq->pos, T, H, d, Dq, c->rope_base);
-    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
-    be->linear_forward(be, s->tmp, a->att, w->o_w, NULL, T, Dq, D);
-    lm_tp_sum(c, s->tmp, (size_t)T * D); /* row-parallel o: the heads' partial sums */
+    be->linear_forward(be, a->q, a->n1, w->q_w, w->q_b, T, D, Dq);
+    be->linear_forward(be, a->k, a->n1, w->k_w, w->k_b, T, D, Dkv);
+    be->linear_forward(be, a->v, a->n1, w->v_w, w->v_b, T, D, Dkv);
+    be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, &c->rope);
+    be->rope_forward(be, a->k, seq->pos, T, Hkv, d, Dkv, &c->rope);
+    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+    /* row-parallel o: the heads' partial sums; its bias added once (by TP rank 0, before the sum) */
+    be->linear_forward(be, s->tmp, a->att, w->o_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->o_b, T, Dq, D);
+    lm_tp_sum(c, s->tmp, (size_t)T * D);
     be->add_forward(be, a->xmid, xin, s->tmp, (size_t)T * D);
     be->rmsnorm_forward(be, a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
     be->linear_forward(be, a->gate, a->n2, w->gate_w, NULL, T, D, F);
@@ -140,10 +164,11 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
 void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
                              LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
                              float* dxin) {
-    int T = seq->T, D = c->D, d = D / c->H, H, Dq, F;
+    int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
+    lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
-    size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TF = (size_t)T * F;
+    size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
     be->memset0(be, s->dh, TF * sizeof(float));
     be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
@@ -160,16 +185,16 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     be->memset0(be, s->datt, TQ * sizeof(float));
     be->linear_backward(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
     be->memset0(be, g->dq, TQ * sizeof(float));
-    be->memset0(be, g->dk, TQ * sizeof(float));
-    be->memset0(be, g->dv, TQ * sizeof(float));
+    be->memset0(be, g->dk, TK * sizeof(float));
+    be->memset0(be, g->dv, TK * sizeof(float));
     be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
-                           T, H, d, Dq, 1);
-    be->rope_backward(be, g->dq, seq->pos, T, H, d, Dq, c->rope_base);
-    be->rope_backward(be, g->dk, seq->pos, T, H, d, Dq, c->rope_base);
+                           T, H, Hkv, d, Dq, Dkv, 1);
+    be->rope_backward(be, g->dq, seq->pos, T, H, d, Dq, &c->rope);
+    be->rope_backward(be, g->dk, seq->pos, T, Hkv, d, Dkv, &c->rope);
     be->memset0(be, g->dn1, TD * sizeof(float));
     be->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dq);
-    be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dq);
+    be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
+    be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
     be->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
     be->rmsnorm_backward(be, dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
@@ -177,16 +202,18 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
 
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
                               const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout) {
-    int T = seq->T, D = c->D, H, Dq, F;
+    int T = seq->T, D = c->D, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
+    lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
     be->linear_backward(be, NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
     be->linear_backward(be, NULL, dw->gate_w, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
     be->linear_backward(be, NULL, dw->up_w, NULL, g->dup, a->n2, w->up_w, T, D, F);
     be->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-    be->linear_backward(be, NULL, dw->o_w, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->linear_backward(be, NULL, dw->q_w, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->linear_backward(be, NULL, dw->k_w, NULL, g->dk, a->n1, w->k_w, T, D, Dq);
-    be->linear_backward(be, NULL, dw->v_w, NULL, g->dv, a->n1, w->v_w, T, D, Dq);
+    /* the biases' gradients (NULL: none or frozen): o's from the whole dxmid, equal on every TP rank */
+    be->linear_backward(be, NULL, dw->o_w, dw->o_b, g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->linear_backward(be, NULL, dw->q_w, dw->q_b, g->dq, a->n1, w->q_w, T, D, Dq);
+    be->linear_backward(be, NULL, dw->k_w, dw->k_b, g->dk, a->n1, w->k_w, T, D, Dkv);
+    be->linear_backward(be, NULL, dw->v_w, dw->v_b, g->dv, a->n1, w->v_w, T, D, Dkv);
     be->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }

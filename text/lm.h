@@ -10,12 +10,16 @@
  * Parameter names (registered by lm_*_params_add, in this order):
  *   text.embed.weight (V, D)                        [first stage]
  *   text.blocks.{i}.norm1.weight (D)
- *   text.blocks.{i}.attn.q.weight (D, D)  .attn.k.weight (D, D)  .attn.v.weight (D, D)
+ *   text.blocks.{i}.attn.q.weight (D, D)  .attn.k.weight (Dkv, D)  .attn.v.weight (Dkv, D)
+ *   text.blocks.{i}.attn.{q,k,v}.bias (D / Dkv / Dkv)   [qkv_bias: Qwen2]                 init 0
  *   text.blocks.{i}.attn.o.weight (D, D)                                      std 0.02/sqrt(2L)
+ *   text.blocks.{i}.attn.o.bias (D)                     [o_bias: Llama's attention_bias]  init 0
  *   text.blocks.{i}.norm2.weight (D)
  *   text.blocks.{i}.mlp.gate.weight (F, D)  .mlp.up.weight (F, D)
  *   text.blocks.{i}.mlp.down.weight (D, F)                                    std 0.02/sqrt(2L)
- *   text.norm.weight (D)  text.lm_head.weight (V, D)                [last stage]
+ *   text.norm.weight (D)  text.lm_head.weight (V, D)                [last stage; no head when tied]
+ * Dkv = Hkv * D / H: grouped-query attention (Hkv key/value heads, each shared by H / Hkv query heads;
+ * Hkv = H is multi-head attention). With tied embeddings (runtime/model) the head is text.embed.weight.
  * L is the LM's total block count (not the stage's), so init does not depend on the pipeline split.
  * Weights N(0, 0.02) keyed by (seed, name); norm weights 1. */
 #ifndef RRFP_LM_H
@@ -32,9 +36,14 @@ typedef struct {
     int D, L, H, F, V; /* width, total blocks, heads (head dim D/H, even), SwiGLU hidden, vocabulary */
     float init_std;    /* 0.02 */
     double rms_eps;    /* RMSNorm eps (model.rms_eps, 1e-5) */
-    double rope_base;  /* RoPE theta (model.rope_base, 10000) */
+    RopeFreq rope;     /* RoPE theta (model.rope_base, 10000) and Llama-3 scaling (model.rope_type) */
+    int Hkv;           /* key/value heads (model.text_kv_heads; divides H); 0 = H */
+    int qkv_bias;      /* q, k, v have biases (model.text_qkv_bias) */
+    int o_bias;        /* o has a bias (model.text_o_bias) */
     /* Tensor parallelism of the blocks (DESIGN.md section 6; tp <= 1: unsplit). Rank tp_rank of tp holds
-     * heads [tp_rank H/tp, (tp_rank+1) H/tp) of q, k, v (their weights' rows: column-parallel, (D/tp, D)),
+     * heads [tp_rank H/tp, (tp_rank+1) H/tp) of q and key/value heads [tp_rank Hkv/tp, ...) of k, v (their
+ * weights' and biases' rows: column-parallel, (D/tp, D) and (Dkv/tp, D); rank t's query heads read its
+ * own key/value heads, since both split in order),
      * the matching columns of o (row-parallel, (D, D/tp)), rows [tp_rank F/tp, ...) of gate and up and
      * those columns of down; the norms whole. Activations q, k, v, att are (T, D/tp), gate, up, h
      * (T, F/tp); the block calls tp_reduce after o and down (the partial outputs) and, backward, on the
@@ -52,18 +61,27 @@ static inline void lm_local_sizes(const LmConfig* c, int* H, int* Dq, int* F) {
     *Dq = c->D / T;
     *F = c->F / T;
 }
+/* Key/value heads of the whole LM (Hkv, 0 meaning H) and their width Dkv = Hkv * D / H. */
+static inline int lm_kv_heads(const LmConfig* c) { return c->Hkv > 0 ? c->Hkv : c->H; }
+/* This rank's key/value heads and their width. */
+static inline void lm_local_kv(const LmConfig* c, int* Hkv, int* Dkv) {
+    int T = c->tp > 1 ? c->tp : 1;
+    *Hkv = lm_kv_heads(c) / T;
+    *Dkv = *Hkv * (c->D / c->H);
+}
 
 typedef struct {
     float* norm1_w;               /* (D) */
-    float *q_w, *k_w, *v_w, *o_w; /* (D, D) each */
+    float *q_w, *k_w, *v_w, *o_w; /* (D, D), (Dkv, D), (Dkv, D), (D, D) */
     float* norm2_w;               /* (D) */
     float *gate_w, *up_w;         /* (F, D) */
     float* down_w;                /* (D, F) */
+    float *q_b, *k_b, *v_b, *o_b; /* (D), (Dkv), (Dkv), (D); NULL without qkv_bias / o_bias (or frozen) */
 } LmBlockW;
 
 typedef struct {
     float *n1, *rstd1;      /* (T, D), (T) */
-    float *q, *k, *v;       /* (T, D) each, q and k after RoPE */
+    float *q, *k, *v;       /* (T, D), (T, Dkv), (T, Dkv); q and k after RoPE */
     float *att, *lse;       /* (T, D), (T, H) */
     float* xmid;            /* (T, D) residual after the attention branch */
     float *n2, *rstd2;      /* (T, D), (T) */
@@ -73,7 +91,7 @@ typedef struct {
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward). */
 typedef struct {
     float *dxmid;            /* (T, D) d o output */
-    float *dq, *dk, *dv;     /* (T, D) d q/k/v output (RoPE undone) */
+    float *dq, *dk, *dv;     /* (T, D), (T, Dkv), (T, Dkv) d q/k/v output (RoPE undone) */
     float *dn1, *dn2;        /* (T, D) d norm outputs */
     float *dgate, *dup;      /* (T, F) */
 } LmBlockGrads;

@@ -2,8 +2,11 @@
  * GPT-2's byte <-> unicode map (encoding and decoding are in tokenizer_encode.c).
  *
  * What is read: model BPE (vocab; merges as "a b" strings or ["a", "b"] pairs, a repeated merge
- * taking its last rank; unk_token, fuse_unk, ignore_merges), pre_tokenizer ByteLevel, optionally
- * after Split(Regex or String, Isolated) steps in a Sequence, decoder ByteLevel, and added_tokens
+ * taking its last rank; unk_token, fuse_unk, ignore_merges, byte_fallback), pre_tokenizer ByteLevel,
+ * optionally after Split(Regex or String, Isolated) steps in a Sequence, decoder ByteLevel; or, without a
+ * pre_tokenizer, SentencePiece-style BPE (Llama-2): normalizer Prepend / Replace(String) steps and the
+ * decoder Sequence Replace, ByteFallback, Fuse, Strip, or its newer form with a Metaspace pre-tokenizer (and
+ * optionally a Metaspace decoder); and added_tokens
  * with HF's ids (the model's id if the content is a model token, else the next free one) and
  * options. Anything else is refused with a message naming the file and the field.
  *
@@ -152,6 +155,10 @@ void tokenizer_free(Tokenizer* t) {
     for (int i = 0; i < t->n_steps; i++) {
         free(t->steps[i].pattern);
         if (t->steps[i].re) pcre2_code_free(t->steps[i].re);
+    }
+    for (int i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].from);
+        free(t->norm[i].to);
     }
     pthread_mutex_destroy(&t->cache.mu);
     strmap_free(&t->cache.map);
@@ -349,8 +356,10 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
             return -1;
         }
     }
-    if (json_bool(model, "fuse_unk", 0, &t->fuse_unk) || json_bool(model, "ignore_merges", 0, &t->ignore_merges)) {
-        set_err(err, err_len, "%s: model.fuse_unk and model.ignore_merges must be true or false", name);
+    if (json_bool(model, "fuse_unk", 0, &t->fuse_unk) || json_bool(model, "ignore_merges", 0, &t->ignore_merges) ||
+        json_bool(model, "byte_fallback", 0, &t->byte_fallback)) {
+        set_err(err, err_len, "%s: model.fuse_unk, model.ignore_merges and model.byte_fallback must be true or false",
+                name);
         return -1;
     }
     const cJSON* vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -457,9 +466,162 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
     }
     free(buf);
     for (int b = 0; b < 256; b++) {
-        char u[2];
+        char u[2], fb[8];
         int k = bpe_byte_to_utf8((uint8_t)b, u);
         t->byte_id[b] = strmap_get(&t->vocab, u, (size_t)k);
+        snprintf(fb, sizeof fb, "<0x%02X>", b); /* SentencePiece's byte pieces (byte_fallback) */
+        t->fb_id[b] = strmap_get(&t->vocab, fb, 6);
+    }
+    return 0;
+}
+
+/* ---- SentencePiece-style BPE: normalizer and decoder ----------------------------------------------- */
+
+static int norm_step_parse(Tokenizer* t, const cJSON* n, const char* name, char* err, size_t err_len) {
+    const char* type = json_type(n);
+    if (t->n_norm == MAX_NORM) {
+        set_err(err, err_len, "%s: normalizer: more than %d steps", name, MAX_NORM);
+        return -1;
+    }
+    NormStep* s = &t->norm[t->n_norm];
+    if (type && !strcmp(type, "Prepend")) {
+        const cJSON* p = cJSON_GetObjectItemCaseSensitive(n, "prepend");
+        if (!cJSON_IsString(p)) {
+            set_err(err, err_len, "%s: normalizer Prepend has no \"prepend\" string", name);
+            return -1;
+        }
+        *s = (NormStep){.kind = NORM_PREPEND, .to = strdup(p->valuestring), .to_len = strlen(p->valuestring)};
+    } else if (type && !strcmp(type, "Replace")) {
+        const cJSON* pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+        const cJSON* str = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
+        const cJSON* content = cJSON_GetObjectItemCaseSensitive(n, "content");
+        if (!cJSON_IsString(str) || !str->valuestring[0] || !cJSON_IsString(content)) {
+            set_err(err, err_len, "%s: normalizer Replace: only {\"pattern\": {\"String\": ...}, \"content\": ...} with a "
+                    "non-empty string is supported", name);
+            return -1;
+        }
+        *s = (NormStep){.kind = NORM_REPLACE, .from = strdup(str->valuestring), .from_len = strlen(str->valuestring),
+                        .to = strdup(content->valuestring), .to_len = strlen(content->valuestring)};
+    } else {
+        set_err(err, err_len, "%s: normalizer %s is not supported (null, or Prepend / Replace(String) steps in a "
+                "Sequence, as Llama-2's tokenizer.json has)", name, type ? type : "without a type");
+        return -1;
+    }
+    t->n_norm++;
+    return 0;
+}
+
+static int normalizer_parse(Tokenizer* t, const cJSON* n, const char* name, char* err, size_t err_len) {
+    if (!n || cJSON_IsNull(n)) return 0;
+    const char* type = json_type(n);
+    if (type && !strcmp(type, "Sequence")) {
+        const cJSON* list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        if (!cJSON_IsArray(list)) {
+            set_err(err, err_len, "%s: normalizer Sequence has no \"normalizers\" array", name);
+            return -1;
+        }
+        const cJSON* x;
+        cJSON_ArrayForEach(x, list) if (norm_step_parse(t, x, name, err, err_len)) return -1;
+        return 0;
+    }
+    return norm_step_parse(t, n, name, err, err_len);
+}
+
+/* A Metaspace's prepend_scheme ("always" | "first" | "never"), or the older add_prefix_space (true: always). */
+static int meta_prepend_parse(const cJSON* m, int* prepend) {
+    const cJSON* ps = cJSON_GetObjectItemCaseSensitive(m, "prepend_scheme");
+    if (cJSON_IsString(ps)) {
+        if (!strcmp(ps->valuestring, "always")) *prepend = META_ALWAYS;
+        else if (!strcmp(ps->valuestring, "first")) *prepend = META_FIRST;
+        else if (!strcmp(ps->valuestring, "never")) *prepend = META_NEVER;
+        else return -1;
+        return 0;
+    }
+    int aps;
+    if (json_bool(m, "add_prefix_space", 1, &aps)) return -1;
+    *prepend = aps ? META_ALWAYS : META_NEVER;
+    return 0;
+}
+
+/* pre_tokenizer Metaspace (newer Llama / Mistral files): ' ' replaced, the replacement prepended by its scheme,
+ * optionally split before each replacement. */
+static int metaspace_parse(Tokenizer* t, const cJSON* m, const char* name, char* err, size_t err_len) {
+    PretokStep* s = &t->steps[0];
+    memset(s, 0, sizeof *s);
+    const cJSON* r = cJSON_GetObjectItemCaseSensitive(m, "replacement");
+    int split;
+    if (!cJSON_IsString(r) || !r->valuestring[0] || meta_prepend_parse(m, &s->prepend) || json_bool(m, "split", 1, &split)) {
+        set_err(err, err_len, "%s: pre_tokenizer Metaspace: needs a \"replacement\" string, prepend_scheme always / "
+                "first / never (or add_prefix_space) and a boolean split", name);
+        return -1;
+    }
+    s->kind = STEP_METASPACE;
+    s->pattern = strdup(r->valuestring);
+    s->split = split;
+    t->n_steps = 1;
+    return 0;
+}
+
+/* Llama-2's decoder: Sequence [Replace("\u2581" -> " "), ByteFallback, Fuse, Strip(" ", start, 0)]; the
+ * steps may be a subset, in that order; or a Metaspace decoder ("\u2581" -> " ", the first token's leading
+ * space dropped unless its prepend_scheme is never). Sets dec_strip and dec_bytes. */
+static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char* err, size_t err_len) {
+    const cJSON* list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
+    const char* type = json_type(d);
+    if (type && !strcmp(type, "Metaspace")) {
+        const cJSON* r = cJSON_GetObjectItemCaseSensitive(d, "replacement");
+        int prepend;
+        if (!cJSON_IsString(r) || strcmp(r->valuestring, "\xe2\x96\x81") || meta_prepend_parse(d, &prepend)) {
+            set_err(err, err_len, "%s: decoder Metaspace: only replacement \"\u2581\" with a prepend_scheme is supported",
+                    name);
+            return -1;
+        }
+        t->dec_strip = prepend != META_NEVER;
+        return 0;
+    }
+    if (!type || strcmp(type, "Sequence") || !cJSON_IsArray(list)) {
+        set_err(err, err_len, "%s: decoder %s: a tokenizer without a pre_tokenizer (SentencePiece-style) needs Llama-2's "
+                "decoder, a Sequence of Replace(\"\u2581\" -> \" \"), ByteFallback, Fuse, Strip", name, type ? type : "missing");
+        return -1;
+    }
+    static const char* order[4] = {"Replace", "ByteFallback", "Fuse", "Strip"};
+    int at = 0, replace = 0;
+    const cJSON* x;
+    cJSON_ArrayForEach(x, list) {
+        const char* k = json_type(x);
+        while (at < 4 && (!k || strcmp(k, order[at]))) at++;
+        if (at == 4) {
+            set_err(err, err_len, "%s: decoder step %s is not supported here (expected Replace, ByteFallback, Fuse, Strip "
+                    "in that order)", name, k ? k : "without a type");
+            return -1;
+        }
+        if (at == 1) t->dec_bytes = 1;
+        if (at == 0) {
+            const cJSON* pat = cJSON_GetObjectItemCaseSensitive(x, "pattern");
+            const cJSON* str = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
+            const cJSON* content = cJSON_GetObjectItemCaseSensitive(x, "content");
+            if (!cJSON_IsString(str) || strcmp(str->valuestring, "\xe2\x96\x81") || !cJSON_IsString(content) ||
+                strcmp(content->valuestring, " ")) {
+                set_err(err, err_len, "%s: decoder Replace: only \"\u2581\" -> \" \" is supported", name);
+                return -1;
+            }
+            replace = 1;
+        } else if (at == 3) {
+            const cJSON* c = cJSON_GetObjectItemCaseSensitive(x, "content");
+            const cJSON* start = cJSON_GetObjectItemCaseSensitive(x, "start");
+            const cJSON* stop = cJSON_GetObjectItemCaseSensitive(x, "stop");
+            if (!cJSON_IsString(c) || strcmp(c->valuestring, " ") || !cJSON_IsNumber(start) || start->valuedouble < 0 ||
+                start->valuedouble > 16 || !cJSON_IsNumber(stop) || stop->valuedouble != 0) {
+                set_err(err, err_len, "%s: decoder Strip: only content \" \", start 0..16, stop 0 is supported", name);
+                return -1;
+            }
+            t->dec_strip = start->valueint;
+        }
+        at++;
+    }
+    if (!replace) {
+        set_err(err, err_len, "%s: decoder Sequence has no Replace(\"\u2581\" -> \" \") step", name);
+        return -1;
     }
     return 0;
 }
@@ -593,6 +755,19 @@ static uint64_t tokenizer_compute_hash(const Tokenizer* t) {
     }
     PUT32(t->unk_id);
     PUT32(t->fuse_unk | t->ignore_merges << 1);
+    if (t->sp) { /* SentencePiece-style: its own settings (byte-level files hash as before) */
+        PUT("sp", 2);
+        PUT32(t->byte_fallback | t->dec_strip << 1 | t->dec_bytes << 8);
+        for (int i = 0; i < t->n_steps; i++) PUT32(t->steps[i].prepend | t->steps[i].split << 2);
+        PUT32(t->n_norm);
+        for (int i = 0; i < t->n_norm; i++) {
+            PUT32(t->norm[i].kind);
+            PUT32(t->norm[i].from_len);
+            if (t->norm[i].from_len) PUT(t->norm[i].from, t->norm[i].from_len);
+            PUT32(t->norm[i].to_len);
+            PUT(t->norm[i].to, t->norm[i].to_len);
+        }
+    }
 #undef PUT
 #undef PUT32
     uint64_t h = rr_fnv1a64(buf, n);
@@ -608,6 +783,29 @@ static void decode_table_build(Tokenizer* t) {
     for (int id = 0; id < t->n_ids; id++) {
         const char* s = tokenizer_token_str(t, id);
         if (!s) continue;
+        if (t->sp) { /* Llama-2's decoder: "<0xXX>" is that byte (ByteFallback), U+2581 is a space (Replace) */
+            size_t n = strlen(s), o = 0;
+            char* out = mallocCheck(n + 1);
+            unsigned hex;
+            int used = 0;
+            if (t->dec_bytes && n == 6 && !strncmp(s, "<0x", 3) && s[5] == '>' && sscanf(s + 3, "%2X%n", &hex, &used) == 1 &&
+                used == 2) {
+                out[o++] = (char)hex;
+            } else {
+                for (size_t i = 0; i < n;) {
+                    if (i + 3 <= n && !memcmp(s + i, "\xe2\x96\x81", 3)) {
+                        out[o++] = ' ';
+                        i += 3;
+                    } else {
+                        out[o++] = s[i++];
+                    }
+                }
+            }
+            out[o] = 0;
+            t->dec[id] = out;
+            t->dec_len[id] = (uint32_t)o;
+            continue;
+        }
         size_t n = strlen(s), o = 0, i = 0;
         char* out = mallocCheck(n + 1);
         while (i < n) {
@@ -650,9 +848,31 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
     int ok = 0;
     if (!cJSON_IsObject(root) || !cJSON_IsObject(model)) {
         set_err(err, err_len, "%s: no \"model\" object; expected a Hugging Face tokenizer.json", name);
+    } else if (((!pt || cJSON_IsNull(pt)) && ((norm && !cJSON_IsNull(norm)) || !cJSON_IsObject(dec) ||
+                                             !json_type(dec) || strcmp(json_type(dec), "ByteLevel"))) ||
+               (json_type(pt) && !strcmp(json_type(pt), "Metaspace"))) {
+        /* SentencePiece-style BPE: no pre-tokenizer, the normalizer inserting the metaspaces (Llama-2), or the
+         * Metaspace pre-tokenizer doing it (newer files, without a normalizer) */
+        t->sp = 1;
+        int meta = cJSON_IsObject(pt);
+        if (meta && norm && !cJSON_IsNull(norm)) {
+            set_err(err, err_len, "%s: a normalizer together with the Metaspace pre_tokenizer is not supported", name);
+        } else if ((!meta || !metaspace_parse(t, pt, name, err, err_len)) && !normalizer_parse(t, norm, name, err, err_len) &&
+                   !sp_decoder_parse(t, dec, name, err, err_len) &&
+            !model_parse(t, model, name, err, err_len) &&
+            !added_parse(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), name, err, err_len)) {
+            ok = 1;
+            int fb_all = 1;
+            for (int b = 0; b < 256; b++) fb_all &= t->fb_id[b] >= 0;
+            if (!(t->byte_fallback && fb_all) && t->unk_id < 0) {
+                set_err(err, err_len, "%s: model: neither byte_fallback with all 256 \"<0xXX>\" tokens nor an unk_token: "
+                        "characters outside the vocabulary could not be encoded", name);
+                ok = 0;
+            }
+        }
     } else if (norm && !cJSON_IsNull(norm)) {
-        set_err(err, err_len, "%s: normalizer %s is not supported (only null: byte-level BPE without normalization)",
-                name, json_type(norm) ? json_type(norm) : "?");
+        set_err(err, err_len, "%s: normalizer %s is not supported with a pre_tokenizer (byte-level BPE has none; "
+                "SentencePiece-style BPE has no pre_tokenizer)", name, json_type(norm) ? json_type(norm) : "?");
     } else if (!cJSON_IsObject(pt)) {
         set_err(err, err_len, "%s: pre_tokenizer is missing; expected ByteLevel (byte-level BPE)", name);
     } else if (!cJSON_IsObject(dec) || !json_type(dec) || strcmp(json_type(dec), "ByteLevel")) {

@@ -1,5 +1,7 @@
-/* tokenizer.h — byte-level BPE in the Hugging Face tokenizer.json format (model type BPE, ByteLevel
- * pre-tokenizer with the GPT-2 split pattern, ByteLevel decoder, added special tokens). */
+/* tokenizer.h — BPE in the Hugging Face tokenizer.json format: byte-level (ByteLevel pre-tokenizer with
+ * the GPT-2 split pattern, ByteLevel decoder) or SentencePiece-style as Llama-2's file (Prepend / Replace
+ * metaspace normalizer, no pre-tokenizer, byte_fallback, Replace / ByteFallback / Fuse / Strip decoder),
+ * with added special tokens. */
 #ifndef RRFP_TOKENIZER_H
 #define RRFP_TOKENIZER_H
 
@@ -23,6 +25,12 @@ const char* tokenizer_token_str(const Tokenizer* tok, int id);   /* id -> token 
  * (such as "<image>") are matched literally first, as Hugging Face does. Returns the number of ids
  * and sets *ids to a malloc'd array the caller frees. */
 int tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, int32_t** ids);
+/* The same for text that continues a sequence whose last id so far is prev_id (-1: none), so that
+ * encoding a text piece by piece gives the ids of encoding it whole, as far as the pieces are cut where
+ * no merge crosses (the chat templates cut before a space): a SentencePiece-style tokenizer's Prepend
+ * is applied to the first piece only when it starts the sequence or follows an added token (HF
+ * normalizes each piece between added tokens on its own). Byte-level tokenizers: tokenizer_encode. */
+int tokenizer_encode_continue(const Tokenizer* tok, const char* text, size_t len, int prev_id, int32_t** ids);
 /* Decode ids back to bytes (malloc'd, NUL-terminated; *len excludes the NUL). */
 char* tokenizer_decode(const Tokenizer* tok, const int32_t* ids, int n, size_t* len);
 

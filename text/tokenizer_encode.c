@@ -14,6 +14,15 @@
  * regex, each invalid run is one pre-token of its own. BPE works on bytes, so every byte, valid or
  * not, is encoded and decodes back to itself.
  *
+ * SentencePiece-style BPE (Llama-2's file; t->sp): between steps 1's two passes each piece goes through
+ * the normalizer (Prepend "\u2581" to a non-empty piece, Replace " " by "\u2581"), as HF's
+ * AddedVocabulary::extract_and_normalize does; there is no pre-tokenizer, so a piece is one word; its
+ * initial BPE symbols are its characters, and a character the vocabulary lacks becomes the "<0xXX>"
+ * tokens of its bytes (byte_fallback; without it, or for a missing byte token, unk, fused if fuse_unk).
+ * Invalid UTF-8 bytes take the byte tokens too, so they round-trip. Decoding maps "<0xXX>" to its byte
+ * and "\u2581" to a space, then strips the decoder's leading spaces (Llama-2: one), as HF's
+ * Replace, ByteFallback, Fuse, Strip chain.
+ *
  * Decoding is HF's ByteLevel decoder: each token's characters are mapped back to bytes; a token with
  * a character outside the byte map (an added token such as "<| end |>") contributes its raw UTF-8.
  * Unlike HF (which finishes with a lossy UTF-8 conversion) the bytes are returned unchanged, so
@@ -61,9 +70,92 @@ typedef struct {
     pcre2_match_data* md;
     char* scratch[MAX_STEPS]; /* prefix-space copies, one per step depth */
     size_t scratch_cap[MAX_STEPS];
+    char* norm[2];            /* the normalizer's output and its work copy */
+    size_t norm_cap[2];
+    int cont;                 /* tokenizer_encode_continue: 1 the text's first piece continues text (no Prepend),
+                                 2 the text follows an added token; 0: the text starts the sequence */
+    const char* text;         /* the whole text (its first piece is the one at text) */
 } SplitCtx;
 
 static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n);
+
+/* Metaspace (step k): ' ' -> the replacement, which is prepended (always: unless the piece starts with it;
+ * first: also only to the piece that starts the text, as HF's offsets_original().0 == 0; never), then the
+ * piece is cut before each replacement (split) or passed on whole. A piece that continues text
+ * (tokenizer_encode_continue) gets no prepend. */
+static void metaspace_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, size_t n) {
+    const PretokStep* st = &t->steps[k];
+    const char* r = st->pattern;
+    size_t rl = strlen(r), cap = n * rl + rl + 64;
+    if (c->scratch_cap[k] < cap) c->scratch[k] = reallocCheck(c->scratch[k], c->scratch_cap[k] = 2 * cap);
+    char* out = c->scratch[k];
+    size_t o = 0;
+    int at_start = s == c->text && c->cont == 0;
+    int starts = (n >= 1 && s[0] == ' ') || (n >= rl && !memcmp(s, r, rl)); /* HF checks after the replace */
+    if ((st->prepend == META_ALWAYS && !(c->cont == 1 && s == c->text)) || (st->prepend == META_FIRST && at_start))
+        if (!starts) memcpy(out, r, rl), o = rl;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ') memcpy(out + o, r, rl), o += rl;
+        else out[o++] = s[i];
+    }
+    if (!st->split) {
+        pretok_step(t, c, k + 1, out, o);
+        return;
+    }
+    size_t last = 0;
+    for (size_t i = 1; i + rl <= o; i++)
+        if (!memcmp(out + i, r, rl)) { /* MergedWithNext: the replacement starts the next piece */
+            pretok_step(t, c, k + 1, out + last, i - last);
+            last = i;
+            i += rl - 1;
+        }
+    pretok_step(t, c, k + 1, out + last, o - last);
+}
+
+/* The normalizer (SentencePiece-style) of s into c->norm[0]; returns its length. skip_prepend: leave out the
+ * Prepend steps (a piece that continues earlier text). */
+static size_t normalize(const Tokenizer* t, SplitCtx* c, const char* s, size_t n, int skip_prepend) {
+    size_t len = n;
+    int cur = 0;
+    for (int k = 0; k < 2; k++)
+        if (c->norm_cap[k] < 2 * n + 64) c->norm[k] = reallocCheck(c->norm[k], c->norm_cap[k] = 2 * n + 64);
+    memcpy(c->norm[0], s, n);
+    for (int i = 0; i < t->n_norm; i++) {
+        const NormStep* st = &t->norm[i];
+        const char* in = c->norm[cur];
+        size_t out_max = st->kind == NORM_PREPEND ? len + st->to_len
+                                                  : len + (st->to_len > st->from_len ? len / st->from_len * (st->to_len - st->from_len) : 0);
+        if (c->norm_cap[1 - cur] < out_max + 1)
+            c->norm[1 - cur] = reallocCheck(c->norm[1 - cur], c->norm_cap[1 - cur] = 2 * out_max + 64);
+        char* out = c->norm[1 - cur];
+        size_t o = 0;
+        if (st->kind == NORM_PREPEND) {
+            if (len == 0 || skip_prepend) continue; /* HF prepends to non-empty text only */
+            memcpy(out, st->to, st->to_len);
+            memcpy(out + st->to_len, in, len);
+            o = st->to_len + len;
+        } else {
+            for (size_t j = 0; j < len;) {
+                if (j + st->from_len <= len && !memcmp(in + j, st->from, st->from_len)) {
+                    memcpy(out + o, st->to, st->to_len);
+                    o += st->to_len;
+                    j += st->from_len;
+                } else {
+                    out[o++] = in[j++];
+                }
+            }
+        }
+        len = o;
+        cur = 1 - cur;
+    }
+    if (cur == 1) { /* the result lives in norm[1]: swap so that norm[0] holds it */
+        char* x = c->norm[0];
+        size_t xc = c->norm_cap[0];
+        c->norm[0] = c->norm[1], c->norm_cap[0] = c->norm_cap[1];
+        c->norm[1] = x, c->norm_cap[1] = xc;
+    }
+    return len;
+}
 
 /* Split s by step k's regex (Isolated: matches and the gaps between them are pieces) and hand each
  * piece to step k+1. Invalid UTF-8 runs are pieces of their own (see the file comment). */
@@ -107,6 +199,10 @@ static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, s
         return;
     }
     const PretokStep* st = &t->steps[k];
+    if (st->kind == STEP_METASPACE) {
+        metaspace_step(t, c, k, s, n);
+        return;
+    }
     if (st->kind == STEP_BYTELEVEL && st->add_prefix_space && s[0] != ' ') {
         if (c->scratch_cap[k] < n + 1) c->scratch[k] = reallocCheck(c->scratch[k], c->scratch_cap[k] = 2 * n + 64);
         c->scratch[k][0] = ' ';
@@ -117,6 +213,9 @@ static void pretok_step(const Tokenizer* t, SplitCtx* c, int k, const char* s, s
     if (!st->re) pretok_step(t, c, k + 1, s, n);
     else regex_split(t, c, k, st->re, s, n);
 }
+
+static void added_split(const Tokenizer* t, SplitCtx* c, int p, const char* s, size_t n);
+static void added_split_normalized(const Tokenizer* t, SplitCtx* c, const char* s, size_t n);
 
 static int is_word_char_at(const Tokenizer* t, const char* s, size_t n, pcre2_match_data* md) {
     return n > 0 && pcre2_match(t->word_re, (PCRE2_SPTR)s, n, 0, PCRE2_ANCHORED, md, NULL) > 0;
@@ -162,25 +261,46 @@ static void added_split(const Tokenizer* t, SplitCtx* c, int p, const char* s, s
             i = stop;
         }
         if (start > start_offset) {
-            if (p == 0) added_split(t, c, 1, s + start_offset, start - start_offset);
+            if (p == 0) added_split_normalized(t, c, s + start_offset, start - start_offset);
             else pretok_step(t, c, 0, s + start_offset, start - start_offset);
         }
         c->fn(c->ctx, s + start, stop - start, a->id);
         start_offset = stop;
     }
     if (start_offset < n) {
-        if (p == 0) added_split(t, c, 1, s + start_offset, n - start_offset);
+        if (p == 0) added_split_normalized(t, c, s + start_offset, n - start_offset);
         else pretok_step(t, c, 0, s + start_offset, n - start_offset);
     }
 }
 
-void tokenizer_pretokenize(const Tokenizer* t, const char* text, size_t len, TokenizerPieceFn fn, void* ctx) {
-    SplitCtx c = {.fn = fn, .ctx = ctx};
+/* A gap of pass 0: normalized (when the tokenizer has a normalizer), then pass 1 on the result. The
+ * normalized text is copied out of the shared buffer first: pass 1 hands pieces of it on and the
+ * buffer is reused by the next gap only after this one is done. */
+static void added_split_normalized(const Tokenizer* t, SplitCtx* c, const char* s, size_t n) {
+    if (t->n_norm == 0) {
+        added_split(t, c, 1, s, n);
+        return;
+    }
+    size_t len = normalize(t, c, s, n, c->cont == 1 && s == c->text);
+    char* copy = mallocCheck(len + 1);
+    memcpy(copy, c->norm[0], len);
+    added_split(t, c, 1, copy, len);
+    free(copy);
+}
+
+static void pretokenize(const Tokenizer* t, const char* text, size_t len, int cont, TokenizerPieceFn fn, void* ctx) {
+    SplitCtx c = {.fn = fn, .ctx = ctx, .cont = cont, .text = text};
     c.md = pcre2_match_data_create(4, NULL);
     if (!c.md) rr_die("tokenizer: out of memory (pcre2_match_data_create)");
     added_split(t, &c, 0, text, len);
     pcre2_match_data_free(c.md);
     for (int k = 0; k < MAX_STEPS; k++) free(c.scratch[k]);
+    free(c.norm[0]);
+    free(c.norm[1]);
+}
+
+void tokenizer_pretokenize(const Tokenizer* t, const char* text, size_t len, TokenizerPieceFn fn, void* ctx) {
+    pretokenize(t, text, len, 0, fn, ctx);
 }
 
 /* ---- BPE ------------------------------------------------------------------------------------------ */
@@ -244,9 +364,47 @@ static void pair_push(const Tokenizer* t, EncodeCtx* e, int* nh, int32_t pos) {
     heap_push(e->heap, nh, (Merge){s->rank, pos, s->new_id});
 }
 
+/* A symbol that is not in the vocabulary: unk, fused with an unk just before it when fuse_unk (HF). */
+static int32_t unk_symbol(const Tokenizer* t, const EncodeCtx* e, int32_t ns) {
+    if (t->fuse_unk && ns > 0 && e->sym[ns - 1] == t->unk_id) return -2; /* fused: no new symbol */
+    return t->unk_id;
+}
+
+/* SentencePiece-style initial symbols: one per character of the vocabulary; other characters (and
+ * invalid UTF-8 bytes) become their bytes' "<0xXX>" tokens (byte_fallback), else unk. Returns the count. */
+static int32_t sp_symbols(const Tokenizer* t, EncodeCtx* e, const uint8_t* w, size_t n) {
+    int32_t ns = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        int k = bpe_utf8_decode(w + i, n - i, &cp);
+        size_t len = k > 0 ? (size_t)k : 1;
+        int32_t id = k > 0 ? strmap_get(&t->vocab, (const char*)w + i, len) : -1;
+        if (id >= 0) {
+            e->sym[ns++] = id;
+        } else {
+            int fb = t->byte_fallback;
+            for (size_t j = 0; fb && j < len; j++) fb = t->fb_id[w[i + j]] >= 0;
+            if (fb) {
+                for (size_t j = 0; j < len; j++) e->sym[ns++] = t->fb_id[w[i + j]];
+            } else {
+                id = unk_symbol(t, e, ns);
+                if (id != -2) e->sym[ns++] = id;
+            }
+        }
+        i += len;
+    }
+    return ns;
+}
+
 /* BPE-encode one pre-token of n bytes, appending its ids. */
 static void bpe_word(const Tokenizer* t, EncodeCtx* e, const uint8_t* w, size_t n) {
-    if (t->ignore_merges) { /* a word that is itself a token is taken whole (HF, ignore_merges) */
+    if (t->ignore_merges && t->sp) { /* the word itself as a token (its characters as they are) */
+        int32_t id = strmap_get(&t->vocab, (const char*)w, n);
+        if (id >= 0) {
+            out_push(e, id);
+            return;
+        }
+    } else if (t->ignore_merges) { /* a word that is itself a token is taken whole (HF, ignore_merges) */
         if (e->mapped_cap < 2 * n) e->mapped = reallocCheck(e->mapped, e->mapped_cap = 2 * n + 64);
         size_t m = 0;
         for (size_t i = 0; i < n; i++) m += (size_t)bpe_byte_to_utf8(w[i], e->mapped + m);
@@ -265,6 +423,8 @@ static void bpe_word(const Tokenizer* t, EncodeCtx* e, const uint8_t* w, size_t 
     }
     /* symbols: one per byte; a byte missing from the vocab becomes unk (fused if fuse_unk) */
     int32_t ns = 0;
+    if (t->sp) ns = sp_symbols(t, e, w, n);
+    else
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[w[i]];
         if (id < 0) {
@@ -353,9 +513,9 @@ static void encode_piece(void* ctx, const char* piece, size_t len, int added_id)
     cache_put(e->t, piece, len, e->ids + before, e->n - before);
 }
 
-int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t** ids) {
+static int encode(const Tokenizer* t, const char* text, size_t len, int cont, int32_t** ids) {
     EncodeCtx e = {.t = t};
-    tokenizer_pretokenize(t, text, len, encode_piece, &e);
+    pretokenize(t, text, len, cont, encode_piece, &e);
     free(e.sym);
     free(e.prev);
     free(e.next);
@@ -364,6 +524,15 @@ int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t**
     if (!e.ids) e.ids = mallocCheck(sizeof(int32_t)); /* a valid pointer even for no ids */
     *ids = e.ids;
     return (int)e.n;
+}
+
+int tokenizer_encode(const Tokenizer* t, const char* text, size_t len, int32_t** ids) { return encode(t, text, len, 0, ids); }
+
+int tokenizer_encode_continue(const Tokenizer* t, const char* text, size_t len, int prev_id, int32_t** ids) {
+    /* HF normalizes each piece between added tokens on its own: a piece after an added token (or at the
+     * start) gets the Prepend, one that continues ordinary text does not */
+    int cont = prev_id < 0 ? 0 : prev_id < t->n_ids && t->added_of_id[prev_id] >= 0 ? 2 : 1;
+    return encode(t, text, len, cont, ids);
 }
 
 char* tokenizer_decode(const Tokenizer* t, const int32_t* ids, int n, size_t* len) {
@@ -377,6 +546,10 @@ char* tokenizer_decode(const Tokenizer* t, const int32_t* ids, int n, size_t* le
             memcpy(out + o, t->dec[ids[i]], t->dec_len[ids[i]]);
             o += t->dec_len[ids[i]];
         }
+    size_t cut = 0; /* SentencePiece-style: the decoder's Strip of leading spaces */
+    while (t->sp && cut < (size_t)t->dec_strip && cut < o && out[cut] == ' ') cut++;
+    if (cut) memmove(out, out + cut, o - cut);
+    o -= cut;
     out[o] = 0;
     if (len) *len = o;
     return out;

@@ -119,15 +119,30 @@ typedef struct {
     int special, single_word, lstrip, rstrip, normalized;
 } AddedToken;
 
-typedef enum { STEP_SPLIT, STEP_BYTELEVEL } StepKind;
+typedef enum { STEP_SPLIT, STEP_BYTELEVEL, STEP_METASPACE } StepKind;
+enum { META_NEVER = 0, META_ALWAYS = 1, META_FIRST = 2 }; /* Metaspace prepend_scheme */
 typedef struct {
     StepKind kind;
-    char* pattern;         /* as written in the file (STEP_SPLIT; GPT-2's for a ByteLevel with use_regex) */
+    char* pattern;         /* as written in the file (STEP_SPLIT; GPT-2's for a ByteLevel with use_regex; the
+                              replacement of a Metaspace) */
     pcre2_code* re;        /* NULL: ByteLevel with use_regex false */
     int add_prefix_space;  /* ByteLevel only */
+    int prepend, split;    /* Metaspace only: prepend_scheme (META_*), split on the replacement */
 } PretokStep;
 
 #define MAX_STEPS 8
+
+/* SentencePiece-style BPE (Llama-2's tokenizer.json): a normalizer of Prepend / Replace(String) steps
+ * applied to each piece between added tokens, no pre-tokenizer (a piece is one word), characters as
+ * the initial symbols, bytes of a character the vocabulary lacks as "<0xXX>" tokens (byte_fallback). */
+typedef enum { NORM_PREPEND, NORM_REPLACE } NormKind;
+typedef struct {
+    NormKind kind;
+    char* from; /* NORM_REPLACE: the literal string replaced */
+    char* to;   /* the text prepended / put in its place */
+    size_t from_len, to_len;
+} NormStep;
+#define MAX_NORM 8
 
 typedef struct {
     /* word (pre-token bytes) -> ids; cleared when it grows past its budget */
@@ -169,6 +184,14 @@ struct Tokenizer {
     uint32_t* dec_len;
     uint64_t hash;
     WordCache cache;
+    /* SentencePiece-style BPE (sp = 1; byte-level BPE otherwise) */
+    int sp;
+    int byte_fallback;     /* model.byte_fallback: a character not in the vocab becomes its "<0xXX>" tokens */
+    int32_t fb_id[256];    /* id of "<0xXX>", -1 if absent */
+    NormStep norm[MAX_NORM];
+    int n_norm;
+    int dec_strip;         /* decoder Strip: leading ' ' removed from the decoded text (Llama-2: 1) */
+    int dec_bytes;         /* the decoder has ByteFallback: "<0xXX>" decodes to its byte */
 };
 
 #endif

@@ -286,7 +286,8 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
         be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
         be->rope2d_forward(be, b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
     }
-    be->attention_forward(be, b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, seq, a->I, N, H, d, 3 * Dq, 0);
+    be->attention_forward(be, b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, seq, a->I, N, H, H, d, 3 * Dq,
+                          3 * Dq, 0);
     be->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
     be->add_forward(be, b->xmid, xin, a->tmp, (size_t)N * D);
@@ -501,7 +502,7 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
     be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
     be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv, b->qkv + Dq,
-                           b->qkv + 2 * Dq, seq, a->I, N, H, d, 3 * Dq, 0);
+                           b->qkv + 2 * Dq, seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
     if (!clip) {
         be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
         be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);

@@ -65,8 +65,8 @@ static inline float attn_exp(float x) {
 #define ATTN_VECTOR_CLONES
 #endif
 
-static void attention_check_args(const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv) {
-    RR_ASSERT(S >= 0 && T >= 0 && H > 0 && d > 0 && ld_qkv >= H * d);
+static void attention_check_args(const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv) {
+    RR_ASSERT(S >= 0 && T >= 0 && H > 0 && Hkv > 0 && H % Hkv == 0 && d > 0 && ld_q >= H * d && ld_kv >= Hkv * d);
     RR_ASSERT(cu_seqlens[0] == 0 && cu_seqlens[S] == T);
     for (int s = 0; s < S; s++) RR_ASSERT(cu_seqlens[s] <= cu_seqlens[s + 1]);
 }
@@ -82,13 +82,13 @@ static void attention_tile_transpose(float* xt, const float* x, int n, int d, in
 /* ------------------------------------------------------------------------------------------------
  * Forward */
 
-/* One query tile: rows [q0, q0 + nq) of head h (q, k, v, out, lse already offset to the head), keys
- * [k_begin, k_end) of its sequence. Scratch: s_tile (ATTN_BLOCK, ATTN_BLOCK), m and l ATTN_BLOCK,
- * kt (d, ATTN_BLOCK). */
+/* One query tile: rows [q0, q0 + nq) of head h (q, out, lse offset to the head, k, v to its key/value
+ * head; q rows of stride ldq, k and v rows of stride ld), keys [k_begin, k_end) of its sequence.
+ * Scratch: s_tile (ATTN_BLOCK, ATTN_BLOCK), m and l ATTN_BLOCK, kt (d, ATTN_BLOCK). */
 ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, const float* q, const float* k,
                                                       const float* v, int q0, int nq, int k_begin, int k_end, int H,
-                                                      int d, int ld, int causal, float* s_tile, float* m, float* l,
-                                                      float* kt) {
+                                                      int d, int ldq, int ld, int causal, float* s_tile, float* m,
+                                                      float* l, float* kt) {
     const int ldo = H * d;
     const float scale = 1.0f / sqrtf((float)d);
     float* o = out + (size_t)q0 * ldo;
@@ -103,7 +103,7 @@ ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, co
         int nk = k_stop - k0 < ATTN_BLOCK ? k_stop - k0 : ATTN_BLOCK;
         /* S = scale * Q K^T: (nq, nk) */
         attention_tile_transpose(kt, k + (size_t)k0 * ld, nk, d, ld);
-        cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ld, ld, kt, ATTN_BLOCK, 0.0f, s_tile, ATTN_BLOCK);
+        cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ldq, ldq, kt, ATTN_BLOCK, 0.0f, s_tile, ATTN_BLOCK);
         for (int r = 0; r < nq; r++) {
             float* srow = s_tile + (size_t)r * ATTN_BLOCK;
             int n_vis = nk; /* keys k0 .. k0 + n_vis - 1 are visible to this row */
@@ -144,8 +144,9 @@ ATTN_VECTOR_CLONES static void attention_forward_tile(float* out, float* lse, co
 }
 
 void cpu_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                           const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
+                           const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    attention_check_args(cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv);
+    const int G = H / Hkv; /* query heads per key/value head */
 #pragma omp parallel if ((size_t)T * H * d > 4096)
     {
         float* s_tile = mallocCheck((size_t)ATTN_BLOCK * (ATTN_BLOCK + 2 + d) * sizeof(float));
@@ -162,9 +163,9 @@ void cpu_attention_forward(const Backend* be, float* out, float* lse, const floa
                 for (int b = n_tiles - 1; b >= 0; b--) {
                     int q0 = start + b * ATTN_BLOCK;
                     int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
-                    attention_forward_tile(out + (size_t)h * d, lse + h, q + (size_t)h * d, k + (size_t)h * d,
-                                           v + (size_t)h * d, q0, nq, start, end, H, d, ld_qkv, causal, s_tile,
-                                           m, l, kt);
+                    size_t gd = (size_t)(h / G) * d;
+                    attention_forward_tile(out + (size_t)h * d, lse + h, q + (size_t)h * d, k + gd, v + gd, q0, nq,
+                                           start, end, H, d, ld_q, ld_kv, causal, s_tile, m, l, kt);
                 }
             }
         }
@@ -184,18 +185,19 @@ typedef struct {
     float* vt;   /* (d, ATTN_BLOCK): V^T of the key tile */
 } AttnBwdScratch;
 
-/* One (query tile, key tile) pair of one head (pointers offset to the head): adds its share into dq
- * rows [q0, q0 + nq) and dk, dv rows [k0, k0 + nk); a NULL gradient is skipped. sc->kt and sc->vt
- * must hold this key tile's K^T and V^T. */
+/* One (query tile, key tile) pair of one head (q, dq, dout, out, lse offset to the query head, stride
+ * ldq; k, dk, dv to its key/value head, stride ld): adds its share into dq rows [q0, q0 + nq) and dk,
+ * dv rows [k0, k0 + nk); a NULL gradient is skipped. sc->kt and sc->vt must hold this key tile's K^T
+ * and V^T. */
 ATTN_VECTOR_CLONES static void attention_backward_pair(float* dq, float* dk, float* dv, const float* dout,
                                                        const float* out, const float* lse, const float* q,
                                                        const float* k, int q0, int nq, int k0, int nk, int H,
-                                                       int d, int ld, int causal, const AttnBwdScratch* sc) {
+                                                       int d, int ldq, int ld, int causal, const AttnBwdScratch* sc) {
     const int ldo = H * d;
     const float scale = 1.0f / sqrtf((float)d);
     const float* dout_t = dout + (size_t)q0 * ldo;
     /* P = exp(scale * Q K^T - lse): (nq, nk), zero where masked */
-    cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ld, ld, sc->kt, ATTN_BLOCK, 0.0f, sc->p, ATTN_BLOCK);
+    cpu_sgemm(0, 0, nq, nk, d, scale, q + (size_t)q0 * ldq, ldq, sc->kt, ATTN_BLOCK, 0.0f, sc->p, ATTN_BLOCK);
     for (int r = 0; r < nq; r++) {
         float* prow = sc->p + (size_t)r * ATTN_BLOCK;
         float lse_r = lse[(size_t)(q0 + r) * H];
@@ -227,23 +229,30 @@ ATTN_VECTOR_CLONES static void attention_backward_pair(float* dq, float* dk, flo
     }
     /* dQ += scale dS K: (nq, d);  dK += scale dS^T Q: (nk, d) */
     if (dq)
-        cpu_sgemm(0, 0, nq, d, nk, scale, sc->ds, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)q0 * ld, ld);
+        cpu_sgemm(0, 0, nq, d, nk, scale, sc->ds, ATTN_BLOCK, k + (size_t)k0 * ld, ld, 1.0f, dq + (size_t)q0 * ldq, ldq);
     if (dk)
-        cpu_sgemm(1, 0, nk, d, nq, scale, sc->ds, ATTN_BLOCK, q + (size_t)q0 * ld, ld, 1.0f, dk + (size_t)k0 * ld, ld);
+        cpu_sgemm(1, 0, nk, d, nq, scale, sc->ds, ATTN_BLOCK, q + (size_t)q0 * ldq, ldq, 1.0f, dk + (size_t)k0 * ld, ld);
 }
 
 /* Every pair of key tile kb (rows k0 = start + kb * ATTN_BLOCK ..) with the query tiles that see it,
- * for rows [start, end) of one head: the complete dk and dv of that key tile, and its share of dq. */
+ * for rows [start, end) of one key/value head and the G query heads of its group (q, dq, dout, out,
+ * lse offset to the group's first query head): the complete dk and dv of that key tile, and its
+ * share of dq. */
 static void attention_backward_key_tile(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                         const float* lse, const float* q, const float* k, const float* v, int start,
-                                        int end, int kb, int H, int d, int ld, int causal, const AttnBwdScratch* sc) {
+                                        int end, int kb, int H, int G, int d, int ldq, int ld, int causal,
+                                        const AttnBwdScratch* sc) {
     int k0 = start + kb * ATTN_BLOCK, nk = end - k0 < ATTN_BLOCK ? end - k0 : ATTN_BLOCK;
     attention_tile_transpose(sc->kt, k + (size_t)k0 * ld, nk, d, ld);
     attention_tile_transpose(sc->vt, v + (size_t)k0 * ld, nk, d, ld);
-    /* causal: queries before k0 see none of these keys */
-    for (int q0 = causal ? k0 : start; q0 < end; q0 += ATTN_BLOCK) {
-        int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
-        attention_backward_pair(dq, dk, dv, dout, out, lse, q, k, q0, nq, k0, nk, H, d, ld, causal, sc);
+    for (int i = 0; i < G; i++) {
+        size_t hd = (size_t)i * d;
+        /* causal: queries before k0 see none of these keys */
+        for (int q0 = causal ? k0 : start; q0 < end; q0 += ATTN_BLOCK) {
+            int nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
+            attention_backward_pair(dq ? dq + hd : NULL, dk, dv, dout + hd, out + hd, lse + i, q + hd, k, q0, nq, k0,
+                                    nk, H, d, ldq, ld, causal, sc);
+        }
     }
 }
 
@@ -251,14 +260,14 @@ static void attention_backward_key_tile(float* dq, float* dk, float* dv, const f
  * it sees). */
 static void attention_backward_query_tile(float* dq, const float* dout, const float* out, const float* lse,
                                           const float* q, const float* k, const float* v, int start, int end, int qb,
-                                          int H, int d, int ld, int causal, const AttnBwdScratch* sc) {
+                                          int H, int d, int ldq, int ld, int causal, const AttnBwdScratch* sc) {
     int q0 = start + qb * ATTN_BLOCK, nq = end - q0 < ATTN_BLOCK ? end - q0 : ATTN_BLOCK;
     int k_stop = causal ? q0 + nq : end;
     for (int k0 = start; k0 < k_stop; k0 += ATTN_BLOCK) {
         int nk = k_stop - k0 < ATTN_BLOCK ? k_stop - k0 : ATTN_BLOCK;
         attention_tile_transpose(sc->kt, k + (size_t)k0 * ld, nk, d, ld);
         attention_tile_transpose(sc->vt, v + (size_t)k0 * ld, nk, d, ld);
-        attention_backward_pair(dq, NULL, NULL, dout, out, lse, q, k, q0, nq, k0, nk, H, d, ld, causal, sc);
+        attention_backward_pair(dq, NULL, NULL, dout, out, lse, q, k, q0, nq, k0, nk, H, d, ldq, ld, causal, sc);
     }
 }
 
@@ -272,8 +281,9 @@ static int attn_item_cmp_desc(const void* a, const void* b) {
     return (x < y) - (x > y);
 }
 
-/* Work split. Normally one item is a whole (sequence, head): its thread is the only writer of those
- * rows and columns of dq, dk and dv, so the tile products add straight into the caller's buffers.
+/* Work split. Normally one item is a whole (sequence, key/value head) with the query heads of its group
+ * (grouped-query attention: a key/value head's gradient sums over them): its thread is the only writer
+ * of those rows and columns of dq, dk and dv, so the tile products add straight into the caller's buffers.
  * Items go out largest first (cost ~ len^2), which keeps ragged packings balanced. When one item is
  * too big for that (a single long sample with few heads), the work is split finer in two passes
  * that again each have one writer per row: dk and dv per (sequence, head, key tile), then dq per
@@ -281,17 +291,18 @@ static int attn_item_cmp_desc(const void* a, const void* b) {
  * instead of 5), so it is chosen only when the largest item alone exceeds 1.4x an even share. */
 void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
-                            int H, int d, int ld_qkv, int causal) {
-    attention_check_args(cu_seqlens, S, T, H, d, ld_qkv);
+                            int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    attention_check_args(cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv);
     if ((!dq && !dk && !dv) || T == 0) return;
-    int n_items = S * H, n_threads = omp_get_max_threads();
+    const int G = H / Hkv;
+    int n_items = S * Hkv, n_threads = omp_get_max_threads();
     AttnItem* items = mallocCheck((size_t)n_items * sizeof(AttnItem));
     double total = 0.0;
     for (int s = 0; s < S; s++)
-        for (int h = 0; h < H; h++) {
+        for (int g = 0; g < Hkv; g++) {
             double len = cu_seqlens[s + 1] - cu_seqlens[s];
-            items[s * H + h] = (AttnItem){s, h, len * len};
-            total += len * len;
+            items[s * Hkv + g] = (AttnItem){s, g, G * len * len};
+            total += G * len * len;
         }
     qsort(items, n_items, sizeof(AttnItem), attn_item_cmp_desc);
     int two_pass = n_threads > 1 && items[0].cost * n_threads > 1.4 * total;
@@ -306,12 +317,12 @@ void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, 
         if (!two_pass) {
 #pragma omp for schedule(dynamic, 1)
             for (int i = 0; i < n_items; i++) {
-                int s = items[i].s, start = cu_seqlens[s], end = cu_seqlens[s + 1];
-                size_t hd = (size_t)items[i].h * d;
+                int s = items[i].s, g = items[i].h, start = cu_seqlens[s], end = cu_seqlens[s + 1];
+                size_t hd = (size_t)g * G * d, gd = (size_t)g * d; /* the group's first query head, its kv head */
                 for (int kb = 0; kb * ATTN_BLOCK < end - start; kb++)
-                    attention_backward_key_tile(dq ? dq + hd : NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL,
-                                                dout + hd, out + hd, lse + items[i].h, q + hd, k + hd, v + hd, start,
-                                                end, kb, H, d, ld_qkv, causal, &sc);
+                    attention_backward_key_tile(dq ? dq + hd : NULL, dk ? dk + gd : NULL, dv ? dv + gd : NULL,
+                                                dout + hd, out + hd, lse + (size_t)g * G, q + hd, k + gd, v + gd, start,
+                                                end, kb, H, G, d, ld_q, ld_kv, causal, &sc);
             }
         } else {
             /* the same nowait-per-sequence pattern as the forward; a barrier between the passes is
@@ -321,21 +332,21 @@ void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, 
                 int n_tiles = (end - start + ATTN_BLOCK - 1) / ATTN_BLOCK;
                 if (dk || dv) {
 #pragma omp for collapse(2) schedule(dynamic, 1) nowait
-                    for (int h = 0; h < H; h++)
+                    for (int g = 0; g < Hkv; g++)
                         for (int kb = 0; kb < n_tiles; kb++) { /* causal: the first key tiles cost the most */
-                            size_t hd = (size_t)h * d;
-                            attention_backward_key_tile(NULL, dk ? dk + hd : NULL, dv ? dv + hd : NULL, dout + hd,
-                                                        out + hd, lse + h, q + hd, k + hd, v + hd, start, end, kb, H,
-                                                        d, ld_qkv, causal, &sc);
+                            size_t hd = (size_t)g * G * d, gd = (size_t)g * d;
+                            attention_backward_key_tile(NULL, dk ? dk + gd : NULL, dv ? dv + gd : NULL, dout + hd,
+                                                        out + hd, lse + (size_t)g * G, q + hd, k + gd, v + gd, start,
+                                                        end, kb, H, G, d, ld_q, ld_kv, causal, &sc);
                         }
                 }
                 if (dq) {
 #pragma omp for collapse(2) schedule(dynamic, 1) nowait
                     for (int h = 0; h < H; h++)
                         for (int qb = n_tiles - 1; qb >= 0; qb--) { /* causal: the last query tiles cost the most */
-                            size_t hd = (size_t)h * d;
-                            attention_backward_query_tile(dq + hd, dout + hd, out + hd, lse + h, q + hd, k + hd,
-                                                          v + hd, start, end, qb, H, d, ld_qkv, causal, &sc);
+                            size_t hd = (size_t)h * d, gd = (size_t)(h / G) * d;
+                            attention_backward_query_tile(dq + hd, dout + hd, out + hd, lse + h, q + hd, k + gd,
+                                                          v + gd, start, end, qb, H, d, ld_q, ld_kv, causal, &sc);
                         }
                 }
             }

@@ -113,8 +113,8 @@ static void round_rows(float* x, int N, int W, int ld) {
     for (int i = 0; i < N; i++) cpu_round_bf16(&backend_cpu, x + (size_t)i * ld, x + (size_t)i * ld, (size_t)W);
 }
 
-void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta) {
-    cpu_rope_forward(be, x, pos, N, H, d, ld, theta);
+void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+    cpu_rope_forward(be, x, pos, N, H, d, ld, rf);
     round_rows(x, N, H * d, ld);
 }
 
@@ -129,7 +129,7 @@ void cpu_bf16_embedding_forward(const Backend* be, float* out, const int* ids, c
 }
 
 void cpu_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                                   const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    cpu_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    cpu_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
     cpu_round_bf16(be, out, out, (size_t)T * H * d);
 }

@@ -50,8 +50,8 @@ void cpu_add_forward(const Backend* be, float* out, const float* a, const float*
 void cpu_scale(const Backend* be, float* x, float s, size_t n);
 
 /* rope.c */
-void cpu_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
-void cpu_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+void cpu_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cpu_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cpu_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
@@ -75,10 +75,10 @@ void cpu_crossentropy_backward(const Backend* be, float* dlogits, const float* l
 
 /* attention.c */
 void cpu_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                           const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                           const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
-                            int H, int d, int ld_qkv, int causal);
+                            int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
 /* bf16.c: the forward ops with the bf16 rounding points (engine.h, Precision); the backward ops,
  * cross-entropy and the step end of backend_cpu_bf16 are the f32 ones above. */
@@ -95,11 +95,11 @@ void cpu_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, con
                                   const float* bias, int N, int C, int OC);
 void cpu_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
 void cpu_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
-void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cpu_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cpu_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
 void cpu_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                                const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
 #ifdef __cplusplus
 }

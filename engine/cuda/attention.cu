@@ -9,6 +9,8 @@
 // dk, dv: one block per (key tile of ATT_BQ rows, head), the mirror image: queries come in tiles
 // of 32 and lane j scores query j. No atomics: every output element has exactly one writer, so the
 // backward is deterministic. D = rowsum(dout * out) is recomputed where needed (no scratch memory).
+// Grouped-query attention: query head h reads key/value head h / G (G = H / Hkv); a dk/dv block owns one
+// key/value head's tile and walks the G query heads of its group, so it stays the only writer.
 // Blocks find their (sequence, tile) by walking cu_seqlens: the grid has ceil(T / tile) + S blocks
 // in x, enough for every sequence's tiles, and the spare ones exit at once.
 // The math of each step (online softmax raise / weight / lse, the score gradient) is kernel_math.h's,
@@ -60,17 +62,17 @@ static __device__ inline void load_rows(float* dst, int lds, const float* src, i
 // ---- forward -------------------------------------------------------------------------------------
 
 static __global__ void attention_forward_kernel(float* out, float* lse, const float* q, const float* k,
-                                                const float* v, const int* cu_seqlens, int S, int H, int d,
-                                                int ld_qkv, int causal, float scale) {
+                                                const float* v, const int* cu_seqlens, int S, int H, int G, int d,
+                                                int ld_q, int ld_kv, int causal, float scale) {
     extern __shared__ float smem[];
     float* q_s = smem;                     // [ATT_BQ][d]
     float* k_s = q_s + ATT_BQ * d;         // [ATT_BK][d + 1] (padded: lanes read different rows)
     float* v_s = k_s + ATT_BK * (d + 1);   // [ATT_BK][d]
     int start, len, q0;
     if (!attention_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
-    int h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int h = blockIdx.y, hk = h / G, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int nq = min(ATT_BQ, len - q0);
-    load_rows(q_s, d, q, ld_qkv, start, q0, ATT_BQ, len, h, d);
+    load_rows(q_s, d, q, ld_q, start, q0, ATT_BQ, len, h, d);
 
     float m[ATT_ROWS], l[ATT_ROWS], acc[ATT_ROWS][ATT_DREG];
     for (int i = 0; i < ATT_ROWS; i++) {
@@ -81,8 +83,8 @@ static __global__ void attention_forward_kernel(float* out, float* lse, const fl
     int kend = causal ? q0 + nq : len; // causal: no key after the tile's last query
     for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
         __syncthreads(); // previous tile consumed (and q_s loaded, the first time)
-        load_rows(k_s, d + 1, k, ld_qkv, start, k0, ATT_BK, len, h, d);
-        load_rows(v_s, d, v, ld_qkv, start, k0, ATT_BK, len, h, d);
+        load_rows(k_s, d + 1, k, ld_kv, start, k0, ATT_BK, len, hk, d);
+        load_rows(v_s, d, v, ld_kv, start, k0, ATT_BK, len, hk, d);
         __syncthreads();
         int j = k0 + lane;
         #pragma unroll
@@ -124,14 +126,14 @@ static __global__ void attention_forward_kernel(float* out, float* lse, const fl
 static size_t attention_forward_smem(int d) { return sizeof(float) * ((size_t)ATT_BQ * d + ATT_BK * (d + 1) + ATT_BK * d); }
 
 static void attention_forward_cuda(float* out, float* lse, const float* q, const float* k, const float* v,
-                                   const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal,
-                                   cudaStream_t stream) {
+                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
+                                   int causal, cudaStream_t stream) {
     if (T == 0 || H == 0) return;
     size_t smem = attention_forward_smem(d);
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(ceil_div(T, ATT_BQ) + S, H);
-    attention_forward_kernel<<<grid, ATT_WARPS * 32, smem, stream>>>(out, lse, q, k, v, cu_seqlens, S, H, d, ld_qkv,
-                                                                     causal, 1.0f / sqrtf((float)d));
+    attention_forward_kernel<<<grid, ATT_WARPS * 32, smem, stream>>>(out, lse, q, k, v, cu_seqlens, S, H, H / Hkv, d,
+                                                                     ld_q, ld_kv, causal, 1.0f / sqrtf((float)d));
     cudaCheck(cudaGetLastError());
 }
 
@@ -150,8 +152,8 @@ static __device__ inline float attention_row_D(const float* dout, const float* o
 
 static __global__ void attention_backward_dq_kernel(float* dq, const float* dout, const float* out, const float* lse,
                                                     const float* q, const float* k, const float* v,
-                                                    const int* cu_seqlens, int S, int H, int d, int ld_qkv, int causal,
-                                                    float scale) {
+                                                    const int* cu_seqlens, int S, int H, int G, int d, int ld_q,
+                                                    int ld_kv, int causal, float scale) {
     extern __shared__ float smem[];
     float* q_s = smem;                        // [ATT_BQ][d]
     float* do_s = q_s + ATT_BQ * d;           // [ATT_BQ][d]
@@ -159,9 +161,9 @@ static __global__ void attention_backward_dq_kernel(float* dq, const float* dout
     float* v_s = k_s + ATT_BK * (d + 1);      // [ATT_BK][d + 1]
     int start, len, q0;
     if (!attention_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
-    int h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int h = blockIdx.y, hk = h / G, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int nq = min(ATT_BQ, len - q0);
-    load_rows(q_s, d, q, ld_qkv, start, q0, ATT_BQ, len, h, d);
+    load_rows(q_s, d, q, ld_q, start, q0, ATT_BQ, len, h, d);
     // dout is (T, H*d) contiguous like out
     load_rows(do_s, d, dout, H * d, start, q0, ATT_BQ, len, h, d);
 
@@ -177,8 +179,8 @@ static __global__ void attention_backward_dq_kernel(float* dq, const float* dout
     int kend = causal ? q0 + nq : len;
     for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
         __syncthreads();
-        load_rows(k_s, d + 1, k, ld_qkv, start, k0, ATT_BK, len, h, d);
-        load_rows(v_s, d + 1, v, ld_qkv, start, k0, ATT_BK, len, h, d);
+        load_rows(k_s, d + 1, k, ld_kv, start, k0, ATT_BK, len, hk, d);
+        load_rows(v_s, d + 1, v, ld_kv, start, k0, ATT_BK, len, hk, d);
         __syncthreads();
         int j = k0 + lane;
         #pragma unroll
@@ -209,7 +211,7 @@ static __global__ void attention_backward_dq_kernel(float* dq, const float* dout
         #pragma unroll
         for (int e = 0; e < ATT_DREG; e++) {
             int c = lane + 32 * e;
-            if (c < d) dq[t * ld_qkv + (size_t)h * d + c] += scale * acc[i][e];
+            if (c < d) dq[t * ld_q + (size_t)h * d + c] += scale * acc[i][e];
         }
     }
 }
@@ -218,8 +220,8 @@ static __global__ void attention_backward_dq_kernel(float* dq, const float* dout
 
 static __global__ void attention_backward_dkdv_kernel(float* dk, float* dv, const float* dout, const float* out,
                                                       const float* lse, const float* q, const float* k, const float* v,
-                                                      const int* cu_seqlens, int S, int H, int d, int ld_qkv,
-                                                      int causal, float scale) {
+                                                      const int* cu_seqlens, int S, int H, int G, int d, int ld_q,
+                                                      int ld_kv, int causal, float scale) {
     extern __shared__ float smem[];
     float* k_s = smem;                        // [ATT_BQ][d] this block's keys
     float* v_s = k_s + ATT_BQ * d;            // [ATT_BQ][d]
@@ -229,19 +231,20 @@ static __global__ void attention_backward_dkdv_kernel(float* dk, float* dv, cons
     float* D_s = lse_s + ATT_BK;              // [ATT_BK]
     int start, len, k0;
     if (!attention_find_tile(cu_seqlens, S, &start, &len, &k0)) return;
-    int h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int hk = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32; // a key/value head
     int nk = min(ATT_BQ, len - k0);
-    load_rows(k_s, d, k, ld_qkv, start, k0, ATT_BQ, len, h, d);
-    load_rows(v_s, d, v, ld_qkv, start, k0, ATT_BQ, len, h, d);
+    load_rows(k_s, d, k, ld_kv, start, k0, ATT_BQ, len, hk, d);
+    load_rows(v_s, d, v, ld_kv, start, k0, ATT_BQ, len, hk, d);
 
     float dk_acc[ATT_ROWS][ATT_DREG], dv_acc[ATT_ROWS][ATT_DREG];
     for (int i = 0; i < ATT_ROWS; i++)
         for (int e = 0; e < ATT_DREG; e++) dk_acc[i][e] = dv_acc[i][e] = 0.0f;
     // causal: queries before this tile's first key see none of its keys
     int qstart = causal ? (k0 / ATT_BK) * ATT_BK : 0;
+    for (int h = hk * G; h < (hk + 1) * G; h++) // the query heads of the group
     for (int qt = qstart; qt < len; qt += ATT_BK) {
         __syncthreads();
-        load_rows(q_s, d + 1, q, ld_qkv, start, qt, ATT_BK, len, h, d);
+        load_rows(q_s, d + 1, q, ld_q, start, qt, ATT_BK, len, h, d);
         load_rows(do_s, d + 1, dout, H * d, start, qt, ATT_BK, len, h, d);
         for (int jr = warp; jr < ATT_BK; jr += ATT_WARPS) { // one warp per streamed row
             size_t t = (size_t)start + qt + jr;
@@ -287,7 +290,7 @@ static __global__ void attention_backward_dkdv_kernel(float* dk, float* dv, cons
         for (int e = 0; e < ATT_DREG; e++) {
             int c = lane + 32 * e;
             if (c >= d) continue;
-            size_t idx = t * ld_qkv + (size_t)h * d + c;
+            size_t idx = t * ld_kv + (size_t)hk * d + c;
             if (dk) dk[idx] += scale * dk_acc[i][e];
             if (dv) dv[idx] += dv_acc[i][e];
         }
@@ -301,45 +304,47 @@ static size_t attention_dkdv_smem(int d) {
 
 static void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                     const float* lse, const float* q, const float* k, const float* v,
-                                    const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal,
-                                    cudaStream_t stream) {
+                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
+                                    int causal, cudaStream_t stream) {
     if (T == 0 || H == 0) return;
     float scale = 1.0f / sqrtf((float)d);
-    dim3 grid(ceil_div(T, ATT_BQ) + S, H);
+    int G = H / Hkv;
+    dim3 grid(ceil_div(T, ATT_BQ) + S, H), grid_kv(ceil_div(T, ATT_BQ) + S, Hkv);
     if (dq) {
         size_t smem = attention_dq_smem(d);
         cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
         attention_backward_dq_kernel<<<grid, ATT_WARPS * 32, smem, stream>>>(dq, dout, out, lse, q, k, v, cu_seqlens,
-                                                                             S, H, d, ld_qkv, causal, scale);
+                                                                             S, H, G, d, ld_q, ld_kv, causal, scale);
         cudaCheck(cudaGetLastError());
     }
     if (dk || dv) {
         size_t smem = attention_dkdv_smem(d);
         cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
-        attention_backward_dkdv_kernel<<<grid, ATT_WARPS * 32, smem, stream>>>(dk, dv, dout, out, lse, q, k, v,
-                                                                               cu_seqlens, S, H, d, ld_qkv, causal,
-                                                                               scale);
+        attention_backward_dkdv_kernel<<<grid_kv, ATT_WARPS * 32, smem, stream>>>(dk, dv, dout, out, lse, q, k, v,
+                                                                                  cu_seqlens, S, H, G, d, ld_q, ld_kv,
+                                                                                  causal, scale);
         cudaCheck(cudaGetLastError());
     }
 }
 
-static void attention_check_dims(int d) {
+static void attention_check_dims(int H, int Hkv, int d, int ld_q, int ld_kv) {
     if (d < 1 || d > ATT_MAX_D)
         rr_die("CUDA attention: head dim %d is not supported (1..%d); use more heads or the CPU backend", d, ATT_MAX_D);
+    RR_ASSERT(Hkv >= 1 && H % Hkv == 0 && ld_q >= H * d && ld_kv >= Hkv * d);
 }
 
 void cuda_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                            const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    attention_check_dims(d);
-    attention_forward_cuda(out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal, cuda_stream(be));
+                            const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    attention_check_dims(H, Hkv, d, ld_q, ld_kv);
+    attention_forward_cuda(out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal, cuda_stream(be));
 }
 
 void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                              const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
-                             int H, int d, int ld_qkv, int causal) {
-    attention_check_dims(d);
-    attention_backward_cuda(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal,
+                             int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    attention_check_dims(H, Hkv, d, ld_q, ld_kv);
+    attention_backward_cuda(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal,
                             cuda_stream(be));
 }

@@ -512,7 +512,7 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     cudaCheck(cudaGetLastError());
     if (!p->checked) {
         // the backend's own kernel on the same inputs, rounded as the bf16 table rounds
-        cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+        cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, H, d, ld_qkv, ld_qkv, causal);
         cuda_round_bf16(be, out, out, n);
         float* bad = lse_dst + (size_t)T * H;
         cudaCheck(cudaMemsetAsync(bad, 0, sizeof(float), st));
@@ -593,8 +593,8 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
         float* bad = own + (size_t)3 * T * ld_qkv;
         size_t one = (size_t)T * ld_qkv;
         cudaCheck(cudaMemsetAsync(own, 0, (3 * one + 1) * sizeof(float), st));
-        cuda_attention_backward(be, own, own + one, own + 2 * one, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d,
-                                ld_qkv, causal);
+        cuda_attention_backward(be, own, own + one, own + 2 * one, dout, out, lse, q, k, v, cu_seqlens, S, T, H, H, d,
+                                ld_qkv, ld_qkv, causal);
         for (int i = 0; i < 3; i++)
             compare_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, b16[5 + i], own + (size_t)i * one, T, (int)HD,
                                                                ld_qkv, 1.0f / 32, 1e-4f);

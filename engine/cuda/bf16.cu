@@ -229,8 +229,8 @@ void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const 
     cuda_add_forward(be, out, a, b, n);
     round_bf16_cuda(out, out, n, cuda_stream(be));
 }
-void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta) {
-    cuda_rope_forward(be, x, pos, N, H, d, ld, theta);
+void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+    cuda_rope_forward(be, x, pos, N, H, d, ld, rf);
     round_rows_cuda(x, N, H * d, ld, cuda_stream(be));
 }
 void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
@@ -242,19 +242,23 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
     round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
 }
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                                 const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     // cuDNN's fused attention where it takes the shape (attention_cudnn.cu: never run on a device yet,
     // self-checked on first use); its output is bf16 already
-    if (cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal)) return;
-    cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+    // (multi-head only: grouped-query attention and separate q / kv strides run the own kernel)
+    if (Hkv == H && ld_q == ld_kv &&
+        cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
+        return;
+    cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
     round_bf16_cuda(out, out, (size_t)T * H * d, cuda_stream(be));
 }
 
 // The backward: cuDNN's where opted in and it takes the shape (attention_cudnn.cu), else the own kernel.
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
-                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    if (cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal))
+                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    if (Hkv == H && ld_q == ld_kv &&
+        cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
         return;
-    cuda_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+    cuda_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
 }

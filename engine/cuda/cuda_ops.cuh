@@ -33,8 +33,8 @@ void cuda_swiglu_backward(const Backend* be, float* dgate, float* dup, const flo
 void cuda_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 
 // rope.cu
-void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
-void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cuda_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
@@ -49,10 +49,10 @@ void cuda_crossentropy_backward(const Backend* be, float* dlogits, const float* 
 
 // attention.cu
 void cuda_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                            const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                            const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                              const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
-                             int H, int d, int ld_qkv, int causal);
+                             int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
 // optim.cu (the step end)
 double cuda_sum_squares(const Backend* be, const float* x, size_t n);
@@ -84,11 +84,11 @@ void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const
 void cuda_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
 void cuda_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
 void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
-void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, double theta);
+void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
-                                 const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
 // scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares, cuDNN attention's
 void cuda_bf16_reserve(size_t gemm_elems);
@@ -107,4 +107,4 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
 int cuda_cudnn_attention_available(void);
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
-                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);

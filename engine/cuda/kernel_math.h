@@ -103,6 +103,28 @@ RR_HD static inline void rr_rope_cos_sin(int pos, int j, int n, double sign, dou
     *s = (float)sin(angle);
 }
 
+/* The frequency of pair j < n/2 of the LM's RoPE (engine.h's RopeFreq, spelled out so that this header
+ * needs no struct): theta^(-2j/n), and with llama3 != 0 Llama-3's rescaling by factor between the
+ * wavelengths L / high_freq_factor and L / low_freq_factor (L = original_max_pos), as transformers'
+ * _compute_llama3_parameters. */
+RR_HD static inline double rr_rope_inv_freq(int j, int n, double theta, int llama3, double factor, double low_freq_factor,
+                                            double high_freq_factor, double original_max_pos) {
+    double inv = pow(theta, -2.0 * j / n);
+    if (!llama3) return inv;
+    double wavelen = 2.0 * 3.14159265358979323846 / inv;
+    if (wavelen < original_max_pos / high_freq_factor) return inv;       /* high frequencies: kept */
+    if (wavelen > original_max_pos / low_freq_factor) return inv / factor; /* low frequencies: slowed by factor */
+    double smooth = (original_max_pos / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+    return (1.0 - smooth) * inv / factor + smooth * inv;
+}
+
+/* cos and sin of sign * pos * inv_freq (the angle in double, as rr_rope_cos_sin) */
+RR_HD static inline void rr_rope_cos_sin_freq(int pos, double sign, double inv_freq, float* c, float* s) {
+    double angle = sign * (double)pos * inv_freq;
+    *c = (float)cos(angle);
+    *s = (float)sin(angle);
+}
+
 /* (a, b) <- (a c - b s, b c + a s) */
 RR_HD static inline void rr_rope_rotate_pair(float* a, float* b, float c, float s) {
     float x0 = *a, x1 = *b;

@@ -11,12 +11,30 @@ static void import_usage(FILE* f) {
                "Converts a Hugging Face Llama-format LM (DIR/config.json, DIR/model.safetensors or the shards that\n"
                "DIR/model.safetensors.index.json lists) into checkpoint folder CKPT holding text.* tensors, for\n"
                "train.init_from (tensors load by name and shape; vision and projector keep their initialisation).\n"
-               "Prints the recipe keys the model implies. Refuses grouped-query attention, tied embeddings,\n"
-               "rope_scaling and biases (this model has none of them). DIR/tokenizer.json is data.tokenizer.\n\n"
-               "import llava: a LlavaForConditionalGeneration (CLIP tower, projector, Llama LM; llava-hf hub names,\n"
-               "transformers 5's save_pretrained names or the in-memory model.* names) as a whole-model checkpoint.\n"
+               "model_type llama, mistral or qwen2. Prints the recipe keys the model implies: grouped-query attention\n"
+               "(text_kv_heads), q/k/v and o biases (text_qkv_bias, text_o_bias), tied embeddings (tie_embeddings),\n"
+               "Llama-3 RoPE scaling (rope_type = llama3 and its factors) among them. Refuses, naming the key, what\n"
+               "the model cannot represent (mlp_bias, sliding-window attention, other RoPE scalings). DIR/tokenizer.json\n"
+               "is data.tokenizer.\n\n"
+               "import llava: a LlavaForConditionalGeneration (CLIP tower, projector, a Llama / Mistral / Qwen2 LM as\n"
+               "import llama takes; llava-hf hub names, transformers 5's save_pretrained names or the in-memory model.*\n"
+               "names) as a whole-model checkpoint.\n"
                "import clip: a CLIPVisionModel (or CLIPModel's vision part) as a vision.* checkpoint.\n"
                "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n");
+}
+
+/* The LM's [model] keys beyond its shape (import llama, import llava): rms_eps, rope_base and the variants
+ * that differ from DESIGN.md's model. */
+void cli_print_lm_keys(const LlamaImport* info) {
+    printf("rms_eps = %.17g\nrope_base = %.17g\n", info->rms_eps, info->rope_base);
+    if (info->Hkv != info->H) printf("text_kv_heads = %d\n", info->Hkv);
+    if (info->qkv_bias) printf("text_qkv_bias = true\n");
+    if (info->o_bias) printf("text_o_bias = true\n");
+    if (info->tie) printf("tie_embeddings = true\n");
+    if (info->rope_llama3)
+        printf("rope_type = llama3\nrope_factor = %.17g\nrope_low_freq_factor = %.17g\nrope_high_freq_factor = %.17g\n"
+               "rope_original_max_pos = %.0f\n", info->rope_factor, info->rope_low_freq_factor, info->rope_high_freq_factor,
+               info->rope_original_max_pos);
 }
 
 int cmd_import(int argc, char** argv) {
@@ -50,12 +68,12 @@ int cmd_import(int argc, char** argv) {
         fprintf(stderr, "rrfp-mm: error: import llama: %s\n", err);
         return 1;
     }
-    printf("imported %d tensors of a Llama LM (D %d, %d layers, %d heads, F %d, V %d) into %s\n", info.tensors, info.D,
-           info.L, info.H, info.F, info.V, out);
+    printf("imported %d tensors of a %s LM (D %d, %d layers, %d heads, F %d, V %d) into %s\n", info.tensors,
+           info.model_type, info.D, info.L, info.H, info.F, info.V, out);
     printf("; recipe keys for this LM (set the [model] keys as below, and [train] init_from = %s):\n", out);
     printf("[model]\ntext_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.D, info.L,
            info.H, info.F, info.V);
-    printf("rms_eps = %.17g\nrope_base = %.17g\n", info.rms_eps, info.rope_base);
+    cli_print_lm_keys(&info);
     printf("[train]\ninit_from = %s\n", out);
     return 0;
 }

@@ -36,7 +36,7 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out) {
         printf("projector_act = %s\n", act_name((Act)info.proj_act));
         printf("text_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.text.D,
                info.text.L, info.text.H, info.text.F, info.text.V);
-        printf("rms_eps = %.17g\nrope_base = %.17g\n", info.text.rms_eps, info.text.rope_base);
+        cli_print_lm_keys(&info.text);
     }
     printf("[data]\n; LLaVA-1.5 feeds every image at the checkpoint's grid (%d x %d patches): pack with "
            "--image-preprocess llava\nmin_patches = %d\nmax_patches = %d\n", G, G, G * G, G * G);

@@ -10,7 +10,7 @@ static void pack_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm pack --manifest M --images DIR --tokenizer tok.json --out DIR\n"
             "                    [--shard-size MB] [--strict] [--patch P] [--min-patches N] [--max-patches N]\n"
-            "                    [--max-reject-fraction F] [--allow-outside-images]\n"
+            "                    [--max-reject-fraction F] [--allow-outside-images] [--template NAME]\n"
             "                    [--image-preprocess smart|llava] [--image-size S]\n"
             "\n"
             "Reads a LLaVA manifest (JSON array or JSONL), checks every record and every JPEG (header and a\n"
@@ -24,7 +24,10 @@ static void pack_usage(FILE* f) {
             "--image-preprocess llava: LLaVA-1.5's pixels (pad to a square with the CLIP mean colour, Pillow's\n"
             "bicubic resize to S x S (--image-size, default 336), CLIP mean/std; data/image.h), recorded in the\n"
             "shards so that the loader applies it; every image is then (S / P)^2 patches. Default: smart (Qwen2-VL\n"
-            "smart_resize within the patch bounds, x / 127.5 - 1).\n");
+            "smart_resize within the patch bounds, x / 127.5 - 1).\n"
+            "--template: the chat template (data/template.h): rrfp (the default: \"USER: q ASSISTANT: a<|endoftext|>\"),\n"
+            "or LLaVA's vicuna_v1 (LLaVA-1.5, Vicuna / Llama-2 tokenizers), llama_3 (LLaVA-NeXT Llama-3), chatml\n"
+            "(LLaVA-NeXT Qwen) or plain (pretraining: image + caption); only the answers are supervised.\n");
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, int* out) {
@@ -50,6 +53,7 @@ int cmd_pack(int argc, char** argv) {
         } else if (!strcmp(a, "--manifest") && has) c.manifest = argv[++i];
         else if (!strcmp(a, "--images") && has) c.images_dir = argv[++i];
         else if (!strcmp(a, "--tokenizer") && has) c.tokenizer = argv[++i];
+        else if (!strcmp(a, "--template") && has) c.chat_template = argv[++i];
         else if (!strcmp(a, "--out") && has) c.out_dir = argv[++i];
         else if (!strcmp(a, "--strict")) c.strict = 1;
         else if (!strcmp(a, "--allow-outside-images")) c.allow_outside_images = 1;

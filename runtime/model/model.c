@@ -56,6 +56,14 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
     REQ(c->min_patches >= 1 && c->max_patches >= c->min_patches,
         "model: need 1 <= min_patches <= max_patches (got %d, %d)", c->min_patches, c->max_patches);
     REQ(c->init_std > 0, "model: init_std must be > 0 (got %g)", c->init_std);
+    REQ(c->Hkv >= 0 && (c->Hkv == 0 || c->Ht % c->Hkv == 0),
+        "model: text_kv_heads = %d must divide text_heads = %d (each key/value head serves text_heads / text_kv_heads "
+        "query heads)", c->Hkv, c->Ht);
+    REQ(!c->rope_llama3 || (c->rope_factor >= 1 && c->rope_low_freq_factor > 0 &&
+                            c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_original_max_pos >= 1),
+        "model: rope_type = llama3 needs rope_factor >= 1, 0 < rope_low_freq_factor < rope_high_freq_factor and "
+        "rope_original_max_pos >= 1 (got %g, %g, %g, %g)", c->rope_factor, c->rope_low_freq_factor,
+        c->rope_high_freq_factor, c->rope_original_max_pos);
 #undef REQ
     return 0;
 }
@@ -75,7 +83,11 @@ VitConfig model_config_vit(const ModelConfig* c) {
 LmConfig model_config_lm(const ModelConfig* c) {
     /* 0 (a ModelConfig written before these fields) means the defaults of DESIGN.md */
     LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std,
-                  .rms_eps = c->rms_eps > 0 ? c->rms_eps : 1e-5, .rope_base = c->rope_base > 0 ? c->rope_base : 10000.0};
+                  .rms_eps = c->rms_eps > 0 ? c->rms_eps : 1e-5, .Hkv = c->Hkv > 0 ? c->Hkv : c->Ht,
+                  .qkv_bias = c->qkv_bias, .o_bias = c->o_bias};
+    l.rope = (RopeFreq){.theta = c->rope_base > 0 ? c->rope_base : 10000.0, .llama3 = c->rope_llama3,
+                        .factor = c->rope_factor, .low_freq_factor = c->rope_low_freq_factor,
+                        .high_freq_factor = c->rope_high_freq_factor, .original_max_pos = c->rope_original_max_pos};
     return l;
 }
 
@@ -136,6 +148,13 @@ static void stage_register(ParamTable* pt, const Stage* st) {
 
 int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len) {
     if (tp <= 1) return 0;
+    int hkv = cfg->Hkv > 0 ? cfg->Hkv : cfg->Ht;
+    if (hkv % tp) { /* k and v split by key/value head (their rows could divide while the heads do not) */
+        snprintf(err, err_len, "parallel.tp = %d does not divide model.text_kv_heads = %d: tensor parallelism splits "
+                 "grouped-query attention by key/value head (each rank holds whole key/value heads and their query "
+                 "heads); allowed: a tp that divides %d", tp, hkv, hkv);
+        return -1;
+    }
     Stage st;
     stage_shell(&st, cfg, 0, cfg->Lt);
     ParamTable pt;
@@ -163,7 +182,17 @@ static void stage_register_whole(ParamTable* pt, const Stage* st) {
         lm_embed_params_add(pt, &st->lc);
     }
     lm_blocks_params_add(pt, &st->lc, st->l0, st->l1);
-    if (st->last) lm_head_params_add(pt, &st->lc);
+    if (st->last) {
+        if (!st->cfg.tie_embeddings) {
+            lm_head_params_add(pt, &st->lc);
+        } else {
+            /* tied: the head is text.embed.weight; a last stage without the embedding holds its copy (same
+             * name, so the same init; its gradient is summed with the first stage's: stage_tied_embed) */
+            if (!st->first) lm_embed_params_add(pt, &st->lc);
+            int64_t shape[1] = {st->cfg.Dt};
+            params_add(pt, "text.norm.weight", 1, shape, PARAM_INIT_ONES, 0, 0);
+        }
+    }
 }
 
 /* Calls fn(item, ctx) for every comma-separated item of list (spaces trimmed, empty items skipped);
@@ -332,6 +361,8 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     params_init(&st->params);
     stage_register(&st->params, st);
     st->params.omit_replicated = st->tp_rank > 0;
+    if (cfg->tie_embeddings && st->last && !st->first) /* the tied head's copy of the first stage's embedding */
+        st->params.specs[params_find(&st->params, "text.embed.weight")].shared_copy = 1;
     freeze_for_each(freeze, freeze_apply, &st->params);
     if (st->first) { /* CLIP: the blocks past the feature layer and post_layernorm never run: never trained */
         char always[8192];
@@ -360,10 +391,11 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         lm_block_weights_point(&st->blk_g[j], pt, l0 + j, 1);
     }
     if (st->last) {
+        const char* head = cfg->tie_embeddings ? "text.embed.weight" : "text.lm_head.weight";
         st->normf_w = stage_ptr(pt, "text.norm.weight", 0);
         st->normf_g = stage_ptr(pt, "text.norm.weight", 1);
-        st->head_w = stage_ptr(pt, "text.lm_head.weight", 0);
-        st->head_g = stage_ptr(pt, "text.lm_head.weight", 1);
+        st->head_w = stage_ptr(pt, head, 0);
+        st->head_g = stage_ptr(pt, head, 1);
     }
 }
 
@@ -976,6 +1008,7 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
         const ParamSpec* s = &pt->specs[i];
         if (grads && s->frozen) continue; /* a frozen tensor has no gradient */
         if (pt->omit_replicated && !params_is_slice(s)) continue; /* TP rank 0 writes the replicated tensors */
+        if (s->shared_copy) continue;                               /* the tied embedding's copy: stage 0 writes it */
         st_writer_add(w, s->name, DTYPE_F32, s->ndim, s->shape, host + (grads ? s->goff : s->offset));
         char key[160], val[256];
         if (params_slice_format(s, val, sizeof val)) {
@@ -1061,11 +1094,23 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "init_std", c->init_std);
     LmConfig lc = model_config_lm(c);
     cJSON_AddNumberToObject(j, "rms_eps", lc.rms_eps);
-    cJSON_AddNumberToObject(j, "rope_base", lc.rope_base);
     cJSON_AddStringToObject(j, "vision_arch", c->vision_arch == VIT_ARCH_CLIP ? "clip" : "rope2d");
     cJSON_AddNumberToObject(j, "vision_feature_layer", c->vision_feature_layer);
     cJSON_AddNumberToObject(j, "vision_image_size", c->vision_image_size);
     cJSON_AddStringToObject(j, "projector_act", act_name((Act)c->projector_act));
+    cJSON_AddNumberToObject(j, "rope_base", lc.rope.theta);
+    /* the LM variants (tests/ref/llava_ref.py reads them; absent = DESIGN.md's model) */
+    cJSON_AddNumberToObject(j, "Hkv", lc.Hkv);
+    cJSON_AddNumberToObject(j, "qkv_bias", c->qkv_bias);
+    cJSON_AddNumberToObject(j, "o_bias", c->o_bias);
+    cJSON_AddNumberToObject(j, "tie_embeddings", c->tie_embeddings);
+    if (c->rope_llama3) {
+        cJSON_AddStringToObject(j, "rope_type", "llama3");
+        cJSON_AddNumberToObject(j, "rope_factor", c->rope_factor);
+        cJSON_AddNumberToObject(j, "rope_low_freq_factor", c->rope_low_freq_factor);
+        cJSON_AddNumberToObject(j, "rope_high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(j, "rope_original_max_pos", c->rope_original_max_pos);
+    }
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     cJSON_AddStringToObject(j, "seed", seed); /* a string: JSON numbers lose 64-bit integers */

@@ -13,7 +13,10 @@
  *   text.embed.weight
  *   text.blocks.{i}.norm1.weight  text.blocks.{i}.attn.{q,k,v,o}.weight  text.blocks.{i}.norm2.weight
  *   text.blocks.{i}.mlp.{gate,up,down}.weight
- *   text.norm.weight  text.lm_head.weight
+ *   text.norm.weight  text.lm_head.weight (absent with tie_embeddings: the head is text.embed.weight; a
+ *   last stage that is not the first holds its own copy of text.embed.weight, kept equal to the first
+ *   stage's by summing the two gradients each step: stage_tied_embed, as Megatron's embedding group)
+ *   optional: text.blocks.{i}.attn.{q,k,v}.bias, text.blocks.{i}.attn.o.bias (text/lm.h)
  * Init (a function of (seed, name) only, so any layout gives the same model): weights N(0, 0.02);
  * vision attn.out and mlp.fc2 by 1/sqrt(2 Lv), text attn.o and mlp.down by 1/sqrt(2 Lt); the
  * projector's second linear unscaled (see vision.h); norm weights 1; biases 0.
@@ -57,6 +60,12 @@ typedef struct {
                                    * LLaVA: negative counts from L + 1, so -1 = after the last block) */
     int vision_image_size;        /* CLIP: the position embeddings' image side (336: a 24 x 24 grid at p = 14) */
     int projector_act;            /* Act: ACT_GELU_TANH (0, DESIGN.md) or ACT_GELU_ERF (Hugging Face's `gelu`) */
+    /* the LM variants of LLaVA's successors (0: DESIGN.md's model) */
+    int Hkv;                      /* LM key/value heads (model.text_kv_heads, grouped-query); 0 = Ht */
+    int qkv_bias, o_bias;         /* model.text_qkv_bias (Qwen2), model.text_o_bias (Llama attention_bias) */
+    int tie_embeddings;           /* model.tie_embeddings: the LM head is text.embed.weight */
+    int rope_llama3;              /* model.rope_type = llama3, with the four factors below */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
 } ModelConfig;
 
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */

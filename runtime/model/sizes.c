@@ -13,10 +13,12 @@ void model_param_counts(const ModelConfig* mc, ModelParamCounts* c) {
     c->vision_final = 2 * Dv;
     c->projector = (Dv * Dt + Dt) + (Dt * Dt + Dt);
     c->text_embed = V * Dt;
-    /* norm1, q k v o, norm2, gate up down */
-    c->text_block = Dt + 4 * Dt * Dt + Dt + 3 * Dt * F;
+    /* norm1, q k v o (k, v: the key/value heads' rows), their biases, norm2, gate up down */
+    double Dkv = (mc->Hkv > 0 ? mc->Hkv : mc->Ht) * (Dt / mc->Ht);
+    c->text_block = Dt + 2 * Dt * Dt + 2 * Dkv * Dt + (mc->qkv_bias ? Dt + 2 * Dkv : 0) + (mc->o_bias ? Dt : 0) + Dt +
+                    3 * Dt * F;
     c->text_final = Dt;
-    c->head = V * Dt;
+    c->head = mc->tie_embeddings ? 0 : V * Dt; /* tied: the embedding (a pipeline's last stage holds a copy) */
     if (mc->vision_arch == 1) { /* CLIP: no patch bias; class token, position embeddings, pre_ln; post_ln */
         double G = mc->patch > 0 ? (double)(mc->vision_image_size / mc->patch) : 0;
         c->vision_embed = 3 * p * p * Dv + Dv + (1 + G * G) * Dv + 2 * Dv;

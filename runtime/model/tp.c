@@ -14,7 +14,8 @@ static int ends_with(const char* s, const char* suffix) {
 }
 
 TpSplit tp_split_of(const char* name) {
-    static const char* column[] = {".attn.q.weight", ".attn.k.weight", ".attn.v.weight", ".mlp.gate.weight",
+    static const char* column[] = {".attn.q.weight", ".attn.k.weight", ".attn.v.weight", ".attn.q.bias",
+                                   ".attn.k.bias", ".attn.v.bias", ".mlp.gate.weight",
                                    ".mlp.up.weight", ".attn.qkv.weight", ".attn.qkv.bias", ".mlp.fc1.weight",
                                    ".mlp.fc1.bias"};
     static const char* row[] = {".attn.o.weight", ".mlp.down.weight", ".attn.out.weight", ".mlp.fc2.weight"};

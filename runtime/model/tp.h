@@ -5,10 +5,11 @@
  * all-reduce; tests pass an in-process one).
  *
  * Splits (Megatron's ColumnParallelLinear / RowParallelLinear; Linear weights are (out, in)):
- *   column  rows (dim 0) split, the bias split alike: q, k, v, gate, up, fc1, projector.0; the ViT's
+ *   column  rows (dim 0) split, the bias split alike: q, k, v (k, v by key/value head under grouped-query
+ *           attention), gate, up, fc1, projector.0; the ViT's
  *           fused qkv (3 Dv, Dv) as three row ranges, one per q | k | v part, so rank t holds heads
  *           [t H/T, (t+1) H/T) of each;
- *   row     columns (dim 1) split, the bias replicated (added once, after the all-reduce): attn o,
+ *   row     columns (dim 1) split, the bias replicated (added once, by TP rank 0 before the all-reduce): attn o,
  *           mlp down, vision attn out, fc2, projector.2;
  *   vocab   rows (dim 0) split: text.embed (V, Dt) and text.lm_head (V, Dt): rank t holds tokens
  *           [t V/T, (t+1) V/T);

@@ -69,6 +69,16 @@ int step_exec_run_hooks(StepExec* ex, char* err, size_t err_len);
 /* Free every hook's ctx (before ex->free). */
 void step_exec_free_hooks(StepExec* ex);
 
+/* Tied embeddings under a pipeline (exec_tied.c, model.tie_embeddings): add the step-end hook that sums the
+ * gradient of text.embed.weight held by the first stage (the lookup) and its copy on the last stage (the LM
+ * head), so both hold the one-process gradient; add it after step_exec_add_dp_reduce (the DP buckets may
+ * still be in flight on those gradients until its hook ends). pipe: the pipeline group of this (t, d) rank
+ * (NULL when P = 1), p of P its rank; collective over pipe (the first and last rank are split off as the
+ * embedding group). Does nothing for an untied model or a stage holding both ends. Returns 0, or -1 with a
+ * message. */
+int step_exec_add_tied_embed(StepExec* ex, const ModelConfig* mc, Comm* pipe, int p, int P, char* err,
+                             size_t err_len);
+
 /* Data parallelism (exec_dp.c): add the step-end hook that sums every stage's gradients over the
  * replicas of `dp` (in place; the loss scale already divides by the global step's supervised targets,
  * so the sum is the one-process gradient). The gradient block of each stage is cut into buckets of

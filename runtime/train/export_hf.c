@@ -124,7 +124,8 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     ex_add(l, "multi_modal_projector.linear_2.weight", ex_get(pt, "projector.2.weight"), 2, Dt, Dt, 0, 0);
     ex_add(l, "multi_modal_projector.linear_2.bias", ex_get(pt, "projector.2.bias"), 1, Dt, 0, 0, 0);
     /* the LM under import llama's names (the same table), below language_model. */
-    LlamaImport li = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V};
+    LlamaImport li = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .Hkv = c->Hkv > 0 ? c->Hkv : c->Ht,
+                      .qkv_bias = c->qkv_bias, .o_bias = c->o_bias, .tie = c->tie_embeddings};
     int n = 0;
     ImportName* names = import_llama_names(&li, &n);
     for (int i = 0; i < n; i++) {
@@ -146,7 +147,8 @@ static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
     cJSON_AddTrueToObject(j, "multimodal_projector_bias");
     int G = c->vision_image_size / c->patch;
     cJSON_AddNumberToObject(j, "image_seq_length", G * G);
-    cJSON_AddFalseToObject(j, "tie_word_embeddings");
+    /* transformers reads the text config's; the top level's says the same (LlavaConfig's default is true) */
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
     cJSON* v = cJSON_AddObjectToObject(j, "vision_config");
     cJSON_AddStringToObject(v, "model_type", "clip_vision_model");
@@ -162,20 +164,38 @@ static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
     cJSON_AddNumberToObject(v, "projection_dim", c->Dv);
     cJSON* t = cJSON_AddObjectToObject(j, "text_config");
     LmConfig lc = model_config_lm(c);
-    cJSON_AddStringToObject(t, "model_type", "llama");
+    /* the LM's family: q/k/v biases without o's are Qwen2's (qwen2 always has them); Llama's attention_bias
+     * puts one on all four (export_hf refuses o's alone, which neither family has) */
+    int qwen2 = c->qkv_bias && !c->o_bias;
+    cJSON_AddStringToObject(t, "model_type", qwen2 ? "qwen2" : "llama");
     cJSON_AddNumberToObject(t, "hidden_size", c->Dt);
     cJSON_AddNumberToObject(t, "intermediate_size", c->F);
     cJSON_AddNumberToObject(t, "num_hidden_layers", c->Lt);
     cJSON_AddNumberToObject(t, "num_attention_heads", c->Ht);
-    cJSON_AddNumberToObject(t, "num_key_value_heads", c->Ht);
+    cJSON_AddNumberToObject(t, "num_key_value_heads", c->Hkv > 0 ? c->Hkv : c->Ht);
+    cJSON_AddNumberToObject(t, "head_dim", c->Dt / c->Ht);
     cJSON_AddNumberToObject(t, "vocab_size", c->V);
     cJSON_AddNumberToObject(t, "rms_norm_eps", lc.rms_eps);
-    cJSON_AddNumberToObject(t, "rope_theta", lc.rope_base);
-    cJSON_AddNumberToObject(t, "max_position_embeddings", 4096);
+    cJSON_AddNumberToObject(t, "rope_theta", lc.rope.theta);
+    if (c->rope_llama3) { /* transformers 4's key (transformers 5 reads it into rope_parameters) */
+        cJSON* rs = cJSON_AddObjectToObject(t, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        cJSON_AddNumberToObject(rs, "factor", c->rope_factor);
+        cJSON_AddNumberToObject(rs, "low_freq_factor", c->rope_low_freq_factor);
+        cJSON_AddNumberToObject(rs, "high_freq_factor", c->rope_high_freq_factor);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_original_max_pos);
+    }
+    /* positions are not bounded here; Llama-3.1's ratio for a scaled RoPE */
+    double maxpos = c->rope_llama3 ? c->rope_original_max_pos * c->rope_factor : 4096;
+    cJSON_AddNumberToObject(t, "max_position_embeddings", maxpos);
     cJSON_AddStringToObject(t, "hidden_act", "silu");
-    cJSON_AddFalseToObject(t, "tie_word_embeddings");
-    cJSON_AddFalseToObject(t, "attention_bias");
-    cJSON_AddFalseToObject(t, "mlp_bias");
+    cJSON_AddBoolToObject(t, "tie_word_embeddings", c->tie_embeddings);
+    if (qwen2) {
+        cJSON_AddFalseToObject(t, "use_sliding_window");
+    } else {
+        cJSON_AddBoolToObject(t, "attention_bias", c->o_bias);
+        cJSON_AddFalseToObject(t, "mlp_bias");
+    }
     return j;
 }
 
@@ -217,6 +237,10 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (DESIGN.md's, no class token, "
                        "rotary positions) has no Hugging Face equivalent; LlavaForConditionalGeneration's tower is CLIP "
                        "(model.vision_arch = clip, e.g. from rrfp-mm import llava)", recipe_path, r.vision_arch);
+    if (r.text_o_bias && !r.text_qkv_bias)
+        return ex_fail(err, err_len, "%s: model.text_o_bias = true with model.text_qkv_bias = false: no Hugging Face LM "
+                       "has a bias on o alone (Llama's attention_bias puts one on q, k, v and o; Qwen2's on q, k, v)",
+                       recipe_path);
     int V = r.vocab;
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
     ModelConfig mc = train_model_config(&r, V);

@@ -38,7 +38,6 @@ static void im_add(ImName* t, int* n, const char* hf, const char* ours, int64_t 
     x->seen = 0;
 }
 
-static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len);
 /* The allowed range of recipe key model.<key>: the model's own limits, which an import must respect too. */
 static void im_key_range(const char* key, double* lo, double* hi) {
     for (int i = 0; i < recipe_key_count(); i++) {
@@ -54,6 +53,41 @@ static void im_key_range(const char* key, double* lo, double* hi) {
 
 /* A JSON number that is an integer (any size), for the messages of the optional keys. */
 static int im_json_int(const cJSON* x) { return cJSON_IsNumber(x) && x->valuedouble == floor(x->valuedouble); }
+
+/* rope_scaling (transformers 4) or rope_parameters (transformers 5; also holds rope_theta): none, "default"
+ * or "llama3" with its four factors; anything else is refused, naming the key. */
+static int im_rope(const cJSON* rs, const char* key, const char* path, LlamaImport* c, char* err, size_t err_len) {
+    if (!rs || cJSON_IsNull(rs)) return 0;
+    const cJSON* x = cJSON_GetObjectItemCaseSensitive(rs, "rope_theta");
+    if (cJSON_IsNumber(x)) c->rope_base = x->valuedouble;
+    const cJSON* type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    if (!cJSON_IsObject(rs) || (type && !cJSON_IsString(type)) ||
+        (cJSON_IsString(type) && strcmp(type->valuestring, "default") && strcmp(type->valuestring, "llama3"))) {
+        char* t = cJSON_PrintUnformatted(rs);
+        im_fail(err, err_len, "%s: %s = %.200s: this model's RoPE is the plain rule (theta^(-2i/d) at the position) or "
+                "Llama-3's scaling (rope_type llama3), no other", path, key, t ? t : "?");
+        free(t);
+        return -1;
+    }
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "llama3")) return 0;
+    const char* names[4] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    double* dst[4] = {&c->rope_factor, &c->rope_low_freq_factor, &c->rope_high_freq_factor, &c->rope_original_max_pos};
+    for (int i = 0; i < 4; i++) {
+        x = cJSON_GetObjectItemCaseSensitive(rs, names[i]);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || x->valuedouble > 1e9)
+            return im_fail(err, err_len, "%s: %s.%s is missing or not a positive number (rope_type llama3 needs it)", path,
+                           key, names[i]);
+        *dst[i] = x->valuedouble;
+    }
+    if (c->rope_factor < 1 || c->rope_high_freq_factor <= c->rope_low_freq_factor ||
+        c->rope_original_max_pos != (double)(int)c->rope_original_max_pos)
+        return im_fail(err, err_len, "%s: %s: llama3 needs factor >= 1, high_freq_factor > low_freq_factor and a whole "
+                       "original_max_position_embeddings (got %g, %g, %g, %g)", path, key, c->rope_factor,
+                       c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
+    c->rope_llama3 = 1;
+    return 0;
+}
 
 /* config.json -> info, refusing what the model cannot represent. */
 static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len) {
@@ -71,17 +105,12 @@ static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len)
         cJSON_Delete(j);
         return im_fail(err, err_len, "%s: not a JSON object", path);
     }
-    int rc = im_config_json(j, path, c, err, err_len);
+    int rc = import_llama_config_json(j, path, c, err, err_len);
     cJSON_Delete(j);
     return rc;
 }
 
-int import_llama_config(const cJSON* j, const char* where, LlamaImport* c, char* err, size_t err_len) {
-    return im_config_json(j, where, c, err, err_len);
-}
-
-/* The Llama config object j (config.json, or a LLaVA's text_config; `path` names it in messages). */
-static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len) {
+int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len) {
     int rc = -1;
     /* each within this model's own limits (the recipe key's range) before anything is sized from it */
     const char* ints[5] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"};
@@ -104,39 +133,45 @@ static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char
         *dst[i] = (int)x->valuedouble;
     }
     const cJSON* x;
-    if ((x = cJSON_GetObjectItemCaseSensitive(j, "model_type")) && cJSON_IsString(x) && strcmp(x->valuestring, "llama")) {
-        im_fail(err, err_len, "%s: model_type \"%s\": only the llama architecture is imported", path, x->valuestring);
-        goto out;
+    snprintf(c->model_type, sizeof c->model_type, "llama");
+    if ((x = cJSON_GetObjectItemCaseSensitive(j, "model_type")) && cJSON_IsString(x)) {
+        if (strcmp(x->valuestring, "llama") && strcmp(x->valuestring, "mistral") && strcmp(x->valuestring, "qwen2")) {
+            im_fail(err, err_len, "%s: model_type \"%.40s\": the architectures imported are llama, mistral and qwen2", path,
+                    x->valuestring);
+            goto out;
+        }
+        snprintf(c->model_type, sizeof c->model_type, "%s", x->valuestring);
     }
+    int qwen2 = !strcmp(c->model_type, "qwen2");
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "hidden_act")) && cJSON_IsString(x) && strcmp(x->valuestring, "silu")) {
         im_fail(err, err_len, "%s: hidden_act \"%s\": the model's SwiGLU uses silu", path, x->valuestring);
         goto out;
     }
-    if ((x = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads")) && !cJSON_IsNull(x) &&
-        (!im_json_int(x) || x->valuedouble != (double)c->H)) {
-        im_fail(err, err_len, "%s: num_key_value_heads = %d but num_attention_heads = %d: grouped-query attention, "
-                "which this model cannot represent (its q, k and v have the same heads)", path,
-                cJSON_IsNumber(x) ? x->valueint : -1, c->H);
-        goto out;
-    }
-    if ((x = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings")) && cJSON_IsTrue(x)) {
-        im_fail(err, err_len, "%s: tie_word_embeddings = true: this model's LM head is untied (its own tensor, "
-                "DESIGN.md section 4)", path);
-        goto out;
-    }
-    if ((x = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling")) && !cJSON_IsNull(x)) {
-        char* s = cJSON_PrintUnformatted(x);
-        im_fail(err, err_len, "%s: rope_scaling = %.200s: this model's RoPE is the plain rule (theta^(-2i/d) at the "
-                "position), without scaling", path, s);
-        free(s);
-        goto out;
-    }
-    const char* biases[2] = {"attention_bias", "mlp_bias"};
-    for (int i = 0; i < 2; i++)
-        if ((x = cJSON_GetObjectItemCaseSensitive(j, biases[i])) && cJSON_IsTrue(x)) {
-            im_fail(err, err_len, "%s: %s = true: the model's LM has no biases", path, biases[i]);
+    c->Hkv = c->H; /* grouped-query attention: num_key_value_heads (absent or null: multi-head) */
+    if ((x = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads")) && !cJSON_IsNull(x)) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble != (double)(int)x->valuedouble ||
+            c->H % x->valueint) {
+            im_fail(err, err_len, "%s: num_key_value_heads = %g must be a whole divisor of num_attention_heads = %d (each "
+                    "key/value head serves a group of query heads)", path, cJSON_IsNumber(x) ? x->valuedouble : -1.0, c->H);
             goto out;
         }
+        c->Hkv = x->valueint;
+    }
+    c->tie = (x = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings")) && cJSON_IsTrue(x);
+    /* Qwen2: q, k, v always carry biases (o none); Llama / Mistral: attention_bias puts one on all four */
+    c->qkv_bias = qwen2;
+    if (!qwen2 && (x = cJSON_GetObjectItemCaseSensitive(j, "attention_bias")) && cJSON_IsTrue(x)) c->qkv_bias = c->o_bias = 1;
+    if ((x = cJSON_GetObjectItemCaseSensitive(j, "mlp_bias")) && cJSON_IsTrue(x)) {
+        im_fail(err, err_len, "%s: mlp_bias = true: the model's SwiGLU has no biases", path);
+        goto out;
+    }
+    /* sliding-window attention (Mistral v0.1, Qwen2 with use_sliding_window) is not this model's full causal one */
+    if (qwen2 ? (x = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")) && cJSON_IsTrue(x)
+              : (x = cJSON_GetObjectItemCaseSensitive(j, "sliding_window")) && !cJSON_IsNull(x)) {
+        im_fail(err, err_len, "%s: %s is set: sliding-window attention, which this model cannot represent (its "
+                "attention is causal over the whole sample)", path, qwen2 ? "use_sliding_window" : "sliding_window");
+        goto out;
+    }
     if (c->D % c->H || (c->D / c->H) % 2) {
         im_fail(err, err_len, "%s: hidden_size %d / num_attention_heads %d is not a whole even head dim (RoPE rotates "
                 "halves)", path, c->D, c->H);
@@ -152,6 +187,9 @@ static int im_config_json(const cJSON* j, const char* path, LlamaImport* c, char
     c->rope_base = 10000.0;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "rms_norm_eps")) && cJSON_IsNumber(x)) c->rms_eps = x->valuedouble;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "rope_theta")) && cJSON_IsNumber(x)) c->rope_base = x->valuedouble;
+    if (im_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_scaling"), "rope_scaling", path, c, err, err_len) != 0 ||
+        im_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"), "rope_parameters", path, c, err, err_len) != 0)
+        goto out;
     if (!(c->rms_eps > 0) || !isfinite(c->rms_eps) || !(c->rope_base > 1) || !isfinite(c->rope_base)) {
         im_fail(err, err_len, "%s: rms_norm_eps %g / rope_theta %g out of range", path, c->rms_eps, c->rope_base);
         goto out;
@@ -221,8 +259,8 @@ static void im_rm_rf(const char* dir) {
 
 ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
     /* c->L is within model.text_layers' range (im_config), so the table's size is small and exact */
-    size_t cap = 9 * (size_t)c->L + 3;
-    int n = 0;
+    size_t cap = 13 * (size_t)c->L + 3;
+    int n = 0, Dkv = c->Hkv * (c->D / c->H);
     ImName* names = callocCheck(cap, sizeof(ImName));
     char hf[128], ours[128];
     im_add(names, &n, "model.embed_tokens.weight", "text.embed.weight", c->V, c->D);
@@ -230,23 +268,28 @@ ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
         const struct {
             const char *hf, *ours;
             int64_t d0, d1;
-        } m[9] = {{"input_layernorm.weight", "norm1.weight", c->D, 0},
-                  {"self_attn.q_proj.weight", "attn.q.weight", c->D, c->D},
-                  {"self_attn.k_proj.weight", "attn.k.weight", c->D, c->D},
-                  {"self_attn.v_proj.weight", "attn.v.weight", c->D, c->D},
-                  {"self_attn.o_proj.weight", "attn.o.weight", c->D, c->D},
-                  {"post_attention_layernorm.weight", "norm2.weight", c->D, 0},
-                  {"mlp.gate_proj.weight", "mlp.gate.weight", c->F, c->D},
-                  {"mlp.up_proj.weight", "mlp.up.weight", c->F, c->D},
-                  {"mlp.down_proj.weight", "mlp.down.weight", c->D, c->F}};
-        for (int k = 0; k < 9; k++) {
+        } m[13] = {{"input_layernorm.weight", "norm1.weight", c->D, 0},
+                   {"self_attn.q_proj.weight", "attn.q.weight", c->D, c->D},
+                   {"self_attn.k_proj.weight", "attn.k.weight", Dkv, c->D},
+                   {"self_attn.v_proj.weight", "attn.v.weight", Dkv, c->D},
+                   {"self_attn.o_proj.weight", "attn.o.weight", c->D, c->D},
+                   {"post_attention_layernorm.weight", "norm2.weight", c->D, 0},
+                   {"mlp.gate_proj.weight", "mlp.gate.weight", c->F, c->D},
+                   {"mlp.up_proj.weight", "mlp.up.weight", c->F, c->D},
+                   {"mlp.down_proj.weight", "mlp.down.weight", c->D, c->F},
+                   {"self_attn.q_proj.bias", "attn.q.bias", c->D, 0},
+                   {"self_attn.k_proj.bias", "attn.k.bias", Dkv, 0},
+                   {"self_attn.v_proj.bias", "attn.v.bias", Dkv, 0},
+                   {"self_attn.o_proj.bias", "attn.o.bias", c->D, 0}};
+        int nm = c->qkv_bias ? (c->o_bias ? 13 : 12) : 9; /* the biases, when the config has them */
+        for (int k = 0; k < nm; k++) {
             snprintf(hf, sizeof hf, "model.layers.%d.%s", l, m[k].hf);
             snprintf(ours, sizeof ours, "text.blocks.%d.%s", l, m[k].ours);
             im_add(names, &n, hf, ours, m[k].d0, m[k].d1);
         }
     }
     im_add(names, &n, "model.norm.weight", "text.norm.weight", c->D, 0);
-    im_add(names, &n, "lm_head.weight", "text.lm_head.weight", c->V, c->D);
+    if (!c->tie) im_add(names, &n, "lm_head.weight", "text.lm_head.weight", c->V, c->D);
 
     *n_out = n;
     return names;
@@ -300,6 +343,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             const StTensor* x = &f.tensors[t];
             size_t ln = strlen(x->name);
             if (ln >= 19 && !strcmp(x->name + ln - 19, "rotary_emb.inv_freq")) continue; /* recomputed from theta */
+            if (c->tie && !strcmp(x->name, "lm_head.weight")) continue; /* tied: the head is the embedding */
             ImName* m = NULL;
             for (int i = 0; i < n && !m; i++)
                 if (!strcmp(names[i].hf, x->name)) m = &names[i];

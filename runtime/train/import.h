@@ -14,10 +14,15 @@
  * NeoX rule, and head h is columns [h d, (h+1) d) of q, k, v as here. Values are stored F32 (F32, BF16
  * and F16 inputs are converted exactly).
  *
- * Refused with a message naming the config key or tensor: grouped-query attention (num_key_value_heads
- * != num_attention_heads), tie_word_embeddings, rope_scaling, attention_bias / mlp_bias, a head_dim
- * other than hidden_size / num_attention_heads or odd, hidden_act other than silu, model_type other
- * than llama, and tensors the model has no place for. */
+ * model_type llama, mistral and qwen2. Taken over as recipe keys (cmd_import prints them): grouped-query
+ * attention (num_key_value_heads: k_proj / v_proj are (num_key_value_heads * head dim, D)), q/k/v biases
+ * (qwen2: model.layers.N.self_attn.{q,k,v}_proj.bias; llama / mistral attention_bias: also o_proj.bias),
+ * tie_word_embeddings (no lm_head.weight; one in the files is skipped), Llama-3 RoPE scaling
+ * (rope_scaling, or transformers 5's rope_parameters with rope_theta inside).
+ * Refused with a message naming the config key or tensor: mlp_bias, sliding-window attention, a
+ * rope_scaling type other than default / llama3, a head_dim other than hidden_size /
+ * num_attention_heads or odd, hidden_act other than silu, another model_type, and tensors the model has
+ * no place for. */
 #ifndef RRFP_TRAIN_IMPORT_H
 #define RRFP_TRAIN_IMPORT_H
 
@@ -28,8 +33,15 @@
 typedef struct {
     int D, L, H, F, V;   /* hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size */
     double rms_eps;      /* rms_norm_eps */
-    double rope_base;    /* rope_theta */
+    double rope_base;    /* rope_theta (or rope_parameters.rope_theta) */
     int tensors;         /* tensors written */
+    /* the LM variants (recipe keys in brackets) */
+    char model_type[16]; /* llama | mistral | qwen2 */
+    int Hkv;             /* num_key_value_heads [model.text_kv_heads] */
+    int qkv_bias, o_bias; /* qwen2, or attention_bias [model.text_qkv_bias, model.text_o_bias] */
+    int tie;             /* tie_word_embeddings [model.tie_embeddings] */
+    int rope_llama3;     /* rope_scaling / rope_parameters rope_type llama3 [model.rope_type = llama3] */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
 } LlamaImport;
 
 /* One tensor of an import: its Hugging Face name, this model's name and shape, seen in a file yet. */
@@ -40,12 +52,13 @@ typedef struct {
     int seen;
 } ImportName;
 
+/* The config checks of import_llama on a parsed config.json object (an LM's, or a LLaVA config's
+ * text_config), `path` naming it in messages. Fills every field but `tensors`. Returns 0, or -1 with a
+ * message naming the key. */
 struct cJSON;
-/* The Llama config object j (config.json, or a LLaVA's text_config; `where` names it in messages) into
- * info's shapes and keys, refusing what the model cannot represent. Returns 0, or -1 with a message. */
-int import_llama_config(const struct cJSON* j, const char* where, LlamaImport* info, char* err, size_t err_len);
-/* The LM's tensors under Hugging Face's LlamaForCausalLM names (model.*, lm_head.weight) and ours, for
- * the shapes of info; malloc'd, *n entries. */
+int import_llama_config_json(const struct cJSON* j, const char* path, LlamaImport* c, char* err, size_t err_len);
+/* The LM's tensors under Hugging Face's LlamaForCausalLM names (model.*, lm_head.weight unless tied) and
+ * ours, for the shapes and variants of info (k/v rows of the key/value heads, the biases); malloc'd, *n entries. */
 ImportName* import_llama_names(const LlamaImport* info, int* n);
 
 /* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and

@@ -85,18 +85,26 @@ static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, c
     return 0;
 }
 
-/* text_config as import llama reads it: absent fields of LlamaConfig's filled in (noted), transformers 5's
- * rope_parameters mapped to rope_theta (and rope_scaling when it is not the default rule). */
+/* text_config as import llama reads it: absent shape fields take the class default of its model_type
+ * (LlamaConfig when absent; noted). */
 static cJSON* il_text_config(const cJSON* top, LlavaImport* info) {
     const cJSON* tc = cJSON_GetObjectItemCaseSensitive(top, "text_config");
     cJSON* t = cJSON_IsObject(tc) ? cJSON_Duplicate(tc, 1) : cJSON_CreateObject();
-    static const struct {
+    /* the class defaults of the LM's config class (LlamaConfig, MistralConfig, Qwen2Config) */
+    const cJSON* mt = cJSON_GetObjectItemCaseSensitive(t, "model_type");
+    const char* type = cJSON_IsString(mt) ? mt->valuestring : "llama";
+    int mistral = !strcmp(type, "mistral"), qwen2 = !strcmp(type, "qwen2");
+    const struct {
         const char* key;
         int def;
-    } llama_defaults[] = {{"hidden_size", 4096}, {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-                          {"num_attention_heads", 32}, {"vocab_size", 32000}};
+    } llama_defaults[] = {{"hidden_size", 4096},
+                          {"intermediate_size", mistral ? 14336 : qwen2 ? 22016 : 11008},
+                          {"num_hidden_layers", 32},
+                          {"num_attention_heads", 32},
+                          {"vocab_size", qwen2 ? 151936 : 32000},
+                          {"num_key_value_heads", mistral ? 8 : -1}};
     for (size_t i = 0; i < sizeof llama_defaults / sizeof llama_defaults[0]; i++) {
-        if (cJSON_GetObjectItemCaseSensitive(t, llama_defaults[i].key)) continue;
+        if (cJSON_GetObjectItemCaseSensitive(t, llama_defaults[i].key) || llama_defaults[i].def < 0) continue;
         /* old llava-hf configs keep vocab_size at the top */
         const cJSON* up = cJSON_GetObjectItemCaseSensitive(top, llama_defaults[i].key);
         if (!strcmp(llama_defaults[i].key, "vocab_size") && cJSON_IsNumber(up)) {
@@ -106,16 +114,14 @@ static cJSON* il_text_config(const cJSON* top, LlavaImport* info) {
         cJSON_AddNumberToObject(t, llama_defaults[i].key, llama_defaults[i].def);
         il_note_default(info, "text_config", llama_defaults[i].key);
     }
-    if (!cJSON_GetObjectItemCaseSensitive(t, "model_type")) cJSON_AddStringToObject(t, "model_type", "llama");
-    const cJSON* rp = cJSON_GetObjectItemCaseSensitive(t, "rope_parameters");
-    if (cJSON_IsObject(rp)) {
-        const cJSON* th = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
-        if (cJSON_IsNumber(th) && !cJSON_GetObjectItemCaseSensitive(t, "rope_theta"))
-            cJSON_AddNumberToObject(t, "rope_theta", th->valuedouble);
-        const cJSON* ty = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (cJSON_IsString(ty) && strcmp(ty->valuestring, "default") && !cJSON_GetObjectItemCaseSensitive(t, "rope_scaling"))
-            cJSON_AddItemToObject(t, "rope_scaling", cJSON_Duplicate(rp, 1));
+    /* MistralConfig's sliding_window defaults to 4096 (a window, which import llama refuses by name) */
+    if (mistral && !cJSON_GetObjectItemCaseSensitive(t, "sliding_window")) {
+        cJSON_AddNumberToObject(t, "sliding_window", 4096);
+        il_note_default(info, "text_config", "sliding_window");
     }
+    if (!mt) cJSON_AddStringToObject(t, "model_type", "llama");
+    /* rope_parameters (transformers 5), rope_scaling, GQA, biases and tie_word_embeddings: import llama's
+     * config checks (import_llama_config_json) read them */
     return t;
 }
 
@@ -224,7 +230,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     if (cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < (1 << 30)) c->image_token_index = x->valueint;
     cJSON* t = il_text_config(j, c);
     snprintf(where, sizeof where, "%s text_config", path);
-    rc = import_llama_config(t, where, &c->text, err, err_len);
+    rc = import_llama_config_json(t, where, &c->text, err, err_len);
     cJSON_Delete(t);
 out:
     cJSON_Delete(j);
@@ -494,6 +500,10 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 break;
             }
             if (!canon[0]) {
+                info->skipped++;
+                continue;
+            }
+            if (llava && info->text.tie && !strcmp(canon, "L:lm_head.weight")) { /* tied: the head is the embedding */
                 info->skipped++;
                 continue;
             }

@@ -22,7 +22,9 @@
  *   post_layernorm.*                                 -> vision.post_ln.* (never used, as in LLaVA)
  *   embeddings.position_ids                          (a buffer: skipped)
  * Projector: multi_modal_projector.linear_1.* -> projector.0.*, linear_2.* -> projector.2.*.
- * LM: the Llama names of `import llama` (runtime/train/import.c, the same code), after the prefix.
+ * LM: the Llama names of `import llama` (runtime/train/import.c, the same code), after the prefix: a Llama,
+ * Mistral or Qwen2 text_config (grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE
+ * scaling, as import llama takes them); tied: an lm_head.weight in the files is skipped.
  *
  * Configs. A field absent from config.json takes its Hugging Face class default (CLIPVisionConfig,
  * LlamaConfig: llava-hf's own configs omit most of text_config), and the import prints which. Refused,
@@ -69,8 +71,11 @@ typedef struct {
  * most shard_bytes each, F32), model.safetensors.index.json and, when tokenizer is not NULL, that
  * tokenizer.json (with tokenizer_config.json, special_tokens_map.json and tokenizer.model when they sit
  * beside it). The model's shapes and keys come from recipe_path (a recipe.ini: the run's own, which
- * RUN_DIR/recipe.ini is). Refused, with the reason, for a model with no Hugging Face equivalent: the
- * 2-D RoPE ViT (model.vision_arch = rope2d); the projector's gelu_tanh is written as gelu_pytorch_tanh.
+ * RUN_DIR/recipe.ini is). The LM's text_config: model_type qwen2 for q/k/v biases without o's (Qwen2),
+ * else llama (attention_bias = text_o_bias); num_key_value_heads (GQA), tie_word_embeddings (tied: no
+ * lm_head.weight written), rope_scaling llama3 with its factors. Refused, with the reason, for a model with
+ * no Hugging Face equivalent: the 2-D RoPE ViT (model.vision_arch = rope2d), a bias on o alone; the
+ * projector's gelu_tanh is written as gelu_pytorch_tanh.
  * image_token_index: the <image> id the config declares. Returns 0, or -1 with a message. */
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
               int image_token_index, size_t shard_bytes, HfExport* info, FILE* log, char* err, size_t err_len);

@@ -44,6 +44,12 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.vision_feature_layer = r->vision_feature_layer;
     c.vision_image_size = r->vision_image_size;
     c.projector_act = !strcmp(r->projector_act, "gelu") ? ACT_GELU_ERF : ACT_GELU_TANH;
+    c.Hkv = r->text_kv_heads;
+    c.qkv_bias = r->text_qkv_bias, c.o_bias = r->text_o_bias;
+    c.tie_embeddings = r->tie_embeddings;
+    c.rope_llama3 = !strcmp(r->rope_type, "llama3");
+    c.rope_factor = r->rope_factor, c.rope_low_freq_factor = r->rope_low_freq_factor;
+    c.rope_high_freq_factor = r->rope_high_freq_factor, c.rope_original_max_pos = r->rope_original_max_pos;
     return c;
 }
 

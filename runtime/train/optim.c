@@ -7,12 +7,16 @@
 double optim_grad_sum_squares(const Stage* st) {
     RR_ASSERT(st->params.be == st->be);
     const ParamTable* pt = &st->params;
-    if (st->tp_rank == 0) return st->be->sum_squares(st->be, pt->grad, pt->gtotal); /* frozen tensors have no gradient */
-    /* another TP rank: its slices only; a replicated tensor (equal on every TP rank) counts once, on TP rank 0 */
+    int copies = 0;
+    for (int i = 0; i < pt->n; i++) copies += pt->specs[i].shared_copy;
+    if (st->tp_rank == 0 && !copies) return st->be->sum_squares(st->be, pt->grad, pt->gtotal); /* frozen tensors have no gradient */
+    /* another TP rank: its slices only; a replicated tensor (equal on every TP rank) counts once, on TP rank 0;
+     * the tied embedding's copy on the last stage (equal to the first stage's) counts once, there */
     double ss = 0.0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
-        if (!s->frozen && params_is_slice(s)) ss += st->be->sum_squares(st->be, pt->grad + s->goff, s->numel);
+        if (!s->frozen && !s->shared_copy && (st->tp_rank == 0 || params_is_slice(s)))
+            ss += st->be->sum_squares(st->be, pt->grad + s->goff, s->numel);
     }
     return ss;
 }

@@ -37,8 +37,8 @@ static const RecipeKey recipe_keys[] = {
     {"model", "text_heads", RKEY_INT, OFF(text_heads), 0, "4", 1, 1024, 0, 1, "LM attention heads Ht."},
     {"model", "ffn_hidden", RKEY_INT, OFF(ffn_hidden), 0, "688", 1, 1 << 20, 0, 1, "SwiGLU hidden size F."},
     {"model", "vocab", RKEY_INT, OFF(vocab), 0, "0", 0, 1 << 24, 0, 1,
-     "Vocabulary V. 0 = the size of data.tokenizer; otherwise at least that (a published checkpoint's padded "
-     "embedding: llava-hf's LLaVA-1.5 has 32064 rows for 32002 tokens; `rrfp-mm import` prints it)."},
+     "Vocabulary V. 0 = the size of data.tokenizer; otherwise at least that (more: a padded vocabulary, as Hugging "
+     "Face checkpoints have, e.g. Qwen2's 152064 rows for 151,665 token ids; rows no token reaches)."},
     {"model", "seed", RKEY_I64, OFF(seed), 0, "1234", 0, 9007199254740991.0, 0, 1,
      "Initialisation seed; init is a function of (seed, parameter name) only."},
     {"model", "rms_eps", RKEY_FLOAT, OFF(rms_eps), 0, "1e-5", 1e-12, 1, 0, 1,
@@ -59,6 +59,29 @@ static const RecipeKey recipe_keys[] = {
     {"model", "projector_act", RKEY_ENUM, OFF(projector_act), SZ(projector_act), "gelu_tanh", 0, 0, "gelu_tanh|gelu", 1,
      "The projector's activation: `gelu_tanh` (DESIGN.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
      "Hugging Face's projector_hidden_act."},
+    {"model", "text_kv_heads", RKEY_INT, OFF(text_kv_heads), 0, "0", 0, 1024, 0, 1,
+     "Key/value heads of the LM (grouped-query attention: each serves text_heads / text_kv_heads query heads, query "
+     "head h reading key/value head h / (text_heads / text_kv_heads); HF's num_key_value_heads). Must divide "
+     "text_heads; parallel.tp must divide it. 0 = text_heads (multi-head attention)."},
+    {"model", "text_qkv_bias", RKEY_BOOL, OFF(text_qkv_bias), 0, "false", 0, 1, 0, 1,
+     "Biases on the LM's q, k and v projections (Qwen2)."},
+    {"model", "text_o_bias", RKEY_BOOL, OFF(text_o_bias), 0, "false", 0, 1, 0, 1,
+     "A bias on the LM's attention output projection o (Llama's attention_bias = true sets this and text_qkv_bias)."},
+    {"model", "tie_embeddings", RKEY_BOOL, OFF(tie_embeddings), 0, "false", 0, 1, 0, 1,
+     "The LM head is the token embedding text.embed.weight (HF's tie_word_embeddings): no text.lm_head.weight. Under "
+     "parallel.pp > 1 the last stage holds a copy whose gradient is summed with the first stage's every step."},
+    {"model", "rope_type", RKEY_ENUM, OFF(rope_type), SZ(rope_type), "default", 0, 0, "default|llama3", 1,
+     "`llama3`: Llama-3's RoPE frequency scaling (HF rope_scaling / rope_parameters rope_type llama3) with "
+     "rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos; `default`: theta^(-2i/n)."},
+    {"model", "rope_factor", RKEY_FLOAT, OFF(rope_factor), 0, "8", 1, 1e6, 0, 1,
+     "rope_type = llama3: factor (low frequencies are divided by it)."},
+    {"model", "rope_low_freq_factor", RKEY_FLOAT, OFF(rope_low_freq_factor), 0, "1", 1e-6, 1e6, 0, 1,
+     "rope_type = llama3: low_freq_factor (wavelengths above rope_original_max_pos / it are scaled)."},
+    {"model", "rope_high_freq_factor", RKEY_FLOAT, OFF(rope_high_freq_factor), 0, "4", 1e-6, 1e6, 0, 1,
+     "rope_type = llama3: high_freq_factor (wavelengths below rope_original_max_pos / it are kept; > "
+     "rope_low_freq_factor)."},
+    {"model", "rope_original_max_pos", RKEY_INT, OFF(rope_original_max_pos), 0, "8192", 1, 1 << 30, 0, 1,
+     "rope_type = llama3: original_max_position_embeddings."},
     /* [data] */
     {"data", "source", RKEY_ENUM, OFF(source), SZ(source), "shards", 0, 0, "shards|synthetic", 1,
      "`shards`: the loader over data.shards. `synthetic`: generated image-question-answer samples (the answer is the "
@@ -529,6 +552,14 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         VFAIL("model", "text_width", "%d", r->text_width,
               "head dim %d / %d = %d is odd (1-D RoPE rotates halves); allowed: a multiple of 2 x text_heads",
               r->text_width, r->text_heads, r->text_width / r->text_heads);
+    if (r->text_kv_heads > 0 && r->text_heads % r->text_kv_heads)
+        VFAIL("model", "text_kv_heads", "%d", r->text_kv_heads,
+              "does not divide model.text_heads (%d): each key/value head serves a whole group of query heads; "
+              "allowed: a divisor of %d, or 0", r->text_heads, r->text_heads);
+    if (!strcmp(r->rope_type, "llama3") && !(r->rope_high_freq_factor > r->rope_low_freq_factor))
+        VFAIL("model", "rope_high_freq_factor", "%g", r->rope_high_freq_factor,
+              "not above model.rope_low_freq_factor (%g); allowed: > %g", r->rope_low_freq_factor,
+              r->rope_low_freq_factor);
     if (r->min_patches > r->max_patches)
         VFAIL("data", "min_patches", "%d", r->min_patches, "greater than data.max_patches (%d); allowed: <= %d",
               r->max_patches, r->max_patches);
@@ -576,6 +607,8 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         int v;
     } tp_div[] = {{"model.vision_heads", r->vision_heads},
                   {"model.text_heads", r->text_heads},
+                  {"model.text_kv_heads (tensor parallelism splits grouped-query attention by key/value head)",
+                   r->text_kv_heads},
                   {"model.ffn_hidden", r->ffn_hidden},
                   {"model.text_width (projector hidden)", r->text_width},
                   {"model.vocab", r->vocab}};

@@ -32,6 +32,12 @@ typedef struct {
     int vision_feature_layer;  /* CLIP: hidden_states index of the features (-2) */
     int vision_image_size;     /* CLIP: the position grid's image side (336) */
     char projector_act[16];    /* gelu_tanh | gelu */
+    int text_kv_heads; /* LM key/value heads (0 = text_heads) */
+    int text_qkv_bias, text_o_bias; /* LM attention biases */
+    int tie_embeddings;             /* LM head = token embedding */
+    char rope_type[16];             /* default | llama3 */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
 
     /* [data] */
     char source[16];            /* shards | synthetic */

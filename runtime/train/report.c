@@ -701,7 +701,10 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
         predictions_free(pr, n);
         return;
     }
-    int image_id = tokenizer_token_id(tok, "<image>"), eot_id = tokenizer_token_id(tok, "<|endoftext|>");
+    int image_id = tokenizer_token_id(tok, "<image>"), eot_id = -1;
+    /* the end of an answer: the rrfp template's <|endoftext|>, else LLaVA's templates' (data/template.h) */
+    const char* eots[] = {"<|endoftext|>", "</s>", "<|eot_id|>", "<|im_end|>"};
+    for (int i = 0; i < 4 && eot_id < 0; i++) eot_id = tokenizer_token_id(tok, eots[i]);
     /* up to questions/2 right and wrong ones each (the rest from the other kind), spread over the file */
     int want = c->questions > 0 ? c->questions : 24;
     int want_w = want / 2 < n - right ? want / 2 : n - right;

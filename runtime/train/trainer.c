@@ -105,15 +105,13 @@ static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* 
     int tv = tokenizer_vocab_size(tok);
     *tok_hash = tokenizer_hash(tok);
     tokenizer_free(tok);
-    /* a published checkpoint's embedding may have more rows than its tokenizer has tokens (llava-hf's
-     * LLaVA-1.5: 32064 rows, 32002 tokens, padded to a multiple of 64): those rows are never an input and
-     * take part in the softmax only, as in Hugging Face's model */
     if (*vocab != 0 && *vocab < tv) {
-        snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 or >= %d",
-                 recipe_origin(r, "model", "vocab"), *vocab, r->tokenizer, tv, tv);
+        snprintf(err, err_len, "%s: model.vocab = %d but the tokenizer %s has %d tokens; allowed: 0 (= %d) or more (a "
+                 "padded vocabulary, as Hugging Face checkpoints have)", recipe_origin(r, "model", "vocab"), *vocab,
+                 r->tokenizer, tv, tv);
         return -1;
     }
-    if (*vocab == 0) *vocab = tv;
+    if (*vocab == 0) *vocab = tv; /* more: rows no token id reaches (an imported checkpoint's padding) */
     return 0;
 }
 
@@ -415,6 +413,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
     if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0) return -1;
+    /* tied embeddings under a pipeline: the first and last stage's gradients summed, after the DP reduction */
+    if (step_exec_add_tied_embed(t->ex, &t->mc, r->pp > 1 ? t->grid.pipe : NULL, t->grid.p, r->pp, err, err_len) != 0)
+        return -1;
     if (eval_only) {
         /* evaluation reads the values only: without moments a checkpoint written under another
          * train.freeze (which has AdamW state for other tensors) evaluates too */

@@ -1,8 +1,8 @@
 // encode.js — encode each line of a UTF-8 file (without its newline) with Hugging Face tokenizers
 // (the Rust library's Node bindings) and print the ids, one line per input line, as
 // `rrfp-mm tokenizer encode --lines` does. With --decode, also check that HF decodes the ids back to
-// the line and exit 1 if not.
-// usage: node encode.js TOKENIZER.json CORPUS.txt [--decode]
+// the line and exit 1 if not. With --whole, the whole file (its newlines included) is one text.
+// usage: node encode.js TOKENIZER.json CORPUS.txt [--decode] [--whole]
 'use strict';
 const fs = require('fs');
 const { Tokenizer } = require('tokenizers');
@@ -13,6 +13,7 @@ async function main() {
   const check = process.argv.includes('--decode');
   let lines = text.split('\n');
   if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+  if (process.argv.includes('--whole')) lines = [text]; /* the whole file, newlines included, as one text */
   const out = [];
   let bad = 0;
   for (const line of lines) {

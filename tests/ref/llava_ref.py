@@ -101,10 +101,23 @@ def st_union(paths):
 # The model, from DESIGN.md section 4
 
 
-def rope_tables(pos, n, base=10000.0):
+def llama3_freq(freq, s):
+    """Llama-3's rescaled frequencies, as published (Meta's apply_scaling in llama3's model.py / transformers'
+    _compute_llama3_parameters): wavelengths above L / low_freq_factor slowed by factor, below
+    L / high_freq_factor kept, a linear blend of the two between. s: dict factor, low, high, L."""
+    wavelen = 2 * math.pi / freq
+    smooth = (s["L"] / wavelen - s["low"]) / (s["high"] - s["low"])
+    blended = (1 - smooth) * freq / s["factor"] + smooth * freq
+    return torch.where(wavelen < s["L"] / s["high"], freq,
+                       torch.where(wavelen > s["L"] / s["low"], freq / s["factor"], blended))
+
+
+def rope_tables(pos, n, base=10000.0, scaling=None):
     """cos, sin of shape (N, n) for 1-D RoPE of dim n at integer positions pos (N)."""
     i = torch.arange(n // 2, dtype=DT)
     freq = base ** (-2.0 * i / n)
+    if scaling is not None:
+        freq = llama3_freq(freq, scaling)
     ang = pos.to(DT)[:, None] * freq[None, :]
     return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
 
@@ -114,9 +127,9 @@ def rotate_half(x):
     return torch.cat([-b, a], dim=-1)
 
 
-def rope_1d(x, pos, base=10000.0):
+def rope_1d(x, pos, base=10000.0, scaling=None):
     """x (N, H, n): NeoX rotate-half RoPE by pos (N)."""
-    cos, sin = rope_tables(pos, x.shape[-1], base)
+    cos, sin = rope_tables(pos, x.shape[-1], base, scaling)
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
@@ -259,19 +272,25 @@ class RMSNorm(nn.Module):
 
 
 class TextAttention(nn.Module):
-    def __init__(self, D, H, base=10000.0):
+    """Hkv key/value heads (grouped-query attention: each serves H / Hkv consecutive query heads, as HF's
+    repeat_kv), optional q/k/v biases (Qwen2) and o bias (Llama attention_bias), optional Llama-3 RoPE."""
+    def __init__(self, D, H, base=10000.0, Hkv=None, qkv_bias=False, o_bias=False, scaling=None):
         super().__init__()
-        self.H = H
-        self.base = base
-        self.q = nn.Linear(D, D, bias=False)
-        self.k = nn.Linear(D, D, bias=False)
-        self.v = nn.Linear(D, D, bias=False)
-        self.o = nn.Linear(D, D, bias=False)
+        self.H, self.Hkv = H, Hkv or H
+        self.base, self.scaling = base, scaling
+        d = D // H
+        self.q = nn.Linear(D, D, bias=qkv_bias)
+        self.k = nn.Linear(D, self.Hkv * d, bias=qkv_bias)
+        self.v = nn.Linear(D, self.Hkv * d, bias=qkv_bias)
+        self.o = nn.Linear(D, D, bias=o_bias)
 
     def forward(self, x, pos, samples):
         T, D = x.shape
-        q, k, v = (m(x).reshape(T, self.H, D // self.H) for m in (self.q, self.k, self.v))
-        q, k = rope_1d(q, pos, self.base), rope_1d(k, pos, self.base)
+        d = D // self.H
+        q = self.q(x).reshape(T, self.H, d)
+        k, v = (m(x).reshape(T, self.Hkv, d) for m in (self.k, self.v))
+        q, k = rope_1d(q, pos, self.base, self.scaling), rope_1d(k, pos, self.base, self.scaling)
+        k, v = (t.repeat_interleave(self.H // self.Hkv, dim=1) for t in (k, v))
         outs = []
         for a, b in samples:
             n = b - a
@@ -281,10 +300,10 @@ class TextAttention(nn.Module):
 
 
 class TextBlock(nn.Module):
-    def __init__(self, D, H, Fh, eps=1e-5, base=10000.0):
+    def __init__(self, D, H, Fh, eps=1e-5, base=10000.0, **variant):
         super().__init__()
         self.norm1 = RMSNorm(D, eps)
-        self.attn = TextAttention(D, H, base)
+        self.attn = TextAttention(D, H, base, **variant)
         self.norm2 = RMSNorm(D, eps)
         self.mlp = nn.Module()
         self.mlp.gate = nn.Linear(D, Fh, bias=False)
@@ -302,9 +321,23 @@ class TextLM(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(c["V"], c["Dt"])
         eps, base = c.get("rms_eps", 1e-5), c.get("rope_base", 10000.0)  # model.rms_eps, model.rope_base
-        self.blocks = nn.ModuleList([TextBlock(c["Dt"], c["Ht"], c["F"], eps, base) for _ in range(c["Lt"])])
+        # the LM variants (model.text_kv_heads, text_qkv_bias, text_o_bias, rope_type = llama3, tie_embeddings)
+        scaling = None
+        if c.get("rope_type") == "llama3":
+            scaling = {"factor": c["rope_factor"], "low": c["rope_low_freq_factor"],
+                       "high": c["rope_high_freq_factor"], "L": c["rope_original_max_pos"]}
+        variant = {"Hkv": c.get("Hkv") or c["Ht"], "qkv_bias": bool(c.get("qkv_bias", 0)),
+                   "o_bias": bool(c.get("o_bias", 0)), "scaling": scaling}
+        self.blocks = nn.ModuleList([TextBlock(c["Dt"], c["Ht"], c["F"], eps, base, **variant)
+                                     for _ in range(c["Lt"])])
         self.norm = RMSNorm(c["Dt"], eps)
-        self.lm_head = nn.Linear(c["Dt"], c["V"], bias=False)
+        self.tied = bool(c.get("tie_embeddings", 0))
+        if not self.tied:
+            self.lm_head = nn.Linear(c["Dt"], c["V"], bias=False)
+
+    def head(self, x):
+        """logits of the final hidden states: the LM head, or the token embedding when tied"""
+        return x @ self.embed.weight.t() if self.tied else self.lm_head(x)
 
 
 class LLaVA(nn.Module):
@@ -341,7 +374,7 @@ class LLaVA(nn.Module):
                 assert image_pos[a:b].tolist() == list(range(s, s + b - a)), f"image {i} not at img_lm_start {s}"
         for blk in self.text.blocks:
             x = blk(x, pos, samples)
-        return self.text.lm_head(self.text.norm(x))
+        return self.text.head(self.text.norm(x))
 
 
 def image_geometry(mb):
