@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
                      * does: right after F0 no gradient can have come back yet (B0 needs F0's output to
                      * travel the whole pipeline), so it starts F1 at once. A cap resolved against no peak
                      * (1) held it to one. */
-                    PpShape shape = {P, M, chunks, pipeline_hint_splits((PpHint)h)};
+                    PpShape shape = {P, M, chunks, pipeline_hint_splits((PpHint)h), 0};
                     int want = pp_cap_for(cap, (PpHint)h, &shape, rank);
                     if (st.peak_inflight > want || (rank == 0 && chunks == 1 && st.peak_inflight < 2)) {
                         fprintf(stderr, "rank %d %s: cap 1x = %d but peak in flight %d\n", rank,

@@ -45,7 +45,8 @@ static void sim_usage(FILE* f) {
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
             "  --estimate-seed S the seed of those factors (default 1)\n"
-            "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw (default 1f1b)\n"
+            "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw, zbv, dualpipev (default 1f1b;\n"
+            "                    zbv and dualpipev: --chunks 2 in a V, split backward)\n"
             "  --cap N|Nx        ready's in-flight cap: a count, or a multiple of the hint's own peak\n"
             "                    (default P - r, the 1F1B peak; with --chunks > 1 the hint's peak)\n"
             "  --chunks V        model chunks per rank (interleaved-1f1b); each rank's durations are split\n"
@@ -85,7 +86,7 @@ static int parse_double_arg(const char* flag, const char* v, double lo, double* 
 /* Cost per decision of the heap arbitration against a scan of every task, on rank 0 of a P x M
  * pipeline: inputs arrive in a random order interleaved with decisions (the same script for both). */
 static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint64_t seed) {
-    PpShape s = {P, M, 1, split};
+    PpShape s = {P, M, 1, split, 0};
     char err[512];
     if (pp_hint_check_shape(hint, &s, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
@@ -162,12 +163,13 @@ static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint6
     return 0;
 }
 
-static void print_exec_grid(FILE* f, const PpSimResult* r, int P) {
+static void print_exec_grid(FILE* f, const PpSimResult* r, const PpShape* s) {
     char b[32];
+    int P = s->P;
     fprintf(f, "executed order (ready reorders the hint; the fixed modes run it as is):\n");
     for (int k = 0; k < P; k++) {
         fprintf(f, "%5s%d", "r", k);
-        for (int i = 0; i < r->n_exec[k]; i++) fprintf(f, " %s", pp_task_format(r->exec[k][i].task, k, P, b, sizeof b));
+        for (int i = 0; i < r->n_exec[k]; i++) fprintf(f, " %s", pp_task_label(s, r->exec[k][i].task, k, b, sizeof b));
         fputc('\n', f);
     }
 }
@@ -311,7 +313,7 @@ int cmd_sim(int argc, char** argv) {
         return 2;
     }
     if (pp_hint_parse(hint_text, &hint)) {
-        fprintf(stderr, "rrfp-mm sim: unknown --hint '%s' (expected gpipe, 1f1b, interleaved-1f1b, zb-h1, bf or bfw)\n",
+        fprintf(stderr, "rrfp-mm sim: unknown --hint '%s' (expected gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw, zbv or dualpipev)\n",
                 hint_text);
         return 2;
     }
@@ -417,7 +419,7 @@ int cmd_sim(int argc, char** argv) {
         free(js);
     }
     FILE* gridf = json ? stderr : stdout;  // --json keeps stdout to exactly one JSON object
-    PpShape shape = {d.P, d.M, (int)chunks, d.split};
+    PpShape shape = {d.P, d.M, (int)chunks, d.split, pp_hint_vshape(hint)};
     if (grid) {
         if (pp_hint_check_shape(hint, &shape, err, sizeof err) == 0) pp_hint_print_grid(hint, &shape, gridf);
     }
@@ -441,7 +443,7 @@ int cmd_sim(int argc, char** argv) {
         rc = 1;
         goto out;
     }
-    if (grid) print_exec_grid(gridf, &r, d.P);
+    if (grid) print_exec_grid(gridf, &r, &shape);
     char capbuf[32];
     if (!pp_mode_is_ready(mode)) snprintf(capbuf, sizeof capbuf, "none");
     else if (cap.kind == PP_CAP_DEFAULT && chunks > 1) snprintf(capbuf, sizeof capbuf, "peak");

@@ -179,9 +179,11 @@ void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx) {
     p->grads_done_ctx = ctx;
 }
 
-int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
+int pipeline_hint_splits(PpHint h) {
+    return h == PP_HINT_ZBH1 || h == PP_HINT_BFW || h == PP_HINT_ZBV || h == PP_HINT_DUALPIPEV;
+}
 
-static int vstage(const Pipeline* p, int chunk) { return chunk * p->cfg.P + p->cfg.rank; }
+static int vstage(const Pipeline* p, int chunk) { return pp_vstage(&p->shape, p->cfg.rank, chunk); }
 
 /* Refuse a hint x mode x cap that cannot finish with M microbatches (the simulator on uniform durations),
  * at start, instead of a rank timing out. */
@@ -234,7 +236,7 @@ static void* send_copy_mark(void* ctx, void* dst, const void* src, size_t bytes)
 }
 
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm, int M, char* err, size_t err_len) {
-    PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint)};
+    PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint), pp_hint_vshape(cfg->hint)};
     if (!pp_mode_is_ready(cfg->mode) && !pp_hint_is_sequence(cfg->hint)) {
         snprintf(err, err_len,
                  "hint %s ranks every backward before every forward, which is not an executable sequence: it runs "
@@ -284,7 +286,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->act_bytes_max = (double)stage_acts_bytes(stages[0], cfg->max_tokens, cfg->max_patches, shape.split);
     for (int c = 0; c < cfg->chunks; c++) {
         Stage* st = stages[c];
-        int v = c * cfg->P + cfg->rank;
+        int v = pp_vstage(&shape, cfg->rank, c);
         if ((v == 0) != (st->first != 0) || (v == p->S - 1) != (st->last != 0)) {
             snprintf(err, err_len, "internal: chunk %d of rank %d is virtual stage %d but its Stage has first=%d last=%d",
                      c, cfg->rank, v, st->first, st->last);
@@ -435,7 +437,7 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
 
 /* fixed-sync: post the receives the dispatcher says are due now, each once. */
 static int post_sequence_receives(Pipeline* p, const PpDispatcher* d, const Microbatch* mbs, uint8_t* posted) {
-    PpTask due[2];
+    PpTask due[4];
     int k = pp_dispatcher_sequence_receives(d, due);
     for (int i = 0; i < k; i++) {
         int idx = pp_task_index(&p->shape, due[i]);

@@ -443,7 +443,7 @@ static void sim_send(Sim* S, int src, int dst, int kz, double t_send) {
  * which, so the runtime posts the same ones). */
 static void sim_post(Sim* S, int r, int k, double t);
 static void sim_post_ahead(Sim* S, int r, double t) {
-    PpTask y[2];
+    PpTask y[4];
     int n = pp_dispatcher_sequence_receives(&S->disp[r], y);
     for (int i = 0; i < n; i++) {
         int k = pp_task_index(&S->sh, y[i]);
@@ -540,7 +540,7 @@ static void sim_describe_deadlock(Sim* S, double t) {
         PpTask y;
         if (S->busy[r] == 2) w = snprintf(p, left, " rank %d blocked in a send;", r);
         else if (!pp_mode_is_ready(S->mode) && pp_dispatcher_peek_sequence(d, &y))
-            w = snprintf(p, left, " rank %d waits for the input of %s;", r, pp_task_format(y, r, S->sh.P, b, sizeof b));
+            w = snprintf(p, left, " rank %d waits for the input of %s;", r, pp_task_label(&S->sh, y, r, b, sizeof b));
         else w = snprintf(p, left, " rank %d has %d tasks left, none eligible (in flight %d, cap %d);", r,
                           d->n - d->n_started, d->inflight, d->cap);
         if (w < 0 || (size_t)w >= left) break;
@@ -686,7 +686,7 @@ PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, i
     double ms[3] = {NAN, NAN, NAN};  // ready, (lookahead: no longer a candidate), fixed
     int seq = pp_hint_is_sequence(hint);
     if (seq && allow_fixed) {  // the hint's sequence is a candidate only where it stays within the cap
-        PpShape sh = {est->P, est->M, chunks, est->split};
+        PpShape sh = {est->P, est->M, chunks, est->split, pp_hint_vshape(hint)};
         for (int r = 0; r < est->P && allow_fixed; r++)
             if (pp_hint_peak(hint, &sh, r) > pp_cap_for(cap, hint, &sh, r)) allow_fixed = 0;
     }
@@ -705,7 +705,7 @@ PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, i
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
                     PpSimResult* res, char* err, size_t errlen) {
     memset(res, 0, sizeof *res);
-    PpShape sh = {d->P, d->M, chunks, d->split};
+    PpShape sh = {d->P, d->M, chunks, d->split, pp_hint_vshape(hint)};
     if (pp_hint_check_shape(hint, &sh, err, errlen)) return -1;
     if (mode == PP_MODE_ADAPTIVE) {
         /* plan on what the ranks know (the estimates), then run the step for real under the choice */
