@@ -412,6 +412,7 @@ static int send_ahead(Pipeline* p, PpTask t, double in_s, int known, char* err, 
     PpTask dst_task;
     if (*sent || t.kind == PP_W || !pp_task_output(&p->shape, p->cfg.rank, t, &dst, &dst_task)) return 0;
     *sent = 1;
+    if (dst == p->cfg.rank) return 0; /* a local hand-off needs no notice: it is in as soon as t ends */
     double e = task_estimate(p, t);
     double v = known && e > 0 ? (in_s > 0 ? in_s : 0) + e : 0;
     MsgKey k = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, dst_task.chunk, t.mb};
@@ -425,6 +426,7 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
     int src;
     PpTask src_task;
     if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return 0;
+    if (src == p->cfg.rank) return 0; /* the V's tip feeds itself: handed over locally (local_handoff) */
     if (p->look) {
         MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, t.chunk, t.mb};
         MsgKey ak = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, t.chunk, t.mb};
@@ -487,6 +489,18 @@ static const float* task_output(Pipeline* p, const Microbatch* mb) {
     if (p->on_host || p->dev_comm) return p->out_buf;
     p->stages[0]->be->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
     return p->host_out;
+}
+
+/* The V layout's tip (rank P-1 holds stages P-1 and P): the output of the task just run (p->out_buf) is
+ * the input of another chunk of this rank, copied straight into that chunk's input slot instead of
+ * travelling through the transport (which has no messages to self). */
+static void local_handoff(Pipeline* p, PpTask dst_task, const Microbatch* mb) {
+    float* to = in_buf(p, dst_task);
+    size_t bytes = mb_bytes(p, mb);
+    const Backend* be = p->stages[0]->be;
+    if (p->on_host) memcpy(to, p->out_buf, bytes);
+    else if (p->dev_comm) be->copy_d2d(be, to, p->out_buf, bytes);
+    else be->copy_d2h(be, to, p->out_buf, bytes);
 }
 
 /* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key, 0 when not,
@@ -813,7 +827,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             int dst = -1;
             MsgKey key;
             PpTask dst_task;
-            if (look && t.kind != PP_W && pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task)) {
+            if (look && t.kind != PP_W && pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task) && dst != cfg->rank) {
                 /* the start notice: the consumer learns that its input is on the way and when to expect it */
                 double est = task_estimate(p, t);
                 MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, dst_task.chunk, t.mb};
@@ -841,7 +855,12 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
                 got = -1;
                 break;
             }
-            if (has_out) {
+            if (has_out && dst == cfg->rank) {
+                PpTask dst_task;
+                pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task);
+                local_handoff(p, dst_task, &mbs[t.mb]);
+                pp_dispatcher_input_arrived(&d, dst_task);
+            } else if (has_out) {
                 const float* payload = task_output(p, &mbs[t.mb]);
                 size_t bytes = mb_bytes(p, &mbs[t.mb]);
                 int src = p->dev_comm
