@@ -11,8 +11,9 @@
  * min(makespan(fixed), makespan(ready)). Prints the worst ratio per group, the cases above 1.005 and the
  * worst overall; exits 1 when any case is above --target (default: report only).
  *
- * Usage: rrfp-bench-adaptive [--seeds N] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all]
- *   --all prints every case (TSV). */
+ * Usage: rrfp-bench-adaptive [--seeds N] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all] [--simsh]
+ *   --all prints every case (TSV) on stderr; --simsh: bench/sim.sh's two generators only (its table:
+ *   --simsh --ps "4 8 32 128" --seeds 5). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +108,7 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
 }
 
 int main(int argc, char** argv) {
-    int seeds = 6, all = 0;
+    int seeds = 6, all = 0, simsh = 0;
     const char* ps = "8 32";
     double e = 0.2, target = 0;
     PpMode mode = PP_MODE_ADAPTIVE;
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--error") && i + 1 < argc) e = atof(argv[++i]);
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = atof(argv[++i]);
         else if (!strcmp(argv[i], "--all")) all = 1;
+        else if (!strcmp(argv[i], "--simsh")) simsh = 1;
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             if (pp_mode_parse(argv[++i], &mode)) {
                 fprintf(stderr, "rrfp-bench-adaptive: unknown mode %s\n", argv[i]);
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
             }
         } else {
             fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--ps \"8 32\"] [--error E] [--mode MODE] "
-                            "[--target T] [--all]\n");
+                            "[--target T] [--all] [--simsh]\n");
             return 2;
         }
     }
@@ -146,7 +148,7 @@ int main(int argc, char** argv) {
     printf("| generator | P | M | hint | cap | worst %s / best(fixed, ready) | mean | fixed/ready range |\n",
            pp_mode_name(mode));
     printf("|---|---|---|---|---|---|---|---|\n");
-    for (size_t g = 0; g < sizeof gens / sizeof *gens; g++)
+    for (size_t g = 0; g < (simsh ? 2 : sizeof gens / sizeof *gens); g++)
         for (int ip = 0; ip < nP; ip++)
             for (int ih = 0; ih < 2; ih++)
                 for (int ic = 0; ic < 3; ic++) {
