@@ -12,7 +12,8 @@
  * worst overall; exits 1 when any case is above --target (default: report only).
  *
  * Usage: rrfp-bench-adaptive [--seeds N] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all] [--simsh]
- *   --all prints every case (TSV) on stderr; --simsh: bench/sim.sh's two generators only (its table:
+ *   --all prints every case (TSV) on stderr; --mode-cap C runs MODE at cap C instead of the case's (to
+ *   compare policies); --simsh: bench/sim.sh's two generators only (its table:
  *   --simsh --ps "4 8 32 128" --seeds 5). */
 #include <math.h>
 #include <stdio.h>
@@ -109,6 +110,7 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
 
 int main(int argc, char** argv) {
     int seeds = 6, all = 0, simsh = 0;
+    const char* mode_cap = NULL;
     const char* ps = "8 32";
     double e = 0.2, target = 0;
     PpMode mode = PP_MODE_ADAPTIVE;
@@ -119,6 +121,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = atof(argv[++i]);
         else if (!strcmp(argv[i], "--all")) all = 1;
         else if (!strcmp(argv[i], "--simsh")) simsh = 1;
+        else if (!strcmp(argv[i], "--mode-cap") && i + 1 < argc) mode_cap = argv[++i];
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             if (pp_mode_parse(argv[++i], &mode)) {
                 fprintf(stderr, "rrfp-bench-adaptive: unknown mode %s\n", argv[i]);
@@ -126,7 +129,7 @@ int main(int argc, char** argv) {
             }
         } else {
             fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--ps \"8 32\"] [--error E] [--mode MODE] "
-                            "[--target T] [--all] [--simsh]\n");
+                            "[--target T] [--all] [--simsh] [--mode-cap C]\n");
             return 2;
         }
     }
@@ -141,7 +144,7 @@ int main(int argc, char** argv) {
     }
     static const char* caps[3] = {"1x", "1.5x", "2x"};
     static const PpHint hints[2] = {PP_HINT_1F1B, PP_HINT_ZBH1};
-    double worst = 0;
+    double worst = 0, logsum = 0;
     char worst_case[256] = "";
     int n_cases = 0, n_over = 0;
     printf("mode %s, estimate error %g, %d seeds, P in {%s}\n\n", pp_mode_name(mode), e, seeds, ps);
@@ -161,11 +164,12 @@ int main(int argc, char** argv) {
                                                    split, 0.02);
                         double f = run(&d, hints[ih], PP_MODE_FIXED, NULL, e, (uint64_t)s);
                         double r = run(&d, hints[ih], PP_MODE_READY, caps[ic], e, (uint64_t)s);
-                        double a = run(&d, hints[ih], mode, caps[ic], e, (uint64_t)s);
+                        double a = run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, (uint64_t)s);
                         double best = f < r ? f : r, ratio = a / best;
                         if (f / r < frmin) frmin = f / r;
                         if (f / r > frmax) frmax = f / r;
                         gsum += ratio;
+                        logsum += log(ratio);
                         if (ratio > gw) gw = ratio;
                         n_cases++;
                         if (ratio > 1.005) n_over++;
@@ -183,7 +187,8 @@ int main(int argc, char** argv) {
                            pp_hint_name(hints[ih]), caps[ic], gw, gw > 1.005 ? " **" : "", gsum / seeds, frmin, frmax);
                     fflush(stdout);
                 }
-    printf("\n%d cases, %d above 1.005; worst %.4f: %s\n", n_cases, n_over, worst, worst_case);
+    printf("\n%d cases, %d above 1.005; geometric mean %.4f; worst %.4f: %s\n", n_cases, n_over,
+           exp(logsum / (n_cases > 0 ? n_cases : 1)), worst, worst_case);
     if (target > 0 && worst > target) {
         printf("target %.4f: NOT MET\n", target);
         return 1;

@@ -40,7 +40,7 @@ static void sim_usage(FILE* f) {
             "                    (lognormal sigma per task, default 0.03), --straggler FACTOR:LEN:PROB\n"
             "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead or adaptive (default ready); adaptive\n"
-            "                    predicts the step from the estimates under ready and fixed\n"
+            "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest (docs/scheduler.md)\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
@@ -483,8 +483,8 @@ int cmd_sim(int argc, char** argv) {
         if (pp_mode_waits(r.chosen)) printf(", %ld of them waited for an announced input", r.waits);
         printf(")\n");
         if (mode == PP_MODE_ADAPTIVE)
-            printf("adaptive: ran %s (predicted on the estimates: ready %.6g, fixed %.6g)\n",
-                   pp_mode_name(r.chosen), r.predicted[0], r.predicted[2]);
+            printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
+                   pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
     }
     if (trace && write_sim_trace(trace, &r, d.P, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);

@@ -678,10 +678,14 @@ static double plan_run(const PpDurations* d, PpHint hint, PpMode m, PpCap cap, i
  * given and on their denoised fit. The two err on opposite sides: independent per-task estimate error
  * looks like extra variance (which favours ready), while the fit also removes the true per-task variance
  * no cost model can see (which favours fixed); rrfp-bench-adaptive (bench/adaptive.sh, 720 cases with
- * estimates 20% off) misses the 0.5% target in 21 cases with the raw estimates alone, 20 with the fit
+ * estimates 20% off) misses the 0.5% target in 20 cases with the raw estimates alone, 20 with the fit
  * alone and 14 with the mean. With an exact cost model (the MPI runtime's, already of the fit's form) both
- * are the same simulation. lookahead is not a candidate: as one it was picked where it was the worst of
- * the three (21 misses against 14 without it). */
+ * are the same simulation. lookahead is taken only when predicted more than PP_PLAN_LOOKAHEAD_MARGIN
+ * faster than the better of the two: it beats both by more than 0.5% in a third of those cases and loses
+ * to both by as much in a fifth, and its prediction (on estimates that are exact in the plan's world) is
+ * the least reliable; with no margin it was picked where it was slowest (56 misses), with 2% it keeps 14
+ * misses and makes the mean step 0.15% faster than the better of fixed and ready (1% margin: 28; 3%: 14,
+ * 0.01%). */
 PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]) {
     double ms[3] = {NAN, NAN, NAN};  // ready, (lookahead: no longer a candidate), fixed
     int seq = pp_hint_is_sequence(hint);
@@ -693,13 +697,19 @@ PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, i
     PpDurations fit;
     pp_durations_smooth(est, &fit);
     ms[0] = 0.5 * (plan_run(est, hint, PP_MODE_READY, cap, chunks) + plan_run(&fit, hint, PP_MODE_READY, cap, chunks));
+    if (seq)
+        ms[1] = 0.5 * (plan_run(est, hint, PP_MODE_LOOKAHEAD, cap, chunks) +
+                       plan_run(&fit, hint, PP_MODE_LOOKAHEAD, cap, chunks));
     if (seq && allow_fixed)
         ms[2] = 0.5 * (plan_run(est, hint, PP_MODE_FIXED, cap, chunks) + plan_run(&fit, hint, PP_MODE_FIXED, cap, chunks));
     pp_durations_free(&fit);
     if (pred)
         for (int i = 0; i < 3; i++) pred[i] = ms[i];
-    if (!isnan(ms[2]) && !(ms[0] < ms[2] * (1 - PP_PLAN_MARGIN))) return PP_MODE_FIXED;
-    return PP_MODE_READY;
+    PpMode m = PP_MODE_READY;
+    double best = ms[0];
+    if (!isnan(ms[2]) && !(ms[0] < ms[2] * (1 - PP_PLAN_MARGIN))) m = PP_MODE_FIXED, best = ms[2];
+    if (!isnan(ms[1]) && ms[1] < best * (1 - PP_PLAN_LOOKAHEAD_MARGIN)) m = PP_MODE_LOOKAHEAD;
+    return m;
 }
 
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,

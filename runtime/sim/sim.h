@@ -85,15 +85,17 @@ double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt
 
 /* adaptive's plan (sched.h): predict the step's makespan from the estimated durations `est` (what every
  * rank of the pipeline knows before the step: the plan's microbatches through the cost model) under
- * ready and, when the hint is a sequence, allow_fixed is set and the hint's own in-flight peak stays
- * within the cap on every rank (the cap bounds memory), fixed; return the one predicted faster (fixed
- * unless ready is predicted faster by more than PP_PLAN_MARGIN, relative). A prediction is the mean of
- * the simulated makespans on `est` itself and on its denoised fit (pp_durations_smooth): independent
- * per-task estimate error makes the raw prediction see more variance than the step has, the fit sees
- * less (sim.c). pred (may be NULL) receives the predicted makespans of ready, lookahead (always NAN: no
- * longer a candidate) and fixed (NAN when not a candidate). Deterministic: every rank computes the same
- * choice from the same inputs. Measured by bench/adaptive.sh (docs/scheduler.md). */
+ * ready, lookahead (sequence hints) and, when the hint is a sequence, allow_fixed is set and the hint's
+ * own in-flight peak stays within the cap on every rank (the cap bounds memory), fixed. Of ready and
+ * fixed it takes the one predicted faster (fixed unless ready is predicted faster by more than
+ * PP_PLAN_MARGIN, relative), and lookahead instead only when predicted faster than that one by more than
+ * PP_PLAN_LOOKAHEAD_MARGIN. A prediction is the mean of the simulated makespans on `est` itself and on
+ * its denoised fit (pp_durations_smooth): independent per-task estimate error makes the raw prediction
+ * see more variance than the step has, the fit sees less (sim.c). pred (may be NULL) receives the
+ * predicted makespans of ready, lookahead and fixed (NAN when not a candidate). Deterministic: every
+ * rank computes the same choice from the same inputs. Measured by bench/adaptive.sh (docs/scheduler.md). */
 #define PP_PLAN_MARGIN 0.0
+#define PP_PLAN_LOOKAHEAD_MARGIN 0.02
 PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]);
 /* The estimated durations of d as the simulator's cost model gives them (pp_sim_estimate per rank and
  * task, chunks summed per rank): the input of pp_sim_plan. */

@@ -50,8 +50,8 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
             snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (no estimates of every rank yet)\n", step,
                      pp_mode_name(ps.mode));
         else
-            snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (predicted s: ready %.4g, fixed %.4g)\n",
-                     step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[2]);
+            snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (predicted s: ready %.4g, lookahead %.4g, "
+                     "fixed %.4g)\n", step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[1], ps.predicted[2]);
         fputs(line, stderr);
         x->last_mode = (int)ps.mode;
     }

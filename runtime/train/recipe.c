@@ -124,7 +124,7 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
      "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
      "adaptive (the default) = per step, ready or the hint's sequence, whichever a simulation of the step on "
-     "the cost model's estimates predicts faster: docs/scheduler.md)."},
+     "the cost model's estimates predicts faster, or lookahead where predicted 2% faster still: docs/scheduler.md)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
