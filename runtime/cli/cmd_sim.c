@@ -174,13 +174,15 @@ static void print_exec_grid(FILE* f, const PpSimResult* r, const PpShape* s) {
     }
 }
 
-static int write_sim_trace(const char* path, const PpSimResult* r, int P, char* err, size_t errlen) {
+static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape* s, char* err, size_t errlen) {
     const double unit = 1e-3;  // one simulated time unit shown as 1 ms
+    int P = s->P;
     PpTrace* tr = pp_trace_open(path, 0);
     for (int k = 0; k < P; k++) {
         pp_trace_rank(tr, k);
         for (int i = 0; i < r->n_exec[k]; i++)
-            pp_trace_task(tr, k, P, r->exec[k][i].task, r->exec[k][i].start * unit, r->exec[k][i].end * unit);
+            pp_trace_task_stage(tr, k, pp_vstage(s, k, r->exec[k][i].task.chunk), r->exec[k][i].task,
+                                r->exec[k][i].start * unit, r->exec[k][i].end * unit);
         pp_trace_step(tr, k, 0, 0, r->makespan * unit);
     }
     for (int i = 0; i < r->n_msgs; i++) {
@@ -486,7 +488,7 @@ int cmd_sim(int argc, char** argv) {
             printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
                    pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
     }
-    if (trace && write_sim_trace(trace, &r, d.P, err, sizeof err)) {
+    if (trace && write_sim_trace(trace, &r, &shape, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         rc = 1;
     }

@@ -848,7 +848,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             p->cost_s[t.chunk * 3 + t.kind] += t1 - t0;
             p->cost_u[t.chunk * 3 + t.kind] += task_units(p, t);
             pp_dispatcher_finished(&d, t);
-            if (trace) pp_trace_task(trace, cfg->rank, cfg->P, t, t0, t1);
+            if (trace) pp_trace_task_stage(trace, cfg->rank, vstage(p, t.chunk), t, t0, t1);
             /* Megatron's paired exchange: the receives of what comes next are posted when this task
              * has finished computing, then this task's send blocks until its receiver posted. */
             if (sync && post_sequence_receives(p, &d, mbs, posted) != 0) {

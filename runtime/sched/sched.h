@@ -130,12 +130,11 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
 
 /* lookahead: `ready` that may leave a rank idle for a better-ranked task whose input is predicted to
  * arrive before the best ready task would finish (pp_dispatcher_next_at).
- * adaptive: per step, the policy that the step's plan and the duration estimates predict fastest, of
- * ready (never wait), lookahead (wait for announced better-ranked inputs) and, under a sequence hint,
- * the hint's sequence (always wait for the next task: fixed). The choice is made before the step by
- * simulating it on the estimates (pp_sim_plan in runtime/sim/: every rank of the pipeline computes the
- * same choice from the same plan and estimates); a dispatcher given `adaptive` itself, without a plan,
- * behaves as lookahead. */
+ * adaptive: per step, of ready (never wait) and, under a sequence hint, the hint's sequence (always wait
+ * for the next task: fixed), the one the step's plan and the duration estimates predict faster, or
+ * lookahead where predicted clearly faster than both (pp_sim_plan in runtime/sim/: every rank of the
+ * pipeline computes the same choice from the same plan and estimates); a dispatcher given `adaptive`
+ * itself, without a plan, behaves as lookahead. */
 typedef enum {
     PP_MODE_FIXED_SYNC = 0,
     PP_MODE_FIXED,
