@@ -4,7 +4,8 @@
 # text-only and multimodal samples packed by the recipe's packer (balanced, window 256) at 4096 tokens,
 # durations from the partitioner's FLOP model at 400 TFLOP/s per rank, jitter 0.03, stragglers
 # 1.5x for 8 microbatches with probability 0.01 per (rank, microbatch). For each (P, workload, seed):
-# every mode x hint x cap of bench/sim.sh's table on the same step; adaptive and lookahead with
+# every mode x hint x cap of bench/sim.sh's table on the same step, and the V hints zbv / dualpipev (two
+# chunks per rank, each rank's durations split evenly over them: --chunks 2); adaptive and lookahead with
 # estimates off by up to ERR (default 0.2). Columns: speedup over fixed-sync 1f1b (geometric mean over
 # seeds), efficiency (lower bound / makespan) and bubble (means). Then the packing policies on the same
 # recipe: tokens per second of the step (policies pack different numbers of samples into the M
@@ -33,6 +34,9 @@ for P in $PS; do
           local capflag=()
           [ -n "${4:-}" ] && capflag=(--cap "$4")
           case "$1" in lookahead|adaptive) capflag+=(--estimate-error "$ERR" --estimate-seed "$seed") ;; esac
+          case "$2" in zbv|dualpipev) capflag+=(--chunks 2) ;; esac  # two chunks per rank in a V
+          # dualpipev needs M >= 2P (torch's ScheduleDualPipeV): left out (a '-' cell) where M < 2P
+          [ "$2" = dualpipev ] && [ "$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$3")" -lt $((2 * P)) ] && return 0
           printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t' "$P" "$wl" "$seed" "$pol" "$tokens" "$1" "$2" "${4:--}"
           "$BIN" sim --durations "$3" --mode "$1" --hint "$2" "${capflag[@]}" --json
         }
@@ -43,11 +47,17 @@ for P in $PS; do
         run fixed-sync zb-h1 "$base-split.json"
         run fixed 1f1b "$base-whole.json"
         run fixed zb-h1 "$base-split.json"
+        for h in zbv dualpipev; do
+          run fixed-sync $h "$base-split.json"
+          run fixed $h "$base-split.json"
+        done
         for cap in 1x 1.5x 2x; do
           for mode in ready lookahead adaptive; do
             run $mode 1f1b "$base-whole.json" "$cap"
             run $mode zb-h1 "$base-split.json" "$cap"
             [ $mode = ready ] && [ $cap = 1.5x ] || run $mode bfw "$base-split.json" "$cap"
+            run $mode zbv "$base-split.json" "$cap"
+            run $mode dualpipev "$base-split.json" "$cap"
           done
         done
       done
@@ -65,7 +75,9 @@ for line in open(sys.argv[1]):
 Ps = sorted({k[0] for k in rows})
 gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
 order = [("fixed-sync", "1f1b", "-"), ("fixed-sync", "zb-h1", "-"), ("fixed", "1f1b", "-"), ("fixed", "zb-h1", "-")]
-order += [(m, h, c) for c in ("1x", "1.5x", "2x") for m in ("ready", "lookahead", "adaptive") for h in ("1f1b", "zb-h1", "bfw")]
+order += [(m, h, "-") for h in ("zbv", "dualpipev") for m in ("fixed-sync", "fixed")]
+order += [(m, h, c) for c in ("1x", "1.5x", "2x") for m in ("ready", "lookahead", "adaptive")
+          for h in ("1f1b", "zb-h1", "bfw", "zbv", "dualpipev")]
 for wl in ("text", "mm"):
     print(f"\n### calibrated {'text-only' if wl == 'text' else 'multimodal'} workload (7B recipe, balanced packing)\n")
     print("| mode | hint | cap | " + " | ".join(f"P={P} speedup | eff | bubble" for P in Ps) + " |")

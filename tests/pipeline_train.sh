@@ -33,6 +33,9 @@ PY
 CASES=("fixed-sync 1f1b" "fixed 1f1b" "ready 1f1b" "fixed zb-h1" "ready zb-h1" "ready bf" "ready bfw" "ready gpipe" "lookahead 1f1b" "adaptive zb-h1")
 # interleaved-1f1b: 2 chunks per rank (needs microbatches % NP == 0 and 2 NP <= text layers)
 [ "$NP" = 2 ] && CASES+=("fixed-sync interleaved-1f1b 2" "ready interleaved-1f1b 2")
+# zbv: 2 chunks per rank in a V (the trainer's layer split by pp_vstage; dualpipev needs M >= 2 NP, which
+# the recipe's 2 microbatches are not: its pipeline is pipeline_equiv_vshape's)
+[ "$NP" = 2 ] && CASES+=("fixed zbv 2" "adaptive zbv 2")
 for hm in "${CASES[@]}"; do
   set -- $hm
   D="$W/pp-$1-$2"

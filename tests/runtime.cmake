@@ -31,6 +31,16 @@ endforeach()
 add_test(NAME pipeline_equiv_interleaved_np2
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 2)
 set_tests_properties(pipeline_equiv_interleaved_np2 PROPERTIES LABELS mpi TIMEOUT 300)
+# The V hints (zbv, dualpipev: two chunks per rank in a V, the tip rank hands its output to itself):
+# every mode x cap x transport, one step's gradients and three optimiser steps against one process.
+foreach(np 2 4)
+  add_test(NAME pipeline_equiv_vshape_np${np}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 240 ${RRFP_MPIRUN} -np ${np} -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> v)
+  set_tests_properties(pipeline_equiv_vshape_np${np} PROPERTIES LABELS mpi TIMEOUT 300)
+  if(np EQUAL 4)  # about 55 s on 2 shared cores: the middle ranks of the V
+    set_tests_properties(pipeline_equiv_vshape_np4 PROPERTIES LABELS "mpi;slow")
+  endif()
+endforeach()
 # rrfp-mm train under mpirun against one process: every hint x mode, resume across layouts, traces.
 foreach(np 2 4)
   add_test(NAME pipeline_train_np${np}

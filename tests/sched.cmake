@@ -7,3 +7,6 @@ add_test(NAME sched_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/sched_cli.sh $<TA
 # random cases (each runs the simulator for every hint x mode x cap): with the CUDA build each process
 # start maps cuBLAS / cuBLASLt (~0.7 s), and 40 cases took 460 s of the suite's 15-minute budget.
 add_test(NAME sched_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/sched_ref.py $<TARGET_FILE:rrfp-mm> 16)
+# Issue 22's check of the default dispatch mode against the better of fixed and ready (bench/adaptive.sh).
+add_executable(rrfp-bench-adaptive bench/bench_adaptive.c)
+target_link_libraries(rrfp-bench-adaptive PRIVATE rrfp_core)

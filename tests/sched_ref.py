@@ -100,6 +100,98 @@ def megatron_interleaved(P, M, V, r, split):
     return out
 
 
+# ---- the V hints, ported from torch.distributed.pipelining's schedules.py (ScheduleZBVZeroBubble and
+# ScheduleDualPipeV, _calculate_single_rank_operations), in stage terms: chunk 0 of rank r is stage r,
+# chunk 1 is stage 2P-1-r. An overlapped (F, full backward) pair runs as F then B W; a full backward is
+# B then W. Tasks are (kind, mb, chunk).
+def torch_zbv(P, M, r):
+    n = max(2 * P - 1, M)
+    acts = []
+    f0 = f1 = b0 = b1 = 0
+    for _ in range(2 * (P - r) - 1):
+        acts.append(("F", f0, 0)); f0 += 1
+    for _ in range(r):
+        acts.append(("F", f1, 1)); f1 += 1
+        acts.append(("F", f0, 0)); f0 += 1
+    for _ in range(P - r):
+        acts += [("F", f1, 1), ("B", b1, 1), ("W", b1, 1)]; f1 += 1; b1 += 1
+    while f1 < f0 or f0 < n:
+        if f0 < n:
+            acts.append(("F", f0, 0)); f0 += 1
+        acts += [("B", b0, 0), ("W", b0, 0)]; b0 += 1
+        acts += [("F", f1, 1), ("B", b1, 1), ("W", b1, 1)]; f1 += 1; b1 += 1
+    w0, w1 = b0, b1
+    for _ in range(r):
+        acts.append(("B", b0, 0)); b0 += 1
+        acts.append(("B", b1, 1)); b1 += 1
+    for _ in range(P - r):
+        acts.append(("B", b0, 0)); b0 += 1
+        acts.append(("W", w0, 0)); w0 += 1
+    while w1 < b1:
+        acts.append(("W", w1, 1)); w1 += 1
+    while w0 < b0:
+        acts.append(("W", w0, 0)); w0 += 1
+    return [a for a in acts if a[1] < M]
+
+
+def torch_dualpipev(P, M, r):
+    acts, cnt, wq = [], {}, []
+
+    def add(c, kind):  # kind F, B (backward input), FB (full backward)
+        key = (c, "F") if kind == "F" else (c, "B")
+        m = cnt.get(key, 0)
+        cnt[key] = m + 1
+        if kind == "F":
+            acts.append(("F", m, c))
+        elif kind == "FB":
+            acts.extend([("B", m, c), ("W", m, c)])
+        else:
+            acts.append(("B", m, c))
+            wq.append((c, m))
+
+    def pending_w():
+        if wq:
+            c, m = wq.pop(0)
+            acts.append(("W", m, c))
+
+    for _ in range((P - r - 1) * 2):
+        add(0, "F")
+    for _ in range(r + 1):
+        add(0, "F"); add(1, "F")
+    for _ in range(P - r - 1):
+        add(1, "B"); pending_w(); add(1, "F")
+    for _ in range(M - 2 * P + r + 1):
+        add(0, "F"); add(1, "FB")   # overlapped (or, on rank P-1's first, F then full backward)
+        add(1, "F"); add(0, "FB")
+    for _ in range(P - r - 1):
+        add(1, "FB")
+        add(1, "F"); add(0, "FB")
+    zb = False
+    for i in range(r + 1):
+        if i == (r + 1) // 2 and r % 2 == 1:
+            zb = True
+        add(1, "B" if zb else "FB")
+        if i == (r + 1) // 2 and r % 2 == 0:
+            zb = True
+        add(0, "B" if zb else "FB")
+    for _ in range(P - r - 1):
+        pending_w()
+        add(0, "B" if zb else "FB")
+    for _ in range(r + 1):
+        pending_w()
+    return acts
+
+
+def stage_of(P, s, c, vshape):
+    return (s if c == 0 else 2 * P - 1 - s) if vshape else c * P + s
+
+
+def owner_of(P, u, vshape):
+    if vshape:
+        return (u, 0) if u < P else (2 * P - 1 - u, 1)
+    return (u % P, u // P)
+
+
 def chunk_of(task):
     return task[2] if len(task) > 2 else 0
 
@@ -108,35 +200,37 @@ def dur(d, s, task):
     return d[task[0]][s][task[1]] / d.get("_V", 1)
 
 
-def producer(P, s, task, V=1):
-    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s)."""
+def producer(P, s, task, V=1, vshape=False):
+    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s, or the V)."""
     k, m, c = task[0], task[1], chunk_of(task)
-    v = c * P + s
+    v = stage_of(P, s, c, vshape)
     if k == "F" and v > 0:
         u = v - 1
     elif k == "B" and v < P * V - 1:
         u = v + 1
     else:
         return None
-    t = (k, m) if V == 1 else (k, m, u // P)
-    return (u % P, t)
+    rk, ck = owner_of(P, u, vshape)
+    t = (k, m) if V == 1 else (k, m, ck)
+    return (rk, t)
 
 
-def consumer(P, s, task, V=1):
+def consumer(P, s, task, V=1, vshape=False):
     k, m, c = task[0], task[1], chunk_of(task)
-    v = c * P + s
+    v = stage_of(P, s, c, vshape)
     if k == "F" and v < P * V - 1:
         u = v + 1
     elif k == "B" and v > 0:
         u = v - 1
     else:
         return None
-    t = (k, m) if V == 1 else (k, m, u // P)
-    return (u % P, t)
+    rk, ck = owner_of(P, u, vshape)
+    t = (k, m) if V == 1 else (k, m, ck)
+    return (rk, t)
 
 
 # ---- fixed and fixed-sync by relaxation -----------------------------------------------------------
-def run_fixed(d, orders, sync, V=1):
+def run_fixed(d, orders, sync, V=1, vs=False):
     P, L = d["stages"], d.get("latency", 0)
     n = len(orders[0])
     pos = {(s, t): i for s in range(P) for i, t in enumerate(orders[s])}
@@ -156,14 +250,14 @@ def run_fixed(d, orders, sync, V=1):
                     prev_free = 0.0 if i == 0 else free[s][i - 1]
                     if prev_free is None:
                         break
-                    pr = producer(P, s, t, V)
+                    pr = producer(P, s, t, V, vs)
                     if pr is not None and (s, t) not in arrival:
                         break
                     start[s][i] = max(prev_free, arrival[(s, t)]) if pr else prev_free
                     comp[s][i] = start[s][i] + dur(d, s, t)
                     progress = True
                 # free time: after the compute, and (fixed-sync) after the send completes
-                c = consumer(P, s, t, V)
+                c = consumer(P, s, t, V, vs)
                 if c is None:
                     free[s][i] = comp[s][i]
                 elif not sync:
@@ -186,7 +280,7 @@ def run_fixed(d, orders, sync, V=1):
 
 
 # ---- ready on a global clock ----------------------------------------------------------------------
-def run_ready(d, orders, caps, V=1):
+def run_ready(d, orders, caps, V=1, vs=False):
     P, L = d["stages"], d.get("latency", 0)
     n = len(orders[0])
     finish = {}      # (s, task) -> finish time
@@ -218,7 +312,7 @@ def run_ready(d, orders, caps, V=1):
                     pt = (s, (pre,) + tuple(task[1:]))
                     if not (pt in finish and finish[pt] <= t):
                         continue
-                pr = producer(P, s, task, V)
+                pr = producer(P, s, task, V, vs)
                 if pr and not (pr in finish and finish[pr] + L <= t):
                     continue
                 if k == "F" and chunk_of(task) == 0 and inflight >= caps[s] and inflight > 0:
@@ -228,7 +322,7 @@ def run_ready(d, orders, caps, V=1):
                 finish[(s, task)] = f
                 running[s] = (f, task)
                 times.add(f)
-                c = consumer(P, s, task, V)
+                c = consumer(P, s, task, V, vs)
                 if c:
                     times.add(f + L)
                 break
@@ -359,6 +453,55 @@ def main():
                 if want is None or abs(got - want) > 1e-9 * max(1.0, want):
                     print(f"FAIL interleaved {mode} P={P} V={V} M={M}: makespan {got} != reference {want}")
                     fails += 1
+        # zbv and dualpipev: the grid against the port of torch's orders, and fixed / ready makespans on the
+        # V layout (two chunks per rank, each rank's durations split evenly over them, split backward).
+        for trial in range(max(4, trials // 4)):
+            P = rng.randint(1, 4)
+            M = 2 * P + rng.randint(0, 3)
+            lat = rng.choice([0.0, 0.25])
+            q = lambda: rng.randint(1, 16) / 4
+            d = {"stages": P, "microbatches": M, "latency": lat,
+                 "F": [[q() for _ in range(M)] for _ in range(P)], "B": [[q() for _ in range(M)] for _ in range(P)],
+                 "W": [[q() for _ in range(M)] for _ in range(P)]}
+            path = os.path.join(tmp, f"v{trial}.json")
+            with open(path, "w") as f:
+                json.dump(d, f)
+            d["_V"] = 2
+            for name, build in (("zbv", torch_zbv), ("dualpipev", torch_dualpipev)):
+                orders = [build(P, M, s_) for s_ in range(P)]
+                out = subprocess.run([exe, "sim", "--durations", path, "--mode", "fixed", "--hint", name,
+                                      "--chunks", "2", "--grid"], capture_output=True, text=True)
+                rows = [l.split()[1:] for l in out.stdout.splitlines() if l.strip().startswith("r")][:P]
+                for s_ in range(P):
+                    want = [f"{stage_of(P, s_, c, True)}{k}{m}" for (k, m, c) in orders[s_]]
+                    checked += 1
+                    if len(rows) <= s_ or rows[s_] != want:
+                        print(f"FAIL {name} P={P} M={M} rank {s_}:\n  got  {rows[s_] if len(rows) > s_ else out.stderr}"
+                              f"\n  want {want}")
+                        fails += 1
+                for mode in ("fixed", "ready"):
+                    out = subprocess.run([exe, "sim", "--durations", path, "--mode", mode, "--hint", name,
+                                          "--chunks", "2", "--cap", "1x", "--json"], capture_output=True, text=True)
+                    if out.returncode != 0:
+                        print(f"FAIL {name} {mode}: {out.stderr.strip()}")
+                        fails += 1
+                        continue
+                    got = json.loads(out.stdout)["makespan"]
+                    if mode == "fixed":
+                        want = run_fixed(d, orders, False, 2, True)
+                    else:
+                        def peak(order):
+                            cur = best = 0
+                            for (k, m, c) in order:
+                                if c == 0 and k in "FB":
+                                    cur += 1 if k == "F" else -1
+                                    best = max(best, cur)
+                            return best
+                        want = run_ready(d, orders, [peak(o) for o in orders], 2, True)
+                    checked += 1
+                    if want is None or abs(got - want) > 1e-9 * max(1.0, want):
+                        print(f"FAIL {name} {mode} P={P} M={M}: makespan {got} != reference {want}")
+                        fails += 1
     print(f"sched_ref: {checked} runs compared, {fails} mismatches")
     return 1 if fails else 0
 

@@ -22,7 +22,8 @@
  * steps, the step end on the device through Backend.sum_squares / scale / adamw_update) runs one
  * schedule with the losses within 1e-5.
  *
- * Usage: test_pipeline [chunks] [cuda]   (chunks = 2 exercises interleaved-1f1b; M is a multiple of P) */
+ * Usage: test_pipeline [chunks|v] [cuda]   (chunks = 2 exercises interleaved-1f1b, M a multiple of P; v: two
+ * chunks per rank in a V, the zbv and dualpipev hints, M = 2P + 1) */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -117,8 +118,9 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     for (int v = 0, l = 0; v < S; v++) l0s[v] = l, l += layers[v];
     Stage* stages = callocCheck((size_t)chunks, sizeof *stages);
     Stage** sp = callocCheck((size_t)chunks, sizeof *sp);
+    PpShape layout = {P, M, chunks, 0, pp_hint_vshape(hint)};
     for (int c = 0; c < chunks; c++) {
-        int v = c * P + rank;
+        int v = pp_vstage(&layout, rank, c);
         stage_init(&stages[c], cfg, l0s[v], l0s[v] + layers[v], pbe);
         params_alloc_optimizer(&stages[c].params);
         sp[c] = &stages[c];
@@ -217,7 +219,8 @@ int main(int argc, char** argv) {
     int rank, P;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
-    int chunks = argc > 1 ? atoi(argv[1]) : 1;
+    int vshape = argc > 1 && !strcmp(argv[1], "v");
+    int chunks = vshape ? 2 : argc > 1 ? atoi(argv[1]) : 1;
     int on_cuda = argc > 2 && !strcmp(argv[2], "cuda");
     const Backend* be = &backend_cpu;  /* the reference */
     const Backend* pbe = &backend_cpu; /* the pipeline's stages */
@@ -234,7 +237,7 @@ int main(int argc, char** argv) {
                        .V = 97, .min_patches = 4, .max_patches = 16, .init_std = 0.02f, .seed = 1234};
     char err[512];
     if (model_config_check(&cfg, err, sizeof err) != 0) rr_die("test config: %s", err);
-    int M = chunks > 1 ? 2 * P : 2 * P + 1; /* interleaved needs M % P == 0 */
+    int M = chunks > 1 && !vshape ? 2 * P : 2 * P + 1; /* interleaved needs M % P == 0, dualpipev M >= 2P */
     Microbatch* mbs = callocCheck((size_t)M, sizeof *mbs);
     int max_T = 0, max_Np = 0, sup = 0;
     SynthConfig sc = {.patch = cfg.patch, .V = cfg.V, .max_samples = 3, .min_text = 3, .max_text = 22,
@@ -261,14 +264,16 @@ int main(int argc, char** argv) {
     }
     ref_loss *= scale;
 
-    /* This rank's chunks: virtual stage v = c*P + rank holds an equal share of the layers. */
+    /* This rank's chunks: virtual stage v = c*P + rank (the V: r and 2P-1-r) holds an equal share of the
+     * layers. */
     int S = P * chunks, layers[64], l0s[64];
     partition_auto(cfg.Lt, S, (PartitionCost){0, 0, 1}, layers);
     for (int v = 0, l = 0; v < S; v++) l0s[v] = l, l += layers[v];
     Stage* stages = callocCheck((size_t)chunks, sizeof *stages);
     Stage** sp = callocCheck((size_t)chunks, sizeof *sp);
+    PpShape layout = {P, M, chunks, 0, vshape};
     for (int c = 0; c < chunks; c++) {
-        int v = c * P + rank;
+        int v = pp_vstage(&layout, rank, c);
         stage_init(&stages[c], &cfg, l0s[v], l0s[v] + layers[v], pbe);
         sp[c] = &stages[c];
     }
@@ -276,7 +281,9 @@ int main(int argc, char** argv) {
     int failures = 0, runs = 0;
     double worst_rel = 0;
     for (int h = 0; h < PP_HINT_COUNT; h++) {
-        if ((h == PP_HINT_INTERLEAVED) != (chunks > 1)) continue;
+        if (vshape ? !pp_hint_vshape((PpHint)h)
+                   : ((h == PP_HINT_INTERLEAVED) != (chunks > 1) || pp_hint_vshape((PpHint)h)))
+            continue;
         for (int mode = 0; mode < PP_MODE_COUNT; mode++) {
             if (!pp_mode_is_ready((PpMode)mode) && !pp_hint_is_sequence((PpHint)h)) continue;
             /* variants: 0,1 = tagged / fifo transport at the default cap; 2 = cap 1 (one microbatch in
@@ -359,7 +366,7 @@ int main(int argc, char** argv) {
                      * does: right after F0 no gradient can have come back yet (B0 needs F0's output to
                      * travel the whole pipeline), so it starts F1 at once. A cap resolved against no peak
                      * (1) held it to one. */
-                    PpShape shape = {P, M, chunks, pipeline_hint_splits((PpHint)h)};
+                    PpShape shape = {P, M, chunks, pipeline_hint_splits((PpHint)h), 0};
                     int want = pp_cap_for(cap, (PpHint)h, &shape, rank);
                     if (st.peak_inflight > want || (rank == 0 && chunks == 1 && st.peak_inflight < 2)) {
                         fprintf(stderr, "rank %d %s: cap 1x = %d but peak in flight %d\n", rank,
@@ -377,7 +384,8 @@ int main(int argc, char** argv) {
      * microbatch exceeds the token budget is refused on every rank before any message moves, and the
      * same pipeline then still runs a valid step. */
     if (!on_cuda) {
-        PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = chunks > 1 ? PP_HINT_INTERLEAVED : PP_HINT_1F1B,
+        PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks,
+                             .hint = vshape ? PP_HINT_ZBV : chunks > 1 ? PP_HINT_INTERLEAVED : PP_HINT_1F1B,
                              .mode = PP_MODE_READY, .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED,
                              .timeout_s = 60, .max_tokens = max_T - 1, .max_patches = max_Np};
         Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
@@ -396,6 +404,11 @@ int main(int argc, char** argv) {
         /* the step end (norm, clipping, AdamW) on the device: one schedule (the emulation is slow) */
         failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, chunks > 1 ? PP_HINT_INTERLEAVED : PP_HINT_1F1B,
                                       PP_MODE_READY, NULL, pbe);
+    } else if (vshape) { /* both V hints under every mode */
+        for (int mode = 0; mode < PP_MODE_COUNT; mode++) {
+            failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_ZBV, (PpMode)mode, NULL, pbe);
+            failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_DUALPIPEV, (PpMode)mode, NULL, pbe);
+        }
     } else if (chunks > 1) {
         failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_READY, NULL, pbe);
         failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_FIXED_SYNC, NULL, pbe);
@@ -404,7 +417,7 @@ int main(int argc, char** argv) {
         failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL, pbe);
         failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x", pbe);
     }
-    runs += on_cuda ? 1 : chunks > 1 ? 2 : 3;
+    runs += on_cuda ? 1 : vshape ? 2 * PP_MODE_COUNT : chunks > 1 ? 2 : 3;
     double worst = 0;
     MPI_Allreduce(&worst_rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)

@@ -37,7 +37,7 @@ static char* order_string(PpHint h, PpShape s, int rank) {
 }
 
 static void expect_order(PpHint h, int P, int M, int V, int split, int rank, const char* want) {
-    PpShape s = {P, M, V, split};
+    PpShape s = {P, M, V, split, 0};
     char* got = order_string(h, s, rank);
     CHECK(!strcmp(got, want), "%s P=%d M=%d V=%d split=%d rank %d:\n   got  %s\n   want %s", pp_hint_name(h), P, M, V,
           split, rank, got, want);
@@ -82,7 +82,7 @@ static void test_task_format(void) {
     CHECK(pp_task_parse("5W7", 2, 4, &u) == -1, "stage 5 is not on rank 2 of 4");
     CHECK(pp_task_parse("6X7", 2, 4, &u) == -1, "bad kind");
     CHECK(pp_task_parse("6F", 2, 4, &u) == -1, "missing microbatch");
-    PpShape s = {4, 5, 2, 1};
+    PpShape s = {4, 5, 2, 1, 0};
     for (int i = 0; i < pp_shape_tasks(&s); i++)
         CHECK(pp_task_index(&s, pp_task_from_index(&s, i)) == i, "index round trip %d", i);
 }
@@ -126,13 +126,13 @@ static void test_hint_orders(void) {
     // Shape errors are clear.
     char err[256];
     PpTask o[64];
-    PpShape bad = {4, 6, 2, 0};
+    PpShape bad = {4, 6, 2, 0, 0};
     CHECK(pp_hint_build(PP_HINT_INTERLEAVED, &bad, 0, o, err, sizeof err) == -1 && strstr(err, "divisible"),
           "M %% P check: %s", err);
-    PpShape one = {4, 8, 1, 0};
+    PpShape one = {4, 8, 1, 0, 0};
     CHECK(pp_hint_build(PP_HINT_INTERLEAVED, &one, 0, o, err, sizeof err) == -1 && strstr(err, "chunks"),
           "chunks check: %s", err);
-    PpShape two = {4, 8, 2, 0};
+    PpShape two = {4, 8, 2, 0, 0};
     CHECK(pp_hint_build(PP_HINT_1F1B, &two, 0, o, err, sizeof err) == -1 && strstr(err, "chunk"), "1f1b chunks: %s",
           err);
     // Every hint's order is a permutation of the rank's tasks; sequences keep F < B < W.
@@ -140,8 +140,10 @@ static void test_hint_orders(void) {
         for (int P = 1; P <= 5; P++)
             for (int M = 1; M <= 11; M++)
                 for (int split = 0; split <= 1; split++) {
-                    PpShape s = {P, M, h == PP_HINT_INTERLEAVED ? 3 : 1, split};
+                    int vh = pp_hint_vshape((PpHint)h);
+                    PpShape s = {P, M, h == PP_HINT_INTERLEAVED ? 3 : vh ? 2 : 1, split, vh};
                     if (h == PP_HINT_INTERLEAVED && (P < 2 || M % P)) continue;
+                    if (vh && (!split || (h == PP_HINT_DUALPIPEV && M < 2 * P))) continue;
                     for (int r = 0; r < P; r++) {
                         PpTask* ord = mallocCheck(sizeof(PpTask) * pp_shape_tasks(&s));
                         int n = pp_hint_build((PpHint)h, &s, r, ord, err, sizeof err);
@@ -152,14 +154,14 @@ static void test_hint_orders(void) {
                     }
                 }
     // The checker itself rejects a duplicate and a B before its F.
-    PpShape s = {2, 2, 1, 0};
+    PpShape s = {2, 2, 1, 0, 0};
     PpTask dup[4] = {{0, PP_F, 0}, {0, PP_F, 0}, {0, PP_B, 0}, {0, PP_B, 1}};
     CHECK(pp_order_check(&s, 0, dup, 4, 0, err, sizeof err) == -1 && strstr(err, "twice"), "%s", err);
     PpTask rev[4] = {{0, PP_B, 0}, {0, PP_F, 0}, {0, PP_F, 1}, {0, PP_B, 1}};
     CHECK(pp_order_check(&s, 0, rev, 4, 0, err, sizeof err) == 0, "a ranking may put B first");
     CHECK(pp_order_check(&s, 0, rev, 4, 1, err, sizeof err) == -1 && strstr(err, "before its forward"), "%s", err);
     // Peaks: 1f1b min(P - r, M); gpipe M.
-    PpShape p4 = {4, 8, 1, 1};
+    PpShape p4 = {4, 8, 1, 1, 0};
     for (int r = 0; r < 4; r++) {
         CHECK(pp_hint_peak(PP_HINT_1F1B, &p4, r) == 4 - r, "1f1b peak r=%d", r);
         CHECK(pp_hint_peak(PP_HINT_ZBH1, &p4, r) == 4 - r, "zb-h1 peak r=%d", r);
@@ -181,7 +183,7 @@ static void test_cap(void) {
     CHECK(pp_cap_resolve(CAP_DEFAULT, 0, 8, 3) == 5, "default P - r");
     /* pp_cap_for (what the simulator and the MPI runtime both run under): multiples of the hint's own
      * peak (P - r for 1f1b / zb-h1 / bfw, M for gpipe), counts as given, the default P - r */
-    PpShape p4 = {4, 8, 1, 1};
+    PpShape p4 = {4, 8, 1, 1, 0};
     PpCap one = {PP_CAP_MULTIPLE, 1.0}, half = {PP_CAP_MULTIPLE, 1.5}, two = {PP_CAP_COUNT, 2};
     for (int r = 0; r < 4; r++) {
         CHECK(pp_cap_for(one, PP_HINT_BFW, &p4, r) == 4 - r, "bfw 1x r=%d: %d", r, pp_cap_for(one, PP_HINT_BFW, &p4, r));
@@ -276,11 +278,11 @@ static void test_fixed_sync_blocking(void) {
     CHECK(r.n_exec[0] == 4 && r.exec[0][1].task.mb == 1 && r.exec[0][1].end == 2, "F1 on r0 ends at 2");
     CHECK(r.exec[1][2].task.kind == PP_F && r.exec[1][2].start == 5.0, "r1 F1 starts at 5 (sent 4.5 + 0.5), got %g",
           r.exec[1][2].start);
-    CHECK(pp_exec_check(&(PpShape){2, 2, 1, 0}, r.exec, r.n_exec, 0.5, err, sizeof err) == 0, "%s", err);
+    CHECK(pp_exec_check(&(PpShape){2, 2, 1, 0, 0}, r.exec, r.n_exec, 0.5, err, sizeof err) == 0, "%s", err);
     // The checker catches a consumer that starts before its input can arrive.
     r.exec[1][2].start = 2.2;
     r.exec[1][2].end = 3.2;
-    CHECK(pp_exec_check(&(PpShape){2, 2, 1, 0}, r.exec, r.n_exec, 0.5, err, sizeof err) == -1, "must reject");
+    CHECK(pp_exec_check(&(PpShape){2, 2, 1, 0, 0}, r.exec, r.n_exec, 0.5, err, sizeof err) == -1, "must reject");
     pp_sim_result_free(&r);
     pp_durations_free(&d);
 }
@@ -302,15 +304,18 @@ static void test_all_combinations(void) {
         int Pi = P < 2 ? 2 : P, Mi = Pi * (1 + trial % 3);
         PpDurations di;
         pp_durations_generate(&di, Pi, Mi, 0.5, PP_GEN_MM, seed++, split, lat);
+        // A third with a split backward and M >= 2P for the V hints (zbv, dualpipev).
+        PpDurations dv;
+        pp_durations_generate(&dv, P, 2 * P + trial % 3, 0.5, trial % 4 < 2 ? PP_GEN_TEXT : PP_GEN_MM, seed++, 1, lat);
         for (int h = 0; h < PP_HINT_COUNT; h++)
             for (int m = 0; m < PP_MODE_COUNT; m++)
                 for (int c = 0; c < 6; c++) {
                     PpCap cap = CAP_DEFAULT;
                     char err[512];
                     if (CAP_SPECS[c]) pp_cap_parse(CAP_SPECS[c], &cap, err, sizeof err);
-                    int inter = h == PP_HINT_INTERLEAVED;
-                    const PpDurations* dd = inter ? &di : &d;
-                    for (int V = inter ? 2 : 1; V <= (inter ? 3 : 1); V++) {
+                    int inter = h == PP_HINT_INTERLEAVED, vh = pp_hint_vshape((PpHint)h);
+                    const PpDurations* dd = inter ? &di : vh ? &dv : &d;
+                    for (int V = inter || vh ? 2 : 1; V <= (inter ? 3 : vh ? 2 : 1); V++) {
                         PpSimResult r;
                         int rc = pp_sim_run(dd, (PpHint)h, (PpMode)m, cap, V, &r, err, sizeof err);
                         if (rc) {
@@ -322,7 +327,7 @@ static void test_all_combinations(void) {
                         runs++;
                         CHECK(!r.deadlock, "%s %s cap %s P=%d M=%d V=%d: %s", pp_hint_name(h), pp_mode_name(m),
                               CAP_SPECS[c] ? CAP_SPECS[c] : "default", dd->P, dd->M, V, r.msg);
-                        PpShape s = {dd->P, dd->M, V, dd->split};
+                        PpShape s = {dd->P, dd->M, V, dd->split, vh};
                         if (!r.deadlock) {
                             CHECK(pp_exec_check(&s, r.exec, r.n_exec, dd->latency, err, sizeof err) == 0,
                                   "%s %s: %s", pp_hint_name(h), pp_mode_name(m), err);
@@ -338,6 +343,7 @@ static void test_all_combinations(void) {
                 }
         pp_durations_free(&d);
         pp_durations_free(&di);
+        pp_durations_free(&dv);
     }
     CHECK(runs > 1000 && rejected > 0, "runs %d rejected %d", runs, rejected);
     printf("  all combinations: %d runs, %d rejected (rankings under fixed modes)\n", runs, rejected);
@@ -353,7 +359,8 @@ static void test_dry_run(void) {
                 for (int P = 1; P <= 6; P++) {
                     PpCap cap = CAP_DEFAULT;
                     if (CAP_SPECS[c]) pp_cap_parse(CAP_SPECS[c], &cap, err, sizeof err);
-                    PpShape s = {P, 2 * P, h == PP_HINT_INTERLEAVED ? 2 : 1, (P + h) % 2};
+                    int vh = pp_hint_vshape((PpHint)h);
+                    PpShape s = {P, 2 * P, h == PP_HINT_INTERLEAVED || vh ? 2 : 1, vh ? 1 : (P + h) % 2, vh};
                     if (h == PP_HINT_INTERLEAVED && P < 2) continue;
                     if (pp_dry_run((PpHint)h, &s, (PpMode)m, cap, err, sizeof err) == 0) ok++;
                     else {
@@ -365,7 +372,7 @@ static void test_dry_run(void) {
     CHECK(ok > 400 && refused > 0, "ok %d refused %d", ok, refused);
     // The dispatcher refuses what the dry run refuses.
     PpDispatcher d;
-    PpShape s = {4, 8, 1, 1};
+    PpShape s = {4, 8, 1, 1, 0};
     CHECK(pp_dispatcher_init_hint(&d, PP_HINT_BFW, &s, 0, PP_MODE_FIXED_SYNC, CAP_DEFAULT, 0, NULL, err, sizeof err) == -1,
           "bfw under fixed-sync");
     PpCap c15 = {PP_CAP_MULTIPLE, 1.5};
@@ -400,12 +407,15 @@ static void test_heap_matches_scan(void) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         int P = 1 + (int)((x >> 33) % 6), M = 1 + (int)((x >> 40) % 12), r = (int)((x >> 20) % P);
         int h = (int)((x >> 50) % PP_HINT_COUNT);
-        PpShape s = {P, M, 1, (int)((x >> 10) & 1)};
+        PpShape s = {P, M, 1, (int)((x >> 10) & 1), 0};
         if (h == PP_HINT_INTERLEAVED) {  // V = 2 chunks: later-chunk forwards are never gated
             if (P < 2) s.P = P = 2;
             s.chunks = 2;
             s.M = M = P * (1 + M % 3);
             r = r % P;
+        } else if (pp_hint_vshape((PpHint)h)) {  // two chunks in a V, split backward, M >= 2P
+            s.chunks = 2, s.split = 1, s.vshape = 1;
+            if (s.M < 2 * P) s.M = M = 2 * P;
         }
         int n = pp_shape_tasks(&s);
         PpTask* ord = mallocCheck(sizeof(PpTask) * n);
@@ -457,7 +467,7 @@ static void test_heap_matches_scan(void) {
 
 /* In-flight accounting, the cap and the byte budget on one rank. */
 static void test_dispatcher_cap_budget(void) {
-    PpShape s = {4, 6, 1, 0};
+    PpShape s = {4, 6, 1, 0, 0};
     PpTask ord[12];
     char err[256];
     pp_hint_build(PP_HINT_GPIPE, &s, 3, ord, err, sizeof err);  // last rank: B needs only the local F
@@ -616,7 +626,7 @@ static double est_one(void* ctx, int r, PpTask t) {
 }
 
 static void test_lookahead_decision(void) {
-    PpShape s = {4, 8, 1, 0};
+    PpShape s = {4, 8, 1, 0, 0};
     char err[256];
     for (int mode = PP_MODE_READY; mode <= PP_MODE_LOOKAHEAD; mode++) {
         PpDispatcher d;
@@ -657,7 +667,7 @@ static void test_lookahead_decision(void) {
         pp_dispatcher_free(&d);
     }
     // Never idle in place of a forward, and never under a ranking (bfw): there lookahead is ready.
-    PpShape sp = {4, 8, 1, 1};
+    PpShape sp = {4, 8, 1, 1, 0};
     PpDispatcher d;
     CHECK(pp_dispatcher_init_hint(&d, PP_HINT_BFW, &sp, 3, PP_MODE_LOOKAHEAD, CAP_DEFAULT, 0, NULL, err, sizeof err) == 0,
           "%s", err);
@@ -693,12 +703,12 @@ static void test_lookahead_sim(void) {
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
                     PpSimOptions o = {0.2, seed};
                     for (int h = 0; h < PP_HINT_COUNT; h++) {
-                        if (h == PP_HINT_INTERLEAVED) continue;
+                        if (h == PP_HINT_INTERLEAVED || pp_hint_vshape((PpHint)h)) continue;
                         const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
                         PpSimResult r;
                         CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_LOOKAHEAD, cap, 1, &o, &r, err, sizeof err) == 0 &&
                                   !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
-                        PpShape sh = {P, 4 * P, 1, d->split};
+                        PpShape sh = {P, 4 * P, 1, d->split, 0};
                         CHECK(pp_exec_check(&sh, r.exec, r.n_exec, d->latency, err, sizeof err) == 0, "%s", err);
                         for (int k = 0; k < P; k++) CHECK(r.peak_inflight[k] <= r.cap[k], "cap");
                         double la = r.makespan;
@@ -734,10 +744,11 @@ static void test_lookahead_sim(void) {
     pp_durations_free(&d);
 }
 
-/* adaptive: the plan picks from its candidates by the predicted makespans (the PP_PLAN_MARGIN rule), and
- * the step then runs exactly the chosen mode (the same makespan as running that mode); under a ranking
- * (bfw) the only candidate is ready; on the anomaly (text 1f1b cap 1x, P = 32, ready ~8% behind fixed) it
- * does not pick ready, with estimates exact or 20% off; every run valid. */
+/* adaptive: the plan picks ready or fixed by the predicted makespans (the PP_PLAN_MARGIN rule), lookahead
+ * instead only when predicted faster than that by PP_PLAN_LOOKAHEAD_MARGIN, and the step then runs exactly
+ * the chosen mode (the same makespan as running that mode); under a ranking (bfw) the only candidate is ready; on the anomaly (text
+ * 1f1b cap 1x, P = 32, ready ~8% behind fixed) it does not pick ready, with estimates exact or 20% off;
+ * every run valid. */
 static void test_adaptive(void) {
     const char* caps[] = {"1x", "1.5x", "2x"};
     for (int kind = 0; kind < 2; kind++)
@@ -747,7 +758,7 @@ static void test_adaptive(void) {
             pp_durations_generate(&ds, 8, 32, kind ? 1.0 : 0.1, (PpGenKind)kind, seed, 1, 0.02);
             for (int c = 0; c < 3; c++)
                 for (int h = 0; h < PP_HINT_COUNT; h++) {
-                    if (h == PP_HINT_INTERLEAVED) continue;
+                    if (h == PP_HINT_INTERLEAVED || pp_hint_vshape((PpHint)h)) continue;
                     PpCap cap;
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
@@ -756,13 +767,13 @@ static void test_adaptive(void) {
                     PpSimResult r, q;
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
-                    PpShape sh = {8, 32, 1, d->split};
+                    PpShape sh = {8, 32, 1, d->split, 0};
                     CHECK(pp_exec_check(&sh, r.exec, r.n_exec, d->latency, err, sizeof err) == 0, "%s", err);
                     const double* p = r.predicted;
                     PpMode want = PP_MODE_READY;
-                    if (!isnan(p[1]) && p[1] < p[0]) want = PP_MODE_LOOKAHEAD;
-                    double best = want == PP_MODE_READY ? p[0] : p[1];
-                    if (!isnan(p[2]) && !(best < p[2] * (1 - PP_PLAN_MARGIN))) want = PP_MODE_FIXED;
+                    double best = p[0];
+                    if (!isnan(p[2]) && !(p[0] < p[2] * (1 - PP_PLAN_MARGIN))) want = PP_MODE_FIXED, best = p[2];
+                    if (!isnan(p[1]) && p[1] < best * (1 - PP_PLAN_LOOKAHEAD_MARGIN)) want = PP_MODE_LOOKAHEAD;
                     CHECK(r.chosen == want, "%s %s: chose %s, the rule on %g %g %g says %s", pp_hint_name((PpHint)h),
                           caps[c], pp_mode_name(r.chosen), p[0], p[1], p[2], pp_mode_name(want));
                     if (!pp_hint_is_sequence((PpHint)h))
@@ -865,6 +876,66 @@ static void test_plan_fit(void) {
     pp_durations_free(&d);
 }
 
+/* The V hints (zbv, dualpipev; their orders against a port of torch's schedules are sched_ref's):
+ * - the V layout: chunk 0 of rank r is stage r, chunk 1 stage 2P-1-r; the tip rank P-1 feeds itself
+ *   (its chunk-0 forward's output is its own chunk-1 forward's input), the loss is on rank 0's chunk 1;
+ * - closed form on uniform durations with T_F = T_B = T_W = 1 per chunk (the ZB paper's condition for
+ *   ZB-V's zero bubble) and latency 0: every rank works 6M, and the last rank cannot start before the
+ *   forward has crossed the P-1 ranks before it, so makespan = 6M + (P - 1), which is also DESIGN's lower
+ *   bound (efficiency 1): zbv and dualpipev reach it under fixed and ready (cap 1x), for P = 1..8 and
+ *   M = 2P, 2P + 1, 3P, 4P; fixed-sync finishes (its receives per chunk, dispatch.c) and is no faster;
+ * - refusals: one chunk, the interleaved layout's hints in a V, a whole backward, dualpipev with M < 2P. */
+static void test_vhints(void) {
+    PpShape s = {4, 8, 2, 1, 1};
+    CHECK(pp_vstage(&s, 0, 0) == 0 && pp_vstage(&s, 0, 1) == 7 && pp_vstage(&s, 3, 0) == 3 && pp_vstage(&s, 3, 1) == 4,
+          "V stages");
+    for (int v = 0; v < 8; v++) {
+        int r, c;
+        pp_vstage_owner(&s, v, &r, &c);
+        CHECK(pp_vstage(&s, r, c) == v, "owner of stage %d", v);
+    }
+    int sr;
+    PpTask src;
+    CHECK(pp_task_input(&s, 3, (PpTask){1, PP_F, 2}, &sr, &src) && sr == 3 && src.chunk == 0 && src.kind == PP_F,
+          "the tip feeds itself");
+    CHECK(pp_task_input(&s, 0, (PpTask){1, PP_F, 2}, &sr, &src) && sr == 1 && src.chunk == 1, "stage 7 <- stage 6");
+    CHECK(!pp_task_input(&s, 0, (PpTask){1, PP_B, 2}, &sr, &src), "the loss is on rank 0's chunk 1");
+    CHECK(pp_task_input(&s, 0, (PpTask){0, PP_B, 2}, &sr, &src) && sr == 1 && src.chunk == 0, "stage 0 <- stage 1");
+    char b[32];
+    CHECK(!strcmp(pp_task_label(&s, (PpTask){1, PP_W, 5}, 1, b, sizeof b), "6W5"), "label %s", b);
+    static const PpHint vh[2] = {PP_HINT_ZBV, PP_HINT_DUALPIPEV};
+    int cases = 0;
+    for (int P = 1; P <= 8; P++) {
+        int Ms[4] = {2 * P, 2 * P + 1, 3 * P, 4 * P};
+        for (int i = 0; i < 4; i++) {
+            int M = Ms[i];
+            PpDurations d = make_uniform(P, M, 2, 2, 2, 0);  // per chunk 1, 1, 1
+            double want = 6.0 * M + (P - 1);
+            CHECK(fabs(pp_lower_bound(&d, 2) - want) < 1e-9, "lower bound P=%d M=%d: %g", P, M, pp_lower_bound(&d, 2));
+            for (int h = 0; h < 2; h++) {
+                PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
+                double f = sim_makespan(&d, vh[h], PP_MODE_FIXED, CAP_DEFAULT, 2);
+                double r = sim_makespan(&d, vh[h], PP_MODE_READY, c1, 2);
+                double fs = sim_makespan(&d, vh[h], PP_MODE_FIXED_SYNC, CAP_DEFAULT, 2);
+                CHECK(f == want && r == want && fs >= want, "%s P=%d M=%d: fixed %g ready %g fixed-sync %g, closed form %g",
+                      pp_hint_name(vh[h]), P, M, f, r, fs, want);
+                cases++;
+            }
+            pp_durations_free(&d);
+        }
+    }
+    printf("  zbv / dualpipev on uniform durations: %d (P, M) cases at 6M + P - 1 = the lower bound\n", cases);
+    char err[256];
+    PpTask o[64];
+    PpShape one = {4, 8, 1, 1, 0}, whole = {4, 8, 2, 0, 1}, few = {4, 7, 2, 1, 1};
+    CHECK(pp_hint_build(PP_HINT_ZBV, &one, 0, o, err, sizeof err) == -1 && strstr(err, "2 model chunks"), "%s", err);
+    CHECK(pp_hint_build(PP_HINT_ZBV, &whole, 0, o, err, sizeof err) == -1 && strstr(err, "split backward"), "%s", err);
+    CHECK(pp_hint_build(PP_HINT_DUALPIPEV, &few, 0, o, err, sizeof err) == -1 && strstr(err, "2P=8"), "%s", err);
+    CHECK(pp_hint_build(PP_HINT_ZBV, &few, 0, o, err, sizeof err) == 42, "zbv with M < 2P: %s", err);
+    PpShape inter = {4, 8, 2, 1, 1};
+    CHECK(pp_hint_check_shape(PP_HINT_INTERLEAVED, &inter, err, sizeof err) == -1 && strstr(err, "V layout"), "%s", err);
+}
+
 static void test_large(void) {
     PpDurations d;
     pp_durations_generate(&d, 128, 512, 1.0, PP_GEN_MM, 3, 1, 0.02);
@@ -875,7 +946,7 @@ static void test_large(void) {
     PpSimResult r;
     CHECK(pp_sim_run(&d, PP_HINT_BFW, PP_MODE_READY, cap, 1, &r, err, sizeof err) == 0 && !r.deadlock, "%s", err);
     double t1 = rr_now();
-    PpShape s = {128, 512, 1, 1};
+    PpShape s = {128, 512, 1, 1, 0};
     CHECK(pp_exec_check(&s, r.exec, r.n_exec, d.latency, err, sizeof err) == 0, "%s", err);
     CHECK(r.lower_bound <= r.makespan, "lb");
     printf("  P=128 M=512 ready bfw 1.5x: makespan %.2f lb %.2f eff %.3f, %.3f s\n", r.makespan, r.lower_bound,
@@ -911,6 +982,7 @@ int main(int argc, char** argv) {
         {"lookahead_sim", test_lookahead_sim},
         {"adaptive", test_adaptive},
         {"plan_fit", test_plan_fit},
+        {"vhints", test_vhints},
         {"large", test_large},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);

@@ -40,21 +40,23 @@ static void sim_usage(FILE* f) {
             "                    (lognormal sigma per task, default 0.03, at most 1), --straggler FACTOR:LEN:PROB\n"
             "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead or adaptive (default ready); adaptive\n"
-            "                    simulates the step on the estimates under ready, lookahead and fixed\n"
+            "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest (docs/scheduler.md)\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
             "  --estimate-seed S the seed of those factors (default 1)\n"
-            "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw (default 1f1b)\n"
+            "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw, zbv, dualpipev (default 1f1b;\n"
+            "                    zbv and dualpipev: --chunks 2 in a V, split backward)\n"
             "  --cap N|Nx        ready's in-flight cap: a count, or a multiple of the hint's own peak\n"
             "                    (default P - r, the 1F1B peak; with --chunks > 1 the hint's peak)\n"
-            "  --chunks V        model chunks per rank (interleaved-1f1b); each rank's durations are split\n"
-            "                    evenly over its chunks\n"
+            "  --chunks V        model chunks per rank (interleaved-1f1b; 2 for zbv and dualpipev, in a V); each\n"
+            "                    rank's durations are split evenly over its chunks\n"
             "  --json            print exactly one JSON object {mode, hint, cap, makespan, lower_bound,\n"
             "                    efficiency, bubble}; cap is a number, \"Nx\", \"P-r\" (default), or null\n"
             "                    in the fixed modes\n"
             "  --grid            print the hint's rank x step grid and the order each rank ran\n"
-            "                    (tasks print as <stage><kind><microbatch>, stage = chunk*P + rank)\n"
+            "                    (tasks print as <stage><kind><microbatch>, stage = chunk*P + rank; in the V\n"
+            "                    of zbv / dualpipev chunk 1 of rank r is stage 2P-1-r)\n"
             "  --dump FILE       write the durations used as a duration file\n"
             "  --trace FILE      write the simulated step as a Chrome trace (1 time unit = 1 ms)\n"
             "  --bench-dispatch  time the dispatcher's decisions (heap vs a scan of every task) on rank 0\n");
@@ -85,7 +87,7 @@ static int parse_double_arg(const char* flag, const char* v, double lo, double* 
 /* Cost per decision of the heap arbitration against a scan of every task, on rank 0 of a P x M
  * pipeline: inputs arrive in a random order interleaved with decisions (the same script for both). */
 static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint64_t seed) {
-    PpShape s = {P, M, 1, split};
+    PpShape s = {P, M, 1, split, 0};
     char err[512];
     if (pp_hint_check_shape(hint, &s, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
@@ -162,23 +164,26 @@ static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint6
     return 0;
 }
 
-static void print_exec_grid(FILE* f, const PpSimResult* r, int P) {
+static void print_exec_grid(FILE* f, const PpSimResult* r, const PpShape* s) {
     char b[32];
+    int P = s->P;
     fprintf(f, "executed order (ready reorders the hint; the fixed modes run it as is):\n");
     for (int k = 0; k < P; k++) {
         fprintf(f, "%5s%d", "r", k);
-        for (int i = 0; i < r->n_exec[k]; i++) fprintf(f, " %s", pp_task_format(r->exec[k][i].task, k, P, b, sizeof b));
+        for (int i = 0; i < r->n_exec[k]; i++) fprintf(f, " %s", pp_task_label(s, r->exec[k][i].task, k, b, sizeof b));
         fputc('\n', f);
     }
 }
 
-static int write_sim_trace(const char* path, const PpSimResult* r, int P, char* err, size_t errlen) {
+static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape* s, char* err, size_t errlen) {
     const double unit = 1e-3;  // one simulated time unit shown as 1 ms
+    int P = s->P;
     PpTrace* tr = pp_trace_open(path, 0);
     for (int k = 0; k < P; k++) {
         pp_trace_rank(tr, k);
         for (int i = 0; i < r->n_exec[k]; i++)
-            pp_trace_task(tr, k, P, r->exec[k][i].task, r->exec[k][i].start * unit, r->exec[k][i].end * unit);
+            pp_trace_task_stage(tr, k, P, pp_vstage(s, k, r->exec[k][i].task.chunk), r->exec[k][i].task,
+                                r->exec[k][i].start * unit, r->exec[k][i].end * unit);
         pp_trace_step(tr, k, 0, 0, r->makespan * unit);
     }
     for (int i = 0; i < r->n_msgs; i++) {
@@ -311,7 +316,7 @@ int cmd_sim(int argc, char** argv) {
         return 2;
     }
     if (pp_hint_parse(hint_text, &hint)) {
-        fprintf(stderr, "rrfp-mm sim: unknown --hint '%s' (expected gpipe, 1f1b, interleaved-1f1b, zb-h1, bf or bfw)\n",
+        fprintf(stderr, "rrfp-mm sim: unknown --hint '%s' (expected gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw, zbv or dualpipev)\n",
                 hint_text);
         return 2;
     }
@@ -425,7 +430,7 @@ int cmd_sim(int argc, char** argv) {
         free(js);
     }
     FILE* gridf = json ? stderr : stdout;  // --json keeps stdout to exactly one JSON object
-    PpShape shape = {d.P, d.M, (int)chunks, d.split};
+    PpShape shape = {d.P, d.M, (int)chunks, d.split, pp_hint_vshape(hint)};
     if (grid) {
         if (pp_hint_check_shape(hint, &shape, err, sizeof err) == 0) pp_hint_print_grid(hint, &shape, gridf);
     }
@@ -449,7 +454,7 @@ int cmd_sim(int argc, char** argv) {
         rc = 1;
         goto out;
     }
-    if (grid) print_exec_grid(gridf, &r, d.P);
+    if (grid) print_exec_grid(gridf, &r, &shape);
     char capbuf[32];
     if (!pp_mode_is_ready(mode)) snprintf(capbuf, sizeof capbuf, "none");
     else if (cap.kind == PP_CAP_DEFAULT && chunks > 1) snprintf(capbuf, sizeof capbuf, "peak");
@@ -492,7 +497,7 @@ int cmd_sim(int argc, char** argv) {
             printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
                    pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
     }
-    if (trace && write_sim_trace(trace, &r, d.P, err, sizeof err)) {
+    if (trace && write_sim_trace(trace, &r, &shape, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         rc = 1;
     }

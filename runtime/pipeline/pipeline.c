@@ -179,9 +179,11 @@ void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx) {
     p->grads_done_ctx = ctx;
 }
 
-int pipeline_hint_splits(PpHint h) { return h == PP_HINT_ZBH1 || h == PP_HINT_BFW; }
+int pipeline_hint_splits(PpHint h) {
+    return h == PP_HINT_ZBH1 || h == PP_HINT_BFW || h == PP_HINT_ZBV || h == PP_HINT_DUALPIPEV;
+}
 
-static int vstage(const Pipeline* p, int chunk) { return chunk * p->cfg.P + p->cfg.rank; }
+static int vstage(const Pipeline* p, int chunk) { return pp_vstage(&p->shape, p->cfg.rank, chunk); }
 
 /* Refuse a hint x mode x cap that cannot finish with M microbatches (the simulator on uniform durations),
  * at start, instead of a rank timing out. */
@@ -234,7 +236,7 @@ static void* send_copy_mark(void* ctx, void* dst, const void* src, size_t bytes)
 }
 
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm, int M, char* err, size_t err_len) {
-    PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint)};
+    PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint), pp_hint_vshape(cfg->hint)};
     if (!pp_mode_is_ready(cfg->mode) && !pp_hint_is_sequence(cfg->hint)) {
         snprintf(err, err_len,
                  "hint %s ranks every backward before every forward, which is not an executable sequence: it runs "
@@ -284,7 +286,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->act_bytes_max = (double)stage_acts_bytes(stages[0], cfg->max_tokens, cfg->max_patches, shape.split);
     for (int c = 0; c < cfg->chunks; c++) {
         Stage* st = stages[c];
-        int v = c * cfg->P + cfg->rank;
+        int v = pp_vstage(&shape, cfg->rank, c);
         if ((v == 0) != (st->first != 0) || (v == p->S - 1) != (st->last != 0)) {
             snprintf(err, err_len, "internal: chunk %d of rank %d is virtual stage %d but its Stage has first=%d last=%d",
                      c, cfg->rank, v, st->first, st->last);
@@ -410,6 +412,7 @@ static int send_ahead(Pipeline* p, PpTask t, double in_s, int known, char* err, 
     PpTask dst_task;
     if (*sent || t.kind == PP_W || !pp_task_output(&p->shape, p->cfg.rank, t, &dst, &dst_task)) return 0;
     *sent = 1;
+    if (dst == p->cfg.rank) return 0; /* a local hand-off needs no notice: it is in as soon as t ends */
     double e = task_estimate(p, t);
     double v = known && e > 0 ? (in_s > 0 ? in_s : 0) + e : 0;
     MsgKey k = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, dst_task.chunk, t.mb};
@@ -423,6 +426,7 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
     int src;
     PpTask src_task;
     if (t.kind == PP_W || !pp_task_input(&p->shape, p->cfg.rank, t, &src, &src_task)) return 0;
+    if (src == p->cfg.rank) return 0; /* the V's tip feeds itself: handed over locally (local_handoff) */
     if (p->look) {
         MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, t.chunk, t.mb};
         MsgKey ak = {t.kind == PP_F ? MSG_AHEAD_ACT : MSG_AHEAD_GRAD, t.chunk, t.mb};
@@ -435,7 +439,7 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
 
 /* fixed-sync: post the receives the dispatcher says are due now, each once. */
 static int post_sequence_receives(Pipeline* p, const PpDispatcher* d, const Microbatch* mbs, uint8_t* posted) {
-    PpTask due[2];
+    PpTask due[4];
     int k = pp_dispatcher_sequence_receives(d, due);
     for (int i = 0; i < k; i++) {
         int idx = pp_task_index(&p->shape, due[i]);
@@ -485,6 +489,18 @@ static const float* task_output(Pipeline* p, const Microbatch* mb) {
     if (p->on_host || p->dev_comm) return p->out_buf;
     p->stages[0]->be->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
     return p->host_out;
+}
+
+/* The V layout's tip (rank P-1 holds stages P-1 and P): the output of the task just run (p->out_buf) is
+ * the input of another chunk of this rank, copied straight into that chunk's input slot instead of
+ * travelling through the transport (which has no messages to self). */
+static void local_handoff(Pipeline* p, PpTask dst_task, const Microbatch* mb) {
+    float* to = in_buf(p, dst_task);
+    size_t bytes = mb_bytes(p, mb);
+    const Backend* be = p->stages[0]->be;
+    if (p->on_host) memcpy(to, p->out_buf, bytes);
+    else if (p->dev_comm) be->copy_d2d(be, to, p->out_buf, bytes);
+    else be->copy_d2h(be, to, p->out_buf, bytes);
 }
 
 /* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key, 0 when not,
@@ -811,7 +827,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             int dst = -1;
             MsgKey key;
             PpTask dst_task;
-            if (look && t.kind != PP_W && pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task)) {
+            if (look && t.kind != PP_W && pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task) && dst != cfg->rank) {
                 /* the start notice: the consumer learns that its input is on the way and when to expect it */
                 double est = task_estimate(p, t);
                 MsgKey nk = {t.kind == PP_F ? MSG_NOTICE_ACT : MSG_NOTICE_GRAD, dst_task.chunk, t.mb};
@@ -832,14 +848,19 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             p->cost_s[t.chunk * 3 + t.kind] += t1 - t0;
             p->cost_u[t.chunk * 3 + t.kind] += task_units(p, t);
             pp_dispatcher_finished(&d, t);
-            if (trace) pp_trace_task(trace, cfg->rank, cfg->P, t, t0, t1);
+            if (trace) pp_trace_task_stage(trace, cfg->rank, cfg->P, vstage(p, t.chunk), t, t0, t1);
             /* Megatron's paired exchange: the receives of what comes next are posted when this task
              * has finished computing, then this task's send blocks until its receiver posted. */
             if (sync && post_sequence_receives(p, &d, mbs, posted) != 0) {
                 got = -1;
                 break;
             }
-            if (has_out) {
+            if (has_out && dst == cfg->rank) {
+                PpTask dst_task;
+                pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task);
+                local_handoff(p, dst_task, &mbs[t.mb]);
+                pp_dispatcher_input_arrived(&d, dst_task);
+            } else if (has_out) {
                 const float* payload = task_output(p, &mbs[t.mb]);
                 size_t bytes = mb_bytes(p, &mbs[t.mb]);
                 int src = p->dev_comm

@@ -95,12 +95,16 @@ int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, 
         d->noticed = mallocCheck(sizeof(int) * n);
     }
     if (!pp_mode_is_ready(cfg->mode)) {
-        d->next_fb = mallocCheck(sizeof(int) * 2 * (n + 1));
-        d->next_fb[2 * n] = d->next_fb[2 * n + 1] = -1;
-        for (int i = n - 1; i >= 0; i--) {
-            d->next_fb[2 * i] = d->order[i].kind == PP_F ? i : d->next_fb[2 * (i + 1)];
-            d->next_fb[2 * i + 1] = d->order[i].kind == PP_B ? i : d->next_fb[2 * (i + 1) + 1];
-        }
+        /* next F / B at or after each hint rank; in the V layout per chunk too (kind * 2 + chunk) */
+        int w = s->vshape ? 4 : 2;
+        d->next_fb = mallocCheck(sizeof(int) * (size_t)w * (n + 1));
+        for (int j = 0; j < w; j++) d->next_fb[(size_t)w * n + j] = -1;
+        for (int i = n - 1; i >= 0; i--)
+            for (int j = 0; j < w; j++) {
+                PpTask t = d->order[i];
+                int hit = w == 4 ? (t.kind == j / 2 && t.chunk == j % 2) : t.kind == j;
+                d->next_fb[(size_t)w * i + j] = hit ? i : d->next_fb[(size_t)w * (i + 1) + j];
+            }
     }
     for (int i = 0; i < n; i++) {
         PpTask t = d->order[i], src;
@@ -115,8 +119,11 @@ int pp_dispatcher_init(PpDispatcher* d, const PpDispatchConfig* cfg, char* err, 
     return 0;
 }
 
-int pp_dispatcher_init_hint(PpDispatcher* d, PpHint h, const PpShape* s, int rank, PpMode mode, PpCap cap,
+int pp_dispatcher_init_hint(PpDispatcher* d, PpHint h, const PpShape* s0, int rank, PpMode mode, PpCap cap,
                             double act_budget, const double* act_bytes, char* err, size_t errlen) {
+    PpShape sv = *s0;  // the layout follows the hint
+    sv.vshape = pp_hint_vshape(h);
+    const PpShape* s = &sv;
     if (!pp_mode_is_ready(mode) && !pp_hint_is_sequence(h)) {
         snprintf(err, errlen, "hint %s ranks every backward before every forward, so it is not an executable "
                  "sequence: mode %s cannot run it; use --mode ready", pp_hint_name(h), pp_mode_name(mode));
@@ -301,14 +308,15 @@ int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t) {
     return 1;
 }
 
-int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[2]) {
-    int cand[2], nc = 0, k = 0;
+int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[4]) {
+    int cand[4], nc = 0, k = 0;
     if (d->pos >= d->n) return 0;
     if (d->shape.chunks == 1) {
         cand[nc++] = d->pos;
     } else {
-        for (int kind = 0; kind < 2; kind++)
-            if (d->next_fb[2 * d->pos + kind] >= 0) cand[nc++] = d->next_fb[2 * d->pos + kind];
+        int w = d->shape.vshape ? 4 : 2;
+        for (int j = 0; j < w; j++)
+            if (d->next_fb[(size_t)w * d->pos + j] >= 0) cand[nc++] = d->next_fb[(size_t)w * d->pos + j];
     }
     for (int i = 0; i < nc; i++) {
         int sr;

@@ -30,6 +30,26 @@ PpTask pp_task_from_index(const PpShape* s, int index) {
 
 static const char pp_kind_char[3] = {'F', 'B', 'W'};
 
+int pp_vstage(const PpShape* s, int rank, int chunk) {
+    if (s->vshape) return chunk == 0 ? rank : 2 * s->P - 1 - rank;
+    return chunk * s->P + rank;
+}
+
+void pp_vstage_owner(const PpShape* s, int v, int* rank, int* chunk) {
+    if (s->vshape) {
+        *chunk = v < s->P ? 0 : 1;
+        *rank = v < s->P ? v : 2 * s->P - 1 - v;
+        return;
+    }
+    *rank = v % s->P;
+    *chunk = v / s->P;
+}
+
+char* pp_task_label(const PpShape* s, PpTask t, int rank, char* buf, size_t n) {
+    snprintf(buf, n, "%d%c%d", pp_vstage(s, rank, t.chunk), pp_kind_char[t.kind], t.mb);
+    return buf;
+}
+
 char* pp_task_format(PpTask t, int rank, int P, char* buf, size_t n) {
     snprintf(buf, n, "%d%c%d", t.chunk * P + rank, pp_kind_char[t.kind], t.mb);
     return buf;
@@ -54,7 +74,7 @@ int pp_task_parse(const char* s, int rank, int P, PpTask* out) {
 }
 
 int pp_task_input(const PpShape* s, int rank, PpTask t, int* src_rank, PpTask* src) {
-    int v = t.chunk * s->P + rank, nv = s->chunks * s->P;
+    int v = pp_vstage(s, rank, t.chunk), nv = s->chunks * s->P;
     int u;
     if (t.kind == PP_F) {
         if (v == 0) return 0;
@@ -65,15 +85,16 @@ int pp_task_input(const PpShape* s, int rank, PpTask t, int* src_rank, PpTask* s
     } else {
         return 0;
     }
-    *src_rank = u % s->P;
-    src->chunk = u / s->P;
+    int c;
+    pp_vstage_owner(s, u, src_rank, &c);
+    src->chunk = c;
     src->kind = t.kind;
     src->mb = t.mb;
     return 1;
 }
 
 int pp_task_output(const PpShape* s, int rank, PpTask t, int* dst_rank, PpTask* dst) {
-    int v = t.chunk * s->P + rank, nv = s->chunks * s->P;
+    int v = pp_vstage(s, rank, t.chunk), nv = s->chunks * s->P;
     int u;
     if (t.kind == PP_F) {
         if (v == nv - 1) return 0;
@@ -84,8 +105,9 @@ int pp_task_output(const PpShape* s, int rank, PpTask t, int* dst_rank, PpTask* 
     } else {
         return 0;
     }
-    *dst_rank = u % s->P;
-    dst->chunk = u / s->P;
+    int c;
+    pp_vstage_owner(s, u, dst_rank, &c);
+    dst->chunk = c;
     dst->kind = t.kind;
     dst->mb = t.mb;
     return 1;
@@ -93,7 +115,8 @@ int pp_task_output(const PpShape* s, int rank, PpTask t, int* dst_rank, PpTask* 
 
 /* ---- names -------------------------------------------------------------------------------------- */
 
-static const char* pp_hint_names[PP_HINT_COUNT] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "bf", "bfw"};
+static const char* pp_hint_names[PP_HINT_COUNT] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "bf", "bfw",
+                                                     "zbv", "dualpipev"};
 static const char* pp_mode_names[PP_MODE_COUNT] = {"fixed-sync", "fixed", "ready", "lookahead", "adaptive"};
 
 const char* pp_hint_name(PpHint h) { return (h >= 0 && h < PP_HINT_COUNT) ? pp_hint_names[h] : "?"; }
@@ -108,6 +131,8 @@ int pp_hint_parse(const char* name, PpHint* h) {
 }
 
 int pp_hint_is_sequence(PpHint h) { return h != PP_HINT_BF && h != PP_HINT_BFW; }
+
+int pp_hint_vshape(PpHint h) { return h == PP_HINT_ZBV || h == PP_HINT_DUALPIPEV; }
 
 const char* pp_mode_name(PpMode m) { return (m >= 0 && m < PP_MODE_COUNT) ? pp_mode_names[m] : "?"; }
 
@@ -199,6 +224,10 @@ int pp_hint_check_shape(PpHint h, const PpShape* s, char* err, size_t errlen) {
         snprintf(err, errlen, "unknown hint %d", (int)h);
         return -1;
     }
+    if (s->vshape && !pp_hint_vshape(h)) {
+        snprintf(err, errlen, "hint %s does not run in the V layout (only zbv and dualpipev do)", pp_hint_name(h));
+        return -1;
+    }
     if (h == PP_HINT_INTERLEAVED) {
         if (s->chunks < 2) {
             snprintf(err, errlen, "hint interleaved-1f1b needs parallel.chunks > 1 model chunks per rank, got %d",
@@ -216,6 +245,23 @@ int pp_hint_check_shape(PpHint h, const PpShape* s, char* err, size_t errlen) {
                      s->M, s->P, s->M / s->P * s->P > 0 ? s->M / s->P * s->P : s->P, (s->M / s->P + 1) * s->P);
             return -1;
         }
+    } else if (pp_hint_vshape(h)) {
+        if (s->chunks != 2 || !s->vshape) {
+            snprintf(err, errlen, "hint %s places exactly 2 model chunks per rank in a V (parallel.chunks = 2), got "
+                     "chunks=%d%s", pp_hint_name(h), s->chunks, s->chunks == 2 ? " in the interleaved layout" : "");
+            return -1;
+        }
+        if (!s->split) {
+            snprintf(err, errlen, "hint %s schedules weight-gradient passes (W): it needs the split backward "
+                     "(--split-backward, a duration file with W)", pp_hint_name(h));
+            return -1;
+        }
+        if (h == PP_HINT_DUALPIPEV && s->M < 2 * s->P) {
+            snprintf(err, errlen, "hint dualpipev needs at least as many microbatches as virtual stages (as torch's "
+                     "ScheduleDualPipeV does): M=%d < 2P=%d", s->M, 2 * s->P);
+            return -1;
+        }
+        return 0;
     } else if (s->chunks != 1) {
         snprintf(err, errlen, "hint %s runs one model chunk per rank, got chunks=%d (only interleaved-1f1b "
                  "interleaves chunks)", pp_hint_name(h), s->chunks);
@@ -294,7 +340,120 @@ static void hint_interleaved(OrderBuf* b, int P, int M, int V, int r) {
     }
 }
 
-int pp_hint_build(PpHint h, const PpShape* s, int rank, PpTask* order, char* err, size_t errlen) {
+/* ZBV (torch.distributed.pipelining's ScheduleZBVZeroBubble._calculate_single_rank_operations): chunk 0
+ * is stage r, chunk 1 stage 2P-1-r. Warm-up 2(P-r)-1 forwards of chunk 0; r pairs (F chunk 1, F chunk 0);
+ * P-r triples (F B W of chunk 1); then, while forwards remain, F chunk 0 (while there are microbatches),
+ * B W chunk 0, F B W chunk 1; cool-down r pairs (B chunk 0, B chunk 1) whose W are deferred, P-r pairs
+ * (B W chunk 0), the deferred W of chunk 1 and then of chunk 0. torch runs max(2P-1, M) microbatches and
+ * drops the actions of microbatches >= M; so do we. */
+static void ob_push_lt(OrderBuf* b, int kind, int chunk, int mb, int M) {
+    if (mb < M) ob_push(b, kind, chunk, mb);
+}
+
+static void hint_zbv(OrderBuf* b, int P, int M, int r) {
+    int n = 2 * P - 1 > M ? 2 * P - 1 : M;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    for (int i = 0; i < 2 * (P - r) - 1; i++) ob_push_lt(b, PP_F, 0, f0++, M);
+    for (int i = 0; i < r; i++) {
+        ob_push_lt(b, PP_F, 1, f1++, M);
+        ob_push_lt(b, PP_F, 0, f0++, M);
+    }
+    for (int i = 0; i < P - r; i++) {
+        ob_push_lt(b, PP_F, 1, f1, M);
+        ob_push_lt(b, PP_B, 1, b1, M);
+        ob_push_lt(b, PP_W, 1, b1, M);
+        f1++, b1++;
+    }
+    while (f1 < f0 || f0 < n) {
+        if (f0 < n) ob_push_lt(b, PP_F, 0, f0++, M);
+        ob_push_lt(b, PP_B, 0, b0, M);
+        ob_push_lt(b, PP_W, 0, b0, M);
+        b0++;
+        ob_push_lt(b, PP_F, 1, f1, M);
+        ob_push_lt(b, PP_B, 1, b1, M);
+        ob_push_lt(b, PP_W, 1, b1, M);
+        f1++, b1++;
+    }
+    int w0 = b0, w1 = b1;
+    for (int i = 0; i < r; i++) {
+        ob_push_lt(b, PP_B, 0, b0++, M);
+        ob_push_lt(b, PP_B, 1, b1++, M);
+    }
+    for (int i = 0; i < P - r; i++) {
+        ob_push_lt(b, PP_B, 0, b0++, M);
+        ob_push_lt(b, PP_W, 0, w0++, M);
+    }
+    while (w1 < b1) ob_push_lt(b, PP_W, 1, w1++, M);
+    while (w0 < b0) ob_push_lt(b, PP_W, 0, w0++, M);
+}
+
+/* DualPipeV (torch's ScheduleDualPipeV._calculate_single_rank_operations, DeepSeek's DualPipe V
+ * variant): chunk 0 is stage r, chunk 1 stage 2P-1-r. An overlapped pair (forward of one chunk, full
+ * backward of the other) runs here as the forward, then the backward (B W); a B without its W queues
+ * the W, which a later "pending weight" slot runs (oldest first). Steps 1-8 as torch numbers them. */
+typedef struct {
+    OrderBuf* b;
+    int f[2], bk[2];      // next forward / backward microbatch of each chunk
+    int wq[256][2], wh, wt; // queued (chunk, mb) of backwards whose W is deferred
+} Dpv;
+
+static void dpv_f(Dpv* x, int c) { ob_push(x->b, PP_F, c, x->f[c]++); }
+static void dpv_full_b(Dpv* x, int c) {
+    ob_push(x->b, PP_B, c, x->bk[c]);
+    ob_push(x->b, PP_W, c, x->bk[c]++);
+}
+static void dpv_b_input(Dpv* x, int c) {
+    ob_push(x->b, PP_B, c, x->bk[c]);
+    RR_ASSERT(x->wt - x->wh < 256);
+    x->wq[x->wt % 256][0] = c;
+    x->wq[x->wt % 256][1] = x->bk[c]++;
+    x->wt++;
+}
+static void dpv_w_pending(Dpv* x) {
+    if (x->wh == x->wt) return;
+    int* q = x->wq[x->wh++ % 256];
+    ob_push(x->b, PP_W, q[0], q[1]);
+}
+
+static void hint_dualpipev(OrderBuf* b, int P, int M, int r) {
+    Dpv x = {b, {0, 0}, {0, 0}, {{0}}, 0, 0};
+    for (int i = 0; i < 2 * (P - r - 1); i++) dpv_f(&x, 0);          // step 1
+    for (int i = 0; i < r + 1; i++) dpv_f(&x, 0), dpv_f(&x, 1);       // step 2
+    for (int i = 0; i < P - r - 1; i++) {                             // step 3
+        dpv_b_input(&x, 1);
+        dpv_w_pending(&x);
+        dpv_f(&x, 1);
+    }
+    for (int i = 0; i < M - 2 * P + r + 1; i++) {                     // step 4: overlapped pairs
+        dpv_f(&x, 0), dpv_full_b(&x, 1);  // (rank P-1's first is F then B unpaired: the same order here)
+        dpv_f(&x, 1), dpv_full_b(&x, 0);
+    }
+    for (int i = 0; i < P - r - 1; i++) {                             // step 5
+        dpv_full_b(&x, 1);
+        dpv_f(&x, 1), dpv_full_b(&x, 0);
+    }
+    int zb = 0;                                                       // step 6
+    for (int i = 0; i < r + 1; i++) {
+        if (i == (r + 1) / 2 && r % 2 == 1) zb = 1;
+        if (zb) dpv_b_input(&x, 1);
+        else dpv_full_b(&x, 1);
+        if (i == (r + 1) / 2 && r % 2 == 0) zb = 1;
+        if (zb) dpv_b_input(&x, 0);
+        else dpv_full_b(&x, 0);
+    }
+    for (int i = 0; i < P - r - 1; i++) {                             // step 7
+        dpv_w_pending(&x);
+        if (zb) dpv_b_input(&x, 0);
+        else dpv_full_b(&x, 0);
+    }
+    for (int i = 0; i < r + 1; i++) dpv_w_pending(&x);                // step 8
+    RR_ASSERT(x.wh == x.wt);
+}
+
+int pp_hint_build(PpHint h, const PpShape* s0, int rank, PpTask* order, char* err, size_t errlen) {
+    PpShape sv = *s0;  // the layout follows the hint
+    sv.vshape = pp_hint_vshape(h);
+    const PpShape* s = &sv;
     if (pp_hint_check_shape(h, s, err, errlen)) return -1;
     if (rank < 0 || rank >= s->P) {
         snprintf(err, errlen, "rank %d out of range for P=%d", rank, s->P);
@@ -310,6 +469,8 @@ int pp_hint_build(PpHint h, const PpShape* s, int rank, PpTask* order, char* err
     case PP_HINT_1F1B: hint_1f1b(&b, s->P, M, rank); break;
     case PP_HINT_ZBH1: hint_zbh1(&b, s->P, M, rank); break;
     case PP_HINT_INTERLEAVED: hint_interleaved(&b, s->P, M, s->chunks, rank); break;
+    case PP_HINT_ZBV: hint_zbv(&b, s->P, M, rank); break;
+    case PP_HINT_DUALPIPEV: hint_dualpipev(&b, s->P, M, rank); break;
     case PP_HINT_BF:
         for (int m = 0; m < M; m++) ob_push_bw(&b, 0, m);
         for (int m = 0; m < M; m++) ob_push(&b, PP_F, 0, m);
@@ -348,8 +509,11 @@ int pp_hint_peak(PpHint h, const PpShape* s, int rank) {
     return peak;
 }
 
-void pp_hint_print_grid(PpHint h, const PpShape* s, void* file) {
+void pp_hint_print_grid(PpHint h, const PpShape* s0, void* file) {
     FILE* f = file;
+    PpShape sv = *s0;
+    sv.vshape = pp_hint_vshape(h);
+    const PpShape* s = &sv;
     int n = pp_shape_tasks(s);
     PpTask* order = mallocCheck(sizeof(PpTask) * n);
     char err[256], buf[32];
@@ -369,7 +533,7 @@ void pp_hint_print_grid(PpHint h, const PpShape* s, void* file) {
             break;
         }
         fprintf(f, "%5s%d", "r", r);
-        for (int i = 0; i < k; i++) fprintf(f, " %*s", width, pp_task_format(order[i], r, s->P, buf, sizeof buf));
+        for (int i = 0; i < k; i++) fprintf(f, " %*s", width, pp_task_label(s, order[i], r, buf, sizeof buf));
         fputc('\n', f);
     }
     free(order);
@@ -400,7 +564,7 @@ int pp_order_check(const PpShape* s, int rank, const PpTask* order, int n, int s
         int k = pp_task_index(s, t);
         if (pos[k] >= 0) {
             snprintf(err, errlen, "rank %d: task %s appears twice (steps %d and %d)", rank,
-                     pp_task_format(t, rank, s->P, buf, sizeof buf), pos[k], i);
+                     pp_task_label(s, t, rank, buf, sizeof buf), pos[k], i);
             rc = -1;
         }
         pos[k] = i;
@@ -411,13 +575,13 @@ int pp_order_check(const PpShape* s, int rank, const PpTask* order, int n, int s
                 PpTask f = {c, PP_F, m}, b = {c, PP_B, m}, w = {c, PP_W, m};
                 if (pos[pp_task_index(s, f)] > pos[pp_task_index(s, b)]) {
                     snprintf(err, errlen, "rank %d: %s is ordered before its forward %s", rank,
-                             pp_task_format(b, rank, s->P, buf, sizeof buf),
-                             pp_task_format(f, rank, s->P, buf + 16, 16));
+                             pp_task_label(s, b, rank, buf, sizeof buf),
+                             pp_task_label(s, f, rank, buf + 16, 16));
                     rc = -1;
                 } else if (s->split && pos[pp_task_index(s, b)] > pos[pp_task_index(s, w)]) {
                     snprintf(err, errlen, "rank %d: %s is ordered before its backward %s", rank,
-                             pp_task_format(w, rank, s->P, buf, sizeof buf),
-                             pp_task_format(b, rank, s->P, buf + 16, 16));
+                             pp_task_label(s, w, rank, buf, sizeof buf),
+                             pp_task_label(s, b, rank, buf + 16, 16));
                     rc = -1;
                 }
             }
@@ -445,20 +609,20 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
             PpExec e = exec[r][i];
             int k = pp_task_index(s, e.task);
             if (!isnan(start[r * total + k])) {
-                snprintf(err, errlen, "rank %d ran %s twice", r, pp_task_format(e.task, r, s->P, b1, sizeof b1));
+                snprintf(err, errlen, "rank %d ran %s twice", r, pp_task_label(s, e.task, r, b1, sizeof b1));
                 rc = -1;
                 break;
             }
             if (!(e.end >= e.start)) {
                 snprintf(err, errlen, "rank %d: %s ends (%g) before it starts (%g)", r,
-                         pp_task_format(e.task, r, s->P, b1, sizeof b1), e.end, e.start);
+                         pp_task_label(s, e.task, r, b1, sizeof b1), e.end, e.start);
                 rc = -1;
                 break;
             }
             if (i > 0 && e.start < exec[r][i - 1].end - 1e-9 * (1 + fabs(e.start))) {
                 snprintf(err, errlen, "rank %d: %s starts at %g while %s runs until %g", r,
-                         pp_task_format(e.task, r, s->P, b1, sizeof b1), e.start,
-                         pp_task_format(exec[r][i - 1].task, r, s->P, b2, sizeof b2), exec[r][i - 1].end);
+                         pp_task_label(s, e.task, r, b1, sizeof b1), e.start,
+                         pp_task_label(s, exec[r][i - 1].task, r, b2, sizeof b2), exec[r][i - 1].end);
                 rc = -1;
                 break;
             }
@@ -477,8 +641,8 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
                 double pe = end[r * total + pp_task_index(s, pre)];
                 if (st < pe - tol) {
                     snprintf(err, errlen, "rank %d: %s starts at %g before %s ends at %g", r,
-                             pp_task_format(t, r, s->P, b1, sizeof b1), st,
-                             pp_task_format(pre, r, s->P, b2, sizeof b2), pe);
+                             pp_task_label(s, t, r, b1, sizeof b1), st,
+                             pp_task_label(s, pre, r, b2, sizeof b2), pe);
                     rc = -1;
                 }
             }
@@ -488,8 +652,8 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
                 double pe = end[sr * total + pp_task_index(s, src)];
                 if (st < pe + latency - tol) {
                     snprintf(err, errlen, "rank %d: %s starts at %g before its input from rank %d (%s, ended %g, "
-                             "latency %g) can arrive", r, pp_task_format(t, r, s->P, b1, sizeof b1), st, sr,
-                             pp_task_format(src, sr, s->P, b2, sizeof b2), pe, latency);
+                             "latency %g) can arrive", r, pp_task_label(s, t, r, b1, sizeof b1), st, sr,
+                             pp_task_label(s, src, sr, b2, sizeof b2), pe, latency);
                     rc = -1;
                 }
             }

@@ -38,7 +38,13 @@ typedef struct {
     int M;       // microbatches per step
     int chunks;  // model chunks per rank (V); 1 unless interleaved
     int split;   // 1: backward split into B (input grad) and W (weight grad); W tasks exist
+    int vshape;  // 1: the V layout (zbv, dualpipev): chunk 0 of rank r is stage r, chunk 1 is stage
+                 // 2P - 1 - r; 0: Megatron's, chunk c of rank r is stage c*P + r (pp_hint_vshape)
 } PpShape;
+
+/* The virtual stage of (rank, chunk) under the shape's layout, and back (v in 0 .. P*chunks - 1). */
+int pp_vstage(const PpShape* s, int rank, int chunk);
+void pp_vstage_owner(const PpShape* s, int v, int* rank, int* chunk);
 
 /* Number of tasks on one rank: V * M * (split ? 3 : 2). */
 int pp_shape_tasks(const PpShape* s);
@@ -47,6 +53,8 @@ int pp_task_index(const PpShape* s, PpTask t);
 PpTask pp_task_from_index(const PpShape* s, int index);
 /* Printable form "<stage><kind><mb>" with stage = chunk*P + rank (PyTorch's _Action). Returns buf. */
 char* pp_task_format(PpTask t, int rank, int P, char* buf, size_t n);
+/* The same with the stage of the shape's layout (the V layout's chunk 1 of rank r is stage 2P-1-r). */
+char* pp_task_label(const PpShape* s, PpTask t, int rank, char* buf, size_t n);
 /* Parse that form back for `rank`; returns 0, or -1 when malformed or the stage is not on `rank`. */
 int pp_task_parse(const char* s, int rank, int P, PpTask* out);
 
@@ -65,6 +73,9 @@ typedef enum {
     PP_HINT_ZBH1,         // Zero Bubble H1 (Qi et al.), as Megatron-DeepSpeed's ZeroBubbleH1Pipeline
     PP_HINT_BF,
     PP_HINT_BFW,
+    PP_HINT_ZBV,        // zero-bubble V (Qi et al. section 6), as torch's ScheduleZBVZeroBubble orders it
+    PP_HINT_DUALPIPEV,  // DualPipe's V variant, as torch's ScheduleDualPipeV orders it (overlapped pairs run
+                        // one after the other: F, then the full backward B W)
     PP_HINT_COUNT
 } PpHint;
 
@@ -75,8 +86,11 @@ int pp_hint_parse(const char* name, PpHint* h);
  * rank), so the fixed modes can run it; bf and bfw are rankings only (every B ranked before every F)
  * and run under `ready` only. */
 int pp_hint_is_sequence(PpHint h);
-/* Check that the hint is defined for the shape (interleaved needs V > 1 and M % P == 0; the others
- * need V == 1). Returns 0, or -1 with a message in err. */
+/* 1 for the hints that place two chunks per rank in a V (zbv, dualpipev): the shape's vshape. */
+int pp_hint_vshape(PpHint h);
+/* Check that the hint is defined for the shape (interleaved needs V > 1 and M % P == 0; zbv and
+ * dualpipev need V == 2 in the V layout and a split backward, dualpipev also M >= 2P; the others need
+ * V == 1). Returns 0, or -1 with a message in err. */
 int pp_hint_check_shape(PpHint h, const PpShape* s, char* err, size_t errlen);
 /* Fill order[0 .. pp_shape_tasks(s)-1] with rank `rank`'s tasks, most preferred first (the hint
  * rank of order[i] is i). Pure function of (h, s, rank). Returns the task count, or -1 with a
@@ -116,12 +130,11 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
 
 /* lookahead: `ready` that may leave a rank idle for a better-ranked task whose input is predicted to
  * arrive before the best ready task would finish (pp_dispatcher_next_at).
- * adaptive: per step, the policy that the step's plan and the duration estimates predict fastest, of
- * ready (never wait), lookahead (wait for announced better-ranked inputs) and, under a sequence hint,
- * the hint's sequence (always wait for the next task: fixed). The choice is made before the step by
- * simulating it on the estimates (pp_sim_plan in runtime/sim/: every rank of the pipeline computes the
- * same choice from the same plan and estimates); a dispatcher given `adaptive` itself, without a plan,
- * behaves as lookahead. */
+ * adaptive: per step, of ready (never wait) and, under a sequence hint, the hint's sequence (always wait
+ * for the next task: fixed), the one the step's plan and the duration estimates predict faster, or
+ * lookahead where predicted clearly faster than both (pp_sim_plan in runtime/sim/: every rank of the
+ * pipeline computes the same choice from the same plan and estimates); a dispatcher given `adaptive`
+ * itself, without a plan, behaves as lookahead. */
 typedef enum {
     PP_MODE_FIXED_SYNC = 0,
     PP_MODE_FIXED,
@@ -255,9 +268,11 @@ int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t);
  * the rank finishes computing a task (whether or not that task's own send is still blocked). With one
  * chunk: the next task of the sequence (DESIGN.md section 6). With several: the next forward and the
  * next backward of the sequence, as Megatron's interleaved schedule posts both in one batched exchange
- * (one receive ahead deadlocks its table). Tasks without a cross-rank input are left out; a receive
- * may be returned again on a later call (the caller posts each once). Returns the count (0..2). */
-int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[2]);
+ * (one receive ahead deadlocks its table); in the V layout the next forward and backward of each chunk
+ * (a V rank feeds itself at the tip, and one receive per kind deadlocks zbv's warm-up). Tasks without a
+ * cross-rank input are left out; a receive may be returned again on a later call (the caller posts each
+ * once). Returns the count (0..4). */
+int pp_dispatcher_sequence_receives(const PpDispatcher* d, PpTask out[4]);
 static inline int pp_dispatcher_all_done(const PpDispatcher* d) { return d->n_done == d->n; }
 
 #ifdef __cplusplus

@@ -86,20 +86,19 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
 /* The estimate pp_sim_run_opts gives rank r's task t (also the replay benchmark's). */
 double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt, int r, PpTask t);
 
-/* adaptive's plan (sched.h): simulate the step on the estimated durations `est` (what every rank of the
- * pipeline knows before the step: the plan's microbatches through the cost model), first denoised by
- * pp_durations_smooth (a stage's rate x a microbatch's size: independent per-task estimate error would
- * otherwise look like text-like variance, where ready suffers the list-scheduling anomaly), under ready,
- * lookahead (with the denoised `est` as its own estimates) and, when the hint is a sequence, allow_fixed
- * is set and the hint's own in-flight peak stays within the cap on every rank (the cap bounds memory),
- * fixed; return the mode predicted fastest. Ties and near-ties go to the more conservative policy:
- * lookahead is taken over ready only when predicted faster, and fixed is kept unless the best
- * ready-family policy is predicted faster than it by more than PP_PLAN_MARGIN (relative): under
- * estimate error a near-tie is noise, and fixed is the reference the mode must not lose to (bench/sim.sh
- * on 15 seeds: margins 0.02 .. 0.05 meet every target, 0.01 and 0.06 do not). pred (may be NULL)
- * receives the predicted makespans of ready, lookahead and fixed (NAN when not a candidate).
- * Deterministic: every rank computes the same choice from the same inputs. */
-#define PP_PLAN_MARGIN 0.03
+/* adaptive's plan (sched.h): predict the step's makespan from the estimated durations `est` (what every
+ * rank of the pipeline knows before the step: the plan's microbatches through the cost model) under
+ * ready, lookahead (sequence hints) and, when the hint is a sequence, allow_fixed is set and the hint's
+ * own in-flight peak stays within the cap on every rank (the cap bounds memory), fixed. Of ready and
+ * fixed it takes the one predicted faster (fixed unless ready is predicted faster by more than
+ * PP_PLAN_MARGIN, relative), and lookahead instead only when predicted faster than that one by more than
+ * PP_PLAN_LOOKAHEAD_MARGIN. A prediction is the mean of the simulated makespans on `est` itself and on
+ * its denoised fit (pp_durations_smooth): independent per-task estimate error makes the raw prediction
+ * see more variance than the step has, the fit sees less (sim.c). pred (may be NULL) receives the
+ * predicted makespans of ready, lookahead and fixed (NAN when not a candidate). Deterministic: every
+ * rank computes the same choice from the same inputs. Measured by bench/adaptive.sh (docs/scheduler.md). */
+#define PP_PLAN_MARGIN 0.0
+#define PP_PLAN_LOOKAHEAD_MARGIN 0.02
 PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]);
 /* The estimated durations of d as the simulator's cost model gives them (pp_sim_estimate per rank and
  * task, chunks summed per rank): the input of pp_sim_plan. */

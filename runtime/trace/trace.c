@@ -92,12 +92,16 @@ void pp_trace_rank(PpTrace* tr, int rank) {
 }
 
 void pp_trace_task(PpTrace* tr, int rank, int P, PpTask t, double start, double end) {
+    pp_trace_task_stage(tr, rank, P, t.chunk * P + rank, t, start, end);
+}
+
+void pp_trace_task_stage(PpTrace* tr, int rank, int P, int stage, PpTask t, double start, double end) {
     trace_sep(tr);
     tb_printf(&tr->ev,
               "{\"name\":\"%c%d\",\"cat\":\"%c\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":0,"
               "\"args\":{\"chunk\":%d,\"mb\":%d,\"stage\":%d,\"stages\":%d}}",
               kind_char[t.kind], t.mb, kind_char[t.kind], us(tr, start), (end - start) * 1e6, rank, t.chunk, t.mb,
-              t.chunk * P + rank, P);
+              stage, P);
 }
 
 /* The flow id names the message by its producer and endpoints, so a sender's and a receiver's files

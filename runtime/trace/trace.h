@@ -32,6 +32,8 @@ void pp_trace_rank(PpTrace* tr, int rank);
 /* A task of `rank` ran from start to end (seconds on the origin's clock). P is the pipeline size
  * (for the task's virtual stage in args). */
 void pp_trace_task(PpTrace* tr, int rank, int P, PpTask t, double start, double end);
+/* The same with the task's virtual stage given (the V layout of zbv / dualpipev: pp_vstage). */
+void pp_trace_task_stage(PpTrace* tr, int rank, int P, int stage, PpTask t, double start, double end);
 /* The message of task t (its output) left `rank` for `peer`, or arrived at `rank` from `peer`.
  * For a receive, t is the task that produced the message (the sender's task). */
 void pp_trace_send(PpTrace* tr, int rank, int peer, PpTask t, size_t bytes, double time);

@@ -214,8 +214,11 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     x->n_chunks = r->chunks;
     x->last_mode = -1;
     x->chunks = callocCheck((size_t)x->n_chunks, sizeof(Stage*));
+    PpHint hint = PP_HINT_1F1B;
+    if (pp_hint_parse(r->hint, &hint) != 0) hint = PP_HINT_1F1B; /* validated by the recipe */
+    PpShape layout = {r->pp, r->microbatches, r->chunks, 0, pp_hint_vshape(hint)};
     for (int c = 0; c < x->n_chunks; c++) {
-        int v = c * r->pp + x->rank, l0 = 0;
+        int v = pp_vstage(&layout, x->rank, c), l0 = 0; /* Megatron's c*P + r, or the V of zbv / dualpipev */
         for (int u = 0; u < v; u++) l0 += layers[u];
         x->chunks[c] = callocCheck(1, sizeof(Stage));
         stage_init_tp(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be, r->tp, grid->t, grid->tp_group);
@@ -250,7 +253,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         snprintf(err, err_len, "%s: runtime.cap = %s: %s", recipe_origin(r, "runtime", "cap"), r->cap, e);
         goto fail;
     }
-    PpShape shape = {r->pp, r->microbatches, r->chunks, pipeline_hint_splits(pc.hint)};
+    PpShape shape = {r->pp, r->microbatches, r->chunks, pipeline_hint_splits(pc.hint), pp_hint_vshape(pc.hint)};
     if (pp_hint_check_shape(pc.hint, &shape, e, sizeof e) != 0) {
         snprintf(err, err_len, "%s: parallel.hint = %s: %s", recipe_origin(r, "parallel", "hint"), r->hint, e);
         goto fail;

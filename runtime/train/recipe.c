@@ -156,13 +156,13 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
-    {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw", 0,
-     "Schedule hint (DESIGN.md section 6)."},
+    {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw|zbv|dualpipev", 0,
+     "Schedule hint (DESIGN.md section 6; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
+     "docs/scheduler.md)."},
     {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
      "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
-     "adaptive (the default) = per step, ready, lookahead or the hint's sequence, whichever a simulation of the "
-     "step on the cost model's (denoised) estimates predicts fastest, the sequence unless another is predicted "
-     "more than 3% faster: docs/scheduler.md)."},
+     "adaptive (the default) = per step, ready or the hint's sequence, whichever a simulation of the step on "
+     "the cost model's estimates predicts faster, or lookahead where predicted 2% faster still: docs/scheduler.md)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
@@ -599,9 +599,13 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
             VFAIL("parallel", "layers", "%s", r->layers, "%s; allowed: %d comma-separated layer counts summing to %d",
                   why, S, r->text_layers);
     }
-    if (r->chunks > 1 && strcmp(r->hint, "interleaved-1f1b") != 0)
-        VFAIL("parallel", "chunks", "%d", r->chunks, "only the interleaved-1f1b hint runs several chunks per rank; "
-                                                     "allowed: 1, or set parallel.hint=interleaved-1f1b");
+    int vhint = !strcmp(r->hint, "zbv") || !strcmp(r->hint, "dualpipev");
+    if (vhint && r->chunks != 2)
+        VFAIL("parallel", "chunks", "%d", r->chunks, "hint %s places exactly 2 model chunks per rank in a V; allowed: 2",
+              r->hint);
+    if (r->chunks > 1 && !vhint && strcmp(r->hint, "interleaved-1f1b") != 0)
+        VFAIL("parallel", "chunks", "%d", r->chunks, "only the interleaved-1f1b, zbv and dualpipev hints run several "
+                                                     "chunks per rank; allowed: 1, or set parallel.hint=interleaved-1f1b");
     const struct {
         const char* what;
         int v;

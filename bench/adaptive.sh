@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# adaptive.sh — issue 22's target for the default dispatch mode (`adaptive`): its makespan within 0.5% of the
+# better of `fixed` and `ready` at the same hint and cap, in every case and on every seed, with duration
+# estimates off by up to 20% (rrfp-bench-adaptive, bench/bench_adaptive.c: the simulator's cost model is
+# the true duration times a per-task factor in [1 - E, 1 + E]; the plan sees only those estimates).
+#   1. bench/sim.sh's table: its generator (text-like 0.1, multimodal 1.0), P = 4, 8, 32, 128, M = 4P,
+#      hints 1f1b / zb-h1, caps 1x / 1.5x / 2x, 5 seeds, E = 0.2;
+#   2. the varied set: sim.sh's generator at two more variances and our own second generator (stage
+#      imbalance, stragglers, text-only microbatches, M = 2P and 4P), P = 8 and 32, 6 seeds, E = 0.2, 0.1, 0.
+# Each prints a table per (generator, P, hint, cap): the worst ratio over seeds (** above 1.005), the mean,
+# and the range of fixed / ready; then the count of cases above 1.005 and the worst.
+#
+# Usage: bench/adaptive.sh [path/to/rrfp-bench-adaptive] [MODE]   (default build/rrfp-bench-adaptive, adaptive)
+set -euo pipefail
+BIN=${1:-build/rrfp-bench-adaptive}
+MODE=${2:-adaptive}
+echo "## 1. bench/sim.sh's table (estimate error 0.2)"
+"$BIN" --simsh --ps "4 8 32 128" --seeds 5 --error 0.2 --mode "$MODE"
+for e in 0.2 0.1 0; do
+  echo
+  echo "## 2. the varied set, estimate error $e"
+  "$BIN" --ps "8 32" --seeds 6 --error "$e" --mode "$MODE"
+done

@@ -1,0 +1,198 @@
+/* bench_adaptive.c — the check of issue 22's target for the default dispatch mode: its makespan within
+ * 0.5% of the better of `fixed` and `ready` at the same hint and cap, in every case, with duration
+ * estimates off by up to E (the simulator's cost model: the true duration times a per-task factor in
+ * [1 - E, 1 + E], seeded), using only what a rank knows (the estimates; the true durations only run the
+ * step).
+ *
+ * Cases: bench/sim.sh's table (its generator: text-like variance 0.1, multimodal 1.0; P in --ps; M = 4P;
+ * latency 0.02) and a second, varied generator of our own (below: text-like and multimodal at several
+ * variances, stage imbalance, stragglers, M = 2P and 4P), each at caps 1x, 1.5x, 2x, hints 1f1b (whole
+ * backward, B = 2F) and zb-h1 (split, B = W = F), over --seeds seeds. For each case: makespan(MODE) /
+ * min(makespan(fixed), makespan(ready)). Prints the worst ratio per group, the cases above 1.005 and the
+ * worst overall; exits 1 when any case is above --target (default: report only).
+ *
+ * Usage: rrfp-bench-adaptive [--seeds N] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all] [--simsh]
+ *   --all prints every case (TSV) on stderr; --mode-cap C runs MODE at cap C instead of the case's (to
+ *   compare policies); --simsh: bench/sim.sh's two generators only (its table:
+ *   --simsh --ps "4 8 32 128" --seeds 5). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/sim/sim.h"
+
+static double u01(uint64_t* x) { return ((rr_splitmix64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double gauss(uint64_t* x) {
+    double u = u01(x), v = u01(x);
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+static double logn1(uint64_t* x, double s) { return exp(s * gauss(x) - 0.5 * s * s); }
+
+/* The varied generator, in units of one mean forward.
+ * text: a microbatch's size a_m ~ lognormal(v) shared by every stage (packing to a token budget leaves
+ *   some spread), a stage's rate ~ lognormal(0.05) (an imperfect partition), per-task noise
+ *   lognormal(v/4), stragglers (an episode starts with probability 0.01 per (stage, microbatch) and runs
+ *   the next 4 microbatches 1.3x slower).
+ * mm: LM stages as text at v = 0.1; stage 0 also runs the ViT: 10% of microbatches text-only, else 1..4
+ *   images of lognormal(0.6) size: F[0][m] = (1 - v) lm + v X_m (X mean one), v the ViT's share.
+ * B = 2F x lognormal(0.03) (whole backward) or B = F x lognormal(0.03), W = F x lognormal(0.03) (split). */
+static void gen_varied(PpDurations* d, int P, int M, int mm, double v, uint64_t seed, int split) {
+    memset(d, 0, sizeof *d);
+    d->P = P, d->M = M, d->split = split, d->latency = 0.02;
+    size_t n = (size_t)P * M;
+    d->F = mallocCheck(sizeof(double) * n);
+    d->B = mallocCheck(sizeof(double) * n);
+    if (split) d->W = mallocCheck(sizeof(double) * n);
+    uint64_t st = seed * 0x9E3779B97F4A7C15ull + (mm ? 77 : 13) + (uint64_t)(v * 1000) * 131;
+    double tv = mm ? 0.1 : v;
+    double* a = mallocCheck(sizeof(double) * M);
+    double* x = mallocCheck(sizeof(double) * M);
+    for (int m = 0; m < M; m++) {
+        a[m] = logn1(&st, tv);
+        x[m] = 0;
+        if (mm && u01(&st) >= 0.1) {
+            int k = 1 + (int)(u01(&st) * 4);
+            for (int i = 0; i < k && i < 4; i++) x[m] += logn1(&st, 0.6);
+            x[m] /= 2.5 * 0.9;  // mean about one
+        }
+    }
+    for (int s = 0; s < P; s++) {
+        double rate = logn1(&st, 0.05);
+        int strag = 0;
+        for (int m = 0; m < M; m++) {
+            if (strag == 0 && u01(&st) < 0.01) strag = 4;
+            double f = rate * a[m] * logn1(&st, tv / 4);
+            if (mm && s == 0) f = (1 - v > 0.1 ? 1 - v : 0.1) * f + v * x[m];
+            if (strag > 0) f *= 1.3, strag--;
+            d->F[(size_t)s * M + m] = f;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (split) {
+            d->B[i] = d->F[i] * logn1(&st, 0.03);
+            d->W[i] = d->F[i] * logn1(&st, 0.03);
+        } else {
+            d->B[i] = 2 * d->F[i] * logn1(&st, 0.03);
+        }
+    }
+    free(a);
+    free(x);
+}
+
+typedef struct {
+    const char* name;
+    int varied, mm;
+    double v;
+    int m_per_p;
+} Gen;
+
+static const Gen gens[] = {
+    {"sim.sh text 0.1", 0, 0, 0.1, 4}, {"sim.sh mm 1.0", 0, 1, 1.0, 4},   {"sim.sh text 0.3", 0, 0, 0.3, 4},
+    {"sim.sh mm 0.5", 0, 1, 0.5, 4},   {"varied text 0.1", 1, 0, 0.1, 4}, {"varied text 0.3", 1, 0, 0.3, 4},
+    {"varied text 0.5", 1, 0, 0.5, 2}, {"varied mm 0.3", 1, 1, 0.3, 4},   {"varied mm 0.5", 1, 1, 0.5, 2},
+    {"varied mm 0.8", 1, 1, 0.8, 4},
+};
+
+static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, double err_e, uint64_t seed) {
+    PpCap c = {PP_CAP_DEFAULT, 0};
+    char err[512];
+    if (cap && pp_cap_parse(cap, &c, err, sizeof err)) rr_die("bad cap %s", cap);
+    PpSimOptions o = {err_e, seed};
+    PpSimResult r;
+    if (pp_sim_run_opts(d, h, mode, c, 1, &o, &r, err, sizeof err)) rr_die("sim: %s", err);
+    if (r.deadlock) rr_die("sim: deadlock: %s", r.msg);
+    double ms = r.makespan;
+    pp_sim_result_free(&r);
+    return ms;
+}
+
+int main(int argc, char** argv) {
+    int seeds = 6, all = 0, simsh = 0;
+    const char* mode_cap = NULL;
+    const char* ps = "8 32";
+    double e = 0.2, target = 0;
+    PpMode mode = PP_MODE_ADAPTIVE;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ps") && i + 1 < argc) ps = argv[++i];
+        else if (!strcmp(argv[i], "--error") && i + 1 < argc) e = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--all")) all = 1;
+        else if (!strcmp(argv[i], "--simsh")) simsh = 1;
+        else if (!strcmp(argv[i], "--mode-cap") && i + 1 < argc) mode_cap = argv[++i];
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
+            if (pp_mode_parse(argv[++i], &mode)) {
+                fprintf(stderr, "rrfp-bench-adaptive: unknown mode %s\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--ps \"8 32\"] [--error E] [--mode MODE] "
+                            "[--target T] [--all] [--simsh] [--mode-cap C]\n");
+            return 2;
+        }
+    }
+    int Ps[16], nP = 0;
+    for (const char* p = ps; *p && nP < 16;) {
+        char* end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        if (v < 2 || v > 256) rr_die("P %ld out of [2, 256]", v);
+        Ps[nP++] = (int)v;
+        p = end;
+    }
+    static const char* caps[3] = {"1x", "1.5x", "2x"};
+    static const PpHint hints[2] = {PP_HINT_1F1B, PP_HINT_ZBH1};
+    double worst = 0, logsum = 0;
+    char worst_case[256] = "";
+    int n_cases = 0, n_over = 0;
+    printf("mode %s, estimate error %g, %d seeds, P in {%s}\n\n", pp_mode_name(mode), e, seeds, ps);
+    printf("| generator | P | M | hint | cap | worst %s / best(fixed, ready) | mean | fixed/ready range |\n",
+           pp_mode_name(mode));
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (size_t g = 0; g < (simsh ? 2 : sizeof gens / sizeof *gens); g++)
+        for (int ip = 0; ip < nP; ip++)
+            for (int ih = 0; ih < 2; ih++)
+                for (int ic = 0; ic < 3; ic++) {
+                    int P = Ps[ip], M = gens[g].m_per_p * P, split = hints[ih] == PP_HINT_ZBH1;
+                    double gw = 0, gsum = 0, frmin = INFINITY, frmax = 0;
+                    for (int s = 1; s <= seeds; s++) {
+                        PpDurations d;
+                        if (gens[g].varied) gen_varied(&d, P, M, gens[g].mm, gens[g].v, (uint64_t)s, split);
+                        else pp_durations_generate(&d, P, M, gens[g].v, gens[g].mm ? PP_GEN_MM : PP_GEN_TEXT, (uint64_t)s,
+                                                   split, 0.02);
+                        double f = run(&d, hints[ih], PP_MODE_FIXED, NULL, e, (uint64_t)s);
+                        double r = run(&d, hints[ih], PP_MODE_READY, caps[ic], e, (uint64_t)s);
+                        double a = run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, (uint64_t)s);
+                        double best = f < r ? f : r, ratio = a / best;
+                        if (f / r < frmin) frmin = f / r;
+                        if (f / r > frmax) frmax = f / r;
+                        gsum += ratio;
+                        logsum += log(ratio);
+                        if (ratio > gw) gw = ratio;
+                        n_cases++;
+                        if (ratio > 1.005) n_over++;
+                        if (all)
+                            fprintf(stderr, "%s\t%d\t%d\t%s\t%s\t%d\t%.6f\t%.6f\t%.6f\t%.6f\n", gens[g].name, P, M,
+                                    pp_hint_name(hints[ih]), caps[ic], s, f, r, a, ratio);
+                        if (ratio > worst) {
+                            worst = ratio;
+                            snprintf(worst_case, sizeof worst_case, "%s P=%d M=%d %s %s seed %d (fixed %.4f ready %.4f %s %.4f)",
+                                     gens[g].name, P, M, pp_hint_name(hints[ih]), caps[ic], s, f, r, pp_mode_name(mode), a);
+                        }
+                        pp_durations_free(&d);
+                    }
+                    printf("| %s | %d | %d | %s | %s | %.4f%s | %.4f | %.3f .. %.3f |\n", gens[g].name, P, M,
+                           pp_hint_name(hints[ih]), caps[ic], gw, gw > 1.005 ? " **" : "", gsum / seeds, frmin, frmax);
+                    fflush(stdout);
+                }
+    printf("\n%d cases, %d above 1.005; geometric mean %.4f; worst %.4f: %s\n", n_cases, n_over,
+           exp(logsum / (n_cases > 0 ? n_cases : 1)), worst, worst_case);
+    if (target > 0 && worst > target) {
+        printf("target %.4f: NOT MET\n", target);
+        return 1;
+    }
+    if (target > 0) printf("target %.4f: met\n", target);
+    return 0;
+}
