@@ -907,7 +907,9 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
             char a[96], b[96], w[256];
             if (!t) snprintf(w, sizeof w, "not in the checkpoint");
             else {
-                ck_shape_str(a, sizeof a, gnd, gshape);
+                /* gshape holds 4 dims; a file's tensor of more (the format allows 8) is shown as stored (a
+                 * slice description is never parsed to more than 4) */
+                ck_shape_str(a, sizeof a, gnd, gnd > TENSOR_MAX_DIMS ? t->shape : gshape);
                 ck_shape_str(b, sizeof b, s->ndim, mine);
                 snprintf(w, sizeof w, "shape %s in the checkpoint, %s here", a, b);
             }

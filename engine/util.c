@@ -218,8 +218,24 @@ char* rr_read_stream(FILE* f, size_t* size, size_t max) {
 }
 
 char* rr_read_file(const char* path, size_t* size, size_t max) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return NULL;
+    /* opened without waiting: a named pipe with no writer (a FIFO planted where a file belongs) would
+     * block fopen forever; it reads as empty instead. Reads then block as usual (a pipe with a writer). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    FILE* f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
     /* fopen opens a directory for reading; its first read then fails with EISDIR, which ferror()
      * alone reported as EIO ("Input/output error") */
     struct stat st;

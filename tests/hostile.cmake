@@ -14,6 +14,13 @@ add_test(NAME hostile_inputs_pp
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)
 set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# import llava / import clip / export hf under the same rules: every vision_config / text_config number,
+# vision_feature_layer, image_token_index; the index; NaN weights; 5..8-dim tensors; FIFOs and /dev/zero
+# where a file belongs; --out paths with quotes and spaces, inside the input, existing or dangling (~10 s)
+add_test(NAME hostile_llava
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_llava llava)
+set_tests_properties(hostile_llava PROPERTIES TIMEOUT 300)
 # the helpers underneath: rr_read_file's caps (regular files, /dev/zero, pipes), rr_remove_tree (symbolic
 # links not followed, shell syntax in names), checked 64-bit arithmetic, the slice-description parser
 add_executable(test_hostile_util tests/test_hostile_util.c)

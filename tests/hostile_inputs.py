@@ -16,10 +16,12 @@ and asserts a clean refusal:
 A few cases that have a right answer (listing a 6-dimensional tensor, a successful import into a path
 with quotes, spaces and $(...)) assert that answer instead.
 
-Usage: hostile_inputs.py RRFP_MM SRC_DIR WORK_DIR [base|pp]   (exit 0 = every case passed)
+Usage: hostile_inputs.py RRFP_MM SRC_DIR WORK_DIR [base|pp|llava]   (exit 0 = every case passed)
   base: one-process cases; pp: pipeline and tensor-parallel (mpirun -np 2) checkpoints holding one shard
-  of another step."""
+  of another step; llava: import llava / import clip / export hf (the same rules for LLaVA and CLIP
+  configs, indexes, --out paths, weights and files that are not files)."""
 import json
+import re
 import os
 import shutil
 import struct
@@ -61,7 +63,11 @@ def under(p, roots):
 
 def run(args, timeout=120, env=None):
     e = dict(os.environ)
-    e.setdefault("ASAN_OPTIONS", "detect_leaks=0")
+    # a sanitizer build checks leaks too: a refusal frees what it allocated. OpenMPI keeps memory of its
+    # own at exit, suppressed by library (tests/lsan.supp), which needs the full stacks of the slow
+    # unwinder (OpenMPI's plugins are unloaded before the leak check, so a short stack names no library)
+    e.setdefault("ASAN_OPTIONS", "detect_leaks=1:fast_unwind_on_malloc=0")
+    e.setdefault("LSAN_OPTIONS", "print_suppressions=0:suppressions=" + os.path.join(SRC, "tests", "lsan.supp"))
     if env:
         e.update(env)
     try:
@@ -530,6 +536,269 @@ def cap_cases():
 
 
 
+# ---- import llava / import clip / export hf (issue 19's rules for issue 21's importers) ----------------
+
+DV, LV, HV, PV, IMG = 8, 2, 2, 2, 4  # a CLIP tower of 2 blocks, 2 x 2 patches of 2 x 2 pixels
+VT = 16                              # the LM above: D 8, L 1, H 2, F 12, vocab 16
+
+
+def llava_config(vision=None, text=None, **top):
+    vc = {"model_type": "clip_vision_model", "hidden_size": DV, "intermediate_size": 4 * DV, "num_hidden_layers": LV,
+          "num_attention_heads": HV, "image_size": IMG, "patch_size": PV, "hidden_act": "quick_gelu",
+          "layer_norm_eps": 1e-5}
+    vc.update(vision or {})
+    tc = llama_config()
+    tc.update(text or {})
+    c = {"model_type": "llava", "image_token_index": 3, "projector_hidden_act": "gelu", "vision_feature_layer": -2,
+         "vision_feature_select_strategy": "default", "vision_config": vc, "text_config": tc}
+    c.update(top)
+    return c
+
+
+def clip_config(**over):
+    c = dict(llava_config()["vision_config"])
+    c.update(over)
+    return c
+
+
+def vision_shapes(prefix):
+    G = IMG // PV
+    out = [(prefix + "embeddings.patch_embedding.weight", (DV, 3, PV, PV)),
+           (prefix + "embeddings.class_embedding", (DV,)),
+           (prefix + "embeddings.position_embedding.weight", (1 + G * G, DV)),
+           (prefix + "pre_layrnorm.weight", (DV,)), (prefix + "pre_layrnorm.bias", (DV,))]
+    for l in range(LV):
+        q = prefix + "encoder.layers.%d." % l
+        for n in ["layer_norm1", "layer_norm2"]:
+            out += [(q + n + ".weight", (DV,)), (q + n + ".bias", (DV,))]
+        for n in ["q_proj", "k_proj", "v_proj", "out_proj"]:
+            out += [(q + "self_attn.%s.weight" % n, (DV, DV)), (q + "self_attn.%s.bias" % n, (DV,))]
+        out += [(q + "mlp.fc1.weight", (4 * DV, DV)), (q + "mlp.fc1.bias", (4 * DV,)),
+                (q + "mlp.fc2.weight", (DV, 4 * DV)), (q + "mlp.fc2.bias", (DV,))]
+    return out
+
+
+def llava_tensors(llava=True, nan_in=None, drop=None, shape_of=None):
+    """The hub's llava-hf naming (or CLIPVisionModel's vision_model.*); shape_of = (name, shape): that
+    tensor's shape rewritten, same bytes."""
+    shapes = vision_shapes("vision_tower.vision_model." if llava else "vision_model.")
+    if llava:
+        shapes += [("multi_modal_projector.linear_1.weight", (D, DV)), ("multi_modal_projector.linear_1.bias", (D,)),
+                   ("multi_modal_projector.linear_2.weight", (D, D)), ("multi_modal_projector.linear_2.bias", (D,))]
+        for n, dt, s, raw in llama_tensors():
+            shapes.append(("language_model." + n, s))
+    out = []
+    for i, (n, s) in enumerate(shapes):
+        if n == drop:
+            continue
+        k = 1
+        for x in s:
+            k *= x
+        vals = [((i * 5 + j * 3) % 13 - 6) * 0.01 for j in range(k)]
+        if n == nan_in:
+            vals[k // 2] = float("nan")
+        if shape_of and shape_of[0] == n:
+            s = shape_of[1]
+        out.append((n, "F32", s, f32(vals)))
+    return out
+
+
+def llava_cases():
+    hf, cf = os.path.join(WORK, "lhf"), os.path.join(WORK, "chf")
+    make_hf(hf, llava_config(), tensors=llava_tensors())
+    works("import llava: the valid fixture imports", [EXE, "import", "llava", "--hf", hf, "--out", "imp/llava_ok"],
+          "imported")
+    make_hf(cf, clip_config(), tensors=llava_tensors(llava=False))
+    works("import clip: the valid fixture imports", [EXE, "import", "clip", "--hf", cf, "--out", "imp/clip_ok"],
+          "imported")
+    imp = lambda kind, d: [EXE, "import", kind, "--hf", d, "--out", "imp/o"]
+    values = [477218589, 2147483647, 2147483648, 4294967297, 9007199254740993, 1e300, -1, 0, 1.5, "8", True, [8],
+              {"x": 8}]
+    # 1. every vision_config number that sizes something (import llava and import clip), every text_config one
+    for k in ["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "image_size",
+              "patch_size", "num_channels"]:
+        for v in values:
+            make_hf(hf, llava_config(vision={k: v}), tensors=llava_tensors())
+            refused("import llava: vision_config %s = %s" % (k, json.dumps(v)), imp("llava", hf),
+                    ["config.json", "vision_config", k], outs=["imp/o"])
+            make_hf(cf, clip_config(**{k: v}), tensors=llava_tensors(llava=False))
+            refused("import clip: %s = %s" % (k, json.dumps(v)), imp("clip", cf), ["config.json", k], outs=["imp/o"])
+    for k in ["hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"]:
+        for v in values + [None]:
+            make_hf(hf, llava_config(text={k: v}), tensors=llava_tensors())
+            refused("import llava: text_config %s = %s" % (k, json.dumps(v)), imp("llava", hf),
+                    ["config.json", "text_config", k], outs=["imp/o"])
+    # an old llava-hf config keeps vocab_size at the top
+    c = llava_config(vocab_size=2147483647)
+    del c["text_config"]["vocab_size"]
+    make_hf(hf, c, tensors=llava_tensors())
+    refused("import llava: top-level vocab_size 2147483647", imp("llava", hf), ["config.json", "vocab_size"],
+            outs=["imp/o"])
+    for k, vs in [("vision_feature_layer", [1e300, 2147483648, -2147483649, 1.5, "-2", 3, -4, 0, [-2]]),
+                  ("image_token_index", [1e300, -1, VT, 2147483648, 1.5, "3", [3]]),
+                  ("image_token_id", [VT, 1e300]),
+                  ("vision_config", [5, "clip", [1]]), ("text_config", [5, "llama", [1]])]:
+        for v in vs:
+            c = llava_config(**{k: v})
+            if k == "image_token_id":
+                del c["image_token_index"]
+            make_hf(hf, c, tensors=llava_tensors())
+            refused("import llava: %s = %s" % (k, json.dumps(v)), imp("llava", hf), ["config.json", k], outs=["imp/o"])
+    make_hf(cf, {"model_type": "clip", "vision_config": 5}, tensors=llava_tensors(llava=False))
+    refused("import clip: a CLIPModel's vision_config = 5", imp("clip", cf), ["config.json", "vision_config"],
+            outs=["imp/o"])
+    # 2. sizes within the model's limits but not the tensors': the buffers come from the file's checked shapes
+    for vis, txt, tensor in [({"hidden_size": 65536, "num_attention_heads": 1024, "intermediate_size": 262144}, {},
+                              "patch_embedding"),
+                             ({"num_hidden_layers": 1024}, {}, "encoder.layers.2."),
+                             ({"image_size": 65536}, {}, "position_embedding"),
+                             ({}, {"vocab_size": 16777216, "hidden_size": 65536, "num_attention_heads": 1024,
+                                   "num_key_value_heads": 1024}, "linear_1"),
+                             ({}, {"num_hidden_layers": 1024}, "model.layers.1.")]:
+        make_hf(hf, llava_config(vision=vis, text=txt), tensors=llava_tensors())
+        refused("import llava: config %s %s against small tensors" % (vis, txt), imp("llava", hf), [tensor],
+                outs=["imp/o"])
+    # 3. the index: every kind of weight_map value (the message once read the freed JSON), counts
+    good = {"weight_map": {n: "model-00001-of-00001.safetensors" for n, _, _, _ in llava_tensors()}}
+    make_hf(hf, llava_config(), tensors=llava_tensors(), index=good)
+    works("import llava: a valid index imports", [EXE, "import", "llava", "--hf", hf, "--out", "imp/llava_index"])
+    first = "vision_tower.vision_model.embeddings.class_embedding"
+    for v in [5, -1, 1e300, None, True, [], ["model.safetensors"], {}, "", ".", "..", "../lhf/model.safetensors",
+              "/etc/passwd", "sub/x.safetensors", ".hidden", "x" * 300]:
+        idx = json.loads(json.dumps(good))
+        idx["weight_map"][first] = v
+        make_hf(hf, llava_config(), tensors=llava_tensors(), index=idx)
+        refused("import llava: index weight_map value %s" % json.dumps(v)[:40], imp("llava", hf),
+                ["model.safetensors.index.json", "weight_map", first], outs=["imp/o"])
+    for raw in ["[]", "{", '{"weight_map": 5}', '{"weight_map": {"x": 5}}', '{"weight_map": []}', '{"weight_map": {}}',
+                json.dumps({"weight_map": {"t%d" % i: "model-00001-of-00001.safetensors" for i in range(200000)}}),
+                json.dumps({"weight_map": {"t%d" % i: "f%d.safetensors" % i for i in range(100000)}})]:
+        make_hf(cf, clip_config(), tensors=llava_tensors(llava=False), raw_index=raw)
+        refused("import clip: index %s" % raw[:30], imp("clip", cf), ["model.safetensors.index.json"], outs=["imp/o"],
+                timeout=30)
+    # 4. NaN and infinite weights, each kind of tensor (the fused q / k / v, the patch conv, projector, LM)
+    for name in ["vision_tower.vision_model.encoder.layers.0.self_attn.k_proj.weight",
+                 "vision_tower.vision_model.encoder.layers.1.self_attn.q_proj.bias",
+                 "vision_tower.vision_model.embeddings.patch_embedding.weight",
+                 "multi_modal_projector.linear_2.weight", "language_model.model.layers.0.mlp.up_proj.weight"]:
+        make_hf(hf, llava_config(), tensors=llava_tensors(nan_in=name))
+        refused("import llava: a NaN in %s" % name, imp("llava", hf), [name, "NaN"], outs=["imp/o"])
+    make_hf(cf, clip_config(), tensors=llava_tensors(llava=False, nan_in="vision_model.encoder.layers.1.mlp.fc2.bias"))
+    refused("import clip: a NaN weight", imp("clip", cf), ["vision_model.encoder.layers.1.mlp.fc2.bias", "NaN"],
+            outs=["imp/o"])
+    # 5. tensors of 5..9 dimensions (same bytes)
+    for name, shape in [("vision_tower.vision_model.embeddings.patch_embedding.weight", (DV, 3, PV, PV, 1)),
+                        ("vision_tower.vision_model.encoder.layers.0.self_attn.v_proj.weight", (DV, DV, 1, 1, 1)),
+                        ("multi_modal_projector.linear_1.bias", (D, 1, 1, 1, 1, 1, 1, 1)),
+                        ("language_model.lm_head.weight", (VT, D, 1, 1, 1, 1))]:
+        make_hf(hf, llava_config(), tensors=llava_tensors(shape_of=(name, shape)))
+        refused("import llava: %s of %d dims" % (name, len(shape)), imp("llava", hf), [name, "shape"], outs=["imp/o"])
+    # 6. files that are not files: a FIFO with no writer (was: waited forever), /dev/zero
+    for what in ["config.json", "model.safetensors", "model.safetensors.index.json"]:
+        for kind in ["fifo", "zero"]:
+            make_hf(hf, llava_config(), tensors=llava_tensors())
+            p = os.path.join(hf, what)
+            if os.path.exists(p):
+                os.remove(p)
+            if kind == "fifo":
+                os.mkfifo(p)
+            else:
+                os.symlink("/dev/zero", p)
+            refused("import llava: %s is %s" % (what, "a FIFO" if kind == "fifo" else "/dev/zero"), imp("llava", hf),
+                    [what], outs=["imp/o"], timeout=30)
+            os.remove(p)
+    # 7. --out: quotes and spaces (a failing import removes only what it made, parents included), existing
+    #    paths, links, a trailing '/', inside --hf
+    make_hf(hf, llava_config(), tensors=llava_tensors(drop="language_model.lm_head.weight"))
+    keep = os.path.join(WORK, "keep")
+    for out in [WORK + "/keep' '" + WORK + "/lo", WORK + "/x'; touch " + WORK + "/PWNED; echo '",
+                WORK + "/$(touch " + WORK + "/PWNED)", WORK + '/la" "b', WORK + "/new one/new 'two'/o",
+                WORK + "/keep/../lo2", WORK + "/-rf"]:
+        refused("import llava: --out %r (failing import)" % out[len(WORK):],
+                [EXE, "import", "llava", "--hf", hf, "--out", out], ["lm_head.weight"], outs=[out],
+                own=[WORK + "/new one"])
+        note(not os.path.exists(WORK + "/new one"), "import llava --out %r left the parents it made" % out)
+        note(not os.path.exists(WORK + "/PWNED"), "import llava --out %r ran a command" % out)
+        note(open(os.path.join(keep, "precious.txt")).read() == "must survive\n", "keep/ damaged by %r" % out)
+    make_hf(hf, llava_config(), tensors=llava_tensors())
+    os.symlink(os.path.join(WORK, "nowhere"), os.path.join(WORK, "dangling"))
+    for out, must in [(keep, "already exists"), ("dangling", "already exists"), ("imp/new/", "trailing"),
+                      (os.path.join(hf, "inside"), "inside"), (hf + "/../lhf/x", "inside"),
+                      ("imp/nope/../o", "'..'")]:
+        refused("import llava: --out %s" % out.replace(WORK, "WORK"), [EXE, "import", "llava", "--hf", hf, "--out", out],
+                [must], outs=[] if out in (keep, "dangling") else [out.rstrip("/")])
+    # 8. export hf: a CLIP-tower run of 2 steps to export
+    rd = os.path.join(WORK, "xrun")
+    clip = ["--set", "model.vision_arch=clip", "--set", "model.vision_image_size=16", "--set", "model.vision_layers=2"]
+    rc, out, err = run(train_args(rd, steps=2, extra=clip))
+    note(rc == 0, "training a CLIP-tower run for the export cases: %s" % err[-300:])
+    ck = os.path.join(rd, "checkpoints", "step-00000002")
+    exp = lambda c, o, *more: [EXE, "export", "hf", "--checkpoint", c, "--out", o, "--image-token-id", "1"] + list(more)
+    works("export hf: the run's checkpoint exports", exp(ck, "xout/ok"), "exported")
+    n = [0]
+
+    def xfresh():
+        n[0] += 1
+        d = os.path.join(rd, "checkpoints", "step-x%d" % n[0])  # beside the real one: ../../recipe.ini is the run's
+        shutil.copytree(ck, d)
+        return d
+
+    d = xfresh()
+    st_rewrite(os.path.join(d, "model.safetensors"), lambda h: h["text.norm.weight"].update(shape=[64, 1, 1, 1, 1]))
+    refused("export hf: a 5-dim tensor", exp(d, "xout/o"), ["text.norm.weight", "(64, 1, 1, 1, 1)"], outs=["xout/o"])
+    d = xfresh()
+    p = os.path.join(d, "model.safetensors")
+    (hn,) = struct.unpack("<Q", open(p, "rb").read(8))
+    hdr, data = st_read(p)
+    with open(p, "r+b") as f:  # in place: the file's checksum no longer matches either
+        f.seek(8 + hn + hdr["vision.blocks.0.attn.qkv.weight"]["data_offsets"][0])
+        f.write(f32([float("nan")]))
+    refused("export hf: a NaN weight", exp(d, "xout/o"), ["model.safetensors", "vision.blocks.0.attn.qkv.weight"],
+            outs=["xout/o"])
+    nan_ck = d
+    for kind in ["fifo", "zero"]:
+        d = xfresh()
+        os.remove(os.path.join(d, "model.safetensors"))
+        if kind == "fifo":
+            os.mkfifo(os.path.join(d, "model.safetensors"))
+        else:
+            os.symlink("/dev/zero", os.path.join(d, "model.safetensors"))
+        refused("export hf: model.safetensors is %s" % kind, exp(d, "xout/o"), ["model.safetensors"], outs=["xout/o"],
+                timeout=30)
+    # the recipe of a far larger model: refused before the model is allocated from it
+    big = os.path.join(WORK, "big_clip.ini")
+    text = open(os.path.join(rd, "recipe.ini")).read()
+    for k, v in [("text_width", 65536), ("text_heads", 1024), ("ffn_hidden", 1048576), ("text_layers", 1024),
+                 ("vocab", 16777216)]:
+        text, k_n = re.subn(r"(?m)^%s\s*=.*$" % k, "%s = %d" % (k, v), text)
+        note(k_n == 1, "big_clip.ini: model.%s not set once in the run's recipe.ini" % k)
+    open(big, "w").write(text)
+    refused("export hf: the recipe of a 2^40-parameter model", exp(ck, "xout/o", "--recipe", big),
+            ["big_clip.ini", "parameters"], outs=["xout/o"], timeout=60)
+    for out, must in [(os.path.join(ck, "hf"), "inside"), (ck + "/../step-00000002/x", "inside"),
+                      ("xout/ok", "already exists"), ("dangling", "already exists"), ("xout/new/", "trailing")]:
+        refused("export hf: --out %s" % out.replace(WORK, "WORK"), exp(ck, out), [must],
+                outs=[] if must == "already exists" else [out.rstrip("/")])
+    # a failing export into paths with quotes and spaces removes only what it made
+    for out in [WORK + "/keep' '" + WORK + "/xo", WORK + "/x2'; touch " + WORK + "/PWNED; echo '",
+                WORK + "/xnew one/two/o"]:
+        refused("export hf: --out %r (failing export)" % out[len(WORK):], exp(nan_ck, out),
+                ["vision.blocks.0.attn.qkv.weight"],
+                outs=[out], own=[WORK + "/xnew one"])
+        note(not os.path.exists(WORK + "/xnew one"), "export --out %r left the parents it made" % out)
+        note(not os.path.exists(WORK + "/PWNED"), "export --out %r ran a command" % out)
+    # tokenizer files that are not files
+    fifo = os.path.join(WORK, "tok_fifo.json")
+    os.mkfifo(fifo)
+    refused("export hf: --tokenizer a FIFO", exp(ck, "xout/o", "--tokenizer", fifo), ["tok_fifo.json"],
+            outs=["xout/o"], timeout=30)
+    refused("export hf: --tokenizer /dev/zero", exp(ck, "xout/o", "--tokenizer", "/dev/zero"), ["/dev/zero"],
+            outs=["xout/o"], timeout=30)
+    refused("export hf: --image-token-id past the vocabulary",
+            [EXE, "export", "hf", "--checkpoint", ck, "--out", "xout/o", "--image-token-id", "64"],
+            ["image_token_index", "vocab"], outs=["xout/o"])
+
+
 def pp_cases():
     """A pipeline checkpoint (mpirun -np 2, pp 2): one pp shard of another step is refused by name."""
     mpi = shutil.which("mpirun")
@@ -573,6 +842,10 @@ def main():
     import time
     if PART == "pp":
         pp_cases()
+    elif PART == "llava":
+        t0 = time.time()
+        llava_cases()
+        print("llava_cases: %.1f s" % (time.time() - t0))
     else:
         for part in [cap_cases, import_cases, checkpoint_cases]:
             t0 = time.time()

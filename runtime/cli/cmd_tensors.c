@@ -26,6 +26,7 @@ static int ends_with(const char* s, const char* suf) {
 static int cmp_str(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
 
 static int stset_assemble(StSet* s);
+static void stset_free(StSet* s);
 
 /* A file, or every *.safetensors in a directory (sorted, so output is stable). `prefix` filters the
  * directory's file names (e.g. "model" to skip optimiser files). */
@@ -54,6 +55,7 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
         qsort(names, (size_t)nn, sizeof *names, cmp_str);
         if (nn == 0) {
             fprintf(stderr, "rrfp-mm: error: no .safetensors files in '%s'\n", path);
+            free(names);
             return -1;
         }
     } else {
@@ -74,6 +76,10 @@ static int stset_open(StSet* s, const char* path, const char* file_prefix) {
     }
     free(names);
     if (rc == 0) rc = stset_assemble(s);
+    if (rc != 0) { /* a refusal frees what it read (the files loaded before the bad one) */
+        stset_free(s);
+        memset(s, 0, sizeof *s);
+    }
     return rc;
 }
 

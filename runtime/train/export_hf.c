@@ -5,7 +5,9 @@
  * them on load); values F32 as trained. The whole model is held in memory (4 bytes per parameter) while
  * the shards are written. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +201,24 @@ static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
     return j;
 }
 
+/* The bytes of the regular .safetensors files in checkpoint folder dir (what its tensors can hold at most). */
+static uint64_t ex_files_bytes(const char* dir) {
+    uint64_t sum = 0;
+    DIR* d = opendir(dir);
+    if (!d) return UINT64_MAX; /* checkpoint_init_from names the folder */
+    struct dirent* e;
+    char p[4600];
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
 static int ex_write_json(const char* dir, const char* file, const cJSON* j, char* err, size_t err_len) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -221,7 +241,10 @@ static int ex_image_token(const char* tokenizer) {
     cJSON_ArrayForEach(e, at) {
         const cJSON* c = cJSON_GetObjectItemCaseSensitive(e, "content");
         const cJSON* i = cJSON_GetObjectItemCaseSensitive(e, "id");
-        if (cJSON_IsString(c) && !strcmp(c->valuestring, "<image>") && cJSON_IsNumber(i)) id = i->valueint;
+        /* a whole number (tokenizer.c refuses the file's other ids; this one is compared with V below) */
+        if (cJSON_IsString(c) && !strcmp(c->valuestring, "<image>") && cJSON_IsNumber(i) && i->valuedouble >= 0 &&
+            i->valuedouble < 2147483647.0 && i->valuedouble == floor(i->valuedouble))
+            id = (int)i->valuedouble;
     }
     cJSON_Delete(j);
     return id;
@@ -251,11 +274,26 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         return ex_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
                        "--image-token-id N (0 <= N < vocab %d) or a --tokenizer whose added_tokens hold <image>",
                        image_token_index < 0 ? "unknown" : "outside the vocabulary", V);
-    struct stat sb;
-    if (stat(out_dir, &sb) == 0) return ex_fail(err, err_len, "%s already exists: remove it or choose another --out", out_dir);
-
     ParamTable pt;
     model_params_register(&mc, 0, mc.Lt, &pt);
+    /* the model is sized from the recipe: allocated only once the checkpoint's files are known to hold at
+     * least that many values (2 bytes each at the least), so a recipe of another model costs nothing */
+    uint64_t held = ex_files_bytes(ckpt);
+    if ((uint64_t)pt.total > held / 2) {
+        char a[32], b[32];
+        rr_fmt_bytes(a, sizeof a, (uint64_t)pt.total * sizeof(float));
+        rr_fmt_bytes(b, sizeof b, held);
+        ex_fail(err, err_len, "%s: the model of %s has %zu parameters (%s as F32), but the checkpoint's "
+                "model files hold %s: not a checkpoint of this model (--recipe)", ckpt, recipe_path, pt.total, a, b);
+        params_free(&pt);
+        return -1;
+    }
+    /* --out as the imports take it (import.h): never existing, never inside the checkpoint it reads */
+    ImportOut o;
+    if (import_out_begin(&o, out_dir, ckpt, err, err_len) != 0) {
+        params_free(&pt);
+        return -1;
+    }
     params_alloc(&pt, &backend_cpu, mc.seed);
     /* train.init_from's loader: a trained checkpoint of any layout or an import (which a resume refuses);
      * every value checked finite and against its checksum; every tensor of the model must be in it */
@@ -269,15 +307,28 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     double values;
     if (lrc == 0 && (!lat || sscanf(lat, ": loaded %d tensors (%lf values), initialised %d", &n_loaded, &values, &n_init) != 3 ||
                      n_init != 0)) {
-        const char* which = lat ? strstr(lat, "initialised") : NULL;
-        ex_fail(err, err_len, "%s: the checkpoint lacks %d of the model's %d tensors (%.200s): not a checkpoint of "
-                "this model", ckpt, n_init, pt.n, which ? which : "?");
+        /* the report's "  initialised: N tensors" block names them, with the reason (absent, another shape) */
+        const char* which = lat ? strstr(lat, "\n  initialised:") : NULL;
+        char names[600] = "?";
+        if (which) {
+            which = strchr(which + 1, '\n');
+            size_t k = 0;
+            for (const char* c = which ? which + 1 : ""; *c == ' ' && c[1] == ' ' && c[2] == ' ' && k + 4 < sizeof names;) {
+                while (*c == ' ') c++;
+                if (k) names[k++] = ';', names[k++] = ' ';
+                while (*c && *c != '\n' && k + 1 < sizeof names) names[k++] = *c++;
+                if (*c == '\n') c++;
+            }
+            names[k] = 0;
+        }
+        ex_fail(err, err_len, "%s: the checkpoint lacks %d of the model's %d tensors (%s): not a checkpoint of "
+                "this model", ckpt, n_init, pt.n, names);
         lrc = -1;
     }
     free(rep);
     if (lrc != 0) {
         params_free(&pt);
-        return -1;
+        return import_out_end(&o, out_dir, -1, err, err_len);
     }
     ExList l = {0};
     ex_tensors(&l, &mc, &pt);
@@ -290,10 +341,9 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         at += l.v[i].bytes;
         total += l.v[i].bytes;
     }
-    char tmp[4200], path[4400], base[64];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_dir, (int)getpid());
+    char path[4400], base[64];
+    const char* tmp = o.tmp;
     int rc = 0;
-    if (rr_mkdirs(tmp) != 0) rc = ex_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
     cJSON* wm = cJSON_CreateObject();
     for (int f = 1; f <= nfile && rc == 0; f++) {
         StWriter* w = st_writer_new();
@@ -338,9 +388,20 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             if (k == 0) snprintf(src, sizeof src, "%s", tokenizer);
             else snprintf(src, sizeof src, "%s/%s", dir, names[k]);
             size_t n;
+            /* regular files only: a companion that is a pipe or a device is not copied (nor waited for) */
+            struct stat sb;
+            int found = stat(src, &sb) == 0;
+            if (!found || !S_ISREG(sb.st_mode)) {
+                if (k == 0)
+                    rc = ex_fail(err, err_len, "%s: cannot read: %s", src,
+                                 found ? "not a regular file (a pipe or a device)" : strerror(errno));
+                continue;
+            }
             char* bytes = rr_read_file(src, &n, RR_MAX_TOKENIZER);
             if (!bytes) {
-                if (k == 0) rc = ex_fail(err, err_len, "%s: cannot read: %s", src, strerror(errno));
+                char why[160];
+                rc = ex_fail(err, err_len, "%s: cannot read: %s", src,
+                             rr_read_file_why(errno, "a tokenizer file", why, sizeof why));
                 continue;
             }
             snprintf(path, sizeof path, "%s/%s", tmp, names[k]);
@@ -349,21 +410,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             free(bytes);
         }
     }
-    if (rc == 0 && rename(tmp, out_dir) != 0)
-        rc = ex_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, out_dir, strerror(errno));
-    if (rc != 0) { /* our own flat temporary folder */
-        for (int f = 1; f <= nfile; f++) {
-            snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", tmp, f, nfile);
-            unlink(path);
-        }
-        static const char* rest[] = {"model.safetensors.index.json", "config.json", "tokenizer.json", "tokenizer_config.json",
-                                     "special_tokens_map.json", "tokenizer.model"};
-        for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++) {
-            snprintf(path, sizeof path, "%s/%s", tmp, rest[k]);
-            unlink(path);
-        }
-        rmdir(tmp);
-    }
+    rc = import_out_end(&o, out_dir, rc, err, err_len); /* renamed, or what this export made removed */
     cJSON_Delete(wm);
     for (int i = 0; i < l.n; i++) free(l.v[i].owned);
     free(l.v);

@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static void im_add(ImName* t, int* n, const char* hf, const char* ours, int64_t 
 }
 
 /* The allowed range of recipe key model.<key>: the model's own limits, which an import must respect too. */
-static void im_key_range(const char* key, double* lo, double* hi) {
+void import_key_range(const char* key, double* lo, double* hi) {
     for (int i = 0; i < recipe_key_count(); i++) {
         const RecipeKey* k = recipe_key_get(i);
         if (!strcmp(k->section, "model") && !strcmp(k->key, key)) {
@@ -119,7 +120,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
     for (int i = 0; i < 5; i++) {
         const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, ints[i]);
         double lo = 1, hi = 0;
-        im_key_range(keys[i], &lo, &hi);
+        import_key_range(keys[i], &lo, &hi);
         if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1) || x->valuedouble > 2147483647.0 ||
             x->valuedouble != floor(x->valuedouble)) {
             im_fail(err, err_len, "%s: \"%s\" is missing or not a positive integer", path, ints[i]);
@@ -149,13 +150,14 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
     }
     c->Hkv = c->H; /* grouped-query attention: num_key_value_heads (absent or null: multi-head) */
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads")) && !cJSON_IsNull(x)) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble != (double)(int)x->valuedouble ||
-            c->H % x->valueint) {
+        /* range before any cast: (int)1e300 is undefined */
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1 && x->valuedouble <= c->H) ||
+            x->valuedouble != floor(x->valuedouble) || c->H % (int)x->valuedouble) {
             im_fail(err, err_len, "%s: num_key_value_heads = %g must be a whole divisor of num_attention_heads = %d (each "
                     "key/value head serves a group of query heads)", path, cJSON_IsNumber(x) ? x->valuedouble : -1.0, c->H);
             goto out;
         }
-        c->Hkv = x->valueint;
+        c->Hkv = (int)x->valuedouble;
     }
     c->tie = (x = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings")) && cJSON_IsTrue(x);
     /* Qwen2: q, k, v always carry biases (o none); Llama / Mistral: attention_bias puts one on all four */
@@ -199,9 +201,24 @@ out:
     return rc;
 }
 
-/* The safetensors files of the model: the index's weight_map values (each once), or model.safetensors.
- * An index of more than max_entries tensors is not this model's (config.json sizes it). */
-static int im_files(const char* dir, int max_entries, char*** files, int* nf, char* err, size_t err_len) {
+/* weight_map's values sorted by name, then by their place in the index: duplicates are neighbours */
+typedef struct {
+    const char* v;
+    int at;
+} ImFileRef;
+
+static int im_ref_cmp(const void* a, const void* b) {
+    const ImFileRef *x = a, *y = b;
+    int c = strcmp(x->v, y->v);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+static int im_ref_at(const void* a, const void* b) {
+    const ImFileRef *x = a, *y = b;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     size_t n;
@@ -223,14 +240,15 @@ static int im_files(const char* dir, int max_entries, char*** files, int* nf, ch
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     const cJSON* wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
-    int rc = 0;
+    int rc = 0, count = cJSON_IsObject(wm) ? cJSON_GetArraySize(wm) : 0;
     if (!cJSON_IsObject(wm)) {
         rc = im_fail(err, err_len, "%s: %s", path, j ? "no \"weight_map\" object" : "not valid JSON");
-    } else if (cJSON_GetArraySize(wm) > max_entries) {
+    } else if (count > max_entries) {
         rc = im_fail(err, err_len, "%s: weight_map lists %d tensors, but the model config.json describes has %d: not "
-                     "this model's index", path, cJSON_GetArraySize(wm), max_entries);
+                     "this model's index", path, count, max_entries);
     } else {
-        *files = callocCheck((size_t)cJSON_GetArraySize(wm) + 1, sizeof(char*));
+        ImFileRef* refs = callocCheck((size_t)count + 1, sizeof(ImFileRef));
+        int nr = 0;
         const cJSON* e;
         cJSON_ArrayForEach(e, wm) {
             /* a plain file name inside the folder: no path, nothing hidden, not the folder itself */
@@ -242,10 +260,27 @@ static int im_files(const char* dir, int max_entries, char*** files, int* nf, ch
                 free(shown);
                 break;
             }
-            int dup = 0;
-            for (int i = 0; i < *nf && !dup; i++) dup = !strcmp((*files)[i], v);
-            if (!dup) (*files)[(*nf)++] = strdup(v);
+            refs[nr].v = v;
+            refs[nr].at = nr;
+            nr++;
         }
+        /* each file once, in the order the index names them first: sorted, then back in order (n log n;
+         * a scan per entry was quadratic in a forged index's size) */
+        if (rc == 0 && nr > 0) {
+            qsort(refs, (size_t)nr, sizeof *refs, im_ref_cmp);
+            int u = 0;
+            for (int i = 0; i < nr; i++)
+                if (i == 0 || strcmp(refs[i].v, refs[u - 1].v)) refs[u++] = refs[i];
+            if (u > IMPORT_MAX_FILES) {
+                rc = im_fail(err, err_len, "%s: weight_map names %d files, more than the %d an import reads", path, u,
+                             IMPORT_MAX_FILES);
+            } else {
+                qsort(refs, (size_t)u, sizeof *refs, im_ref_at);
+                *files = callocCheck((size_t)u, sizeof(char*));
+                for (int i = 0; i < u; i++) (*files)[(*nf)++] = strdup(refs[i].v);
+            }
+        }
+        free(refs);
     }
     cJSON_Delete(j); /* after the last message that reads it */
     if (rc == 0 && *nf == 0) rc = im_fail(err, err_len, "%s: empty weight_map", path);
@@ -255,6 +290,93 @@ static int im_files(const char* dir, int max_entries, char*** files, int* nf, ch
 static void im_rm_rf(const char* dir) {
     /* only our own temporary folder, whose name we made; nftw, never a shell */
     if (rr_remove_tree(dir) != 0) rr_warn("could not remove %s: %s", dir, strerror(errno));
+}
+
+/* path with its existing part resolved (realpath of the longest existing prefix, then the rest as
+ * written) into buf; -1 when the rest, which does not exist yet, has a '.' or '..' component */
+static int im_resolve(const char* path, char* buf, size_t n) {
+    char pre[4200];
+    struct stat sb;
+    snprintf(pre, sizeof pre, "%s", path);
+    const char* rest = "";
+    for (;;) {
+        if (pre[0] && lstat(pre, &sb) == 0) break;
+        char* slash = strrchr(pre, '/');
+        if (!slash) { /* nothing of a relative path exists: it starts at the working folder */
+            rest = path;
+            snprintf(pre, sizeof pre, ".");
+            break;
+        }
+        rest = path + (slash - pre) + 1;
+        if (slash == pre) slash[1] = 0; /* "/x": the root */
+        else *slash = 0;
+    }
+    char real[PATH_MAX];
+    if (!realpath(pre, real)) return -1;
+    for (const char* c = rest; *c;) { /* no '.' or '..' where the folders do not exist yet */
+        size_t l = strcspn(c, "/");
+        if ((l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.')) return -1;
+        c += l;
+        while (*c == '/') c++;
+    }
+    snprintf(buf, n, "%s%s%s", real, rest[0] && strcmp(real, "/") ? "/" : "", rest);
+    return 0;
+}
+
+int import_out_begin(ImportOut* o, const char* out, const char* input, char* err, size_t err_len) {
+    memset(o, 0, sizeof *o);
+    struct stat sb;
+    if (!out[0] || out[strlen(out) - 1] == '/')
+        return im_fail(err, err_len, "--out '%.300s': expected the path of a folder to create (no trailing '/')", out);
+    if (lstat(out, &sb) == 0)
+        return im_fail(err, err_len, "%.300s already exists: remove it or choose another --out", out);
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", out, (int)getpid()) >= (int)sizeof o->tmp - 300)
+        return im_fail(err, err_len, "--out '%.200s...': path too long", out);
+    char ro[4400], ri[PATH_MAX];
+    if (im_resolve(out, ro, sizeof ro) != 0)
+        return im_fail(err, err_len, "--out '%.300s': a '.' or '..' after a folder that does not exist yet", out);
+    /* never into (or over) what is being read */
+    if (input && realpath(input, ri)) {
+        size_t l = strlen(ri);
+        if (!strncmp(ro, ri, l) && (ro[l] == 0 || ro[l] == '/' || !strcmp(ri, "/")))
+            return im_fail(err, err_len, "--out '%.300s' is inside the folder it reads, '%.300s': choose a folder "
+                           "outside it", out, input);
+    }
+    /* the outermost folder this command creates (tmp, or the first missing parent of --out): a failure
+     * removes it whole, so it leaves nothing behind, not even the parents it made */
+    for (size_t i = 1; o->tmp[i - 1]; i++) {
+        if (o->tmp[i] != '/' && o->tmp[i] != 0) continue;
+        snprintf(o->made_top, sizeof o->made_top, "%.*s", (int)i, o->tmp);
+        if (lstat(o->made_top, &sb) != 0) break;
+        o->made_top[0] = 0;
+    }
+    if (!o->made_top[0]) /* tmp itself exists (another process's, or planted): never written into */
+        return im_fail(err, err_len, "'%.300s' already exists: remove it or choose another --out", o->tmp);
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s", o->tmp);
+    char* slash = strrchr(parent, '/');
+    int rc = 0;
+    if (slash && slash != parent) {
+        *slash = 0;
+        if (rr_mkdirs(parent) != 0) rc = im_fail(err, err_len, "cannot create '%.300s': %s", parent, strerror(errno));
+    }
+    /* the temporary folder is ours only when this mkdir made it (not an existing folder or link) */
+    if (rc == 0 && mkdir(o->tmp, 0755) != 0) rc = im_fail(err, err_len, "cannot create '%.300s': %s", o->tmp, strerror(errno));
+    if (rc != 0) {
+        if (strcmp(o->made_top, o->tmp)) im_rm_rf(o->made_top); /* the parents made above */
+        return -1;
+    }
+    o->made = 1;
+    return 0;
+}
+
+int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_len) {
+    if (!o->made) return rc;
+    if (rc == 0 && rename(o->tmp, out) != 0)
+        rc = im_fail(err, err_len, "cannot rename '%.300s' to '%.300s': %s", o->tmp, out, strerror(errno));
+    if (rc != 0) im_rm_rf(o->made_top);
+    o->made = 0;
+    return rc;
 }
 
 ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
@@ -298,33 +420,18 @@ ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
 int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len) {
     memset(info, 0, sizeof *info);
     if (im_config(hf_dir, info, err, err_len) != 0) return -1;
-    struct stat sb;
-    if (lstat(out, &sb) == 0) return im_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
-    if (!out[0] || out[strlen(out) - 1] == '/')
-        return im_fail(err, err_len, "--out '%s': expected the path of a folder to create (no trailing '/')", out);
     const LlamaImport* c = info;
     int n = 0;
     ImName* names = import_llama_names(info, &n);
     size_t cap = (size_t)n;
 
     char** files = NULL;
-    int nf = 0, rc = 0, made = 0;
-    char tmp[4200], path[4400];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid()) >= (int)sizeof tmp - 300)
-        rc = im_fail(err, err_len, "--out '%.200s...': path too long", out);
-    if (rc == 0 && im_files(hf_dir, (int)cap + c->L + 16, &files, &nf, err, err_len) != 0) rc = -1;
-    /* the outermost folder this import creates (tmp, or the first missing parent of --out): a failed
-     * import removes it whole, so it leaves nothing behind, not even the parents it made */
-    char made_top[4200] = "";
-    for (size_t i = 1; rc == 0 && tmp[i - 1]; i++) {
-        if (tmp[i] != '/' && tmp[i] != 0) continue;
-        snprintf(made_top, sizeof made_top, "%.*s", (int)i, tmp);
-        if (lstat(made_top, &sb) != 0) break;
-        made_top[0] = 0;
-    }
-    if (rc == 0 && rr_mkdirs(tmp) != 0) rc = im_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
-    made = rc == 0 && made_top[0];
-    if (rc != 0 && made_top[0]) im_rm_rf(made_top);
+    int nf = 0, rc = 0;
+    char path[4400];
+    ImportOut o;
+    if (import_out_begin(&o, out, hf_dir, err, err_len) != 0) rc = -1;
+    const char* tmp = o.tmp;
+    if (rc == 0 && import_hf_files(hf_dir, (int)cap + c->L + 16, &files, &nf, err, err_len) != 0) rc = -1;
     /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
     CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
     snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
@@ -424,8 +531,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             rc = im_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         free(text);
     }
-    if (rc == 0 && rename(tmp, out) != 0) rc = im_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
-    if (rc != 0 && made) im_rm_rf(made_top);
+    rc = import_out_end(&o, out, rc, err, err_len);
     cJSON_Delete(list);
     for (int k = 0; k < nf; k++) free(files[k]);
     free(files);

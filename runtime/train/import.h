@@ -61,6 +61,34 @@ int import_llama_config_json(const struct cJSON* j, const char* path, LlamaImpor
  * ours, for the shapes and variants of info (k/v rows of the key/value heads, the biases); malloc'd, *n entries. */
 ImportName* import_llama_names(const LlamaImport* info, int* n);
 
+/* ---- shared by import llama / llava / clip and export hf: the hostile-input rules in one place ---- */
+
+/* The allowed range of recipe key model.<key> (its RecipeKey min / max): the model's own limits, which
+ * every number an import reads from a config.json must respect before anything is sized from it. */
+void import_key_range(const char* key, double* lo, double* hi);
+
+/* The safetensors files of Hugging Face folder DIR: the index's weight_map values, each once in the order
+ * the index first names them (duplicates found by sorting), or model.safetensors when there is no index.
+ * Each value must be a plain file name in the folder (no '/', not empty, not hidden, <= 255 bytes); an
+ * index of more than max_entries tensors (the model's own count plus slack) or of more than
+ * IMPORT_MAX_FILES files is refused. *files is malloc'd (free each and it) even on failure. */
+#define IMPORT_MAX_FILES 4096
+int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, char* err, size_t err_len);
+
+/* The output folder of an import or export, built as OUT.tmp.PID and renamed at the end. */
+typedef struct {
+    char tmp[4200];      /* OUT.tmp.PID, created by this command (mkdir succeeded: never an existing folder) */
+    char made_top[4200]; /* the outermost folder this command created: tmp or the first missing parent */
+    int made;
+} ImportOut;
+/* Refuses an --out that exists (lstat: a dangling link too), ends with '/', has '.' / '..' past its
+ * existing part, or lies inside `input` (the folder read, may be NULL); then creates the missing parents
+ * and OUT.tmp.PID. Returns 0, or -1 with a message (nothing left behind). */
+int import_out_begin(ImportOut* o, const char* out, const char* input, char* err, size_t err_len);
+/* rc == 0: rename tmp to OUT; otherwise (or when the rename fails) remove made_top, the folders this
+ * command made and nothing else (rr_remove_tree). Returns the final rc. */
+int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_len);
+
 /* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and
  * OUT/state.json, built under a temporary name and renamed: never half-written). Progress lines go to
  * `log` (may be NULL). Returns 0 with *info filled, or -1 with a message. */

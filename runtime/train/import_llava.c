@@ -5,8 +5,9 @@
 #include "runtime/train/import_llava.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,26 +31,32 @@ static int il_fail(char* err, size_t n, const char* fmt, ...) {
 /* ------------------------------------------------------------------------------------------------
  * Configs */
 
-#define IL_MAX_DIM (1 << 20) /* any width, layer count or vocabulary above this is not a real model */
-
 static void il_note_default(LlavaImport* info, const char* where, const char* key) {
     size_t at = strlen(info->defaults);
     if (at + 2 < sizeof info->defaults)
         snprintf(info->defaults + at, sizeof info->defaults - at, "%s%s.%s", at ? ", " : "", where, key);
 }
 
-/* An integer field of object o in [lo, hi], or def (noted) when absent. */
-static int il_int(const cJSON* o, const char* where, const char* key, int def, int lo, int hi, int* out, LlavaImport* info,
-                  char* err, size_t err_len) {
+/* An integer field of object o, or def (noted) when absent: a whole number inside [lo, hi] and, when
+ * rkey names a recipe key model.<rkey>, inside that key's range (the model's own limits) too, checked as
+ * a double before any conversion (1e300 or 2^31 never reach an int). */
+static int il_int(const cJSON* o, const char* where, const char* key, int def, const char* rkey, int lo, int hi,
+                  int* out, LlavaImport* info, char* err, size_t err_len) {
     const cJSON* x = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     if (!x || cJSON_IsNull(x)) {
         *out = def;
         il_note_default(info, where, key);
         return 0;
     }
-    if (!cJSON_IsNumber(x) || x->valuedouble != (double)(long long)x->valuedouble || x->valuedouble < lo ||
-        x->valuedouble > hi)
-        return il_fail(err, err_len, "%s: \"%s\" must be an integer in [%d, %d]", where, key, lo, hi);
+    double rlo = lo, rhi = hi;
+    if (rkey) import_key_range(rkey, &rlo, &rhi);
+    if (rlo < lo) rlo = lo;
+    if (rhi > hi) rhi = hi;
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble != floor(x->valuedouble))
+        return il_fail(err, err_len, "%s: \"%s\" is not a whole number", where, key);
+    if (x->valuedouble < rlo || x->valuedouble > rhi)
+        return il_fail(err, err_len, "%s: \"%s\" = %.0f is outside this model's range [%.0f, %.0f]%s%s%s", where,
+                       key, x->valuedouble, rlo, rhi, rkey ? " (model." : "", rkey ? rkey : "", rkey ? ")" : "");
     *out = (int)x->valuedouble;
     return 0;
 }
@@ -57,13 +64,15 @@ static int il_int(const cJSON* o, const char* where, const char* key, int def, i
 /* The CLIP vision config v (CLIPVisionConfig defaults for absent fields). */
 static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, char* err, size_t err_len) {
     int inter, channels;
-    if (il_int(v, where, "hidden_size", 768, 1, IL_MAX_DIM, &c->D, c, err, err_len) ||
-        il_int(v, where, "num_hidden_layers", 12, 1, 1024, &c->L, c, err, err_len) ||
-        il_int(v, where, "num_attention_heads", 12, 1, 1024, &c->H, c, err, err_len) ||
-        il_int(v, where, "patch_size", 32, 1, 64, &c->patch, c, err, err_len) ||
-        il_int(v, where, "image_size", 224, 1, 1 << 16, &c->image_size, c, err, err_len) ||
-        il_int(v, where, "intermediate_size", 3072, 1, 4 * IL_MAX_DIM, &inter, c, err, err_len) ||
-        il_int(v, where, "num_channels", 3, 1, 64, &channels, c, err, err_len))
+    if (v && !cJSON_IsObject(v)) return il_fail(err, err_len, "%s: not a JSON object", where);
+    /* each within the recipe key's range before anything is sized from it (the name table, the shapes) */
+    if (il_int(v, where, "hidden_size", 768, "vision_width", 1, INT_MAX, &c->D, c, err, err_len) ||
+        il_int(v, where, "num_hidden_layers", 12, "vision_layers", 1, INT_MAX, &c->L, c, err, err_len) ||
+        il_int(v, where, "num_attention_heads", 12, "vision_heads", 1, INT_MAX, &c->H, c, err, err_len) ||
+        il_int(v, where, "patch_size", 32, "patch", 1, INT_MAX, &c->patch, c, err, err_len) ||
+        il_int(v, where, "image_size", 224, "vision_image_size", 1, INT_MAX, &c->image_size, c, err, err_len) ||
+        il_int(v, where, "intermediate_size", 3072, NULL, 1, 4 * 65536, &inter, c, err, err_len) ||
+        il_int(v, where, "num_channels", 3, NULL, 1, 64, &channels, c, err, err_len))
         return -1;
     if (channels != 3) return il_fail(err, err_len, "%s: num_channels = %d: the model reads RGB images (3)", where, channels);
     if (inter != 4 * c->D)
@@ -89,6 +98,7 @@ static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, c
  * (LlamaConfig when absent; noted). */
 static cJSON* il_text_config(const cJSON* top, LlavaImport* info) {
     const cJSON* tc = cJSON_GetObjectItemCaseSensitive(top, "text_config");
+    if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc)) return NULL; /* the caller names it */
     cJSON* t = cJSON_IsObject(tc) ? cJSON_Duplicate(tc, 1) : cJSON_CreateObject();
     /* the class defaults of the LM's config class (LlamaConfig, MistralConfig, Qwen2Config) */
     const cJSON* mt = cJSON_GetObjectItemCaseSensitive(t, "model_type");
@@ -131,7 +141,10 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t n;
     char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) return il_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path, strerror(errno));
+    char why[160];
+    if (!text)
+        return il_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path,
+                       rr_read_file_why(errno, "a config.json file", why, sizeof why));
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     if (!cJSON_IsObject(j)) {
@@ -166,6 +179,10 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         goto out;
     }
     const cJSON* vc = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
+    if (vc && !cJSON_IsNull(vc) && !cJSON_IsObject(vc)) {
+        il_fail(err, err_len, "%s: vision_config is not a JSON object", path);
+        goto out;
+    }
     const cJSON* vt = vc ? cJSON_GetObjectItemCaseSensitive(vc, "model_type") : NULL;
     if (cJSON_IsString(vt) && strcmp(vt->valuestring, "clip_vision_model")) {
         il_fail(err, err_len, "%s: vision_config.model_type \"%s\": the vision tower this model has is CLIP's "
@@ -195,7 +212,9 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
                 "features, which this model's projector cannot take)", path);
         goto out;
     }
-    if (il_int(j, "config.json", "vision_feature_layer", -2, -c->L - 1, c->L, &c->feature_layer, c, err, err_len)) goto out;
+    if (il_int(j, path, "vision_feature_layer", -2, "vision_feature_layer", -c->L - 1, c->L, &c->feature_layer, c, err,
+               err_len))
+        goto out;
     int run = c->feature_layer < 0 ? c->L + 1 + c->feature_layer : c->feature_layer;
     if (run < 1) {
         il_fail(err, err_len, "%s: vision_feature_layer = %d selects the embeddings themselves (hidden state 0); "
@@ -225,13 +244,26 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         il_fail(err, err_len, "%s: multimodal_projector_bias = false: this model's projector has biases", path);
         goto out;
     }
-    x = cJSON_GetObjectItemCaseSensitive(j, "image_token_index");
-    if (!x) x = cJSON_GetObjectItemCaseSensitive(j, "image_token_id");
-    if (cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < (1 << 30)) c->image_token_index = x->valueint;
     cJSON* t = il_text_config(j, c);
+    if (!t) {
+        il_fail(err, err_len, "%s: text_config is not a JSON object", path);
+        goto out;
+    }
     snprintf(where, sizeof where, "%s text_config", path);
     rc = import_llama_config_json(t, where, &c->text, err, err_len);
     cJSON_Delete(t);
+    if (rc != 0) goto out;
+    /* the <image> token: a whole number inside the LM's vocabulary (its embedding row) */
+    const char* itk = "image_token_index";
+    x = cJSON_GetObjectItemCaseSensitive(j, itk);
+    if (!x) x = cJSON_GetObjectItemCaseSensitive(j, itk = "image_token_id");
+    if (x && !cJSON_IsNull(x)) {
+        rc = il_int(j, path, itk, -1, NULL, 0, c->text.V - 1, &c->image_token_index, c, err, err_len);
+        if (rc != 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, " (text_config.vocab_size %d)", c->text.V);
+        }
+    }
 out:
     cJSON_Delete(j);
     return rc;
@@ -372,67 +404,21 @@ static int il_canon(const char* name, int llava, char* out, size_t n) {
 /* ------------------------------------------------------------------------------------------------
  * Files */
 
-#define IL_MAX_FILES 4096
-
-/* The safetensors files of DIR: the index's weight_map values (each once), or model.safetensors. */
-static int il_files(const char* dir, char*** files, int* nf, char* err, size_t err_len) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    *files = NULL;
-    *nf = 0;
-    if (!text) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (access(path, R_OK) != 0)
-            return il_fail(err, err_len, "%s: neither model.safetensors.index.json nor model.safetensors is readable", dir);
-        *files = callocCheck(1, sizeof(char*));
-        (*files)[(*nf)++] = strdup("model.safetensors");
-        return 0;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    const cJSON* wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
-    if (!cJSON_IsObject(wm)) {
-        cJSON_Delete(j);
-        return il_fail(err, err_len, "%s: no \"weight_map\" object", path);
-    }
-    *files = callocCheck(IL_MAX_FILES, sizeof(char*));
-    const cJSON* e;
-    cJSON_ArrayForEach(e, wm) {
-        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !strcmp(e->valuestring, "..") || !e->valuestring[0]) {
-            cJSON_Delete(j);
-            return il_fail(err, err_len, "%s: weight_map[\"%s\"] is not a file name in the folder", path, e->string);
-        }
-        int dup = 0;
-        for (int i = 0; i < *nf && !dup; i++) dup = !strcmp((*files)[i], e->valuestring);
-        if (dup) continue;
-        if (*nf == IL_MAX_FILES) {
-            cJSON_Delete(j);
-            return il_fail(err, err_len, "%s: more than %d files in weight_map", path, IL_MAX_FILES);
-        }
-        (*files)[(*nf)++] = strdup(e->valuestring);
-    }
-    cJSON_Delete(j);
-    if (*nf == 0) return il_fail(err, err_len, "%s: empty weight_map", path);
+/* A tensor read from a Hugging Face file holds finite values only (a checkpoint never holds a NaN or an
+ * infinity): refused naming the file and the Hugging Face tensor. */
+static int il_finite(const float* v, size_t n, const char* path, const char* name, char* err, size_t err_len) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return il_fail(err, err_len, "%s: tensor '%s' holds %s value at element %zu: a checkpoint holds finite "
+                           "values only", path, name, isnan(v[i]) ? "a NaN" : "an infinite", i);
     return 0;
 }
 
-/* Remove our own temporary folder (flat: the files we wrote), without a shell. */
-static void il_rm_tmp(const char* dir) {
-    DIR* d = opendir(dir);
-    if (d) {
-        struct dirent* e;
-        char p[4600];
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-                unlink(p);
-            }
-        closedir(d);
-    }
-    if (rmdir(dir) != 0 && errno != ENOENT) rr_warn("could not remove %s: %s", dir, strerror(errno));
+/* The name table sorted by canonical name, for a lookup per tensor in log n (a scan was n x m). */
+static int il_ptr_cmp(const void* a, const void* b) {
+    return strcmp((*(IlName* const*)a)->n.hf, (*(IlName* const*)b)->n.hf);
 }
+static int il_key_cmp(const void* key, const void* b) { return strcmp((const char*)key, (*(IlName* const*)b)->n.hf); }
 
 /* Add an F32 tensor as a checkpoint holds it (checkpoint_add_tensor: a value that is not finite is refused,
  * naming the tensor; else added with its XXH64 checksum). Returns 0, or -1 with the message in err. */
@@ -454,23 +440,22 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                  size_t err_len) {
     memset(info, 0, sizeof *info);
     if (il_config(hf_dir, llava, info, err, err_len) != 0) return -1;
-    struct stat sb;
-    if (stat(out, &sb) == 0) return il_fail(err, err_len, "%s already exists: remove it or choose another --out", out);
     IlTable tab = {0};
     il_table(&tab, info);
+    IlName** sorted = mallocCheck((size_t)tab.n * sizeof(IlName*));
+    for (int i = 0; i < tab.n; i++) sorted[i] = &tab.v[i];
+    qsort(sorted, (size_t)tab.n, sizeof *sorted, il_ptr_cmp);
     IlPending* pend = callocCheck((size_t)info->L * 2, sizeof(IlPending)); /* [layer][0 weight, 1 bias] */
     int64_t D = info->D;
 
     char** files = NULL;
     int nf = 0, rc = 0;
-    char tmp[4200], path[4400], canon[160];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out, (int)getpid());
-    if (il_files(hf_dir, &files, &nf, err, err_len) != 0) rc = -1;
-    int made = 0;
-    if (rc == 0) {
-        if (rr_mkdirs(tmp) != 0) rc = il_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
-        else made = 1;
-    }
+    char path[4400], canon[160];
+    ImportOut o; /* --out as import llama takes it (import.h): lstat, no trailing '/', not inside --hf */
+    if (import_out_begin(&o, out, hf_dir, err, err_len) != 0) rc = -1;
+    const char* tmp = o.tmp;
+    /* the index may list the tensors this import skips too (CLIPModel's text side, buffers): twice the table */
+    if (rc == 0 && import_hf_files(hf_dir, 2 * tab.n + 64, &files, &nf, err, err_len) != 0) rc = -1;
     /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
     CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
     snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
@@ -507,9 +492,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 info->skipped++;
                 continue;
             }
-            IlName* m = NULL;
-            for (int i = 0; i < tab.n && !m; i++)
-                if (!strcmp(tab.v[i].n.hf, canon)) m = &tab.v[i];
+            IlName** found = bsearch(canon, sorted, (size_t)tab.n, sizeof *sorted, il_key_cmp);
+            IlName* m = found ? *found : NULL;
             if (!m) {
                 rc = il_fail(err, err_len, "%s: tensor '%s' has no place in this model (another architecture's tensor, "
                              "or a layer / bias the config does not declare)", path, x->name);
@@ -544,6 +528,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 float* v = mallocCheck(numel * sizeof(float));
                 bufs[nb++] = v;
                 rc = st_read_f32(&f, x->name, v, 4, cs, err, err_len);
+                if (rc == 0) rc = il_finite(v, numel, path, x->name, err, err_len);
                 if (rc == 0) rc = il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len);
                 if (rc == 0) added++, info->tensors++;
                 continue;
@@ -554,7 +539,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 IlPending* pd = &pend[m->layer * 2 + isb];
                 if (!pd->buf) pd->buf = mallocCheck(3 * numel * sizeof(float));
                 int part = m->kind - IL_Q;
-                if (st_read_f32(&f, x->name, pd->buf + (size_t)part * numel, m->n.ndim, m->n.shape, err, err_len) != 0) {
+                if (st_read_f32(&f, x->name, pd->buf + (size_t)part * numel, m->n.ndim, m->n.shape, err, err_len) != 0 ||
+                    il_finite(pd->buf + (size_t)part * numel, numel, path, x->name, err, err_len) != 0) {
                     rc = -1;
                     break;
                 }
@@ -570,8 +556,9 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             }
             float* v = mallocCheck(numel * sizeof(float));
             bufs[nb++] = v;
-            if (st_read_f32(&f, x->name, v, m->n.ndim, m->n.shape, err, err_len) != 0) {
-                rc = -1; /* names the file, the tensor and the shape config.json implies */
+            if (st_read_f32(&f, x->name, v, m->n.ndim, m->n.shape, err, err_len) != 0 ||
+                il_finite(v, numel, path, x->name, err, err_len) != 0) {
+                rc = -1; /* names the file, the tensor and the shape config.json implies, or the value */
                 break;
             }
             if (il_put(w, m->n.ours, m->n.ndim, m->n.shape, v, path, err, err_len) != 0) {
@@ -637,13 +624,13 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             rc = il_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         free(text);
     }
-    if (rc == 0 && rename(tmp, out) != 0) rc = il_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, out, strerror(errno));
-    if (rc != 0 && made) il_rm_tmp(tmp);
+    rc = import_out_end(&o, out, rc, err, err_len); /* renamed, or what this import made removed */
     cJSON_Delete(list);
     for (int l = 0; l < info->L * 2; l++) free(pend[l].buf);
     free(pend);
     for (int k = 0; k < nf; k++) free(files[k]);
     free(files);
+    free(sorted);
     free(tab.v);
     return rc;
 }

@@ -31,7 +31,13 @@
  * naming the key: a vision hidden_act other than quick_gelu, intermediate_size != 4 hidden_size,
  * layer_norm_eps != 1e-5, num_channels != 3, a list of vision_feature_layer, select strategy `full`,
  * a projector activation other than gelu / gelu_pytorch_tanh / gelu_new, multimodal_projector_bias =
- * false, and whatever `import llama` refuses in text_config; a tensor with no place in the model. */
+ * false, and whatever `import llama` refuses in text_config; a tensor with no place in the model.
+ * Hostile input (docs/reliability.md, "What is checked"): each vision_config number is a whole number in
+ * its recipe key's range (model.vision_width, vision_layers, vision_heads, patch, vision_image_size),
+ * vision_feature_layer a whole number naming a hidden state after a block, image_token_index one inside
+ * the LM's vocabulary, all before anything is sized; buffers come from the file's tensor after its shape
+ * is checked; a NaN or infinite weight is refused naming the Hugging Face tensor; the index and --out go
+ * through import.h's shared helpers (import_hf_files, import_out_begin / import_out_end). */
 #ifndef RRFP_TRAIN_IMPORT_LLAVA_H
 #define RRFP_TRAIN_IMPORT_LLAVA_H
 

@@ -626,7 +626,7 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         double v = strtod(r->cap, &end);
         int ok = end != r->cap && isfinite(v) && v >= 0;
         if (ok && *end == 'x' && end[1] == 0) ok = v > 0;
-        else if (ok) ok = *end == 0 && v == (double)(int)v;
+        else if (ok) ok = *end == 0 && v <= 1e9 && v == floor(v); /* range before any cast */
         if (!ok)
             VFAIL("runtime", "cap", "'%s'", r->cap,
                   "not a cap; allowed: a whole number of microbatches (0 = the 1f1b peak) or a multiple such as 1.5x");
