@@ -182,6 +182,7 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     cJSON_AddStringToObject(j, "seed", hx);
     snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->data_seed);
     cJSON_AddStringToObject(j, "data_seed", hx);
+    if (st->run_id[0]) cJSON_AddStringToObject(j, "run_id", st->run_id);
     cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
     if (!lj) {
         ck_err(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
@@ -537,6 +538,8 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     }
     st->step = (int64_t)stp->valuedouble;
     st->opt_step = (int64_t)ost->valuedouble;
+    const cJSON* rid = cJSON_GetObjectItemCaseSensitive(j, "run_id");
+    if (cJSON_IsString(rid)) snprintf(st->run_id, sizeof st->run_id, "%s", rid->valuestring);
     const cJSON* lj = cJSON_GetObjectItemCaseSensitive(j, "loader");
     if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
     const cJSON* files = cJSON_GetObjectItemCaseSensitive(j, "files");
@@ -728,19 +731,41 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     return rc;
 }
 
-int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
+int checkpoint_run_id(const char* dir, char* id, size_t id_len) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    size_t n;
+    char* text = rr_read_file(p, &n);
+    if (!text) return -1;
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    if (!j) return -1;
+    const cJSON* rid = cJSON_GetObjectItemCaseSensitive(j, "run_id");
+    snprintf(id, id_len, "%s", cJSON_IsString(rid) ? rid->valuestring : "");
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* Does checkpoint folder ROOT/NAME count for run_id (NULL or "": every complete one)? */
+static int ck_of_run(const char* root, const char* name, const char* run_id) {
+    char p[4200], id[64];
+    snprintf(p, sizeof p, "%s/%s/state.json", root, name);
+    if (access(p, R_OK) != 0) return 0;
+    if (!run_id || !run_id[0]) return 1;
+    snprintf(p, sizeof p, "%s/%s", root, name);
+    return checkpoint_run_id(p, id, sizeof id) == 0 && !strcmp(id, run_id);
+}
+
+int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len) {
     DIR* d = opendir(root);
     if (!d) return -1;
     int64_t best = -1;
     struct dirent* e;
-    char p[4200];
     while ((e = readdir(d))) {
         long long s;
         char tail;
         if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
-        snprintf(p, sizeof p, "%s/%s/state.json", root, e->d_name);
-        if (access(p, R_OK) != 0) continue;
-        if (s > best) {
+        if (s > best && ck_of_run(root, e->d_name, run_id)) {
             best = s;
             snprintf(out, out_len, "%s/%s", root, e->d_name);
         }
@@ -749,12 +774,18 @@ int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
     return best;
 }
 
+int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
+    return checkpoint_latest_of(root, NULL, out, out_len);
+}
+
 static int ck_cmp_i64(const void* a, const void* b) {
     int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
     return x < y ? -1 : x > y;
 }
 
-void checkpoint_prune(const char* root, int keep) {
+void checkpoint_prune(const char* root, int keep) { checkpoint_prune_run(root, keep, NULL); }
+
+void checkpoint_prune_run(const char* root, int keep, const char* run_id) {
     if (keep <= 0) return;
     DIR* d = opendir(root);
     if (!d) return;
@@ -770,7 +801,7 @@ void checkpoint_prune(const char* root, int keep) {
             ck_rm_rf(left);
             continue;
         }
-        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1 || !ck_of_run(root, e->d_name, run_id)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             steps = reallocCheck(steps, (size_t)cap * sizeof(int64_t));

@@ -37,6 +37,8 @@ typedef struct {
     uint64_t seed;         /* model.seed */
     uint64_t data_seed;    /* data.seed */
     char* loader;          /* loader position as JSON text (malloc'd; NULL = none) */
+    char run_id[40];       /* the run that wrote it (state.json "run_id", optional: "" = none, as in
+                            * checkpoints of earlier builds); checkpoint_latest_of / _prune_run use it */
 } CheckpointState;
 
 void checkpoint_state_free(CheckpointState* st);
@@ -104,5 +106,15 @@ int64_t checkpoint_latest(const char* root, char* out, size_t out_len);
 
 /* Delete all but the newest `keep` checkpoints under ROOT (keep 0 = keep all). */
 void checkpoint_prune(const char* root, int keep);
+
+/* ---- run identity (a run folder never mixes runs: runtime/train/rundir.h) ----
+ * The "run_id" of checkpoint folder DIR's state.json into id ("" when it has none). Returns 0, or -1
+ * when DIR/state.json cannot be read or parsed. */
+int checkpoint_run_id(const char* dir, char* id, size_t id_len);
+/* As checkpoint_latest, counting only the checkpoints whose run_id is run_id (NULL or "": every one). */
+int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len);
+/* As checkpoint_prune, counting and deleting only the checkpoints whose run_id is run_id (NULL or "":
+ * every one): another run's checkpoints in a shared checkpoint.dir are never touched. */
+void checkpoint_prune_run(const char* root, int keep, const char* run_id);
 
 #endif

@@ -78,6 +78,18 @@ foreach(mode lock memory stale threads demo)
   set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
 endforeach()
 
+# Run folders never mix runs (issue 23, runtime/train/rundir.h): a fresh start into a used folder is
+# refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
+# checkpoint.keep see this run's checkpoints only, metrics.jsonl is appended on resume, a refused resume
+# names the keys; the mpi variant: pp 2 decides on rank 0. Seconds each (mpi: ~8 s).
+foreach(mode reuse identity auto append mpi)
+  add_test(NAME train_rundir_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train rundir ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_rundir.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_rundir_${mode} ${mode})
+  set_tests_properties(train_rundir_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
+
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
 foreach(mode single second mpi mpirun)

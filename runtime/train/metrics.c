@@ -10,32 +10,31 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", path);
     if (resume_step > 0) {
-        /* keep the lines of steps <= resume_step, rewritten atomically */
+        /* Rows past the checkpoint (an attempt that went on after it and was lost) stay: the file is only
+         * ever appended to. The rows this run writes for those steps follow them; readers take the last
+         * row of each step (rrfp-mm report does). */
         size_t n = 0;
         char* old = rr_read_file(path, &n);
-        if (old) {
-            char* kept = mallocCheck(n + 1);
-            size_t k = 0;
-            for (char* line = old; line < old + n;) {
-                char* nl = memchr(line, '\n', (size_t)(old + n - line));
-                size_t len = nl ? (size_t)(nl - line) + 1 : (size_t)(old + n - line);
-                long long st = -1;
-                if (sscanf(line, "{\"step\":%lld", &st) == 1 && st <= resume_step && nl) {
-                    memcpy(kept + k, line, len);
-                    k += len;
-                }
-                line += len;
-            }
-            int rc = rr_write_file_atomic(path, kept, k);
-            free(kept);
-            free(old);
-            if (rc != 0) {
-                snprintf(err, err_len, "cannot rewrite metrics file '%s': %s", path, strerror(errno));
-                return -1;
-            }
+        int64_t past = 0;
+        for (char* line = old; old && line < old + n;) {
+            char* nl = memchr(line, '\n', (size_t)(old + n - line));
+            long long st = -1;
+            if (sscanf(line, "{\"step\":%lld", &st) == 1 && st > resume_step) past++;
+            line = nl ? nl + 1 : old + n;
         }
+        /* a last line cut short by a crash would run into the first new row: end it */
+        int cut = old && n > 0 && old[n - 1] != '\n';
+        free(old);
+        if (past)
+            fprintf(stderr, "rrfp-mm: %s keeps its %lld row%s past step %lld (written after that checkpoint by an "
+                    "attempt that did not finish); this run appends its own rows for those steps after them, and "
+                    "readers take the last row of each step\n", path, (long long)past, past == 1 ? "" : "s",
+                    (long long)resume_step);
+        m->f = fopen(path, "a");
+        if (m->f && cut) fputc('\n', m->f);
+    } else {
+        m->f = fopen(path, "a"); /* a fresh run's folder holds no metrics (runtime/train/rundir.h) */
     }
-    m->f = fopen(path, resume_step > 0 ? "a" : "w");
     if (!m->f) {
         snprintf(err, err_len, "cannot open metrics file '%s': %s", path, strerror(errno));
         return -1;

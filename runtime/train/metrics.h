@@ -24,8 +24,9 @@ typedef struct {
     FILE* f;
     char path[4096];
 } Metrics;
-/* Open PATH for appending. resume_step > 0 keeps only the lines of steps <= resume_step (a resumed
- * run rewrites what came after its checkpoint); 0 starts the file afresh. Returns 0, or -1 with err. */
+/* Open PATH for appending; it is never truncated. resume_step > 0: rows past resume_step (an attempt
+ * lost after its checkpoint) stay, noted on stderr, and the rows the resumed run writes follow them,
+ * so the last row of a step is the one that counts. Returns 0, or -1 with err. */
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len);
 /* Append one line; the loss also as a C99 hex float ("loss_hex") so runs compare bit for bit. */
 void metrics_write(Metrics* m, const StepStats* s);

@@ -89,6 +89,9 @@ static const RecipeKey recipe_keys[] = {
      "ending at a dot (`text.embed`, `vision.blocks.0`, `text.blocks.3.attn`). Frozen tensors get no gradient, no AdamW "
      "state and no update, and the backward skips what only they need (the whole ViT backward when `vision` is frozen). "
      "LLaVA stage 1: `vision,text`; stage 2: `vision`. \"\" = everything trains."},
+    {"train", "overwrite", RKEY_BOOL, OFF(overwrite), 0, "false", 0, 1, 0, 0,
+     "A fresh start into a run folder that holds another run's metrics or checkpoints moves its contents aside "
+     "into RUN_DIR/previous-<date>-<time>/ (nothing is deleted) instead of being refused."},
     {"train", "init_from", RKEY_STRING, OFF(init_from), SZ(init_from), "", 0, 0, 0, 0,
      "Start from another run's checkpoint folder (any layout, or one written by `rrfp-mm import llama`): tensors whose "
      "name and shape match are loaded, the rest initialised from model.seed; prints what was loaded, initialised and "
@@ -158,7 +161,10 @@ static const RecipeKey recipe_keys[] = {
      "Checkpoint folder (\"\" = RUN_DIR/checkpoints); each checkpoint is a subfolder step-NNNNNNNN."},
     {"checkpoint", "keep", RKEY_INT, OFF(keep), 0, "3", 0, 1 << 20, 0, 0, "Checkpoints kept; older ones are deleted (0 = keep all)."},
     {"checkpoint", "resume", RKEY_STRING, OFF(resume), SZ(resume), "", 0, 0, 0, 0,
-     "Resume from this checkpoint folder, or `latest` for the newest in checkpoint.dir (\"\" = fresh start)."},
+     "Resume from this checkpoint folder; `latest`: the newest checkpoint of this run (an error when there is "
+     "none); `auto`: the newest checkpoint of this run if there is one, else a fresh start (one job line for the "
+     "first start and every requeue); \"\" = a fresh start, refused in a run folder that holds another run's "
+     "metrics or checkpoints (see train.overwrite)."},
 };
 static const int n_recipe_keys = (int)(sizeof(recipe_keys) / sizeof(recipe_keys[0]));
 
@@ -564,37 +570,102 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
     return 0;
 }
 
+/* Key k's line of the recipe hash, "section.key=value\n" (its length), or 0 when k does not count. */
+static int recipe_hash_line(const Recipe* r, const RecipeKey* k, char* line, size_t size) {
+    if (!k->hashed) return 0;
+    const char* field = (const char*)r + k->offset;
+    int n = 0;
+    switch (k->type) {
+    case RKEY_INT:
+    case RKEY_BOOL: {
+        /* The global batch, not its split over replicas: data.microbatches x parallel.dp as the
+         * microbatches and dp as 1 (a dp = 1 recipe hashes as before). */
+        int v = *(const int*)field;
+        if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) v *= r->dp;
+        if (!strcmp(k->section, "parallel") && !strcmp(k->key, "dp")) v = 1;
+        n = snprintf(line, size, "%s.%s=%d\n", k->section, k->key, v);
+        break;
+    }
+    case RKEY_I64:
+        n = snprintf(line, size, "%s.%s=%lld\n", k->section, k->key, (long long)*(const int64_t*)field);
+        break;
+    case RKEY_FLOAT: n = snprintf(line, size, "%s.%s=%a\n", k->section, k->key, *(const double*)field); break;
+    case RKEY_STRING:
+    case RKEY_ENUM: n = snprintf(line, size, "%s.%s=%s\n", k->section, k->key, field); break;
+    }
+    n = n > 0 ? n : 0;
+    if (k->hashed == 2) {
+        /* A key added after checkpoints were written counts only away from its default, so that the
+         * recipes of those checkpoints hash as before. */
+        static Recipe def;
+        static int have_def;
+        if (!have_def) {
+            recipe_defaults(&def);
+            have_def = 1;
+        }
+        char d[RECIPE_STR + 128];
+        RecipeKey plain = *k;
+        plain.hashed = 1;
+        int dn = recipe_hash_line(&def, &plain, d, sizeof d);
+        if (dn == n && !memcmp(d, line, (size_t)n)) return 0;
+    }
+    return n;
+}
+
 uint64_t recipe_hash(const Recipe* r) {
     /* FNV-1a over "section.key=value\n" of hashed keys, in table order: stable across runs and
      * independent of which file or override set the value. */
     char line[RECIPE_STR + 128];
     uint64_t h = RR_FNV1A64_INIT;
     for (int i = 0; i < n_recipe_keys; i++) {
-        const RecipeKey* k = &recipe_keys[i];
-        if (!k->hashed) continue;
-        const char* field = (const char*)r + k->offset;
-        int n = 0;
-        switch (k->type) {
-        case RKEY_INT:
-        case RKEY_BOOL: {
-            /* The global batch, not its split over replicas: data.microbatches x parallel.dp as the
-             * microbatches and dp as 1 (a dp = 1 recipe hashes as before). */
-            int v = *(const int*)field;
-            if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) v *= r->dp;
-            if (!strcmp(k->section, "parallel") && !strcmp(k->key, "dp")) v = 1;
-            n = snprintf(line, sizeof line, "%s.%s=%d\n", k->section, k->key, v);
-            break;
-        }
-        case RKEY_I64:
-            n = snprintf(line, sizeof line, "%s.%s=%lld\n", k->section, k->key, (long long)*(const int64_t*)field);
-            break;
-        case RKEY_FLOAT: n = snprintf(line, sizeof line, "%s.%s=%a\n", k->section, k->key, *(const double*)field); break;
-        case RKEY_STRING:
-        case RKEY_ENUM: n = snprintf(line, sizeof line, "%s.%s=%s\n", k->section, k->key, field); break;
-        }
-        h = rr_fnv1a64_add(h, line, (size_t)(n > 0 ? n : 0));
+        int n = recipe_hash_line(r, &recipe_keys[i], line, sizeof line);
+        if (n > 0) h = rr_fnv1a64_add(h, line, (size_t)n);
     }
     return h;
+}
+
+void recipe_key_format(const Recipe* r, const RecipeKey* k, char* out, size_t size) {
+    const char* field = (const char*)r + k->offset;
+    switch (k->type) {
+    case RKEY_INT: snprintf(out, size, "%d", *(const int*)field); break;
+    case RKEY_BOOL: snprintf(out, size, "%s", *(const int*)field ? "true" : "false"); break;
+    case RKEY_I64: snprintf(out, size, "%lld", (long long)*(const int64_t*)field); break;
+    case RKEY_FLOAT: {
+        /* the shortest form that reads back as the same double (3e-3, not 0.0030000000000000001) */
+        double v = *(const double*)field;
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(out, size, "%.*g", prec, v);
+            if (strtod(out, NULL) == v) break;
+        }
+        break;
+    }
+    case RKEY_STRING:
+    case RKEY_ENUM: snprintf(out, size, "%s", field); break;
+    }
+}
+
+int recipe_hash_diff(const Recipe* a, const Recipe* b, char* out, size_t size) {
+    char la[RECIPE_STR + 128], lb[RECIPE_STR + 128], va[RECIPE_STR + 16], vb[RECIPE_STR + 16];
+    int n = 0;
+    size_t o = 0;
+    if (size) out[0] = 0;
+    for (int i = 0; i < n_recipe_keys; i++) {
+        const RecipeKey* k = &recipe_keys[i];
+        int na = recipe_hash_line(a, k, la, sizeof la), nb = recipe_hash_line(b, k, lb, sizeof lb);
+        if (na == nb && !memcmp(la, lb, (size_t)na)) continue;
+        n++;
+        if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) {
+            /* the global batch is what counts: a dp change with the same product is no difference */
+            snprintf(va, sizeof va, "%d (x parallel.dp %d = %d)", a->microbatches, a->dp, a->microbatches * a->dp);
+            snprintf(vb, sizeof vb, "%d (x parallel.dp %d = %d)", b->microbatches, b->dp, b->microbatches * b->dp);
+        } else {
+            recipe_key_format(a, k, va, sizeof va);
+            recipe_key_format(b, k, vb, sizeof vb);
+        }
+        if (o < size)
+            o += (size_t)snprintf(out + o, size - o, "%s  %s.%s: %s -> %s", o ? "\n" : "", k->section, k->key, va, vb);
+    }
+    return n;
 }
 
 void recipe_print(const Recipe* r, FILE* f) {

@@ -53,6 +53,7 @@ typedef struct {
     char run_dir[RECIPE_STR];
     char freeze[256];             /* comma-separated parameter-name prefixes that do not train ("" = none) */
     char init_from[RECIPE_STR];   /* checkpoint folder whose matching tensors start this run ("" = none) */
+    int overwrite;                /* a fresh start moves a used run folder's contents aside */
 
     /* [optim] — AdamW, DESIGN.md section 4 */
     double lr, min_lr;
@@ -101,7 +102,8 @@ typedef struct {
     const char* def;
     double min, max;     /* numbers: allowed range (inclusive) */
     const char* choices; /* enums: "a|b|c" */
-    int hashed;          /* part of the recipe hash (changes the math of a run) */
+    int hashed;          /* part of the recipe hash (changes the math of a run); 2: only when not at its
+                          * default (keys added after checkpoints were written: their hash is kept) */
     const char* doc;
 } RecipeKey;
 
@@ -121,6 +123,11 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len);
 /* Hash of every key that changes the math of a run (model, data plan, optimiser, seeds). A resume
  * refuses a checkpoint written under another hash. */
 uint64_t recipe_hash(const Recipe* r);
+/* The hashed keys whose values differ between a and b (hash semantics: data.microbatches counts as
+ * the global batch, microbatches x dp), one "  section.key: A -> B" per line into out. Returns the count. */
+int recipe_hash_diff(const Recipe* a, const Recipe* b, char* out, size_t size);
+/* Key k's value of r as recipe_print writes it. */
+void recipe_key_format(const Recipe* r, const RecipeKey* k, char* out, size_t size);
 /* Every key as "section.key = value", one per line, in table order (an INI file that loads back). */
 void recipe_print(const Recipe* r, FILE* f);
 /* "FILE:LINE", "--set" or "default" for key section.key. */

@@ -143,6 +143,9 @@ static int metrics_read(const char* path, Series* s, char* err, size_t err_len) 
                          "rrfp-mm train writes)", path, line);
                 rc = -1;
             } else {
+                /* a resumed run appends its rows after those of a lost attempt (metrics.h): the last row
+                 * of a step counts, and a step's row supersedes the rows after it */
+                while (s->n > 0 && s->step[s->n - 1] >= st) s->n--;
                 if (s->n == cap) {
                     cap = cap ? 2 * cap : 256;
                     double** cols[] = {&s->step, &s->loss, &s->lr, &s->gnorm, &s->tps, &s->bubble, &s->peak};

@@ -183,9 +183,12 @@ static int trainer_position(Trainer* t, char** out, char* err, size_t err_len) {
 static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char* err, size_t err_len) {
     const Recipe* r = t->r;
     char dir[RECIPE_STR + 64];
-    if (!strcmp(r->resume, "latest")) {
-        if (checkpoint_latest(t->ckpt_root, dir, sizeof dir) < 0) {
-            snprintf(err, err_len, "checkpoint.resume = latest: no checkpoint in '%s'", t->ckpt_root);
+    if (!eval_only) {
+        snprintf(dir, sizeof dir, "%s", t->start.resume_dir); /* decided by world rank 0 (rundir_prepare) */
+    } else if (!strcmp(r->resume, "latest") || !strcmp(r->resume, "auto")) {
+        char e[1024];
+        if (rundir_latest(t->run_dir, t->ckpt_root, dir, sizeof dir, e, sizeof e) != 0) {
+            snprintf(err, err_len, "checkpoint %s: %s", r->resume, e);
             return -1;
         }
     } else {
@@ -195,10 +198,16 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     if (t->ex->load(t->ex, dir, &cs, err, err_len) != 0) return -1;
     int rc = 0;
     if (!eval_only && cs.recipe_hash != recipe_hash(r)) {
+        char diff[2048];
+        int nd = rundir_recipe_diff(r, t->run_dir, t->ckpt_root, dir, diff, sizeof diff);
         snprintf(err, err_len,
-                 "%s was written by a run with recipe hash %016llx, this recipe hashes to %016llx: a model, data, "
-                 "optimiser or seed key differs (keys marked *(hashed)* in recipes/README.md)",
-                 dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r));
+                 "%s was written by a run with recipe hash %016llx, this recipe hashes to %016llx: %s (keys marked "
+                 "*(hashed)* in recipes/README.md change the math of a run):\n%s\n---> HINT: resume with the run's own "
+                 "values, or start a new run from these parameters with train.init_from=%s and another train.run_dir",
+                 dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r),
+                 nd > 0 ? (nd == 1 ? "a hashed key differs" : "hashed keys differ")
+                        : "a model, data, optimiser or seed key differs",
+                 diff, dir);
         rc = -1;
     }
     if (rc == 0 && !eval_only) rc = trainer_seek(t, dir, cs.loader, err, err_len);
@@ -228,6 +237,8 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
         if (n > 0)
             fprintf(stderr, "rrfp-mm: removed %d unfinished checkpoint folder%s of killed runs in %s: %s\n", n,
                     n == 1 ? "" : "s", t->ckpt_root, removed);
+        /* which run this is and where it starts: one decision, on the rank holding the lock */
+        if (rc == 0 && rundir_prepare(r, t->run_dir, t->ckpt_root, &t->start, stderr, e, sizeof e) != 0) rc = -1;
     }
     if (comm_bcast(world, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
     if (rc != 0) {
@@ -235,6 +246,7 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
         else snprintf(err, err_len, "rank 0 refused to start (see its message)");
         return -1;
     }
+    if (comm_bcast(world, &t->start, sizeof t->start, 0, err, err_len) != 0) return -1;
     TrainRankBytes b;
     if (train_rank_bytes(r, &t->mc, t->grid.p, &b, err, err_len) != 0) return -1;
     char detail[256], sw[32], sa[32], sx[32];
@@ -399,9 +411,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     t->last_step = r->stop_at > 0 ? r->stop_at : r->steps;
 
     int64_t resume_step = 0;
-    if (r->resume[0] && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
+    int resuming = eval_only ? r->resume[0] != 0 : t->start.resume_dir[0] != 0;
+    if (resuming && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
     /* a resumed run continues from its own checkpoint: init_from only starts a run */
-    if (!r->resume[0] && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
+    if (!resuming && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
@@ -512,6 +525,7 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
                           .recipe_hash = recipe_hash(t->r),
                           .seed = (uint64_t)t->r->seed,
                           .data_seed = (uint64_t)t->r->data_seed};
+    snprintf(cs.run_id, sizeof cs.run_id, "%s", t->start.run_id);
     if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
     char out[RECIPE_STR + 64];
     int rc = 0;
@@ -527,7 +541,7 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
             snprintf(err, err_len, "data-parallel replica 0 could not write checkpoint step %lld", (long long)t->step);
     }
     if (rc == 0 && t->ex->log_rank) {
-        checkpoint_prune(t->ckpt_root, t->r->keep);
+        checkpoint_prune_run(t->ckpt_root, t->r->keep, t->start.run_id); /* this run's only */
         fprintf(stderr, "rrfp-mm: checkpoint %s\n", out);
     }
     return rc;
@@ -633,7 +647,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             snprintf(dir, sizeof dir, "%s/step-%08lld", t->ckpt_root, (long long)t->step);
             fprintf(log,
                     "stopped by a signal after step %lld of %lld: checkpoint %s saved (parameters, AdamW state, data "
-                    "position); resume with --resume latest\n",
+                    "position); resume with --resume auto (or latest)\n",
                     (long long)t->step, (long long)t->last_step, dir);
             fflush(log);
             rc = 1;

@@ -21,6 +21,7 @@
 #include "runtime/train/layout.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/recipe.h"
+#include "runtime/train/rundir.h"
 
 /* ---- batch sources from the recipe (data/batch.h) ---- */
 /* Both give data-parallel replica dp_rank of dp_size its own share of every step (0 and 1 without DP).
@@ -52,6 +53,7 @@ typedef struct {
     int64_t steps_timed;
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
+    RunStart start;   /* this run's identity and the checkpoint it resumes ("" = fresh), from world rank 0 */
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when
