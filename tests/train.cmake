@@ -90,6 +90,17 @@ foreach(mode reuse identity auto append mpi)
 endforeach()
 set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 
+# The fine-tuner's loop (tests/train_loop.sh): dp from the world size with no parallel.* key (stated
+# on the first log line, losses = one process x 2 microbatches), train.epochs (derived steps, "epoch" in
+# metrics and log).
+foreach(mode world epochs)
+  add_test(NAME train_loop_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train loop ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_loop.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_loop_${mode} ${mode})
+  set_tests_properties(train_loop_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(train_loop_world PROPERTIES LABELS mpi)
+
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
 foreach(mode single second mpi mpirun)

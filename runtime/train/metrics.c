@@ -52,6 +52,8 @@ void metrics_write(Metrics* m, const StepStats* s) {
             (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
             s->peak_mem_mb, s->eta_s);
     if (s->bubble >= 0) fprintf(m->f, ",\"bubble\":%.4f", s->bubble);
+    if (s->epoch >= 0) fprintf(m->f, ",\"epoch\":%.4f", s->epoch);
+    if (s->eval_loss >= 0) fprintf(m->f, ",\"eval_loss\":%.9g", s->eval_loss);
     fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped);
     fflush(m->f);
 }
@@ -77,6 +79,14 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
              "ETA %s",
              (long long)s->step, (long long)total_steps, (double)s->loss, s->lr, s->grad_norm, s->tokens_per_s,
              1e3 * s->step_time_s, bub, s->peak_mem_mb, eta);
+    if (s->epoch >= 0) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | epoch %.2f", s->epoch);
+    }
+    if (s->eval_loss >= 0) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | eval loss %.4f", s->eval_loss);
+    }
     if (s->skipped) {
         size_t l = strlen(out);
         snprintf(out + l, n - l, " | skipped %lld", (long long)s->skipped);

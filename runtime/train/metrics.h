@@ -18,6 +18,8 @@ typedef struct {
     double eta_s;
     double bubble;        /* pipeline bubble fraction, < 0 when not pipelined */
     int64_t skipped;      /* damaged samples skipped so far */
+    double epoch;         /* samples seen / data set records (< 0: no data set, the synthetic source) */
+    double eval_loss;     /* held-out loss at this step (train.eval_every; < 0: none) */
 } StepStats;
 
 typedef struct {

@@ -75,6 +75,10 @@ static const RecipeKey recipe_keys[] = {
      "source makes its own held-out samples)."},
     /* [train] */
     {"train", "steps", RKEY_INT, OFF(steps), 0, "200", 1, 1e9, 0, 1, "Optimiser steps; the LR schedule ends here."},
+    {"train", "epochs", RKEY_FLOAT, OFF(epochs), 0, "0", 0, 1e6, 0, 0,
+     "Train this many passes over the data set instead of train.steps (data.source = shards; 0 = use "
+     "train.steps): the steps are derived from the records and the packed batch, printed at the start, and "
+     "take train.steps' place (in the LR schedule and the recipe hash)."},
     {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
      "Stop after this step and checkpoint (0 = run to train.steps). For time-sliced jobs; resume continues."},
     {"train", "log_every", RKEY_INT, OFF(log_every), 0, "1", 1, 1e9, 0, 0, "Print a log line every N steps (metrics JSONL gets every step)."},
@@ -112,7 +116,8 @@ static const RecipeKey recipe_keys[] = {
      "Tensor-parallel ranks; must divide the heads, ffn_hidden, 4 vision_width, text_width and the vocabulary."},
     {"parallel", "dp", RKEY_INT, OFF(dp), 0, "1", 1, 1 << 20, 0, 1,
      "Data-parallel replicas, each with data.microbatches microbatches: the global step has dp x microbatches "
-     "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4)."},
+     "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4). Left unset, `rrfp-mm train` under "
+     "mpirun takes dp = world size / (pp x tp), stated on the first log line."},
     {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
     {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
@@ -458,6 +463,21 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     return 0;
 }
 
+int recipe_set_derived(Recipe* r, const char* assignment, const char* origin, char* err, size_t err_len) {
+    if (recipe_set(r, assignment, err, err_len) != 0) return -1;
+    char section[64] = "";
+    const char* dot = strchr(assignment, '.');
+    const char* eq = strchr(assignment, '=');
+    RR_ASSERT(dot && eq && dot < eq && (size_t)(dot - assignment) < sizeof section);
+    memcpy(section, assignment, (size_t)(dot - assignment));
+    char key[64] = "";
+    RR_ASSERT((size_t)(eq - dot - 1) < sizeof key);
+    memcpy(key, dot + 1, (size_t)(eq - dot - 1));
+    int i = recipe_key_find(section, key);
+    snprintf(r->origin[i], sizeof r->origin[i], "%s", origin);
+    return 0;
+}
+
 const char* recipe_origin(const Recipe* r, const char* section, const char* key) {
     int i = recipe_key_find(section, key);
     RR_ASSERT(i >= 0);
@@ -498,6 +518,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         VFAIL("data", "max_patches", "%d", r->max_patches,
               "an image of that many patches cannot fit data.microbatch_tokens (%d); allowed: <= %d",
               r->microbatch_tokens, r->microbatch_tokens);
+    if (r->epochs > 0 && strcmp(r->source, "shards") != 0)
+        VFAIL("train", "epochs", "%g", r->epochs, "data.source = %s has no data set to pass over; allowed: 0 (use "
+              "train.steps), or data.source = shards", r->source);
     if (!strcmp(r->source, "synthetic") && r->vocab < 16)
         VFAIL("model", "vocab", "%d", r->vocab, "data.source = synthetic has no tokenizer; allowed: model.vocab >= 16");
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)

@@ -46,6 +46,7 @@ typedef struct {
 
     /* [train] */
     int steps;            /* total optimiser steps (sets the LR schedule) */
+    double epochs;        /* > 0: passes over the data set; steps derived from it (trainer_epochs_to_steps) */
     int stop_at;          /* stop after this step (0 = steps); for time-sliced jobs and resume tests */
     int log_every;
     int checkpoint_every; /* 0 = only at the end */
@@ -117,6 +118,8 @@ void recipe_defaults(Recipe* r);
 int recipe_load(Recipe* r, const char* path, char* err, size_t err_len);
 /* One override "section.key=value". Returns 0, or -1 with "--set ...: ..." in err. */
 int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len);
+/* recipe_set, then record `origin` (e.g. "the mpirun world size") as where the value came from. */
+int recipe_set_derived(Recipe* r, const char* assignment, const char* origin, char* err, size_t err_len);
 /* Cross-key checks (sizes that must divide, layers vs stages, schedule vs steps). Call after the
  * file and every override. Returns 0, or -1 with the origin of the offending key in err. */
 int recipe_validate(const Recipe* r, char* err, size_t err_len);

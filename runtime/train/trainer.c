@@ -67,6 +67,84 @@ int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards,
     return batch_source_shards(src, &c, err, err_len);
 }
 
+static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* err, size_t err_len);
+static void trainer_demo_hint(const char* path, char* err, size_t err_len);
+
+int trainer_epochs_to_steps(Recipe* r, int dp, FILE* log, char* err, size_t err_len) {
+    if (r->epochs <= 0) return 0;
+    int vocab;
+    uint64_t tok_hash;
+    if (trainer_vocab(r, &vocab, &tok_hash, err, err_len) != 0) return -1;
+    LoaderConfig c;
+    loader_config_default(&c);
+    c.shards = r->shards;
+    c.tokenizer_hash = tok_hash;
+    c.microbatch_tokens = r->microbatch_tokens;
+    c.microbatches = r->microbatches * dp;
+    c.seed = (uint64_t)r->data_seed;
+    c.patch = r->patch;
+    c.min_patches = r->min_patches;
+    c.max_patches = r->max_patches;
+    c.decode_images = 0;
+    if (loader_policy_parse(r->policy, &c.policy) != 0) {
+        snprintf(err, err_len, "data.policy '%s' is not known to the loader", r->policy);
+        return -1;
+    }
+    Loader* L = loader_open(&c, NULL, err, err_len);
+    if (!L) {
+        trainer_demo_hint(r->shards, err, err_len);
+        return -1;
+    }
+    /* One epoch packed from the index's costs (no frame read): fifo fills microbatches in order; ffd
+     * and balanced (which opens as many microbatches as ffd) pack windows of data.window samples. The
+     * loader packs a shuffled stream, so this count is an estimate within a few microbatches; the
+     * epoch the log shows is measured (samples seen / records). */
+    int N = loader_sample_count(L);
+    int64_t mbs = 0;
+    if (c.policy == LOADER_POLICY_FIFO) {
+        int fill = 0;
+        for (int i = 0; i < N; i++) {
+            int l = loader_sample_tokens(L, i);
+            if (fill > 0 && fill + l > r->microbatch_tokens) mbs++, fill = 0;
+            fill += l;
+        }
+        if (fill > 0) mbs++;
+    } else {
+        int W = r->window;
+        int* cl = mallocCheck((size_t)W * sizeof(int));
+        int64_t* key = mallocCheck((size_t)W * sizeof(int64_t));
+        int* bin = mallocCheck((size_t)W * sizeof(int));
+        for (int i0 = 0; i0 < N; i0 += W) {
+            int n = N - i0 < W ? N - i0 : W;
+            for (int i = 0; i < n; i++) cl[i] = loader_sample_tokens(L, i0 + i), key[i] = i0 + i;
+            mbs += loader_pack_window(LOADER_POLICY_FFD, n, cl, NULL, key, r->microbatch_tokens, bin);
+        }
+        free(cl), free(key), free(bin);
+    }
+    loader_close(L);
+    int64_t per_step = (int64_t)r->microbatches * dp;
+    double steps = ceil(r->epochs * (double)mbs / (double)per_step);
+    if (N == 0 || steps < 1 || steps > 1e9) {
+        snprintf(err, err_len, "%s: train.epochs = %g over %d records (%lld microbatches an epoch) gives %.0f steps; "
+                 "allowed: 1 .. 1e9 steps", recipe_origin(r, "train", "epochs"), r->epochs, N, (long long)mbs, steps);
+        return -1;
+    }
+    char set[64], e[1024];
+    snprintf(set, sizeof set, "train.steps=%.0f", steps);
+    char was[RECIPE_STR + 32];
+    snprintf(was, sizeof was, "%d from %s", r->steps, recipe_origin(r, "train", "steps"));
+    if (recipe_set_derived(r, set, "train.epochs", e, sizeof e) != 0) {
+        snprintf(err, err_len, "train.epochs: %s", e);
+        return -1;
+    }
+    if (log)
+        fprintf(log, "train.epochs = %g: %d records, packed (%s, %d tokens) into about %lld microbatches an epoch, "
+                     "%lld per step (%d x dp %d): train.steps = %d (was %s)\n",
+                r->epochs, N, r->policy, r->microbatch_tokens, (long long)mbs, (long long)per_step, r->microbatches,
+                dp, r->steps, was);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * the trainer */
 
@@ -214,6 +292,11 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     if (rc == 0) {
         t->step = cs.step;
         t->opt_step = cs.opt_step;
+        /* samples seen (the epoch): the shard loader's global count in its position */
+        cJSON* lj = cs.loader ? cJSON_Parse(cs.loader) : NULL;
+        const cJSON* ns = lj ? cJSON_GetObjectItemCaseSensitive(lj, "samples") : NULL;
+        t->samples_seen = cJSON_IsNumber(ns) ? (int64_t)ns->valuedouble : 0;
+        cJSON_Delete(lj);
         *resume_step = cs.step;
         if (!eval_only && t->ex->log_rank)
             fprintf(stderr, "rrfp-mm: resumed from %s at step %lld\n", dir, (long long)t->step);
@@ -498,7 +581,10 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     if (t->steps_timed++ > 0) t->time_timed += dt;
     double per = t->steps_timed > 1 ? t->time_timed / (double)(t->steps_timed - 1) : dt;
 
+    t->samples_seen += plan.samples;
     memset(s, 0, sizeof *s);
+    s->epoch = t->src.dataset_samples > 0 ? (double)t->samples_seen / (double)t->src.dataset_samples : -1;
+    s->eval_loss = -1;
     s->step = t->step;
     s->loss = loss;
     s->lr = lr;
@@ -595,9 +681,11 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     if (!t->ex->log_rank) log = devnull = fopen("/dev/null", "w"); /* one log: the log rank's */
     ModelParamCounts pc;
     model_param_counts(&t->mc, &pc);
-    fprintf(log, "train %s: %.2fM parameters (vision %.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
+    fprintf(log, "train %s: layout pp %d x tp %d x dp %d = %d rank%s (parallel.dp from %s), %.2fM parameters (vision "
+                 "%.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
                  "%d microbatches x %d tokens, %s, %d thread%s per rank, steps %lld..%lld of %d, run %s\n",
-            r->path, pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
+            r->path, r->pp, r->tp, r->dp, world->size, world->size == 1 ? "" : "s", recipe_origin(r, "parallel", "dp"),
+            pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
             r->microbatches, r->microbatch_tokens, t->ex->name, threads, threads == 1 ? "" : "s", (long long)t->step + 1, (long long)t->last_step,
             r->steps, t->run_dir);
     if (r->freeze[0]) {

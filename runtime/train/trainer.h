@@ -37,6 +37,12 @@ int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int h
 int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
                           int decode_images, int dp_rank, int dp_size, char* err, size_t err_len);
 
+/* train.epochs > 0: set train.steps (origin "train.epochs") to the steps that pass that many times over
+ * data.shards at data.microbatches x dp microbatches per step (one epoch packed from the index's costs
+ * with the recipe's policy: an estimate, as the loader packs a shuffled stream) and print how on `log`
+ * (may be NULL). Call before recipe_validate's last pass. Returns 0, or -1 with a message. */
+int trainer_epochs_to_steps(Recipe* r, int dp, FILE* log, char* err, size_t err_len);
+
 typedef struct {
     const Recipe* r;
     ModelConfig mc;
@@ -53,6 +59,7 @@ typedef struct {
     int64_t steps_timed;
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
+    int64_t samples_seen; /* samples of every replica trained on so far (the epoch's numerator) */
     RunStart start;   /* this run's identity and the checkpoint it resumes ("" = fresh), from world rank 0 */
 } Trainer;
 
