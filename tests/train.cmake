@@ -92,14 +92,15 @@ set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 
 # The fine-tuner's loop (tests/train_loop.sh): dp from the world size with no parallel.* key (stated
 # on the first log line, losses = one process x 2 microbatches), train.epochs (derived steps, "epoch" in
-# metrics and log).
-foreach(mode world epochs)
+# metrics and log), train.eval_every (training numbers bit for bit with and without it, the held-out
+# loss = rrfp-mm eval's and the same under pp 2 / tp 2 / dp 2, drawn on the report).
+foreach(mode world epochs eval)
   add_test(NAME train_loop_${mode}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train loop ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_loop.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_loop_${mode} ${mode})
   set_tests_properties(train_loop_${mode} PROPERTIES TIMEOUT 300)
 endforeach()
-set_tests_properties(train_loop_world PROPERTIES LABELS mpi)
+set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.

@@ -6,6 +6,11 @@
 #   epochs   train.epochs = 2 on a tiny shard set (80 records): the derived train.steps is printed and
 #            used, every metrics row has "epoch" (samples seen / records), rising, and the last is 2 within
 #            the estimate's slack (1.8 .. 2.3); the log lines show it; the synthetic source is refused
+#   eval     train.eval_every = 4 (96 held-out samples of the synthetic source): with it, every training loss
+#            and grad norm is the same bit for bit (one process and pp 2); "eval_loss" at steps 4, 8, 12
+#            (and on the log lines); step 12's equals `rrfp-mm eval --samples 96` on its checkpoint (1e-5);
+#            pp 2 (1e-6), tp 2 and dp 2 (1e-5; dp 2 against one process with 2 x the microbatches) give
+#            the one-process held-out losses
 # Usage: train_loop.sh RRFP_MM SOURCE_DIR WORKDIR MODE
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3 MODE=$4
@@ -64,6 +69,49 @@ print("epochs: %d steps, epoch %.3f after step 1 .. %.3f at the end" % (len(rows
 PY
   "$BIN" train "$SYN" --set train.epochs=1 --set train.run_dir=run/syn >s.txt 2>&1
   [ $? -eq 2 ] && grep -q "train.epochs = 1: data.source = synthetic has no data set" s.txt || fail "epochs on the synthetic source: $(cat s.txt)"
+  ;;
+eval)
+  # train.eval_every under every layout: the training numbers do not change, the held-out loss is the
+  # same samples' loss as `rrfp-mm eval` scores and the same under pp 2, tp 2 and dp 2 (dp 2 x 2
+  # microbatches: the one-process run with 4, the global step both train)
+  E=(--set train.steps=12 --set optim.warmup=1 --set train.log_every=1000 --set train.eval_every=4 --set train.eval_samples=96)
+  N=(--set train.steps=12 --set optim.warmup=1 --set train.log_every=1000)
+  "$BIN" train "$SYN" "${N[@]}" --set train.run_dir=run/plain >p.txt 2>&1 || fail "without eval"
+  "$BIN" train "$SYN" "${E[@]}" --set train.run_dir=run/one >o.txt 2>&1 || fail "with eval"
+  grep -q "| eval loss [0-9.]*$" o.txt || fail "no eval loss on the log lines"
+  "$BIN" eval "$SYN" "${E[@]}" --set train.run_dir=run/one --checkpoint latest --samples 96 >ev.txt 2>&1 || fail "rrfp-mm eval"
+  "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set parallel.pp=2 --set train.run_dir=run/pp2 >pp.txt 2>&1 || fail "pp 2"
+  "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set parallel.tp=2 --set train.run_dir=run/tp2 >tp.txt 2>&1 || fail "tp 2"
+  "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set train.run_dir=run/dp2 >dp.txt 2>&1 || fail "dp 2"
+  "$BIN" train "$SYN" "${E[@]}" --set data.microbatches=4 --set train.run_dir=run/one4 >o4.txt 2>&1 || fail "one process x 4"
+  /usr/bin/python3 - run ev.txt <<'PY' || fail "eval numbers"
+import json, sys
+run, evf = sys.argv[1], sys.argv[2]
+rd = lambda n: [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (run, n))]
+plain, one, pp2, tp2, dp2, one4 = (rd(n) for n in ("plain", "one", "pp2", "tp2", "dp2", "one4"))
+for name, rows in (("one process", one), ("pp 2", pp2)):
+    assert [r["loss_hex"] for r in rows] == [r["loss_hex"] for r in plain], name + ": training losses changed"
+    assert [r["grad_norm"] for r in rows] == [r["grad_norm"] for r in plain], name + ": grad norms changed"
+ev = lambda rows: [(r["step"], r["eval_loss"]) for r in rows if "eval_loss" in r]
+assert [s for s, _ in ev(one)] == [4, 8, 12], ev(one)
+assert not any("eval_loss" in r for r in plain)
+cli = [json.loads(l) for l in open(evf) if l.startswith("{")][0]
+rel = lambda a, b: abs(a - b) / abs(b)
+assert rel(ev(one)[-1][1], cli["loss"]) < 1e-5, (ev(one)[-1], cli["loss"])
+worst = {}
+for name, rows, ref, tol in (("pp 2", pp2, one, 1e-6), ("tp 2", tp2, one, 1e-5), ("dp 2", dp2, one4, 1e-5)):
+    a, b = ev(rows), ev(ref)
+    assert [s for s, _ in a] == [s for s, _ in b], (name, a, b)
+    worst[name] = max(rel(x, y) for (_, x), (_, y) in zip(a, b))
+    assert worst[name] <= tol, (name, a, b)
+    assert all(rel(x["loss"], y["loss"]) <= 1e-5 for x, y in zip(rows, ref)), name + ": training losses"
+print("eval: training losses and grad norms bit for bit with and without eval (one process, pp 2); eval loss at step 12 "
+      "%.6f = rrfp-mm eval's %.6f; max rel diff against one process: %s" % (ev(one)[-1][1], cli["loss"],
+      ", ".join("%s %.1e" % kv for kv in worst.items())))
+PY
+  "$BIN" report run/one --out one.html >/dev/null 2>&1 || fail "report"
+  [ "$(grep -c '<circle class="heldout-dot"' one.html)" -eq 3 ] || fail "the report does not draw the 3 held-out points"
+  grep -q '<path class="heldout"' one.html || fail "the report draws no held-out curve"
   ;;
 *) fail "unknown mode" ;;
 esac

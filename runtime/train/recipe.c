@@ -79,6 +79,13 @@ static const RecipeKey recipe_keys[] = {
      "Train this many passes over the data set instead of train.steps (data.source = shards; 0 = use "
      "train.steps): the steps are derived from the records and the packed batch, printed at the start, and "
      "take train.steps' place (in the LR schedule and the recipe hash)."},
+    {"train", "eval_every", RKEY_INT, OFF(eval_every), 0, "0", 0, 1e9, 0, 0,
+     "Held-out loss every N steps and at the last (0 = never): data.eval_shards (the synthetic source: its "
+     "held-out stream), under any layout, written as \"eval_loss\" in that step's metrics row and on the log "
+     "line; the training numbers are the same with and without it."},
+    {"train", "eval_samples", RKEY_INT, OFF(eval_samples), 0, "0", 0, 1e9, 0, 0,
+     "Held-out samples per evaluation of train.eval_every, the same ones each time (0 = every record of "
+     "data.eval_shards once; 256 on the synthetic source)."},
     {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
      "Stop after this step and checkpoint (0 = run to train.steps). For time-sliced jobs; resume continues."},
     {"train", "log_every", RKEY_INT, OFF(log_every), 0, "1", 1, 1e9, 0, 0, "Print a log line every N steps (metrics JSONL gets every step)."},
@@ -521,6 +528,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
     if (r->epochs > 0 && strcmp(r->source, "shards") != 0)
         VFAIL("train", "epochs", "%g", r->epochs, "data.source = %s has no data set to pass over; allowed: 0 (use "
               "train.steps), or data.source = shards", r->source);
+    if (r->eval_every > 0 && !strcmp(r->source, "shards") && !r->eval_shards[0])
+        VFAIL("train", "eval_every", "%d", r->eval_every, "no held-out data: data.eval_shards is not set; allowed: "
+              "0, or set data.eval_shards (shards packed from held-out records)");
     if (!strcmp(r->source, "synthetic") && r->vocab < 16)
         VFAIL("model", "vocab", "%d", r->vocab, "data.source = synthetic has no tokenizer; allowed: model.vocab >= 16");
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)

@@ -47,6 +47,8 @@ typedef struct {
     /* [train] */
     int steps;            /* total optimiser steps (sets the LR schedule) */
     double epochs;        /* > 0: passes over the data set; steps derived from it (trainer_epochs_to_steps) */
+    int eval_every;       /* held-out loss every N steps (0 = never) */
+    int eval_samples;     /* held-out samples per evaluation (0 = the eval shards once; synthetic 256) */
     int stop_at;          /* stop after this step (0 = steps); for time-sliced jobs and resume tests */
     int log_every;
     int checkpoint_every; /* 0 = only at the end */

@@ -492,6 +492,22 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         }
     }
     t->last_step = r->stop_at > 0 ? r->stop_at : r->steps;
+    if (!eval_only && r->eval_every > 0) {
+        /* the held-out stream, dealt to the replicas as training data is; fifo, so each evaluation is one
+         * pass in stream order */
+        int rc = !strcmp(r->source, "synthetic")
+                     ? trainer_source_synthetic(&t->eval_src, r, vocab, 1, t->grid.d, t->grid.dp, err, err_len)
+                     : trainer_source_shards(&t->eval_src, r, r->eval_shards, t->tok_hash, 1, t->ex->decode_images,
+                                             t->grid.d, t->grid.dp, err, err_len);
+        if (rc != 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, " (data.eval_shards, for train.eval_every)");
+            return -1;
+        }
+        t->eval_pos = t->eval_src.position(&t->eval_src);
+        t->eval_target = r->eval_samples > 0 ? r->eval_samples
+                         : t->eval_src.dataset_samples > 0 ? t->eval_src.dataset_samples : 256;
+    }
 
     int64_t resume_step = 0;
     int resuming = eval_only ? r->resume[0] != 0 : t->start.resume_dir[0] != 0;
@@ -530,6 +546,75 @@ static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, d
         snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+/* train.eval_every: the held-out loss of the current parameters, through the step executor (so under
+ * any layout) with loss scale 0: the gradients it leaves are zero and the next step zeroes them anyway;
+ * the DP hooks run so that no bucket of it stays in flight. The training stream is not touched. Every
+ * evaluation restarts the held-out stream: the same samples each time. Collective over the job. */
+static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len) {
+    StepExec* ex = t->ex;
+    double bubble = ex->bubble; /* the training step's, for its metrics row */
+    if (t->eval_src.seek(&t->eval_src, t->eval_pos, err, err_len) != 0) return -1;
+    double loss = 0;
+    int64_t sup = 0, seen = 0;
+    while (seen < t->eval_target) {
+        StepPlan plan;
+        if (t->eval_src.next(&t->eval_src, &plan, err, err_len) != 0) return -1;
+        int64_t tot[3] = {plan.n_supervised, plan.samples, plan.M};
+        if (comm_allreduce(t->grid.dp_group, tot, 3, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
+        if (tot[2] == 0) break; /* nothing left in the held-out stream */
+        for (int m = 0; m < plan.M; m++) plan.mbs[m].index = m * t->grid.dp + t->grid.d;
+        /* Exactly the first eval_target samples of the stream, whatever the layout: the held-out stream
+         * is packed in stream order (fifo), so in the global step's microbatch order (m x dp + d) the
+         * samples are the stream's; the samples past the target lose their targets. */
+        if (seen + tot[1] > t->eval_target) {
+            int dp = t->grid.dp, M = plan.M;
+            int64_t* mine = callocCheck((size_t)M, sizeof(int64_t));
+            int64_t* all = callocCheck((size_t)M * (size_t)dp, sizeof(int64_t));
+            for (int m = 0; m < M; m++) mine[m] = plan.mbs[m].S;
+            int rc = dp > 1 ? t->grid.dp_group->ops->allgather(t->grid.dp_group, mine, all, (size_t)M * sizeof(int64_t),
+                                                               err, err_len)
+                            : (memcpy(all, mine, (size_t)M * sizeof(int64_t)), 0);
+            int64_t before = seen; /* samples ahead of global microbatch g */
+            for (int g = 0; rc == 0 && g < M * dp; g++) {
+                int m = g / dp, d = g % dp;
+                int64_t S = all[(size_t)d * (size_t)M + (size_t)m];
+                if (d == t->grid.d) {
+                    Microbatch* mb = &plan.mbs[m];
+                    int64_t keep = t->eval_target - before;
+                    keep = keep < 0 ? 0 : keep > S ? S : keep;
+                    for (int u = mb->cu_seqlens[keep]; u < mb->T; u++)
+                        if (mb->targets[u] != -100) mb->targets[u] = -100, mb->n_supervised--;
+                }
+                before += S;
+            }
+            free(mine);
+            free(all);
+            if (rc != 0) return -1;
+            int64_t sups = 0;
+            for (int m = 0; m < M; m++) sups += plan.mbs[m].n_supervised;
+            tot[0] = sups;
+            tot[1] = t->eval_target - seen;
+            if (comm_allreduce(t->grid.dp_group, tot, 1, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
+        }
+        plan.n_supervised = tot[0];
+        double ls = 0;
+        if (ex->forward_backward(ex, &plan, 0.0f, (int)t->step, NULL, &ls, err, err_len) != 0 ||
+            step_exec_run_hooks(ex, err, err_len) != 0 ||
+            comm_allreduce(t->grid.dp_group, &ls, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
+            return -1;
+        loss += ls;
+        sup += tot[0];
+        seen += tot[1];
+    }
+    ex->bubble = bubble;
+    if (sup == 0) {
+        snprintf(err, err_len, "train.eval_every: the held-out data has no supervised target (no assistant tokens)");
+        return -1;
+    }
+    *out = loss / (double)sup;
     return 0;
 }
 
@@ -599,6 +684,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->eta_s = per * (double)(t->last_step - t->step);
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
+    if (r->eval_every > 0 && (t->step % r->eval_every == 0 || t->step == t->last_step) &&
+        trainer_eval_loss(t, &s->eval_loss, err, err_len) != 0)
+        return -1;
     if (ex->log_rank) metrics_write(&t->metrics, s);
     return 0;
 }
@@ -636,6 +724,9 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
 void trainer_free(Trainer* t) {
     if (t->metrics.f) metrics_close(&t->metrics);
     if (t->src.free) t->src.free(&t->src);
+    if (t->eval_src.free) t->eval_src.free(&t->eval_src);
+    free(t->eval_pos);
+    t->eval_pos = NULL;
     if (t->ex) {
         step_exec_free_hooks(t->ex);
         t->ex->free(t->ex);
@@ -711,7 +802,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
                     "%d started while the backward still ran (step 1)\n", t->grid.dp, nb, r->dp_bucket_mb,
                     early);
         }
-        if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1) {
+        if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1 || s.eval_loss >= 0) {
             char line[512];
             metrics_log_line(line, sizeof line, &s, r->steps);
             fprintf(log, "%s\n", line);

@@ -59,6 +59,9 @@ typedef struct {
     int64_t steps_timed;
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
+    BatchSource eval_src; /* train.eval_every: the held-out stream, this replica's share (free NULL: none) */
+    char* eval_pos;       /* its position at the start: every evaluation scores the same samples */
+    int64_t eval_target;  /* samples per evaluation (all replicas') */
     int64_t samples_seen; /* samples of every replica trained on so far (the epoch's numerator) */
     RunStart start;   /* this run's identity and the checkpoint it resumes ("" = fresh), from world rank 0 */
 } Trainer;
