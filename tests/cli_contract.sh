@@ -19,7 +19,7 @@ check_unknown() {
         fail=1
     fi
 }
-cmds=(version train eval tensors tokenizer sim trace demo-data pack import report)
+cmds=(version train eval generate tensors tokenizer sim trace demo-data pack import report)
 subs=("tokenizer train" "tokenizer encode" "tokenizer decode" "tokenizer info" "tensors ls" "tensors diff" "import llama")
 # every command listed by `rrfp-mm --help` is covered here
 for c in $("$BIN" --help | awk '/^commands:/{on=1; next} on && !NF {exit} on {print $1}'); do

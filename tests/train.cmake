@@ -102,6 +102,20 @@ foreach(mode world epochs eval)
 endforeach()
 set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
+# rrfp-mm generate (tests/generate.sh): KV-cache decoding equals a full re-forward at every step (the
+# greedy token never differs, logits within 1e-4), the answers file, --image/--prompt, seeded sampling,
+# bad input named. The CUDA backend's kernel under emulation: generate_cuda_emu (tests/cuda.cmake).
+add_test(NAME generate_kv
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate kv: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv kv)
+set_tests_properties(generate_kv PROPERTIES TIMEOUT 300)
+# generate's greedy answers are right on the same records as eval's teacher-forced exact match, on a
+# model that has learnt part of its data (53% / 88%); eval --predictions' record ids and texts.
+add_test(NAME generate_eval
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate eval: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval eval)
+set_tests_properties(generate_eval PROPERTIES TIMEOUT 300)
+
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
 foreach(mode single second mpi mpirun)

@@ -124,7 +124,17 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     be->linear_forward(be, a->v, a->n1, w->v_w, NULL, T, D, Dq);
     be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, c->rope_base);
     be->rope_forward(be, a->k, seq->pos, T, H, d, Dq, c->rope_base);
-    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
+    if (seq->kv_k) {
+        /* generation: append this call's keys and values to the cache, attend to every cached row */
+        be->copy_d2d(be, seq->kv_k + (size_t)seq->kv_past * Dq, a->k, (size_t)T * Dq * sizeof(float));
+        be->copy_d2d(be, seq->kv_v + (size_t)seq->kv_past * Dq, a->v, (size_t)T * Dq * sizeof(float));
+        if (seq->kv_past == 0)
+            be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
+        else
+            be->attention_decode(be, a->att, a->q, seq->kv_k, seq->kv_v, T, seq->kv_past + T, H, d, Dq, Dq);
+    } else {
+        be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
+    }
     be->linear_forward(be, s->tmp, a->att, w->o_w, NULL, T, Dq, D);
     lm_tp_sum(c, s->tmp, (size_t)T * D); /* row-parallel o: the heads' partial sums */
     be->add_forward(be, a->xmid, xin, s->tmp, (size_t)T * D);

@@ -91,6 +91,7 @@ const Backend backend_cpu = {
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_FP32,
+    .attention_decode = cpu_attention_decode,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -140,4 +141,5 @@ const Backend backend_cpu_bf16 = {
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_BF16,
+    .attention_decode = cpu_attention_decode, /* f32: generation computes in f32 (runtime/train/generate.c) */
 };

@@ -185,6 +185,8 @@ static const Backend backend_cuda = {
     cuda_round_bf16,
     &backend_cuda_bf16,
     PRECISION_FP32,
+    NULL, // stream
+    cuda_attention_decode,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -235,11 +237,14 @@ const Backend backend_cuda_bf16 = {
     cuda_round_bf16,
     &backend_cuda_bf16,
     PRECISION_BF16,
+    NULL, // stream
+    cuda_attention_decode, // f32: generation computes in f32
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 45 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream
+// + attention_decode).
+static_assert(sizeof(Backend) == 46 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

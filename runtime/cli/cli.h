@@ -21,5 +21,10 @@ int cmd_demo_data(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
 int cmd_import(int argc, char** argv);
 int cmd_report(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+
+/* The recipe file with its --set overrides, validated (cmd_train.c); NULL after printing the error. */
+#include "runtime/train/recipe.h"
+Recipe* cli_recipe_from_args(const char* path, const char** sets, int n_sets);
 
 #endif

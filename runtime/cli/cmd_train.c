@@ -56,7 +56,7 @@ static void train_catch_signals(void) {
  * the command */
 
 /* The recipe file with its --set overrides, validated; NULL after printing the error (a usage error). */
-static Recipe* recipe_from_args(const char* path, const char** sets, int n_sets) {
+Recipe* cli_recipe_from_args(const char* path, const char** sets, int n_sets) {
     Recipe* r = mallocCheck(sizeof(Recipe));
     char err[2048];
     int rc = recipe_load(r, path, err, sizeof err);
@@ -166,7 +166,7 @@ int cmd_train(int argc, char** argv) {
         free(sets);
         return 2;
     }
-    Recipe* r = recipe_from_args(recipe_path, sets, n_sets);
+    Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
     if (!r) return 2;
     char err[2048];
@@ -310,7 +310,7 @@ int cmd_eval(int argc, char** argv) {
         free(sets);
         return 2;
     }
-    Recipe* r = recipe_from_args(recipe_path, sets, n_sets);
+    Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
     if (!r) return 2;
     char err[2048];
