@@ -290,6 +290,10 @@ double sum_squares(const float* x, size_t n);
 /* LR at step `step` (0-based): linear warm-up over `warmup` steps from 0 to max_lr (step+1)/warmup,
  * then cosine decay to min_lr at total_steps. */
 float lr_schedule(int step, int warmup, int total_steps, float max_lr, float min_lr);
+/* optim.schedule: the same linear warm-up, then cosine (lr_schedule), linear decay to min_lr at
+ * total_steps, or constant max_lr. */
+typedef enum { LR_SCHEDULE_COSINE = 0, LR_SCHEDULE_LINEAR, LR_SCHEDULE_CONSTANT } LrSchedule;
+float lr_schedule_kind(LrSchedule kind, int step, int warmup, int total_steps, float max_lr, float min_lr);
 
 #ifdef __cplusplus
 }

@@ -93,8 +93,9 @@ set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 # The fine-tuner's loop (tests/train_loop.sh): dp from the world size with no parallel.* key (stated
 # on the first log line, losses = one process x 2 microbatches), train.epochs (derived steps, "epoch" in
 # metrics and log), train.eval_every (training numbers bit for bit with and without it, the held-out
-# loss = rrfp-mm eval's and the same under pp 2 / tp 2 / dp 2, drawn on the report).
-foreach(mode world epochs eval)
+# loss = rrfp-mm eval's and the same under pp 2 / tp 2 / dp 2, drawn on the report), optim.schedule and
+# optim.projector_lr.
+foreach(mode world epochs eval optim)
   add_test(NAME train_loop_${mode}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train loop ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_loop.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_loop_${mode} ${mode})

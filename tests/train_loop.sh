@@ -11,6 +11,9 @@
 #            (and on the log lines); step 12's equals `rrfp-mm eval --samples 96` on its checkpoint (1e-5);
 #            pp 2 (1e-6), tp 2 and dp 2 (1e-5; dp 2 against one process with 2 x the microbatches) give
 #            the one-process held-out losses
+#   optim    optim.schedule cosine / linear / constant: the metrics' lr follows the formula at every step,
+#            the default hashes as before; optim.projector_lr: after one step the projector's tensors are
+#            a run at that lr's, the others a run at optim.lr's, bit for bit
 # Usage: train_loop.sh RRFP_MM SOURCE_DIR WORKDIR MODE
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3 MODE=$4
@@ -112,6 +115,55 @@ PY
   "$BIN" report run/one --out one.html >/dev/null 2>&1 || fail "report"
   [ "$(grep -c '<circle class="heldout-dot"' one.html)" -eq 3 ] || fail "the report does not draw the 3 held-out points"
   grep -q '<path class="heldout"' one.html || fail "the report draws no held-out curve"
+  ;;
+optim)
+  # optim.schedule: the metrics' lr at every step is the formula's (warm-up, then linear / constant /
+  # cosine); the default hashes as before (recipes of earlier checkpoints resume), the others do not
+  O=(--set train.steps=20 --set optim.warmup=4 --set optim.lr=2e-3 --set optim.min_lr=2e-4 --set train.log_every=1000)
+  for k in cosine linear constant; do
+    "$BIN" train "$SYN" "${O[@]}" --set optim.schedule=$k --set train.run_dir=run/$k >$k.txt 2>&1 || fail "schedule $k"
+  done
+  /usr/bin/python3 - run <<'PY' || fail "schedules"
+import json, math, sys
+for k in ("cosine", "linear", "constant"):
+    lr = [json.loads(l)["lr"] for l in open("%s/%s/metrics.jsonl" % (sys.argv[1], k))]
+    for s, got in enumerate(lr):
+        if s < 4: want = 2e-3 * (s + 1) / 4
+        else:
+            p = (s - 4) / 16
+            want = {"cosine": 2e-4 + 0.5 * 1.8e-3 * (1 + math.cos(math.pi * p)), "linear": 2e-3 - 1.8e-3 * p,
+                    "constant": 2e-3}[k]
+        assert abs(got - want) <= 1e-6 * want, (k, s, got, want)
+print("schedules: cosine, linear, constant lr at every step as the formula (within f32)")
+PY
+  h() { "$BIN" train "$SYN" "$@" --dry-run | sed -n 's/.*(hash \([0-9a-f]*\)).*/\1/p'; }
+  h0=$(h); hc=$(h --set optim.schedule=cosine); hl=$(h --set optim.schedule=linear); hp0=$(h --set optim.projector_lr=0)
+  [ -n "$h0" ] && [ "$h0" = "$hc" ] && [ "$h0" = "$hp0" ] || fail "default schedule / projector_lr change the hash: $h0 $hc $hp0"
+  [ "$h0" != "$hl" ] || fail "optim.schedule=linear hashes like cosine"
+  # optim.projector_lr: after one step (AdamW's first update), the projector's tensors are those of a run
+  # whose optim.lr is projector_lr, every other tensor that of a run at optim.lr (bit for bit)
+  P=(--set train.steps=1 --set optim.warmup=1 --set train.log_every=1000)
+  "$BIN" train "$SYN" "${P[@]}" --set optim.lr=1e-3 --set optim.projector_lr=2e-3 --set train.run_dir=run/pa >pa.txt 2>&1 || fail "projector_lr"
+  "$BIN" train "$SYN" "${P[@]}" --set optim.lr=1e-3 --set train.run_dir=run/pb >pb.txt 2>&1 || fail "lr 1e-3"
+  "$BIN" train "$SYN" "${P[@]}" --set optim.lr=2e-3 --set optim.min_lr=2e-4 --set train.run_dir=run/pc >pc.txt 2>&1 || fail "lr 2e-3"
+  /usr/bin/python3 - run <<'PY' || fail "projector_lr tensors"
+import json, struct, sys
+def read(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+ck = lambda r: read("%s/%s/checkpoints/step-00000001/model.safetensors" % (sys.argv[1], r))
+a, b, c = ck("pa"), ck("pb"), ck("pc")
+proj = [k for k in a if k.startswith("projector.")]
+assert len(proj) == 4, proj
+for k in a:
+    want = c if k.startswith("projector.") else b
+    assert a[k] == want[k], k
+    if k.startswith("projector.") and k.endswith("weight"):
+        assert a[k] != b[k], k  # it did move at another rate
+print("projector_lr: %d projector tensors as at lr 2e-3, %d others as at lr 1e-3, bit for bit" % (len(proj), len(a) - len(proj)))
+PY
   ;;
 *) fail "unknown mode" ;;
 esac

@@ -110,6 +110,12 @@ static const RecipeKey recipe_keys[] = {
     /* [optim] */
     {"optim", "lr", RKEY_FLOAT, OFF(lr), 0, "3e-3", 0, 10, 0, 1, "Peak learning rate."},
     {"optim", "min_lr", RKEY_FLOAT, OFF(min_lr), 0, "3e-4", 0, 10, 0, 1, "Learning rate at the end of the cosine decay (<= lr)."},
+    {"optim", "schedule", RKEY_ENUM, OFF(schedule), SZ(schedule), "cosine", 0, 0, "cosine|linear|constant", 2,
+     "Learning rate after the linear warm-up: `cosine` decay to optim.min_lr at train.steps, `linear` decay to "
+     "optim.min_lr, or `constant` optim.lr."},
+    {"optim", "projector_lr", RKEY_FLOAT, OFF(projector_lr), 0, "0", 0, 10, 0, 2,
+     "Peak learning rate of the projector's parameters (LLaVA's mm_projector_lr), on optim.lr's schedule scaled "
+     "by projector_lr / lr (0 = optim.lr, one rate for every parameter)."},
     {"optim", "warmup", RKEY_INT, OFF(warmup), 0, "10", 0, 1e9, 0, 1, "Linear warm-up steps (<= train.steps)."},
     {"optim", "beta1", RKEY_FLOAT, OFF(beta1), 0, "0.9", 0, 0.999999, 0, 1, "AdamW beta1, in [0, 1)."},
     {"optim", "beta2", RKEY_FLOAT, OFF(beta2), 0, "0.95", 0, 0.999999, 0, 1, "AdamW beta2, in [0, 1)."},
@@ -539,6 +545,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
     /* optimiser vs schedule */
     if (r->min_lr > r->lr)
         VFAIL("optim", "min_lr", "%g", r->min_lr, "greater than optim.lr (%g); allowed: <= %g", r->lr, r->lr);
+    if (r->projector_lr > 0 && r->lr <= 0)
+        VFAIL("optim", "projector_lr", "%g", r->projector_lr, "its schedule is optim.lr's scaled by projector_lr / lr, "
+              "and optim.lr is 0; allowed: 0, or optim.lr > 0");
     if (r->warmup > r->steps)
         VFAIL("optim", "warmup", "%d", r->warmup, "longer than train.steps (%d); allowed: <= %d", r->steps, r->steps);
     if (r->stop_at > r->steps)

@@ -60,6 +60,8 @@ typedef struct {
 
     /* [optim] — AdamW, DESIGN.md section 4 */
     double lr, min_lr;
+    char schedule[16];   /* cosine | linear | constant (after the warm-up) */
+    double projector_lr; /* projector.* parameters' peak LR (0 = lr) */
     int warmup;
     double beta1, beta2, eps, weight_decay, grad_clip;
 

@@ -650,7 +650,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         step_exec_run_hooks(ex, err, err_len) != 0 || step_exec_grad_norm(ex, &norm, err, err_len) != 0 ||
         comm_allreduce(t->grid.dp_group, &loss_sum, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
         return -1;
-    float lr = lr_schedule((int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
+    LrSchedule kind = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
+                      : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;
+    float lr = lr_schedule_kind(kind, (int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
     float loss = (float)(loss_sum / (double)plan.n_supervised);
     if (dumping && trainer_dump_end(t, ddir, &plan, loss_sum, loss, lr, norm, err, err_len) != 0) return -1;
     if (!isfinite(loss) || !isfinite(norm)) {
