@@ -531,14 +531,14 @@ static int predictions_read(const char* path, Prediction** out, int* n, char* wh
 /* The image re-encoded to fit a 128 x 128 box (JPEG quality 85) as a data URI; NULL with why. */
 static char* image_data_uri(JpegCodec* jc, const uint8_t* jpg, size_t n, char* why, size_t why_len) {
     int w, h;
-    if (jpeg_read_header(jc, jpg, n, &w, &h, why, why_len) != 0) return NULL;
+    if (image_read_header(jc, jpg, n, &w, &h, why, why_len) != 0) return NULL;
     const int box = 128;
     double s = fmin(1.0, fmin((double)box / w, (double)box / h));
     int ow = (int)lround(w * s), oh = (int)lround(h * s);
     if (ow < 1) ow = 1;
     if (oh < 1) oh = 1;
     int dw, dh;
-    uint8_t* rgb = jpeg_decode_rgb(jc, jpg, n, image_dct_scale(w, h, ow, oh), &dw, &dh, why, why_len);
+    uint8_t* rgb = image_decode_rgb(jc, jpg, n, image_dct_scale(w, h, ow, oh), &dw, &dh, why, why_len);
     if (!rgb) return NULL;
     float* f = mallocCheck(sizeof(float) * 3 * (size_t)ow * (size_t)oh);
     image_resize_bilinear(rgb, dw, dh, f, ow, oh);
