@@ -117,6 +117,10 @@ add_test(NAME generate_eval
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval eval)
 set_tests_properties(generate_eval PROPERTIES TIMEOUT 300)
 
+# scripts/train.sbatch (docs/training.md "Launching"): valid bash that starts with --resume auto, asks
+# SLURM for SIGTERM before the limit and requeues on exit 143 (no SLURM here to run it).
+add_test(NAME train_sbatch_script COMMAND bash -c "bash -n '${CMAKE_SOURCE_DIR}/scripts/train.sbatch' && grep -q -- '--resume auto' '${CMAKE_SOURCE_DIR}/scripts/train.sbatch' && grep -q '^#SBATCH --signal=TERM@' '${CMAKE_SOURCE_DIR}/scripts/train.sbatch' && grep -q 'scontrol requeue' '${CMAKE_SOURCE_DIR}/scripts/train.sbatch'")
+
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
 foreach(mode single second mpi mpirun)
