@@ -753,7 +753,8 @@ static int ck_of_run(const char* root, const char* name, const char* run_id) {
     if (access(p, R_OK) != 0) return 0;
     if (!run_id || !run_id[0]) return 1;
     snprintf(p, sizeof p, "%s/%s", root, name);
-    return checkpoint_run_id(p, id, sizeof id) == 0 && !strcmp(id, run_id);
+    /* a checkpoint of an earlier build carries no identity: it counts for whichever run resumed it */
+    return checkpoint_run_id(p, id, sizeof id) == 0 && (!id[0] || !strcmp(id, run_id));
 }
 
 int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len) {

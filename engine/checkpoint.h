@@ -111,10 +111,11 @@ void checkpoint_prune(const char* root, int keep);
  * The "run_id" of checkpoint folder DIR's state.json into id ("" when it has none). Returns 0, or -1
  * when DIR/state.json cannot be read or parsed. */
 int checkpoint_run_id(const char* dir, char* id, size_t id_len);
-/* As checkpoint_latest, counting only the checkpoints whose run_id is run_id (NULL or "": every one). */
+/* As checkpoint_latest, counting only the checkpoints whose run_id is run_id (NULL or "": every one);
+ * a checkpoint without one (an earlier build's) counts for every run. */
 int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len);
 /* As checkpoint_prune, counting and deleting only the checkpoints whose run_id is run_id (NULL or "":
- * every one): another run's checkpoints in a shared checkpoint.dir are never touched. */
+ * every one; one without a run_id counts, as above): another run's checkpoints are never touched. */
 void checkpoint_prune_run(const char* root, int keep, const char* run_id);
 
 #endif

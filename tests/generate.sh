@@ -75,11 +75,13 @@ PY
 emu)
   [ -x "$EMU" ] || fail "no rrfp-mm-emu"
   "$BIN" generate "$R" "${S[@]}" --checkpoint latest --max-new-tokens 8 --manifest d/heldout.json --images d/images --out cpu.jsonl \
-    --samples 2 >cpu.txt 2>&1 || fail "cpu"
+    --samples 1 >cpu.txt 2>&1 || fail "cpu"
   "$EMU" generate "$R" "${S[@]}" --set runtime.backend=cuda --checkpoint latest --max-new-tokens 8 --manifest d/heldout.json \
-    --images d/images --out cuda.jsonl --samples 2 --verify >cuda.txt 2>&1 || fail "emulated cuda"
+    --images d/images --out cuda.jsonl --samples 1 --verify >cuda.txt 2>&1 || fail "emulated cuda"
   grep "verify: max" cuda.txt
   grep -q "greedy token differs at 0 steps" cuda.txt || fail "the CUDA KV cache changed a greedy token"
+  toks=$(sed -n 's/.*answers (\([0-9]*\) tokens generated).*/\1/p' cuda.txt)
+  [ -n "$toks" ] && [ "$toks" -ge 4 ] || fail "only ${toks:-no} tokens generated on CUDA: too few decoding steps"
   cmp -s cpu.jsonl cuda.jsonl || fail "CUDA answers differ from the CPU's: $(diff cpu.jsonl cuda.jsonl | head -4)"
   echo "emu: the CUDA backend's answers (attention_decode kernel emulated) equal the CPU's"
   ;;

@@ -69,7 +69,17 @@ identity)
   ida=$(grep -o '"run_id":[^,]*' run/a/run.json); idb=$(grep -o '"run_id":[^,]*' run/b/run.json)
   [ "$ida" != "$idb" ] || fail "two runs share an identity"
   grep -q "${idb#*:}" run/b/checkpoints/step-00000040/state.json || fail "B's checkpoint lacks B's run_id"
-  echo "identity: latest and auto take run B's step 20 over run A's step 90; keep 2 left B's 30, 40 and A's 90"
+  # a checkpoint of an earlier build (no run_id) counts as the run's that finds it (as before identities)
+  cp -r run/a/checkpoints/step-00000090 run/b/checkpoints/step-00000095
+  /usr/bin/python3 - run/b/checkpoints/step-00000095/state.json <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); s.pop("run_id"); s["step"] = 95
+json.dump(s, open(sys.argv[1], "w"))
+PY
+  "$BIN" eval "$RECIPE" --set train.run_dir=run/b --checkpoint latest --samples 8 >e2.txt 2>&1 || fail "eval latest (legacy)"
+  grep -q "at step 95 " e2.txt || fail "a checkpoint without run_id is not this run's latest: $(head -1 e2.txt)"
+  echo "identity: latest and auto take run B's step 20 over run A's step 90; keep 2 left B's 30, 40 and A's 90;"
+  echo "          a checkpoint without run_id (an earlier build's) counts as B's"
   ;;
 auto)
   S=(--set train.steps=40 --set train.checkpoint_every=10)

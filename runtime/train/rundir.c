@@ -262,13 +262,15 @@ int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, 
         char what[2048];
         rundir_describe(&c, run_dir, ckpt_root, what, sizeof what);
         if (!r->overwrite && strcmp(r->resume, "auto") != 0) {
+            int outside = !rundir_inside(run_dir, ckpt_root);
             snprintf(err, err_len,
                      "train.run_dir = %s holds another run: %s. A fresh start there would mix two runs (its metrics "
                      "rows and checkpoints with this run's).\n---> HINT: continue that run with --resume auto (or "
-                     "--set checkpoint.resume=auto); or give this run another folder (--set train.run_dir=...); or "
-                     "--set train.overwrite=true to move the old contents aside into %s/previous-<date>-<time>/ "
+                     "--set checkpoint.resume=auto); or give this run another folder (--set train.run_dir=...%s); or "
+                     "--set train.overwrite=true to move the old contents aside into %s/previous-<date>-<time>/%s "
                      "(nothing is deleted)",
-                     run_dir, what, run_dir);
+                     run_dir, what, outside ? " and --set checkpoint.dir=..." : "", run_dir,
+                     outside ? " and the checkpoints into CKPT_DIR/previous-<date>-<time>/" : "");
             return -1;
         }
         /* overwrite, or auto with no checkpoint of this run to resume (a first attempt that died before
