@@ -83,7 +83,15 @@ eval)
   "$BIN" train "$SYN" "${E[@]}" --set train.run_dir=run/one >o.txt 2>&1 || fail "with eval"
   grep -q "| eval loss [0-9.]*$" o.txt || fail "no eval loss on the log lines"
   "$BIN" eval "$SYN" "${E[@]}" --set train.run_dir=run/one --checkpoint latest --samples 96 >ev.txt 2>&1 || fail "rrfp-mm eval"
-  "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set parallel.pp=2 --set train.run_dir=run/pp2 >pp.txt 2>&1 || fail "pp 2"
+  "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set parallel.pp=2 --set runtime.trace=1 --set train.run_dir=run/pp2 >pp.txt 2>&1 || fail "pp 2"
+  # the evaluations leave no trace events: the timeline holds the 12 training steps once each
+  /usr/bin/python3 - run/pp2/trace-rank0.json <<'PY' || fail "trace"
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+steps = [e["name"] for e in ev if e.get("name", "").startswith("step ")]
+assert steps == ["step %d" % i for i in range(1, 13)], steps
+PY
   "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set parallel.tp=2 --set train.run_dir=run/tp2 >tp.txt 2>&1 || fail "tp 2"
   "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set train.run_dir=run/dp2 >dp.txt 2>&1 || fail "dp 2"
   "$BIN" train "$SYN" "${E[@]}" --set data.microbatches=4 --set train.run_dir=run/one4 >o4.txt 2>&1 || fail "one process x 4"

@@ -601,7 +601,10 @@ static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len)
         }
         plan.n_supervised = tot[0];
         double ls = 0;
-        if (ex->forward_backward(ex, &plan, 0.0f, (int)t->step, NULL, &ls, err, err_len) != 0 ||
+        ex->quiet = 1;
+        int rc = ex->forward_backward(ex, &plan, 0.0f, (int)t->step, NULL, &ls, err, err_len);
+        ex->quiet = 0;
+        if (rc != 0 ||
             step_exec_run_hooks(ex, err, err_len) != 0 ||
             comm_allreduce(t->grid.dp_group, &ls, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
             return -1;
