@@ -60,6 +60,8 @@ epochs)
   steps=$(echo "$line" | sed -n 's/.*train.steps = \([0-9]*\) .*/\1/p')
   [ -n "$steps" ] && [ "$steps" -gt 1 ] || fail "no derived step count in: $line"
   grep -q "steps 1..$steps of $steps" e.txt || fail "the run did not use the derived $steps steps"
+  "$BIN" train "$SRC/recipes/llava.ini" "${SMALL[@]}" --set train.epochs=2 --dry-run >dry.txt 2>&1 || fail "dry run"
+  grep -q "train.steps = $steps " dry.txt || fail "the dry run derives other steps: $(head -1 dry.txt)"
   grep -q "| epoch [0-9.]*$" e.txt || fail "the log lines show no epoch"
   /usr/bin/python3 - run/e/metrics.jsonl "$steps" <<'PY' || fail "epochs in metrics"
 import json, sys

@@ -184,7 +184,9 @@ int cmd_train(int argc, char** argv) {
             free(r);
             return 1;
         }
-        rc = train_dry_run(r, vocab, stdout, err, sizeof err);
+        /* train.epochs: the steps it gives, as the run would derive them (dp as set) */
+        rc = r->epochs > 0 ? trainer_epochs_to_steps(r, r->dp, stdout, err, sizeof err) : 0;
+        if (rc == 0) rc = train_dry_run(r, vocab, stdout, err, sizeof err);
         if (rc != 0) fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
         return rc ? 1 : 0;
