@@ -273,7 +273,9 @@ int cmd_generate(int argc, char** argv) {
     /* generation computes in f32 (the checkpoint's master weights) on the recipe's backend */
     snprintf(r->precision, sizeof r->precision, "fp32");
     snprintf(r->resume, sizeof r->resume, "%s", ckpt);
-    r->pp = r->tp = r->dp = 1;
+    /* one process holds the whole model, whatever layout trained it (a checkpoint loads into any) */
+    r->pp = r->tp = r->dp = r->chunks = 1;
+    r->layers[0] = 0;
     char err[2048];
     Comm* self = comm_self();
     /* A decoding step's ops are one row each: on the CPU, threads' start-up and barriers cost more than
