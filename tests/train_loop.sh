@@ -10,7 +10,8 @@
 #            and grad norm is the same bit for bit (one process and pp 2); "eval_loss" at steps 4, 8, 12
 #            (and on the log lines); step 12's equals `rrfp-mm eval --samples 96` on its checkpoint (1e-5);
 #            pp 2 (1e-6), tp 2 and dp 2 (1e-5; dp 2 against one process with 2 x the microbatches) give
-#            the one-process held-out losses
+#            the one-process held-out losses; on shards (24 held-out records), the held-out loss is
+#            rrfp-mm eval's over every record once, in one process and at dp 2
 #   optim    optim.schedule cosine / linear / constant: the metrics' lr follows the formula at every step,
 #            the default hashes as before; optim.projector_lr: after one step the projector's tensors are
 #            a run at that lr's, the others a run at optim.lr's, bit for bit
@@ -121,6 +122,24 @@ for name, rows, ref, tol in (("pp 2", pp2, one, 1e-6), ("tp 2", tp2, one, 1e-5),
 print("eval: training losses and grad norms bit for bit with and without eval (one process, pp 2); eval loss at step 12 "
       "%.6f = rrfp-mm eval's %.6f; max rel diff against one process: %s" % (ev(one)[-1][1], cli["loss"],
       ", ".join("%s %.1e" % kv for kv in worst.items())))
+PY
+  # on shards (24 held-out records, each once): the last held-out loss is rrfp-mm eval's on that
+  # checkpoint, and dp 2 x 2 microbatches gives one process x 4's
+  tiny_data
+  H=("${SMALL[@]}" --set train.steps=4 --set train.eval_every=2 --set train.log_every=100)
+  "$BIN" train "$SRC/recipes/llava.ini" "${H[@]}" --set data.microbatches=4 --set train.run_dir=run/s1 >s1.txt 2>&1 || fail "shards, one process"
+  "${MPI[@]}" -np 2 "$BIN" train "$SRC/recipes/llava.ini" "${H[@]}" --set train.run_dir=run/s2 >s2.txt 2>&1 || fail "shards, dp 2"
+  "$BIN" eval "$SRC/recipes/llava.ini" "${H[@]}" --set data.microbatches=4 --set train.run_dir=run/s1 --checkpoint latest \
+    >se.txt 2>&1 || fail "eval on shards"
+  /usr/bin/python3 - run/s1/metrics.jsonl run/s2/metrics.jsonl se.txt <<'PY' || fail "held-out loss on shards"
+import json, sys
+ev = lambda f: [(r["step"], r["eval_loss"]) for r in map(json.loads, open(f)) if "eval_loss" in r]
+a, b = ev(sys.argv[1]), ev(sys.argv[2])
+cli = [json.loads(l) for l in open(sys.argv[3]) if l.startswith("{")][0]
+assert [s for s, _ in a] == [s for s, _ in b] == [2, 4], (a, b)
+assert all(abs(x - y) <= 1e-5 * abs(x) for (_, x), (_, y) in zip(a, b)), (a, b)
+assert cli["samples"] == 24 and abs(a[-1][1] - cli["loss"]) <= 1e-5 * cli["loss"], (a, cli)
+print("shards: held-out loss %.6f at step 4 = rrfp-mm eval's %.6f over the 24 records; dp 2 %.6f" % (a[-1][1], cli["loss"], b[-1][1]))
 PY
   "$BIN" report run/one --out one.html >/dev/null 2>&1 || fail "report"
   [ "$(grep -c '<circle class="heldout-dot"' one.html)" -eq 3 ] || fail "the report does not draw the 3 held-out points"

@@ -72,8 +72,19 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
         }
         if (plan.M == 0) break; /* the held-out shards are exhausted */
         for (int m = 0; m < plan.M && res->samples < max_samples && rc == 0; m++) {
-            const Microbatch* mb = &plan.mbs[m];
+            Microbatch* mb = &plan.mbs[m];
             float ls = 0;
+            /* exactly max_samples samples with an answer: those past it (the stream runs on into the next
+             * epoch) lose their targets, so the loss is theirs alone, as train.eval_every's is */
+            int64_t left = max_samples - res->samples;
+            for (int s = 0, counted = 0; s < mb->S; s++) {
+                int a = mb->cu_seqlens[s], b = mb->cu_seqlens[s + 1], sup = 0;
+                for (int u = a; u < b; u++) sup |= mb->targets[u] != -100;
+                if (!sup) continue;
+                if (counted++ < left) continue;
+                for (int u = a; u < b; u++)
+                    if (mb->targets[u] != -100) mb->targets[u] = -100, mb->n_supervised--;
+            }
             if (stage_check_microbatch(st, acts, mb, err, err_len) != 0) {
                 rc = -1;
                 break;

@@ -432,6 +432,13 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (comm_grid_init(&t->grid, world, r->pp, r->tp, r->dp, e, sizeof e) != 0) {
         snprintf(err, err_len, "%s: parallel.pp = %d, parallel.tp = %d, parallel.dp = %d: %s",
                  recipe_origin(r, "parallel", "pp"), r->pp, r->tp, r->dp, e);
+        const char* dpo = recipe_origin(r, "parallel", "dp");
+        if (strcmp(dpo, "default") != 0 && world->size % (r->pp * r->tp) == 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, "\n---> HINT: parallel.dp = %d is set (%s); without it the world size decides "
+                     "(dp = %d / (pp %d x tp %d) = %d)", r->dp, dpo, world->size, r->pp, r->tp,
+                     world->size / (r->pp * r->tp));
+        }
         return -1;
     }
     if (!strcmp(r->comm, "nccl")) {
@@ -562,7 +569,10 @@ static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len)
     while (seen < t->eval_target) {
         StepPlan plan;
         if (t->eval_src.next(&t->eval_src, &plan, err, err_len) != 0) return -1;
-        int64_t tot[3] = {plan.n_supervised, plan.samples, plan.M};
+        /* this replica's samples as its microbatches hold them (the masking below counts the same way) */
+        int64_t mine = 0;
+        for (int m = 0; m < plan.M; m++) mine += plan.mbs[m].S;
+        int64_t tot[3] = {plan.n_supervised, mine, plan.M};
         if (comm_allreduce(t->grid.dp_group, tot, 3, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
         if (tot[2] == 0) break; /* nothing left in the held-out stream */
         for (int m = 0; m < plan.M; m++) plan.mbs[m].index = m * t->grid.dp + t->grid.d;
