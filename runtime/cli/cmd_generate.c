@@ -35,6 +35,7 @@ static void generate_usage(FILE* f) {
             "                               model_vqa.py writes them; a progress line on stderr\n"
             "  --samples N                  the first N records only\n"
             "  --model-id NAME              the answers' model_id (default: the run folder's name)\n"
+            "  --threads N                  CPU threads (default 1: a decoding step's ops are one row; 0 = every core)\n"
             "  --verify                     also run every step as a full re-forward and compare (slow; tests)\n");
 }
 
@@ -192,6 +193,7 @@ int cmd_generate(int argc, char** argv) {
     const char *recipe_path = NULL, *ckpt = NULL, *image = NULL, *prompt = NULL, *manifest = NULL, *images = NULL,
                *out = NULL, *model_id = NULL;
     long long samples = 0;
+    int threads = 1;
     GenOptions o = {.max_new = 64, .temperature = 0, .top_p = 1, .seed = 0, .verify = 0};
     const char** sets = callocCheck((size_t)argc + 1, sizeof(char*));
     int n_sets = 0;
@@ -207,7 +209,7 @@ int cmd_generate(int argc, char** argv) {
             o.verify = 1;
         } else if (a[0] == '-' && strcmp(a, "--set") && strcmp(a, "--checkpoint") && strcmp(a, "--image") &&
                    strcmp(a, "--prompt") && strcmp(a, "--manifest") && strcmp(a, "--images") && strcmp(a, "--out") &&
-                   strcmp(a, "--samples") && strcmp(a, "--model-id") && strcmp(a, "--max-new-tokens") &&
+                   strcmp(a, "--samples") && strcmp(a, "--model-id") && strcmp(a, "--max-new-tokens") && strcmp(a, "--threads") &&
                    strcmp(a, "--temperature") && strcmp(a, "--top-p") && strcmp(a, "--seed")) {
             fprintf(stderr, "rrfp-mm generate: unknown option '%s'\n\n", a);
             generate_usage(stderr);
@@ -230,6 +232,11 @@ int cmd_generate(int argc, char** argv) {
             else if (!strcmp(a, "--out")) out = v;
             else if (!strcmp(a, "--model-id")) model_id = v;
             else if (!strcmp(a, "--samples")) bad = (samples = strtoll(v, &end, 10)) < 1 || *end;
+            else if (!strcmp(a, "--threads")) {
+                long long x = strtoll(v, &end, 10);
+                bad = *end || x < 0 || x > 1024;
+                threads = (int)x;
+            }
             else if (!strcmp(a, "--max-new-tokens")) {
                 long long x = strtoll(v, &end, 10);
                 bad = *end || x < 1 || x > 1 << 20;
@@ -246,7 +253,7 @@ int cmd_generate(int argc, char** argv) {
             }
             if (bad) {
                 fprintf(stderr, "rrfp-mm generate: %s '%s' is out of range (--samples, --max-new-tokens >= 1; "
-                        "--temperature in [0, 100]; --top-p in (0, 1]; --seed >= 0)\n", a, v);
+                        "--temperature in [0, 100]; --top-p in (0, 1]; --seed >= 0; --threads 0 .. 1024)\n", a, v);
                 free(sets);
                 return 2;
             }
@@ -280,8 +287,8 @@ int cmd_generate(int argc, char** argv) {
     Comm* self = comm_self();
     /* A decoding step's ops are one row each: on the CPU, threads' start-up and barriers cost more than
      * they save at the sizes this runs (measured on this 2-core machine under load: 30 demo answers in
-     * 86 s with 2 threads, 0.1 s with 1), so one thread unless runtime.threads asks for more. */
-    if (!strcmp(recipe_origin(r, "runtime", "threads"), "default")) r->threads = 1;
+     * 86 s with 2 threads, 0.1 s with 1), so --threads (default 1), not the recipe's runtime.threads. */
+    r->threads = threads;
     trainer_set_threads(guard_threads(r, self));
     Trainer* t = callocCheck(1, sizeof *t);
     Generator* g = NULL;
