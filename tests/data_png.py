@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """data_png.py — PNG images (issue 23, data/png.c), checked against Pillow, which LLaVA's loaders use.
 
-1. Decode: RGB, RGBA, palette (with transparency), greyscale, grey + alpha, 1-bit and 16-bit RGB PNGs
+1. Decode: RGB, RGBA, palette (with transparency), greyscale, grey + alpha, 1-bit, 16-bit RGB and
+   Adam7-interlaced PNGs
    decode to exactly Pillow's Image.open(f).convert("RGB") bytes (alpha dropped, not composited).
 2. Patches of a PNG (image_load_patches: smart_resize grid, antialiased bilinear resize, normalise)
    against Pillow's resize(BILINEAR) of the same pixels, within data_pillow.py's bound (1/127.5 + 1e-5).
@@ -56,6 +57,20 @@ png16 = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", w16, h
         png_chunk(b"IDAT", zlib.compress(raw)) + png_chunk(b"IEND", b"")
 paths["rgb16"] = os.path.join(W, "rgb16.png")
 open(paths["rgb16"], "wb").write(png16)
+# Adam7-interlaced RGB (Pillow cannot write interlaced PNGs): the 7 passes' reduced images, filter 0
+hi, wi = 13, 11
+vi = (rng.random((hi, wi, 3)) * 255).astype(np.uint8)
+raw = b""
+for y0, x0, dy, dx in ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2), (1, 0, 2, 1)):
+    sub = vi[y0::dy, x0::dx]
+    if sub.size:
+        raw += b"".join(b"\0" + sub[y].tobytes() for y in range(sub.shape[0]))
+pngi = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", wi, hi, 8, 2, 0, 0, 1)) + \
+       png_chunk(b"IDAT", zlib.compress(raw)) + png_chunk(b"IEND", b"")
+paths["interlaced"] = os.path.join(W, "interlaced.png")
+open(paths["interlaced"], "wb").write(pngi)
+assert Image.open(paths["interlaced"]).info.get("interlace") == 1 and \
+    Image.open(paths["interlaced"]).convert("RGB").tobytes() == vi.tobytes(), "the interlaced PNG is not what it should be"
 
 # 1. decode
 same = 0
