@@ -228,13 +228,14 @@ typedef struct Backend {
     void* stream;
 
     /* Generation with a KV cache (issue 23, rrfp-mm generate): n new queries q (rows of stride ld_q,
-     * head h at column h*d), the last n of Tk positions, against the cache's Tk key and value rows k, v
-     * (stride ld_kv, q's head layout: the rows attention_forward's k and v hold after RoPE); causal:
-     * query i sees keys 0 .. Tk - n + i. out (n, H*d) contiguous. Scale 1/sqrt(d); the softmax is exact
-     * (the max subtracted first), so each row is attention_forward's row for that query to float
-     * round-off. May be NULL on a table that has none (generation refuses it, naming the backend). */
+     * query head h at column h*d), the last n of Tk positions, against the cache's Tk key and value rows
+     * k, v (stride ld_kv, Hkv heads: the rows attention_forward's k and v hold after RoPE; query head h
+     * reads key/value head h / (H / Hkv), grouped-query attention; Hkv = H: multi-head); causal: query i
+     * sees keys 0 .. Tk - n + i. out (n, H*d) contiguous. Scale 1/sqrt(d); the softmax is exact (the max
+     * subtracted first), so each row is attention_forward's row for that query to float round-off. May
+     * be NULL on a table that has none (generation refuses it, naming the backend). */
     void (*attention_decode)(const struct Backend* be, float* out, const float* q, const float* k, const float* v, int n,
-                             int Tk, int H, int d, int ld_q, int ld_kv);
+                             int Tk, int H, int Hkv, int d, int ld_q, int ld_kv);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -103,6 +103,13 @@ foreach(mode world epochs eval optim)
 endforeach()
 set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
+# Backend.attention_decode (generation's attention against a KV cache) on the CPU: against a double
+# reference (multi-head and grouped-query, 1 and 3 new queries, padded strides) and against
+# attention_forward's last rows (tests/test_attention_decode.c).
+add_executable(test_attention_decode tests/test_attention_decode.c)
+target_link_libraries(test_attention_decode PRIVATE rrfp_core)
+add_test(NAME attention_decode COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "attention_decode: ok" $<TARGET_FILE:test_attention_decode>)
+
 # rrfp-mm generate (tests/generate.sh): KV-cache decoding equals a full re-forward at every step (the
 # greedy token never differs, logits within 1e-4), the answers file, --image/--prompt, seeded sampling,
 # bad input named. The CUDA backend's kernel under emulation: generate_cuda_emu (tests/cuda.cmake).

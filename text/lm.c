@@ -131,7 +131,7 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
         if (seq->kv_past == 0)
             be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
         else
-            be->attention_decode(be, a->att, a->q, seq->kv_k, seq->kv_v, T, seq->kv_past + T, H, d, Dq, Dq);
+            be->attention_decode(be, a->att, a->q, seq->kv_k, seq->kv_v, T, seq->kv_past + T, H, H, d, Dq, Dq);
     } else {
         be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, d, Dq, 1);
     }

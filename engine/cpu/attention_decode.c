@@ -11,9 +11,10 @@
 #include "engine/engine.h"
 
 void cpu_attention_decode(const Backend* be, float* out, const float* q, const float* k, const float* v, int n, int Tk, int H,
-                          int d, int ld_q, int ld_kv) {
+                          int Hkv, int d, int ld_q, int ld_kv) {
     (void)be;
     const float scale = 1.0f / sqrtf((float)d);
+    const int group = H / Hkv; /* query heads per key/value head */
 #pragma omp parallel
     {
         float* p = malloc(sizeof(float) * (size_t)(Tk > 0 ? Tk : 1));
@@ -25,7 +26,7 @@ void cpu_attention_decode(const Backend* be, float* out, const float* q, const f
                 int nk = Tk - n + i + 1; /* keys this query sees */
                 float m = -INFINITY;
                 for (int j = 0; j < nk; j++) {
-                    const float* kj = k + (size_t)j * ld_kv + (size_t)h * d;
+                    const float* kj = k + (size_t)j * ld_kv + (size_t)(h / group) * d;
                     float s = 0;
                     for (int c = 0; c < d; c++) s += qi[c] * kj[c];
                     p[j] = s * scale;
@@ -35,7 +36,7 @@ void cpu_attention_decode(const Backend* be, float* out, const float* q, const f
                 for (int j = 0; j < nk; j++) l += p[j] = expf(p[j] - m);
                 for (int c = 0; c < d; c++) o[c] = 0;
                 for (int j = 0; j < nk; j++) {
-                    const float* vj = v + (size_t)j * ld_kv + (size_t)h * d;
+                    const float* vj = v + (size_t)j * ld_kv + (size_t)(h / group) * d;
                     float w = p[j] / l;
                     for (int c = 0; c < d; c++) o[c] += w * vj[c];
                 }

@@ -38,10 +38,10 @@ static __device__ float dec_block_sum(float x, float* red) {
 }
 
 static __global__ void attention_decode_kernel(float* out, const float* q, const float* k, const float* v, int n, int Tk,
-                                               int H, int d, int ld_q, int ld_kv, float scale) {
+                                               int H, int Hkv, int d, int ld_q, int ld_kv, float scale) {
     __shared__ float p[DEC_CHUNK];
     __shared__ float red[DEC_THREADS];
-    int i = blockIdx.x, h = blockIdx.y;
+    int i = blockIdx.x, h = blockIdx.y, g = h / (H / Hkv); // g: the key/value head query head h reads
     const float* qi = q + (size_t)i * ld_q + (size_t)h * d;
     int nk = Tk - n + i + 1;
     float acc[DEC_DREG];
@@ -51,7 +51,7 @@ static __global__ void attention_decode_kernel(float* out, const float* q, const
         int nc = nk - j0 < DEC_CHUNK ? nk - j0 : DEC_CHUNK;
         float cmax = -INFINITY;
         for (int j = threadIdx.x; j < nc; j += DEC_THREADS) {
-            const float* kj = k + (size_t)(j0 + j) * ld_kv + (size_t)h * d;
+            const float* kj = k + (size_t)(j0 + j) * ld_kv + (size_t)g * d;
             float s = 0.0f;
             for (int c = 0; c < d; c++) s += qi[c] * kj[c];
             p[j] = s * scale;
@@ -66,7 +66,7 @@ static __global__ void attention_decode_kernel(float* out, const float* q, const
             int c = threadIdx.x + r * DEC_THREADS;
             if (c >= d) break;
             float a = acc[r] * corr;
-            for (int j = 0; j < nc; j++) a += p[j] * v[(size_t)(j0 + j) * ld_kv + (size_t)h * d + c];
+            for (int j = 0; j < nc; j++) a += p[j] * v[(size_t)(j0 + j) * ld_kv + (size_t)g * d + c];
             acc[r] = a;
         }
         m = mn;
@@ -80,13 +80,14 @@ static __global__ void attention_decode_kernel(float* out, const float* q, const
 }
 
 void cuda_attention_decode(const Backend* be, float* out, const float* q, const float* k, const float* v, int n, int Tk, int H,
-                           int d, int ld_q, int ld_kv) {
+                           int Hkv, int d, int ld_q, int ld_kv) {
     if (d < 1 || d > DEC_MAX_D)
         rr_die("CUDA attention_decode: head dim %d is not supported (1..%d); use more heads or the CPU backend", d,
                DEC_MAX_D);
     if (n <= 0 || H <= 0) return;
+    if (Hkv < 1 || H % Hkv) rr_die("CUDA attention_decode: %d key/value heads do not divide %d query heads", Hkv, H);
     dim3 grid((unsigned)n, (unsigned)H);
-    attention_decode_kernel<<<grid, DEC_THREADS, 0, cuda_stream(be)>>>(out, q, k, v, n, Tk, H, d, ld_q, ld_kv,
+    attention_decode_kernel<<<grid, DEC_THREADS, 0, cuda_stream(be)>>>(out, q, k, v, n, Tk, H, Hkv, d, ld_q, ld_kv,
                                                                        1.0f / sqrtf((float)d));
     cudaCheck(cudaGetLastError());
 }
