@@ -140,6 +140,11 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate emu: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_cuda_emu emu $<TARGET_FILE:rrfp-mm-emu>)
   set_tests_properties(generate_cuda_emu PROPERTIES TIMEOUT 300)
+  # the same on a grouped-query model (text_heads 4 over text_kv_heads 2): the kernel's h / (H / Hkv)
+  add_test(NAME generate_cuda_emu_gqa
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate emu_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_cuda_emu_gqa emu_gqa $<TARGET_FILE:rrfp-mm-emu>)
+  set_tests_properties(generate_cuda_emu_gqa PROPERTIES TIMEOUT 300)
   add_test(NAME train_cuda_emu
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 4)

@@ -16,6 +16,7 @@
 #         key projection is checked to be (32, 64), so the test fails if the model was not GQA
 #   emu   the CUDA backend's own kernels (rrfp-mm-emu, runtime.backend = cuda): the answers equal the
 #         CPU backend's and --verify holds there too
+#   emu_gqa  the same on kv_gqa's grouped-query model
 # Usage: generate.sh RRFP_MM SOURCE_DIR WORKDIR MODE [RRFP_MM_EMU]
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3 MODE=$4 EMU=${5:-}
@@ -28,7 +29,7 @@ S=(--set data.shards=shards --set data.tokenizer=tok.json --set model.vision_wid
    --set model.vision_heads=2 --set model.text_width=64 --set model.text_layers=2 --set model.text_heads=2
    --set model.ffn_hidden=172 --set data.microbatches=2 --set data.microbatch_tokens=512 --set optim.warmup=1
    --set train.steps=3 --set train.run_dir=run --set runtime.threads=1)
-[ "$MODE" = kv_gqa ] && S+=(--set model.text_heads=4 --set model.text_kv_heads=2)
+case "$MODE" in *_gqa) S+=(--set model.text_heads=4 --set model.text_kv_heads=2) ;; esac
 R="$SRC/recipes/llava.ini"
 "$BIN" train "$R" "${S[@]}" >train.txt 2>&1 || fail "train"
 G=(--checkpoint latest --max-new-tokens 24)
@@ -93,7 +94,7 @@ kv_gqa)
   [ "$(wc -l <answers.jsonl)" -eq 6 ] || fail "answers file: $(wc -l <answers.jsonl) lines, expected 6"
   echo "kv_gqa: $toks tokens over 6 records on a grouped-query model (4 query heads over 2 key/value heads), KV cache = full re-forward"
   ;;
-emu)
+emu | emu_gqa)
   [ -x "$EMU" ] || fail "no rrfp-mm-emu"
   "$BIN" generate "$R" "${S[@]}" --checkpoint latest --max-new-tokens 8 --manifest d/heldout.json --images d/images --out cpu.jsonl \
     --samples 1 >cpu.txt 2>&1 || fail "cpu"
@@ -104,7 +105,7 @@ emu)
   toks=$(sed -n 's/.*answers (\([0-9]*\) tokens generated).*/\1/p' cuda.txt)
   [ -n "$toks" ] && [ "$toks" -ge 4 ] || fail "only ${toks:-no} tokens generated on CUDA: too few decoding steps"
   cmp -s cpu.jsonl cuda.jsonl || fail "CUDA answers differ from the CPU's: $(diff cpu.jsonl cuda.jsonl | head -4)"
-  echo "emu: the CUDA backend's answers (attention_decode kernel emulated) equal the CPU's"
+  echo "$MODE: the CUDA backend's answers (attention_decode kernel emulated) equal the CPU's"
   ;;
 eval)
   # A model that has learnt part of its data: 8 questions whose answers the text decides, each asked
