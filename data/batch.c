@@ -49,6 +49,11 @@ static int64_t shard_skipped(BatchSource* src) {
     return st.skipped_damaged + st.skipped_oversize;
 }
 
+static const char* shard_sample_id(BatchSource* src, int64_t index) {
+    ShardSource* ss = src->self;
+    return loader_sample_id(ss->L, index);
+}
+
 static int64_t shard_images_decoded(BatchSource* src) {
     ShardSource* ss = src->self;
     LoaderStats st;
@@ -78,6 +83,7 @@ int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size
     src->seek = shard_seek;
     src->skipped = shard_skipped;
     src->images_decoded = shard_images_decoded;
+    src->sample_id = shard_sample_id;
     src->free = shard_free;
     src->dataset_samples = st.dataset_samples;
     return 0;

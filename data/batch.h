@@ -32,6 +32,9 @@ typedef struct BatchSource {
     int64_t (*images_decoded)(struct BatchSource* s); /* JPEGs decoded so far (0: none, or no JPEGs) */
     int64_t dataset_samples; /* samples in one epoch (0 = endless, synthetic) */
     void (*free)(struct BatchSource* s);
+    /* The record id of sample `index` (Microbatch.sample_index): the manifest's "id" (may be NULL: the
+     * synthetic source has none). */
+    const char* (*sample_id)(struct BatchSource* s, int64_t index);
 } BatchSource;
 
 /* The synthetic colour task (data.source = synthetic): each image is one of 8 colours plus noise,

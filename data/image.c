@@ -115,6 +115,23 @@ uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, 
     return decode_scaled(c, buf, n, w, h, scale, ow, oh, err, err_len);
 }
 
+int image_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len) {
+    if (image_is_png(buf, n)) return png_read_header(buf, n, w, h, err, err_len);
+    if (jpeg_read_header(c, buf, n, w, h, err, err_len) == 0) return 0;
+    if (!strncmp(err, "not a JPEG (", 12)) { /* "not a JPEG or PNG (...)": both are read */
+        char e[256];
+        snprintf(e, sizeof e, "not a JPEG or PNG (%s", err + 12);
+        snprintf(err, err_len, "%s", e);
+    }
+    return -1;
+}
+
+uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
+                          size_t err_len) {
+    if (image_is_png(buf, n)) return png_decode_rgb(buf, n, ow, oh, err, err_len);
+    return jpeg_decode_rgb(c, buf, n, scale, ow, oh, err, err_len);
+}
+
 uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int quality, int progressive,
                          size_t* out_len) {
     if (!c->enc) {
@@ -344,14 +361,16 @@ void image_patchify(const float* img, int gh, int gw, int p, float* out) {
 int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches, int gh,
                        int gw, float* out, char* err, size_t err_len) {
     int w, h, sw, sh, egh, egw;
-    if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    if (image_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
     image_smart_resize(h, w, p, min_patches, max_patches, &egh, &egw);
     if (egh != gh || egw != gw) {
-        snprintf(err, err_len, "a %dx%d JPEG gives a %dx%d patch grid, not the expected %dx%d", w, h, egh, egw, gh, gw);
+        snprintf(err, err_len, "a %dx%d %s gives a %dx%d patch grid, not the expected %dx%d", w, h,
+                 image_is_png(jpeg, n) ? "PNG" : "JPEG", egh, egw, gh, gw);
         return -1;
     }
     int oh = gh * p, ow = gw * p;
-    uint8_t* rgb = decode_scaled(c, jpeg, n, w, h, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
+    uint8_t* rgb = image_is_png(jpeg, n) ? png_decode_rgb(jpeg, n, &sw, &sh, err, err_len)
+                                         : decode_scaled(c, jpeg, n, w, h, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
     if (!rgb) return -1;
     PatchEmit e = {out, gw, p};
     resize_stream(rgb, sw, sh, ow, oh, emit_patches, &e);
@@ -362,7 +381,7 @@ int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
 int image_load_patches(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int min_patches, int max_patches,
                        float** patches, int* grid_h, int* grid_w, char* err, size_t err_len) {
     int w, h;
-    if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    if (image_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
     int gh, gw;
     image_smart_resize(h, w, p, min_patches, max_patches, &gh, &gw);
     float* out = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);

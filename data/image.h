@@ -39,6 +39,19 @@ int jpeg_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h,
 uint8_t* jpeg_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
                          size_t err_len);
 
+/* PNG (data/png.c): the same limits as JPEG, checked on the IHDR chunk before any allocation;
+ * decoded as PIL's convert("RGB") (palette / bit depths expanded, 16 -> 8 bits, alpha dropped). */
+int image_is_png(const uint8_t* buf, size_t n);
+int png_read_header(const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
+uint8_t* png_decode_rgb(const uint8_t* buf, size_t n, int* ow, int* oh, char* err, size_t err_len);
+
+/* Either format, by its signature: JPEG (jpeg_read_header / jpeg_decode_rgb at DCT scale `scale`) or
+ * PNG (full size: `scale` is a JPEG-only shortcut, as PIL's draft). Anything else is "not a JPEG or
+ * PNG", naming what it looks like. */
+int image_read_header(JpegCodec* c, const uint8_t* buf, size_t n, int* w, int* h, char* err, size_t err_len);
+uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale, int* ow, int* oh, char* err,
+                          size_t err_len);
+
 /* Encode packed RGB8 (quality 1..100, 4:2:0, progressive when asked). Returns a malloc'd buffer. */
 uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int quality, int progressive,
                          size_t* out_len);

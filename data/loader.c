@@ -1170,6 +1170,7 @@ void loader_close(Loader* L) {
 
 int loader_sample_count(const Loader* L) { return (int)L->N; }
 int loader_sample_tokens(const Loader* L, int64_t i) { return i >= 0 && i < L->N ? L->cost_L[i] : -1; }
+const char* loader_sample_id(const Loader* L, int64_t i) { return i >= 0 && i < L->N ? sample_id(L, i, NULL, NULL) : ""; }
 
 /* ---- position as JSON ---------------------------------------------------------------------------- */
 

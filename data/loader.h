@@ -139,6 +139,8 @@ void loader_close(Loader* L);
 /* Samples in the data set, and the LM positions of global sample i (from the index, no decoding). */
 int loader_sample_count(const Loader* L);
 int loader_sample_tokens(const Loader* L, int64_t i); /* LM positions L of sample i */
+/* The record id of global sample i (the manifest's "id", from the shard index; "" out of range). */
+const char* loader_sample_id(const Loader* L, int64_t i);
 
 /* Checkpoint text: {"stream_pos": .., "group_done": .., ...} (malloc'd) and back. */
 char* loader_pos_to_json(const LoaderPos* pos);

@@ -108,7 +108,7 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
     }
     int w, h, ow, oh;
     char e[256];
-    if (jpeg_read_header(jc, *data, *len, &w, &h, e, sizeof e) != 0) {
+    if (image_read_header(jc, *data, *len, &w, &h, e, sizeof e) != 0) {
         snprintf(why, why_len, "image '%.1024s': %s", path, e);
         return REJECT_BAD_IMAGE;
     }
@@ -118,9 +118,10 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
     }
     int gh, gw, llava = c->prep.kind == IMAGE_PREP_LLAVA;
     image_prep_grid(&c->prep, h, w, c->patch, c->min_patches, c->max_patches, &gh, &gw);
-    /* decode it fully, at the scale the loader will use (LLaVA's: full size): entropy-coded data is read to the end */
-    uint8_t* rgb = jpeg_decode_rgb(jc, *data, *len, llava ? 1 : image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow,
-                                   &oh, e, sizeof e);
+    /* decode it fully, at the scale the loader will use (LLaVA's: full size): entropy-coded data is read to
+     * the end (a PNG: at full size, to its IEND) */
+    uint8_t* rgb = image_decode_rgb(jc, *data, *len, llava ? 1 : image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow,
+                                    &oh, e, sizeof e);
     if (!rgb) {
         snprintf(why, why_len, "image '%.1024s': %s", path, e);
         return REJECT_BAD_IMAGE;

@@ -59,3 +59,12 @@ float lr_schedule(int step, int warmup, int total_steps, float max_lr, float min
     if (p > 1.0) p = 1.0;
     return (float)(min_lr + 0.5 * ((double)max_lr - min_lr) * (1.0 + cos(M_PI * p)));
 }
+
+float lr_schedule_kind(LrSchedule kind, int step, int warmup, int total_steps, float max_lr, float min_lr) {
+    if (kind == LR_SCHEDULE_COSINE || step < warmup) return lr_schedule(step, warmup, total_steps, max_lr, min_lr);
+    if (kind == LR_SCHEDULE_CONSTANT) return max_lr;
+    double p = total_steps > warmup ? (double)(step - warmup) / (double)(total_steps - warmup) : 1.0;
+    if (p < 0.0) p = 0.0;
+    if (p > 1.0) p = 1.0;
+    return (float)((double)max_lr + ((double)min_lr - max_lr) * p);
+}

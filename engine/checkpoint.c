@@ -222,6 +222,7 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     snprintf(hx, sizeof hx, "%016llx", (unsigned long long)st->run);
     cJSON_AddStringToObject(j, "run", hx);
     cJSON_AddStringToObject(j, "layout", ck_layout(st));
+    if (st->run_id[0]) cJSON_AddStringToObject(j, "run_id", st->run_id);
     cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
     if (!lj) {
         ck_err(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
@@ -716,6 +717,16 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         ck_err(err, err_len, "%s: \"loader\" is neither null nor an object (the loader's position)", path);
         return -1;
     }
+    /* the run (run folder) that wrote it: optional (checkpoints of builds before run folders carry none) */
+    const cJSON* rid = cJSON_GetObjectItemCaseSensitive(j, "run_id");
+    if (rid && !cJSON_IsNull(rid)) {
+        if (!cJSON_IsString(rid) || !rid->valuestring[0] || strlen(rid->valuestring) >= sizeof st->run_id) {
+            ck_err(err, err_len, "%s: malformed \"run_id\" (a string of 1 to %zu characters: RUN_DIR/run.json's)", path,
+                   sizeof st->run_id - 1);
+            return -1;
+        }
+        snprintf(st->run_id, sizeof st->run_id, "%s", rid->valuestring);
+    }
     if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
     return 0;
 }
@@ -956,19 +967,58 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     return rc;
 }
 
-int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
+int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_t err_len) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    id[0] = 0;
+    size_t n;
+    char* text = rr_read_file(p, &n, RR_MAX_JSON);
+    if (!text) {
+        char why[160];
+        if (err) ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", p,
+                        rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
+        return -1;
+    }
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    const cJSON* rid = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
+    int rc = 0;
+    if (!cJSON_IsObject(j)) {
+        if (err) ck_err(err, err_len, "%s: not a JSON object (not a checkpoint folder?)", p);
+        rc = -1;
+    } else if (rid && !cJSON_IsNull(rid) &&
+               (!cJSON_IsString(rid) || !rid->valuestring[0] || strlen(rid->valuestring) >= id_len)) {
+        if (err) ck_err(err, err_len, "%s: malformed \"run_id\" (a string of 1 to %zu characters: RUN_DIR/run.json's)", p,
+                        id_len - 1);
+        rc = -1;
+    } else if (cJSON_IsString(rid)) {
+        snprintf(id, id_len, "%s", rid->valuestring);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* Does checkpoint folder ROOT/NAME count for run_id (NULL or "": every complete one)? */
+static int ck_of_run(const char* root, const char* name, const char* run_id) {
+    char p[4200], id[64];
+    snprintf(p, sizeof p, "%s/%s/state.json", root, name);
+    if (access(p, R_OK) != 0) return 0;
+    if (!run_id || !run_id[0]) return 1;
+    snprintf(p, sizeof p, "%s/%s", root, name);
+    /* a checkpoint of an earlier build carries no identity: it counts for whichever run resumed it */
+    return checkpoint_run_id(p, id, sizeof id, NULL, 0) == 0 && (!id[0] || !strcmp(id, run_id));
+}
+
+int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len) {
     DIR* d = opendir(root);
     if (!d) return -1;
     int64_t best = -1;
     struct dirent* e;
-    char p[4200];
     while ((e = readdir(d))) {
         long long s;
         char tail;
         if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
-        snprintf(p, sizeof p, "%s/%s/state.json", root, e->d_name);
-        if (access(p, R_OK) != 0) continue;
-        if (s > best) {
+        if (s > best && ck_of_run(root, e->d_name, run_id)) {
             best = s;
             snprintf(out, out_len, "%s/%s", root, e->d_name);
         }
@@ -977,12 +1027,18 @@ int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
     return best;
 }
 
+int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
+    return checkpoint_latest_of(root, NULL, out, out_len);
+}
+
 static int ck_cmp_i64(const void* a, const void* b) {
     int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
     return x < y ? -1 : x > y;
 }
 
-void checkpoint_prune(const char* root, int keep) {
+void checkpoint_prune(const char* root, int keep) { checkpoint_prune_run(root, keep, NULL); }
+
+void checkpoint_prune_run(const char* root, int keep, const char* run_id) {
     if (keep <= 0) return;
     DIR* d = opendir(root);
     if (!d) return;
@@ -998,7 +1054,7 @@ void checkpoint_prune(const char* root, int keep) {
             ck_rm_rf(left);
             continue;
         }
-        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1 || !ck_of_run(root, e->d_name, run_id)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             steps = reallocCheck(steps, (size_t)cap * sizeof(int64_t));

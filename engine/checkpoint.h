@@ -41,6 +41,8 @@ typedef struct {
     char* loader;          /* loader position as JSON text (malloc'd; NULL = none) */
     uint64_t run;          /* identity of the job that wrote it (checkpoint_new_run_id at its start) */
     char layout[64];       /* the layout that wrote it, "pp=P tp=T chunks=C" ("" = one process, pp=1 tp=1 chunks=1) */
+    char run_id[40];       /* the run that wrote it (state.json "run_id", optional: "" = none, as in
+                            * checkpoints of earlier builds); checkpoint_latest_of / _prune_run use it */
 } CheckpointState;
 
 void checkpoint_state_free(CheckpointState* st);
@@ -123,5 +125,17 @@ int64_t checkpoint_latest(const char* root, char* out, size_t out_len);
 
 /* Delete all but the newest `keep` checkpoints under ROOT (keep 0 = keep all). */
 void checkpoint_prune(const char* root, int keep);
+
+/* ---- run identity (a run folder never mixes runs: runtime/train/rundir.h) ----
+ * The "run_id" of checkpoint folder DIR's state.json into id ("" when it has none). Returns 0, or -1
+ * when DIR/state.json cannot be read (over RR_MAX_JSON too) or parsed, or its run_id is malformed, with
+ * a message naming the file in err (err may be NULL). */
+int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_t err_len);
+/* As checkpoint_latest, counting only the checkpoints whose run_id is run_id (NULL or "": every one);
+ * a checkpoint without one (an earlier build's) counts for every run. */
+int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len);
+/* As checkpoint_prune, counting and deleting only the checkpoints whose run_id is run_id (NULL or "":
+ * every one; one without a run_id counts, as above): another run's checkpoints are never touched. */
+void checkpoint_prune_run(const char* root, int keep, const char* run_id);
 
 #endif

@@ -264,6 +264,16 @@ typedef struct Backend {
                                 int K, int C);
     void (*rows_gather_backward)(const struct Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
                                  int K, int C);
+
+    /* Generation with a KV cache (issue 23, rrfp-mm generate): n new queries q (rows of stride ld_q,
+     * query head h at column h*d), the last n of Tk positions, against the cache's Tk key and value rows
+     * k, v (stride ld_kv, Hkv heads: the rows attention_forward's k and v hold after RoPE; query head h
+     * reads key/value head h / (H / Hkv), grouped-query attention; Hkv = H: multi-head); causal: query i
+     * sees keys 0 .. Tk - n + i. out (n, H*d) contiguous. Scale 1/sqrt(d); the softmax is exact (the max
+     * subtracted first), so each row is attention_forward's row for that query to float round-off. May
+     * be NULL on a table that has none (generation refuses it, naming the backend). */
+    void (*attention_decode)(const struct Backend* be, float* out, const float* q, const float* k, const float* v, int n,
+                             int Tk, int H, int Hkv, int d, int ld_q, int ld_kv);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
@@ -319,6 +329,10 @@ double sum_squares(const float* x, size_t n);
 /* LR at step `step` (0-based): linear warm-up over `warmup` steps from 0 to max_lr (step+1)/warmup,
  * then cosine decay to min_lr at total_steps. */
 float lr_schedule(int step, int warmup, int total_steps, float max_lr, float min_lr);
+/* optim.schedule: the same linear warm-up, then cosine (lr_schedule), linear decay to min_lr at
+ * total_steps, or constant max_lr. */
+typedef enum { LR_SCHEDULE_COSINE = 0, LR_SCHEDULE_LINEAR, LR_SCHEDULE_CONSTANT } LrSchedule;
+float lr_schedule_kind(LrSchedule kind, int step, int warmup, int total_steps, float max_lr, float min_lr);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,8 @@
 # "What colour is the shape?" (lone_colour, one shape) and "What colour is the square?" (colour, 1-4
 # shapes, the named kind appears once).
 # Prints the training log (the loss falls), then the held-out accuracy per question type against chance
-# and against the blind majority, and ends with the report page's path. Everything it makes is under
+# and against the blind majority, a few answers generated with `rrfp-mm generate` and their accuracy
+# beside eval's, and ends with the report page's path. Everything it makes is under
 # demo/ and run/demo/; a second run reuses demo/ when it is complete.
 # When this build lacks the data commands (demo-data, pack) it says so and runs the same pipeline
 # on generated data (data.source = synthetic) instead of pretending.
@@ -104,5 +105,26 @@ b = sum(r["loss"] for r in rows[-k:]) / k
 print("loss: %.3f (first %d steps) -> %.3f (last %d steps); median %.0f tokens/s" %
       (a, k, b, k, sorted(r["tokens_per_s"] for r in rows)[len(rows) // 2]))
 EOF
+if [ "$MODE" = shards ]; then
+  part "generated answers (rrfp-mm generate: greedy decoding with a KV cache)"
+  "$EXE" generate "$RECIPE" "${SETS[@]}" --set train.run_dir="$RUN" --checkpoint latest --manifest "$DATA/data/heldout.json" \
+    --images "$DATA/data/images" --out "$RUN/answers.jsonl" --samples "$HELDOUT" --max-new-tokens 16 2>"$RUN/generate.log" \
+    || { cat "$RUN/generate.log" >&2; exit 1; }
+  tail -1 "$RUN/generate.log"
+  /usr/bin/python3 - "$DATA/data/heldout.json" "$RUN/answers.jsonl" "$RUN/predictions.jsonl" <<'EOF'
+import json, sys
+ref = {r["id"]: r for r in json.load(open(sys.argv[1]))}
+ans = [json.loads(l) for l in open(sys.argv[2])]
+pr = [json.loads(l) for l in open(sys.argv[3])]
+for a in ans[:5]:
+    r = ref[a["question_id"]]
+    print("  %-16s %-30s -> %-10s (reference: %s)" % (r["image"], a["prompt"].replace("<image>\n", ""), a["text"],
+                                                       r["conversations"][1]["value"]))
+gen = 100 * sum(a["text"].strip() == ref[a["question_id"]]["conversations"][1]["value"].strip() for a in ans) / len(ans)
+ev = 100 * sum(p["correct"] for p in pr) / len(pr)
+print("generated answers equal to the reference: %.1f%% of %d (eval's teacher-forced greedy exact match: %.1f%% of %d)"
+      % (gen, len(ans), ev, len(pr)))
+EOF
+fi
 part "report"
 "$EXE" report "$RUN"

@@ -19,7 +19,7 @@ check_unknown() {
         fail=1
     fi
 }
-cmds=(version train eval tensors tokenizer sim trace demo-data pack import export report)
+cmds=(version train eval generate tensors tokenizer sim trace demo-data pack import export report)
 subs=("tokenizer train" "tokenizer encode" "tokenizer decode" "tokenizer info" "tensors ls" "tensors diff" "import llama"
       "import llava" "import clip" "export hf")
 # every command listed by `rrfp-mm --help` is covered here

@@ -134,6 +134,17 @@ set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # same through the pipeline trainer (parallel.pp = 2 under mpirun, stop + resume). Tolerances are
 # explained in tests/train_cuda_emu.sh.
 if(TARGET rrfp_cuda_emu)
+  # rrfp-mm generate on the CUDA backend's own kernels (attention_decode.cu) under emulation: the answers
+  # equal the CPU backend's and the KV cache equals a full re-forward (tests/generate.sh emu)
+  add_test(NAME generate_cuda_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate emu: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_cuda_emu emu $<TARGET_FILE:rrfp-mm-emu>)
+  set_tests_properties(generate_cuda_emu PROPERTIES TIMEOUT 300)
+  # the same on a grouped-query model (text_heads 4 over text_kv_heads 2): the kernel's h / (H / Hkv)
+  add_test(NAME generate_cuda_emu_gqa
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate emu_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_cuda_emu_gqa emu_gqa $<TARGET_FILE:rrfp-mm-emu>)
+  set_tests_properties(generate_cuda_emu_gqa PROPERTIES TIMEOUT 300)
   add_test(NAME train_cuda_emu
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 4)

@@ -19,6 +19,12 @@ set_tests_properties(data_llava_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 7
 add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data_pack_errors.sh $<TARGET_FILE:rrfp-mm>
          $<TARGET_FILE:test_data> ${CMAKE_CURRENT_BINARY_DIR}/data_pack_errors)
 set_tests_properties(data_pack_errors PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# PNG images (data/png.c): decoded as Pillow's convert("RGB") byte for byte (8 kinds), patches against
+# Pillow's resize, damaged and oversized PNGs refused before allocating, pack names and skips them,
+# training reads the PNG samples.
+add_test(NAME data_png COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data_png.py $<TARGET_FILE:data_image_tool>
+         $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_png)
+set_tests_properties(data_png PROPERTIES TIMEOUT 300)
 
 # libFuzzer targets for the shard reader, the manifest parser and the image path, built with clang by
 # the script (the project builds with gcc) and run 7 s each from a seed corpus of real shards and manifests;

@@ -1,6 +1,6 @@
 /* data_image_tool.c — exposes data/image.c to the Pillow comparison (tests/data_pillow.py):
  *   smart                         reads "h w p min max" lines on stdin, prints "grid_h grid_w"
- *   decode  IN.jpg SCALE OUT      raw RGB8 of the DCT-scaled decode; prints "w h"
+ *   decode  IN.jpg SCALE OUT      raw RGB8 of the DCT-scaled decode (a PNG: full size); prints "w h"
  *   resize  IN.jpg P MIN MAX OUT  float32 RGB (0..255) after decode + resize; prints "gh gw scale"
  *   patches IN.jpg P MIN MAX OUT  float32 normalised patches (image_load_patches); prints "gh gw"
  *   llava_px IN.jpg SIZE OUT      RGB8 after expand2square + the Pillow-exact bicubic resize to SIZE x SIZE
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
         size_t n;
         uint8_t* b = load(argv[2], &n);
         int w, h;
-        uint8_t* rgb = jpeg_decode_rgb(c, b, n, atoi(argv[3]), &w, &h, err, sizeof err);
+        uint8_t* rgb = image_decode_rgb(c, b, n, atoi(argv[3]), &w, &h, err, sizeof err);
         if (!rgb) rr_die("%s: %s", argv[2], err);
         save(argv[4], rgb, (size_t)w * h * 3);
         printf("%d %d\n", w, h);

@@ -24,7 +24,7 @@ d = sys.argv[1]
 im = Image.open(d + "/rocket.jpg").convert("RGB")
 im.convert("L").save(d + "/grey.jpg", quality=90)
 im.resize((320, 214)).save(d + "/prog.jpg", quality=85, progressive=True)
-im.resize((64, 43)).save(d + "/png.jpg", format="PNG")          # a PNG named .jpg
+im.resize((64, 43)).save(d + "/gif.jpg", format="GIF")          # a GIF named .jpg (PNGs are read: tests/data_png.py)
 im.resize((64, 43)).convert("CMYK").save(d + "/cmyk.jpg", quality=90)
 assert Image.open(d + "/prog.jpg").info.get("progressive")
 PYEND
@@ -43,7 +43,7 @@ JSONEND
 cp "$W/good.jsonl" "$W/all.jsonl"
 cat >> "$W/all.jsonl" <<JSONEND
 {"id":"trunc","image":"truncated.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
-{"id":"png","image":"png.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
+{"id":"gif","image":"gif.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
 {"id":"missing","image":"nope.jpg","conversations":[$H"<image>\nWhat?"},$G"x"}]}
 {"id":"empty","image":"rocket.jpg","conversations":[]}
 {"id":"broken", "conversations": [
@@ -76,7 +76,7 @@ cat "$W/pack.log"
 M="$W/all.jsonl"
 expect() { grep -qF -- "$1" "$W/pack.log" || fail "pack log lacks: $1"; }
 expect "$M:8: record 'trunc' rejected (bad_image)"
-expect "$M:9: record 'png' rejected (bad_image): image '$W/img/png.jpg': not a JPEG (does not start with the JPEG marker ff d8: a PNG file)"
+expect "$M:9: record 'gif' rejected (bad_image): image '$W/img/gif.jpg': not a JPEG or PNG (does not start with the JPEG marker ff d8: a GIF file)"
 expect "$M:10: record 'missing' rejected (missing_image): image '$W/img/nope.jpg': No such file or directory"
 expect "$M:11: record 'empty' rejected (empty_conversation)"
 expect "$M:12: record '?' rejected (bad_json): invalid JSON at column"
@@ -116,7 +116,7 @@ rc=$?
 
 # Image paths leading outside --images (.., absolute, a symbolic link) reject their record naming the
 # sample and the path, and no message ever quotes a file's bytes (/etc/passwd's "root"); with
-# --allow-outside-images they are read (and /etc/passwd is "not a JPEG", still unquoted).
+# --allow-outside-images they are read (and /etc/passwd is "not a JPEG or PNG", still unquoted).
 cp "$W/img/rocket.jpg" "$W/outside.jpg"
 ln -sf ../outside.jpg "$W/img/link.jpg"
 esc() { echo "{\"id\":\"$1\",\"image\":\"$2\",\"conversations\":[$H\"<image>\\nWhat?\"},$G\"a rocket\"}]}"; }
@@ -146,7 +146,7 @@ done
     2>"$W/escape2.log"
 rc=$?
 [ $rc = 0 ] || fail "pack --allow-outside-images: exit $rc"
-for x in "4: record 'passwd' rejected (bad_image): image '/etc/passwd': not a JPEG (does not start with the JPEG marker ff d8)" \
+for x in "4: record 'passwd' rejected (bad_image): image '/etc/passwd': not a JPEG or PNG (does not start with the JPEG marker ff d8)" \
     "read 13 records, packed 10 into 1 shard" "rejected 3: missing_image 1, bad_image 2"; do
     grep -qF -- "$x" "$W/escape2.log" || fail "--allow-outside-images log lacks: $x"
 done

@@ -14,6 +14,14 @@ for t in count_all lone_colour colour all; do
   echo "$out" | grep -qE "^  $t +[0-9]+ questions  accuracy +[0-9.]+%  chance +[0-9.]+%  majority +[0-9.]+%" ||
     fail "no held-out accuracy line for question type '$t'"
 done
+# rrfp-mm generate's greedy answers score what eval's teacher-forced exact match scores (within 5 points:
+# the two differ only where the generated tokens spell the reference another way)
+line=$(echo "$out" | grep "^generated answers equal to the reference") || fail "no generated answers"
+/usr/bin/python3 -c "
+import re, sys
+g, e = map(float, re.findall(r'([0-9.]+)% of', sys.argv[1]))
+print('demo_small: generate %.1f%%, eval %.1f%%' % (g, e))
+sys.exit(0 if abs(g - e) <= 5 else 1)" "$line" || fail "generate and eval disagree: $line"
 page=$(echo "$out" | tail -n 1 | grep -oE '[^ ]+\.html' || true)
 [ -n "$page" ] || fail "the last line does not name the report page"
 case "$page" in /*) ;; *) page="$SRC/$page" ;; esac

@@ -9,9 +9,11 @@
 # The run is made long enough to aim at by the test-only pauses of docs/reliability.md
 # (RRFP_TEST_STEP_SLEEP_MS before each step, RRFP_TEST_CKPT_SLEEP_MS inside each checkpoint write); they
 # change no number. A fault counts only when it landed: the round's job ended non-zero. Each restart
-# resumes from the latest checkpoint (leftovers of the killed writers are cleaned at start). The final
-# metrics.jsonl must hold the uninterrupted run's losses bit for bit (loss_hex), and no step-* folder may
-# ever be incomplete. The test fails when it cannot land ROUNDS faults within a bounded number of rounds.
+# is the same line, --resume auto: it resumes from the latest checkpoint (leftovers of the killed writers
+# are cleaned at start), or starts fresh when the fault came before the first one. The final
+# metrics.jsonl must hold the uninterrupted run's losses bit for bit (loss_hex, the last row of each
+# step), and no step-* folder may ever be incomplete. The test fails when it cannot land ROUNDS faults
+# within a bounded number of rounds.
 # Usage: pipeline_faults.sh RRFP_MM RECIPE WORKDIR [ROUNDS] [SEED]
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3 ROUNDS=${4:-10} SEED=${5:-$$}
@@ -33,7 +35,14 @@ MPI=(timeout -k 10 $LIMIT mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_
      -x RRFP_TEST_STEP_SLEEP_MS -x RRFP_TEST_CKPT_SLEEP_MS -np 2)
 ARGS=(--set train.steps=$STEPS --set optim.warmup=1 --set train.checkpoint_every=1 --set checkpoint.keep=2
       --set parallel.pp=2 --set train.log_every=1000)
-hexes() { sed -n 's/.*"loss_hex": *"\([^"]*\)".*/\1/p' "$1" | tr '\n' ' '; }
+# the losses by step: metrics.jsonl is appended to (docs/training.md), so a step redone after a fault has
+# a row of the lost attempt and a later one of the resumed run; the last row of a step counts
+hexes() { /usr/bin/python3 -c '
+import json, sys
+last = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l); last[r["step"]] = r["loss_hex"]
+print(" ".join(last[s] for s in sorted(last)))' "$1"; }
 # the step of metrics.jsonl's last complete row (0 when none)
 last_step() {
   local s
@@ -89,8 +98,9 @@ while [ $faults -lt "$ROUNDS" ] || [ $finished -eq 0 ]; do
   # a missed fault (the run ended before it) is retried; many in a row is a broken aim, and fails
   [ $missed -le $((ROUNDS / 2 + 2)) ] || fail "$missed faults did not land (the run ended first) in $rounds rounds"
   if [ $finished -eq 1 ]; then rm -rf "$W/run"; finished=0; fi  # a finished run starts over for more faults
-  RES=()
-  ls "$W"/run/checkpoints/step-*/state.json >/dev/null 2>&1 && RES=(--resume latest)
+  # every round is the same job line, as a requeued job's: --resume auto resumes this run's newest
+  # checkpoint, or starts fresh when there is none (a fault before the first one; its rows move aside)
+  RES=(--resume auto)
   FROM=$(last_step)
   T0=$SECONDS
   "${MPI[@]}" "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "${ARGS[@]}" "${RES[@]}" >"$W/round.txt" 2>&1 &

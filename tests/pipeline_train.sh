@@ -73,9 +73,10 @@ rows=$(grep -c 'class="row"' "$W/timeline.svg")
 grep -q "P=$NP M=" "$W/dur.log" || fail "durations: $(cat "$W/dur.log")"
 "$BIN" sim --durations "$W/durations.json" --mode fixed-sync --hint 1f1b --json | grep -q '"makespan"' \
   || fail "sim cannot replay the measured durations"
-# errors: wrong rank count, and pp > 1 without mpirun
-out=$($MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" 2>&1); rc=$?
-[ $rc -ne 0 ] && grep -q "parallel.pp = 1" <<<"$out" || fail "mpirun -np 2 with pp=1: rc $rc, $out"
+# errors: wrong rank count for a layout set in full (with parallel.dp unset, mpirun -np 2 at pp 1 trains
+# dp 2: train_loop_world), and pp > 1 without mpirun
+out=$($MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set parallel.dp=1 --set train.run_dir="$W/bad" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "parallel.pp = 1" <<<"$out" || fail "mpirun -np 2 with pp=1 dp=1: rc $rc, $out"
 out=$("$BIN" train "$RECIPE" "${COMMON[@]}" --set train.run_dir="$W/bad" --set parallel.pp=2 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "needs 2 ranks, but 1 process was started" <<<"$out" || fail "pp=2 without mpirun: rc $rc, $out"
 echo "pipeline train: ok"

@@ -214,13 +214,29 @@ static void test_shipped(const char* src) {
         CHECK(recipe_hash(&a) != recipe_hash(&c), "dp 2 x 2 microbatches hashes like dp 1 x 2");
     }
     /* recipe_hash = FNV-1a over "section.key=value\n" of the hashed keys in table order, rebuilt here, with
-     * data.microbatches as microbatches x dp and parallel.dp as 1 */
+     * data.microbatches as microbatches x dp and parallel.dp as 1; a key hashed 2 (added after checkpoints
+     * were written) only away from its default. Checked with every such key at its default and away from it. */
+    for (int away = 0; away < 2; away++) {
+    if (away) CHECK(recipe_set(&r, "optim.schedule=linear", err, sizeof err) == 0 &&
+                    recipe_set(&r, "optim.projector_lr=0.5", err, sizeof err) == 0, "set: %s", err);
+    Recipe* dflt = callocCheck(1, sizeof *dflt);
+    recipe_defaults(dflt);
     char* text = callocCheck(1, 1 << 16);
     size_t off = 0;
+    int n2 = 0;
     for (int i = 0; i < recipe_key_count(); i++) {
         const RecipeKey* k = recipe_key_get(i);
         if (!k->hashed) continue;
         const char* f = (const char*)&r + k->offset;
+        if (k->hashed == 2) {
+            const char* df = (const char*)dflt + k->offset;
+            int same = k->type == RKEY_FLOAT ? *(const double*)f == *(const double*)df
+                       : k->type == RKEY_STRING || k->type == RKEY_ENUM ? !strcmp(f, df)
+                       : k->type == RKEY_I64 ? *(const int64_t*)f == *(const int64_t*)df
+                                             : *(const int*)f == *(const int*)df;
+            if (same) continue;
+            n2++;
+        }
         switch (k->type) {
         case RKEY_INT:
         case RKEY_BOOL: {
@@ -239,8 +255,12 @@ static void test_shipped(const char* src) {
         case RKEY_ENUM: off += (size_t)snprintf(text + off, (1 << 16) - off, "%s.%s=%s\n", k->section, k->key, f); break;
         }
     }
-    CHECK(recipe_hash(&r) == rr_fnv1a64(text, off), "recipe_hash is not FNV-1a of the hashed keys");
+    CHECK(recipe_hash(&r) == rr_fnv1a64(text, off), "recipe_hash is not FNV-1a of the hashed keys (%s)",
+          away ? "keys hashed 2 away from their defaults" : "keys hashed 2 at their defaults");
+    CHECK(n2 == (away ? 2 : 0), "%d keys hashed 2 away from their defaults, expected %d", n2, away ? 2 : 0);
     free(text);
+    free(dflt);
+    }
 }
 
 /* Every key appears in recipes/README.md as a table row "| `section.key` | type | default | ...". */

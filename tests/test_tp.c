@@ -332,7 +332,7 @@ static void lm_run(const LmConfig* c, const LmBlockW* w, LmBlockW* dw, float* xo
     lm_block_acts_layout(&a, &ar, c, LT);
     lm_block_grads_layout(&gr, &ar, c, LT);
     lm_scratch_layout(&s, &ar, c, LT);
-    LmSeq seq = {LT, 2, lm_cu, lm_pos};
+    LmSeq seq = {.T = LT, .S = 2, .cu_seqlens = lm_cu, .pos = lm_pos};
     lm_block_forward(&backend_cpu, c, w, &a, &s, &seq, lm_x, xout);
     lm_block_backward_input(&backend_cpu, c, w, &a, &gr, &s, &seq, lm_x, lm_dy, dxin);
     lm_block_backward_weight(&backend_cpu, c, w, dw, &a, &gr, &seq, lm_x, lm_dy);

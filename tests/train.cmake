@@ -86,6 +86,61 @@ foreach(mode lock memory stale threads demo)
   set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
 endforeach()
 
+# Run folders never mix runs (issue 23, runtime/train/rundir.h): a fresh start into a used folder is
+# refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
+# checkpoint.keep see this run's checkpoints only, metrics.jsonl is appended on resume, a refused resume
+# names the keys; the mpi variant: pp 2 decides on rank 0. Seconds each (mpi: ~8 s).
+foreach(mode reuse identity auto append mpi)
+  add_test(NAME train_rundir_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train rundir ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_rundir.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_rundir_${mode} ${mode})
+  set_tests_properties(train_rundir_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
+
+# The fine-tuner's loop (tests/train_loop.sh): dp from the world size with no parallel.* key (stated
+# on the first log line, losses = one process x 2 microbatches), train.epochs (derived steps, "epoch" in
+# metrics and log), train.eval_every (training numbers bit for bit with and without it, the held-out
+# loss = rrfp-mm eval's and the same under pp 2 / tp 2 / dp 2, drawn on the report), optim.schedule and
+# optim.projector_lr.
+foreach(mode world epochs eval optim)
+  add_test(NAME train_loop_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train loop ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_loop.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_loop_${mode} ${mode})
+  set_tests_properties(train_loop_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
+set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
+
+# Backend.attention_decode (generation's attention against a KV cache) on the CPU: against a double
+# reference (multi-head and grouped-query, 1 and 3 new queries, padded strides) and against
+# attention_forward's last rows (tests/test_attention_decode.c).
+add_executable(test_attention_decode tests/test_attention_decode.c)
+target_link_libraries(test_attention_decode PRIVATE rrfp_core)
+add_test(NAME attention_decode COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "attention_decode: ok" $<TARGET_FILE:test_attention_decode>)
+
+# rrfp-mm generate (tests/generate.sh): KV-cache decoding equals a full re-forward at every step (the
+# greedy token never differs, logits within 1e-4), the answers file, --image/--prompt, seeded sampling,
+# bad input named. The CUDA backend's kernel under emulation: generate_cuda_emu (tests/cuda.cmake).
+add_test(NAME generate_kv
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate kv: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv kv)
+set_tests_properties(generate_kv PROPERTIES TIMEOUT 300)
+# the same on a grouped-query model (model.text_heads 4 over model.text_kv_heads 2): the KV cache Dkv wide
+add_test(NAME generate_kv_gqa
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate kv_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_gqa kv_gqa)
+set_tests_properties(generate_kv_gqa PROPERTIES TIMEOUT 300)
+# generate's greedy answers are right on the same records as eval's teacher-forced exact match, on a
+# model that has learnt part of its data (53% / 88%); eval --predictions' record ids and texts.
+add_test(NAME generate_eval
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate eval: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval eval)
+set_tests_properties(generate_eval PROPERTIES TIMEOUT 300)
+
+# scripts/train.sbatch (docs/training.md "Launching"): valid bash that starts with --resume auto, asks
+# SLURM for SIGTERM before the limit and requeues on exit 143 (no SLURM here to run it).
+add_test(NAME train_sbatch_script COMMAND bash -c "bash -n '${CMAKE_SOURCE_DIR}/scripts/train.sbatch' && grep -q -- '--resume auto' '${CMAKE_SOURCE_DIR}/scripts/train.sbatch' && grep -q '^#SBATCH --signal=TERM@' '${CMAKE_SOURCE_DIR}/scripts/train.sbatch' && grep -q 'scontrol requeue' '${CMAKE_SOURCE_DIR}/scripts/train.sbatch'")
+
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
 foreach(mode single second mpi mpirun)

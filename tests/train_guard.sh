@@ -23,8 +23,9 @@ lock)
   grep -Eq "run folder '$W/run' is in use by another job \(pid $JOB host $(hostname)" "$W/out.txt" || fail "refusal does not name pid $JOB host $(hostname)"
   kill -0 "$JOB" 2>/dev/null || fail "the first job died"
   kill -9 "$JOB"; wait "$JOB" 2>/dev/null; JOB=""
-  # the lock dies with its holder: the folder is usable again
-  run --set train.steps=2 --set optim.warmup=1 || fail "the run folder stayed locked after its job ended"
+  # the lock dies with its holder: the folder is usable again (by the same job line a requeue uses: the
+  # killed job wrote metrics rows but no checkpoint, so --resume auto moves them aside and starts fresh)
+  run --set train.steps=2 --set optim.warmup=1 --resume auto || fail "the run folder stayed locked after its job ended"
   ;;
 memory)
   RRFP_MEM_AVAILABLE_MB=0 run --set train.steps=2 --set optim.warmup=1; RC=$?

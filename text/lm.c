@@ -147,7 +147,17 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     be->linear_forward(be, a->v, a->n1, w->v_w, w->v_b, T, D, Dkv);
     be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, &c->rope);
     be->rope_forward(be, a->k, seq->pos, T, Hkv, d, Dkv, &c->rope);
-    be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+    if (seq->kv_k) {
+        /* generation: append this call's keys and values to the cache (Dkv wide), attend to every cached row */
+        be->copy_d2d(be, seq->kv_k + (size_t)seq->kv_past * Dkv, a->k, (size_t)T * Dkv * sizeof(float));
+        be->copy_d2d(be, seq->kv_v + (size_t)seq->kv_past * Dkv, a->v, (size_t)T * Dkv * sizeof(float));
+        if (seq->kv_past == 0)
+            be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+        else
+            be->attention_decode(be, a->att, a->q, seq->kv_k, seq->kv_v, T, seq->kv_past + T, H, Hkv, d, Dq, Dkv);
+    } else {
+        be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+    }
     /* row-parallel o: the heads' partial sums; its bias added once (by TP rank 0, before the sum) */
     be->linear_forward(be, s->tmp, a->att, w->o_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->o_b, T, Dq, D);
     lm_tp_sum(c, s->tmp, (size_t)T * D);

@@ -108,6 +108,13 @@ typedef struct {
     int T, S;
     const int32_t* cu_seqlens; /* (S+1) */
     const int32_t* pos;        /* (T) */
+    /* Generation with a KV cache (runtime/model/model.h, stage_forward; NULL in training): this block's
+     * cache of keys (after RoPE) and values, (max rows, Dkv) each, with kv_past rows filled by earlier
+     * calls. The forward writes its T rows' k and v after them and its queries attend to all
+     * kv_past + T rows (one sample, S = 1): the prompt (kv_past = 0) through attention_forward as in
+     * training, each new token through Backend.attention_decode. */
+    float *kv_k, *kv_v;
+    int kv_past;
 } LmSeq;
 
 void lm_embed_params_add(ParamTable* pt, const LmConfig* c);

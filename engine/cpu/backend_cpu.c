@@ -95,6 +95,7 @@ const Backend backend_cpu = {
     .act_backward = cpu_act_backward,
     .rows_gather_forward = cpu_rows_gather_forward,
     .rows_gather_backward = cpu_rows_gather_backward,
+    .attention_decode = cpu_attention_decode,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -148,4 +149,5 @@ const Backend backend_cpu_bf16 = {
     .act_backward = cpu_act_backward,
     .rows_gather_forward = cpu_bf16_rows_gather_forward,
     .rows_gather_backward = cpu_rows_gather_backward,
+    .attention_decode = cpu_attention_decode, /* f32: generation computes in f32 (runtime/train/generate.c) */
 };

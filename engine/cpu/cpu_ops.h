@@ -80,6 +80,10 @@ void cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, 
                             const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                             int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
+/* attention_decode.c: generation's attention against a KV cache (engine.h) */
+void cpu_attention_decode(const Backend* be, float* out, const float* q, const float* k, const float* v, int n, int Tk, int H,
+                          int Hkv, int d, int ld_q, int ld_kv);
+
 /* bf16.c: the forward ops with the bf16 rounding points (engine.h, Precision); the backward ops,
  * cross-entropy and the step end of backend_cpu_bf16 are the f32 ones above. */
 void cpu_round_bf16(const Backend* be, float* out, const float* inp, size_t n);

@@ -190,6 +190,7 @@ static const Backend backend_cuda = {
     cuda_act_backward,
     cuda_rows_gather_forward,
     cuda_rows_gather_backward,
+    cuda_attention_decode,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -245,12 +246,13 @@ const Backend backend_cuda_bf16 = {
     cuda_act_backward,
     cuda_bf16_rows_gather_forward,
     cuda_rows_gather_backward,
+    cuda_attention_decode, // f32: generation computes in f32
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
-// + the CLIP tower's 4 ops).
-static_assert(sizeof(Backend) == 49 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + the CLIP tower's 4 ops + attention_decode).
+static_assert(sizeof(Backend) == 50 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -54,6 +54,10 @@ void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv,
                              const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
                              int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
+// attention_decode.cu (generation with a KV cache)
+void cuda_attention_decode(const Backend* be, float* out, const float* q, const float* k, const float* v, int n, int Tk, int H,
+                           int Hkv, int d, int ld_q, int ld_kv);
+
 // optim.cu (the step end)
 double cuda_sum_squares(const Backend* be, const float* x, size_t n);
 void cuda_scale(const Backend* be, float* x, float s, size_t n);

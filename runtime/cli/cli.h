@@ -27,5 +27,10 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out); /* cmd_
 void cli_print_lm_keys(const LlamaImport* info);
 int cmd_export(int argc, char** argv);                                    /* cmd_export.c: export hf */
 int cmd_report(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
+
+/* The recipe file with its --set overrides, validated (cmd_train.c); NULL after printing the error. */
+#include "runtime/train/recipe.h"
+Recipe* cli_recipe_from_args(const char* path, const char** sets, int n_sets);
 
 #endif

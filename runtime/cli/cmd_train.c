@@ -56,7 +56,7 @@ static void train_catch_signals(void) {
  * the command */
 
 /* The recipe file with its --set overrides, validated; NULL after printing the error (a usage error). */
-static Recipe* recipe_from_args(const char* path, const char** sets, int n_sets) {
+Recipe* cli_recipe_from_args(const char* path, const char** sets, int n_sets) {
     Recipe* r = mallocCheck(sizeof(Recipe));
     char err[2048];
     int rc = recipe_load(r, path, err, sizeof err);
@@ -70,13 +70,14 @@ static Recipe* recipe_from_args(const char* path, const char** sets, int n_sets)
 
 static void train_usage(FILE* f) {
     fprintf(f,
-            "usage: rrfp-mm train RECIPE.ini [--set section.key=value ...] [--resume DIR] [--dry-run]\n"
+            "usage: rrfp-mm train RECIPE.ini [--set section.key=value ...] [--resume DIR|latest|auto] [--dry-run]\n"
             "       rrfp-mm train RECIPE.ini --print-recipe      print every key after overrides\n"
             "       rrfp-mm train --list-keys                    the key table as markdown (recipes/README.md)\n\n"
             "Trains the recipe's model; every key is documented in recipes/README.md.\n"
             "  --set section.key=value  override one key (repeatable; errors name \"--set\")\n"
             "  --resume DIR             resume from a checkpoint folder (same as --set checkpoint.resume=DIR;\n"
-            "                           `latest` picks the newest in checkpoint.dir)\n"
+            "                           `latest`: this run's newest checkpoint; `auto`: this run's newest if any,\n"
+            "                           else a fresh start: one line for the first start and every requeue)\n"
             "  --dry-run                print parameters per component and memory per pipeline rank, allocate nothing\n");
 }
 
@@ -165,7 +166,7 @@ int cmd_train(int argc, char** argv) {
         free(sets);
         return 2;
     }
-    Recipe* r = recipe_from_args(recipe_path, sets, n_sets);
+    Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
     if (!r) return 2;
     char err[2048];
@@ -183,7 +184,9 @@ int cmd_train(int argc, char** argv) {
             free(r);
             return 1;
         }
-        rc = train_dry_run(r, vocab, stdout, err, sizeof err);
+        /* train.epochs: the steps it gives, as the run would derive them (dp as set) */
+        rc = r->epochs > 0 ? trainer_epochs_to_steps(r, r->dp, stdout, err, sizeof err) : 0;
+        if (rc == 0) rc = train_dry_run(r, vocab, stdout, err, sizeof err);
         if (rc != 0) fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
         return rc ? 1 : 0;
@@ -199,6 +202,34 @@ int cmd_train(int argc, char** argv) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
         return 1;
+    }
+    /* parallel.dp left unset: the data-parallel replicas are what the world holds beyond pp x tp (as
+     * torchrun users expect), e.g. mpirun -np 4 with pp 2 gives dp 2 */
+    if (!strcmp(recipe_origin(r, "parallel", "dp"), "default") && world->size != r->pp * r->tp * r->dp &&
+        world->size % (r->pp * r->tp) == 0) {
+        char set[64], origin[64];
+        snprintf(set, sizeof set, "parallel.dp=%d", world->size / (r->pp * r->tp));
+        snprintf(origin, sizeof origin, "the world size %d / (pp %d x tp %d)", world->size, r->pp, r->tp);
+        rc = recipe_set_derived(r, set, origin, err, sizeof err);
+        if (rc == 0) rc = recipe_validate(r, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
+            world->ops->free(world);
+            comm_mpi_finalize();
+            free(r);
+            return 2;
+        }
+    }
+    if (r->epochs > 0) {
+        rc = trainer_epochs_to_steps(r, r->dp, world->rank == 0 ? stdout : NULL, err, sizeof err);
+        if (rc == 0) rc = recipe_validate(r, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
+            world->ops->free(world);
+            comm_mpi_finalize();
+            free(r);
+            return 1;
+        }
     }
     rc = trainer_run(r, world, stdout, &train_stop_signal, err, sizeof err);
     if (rc == 1) {
@@ -281,7 +312,7 @@ int cmd_eval(int argc, char** argv) {
         free(sets);
         return 2;
     }
-    Recipe* r = recipe_from_args(recipe_path, sets, n_sets);
+    Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
     if (!r) return 2;
     char err[2048];

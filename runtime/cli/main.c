@@ -9,6 +9,7 @@ static const CliCommand commands[] = {
     {"version", cmd_version, "print version, BLAS and backends"},
     {"train", cmd_train, "train a recipe (single process), or --dry-run to size it"},
     {"eval", cmd_eval, "answer held-out questions with a checkpoint; accuracy vs chance"},
+    {"generate", cmd_generate, "answer questions about images with a checkpoint (KV-cache decoding)"},
     {"tensors", cmd_tensors, "list or compare safetensors files (checkpoints, dumps)"},
     {"tokenizer", cmd_tokenizer, "train a byte-level BPE tokenizer; encode and decode text"},
     {"sim", cmd_sim, "simulate a pipeline step: hint x dispatch mode on a virtual clock"},

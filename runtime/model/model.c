@@ -835,10 +835,13 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         be->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
-    LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
-    for (int j = 0; j < nL; j++)
+    LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .kv_past = a->kv_past};
+    RR_ASSERT(!a->kv_k || a->S == 1);
+    for (int j = 0; j < nL; j++) {
+        if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
         lm_block_forward(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, stage_res(a, st, j),
                          stage_res(a, st, j + 1));
+    }
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {

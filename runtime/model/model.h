@@ -169,6 +169,11 @@ typedef struct {
     int n_own;
     int32_t* h_targets;
     float loss_sum;        /* host: sum of CE over this microbatch's supervised targets */
+    /* Generation (runtime/train/generate.c; NULL in training): block j's KV cache kv_k[j], kv_v[j]
+     * ((rows, Dkv) each: the key/value heads' width) with kv_past rows filled; stage_forward appends the
+     * microbatch's (one sample) and attends to all of them (text/lm.h, LmSeq). */
+    float **kv_k, **kv_v;
+    int kv_past;
 } StageActs;
 
 /* Bytes of one StageActs (for the memory plan). */

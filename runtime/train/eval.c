@@ -3,8 +3,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "engine/util.h"
+#include "runtime/train/generate.h"
 #include "runtime/train/trainer.h"
+#include "text/tokenizer.h"
+
+/* Token ids as text (shards: the tokenizer's decode, made valid UTF-8), appended to o as `key`. */
+static void eval_add_text(cJSON* o, const char* key, const Tokenizer* tok, const int32_t* ids, int n) {
+    size_t len = 0;
+    char* t = tokenizer_decode(tok, ids, n, &len);
+    char* c = generate_utf8_clean(t ? t : "", t ? len : 0);
+    cJSON_AddStringToObject(o, key, c);
+    free(c);
+    free(t);
+}
 
 typedef struct {
     uint64_t question, answer;
@@ -34,6 +48,12 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
         /* each held-out sample once: the stream runs on into the next epoch */
         if (src.dataset_samples < max_samples) max_samples = src.dataset_samples;
     }
+    Tokenizer* tok = NULL; /* predictions on shards: the answers as text too */
+    if (predictions && !synthetic && !(tok = tokenizer_load(r->tokenizer, err, err_len))) {
+        src.free(&src);
+        return -1;
+    }
+    int32_t *pred_ids = NULL, *ref_ids = NULL;
     Stage* st = t->ex->stages[0];
     StageActs* acts = step_exec_single_acts(t->ex);
     int V = t->mc.V;
@@ -52,8 +72,19 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
         }
         if (plan.M == 0) break; /* the held-out shards are exhausted */
         for (int m = 0; m < plan.M && res->samples < max_samples && rc == 0; m++) {
-            const Microbatch* mb = &plan.mbs[m];
+            Microbatch* mb = &plan.mbs[m];
             float ls = 0;
+            /* exactly max_samples samples with an answer: those past it (the stream runs on into the next
+             * epoch) lose their targets, so the loss is theirs alone, as train.eval_every's is */
+            int64_t left = max_samples - res->samples;
+            for (int s = 0, counted = 0; s < mb->S; s++) {
+                int a = mb->cu_seqlens[s], b = mb->cu_seqlens[s + 1], sup = 0;
+                for (int u = a; u < b; u++) sup |= mb->targets[u] != -100;
+                if (!sup) continue;
+                if (counted++ < left) continue;
+                for (int u = a; u < b; u++)
+                    if (mb->targets[u] != -100) mb->targets[u] = -100, mb->n_supervised--;
+            }
             if (stage_check_microbatch(st, acts, mb, err, err_len) != 0) {
                 rc = -1;
                 break;
@@ -88,20 +119,47 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
                 res->samples++;
                 res->greedy_correct += all_ok;
                 if (predictions) {
-                    /* the predicted answer tokens (argmax at each answer position) */
-                    fprintf(predictions, "{\"sample_index\":%lld,\"correct\":%s,\"predicted\":[",
-                            (long long)mb->sample_index[s], all_ok ? "true" : "false");
-                    int first = 1;
+                    /* the predicted answer tokens (argmax at each answer position), and on shards the record
+                     * id and both answers as text (the end of turn left out) */
+                    pred_ids = reallocCheck(pred_ids, sizeof(int32_t) * (size_t)(b - a));
+                    ref_ids = reallocCheck(ref_ids, sizeof(int32_t) * (size_t)(b - a));
+                    int np = 0;
                     for (int u = a; u < b; u++) {
                         if (mb->targets[u] == -100) continue;
                         const float* row = logits + (size_t)u * V;
                         int best = 0;
                         for (int v = 1; v < V; v++)
                             if (row[v] > row[best]) best = v;
-                        fprintf(predictions, "%s%d", first ? "" : ",", best);
-                        first = 0;
+                        ref_ids[np] = mb->targets[u];
+                        pred_ids[np++] = best;
                     }
-                    fprintf(predictions, "]}\n");
+                    cJSON* o = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(o, "sample_index", (double)mb->sample_index[s]);
+                    cJSON_AddBoolToObject(o, "correct", all_ok);
+                    cJSON* pa = cJSON_AddArrayToObject(o, "predicted");
+                    for (int k = 0; k < np; k++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(pred_ids[k]));
+                    if (tok) {
+                        if (src.sample_id) cJSON_AddStringToObject(o, "id", src.sample_id(&src, mb->sample_index[s]));
+                        int eot = tokenizer_token_id(tok, "<|endoftext|>");
+                        int npt = np, nrt = np;
+                        for (int k = 0; k < np; k++)
+                            if (pred_ids[k] == eot) {
+                                npt = k;
+                                break;
+                            }
+                        if (nrt > 0 && ref_ids[nrt - 1] == eot) nrt--;
+                        /* the template's answer segment is " " + answer: the text as written */
+                        eval_add_text(o, "predicted_text", tok, pred_ids, npt);
+                        eval_add_text(o, "reference_text", tok, ref_ids, nrt);
+                        for (const char* key[] = {"predicted_text", "reference_text", NULL}, **k = key; *k; k++) {
+                            cJSON* it = cJSON_GetObjectItemCaseSensitive(o, *k);
+                            if (it->valuestring[0] == ' ') memmove(it->valuestring, it->valuestring + 1, strlen(it->valuestring));
+                        }
+                    }
+                    char* js = cJSON_PrintUnformatted(o);
+                    fprintf(predictions, "%s\n", js);
+                    free(js);
+                    cJSON_Delete(o);
                 }
                 if (synthetic) {
                     /* the 8 colour answers as candidates, scored by their logit at the answer position */
@@ -130,6 +188,9 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
     }
     src.free(&src);
     free(hl);
+    free(pred_ids);
+    free(ref_ids);
+    if (tok) tokenizer_free(tok);
     if (rc != 0) {
         free(keys);
         return -1;

@@ -39,6 +39,8 @@ struct StepExec {
     int log_rank;       /* 1: this rank writes the log and the metrics */
     int decode_images;  /* this rank's stages use pixels (the first pipeline stage) */
     double bubble;      /* of the last step, across the pipeline; < 0 when not pipelined */
+    int quiet;          /* 1 while the trainer runs a held-out evaluation through forward_backward: no trace
+                         * events (the timeline shows training steps only) */
     StepHook hooks[STEP_EXEC_MAX_HOOKS];
     int n_hooks;
 

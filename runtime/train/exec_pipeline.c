@@ -42,7 +42,8 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
     PipeExec* x = (PipeExec*)ex;
     for (int c = 0; c < x->n_chunks; c++) params_zero_grad(&x->chunks[c]->params);
     PipelineStepStats ps;
-    if (pipeline_step(x->pl, plan->mbs, plan->M, scale, x->trace, step, dump_dir, &ps, err, err_len) != 0) return -1;
+    if (pipeline_step(x->pl, plan->mbs, plan->M, scale, ex->quiet ? NULL : x->trace, step, dump_dir, &ps, err, err_len) != 0)
+        return -1;
     if (x->rank == 0 && !strcmp(x->r->mode, "adaptive") && (int)ps.mode != x->last_mode) {
         /* adaptive's choice, each time it changes (one write, not interleaved) */
         char line[256];

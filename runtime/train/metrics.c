@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/util.h"
 #include "runtime/train/metrics.h"
@@ -10,7 +11,9 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", path);
     if (resume_step > 0) {
-        /* keep the lines of steps <= resume_step, rewritten atomically */
+        /* Rows past the checkpoint (an attempt that went on after it and was lost) stay: the file is only
+         * ever appended to. The rows this run writes for those steps follow them; readers take the last
+         * row of each step (rrfp-mm report does). */
         size_t n = 0;
         char* old = rr_read_file(path, &n, RR_MAX_JSONL);
         if (!old && errno != ENOENT) {
@@ -19,39 +22,40 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
                      rr_read_file_why(errno, "a metrics.jsonl file", why, sizeof why));
             return -1;
         }
-        if (old) {
-            char* kept = mallocCheck(n + 1);
-            size_t k = 0;
-            int lineno = 0;
-            for (char* line = old; line < old + n;) {
-                char* nl = memchr(line, '\n', (size_t)(old + n - line));
-                size_t len = nl ? (size_t)(nl - line) + 1 : (size_t)(old + n - line);
-                long long st = -1;
-                int is_row = sscanf(line, "{\"step\":%lld", &st) == 1 && len >= 2 && line[len - (nl ? 2 : 1)] == '}';
-                lineno++;
-                if (is_row && st <= resume_step && nl) {
-                    memcpy(kept + k, line, len);
-                    k += len;
-                } else if (!m->dropped[0] && (!nl || !is_row)) {
-                    /* what a killed run (or a full disk) leaves: said, never dropped without a word */
-                    snprintf(m->dropped, sizeof m->dropped, "%s:%d: dropped %s (%zu bytes: '%.40s%s')", path, lineno,
-                             !nl ? "a torn last row without its newline" : "a line that is not a whole metrics row",
-                             len - (nl ? 1 : 0), line, len > 41 ? "..." : "");
-                    for (char* c = m->dropped; *c; c++)
-                        if (*c == '\n' || (unsigned char)*c < 32) *c = ' ';
-                }
-                line += len;
+        int64_t past = 0;
+        int lineno = 0;
+        size_t whole = n; /* bytes up to the end of the last whole line */
+        for (char* line = old; old && line < old + n;) {
+            char* nl = memchr(line, '\n', (size_t)(old + n - line));
+            size_t len = nl ? (size_t)(nl - line) + 1 : (size_t)(old + n - line);
+            long long st = -1;
+            lineno++;
+            if (!nl) {
+                /* what a killed run (or a full disk) leaves: cut off the file (it would run into the first
+                 * new row), and said, never dropped without a word */
+                whole = (size_t)(line - old);
+                snprintf(m->dropped, sizeof m->dropped, "%s:%d: dropped a torn last row without its newline (%zu bytes: "
+                         "'%.40s%s')", path, lineno, len, line, len > 40 ? "..." : "");
+                for (char* c = m->dropped; *c; c++)
+                    if (*c == '\n' || (unsigned char)*c < 32) *c = ' ';
+            } else if (sscanf(line, "{\"step\":%lld", &st) == 1 && st > resume_step) {
+                past++;
             }
-            int rc = rr_write_file_atomic(path, kept, k);
-            free(kept);
-            free(old);
-            if (rc != 0) {
-                snprintf(err, err_len, "cannot rewrite metrics file '%s': %s", path, strerror(errno));
-                return -1;
-            }
+            line += len;
         }
+        free(old);
+        if (whole < n && truncate(path, (off_t)whole) != 0) {
+            snprintf(err, err_len, "cannot cut the torn last row off metrics file '%s': %s", path, strerror(errno));
+            return -1;
+        }
+        if (past)
+            fprintf(stderr, "rrfp-mm: %s keeps its %lld row%s past step %lld (written after that checkpoint by an "
+                    "attempt that did not finish); this run appends its own rows for those steps after them, and "
+                    "readers take the last row of each step\n", path, (long long)past, past == 1 ? "" : "s",
+                    (long long)resume_step);
     }
-    m->f = fopen(path, resume_step > 0 ? "a" : "w");
+    /* appended to, never truncated (a fresh run's folder holds no metrics: runtime/train/rundir.h) */
+    m->f = fopen(path, "a");
     if (!m->f) {
         snprintf(err, err_len, "cannot open metrics file '%s': %s", path, strerror(errno));
         return -1;
@@ -70,6 +74,8 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
             (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
             s->peak_mem_mb, s->eta_s) < 0;
     if (s->bubble >= 0) bad |= fprintf(m->f, ",\"bubble\":%.4f", s->bubble) < 0;
+    if (s->epoch >= 0) bad |= fprintf(m->f, ",\"epoch\":%.4f", s->epoch) < 0;
+    if (s->eval_loss >= 0) bad |= fprintf(m->f, ",\"eval_loss\":%.9g", s->eval_loss) < 0;
     bad |= fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped) < 0;
     /* every row reaches the file at its step: a full disk is an error now, not a file that silently
      * stops at the stdio buffer's size */
@@ -112,6 +118,14 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
              "ETA %s",
              (long long)s->step, (long long)total_steps, (double)s->loss, s->lr, s->grad_norm, s->tokens_per_s,
              1e3 * s->step_time_s, bub, s->peak_mem_mb, eta);
+    if (s->epoch >= 0) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | epoch %.2f", s->epoch);
+    }
+    if (s->eval_loss >= 0) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | eval loss %.4f", s->eval_loss);
+    }
     if (s->skipped) {
         size_t l = strlen(out);
         snprintf(out + l, n - l, " | skipped %lld", (long long)s->skipped);

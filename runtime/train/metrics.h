@@ -18,6 +18,8 @@ typedef struct {
     double eta_s;
     double bubble;        /* pipeline bubble fraction, < 0 when not pipelined */
     int64_t skipped;      /* damaged samples skipped so far */
+    double epoch;         /* samples seen / data set records (< 0: no data set, the synthetic source) */
+    double eval_loss;     /* held-out loss at this step (train.eval_every; < 0: none) */
 } StepStats;
 
 typedef struct {
@@ -26,10 +28,11 @@ typedef struct {
     char dropped[512]; /* metrics_open: what it dropped that was not a whole row ("" when nothing) */
     char error[1024];  /* the caller's copy of a write error (trainer.c stops the run on it) */
 } Metrics;
-/* Open PATH for appending. resume_step > 0 keeps only the lines of steps <= resume_step (a resumed
- * run rewrites what came after its checkpoint); 0 starts the file afresh. A torn row (no newline: what
- * a killed run or a full disk leaves) or a line that is not a row is dropped and described in
- * m->dropped for the caller to report. Returns 0, or -1 with err. */
+/* Open PATH for appending; whole rows are never removed. resume_step > 0: rows past resume_step (an
+ * attempt lost after its checkpoint) stay, noted on stderr, and the rows the resumed run writes follow
+ * them, so the last row of a step is the one that counts. A torn last row (no newline: what a killed run
+ * or a full disk leaves) is cut off and described in m->dropped for the caller to report. Returns 0, or
+ * -1 with err. */
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len);
 /* Append one line (written through: fflush) and check that it reached the file; the loss also as a C99
  * hex float ("loss_hex") so runs compare bit for bit. Returns 0, or -1 with a message naming the file

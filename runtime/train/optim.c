@@ -4,6 +4,8 @@
 #include "engine/engine.h"
 #include "engine/util.h"
 
+#include <string.h>
+
 double optim_grad_sum_squares(const Stage* st) {
     RR_ASSERT(st->params.be == st->be);
     const ParamTable* pt = &st->params;
@@ -33,11 +35,15 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
     RR_ASSERT(pt->be == be);
     if (clip < 1.0f) be->scale(be, pt->grad, clip, pt->gtotal);
     AdamWConfig cfg = {lr, (float)r->beta1, (float)r->beta2, (float)r->eps, (float)r->weight_decay};
+    /* optim.projector_lr: the projector's parameters on the same schedule, scaled (LLaVA's mm_projector_lr) */
+    AdamWConfig pcfg = cfg;
+    if (r->projector_lr > 0 && r->lr > 0) pcfg.lr = (float)((double)lr * r->projector_lr / r->lr);
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (s->frozen) continue; /* train.freeze: no state, no update, no weight decay */
+        int proj = !strncmp(s->name, "projector.", 10);
         be->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
-                         &cfg, t, s->decay);
+                         proj ? &pcfg : &cfg, t, s->decay);
     }
     params_refresh_compute(pt); /* bf16: the compute copy follows the f32 master */
 }

@@ -113,6 +113,17 @@ static const RecipeKey recipe_keys[] = {
      "source makes its own held-out samples)."},
     /* [train] */
     {"train", "steps", RKEY_INT, OFF(steps), 0, "200", 1, 1e9, 0, 1, "Optimiser steps; the LR schedule ends here."},
+    {"train", "epochs", RKEY_FLOAT, OFF(epochs), 0, "0", 0, 1e6, 0, 0,
+     "Train this many passes over the data set instead of train.steps (data.source = shards; 0 = use "
+     "train.steps): the steps are derived from the records and the packed batch, printed at the start, and "
+     "take train.steps' place (in the LR schedule and the recipe hash)."},
+    {"train", "eval_every", RKEY_INT, OFF(eval_every), 0, "0", 0, 1e9, 0, 0,
+     "Held-out loss every N steps and at the last (0 = never): data.eval_shards (the synthetic source: its "
+     "held-out stream), under any layout, written as \"eval_loss\" in that step's metrics row and on the log "
+     "line; the training numbers are the same with and without it."},
+    {"train", "eval_samples", RKEY_INT, OFF(eval_samples), 0, "0", 0, 1e9, 0, 0,
+     "Held-out samples per evaluation of train.eval_every, the same ones each time (0 = every record of "
+     "data.eval_shards once; 256 on the synthetic source)."},
     {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
      "Stop after this step and checkpoint (0 = run to train.steps). For time-sliced jobs; resume continues."},
     {"train", "log_every", RKEY_INT, OFF(log_every), 0, "1", 1, 1e9, 0, 0, "Print a log line every N steps (metrics JSONL gets every step)."},
@@ -127,6 +138,9 @@ static const RecipeKey recipe_keys[] = {
      "ending at a dot (`text.embed`, `vision.blocks.0`, `text.blocks.3.attn`). Frozen tensors get no gradient, no AdamW "
      "state and no update, and the backward skips what only they need (the whole ViT backward when `vision` is frozen). "
      "LLaVA stage 1: `vision,text`; stage 2: `vision`. \"\" = everything trains."},
+    {"train", "overwrite", RKEY_BOOL, OFF(overwrite), 0, "false", 0, 1, 0, 0,
+     "A fresh start into a run folder that holds another run's metrics or checkpoints moves its contents aside "
+     "into RUN_DIR/previous-<date>-<time>/ (nothing is deleted) instead of being refused."},
     {"train", "init_from", RKEY_STRING, OFF(init_from), SZ(init_from), "", 0, 0, 0, 0,
      "Start from another run's checkpoint folder (any layout, or one written by `rrfp-mm import llama`): tensors whose "
      "name and shape match are loaded, the rest initialised from model.seed; prints what was loaded, initialised and "
@@ -134,6 +148,12 @@ static const RecipeKey recipe_keys[] = {
     /* [optim] */
     {"optim", "lr", RKEY_FLOAT, OFF(lr), 0, "3e-3", 0, 10, 0, 1, "Peak learning rate."},
     {"optim", "min_lr", RKEY_FLOAT, OFF(min_lr), 0, "3e-4", 0, 10, 0, 1, "Learning rate at the end of the cosine decay (<= lr)."},
+    {"optim", "schedule", RKEY_ENUM, OFF(schedule), SZ(schedule), "cosine", 0, 0, "cosine|linear|constant", 2,
+     "Learning rate after the linear warm-up: `cosine` decay to optim.min_lr at train.steps, `linear` decay to "
+     "optim.min_lr, or `constant` optim.lr."},
+    {"optim", "projector_lr", RKEY_FLOAT, OFF(projector_lr), 0, "0", 0, 10, 0, 2,
+     "Peak learning rate of the projector's parameters (LLaVA's mm_projector_lr), on optim.lr's schedule scaled "
+     "by projector_lr / lr (0 = optim.lr, one rate for every parameter)."},
     {"optim", "warmup", RKEY_INT, OFF(warmup), 0, "10", 0, 1e9, 0, 1, "Linear warm-up steps (<= train.steps)."},
     {"optim", "beta1", RKEY_FLOAT, OFF(beta1), 0, "0.9", 0, 0.999999, 0, 1, "AdamW beta1, in [0, 1)."},
     {"optim", "beta2", RKEY_FLOAT, OFF(beta2), 0, "0.95", 0, 0.999999, 0, 1, "AdamW beta2, in [0, 1)."},
@@ -147,7 +167,8 @@ static const RecipeKey recipe_keys[] = {
      "Tensor-parallel ranks; must divide the heads, ffn_hidden, 4 vision_width, text_width and the vocabulary."},
     {"parallel", "dp", RKEY_INT, OFF(dp), 0, "1", 1, 1 << 20, 0, 1,
      "Data-parallel replicas, each with data.microbatches microbatches: the global step has dp x microbatches "
-     "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4)."},
+     "(hashed as that product, so dp 2 x 2 microbatches resumes as dp 1 x 4). Left unset, `rrfp-mm train` under "
+     "mpirun takes dp = world size / (pp x tp), stated on the first log line."},
     {"parallel", "dp_bucket_mb", RKEY_FLOAT, OFF(dp_bucket_mb), 0, "4", 0.001, 1e6, 0, 0,
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
     {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
@@ -196,7 +217,10 @@ static const RecipeKey recipe_keys[] = {
      "Checkpoint folder (\"\" = RUN_DIR/checkpoints); each checkpoint is a subfolder step-NNNNNNNN."},
     {"checkpoint", "keep", RKEY_INT, OFF(keep), 0, "3", 0, 1 << 20, 0, 0, "Checkpoints kept; older ones are deleted (0 = keep all)."},
     {"checkpoint", "resume", RKEY_STRING, OFF(resume), SZ(resume), "", 0, 0, 0, 0,
-     "Resume from this checkpoint folder, or `latest` for the newest in checkpoint.dir (\"\" = fresh start)."},
+     "Resume from this checkpoint folder; `latest`: the newest checkpoint of this run (an error when there is "
+     "none); `auto`: the newest checkpoint of this run if there is one, else a fresh start (one job line for the "
+     "first start and every requeue); \"\" = a fresh start, refused in a run folder that holds another run's "
+     "metrics or checkpoints (see train.overwrite)."},
 };
 static const int n_recipe_keys = (int)(sizeof(recipe_keys) / sizeof(recipe_keys[0]));
 
@@ -508,6 +532,21 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     return 0;
 }
 
+int recipe_set_derived(Recipe* r, const char* assignment, const char* origin, char* err, size_t err_len) {
+    if (recipe_set(r, assignment, err, err_len) != 0) return -1;
+    char section[64] = "";
+    const char* dot = strchr(assignment, '.');
+    const char* eq = strchr(assignment, '=');
+    RR_ASSERT(dot && eq && dot < eq && (size_t)(dot - assignment) < sizeof section);
+    memcpy(section, assignment, (size_t)(dot - assignment));
+    char key[64] = "";
+    RR_ASSERT((size_t)(eq - dot - 1) < sizeof key);
+    memcpy(key, dot + 1, (size_t)(eq - dot - 1));
+    int i = recipe_key_find(section, key);
+    snprintf(r->origin[i], sizeof r->origin[i], "%s", origin);
+    return 0;
+}
+
 const char* recipe_origin(const Recipe* r, const char* section, const char* key) {
     int i = recipe_key_find(section, key);
     RR_ASSERT(i >= 0);
@@ -567,6 +606,12 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
         VFAIL("data", "max_patches", "%d", r->max_patches,
               "an image of that many patches cannot fit data.microbatch_tokens (%d); allowed: <= %d",
               r->microbatch_tokens, r->microbatch_tokens);
+    if (r->epochs > 0 && strcmp(r->source, "shards") != 0)
+        VFAIL("train", "epochs", "%g", r->epochs, "data.source = %s has no data set to pass over; allowed: 0 (use "
+              "train.steps), or data.source = shards", r->source);
+    if (r->eval_every > 0 && !strcmp(r->source, "shards") && !r->eval_shards[0])
+        VFAIL("train", "eval_every", "%d", r->eval_every, "no held-out data: data.eval_shards is not set; allowed: "
+              "0, or set data.eval_shards (shards packed from held-out records)");
     if (!strcmp(r->source, "synthetic") && r->vocab < 16)
         VFAIL("model", "vocab", "%d", r->vocab, "data.source = synthetic has no tokenizer; allowed: model.vocab >= 16");
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)
@@ -575,6 +620,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
     /* optimiser vs schedule */
     if (r->min_lr > r->lr)
         VFAIL("optim", "min_lr", "%g", r->min_lr, "greater than optim.lr (%g); allowed: <= %g", r->lr, r->lr);
+    if (r->projector_lr > 0 && r->lr <= 0)
+        VFAIL("optim", "projector_lr", "%g", r->projector_lr, "its schedule is optim.lr's scaled by projector_lr / lr, "
+              "and optim.lr is 0; allowed: 0, or optim.lr > 0");
     if (r->warmup > r->steps)
         VFAIL("optim", "warmup", "%d", r->warmup, "longer than train.steps (%d); allowed: <= %d", r->steps, r->steps);
     if (r->stop_at > r->steps)
@@ -645,37 +693,102 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
     return 0;
 }
 
+/* Key k's line of the recipe hash, "section.key=value\n" (its length), or 0 when k does not count. */
+static int recipe_hash_line(const Recipe* r, const RecipeKey* k, char* line, size_t size) {
+    if (!k->hashed) return 0;
+    const char* field = (const char*)r + k->offset;
+    int n = 0;
+    switch (k->type) {
+    case RKEY_INT:
+    case RKEY_BOOL: {
+        /* The global batch, not its split over replicas: data.microbatches x parallel.dp as the
+         * microbatches and dp as 1 (a dp = 1 recipe hashes as before). */
+        int v = *(const int*)field;
+        if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) v *= r->dp;
+        if (!strcmp(k->section, "parallel") && !strcmp(k->key, "dp")) v = 1;
+        n = snprintf(line, size, "%s.%s=%d\n", k->section, k->key, v);
+        break;
+    }
+    case RKEY_I64:
+        n = snprintf(line, size, "%s.%s=%lld\n", k->section, k->key, (long long)*(const int64_t*)field);
+        break;
+    case RKEY_FLOAT: n = snprintf(line, size, "%s.%s=%a\n", k->section, k->key, *(const double*)field); break;
+    case RKEY_STRING:
+    case RKEY_ENUM: n = snprintf(line, size, "%s.%s=%s\n", k->section, k->key, field); break;
+    }
+    n = n > 0 ? n : 0;
+    if (k->hashed == 2) {
+        /* A key added after checkpoints were written counts only away from its default, so that the
+         * recipes of those checkpoints hash as before. */
+        static Recipe def;
+        static int have_def;
+        if (!have_def) {
+            recipe_defaults(&def);
+            have_def = 1;
+        }
+        char d[RECIPE_STR + 128];
+        RecipeKey plain = *k;
+        plain.hashed = 1;
+        int dn = recipe_hash_line(&def, &plain, d, sizeof d);
+        if (dn == n && !memcmp(d, line, (size_t)n)) return 0;
+    }
+    return n;
+}
+
 uint64_t recipe_hash(const Recipe* r) {
     /* FNV-1a over "section.key=value\n" of hashed keys, in table order: stable across runs and
      * independent of which file or override set the value. */
     char line[RECIPE_STR + 128];
     uint64_t h = RR_FNV1A64_INIT;
     for (int i = 0; i < n_recipe_keys; i++) {
-        const RecipeKey* k = &recipe_keys[i];
-        if (!k->hashed) continue;
-        const char* field = (const char*)r + k->offset;
-        int n = 0;
-        switch (k->type) {
-        case RKEY_INT:
-        case RKEY_BOOL: {
-            /* The global batch, not its split over replicas: data.microbatches x parallel.dp as the
-             * microbatches and dp as 1 (a dp = 1 recipe hashes as before). */
-            int v = *(const int*)field;
-            if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) v *= r->dp;
-            if (!strcmp(k->section, "parallel") && !strcmp(k->key, "dp")) v = 1;
-            n = snprintf(line, sizeof line, "%s.%s=%d\n", k->section, k->key, v);
-            break;
-        }
-        case RKEY_I64:
-            n = snprintf(line, sizeof line, "%s.%s=%lld\n", k->section, k->key, (long long)*(const int64_t*)field);
-            break;
-        case RKEY_FLOAT: n = snprintf(line, sizeof line, "%s.%s=%a\n", k->section, k->key, *(const double*)field); break;
-        case RKEY_STRING:
-        case RKEY_ENUM: n = snprintf(line, sizeof line, "%s.%s=%s\n", k->section, k->key, field); break;
-        }
-        h = rr_fnv1a64_add(h, line, (size_t)(n > 0 ? n : 0));
+        int n = recipe_hash_line(r, &recipe_keys[i], line, sizeof line);
+        if (n > 0) h = rr_fnv1a64_add(h, line, (size_t)n);
     }
     return h;
+}
+
+void recipe_key_format(const Recipe* r, const RecipeKey* k, char* out, size_t size) {
+    const char* field = (const char*)r + k->offset;
+    switch (k->type) {
+    case RKEY_INT: snprintf(out, size, "%d", *(const int*)field); break;
+    case RKEY_BOOL: snprintf(out, size, "%s", *(const int*)field ? "true" : "false"); break;
+    case RKEY_I64: snprintf(out, size, "%lld", (long long)*(const int64_t*)field); break;
+    case RKEY_FLOAT: {
+        /* the shortest form that reads back as the same double (3e-3, not 0.0030000000000000001) */
+        double v = *(const double*)field;
+        for (int prec = 6; prec <= 17; prec++) {
+            snprintf(out, size, "%.*g", prec, v);
+            if (strtod(out, NULL) == v) break;
+        }
+        break;
+    }
+    case RKEY_STRING:
+    case RKEY_ENUM: snprintf(out, size, "%s", field); break;
+    }
+}
+
+int recipe_hash_diff(const Recipe* a, const Recipe* b, char* out, size_t size) {
+    char la[RECIPE_STR + 128], lb[RECIPE_STR + 128], va[RECIPE_STR + 16], vb[RECIPE_STR + 16];
+    int n = 0;
+    size_t o = 0;
+    if (size) out[0] = 0;
+    for (int i = 0; i < n_recipe_keys; i++) {
+        const RecipeKey* k = &recipe_keys[i];
+        int na = recipe_hash_line(a, k, la, sizeof la), nb = recipe_hash_line(b, k, lb, sizeof lb);
+        if (na == nb && !memcmp(la, lb, (size_t)na)) continue;
+        n++;
+        if (!strcmp(k->section, "data") && !strcmp(k->key, "microbatches")) {
+            /* the global batch is what counts: a dp change with the same product is no difference */
+            snprintf(va, sizeof va, "%d (x parallel.dp %d = %d)", a->microbatches, a->dp, a->microbatches * a->dp);
+            snprintf(vb, sizeof vb, "%d (x parallel.dp %d = %d)", b->microbatches, b->dp, b->microbatches * b->dp);
+        } else {
+            recipe_key_format(a, k, va, sizeof va);
+            recipe_key_format(b, k, vb, sizeof vb);
+        }
+        if (o < size)
+            o += (size_t)snprintf(out + o, size - o, "%s  %s.%s: %s -> %s", o ? "\n" : "", k->section, k->key, va, vb);
+    }
+    return n;
 }
 
 void recipe_print(const Recipe* r, FILE* f) {

@@ -56,6 +56,9 @@ typedef struct {
 
     /* [train] */
     int steps;            /* total optimiser steps (sets the LR schedule) */
+    double epochs;        /* > 0: passes over the data set; steps derived from it (trainer_epochs_to_steps) */
+    int eval_every;       /* held-out loss every N steps (0 = never) */
+    int eval_samples;     /* held-out samples per evaluation (0 = the eval shards once; synthetic 256) */
     int stop_at;          /* stop after this step (0 = steps); for time-sliced jobs and resume tests */
     int log_every;
     int checkpoint_every; /* 0 = only at the end */
@@ -63,9 +66,12 @@ typedef struct {
     char run_dir[RECIPE_STR];
     char freeze[256];             /* comma-separated parameter-name prefixes that do not train ("" = none) */
     char init_from[RECIPE_STR];   /* checkpoint folder whose matching tensors start this run ("" = none) */
+    int overwrite;                /* a fresh start moves a used run folder's contents aside */
 
     /* [optim] — AdamW, DESIGN.md section 4 */
     double lr, min_lr;
+    char schedule[16];   /* cosine | linear | constant (after the warm-up) */
+    double projector_lr; /* projector.* parameters' peak LR (0 = lr) */
     int warmup;
     double beta1, beta2, eps, weight_decay, grad_clip;
 
@@ -111,7 +117,8 @@ typedef struct {
     const char* def;
     double min, max;     /* numbers: allowed range (inclusive) */
     const char* choices; /* enums: "a|b|c" */
-    int hashed;          /* part of the recipe hash (changes the math of a run) */
+    int hashed;          /* part of the recipe hash (changes the math of a run); 2: only when not at its
+                          * default (keys added after checkpoints were written: their hash is kept) */
     const char* doc;
 } RecipeKey;
 
@@ -125,12 +132,19 @@ void recipe_defaults(Recipe* r);
 int recipe_load(Recipe* r, const char* path, char* err, size_t err_len);
 /* One override "section.key=value". Returns 0, or -1 with "--set ...: ..." in err. */
 int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len);
+/* recipe_set, then record `origin` (e.g. "the mpirun world size") as where the value came from. */
+int recipe_set_derived(Recipe* r, const char* assignment, const char* origin, char* err, size_t err_len);
 /* Cross-key checks (sizes that must divide, layers vs stages, schedule vs steps). Call after the
  * file and every override. Returns 0, or -1 with the origin of the offending key in err. */
 int recipe_validate(const Recipe* r, char* err, size_t err_len);
 /* Hash of every key that changes the math of a run (model, data plan, optimiser, seeds). A resume
  * refuses a checkpoint written under another hash. */
 uint64_t recipe_hash(const Recipe* r);
+/* The hashed keys whose values differ between a and b (hash semantics: data.microbatches counts as
+ * the global batch, microbatches x dp), one "  section.key: A -> B" per line into out. Returns the count. */
+int recipe_hash_diff(const Recipe* a, const Recipe* b, char* out, size_t size);
+/* Key k's value of r as recipe_print writes it. */
+void recipe_key_format(const Recipe* r, const RecipeKey* k, char* out, size_t size);
 /* Every key as "section.key = value", one per line, in table order (an INI file that loads back). */
 void recipe_print(const Recipe* r, FILE* f);
 /* "FILE:LINE", "--set" or "default" for key section.key. */

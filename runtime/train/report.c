@@ -106,11 +106,12 @@ static void warnf(const ReportConfig* c, const char* fmt, ...) {
 
 typedef struct {
     int n;
-    double *step, *loss, *lr, *gnorm, *tps, *bubble, *peak; /* bubble: NAN when absent */
+    double *step, *loss, *lr, *gnorm, *tps, *bubble, *peak, *eval; /* bubble, eval (eval_loss): NAN when absent */
 } Series;
 
 static void series_free(Series* s) {
     free(s->step), free(s->loss), free(s->lr), free(s->gnorm), free(s->tps), free(s->bubble), free(s->peak);
+    free(s->eval);
 }
 
 static double num_field(const cJSON* o, const char* k) {
@@ -149,10 +150,13 @@ static int metrics_read(const ReportConfig* c, const char* path, Series* s, char
                          "rrfp-mm train writes)", path, line);
                 rc = -1;
             } else {
+                /* a resumed run appends its rows after those of a lost attempt (metrics.h): the last row
+                 * of a step counts, and a step's row supersedes the rows after it */
+                while (s->n > 0 && s->step[s->n - 1] >= st) s->n--;
                 if (s->n == cap) {
                     cap = cap ? 2 * cap : 256;
-                    double** cols[] = {&s->step, &s->loss, &s->lr, &s->gnorm, &s->tps, &s->bubble, &s->peak};
-                    for (int k = 0; k < 7; k++) *cols[k] = reallocCheck(*cols[k], sizeof(double) * (size_t)cap);
+                    double** cols[] = {&s->step, &s->loss, &s->lr, &s->gnorm, &s->tps, &s->bubble, &s->peak, &s->eval};
+                    for (int k = 0; k < 8; k++) *cols[k] = reallocCheck(*cols[k], sizeof(double) * (size_t)cap);
                 }
                 s->step[s->n] = st;
                 s->loss[s->n] = lo;
@@ -161,6 +165,7 @@ static int metrics_read(const ReportConfig* c, const char* path, Series* s, char
                 s->tps[s->n] = num_field(o, "tokens_per_s");
                 s->bubble[s->n] = num_field(o, "bubble");
                 s->peak[s->n] = num_field(o, "peak_mem_mb");
+                s->eval[s->n] = num_field(o, "eval_loss");
                 s->n++;
             }
             cJSON_Delete(o);
@@ -185,20 +190,34 @@ static double nice_step(double range, int ticks) {
 
 /* One line chart (class "curve" path, one point per finite value) of y against x. logy: log10 axis
  * when every value is positive and they span more than a factor 20. */
-static void chart(Html* h, const char* id, const char* title, const double* x, const double* y, int n, int logy) {
+/* y2 (may be NULL): a second series over the same x, drawn as class "heldout" with a dot per finite
+ * value (the held-out loss beside the training loss), with a legend naming both. */
+static void chart2(Html* h, const char* id, const char* title, const double* x, const double* y, int n, int logy,
+                   const double* y2, const char* name1, const char* name2) {
     const double W = 560, H = 260, L = 64, R = 16, T = 28, B = 36, pw = W - L - R, ph = H - T - B;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    int finite = 0;
+    int finite = 0, finite2 = 0;
     for (int i = 0; i < n; i++) {
+        if (y2 && isfinite(y2[i]) && isfinite(x[i])) {
+            if (y2[i] <= 0) logy = 0;
+            finite2++;
+        }
         if (!isfinite(y[i]) || !isfinite(x[i])) continue;
         if (y[i] <= 0) logy = 0;
         finite++;
     }
+    if (!finite2) y2 = NULL;
     double lo = INFINITY, hi = -INFINITY;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (isfinite(y[i]) && isfinite(x[i])) lo = fmin(lo, y[i]), hi = fmax(hi, y[i]);
+        if (y2 && isfinite(y2[i]) && isfinite(x[i])) lo = fmin(lo, y2[i]), hi = fmax(hi, y2[i]);
+    }
     if (logy && hi < 20 * lo) logy = 0; /* less than ~1.3 decades: a linear axis reads better */
     for (int i = 0; i < n; i++) {
+        if (y2 && isfinite(y2[i]) && isfinite(x[i])) {
+            double v = logy ? log10(y2[i]) : y2[i];
+            x0 = fmin(x0, x[i]), x1 = fmax(x1, x[i]), y0 = fmin(y0, v), y1 = fmax(y1, v);
+        }
         if (!isfinite(y[i]) || !isfinite(x[i])) continue;
         double v = logy ? log10(y[i]) : y[i];
         x0 = fmin(x0, x[i]), x1 = fmax(x1, x[i]), y0 = fmin(y0, v), y1 = fmax(y1, v);
@@ -255,7 +274,39 @@ static void chart(Html* h, const char* id, const char* title, const double* x, c
                  T + ph * (1 - (v - y0) / (y1 - y0)));
         first = 0;
     }
-    h_printf(h, "\"/>\n</svg></figure>\n");
+    h_printf(h, "\"/>\n");
+    if (y2) {
+        /* every held-out point (they are few: one per train.eval_every steps) */
+        first = 1;
+        h_printf(h, "<path class=\"heldout\" d=\"");
+        for (int i = 0; i < n; i++) {
+            if (!isfinite(y2[i]) || !isfinite(x[i])) continue;
+            double v = logy ? log10(y2[i]) : y2[i];
+            h_printf(h, "%s%.1f,%.1f", first ? "M" : " L", L + pw * (x[i] - x0) / (x1 - x0), T + ph * (1 - (v - y0) / (y1 - y0)));
+            first = 0;
+        }
+        h_printf(h, "\"/>\n");
+        for (int i = 0; i < n; i++) {
+            if (!isfinite(y2[i]) || !isfinite(x[i])) continue;
+            double v = logy ? log10(y2[i]) : y2[i];
+            h_printf(h, "<circle class=\"heldout-dot\" cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"><title>step %g: ", L + pw * (x[i] - x0) / (x1 - x0),
+                     T + ph * (1 - (v - y0) / (y1 - y0)), x[i]);
+            h_text(h, name2);
+            h_printf(h, " %.4f</title></circle>\n", y2[i]);
+        }
+        h_printf(h, "<line class=\"curve\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/><text class=\"lg\" x=\"%.0f\" "
+                 "y=\"%.0f\">", L + pw - 190, T + 12.0, L + pw - 172, T + 12.0, L + pw - 168, T + 16.0);
+        h_text(h, name1);
+        h_printf(h, "</text><line class=\"heldout\" x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\"/><text class=\"lg\" "
+                 "x=\"%.0f\" y=\"%.0f\">", L + pw - 190, T + 28.0, L + pw - 172, T + 28.0, L + pw - 168, T + 32.0);
+        h_text(h, name2);
+        h_printf(h, "</text>\n");
+    }
+    h_printf(h, "</svg></figure>\n");
+}
+
+static void chart(Html* h, const char* id, const char* title, const double* x, const double* y, int n, int logy) {
+    chart2(h, id, title, x, y, n, logy, NULL, NULL, NULL);
 }
 
 /* ---- recipe.ini ---------------------------------------------------------------------------------- */
@@ -494,14 +545,14 @@ static int predictions_read(const char* path, Prediction** out, int* n, char* wh
 /* The image re-encoded to fit a 128 x 128 box (JPEG quality 85) as a data URI; NULL with why. */
 static char* image_data_uri(JpegCodec* jc, const uint8_t* jpg, size_t n, char* why, size_t why_len) {
     int w, h;
-    if (jpeg_read_header(jc, jpg, n, &w, &h, why, why_len) != 0) return NULL;
+    if (image_read_header(jc, jpg, n, &w, &h, why, why_len) != 0) return NULL;
     const int box = 128;
     double s = fmin(1.0, fmin((double)box / w, (double)box / h));
     int ow = (int)lround(w * s), oh = (int)lround(h * s);
     if (ow < 1) ow = 1;
     if (oh < 1) oh = 1;
     int dw, dh;
-    uint8_t* rgb = jpeg_decode_rgb(jc, jpg, n, image_dct_scale(w, h, ow, oh), &dw, &dh, why, why_len);
+    uint8_t* rgb = image_decode_rgb(jc, jpg, n, image_dct_scale(w, h, ow, oh), &dw, &dh, why, why_len);
     if (!rgb) return NULL;
     float* f = mallocCheck(sizeof(float) * 3 * (size_t)ow * (size_t)oh);
     image_resize_bilinear(rgb, dw, dh, f, ow, oh);
@@ -742,6 +793,7 @@ static const char* CSS =
     ".summary td,.recipe td{padding:2px 10px 2px 0}.recipe th{text-align:left;padding-top:8px;color:#555}"
     ".charts{display:flex;flex-wrap:wrap;gap:12px}.chart{margin:0}.chart svg{max-width:100%;height:auto}"
     ".plot{fill:#fafafa;stroke:#bbb}.grid{stroke:#e4e4e4}.curve{fill:none;stroke:#2f6db5;stroke-width:1.4}"
+    ".heldout{fill:none;stroke:#d2691e;stroke-width:1.4}.heldout-dot{fill:#d2691e}.lg{font-size:11px;fill:#444}"
     ".ct{font-size:13px;font-weight:600}.yt{font-size:10px;text-anchor:end;fill:#555}"
     ".xt{font-size:10px;text-anchor:middle;fill:#555}"
     ".timeline svg{max-width:100%;height:auto;border:1px solid #ddd}"
@@ -791,7 +843,7 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
     free(t);
 
     h_printf(&h, "<section id=\"curves\"><h2>Training curves</h2><div class=\"charts\">\n");
-    chart(&h, "loss", "loss", m.step, m.loss, m.n, 1);
+    chart2(&h, "loss", "loss", m.step, m.loss, m.n, 1, m.eval, "training loss", "held-out loss (train.eval_every)");
     chart(&h, "lr", "learning rate", m.step, m.lr, m.n, 0);
     chart(&h, "grad_norm", "grad norm (before clipping)", m.step, m.gnorm, m.n, 1);
     chart(&h, "tokens_per_s", "tokens/s", m.step, m.tps, m.n, 0);

@@ -67,6 +67,84 @@ int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards,
     return batch_source_shards(src, &c, err, err_len);
 }
 
+static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* err, size_t err_len);
+static void trainer_demo_hint(const char* path, char* err, size_t err_len);
+
+int trainer_epochs_to_steps(Recipe* r, int dp, FILE* log, char* err, size_t err_len) {
+    if (r->epochs <= 0) return 0;
+    int vocab;
+    uint64_t tok_hash;
+    if (trainer_vocab(r, &vocab, &tok_hash, err, err_len) != 0) return -1;
+    LoaderConfig c;
+    loader_config_default(&c);
+    c.shards = r->shards;
+    c.tokenizer_hash = tok_hash;
+    c.microbatch_tokens = r->microbatch_tokens;
+    c.microbatches = r->microbatches * dp;
+    c.seed = (uint64_t)r->data_seed;
+    c.patch = r->patch;
+    c.min_patches = r->min_patches;
+    c.max_patches = r->max_patches;
+    c.decode_images = 0;
+    if (loader_policy_parse(r->policy, &c.policy) != 0) {
+        snprintf(err, err_len, "data.policy '%s' is not known to the loader", r->policy);
+        return -1;
+    }
+    Loader* L = loader_open(&c, NULL, err, err_len);
+    if (!L) {
+        trainer_demo_hint(r->shards, err, err_len);
+        return -1;
+    }
+    /* One epoch packed from the index's costs (no frame read): fifo fills microbatches in order; ffd
+     * and balanced (which opens as many microbatches as ffd) pack windows of data.window samples. The
+     * loader packs a shuffled stream, so this count is an estimate within a few microbatches; the
+     * epoch the log shows is measured (samples seen / records). */
+    int N = loader_sample_count(L);
+    int64_t mbs = 0;
+    if (c.policy == LOADER_POLICY_FIFO) {
+        int fill = 0;
+        for (int i = 0; i < N; i++) {
+            int l = loader_sample_tokens(L, i);
+            if (fill > 0 && fill + l > r->microbatch_tokens) mbs++, fill = 0;
+            fill += l;
+        }
+        if (fill > 0) mbs++;
+    } else {
+        int W = r->window;
+        int* cl = mallocCheck((size_t)W * sizeof(int));
+        int64_t* key = mallocCheck((size_t)W * sizeof(int64_t));
+        int* bin = mallocCheck((size_t)W * sizeof(int));
+        for (int i0 = 0; i0 < N; i0 += W) {
+            int n = N - i0 < W ? N - i0 : W;
+            for (int i = 0; i < n; i++) cl[i] = loader_sample_tokens(L, i0 + i), key[i] = i0 + i;
+            mbs += loader_pack_window(LOADER_POLICY_FFD, n, cl, NULL, key, r->microbatch_tokens, bin);
+        }
+        free(cl), free(key), free(bin);
+    }
+    loader_close(L);
+    int64_t per_step = (int64_t)r->microbatches * dp;
+    double steps = ceil(r->epochs * (double)mbs / (double)per_step);
+    if (N == 0 || steps < 1 || steps > 1e9) {
+        snprintf(err, err_len, "%s: train.epochs = %g over %d records (%lld microbatches an epoch) gives %.0f steps; "
+                 "allowed: 1 .. 1e9 steps", recipe_origin(r, "train", "epochs"), r->epochs, N, (long long)mbs, steps);
+        return -1;
+    }
+    char set[64], e[1024];
+    snprintf(set, sizeof set, "train.steps=%.0f", steps);
+    char was[RECIPE_STR + 32];
+    snprintf(was, sizeof was, "%d from %s", r->steps, recipe_origin(r, "train", "steps"));
+    if (recipe_set_derived(r, set, "train.epochs", e, sizeof e) != 0) {
+        snprintf(err, err_len, "train.epochs: %s", e);
+        return -1;
+    }
+    if (log)
+        fprintf(log, "train.epochs = %g: %d records, packed (%s, %d tokens) into about %lld microbatches an epoch, "
+                     "%lld per step (%d x dp %d): train.steps = %d (was %s)\n",
+                r->epochs, N, r->policy, r->microbatch_tokens, (long long)mbs, (long long)per_step, r->microbatches,
+                dp, r->steps, was);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * the trainer */
 
@@ -215,9 +293,12 @@ static int trainer_state_check(const Trainer* t, const char* dir, const Checkpoi
 static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char* err, size_t err_len) {
     const Recipe* r = t->r;
     char dir[RECIPE_STR + 64];
-    if (!strcmp(r->resume, "latest")) {
-        if (checkpoint_latest(t->ckpt_root, dir, sizeof dir) < 0) {
-            snprintf(err, err_len, "checkpoint.resume = latest: no checkpoint in '%s'", t->ckpt_root);
+    if (!eval_only) {
+        snprintf(dir, sizeof dir, "%s", t->start.resume_dir); /* decided by world rank 0 (rundir_prepare) */
+    } else if (!strcmp(r->resume, "latest") || !strcmp(r->resume, "auto")) {
+        char e[1024];
+        if (rundir_latest(t->run_dir, t->ckpt_root, dir, sizeof dir, e, sizeof e) != 0) {
+            snprintf(err, err_len, "checkpoint %s: %s", r->resume, e);
             return -1;
         }
     } else {
@@ -227,10 +308,16 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     if (t->ex->load(t->ex, dir, &cs, err, err_len) != 0) return -1;
     int rc = 0;
     if (!eval_only && cs.recipe_hash != recipe_hash(r)) {
+        char diff[2048];
+        int nd = rundir_recipe_diff(r, t->run_dir, t->ckpt_root, dir, diff, sizeof diff);
         snprintf(err, err_len,
-                 "%s was written by a run with recipe hash %016llx, this recipe hashes to %016llx: a model, data, "
-                 "optimiser or seed key differs (keys marked *(hashed)* in recipes/README.md)",
-                 dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r));
+                 "%s was written by a run with recipe hash %016llx, this recipe hashes to %016llx: %s (keys marked "
+                 "*(hashed)* in recipes/README.md change the math of a run):\n%s\n---> HINT: resume with the run's own "
+                 "values, or start a new run from these parameters with train.init_from=%s and another train.run_dir",
+                 dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r),
+                 nd > 0 ? (nd == 1 ? "a hashed key differs" : "hashed keys differ")
+                        : "a model, data, optimiser or seed key differs",
+                 diff, dir);
         rc = -1;
     }
     if (rc == 0 && !eval_only) rc = trainer_state_check(t, dir, &cs, err, err_len);
@@ -238,6 +325,11 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     if (rc == 0) {
         t->step = cs.step;
         t->opt_step = cs.opt_step;
+        /* samples seen (the epoch): the shard loader's global count in its position */
+        cJSON* lj = cs.loader ? cJSON_Parse(cs.loader) : NULL;
+        const cJSON* ns = lj ? cJSON_GetObjectItemCaseSensitive(lj, "samples") : NULL;
+        t->samples_seen = cJSON_IsNumber(ns) ? (int64_t)ns->valuedouble : 0;
+        cJSON_Delete(lj);
         *resume_step = cs.step;
         if (!eval_only && t->ex->log_rank)
             fprintf(stderr, "rrfp-mm: resumed from %s at step %lld\n", dir, (long long)t->step);
@@ -261,6 +353,8 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
         if (n > 0)
             fprintf(stderr, "rrfp-mm: removed %d unfinished checkpoint folder%s of killed runs in %s: %s\n", n,
                     n == 1 ? "" : "s", t->ckpt_root, removed);
+        /* which run this is and where it starts: one decision, on the rank holding the lock */
+        if (rc == 0 && rundir_prepare(r, t->run_dir, t->ckpt_root, &t->start, stderr, e, sizeof e) != 0) rc = -1;
     }
     if (comm_bcast(world, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
     if (rc != 0) {
@@ -268,6 +362,7 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
         else snprintf(err, err_len, "rank 0 refused to start (see its message)");
         return -1;
     }
+    if (comm_bcast(world, &t->start, sizeof t->start, 0, err, err_len) != 0) return -1;
     TrainRankBytes b;
     if (train_rank_bytes(r, &t->mc, t->grid.p, &b, err, err_len) != 0) return -1;
     char detail[256], sw[32], sa[32], sx[32];
@@ -370,6 +465,13 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (comm_grid_init(&t->grid, world, r->pp, r->tp, r->dp, e, sizeof e) != 0) {
         snprintf(err, err_len, "%s: parallel.pp = %d, parallel.tp = %d, parallel.dp = %d: %s",
                  recipe_origin(r, "parallel", "pp"), r->pp, r->tp, r->dp, e);
+        const char* dpo = recipe_origin(r, "parallel", "dp");
+        if (strcmp(dpo, "default") != 0 && world->size % (r->pp * r->tp) == 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, "\n---> HINT: parallel.dp = %d is set (%s); without it the world size decides "
+                     "(dp = %d / (pp %d x tp %d) = %d)", r->dp, dpo, world->size, r->pp, r->tp,
+                     world->size / (r->pp * r->tp));
+        }
         return -1;
     }
     /* this job's identity, which every file of its checkpoints carries (checkpoint_identity_meta) */
@@ -436,11 +538,28 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         }
     }
     t->last_step = r->stop_at > 0 ? r->stop_at : r->steps;
+    if (!eval_only && r->eval_every > 0) {
+        /* the held-out stream, dealt to the replicas as training data is; fifo, so each evaluation is one
+         * pass in stream order */
+        int rc = !strcmp(r->source, "synthetic")
+                     ? trainer_source_synthetic(&t->eval_src, r, vocab, 1, t->grid.d, t->grid.dp, err, err_len)
+                     : trainer_source_shards(&t->eval_src, r, r->eval_shards, t->tok_hash, 1, t->ex->decode_images,
+                                             t->grid.d, t->grid.dp, err, err_len);
+        if (rc != 0) {
+            size_t l = strlen(err);
+            snprintf(err + l, err_len - l, " (data.eval_shards, for train.eval_every)");
+            return -1;
+        }
+        t->eval_pos = t->eval_src.position(&t->eval_src);
+        t->eval_target = r->eval_samples > 0 ? r->eval_samples
+                         : t->eval_src.dataset_samples > 0 ? t->eval_src.dataset_samples : 256;
+    }
 
     int64_t resume_step = 0;
-    if (r->resume[0] && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
+    int resuming = eval_only ? r->resume[0] != 0 : t->start.resume_dir[0] != 0;
+    if (resuming && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
     /* a resumed run continues from its own checkpoint: init_from only starts a run */
-    if (!r->resume[0] && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
+    if (!resuming && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
@@ -477,6 +596,81 @@ static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, d
     return 0;
 }
 
+/* train.eval_every: the held-out loss of the current parameters, through the step executor (so under
+ * any layout) with loss scale 0: the gradients it leaves are zero and the next step zeroes them anyway;
+ * the DP hooks run so that no bucket of it stays in flight. The training stream is not touched. Every
+ * evaluation restarts the held-out stream: the same samples each time. Collective over the job. */
+static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len) {
+    StepExec* ex = t->ex;
+    double bubble = ex->bubble; /* the training step's, for its metrics row */
+    if (t->eval_src.seek(&t->eval_src, t->eval_pos, err, err_len) != 0) return -1;
+    double loss = 0;
+    int64_t sup = 0, seen = 0;
+    while (seen < t->eval_target) {
+        StepPlan plan;
+        if (t->eval_src.next(&t->eval_src, &plan, err, err_len) != 0) return -1;
+        /* this replica's samples as its microbatches hold them (the masking below counts the same way) */
+        int64_t mine = 0;
+        for (int m = 0; m < plan.M; m++) mine += plan.mbs[m].S;
+        int64_t tot[3] = {plan.n_supervised, mine, plan.M};
+        if (comm_allreduce(t->grid.dp_group, tot, 3, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
+        if (tot[2] == 0) break; /* nothing left in the held-out stream */
+        for (int m = 0; m < plan.M; m++) plan.mbs[m].index = m * t->grid.dp + t->grid.d;
+        /* Exactly the first eval_target samples of the stream, whatever the layout: the held-out stream
+         * is packed in stream order (fifo), so in the global step's microbatch order (m x dp + d) the
+         * samples are the stream's; the samples past the target lose their targets. */
+        if (seen + tot[1] > t->eval_target) {
+            int dp = t->grid.dp, M = plan.M;
+            int64_t* mine = callocCheck((size_t)M, sizeof(int64_t));
+            int64_t* all = callocCheck((size_t)M * (size_t)dp, sizeof(int64_t));
+            for (int m = 0; m < M; m++) mine[m] = plan.mbs[m].S;
+            int rc = dp > 1 ? t->grid.dp_group->ops->allgather(t->grid.dp_group, mine, all, (size_t)M * sizeof(int64_t),
+                                                               err, err_len)
+                            : (memcpy(all, mine, (size_t)M * sizeof(int64_t)), 0);
+            int64_t before = seen; /* samples ahead of global microbatch g */
+            for (int g = 0; rc == 0 && g < M * dp; g++) {
+                int m = g / dp, d = g % dp;
+                int64_t S = all[(size_t)d * (size_t)M + (size_t)m];
+                if (d == t->grid.d) {
+                    Microbatch* mb = &plan.mbs[m];
+                    int64_t keep = t->eval_target - before;
+                    keep = keep < 0 ? 0 : keep > S ? S : keep;
+                    for (int u = mb->cu_seqlens[keep]; u < mb->T; u++)
+                        if (mb->targets[u] != -100) mb->targets[u] = -100, mb->n_supervised--;
+                }
+                before += S;
+            }
+            free(mine);
+            free(all);
+            if (rc != 0) return -1;
+            int64_t sups = 0;
+            for (int m = 0; m < M; m++) sups += plan.mbs[m].n_supervised;
+            tot[0] = sups;
+            tot[1] = t->eval_target - seen;
+            if (comm_allreduce(t->grid.dp_group, tot, 1, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
+        }
+        plan.n_supervised = tot[0];
+        double ls = 0;
+        ex->quiet = 1;
+        int rc = ex->forward_backward(ex, &plan, 0.0f, (int)t->step, NULL, &ls, err, err_len);
+        ex->quiet = 0;
+        if (rc != 0 ||
+            step_exec_run_hooks(ex, err, err_len) != 0 ||
+            comm_allreduce(t->grid.dp_group, &ls, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
+            return -1;
+        loss += ls;
+        sup += tot[0];
+        seen += tot[1];
+    }
+    ex->bubble = bubble;
+    if (sup == 0) {
+        snprintf(err, err_len, "train.eval_every: the held-out data has no supervised target (no assistant tokens)");
+        return -1;
+    }
+    *out = loss / (double)sup;
+    return 0;
+}
+
 int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     const Recipe* r = t->r;
     StepExec* ex = t->ex;
@@ -509,7 +703,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         step_exec_run_hooks(ex, err, err_len) != 0 || step_exec_grad_norm(ex, &norm, err, err_len) != 0 ||
         comm_allreduce(t->grid.dp_group, &loss_sum, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
         return -1;
-    float lr = lr_schedule((int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
+    LrSchedule kind = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
+                      : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;
+    float lr = lr_schedule_kind(kind, (int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
     float loss = (float)(loss_sum / (double)plan.n_supervised);
     if (dumping && trainer_dump_end(t, ddir, &plan, loss_sum, loss, lr, norm, err, err_len) != 0) return -1;
     if (!isfinite(loss) || !isfinite(norm)) {
@@ -525,7 +721,10 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     if (t->steps_timed++ > 0) t->time_timed += dt;
     double per = t->steps_timed > 1 ? t->time_timed / (double)(t->steps_timed - 1) : dt;
 
+    t->samples_seen += plan.samples;
     memset(s, 0, sizeof *s);
+    s->epoch = t->src.dataset_samples > 0 ? (double)t->samples_seen / (double)t->src.dataset_samples : -1;
+    s->eval_loss = -1;
     s->step = t->step;
     s->loss = loss;
     s->lr = lr;
@@ -540,6 +739,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->eta_s = per * (double)(t->last_step - t->step);
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
+    if (r->eval_every > 0 && (t->step % r->eval_every == 0 || t->step == t->last_step) &&
+        trainer_eval_loss(t, &s->eval_loss, err, err_len) != 0)
+        return -1;
     /* a failed write stops the run at this step end, after a checkpoint (trainer_run) */
     if (ex->log_rank && !t->metrics.error[0]) metrics_write(&t->metrics, s, t->metrics.error, sizeof t->metrics.error);
     return 0;
@@ -557,6 +759,7 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
     /* the layout as the executor writes it: one file pair for one process, one per (pp, tp, chunk) shard */
     if (t->r->pp > 1 || t->r->tp > 1)
         snprintf(cs.layout, sizeof cs.layout, "pp=%d tp=%d chunks=%d", t->r->pp, t->r->tp, t->r->chunks);
+    snprintf(cs.run_id, sizeof cs.run_id, "%s", t->start.run_id);
     if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
     char out[RECIPE_STR + 64];
     int rc = 0;
@@ -572,7 +775,7 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
             snprintf(err, err_len, "data-parallel replica 0 could not write checkpoint step %lld", (long long)t->step);
     }
     if (rc == 0 && t->ex->log_rank) {
-        checkpoint_prune(t->ckpt_root, t->r->keep);
+        checkpoint_prune_run(t->ckpt_root, t->r->keep, t->start.run_id); /* this run's only */
         fprintf(stderr, "rrfp-mm: checkpoint %s\n", out);
     }
     return rc;
@@ -584,6 +787,9 @@ void trainer_free(Trainer* t) {
         if (metrics_close(&t->metrics, e, sizeof e) != 0 && !t->metrics.error[0]) rr_warn("%s", e);
     }
     if (t->src.free) t->src.free(&t->src);
+    if (t->eval_src.free) t->eval_src.free(&t->eval_src);
+    free(t->eval_pos);
+    t->eval_pos = NULL;
     if (t->ex) {
         step_exec_free_hooks(t->ex);
         t->ex->free(t->ex);
@@ -629,9 +835,11 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     if (!t->ex->log_rank) log = devnull = fopen("/dev/null", "w"); /* one log: the log rank's */
     ModelParamCounts pc;
     model_param_counts(&t->mc, &pc);
-    fprintf(log, "train %s: %.2fM parameters (vision %.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
+    fprintf(log, "train %s: layout pp %d x tp %d x dp %d = %d rank%s (parallel.dp from %s), %.2fM parameters (vision "
+                 "%.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
                  "%d microbatches x %d tokens, %s, %d thread%s per rank, steps %lld..%lld of %d, run %s\n",
-            r->path, pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
+            r->path, r->pp, r->tp, r->dp, world->size, world->size == 1 ? "" : "s", recipe_origin(r, "parallel", "dp"),
+            pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
             r->microbatches, r->microbatch_tokens, t->ex->name, threads, threads == 1 ? "" : "s", (long long)t->step + 1, (long long)t->last_step,
             r->steps, t->run_dir);
     if (r->freeze[0]) {
@@ -658,7 +866,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
                     "%d started while the backward still ran (step 1)\n", t->grid.dp, nb, r->dp_bucket_mb,
                     early);
         }
-        if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1) {
+        if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1 || s.eval_loss >= 0) {
             char line[512];
             metrics_log_line(line, sizeof line, &s, r->steps);
             errno = 0;
@@ -705,7 +913,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             snprintf(dir, sizeof dir, "%s/step-%08lld", t->ckpt_root, (long long)t->step);
             fprintf(log,
                     "stopped by a signal after step %lld of %lld: checkpoint %s saved (parameters, AdamW state, data "
-                    "position); resume with --resume latest\n",
+                    "position); resume with --resume auto (or latest)\n",
                     (long long)t->step, (long long)t->last_step, dir);
             fflush(log);
             rc = 1;

@@ -21,6 +21,7 @@
 #include "runtime/train/layout.h"
 #include "runtime/train/metrics.h"
 #include "runtime/train/recipe.h"
+#include "runtime/train/rundir.h"
 
 /* ---- batch sources from the recipe (data/batch.h) ---- */
 /* Both give data-parallel replica dp_rank of dp_size its own share of every step (0 and 1 without DP).
@@ -35,6 +36,12 @@ int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int h
  * process with dp_size x data.microbatches packs it (data/loader.h), and decodes only those. */
 int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
                           int decode_images, int dp_rank, int dp_size, char* err, size_t err_len);
+
+/* train.epochs > 0: set train.steps (origin "train.epochs") to the steps that pass that many times over
+ * data.shards at data.microbatches x dp microbatches per step (one epoch packed from the index's costs
+ * with the recipe's policy: an estimate, as the loader packs a shuffled stream) and print how on `log`
+ * (may be NULL). Call before recipe_validate's last pass. Returns 0, or -1 with a message. */
+int trainer_epochs_to_steps(Recipe* r, int dp, FILE* log, char* err, size_t err_len);
 
 typedef struct {
     const Recipe* r;
@@ -53,6 +60,11 @@ typedef struct {
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
     uint64_t run_id;  /* this job's identity in its checkpoints' files (world rank 0's, broadcast) */
+    BatchSource eval_src; /* train.eval_every: the held-out stream, this replica's share (free NULL: none) */
+    char* eval_pos;       /* its position at the start: every evaluation scores the same samples */
+    int64_t eval_target;  /* samples per evaluation (all replicas') */
+    int64_t samples_seen; /* samples of every replica trained on so far (the epoch's numerator) */
+    RunStart start;   /* this run's identity and the checkpoint it resumes ("" = fresh), from world rank 0 */
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when

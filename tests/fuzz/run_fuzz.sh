@@ -25,9 +25,9 @@ if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
     exit 77
 fi
 "$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/engine/util.c" $LIBS || exit 1
-"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/engine/util.c" $LIBS \
-    $(pkg-config --libs libturbojpeg) || exit 1
-"$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/engine/util.c" \
+"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/engine/util.c" $LIBS \
+    $(pkg-config --libs libturbojpeg libpng16) || exit 1
+"$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/data/template.c" "$SRC/engine/util.c" \
     $TEXT_SRCS $LIBS || exit 1
 
 # seed corpora: real shards (small ones, so mutations reach the frames) and manifests
@@ -66,6 +66,11 @@ for w, h in [(1, 1), (1, 700), (700, 1), (3, 2), (17, 999), (640, 9)]:
     Image.new("RGB", (w, h), (200, 30, 90)).save(b, "JPEG", quality=80)
     for s in range(4):
         open("%s/shape_%dx%d_%d" % (sys.argv[1], w, h, s), "wb").write(bytes([s]) + b.getvalue())
+# PNGs (data/png.c): RGB, palette with transparency, grey + alpha
+for mode, w, h in [("RGB", 5, 7), ("P", 9, 4), ("LA", 3, 300)]:
+    b = io.BytesIO()
+    Image.new(mode, (w, h)).save(b, "PNG", **({"transparency": 0} if mode == "P" else {}))
+    open("%s/png_%s_%dx%d" % (sys.argv[1], mode, w, h), "wb").write(bytes([1]) + b.getvalue())
 PYEND
 
 # regression seeds: damaged JPEGs made from a small demo JPEG, each behind every settings byte
