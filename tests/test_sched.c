@@ -701,7 +701,7 @@ static void test_lookahead_sim(void) {
                     PpCap cap;
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
-                    PpSimOptions o = {0.2, seed};
+                    PpSimOptions o = {0.2, seed, NULL};
                     for (int h = 0; h < PP_HINT_COUNT; h++) {
                         if (h == PP_HINT_INTERLEAVED || pp_hint_vshape((PpHint)h)) continue;
                         const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
@@ -730,7 +730,7 @@ static void test_lookahead_sim(void) {
     PpDurations d;
     pp_durations_generate(&d, 32, 128, 0.1, PP_GEN_TEXT, 1, 0, 0.02);
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
-    PpSimOptions o = {0.2, 1};
+    PpSimOptions o = {0.2, 1, NULL};
     PpSimResult r;
     char err[256];
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
@@ -763,7 +763,7 @@ static void test_adaptive(void) {
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
                     const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
-                    PpSimOptions o = {0.2, seed};
+                    PpSimOptions o = {0.2, seed, NULL};
                     PpSimResult r, q;
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
@@ -792,7 +792,7 @@ static void test_adaptive(void) {
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
     for (int e = 0; e < 2; e++) {
-        PpSimOptions o = {e ? 0.2 : 0.0, 1};
+        PpSimOptions o = {e ? 0.2 : 0.0, 1, NULL};
         PpSimResult r;
         char err[256];
         CHECK(pp_sim_run_opts(&d, PP_HINT_1F1B, PP_MODE_ADAPTIVE, c1, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock,
@@ -838,7 +838,7 @@ static void test_plan_fit(void) {
 
     PpDurations d, est, fit;
     pp_durations_generate(&d, 32, 128, 1.0, PP_GEN_MM, 1, 0, 0.02);
-    PpSimOptions o = {0.2, 1};
+    PpSimOptions o = {0.2, 1, NULL};
     pp_sim_estimated_durations(&d, 1, &o, &est);
     pp_durations_smooth(&est, &fit);
     double raw = 0, fitted = 0, c0 = 0, n0 = 0, n1 = 0;
