@@ -7,17 +7,27 @@
 #      hints 1f1b / zb-h1, caps 1x / 1.5x / 2x, 5 seeds, E = 0.2;
 #   2. the varied set: sim.sh's generator at two more variances and our own second generator (stage
 #      imbalance, stragglers, text-only microbatches, M = 2P and 4P), P = 8 and 32, 6 seeds, E = 0.2, 0.1, 0.
+# Each set runs twice: one step per case (the plan alone: nothing to learn from), and STEPS steps per case
+# (default 10: a run's first steps, fresh durations and estimates per step, adaptive's learner carried
+# across them; the ratio is of the run totals).
 # Each prints a table per (generator, P, hint, cap): the worst ratio over seeds (** above 1.005), the mean,
 # and the range of fixed / ready; then the count of cases above 1.005 and the worst.
 #
 # Usage: bench/adaptive.sh [path/to/rrfp-bench-adaptive] [MODE]   (default build/rrfp-bench-adaptive, adaptive)
+#        (STEPS=K for the run length; ONLY=1 or ONLY=K: only the one-step or only the K-step runs)
 set -euo pipefail
 BIN=${1:-build/rrfp-bench-adaptive}
 MODE=${2:-adaptive}
-echo "## 1. bench/sim.sh's table (estimate error 0.2)"
-"$BIN" --simsh --ps "4 8 32 128" --seeds 5 --error 0.2 --mode "$MODE"
-for e in 0.2 0.1 0; do
+STEPS=${STEPS:-10}
+for k in 1 "$STEPS"; do
+  [ -n "${ONLY:-}" ] && [ "$ONLY" != "$k" ] && continue
+  echo "# $k step(s) per case"
+  echo "## 1. bench/sim.sh's table (estimate error 0.2)"
+  "$BIN" --simsh --ps "4 8 32 128" --seeds 5 --error 0.2 --mode "$MODE" --steps "$k"
+  for e in 0.2 0.1 0; do
+    echo
+    echo "## 2. the varied set, estimate error $e"
+    "$BIN" --ps "8 32" --seeds 6 --error "$e" --mode "$MODE" --steps "$k"
+  done
   echo
-  echo "## 2. the varied set, estimate error $e"
-  "$BIN" --ps "8 32" --seeds 6 --error "$e" --mode "$MODE"
 done

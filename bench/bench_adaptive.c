@@ -11,7 +11,12 @@
  * min(makespan(fixed), makespan(ready)). Prints the worst ratio per group, the cases above 1.005 and the
  * worst overall; exits 1 when any case is above --target (default: report only).
  *
+ * --steps K: a case is a run of K steps (fresh durations and estimates per step) and the ratio is of the
+ * run totals; adaptive keeps one learner over the run (sim.h, PpPlanLearn: it learns the choice from each
+ * finished step's measured durations; --no-learn plans each step on its own). K = 1: the one-step case.
+ *
  * Usage: rrfp-bench-adaptive [--seeds N] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all] [--simsh]
+ *                            [--steps K] [--no-learn] [--mode-cap C]
  *   --all prints every case (TSV) on stderr; --mode-cap C runs MODE at cap C instead of the case's (to
  *   compare policies); --simsh: bench/sim.sh's two generators only (its table:
  *   --simsh --ps "4 8 32 128" --seeds 5). */
@@ -95,11 +100,12 @@ static const Gen gens[] = {
     {"varied mm 0.8", 1, 1, 0.8, 4},
 };
 
-static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, double err_e, uint64_t seed) {
+static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, double err_e, uint64_t seed,
+                  PpPlanLearn* learn) {
     PpCap c = {PP_CAP_DEFAULT, 0};
     char err[512];
     if (cap && pp_cap_parse(cap, &c, err, sizeof err)) rr_die("bad cap %s", cap);
-    PpSimOptions o = {err_e, seed};
+    PpSimOptions o = {err_e, seed, learn};
     PpSimResult r;
     if (pp_sim_run_opts(d, h, mode, c, 1, &o, &r, err, sizeof err)) rr_die("sim: %s", err);
     if (r.deadlock) rr_die("sim: deadlock: %s", r.msg);
@@ -109,7 +115,7 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
 }
 
 int main(int argc, char** argv) {
-    int seeds = 6, all = 0, simsh = 0;
+    int seeds = 6, all = 0, simsh = 0, steps = 1, learn_on = 1;
     const char* mode_cap = NULL;
     const char* ps = "8 32";
     double e = 0.2, target = 0;
@@ -117,6 +123,8 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ps") && i + 1 < argc) ps = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-learn")) learn_on = 0;
         else if (!strcmp(argv[i], "--error") && i + 1 < argc) e = atof(argv[++i]);
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = atof(argv[++i]);
         else if (!strcmp(argv[i], "--all")) all = 1;
@@ -129,7 +137,7 @@ int main(int argc, char** argv) {
             }
         } else {
             fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--ps \"8 32\"] [--error E] [--mode MODE] "
-                            "[--target T] [--all] [--simsh] [--mode-cap C]\n");
+                            "[--target T] [--all] [--simsh] [--mode-cap C] [--steps K] [--no-learn]\n");
             return 2;
         }
     }
@@ -147,7 +155,9 @@ int main(int argc, char** argv) {
     double worst = 0, logsum = 0;
     char worst_case[256] = "";
     int n_cases = 0, n_over = 0;
-    printf("mode %s, estimate error %g, %d seeds, P in {%s}\n\n", pp_mode_name(mode), e, seeds, ps);
+    if (steps < 1 || steps > 10000) rr_die("--steps %d out of [1, 10000]", steps);
+    printf("mode %s, estimate error %g, %d seeds, P in {%s}, %d step%s per case (run totals)\n\n", pp_mode_name(mode), e,
+           seeds, ps, steps, steps > 1 ? "s" : "");
     printf("| generator | P | M | hint | cap | worst %s / best(fixed, ready) | mean | fixed/ready range |\n",
            pp_mode_name(mode));
     printf("|---|---|---|---|---|---|---|---|\n");
@@ -158,13 +168,23 @@ int main(int argc, char** argv) {
                     int P = Ps[ip], M = gens[g].m_per_p * P, split = hints[ih] == PP_HINT_ZBH1;
                     double gw = 0, gsum = 0, frmin = INFINITY, frmax = 0;
                     for (int s = 1; s <= seeds; s++) {
-                        PpDurations d;
-                        if (gens[g].varied) gen_varied(&d, P, M, gens[g].mm, gens[g].v, (uint64_t)s, split);
-                        else pp_durations_generate(&d, P, M, gens[g].v, gens[g].mm ? PP_GEN_MM : PP_GEN_TEXT, (uint64_t)s,
-                                                   split, 0.02);
-                        double f = run(&d, hints[ih], PP_MODE_FIXED, NULL, e, (uint64_t)s);
-                        double r = run(&d, hints[ih], PP_MODE_READY, caps[ic], e, (uint64_t)s);
-                        double a = run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, (uint64_t)s);
+                        /* a run of `steps` steps: fresh durations and estimates per step (step k's seed
+                         * s + 1000 k; step 0 is the one-step case), one learner for the run; the totals */
+                        double f = 0, r = 0, a = 0;
+                        PpPlanLearn learn;
+                        memset(&learn, 0, sizeof learn);
+                        for (int k = 0; k < steps; k++) {
+                            uint64_t sk = (uint64_t)s + 1000u * (uint64_t)k;
+                            PpDurations d;
+                            if (gens[g].varied) gen_varied(&d, P, M, gens[g].mm, gens[g].v, sk, split);
+                            else pp_durations_generate(&d, P, M, gens[g].v, gens[g].mm ? PP_GEN_MM : PP_GEN_TEXT, sk,
+                                                       split, 0.02);
+                            f += run(&d, hints[ih], PP_MODE_FIXED, NULL, e, sk, NULL);
+                            r += run(&d, hints[ih], PP_MODE_READY, caps[ic], e, sk, NULL);
+                            a += run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, sk,
+                                     mode == PP_MODE_ADAPTIVE && learn_on ? &learn : NULL);
+                            pp_durations_free(&d);
+                        }
                         double best = f < r ? f : r, ratio = a / best;
                         if (f / r < frmin) frmin = f / r;
                         if (f / r > frmax) frmax = f / r;
@@ -181,7 +201,6 @@ int main(int argc, char** argv) {
                             snprintf(worst_case, sizeof worst_case, "%s P=%d M=%d %s %s seed %d (fixed %.4f ready %.4f %s %.4f)",
                                      gens[g].name, P, M, pp_hint_name(hints[ih]), caps[ic], s, f, r, pp_mode_name(mode), a);
                         }
-                        pp_durations_free(&d);
                     }
                     printf("| %s | %d | %d | %s | %s | %.4f%s | %.4f | %.3f .. %.3f |\n", gens[g].name, P, M,
                            pp_hint_name(hints[ih]), caps[ic], gw, gw > 1.005 ? " **" : "", gsum / seeds, frmin, frmax);

@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
         sp[c] = &stages[c];
     }
 
-    int failures = 0, runs = 0;
+    int failures = 0, runs = 0, adaptive_learned = 0, adaptive_planned = 0;
     double worst_rel = 0;
     for (int h = 0; h < PP_HINT_COUNT; h++) {
         if (vshape ? !pp_hint_vshape((PpHint)h)
@@ -313,10 +313,18 @@ int main(int argc, char** argv) {
                      * model), as every step after the first does */
                     if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                         rr_die("pipeline_step (warm-up): %s", err);
+                    /* adaptive: a second planned step, so the checked step's choice is its learner's
+                     * (it has observed one step in hindsight) */
+                    if (mode == PP_MODE_ADAPTIVE && var == 0) {
+                        if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                            rr_die("pipeline_step (warm-up 2): %s", err);
+                        if (st.predicted[0] > 0 && st.predicted[2] > 0) adaptive_planned++;
+                    }
                 }
                 for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
                 if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                     rr_die("pipeline_step: %s", err);
+                if (mode == PP_MODE_ADAPTIVE && var == 0 && st.learned > 0) adaptive_learned++;
                 double loss = 0, my = st.loss_sum * scale;
                 MPI_Allreduce(&my, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                 int bad = 0;
@@ -424,6 +432,12 @@ int main(int argc, char** argv) {
         printf("pipeline P=%d chunks=%d M=%d: %d runs, %d failed, largest gradient difference %.3g of max |g|\n", P,
                chunks, M, runs, failures, worst);
     /* the verdict is every rank's: a failure seen on any rank fails the test on all of them */
+    /* adaptive's learner ran: every step after a planned one (ready and fixed both predicted) learned */
+    if (adaptive_learned < adaptive_planned || (adaptive_planned == 0 && chunks == 1 && !vshape && !on_cuda)) {
+        fprintf(stderr, "rank %d: adaptive's learner observed %d of %d planned warm-up steps\n", rank, adaptive_learned,
+                adaptive_planned);
+        failures++;
+    }
     int all_failures = 0;
     MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     failures = all_failures;

@@ -701,7 +701,7 @@ static void test_lookahead_sim(void) {
                     PpCap cap;
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
-                    PpSimOptions o = {0.2, seed};
+                    PpSimOptions o = {0.2, seed, NULL};
                     for (int h = 0; h < PP_HINT_COUNT; h++) {
                         if (h == PP_HINT_INTERLEAVED || pp_hint_vshape((PpHint)h)) continue;
                         const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
@@ -730,7 +730,7 @@ static void test_lookahead_sim(void) {
     PpDurations d;
     pp_durations_generate(&d, 32, 128, 0.1, PP_GEN_TEXT, 1, 0, 0.02);
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
-    PpSimOptions o = {0.2, 1};
+    PpSimOptions o = {0.2, 1, NULL};
     PpSimResult r;
     char err[256];
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
@@ -763,7 +763,7 @@ static void test_adaptive(void) {
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
                     const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
-                    PpSimOptions o = {0.2, seed};
+                    PpSimOptions o = {0.2, seed, NULL};
                     PpSimResult r, q;
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
@@ -792,7 +792,7 @@ static void test_adaptive(void) {
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
     for (int e = 0; e < 2; e++) {
-        PpSimOptions o = {e ? 0.2 : 0.0, 1};
+        PpSimOptions o = {e ? 0.2 : 0.0, 1, NULL};
         PpSimResult r;
         char err[256];
         CHECK(pp_sim_run_opts(&d, PP_HINT_1F1B, PP_MODE_ADAPTIVE, c1, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock,
@@ -838,7 +838,7 @@ static void test_plan_fit(void) {
 
     PpDurations d, est, fit;
     pp_durations_generate(&d, 32, 128, 1.0, PP_GEN_MM, 1, 0, 0.02);
-    PpSimOptions o = {0.2, 1};
+    PpSimOptions o = {0.2, 1, NULL};
     pp_sim_estimated_durations(&d, 1, &o, &est);
     pp_durations_smooth(&est, &fit);
     double raw = 0, fitted = 0, c0 = 0, n0 = 0, n1 = 0;
@@ -960,6 +960,50 @@ static void test_large(void) {
     pp_durations_free(&d);
 }
 
+/* adaptive's learner (sim.h, PpPlanLearn): with nothing learned the choice is the plan's rule; a step
+ * observed records the hindsight log(ready / fixed) of the simulated modes on the measured durations and
+ * the plan's error on it; after one step the hindsight decides; after more, the estimate with the smaller
+ * spread over the past steps dominates (the hindsight when the steps are alike, the corrected plan when
+ * its error is steady); a step without both predictions is not recorded. */
+static void test_plan_learn(void) {
+    PpPlanLearn L;
+    memset(&L, 0, sizeof L);
+    double pf[3] = {1.01, NAN, 1.0}, pr[3] = {0.99, NAN, 1.0}, pl[3] = {1.0, 0.9, 1.0}, pn[3] = {1.0, NAN, NAN};
+    CHECK(pp_plan_learn_choose(&L, pf) == PP_MODE_FIXED && pp_plan_learn_choose(&L, pr) == PP_MODE_READY,
+          "nothing learned: the plan's choice");
+    CHECK(pp_plan_learn_choose(&L, pl) == PP_MODE_LOOKAHEAD && pp_plan_learn_choose(&L, pn) == PP_MODE_READY,
+          "lookahead past its margin; ready when fixed is not a candidate");
+    PpDurations d;
+    pp_durations_generate(&d, 4, 16, 0.1, PP_GEN_TEXT, 2, 1, 0.02);
+    PpCap c15 = {PP_CAP_MULTIPLE, 1.5};
+    double r = sim_makespan(&d, PP_HINT_ZBH1, PP_MODE_READY, c15, 1), f = sim_makespan(&d, PP_HINT_ZBH1, PP_MODE_FIXED, c15, 1);
+    double p0[3] = {2.0, NAN, 1.0};
+    CHECK(pp_plan_learn_observe(&L, &d, PP_HINT_ZBH1, c15, 1, pn) == -1 && L.n == 0, "no fixed prediction: not recorded");
+    CHECK(pp_plan_learn_observe(&L, &d, PP_HINT_ZBH1, c15, 1, p0) == 0 && L.n == 1, "a step recorded");
+    CHECK(fabs(L.h_sum - log(r / f)) < 1e-12 && fabs(L.d_sum - (log(r / f) - log(2.0))) < 1e-12,
+          "hindsight %g (ready %g fixed %g), plan error %g", L.h_sum, r, f, L.d_sum);
+    pp_durations_free(&d);
+    /* one step: the hindsight alone decides, whatever the plan predicts */
+    memset(&L, 0, sizeof L);
+    L.n = 1, L.h_sum = log(0.97), L.d_sum = -0.05;
+    CHECK(pp_plan_learn_choose(&L, pf) == PP_MODE_READY, "hindsight says ready 3%% faster");
+    L.h_sum = log(1.03);
+    CHECK(pp_plan_learn_choose(&L, pr) == PP_MODE_FIXED, "hindsight says fixed 3%% faster");
+    /* two steps alike (hindsight -3%, -2.9%), the plan's error spread wide: the hindsight decides */
+    memset(&L, 0, sizeof L);
+    double hs[2] = {-0.03, -0.029}, ds[2] = {-0.05, 0.04};
+    for (int i = 0; i < 2; i++) L.n++, L.h_sum += hs[i], L.h_sq += hs[i] * hs[i], L.d_sum += ds[i], L.d_sq += ds[i] * ds[i];
+    CHECK(pp_plan_learn_choose(&L, pf) == PP_MODE_READY, "alike steps: the hindsight");
+    /* steps that differ (hindsight -5%, +5%), the plan's error steady (+1%): the corrected plan decides */
+    memset(&L, 0, sizeof L);
+    double hs2[2] = {-0.05, 0.05}, ds2[2] = {0.01, 0.0101};
+    for (int i = 0; i < 2; i++)
+        L.n++, L.h_sum += hs2[i], L.h_sq += hs2[i] * hs2[i], L.d_sum += ds2[i], L.d_sq += ds2[i] * ds2[i];
+    double p98[3] = {0.98, NAN, 1.0}, p100[3] = {1.0, NAN, 1.0};
+    CHECK(pp_plan_learn_choose(&L, p98) == PP_MODE_READY && pp_plan_learn_choose(&L, p100) == PP_MODE_FIXED,
+          "steady plan error: the corrected plan");
+}
+
 int main(int argc, char** argv) {
     struct {
         const char* name;
@@ -982,6 +1026,7 @@ int main(int argc, char** argv) {
         {"lookahead_sim", test_lookahead_sim},
         {"adaptive", test_adaptive},
         {"plan_fit", test_plan_fit},
+        {"plan_learn", test_plan_learn},
         {"vhints", test_vhints},
         {"large", test_large},
     };

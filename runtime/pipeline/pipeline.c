@@ -72,6 +72,13 @@ struct Pipeline {
     uint8_t* ahead_sent;   /* (chunks, 3, M) lookahead: the ahead-notice of this task's output went out */
     int look;              /* this step's ranks send start notices (lookahead, or adaptive's choice of it) */
     PpMode step_mode;      /* the mode this step runs under (adaptive: its plan's choice) */
+    /* adaptive's learner (sim.h, PpPlanLearn): this rank's measured task durations of the step being run
+     * (3, meas_M: kind x microbatch, chunks summed), valid once that step finished (meas_ok), and the
+     * plan's predictions for it; the next step's plan shares them over the pipeline group */
+    double* meas;
+    int meas_M, meas_ok;
+    double meas_pred[3];
+    PpPlanLearn learn;
     PipelineGradsDone grads_done;
     void* grads_done_ctx;
     int* grad_tasks;       /* (chunks) weight-gradient tasks (W, or fused B) finished this step */
@@ -333,6 +340,7 @@ void pipeline_free(Pipeline* p) {
     free(p->host_out);
     free(p->order);
     free(p->cost_s);
+    free(p->meas);
     free(p->cost_u);
     free(p->notice_in);
     free(p->ahead_sent);
@@ -590,23 +598,45 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     for (int i = 0; i < 3; i++) pred[i] = NAN;
     *mode = PP_MODE_LOOKAHEAD;
     double* rate = NULL; /* (P, V, 3): seconds per unit, 0 = unknown */
-    if (!cfg->estimate) {
-        size_t n = (size_t)P * (size_t)V * 6;
-        double* su = callocCheck(n, sizeof(double));
-        for (int k = 0; k < V * 3; k++) {
-            su[((size_t)cfg->rank * V * 3 + k) * 2] = p->cost_s[k];
-            su[((size_t)cfg->rank * V * 3 + k) * 2 + 1] = p->cost_u[k];
-        }
+    /* the learner's sample: the last step's measured durations of every rank, when that step was planned
+     * (the same on every rank: its predictions came from the shared plan) */
+    int learn = p->meas_ok && p->meas_pred[0] > 0 && p->meas_pred[2] > 0;
+    size_t n_cost = cfg->estimate ? 0 : (size_t)P * (size_t)V * 6, n_meas = learn ? (size_t)P * 3 * p->meas_M : 0;
+    double* su = NULL;
+    if (n_cost + n_meas > 0) {
+        su = callocCheck(n_cost + n_meas, sizeof(double));
+        if (n_cost)
+            for (int k = 0; k < V * 3; k++) {
+                su[((size_t)cfg->rank * V * 3 + k) * 2] = p->cost_s[k];
+                su[((size_t)cfg->rank * V * 3 + k) * 2 + 1] = p->cost_u[k];
+            }
+        if (n_meas) memcpy(su + n_cost + (size_t)cfg->rank * 3 * p->meas_M, p->meas, sizeof(double) * 3 * p->meas_M);
         char e[512];
-        if (comm_allreduce(p->comm, su, n, COMM_F64, COMM_SUM, e, sizeof e) != 0) {
+        if (comm_allreduce(p->comm, su, n_cost + n_meas, COMM_F64, COMM_SUM, e, sizeof e) != 0) {
             snprintf(err, err_len, "pipeline rank %d: sharing the cost model (adaptive mode): %s", cfg->rank, e);
             free(su);
             return -1;
         }
+    }
+    if (n_cost) {
         rate = mallocCheck(sizeof(double) * (size_t)P * V * 3);
         for (size_t k = 0; k < (size_t)P * V * 3; k++) rate[k] = su[2 * k + 1] > 0 ? su[2 * k] / su[2 * k + 1] : 0;
-        free(su);
     }
+    if (n_meas) { /* the last step in hindsight: ready and fixed simulated on what its tasks took */
+        int Mp = p->meas_M;
+        PpDurations md = {.P = P, .M = Mp, .split = cfg->split, .latency = cfg->plan_latency_s};
+        md.F = callocCheck((size_t)P * Mp, sizeof(double));
+        md.B = callocCheck((size_t)P * Mp, sizeof(double));
+        if (cfg->split) md.W = callocCheck((size_t)P * Mp, sizeof(double));
+        double* mm[3] = {md.F, md.B, md.W};
+        for (int r = 0; r < P; r++)
+            for (int k = 0; k < (cfg->split ? 3 : 2); k++)
+                memcpy(mm[k] + (size_t)r * Mp, su + n_cost + ((size_t)r * 3 + k) * Mp, sizeof(double) * Mp);
+        pp_plan_learn_observe(&p->learn, &md, cfg->hint, cfg->cap, V, p->meas_pred);
+        pp_durations_free(&md);
+    }
+    free(su);
+    p->meas_ok = 0;
     PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
     est.F = callocCheck((size_t)P * M, sizeof(double));
     est.B = callocCheck((size_t)P * M, sizeof(double));
@@ -632,8 +662,15 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                 }
                 mats[k][(size_t)r * M + m] = v;
             }
-    if (known) /* fixed ignores the activation byte budget: not a candidate under one */
-        *mode = pp_sim_plan(&est, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
+    if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
+        pp_sim_plan(&est, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
+        *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: pp_sim_plan's choice */
+    }
+    /* this step's measurements start empty */
+    p->meas = reallocCheck(p->meas, sizeof(double) * 3 * (size_t)M);
+    memset(p->meas, 0, sizeof(double) * 3 * (size_t)M);
+    p->meas_M = M;
+    for (int i = 0; i < 3; i++) p->meas_pred[i] = pred[i];
     pp_durations_free(&est);
     free(rate);
     return 0;
@@ -846,6 +883,7 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
             double t1 = rr_now();
             busy += t1 - t0;
             p->cost_s[t.chunk * 3 + t.kind] += t1 - t0;
+            if (p->meas) p->meas[(size_t)t.kind * p->meas_M + t.mb] += t1 - t0;
             p->cost_u[t.chunk * 3 + t.kind] += task_units(p, t);
             pp_dispatcher_finished(&d, t);
             if (trace) pp_trace_task_stage(trace, cfg->rank, cfg->P, vstage(p, t.chunk), t, t0, t1);
@@ -899,6 +937,8 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     out->loss_sum = loss_sum;
     out->busy_s = busy;
     out->wall_s = t_end - t_start;
+    if (p->meas) p->meas_ok = 1; /* adaptive: the next step's plan learns from this one */
+    out->learned = p->learn.n;
     out->wait_s = out->wall_s - busy;
     out->peak_inflight = d.peak_inflight;
     out->decisions = d.n_decisions;

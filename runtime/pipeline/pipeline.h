@@ -67,6 +67,7 @@ typedef struct {
     long waits;         /* lookahead: decisions that stayed idle for an announced input */
     PpMode mode;        /* the mode the step ran under (adaptive: the plan's choice) */
     double predicted[3];/* adaptive: predicted makespans (s) of ready, lookahead, fixed; NAN = none */
+    int learned;        /* adaptive: past steps its learner has observed (sim.h, PpPlanLearn) */
     double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
     /* leader-decides (tp > 1, ready): choices sent (leader) or received (peer); the peer's time from a
      * choice's arrival until the chosen task's inputs were there; the time spent sending/receiving

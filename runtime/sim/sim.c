@@ -739,6 +739,43 @@ PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, i
     return m;
 }
 
+PpMode pp_plan_learn_choose(const PpPlanLearn* L, const double pred[3]) {
+    double c[3] = {pred[0], pred[1], pred[2]};
+    if (L->n > 0 && c[0] > 0 && c[2] > 0) {
+        int n = L->n;
+        double hm = L->h_sum / n, dm = L->d_sum / n;
+        double pc = log(c[0] / c[2]) + dm;  // the plan's log(ready / fixed), corrected by its mean past error
+        double est = hm;                    // one step: the hindsight alone (no variance yet)
+        if (n >= 2) {
+            double vh = (L->h_sq - n * hm * hm) / (n - 1), vd = (L->d_sq - n * dm * dm) / (n - 1);
+            if (!(vh > 1e-12)) vh = 1e-12;
+            if (!(vd > 1e-12)) vd = 1e-12;
+            est = (hm / vh + pc / vd) / (1 / vh + 1 / vd);
+        }
+        c[0] = c[2] * exp(est);
+    }
+    PpMode m = PP_MODE_READY;
+    double best = c[0];
+    if (!isnan(c[2]) && !(c[0] < c[2] * (1 - PP_PLAN_MARGIN))) m = PP_MODE_FIXED, best = c[2];
+    if (!isnan(c[1]) && c[1] < best * (1 - PP_PLAN_LOOKAHEAD_MARGIN)) m = PP_MODE_LOOKAHEAD;
+    return m;
+}
+
+static double plan_run(const PpDurations* d, PpHint hint, PpMode m, PpCap cap, int chunks);
+
+int pp_plan_learn_observe(PpPlanLearn* L, const PpDurations* measured, PpHint hint, PpCap cap, int chunks,
+                          const double pred[3]) {
+    if (!(pred[0] > 0) || !(pred[2] > 0)) return -1;
+    double hr = plan_run(measured, hint, PP_MODE_READY, cap, chunks);
+    double hf = plan_run(measured, hint, PP_MODE_FIXED, cap, chunks);
+    if (!(hr > 0) || !(hf > 0)) return -1;
+    double h = log(hr / hf), dd = h - log(pred[0] / pred[2]);
+    L->h_sum += h, L->h_sq += h * h;
+    L->d_sum += dd, L->d_sq += dd * dd;
+    L->n++;
+    return 0;
+}
+
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
                     PpSimResult* res, char* err, size_t errlen) {
     memset(res, 0, sizeof *res);
@@ -751,9 +788,12 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         pp_sim_estimated_durations(d, chunks, opt, &est);
         PpMode chosen = pp_sim_plan(&est, hint, cap, chunks, 1, pred);
         pp_durations_free(&est);
+        PpPlanLearn* L = opt ? opt->learn : NULL;
+        if (L) chosen = pp_plan_learn_choose(L, pred);
         int rc = pp_sim_run_opts(d, hint, chosen, cap, chunks, opt, res, err, errlen);
         if (rc == 0)
             for (int i = 0; i < 3; i++) res->predicted[i] = pred[i];
+        if (rc == 0 && L && !res->deadlock) pp_plan_learn_observe(L, d, hint, cap, chunks, pred);
         return rc;
     }
     res->chosen = mode;

@@ -77,9 +77,11 @@ int pp_sim_run(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int ch
 /* What a rank's cost model knows (lookahead): the estimate of a task is its true duration times a
  * factor drawn uniformly from [1 - estimate_error, 1 + estimate_error], per (rank, task), as a pure
  * function of estimate_seed (the same draw for every mode and hint). estimate_error 0 = exact. */
+typedef struct PpPlanLearn PpPlanLearn;
 typedef struct {
     double estimate_error;  // in [0, 1)
     uint64_t estimate_seed;
+    PpPlanLearn* learn;     // adaptive: the run's learner (below), read and updated by the step; NULL = none
 } PpSimOptions;
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
                     PpSimResult* res, char* err, size_t errlen);
@@ -108,6 +110,29 @@ void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOpt
  * residual noise (sim.c, fit_low_rank). out gets its own arrays (pp_durations_free). */
 void pp_durations_smooth(const PpDurations* in, PpDurations* out);
 void pp_sim_result_free(PpSimResult* r);
+
+/* adaptive's online choice across the steps of a run (docs/scheduler.md, "Learning the choice").
+ * After a step every rank knows the durations its tasks took; the step's hindsight is the simulated
+ * makespan of ready and of fixed on those measured durations (pp_plan_learn_observe), free of the
+ * estimate error the plan suffered. Two estimates of the next step's log(ready / fixed) follow: the mean
+ * hindsight ratio of the past steps (steps of a run draw from the same workload), and the plan's
+ * prediction for the step plus the plan's mean past error on that ratio. pp_plan_learn_choose weighs them
+ * by the inverse of their variances over the past steps (one step: the hindsight alone; none: the plan
+ * as pp_sim_plan) and takes ready when the blend says it is faster (lookahead as pp_sim_plan). Every
+ * step gives one sample, whichever mode ran: no exploratory steps. A run starts zeroed (memset);
+ * deterministic, so ranks that share the measured durations keep the same state. */
+struct PpPlanLearn {
+    int n;                  // steps observed
+    double h_sum, h_sq;     // sums of log(h_ready / h_fixed) (hindsight) and of its square
+    double d_sum, d_sq;     // sums of the plan's error on it, log(h_r / h_f) - log(pred_r / pred_f), and its square
+};
+/* The mode to run given the plan's predictions pred[3] (pp_sim_plan; NAN = not a candidate) */
+PpMode pp_plan_learn_choose(const PpPlanLearn* L, const double pred[3]);
+/* Record a finished step: the plan's predictions pred[3] and `measured`, the durations its tasks took
+ * (what the ranks measured; in the simulator the true durations). Returns 0, or -1 when the step had no
+ * ready-vs-fixed choice or a hindsight simulation failed (nothing recorded). */
+int pp_plan_learn_observe(PpPlanLearn* L, const PpDurations* measured, PpHint hint, PpCap cap, int chunks,
+                          const double pred[3]);
 
 /* Dry run before a real step: simulate the hint x mode x cap on uniform durations (F = 1, B = 2, or
  * B = W = 1 when split; latency 0) and report whether every rank finishes. Returns 0, or -1 with the
