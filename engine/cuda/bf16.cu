@@ -9,6 +9,7 @@
 // exact. Stored activations are rounded in place by round_bf16_kernel after the f32 op that wrote
 // them (a separate pass: fusing it into each kernel's store is a speed-up, not a change of result).
 #include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
 #include "engine/gemm_lt_desc.h"
 
@@ -243,11 +244,12 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
 }
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu: never run on a device yet,
-    // self-checked on first use); its output is bf16 already
+    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu, self-checked on first use); its
+    // output is bf16 already. Else the own tensor-core kernel (flash_attention.cu), which rounds its store.
     if (cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal)) return;
-    cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
-    round_bf16_cuda(out, out, (size_t)T * H * d, cuda_stream(be));
+    cuda_flash_attention_forward_f32(cuda_stream(be), out, lse, q, k, v, cu_seqlens, S, T, H, H, d, ld_qkv, ld_qkv, H * d,
+                                     causal, 1);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
 }
 
 // The backward: cuDNN's where opted in and it takes the shape (attention_cudnn.cu), else the own kernel.
@@ -256,5 +258,7 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
                                   const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
     if (cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal))
         return;
-    cuda_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
+    cuda_flash_attention_backward_f32(cuda_stream(be), dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, H, d,
+                                      ld_qkv, ld_qkv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
 }

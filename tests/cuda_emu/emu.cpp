@@ -457,6 +457,7 @@ struct Fiber {
     unsigned mask; /* of the shuffle it waits at */
 };
 struct Warp {
+    uint32_t mma[2][32][6]; /* emu_mma_m16n8k16_bf16: each lane's a[4], b[2] */
     uint64_t slot[2][32];
     unsigned slot_gen[2][32];
     unsigned gen;
@@ -545,6 +546,41 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src_lane, int xor_mask)
         return bits;
     }
     return w.slot[buf][s];
+}
+
+/* A warp-collective exchange as a shuffle's (the same generation and release), of each lane's fragments. */
+void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned gen = w.gen;
+    int buf = gen & 1;
+    memcpy(w.mma[buf][lane], a, 4 * sizeof(uint32_t));
+    memcpy(w.mma[buf][lane] + 4, b, 2 * sizeof(uint32_t));
+    w.slot_gen[buf][lane] = gen;
+    f->mask = 0xffffffffu;
+    fiber_yield(F_SHUFFLE);
+    for (int l = 0; l < 32; l++)
+        if (w.slot_gen[buf][l] != gen) {
+            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: mma.sync without lane %d of its warp",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+            return;
+        }
+    int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float acc = d[i];
+        for (int kk = 0; kk < 16; kk++) {
+            /* A[row][kk]: lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8), half kk & 1 */
+            uint32_t ar = w.mma[buf][4 * (row % 8) + (kk % 8) / 2][(row >= 8) + 2 * (kk >= 8)];
+            /* B[kk][col]: lane 4 col + (kk % 8) / 2, register (kk >= 8), half kk & 1 */
+            uint32_t br = w.mma[buf][4 * col + (kk % 8) / 2][4 + (kk >= 8)];
+            float av = rr_bf16_to_f32((uint16_t)(kk & 1 ? ar >> 16 : ar & 0xffffu));
+            float bv = rr_bf16_to_f32((uint16_t)(kk & 1 ? br >> 16 : br & 0xffffu));
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
 }
 
 void* emu_dynamic_smem(void) { return dyn_smem.data() + EMU_GUARD; }

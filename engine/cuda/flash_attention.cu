@@ -1,0 +1,539 @@
+// flash_attention.cu — the backend's own tensor-core attention over packed variable-length sequences
+// (cu_seqlens), FlashAttention-2 style: the path of the bf16 table wherever cuDNN's fused attention is
+// absent, refuses the shape, or disagrees (attention_cudnn.cu). The fp32 table keeps attention.cu's
+// fp32 kernel (exact f32 arithmetic; this one multiplies bf16 operands).
+//
+// Shapes: any sample length (1 .. 2^31 / H tokens in all), head dims 1..256 (padded with zeros to DP,
+// one of 32, 64, 96, 128, 256, in shared memory only), causal or bidirectional within each sample,
+// GQA (Hkv key/value heads, Hkv dividing H; query head h reads key/value head h / (H / Hkv)).
+// Storage T of q, k, v, out, dout, dq, dk, dv: __nv_bfloat16 (bf16 storage) or float (converted to bf16
+// on load; the bf16 table stores bf16 values in f32 buffers, so the conversion is exact there); lse f32.
+//
+// Math: mma.sync m16n8k16, bf16 x bf16 -> f32 (the CPU emulation, tests/cuda_emu, runs the same
+// instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
+// in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
+// as FlashAttention-2 does. Memory O(T): no T x T matrix, no scratch; D = rowsum(dout * out) is
+// recomputed where needed.
+//
+// Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
+// query rows; K and V stream through shared memory in tiles of 64 keys (V stored transposed so that
+// its B fragments are 32-bit loads). Causal: key tiles past the query tile's last row are skipped.
+// Backward: two kernels, no atomics, deterministic (every output element has one writer):
+//   dq: per (query tile, head) like the forward: S, P = exp(S - lse), dP = dO V^T, dS = P (dP - D),
+//       dQ += dS K;
+//   dk, dv: per (64-key tile, key/value head); over the query heads of its group and the query tiles
+//       (causal: from the key tile on): S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
+//       dS^T = P^T (dP^T - D), dK += dS^T Q.
+// Gradients are ADDED to dq, dk, dv (engine.h); NULL ones are skipped.
+// Blocks find their (sample, tile) by walking cu_seqlens: the grid has ceil(T / 64) + S blocks in x.
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/attention_path.h"
+#include "engine/cuda/cuda_ops.cuh"
+
+#define FA_BQ 64      // query rows of a block (16 per warp)
+#define FA_BK 64      // keys per streamed tile
+#define FA_WARPS 4
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_MAX_D 256
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+typedef uint16_t bf16_t; // the bits of a bf16 value (shared memory and fragments)
+
+// ---- the tensor-core instruction -------------------------------------------------------------------
+// d (16x8 f32) += a (16x16 bf16, row) * b (16x8 bf16, col); fragments as PTX's mma.m16n8k16 figures:
+// lane = 4 g + t: a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..];
+// b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]; d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1];
+// the lower 16 bits of a register hold the lower column (a) or row (b) index.
+static __device__ __forceinline__ void fa_mma(float* d, const uint32_t* a, const uint32_t* b) {
+#ifdef RR_CUDA_EMULATED
+    emu_mma_m16n8k16_bf16(d, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+static __device__ __forceinline__ uint32_t fa_ld32(const bf16_t* p) { return *(const uint32_t*)p; }
+static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+    return (uint32_t)rr_f32_to_bf16(lo) | ((uint32_t)rr_f32_to_bf16(hi) << 16);
+}
+
+// storage conversions
+static __device__ __forceinline__ bf16_t fa_to_bf16(float x) { return rr_f32_to_bf16(x); }
+static __device__ __forceinline__ bf16_t fa_to_bf16(bf16_t x) { return x; }
+static __device__ __forceinline__ float fa_to_f32(float x) { return x; }
+static __device__ __forceinline__ float fa_to_f32(bf16_t x) { return rr_bf16_to_f32(x); }
+// store an f32 result as T (bf16: rounded; f32: rounded to bf16 when round_out, the bf16 table's point)
+static __device__ __forceinline__ void fa_store(float* p, float x, int round_out) { *p = round_out ? rr_bf16_round(x) : x; }
+static __device__ __forceinline__ void fa_store(bf16_t* p, float x, int) { *p = rr_f32_to_bf16(x); }
+
+// This block's tile: sample start and length, first row of the tile. 0 for a spare block.
+static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0) {
+    int b = blockIdx.x;
+    for (int s = 0; s < S; s++) {
+        int st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st;
+        int nt = (ln + FA_BQ - 1) / FA_BQ;
+        if (b < nt) {
+            *start = st, *len = ln, *r0 = b * FA_BQ;
+            return 1;
+        }
+        b -= nt;
+    }
+    return 0;
+}
+
+// Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16:
+// row-major dst[r * lds + c], or transposed (dst[c * lds + r]) when trans; rows past len and columns
+// d .. DP are zero.
+template <int DP, typename T>
+static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, int trans, const T* src, size_t ld, int start,
+                                                    int r0, int len, size_t col0, int d) {
+    for (int i = threadIdx.x; i < FA_BQ * DP; i += FA_THREADS) {
+        int r = i / DP, c = i % DP;
+        bf16_t x = 0;
+        if (r0 + r < len && c < d) x = fa_to_bf16(src[(size_t)(start + r0 + r) * ld + col0 + c]);
+        dst[trans ? c * lds + r : r * lds + c] = x;
+    }
+}
+
+// D = dout . out for rows [r0, r0 + 64) of head h into D_s (one warp per row), lse (log2 units) into L_s
+template <typename T>
+static __device__ __forceinline__ void fa_load_rowstats(float* D_s, float* L_s, const T* dout, const T* out,
+                                                        const float* lse, size_t ldo, int start, int r0, int len, int H,
+                                                        int h, int d) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int r = warp; r < FA_BQ; r += FA_WARPS) {
+        float s = 0.0f;
+        int ok = r0 + r < len;
+        if (ok) {
+            size_t t = (size_t)start + r0 + r;
+            for (int c = lane; c < d; c += 32)
+                s += fa_to_f32(dout[t * ldo + (size_t)h * d + c]) * fa_to_f32(out[t * ldo + (size_t)h * d + c]);
+        }
+        s = warp_sum(s);
+        if (lane == 0) {
+            D_s[r] = s;
+            L_s[r] = ok ? lse[((size_t)start + r0 + r) * H + h] * FA_LOG2E : 0.0f;
+        }
+    }
+}
+
+// acc (16 rows x 8 n) for n-tiles nt of a 16-row A (rows a0 of smem A, stride lda) times B^T rows (keys /
+// queries) b0 + 8 nt of smem B (stride ldb), over DP columns: acc[nt] += A B^T
+template <int DP, int NT>
+static __device__ __forceinline__ void fa_gemm_abt(float (*acc)[4], const bf16_t* A, int lda, const bf16_t* B, int ldb) {
+    int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int ks = 0; ks < DP / 16; ks++) {
+        uint32_t a[4];
+        const bf16_t* ap = A + g * lda + ks * 16 + 2 * t;
+        a[0] = fa_ld32(ap), a[1] = fa_ld32(ap + 8 * lda), a[2] = fa_ld32(ap + 8), a[3] = fa_ld32(ap + 8 * lda + 8);
+        #pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t b[2];
+            const bf16_t* bp = B + (nt * 8 + g) * ldb + ks * 16 + 2 * t;
+            b[0] = fa_ld32(bp), b[1] = fa_ld32(bp + 8);
+            fa_mma(acc[nt], a, b);
+        }
+    }
+}
+
+// acc (16 x DP) += P (16 x 64, as 8 accumulator n-tiles p, rounded to bf16) times B (64 x DP), B given
+// transposed in smem (Bt[c * ldb + key])
+template <int DP>
+static __device__ __forceinline__ void fa_gemm_pb(float (*acc)[4], const float (*p)[4], const bf16_t* Bt, int ldb) {
+    int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int kk = 0; kk < FA_BK / 16; kk++) {
+        uint32_t a[4];
+        a[0] = fa_pack(p[2 * kk][0], p[2 * kk][1]);
+        a[1] = fa_pack(p[2 * kk][2], p[2 * kk][3]);
+        a[2] = fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+        a[3] = fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++) {
+            uint32_t b[2];
+            const bf16_t* bp = Bt + (dn * 8 + g) * ldb + kk * 16 + 2 * t;
+            b[0] = fa_ld32(bp), b[1] = fa_ld32(bp + 8);
+            fa_mma(acc[dn], a, b);
+        }
+    }
+}
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
+                                                                     const int* cu_seqlens, int S, int H, int Hkv, int d,
+                                                                     int ldq, int ldkv, int ldo, int causal,
+                                                                     float scale_log2, int round_out) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, LDT = FA_BK + 8;
+    bf16_t* Q_s = (bf16_t*)smem;        // [64][LDS]
+    bf16_t* K_s = Q_s + FA_BQ * LDS;    // [64][LDS]
+    bf16_t* Vt_s = K_s + FA_BK * LDS;   // [DP][LDT]
+    int start, len, q0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    fa_load_tile<DP>(Q_s, LDS, 0, q, ldq, start, q0, len, (size_t)h * d, d);
+
+    float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g; // this thread's rows: qrow, qrow + 8
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
+        __syncthreads(); // the previous tile consumed (and Q_s loaded, the first time)
+        fa_load_tile<DP>(K_s, LDS, 0, k, ldkv, start, k0, len, (size_t)hk * d, d);
+        fa_load_tile<DP>(Vt_s, LDT, 1, v, ldkv, start, k0, len, (size_t)hk * d, d);
+        __syncthreads();
+        float s[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        float mx[2] = {-INFINITY, -INFINITY};
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+                int valid = j < len && (!causal || j <= qi);
+                s[nt][i] = valid ? s[nt][i] * scale_log2 : -INFINITY;
+                mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
+            }
+        float corr[2], mb[2];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mn);
+            m[r] = mn;
+            mb[r] = mn == -INFINITY ? 0.0f : mn; // a row with no key yet: every p is 0
+            l[r] *= corr[r];
+        }
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float p = exp2f(s[nt][i] - mb[i >> 1]);
+                s[nt][i] = p;
+                l[i >> 1] += p;
+            }
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++) {
+            o[dn][0] *= corr[0], o[dn][1] *= corr[0];
+            o[dn][2] *= corr[1], o[dn][3] *= corr[1];
+        }
+        fa_gemm_pb<DP>(o, s, Vt_s, LDT);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        float inv = 1.0f / l[r];
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) fa_store(&out[tok * ldo + (size_t)h * d + c], o[dn][2 * r + e] * inv, round_out);
+            }
+        if (t == 0) lse[tok * H + h] = (m[r] + log2f(l[r])) * FA_LN2;
+    }
+}
+
+// ---- backward: dq ----------------------------------------------------------------------------------
+
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq, const T* dout, const T* out, const float* lse,
+                                                                         const T* q, const T* k, const T* v,
+                                                                         const int* cu_seqlens, int S, int H, int Hkv,
+                                                                         int d, int ldq, int ldkv, int ldo, int causal,
+                                                                         float scale_log2, float scale) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, LDT = FA_BK + 8;
+    float* D_s = smem;                          // [64]
+    float* L_s = D_s + FA_BQ;                   // [64] lse in log2 units
+    bf16_t* Q_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS]
+    bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* K_s = dO_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
+    bf16_t* Kt_s = V_s + FA_BK * LDS;           // [DP][LDT]
+    int start, len, q0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    fa_load_tile<DP>(Q_s, LDS, 0, q, ldq, start, q0, len, (size_t)h * d, d);
+    fa_load_tile<DP>(dO_s, LDS, 0, dout, ldo, start, q0, len, (size_t)h * d, d);
+    fa_load_rowstats(D_s, L_s, dout, out, lse, ldo, start, q0, len, H, h, d);
+
+    float acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g;
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
+        __syncthreads();
+        fa_load_tile<DP>(K_s, LDS, 0, k, ldkv, start, k0, len, (size_t)hk * d, d);
+        fa_load_tile<DP>(V_s, LDS, 0, v, ldkv, start, k0, len, (size_t)hk * d, d);
+        fa_load_tile<DP>(Kt_s, LDT, 1, k, ldkv, start, k0, len, (size_t)hk * d, d);
+        __syncthreads();
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = k0 + nt * 8 + 2 * t + (i & 1), r = 16 * warp + g + (i >> 1) * 8, qi = q0 + r;
+                int valid = j < len && qi < len && (!causal || j <= qi);
+                float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[r]) : 0.0f;
+                s[nt][i] = p * (dp[nt][i] - D_s[r]); // dS
+            }
+        fa_gemm_pb<DP>(acc, s, Kt_s, LDT);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &dq[tok * ldq + (size_t)h * d + c];
+                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                }
+            }
+    }
+}
+
+// ---- backward: dk, dv ------------------------------------------------------------------------------
+
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* dk, T* dv, const T* dout, const T* out,
+                                                                           const float* lse, const T* q, const T* k,
+                                                                           const T* v, const int* cu_seqlens, int S,
+                                                                           int H, int Hkv, int d, int ldq, int ldkv,
+                                                                           int ldo, int causal, float scale_log2,
+                                                                           float scale) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, LDT = FA_BQ + 8;
+    float* D_s = smem;                          // [64] of the streamed queries
+    float* L_s = D_s + FA_BQ;                   // [64]
+    bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS] this block's keys
+    bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
+    bf16_t* Q_s = V_s + FA_BK * LDS;            // [64][LDS] streamed queries
+    bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* Qt_s = dO_s + FA_BQ * LDS;          // [DP][LDT]
+    bf16_t* dOt_s = Qt_s + DP * LDT;            // [DP][LDT]
+    int start, len, k0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0)) return;
+    int hk = blockIdx.y, group = H / Hkv;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    fa_load_tile<DP>(K_s, LDS, 0, k, ldkv, start, k0, len, (size_t)hk * d, d);
+    fa_load_tile<DP>(V_s, LDS, 0, v, ldkv, start, k0, len, (size_t)hk * d, d);
+
+    float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
+    int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
+    for (int h = hk * group; h < (hk + 1) * group; h++) {
+        // causal: queries before the key tile see none of its keys (k0 is a multiple of 64)
+        for (int qt = causal ? k0 : 0; qt < len; qt += FA_BQ) {
+            __syncthreads();
+            fa_load_tile<DP>(Q_s, LDS, 0, q, ldq, start, qt, len, (size_t)h * d, d);
+            fa_load_tile<DP>(dO_s, LDS, 0, dout, ldo, start, qt, len, (size_t)h * d, d);
+            fa_load_tile<DP>(Qt_s, LDT, 1, q, ldq, start, qt, len, (size_t)h * d, d);
+            fa_load_tile<DP>(dOt_s, LDT, 1, dout, ldo, start, qt, len, (size_t)h * d, d);
+            fa_load_rowstats(D_s, L_s, dout, out, lse, ldo, start, qt, len, H, h, d);
+            __syncthreads();
+            float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+            fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Q_s, LDS);   // S^T: keys x queries
+            fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dO_s, LDS); // dP^T
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
+                    int valid = qi < len && kj < len && (!causal || kj <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[c]) : 0.0f;
+                    s[nt][i] = p;                          // P^T
+                    dp[nt][i] = p * (dp[nt][i] - D_s[c]); // dS^T
+                }
+            fa_gemm_pb<DP>(dv_acc, s, dOt_s, LDT);
+            fa_gemm_pb<DP>(dk_acc, dp, Qt_s, LDT);
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int kj = krow + 8 * r;
+        if (kj >= len) continue;
+        size_t tok = (size_t)start + kj;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c >= d) continue;
+                size_t idx = tok * ldkv + (size_t)hk * d + c;
+                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
+                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
+            }
+    }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------------
+
+static size_t fa_forward_smem(int DP) { return 2 * ((size_t)2 * FA_BQ * (DP + 8) + (size_t)DP * (FA_BK + 8)); }
+static size_t fa_dq_smem(int DP) {
+    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ * (DP + 8) + (size_t)DP * (FA_BK + 8));
+}
+static size_t fa_dkdv_smem(int DP) {
+    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ * (DP + 8) + (size_t)2 * DP * (FA_BQ + 8));
+}
+
+static int fa_padded_dim(int d) { return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : 256; }
+
+static void fa_check(int S, int T, int H, int Hkv, int d) {
+    if (d < 1 || d > FA_MAX_D)
+        rr_die("CUDA flash attention: head dim %d is not supported (1..%d); use more heads or the CPU backend", d,
+               FA_MAX_D);
+    if (Hkv < 1 || H % Hkv)
+        rr_die("CUDA flash attention: %d key/value heads do not divide %d query heads", Hkv, H);
+    if (H > 65535 || (size_t)T / FA_BQ + (size_t)S + 1 > 2147483647u)
+        rr_die("CUDA flash attention: %d heads, %d tokens in %d samples is beyond the launch limits", H, T, S);
+}
+
+template <int DP, typename T>
+static void fa_forward_dp(T* out, float* lse, const T* q, const T* k, const T* v, const int* cu_seqlens, int S, int T_,
+                          int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal, int round_out,
+                          cudaStream_t stream) {
+    size_t smem = fa_forward_smem(DP);
+    cudaCheck(cudaFuncSetAttribute(fa_forward_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(ceil_div(T_, FA_BQ) + S, H);
+    float scale_log2 = FA_LOG2E / sqrtf((float)d);
+    fa_forward_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(out, lse, q, k, v, cu_seqlens, S, H, Hkv, d, ldq, ldkv,
+                                                                 ldo, causal, scale_log2, round_out);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int DP, typename T>
+static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                           const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                           int ldo, int causal, cudaStream_t stream) {
+    float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
+    if (dq) {
+        size_t smem = fa_dq_smem(DP);
+        cudaCheck(cudaFuncSetAttribute(fa_backward_dq_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid(ceil_div(T_, FA_BQ) + S, H);
+        fa_backward_dq_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, out, lse, q, k, v, cu_seqlens, S, H,
+                                                                         Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                         scale);
+        cudaCheck(cudaGetLastError());
+    }
+    if (dk || dv) {
+        size_t smem = fa_dkdv_smem(DP);
+        cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid(ceil_div(T_, FA_BK) + S, Hkv);
+        fa_backward_dkdv_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dk, dv, dout, out, lse, q, k, v, cu_seqlens, S,
+                                                                           H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                           scale);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+template <typename T>
+static void fa_forward(T* out, float* lse, const T* q, const T* k, const T* v, const int* cu_seqlens, int S, int T_, int H,
+                       int Hkv, int d, int ldq, int ldkv, int ldo, int causal, int round_out, cudaStream_t stream) {
+    fa_check(S, T_, H, Hkv, d);
+    if (T_ == 0 || H == 0) return;
+    switch (fa_padded_dim(d)) {
+    case 32: fa_forward_dp<32>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    case 64: fa_forward_dp<64>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    case 96: fa_forward_dp<96>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    case 128: fa_forward_dp<128>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    default: fa_forward_dp<256>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    }
+}
+
+template <typename T>
+static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                        const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                        int ldo, int causal, cudaStream_t stream) {
+    fa_check(S, T_, H, Hkv, d);
+    if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    switch (fa_padded_dim(d)) {
+    case 32: fa_backward_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 64: fa_backward_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 96: fa_backward_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 128: fa_backward_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    default: fa_backward_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    }
+}
+
+// ---- entry points (cuda_ops.cuh) ---------------------------------------------------------------------
+
+void cuda_flash_attention_forward_bf16(cudaStream_t stream, __nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
+                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int* cu_seqlens, int S,
+                                       int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal) {
+    fa_forward<bf16_t>((bf16_t*)out, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
+                       d, ldq, ldkv, ldo, causal, 0, stream);
+}
+void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                        const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                        const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
+                                        int ldo, int causal) {
+    fa_backward<bf16_t>((bf16_t*)dq, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                        (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+                        ldo, causal, stream);
+}
+void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
+                                      const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                      int ldq, int ldkv, int ldo, int causal, int round_out) {
+    fa_forward<float>(out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream);
+}
+void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk, float* dv, const float* dout,
+                                       const float* out, const float* lse, const float* q, const float* k,
+                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                       int ldq, int ldkv, int ldo, int causal) {
+    fa_backward<float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, stream);
+}
+
+// ---- which path ran (attention_path.h) -----------------------------------------------------------------
+
+static long fa_path_counts[RR_ATTN_PATHS];
+void cuda_attention_path_note(int path) {
+    if (path >= 0 && path < RR_ATTN_PATHS) fa_path_counts[path]++;
+}
+// copies min(n, RR_ATTN_PATHS) counters; returns RR_ATTN_PATHS
+extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(long* counts, int n) {
+    for (int i = 0; i < n && i < RR_ATTN_PATHS; i++) counts[i] = fa_path_counts[i];
+    return RR_ATTN_PATHS;
+}
