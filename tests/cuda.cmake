@@ -204,3 +204,18 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_nccl_emu_pp2_fixed_sync PROPERTIES ENVIRONMENT "MODE=fixed-sync")
   set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()
+
+# The own tensor-core attention (engine/cuda/flash_attention.cu) called directly: GQA / MQA, bf16 and f32
+# storage, head dims 32..256, ragged lengths, many short samples (tests/test_flash_attn.c), in the CPU
+# emulation (strict: two thread orders, -0.0 guards) and on a device (gpu, skipped without one).
+add_executable(test_flash_attn_emu tests/test_flash_attn.c)
+target_compile_definitions(test_flash_attn_emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(test_flash_attn_emu PRIVATE rrfp_cuda_emu rrfp_core)
+target_link_options(test_flash_attn_emu PRIVATE -rdynamic)
+set_target_properties(test_flash_attn_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME flash_attn_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
+set_tests_properties(flash_attn_emu PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+add_executable(test_flash_attn tests/test_flash_attn.c)
+target_link_libraries(test_flash_attn PRIVATE rrfp_core ${CMAKE_DL_LIBS})
+add_test(NAME flash_attn_gpu COMMAND test_flash_attn)
+set_tests_properties(flash_attn_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)

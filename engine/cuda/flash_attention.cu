@@ -537,3 +537,31 @@ extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(
     for (int i = 0; i < n && i < RR_ATTN_PATHS; i++) counts[i] = fa_path_counts[i];
     return RR_ATTN_PATHS;
 }
+
+// ---- for tests and benchmarks (tests/test_flash_attn.c, bench): the kernels on any storage and head layout --
+
+// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded).
+// Forward (backward = 0): a = out, lse written; backward: a = dq, dk, dv added to (each may be NULL), lse read.
+// Runs on the backend's compute stream.
+extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention(int bf16, int backward, void* a, void* dk,
+                                                                               void* dv, float* lse, const void* dout,
+                                                                               const void* out, const void* q,
+                                                                               const void* k, const void* v,
+                                                                               const int* cu_seqlens, int S, int T,
+                                                                               int H, int Hkv, int d, int ldq, int ldkv,
+                                                                               int ldo, int causal) {
+    cudaStream_t st = cuda_ctx.stream;
+    if (bf16 && !backward)
+        fa_forward<bf16_t>((bf16_t*)a, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
+                           d, ldq, ldkv, ldo, causal, 0, st);
+    else if (bf16)
+        fa_backward<bf16_t>((bf16_t*)a, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                            (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+                            ldo, causal, st);
+    else if (!backward)
+        fa_forward<float>((float*)a, lse, (const float*)q, (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d,
+                          ldq, ldkv, ldo, causal, 0, st);
+    else
+        fa_backward<float>((float*)a, (float*)dk, (float*)dv, (const float*)dout, (const float*)out, lse, (const float*)q,
+                           (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
+}
