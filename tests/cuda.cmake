@@ -12,7 +12,7 @@ add_test(NAME cuda_kernel_math COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expec
 
 # The op matrix on the GPU against the CPU backend: skipped (77) without a device or a CUDA build.
 add_executable(test_cuda_ops tests/test_cuda_ops.c)
-target_link_libraries(test_cuda_ops PRIVATE rrfp_core)
+target_link_libraries(test_cuda_ops PRIVATE rrfp_core ${CMAKE_DL_LIBS})
 add_test(NAME cuda_ops_gpu COMMAND test_cuda_ops)
 set_tests_properties(cuda_ops_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # backend_select("cuda"): the backend where there is a device, else one line "no CUDA device: ..."
@@ -89,14 +89,21 @@ add_test(NAME cuda_ops_gpu_stream COMMAND test_cuda_ops --stream)
 set_tests_properties(cuda_ops_gpu_stream PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME cuda_ops_gpu_bf16 COMMAND test_cuda_ops --bf16)
 set_tests_properties(cuda_ops_gpu_bf16 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-# the bf16 attention cases with cuDNN's fused attention (engine/cuda/attention_cudnn.cu: its first run per
-# shape is checked against the own kernel, RRFP_CUDNN_VERBOSE says which path ran and whether it agreed),
-# and the same cases with cuDNN turned off (the fallback). Never run: no device here.
-add_test(NAME cuda_ops_gpu_bf16_attn_cudnn COMMAND test_cuda_ops --bf16 attn)
+# the bf16 attention cases with cuDNN's fused attention (engine/cuda/attention_cudnn.cu): --expect-cudnn fails a
+# case within cuDNN's support that cuDNN did not run (refused and disagreed reported apart); RRFP_CUDNN_STRICT=1
+# compares every run with the own tensor-core kernel and makes a disagreement an error (cuDNN's result is then
+# what the test compares with the CPU); the backward too with RRFP_CUDNN_ATTENTION_BWD=1; and the same cases
+# with cuDNN turned off (the own tensor-core kernel). Never run here: no device.
+add_test(NAME cuda_ops_gpu_bf16_attn_cudnn COMMAND test_cuda_ops --bf16 --expect-cudnn attn)
+add_test(NAME cuda_ops_gpu_bf16_attn_cudnn_bwd COMMAND test_cuda_ops --bf16 --expect-cudnn attn)
 add_test(NAME cuda_ops_gpu_bf16_attn_fallback COMMAND test_cuda_ops --bf16 attn)
-set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn cuda_ops_gpu_bf16_attn_fallback PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn PROPERTIES ENVIRONMENT "RRFP_CUDNN_VERBOSE=1")
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn cuda_ops_gpu_bf16_attn_cudnn_bwd cuda_ops_gpu_bf16_attn_fallback
+                     PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn PROPERTIES ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1")
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn_bwd PROPERTIES
+                     ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1;RRFP_CUDNN_ATTENTION_BWD=1")
 set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
+set_tests_properties(cuda_ops_gpu cuda_ops_gpu_stream cuda_ops_gpu_bf16 PROPERTIES ENVIRONMENT "RRFP_CUDNN_STRICT=1")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
          -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"
