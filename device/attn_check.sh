@@ -9,7 +9,8 @@
 #      before each run, rows never written reported per sample), a single-sample case first, then the
 #      ragged causal case, then every attention case; CUDNN_LOGLEVEL_DBG=3 with cuDNN's log in its own file;
 #   3. the benchmark, bench/gpu_attention.sh (ours: cuDNN and the own kernel, against PyTorch).
-# Each part runs under `timeout`; a part that times out is reported as such and the next one runs.
+# Each part runs under `timeout` (80 + 20 + 20 + 30 + 85 s at most: under 4 minutes in all); a part that times
+# out is reported as such and the next one runs.
 set -u
 OUT=${OUT:-$PWD/attn_out}
 BUILD=${BUILD:-build}
@@ -30,7 +31,7 @@ part() { # name seconds command...: runs it, rc into $OUT/name.rc, log into $OUT
 ls "$BUILD"/test_cuda_ops "$BUILD"/test_flash_attn "$BUILD"/rrfp-bench-gpu-attn >> "$OUT/device.txt" 2>&1
 
 # 1. the tests (ctest: each with its own environment, strict)
-part 1_tests 110 bash -c "cd '$BUILD' && RRFP_CUDNN_STRICT=1 ctest --output-on-failure --timeout 60 -R \
+part 1_tests 80 bash -c "cd '$BUILD' && RRFP_CUDNN_STRICT=1 ctest --output-on-failure --timeout 60 -R \
 '^(flash_attn_gpu|cuda_ops_gpu_bf16|cuda_ops_gpu_bf16_attn_cudnn|cuda_ops_gpu_bf16_attn_cudnn_bwd|cuda_ops_gpu_bf16_attn_fallback|cuda_ops_gpu)$'"
 
 # 2. the diagnosis: the single-sample case, the ragged causal case (cuDNN's own log for each), every case
@@ -38,9 +39,9 @@ diag() { # name case-substring
     RRFP_CUDNN_DIAG=1 RRFP_CUDNN_VERBOSE=1 RRFP_CUDNN_STRICT=1 RRFP_CUDNN_ATTENTION_BWD=1 CUDNN_LOGLEVEL_DBG=3 \
         CUDNN_LOGDEST_DBG="$OUT/$1.cudnn_log" "$BUILD/test_cuda_ops" --bf16 --expect-cudnn "$2"
 }
-part 2a_diag_single 25 bash -c "$(declare -f diag); diag 2a_diag_single attn_single_d64"
-part 2b_diag_ragged 25 bash -c "$(declare -f diag); diag 2b_diag_ragged attn_ragged_causal"
-part 2c_diag_all 40 bash -c "RRFP_CUDNN_DIAG=1 RRFP_CUDNN_VERBOSE=1 RRFP_CUDNN_STRICT=1 RRFP_CUDNN_ATTENTION_BWD=1 \
+part 2a_diag_single 20 bash -c "$(declare -f diag); diag 2a_diag_single attn_single_d64"
+part 2b_diag_ragged 20 bash -c "$(declare -f diag); diag 2b_diag_ragged attn_ragged_causal"
+part 2c_diag_all 30 bash -c "RRFP_CUDNN_DIAG=1 RRFP_CUDNN_VERBOSE=1 RRFP_CUDNN_STRICT=1 RRFP_CUDNN_ATTENTION_BWD=1 \
 '$BUILD/test_cuda_ops' --bf16 --expect-cudnn attn"
 for f in "$OUT"/*.cudnn_log; do # cuDNN's API log can be large: keep its head and the engine lines
     [ -f "$f" ] || continue
@@ -49,7 +50,7 @@ for f in "$OUT"/*.cudnn_log; do # cuDNN's API log can be large: keep its head an
 done
 
 # 3. the benchmark
-part 3_bench 100 bench/gpu_attention.sh "$BUILD" 10
+part 3_bench 85 bench/gpu_attention.sh "$BUILD" 10
 
 {
     echo "== total $(( $(date +%s) - START )) s"
@@ -59,4 +60,4 @@ part 3_bench 100 bench/gpu_attention.sh "$BUILD" 10
     echo "== every case"; grep -E "FAIL|path=|cuda_ops" "$OUT/2c_diag_all.log" | head -60
     echo "== benchmark"; cat "$OUT/3_bench.log"
 } > "$OUT/summary_tail.txt" 2>&1
-cat "$OUT/summary.txt" "$OUT/summary_tail.txt"
+cat "$OUT/summary_tail.txt"
