@@ -16,8 +16,10 @@
 // recomputed where needed.
 //
 // Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
-// query rows; K and V stream through shared memory in tiles of 64 keys (V stored transposed so that
-// its B fragments are 32-bit loads). Causal: key tiles past the query tile's last row are skipped.
+// query rows; K and V stream through shared memory in tiles of 64 keys (16-byte loads from global memory
+// where rows are 8-value aligned). Fragments come from shared memory by ldmatrix (.trans for the B operand
+// of P V, dS K, P^T dO, dS^T Q, so no tile is stored transposed). Causal: key tiles past the query tile's
+// last row are skipped.
 // Backward: two kernels, no atomics, deterministic (every output element has one writer):
 //   dq: per (query tile, head) like the forward: S, P = exp(S - lse), dP = dO V^T, dS = P (dP - D),
 //       dQ += dS K;
@@ -56,7 +58,29 @@ static __device__ __forceinline__ void fa_mma(float* d, const uint32_t* a, const
 #endif
 }
 
-static __device__ __forceinline__ uint32_t fa_ld32(const bf16_t* p) { return *(const uint32_t*)p; }
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8 i .. 8 i + 7 give the addresses of the 8 rows (16
+// bytes each) of matrix i; lane l gets r[i] = M_i[l / 4][2 (l % 4) .. + 1], or with trans
+// M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4] (the emulation: emu_ldmatrix_x4).
+static __device__ __forceinline__ void fa_ldsm(uint32_t* r, const bf16_t* row) {
+#ifdef RR_CUDA_EMULATED
+    emu_ldmatrix_x4(r, row, 0);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+static __device__ __forceinline__ void fa_ldsm_t(uint32_t* r, const bf16_t* row) {
+#ifdef RR_CUDA_EMULATED
+    emu_ldmatrix_x4(r, row, 1);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
 static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
     return (uint32_t)rr_f32_to_bf16(lo) | ((uint32_t)rr_f32_to_bf16(hi) << 16);
 }
@@ -85,17 +109,29 @@ static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int
     return 0;
 }
 
-// Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16:
-// row-major dst[r * lds + c], or transposed (dst[c * lds + r]) when trans; rows past len and columns
-// d .. DP are zero.
+// Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16, row-major
+// dst[r * lds + c]; rows past len and columns d .. DP are zero. vec: 8 values (16 bytes of bf16, 32 of f32) per
+// load where a chunk is whole (the caller checked d, the strides and the pointers for 8-value alignment).
+static __device__ __forceinline__ void fa_load8(bf16_t* dst, const float* src) {
+    float4 a = *(const float4*)src, b = *(const float4*)(src + 4);
+    uint4 o;
+    o.x = fa_pack(a.x, a.y), o.y = fa_pack(a.z, a.w), o.z = fa_pack(b.x, b.y), o.w = fa_pack(b.z, b.w);
+    *(uint4*)dst = o;
+}
+static __device__ __forceinline__ void fa_load8(bf16_t* dst, const bf16_t* src) { *(uint4*)dst = *(const uint4*)src; }
 template <int DP, typename T>
-static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, int trans, const T* src, size_t ld, int start,
-                                                    int r0, int len, size_t col0, int d) {
-    for (int i = threadIdx.x; i < FA_BQ * DP; i += FA_THREADS) {
-        int r = i / DP, c = i % DP;
-        bf16_t x = 0;
-        if (r0 + r < len && c < d) x = fa_to_bf16(src[(size_t)(start + r0 + r) * ld + col0 + c]);
-        dst[trans ? c * lds + r : r * lds + c] = x;
+static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0,
+                                                    int len, size_t col0, int d, int vec) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += FA_THREADS) {
+        int r = i / (DP / 8), c = (i % (DP / 8)) * 8;
+        bf16_t* o = dst + r * lds + c;
+        const T* in = src + (size_t)(start + r0 + r) * ld + col0 + c;
+        if (r0 + r < len && vec && c + 8 <= d) {
+            fa_load8(o, in);
+        } else {
+            #pragma unroll
+            for (int e = 0; e < 8; e++) o[e] = (r0 + r < len && c + e < d) ? fa_to_bf16(in[e]) : (bf16_t)0;
+        }
     }
 }
 
@@ -121,31 +157,34 @@ static __device__ __forceinline__ void fa_load_rowstats(float* D_s, float* L_s, 
     }
 }
 
-// acc (16 rows x 8 n) for n-tiles nt of a 16-row A (rows a0 of smem A, stride lda) times B^T rows (keys /
-// queries) b0 + 8 nt of smem B (stride ldb), over DP columns: acc[nt] += A B^T
+// acc[nt] (16 rows x 8) += A (16 rows of smem, stride lda) times B^T, B's rows 8 nt .. 8 nt + 7 (keys or
+// queries) of smem (stride ldb), over DP columns. NT even. Fragments by ldmatrix: A's four 8x8 quarters; B's
+// (n-tile, k-half) pairs, two n-tiles per load.
 template <int DP, int NT>
 static __device__ __forceinline__ void fa_gemm_abt(float (*acc)[4], const bf16_t* A, int lda, const bf16_t* B, int ldb) {
-    int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    int lane = threadIdx.x % 32, m = lane >> 3, r8 = lane & 7;
+    const bf16_t* ap = A + (r8 + 8 * (m & 1)) * lda + 8 * (m >> 1);
+    const bf16_t* bp = B + (r8 + 8 * (m >> 1)) * ldb + 8 * (m & 1);
     #pragma unroll
     for (int ks = 0; ks < DP / 16; ks++) {
         uint32_t a[4];
-        const bf16_t* ap = A + g * lda + ks * 16 + 2 * t;
-        a[0] = fa_ld32(ap), a[1] = fa_ld32(ap + 8 * lda), a[2] = fa_ld32(ap + 8), a[3] = fa_ld32(ap + 8 * lda + 8);
+        fa_ldsm(a, ap + ks * 16);
         #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            uint32_t b[2];
-            const bf16_t* bp = B + (nt * 8 + g) * ldb + ks * 16 + 2 * t;
-            b[0] = fa_ld32(bp), b[1] = fa_ld32(bp + 8);
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t b[4];
+            fa_ldsm(b, bp + nt * 8 * ldb + ks * 16);
             fa_mma(acc[nt], a, b);
+            fa_mma(acc[nt + 1], a, b + 2);
         }
     }
 }
 
-// acc (16 x DP) += P (16 x 64, as 8 accumulator n-tiles p, rounded to bf16) times B (64 x DP), B given
-// transposed in smem (Bt[c * ldb + key])
+// acc (16 x DP) += P (16 x 64: 8 accumulator n-tiles p, rounded to bf16 as the A operand) times B (64 rows
+// of smem, row-major, stride ldb, DP columns): B's fragments by ldmatrix.trans, two d-tiles per load
 template <int DP>
-static __device__ __forceinline__ void fa_gemm_pb(float (*acc)[4], const float (*p)[4], const bf16_t* Bt, int ldb) {
-    int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+static __device__ __forceinline__ void fa_gemm_pb(float (*acc)[4], const float (*p)[4], const bf16_t* B, int ldb) {
+    int lane = threadIdx.x % 32, m = lane >> 3, r8 = lane & 7;
+    const bf16_t* bp = B + (r8 + 8 * (m & 1)) * ldb + 8 * (m >> 1);
     #pragma unroll
     for (int kk = 0; kk < FA_BK / 16; kk++) {
         uint32_t a[4];
@@ -154,11 +193,11 @@ static __device__ __forceinline__ void fa_gemm_pb(float (*acc)[4], const float (
         a[2] = fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
         a[3] = fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
         #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++) {
-            uint32_t b[2];
-            const bf16_t* bp = Bt + (dn * 8 + g) * ldb + kk * 16 + 2 * t;
-            b[0] = fa_ld32(bp), b[1] = fa_ld32(bp + 8);
+        for (int dn = 0; dn < DP / 8; dn += 2) {
+            uint32_t b[4];
+            fa_ldsm_t(b, bp + kk * 16 * ldb + dn * 8);
             fa_mma(acc[dn], a, b);
+            fa_mma(acc[dn + 1], a, b + 2);
         }
     }
 }
@@ -169,17 +208,17 @@ template <int DP, typename T>
 static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
                                                                      const int* cu_seqlens, int S, int H, int Hkv, int d,
                                                                      int ldq, int ldkv, int ldo, int causal,
-                                                                     float scale_log2, int round_out) {
+                                                                     float scale_log2, int round_out, int vec) {
     extern __shared__ float smem[];
-    const int LDS = DP + 8, LDT = FA_BK + 8;
+    const int LDS = DP + 8;
     bf16_t* Q_s = (bf16_t*)smem;        // [64][LDS]
     bf16_t* K_s = Q_s + FA_BQ * LDS;    // [64][LDS]
-    bf16_t* Vt_s = K_s + FA_BK * LDS;   // [DP][LDT]
+    bf16_t* V_s = K_s + FA_BK * LDS;    // [64][LDS]
     int start, len, q0;
     if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    fa_load_tile<DP>(Q_s, LDS, 0, q, ldq, start, q0, len, (size_t)h * d, d);
+    fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
 
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     #pragma unroll
@@ -188,8 +227,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
     int kend = causal ? min(len, q0 + FA_BQ) : len;
     for (int k0 = 0; k0 < kend; k0 += FA_BK) {
         __syncthreads(); // the previous tile consumed (and Q_s loaded, the first time)
-        fa_load_tile<DP>(K_s, LDS, 0, k, ldkv, start, k0, len, (size_t)hk * d, d);
-        fa_load_tile<DP>(Vt_s, LDT, 1, v, ldkv, start, k0, len, (size_t)hk * d, d);
+        fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
         __syncthreads();
         float s[FA_BK / 8][4];
         #pragma unroll
@@ -229,7 +268,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
             o[dn][0] *= corr[0], o[dn][1] *= corr[0];
             o[dn][2] *= corr[1], o[dn][3] *= corr[1];
         }
-        fa_gemm_pb<DP>(o, s, Vt_s, LDT);
+        fa_gemm_pb<DP>(o, s, V_s, LDS);
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -260,22 +299,21 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
                                                                          const T* q, const T* k, const T* v,
                                                                          const int* cu_seqlens, int S, int H, int Hkv,
                                                                          int d, int ldq, int ldkv, int ldo, int causal,
-                                                                         float scale_log2, float scale) {
+                                                                         float scale_log2, float scale, int vec) {
     extern __shared__ float smem[];
-    const int LDS = DP + 8, LDT = FA_BK + 8;
+    const int LDS = DP + 8;
     float* D_s = smem;                          // [64]
     float* L_s = D_s + FA_BQ;                   // [64] lse in log2 units
     bf16_t* Q_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS]
     bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
     bf16_t* K_s = dO_s + FA_BQ * LDS;           // [64][LDS]
     bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
-    bf16_t* Kt_s = V_s + FA_BK * LDS;           // [DP][LDT]
     int start, len, q0;
     if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    fa_load_tile<DP>(Q_s, LDS, 0, q, ldq, start, q0, len, (size_t)h * d, d);
-    fa_load_tile<DP>(dO_s, LDS, 0, dout, ldo, start, q0, len, (size_t)h * d, d);
+    fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
     fa_load_rowstats(D_s, L_s, dout, out, lse, ldo, start, q0, len, H, h, d);
 
     float acc[DP / 8][4];
@@ -285,9 +323,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
     int kend = causal ? min(len, q0 + FA_BQ) : len;
     for (int k0 = 0; k0 < kend; k0 += FA_BK) {
         __syncthreads();
-        fa_load_tile<DP>(K_s, LDS, 0, k, ldkv, start, k0, len, (size_t)hk * d, d);
-        fa_load_tile<DP>(V_s, LDS, 0, v, ldkv, start, k0, len, (size_t)hk * d, d);
-        fa_load_tile<DP>(Kt_s, LDT, 1, k, ldkv, start, k0, len, (size_t)hk * d, d);
+        fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
         __syncthreads();
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
         #pragma unroll
@@ -305,7 +342,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
                 float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[r]) : 0.0f;
                 s[nt][i] = p * (dp[nt][i] - D_s[r]); // dS
             }
-        fa_gemm_pb<DP>(acc, s, Kt_s, LDT);
+        fa_gemm_pb<DP>(acc, s, K_s, LDS);
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -333,23 +370,21 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
                                                                            const T* v, const int* cu_seqlens, int S,
                                                                            int H, int Hkv, int d, int ldq, int ldkv,
                                                                            int ldo, int causal, float scale_log2,
-                                                                           float scale) {
+                                                                           float scale, int vec) {
     extern __shared__ float smem[];
-    const int LDS = DP + 8, LDT = FA_BQ + 8;
+    const int LDS = DP + 8;
     float* D_s = smem;                          // [64] of the streamed queries
     float* L_s = D_s + FA_BQ;                   // [64]
     bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS] this block's keys
     bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
     bf16_t* Q_s = V_s + FA_BK * LDS;            // [64][LDS] streamed queries
     bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
-    bf16_t* Qt_s = dO_s + FA_BQ * LDS;          // [DP][LDT]
-    bf16_t* dOt_s = Qt_s + DP * LDT;            // [DP][LDT]
     int start, len, k0;
     if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0)) return;
     int hk = blockIdx.y, group = H / Hkv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    fa_load_tile<DP>(K_s, LDS, 0, k, ldkv, start, k0, len, (size_t)hk * d, d);
-    fa_load_tile<DP>(V_s, LDS, 0, v, ldkv, start, k0, len, (size_t)hk * d, d);
+    fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
+    fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
 
     float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
     #pragma unroll
@@ -361,10 +396,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
         // causal: queries before the key tile see none of its keys (k0 is a multiple of 64)
         for (int qt = causal ? k0 : 0; qt < len; qt += FA_BQ) {
             __syncthreads();
-            fa_load_tile<DP>(Q_s, LDS, 0, q, ldq, start, qt, len, (size_t)h * d, d);
-            fa_load_tile<DP>(dO_s, LDS, 0, dout, ldo, start, qt, len, (size_t)h * d, d);
-            fa_load_tile<DP>(Qt_s, LDT, 1, q, ldq, start, qt, len, (size_t)h * d, d);
-            fa_load_tile<DP>(dOt_s, LDT, 1, dout, ldo, start, qt, len, (size_t)h * d, d);
+            fa_load_tile<DP>(Q_s, LDS, q, ldq, start, qt, len, (size_t)h * d, d, vec);
+            fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, qt, len, (size_t)h * d, d, vec);
             fa_load_rowstats(D_s, L_s, dout, out, lse, ldo, start, qt, len, H, h, d);
             __syncthreads();
             float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
@@ -384,8 +417,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
                     s[nt][i] = p;                          // P^T
                     dp[nt][i] = p * (dp[nt][i] - D_s[c]); // dS^T
                 }
-            fa_gemm_pb<DP>(dv_acc, s, dOt_s, LDT);
-            fa_gemm_pb<DP>(dk_acc, dp, Qt_s, LDT);
+            fa_gemm_pb<DP>(dv_acc, s, dO_s, LDS);
+            fa_gemm_pb<DP>(dk_acc, dp, Q_s, LDS);
         }
     }
     #pragma unroll
@@ -408,12 +441,17 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
 
 // ---- launchers ---------------------------------------------------------------------------------------
 
-static size_t fa_forward_smem(int DP) { return 2 * ((size_t)2 * FA_BQ * (DP + 8) + (size_t)DP * (FA_BK + 8)); }
-static size_t fa_dq_smem(int DP) {
-    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ * (DP + 8) + (size_t)DP * (FA_BK + 8));
-}
-static size_t fa_dkdv_smem(int DP) {
-    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ * (DP + 8) + (size_t)2 * DP * (FA_BQ + 8));
+static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
+static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)4 * FA_BQ * (DP + 8); }
+static size_t fa_dkdv_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)4 * FA_BQ * (DP + 8); }
+
+// 8-value loads (fa_load_tile) hold when every row starts 8-value aligned: d, the strides and the pointers
+static int fa_vec_ok(int d, int ldq, int ldkv, int ldo, size_t es, const void* a, const void* b, const void* c,
+                     const void* e) {
+    int ok = d % 8 == 0 && ldq % 8 == 0 && ldkv % 8 == 0 && ldo % 8 == 0;
+    const void* ps[4] = {a, b, c, e};
+    for (int i = 0; i < 4; i++) ok &= ps[i] == NULL || (uintptr_t)ps[i] % (8 * es) == 0;
+    return ok;
 }
 
 static int fa_padded_dim(int d) { return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : 256; }
@@ -436,8 +474,9 @@ static void fa_forward_dp(T* out, float* lse, const T* q, const T* k, const T* v
     cudaCheck(cudaFuncSetAttribute(fa_forward_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid(ceil_div(T_, FA_BQ) + S, H);
     float scale_log2 = FA_LOG2E / sqrtf((float)d);
+    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, NULL);
     fa_forward_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(out, lse, q, k, v, cu_seqlens, S, H, Hkv, d, ldq, ldkv,
-                                                                 ldo, causal, scale_log2, round_out);
+                                                                 ldo, causal, scale_log2, round_out, vec);
     cudaCheck(cudaGetLastError());
 }
 
@@ -446,6 +485,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
                            const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
                            int ldo, int causal, cudaStream_t stream) {
     float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
+    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout);
     if (dq) {
         size_t smem = fa_dq_smem(DP);
         cudaCheck(cudaFuncSetAttribute(fa_backward_dq_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -453,7 +493,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
         fa_backward_dq_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, out, lse, q, k, v, cu_seqlens, S, H,
                                                                          Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                         scale);
+                                                                         scale, vec);
         cudaCheck(cudaGetLastError());
     }
     if (dk || dv) {
@@ -463,7 +503,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
         dim3 grid(ceil_div(T_, FA_BK) + S, Hkv);
         fa_backward_dkdv_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dk, dv, dout, out, lse, q, k, v, cu_seqlens, S,
                                                                            H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                           scale);
+                                                                           scale, vec);
         cudaCheck(cudaGetLastError());
     }
 }

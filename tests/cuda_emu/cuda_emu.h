@@ -113,6 +113,19 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
  * Every lane of the warp must take part (the instruction is .aligned): a lane missing is an error, as a
  * shuffle's. The products of bf16 values are exact in f32; the 16 of a dot are summed in f32 in order. */
 void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b);
+/* ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16, warp-collective: lanes 8 i .. 8 i + 7 give the row
+ * addresses (16 bytes each, 16-byte aligned, inside the block's dynamic shared memory) of 8x8 matrix i; lane l
+ * gets r[i] = M_i[l / 4][2 (l % 4)], M_i[l / 4][2 (l % 4) + 1] (low, high half), with trans
+ * M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4]. A row address outside shared memory or misaligned is an
+ * error. */
+void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans);
+/* the vector types the kernels load and store through (16 bytes) */
+struct uint4 {
+    unsigned x, y, z, w;
+};
+struct float4 {
+    float x, y, z, w;
+};
 
 /* launches (written by gen.py) */
 struct EmuCfg {

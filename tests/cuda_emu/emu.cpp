@@ -583,6 +583,45 @@ void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
     }
 }
 
+void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned gen = w.gen;
+    int buf = gen & 1;
+    uintptr_t a = (uintptr_t)row;
+    memcpy(w.mma[buf][lane], &a, sizeof a);
+    w.slot_gen[buf][lane] = gen;
+    f->mask = 0xffffffffu;
+    fiber_yield(F_SHUFFLE);
+    uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes;
+    for (int l = 0; l < 32; l++) {
+        if (w.slot_gen[buf][l] != gen) {
+            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: ldmatrix without lane %d of its warp",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+            return;
+        }
+        uintptr_t p;
+        memcpy(&p, w.mma[buf][l], sizeof p);
+        if (p % 16 || p < lo || p + 16 > hi) {
+            emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) lane %d: ldmatrix row address %s",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, l, p % 16 ? "not 16-byte aligned"
+                                                                                : "outside dynamic shared memory");
+            return;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            int mrow = trans ? 2 * (lane % 4) + h : lane / 4, mcol = trans ? lane / 4 : 2 * (lane % 4) + h;
+            uintptr_t p;
+            memcpy(&p, w.mma[buf][8 * i + mrow], sizeof p);
+            memcpy(&e[h], (const void*)(p + 2 * mcol), 2);
+        }
+        r[i] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    }
+}
+
 void* emu_dynamic_smem(void) { return dyn_smem.data() + EMU_GUARD; }
 
 cudaError_t emu_func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value) {
