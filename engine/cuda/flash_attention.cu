@@ -13,7 +13,7 @@
 // instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
 // in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
 // as FlashAttention-2 does. Memory O(T): no T x T matrix, no scratch; D = rowsum(dout * out) is
-// recomputed where needed.
+// recomputed per tile from the dO and O tiles in shared memory.
 //
 // Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
 // query rows; K and V stream through shared memory in tiles of 64 keys (16-byte loads from global memory
@@ -81,6 +81,7 @@ static __device__ __forceinline__ void fa_ldsm_t(uint32_t* r, const bf16_t* row)
                  : "r"(a));
 #endif
 }
+static __device__ __forceinline__ uint32_t fa_ld32(const bf16_t* p) { return *(const uint32_t*)p; }
 static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
     return (uint32_t)rr_f32_to_bf16(lo) | ((uint32_t)rr_f32_to_bf16(hi) << 16);
 }
@@ -95,13 +96,15 @@ static __device__ __forceinline__ void fa_store(float* p, float x, int round_out
 static __device__ __forceinline__ void fa_store(bf16_t* p, float x, int) { *p = rr_f32_to_bf16(x); }
 
 // This block's tile: sample start and length, first row of the tile. 0 for a spare block.
-static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0) {
+// reverse: a sample's tiles from its last (under a causal mask the query tiles with the most keys first,
+// so that the longest blocks start early and the grid's tail is short).
+static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int reverse) {
     int b = blockIdx.x;
     for (int s = 0; s < S; s++) {
         int st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st;
         int nt = (ln + FA_BQ - 1) / FA_BQ;
         if (b < nt) {
-            *start = st, *len = ln, *r0 = b * FA_BQ;
+            *start = st, *len = ln, *r0 = (reverse ? nt - 1 - b : b) * FA_BQ;
             return 1;
         }
         b -= nt;
@@ -135,24 +138,24 @@ static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, const 
     }
 }
 
-// D = dout . out for rows [r0, r0 + 64) of head h into D_s (one warp per row), lse (log2 units) into L_s
-template <typename T>
-static __device__ __forceinline__ void fa_load_rowstats(float* D_s, float* L_s, const T* dout, const T* out,
-                                                        const float* lse, size_t ldo, int start, int r0, int len, int H,
-                                                        int h, int d) {
+// D = dO . O of rows [r0, r0 + 64) from their tiles in shared memory (both bf16: dO rounded as the MMAs
+// use it, O a bf16 value in the bf16 table), one warp per row, into D_s; their lse (log2 units) into L_s
+template <int DP>
+static __device__ __forceinline__ void fa_rowstats(float* D_s, float* L_s, const bf16_t* dO_s, const bf16_t* O_s, int lds,
+                                                   const float* lse, int start, int r0, int len, int H, int h) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int r = warp; r < FA_BQ; r += FA_WARPS) {
         float s = 0.0f;
-        int ok = r0 + r < len;
-        if (ok) {
-            size_t t = (size_t)start + r0 + r;
-            for (int c = lane; c < d; c += 32)
-                s += fa_to_f32(dout[t * ldo + (size_t)h * d + c]) * fa_to_f32(out[t * ldo + (size_t)h * d + c]);
+        #pragma unroll
+        for (int c = 2 * lane; c < DP; c += 64) {
+            uint32_t x = fa_ld32(dO_s + r * lds + c), y = fa_ld32(O_s + r * lds + c);
+            s += rr_bf16_to_f32((uint16_t)(x & 0xffffu)) * rr_bf16_to_f32((uint16_t)(y & 0xffffu)) +
+                 rr_bf16_to_f32((uint16_t)(x >> 16)) * rr_bf16_to_f32((uint16_t)(y >> 16));
         }
         s = warp_sum(s);
         if (lane == 0) {
             D_s[r] = s;
-            L_s[r] = ok ? lse[((size_t)start + r0 + r) * H + h] * FA_LOG2E : 0.0f;
+            L_s[r] = r0 + r < len ? lse[((size_t)start + r0 + r) * H + h] * FA_LOG2E : 0.0f;
         }
     }
 }
@@ -215,7 +218,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
     bf16_t* K_s = Q_s + FA_BQ * LDS;    // [64][LDS]
     bf16_t* V_s = K_s + FA_BK * LDS;    // [64][LDS]
     int start, len, q0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
@@ -308,13 +311,16 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
     bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
     bf16_t* K_s = dO_s + FA_BQ * LDS;           // [64][LDS]
     bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
+    bf16_t* O_s = V_s + FA_BK * LDS;            // [64][LDS] (for D)
     int start, len, q0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0)) return;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
     fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
-    fa_load_rowstats(D_s, L_s, dout, out, lse, ldo, start, q0, len, H, h, d);
+    fa_load_tile<DP>(O_s, LDS, out, ldo, start, q0, len, (size_t)h * d, d, vec);
+    __syncthreads();
+    fa_rowstats<DP>(D_s, L_s, dO_s, O_s, LDS, lse, start, q0, len, H, h);
 
     float acc[DP / 8][4];
     #pragma unroll
@@ -379,8 +385,9 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
     bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
     bf16_t* Q_s = V_s + FA_BK * LDS;            // [64][LDS] streamed queries
     bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* O_s = dO_s + FA_BQ * LDS;           // [64][LDS] (for D)
     int start, len, k0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0)) return;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0)) return;
     int hk = blockIdx.y, group = H / Hkv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
@@ -398,7 +405,9 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
             __syncthreads();
             fa_load_tile<DP>(Q_s, LDS, q, ldq, start, qt, len, (size_t)h * d, d, vec);
             fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, qt, len, (size_t)h * d, d, vec);
-            fa_load_rowstats(D_s, L_s, dout, out, lse, ldo, start, qt, len, H, h, d);
+            fa_load_tile<DP>(O_s, LDS, out, ldo, start, qt, len, (size_t)h * d, d, vec);
+            __syncthreads();
+            fa_rowstats<DP>(D_s, L_s, dO_s, O_s, LDS, lse, start, qt, len, H, h);
             __syncthreads();
             float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
             #pragma unroll
@@ -442,8 +451,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
 // ---- launchers ---------------------------------------------------------------------------------------
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
-static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)4 * FA_BQ * (DP + 8); }
-static size_t fa_dkdv_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)4 * FA_BQ * (DP + 8); }
+static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
+static size_t fa_dkdv_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
 
 // 8-value loads (fa_load_tile) hold when every row starts 8-value aligned: d, the strides and the pointers
 static int fa_vec_ok(int d, int ldq, int ldkv, int ldo, size_t es, const void* a, const void* b, const void* c,
@@ -485,7 +494,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
                            const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
                            int ldo, int causal, cudaStream_t stream) {
     float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
-    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout);
+    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout) && fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), out, NULL, NULL, NULL);
     if (dq) {
         size_t smem = fa_dq_smem(DP);
         cudaCheck(cudaFuncSetAttribute(fa_backward_dq_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
