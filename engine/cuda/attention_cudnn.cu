@@ -115,8 +115,8 @@ struct Graph {
     // LOGICAL_AND at BOOLEAN, BINARY_SELECT (s where the mask holds, else neg_inf); then the causal mask
     // (top-left diagonal, right bound 0) with its own GEN_INDEX pair (the frontend's composite node: FLOAT
     // math, INT32 outputs), CMP_GE(row, col) at BOOLEAN, BINARY_SELECT. Returns the masked scores.
-    Desc masks(std::vector<Desc>& ops, Desc s, Desc seq_q, Desc seq_kv, Desc neg_inf, int causal, const int64_t* ds,
-               const int64_t* ss, int64_t& vid) {
+    Desc padding_mask(std::vector<Desc>& ops, Desc s, Desc seq_q, Desc seq_kv, Desc neg_inf, const int64_t* ds,
+                      const int64_t* ss, int64_t& vid) {
         auto virt = [&](cudnnDataType_t t) { return tensor(vid++, t, ds, ss, true); };
         Desc row = virt(CUDNN_DATA_INT32), col = virt(CUDNN_DATA_INT32);
         ops.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, s, NULL, row, NULL, 2, CUDNN_DATA_INT32));
@@ -127,14 +127,22 @@ struct Graph {
         ops.push_back(pointwise(CUDNN_POINTWISE_LOGICAL_AND, rm, cm, pm, NULL, -1, CUDNN_DATA_BOOLEAN));
         Desc s2 = virt(CUDNN_DATA_FLOAT);
         ops.push_back(pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, neg_inf, s2, pm));
-        if (!causal) return s2;
+        return s2;
+    }
+    Desc causal_mask(std::vector<Desc>& ops, Desc s, Desc neg_inf, const int64_t* ds, const int64_t* ss, int64_t& vid) {
+        auto virt = [&](cudnnDataType_t t) { return tensor(vid++, t, ds, ss, true); };
         Desc crow = virt(CUDNN_DATA_INT32), ccol = virt(CUDNN_DATA_INT32), cz = virt(CUDNN_DATA_BOOLEAN);
-        ops.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, s2, NULL, crow, NULL, 2));
-        ops.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, s2, NULL, ccol, NULL, 3));
+        ops.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, s, NULL, crow, NULL, 2));
+        ops.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, s, NULL, ccol, NULL, 3));
         ops.push_back(pointwise(CUDNN_POINTWISE_CMP_GE, crow, ccol, cz, NULL, -1, CUDNN_DATA_BOOLEAN));
         Desc s3 = virt(CUDNN_DATA_FLOAT);
-        ops.push_back(pointwise(CUDNN_POINTWISE_BINARY_SELECT, s2, neg_inf, s3, cz));
+        ops.push_back(pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, neg_inf, s3, cz));
         return s3;
+    }
+    Desc masks(std::vector<Desc>& ops, Desc s, Desc seq_q, Desc seq_kv, Desc neg_inf, int causal, const int64_t* ds,
+               const int64_t* ss, int64_t& vid) {
+        Desc s2 = padding_mask(ops, s, seq_q, seq_kv, neg_inf, ds, ss, vid);
+        return causal ? causal_mask(ops, s2, neg_inf, ds, ss, vid) : s2;
     }
     Desc reduction(cudnnReduceTensorOp_t r, Desc x, Desc y) {
         Desc d = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction");
@@ -181,7 +189,7 @@ struct Graph {
 enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_SEQ_Q, U_SEQ_KV, U_OFF_QKV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O,
        U_OFF_STATS, U_NEG_INF,
        // backward: dO in, dQ dK dV out, K and V seen untransposed, the row sums of dO * O
-       U_DO, U_DQ, U_DK, U_DV, U_K_N, U_VT, U_DSUM, U_OFF_DO, U_OFF_DQ, U_OFF_DK, U_OFF_DV, U_VIRT = 100 };
+       U_DO, U_DQ, U_DK, U_DV, U_VT, U_DSUM, U_OFF_DO, U_OFF_DQ, U_OFF_DK, U_OFF_DV, U_ONE, U_VIRT = 100 };
 
 struct Plan {
     int S, Smax, H, d, causal, backward;
@@ -352,9 +360,9 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
     int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1}, doff[4] = {B + 1, 1, 1, 1};
     auto off = [&](int64_t uid) { return g->tensor(uid, CUDNN_DATA_INT32, doff, sseq, false); };
+    Desc off_k = off(U_OFF_K);
     Desc q = g->tensor(U_Q, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_Q));
-    Desc kt = g->tensor(U_K, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off(U_OFF_K));
-    Desc kn = g->tensor(U_K_N, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_K + 1000));
+    Desc kt = g->tensor(U_K, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off_k);
     Desc vt = g->tensor(U_VT, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off(U_OFF_V));
     Desc o = g->tensor(U_O, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_O));
     Desc dout = g->tensor(U_DO, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DO));
@@ -364,6 +372,7 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     Desc stats = g->tensor(U_STATS, CUDNN_DATA_FLOAT, dst, sst, false, false, off(U_OFF_STATS));
     Desc dsum = g->tensor(U_DSUM, CUDNN_DATA_FLOAT, dst, srow, false);
     Desc scale = g->tensor(U_SCALE, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
+    Desc one = g->tensor(U_ONE, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
     Desc neg_inf = g->tensor(U_NEG_INF, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
     Desc seq_q = g->tensor(U_SEQ_Q, CUDNN_DATA_INT32, dseq, sseq, false);
     Desc seq_kv = g->tensor(U_SEQ_KV, CUDNN_DATA_INT32, dseq, sseq, false);
@@ -371,34 +380,41 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     auto virt = [&](cudnnDataType_t t, const int64_t* dims, const int64_t* strides) {
         return g->tensor(vid++, t, dims, strides, true);
     };
+    // in cudnn-frontend's order (scaled_dot_product_flash_attention.h, the backward node's expansion):
+    // softmax_sum = rowsum(dO O) * 1 (a pointwise output, non-virtual, dense [S, H, Smax, 1]);
     std::vector<Desc> ops;
-    Desc doo = virt(CUDNN_DATA_FLOAT, dq, sdense);
+    Desc doo = virt(CUDNN_DATA_FLOAT, dq, sdense), dsum0 = virt(CUDNN_DATA_FLOAT, dst, srow);
     ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, dout, o, doo));
-    ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_ADD, doo, dsum));
+    ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_ADD, doo, dsum0));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, dsum0, one, dsum));
+    // P = exp(mask_causal(mask_padding(scale Q K^T) - stats));
     Desc s0 = virt(CUDNN_DATA_FLOAT, ds, ss), s1 = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->matmul(q, kt, s0, seq_q, seq_kv, NULL));
     ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1));
-    Desc s3 = g->masks(ops, s1, seq_q, seq_kv, neg_inf, causal, ds, ss, vid);
-    Desc s4 = virt(CUDNN_DATA_FLOAT, ds, ss), pr = virt(CUDNN_DATA_FLOAT, ds, ss);
-    ops.push_back(g->pointwise(CUDNN_POINTWISE_SUB, s3, stats, s4));
+    Desc s2 = g->padding_mask(ops, s1, seq_q, seq_kv, neg_inf, ds, ss, vid);
+    Desc s3 = virt(CUDNN_DATA_FLOAT, ds, ss);
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_SUB, s2, stats, s3));
+    Desc s4 = causal ? g->causal_mask(ops, s3, neg_inf, ds, ss, vid) : s3;
+    Desc pr = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->pointwise(CUDNN_POINTWISE_EXP, s4, NULL, pr));
-    Desc p16 = virt(CUDNN_DATA_BFLOAT16, ds, ss);
-    ops.push_back(g->pointwise(CUDNN_POINTWISE_IDENTITY, pr, NULL, p16));
+    // dV = P^T dO (P^T: a reshape to bf16);
     int64_t dst_t[4] = {B, H, L, L};
     Desc p16t = virt(CUDNN_DATA_BFLOAT16, dst_t, sst_t);
-    ops.push_back(g->reshape(p16, p16t));
+    ops.push_back(g->reshape(pr, p16t));
     ops.push_back(g->matmul(p16t, dout, dvd, seq_kv, NULL, seq_q));
+    // dS = (dO V^T - softmax_sum) P scale; dK = dS^T Q (a reshape to bf16); dQ = dS K (K^T reshaped back)
     Desc dp = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->matmul(dout, vt, dp, seq_q, seq_kv, NULL));
     Desc t1 = virt(CUDNN_DATA_FLOAT, ds, ss), t2 = virt(CUDNN_DATA_FLOAT, ds, ss), t3 = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->pointwise(CUDNN_POINTWISE_SUB, dp, dsum, t1));
-    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, pr, t1, t2));
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, t1, pr, t2));
     ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, t2, scale, t3));
-    Desc ds16 = virt(CUDNN_DATA_BFLOAT16, ds, ss), ds16t = virt(CUDNN_DATA_BFLOAT16, dst_t, sst_t);
-    ops.push_back(g->pointwise(CUDNN_POINTWISE_IDENTITY, t3, NULL, ds16));
-    ops.push_back(g->matmul(ds16, kn, dqt, seq_q, NULL, seq_kv));
-    ops.push_back(g->reshape(ds16, ds16t));
+    Desc ds16t = virt(CUDNN_DATA_BFLOAT16, dst_t, sst_t);
+    ops.push_back(g->reshape(t3, ds16t));
     ops.push_back(g->matmul(ds16t, q, dkd, seq_kv, NULL, seq_q));
+    Desc kn = g->tensor(vid++, CUDNN_DATA_BFLOAT16, dq, sq, true, false, off_k);
+    ops.push_back(g->reshape(kt, kn));
+    ops.push_back(g->matmul(t3, kn, dqt, seq_q, NULL, seq_kv));
     finish_plan(g, ops, &p);
     s.plans.push_back(p);
     return p.refused ? NULL : &s.plans.back();
@@ -705,12 +721,12 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     cudaCheck(cudaMemsetAsync(stats + (size_t)T * H, 0, (R - T) * H * sizeof(float), st));
     offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
     cudaCheck(cudaGetLastError());
-    float scale = 1.0f / sqrtf((float)d), neg_inf = neg_inf_value();
-    int64_t uids[] = {U_Q, U_K, U_K_N, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_SCALE, U_NEG_INF,
-                      U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_K + 1000, U_OFF_V, U_OFF_O, U_OFF_DO, U_OFF_DQ,
+    float scale = 1.0f / sqrtf((float)d), neg_inf = neg_inf_value(), one = 1.0f;
+    int64_t uids[] = {U_Q, U_K, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_SCALE, U_ONE, U_NEG_INF,
+                      U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O, U_OFF_DO, U_OFF_DQ,
                       U_OFF_DK, U_OFF_DV, U_OFF_STATS};
-    void* ptrs[] = {b16[0], b16[1], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6], b16[7], stats, dsum,
-                    &scale, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_st};
+    void* ptrs[] = {b16[0], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6], b16[7], stats, dsum,
+                    &scale, &one, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_st};
     const int64_t nv = (int64_t)(sizeof uids / sizeof uids[0]);
     Graph g;
     Desc vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
