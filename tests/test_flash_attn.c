@@ -1,7 +1,7 @@
 /* test_flash_attn.c — the CUDA backend's own tensor-core attention (engine/cuda/flash_attention.cu) called
  * directly, on what the backend table does not reach: GQA / MQA (fewer key/value heads than query heads),
  * bf16 storage (__nv_bfloat16 q, k, v, out, dout, dq, dk, dv) as well as f32, q and k/v of different
- * strides, and head dims 32, 48, 64, 80, 96, 128, 256 with sample lengths 1 .. 200 that are and are not
+ * strides, and head dims 20, 32, 48, 64, 80, 96, 128, 256 with sample lengths 1 .. 200 that are and are not
  * multiples of the 64-row tiles, causal and bidirectional, and many short samples.
  *
  * Reference: the CPU backend's attention (engine/cpu/attention.c, f32) on the same bf16 values with every
@@ -54,6 +54,7 @@ static const FlashCase CASES[] = {
     {"d128_causal", 1, 1, 2, 2, 128, 1, {200}},
     {"gqa_d256_causal_f32", 0, 2, 2, 1, 256, 1, {33, 64}},
     {"d48_bidir", 1, 1, 1, 1, 48, 0, {50}},
+    {"gqa_d20_causal", 1, 2, 4, 2, 20, 1, {37, 5}}, /* a head dim off the 8-value loads */
     {"many_short_d64", 1, 40, 2, 2, 64, 1, {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4,
                                               5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
 };
