@@ -9,7 +9,8 @@
 #      before each run, rows never written reported per sample), a single-sample case first, then the
 #      ragged causal case, then every attention case; CUDNN_LOGLEVEL_DBG=3 with cuDNN's log in its own file;
 #   3. the benchmark, bench/gpu_attention.sh (ours: cuDNN and the own kernel, against PyTorch).
-# Each part runs under `timeout` (80 + 20 + 20 + 30 + 85 s at most: under 4 minutes in all); a part that times
+#   4. attention in training: 6 bf16 steps on CUDA with cuDNN, with the own kernel, and the CPU's, side by side.
+# Each part runs under `timeout` (70 + 20 + 20 + 30 + 70 + 30 s at most: 4 minutes in all); a part that times
 # out is reported as such and the next one runs.
 set -u
 OUT=${OUT:-$PWD/attn_out}
@@ -31,7 +32,7 @@ part() { # name seconds command...: runs it, rc into $OUT/name.rc, log into $OUT
 ls "$BUILD"/test_cuda_ops "$BUILD"/test_flash_attn "$BUILD"/rrfp-bench-gpu-attn >> "$OUT/device.txt" 2>&1
 
 # 1. the tests (ctest: each with its own environment, strict)
-part 1_tests 80 bash -c "cd '$BUILD' && RRFP_CUDNN_STRICT=1 ctest --output-on-failure --timeout 60 -R \
+part 1_tests 70 bash -c "cd '$BUILD' && RRFP_CUDNN_STRICT=1 ctest --output-on-failure --timeout 60 -R \
 '^(flash_attn_gpu|cuda_ops_gpu_bf16|cuda_ops_gpu_bf16_attn_cudnn|cuda_ops_gpu_bf16_attn_cudnn_bwd|cuda_ops_gpu_bf16_attn_fallback|cuda_ops_gpu)$'"
 
 # 2. the diagnosis: the single-sample case, the ragged causal case (cuDNN's own log for each), every case
@@ -50,7 +51,27 @@ for f in "$OUT"/*.cudnn_log; do # cuDNN's API log can be large: keep its head an
 done
 
 # 3. the benchmark
-part 3_bench 85 bench/gpu_attention.sh "$BUILD" 10
+part 3_bench 70 bench/gpu_attention.sh "$BUILD" 10
+
+# 4. attention in training: 6 bf16 CUDA steps of the tiny synthetic LLaVA (head dims 32 and 64) with cuDNN
+# (forward and backward, self-checked on each plan's first run as in training), the same with cuDNN off (the
+# own kernel), and the CPU backend's bf16 run: per-step loss and grad norm side by side
+train() { # name env...
+    local name=$1
+    shift
+    env "$@" "$BUILD/rrfp-mm" train recipes/test-synthetic.ini --set runtime.precision=bf16 --set train.steps=6 \
+        --set optim.warmup=1 --set train.log_every=1 --set checkpoint.keep=0 --set train.checkpoint_every=0 \
+        --set model.vision_width=64 --set model.text_width=128 --set train.run_dir="$OUT/train_$name" \
+        $([ "$name" = cpu ] || echo --set runtime.backend=cuda)
+}
+part 4_train 30 bash -c "$(declare -f train); train cudnn RRFP_CUDNN_VERBOSE=1 RRFP_CUDNN_ATTENTION_BWD=1 && \
+train own RRFP_CUDNN_ATTENTION=0 && train cpu X=1 && ${PY:-python3} -c '
+import json, sys
+rows = {n: [json.loads(l) for l in open(\"$OUT/train_%s/metrics.jsonl\" % n)] for n in (\"cudnn\", \"own\", \"cpu\")}
+print(\"step  loss cudnn / own / cpu            grad norm cudnn / own / cpu\")
+for a, b, c in zip(rows[\"cudnn\"], rows[\"own\"], rows[\"cpu\"]):
+    print(a[\"step\"], \" %.5f %.5f %.5f   %.4f %.4f %.4f\" % (a[\"loss\"], b[\"loss\"], c[\"loss\"], a[\"grad_norm\"], b[\"grad_norm\"], c[\"grad_norm\"]))
+'"
 
 {
     echo "== total $(( $(date +%s) - START )) s"
@@ -58,6 +79,7 @@ part 3_bench 85 bench/gpu_attention.sh "$BUILD" 10
     echo "== diagnosis (single, ragged)"
     grep -hE "diag|DIFFERS|matches|refused|failed|FAIL|error" "$OUT/2a_diag_single.log" "$OUT/2b_diag_ragged.log" | head -30
     echo "== every case"; grep -E "FAIL|path=|cuda_ops" "$OUT/2c_diag_all.log" | head -60
+    echo "== training (cuDNN, own kernel, CPU)"; grep -E "cuDNN|^step  loss|^[1-6] " "$OUT/4_train.log" | tail -14
     echo "== benchmark"; cat "$OUT/3_bench.log"
 } > "$OUT/summary_tail.txt" 2>&1
 cat "$OUT/summary_tail.txt"
