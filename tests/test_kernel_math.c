@@ -608,7 +608,7 @@ static void test_attn_scratch(void) {
                             ok &= l.work_at % 256 == 0 && l.work_at >= at;
                             at = l.work_at + ws;
                             ok &= l.check_at % 256 == 0 && l.check_at >= at;
-                            if (chk) at = l.check_at + ((bwd ? (size_t)3 * T * ld : n + (size_t)T * H) + 1) * 4;
+                            if (chk) at = l.check_at + ((bwd ? (size_t)3 * T * ld + 3 : n + (size_t)T * H) + 1) * 4;
                             ok &= l.total >= at && l.total - at < 256 + 256;
                             /* 3: the reservation at (T, S) holds every smaller call */
                             size_t res = rr_cudnn_attn_reserve_bytes(T, S, H, d, ld, bwd);

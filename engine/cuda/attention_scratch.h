@@ -18,9 +18,10 @@
  *     S + 1 values each, each starting 16-byte aligned (TransformerEngine pads each to 16 bytes);
  *   - the execution plan's workspace (known only once cuDNN has built the plan; see
  *     rr_cudnn_attn_workspace_budget for what the reservation sets aside);
- *   - the first run of each plan only (check = 1): the buffers its self-check compares through: forward
- *     O and lse in f32 (T H d + T H values) and a counter; backward the own kernel's dq, dk, dv of stride
- *     ld_qkv (3 T ld_qkv values) and a counter.
+ *   - a checked run only (check = 1: a plan's first run, every run with RRFP_CUDNN_STRICT=1): the buffers
+ *     its self-check compares through: forward O and lse in f32 (T H d + T H values) and a counter;
+ *     backward the own kernel's dq, dk, dv of stride ld_qkv (3 T ld_qkv values), a counter and the three
+ *     tensors' largest magnitudes.
  * Every region grows monotonically with T, S and ld_qkv, so the layout at the stage's largest call bounds
  * every smaller call (tests/test_kernel_math.c checks it over a grid of shapes). Plain C, no device code;
  * compiled into librrfp-cuda.so and the tests alike. */
@@ -72,7 +73,7 @@ static inline RrAttnScratch rr_cudnn_attn_scratch(int backward, int T, int S, in
     at += rr_align256(workspace);
     l.check_at = at;
     if (check) {
-        size_t vals = backward ? (size_t)3 * T * ld_qkv : n + (size_t)T * H;
+        size_t vals = backward ? (size_t)3 * T * ld_qkv + 3 : n + (size_t)T * H; /* backward: 3 maxima */
         at += rr_align256((vals + 1) * sizeof(float)); /* + 1: the mismatch counter */
     }
     l.total = at;
