@@ -1,32 +1,35 @@
-// attention_cudnn.cu — attention forward through cuDNN's fused flash attention, built with cuDNN's C
-// backend API (an operation graph of descriptors; no cudnn-frontend), for runtime.precision = bf16.
+// attention_cudnn.cu — attention through cuDNN's fused flash attention, built with cuDNN's C backend API
+// (an operation graph of descriptors; no cudnn-frontend), for runtime.precision = bf16.
 //
-// STATUS: compiled and linked, never run — no machine this was written on had a GPU. Nothing here is
-// measured, and whether cuDNN accepts this graph is decided by cuDNN at run time. Every outcome other
-// than a verified success falls back to the backend's own kernel (attention.cu), which is also what
-// the CPU emulation runs (tests/cuda_emu/cudnn_stub.cpp says "refused"):
-//   - no cuDNN handle (cudnnCreate fails), RRFP_CUDNN_ATTENTION=0, head dim not a multiple of 8 or
-//     above 128, more than 2^31 elements: not tried;
-//   - a descriptor, the operation graph, the heuristics or every execution plan refused: that shape
-//     (S sequences, padded length, heads, head dim, causal) is remembered as refused;
-//   - the first run of each plan is checked against the backend's own kernel on the same inputs
-//     (outputs and lse within bf16 round-off: see SELF_CHECK_TOL); a mismatch disables cuDNN for the
-//     process with a warning. So a graph that cuDNN accepts but that means something else than this
-//     op (a stride, a ragged offset, a mask the wrong way round) costs one warning, not a model.
+// STATUS: on the H100 run of 2026-11-24 (before the review below) cuDNN accepted the forward graph but
+// disagreed with the own kernel on every ragged case. Reviewed on 2026-11-26 against cudnn-frontend's sdpa
+// lowering (see docs/cuda.md, "Attention"): ALPHA1 / ALPHA2 on every pointwise op, the masks' compute types
+// (INT32 GEN_INDEX, BOOLEAN comparisons), the causal mask's own GEN_INDEX pair, the backward in the
+// frontend's order, padded ragged buffers (T + Smax rows, finite tails), 16-byte aligned offsets arrays.
+// Not yet run since. Every outcome other than a checked success falls back to the own tensor-core kernel
+// (flash_attention.cu), which is also what the CPU emulation runs (it builds this file without cuDNN):
+//   - no cuDNN handle (cudnnCreate fails), RRFP_CUDNN_ATTENTION=0, head dim not a multiple of 8 or above
+//     128, more than 2^31 elements, a call larger than the reserved scratch: not tried;
+//   - a descriptor, the operation graph, the heuristics or every execution plan refused, or a failed
+//     execution: that shape (S sequences, padded length, heads, head dim, causal) is remembered as refused;
+//   - the first run of each plan (every run with RRFP_CUDNN_STRICT=1) is checked against the own kernel on
+//     the same bf16 inputs; a mismatch turns cuDNN off for the process with a warning (strict: an error,
+//     cuDNN stays on and its result is returned). So a graph that cuDNN accepts but that means something
+//     else than this op costs one warning, not a model.
+// Each call notes its path (attention_path.h). RRFP_CUDNN_DIAG=1: outputs poisoned before a run, rows left
+// unwritten reported per sample.
 //
-// The graph (cuDNN's "composite" SDPA pattern, as cudnn-frontend builds it): packed sequences are the
-// ragged layout (THD): Q, K, V, O of shape [B = S sequences, H, Smax, d] with strides [-, d, H d, 1]
-// and a ragged offset tensor (element offset of each sequence: cu_seqlens[b] * H d); the lse (stats)
-// [B, H, Smax, 1] with strides [-, 1, H, 1] and offsets cu_seqlens[b] * H, which is exactly engine.h's
-// (T, H) lse. Ops: S = Q K^T (GEMM M / N overridden by the sequence lengths), S *= 1/sqrt(d), the
-// padding mask (row < len and col < len, from GEN_INDEX) and for the LM the causal mask (row >= col)
-// as BINARY_SELECT with -inf, max / exp / sum reductions, stats = max + log(sum), P = exp / sum in
-// bf16, O = P V. Inputs are converted to bf16 (exact: in bf16 precision they already are bf16 values)
-// and O comes back rounded to bf16, the bf16 table's rounding point for attention outputs. Smax is the
+// The graph (the frontend's composite SDPA pattern): packed sequences in the ragged layout (THD): Q, K, V,
+// O of shape [B = S sequences, H, Smax, d] with strides [-, d, H d, 1] and a ragged offset tensor (element
+// offset of each sequence: cu_seqlens[b] * H d); the stats [B, H, Smax, 1] with strides [-, 1, H, 1] and
+// offsets cu_seqlens[b] * H: engine.h's (T, H) lse. S = Q K^T (GEMM M / N overridden by the sequence
+// lengths), S *= 1/sqrt(d), the padding mask, for the LM the causal mask, max / exp / sum, stats = max +
+// log(sum), P = exp / sum in bf16, O = P V. Inputs are converted to bf16 (exact: in bf16 precision they
+// already are bf16 values) and O comes back rounded to bf16, the bf16 table's rounding point. Smax is the
 // packed length T rounded up to 64 (the true maximum is on the device; plans are cached per shape).
 //
-// The backward graph (cuda_cudnn_attention_backward) is opt-in, RRFP_CUDNN_ATTENTION_BWD=1: its
-// gradients are bf16, where the bf16 table keeps activation gradients f32 (see there).
+// The backward graph (cuda_cudnn_attention_backward) is opt-in, RRFP_CUDNN_ATTENTION_BWD=1, until it agrees
+// on a device: its gradients are bf16 and are added to the bf16 table's f32 gradients.
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/attention_scratch.h"
 #include "engine/cuda/cuda_common.cuh"
