@@ -558,7 +558,8 @@ static void test_bf16(void) {
  *   1. one layout recomputed by hand (T 300, S 2, H 2, d 64, ld 384, forward, first run);
  *   2. for a grid of shapes, both directions, with and without the first-run check: every region 256-byte
  *      aligned, in order, without overlap, and at least as large as what the kernels write there (the bf16
- *      copies (T + Smax) H d x 2 bytes, the row sums S H Smax floats, the stats (T + Smax) H floats, three
+ *      copies (T + Smax) H d x 2 bytes, the row sums (T + Smax) H and the dQ accumulator (T + Smax) H d
+ *      floats, the stats (T + Smax) H floats, three
  *      offsets arrays of S + 1 each 16-byte aligned, the workspace, the check buffers and their counter);
  *   3. the reservation at (T, S) holds every layout at (T' <= T, S' <= S) with a workspace within the
  *      budget, and is exactly the larger of the forward's and (opted in) the backward's layout at (T, S):
@@ -598,7 +599,9 @@ static void test_attn_scratch(void) {
                             }
                             if (bwd) {
                                 ok &= l.dsum_at % 256 == 0 && l.dsum_at >= at;
-                                at = l.dsum_at + (size_t)S * H * (size_t)((T + 63) / 64 * 64) * 4;
+                                at = l.dsum_at + R * H * 4;
+                                ok &= l.dqacc_at % 256 == 0 && l.dqacc_at >= at;
+                                at = l.dqacc_at + R * H * d * 4;
                             }
                             ok &= l.stats_at % 256 == 0 && l.stats_at >= at;
                             at = l.stats_at + R * H * 4;

@@ -192,7 +192,7 @@ struct Graph {
 enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_SEQ_Q, U_SEQ_KV, U_OFF_QKV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O,
        U_OFF_STATS, U_NEG_INF,
        // backward: dO in, dQ dK dV out, K and V seen untransposed, the row sums of dO * O
-       U_DO, U_DQ, U_DK, U_DV, U_VT, U_DSUM, U_OFF_DO, U_OFF_DQ, U_OFF_DK, U_OFF_DV, U_ONE, U_VIRT = 100 };
+       U_DO, U_DQ, U_DK, U_DV, U_VT, U_DSUM, U_OFF_DO, U_OFF_DQ, U_OFF_DK, U_OFF_DV, U_ONE, U_DQ_ACC, U_VIRT = 100 };
 
 struct Plan {
     int S, Smax, H, d, causal, backward;
@@ -369,11 +369,13 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     Desc vt = g->tensor(U_VT, CUDNN_DATA_BFLOAT16, dkt, skt, false, false, off(U_OFF_V));
     Desc o = g->tensor(U_O, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_O));
     Desc dout = g->tensor(U_DO, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DO));
-    Desc dqt = g->tensor(U_DQ, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DQ));
+    Desc off_dq = off(U_OFF_DQ), off_st = off(U_OFF_STATS);
+    Desc dqt = g->tensor(U_DQ, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off_dq);
     Desc dkd = g->tensor(U_DK, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DK));
     Desc dvd = g->tensor(U_DV, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_DV));
-    Desc stats = g->tensor(U_STATS, CUDNN_DATA_FLOAT, dst, sst, false, false, off(U_OFF_STATS));
-    Desc dsum = g->tensor(U_DSUM, CUDNN_DATA_FLOAT, dst, srow, false);
+    Desc stats = g->tensor(U_STATS, CUDNN_DATA_FLOAT, dst, sst, false, false, off_st);
+    Desc dsum = g->tensor(U_DSUM, CUDNN_DATA_FLOAT, dst, sst, false, false, off_st);
+    Desc dq_acc = g->tensor(U_DQ_ACC, CUDNN_DATA_FLOAT, dq, sq, false, false, off_dq);
     Desc scale = g->tensor(U_SCALE, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
     Desc one = g->tensor(U_ONE, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
     Desc neg_inf = g->tensor(U_NEG_INF, CUDNN_DATA_FLOAT, dsc, ssc, false, true);
@@ -383,8 +385,9 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     auto virt = [&](cudnnDataType_t t, const int64_t* dims, const int64_t* strides) {
         return g->tensor(vid++, t, dims, strides, true);
     };
-    // in cudnn-frontend's order (scaled_dot_product_flash_attention.h, the backward node's expansion):
-    // softmax_sum = rowsum(dO O) * 1 (a pointwise output, non-virtual, dense [S, H, Smax, 1]);
+    // in cudnn-frontend's order (scaled_dot_product_flash_attention.h, the backward node's expansion, ragged
+    // with max_total_seq_len, cuDNN >= 9: no dP workspace): softmax_sum = rowsum(dO O) * 1 (a pointwise
+    // output, non-virtual, in the stats' ragged layout);
     std::vector<Desc> ops;
     Desc doo = virt(CUDNN_DATA_FLOAT, dq, sdense), dsum0 = virt(CUDNN_DATA_FLOAT, dst, srow);
     ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, dout, o, doo));
@@ -406,6 +409,7 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     ops.push_back(g->reshape(pr, p16t));
     ops.push_back(g->matmul(p16t, dout, dvd, seq_kv, NULL, seq_q));
     // dS = (dO V^T - softmax_sum) P scale; dK = dS^T Q (a reshape to bf16); dQ = dS K (K^T reshaped back)
+    // accumulated in f32 (dQ_accum, ragged like dQ), then IDENTITY to bf16
     Desc dp = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->matmul(dout, vt, dp, seq_q, seq_kv, NULL));
     Desc t1 = virt(CUDNN_DATA_FLOAT, ds, ss), t2 = virt(CUDNN_DATA_FLOAT, ds, ss), t3 = virt(CUDNN_DATA_FLOAT, ds, ss);
@@ -417,7 +421,8 @@ Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     ops.push_back(g->matmul(ds16t, q, dkd, seq_kv, NULL, seq_q));
     Desc kn = g->tensor(vid++, CUDNN_DATA_BFLOAT16, dq, sq, true, false, off_k);
     ops.push_back(g->reshape(kt, kn));
-    ops.push_back(g->matmul(t3, kn, dqt, seq_q, NULL, seq_kv));
+    ops.push_back(g->matmul(t3, kn, dq_acc, seq_q, NULL, seq_kv)); // into the f32 accumulator, then dQ
+    ops.push_back(g->pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, NULL, dqt));
     finish_plan(g, ops, &p);
     s.plans.push_back(p);
     return p.refused ? NULL : &s.plans.back();
@@ -711,6 +716,7 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     uint16_t* b16[8];
     for (int i = 0; i < 8; i++) b16[i] = (uint16_t*)(base + L.bf16_at[i]); // q k v o do dq dk dv
     float* dsum = (float*)(base + L.dsum_at);
+    float* dq_acc = (float*)(base + L.dqacc_at);
     float* stats = (float*)(base + L.stats_at);
     int* off_x = (int*)(base + L.offsets_at);
     int* off_st = off_x + rr_cudnn_attn_off_stride(S);
@@ -725,16 +731,19 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     }
     int diag = diag_mode();
     for (int i = 5; i < 8; i++) cudaCheck(cudaMemsetAsync(b16[i], diag ? 0xff : 0, R * HD * 2, st));
+    // the dQ accumulator zeroed (cudnn-frontend memsets it before cuDNN 9.6), softmax_sum finite everywhere
+    cudaCheck(cudaMemsetAsync(dq_acc, 0, R * HD * sizeof(float), st));
+    cudaCheck(cudaMemsetAsync(dsum, 0, R * H * sizeof(float), st));
     // the stats (the forward's lse) with a finite tail
     cudaCheck(cudaMemcpyAsync(stats, lse, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToDevice, st));
     cudaCheck(cudaMemsetAsync(stats + (size_t)T * H, 0, (R - T) * H * sizeof(float), st));
     offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
     cudaCheck(cudaGetLastError());
     float scale = 1.0f / sqrtf((float)d), neg_inf = neg_inf_value(), one = 1.0f;
-    int64_t uids[] = {U_Q, U_K, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_SCALE, U_ONE, U_NEG_INF,
+    int64_t uids[] = {U_Q, U_K, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_DQ_ACC, U_SCALE, U_ONE, U_NEG_INF,
                       U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O, U_OFF_DO, U_OFF_DQ,
                       U_OFF_DK, U_OFF_DV, U_OFF_STATS};
-    void* ptrs[] = {b16[0], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6], b16[7], stats, dsum,
+    void* ptrs[] = {b16[0], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6], b16[7], stats, dsum, dq_acc,
                     &scale, &one, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_st};
     const int64_t nv = (int64_t)(sizeof uids / sizeof uids[0]);
     Graph g;

@@ -10,8 +10,10 @@
  *     a sequence's rows may be read (masked, but read: they must be finite) and written up to Smax rows
  *     past its start; the rows past T are zeroed before each call (cudnn-frontend PRs #630 / #740, and
  *     NVIDIA's test, which allocates whole Smax tiles);
- *   - backward only: the row sums of dO * O, f32 [S, H, Smax] (dense: not ragged), Smax = T rounded up
- *     to 64 (rr_cudnn_attn_smax);
+ *   - backward only: softmax_sum (the row sums of dO * O) f32 in the stats' ragged layout, R rows of H, and
+ *     the dQ accumulator f32 in dQ's ragged layout, R rows of H d (cudnn-frontend's ragged backward with
+ *     max_total_seq_len: "sized TH1 softmax_sum", "sized THD dQ_accum"); Smax = T rounded up to 64
+ *     (rr_cudnn_attn_smax);
  *   - the stats (lse), f32, R rows of H: cuDNN writes (forward) or reads (backward) them through the
  *     same ragged offsets, with the same slack; copied from / to the caller's (T, H) lse;
  *   - the offsets: three int32 arrays (ragged offsets of q/k/v/o, of the stats, and the sequence lengths),
@@ -34,7 +36,8 @@
 typedef struct {
     size_t bf16_at[8];  /* byte offsets of the bf16 copies (forward: 4, backward: 8), R rows each */
     int n_bf16;
-    size_t dsum_at;     /* backward: the row sums (S, H, Smax) f32; 0 (unused) in the forward */
+    size_t dsum_at;     /* backward: softmax_sum, R rows of H f32; 0 (unused) in the forward */
+    size_t dqacc_at;    /* backward: the dQ accumulator, R rows of H d f32; 0 (unused) in the forward */
     size_t stats_at;    /* the stats, R rows of H f32 */
     size_t offsets_at;  /* three int32 arrays of S + 1, each at a multiple of rr_cudnn_attn_off_stride(S) */
     size_t work_at;     /* the plan's workspace */
@@ -60,10 +63,12 @@ static inline RrAttnScratch rr_cudnn_attn_scratch(int backward, int T, int S, in
     l.n_bf16 = backward ? 8 : 4;
     for (int i = 0; i < 8; i++) l.bf16_at[i] = i < l.n_bf16 ? (size_t)i * a : 0;
     at = (size_t)l.n_bf16 * a;
-    l.dsum_at = 0;
+    l.dsum_at = l.dqacc_at = 0;
     if (backward) {
         l.dsum_at = at;
-        at += rr_align256((size_t)S * H * (size_t)rr_cudnn_attn_smax(T) * sizeof(float));
+        at += rr_align256(rr_cudnn_attn_rows(T) * H * sizeof(float));
+        l.dqacc_at = at;
+        at += rr_align256(rr_cudnn_attn_rows(T) * H * d * sizeof(float));
     }
     l.stats_at = at;
     at += rr_align256(rr_cudnn_attn_rows(T) * H * sizeof(float));
