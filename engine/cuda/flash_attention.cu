@@ -27,7 +27,8 @@
 //       (causal: from the key tile on): S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
 //       dS^T = P^T (dP^T - D), dK += dS^T Q.
 // Gradients are ADDED to dq, dk, dv (engine.h); NULL ones are skipped.
-// Blocks find their (sample, tile) by walking cu_seqlens: the grid has ceil(T / 64) + S blocks in x.
+// Blocks find their (sample, tile) by walking cu_seqlens, 32 samples per step: the grid has ceil(T / 64) + S
+// blocks in x.
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
@@ -95,19 +96,32 @@ static __device__ __forceinline__ float fa_to_f32(bf16_t x) { return rr_bf16_to_
 static __device__ __forceinline__ void fa_store(float* p, float x, int round_out) { *p = round_out ? rr_bf16_round(x) : x; }
 static __device__ __forceinline__ void fa_store(bf16_t* p, float x, int) { *p = rr_f32_to_bf16(x); }
 
-// This block's tile: sample start and length, first row of the tile. 0 for a spare block.
-// reverse: a sample's tiles from its last (under a causal mask the query tiles with the most keys first,
-// so that the longest blocks start early and the grid's tail is short).
+// This block's tile: sample start and length, first row of the tile; 0 for a spare block. Each warp walks
+// cu_seqlens 32 samples at a time (a lane per sample, the tile counts' prefix sum by shuffles), so that many
+// short samples cost S / 32 steps, not S. reverse: a sample's tiles from its last (under a causal mask the
+// query tiles with the most keys first, so that the longest blocks start early and the grid's tail is short).
 static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int reverse) {
-    int b = blockIdx.x;
-    for (int s = 0; s < S; s++) {
-        int st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st;
-        int nt = (ln + FA_BQ - 1) / FA_BQ;
-        if (b < nt) {
-            *start = st, *len = ln, *r0 = (reverse ? nt - 1 - b : b) * FA_BQ;
+    int lane = threadIdx.x % 32, b = blockIdx.x;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane, st = 0, ln = 0;
+        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st;
+        int nt = (ln + FA_BQ - 1) / FA_BQ, inc = nt; // inc: tiles of samples s0 .. s
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
+            if (lane >= o) inc += v;
+        }
+        int total = __shfl_sync(0xffffffffu, inc, 31);
+        if (b < total) {
+            int at = inc <= b; // the lanes before the one holding block b (inc never decreases)
+            for (int o = 16; o > 0; o >>= 1) at += __shfl_xor_sync(0xffffffffu, at, o);
+            int before = __shfl_sync(0xffffffffu, inc - nt, at);
+            *start = __shfl_sync(0xffffffffu, st, at);
+            *len = __shfl_sync(0xffffffffu, ln, at);
+            int n = __shfl_sync(0xffffffffu, nt, at), t = b - before;
+            *r0 = (reverse ? n - 1 - t : t) * FA_BQ;
             return 1;
         }
-        b -= nt;
+        b -= total;
     }
     return 0;
 }
