@@ -33,6 +33,8 @@
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
 
+#include <type_traits>
+
 #define FA_BQ 64      // query rows of a block (16 per warp)
 #define FA_BK 64      // keys per streamed tile
 #define FA_WARPS 4
@@ -152,6 +154,51 @@ static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, const 
     }
 }
 
+// Asynchronous tile loads (cp.async, sm80+), bf16 storage with 8-value aligned rows only: 16 bytes per
+// copy straight into shared memory, zero-filled (source size 0) past len and past d. The forward issues the
+// next key tile's K while it works on the scores and the next V while it works on P V (FlashAttention-2's
+// order), so the loads' latency hides behind the tensor cores. In the emulation a copy happens at once
+// (emu_cp_async16) and the commit / wait are no-ops: the barriers around the buffers are what it checks.
+static __device__ __forceinline__ void fa_cp_async16(bf16_t* dst, const bf16_t* src, int bytes) {
+#ifdef RR_CUDA_EMULATED
+    emu_cp_async16(dst, src, bytes);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(bytes));
+#endif
+}
+static __device__ __forceinline__ void fa_cp_commit() {
+#ifndef RR_CUDA_EMULATED
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// wait until at most one committed group is still in flight
+static __device__ __forceinline__ void fa_cp_wait1() {
+#ifndef RR_CUDA_EMULATED
+    asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+template <int DP>
+static __device__ __forceinline__ void fa_async_tile(bf16_t* dst, int lds, const bf16_t* src, size_t ld, int start,
+                                                     int r0, int len, size_t col0, int d) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += FA_THREADS) {
+        int r = i / (DP / 8), c = (i % (DP / 8)) * 8, ok = r0 + r < len && c < d;
+        fa_cp_async16(dst + r * lds + c, ok ? src + (size_t)(start + r0 + r) * ld + col0 + c : src, ok ? 16 : 0);
+    }
+}
+// a tile by cp.async where it can (bf16 storage, vec), else by fa_load_tile
+template <int DP, typename T>
+static __device__ __forceinline__ void fa_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0, int len,
+                                               size_t col0, int d, int vec) {
+    if constexpr (std::is_same<T, bf16_t>::value) {
+        if (vec) {
+            fa_async_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d);
+            return;
+        }
+    }
+    fa_load_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d, vec);
+}
+
 // D = dO . O of rows [r0, r0 + 64) from their tiles in shared memory (both bf16: dO rounded as the MMAs
 // use it, O a bf16 value in the bf16 table), one warp per row, into D_s; their lse (log2 units) into L_s
 template <int DP>
@@ -235,22 +282,29 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
     if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    // groups of copies (cp.async; the synchronous path fills the tiles at once): {Q, K_0}, {V_0}, then per key
+    // tile {K_next} and {V_next}; "wait 1" before a tile's use leaves only the one after it in flight
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    fa_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
 
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     #pragma unroll
     for (int dn = 0; dn < DP / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
     int qrow = q0 + 16 * warp + g; // this thread's rows: qrow, qrow + 8
-    int kend = causal ? min(len, q0 + FA_BQ) : len;
     for (int k0 = 0; k0 < kend; k0 += FA_BK) {
-        __syncthreads(); // the previous tile consumed (and Q_s loaded, the first time)
-        fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
-        fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
-        __syncthreads();
+        fa_cp_wait1();
+        __syncthreads(); // K of this tile (and Q) in shared memory
         float s[FA_BK / 8][4];
         #pragma unroll
         for (int nt = 0; nt < FA_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        __syncthreads(); // every warp is done with K_s: the next tile's K goes there
+        if (k0 + FA_BK < kend) fa_tile<DP>(K_s, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
         float mx[2] = {-INFINITY, -INFINITY};
         #pragma unroll
         for (int nt = 0; nt < FA_BK / 8; nt++)
@@ -285,7 +339,12 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
             o[dn][0] *= corr[0], o[dn][1] *= corr[0];
             o[dn][2] *= corr[1], o[dn][3] *= corr[1];
         }
+        fa_cp_wait1();
+        __syncthreads(); // V of this tile in shared memory (the next K may still be in flight)
         fa_gemm_pb<DP>(o, s, V_s, LDS);
+        __syncthreads(); // every warp is done with V_s
+        if (k0 + FA_BK < kend) fa_tile<DP>(V_s, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {

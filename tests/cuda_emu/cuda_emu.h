@@ -119,6 +119,11 @@ void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b);
  * M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4]. A row address outside shared memory or misaligned is an
  * error. */
 void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans);
+/* cp.async.cg.shared.global [dst], [src], 16, bytes: here a copy at once of `bytes` (0 or 16) from device
+ * memory into the block's dynamic shared memory, the rest of the 16 zero-filled (commit / wait are no-ops, so
+ * what the emulation checks is that the barriers keep every warp off a buffer being refilled). dst must be
+ * 16-byte aligned inside shared memory, src inside an allocation. */
+void emu_cp_async16(void* dst, const void* src, int bytes);
 /* the vector types the kernels load and store through (16 bytes) */
 struct uint4 {
     unsigned x, y, z, w;

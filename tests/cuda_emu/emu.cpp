@@ -622,6 +622,19 @@ void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
     }
 }
 
+void emu_cp_async16(void* dst, const void* src, int bytes) {
+    uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes, a = (uintptr_t)dst;
+    if (a % 16 || a < lo || a + 16 > hi || (bytes != 0 && bytes != 16) || (bytes && !in_alloc(src, (size_t)bytes))) {
+        emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) thread %d: cp.async of %d bytes to %s from %s", cur_kernel,
+                 blockIdx.x, blockIdx.y, blockIdx.z, cur ? cur->linear : -1, bytes,
+                 a % 16 ? "a misaligned address" : (a < lo || a + 16 > hi) ? "outside shared memory" : "shared memory",
+                 bytes && !in_alloc(src, (size_t)bytes) ? "outside any allocation" : "device memory");
+        return;
+    }
+    memset(dst, 0, 16);
+    if (bytes) memcpy(dst, src, (size_t)bytes);
+}
+
 void* emu_dynamic_smem(void) { return dyn_smem.data() + EMU_GUARD; }
 
 cudaError_t emu_func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value) {
