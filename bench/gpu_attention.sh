@@ -6,8 +6,8 @@
 #   32 heads of 128, causal), the synthetic source's many short samples (256 of 8..24 tokens, 8 heads of 64).
 # Ours, run twice (the second run repeats the own kernel's bf16-storage figures: the spread between the two
 # is the noise):
-#   1. cuDNN on (forward; backward with RRFP_CUDNN_ATTENTION_BWD=1) through the bf16 table, and the own
-#      tensor-core kernel on bf16 storage (own_tc_bf16);
+#   1. cuDNN on (forward and backward) through the bf16 table, and the own tensor-core kernel on bf16
+#      storage (own_tc_bf16);
 #   2. cuDNN off (RRFP_CUDNN_ATTENTION=0): the own tensor-core kernel through the bf16 table (f32 buffers of
 #      bf16 values, converted on load), and own_tc_bf16 again.
 # The path column says which path ran (cudnn/own_tc: forward/backward, from the backend's counters).
@@ -21,8 +21,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-/usr/bin/python3}
 EXE="$BUILD/rrfp-bench-gpu-attn"
 [ -x "$EXE" ] || { echo "gpu_attention.sh: $EXE not found; build first" >&2; exit 1; }
-echo "== ours, cuDNN on (RRFP_CUDNN_ATTENTION_BWD=1) and own_tc_bf16"
-RRFP_CUDNN_ATTENTION_BWD=1 "$EXE" "$REPS"
+echo "== ours, cuDNN on and own_tc_bf16"
+"$EXE" "$REPS"
 echo "== ours, cuDNN off (RRFP_CUDNN_ATTENTION=0) and own_tc_bf16 again"
 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
 echo "== PyTorch ($PY)"

@@ -21,8 +21,9 @@
  * Which path ran each attention call is checked (engine/cuda/attention_path.h): the fp32 table's kernel in
  * fp32; cuDNN or the own tensor-core kernel in bf16 (printed); a cuDNN self-check disagreement fails the case.
  * --expect-cudnn (the test named for cuDNN): every bf16 attention case within cuDNN's support (head dim a
- * multiple of 8 up to 128, T > 0) fails unless cuDNN ran its forward, and with RRFP_CUDNN_ATTENTION_BWD=1 its
- * backward; "refused" (cuDNN declined the shape) and "disagreed" are reported apart.
+ * multiple of 8 up to 128, T > 0) fails unless cuDNN ran its forward, and its backward where that runs (a
+ * head dim that is a multiple of 16, RRFP_CUDNN_ATTENTION_BWD not 0); "refused" (cuDNN declined the shape)
+ * and "disagreed" are reported apart.
  *
  * Usage: test_cuda_ops [--bf16 [--expect-cudnn]] [case-name-substring]   (--bf16: the bf16 tables on both sides, see cmp)
  *        test_cuda_ops --bad-target | --bad-id   (must die with the bad value named)
@@ -555,7 +556,7 @@ static void run_attention(const OpCase* tc) {
     refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, d, ld, causal);
     int cudnn_shape = d % 8 == 0 && d <= 128 && T > 0;
     const char* bwd_env = getenv("RRFP_CUDNN_ATTENTION_BWD");
-    int cudnn_bwd_shape = cudnn_shape && bwd_env && !strcmp(bwd_env, "1");
+    int cudnn_bwd_shape = cudnn_shape && d % 16 == 0 && !(bwd_env && !strcmp(bwd_env, "0"));
     path_mark();
     cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, d, ld, causal);
     cu->synchronize(cu);

@@ -95,7 +95,7 @@ static inline size_t rr_cudnn_attn_workspace_budget(int T, int H, int d) {
 
 /* Bytes to reserve for every call of at most max_T tokens in at most max_S sequences (H, d, ld_qkv fixed):
  * the forward's layout with its first-run check buffers, and with backward = 1 (cuDNN's backward is
- * opt-in, RRFP_CUDNN_ATTENTION_BWD=1) the backward's too, whichever is larger, at the workspace budget. */
+ * on unless RRFP_CUDNN_ATTENTION_BWD=0) the backward's too, whichever is larger, at the workspace budget. */
 static inline size_t rr_cudnn_attn_reserve_bytes(int max_T, int max_S, int H, int d, int ld_qkv, int backward) {
     size_t ws = rr_cudnn_attn_workspace_budget(max_T, H, d);
     size_t f = rr_cudnn_attn_scratch(0, max_T, max_S, H, d, ld_qkv, ws, 1).total;
