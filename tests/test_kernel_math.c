@@ -562,7 +562,7 @@ static void test_bf16(void) {
  *      floats, the stats (T + Smax) H floats, three
  *      offsets arrays of S + 1 each 16-byte aligned, the workspace, the check buffers and their counter);
  *   3. the reservation at (T, S) holds every layout at (T' <= T, S' <= S) with a workspace within the
- *      budget, and is exactly the larger of the forward's and (opted in) the backward's layout at (T, S):
+ *      budget, and is exactly the larger of the forward's and (when on) the backward's layout at (T, S):
  *      no slack that would hide a region left out of the reservation. */
 static void test_attn_scratch(void) {
     int bad = 0;

@@ -252,7 +252,8 @@ void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, cons
     cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
 }
 
-// The backward: cuDNN's where opted in and it takes the shape (attention_cudnn.cu), else the own kernel.
+// The backward: cuDNN's where it takes the shape (attention_cudnn.cu: head dims that are multiples of 16), else
+// the own tensor-core kernel.
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
