@@ -102,12 +102,13 @@ static __device__ __forceinline__ void fa_store(bf16_t* p, float x, int) { *p = 
 // cu_seqlens 32 samples at a time (a lane per sample, the tile counts' prefix sum by shuffles), so that many
 // short samples cost S / 32 steps, not S. reverse: a sample's tiles from its last (under a causal mask the
 // query tiles with the most keys first, so that the longest blocks start early and the grid's tail is short).
-static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int reverse) {
+static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int reverse,
+                                   int rows = FA_BQ) {
     int lane = threadIdx.x % 32, b = blockIdx.x;
     for (int s0 = 0; s0 < S; s0 += 32) {
         int s = s0 + lane, st = 0, ln = 0;
         if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st;
-        int nt = (ln + FA_BQ - 1) / FA_BQ, inc = nt; // inc: tiles of samples s0 .. s
+        int nt = (ln + rows - 1) / rows, inc = nt; // inc: tiles of samples s0 .. s
         for (int o = 1; o < 32; o <<= 1) {
             int v = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
             if (lane >= o) inc += v;
@@ -120,7 +121,7 @@ static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int
             *start = __shfl_sync(0xffffffffu, st, at);
             *len = __shfl_sync(0xffffffffu, ln, at);
             int n = __shfl_sync(0xffffffffu, nt, at), t = b - before;
-            *r0 = (reverse ? n - 1 - t : t) * FA_BQ;
+            *r0 = (reverse ? n - 1 - t : t) * rows;
             return 1;
         }
         b -= total;
@@ -141,7 +142,7 @@ static __device__ __forceinline__ void fa_load8(bf16_t* dst, const bf16_t* src) 
 template <int DP, typename T>
 static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0,
                                                     int len, size_t col0, int d, int vec) {
-    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += FA_THREADS) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += blockDim.x) {
         int r = i / (DP / 8), c = (i % (DP / 8)) * 8;
         bf16_t* o = dst + r * lds + c;
         const T* in = src + (size_t)(start + r0 + r) * ld + col0 + c;
@@ -181,7 +182,7 @@ static __device__ __forceinline__ void fa_cp_wait1() {
 template <int DP>
 static __device__ __forceinline__ void fa_async_tile(bf16_t* dst, int lds, const bf16_t* src, size_t ld, int start,
                                                      int r0, int len, size_t col0, int d) {
-    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += FA_THREADS) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += blockDim.x) {
         int r = i / (DP / 8), c = (i % (DP / 8)) * 8, ok = r0 + r < len && c < d;
         fa_cp_async16(dst + r * lds + c, ok ? src + (size_t)(start + r0 + r) * ld + col0 + c : src, ok ? 16 : 0);
     }
@@ -205,7 +206,7 @@ template <int DP>
 static __device__ __forceinline__ void fa_rowstats(float* D_s, float* L_s, const bf16_t* dO_s, const bf16_t* O_s, int lds,
                                                    const float* lse, int start, int r0, int len, int H, int h) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int r = warp; r < FA_BQ; r += FA_WARPS) {
+    for (int r = warp; r < FA_BQ; r += blockDim.x / 32) {
         float s = 0.0f;
         #pragma unroll
         for (int c = 2 * lane; c < DP; c += 64) {
@@ -443,28 +444,38 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
 
 // ---- backward: dk, dv ------------------------------------------------------------------------------
 
+// NW warps (16 keys each): a block owns 16 NW keys, so that each streamed query tile (Q, dO, O and the row
+// statistics) serves 16 NW keys. 8 warps (128 keys) where that keeps the warps an SM holds (its registers
+// bound them: compiled for sm_90, DP 32 128 registers, 96 245, 128 255: the same warps per SM in blocks of 8
+// as in blocks of 4); 4 at DP 64 (168 registers: 12 warps per SM in blocks of 4, 8 in blocks of 8) and at
+// DP 256 (shared memory).
+template <int DP> struct FaDkdvWarps {
+    static const int NW = DP == 64 || DP == 256 ? 4 : 8;
+};
 template <int DP, typename T>
-static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* dk, T* dv, const T* dout, const T* out,
+static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_dkdv_kernel(T* dk, T* dv, const T* dout, const T* out,
                                                                            const float* lse, const T* q, const T* k,
                                                                            const T* v, const int* cu_seqlens, int S,
                                                                            int H, int Hkv, int d, int ldq, int ldkv,
                                                                            int ldo, int causal, float scale_log2,
                                                                            float scale, int vec) {
     extern __shared__ float smem[];
-    const int LDS = DP + 8;
+    const int LDS = DP + 8, KB = 16 * FaDkdvWarps<DP>::NW; // keys of the block
     float* D_s = smem;                          // [64] of the streamed queries
     float* L_s = D_s + FA_BQ;                   // [64]
-    bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS] this block's keys
-    bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
-    bf16_t* Q_s = V_s + FA_BK * LDS;            // [64][LDS] streamed queries
+    bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [KB][LDS] this block's keys
+    bf16_t* V_s = K_s + KB * LDS;               // [KB][LDS]
+    bf16_t* Q_s = V_s + KB * LDS;               // [64][LDS] streamed queries
     bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
     bf16_t* O_s = dO_s + FA_BQ * LDS;           // [64][LDS] (for D)
     int start, len, k0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0)) return;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)) return;
     int hk = blockIdx.y, group = H / Hkv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
-    fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
+    for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
+        fa_load_tile<DP>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+    }
 
     float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
     #pragma unroll
@@ -525,7 +536,9 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dkdv_kernel(T* 
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
-static size_t fa_dkdv_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
+static size_t fa_dkdv_smem(int DP, int NW) {
+    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)3 * FA_BQ + 2 * 16 * NW) * (DP + 8);
+}
 
 // 8-value loads (fa_load_tile) hold when every row starts 8-value aligned: d, the strides and the pointers
 static int fa_vec_ok(int d, int ldq, int ldkv, int ldo, size_t es, const void* a, const void* b, const void* c,
@@ -579,11 +592,12 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
         cudaCheck(cudaGetLastError());
     }
     if (dk || dv) {
-        size_t smem = fa_dkdv_smem(DP);
+        const int NW = FaDkdvWarps<DP>::NW;
+        size_t smem = fa_dkdv_smem(DP, NW);
         cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
-        dim3 grid(ceil_div(T_, FA_BK) + S, Hkv);
-        fa_backward_dkdv_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dk, dv, dout, out, lse, q, k, v, cu_seqlens, S,
+        dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
+        fa_backward_dkdv_kernel<DP, T><<<grid, 32 * NW, smem, stream>>>(dk, dv, dout, out, lse, q, k, v, cu_seqlens, S,
                                                                            H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
                                                                            scale, vec);
         cudaCheck(cudaGetLastError());
