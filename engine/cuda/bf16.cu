@@ -9,6 +9,7 @@
 // exact. Stored activations are rounded in place by round_bf16_kernel after the f32 op that wrote
 // them (a separate pass: fusing it into each kernel's store is a speed-up, not a change of result).
 #include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
 #include "engine/gemm_lt_desc.h"
 
@@ -243,22 +244,32 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
 }
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
-    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu: never run on a device yet,
-    // self-checked on first use); its output is bf16 already
-    // (multi-head only: grouped-query attention and separate q / kv strides run the own kernel)
-    if (Hkv == H && ld_q == ld_kv &&
-        cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
-        return;
-    cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
-    round_bf16_cuda(out, out, (size_t)T * H * d, cuda_stream(be));
+    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu, self-checked on first use); its
+    // output is bf16 already. Multi-head only: grouped-query attention and separate q / kv strides never ask
+    // cuDNN (counted as cudnn_not_tried). Else the own tensor-core kernel (flash_attention.cu, GQA-ready), which
+    // rounds its store.
+    if (Hkv == H && ld_q == ld_kv) {
+        if (cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal)) return;
+    } else {
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    }
+    cuda_flash_attention_forward_f32(cuda_stream(be), out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d,
+                                     causal, 1);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
 }
 
-// The backward: cuDNN's where opted in and it takes the shape (attention_cudnn.cu), else the own kernel.
+// The backward: cuDNN's where it takes the shape (attention_cudnn.cu: multi-head, head dims that are multiples
+// of 16), else the own tensor-core kernel (GQA-ready).
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
-    if (Hkv == H && ld_q == ld_kv &&
-        cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
-        return;
-    cuda_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    if (Hkv == H && ld_q == ld_kv) {
+        if (cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
+            return;
+    } else {
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    }
+    cuda_flash_attention_backward_f32(cuda_stream(be), dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d,
+                                      ld_q, ld_kv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
 }

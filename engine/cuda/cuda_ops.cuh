@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include <cuda_bf16.h>
+
 #include "engine/engine.h"
 
 // linear.cu (cuBLAS, through engine/gemm_desc.h)
@@ -108,3 +110,25 @@ int cuda_cudnn_attention_available(void);
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
+
+// flash_attention.cu: the own tensor-core attention (bf16 MMA, f32 softmax and accumulation) over packed
+// samples; H query heads, Hkv key/value heads (GQA: Hkv divides H); row strides ldq (q, dq), ldkv (k, v, dk,
+// dv), ldo (out, dout); lse f32 (T, H). The f32 variant converts its inputs to bf16 on load and stores f32
+// (rounded to bf16 when round_out). Gradients are added to dq, dk, dv (NULL: skipped).
+void cuda_flash_attention_forward_bf16(cudaStream_t stream, __nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
+                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int* cu_seqlens, int S,
+                                       int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                        const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                        const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
+                                        int ldo, int causal);
+void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
+                                      const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                      int ldq, int ldkv, int ldo, int causal, int round_out);
+void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk, float* dv, const float* dout,
+                                       const float* out, const float* lse, const float* q, const float* k,
+                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                       int ldq, int ldkv, int ldo, int causal);
+// which path ran each attention call (engine/cuda/attention_path.h's RR_ATTN_*): counted here
+void cuda_attention_path_note(int path);

@@ -457,6 +457,7 @@ struct Fiber {
     unsigned mask; /* of the shuffle it waits at */
 };
 struct Warp {
+    uint32_t mma[2][32][6]; /* emu_mma_m16n8k16_bf16: each lane's a[4], b[2] */
     uint64_t slot[2][32];
     unsigned slot_gen[2][32];
     unsigned gen;
@@ -545,6 +546,93 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src_lane, int xor_mask)
         return bits;
     }
     return w.slot[buf][s];
+}
+
+/* A warp-collective exchange as a shuffle's (the same generation and release), of each lane's fragments. */
+void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned gen = w.gen;
+    int buf = gen & 1;
+    memcpy(w.mma[buf][lane], a, 4 * sizeof(uint32_t));
+    memcpy(w.mma[buf][lane] + 4, b, 2 * sizeof(uint32_t));
+    w.slot_gen[buf][lane] = gen;
+    f->mask = 0xffffffffu;
+    fiber_yield(F_SHUFFLE);
+    for (int l = 0; l < 32; l++)
+        if (w.slot_gen[buf][l] != gen) {
+            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: mma.sync without lane %d of its warp",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+            return;
+        }
+    int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float acc = d[i];
+        for (int kk = 0; kk < 16; kk++) {
+            /* A[row][kk]: lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8), half kk & 1 */
+            uint32_t ar = w.mma[buf][4 * (row % 8) + (kk % 8) / 2][(row >= 8) + 2 * (kk >= 8)];
+            /* B[kk][col]: lane 4 col + (kk % 8) / 2, register (kk >= 8), half kk & 1 */
+            uint32_t br = w.mma[buf][4 * col + (kk % 8) / 2][4 + (kk >= 8)];
+            float av = rr_bf16_to_f32((uint16_t)(kk & 1 ? ar >> 16 : ar & 0xffffu));
+            float bv = rr_bf16_to_f32((uint16_t)(kk & 1 ? br >> 16 : br & 0xffffu));
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
+}
+
+void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned gen = w.gen;
+    int buf = gen & 1;
+    uintptr_t a = (uintptr_t)row;
+    memcpy(w.mma[buf][lane], &a, sizeof a);
+    w.slot_gen[buf][lane] = gen;
+    f->mask = 0xffffffffu;
+    fiber_yield(F_SHUFFLE);
+    uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes;
+    for (int l = 0; l < 32; l++) {
+        if (w.slot_gen[buf][l] != gen) {
+            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: ldmatrix without lane %d of its warp",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+            return;
+        }
+        uintptr_t p;
+        memcpy(&p, w.mma[buf][l], sizeof p);
+        if (p % 16 || p < lo || p + 16 > hi) {
+            emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) lane %d: ldmatrix row address %s",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, l, p % 16 ? "not 16-byte aligned"
+                                                                                : "outside dynamic shared memory");
+            return;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            int mrow = trans ? 2 * (lane % 4) + h : lane / 4, mcol = trans ? lane / 4 : 2 * (lane % 4) + h;
+            uintptr_t p;
+            memcpy(&p, w.mma[buf][8 * i + mrow], sizeof p);
+            memcpy(&e[h], (const void*)(p + 2 * mcol), 2);
+        }
+        r[i] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    }
+}
+
+void emu_cp_async16(void* dst, const void* src, int bytes) {
+    uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes, a = (uintptr_t)dst;
+    if (a % 16 || a < lo || a + 16 > hi || (bytes != 0 && bytes != 16) || (bytes && !in_alloc(src, (size_t)bytes))) {
+        emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) thread %d: cp.async of %d bytes to %s from %s", cur_kernel,
+                 blockIdx.x, blockIdx.y, blockIdx.z, cur ? cur->linear : -1, bytes,
+                 a % 16 ? "a misaligned address" : (a < lo || a + 16 > hi) ? "outside shared memory" : "shared memory",
+                 bytes && !in_alloc(src, (size_t)bytes) ? "outside any allocation" : "device memory");
+        return;
+    }
+    memset(dst, 0, 16);
+    if (bytes) memcpy(dst, src, (size_t)bytes);
 }
 
 void* emu_dynamic_smem(void) { return dyn_smem.data() + EMU_GUARD; }
