@@ -226,6 +226,23 @@ typedef struct Backend {
      * of that stream only; the CPU backend runs every op in call order and ignores it. The static
      * tables have NULL; backend_on_stream makes a bound copy. */
     void* stream;
+
+    /* Which buffers are 2-byte bf16 (engine/params.h, DESIGN.md section 3): the storage of the compute
+     * copy of every 2-D parameter (GEMM weights, embedding tables) as this table's ops read it through
+     * their `weight` / `table` pointers. DTYPE_BF16 (the CUDA bf16 table): n values take 2n bytes, each the
+     * bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt as they are (no conversion in a
+     * step); the float* of the op slots is then only an address. DTYPE_F32 (every other table, the CPU's
+     * bf16 reference included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm
+     * weights, biases) are f32 words on every table. */
+    DType weight_dtype;
+    /* adamw_update, then the updated parameter rounded to bf16 (rr_f32_to_bf16) stored into `copy` in
+     * copy_dtype (DTYPE_BF16: 2-byte words; DTYPE_F32: f32 words holding the bf16 value): the compute
+     * copy written by the optimiser's own pass, once per step (no separate rounding pass). */
+    void (*adamw_update_copy)(const struct Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                              const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
+    /* out[i] = rr_f32_to_bf16(inp[i]), 2-byte words: the compute copy after a write of the master outside
+     * the optimiser (allocation, checkpoint load); never called in a training step. */
+    void (*to_bf16)(const struct Backend* be, uint16_t* out, const float* inp, size_t n);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -91,6 +91,9 @@ const Backend backend_cpu = {
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_FP32,
+    .weight_dtype = DTYPE_F32,
+    .adamw_update_copy = cpu_adamw_update_copy,
+    .to_bf16 = cpu_to_bf16,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -140,4 +143,7 @@ const Backend backend_cpu_bf16 = {
     .round_bf16 = cpu_round_bf16,
     .bf16_variant = &backend_cpu_bf16,
     .precision = PRECISION_BF16,
+    .weight_dtype = DTYPE_F32,
+    .adamw_update_copy = cpu_adamw_update_copy,
+    .to_bf16 = cpu_to_bf16,
 };

@@ -185,6 +185,10 @@ static const Backend backend_cuda = {
     cuda_round_bf16,
     &backend_cuda_bf16,
     PRECISION_FP32,
+    NULL, // stream
+    DTYPE_F32,
+    cuda_adamw_update_copy,
+    cuda_to_bf16,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -235,11 +239,16 @@ const Backend backend_cuda_bf16 = {
     cuda_round_bf16,
     &backend_cuda_bf16,
     PRECISION_BF16,
+    NULL, // stream
+    DTYPE_BF16, // the 2-D parameters' compute copy: 2-byte bf16 (engine.h, weight_dtype)
+    cuda_adamw_update_copy,
+    cuda_to_bf16,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream).
-static_assert(sizeof(Backend) == 45 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
+// + weight_dtype, padded, + adamw_update_copy + to_bf16).
+static_assert(sizeof(Backend) == 48 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {
