@@ -204,3 +204,12 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_nccl_emu_pp2_fixed_sync PROPERTIES ENVIRONMENT "MODE=fixed-sync")
   set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()
+
+# issue 20: launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
+# against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
+# emulation's (tests/test_traffic.c)
+add_executable(test_traffic tests/test_traffic.c)
+target_link_libraries(test_traffic PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_traffic PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_emu_traffic COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "traffic: ok" $<TARGET_FILE:test_traffic>)
+set_tests_properties(cuda_emu_traffic PROPERTIES TIMEOUT 300)

@@ -48,8 +48,8 @@ void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) 
 // stream must not run them concurrently with it).
 static uint16_t* bf16_scratch(size_t elems) {
     if (elems > cuda_ctx.bf16_scratch_elems) {
-        if (cuda_ctx.bf16_scratch) cudaCheck(cudaFree(cuda_ctx.bf16_scratch)); // waits for its users
-        cudaCheck(cudaMalloc(&cuda_ctx.bf16_scratch, elems * sizeof(uint16_t)));
+        if (cuda_ctx.bf16_scratch) cuda_free_tracked(cuda_ctx.bf16_scratch); // waits for its users
+        cuda_malloc_tracked((void**)&cuda_ctx.bf16_scratch, elems * sizeof(uint16_t));
         cuda_ctx.bf16_scratch_elems = elems;
     }
     return cuda_ctx.bf16_scratch;

@@ -103,8 +103,13 @@ void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, flo
 void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N, int C) {
     if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
-    if (dweight) column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
-    if (dbias) column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_stream(be));
+    if (dweight && dbias) // one pass over dout and inp for both
+        column_sum2_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, dbias, RowsOfDout{dout, C}, N, C,
+                         cuda_stream(be));
+    else if (dweight)
+        column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
+    else if (dbias)
+        column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_stream(be));
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------

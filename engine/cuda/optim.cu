@@ -44,8 +44,8 @@ static size_t sumsq_scratch_n;
 
 static double* sum_squares_scratch(size_t need) {
     if (need > sumsq_scratch_n) {
-        if (sumsq_scratch) cudaCheck(cudaFree(sumsq_scratch));
-        cudaCheck(cudaMalloc(&sumsq_scratch, need * sizeof(double)));
+        if (sumsq_scratch) cuda_free_tracked(sumsq_scratch);
+        cuda_malloc_tracked((void**)&sumsq_scratch, need * sizeof(double));
         sumsq_scratch_n = need;
     }
     return sumsq_scratch;
