@@ -213,3 +213,11 @@ target_link_libraries(test_traffic PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(test_traffic PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME cuda_emu_traffic COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "traffic: ok" $<TARGET_FILE:test_traffic>)
 set_tests_properties(cuda_emu_traffic PROPERTIES TIMEOUT 300)
+# runtime.profile and device_peak_mb end to end on the emulated CUDA backend (tests/train_profile_emu.sh)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_profile_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train profile emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_profile_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_profile_emu)
+  set_tests_properties(train_profile_emu PROPERTIES TIMEOUT 300)
+endif()

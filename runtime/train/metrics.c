@@ -6,6 +6,8 @@
 #include "engine/util.h"
 #include "runtime/train/metrics.h"
 
+#include "engine/engine.h"
+
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len) {
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", path);
@@ -53,6 +55,14 @@ void metrics_write(Metrics* m, const StepStats* s) {
             (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
             s->peak_mem_mb, s->eta_s);
     if (s->bubble >= 0) fprintf(m->f, ",\"bubble\":%.4f", s->bubble);
+    if (s->has_device) fprintf(m->f, ",\"device_peak_mb\":%.1f,\"device_used_mb\":%.1f", s->device_peak_mb, s->device_used_mb);
+    if (s->has_profile) {
+        fprintf(m->f, ",\"profile\":{");
+        for (int k = 0; k < PROF_KINDS; k++)
+            fprintf(m->f, "%s\"%s\":{\"ms\":%.4f,\"launches\":%ld}", k ? "," : "", prof_kind_name(k), s->prof_ms[k],
+                    s->prof_launches[k]);
+        fprintf(m->f, "}");
+    }
     fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped);
     fflush(m->f);
 }
@@ -78,6 +88,10 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
              "ETA %s",
              (long long)s->step, (long long)total_steps, (double)s->loss, s->lr, s->grad_norm, s->tokens_per_s,
              1e3 * s->step_time_s, bub, s->peak_mem_mb, eta);
+    if (s->has_device) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | device peak %.1f MiB", s->device_peak_mb);
+    }
     if (s->skipped) {
         size_t l = strlen(out);
         snprintf(out + l, n - l, " | skipped %lld", (long long)s->skipped);

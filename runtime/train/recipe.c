@@ -141,6 +141,10 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    {"runtime", "profile", RKEY_BOOL, OFF(profile), 0, "false", 0, 1, 0, 0,
+     "Per step, the GPU time and launches of each op kind (gemm, attention, norm, elementwise, optimiser, copies) from "
+     "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
+     "more. Needs runtime.backend = cuda."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
      "`model`, or `replay:FILE` (DESIGN.md section 6, parallel.pp > 1): every task sleeps its duration from the "
      "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "
@@ -554,6 +558,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
             VFAIL("runtime", "cap", "%s", r->cap,
                   "only `ready`, `lookahead` and `adaptive` modes use a cap; allowed: 0 with parallel.mode=%s", r->mode);
     }
+    if (r->profile && strcmp(r->backend, "cuda") != 0)
+        VFAIL("runtime", "profile", "%s", "true", "the profiler times CUDA events; allowed: true with runtime.backend = cuda "
+              "(got %s)", r->backend);
     if (strcmp(r->compute, "model") != 0) {
         if (strncmp(r->compute, "replay:", 7) != 0 || r->compute[7] == 0)
             VFAIL("runtime", "compute", "'%s'", r->compute, "allowed: model, or replay:FILE (a duration file)");

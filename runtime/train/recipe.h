@@ -77,6 +77,7 @@ typedef struct {
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */
     int trace;         /* write Chrome traces */
+    int profile;       /* per-step GPU time and launches per op kind (CUDA backend) */
     char compute[RECIPE_STR]; /* "model", or "replay:FILE" (tasks sleep the file's durations) */
     double replay_scale;      /* seconds per time unit of the replay file */
 

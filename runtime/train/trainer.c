@@ -463,6 +463,10 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
             return -1;
     }
 
+    if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->profile) { /* from the first step on */
+        ex->stages[0]->be->profile(1);
+        t->profiling = 1;
+    }
     float scale = (float)(1.0 / (double)plan.n_supervised);
     double loss_sum = 0.0, norm = 0.0;
     if (ex->forward_backward(ex, &plan, scale, (int)t->step + 1, dumping ? ddir : NULL, &loss_sum, err, err_len) != 0 ||
@@ -500,8 +504,41 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->eta_s = per * (double)(t->last_step - t->step);
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
+    /* the device: this rank's backend (every stage of a rank shares it) */
+    const Backend* dbe = ex->n_stages ? ex->stages[0]->be : NULL;
+    if (dbe && dbe->memory) {
+        BackendMemory mm;
+        dbe->memory(&mm);
+        s->has_device = 1;
+        s->device_peak_mb = (double)mm.peak_bytes / (1 << 20);
+        s->device_used_mb = (double)(mm.device_total - mm.device_free) / (1 << 20);
+    }
+    if (t->profiling) {
+        BackendProfile p;
+        dbe->profile_take(&p); /* waits for this step's device work */
+        s->has_profile = 1;
+        for (int k = 0; k < PROF_KINDS; k++) {
+            s->prof_ms[k] = p.ms[k];
+            s->prof_launches[k] = p.launches[k];
+            if (t->steps_timed > 1) t->prof_ms[k] += p.ms[k], t->prof_launches[k] += p.launches[k];
+        }
+        if (t->steps_timed > 1) t->prof_steps++;
+    }
     if (ex->log_rank) metrics_write(&t->metrics, s);
     return 0;
+}
+
+/* runtime.profile: the mean per step of the steps after this process's first, one line per kind */
+static void trainer_profile_summary(const Trainer* t, FILE* log) {
+    if (!t->profiling || t->prof_steps == 0) return;
+    double total = 0;
+    for (int k = 0; k < PROF_KINDS; k++) total += t->prof_ms[k];
+    fprintf(log, "profile (GPU time and launches per step, mean of steps 2..%lld of this process; rank %d):\n",
+            (long long)(t->prof_steps + 1), t->grid.rank);
+    for (int k = 0; k < PROF_KINDS; k++)
+        fprintf(log, "  %-13s %9.3f ms %5.1f%% %8.1f launches\n", prof_kind_name(k), t->prof_ms[k] / t->prof_steps,
+                total > 0 ? 100 * t->prof_ms[k] / total : 0.0, (double)t->prof_launches[k] / t->prof_steps);
+    fprintf(log, "  %-13s %9.3f ms\n", "total", total / t->prof_steps);
 }
 
 /* DP replicas hold the same parameters and optimiser state: replica 0 writes the checkpoint (with every
@@ -644,6 +681,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
      * before the time is taken and the memory is freed */
     for (int c = 0; rc == 0 && t->ex && c < t->ex->n_stages; c++) t->ex->stages[c]->be->synchronize(t->ex->stages[c]->be);
     if (rc == 0) rc = trainer_rank_summary(t, err, err_len);
+    if (rc == 0) trainer_profile_summary(t, log);
     if (rc == 0)
         fprintf(log, "done: %lld steps in %.1f s; metrics %s\n", (long long)t->step, rr_now() - t->t_begin,
                 t->metrics.path);
