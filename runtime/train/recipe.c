@@ -51,6 +51,10 @@ static const RecipeKey recipe_keys[] = {
     {"data", "fixed_batch", RKEY_BOOL, OFF(fixed_batch), 0, "false", 0, 1, 0, 1,
      "Every step trains on the first step's plan (same samples): an overfitting check and the benchmark's "
      "same-batch step. Synthetic source only."},
+    {"data", "synthetic_plan", RKEY_STRING, OFF(synthetic_plan), SZ(synthetic_plan), "", 0, 0, 0, 1,
+     "\"\" or a file giving the synthetic source's sample shapes (benchmarks: the same samples as a reference run): "
+     "line k is microbatch k, its samples as `HxW+F` (an H x W patch grid and F >= 4 text tokens, LM length H W + F); "
+     "microbatch m of step s is line (s M + m) mod lines. Synthetic source only."},
     {"data", "shards", RKEY_STRING, OFF(shards), SZ(shards), "demo/shards", 0, 0, 0, 0,
      "Folder of .rrs shards from `rrfp-mm pack` (or one .rrs file). Relative paths are from the working directory."},
     {"data", "tokenizer", RKEY_STRING, OFF(tokenizer), SZ(tokenizer), "demo/tokenizer.json", 0, 0, 0, 0,
@@ -498,6 +502,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
               r->microbatch_tokens, r->microbatch_tokens);
     if (!strcmp(r->source, "synthetic") && r->vocab < 16)
         VFAIL("model", "vocab", "%d", r->vocab, "data.source = synthetic has no tokenizer; allowed: model.vocab >= 16");
+    if (r->synthetic_plan[0] && strcmp(r->source, "synthetic") != 0)
+        VFAIL("data", "synthetic_plan", "'%s'", r->synthetic_plan, "only the synthetic source takes a plan; allowed: \"\" "
+              "with data.source = %s", r->source);
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)
         VFAIL("data", "fixed_batch", "%s", "true", "only the synthetic source repeats a step; allowed: false with "
                                                    "data.source=%s", r->source);

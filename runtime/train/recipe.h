@@ -32,6 +32,7 @@ typedef struct {
     /* [data] */
     char source[16];            /* shards | synthetic */
     int fixed_batch;            /* every step reuses the first step's plan */
+    char synthetic_plan[RECIPE_STR]; /* "" or a file of sample shapes for the synthetic source (benchmarks) */
     char shards[RECIPE_STR];    /* folder of .rrs shards (or one shard) */
     char tokenizer[RECIPE_STR]; /* tokenizer.json the shards were packed with */
     int microbatch_tokens;      /* LM tokens (text + image) per microbatch */

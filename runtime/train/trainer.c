@@ -33,6 +33,7 @@ int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int h
                            .microbatches = r->microbatches,
                            .seed = r->data_seed,
                            .fixed_batch = r->fixed_batch,
+                           .plan = r->synthetic_plan,
                            .heldout = heldout,
                            .dp_rank = dp_rank,
                            .dp_size = dp_size};
