@@ -82,8 +82,9 @@ static const RecipeKey recipe_keys[] = {
     {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
      "Stop after this step and checkpoint (0 = run to train.steps). For time-sliced jobs; resume continues."},
     {"train", "log_every", RKEY_INT, OFF(log_every), 0, "1", 1, 1e9, 0, 0, "Print a log line every N steps (metrics JSONL gets every step)."},
-    {"train", "checkpoint_every", RKEY_INT, OFF(checkpoint_every), 0, "0", 0, 1e9, 0, 0,
-     "Write a checkpoint every N steps (0 = only at the end / at stop_at)."},
+    {"train", "checkpoint_every", RKEY_INT, OFF(checkpoint_every), 0, "0", -1, 1e9, 0, 0,
+     "Write a checkpoint every N steps (0 = only at the end / at stop_at; -1 = none, not even at the end: "
+     "benchmarks. A stop by a signal still writes one)."},
     {"train", "dump_step", RKEY_INT, OFF(dump_step), 0, "-1", -1, 1e9, 0, 0,
      "Write RUN_DIR/dump-N/ for step N (1-based): microbatches, weights before the step, loss, gradients. -1 = off."},
     {"train", "run_dir", RKEY_STRING, OFF(run_dir), SZ(run_dir), "run", 0, 0, 0, 0,

@@ -653,7 +653,8 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             fprintf(log, "%s\n", line);
             fflush(log);
         }
-        int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
+        int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) ||
+                 (t->step == t->last_step && r->checkpoint_every >= 0);
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
          * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
          * runtime.comm = nccl, comm_grid_allreduce_all). */
