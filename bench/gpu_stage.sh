@@ -137,6 +137,20 @@ for stage in $STAGES; do
     echo "$tps $tps_fb" > "$T/ours-$stage"
     echo "$stage ours: $tps /s with AdamW, $tps_fb /s forward + backward (step - optimiser GPU time); profile per step:"
     cat "$T/$stage.prof"
+    # the dry run's estimate of this rank's device memory against the backend's measured high-water mark
+    "$EXE" train "$ROOT/recipes/test-synthetic.ini" "${args[@]}" "${common[@]}" --set runtime.backend=cuda \
+      --set data.synthetic_plan="$plan" --set train.steps="$STEPS" --dry-run > "$T/dry-$stage.log" 2>&1
+    "$PY" - "$T/dry-$stage.log" "$T/$stage/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"largest rank: ([0-9.]+) (KiB|MiB|GiB)", open(sys.argv[1]).read())
+peak = json.loads(open(sys.argv[2]).readlines()[-1]).get("device_peak_mb")
+if m and peak:
+    est = float(m.group(1)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(2)]
+    print("    memory: dry-run estimate %.0f MiB, device peak %.0f MiB (backend high-water mark): estimate / peak %.3f"
+          % (est, peak, est / peak))
+else:
+    print("    memory: no estimate or no device peak to compare")
+PY
   else
     echo "$stage ours: not run, failed or timed out:"; tail -5 "$T/$stage.log" 2>/dev/null
   fi

@@ -9,7 +9,8 @@
 #      the step log shows "device peak";
 #   3. the log ends with the profile summary (one line per kind), and `rrfp-mm report` shows the Device
 #      section with the per-kind table;
-#   4. runtime.profile on the CPU backend is refused with a message naming the key.
+#   4. runtime.profile on the CPU backend is refused with a message naming the key;
+#   5. the dry run's memory estimate for the rank equals the device peak within 10%.
 # Usage: train_profile_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR
 set -euo pipefail
 EMU=$1 EXE=$2 RECIPE=$3 WORK=$4
@@ -38,6 +39,18 @@ assert counts[0] == counts[1] == counts[2], counts
 print("profile rows ok:", dict(zip(kinds, counts[0])), "device peak", rows[-1]["device_peak_mb"], "MiB")
 PY
 grep -q "| device peak [0-9.]* MiB" "$WORK/log" || { echo "no device peak in the step log"; exit 1; }
+# 5. the dry run's estimate of the rank's memory (bf16 compute copy and GEMM scratch included) is the
+#    measured device peak within 10%
+"$EXE" train "$RECIPE" "${common[@]}" --set runtime.backend=cuda --set runtime.precision=bf16 --dry-run > "$WORK/dry.log" 2>&1 \
+  || { cat "$WORK/dry.log"; exit 1; }
+/usr/bin/python3 - "$WORK/dry.log" "$WORK/run/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"largest rank: ([0-9.]+) (KiB|MiB|GiB)", open(sys.argv[1]).read())
+est = float(m.group(1)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(2)]
+peak = json.loads(open(sys.argv[2]).readlines()[-1])["device_peak_mb"]
+print("dry-run estimate %.2f MiB, device peak %.2f MiB" % (est, peak))
+assert abs(est - peak) <= 0.1 * peak, (est, peak)
+PY
 for k in gemm attention norm elementwise optimiser copies communication total; do
   grep -Eq "^  $k +[0-9.]+ ms" "$WORK/log" || { echo "no '$k' line in the profile summary"; exit 1; }
 done
