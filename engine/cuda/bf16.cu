@@ -30,6 +30,32 @@ static void f32_to_bf16_cuda(uint16_t* out, const float* inp, size_t n, cudaStre
     cudaCheck(cudaGetLastError());
 }
 
+// two conversions in one launch (a GEMM with two f32 operands: the weight gradient's dout and inp)
+static __global__ void f32_to_bf16_2_kernel(uint16_t* out_a, const float* a, size_t na, uint16_t* out_b, const float* b,
+                                            size_t nb) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < na) out_a[i] = rr_f32_to_bf16(a[i]);
+    else if (i < na + nb) out_b[i - na] = rr_f32_to_bf16(b[i - na]);
+}
+static void f32_to_bf16_2_cuda(uint16_t* out_a, const float* a, size_t na, uint16_t* out_b, const float* b, size_t nb,
+                               cudaStream_t stream) {
+    if (na + nb == 0) return;
+    f32_to_bf16_2_kernel<<<ceil_div_z(na + nb, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(out_a, a, na, out_b, b, nb);
+    cudaCheck(cudaGetLastError());
+}
+
+// two in-place roundings of n values in one launch (the fused linear + GELU's out and pre)
+static __global__ void round_bf16_2_kernel(float* x, float* y, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = rr_bf16_round(x[i]);
+    else if (i < 2 * n) y[i - n] = rr_bf16_round(y[i - n]);
+}
+static void round_bf16_2_cuda(float* x, float* y, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    round_bf16_2_kernel<<<ceil_div_z(2 * n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(x, y, n);
+    cudaCheck(cudaGetLastError());
+}
+
 static __global__ void round_bf16_kernel(float* out, const float* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = rr_bf16_round(inp[i]);
@@ -120,11 +146,13 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
     uint16_t* s = bf16_scratch(na + nb);
     const uint16_t* a16 = (const uint16_t*)A;
     const uint16_t* b16 = (const uint16_t*)B;
-    if (a_f32) {
+    if (a_f32 && b_f32) { // one launch for both
+        f32_to_bf16_2_cuda(s, A, na, s + na, B, nb, cuda_stream(be));
+        a16 = s, b16 = s + na;
+    } else if (a_f32) {
         f32_to_bf16_cuda(s, A, na, cuda_stream(be));
         a16 = s;
-    }
-    if (b_f32) {
+    } else if (b_f32) {
         f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
         b16 = s + na;
     }
@@ -184,8 +212,7 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
         round_bf16_cuda(pre, pre, n, cuda_stream(be));
         return;
     }
-    round_bf16_cuda(out, out, n, cuda_stream(be));
-    round_bf16_cuda(pre, pre, n, cuda_stream(be));
+    round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
