@@ -182,7 +182,14 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
 
 DType params_compute_dtype(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->be);
-    return pt->specs[i].ndim == 2 ? pt->be->weight_dtype : DTYPE_F32;
+    return pt->specs[i].ndim == 2 && !pt->specs[i].f32_compute ? pt->be->weight_dtype : DTYPE_F32;
+}
+
+void params_keep_f32_compute(ParamTable* pt, const char* name) {
+    int i = params_find(pt, name);
+    if (i < 0) rr_die("internal: params_keep_f32_compute: no tensor '%s'", name);
+    RR_ASSERT(pt->data == NULL); /* before params_alloc lays the copy out */
+    pt->specs[i].f32_compute = 1;
 }
 
 void* params_compute_ptr(const ParamTable* pt, int i) {

@@ -31,6 +31,7 @@ typedef struct {
     size_t coff;    /* in bytes, into compute (params_compute_dtype gives its storage) */
     int frozen;     /* no gradient, no AdamW state, no update (train.freeze) */
     int decay;      /* AdamW weight decay applies (2-D weights only) */
+    int f32_compute; /* the compute copy stays f32 words even when 2-D (params_keep_f32_compute) */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
     ParamSlice slice; /* which part of the global tensor `name` this is (dim -1: all of it) */
@@ -100,7 +101,11 @@ float* params_data(const ParamTable* pt, int i);
 float* params_grad(const ParamTable* pt, int i);
 /* The values the ops compute with: the bf16 compute copy when there is one, else the master. */
 float* params_weights(const ParamTable* pt, int i);
-/* Storage of tensor i's compute copy (see ParamTable.compute) and its address. */
+/* Storage of tensor i's compute copy (see ParamTable.compute) and its address. A 2-D tensor is 2-byte
+ * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table), so every op that reads it must
+ * take it as a GEMM weight or an embedding table; a 2-D tensor read any other way (a position embedding
+ * added to activations, say) must be marked with params_keep_f32_compute before params_alloc. */
+void params_keep_f32_compute(ParamTable* pt, const char* name); /* dies if no such tensor */
 DType params_compute_dtype(const ParamTable* pt, int i);
 void* params_compute_ptr(const ParamTable* pt, int i);
 /* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data` other than

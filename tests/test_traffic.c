@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 #include "engine/params.h"
 #include "text/lm.h"
@@ -374,6 +375,36 @@ static void step_params(ParamTable* pt) {
     }
 }
 
+/* The compute copy's layout on the bf16 table: 2-D tensors 2-byte bf16 words (rr_f32_to_bf16 of the
+ * master), 1-D and params_keep_f32_compute'd 2-D ones f32 words holding the rounded value. */
+static void check_compute_copy(void) {
+    ParamTable pt;
+    params_init(&pt);
+    int64_t s2[2] = {3, 70}, s1[2] = {70, 0};
+    params_add(&pt, "a.weight", 2, s2, PARAM_INIT_NORMAL, 0.7f, 1);
+    params_add(&pt, "b.bias", 1, s1, PARAM_INIT_NORMAL, 0.7f, 0);
+    params_add(&pt, "c.pos", 2, s2, PARAM_INIT_NORMAL, 0.7f, 1);
+    params_keep_f32_compute(&pt, "c.pos");
+    params_alloc(&pt, inner, 3);
+    int bad = 0;
+    for (int i = 0; i < pt.n; i++) {
+        size_t n = pt.specs[i].numel;
+        DType want = i == 0 ? DTYPE_BF16 : DTYPE_F32;
+        float *m = malloc(n * 4), *c = malloc(n * 4);
+        inner->copy_d2h(inner, m, pt.data + pt.specs[i].offset, n * 4);
+        inner->copy_d2h(inner, c, params_compute_ptr(&pt, i), n * dtype_size(want));
+        bad += params_compute_dtype(&pt, i) != want;
+        for (size_t j = 0; j < n; j++) {
+            uint16_t w = rr_f32_to_bf16(m[j]);
+            bad += want == DTYPE_BF16 ? ((uint16_t*)c)[j] != w : c[j] != rr_bf16_to_f32(w);
+        }
+        free(m), free(c);
+    }
+    printf("compute copy: 2-D bf16 words, 1-D and kept 2-D f32 words: %s\n", bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    params_free(&pt);
+}
+
 static void run_lm(void) {
     LmConfig c = {.D = 256, .L = 1, .H = 4, .F = 512, .V = 16, .init_std = 0.02f, .rms_eps = 1e-5, .rope_base = 10000};
     int T = 256, S = 2;
@@ -475,6 +506,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     wrap_table();
+    check_compute_copy();
     run_lm();
     run_vit();
     /* every launch was inside a wrapped op: nothing unlabelled ran */

@@ -117,7 +117,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         model_params_register_tp(mc, l0, l0 + layers[s], r->tp, 0, &pt);
         params += (double)pt.total;
         if (bf16) {
-            for (int i = 0; i < pt.n; i++) copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && cuda ? 2 : 4);
+            for (int i = 0; i < pt.n; i++) copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
             double sc = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T) : 0;
             if (sc > scratch) scratch = sc; /* one scratch per process, grown to the largest product */
         }
