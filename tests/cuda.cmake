@@ -122,7 +122,8 @@ endif()
 add_executable(rrfp-mm-emu runtime/cli/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
 target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -Wl,--wrap=comm_nccl_create
-                    -Wl,--wrap=metrics_peak_rss_mb -rdynamic)
+                    -Wl,--wrap=metrics_peak_rss_mb -Wl,--wrap=comm_nccl_profile -Wl,--wrap=comm_nccl_profile_take
+                    -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # Training with runtime.backend = cuda end to end with device memory protected (any host access to
 # device memory kills the run): 4 steps against the CPU backend's run of the same recipe (losses and
@@ -220,4 +221,10 @@ if(TARGET rrfp_cuda_emu)
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_profile_emu)
   set_tests_properties(train_profile_emu PROPERTIES TIMEOUT 300)
+  # the communication kind: NCCL operations timed on their streams (pp 2 under mpirun)
+  add_test(NAME train_profile_nccl_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train profile nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_profile_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_profile_nccl_emu ${RRFP_MPIRUN})
+  set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
 endif()

@@ -466,6 +466,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
 
     if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->profile) { /* from the first step on */
         ex->stages[0]->be->profile(1);
+        if (!strcmp(r->comm, "nccl")) comm_nccl_profile(1); /* the communication kind */
         t->profiling = 1;
     }
     float scale = (float)(1.0 / (double)plan.n_supervised);
@@ -517,6 +518,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     if (t->profiling) {
         BackendProfile p;
         dbe->profile_take(&p); /* waits for this step's device work */
+        comm_nccl_profile_take(&p.ms[PROF_COMM], &p.launches[PROF_COMM]); /* NCCL's, when runtime.comm = nccl */
         s->has_profile = 1;
         for (int k = 0; k < PROF_KINDS; k++) {
             s->prof_ms[k] = p.ms[k];
