@@ -252,13 +252,13 @@ void params_free(ParamTable* pt) {
     memset(pt, 0, sizeof *pt);
 }
 
-size_t params_gemm_operand_elems(const ParamTable* pt, int N) {
+size_t params_gemm_operand_elems(const ParamTable* pt, int N, int bf16_weights) {
     size_t most = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* sp = &pt->specs[i];
         if (sp->ndim != 2) continue;
         size_t oc = (size_t)sp->shape[0], c = (size_t)sp->shape[1];
-        size_t e = (size_t)N * (c + oc) + oc * c;
+        size_t e = (size_t)N * (c + oc) + (bf16_weights && !sp->f32_compute ? 0 : oc * c);
         if (e > most) most = e;
     }
     return most;

@@ -118,7 +118,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         params += (double)pt.total;
         if (bf16) {
             for (int i = 0; i < pt.n; i++) copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
-            double sc = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T) : 0;
+            double sc = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T, 1) : 0;
             if (sc > scratch) scratch = sc; /* one scratch per process, grown to the largest product */
         }
         trainable += (double)model_params_freeze(&pt, r->freeze);

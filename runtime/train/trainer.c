@@ -370,7 +370,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
      * messages are the executors' pools, filled in the first step) */
     for (int c = 0; c < t->ex->n_stages; c++) {
         const Stage* st = t->ex->stages[c];
-        size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
+        size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens, st->be->weight_dtype == DTYPE_BF16) : 0;
         AttnReserve attn[2];
         int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
         st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
