@@ -24,6 +24,7 @@
 #              left of this budget (default 0: no budget); GPU_STAGE_STAGES (default "lm vit stage0");
 #              PY: the python3 with PyTorch (default /usr/bin/python3); GPU_STAGE_TINY=1: the device part
 #              at tiny width (a smoke test of this script, e.g. with BUILD holding rrfp-mm-emu as rrfp-mm);
+#              GPU_STAGE_TOKENS: the microbatch (default 4096; smaller for a smoke test);
 #              GPU_STAGE_LOGS=DIR: keep the parts' logs, metrics and plans there; GPU_STAGE_CPU_CHECKS=0: skip
 #              the CPU-side checks (the device script: its minutes are the device's).
 set -uo pipefail
@@ -50,7 +51,8 @@ stage0_sets=(--set model.vision_width=1024 --set model.vision_layers=24 --set mo
              --set model.text_width=4096 --set model.text_layers=4 --set model.text_heads=32 --set model.ffn_hidden=11008)
 tiny_sets=(--set model.vision_width=32 --set model.vision_layers=1 --set model.vision_heads=2
            --set model.text_width=64 --set model.text_layers=1 --set model.text_heads=2 --set model.ffn_hidden=172)
-common=(--set data.source=synthetic --set data.fixed_batch=true --set data.microbatch_tokens=4096
+TOKENS=${GPU_STAGE_TOKENS:-4096}
+common=(--set data.source=synthetic --set data.fixed_batch=true --set data.microbatch_tokens=$TOKENS
         --set data.microbatches=1 --set data.min_patches=1 --set data.max_patches=576 --set model.patch=14
         --set model.vocab=64 --set train.log_every=1 --set train.checkpoint_every=-1 --set checkpoint.keep=0
         --set runtime.precision=bf16 --set optim.warmup=1)
@@ -89,7 +91,7 @@ PY
 
 CPU_CHECKS=${GPU_STAGE_CPU_CHECKS:-1}
 for stage in $STAGES; do
-  "$PY" "$HERE/gpu_stage_torch.py" --write-plan $stage "$T/plan-$stage.txt" || exit 1
+  "$PY" "$HERE/gpu_stage_torch.py" --write-plan $stage "$T/plan-$stage.txt" $TOKENS || exit 1
 done
 [ "$CPU_CHECKS" = 1 ] && echo "== CPU-side checks"
 [ "$CPU_CHECKS" = 1 ] && { "$PY" "$HERE/gpu_stage_torch.py" --check || exit 1; }
@@ -99,7 +101,8 @@ for stage in $STAGES; do
   "$EXE" train "$ROOT/recipes/test-synthetic.ini" "${tiny_sets[@]}" "${common[@]}" --set train.steps=3 \
     --set data.synthetic_plan="$T/plan-$stage.txt" --set train.run_dir="$T/cpu-$stage" > "$T/cpu-$stage.log" 2>&1 \
     || { cat "$T/cpu-$stage.log"; exit 1; }
-  read -r tps _ _ < <(ours_stats "$T/cpu-$stage/metrics.jsonl" $stage 2>/dev/null)
+  ours_stats "$T/cpu-$stage/metrics.jsonl" $stage > "$T/cpu-$stage.stats" 2>/dev/null
+  read -r tps _ _ < "$T/cpu-$stage.stats"
   want=$("$PY" -c "import sys; sys.path.insert(0, '$HERE'); from gpu_stage_torch import *; p = read_plan('$T/plan-$stage.txt'); print(sum(h*w+f for h,w,f in p), sum(h*w for h,w,f in p))")
   got=$("$PY" -c "import json; r = json.loads(open('$T/cpu-$stage/metrics.jsonl').readline()); print(r['tokens'], r['patches'])")
   [ "$want" = "$got" ] || { echo "check: $stage: ours trained on $got tokens / patches, the plan has $want"; exit 1; }
@@ -133,7 +136,8 @@ for stage in $STAGES; do
   if run_part 75 "$stage ours" "$EXE" train "$ROOT/recipes/test-synthetic.ini" "${args[@]}" "${common[@]}" \
        --set runtime.backend=cuda --set runtime.profile=true --set data.synthetic_plan="$plan" \
        --set train.steps="$STEPS" --set train.run_dir="$T/$stage" > "$T/$stage.log" 2>&1; then
-    read -r tps tps_fb step_s < <(ours_stats "$T/$stage/metrics.jsonl" $stage 2> "$T/$stage.prof")
+    ours_stats "$T/$stage/metrics.jsonl" $stage > "$T/$stage.stats" 2> "$T/$stage.prof"
+    read -r tps tps_fb step_s < "$T/$stage.stats"
     echo "$tps $tps_fb" > "$T/ours-$stage"
     echo "$stage ours: $tps /s with AdamW, $tps_fb /s forward + backward (step - optimiser GPU time); profile per step:"
     cat "$T/$stage.prof"

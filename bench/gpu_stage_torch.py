@@ -15,7 +15,7 @@ torch.compile, and the GEMM-only bound of the same shapes:
   gpu_stage_torch.py --check                       CPU-side checks, tiny shapes: the model-FLOP formulas
                                                    equal the FLOPs this module really runs (hooks), the
                                                    plans fill the microbatch and parse back
-  gpu_stage_torch.py --write-plan STAGE FILE       the stage's plan (one microbatch of 4096 LM tokens)
+  gpu_stage_torch.py --write-plan STAGE FILE [T]   the stage's plan (one microbatch of T = 4096 LM tokens)
   gpu_stage_torch.py --stage S --plan FILE [--mode eager|compile] [--optim 0|1] [--reps N]
                                                    on the GPU: one JSON line {"tokens_per_s", "mfu", ...}
   gpu_stage_torch.py --stage S --plan FILE --gemm  the GEMMs of the stage alone (cuBLAS through
@@ -383,7 +383,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         sys.exit(check())
     if len(sys.argv) > 3 and sys.argv[1] == "--write-plan":
-        write_plan(make_plan(sys.argv[2]), sys.argv[3])
+        write_plan(make_plan(sys.argv[2], int(sys.argv[4]) if len(sys.argv) > 4 else 4096), sys.argv[3])
         sys.exit(0)
     a = sys.argv[1:]
     args = dict(zip(a[::2], a[1::2])) if "--gemm" not in a else dict(zip(*[iter([x for x in a if x != "--gemm"])] * 2))
