@@ -123,17 +123,18 @@ if ! "$EXE" version 2>&1 | grep -q "^backends: cpu, cuda"; then
   exit 0
 fi
 "$PY" -c "import torch; print('PyTorch', torch.__version__, torch.cuda.get_device_name(0))"
-# phase 1 (what the comparison needs most), stage by stage: ours, PyTorch eager without and with AdamW,
-# the GEMM bound; phase 2: torch.compile (its compilation takes most of a minute per model); then the
-# summaries. Each part under a time limit (and skipped when the budget cannot hold it).
-for stage in $STAGES; do
-  sets=${stage}_sets
+# The parts, most wanted first (each under a time limit, skipped when the budget cannot hold it):
+# phase 1, stage by stage: ours (with its profile table and the dry run against the device peak) and
+# PyTorch eager without AdamW; phase 2: torch.compile of the LM stage without AdamW; phase 3, stage by
+# stage: the GEMM bound and PyTorch eager with AdamW; phase 4: the other torch.compile runs. Then the
+# summaries.
+ours_part() {
+  local stage=$1 plan="$T/plan-$1.txt" sets=${1}_sets
   [ "${GPU_STAGE_TINY:-0}" = 1 ] && sets=tiny_sets
   eval "args=(\"\${${sets}[@]}\")"
-  plan="$T/plan-$stage.txt"
   echo "-- $stage stage ($(wc -w < "$plan") samples, plan: $(head -c 100 "$plan")...)"
   echo "not run" > "$T/ours-$stage"
-  if run_part 75 "$stage ours" "$EXE" train "$ROOT/recipes/test-synthetic.ini" "${args[@]}" "${common[@]}" \
+  if run_part 60 "$stage ours" "$EXE" train "$ROOT/recipes/test-synthetic.ini" "${args[@]}" "${common[@]}" \
        --set runtime.backend=cuda --set runtime.profile=true --set data.synthetic_plan="$plan" \
        --set train.steps="$STEPS" --set train.run_dir="$T/$stage" > "$T/$stage.log" 2>&1; then
     ours_stats "$T/$stage/metrics.jsonl" $stage > "$T/$stage.stats" 2> "$T/$stage.prof"
@@ -158,20 +159,27 @@ PY
   else
     echo "$stage ours: not run, failed or timed out:"; tail -5 "$T/$stage.log" 2>/dev/null
   fi
-  for optim in 0 1; do
-    run_part 35 "$stage torch eager optim=$optim" "$PY" "$HERE/gpu_stage_torch.py" --stage $stage --plan "$plan" \
-      --mode eager --optim $optim --reps 5 > "$T/torch-$stage-eager$optim" 2> "$T/torch-$stage-eager$optim.err"
-    tail -1 "$T/torch-$stage-eager$optim"
-  done
-  run_part 25 "$stage gemm bound" "$PY" "$HERE/gpu_stage_torch.py" --stage $stage --plan "$plan" --gemm --reps 5 \
-    > "$T/gemm-$stage" 2> "$T/gemm-$stage.err"
+}
+torch_part() { # stage mode optim limit
+  run_part "$4" "$1 torch $2 optim=$3" "$PY" "$HERE/gpu_stage_torch.py" --stage "$1" --plan "$T/plan-$1.txt" \
+    --mode "$2" --optim "$3" --reps 5 > "$T/torch-$1-$2$3" 2> "$T/torch-$1-$2$3.err"
+  tail -1 "$T/torch-$1-$2$3"
+}
+for stage in $STAGES; do
+  ours_part $stage
+  torch_part $stage eager 0 30
+done
+case " $STAGES " in *" lm "*) torch_part lm compile 0 80 ;; esac
+for stage in $STAGES; do
+  run_part 20 "$stage gemm bound" "$PY" "$HERE/gpu_stage_torch.py" --stage $stage --plan "$T/plan-$stage.txt" --gemm \
+    --reps 5 > "$T/gemm-$stage" 2> "$T/gemm-$stage.err"
   tail -1 "$T/gemm-$stage"
+  torch_part $stage eager 1 30
 done
 for stage in $STAGES; do
   for optim in 0 1; do
-    run_part 90 "$stage torch compile optim=$optim" "$PY" "$HERE/gpu_stage_torch.py" --stage $stage --plan "$T/plan-$stage.txt" \
-      --mode compile --optim $optim --reps 5 > "$T/torch-$stage-compile$optim" 2> "$T/torch-$stage-compile$optim.err"
-    tail -1 "$T/torch-$stage-compile$optim"
+    [ $stage = lm ] && [ $optim = 0 ] && continue
+    torch_part $stage compile $optim 80
   done
 done
 for stage in $STAGES; do
