@@ -834,7 +834,7 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
         }
     h_printf(&h, "<table class=\"summary\"><tr><td>steps</td><td>%g .. %g (%d lines)</td></tr>"
                  "<tr><td>loss</td><td>%.4f (mean of the first %d steps) &rarr; %.4f (last %d)</td></tr>"
-                 "<tr><td>median throughput</td><td>%.0f tokens/s</td></tr><tr><td>peak memory</td><td>%.1f MiB</td></tr>"
+                 "<tr><td>median throughput</td><td>%.0f tokens/s</td></tr><tr><td>peak host memory (RSS)</td><td>%.1f MiB</td></tr>"
                  "</table>\n", m.step[0], m.step[m.n - 1], m.n, a / k, k, b / k, k, nt ? t[nt / 2] : 0.0, peak);
     free(t);
 
