@@ -486,6 +486,15 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     t->opt_step++;
     step_exec_optimizer(ex, r, lr, (int)t->opt_step, optim_clip_coef(norm, r->grad_clip));
     t->step++;
+    /* runtime.profile: the step's figures now, before the clock stops: the take waits for the step's device
+     * work, so the step time includes it (without profiling that tail is absorbed by the next step's first
+     * wait; a take after the clock would hide it from every step) */
+    BackendProfile prof;
+    const Backend* dbe = ex->n_stages ? ex->stages[0]->be : NULL;
+    if (t->profiling) {
+        dbe->profile_take(&prof);
+        comm_nccl_profile_take(&prof.ms[PROF_COMM], &prof.launches[PROF_COMM]); /* NCCL's, when runtime.comm = nccl */
+    }
     double dt = rr_now() - t0;
     /* ETA from the steps timed in this process, leaving out the first (warm-up of caches, pages) */
     if (t->steps_timed++ > 0) t->time_timed += dt;
@@ -507,7 +516,6 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
     /* the device: this rank's backend (every stage of a rank shares it) */
-    const Backend* dbe = ex->n_stages ? ex->stages[0]->be : NULL;
     if (dbe && dbe->memory) {
         BackendMemory mm;
         dbe->memory(&mm);
@@ -516,14 +524,11 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         s->device_used_mb = (double)(mm.device_total - mm.device_free) / (1 << 20);
     }
     if (t->profiling) {
-        BackendProfile p;
-        dbe->profile_take(&p); /* waits for this step's device work */
-        comm_nccl_profile_take(&p.ms[PROF_COMM], &p.launches[PROF_COMM]); /* NCCL's, when runtime.comm = nccl */
         s->has_profile = 1;
         for (int k = 0; k < PROF_KINDS; k++) {
-            s->prof_ms[k] = p.ms[k];
-            s->prof_launches[k] = p.launches[k];
-            if (t->steps_timed > 1) t->prof_ms[k] += p.ms[k], t->prof_launches[k] += p.launches[k];
+            s->prof_ms[k] = prof.ms[k];
+            s->prof_launches[k] = prof.launches[k];
+            if (t->steps_timed > 1) t->prof_ms[k] += prof.ms[k], t->prof_launches[k] += prof.launches[k];
         }
         if (t->steps_timed > 1) t->prof_steps++;
     }
