@@ -55,7 +55,7 @@ TOKENS=${GPU_STAGE_TOKENS:-4096}
 common=(--set data.source=synthetic --set data.fixed_batch=true --set data.microbatch_tokens=$TOKENS
         --set data.microbatches=1 --set data.min_patches=1 --set data.max_patches=576 --set model.patch=14
         --set model.vocab=64 --set train.log_every=1 --set train.checkpoint_every=-1 --set checkpoint.keep=0
-        --set runtime.precision=bf16 --set optim.warmup=1 --set optim.lr=1e-5)
+        --set runtime.precision=bf16 --set optim.warmup=1 --set optim.lr=1e-5 --set optim.min_lr=0)
 
 # seconds left of the budget (a large number without one)
 left() { if [ "$BUDGET" -gt 0 ]; then echo $((BUDGET - ($(date +%s) - START))); else echo 100000; fi; }
