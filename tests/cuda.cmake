@@ -133,7 +133,8 @@ endif()
 add_executable(rrfp-mm-emu runtime/cli/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
 target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -Wl,--wrap=comm_nccl_create
-                    -Wl,--wrap=metrics_peak_rss_mb -rdynamic)
+                    -Wl,--wrap=metrics_peak_rss_mb -Wl,--wrap=comm_nccl_profile -Wl,--wrap=comm_nccl_profile_take
+                    -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # Training with runtime.backend = cuda end to end with device memory protected (any host access to
 # device memory kills the run): 4 steps against the CPU backend's run of the same recipe (losses and
@@ -238,6 +239,20 @@ if(TARGET rrfp_cuda_emu)
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
+  # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
+  # (issue 24; cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
+  # embedding table (issue 20)
+  add_test(NAME train_cuda_emu_lm_variants_bf16
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants_bf16 2)
+  set_tests_properties(train_cuda_emu_lm_variants_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "PRECISION=bf16;RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA}")
+  # the CLIP tower under bf16 on the CUDA table: its position embedding keeps an f32 compute copy
+  # (params_keep_f32_compute, read by rows_gather), every other 2-D tensor 2-byte
+  add_test(NAME train_cuda_emu_clip_bf16
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_bf16 2)
+  set_tests_properties(train_cuda_emu_clip_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT
+                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
 endif()
 
 # The own tensor-core attention (engine/cuda/flash_attention.cu) called directly: GQA / MQA, bf16 and f32
@@ -262,3 +277,26 @@ add_executable(rrfp-bench-gpu-attn-emu bench/gpu_attn_bench.c)
 target_compile_definitions(rrfp-bench-gpu-attn-emu PRIVATE RR_CUDA_EMU=1)
 target_link_libraries(rrfp-bench-gpu-attn-emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(rrfp-bench-gpu-attn-emu PROPERTIES LINKER_LANGUAGE CXX)
+
+# issue 20: launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
+# against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
+# emulation's (tests/test_traffic.c)
+add_executable(test_traffic tests/test_traffic.c)
+target_link_libraries(test_traffic PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_traffic PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_emu_traffic COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "traffic: ok" $<TARGET_FILE:test_traffic>)
+set_tests_properties(cuda_emu_traffic PROPERTIES TIMEOUT 300)
+# runtime.profile and device_peak_mb end to end on the emulated CUDA backend (tests/train_profile_emu.sh)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_profile_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train profile emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_profile_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_profile_emu)
+  set_tests_properties(train_profile_emu PROPERTIES TIMEOUT 300)
+  # the communication kind: NCCL operations timed on their streams (pp 2 under mpirun)
+  add_test(NAME train_profile_nccl_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train profile nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_profile_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_profile_nccl_emu ${RRFP_MPIRUN})
+  set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
+endif()

@@ -239,6 +239,17 @@ static float* up(const float* h, size_t n) {
     cu->copy_h2d(cu, d, h, n * sizeof(float));
     return d;
 }
+/* device copy of a 2-D weight / embedding table in the table's weight storage (Backend.weight_dtype): the
+ * bf16 table's are 2-byte bf16 words (rr_f32_to_bf16), as the ParamTable's compute copy holds them */
+static float* upw(const float* h, size_t n) {
+    if (cu->weight_dtype != DTYPE_BF16) return up(h, n);
+    uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
+    float* d = cu->alloc((n ? n : 1) * sizeof(uint16_t));
+    cu->copy_h2d(cu, d, b, n * sizeof(uint16_t));
+    free(b);
+    return d;
+}
 static int* upi(const int* h, size_t n) {
     int* d = cu->alloc((n ? n : 1) * sizeof(int));
     cu->copy_h2d(cu, d, h, n * sizeof(int));
@@ -297,7 +308,7 @@ static void run_linear(const OpCase* tc) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 1), *b = hrand(OC, 1), *dy = hrand(nout, 1);
     float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
-    float *x_d = up(x, nin), *w_d = up(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
+    float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
     refb->linear_forward(refb, out, x, w, bias ? b : NULL, N, C, OC);
     cu->linear_forward(cu, out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
@@ -325,7 +336,7 @@ static void run_linear_gelu(const OpCase* tc) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 1), *b = hrand(OC, 1), *dy = hrand(nout, 1);
     float *out = hrand(nout, 1), *pre = hrand(nout, 1), *dpre = hrand(nout, 1);
-    float *x_d = up(x, nin), *w_d = up(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
+    float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *pre_d = up(pre, nout), *dpre_d = up(dpre, nout);
     refb->linear_gelu_forward(refb, out, pre, x, w, bias ? b : NULL, N, C, OC);
     cu->linear_gelu_forward(cu, out_d, pre_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
@@ -494,7 +505,7 @@ static void run_embedding(const OpCase* tc) {
     int* ids = mallocCheck(N * sizeof(int));
     for (int i = 0; i < N; i++) ids[i] = (int)(rng_u64() % V); /* N > V: repeated ids race in the backward */
     float *table = hrand(nt, 1), *dy = hrand(n, 1), *out = hrand(n, 1), *dt = hrand(nt, 1);
-    float *table_d = up(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
+    float *table_d = upw(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
     int* ids_d = upi(ids, N);
     refb->embedding_forward(refb, out, ids, table, N, C);
     cu->embedding_forward(cu, out_d, ids_d, table_d, N, C);
@@ -761,6 +772,31 @@ static void run_adamw(const OpCase* tc) {
     cmp("param", p_d, p, n, TOL_ADAMW);
     cmp("m", m_d, m, n, TOL_ADAMW);
     cmp("v", v_d, v, n, TOL_ADAMW);
+    /* a fourth step through adamw_update_copy into each copy storage: the update as above, and the copy
+     * exactly the device's new parameter rounded to bf16 (2-byte words, or f32 words holding them) */
+    for (int k = 0; k < 2; k++) {
+        DType dt = k ? DTYPE_BF16 : DTYPE_F32;
+        float* g = hrand(n, 0.5f);
+        float* g_d = up(g, n);
+        void* c_d = cu->alloc((n ? n : 1) * sizeof(float));
+        refb->adamw_update(refb, p, g, m, v, n, &cfg, 4 + k, decay);
+        cu->adamw_update_copy(cu, p_d, g_d, m_d, v_d, n, &cfg, 4 + k, decay, c_d, dt);
+        cmp(k ? "param+c16" : "param+c32", p_d, p, n, TOL_ADAMW);
+        float* pd = mallocCheck((n ? n : 1) * sizeof(float));
+        float* c = mallocCheck((n ? n : 1) * sizeof(float));
+        cu->copy_d2h(cu, pd, p_d, n * sizeof(float));
+        cu->copy_d2h(cu, c, c_d, n * dtype_size(dt));
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t want = rr_f32_to_bf16(pd[i]);
+            bad += dt == DTYPE_BF16 ? ((const uint16_t*)c)[i] != want : c[i] != rr_bf16_to_f32(want);
+        }
+        printf("  %-20s %-8s %zu of %zu copy values wrong %s\n", case_name, k ? "copy16" : "copy32", bad, n,
+               bad ? "FAIL" : "ok");
+        if (bad) failures++;
+        free(g), free(pd), free(c);
+        cu->free(g_d), cu->free(c_d);
+    }
     free(p), free(m), free(v);
     cu->free(p_d), cu->free(m_d), cu->free(v_d);
 }
@@ -772,7 +808,7 @@ static void run_bad_input(const char* what) {
     int N = 4, V = 5, C = 3;
     int t[4] = {0, 7, -100, 2}, ids[4] = {1, 0, -3, 2};
     float* z = hrand((size_t)N * V, 1);
-    float *z_d = up(z, (size_t)N * V), *lse_d = up(z, N), *loss_d = up(z, 1), *tab_d = up(z, (size_t)V * C);
+    float *z_d = up(z, (size_t)N * V), *lse_d = up(z, N), *loss_d = up(z, 1), *tab_d = upw(z, (size_t)V * C);
     float* out_d = up(z, (size_t)N * C);
     if (!strcmp(what, "--bad-target")) {
         int* t_d = upi(t, N);

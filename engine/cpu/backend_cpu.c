@@ -95,6 +95,9 @@ const Backend backend_cpu = {
     .act_backward = cpu_act_backward,
     .rows_gather_forward = cpu_rows_gather_forward,
     .rows_gather_backward = cpu_rows_gather_backward,
+    .weight_dtype = DTYPE_F32,
+    .adamw_update_copy = cpu_adamw_update_copy,
+    .to_bf16 = cpu_to_bf16,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -148,4 +151,7 @@ const Backend backend_cpu_bf16 = {
     .act_backward = cpu_act_backward,
     .rows_gather_forward = cpu_bf16_rows_gather_forward,
     .rows_gather_backward = cpu_rows_gather_backward,
+    .weight_dtype = DTYPE_F32,
+    .adamw_update_copy = cpu_adamw_update_copy,
+    .to_bf16 = cpu_to_bf16,
 };

@@ -840,8 +840,8 @@ void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn) {
     }
     State& s = g_state;
     if (most <= s.scratch_bytes) return;
-    if (s.scratch) cudaCheck(cudaFree(s.scratch));
-    cudaCheck(cudaMalloc(&s.scratch, most));
+    if (s.scratch) cuda_free_tracked(s.scratch);
+    cuda_malloc_tracked((void**)&s.scratch, most);
     s.scratch_bytes = most;
     if (getenv("RRFP_CUDNN_VERBOSE"))
         fprintf(stderr, "rrfp-mm: cuDNN attention: %zu bytes of scratch reserved (%s)\n", most,

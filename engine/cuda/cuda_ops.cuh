@@ -62,7 +62,9 @@ void cuda_scale(const Backend* be, float* x, float s, size_t n);
 void cuda_adamw_update(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                        int decay);
 
-// bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt)
+// bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt); the
+// norm / elementwise / RoPE / embedding forwards of the bf16 table live beside their f32 kernels (rounding
+// in the store)
 void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
 // clip_ops.cu
 void cuda_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
@@ -74,6 +76,10 @@ void cuda_rows_gather_backward(const Backend* be, float* dtable, const float* do
 void cuda_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
 void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
                                    int K, int C);
+void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n);
+// optim.cu: AdamW writing the compute copy in the same pass
+void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                            const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -6,6 +6,8 @@
 #include "engine/util.h"
 #include "runtime/train/metrics.h"
 
+#include "engine/engine.h"
+
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len) {
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", path);
@@ -70,6 +72,15 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
             (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
             s->peak_mem_mb, s->eta_s) < 0;
     if (s->bubble >= 0) bad |= fprintf(m->f, ",\"bubble\":%.4f", s->bubble) < 0;
+    if (s->has_device)
+        bad |= fprintf(m->f, ",\"device_peak_mb\":%.1f,\"device_used_mb\":%.1f", s->device_peak_mb, s->device_used_mb) < 0;
+    if (s->has_profile) {
+        bad |= fprintf(m->f, ",\"profile\":{") < 0;
+        for (int k = 0; k < PROF_KINDS; k++)
+            bad |= fprintf(m->f, "%s\"%s\":{\"ms\":%.4f,\"launches\":%ld}", k ? "," : "", prof_kind_name(k), s->prof_ms[k],
+                           s->prof_launches[k]) < 0;
+        bad |= fprintf(m->f, "}") < 0;
+    }
     bad |= fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped) < 0;
     /* every row reaches the file at its step: a full disk is an error now, not a file that silently
      * stops at the stdio buffer's size */
@@ -112,6 +123,10 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
              "ETA %s",
              (long long)s->step, (long long)total_steps, (double)s->loss, s->lr, s->grad_norm, s->tokens_per_s,
              1e3 * s->step_time_s, bub, s->peak_mem_mb, eta);
+    if (s->has_device) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | device peak %.1f MiB", s->device_peak_mb);
+    }
     if (s->skipped) {
         size_t l = strlen(out);
         snprintf(out + l, n - l, " | skipped %lld", (long long)s->skipped);

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/engine.h"
+
 typedef struct {
     int64_t step;         /* 1-based step just finished */
     float loss;           /* sum CE / supervised targets of the step */
@@ -18,6 +20,14 @@ typedef struct {
     double eta_s;
     double bubble;        /* pipeline bubble fraction, < 0 when not pipelined */
     int64_t skipped;      /* damaged samples skipped so far */
+    /* device memory (CUDA backend; has_device 0 elsewhere): the backend's high-water mark and what the
+     * device has in use (cudaMemGetInfo: total - free, the CUDA context and other processes included) */
+    int has_device;
+    double device_peak_mb, device_used_mb;
+    /* runtime.profile: this step's GPU time / launches / op calls per op kind (engine.h, ProfKind) */
+    int has_profile;
+    double prof_ms[PROF_KINDS];
+    long prof_launches[PROF_KINDS];
 } StepStats;
 
 typedef struct {

@@ -53,6 +53,11 @@ typedef struct {
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
     uint64_t run_id;  /* this job's identity in its checkpoints' files (world rank 0's, broadcast) */
+    /* runtime.profile: on since the first step; totals of the steps after this process's first */
+    int profiling;
+    int64_t prof_steps;
+    double prof_ms[PROF_KINDS];
+    long prof_launches[PROF_KINDS];
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when

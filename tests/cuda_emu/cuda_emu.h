@@ -172,10 +172,8 @@ static inline cudaError_t cudaMalloc(T** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p);
 /* The emulated device reports 16 GiB free of 16 GiB (the start-up memory check). */
-static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-    *free_b = *total_b = (size_t)16 << 30;
-    return cudaSuccess;
-}
+/* an emulated 16 GiB device: free = 16 GiB - the bytes cudaMalloc holds */
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b);
 cudaError_t cudaMemset(void* p, int v, size_t bytes);
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
@@ -283,6 +281,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
+/* the host time between the two records (the emulation runs each operation at its call) */
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 /* pinned host memory (plain host memory here) and pointer kinds */
 cudaError_t cudaMallocHost(void** p, size_t bytes);
@@ -306,6 +306,22 @@ void emu_device_fill_nan(void* dev, size_t bytes);
 int emu_in_alloc(const void* p, size_t bytes);
 /* cudaMalloc calls so far (tests: a stage allocates nothing after its first step) */
 extern "C" long emu_malloc_count(void);
+
+/* Traffic of each device operation (tests/test_traffic.c): emu_traffic(1) clears the log and starts
+ * counting, per launch, memset, copy and cuBLAS(Lt) product, the bytes of device memory it read and
+ * wrote (every page it touched, within its allocation: see emu.cpp), labelled with the backend op that
+ * ran it (emu_traffic_label, from the CUDA backend's profiler scope, which must be on). */
+#define RR_CUDA_EMU_RUNTIME 1
+struct EmuTraffic {
+    const char* op;   /* the backend op ("cuda_bf16_linear_forward"), "(no op)" outside one */
+    int kind;         /* its ProfKind, -1 outside one */
+    const char* what; /* the kernel's name, "cudaMemsetAsync", "cudaMemcpyAsync", "cublasSgemm", "cublasLtMatmul" */
+    size_t read, written;
+};
+extern "C" void emu_traffic(int on);
+extern "C" size_t emu_traffic_n(void);
+extern "C" const EmuTraffic* emu_traffic_at(size_t i);
+void emu_traffic_label(const char* op, int kind);
 
 /* statistics of the emulation (for the test's summary line) */
 struct EmuStats {
