@@ -139,10 +139,10 @@ static __device__ __forceinline__ void fa_load8(bf16_t* dst, const float* src) {
     *(uint4*)dst = o;
 }
 static __device__ __forceinline__ void fa_load8(bf16_t* dst, const bf16_t* src) { *(uint4*)dst = *(const uint4*)src; }
-template <int DP, typename T>
+template <int DP, typename T, int NTH = FA_THREADS> // NTH: the block's threads (a constant stride)
 static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0,
                                                     int len, size_t col0, int d, int vec) {
-    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += blockDim.x) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += NTH) {
         int r = i / (DP / 8), c = (i % (DP / 8)) * 8;
         bf16_t* o = dst + r * lds + c;
         const T* in = src + (size_t)(start + r0 + r) * ld + col0 + c;
@@ -179,10 +179,10 @@ static __device__ __forceinline__ void fa_cp_wait1() {
     asm volatile("cp.async.wait_group 1;\n" ::);
 #endif
 }
-template <int DP>
+template <int DP, int NTH = FA_THREADS>
 static __device__ __forceinline__ void fa_async_tile(bf16_t* dst, int lds, const bf16_t* src, size_t ld, int start,
                                                      int r0, int len, size_t col0, int d) {
-    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += blockDim.x) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += NTH) {
         int r = i / (DP / 8), c = (i % (DP / 8)) * 8, ok = r0 + r < len && c < d;
         fa_cp_async16(dst + r * lds + c, ok ? src + (size_t)(start + r0 + r) * ld + col0 + c : src, ok ? 16 : 0);
     }
@@ -202,11 +202,11 @@ static __device__ __forceinline__ void fa_tile(bf16_t* dst, int lds, const T* sr
 
 // D = dO . O of rows [r0, r0 + 64) from their tiles in shared memory (both bf16: dO rounded as the MMAs
 // use it, O a bf16 value in the bf16 table), one warp per row, into D_s; their lse (log2 units) into L_s
-template <int DP>
+template <int DP, int NTH = FA_THREADS>
 static __device__ __forceinline__ void fa_rowstats(float* D_s, float* L_s, const bf16_t* dO_s, const bf16_t* O_s, int lds,
                                                    const float* lse, int start, int r0, int len, int H, int h) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int r = warp; r < FA_BQ; r += blockDim.x / 32) {
+    for (int r = warp; r < FA_BQ; r += NTH / 32) {
         float s = 0.0f;
         #pragma unroll
         for (int c = 2 * lane; c < DP; c += 64) {
@@ -461,6 +461,7 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
                                                                            float scale, int vec) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, KB = 16 * FaDkdvWarps<DP>::NW; // keys of the block
+    const int NTH = 32 * FaDkdvWarps<DP>::NW;
     float* D_s = smem;                          // [64] of the streamed queries
     float* L_s = D_s + FA_BQ;                   // [64]
     bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [KB][LDS] this block's keys
@@ -473,8 +474,8 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
     int hk = blockIdx.y, group = H / Hkv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
-        fa_load_tile<DP>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
-        fa_load_tile<DP>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP, T, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP, T, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
     }
 
     float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
@@ -487,11 +488,11 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
         // causal: queries before the key tile see none of its keys (k0 is a multiple of 64)
         for (int qt = causal ? k0 : 0; qt < len; qt += FA_BQ) {
             __syncthreads();
-            fa_load_tile<DP>(Q_s, LDS, q, ldq, start, qt, len, (size_t)h * d, d, vec);
-            fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, qt, len, (size_t)h * d, d, vec);
-            fa_load_tile<DP>(O_s, LDS, out, ldo, start, qt, len, (size_t)h * d, d, vec);
+            fa_load_tile<DP, T, NTH>(Q_s, LDS, q, ldq, start, qt, len, (size_t)h * d, d, vec);
+            fa_load_tile<DP, T, NTH>(dO_s, LDS, dout, ldo, start, qt, len, (size_t)h * d, d, vec);
+            fa_load_tile<DP, T, NTH>(O_s, LDS, out, ldo, start, qt, len, (size_t)h * d, d, vec);
             __syncthreads();
-            fa_rowstats<DP>(D_s, L_s, dO_s, O_s, LDS, lse, start, qt, len, H, h);
+            fa_rowstats<DP, NTH>(D_s, L_s, dO_s, O_s, LDS, lse, start, qt, len, H, h);
             __syncthreads();
             float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
             #pragma unroll
