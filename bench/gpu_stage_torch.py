@@ -1,19 +1,29 @@
 #!/usr/bin/env python3
-"""gpu_stage_torch.py — the PyTorch side of bench/gpu_stage.sh (issue 11): one pipeline stage of the
-7B recipe's LM (4 blocks of width 4096, SwiGLU 11008, 32 heads, RMSNorm, NeoX RoPE, causal attention
-within each packed sample) or of its ViT (CLIP-L width 1024, 16 heads, GELU MLP 4096, LayerNorm,
-bidirectional attention within each 576-patch image), forward + backward in bf16 autocast, with
-`scaled_dot_product_attention` where this PyTorch has it (a per-sample loop: no padding, no mask).
+"""gpu_stage_torch.py — the PyTorch side of bench/gpu_stage.sh (issues 11, 20): one pipeline stage of the
+7B recipe on the sample shapes our run trains on (a plan file, `HxW+F` per sample, which ours reads as
+data.synthetic_plan), forward + backward in bf16 autocast, with or without an AdamW step, eager or
+torch.compile, and the GEMM-only bound of the same shapes:
+  lm:     4 LM blocks of width 4096, SwiGLU 11008, 32 heads, RMSNorm, NeoX RoPE, causal attention within
+          each packed sample (samples of 64..1024 tokens filling 4096);
+  vit:    the ViT at CLIP-L width (1024, 16 heads, GELU MLP 4096, LayerNorm, 24 blocks), bidirectional
+          attention within each image (seven 576-patch images);
+  stage0: the 7B recipe's pipeline stage 0 (parallel.pp = 8): the ViT above on images of 64..576
+          patches, the projector (1024 -> 4096 -> 4096, GELU), the image rows spliced into the samples'
+          token rows, and 4 LM blocks over the 4096 packed tokens.
+`scaled_dot_product_attention` per sample (no padding, no mask) where this PyTorch has it.
 
-  gpu_stage_torch.py --check                  CPU-side checks, tiny shapes: the model-FLOP formula
-                                              (stage_flops) equals the FLOPs of the GEMMs and attention
-                                              products this module really runs (counted by hooks), and
-                                              the packing plan fills the microbatch with varying lengths
-  gpu_stage_torch.py --stage lm|vit --reps N  on the GPU: one JSON line {"tokens_per_s", "tflops", "mfu"}
+  gpu_stage_torch.py --check                       CPU-side checks, tiny shapes: the model-FLOP formulas
+                                                   equal the FLOPs this module really runs (hooks), the
+                                                   plans fill the microbatch and parse back
+  gpu_stage_torch.py --write-plan STAGE FILE [T]   the stage's plan (one microbatch of T = 4096 LM tokens)
+  gpu_stage_torch.py --stage S --plan FILE [--mode eager|compile] [--optim 0|1] [--reps N]
+                                                   on the GPU: one JSON line {"tokens_per_s", "mfu", ...}
+  gpu_stage_torch.py --stage S --plan FILE --gemm  the GEMMs of the stage alone (cuBLAS through
+                                                   torch.matmul, bf16), forward + backward shapes
 
 Model FLOPs = 2 x multiply-adds of every GEMM and of the two attention products (causal: only the
-j <= i half), x 3 for forward + backward (backward = 2 x forward). MFU = model FLOPs / time / 989e12
-(H100 SXM dense bf16)."""
+j <= i half), x 3 for forward + backward. MFU = model FLOPs / time / 989e12 (H100 SXM dense bf16).
+tokens/s counts LM positions (image rows included) for lm and stage0, patches for vit."""
 import json
 import math
 import sys
@@ -23,31 +33,93 @@ import torch
 import torch.nn.functional as Fn
 
 H100_BF16_DENSE = 989e12
+SHAPES = {"lm": dict(D=4096, F=11008, H=32, L=4),
+          "vit": dict(D=1024, F=4096, H=16, L=24)}
+PATCH = 14  # the 7B recipe's patch: a patch row has 3 * 14 * 14 values
+
+
+def lcg(x):
+    return (6364136223846793005 * x + 1442695040888963407) % (1 << 64)
 
 
 def pack_lengths(kind, total, seed=1):
-    """The sample lengths of one microbatch: LM samples of 64..1024 tokens until `total` is filled (the
-    last one cut), or ViT images of 576 patches. Deterministic for a seed (a 64-bit LCG)."""
+    """LM samples of 64..1024 tokens until `total` is filled (the last one cut), or 576-patch images."""
     if kind == "vit":
         return [576] * (total // 576)
     x, lens = seed, []
     while sum(lens) < total:
-        x = (6364136223846793005 * x + 1442695040888963407) % (1 << 64)
+        x = lcg(x)
         lens.append(64 + (x >> 33) % 961)
     lens[-1] -= sum(lens) - total
     return lens
 
 
-def stage_flops(kind, lens, D, F, L):
-    """Model FLOPs of forward + backward of L blocks over the packed samples `lens`."""
-    T = sum(lens)
-    if kind == "lm":
-        gemm = 2 * T * (4 * D * D + 3 * D * F)  # q, k, v, o; gate, up, down
-        attn = sum(4 * D * l * (l + 1) // 2 for l in lens)  # q k^T and p v over j <= i
-    else:
-        gemm = 2 * T * (4 * D * D + 2 * D * F)  # qkv (3D x D), out; fc1, fc2
-        attn = sum(4 * D * l * l for l in lens)
+def make_plan(stage, total=4096, seed=1):
+    """One microbatch as samples (h, w, f): image grid h x w and f >= 4 text tokens (LM length h w + f)."""
+    if stage == "lm":  # text samples: a 1x1 image (our tiny ViT's one row) and the rest text
+        return [(1, 1, l - 1) for l in pack_lengths("lm", total, seed)]
+    if stage == "vit":  # 576-patch images and 4 text tokens each: 7 x 580 = 4060 <= 4096
+        return [(24, 24, 4) for _ in range(total // 580)]
+    x, plan, used = seed, [], 0
+    while True:  # stage0: images of 64..576 patches (square-ish grids) with 16..271 text tokens
+        x = lcg(x)
+        side = 8 + (x >> 33) % 17              # 8..24
+        x = lcg(x)
+        w = max(8, side - (x >> 33) % 3)       # side-2 .. side, >= 8: 64 .. 576 patches
+        x = lcg(x)
+        f = 16 + (x >> 33) % 256
+        if used + side * w + f > total:
+            break
+        plan.append((side, w, f))
+        used += side * w + f
+    return plan
+
+
+def write_plan(plan, path):
+    with open(path, "w") as fh:
+        fh.write(" ".join("%dx%d+%d" % s for s in plan) + "\n")
+
+
+def read_plan(path):
+    """The first line's samples (the benchmark runs one fixed microbatch)."""
+    with open(path) as fh:
+        line = fh.readline().split()
+    plan = []
+    for tok in line:
+        hw, f = tok.split("+")
+        h, w = hw.split("x")
+        plan.append((int(h), int(w), int(f)))
+    return plan
+
+
+def lm_flops(lens, D, F, L):
+    gemm = 2 * sum(lens) * (4 * D * D + 3 * D * F)  # q, k, v, o; gate, up, down
+    attn = sum(4 * D * l * (l + 1) // 2 for l in lens)  # q k^T and p v over j <= i
     return 3 * L * (gemm + attn)
+
+
+def vit_flops(lens, D, F, L):
+    gemm = 2 * sum(lens) * (4 * D * D + 2 * D * F)  # qkv (3D x D), out; fc1, fc2
+    attn = sum(4 * D * l * l for l in lens)
+    return 3 * L * (gemm + attn)
+
+
+def stage_flops(stage, plan):
+    lm, vit = SHAPES["lm"], SHAPES["vit"]
+    if stage == "lm":
+        return lm_flops([h * w + f for h, w, f in plan], lm["D"], lm["F"], lm["L"])
+    if stage == "vit":
+        return vit_flops([h * w for h, w, f in plan], vit["D"], vit["F"], vit["L"])
+    np_ = sum(h * w for h, w, f in plan)
+    Dv, Dt = vit["D"], lm["D"]
+    patch_embed = 3 * 2 * np_ * 3 * PATCH * PATCH * Dv
+    proj = 3 * 2 * np_ * (Dv * Dt + Dt * Dt)
+    return (vit_flops([h * w for h, w, f in plan], Dv, vit["F"], vit["L"]) + patch_embed + proj +
+            lm_flops([h * w + f for h, w, f in plan], Dt, lm["F"], lm["L"]))
+
+
+def stage_tokens(stage, plan):
+    return sum(h * w for h, w, f in plan) if stage == "vit" else sum(h * w + f for h, w, f in plan)
 
 
 class Counter:
@@ -123,59 +195,116 @@ class Block(torch.nn.Module):
         return x + self.fc2(Fn.gelu(self.fc1(h), approximate="tanh"))
 
 
-def build(kind, D, F, H, L, device):
-    blocks = torch.nn.ModuleList([Block(kind, D, F, H) for _ in range(L)]).to(device)
-    return blocks
+class Stage(torch.nn.Module):
+    """lm / vit: the blocks over x; stage0: patch embedding, ViT, projector, splice, LM blocks."""
 
+    def __init__(self, stage, small=False):
+        super().__init__()
+        self.stage = stage
+        lm, vit = dict(SHAPES["lm"]), dict(SHAPES["vit"])
+        if small:  # --check: tiny widths, same structure
+            lm.update(D=64, F=172, H=4, L=2)
+            vit.update(D=32, F=128, H=2, L=2)
+        self.lm, self.vit = lm, vit
+        if stage in ("vit", "stage0"):
+            self.vblocks = torch.nn.ModuleList([Block("vit", vit["D"], vit["F"], vit["H"]) for _ in range(vit["L"])])
+        if stage in ("lm", "stage0"):
+            self.lblocks = torch.nn.ModuleList([Block("lm", lm["D"], lm["F"], lm["H"]) for _ in range(lm["L"])])
+        if stage == "stage0":
+            self.patch = torch.nn.Linear(3 * PATCH * PATCH, vit["D"])
+            self.proj1 = torch.nn.Linear(vit["D"], lm["D"])
+            self.proj2 = torch.nn.Linear(lm["D"], lm["D"])
 
-def run(blocks, x, lens, pos, count=False):
-    for b in blocks:
-        x = b(x, lens, pos, count)
-    return x
+    def inputs(self, plan, device, dtype=torch.float32):
+        """The stage's input tensor, the sequences and positions (ours: the same shapes from the plan)."""
+        g = torch.Generator().manual_seed(0)
+        imgs = [h * w for h, w, f in plan]
+        lens = [h * w + f for h, w, f in plan]
+        if self.stage == "vit":
+            x = torch.randn(sum(imgs), self.vit["D"], generator=g)
+        elif self.stage == "lm":
+            x = torch.randn(sum(lens), self.lm["D"], generator=g)
+        else:
+            x = torch.randn(sum(imgs), 3 * PATCH * PATCH, generator=g)
+        x = x.to(device=device, dtype=dtype).requires_grad_(self.stage != "stage0")
+        pos = torch.cat([torch.arange(l) for l in lens]).to(device)
+        text = torch.randn(sum(lens) - sum(imgs), self.lm["D"], generator=g).to(device=device, dtype=dtype)
+        return x, imgs, lens, pos, text
+
+    def forward(self, x, imgs, lens, pos, text, count=False):
+        if self.stage == "vit":
+            for b in self.vblocks:
+                x = b(x, imgs, None, count)
+            return x
+        if self.stage == "stage0":
+            v = self.patch(x)
+            for b in self.vblocks:
+                v = b(v, imgs, None, count)
+            v = self.proj2(Fn.gelu(self.proj1(v), approximate="tanh"))
+            rows, vi, ti = [], 0, 0  # each sample: its image rows, then its text rows
+            for n, l in zip(imgs, lens):
+                rows += [v[vi:vi + n], text[ti:ti + l - n].to(v.dtype)]
+                vi, ti = vi + n, ti + l - n
+            x = torch.cat(rows, 0)
+        for b in self.lblocks:
+            x = b(x, lens, pos, count)
+        return x
 
 
 def check():
     ok = True
-    for kind, D, F, H, L, total in (("lm", 64, 172, 4, 2, 2000), ("vit", 32, 128, 2, 2, 3 * 576)):
-        lens = pack_lengths(kind, total)
-        if sum(lens) != total or (kind == "lm" and len(set(lens)) < 2):
-            print("check: FAIL: packing of %s: %s" % (kind, lens)); ok = False
-        blocks = build(kind, D, F, H, L, "cpu")
+    for stage in ("lm", "vit", "stage0"):
+        plan = make_plan(stage)
+        tokens = sum(h * w + f for h, w, f in plan)
+        fits = tokens <= 4096 and all(f >= 4 and h * w >= 1 for h, w, f in plan)
+        if stage == "lm":
+            fits &= tokens == 4096 and len(set(h * w + f for h, w, f in plan)) > 2
+        if stage == "stage0":
+            fits &= all(64 <= h * w <= 576 for h, w, f in plan) and tokens > 3500
+        write_plan(plan, "/tmp/gpu_stage_check_plan.txt")
+        back = read_plan("/tmp/gpu_stage_check_plan.txt")
+        print("check: %s plan: %d samples, %d LM tokens, %d patches%s: %s"
+              % (stage, len(plan), tokens, sum(h * w for h, w, f in plan),
+                 ", images %d..%d patches" % (min(h * w for h, w, f in plan), max(h * w for h, w, f in plan))
+                 if stage == "stage0" else "", "ok" if fits and back == plan else "FAIL"))
+        ok &= fits and back == plan
+        # the FLOP formula against the module at tiny widths, on a small plan of the same kind
+        small = [(h, w, f) for h, w, f in plan][:3]
+        if stage == "vit":
+            small = [(4, 4, 4), (3, 5, 4)]
+        elif stage == "stage0":
+            small = [(2, 3, 9), (3, 3, 5)]
+        m = Stage(stage, small=True)
         Counter.flops = 0
-        hooks = [m.register_forward_hook(lambda m, i, o: setattr(Counter, "flops", Counter.flops + 2 * i[0].shape[0] * m.in_features * m.out_features))
-                 for m in blocks.modules() if isinstance(m, torch.nn.Linear)]
-        pos = torch.cat([torch.arange(l) for l in lens])
-        x = torch.randn(total, D, requires_grad=True)
-        y = run(blocks, x, lens, pos, count=True)
+        hooks = [mod.register_forward_hook(lambda mod, i, o: setattr(Counter, "flops", Counter.flops + 2 * i[0].shape[0] * mod.in_features * mod.out_features))
+                 for mod in m.modules() if isinstance(mod, torch.nn.Linear)]
+        x, imgs, lens, pos, text = m.inputs(small, "cpu")
+        y = m(x, imgs, lens, pos, text, count=True)
         y.float().square().mean().backward()
         for h in hooks:
             h.remove()
-        want = stage_flops(kind, lens, D, F, L)
+        lm, vit = m.lm, m.vit
+        if stage == "lm":
+            want = lm_flops(lens, lm["D"], lm["F"], lm["L"])
+        elif stage == "vit":
+            want = vit_flops(imgs, vit["D"], vit["F"], vit["L"])
+        else:
+            np_ = sum(imgs)
+            want = (vit_flops(imgs, vit["D"], vit["F"], vit["L"]) + 3 * 2 * np_ * 3 * PATCH * PATCH * vit["D"] +
+                    3 * 2 * np_ * (vit["D"] * lm["D"] + lm["D"] * lm["D"]) + lm_flops(lens, lm["D"], lm["F"], lm["L"]))
         got = 3 * Counter.flops
-        print("check: %s D=%d F=%d L=%d T=%d samples=%d: counted %d model FLOPs, formula %d %s"
-              % (kind, D, F, L, total, len(lens), got, want, "ok" if got == want else "FAIL"))
-        ok &= got == want and bool(torch.isfinite(x.grad).all())
-    lens = pack_lengths("lm", 4096)
-    print("check: 7B LM stage microbatch: %d samples, lengths %d..%d, %d tokens; model FLOPs per microbatch %.3e"
-          % (len(lens), min(lens), max(lens), sum(lens), stage_flops("lm", lens, 4096, 11008, 4)))
+        grads = [p.grad for p in m.parameters()]
+        finite = all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
+        print("check: %s tiny module: counted %d model FLOPs, formula %d, gradients %s %s"
+              % (stage, got, want, "finite" if finite else "MISSING", "ok" if got == want and finite else "FAIL"))
+        ok &= got == want and finite
+    print("check: 7B stage model FLOPs per microbatch: lm %.3e, vit %.3e, stage0 %.3e"
+          % tuple(stage_flops(s, make_plan(s)) for s in ("lm", "vit", "stage0")))
     print("gpu_stage_torch check: " + ("ok" if ok else "FAILED"))
     return 0 if ok else 1
 
 
-def bench(kind, reps):
-    if not torch.cuda.is_available():
-        print(json.dumps({"stage": kind, "not_measured": "no GPU"}))
-        return 0
-    D, F, H, L = (4096, 11008, 32, 4) if kind == "lm" else (1024, 4096, 16, 24)
-    lens = pack_lengths(kind, 4096)
-    T = sum(lens)
-    blocks = build(kind, D, F, H, L, "cuda")
-    pos = torch.cat([torch.arange(l) for l in lens]).cuda()
-    x = torch.randn(T, D, device="cuda", requires_grad=True)
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            y = run(blocks, x, lens, pos)
-        y.float().square().mean().backward()
+def timed(step, reps):
     for _ in range(2):
         step()
     torch.cuda.synchronize()
@@ -183,15 +312,82 @@ def bench(kind, reps):
     for _ in range(reps):
         step()
     torch.cuda.synchronize()
-    dt = (time.perf_counter() - t0) / reps
-    fl = stage_flops(kind, lens, D, F, L)
-    print(json.dumps({"stage": kind, "tokens": T, "step_s": dt, "tokens_per_s": T / dt, "tflops": fl / dt / 1e12,
-                      "mfu": fl / dt / H100_BF16_DENSE, "torch": torch.__version__}))
+    return (time.perf_counter() - t0) / reps
+
+
+def bench(stage, plan, mode, optim, reps):
+    if not torch.cuda.is_available():
+        print(json.dumps({"stage": stage, "not_measured": "no GPU"}))
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m = Stage(stage).cuda()
+    x, imgs, lens, pos, text = m.inputs(plan, "cuda")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-5, fused=True) if optim else None
+    fwd = m
+    if mode == "compile":
+        if not hasattr(torch, "compile"):
+            print(json.dumps({"stage": stage, "not_measured": "no torch.compile in torch %s" % torch.__version__}))
+            return 0
+        fwd = torch.compile(m)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = fwd(x, imgs, lens, pos, text)
+        y.float().square().mean().backward()
+        if opt:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    dt = timed(step, reps)
+    fl, tok = stage_flops(stage, plan), stage_tokens(stage, plan)
+    print(json.dumps({"stage": stage, "mode": mode, "optim": optim, "tokens": tok, "step_s": dt,
+                      "tokens_per_s": tok / dt, "tflops": fl / dt / 1e12, "mfu": fl / dt / H100_BF16_DENSE,
+                      "peak_mb": torch.cuda.max_memory_allocated() / 2**20, "torch": torch.__version__}))
+    return 0
+
+
+def gemm_bound(stage, plan, reps):
+    """Every GEMM of the stage (forward, input and weight gradients) as bf16 torch.matmul calls."""
+    if not torch.cuda.is_available():
+        print(json.dumps({"stage": stage, "not_measured": "no GPU"}))
+        return 0
+    lm, vit = SHAPES["lm"], SHAPES["vit"]
+    shapes = []  # (M, K, N): (M, K) @ (K, N), L times
+    np_, T = sum(h * w for h, w, f in plan), sum(h * w + f for h, w, f in plan)
+    if stage in ("lm", "stage0"):
+        D, F = lm["D"], lm["F"]
+        shapes += [(T, D, D)] * 4 * lm["L"] + [(T, D, F)] * 2 * lm["L"] + [(T, F, D)] * lm["L"]
+    if stage in ("vit", "stage0"):
+        D, F = vit["D"], vit["F"]
+        shapes += [(np_, D, 3 * D), (np_, D, D), (np_, D, F), (np_, F, D)] * vit["L"]
+    if stage == "stage0":
+        shapes += [(np_, 3 * PATCH * PATCH, vit["D"]), (np_, vit["D"], lm["D"]), (np_, lm["D"], lm["D"])]
+    mats = {}
+    for M, K, N in set(shapes):
+        mats[(M, K, N)] = tuple(torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in ((M, K), (K, N), (M, N)))
+
+    def step():
+        for s in shapes:
+            a, b, dy = mats[s]
+            a @ b            # forward
+            dy @ b.t()       # input gradient
+            a.t() @ dy       # weight gradient
+    dt = timed(step, reps)
+    fl = sum(6 * M * K * N for M, K, N in shapes)
+    tok = stage_tokens(stage, plan)
+    print(json.dumps({"stage": stage, "gemm_s": dt, "gemm_tflops": fl / dt / 1e12, "tokens_per_s_bound": tok / dt}))
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         sys.exit(check())
-    args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-    sys.exit(bench(args.get("--stage", "lm"), int(args.get("--reps", "10"))))
+    if len(sys.argv) > 3 and sys.argv[1] == "--write-plan":
+        write_plan(make_plan(sys.argv[2], int(sys.argv[4]) if len(sys.argv) > 4 else 4096), sys.argv[3])
+        sys.exit(0)
+    a = sys.argv[1:]
+    args = dict(zip(a[::2], a[1::2])) if "--gemm" not in a else dict(zip(*[iter([x for x in a if x != "--gemm"])] * 2))
+    stage, plan = args.get("--stage", "lm"), read_plan(args["--plan"])
+    if "--gemm" in a:
+        sys.exit(gemm_bound(stage, plan, int(args.get("--reps", "5"))))
+    sys.exit(bench(stage, plan, args.get("--mode", "eager"), int(args.get("--optim", "0")), int(args.get("--reps", "5"))))

@@ -48,6 +48,10 @@ typedef struct {
     int microbatch_tokens, microbatches;
     int64_t seed;    /* data.seed */
     int fixed_batch; /* 1: every training step repeats step 0's samples (overfitting checks) */
+    /* NULL / "" or a file of sample shapes (data.synthetic_plan): line k holds microbatch k's samples as
+     * `HxW+F` (grid H x W, F >= 4 text tokens); microbatch i of a step's global index uses line i mod lines,
+     * the colours and pixels still drawn from (seed, step). Read and checked by batch_source_synthetic. */
+    const char* plan;
     int heldout;     /* 1: the held-out stream (another key: never seen in training) */
     /* Data parallelism: replica dp_rank of dp_size draws microbatches dp_rank, dp_rank + dp_size, ... of
      * the step's dp_size x microbatches (interleaved), so the replicas of one step together train on

@@ -5,6 +5,7 @@
 
 #include "data/batch.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,12 +83,19 @@ void synth_microbatch(Microbatch* mb, const SynthConfig* c, uint64_t seed, int i
 #define SYN_TOK_FILLER0 (SYN_TOK_ANSWER0 + SYN_COLOURS)
 
 typedef struct {
+    int n;            /* samples */
+    int *h, *w, *f;   /* grid and text tokens of each */
+} SynPlanLine;
+
+typedef struct {
     SynthSourceConfig c;
     int V;
     int heldout;  /* 1: the held-out stream (never seen in training) */
     int64_t step; /* next step to generate */
     Microbatch* mbs;
     int M;
+    SynPlanLine* plan; /* data.synthetic_plan (NULL: shapes drawn) */
+    int plan_n;
 } SynSource;
 
 static uint64_t syn_mix(uint64_t x) { return rr_mix64(x + 0x9e3779b97f4a7c15ull); }
@@ -118,7 +126,16 @@ static void syn_make_mb(SynSource* ss, int64_t step, int m, Microbatch* mb) {
     while (side_lo * side_lo < r->min_patches) side_lo++;
     while ((side_hi + 1) * (side_hi + 1) <= r->max_patches) side_hi++;
     if (side_hi < side_lo) side_hi = side_lo;
-    for (;;) {
+    const SynPlanLine* pl = ss->plan ? &ss->plan[(size_t)((uint64_t)(step * ss->M * (ss->c.dp_size > 1 ? ss->c.dp_size : 1) + m) %
+                                                    (uint64_t)ss->plan_n)]
+                                     : NULL;
+    for (int i = 0; pl && i < pl->n; i++) { /* the plan's shapes (checked against the budget when read) */
+        gh[S] = pl->h[i], gw[S] = pl->w[i], nf[S] = pl->f[i] - 3, col[S] = syn_int(&g, 0, SYN_COLOURS - 1);
+        T += pl->h[i] * pl->w[i] + pl->f[i];
+        Np += pl->h[i] * pl->w[i];
+        S++;
+    }
+    for (; !pl;) {
         SynRng g2 = g;
         int h = syn_int(&g2, side_lo, side_hi), w = syn_int(&g2, side_lo, side_hi);
         while (h * w > r->max_patches) w--;
@@ -218,8 +235,85 @@ static int64_t syn_none(BatchSource* src) {
     return 0;
 }
 
+static void syn_plan_free(SynSource* ss) {
+    for (int i = 0; i < ss->plan_n; i++) free(ss->plan[i].h), free(ss->plan[i].w), free(ss->plan[i].f);
+    free(ss->plan);
+    ss->plan = NULL;
+    ss->plan_n = 0;
+}
+
+/* data.synthetic_plan: every line a microbatch of `HxW+F` samples within the token budget */
+static int syn_plan_read(SynSource* ss, const char* path, char* err, size_t err_len) {
+    size_t len;
+    char* text = rr_read_file(path, &len, RR_MAX_JSONL); /* a text plan, capped like other line files */
+    if (!text) {
+        snprintf(err, err_len, "data.synthetic_plan '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    int line = 0, rc = 0;
+    for (char* p = text; p < text + len && rc == 0;) {
+        char* nl = memchr(p, '\n', (size_t)(text + len - p));
+        char* e = nl ? nl : text + len;
+        line++;
+        SynPlanLine L = {0, NULL, NULL, NULL};
+        int T = 0, cap = 0;
+        for (char* q = p; q < e && rc == 0;) {
+            while (q < e && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
+            if (q >= e) break;
+            long h, w, f;
+            char *r, *tok = q, *tend = q;
+            while (tend < e && *tend != ' ' && *tend != '\t' && *tend != '\r') tend++;
+            h = strtol(q, &r, 10);
+            if (r == q || r >= e || *r != 'x') goto bad;
+            q = r + 1, w = strtol(q, &r, 10);
+            if (r == q || r >= e || *r != '+') goto bad;
+            q = r + 1, f = strtol(q, &r, 10);
+            if (r == q || (r < e && *r != ' ' && *r != '\t' && *r != '\r')) goto bad;
+            q = r;
+            if (h < 1 || w < 1 || h > 4096 || w > 4096 || f < 4 || f > (1 << 20) || L.n == 4096 ||
+                T + h * w + f > ss->c.microbatch_tokens) {
+                snprintf(err, err_len, "data.synthetic_plan %s:%d: sample %d (%ldx%ld+%ld) %s", path, line, L.n + 1, h,
+                         w, f,
+                         L.n == 4096 ? "is past the 4096 samples a microbatch may hold"
+                         : f < 4 || h < 1 || w < 1 ? "needs a grid of at least 1x1 and F >= 4 text tokens"
+                                                   : "does not fit data.microbatch_tokens with the samples before it");
+                rc = -1;
+                break;
+            }
+            if (L.n == cap) {
+                cap = cap ? 2 * cap : 16;
+                L.h = reallocCheck(L.h, (size_t)cap * sizeof(int));
+                L.w = reallocCheck(L.w, (size_t)cap * sizeof(int));
+                L.f = reallocCheck(L.f, (size_t)cap * sizeof(int));
+            }
+            L.h[L.n] = (int)h, L.w[L.n] = (int)w, L.f[L.n] = (int)f;
+            L.n++;
+            T += (int)(h * w + f);
+            continue;
+        bad:
+            snprintf(err, err_len, "data.synthetic_plan %s:%d: '%.*s' is not a sample; allowed: HxW+F (e.g. 24x24+12)",
+                     path, line, (int)(tend - tok > 40 ? 40 : tend - tok), tok);
+            rc = -1;
+        }
+        if (rc == 0 && L.n > 0) {
+            ss->plan = reallocCheck(ss->plan, (size_t)(ss->plan_n + 1) * sizeof *ss->plan);
+            ss->plan[ss->plan_n++] = L;
+        } else {
+            free(L.h), free(L.w), free(L.f);
+        }
+        p = e + (nl ? 1 : 0);
+    }
+    free(text);
+    if (rc == 0 && ss->plan_n == 0) {
+        snprintf(err, err_len, "data.synthetic_plan '%s': no microbatch (every line empty)", path);
+        rc = -1;
+    }
+    return rc;
+}
+
 static void syn_free(BatchSource* src) {
     SynSource* ss = src->self;
+    syn_plan_free(ss);
     for (int m = 0; m < ss->M; m++) microbatch_free(&ss->mbs[m]);
     free(ss->mbs);
     free(ss);
@@ -246,6 +340,11 @@ int batch_source_synthetic(BatchSource* src, const SynthSourceConfig* r, int voc
     ss->heldout = r->heldout;
     ss->V = vocab;
     ss->M = r->microbatches;
+    if (r->plan && r->plan[0] && !r->heldout && syn_plan_read(ss, r->plan, err, err_len) != 0) {
+        syn_plan_free(ss);
+        free(ss);
+        return -1;
+    }
     ss->mbs = callocCheck((size_t)ss->M, sizeof(Microbatch));
     memset(src, 0, sizeof *src);
     src->self = ss;

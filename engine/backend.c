@@ -37,3 +37,9 @@ const Backend* backend_with_precision(const Backend* be, Precision p) {
     RR_ASSERT(be->precision == PRECISION_FP32 && "an fp32 table is asked of its fp32 parent, not of a bf16 table");
     return be;
 }
+
+const char* prof_kind_name(int kind) {
+    static const char* names[PROF_KINDS] = {"gemm", "attention", "norm", "elementwise", "optimiser", "copies",
+                                            "communication"};
+    return kind >= 0 && kind < PROF_KINDS ? names[kind] : "?";
+}

@@ -91,6 +91,38 @@ typedef struct {
 } RopeFreq;
 
 /* ------------------------------------------------------------------------------------------------
+ * The backend's profiler (runtime.profile) and device memory. Op kinds: every op slot belongs to one
+ * (gemm: linear*; attention; norm: LayerNorm / RMSNorm; elementwise: GELU, SwiGLU, add, RoPE,
+ * embedding, cross-entropy; optimiser: sum_squares, scale, adamw*; copies: memset0, copy_*;
+ * communication: the NCCL transfers of runtime/comm). */
+typedef enum {
+    PROF_GEMM = 0,
+    PROF_ATTENTION,
+    PROF_NORM,
+    PROF_ELEMENTWISE,
+    PROF_OPTIMISER,
+    PROF_COPIES,
+    PROF_COMM,
+    PROF_KINDS
+} ProfKind;
+const char* prof_kind_name(int kind); /* "gemm", "attention", ... */
+/* What ran between two profile_take calls: per kind, the GPU time of its ops (each op from a CUDA event
+ * recorded before its first launch to one after its last, on its stream; ops on different streams may
+ * overlap), the launches they made (kernels, memsets and copies, and one per cuBLAS / cuBLASLt matmul
+ * call) and the op calls. */
+typedef struct {
+    double ms[PROF_KINDS];
+    long launches[PROF_KINDS];
+    long ops[PROF_KINDS];
+} BackendProfile;
+/* Device memory: the backend's own high-water mark (bytes it holds through alloc and its scratch), what
+ * it holds now, and the device's free / total bytes (cudaMemGetInfo: other processes and the CUDA
+ * context included). */
+typedef struct {
+    size_t peak_bytes, used_bytes, device_free, device_total;
+} BackendMemory;
+
+/* ------------------------------------------------------------------------------------------------
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
  * All pointers passed to a backend's ops live in that backend's memory. */
 
@@ -274,6 +306,29 @@ typedef struct Backend {
      * be NULL on a table that has none (generation refuses it, naming the backend). */
     void (*attention_decode)(const struct Backend* be, float* out, const float* q, const float* k, const float* v, int n,
                              int Tk, int H, int Hkv, int d, int ld_q, int ld_kv);
+    /* Which buffers are 2-byte bf16 (engine/params.h, DESIGN.md section 3): the storage of the compute
+     * copy of every 2-D parameter (GEMM weights, embedding tables) as this table's ops read it through
+     * their `weight` / `table` pointers. DTYPE_BF16 (the CUDA bf16 table): n values take 2n bytes, each the
+     * bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt as they are (no conversion in a
+     * step); the float* of the op slots is then only an address. DTYPE_F32 (every other table, the CPU's
+     * bf16 reference included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm
+     * weights, biases) are f32 words on every table. */
+    DType weight_dtype;
+    /* adamw_update, then the updated parameter rounded to bf16 (rr_f32_to_bf16) stored into `copy` in
+     * copy_dtype (DTYPE_BF16: 2-byte words; DTYPE_F32: f32 words holding the bf16 value): the compute
+     * copy written by the optimiser's own pass, once per step (no separate rounding pass). */
+    void (*adamw_update_copy)(const struct Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                              const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
+    /* out[i] = rr_f32_to_bf16(inp[i]), 2-byte words: the compute copy after a write of the master outside
+     * the optimiser (allocation, checkpoint load); never called in a training step. */
+    void (*to_bf16)(const struct Backend* be, uint16_t* out, const float* inp, size_t n);
+    /* The profiler, process-wide (NULL on the CPU backend): profile(1) starts recording every op called
+     * through a table of this backend, profile(0) stops; profile_take waits for the recorded work and
+     * moves what was recorded since the last take into *out (zeroed first). */
+    void (*profile)(int on);
+    void (*profile_take)(BackendProfile* out);
+    /* Device memory now (NULL on the CPU backend, whose memory is the process's RSS). */
+    void (*memory)(BackendMemory* out);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -177,18 +177,53 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
         }
     }
     free(chunk);
-    if (be->precision == PRECISION_BF16) pt->compute = be->alloc(bytes);
+    if (be->precision == PRECISION_BF16) {
+        /* each tensor 256-byte aligned (cuBLASLt wants 16 bytes; 256 keeps every row start of a sliced
+         * read aligned as cudaMalloc's are) */
+        size_t cb = 0;
+        for (int i = 0; i < pt->n; i++) {
+            ParamSpec* s = &pt->specs[i];
+            s->coff = cb;
+            cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
+        }
+        pt->compute_bytes = cb;
+        pt->compute = be->alloc(cb ? cb : 256);
+    }
     params_refresh_compute(pt);
     be->synchronize(be);
 }
 
+DType params_compute_dtype(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->be);
+    return pt->specs[i].ndim == 2 && !pt->specs[i].f32_compute ? pt->be->weight_dtype : DTYPE_F32;
+}
+
+void params_keep_f32_compute(ParamTable* pt, const char* name) {
+    int i = params_find(pt, name);
+    if (i < 0) rr_die("internal: params_keep_f32_compute: no tensor '%s'", name);
+    RR_ASSERT(pt->data == NULL); /* before params_alloc lays the copy out */
+    pt->specs[i].f32_compute = 1;
+}
+
+void* params_compute_ptr(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->compute);
+    return (char*)pt->compute + pt->specs[i].coff;
+}
+
 void params_refresh_compute(ParamTable* pt) {
-    if (pt->compute) pt->be->round_bf16(pt->be, pt->compute, pt->data, pt->total);
+    if (!pt->compute) return;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        if (params_compute_dtype(pt, i) == DTYPE_BF16)
+            pt->be->to_bf16(pt->be, (uint16_t*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
+        else
+            pt->be->round_bf16(pt->be, (float*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
+    }
 }
 
 float* params_weights(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
-    return (pt->compute ? pt->compute : pt->data) + pt->specs[i].offset;
+    return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].offset;
 }
 
 void params_alloc_optimizer(ParamTable* pt) {
@@ -230,13 +265,13 @@ void params_free(ParamTable* pt) {
     memset(pt, 0, sizeof *pt);
 }
 
-size_t params_gemm_operand_elems(const ParamTable* pt, int N) {
+size_t params_gemm_operand_elems(const ParamTable* pt, int N, int bf16_weights) {
     size_t most = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* sp = &pt->specs[i];
         if (sp->ndim != 2) continue;
         size_t oc = (size_t)sp->shape[0], c = (size_t)sp->shape[1];
-        size_t e = (size_t)N * (c + oc) + oc * c;
+        size_t e = (size_t)N * (c + oc) + (bf16_weights && !sp->f32_compute ? 0 : oc * c);
         if (e > most) most = e;
     }
     return most;

@@ -28,8 +28,10 @@ typedef struct {
     size_t numel;
     size_t offset;  /* in floats, into data */
     size_t goff;    /* in floats, into grad/m/v (trainable tensors only; == offset when nothing is frozen) */
+    size_t coff;    /* in bytes, into compute (params_compute_dtype gives its storage) */
     int frozen;     /* no gradient, no AdamW state, no update (train.freeze) */
     int decay;      /* AdamW weight decay applies (2-D weights only) */
+    int f32_compute; /* the compute copy stays f32 words even when 2-D (params_keep_f32_compute) */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
     ParamSlice slice; /* which part of the global tensor `name` this is (dim -1: all of it) */
@@ -48,14 +50,14 @@ typedef struct {
     float* grad;   /* (gtotal) gradients of the trainable tensors, at goff */
     float* m;      /* (gtotal) AdamW first moment (allocated by params_alloc_optimizer) */
     float* v;      /* (gtotal) AdamW second moment */
-    /* (total) bf16 compute copy of `data`, only when the backend computes in bf16 (NULL in fp32):
-     * the weights the forward and backward read (params_weights), bf16 values in f32 words, on the
-     * backend. `data` stays the f32 master that AdamW updates; params_refresh_compute re-rounds the
-     * copy after every change of `data` (allocation, optimiser step, checkpoint load). On CUDA the
-     * copy is the operand the bf16 GEMMs read (already rounded, so their conversion to bf16 is
-     * exact); keeping it as real 2-byte bf16 needs typed operands in the Backend's op slots (left
-     * for later: it halves this copy's bytes, not the numerics). */
-    float* compute;
+    /* The bf16 compute copy of `data`, only when the backend computes in bf16 (NULL in fp32): the
+     * weights the forward and backward read (params_weights), on the backend. Tensor i sits at byte coff
+     * in params_compute_dtype(pt, i): 2-byte bf16 words for a 2-D tensor on a table whose weight_dtype is
+     * DTYPE_BF16 (the CUDA bf16 table: the GEMMs read it as it is), else f32 words holding bf16 values.
+     * `data` stays the f32 master; the optimiser writes the copy in its own pass (adamw_update_copy), and
+     * params_refresh_compute rebuilds it after any other write of `data` (allocation, checkpoint load). */
+    void* compute;
+    size_t compute_bytes;
     const Backend* be;
     /* Tensor parallelism: a TP rank other than 0 holds copies of the replicated tensors that TP rank 0
      * also holds; checkpoints and dumps leave them out here (TP rank 0 writes them), so a union of the
@@ -88,9 +90,11 @@ int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* 
                      ParamInit init, float init_std, int decay);
 void params_alloc_optimizer(ParamTable* pt);
 /* The most values the two operands of one GEMM of a 2-D tensor (OC, C) of the table take with N rows:
- * max over them of N (C + OC) + OC C, which bounds the forward (x, W), the input gradient (dy, W) and
+ * max over them of N (C + OC) + OC C (see bf16_weights below), which bounds the forward (x, W), the input gradient (dy, W) and
  * the weight gradient (dy, x) alike. What Backend.reserve needs for the bf16 GEMMs' operand scratch. */
-size_t params_gemm_operand_elems(const ParamTable* pt, int N);
+/* bf16_weights: the weights are 2-byte bf16 already (Backend.weight_dtype) and need no scratch: max of
+ * N (C + OC) (params_keep_f32_compute'd tensors still count their OC C). */
+size_t params_gemm_operand_elems(const ParamTable* pt, int N, int bf16_weights);
 /* The slice description stored beside a sliced tensor in checkpoints and dumps: metadata key
  * "slice.<stored name>" with value "dim=D;shape=G0,G1;ranges=OFF:LEN,OFF:LEN" (the global shape, the
  * dimension and the ranges in storage order). Returns 0 for a whole tensor (nothing to store). */
@@ -105,7 +109,15 @@ float* params_data(const ParamTable* pt, int i);
 float* params_grad(const ParamTable* pt, int i);
 /* The values the ops compute with: the bf16 compute copy when there is one, else the master. */
 float* params_weights(const ParamTable* pt, int i);
-/* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data`. */
+/* Storage of tensor i's compute copy (see ParamTable.compute) and its address. A 2-D tensor is 2-byte
+ * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table), so every op that reads it must
+ * take it as a GEMM weight or an embedding table; a 2-D tensor read any other way (a position embedding
+ * added to activations, say) must be marked with params_keep_f32_compute before params_alloc. */
+void params_keep_f32_compute(ParamTable* pt, const char* name); /* dies if no such tensor */
+DType params_compute_dtype(const ParamTable* pt, int i);
+void* params_compute_ptr(const ParamTable* pt, int i);
+/* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data` other than
+ * the optimiser's (which writes the copy itself). */
 void params_refresh_compute(ParamTable* pt);
 void params_zero_grad(ParamTable* pt);
 void params_free(ParamTable* pt);

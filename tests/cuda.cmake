@@ -12,7 +12,7 @@ add_test(NAME cuda_kernel_math COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expec
 
 # The op matrix on the GPU against the CPU backend: skipped (77) without a device or a CUDA build.
 add_executable(test_cuda_ops tests/test_cuda_ops.c)
-target_link_libraries(test_cuda_ops PRIVATE rrfp_core)
+target_link_libraries(test_cuda_ops PRIVATE rrfp_core ${CMAKE_DL_LIBS})
 add_test(NAME cuda_ops_gpu COMMAND test_cuda_ops)
 set_tests_properties(cuda_ops_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # backend_select("cuda"): the backend where there is a device, else one line "no CUDA device: ..."
@@ -89,14 +89,21 @@ add_test(NAME cuda_ops_gpu_stream COMMAND test_cuda_ops --stream)
 set_tests_properties(cuda_ops_gpu_stream PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME cuda_ops_gpu_bf16 COMMAND test_cuda_ops --bf16)
 set_tests_properties(cuda_ops_gpu_bf16 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-# the bf16 attention cases with cuDNN's fused attention (engine/cuda/attention_cudnn.cu: its first run per
-# shape is checked against the own kernel, RRFP_CUDNN_VERBOSE says which path ran and whether it agreed),
-# and the same cases with cuDNN turned off (the fallback). Never run: no device here.
-add_test(NAME cuda_ops_gpu_bf16_attn_cudnn COMMAND test_cuda_ops --bf16 attn)
+# the bf16 attention cases with cuDNN's fused attention (engine/cuda/attention_cudnn.cu): --expect-cudnn fails a
+# case within cuDNN's support that cuDNN did not run, forward and (head dims that are multiples of 16) backward;
+# refused and disagreed are reported apart; RRFP_CUDNN_STRICT=1 compares every run with the own tensor-core
+# kernel and makes a disagreement an error (cuDNN's result is then what the test compares with the CPU). Then
+# cuDNN's forward with the own backward (RRFP_CUDNN_ATTENTION_BWD=0), and cuDNN turned off (the own kernel).
+add_test(NAME cuda_ops_gpu_bf16_attn_cudnn COMMAND test_cuda_ops --bf16 --expect-cudnn attn)
+add_test(NAME cuda_ops_gpu_bf16_attn_cudnn_fwd_only COMMAND test_cuda_ops --bf16 --expect-cudnn attn)
 add_test(NAME cuda_ops_gpu_bf16_attn_fallback COMMAND test_cuda_ops --bf16 attn)
-set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn cuda_ops_gpu_bf16_attn_fallback PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn PROPERTIES ENVIRONMENT "RRFP_CUDNN_VERBOSE=1")
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn cuda_ops_gpu_bf16_attn_cudnn_fwd_only cuda_ops_gpu_bf16_attn_fallback
+                     PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn PROPERTIES ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1")
+set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn_fwd_only PROPERTIES
+                     ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1;RRFP_CUDNN_ATTENTION_BWD=0")
 set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
+set_tests_properties(cuda_ops_gpu cuda_ops_gpu_stream cuda_ops_gpu_bf16 PROPERTIES ENVIRONMENT "RRFP_CUDNN_STRICT=1")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
          -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"
@@ -126,7 +133,8 @@ endif()
 add_executable(rrfp-mm-emu runtime/cli/main.c tests/cuda_emu/wrap.c)
 target_link_libraries(rrfp-mm-emu PRIVATE rrfp_cuda_emu rrfp_core)
 target_link_options(rrfp-mm-emu PRIVATE -Wl,--wrap=backend_cuda_get -Wl,--wrap=comm_nccl_create
-                    -Wl,--wrap=metrics_peak_rss_mb -rdynamic)
+                    -Wl,--wrap=metrics_peak_rss_mb -Wl,--wrap=comm_nccl_profile -Wl,--wrap=comm_nccl_profile_take
+                    -rdynamic)
 set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # Training with runtime.backend = cuda end to end with device memory protected (any host access to
 # device memory kills the run): 4 steps against the CPU backend's run of the same recipe (losses and
@@ -242,4 +250,64 @@ if(TARGET rrfp_cuda_emu)
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
+  # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
+  # (issue 24; cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
+  # embedding table (issue 20)
+  add_test(NAME train_cuda_emu_lm_variants_bf16
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants_bf16 2)
+  set_tests_properties(train_cuda_emu_lm_variants_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "PRECISION=bf16;RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA}")
+  # the CLIP tower under bf16 on the CUDA table: its position embedding keeps an f32 compute copy
+  # (params_keep_f32_compute, read by rows_gather), every other 2-D tensor 2-byte
+  add_test(NAME train_cuda_emu_clip_bf16
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_bf16 2)
+  set_tests_properties(train_cuda_emu_clip_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT
+                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
+endif()
+
+# The own tensor-core attention (engine/cuda/flash_attention.cu) called directly: GQA / MQA, bf16 and f32
+# storage, head dims 32..256, ragged lengths, many short samples (tests/test_flash_attn.c), in the CPU
+# emulation (strict: two thread orders, -0.0 guards) and on a device (gpu, skipped without one).
+add_executable(test_flash_attn_emu tests/test_flash_attn.c)
+target_compile_definitions(test_flash_attn_emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(test_flash_attn_emu PRIVATE rrfp_cuda_emu rrfp_core)
+target_link_options(test_flash_attn_emu PRIVATE -rdynamic)
+set_target_properties(test_flash_attn_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME flash_attn_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
+set_tests_properties(flash_attn_emu PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+add_executable(test_flash_attn tests/test_flash_attn.c)
+target_link_libraries(test_flash_attn PRIVATE rrfp_core ${CMAKE_DL_LIBS})
+add_test(NAME flash_attn_gpu COMMAND test_flash_attn)
+set_tests_properties(flash_attn_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+# bench/gpu_attention.sh's program (bench/gpu_attn_bench.c): on a device; the -emu build runs it here on the
+# CPU emulation (a check of the program, not a figure: `rrfp-bench-gpu-attn-emu 1 lm_8x512`)
+add_executable(rrfp-bench-gpu-attn bench/gpu_attn_bench.c)
+target_link_libraries(rrfp-bench-gpu-attn PRIVATE rrfp_core ${CMAKE_DL_LIBS})
+add_executable(rrfp-bench-gpu-attn-emu bench/gpu_attn_bench.c)
+target_compile_definitions(rrfp-bench-gpu-attn-emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(rrfp-bench-gpu-attn-emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(rrfp-bench-gpu-attn-emu PROPERTIES LINKER_LANGUAGE CXX)
+
+# issue 20: launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
+# against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
+# emulation's (tests/test_traffic.c)
+add_executable(test_traffic tests/test_traffic.c)
+target_link_libraries(test_traffic PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_traffic PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_emu_traffic COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "traffic: ok" $<TARGET_FILE:test_traffic>)
+set_tests_properties(cuda_emu_traffic PROPERTIES TIMEOUT 300)
+# runtime.profile and device_peak_mb end to end on the emulated CUDA backend (tests/train_profile_emu.sh)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_profile_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train profile emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_profile_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_profile_emu)
+  set_tests_properties(train_profile_emu PROPERTIES TIMEOUT 300)
+  # the communication kind: NCCL operations timed on their streams (pp 2 under mpirun)
+  add_test(NAME train_profile_nccl_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train profile nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_profile_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_profile_nccl_emu ${RRFP_MPIRUN})
+  set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
 endif()

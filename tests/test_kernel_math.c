@@ -589,18 +589,21 @@ static void test_bf16(void) {
  *   1. one layout recomputed by hand (T 300, S 2, H 2, d 64, ld 384, forward, first run);
  *   2. for a grid of shapes, both directions, with and without the first-run check: every region 256-byte
  *      aligned, in order, without overlap, and at least as large as what the kernels write there (the bf16
- *      copies T H d x 2 bytes, the row sums S H Smax floats, 3 S + 3 offsets, the workspace, the check
- *      buffers and their counter);
+ *      copies (T + Smax) H d x 2 bytes, the row sums (T + Smax) H and the dQ accumulator (T + Smax) H d
+ *      floats, the stats (T + Smax) H floats, three
+ *      offsets arrays of S + 1 each 16-byte aligned, the workspace, the check buffers and their counter);
  *   3. the reservation at (T, S) holds every layout at (T' <= T, S' <= S) with a workspace within the
- *      budget, and is exactly the larger of the forward's and (opted in) the backward's layout at (T, S):
+ *      budget, and is exactly the larger of the forward's and (when on) the backward's layout at (T, S):
  *      no slack that would hide a region left out of the reservation. */
 static void test_attn_scratch(void) {
     int bad = 0;
-    /* 1: n = 38400 values: bf16 copies 76800 bytes each (256-aligned), offsets 9 ints -> 256,
-     * workspace 153600 + 4 MiB = 4347904, check (38400 + 600 + 1) floats = 156004 -> 156160 */
+    /* 1: n = 38400 values, R = 300 + 320 rows: bf16 copies 620 x 128 x 2 = 158720 bytes each (256-aligned),
+     * stats 620 x 2 x 4 = 4960 -> 5120, offsets 3 x 4 ints -> 256, workspace 153600 + 4 MiB = 4347904,
+     * check (38400 + 600 + 1) floats = 156004 -> 156160 */
     RrAttnScratch one = rr_cudnn_attn_scratch(0, 300, 2, 2, 64, 384, rr_cudnn_attn_workspace_budget(300, 2, 64), 1);
-    size_t want = 4 * 76800 + 256 + 4347904 + 156160;
-    if (one.total != want || one.offsets_at != 4 * 76800 || one.work_at != 4 * 76800 + 256) {
+    size_t want = 4 * 158720 + 5120 + 256 + 4347904 + 156160;
+    if (one.total != want || one.stats_at != 4 * 158720 || one.offsets_at != 4 * 158720 + 5120 ||
+        one.work_at != 4 * 158720 + 5120 + 256) {
         printf("  attn_scratch: FAIL: T 300 S 2 H 2 d 64: total %zu (want %zu), offsets at %zu, workspace at %zu\n",
                one.total, want, one.offsets_at, one.work_at);
         bad++;
@@ -615,6 +618,7 @@ static void test_attn_scratch(void) {
                         for (int chk = 0; chk < 2; chk++) {
                             int T = Ts[ti], S = Ss[si] < T ? Ss[si] : T, H = Hs[hi], d = ds[di], ld = 3 * H * d;
                             size_t ws = rr_cudnn_attn_workspace_budget(T, H, d) - 1000, n = (size_t)T * H * d;
+                            size_t R = (size_t)T + (size_t)(T + 63) / 64 * 64;
                             RrAttnScratch l = rr_cudnn_attn_scratch(bwd, T, S, H, d, ld, ws, chk);
                             shapes++;
                             /* 2: regions in order, aligned, large enough */
@@ -622,18 +626,23 @@ static void test_attn_scratch(void) {
                             int ok = l.n_bf16 == (bwd ? 8 : 4);
                             for (int i = 0; i < l.n_bf16; i++) {
                                 ok &= l.bf16_at[i] % 256 == 0 && l.bf16_at[i] >= at;
-                                at = l.bf16_at[i] + n * 2;
+                                at = l.bf16_at[i] + R * H * d * 2;
                             }
                             if (bwd) {
                                 ok &= l.dsum_at % 256 == 0 && l.dsum_at >= at;
-                                at = l.dsum_at + (size_t)S * H * (size_t)((T + 63) / 64 * 64) * 4;
+                                at = l.dsum_at + R * H * 4;
+                                ok &= l.dqacc_at % 256 == 0 && l.dqacc_at >= at;
+                                at = l.dqacc_at + R * H * d * 4;
                             }
-                            ok &= l.offsets_at % 256 == 0 && l.offsets_at >= at;
-                            at = l.offsets_at + (size_t)(3 * S + 3) * 4;
+                            ok &= l.stats_at % 256 == 0 && l.stats_at >= at;
+                            at = l.stats_at + R * H * 4;
+                            ok &= l.offsets_at % 256 == 0 && l.offsets_at >= at && rr_cudnn_attn_off_stride(S) % 4 == 0 &&
+                                  rr_cudnn_attn_off_stride(S) >= (size_t)S + 1;
+                            at = l.offsets_at + 3 * rr_cudnn_attn_off_stride(S) * 4;
                             ok &= l.work_at % 256 == 0 && l.work_at >= at;
                             at = l.work_at + ws;
                             ok &= l.check_at % 256 == 0 && l.check_at >= at;
-                            if (chk) at = l.check_at + ((bwd ? (size_t)3 * T * ld : n + (size_t)T * H) + 1) * 4;
+                            if (chk) at = l.check_at + ((bwd ? (size_t)3 * T * ld + 3 : n + (size_t)T * H) + 1) * 4;
                             ok &= l.total >= at && l.total - at < 256 + 256;
                             /* 3: the reservation at (T, S) holds every smaller call */
                             size_t res = rr_cudnn_attn_reserve_bytes(T, S, H, d, ld, bwd);

@@ -53,6 +53,11 @@ add_test(NAME train_bf16_synthetic
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train bf16: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_bf16_synthetic 60)
 set_tests_properties(train_bf16_synthetic PROPERTIES TIMEOUT 300)
+# data.synthetic_plan: the synthetic source on given sample shapes (bench/gpu_stage.sh's fair comparison)
+add_test(NAME train_synthetic_plan
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "synthetic plan: ok" ${CMAKE_SOURCE_DIR}/tests/train_synthetic_plan.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_synthetic_plan)
+set_tests_properties(train_synthetic_plan PROPERTIES TIMEOUT 120)
 
 # The real data path (demo data, tokenizer, shards, loader) end to end: 16 steps of recipes/llava.ini
 # (2 microbatches of 1024 tokens), the loss falls by >= 30% (seen: 6.1 -> 3.3 nats), and stopping at

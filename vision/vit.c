@@ -45,6 +45,9 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
     if (clip) {
         vit_add(pt, "vision.class_embedding", 1, D, 0, PARAM_INIT_NORMAL, std);
         vit_add(pt, "vision.pos_embed.weight", 2, 1 + (int64_t)c->grid * c->grid, D, PARAM_INIT_NORMAL, std);
+        /* read by rows_gather (interpolated taps), neither a GEMM weight nor an embedding table: f32 words in
+         * the bf16 compute copy (engine/params.h) */
+        params_keep_f32_compute(pt, "vision.pos_embed.weight");
         vit_add(pt, "vision.pre_ln.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         vit_add(pt, "vision.pre_ln.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
     } else {

@@ -96,6 +96,9 @@ const Backend backend_cpu = {
     .rows_gather_forward = cpu_rows_gather_forward,
     .rows_gather_backward = cpu_rows_gather_backward,
     .attention_decode = cpu_attention_decode,
+    .weight_dtype = DTYPE_F32,
+    .adamw_update_copy = cpu_adamw_update_copy,
+    .to_bf16 = cpu_to_bf16,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -150,4 +153,7 @@ const Backend backend_cpu_bf16 = {
     .rows_gather_forward = cpu_bf16_rows_gather_forward,
     .rows_gather_backward = cpu_rows_gather_backward,
     .attention_decode = cpu_attention_decode, /* f32: generation computes in f32 (runtime/train/generate.c) */
+    .weight_dtype = DTYPE_F32,
+    .adamw_update_copy = cpu_adamw_update_copy,
+    .to_bf16 = cpu_to_bf16,
 };

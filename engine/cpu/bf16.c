@@ -30,6 +30,22 @@ void cpu_round_bf16(const Backend* be, float* out, const float* inp, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = rr_bf16_round(inp[i]);
 }
 
+void cpu_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) {
+    (void)be;
+#pragma omp parallel for if (n > 65536)
+    for (size_t i = 0; i < n; i++) out[i] = rr_f32_to_bf16(inp[i]);
+}
+
+/* Backend.adamw_update_copy: the update (engine/adamw.c), then the copy in the same call */
+void cpu_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                           const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype) {
+    adamw_update(param, grad, m, v, n, cfg, t, decay);
+    if (copy_dtype == DTYPE_BF16)
+        cpu_to_bf16(be, (uint16_t*)copy, param, n);
+    else
+        cpu_round_bf16(be, (float*)copy, param, n);
+}
+
 /* a bf16-rounded copy of x (n floats) or NULL when x is NULL; free with free() */
 static float* rounded_copy(const float* x, size_t n) {
     if (!x) return NULL;

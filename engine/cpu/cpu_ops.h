@@ -87,6 +87,9 @@ void cpu_attention_decode(const Backend* be, float* out, const float* q, const f
 /* bf16.c: the forward ops with the bf16 rounding points (engine.h, Precision); the backward ops,
  * cross-entropy and the step end of backend_cpu_bf16 are the f32 ones above. */
 void cpu_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
+void cpu_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n);
+void cpu_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                           const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
 void cpu_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                              int OC);
 void cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -1,7 +1,8 @@
 // attention.cu — attention over packed variable-length sequences (cu_seqlens) on CUDA, flash style:
 // online softmax forward with the log-sum-exp saved, backward recomputing the scores. No T x T
 // matrix exists anywhere: a block holds one tile of queries and one tile of keys in shared memory.
-// Written for correctness and readability, not speed (no tensor cores; cuDNN SDPA would be faster).
+// Written for correctness and readability, not speed (no tensor cores): the fp32 table's attention. The bf16
+// table runs cuDNN's fused attention (attention_cudnn.cu) or the own tensor-core kernel (flash_attention.cu).
 //
 // Forward and dq: one block per (query tile of ATT_BQ rows, head), 4 warps, each warp owning
 // ATT_BQ / 4 query rows; keys come in tiles of 32, lane j of a warp scores key j, and each lane
@@ -15,6 +16,7 @@
 // in x, enough for every sequence's tiles, and the spare ones exit at once.
 // The math of each step (online softmax raise / weight / lse, the score gradient) is kernel_math.h's,
 // checked on the CPU by tests/test_kernel_math.c.
+#include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
@@ -339,6 +341,7 @@ void cuda_attention_forward(const Backend* be, float* out, float* lse, const flo
                             const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     attention_check_dims(H, Hkv, d, ld_q, ld_kv);
     attention_forward_cuda(out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal, cuda_stream(be));
+    cuda_attention_path_note(RR_ATTN_OWN_F32_FWD);
 }
 
 void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
@@ -347,4 +350,5 @@ void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv,
     attention_check_dims(H, Hkv, d, ld_q, ld_kv);
     attention_backward_cuda(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal,
                             cuda_stream(be));
+    cuda_attention_path_note(RR_ATTN_OWN_F32_BWD);
 }

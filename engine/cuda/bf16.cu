@@ -3,12 +3,17 @@
 // linear product a cublasLtMatmul described by a GemmLtDesc (engine/gemm_lt_desc.h): bf16 A and B,
 // f32 C = D, f32 accumulate, the bias in the epilogue of the forward.
 //
-// Buffers stay f32 (the Backend's op slots take float*); each GEMM converts its operands into bf16
-// scratch (f32_to_bf16_kernel, round to nearest even by rr_f32_to_bf16) right before the call. The
-// weights usually arrive already rounded (the ParamTable's compute copy), so their conversion is
-// exact. Stored activations are rounded in place by round_bf16_kernel after the f32 op that wrote
-// them (a separate pass: fusing it into each kernel's store is a speed-up, not a change of result).
+// What is 2-byte bf16 in device memory (Backend.weight_dtype = DTYPE_BF16): the compute copy of every
+// 2-D parameter (engine/params.h), written by the AdamW kernel itself (optim.cu, adamw_copy_kernel), so a
+// GEMM's weight operand goes to cuBLASLt as it is and the embedding reads its bf16 rows. Activations and
+// activation gradients are still f32 words: a GEMM converts its activation / output-gradient operands
+// into bf16 scratch (f32_to_bf16_kernel) right before the call, and a GEMM's f32 output is rounded by
+// round_bf16_kernel after it (cuBLASLt's f32 D cannot round). Every other stored activation is rounded in
+// its producing kernel's store (norm.cu, elementwise.cu, rope.cu, embedding.cu: the <R> / bf16 variants),
+// with no separate pass. Halving the activations (bf16 buffers end to end) needs typed activation
+// pointers through the model code: docs/cuda.md, "bf16 storage".
 #include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
 #include "engine/gemm_lt_desc.h"
 
@@ -26,6 +31,32 @@ static void f32_to_bf16_cuda(uint16_t* out, const float* inp, size_t n, cudaStre
     cudaCheck(cudaGetLastError());
 }
 
+// two conversions in one launch (a GEMM with two f32 operands: the weight gradient's dout and inp)
+static __global__ void f32_to_bf16_2_kernel(uint16_t* out_a, const float* a, size_t na, uint16_t* out_b, const float* b,
+                                            size_t nb) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < na) out_a[i] = rr_f32_to_bf16(a[i]);
+    else if (i < na + nb) out_b[i - na] = rr_f32_to_bf16(b[i - na]);
+}
+static void f32_to_bf16_2_cuda(uint16_t* out_a, const float* a, size_t na, uint16_t* out_b, const float* b, size_t nb,
+                               cudaStream_t stream) {
+    if (na + nb == 0) return;
+    f32_to_bf16_2_kernel<<<ceil_div_z(na + nb, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(out_a, a, na, out_b, b, nb);
+    cudaCheck(cudaGetLastError());
+}
+
+// two in-place roundings of n values in one launch (the fused linear + GELU's out and pre)
+static __global__ void round_bf16_2_kernel(float* x, float* y, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = rr_bf16_round(x[i]);
+    else if (i < 2 * n) y[i - n] = rr_bf16_round(y[i - n]);
+}
+static void round_bf16_2_cuda(float* x, float* y, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    round_bf16_2_kernel<<<ceil_div_z(2 * n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(x, y, n);
+    cudaCheck(cudaGetLastError());
+}
+
 static __global__ void round_bf16_kernel(float* out, const float* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = rr_bf16_round(inp[i]);
@@ -36,30 +67,16 @@ static void round_bf16_cuda(float* out, const float* inp, size_t n, cudaStream_t
     cudaCheck(cudaGetLastError());
 }
 
-// the W values of each of N rows of stride ld (the columns RoPE wrote), one thread per value
-static __global__ void round_rows_kernel(float* x, int N, int W, int ld) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)N * W) {
-        float* p = x + (i / W) * (size_t)ld + i % W;
-        *p = rr_bf16_round(*p);
-    }
-}
-static void round_rows_cuda(float* x, int N, int W, int ld, cudaStream_t stream) {
-    size_t n = (size_t)N * W;
-    if (n == 0) return;
-    round_rows_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(x, N, W, ld);
-    cudaCheck(cudaGetLastError());
-}
-
 void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n) { round_bf16_cuda(out, inp, n, cuda_stream(be)); }
+void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) { f32_to_bf16_cuda(out, inp, n, cuda_stream(be)); }
 
 // bf16 scratch of at least `elems` values (see CudaContext.bf16_scratch)
 // One scratch per process: the bf16 GEMMs run on the compute stream only (a table bound to another
 // stream must not run them concurrently with it).
 static uint16_t* bf16_scratch(size_t elems) {
     if (elems > cuda_ctx.bf16_scratch_elems) {
-        if (cuda_ctx.bf16_scratch) cudaCheck(cudaFree(cuda_ctx.bf16_scratch)); // waits for its users
-        cudaCheck(cudaMalloc(&cuda_ctx.bf16_scratch, elems * sizeof(uint16_t)));
+        if (cuda_ctx.bf16_scratch) cuda_free_tracked(cuda_ctx.bf16_scratch); // waits for its users
+        cuda_malloc_tracked((void**)&cuda_ctx.bf16_scratch, elems * sizeof(uint16_t));
         cuda_ctx.bf16_scratch_elems = elems;
     }
     return cuda_ctx.bf16_scratch;
@@ -115,19 +132,32 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
     cublasCheck(cublasLtMatmulDescDestroy(op));
 }
 
-// Convert the desc's A and B (f32, roles from `ops`) into bf16 scratch and run it (aux: GELU_AUX_BIAS's).
+// Run the desc with its A and B from `ops`: the weight (GEMM_PTR_WEIGHT) is the bf16 compute copy and goes
+// to cuBLASLt as it is; an f32 operand (activation, output gradient) is converted into bf16 scratch first
+// (aux: GELU_AUX_BIAS's).
 static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
                                      float* aux = NULL) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
     float* C;
     gemm_desc_operands(g, ops, &A, &B, &C);
-    size_t na = lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda);
-    size_t nb = lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb);
+    int a_f32 = g->a != GEMM_PTR_WEIGHT, b_f32 = g->b != GEMM_PTR_WEIGHT;
+    size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
+    size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
     uint16_t* s = bf16_scratch(na + nb);
-    f32_to_bf16_cuda(s, A, na, cuda_stream(be));
-    f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
-    gemm_lt_desc_run_cuda(be, d, s, s + na, C, bias, aux);
+    const uint16_t* a16 = (const uint16_t*)A;
+    const uint16_t* b16 = (const uint16_t*)B;
+    if (a_f32 && b_f32) { // one launch for both
+        f32_to_bf16_2_cuda(s, A, na, s + na, B, nb, cuda_stream(be));
+        a16 = s, b16 = s + na;
+    } else if (a_f32) {
+        f32_to_bf16_cuda(s, A, na, cuda_stream(be));
+        a16 = s;
+    } else if (b_f32) {
+        f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
+        b16 = s + na;
+    }
+    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias, aux);
 }
 
 // column n of dout for the dbias column sum
@@ -179,10 +209,11 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
         gemm_lt_run_f32_operands(be, &d, &ops, bias, pre);
     } else {
         bf16_linear_unrounded(be, pre, inp, weight, bias, N, C, OC);
-        cuda_gelu_forward(be, out, pre, n);
+        cuda_bf16_gelu_forward(be, out, pre, n); // out rounded in the GELU's store
+        round_bf16_cuda(pre, pre, n, cuda_stream(be));
+        return;
     }
-    round_bf16_cuda(out, out, n, cuda_stream(be));
-    round_bf16_cuda(pre, pre, n, cuda_stream(be));
+    round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -206,59 +237,36 @@ void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, f
     if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
 
-// ---- the other forward ops: the f32 kernel, then the stored activation rounded -------------------
+// ---- attention: cuDNN's or the own tensor-core kernel's, each rounding its own store (no pass) ----------
 
-void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                 const float* bias, int N, int C) {
-    cuda_layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C);
-    round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
-}
-void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
-    cuda_rmsnorm_forward(be, out, rstd, inp, weight, N, C, eps);
-    round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
-}
-void cuda_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
-    cuda_gelu_forward(be, out, inp, n);
-    round_bf16_cuda(out, out, n, cuda_stream(be));
-}
-void cuda_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
-    cuda_swiglu_forward(be, out, gate, up, n);
-    round_bf16_cuda(out, out, n, cuda_stream(be));
-}
-void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
-    cuda_add_forward(be, out, a, b, n);
-    round_bf16_cuda(out, out, n, cuda_stream(be));
-}
-void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
-    cuda_rope_forward(be, x, pos, N, H, d, ld, rf);
-    round_rows_cuda(x, N, H * d, ld, cuda_stream(be));
-}
-void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
-    cuda_rope2d_forward(be, x, pos_row, pos_col, N, H, d, ld);
-    round_rows_cuda(x, N, H * d, ld, cuda_stream(be));
-}
-void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
-    cuda_embedding_forward(be, out, ids, table, N, C);
-    round_bf16_cuda(out, out, (size_t)N * C, cuda_stream(be));
-}
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
-    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu: never run on a device yet,
-    // self-checked on first use); its output is bf16 already
-    // (multi-head only: grouped-query attention and separate q / kv strides run the own kernel)
-    if (Hkv == H && ld_q == ld_kv &&
-        cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
-        return;
-    cuda_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
-    round_bf16_cuda(out, out, (size_t)T * H * d, cuda_stream(be));
+    // cuDNN's fused attention where it takes the shape (attention_cudnn.cu, self-checked on first use); its
+    // output is bf16 already. Multi-head only: grouped-query attention and separate q / kv strides never ask
+    // cuDNN (counted as cudnn_not_tried). Else the own tensor-core kernel (flash_attention.cu, GQA-ready), which
+    // rounds its store.
+    if (Hkv == H && ld_q == ld_kv) {
+        if (cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal)) return;
+    } else {
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    }
+    cuda_flash_attention_forward_f32(cuda_stream(be), out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d,
+                                     causal, 1);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
 }
 
-// The backward: cuDNN's where opted in and it takes the shape (attention_cudnn.cu), else the own kernel.
+// The backward: cuDNN's where it takes the shape (attention_cudnn.cu: multi-head, head dims that are multiples
+// of 16), else the own tensor-core kernel (GQA-ready).
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
-    if (Hkv == H && ld_q == ld_kv &&
-        cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
-        return;
-    cuda_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    if (Hkv == H && ld_q == ld_kv) {
+        if (cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
+            return;
+    } else {
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    }
+    cuda_flash_attention_backward_f32(cuda_stream(be), dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d,
+                                      ld_q, ld_kv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
 }

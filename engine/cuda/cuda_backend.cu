@@ -32,6 +32,118 @@ void cuda_check(cudaError_t err, const char* file, int line) {
     exit(1);
 }
 
+// ---- the profiler (runtime.profile; engine.h, BackendProfile) -------------------------------------
+// An op called through a table of this backend opens a ProfScope (the prof_* wrappers of the tables
+// below): with profiling on, the outermost scope records a timing event pair around the op on its
+// stream and makes its kind current, and the check macros count the launches made inside it.
+
+struct ProfRec {
+    int kind;
+    cudaEvent_t a, b;
+};
+static struct {
+    int on, depth, kind;
+    long launches[PROF_KINDS], ops[PROF_KINDS];
+    ProfRec* recs;
+    size_t n, cap;
+    cudaEvent_t* pool; // events with timing, reused
+    size_t npool, cappool;
+} prof;
+
+static cudaEvent_t prof_event(void) {
+    if (prof.npool) return prof.pool[--prof.npool];
+    cudaEvent_t e;
+    cudaCheck(cudaEventCreate(&e));
+    return e;
+}
+static void prof_release(cudaEvent_t e) {
+    if (prof.npool == prof.cappool) {
+        prof.cappool = prof.cappool ? 2 * prof.cappool : 256;
+        prof.pool = (cudaEvent_t*)realloc(prof.pool, prof.cappool * sizeof *prof.pool);
+        if (!prof.pool) rr_die("out of host memory (profiler events)");
+    }
+    prof.pool[prof.npool++] = e;
+}
+
+static void prof_count(const char* call, int cublas) {
+    if (!prof.on || prof.depth == 0) return;
+    if (cublas ? (!strncmp(call, "cublasLtMatmul(", 15) || !strncmp(call, "cublasSgemm(", 12))
+               : (!strncmp(call, "cudaGetLastError(", 17) || !strncmp(call, "cudaMemsetAsync(", 16) ||
+                  !strncmp(call, "cudaMemcpyAsync(", 16)))
+        prof.launches[prof.kind]++;
+}
+void cuda_check_call(cudaError_t err, const char* file, int line, const char* call) {
+    prof_count(call, 0);
+    cuda_check(err, file, line);
+}
+
+// RR_CUDA_EMU_RUNTIME (the emulation's cuda_runtime.h): its traffic log names each launch's op
+// (emu_traffic_label, tests/test_traffic.c)
+
+struct ProfScope {
+    int entered, outer;
+    ProfRec r;
+    cudaStream_t st;
+    ProfScope(const Backend* be, int kind, const char* name) : entered(prof.on), outer(0), st(cuda_stream(be)) {
+        (void)name;
+        if (!entered) return;
+        outer = prof.depth++ == 0;
+        if (!outer) return;
+        prof.kind = kind;
+        prof.ops[kind]++;
+#ifdef RR_CUDA_EMU_RUNTIME
+        ::emu_traffic_label(name, kind);
+#endif
+        r.kind = kind;
+        r.a = prof_event();
+        r.b = prof_event();
+        cudaCheck(cudaEventRecord(r.a, st));
+    }
+    ~ProfScope() {
+        if (!entered) return;
+        prof.depth--;
+        if (!outer) return;
+        cudaCheck(cudaEventRecord(r.b, st));
+#ifdef RR_CUDA_EMU_RUNTIME
+        ::emu_traffic_label(NULL, -1);
+#endif
+        if (prof.n == prof.cap) {
+            prof.cap = prof.cap ? 2 * prof.cap : 256;
+            prof.recs = (ProfRec*)realloc(prof.recs, prof.cap * sizeof *prof.recs);
+            if (!prof.recs) rr_die("out of host memory (profiler records)");
+        }
+        prof.recs[prof.n++] = r;
+    }
+};
+
+static void cuda_profile(int on) { prof.on = on; }
+static void cuda_profile_take(BackendProfile* out) {
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < prof.n; i++) {
+        ProfRec* r = &prof.recs[i];
+        cudaCheck(cudaEventSynchronize(r->b));
+        float ms = 0.0f;
+        cudaCheck(cudaEventElapsedTime(&ms, r->a, r->b));
+        out->ms[r->kind] += ms;
+        prof_release(r->a);
+        prof_release(r->b);
+    }
+    prof.n = 0;
+    for (int k = 0; k < PROF_KINDS; k++) {
+        out->launches[k] = prof.launches[k];
+        out->ops[k] = prof.ops[k];
+        prof.launches[k] = prof.ops[k] = 0;
+    }
+}
+
+// An op slot run inside a ProfScope of kind K (the tables point at these)
+#define PROF_OP(K, fn)                                                                  \
+    template <typename... A>                                                            \
+    static auto prof_##fn(const Backend* be, A... a)->decltype(fn(be, a...)) {          \
+        ProfScope scope(be, K, #fn);                                                    \
+        return fn(be, a...);                                                            \
+    }
+
 static const char* cublas_status_name(cublasStatus_t st) {
     switch (st) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -57,6 +169,11 @@ void cublas_check(cublasStatus_t st, const char* file, int line) {
     exit(1);
 }
 
+void cublas_check_call(cublasStatus_t st, const char* file, int line, const char* call) {
+    prof_count(call, 1);
+    cublas_check(st, file, line);
+}
+
 void cuda_check_device_errors(cudaStream_t stream) {
     int rec[CUDA_ERR_WORDS];
     cudaCheck(cudaMemcpyAsync(rec, cuda_ctx.error, sizeof rec, cudaMemcpyDeviceToHost, stream));
@@ -73,15 +190,87 @@ void cuda_check_device_errors(cudaStream_t stream) {
 
 // ---- memory --------------------------------------------------------------------------------------
 
+// Every cudaMalloc of the backend (its alloc, the scratch of bf16.cu / optim.cu / attention_cudnn.cu)
+// goes through cuda_malloc_tracked / cuda_free_tracked: the bytes held now and their high-water mark
+// (Backend.memory). Sizes by pointer in an open-addressing table (allocations are few and long-lived).
+static struct {
+    void** key;
+    size_t* bytes;
+    size_t cap, n;
+    size_t used, peak;
+} mem;
+static size_t mem_slot(void* p) {
+    size_t h = ((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h % mem.cap);
+}
+static void mem_put(void* p, size_t bytes) {
+    if (2 * (mem.n + 1) > mem.cap) { // grow to keep the table at most half full
+        void** ok = mem.key;
+        size_t* ob = mem.bytes;
+        size_t oc = mem.cap;
+        mem.cap = oc ? 2 * oc : 1024;
+        mem.key = (void**)calloc(mem.cap, sizeof *mem.key);
+        mem.bytes = (size_t*)calloc(mem.cap, sizeof *mem.bytes);
+        if (!mem.key || !mem.bytes) rr_die("out of host memory (device allocation table)");
+        mem.n = 0;
+        for (size_t i = 0; i < oc; i++)
+            if (ok[i]) mem_put(ok[i], ob[i]);
+        free(ok);
+        free(ob);
+    }
+    size_t i = mem_slot(p);
+    while (mem.key[i]) i = (i + 1) % mem.cap;
+    mem.key[i] = p;
+    mem.bytes[i] = bytes;
+    mem.n++;
+}
+static size_t mem_take(void* p) {
+    if (!mem.cap) return 0;
+    size_t i = mem_slot(p);
+    while (mem.key[i] && mem.key[i] != p) i = (i + 1) % mem.cap;
+    if (!mem.key[i]) return 0;
+    size_t b = mem.bytes[i];
+    // backward-shift deletion keeps every probe chain intact
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) % mem.cap;
+        if (!mem.key[j]) break;
+        size_t h = mem_slot(mem.key[j]);
+        if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
+            mem.key[i] = mem.key[j];
+            mem.bytes[i] = mem.bytes[j];
+            i = j;
+        }
+    }
+    mem.key[i] = NULL;
+    mem.n--;
+    return b;
+}
+void cuda_malloc_tracked(void** p, size_t bytes) {
+    cudaCheck(cudaMalloc(p, bytes));
+    mem_put(*p, bytes);
+    mem.used += bytes;
+    if (mem.used > mem.peak) mem.peak = mem.used;
+}
+void cuda_free_tracked(void* p) {
+    if (!p) return;
+    mem.used -= mem_take(p);
+    cudaCheck(cudaFree(p));
+}
+static void cuda_memory(BackendMemory* out) {
+    out->peak_bytes = mem.peak;
+    out->used_bytes = mem.used;
+    out->device_free = out->device_total = 0;
+    cudaCheck(cudaMemGetInfo(&out->device_free, &out->device_total));
+}
+
 static void* cuda_alloc(size_t bytes) {
     void* p = NULL;
     if (bytes == 0) return NULL;
-    cudaCheck(cudaMalloc(&p, bytes));
+    cuda_malloc_tracked(&p, bytes);
     return p;
 }
-static void cuda_free(void* p) {
-    if (p) cudaCheck(cudaFree(p));
-}
+static void cuda_free(void* p) { cuda_free_tracked(p); }
 static void cuda_memset0(const Backend* be, void* p, size_t bytes) {
     if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
 }
@@ -137,6 +326,57 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
     if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
 }
 
+// every op slot inside its profiler scope
+PROF_OP(PROF_COPIES, cuda_memset0)
+PROF_OP(PROF_COPIES, cuda_copy_h2d)
+PROF_OP(PROF_COPIES, cuda_copy_d2h)
+PROF_OP(PROF_COPIES, cuda_copy_d2d)
+PROF_OP(PROF_GEMM, cuda_linear_forward)
+PROF_OP(PROF_GEMM, cuda_linear_backward)
+PROF_OP(PROF_GEMM, cuda_linear_gelu_forward)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_forward)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_backward)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_gelu_forward)
+PROF_OP(PROF_NORM, cuda_layernorm_forward)
+PROF_OP(PROF_NORM, cuda_layernorm_backward)
+PROF_OP(PROF_NORM, cuda_rmsnorm_forward)
+PROF_OP(PROF_NORM, cuda_rmsnorm_backward)
+PROF_OP(PROF_NORM, cuda_bf16_layernorm_forward)
+PROF_OP(PROF_NORM, cuda_bf16_rmsnorm_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_gelu_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_gelu_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_swiglu_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_swiglu_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_add_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_embedding_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_embedding_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_gelu_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_swiglu_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_add_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope2d_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_embedding_forward)
+PROF_OP(PROF_ATTENTION, cuda_attention_forward)
+PROF_OP(PROF_ATTENTION, cuda_attention_backward)
+PROF_OP(PROF_ATTENTION, cuda_bf16_attention_forward)
+PROF_OP(PROF_ATTENTION, cuda_bf16_attention_backward)
+PROF_OP(PROF_OPTIMISER, cuda_sum_squares)
+PROF_OP(PROF_OPTIMISER, cuda_scale)
+PROF_OP(PROF_OPTIMISER, cuda_adamw_update)
+PROF_OP(PROF_OPTIMISER, cuda_adamw_update_copy)
+PROF_OP(PROF_ELEMENTWISE, cuda_act_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_act_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward)
+
 // ---- the table -----------------------------------------------------------------------------------
 
 extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
@@ -144,10 +384,10 @@ static const Backend backend_cuda = {
     "cuda",
     cuda_alloc,
     cuda_free,
-    cuda_memset0,
-    cuda_copy_h2d,
-    cuda_copy_d2h,
-    cuda_copy_d2d,
+    prof_cuda_memset0,
+    prof_cuda_copy_h2d,
+    prof_cuda_copy_d2h,
+    prof_cuda_copy_d2d,
     cuda_synchronize,
     cuda_stream_create,
     cuda_stream_destroy,
@@ -157,40 +397,46 @@ static const Backend backend_cuda = {
     cuda_event_wait,
     cuda_event_destroy,
     cuda_reserve,
-    cuda_linear_forward,
-    cuda_linear_backward,
-    cuda_linear_gelu_forward,
-    cuda_layernorm_forward,
-    cuda_layernorm_backward,
-    cuda_rmsnorm_forward,
-    cuda_rmsnorm_backward,
-    cuda_gelu_forward,
-    cuda_gelu_backward,
-    cuda_swiglu_forward,
-    cuda_swiglu_backward,
-    cuda_add_forward,
-    cuda_rope_forward,
-    cuda_rope_backward,
-    cuda_rope2d_forward,
-    cuda_rope2d_backward,
-    cuda_embedding_forward,
-    cuda_embedding_backward,
-    cuda_crossentropy_forward,
-    cuda_crossentropy_backward,
-    cuda_attention_forward,
-    cuda_attention_backward,
-    cuda_sum_squares,
-    cuda_scale,
-    cuda_adamw_update,
+    prof_cuda_linear_forward,
+    prof_cuda_linear_backward,
+    prof_cuda_linear_gelu_forward,
+    prof_cuda_layernorm_forward,
+    prof_cuda_layernorm_backward,
+    prof_cuda_rmsnorm_forward,
+    prof_cuda_rmsnorm_backward,
+    prof_cuda_gelu_forward,
+    prof_cuda_gelu_backward,
+    prof_cuda_swiglu_forward,
+    prof_cuda_swiglu_backward,
+    prof_cuda_add_forward,
+    prof_cuda_rope_forward,
+    prof_cuda_rope_backward,
+    prof_cuda_rope2d_forward,
+    prof_cuda_rope2d_backward,
+    prof_cuda_embedding_forward,
+    prof_cuda_embedding_backward,
+    prof_cuda_crossentropy_forward,
+    prof_cuda_crossentropy_backward,
+    prof_cuda_attention_forward,
+    prof_cuda_attention_backward,
+    prof_cuda_sum_squares,
+    prof_cuda_scale,
+    prof_cuda_adamw_update,
     cuda_round_bf16,
     &backend_cuda_bf16,
     PRECISION_FP32,
     NULL, // stream
-    cuda_act_forward,
-    cuda_act_backward,
-    cuda_rows_gather_forward,
-    cuda_rows_gather_backward,
+    prof_cuda_act_forward,
+    prof_cuda_act_backward,
+    prof_cuda_rows_gather_forward,
+    prof_cuda_rows_gather_backward,
     cuda_attention_decode,
+    DTYPE_F32,
+    prof_cuda_adamw_update_copy,
+    cuda_to_bf16,
+    cuda_profile,
+    cuda_profile_take,
+    cuda_memory,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -200,10 +446,10 @@ const Backend backend_cuda_bf16 = {
     "cuda",
     cuda_alloc,
     cuda_free,
-    cuda_memset0,
-    cuda_copy_h2d,
-    cuda_copy_d2h,
-    cuda_copy_d2d,
+    prof_cuda_memset0,
+    prof_cuda_copy_h2d,
+    prof_cuda_copy_d2h,
+    prof_cuda_copy_d2d,
     cuda_synchronize,
     cuda_stream_create,
     cuda_stream_destroy,
@@ -213,46 +459,53 @@ const Backend backend_cuda_bf16 = {
     cuda_event_wait,
     cuda_event_destroy,
     cuda_reserve,
-    cuda_bf16_linear_forward,
-    cuda_bf16_linear_backward,
-    cuda_bf16_linear_gelu_forward,
-    cuda_bf16_layernorm_forward,
-    cuda_layernorm_backward,
-    cuda_bf16_rmsnorm_forward,
-    cuda_rmsnorm_backward,
-    cuda_bf16_gelu_forward,
-    cuda_gelu_backward,
-    cuda_bf16_swiglu_forward,
-    cuda_swiglu_backward,
-    cuda_bf16_add_forward,
-    cuda_bf16_rope_forward,
-    cuda_rope_backward,
-    cuda_bf16_rope2d_forward,
-    cuda_rope2d_backward,
-    cuda_bf16_embedding_forward,
-    cuda_embedding_backward,
-    cuda_crossentropy_forward,
-    cuda_crossentropy_backward,
-    cuda_bf16_attention_forward,
-    cuda_bf16_attention_backward,
-    cuda_sum_squares,
-    cuda_scale,
-    cuda_adamw_update,
+    prof_cuda_bf16_linear_forward,
+    prof_cuda_bf16_linear_backward,
+    prof_cuda_bf16_linear_gelu_forward,
+    prof_cuda_bf16_layernorm_forward,
+    prof_cuda_layernorm_backward,
+    prof_cuda_bf16_rmsnorm_forward,
+    prof_cuda_rmsnorm_backward,
+    prof_cuda_bf16_gelu_forward,
+    prof_cuda_gelu_backward,
+    prof_cuda_bf16_swiglu_forward,
+    prof_cuda_swiglu_backward,
+    prof_cuda_bf16_add_forward,
+    prof_cuda_bf16_rope_forward,
+    prof_cuda_rope_backward,
+    prof_cuda_bf16_rope2d_forward,
+    prof_cuda_rope2d_backward,
+    prof_cuda_bf16_embedding_forward,
+    prof_cuda_embedding_backward,
+    prof_cuda_crossentropy_forward,
+    prof_cuda_crossentropy_backward,
+    prof_cuda_bf16_attention_forward,
+    prof_cuda_bf16_attention_backward,
+    prof_cuda_sum_squares,
+    prof_cuda_scale,
+    prof_cuda_adamw_update,
     cuda_round_bf16,
     &backend_cuda_bf16,
     PRECISION_BF16,
     NULL, // stream
-    cuda_bf16_act_forward,
-    cuda_act_backward,
-    cuda_bf16_rows_gather_forward,
-    cuda_rows_gather_backward,
+    prof_cuda_bf16_act_forward,
+    prof_cuda_act_backward,
+    prof_cuda_bf16_rows_gather_forward,
+    prof_cuda_rows_gather_backward,
     cuda_attention_decode, // f32: generation computes in f32
+    DTYPE_BF16, // the 2-D parameters' compute copy: 2-byte bf16 (engine.h, weight_dtype)
+    prof_cuda_adamw_update_copy,
+    cuda_to_bf16,
+    cuda_profile,
+    cuda_profile_take,
+    cuda_memory,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
-// + the CLIP tower's 4 ops + attention_decode).
-static_assert(sizeof(Backend) == 50 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
+// + profile_take + memory).
+static_assert(sizeof(Backend) == 56 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -19,8 +19,13 @@
 
 void cuda_check(cudaError_t err, const char* file, int line);
 void cublas_check(cublasStatus_t st, const char* file, int line);
-#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
-#define cublasCheck(st) cublas_check((st), __FILE__, __LINE__)
+// The checks see the call's text: the profiler (cuda_backend.cu, runtime.profile) counts a launch for
+// every cudaCheck(cudaGetLastError()) (the check after each kernel launch), cudaMemsetAsync and
+// cudaMemcpyAsync, and every cuBLAS / cuBLASLt matmul call, inside an op.
+void cuda_check_call(cudaError_t err, const char* file, int line, const char* call);
+void cublas_check_call(cublasStatus_t st, const char* file, int line, const char* call);
+#define cudaCheck(err) cuda_check_call((err), __FILE__, __LINE__, #err)
+#define cublasCheck(st) cublas_check_call((st), __FILE__, __LINE__, #st)
 
 // Kinds of bad data a kernel can meet (the first one met is recorded).
 enum {
@@ -40,6 +45,10 @@ static __device__ inline void cuda_report_error(int* rec, int kind, int index, i
 }
 // Dies with a clear message if a kernel recorded bad data (synchronises `stream` first).
 void cuda_check_device_errors(cudaStream_t stream);
+
+// Device memory of the backend: cudaMalloc / cudaFree with the bytes counted (Backend.memory's peak)
+void cuda_malloc_tracked(void** p, size_t bytes);
+void cuda_free_tracked(void* p);
 
 // ---- context -----------------------------------------------------------------------------------
 
@@ -121,5 +130,39 @@ static void column_sum_cuda(float* out, F f, int N, int C, cudaStream_t stream) 
     if (N == 0 || C == 0) return;
     dim3 block(32, COLUMN_SUM_ROWS);
     column_sum_kernel<<<ceil_div(C, 32), block, 0, stream>>>(out, f, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// Two column sums over the same rows in one pass (LayerNorm's dweight and dbias read dout once): out1[c]
+// += sum_n f1(n, c), out2[c] += sum_n f2(n, c), each in column_sum_kernel's order (the same bits).
+template <typename F1, typename F2>
+static __global__ void column_sum2_kernel(float* out1, F1 f1, float* out2, F2 f2, int N, int C) {
+    __shared__ float part1[COLUMN_SUM_ROWS][33];
+    __shared__ float part2[COLUMN_SUM_ROWS][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float acc1 = 0.0f, acc2 = 0.0f;
+    if (c < C)
+        for (int n = threadIdx.y; n < N; n += COLUMN_SUM_ROWS) {
+            acc1 += f1(n, c);
+            acc2 += f2(n, c);
+        }
+    part1[threadIdx.y][threadIdx.x] = acc1;
+    part2[threadIdx.y][threadIdx.x] = acc2;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int r = 0; r < COLUMN_SUM_ROWS; r++) {
+            s1 += part1[r][threadIdx.x];
+            s2 += part2[r][threadIdx.x];
+        }
+        out1[c] += s1;
+        out2[c] += s2;
+    }
+}
+template <typename F1, typename F2>
+static void column_sum2_cuda(float* out1, F1 f1, float* out2, F2 f2, int N, int C, cudaStream_t stream) {
+    if (N == 0 || C == 0) return;
+    dim3 block(32, COLUMN_SUM_ROWS);
+    column_sum2_kernel<<<ceil_div(C, 32), block, 0, stream>>>(out1, f1, out2, f2, N, C);
     cudaCheck(cudaGetLastError());
 }

@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include <cuda_bf16.h>
+
 #include "engine/engine.h"
 
 // linear.cu (cuBLAS, through engine/gemm_desc.h)
@@ -64,7 +66,9 @@ void cuda_scale(const Backend* be, float* x, float s, size_t n);
 void cuda_adamw_update(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                        int decay);
 
-// bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt)
+// bf16.cu (runtime.precision = bf16: the rounding points of engine/cpu/bf16.c; linear via cuBLASLt); the
+// norm / elementwise / RoPE / embedding forwards of the bf16 table live beside their f32 kernels (rounding
+// in the store)
 void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
 // clip_ops.cu
 void cuda_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
@@ -76,6 +80,10 @@ void cuda_rows_gather_backward(const Backend* be, float* dtable, const float* do
 void cuda_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
 void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
                                    int K, int C);
+void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n);
+// optim.cu: AdamW writing the compute copy in the same pass
+void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                            const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -112,3 +120,25 @@ int cuda_cudnn_attention_available(void);
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
+
+// flash_attention.cu: the own tensor-core attention (bf16 MMA, f32 softmax and accumulation) over packed
+// samples; H query heads, Hkv key/value heads (GQA: Hkv divides H); row strides ldq (q, dq), ldkv (k, v, dk,
+// dv), ldo (out, dout); lse f32 (T, H). The f32 variant converts its inputs to bf16 on load and stores f32
+// (rounded to bf16 when round_out). Gradients are added to dq, dk, dv (NULL: skipped).
+void cuda_flash_attention_forward_bf16(cudaStream_t stream, __nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
+                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int* cu_seqlens, int S,
+                                       int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                        const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                        const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
+                                        int ldo, int causal);
+void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
+                                      const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                      int ldq, int ldkv, int ldo, int causal, int round_out);
+void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk, float* dv, const float* dout,
+                                       const float* out, const float* lse, const float* q, const float* k,
+                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                       int ldq, int ldkv, int ldo, int causal);
+// which path ran each attention call (engine/cuda/attention_path.h's RR_ATTN_*): counted here
+void cuda_attention_path_note(int path);

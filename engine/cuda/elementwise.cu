@@ -9,13 +9,22 @@
 
 // ---- GELU ----------------------------------------------------------------------------------------
 
+// R: the bf16 table's forward, the stored output rounded to bf16 in the store (no separate pass)
+template <bool R>
+static __device__ inline float store_value(float x) { return R ? rr_bf16_round(x) : x; }
+
+template <bool R>
 static __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = rr_gelu_tanh(inp[i]);
+    if (i < n) out[i] = store_value<R>(rr_gelu_tanh(inp[i]));
 }
-static void gelu_forward_cuda(float* out, const float* inp, size_t n, cudaStream_t stream) {
+static void gelu_forward_cuda(float* out, const float* inp, size_t n, bool round, cudaStream_t stream) {
     if (n == 0) return;
-    gelu_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, inp, n);
+    if (round) {
+        gelu_forward_kernel<true><<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, inp, n);
+    } else {
+        gelu_forward_kernel<false><<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, inp, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 
@@ -29,20 +38,31 @@ static void gelu_backward_cuda(float* dinp, const float* dout, const float* inp,
     cudaCheck(cudaGetLastError());
 }
 
-void cuda_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) { gelu_forward_cuda(out, inp, n, cuda_stream(be)); }
+void cuda_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
+    gelu_forward_cuda(out, inp, n, false, cuda_stream(be));
+}
+void cuda_bf16_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
+    gelu_forward_cuda(out, inp, n, true, cuda_stream(be));
+}
 void cuda_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
     gelu_backward_cuda(dinp, dout, inp, n, cuda_stream(be));
 }
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
+template <bool R>
 static __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = rr_swiglu(gate[i], up[i]);
+    if (i < n) out[i] = store_value<R>(rr_swiglu(gate[i], up[i]));
 }
-static void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t n, cudaStream_t stream) {
+static void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t n, bool round, cudaStream_t stream) {
     if (n == 0) return;
-    swiglu_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, gate, up, n);
+    unsigned g = ceil_div_z(n, ELEMENTWISE_BLOCK);
+    if (round) {
+        swiglu_forward_kernel<true><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, gate, up, n);
+    } else {
+        swiglu_forward_kernel<false><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, gate, up, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 
@@ -65,7 +85,10 @@ static void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, co
 }
 
 void cuda_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
-    swiglu_forward_cuda(out, gate, up, n, cuda_stream(be));
+    swiglu_forward_cuda(out, gate, up, n, false, cuda_stream(be));
+}
+void cuda_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+    swiglu_forward_cuda(out, gate, up, n, true, cuda_stream(be));
 }
 void cuda_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n) {
     swiglu_backward_cuda(dgate, dup, dout, gate, up, n, cuda_stream(be));
@@ -73,16 +96,25 @@ void cuda_swiglu_backward(const Backend* be, float* dgate, float* dup, const flo
 
 // ---- add -----------------------------------------------------------------------------------------
 
+template <bool R>
 static __global__ void add_forward_kernel(float* out, const float* a, const float* b, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + b[i];
+    if (i < n) out[i] = store_value<R>(a[i] + b[i]);
 }
-static void add_forward_cuda(float* out, const float* a, const float* b, size_t n, cudaStream_t stream) {
+static void add_forward_cuda(float* out, const float* a, const float* b, size_t n, bool round, cudaStream_t stream) {
     if (n == 0) return;
-    add_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(out, a, b, n);
+    unsigned g = ceil_div_z(n, ELEMENTWISE_BLOCK);
+    if (round) {
+        add_forward_kernel<true><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, a, b, n);
+    } else {
+        add_forward_kernel<false><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, a, b, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 
 void cuda_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
-    add_forward_cuda(out, a, b, n, cuda_stream(be));
+    add_forward_cuda(out, a, b, n, false, cuda_stream(be));
+}
+void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+    add_forward_cuda(out, a, b, n, true, cuda_stream(be));
 }

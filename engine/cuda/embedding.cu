@@ -45,6 +45,29 @@ static void embedding_backward_cuda(float* dtable, const float* dout, const int*
     cudaCheck(cudaGetLastError());
 }
 
+// The bf16 table (Backend.weight_dtype = DTYPE_BF16): its 2-byte rows widened exactly, so the output is
+// bf16-valued with no rounding step.
+static __global__ void embedding_forward_bf16_kernel(float* out, const int* ids, const uint16_t* table, int N, int C,
+                                                     int* err) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    int id = ids[n];
+    if (id < 0) {
+        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
+        out[i] = 0.0f;
+        return;
+    }
+    out[i] = rr_bf16_to_f32(table[(size_t)id * C + c]);
+}
+void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    embedding_forward_bf16_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>(out, ids, (const uint16_t*)table, N, C,
+                                                                                   cuda_ctx.error);
+    cudaCheck(cudaGetLastError());
+}
+
 void cuda_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
     embedding_forward_cuda(out, ids, table, N, C, cuda_stream(be));
 }

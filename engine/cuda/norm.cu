@@ -16,6 +16,8 @@ static int norm_block_size(int C) {
 
 // ---- LayerNorm -----------------------------------------------------------------------------------
 
+// R: round the stored output to bf16 in the store (the bf16 table's rounding point, no separate pass)
+template <bool R>
 static __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
                                                 const float* weight, const float* bias, int C) {
     __shared__ float shared[32];
@@ -30,16 +32,23 @@ static __global__ void layernorm_forward_kernel(float* out, float* mean, float* 
         ssd += dx * dx;
     }
     float r = rr_layernorm_rstd(block_sum(ssd, shared), C);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = rr_layernorm_out(x[c], m, r, weight[c], bias[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float o = rr_layernorm_out(x[c], m, r, weight[c], bias[c]);
+        y[c] = R ? rr_bf16_round(o) : o;
+    }
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = m;
         rstd[blockIdx.x] = r;
     }
 }
 static void layernorm_forward_cuda(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                   const float* bias, int N, int C, cudaStream_t stream) {
+                                   const float* bias, int N, int C, bool round, cudaStream_t stream) {
     if (N == 0) return;
-    layernorm_forward_kernel<<<N, norm_block_size(C), 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+    if (round) {
+        layernorm_forward_kernel<true><<<N, norm_block_size(C), 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+    } else {
+        layernorm_forward_kernel<false><<<N, norm_block_size(C), 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+    }
     cudaCheck(cudaGetLastError());
 }
 
@@ -84,18 +93,28 @@ struct RowsOfDout {
 
 void cuda_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, int N, int C) {
-    layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, cuda_stream(be));
+    layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, false, cuda_stream(be));
+}
+void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                 const float* bias, int N, int C) {
+    layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, true, cuda_stream(be));
 }
 
 void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int N, int C) {
     if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
-    if (dweight) column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
-    if (dbias) column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_stream(be));
+    if (dweight && dbias) // one pass over dout and inp for both
+        column_sum2_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, dbias, RowsOfDout{dout, C}, N, C,
+                         cuda_stream(be));
+    else if (dweight)
+        column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
+    else if (dbias)
+        column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_stream(be));
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
 
+template <bool R>
 static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C,
                                               float eps) {
     __shared__ float shared[32];
@@ -104,13 +123,20 @@ static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const flo
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
     float r = rr_rmsnorm_rstd(block_sum(ss, shared), C, eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = rr_rmsnorm_out(x[c], r, weight[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float o = rr_rmsnorm_out(x[c], r, weight[c]);
+        y[c] = R ? rr_bf16_round(o) : o;
+    }
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 static void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                                 double eps, cudaStream_t stream) {
+                                 double eps, bool round, cudaStream_t stream) {
     if (N == 0) return;
-    rmsnorm_forward_kernel<<<N, norm_block_size(C), 0, stream>>>(out, rstd, inp, weight, C, (float)eps);
+    if (round) {
+        rmsnorm_forward_kernel<true><<<N, norm_block_size(C), 0, stream>>>(out, rstd, inp, weight, C, (float)eps);
+    } else {
+        rmsnorm_forward_kernel<false><<<N, norm_block_size(C), 0, stream>>>(out, rstd, inp, weight, C, (float)eps);
+    }
     cudaCheck(cudaGetLastError());
 }
 
@@ -143,7 +169,11 @@ struct RmsnormDweight { // dout * x * rstd
 };
 
 void cuda_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps) {
-    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, eps, cuda_stream(be));
+    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, eps, false, cuda_stream(be));
+}
+void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                               double eps) {
+    rmsnorm_forward_cuda(out, rstd, inp, weight, N, C, eps, true, cuda_stream(be));
 }
 
 void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,

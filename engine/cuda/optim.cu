@@ -44,8 +44,8 @@ static size_t sumsq_scratch_n;
 
 static double* sum_squares_scratch(size_t need) {
     if (need > sumsq_scratch_n) {
-        if (sumsq_scratch) cudaCheck(cudaFree(sumsq_scratch));
-        cudaCheck(cudaMalloc(&sumsq_scratch, need * sizeof(double)));
+        if (sumsq_scratch) cuda_free_tracked(sumsq_scratch);
+        cuda_malloc_tracked((void**)&sumsq_scratch, need * sizeof(double));
         sumsq_scratch_n = need;
     }
     return sumsq_scratch;
@@ -106,4 +106,31 @@ void cuda_adamw_update(const Backend* be, float* param, const float* grad, float
     RR_ASSERT(t >= 1);
     RrAdamwStep c = rr_adamw_step(cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t, decay);
     adamw_cuda(param, grad, m, v, n, c, cuda_stream(be));
+}
+
+// AdamW and the compute copy in one pass (Backend.adamw_update_copy): the updated value rounded to bf16
+// (rr_f32_to_bf16) into a 2-byte copy (B) or an f32 word holding it
+template <bool B>
+static __global__ void adamw_copy_kernel(float* param, const float* grad, float* m, float* v, size_t n, RrAdamwStep c,
+                                         void* copy) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    rr_adamw_element(&param[i], &m[i], &v[i], grad[i], &c);
+    if (B)
+        ((uint16_t*)copy)[i] = rr_f32_to_bf16(param[i]);
+    else
+        ((float*)copy)[i] = rr_bf16_round(param[i]);
+}
+void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
+                            const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype) {
+    RR_ASSERT(t >= 1 && (copy_dtype == DTYPE_BF16 || copy_dtype == DTYPE_F32));
+    if (n == 0) return;
+    RrAdamwStep c = rr_adamw_step(cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t, decay);
+    unsigned g = ceil_div_z(n, OPTIM_BLOCK);
+    if (copy_dtype == DTYPE_BF16) {
+        adamw_copy_kernel<true><<<g, OPTIM_BLOCK, 0, cuda_stream(be)>>>(param, grad, m, v, n, c, copy);
+    } else {
+        adamw_copy_kernel<false><<<g, OPTIM_BLOCK, 0, cuda_stream(be)>>>(param, grad, m, v, n, c, copy);
+    }
+    cudaCheck(cudaGetLastError());
 }

@@ -1,9 +1,10 @@
 // rope.cu — rotary position embeddings on CUDA, 1-D (LM) and 2-D (ViT), in place.
 //
 // One thread per (row, head, pair); the angle and the rotation come from kernel_math.h
-// (rr_rope_cos_sin, or rr_rope_inv_freq's Llama-3 frequencies, in double, as the CPU backend does, then rr_rope_rotate_pair). The 2-D form is the
-// 1-D rule of dim d/2 on each half of the head, at the patch row and at the patch column. The
-// backward is the same rotation by -angle (RoPE is orthogonal).
+// (rr_rope_cos_sin, or rr_rope_inv_freq's Llama-3 frequencies, in double, as the CPU backend does, then
+// rr_rope_rotate_pair). The 2-D form is the 1-D rule of dim d/2 on each half of the head, at the patch row
+// and at the patch column, both halves in one launch. The backward is the same rotation by -angle (RoPE is
+// orthogonal).
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
@@ -14,56 +15,104 @@ struct RopeArgs {
     double factor, low, high, original_max_pos;
 };
 
-// Rotate, for every row i and head h, the n dims at x + i*ld + h*d + offset by sign * pos[i].
-static __global__ void rope_rotate_kernel(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n,
-                                          double sign, RopeArgs ra) {
+// Rotate pair j of the n dims at v by sign * pos; R: the bf16 table's forward, the rotated values rounded
+// to bf16 in the store (no separate pass).
+template <bool R>
+static __device__ inline void rope_pair(float* v, int pos, int j, int n, double sign, const RopeArgs& ra) {
     int half = n / 2;
+    float c, s;
+    if (ra.llama3)
+        rr_rope_cos_sin_freq(pos, sign, rr_rope_inv_freq(j, n, ra.theta, 1, ra.factor, ra.low, ra.high, ra.original_max_pos),
+                             &c, &s);
+    else
+        rr_rope_cos_sin(pos, j, n, sign, ra.theta, &c, &s);
+    rr_rope_rotate_pair(&v[j], &v[j + half], c, s);
+    if (R) {
+        v[j] = rr_bf16_round(v[j]);
+        v[j + half] = rr_bf16_round(v[j + half]);
+    }
+}
+
+// Rotate, for every row i and head h, the d dims at x + i*ld + h*d by sign * pos[i].
+template <bool R>
+static __global__ void rope_rotate_kernel(float* x, const int* pos, int N, int H, int d, int ld, double sign,
+                                          RopeArgs ra) {
+    int half = d / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)N * H * half) return;
     int j = (int)(idx % half);
     int h = (int)((idx / half) % H);
     int i = (int)(idx / ((size_t)half * H));
-    float c, s;
-    if (ra.llama3)
-        rr_rope_cos_sin_freq(pos[i], sign,
-                             rr_rope_inv_freq(j, n, ra.theta, 1, ra.factor, ra.low, ra.high, ra.original_max_pos), &c, &s);
+    rope_pair<R>(x + (size_t)i * ld + (size_t)h * d, pos[i], j, d, sign, ra);
+}
+// 2-D: both halves of every head in one pass, pairs j < d/4 of the first half by pos_row, the others
+// of the second half by pos_col (each the 1-D rule of dim d/2)
+template <bool R>
+static __global__ void rope2d_rotate_kernel(float* x, const int* pos_row, const int* pos_col, int N, int H, int d,
+                                            int ld, double sign) {
+    int half = d / 2, quarter = d / 4;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * H * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % H);
+    int i = (int)(idx / ((size_t)half * H));
+    float* v = x + (size_t)i * ld + (size_t)h * d;
+    const RopeArgs ra = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0};
+    if (j < quarter)
+        rope_pair<R>(v, pos_row[i], j, half, sign, ra);
     else
-        rr_rope_cos_sin(pos[i], j, n, sign, ra.theta, &c, &s);
-    float* v = x + (size_t)i * ld + (size_t)h * d + offset;
-    rr_rope_rotate_pair(&v[j], &v[j + half], c, s);
+        rope_pair<R>(v + half, pos_col[i], j - quarter, half, sign, ra);
 }
-static void rope_rotate_cuda(float* x, const int* pos, int N, int H, int d, int ld, int offset, int n, double sign,
-                             RopeArgs ra, cudaStream_t stream) {
-    size_t threads = (size_t)N * H * (n / 2);
-    if (threads == 0) return;
-    rope_rotate_kernel<<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos, N, H, d, ld, offset, n, sign, ra);
-    cudaCheck(cudaGetLastError());
-}
+
 static RopeArgs rope_args(const RopeFreq* rf) {
     RopeArgs ra = {rf->theta, rf->llama3, rf->factor, rf->low_freq_factor, rf->high_freq_factor, rf->original_max_pos};
     return ra;
 }
-static RopeArgs rope_args_2d(void) {
-    RopeArgs ra = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0};
-    return ra;
+static void rope_rotate_cuda(float* x, const int* pos, int N, int H, int d, int ld, double sign, RopeArgs ra, bool round,
+                             cudaStream_t stream) {
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    if (round) {
+        rope_rotate_kernel<true><<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos, N, H, d, ld, sign, ra);
+    } else {
+        rope_rotate_kernel<false><<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos, N, H, d, ld, sign, ra);
+    }
+    cudaCheck(cudaGetLastError());
+}
+static void rope2d_rotate_cuda(float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld, double sign,
+                               bool round, cudaStream_t stream) {
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    if (round) {
+        rope2d_rotate_kernel<true><<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos_row, pos_col, N, H, d, ld, sign);
+    } else {
+        rope2d_rotate_kernel<false><<<ceil_div_z(threads, 256), 256, 0, stream>>>(x, pos_row, pos_col, N, H, d, ld, sign);
+    }
+    cudaCheck(cudaGetLastError());
 }
 
 void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_cuda(x, pos, N, H, d, ld, 0, d, 1.0, rope_args(rf), cuda_stream(be));
+    rope_rotate_cuda(x, pos, N, H, d, ld, 1.0, rope_args(rf), false, cuda_stream(be));
+}
+void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+    RR_ASSERT(d % 2 == 0 && ld >= H * d);
+    rope_rotate_cuda(x, pos, N, H, d, ld, 1.0, rope_args(rf), true, cuda_stream(be));
 }
 void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
     RR_ASSERT(d % 2 == 0 && ld >= H * d);
-    rope_rotate_cuda(dx, pos, N, H, d, ld, 0, d, -1.0, rope_args(rf), cuda_stream(be));
+    rope_rotate_cuda(dx, pos, N, H, d, ld, -1.0, rope_args(rf), false, cuda_stream(be));
 }
 
 void cuda_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_cuda(x, pos_row, N, H, d, ld, 0, d / 2, 1.0, rope_args_2d(), cuda_stream(be));
-    rope_rotate_cuda(x, pos_col, N, H, d, ld, d / 2, d / 2, 1.0, rope_args_2d(), cuda_stream(be));
+    rope2d_rotate_cuda(x, pos_row, pos_col, N, H, d, ld, 1.0, false, cuda_stream(be));
+}
+void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d);
+    rope2d_rotate_cuda(x, pos_row, pos_col, N, H, d, ld, 1.0, true, cuda_stream(be));
 }
 void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
-    rope_rotate_cuda(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, rope_args_2d(), cuda_stream(be));
-    rope_rotate_cuda(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, rope_args_2d(), cuda_stream(be));
+    rope2d_rotate_cuda(dx, pos_row, pos_col, N, H, d, ld, -1.0, false, cuda_stream(be));
 }

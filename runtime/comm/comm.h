@@ -107,6 +107,11 @@ Comm* comm_self(void);
  * carries no step's traffic. The CUDA backend must be initialised (its device current) first. Returns
  * NULL with a message where NCCL cannot be had (a build without it, no device, an init failure). */
 Comm* comm_nccl_create(Comm* host, int links, char* err, size_t err_len);
+/* runtime.profile's `communication` kind: comm_nccl_profile(1) times every NCCL operation of this process
+ * from then on (two CUDA events on its stream); comm_nccl_profile_take waits for them and returns the
+ * GPU milliseconds and the operations since the last take. No-ops (0, 0) where NCCL was never loaded. */
+void comm_nccl_profile(int on);
+void comm_nccl_profile_take(double* ms, long* ops);
 
 /* ---- the rank grid ---- */
 typedef struct {

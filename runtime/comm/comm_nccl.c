@@ -85,6 +85,79 @@ static int cuda_fail(const Comm* c, const char* what, cudaError_t e, char* err, 
         if (e_ != cudaSuccess) return cuda_fail(c, #call, e_, err, err_len); \
     } while (0)
 
+/* runtime.profile's `communication` kind: with profiling on, every NCCL operation is bracketed by two
+ * timing events on its stream; rrfp_nccl_profile_take (comm_nccl_profile_take) waits for them and adds
+ * up the GPU time and the count since the last take. One process-wide record (the trainer's thread). */
+static struct {
+    int on;
+    cudaEvent_t* ev; /* pairs */
+    size_t n, cap;
+    cudaEvent_t* pool;
+    size_t npool, cappool;
+    long ops;
+} nprof;
+static cudaEvent_t nprof_event(void) {
+    if (nprof.npool) return nprof.pool[--nprof.npool];
+    cudaEvent_t e = NULL;
+    if (cudaEventCreate(&e) != cudaSuccess) return NULL;
+    return e;
+}
+static void nprof_begin(cudaStream_t s, cudaEvent_t* a) {
+    *a = nprof.on ? nprof_event() : NULL;
+    if (*a && cudaEventRecord(*a, s) != cudaSuccess) *a = NULL;
+}
+static void nprof_end(cudaStream_t s, cudaEvent_t a) {
+    if (!a) return;
+    cudaEvent_t b = nprof_event();
+    if (!b || cudaEventRecord(b, s) != cudaSuccess) return;
+    if (nprof.n + 2 > nprof.cap) {
+        nprof.cap = nprof.cap ? 2 * nprof.cap : 256;
+        nprof.ev = (cudaEvent_t*)reallocCheck(nprof.ev, nprof.cap * sizeof *nprof.ev);
+    }
+    nprof.ev[nprof.n++] = a;
+    nprof.ev[nprof.n++] = b;
+    nprof.ops++;
+}
+/* an NCCL call on stream s, timed when profiling */
+#define NCCL_PROF_TRY(s, call)          \
+    do {                                \
+        cudaEvent_t pa_;                \
+        nprof_begin((s), &pa_);         \
+        NCCL_TRY(call);                 \
+        nprof_end((s), pa_);            \
+    } while (0)
+
+#ifdef __cplusplus
+extern "C"
+#endif
+    __attribute__((visibility("default"))) void
+    rrfp_nccl_profile(int on) {
+    nprof.on = on;
+}
+#ifdef __cplusplus
+extern "C"
+#endif
+    __attribute__((visibility("default"))) void
+    rrfp_nccl_profile_take(double* ms, long* ops) {
+    *ms = 0;
+    for (size_t i = 0; i + 1 < nprof.n; i += 2) {
+        float t = 0;
+        if (cudaEventSynchronize(nprof.ev[i + 1]) == cudaSuccess &&
+            cudaEventElapsedTime(&t, nprof.ev[i], nprof.ev[i + 1]) == cudaSuccess)
+            *ms += t;
+        for (int k = 0; k < 2; k++) {
+            if (nprof.npool == nprof.cappool) {
+                nprof.cappool = nprof.cappool ? 2 * nprof.cappool : 256;
+                nprof.pool = (cudaEvent_t*)reallocCheck(nprof.pool, nprof.cappool * sizeof *nprof.pool);
+            }
+            nprof.pool[nprof.npool++] = nprof.ev[i + k];
+        }
+    }
+    nprof.n = 0;
+    *ops = nprof.ops;
+    nprof.ops = 0;
+}
+
 static int is_device(const void* p) {
     if (!p) return 0;
     struct cudaPointerAttributes a;
@@ -210,7 +283,7 @@ static int n_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, in
         CUDA_TRY(cudaMemcpyAsync(dev, pin, bytes, cudaMemcpyHostToDevice, l->stream));
         src = dev;
     }
-    NCCL_TRY(ncclSend(src, bytes, ncclUint8, 1, l->nc, l->stream));
+    NCCL_PROF_TRY(l->stream, ncclSend(src, bytes, ncclUint8, 1, l->nc, l->stream));
     return make_req(c, l->stream, NULL, slot, bytes, req, err, err_len);
 }
 
@@ -232,7 +305,7 @@ static int n_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq*
         dst = n->dev_stage + (size_t)slot * COMM_HOST_STAGE_BYTES;
         host_dst = buf;
     }
-    NCCL_TRY(ncclRecv(dst, bytes, ncclUint8, 0, l->nc, l->stream));
+    NCCL_PROF_TRY(l->stream, ncclRecv(dst, bytes, ncclUint8, 0, l->nc, l->stream));
     if (slot >= 0)
         CUDA_TRY(cudaMemcpyAsync(n->pin_stage + (size_t)slot * COMM_HOST_STAGE_BYTES, dst, bytes,
                                  cudaMemcpyDeviceToHost, l->stream));
@@ -329,7 +402,7 @@ static int host_allreduce(Comm* c, void* buf, size_t count, CommType type, CommO
         size_t k = count - at < per ? count - at : per, bytes = k * ts;
         memcpy(n->coll_pin, (unsigned char*)buf + at * ts, bytes);
         CUDA_TRY(cudaMemcpyAsync(n->coll_dev, n->coll_pin, bytes, cudaMemcpyHostToDevice, n->coll_stream));
-        NCCL_TRY(ncclAllReduce(n->coll_dev, n->coll_dev, k, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+        NCCL_PROF_TRY(n->coll_stream, ncclAllReduce(n->coll_dev, n->coll_dev, k, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
         CUDA_TRY(cudaMemcpyAsync(n->coll_pin, n->coll_dev, bytes, cudaMemcpyDeviceToHost, n->coll_stream));
         if (coll_wait(c, "all-reduce", err, err_len) != 0) return -1;
         memcpy((unsigned char*)buf + at * ts, n->coll_pin, bytes);
@@ -346,7 +419,7 @@ static int host_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, siz
             memcpy(n->coll_pin, (unsigned char*)buf + at, k);
             CUDA_TRY(cudaMemcpyAsync(n->coll_dev, n->coll_pin, k, cudaMemcpyHostToDevice, n->coll_stream));
         }
-        NCCL_TRY(ncclBroadcast(n->coll_dev, n->coll_dev, k, ncclUint8, root, n->coll, n->coll_stream));
+        NCCL_PROF_TRY(n->coll_stream, ncclBroadcast(n->coll_dev, n->coll_dev, k, ncclUint8, root, n->coll, n->coll_stream));
         CUDA_TRY(cudaMemcpyAsync(n->coll_pin, n->coll_dev, k, cudaMemcpyDeviceToHost, n->coll_stream));
         if (coll_wait(c, "broadcast", err, err_len) != 0) return -1;
         memcpy((unsigned char*)buf + at, n->coll_pin, k);
@@ -365,7 +438,7 @@ static int host_allgather(Comm* c, const void* send, void* recv, size_t bytes, c
         size_t k = bytes - at < per ? bytes - at : per;
         memcpy(n->coll_pin, (const unsigned char*)send + at, k);
         CUDA_TRY(cudaMemcpyAsync(n->coll_dev, n->coll_pin, k, cudaMemcpyHostToDevice, n->coll_stream));
-        NCCL_TRY(ncclAllGather(n->coll_dev, all_dev, k, ncclUint8, n->coll, n->coll_stream));
+        NCCL_PROF_TRY(n->coll_stream, ncclAllGather(n->coll_dev, all_dev, k, ncclUint8, n->coll, n->coll_stream));
         CUDA_TRY(cudaMemcpyAsync(n->coll_pin + per, all_dev, k * (size_t)c->size, cudaMemcpyDeviceToHost,
                                  n->coll_stream));
         if (coll_wait(c, "all-gather", err, err_len) != 0) return -1;
@@ -379,7 +452,7 @@ static int n_allreduce(Comm* c, void* buf, size_t count, CommType type, CommOp o
     NcclComm* n = nimpl(c);
     if (!is_device(buf)) return host_allreduce(c, buf, count, type, op, err, err_len);
     if (check_usable(c, err, err_len)) return -1;
-    NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+    NCCL_PROF_TRY(n->coll_stream, ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
     return coll_wait(c, "all-reduce", err, err_len);
 }
 
@@ -391,7 +464,7 @@ static int n_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp 
         return host_allreduce(c, buf, count, type, op, err, err_len);
     }
     if (check_usable(c, err, err_len)) return -1;
-    NCCL_TRY(ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+    NCCL_PROF_TRY(n->coll_stream, ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
     return make_req(c, n->coll_stream, NULL, -1, 0, req, err, err_len);
 }
 
@@ -399,7 +472,7 @@ static int n_bcast(Comm* c, void* buf, size_t bytes, int root, char* err, size_t
     NcclComm* n = nimpl(c);
     if (!is_device(buf)) return host_bcast(c, buf, bytes, root, err, err_len);
     if (check_usable(c, err, err_len)) return -1;
-    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->coll, n->coll_stream));
+    NCCL_PROF_TRY(n->coll_stream, ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->coll, n->coll_stream));
     return coll_wait(c, "broadcast", err, err_len);
 }
 
@@ -407,7 +480,7 @@ static int n_allgather(Comm* c, const void* send, void* recv, size_t bytes, char
     NcclComm* n = nimpl(c);
     if (!is_device(recv)) return host_allgather(c, send, recv, bytes, err, err_len);
     if (check_usable(c, err, err_len)) return -1;
-    NCCL_TRY(ncclAllGather(send, recv, bytes, ncclUint8, n->coll, n->coll_stream));
+    NCCL_PROF_TRY(n->coll_stream, ncclAllGather(send, recv, bytes, ncclUint8, n->coll, n->coll_stream));
     return coll_wait(c, "all-gather", err, err_len);
 }
 

@@ -18,6 +18,7 @@ typedef Comm* (*CreateFn)(Comm*, int, char*, size_t);
 static int state = 0; /* 0 untried, 1 loaded, -1 failed */
 static char load_error[1024];
 static CreateFn create_fn;
+static void* lib; /* the loaded librrfp-nccl.so */
 
 static void load(void) {
     if (state) return;
@@ -28,6 +29,7 @@ static void load(void) {
         snprintf(load_error, sizeof load_error, "cannot load the NCCL transport (%s): %s", RRFP_NCCL_SO, tried);
         return;
     }
+    lib = h;
     create_fn = (CreateFn)dlsym(h, "rrfp_nccl_comm_create");
     if (!create_fn) {
         snprintf(load_error, sizeof load_error, "%s is not this build's NCCL transport (no rrfp_nccl_comm_create)",
@@ -37,6 +39,27 @@ static void load(void) {
     state = 1;
 }
 #endif
+
+void comm_nccl_profile(int on) {
+#ifdef RRFP_HAVE_NCCL
+    if (state > 0) {
+        void (*f)(int) = (void (*)(int))dlsym(lib, "rrfp_nccl_profile");
+        if (f) f(on);
+    }
+#else
+    (void)on;
+#endif
+}
+
+void comm_nccl_profile_take(double* ms, long* ops) {
+    *ms = 0, *ops = 0;
+#ifdef RRFP_HAVE_NCCL
+    if (state > 0) {
+        void (*f)(double*, long*) = (void (*)(double*, long*))dlsym(lib, "rrfp_nccl_profile_take");
+        if (f) f(ms, ops);
+    }
+#endif
+}
 
 Comm* comm_nccl_create(Comm* host, int links, char* err, size_t err_len) {
 #ifdef RRFP_HAVE_NCCL

@@ -100,8 +100,11 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1: one TP rank's table (its slices of the split tensors, whole copies of the replicated
      * ones: every TP rank holds the same amount) and its split activations. */
-    double params = 0, trainable = 0, act_mb = 0;
+    double params = 0, trainable = 0, act_mb = 0, copy = 0, scratch = 0;
     int nl = 0;
+    /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
+     * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
+    int bf16 = !strcmp(r->precision, "bf16"), cuda = !strcmp(r->backend, "cuda");
     for (int ch = 0; ch < r->chunks; ch++) {
         int s = rank + ch * P, l0 = 0;
         for (int u = 0; u < s; u++) l0 += layers[u];
@@ -109,6 +112,11 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
         model_params_register_tp(mc, l0, l0 + layers[s], r->tp, 0, &pt);
         params += (double)pt.total;
+        if (bf16) {
+            for (int i = 0; i < pt.n; i++) copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
+            double sc = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T, 1) : 0;
+            if (sc > scratch) scratch = sc; /* one scratch per process, grown to the largest product */
+        }
         trainable += (double)model_params_freeze(&pt, r->freeze);
         params_free(&pt);
         /* every position of the microbatch may be an image patch: the worst case */
@@ -126,12 +134,14 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     }
     out->params = params;
     out->layers = nl;
-    out->weights = params * 4;
+    out->weights = params * 4 + copy;
+    out->compute_copy = copy;
+    out->scratch = scratch;
     out->trainable = trainable;
     out->grads = trainable * 4;
     out->adam = trainable * 8;
     out->acts = act_mb * inflight;
-    out->total = out->weights + out->grads + out->adam + out->acts;
+    out->total = out->weights + out->grads + out->adam + out->acts + out->scratch;
     return 0;
 }
 
@@ -182,8 +192,13 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             "(train.freeze); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
             "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; with tp > 1 one\n"
-            "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations):\n",
-            T);
+            "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations%s):\n",
+            T,
+            strcmp(r->precision, "bf16") ? ""
+            : !strcmp(r->backend, "cuda")
+                ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
+                  "operand scratch;\nactivations are still f32 words (docs/cuda.md, bf16 storage)"
+                : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With

@@ -25,7 +25,8 @@ int train_layer_split(const Recipe* r, const ModelConfig* mc, int* layers, char*
 typedef struct {
     double params;   /* parameter count of the rank's stages (/ tp) */
     double trainable; /* of which not frozen (train.freeze): they alone have gradients and AdamW moments */
-    double weights, grads, adam, acts, total; /* bytes */
+    double weights, grads, adam, acts, total; /* bytes (weights: the f32 master and, under bf16, the compute copy) */
+    double compute_copy, scratch; /* bf16: the compute copy (in weights), the CUDA GEMM operand scratch (in total) */
     int layers;      /* LM layers of the rank */
 } TrainRankBytes;
 int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err, size_t err_len);

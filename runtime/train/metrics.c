@@ -7,6 +7,8 @@
 #include "engine/util.h"
 #include "runtime/train/metrics.h"
 
+#include "engine/engine.h"
+
 int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, size_t err_len) {
     memset(m, 0, sizeof *m);
     snprintf(m->path, sizeof m->path, "%s", path);
@@ -76,6 +78,15 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
     if (s->bubble >= 0) bad |= fprintf(m->f, ",\"bubble\":%.4f", s->bubble) < 0;
     if (s->epoch >= 0) bad |= fprintf(m->f, ",\"epoch\":%.4f", s->epoch) < 0;
     if (s->eval_loss >= 0) bad |= fprintf(m->f, ",\"eval_loss\":%.9g", s->eval_loss) < 0;
+    if (s->has_device)
+        bad |= fprintf(m->f, ",\"device_peak_mb\":%.1f,\"device_used_mb\":%.1f", s->device_peak_mb, s->device_used_mb) < 0;
+    if (s->has_profile) {
+        bad |= fprintf(m->f, ",\"profile\":{") < 0;
+        for (int k = 0; k < PROF_KINDS; k++)
+            bad |= fprintf(m->f, "%s\"%s\":{\"ms\":%.4f,\"launches\":%ld}", k ? "," : "", prof_kind_name(k), s->prof_ms[k],
+                           s->prof_launches[k]) < 0;
+        bad |= fprintf(m->f, "}") < 0;
+    }
     bad |= fprintf(m->f, ",\"skipped\":%lld}\n", (long long)s->skipped) < 0;
     /* every row reaches the file at its step: a full disk is an error now, not a file that silently
      * stops at the stdio buffer's size */
@@ -125,6 +136,10 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
     if (s->eval_loss >= 0) {
         size_t l = strlen(out);
         snprintf(out + l, n - l, " | eval loss %.4f", s->eval_loss);
+    }
+    if (s->has_device) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | device peak %.1f MiB", s->device_peak_mb);
     }
     if (s->skipped) {
         size_t l = strlen(out);

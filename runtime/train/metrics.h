@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/engine.h"
+
 typedef struct {
     int64_t step;         /* 1-based step just finished */
     float loss;           /* sum CE / supervised targets of the step */
@@ -20,6 +22,14 @@ typedef struct {
     int64_t skipped;      /* damaged samples skipped so far */
     double epoch;         /* samples seen / data set records (< 0: no data set, the synthetic source) */
     double eval_loss;     /* held-out loss at this step (train.eval_every; < 0: none) */
+    /* device memory (CUDA backend; has_device 0 elsewhere): the backend's high-water mark and what the
+     * device has in use (cudaMemGetInfo: total - free, the CUDA context and other processes included) */
+    int has_device;
+    double device_peak_mb, device_used_mb;
+    /* runtime.profile: this step's GPU time / launches / op calls per op kind (engine.h, ProfKind) */
+    int has_profile;
+    double prof_ms[PROF_KINDS];
+    long prof_launches[PROF_KINDS];
 } StepStats;
 
 typedef struct {

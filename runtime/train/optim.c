@@ -42,8 +42,12 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
         const ParamSpec* s = &pt->specs[i];
         if (s->frozen) continue; /* train.freeze: no state, no update, no weight decay */
         int proj = !strncmp(s->name, "projector.", 10);
-        be->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
-                         proj ? &pcfg : &cfg, t, s->decay);
+        const AdamWConfig* c = proj ? &pcfg : &cfg;
+        if (pt->compute) /* bf16: the compute copy written by the update itself, one pass */
+            be->adamw_update_copy(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff,
+                                  s->numel, c, t, s->decay, params_compute_ptr(pt, i), params_compute_dtype(pt, i));
+        else
+            be->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+                             c, t, s->decay);
     }
-    params_refresh_compute(pt); /* bf16: the compute copy follows the f32 master */
 }

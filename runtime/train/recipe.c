@@ -89,6 +89,10 @@ static const RecipeKey recipe_keys[] = {
     {"data", "fixed_batch", RKEY_BOOL, OFF(fixed_batch), 0, "false", 0, 1, 0, 1,
      "Every step trains on the first step's plan (same samples): an overfitting check and the benchmark's "
      "same-batch step. Synthetic source only."},
+    {"data", "synthetic_plan", RKEY_STRING, OFF(synthetic_plan), SZ(synthetic_plan), "", 0, 0, 0, 1,
+     "\"\" or a file giving the synthetic source's sample shapes (benchmarks: the same samples as a reference run): "
+     "line k is microbatch k, its samples as `HxW+F` (an H x W patch grid and F >= 4 text tokens, LM length H W + F); "
+     "microbatch m of step s is line (s M + m) mod lines. Synthetic source only."},
     {"data", "shards", RKEY_STRING, OFF(shards), SZ(shards), "demo/shards", 0, 0, 0, 0,
      "Folder of .rrs shards from `rrfp-mm pack` (or one .rrs file). Relative paths are from the working directory."},
     {"data", "tokenizer", RKEY_STRING, OFF(tokenizer), SZ(tokenizer), "demo/tokenizer.json", 0, 0, 0, 0,
@@ -127,8 +131,9 @@ static const RecipeKey recipe_keys[] = {
     {"train", "stop_at", RKEY_INT, OFF(stop_at), 0, "0", 0, 1e9, 0, 0,
      "Stop after this step and checkpoint (0 = run to train.steps). For time-sliced jobs; resume continues."},
     {"train", "log_every", RKEY_INT, OFF(log_every), 0, "1", 1, 1e9, 0, 0, "Print a log line every N steps (metrics JSONL gets every step)."},
-    {"train", "checkpoint_every", RKEY_INT, OFF(checkpoint_every), 0, "0", 0, 1e9, 0, 0,
-     "Write a checkpoint every N steps (0 = only at the end / at stop_at)."},
+    {"train", "checkpoint_every", RKEY_INT, OFF(checkpoint_every), 0, "0", -1, 1e9, 0, 0,
+     "Write a checkpoint every N steps (0 = only at the end / at stop_at; -1 = none, not even at the end: "
+     "benchmarks. A stop by a signal still writes one)."},
     {"train", "dump_step", RKEY_INT, OFF(dump_step), 0, "-1", -1, 1e9, 0, 0,
      "Write RUN_DIR/dump-N/ for step N (1-based): microbatches, weights before the step, loss, gradients. -1 = off."},
     {"train", "run_dir", RKEY_STRING, OFF(run_dir), SZ(run_dir), "run", 0, 0, 0, 0,
@@ -200,6 +205,10 @@ static const RecipeKey recipe_keys[] = {
     {"runtime", "act_budget_mb", RKEY_INT, OFF(act_budget_mb), 0, "0", 0, 1 << 30, 0, 0,
      "Activation byte budget per rank in MiB for `ready` mode (0 = none)."},
     {"runtime", "trace", RKEY_BOOL, OFF(trace), 0, "false", 0, 1, 0, 0, "Write a Chrome trace per rank into RUN_DIR."},
+    {"runtime", "profile", RKEY_BOOL, OFF(profile), 0, "false", 0, 1, 0, 0,
+     "Per step, the GPU time and launches of each op kind (gemm, attention, norm, elementwise, optimiser, copies) from "
+     "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
+     "more. Needs runtime.backend = cuda."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
      "`model`, or `replay:FILE` (DESIGN.md section 6, parallel.pp > 1): every task sleeps its duration from the "
      "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "
@@ -614,6 +623,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
               "0, or set data.eval_shards (shards packed from held-out records)");
     if (!strcmp(r->source, "synthetic") && r->vocab < 16)
         VFAIL("model", "vocab", "%d", r->vocab, "data.source = synthetic has no tokenizer; allowed: model.vocab >= 16");
+    if (r->synthetic_plan[0] && strcmp(r->source, "synthetic") != 0)
+        VFAIL("data", "synthetic_plan", "'%s'", r->synthetic_plan, "only the synthetic source takes a plan; allowed: \"\" "
+              "with data.source = %s", r->source);
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)
         VFAIL("data", "fixed_batch", "%s", "true", "only the synthetic source repeats a step; allowed: false with "
                                                    "data.source=%s", r->source);
@@ -683,6 +695,9 @@ int recipe_validate(const Recipe* r, char* err, size_t err_len) {
             VFAIL("runtime", "cap", "%s", r->cap,
                   "only `ready`, `lookahead` and `adaptive` modes use a cap; allowed: 0 with parallel.mode=%s", r->mode);
     }
+    if (r->profile && strcmp(r->backend, "cuda") != 0)
+        VFAIL("runtime", "profile", "%s", "true", "the profiler times CUDA events; allowed: true with runtime.backend = cuda "
+              "(got %s)", r->backend);
     if (strcmp(r->compute, "model") != 0) {
         if (strncmp(r->compute, "replay:", 7) != 0 || r->compute[7] == 0)
             VFAIL("runtime", "compute", "'%s'", r->compute, "allowed: model, or replay:FILE (a duration file)");

@@ -42,6 +42,7 @@ typedef struct {
     /* [data] */
     char source[16];            /* shards | synthetic */
     int fixed_batch;            /* every step reuses the first step's plan */
+    char synthetic_plan[RECIPE_STR]; /* "" or a file of sample shapes for the synthetic source (benchmarks) */
     char shards[RECIPE_STR];    /* folder of .rrs shards (or one shard) */
     char tokenizer[RECIPE_STR]; /* tokenizer.json the shards were packed with */
     int microbatch_tokens;      /* LM tokens (text + image) per microbatch */
@@ -93,6 +94,7 @@ typedef struct {
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */
     int trace;         /* write Chrome traces */
+    int profile;       /* per-step GPU time and launches per op kind (CUDA backend) */
     char compute[RECIPE_STR]; /* "model", or "replay:FILE" (tasks sleep the file's durations) */
     double replay_scale;      /* seconds per time unit of the replay file */
 

@@ -420,6 +420,71 @@ static void free_list(char** v, int n) {
     free(v);
 }
 
+/* The device (CUDA backend): its memory peak and, with runtime.profile, the GPU time and launches per op
+ * kind: the mean of the rows after the first (warm-up), from metrics.jsonl's "device_peak_mb" and "profile". */
+static void section_device(Html* h, const ReportConfig* c) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->run_dir);
+    size_t len;
+    char* text = rr_read_file(path, &len, RR_MAX_JSONL);
+    if (!text) return;
+    double peak = NAN, used = NAN, ms[16] = {0}, launches[16] = {0};
+    char names[16][24];
+    int nk = 0, rows = 0, prof_rows = 0;
+    for (char* p = text; p < text + len;) {
+        char* nl = memchr(p, '\n', (size_t)(text + len - p));
+        size_t l = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+        cJSON* o = cJSON_ParseWithLength(p, l);
+        p += l + (nl ? 1 : 0);
+        if (!cJSON_IsObject(o)) {
+            cJSON_Delete(o);
+            continue;
+        }
+        double pk = num_field(o, "device_peak_mb"), us = num_field(o, "device_used_mb");
+        if (isfinite(pk)) peak = isfinite(peak) ? fmax(peak, pk) : pk;
+        if (isfinite(us)) used = isfinite(used) ? fmax(used, us) : us;
+        const cJSON* pr = cJSON_GetObjectItemCaseSensitive(o, "profile");
+        if (cJSON_IsObject(pr) && rows++ > 0) { /* the first row is the warm-up */
+            prof_rows++;
+            for (const cJSON* k = pr->child; k; k = k->next) {
+                int i = 0;
+                while (i < nk && strcmp(names[i], k->string)) i++;
+                if (i == nk) {
+                    if (nk == 16) continue;
+                    snprintf(names[nk++], sizeof names[0], "%s", k->string);
+                }
+                double v = num_field(k, "ms"), n = num_field(k, "launches");
+                if (isfinite(v)) ms[i] += v;
+                if (isfinite(n)) launches[i] += n;
+            }
+        }
+        cJSON_Delete(o);
+    }
+    free(text);
+    if (!isfinite(peak) && prof_rows == 0) return;
+    h_printf(h, "<section id=\"device\"><h2>Device</h2>\n");
+    if (isfinite(peak))
+        h_printf(h, "<p>Device memory: peak <b>%.1f MiB</b> held by the backend; up to %.1f MiB in use on the device "
+                    "(cudaMemGetInfo: the CUDA context and other processes included). Host memory is the summary's "
+                    "peak.</p>\n", peak, used);
+    if (prof_rows) {
+        double total = 0;
+        for (int i = 0; i < nk; i++) total += ms[i];
+        h_printf(h, "<table class=\"profile\"><tr><th>op kind</th><th>GPU ms / step</th><th>share</th>"
+                    "<th>launches / step</th></tr>\n");
+        for (int i = 0; i < nk; i++) {
+            h_printf(h, "<tr><td>");
+            h_text(h, names[i]);
+            h_printf(h, "</td><td>%.3f</td><td>%.1f%%</td><td>%.1f</td></tr>\n", ms[i] / prof_rows,
+                     total > 0 ? 100 * ms[i] / total : 0.0, launches[i] / prof_rows);
+        }
+        h_printf(h, "<tr><td>total</td><td>%.3f</td><td></td><td></td></tr></table>\n", total / prof_rows);
+        h_printf(h, "<p class=\"note\">runtime.profile: mean of %d steps after the first; each op timed by CUDA events "
+                    "on its stream (ops of different streams may overlap).</p>\n", prof_rows);
+    }
+    h_printf(h, "</section>\n");
+}
+
 /* The timeline of the last step in RUN_DIR/trace-rank*.json: a step ends with the optimiser after every
  * task, so the last step's tasks are those from the last start of rank 0's F of microbatch 0 on. */
 static void section_timeline(Html* h, const ReportConfig* c, const Series* m) {
@@ -838,7 +903,7 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
         }
     h_printf(&h, "<table class=\"summary\"><tr><td>steps</td><td>%g .. %g (%d lines)</td></tr>"
                  "<tr><td>loss</td><td>%.4f (mean of the first %d steps) &rarr; %.4f (last %d)</td></tr>"
-                 "<tr><td>median throughput</td><td>%.0f tokens/s</td></tr><tr><td>peak memory</td><td>%.1f MiB</td></tr>"
+                 "<tr><td>median throughput</td><td>%.0f tokens/s</td></tr><tr><td>peak host memory (RSS)</td><td>%.1f MiB</td></tr>"
                  "</table>\n", m.step[0], m.step[m.n - 1], m.n, a / k, k, b / k, k, nt ? t[nt / 2] : 0.0, peak);
     free(t);
 
@@ -850,6 +915,7 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
     h_printf(&h, "</div></section>\n");
 
     section_timeline(&h, c, &m);
+    section_device(&h, c);
     section_questions(&h, c, &rt, have_recipe > 0);
 
     h_printf(&h, "<section id=\"recipe\"><h2>Recipe</h2>\n");

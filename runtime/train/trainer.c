@@ -33,6 +33,7 @@ int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int h
                            .microbatches = r->microbatches,
                            .seed = r->data_seed,
                            .fixed_batch = r->fixed_batch,
+                           .plan = r->synthetic_plan,
                            .heldout = heldout,
                            .dp_rank = dp_rank,
                            .dp_size = dp_size};
@@ -507,7 +508,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
      * messages are the executors' pools, filled in the first step) */
     for (int c = 0; c < t->ex->n_stages; c++) {
         const Stage* st = t->ex->stages[c];
-        size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens) : 0;
+        size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens, st->be->weight_dtype == DTYPE_BF16) : 0;
         AttnReserve attn[2];
         int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
         st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
@@ -697,6 +698,11 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
             return -1;
     }
 
+    if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->profile) { /* from the first step on */
+        ex->stages[0]->be->profile(1);
+        if (!strcmp(r->comm, "nccl")) comm_nccl_profile(1); /* the communication kind */
+        t->profiling = 1;
+    }
     float scale = (float)(1.0 / (double)plan.n_supervised);
     double loss_sum = 0.0, norm = 0.0;
     if (ex->forward_backward(ex, &plan, scale, (int)t->step + 1, dumping ? ddir : NULL, &loss_sum, err, err_len) != 0 ||
@@ -716,6 +722,15 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     t->opt_step++;
     step_exec_optimizer(ex, r, lr, (int)t->opt_step, optim_clip_coef(norm, r->grad_clip));
     t->step++;
+    /* runtime.profile: the step's figures now, before the clock stops: the take waits for the step's device
+     * work, so the step time includes it (without profiling that tail is absorbed by the next step's first
+     * wait; a take after the clock would hide it from every step) */
+    BackendProfile prof;
+    const Backend* dbe = ex->n_stages ? ex->stages[0]->be : NULL;
+    if (t->profiling) {
+        dbe->profile_take(&prof);
+        comm_nccl_profile_take(&prof.ms[PROF_COMM], &prof.launches[PROF_COMM]); /* NCCL's, when runtime.comm = nccl */
+    }
     double dt = rr_now() - t0;
     /* ETA from the steps timed in this process, leaving out the first (warm-up of caches, pages) */
     if (t->steps_timed++ > 0) t->time_timed += dt;
@@ -739,12 +754,47 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->eta_s = per * (double)(t->last_step - t->step);
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
-    if (r->eval_every > 0 && (t->step % r->eval_every == 0 || t->step == t->last_step) &&
-        trainer_eval_loss(t, &s->eval_loss, err, err_len) != 0)
-        return -1;
+    /* the device: this rank's backend (every stage of a rank shares it) */
+    if (dbe && dbe->memory) {
+        BackendMemory mm;
+        dbe->memory(&mm);
+        s->has_device = 1;
+        s->device_peak_mb = (double)mm.peak_bytes / (1 << 20);
+        s->device_used_mb = (double)(mm.device_total - mm.device_free) / (1 << 20);
+    }
+    if (t->profiling) {
+        s->has_profile = 1;
+        for (int k = 0; k < PROF_KINDS; k++) {
+            s->prof_ms[k] = prof.ms[k];
+            s->prof_launches[k] = prof.launches[k];
+            if (t->steps_timed > 1) t->prof_ms[k] += prof.ms[k], t->prof_launches[k] += prof.launches[k];
+        }
+        if (t->steps_timed > 1) t->prof_steps++;
+    }
+    if (r->eval_every > 0 && (t->step % r->eval_every == 0 || t->step == t->last_step)) {
+        if (trainer_eval_loss(t, &s->eval_loss, err, err_len) != 0) return -1;
+        if (t->profiling) { /* the evaluation's device work is not the next step's: taken and left out */
+            BackendProfile ev;
+            dbe->profile_take(&ev);
+            comm_nccl_profile_take(&ev.ms[PROF_COMM], &ev.launches[PROF_COMM]);
+        }
+    }
     /* a failed write stops the run at this step end, after a checkpoint (trainer_run) */
     if (ex->log_rank && !t->metrics.error[0]) metrics_write(&t->metrics, s, t->metrics.error, sizeof t->metrics.error);
     return 0;
+}
+
+/* runtime.profile: the mean per step of the steps after this process's first, one line per kind */
+static void trainer_profile_summary(const Trainer* t, FILE* log) {
+    if (!t->profiling || t->prof_steps == 0) return;
+    double total = 0;
+    for (int k = 0; k < PROF_KINDS; k++) total += t->prof_ms[k];
+    fprintf(log, "profile (GPU time and launches per step, mean of steps 2..%lld of this process; rank %d):\n",
+            (long long)(t->prof_steps + 1), t->grid.rank);
+    for (int k = 0; k < PROF_KINDS; k++)
+        fprintf(log, "  %-13s %9.3f ms %5.1f%% %8.1f launches\n", prof_kind_name(k), t->prof_ms[k] / t->prof_steps,
+                total > 0 ? 100 * t->prof_ms[k] / total : 0.0, (double)t->prof_launches[k] / t->prof_steps);
+    fprintf(log, "  %-13s %9.3f ms\n", "total", total / t->prof_steps);
 }
 
 /* DP replicas hold the same parameters and optimiser state: replica 0 writes the checkpoint (with every
@@ -876,7 +926,8 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
                 snprintf(t->metrics.error, sizeof t->metrics.error, "cannot write the log (standard output) at step "
                          "%lld: %s", (long long)t->step, strerror(errno ? errno : EIO));
         }
-        int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) || t->step == t->last_step;
+        int ck = (r->checkpoint_every > 0 && t->step % r->checkpoint_every == 0) ||
+                 (t->step == t->last_step && r->checkpoint_every >= 0);
         /* A signal reaches the ranks at different instants: every rank stops at the same step end, the
          * first at which any rank has seen one (an all-reduce MAX over the job: over NCCL with
          * runtime.comm = nccl, comm_grid_allreduce_all). */
@@ -926,6 +977,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     if ((rc == 0 || rc == 1) && t->ex && t->ex->finish && t->ex->finish(t->ex, err, err_len) != 0) rc = -1;
     if ((rc == 0 || rc == 1) && t->metrics.f && metrics_close(&t->metrics, err, err_len) != 0) rc = -1;
     if (rc == 0) rc = trainer_rank_summary(t, err, err_len);
+    if (rc == 0) trainer_profile_summary(t, log);
     if (rc == 0)
         fprintf(log, "done: %lld steps in %.1f s; metrics %s\n", (long long)t->step, rr_now() - t->t_begin,
                 t->metrics.path);

@@ -65,6 +65,11 @@ typedef struct {
     int64_t eval_target;  /* samples per evaluation (all replicas') */
     int64_t samples_seen; /* samples of every replica trained on so far (the epoch's numerator) */
     RunStart start;   /* this run's identity and the checkpoint it resumes ("" = fresh), from world rank 0 */
+    /* runtime.profile: on since the first step; totals of the steps after this process's first */
+    int profiling;
+    int64_t prof_steps;
+    double prof_ms[PROF_KINDS];
+    long prof_launches[PROF_KINDS];
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when

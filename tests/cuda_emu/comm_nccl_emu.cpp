@@ -6,4 +6,6 @@ extern "C" {
 #include "runtime/comm/comm.h"
 }
 #define rrfp_nccl_comm_create rrfp_nccl_emu_comm_create
+#define rrfp_nccl_profile rrfp_nccl_emu_profile
+#define rrfp_nccl_profile_take rrfp_nccl_emu_profile_take
 #include "runtime/comm/comm_nccl.c"

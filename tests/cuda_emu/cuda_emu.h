@@ -71,6 +71,9 @@ struct cudaFuncAttributes {
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static /* blocks run one at a time: one static instance is the block's */
+#define __launch_bounds__(...)
+/* device code that needs an instruction's emulation (inline PTX has none) tests this */
+#define RR_CUDA_EMULATED 1
 
 /* the running fiber's coordinates (set by the scheduler before each switch into a fiber) */
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -102,6 +105,32 @@ static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
     memcpy(&r, &b, sizeof(T));
     return r;
 }
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 with d as C and D, a warp-collective operation
+ * with PTX's fragment layout (lane = 4 g + t; the lower 16 bits of a register hold the lower index):
+ *   a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9];
+ *   b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g]; d[0..1] = D[g][2t, 2t+1], d[2..3] = D[g+8][2t, 2t+1].
+ * Every lane of the warp must take part (the instruction is .aligned): a lane missing is an error, as a
+ * shuffle's. The products of bf16 values are exact in f32; the 16 of a dot are summed in f32 in order. */
+void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b);
+/* ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16, warp-collective: lanes 8 i .. 8 i + 7 give the row
+ * addresses (16 bytes each, 16-byte aligned, inside the block's dynamic shared memory) of 8x8 matrix i; lane l
+ * gets r[i] = M_i[l / 4][2 (l % 4)], M_i[l / 4][2 (l % 4) + 1] (low, high half), with trans
+ * M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4]. A row address outside shared memory or misaligned is an
+ * error. */
+void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans);
+/* cp.async.cg.shared.global [dst], [src], 16, bytes: here a copy at once of `bytes` (0 or 16) from device
+ * memory into the block's dynamic shared memory, the rest of the 16 zero-filled (commit / wait are no-ops, so
+ * what the emulation checks is that the barriers keep every warp off a buffer being refilled). dst must be
+ * 16-byte aligned inside shared memory, src inside an allocation. */
+void emu_cp_async16(void* dst, const void* src, int bytes);
+/* the vector types the kernels load and store through (16 bytes) */
+struct uint4 {
+    unsigned x, y, z, w;
+};
+struct float4 {
+    float x, y, z, w;
+};
 
 /* launches (written by gen.py) */
 struct EmuCfg {
@@ -143,10 +172,8 @@ static inline cudaError_t cudaMalloc(T** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p);
 /* The emulated device reports 16 GiB free of 16 GiB (the start-up memory check). */
-static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-    *free_b = *total_b = (size_t)16 << 30;
-    return cudaSuccess;
-}
+/* an emulated 16 GiB device: free = 16 GiB - the bytes cudaMalloc holds */
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b);
 cudaError_t cudaMemset(void* p, int v, size_t bytes);
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
@@ -254,6 +281,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
+/* the host time between the two records (the emulation runs each operation at its call) */
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 /* pinned host memory (plain host memory here) and pointer kinds */
 cudaError_t cudaMallocHost(void** p, size_t bytes);
@@ -277,6 +306,22 @@ void emu_device_fill_nan(void* dev, size_t bytes);
 int emu_in_alloc(const void* p, size_t bytes);
 /* cudaMalloc calls so far (tests: a stage allocates nothing after its first step) */
 extern "C" long emu_malloc_count(void);
+
+/* Traffic of each device operation (tests/test_traffic.c): emu_traffic(1) clears the log and starts
+ * counting, per launch, memset, copy and cuBLAS(Lt) product, the bytes of device memory it read and
+ * wrote (every page it touched, within its allocation: see emu.cpp), labelled with the backend op that
+ * ran it (emu_traffic_label, from the CUDA backend's profiler scope, which must be on). */
+#define RR_CUDA_EMU_RUNTIME 1
+struct EmuTraffic {
+    const char* op;   /* the backend op ("cuda_bf16_linear_forward"), "(no op)" outside one */
+    int kind;         /* its ProfKind, -1 outside one */
+    const char* what; /* the kernel's name, "cudaMemsetAsync", "cudaMemcpyAsync", "cublasSgemm", "cublasLtMatmul" */
+    size_t read, written;
+};
+extern "C" void emu_traffic(int on);
+extern "C" size_t emu_traffic_n(void);
+extern "C" const EmuTraffic* emu_traffic_at(size_t i);
+void emu_traffic_label(const char* op, int kind);
 
 /* statistics of the emulation (for the test's summary line) */
 struct EmuStats {

@@ -68,6 +68,7 @@ static uint32_t guard_bits(void) {
 struct Alloc {
     size_t bytes;
     size_t mapped; /* the whole mapping: guards included, rounded up to pages */
+    std::vector<unsigned char> pages; /* traffic: per page of the mapping, 1 read / 2 written in this operation */
 };
 static std::map<uintptr_t, Alloc> allocs; /* user pointer -> size */
 
@@ -83,17 +84,102 @@ static unsigned char* alloc_base(uintptr_t user) { return (unsigned char*)user -
 static void protect_all(int prot) {
     for (auto& kv : allocs) mprotect(alloc_base(kv.first), kv.second.mapped, prot);
 }
-struct DeviceOpen { /* scope of an emulated device operation */
-    DeviceOpen() {
-        if (protect_on && device_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+
+/* Traffic (emu_traffic, tests/test_traffic.c): while on, a named device operation (a launch, a memset or
+ * copy, a cuBLAS / cuBLASLt product) runs with device memory closed, and the SIGSEGV handler opens each
+ * page it touches, read-only on a load (counted read) and read-write on a store (counted written), so
+ * every page the operation really touched is known; its bytes are those pages within the allocation. */
+static int traffic_on, traffic_active;
+static const char* traffic_op;
+static int traffic_kind = -1;
+static std::vector<EmuTraffic> traffic_log;
+static size_t page_size(void) {
+    static size_t p = 0;
+    if (!p) p = (size_t)sysconf(_SC_PAGESIZE);
+    return p;
+}
+void emu_traffic_label(const char* op, int kind) {
+    traffic_op = op;
+    traffic_kind = kind;
+}
+extern "C" void emu_traffic(int on) {
+    traffic_on = on;
+    if (on) traffic_log.clear();
+}
+extern "C" size_t emu_traffic_n(void) { return traffic_log.size(); }
+extern "C" const EmuTraffic* emu_traffic_at(size_t i) { return i < traffic_log.size() ? &traffic_log[i] : NULL; }
+static void traffic_begin(void) {
+    for (auto& kv : allocs) {
+        kv.second.pages.assign(kv.second.mapped / page_size(), 0);
+        mprotect(alloc_base(kv.first), kv.second.mapped, PROT_NONE);
+    }
+    traffic_active = 1;
+}
+static void traffic_end(const char* what) {
+    traffic_active = 0;
+    EmuTraffic t = {traffic_op ? traffic_op : "(no op)", traffic_kind, what, 0, 0};
+    size_t pg = page_size();
+    for (auto& kv : allocs) {
+        uintptr_t base = (uintptr_t)alloc_base(kv.first), u0 = kv.first, u1 = kv.first + kv.second.bytes;
+        for (size_t i = 0; i < kv.second.pages.size(); i++) {
+            unsigned char f = kv.second.pages[i];
+            if (!f) continue;
+            uintptr_t p0 = base + i * pg, p1 = p0 + pg;
+            uintptr_t a = p0 > u0 ? p0 : u0, b = p1 < u1 ? p1 : u1;
+            size_t n = b > a ? (size_t)(b - a) : 0;
+            if (f & 1) t.read += n;
+            if (f & 2) t.written += n;
+        }
+    }
+    traffic_log.push_back(t);
+    protect_all(PROT_READ | PROT_WRITE); /* the rest of the operation's scope (guard checks) is not counted */
+}
+struct DeviceOpen { /* scope of an emulated device operation; `what` names one whose traffic is counted */
+    const char* what;
+    DeviceOpen(const char* w = NULL) : what(NULL) {
+        if (!protect_on) return;
+        if (device_depth++ == 0) {
+            if (w && traffic_on) {
+                what = w;
+                traffic_begin();
+            } else {
+                protect_all(PROT_READ | PROT_WRITE);
+            }
+        }
+    }
+    void finish(void) { /* the counted part is over */
+        if (what) traffic_end(what);
+        what = NULL;
     }
     ~DeviceOpen() {
-        if (protect_on && --device_depth == 0) protect_all(PROT_NONE);
+        if (!protect_on) return;
+        finish();
+        if (--device_depth == 0) protect_all(PROT_NONE);
     }
 };
 
-static void segv_handler(int sig, siginfo_t* si, void*) {
+static void segv_handler(int sig, siginfo_t* si, void* uctx) {
     uintptr_t a = (uintptr_t)si->si_addr;
+    if (traffic_active) { /* a counted operation's first touch of a page: note it, open the page, go on */
+        auto it = allocs.upper_bound(a + EMU_GUARD);
+        if (it != allocs.begin()) {
+            --it;
+            uintptr_t base = (uintptr_t)alloc_base(it->first);
+            if (a >= base && a < base + it->second.mapped) {
+#if defined(__x86_64__)
+                int w = (((ucontext_t*)uctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+                int w = 1; /* no fault kind: count both */
+                it->second.pages[(a - base) / page_size()] |= 1;
+#endif
+                size_t i = (a - base) / page_size();
+                it->second.pages[i] |= w ? 2 : 1;
+                mprotect((void*)(base + i * page_size()), page_size(), w ? PROT_READ | PROT_WRITE : PROT_READ);
+                return;
+            }
+        }
+    }
+    (void)uctx;
     for (auto& kv : allocs) {
         uintptr_t base = (uintptr_t)alloc_base(kv.first);
         if (a >= base && a < base + kv.second.mapped) {
@@ -353,7 +439,7 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
         return sticky;
     }
     enqueue_compute(stream, [=] {
-        DeviceOpen open;
+        DeviceOpen open("cudaMemsetAsync");
         memset(p, v, bytes);
     });
     return cudaSuccess;
@@ -379,13 +465,13 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
         /* behind pending work the copy waits its turn; a host source is read at the call (as pageable
          * memory is staged by the driver), so only a copy into the host can be deferred */
         enqueue_compute(stream, [=] {
-            DeviceOpen open;
+            DeviceOpen open("cudaMemcpyAsync");
             memmove(dst, src, bytes);
         });
     } else {
         std::vector<unsigned char> copy((const unsigned char*)src, (const unsigned char*)src + bytes);
         enqueue_compute(stream, [=] {
-            DeviceOpen open;
+            DeviceOpen open("cudaMemcpyAsync");
             memmove(dst, copy.data(), bytes);
         });
     }
@@ -457,6 +543,7 @@ struct Fiber {
     unsigned mask; /* of the shuffle it waits at */
 };
 struct Warp {
+    uint32_t mma[2][32][6]; /* emu_mma_m16n8k16_bf16: each lane's a[4], b[2] */
     uint64_t slot[2][32];
     unsigned slot_gen[2][32];
     unsigned gen;
@@ -545,6 +632,93 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src_lane, int xor_mask)
         return bits;
     }
     return w.slot[buf][s];
+}
+
+/* A warp-collective exchange as a shuffle's (the same generation and release), of each lane's fragments. */
+void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned gen = w.gen;
+    int buf = gen & 1;
+    memcpy(w.mma[buf][lane], a, 4 * sizeof(uint32_t));
+    memcpy(w.mma[buf][lane] + 4, b, 2 * sizeof(uint32_t));
+    w.slot_gen[buf][lane] = gen;
+    f->mask = 0xffffffffu;
+    fiber_yield(F_SHUFFLE);
+    for (int l = 0; l < 32; l++)
+        if (w.slot_gen[buf][l] != gen) {
+            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: mma.sync without lane %d of its warp",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+            return;
+        }
+    int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float acc = d[i];
+        for (int kk = 0; kk < 16; kk++) {
+            /* A[row][kk]: lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8), half kk & 1 */
+            uint32_t ar = w.mma[buf][4 * (row % 8) + (kk % 8) / 2][(row >= 8) + 2 * (kk >= 8)];
+            /* B[kk][col]: lane 4 col + (kk % 8) / 2, register (kk >= 8), half kk & 1 */
+            uint32_t br = w.mma[buf][4 * col + (kk % 8) / 2][4 + (kk >= 8)];
+            float av = rr_bf16_to_f32((uint16_t)(kk & 1 ? ar >> 16 : ar & 0xffffu));
+            float bv = rr_bf16_to_f32((uint16_t)(kk & 1 ? br >> 16 : br & 0xffffu));
+            acc += av * bv;
+        }
+        d[i] = acc;
+    }
+}
+
+void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
+    Fiber* f = cur;
+    int lane = f->linear % 32;
+    Warp& w = warps[f->linear / 32];
+    unsigned gen = w.gen;
+    int buf = gen & 1;
+    uintptr_t a = (uintptr_t)row;
+    memcpy(w.mma[buf][lane], &a, sizeof a);
+    w.slot_gen[buf][lane] = gen;
+    f->mask = 0xffffffffu;
+    fiber_yield(F_SHUFFLE);
+    uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes;
+    for (int l = 0; l < 32; l++) {
+        if (w.slot_gen[buf][l] != gen) {
+            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: ldmatrix without lane %d of its warp",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+            return;
+        }
+        uintptr_t p;
+        memcpy(&p, w.mma[buf][l], sizeof p);
+        if (p % 16 || p < lo || p + 16 > hi) {
+            emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) lane %d: ldmatrix row address %s",
+                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, l, p % 16 ? "not 16-byte aligned"
+                                                                                : "outside dynamic shared memory");
+            return;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            int mrow = trans ? 2 * (lane % 4) + h : lane / 4, mcol = trans ? lane / 4 : 2 * (lane % 4) + h;
+            uintptr_t p;
+            memcpy(&p, w.mma[buf][8 * i + mrow], sizeof p);
+            memcpy(&e[h], (const void*)(p + 2 * mcol), 2);
+        }
+        r[i] = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    }
+}
+
+void emu_cp_async16(void* dst, const void* src, int bytes) {
+    uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes, a = (uintptr_t)dst;
+    if (a % 16 || a < lo || a + 16 > hi || (bytes != 0 && bytes != 16) || (bytes && !in_alloc(src, (size_t)bytes))) {
+        emu_fail(cudaErrorIllegalAddress, "%s: block (%u,%u,%u) thread %d: cp.async of %d bytes to %s from %s", cur_kernel,
+                 blockIdx.x, blockIdx.y, blockIdx.z, cur ? cur->linear : -1, bytes,
+                 a % 16 ? "a misaligned address" : (a < lo || a + 16 > hi) ? "outside shared memory" : "shared memory",
+                 bytes && !in_alloc(src, (size_t)bytes) ? "outside any allocation" : "device memory");
+        return;
+    }
+    memset(dst, 0, 16);
+    if (bytes) memcpy(dst, src, (size_t)bytes);
 }
 
 void* emu_dynamic_smem(void) { return dyn_smem.data() + EMU_GUARD; }
@@ -696,7 +870,7 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
 
 /* Run a launch whose configuration was checked (emu_launch) now. */
 static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void()>& body) {
-    DeviceOpen open;
+    DeviceOpen open(kernel);
     unsigned long n = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (fibers.size() < n) {
         size_t old = fibers.size();
@@ -764,6 +938,7 @@ static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void(
             i++;
         }
     }
+    open.finish();
     check_guards(kernel);
 }
 
@@ -813,7 +988,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *alpha, be = *beta; /* host scalars: read at the call */
     auto run = [=] {
-        DeviceOpen open;
+        DeviceOpen open("cublasSgemm");
         cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                     tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb, be, C, ldc);
     };
@@ -948,7 +1123,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     int64_t aux_ld = d->aux_ld, lda = la->ld, ldb = lb->ld, ldc = lc->ld, ldD = ldd->ld;
     size_t na = lt_span_elems(la), nb = lt_span_elems(lb);
     auto run = [=] {
-        DeviceOpen open;
+        DeviceOpen open("cublasLtMatmul");
         /* bf16 -> f32 is exact (the 16 bits are the top of the f32 word) */
         std::vector<float> a(na), b(nb);
         for (size_t i = 0; i < a.size(); i++) {
@@ -996,9 +1171,10 @@ extern "C" void emu_stats_print(void) {
 struct EmuEvent {
     EmuStream* s; /* NULL: never recorded (complete) */
     long target;  /* complete once s->done reaches it */
+    double t;     /* host time of the record (cudaEventElapsedTime: the host time in between) */
 };
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-    *e = new EmuEvent{NULL, 0};
+    *e = new EmuEvent{NULL, 0, 0.0};
     return sticky;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
@@ -1010,6 +1186,28 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
     }
     e->s = S(st);
     e->target = e->s->enq;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    return sticky;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!a || !b || !a->s || !b->s) {
+        emu_fail(cudaErrorInvalidValue, "cudaEventElapsedTime of an event never recorded");
+        return sticky;
+    }
+    *ms = (float)(1e3 * (b->t - a->t));
+    return sticky;
+}
+static size_t emu_allocated(void) {
+    size_t n = 0;
+    for (auto& kv : allocs) n += kv.second.bytes;
+    return n;
+}
+cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    *total_b = (size_t)16 << 30; /* an emulated 16 GiB device */
+    size_t used = emu_allocated();
+    *free_b = used < *total_b ? *total_b - used : 0;
     return sticky;
 }
 static int event_done(const EmuEvent* e) { return !e->s || e->s->done >= e->target; }

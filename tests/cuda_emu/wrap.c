@@ -17,6 +17,14 @@ Comm* __wrap_comm_nccl_create(Comm* host, int links, char* err, size_t err_len) 
     return rrfp_nccl_emu_comm_create(host, links, err, err_len);
 }
 
+/* and runtime.profile's NCCL timing (comm_nccl_profile / _take) the emulated NCCL's */
+void rrfp_nccl_emu_profile(int on);
+void rrfp_nccl_emu_profile_take(double* ms, long* ops);
+void __wrap_comm_nccl_profile(int on);
+void __wrap_comm_nccl_profile_take(double* ms, long* ops);
+void __wrap_comm_nccl_profile(int on) { rrfp_nccl_emu_profile(on); }
+void __wrap_comm_nccl_profile_take(double* ms, long* ops) { rrfp_nccl_emu_profile_take(ms, ops); }
+
 /* and metrics_peak_rss_mb (-Wl,--wrap=metrics_peak_rss_mb), which the trainer calls once at the end of
  * every step on every rank: with RR_EMU_STEP_ALLOCS=1 it prints the cudaMalloc calls and the calls into
  * MPI through comm/'s MPI groups (comm_mpi_counts: collectives, point-to-point) since the previous

@@ -1,0 +1,704 @@
+// flash_attention.cu — the backend's own tensor-core attention over packed variable-length sequences
+// (cu_seqlens), FlashAttention-2 style: the path of the bf16 table wherever cuDNN's fused attention is
+// absent, refuses the shape, or disagrees (attention_cudnn.cu). The fp32 table keeps attention.cu's
+// fp32 kernel (exact f32 arithmetic; this one multiplies bf16 operands).
+//
+// Shapes: any sample length (1 .. 2^31 / H tokens in all), head dims 1..256 (padded with zeros to DP,
+// one of 32, 64, 96, 128, 256, in shared memory only), causal or bidirectional within each sample,
+// GQA (Hkv key/value heads, Hkv dividing H; query head h reads key/value head h / (H / Hkv)).
+// Storage T of q, k, v, out, dout, dq, dk, dv: __nv_bfloat16 (bf16 storage) or float (converted to bf16
+// on load; the bf16 table stores bf16 values in f32 buffers, so the conversion is exact there); lse f32.
+//
+// Math: mma.sync m16n8k16, bf16 x bf16 -> f32 (the CPU emulation, tests/cuda_emu, runs the same
+// instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
+// in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
+// as FlashAttention-2 does. Memory O(T): no T x T matrix, no scratch; D = rowsum(dout * out) is
+// recomputed per tile from the dO and O tiles in shared memory.
+//
+// Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
+// query rows; K and V stream through shared memory in tiles of 64 keys (16-byte loads from global memory
+// where rows are 8-value aligned). Fragments come from shared memory by ldmatrix (.trans for the B operand
+// of P V, dS K, P^T dO, dS^T Q, so no tile is stored transposed). Causal: key tiles past the query tile's
+// last row are skipped.
+// Backward: two kernels, no atomics, deterministic (every output element has one writer):
+//   dq: per (query tile, head) like the forward: S, P = exp(S - lse), dP = dO V^T, dS = P (dP - D),
+//       dQ += dS K;
+//   dk, dv: per (64-key tile, key/value head); over the query heads of its group and the query tiles
+//       (causal: from the key tile on): S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
+//       dS^T = P^T (dP^T - D), dK += dS^T Q.
+// Gradients are ADDED to dq, dk, dv (engine.h); NULL ones are skipped.
+// Blocks find their (sample, tile) by walking cu_seqlens, 32 samples per step: the grid has ceil(T / 64) + S
+// blocks in x.
+#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/attention_path.h"
+#include "engine/cuda/cuda_ops.cuh"
+
+#include <type_traits>
+
+#define FA_BQ 64      // query rows of a block (16 per warp)
+#define FA_BK 64      // keys per streamed tile
+#define FA_WARPS 4
+#define FA_THREADS (32 * FA_WARPS)
+#define FA_MAX_D 256
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+typedef uint16_t bf16_t; // the bits of a bf16 value (shared memory and fragments)
+
+// ---- the tensor-core instruction -------------------------------------------------------------------
+// d (16x8 f32) += a (16x16 bf16, row) * b (16x8 bf16, col); fragments as PTX's mma.m16n8k16 figures:
+// lane = 4 g + t: a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..];
+// b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g]; d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1];
+// the lower 16 bits of a register hold the lower column (a) or row (b) index.
+static __device__ __forceinline__ void fa_mma(float* d, const uint32_t* a, const uint32_t* b) {
+#ifdef RR_CUDA_EMULATED
+    emu_mma_m16n8k16_bf16(d, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8 i .. 8 i + 7 give the addresses of the 8 rows (16
+// bytes each) of matrix i; lane l gets r[i] = M_i[l / 4][2 (l % 4) .. + 1], or with trans
+// M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4] (the emulation: emu_ldmatrix_x4).
+static __device__ __forceinline__ void fa_ldsm(uint32_t* r, const bf16_t* row) {
+#ifdef RR_CUDA_EMULATED
+    emu_ldmatrix_x4(r, row, 0);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+static __device__ __forceinline__ void fa_ldsm_t(uint32_t* r, const bf16_t* row) {
+#ifdef RR_CUDA_EMULATED
+    emu_ldmatrix_x4(r, row, 1);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+static __device__ __forceinline__ uint32_t fa_ld32(const bf16_t* p) { return *(const uint32_t*)p; }
+static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+    return (uint32_t)rr_f32_to_bf16(lo) | ((uint32_t)rr_f32_to_bf16(hi) << 16);
+}
+
+// storage conversions
+static __device__ __forceinline__ bf16_t fa_to_bf16(float x) { return rr_f32_to_bf16(x); }
+static __device__ __forceinline__ bf16_t fa_to_bf16(bf16_t x) { return x; }
+static __device__ __forceinline__ float fa_to_f32(float x) { return x; }
+static __device__ __forceinline__ float fa_to_f32(bf16_t x) { return rr_bf16_to_f32(x); }
+// store an f32 result as T (bf16: rounded; f32: rounded to bf16 when round_out, the bf16 table's point)
+static __device__ __forceinline__ void fa_store(float* p, float x, int round_out) { *p = round_out ? rr_bf16_round(x) : x; }
+static __device__ __forceinline__ void fa_store(bf16_t* p, float x, int) { *p = rr_f32_to_bf16(x); }
+
+// This block's tile: sample start and length, first row of the tile; 0 for a spare block. Each warp walks
+// cu_seqlens 32 samples at a time (a lane per sample, the tile counts' prefix sum by shuffles), so that many
+// short samples cost S / 32 steps, not S. reverse: a sample's tiles from its last (under a causal mask the
+// query tiles with the most keys first, so that the longest blocks start early and the grid's tail is short).
+static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int reverse,
+                                   int rows = FA_BQ) {
+    int lane = threadIdx.x % 32, b = blockIdx.x;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane, st = 0, ln = 0;
+        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st;
+        int nt = (ln + rows - 1) / rows, inc = nt; // inc: tiles of samples s0 .. s
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
+            if (lane >= o) inc += v;
+        }
+        int total = __shfl_sync(0xffffffffu, inc, 31);
+        if (b < total) {
+            int at = inc <= b; // the lanes before the one holding block b (inc never decreases)
+            for (int o = 16; o > 0; o >>= 1) at += __shfl_xor_sync(0xffffffffu, at, o);
+            int before = __shfl_sync(0xffffffffu, inc - nt, at);
+            *start = __shfl_sync(0xffffffffu, st, at);
+            *len = __shfl_sync(0xffffffffu, ln, at);
+            int n = __shfl_sync(0xffffffffu, nt, at), t = b - before;
+            *r0 = (reverse ? n - 1 - t : t) * rows;
+            return 1;
+        }
+        b -= total;
+    }
+    return 0;
+}
+
+// Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16, row-major
+// dst[r * lds + c]; rows past len and columns d .. DP are zero. vec: 8 values (16 bytes of bf16, 32 of f32) per
+// load where a chunk is whole (the caller checked d, the strides and the pointers for 8-value alignment).
+static __device__ __forceinline__ void fa_load8(bf16_t* dst, const float* src) {
+    float4 a = *(const float4*)src, b = *(const float4*)(src + 4);
+    uint4 o;
+    o.x = fa_pack(a.x, a.y), o.y = fa_pack(a.z, a.w), o.z = fa_pack(b.x, b.y), o.w = fa_pack(b.z, b.w);
+    *(uint4*)dst = o;
+}
+static __device__ __forceinline__ void fa_load8(bf16_t* dst, const bf16_t* src) { *(uint4*)dst = *(const uint4*)src; }
+template <int DP, typename T, int NTH = FA_THREADS> // NTH: the block's threads (a constant stride)
+static __device__ __forceinline__ void fa_load_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0,
+                                                    int len, size_t col0, int d, int vec) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += NTH) {
+        int r = i / (DP / 8), c = (i % (DP / 8)) * 8;
+        bf16_t* o = dst + r * lds + c;
+        const T* in = src + (size_t)(start + r0 + r) * ld + col0 + c;
+        if (r0 + r < len && vec && c + 8 <= d) {
+            fa_load8(o, in);
+        } else {
+            #pragma unroll
+            for (int e = 0; e < 8; e++) o[e] = (r0 + r < len && c + e < d) ? fa_to_bf16(in[e]) : (bf16_t)0;
+        }
+    }
+}
+
+// Asynchronous tile loads (cp.async, sm80+), bf16 storage with 8-value aligned rows only: 16 bytes per
+// copy straight into shared memory, zero-filled (source size 0) past len and past d. The forward issues the
+// next key tile's K while it works on the scores and the next V while it works on P V (FlashAttention-2's
+// order), so the loads' latency hides behind the tensor cores. In the emulation a copy happens at once
+// (emu_cp_async16) and the commit / wait are no-ops: the barriers around the buffers are what it checks.
+static __device__ __forceinline__ void fa_cp_async16(bf16_t* dst, const bf16_t* src, int bytes) {
+#ifdef RR_CUDA_EMULATED
+    emu_cp_async16(dst, src, bytes);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(bytes));
+#endif
+}
+static __device__ __forceinline__ void fa_cp_commit() {
+#ifndef RR_CUDA_EMULATED
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// wait until at most one committed group is still in flight
+static __device__ __forceinline__ void fa_cp_wait1() {
+#ifndef RR_CUDA_EMULATED
+    asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+template <int DP, int NTH = FA_THREADS>
+static __device__ __forceinline__ void fa_async_tile(bf16_t* dst, int lds, const bf16_t* src, size_t ld, int start,
+                                                     int r0, int len, size_t col0, int d) {
+    for (int i = threadIdx.x; i < FA_BQ * (DP / 8); i += NTH) {
+        int r = i / (DP / 8), c = (i % (DP / 8)) * 8, ok = r0 + r < len && c < d;
+        fa_cp_async16(dst + r * lds + c, ok ? src + (size_t)(start + r0 + r) * ld + col0 + c : src, ok ? 16 : 0);
+    }
+}
+// a tile by cp.async where it can (bf16 storage, vec), else by fa_load_tile
+template <int DP, typename T>
+static __device__ __forceinline__ void fa_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0, int len,
+                                               size_t col0, int d, int vec) {
+    if constexpr (std::is_same<T, bf16_t>::value) {
+        if (vec) {
+            fa_async_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d);
+            return;
+        }
+    }
+    fa_load_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d, vec);
+}
+
+// D = dO . O of rows [r0, r0 + 64) from their tiles in shared memory (both bf16: dO rounded as the MMAs
+// use it, O a bf16 value in the bf16 table), one warp per row, into D_s; their lse (log2 units) into L_s
+template <int DP, int NTH = FA_THREADS>
+static __device__ __forceinline__ void fa_rowstats(float* D_s, float* L_s, const bf16_t* dO_s, const bf16_t* O_s, int lds,
+                                                   const float* lse, int start, int r0, int len, int H, int h) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int r = warp; r < FA_BQ; r += NTH / 32) {
+        float s = 0.0f;
+        #pragma unroll
+        for (int c = 2 * lane; c < DP; c += 64) {
+            uint32_t x = fa_ld32(dO_s + r * lds + c), y = fa_ld32(O_s + r * lds + c);
+            s += rr_bf16_to_f32((uint16_t)(x & 0xffffu)) * rr_bf16_to_f32((uint16_t)(y & 0xffffu)) +
+                 rr_bf16_to_f32((uint16_t)(x >> 16)) * rr_bf16_to_f32((uint16_t)(y >> 16));
+        }
+        s = warp_sum(s);
+        if (lane == 0) {
+            D_s[r] = s;
+            L_s[r] = r0 + r < len ? lse[((size_t)start + r0 + r) * H + h] * FA_LOG2E : 0.0f;
+        }
+    }
+}
+
+// acc[nt] (16 rows x 8) += A (16 rows of smem, stride lda) times B^T, B's rows 8 nt .. 8 nt + 7 (keys or
+// queries) of smem (stride ldb), over DP columns. NT even. Fragments by ldmatrix: A's four 8x8 quarters; B's
+// (n-tile, k-half) pairs, two n-tiles per load.
+template <int DP, int NT>
+static __device__ __forceinline__ void fa_gemm_abt(float (*acc)[4], const bf16_t* A, int lda, const bf16_t* B, int ldb) {
+    int lane = threadIdx.x % 32, m = lane >> 3, r8 = lane & 7;
+    const bf16_t* ap = A + (r8 + 8 * (m & 1)) * lda + 8 * (m >> 1);
+    const bf16_t* bp = B + (r8 + 8 * (m >> 1)) * ldb + 8 * (m & 1);
+    #pragma unroll
+    for (int ks = 0; ks < DP / 16; ks++) {
+        uint32_t a[4];
+        fa_ldsm(a, ap + ks * 16);
+        #pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t b[4];
+            fa_ldsm(b, bp + nt * 8 * ldb + ks * 16);
+            fa_mma(acc[nt], a, b);
+            fa_mma(acc[nt + 1], a, b + 2);
+        }
+    }
+}
+
+// acc (16 x DP) += P (16 x 64: 8 accumulator n-tiles p, rounded to bf16 as the A operand) times B (64 rows
+// of smem, row-major, stride ldb, DP columns): B's fragments by ldmatrix.trans, two d-tiles per load
+template <int DP>
+static __device__ __forceinline__ void fa_gemm_pb(float (*acc)[4], const float (*p)[4], const bf16_t* B, int ldb) {
+    int lane = threadIdx.x % 32, m = lane >> 3, r8 = lane & 7;
+    const bf16_t* bp = B + (r8 + 8 * (m & 1)) * ldb + 8 * (m >> 1);
+    #pragma unroll
+    for (int kk = 0; kk < FA_BK / 16; kk++) {
+        uint32_t a[4];
+        a[0] = fa_pack(p[2 * kk][0], p[2 * kk][1]);
+        a[1] = fa_pack(p[2 * kk][2], p[2 * kk][3]);
+        a[2] = fa_pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+        a[3] = fa_pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn += 2) {
+            uint32_t b[4];
+            fa_ldsm_t(b, bp + kk * 16 * ldb + dn * 8);
+            fa_mma(acc[dn], a, b);
+            fa_mma(acc[dn + 1], a, b + 2);
+        }
+    }
+}
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, float* lse, const T* q, const T* k, const T* v,
+                                                                     const int* cu_seqlens, int S, int H, int Hkv, int d,
+                                                                     int ldq, int ldkv, int ldo, int causal,
+                                                                     float scale_log2, int round_out, int vec) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8;
+    bf16_t* Q_s = (bf16_t*)smem;        // [64][LDS]
+    bf16_t* K_s = Q_s + FA_BQ * LDS;    // [64][LDS]
+    bf16_t* V_s = K_s + FA_BK * LDS;    // [64][LDS]
+    int start, len, q0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    // groups of copies (cp.async; the synchronous path fills the tiles at once): {Q, K_0}, {V_0}, then per key
+    // tile {K_next} and {V_next}; "wait 1" before a tile's use leaves only the one after it in flight
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    fa_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+
+    float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g; // this thread's rows: qrow, qrow + 8
+    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
+        fa_cp_wait1();
+        __syncthreads(); // K of this tile (and Q) in shared memory
+        float s[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        __syncthreads(); // every warp is done with K_s: the next tile's K goes there
+        if (k0 + FA_BK < kend) fa_tile<DP>(K_s, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
+        float mx[2] = {-INFINITY, -INFINITY};
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+                int valid = j < len && (!causal || j <= qi);
+                s[nt][i] = valid ? s[nt][i] * scale_log2 : -INFINITY;
+                mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
+            }
+        float corr[2], mb[2];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mn);
+            m[r] = mn;
+            mb[r] = mn == -INFINITY ? 0.0f : mn; // a row with no key yet: every p is 0
+            l[r] *= corr[r];
+        }
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float p = exp2f(s[nt][i] - mb[i >> 1]);
+                s[nt][i] = p;
+                l[i >> 1] += p;
+            }
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++) {
+            o[dn][0] *= corr[0], o[dn][1] *= corr[0];
+            o[dn][2] *= corr[1], o[dn][3] *= corr[1];
+        }
+        fa_cp_wait1();
+        __syncthreads(); // V of this tile in shared memory (the next K may still be in flight)
+        fa_gemm_pb<DP>(o, s, V_s, LDS);
+        __syncthreads(); // every warp is done with V_s
+        if (k0 + FA_BK < kend) fa_tile<DP>(V_s, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        float inv = 1.0f / l[r];
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) fa_store(&out[tok * ldo + (size_t)h * d + c], o[dn][2 * r + e] * inv, round_out);
+            }
+        if (t == 0) lse[tok * H + h] = (m[r] + log2f(l[r])) * FA_LN2;
+    }
+}
+
+// ---- backward: dq ----------------------------------------------------------------------------------
+
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq, const T* dout, const T* out, const float* lse,
+                                                                         const T* q, const T* k, const T* v,
+                                                                         const int* cu_seqlens, int S, int H, int Hkv,
+                                                                         int d, int ldq, int ldkv, int ldo, int causal,
+                                                                         float scale_log2, float scale, int vec) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8;
+    float* D_s = smem;                          // [64]
+    float* L_s = D_s + FA_BQ;                   // [64] lse in log2 units
+    bf16_t* Q_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS]
+    bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* K_s = dO_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
+    bf16_t* O_s = V_s + FA_BK * LDS;            // [64][LDS] (for D)
+    int start, len, q0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
+    fa_load_tile<DP>(O_s, LDS, out, ldo, start, q0, len, (size_t)h * d, d, vec);
+    __syncthreads();
+    fa_rowstats<DP>(D_s, L_s, dO_s, O_s, LDS, lse, start, q0, len, H, h);
+
+    float acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g;
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
+        __syncthreads();
+        fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
+        __syncthreads();
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = k0 + nt * 8 + 2 * t + (i & 1), r = 16 * warp + g + (i >> 1) * 8, qi = q0 + r;
+                int valid = j < len && qi < len && (!causal || j <= qi);
+                float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[r]) : 0.0f;
+                s[nt][i] = p * (dp[nt][i] - D_s[r]); // dS
+            }
+        fa_gemm_pb<DP>(acc, s, K_s, LDS);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &dq[tok * ldq + (size_t)h * d + c];
+                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                }
+            }
+    }
+}
+
+// ---- backward: dk, dv ------------------------------------------------------------------------------
+
+// NW warps (16 keys each): a block owns 16 NW keys, so that each streamed query tile (Q, dO, O and the row
+// statistics) serves 16 NW keys. 8 warps (128 keys) where that keeps the warps an SM holds (its registers
+// bound them: compiled for sm_90, DP 32 128 registers, 96 245, 128 255: the same warps per SM in blocks of 8
+// as in blocks of 4); 4 at DP 64 (168 registers: 12 warps per SM in blocks of 4, 8 in blocks of 8) and at
+// DP 256 (shared memory).
+template <int DP> struct FaDkdvWarps {
+    static const int NW = DP == 64 || DP == 256 ? 4 : 8;
+};
+template <int DP, typename T>
+static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_dkdv_kernel(T* dk, T* dv, const T* dout, const T* out,
+                                                                           const float* lse, const T* q, const T* k,
+                                                                           const T* v, const int* cu_seqlens, int S,
+                                                                           int H, int Hkv, int d, int ldq, int ldkv,
+                                                                           int ldo, int causal, float scale_log2,
+                                                                           float scale, int vec) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, KB = 16 * FaDkdvWarps<DP>::NW; // keys of the block
+    const int NTH = 32 * FaDkdvWarps<DP>::NW;
+    float* D_s = smem;                          // [64] of the streamed queries
+    float* L_s = D_s + FA_BQ;                   // [64]
+    bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [KB][LDS] this block's keys
+    bf16_t* V_s = K_s + KB * LDS;               // [KB][LDS]
+    bf16_t* Q_s = V_s + KB * LDS;               // [64][LDS] streamed queries
+    bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
+    bf16_t* O_s = dO_s + FA_BQ * LDS;           // [64][LDS] (for D)
+    int start, len, k0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)) return;
+    int hk = blockIdx.y, group = H / Hkv;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
+        fa_load_tile<DP, T, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_load_tile<DP, T, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+    }
+
+    float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
+    int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
+    for (int h = hk * group; h < (hk + 1) * group; h++) {
+        // causal: queries before the key tile see none of its keys (k0 is a multiple of 64)
+        for (int qt = causal ? k0 : 0; qt < len; qt += FA_BQ) {
+            __syncthreads();
+            fa_load_tile<DP, T, NTH>(Q_s, LDS, q, ldq, start, qt, len, (size_t)h * d, d, vec);
+            fa_load_tile<DP, T, NTH>(dO_s, LDS, dout, ldo, start, qt, len, (size_t)h * d, d, vec);
+            fa_load_tile<DP, T, NTH>(O_s, LDS, out, ldo, start, qt, len, (size_t)h * d, d, vec);
+            __syncthreads();
+            fa_rowstats<DP, NTH>(D_s, L_s, dO_s, O_s, LDS, lse, start, qt, len, H, h);
+            __syncthreads();
+            float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+            fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Q_s, LDS);   // S^T: keys x queries
+            fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dO_s, LDS); // dP^T
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
+                    int valid = qi < len && kj < len && (!causal || kj <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[c]) : 0.0f;
+                    s[nt][i] = p;                          // P^T
+                    dp[nt][i] = p * (dp[nt][i] - D_s[c]); // dS^T
+                }
+            fa_gemm_pb<DP>(dv_acc, s, dO_s, LDS);
+            fa_gemm_pb<DP>(dk_acc, dp, Q_s, LDS);
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int kj = krow + 8 * r;
+        if (kj >= len) continue;
+        size_t tok = (size_t)start + kj;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c >= d) continue;
+                size_t idx = tok * ldkv + (size_t)hk * d + c;
+                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
+                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
+            }
+    }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------------
+
+static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
+static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
+static size_t fa_dkdv_smem(int DP, int NW) {
+    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)3 * FA_BQ + 2 * 16 * NW) * (DP + 8);
+}
+
+// 8-value loads (fa_load_tile) hold when every row starts 8-value aligned: d, the strides and the pointers
+static int fa_vec_ok(int d, int ldq, int ldkv, int ldo, size_t es, const void* a, const void* b, const void* c,
+                     const void* e) {
+    int ok = d % 8 == 0 && ldq % 8 == 0 && ldkv % 8 == 0 && ldo % 8 == 0;
+    const void* ps[4] = {a, b, c, e};
+    for (int i = 0; i < 4; i++) ok &= ps[i] == NULL || (uintptr_t)ps[i] % (8 * es) == 0;
+    return ok;
+}
+
+static int fa_padded_dim(int d) { return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : 256; }
+
+static void fa_check(int S, int T, int H, int Hkv, int d) {
+    if (d < 1 || d > FA_MAX_D)
+        rr_die("CUDA flash attention: head dim %d is not supported (1..%d); use more heads or the CPU backend", d,
+               FA_MAX_D);
+    if (Hkv < 1 || H % Hkv)
+        rr_die("CUDA flash attention: %d key/value heads do not divide %d query heads", Hkv, H);
+    if (H > 65535 || (size_t)T / FA_BQ + (size_t)S + 1 > 2147483647u)
+        rr_die("CUDA flash attention: %d heads, %d tokens in %d samples is beyond the launch limits", H, T, S);
+}
+
+template <int DP, typename T>
+static void fa_forward_dp(T* out, float* lse, const T* q, const T* k, const T* v, const int* cu_seqlens, int S, int T_,
+                          int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal, int round_out,
+                          cudaStream_t stream) {
+    size_t smem = fa_forward_smem(DP);
+    cudaCheck(cudaFuncSetAttribute(fa_forward_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid(ceil_div(T_, FA_BQ) + S, H);
+    float scale_log2 = FA_LOG2E / sqrtf((float)d);
+    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, NULL);
+    fa_forward_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(out, lse, q, k, v, cu_seqlens, S, H, Hkv, d, ldq, ldkv,
+                                                                 ldo, causal, scale_log2, round_out, vec);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int DP, typename T>
+static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                           const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                           int ldo, int causal, cudaStream_t stream) {
+    float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
+    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout) && fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), out, NULL, NULL, NULL);
+    if (dq) {
+        size_t smem = fa_dq_smem(DP);
+        cudaCheck(cudaFuncSetAttribute(fa_backward_dq_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid(ceil_div(T_, FA_BQ) + S, H);
+        fa_backward_dq_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, out, lse, q, k, v, cu_seqlens, S, H,
+                                                                         Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                         scale, vec);
+        cudaCheck(cudaGetLastError());
+    }
+    if (dk || dv) {
+        const int NW = FaDkdvWarps<DP>::NW;
+        size_t smem = fa_dkdv_smem(DP, NW);
+        cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
+        fa_backward_dkdv_kernel<DP, T><<<grid, 32 * NW, smem, stream>>>(dk, dv, dout, out, lse, q, k, v, cu_seqlens, S,
+                                                                           H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                           scale, vec);
+        cudaCheck(cudaGetLastError());
+    }
+}
+
+template <typename T>
+static void fa_forward(T* out, float* lse, const T* q, const T* k, const T* v, const int* cu_seqlens, int S, int T_, int H,
+                       int Hkv, int d, int ldq, int ldkv, int ldo, int causal, int round_out, cudaStream_t stream) {
+    fa_check(S, T_, H, Hkv, d);
+    if (T_ == 0 || H == 0) return;
+    switch (fa_padded_dim(d)) {
+    case 32: fa_forward_dp<32>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    case 64: fa_forward_dp<64>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    case 96: fa_forward_dp<96>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    case 128: fa_forward_dp<128>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    default: fa_forward_dp<256>(out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream); break;
+    }
+}
+
+template <typename T>
+static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                        const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                        int ldo, int causal, cudaStream_t stream) {
+    fa_check(S, T_, H, Hkv, d);
+    if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    switch (fa_padded_dim(d)) {
+    case 32: fa_backward_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 64: fa_backward_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 96: fa_backward_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 128: fa_backward_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    default: fa_backward_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    }
+}
+
+// ---- entry points (cuda_ops.cuh) ---------------------------------------------------------------------
+
+void cuda_flash_attention_forward_bf16(cudaStream_t stream, __nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
+                                       const __nv_bfloat16* k, const __nv_bfloat16* v, const int* cu_seqlens, int S,
+                                       int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal) {
+    fa_forward<bf16_t>((bf16_t*)out, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
+                       d, ldq, ldkv, ldo, causal, 0, stream);
+}
+void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                                        const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                        const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
+                                        int ldo, int causal) {
+    fa_backward<bf16_t>((bf16_t*)dq, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                        (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+                        ldo, causal, stream);
+}
+void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
+                                      const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                      int ldq, int ldkv, int ldo, int causal, int round_out) {
+    fa_forward<float>(out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, round_out, stream);
+}
+void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk, float* dv, const float* dout,
+                                       const float* out, const float* lse, const float* q, const float* k,
+                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                       int ldq, int ldkv, int ldo, int causal) {
+    fa_backward<float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, stream);
+}
+
+// ---- which path ran (attention_path.h) -----------------------------------------------------------------
+
+static long fa_path_counts[RR_ATTN_PATHS];
+void cuda_attention_path_note(int path) {
+    if (path >= 0 && path < RR_ATTN_PATHS) fa_path_counts[path]++;
+}
+// copies min(n, RR_ATTN_PATHS) counters; returns RR_ATTN_PATHS
+extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(long* counts, int n) {
+    for (int i = 0; i < n && i < RR_ATTN_PATHS; i++) counts[i] = fa_path_counts[i];
+    return RR_ATTN_PATHS;
+}
+
+// ---- for tests and benchmarks (tests/test_flash_attn.c, bench): the kernels on any storage and head layout --
+
+// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded).
+// Forward (backward = 0): a = out, lse written; backward: a = dq, dk, dv added to (each may be NULL), lse read.
+// Runs on the backend's compute stream.
+extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention(int bf16, int backward, void* a, void* dk,
+                                                                               void* dv, float* lse, const void* dout,
+                                                                               const void* out, const void* q,
+                                                                               const void* k, const void* v,
+                                                                               const int* cu_seqlens, int S, int T,
+                                                                               int H, int Hkv, int d, int ldq, int ldkv,
+                                                                               int ldo, int causal) {
+    cudaStream_t st = cuda_ctx.stream;
+    if (bf16 && !backward)
+        fa_forward<bf16_t>((bf16_t*)a, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
+                           d, ldq, ldkv, ldo, causal, 0, st);
+    else if (bf16)
+        fa_backward<bf16_t>((bf16_t*)a, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                            (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+                            ldo, causal, st);
+    else if (!backward)
+        fa_forward<float>((float*)a, lse, (const float*)q, (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d,
+                          ldq, ldkv, ldo, causal, 0, st);
+    else
+        fa_backward<float>((float*)a, (float*)dk, (float*)dv, (const float*)dout, (const float*)out, lse, (const float*)q,
+                           (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
+}

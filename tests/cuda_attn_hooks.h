@@ -1,0 +1,53 @@
+/* cuda_attn_hooks.h — the CUDA backend's attention hooks for tests (engine/cuda/attention_path.h, flash_attention.cu):
+ * which path ran each attention call, and the own tensor-core kernel called directly (any storage, GQA).
+ * In the CPU emulation (RR_CUDA_EMU) they are linked in; on a device they are looked up in librrfp-cuda.so,
+ * which backend_cuda_get has opened already. NULL / -1 when not there (a CPU-only build). */
+#ifndef RRFP_CUDA_ATTN_HOOKS_H
+#define RRFP_CUDA_ATTN_HOOKS_H
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "engine/cuda/attention_path.h"
+#include "engine/util.h"
+
+typedef int (*AttnPathsFn)(long* counts, int n);
+typedef void (*FlashFn)(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout, const void* out,
+                        const void* q, const void* k, const void* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
+                        int d, int ldq, int ldkv, int ldo, int causal);
+
+#ifdef RR_CUDA_EMU
+#ifdef __cplusplus
+extern "C" {
+#endif
+int backend_cuda_emu_attention_paths(long* counts, int n);
+void backend_cuda_emu_flash_attention(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout,
+                                      const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens,
+                                      int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+#ifdef __cplusplus
+}
+#endif
+static inline AttnPathsFn attn_paths_fn(void) { return backend_cuda_emu_attention_paths; }
+static inline FlashFn flash_fn(void) { return backend_cuda_emu_flash_attention; }
+#else
+static inline void* attn_cuda_lib(void) {
+    char err[512];
+    return rr_dlopen_beside_exe("RRFP_CUDA_LIB", "librrfp-cuda.so", err, sizeof err);
+}
+static inline AttnPathsFn attn_paths_fn(void) {
+    void* h = attn_cuda_lib();
+    return h ? (AttnPathsFn)dlsym(h, "rrfp_cuda_attention_paths") : NULL;
+}
+static inline FlashFn flash_fn(void) {
+    void* h = attn_cuda_lib();
+    return h ? (FlashFn)dlsym(h, "rrfp_cuda_flash_attention") : NULL;
+}
+#endif
+
+/* counts[RR_ATTN_PATHS] since the start; 0 on success, -1 when the hook is missing */
+static inline int attn_paths(long* counts) {
+    AttnPathsFn f = attn_paths_fn();
+    if (!f) return -1;
+    f(counts, RR_ATTN_PATHS);
+    return 0;
+}
+#endif
