@@ -417,6 +417,35 @@ ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
     return names;
 }
 
+/* TMP/state.json of an import (a checkpoint state at step 0 with no optimiser state: train.init_from reads
+ * it, a resume refuses it), with the identity its files carry; takes `list` (the files). */
+int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, char* err,
+                       size_t err_len) {
+    cJSON* j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
+    cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
+    cJSON_AddNumberToObject(j, "step", 0);
+    cJSON_AddNumberToObject(j, "optimizer_step", 0);
+    cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
+    cJSON_AddStringToObject(j, "seed", "0");
+    cJSON_AddStringToObject(j, "data_seed", "0");
+    char hx[24], path[4400];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id->run);
+    cJSON_AddStringToObject(j, "run", hx);
+    cJSON_AddStringToObject(j, "layout", id->layout);
+    cJSON_AddNullToObject(j, "loader");
+    cJSON_AddStringToObject(j, "imported_from", hf_dir);
+    cJSON_AddItemToObject(j, "files", list);
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    int rc = 0;
+    if (rr_write_file_atomic(path, text, strlen(text)) != 0)
+        rc = im_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+    free(text);
+    return rc;
+}
+
 int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len) {
     memset(info, 0, sizeof *info);
     if (im_config(hf_dir, info, err, err_len) != 0) return -1;
@@ -507,29 +536,8 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             rc = im_fail(err, err_len, "%s: tensor '%s' (for %s) is in none of the model's files", hf_dir, names[i].hf,
                          names[i].ours);
     if (rc == 0) {
-        /* a checkpoint state at step 0 with no optimiser state: train.init_from reads it, a resume refuses it */
-        cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
-        cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
-        cJSON_AddNumberToObject(j, "step", 0);
-        cJSON_AddNumberToObject(j, "optimizer_step", 0);
-        cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
-        cJSON_AddStringToObject(j, "seed", "0");
-        cJSON_AddStringToObject(j, "data_seed", "0");
-        char hx[24];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id.run);
-        cJSON_AddStringToObject(j, "run", hx);
-        cJSON_AddStringToObject(j, "layout", id.layout);
-        cJSON_AddNullToObject(j, "loader");
-        cJSON_AddStringToObject(j, "imported_from", hf_dir);
-        cJSON_AddItemToObject(j, "files", list);
-        list = NULL;
-        char* text = cJSON_Print(j);
-        cJSON_Delete(j);
-        snprintf(path, sizeof path, "%s/state.json", tmp);
-        if (rr_write_file_atomic(path, text, strlen(text)) != 0)
-            rc = im_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
-        free(text);
+        rc = import_write_state(tmp, &id, hf_dir, list, err, err_len);
+        list = NULL; /* freed with the state */
     }
     rc = import_out_end(&o, out, rc, err, err_len);
     cJSON_Delete(list);

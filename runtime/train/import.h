@@ -30,6 +30,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <cjson/cJSON.h>
+
+#include "engine/checkpoint.h"
+
 typedef struct {
     int D, L, H, F, V;   /* hidden_size, num_hidden_layers, num_attention_heads, intermediate_size, vocab_size */
     double rms_eps;      /* rms_norm_eps */
@@ -88,6 +92,10 @@ int import_out_begin(ImportOut* o, const char* out, const char* input, char* err
 /* rc == 0: rename tmp to OUT; otherwise (or when the rename fails) remove made_top, the folders this
  * command made and nothing else (rr_remove_tree). Returns the final rc. */
 int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_len);
+/* TMP/state.json of an import at step 0 (no optimiser state), naming hf_dir; takes `list`, the files'
+ * names (a cJSON array). Returns 0, or -1 with the message in err. */
+int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, char* err,
+                       size_t err_len);
 
 /* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and
  * OUT/state.json, built under a temporary name and renamed: never half-written). Progress lines go to

@@ -600,29 +600,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 rc = il_fail(err, err_len, "%s: layer %d's q / k / v %s are not all in the files", hf_dir, l,
                              b ? "biases" : "weights");
     if (rc == 0) {
-        /* a checkpoint state at step 0 with no optimiser state: train.init_from reads it, a resume refuses it */
-        cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
-        cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
-        cJSON_AddNumberToObject(j, "step", 0);
-        cJSON_AddNumberToObject(j, "optimizer_step", 0);
-        cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
-        cJSON_AddStringToObject(j, "seed", "0");
-        cJSON_AddStringToObject(j, "data_seed", "0");
-        char hx[24];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id.run);
-        cJSON_AddStringToObject(j, "run", hx);
-        cJSON_AddStringToObject(j, "layout", id.layout);
-        cJSON_AddNullToObject(j, "loader");
-        cJSON_AddStringToObject(j, "imported_from", hf_dir);
-        cJSON_AddItemToObject(j, "files", list);
-        list = NULL;
-        char* text = cJSON_Print(j);
-        cJSON_Delete(j);
-        snprintf(path, sizeof path, "%s/state.json", tmp);
-        if (rr_write_file_atomic(path, text, strlen(text)) != 0)
-            rc = il_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
-        free(text);
+        rc = import_write_state(tmp, &id, hf_dir, list, err, err_len);
+        list = NULL; /* freed with the state */
     }
     rc = import_out_end(&o, out, rc, err, err_len); /* renamed, or what this import made removed */
     cJSON_Delete(list);
