@@ -255,6 +255,7 @@ def main():
            ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling.low_freq_factor"),
            ({"mlp_bias": True}, "mlp_bias"), ({"head_dim": 32}, "head_dim = 32"),
            ({"model_type": "mistral", "sliding_window": 4096}, "sliding_window"),
+           ({"model_type": "mistral"}, "without sliding_window"),  # MistralConfig's default window, 4096
            ({"model_type": "qwen2", "use_sliding_window": True}, "use_sliding_window"),
            ({"model_type": "gemma"}, "model_type \"gemma\"")]
     for i, (change, needle) in enumerate(bad):
@@ -285,6 +286,7 @@ def main():
 
 # ---- the LM variants of LLaVA's successors -------------------------------------------------------
 
+JSON_NULL = object()  # a config value written as JSON null (None leaves the key out)
 VARIANTS = [
     # Llama-3 style: GQA 4 on 2, attention_bias (q, k, v, o biases), rope_scaling llama3 (transformers 4 keys);
     # original_max_position_embeddings 64 puts the 8 frequencies of a 16-dim head in all three bands (wavelength
@@ -300,7 +302,7 @@ VARIANTS = [
      {"text_kv_heads": "1", "text_qkv_bias": "true", "tie_embeddings": "true"}, 1 + 12 * 3 + 1),
     # Mistral as transformers 5 saves it: rope_parameters holding rope_theta and Llama-3's scaling, no biases
     ("mistral_rope_parameters", {"model_type": "mistral", "architectures": ["MistralForCausalLM"], "num_key_value_heads": 2,
-                                 "sliding_window": None, "rope_parameters": {
+                                 "sliding_window": JSON_NULL, "rope_parameters": {
                                      "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
      {"text_kv_heads": "2", "rope_type": "llama3", "rope_original_max_pos": "64"}, 1 + 9 * 3 + 2),
@@ -314,7 +316,8 @@ def variant_cases(rrfp, logits_bin, work):
         cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": D, "num_attention_heads": H, "num_hidden_layers": L,
                "intermediate_size": F, "vocab_size": V, "rms_norm_eps": 1e-3, "hidden_act": "silu",
                "max_position_embeddings": 64, **change}
-        cfg = {k: v for k, v in cfg.items() if v is not None}
+        # None: the key left out; JSON_NULL: the key written as null (Mistral's "sliding_window": null = full attention)
+        cfg = {k: (None if v is JSON_NULL else v) for k, v in cfg.items() if v is not None}
         hf = os.path.join(work, "hf_" + name)
         os.makedirs(hf)
         json.dump(cfg, open(os.path.join(hf, "config.json"), "w"), indent=1)

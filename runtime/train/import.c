@@ -167,11 +167,18 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
         im_fail(err, err_len, "%s: mlp_bias = true: the model's SwiGLU has no biases", path);
         goto out;
     }
-    /* sliding-window attention (Mistral v0.1, Qwen2 with use_sliding_window) is not this model's full causal one */
-    if (qwen2 ? (x = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")) && cJSON_IsTrue(x)
-              : (x = cJSON_GetObjectItemCaseSensitive(j, "sliding_window")) && !cJSON_IsNull(x)) {
-        im_fail(err, err_len, "%s: %s is set: sliding-window attention, which this model cannot represent (its "
-                "attention is causal over the whole sample)", path, qwen2 ? "use_sliding_window" : "sliding_window");
+    /* sliding-window attention (Mistral v0.1, Qwen2 with use_sliding_window) is not this model's full causal one;
+     * a Mistral config without the key has MistralConfig's default window, 4096 (transformers) */
+    int mistral_default_window = !strcmp(c->model_type, "mistral") && !cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
+    if (mistral_default_window ||
+        (qwen2 ? (x = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")) && cJSON_IsTrue(x)
+               : (x = cJSON_GetObjectItemCaseSensitive(j, "sliding_window")) && !cJSON_IsNull(x))) {
+        im_fail(err, err_len, "%s: %s: sliding-window attention, which this model cannot represent (its "
+                "attention is causal over the whole sample)", path,
+                qwen2 ? "use_sliding_window is set"
+                      : mistral_default_window ? "model_type mistral without sliding_window (MistralConfig's default "
+                                                 "window is 4096; set \"sliding_window\": null for full attention)"
+                                               : "sliding_window is set");
         goto out;
     }
     if (c->D % c->H || (c->D / c->H) % 2) {
