@@ -476,6 +476,20 @@ def check_transformers(rrfp, logits_bin, work, name, lm):
         b = back(input_ids=torch.tensor([seq]), pixel_values=px).logits
     err = (a - b).abs().max().item() / a.abs().max().item()
     expect(err < 1e-5, f"{name}: our export opened by LlavaForConditionalGeneration.from_pretrained: logits differ by {err:.2e}")
+    # --add-image-token: <image> becomes id V, the vocabulary V + 1 rounded up to 64; transformers opens it and
+    # its logits over the first V tokens are the model's (the image rows replace <image> as before)
+    grown = os.path.join(work, "export_grown")
+    r = run([rrfp, "export", "hf", "--checkpoint", ck, "--recipe", rec, "--out", grown, "--add-image-token"])
+    expect(r.returncode == 0, f"{name}: export hf --add-image-token: " + r.stderr.strip()[-300:])
+    if r.returncode:
+        return
+    g = LlavaForConditionalGeneration.from_pretrained(grown).eval()
+    with torch.no_grad():
+        c = g(input_ids=torch.tensor([[V] * 9 + [5, 6, 7]]), pixel_values=px).logits
+    err = (a - c[..., :V]).abs().max().item() / a.abs().max().item()
+    expect(c.shape[-1] == (V + 64) // 64 * 64 and err < 1e-5,
+           f"{name}: the --add-image-token export opened by from_pretrained: vocab {c.shape[-1]}, logits over the first "
+           f"{V} tokens differ by {err:.2e}")
 
 
 def main():
@@ -558,6 +572,56 @@ def main():
     r = run([rrfp, "import", "llava", "--hf", ex, "--out", back])
     expect(r.returncode == 0 and recipe_keys(r.stdout) == keys, f"import of the export: {r.stderr.strip()[-300:]}")
     expect(same_bits(read_dir(back), read_dir(ck["hub"])), "export then import equals the import, bit for bit")
+
+    # ---- export hf --add-image-token: a model whose vocabulary has no <image> (Vicuna + CLIP) ------------
+    tokd = os.path.join(work, "tok")
+    os.makedirs(tokd)
+    tokj = {"version": "1.0", "added_tokens": [{"id": 0, "content": "<unk>", "single_word": False, "lstrip": False,
+                                                "rstrip": False, "normalized": False, "special": True}],
+            "model": {"type": "BPE", "vocab": {"<unk>": 0, "a": 1}, "merges": []}}
+    json.dump(tokj, open(os.path.join(tokd, "tokenizer.json"), "w"))
+    json.dump({"added_tokens_decoder": {"0": {"content": "<unk>", "special": True}}, "model_max_length": 4096},
+              open(os.path.join(tokd, "tokenizer_config.json"), "w"))
+    grown = os.path.join(work, "export_grown")
+    r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rec, "--out", grown, "--add-image-token",
+             "--tokenizer", os.path.join(tokd, "tokenizer.json")])
+    expect(r.returncode == 0, f"export hf --add-image-token exits 0: {r.stdout.strip()} {r.stderr.strip()[-400:]}")
+    if r.returncode:
+        return 1
+    Vout = (V + 64) // 64 * 64
+    gcfg = json.load(open(os.path.join(grown, "config.json")))
+    expect(gcfg["image_token_index"] == V and gcfg["text_config"]["vocab_size"] == Vout,
+           f"--add-image-token: <image> is id V = {V}, the vocabulary {Vout} (V + 1 rounded up to 64): "
+           f"{gcfg['image_token_index']}, {gcfg['text_config']['vocab_size']}")
+    G = read_dir(grown)
+    for n in ("language_model.model.embed_tokens.weight", "language_model.lm_head.weight"):
+        t, o = G[n], orig[n]
+        mean = o.double().mean(0).float()
+        expect(tuple(t.shape) == (Vout, o.shape[1]) and torch.equal(t[:V], o) and
+               (t[V:] - mean).abs().max().item() <= 1e-6 * mean.abs().max().item(),
+               f"{n}: {tuple(t.shape)}, the trained rows bit for bit, the {Vout - V} new ones their mean")
+    expect(same_bits({k: v for k, v in G.items() if "embed_tokens" not in k and "lm_head" not in k},
+                     {k: v for k, v in orig.items() if "embed_tokens" not in k and "lm_head" not in k}),
+           "--add-image-token: every other tensor as the plain export's, bit for bit")
+    gt = json.load(open(os.path.join(grown, "tokenizer.json")))
+    img = [a for a in gt["added_tokens"] if a["content"] == "<image>"]
+    expect(len(img) == 1 and img[0]["id"] == V and img[0]["special"] and gt["model"] == tokj["model"],
+           f"the tokenizer.json written holds <image> = {V} (special), the rest as given: {img}")
+    gc = json.load(open(os.path.join(grown, "tokenizer_config.json")))
+    expect(gc["added_tokens_decoder"].get(str(V), {}).get("content") == "<image>" and gc["model_max_length"] == 4096,
+           "tokenizer_config.json's added_tokens_decoder holds <image> too")
+    r = run([rrfp, "import", "llava", "--hf", grown, "--out", os.path.join(work, "ckpt_grown")])
+    expect(r.returncode == 0 and recipe_keys(r.stdout).get("vocab") == str(Vout),
+           f"import llava of the grown export: vocab {recipe_keys(r.stdout).get('vocab')} {r.stderr.strip()[-300:]}")
+    # refused: with an id, or a tokenizer that has <image> already (nothing written)
+    r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rec, "--out", grown + "2", "--add-image-token",
+             "--image-token-id", "3"])
+    expect(r.returncode == 2 and "--image-token-id" in r.stderr and not os.path.exists(grown + "2"),
+           f"--add-image-token with --image-token-id refused: {r.stderr.strip()[-200:]}")
+    r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rec, "--out", grown + "3", "--add-image-token",
+             "--tokenizer", os.path.join(grown, "tokenizer.json")])
+    expect(r.returncode == 1 and f"already holds <image> (id {V})" in r.stderr and not os.path.exists(grown + "3"),
+           f"--add-image-token with a tokenizer holding <image> refused: {r.stderr.strip()[-200:]}")
 
     # ---- import clip --------------------------------------------------------------------------------
     vis = {n: w for n, w in W.items() if n.startswith("vision_tower.vision_model.")}

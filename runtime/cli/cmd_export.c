@@ -1,5 +1,5 @@
 /* cmd_export.c — `rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]
- * [--image-token-id N] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
+ * [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
  * (runtime/train/import_llava.h). */
 #include <errno.h>
 #include <stdio.h>
@@ -12,21 +12,25 @@
 
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
-               "                         [--image-token-id N] [--shard-mb MB]\n\n"
+               "                         [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]\n\n"
                "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
                "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
                "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from the\n"
                "recipe (default: DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the tokenizer\n"
                "from --tokenizer (default: the\n"
                "recipe's data.tokenizer when readable). config.json's image_token_index is --image-token-id, else\n"
-               "the id of <image> in the tokenizer's added_tokens. Refused for a model with no Hugging Face\n"
-               "equivalent (model.vision_arch = rope2d).\n");
+               "the id of <image> in the tokenizer's added_tokens. --add-image-token (a model trained from an LM\n"
+               "whose vocabulary has no <image>, e.g. Vicuna + CLIP): <image> becomes id V (the vocabulary size),\n"
+               "the vocabulary grows to V + 1 rounded up to a multiple of M (--pad-vocab, default 64, as llava-hf's\n"
+               "32064), the new embedding and lm_head rows are the mean of the trained rows, and the tokenizer.json\n"
+               "written holds <image>. Refused for a model with no Hugging Face equivalent (model.vision_arch =\n"
+               "rope2d).\n");
 }
 
 int cmd_export(int argc, char** argv) {
     const char *kind = NULL, *ckpt = NULL, *out = NULL, *recipe = NULL, *tok = NULL;
-    int image_id = -1;
-    long shard_mb = 2048;
+    int image_id = -1, add_image = 0;
+    long shard_mb = 2048, pad_vocab = 64;
     size_t shard_bytes = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -48,6 +52,15 @@ int cmd_export(int argc, char** argv) {
                 return 2;
             }
             image_id = (int)v;
+        } else if (!strcmp(argv[i], "--add-image-token")) {
+            add_image = 1;
+        } else if (!strcmp(argv[i], "--pad-vocab") && i + 1 < argc) {
+            char* end;
+            pad_vocab = strtol(argv[++i], &end, 10);
+            if (*end || pad_vocab < 1 || pad_vocab > 65536) {
+                fprintf(stderr, "rrfp-mm export: --pad-vocab '%s' is not in 1 .. 65536\n", argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--shard-bytes") && i + 1 < argc) { /* tests: several small shards */
             char* end;
             long long b = strtoll(argv[++i], &end, 10);
@@ -76,6 +89,11 @@ int cmd_export(int argc, char** argv) {
         export_usage(stderr);
         return 2;
     }
+    if (add_image && image_id >= 0) {
+        fprintf(stderr, "rrfp-mm export: --add-image-token makes <image> a new id; it cannot be given with "
+                "--image-token-id\n");
+        return 2;
+    }
     char rpath[4200];
     if (!recipe) { /* the run's own: RUN_DIR/recipe.ini, the checkpoint being RUN_DIR/checkpoints/step-N */
         snprintf(rpath, sizeof rpath, "%s/../../recipe.ini", ckpt);
@@ -88,7 +106,7 @@ int cmd_export(int argc, char** argv) {
     }
     HfExport info;
     char err[2048];
-    if (export_hf(ckpt, recipe, out, tok, image_id, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
+    if (export_hf(ckpt, recipe, out, tok, image_id, add_image ? (int)pad_vocab : 0, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: export hf: %s\n", err);
         return 1;
     }

@@ -137,7 +137,7 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     free(names);
 }
 
-static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
+static cJSON* ex_config(const ModelConfig* c, int image_token_index, int vocab) {
     cJSON* j = cJSON_CreateObject();
     cJSON* a = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString("LlavaForConditionalGeneration"));
@@ -176,7 +176,7 @@ static cJSON* ex_config(const ModelConfig* c, int image_token_index) {
     cJSON_AddNumberToObject(t, "num_attention_heads", c->Ht);
     cJSON_AddNumberToObject(t, "num_key_value_heads", c->Hkv > 0 ? c->Hkv : c->Ht);
     cJSON_AddNumberToObject(t, "head_dim", c->Dt / c->Ht);
-    cJSON_AddNumberToObject(t, "vocab_size", c->V);
+    cJSON_AddNumberToObject(t, "vocab_size", vocab);
     cJSON_AddNumberToObject(t, "rms_norm_eps", lc.rms_eps);
     cJSON_AddNumberToObject(t, "rope_theta", lc.rope.theta);
     if (c->rope_llama3) { /* transformers 4's key (transformers 5 reads it into rope_parameters) */
@@ -250,8 +250,82 @@ static int ex_image_token(const char* tokenizer) {
     return id;
 }
 
+/* --add-image-token: tensor `name` of l (V rows of D) grown to Vout rows, the new ones the mean of the V trained
+ * rows (summed in double, in row order). Absent (a tied lm_head): nothing. */
+static void ex_grow_rows(ExList* l, const char* name, int64_t V, int64_t Vout) {
+    for (int i = 0; i < l->n; i++) {
+        ExTensor* t = &l->v[i];
+        if (strcmp(t->name, name)) continue;
+        RR_ASSERT(t->ndim == 2 && t->shape[0] == V);
+        int64_t D = t->shape[1];
+        float* g = mallocCheck((size_t)Vout * (size_t)D * sizeof(float));
+        memcpy(g, t->data, (size_t)V * (size_t)D * sizeof(float));
+        double* sum = callocCheck((size_t)D, sizeof(double));
+        for (int64_t r = 0; r < V; r++)
+            for (int64_t c = 0; c < D; c++) sum[c] += t->data[r * D + c];
+        for (int64_t r = V; r < Vout; r++)
+            for (int64_t c = 0; c < D; c++) g[r * D + c] = (float)(sum[c] / (double)V);
+        free(sum);
+        free(t->owned);
+        t->owned = g;
+        t->data = g;
+        t->shape[0] = Vout;
+        t->bytes = (size_t)Vout * (size_t)D * sizeof(float);
+    }
+}
+
+/* --add-image-token: <image> (id) added to a tokenizer file's text: tokenizer.json's added_tokens (k = 0), or
+ * tokenizer_config.json's added_tokens_decoder when it has one (k = 1). Returns the new text (malloc'd), NULL
+ * with err set when the file is not JSON of that shape, or NULL with err empty when there is nothing to add. */
+static char* ex_tokenizer_add_image(int k, const char* src, const char* text, size_t n, int id, char* err, size_t err_len) {
+    err[0] = 0;
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    if (!j || !cJSON_IsObject(j)) {
+        ex_fail(err, err_len, "%s: not a JSON object: cannot add <image> to it", src);
+        cJSON_Delete(j);
+        return NULL;
+    }
+    cJSON* tok = cJSON_CreateObject();
+    if (k == 0) cJSON_AddNumberToObject(tok, "id", id);
+    cJSON_AddStringToObject(tok, "content", "<image>");
+    cJSON_AddFalseToObject(tok, "single_word");
+    cJSON_AddFalseToObject(tok, "lstrip");
+    cJSON_AddFalseToObject(tok, "rstrip");
+    cJSON_AddFalseToObject(tok, "normalized");
+    cJSON_AddTrueToObject(tok, "special");
+    char* out = NULL;
+    if (k == 0) {
+        cJSON* at = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
+        if (!at) at = cJSON_AddArrayToObject(j, "added_tokens");
+        if (!cJSON_IsArray(at)) {
+            ex_fail(err, err_len, "%s: added_tokens is not an array: cannot add <image> to it", src);
+            cJSON_Delete(tok);
+        } else {
+            cJSON_AddItemToArray(at, tok);
+            out = cJSON_Print(j);
+        }
+    } else {
+        cJSON* dec = cJSON_GetObjectItemCaseSensitive(j, "added_tokens_decoder");
+        if (!dec) {
+            cJSON_Delete(tok); /* none to keep in step */
+        } else if (!cJSON_IsObject(dec)) {
+            ex_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
+            cJSON_Delete(tok);
+        } else {
+            char key[16];
+            snprintf(key, sizeof key, "%d", id);
+            cJSON_DeleteItemFromObjectCaseSensitive(dec, key);
+            cJSON_AddItemToObject(dec, key, tok);
+            out = cJSON_Print(j);
+        }
+    }
+    cJSON_Delete(j);
+    return out;
+}
+
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
-              int image_token_index, size_t shard_bytes, HfExport* info, FILE* log, char* err, size_t err_len) {
+              int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
+              size_t err_len) {
     memset(info, 0, sizeof *info);
     Recipe r;
     recipe_defaults(&r);
@@ -269,11 +343,24 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     ModelConfig mc = train_model_config(&r, V);
     if (model_config_check(&mc, err, err_len) != 0) return -1;
     if (!tokenizer && access(r.tokenizer, R_OK) == 0) tokenizer = r.tokenizer; /* the run's own */
+    int Vout = V;
+    if (add_image_token > 0) {
+        if (image_token_index >= 0)
+            return ex_fail(err, err_len, "--add-image-token makes <image> a new id; it cannot be given with an id");
+        int held = tokenizer ? ex_image_token(tokenizer) : -1;
+        if (held >= 0)
+            return ex_fail(err, err_len, "%s already holds <image> (id %d): export without --add-image-token (its id "
+                           "is taken from there)", tokenizer, held);
+        image_token_index = V;
+        int64_t grown = ((int64_t)V + add_image_token) / add_image_token * add_image_token;
+        if (grown > (1 << 30)) return ex_fail(err, err_len, "vocabulary %d grown to %lld is too large", V, (long long)grown);
+        Vout = (int)grown;
+    }
     if (image_token_index < 0 && tokenizer) image_token_index = ex_image_token(tokenizer);
-    if (image_token_index < 0 || image_token_index >= V)
+    if (image_token_index < 0 || image_token_index >= Vout)
         return ex_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
                        "--image-token-id N (0 <= N < vocab %d) or a --tokenizer whose added_tokens hold <image>",
-                       image_token_index < 0 ? "unknown" : "outside the vocabulary", V);
+                       image_token_index < 0 ? "unknown" : "outside the vocabulary", Vout);
     ParamTable pt;
     model_params_register(&mc, 0, mc.Lt, &pt);
     /* the model is sized from the recipe: allocated only once the checkpoint's files are known to hold at
@@ -332,6 +419,13 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     }
     ExList l = {0};
     ex_tensors(&l, &mc, &pt);
+    if (Vout > V) {
+        ex_grow_rows(&l, "language_model.model.embed_tokens.weight", V, Vout);
+        ex_grow_rows(&l, "language_model.lm_head.weight", V, Vout);
+        if (log)
+            fprintf(log, "export: <image> is id %d; the vocabulary grows %d -> %d (new embedding and lm_head rows: the "
+                    "mean of the trained rows)\n", V, V, Vout);
+    }
     /* shards of at most shard_bytes (a bigger tensor alone) */
     int nfile = 1;
     size_t at = 0, total = 0;
@@ -371,7 +465,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         cJSON_Delete(idx);
     }
     if (rc == 0) {
-        cJSON* cfg = ex_config(&mc, image_token_index);
+        cJSON* cfg = ex_config(&mc, image_token_index, Vout);
         rc = ex_write_json(tmp, "config.json", cfg, err, err_len);
         cJSON_Delete(cfg);
     }
@@ -403,6 +497,19 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
                 rc = ex_fail(err, err_len, "%s: cannot read: %s", src,
                              rr_read_file_why(errno, "a tokenizer file", why, sizeof why));
                 continue;
+            }
+            if (Vout > V && k <= 1) { /* --add-image-token: <image> into the tokenizer written */
+                char* added = ex_tokenizer_add_image(k, src, bytes, n, V, err, err_len);
+                if (!added && err[0]) {
+                    rc = -1;
+                    free(bytes);
+                    continue;
+                }
+                if (added) {
+                    free(bytes);
+                    bytes = added;
+                    n = strlen(added);
+                }
             }
             snprintf(path, sizeof path, "%s/%s", tmp, names[k]);
             if (rr_write_file_atomic(path, bytes, n) != 0) rc = ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));

@@ -82,8 +82,17 @@ typedef struct {
  * lm_head.weight written), rope_scaling llama3 with its factors. Refused, with the reason, for a model with
  * no Hugging Face equivalent: the 2-D RoPE ViT (model.vision_arch = rope2d), a bias on o alone; the
  * projector's gelu_tanh is written as gelu_pytorch_tanh.
- * image_token_index: the <image> id the config declares. Returns 0, or -1 with a message. */
+ * image_token_index: the <image> id the config declares.
+ * add_image_token > 0 (export hf --add-image-token, for a model trained from an LM whose vocabulary has no
+ * <image>, e.g. Vicuna + CLIP): <image> becomes id V (the model's vocabulary size), the vocabulary grows to
+ * V + 1 rounded up to a multiple of add_image_token (llava-hf's checkpoints pad to 64: 32000 -> 32064), the
+ * embedding's and the untied lm_head's new rows are the mean of the trained rows (as llava-hf's conversion
+ * initialises them, without its noise: deterministic), text_config.vocab_size says the new size, and the
+ * tokenizer.json written gains <image> (special) in added_tokens (tokenizer_config.json's
+ * added_tokens_decoder too, when it has one). Refused when image_token_index >= 0 is also given or the
+ * tokenizer already holds <image>. Returns 0, or -1 with a message. */
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
-              int image_token_index, size_t shard_bytes, HfExport* info, FILE* log, char* err, size_t err_len);
+              int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
+              size_t err_len);
 
 #endif
