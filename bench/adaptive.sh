@@ -14,20 +14,31 @@
 # and the range of fixed / ready; then the count of cases above 1.005 and the worst.
 #
 # Usage: bench/adaptive.sh [path/to/rrfp-bench-adaptive] [MODE]   (default build/rrfp-bench-adaptive, adaptive)
-#        (STEPS=K for the run length; ONLY=1 or ONLY=K: only the one-step or only the K-step runs)
+#        (STEPS=K for the run length; ONLY=1 or ONLY=K: only the one-step or only the K-step runs;
+#         SEED0=S: seeds S + 1 .. S + 5 (table) and S + 1 .. S + 6 (varied) instead of 1 .. 5 and 1 .. 6, e.g.
+#         SEED0=20 for seeds no rule was tuned on; ALL=FILE: every case's TSV line (--all) appended to FILE,
+#         for bench/adaptive_pred.py)
 set -euo pipefail
 BIN=${1:-build/rrfp-bench-adaptive}
 MODE=${2:-adaptive}
 STEPS=${STEPS:-10}
+SEED0=${SEED0:-0}
+run() {  # the checker, with --all into $ALL when set (its error messages then land there too)
+  if [ -n "${ALL:-}" ]; then
+    "$BIN" "$@" --all 2>>"$ALL" || { echo "rrfp-bench-adaptive failed; its messages are at the end of $ALL" >&2; exit 1; }
+  else
+    "$BIN" "$@"
+  fi
+}
 for k in 1 "$STEPS"; do
   [ -n "${ONLY:-}" ] && [ "$ONLY" != "$k" ] && continue
   echo "# $k step(s) per case"
   echo "## 1. bench/sim.sh's table (estimate error 0.2)"
-  "$BIN" --simsh --ps "4 8 32 128" --seeds 5 --error 0.2 --mode "$MODE" --steps "$k"
+  run --simsh --ps "4 8 32 128" --seeds 5 --seed0 "$SEED0" --error 0.2 --mode "$MODE" --steps "$k"
   for e in 0.2 0.1 0; do
     echo
     echo "## 2. the varied set, estimate error $e"
-    "$BIN" --ps "8 32" --seeds 6 --error "$e" --mode "$MODE" --steps "$k"
+    run --ps "8 32" --seeds 6 --seed0 "$SEED0" --error "$e" --mode "$MODE" --steps "$k"
   done
   echo
 done

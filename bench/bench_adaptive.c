@@ -15,10 +15,14 @@
  * run totals; adaptive keeps one learner over the run (sim.h, PpPlanLearn: it learns the choice from each
  * finished step's measured durations; --no-learn plans each step on its own). K = 1: the one-step case.
  *
- * Usage: rrfp-bench-adaptive [--seeds N] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all] [--simsh]
- *                            [--steps K] [--no-learn] [--mode-cap C]
- *   --all prints every case (TSV) on stderr; --mode-cap C runs MODE at cap C instead of the case's (to
- *   compare policies); --simsh: bench/sim.sh's two generators only (its table:
+ * Usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all]
+ *                            [--simsh] [--steps K] [--no-learn] [--mode-cap C]
+ *   --seed0 S runs seeds S + 1 .. S + N (default 0: seeds 1 .. N; e.g. --seed0 6 for seeds the tables were
+ *   not tuned on); --all prints every case (TSV) on stderr: generator, P, M, hint, cap, seed, fixed, ready,
+ *   MODE (makespans or run totals), MODE / min(fixed, ready), then MODE's predicted makespans of ready,
+ *   lookahead and fixed and the mode it ran, for its last step (adaptive; nan and the mode itself
+ *   otherwise): bench/adaptive_pred.py reads it; --mode-cap C runs MODE at cap C instead of the case's
+ *   (to compare policies); --simsh: bench/sim.sh's two generators only (its table:
  *   --simsh --ps "4 8 32 128" --seeds 5). */
 #include <math.h>
 #include <stdio.h>
@@ -100,6 +104,10 @@ static const Gen gens[] = {
     {"varied mm 0.8", 1, 1, 0.8, 4},
 };
 
+/* the last run's predictions (adaptive's plan; NAN otherwise) and the mode it ran, for --all */
+static double last_pred[3];
+static PpMode last_chosen;
+
 static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, double err_e, uint64_t seed,
                   PpPlanLearn* learn) {
     PpCap c = {PP_CAP_DEFAULT, 0};
@@ -110,18 +118,21 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
     if (pp_sim_run_opts(d, h, mode, c, 1, &o, &r, err, sizeof err)) rr_die("sim: %s", err);
     if (r.deadlock) rr_die("sim: deadlock: %s", r.msg);
     double ms = r.makespan;
+    for (int i = 0; i < 3; i++) last_pred[i] = r.predicted[i];
+    last_chosen = r.chosen;
     pp_sim_result_free(&r);
     return ms;
 }
 
 int main(int argc, char** argv) {
-    int seeds = 6, all = 0, simsh = 0, steps = 1, learn_on = 1;
+    int seeds = 6, seed0 = 0, all = 0, simsh = 0, steps = 1, learn_on = 1;
     const char* mode_cap = NULL;
     const char* ps = "8 32";
     double e = 0.2, target = 0;
     PpMode mode = PP_MODE_ADAPTIVE;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seeds") && i + 1 < argc) seeds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed0") && i + 1 < argc) seed0 = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ps") && i + 1 < argc) ps = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-learn")) learn_on = 0;
@@ -136,7 +147,7 @@ int main(int argc, char** argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--ps \"8 32\"] [--error E] [--mode MODE] "
+            fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps \"8 32\"] [--error E] [--mode MODE] "
                             "[--target T] [--all] [--simsh] [--mode-cap C] [--steps K] [--no-learn]\n");
             return 2;
         }
@@ -156,8 +167,9 @@ int main(int argc, char** argv) {
     char worst_case[256] = "";
     int n_cases = 0, n_over = 0;
     if (steps < 1 || steps > 10000) rr_die("--steps %d out of [1, 10000]", steps);
-    printf("mode %s, estimate error %g, %d seeds, P in {%s}, %d step%s per case (run totals)\n\n", pp_mode_name(mode), e,
-           seeds, ps, steps, steps > 1 ? "s" : "");
+    if (seeds < 1 || seeds > 100000 || seed0 < 0 || seed0 > 1000000) rr_die("--seeds %d / --seed0 %d out of range", seeds, seed0);
+    printf("mode %s, estimate error %g, %d seeds (%d .. %d), P in {%s}, %d step%s per case (run totals)\n\n",
+           pp_mode_name(mode), e, seeds, seed0 + 1, seed0 + seeds, ps, steps, steps > 1 ? "s" : "");
     printf("| generator | P | M | hint | cap | worst %s / best(fixed, ready) | mean | fixed/ready range |\n",
            pp_mode_name(mode));
     printf("|---|---|---|---|---|---|---|---|\n");
@@ -167,7 +179,7 @@ int main(int argc, char** argv) {
                 for (int ic = 0; ic < 3; ic++) {
                     int P = Ps[ip], M = gens[g].m_per_p * P, split = hints[ih] == PP_HINT_ZBH1;
                     double gw = 0, gsum = 0, frmin = INFINITY, frmax = 0;
-                    for (int s = 1; s <= seeds; s++) {
+                    for (int s = seed0 + 1; s <= seed0 + seeds; s++) {
                         /* a run of `steps` steps: fresh durations and estimates per step (step k's seed
                          * s + 1000 k; step 0 is the one-step case), one learner for the run; the totals */
                         double f = 0, r = 0, a = 0;
@@ -194,8 +206,9 @@ int main(int argc, char** argv) {
                         n_cases++;
                         if (ratio > 1.005) n_over++;
                         if (all)
-                            fprintf(stderr, "%s\t%d\t%d\t%s\t%s\t%d\t%.6f\t%.6f\t%.6f\t%.6f\n", gens[g].name, P, M,
-                                    pp_hint_name(hints[ih]), caps[ic], s, f, r, a, ratio);
+                            fprintf(stderr, "%s\t%d\t%d\t%s\t%s\t%d\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%s\n",
+                                    gens[g].name, P, M, pp_hint_name(hints[ih]), caps[ic], s, f, r, a, ratio, last_pred[0],
+                                    last_pred[1], last_pred[2], pp_mode_name(last_chosen));
                         if (ratio > worst) {
                             worst = ratio;
                             snprintf(worst_case, sizeof worst_case, "%s P=%d M=%d %s %s seed %d (fixed %.4f ready %.4f %s %.4f)",

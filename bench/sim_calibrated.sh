@@ -10,6 +10,8 @@
 # seeds), efficiency (lower bound / makespan) and bubble (means). Then the packing policies on the same
 # recipe: tokens per second of the step (policies pack different numbers of samples into the M
 # microbatches, so makespans alone do not compare) for fixed-sync 1f1b, adaptive 1f1b 1x and ready bfw 1.5x.
+# Last, issue 22's check on these steps: adaptive / min(fixed, ready) at the same hint and cap, per seed (one
+# step each: the plan alone, nothing learned), the worst seed per cell and the count above 1.005.
 #
 # Usage: bench/sim_calibrated.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds)
 set -euo pipefail
@@ -105,4 +107,27 @@ for wl in ("text", "mm"):
                 c = rows[(P, wl, pol, mode, hint, cap)]
                 cells.append(f"{gm([(c[s][1] / c[s][0]['makespan']) / (b[s][1] / b[s][0]['makespan']) for s in c]):.3f}")
         print(f"| {wl} | {mode} | {hint} | {cap} | " + " | ".join(cells) + " |")
+print("\n### issue 22's check: adaptive / min(fixed, ready) at the same hint and cap, one step per seed (worst seed; "
+      "** above 1.005), balanced packing\n")
+print("| workload | hint | cap | " + " | ".join(f"P={P}" for P in Ps) + " |")
+print("|---|---|---|" + "---|" * len(Ps))
+n_cases = n_over = 0
+worst = (0.0, "")
+for wl in ("text", "mm"):
+    for hint in ("1f1b", "zb-h1", "zbv", "dualpipev"):
+        for cap in ("1x", "1.5x", "2x"):
+            cells = []
+            for P in Ps:
+                f = rows.get((P, wl, "balanced", "fixed", hint, "-"))
+                r = rows.get((P, wl, "balanced", "ready", hint, cap))
+                a = rows.get((P, wl, "balanced", "adaptive", hint, cap))
+                if not (f and r and a): cells.append("-"); continue
+                ratios = {s: a[s][0]["makespan"] / min(f[s][0]["makespan"], r[s][0]["makespan"]) for s in a}
+                n_cases += len(ratios)
+                n_over += sum(v > 1.005 for v in ratios.values())
+                s_w = max(ratios, key=ratios.get)
+                if ratios[s_w] > worst[0]: worst = (ratios[s_w], f"{wl} {hint} {cap} P={P} seed {s_w}")
+                cells.append(f"{ratios[s_w]:.4f}{' **' if ratios[s_w] > 1.005 else ''}")
+            print(f"| {wl} | {hint} | {cap} | " + " | ".join(cells) + " |")
+print(f"\n{n_cases} cases, {n_over} above 1.005; worst {worst[0]:.4f} ({worst[1]})")
 PY
