@@ -91,10 +91,12 @@ void cuda_bf16_reserve(size_t gemm_elems) {
 // elements of a column-major (rows, cols) operand with leading dimension ld
 static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 0 ? 0 : (size_t)(cols - 1) * ld + rows; }
 
-// One described GEMM: A and B are the bf16 operands (already converted), C = D f32 in place.
+// One described GEMM: A and B are the bf16 operands (already converted), C = D in place: f32 (ctype CUDA_R_32F)
+// or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
+// included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D).
 // aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (f32, leading dimension d->aux_ld), else NULL.
-static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, float* C,
-                                  const float* bias, float* aux = NULL) {
+static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, void* C,
+                                  const float* bias, float* aux = NULL, cudaDataType ctype = CUDA_R_32F) {
     const GemmDesc* g = &d->g;
     RR_ASSERT(gemm_desc_valid(g));
     cublasLtMatmulDesc_t op;
@@ -107,6 +109,10 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
         RR_ASSERT(bias);
         epi = CUBLASLT_EPILOGUE_BIAS;
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        if (ctype != CUDA_R_32F) { // the bias stays f32 (engine.h: 1-D parameters are f32 words), added before the rounding
+            int32_t bt = CUDA_R_32F;
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        }
     } else if (d->epilogue == GEMM_LT_EPI_GELU_AUX_BIAS) {
         // D = gelu(AB + bias), Aux = AB + bias (f32, as D): cuBLASLt wants aux_ld a multiple of 8
         RR_ASSERT(bias && aux && d->aux_ld >= g->m && d->aux_ld % 8 == 0);
@@ -121,7 +127,8 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
     cublasLtMatrixLayout_t la, lb, lc;
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, g->m, g->n, g->ldc));
+    RR_ASSERT(ctype == CUDA_R_32F || d->epilogue != GEMM_LT_EPI_GELU_AUX_BIAS);
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, ctype, g->m, g->n, g->ldc));
     // algo NULL: cuBLASLt runs its own heuristic query; no workspace (the fastest kernels for large
     // shapes may want one: a fixed workspace in CudaContext is the next step)
     cublasCheck(cublasLtMatmul(cuda_ctx.cublaslt, op, &g->alpha, A, la, B, lb, &g->beta, C, lc, C, lc, NULL, NULL, 0,
@@ -134,14 +141,18 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
 
 // Run the desc with its A and B from `ops`: the weight (GEMM_PTR_WEIGHT) is the bf16 compute copy and goes
 // to cuBLASLt as it is; an f32 operand (activation, output gradient) is converted into bf16 scratch first
-// (aux: GELU_AUX_BIAS's).
+// (aux: GELU_AUX_BIAS's). act_bf16 (the bf16-activation table): the activation operand (GEMM_PTR_INP) is 2-byte
+// bf16 already and goes as it is too, and the forward's output (GEMM_PTR_OUT) is stored as bf16 by cuBLASLt; the
+// output gradient (GEMM_PTR_DOUT, f32 by the numerics contract) is still converted.
 static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
-                                     float* aux = NULL) {
+                                     float* aux = NULL, bool act_bf16 = false) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
     float* C;
     gemm_desc_operands(g, ops, &A, &B, &C);
-    int a_f32 = g->a != GEMM_PTR_WEIGHT, b_f32 = g->b != GEMM_PTR_WEIGHT;
+    int a_f32 = g->a != GEMM_PTR_WEIGHT && !(act_bf16 && g->a == GEMM_PTR_INP);
+    int b_f32 = g->b != GEMM_PTR_WEIGHT && !(act_bf16 && g->b == GEMM_PTR_INP);
+    cudaDataType ctype = act_bf16 && g->c == GEMM_PTR_OUT ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
     uint16_t* s = bf16_scratch(na + nb);
@@ -157,7 +168,7 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
         f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
         b16 = s + na;
     }
-    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias, aux);
+    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias, aux, ctype);
 }
 
 // column n of dout for the dbias column sum
@@ -269,4 +280,134 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
     cuda_flash_attention_backward_f32(cuda_stream(be), dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d,
                                       ld_q, ld_kv, H * d, causal);
     cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
+}
+
+// ---- the bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16) ----------------------
+// The bf16 table's numerics with its activations stored as 2-byte bf16 words (engine.h lists which pointer of
+// each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
+// forward's output in bf16, so no conversion or rounding pass runs in a GEMM's forward. What remains (docs/cuda.md,
+// "bf16 storage"; tests/test_traffic.c lists them as known gaps): a backward GEMM converts its f32 output
+// gradient (dout) to bf16 scratch; the attention backward widens q, k, v and out to f32 scratch for the kernels
+// that take f32 inputs (the own kernel's mixed bf16-input / f32-gradient instantiation is flash_attention.cu's
+// next step), and so does the forward where cuDNN runs it.
+
+static __global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_bf16_to_f32(inp[i]);
+}
+static void bf16_to_f32_cuda(float* out, const uint16_t* inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    bf16_to_f32_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(out, inp, n);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n) { bf16_to_f32_cuda(out, inp, n, cuda_stream(be)); }
+
+void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                               int OC) {
+    if (N == 0 || OC == 0) return;
+    if (C == 0) { // out = bias or 0, stored as bf16 (no GEMM: k = 0)
+        if (!bias) {
+            cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(uint16_t), cuda_stream(be)));
+            return;
+        }
+        uint16_t* s = bf16_scratch(OC);
+        f32_to_bf16_cuda(s, bias, OC, cuda_stream(be));
+        for (int n = 0; n < N; n++)
+            cudaCheck(cudaMemcpyAsync((uint16_t*)out + (size_t)n * OC, s, OC * sizeof(uint16_t), cudaMemcpyDeviceToDevice,
+                                      cuda_stream(be)));
+        return;
+    }
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_OUT] = out;
+    GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
+    gemm_lt_run_f32_operands(be, &d, &ops, bias, NULL, true);
+}
+
+void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const float* weight, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_DOUT] = dout;
+    ops.ptr[GEMM_PTR_DINP] = dinp;
+    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    if (dinp && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true);
+    }
+    if (dweight && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true);
+    }
+    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
+}
+
+// Not on the bf16-activation table (a stage runs on it only where its modules support it: the ViT and the
+// projector do not yet): refused, naming the slot.
+void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                    const float* bias, int N, int C, int OC) {
+    (void)be, (void)out, (void)pre, (void)inp, (void)weight, (void)bias, (void)N, (void)C, (void)OC;
+    rr_die("internal: linear_gelu_forward is not on the CUDA bf16-activation table (backend_cuda_bf16a); a stage "
+           "with the ViT or the projector runs on the bf16 table");
+}
+
+// f32 scratch for the attention calls that widen their bf16 inputs (reserved by Backend.reserve; grows only)
+static float* attn_f32_scratch(size_t elems) {
+    if (elems > cuda_ctx.attn_f32_scratch_elems) {
+        if (cuda_ctx.attn_f32_scratch) cuda_free_tracked(cuda_ctx.attn_f32_scratch);
+        cuda_malloc_tracked((void**)&cuda_ctx.attn_f32_scratch, elems * sizeof(float));
+        cuda_ctx.attn_f32_scratch_elems = elems;
+    }
+    return cuda_ctx.attn_f32_scratch;
+}
+void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
+    size_t most = 0;
+    for (int i = 0; i < n_attn; i++) {
+        size_t e = (size_t)attn[i].max_T * (3 * (size_t)attn[i].ld_qkv + (size_t)attn[i].H * attn[i].d);
+        if (e > most) most = e;
+    }
+    if (most) (void)attn_f32_scratch(most);
+}
+
+void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    cudaStream_t st = cuda_stream(be);
+    if (Hkv == H && ld_q == ld_kv && cuda_cudnn_attention_available()) {
+        // cuDNN's fused attention takes f32 buffers (attention_cudnn.cu packs them to bf16 itself): q, k, v widened
+        // (exact) into scratch, its bf16-valued f32 output narrowed (exact) into out
+        size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
+        float* w = attn_f32_scratch(nq + 2 * nkv + no);
+        float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
+        bf16_to_f32_cuda(q32, (const uint16_t*)q, nq, st);
+        bf16_to_f32_cuda(k32, (const uint16_t*)k, nkv, st);
+        bf16_to_f32_cuda(v32, (const uint16_t*)v, nkv, st);
+        cuda_bf16_attention_forward(be, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+        f32_to_bf16_cuda((uint16_t*)out, o32, no, st);
+        return;
+    }
+    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    // the own tensor-core kernel on its bf16 storage: bf16 in, bf16 out (its store rounds), no conversion
+    cuda_flash_attention_forward_bf16(st, (__nv_bfloat16*)out, lse, (const __nv_bfloat16*)q, (const __nv_bfloat16*)k,
+                                      (const __nv_bfloat16*)v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
+}
+
+void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* lse, const float* q, const float* k, const float* v,
+                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    // q, k, v, out widened (exact) into f32 scratch for the bf16 table's backward (cuDNN's or the own kernel's),
+    // whose gradients are f32: a known gap (see above)
+    cudaStream_t st = cuda_stream(be);
+    size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
+    float* w = attn_f32_scratch(nq + 2 * nkv + no);
+    float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
+    bf16_to_f32_cuda(q32, (const uint16_t*)q, nq, st);
+    bf16_to_f32_cuda(k32, (const uint16_t*)k, nkv, st);
+    bf16_to_f32_cuda(v32, (const uint16_t*)v, nkv, st);
+    bf16_to_f32_cuda(o32, (const uint16_t*)out, no, st);
+    cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
+                                 causal);
 }
