@@ -1151,9 +1151,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         /* a bf16 C / D: the product in f32 words first (C widened exactly), rounded into D at the end */
         std::vector<float> d32(d16 ? lt_span_elems_n(m, n, ldD) : 0);
         float* dd = d16 ? d32.data() : (float*)D;
-        if (d16) {
+        if (d16) { /* beta 0: C is not read (as cuBLASLt: the traffic test counts what is touched) */
             for (uint64_t j = 0; j < n; j++)
-                for (uint64_t i = 0; i < m; i++) dd[j * ldD + i] = rr_bf16_to_f32(((const uint16_t*)C)[j * ldc + i]);
+                for (uint64_t i = 0; i < m; i++)
+                    dd[j * ldD + i] = be != 0.0f ? rr_bf16_to_f32(((const uint16_t*)C)[j * ldc + i]) : 0.0f;
         } else if (D != C)
             for (uint64_t j = 0; j < n; j++) memcpy(dd + j * ldD, (const float*)C + j * ldc, m * sizeof(float));
         if (k == 0) { /* D = beta C, like cublasSgemm with k = 0 */
