@@ -373,8 +373,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20): tp = 1 only (the TP
      * sums are f32), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a setting) */
     st->lbe = be;
-    const char* acts_env = getenv("RRFP_BF16_ACTIVATIONS");
-    if (be->act_bf16_variant && st->tp == 1 && !(acts_env && !strcmp(acts_env, "0"))) {
+    if (be->act_bf16_variant && model_bf16_activations(st->tp)) {
         st->lbe = be->act_bf16_variant;
         st->lc.act_bytes = 2;
     }
@@ -406,6 +405,11 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->head_w = stage_ptr(pt, head, 0);
         st->head_g = stage_ptr(pt, head, 1);
     }
+}
+
+int model_bf16_activations(int tp) {
+    const char* env = getenv("RRFP_BF16_ACTIVATIONS");
+    return tp <= 1 && !(env && !strcmp(env, "0"));
 }
 
 void stage_keep_f32_activations(Stage* st) {
@@ -535,6 +539,14 @@ size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max
                                  int tp) {
     Stage st;
     stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
+}
+
+size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes) {
+    Stage st;
+    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 

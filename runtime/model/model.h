@@ -186,6 +186,13 @@ typedef struct {
 /* The first n values of a last stage's logits (a->logits, after stage_forward) into host f32 words dst: a copy,
  * widened (exact) where the LM stores 2-byte bf16 activations. */
 void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n);
+/* 1 when a stage of a TP group of tp ranks runs its LM on 2-byte bf16 activations, given that its backend has a
+ * bf16-activation table (the CUDA backend under runtime.precision = bf16): tp = 1 and RRFP_BF16_ACTIVATIONS is
+ * not 0. stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
+int model_bf16_activations(int tp);
+/* model_stage_acts_bytes_tp with the LM's activations lm_act_bytes (2 or 4) bytes each (LmConfig.act_bytes). */
+size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes);
 /* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* The stage's largest attention calls at a microbatch of at most max_tokens LM tokens and max_patches image

@@ -100,7 +100,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1: one TP rank's table (its slices of the split tensors, whole copies of the replicated
      * ones: every TP rank holds the same amount) and its split activations. */
-    double params = 0, trainable = 0, act_mb = 0, copy = 0, scratch = 0;
+    double params = 0, trainable = 0, act_mb = 0, copy = 0, scratch = 0, wscratch = 0;
     int nl = 0;
     /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
      * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
@@ -120,7 +120,14 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         trainable += (double)model_params_freeze(&pt, r->freeze);
         params_free(&pt);
         /* every position of the microbatch may be an image patch: the worst case */
-        act_mb += (double)model_stage_acts_bytes_tp(mc, l0, l0 + layers[s], T, T, 0, r->tp);
+        /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations) */
+        int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
+        act_mb += (double)model_stage_acts_bytes_lm(mc, l0, l0 + layers[s], T, T, 0, r->tp, lm_bytes);
+        /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap) */
+        if (lm_bytes == 2 && layers[s] > 0) {
+            double ws = 4.0 * T * (3.0 * mc->Dt + mc->Dt);
+            if (ws > wscratch) wscratch = ws; /* its own buffer, beside the GEMM operands' */
+        }
     }
     free(layers);
     int inflight;
@@ -136,7 +143,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     out->layers = nl;
     out->weights = params * 4 + copy;
     out->compute_copy = copy;
-    out->scratch = scratch;
+    out->scratch = scratch + wscratch;
     out->trainable = trainable;
     out->grads = trainable * 4;
     out->adam = trainable * 8;
@@ -197,7 +204,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             strcmp(r->precision, "bf16") ? ""
             : !strcmp(r->backend, "cuda")
                 ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
-                  "operand scratch;\nactivations are still f32 words (docs/cuda.md, bf16 storage)"
+                  "operand scratch;\nthe LM's activations are 2-byte bf16 where tp = 1 (with its attention's f32 scratch in the total), the "
+                  "ViT's and projector's\nf32 words (docs/cuda.md, bf16 storage)"
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
