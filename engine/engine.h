@@ -55,9 +55,9 @@ void arena_free(Arena* a);
  * stores bf16: every GEMM operand (activation, weight and output gradient), and every activation an
  * op writes (linear, norm, GELU, SwiGLU, residual add, RoPE, embedding and attention outputs).
  * Norm statistics (mean, rstd), softmax and its lse, RoPE angles, cross-entropy, activation and
- * weight gradients, reductions and the optimiser stay f32. Buffers stay f32 words: a bf16 value is
- * exactly representable in f32, so the numerics are those of bf16 storage (the memory is not halved;
- * see engine/cpu/bf16.c). */
+ * weight gradients, reductions and the optimiser stay f32. Buffers are f32 words (a bf16 value is
+ * exactly representable in f32, so the numerics are those of bf16 storage; engine/cpu/bf16.c) except where
+ * a table's weight_dtype / act_dtype say 2-byte bf16 (the CUDA bf16 tables: Backend below). */
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 const char* precision_name(Precision p);
 

@@ -5,13 +5,13 @@
 //
 // What is 2-byte bf16 in device memory (Backend.weight_dtype = DTYPE_BF16): the compute copy of every
 // 2-D parameter (engine/params.h), written by the AdamW kernel itself (optim.cu, adamw_copy_kernel), so a
-// GEMM's weight operand goes to cuBLASLt as it is and the embedding reads its bf16 rows. Activations and
-// activation gradients are still f32 words: a GEMM converts its activation / output-gradient operands
-// into bf16 scratch (f32_to_bf16_kernel) right before the call, and a GEMM's f32 output is rounded by
-// round_bf16_kernel after it (cuBLASLt's f32 D cannot round). Every other stored activation is rounded in
+// GEMM's weight operand goes to cuBLASLt as it is and the embedding reads its bf16 rows. On this (bf16)
+// table activations and activation gradients are f32 words: a GEMM converts its activation / output-gradient
+// operands into bf16 scratch (f32_to_bf16_kernel) right before the call, and a GEMM's f32 output is rounded
+// by round_bf16_kernel after it (cuBLASLt's f32 D cannot round). Every other stored activation is rounded in
 // its producing kernel's store (norm.cu, elementwise.cu, rope.cu, embedding.cu: the <R> / bf16 variants),
-// with no separate pass. Halving the activations (bf16 buffers end to end) needs typed activation
-// pointers through the model code: docs/cuda.md, "bf16 storage".
+// with no separate pass. The bf16-activation table (end of this file, backend_cuda_bf16a) stores the
+// activations as 2-byte bf16 words, so its forward GEMMs have neither pass: docs/cuda.md, "bf16 storage".
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
