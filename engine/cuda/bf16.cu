@@ -372,42 +372,66 @@ void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
     if (most) (void)attn_f32_scratch(most);
 }
 
+// cuDNN's fused attention on the 2-byte inputs where it takes the shape (multi-head; attention_cudnn.cu packs them by
+// a copy), else the own tensor-core kernel's bf16 instantiation (bf16 q, k, v in, bf16 out, no conversion). A cuDNN
+// run that is checked against the own kernel (a plan's first; every one under RRFP_CUDNN_STRICT=1) goes through the
+// bf16 table's f32 entry on inputs widened (exact) into scratch, which checks it, and its output narrowed (exact):
+// the same values, with the bf16 table's check.
 void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     cudaStream_t st = cuda_stream(be);
-    if (Hkv == H && ld_q == ld_kv && cuda_cudnn_attention_available()) {
-        // cuDNN's fused attention takes f32 buffers (attention_cudnn.cu packs them to bf16 itself): q, k, v widened
-        // (exact) into scratch, its bf16-valued f32 output narrowed (exact) into out
-        size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
-        float* w = attn_f32_scratch(nq + 2 * nkv + no);
-        float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
-        bf16_to_f32_cuda(q32, (const uint16_t*)q, nq, st);
-        bf16_to_f32_cuda(k32, (const uint16_t*)k, nkv, st);
-        bf16_to_f32_cuda(v32, (const uint16_t*)v, nkv, st);
-        cuda_bf16_attention_forward(be, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
-        f32_to_bf16_cuda((uint16_t*)out, o32, no, st);
-        return;
+    uint16_t* o16 = (uint16_t*)out;
+    const uint16_t *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    if (Hkv == H && ld_q == ld_kv) {
+        int r = cuda_cudnn_attention_forward_b16(be, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q, causal);
+        if (r == 1) return;
+        if (r < 0) {
+            size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
+            float* w = attn_f32_scratch(nq + 2 * nkv + no);
+            float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
+            bf16_to_f32_cuda(q32, q16, nq, st);
+            bf16_to_f32_cuda(k32, k16, nkv, st);
+            bf16_to_f32_cuda(v32, v16, nkv, st);
+            cuda_bf16_attention_forward(be, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+            f32_to_bf16_cuda(o16, o32, no, st);
+            return;
+        }
+    } else {
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     }
-    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
-    // the own tensor-core kernel on its bf16 storage: bf16 in, bf16 out (its store rounds), no conversion
-    cuda_flash_attention_forward_bf16(st, (__nv_bfloat16*)out, lse, (const __nv_bfloat16*)q, (const __nv_bfloat16*)k,
-                                      (const __nv_bfloat16*)v, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d, causal);
+    cuda_flash_attention_forward_bf16(st, (__nv_bfloat16*)o16, lse, (const __nv_bfloat16*)q16, (const __nv_bfloat16*)k16,
+                                      (const __nv_bfloat16*)v16, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d, causal);
     cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
 }
 
+// cuDNN's backward on the 2-byte inputs where it takes the shape (no widening); else (and for a checked run, as the
+// forward) q, k, v and out widened (exact) into f32 scratch for the bf16 table's backward, whose own kernel takes f32
+// inputs: the known gap until flash_attention.cu has a bf16-input / f32-gradient instantiation.
 void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
-    // q, k, v, out widened (exact) into f32 scratch for the bf16 table's backward (cuDNN's or the own kernel's),
-    // whose gradients are f32: a known gap (see above)
     cudaStream_t st = cuda_stream(be);
+    const uint16_t *o16 = (const uint16_t*)out, *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    int r = 0; // 1: cuDNN ran; -1: a checked cuDNN run, through the f32 entry; 0: the own kernel
+    if (Hkv == H && ld_q == ld_kv)
+        r = cuda_cudnn_attention_backward_b16(be, dq, dk, dv, dout, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q,
+                                              causal);
+    else
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    if (r == 1) return;
     size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
     float* w = attn_f32_scratch(nq + 2 * nkv + no);
     float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
-    bf16_to_f32_cuda(q32, (const uint16_t*)q, nq, st);
-    bf16_to_f32_cuda(k32, (const uint16_t*)k, nkv, st);
-    bf16_to_f32_cuda(v32, (const uint16_t*)v, nkv, st);
-    bf16_to_f32_cuda(o32, (const uint16_t*)out, no, st);
-    cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
-                                 causal);
+    bf16_to_f32_cuda(q32, q16, nq, st);
+    bf16_to_f32_cuda(k32, k16, nkv, st);
+    bf16_to_f32_cuda(v32, v16, nkv, st);
+    bf16_to_f32_cuda(o32, o16, no, st);
+    if (r < 0) {
+        cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
+                                     causal);
+        return;
+    }
+    cuda_flash_attention_backward_f32(st, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q,
+                                      ld_kv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
 }

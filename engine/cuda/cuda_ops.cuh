@@ -179,3 +179,12 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn);
+// attention_cudnn.cu: cuDNN's fused attention on 2-byte bf16 q, k, v, out (the bf16-activation table): 1 done, 0 run
+// the own kernel, -1 a run to be checked against the own kernel (call the f32 entry on widened inputs)
+int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                     int causal);
+int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                      int causal);
