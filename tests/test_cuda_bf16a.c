@@ -151,6 +151,29 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
 }
 
+/* the fused linear + GELU (cuBLASLt's GELU_AUX_BIAS epilogue where it applies: a bias and OC a multiple of 8; else
+ * the f32 pre-activation through scratch): out and the saved pre, then gelu_backward on pre as the model runs it */
+static void run_linear_gelu(const char* name, int N, int C, int OC, int with_bias) {
+    case_name = name;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = hrand(nx, 1, 1), *w = hrand(nw, 0.3f, 1), *b = hrand(OC, 0.5f, 0), *dy = hrand(ny, 1, 0), *dp0 = hrand(ny, 1, 0);
+    const Backend* be[2] = {B16, B16A};
+    float *y_d[2], *p_d[2], *dp_d[2];
+    for (int t = 0; t < 2; t++) {
+        float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = up32(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
+        y_d[t] = upa(be[t], dy, ny), p_d[t] = upa(be[t], dy, ny), dp_d[t] = up32(be[t], dp0, ny);
+        be[t]->linear_gelu_forward(be[t], y_d[t], p_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
+        be[t]->gelu_backward(be[t], dp_d[t], dy_d, p_d[t], ny);
+        be[t]->synchronize(be[t]);
+        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(b_d), be[t]->free(dy_d);
+    }
+    cmp("out", y_d[0], y_d[1], ny, 1);
+    cmp("pre", p_d[0], p_d[1], ny, 1);
+    cmp("dpre", dp_d[0], dp_d[1], ny, 0);
+    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(p_d[t]), be[t]->free(dp_d[t]);
+    free(x), free(w), free(b), free(dy), free(dp0);
+}
+
 static void run_norm(const char* name, int layer, int N, int C) {
     case_name = name;
     size_t n = (size_t)N * C;
@@ -400,6 +423,9 @@ int main(int argc, char** argv) {
     RUN("linear", run_linear("linear", 37, 48, 40, 0));
     RUN("linear_bias", run_linear("linear_bias", 19, 32, 24, 1));
     RUN("linear_k0_bias", run_linear("linear_k0_bias", 5, 0, 8, 1));
+    RUN("linear_gelu", run_linear_gelu("linear_gelu", 21, 40, 48, 1));
+    RUN("linear_gelu_odd", run_linear_gelu("linear_gelu_odd", 13, 24, 20, 1));
+    RUN("linear_gelu_nobias", run_linear_gelu("linear_gelu_nobias", 11, 16, 32, 0));
     RUN("rmsnorm", run_norm("rmsnorm", 0, 17, 96));
     RUN("layernorm", run_norm("layernorm", 1, 9, 300));
     RUN("gelu", run_elementwise("gelu", 0, 1000));

@@ -115,8 +115,13 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
         }
     } else if (d->epilogue == GEMM_LT_EPI_GELU_AUX_BIAS) {
         // D = gelu(AB + bias), Aux = AB + bias (f32, as D): cuBLASLt wants aux_ld a multiple of 8
+        // (a bf16 D: Aux bf16 too, the D type, and the bias f32 as above)
         RR_ASSERT(bias && aux && d->aux_ld >= g->m && d->aux_ld % 8 == 0);
         epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        if (ctype != CUDA_R_32F) {
+            int32_t bt = CUDA_R_32F;
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        }
         int64_t ld = d->aux_ld;
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
@@ -127,7 +132,6 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
     cublasLtMatrixLayout_t la, lb, lc;
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb));
-    RR_ASSERT(ctype == CUDA_R_32F || d->epilogue != GEMM_LT_EPI_GELU_AUX_BIAS);
     cublasCheck(cublasLtMatrixLayoutCreate(&lc, ctype, g->m, g->n, g->ldc));
     // algo NULL: cuBLASLt runs its own heuristic query; no workspace (the fastest kernels for large
     // shapes may want one: a fixed workspace in CudaContext is the next step)
@@ -345,16 +349,50 @@ void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, 
     if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
 
-// Not on the bf16-activation table (a stage runs on it only where its modules support it: the ViT and the
-// projector do not yet): refused, naming the slot.
+// Linear then GELU on the bf16-activation table (engine.h's contract for bf16 tables): one cublasLtMatmul with the
+// GELU_AUX_BIAS epilogue and a bf16 D and Aux: out = bf16(gelu(pre)) and pre = bf16(x W^T + b) from the f32 result,
+// the values the bf16 table stores after its rounding pass. Where cuBLASLt's epilogue does not apply (no bias, an
+// Aux leading dimension not a multiple of 8, C = 0) the f32 pre-activation goes through f32 scratch (grown on first
+// use, as the attention's) into one kernel that stores both: the bf16 table's values.
+static float* act_f32_scratch(size_t elems) {
+    if (elems > cuda_ctx.act_f32_scratch_elems) {
+        if (cuda_ctx.act_f32_scratch) cuda_free_tracked(cuda_ctx.act_f32_scratch);
+        cuda_malloc_tracked((void**)&cuda_ctx.act_f32_scratch, elems * sizeof(float));
+        cuda_ctx.act_f32_scratch_elems = elems;
+    }
+    return cuda_ctx.act_f32_scratch;
+}
+static __global__ void gelu_f32_to_bf16_2_kernel(uint16_t* out, uint16_t* pre16, const float* pre, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[i] = rr_f32_to_bf16(rr_gelu_tanh(pre[i]));
+        pre16[i] = rr_f32_to_bf16(pre[i]);
+    }
+}
 void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                                     const float* bias, int N, int C, int OC) {
-    (void)be, (void)out, (void)pre, (void)inp, (void)weight, (void)bias, (void)N, (void)C, (void)OC;
-    rr_die("internal: linear_gelu_forward is not on the CUDA bf16-activation table (backend_cuda_bf16a); a stage "
-           "with the ViT or the projector runs on the bf16 table");
+    if (N == 0 || OC == 0) return;
+    size_t n = (size_t)N * OC;
+    if (C > 0 && bias && OC % 8 == 0) {
+        GemmOperands ops = {};
+        ops.ptr[GEMM_PTR_INP] = inp;
+        ops.ptr[GEMM_PTR_WEIGHT] = weight;
+        ops.ptr[GEMM_PTR_OUT] = out;
+        GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, bias, pre, true);
+        return;
+    }
+    // the f32 pre-activation: the bf16 table's unrounded product, from the 2-byte input widened into the scratch
+    float* w = act_f32_scratch(n + (size_t)N * C);
+    float *p32 = w, *x32 = w + n;
+    bf16_to_f32_cuda(x32, (const uint16_t*)inp, (size_t)N * C, cuda_stream(be));
+    bf16_linear_unrounded(be, p32, x32, weight, bias, N, C, OC);
+    gelu_f32_to_bf16_2_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, (uint16_t*)pre,
+                                                                                          p32, n);
+    cudaCheck(cudaGetLastError());
 }
 
-// f32 scratch for the attention calls that widen their bf16 inputs (reserved by Backend.reserve; grows only)
+// f32 scratch for the attention calls that widen their inputs (reserved by Backend.reserve; grows only)
 static float* attn_f32_scratch(size_t elems) {
     if (elems > cuda_ctx.attn_f32_scratch_elems) {
         if (cuda_ctx.attn_f32_scratch) cuda_free_tracked(cuda_ctx.attn_f32_scratch);

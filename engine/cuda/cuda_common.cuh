@@ -64,6 +64,8 @@ typedef struct {
     size_t bf16_scratch_elems;
     float* attn_f32_scratch; // the bf16-activation table's attention calls that widen their inputs (bf16.cu)
     size_t attn_f32_scratch_elems;
+    float* act_f32_scratch; // its fused linear + GELU where cuBLASLt's epilogue does not apply (bf16.cu)
+    size_t act_f32_scratch_elems;
     int* error; // device int[CUDA_ERR_WORDS] (see cuda_report_error)
 } CudaContext;
 extern CudaContext cuda_ctx;

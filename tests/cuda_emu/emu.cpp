@@ -1104,7 +1104,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         return CUBLAS_STATUS_NOT_SUPPORTED;
     int d16 = ldd->type == CUDA_R_16BF;
     if (d16 && d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d16 && d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED; /* not what bf16.cu asks */
+    if (d16 && d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && d->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (algo || workspace || workspace_bytes) return CUBLAS_STATUS_NOT_SUPPORTED; /* not what bf16.cu passes */
     uint64_t m = d->ta == CUBLAS_OP_N ? la->rows : la->cols, k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t kb = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
@@ -1121,7 +1121,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     size_t aux_elems = gelu && n > 0 && m > 0 ? (size_t)(n - 1) * (size_t)d->aux_ld + m : 0;
     if (!in_alloc(A, lt_span_elems(la) * 2) || !in_alloc(B, lt_span_elems(lb) * 2) || !in_alloc(C, lt_span_elems(lc) * (d16 ? 2 : 4)) ||
         !in_alloc(D, lt_span_elems(ldd) * (d16 ? 2 : 4)) || (has_bias && !in_alloc(d->bias, (size_t)m * 4)) ||
-        (gelu && !in_alloc(d->aux, aux_elems * 4))) {
+        (gelu && !in_alloc(d->aux, aux_elems * (d16 ? 2 : 4)))) {
         emu_fail(cudaErrorIllegalAddress,
                  "cublasLtMatmul(m=%llu n=%llu k=%llu lda=%lld ldb=%lld ldc=%lld): an operand%s reaches outside its allocation",
                  (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, (long long)la->ld,
@@ -1172,7 +1172,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
             for (uint64_t j = 0; j < n; j++)
                 for (uint64_t i = 0; i < m; i++) {
                     float pre = dd[j * ldD + i];
-                    aux[j * aux_ld + i] = pre;
+                    if (d16) ((uint16_t*)aux)[j * aux_ld + i] = rr_f32_to_bf16(pre); /* Aux in the D type */
+                    else aux[j * aux_ld + i] = pre;
                     dd[j * ldD + i] = rr_gelu_tanh(pre);
                 }
         if (d16)
