@@ -93,7 +93,7 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------------
  * The backend's profiler (runtime.profile) and device memory. Op kinds: every op slot belongs to one
  * (gemm: linear*; attention; norm: LayerNorm / RMSNorm; elementwise: GELU, SwiGLU, add, RoPE,
- * embedding, cross-entropy; optimiser: sum_squares, scale, adamw*; copies: memset0, copy_*;
+ * embedding, cross-entropy; optimiser: sum_squares, scale, adamw*; copies: memset0, copy_*, to_bf16, from_bf16;
  * communication: the NCCL transfers of runtime/comm). */
 typedef enum {
     PROF_GEMM = 0,

@@ -1,27 +1,24 @@
 /* test_traffic.c — launches and memory traffic of a bf16 step on the emulated CUDA backend (issue 20).
  *
- * One LM block (forward, B, W) through the CUDA bf16-activation table (backend_cuda_bf16a: activations 2-byte
- * bf16, as a stage's LM runs under runtime.precision = bf16) and one ViT tower of one block (patch embedding,
- * block, ln_f; forward, B, W) through the CUDA bf16 table (activations f32 words: the ViT is not on the
- * bf16-activation table yet), each followed by the AdamW step over its parameters, on the emulation
+ * One LM block (forward, B, W) and one RoPE ViT tower of one block (patch embedding, block, ln_f; forward, B, W)
+ * through the CUDA bf16-activation table (backend_cuda_bf16a: activations 2-byte bf16, as a stage runs them under
+ * runtime.precision = bf16), each followed by the AdamW step over its parameters, on the emulation
  * (tests/cuda_emu). The emulation counts, for every launch, memset, copy and cuBLAS(Lt) product, the
  * bytes of device memory it really read and wrote (emu_traffic: each page touched, found by page
  * protection, within its allocation), and the test wraps the table's op slots so that every op call's
  * traffic is known, with the op's shapes. For each call it computes the bytes the op must move at the
  * least (docs/cuda.md, "Traffic budget"), twice:
- *   - `in use`: the storage of the table that runs it (activations: 2-byte bf16 on the bf16-activation table,
- *     the LM block; f32 words on the bf16 table, the ViT; activation gradients f32 words, 2-D weights 2-byte
- *     bf16, statistics and 1-D weights f32);
- *   - `target`: the same with activations 2-byte bf16 everywhere (the issue's goal; = `in use` for the LM).
+ *   - `in use`: the storage of the table that runs it (activations 2-byte bf16, activation gradients f32
+ *     words, 2-D weights 2-byte bf16, statistics and 1-D weights f32);
+ *   - `target`: the same (the issue's goal: 2-byte activations; it differed while activations were f32 words).
  * Checks:
  *   1. every op call's launches are the profiler's (Backend.profile_take, exact) and carry its label and
  *      kind (the profiler scope);
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
- *      in any op but the known gaps: on the bf16-activation table (the LM block) the backward GEMMs (the f32
- *      output gradient converted to bf16 scratch) and the attention backward (q, k, v, out widened to f32 for
- *      the kernels that take f32 inputs; its two kernels each read every input), so the LM block's forward
- *      has none; on the bf16 table (the ViT) every GEMM (activation operands converted, the f32 output rounded)
- *      and the attention backward;
+ *      in any op but the known gaps: the backward GEMMs (the f32 output gradient converted to bf16 scratch),
+ *      the attention backward (q, k, v, out widened to f32 for the kernels that take f32 inputs; its two kernels
+ *      each read every input) and the ViT's patches narrowed to bf16 (to_bf16: they arrive as f32 words); so no
+ *      forward GEMM, norm or elementwise op has one;
  *   3. every op call outside the known gaps moves at most 1.3x its `in use` budget; a known gap at most
  *      3x (a regression bound; their figures are printed);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor.
@@ -88,11 +85,11 @@ static long tot_launch[PROF_KINDS], tot_convert[PROF_KINDS];
 static const char* cur_name;
 static int cur_kind, cur_gap;
 static size_t cur_first;
-static double cur_use, cur_target;
+static double cur_use, cur_target, cur_extra;
 
 static void begin(const char* name, int kind, int gap, double use_bytes, double target_bytes) {
     cur_name = name, cur_kind = kind, cur_gap = gap;
-    cur_use = use_bytes, cur_target = target_bytes;
+    cur_use = use_bytes, cur_target = target_bytes, cur_extra = 0;
     cur_first = emu_traffic_n();
 }
 
@@ -130,9 +127,9 @@ static void end(void) {
     }
     double r = cur_use > 0 ? bytes / cur_use : 0;
     double limit = cur_gap ? 3.0 : 1.3;
-    if (bytes > limit * cur_use + PAGE_SLACK) {
-        printf("FAIL %s: moved %.0f bytes, %.2fx its in-use budget %.0f (limit %.1fx + %d)\n", cur_name, bytes, r, cur_use,
-               limit, PAGE_SLACK);
+    if (bytes > limit * cur_use + cur_extra + PAGE_SLACK) {
+        printf("FAIL %s: moved %.0f bytes, %.2fx its in-use budget %.0f (limit %.1fx + %.0f + %d)\n", cur_name, bytes, r,
+               cur_use, limit, cur_extra, PAGE_SLACK);
         failures++;
     }
     if (verbose)
@@ -165,7 +162,7 @@ static void w_linear_gelu_forward(const Backend* be, float* out, float* pre, con
                                   const float* bias, int N, int C, int OC) {
     (void)be;
 #define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * F32B : 0) + 2.0 * N * OC * (a))
-    begin("linear_gelu_forward", PROF_GEMM, 1, LG(A_USE), LG(A_TARGET));
+    begin("linear_gelu_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LG(A_USE), LG(A_TARGET));
     inner->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
     end();
 }
@@ -292,7 +289,18 @@ static void w_attention_backward(const Backend* be, float* dq, float* dk, float*
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
     double rest = x * G + 2 * (x + 2 * kv) * G + T * H * 4.0 + (S + 1) * 4.0; /* dout read; dq, dk, dv read and written */
     begin("attention_backward", PROF_ATTENTION, 1, 2 * (x + kv) * A_USE + rest, 2 * (x + kv) * A_TARGET + rest);
+    /* on the bf16-activation table the own kernel's backward takes f32 inputs: q, k, v and out widened first, a
+     * pass of its own (2 bytes read and 4 written a value; the ViT's one qkv span read whole): allowed on top */
+    if (inner->act_dtype == DTYPE_BF16) cur_extra = 6.0 * (2 * x + 2 * kv);
     inner->attention_backward(inner, dq, dk, dv, dout, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    end();
+}
+/* the patches' narrowing into the ViT's 2-byte activation storage (they arrive as f32 words from the host): a
+ * known gap, one pass reading 4 and writing 2 bytes a value */
+static void w_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) {
+    (void)be;
+    begin("to_bf16", PROF_COPIES, 1, n * 6.0, n * 6.0);
+    inner->to_bf16(inner, out, inp, n);
     end();
 }
 /* a memset writes its bytes; a copy reads and writes them (gradient buffers: the same in both storages) */
@@ -339,6 +347,7 @@ static void wrap_table(void) {
     wrap.memset0 = w_memset0;
     wrap.copy_d2d = w_copy_d2d;
     wrap.adamw_update_copy = w_adamw_update_copy;
+    wrap.to_bf16 = w_to_bf16;
     /* ops a block must not call here (gelu_forward: fused into linear_gelu_forward; the rest are the
      * model's ends) stay unwrapped and would show as unlabelled traffic */
 }
@@ -476,7 +485,8 @@ static void run_lm(void) {
 }
 
 static void run_vit(void) {
-    VitConfig c = {.patch = 4, .D = 256, .L = 1, .H = 4, .Dt = 256, .init_std = 0.02f};
+    /* the RoPE tower as a first stage runs it under bf16 on CUDA: on the bf16-activation table (model_bf16_vision) */
+    VitConfig c = {.patch = 4, .D = 256, .L = 1, .H = 4, .Dt = 256, .init_std = 0.02f, .act_bytes = 2};
     int N = 256, I = 2, P = 3 * c.patch * c.patch;
     ParamTable pt;
     params_init(&pt);
@@ -501,7 +511,7 @@ static void run_vit(void) {
     inner->synchronize(inner);
     emu_traffic(1);
     inner->profile(1);
-    printf("ViT block (D %d, H %d, MLP %d, %d patches of 3x%dx%d in %d images), bf16:\n", c.D, c.H, 4 * c.D, N, c.patch,
+    printf("ViT block (D %d, H %d, MLP %d, %d patches of 3x%dx%d in %d images), bf16, 2-byte activations:\n", c.D, c.H, 4 * c.D, N, c.patch,
            c.patch, I);
     vit_forward(&wrap, &c, &w, &a, patches, img_d, I, pr_d, pc_d, N);
     wrap.copy_d2d(&wrap, a.dvout, dv, (size_t)N * c.D * sizeof(float));
@@ -560,12 +570,10 @@ int main(int argc, char** argv) {
     wrap_table();
     run_lm();
     print_totals("LM block (bf16-activation table)");
-    /* the ViT on the bf16 table (f32-word activations) */
-    inner = bf16_table;
-    A_USE = 4;
-    wrap_table();
+    /* the RoPE ViT on it too */
     run_vit();
-    print_totals("ViT block (bf16 table)");
+    print_totals("ViT block (bf16-activation table)");
+    inner = bf16_table;
     if (failures) {
         printf("test_traffic: %d failures\n", failures);
         return 1;

@@ -401,6 +401,32 @@ static float* attn_f32_scratch(size_t elems) {
     }
     return cuda_ctx.attn_f32_scratch;
 }
+// values from the first of T rows of stride ld to the last of their W (the ViT's q, k, v are views of one qkv row)
+static size_t rows_span(int T, int ld, int W) { return T <= 0 ? 0 : (size_t)(T - 1) * ld + W; }
+
+// q, k, v (2-byte) widened into f32 scratch with their strides, and room for an f32 out of T H d values after them:
+// one pass over the whole qkv rows where they are views of one buffer (the ViT's: k = q + H d, v = k + H d, one
+// stride), else one per tensor (the LM's separate q, k, v). Returns the scratch; *q32, *k32, *v32, *o32 point in it.
+static float* widen_qkv(const uint16_t* q16, const uint16_t* k16, const uint16_t* v16, int T, int H, int Hkv, int d,
+                        int ld_q, int ld_kv, float** q32, float** k32, float** v32, float** o32, cudaStream_t st) {
+    size_t no = (size_t)T * H * d;
+    if (Hkv == H && ld_q == ld_kv && k16 == q16 + (size_t)H * d && v16 == k16 + (size_t)H * d) {
+        size_t n = rows_span(T, ld_q, 3 * H * d);
+        float* w = attn_f32_scratch(n + no);
+        bf16_to_f32_cuda(w, q16, n, st);
+        *q32 = w, *k32 = w + (size_t)H * d, *v32 = w + 2 * (size_t)H * d, *o32 = w + n;
+        return w;
+    }
+    size_t nq = rows_span(T, ld_q, H * d), nkv = rows_span(T, ld_kv, Hkv * d);
+    float* w = attn_f32_scratch(nq + 2 * nkv + no);
+    *q32 = w, *k32 = w + nq, *v32 = w + nq + nkv, *o32 = w + nq + 2 * nkv;
+    bf16_to_f32_cuda(*q32, q16, nq, st);
+    bf16_to_f32_cuda(*k32, k16, nkv, st);
+    bf16_to_f32_cuda(*v32, v16, nkv, st);
+    return w;
+}
+
+
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
     size_t most = 0;
     for (int i = 0; i < n_attn; i++) {
@@ -424,12 +450,9 @@ void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, con
         int r = cuda_cudnn_attention_forward_b16(be, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q, causal);
         if (r == 1) return;
         if (r < 0) {
-            size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
-            float* w = attn_f32_scratch(nq + 2 * nkv + no);
-            float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
-            bf16_to_f32_cuda(q32, q16, nq, st);
-            bf16_to_f32_cuda(k32, k16, nkv, st);
-            bf16_to_f32_cuda(v32, v16, nkv, st);
+            size_t no = (size_t)T * H * d;
+            float *q32, *k32, *v32, *o32;
+            widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
             cuda_bf16_attention_forward(be, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
             f32_to_bf16_cuda(o16, o32, no, st);
             return;
@@ -457,13 +480,9 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
     else
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     if (r == 1) return;
-    size_t nq = (size_t)T * ld_q, nkv = (size_t)T * ld_kv, no = (size_t)T * H * d;
-    float* w = attn_f32_scratch(nq + 2 * nkv + no);
-    float *q32 = w, *k32 = q32 + nq, *v32 = k32 + nkv, *o32 = v32 + nkv;
-    bf16_to_f32_cuda(q32, q16, nq, st);
-    bf16_to_f32_cuda(k32, k16, nkv, st);
-    bf16_to_f32_cuda(v32, v16, nkv, st);
-    bf16_to_f32_cuda(o32, o16, no, st);
+    float *q32, *k32, *v32, *o32;
+    widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
+    bf16_to_f32_cuda(o32, o16, (size_t)T * H * d, st);
     if (r < 0) {
         cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
                                      causal);

@@ -379,6 +379,7 @@ PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward)
 PROF_OP(PROF_COPIES, cuda_from_bf16)
+PROF_OP(PROF_COPIES, cuda_to_bf16)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_forward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_gelu_forward)
@@ -456,7 +457,7 @@ static const Backend backend_cuda = {
     cuda_attention_decode,
     DTYPE_F32,
     prof_cuda_adamw_update_copy,
-    cuda_to_bf16,
+    prof_cuda_to_bf16,
     cuda_profile,
     cuda_profile_take,
     cuda_memory,
@@ -521,7 +522,7 @@ const Backend backend_cuda_bf16 = {
     cuda_attention_decode, // f32: generation computes in f32
     DTYPE_BF16, // the 2-D parameters' compute copy: 2-byte bf16 (engine.h, weight_dtype)
     prof_cuda_adamw_update_copy,
-    cuda_to_bf16,
+    prof_cuda_to_bf16,
     cuda_profile,
     cuda_profile_take,
     cuda_memory,
@@ -587,7 +588,7 @@ const Backend backend_cuda_bf16a = {
     NULL, // attention_decode: generation keeps the bf16 table
     DTYPE_BF16,
     prof_cuda_adamw_update_copy,
-    cuda_to_bf16,
+    prof_cuda_to_bf16,
     cuda_profile,
     cuda_profile_take,
     cuda_memory,

@@ -372,10 +372,14 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     params_alloc(&st->params, be, cfg->seed);
     /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20): tp = 1 only (the TP
      * sums are f32), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a setting) */
-    st->lbe = be;
+    st->lbe = st->vbe = be;
     if (be->act_bf16_variant && model_bf16_activations(st->tp)) {
         st->lbe = be->act_bf16_variant;
         st->lc.act_bytes = 2;
+        if (st->first && model_bf16_vision(cfg)) { /* the tower and the projector too */
+            st->vbe = st->lbe;
+            st->vc.act_bytes = 2;
+        }
     }
 
     const ParamTable* pt = &st->params;
@@ -412,9 +416,14 @@ int model_bf16_activations(int tp) {
     return tp <= 1 && !(env && !strcmp(env, "0"));
 }
 
+int model_bf16_vision(const ModelConfig* cfg) {
+    return cfg->vision_arch != VIT_ARCH_CLIP && cfg->projector_act == ACT_GELU_TANH;
+}
+
 void stage_keep_f32_activations(Stage* st) {
-    st->lbe = st->be;
+    st->lbe = st->vbe = st->be;
     st->lc.act_bytes = 0;
+    st->vc.act_bytes = 0;
 }
 
 void stage_free(Stage* st) {
@@ -547,6 +556,7 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
     Stage st;
     stage_shell_tp(&st, cfg, l0, l1, tp, 0);
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
+    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
@@ -743,7 +753,10 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
      * with 2-byte activations narrowed on the way (exact), one launch per image as the copy was */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
-        if (lm_act_bytes(&st->lc) == 2)
+        if (lm_act_bytes(&st->lc) == 2 && vit_act_bytes(&st->vc) == 2) /* 2-byte rows both sides */
+            be->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), vit_act_at(&st->vc, a->proj.out, (size_t)k0 * Dt),
+                         (size_t)n * Dt * sizeof(uint16_t));
+        else if (lm_act_bytes(&st->lc) == 2)
             be->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), a->proj.out + (size_t)k0 * Dt,
                         (size_t)n * Dt);
         else
@@ -866,8 +879,9 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             be->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
             be->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
         }
-        vit_forward(be, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
-        projector_forward(be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
+        vit_forward(vbe, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
@@ -934,7 +948,7 @@ static void stage_head_backward_weight(Stage* st, StageActs* a) {
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
 static void stage_vision_backward_input(Stage* st, StageActs* a) {
-    const Backend* be = st->be;
+    const Backend* be = st->vbe;
     int Dt = st->cfg.Dt;
     if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
@@ -949,7 +963,7 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
 
 /* The projector's W and the ViT's B / W run only for what trains. */
 static void stage_vision_backward_weight(Stage* st, StageActs* a, int vit_input_too) {
-    const Backend* be = st->be;
+    const Backend* be = st->vbe;
     if (st->proj_train) projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
     if (!st->vit_train || a->Np == 0) return;
     if (vit_input_too) vit_backward(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
@@ -996,7 +1010,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
                                 stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     if (st->first) {
         stage_vision_backward_input(st, a);
-        if (st->vit_train && a->Np > 0) vit_backward_input(be, &st->vc, &st->vit_w, &a->vit);
+        if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
     } else {
         be->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }

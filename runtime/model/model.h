@@ -85,6 +85,9 @@ typedef struct {
      * bf16 on a backend that has one, tp = 1, RRFP_BF16_ACTIVATIONS not 0. The ViT and the projector run on
      * be (f32 words); the stage's hidden_in / hidden_out and every gradient stay f32. */
     const Backend* lbe;
+    /* The ViT's and projector's table: be, or lbe where the tower can run on 2-byte activations too (the RoPE
+     * tower with the tanh-GELU projector; vc.act_bytes = 2). */
+    const Backend* vbe;
     ParamTable params;
     /* pointers into params_weights (w: the bf16 compute copy under runtime.precision = bf16, else params.data) and params.grad (g) */
     VitW vit_w, vit_g;
@@ -190,7 +193,12 @@ void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n)
  * bf16-activation table (the CUDA backend under runtime.precision = bf16): tp = 1 and RRFP_BF16_ACTIVATIONS is
  * not 0. stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
 int model_bf16_activations(int tp);
-/* model_stage_acts_bytes_tp with the LM's activations lm_act_bytes (2 or 4) bytes each (LmConfig.act_bytes). */
+/* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): the
+ * RoPE tower (not CLIP's: its rows_gather / QuickGELU are not on the bf16-activation table) and the tanh-GELU
+ * projector. */
+int model_bf16_vision(const ModelConfig* cfg);
+/* model_stage_acts_bytes_tp with the LM's activations lm_act_bytes (2 or 4) bytes each (LmConfig.act_bytes), and the
+ * tower's too where model_bf16_vision says so. */
 size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
                                  int lm_act_bytes);
 /* Bytes of one StageActs (for the memory plan). */

@@ -123,9 +123,14 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations) */
         int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
         act_mb += (double)model_stage_acts_bytes_lm(mc, l0, l0 + layers[s], T, T, 0, r->tp, lm_bytes);
-        /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap) */
-        if (lm_bytes == 2 && layers[s] > 0) {
-            double ws = 4.0 * T * (3.0 * mc->Dt + mc->Dt);
+        /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
+         * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
+        if (lm_bytes == 2) {
+            double ws = layers[s] > 0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
+            if (l0 == 0 && model_bf16_vision(mc)) {
+                double vw = 4.0 * T * (3.0 * 3.0 * mc->Dv + mc->Dv); /* q, k, v views of one qkv row: ld 3 Dv */
+                if (vw > ws) ws = vw;
+            }
             if (ws > wscratch) wscratch = ws; /* its own buffer, beside the GEMM operands' */
         }
     }
