@@ -339,7 +339,8 @@ typedef struct Backend {
      * other float* keeps f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract, norm
      * statistics mean / rstd, attention and cross-entropy lse, loss_sum, biases and 1-D weights, the
      * optimiser's buffers; `weight` / `table` follow weight_dtype):
-     *   linear_forward: out, inp.  linear_backward: inp (dout is f32; a GEMM converts it to bf16 scratch).
+     *   linear_forward: out, inp (its bias, f32 words, must hold bf16 values, as a bf16 table's 1-D compute copy
+     *   does: cuBLASLt adds a bf16 D's bias in bf16).  linear_backward: inp (dout is f32; converted to bf16 scratch).
      *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
      *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
      *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.

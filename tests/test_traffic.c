@@ -17,8 +17,9 @@
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
  *      in any op but the known gaps: the backward GEMMs (the f32 output gradient converted to bf16 scratch),
  *      the attention backward (q, k, v, out widened to f32 for the kernels that take f32 inputs; its two kernels
- *      each read every input) and the ViT's patches narrowed to bf16 (to_bf16: they arrive as f32 words); so no
- *      forward GEMM, norm or elementwise op has one;
+ *      each read every input), the ViT's patches narrowed to bf16 (to_bf16: they arrive as f32 words) and a
+ *      biased forward GEMM's bias (its OC values converted: cuBLASLt takes a bf16 D's bias in bf16); so no
+ *      unbiased forward GEMM, norm or elementwise op has one;
  *   3. every op call outside the known gaps moves at most 1.3x its `in use` budget; a known gap at most
  *      3x (a regression bound; their figures are printed);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor.
@@ -153,8 +154,9 @@ static void w_linear_forward(const Backend* be, float* out, const float* inp, co
                              int C, int OC) {
     (void)be;
 #define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * F32B : 0) + (double)N * OC * (a))
-    /* a known gap on the bf16 table only (its conversion and rounding passes); none on the bf16-activation one */
-    begin("linear_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LF(A_USE), LF(A_TARGET));
+    /* a known gap on the bf16 table (its conversion and rounding passes); on the bf16-activation table only with a
+     * bias, which cuBLASLt takes in D's type there: its OC values converted to bf16 first */
+    begin("linear_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16 || bias, LF(A_USE), LF(A_TARGET));
     inner->linear_forward(inner, out, inp, weight, bias, N, C, OC);
     end();
 }
@@ -162,7 +164,7 @@ static void w_linear_gelu_forward(const Backend* be, float* out, float* pre, con
                                   const float* bias, int N, int C, int OC) {
     (void)be;
 #define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * F32B : 0) + 2.0 * N * OC * (a))
-    begin("linear_gelu_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LG(A_USE), LG(A_TARGET));
+    begin("linear_gelu_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16 || bias, LG(A_USE), LG(A_TARGET));
     inner->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
     end();
 }

@@ -93,10 +93,13 @@ static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 
 
 // One described GEMM: A and B are the bf16 operands (already converted), C = D in place: f32 (ctype CUDA_R_32F)
 // or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
-// included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D).
-// aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (f32, leading dimension d->aux_ld), else NULL.
+// included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D). The bias is in D's type:
+// f32 words with an f32 D, 2-byte bf16 with a bf16 D (cuBLASLt takes no f32 bias with a bf16 D: CUBLAS_STATUS_
+// INVALID_VALUE on an H200, 2026-11-26; the bf16 tables' 1-D parameters hold bf16 values, so the caller's
+// conversion is exact and the sum is the same).
+// aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (leading dimension d->aux_ld, D's type), else NULL.
 static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, void* C,
-                                  const float* bias, float* aux = NULL, cudaDataType ctype = CUDA_R_32F) {
+                                  const void* bias, void* aux = NULL, cudaDataType ctype = CUDA_R_32F) {
     const GemmDesc* g = &d->g;
     RR_ASSERT(gemm_desc_valid(g));
     cublasLtMatmulDesc_t op;
@@ -109,19 +112,10 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
         RR_ASSERT(bias);
         epi = CUBLASLT_EPILOGUE_BIAS;
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-        if (ctype != CUDA_R_32F) { // the bias stays f32 (engine.h: 1-D parameters are f32 words), added before the rounding
-            int32_t bt = CUDA_R_32F;
-            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-        }
     } else if (d->epilogue == GEMM_LT_EPI_GELU_AUX_BIAS) {
-        // D = gelu(AB + bias), Aux = AB + bias (f32, as D): cuBLASLt wants aux_ld a multiple of 8
-        // (a bf16 D: Aux bf16 too, the D type, and the bias f32 as above)
+        // D = gelu(AB + bias), Aux = AB + bias (both in D's type, the bias too): cuBLASLt wants aux_ld a multiple of 8
         RR_ASSERT(bias && aux && d->aux_ld >= g->m && d->aux_ld % 8 == 0);
         epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        if (ctype != CUDA_R_32F) {
-            int32_t bt = CUDA_R_32F;
-            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-        }
         int64_t ld = d->aux_ld;
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
@@ -159,7 +153,13 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
     cudaDataType ctype = act_bf16 && g->c == GEMM_PTR_OUT ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
-    uint16_t* s = bf16_scratch(na + nb);
+    int bias16 = bias && ctype == CUDA_R_16BF; /* a bf16 D takes its bias in bf16: converted after the operands */
+    uint16_t* s = bf16_scratch(na + nb + (bias16 ? (size_t)g->m : 0));
+    const void* bias_d = bias;
+    if (bias16) {
+        f32_to_bf16_cuda(s + na + nb, bias, (size_t)g->m, cuda_stream(be)); /* OC values: exact (bf16 values) */
+        bias_d = s + na + nb;
+    }
     const uint16_t* a16 = (const uint16_t*)A;
     const uint16_t* b16 = (const uint16_t*)B;
     if (a_f32 && b_f32) { // one launch for both
@@ -172,7 +172,7 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
         f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
         b16 = s + na;
     }
-    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias, aux, ctype);
+    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias_d, aux, ctype);
 }
 
 // column n of dout for the dbias column sum

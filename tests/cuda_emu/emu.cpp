@@ -1010,7 +1010,7 @@ struct EmuLtDesc {
     const float* bias;
     float* aux;     /* GELU_AUX_BIAS: the pre-activation, f32 (the D type), leading dimension aux_ld */
     int64_t aux_ld;
-    int32_t bias_type; /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: -1 (unset: the D type) or CUDA_R_32F */
+    int32_t bias_type; /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: -1 (unset: the D type) or a type */
 };
 struct EmuLtLayout {
     cudaDataType_t type;
@@ -1064,7 +1064,6 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&d->bias_type, buf, size);
-        if (d->bias_type != -1 && d->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
         break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -1098,13 +1097,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     emu_on_stream(stream, "cublasLtMatmul");
     if (!compute_delay()) run_now(stream);
     /* C = D f32, or bf16 (the bf16-activation table's forward: the f32 result, bias included, rounded to
-     * bf16 nearest-even in the store; its bias f32 only when BIAS_DATA_TYPE says so, else it would be bf16) */
+     * bf16 nearest-even in the store). The bias and the Aux are in D's type: a BIAS_DATA_TYPE other than D's is
+     * refused as cuBLASLt refused an f32 bias with a bf16 D on an H200 (INVALID_VALUE, 2026-11-26) */
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
         lb->type != CUDA_R_16BF || (lc->type != CUDA_R_32F && lc->type != CUDA_R_16BF) || ldd->type != lc->type)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     int d16 = ldd->type == CUDA_R_16BF;
-    if (d16 && d->epilogue == CUBLASLT_EPILOGUE_BIAS && d->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d16 && d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && d->bias_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->bias_type != -1 && d->bias_type != (int32_t)ldd->type) return CUBLAS_STATUS_INVALID_VALUE;
     if (algo || workspace || workspace_bytes) return CUBLAS_STATUS_NOT_SUPPORTED; /* not what bf16.cu passes */
     uint64_t m = d->ta == CUBLAS_OP_N ? la->rows : la->cols, k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t kb = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
@@ -1120,7 +1119,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
     size_t aux_elems = gelu && n > 0 && m > 0 ? (size_t)(n - 1) * (size_t)d->aux_ld + m : 0;
     if (!in_alloc(A, lt_span_elems(la) * 2) || !in_alloc(B, lt_span_elems(lb) * 2) || !in_alloc(C, lt_span_elems(lc) * (d16 ? 2 : 4)) ||
-        !in_alloc(D, lt_span_elems(ldd) * (d16 ? 2 : 4)) || (has_bias && !in_alloc(d->bias, (size_t)m * 4)) ||
+        !in_alloc(D, lt_span_elems(ldd) * (d16 ? 2 : 4)) || (has_bias && !in_alloc(d->bias, (size_t)m * (d16 ? 2 : 4))) ||
         (gelu && !in_alloc(d->aux, aux_elems * (d16 ? 2 : 4)))) {
         emu_fail(cudaErrorIllegalAddress,
                  "cublasLtMatmul(m=%llu n=%llu k=%llu lda=%lld ldb=%lld ldc=%lld): an operand%s reaches outside its allocation",
@@ -1132,7 +1131,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     /* what the call reads from the host or from the descriptors (destroyed right after it): now */
     float al = *(const float*)alpha, be = *(const float*)beta;
     cublasOperation_t ta = d->ta, tb = d->tb;
-    const float* bias = d->bias;
+    const void* bias = d->bias;
     float* aux = d->aux;
     int64_t aux_ld = d->aux_ld, lda = la->ld, ldb = lb->ld, ldc = lc->ld, ldD = ldd->ld;
     size_t na = lt_span_elems(la), nb = lt_span_elems(lb);
@@ -1167,7 +1166,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         }
         if (has_bias)
             for (uint64_t j = 0; j < n; j++)
-                for (uint64_t i = 0; i < m; i++) dd[j * ldD + i] += bias[i];
+                for (uint64_t i = 0; i < m; i++)
+                    dd[j * ldD + i] += d16 ? rr_bf16_to_f32(((const uint16_t*)bias)[i]) : ((const float*)bias)[i];
         if (gelu) /* Aux = the pre-activation, D = gelu(it): the CPU reference's GELU (kernel_math.h) */
             for (uint64_t j = 0; j < n; j++)
                 for (uint64_t i = 0; i < m; i++) {
