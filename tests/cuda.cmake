@@ -129,7 +129,7 @@ add_test(NAME cuda_emu_bad_id COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_
 # emulated CUDA backend: a 3-microbatch LLaVA step, CUDA vs CPU and CUDA split vs fused.
 if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   add_executable(test_model_emu tests/test_model.c)
-  target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
+  target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
   target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)

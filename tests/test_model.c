@@ -641,10 +641,18 @@ static void test_gpu(void) {
 
 /* ---- the bf16-activation table (issue 20; label gpu, and on the emulation) -------------------------------
  * runtime.precision = bf16 on CUDA: a stage's LM runs on the bf16-activation table (2-byte activations; Stage.lbe),
- * its ViT and projector on the bf16 table. The numerics are the bf16 table's, so the same step with the gate off
- * (RRFP_BF16_ACTIVATIONS=0: the whole stage on the bf16 table) must give the same losses and gradients: bitwise,
- * but for the tensors whose CUDA backward adds with atomics (round-off). Run as one stage (fused backward) and as
- * two pipeline stages (split B then W) exchanging f32 hidden states, so the stage-edge conversions run too. */
+ * and the RoPE tower and projector of a first stage (Stage.vbe). The numerics are the bf16 table's, so the same
+ * step with the gate off (RRFP_BF16_ACTIVATIONS=0: the whole stage on the bf16 table) must give the same losses
+ * and gradients. In the emulation: bitwise, but for the tensors whose CUDA backward adds with atomics (round-off).
+ * On a device cuBLASLt may choose another algorithm for a bf16 D than for an f32 one (and cuDNN runs on other
+ * buffers), so a stored activation may round the other way: there losses within 1e-3 and each gradient within
+ * 3e-2 relative (design bounds, not yet measured). Run as one stage (fused backward) and as two pipeline stages
+ * (split B then W) exchanging f32 hidden states, so the stage-edge conversions run too. */
+#ifdef RR_CUDA_EMU
+#define BF16A_EXACT 1
+#else
+#define BF16A_EXACT 0
+#endif
 
 /* the gradient of `name` in pt (host copy h) against the reference's */
 static void bf16a_cmp_grad(const char* what, const ParamTable* ref, const float* href, const ParamTable* pt, const float* h,
@@ -661,8 +669,10 @@ static void bf16a_cmp_grad(const char* what, const ParamTable* ref, const float*
         n += (double)x * x;
     }
     double e = n > 0 ? sqrt(d / n) : sqrt(d);
-    if (!strcmp(name, "text.embed.weight") || !strcmp(name, "vision.pos_embed.weight") ||
-        !strcmp(name, "vision.class_embedding")) /* atomics: the rows many tokens share */
+    if (!BF16A_EXACT)
+        EXPECT(e <= 3e-2, "%s: gradient of %s: relative %.2e from the bf16 table's", what, name, e);
+    else if (!strcmp(name, "text.embed.weight") || !strcmp(name, "vision.pos_embed.weight") ||
+             !strcmp(name, "vision.class_embedding")) /* atomics: the rows many tokens share */
         EXPECT(e <= 1e-6, "%s: gradient of %s: relative %.2e from the bf16 table's", what, name, e);
     else
         EXPECT(differ == 0, "%s: gradient of %s: %zu values differ from the bf16 table's (relative %.2e)", what, name,
@@ -718,8 +728,9 @@ static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
         stage_backward_weight(&two[1], &a2[1]);
         stage_backward_input(&two[0], &a2[0], dhid, scale, NULL);
         stage_backward_weight(&two[0], &a2[0]);
-        EXPECT(memcmp(&lr, &l1, sizeof lr) == 0 && memcmp(&lr, &l2, sizeof lr) == 0,
-               "loss of microbatch %d: bf16 table %.9g, 2-byte activations %.9g (one stage) %.9g (two)", m, lr, l1, l2);
+        int same = BF16A_EXACT ? memcmp(&lr, &l1, sizeof lr) == 0 && memcmp(&lr, &l2, sizeof lr) == 0
+                               : fabsf(l1 - lr) <= 1e-3f * fabsf(lr) && fabsf(l2 - lr) <= 1e-3f * fabsf(lr);
+        EXPECT(same, "loss of microbatch %d: bf16 table %.9g, 2-byte activations %.9g (one stage) %.9g (two)", m, lr, l1, l2);
     }
     float *gr = table_host(&ref.params, 1), *g1 = table_host(&one.params, 1);
     float *g20 = table_host(&two[0].params, 1), *g21 = table_host(&two[1].params, 1);
