@@ -371,9 +371,10 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     }
     params_alloc(&st->params, be, cfg->seed);
     /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20): tp = 1 only (the TP
-     * sums are f32), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a setting) */
+     * sums are f32), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a setting); a table bound to a
+     * stream (backend_on_stream) keeps its own, whose variant would run on the compute stream */
     st->lbe = st->vbe = be;
-    if (be->act_bf16_variant && model_bf16_activations(st->tp)) {
+    if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp)) {
         st->lbe = be->act_bf16_variant;
         st->lc.act_bytes = 2;
         if (st->first && model_bf16_vision(cfg)) { /* the tower and the projector too */
