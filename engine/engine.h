@@ -348,7 +348,8 @@ typedef struct Backend {
      *   crossentropy_forward / crossentropy_backward: logits.  attention_forward: out, q, k, v.
      *   attention_backward: out, q, k, v (dout and dq / dk / dv f32).  act_forward: out, inp.
      *   act_backward: inp.  rows_gather_forward: out.  memset0 / copy_*: bytes, as given.
-     * Not on a DTYPE_BF16 table (NULL or refused): attention_decode (generation keeps the bf16 table). */
+     * NULL on backend_cuda_bf16a: act_forward / act_backward, rows_gather_* (CLIP's tower keeps the bf16 table) and
+     * attention_decode (generation keeps it too). */
     DType act_dtype;
     /* The same device's table with act_dtype = DTYPE_BF16 and this table's numerics (NULL: none; the CUDA
      * bf16 table's is backend_cuda_bf16a, which names itself). A stage runs on it only where every module

@@ -306,19 +306,23 @@ static void bf16_to_f32_cuda(float* out, const uint16_t* inp, size_t n, cudaStre
 }
 void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n) { bf16_to_f32_cuda(out, inp, n, cuda_stream(be)); }
 
+// out (N rows of OC) = the bias in every row, 2-byte (a product over k = 0)
+static __global__ void bias_rows_bf16_kernel(uint16_t* out, const float* bias, size_t n, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_f32_to_bf16(bias[i % OC]);
+}
+
 void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                                int OC) {
     if (N == 0 || OC == 0) return;
-    if (C == 0) { // out = bias or 0, stored as bf16 (no GEMM: k = 0)
+    if (C == 0) { // out = bias or 0, stored as bf16 (no GEMM: k = 0), as the CPU's BLAS gives
         if (!bias) {
             cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(uint16_t), cuda_stream(be)));
             return;
         }
-        uint16_t* s = bf16_scratch(OC);
-        f32_to_bf16_cuda(s, bias, OC, cuda_stream(be));
-        for (int n = 0; n < N; n++)
-            cudaCheck(cudaMemcpyAsync((uint16_t*)out + (size_t)n * OC, s, OC * sizeof(uint16_t), cudaMemcpyDeviceToDevice,
-                                      cuda_stream(be)));
+        size_t n = (size_t)N * OC;
+        bias_rows_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, bias, n, OC);
+        cudaCheck(cudaGetLastError());
         return;
     }
     GemmOperands ops = {};
