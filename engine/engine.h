@@ -347,9 +347,10 @@ typedef struct Backend {
      *   rope_forward / rope2d_forward: x (rope_backward acts on an f32 gradient).  embedding_forward: out.
      *   crossentropy_forward / crossentropy_backward: logits.  attention_forward: out, q, k, v.
      *   attention_backward: out, q, k, v (dout and dq / dk / dv f32).  act_forward: out, inp.
-     *   act_backward: inp.  rows_gather_forward: out.  memset0 / copy_*: bytes, as given.
-     * NULL on backend_cuda_bf16a: act_forward / act_backward, rows_gather_* (CLIP's tower keeps the bf16 table) and
-     * attention_decode (generation keeps it too). */
+     *   act_backward: inp.  rows_gather_forward: out and table (2-byte both: a caller with an f32 table, a
+     *   parameter's compute copy holding bf16 values or the input patches, narrows it first with to_bf16).
+     *   memset0 / copy_*: bytes, as given.
+     * NULL on backend_cuda_bf16a: attention_decode (generation keeps the bf16 table). */
     DType act_dtype;
     /* The same device's table with act_dtype = DTYPE_BF16 and this table's numerics (NULL: none; the CUDA
      * bf16 table's is backend_cuda_bf16a, which names itself). A stage runs on it only where every module

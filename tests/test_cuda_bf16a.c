@@ -6,14 +6,14 @@
  * runs the op through both tables on the same device (activations uploaded as f32 words to the bf16 table and
  * as 2-byte words to the bf16-activation table; weights are 2-byte on both; gradients, statistics and biases
  * f32 on both), and compares every output: the activations the bf16-activation table wrote widened to f32, the
- * f32 ones as they are. Backward ops add into gradients pre-filled with the same random values.
+ * f32 ones as they are. Backward ops add into gradients pre-filled with the same random values. The gather's
+ * table is an activation there too (2-byte on the bf16-activation table, engine.h).
  *
  * In the CPU emulation (test_cuda_bf16a_emu) the comparison is BITWISE: both tables' GEMMs are the same BLIS
  * product of the same bf16 operands, and the other kernels compute the same f32 values before the store. On a
  * device (test_cuda_bf16a, label gpu) cuBLASLt may pick another algorithm for a bf16 output than for an f32 one,
  * and cuDNN's attention differs from the own kernel's, so values may differ by one bf16 ulp: 2^-7 of the
- * tensor's largest value there. The ops the LM stage does not run on this table (the CLIP tower's, the fused
- * linear + GELU, attention_decode) must be NULL or refuse.
+ * tensor's largest value there. attention_decode must be NULL on it (generation keeps the bf16 table).
  *
  * Usage: test_cuda_bf16a [case-name-substring]; exit 77 (skipped) without a device. */
 #include <math.h>
@@ -150,6 +150,58 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     if (with_bias) cmp("dbias", db_d[0], db_d[1], OC, 0);
     for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
+}
+
+/* CLIP's activations (exact GELU, QuickGELU; the tanh one is gelu_forward's) forward and backward */
+static void run_act(const char* name, Act act) {
+    case_name = name;
+    size_t n = 1000;
+    float *x = hrand(n, 4, 1), *dy = hrand(n, 1, 0), *dx0 = hrand(n, 1, 0);
+    const Backend* be[2] = {B16, B16A};
+    float *y_d[2], *dx_d[2];
+    for (int t = 0; t < 2; t++) {
+        float *x_d = upa(be[t], x, n), *dy_d = up32(be[t], dy, n);
+        y_d[t] = upa(be[t], x, n), dx_d[t] = up32(be[t], dx0, n);
+        be[t]->act_forward(be[t], y_d[t], x_d, n, act);
+        be[t]->act_backward(be[t], dx_d[t], dy_d, x_d, n, act);
+        be[t]->synchronize(be[t]);
+        be[t]->free(x_d), be[t]->free(dy_d);
+    }
+    cmp("out", y_d[0], y_d[1], n, 1);
+    cmp("dinp", dx_d[0], dx_d[1], n, 0);
+    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(dx_d[t]);
+    free(x), free(dy), free(dx0);
+}
+
+/* the weighted row gather, adding into rows that hold values (bf16 ones, as an activation does), K taps with
+ * skipped (-1) ones; the backward's dout and table gradient are f32 on both */
+static void run_gather(const char* name, int N, int K, int C, int V, int weighted) {
+    case_name = name;
+    size_t n = (size_t)N * C, nt = (size_t)V * C;
+    float *out = hrand(n, 1, 1), *table = hrand(nt, 2, 1), *w = hrand((size_t)N * K, 1, 0), *dy = hrand(n, 1, 0);
+    float* dt0 = hrand(nt, 1, 0);
+    int* idx = mallocCheck((size_t)N * K * sizeof(int));
+    for (int i = 0; i < N * K; i++) idx[i] = i % 7 == 3 ? -1 : (int)((i * 5 + i / K) % V);
+    const Backend* be[2] = {B16, B16A};
+    float *o_d[2], *dt_d[2];
+    for (int t = 0; t < 2; t++) {
+        float *tab_d = upa(be[t], table, nt), *w_d = up32(be[t], w, (size_t)N * K), *dy_d = up32(be[t], dy, n);
+        int* idx_d = be[t]->alloc((size_t)N * K * sizeof(int));
+        be[t]->copy_h2d(be[t], idx_d, idx, (size_t)N * K * sizeof(int));
+        o_d[t] = upa(be[t], out, n), dt_d[t] = up32(be[t], dt0, nt);
+        be[t]->rows_gather_forward(be[t], o_d[t], idx_d, weighted ? w_d : NULL, tab_d, N, K, C);
+        be[t]->rows_gather_backward(be[t], dt_d[t], dy_d, idx_d, weighted ? w_d : NULL, N, K, C);
+        be[t]->synchronize(be[t]);
+        be[t]->free(tab_d), be[t]->free(w_d), be[t]->free(dy_d), be[t]->free(idx_d);
+    }
+    cmp("out", o_d[0], o_d[1], n, 1);
+    /* the table gradient adds with atomics: the order of a row's adds varies (round-off) */
+    double save = tol;
+    tol = tol > 1e-6 ? tol : 1e-6;
+    cmp("dtable", dt_d[0], dt_d[1], nt, 0);
+    tol = save;
+    for (int t = 0; t < 2; t++) be[t]->free(o_d[t]), be[t]->free(dt_d[t]);
+    free(out), free(table), free(w), free(dy), free(dt0), free(idx);
 }
 
 /* the fused linear + GELU (cuBLASLt's GELU_AUX_BIAS epilogue where it applies: a bias and OC a multiple of 8; else
@@ -405,10 +457,10 @@ int main(int argc, char** argv) {
         printf("test_cuda_bf16a: FAIL: the tables' act_dtype / act_bf16_variant are not as engine.h says\n");
         return 1;
     }
-    /* what the LM stage never runs on it: NULL (the caller refuses, naming the backend) */
-    if (B16A->act_forward || B16A->act_backward || B16A->rows_gather_forward || B16A->rows_gather_backward ||
-        B16A->attention_decode) {
-        printf("test_cuda_bf16a: FAIL: a slot the bf16-activation table does not support is not NULL\n");
+    /* generation's decoding attention is not on it (NULL: generation refuses it, naming the backend); CLIP's ops are */
+    if (B16A->attention_decode || !B16A->act_forward || !B16A->act_backward || !B16A->rows_gather_forward ||
+        !B16A->rows_gather_backward || !B16A->linear_gelu_forward) {
+        printf("test_cuda_bf16a: FAIL: the bf16-activation table's slots are not as engine.h says\n");
         return 1;
     }
 #ifdef RR_CUDA_EMU
@@ -427,6 +479,11 @@ int main(int argc, char** argv) {
     RUN("linear_gelu", run_linear_gelu("linear_gelu", 21, 40, 48, 1));
     RUN("linear_gelu_odd", run_linear_gelu("linear_gelu_odd", 13, 24, 20, 1));
     RUN("linear_gelu_nobias", run_linear_gelu("linear_gelu_nobias", 11, 16, 32, 0));
+    RUN("act_gelu_erf", run_act("act_gelu_erf", ACT_GELU_ERF));
+    RUN("act_quick_gelu", run_act("act_quick_gelu", ACT_QUICK_GELU));
+    RUN("act_gelu_tanh", run_act("act_gelu_tanh", ACT_GELU_TANH));
+    RUN("gather", run_gather("gather", 37, 1, 24, 11, 0));
+    RUN("gather_taps", run_gather("gather_taps", 29, 16, 20, 13, 1));
     RUN("rmsnorm", run_norm("rmsnorm", 0, 17, 96));
     RUN("layernorm", run_norm("layernorm", 1, 9, 300));
     RUN("gelu", run_elementwise("gelu", 0, 1000));

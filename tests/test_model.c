@@ -704,11 +704,9 @@ static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
                 two[1].lbe->act_dtype == DTYPE_BF16 && one.be->act_dtype == DTYPE_F32;
     EXPECT(gated, "the stages' LM is not on the bf16-activation table (the path this test names did not run)");
     if (!gated) return 0;
-    /* the RoPE tower and the tanh-GELU projector run there too; CLIP's tower stays on the bf16 table */
-    int vis = c.vision_arch != VIT_ARCH_CLIP && c.projector_act == ACT_GELU_TANH;
-    EXPECT(vis ? one.vbe == one.lbe && one.vc.act_bytes == 2 && two[0].vbe == two[0].lbe
-               : one.vbe == one.be && one.vc.act_bytes != 2,
-           "the tower's table is not the one model_bf16_vision says (%s)", vis ? "bf16-activation" : "bf16");
+    /* the tower and the projector run there too (the RoPE tower and CLIP's with its exact-GELU projector) */
+    EXPECT(one.vbe == one.lbe && one.vc.act_bytes == 2 && two[0].vbe == two[0].lbe && two[0].vc.act_bytes == 2,
+           "the tower is not on the bf16-activation table");
     StageActs ar, a1, a2[2];
     stage_acts_init(&ar, &ref, max_T, max_Np, 0);
     stage_acts_init(&a1, &one, max_T, max_Np, 0);

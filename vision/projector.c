@@ -36,7 +36,7 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
     size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c), ab = (size_t)vit_act_bytes(c);
     /* activations in the tower's storage (VitConfig.act_bytes); gradients f32 words */
-    RR_ASSERT(ab == 4 || (c->tp <= 1 && c->proj_act == ACT_GELU_TANH));
+    RR_ASSERT(ab == 4 || c->tp <= 1);
     a->fc1 = (float*)arena_alloc(ar, NL * ab);
     a->gelu = (float*)arena_alloc(ar, NL * ab);
     a->out = (float*)arena_alloc(ar, NT * ab);

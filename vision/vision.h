@@ -85,8 +85,8 @@ typedef struct {
     VitTpReduce tp_reduce;
     void* tp_ctx;
     /* Bytes of a stored activation of the tower and the projector (engine.h, Backend.act_dtype): 0 or 4, f32
-     * words; 2, bf16 words (their ops then run on a table with act_dtype = DTYPE_BF16; the RoPE tower only, tp 1,
-     * the tanh-GELU projector). Sizes the activation buffers; gradients and statistics stay f32. */
+     * words; 2, bf16 words (their ops then run on a table with act_dtype = DTYPE_BF16; tp 1). Sizes the
+     * activation buffers; gradients and statistics stay f32. */
     int act_bytes;
 } VitConfig;
 
@@ -153,7 +153,10 @@ typedef struct {
     int I, N;
     const float* patches;    /* (N, 3p^2) backend memory, kept for the patch-embed weight gradient (the GEMM's input:
                               * with 2-byte activations patches16, the patches narrowed to bf16) */
-    float* patches16;        /* (max_N, 3p^2) 2-byte activations only (RoPE tower): the patch embedding's input */
+    float* patches16;        /* (max_N, 3p^2) 2-byte activations only: the patches narrowed (the RoPE tower's patch
+                              * embedding input; CLIP's channel-major gather's table) */
+    float *cls16, *pos16;    /* CLIP, 2-byte activations: the class and position embeddings' bf16 words, the
+                              * gather's tables (their compute copies hold bf16 values: exact), (D), (1 + G^2, D) */
     float* x;                /* (L+1, max_N, D) residual stream at block boundaries */
     VitBlockActs* blocks;    /* (L) */
     float *vout, *lnf_mean, *lnf_rstd; /* (N, D), (N), (N) ln_f output = the tower's output */

@@ -157,7 +157,6 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     vit_local(c, &Hl, &Dql, &Dml);
     int clip = c->arch == VIT_ARCH_CLIP;
     int max_T = vit_max_tokens(c, max_N);
-    RR_ASSERT(!clip || vit_act_bytes(c) == 4); /* 2-byte activations: the RoPE tower only */
     size_t ab = (size_t)vit_act_bytes(c);
 #define VACT(n) ((float*)arena_alloc(ar, (size_t)(n) * ab)) /* n activation values */
     /* N: the rows of the blocks (tokens; the patches themselves for the RoPE ViT) */
@@ -175,12 +174,14 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
         a->cls_of_tok = (int32_t*)arena_alloc_f32(ar, N);
         a->pos_idx = (int32_t*)arena_alloc_f32(ar, N * VIT_POS_TAPS);
         a->pos_w = arena_alloc_f32(ar, N * VIT_POS_TAPS);
-        a->emb = arena_alloc_f32(ar, N * D);
+        a->emb = (float*)arena_alloc(ar, N * D * ab);
         a->pre_mean = arena_alloc_f32(ar, N);
         a->pre_rstd = arena_alloc_f32(ar, N);
         a->demb = backward ? arena_alloc_f32(ar, N * D) : NULL;
         size_t P = 3 * (size_t)c->patch * c->patch;
-        a->patches_cm = arena_alloc_f32(ar, NP * P);
+        a->patches_cm = (float*)arena_alloc(ar, NP * P * ab);
+        a->cls16 = ab == 2 ? (float*)arena_alloc(ar, D * 2) : NULL;
+        a->pos16 = ab == 2 ? (float*)arena_alloc(ar, (1 + (size_t)c->grid * c->grid) * D * 2) : NULL;
         a->cm_idx = (int32_t*)arena_alloc_f32(ar, NP * P);
         a->cm_ready = 0;
         if (!a->h_idx) {
@@ -222,8 +223,8 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     a->lnf_mean = arena_alloc_f32(ar, N);
     a->lnf_rstd = arena_alloc_f32(ar, N);
     /* the out and fc2 products before the residual add (activations); CLIP's patch-embedding products and the
-     * patch gradient's scratch too (f32 words there: CLIP keeps them) */
-    a->tmp = VACT(N * D);
+     * patch gradient's scratch (f32 words) too: room for either */
+    a->tmp = (float*)arena_alloc(ar, N * D * (clip ? 4 : ab));
 #undef VACT
     if (!backward) {
         a->dx = a->dvout = a->dgelu = a->datt = NULL;
@@ -413,8 +414,13 @@ static void clip_patches_channel_major(const Backend* be, const VitConfig* c, Vi
         a->cm_ready = 1;
     }
     size_t n = (size_t)a->N * P;
-    be->memset0(be, a->patches_cm, n * sizeof(float));
-    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
+    const float* table = a->patches;
+    if (vit_act_bytes(c) == 2) { /* the gather's table in 2-byte words: the rounding its store did */
+        be->to_bf16(be, (uint16_t*)a->patches16, a->patches, n);
+        table = a->patches16;
+    }
+    be->memset0(be, a->patches_cm, n * (size_t)vit_act_bytes(c));
+    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, table, (int)n, 1, 1);
 }
 
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
@@ -424,10 +430,16 @@ static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW
     clip_patches_channel_major(be, c, a);
     int T = a->T;
     be->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, NULL, N, P, D);
-    be->memset0(be, a->emb, (size_t)T * D * sizeof(float));
+    be->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
+    const float *cls = w->cls, *pos = w->pos;
+    if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
+        be->to_bf16(be, (uint16_t*)a->cls16, w->cls, (size_t)D);
+        be->to_bf16(be, (uint16_t*)a->pos16, w->pos, (1 + (size_t)c->grid * c->grid) * D);
+        cls = a->cls16, pos = a->pos16;
+    }
     be->rows_gather_forward(be, a->emb, a->patch_of_tok, NULL, a->tmp, T, 1, D);
-    be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, w->cls, T, 1, D);
-    be->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, w->pos, T, VIT_POS_TAPS, D);
+    be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, cls, T, 1, D);
+    be->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, pos, T, VIT_POS_TAPS, D);
     be->layernorm_forward(be, vit_x(a, c, 0), a->pre_mean, a->pre_rstd, a->emb, w->pre_w, w->pre_b, T, D);
 }
 
@@ -474,7 +486,7 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
         for (int l = 0; l < Lr; l++)
             vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
         /* the features: hidden_states[L_run] without the class tokens */
-        be->memset0(be, a->vout, (size_t)N * D * sizeof(float));
+        be->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
         be->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
         return;
     }

@@ -380,6 +380,9 @@ PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward)
 PROF_OP(PROF_COPIES, cuda_from_bf16)
 PROF_OP(PROF_COPIES, cuda_to_bf16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rows_gather_forward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_forward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_gelu_forward)
@@ -533,8 +536,7 @@ const Backend backend_cuda_bf16 = {
 
 // runtime.precision = bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 table's numerics,
 // activations stored as bf16 words. A stage runs on it where every module it runs supports that
-// (runtime/model/model.c); the slots it does not have (the CLIP tower's, the fused linear + GELU, generation's
-// attention_decode) are NULL or refuse, naming the table.
+// (runtime/model/model.c); generation's attention_decode is NULL (generation keeps the bf16 table).
 const Backend backend_cuda_bf16a = {
     "cuda",
     cuda_alloc,
@@ -581,10 +583,10 @@ const Backend backend_cuda_bf16a = {
     &backend_cuda_bf16a,
     PRECISION_BF16,
     NULL, // stream
-    NULL, // act_forward: the CLIP tower is not on this table
-    NULL, // act_backward
-    NULL, // rows_gather_forward
-    NULL, // rows_gather_backward
+    prof_cuda_bf16a_act_forward,
+    prof_cuda_bf16a_act_backward,
+    prof_cuda_bf16a_rows_gather_forward,
+    prof_cuda_rows_gather_backward, // f32 dout into the f32 gradient
     NULL, // attention_decode: generation keeps the bf16 table
     DTYPE_BF16,
     prof_cuda_adamw_update_copy,

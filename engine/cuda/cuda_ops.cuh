@@ -188,3 +188,8 @@ int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, f
                                       const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
                                       const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
                                       int causal);
+// clip_ops.cu on the bf16-activation table
+void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
+void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+                                    int K, int C);

@@ -193,9 +193,9 @@ void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n)
  * bf16-activation table (the CUDA backend under runtime.precision = bf16): tp = 1 and RRFP_BF16_ACTIVATIONS is
  * not 0. stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
 int model_bf16_activations(int tp);
-/* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): the
- * RoPE tower (not CLIP's: its rows_gather / QuickGELU are not on the bf16-activation table) and the tanh-GELU
- * projector. */
+/* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): every
+ * tower and projector of the model config today (the RoPE tower and CLIP's, the tanh- and the exact-GELU
+ * projector); kept as the one place that decides. */
 int model_bf16_vision(const ModelConfig* cfg);
 /* model_stage_acts_bytes_tp with the LM's activations lm_act_bytes (2 or 4) bytes each (LmConfig.act_bytes), and the
  * tower's too where model_bf16_vision says so. */

@@ -128,7 +128,11 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         if (lm_bytes == 2) {
             double ws = layers[s] > 0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
             if (l0 == 0 && model_bf16_vision(mc)) {
-                double vw = 4.0 * T * (3.0 * 3.0 * mc->Dv + mc->Dv); /* q, k, v views of one qkv row: ld 3 Dv */
+                /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
+                 * qkv row: ld 3 Dv */
+                int mp = mc->min_patches > 0 ? mc->min_patches : 1;
+                double Tv = mc->vision_arch == VIT_ARCH_CLIP ? (double)T + (T + mp - 1) / mp : (double)T;
+                double vw = 4.0 * Tv * (3.0 * 3.0 * mc->Dv / r->tp + mc->Dv / r->tp);
                 if (vw > ws) ws = vw;
             }
             if (ws > wscratch) wscratch = ws; /* its own buffer, beside the GEMM operands' */
@@ -209,8 +213,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             strcmp(r->precision, "bf16") ? ""
             : !strcmp(r->backend, "cuda")
                 ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
-                  "operand scratch;\nthe LM's activations are 2-byte bf16 where tp = 1 (with its attention's f32 scratch in the total), the "
-                  "ViT's and projector's\nf32 words (docs/cuda.md, bf16 storage)"
+                  "operand scratch;\nactivations are 2-byte bf16 where tp = 1 (with the attention's f32 scratch in the total; "
+                  "docs/cuda.md, bf16 storage)"
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
