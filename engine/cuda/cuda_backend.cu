@@ -320,12 +320,12 @@ static void cuda_event_destroy(void* ev) {
 }
 
 void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
+    // the bf16-activation table's attention widens its inputs where it calls f32-input kernels (bf16.cu)
+    if (be->act_dtype == DTYPE_BF16) cuda_bf16a_attn_reserve(attn, n_attn);
     cuda_bf16_reserve(gemm_elems);
     cuda_sum_squares_reserve(sumsq_n);
     // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
     if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
-    // the bf16-activation table's attention widens its inputs where it calls f32-input kernels (bf16.cu)
-    if (be->act_dtype == DTYPE_BF16) cuda_bf16a_attn_reserve(attn, n_attn);
 }
 
 // every op slot inside its profiler scope
