@@ -55,9 +55,9 @@ void arena_free(Arena* a);
  * stores bf16: every GEMM operand (activation, weight and output gradient), and every activation an
  * op writes (linear, norm, GELU, SwiGLU, residual add, RoPE, embedding and attention outputs).
  * Norm statistics (mean, rstd), softmax and its lse, RoPE angles, cross-entropy, activation and
- * weight gradients, reductions and the optimiser stay f32. Buffers stay f32 words: a bf16 value is
- * exactly representable in f32, so the numerics are those of bf16 storage (the memory is not halved;
- * see engine/cpu/bf16.c). */
+ * weight gradients, reductions and the optimiser stay f32. Buffers are f32 words (a bf16 value is
+ * exactly representable in f32, so the numerics are those of bf16 storage; engine/cpu/bf16.c) except where
+ * a table's weight_dtype / act_dtype say 2-byte bf16 (the CUDA bf16 tables: Backend below). */
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 const char* precision_name(Precision p);
 
@@ -93,7 +93,7 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------------
  * The backend's profiler (runtime.profile) and device memory. Op kinds: every op slot belongs to one
  * (gemm: linear*; attention; norm: LayerNorm / RMSNorm; elementwise: GELU, SwiGLU, add, RoPE,
- * embedding, cross-entropy; optimiser: sum_squares, scale, adamw*; copies: memset0, copy_*;
+ * embedding, cross-entropy; optimiser: sum_squares, scale, adamw*; copies: memset0, copy_*, to_bf16, from_bf16;
  * communication: the NCCL transfers of runtime/comm). */
 typedef enum {
     PROF_GEMM = 0,
@@ -329,6 +329,37 @@ typedef struct Backend {
     void (*profile_take)(BackendProfile* out);
     /* Device memory now (NULL on the CPU backend, whose memory is the process's RSS). */
     void (*memory)(BackendMemory* out);
+
+    /* ---- bf16 activation storage (issue 20; docs/cuda.md "bf16 storage"). act_dtype says how this table's
+     * ops store ACTIVATIONS: DTYPE_F32 (every table but one: f32 words, in bf16 tables holding bf16 values)
+     * or DTYPE_BF16 (the CUDA backend's backend_cuda_bf16a: n values take 2n bytes, each the word
+     * rr_f32_to_bf16 gives; the float* of the slots below is then only an address, and pointer arithmetic on
+     * such a buffer must use dtype_size(act_dtype)). The numerics are the bf16 table's: the same values at the
+     * same rounding points, only the storage differs. Which pointers are activations, slot by slot (every
+     * other float* keeps f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract, norm
+     * statistics mean / rstd, attention and cross-entropy lse, loss_sum, biases and 1-D weights, the
+     * optimiser's buffers; `weight` / `table` follow weight_dtype):
+     *   linear_forward: out, inp (its bias, f32 words, must hold bf16 values, as a bf16 table's 1-D compute copy
+     *   does: cuBLASLt adds a bf16 D's bias in bf16).  linear_backward: inp (dout is f32; converted to bf16 scratch).
+     *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
+     *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
+     *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.
+     *   rope_forward / rope2d_forward: x (rope_backward acts on an f32 gradient).  embedding_forward: out.
+     *   crossentropy_forward / crossentropy_backward: logits.  attention_forward: out, q, k, v.
+     *   attention_backward: out, q, k, v (dout and dq / dk / dv f32).  act_forward: out, inp.
+     *   act_backward: inp.  rows_gather_forward: out and table (2-byte both: a caller with an f32 table, a
+     *   parameter's compute copy holding bf16 values or the input patches, narrows it first with to_bf16).
+     *   memset0 / copy_*: bytes, as given.
+     * NULL on backend_cuda_bf16a: attention_decode (generation keeps the bf16 table). */
+    DType act_dtype;
+    /* The same device's table with act_dtype = DTYPE_BF16 and this table's numerics (NULL: none; the CUDA
+     * bf16 table's is backend_cuda_bf16a, which names itself). A stage runs on it only where every module
+     * it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: LM stages with tp = 1). */
+    const struct Backend* act_bf16_variant;
+    /* out[i] = rr_bf16_to_f32(inp[i]): 2-byte bf16 words widened (exact) to f32 words; with to_bf16, the
+     * conversion of a stage's hidden states at its entry and exit (the pipeline's transfers stay f32). NULL
+     * where act_bf16_variant is. */
+    void (*from_bf16)(const struct Backend* be, float* out, const uint16_t* inp, size_t n);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -104,6 +104,20 @@ set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn_fwd_only PROPERTIES
                      ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1;RRFP_CUDNN_ATTENTION_BWD=0")
 set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
 set_tests_properties(cuda_ops_gpu cuda_ops_gpu_stream cuda_ops_gpu_bf16 PROPERTIES ENVIRONMENT "RRFP_CUDNN_STRICT=1")
+# The bf16-activation table (backend_cuda_bf16a, issue 20: activations stored as 2-byte bf16) against the bf16
+# table, op by op (tests/test_cuda_bf16a.c): bitwise in the emulation (strict: two thread orders, -0.0 guards),
+# within one bf16 ulp on a device (gpu, skipped without one)
+add_executable(test_cuda_bf16a tests/test_cuda_bf16a.c)
+target_link_libraries(test_cuda_bf16a PRIVATE rrfp_core ${CMAKE_DL_LIBS})
+add_test(NAME cuda_bf16a_gpu COMMAND test_cuda_bf16a)
+set_tests_properties(cuda_bf16a_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+add_executable(test_cuda_bf16a_emu tests/test_cuda_bf16a.c)
+target_compile_definitions(test_cuda_bf16a_emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(test_cuda_bf16a_emu PRIVATE rrfp_cuda_emu rrfp_core)
+target_link_options(test_cuda_bf16a_emu PRIVATE -rdynamic)
+set_target_properties(test_cuda_bf16a_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME cuda_bf16a_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_bf16a: ok" $<TARGET_FILE:test_cuda_bf16a_emu>)
+set_tests_properties(cuda_bf16a_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
 add_test(NAME cuda_emu_bad_target COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_cuda_ops_emu> -DARGS=--bad-target
          -DEXPECT_RC=1 "-DEXPECT_ERR=cross-entropy: target 7 of row 1 is outside \\[0, 5\\) and is not the ignore index -100"
@@ -115,12 +129,18 @@ add_test(NAME cuda_emu_bad_id COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_
 # emulated CUDA backend: a 3-microbatch LLaVA step, CUDA vs CPU and CUDA split vs fused.
 if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   add_executable(test_model_emu tests/test_model.c)
-  target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
+  target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
   target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
   set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
   set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                        ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+  # runtime.precision = bf16: the LM and the tower on the bf16-activation table against the bf16 table, bitwise
+  # (issue 20); one thread order (the ops' two-order checks are cuda_bf16a_emu's), to stay quick
+  add_test(NAME model_gpu_emu_bf16a COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a)
+  set_tests_properties(model_gpu_emu_bf16a PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero")
+  add_test(NAME model_gpu_emu_bf16a_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a_clip)
+  set_tests_properties(model_gpu_emu_bf16a_clip PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero")
   # the same with the CLIP tower and the exact-GELU projector (clip_ops.cu)
   add_test(NAME model_gpu_emu_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_clip)
   set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300

@@ -17,6 +17,10 @@ add_test(NAME model_gpu COMMAND test_model gpu)
 set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME model_gpu_clip COMMAND test_model gpu_clip)
 set_tests_properties(model_gpu_clip PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+# runtime.precision = bf16: the LM on the bf16-activation table (2-byte activations) against the bf16 table, one
+# stage and two pipeline stages (issue 20; tests/test_model.c test_gpu_bf16a)
+add_test(NAME model_gpu_bf16a COMMAND test_model gpu_bf16a)
+set_tests_properties(model_gpu_bf16a PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"

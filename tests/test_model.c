@@ -639,6 +639,143 @@ static void test_gpu(void) {
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
 }
 
+/* ---- the bf16-activation table (issue 20; label gpu, and on the emulation) -------------------------------
+ * runtime.precision = bf16 on CUDA: a stage's LM runs on the bf16-activation table (2-byte activations; Stage.lbe),
+ * and the RoPE tower and projector of a first stage (Stage.vbe). The numerics are the bf16 table's, so the same
+ * step with the gate off (RRFP_BF16_ACTIVATIONS=0: the whole stage on the bf16 table) must give the same losses
+ * and gradients. In the emulation: bitwise, but for the tensors whose CUDA backward adds with atomics (round-off).
+ * On a device cuBLASLt may choose another algorithm for a bf16 D than for an f32 one (and cuDNN runs on other
+ * buffers), so a stored activation may round the other way: there losses within 1e-3 and each gradient within
+ * 3e-2 relative (design bounds, not yet measured). Run as one stage (fused backward) and as two pipeline stages
+ * (split B then W) exchanging f32 hidden states, so the stage-edge conversions run too. */
+#ifdef RR_CUDA_EMU
+#define BF16A_EXACT 1
+#else
+#define BF16A_EXACT 0
+#endif
+
+/* the gradient of `name` in pt (host copy h) against the reference's */
+static void bf16a_cmp_grad(const char* what, const ParamTable* ref, const float* href, const ParamTable* pt, const float* h,
+                           const char* name) {
+    int i = params_find(ref, name), j = params_find(pt, name);
+    if (i < 0 || j < 0 || ref->specs[i].frozen) return;
+    const ParamSpec *a = &ref->specs[i], *b = &pt->specs[j];
+    size_t differ = 0;
+    double d = 0, n = 0;
+    for (size_t k = 0; k < a->numel; k++) {
+        float x = href[a->goff + k], y = h[b->goff + k];
+        differ += memcmp(&x, &y, sizeof x) != 0;
+        d += ((double)x - y) * ((double)x - y);
+        n += (double)x * x;
+    }
+    double e = n > 0 ? sqrt(d / n) : sqrt(d);
+    if (!BF16A_EXACT)
+        EXPECT(e <= 3e-2, "%s: gradient of %s: relative %.2e from the bf16 table's", what, name, e);
+    else if (!strcmp(name, "text.embed.weight") || !strcmp(name, "vision.pos_embed.weight") ||
+             !strcmp(name, "vision.class_embedding")) /* atomics: the rows many tokens share */
+        EXPECT(e <= 1e-6, "%s: gradient of %s: relative %.2e from the bf16 table's", what, name, e);
+    else
+        EXPECT(differ == 0, "%s: gradient of %s: %zu values differ from the bf16 table's (relative %.2e)", what, name,
+               differ, e);
+}
+
+static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
+    ModelConfig c = *cfg;
+    uint64_t rng = 11;
+    Microbatch mb[NMB];
+    int n_sup = 0;
+    for (int m = 0; m < NMB; m++) {
+        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
+        n_sup += mb[m].n_supervised;
+    }
+    int max_T, max_Np, cut = c.Lt / 2;
+    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    float scale = 1.0f / n_sup;
+    setenv("RRFP_BF16_ACTIVATIONS", "0", 1);
+    Stage ref;
+    stage_init(&ref, &c, 0, c.Lt, b16);
+    unsetenv("RRFP_BF16_ACTIVATIONS");
+    Stage one, two[2];
+    stage_init(&one, &c, 0, c.Lt, b16);
+    stage_init(&two[0], &c, 0, cut, b16);
+    stage_init(&two[1], &c, cut, c.Lt, b16);
+    EXPECT(ref.lbe == ref.be && ref.be->act_dtype == DTYPE_F32, "RRFP_BF16_ACTIVATIONS=0 left the gate on");
+    int gated = one.lbe && one.lbe->act_dtype == DTYPE_BF16 && two[0].lbe->act_dtype == DTYPE_BF16 &&
+                two[1].lbe->act_dtype == DTYPE_BF16 && one.be->act_dtype == DTYPE_F32;
+    EXPECT(gated, "the stages' LM is not on the bf16-activation table (the path this test names did not run)");
+    if (!gated) return 0;
+    /* the tower and the projector run there too (the RoPE tower and CLIP's with its exact-GELU projector) */
+    EXPECT(one.vbe == one.lbe && one.vc.act_bytes == 2 && two[0].vbe == two[0].lbe && two[0].vc.act_bytes == 2,
+           "the tower is not on the bf16-activation table");
+    StageActs ar, a1, a2[2];
+    stage_acts_init(&ar, &ref, max_T, max_Np, 0);
+    stage_acts_init(&a1, &one, max_T, max_Np, 0);
+    for (int s = 0; s < 2; s++) stage_acts_init(&a2[s], &two[s], max_T, max_Np, 1);
+    EXPECT(a1.bytes < ar.bytes, "2-byte activations take %zu bytes, f32 words %zu", a1.bytes, ar.bytes);
+    float* hid = b16->alloc((size_t)max_T * c.Dt * sizeof(float));
+    float* dhid = b16->alloc((size_t)max_T * c.Dt * sizeof(float));
+    for (int m = 0; m < NMB; m++) {
+        float lr, l1, l2;
+        stage_forward(&ref, &ar, &mb[m], NULL, NULL, &lr);
+        stage_backward(&ref, &ar, NULL, scale, NULL);
+        stage_forward(&one, &a1, &mb[m], NULL, NULL, &l1);
+        stage_backward(&one, &a1, NULL, scale, NULL);
+        stage_forward(&two[0], &a2[0], &mb[m], NULL, hid, NULL);
+        stage_forward(&two[1], &a2[1], &mb[m], hid, NULL, &l2);
+        stage_backward_input(&two[1], &a2[1], NULL, scale, dhid);
+        stage_backward_weight(&two[1], &a2[1]);
+        stage_backward_input(&two[0], &a2[0], dhid, scale, NULL);
+        stage_backward_weight(&two[0], &a2[0]);
+        int same = BF16A_EXACT ? memcmp(&lr, &l1, sizeof lr) == 0 && memcmp(&lr, &l2, sizeof lr) == 0
+                               : fabsf(l1 - lr) <= 1e-3f * fabsf(lr) && fabsf(l2 - lr) <= 1e-3f * fabsf(lr);
+        EXPECT(same, "loss of microbatch %d: bf16 table %.9g, 2-byte activations %.9g (one stage) %.9g (two)", m, lr, l1, l2);
+    }
+    float *gr = table_host(&ref.params, 1), *g1 = table_host(&one.params, 1);
+    float *g20 = table_host(&two[0].params, 1), *g21 = table_host(&two[1].params, 1);
+    for (int i = 0; i < ref.params.n; i++) {
+        const char* name = ref.params.specs[i].name;
+        bf16a_cmp_grad("one stage", &ref.params, gr, &one.params, g1, name);
+        int j0 = params_find(&two[0].params, name), j1 = params_find(&two[1].params, name);
+        if (j0 >= 0 && j1 >= 0) { /* the tied embedding: the trainer sums the first stage's and the last's copy's */
+            const ParamSpec *a = &two[0].params.specs[j0], *b = &two[1].params.specs[j1];
+            for (size_t k = 0; k < a->numel; k++) g20[a->goff + k] += g21[b->goff + k];
+        }
+        if (j0 >= 0) bf16a_cmp_grad("two stages", &ref.params, gr, &two[0].params, g20, name);
+        else bf16a_cmp_grad("two stages", &ref.params, gr, &two[1].params, g21, name);
+    }
+    int n = ref.params.n;
+    free(gr), free(g1), free(g20), free(g21);
+    b16->free(hid), b16->free(dhid);
+    stage_acts_free(&ar, &ref);
+    stage_acts_free(&a1, &one);
+    for (int s = 0; s < 2; s++) stage_acts_free(&a2[s], &two[s]);
+    stage_free(&ref), stage_free(&one), stage_free(&two[0]), stage_free(&two[1]);
+    for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
+    return n;
+}
+
+static void test_gpu_bf16a(void) {
+    char why[256] = "";
+    const Backend* cu = backend_cuda_get(why, sizeof why);
+    if (!cu) {
+        printf("skipped: %s\n", why);
+        exit(77);
+    }
+    const Backend* b16 = backend_with_precision(cu, PRECISION_BF16);
+    ModelConfig c = small_config(2);
+    int n = bf16a_run(&c, b16);
+    /* the LM variants: grouped-query attention (the own kernel), q / k / v / o biases (cuBLASLt's bias epilogue with
+     * a bf16 D), tied embeddings, Llama-3 RoPE (with the RoPE tower only: CLIP's adds nothing to the LM's paths) */
+    if (g_clip) {
+        printf("gpu_bf16a: %d + 0 tensors, 2-byte activations equal the bf16 table's\n", n);
+        return;
+    }
+    c.Hkv = 2, c.qkv_bias = c.o_bias = 1, c.tie_embeddings = 1;
+    c.rope_llama3 = 1, c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4, c.rope_original_max_pos = 16;
+    int nv = bf16a_run(&c, b16);
+    printf("gpu_bf16a: %d + %d tensors, 2-byte activations equal the bf16 table's\n", n, nv);
+}
+
 /* ---- bad microbatches: each must stop with a message naming what is wrong (see model.cmake) ------- */
 
 static void test_bad(const char* what) {
@@ -698,6 +835,8 @@ int main(int argc, char** argv) {
         test_freeze();
     else if (!strcmp(argv[1], "gpu"))
         test_gpu();
+    else if (!strcmp(argv[1], "gpu_bf16a"))
+        test_gpu_bf16a();
     else if (!strncmp(argv[1], "bad_", 4))
         test_bad(argv[1] + 4);
     else {

@@ -89,24 +89,29 @@ void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads)
 #undef TPT
 }
 
+/* n activation values (c->act_bytes each: f32 words, or 2-byte bf16 words behind the float*) */
+static float* lm_act_alloc(Arena* ar, const LmConfig* c, size_t n) {
+    return (float*)arena_alloc(ar, n * (size_t)lm_act_bytes(c));
+}
+
 void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T) {
     int Hl, Dq, Fl, Hkvl, Dkv;
     lm_local_sizes(c, &Hl, &Dq, &Fl);
     lm_local_kv(c, &Hkvl, &Dkv);
     size_t T = (size_t)max_T, D = c->D, F = (size_t)Fl;
-    a->n1 = arena_alloc_f32(ar, T * D);
+    a->n1 = lm_act_alloc(ar, c, T * D);
     a->rstd1 = arena_alloc_f32(ar, T);
-    a->q = arena_alloc_f32(ar, T * Dq);
-    a->k = arena_alloc_f32(ar, T * Dkv);
-    a->v = arena_alloc_f32(ar, T * Dkv);
-    a->att = arena_alloc_f32(ar, T * Dq);
+    a->q = lm_act_alloc(ar, c, T * Dq);
+    a->k = lm_act_alloc(ar, c, T * Dkv);
+    a->v = lm_act_alloc(ar, c, T * Dkv);
+    a->att = lm_act_alloc(ar, c, T * Dq);
     a->lse = arena_alloc_f32(ar, T * Hl);
-    a->xmid = arena_alloc_f32(ar, T * D);
-    a->n2 = arena_alloc_f32(ar, T * D);
+    a->xmid = lm_act_alloc(ar, c, T * D);
+    a->n2 = lm_act_alloc(ar, c, T * D);
     a->rstd2 = arena_alloc_f32(ar, T);
-    a->gate = arena_alloc_f32(ar, T * F);
-    a->up = arena_alloc_f32(ar, T * F);
-    a->h = arena_alloc_f32(ar, T * F);
+    a->gate = lm_act_alloc(ar, c, T * F);
+    a->up = lm_act_alloc(ar, c, T * F);
+    a->h = lm_act_alloc(ar, c, T * F);
 }
 
 void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T) {
@@ -125,14 +130,17 @@ void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int ma
 }
 
 void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
-    s->tmp = arena_alloc_f32(ar, (size_t)max_T * c->D);
+    s->tmp = lm_act_alloc(ar, c, (size_t)max_T * c->D); /* o's and down's outputs: activations */
     s->datt = arena_alloc_f32(ar, (size_t)max_T * c->D);
     s->dh = arena_alloc_f32(ar, (size_t)max_T * c->F);
 }
 
 /* The TP all-reduce of a partial (T, D) result; a failure is kept by the callback's ctx. */
 static void lm_tp_sum(const LmConfig* c, float* buf, size_t n) {
-    if (c->tp > 1) (void)c->tp_reduce(c->tp_ctx, buf, n);
+    if (c->tp > 1) {
+        RR_ASSERT(lm_act_bytes(c) == 4 && "the TP sums are f32: tp > 1 runs with f32-word activations");
+        (void)c->tp_reduce(c->tp_ctx, buf, n);
+    }
 }
 
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
@@ -148,6 +156,7 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, &c->rope);
     be->rope_forward(be, a->k, seq->pos, T, Hkv, d, Dkv, &c->rope);
     if (seq->kv_k) {
+        RR_ASSERT(lm_act_bytes(c) == 4 && "generation's KV cache holds f32 words");
         /* generation: append this call's keys and values to the cache (Dkv wide), attend to every cached row */
         be->copy_d2d(be, seq->kv_k + (size_t)seq->kv_past * Dkv, a->k, (size_t)T * Dkv * sizeof(float));
         be->copy_d2d(be, seq->kv_v + (size_t)seq->kv_past * Dkv, a->v, (size_t)T * Dkv * sizeof(float));

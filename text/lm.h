@@ -52,7 +52,14 @@ typedef struct {
     int tp, tp_rank;
     LmTpReduce tp_reduce;
     void* tp_ctx;
+    /* Bytes of a stored activation (engine.h, Backend.act_dtype): 0 or 4, f32 words; 2, bf16 words (the
+     * blocks then run on a table with act_dtype = DTYPE_BF16; tp must be 1, and no KV cache). Sizes the
+     * activation buffers of lm_block_acts_layout and lm_scratch_layout's tmp; gradients stay f32. */
+    int act_bytes;
 } LmConfig;
+
+/* Bytes of one stored activation value (LmConfig.act_bytes; 0 means f32 words). */
+static inline int lm_act_bytes(const LmConfig* c) { return c->act_bytes == 2 ? 2 : 4; }
 
 /* This rank's heads, attention width (heads x head dim) and SwiGLU hidden. */
 static inline void lm_local_sizes(const LmConfig* c, int* H, int* Dq, int* F) {

@@ -34,10 +34,12 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
 }
 
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
-    size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c);
-    a->fc1 = arena_alloc_f32(ar, NL);
-    a->gelu = arena_alloc_f32(ar, NL);
-    a->out = arena_alloc_f32(ar, NT);
+    size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c), ab = (size_t)vit_act_bytes(c);
+    /* activations in the tower's storage (VitConfig.act_bytes); gradients f32 words */
+    RR_ASSERT(ab == 4 || c->tp <= 1);
+    a->fc1 = (float*)arena_alloc(ar, NL * ab);
+    a->gelu = (float*)arena_alloc(ar, NL * ab);
+    a->out = (float*)arena_alloc(ar, NT * ab);
     a->dout = arena_alloc_f32(ar, NT);
     a->dfc1 = arena_alloc_f32(ar, NL);
     a->dgelu = arena_alloc_f32(ar, NL);

@@ -84,7 +84,18 @@ typedef struct {
     int tp, tp_rank;
     VitTpReduce tp_reduce;
     void* tp_ctx;
+    /* Bytes of a stored activation of the tower and the projector (engine.h, Backend.act_dtype): 0 or 4, f32
+     * words; 2, bf16 words (their ops then run on a table with act_dtype = DTYPE_BF16; tp 1). Sizes the
+     * activation buffers; gradients and statistics stay f32. */
+    int act_bytes;
 } VitConfig;
+
+/* Bytes of one stored activation value of the tower / projector (VitConfig.act_bytes; 0 means f32 words). */
+static inline int vit_act_bytes(const VitConfig* c) { return c->act_bytes == 2 ? 2 : 4; }
+/* element i of an activation buffer of c's storage (a float* that is only an address when 2-byte) */
+static inline float* vit_act_at(const VitConfig* c, const float* base, size_t i) {
+    return (float*)((char*)base + i * (size_t)vit_act_bytes(c));
+}
 
 /* Pointers to one block's tensors, either the values or the gradients of a ParamTable. */
 typedef struct {
@@ -140,7 +151,12 @@ typedef struct {
     const int32_t* img_cu; /* (I+1) backend memory, set by vit_forward's caller */
     const int32_t *prow, *pcol; /* (N) */
     int I, N;
-    const float* patches;    /* (N, 3p^2) backend memory, kept for the patch-embed weight gradient */
+    const float* patches;    /* (N, 3p^2) backend memory, kept for the patch-embed weight gradient (the GEMM's input:
+                              * with 2-byte activations patches16, the patches narrowed to bf16) */
+    float* patches16;        /* (max_N, 3p^2) 2-byte activations only: the patches narrowed (the RoPE tower's patch
+                              * embedding input; CLIP's channel-major gather's table) */
+    float *cls16, *pos16;    /* CLIP, 2-byte activations: the class and position embeddings' bf16 words, the
+                              * gather's tables (their compute copies hold bf16 values: exact), (D), (1 + G^2, D) */
     float* x;                /* (L+1, max_N, D) residual stream at block boundaries */
     VitBlockActs* blocks;    /* (L) */
     float *vout, *lnf_mean, *lnf_rstd; /* (N, D), (N), (N) ln_f output = the tower's output */

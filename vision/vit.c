@@ -157,6 +157,8 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     vit_local(c, &Hl, &Dql, &Dml);
     int clip = c->arch == VIT_ARCH_CLIP;
     int max_T = vit_max_tokens(c, max_N);
+    size_t ab = (size_t)vit_act_bytes(c);
+#define VACT(n) ((float*)arena_alloc(ar, (size_t)(n) * ab)) /* n activation values */
     /* N: the rows of the blocks (tokens; the patches themselves for the RoPE ViT) */
     size_t N = (size_t)max_T, D = c->D, H = (size_t)Hl, L = (size_t)vit_blocks_run(c), Dq = (size_t)Dql, Dm = (size_t)Dml;
     if (!a->blocks) a->blocks = callocCheck((size_t)c->L, sizeof(VitBlockActs));
@@ -172,12 +174,14 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
         a->cls_of_tok = (int32_t*)arena_alloc_f32(ar, N);
         a->pos_idx = (int32_t*)arena_alloc_f32(ar, N * VIT_POS_TAPS);
         a->pos_w = arena_alloc_f32(ar, N * VIT_POS_TAPS);
-        a->emb = arena_alloc_f32(ar, N * D);
+        a->emb = (float*)arena_alloc(ar, N * D * ab);
         a->pre_mean = arena_alloc_f32(ar, N);
         a->pre_rstd = arena_alloc_f32(ar, N);
         a->demb = backward ? arena_alloc_f32(ar, N * D) : NULL;
         size_t P = 3 * (size_t)c->patch * c->patch;
-        a->patches_cm = arena_alloc_f32(ar, NP * P);
+        a->patches_cm = (float*)arena_alloc(ar, NP * P * ab);
+        a->cls16 = ab == 2 ? (float*)arena_alloc(ar, D * 2) : NULL;
+        a->pos16 = ab == 2 ? (float*)arena_alloc(ar, (1 + (size_t)c->grid * c->grid) * D * 2) : NULL;
         a->cm_idx = (int32_t*)arena_alloc_f32(ar, NP * P);
         a->cm_ready = 0;
         if (!a->h_idx) {
@@ -194,30 +198,34 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     a->b_floor = 0;
     /* Without a backward (a frozen tower) nothing is kept for it: two residual slots used
      * alternately and one set of block activations that every block overwrites. */
-    a->x = arena_alloc_f32(ar, (backward ? L + 1 : 2) * N * D);
+    a->patches16 = ab == 2 ? VACT((size_t)max_N * 3 * c->patch * c->patch) : NULL;
+    a->x = VACT((backward ? L + 1 : 2) * N * D);
     for (size_t l = 0; l < L; l++) {
         VitBlockActs* b = &a->blocks[l];
         if (!backward && l > 0) {
             *b = a->blocks[0];
             continue;
         }
-        b->ln1 = arena_alloc_f32(ar, N * D);
+        b->ln1 = VACT(N * D);
         b->ln1_mean = arena_alloc_f32(ar, N);
         b->ln1_rstd = arena_alloc_f32(ar, N);
-        b->qkv = arena_alloc_f32(ar, N * 3 * Dq);
-        b->att = arena_alloc_f32(ar, N * Dq);
+        b->qkv = VACT(N * 3 * Dq);
+        b->att = VACT(N * Dq);
         b->att_lse = arena_alloc_f32(ar, N * H);
-        b->xmid = arena_alloc_f32(ar, N * D);
-        b->ln2 = arena_alloc_f32(ar, N * D);
+        b->xmid = VACT(N * D);
+        b->ln2 = VACT(N * D);
         b->ln2_mean = arena_alloc_f32(ar, N);
         b->ln2_rstd = arena_alloc_f32(ar, N);
-        b->fc1 = arena_alloc_f32(ar, N * Dm);
-        b->gelu = arena_alloc_f32(ar, N * Dm);
+        b->fc1 = VACT(N * Dm);
+        b->gelu = VACT(N * Dm);
     }
-    a->vout = arena_alloc_f32(ar, (size_t)max_N * D);
+    a->vout = VACT((size_t)max_N * D);
     a->lnf_mean = arena_alloc_f32(ar, N);
     a->lnf_rstd = arena_alloc_f32(ar, N);
-    a->tmp = arena_alloc_f32(ar, N * D);
+    /* the out and fc2 products before the residual add (activations); CLIP's patch-embedding products and the
+     * patch gradient's scratch (f32 words) too: room for either */
+    a->tmp = (float*)arena_alloc(ar, N * D * (clip ? 4 : ab));
+#undef VACT
     if (!backward) {
         a->dx = a->dvout = a->dgelu = a->datt = NULL;
         for (size_t l = 0; l < L; l++) memset(&a->grads[l], 0, sizeof a->grads[l]);
@@ -270,7 +278,7 @@ static float* vit_dx(const VitActs* a, const VitConfig* c, int j) {
 
 static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
     size_t slot = a->backward ? (size_t)j : (size_t)(j % 2);
-    return a->x + slot * (size_t)a->max_T * c->D;
+    return vit_act_at(c, a->x, slot * (size_t)a->max_T * c->D);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -287,10 +295,10 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads); CLIP has no RoPE */
     if (!clip) {
         be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-        be->rope2d_forward(be, b->qkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+        be->rope2d_forward(be, vit_act_at(c, b->qkv, Dq), a->prow, a->pcol, N, H, d, 3 * Dq);
     }
-    be->attention_forward(be, b->att, b->att_lse, b->qkv, b->qkv + Dq, b->qkv + 2 * Dq, seq, a->I, N, H, H, d, 3 * Dq,
-                          3 * Dq, 0);
+    be->attention_forward(be, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq),
+                          seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
     be->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
     vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
     be->add_forward(be, b->xmid, xin, a->tmp, (size_t)N * D);
@@ -406,8 +414,13 @@ static void clip_patches_channel_major(const Backend* be, const VitConfig* c, Vi
         a->cm_ready = 1;
     }
     size_t n = (size_t)a->N * P;
-    be->memset0(be, a->patches_cm, n * sizeof(float));
-    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
+    const float* table = a->patches;
+    if (vit_act_bytes(c) == 2) { /* the gather's table in 2-byte words: the rounding its store did */
+        be->to_bf16(be, (uint16_t*)a->patches16, a->patches, n);
+        table = a->patches16;
+    }
+    be->memset0(be, a->patches_cm, n * (size_t)vit_act_bytes(c));
+    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, table, (int)n, 1, 1);
 }
 
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
@@ -417,10 +430,16 @@ static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW
     clip_patches_channel_major(be, c, a);
     int T = a->T;
     be->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, NULL, N, P, D);
-    be->memset0(be, a->emb, (size_t)T * D * sizeof(float));
+    be->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
+    const float *cls = w->cls, *pos = w->pos;
+    if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
+        be->to_bf16(be, (uint16_t*)a->cls16, w->cls, (size_t)D);
+        be->to_bf16(be, (uint16_t*)a->pos16, w->pos, (1 + (size_t)c->grid * c->grid) * D);
+        cls = a->cls16, pos = a->pos16;
+    }
     be->rows_gather_forward(be, a->emb, a->patch_of_tok, NULL, a->tmp, T, 1, D);
-    be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, w->cls, T, 1, D);
-    be->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, w->pos, T, VIT_POS_TAPS, D);
+    be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, cls, T, 1, D);
+    be->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, pos, T, VIT_POS_TAPS, D);
     be->layernorm_forward(be, vit_x(a, c, 0), a->pre_mean, a->pre_rstd, a->emb, w->pre_w, w->pre_b, T, D);
 }
 
@@ -467,9 +486,13 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
         for (int l = 0; l < Lr; l++)
             vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
         /* the features: hidden_states[L_run] without the class tokens */
-        be->memset0(be, a->vout, (size_t)N * D * sizeof(float));
+        be->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
         be->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
         return;
+    }
+    if (vit_act_bytes(c) == 2) { /* the GEMM's activation input in 2-byte words: the rounding its conversion did */
+        be->to_bf16(be, (uint16_t*)a->patches16, patches, (size_t)N * P);
+        a->patches = patches = a->patches16;
     }
     be->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
     for (int l = 0; l < c->L; l++)
@@ -504,8 +527,9 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     be->memset0(be, a->datt, NQ * sizeof(float));
     be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
     be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-    be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv, b->qkv + Dq,
-                           b->qkv + 2 * Dq, seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
+    be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv,
+                           vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
+                           3 * Dq, 0);
     if (!clip) {
         be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
         be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);

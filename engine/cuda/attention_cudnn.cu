@@ -436,6 +436,11 @@ __global__ void pack_bf16_kernel(uint16_t* out, const float* in, int T, int W, i
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)T * W) out[i] = rr_f32_to_bf16(in[(i / W) * (size_t)ld + i % W]);
 }
+// the same from 2-byte bf16 rows (the bf16-activation table's activations): a copy
+__global__ void pack_b16_kernel(uint16_t* out, const uint16_t* in, int T, int W, int ld) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)T * W) out[i] = in[(i / W) * (size_t)ld + i % W];
+}
 // out (rows of stride ld) += in (compact bf16, W per row)
 __global__ void add_bf16_rows_kernel(float* out, const uint16_t* in, int T, int W, int ld) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -571,9 +576,14 @@ float neg_inf_value() { return cudnnGetVersion() >= 91000 ? -INFINITY : -FLT_MAX
 
 // Returns 1 when out (rounded to bf16) and lse hold a result (cuDNN's, or on a disagreement without strict
 // mode the own kernel's); 0 when the caller must run its own kernel. Notes the path (attention_path.h).
-int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                 int causal) {
+// b16: q, k, v and out are 2-byte bf16 words (the bf16-activation table, cuda_cudnn_attention_forward_b16):
+// packed by a copy, cuDNN's bf16 output copied out as it is; a run that must be checked against the own kernel
+// (a plan's first, every one in strict mode) returns -1 instead, noting nothing: the caller widens its inputs
+// and calls the f32 entry, which checks (so the check is the f32 entry's, on the same values).
+static int cudnn_forward(const Backend* be, void* out_, float* lse, const void* q_, const void* k_, const void* v_, int b16,
+                         const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    float* out = (float*)out_;
+    const float *q = (const float*)q_, *k = (const float*)k_, *v = (const float*)v_;
     if (d % 8 != 0 || d > 128 || S < 1 || T < 1 || rr_cudnn_attn_rows(T) * H * d >= ((size_t)1 << 31) ||
         !cudnn_ready()) {
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
@@ -587,6 +597,7 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     }
     cudaStream_t st = cuda_stream(be);
     int strict = strict_mode(), check = strict || !p->checked;
+    if (b16 && check) return -1;
     size_t n = (size_t)T * H * d, HD = (size_t)H * d, R = rr_cudnn_attn_rows(T);
     RrAttnScratch L = rr_cudnn_attn_scratch(0, T, S, H, d, ld_qkv, (size_t)p->workspace, check);
     char* base = scratch_for(L.total, "forward", S, T, H, d);
@@ -608,7 +619,8 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     uint16_t* in16[3] = {q16, k16, v16};
     const float* src[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {
-        pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(in16[i], src[i], T, (int)HD, ld_qkv);
+        if (b16) pack_b16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(in16[i], (const uint16_t*)src[i], T, (int)HD, ld_qkv);
+        else pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(in16[i], src[i], T, (int)HD, ld_qkv);
         cudaCheck(cudaMemsetAsync(in16[i] + n, 0, (R - T) * HD * 2, st));
     }
     offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
@@ -642,6 +654,12 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
                 d, causal, (size_t)cudnnGetVersion());
         diag_report("forward out", out16, 0, cu_seqlens, S, T, (int)HD, st);
         diag_report("forward stats", stats, 1, cu_seqlens, S, T, H, st);
+    }
+    if (b16) { // not checked (above): cuDNN's bf16 output is the stored activation as it is
+        cudaCheck(cudaMemcpyAsync(out_, out16, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, st));
+        cudaCheck(cudaMemcpyAsync(lse, stats, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        cuda_attention_path_note(RR_ATTN_CUDNN_FWD);
+        return 1;
     }
     // cuDNN's result into check buffers first when it is to be compared, else straight into out / lse
     float* o_dst = out;
@@ -691,6 +709,16 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
     cuda_attention_path_note(RR_ATTN_CUDNN_FWD);
     return 1;
 }
+int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                 int causal) {
+    return cudnn_forward(be, out, lse, q, k, v, 0, cu_seqlens, S, T, H, d, ld_qkv, causal);
+}
+int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                     int causal) {
+    return cudnn_forward(be, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv, causal);
+}
 
 // On by default (RRFP_CUDNN_ATTENTION_BWD=0 turns it off) for head dims that are multiples of 16: measured on
 // an H200 with cuDNN 9.19 (2026-11-26), its backward agrees with the own kernel at d 16, 64 and 128 and
@@ -698,9 +726,12 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
 // (the GPU's usual flash attention backward) and are added to the f32 gradients; dO is rounded to bf16 on
 // the way in (as the own tensor-core kernel rounds it). Returns 1 when dq, dk, dv (each may be NULL) got cuDNN's
 // gradients added, 0 when the caller must run its own kernel. Notes the path as the forward does.
-int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
-                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+// b16: q, k, v and out are 2-byte bf16 words (dout and the gradients f32), as cudnn_forward's b16 (-1: checked
+// run, call the f32 entry on widened inputs).
+static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const void* out_,
+                          const float* lse, const void* q_, const void* k_, const void* v_, int b16,
+                          const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    const float *out = (const float*)out_, *q = (const float*)q_, *k = (const float*)k_, *v = (const float*)v_;
     if (!cudnn_backward_on() || d % 16 != 0 || d > 128 || S < 1 || T < 1 ||
         rr_cudnn_attn_rows(T) * H * d >= ((size_t)1 << 31) || !cudnn_ready()) {
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
@@ -714,6 +745,7 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     }
     cudaStream_t st = cuda_stream(be);
     int strict = strict_mode(), check = strict || !p->checked;
+    if (b16 && check) return -1;
     size_t n = (size_t)T * H * d, HD = (size_t)H * d, R = rr_cudnn_attn_rows(T);
     RrAttnScratch L = rr_cudnn_attn_scratch(1, T, S, H, d, ld_qkv, (size_t)p->workspace, check);
     char* base = scratch_for(L.total, "backward", S, T, H, d);
@@ -721,8 +753,8 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
         return 0;
     }
-    uint16_t* b16[8];
-    for (int i = 0; i < 8; i++) b16[i] = (uint16_t*)(base + L.bf16_at[i]); // q k v o do dq dk dv
+    uint16_t* bb[8];
+    for (int i = 0; i < 8; i++) bb[i] = (uint16_t*)(base + L.bf16_at[i]); // q k v o do dq dk dv
     float* dsum = (float*)(base + L.dsum_at);
     float* dq_acc = (float*)(base + L.dqacc_at);
     float* stats = (float*)(base + L.stats_at);
@@ -734,11 +766,14 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     const float* src[5] = {q, k, v, out, dout};
     int lds[5] = {ld_qkv, ld_qkv, ld_qkv, (int)HD, (int)HD};
     for (int i = 0; i < 5; i++) {
-        pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(b16[i], src[i], T, (int)HD, lds[i]);
-        cudaCheck(cudaMemsetAsync(b16[i] + n, 0, (R - T) * HD * 2, st));
+        if (b16 && i < 4) // q, k, v, out: 2-byte already (dout is f32)
+            pack_b16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bb[i], (const uint16_t*)src[i], T, (int)HD, lds[i]);
+        else
+            pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bb[i], src[i], T, (int)HD, lds[i]);
+        cudaCheck(cudaMemsetAsync(bb[i] + n, 0, (R - T) * HD * 2, st));
     }
     int diag = diag_mode();
-    for (int i = 5; i < 8; i++) cudaCheck(cudaMemsetAsync(b16[i], diag ? 0xff : 0, R * HD * 2, st));
+    for (int i = 5; i < 8; i++) cudaCheck(cudaMemsetAsync(bb[i], diag ? 0xff : 0, R * HD * 2, st));
     // the dQ accumulator zeroed (cudnn-frontend memsets it before cuDNN 9.6), softmax_sum finite everywhere
     cudaCheck(cudaMemsetAsync(dq_acc, 0, R * HD * sizeof(float), st));
     cudaCheck(cudaMemsetAsync(dsum, 0, R * H * sizeof(float), st));
@@ -751,7 +786,7 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     int64_t uids[] = {U_Q, U_K, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_DQ_ACC, U_SCALE, U_ONE, U_NEG_INF,
                       U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O, U_OFF_DO, U_OFF_DQ,
                       U_OFF_DK, U_OFF_DV, U_OFF_STATS};
-    void* ptrs[] = {b16[0], b16[1], b16[2], b16[3], b16[4], b16[5], b16[6], b16[7], stats, dsum, dq_acc,
+    void* ptrs[] = {bb[0], bb[1], bb[2], bb[3], bb[4], bb[5], bb[6], bb[7], stats, dsum, dq_acc,
                     &scale, &one, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_st};
     const int64_t nv = (int64_t)(sizeof uids / sizeof uids[0]);
     Graph g;
@@ -774,9 +809,9 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     if (diag) {
         fprintf(stderr, "rrfp-mm: cuDNN diag: backward S %d T %d Smax %d H %d d %d causal %d, cuDNN %zu\n", S, T, Smax, H,
                 d, causal, (size_t)cudnnGetVersion());
-        diag_report("backward dQ", b16[5], 0, cu_seqlens, S, T, (int)HD, st);
-        diag_report("backward dK", b16[6], 0, cu_seqlens, S, T, (int)HD, st);
-        diag_report("backward dV", b16[7], 0, cu_seqlens, S, T, (int)HD, st);
+        diag_report("backward dQ", bb[5], 0, cu_seqlens, S, T, (int)HD, st);
+        diag_report("backward dK", bb[6], 0, cu_seqlens, S, T, (int)HD, st);
+        diag_report("backward dV", bb[7], 0, cu_seqlens, S, T, (int)HD, st);
     }
     if (check) {
         // the own tensor-core kernel's gradients of the same inputs, into zeroed buffers of the same stride;
@@ -792,7 +827,7 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
         cudaCheck(cudaMemsetAsync(mx, 0, 3 * sizeof(int), st));
         for (int i = 0; i < 3; i++) {
             absmax_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(mx + i, own + (size_t)i * one, T, (int)HD, ld_qkv);
-            compare_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, b16[5 + i], own + (size_t)i * one, T, (int)HD,
+            compare_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, bb[5 + i], own + (size_t)i * one, T, (int)HD,
                                                                ld_qkv, mx + i, 1.0f / 64.0f);
         }
         cudaCheck(cudaGetLastError());
@@ -819,10 +854,21 @@ int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float
     }
     float* outs[3] = {dq, dk, dv};
     for (int i = 0; i < 3; i++)
-        if (outs[i]) add_bf16_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(outs[i], b16[5 + i], T, (int)HD, ld_qkv);
+        if (outs[i]) add_bf16_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(outs[i], bb[5 + i], T, (int)HD, ld_qkv);
     cudaCheck(cudaGetLastError());
     cuda_attention_path_note(RR_ATTN_CUDNN_BWD);
     return 1;
+}
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+    return cudnn_backward(be, dq, dk, dv, dout, out, lse, q, k, v, 0, cu_seqlens, S, T, H, d, ld_qkv, causal);
+}
+int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                      int causal) {
+    return cudnn_backward(be, dq, dk, dv, dout, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv, causal);
 }
 
 // Backend.reserve's share (cuda_reserve): the scratch for the largest attention calls of the stage, once,
@@ -864,6 +910,24 @@ int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, cons
                                  int causal) {
     (void)be, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d;
     (void)ld_qkv, (void)causal;
+    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    return 0;
+}
+
+int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                     int causal) {
+    (void)be, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d;
+    (void)ld_qkv, (void)causal;
+    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    return 0;
+}
+int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                      int causal) {
+    (void)be, (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k, (void)v;
+    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
     cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     return 0;
 }

@@ -5,13 +5,13 @@
 //
 // What is 2-byte bf16 in device memory (Backend.weight_dtype = DTYPE_BF16): the compute copy of every
 // 2-D parameter (engine/params.h), written by the AdamW kernel itself (optim.cu, adamw_copy_kernel), so a
-// GEMM's weight operand goes to cuBLASLt as it is and the embedding reads its bf16 rows. Activations and
-// activation gradients are still f32 words: a GEMM converts its activation / output-gradient operands
-// into bf16 scratch (f32_to_bf16_kernel) right before the call, and a GEMM's f32 output is rounded by
-// round_bf16_kernel after it (cuBLASLt's f32 D cannot round). Every other stored activation is rounded in
+// GEMM's weight operand goes to cuBLASLt as it is and the embedding reads its bf16 rows. On this (bf16)
+// table activations and activation gradients are f32 words: a GEMM converts its activation / output-gradient
+// operands into bf16 scratch (f32_to_bf16_kernel) right before the call, and a GEMM's f32 output is rounded
+// by round_bf16_kernel after it (cuBLASLt's f32 D cannot round). Every other stored activation is rounded in
 // its producing kernel's store (norm.cu, elementwise.cu, rope.cu, embedding.cu: the <R> / bf16 variants),
-// with no separate pass. Halving the activations (bf16 buffers end to end) needs typed activation
-// pointers through the model code: docs/cuda.md, "bf16 storage".
+// with no separate pass. The bf16-activation table (end of this file, backend_cuda_bf16a) stores the
+// activations as 2-byte bf16 words, so its forward GEMMs have neither pass: docs/cuda.md, "bf16 storage".
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
@@ -91,10 +91,15 @@ void cuda_bf16_reserve(size_t gemm_elems) {
 // elements of a column-major (rows, cols) operand with leading dimension ld
 static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 0 ? 0 : (size_t)(cols - 1) * ld + rows; }
 
-// One described GEMM: A and B are the bf16 operands (already converted), C = D f32 in place.
-// aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (f32, leading dimension d->aux_ld), else NULL.
-static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, float* C,
-                                  const float* bias, float* aux = NULL) {
+// One described GEMM: A and B are the bf16 operands (already converted), C = D in place: f32 (ctype CUDA_R_32F)
+// or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
+// included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D). The bias is in D's type:
+// f32 words with an f32 D, 2-byte bf16 with a bf16 D (cuBLASLt takes no f32 bias with a bf16 D: CUBLAS_STATUS_
+// INVALID_VALUE on an H200, 2026-11-26; the bf16 tables' 1-D parameters hold bf16 values, so the caller's
+// conversion is exact and the sum is the same).
+// aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (leading dimension d->aux_ld, D's type), else NULL.
+static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, void* C,
+                                  const void* bias, void* aux = NULL, cudaDataType ctype = CUDA_R_32F) {
     const GemmDesc* g = &d->g;
     RR_ASSERT(gemm_desc_valid(g));
     cublasLtMatmulDesc_t op;
@@ -108,7 +113,7 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
         epi = CUBLASLT_EPILOGUE_BIAS;
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     } else if (d->epilogue == GEMM_LT_EPI_GELU_AUX_BIAS) {
-        // D = gelu(AB + bias), Aux = AB + bias (f32, as D): cuBLASLt wants aux_ld a multiple of 8
+        // D = gelu(AB + bias), Aux = AB + bias (both in D's type, the bias too): cuBLASLt wants aux_ld a multiple of 8
         RR_ASSERT(bias && aux && d->aux_ld >= g->m && d->aux_ld % 8 == 0);
         epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
         int64_t ld = d->aux_ld;
@@ -121,7 +126,7 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
     cublasLtMatrixLayout_t la, lb, lc;
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, g->m, g->n, g->ldc));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lc, ctype, g->m, g->n, g->ldc));
     // algo NULL: cuBLASLt runs its own heuristic query; no workspace (the fastest kernels for large
     // shapes may want one: a fixed workspace in CudaContext is the next step)
     cublasCheck(cublasLtMatmul(cuda_ctx.cublaslt, op, &g->alpha, A, la, B, lb, &g->beta, C, lc, C, lc, NULL, NULL, 0,
@@ -134,17 +139,27 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
 
 // Run the desc with its A and B from `ops`: the weight (GEMM_PTR_WEIGHT) is the bf16 compute copy and goes
 // to cuBLASLt as it is; an f32 operand (activation, output gradient) is converted into bf16 scratch first
-// (aux: GELU_AUX_BIAS's).
+// (aux: GELU_AUX_BIAS's). act_bf16 (the bf16-activation table): the activation operand (GEMM_PTR_INP) is 2-byte
+// bf16 already and goes as it is too, and the forward's output (GEMM_PTR_OUT) is stored as bf16 by cuBLASLt; the
+// output gradient (GEMM_PTR_DOUT, f32 by the numerics contract) is still converted.
 static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
-                                     float* aux = NULL) {
+                                     float* aux = NULL, bool act_bf16 = false) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
     float* C;
     gemm_desc_operands(g, ops, &A, &B, &C);
-    int a_f32 = g->a != GEMM_PTR_WEIGHT, b_f32 = g->b != GEMM_PTR_WEIGHT;
+    int a_f32 = g->a != GEMM_PTR_WEIGHT && !(act_bf16 && g->a == GEMM_PTR_INP);
+    int b_f32 = g->b != GEMM_PTR_WEIGHT && !(act_bf16 && g->b == GEMM_PTR_INP);
+    cudaDataType ctype = act_bf16 && g->c == GEMM_PTR_OUT ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
-    uint16_t* s = bf16_scratch(na + nb);
+    int bias16 = bias && ctype == CUDA_R_16BF; /* a bf16 D takes its bias in bf16: converted after the operands */
+    uint16_t* s = bf16_scratch(na + nb + (bias16 ? (size_t)g->m : 0));
+    const void* bias_d = bias;
+    if (bias16) {
+        f32_to_bf16_cuda(s + na + nb, bias, (size_t)g->m, cuda_stream(be)); /* OC values: exact (bf16 values) */
+        bias_d = s + na + nb;
+    }
     const uint16_t* a16 = (const uint16_t*)A;
     const uint16_t* b16 = (const uint16_t*)B;
     if (a_f32 && b_f32) { // one launch for both
@@ -157,7 +172,7 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
         f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
         b16 = s + na;
     }
-    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias, aux);
+    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias_d, aux, ctype);
 }
 
 // column n of dout for the dbias column sum
@@ -268,5 +283,216 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
     }
     cuda_flash_attention_backward_f32(cuda_stream(be), dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d,
                                       ld_q, ld_kv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
+}
+
+// ---- the bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16) ----------------------
+// The bf16 table's numerics with its activations stored as 2-byte bf16 words (engine.h lists which pointer of
+// each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
+// forward's output in bf16, so no conversion or rounding pass runs in an unbiased GEMM's forward. What remains
+// (docs/cuda.md, "bf16 storage"; tests/test_traffic.c lists them as known gaps): a backward GEMM converts its f32
+// output gradient (dout) to bf16 scratch; a biased forward GEMM converts its bias (cuBLASLt takes a bf16 D's bias
+// in bf16); the own attention kernel's backward widens q, k, v and out to f32 scratch (its mixed bf16-input /
+// f32-gradient instantiation would be flash_attention.cu's), as does a cuDNN run checked against the own kernel.
+
+static __global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_bf16_to_f32(inp[i]);
+}
+static void bf16_to_f32_cuda(float* out, const uint16_t* inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    bf16_to_f32_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, stream>>>(out, inp, n);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n) { bf16_to_f32_cuda(out, inp, n, cuda_stream(be)); }
+
+// out (N rows of OC) = the bias in every row, 2-byte (a product over k = 0)
+static __global__ void bias_rows_bf16_kernel(uint16_t* out, const float* bias, size_t n, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = rr_f32_to_bf16(bias[i % OC]);
+}
+
+void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                               int OC) {
+    if (N == 0 || OC == 0) return;
+    if (C == 0) { // out = bias or 0, stored as bf16 (no GEMM: k = 0), as the CPU's BLAS gives
+        if (!bias) {
+            cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(uint16_t), cuda_stream(be)));
+            return;
+        }
+        size_t n = (size_t)N * OC;
+        bias_rows_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, bias, n, OC);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_OUT] = out;
+    GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
+    gemm_lt_run_f32_operands(be, &d, &ops, bias, NULL, true);
+}
+
+void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const float* weight, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_DOUT] = dout;
+    ops.ptr[GEMM_PTR_DINP] = dinp;
+    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    if (dinp && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true);
+    }
+    if (dweight && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true);
+    }
+    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
+}
+
+// Linear then GELU on the bf16-activation table (engine.h's contract for bf16 tables): one cublasLtMatmul with the
+// GELU_AUX_BIAS epilogue and a bf16 D and Aux: out = bf16(gelu(pre)) and pre = bf16(x W^T + b) from the f32 result,
+// the values the bf16 table stores after its rounding pass. Where cuBLASLt's epilogue does not apply (no bias, an
+// Aux leading dimension not a multiple of 8, C = 0) the f32 pre-activation goes through f32 scratch (grown on first
+// use, as the attention's) into one kernel that stores both: the bf16 table's values.
+static float* act_f32_scratch(size_t elems) {
+    if (elems > cuda_ctx.act_f32_scratch_elems) {
+        if (cuda_ctx.act_f32_scratch) cuda_free_tracked(cuda_ctx.act_f32_scratch);
+        cuda_malloc_tracked((void**)&cuda_ctx.act_f32_scratch, elems * sizeof(float));
+        cuda_ctx.act_f32_scratch_elems = elems;
+    }
+    return cuda_ctx.act_f32_scratch;
+}
+static __global__ void gelu_f32_to_bf16_2_kernel(uint16_t* out, uint16_t* pre16, const float* pre, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[i] = rr_f32_to_bf16(rr_gelu_tanh(pre[i]));
+        pre16[i] = rr_f32_to_bf16(pre[i]);
+    }
+}
+void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                    const float* bias, int N, int C, int OC) {
+    if (N == 0 || OC == 0) return;
+    size_t n = (size_t)N * OC;
+    if (C > 0 && bias && OC % 8 == 0) {
+        GemmOperands ops = {};
+        ops.ptr[GEMM_PTR_INP] = inp;
+        ops.ptr[GEMM_PTR_WEIGHT] = weight;
+        ops.ptr[GEMM_PTR_OUT] = out;
+        GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, bias, pre, true);
+        return;
+    }
+    // the f32 pre-activation: the bf16 table's unrounded product, from the 2-byte input widened into the scratch
+    float* w = act_f32_scratch(n + (size_t)N * C);
+    float *p32 = w, *x32 = w + n;
+    bf16_to_f32_cuda(x32, (const uint16_t*)inp, (size_t)N * C, cuda_stream(be));
+    bf16_linear_unrounded(be, p32, x32, weight, bias, N, C, OC);
+    gelu_f32_to_bf16_2_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, (uint16_t*)pre,
+                                                                                          p32, n);
+    cudaCheck(cudaGetLastError());
+}
+
+// f32 scratch for the attention calls that widen their inputs (reserved by Backend.reserve; grows only)
+static float* attn_f32_scratch(size_t elems) {
+    if (elems > cuda_ctx.attn_f32_scratch_elems) {
+        if (cuda_ctx.attn_f32_scratch) cuda_free_tracked(cuda_ctx.attn_f32_scratch);
+        cuda_malloc_tracked((void**)&cuda_ctx.attn_f32_scratch, elems * sizeof(float));
+        cuda_ctx.attn_f32_scratch_elems = elems;
+    }
+    return cuda_ctx.attn_f32_scratch;
+}
+// values from the first of T rows of stride ld to the last of their W (the ViT's q, k, v are views of one qkv row)
+static size_t rows_span(int T, int ld, int W) { return T <= 0 ? 0 : (size_t)(T - 1) * ld + W; }
+
+// q, k, v (2-byte) widened into f32 scratch with their strides, and room for an f32 out of T H d values after them:
+// one pass over the whole qkv rows where they are views of one buffer (the ViT's: k = q + H d, v = k + H d, one
+// stride), else one per tensor (the LM's separate q, k, v). Returns the scratch; *q32, *k32, *v32, *o32 point in it.
+static float* widen_qkv(const uint16_t* q16, const uint16_t* k16, const uint16_t* v16, int T, int H, int Hkv, int d,
+                        int ld_q, int ld_kv, float** q32, float** k32, float** v32, float** o32, cudaStream_t st) {
+    size_t no = (size_t)T * H * d;
+    if (Hkv == H && ld_q == ld_kv && k16 == q16 + (size_t)H * d && v16 == k16 + (size_t)H * d) {
+        size_t n = rows_span(T, ld_q, 3 * H * d);
+        float* w = attn_f32_scratch(n + no);
+        bf16_to_f32_cuda(w, q16, n, st);
+        *q32 = w, *k32 = w + (size_t)H * d, *v32 = w + 2 * (size_t)H * d, *o32 = w + n;
+        return w;
+    }
+    size_t nq = rows_span(T, ld_q, H * d), nkv = rows_span(T, ld_kv, Hkv * d);
+    float* w = attn_f32_scratch(nq + 2 * nkv + no);
+    *q32 = w, *k32 = w + nq, *v32 = w + nq + nkv, *o32 = w + nq + 2 * nkv;
+    bf16_to_f32_cuda(*q32, q16, nq, st);
+    bf16_to_f32_cuda(*k32, k16, nkv, st);
+    bf16_to_f32_cuda(*v32, v16, nkv, st);
+    return w;
+}
+
+
+void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
+    size_t most = 0;
+    for (int i = 0; i < n_attn; i++) {
+        size_t e = (size_t)attn[i].max_T * (3 * (size_t)attn[i].ld_qkv + (size_t)attn[i].H * attn[i].d);
+        if (e > most) most = e;
+    }
+    if (most) (void)attn_f32_scratch(most);
+}
+
+// cuDNN's fused attention on the 2-byte inputs where it takes the shape (multi-head; attention_cudnn.cu packs them by
+// a copy), else the own tensor-core kernel's bf16 instantiation (bf16 q, k, v in, bf16 out, no conversion). A cuDNN
+// run that is checked against the own kernel (a plan's first; every one under RRFP_CUDNN_STRICT=1) goes through the
+// bf16 table's f32 entry on inputs widened (exact) into scratch, which checks it, and its output narrowed (exact):
+// the same values, with the bf16 table's check.
+void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    cudaStream_t st = cuda_stream(be);
+    uint16_t* o16 = (uint16_t*)out;
+    const uint16_t *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    if (Hkv == H && ld_q == ld_kv) {
+        int r = cuda_cudnn_attention_forward_b16(be, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q, causal);
+        if (r == 1) return;
+        if (r < 0) {
+            size_t no = (size_t)T * H * d;
+            float *q32, *k32, *v32, *o32;
+            widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
+            cuda_bf16_attention_forward(be, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+            f32_to_bf16_cuda(o16, o32, no, st);
+            return;
+        }
+    } else {
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    }
+    cuda_flash_attention_forward_bf16(st, (__nv_bfloat16*)o16, lse, (const __nv_bfloat16*)q16, (const __nv_bfloat16*)k16,
+                                      (const __nv_bfloat16*)v16, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d, causal);
+    cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
+}
+
+// cuDNN's backward on the 2-byte inputs where it takes the shape (no widening); else (and for a checked run, as the
+// forward) q, k, v and out widened (exact) into f32 scratch for the bf16 table's backward, whose own kernel takes f32
+// inputs: the known gap until flash_attention.cu has a bf16-input / f32-gradient instantiation.
+void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* lse, const float* q, const float* k, const float* v,
+                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    cudaStream_t st = cuda_stream(be);
+    const uint16_t *o16 = (const uint16_t*)out, *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    int r = 0; // 1: cuDNN ran; -1: a checked cuDNN run, through the f32 entry; 0: the own kernel
+    if (Hkv == H && ld_q == ld_kv)
+        r = cuda_cudnn_attention_backward_b16(be, dq, dk, dv, dout, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q,
+                                              causal);
+    else
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    if (r == 1) return;
+    float *q32, *k32, *v32, *o32;
+    widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
+    bf16_to_f32_cuda(o32, o16, (size_t)T * H * d, st);
+    if (r < 0) {
+        cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
+                                     causal);
+        return;
+    }
+    cuda_flash_attention_backward_f32(st, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q,
+                                      ld_kv, H * d, causal);
     cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
 }

@@ -12,16 +12,20 @@
 
 #define CLIP_BLOCK 256
 
-static __global__ void act_forward_kernel(float* out, const float* inp, size_t n, int act) {
+// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh); R: the
+// stored value rounded to bf16 in the store
+template <bool R, typename A>
+static __global__ void act_forward_kernel(A* out, const A* inp, size_t n, int act) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    out[i] = act == ACT_GELU_ERF ? rr_gelu_erf(x) : rr_quick_gelu(x);
+    float x = act_ld(inp, i);
+    act_st<R>(out, i, act == ACT_GELU_ERF ? rr_gelu_erf(x) : rr_quick_gelu(x));
 }
-static __global__ void act_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n, int act) {
+template <typename A>
+static __global__ void act_backward_kernel(float* dinp, const float* dout, const A* inp, size_t n, int act) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
+    float x = act_ld(inp, i);
     double g = act == ACT_GELU_ERF ? rr_gelu_erf_grad(x) : rr_quick_gelu_grad(x);
     dinp[i] += (float)(g * dout[i]);
 }
@@ -32,7 +36,7 @@ void cuda_act_forward(const Backend* be, float* out, const float* inp, size_t n,
         return;
     }
     if (n == 0) return;
-    act_forward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, inp, n, (int)act);
+    act_forward_kernel<false><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, inp, n, (int)act);
     cudaCheck(cudaGetLastError());
 }
 void cuda_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
@@ -45,20 +49,22 @@ void cuda_act_backward(const Backend* be, float* dinp, const float* dout, const 
     cudaCheck(cudaGetLastError());
 }
 
-// out[n, c] += sum_k w[n K + k] table[idx[n K + k], c], the taps in order (as the CPU's loop)
-static __global__ void rows_gather_forward_kernel(float* out, const int* idx, const float* w, const float* table, int N,
-                                                  int K, int C) {
+// out[n, c] += sum_k w[n K + k] table[idx[n K + k], c], the taps in order (as the CPU's loop); A: out's and table's
+// storage, R: the sum rounded to bf16 in the store
+template <bool R, typename A>
+static __global__ void rows_gather_forward_kernel(A* out, const int* idx, const float* w, const A* table, int N, int K,
+                                                  int C) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
     int n = (int)(i / C), c = (int)(i % C);
-    float acc = out[i];
+    float acc = act_ld(out, i);
     for (int k = 0; k < K; k++) {
         int r = idx[(size_t)n * K + k];
         if (r < 0) continue;
         float a = w ? w[(size_t)n * K + k] : 1.0f;
-        acc += a * table[(size_t)r * C + c];
+        acc += a * act_ld(table, (size_t)r * C + c);
     }
-    out[i] = acc;
+    act_st<R>(out, i, acc);
 }
 static __global__ void rows_gather_backward_kernel(float* dtable, const float* dout, const int* idx, const float* w, int N,
                                                    int K, int C) {
@@ -78,7 +84,8 @@ void cuda_rows_gather_forward(const Backend* be, float* out, const int* idx, con
                               int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    rows_gather_forward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, idx, w, table, N, K, C);
+    rows_gather_forward_kernel<false><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, idx, w, table, N, K,
+                                                                                                     C);
     cudaCheck(cudaGetLastError());
 }
 void cuda_rows_gather_backward(const Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
@@ -98,4 +105,35 @@ void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx
                                    int K, int C) {
     cuda_rows_gather_forward(be, out, idx, w, table, N, K, C);
     cuda_round_bf16(be, out, out, (size_t)N * C);
+}
+
+// The bf16-activation table (Backend.act_dtype = DTYPE_BF16): out, inp and the gather's table are 2-byte bf16 words
+// (engine.h), the values and rounding points the bf16 table's (its rounding pass after the f32 op gives the same).
+void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {
+    if (act == ACT_GELU_TANH) {
+        cuda_bf16a_gelu_forward(be, out, inp, n);
+        return;
+    }
+    if (n == 0) return;
+    act_forward_kernel<true><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, (const uint16_t*)inp,
+                                                                                          n, (int)act);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
+    if (act == ACT_GELU_TANH) {
+        cuda_bf16a_gelu_backward(be, dinp, dout, inp, n);
+        return;
+    }
+    if (n == 0) return;
+    act_backward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dinp, dout, (const uint16_t*)inp, n,
+                                                                                     (int)act);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+                                    int K, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    rows_gather_forward_kernel<true><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(
+        (uint16_t*)out, idx, w, (const uint16_t*)table, N, K, C);
+    cudaCheck(cudaGetLastError());
 }

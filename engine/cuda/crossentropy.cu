@@ -15,14 +15,16 @@
 
 static __device__ inline int ce_target_ok(int t, int V) { return t >= 0 && t < V; }
 
-static __global__ void crossentropy_lse_kernel(float* lse, const float* logits, const int* targets, int V, int* err) {
+// A: the logits' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+template <typename A>
+static __global__ void crossentropy_lse_kernel(float* lse, const A* logits, const int* targets, int V, int* err) {
     __shared__ float shared[32];
-    const float* z = logits + (size_t)blockIdx.x * V;
+    const A* z = logits + (size_t)blockIdx.x * V;
     float m = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, z[v]);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = fmaxf(m, act_ld(z, v));
     m = block_max(m, shared);
     float s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(z[v] - m);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(act_ld(z, v) - m);
     s = block_sum(s, shared);
     if (threadIdx.x == 0) {
         lse[blockIdx.x] = rr_ce_lse(m, s);
@@ -37,13 +39,14 @@ static __device__ inline double warp_sum_double(double v) {
 }
 
 // One block: *loss_sum = sum over supervised rows of lse[n] - logits[n, targets[n]].
-static __global__ void crossentropy_loss_kernel(float* loss_sum, const float* lse, const float* logits,
+template <typename A>
+static __global__ void crossentropy_loss_kernel(float* loss_sum, const float* lse, const A* logits,
                                                 const int* targets, int N, int V) {
     __shared__ double shared[32];
     double acc = 0.0;
     for (int n = threadIdx.x; n < N; n += blockDim.x) {
         int t = targets[n];
-        if (ce_target_ok(t, V)) acc += (double)lse[n] - (double)logits[(size_t)n * V + t];
+        if (ce_target_ok(t, V)) acc += (double)lse[n] - (double)act_ld(logits, (size_t)n * V + t);
     }
     acc = warp_sum_double(acc);
     if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = acc;
@@ -55,7 +58,8 @@ static __global__ void crossentropy_loss_kernel(float* loss_sum, const float* ls
     }
 }
 
-static void crossentropy_forward_cuda(float* loss_sum, float* lse, const float* logits, const int* targets, int N,
+template <typename A>
+static void crossentropy_forward_cuda(float* loss_sum, float* lse, const A* logits, const int* targets, int N,
                                       int V, cudaStream_t stream) {
     if (N > 0) {
         crossentropy_lse_kernel<<<N, CE_BLOCK, 0, stream>>>(lse, logits, targets, V, cuda_ctx.error);
@@ -65,15 +69,18 @@ static void crossentropy_forward_cuda(float* loss_sum, float* lse, const float* 
     cudaCheck(cudaGetLastError());
 }
 
-static __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+template <typename A>
+static __global__ void crossentropy_backward_kernel(float* dlogits, const A* logits, const float* lse,
                                                     const int* targets, float scale, int V) {
     int t = targets[blockIdx.x];
     if (!ce_target_ok(t, V)) return; // ignored (-100) or bad (reported by the forward)
     size_t row = (size_t)blockIdx.x * V;
     float l = lse[blockIdx.x];
-    for (int v = threadIdx.x; v < V; v += blockDim.x) dlogits[row + v] += rr_ce_dlogit(logits[row + v], l, v == t, scale);
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        dlogits[row + v] += rr_ce_dlogit(act_ld(logits, row + v), l, v == t, scale);
 }
-static void crossentropy_backward_cuda(float* dlogits, const float* logits, const float* lse, const int* targets,
+template <typename A>
+static void crossentropy_backward_cuda(float* dlogits, const A* logits, const float* lse, const int* targets,
                                        float scale, int N, int V, cudaStream_t stream) {
     if (N == 0) return;
     crossentropy_backward_kernel<<<N, CE_BLOCK, 0, stream>>>(dlogits, logits, lse, targets, scale, V);
@@ -86,4 +93,15 @@ void cuda_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, c
 void cuda_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
                                 float scale, int N, int V) {
     crossentropy_backward_cuda(dlogits, logits, lse, targets, scale, N, V, cuda_stream(be));
+}
+
+// the bf16-activation table (Backend.act_dtype = DTYPE_BF16): logits are 2-byte bf16 words (the bf16 table's
+// rounded values), widened on load; lse, the loss and dlogits f32
+void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N,
+                                     int V) {
+    crossentropy_forward_cuda(loss_sum, lse, (const uint16_t*)logits, targets, N, V, cuda_stream(be));
+}
+void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
+                                      float scale, int N, int V) {
+    crossentropy_backward_cuda(dlogits, (const uint16_t*)logits, lse, targets, scale, N, V, cuda_stream(be));
 }

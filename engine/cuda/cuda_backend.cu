@@ -320,6 +320,8 @@ static void cuda_event_destroy(void* ev) {
 }
 
 void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
+    // the bf16-activation table's attention widens its inputs where it calls f32-input kernels (bf16.cu)
+    if (be->act_dtype == DTYPE_BF16) cuda_bf16a_attn_reserve(attn, n_attn);
     cuda_bf16_reserve(gemm_elems);
     cuda_sum_squares_reserve(sumsq_n);
     // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
@@ -376,10 +378,35 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward)
+PROF_OP(PROF_COPIES, cuda_from_bf16)
+PROF_OP(PROF_COPIES, cuda_to_bf16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rows_gather_forward)
+PROF_OP(PROF_GEMM, cuda_bf16a_linear_forward)
+PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward)
+PROF_OP(PROF_GEMM, cuda_bf16a_linear_gelu_forward)
+PROF_OP(PROF_NORM, cuda_bf16a_layernorm_forward)
+PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward)
+PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_forward)
+PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_embedding_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward)
+PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_forward)
+PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward)
 
 // ---- the table -----------------------------------------------------------------------------------
 
 extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
+extern const Backend backend_cuda_bf16a;
 static const Backend backend_cuda = {
     "cuda",
     cuda_alloc,
@@ -433,10 +460,13 @@ static const Backend backend_cuda = {
     cuda_attention_decode,
     DTYPE_F32,
     prof_cuda_adamw_update_copy,
-    cuda_to_bf16,
+    prof_cuda_to_bf16,
     cuda_profile,
     cuda_profile_take,
     cuda_memory,
+    DTYPE_F32, // act_dtype
+    NULL,      // no bf16-activation variant: fp32 stores f32
+    prof_cuda_from_bf16,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -495,17 +525,85 @@ const Backend backend_cuda_bf16 = {
     cuda_attention_decode, // f32: generation computes in f32
     DTYPE_BF16, // the 2-D parameters' compute copy: 2-byte bf16 (engine.h, weight_dtype)
     prof_cuda_adamw_update_copy,
-    cuda_to_bf16,
+    prof_cuda_to_bf16,
     cuda_profile,
     cuda_profile_take,
     cuda_memory,
+    DTYPE_F32, // act_dtype: f32 words holding bf16 values
+    &backend_cuda_bf16a,
+    prof_cuda_from_bf16,
+};
+
+// runtime.precision = bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 table's numerics,
+// activations stored as bf16 words. A stage runs on it where every module it runs supports that
+// (runtime/model/model.c); generation's attention_decode is NULL (generation keeps the bf16 table).
+const Backend backend_cuda_bf16a = {
+    "cuda",
+    cuda_alloc,
+    cuda_free,
+    prof_cuda_memset0,
+    prof_cuda_copy_h2d,
+    prof_cuda_copy_d2h,
+    prof_cuda_copy_d2d,
+    cuda_synchronize,
+    cuda_stream_create,
+    cuda_stream_destroy,
+    cuda_event_create,
+    cuda_event_record,
+    cuda_event_query,
+    cuda_event_wait,
+    cuda_event_destroy,
+    cuda_reserve,
+    prof_cuda_bf16a_linear_forward,
+    prof_cuda_bf16a_linear_backward,
+    prof_cuda_bf16a_linear_gelu_forward,
+    prof_cuda_bf16a_layernorm_forward,
+    prof_cuda_bf16a_layernorm_backward,
+    prof_cuda_bf16a_rmsnorm_forward,
+    prof_cuda_bf16a_rmsnorm_backward,
+    prof_cuda_bf16a_gelu_forward,
+    prof_cuda_bf16a_gelu_backward,
+    prof_cuda_bf16a_swiglu_forward,
+    prof_cuda_bf16a_swiglu_backward,
+    prof_cuda_bf16a_add_forward,
+    prof_cuda_bf16a_rope_forward,
+    prof_cuda_rope_backward, // on the f32 gradient
+    prof_cuda_bf16a_rope2d_forward,
+    prof_cuda_rope2d_backward,
+    prof_cuda_bf16a_embedding_forward,
+    prof_cuda_embedding_backward, // f32 dout into the f32 gradient
+    prof_cuda_bf16a_crossentropy_forward,
+    prof_cuda_bf16a_crossentropy_backward,
+    prof_cuda_bf16a_attention_forward,
+    prof_cuda_bf16a_attention_backward,
+    prof_cuda_sum_squares,
+    prof_cuda_scale,
+    prof_cuda_adamw_update,
+    cuda_round_bf16,
+    &backend_cuda_bf16a,
+    PRECISION_BF16,
+    NULL, // stream
+    prof_cuda_bf16a_act_forward,
+    prof_cuda_bf16a_act_backward,
+    prof_cuda_bf16a_rows_gather_forward,
+    prof_cuda_rows_gather_backward, // f32 dout into the f32 gradient
+    NULL, // attention_decode: generation keeps the bf16 table
+    DTYPE_BF16,
+    prof_cuda_adamw_update_copy,
+    prof_cuda_to_bf16,
+    cuda_profile,
+    cuda_profile_take,
+    cuda_memory,
+    DTYPE_BF16, // act_dtype
+    &backend_cuda_bf16a,
+    prof_cuda_from_bf16,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
-// + profile_take + memory).
-static_assert(sizeof(Backend) == 56 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16).
+static_assert(sizeof(Backend) == 59 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

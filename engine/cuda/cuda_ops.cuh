@@ -142,3 +142,54 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
                                        int ldq, int ldkv, int ldo, int causal);
 // which path ran each attention call (engine/cuda/attention_path.h's RR_ATTN_*): counted here
 void cuda_attention_path_note(int path);
+
+// The bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16): the bf16 table's numerics with
+// activations stored as 2-byte bf16 words (engine.h lists which pointers); each beside its family's kernels.
+void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n);
+void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                               int OC);
+void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const float* weight, int N, int C, int OC);
+void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
+                                    const float* bias, int N, int C, int OC);
+void cuda_bf16a_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                  const float* bias, int N, int C);
+void cuda_bf16a_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                   const float* weight, const float* mean, const float* rstd, int N, int C);
+void cuda_bf16a_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                double eps);
+void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, int N, int C);
+void cuda_bf16a_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
+void cuda_bf16a_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
+void cuda_bf16a_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
+void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                size_t n);
+void cuda_bf16a_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
+void cuda_bf16a_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_bf16a_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
+void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N,
+                                     int V);
+void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
+                                      float scale, int N, int V);
+void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
+void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* lse, const float* q, const float* k, const float* v,
+                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
+void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn);
+// attention_cudnn.cu: cuDNN's fused attention on 2-byte bf16 q, k, v, out (the bf16-activation table): 1 done, 0 run
+// the own kernel, -1 a run to be checked against the own kernel (call the f32 entry on widened inputs)
+int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                     int causal);
+int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
+                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                      int causal);
+// clip_ops.cu on the bf16-activation table
+void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
+void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+                                    int K, int C);

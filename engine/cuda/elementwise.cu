@@ -9,14 +9,12 @@
 
 // ---- GELU ----------------------------------------------------------------------------------------
 
-// R: the bf16 table's forward, the stored output rounded to bf16 in the store (no separate pass)
-template <bool R>
-static __device__ inline float store_value(float x) { return R ? rr_bf16_round(x) : x; }
-
-template <bool R>
-static __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
+// R: the bf16 tables' forward, the stored output rounded to bf16 in the store (act_st, no separate pass)
+// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+template <bool R, typename A>
+static __global__ void gelu_forward_kernel(A* out, const A* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = store_value<R>(rr_gelu_tanh(inp[i]));
+    if (i < n) act_st<R>(out, i, rr_gelu_tanh(act_ld(inp, i)));
 }
 static void gelu_forward_cuda(float* out, const float* inp, size_t n, bool round, cudaStream_t stream) {
     if (n == 0) return;
@@ -28,11 +26,13 @@ static void gelu_forward_cuda(float* out, const float* inp, size_t n, bool round
     cudaCheck(cudaGetLastError());
 }
 
-static __global__ void gelu_backward_kernel(float* dinp, const float* dout, const float* inp, size_t n) {
+template <typename A>
+static __global__ void gelu_backward_kernel(float* dinp, const float* dout, const A* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dinp[i] += rr_gelu_tanh_grad(inp[i]) * dout[i];
+    if (i < n) dinp[i] += rr_gelu_tanh_grad(act_ld(inp, i)) * dout[i];
 }
-static void gelu_backward_cuda(float* dinp, const float* dout, const float* inp, size_t n, cudaStream_t stream) {
+template <typename A>
+static void gelu_backward_cuda(float* dinp, const float* dout, const A* inp, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     gelu_backward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(dinp, dout, inp, n);
     cudaCheck(cudaGetLastError());
@@ -50,10 +50,10 @@ void cuda_gelu_backward(const Backend* be, float* dinp, const float* dout, const
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
-template <bool R>
-static __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
+template <bool R, typename A>
+static __global__ void swiglu_forward_kernel(A* out, const A* gate, const A* up, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = store_value<R>(rr_swiglu(gate[i], up[i]));
+    if (i < n) act_st<R>(out, i, rr_swiglu(act_ld(gate, i), act_ld(up, i)));
 }
 static void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t n, bool round, cudaStream_t stream) {
     if (n == 0) return;
@@ -67,16 +67,18 @@ static void swiglu_forward_cuda(float* out, const float* gate, const float* up, 
 }
 
 // dgate / dup may be NULL (split backward)
-static __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate,
-                                              const float* up, size_t n) {
+template <typename A>
+static __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const A* gate,
+                                              const A* up, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float dg, du;
-    rr_swiglu_grad(dout[i], gate[i], up[i], &dg, &du);
+    rr_swiglu_grad(dout[i], act_ld(gate, i), act_ld(up, i), &dg, &du);
     if (dgate) dgate[i] += dg;
     if (dup) dup[i] += du;
 }
-static void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+template <typename A>
+static void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const A* gate, const A* up,
                                  size_t n, cudaStream_t stream) {
     if (n == 0 || (!dgate && !dup)) return;
     swiglu_backward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, stream>>>(dgate, dup, dout, gate,
@@ -96,10 +98,10 @@ void cuda_swiglu_backward(const Backend* be, float* dgate, float* dup, const flo
 
 // ---- add -----------------------------------------------------------------------------------------
 
-template <bool R>
-static __global__ void add_forward_kernel(float* out, const float* a, const float* b, size_t n) {
+template <bool R, typename A>
+static __global__ void add_forward_kernel(A* out, const A* a, const A* b, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = store_value<R>(a[i] + b[i]);
+    if (i < n) act_st<R>(out, i, act_ld(a, i) + act_ld(b, i));
 }
 static void add_forward_cuda(float* out, const float* a, const float* b, size_t n, bool round, cudaStream_t stream) {
     if (n == 0) return;
@@ -117,4 +119,33 @@ void cuda_add_forward(const Backend* be, float* out, const float* a, const float
 }
 void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
     add_forward_cuda(out, a, b, n, true, cuda_stream(be));
+}
+
+// ---- the bf16-activation table (Backend.act_dtype = DTYPE_BF16): activations are 2-byte bf16 words, the
+// values and rounding points the bf16 table's (act_st<true>), gradients f32 ----------------------------------
+
+void cuda_bf16a_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
+    if (n == 0) return;
+    gelu_forward_kernel<true><<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, cuda_stream(be)>>>(
+        (uint16_t*)out, (const uint16_t*)inp, n);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_bf16a_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
+    gelu_backward_cuda(dinp, dout, (const uint16_t*)inp, n, cuda_stream(be));
+}
+void cuda_bf16a_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+    if (n == 0) return;
+    swiglu_forward_kernel<true><<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, cuda_stream(be)>>>(
+        (uint16_t*)out, (const uint16_t*)gate, (const uint16_t*)up, n);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                size_t n) {
+    swiglu_backward_cuda(dgate, dup, dout, (const uint16_t*)gate, (const uint16_t*)up, n, cuda_stream(be));
+}
+void cuda_bf16a_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+    if (n == 0) return;
+    add_forward_kernel<true><<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, cuda_stream(be)>>>(
+        (uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n);
+    cudaCheck(cudaGetLastError());
 }

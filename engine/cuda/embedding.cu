@@ -74,3 +74,26 @@ void cuda_embedding_forward(const Backend* be, float* out, const int* ids, const
 void cuda_embedding_backward(const Backend* be, float* dtable, const float* dout, const int* ids, int N, int C) {
     embedding_backward_cuda(dtable, dout, ids, N, C, cuda_stream(be));
 }
+
+// The bf16-activation table (Backend.act_dtype = DTYPE_BF16): the 2-byte rows copied as they are into a
+// 2-byte activation (the bf16 table's values, no rounding step).
+static __global__ void embedding_forward_bf16a_kernel(uint16_t* out, const int* ids, const uint16_t* table, int N, int C,
+                                                      int* err) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * C) return;
+    int n = (int)(i / C), c = (int)(i % C);
+    int id = ids[n];
+    if (id < 0) {
+        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
+        out[i] = 0;
+        return;
+    }
+    out[i] = table[(size_t)id * C + c];
+}
+void cuda_bf16a_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    embedding_forward_bf16a_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)out, ids, (const uint16_t*)table,
+                                                                                  N, C, cuda_ctx.error);
+    cudaCheck(cudaGetLastError());
+}

@@ -17,25 +17,23 @@ static int norm_block_size(int C) {
 // ---- LayerNorm -----------------------------------------------------------------------------------
 
 // R: round the stored output to bf16 in the store (the bf16 table's rounding point, no separate pass)
-template <bool R>
-static __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+template <bool R, typename A>
+static __global__ void layernorm_forward_kernel(A* out, float* mean, float* rstd, const A* inp,
                                                 const float* weight, const float* bias, int C) {
     __shared__ float shared[32];
-    const float* x = inp + (size_t)blockIdx.x * C;
-    float* y = out + (size_t)blockIdx.x * C;
+    const A* x = inp + (size_t)blockIdx.x * C;
+    A* y = out + (size_t)blockIdx.x * C;
     float s = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += act_ld(x, c);
     float m = rr_layernorm_mean(block_sum(s, shared), C);
     float ssd = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float dx = x[c] - m;
+        float dx = act_ld(x, c) - m;
         ssd += dx * dx;
     }
     float r = rr_layernorm_rstd(block_sum(ssd, shared), C);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float o = rr_layernorm_out(x[c], m, r, weight[c], bias[c]);
-        y[c] = R ? rr_bf16_round(o) : o;
-    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) act_st<R>(y, c, rr_layernorm_out(act_ld(x, c), m, r, weight[c], bias[c]));
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = m;
         rstd[blockIdx.x] = r;
@@ -51,38 +49,51 @@ static void layernorm_forward_cuda(float* out, float* mean, float* rstd, const f
     }
     cudaCheck(cudaGetLastError());
 }
+static void layernorm_forward_bf16a_cuda(uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const float* weight,
+                                         const float* bias, int N, int C, cudaStream_t stream) {
+    if (N == 0) return;
+    layernorm_forward_kernel<true><<<N, norm_block_size(C), 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
+    cudaCheck(cudaGetLastError());
+}
 
-static __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+template <typename A>
+static __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const A* inp,
                                                        const float* weight, const float* mean, const float* rstd,
                                                        int C) {
     __shared__ float shared[32];
     size_t row = (size_t)blockIdx.x * C;
-    const float *x = inp + row, *dy = dout + row;
+    const A* x = inp + row;
+    const float* dy = dout + row;
     float* dx = dinp + row;
     float m = mean[blockIdx.x], r = rstd[blockIdx.x];
     float g_sum = 0.0f, gx_sum = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float g = dy[c] * weight[c];
         g_sum += g;
-        gx_sum += g * (x[c] - m) * r;
+        gx_sum += g * (act_ld(x, c) - m) * r;
     }
     float g_mean = block_sum(g_sum, shared) / C;
     float gx_mean = block_sum(gx_sum, shared) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rr_layernorm_dx(dy[c], x[c], weight[c], m, r, g_mean, gx_mean);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        dx[c] += rr_layernorm_dx(dy[c], act_ld(x, c), weight[c], m, r, g_mean, gx_mean);
 }
-static void layernorm_backward_input_cuda(float* dinp, const float* dout, const float* inp, const float* weight,
+template <typename A>
+static void layernorm_backward_input_cuda(float* dinp, const float* dout, const A* inp, const float* weight,
                                           const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
     if (N == 0) return;
     layernorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
     cudaCheck(cudaGetLastError());
 }
 
+template <typename A>
 struct LayernormDweight { // dout * xhat
-    const float *dout, *inp, *mean, *rstd;
+    const float* dout;
+    const A* inp;
+    const float *mean, *rstd;
     int C;
     __device__ float operator()(int n, int c) const {
         size_t i = (size_t)n * C + c;
-        return dout[i] * (inp[i] - mean[n]) * rstd[n];
+        return dout[i] * (act_ld(inp, i) - mean[n]) * rstd[n];
     }
 };
 struct RowsOfDout {
@@ -100,33 +111,47 @@ void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, flo
     layernorm_forward_cuda(out, mean, rstd, inp, weight, bias, N, C, true, cuda_stream(be));
 }
 
-void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, const float* mean, const float* rstd, int N, int C) {
+template <typename A>
+static void layernorm_backward_any(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const A* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
     if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
     if (dweight && dbias) // one pass over dout and inp for both
-        column_sum2_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, dbias, RowsOfDout{dout, C}, N, C,
+        column_sum2_cuda(dweight, LayernormDweight<A>{dout, inp, mean, rstd, C}, dbias, RowsOfDout{dout, C}, N, C,
                          cuda_stream(be));
     else if (dweight)
-        column_sum_cuda(dweight, LayernormDweight{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
+        column_sum_cuda(dweight, LayernormDweight<A>{dout, inp, mean, rstd, C}, N, C, cuda_stream(be));
     else if (dbias)
         column_sum_cuda(dbias, RowsOfDout{dout, C}, N, C, cuda_stream(be));
+}
+void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_any(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+// the bf16-activation table (Backend.act_dtype = DTYPE_BF16): inp / out are 2-byte bf16 words
+void cuda_bf16a_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                  const float* bias, int N, int C) {
+    layernorm_forward_bf16a_cuda((uint16_t*)out, mean, rstd, (const uint16_t*)inp, weight, bias, N, C, cuda_stream(be));
+}
+void cuda_bf16a_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                   const float* weight, const float* mean, const float* rstd, int N, int C) {
+    layernorm_backward_any(be, dinp, dweight, dbias, dout, (const uint16_t*)inp, weight, mean, rstd, N, C);
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
 
-template <bool R>
-static __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int C,
+template <bool R, typename A>
+static __global__ void rmsnorm_forward_kernel(A* out, float* rstd, const A* inp, const float* weight, int C,
                                               float eps) {
     __shared__ float shared[32];
-    const float* x = inp + (size_t)blockIdx.x * C;
-    float* y = out + (size_t)blockIdx.x * C;
+    const A* x = inp + (size_t)blockIdx.x * C;
+    A* y = out + (size_t)blockIdx.x * C;
     float ss = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
-    float r = rr_rmsnorm_rstd(block_sum(ss, shared), C, eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float o = rr_rmsnorm_out(x[c], r, weight[c]);
-        y[c] = R ? rr_bf16_round(o) : o;
+        float xc = act_ld(x, c);
+        ss += xc * xc;
     }
+    float r = rr_rmsnorm_rstd(block_sum(ss, shared), C, eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) act_st<R>(y, c, rr_rmsnorm_out(act_ld(x, c), r, weight[c]));
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
 static void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
@@ -140,31 +165,37 @@ static void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, cons
     cudaCheck(cudaGetLastError());
 }
 
-static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
+template <typename A>
+static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const A* inp,
                                                      const float* weight, const float* rstd, int C) {
     __shared__ float shared[32];
     size_t row = (size_t)blockIdx.x * C;
-    const float *x = inp + row, *dy = dout + row;
+    const A* x = inp + row;
+    const float* dy = dout + row;
     float* dx = dinp + row;
     float r = rstd[blockIdx.x];
     float gx = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) gx += dy[c] * weight[c] * x[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) gx += dy[c] * weight[c] * act_ld(x, c);
     float gx_mean = block_sum(gx, shared) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rr_rmsnorm_dx(dy[c], x[c], weight[c], r, gx_mean);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rr_rmsnorm_dx(dy[c], act_ld(x, c), weight[c], r, gx_mean);
 }
-static void rmsnorm_backward_input_cuda(float* dinp, const float* dout, const float* inp, const float* weight,
+template <typename A>
+static void rmsnorm_backward_input_cuda(float* dinp, const float* dout, const A* inp, const float* weight,
                                         const float* rstd, int N, int C, cudaStream_t stream) {
     if (N == 0) return;
     rmsnorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dout, inp, weight, rstd, C);
     cudaCheck(cudaGetLastError());
 }
 
+template <typename A>
 struct RmsnormDweight { // dout * x * rstd
-    const float *dout, *inp, *rstd;
+    const float* dout;
+    const A* inp;
+    const float* rstd;
     int C;
     __device__ float operator()(int n, int c) const {
         size_t i = (size_t)n * C + c;
-        return dout[i] * inp[i] * rstd[n];
+        return dout[i] * act_ld(inp, i) * rstd[n];
     }
 };
 
@@ -179,5 +210,19 @@ void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const
 void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, int N, int C) {
     if (dinp) rmsnorm_backward_input_cuda(dinp, dout, inp, weight, rstd, N, C, cuda_stream(be));
-    if (dweight) column_sum_cuda(dweight, RmsnormDweight{dout, inp, rstd, C}, N, C, cuda_stream(be));
+    if (dweight) column_sum_cuda(dweight, RmsnormDweight<float>{dout, inp, rstd, C}, N, C, cuda_stream(be));
+}
+// the bf16-activation table: inp / out 2-byte bf16 words, rstd and the gradients f32
+void cuda_bf16a_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                                double eps) {
+    if (N == 0) return;
+    rmsnorm_forward_kernel<true><<<N, norm_block_size(C), 0, cuda_stream(be)>>>((uint16_t*)out, rstd, (const uint16_t*)inp,
+                                                                              weight, C, (float)eps);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, int N, int C) {
+    const uint16_t* x = (const uint16_t*)inp;
+    if (dinp) rmsnorm_backward_input_cuda(dinp, dout, x, weight, rstd, N, C, cuda_stream(be));
+    if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }

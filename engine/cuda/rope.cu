@@ -17,8 +17,9 @@ struct RopeArgs {
 
 // Rotate pair j of the n dims at v by sign * pos; R: the bf16 table's forward, the rotated values rounded
 // to bf16 in the store (no separate pass).
-template <bool R>
-static __device__ inline void rope_pair(float* v, int pos, int j, int n, double sign, const RopeArgs& ra) {
+// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+template <bool R, typename A>
+static __device__ inline void rope_pair(A* v, int pos, int j, int n, double sign, const RopeArgs& ra) {
     int half = n / 2;
     float c, s;
     if (ra.llama3)
@@ -26,16 +27,15 @@ static __device__ inline void rope_pair(float* v, int pos, int j, int n, double 
                              &c, &s);
     else
         rr_rope_cos_sin(pos, j, n, sign, ra.theta, &c, &s);
-    rr_rope_rotate_pair(&v[j], &v[j + half], c, s);
-    if (R) {
-        v[j] = rr_bf16_round(v[j]);
-        v[j + half] = rr_bf16_round(v[j + half]);
-    }
+    float a = act_ld(v, j), b = act_ld(v, j + half);
+    rr_rope_rotate_pair(&a, &b, c, s);
+    act_st<R>(v, j, a);
+    act_st<R>(v, j + half, b);
 }
 
 // Rotate, for every row i and head h, the d dims at x + i*ld + h*d by sign * pos[i].
-template <bool R>
-static __global__ void rope_rotate_kernel(float* x, const int* pos, int N, int H, int d, int ld, double sign,
+template <bool R, typename A>
+static __global__ void rope_rotate_kernel(A* x, const int* pos, int N, int H, int d, int ld, double sign,
                                           RopeArgs ra) {
     int half = d / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -47,8 +47,8 @@ static __global__ void rope_rotate_kernel(float* x, const int* pos, int N, int H
 }
 // 2-D: both halves of every head in one pass, pairs j < d/4 of the first half by pos_row, the others
 // of the second half by pos_col (each the 1-D rule of dim d/2)
-template <bool R>
-static __global__ void rope2d_rotate_kernel(float* x, const int* pos_row, const int* pos_col, int N, int H, int d,
+template <bool R, typename A>
+static __global__ void rope2d_rotate_kernel(A* x, const int* pos_row, const int* pos_col, int N, int H, int d,
                                             int ld, double sign) {
     int half = d / 2, quarter = d / 4;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -56,7 +56,7 @@ static __global__ void rope2d_rotate_kernel(float* x, const int* pos_row, const 
     int j = (int)(idx % half);
     int h = (int)((idx / half) % H);
     int i = (int)(idx / ((size_t)half * H));
-    float* v = x + (size_t)i * ld + (size_t)h * d;
+    A* v = x + (size_t)i * ld + (size_t)h * d;
     const RopeArgs ra = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0};
     if (j < quarter)
         rope_pair<R>(v, pos_row[i], j, half, sign, ra);
@@ -115,4 +115,23 @@ void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, c
 void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     RR_ASSERT(d % 4 == 0 && ld >= H * d);
     rope2d_rotate_cuda(dx, pos_row, pos_col, N, H, d, ld, -1.0, false, cuda_stream(be));
+}
+
+// the bf16-activation table (Backend.act_dtype = DTYPE_BF16): x is 2-byte bf16 words, rotated in place and
+// rounded in the store as the bf16 table's forward; the backwards act on f32 gradients (cuda_rope_backward)
+void cuda_bf16a_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+    RR_ASSERT(d % 2 == 0 && ld >= H * d);
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    rope_rotate_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)x, pos, N, H, d, ld, 1.0,
+                                                                                   rope_args(rf));
+    cudaCheck(cudaGetLastError());
+}
+void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d);
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    rope2d_rotate_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)x, pos_row, pos_col, N, H,
+                                                                                     d, ld, 1.0);
+    cudaCheck(cudaGetLastError());
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/kernel_math.h"
 #include "engine/safetensors.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tp.h"
@@ -369,6 +370,18 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
     }
     params_alloc(&st->params, be, cfg->seed);
+    /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20): tp = 1 only (the TP
+     * sums are f32), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a setting); a table bound to a
+     * stream (backend_on_stream) keeps its own, whose variant would run on the compute stream */
+    st->lbe = st->vbe = be;
+    if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp)) {
+        st->lbe = be->act_bf16_variant;
+        st->lc.act_bytes = 2;
+        if (st->first && model_bf16_vision(cfg)) { /* the tower and the projector too */
+            st->vbe = st->lbe;
+            st->vc.act_bytes = 2;
+        }
+    }
 
     const ParamTable* pt = &st->params;
     if (st->first) {
@@ -397,6 +410,22 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->head_w = stage_ptr(pt, head, 0);
         st->head_g = stage_ptr(pt, head, 1);
     }
+}
+
+int model_bf16_activations(int tp) {
+    const char* env = getenv("RRFP_BF16_ACTIVATIONS");
+    return tp <= 1 && !(env && !strcmp(env, "0"));
+}
+
+int model_bf16_vision(const ModelConfig* cfg) {
+    (void)cfg; /* every tower (RoPE, CLIP) and projector (tanh, exact GELU) has its ops on the table */
+    return 1;
+}
+
+void stage_keep_f32_activations(Stage* st) {
+    st->lbe = st->vbe = st->be;
+    st->lc.act_bytes = 0;
+    st->vc.act_bytes = 0;
 }
 
 void stage_free(Stage* st) {
@@ -435,7 +464,8 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         projector_acts_layout(&a->proj, ar, &st->vc, max_Np);
     }
     if (st->last) a->targets = arena_alloc(ar, T * sizeof(int32_t));
-    a->res = arena_alloc_f32(ar, (nL + 1) * T * Dt);
+    size_t ab = (size_t)lm_act_bytes(&st->lc); /* an LM activation's bytes (res, nf, logits) */
+    a->res = arena_alloc(ar, (nL + 1) * T * Dt * ab);
     for (size_t j = 0; j < nL; j++) {
         lm_block_acts_layout(&a->blocks[j], ar, &st->lc, max_T);
         if (split || j == 0)
@@ -446,9 +476,9 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
     a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
     if (st->last) {
-        a->nf = arena_alloc_f32(ar, T * Dt);
+        a->nf = arena_alloc(ar, T * Dt * ab);
         a->rstdf = arena_alloc_f32(ar, T);
-        a->logits = arena_alloc_f32(ar, T * Vs);
+        a->logits = arena_alloc(ar, T * Vs * ab);
         a->lse = arena_alloc_f32(ar, T);
         a->dlogits = arena_alloc_f32(ar, T * Vs);
         a->dnf = arena_alloc_f32(ar, T * Dt);
@@ -523,6 +553,15 @@ size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
+size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes) {
+    Stage st;
+    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
+    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
+}
+
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {
     Stage st;
     stage_shell(&st, cfg, l0, l1);
@@ -573,8 +612,13 @@ void stage_acts_free(StageActs* a, const Stage* st) {
 
 void stage_acts_release(StageActs* a) { a->state = ACTS_EMPTY; }
 
+/* row t of an LM activation buffer of width W (lc.act_bytes per value) */
+static float* stage_act_row(const Stage* st, const float* base, size_t t, size_t W) {
+    return (float*)((char*)base + t * W * (size_t)lm_act_bytes(&st->lc));
+}
+
 static float* stage_res(const StageActs* a, const Stage* st, int j) {
-    return a->res + (size_t)j * a->max_T * st->cfg.Dt;
+    return stage_act_row(st, a->res, (size_t)j * a->max_T, st->cfg.Dt);
 }
 
 static float* stage_dres(const StageActs* a, const Stage* st, int j) {
@@ -692,7 +736,7 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
 /* x0 (T, Dt): image positions take the projector rows of their image in patch order, the others
  * the token embedding (DESIGN.md section 4, sequence assembly). */
 static void stage_assemble(Stage* st, StageActs* a, float* x0) {
-    const Backend* be = st->be;
+    const Backend* be = st->lbe;
     int Dt = st->cfg.Dt;
     if (st->tp > 1) {
         /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP */
@@ -705,12 +749,21 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     } else
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        be->embedding_forward(be, x0 + (size_t)t0 * Dt, a->ids + t0, st->embed_w, t1 - t0, Dt);
+        be->embedding_forward(be, stage_act_row(st, x0, t0, Dt), a->ids + t0, st->embed_w, t1 - t0, Dt);
     }
+    /* the projector's rows (f32 words holding bf16 values: rounded by its producer) into the image positions;
+     * with 2-byte activations narrowed on the way (exact), one launch per image as the copy was */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
-        be->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
-                     (size_t)n * Dt * sizeof(float));
+        if (lm_act_bytes(&st->lc) == 2 && vit_act_bytes(&st->vc) == 2) /* 2-byte rows both sides */
+            be->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), vit_act_at(&st->vc, a->proj.out, (size_t)k0 * Dt),
+                         (size_t)n * Dt * sizeof(uint16_t));
+        else if (lm_act_bytes(&st->lc) == 2)
+            be->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), a->proj.out + (size_t)k0 * Dt,
+                        (size_t)n * Dt);
+        else
+            be->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
+                         (size_t)n * Dt * sizeof(float));
     }
 }
 
@@ -760,6 +813,7 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
 void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* hidden_in, float* hidden_out,
                    float* loss_sum) {
     const Backend* be = st->be;
+    const Backend* lbe = st->lbe ? st->lbe : st->be; /* the LM's table (Stage.lbe) */
     const ModelConfig* c = &st->cfg;
     RR_ASSERT(a->state == ACTS_EMPTY && "stage_forward on activations still in use by another microbatch");
     RR_ASSERT(st->first == (hidden_in == NULL));
@@ -827,34 +881,41 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             be->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
             be->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
         }
-        vit_forward(be, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
-        projector_forward(be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
+        vit_forward(vbe, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
-        be->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
+        /* the pipeline's hidden states are f32 words (bf16 values under runtime.precision = bf16): narrowed
+         * (exact) into 2-byte activations, one pass per microbatch */
+        if (lm_act_bytes(&st->lc) == 2) lbe->to_bf16(lbe, (uint16_t*)x0, hidden_in, (size_t)T * Dt);
+        else be->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
     LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .kv_past = a->kv_past};
     RR_ASSERT(!a->kv_k || a->S == 1);
+    RR_ASSERT(!a->kv_k || lm_act_bytes(&st->lc) == 4);
     for (int j = 0; j < nL; j++) {
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
-        lm_block_forward(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, stage_res(a, st, j),
+        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, stage_res(a, st, j),
                          stage_res(a, st, j + 1));
     }
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {
-        be->rmsnorm_forward(be, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
+        lbe->rmsnorm_forward(lbe, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
-            be->linear_forward(be, a->logits, a->nf, st->head_w, NULL, T, Dt, st->Vs);
+            lbe->linear_forward(lbe, a->logits, a->nf, st->head_w, NULL, T, Dt, st->Vs);
             stage_tp_ce_forward(st, a);
         } else {
-            be->linear_forward(be, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
-            be->crossentropy_forward(be, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
-            be->copy_d2h(be, &a->loss_sum, a->loss_dev, sizeof(float));
+            lbe->linear_forward(lbe, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
+            lbe->crossentropy_forward(lbe, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
+            lbe->copy_d2h(lbe, &a->loss_sum, a->loss_dev, sizeof(float));
         }
         if (loss_sum) *loss_sum = a->loss_sum;
+    } else if (lm_act_bytes(&st->lc) == 2) {
+        lbe->from_bf16(lbe, hidden_out, (const uint16_t*)xL, (size_t)T * Dt); /* widened (exact) to f32 words */
     } else {
         be->copy_d2d(be, hidden_out, xL, (size_t)T * Dt * sizeof(float));
     }
@@ -866,7 +927,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
  * W = every weight gradient, from what B kept. The fused path runs each piece's B then its W. */
 
 static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale) {
-    const Backend* be = st->be;
+    const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
@@ -881,7 +942,7 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
-    const Backend* be = st->be;
+    const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
     be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
     be->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
@@ -889,7 +950,7 @@ static void stage_head_backward_weight(Stage* st, StageActs* a) {
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
 static void stage_vision_backward_input(Stage* st, StageActs* a) {
-    const Backend* be = st->be;
+    const Backend* be = st->vbe;
     int Dt = st->cfg.Dt;
     if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
@@ -904,7 +965,7 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
 
 /* The projector's W and the ViT's B / W run only for what trains. */
 static void stage_vision_backward_weight(Stage* st, StageActs* a, int vit_input_too) {
-    const Backend* be = st->be;
+    const Backend* be = st->vbe;
     if (st->proj_train) projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
     if (!st->vit_train || a->Np == 0) return;
     if (vit_input_too) vit_backward(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
@@ -947,11 +1008,11 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
     stage_backward_start(st, a, dhidden_out, loss_scale);
     for (int j = nL - 1; j >= 0; j--)
-        lm_block_backward_input(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
                                 stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     if (st->first) {
         stage_vision_backward_input(st, a);
-        if (st->vit_train && a->Np > 0) vit_backward_input(be, &st->vc, &st->vit_w, &a->vit);
+        if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
     } else {
         be->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
@@ -960,12 +1021,11 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
 
 void stage_backward_weight(Stage* st, StageActs* a) {
     RR_ASSERT(a->state == ACTS_INPUT_GRAD && "stage_backward_weight before stage_backward_input");
-    const Backend* be = st->be;
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--)
-        lm_block_backward_weight(be, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
                                  stage_res(a, st, j), stage_dres(a, st, j + 1));
     if (st->first) {
         stage_embed_backward_weight(st, a);
@@ -983,9 +1043,9 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     stage_backward_start(st, a, dhidden_out, loss_scale);
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
-        lm_block_backward_input(be, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
                                 stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
-        lm_block_backward_weight(be, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
                                  stage_res(a, st, j), stage_dres(a, st, j + 1));
     }
     if (st->first) {
@@ -1026,6 +1086,17 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
     return rc;
 }
 
+void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n) {
+    if (lm_act_bytes(&st->lc) == 4) {
+        st->be->copy_d2h(st->be, dst, a->logits, n * sizeof(float));
+        return;
+    }
+    uint16_t* l16 = mallocCheck((n ? n : 1) * sizeof(uint16_t)); /* 2-byte bf16 logits: widened on the host */
+    st->be->copy_d2h(st->be, l16, a->logits, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) dst[i] = rr_bf16_to_f32(l16[i]);
+    free(l16);
+}
+
 int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, const char* path, char* err,
                           size_t err_len) {
     const ModelConfig* c = &st->cfg;
@@ -1053,8 +1124,9 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     char buf[64];
     if (st->last && a && a->state != ACTS_EMPTY) {
         int Vs = st->tp > 1 ? st->Vs : c->V; /* TP: this rank's vocabulary columns, the slice recorded */
-        logits = mallocCheck((size_t)mb->T * Vs * sizeof(float));
-        st->be->copy_d2h(st->be, logits, a->logits, (size_t)mb->T * Vs * sizeof(float));
+        size_t nl = (size_t)mb->T * Vs;
+        logits = mallocCheck((nl ? nl : 1) * sizeof(float));
+        stage_logits_d2h(st, a, logits, nl);
         st_writer_add_f32(w, "logits", logits, 2, mb->T, Vs, 0, 0);
         if (st->tp > 1) {
             char val[128];

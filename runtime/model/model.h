@@ -80,6 +80,14 @@ typedef struct {
     int l0, l1;      /* LM blocks [l0, l1) */
     int first, last; /* l0 == 0, l1 == Lt */
     const Backend* be;
+    /* The LM's table (embedding, blocks, final norm, head, loss): be, or be's act_bf16_variant (2-byte bf16
+     * activations, engine.h act_dtype; lc.act_bytes = 2) where stage_init_tp gates it in: runtime.precision =
+     * bf16 on a backend that has one, tp = 1, RRFP_BF16_ACTIVATIONS not 0. The ViT and the projector run on
+     * be (f32 words); the stage's hidden_in / hidden_out and every gradient stay f32. */
+    const Backend* lbe;
+    /* The ViT's and projector's table: be, or lbe where the tower can run on 2-byte activations too (the RoPE
+     * tower with the tanh-GELU projector; vc.act_bytes = 2). */
+    const Backend* vbe;
     ParamTable params;
     /* pointers into params_weights (w: the bf16 compute copy under runtime.precision = bf16, else params.data) and params.grad (g) */
     VitW vit_w, vit_g;
@@ -132,6 +140,8 @@ int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len);
 /* The error of a failed TP all-reduce during the last stage call (NULL when none). */
 const char* stage_tp_error(const Stage* st);
 void stage_free(Stage* st);
+/* Run the LM on st->be with f32-word activations (generation's KV cache; call before stage_acts_init). */
+void stage_keep_f32_activations(Stage* st);
 
 typedef enum { ACTS_EMPTY = 0, ACTS_FORWARD = 1, ACTS_INPUT_GRAD = 2 } ActsState;
 
@@ -176,6 +186,21 @@ typedef struct {
     int kv_past;
 } StageActs;
 
+/* The first n values of a last stage's logits (a->logits, after stage_forward) into host f32 words dst: a copy,
+ * widened (exact) where the LM stores 2-byte bf16 activations. */
+void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n);
+/* 1 when a stage of a TP group of tp ranks runs its LM on 2-byte bf16 activations, given that its backend has a
+ * bf16-activation table (the CUDA backend under runtime.precision = bf16): tp = 1 and RRFP_BF16_ACTIVATIONS is
+ * not 0. stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
+int model_bf16_activations(int tp);
+/* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): every
+ * tower and projector of the model config today (the RoPE tower and CLIP's, the tanh- and the exact-GELU
+ * projector); kept as the one place that decides. */
+int model_bf16_vision(const ModelConfig* cfg);
+/* model_stage_acts_bytes_tp with the LM's activations lm_act_bytes (2 or 4) bytes each (LmConfig.act_bytes), and the
+ * tower's too where model_bf16_vision says so. */
+size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes);
 /* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* The stage's largest attention calls at a microbatch of at most max_tokens LM tokens and max_patches image

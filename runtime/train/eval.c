@@ -97,7 +97,7 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
             if (!on_host) {
                 size_t need = (size_t)mb->T * (size_t)V;
                 if (need > hl_n) hl = reallocCheck(hl, need * sizeof(float)), hl_n = need;
-                st->be->copy_d2h(st->be, hl, acts->logits, need * sizeof(float));
+                stage_logits_d2h(st, acts, hl, need);
                 logits = hl;
             }
             for (int s = 0; s < mb->S && res->samples < max_samples; s++) {

@@ -100,7 +100,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1: one TP rank's table (its slices of the split tensors, whole copies of the replicated
      * ones: every TP rank holds the same amount) and its split activations. */
-    double params = 0, trainable = 0, act_mb = 0, copy = 0, scratch = 0;
+    double params = 0, trainable = 0, act_mb = 0, copy = 0, scratch = 0, wscratch = 0;
     int nl = 0;
     /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
      * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
@@ -120,7 +120,23 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         trainable += (double)model_params_freeze(&pt, r->freeze);
         params_free(&pt);
         /* every position of the microbatch may be an image patch: the worst case */
-        act_mb += (double)model_stage_acts_bytes_tp(mc, l0, l0 + layers[s], T, T, 0, r->tp);
+        /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations) */
+        int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
+        act_mb += (double)model_stage_acts_bytes_lm(mc, l0, l0 + layers[s], T, T, 0, r->tp, lm_bytes);
+        /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
+         * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
+        if (lm_bytes == 2) {
+            double ws = layers[s] > 0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
+            if (l0 == 0 && model_bf16_vision(mc)) {
+                /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
+                 * qkv row: ld 3 Dv */
+                int mp = mc->min_patches > 0 ? mc->min_patches : 1;
+                double Tv = mc->vision_arch == VIT_ARCH_CLIP ? (double)T + (T + mp - 1) / mp : (double)T;
+                double vw = 4.0 * Tv * (3.0 * 3.0 * mc->Dv / r->tp + mc->Dv / r->tp);
+                if (vw > ws) ws = vw;
+            }
+            if (ws > wscratch) wscratch = ws; /* its own buffer, beside the GEMM operands' */
+        }
     }
     free(layers);
     int inflight;
@@ -136,7 +152,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     out->layers = nl;
     out->weights = params * 4 + copy;
     out->compute_copy = copy;
-    out->scratch = scratch;
+    out->scratch = scratch + wscratch;
     out->trainable = trainable;
     out->grads = trainable * 4;
     out->adam = trainable * 8;
@@ -197,7 +213,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             strcmp(r->precision, "bf16") ? ""
             : !strcmp(r->backend, "cuda")
                 ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
-                  "operand scratch;\nactivations are still f32 words (docs/cuda.md, bf16 storage)"
+                  "operand scratch;\nactivations are 2-byte bf16 where tp = 1 (with the attention's f32 scratch in the total; "
+                  "docs/cuda.md, bf16 storage)"
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");

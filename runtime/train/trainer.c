@@ -512,6 +512,12 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         AttnReserve attn[2];
         int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
         st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
+        /* what runs on the bf16-activation table (Stage.lbe; the tower too where Stage.vbe is it): its attention's
+         * scratch as well (stage_attn_reserve: the ViT's entry first, the LM's last) */
+        if (st->lbe && st->lbe != st->be && n_attn > 0) {
+            int a0 = st->vbe == st->lbe ? 0 : n_attn - (st->l1 > st->l0 ? 1 : 0);
+            if (a0 < n_attn) st->lbe->reserve(st->lbe, gemm, st->params.gtotal, &attn[a0], n_attn - a0);
+        }
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */

@@ -225,6 +225,7 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 } cublasLtMatmulDescAttributes_t;
 /* GELU_AUX_BIAS (bf16.cu's fused linear + GELU): D = gelu(pre) with rr_gelu_tanh, Aux = pre (f32, the D
  * type), pre = the product + bias; the Aux pointer must be set and its ld >= m and a multiple of 8 */

@@ -1010,6 +1010,7 @@ struct EmuLtDesc {
     const float* bias;
     float* aux;     /* GELU_AUX_BIAS: the pre-activation, f32 (the D type), leading dimension aux_ld */
     int64_t aux_ld;
+    int32_t bias_type; /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: -1 (unset: the D type) or a type */
 };
 struct EmuLtLayout {
     cudaDataType_t type;
@@ -1025,7 +1026,7 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
-    *d = new EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0};
+    *d = new EmuLtDesc{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, -1};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -1060,6 +1061,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&d->aux_ld, buf, size);
         break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&d->bias_type, buf, size);
+        break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -1075,6 +1080,9 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
+static size_t lt_span_elems_n(uint64_t rows, uint64_t cols, int64_t ld) {
+    return rows == 0 || cols == 0 ? 0 : (size_t)(cols - 1) * (size_t)ld + rows;
+}
 static size_t lt_span_elems(const EmuLtLayout* l) {
     if (l->rows == 0 || l->cols == 0) return 0;
     return (size_t)(l->cols - 1) * (size_t)l->ld + l->rows;
@@ -1088,9 +1096,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(stream, "cublasLtMatmul");
     if (!compute_delay()) run_now(stream);
+    /* C = D f32, or bf16 (the bf16-activation table's forward: the f32 result, bias included, rounded to
+     * bf16 nearest-even in the store). The bias and the Aux are in D's type: a BIAS_DATA_TYPE other than D's is
+     * refused as cuBLASLt refused an f32 bias with a bf16 D on an H200 (INVALID_VALUE, 2026-11-26) */
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
-        lb->type != CUDA_R_16BF || lc->type != CUDA_R_32F || ldd->type != CUDA_R_32F)
+        lb->type != CUDA_R_16BF || (lc->type != CUDA_R_32F && lc->type != CUDA_R_16BF) || ldd->type != lc->type)
         return CUBLAS_STATUS_NOT_SUPPORTED;
+    int d16 = ldd->type == CUDA_R_16BF;
+    if (d->bias_type != -1 && d->bias_type != (int32_t)ldd->type) return CUBLAS_STATUS_INVALID_VALUE;
     if (algo || workspace || workspace_bytes) return CUBLAS_STATUS_NOT_SUPPORTED; /* not what bf16.cu passes */
     uint64_t m = d->ta == CUBLAS_OP_N ? la->rows : la->cols, k = d->ta == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t kb = d->tb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->tb == CUBLAS_OP_N ? lb->cols : lb->rows;
@@ -1105,9 +1118,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (gelu && (!d->aux || d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0)) return CUBLAS_STATUS_INVALID_VALUE;
     if (sticky) return CUBLAS_STATUS_EXECUTION_FAILED;
     size_t aux_elems = gelu && n > 0 && m > 0 ? (size_t)(n - 1) * (size_t)d->aux_ld + m : 0;
-    if (!in_alloc(A, lt_span_elems(la) * 2) || !in_alloc(B, lt_span_elems(lb) * 2) || !in_alloc(C, lt_span_elems(lc) * 4) ||
-        !in_alloc(D, lt_span_elems(ldd) * 4) || (has_bias && !in_alloc(d->bias, (size_t)m * 4)) ||
-        (gelu && !in_alloc(d->aux, aux_elems * 4))) {
+    if (!in_alloc(A, lt_span_elems(la) * 2) || !in_alloc(B, lt_span_elems(lb) * 2) || !in_alloc(C, lt_span_elems(lc) * (d16 ? 2 : 4)) ||
+        !in_alloc(D, lt_span_elems(ldd) * (d16 ? 2 : 4)) || (has_bias && !in_alloc(d->bias, (size_t)m * (d16 ? 2 : 4))) ||
+        (gelu && !in_alloc(d->aux, aux_elems * (d16 ? 2 : 4)))) {
         emu_fail(cudaErrorIllegalAddress,
                  "cublasLtMatmul(m=%llu n=%llu k=%llu lda=%lld ldb=%lld ldc=%lld): an operand%s reaches outside its allocation",
                  (unsigned long long)m, (unsigned long long)n, (unsigned long long)k, (long long)la->ld,
@@ -1118,7 +1131,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     /* what the call reads from the host or from the descriptors (destroyed right after it): now */
     float al = *(const float*)alpha, be = *(const float*)beta;
     cublasOperation_t ta = d->ta, tb = d->tb;
-    const float* bias = d->bias;
+    const void* bias = d->bias;
     float* aux = d->aux;
     int64_t aux_ld = d->aux_ld, lda = la->ld, ldb = lb->ld, ldc = lc->ld, ldD = ldd->ld;
     size_t na = lt_span_elems(la), nb = lt_span_elems(lb);
@@ -1134,8 +1147,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
             uint32_t u = (uint32_t)((const uint16_t*)B)[i] << 16;
             memcpy(&b[i], &u, 4);
         }
-        float* dd = (float*)D;
-        if (D != C)
+        /* a bf16 C / D: the product in f32 words first (C widened exactly), rounded into D at the end */
+        std::vector<float> d32(d16 ? lt_span_elems_n(m, n, ldD) : 0);
+        float* dd = d16 ? d32.data() : (float*)D;
+        if (d16) { /* beta 0: C is not read (as cuBLASLt: the traffic test counts what is touched) */
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++)
+                    dd[j * ldD + i] = be != 0.0f ? rr_bf16_to_f32(((const uint16_t*)C)[j * ldc + i]) : 0.0f;
+        } else if (D != C)
             for (uint64_t j = 0; j < n; j++) memcpy(dd + j * ldD, (const float*)C + j * ldc, m * sizeof(float));
         if (k == 0) { /* D = beta C, like cublasSgemm with k = 0 */
             for (uint64_t j = 0; j < n; j++)
@@ -1147,14 +1166,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         }
         if (has_bias)
             for (uint64_t j = 0; j < n; j++)
-                for (uint64_t i = 0; i < m; i++) dd[j * ldD + i] += bias[i];
+                for (uint64_t i = 0; i < m; i++)
+                    dd[j * ldD + i] += d16 ? rr_bf16_to_f32(((const uint16_t*)bias)[i]) : ((const float*)bias)[i];
         if (gelu) /* Aux = the pre-activation, D = gelu(it): the CPU reference's GELU (kernel_math.h) */
             for (uint64_t j = 0; j < n; j++)
                 for (uint64_t i = 0; i < m; i++) {
                     float pre = dd[j * ldD + i];
-                    aux[j * aux_ld + i] = pre;
+                    if (d16) ((uint16_t*)aux)[j * aux_ld + i] = rr_f32_to_bf16(pre); /* Aux in the D type */
+                    else aux[j * aux_ld + i] = pre;
                     dd[j * ldD + i] = rr_gelu_tanh(pre);
                 }
+        if (d16)
+            for (uint64_t j = 0; j < n; j++)
+                for (uint64_t i = 0; i < m; i++) ((uint16_t*)D)[j * ldD + i] = rr_f32_to_bf16(dd[j * ldD + i]);
     };
     if (compute_delay()) enqueue_compute(stream, run);
     else run();
