@@ -33,6 +33,8 @@
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
 
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 
 #define FA_BQ 64      // query rows of a block (16 per warp)
@@ -188,16 +190,16 @@ static __device__ __forceinline__ void fa_async_tile(bf16_t* dst, int lds, const
     }
 }
 // a tile by cp.async where it can (bf16 storage, vec), else by fa_load_tile
-template <int DP, typename T>
+template <int DP, typename T, int NTH = FA_THREADS>
 static __device__ __forceinline__ void fa_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0, int len,
                                                size_t col0, int d, int vec) {
     if constexpr (std::is_same<T, bf16_t>::value) {
         if (vec) {
-            fa_async_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d);
+            fa_async_tile<DP, NTH>(dst, lds, src, ld, start, r0, len, col0, d);
             return;
         }
     }
-    fa_load_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d, vec);
+    fa_load_tile<DP, T, NTH>(dst, lds, src, ld, start, r0, len, col0, d, vec);
 }
 
 // D = dO . O of rows [r0, r0 + 64) from their tiles in shared memory (both bf16: dO rounded as the MMAs
@@ -533,6 +535,243 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
     }
 }
 
+// ---- backward v2 (the default; RRFP_FA_BWD=v1 selects the kernels above) --------------------------------
+// Three launches, still no atomics and one writer per output element:
+//   prep: per (token, head) the row statistics once, into scratch [2][H][T] f32 (fa_bwd_scratch): L = lse in
+//         log2 units and D = dO . O (both rounded to bf16 as v1's tiles held them; one warp per row, a fixed
+//         order). v1 recomputed D in every block from an O tile: the dk/dv kernel once per (key tile, query
+//         tile) pair, so O was a third of its streamed bytes and a pass with an extra barrier per tile.
+//   dq:   per (64-query tile, head), 4 warps: Q and dO loaded once, K and V double-buffered (the next key
+//         tile's copies by cp.async in flight while the tensor cores work on this one: one barrier pair per
+//         tile, v1 loaded synchronously between two barriers, so the SM idled for the copy's latency).
+//   dk, dv: per (16 NW keys, key/value head): K and V resident, Q and dO double-buffered the same way, the
+//         next tile's L and D read into registers before the tile's products and stored to shared memory after.
+//         NW = 4 (64 keys) where v1 had 8 at DP 96 and 128: a 4-warp block of at most 255 registers, 2 blocks
+//         per SM (shared memory 104 KB each at DP 128), so one block's barriers and copy waits are hidden by
+//         the other's products; v1's 8-warp block was alone on its SM.
+// The products and the elementwise steps are v1's (the same MMAs in the same order), so dq, dk and dv differ
+// from v1's only through D's summation order.
+
+// rows (tokens x heads) of a prep block: one warp each
+#define FA_PREP_ROWS 8
+template <typename T>
+static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(float* Lg, float* Dg, const T* dout,
+                                                                             const T* out, const float* lse, int T_,
+                                                                             int H, int d, int ldo) {
+    size_t row = (size_t)blockIdx.x * FA_PREP_ROWS + threadIdx.x / 32; // tok * H + h
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)T_ * H) return; // the whole warp
+    size_t tok = row / (size_t)H;
+    int h = (int)(row % (size_t)H);
+    const T* a = dout + tok * ldo + (size_t)h * d;
+    const T* b = out + tok * ldo + (size_t)h * d;
+    float s = 0.0f;
+    for (int c = lane; c < d; c += 32) s += fa_to_f32(fa_to_bf16(a[c])) * fa_to_f32(fa_to_bf16(b[c]));
+    s = warp_sum(s);
+    if (lane == 0) {
+        Dg[(size_t)h * T_ + tok] = s;
+        Lg[(size_t)h * T_ + tok] = lse[row] * FA_LOG2E;
+    }
+}
+
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq2_kernel(T* dq, const T* dout, const float* Lg,
+                                                                          const float* Dg, const T* q, const T* k,
+                                                                          const T* v, const int* cu_seqlens, int S,
+                                                                          int T_, int H, int Hkv, int d, int ldq,
+                                                                          int ldkv, int ldo, int causal,
+                                                                          float scale_log2, float scale, int vec) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, TILE = FA_BQ * LDS;
+    float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
+    float* D_s = L_s + FA_BQ;             // [64]
+    bf16_t* Q_s = (bf16_t*)(D_s + FA_BQ); // [64][LDS]
+    bf16_t* dO_s = Q_s + TILE;            // [64][LDS]
+    bf16_t* K_s = dO_s + TILE;            // [2][64][LDS]
+    bf16_t* V_s = K_s + 2 * TILE;         // [2][64][LDS]
+    int start, len, q0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    // group 0: Q, dO and key tile 0; then one group per key tile (the next one's K and V)
+    fa_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = q0 + r < len;
+        size_t at = (size_t)h * T_ + start + q0 + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+
+    float acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g;
+    for (int k0 = 0, buf = 0; k0 < kend; k0 += FA_BK, buf ^= 1) {
+        __syncthreads(); // every warp is done with the other buffers (the previous key tile)
+        if (k0 + FA_BK < kend) {
+            fa_tile<DP>(K_s + (buf ^ 1) * TILE, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+            fa_tile<DP>(V_s + (buf ^ 1) * TILE, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        }
+        fa_cp_commit();
+        fa_cp_wait1();   // all but the group just issued: this key tile (and Q, dO)
+        __syncthreads(); // ... and every thread's share of it
+        const bf16_t* Kb = K_s + buf * TILE;
+        const bf16_t* Vb = V_s + buf * TILE;
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, Kb, LDS);
+        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, Vb, LDS);
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int j = k0 + nt * 8 + 2 * t + (i & 1), r = 16 * warp + g + (i >> 1) * 8, qi = q0 + r;
+                int valid = j < len && qi < len && (!causal || j <= qi);
+                float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[r]) : 0.0f;
+                s[nt][i] = p * (dp[nt][i] - D_s[r]); // dS
+            }
+        fa_gemm_pb<DP>(acc, s, Kb, LDS);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &dq[tok * ldq + (size_t)h * d + c];
+                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                }
+            }
+    }
+}
+
+// NW warps of 16 keys each (the block's 16 NW keys); FaDkdv2Warps: the default per head dim
+// MINB: blocks per SM the registers must allow, where the compiler would otherwise take a few more (DP 64: 168
+// registers, 3 blocks of 4 warps, as v1; 172 would leave 2).
+template <int DP> struct FaDkdv2Warps {
+    static const int NW = DP == 32 ? 8 : 4;
+};
+template <int DP, int NW> struct FaDkdv2MinBlocks {
+    static const int MINB = DP == 64 && NW == 4 ? 3 : 1;
+};
+template <int DP, typename T, int NW>
+static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, T* dv, const T* dout, const float* Lg,
+                                                                         const float* Dg, const T* q, const T* k,
+                                                                         const T* v, const int* cu_seqlens, int S,
+                                                                         int T_, int H, int Hkv, int d, int ldq,
+                                                                         int ldkv, int ldo, int causal,
+                                                                         float scale_log2, float scale, int vec) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, KB = 16 * NW, NTH = 32 * NW, TILE = FA_BQ * LDS;
+    float* L_s = smem;                        // [2][64] of the streamed queries
+    float* D_s = L_s + 2 * FA_BQ;             // [2][64]
+    bf16_t* K_s = (bf16_t*)(D_s + 2 * FA_BQ); // [KB][LDS] this block's keys
+    bf16_t* V_s = K_s + KB * LDS;             // [KB][LDS]
+    bf16_t* Q_s = V_s + KB * LDS;             // [2][64][LDS] streamed queries
+    bf16_t* dO_s = Q_s + 2 * TILE;            // [2][64][LDS]
+    int start, len, k0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)) return;
+    int hk = blockIdx.y, group = H / Hkv;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    // the block's steps: (query head of the group, query tile), tiles from the key tile on under a causal mask
+    // (queries before it see none of its keys; k0 < len, so nq >= 1)
+    int qfirst = causal ? k0 : 0, nq = (len - qfirst + FA_BQ - 1) / FA_BQ, n = group * nq;
+    // group 0: K, V and step 0's Q, dO; then one group per step (the next step's Q, dO)
+    for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
+        fa_tile<DP, T, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_tile<DP, T, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+    }
+    fa_tile<DP, T, NTH>(Q_s, LDS, q, ldq, start, qfirst, len, (size_t)hk * group * d, d, vec);
+    fa_tile<DP, T, NTH>(dO_s, LDS, dout, ldo, start, qfirst, len, (size_t)hk * group * d, d, vec);
+    fa_cp_commit();
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = qfirst + r < len;
+        size_t at = (size_t)hk * group * T_ + start + qfirst + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+
+    float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
+    int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
+    for (int it = 0; it < n; it++) {
+        int buf = it & 1, qt = qfirst + (it % nq) * FA_BQ;
+        __syncthreads(); // every warp is done with the other buffers (the previous step)
+        float nl = 0.0f, nd = 0.0f; // the next step's L and D of row threadIdx.x (threads < 64)
+        if (it + 1 < n) {
+            int h1 = hk * group + (it + 1) / nq, q1 = qfirst + ((it + 1) % nq) * FA_BQ;
+            fa_tile<DP, T, NTH>(Q_s + (buf ^ 1) * TILE, LDS, q, ldq, start, q1, len, (size_t)h1 * d, d, vec);
+            fa_tile<DP, T, NTH>(dO_s + (buf ^ 1) * TILE, LDS, dout, ldo, start, q1, len, (size_t)h1 * d, d, vec);
+            if (threadIdx.x < FA_BQ && q1 + (int)threadIdx.x < len) {
+                size_t at = (size_t)h1 * T_ + start + q1 + threadIdx.x;
+                nl = Lg[at], nd = Dg[at];
+            }
+        }
+        fa_cp_commit();
+        fa_cp_wait1();   // all but the group just issued: this step's Q and dO
+        __syncthreads(); // ... and every thread's share of them, and their L, D
+        const bf16_t* Qb = Q_s + buf * TILE;
+        const bf16_t* dOb = dO_s + buf * TILE;
+        const float* Lb = L_s + buf * FA_BQ;
+        const float* Db = D_s + buf * FA_BQ;
+        float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BQ / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Qb, LDS);   // S^T: keys x queries
+        fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dOb, LDS); // dP^T
+        #pragma unroll
+        for (int nt = 0; nt < FA_BQ / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
+                int valid = qi < len && kj < len && (!causal || kj <= qi);
+                float p = valid ? exp2f(s[nt][i] * scale_log2 - Lb[c]) : 0.0f;
+                s[nt][i] = p;                        // P^T
+                dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
+            }
+        fa_gemm_pb<DP>(dv_acc, s, dOb, LDS);
+        fa_gemm_pb<DP>(dk_acc, dp, Qb, LDS);
+        if (threadIdx.x < FA_BQ) { // the other buffer: nobody reads it before the next step's barriers
+            L_s[(buf ^ 1) * FA_BQ + threadIdx.x] = nl;
+            D_s[(buf ^ 1) * FA_BQ + threadIdx.x] = nd;
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int kj = krow + 8 * r;
+        if (kj >= len) continue;
+        size_t tok = (size_t)start + kj;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c >= d) continue;
+                size_t idx = tok * ldkv + (size_t)hk * d + c;
+                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
+                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
+            }
+    }
+}
+
 // ---- launchers ---------------------------------------------------------------------------------------
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
@@ -605,6 +844,110 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
     }
 }
 
+// ---- backward v2's launcher and scratch ----------------------------------------------------------------
+
+// Which backward runs: 2 (default) or 1 (RRFP_FA_BWD=v1, the kernels before the pre-pass, kept so that a device
+// run compares the two in one invocation: bench/gpu_attention.sh). Read once per process.
+static int fa_bwd_version(void) {
+    static int v = 0;
+    if (!v) {
+        const char* e = getenv("RRFP_FA_BWD");
+        v = e && strcmp(e, "v1") == 0 ? 1 : 2;
+    }
+    return v;
+}
+// The dk/dv kernel's warps at DP 128: 4 (default) or 8 (RRFP_FA_DKDV_WARPS=8: v1's block of 128 keys, the
+// streamed tiles shared by twice the keys, one block per SM), for the device run to compare.
+static int fa_dkdv_warps_128(void) {
+    static int w = 0;
+    if (!w) {
+        const char* e = getenv("RRFP_FA_DKDV_WARPS");
+        w = e && strcmp(e, "8") == 0 ? 8 : 4;
+    }
+    return w;
+}
+
+// The row statistics' scratch: 2 T H f32 (L, then D), kept between calls and grown when a bigger call comes
+// (Backend.reserve sizes it before the first step: cuda_flash_attention_reserve). One per process, as the bf16
+// GEMMs' scratch: the backward runs on the stream of the table it was called through, and tables bound to other
+// streams must not run it concurrently.
+static float* fa_scratch;
+static size_t fa_scratch_n;
+static float* fa_bwd_scratch(size_t n) {
+    if (n > fa_scratch_n) {
+        if (fa_scratch) cuda_free_tracked(fa_scratch); // waits for its users
+        cuda_malloc_tracked((void**)&fa_scratch, n * sizeof(float));
+        fa_scratch_n = n;
+    }
+    return fa_scratch;
+}
+static size_t fa_bwd_scratch_elems(int T, int H) { return 2 * (size_t)(T > 0 ? T : 0) * (size_t)(H > 0 ? H : 0); }
+void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn) {
+    if (fa_bwd_version() != 2) return;
+    size_t most = 0;
+    for (int i = 0; i < n_attn; i++) {
+        size_t n = fa_bwd_scratch_elems(attn[i].max_T, attn[i].H);
+        if (n > most) most = n;
+    }
+    if (most) (void)fa_bwd_scratch(most);
+}
+
+static size_t fa_dq2_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)6 * FA_BQ * (DP + 8); }
+static size_t fa_dkdv2_smem(int DP, int NW) {
+    return 4 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ + 2 * 16 * NW) * (DP + 8);
+}
+
+template <int DP, typename T, int NW>
+static void fa_dkdv2_launch(T* dk, T* dv, const T* dout, const float* Lg, const float* Dg, const T* q, const T* k,
+                            const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                            int ldo, int causal, float scale_log2, float scale, int vec, cudaStream_t stream) {
+    size_t smem = fa_dkdv2_smem(DP, NW);
+    cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+    dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
+    fa_backward_dkdv2_kernel<DP, T, NW><<<grid, 32 * NW, smem, stream>>>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H,
+                                                                        Hkv, d, ldq, ldkv, ldo, causal, scale_log2, scale,
+                                                                        vec);
+    cudaCheck(cudaGetLastError());
+}
+
+template <int DP, typename T>
+static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                            const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                            int ldo, int causal, cudaStream_t stream) {
+    float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
+    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout);
+    float* Lg = fa_bwd_scratch(fa_bwd_scratch_elems(T_, H));
+    float* Dg = Lg + (size_t)T_ * H;
+    size_t rows = (size_t)T_ * H;
+    if ((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS > 2147483647u)
+        rr_die("CUDA flash attention: %d tokens x %d heads is beyond the backward's launch limits", T_, H);
+    fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
+        Lg, Dg, dout, out, lse, T_, H, d, ldo);
+    cudaCheck(cudaGetLastError());
+    if (dq) {
+        size_t smem = fa_dq2_smem(DP);
+        cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem));
+        dim3 grid(ceil_div(T_, FA_BQ) + S, H);
+        fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H,
+                                                                          Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                          scale, vec);
+        cudaCheck(cudaGetLastError());
+    }
+    if (dk || dv) {
+        if constexpr (DP == 128) {
+            if (fa_dkdv_warps_128() == 8) {
+                fa_dkdv2_launch<DP, T, 8>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo,
+                                          causal, scale_log2, scale, vec, stream);
+                return;
+            }
+        }
+        fa_dkdv2_launch<DP, T, FaDkdv2Warps<DP>::NW>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq,
+                                                        ldkv, ldo, causal, scale_log2, scale, vec, stream);
+    }
+}
+
 template <typename T>
 static void fa_forward(T* out, float* lse, const T* q, const T* k, const T* v, const int* cu_seqlens, int S, int T_, int H,
                        int Hkv, int d, int ldq, int ldkv, int ldo, int causal, int round_out, cudaStream_t stream) {
@@ -625,6 +968,16 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
                         int ldo, int causal, cudaStream_t stream) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    if (fa_bwd_version() == 2) {
+        switch (fa_padded_dim(d)) {
+        case 32: fa_backward2_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+        case 64: fa_backward2_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+        case 96: fa_backward2_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+        case 128: fa_backward2_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+        default: fa_backward2_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+        }
+        return;
+    }
     switch (fa_padded_dim(d)) {
     case 32: fa_backward_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     case 64: fa_backward_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
