@@ -188,5 +188,12 @@ int main(int argc, char** argv) {
         cu->free(cu_d);
         free(h), free(h16);
     }
+    /* which backward the own kernel ran (RRFP_FA_BWD, RRFP_FA_DKDV_WARPS: engine/cuda/flash_attention.cu) */
+    FlashBwdInfoFn bwd_info = flash_bwd_info_fn();
+    if (bwd_info) {
+        int version = 0, warps = 0;
+        bwd_info(&version, &warps);
+        printf("own kernel's backward: v%d (dk/dv blocks of %d warps in the last call)\n", version, warps);
+    }
     return 0;
 }

@@ -16,6 +16,10 @@
  * (bf16 storage). Gradients are added to what dq, dk, dv held (random priors). Every output element
  * must be written: out and lse start as NaN (poisoned) on the device.
  *
+ * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
+ * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128): a case fails when another ran
+ * (rrfp_cuda_flash_attention_bwd_info).
+ *
  * Built twice: test_flash_attn_emu (the CPU emulation, tests/cuda_emu) and test_flash_attn (a device;
  * skipped, 77, without one). Usage: test_flash_attn [case-name-substring] */
 #include <math.h>
@@ -57,10 +61,18 @@ static const FlashCase CASES[] = {
     {"gqa_d20_causal", 1, 2, 4, 2, 20, 1, {37, 5}}, /* a head dim off the 8-value loads */
     {"many_short_d64", 1, 40, 2, 2, 64, 1, {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4,
                                               5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+    /* several key and query tiles per block, so that the backward's double buffers (v2) take turns with
+     * GQA groups in the dk/dv kernel's steps (and 128-key blocks: RRFP_FA_DKDV_WARPS=8) */
+    {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {260, 70}},
+    {"vit_d64_bidir_tiles", 1, 3, 2, 2, 64, 0, {192, 130, 64}},
+    {"gqa_d128_causal_tiles_f32", 0, 1, 2, 1, 128, 1, {300}},
 };
 
 static const Backend* cu;
 static int failures;
+/* the backward the environment asks for (flash_attention.cu): version (RRFP_FA_BWD=v1: 1, else 2) and at head
+ * dims 97..128 the dk/dv kernel's warps (v2: RRFP_FA_DKDV_WARPS=8: 8, else 4; v1: 8) */
+static int want_version, want_warps_128;
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static float rnd(void) { /* uniform [-1, 1) */
@@ -151,7 +163,7 @@ static void ref_backward_bf16_operands(float* grad, const float* qkv, const floa
     }
 }
 
-static void run_case(const FlashCase* c, FlashFn flash) {
+static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info) {
     int S = c->S, H = c->H, Hkv = c->Hkv, d = c->d, g = H / Hkv, bf = c->bf16;
     int cu_seqlens[65] = {0};
     for (int s = 0; s < S; s++) cu_seqlens[s + 1] = cu_seqlens[s] + c->lens[s];
@@ -232,6 +244,12 @@ static void run_case(const FlashCase* c, FlashFn flash) {
     char* dk_d = dq_d + (size_t)H * d * es;
     char* dv_d = dk_d + (size_t)Hkv * d * es;
     flash(bf, 1, dq_d, dk_d, dv_d, lse_d, dout_d, out_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
+    /* the backward that ran is the one asked for */
+    int version = 0, warps = 0;
+    bwd_info(&version, &warps);
+    int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128);
+    printf("  %-22s bwd   v%d, dk/dv blocks of %d warps %s\n", c->name, version, warps, path_ok ? "ok" : "FAIL (not the one asked for)");
+    if (!path_ok) failures++;
     down(got, dqkv_d, nqkv, bf);
     /* q, k, v parts apart, each against its own largest gradient */
     for (int p = 0; p < 3; p++) {
@@ -291,9 +309,25 @@ int main(int argc, char** argv) {
         printf("test_flash_attn: FAIL: the CUDA backend has no rrfp_cuda_flash_attention\n");
         return 1;
     }
+    FlashBwdInfoFn bwd_info = flash_bwd_info_fn();
+    if (!bwd_info) {
+        printf("test_flash_attn: FAIL: the CUDA backend has no rrfp_cuda_flash_attention_bwd_info\n");
+        return 1;
+    }
+    const char* ev = getenv("RRFP_FA_BWD");
+    const char* ew = getenv("RRFP_FA_DKDV_WARPS");
+    want_version = ev && strcmp(ev, "v1") == 0 ? 1 : 2;
+    want_warps_128 = want_version == 1 || (ew && strcmp(ew, "8") == 0) ? 8 : 4;
+    printf("test_flash_attn: backward v%d (dk/dv blocks of %d warps at head dims 97..128)\n", want_version, want_warps_128);
+    int ran = 0;
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         if (argc > 1 && !strstr(CASES[i].name, argv[1])) continue;
-        run_case(&CASES[i], flash);
+        run_case(&CASES[i], flash, bwd_info);
+        ran++;
+    }
+    if (!ran) {
+        printf("test_flash_attn: FAIL: no case matches '%s'\n", argv[1]);
+        failures++;
     }
     cu->synchronize(cu);
 #ifdef RR_CUDA_EMU

@@ -774,6 +774,9 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
 
 // ---- launchers ---------------------------------------------------------------------------------------
 
+// what the last backward ran (rrfp_cuda_flash_attention_bwd_info): version, and the dk/dv kernel's warps per block
+static int fa_last_bwd_version, fa_last_bwd_warps;
+
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
 static size_t fa_dkdv_smem(int DP, int NW) {
@@ -833,6 +836,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
     }
     if (dk || dv) {
         const int NW = FaDkdvWarps<DP>::NW;
+        fa_last_bwd_version = 1, fa_last_bwd_warps = NW;
         size_t smem = fa_dkdv_smem(DP, NW);
         cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
@@ -936,8 +940,10 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         cudaCheck(cudaGetLastError());
     }
     if (dk || dv) {
+        fa_last_bwd_version = 2, fa_last_bwd_warps = FaDkdv2Warps<DP>::NW;
         if constexpr (DP == 128) {
             if (fa_dkdv_warps_128() == 8) {
+                fa_last_bwd_warps = 8;
                 fa_dkdv2_launch<DP, T, 8>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo,
                                           causal, scale_log2, scale, vec, stream);
                 return;
@@ -1014,6 +1020,13 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
                                        const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
                                        int ldq, int ldkv, int ldo, int causal) {
     fa_backward<float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, stream);
+}
+
+// The last backward's kernels (tests/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
+// labels its figures): version 1 or 2 (RRFP_FA_BWD), the dk/dv kernel's warps per block (0 / 0: dk and dv not
+// asked for, or no backward yet)
+extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps) {
+    *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps;
 }
 
 // ---- which path ran (attention_path.h) -----------------------------------------------------------------
