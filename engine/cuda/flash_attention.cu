@@ -574,8 +574,11 @@ static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(f
     }
 }
 
+template <int DP> struct FaDq2MinBlocks {
+    static const int MINB = DP == 64 ? 4 : 0;
+};
 template <int DP, typename T>
-static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq2_kernel(T* dq, const T* dout, const float* Lg,
+static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB)) fa_backward_dq2_kernel(T* dq, const T* dout, const float* Lg,
                                                                           const float* Dg, const T* q, const T* k,
                                                                           const T* v, const int* cu_seqlens, int S,
                                                                           int T_, int H, int Hkv, int d, int ldq,
@@ -610,7 +613,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq2_kernel(T* d
     float acc[DP / 8][4];
     #pragma unroll
     for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
-    int qrow = q0 + 16 * warp + g;
+    int qrow = q0 + 16 * warp + g;                // this thread's rows: qrow, qrow + 8
+    float lrow[2] = {0.0f, 0.0f}, drow[2] = {0.0f, 0.0f}; // their L and D (after the first barrier)
     for (int k0 = 0, buf = 0; k0 < kend; k0 += FA_BK, buf ^= 1) {
         __syncthreads(); // every warp is done with the other buffers (the previous key tile)
         if (k0 + FA_BK < kend) {
@@ -620,6 +624,10 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq2_kernel(T* d
         fa_cp_commit();
         fa_cp_wait1();   // all but the group just issued: this key tile (and Q, dO)
         __syncthreads(); // ... and every thread's share of it
+        if (k0 == 0) {
+            #pragma unroll
+            for (int r = 0; r < 2; r++) lrow[r] = L_s[16 * warp + g + 8 * r], drow[r] = D_s[16 * warp + g + 8 * r];
+        }
         const bf16_t* Kb = K_s + buf * TILE;
         const bf16_t* Vb = V_s + buf * TILE;
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
@@ -629,15 +637,24 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq2_kernel(T* d
             for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
         fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, Kb, LDS);
         fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, Vb, LDS);
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++)
+        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) {
+            // every (query, key) pair of the tile is in: no mask
             #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int j = k0 + nt * 8 + 2 * t + (i & 1), r = 16 * warp + g + (i >> 1) * 8, qi = q0 + r;
-                int valid = j < len && qi < len && (!causal || j <= qi);
-                float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[r]) : 0.0f;
-                s[nt][i] = p * (dp[nt][i] - D_s[r]); // dS
-            }
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    s[nt][i] = exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) * (dp[nt][i] - drow[i >> 1]); // dS
+        } else {
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+                    int valid = j < len && qi < len && (!causal || j <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
+                    s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
+                }
+        }
         fa_gemm_pb<DP>(acc, s, Kb, LDS);
     }
     #pragma unroll
@@ -665,7 +682,7 @@ template <int DP> struct FaDkdv2Warps {
     static const int NW = DP == 32 ? 8 : 4;
 };
 template <int DP, int NW> struct FaDkdv2MinBlocks {
-    static const int MINB = DP == 64 && NW == 4 ? 3 : 1;
+    static const int MINB = DP == 64 && NW == 4 ? 3 : 0;
 };
 template <int DP, typename T, int NW>
 static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, T* dv, const T* dout, const float* Lg,
@@ -737,16 +754,29 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
             for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
         fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Qb, LDS);   // S^T: keys x queries
         fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dOb, LDS); // dP^T
-        #pragma unroll
-        for (int nt = 0; nt < FA_BQ / 8; nt++)
+        if (qt + FA_BQ <= len && k0 + KB <= len && (!causal || k0 + KB - 1 <= qt)) {
+            // every (key, query) pair of the step is in: no mask
             #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
-                int valid = qi < len && kj < len && (!causal || kj <= qi);
-                float p = valid ? exp2f(s[nt][i] * scale_log2 - Lb[c]) : 0.0f;
-                s[nt][i] = p;                        // P^T
-                dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
-            }
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t + (i & 1);
+                    float p = exp2f(s[nt][i] * scale_log2 - Lb[c]);
+                    s[nt][i] = p;                        // P^T
+                    dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
+                }
+        } else {
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
+                    int valid = qi < len && kj < len && (!causal || kj <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - Lb[c]) : 0.0f;
+                    s[nt][i] = p;                        // P^T
+                    dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
+                }
+        }
         fa_gemm_pb<DP>(dv_acc, s, dOb, LDS);
         fa_gemm_pb<DP>(dk_acc, dp, Qb, LDS);
         if (threadIdx.x < FA_BQ) { // the other buffer: nobody reads it before the next step's barriers
