@@ -17,8 +17,8 @@
  * must be written: out and lse start as NaN (poisoned) on the device.
  *
  * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
- * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128): a case fails when another ran
- * (rrfp_cuda_flash_attention_bwd_info).
+ * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128; RRFP_FA_DQ=double: v2's double-buffered
+ * dq kernel at head dims 65..128 too): a case fails when another ran (rrfp_cuda_flash_attention_bwd_info).
  *
  * Built twice: test_flash_attn_emu (the CPU emulation, tests/cuda_emu) and test_flash_attn (a device;
  * skipped, 77, without one). Usage: test_flash_attn [case-name-substring] */
@@ -73,6 +73,9 @@ static int failures;
 /* the backward the environment asks for (flash_attention.cu): version (RRFP_FA_BWD=v1: 1, else 2) and at head
  * dims 97..128 the dk/dv kernel's warps (v2: RRFP_FA_DKDV_WARPS=8: 8, else 4; v1: 8) */
 static int want_version, want_warps_128;
+/* v2's dq kernel at head dims 65..128 (padded to 96, 128): 1 (dq3, single K / V buffers), or 2 (dq2, double
+ * buffers: RRFP_FA_DQ=double); dq2 at the others, 0 for v1 */
+static int want_dq_96_128;
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static float rnd(void) { /* uniform [-1, 1) */
@@ -245,10 +248,12 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     char* dv_d = dk_d + (size_t)Hkv * d * es;
     flash(bf, 1, dq_d, dk_d, dv_d, lse_d, dout_d, out_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
     /* the backward that ran is the one asked for */
-    int version = 0, warps = 0;
-    bwd_info(&version, &warps);
-    int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128);
-    printf("  %-22s bwd   v%d, dk/dv blocks of %d warps %s\n", c->name, version, warps, path_ok ? "ok" : "FAIL (not the one asked for)");
+    int version = 0, warps = 0, dqk = 0;
+    bwd_info(&version, &warps, &dqk);
+    int want_dq = want_version == 1 ? 0 : d > 64 && d <= 128 ? want_dq_96_128 : 2;
+    int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128) && dqk == want_dq;
+    printf("  %-22s bwd   v%d, dk/dv blocks of %d warps, dq kernel %d %s\n", c->name, version, warps, dqk,
+           path_ok ? "ok" : "FAIL (not the one asked for)");
     if (!path_ok) failures++;
     down(got, dqkv_d, nqkv, bf);
     /* q, k, v parts apart, each against its own largest gradient */
@@ -318,7 +323,10 @@ int main(int argc, char** argv) {
     const char* ew = getenv("RRFP_FA_DKDV_WARPS");
     want_version = ev && strcmp(ev, "v1") == 0 ? 1 : 2;
     want_warps_128 = want_version == 1 || (ew && strcmp(ew, "8") == 0) ? 8 : 4;
-    printf("test_flash_attn: backward v%d (dk/dv blocks of %d warps at head dims 97..128)\n", want_version, want_warps_128);
+    const char* eq = getenv("RRFP_FA_DQ");
+    want_dq_96_128 = eq && strcmp(eq, "double") == 0 ? 2 : 1;
+    printf("test_flash_attn: backward v%d (dk/dv blocks of %d warps at head dims 97..128, dq kernel %d at 65..128)\n",
+           want_version, want_warps_128, want_version == 1 ? 0 : want_dq_96_128);
     int ran = 0;
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         if (argc > 1 && !strstr(CASES[i].name, argv[1])) continue;

@@ -675,6 +675,109 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
     }
 }
 
+// dq with single K and V buffers (the forward's pipeline; the default at head dims 96 and 128, where dq2's six
+// tiles of shared memory, 105 KB at 128, leave 2 blocks per SM and these four, 70 KB, leave 3, as its 168
+// registers do): per key tile dP = dO V^T first, then V's buffer takes the next tile's V while the warps work on
+// S = Q K^T, dS and dQ += dS K; then K's buffer takes the next K while they work on the next dP. Copy groups:
+// {Q, dO, V_0}, {K_0}, then per tile {V_next}, {K_next}; "wait 1" before a buffer's use leaves only the other
+// buffer's copy in flight. Four barriers per tile (dq2: two), the loads hidden behind a third (K) and two
+// thirds (V) of the tile's products, and by the SM's other blocks.
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS, 3)
+    fa_backward_dq3_kernel(T* dq, const T* dout, const float* Lg, const float* Dg, const T* q, const T* k, const T* v,
+                           const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv, int ldo,
+                           int causal, float scale_log2, float scale, int vec) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, TILE = FA_BQ * LDS;
+    float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
+    float* D_s = L_s + FA_BQ;             // [64]
+    bf16_t* Q_s = (bf16_t*)(D_s + FA_BQ); // [64][LDS]
+    bf16_t* dO_s = Q_s + TILE;            // [64][LDS]
+    bf16_t* K_s = dO_s + TILE;            // [64][LDS]
+    bf16_t* V_s = K_s + TILE;             // [64][LDS]
+    int start, len, q0;
+    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    fa_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = q0 + r < len;
+        size_t at = (size_t)h * T_ + start + q0 + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+
+    float acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g;                        // this thread's rows: qrow, qrow + 8
+    float lrow[2] = {0.0f, 0.0f}, drow[2] = {0.0f, 0.0f}; // their L and D (after the first barrier)
+    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
+        fa_cp_wait1();   // all but the newest group (this tile's K): V (and Q, dO)
+        __syncthreads(); // ... and every thread's share of them
+        if (k0 == 0) {
+            #pragma unroll
+            for (int r = 0; r < 2; r++) lrow[r] = L_s[16 * warp + g + 8 * r], drow[r] = D_s[16 * warp + g + 8 * r];
+        }
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
+        __syncthreads(); // every warp is done with V_s: the next tile's V goes there
+        if (k0 + FA_BK < kend) fa_tile<DP>(V_s, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
+        fa_cp_wait1();   // all but the next V: this tile's K
+        __syncthreads();
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) {
+            // every (query, key) pair of the tile is in: no mask
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    s[nt][i] = exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) * (dp[nt][i] - drow[i >> 1]); // dS
+        } else {
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+                    int valid = j < len && qi < len && (!causal || j <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
+                    s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
+                }
+        }
+        fa_gemm_pb<DP>(acc, s, K_s, LDS);
+        __syncthreads(); // every warp is done with K_s: the next tile's K goes there
+        if (k0 + FA_BK < kend) fa_tile<DP>(K_s, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &dq[tok * ldq + (size_t)h * d + c];
+                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                }
+            }
+    }
+}
+
 // NW warps of 16 keys each (the block's 16 NW keys); FaDkdv2Warps: the default per head dim
 // MINB: blocks per SM the registers must allow, where the compiler would otherwise take a few more (DP 64: 168
 // registers, 3 blocks of 4 warps, as v1; 172 would leave 2).
@@ -806,6 +909,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
 
 // what the last backward ran (rrfp_cuda_flash_attention_bwd_info): version, and the dk/dv kernel's warps per block
 static int fa_last_bwd_version, fa_last_bwd_warps;
+static int fa_last_bwd_dq; // v2's dq kernel: 2 (double buffers), 1 (single: dq3), 0 (none / v1)
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
@@ -866,7 +970,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
     }
     if (dk || dv) {
         const int NW = FaDkdvWarps<DP>::NW;
-        fa_last_bwd_version = 1, fa_last_bwd_warps = NW;
+        fa_last_bwd_warps = NW;
         size_t smem = fa_dkdv_smem(DP, NW);
         cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
@@ -887,6 +991,16 @@ static int fa_bwd_version(void) {
     if (!v) {
         const char* e = getenv("RRFP_FA_BWD");
         v = e && strcmp(e, "v1") == 0 ? 1 : 2;
+    }
+    return v;
+}
+// The dq kernel at DP 96 and 128: dq3 (single K / V buffers, 3 blocks per SM; default) or dq2 (double buffers,
+// 2 blocks per SM: RRFP_FA_DQ=double), for the device run to compare; dq2 at the other head dims.
+static int fa_dq_double(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char* e = getenv("RRFP_FA_DQ");
+        v = e && strcmp(e, "double") == 0;
     }
     return v;
 }
@@ -927,6 +1041,7 @@ void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn) {
 }
 
 static size_t fa_dq2_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)6 * FA_BQ * (DP + 8); }
+static size_t fa_dq3_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)4 * FA_BQ * (DP + 8); }
 static size_t fa_dkdv2_smem(int DP, int NW) {
     return 4 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ + 2 * 16 * NW) * (DP + 8);
 }
@@ -960,17 +1075,32 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         Lg, Dg, dout, out, lse, T_, H, d, ldo);
     cudaCheck(cudaGetLastError());
     if (dq) {
-        size_t smem = fa_dq2_smem(DP);
-        cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
-        fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H,
-                                                                          Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                          scale, vec);
+        int single = 0;
+        if constexpr (DP == 96 || DP == 128) {
+            if (!fa_dq_double()) {
+                size_t smem = fa_dq3_smem(DP);
+                cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, T>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                fa_backward_dq3_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, Lg, Dg, q, k, v, cu_seqlens, S,
+                                                                                  T_, H, Hkv, d, ldq, ldkv, ldo, causal,
+                                                                                  scale_log2, scale, vec);
+                fa_last_bwd_dq = 1, single = 1;
+            }
+        }
+        if (!single) {
+            size_t smem = fa_dq2_smem(DP);
+            cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+            fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_,
+                                                                              H, Hkv, d, ldq, ldkv, ldo, causal,
+                                                                              scale_log2, scale, vec);
+            fa_last_bwd_dq = 2;
+        }
         cudaCheck(cudaGetLastError());
     }
     if (dk || dv) {
-        fa_last_bwd_version = 2, fa_last_bwd_warps = FaDkdv2Warps<DP>::NW;
+        fa_last_bwd_warps = FaDkdv2Warps<DP>::NW;
         if constexpr (DP == 128) {
             if (fa_dkdv_warps_128() == 8) {
                 fa_last_bwd_warps = 8;
@@ -1004,6 +1134,7 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
                         int ldo, int causal, cudaStream_t stream) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    fa_last_bwd_version = fa_bwd_version(), fa_last_bwd_warps = 0, fa_last_bwd_dq = 0;
     if (fa_bwd_version() == 2) {
         switch (fa_padded_dim(d)) {
         case 32: fa_backward2_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
@@ -1053,10 +1184,12 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
 }
 
 // The last backward's kernels (tests/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
-// labels its figures): version 1 or 2 (RRFP_FA_BWD), the dk/dv kernel's warps per block (0 / 0: dk and dv not
-// asked for, or no backward yet)
-extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps) {
-    *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps;
+// labels its figures): version 1 or 2 (RRFP_FA_BWD; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
+// and dv not asked for)
+// and v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for)
+extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps,
+                                                                                       int* dq_kernel) {
+    *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps, *dq_kernel = fa_last_bwd_dq;
 }
 
 // ---- which path ran (attention_path.h) -----------------------------------------------------------------
