@@ -554,10 +554,12 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
 
 // rows (tokens x heads) of a prep block: one warp each
 #define FA_PREP_ROWS 8
+// do16 (f32 storage; NULL on bf16): dout's bf16 copy, packed rows of H d, written on the way
 template <typename T>
-static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(float* Lg, float* Dg, const T* dout,
-                                                                             const T* out, const float* lse, int T_,
-                                                                             int H, int d, int ldo) {
+static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(float* Lg, float* Dg, bf16_t* do16,
+                                                                             const T* dout, const T* out,
+                                                                             const float* lse, int T_, int H, int d,
+                                                                             int ldo) {
     size_t row = (size_t)blockIdx.x * FA_PREP_ROWS + threadIdx.x / 32; // tok * H + h
     int lane = threadIdx.x % 32;
     if (row >= (size_t)T_ * H) return; // the whole warp
@@ -566,7 +568,12 @@ static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(f
     const T* a = dout + tok * ldo + (size_t)h * d;
     const T* b = out + tok * ldo + (size_t)h * d;
     float s = 0.0f;
-    for (int c = lane; c < d; c += 32) s += fa_to_f32(fa_to_bf16(a[c])) * fa_to_f32(fa_to_bf16(b[c]));
+    bf16_t* o16 = do16 ? do16 + row * d : NULL; // row = tok H + h: packed rows of H d
+    for (int c = lane; c < d; c += 32) {
+        bf16_t x = fa_to_bf16(a[c]);
+        if (o16) o16[c] = x;
+        s += fa_to_f32(x) * fa_to_f32(fa_to_bf16(b[c]));
+    }
     s = warp_sum(s);
     if (lane == 0) {
         Dg[(size_t)h * T_ + tok] = s;
@@ -578,9 +585,10 @@ template <int DP> struct FaDq2MinBlocks {
     static const int MINB = DP == 64 ? 4 : 0;
 };
 template <int DP, typename T>
-static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB)) fa_backward_dq2_kernel(T* dq, const T* dout, const float* Lg,
-                                                                          const float* Dg, const T* q, const T* k,
-                                                                          const T* v, const int* cu_seqlens, int S,
+static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB)) fa_backward_dq2_kernel(T* dq, int ldgq, const bf16_t* dout,
+                                                                          const float* Lg, const float* Dg,
+                                                                          const bf16_t* q, const bf16_t* k,
+                                                                          const bf16_t* v, const int* cu_seqlens, int S,
                                                                           int T_, int H, int Hkv, int d, int ldq,
                                                                           int ldkv, int ldo, int causal,
                                                                           float scale_log2, float scale, int vec) {
@@ -668,7 +676,7 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
             for (int e = 0; e < 2; e++) {
                 int c = dn * 8 + 2 * t + e;
                 if (c < d) {
-                    T* p = &dq[tok * ldq + (size_t)h * d + c];
+                    T* p = &dq[tok * ldgq + (size_t)h * d + c];
                     fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
                 }
             }
@@ -684,9 +692,9 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
 // thirds (V) of the tile's products, and by the SM's other blocks.
 template <int DP, typename T>
 static __global__ void __launch_bounds__(FA_THREADS, 3)
-    fa_backward_dq3_kernel(T* dq, const T* dout, const float* Lg, const float* Dg, const T* q, const T* k, const T* v,
-                           const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv, int ldo,
-                           int causal, float scale_log2, float scale, int vec) {
+    fa_backward_dq3_kernel(T* dq, int ldgq, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
+                           const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
+                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -771,7 +779,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
             for (int e = 0; e < 2; e++) {
                 int c = dn * 8 + 2 * t + e;
                 if (c < d) {
-                    T* p = &dq[tok * ldq + (size_t)h * d + c];
+                    T* p = &dq[tok * ldgq + (size_t)h * d + c];
                     fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
                 }
             }
@@ -788,9 +796,11 @@ template <int DP, int NW> struct FaDkdv2MinBlocks {
     static const int MINB = DP == 64 && NW == 4 ? 3 : 0;
 };
 template <int DP, typename T, int NW>
-static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, T* dv, const T* dout, const float* Lg,
-                                                                         const float* Dg, const T* q, const T* k,
-                                                                         const T* v, const int* cu_seqlens, int S,
+static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, T* dv, int ldgkv,
+                                                                         const bf16_t* dout, const float* Lg,
+                                                                         const float* Dg, const bf16_t* q,
+                                                                         const bf16_t* k, const bf16_t* v,
+                                                                         const int* cu_seqlens, int S,
                                                                          int T_, int H, int Hkv, int d, int ldq,
                                                                          int ldkv, int ldo, int causal,
                                                                          float scale_log2, float scale, int vec) {
@@ -811,11 +821,11 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
     int qfirst = causal ? k0 : 0, nq = (len - qfirst + FA_BQ - 1) / FA_BQ, n = group * nq;
     // group 0: K, V and step 0's Q, dO; then one group per step (the next step's Q, dO)
     for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
-        fa_tile<DP, T, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
-        fa_tile<DP, T, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_tile<DP, bf16_t, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_tile<DP, bf16_t, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
     }
-    fa_tile<DP, T, NTH>(Q_s, LDS, q, ldq, start, qfirst, len, (size_t)hk * group * d, d, vec);
-    fa_tile<DP, T, NTH>(dO_s, LDS, dout, ldo, start, qfirst, len, (size_t)hk * group * d, d, vec);
+    fa_tile<DP, bf16_t, NTH>(Q_s, LDS, q, ldq, start, qfirst, len, (size_t)hk * group * d, d, vec);
+    fa_tile<DP, bf16_t, NTH>(dO_s, LDS, dout, ldo, start, qfirst, len, (size_t)hk * group * d, d, vec);
     fa_cp_commit();
     if (threadIdx.x < FA_BQ) {
         int r = threadIdx.x, ok = qfirst + r < len;
@@ -836,8 +846,8 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
         float nl = 0.0f, nd = 0.0f; // the next step's L and D of row threadIdx.x (threads < 64)
         if (it + 1 < n) {
             int h1 = hk * group + (it + 1) / nq, q1 = qfirst + ((it + 1) % nq) * FA_BQ;
-            fa_tile<DP, T, NTH>(Q_s + (buf ^ 1) * TILE, LDS, q, ldq, start, q1, len, (size_t)h1 * d, d, vec);
-            fa_tile<DP, T, NTH>(dO_s + (buf ^ 1) * TILE, LDS, dout, ldo, start, q1, len, (size_t)h1 * d, d, vec);
+            fa_tile<DP, bf16_t, NTH>(Q_s + (buf ^ 1) * TILE, LDS, q, ldq, start, q1, len, (size_t)h1 * d, d, vec);
+            fa_tile<DP, bf16_t, NTH>(dO_s + (buf ^ 1) * TILE, LDS, dout, ldo, start, q1, len, (size_t)h1 * d, d, vec);
             if (threadIdx.x < FA_BQ && q1 + (int)threadIdx.x < len) {
                 size_t at = (size_t)h1 * T_ + start + q1 + threadIdx.x;
                 nl = Lg[at], nd = Dg[at];
@@ -898,7 +908,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
             for (int e = 0; e < 2; e++) {
                 int c = dn * 8 + 2 * t + e;
                 if (c >= d) continue;
-                size_t idx = tok * ldkv + (size_t)hk * d + c;
+                size_t idx = tok * ldgkv + (size_t)hk * d + c;
                 if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
                 if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
             }
@@ -1029,15 +1039,54 @@ static float* fa_bwd_scratch(size_t n) {
     }
     return fa_scratch;
 }
-static size_t fa_bwd_scratch_elems(int T, int H) { return 2 * (size_t)(T > 0 ? T : 0) * (size_t)(H > 0 ? H : 0); }
+// The scratch's layout (f32 words): L [H][T], D [H][T], then on f32 storage the bf16 copies of q, dout (T H d
+// each, packed rows) and k, v (T Hkv d each), every region 16-byte aligned.
+typedef struct {
+    size_t D_at, q16_at, do16_at, k16_at, v16_at, total; // offsets and size in f32 words
+} FaBwdScratch;
+static size_t fa_up4(size_t x) { return (x + 3) / 4 * 4; }
+static FaBwdScratch fa_bwd_scratch_layout(int T, int H, int Hkv, int d, int copies) {
+    size_t t = (size_t)(T > 0 ? T : 0), th = t * (size_t)H, thd = th * (size_t)d, tkd = t * (size_t)Hkv * (size_t)d;
+    FaBwdScratch L;
+    L.D_at = fa_up4(th);
+    L.q16_at = L.D_at + fa_up4(th);
+    if (!copies) {
+        L.do16_at = L.k16_at = L.v16_at = 0, L.total = L.q16_at;
+        return L;
+    }
+    L.do16_at = L.q16_at + fa_up4((thd + 1) / 2);
+    L.k16_at = L.do16_at + fa_up4((thd + 1) / 2);
+    L.v16_at = L.k16_at + fa_up4((tkd + 1) / 2);
+    L.total = L.v16_at + fa_up4((tkd + 1) / 2);
+    return L;
+}
+// The bf16 table calls the f32 entry (its f32 buffers hold bf16 values), so reserve for that: with copies, and
+// Hkv = H (the most a call of these heads can need).
 void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn) {
     if (fa_bwd_version() != 2) return;
     size_t most = 0;
     for (int i = 0; i < n_attn; i++) {
-        size_t n = fa_bwd_scratch_elems(attn[i].max_T, attn[i].H);
+        const AttnReserve* a = &attn[i];
+        if (a->max_T < 1 || a->H < 1 || a->d < 1 || a->d > FA_MAX_D) continue;
+        size_t n = fa_bwd_scratch_layout(a->max_T, a->H, a->H, a->d, 1).total;
         if (n > most) most = n;
     }
     if (most) (void)fa_bwd_scratch(most);
+}
+
+// f32 storage: q, k, v (three column ranges of T rows, stride ld each) into packed bf16 rows (16 bytes a thread
+// where the rows allow it: the copies are what the kernels read by cp.async)
+static __global__ void fa_bf16_copies_kernel(bf16_t* q16, const float* q, int ldq, int qcols, bf16_t* k16, const float* k,
+                                             bf16_t* v16, const float* v, int ldkv, int kvcols, int T_) {
+    int seg = blockIdx.y;
+    bf16_t* dst = seg == 0 ? q16 : seg == 1 ? k16 : v16;
+    const float* src = seg == 0 ? q : seg == 1 ? k : v;
+    int ld = seg == 0 ? ldq : ldkv, cols = seg == 0 ? qcols : kvcols;
+    size_t n = (size_t)T_ * cols;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / (size_t)cols, c = i % (size_t)cols;
+        dst[i] = rr_f32_to_bf16(src[t * ld + c]);
+    }
 }
 
 static size_t fa_dq2_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)6 * FA_BQ * (DP + 8); }
@@ -1047,33 +1096,58 @@ static size_t fa_dkdv2_smem(int DP, int NW) {
 }
 
 template <int DP, typename T, int NW>
-static void fa_dkdv2_launch(T* dk, T* dv, const T* dout, const float* Lg, const float* Dg, const T* q, const T* k,
-                            const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                            int ldo, int causal, float scale_log2, float scale, int vec, cudaStream_t stream) {
+static void fa_dkdv2_launch(T* dk, T* dv, int ldgkv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
+                            const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
+                            int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec,
+                            cudaStream_t stream) {
     size_t smem = fa_dkdv2_smem(DP, NW);
     cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
-    fa_backward_dkdv2_kernel<DP, T, NW><<<grid, 32 * NW, smem, stream>>>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H,
-                                                                        Hkv, d, ldq, ldkv, ldo, causal, scale_log2, scale,
-                                                                        vec);
+    fa_backward_dkdv2_kernel<DP, T, NW><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
+                                                                        T_, H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                        scale, vec);
     cudaCheck(cudaGetLastError());
 }
 
+// v2: the pre-pass (and on f32 storage the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
+// gradients in T (f32: added unrounded, as v1)
 template <int DP, typename T>
 static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                             const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
                             int ldo, int causal, cudaStream_t stream) {
+    const int copies = std::is_same<T, float>::value;
     float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
-    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout);
-    float* Lg = fa_bwd_scratch(fa_bwd_scratch_elems(T_, H));
-    float* Dg = Lg + (size_t)T_ * H;
     size_t rows = (size_t)T_ * H;
     if ((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS > 2147483647u)
         rr_die("CUDA flash attention: %d tokens x %d heads is beyond the backward's launch limits", T_, H);
-    fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
-        Lg, Dg, dout, out, lse, T_, H, d, ldo);
-    cudaCheck(cudaGetLastError());
+    FaBwdScratch L = fa_bwd_scratch_layout(T_, H, Hkv, d, copies);
+    float* sc = fa_bwd_scratch(L.total);
+    float *Lg = sc, *Dg = sc + L.D_at;
+    // the kernels' inputs: bf16 storage as given, f32 storage as packed bf16 copies
+    const bf16_t *q16, *k16, *v16, *do16;
+    int lq = ldq, lkv = ldkv, lo = ldo;
+    if constexpr (std::is_same<T, float>::value) {
+        bf16_t* cq = (bf16_t*)(sc + L.q16_at);
+        bf16_t* cdo = (bf16_t*)(sc + L.do16_at);
+        bf16_t* ck = (bf16_t*)(sc + L.k16_at);
+        bf16_t* cv = (bf16_t*)(sc + L.v16_at);
+        size_t most = (size_t)T_ * (size_t)H * d;
+        unsigned blocks = (unsigned)(most / 256 + 1 < 65535 ? most / 256 + 1 : 65535);
+        fa_bf16_copies_kernel<<<dim3(blocks, 3), 256, 0, stream>>>(cq, q, ldq, H * d, ck, k, cv, v, ldkv, Hkv * d, T_);
+        cudaCheck(cudaGetLastError());
+        fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
+            Lg, Dg, cdo, dout, out, lse, T_, H, d, ldo);
+        cudaCheck(cudaGetLastError());
+        q16 = cq, k16 = ck, v16 = cv, do16 = cdo;
+        lq = H * d, lkv = Hkv * d, lo = H * d;
+    } else {
+        fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
+            Lg, Dg, (bf16_t*)NULL, dout, out, lse, T_, H, d, ldo);
+        cudaCheck(cudaGetLastError());
+        q16 = q, k16 = k, v16 = v, do16 = dout;
+    }
+    int vec = fa_vec_ok(d, lq, lkv, lo, sizeof(bf16_t), q16, k16, v16, do16);
     if (dq) {
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
         int single = 0;
@@ -1082,9 +1156,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
                 size_t smem = fa_dq3_smem(DP);
                 cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-                fa_backward_dq3_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, Lg, Dg, q, k, v, cu_seqlens, S,
-                                                                                  T_, H, Hkv, d, ldq, ldkv, ldo, causal,
-                                                                                  scale_log2, scale, vec);
+                fa_backward_dq3_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, ldq, do16, Lg, Dg, q16, k16, v16,
+                                                                                  cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                                                                                  lo, causal, scale_log2, scale, vec);
                 fa_last_bwd_dq = 1, single = 1;
             }
         }
@@ -1092,9 +1166,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
             size_t smem = fa_dq2_smem(DP);
             cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
-            fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_,
-                                                                              H, Hkv, d, ldq, ldkv, ldo, causal,
-                                                                              scale_log2, scale, vec);
+            fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, ldq, do16, Lg, Dg, q16, k16, v16,
+                                                                              cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
+                                                                              causal, scale_log2, scale, vec);
             fa_last_bwd_dq = 2;
         }
         cudaCheck(cudaGetLastError());
@@ -1104,13 +1178,13 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         if constexpr (DP == 128) {
             if (fa_dkdv_warps_128() == 8) {
                 fa_last_bwd_warps = 8;
-                fa_dkdv2_launch<DP, T, 8>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo,
-                                          causal, scale_log2, scale, vec, stream);
+                fa_dkdv2_launch<DP, T, 8>(dk, dv, ldkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                                          lo, causal, scale_log2, scale, vec, stream);
                 return;
             }
         }
-        fa_dkdv2_launch<DP, T, FaDkdv2Warps<DP>::NW>(dk, dv, dout, Lg, Dg, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq,
-                                                        ldkv, ldo, causal, scale_log2, scale, vec, stream);
+        fa_dkdv2_launch<DP, T, FaDkdv2Warps<DP>::NW>(dk, dv, ldkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
+                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, stream);
     }
 }
 
