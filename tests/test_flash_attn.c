@@ -63,7 +63,7 @@ static const FlashCase CASES[] = {
                                               5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
     /* several key and query tiles per block, so that the backward's double buffers (v2) take turns with
      * GQA groups in the dk/dv kernel's steps (and 128-key blocks: RRFP_FA_DKDV_WARPS=8) */
-    {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {260, 70}},
+    {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {200, 70}},
     {"vit_d64_bidir_tiles", 1, 3, 2, 2, 64, 0, {192, 130, 64}},
     {"gqa_d128_causal_tiles_f32", 0, 1, 2, 1, 128, 1, {300}},
 };
