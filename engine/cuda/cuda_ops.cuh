@@ -108,7 +108,8 @@ void cuda_sum_squares_reserve(size_t n);
 void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
 // attention_cudnn.cu's scratch (attention_scratch.h's layout) for the largest calls; nothing without cuDNN
 void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn);
-// flash_attention.cu: the own kernel's backward scratch (row statistics) for the stage's largest calls
+// flash_attention.cu: the own kernel's backward scratch (row statistics; bf16 copies of f32 inputs) for the
+// stage's largest calls
 void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn);
 
 // attention_cudnn.cu: cuDNN's fused attention forward for the bf16 table (1: done, 0: run the own kernel)
