@@ -14,7 +14,7 @@ typedef int (*AttnPathsFn)(long* counts, int n);
 typedef void (*FlashFn)(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout, const void* out,
                         const void* q, const void* k, const void* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
                         int d, int ldq, int ldkv, int ldo, int causal);
-typedef void (*FlashBwdInfoFn)(int* version, int* dkdv_warps, int* dq_kernel);
+typedef void (*FlashBwdInfoFn)(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
 
 #ifdef RR_CUDA_EMU
 #ifdef __cplusplus
@@ -24,7 +24,7 @@ int backend_cuda_emu_attention_paths(long* counts, int n);
 void backend_cuda_emu_flash_attention(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout,
                                       const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens,
                                       int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
-void backend_cuda_emu_flash_attention_bwd_info(int* version, int* dkdv_warps, int* dq_kernel);
+void backend_cuda_emu_flash_attention_bwd_info(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
 #ifdef __cplusplus
 }
 #endif
@@ -45,7 +45,7 @@ static inline FlashFn flash_fn(void) {
     return h ? (FlashFn)dlsym(h, "rrfp_cuda_flash_attention") : NULL;
 }
 /* the own kernel's last backward: version (1, 2), the dk/dv kernel's warps per block, v2's dq kernel (2: double
- * buffers, 1: single, 0: v1) */
+ * buffers, 1: single, 0: v1), its causal block order (1: longest first over all samples) */
 static inline FlashBwdInfoFn flash_bwd_info_fn(void) {
     void* h = attn_cuda_lib();
     return h ? (FlashBwdInfoFn)dlsym(h, "rrfp_cuda_flash_attention_bwd_info") : NULL;

@@ -18,7 +18,9 @@
  *
  * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
  * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128; RRFP_FA_DQ=double: v2's double-buffered
- * dq kernel at head dims 65..128 too): a case fails when another ran (rrfp_cuda_flash_attention_bwd_info).
+ * dq kernel at head dims 65..128 too; v2 orders a causal call's blocks longest first over all samples where they
+ * average more than one tile, RRFP_FA_LPT=0: sample by sample): a case fails when another ran
+ * (rrfp_cuda_flash_attention_bwd_info).
  *
  * Built twice: test_flash_attn_emu (the CPU emulation, tests/cuda_emu) and test_flash_attn (a device;
  * skipped, 77, without one). Usage: test_flash_attn [case-name-substring] */
@@ -65,7 +67,7 @@ static const FlashCase CASES[] = {
      * GQA groups in the dk/dv kernel's steps (and 128-key blocks: RRFP_FA_DKDV_WARPS=8) */
     {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {200, 70}},
     {"vit_d64_bidir_tiles", 1, 3, 2, 2, 64, 0, {192, 130, 64}},
-    {"gqa_d128_causal_tiles_f32", 0, 1, 2, 1, 128, 1, {300}},
+    {"gqa_d128_causal_tiles_f32", 0, 3, 2, 1, 128, 1, {200, 100, 20}},
 };
 
 static const Backend* cu;
@@ -76,6 +78,7 @@ static int want_version, want_warps_128;
 /* v2's dq kernel at head dims 65..128 (padded to 96, 128): 1 (dq3, single K / V buffers), or 2 (dq2, double
  * buffers: RRFP_FA_DQ=double); dq2 at the others, 0 for v1 */
 static int want_dq_96_128;
+static int want_lpt_on; /* v2's causal longest-first block order (RRFP_FA_LPT=0: off) */
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static float rnd(void) { /* uniform [-1, 1) */
@@ -248,12 +251,15 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     char* dv_d = dk_d + (size_t)Hkv * d * es;
     flash(bf, 1, dq_d, dk_d, dv_d, lse_d, dout_d, out_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
     /* the backward that ran is the one asked for */
-    int version = 0, warps = 0, dqk = 0;
-    bwd_info(&version, &warps, &dqk);
+    int version = 0, warps = 0, dqk = 0, lpt = 0;
+    bwd_info(&version, &warps, &dqk, &lpt);
     int want_dq = want_version == 1 ? 0 : d > 64 && d <= 128 ? want_dq_96_128 : 2;
-    int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128) && dqk == want_dq;
-    printf("  %-22s bwd   v%d, dk/dv blocks of %d warps, dq kernel %d %s\n", c->name, version, warps, dqk,
-           path_ok ? "ok" : "FAIL (not the one asked for)");
+    /* v2's longest-first order: causal samples of more than a 64-row tile on average */
+    int want_lpt = want_version == 2 && want_lpt_on && c->causal && T > 64 * S;
+    int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128) && dqk == want_dq &&
+                  lpt == want_lpt;
+    printf("  %-22s bwd   v%d, dk/dv blocks of %d warps, dq kernel %d, order %s %s\n", c->name, version, warps, dqk,
+           lpt ? "longest-first" : "sample", path_ok ? "ok" : "FAIL (not the one asked for)");
     if (!path_ok) failures++;
     down(got, dqkv_d, nqkv, bf);
     /* q, k, v parts apart, each against its own largest gradient */
@@ -325,6 +331,8 @@ int main(int argc, char** argv) {
     want_warps_128 = want_version == 1 || (ew && strcmp(ew, "8") == 0) ? 8 : 4;
     const char* eq = getenv("RRFP_FA_DQ");
     want_dq_96_128 = eq && strcmp(eq, "double") == 0 ? 2 : 1;
+    const char* el = getenv("RRFP_FA_LPT");
+    want_lpt_on = !(el && strcmp(el, "0") == 0);
     printf("test_flash_attn: backward v%d (dk/dv blocks of %d warps at head dims 97..128, dq kernel %d at 65..128)\n",
            want_version, want_warps_128, want_version == 1 ? 0 : want_dq_96_128);
     int ran = 0;

@@ -131,6 +131,64 @@ static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int
     return 0;
 }
 
+// Causal masks, the backward v2 (lpt = 1 from the launcher where samples average more than one tile): the
+// blocks in decreasing order of work over all samples, not sample by sample (longest processing time first,
+// so that the grid's tail is one short block, not a long block that a late sample started). A block's level u
+// is its work in tiles minus one: the dq kernel's query tile u (u + 1 key tiles), the dk/dv kernel's key tile
+// nt - 1 - u (u + 1 query tiles of 64 rows at 64 keys a block). Block b is at level u when C(u + 1) <= b <
+// C(u), with C(t) = sum over samples of max(0, nt - t) the blocks of levels t and up (a binary search over u,
+// each probe a warp's pass over cu_seqlens), and the (b - C(u + 1))-th sample, in order, of those with more
+// than u tiles. key_tiles: the dk/dv kernel's mapping. Every warp of the block finds the same tile.
+static __device__ __forceinline__ int fa_warp_sum_i(int v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ int fa_level_count(const int* cu_seqlens, int S, int rows, int tau) {
+    int lane = threadIdx.x % 32, c = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) c += max(0, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows - tau);
+    }
+    return fa_warp_sum_i(c);
+}
+static __device__ int fa_find_tile_lpt(const int* cu_seqlens, int S, int* start, int* len, int* r0, int key_tiles,
+                                       int rows = FA_BQ) {
+    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
+    }
+    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
+    if (b >= fa_level_count(cu_seqlens, S, rows, 0)) return 0; // a spare block
+    int lo = 0, hi = maxnt; // C(lo) > b >= C(hi)
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (fa_level_count(cu_seqlens, S, rows, mid) > b) lo = mid;
+        else hi = mid;
+    }
+    int u = lo, j = b - fa_level_count(cu_seqlens, S, rows, u + 1); // among the samples of more than u tiles
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane, st = 0, ln = 0, nt = 0;
+        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st, nt = (ln + rows - 1) / rows;
+        int inc = nt > u; // then: such samples among s0 .. s
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
+            if (lane >= o) inc += v;
+        }
+        int total = __shfl_sync(0xffffffffu, inc, 31);
+        if (j < total) {
+            int at = fa_warp_sum_i(inc <= j); // the lanes before the (j + 1)-th such sample
+            *start = __shfl_sync(0xffffffffu, st, at);
+            *len = __shfl_sync(0xffffffffu, ln, at);
+            int n = __shfl_sync(0xffffffffu, nt, at);
+            *r0 = (key_tiles ? n - 1 - u : u) * rows;
+            return 1;
+        }
+        j -= total;
+    }
+    return 0;
+}
+
 // Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16, row-major
 // dst[r * lds + c]; rows past len and columns d .. DP are zero. vec: 8 values (16 bytes of bf16, 32 of f32) per
 // load where a chunk is whole (the caller checked d, the strides and the pointers for 8-value alignment).
@@ -591,7 +649,8 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
                                                                           const bf16_t* v, const int* cu_seqlens, int S,
                                                                           int T_, int H, int Hkv, int d, int ldq,
                                                                           int ldkv, int ldo, int causal,
-                                                                          float scale_log2, float scale, int vec) {
+                                                                          float scale_log2, float scale, int vec,
+                                                                          int lpt) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -601,7 +660,9 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
     bf16_t* K_s = dO_s + TILE;            // [2][64][LDS]
     bf16_t* V_s = K_s + 2 * TILE;         // [2][64][LDS]
     int start, len, q0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
+    if (!(lpt ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+              : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
+        return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     int kend = causal ? min(len, q0 + FA_BQ) : len;
@@ -694,7 +755,7 @@ template <int DP, typename T>
 static __global__ void __launch_bounds__(FA_THREADS, 3)
     fa_backward_dq3_kernel(T* dq, int ldgq, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                            const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
-                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec) {
+                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -704,7 +765,9 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
     bf16_t* K_s = dO_s + TILE;            // [64][LDS]
     bf16_t* V_s = K_s + TILE;             // [64][LDS]
     int start, len, q0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
+    if (!(lpt ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+              : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
+        return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     int kend = causal ? min(len, q0 + FA_BQ) : len;
@@ -803,7 +866,8 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
                                                                          const int* cu_seqlens, int S,
                                                                          int T_, int H, int Hkv, int d, int ldq,
                                                                          int ldkv, int ldo, int causal,
-                                                                         float scale_log2, float scale, int vec) {
+                                                                         float scale_log2, float scale, int vec,
+                                                                         int lpt) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, KB = 16 * NW, NTH = 32 * NW, TILE = FA_BQ * LDS;
     float* L_s = smem;                        // [2][64] of the streamed queries
@@ -813,7 +877,9 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
     bf16_t* Q_s = V_s + KB * LDS;             // [2][64][LDS] streamed queries
     bf16_t* dO_s = Q_s + 2 * TILE;            // [2][64][LDS]
     int start, len, k0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)) return;
+    if (!(lpt ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &k0, 1, KB)
+              : fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)))
+        return;
     int hk = blockIdx.y, group = H / Hkv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     // the block's steps: (query head of the group, query tile), tiles from the key tile on under a causal mask
@@ -919,7 +985,8 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
 
 // what the last backward ran (rrfp_cuda_flash_attention_bwd_info): version, and the dk/dv kernel's warps per block
 static int fa_last_bwd_version, fa_last_bwd_warps;
-static int fa_last_bwd_dq; // v2's dq kernel: 2 (double buffers), 1 (single: dq3), 0 (none / v1)
+static int fa_last_bwd_dq;  // v2's dq kernel: 2 (double buffers), 1 (single: dq3), 0 (none / v1)
+static int fa_last_bwd_lpt; // v2's causal block order: 1 (fa_find_tile_lpt), 0 (sample by sample)
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
@@ -1014,6 +1081,16 @@ static int fa_dq_double(void) {
     }
     return v;
 }
+// The backward's causal block order over samples (fa_find_tile_lpt): on (default) or off (RRFP_FA_LPT=0: sample by
+// sample, as v1), for the device run to compare.
+static int fa_lpt_on(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char* e = getenv("RRFP_FA_LPT");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
 // The dk/dv kernel's warps at DP 128: 4 (default) or 8 (RRFP_FA_DKDV_WARPS=8: v1's block of 128 keys, the
 // streamed tiles shared by twice the keys, one block per SM), for the device run to compare.
 static int fa_dkdv_warps_128(void) {
@@ -1098,7 +1175,7 @@ static size_t fa_dkdv2_smem(int DP, int NW) {
 template <int DP, typename T, int NW>
 static void fa_dkdv2_launch(T* dk, T* dv, int ldgkv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                             const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
-                            int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec,
+                            int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
                             cudaStream_t stream) {
     size_t smem = fa_dkdv2_smem(DP, NW);
     cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1106,7 +1183,7 @@ static void fa_dkdv2_launch(T* dk, T* dv, int ldgkv, const bf16_t* dout, const f
     dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
     fa_backward_dkdv2_kernel<DP, T, NW><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
                                                                         T_, H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                        scale, vec);
+                                                                        scale, vec, lpt);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1148,6 +1225,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         q16 = q, k16 = k, v16 = v, do16 = dout;
     }
     int vec = fa_vec_ok(d, lq, lkv, lo, sizeof(bf16_t), q16, k16, v16, do16);
+    // causal, samples of more than a tile on average: the blocks in decreasing order of work (fa_find_tile_lpt)
+    int lpt = causal && (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
+    fa_last_bwd_lpt = lpt;
     if (dq) {
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
         int single = 0;
@@ -1158,7 +1238,7 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
                 fa_backward_dq3_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, ldq, do16, Lg, Dg, q16, k16, v16,
                                                                                   cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                                                                  lo, causal, scale_log2, scale, vec);
+                                                                                  lo, causal, scale_log2, scale, vec, lpt);
                 fa_last_bwd_dq = 1, single = 1;
             }
         }
@@ -1168,7 +1248,7 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
                                            (int)smem));
             fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, ldq, do16, Lg, Dg, q16, k16, v16,
                                                                               cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
-                                                                              causal, scale_log2, scale, vec);
+                                                                              causal, scale_log2, scale, vec, lpt);
             fa_last_bwd_dq = 2;
         }
         cudaCheck(cudaGetLastError());
@@ -1179,12 +1259,12 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
             if (fa_dkdv_warps_128() == 8) {
                 fa_last_bwd_warps = 8;
                 fa_dkdv2_launch<DP, T, 8>(dk, dv, ldkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                          lo, causal, scale_log2, scale, vec, stream);
+                                          lo, causal, scale_log2, scale, vec, lpt, stream);
                 return;
             }
         }
         fa_dkdv2_launch<DP, T, FaDkdv2Warps<DP>::NW>(dk, dv, ldkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
-                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, stream);
+                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream);
     }
 }
 
@@ -1208,7 +1288,7 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
                         int ldo, int causal, cudaStream_t stream) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
-    fa_last_bwd_version = fa_bwd_version(), fa_last_bwd_warps = 0, fa_last_bwd_dq = 0;
+    fa_last_bwd_version = fa_bwd_version(), fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
     if (fa_bwd_version() == 2) {
         switch (fa_padded_dim(d)) {
         case 32: fa_backward2_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
@@ -1260,10 +1340,12 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
 // The last backward's kernels (tests/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
 // labels its figures): version 1 or 2 (RRFP_FA_BWD; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
 // and dv not asked for)
-// and v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for)
+// v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for), and v2's
+// block order: 1 (causal, longest first over all samples: fa_find_tile_lpt), 0 (sample by sample)
 extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps,
-                                                                                       int* dq_kernel) {
+                                                                                       int* dq_kernel, int* lpt) {
     *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps, *dq_kernel = fa_last_bwd_dq;
+    *lpt = fa_last_bwd_lpt;
 }
 
 // ---- which path ran (attention_path.h) -----------------------------------------------------------------
