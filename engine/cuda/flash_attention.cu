@@ -1151,19 +1151,19 @@ void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn) {
     if (most) (void)fa_bwd_scratch(most);
 }
 
-// f32 storage: q, k, v (three column ranges of T rows, stride ld each) into packed bf16 rows (16 bytes a thread
-// where the rows allow it: the copies are what the kernels read by cp.async)
-static __global__ void fa_bf16_copies_kernel(bf16_t* q16, const float* q, int ldq, int qcols, bf16_t* k16, const float* k,
-                                             bf16_t* v16, const float* v, int ldkv, int kvcols, int T_) {
+// f32 storage: q, k, v (three column ranges of T rows, stride ld each) into packed bf16 rows (what the kernels
+// then read by cp.async): block (t, seg) converts row t of q (seg 0), k (1) or v (2)
+#define FA_COPY_THREADS 256
+static __global__ void __launch_bounds__(FA_COPY_THREADS) fa_bf16_copies_kernel(bf16_t* q16, const float* q, int ldq,
+                                                                               int qcols, bf16_t* k16, const float* k,
+                                                                               bf16_t* v16, const float* v, int ldkv,
+                                                                               int kvcols) {
     int seg = blockIdx.y;
-    bf16_t* dst = seg == 0 ? q16 : seg == 1 ? k16 : v16;
-    const float* src = seg == 0 ? q : seg == 1 ? k : v;
-    int ld = seg == 0 ? ldq : ldkv, cols = seg == 0 ? qcols : kvcols;
-    size_t n = (size_t)T_ * cols;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        size_t t = i / (size_t)cols, c = i % (size_t)cols;
-        dst[i] = rr_f32_to_bf16(src[t * ld + c]);
-    }
+    size_t t = blockIdx.x;
+    int cols = seg == 0 ? qcols : kvcols;
+    bf16_t* dst = (seg == 0 ? q16 : seg == 1 ? k16 : v16) + t * cols;
+    const float* src = (seg == 0 ? q : seg == 1 ? k : v) + t * (size_t)(seg == 0 ? ldq : ldkv);
+    for (int c = threadIdx.x; c < cols; c += FA_COPY_THREADS) dst[c] = rr_f32_to_bf16(src[c]);
 }
 
 static size_t fa_dq2_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)6 * FA_BQ * (DP + 8); }
@@ -1209,9 +1209,8 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         bf16_t* cdo = (bf16_t*)(sc + L.do16_at);
         bf16_t* ck = (bf16_t*)(sc + L.k16_at);
         bf16_t* cv = (bf16_t*)(sc + L.v16_at);
-        size_t most = (size_t)T_ * (size_t)H * d;
-        unsigned blocks = (unsigned)(most / 256 + 1 < 65535 ? most / 256 + 1 : 65535);
-        fa_bf16_copies_kernel<<<dim3(blocks, 3), 256, 0, stream>>>(cq, q, ldq, H * d, ck, k, cv, v, ldkv, Hkv * d, T_);
+        fa_bf16_copies_kernel<<<dim3((unsigned)T_, 3), FA_COPY_THREADS, 0, stream>>>(cq, q, ldq, H * d, ck, k, cv, v, ldkv,
+                                                                                   Hkv * d);
         cudaCheck(cudaGetLastError());
         fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
             Lg, Dg, cdo, dout, out, lse, T_, H, d, ldo);
