@@ -45,7 +45,7 @@ static inline FlashFn flash_fn(void) {
     return h ? (FlashFn)dlsym(h, "rrfp_cuda_flash_attention") : NULL;
 }
 /* the own kernel's last backward: version (1, 2), the dk/dv kernel's warps per block, v2's dq kernel (2: double
- * buffers, 1: single, 0: v1), its causal block order (1: longest first over all samples) */
+ * buffers, 1: single, 0: v1), its block order (1: longest first over all samples) */
 static inline FlashBwdInfoFn flash_bwd_info_fn(void) {
     void* h = attn_cuda_lib();
     return h ? (FlashBwdInfoFn)dlsym(h, "rrfp_cuda_flash_attention_bwd_info") : NULL;

@@ -18,7 +18,7 @@
  *
  * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
  * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128; RRFP_FA_DQ=double: v2's double-buffered
- * dq kernel at head dims 65..128 too; v2 orders a causal call's blocks longest first over all samples where they
+ * dq kernel at head dims 65..128 too; v2 orders a call's blocks longest first over all samples where they
  * average more than one tile, RRFP_FA_LPT=0: sample by sample): a case fails when another ran
  * (rrfp_cuda_flash_attention_bwd_info).
  *
@@ -65,9 +65,9 @@ static const FlashCase CASES[] = {
                                               5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
     /* several key and query tiles per block, so that the backward's double buffers (v2) take turns with
      * GQA groups in the dk/dv kernel's steps (and 128-key blocks: RRFP_FA_DKDV_WARPS=8) */
-    {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {200, 70}},
-    {"vit_d64_bidir_tiles", 1, 3, 2, 2, 64, 0, {192, 130, 64}},
-    {"gqa_d128_causal_tiles_f32", 0, 3, 2, 1, 128, 1, {200, 100, 20}},
+    {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {70, 200}},
+    {"vit_d64_bidir_tiles", 1, 3, 2, 2, 64, 0, {64, 130, 192}},
+    {"gqa_d128_causal_tiles_f32", 0, 3, 2, 1, 128, 1, {120, 70, 20}},
 };
 
 static const Backend* cu;
@@ -254,8 +254,8 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     int version = 0, warps = 0, dqk = 0, lpt = 0;
     bwd_info(&version, &warps, &dqk, &lpt);
     int want_dq = want_version == 1 ? 0 : d > 64 && d <= 128 ? want_dq_96_128 : 2;
-    /* v2's longest-first order: causal samples of more than a 64-row tile on average */
-    int want_lpt = want_version == 2 && want_lpt_on && c->causal && T > 64 * S;
+    /* v2's longest-first order: samples of more than a 64-row tile on average */
+    int want_lpt = want_version == 2 && want_lpt_on && T > 64 * S;
     int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128) && dqk == want_dq &&
                   lpt == want_lpt;
     printf("  %-22s bwd   v%d, dk/dv blocks of %d warps, dq kernel %d, order %s %s\n", c->name, version, warps, dqk,

@@ -189,6 +189,59 @@ static __device__ int fa_find_tile_lpt(const int* cu_seqlens, int S, int* start,
     return 0;
 }
 
+// Bidirectional, the backward v2 (lpt = 1 as above): every block of a sample does the same work, its nt tiles, so
+// the samples' blocks in decreasing order of nt (ties in sample order, a sample's tiles in order): block b is in
+// level v when B(v + 1) <= b < B(v), with B(v) = the blocks of samples of at least v tiles (a binary search over v
+// in 1 .. max nt), and is tile j % v of the (j / v)-th sample of exactly v tiles, j = b - B(v + 1). Samples of
+// equal lengths keep the sample order.
+static __device__ int fa_blocks_from(const int* cu_seqlens, int S, int rows, int v) {
+    int lane = threadIdx.x % 32, c = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) {
+            int nt = (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows;
+            c += nt >= v ? nt : 0;
+        }
+    }
+    return fa_warp_sum_i(c);
+}
+static __device__ int fa_find_tile_lpt_bidir(const int* cu_seqlens, int S, int* start, int* len, int* r0,
+                                             int rows = FA_BQ) {
+    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
+    }
+    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
+    if (maxnt == 0 || b >= fa_blocks_from(cu_seqlens, S, rows, 1)) return 0; // a spare block
+    int lo = 1, hi = maxnt + 1; // B(lo) > b >= B(hi)
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (fa_blocks_from(cu_seqlens, S, rows, mid) > b) lo = mid;
+        else hi = mid;
+    }
+    int v = lo, j = b - fa_blocks_from(cu_seqlens, S, rows, v + 1), k = j / v; // the k-th sample of v tiles
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane, st = 0, ln = 0, nt = 0;
+        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st, nt = (ln + rows - 1) / rows;
+        int inc = nt == v; // then: such samples among s0 .. s
+        for (int o = 1; o < 32; o <<= 1) {
+            int x = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
+            if (lane >= o) inc += x;
+        }
+        int total = __shfl_sync(0xffffffffu, inc, 31);
+        if (k < total) {
+            int at = fa_warp_sum_i(inc <= k);
+            *start = __shfl_sync(0xffffffffu, st, at);
+            *len = __shfl_sync(0xffffffffu, ln, at);
+            *r0 = (j % v) * rows;
+            return 1;
+        }
+        k -= total;
+    }
+    return 0;
+}
+
 // Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16, row-major
 // dst[r * lds + c]; rows past len and columns d .. DP are zero. vec: 8 values (16 bytes of bf16, 32 of f32) per
 // load where a chunk is whole (the caller checked d, the strides and the pointers for 8-value alignment).
@@ -660,7 +713,8 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
     bf16_t* K_s = dO_s + TILE;            // [2][64][LDS]
     bf16_t* V_s = K_s + 2 * TILE;         // [2][64][LDS]
     int start, len, q0;
-    if (!(lpt ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &q0))
               : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
         return;
     int h = blockIdx.y, hk = h / (H / Hkv);
@@ -765,7 +819,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
     bf16_t* K_s = dO_s + TILE;            // [64][LDS]
     bf16_t* V_s = K_s + TILE;             // [64][LDS]
     int start, len, q0;
-    if (!(lpt ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &q0))
               : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
         return;
     int h = blockIdx.y, hk = h / (H / Hkv);
@@ -877,7 +932,8 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
     bf16_t* Q_s = V_s + KB * LDS;             // [2][64][LDS] streamed queries
     bf16_t* dO_s = Q_s + 2 * TILE;            // [2][64][LDS]
     int start, len, k0;
-    if (!(lpt ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &k0, 1, KB)
+    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &k0, 1, KB)
+                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &k0, KB))
               : fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)))
         return;
     int hk = blockIdx.y, group = H / Hkv;
@@ -986,7 +1042,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
 // what the last backward ran (rrfp_cuda_flash_attention_bwd_info): version, and the dk/dv kernel's warps per block
 static int fa_last_bwd_version, fa_last_bwd_warps;
 static int fa_last_bwd_dq;  // v2's dq kernel: 2 (double buffers), 1 (single: dq3), 0 (none / v1)
-static int fa_last_bwd_lpt; // v2's causal block order: 1 (fa_find_tile_lpt), 0 (sample by sample)
+static int fa_last_bwd_lpt; // v2's block order: 1 (longest first: fa_find_tile_lpt*), 0 (sample by sample)
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
@@ -1081,8 +1137,8 @@ static int fa_dq_double(void) {
     }
     return v;
 }
-// The backward's causal block order over samples (fa_find_tile_lpt): on (default) or off (RRFP_FA_LPT=0: sample by
-// sample, as v1), for the device run to compare.
+// The backward's block order over samples (fa_find_tile_lpt, _lpt_bidir): on (default) or off (RRFP_FA_LPT=0:
+// sample by sample, as v1), for the device run to compare.
 static int fa_lpt_on(void) {
     static int v = -1;
     if (v < 0) {
@@ -1224,8 +1280,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         q16 = q, k16 = k, v16 = v, do16 = dout;
     }
     int vec = fa_vec_ok(d, lq, lkv, lo, sizeof(bf16_t), q16, k16, v16, do16);
-    // causal, samples of more than a tile on average: the blocks in decreasing order of work (fa_find_tile_lpt)
-    int lpt = causal && (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
+    // samples of more than a tile on average: the blocks in decreasing order of work over all samples
+    // (fa_find_tile_lpt, fa_find_tile_lpt_bidir)
+    int lpt = (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
     fa_last_bwd_lpt = lpt;
     if (dq) {
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
@@ -1340,7 +1397,7 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
 // labels its figures): version 1 or 2 (RRFP_FA_BWD; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
 // and dv not asked for)
 // v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for), and v2's
-// block order: 1 (causal, longest first over all samples: fa_find_tile_lpt), 0 (sample by sample)
+// block order: 1 (longest first over all samples: fa_find_tile_lpt, _lpt_bidir), 0 (sample by sample)
 extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps,
                                                                                        int* dq_kernel, int* lpt) {
     *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps, *dq_kernel = fa_last_bwd_dq;
