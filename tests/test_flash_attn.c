@@ -254,8 +254,8 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     int version = 0, warps = 0, dqk = 0, lpt = 0;
     bwd_info(&version, &warps, &dqk, &lpt);
     int want_dq = want_version == 1 ? 0 : d > 64 && d <= 128 ? want_dq_96_128 : 2;
-    /* v2's longest-first order: samples of more than a 64-row tile on average */
-    int want_lpt = want_version == 2 && want_lpt_on && T > 64 * S;
+    /* v2's longest-first order: several samples of more than a 64-row tile on average */
+    int want_lpt = want_version == 2 && want_lpt_on && S > 1 && T > 64 * S;
     int path_ok = version == want_version && (d <= 96 || d > 128 || warps == want_warps_128) && dqk == want_dq &&
                   lpt == want_lpt;
     printf("  %-22s bwd   v%d, dk/dv blocks of %d warps, dq kernel %d, order %s %s\n", c->name, version, warps, dqk,

@@ -1280,9 +1280,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         q16 = q, k16 = k, v16 = v, do16 = dout;
     }
     int vec = fa_vec_ok(d, lq, lkv, lo, sizeof(bf16_t), q16, k16, v16, do16);
-    // samples of more than a tile on average: the blocks in decreasing order of work over all samples
-    // (fa_find_tile_lpt, fa_find_tile_lpt_bidir)
-    int lpt = (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
+    // several samples of more than a tile on average: the blocks in decreasing order of work over all samples
+    // (fa_find_tile_lpt, fa_find_tile_lpt_bidir; one sample is in that order already)
+    int lpt = S > 1 && (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
     fa_last_bwd_lpt = lpt;
     if (dq) {
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
