@@ -12,15 +12,17 @@
 // Math: mma.sync m16n8k16, bf16 x bf16 -> f32 (the CPU emulation, tests/cuda_emu, runs the same
 // instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
 // in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
-// as FlashAttention-2 does. Memory O(T): no T x T matrix, no scratch; D = rowsum(dout * out) is
-// recomputed per tile from the dO and O tiles in shared memory.
+// as FlashAttention-2 does. Memory O(T): no T x T matrix; the backward's scratch (v2) holds 2 T H f32 row
+// statistics (and on f32 storage bf16 copies of q, k, v, dout), reserved by Backend.reserve.
 //
 // Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
 // query rows; K and V stream through shared memory in tiles of 64 keys (16-byte loads from global memory
 // where rows are 8-value aligned). Fragments come from shared memory by ldmatrix (.trans for the B operand
 // of P V, dS K, P^T dO, dS^T Q, so no tile is stored transposed). Causal: key tiles past the query tile's
 // last row are skipped.
-// Backward: two kernels, no atomics, deterministic (every output element has one writer):
+// Backward: two kernels, no atomics, deterministic (every output element has one writer); v2 (the default,
+// below the first kernels) adds a pre-pass for D = rowsum(dout * out) and lse, streams the tiles by cp.async
+// and orders the blocks longest first; v1 (RRFP_FA_BWD=v1) recomputes D per tile from dO and O tiles:
 //   dq: per (query tile, head) like the forward: S, P = exp(S - lse), dP = dO V^T, dS = P (dP - D),
 //       dQ += dS K;
 //   dk, dv: per (64-key tile, key/value head); over the query heads of its group and the query tiles
@@ -647,19 +649,23 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
 }
 
 // ---- backward v2 (the default; RRFP_FA_BWD=v1 selects the kernels above) --------------------------------
-// Three launches, still no atomics and one writer per output element:
+// Three launches (four on f32 storage), still no atomics and one writer per output element:
+//   copies (f32 storage only): q, k, v into packed bf16 rows in the scratch (fa_bf16_copies_kernel), so that the
+//         kernels below read bf16 by cp.async on either storage (the prep kernel copies dout on its way);
 //   prep: per (token, head) the row statistics once, into scratch [2][H][T] f32 (fa_bwd_scratch): L = lse in
 //         log2 units and D = dO . O (both rounded to bf16 as v1's tiles held them; one warp per row, a fixed
 //         order). v1 recomputed D in every block from an O tile: the dk/dv kernel once per (key tile, query
 //         tile) pair, so O was a third of its streamed bytes and a pass with an extra barrier per tile.
-//   dq:   per (64-query tile, head), 4 warps: Q and dO loaded once, K and V double-buffered (the next key
-//         tile's copies by cp.async in flight while the tensor cores work on this one: one barrier pair per
-//         tile, v1 loaded synchronously between two barriers, so the SM idled for the copy's latency).
+//   dq:   per (64-query tile, head), 4 warps: Q and dO loaded once, K and V streamed by cp.async ahead of their
+//         use: dq2 double-buffers them (one barrier pair per tile), dq3 (head dims 96, 128) keeps single buffers
+//         in the forward's pipeline so that 3 blocks fit an SM; v1 loaded them synchronously between two
+//         barriers, so the SM idled for the copy's latency.
 //   dk, dv: per (16 NW keys, key/value head): K and V resident, Q and dO double-buffered the same way, the
 //         next tile's L and D read into registers before the tile's products and stored to shared memory after.
 //         NW = 4 (64 keys) where v1 had 8 at DP 96 and 128: a 4-warp block of at most 255 registers, 2 blocks
-//         per SM (shared memory 104 KB each at DP 128), so one block's barriers and copy waits are hidden by
+//         per SM (shared memory 105 KB each at DP 128), so one block's barriers and copy waits are hidden by
 //         the other's products; v1's 8-warp block was alone on its SM.
+// Blocks of several samples go longest first over all samples (fa_find_tile_lpt, fa_find_tile_lpt_bidir).
 // The products and the elementwise steps are v1's (the same MMAs in the same order), so dq, dk and dv differ
 // from v1's only through D's summation order.
 
