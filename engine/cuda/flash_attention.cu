@@ -1249,12 +1249,12 @@ static void fa_dkdv2_launch(T* dk, T* dv, int ldgkv, const bf16_t* dout, const f
     cudaCheck(cudaGetLastError());
 }
 
-// v2: the pre-pass (and on f32 storage the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
-// gradients in T (f32: added unrounded, as v1)
-template <int DP, typename T>
-static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+// v2: the pre-pass (and on f32 inputs the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
+// gradients in TG (f32: added unrounded, as v1), rows of stride ldgq (dq) and ldgkv (dk, dv)
+template <int DP, typename T, typename TG>
+static void fa_backward2_dp(TG* dq, TG* dk, TG* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                             const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                            int ldo, int causal, cudaStream_t stream) {
+                            int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream) {
     const int copies = std::is_same<T, float>::value;
     float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
     size_t rows = (size_t)T_ * H;
@@ -1296,9 +1296,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         if constexpr (DP == 96 || DP == 128) {
             if (!fa_dq_double()) {
                 size_t smem = fa_dq3_smem(DP);
-                cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, T>,
+                cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, TG>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-                fa_backward_dq3_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, ldq, do16, Lg, Dg, q16, k16, v16,
+                fa_backward_dq3_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
                                                                                   cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
                                                                                   lo, causal, scale_log2, scale, vec, lpt);
                 fa_last_bwd_dq = 1, single = 1;
@@ -1306,9 +1306,9 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         }
         if (!single) {
             size_t smem = fa_dq2_smem(DP);
-            cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, TG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
-            fa_backward_dq2_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, ldq, do16, Lg, Dg, q16, k16, v16,
+            fa_backward_dq2_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
                                                                               cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
                                                                               causal, scale_log2, scale, vec, lpt);
             fa_last_bwd_dq = 2;
@@ -1320,12 +1320,12 @@ static void fa_backward2_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, co
         if constexpr (DP == 128) {
             if (fa_dkdv_warps_128() == 8) {
                 fa_last_bwd_warps = 8;
-                fa_dkdv2_launch<DP, T, 8>(dk, dv, ldkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                fa_dkdv2_launch<DP, TG, 8>(dk, dv, ldgkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
                                           lo, causal, scale_log2, scale, vec, lpt, stream);
                 return;
             }
         }
-        fa_dkdv2_launch<DP, T, FaDkdv2Warps<DP>::NW>(dk, dv, ldkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
+        fa_dkdv2_launch<DP, TG, FaDkdv2Warps<DP>::NW>(dk, dv, ldgkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
                                                         d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream);
     }
 }
@@ -1353,11 +1353,11 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
     fa_last_bwd_version = fa_bwd_version(), fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
     if (fa_bwd_version() == 2) {
         switch (fa_padded_dim(d)) {
-        case 32: fa_backward2_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-        case 64: fa_backward2_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-        case 96: fa_backward2_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-        case 128: fa_backward2_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-        default: fa_backward2_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+        case 32: fa_backward2_dp<32, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        case 64: fa_backward2_dp<64, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        case 96: fa_backward2_dp<96, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        case 128: fa_backward2_dp<128, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        default: fa_backward2_dp<256, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
         }
         return;
     }
@@ -1367,6 +1367,24 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
     case 96: fa_backward_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     case 128: fa_backward_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     default: fa_backward_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    }
+}
+
+// bf16 inputs, f32 gradients (a table whose activations are bf16 and whose gradients are f32): v2 only (v1 has no
+// such kernels: RRFP_FA_BWD=v1 does not apply), the same kernels as the f32 storage's without its copies
+static void fa_backward_bf16_f32grad(float* dq, float* dk, float* dv, const bf16_t* dout, const bf16_t* out,
+                                     const float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                                     const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                                     int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream) {
+    fa_check(S, T_, H, Hkv, d);
+    if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    fa_last_bwd_version = 2, fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
+    switch (fa_padded_dim(d)) {
+    case 32: fa_backward2_dp<32, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 64: fa_backward2_dp<64, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 96: fa_backward2_dp<96, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 128: fa_backward2_dp<128, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    default: fa_backward2_dp<256, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
     }
 }
 
@@ -1386,6 +1404,14 @@ void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, 
     fa_backward<bf16_t>((bf16_t*)dq, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
                         (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
                         ldo, causal, stream);
+}
+void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, float* dk, float* dv,
+                                                const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                                const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
+                                                int ldkv, int ldo, int ldgq, int ldgkv, int causal) {
+    fa_backward_bf16_f32grad(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q, (const bf16_t*)k,
+                             (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream);
 }
 void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
@@ -1424,7 +1450,8 @@ extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(
 
 // ---- for tests and benchmarks (tests/test_flash_attn.c, bench): the kernels on any storage and head layout --
 
-// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded).
+// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded); bf16 = 2: as 1,
+// but the backward's gradients dq, dk, dv are float (cuda_flash_attention_backward_bf16_f32grad).
 // Forward (backward = 0): a = out, lse written; backward: a = dq, dk, dv added to (each may be NULL), lse read.
 // Runs on the backend's compute stream.
 extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention(int bf16, int backward, void* a, void* dk,
@@ -1435,7 +1462,11 @@ extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention
                                                                                int H, int Hkv, int d, int ldq, int ldkv,
                                                                                int ldo, int causal) {
     cudaStream_t st = cuda_ctx.stream;
-    if (bf16 && !backward)
+    if (bf16 == 2 && backward) // bf16 inputs, f32 gradients of the same strides
+        fa_backward_bf16_f32grad((float*)a, (float*)dk, (float*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                                 (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq,
+                                 ldkv, ldo, ldq, ldkv, causal, st);
+    else if (bf16 && !backward)
         fa_forward<bf16_t>((bf16_t*)a, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
                            d, ldq, ldkv, ldo, causal, 0, st);
     else if (bf16)
