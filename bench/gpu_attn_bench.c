@@ -188,5 +188,14 @@ int main(int argc, char** argv) {
         cu->free(cu_d);
         free(h), free(h16);
     }
+    /* which backward the own kernel ran (RRFP_FA_BWD, RRFP_FA_DKDV_WARPS: engine/cuda/flash_attention.cu) */
+    FlashBwdInfoFn bwd_info = flash_bwd_info_fn();
+    if (bwd_info) {
+        int version = 0, warps = 0, dqk = 0, lpt = 0;
+        bwd_info(&version, &warps, &dqk, &lpt);
+        printf("own kernel's backward: v%d (last call: dk/dv blocks of %d warps, dq kernel %s, %s order)\n", version,
+               warps, dqk == 2 ? "dq2 (double buffers)" : dqk == 1 ? "dq3 (single buffers)" : "v1's",
+               lpt ? "longest-first" : "sample");
+    }
     return 0;
 }

@@ -14,6 +14,7 @@ typedef int (*AttnPathsFn)(long* counts, int n);
 typedef void (*FlashFn)(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout, const void* out,
                         const void* q, const void* k, const void* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
                         int d, int ldq, int ldkv, int ldo, int causal);
+typedef void (*FlashBwdInfoFn)(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
 
 #ifdef RR_CUDA_EMU
 #ifdef __cplusplus
@@ -23,11 +24,13 @@ int backend_cuda_emu_attention_paths(long* counts, int n);
 void backend_cuda_emu_flash_attention(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout,
                                       const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens,
                                       int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+void backend_cuda_emu_flash_attention_bwd_info(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
 #ifdef __cplusplus
 }
 #endif
 static inline AttnPathsFn attn_paths_fn(void) { return backend_cuda_emu_attention_paths; }
 static inline FlashFn flash_fn(void) { return backend_cuda_emu_flash_attention; }
+static inline FlashBwdInfoFn flash_bwd_info_fn(void) { return backend_cuda_emu_flash_attention_bwd_info; }
 #else
 static inline void* attn_cuda_lib(void) {
     char err[512];
@@ -40,6 +43,12 @@ static inline AttnPathsFn attn_paths_fn(void) {
 static inline FlashFn flash_fn(void) {
     void* h = attn_cuda_lib();
     return h ? (FlashFn)dlsym(h, "rrfp_cuda_flash_attention") : NULL;
+}
+/* the own kernel's last backward: version (1, 2), the dk/dv kernel's warps per block, v2's dq kernel (2: double
+ * buffers, 1: single, 0: v1), its block order (1: longest first over all samples) */
+static inline FlashBwdInfoFn flash_bwd_info_fn(void) {
+    void* h = attn_cuda_lib();
+    return h ? (FlashBwdInfoFn)dlsym(h, "rrfp_cuda_flash_attention_bwd_info") : NULL;
 }
 #endif
 

@@ -16,6 +16,13 @@
  * (bf16 storage). Gradients are added to what dq, dk, dv held (random priors). Every output element
  * must be written: out and lse start as NaN (poisoned) on the device.
  *
+ * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
+ * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128; RRFP_FA_DQ=double: v2's double-buffered
+ * dq kernel at head dims 65..128 too; v2 orders a call's blocks longest first over all samples where they
+ * average more than one tile, RRFP_FA_LPT=0: sample by sample): a case fails when another ran
+ * (rrfp_cuda_flash_attention_bwd_info). Two cases run the backward on bf16 inputs with f32 gradients
+ * (cuda_flash_attention_backward_bf16_f32grad: always v2), against the f32-storage bounds.
+ *
  * Built twice: test_flash_attn_emu (the CPU emulation, tests/cuda_emu) and test_flash_attn (a device;
  * skipped, 77, without one). Usage: test_flash_attn [case-name-substring] */
 #include <math.h>
@@ -42,7 +49,7 @@ void emu_stats_print(void);
 
 typedef struct {
     const char* name;
-    int bf16, S, H, Hkv, d, causal;
+    int bf16, S, H, Hkv, d, causal; /* bf16: 0 f32 storage, 1 bf16, 2 bf16 with f32 gradients */
     int lens[64];
 } FlashCase;
 
@@ -57,10 +64,25 @@ static const FlashCase CASES[] = {
     {"gqa_d20_causal", 1, 2, 4, 2, 20, 1, {37, 5}}, /* a head dim off the 8-value loads */
     {"many_short_d64", 1, 40, 2, 2, 64, 1, {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4,
                                               5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+    /* several key and query tiles per block, so that the backward's double buffers (v2) take turns with
+     * GQA groups in the dk/dv kernel's steps (and 128-key blocks: RRFP_FA_DKDV_WARPS=8) */
+    {"gqa_d128_bidir_tiles", 1, 2, 4, 2, 128, 0, {70, 200}},
+    {"vit_d64_bidir_tiles", 1, 3, 2, 2, 64, 0, {64, 130, 192}},
+    {"gqa_d128_causal_tiles_f32", 0, 3, 2, 1, 128, 1, {120, 70, 20}},
+    /* bf16 = 2: bf16 q, k, v, out, dout with f32 gradients (cuda_flash_attention_backward_bf16_f32grad) */
+    {"gqa_d128_causal_bf16in_f32grad", 2, 2, 4, 2, 128, 1, {100, 60}},
+    {"vit_d64_bidir_bf16in_f32grad", 2, 2, 2, 2, 64, 0, {90, 40}},
 };
 
 static const Backend* cu;
 static int failures;
+/* the backward the environment asks for (flash_attention.cu): version (RRFP_FA_BWD=v1: 1, else 2) and at head
+ * dims 97..128 the dk/dv kernel's warps (v2: RRFP_FA_DKDV_WARPS=8: 8, else 4; v1: 8) */
+static int want_version, want_warps_128, want_warps_128_v2; /* ..._v2: what v2 takes (bf16 inputs, f32 gradients) */
+/* v2's dq kernel at head dims 65..128 (padded to 96, 128): 1 (dq3, single K / V buffers), or 2 (dq2, double
+ * buffers: RRFP_FA_DQ=double); dq2 at the others, 0 for v1 */
+static int want_dq_96_128;
+static int want_lpt_on; /* v2's causal longest-first block order (RRFP_FA_LPT=0: off) */
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static float rnd(void) { /* uniform [-1, 1) */
@@ -151,8 +173,9 @@ static void ref_backward_bf16_operands(float* grad, const float* qkv, const floa
     }
 }
 
-static void run_case(const FlashCase* c, FlashFn flash) {
-    int S = c->S, H = c->H, Hkv = c->Hkv, d = c->d, g = H / Hkv, bf = c->bf16;
+static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info) {
+    /* bf: q, k, v, out, dout in bf16; bg: the gradients too (mode 2: bf16 inputs, f32 gradients) */
+    int S = c->S, H = c->H, Hkv = c->Hkv, d = c->d, g = H / Hkv, bf = c->bf16 != 0, bg = c->bf16 == 1;
     int cu_seqlens[65] = {0};
     for (int s = 0; s < S; s++) cu_seqlens[s + 1] = cu_seqlens[s] + c->lens[s];
     int T = cu_seqlens[S];
@@ -211,7 +234,7 @@ static void run_case(const FlashCase* c, FlashFn flash) {
     void* out_d = up(nanbuf, nout, bf);
     float* lse_d = (float*)up(nanbuf, nlse, 0);
     void* dout_d = up(dout, nout, bf);
-    void* dqkv_d = up(prior, nqkv, bf);
+    void* dqkv_d = up(prior, nqkv, bg);
     int* cu_d = (int*)cu->alloc((size_t)(S + 1) * sizeof(int));
     cu->copy_h2d(cu, cu_d, cu_seqlens, (size_t)(S + 1) * sizeof(int));
     size_t es = bf ? 2 : 4;
@@ -228,11 +251,25 @@ static void run_case(const FlashCase* c, FlashFn flash) {
     cu->free(out_d);
     out_d = up(out_r, nout, bf);
     cu->copy_h2d(cu, lse_d, lse_r, nlse * 4);
+    size_t esg = bg ? 2 : 4;
     char* dq_d = (char*)dqkv_d;
-    char* dk_d = dq_d + (size_t)H * d * es;
-    char* dv_d = dk_d + (size_t)Hkv * d * es;
-    flash(bf, 1, dq_d, dk_d, dv_d, lse_d, dout_d, out_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
-    down(got, dqkv_d, nqkv, bf);
+    char* dk_d = dq_d + (size_t)H * d * esg;
+    char* dv_d = dk_d + (size_t)Hkv * d * esg;
+    flash(c->bf16, 1, dq_d, dk_d, dv_d, lse_d, dout_d, out_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
+    /* the backward that ran is the one asked for */
+    int version = 0, warps = 0, dqk = 0, lpt = 0;
+    bwd_info(&version, &warps, &dqk, &lpt);
+    /* bf16 inputs with f32 gradients: v2 whatever RRFP_FA_BWD says (v1 has no such kernels) */
+    int wv = c->bf16 == 2 ? 2 : want_version;
+    int want_dq = wv == 1 ? 0 : d > 64 && d <= 128 ? want_dq_96_128 : 2;
+    /* v2's longest-first order: several samples of more than a 64-row tile on average */
+    int want_lpt = wv == 2 && want_lpt_on && S > 1 && T > 64 * S;
+    int want_w128 = wv == 1 ? 8 : want_warps_128_v2;
+    int path_ok = version == wv && (d <= 96 || d > 128 || warps == want_w128) && dqk == want_dq && lpt == want_lpt;
+    printf("  %-22s bwd   v%d, dk/dv blocks of %d warps, dq kernel %d, order %s %s\n", c->name, version, warps, dqk,
+           lpt ? "longest-first" : "sample", path_ok ? "ok" : "FAIL (not the one asked for)");
+    if (!path_ok) failures++;
+    down(got, dqkv_d, nqkv, bg);
     /* q, k, v parts apart, each against its own largest gradient */
     for (int p = 0; p < 3; p++) {
         size_t n = (size_t)T * w[p];
@@ -243,7 +280,7 @@ static void run_case(const FlashCase* c, FlashFn flash) {
                 gg[(size_t)t * w[p] + j] = got[i] - prior[i];
                 rr[(size_t)t * w[p] + j] = grad_r[i];
             }
-        check(c->name, names[p], err_of(gg, rr, n), bf ? 0.0078125 : 0.00390625);
+        check(c->name, names[p], err_of(gg, rr, n), bg ? 0.0078125 : 0.00390625);
         free(gg), free(rr);
     }
     /* against the backward with the kernel's bf16 operands (out converted to bf16 on load as every input is,
@@ -266,12 +303,12 @@ static void run_case(const FlashCase* c, FlashFn flash) {
             for (int j = 0; j < w[p]; j++) {
                 size_t i = (size_t)t * ldq + off[p] + j;
                 double want = (double)prior[i] + grad_b[i], diff = fabs(got[i] - want);
-                double r = bf ? diff / (0.00390625 * fabs(want) + 1e-3 * gm) : diff / (gm > 0 ? gm : 1);
+                double r = bg ? diff / (0.00390625 * fabs(want) + 1e-3 * gm) : diff / (gm > 0 ? gm : 1);
                 if (!(r <= e)) e = r;
             }
         char nm[16];
         snprintf(nm, sizeof nm, "%s_b", names[p]);
-        check(c->name, nm, e, bf ? 1.0 : 1e-3);
+        check(c->name, nm, e, bg ? 1.0 : 1e-3);
     }
     free(grad_b);
     cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dout_d), cu->free(dqkv_d), cu->free(cu_d);
@@ -291,9 +328,31 @@ int main(int argc, char** argv) {
         printf("test_flash_attn: FAIL: the CUDA backend has no rrfp_cuda_flash_attention\n");
         return 1;
     }
+    FlashBwdInfoFn bwd_info = flash_bwd_info_fn();
+    if (!bwd_info) {
+        printf("test_flash_attn: FAIL: the CUDA backend has no rrfp_cuda_flash_attention_bwd_info\n");
+        return 1;
+    }
+    const char* ev = getenv("RRFP_FA_BWD");
+    const char* ew = getenv("RRFP_FA_DKDV_WARPS");
+    want_version = ev && strcmp(ev, "v1") == 0 ? 1 : 2;
+    want_warps_128_v2 = ew && strcmp(ew, "8") == 0 ? 8 : 4;
+    want_warps_128 = want_version == 1 ? 8 : want_warps_128_v2;
+    const char* eq = getenv("RRFP_FA_DQ");
+    want_dq_96_128 = eq && strcmp(eq, "double") == 0 ? 2 : 1;
+    const char* el = getenv("RRFP_FA_LPT");
+    want_lpt_on = !(el && strcmp(el, "0") == 0);
+    printf("test_flash_attn: backward v%d (dk/dv blocks of %d warps at head dims 97..128, dq kernel %d at 65..128)\n",
+           want_version, want_warps_128, want_version == 1 ? 0 : want_dq_96_128);
+    int ran = 0;
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
         if (argc > 1 && !strstr(CASES[i].name, argv[1])) continue;
-        run_case(&CASES[i], flash);
+        run_case(&CASES[i], flash, bwd_info);
+        ran++;
+    }
+    if (!ran) {
+        printf("test_flash_attn: FAIL: no case matches '%s'\n", argv[1]);
+        failures++;
     }
     cu->synchronize(cu);
 #ifdef RR_CUDA_EMU

@@ -326,6 +326,8 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
     cuda_sum_squares_reserve(sumsq_n);
     // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
     if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
+    // the own tensor-core kernel (the bf16 table's attention where cuDNN does not run): its backward's scratch
+    if (be->precision == PRECISION_BF16) cuda_flash_attention_reserve(attn, n_attn);
 }
 
 // every op slot inside its profiler scope

@@ -108,6 +108,9 @@ void cuda_sum_squares_reserve(size_t n);
 void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
 // attention_cudnn.cu's scratch (attention_scratch.h's layout) for the largest calls; nothing without cuDNN
 void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn);
+// flash_attention.cu: the own kernel's backward scratch (row statistics; bf16 copies of f32 inputs) for the
+// stage's largest calls
+void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn);
 
 // attention_cudnn.cu: cuDNN's fused attention forward for the bf16 table (1: done, 0: run the own kernel)
 int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
@@ -133,6 +136,13 @@ void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, 
                                         const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                         const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
                                         int ldo, int causal);
+// bf16 q, k, v, out, dout and f32 gradients dq (row stride ldgq), dk, dv (ldgkv), added unrounded: the backward v2's
+// kernels without the f32 entry's bf16 copies (RRFP_FA_BWD=v1 does not apply)
+void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, float* dk, float* dv,
+                                                const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                                const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
+                                                int ldkv, int ldo, int ldgq, int ldgkv, int causal);
 void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
                                       int ldq, int ldkv, int ldo, int causal, int round_out);

@@ -12,15 +12,17 @@
 // Math: mma.sync m16n8k16, bf16 x bf16 -> f32 (the CPU emulation, tests/cuda_emu, runs the same
 // instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
 // in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
-// as FlashAttention-2 does. Memory O(T): no T x T matrix, no scratch; D = rowsum(dout * out) is
-// recomputed per tile from the dO and O tiles in shared memory.
+// as FlashAttention-2 does. Memory O(T): no T x T matrix; the backward's scratch (v2) holds 2 T H f32 row
+// statistics (and on f32 storage bf16 copies of q, k, v, dout), reserved by Backend.reserve.
 //
 // Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
 // query rows; K and V stream through shared memory in tiles of 64 keys (16-byte loads from global memory
 // where rows are 8-value aligned). Fragments come from shared memory by ldmatrix (.trans for the B operand
 // of P V, dS K, P^T dO, dS^T Q, so no tile is stored transposed). Causal: key tiles past the query tile's
 // last row are skipped.
-// Backward: two kernels, no atomics, deterministic (every output element has one writer):
+// Backward: two kernels, no atomics, deterministic (every output element has one writer); v2 (the default,
+// below the first kernels) adds a pre-pass for D = rowsum(dout * out) and lse, streams the tiles by cp.async
+// and orders the blocks longest first; v1 (RRFP_FA_BWD=v1) recomputes D per tile from dO and O tiles:
 //   dq: per (query tile, head) like the forward: S, P = exp(S - lse), dP = dO V^T, dS = P (dP - D),
 //       dQ += dS K;
 //   dk, dv: per (64-key tile, key/value head); over the query heads of its group and the query tiles
@@ -33,6 +35,8 @@
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_ops.cuh"
 
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 
 #define FA_BQ 64      // query rows of a block (16 per warp)
@@ -129,6 +133,117 @@ static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int
     return 0;
 }
 
+// Causal masks, the backward v2 (lpt = 1 from the launcher where samples average more than one tile): the
+// blocks in decreasing order of work over all samples, not sample by sample (longest processing time first,
+// so that the grid's tail is one short block, not a long block that a late sample started). A block's level u
+// is its work in tiles minus one: the dq kernel's query tile u (u + 1 key tiles), the dk/dv kernel's key tile
+// nt - 1 - u (u + 1 query tiles of 64 rows at 64 keys a block). Block b is at level u when C(u + 1) <= b <
+// C(u), with C(t) = sum over samples of max(0, nt - t) the blocks of levels t and up (a binary search over u,
+// each probe a warp's pass over cu_seqlens), and the (b - C(u + 1))-th sample, in order, of those with more
+// than u tiles. key_tiles: the dk/dv kernel's mapping. Every warp of the block finds the same tile.
+static __device__ __forceinline__ int fa_warp_sum_i(int v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ int fa_level_count(const int* cu_seqlens, int S, int rows, int tau) {
+    int lane = threadIdx.x % 32, c = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) c += max(0, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows - tau);
+    }
+    return fa_warp_sum_i(c);
+}
+static __device__ int fa_find_tile_lpt(const int* cu_seqlens, int S, int* start, int* len, int* r0, int key_tiles,
+                                       int rows = FA_BQ) {
+    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
+    }
+    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
+    if (b >= fa_level_count(cu_seqlens, S, rows, 0)) return 0; // a spare block
+    int lo = 0, hi = maxnt; // C(lo) > b >= C(hi)
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (fa_level_count(cu_seqlens, S, rows, mid) > b) lo = mid;
+        else hi = mid;
+    }
+    int u = lo, j = b - fa_level_count(cu_seqlens, S, rows, u + 1); // among the samples of more than u tiles
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane, st = 0, ln = 0, nt = 0;
+        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st, nt = (ln + rows - 1) / rows;
+        int inc = nt > u; // then: such samples among s0 .. s
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
+            if (lane >= o) inc += v;
+        }
+        int total = __shfl_sync(0xffffffffu, inc, 31);
+        if (j < total) {
+            int at = fa_warp_sum_i(inc <= j); // the lanes before the (j + 1)-th such sample
+            *start = __shfl_sync(0xffffffffu, st, at);
+            *len = __shfl_sync(0xffffffffu, ln, at);
+            int n = __shfl_sync(0xffffffffu, nt, at);
+            *r0 = (key_tiles ? n - 1 - u : u) * rows;
+            return 1;
+        }
+        j -= total;
+    }
+    return 0;
+}
+
+// Bidirectional, the backward v2 (lpt = 1 as above): every block of a sample does the same work, its nt tiles, so
+// the samples' blocks in decreasing order of nt (ties in sample order, a sample's tiles in order): block b is in
+// level v when B(v + 1) <= b < B(v), with B(v) = the blocks of samples of at least v tiles (a binary search over v
+// in 1 .. max nt), and is tile j % v of the (j / v)-th sample of exactly v tiles, j = b - B(v + 1). Samples of
+// equal lengths keep the sample order.
+static __device__ int fa_blocks_from(const int* cu_seqlens, int S, int rows, int v) {
+    int lane = threadIdx.x % 32, c = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) {
+            int nt = (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows;
+            c += nt >= v ? nt : 0;
+        }
+    }
+    return fa_warp_sum_i(c);
+}
+static __device__ int fa_find_tile_lpt_bidir(const int* cu_seqlens, int S, int* start, int* len, int* r0,
+                                             int rows = FA_BQ) {
+    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
+    }
+    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
+    if (maxnt == 0 || b >= fa_blocks_from(cu_seqlens, S, rows, 1)) return 0; // a spare block
+    int lo = 1, hi = maxnt + 1; // B(lo) > b >= B(hi)
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (fa_blocks_from(cu_seqlens, S, rows, mid) > b) lo = mid;
+        else hi = mid;
+    }
+    int v = lo, j = b - fa_blocks_from(cu_seqlens, S, rows, v + 1), k = j / v; // the k-th sample of v tiles
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane, st = 0, ln = 0, nt = 0;
+        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st, nt = (ln + rows - 1) / rows;
+        int inc = nt == v; // then: such samples among s0 .. s
+        for (int o = 1; o < 32; o <<= 1) {
+            int x = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
+            if (lane >= o) inc += x;
+        }
+        int total = __shfl_sync(0xffffffffu, inc, 31);
+        if (k < total) {
+            int at = fa_warp_sum_i(inc <= k);
+            *start = __shfl_sync(0xffffffffu, st, at);
+            *len = __shfl_sync(0xffffffffu, ln, at);
+            *r0 = (j % v) * rows;
+            return 1;
+        }
+        k -= total;
+    }
+    return 0;
+}
+
 // Rows [r0, r0 + 64) of one head (columns col0 .. col0 + d of stride ld) into shared memory as bf16, row-major
 // dst[r * lds + c]; rows past len and columns d .. DP are zero. vec: 8 values (16 bytes of bf16, 32 of f32) per
 // load where a chunk is whole (the caller checked d, the strides and the pointers for 8-value alignment).
@@ -188,16 +303,16 @@ static __device__ __forceinline__ void fa_async_tile(bf16_t* dst, int lds, const
     }
 }
 // a tile by cp.async where it can (bf16 storage, vec), else by fa_load_tile
-template <int DP, typename T>
+template <int DP, typename T, int NTH = FA_THREADS>
 static __device__ __forceinline__ void fa_tile(bf16_t* dst, int lds, const T* src, size_t ld, int start, int r0, int len,
                                                size_t col0, int d, int vec) {
     if constexpr (std::is_same<T, bf16_t>::value) {
         if (vec) {
-            fa_async_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d);
+            fa_async_tile<DP, NTH>(dst, lds, src, ld, start, r0, len, col0, d);
             return;
         }
     }
-    fa_load_tile<DP>(dst, lds, src, ld, start, r0, len, col0, d, vec);
+    fa_load_tile<DP, T, NTH>(dst, lds, src, ld, start, r0, len, col0, d, vec);
 }
 
 // D = dO . O of rows [r0, r0 + 64) from their tiles in shared memory (both bf16: dO rounded as the MMAs
@@ -533,7 +648,407 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
     }
 }
 
+// ---- backward v2 (the default; RRFP_FA_BWD=v1 selects the kernels above) --------------------------------
+// Three launches (four on f32 storage), still no atomics and one writer per output element:
+//   copies (f32 storage only): q, k, v into packed bf16 rows in the scratch (fa_bf16_copies_kernel), so that the
+//         kernels below read bf16 by cp.async on either storage (the prep kernel copies dout on its way);
+//   prep: per (token, head) the row statistics once, into scratch [2][H][T] f32 (fa_bwd_scratch): L = lse in
+//         log2 units and D = dO . O (both rounded to bf16 as v1's tiles held them; one warp per row, a fixed
+//         order). v1 recomputed D in every block from an O tile: the dk/dv kernel once per (key tile, query
+//         tile) pair, so O was a third of its streamed bytes and a pass with an extra barrier per tile.
+//   dq:   per (64-query tile, head), 4 warps: Q and dO loaded once, K and V streamed by cp.async ahead of their
+//         use: dq2 double-buffers them (one barrier pair per tile), dq3 (head dims 96, 128) keeps single buffers
+//         in the forward's pipeline so that 3 blocks fit an SM; v1 loaded them synchronously between two
+//         barriers, so the SM idled for the copy's latency.
+//   dk, dv: per (16 NW keys, key/value head): K and V resident, Q and dO double-buffered the same way, the
+//         next tile's L and D read into registers before the tile's products and stored to shared memory after.
+//         NW = 4 (64 keys) where v1 had 8 at DP 96 and 128: a 4-warp block of at most 255 registers, 2 blocks
+//         per SM (shared memory 105 KB each at DP 128), so one block's barriers and copy waits are hidden by
+//         the other's products; v1's 8-warp block was alone on its SM.
+// Blocks of several samples go longest first over all samples (fa_find_tile_lpt, fa_find_tile_lpt_bidir).
+// The products and the elementwise steps are v1's (the same MMAs in the same order), so dq, dk and dv differ
+// from v1's only through D's summation order.
+
+// rows (tokens x heads) of a prep block: one warp each
+#define FA_PREP_ROWS 8
+// do16 (f32 storage; NULL on bf16): dout's bf16 copy, packed rows of H d, written on the way
+template <typename T>
+static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(float* Lg, float* Dg, bf16_t* do16,
+                                                                             const T* dout, const T* out,
+                                                                             const float* lse, int T_, int H, int d,
+                                                                             int ldo) {
+    size_t row = (size_t)blockIdx.x * FA_PREP_ROWS + threadIdx.x / 32; // tok * H + h
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)T_ * H) return; // the whole warp
+    size_t tok = row / (size_t)H;
+    int h = (int)(row % (size_t)H);
+    const T* a = dout + tok * ldo + (size_t)h * d;
+    const T* b = out + tok * ldo + (size_t)h * d;
+    float s = 0.0f;
+    bf16_t* o16 = do16 ? do16 + row * d : NULL; // row = tok H + h: packed rows of H d
+    for (int c = lane; c < d; c += 32) {
+        bf16_t x = fa_to_bf16(a[c]);
+        if (o16) o16[c] = x;
+        s += fa_to_f32(x) * fa_to_f32(fa_to_bf16(b[c]));
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+        Dg[(size_t)h * T_ + tok] = s;
+        Lg[(size_t)h * T_ + tok] = lse[row] * FA_LOG2E;
+    }
+}
+
+template <int DP> struct FaDq2MinBlocks {
+    static const int MINB = DP == 64 ? 4 : 0;
+};
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB)) fa_backward_dq2_kernel(T* dq, int ldgq, const bf16_t* dout,
+                                                                          const float* Lg, const float* Dg,
+                                                                          const bf16_t* q, const bf16_t* k,
+                                                                          const bf16_t* v, const int* cu_seqlens, int S,
+                                                                          int T_, int H, int Hkv, int d, int ldq,
+                                                                          int ldkv, int ldo, int causal,
+                                                                          float scale_log2, float scale, int vec,
+                                                                          int lpt) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, TILE = FA_BQ * LDS;
+    float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
+    float* D_s = L_s + FA_BQ;             // [64]
+    bf16_t* Q_s = (bf16_t*)(D_s + FA_BQ); // [64][LDS]
+    bf16_t* dO_s = Q_s + TILE;            // [64][LDS]
+    bf16_t* K_s = dO_s + TILE;            // [2][64][LDS]
+    bf16_t* V_s = K_s + 2 * TILE;         // [2][64][LDS]
+    int start, len, q0;
+    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &q0))
+              : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
+        return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    // group 0: Q, dO and key tile 0; then one group per key tile (the next one's K and V)
+    fa_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = q0 + r < len;
+        size_t at = (size_t)h * T_ + start + q0 + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+
+    float acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g;                // this thread's rows: qrow, qrow + 8
+    float lrow[2] = {0.0f, 0.0f}, drow[2] = {0.0f, 0.0f}; // their L and D (after the first barrier)
+    for (int k0 = 0, buf = 0; k0 < kend; k0 += FA_BK, buf ^= 1) {
+        __syncthreads(); // every warp is done with the other buffers (the previous key tile)
+        if (k0 + FA_BK < kend) {
+            fa_tile<DP>(K_s + (buf ^ 1) * TILE, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+            fa_tile<DP>(V_s + (buf ^ 1) * TILE, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        }
+        fa_cp_commit();
+        fa_cp_wait1();   // all but the group just issued: this key tile (and Q, dO)
+        __syncthreads(); // ... and every thread's share of it
+        if (k0 == 0) {
+            #pragma unroll
+            for (int r = 0; r < 2; r++) lrow[r] = L_s[16 * warp + g + 8 * r], drow[r] = D_s[16 * warp + g + 8 * r];
+        }
+        const bf16_t* Kb = K_s + buf * TILE;
+        const bf16_t* Vb = V_s + buf * TILE;
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, Kb, LDS);
+        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, Vb, LDS);
+        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) {
+            // every (query, key) pair of the tile is in: no mask
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    s[nt][i] = exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) * (dp[nt][i] - drow[i >> 1]); // dS
+        } else {
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+                    int valid = j < len && qi < len && (!causal || j <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
+                    s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
+                }
+        }
+        fa_gemm_pb<DP>(acc, s, Kb, LDS);
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &dq[tok * ldgq + (size_t)h * d + c];
+                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                }
+            }
+    }
+}
+
+// dq with single K and V buffers (the forward's pipeline; the default at head dims 96 and 128, where dq2's six
+// tiles of shared memory, 105 KB at 128, leave 2 blocks per SM and these four, 70 KB, leave 3, as its 168
+// registers do): per key tile dP = dO V^T first, then V's buffer takes the next tile's V while the warps work on
+// S = Q K^T, dS and dQ += dS K; then K's buffer takes the next K while they work on the next dP. Copy groups:
+// {Q, dO, V_0}, {K_0}, then per tile {V_next}, {K_next}; "wait 1" before a buffer's use leaves only the other
+// buffer's copy in flight. Four barriers per tile (dq2: two), the loads hidden behind a third (K) and two
+// thirds (V) of the tile's products, and by the SM's other blocks.
+template <int DP, typename T>
+static __global__ void __launch_bounds__(FA_THREADS, 3)
+    fa_backward_dq3_kernel(T* dq, int ldgq, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
+                           const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
+                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, TILE = FA_BQ * LDS;
+    float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
+    float* D_s = L_s + FA_BQ;             // [64]
+    bf16_t* Q_s = (bf16_t*)(D_s + FA_BQ); // [64][LDS]
+    bf16_t* dO_s = Q_s + TILE;            // [64][LDS]
+    bf16_t* K_s = dO_s + TILE;            // [64][LDS]
+    bf16_t* V_s = K_s + TILE;             // [64][LDS]
+    int start, len, q0;
+    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
+                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &q0))
+              : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
+        return;
+    int h = blockIdx.y, hk = h / (H / Hkv);
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    int kend = causal ? min(len, q0 + FA_BQ) : len;
+    fa_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
+    fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
+    fa_cp_commit();
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = q0 + r < len;
+        size_t at = (size_t)h * T_ + start + q0 + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+
+    float acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    int qrow = q0 + 16 * warp + g;                        // this thread's rows: qrow, qrow + 8
+    float lrow[2] = {0.0f, 0.0f}, drow[2] = {0.0f, 0.0f}; // their L and D (after the first barrier)
+    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
+        fa_cp_wait1();   // all but the newest group (this tile's K): V (and Q, dO)
+        __syncthreads(); // ... and every thread's share of them
+        if (k0 == 0) {
+            #pragma unroll
+            for (int r = 0; r < 2; r++) lrow[r] = L_s[16 * warp + g + 8 * r], drow[r] = D_s[16 * warp + g + 8 * r];
+        }
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BK / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
+        __syncthreads(); // every warp is done with V_s: the next tile's V goes there
+        if (k0 + FA_BK < kend) fa_tile<DP>(V_s, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
+        fa_cp_wait1();   // all but the next V: this tile's K
+        __syncthreads();
+        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
+        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) {
+            // every (query, key) pair of the tile is in: no mask
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++)
+                    s[nt][i] = exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) * (dp[nt][i] - drow[i >> 1]); // dS
+        } else {
+            #pragma unroll
+            for (int nt = 0; nt < FA_BK / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+                    int valid = j < len && qi < len && (!causal || j <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
+                    s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
+                }
+        }
+        fa_gemm_pb<DP>(acc, s, K_s, LDS);
+        __syncthreads(); // every warp is done with K_s: the next tile's K goes there
+        if (k0 + FA_BK < kend) fa_tile<DP>(K_s, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
+        fa_cp_commit();
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int qi = qrow + 8 * r;
+        if (qi >= len) continue;
+        size_t tok = (size_t)start + qi;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &dq[tok * ldgq + (size_t)h * d + c];
+                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                }
+            }
+    }
+}
+
+// NW warps of 16 keys each (the block's 16 NW keys); FaDkdv2Warps: the default per head dim
+// MINB: blocks per SM the registers must allow, where the compiler would otherwise take a few more (DP 64: 168
+// registers, 3 blocks of 4 warps, as v1; 172 would leave 2).
+template <int DP> struct FaDkdv2Warps {
+    static const int NW = DP == 32 ? 8 : 4;
+};
+template <int DP, int NW> struct FaDkdv2MinBlocks {
+    static const int MINB = DP == 64 && NW == 4 ? 3 : 0;
+};
+template <int DP, typename T, int NW>
+static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, T* dv, int ldgkv,
+                                                                         const bf16_t* dout, const float* Lg,
+                                                                         const float* Dg, const bf16_t* q,
+                                                                         const bf16_t* k, const bf16_t* v,
+                                                                         const int* cu_seqlens, int S,
+                                                                         int T_, int H, int Hkv, int d, int ldq,
+                                                                         int ldkv, int ldo, int causal,
+                                                                         float scale_log2, float scale, int vec,
+                                                                         int lpt) {
+    extern __shared__ float smem[];
+    const int LDS = DP + 8, KB = 16 * NW, NTH = 32 * NW, TILE = FA_BQ * LDS;
+    float* L_s = smem;                        // [2][64] of the streamed queries
+    float* D_s = L_s + 2 * FA_BQ;             // [2][64]
+    bf16_t* K_s = (bf16_t*)(D_s + 2 * FA_BQ); // [KB][LDS] this block's keys
+    bf16_t* V_s = K_s + KB * LDS;             // [KB][LDS]
+    bf16_t* Q_s = V_s + KB * LDS;             // [2][64][LDS] streamed queries
+    bf16_t* dO_s = Q_s + 2 * TILE;            // [2][64][LDS]
+    int start, len, k0;
+    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &k0, 1, KB)
+                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &k0, KB))
+              : fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)))
+        return;
+    int hk = blockIdx.y, group = H / Hkv;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+    // the block's steps: (query head of the group, query tile), tiles from the key tile on under a causal mask
+    // (queries before it see none of its keys; k0 < len, so nq >= 1)
+    int qfirst = causal ? k0 : 0, nq = (len - qfirst + FA_BQ - 1) / FA_BQ, n = group * nq;
+    // group 0: K, V and step 0's Q, dO; then one group per step (the next step's Q, dO)
+    for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
+        fa_tile<DP, bf16_t, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+        fa_tile<DP, bf16_t, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
+    }
+    fa_tile<DP, bf16_t, NTH>(Q_s, LDS, q, ldq, start, qfirst, len, (size_t)hk * group * d, d, vec);
+    fa_tile<DP, bf16_t, NTH>(dO_s, LDS, dout, ldo, start, qfirst, len, (size_t)hk * group * d, d, vec);
+    fa_cp_commit();
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = qfirst + r < len;
+        size_t at = (size_t)hk * group * T_ + start + qfirst + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+
+    float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
+    #pragma unroll
+    for (int dn = 0; dn < DP / 8; dn++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
+    int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
+    for (int it = 0; it < n; it++) {
+        int buf = it & 1, qt = qfirst + (it % nq) * FA_BQ;
+        __syncthreads(); // every warp is done with the other buffers (the previous step)
+        float nl = 0.0f, nd = 0.0f; // the next step's L and D of row threadIdx.x (threads < 64)
+        if (it + 1 < n) {
+            int h1 = hk * group + (it + 1) / nq, q1 = qfirst + ((it + 1) % nq) * FA_BQ;
+            fa_tile<DP, bf16_t, NTH>(Q_s + (buf ^ 1) * TILE, LDS, q, ldq, start, q1, len, (size_t)h1 * d, d, vec);
+            fa_tile<DP, bf16_t, NTH>(dO_s + (buf ^ 1) * TILE, LDS, dout, ldo, start, q1, len, (size_t)h1 * d, d, vec);
+            if (threadIdx.x < FA_BQ && q1 + (int)threadIdx.x < len) {
+                size_t at = (size_t)h1 * T_ + start + q1 + threadIdx.x;
+                nl = Lg[at], nd = Dg[at];
+            }
+        }
+        fa_cp_commit();
+        fa_cp_wait1();   // all but the group just issued: this step's Q and dO
+        __syncthreads(); // ... and every thread's share of them, and their L, D
+        const bf16_t* Qb = Q_s + buf * TILE;
+        const bf16_t* dOb = dO_s + buf * TILE;
+        const float* Lb = L_s + buf * FA_BQ;
+        const float* Db = D_s + buf * FA_BQ;
+        float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
+        #pragma unroll
+        for (int nt = 0; nt < FA_BQ / 8; nt++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Qb, LDS);   // S^T: keys x queries
+        fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dOb, LDS); // dP^T
+        if (qt + FA_BQ <= len && k0 + KB <= len && (!causal || k0 + KB - 1 <= qt)) {
+            // every (key, query) pair of the step is in: no mask
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t + (i & 1);
+                    float p = exp2f(s[nt][i] * scale_log2 - Lb[c]);
+                    s[nt][i] = p;                        // P^T
+                    dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
+                }
+        } else {
+            #pragma unroll
+            for (int nt = 0; nt < FA_BQ / 8; nt++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
+                    int valid = qi < len && kj < len && (!causal || kj <= qi);
+                    float p = valid ? exp2f(s[nt][i] * scale_log2 - Lb[c]) : 0.0f;
+                    s[nt][i] = p;                        // P^T
+                    dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
+                }
+        }
+        fa_gemm_pb<DP>(dv_acc, s, dOb, LDS);
+        fa_gemm_pb<DP>(dk_acc, dp, Qb, LDS);
+        if (threadIdx.x < FA_BQ) { // the other buffer: nobody reads it before the next step's barriers
+            L_s[(buf ^ 1) * FA_BQ + threadIdx.x] = nl;
+            D_s[(buf ^ 1) * FA_BQ + threadIdx.x] = nd;
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int kj = krow + 8 * r;
+        if (kj >= len) continue;
+        size_t tok = (size_t)start + kj;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c >= d) continue;
+                size_t idx = tok * ldgkv + (size_t)hk * d + c;
+                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
+                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
+            }
+    }
+}
+
 // ---- launchers ---------------------------------------------------------------------------------------
+
+// what the last backward ran (rrfp_cuda_flash_attention_bwd_info): version, and the dk/dv kernel's warps per block
+static int fa_last_bwd_version, fa_last_bwd_warps;
+static int fa_last_bwd_dq;  // v2's dq kernel: 2 (double buffers), 1 (single: dq3), 0 (none / v1)
+static int fa_last_bwd_lpt; // v2's block order: 1 (longest first: fa_find_tile_lpt*), 0 (sample by sample)
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
@@ -594,6 +1109,7 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
     }
     if (dk || dv) {
         const int NW = FaDkdvWarps<DP>::NW;
+        fa_last_bwd_warps = NW;
         size_t smem = fa_dkdv_smem(DP, NW);
         cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem));
@@ -602,6 +1118,215 @@ static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, con
                                                                            H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
                                                                            scale, vec);
         cudaCheck(cudaGetLastError());
+    }
+}
+
+// ---- backward v2's launcher and scratch ----------------------------------------------------------------
+
+// Which backward runs: 2 (default) or 1 (RRFP_FA_BWD=v1, the kernels before the pre-pass, kept so that a device
+// run compares the two in one invocation: bench/gpu_attention.sh). Read once per process.
+static int fa_bwd_version(void) {
+    static int v = 0;
+    if (!v) {
+        const char* e = getenv("RRFP_FA_BWD");
+        v = e && strcmp(e, "v1") == 0 ? 1 : 2;
+    }
+    return v;
+}
+// The dq kernel at DP 96 and 128: dq3 (single K / V buffers, 3 blocks per SM; default) or dq2 (double buffers,
+// 2 blocks per SM: RRFP_FA_DQ=double), for the device run to compare; dq2 at the other head dims.
+static int fa_dq_double(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char* e = getenv("RRFP_FA_DQ");
+        v = e && strcmp(e, "double") == 0;
+    }
+    return v;
+}
+// The backward's block order over samples (fa_find_tile_lpt, _lpt_bidir): on (default) or off (RRFP_FA_LPT=0:
+// sample by sample, as v1), for the device run to compare.
+static int fa_lpt_on(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char* e = getenv("RRFP_FA_LPT");
+        v = !(e && strcmp(e, "0") == 0);
+    }
+    return v;
+}
+// The dk/dv kernel's warps at DP 128: 4 (default) or 8 (RRFP_FA_DKDV_WARPS=8: v1's block of 128 keys, the
+// streamed tiles shared by twice the keys, one block per SM), for the device run to compare.
+static int fa_dkdv_warps_128(void) {
+    static int w = 0;
+    if (!w) {
+        const char* e = getenv("RRFP_FA_DKDV_WARPS");
+        w = e && strcmp(e, "8") == 0 ? 8 : 4;
+    }
+    return w;
+}
+
+// The row statistics' scratch: 2 T H f32 (L, then D), kept between calls and grown when a bigger call comes
+// (Backend.reserve sizes it before the first step: cuda_flash_attention_reserve). One per process, as the bf16
+// GEMMs' scratch: the backward runs on the stream of the table it was called through, and tables bound to other
+// streams must not run it concurrently.
+static float* fa_scratch;
+static size_t fa_scratch_n;
+static float* fa_bwd_scratch(size_t n) {
+    if (n > fa_scratch_n) {
+        if (fa_scratch) cuda_free_tracked(fa_scratch); // waits for its users
+        cuda_malloc_tracked((void**)&fa_scratch, n * sizeof(float));
+        fa_scratch_n = n;
+    }
+    return fa_scratch;
+}
+// The scratch's layout (f32 words): L [H][T], D [H][T], then on f32 storage the bf16 copies of q, dout (T H d
+// each, packed rows) and k, v (T Hkv d each), every region 16-byte aligned.
+typedef struct {
+    size_t D_at, q16_at, do16_at, k16_at, v16_at, total; // offsets and size in f32 words
+} FaBwdScratch;
+static size_t fa_up4(size_t x) { return (x + 3) / 4 * 4; }
+static FaBwdScratch fa_bwd_scratch_layout(int T, int H, int Hkv, int d, int copies) {
+    size_t t = (size_t)(T > 0 ? T : 0), th = t * (size_t)H, thd = th * (size_t)d, tkd = t * (size_t)Hkv * (size_t)d;
+    FaBwdScratch L;
+    L.D_at = fa_up4(th);
+    L.q16_at = L.D_at + fa_up4(th);
+    if (!copies) {
+        L.do16_at = L.k16_at = L.v16_at = 0, L.total = L.q16_at;
+        return L;
+    }
+    L.do16_at = L.q16_at + fa_up4((thd + 1) / 2);
+    L.k16_at = L.do16_at + fa_up4((thd + 1) / 2);
+    L.v16_at = L.k16_at + fa_up4((tkd + 1) / 2);
+    L.total = L.v16_at + fa_up4((tkd + 1) / 2);
+    return L;
+}
+// The bf16 table calls the f32 entry (its f32 buffers hold bf16 values), so reserve for that: with copies, and
+// Hkv = H (the most a call of these heads can need).
+void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn) {
+    if (fa_bwd_version() != 2) return;
+    size_t most = 0;
+    for (int i = 0; i < n_attn; i++) {
+        const AttnReserve* a = &attn[i];
+        if (a->max_T < 1 || a->H < 1 || a->d < 1 || a->d > FA_MAX_D) continue;
+        size_t n = fa_bwd_scratch_layout(a->max_T, a->H, a->H, a->d, 1).total;
+        if (n > most) most = n;
+    }
+    if (most) (void)fa_bwd_scratch(most);
+}
+
+// f32 storage: q, k, v (three column ranges of T rows, stride ld each) into packed bf16 rows (what the kernels
+// then read by cp.async): block (t, seg) converts row t of q (seg 0), k (1) or v (2)
+#define FA_COPY_THREADS 256
+static __global__ void __launch_bounds__(FA_COPY_THREADS) fa_bf16_copies_kernel(bf16_t* q16, const float* q, int ldq,
+                                                                               int qcols, bf16_t* k16, const float* k,
+                                                                               bf16_t* v16, const float* v, int ldkv,
+                                                                               int kvcols) {
+    int seg = blockIdx.y;
+    size_t t = blockIdx.x;
+    int cols = seg == 0 ? qcols : kvcols;
+    bf16_t* dst = (seg == 0 ? q16 : seg == 1 ? k16 : v16) + t * cols;
+    const float* src = (seg == 0 ? q : seg == 1 ? k : v) + t * (size_t)(seg == 0 ? ldq : ldkv);
+    for (int c = threadIdx.x; c < cols; c += FA_COPY_THREADS) dst[c] = rr_f32_to_bf16(src[c]);
+}
+
+static size_t fa_dq2_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)6 * FA_BQ * (DP + 8); }
+static size_t fa_dq3_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)4 * FA_BQ * (DP + 8); }
+static size_t fa_dkdv2_smem(int DP, int NW) {
+    return 4 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ + 2 * 16 * NW) * (DP + 8);
+}
+
+template <int DP, typename T, int NW>
+static void fa_dkdv2_launch(T* dk, T* dv, int ldgkv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
+                            const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
+                            int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
+                            cudaStream_t stream) {
+    size_t smem = fa_dkdv2_smem(DP, NW);
+    cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+    dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
+    fa_backward_dkdv2_kernel<DP, T, NW><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
+                                                                        T_, H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
+                                                                        scale, vec, lpt);
+    cudaCheck(cudaGetLastError());
+}
+
+// v2: the pre-pass (and on f32 inputs the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
+// gradients in TG (f32: added unrounded, as v1), rows of stride ldgq (dq) and ldgkv (dk, dv)
+template <int DP, typename T, typename TG>
+static void fa_backward2_dp(TG* dq, TG* dk, TG* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                            const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                            int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream) {
+    const int copies = std::is_same<T, float>::value;
+    float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
+    size_t rows = (size_t)T_ * H;
+    if ((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS > 2147483647u)
+        rr_die("CUDA flash attention: %d tokens x %d heads is beyond the backward's launch limits", T_, H);
+    FaBwdScratch L = fa_bwd_scratch_layout(T_, H, Hkv, d, copies);
+    float* sc = fa_bwd_scratch(L.total);
+    float *Lg = sc, *Dg = sc + L.D_at;
+    // the kernels' inputs: bf16 storage as given, f32 storage as packed bf16 copies
+    const bf16_t *q16, *k16, *v16, *do16;
+    int lq = ldq, lkv = ldkv, lo = ldo;
+    if constexpr (std::is_same<T, float>::value) {
+        bf16_t* cq = (bf16_t*)(sc + L.q16_at);
+        bf16_t* cdo = (bf16_t*)(sc + L.do16_at);
+        bf16_t* ck = (bf16_t*)(sc + L.k16_at);
+        bf16_t* cv = (bf16_t*)(sc + L.v16_at);
+        fa_bf16_copies_kernel<<<dim3((unsigned)T_, 3), FA_COPY_THREADS, 0, stream>>>(cq, q, ldq, H * d, ck, k, cv, v, ldkv,
+                                                                                   Hkv * d);
+        cudaCheck(cudaGetLastError());
+        fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
+            Lg, Dg, cdo, dout, out, lse, T_, H, d, ldo);
+        cudaCheck(cudaGetLastError());
+        q16 = cq, k16 = ck, v16 = cv, do16 = cdo;
+        lq = H * d, lkv = Hkv * d, lo = H * d;
+    } else {
+        fa_bwd_prep_kernel<T><<<(unsigned)((rows + FA_PREP_ROWS - 1) / FA_PREP_ROWS), 32 * FA_PREP_ROWS, 0, stream>>>(
+            Lg, Dg, (bf16_t*)NULL, dout, out, lse, T_, H, d, ldo);
+        cudaCheck(cudaGetLastError());
+        q16 = q, k16 = k, v16 = v, do16 = dout;
+    }
+    int vec = fa_vec_ok(d, lq, lkv, lo, sizeof(bf16_t), q16, k16, v16, do16);
+    // several samples of more than a tile on average: the blocks in decreasing order of work over all samples
+    // (fa_find_tile_lpt, fa_find_tile_lpt_bidir; one sample is in that order already)
+    int lpt = S > 1 && (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
+    fa_last_bwd_lpt = lpt;
+    if (dq) {
+        dim3 grid(ceil_div(T_, FA_BQ) + S, H);
+        int single = 0;
+        if constexpr (DP == 96 || DP == 128) {
+            if (!fa_dq_double()) {
+                size_t smem = fa_dq3_smem(DP);
+                cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, TG>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+                fa_backward_dq3_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
+                                                                                  cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                                                                                  lo, causal, scale_log2, scale, vec, lpt);
+                fa_last_bwd_dq = 1, single = 1;
+            }
+        }
+        if (!single) {
+            size_t smem = fa_dq2_smem(DP);
+            cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, TG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)smem));
+            fa_backward_dq2_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
+                                                                              cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
+                                                                              causal, scale_log2, scale, vec, lpt);
+            fa_last_bwd_dq = 2;
+        }
+        cudaCheck(cudaGetLastError());
+    }
+    if (dk || dv) {
+        fa_last_bwd_warps = FaDkdv2Warps<DP>::NW;
+        if constexpr (DP == 128) {
+            if (fa_dkdv_warps_128() == 8) {
+                fa_last_bwd_warps = 8;
+                fa_dkdv2_launch<DP, TG, 8>(dk, dv, ldgkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                                          lo, causal, scale_log2, scale, vec, lpt, stream);
+                return;
+            }
+        }
+        fa_dkdv2_launch<DP, TG, FaDkdv2Warps<DP>::NW>(dk, dv, ldgkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
+                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream);
     }
 }
 
@@ -625,12 +1350,41 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
                         int ldo, int causal, cudaStream_t stream) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    fa_last_bwd_version = fa_bwd_version(), fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
+    if (fa_bwd_version() == 2) {
+        switch (fa_padded_dim(d)) {
+        case 32: fa_backward2_dp<32, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        case 64: fa_backward2_dp<64, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        case 96: fa_backward2_dp<96, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        case 128: fa_backward2_dp<128, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        default: fa_backward2_dp<256, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+        }
+        return;
+    }
     switch (fa_padded_dim(d)) {
     case 32: fa_backward_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     case 64: fa_backward_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     case 96: fa_backward_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     case 128: fa_backward_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
     default: fa_backward_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    }
+}
+
+// bf16 inputs, f32 gradients (a table whose activations are bf16 and whose gradients are f32): v2 only (v1 has no
+// such kernels: RRFP_FA_BWD=v1 does not apply), the same kernels as the f32 storage's without its copies
+static void fa_backward_bf16_f32grad(float* dq, float* dk, float* dv, const bf16_t* dout, const bf16_t* out,
+                                     const float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
+                                     const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
+                                     int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream) {
+    fa_check(S, T_, H, Hkv, d);
+    if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
+    fa_last_bwd_version = 2, fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
+    switch (fa_padded_dim(d)) {
+    case 32: fa_backward2_dp<32, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 64: fa_backward2_dp<64, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 96: fa_backward2_dp<96, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 128: fa_backward2_dp<128, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    default: fa_backward2_dp<256, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
     }
 }
 
@@ -651,6 +1405,14 @@ void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, 
                         (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
                         ldo, causal, stream);
 }
+void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, float* dk, float* dv,
+                                                const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                                const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
+                                                int ldkv, int ldo, int ldgq, int ldgkv, int causal) {
+    fa_backward_bf16_f32grad(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q, (const bf16_t*)k,
+                             (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream);
+}
 void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
                                       int ldq, int ldkv, int ldo, int causal, int round_out) {
@@ -661,6 +1423,17 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
                                        const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
                                        int ldq, int ldkv, int ldo, int causal) {
     fa_backward<float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, stream);
+}
+
+// The last backward's kernels (tests/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
+// labels its figures): version 1 or 2 (RRFP_FA_BWD; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
+// and dv not asked for)
+// v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for), and v2's
+// block order: 1 (longest first over all samples: fa_find_tile_lpt, _lpt_bidir), 0 (sample by sample)
+extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps,
+                                                                                       int* dq_kernel, int* lpt) {
+    *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps, *dq_kernel = fa_last_bwd_dq;
+    *lpt = fa_last_bwd_lpt;
 }
 
 // ---- which path ran (attention_path.h) -----------------------------------------------------------------
@@ -677,7 +1450,8 @@ extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(
 
 // ---- for tests and benchmarks (tests/test_flash_attn.c, bench): the kernels on any storage and head layout --
 
-// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded).
+// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded); bf16 = 2: as 1,
+// but the backward's gradients dq, dk, dv are float (cuda_flash_attention_backward_bf16_f32grad).
 // Forward (backward = 0): a = out, lse written; backward: a = dq, dk, dv added to (each may be NULL), lse read.
 // Runs on the backend's compute stream.
 extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention(int bf16, int backward, void* a, void* dk,
@@ -688,7 +1462,11 @@ extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention
                                                                                int H, int Hkv, int d, int ldq, int ldkv,
                                                                                int ldo, int causal) {
     cudaStream_t st = cuda_ctx.stream;
-    if (bf16 && !backward)
+    if (bf16 == 2 && backward) // bf16 inputs, f32 gradients of the same strides
+        fa_backward_bf16_f32grad((float*)a, (float*)dk, (float*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                                 (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq,
+                                 ldkv, ldo, ldq, ldkv, causal, st);
+    else if (bf16 && !backward)
         fa_forward<bf16_t>((bf16_t*)a, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
                            d, ldq, ldkv, ldo, causal, 0, st);
     else if (bf16)

@@ -60,6 +60,7 @@ def main():
     text = text.replace("rrfp_cuda_mem_free", "backend_cuda_emu_mem_free")
     text = text.replace("rrfp_cuda_attention_paths", "backend_cuda_emu_attention_paths")
     text = text.replace("rrfp_cuda_flash_attention(", "backend_cuda_emu_flash_attention(")
+    text = text.replace("rrfp_cuda_flash_attention_bwd_info", "backend_cuda_emu_flash_attention_bwd_info")
     if "<<<" in text:
         sys.exit(f"gen.py: {src}: a kernel launch was not rewritten")
     with open(out, "w") as f:
