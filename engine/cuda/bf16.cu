@@ -469,9 +469,9 @@ void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, con
     cuda_attention_path_note(RR_ATTN_OWN_TC_FWD);
 }
 
-// cuDNN's backward on the 2-byte inputs where it takes the shape (no widening); else (and for a checked run, as the
-// forward) q, k, v and out widened (exact) into f32 scratch for the bf16 table's backward, whose own kernel takes f32
-// inputs: the known gap until flash_attention.cu has a bf16-input / f32-gradient instantiation.
+// cuDNN's backward on the 2-byte inputs where it takes the shape (no widening); else the own kernel's bf16-input /
+// f32-gradient entry (dout narrowed: one pass); a checked cuDNN run (as the forward) through the bf16 table's f32
+// entry on inputs widened (exact) into f32 scratch.
 void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
@@ -484,15 +484,25 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
     else
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     if (r == 1) return;
+    if (r == 0) {
+        // the own kernel's bf16-input / f32-gradient entry (issue 24) on the 2-byte q, k, v and out as they are; only
+        // dout, an f32 gradient, is narrowed to bf16 (one pass of T H d values: the kernel rounds dO to bf16 on load in
+        // every storage, so the values are the same), into the widening scratch (reserved for more than that)
+        size_t no = (size_t)T * H * d;
+        uint16_t* do16 = (uint16_t*)attn_f32_scratch((no + 1) / 2);
+        f32_to_bf16_cuda(do16, dout, no, st);
+        cuda_flash_attention_backward_bf16_f32grad(st, dq, dk, dv, (const __nv_bfloat16*)do16, (const __nv_bfloat16*)o16, lse,
+                                                   (const __nv_bfloat16*)q16, (const __nv_bfloat16*)k16,
+                                                   (const __nv_bfloat16*)v16, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d,
+                                                   ld_q, ld_kv, causal);
+        cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
+        return;
+    }
+    // a checked cuDNN run (a plan's first; every one under RRFP_CUDNN_STRICT=1): the bf16 table's f32 entry, which
+    // compares cuDNN with the own kernel, on inputs widened (exact) into scratch
     float *q32, *k32, *v32, *o32;
     widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
     bf16_to_f32_cuda(o32, o16, (size_t)T * H * d, st);
-    if (r < 0) {
-        cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
-                                     causal);
-        return;
-    }
-    cuda_flash_attention_backward_f32(st, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q,
-                                      ld_kv, H * d, causal);
-    cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
+    cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
+                                 causal);
 }
