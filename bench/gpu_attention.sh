@@ -12,7 +12,8 @@
 #      bf16 values, converted on load), and own_tc_bf16 again.
 # Then the own kernel's backward versions (cuDNN off): 3. v1 (RRFP_FA_BWD=v1), 4. v2 with 8-warp dk/dv blocks at
 # d 128 (RRFP_FA_DKDV_WARPS=8), 5. v2 with the double-buffered dq kernel at d 96 / 128 (RRFP_FA_DQ=double), 6. v2
-# with a call's blocks sample by sample (RRFP_FA_LPT=0, not longest first); runs 1 and 2 are v2 as it ships.
+# with a call's blocks longest first over all samples (RRFP_FA_LPT=1; the default is sample by sample); runs 1 and 2
+# are v2 as it ships.
 # Each run ends with the line naming the backward's kernels.
 # The path column says which path ran (cudnn/own_tc: forward/backward, from the backend's counters).
 # Without a device every part says "not measured".
@@ -37,8 +38,8 @@ echo "== own kernel, backward v2 with 8-warp dk/dv blocks at d 128 (RRFP_FA_DKDV
 RRFP_FA_DKDV_WARPS=8 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
 echo "== own kernel, backward v2 with the double-buffered dq kernel at d 96 / 128 (RRFP_FA_DQ=double), cuDNN off"
 RRFP_FA_DQ=double RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
-echo "== own kernel, backward v2 with blocks sample by sample (RRFP_FA_LPT=0), cuDNN off"
-RRFP_FA_LPT=0 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
+echo "== own kernel, backward v2 with blocks longest first over all samples (RRFP_FA_LPT=1), cuDNN off"
+RRFP_FA_LPT=1 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
 echo "== PyTorch ($PY)"
 "$PY" "$HERE/gpu_attention_torch.py" "$REPS"
 exit 0

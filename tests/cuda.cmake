@@ -297,11 +297,13 @@ set_target_properties(test_flash_attn_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME flash_attn_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
 set_tests_properties(flash_attn_emu PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # the backward's other kernels: v1 (RRFP_FA_BWD=v1) on every case, v2's 8-warp dk/dv blocks and its double-buffered
-# dq kernel on the d 128 ones
+# dq kernel on the d 128 ones, its longest-first block order (RRFP_FA_LPT=1) on the multi-tile ones
 add_test(NAME flash_attn_emu_bwd_v1 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
 set_tests_properties(flash_attn_emu_bwd_v1 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_BWD=v1")
 add_test(NAME flash_attn_emu_bwd_w8 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu> d128)
 set_tests_properties(flash_attn_emu_bwd_w8 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_DKDV_WARPS=8")
+add_test(NAME flash_attn_emu_bwd_lpt COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu> tiles)
+set_tests_properties(flash_attn_emu_bwd_lpt PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_LPT=1")
 add_test(NAME flash_attn_emu_bwd_dq_double COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu> d128)
 set_tests_properties(flash_attn_emu_bwd_dq_double PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_DQ=double")
 add_executable(test_flash_attn tests/test_flash_attn.c)

@@ -18,8 +18,8 @@
  *
  * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
  * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128; RRFP_FA_DQ=double: v2's double-buffered
- * dq kernel at head dims 65..128 too; v2 orders a call's blocks longest first over all samples where they
- * average more than one tile, RRFP_FA_LPT=0: sample by sample): a case fails when another ran
+ * dq kernel at head dims 65..128 too; RRFP_FA_LPT=1: v2 orders a call's blocks longest first over all samples
+ * where there are several and they average more than one tile, else sample by sample): a case fails when another ran
  * (rrfp_cuda_flash_attention_bwd_info). Two cases run the backward on bf16 inputs with f32 gradients
  * (cuda_flash_attention_backward_bf16_f32grad: always v2), against the f32-storage bounds.
  *
@@ -82,7 +82,7 @@ static int want_version, want_warps_128, want_warps_128_v2; /* ..._v2: what v2 t
 /* v2's dq kernel at head dims 65..128 (padded to 96, 128): 1 (dq3, single K / V buffers), or 2 (dq2, double
  * buffers: RRFP_FA_DQ=double); dq2 at the others, 0 for v1 */
 static int want_dq_96_128;
-static int want_lpt_on; /* v2's causal longest-first block order (RRFP_FA_LPT=0: off) */
+static int want_lpt_on; /* v2's longest-first block order (RRFP_FA_LPT=1: on; off by default) */
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 static float rnd(void) { /* uniform [-1, 1) */
@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
     const char* eq = getenv("RRFP_FA_DQ");
     want_dq_96_128 = eq && strcmp(eq, "double") == 0 ? 2 : 1;
     const char* el = getenv("RRFP_FA_LPT");
-    want_lpt_on = !(el && strcmp(el, "0") == 0);
+    want_lpt_on = el && strcmp(el, "1") == 0;
     printf("test_flash_attn: backward v%d (dk/dv blocks of %d warps at head dims 97..128, dq kernel %d at 65..128)\n",
            want_version, want_warps_128, want_version == 1 ? 0 : want_dq_96_128);
     int ran = 0;
