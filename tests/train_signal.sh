@@ -13,9 +13,13 @@
 # Usage: train_signal.sh RRFP_MM RECIPE WORKDIR MODE
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3 MODE=$4
+# a run of this test that was itself killed may have left its processes: they would be counted as ours
+pkill -9 -f -- "--set train.run_dir=$W/run " 2>/dev/null && sleep 0.5
 rm -rf "$W"; mkdir -p "$W"
 MPI="mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1"
-fail() { echo "FAIL ($MODE): $*"; for f in "$W"/*.txt; do echo "--- $f"; cat "$f"; done; [ -n "${JOB:-}" ] && kill -9 "$JOB" 2>/dev/null; exit 1; }
+# on a failure every process of this run goes (timeout's SIGKILL would leave mpirun and the ranks running)
+fail() { echo "FAIL ($MODE): $*"; for f in "$W"/*.txt; do echo "--- $f"; cat "$f"; done; [ -n "${JOB:-}" ] && kill -9 "$JOB" 2>/dev/null
+         pkill -9 -f -- "--set train.run_dir=$W/run " 2>/dev/null; exit 1; }
 COMMON=(--set train.steps=100000 --set optim.warmup=1 --set train.log_every=1000)
 PRE=()
 PP=()
@@ -41,11 +45,18 @@ second)
   kill -INT "$JOB" ;;
 mpi)
   # the ranks only (their environment has OMPI_COMM_WORLD_RANK), not mpirun, at slightly different instants
-  RANKS=""
-  for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
-    tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=" && RANKS="$RANKS $p"
+  # looked for again (up to 10 s) until exactly the two ranks are seen: a process of the job may be between
+  # fork and exec, or reading /proc may race its start (one such miss was seen under ASan at load)
+  for i in $(seq 1 100); do
+    RANKS="" SEEN=""
+    for p in $(pgrep -f -- "--set train.run_dir=$W/run "); do
+      SEEN="$SEEN $p"
+      tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=" && RANKS="$RANKS $p"
+    done
+    [ "$(echo $RANKS | wc -w)" -eq 2 ] && break
+    sleep 0.1
   done
-  [ "$(echo $RANKS | wc -w)" -eq 2 ] || fail "ranks not found: '$RANKS'"
+  [ "$(echo $RANKS | wc -w)" -eq 2 ] || fail "ranks not found: '$RANKS' (processes of the job: '$SEEN')"
   for p in $RANKS; do kill -TERM "$p"; sleep 0.2; done ;;
 mpirun)
   M=$(pgrep -x mpirun -P "$(pgrep -x timeout -P "$JOB" || echo "$JOB")" || true)
