@@ -58,6 +58,9 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     }
     be->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
     proj_tp_sum(c, a->out, (size_t)N * c->Dt); /* row-parallel projector.2 */
+    /* bf16 (engine.h, Precision): the summed output is a stored activation, rounded as the GEMM rounds it at
+     * tp = 1 (the LM's image rows: a 2-byte residual stream holds exactly these values, issue 20) */
+    if (c->tp > 1 && be->precision == PRECISION_BF16) be->round_bf16(be, a->out, a->out, (size_t)N * c->Dt);
 }
 
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,

@@ -127,7 +127,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
          * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
         if (lm_bytes == 2) {
             double ws = layers[s] > 0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
-            if (l0 == 0 && model_bf16_vision(mc)) {
+            if (l0 == 0 && r->tp <= 1 && model_bf16_vision(mc)) { /* tp > 1: the tower keeps f32 words */
                 /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
                  * qkv row: ld 3 Dv */
                 int mp = mc->min_patches > 0 ? mc->min_patches : 1;
