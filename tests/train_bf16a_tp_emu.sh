@@ -10,7 +10,8 @@
 # The TP sums of the row-parallel outputs (attention o, MLP down) stay f32 with 2-byte activations
 # (text/lm.c lm_tp_residual), the vocabulary-parallel embedding and cross-entropy too (model.c), so the
 # values are the gate-off run's. That the gate ran: the gated run's device peak (the log rank's step lines)
-# is below the ungated one's in every step (2-byte activations take half the bytes).
+# is below the ungated one's in every step (2-byte activations take half the bytes). With pp 1 also the dry run's
+# memory estimate for either gate state within 10% of that run's device peak (as train_profile_emu at tp = 1).
 # Usage: train_bf16a_tp_emu.sh RRFP_MM_EMU RECIPE WORKDIR PP TP MPIRUN...
 # Environment: SETS (more section.key=value overrides for both runs, blank-separated), STEPS (2).
 set -euo pipefail
@@ -88,4 +89,24 @@ for p in model optimizer; do
   [ "$n" -eq "$NP" ] || { echo "FAIL: $n $p shards in $ck, expected $NP"; exit 1; }
   same "$WORK/off/checkpoints/$ck" "$WORK/on/checkpoints/$ck" "$p" || exit 1
 done
+# the dry run's memory estimate in step (pp 1: the log rank's device peak is the largest rank's): each gate
+# state's "largest rank" within 10% of its run's device peak, the gated one the smaller
+if [ "$PP" -eq 1 ]; then
+  for g in off on; do
+    ( [ "$g" = off ] && export RRFP_BF16_ACTIVATIONS=0
+      "$EMU" train "$RECIPE" "${common[@]}" --dry-run >"$WORK/dry-$g.log" 2>&1 ) || { cat "$WORK/dry-$g.log"; exit 1; }
+  done
+  /usr/bin/python3 - "$WORK" <<'PY'
+import json, re, sys
+work = sys.argv[1]
+est = {}
+for g in ("off", "on"):
+    m = re.search(r"largest rank: ([0-9.]+) (KiB|MiB|GiB)", open("%s/dry-%s.log" % (work, g)).read())
+    est[g] = float(m.group(1)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(2)]
+    peak = json.loads(open("%s/%s/metrics.jsonl" % (work, g)).readlines()[-1])["device_peak_mb"]
+    print("gate %s: dry-run estimate %.2f MiB, device peak %.2f MiB" % (g, est[g], peak))
+    assert abs(est[g] - peak) <= 0.1 * peak, (g, est[g], peak)
+assert est["on"] < est["off"], est
+PY
+fi
 echo "train bf16a tp emu: ok"
