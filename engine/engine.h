@@ -354,8 +354,8 @@ typedef struct Backend {
     DType act_dtype;
     /* The same device's table with act_dtype = DTYPE_BF16 and this table's numerics (NULL: none; the CUDA
      * bf16 table's is backend_cuda_bf16a, which names itself). A stage runs on it only where every module
-     * it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM at any tp, the tower
-     * at tp = 1). */
+     * it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM, the tower and the
+     * projector, at any tp). */
     const struct Backend* act_bf16_variant;
     /* out[i] = rr_bf16_to_f32(inp[i]): 2-byte bf16 words widened (exact) to f32 words; with to_bf16, the
      * conversion of a stage's hidden states at its entry and exit (the pipeline's transfers stay f32). NULL

@@ -378,8 +378,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp)) {
         st->lbe = be->act_bf16_variant;
         st->lc.act_bytes = 2;
-        if (st->first && st->tp == 1 && model_bf16_vision(cfg)) { /* the tower and the projector too (tp = 1:
-                                                                    * their TP sums read f32 words) */
+        if (st->first && model_bf16_vision(cfg)) { /* the tower and the projector too */
             st->vbe = st->lbe;
             st->vc.act_bytes = 2;
         }
@@ -561,7 +560,7 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
     Stage st;
     stage_shell_tp(&st, cfg, l0, l1, tp, 0);
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
-    st.vc.act_bytes = lm_act_bytes == 2 && st.first && st.tp == 1 && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
+    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 

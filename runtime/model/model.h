@@ -193,8 +193,7 @@ void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n)
  * bf16-activation table (the CUDA backend under runtime.precision = bf16): RRFP_BF16_ACTIVATIONS is not 0 (any
  * tp: the TP sums of 2-byte partials run in f32, text/lm.c). stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
 int model_bf16_activations(int tp);
-/* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations), at tp = 1
- * (the callers check: the tower's and projector's TP sums read f32 words): every
+/* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): every
  * tower and projector of the model config today (the RoPE tower and CLIP's, the tanh- and the exact-GELU
  * projector); kept as the one place that decides. */
 int model_bf16_vision(const ModelConfig* cfg);

@@ -127,7 +127,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
          * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
         if (lm_bytes == 2) {
             double ws = layers[s] > 0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
-            if (l0 == 0 && r->tp <= 1 && model_bf16_vision(mc)) { /* tp > 1: the tower keeps f32 words */
+            if (l0 == 0 && model_bf16_vision(mc)) {
                 /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
                  * qkv row: ld 3 Dv */
                 int mp = mc->min_patches > 0 ? mc->min_patches : 1;
@@ -213,8 +213,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             strcmp(r->precision, "bf16") ? ""
             : !strcmp(r->backend, "cuda")
                 ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
-                  "operand scratch;\nthe LM's activations are 2-byte bf16, the tower's where tp = 1 (with the attention's "
-                  "f32 scratch in the total; docs/cuda.md, bf16 storage)"
+                  "operand scratch;\nactivations are 2-byte bf16 (with the attention's f32 scratch in the total; "
+                  "docs/cuda.md, bf16 storage)"
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "total");
