@@ -354,12 +354,17 @@ typedef struct Backend {
     DType act_dtype;
     /* The same device's table with act_dtype = DTYPE_BF16 and this table's numerics (NULL: none; the CUDA
      * bf16 table's is backend_cuda_bf16a, which names itself). A stage runs on it only where every module
-     * it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: LM stages with tp = 1). */
+     * it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM, the tower and the
+     * projector, at any tp). */
     const struct Backend* act_bf16_variant;
     /* out[i] = rr_bf16_to_f32(inp[i]): 2-byte bf16 words widened (exact) to f32 words; with to_bf16, the
      * conversion of a stage's hidden states at its entry and exit (the pipeline's transfers stay f32). NULL
      * where act_bf16_variant is. */
     void (*from_bf16)(const struct Backend* be, float* out, const uint16_t* inp, size_t n);
+    /* out = a + b with out and a activations (act_dtype) and b f32 words: the residual add after a TP
+     * all-reduce, which sums the row-parallel partial outputs in f32 (issue 20 under tp > 1; the value and
+     * rounding point add_forward's with b's f32 value). NULL where act_dtype is f32 (add_forward does it). */
+    void (*add_f32_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -341,3 +341,27 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_CURRENT_BINARY_DIR}/train_profile_nccl_emu ${RRFP_MPIRUN})
   set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
+# 2-byte activations under tensor parallelism (issue 20, tests/train_bf16a_tp_emu.sh): bf16 training with
+# parallel.tp = 2 on the emulated CUDA runtime and NCCL, the bf16-activation table against
+# RRFP_BF16_ACTIVATIONS=0, bitwise (losses, gradient norms, step 1's dump, the last checkpoint; the token
+# embedding's atomics within 1e-6): pp 1 (one stage: embedding, tower, LM, vocabulary-parallel head), pp 2 (the
+# stage-edge conversions), and the LM variants (GQA, q/k/v and o biases: o's added by TP rank 0 before the sum,
+# tied embeddings, Llama-3 RoPE)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_bf16a_tp_emu_tp2
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16a_tp_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_tp2 1 2 ${RRFP_MPIRUN})
+  add_test(NAME train_bf16a_tp_emu_pp2tp2
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16a_tp_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_pp2tp2 2 2 ${RRFP_MPIRUN})
+  add_test(NAME train_bf16a_tp_emu_tp2_lm_variants
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16a_tp_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_tp2_lm_variants 1 2 ${RRFP_MPIRUN})
+  set_tests_properties(train_bf16a_tp_emu_tp2 train_bf16a_tp_emu_pp2tp2 train_bf16a_tp_emu_tp2_lm_variants
+                       PROPERTIES LABELS mpi TIMEOUT 300)
+  set_tests_properties(train_bf16a_tp_emu_pp2tp2 PROPERTIES ENVIRONMENT "SETS=model.text_layers=4")
+  set_tests_properties(train_bf16a_tp_emu_tp2_lm_variants PROPERTIES ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
+endif()

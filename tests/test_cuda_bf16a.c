@@ -262,14 +262,16 @@ static void run_norm(const char* name, int layer, int N, int C) {
     free(x), free(w), free(bias), free(dy), free(dx0), free(dw0), free(db0);
 }
 
-/* kind 0: GELU, 1: SwiGLU, 2: add (forward only: its backward is the caller's copy) */
+/* kind 0: GELU, 1: SwiGLU, 2: add (forward only: its backward is the caller's copy), 3: the residual add after a
+ * TP all-reduce (b f32 words, any f32 value: add_f32_forward on the bf16-activation table, add_forward on the
+ * bf16 table, where every buffer is f32 words) */
 static void run_elementwise(const char* name, int kind, size_t n) {
     case_name = name;
-    float *a = hrand(n, 3, 1), *b = hrand(n, 3, 1), *dy = hrand(n, 1, 0), *da0 = hrand(n, 1, 0), *db0 = hrand(n, 1, 0);
+    float *a = hrand(n, 3, 1), *b = hrand(n, 3, kind != 3), *dy = hrand(n, 1, 0), *da0 = hrand(n, 1, 0), *db0 = hrand(n, 1, 0);
     const Backend* be[2] = {B16, B16A};
     float *y_d[2], *da_d[2], *db_d[2];
     for (int t = 0; t < 2; t++) {
-        float *a_d = upa(be[t], a, n), *b_d = upa(be[t], b, n), *dy_d = up32(be[t], dy, n);
+        float *a_d = upa(be[t], a, n), *b_d = kind == 3 ? up32(be[t], b, n) : upa(be[t], b, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], a, n), da_d[t] = up32(be[t], da0, n), db_d[t] = up32(be[t], db0, n);
         if (kind == 0) {
             be[t]->gelu_forward(be[t], y_d[t], a_d, n);
@@ -277,6 +279,15 @@ static void run_elementwise(const char* name, int kind, size_t n) {
         } else if (kind == 1) {
             be[t]->swiglu_forward(be[t], y_d[t], a_d, b_d, n);
             be[t]->swiglu_backward(be[t], da_d[t], db_d[t], dy_d, a_d, b_d, n);
+        } else if (kind == 3) {
+            if (be[t]->act_dtype == DTYPE_BF16) {
+                be[t]->add_f32_forward(be[t], y_d[t], a_d, b_d, n);
+                be[t]->add_f32_forward(be[t], a_d, a_d, b_d, n); /* in place */
+            } else {
+                be[t]->add_forward(be[t], y_d[t], a_d, b_d, n);
+                be[t]->add_forward(be[t], a_d, a_d, b_d, n);
+            }
+            be[t]->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
         } else {
             be[t]->add_forward(be[t], y_d[t], a_d, b_d, n);
             be[t]->add_forward(be[t], a_d, a_d, b_d, n); /* in place */
@@ -286,7 +297,7 @@ static void run_elementwise(const char* name, int kind, size_t n) {
         be[t]->free(a_d), be[t]->free(b_d), be[t]->free(dy_d);
     }
     cmp("out", y_d[0], y_d[1], n, 1);
-    if (kind == 2) cmp("inplace", da_d[0], da_d[1], n, 1);
+    if (kind >= 2) cmp("inplace", da_d[0], da_d[1], n, 1);
     else cmp("dinp", da_d[0], da_d[1], n, 0);
     if (kind == 1) cmp("dup", db_d[0], db_d[1], n, 0);
     for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(da_d[t]), be[t]->free(db_d[t]);
@@ -453,6 +464,7 @@ int main(int argc, char** argv) {
     B16A = B16->act_bf16_variant;
     if (B16->act_dtype != DTYPE_F32 || !B16A || B16A->act_dtype != DTYPE_BF16 || B16A->precision != PRECISION_BF16 ||
         B16A->weight_dtype != DTYPE_BF16 || B16A->act_bf16_variant != B16A || !B16A->from_bf16 || !B16A->to_bf16 ||
+        !B16A->add_f32_forward || B16->add_f32_forward || cu->add_f32_forward ||
         cu->act_bf16_variant != NULL || backend_cpu_bf16.act_bf16_variant != NULL) {
         printf("test_cuda_bf16a: FAIL: the tables' act_dtype / act_bf16_variant are not as engine.h says\n");
         return 1;
@@ -489,6 +501,7 @@ int main(int argc, char** argv) {
     RUN("gelu", run_elementwise("gelu", 0, 1000));
     RUN("swiglu", run_elementwise("swiglu", 1, 1000));
     RUN("add", run_elementwise("add", 2, 1000));
+    RUN("add_f32", run_elementwise("add_f32", 3, 1000));
     static const RopeFreq rf = {.theta = 10000.0};
     static const RopeFreq rf3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0, .low_freq_factor = 1.0,
                                  .high_freq_factor = 4.0, .original_max_pos = 8192.0};

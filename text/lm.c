@@ -133,14 +133,30 @@ void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
     s->tmp = lm_act_alloc(ar, c, (size_t)max_T * c->D); /* o's and down's outputs: activations */
     s->datt = arena_alloc_f32(ar, (size_t)max_T * c->D);
     s->dh = arena_alloc_f32(ar, (size_t)max_T * c->F);
+    s->tp_sum = c->tp > 1 && lm_act_bytes(c) == 2 ? arena_alloc_f32(ar, (size_t)max_T * c->D) : NULL;
 }
 
-/* The TP all-reduce of a partial (T, D) result; a failure is kept by the callback's ctx. */
+/* The TP all-reduce of a partial (T, D) f32 result (an input gradient, or f32-word activations); a failure
+ * is kept by the callback's ctx. */
 static void lm_tp_sum(const LmConfig* c, float* buf, size_t n) {
-    if (c->tp > 1) {
-        RR_ASSERT(lm_act_bytes(c) == 4 && "the TP sums are f32: tp > 1 runs with f32-word activations");
-        (void)c->tp_reduce(c->tp_ctx, buf, n);
+    if (c->tp > 1) (void)c->tp_reduce(c->tp_ctx, buf, n);
+}
+
+/* out = res + the row-parallel output part (T, D) summed over the TP group. With 2-byte activations the
+ * partials (rounded to bf16 by their GEMM, as the f32-word bf16 table rounds them) are widened (exact) into
+ * the f32 scratch, summed there in f32, and add_f32_forward stores res + sum in 2 bytes: the f32-word run's
+ * values and rounding points. */
+static void lm_tp_residual(const Backend* be, const LmConfig* c, LmScratch* s, float* out, const float* res,
+                           float* part, size_t n) {
+    if (c->tp > 1 && lm_act_bytes(c) == 2) {
+        RR_ASSERT(s->tp_sum && be->from_bf16 && be->add_f32_forward);
+        be->from_bf16(be, s->tp_sum, (const uint16_t*)part, n);
+        lm_tp_sum(c, s->tp_sum, n);
+        be->add_f32_forward(be, out, res, s->tp_sum, n);
+        return;
     }
+    lm_tp_sum(c, part, n);
+    be->add_forward(be, out, res, part, n);
 }
 
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
@@ -169,15 +185,13 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     }
     /* row-parallel o: the heads' partial sums; its bias added once (by TP rank 0, before the sum) */
     be->linear_forward(be, s->tmp, a->att, w->o_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->o_b, T, Dq, D);
-    lm_tp_sum(c, s->tmp, (size_t)T * D);
-    be->add_forward(be, a->xmid, xin, s->tmp, (size_t)T * D);
+    lm_tp_residual(be, c, s, a->xmid, xin, s->tmp, (size_t)T * D);
     be->rmsnorm_forward(be, a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
     be->linear_forward(be, a->gate, a->n2, w->gate_w, NULL, T, D, F);
     be->linear_forward(be, a->up, a->n2, w->up_w, NULL, T, D, F);
     be->swiglu_forward(be, a->h, a->gate, a->up, (size_t)T * F);
     be->linear_forward(be, s->tmp, a->h, w->down_w, NULL, T, F, D);
-    lm_tp_sum(c, s->tmp, (size_t)T * D); /* row-parallel down */
-    be->add_forward(be, xout, a->xmid, s->tmp, (size_t)T * D);
+    lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
 void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,

@@ -108,6 +108,9 @@ typedef struct {
     float* tmp;  /* (T, D) */
     float* datt; /* (T, D) */
     float* dh;   /* (T, F) */
+    /* (T, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partial outputs
+     * (o, down), widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward (issue 20) */
+    float* tp_sum;
 } LmScratch;
 
 /* One packed sequence batch as the blocks see it (backend memory). */

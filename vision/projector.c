@@ -36,7 +36,6 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
     size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c), ab = (size_t)vit_act_bytes(c);
     /* activations in the tower's storage (VitConfig.act_bytes); gradients f32 words */
-    RR_ASSERT(ab == 4 || c->tp <= 1);
     a->fc1 = (float*)arena_alloc(ar, NL * ab);
     a->gelu = (float*)arena_alloc(ar, NL * ab);
     a->out = (float*)arena_alloc(ar, NT * ab);
@@ -44,6 +43,7 @@ void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N
     a->dfc1 = arena_alloc_f32(ar, NL);
     a->dgelu = arena_alloc_f32(ar, NL);
     a->dvin = arena_alloc_f32(ar, (size_t)max_N * c->D);
+    a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, NT) : NULL;
 }
 
 void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N) {
@@ -57,7 +57,18 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
         be->linear_gelu_forward(be, a->gelu, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L); /* fused where it can be */
     }
     be->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
-    proj_tp_sum(c, a->out, (size_t)N * c->Dt); /* row-parallel projector.2 */
+    size_t n = (size_t)N * c->Dt;
+    if (c->tp > 1 && vit_act_bytes(c) == 2) { /* 2-byte partials widened, summed in f32, rounded into 2 bytes */
+        RR_ASSERT(a->tp_sum && be->from_bf16 && be->to_bf16);
+        be->from_bf16(be, a->tp_sum, (const uint16_t*)a->out, n);
+        proj_tp_sum(c, a->tp_sum, n); /* row-parallel projector.2 */
+        be->to_bf16(be, (uint16_t*)a->out, a->tp_sum, n);
+        return;
+    }
+    proj_tp_sum(c, a->out, n); /* row-parallel projector.2 */
+    /* bf16 (engine.h, Precision): the summed output is a stored activation, rounded as the GEMM rounds it at
+     * tp = 1 (the LM's image rows: a 2-byte residual stream holds exactly these values, issue 20) */
+    if (c->tp > 1 && be->precision == PRECISION_BF16) be->round_bf16(be, a->out, a->out, n);
 }
 
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,

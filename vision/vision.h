@@ -182,6 +182,9 @@ typedef struct {
     /* host scratch (malloc'd by the layout, freed by vit_acts_free_tables) */
     int32_t *h_img_cu, *h_prow, *h_pcol, *h_idx, *h_cm;
     float* h_w;
+    /* (N, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partials (attn.out,
+     * fc2) widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward (issue 20) */
+    float* tp_sum;
 } VitActs;
 
 /* Projector activations (N rows). */
@@ -190,6 +193,7 @@ typedef struct {
     float *fc1, *gelu, *out; /* (N, Dt) each */
     float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
     float* dvin;             /* (N, D) d projector input = d vision output */
+    float* tp_sum;           /* (N, Dt) f32 where tp > 1 and activations are 2-byte: projector.2's sum (else NULL) */
 } ProjActs;
 
 void vit_params_add(ParamTable* pt, const VitConfig* c);

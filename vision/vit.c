@@ -149,6 +149,21 @@ static void vit_tp_sum(const VitConfig* c, float* buf, size_t n) {
     if (c->tp > 1) (void)c->tp_reduce(c->tp_ctx, buf, n);
 }
 
+/* out = res + the row-parallel output part (N, D) summed over the TP group; with 2-byte activations the partials
+ * (rounded by their GEMM, as the f32-word bf16 table rounds them) are widened into the f32 scratch, summed in f32,
+ * and add_f32_forward stores res + sum in 2 bytes: the f32-word run's values (text/lm.c, lm_tp_residual) */
+static void vit_tp_residual(const Backend* be, const VitConfig* c, VitActs* a, float* out, const float* res, size_t n) {
+    if (c->tp > 1 && vit_act_bytes(c) == 2) {
+        RR_ASSERT(a->tp_sum && be->from_bf16 && be->add_f32_forward);
+        be->from_bf16(be, a->tp_sum, (const uint16_t*)a->tmp, n);
+        vit_tp_sum(c, a->tp_sum, n);
+        be->add_f32_forward(be, out, res, a->tp_sum, n);
+        return;
+    }
+    vit_tp_sum(c, a->tmp, n);
+    be->add_forward(be, out, res, a->tmp, n);
+}
+
 /* The bias of a row-parallel layer: added by TP rank 0 only, so once in the all-reduced sum. */
 static const float* vit_row_bias(const VitConfig* c, const float* b) { return c->tp > 1 && c->tp_rank != 0 ? NULL : b; }
 
@@ -225,6 +240,7 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     /* the out and fc2 products before the residual add (activations); CLIP's patch-embedding products and the
      * patch gradient's scratch (f32 words) too: room for either */
     a->tmp = (float*)arena_alloc(ar, N * D * (clip ? 4 : ab));
+    a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, N * D) : NULL;
 #undef VACT
     if (!backward) {
         a->dx = a->dvout = a->dgelu = a->datt = NULL;
@@ -300,8 +316,7 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     be->attention_forward(be, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq),
                           seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
     be->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
-    vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel attn.out */
-    be->add_forward(be, b->xmid, xin, a->tmp, (size_t)N * D);
+    vit_tp_residual(be, c, a, b->xmid, xin, (size_t)N * D); /* row-parallel attn.out */
     be->layernorm_forward(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
     /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved.
      * CLIP: fc1, then QuickGELU. */
@@ -312,8 +327,7 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
         be->linear_gelu_forward(be, b->gelu, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
     }
     be->linear_forward(be, a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
-    vit_tp_sum(c, a->tmp, (size_t)N * D); /* row-parallel fc2 */
-    be->add_forward(be, xout, b->xmid, a->tmp, (size_t)N * D);
+    vit_tp_residual(be, c, a, xout, b->xmid, (size_t)N * D); /* row-parallel fc2 */
 }
 
 /* ------------------------------------------------------------------------------------------------

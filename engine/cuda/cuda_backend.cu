@@ -397,6 +397,7 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_f32_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_embedding_forward)
@@ -599,13 +600,15 @@ const Backend backend_cuda_bf16a = {
     DTYPE_BF16, // act_dtype
     &backend_cuda_bf16a,
     prof_cuda_from_bf16,
+    prof_cuda_bf16a_add_f32_forward,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
-// + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16).
-static_assert(sizeof(Backend) == 59 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
+// + add_f32_forward).
+static_assert(sizeof(Backend) == 60 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

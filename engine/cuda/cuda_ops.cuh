@@ -176,6 +176,7 @@ void cuda_bf16a_swiglu_forward(const Backend* be, float* out, const float* gate,
 void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                                 size_t n);
 void cuda_bf16a_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
+void cuda_bf16a_add_f32_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 void cuda_bf16a_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cuda_bf16a_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);

@@ -149,3 +149,14 @@ void cuda_bf16a_add_forward(const Backend* be, float* out, const float* a, const
         (uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n);
     cudaCheck(cudaGetLastError());
 }
+// the residual add after a TP all-reduce: a 2-byte residual plus the f32 sum of the row-parallel partials
+static __global__ void add_f32_forward_kernel(uint16_t* out, const uint16_t* a, const float* b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) act_st<true>(out, i, act_ld(a, i) + b[i]);
+}
+void cuda_bf16a_add_f32_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+    if (n == 0) return;
+    add_f32_forward_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, cuda_stream(be)>>>(
+        (uint16_t*)out, (const uint16_t*)a, b, n);
+    cudaCheck(cudaGetLastError());
+}

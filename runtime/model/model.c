@@ -370,9 +370,10 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
     }
     params_alloc(&st->params, be, cfg->seed);
-    /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20): tp = 1 only (the TP
-     * sums are f32), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a setting); a table bound to a
-     * stream (backend_on_stream) keeps its own, whose variant would run on the compute stream */
+    /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20; tp > 1 too: the TP
+     * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
+     * setting); a table bound to a stream (backend_on_stream) keeps its own, whose variant would run on the
+     * compute stream */
     st->lbe = st->vbe = be;
     if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp)) {
         st->lbe = be->act_bf16_variant;
@@ -414,7 +415,8 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
 
 int model_bf16_activations(int tp) {
     const char* env = getenv("RRFP_BF16_ACTIVATIONS");
-    return tp <= 1 && !(env && !strcmp(env, "0"));
+    (void)tp; /* every tp: the TP sums of 2-byte partials run in f32 (lm_tp_residual) */
+    return !(env && !strcmp(env, "0"));
 }
 
 int model_bf16_vision(const ModelConfig* cfg) {
@@ -739,13 +741,21 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     const Backend* be = st->lbe;
     int Dt = st->cfg.Dt;
     if (st->tp > 1) {
-        /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP */
-        be->memset0(be, x0, (size_t)a->T * Dt * sizeof(float));
+        /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP (in f32:
+         * 2-byte rows widened into the LM's f32 TP scratch, summed, narrowed back, exact: one rank's row + 0s) */
+        size_t n = (size_t)a->T * Dt;
+        be->memset0(be, x0, n * (size_t)lm_act_bytes(&st->lc));
         for (int r = 0; r < a->n_own; r++) {
             int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
-            be->embedding_forward(be, x0 + (size_t)t0 * Dt, a->lids + t0, st->embed_w, t1 - t0, Dt);
+            be->embedding_forward(be, stage_act_row(st, x0, t0, Dt), a->lids + t0, st->embed_w, t1 - t0, Dt);
         }
-        stage_tp_sum(st, x0, (size_t)a->T * Dt);
+        if (lm_act_bytes(&st->lc) == 2) {
+            RR_ASSERT(a->scratch.tp_sum);
+            be->from_bf16(be, a->scratch.tp_sum, (const uint16_t*)x0, n);
+            stage_tp_sum(st, a->scratch.tp_sum, n);
+            be->to_bf16(be, (uint16_t*)x0, a->scratch.tp_sum, n);
+        } else
+            stage_tp_sum(st, x0, n);
     } else
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
@@ -776,10 +786,18 @@ static float* stage_host(const Stage* st, const float* dev, size_t n) {
     return h;
 }
 
+/* the logits' host view: 2-byte logits widened (exact) on the host */
+static float* stage_host_logits(const Stage* st, const StageActs* a, size_t n) {
+    if (lm_act_bytes(&st->lc) == 4) return stage_host(st, a->logits, n);
+    float* h = mallocCheck((n ? n : 1) * sizeof(float));
+    stage_logits_d2h(st, a, h, n);
+    return h;
+}
+
 static void stage_tp_ce_forward(Stage* st, StageActs* a) {
     int T = a->T;
     size_t nl = (size_t)T * st->Vs;
-    float* logits = stage_host(st, a->logits, nl);
+    float* logits = stage_host_logits(st, a, nl);
     float* lse = st->tp_on_host ? a->lse : mallocCheck((size_t)T * sizeof(float));
     double* scratch = mallocCheck(3 * (size_t)T * sizeof(double));
     char e[512];
@@ -798,7 +816,7 @@ static void stage_tp_ce_forward(Stage* st, StageActs* a) {
 static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
     int T = a->T;
     size_t nl = (size_t)T * st->Vs;
-    float* logits = stage_host(st, a->logits, nl);
+    float* logits = stage_host_logits(st, a, nl);
     float* lse = stage_host(st, a->lse, (size_t)T);
     float* dl = st->tp_on_host ? a->dlogits : callocCheck(nl + 1, sizeof(float));
     tp_vocab_ce_backward(dl, logits, lse, a->h_targets, loss_scale, T, st->Vs, st->v0);

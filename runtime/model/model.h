@@ -190,8 +190,8 @@ typedef struct {
  * widened (exact) where the LM stores 2-byte bf16 activations. */
 void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n);
 /* 1 when a stage of a TP group of tp ranks runs its LM on 2-byte bf16 activations, given that its backend has a
- * bf16-activation table (the CUDA backend under runtime.precision = bf16): tp = 1 and RRFP_BF16_ACTIVATIONS is
- * not 0. stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
+ * bf16-activation table (the CUDA backend under runtime.precision = bf16): RRFP_BF16_ACTIVATIONS is not 0 (any
+ * tp: the TP sums of 2-byte partials run in f32, text/lm.c). stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
 int model_bf16_activations(int tp);
 /* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): every
  * tower and projector of the model config today (the RoPE tower and CLIP's, the tanh- and the exact-GELU

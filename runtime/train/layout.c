@@ -120,7 +120,7 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         trainable += (double)model_params_freeze(&pt, r->freeze);
         params_free(&pt);
         /* every position of the microbatch may be an image patch: the worst case */
-        /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations) */
+        /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
         int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
         act_mb += (double)model_stage_acts_bytes_lm(mc, l0, l0 + layers[s], T, T, 0, r->tp, lm_bytes);
         /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
@@ -213,7 +213,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             strcmp(r->precision, "bf16") ? ""
             : !strcmp(r->backend, "cuda")
                 ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
-                  "operand scratch;\nactivations are 2-byte bf16 where tp = 1 (with the attention's f32 scratch in the total; "
+                  "operand scratch;\nactivations are 2-byte bf16 (with the attention's f32 scratch in the total; "
                   "docs/cuda.md, bf16 storage)"
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
