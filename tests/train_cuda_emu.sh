@@ -13,6 +13,9 @@
 #        CPU backend: held-out loss within TOL_CPU, the same greedy and candidate accuracies.
 #   pp NP MPIRUN...: the CUDA run with parallel.pp = NP under MPIRUN (rank per stage), stopped at
 #     STEPS/2 and resumed, against the CPU backend's single-process run: every step within TOL_CPU.
+#   tp NP MPIRUN...: the CUDA run with parallel.tp = NP (runtime.comm = nccl) under MPIRUN against the CPU
+#     backend's run with the same parallel.tp under MPIRUN: every step within TOL_CPU (train_cuda_emu_clip_tp2_bf16:
+#     the CLIP tower's f32-compute position table under a TP parameter table, bf16).
 #
 # Tolerances (relative):
 #   TOL_CPU 1e-5: the CUDA kernels are not the CPU's (float block reductions, another GEMM order); one
@@ -30,13 +33,13 @@
 # RESUME=0 (environment) leaves out the stop/resume/dump part of single mode (2.): checkpointing does
 # not depend on the precision, and train_cuda_emu covers it; train_cuda_emu_bf16 sets it (the
 # emulation runs a step in tens of seconds).
-# Usage: train_cuda_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR STEPS [pp NP MPIRUN...]
+# Usage: train_cuda_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR STEPS [pp|tp NP MPIRUN...]
 set -euo pipefail
 EMU=$1 CPU=$2 RECIPE=$3 WORK=$4 STEPS=$5
 shift 5
 MODE=single
-if [ $# -gt 0 ] && [ "$1" = pp ]; then
-  MODE=pp NP=$2
+if [ $# -gt 0 ] && { [ "$1" = pp ] || [ "$1" = tp ]; }; then
+  MODE=$1 NP=$2
   shift 2
   MPIRUN=("$@")
 fi
@@ -63,9 +66,15 @@ check_extra() {
   done
 }
 
-echo "== CPU backend: $STEPS steps"
-"$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
 CUDA=(--set runtime.backend=cuda)
+if [ "$MODE" = tp ]; then
+  echo "== CPU backend, parallel.tp = $NP: $STEPS steps"
+  timeout 200 "${MPIRUN[@]}" -np "$NP" -x OMP_NUM_THREADS=1 "$CPU" train "$RECIPE" "${common[@]}" \
+    --set parallel.tp="$NP" --set train.run_dir="$WORK/cpu"
+else
+  echo "== CPU backend: $STEPS steps"
+  "$CPU" train "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu"
+fi
 
 if [ "$MODE" = single ]; then
   echo "== CUDA backend (emulated, memory protected): $STEPS steps"
@@ -84,6 +93,13 @@ if [ "$MODE" = single ]; then
     --samples 64 | tee "$WORK/eval_cuda.txt"
   "$CPU" eval "$RECIPE" "${common[@]}" --set train.run_dir="$WORK/cpu" --checkpoint "$WORK/cpu/$CK" \
     --samples 64 | tee "$WORK/eval_cpu.txt"
+elif [ "$MODE" = tp ]; then
+  echo "== CUDA backend (emulated, memory protected), parallel.tp = $NP: $STEPS steps"
+  timeout 200 "${MPIRUN[@]}" -np "$NP" -x OMP_NUM_THREADS=1 "$EMU" train "$RECIPE" "${common[@]}" "${CUDA[@]}" \
+    --set runtime.comm=nccl --set parallel.tp="$NP" --set train.run_dir="$WORK/tp"
+  check_extra "$WORK/cpu"
+  check_extra "$WORK/tp"
+  grep -qx "tp = $NP" "$WORK/tp/recipe.ini" || { echo "FAIL: $WORK/tp: parallel.tp = $NP not in its recipe.ini"; exit 1; }
 else
   echo "== CUDA backend (emulated, memory protected), parallel.pp = $NP: stop at $HALF, resume"
   PP=(--set parallel.pp="$NP")
@@ -125,7 +141,7 @@ def compare(what, got, want, tol):
         la, lb = float.fromhex(a["loss_hex"]), float.fromhex(b["loss_hex"])
         e = max(rel(la, lb), rel(a["grad_norm"], b["grad_norm"]))
         worst = max(worst, e)
-        if e > tol:
+        if not e <= tol:  # a NaN fails too
             print("MISMATCH %s step %d: loss %s vs %s, grad norm %.9g vs %.9g (relative %.2e > %.0e)"
                   % (what, a["step"], a["loss_hex"], b["loss_hex"], a["grad_norm"], b["grad_norm"], e, tol))
             ok = False
@@ -159,6 +175,8 @@ if mode == "single":
           (ev["cuda"]["loss"], ev["cpu"]["loss"], e, ev["cuda"]["greedy_accuracy"], ev["cpu"]["greedy_accuracy"]))
     if e > TOL_CPU or not same_acc:
         ok = False
+elif mode == "tp":
+    compare("cuda tensor parallel vs cpu tensor parallel", metrics("tp"), cpu, TOL_CPU)
 else:
     compare("cuda pipeline (resumed) vs cpu", metrics("pp"), cpu, TOL_CPU)
 print("train cuda emu: %s" % ("ok" if ok else "FAILED"))

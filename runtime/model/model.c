@@ -136,13 +136,18 @@ static void stage_register(ParamTable* pt, const Stage* st) {
         char e[256];
         int n = tp_shard_ranges(s->name, s->ndim, s->shape, st->tp, st->tp_rank, r, e, sizeof e);
         if (n < 0) rr_die("internal: %s (callers check the split with model_tp_check first)", e);
+        int idx;
         if (tp_split_of(s->name) == TP_REPLICATED || (n == 1 && r[0].length == s->shape[r[0].dim] && r[0].offset == 0)) {
-            params_add(pt, s->name, s->ndim, s->shape, s->init, s->init_std, s->decay);
-            continue;
+            idx = params_add(pt, s->name, s->ndim, s->shape, s->init, s->init_std, s->decay);
+        } else {
+            ParamSlice sl = {.dim = r[0].dim, .n = n};
+            for (int k = 0; k < n; k++) sl.off[k] = r[k].offset, sl.len[k] = r[k].length;
+            idx = params_add_slice(pt, s->name, s->ndim, s->shape, &sl, s->init, s->init_std, s->decay);
         }
-        ParamSlice sl = {.dim = r[0].dim, .n = n};
-        for (int k = 0; k < n; k++) sl.off[k] = r[k].offset, sl.len[k] = r[k].length;
-        params_add_slice(pt, s->name, s->ndim, s->shape, &sl, s->init, s->init_std, s->decay);
+        /* the marks made at registration travel with the tensor: a params_keep_f32_compute'd one (the CLIP
+         * tower's vision.pos_embed.weight, read as f32 words by rows_gather) dropped here became a bf16
+         * compute copy under tp > 1, read as f32: loss NaN with runtime.precision = bf16 on CUDA */
+        pt->specs[idx].f32_compute = s->f32_compute;
     }
     params_free(&whole);
 }
