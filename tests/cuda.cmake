@@ -373,4 +373,12 @@ if(TARGET rrfp_cuda_emu)
                        PROPERTIES LABELS mpi TIMEOUT 300)
   set_tests_properties(train_bf16a_tp_emu_pp2tp2 PROPERTIES ENVIRONMENT "SETS=model.text_layers=4")
   set_tests_properties(train_bf16a_tp_emu_tp2_lm_variants PROPERTIES ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
+  # the CLIP tower (class embedding, interpolated position table kept f32 in the compute copy, pre-LN, no
+  # patch bias) under tp 2: gate on against off as above
+  add_test(NAME train_bf16a_tp_emu_tp2_clip
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16a_tp_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_tp2_clip 1 2 ${RRFP_MPIRUN})
+  set_tests_properties(train_bf16a_tp_emu_tp2_clip PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
+                       "SETS=model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
 endif()
