@@ -93,7 +93,7 @@ set_tests_properties(model_torch_trainer_dump_eps PROPERTIES LABELS torch TIMEOU
 # vocabulary-parallel cross-entropy on in-process ranks against the unsplit op.
 add_executable(test_tp tests/test_tp.c)
 target_link_libraries(test_tp PRIVATE rrfp_core Threads::Threads)
-foreach(t split init ce lm vit proj embed vit_clip proj_clip)
+foreach(t split marks init ce lm vit proj embed vit_clip proj_clip)
   add_test(NAME tp_${t} COMMAND test_tp ${t})
 endforeach()
 # The LM variants of LLaVA's successors in one step against the reference (its own GQA by repeat_interleave,

@@ -16,7 +16,9 @@
  *          against the unsplit one: output, input gradient, every weight gradient.
  *   embed: the vocabulary-parallel embedding (masked lookup + sum over ranks; backward into the owned
  *          rows) against the whole table, exactly (each output row is one rank's row plus zeros).
- * Usage: test_tp [split|init|ce|lm|vit|proj|embed]   (no argument: all) */
+ *   marks: each rank's parameter table keeps the one-process table's params_keep_f32_compute marks (the CLIP
+ *          position table's).
+ * Usage: test_tp [split|marks|init|ce|lm|vit|proj|embed|vit_clip|proj_clip]   (no argument: all) */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -99,6 +101,39 @@ static void test_split(void) {
     CHECK(tp_shard_ranges("text.blocks.0.attn.q.weight", 2, odd, 4, 0, r, err, sizeof err) == -1 && strstr(err, "tp = 4"),
           "30 rows split 4 ways accepted: %s", err);
     stage_free(&st);
+}
+
+/* marks: a tensor's registration marks survive the TP table: each rank's table (model_params_register_tp, tp 2
+ * and 4) has every tensor's params_keep_f32_compute mark as the one-process table has it, the CLIP tower's
+ * vision.pos_embed.weight marked (stage_register dropped the mark: a bf16 compute copy read as f32 words, loss
+ * NaN in a CLIP bf16 run at tp 2 on CUDA). */
+static void test_marks(void) {
+    ModelConfig mc = small_config();
+    mc.vision_arch = VIT_ARCH_CLIP;
+    mc.vision_image_size = 8; /* a 4 x 4 grid at patch 2 */
+    mc.vision_feature_layer = -1;
+    ParamTable whole;
+    model_params_register_tp(&mc, 0, mc.Lt, 1, 0, &whole);
+    int pos = params_find(&whole, "vision.pos_embed.weight");
+    CHECK(pos >= 0 && whole.specs[pos].f32_compute, "one process: vision.pos_embed.weight not f32-compute marked");
+    int marked = 0;
+    for (int T = 2; T <= 4; T += 2)
+        for (int t = 0; t < T; t++) {
+            ParamTable pt;
+            model_params_register_tp(&mc, 0, mc.Lt, T, t, &pt);
+            CHECK(pt.n == whole.n, "tp %d rank %d: %d tensors, one process %d", T, t, pt.n, whole.n);
+            for (int i = 0; i < pt.n; i++) {
+                int w = params_find(&whole, pt.specs[i].name);
+                CHECK(w >= 0 && pt.specs[i].f32_compute == whole.specs[w].f32_compute,
+                      "tp %d rank %d: %s f32-compute mark %d, one process %d", T, t, pt.specs[i].name,
+                      pt.specs[i].f32_compute, w >= 0 ? whole.specs[w].f32_compute : -1);
+                marked += pt.specs[i].f32_compute;
+            }
+            params_free(&pt);
+        }
+    CHECK(marked == 6, "f32-compute marked tensors over the 6 rank tables: %d, expected 6", marked);
+    params_free(&whole);
+    printf("TP tables, tp 2 and 4: every tensor's f32-compute mark as the one-process table's (the CLIP position table's)\n");
 }
 
 static void test_init(void) {
@@ -812,6 +847,7 @@ int main(int argc, char** argv) {
         return check_failures ? 1 : 0;
     }
     if (all || !strcmp(which, "split")) test_split();
+    if (all || !strcmp(which, "marks")) test_marks();
     if (all || !strcmp(which, "init")) test_init();
     if (all || !strcmp(which, "ce")) test_ce();
     cpu_set_num_threads(1); /* the in-process ranks are threads */
