@@ -231,8 +231,9 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
     round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
-void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, int N, int C, int OC) {
+// linear_backward of both bf16 tables: act_bf16 says whether inp is 2-byte (the bf16-activation table) or f32 words
+static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, int N, int C, int OC, bool act_bf16) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
     ops.ptr[GEMM_PTR_INP] = inp;
@@ -242,14 +243,19 @@ void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, f
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
     if (dinp && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, act_bf16);
     }
     if (dweight && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, act_bf16);
     }
     // the f32 dout, as the CPU reference (engine/cpu/bf16.c)
     if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
+}
+
+void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, int N, int C, int OC) {
+    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, false);
 }
 
 // ---- attention: cuDNN's or the own tensor-core kernel's, each rounding its own store (no pass) ----------
@@ -335,22 +341,7 @@ void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, 
 
 void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                 const float* weight, int N, int C, int OC) {
-    if (N == 0 || OC == 0) return;
-    GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
-    ops.ptr[GEMM_PTR_DOUT] = dout;
-    ops.ptr[GEMM_PTR_DINP] = dinp;
-    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
-    if (dinp && C > 0) {
-        GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true);
-    }
-    if (dweight && C > 0) {
-        GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true);
-    }
-    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
+    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, true);
 }
 
 // Linear then GELU on the bf16-activation table (engine.h's contract for bf16 tables): one cublasLtMatmul with the
