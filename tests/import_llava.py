@@ -32,7 +32,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
@@ -50,42 +49,9 @@ def expect(ok, msg):
         FAILED.append(msg)
 
 
-# ---- safetensors by hand --------------------------------------------------------------------------
+# ---- safetensors by hand: import_llama.py's writer and reader (this folder) ---------------------------
 
-def st_write(path, tensors):
-    """tensors: name -> (dtype 'F32' | 'BF16', tensor). Returns name -> stored values (float64)."""
-    header, blobs, stored, at = {}, [], {}, 0
-    for name, (dtype, t) in tensors.items():
-        t = t.to(torch.float32).contiguous()
-        if dtype == "F32":
-            raw = t.numpy().tobytes()
-            stored[name] = t.to(DT)
-        else:
-            b = t.to(torch.bfloat16)
-            raw = b.view(torch.int16).numpy().tobytes()
-            stored[name] = b.to(DT)
-        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
-        blobs.append(raw)
-        at += len(raw)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-    return stored
-
-
-def st_read(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header.pop("__metadata__", None)
-    out = {}
-    for k, v in header.items():
-        b, e = v["data_offsets"]
-        dt = {"F32": torch.float32, "I32": torch.int32}[v["dtype"]]
-        out[k] = torch.frombuffer(bytearray(raw[8 + n + b:8 + n + e]), dtype=dt).reshape(v["shape"]).clone() \
-            if e > b else torch.zeros(v["shape"], dtype=dt)
-    return out
+from import_llama import st_read, st_write  # noqa: E402
 
 
 def read_dir(d):
