@@ -588,6 +588,15 @@ def main():
              "--tokenizer", os.path.join(grown, "tokenizer.json")])
     expect(r.returncode == 1 and f"already holds <image> (id {V})" in r.stderr and not os.path.exists(grown + "3"),
            f"--add-image-token with a tokenizer holding <image> refused: {r.stderr.strip()[-200:]}")
+    for i, (text, needle) in enumerate((("[1, 2]", "not a JSON object"), ('{"added_tokens": 5}', "added_tokens is not an array"))):
+        bad = os.path.join(work, f"badtok{i}")
+        os.makedirs(bad)
+        open(os.path.join(bad, "tokenizer.json"), "w").write(text)
+        r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rec, "--out", grown + f"b{i}",
+                 "--add-image-token", "--tokenizer", os.path.join(bad, "tokenizer.json")])
+        expect(r.returncode == 1 and needle in r.stderr and "badtok" in r.stderr and not os.path.exists(grown + f"b{i}"),
+               f"--add-image-token with a tokenizer.json it cannot extend ({text}) refused, naming it, nothing written: "
+               f"{r.stderr.strip()[-200:]}")
 
     # ---- import clip --------------------------------------------------------------------------------
     vis = {n: w for n, w in W.items() if n.startswith("vision_tower.vision_model.")}
