@@ -365,6 +365,14 @@ typedef struct Backend {
      * all-reduce, which sums the row-parallel partial outputs in f32 (issue 20 under tp > 1; the value and
      * rounding point add_forward's with b's f32 value). NULL where act_dtype is f32 (add_forward does it). */
     void (*add_f32_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
+    /* 1-D RoPE over the LM's q and k in one pass (issue 20's fusion): rope_forward of q (N rows of H heads, stride
+     * ld_q) and of k (Hkv heads, stride ld_k) at the same positions, the same values in one launch on CUDA;
+     * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations
+     * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). */
+    void (*rope_qk_forward)(const struct Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                            int ld_k, const RopeFreq* rf);
+    void (*rope_qk_backward)(const struct Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                             int ld_k, const RopeFreq* rf);
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

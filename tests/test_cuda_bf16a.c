@@ -338,6 +338,40 @@ static void run_rope(const char* name, const RopeFreq* rf, int N, int H, int d) 
     free(x), free(pos), free(pcol);
 }
 
+/* RoPE over q and k in one call (rope_qk_forward): q of H heads and k of Hkv heads in separate buffers of their own
+ * strides (padding untouched), bitwise against the bf16 table's; the bf16 table's own rope_qk against its two
+ * rope_forward calls (the values the fusion must keep) */
+static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int Hkv, int d) {
+    case_name = name;
+    int ldq = H * d + 5, ldk = Hkv * d + 3;
+    size_t nq = (size_t)N * ldq, nk = (size_t)N * ldk;
+    float *q = hrand(nq, 2, 1), *k = hrand(nk, 2, 1);
+    int* pos = mallocCheck(N * sizeof(int));
+    for (int i = 0; i < N; i++) pos[i] = (i * 7) % 23;
+    const Backend* be[3] = {B16, B16A, B16};
+    float *q_d[3], *k_d[3];
+    for (int t = 0; t < 3; t++) {
+        int* pos_d = be[t]->alloc(N * sizeof(int));
+        be[t]->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
+        q_d[t] = upa(be[t], q, nq);
+        k_d[t] = upa(be[t], k, nk);
+        if (t < 2) {
+            be[t]->rope_qk_forward(be[t], q_d[t], k_d[t], pos_d, N, H, Hkv, d, ldq, ldk, rf);
+        } else { /* the two-call form */
+            be[t]->rope_forward(be[t], q_d[t], pos_d, N, H, d, ldq, rf);
+            be[t]->rope_forward(be[t], k_d[t], pos_d, N, Hkv, d, ldk, rf);
+        }
+        be[t]->synchronize(be[t]);
+        be[t]->free(pos_d);
+    }
+    cmp("q", q_d[0], q_d[1], nq, 1);
+    cmp("k", k_d[0], k_d[1], nk, 1);
+    cmp("q_2calls", q_d[0], q_d[2], nq, 0);
+    cmp("k_2calls", k_d[0], k_d[2], nk, 0);
+    for (int t = 0; t < 3; t++) be[t]->free(q_d[t]), be[t]->free(k_d[t]);
+    free(q), free(k), free(pos);
+}
+
 static void run_embedding(void) {
     case_name = "embedding";
     int N = 29, C = 24, V = 11;
@@ -508,6 +542,8 @@ int main(int argc, char** argv) {
     RUN("rope", run_rope("rope", &rf, 23, 3, 16));
     RUN("rope_llama3", run_rope("rope_llama3", &rf3, 23, 2, 32));
     RUN("rope2d", run_rope("rope2d", NULL, 19, 2, 16));
+    RUN("rope_qk", run_rope_qk("rope_qk", &rf, 23, 4, 2, 16));
+    RUN("rope_qk_llama3", run_rope_qk("rope_qk_llama3", &rf3, 17, 2, 2, 32));
     RUN("embedding", run_embedding());
     RUN("crossentropy", run_ce());
     static const int lens_a[3] = {17, 1, 40}, lens_b[2] = {33, 20};

@@ -163,6 +163,9 @@ static const OpCase CASES[] = {
     {"rope_model", OP_ROPE, .N = 150, .H = 4, .d = 32, .ld = 3 * 128},
     {"rope_llama3", OP_ROPE, .N = 40, .H = 3, .d = 64, .ld = 3 * 64 + 5, .flags = CASE_LLAMA3},
     {"rope_empty", OP_ROPE, .N = 0, .H = 2, .d = 8, .ld = 16},
+    /* rope_qk_* (the LM's q and k in one pass): q (ld) and k (Hkv heads, its own stride) in separate buffers */
+    {"rope_qk_gqa", OP_ROPE, .N = 37, .H = 4, .d = 16, .ld = 4 * 16 + 3, .Hkv = 2},
+    {"rope_qk_llama3", OP_ROPE, .N = 20, .H = 2, .d = 64, .ld = 2 * 64, .flags = CASE_LLAMA3, .Hkv = 2},
     {"rope2d_strided", OP_ROPE2D, .N = 11, .H = 3, .d = 12, .ld = 3 * 3 * 12 + 5},
     {"embedding_repeats", OP_EMBEDDING, .N = 400, .C = 70, .OC = 50},
     {"embedding_empty", OP_EMBEDDING, .N = 0, .C = 7, .OC = 5},
@@ -477,7 +480,25 @@ static void run_rope(const OpCase* tc) {
     float* x = hrand(n, 1);
     float* x_d = up(x, n);
     int* pos_d = upi(pos, 2 * (size_t)N);
-    if (tc->op == OP_ROPE) {
+    if (tc->op == OP_ROPE && tc->Hkv > 0) { /* q and k in one call against the reference table's */
+        const RopeFreq* rf = tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT;
+        int Hkv = tc->Hkv, ldk = Hkv * d + 3;
+        size_t nk = (size_t)N * ldk;
+        float* k = hrand(nk, 1);
+        float* k_d = up(k, nk);
+        refb->rope_qk_forward(refb, x, k, pos, N, H, Hkv, d, ld, ldk, rf);
+        cu->rope_qk_forward(cu, x_d, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf);
+        cmp("forward q", x_d, x, n, TOL_ROPE);
+        cmp("forward k", k_d, k, nk, TOL_ROPE);
+        rope_check_bf16(x_d, N, H * d, ld);
+        rope_check_bf16(k_d, N, Hkv * d, ldk);
+        refb->rope_qk_backward(refb, x, k, pos, N, H, Hkv, d, ld, ldk, rf);
+        cu->rope_qk_backward(cu, x_d, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf);
+        cmp("backward q", x_d, x, n, TOL_ROPE);
+        cmp("backward k", k_d, k, nk, TOL_ROPE);
+        free(k);
+        cu->free(k_d);
+    } else if (tc->op == OP_ROPE) {
         const RopeFreq* rf = tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT;
         refb->rope_forward(refb, x, pos, N, H, d, ld, rf);
         cu->rope_forward(cu, x_d, pos_d, N, H, d, ld, rf);

@@ -52,6 +52,8 @@ enum {
     CASE_INPLACE = 8,  /* forward with out == first input */
     CASE_ALL_IGN = 16, /* cross-entropy: every target is -100 (loss 0, no gradient) */
     CASE_LLAMA3 = 32,  /* 1-D RoPE with RF_LLAMA3: theta 500000 and Llama-3's frequency scaling */
+    CASE_QK = 64,      /* 1-D RoPE through rope_qk_*: q the first H - 1 heads of each row, k the last (its own pointer,
+                        * the same stride), so the reference is the rotation of all H heads */
 };
 
 typedef struct {
@@ -102,6 +104,8 @@ static const OpCase CASES[] = {
     {"rope_parallel", OP_ROPE, 150, 0, 0, 4, 32, 3 * 128, 0, 1e-6, 5e-6},
     {"rope_llama3_d32", OP_ROPE, 9, 0, 0, 2, 32, 70, CASE_LLAMA3, 1e-6, 5e-6},
     {"rope_llama3_d64", OP_ROPE, 40, 0, 0, 3, 64, 3 * 64, CASE_LLAMA3, 1e-6, 5e-6},
+    {"rope_qk_strided", OP_ROPE, 9, 0, 0, 3, 10, 61, CASE_QK, 1e-6, 5e-6},
+    {"rope_qk_llama3", OP_ROPE, 12, 0, 0, 4, 32, 4 * 32 + 7, CASE_QK | CASE_LLAMA3, 1e-6, 5e-6},
     {"rope2d_contig", OP_ROPE2D, 6, 0, 0, 2, 8, 16, 0, 1e-6, 5e-6},
     {"rope2d_strided", OP_ROPE2D, 11, 0, 0, 3, 12, 3 * 3 * 12 + 5, 0, 1e-6, 5e-6},
     {"rope2d_parallel", OP_ROPE2D, 130, 0, 0, 4, 32, 3 * 128, 0, 1e-6, 5e-6},
@@ -411,7 +415,10 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
     case OP_ROPE:
     case OP_ROPE2D:
         memcpy(out, in[0], p->out_size * sizeof(float));
-        if (tc->op == OP_ROPE) be->rope_forward(be, out, p->ints, N, tc->H, tc->d, tc->ld,
+        if (tc->op == OP_ROPE && (tc->flags & CASE_QK))
+            be->rope_qk_forward(be, out, out + (size_t)(tc->H - 1) * tc->d, p->ints, N, tc->H - 1, 1, tc->d, tc->ld, tc->ld,
+                                tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
+        else if (tc->op == OP_ROPE) be->rope_forward(be, out, p->ints, N, tc->H, tc->d, tc->ld,
                                             tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
         else be->rope2d_forward(be, out, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
         break;
@@ -451,7 +458,10 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
         if (grad[0]) { /* RoPE's backward transforms in place; the model then adds or uses it */
             float* g = malloc(p->out_size * sizeof(float));
             memcpy(g, R, p->out_size * sizeof(float));
-            if (tc->op == OP_ROPE) be->rope_backward(be, g, p->ints, N, tc->H, tc->d, tc->ld,
+            if (tc->op == OP_ROPE && (tc->flags & CASE_QK))
+                be->rope_qk_backward(be, g, g + (size_t)(tc->H - 1) * tc->d, p->ints, N, tc->H - 1, 1, tc->d, tc->ld, tc->ld,
+                                     tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
+            else if (tc->op == OP_ROPE) be->rope_backward(be, g, p->ints, N, tc->H, tc->d, tc->ld,
                                                  tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
             else be->rope2d_backward(be, g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
             for (size_t i = 0; i < p->out_size; i++) grad[0][i] += g[i];

@@ -22,7 +22,8 @@
  *      unbiased forward GEMM, norm or elementwise op has one;
  *   3. every op call outside the known gaps moves at most 1.3x its `in use` budget; a known gap at most
  *      3x (a regression bound; their figures are printed);
- *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor.
+ *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor;
+ *   5. each block's launches per kind are the counts derived for it (LM_LAUNCHES, VIT_LAUNCHES).
  * The per-kind totals against both budgets are printed (the figures in docs/cuda.md).
  * Usage: test_traffic [-v]   (-v: every op call) */
 #include <stdint.h>
@@ -255,6 +256,23 @@ static void w_rope_backward(const Backend* be, float* dx, const int* pos, int N,
     inner->rope_backward(inner, dx, pos, N, H, d, ld, rf);
     end();
 }
+/* q and k in one pass: each value read and written once (q: H heads, k: Hkv heads) */
+static void w_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                              int ld_k, const RopeFreq* rf) {
+    (void)be;
+    double v = (double)N * (H + Hkv) * d;
+    begin("rope_qk_forward", PROF_ELEMENTWISE, 0, 2 * v * A_USE + N * 4.0, 2 * v * A_TARGET + N * 4.0);
+    inner->rope_qk_forward(inner, q, k, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+    end();
+}
+static void w_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                               int ld_k, const RopeFreq* rf) {
+    (void)be;
+    double v = (double)N * (H + Hkv) * d;
+    begin("rope_qk_backward", PROF_ELEMENTWISE, 0, 2 * v * G + N * 4.0, 2 * v * G + N * 4.0);
+    inner->rope_qk_backward(inner, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+    end();
+}
 static void w_rope2d_forward(const Backend* be, float* x, const int* pr, const int* pc, int N, int H, int d, int ld) {
     (void)be;
     double v = strided_bytes(x, N, (size_t)H * d * A_USE, (size_t)ld * A_USE);
@@ -342,6 +360,8 @@ static void wrap_table(void) {
     wrap.add_forward = w_add_forward;
     wrap.rope_forward = w_rope_forward;
     wrap.rope_backward = w_rope_backward;
+    wrap.rope_qk_forward = w_rope_qk_forward;
+    wrap.rope_qk_backward = w_rope_qk_backward;
     wrap.rope2d_forward = w_rope2d_forward;
     wrap.rope2d_backward = w_rope2d_backward;
     wrap.attention_forward = w_attention_forward;
@@ -529,16 +549,29 @@ static void run_vit(void) {
     params_free(&pt);
 }
 
-/* the per-kind totals since the last call (every launch was inside a wrapped op: nothing unlabelled ran) */
-static void print_totals(const char* what) {
+/* 5. The launches per kind of each block's step, exactly (issue 20's fusions and removed passes: a launch that
+ * comes back fails here). LM block: gemm 7 forward + 14 backward products + 14 dout conversions (bwd16's gap);
+ * attention forward 1 + backward 4; norm 2 forward + 4 backward; elementwise: RoPE over q and k one launch each way
+ * (rope_qk_*), 2 adds, SwiGLU forward and backward; optimiser one per tensor; copies 9 memsets + 2 copies. ViT
+ * block: the 2-D RoPE of q and k one launch each way (their 2H heads adjacent in the qkv rows). */
+static const long LM_LAUNCHES[PROF_KINDS] = {35, 5, 6, 6, 9, 11, 0};
+static const long VIT_LAUNCHES[PROF_KINDS] = {33, 5, 9, 5, 16, 11, 0};
+
+/* the per-kind totals since the last call (every launch was inside a wrapped op: nothing unlabelled ran), and their
+ * launch counts against `want` */
+static void print_totals(const char* what, const long* want) {
     printf("%s per kind: launches, bytes moved against the in-use budget and the bf16-activation target\n", what);
     for (int k = 0; k < PROF_KINDS; k++) {
-        if (tot_launch[k] == 0) continue;
+        if (tot_launch[k] == 0 && want[k] == 0) continue;
         printf("  %-12s launches %4ld (conversion / rounding %3ld)  bytes %11.0f  in use %11.0f (%.2fx)  target %11.0f "
                "(%.2fx)\n",
                prof_kind_name(k), tot_launch[k], tot_convert[k], tot_bytes[k], tot_use[k],
                tot_use[k] > 0 ? tot_bytes[k] / tot_use[k] : 0, tot_target[k],
                tot_target[k] > 0 ? tot_bytes[k] / tot_target[k] : 0);
+        if (tot_launch[k] != want[k]) {
+            printf("FAIL %s: %ld %s launches, expected %ld\n", what, tot_launch[k], prof_kind_name(k), want[k]);
+            failures++;
+        }
         tot_bytes[k] = tot_use[k] = tot_target[k] = 0;
         tot_launch[k] = tot_convert[k] = 0;
     }
@@ -571,10 +604,10 @@ int main(int argc, char** argv) {
     A_USE = A_TARGET;
     wrap_table();
     run_lm();
-    print_totals("LM block (bf16-activation table)");
+    print_totals("LM block (bf16-activation table)", LM_LAUNCHES);
     /* the RoPE ViT on it too */
     run_vit();
-    print_totals("ViT block (bf16-activation table)");
+    print_totals("ViT block (bf16-activation table)", VIT_LAUNCHES);
     inner = bf16_table;
     if (failures) {
         printf("test_traffic: %d failures\n", failures);

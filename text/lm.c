@@ -159,6 +159,23 @@ static void lm_tp_residual(const Backend* be, const LmConfig* c, LmScratch* s, f
     be->add_forward(be, out, res, part, n);
 }
 
+/* RoPE over q and k (forward: the activations; else the backward over dq and dk): one pass where the table has
+ * rope_qk_* (the same values as the two calls), else rope_forward / rope_backward on each */
+static void lm_rope_qk(const Backend* be, const LmConfig* c, float* q, float* k, const int* pos, int T, int H, int Hkv, int d,
+                       int ld_q, int ld_k, int forward) {
+    if (forward && be->rope_qk_forward) {
+        be->rope_qk_forward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
+    } else if (!forward && be->rope_qk_backward) {
+        be->rope_qk_backward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
+    } else if (forward) {
+        be->rope_forward(be, q, pos, T, H, d, ld_q, &c->rope);
+        be->rope_forward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
+    } else {
+        be->rope_backward(be, q, pos, T, H, d, ld_q, &c->rope);
+        be->rope_backward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
+    }
+}
+
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
                       const LmSeq* seq, const float* xin, float* xout) {
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv; /* H, Dq, F, Hkv, Dkv: this TP rank's share */
@@ -169,8 +186,7 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     be->linear_forward(be, a->q, a->n1, w->q_w, w->q_b, T, D, Dq);
     be->linear_forward(be, a->k, a->n1, w->k_w, w->k_b, T, D, Dkv);
     be->linear_forward(be, a->v, a->n1, w->v_w, w->v_b, T, D, Dkv);
-    be->rope_forward(be, a->q, seq->pos, T, H, d, Dq, &c->rope);
-    be->rope_forward(be, a->k, seq->pos, T, Hkv, d, Dkv, &c->rope);
+    lm_rope_qk(be, c, a->q, a->k, seq->pos, T, H, Hkv, d, Dq, Dkv, 1);
     if (seq->kv_k) {
         RR_ASSERT(lm_act_bytes(c) == 4 && "generation's KV cache holds f32 words");
         /* generation: append this call's keys and values to the cache (Dkv wide), attend to every cached row */
@@ -222,8 +238,7 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     be->memset0(be, g->dv, TK * sizeof(float));
     be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
-    be->rope_backward(be, g->dq, seq->pos, T, H, d, Dq, &c->rope);
-    be->rope_backward(be, g->dk, seq->pos, T, Hkv, d, Dkv, &c->rope);
+    lm_rope_qk(be, c, g->dq, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
     be->memset0(be, g->dn1, TD * sizeof(float));
     be->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
     be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);

@@ -310,8 +310,8 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     be->linear_forward(be, b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
     /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads); CLIP has no RoPE */
     if (!clip) {
-        be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-        be->rope2d_forward(be, vit_act_at(c, b->qkv, Dq), a->prow, a->pcol, N, H, d, 3 * Dq);
+        /* q and k in one pass: their 2H heads are adjacent in each row, rotated by the same positions */
+        be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq);
     }
     be->attention_forward(be, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq),
                           seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
@@ -545,8 +545,7 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
                            vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
                            3 * Dq, 0);
     if (!clip) {
-        be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-        be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+        be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
     }
     be->memset0(be, g->dln1, ND * sizeof(float));
     be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);

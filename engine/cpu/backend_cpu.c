@@ -99,6 +99,8 @@ const Backend backend_cpu = {
     .weight_dtype = DTYPE_F32,
     .adamw_update_copy = cpu_adamw_update_copy,
     .to_bf16 = cpu_to_bf16,
+    .rope_qk_forward = cpu_rope_qk_forward,
+    .rope_qk_backward = cpu_rope_qk_backward,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -155,5 +157,6 @@ const Backend backend_cpu_bf16 = {
     .attention_decode = cpu_attention_decode, /* f32: generation computes in f32 (runtime/train/generate.c) */
     .weight_dtype = DTYPE_F32,
     .adamw_update_copy = cpu_adamw_update_copy,
-    .to_bf16 = cpu_to_bf16,
+    .to_bf16 = cpu_to_bf16,    .rope_qk_forward = cpu_bf16_rope_qk_forward,
+    .rope_qk_backward = cpu_rope_qk_backward,
 };

@@ -134,6 +134,12 @@ void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, i
     round_rows(x, N, H * d, ld);
 }
 
+void cpu_bf16_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                              int ld_k, const RopeFreq* rf) {
+    cpu_bf16_rope_forward(be, q, pos, N, H, d, ld_q, rf);
+    cpu_bf16_rope_forward(be, k, pos, N, Hkv, d, ld_k, rf);
+}
+
 void cpu_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
     cpu_rope2d_forward(be, x, pos_row, pos_col, N, H, d, ld);
     round_rows(x, N, H * d, ld);

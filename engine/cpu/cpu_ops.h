@@ -54,6 +54,10 @@ void cpu_rope_forward(const Backend* be, float* x, const int* pos, int N, int H,
 void cpu_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cpu_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cpu_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cpu_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                         const RopeFreq* rf);
+void cpu_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                          const RopeFreq* rf);
 
 /* act.c, rows_gather.c (the CLIP tower's) */
 void cpu_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
@@ -104,6 +108,8 @@ void cpu_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, c
 void cpu_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 void cpu_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cpu_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cpu_bf16_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                              int ld_k, const RopeFreq* rf);
 void cpu_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
 void cpu_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);

@@ -66,3 +66,16 @@ void cpu_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const
     rope_rotate_rows(dx, pos_row, N, H, d, ld, 0, d / 2, -1.0, NULL, ROPE_THETA_2D);
     rope_rotate_rows(dx, pos_col, N, H, d, ld, d / 2, d / 2, -1.0, NULL, ROPE_THETA_2D);
 }
+
+/* q and k at the same positions (Backend.rope_qk_*): the reference is the two calls, in that order */
+void cpu_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                         const RopeFreq* rf) {
+    cpu_rope_forward(be, q, pos, N, H, d, ld_q, rf);
+    cpu_rope_forward(be, k, pos, N, Hkv, d, ld_k, rf);
+}
+
+void cpu_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                          const RopeFreq* rf) {
+    cpu_rope_backward(be, dq, pos, N, H, d, ld_q, rf);
+    cpu_rope_backward(be, dk, pos, N, Hkv, d, ld_k, rf);
+}

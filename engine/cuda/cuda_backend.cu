@@ -356,6 +356,8 @@ PROF_OP(PROF_ELEMENTWISE, cuda_rope_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_embedding_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_embedding_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_forward)
@@ -365,6 +367,7 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16_swiglu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_add_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope2d_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_qk_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_embedding_forward)
 PROF_OP(PROF_ATTENTION, cuda_attention_forward)
 PROF_OP(PROF_ATTENTION, cuda_attention_backward)
@@ -400,6 +403,7 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_f32_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_embedding_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward)
@@ -470,6 +474,9 @@ static const Backend backend_cuda = {
     DTYPE_F32, // act_dtype
     NULL,      // no bf16-activation variant: fp32 stores f32
     prof_cuda_from_bf16,
+    NULL, // add_f32_forward: activations are f32 words
+    prof_cuda_rope_qk_forward,
+    prof_cuda_rope_qk_backward,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -535,6 +542,9 @@ const Backend backend_cuda_bf16 = {
     DTYPE_F32, // act_dtype: f32 words holding bf16 values
     &backend_cuda_bf16a,
     prof_cuda_from_bf16,
+    NULL, // add_f32_forward: activations are f32 words
+    prof_cuda_bf16_rope_qk_forward,
+    prof_cuda_rope_qk_backward,
 };
 
 // runtime.precision = bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 table's numerics,
@@ -601,14 +611,16 @@ const Backend backend_cuda_bf16a = {
     &backend_cuda_bf16a,
     prof_cuda_from_bf16,
     prof_cuda_bf16a_add_f32_forward,
+    prof_cuda_bf16a_rope_qk_forward,
+    prof_cuda_rope_qk_backward, // on the f32 gradients
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
 // + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
-// + add_f32_forward).
-static_assert(sizeof(Backend) == 60 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + add_f32_forward + rope_qk_forward + rope_qk_backward).
+static_assert(sizeof(Backend) == 62 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -1,4 +1,5 @@
-// rope.cu — rotary position embeddings on CUDA, 1-D (LM) and 2-D (ViT), in place.
+// rope.cu — rotary position embeddings on CUDA, 1-D (LM) and 2-D (ViT), in place; the LM's q and k in one launch
+// (rope_qk_*).
 //
 // One thread per (row, head, pair); the angle and the rotation come from kernel_math.h
 // (rr_rope_cos_sin, or rr_rope_inv_freq's Llama-3 frequencies, in double, as the CPU backend does, then
@@ -44,6 +45,20 @@ static __global__ void rope_rotate_kernel(A* x, const int* pos, int N, int H, in
     int h = (int)((idx / half) % H);
     int i = (int)(idx / ((size_t)half * H));
     rope_pair<R>(x + (size_t)i * ld + (size_t)h * d, pos[i], j, d, sign, ra);
+}
+// q and k in one pass (the LM's attention inputs, Backend.rope_qk_*): heads h < H of q (stride ld_q), then the
+// Hkv heads of k (stride ld_k), every one rotated by sign * pos[i] as rope_rotate_kernel does (the same values)
+template <bool R, typename A>
+static __global__ void rope_qk_rotate_kernel(A* q, A* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                                             double sign, RopeArgs ra) {
+    int half = d / 2, heads = H + Hkv;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * heads * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % heads);
+    int i = (int)(idx / ((size_t)half * heads));
+    A* v = h < H ? q + (size_t)i * ld_q + (size_t)h * d : k + (size_t)i * ld_k + (size_t)(h - H) * d;
+    rope_pair<R>(v, pos[i], j, d, sign, ra);
 }
 // 2-D: both halves of every head in one pass, pairs j < d/4 of the first half by pos_row, the others
 // of the second half by pos_col (each the 1-D rule of dim d/2)
@@ -134,4 +149,32 @@ void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, 
     rope2d_rotate_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)x, pos_row, pos_col, N, H,
                                                                                      d, ld, 1.0);
     cudaCheck(cudaGetLastError());
+}
+
+// ---- RoPE over q and k in one launch (Backend.rope_qk_forward / rope_qk_backward) --------------------------------
+// A: the activations' storage; R: round in the store (the bf16 tables' forward). The backward acts on f32 gradients.
+template <bool R, typename A>
+static void rope_qk_cuda(A* q, A* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, double sign, RopeArgs ra,
+                         cudaStream_t stream) {
+    RR_ASSERT(d % 2 == 0 && ld_q >= H * d && ld_k >= Hkv * d);
+    size_t threads = (size_t)N * (H + Hkv) * (d / 2);
+    if (threads == 0) return;
+    rope_qk_rotate_kernel<R><<<ceil_div_z(threads, 256), 256, 0, stream>>>(q, k, pos, N, H, Hkv, d, ld_q, ld_k, sign, ra);
+    cudaCheck(cudaGetLastError());
+}
+void cuda_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                          const RopeFreq* rf) {
+    rope_qk_cuda<false>(q, k, pos, N, H, Hkv, d, ld_q, ld_k, 1.0, rope_args(rf), cuda_stream(be));
+}
+void cuda_bf16_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                               int ld_k, const RopeFreq* rf) {
+    rope_qk_cuda<true>(q, k, pos, N, H, Hkv, d, ld_q, ld_k, 1.0, rope_args(rf), cuda_stream(be));
+}
+void cuda_bf16a_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                                int ld_k, const RopeFreq* rf) {
+    rope_qk_cuda<true>((uint16_t*)q, (uint16_t*)k, pos, N, H, Hkv, d, ld_q, ld_k, 1.0, rope_args(rf), cuda_stream(be));
+}
+void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                           const RopeFreq* rf) {
+    rope_qk_cuda<false>(dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, -1.0, rope_args(rf), cuda_stream(be));
 }
