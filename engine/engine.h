@@ -339,8 +339,7 @@ typedef struct Backend {
      * other float* keeps f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract, norm
      * statistics mean / rstd, attention and cross-entropy lse, loss_sum, biases and 1-D weights, the
      * optimiser's buffers; `weight` / `table` follow weight_dtype):
-     *   linear_forward: out, inp (its bias, f32 words, must hold bf16 values, as a bf16 table's 1-D compute copy
-     *   does: cuBLASLt adds a bf16 D's bias in bf16).  linear_backward: inp (dout is f32; converted to bf16 scratch).
+     *   linear_forward: out, inp (its bias follows bias_dtype: 2-byte words, as cuBLASLt adds a bf16 D's bias).  linear_backward: inp (dout is f32; converted to bf16 scratch).
      *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
      *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
      *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.
@@ -373,6 +372,12 @@ typedef struct Backend {
                             int ld_k, const RopeFreq* rf);
     void (*rope_qk_backward)(const struct Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                              int ld_k, const RopeFreq* rf);
+    /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16 on the
+     * CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a GEMM bias, written
+     * by adamw_update_copy like a 2-D weight's, engine/params.h params_mark_gemm_bias; cuBLASLt's epilogue takes a
+     * bf16 D's bias as it is, and the f32-word bf16 table widens it, exact); DTYPE_F32 (f32 words) on every other
+     * table. Other 1-D parameters (norm weights and biases) stay f32 words everywhere. */
+    DType bias_dtype;
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

@@ -32,6 +32,7 @@ typedef struct {
     int frozen;     /* no gradient, no AdamW state, no update (train.freeze) */
     int decay;      /* AdamW weight decay applies (2-D weights only) */
     int f32_compute; /* the compute copy stays f32 words even when 2-D (params_keep_f32_compute) */
+    int gemm_bias;   /* a 1-D GEMM bias (params_mark_gemm_bias): its compute copy in the table's Backend.bias_dtype */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
     ParamSlice slice; /* which part of the global tensor `name` this is (dim -1: all of it) */
@@ -110,10 +111,15 @@ float* params_grad(const ParamTable* pt, int i);
 /* The values the ops compute with: the bf16 compute copy when there is one, else the master. */
 float* params_weights(const ParamTable* pt, int i);
 /* Storage of tensor i's compute copy (see ParamTable.compute) and its address. A 2-D tensor is 2-byte
- * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table), so every op that reads it must
+ * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table; a params_mark_gemm_bias'd 1-D one where
+ * bias_dtype is), so every op that reads it must
  * take it as a GEMM weight or an embedding table; a 2-D tensor read any other way (a position embedding
  * added to activations, say) must be marked with params_keep_f32_compute before params_alloc. */
 void params_keep_f32_compute(ParamTable* pt, const char* name); /* dies if no such tensor */
+/* Mark 1-D tensor `name` as a GEMM's bias (read only as linear_forward / linear_gelu_forward's `bias`): its compute
+ * copy takes the table's Backend.bias_dtype (2-byte bf16 words on the CUDA bf16 tables, written by AdamW's own pass,
+ * so no step converts it); other 1-D tensors keep f32 words. Before params_alloc; dies if no such 1-D tensor. */
+void params_mark_gemm_bias(ParamTable* pt, const char* name);
 DType params_compute_dtype(const ParamTable* pt, int i);
 void* params_compute_ptr(const ParamTable* pt, int i);
 /* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data` other than

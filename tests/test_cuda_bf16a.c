@@ -66,6 +66,15 @@ static uint16_t* to16(const float* h, size_t n) {
     for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
     return b;
 }
+/* a GEMM bias in be's storage (bias_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
+static float* upb(const Backend* be, const float* h, size_t n) {
+    if (be->bias_dtype != DTYPE_BF16) return up32(be, h, n);
+    uint16_t* b = to16(h, n);
+    float* d = be->alloc((n ? n : 1) * sizeof(uint16_t));
+    be->copy_h2d(be, d, b, n * sizeof(uint16_t));
+    free(b);
+    return d;
+}
 /* an activation in be's storage (act_dtype) */
 static float* upa(const Backend* be, const float* h, size_t n) {
     if (be->act_dtype != DTYPE_BF16) return up32(be, h, n);
@@ -128,13 +137,13 @@ static void cmp(const char* what, const float* a_d, const float* b_d, size_t n, 
 static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     case_name = name;
     size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
-    /* the bias: bf16 values in f32 words, as the bf16 tables' compute copy of a 1-D parameter holds it (engine.h) */
+    /* the bias: bf16 values in the tables' bias storage (Backend.bias_dtype: 2-byte words, as the compute copy) */
     float *x = hrand(nx, 1, 1), *w = hrand(nw, 0.2f, 1), *b = hrand(OC, 0.5f, 1), *dy = hrand(ny, 1, 0);
     float *dx0 = hrand(nx, 1, 0), *dw0 = hrand(nw, 1, 0), *db0 = hrand(OC, 1, 0);
     const Backend* be[2] = {B16, B16A};
     float *y_d[2], *dx_d[2], *dw_d[2], *db_d[2];
     for (int t = 0; t < 2; t++) {
-        float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = up32(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
+        float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny); /* overwritten */
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
         be[t]->linear_forward(be[t], y_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
@@ -213,7 +222,7 @@ static void run_linear_gelu(const char* name, int N, int C, int OC, int with_bia
     const Backend* be[2] = {B16, B16A};
     float *y_d[2], *p_d[2], *dp_d[2];
     for (int t = 0; t < 2; t++) {
-        float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = up32(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
+        float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny), p_d[t] = upa(be[t], dy, ny), dp_d[t] = up32(be[t], dp0, ny);
         be[t]->linear_gelu_forward(be[t], y_d[t], p_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
         be[t]->gelu_backward(be[t], dp_d[t], dy_d, p_d[t], ny);

@@ -242,6 +242,18 @@ static float* up(const float* h, size_t n) {
     cu->copy_h2d(cu, d, h, n * sizeof(float));
     return d;
 }
+/* device copy of a GEMM bias in the table's bias storage (Backend.bias_dtype): the bf16 table's are 2-byte bf16
+ * words, as the ParamTable's compute copy holds them; h is rounded to bf16 values first on such a table, so that the
+ * reference computes with the same bias */
+static float* upb(float* h, size_t n) {
+    if (cu->bias_dtype != DTYPE_BF16) return up(h, n);
+    uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) h[i] = rr_bf16_to_f32(b[i] = rr_f32_to_bf16(h[i]));
+    float* d = cu->alloc((n ? n : 1) * sizeof(uint16_t));
+    cu->copy_h2d(cu, d, b, n * sizeof(uint16_t));
+    free(b);
+    return d;
+}
 /* device copy of a 2-D weight / embedding table in the table's weight storage (Backend.weight_dtype): the
  * bf16 table's are 2-byte bf16 words (rr_f32_to_bf16), as the ParamTable's compute copy holds them */
 static float* upw(const float* h, size_t n) {
@@ -311,7 +323,7 @@ static void run_linear(const OpCase* tc) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 1), *b = hrand(OC, 1), *dy = hrand(nout, 1);
     float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
-    float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
+    float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = upb(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
     refb->linear_forward(refb, out, x, w, bias ? b : NULL, N, C, OC);
     cu->linear_forward(cu, out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
@@ -339,7 +351,7 @@ static void run_linear_gelu(const OpCase* tc) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 1), *b = hrand(OC, 1), *dy = hrand(nout, 1);
     float *out = hrand(nout, 1), *pre = hrand(nout, 1), *dpre = hrand(nout, 1);
-    float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = up(b, OC), *dy_d = up(dy, nout);
+    float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = upb(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *pre_d = up(pre, nout), *dpre_d = up(dpre, nout);
     refb->linear_gelu_forward(refb, out, pre, x, w, bias ? b : NULL, N, C, OC);
     cu->linear_gelu_forward(cu, out_d, pre_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);

@@ -106,7 +106,8 @@ static void test_split(void) {
 /* marks: a tensor's registration marks survive the TP table: each rank's table (model_params_register_tp, tp 2
  * and 4) has every tensor's params_keep_f32_compute mark as the one-process table has it, the CLIP tower's
  * vision.pos_embed.weight marked (stage_register dropped the mark: a bf16 compute copy read as f32 words, loss
- * NaN in a CLIP bf16 run at tp 2 on CUDA). */
+ * NaN in a CLIP bf16 run at tp 2 on CUDA), and every params_mark_gemm_bias mark (dropped, a bias's f32 compute copy
+ * would be read as 2-byte words by the bf16 tables' GEMMs). */
 static void test_marks(void) {
     ModelConfig mc = small_config();
     mc.vision_arch = VIT_ARCH_CLIP;
@@ -116,7 +117,11 @@ static void test_marks(void) {
     model_params_register_tp(&mc, 0, mc.Lt, 1, 0, &whole);
     int pos = params_find(&whole, "vision.pos_embed.weight");
     CHECK(pos >= 0 && whole.specs[pos].f32_compute, "one process: vision.pos_embed.weight not f32-compute marked");
-    int marked = 0;
+    int marked = 0, bias_marked = 0, bias_whole = 0;
+    for (int i = 0; i < whole.n; i++) bias_whole += whole.specs[i].gemm_bias;
+    /* the GEMM biases (params_mark_gemm_bias: 2-byte compute copies where Backend.bias_dtype is): the tower's
+     * qkv / out / fc1 / fc2 per block and the projector's two; none of the norms' */
+    CHECK(bias_whole == 4 * mc.Lv + 2, "one process: %d GEMM-bias marked tensors, expected %d", bias_whole, 4 * mc.Lv + 2);
     for (int T = 2; T <= 4; T += 2)
         for (int t = 0; t < T; t++) {
             ParamTable pt;
@@ -128,12 +133,19 @@ static void test_marks(void) {
                       "tp %d rank %d: %s f32-compute mark %d, one process %d", T, t, pt.specs[i].name,
                       pt.specs[i].f32_compute, w >= 0 ? whole.specs[w].f32_compute : -1);
                 marked += pt.specs[i].f32_compute;
+                CHECK(w >= 0 && pt.specs[i].gemm_bias == whole.specs[w].gemm_bias,
+                      "tp %d rank %d: %s GEMM-bias mark %d, one process %d", T, t, pt.specs[i].name, pt.specs[i].gemm_bias,
+                      w >= 0 ? whole.specs[w].gemm_bias : -1);
+                bias_marked += pt.specs[i].gemm_bias;
             }
             params_free(&pt);
         }
     CHECK(marked == 6, "f32-compute marked tensors over the 6 rank tables: %d, expected 6", marked);
+    CHECK(bias_marked == 6 * bias_whole, "GEMM-bias marked tensors over the 6 rank tables: %d, expected %d", bias_marked,
+          6 * bias_whole);
     params_free(&whole);
-    printf("TP tables, tp 2 and 4: every tensor's f32-compute mark as the one-process table's (the CLIP position table's)\n");
+    printf("TP tables, tp 2 and 4: every tensor's f32-compute and GEMM-bias marks as the one-process table's (the CLIP "
+           "position table's, %d biases)\n", bias_whole);
 }
 
 static void test_init(void) {

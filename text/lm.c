@@ -31,21 +31,28 @@ void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1) {
         snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix);     \
         lm_add(pt, n, ndim, d0, d1, init, s);                      \
     } while (0)
+/* a GEMM's bias: its compute copy in the table's bias storage (engine/params.h) */
+#define TADD_BIAS(suffix, d0)                                      \
+    do {                                                           \
+        TADD(suffix, 1, d0, 0, PARAM_INIT_ZEROS, 0);               \
+        params_mark_gemm_bias(pt, n);                              \
+    } while (0)
         TADD("norm1.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         TADD("attn.q.weight", 2, D, D, PARAM_INIT_NORMAL, std);
         TADD("attn.k.weight", 2, Dkv, D, PARAM_INIT_NORMAL, std);
         TADD("attn.v.weight", 2, Dkv, D, PARAM_INIT_NORMAL, std);
         if (c->qkv_bias) {
-            TADD("attn.q.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
-            TADD("attn.k.bias", 1, Dkv, 0, PARAM_INIT_ZEROS, 0);
-            TADD("attn.v.bias", 1, Dkv, 0, PARAM_INIT_ZEROS, 0);
+            TADD_BIAS("attn.q.bias", D);
+            TADD_BIAS("attn.k.bias", Dkv);
+            TADD_BIAS("attn.v.bias", Dkv);
         }
         TADD("attn.o.weight", 2, D, D, PARAM_INIT_NORMAL, std_out);
-        if (c->o_bias) TADD("attn.o.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        if (c->o_bias) TADD_BIAS("attn.o.bias", D);
         TADD("norm2.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         TADD("mlp.gate.weight", 2, F, D, PARAM_INIT_NORMAL, std);
         TADD("mlp.up.weight", 2, F, D, PARAM_INIT_NORMAL, std);
         TADD("mlp.down.weight", 2, D, F, PARAM_INIT_NORMAL, std_out);
+#undef TADD_BIAS
 #undef TADD
     }
 }

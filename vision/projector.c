@@ -18,6 +18,8 @@ void projector_params_add(ParamTable* pt, const VitConfig* c) {
     params_add(pt, "projector.0.bias", 1, b, PARAM_INIT_ZEROS, 0, 0);
     params_add(pt, "projector.2.weight", 2, w2, PARAM_INIT_NORMAL, c->init_std, 1);
     params_add(pt, "projector.2.bias", 1, b, PARAM_INIT_ZEROS, 0, 0);
+    params_mark_gemm_bias(pt, "projector.0.bias"); /* the GEMMs' biases: 2-byte where bias_dtype is */
+    params_mark_gemm_bias(pt, "projector.2.bias");
 }
 
 static float* proj_ptr(const ParamTable* pt, const char* name, int grads) {

@@ -151,10 +151,8 @@ typedef struct {
     const int32_t* img_cu; /* (I+1) backend memory, set by vit_forward's caller */
     const int32_t *prow, *pcol; /* (N) */
     int I, N;
-    const float* patches;    /* (N, 3p^2) backend memory, kept for the patch-embed weight gradient (the GEMM's input:
-                              * with 2-byte activations patches16, the patches narrowed to bf16) */
-    float* patches16;        /* (max_N, 3p^2) 2-byte activations only: the patches narrowed (the RoPE tower's patch
-                              * embedding input; CLIP's channel-major gather's table) */
+    const float* patches;    /* (N, 3p^2) backend memory in the tower's activation storage (vit_forward's), kept for
+                              * the patch-embed weight gradient (the GEMM's input; CLIP's channel-major gather's table) */
     float *cls16, *pos16;    /* CLIP, 2-byte activations: the class and position embeddings' bf16 words, the
                               * gather's tables (their compute copies hold bf16 values: exact), (D), (1 + G^2, D) */
     float* x;                /* (L+1, max_N, D) residual stream at block boundaries */
@@ -225,7 +223,11 @@ void vit_acts_free_tables(VitActs* a);
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
 
 /* Forward over N patches of I images. patches, img_cu, prow, pcol in backend memory; they must stay
- * valid until the backward ends. Writes a->vout. */
+ * valid until the backward ends. Writes a->vout. The patches are an activation: f32 words, or with 2-byte
+ * activations (VitConfig.act_bytes = 2) bf16 words, rr_f32_to_bf16 of the loader's values, narrowed where they
+ * are produced (vit_patches_to_bf16 on the host before the upload: no conversion pass on the device). */
+/* out[i] = rr_f32_to_bf16(in[i]) for n host values: the patches in 2-byte activation words, for the upload. */
+void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n);
 void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
                  const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N);
 /* B: from a->dvout (filled by the caller) down to the patch-embed output; keeps the block gradients. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/kernel_math.h"
 #include "vision/vision.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -52,6 +53,7 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
         vit_add(pt, "vision.pre_ln.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
     } else {
         vit_add(pt, "vision.patch_embed.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        params_mark_gemm_bias(pt, "vision.patch_embed.bias"); /* the GEMMs' biases: 2-byte where bias_dtype is */
     }
     for (int l = 0; l < c->L; l++) {
 #define VADD(suffix, ndim, d0, d1, init, s)                              \
@@ -63,14 +65,18 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
         VADD("ln1.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
         VADD("attn.qkv.weight", 2, 3 * D, D, PARAM_INIT_NORMAL, std);
         VADD("attn.qkv.bias", 1, 3 * D, 0, PARAM_INIT_ZEROS, 0);
+        params_mark_gemm_bias(pt, n);
         VADD("attn.out.weight", 2, D, D, PARAM_INIT_NORMAL, std_out);
         VADD("attn.out.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        params_mark_gemm_bias(pt, n);
         VADD("ln2.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         VADD("ln2.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
         VADD("mlp.fc1.weight", 2, 4 * D, D, PARAM_INIT_NORMAL, std);
         VADD("mlp.fc1.bias", 1, 4 * D, 0, PARAM_INIT_ZEROS, 0);
+        params_mark_gemm_bias(pt, n);
         VADD("mlp.fc2.weight", 2, D, 4 * D, PARAM_INIT_NORMAL, std_out);
         VADD("mlp.fc2.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
+        params_mark_gemm_bias(pt, n);
 #undef VADD
     }
     const char* fin = clip ? "vision.post_ln" : "vision.ln_f";
@@ -213,7 +219,6 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     a->b_floor = 0;
     /* Without a backward (a frozen tower) nothing is kept for it: two residual slots used
      * alternately and one set of block activations that every block overwrites. */
-    a->patches16 = ab == 2 ? VACT((size_t)max_N * 3 * c->patch * c->patch) : NULL;
     a->x = VACT((backward ? L + 1 : 2) * N * D);
     for (size_t l = 0; l < L; l++) {
         VitBlockActs* b = &a->blocks[l];
@@ -428,13 +433,10 @@ static void clip_patches_channel_major(const Backend* be, const VitConfig* c, Vi
         a->cm_ready = 1;
     }
     size_t n = (size_t)a->N * P;
-    const float* table = a->patches;
-    if (vit_act_bytes(c) == 2) { /* the gather's table in 2-byte words: the rounding its store did */
-        be->to_bf16(be, (uint16_t*)a->patches16, a->patches, n);
-        table = a->patches16;
-    }
+    /* the gather's table: the patches in the activation storage (2-byte: narrowed on the host, the rounding the
+     * bf16 table's gather store gives them) */
     be->memset0(be, a->patches_cm, n * (size_t)vit_act_bytes(c));
-    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, table, (int)n, 1, 1);
+    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
 }
 
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
@@ -482,6 +484,10 @@ static void clip_out_backward_input(const Backend* be, const VitConfig* c, VitAc
     be->rows_gather_backward(be, dxL, a->dvout, a->tok_of_patch, NULL, a->N, 1, D);
 }
 
+void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = rr_f32_to_bf16(in[i]);
+}
+
 void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
                  const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N) {
     RR_ASSERT(N <= a->max_N);
@@ -503,10 +509,6 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
         be->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
         be->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
         return;
-    }
-    if (vit_act_bytes(c) == 2) { /* the GEMM's activation input in 2-byte words: the rounding its conversion did */
-        be->to_bf16(be, (uint16_t*)a->patches16, patches, (size_t)N * P);
-        a->patches = patches = a->patches16;
     }
     be->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
     for (int l = 0; l < c->L; l++)

@@ -70,6 +70,8 @@ static void round_bf16_cuda(float* out, const float* inp, size_t n, cudaStream_t
 void cuda_round_bf16(const Backend* be, float* out, const float* inp, size_t n) { round_bf16_cuda(out, inp, n, cuda_stream(be)); }
 void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) { f32_to_bf16_cuda(out, inp, n, cuda_stream(be)); }
 
+static void bf16_to_f32_cuda(float* out, const uint16_t* inp, size_t n, cudaStream_t stream); // below
+
 // bf16 scratch of at least `elems` values (see CudaContext.bf16_scratch)
 // One scratch per process: the bf16 GEMMs run on the compute stream only (a table bound to another
 // stream must not run them concurrently with it).
@@ -95,8 +97,8 @@ static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 
 // or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
 // included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D). The bias is in D's type:
 // f32 words with an f32 D, 2-byte bf16 with a bf16 D (cuBLASLt takes no f32 bias with a bf16 D: CUBLAS_STATUS_
-// INVALID_VALUE on an H200, 2026-11-26; the bf16 tables' 1-D parameters hold bf16 values, so the caller's
-// conversion is exact and the sum is the same).
+// INVALID_VALUE on an H200, 2026-11-26). The bf16 tables' GEMM biases are 2-byte compute copies (Backend.bias_dtype,
+// written by AdamW), given as they are to a bf16 D and widened (exact) for an f32 D.
 // aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (leading dimension d->aux_ld, D's type), else NULL.
 static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, void* C,
                                   const void* bias, void* aux = NULL, cudaDataType ctype = CUDA_R_32F) {
@@ -153,12 +155,16 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
     cudaDataType ctype = act_bf16 && g->c == GEMM_PTR_OUT ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
-    int bias16 = bias && ctype == CUDA_R_16BF; /* a bf16 D takes its bias in bf16: converted after the operands */
-    uint16_t* s = bf16_scratch(na + nb + (bias16 ? (size_t)g->m : 0));
+    /* the bias in the table's Backend.bias_dtype (2-byte on the bf16 tables: the compute copy AdamW writes): a bf16 D
+     * takes it as it is; an f32 D (the f32-word bf16 table) takes it in f32, widened (exact) after the operands */
+    int bias32 = bias && ctype == CUDA_R_32F && be->bias_dtype == DTYPE_BF16;
+    size_t boff = (na + nb + 7) & ~(size_t)7; /* 16-byte aligned f32 words */
+    uint16_t* s = bf16_scratch(bias32 ? boff + 2 * (size_t)g->m : na + nb);
     const void* bias_d = bias;
-    if (bias16) {
-        f32_to_bf16_cuda(s + na + nb, bias, (size_t)g->m, cuda_stream(be)); /* OC values: exact (bf16 values) */
-        bias_d = s + na + nb;
+    RR_ASSERT(!bias || ctype == CUDA_R_32F || be->bias_dtype == DTYPE_BF16); /* cuBLASLt adds a bf16 D's bias in bf16 */
+    if (bias32) {
+        bf16_to_f32_cuda((float*)(s + boff), (const uint16_t*)bias, (size_t)g->m, cuda_stream(be));
+        bias_d = s + boff;
     }
     const uint16_t* a16 = (const uint16_t*)A;
     const uint16_t* b16 = (const uint16_t*)B;
@@ -186,7 +192,13 @@ struct Bf16RowsOf {
 static void bf16_linear_unrounded(const Backend* be, float* out, const float* inp, const float* weight,
                                   const float* bias, int N, int C, int OC) {
     if (C == 0) {
-        cuda_linear_forward(be, out, inp, weight, bias, N, C, OC);
+        const float* b32 = bias; // the bias in f32 words (2-byte where bias_dtype is: widened, exact)
+        if (bias && be->bias_dtype == DTYPE_BF16) {
+            float* t = (float*)bf16_scratch(2 * (size_t)OC);
+            bf16_to_f32_cuda(t, (const uint16_t*)bias, (size_t)OC, cuda_stream(be));
+            b32 = t;
+        }
+        cuda_linear_forward(be, out, inp, weight, b32, N, C, OC);
         return;
     }
     GemmOperands ops = {};
@@ -297,9 +309,8 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
 // forward's output in bf16, so no conversion or rounding pass runs in an unbiased GEMM's forward. What remains
 // (docs/cuda.md, "bf16 storage"; tests/test_traffic.c lists them as known gaps): a backward GEMM converts its f32
-// output gradient (dout) to bf16 scratch; a biased forward GEMM converts its bias (cuBLASLt takes a bf16 D's bias
-// in bf16); the own attention kernel's backward widens q, k, v and out to f32 scratch (its mixed bf16-input /
-// f32-gradient instantiation would be flash_attention.cu's), as does a cuDNN run checked against the own kernel.
+// output gradient (dout) to bf16 scratch; the own attention kernel's backward narrows its f32 dout. A biased GEMM
+// reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype): no conversion.
 
 static __global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -312,10 +323,10 @@ static void bf16_to_f32_cuda(float* out, const uint16_t* inp, size_t n, cudaStre
 }
 void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n) { bf16_to_f32_cuda(out, inp, n, cuda_stream(be)); }
 
-// out (N rows of OC) = the bias in every row, 2-byte (a product over k = 0)
-static __global__ void bias_rows_bf16_kernel(uint16_t* out, const float* bias, size_t n, int OC) {
+// out (N rows of OC) = the bias in every row, 2-byte (a product over k = 0; the bias is 2-byte: bias_dtype)
+static __global__ void bias_rows_bf16_kernel(uint16_t* out, const uint16_t* bias, size_t n, int OC) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = rr_f32_to_bf16(bias[i % OC]);
+    if (i < n) out[i] = bias[i % OC];
 }
 
 void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
@@ -327,7 +338,8 @@ void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, 
             return;
         }
         size_t n = (size_t)N * OC;
-        bias_rows_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, bias, n, OC);
+        bias_rows_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out,
+                                                                                      (const uint16_t*)bias, n, OC);
         cudaCheck(cudaGetLastError());
         return;
     }

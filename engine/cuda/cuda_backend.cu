@@ -477,6 +477,7 @@ static const Backend backend_cuda = {
     NULL, // add_f32_forward: activations are f32 words
     prof_cuda_rope_qk_forward,
     prof_cuda_rope_qk_backward,
+    DTYPE_F32, // bias_dtype: no compute copy in fp32
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -545,6 +546,7 @@ const Backend backend_cuda_bf16 = {
     NULL, // add_f32_forward: activations are f32 words
     prof_cuda_bf16_rope_qk_forward,
     prof_cuda_rope_qk_backward,
+    DTYPE_BF16, // bias_dtype: a GEMM bias's compute copy is 2-byte (widened for the f32 D)
 };
 
 // runtime.precision = bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 table's numerics,
@@ -613,14 +615,15 @@ const Backend backend_cuda_bf16a = {
     prof_cuda_bf16a_add_f32_forward,
     prof_cuda_bf16a_rope_qk_forward,
     prof_cuda_rope_qk_backward, // on the f32 gradients
+    DTYPE_BF16, // bias_dtype: cuBLASLt's epilogue reads a bf16 D's bias as it is
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
 // + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
-// + add_f32_forward + rope_qk_forward + rope_qk_backward).
-static_assert(sizeof(Backend) == 62 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + add_f32_forward + rope_qk_forward + rope_qk_backward + bias_dtype, padded).
+static_assert(sizeof(Backend) == 63 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

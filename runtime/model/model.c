@@ -148,6 +148,7 @@ static void stage_register(ParamTable* pt, const Stage* st) {
          * tower's vision.pos_embed.weight, read as f32 words by rows_gather) dropped here became a bf16
          * compute copy under tp > 1, read as f32: loss NaN with runtime.precision = bf16 on CUDA */
         pt->specs[idx].f32_compute = s->f32_compute;
+        pt->specs[idx].gemm_bias = s->gemm_bias; /* a GEMM bias's 2-byte compute copy (params_mark_gemm_bias) */
     }
     params_free(&whole);
 }
@@ -464,7 +465,8 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->img_cu = arena_alloc(ar, (Np + 1) * sizeof(int32_t));
         a->prow = arena_alloc(ar, Np * sizeof(int32_t));
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
-        a->patches = arena_alloc_f32(ar, Np * 3 * c->patch * c->patch);
+        /* the tower's first activation: 2-byte words on the bf16-activation table (narrowed on the host) */
+        a->patches = arena_alloc(ar, Np * 3 * c->patch * c->patch * (st->vc.act_bytes == 2 ? 2 : sizeof(float)));
         /* a frozen vision tower keeps nothing for a backward that never runs */
         vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
         a->vit.b_floor = st->vit_floor;
@@ -599,6 +601,8 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_img_lm_start = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_seg = mallocCheck(2 * ((size_t)max_patches + 1) * sizeof(int32_t));
+    if (st->first && st->vc.act_bytes == 2 && max_patches > 0)
+        a->h_patches16 = mallocCheck((size_t)max_patches * 3 * st->vc.patch * st->vc.patch * sizeof(uint16_t));
     if (st->tp > 1) {
         a->h_own = mallocCheck(2 * ((size_t)max_tokens + 1) * sizeof(int32_t));
         a->h_targets = mallocCheck(((size_t)max_tokens + 1) * sizeof(int32_t));
@@ -613,6 +617,7 @@ void stage_acts_free(StageActs* a, const Stage* st) {
     free(a->h_seg);
     free(a->h_own);
     free(a->h_targets);
+    free(a->h_patches16);
     stage_acts_free_tables(a);
     memset(a, 0, sizeof *a);
 }
@@ -902,7 +907,13 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             be->copy_h2d(be, a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
             be->copy_h2d(be, a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
             be->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
-            be->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
+            if (st->vc.act_bytes == 2) { /* the tower's 2-byte activation: narrowed here, where it is produced */
+                RR_ASSERT(a->h_patches16);
+                vit_patches_to_bf16(a->h_patches16, mb->patches, (size_t)mb->Np * P);
+                be->copy_h2d(be, a->patches, a->h_patches16, (size_t)mb->Np * P * sizeof(uint16_t));
+            } else {
+                be->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
+            }
         }
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         vit_forward(vbe, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);

@@ -154,7 +154,8 @@ typedef struct {
     int T, S, I, Np, n_supervised;
     int32_t *cu_seqlens, *pos, *ids, *targets;  /* backend memory: (S+1), (T), (T), (T) */
     int32_t *img_cu, *prow, *pcol;              /* backend memory: (I+1), (Np), (Np) */
-    float* patches;                             /* backend memory: (Np, 3p^2) */
+    float* patches;                             /* backend memory: (Np, 3p^2) in the tower's activation storage (2-byte
+                                                 * bf16 words where Stage.vc.act_bytes is 2: narrowed on the host) */
     int32_t *h_img_cu, *h_img_lm_start;         /* host: (I+1), (I) */
     int32_t* h_seg;                             /* host: (2 * n_seg) text runs [start, end) */
     int n_seg;
@@ -178,6 +179,7 @@ typedef struct {
     int32_t* h_own;
     int n_own;
     int32_t* h_targets;
+    uint16_t* h_patches16; /* host: (max_patches, 3p^2) the patches narrowed to bf16 for the upload (2-byte tower only) */
     float loss_sum;        /* host: sum of CE over this microbatch's supervised targets */
     /* Generation (runtime/train/generate.c; NULL in training): block j's KV cache kv_k[j], kv_v[j]
      * ((rows, Dkv) each: the key/value heads' width) with kv_past rows filled; stage_forward appends the
