@@ -378,7 +378,26 @@ typedef struct Backend {
      * bf16 D's bias as it is, and the f32-word bf16 table widens it, exact); DTYPE_F32 (f32 words) on every other
      * table. Other 1-D parameters (norm weights and biases) stay f32 words everywhere. */
     DType bias_dtype;
+    /* linear_backward with dinp WRITTEN (dinp = dout @ weight, the GEMM's beta 0) instead of added: the first write of
+     * an input gradient, so that no memset precedes it (issue 20: no memset that a GEMM's beta = 0 makes redundant);
+     * dweight and dbias, which accumulate over microbatches, still add. CPU and the fp32 CUDA table: the reference,
+     * dinp zeroed then linear_backward (the same bits as before); the CUDA bf16 tables: one GEMM with beta 0. NULL:
+     * the caller zeroes dinp and calls linear_backward (backend_linear_backward_set). */
+    void (*linear_backward_set)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int N, int C, int OC);
 } Backend;
+
+/* dinp (N, C) = dout @ weight (written, not added), dweight / dbias added as by linear_backward: be's
+ * linear_backward_set where it has one, else a memset of dinp and linear_backward. */
+static inline void backend_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                               const float* inp, const float* weight, int N, int C, int OC) {
+    if (be->linear_backward_set) {
+        be->linear_backward_set(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    if (dinp) be->memset0(be, dinp, (size_t)N * (size_t)C * sizeof(float));
+    be->linear_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
  * backend's compute stream). */

@@ -141,13 +141,18 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     float *x = hrand(nx, 1, 1), *w = hrand(nw, 0.2f, 1), *b = hrand(OC, 0.5f, 1), *dy = hrand(ny, 1, 0);
     float *dx0 = hrand(nx, 1, 0), *dw0 = hrand(nw, 1, 0), *db0 = hrand(OC, 1, 0);
     const Backend* be[2] = {B16, B16A};
-    float *y_d[2], *dx_d[2], *dw_d[2], *db_d[2];
+    float *y_d[2], *dx_d[2], *dw_d[2], *db_d[2], *dxs_d[2];
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny); /* overwritten */
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
         be[t]->linear_forward(be[t], y_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
-        /* split as the pipeline's B then W */
+        /* split as the pipeline's B then W; the B pass twice: written (linear_backward_set, over garbage) then added */
+        float* junk = hrand(nx, 3, 0);
+        float* js_d = up32(be[t], junk, nx);
+        be[t]->linear_backward_set(be[t], js_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+        dxs_d[t] = js_d;
+        free(junk);
         be[t]->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
         be[t]->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
         be[t]->synchronize(be[t]);
@@ -156,8 +161,10 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     cmp("out", y_d[0], y_d[1], ny, 1);
     cmp("dinp", dx_d[0], dx_d[1], nx, 0);
     cmp("dweight", dw_d[0], dw_d[1], nw, 0);
+    cmp("dinp_set", dxs_d[0], dxs_d[1], nx, 0);
     if (with_bias) cmp("dbias", db_d[0], db_d[1], OC, 0);
     for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->free(dxs_d[t]);
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
 }
 

@@ -226,28 +226,25 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     if (T == 0) return;
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
-    be->memset0(be, s->dh, TF * sizeof(float));
-    be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    /* each input gradient's first write sets it (linear_backward_set: the GEMM's beta 0, no memset) */
+    backend_linear_backward_set(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
     be->memset0(be, g->dgate, TF * sizeof(float));
     be->memset0(be, g->dup, TF * sizeof(float));
     be->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
-    be->memset0(be, g->dn2, TD * sizeof(float));
-    be->linear_backward(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
+    backend_linear_backward_set(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
     be->linear_backward(be, g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
     lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
     be->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
     be->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
-    be->memset0(be, s->datt, TQ * sizeof(float));
-    be->linear_backward(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    backend_linear_backward_set(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
     be->memset0(be, g->dq, TQ * sizeof(float));
     be->memset0(be, g->dk, TK * sizeof(float));
     be->memset0(be, g->dv, TK * sizeof(float));
     be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
     lm_rope_qk(be, c, g->dq, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
-    be->memset0(be, g->dn1, TD * sizeof(float));
-    be->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
+    backend_linear_backward_set(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
     be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
     be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */

@@ -78,14 +78,13 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
     if (N == 0) return;
     int L = proj_local(c);
     size_t NL = (size_t)N * L;
-    be->memset0(be, a->dgelu, NL * sizeof(float));
-    be->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    /* the input gradients' first writes set them (linear_backward_set: the GEMM's beta 0, no memset) */
+    backend_linear_backward_set(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
     be->memset0(be, a->dfc1, NL * sizeof(float));
     if (c->proj_act != ACT_GELU_TANH) be->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
     else be->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
-    be->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
-    be->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    backend_linear_backward_set(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 

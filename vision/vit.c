@@ -529,19 +529,17 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
-    be->memset0(be, a->dgelu, N4D * sizeof(float));
-    be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    /* each input gradient's first write sets it (linear_backward_set: the GEMM's beta 0, no memset) */
+    backend_linear_backward_set(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
     be->memset0(be, g->dfc1, N4D * sizeof(float));
     if (clip) be->act_backward(be, g->dfc1, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
     else be->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
-    be->memset0(be, g->dln2, ND * sizeof(float));
-    be->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    backend_linear_backward_set(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
     be->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
     be->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    be->memset0(be, a->datt, NQ * sizeof(float));
-    be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
+    backend_linear_backward_set(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
     be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
     be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv,
                            vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
@@ -549,8 +547,7 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     if (!clip) {
         be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
     }
-    be->memset0(be, g->dln1, ND * sizeof(float));
-    be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    backend_linear_backward_set(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
     be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
     be->layernorm_backward(be, dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);

@@ -243,9 +243,13 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
     round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
-// linear_backward of both bf16 tables: act_bf16 says whether inp is 2-byte (the bf16-activation table) or f32 words
+// linear_backward of both bf16 tables: act_bf16 says whether inp is 2-byte (the bf16-activation table) or f32 words;
+// set_dinp (linear_backward_set): dinp written by the GEMM's beta 0 instead of added (no memset before it)
 static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* weight, int N, int C, int OC, bool act_bf16) {
+                                   const float* inp, const float* weight, int N, int C, int OC, bool act_bf16,
+                                   bool set_dinp = false) {
+    if (set_dinp && dinp && N > 0 && C > 0 && OC == 0) // an empty product: dinp = 0
+        cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
     ops.ptr[GEMM_PTR_INP] = inp;
@@ -255,6 +259,7 @@ static void linear_backward_tables(const Backend* be, float* dinp, float* dweigh
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
     if (dinp && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
+        if (set_dinp) d.g.beta = 0.0f; // dinp = dout W: the first write (C not read)
         gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, act_bf16);
     }
     if (dweight && C > 0) {
@@ -354,6 +359,15 @@ void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, 
 void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                 const float* weight, int N, int C, int OC) {
     linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, true);
+}
+// linear_backward_set (engine.h) on both bf16 tables: the input gradient's GEMM with beta 0
+void cuda_bf16_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, int N, int C, int OC) {
+    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, false, true);
+}
+void cuda_bf16a_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* weight, int N, int C, int OC) {
+    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, true, true);
 }
 
 // Linear then GELU on the bf16-activation table (engine.h's contract for bf16 tables): one cublasLtMatmul with the

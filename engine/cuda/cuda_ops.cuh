@@ -15,6 +15,8 @@
 void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
 void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC);
+void cuda_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    const float* weight, int N, int C, int OC);
 void cuda_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                               const float* bias, int N, int C, int OC);
 
@@ -96,6 +98,8 @@ void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, c
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, int N, int C, int OC);
+void cuda_bf16_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    const float* weight, int N, int C, int OC);
 void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                                    const float* bias, int N, int C, int OC);
 void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -168,6 +172,8 @@ void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, 
                                int OC);
 void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                 const float* weight, int N, int C, int OC);
+void cuda_bf16a_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    const float* weight, int N, int C, int OC);
 void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                                     const float* bias, int N, int C, int OC);
 void cuda_bf16a_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,

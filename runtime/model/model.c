@@ -967,8 +967,7 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
     if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
     else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-    be->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
-    be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    backend_linear_backward_set(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V); /* no memset */
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
