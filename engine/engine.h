@@ -312,7 +312,7 @@ typedef struct Backend {
      * bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt as they are (no conversion in a
      * step); the float* of the op slots is then only an address. DTYPE_F32 (every other table, the CPU's
      * bf16 reference included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm
-     * weights, biases) are f32 words on every table. */
+     * weights, biases) are f32 words on every table, but GEMM biases where bias_dtype is 2-byte (below). */
     DType weight_dtype;
     /* adamw_update, then the updated parameter rounded to bf16 (rr_f32_to_bf16) stored into `copy` in
      * copy_dtype (DTYPE_BF16: 2-byte words; DTYPE_F32: f32 words holding the bf16 value): the compute
@@ -337,17 +337,20 @@ typedef struct Backend {
      * such a buffer must use dtype_size(act_dtype)). The numerics are the bf16 table's: the same values at the
      * same rounding points, only the storage differs. Which pointers are activations, slot by slot (every
      * other float* keeps f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract, norm
-     * statistics mean / rstd, attention and cross-entropy lse, loss_sum, biases and 1-D weights, the
-     * optimiser's buffers; `weight` / `table` follow weight_dtype):
-     *   linear_forward: out, inp (its bias follows bias_dtype: 2-byte words, as cuBLASLt adds a bf16 D's bias).  linear_backward: inp (dout is f32; converted to bf16 scratch).
+     * statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the optimiser's buffers;
+     * `weight` / `table` follow weight_dtype, a linear's `bias` bias_dtype):
+     *   linear_forward: out, inp (its bias follows bias_dtype: 2-byte words, as cuBLASLt adds a bf16 D's bias).
+     *   linear_backward / linear_backward_set: inp (dout is f32; converted to bf16 scratch).
      *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
      *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
      *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.
-     *   rope_forward / rope2d_forward: x (rope_backward acts on an f32 gradient).  embedding_forward: out.
+     *   rope_forward / rope2d_forward: x (rope_backward acts on an f32 gradient).  rope_qk_forward: q, k.
+     *   embedding_forward: out.
      *   crossentropy_forward / crossentropy_backward: logits.  attention_forward: out, q, k, v.
      *   attention_backward: out, q, k, v (dout and dq / dk / dv f32).  act_forward: out, inp.
      *   act_backward: inp.  rows_gather_forward: out and table (2-byte both: a caller with an f32 table, a
-     *   parameter's compute copy holding bf16 values or the input patches, narrows it first with to_bf16).
+     *   parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches arrive
+     *   2-byte, narrowed on the host: vision.h vit_forward).
      *   memset0 / copy_*: bytes, as given.
      * NULL on backend_cuda_bf16a: attention_decode (generation keeps the bf16 table). */
     DType act_dtype;
