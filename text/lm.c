@@ -121,19 +121,24 @@ void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_
     a->h = lm_act_alloc(ar, c, T * F);
 }
 
+/* n floats rounded up to 64 bytes: where the next gradient of a packed group starts (aligned as the arena's) */
+static size_t lm_pack(size_t n) { return (n + 15) & ~(size_t)15; }
+
 void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T) {
     int Hl, Dq, Fl, Hkvl, Dkv;
     lm_local_sizes(c, &Hl, &Dq, &Fl);
     lm_local_kv(c, &Hkvl, &Dkv);
     size_t T = (size_t)max_T, D = c->D, F = (size_t)Fl;
     g->dxmid = arena_alloc_f32(ar, T * D);
-    g->dq = arena_alloc_f32(ar, T * Dq);
-    g->dk = arena_alloc_f32(ar, T * Dkv);
-    g->dv = arena_alloc_f32(ar, T * Dkv);
+    /* dq, dk, dv in one block and dgate, dup in another: lm_block_backward_input packs each group for its T,
+     * so that one memset zeroes a group */
+    g->dq = arena_alloc_f32(ar, lm_pack(T * Dq) + lm_pack(T * Dkv) + T * Dkv);
+    g->dk = g->dq + lm_pack(T * Dq);
+    g->dv = g->dk + lm_pack(T * Dkv);
     g->dn1 = arena_alloc_f32(ar, T * D);
     g->dn2 = arena_alloc_f32(ar, T * D);
-    g->dgate = arena_alloc_f32(ar, T * F);
-    g->dup = arena_alloc_f32(ar, T * F);
+    g->dgate = arena_alloc_f32(ar, lm_pack(T * F) + T * F);
+    g->dup = g->dgate + lm_pack(T * F);
 }
 
 void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
@@ -228,8 +233,10 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
     /* each input gradient's first write sets it (linear_backward_set: the GEMM's beta 0, no memset) */
     backend_linear_backward_set(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
-    be->memset0(be, g->dgate, TF * sizeof(float));
-    be->memset0(be, g->dup, TF * sizeof(float));
+    /* the gradients that an adding op writes first, zeroed one group a launch: dk, dv and dup re-pointed right after
+     * dq and dgate for this T (their blocks hold max_T rows; W reads the same pointers) */
+    g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = g->dgate + lm_pack(TF);
+    be->memset0(be, g->dgate, (lm_pack(TF) + TF) * sizeof(float)); /* dgate and dup: SwiGLU's backward adds */
     be->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
     backend_linear_backward_set(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
     be->linear_backward(be, g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
@@ -238,9 +245,7 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     be->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
     backend_linear_backward_set(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->memset0(be, g->dq, TQ * sizeof(float));
-    be->memset0(be, g->dk, TK * sizeof(float));
-    be->memset0(be, g->dv, TK * sizeof(float));
+    be->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
     be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
     lm_rope_qk(be, c, g->dq, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, 0);

@@ -98,9 +98,10 @@ typedef struct {
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward). */
 typedef struct {
     float *dxmid;            /* (T, D) d o output */
-    float *dq, *dk, *dv;     /* (T, D), (T, Dkv), (T, Dkv) d q/k/v output (RoPE undone) */
+    float *dq, *dk, *dv;     /* (T, D), (T, Dkv), (T, Dkv) d q/k/v output (RoPE undone); one block, dk and dv right
+                              * after dq for the microbatch's T (64-byte aligned; lm_block_backward_input sets them) */
     float *dn1, *dn2;        /* (T, D) d norm outputs */
-    float *dgate, *dup;      /* (T, F) */
+    float *dgate, *dup;      /* (T, F); one block, dup right after dgate for the microbatch's T (as dk, dv) */
 } LmBlockGrads;
 
 /* Scratch shared by every block of one microbatch's forward or backward. */
