@@ -67,11 +67,6 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } AdamWConfig;
 
-/* The largest attention call of one kind a stage makes (Backend.reserve): at most max_T packed tokens in
- * at most max_S sequences, H heads of dim d, q / k / v rows of stride ld_qkv. */
-typedef struct {
-    int max_T, max_S, H, d, ld_qkv;
-} AttnReserve;
 
 /* Elementwise activations of Backend.act_forward / act_backward (the CLIP tower and Hugging Face's
  * projector): GELU_TANH is gelu_forward's; GELU_ERF the exact 0.5 x (1 + erf(x / sqrt 2)) (torch's
@@ -89,6 +84,16 @@ typedef struct {
     int llama3;
     double factor, low_freq_factor, high_freq_factor, original_max_pos;
 } RopeFreq;
+
+/* The largest attention call of one kind a stage makes (Backend.reserve): at most max_T packed tokens in
+ * at most max_S sequences, H heads of dim d, q / k / v rows of stride ld_qkv. rope: the RoPE its q and k take
+ * (0 none; 1 the 1-D RoPE of rope_freq, the LM's; 2 the ViT's 2-D RoPE), whose cos / sin table of max_T positions
+ * the CUDA backend builds at the reservation (engine/cuda/rope.cu), not in a step. */
+typedef struct {
+    int max_T, max_S, H, d, ld_qkv;
+    int rope;
+    RopeFreq rope_freq;
+} AttnReserve;
 
 /* ------------------------------------------------------------------------------------------------
  * The backend's profiler (runtime.profile) and device memory. Op kinds: every op slot belongs to one

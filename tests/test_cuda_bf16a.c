@@ -356,17 +356,20 @@ static void run_rope(const char* name, const RopeFreq* rf, int N, int H, int d) 
 
 /* RoPE over q and k in one call (rope_qk_forward): q of H heads and k of Hkv heads in separate buffers of their own
  * strides (padding untouched), bitwise against the bf16 table's; the bf16 table's own rope_qk against its two
- * rope_forward calls (the values the fusion must keep) */
+ * rope_forward calls (the values the fusion must keep), and the two calls with their cos / sin read from the table
+ * against the same with every angle computed (RRFP_ROPE_TABLE=0): bitwise, on a device too */
 static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int Hkv, int d) {
     case_name = name;
     int ldq = H * d + 5, ldk = Hkv * d + 3;
     size_t nq = (size_t)N * ldq, nk = (size_t)N * ldk;
     float *q = hrand(nq, 2, 1), *k = hrand(nk, 2, 1);
     int* pos = mallocCheck(N * sizeof(int));
-    for (int i = 0; i < N; i++) pos[i] = (i * 7) % 23;
-    const Backend* be[3] = {B16, B16A, B16};
-    float *q_d[3], *k_d[3];
-    for (int t = 0; t < 3; t++) {
+    /* positions inside RoPE's cos / sin table and, every fifth, past it (computed per element) */
+    for (int i = 0; i < N; i++) pos[i] = i % 5 == 4 ? 70000 + i : (i * 7) % 23;
+    const Backend* be[4] = {B16, B16A, B16, B16};
+    float *q_d[4], *k_d[4];
+    for (int t = 0; t < 4; t++) {
+        if (t == 3) setenv("RRFP_ROPE_TABLE", "0", 1); /* every angle computed: the table's values must be these */
         int* pos_d = be[t]->alloc(N * sizeof(int));
         be[t]->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
         q_d[t] = upa(be[t], q, nq);
@@ -379,12 +382,15 @@ static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int 
         }
         be[t]->synchronize(be[t]);
         be[t]->free(pos_d);
+        if (t == 3) unsetenv("RRFP_ROPE_TABLE");
     }
     cmp("q", q_d[0], q_d[1], nq, 1);
     cmp("k", k_d[0], k_d[1], nk, 1);
     cmp("q_2calls", q_d[0], q_d[2], nq, 0);
     cmp("k_2calls", k_d[0], k_d[2], nk, 0);
-    for (int t = 0; t < 3; t++) be[t]->free(q_d[t]), be[t]->free(k_d[t]);
+    cmp("q_notable", q_d[2], q_d[3], nq, 0);
+    cmp("k_notable", k_d[2], k_d[3], nk, 0);
+    for (int t = 0; t < 4; t++) be[t]->free(q_d[t]), be[t]->free(k_d[t]);
     free(q), free(k), free(pos);
 }
 

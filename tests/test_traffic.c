@@ -427,6 +427,41 @@ static float* dev_random_act(size_t n, float scale, uint64_t* s) {
     return d;
 }
 
+/* RoPE's cos / sin table is built on its frequencies' first use (rope.cu: one launch, never again once built): a
+ * warm-up call builds it before the step is counted, and must have made exactly that launch and the rotation (so the
+ * counted step's RoPE launches read a table: the path is checked to have run) */
+static void rope_warm_up(const char* what, void (*call)(void* ctx), void* ctx) {
+    BackendProfile p;
+    inner->profile(1);
+    call(ctx);
+    inner->profile_take(&p);
+    inner->profile(0);
+    if (p.launches[PROF_ELEMENTWISE] != 2) {
+        printf("FAIL %s: the RoPE warm-up made %ld launches, expected 2 (the cos / sin table, the rotation)\n", what,
+               p.launches[PROF_ELEMENTWISE]);
+        failures++;
+    }
+}
+struct LmRopeCtx {
+    LmBlockActs* a;
+    const LmSeq* seq;
+    const LmConfig* c;
+};
+static void lm_rope_call(void* v) {
+    struct LmRopeCtx* x = v;
+    int d = x->c->D / x->c->H;
+    inner->rope_qk_forward(inner, x->a->q, x->a->k, x->seq->pos, x->seq->T, x->c->H, x->c->H, d, x->c->D, x->c->D, &x->c->rope);
+}
+struct VitRopeCtx {
+    float* qkv;
+    const int *pr, *pc;
+    int N, H, d;
+};
+static void vit_rope_call(void* v) {
+    struct VitRopeCtx* x = v;
+    inner->rope2d_forward(inner, x->qkv, x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
+}
+
 static void step_params(ParamTable* pt) {
     AdamWConfig cfg = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
     size_t first = emu_traffic_n();
@@ -510,6 +545,8 @@ static void run_lm(void) {
     uint64_t rs = 3;
     float *xin = dev_random_act((size_t)T * c.D, 2.0f, &rs), *xout = dev_random_act((size_t)T * c.D, 1.0f, &rs);
     float *dxout = dev_random((size_t)T * c.D, 1e-2f, &rs), *dxin = dev_random((size_t)T * c.D, 1.0f, &rs);
+    struct LmRopeCtx rc = {&a, &seq, &c};
+    rope_warm_up("LM block", lm_rope_call, &rc);
     inner->synchronize(inner);
     emu_traffic(1);
     inner->profile(1);
@@ -548,6 +585,8 @@ static void run_vit(void) {
     float* patches = dev_random_act((size_t)N * P, 2.0f, &rs); /* 2-byte words: narrowed on the host (vit_forward) */
     int *img_d = dev_ints(img_cu, 3), *pr_d = dev_ints(pr, N), *pc_d = dev_ints(pc, N);
     float* dv = dev_random((size_t)N * c.D, 1e-2f, &rs);
+    struct VitRopeCtx vc = {a.blocks[0].qkv, pr_d, pc_d, N, c.H, c.D / c.H};
+    rope_warm_up("ViT block", vit_rope_call, &vc);
     inner->synchronize(inner);
     emu_traffic(1);
     inner->profile(1);

@@ -41,6 +41,8 @@ void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H
 void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cuda_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+// RoPE's cos / sin tables (rope.cu) for the calls Backend.reserve announces: positions below their max_T, built now
+void cuda_rope_reserve(const Backend* be, const AttnReserve* attn, int n_attn);
 void cuda_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                           const RopeFreq* rf);
 void cuda_bf16_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
