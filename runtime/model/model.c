@@ -482,6 +482,14 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     }
     lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
     a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
+    /* 2-byte activations: each residual gradient's 2-byte copy, stored by the pass that finishes it (a block's norm1
+     * backward, the final norm's backward; at a pipeline edge a narrowing), for the down projection's GEMMs */
+    a->dres16 = ab == 2 ? arena_alloc(ar, (split ? nL + 1 : 2) * T * Dt * 2) : NULL;
+    for (size_t j = 0; j < nL && a->dres16; j++) {
+        size_t so = split ? j + 1 : (j + 1) % 2, si = split ? j : j % 2;
+        a->grads[j].dxout16 = a->dres16 + so * T * Dt;
+        a->grads[j].dxin16 = j > 0 ? a->dres16 + si * T * Dt : NULL; /* block 0's: read as f32 only */
+    }
     if (st->last) {
         a->nf = arena_alloc(ar, T * Dt * ab);
         a->rstdf = arena_alloc_f32(ar, T);
@@ -631,6 +639,11 @@ static float* stage_res(const StageActs* a, const Stage* st, int j) {
 static float* stage_dres(const StageActs* a, const Stage* st, int j) {
     size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
     return a->dres + slot * a->max_T * st->cfg.Dt;
+}
+/* its 2-byte copy (2-byte activations; else NULL) */
+static uint16_t* stage_dres16(const StageActs* a, const Stage* st, int j) {
+    size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
+    return a->dres16 ? a->dres16 + slot * a->max_T * st->cfg.Dt : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -961,7 +974,11 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
-    be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
+        be->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
+                                  a->rstdf, T, Dt);
+    else
+        be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
@@ -1016,10 +1033,13 @@ static void stage_embed_backward_weight(Stage* st, StageActs* a) {
 static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale) {
     RR_ASSERT(st->last == (dhidden_out == NULL));
     int nL = st->l1 - st->l0;
-    if (st->last)
+    if (st->last) {
         stage_head_backward_input(st, a, loss_scale);
-    else
+    } else {
         st->be->copy_d2d(st->be, stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
+        /* the pipeline's f32 gradient at the stage's exit edge: narrowed once for the last block's GEMMs */
+        if (stage_dres16(a, st, nL)) st->lbe->to_bf16(st->lbe, stage_dres16(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt);
+    }
 }
 
 void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
