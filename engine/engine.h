@@ -161,6 +161,14 @@ typedef struct BackendB16 {
                                const uint16_t* dout16, const float* out, const float* lse, const float* q, const float* k,
                                const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
                                int ld_kv, int causal);
+    /* layernorm_backward with dinp's final value also stored as 2-byte words into dinp16 (as rmsnorm_backward above) */
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* weight, const float* mean,
+                               const float* rstd, int N, int C);
+    /* act_backward (ACT_GELU_TANH: gelu_backward) adding into the f32 dinp (a bias gradient sums it) and storing its
+     * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain slot) */
+    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+                         size_t n, Act act);
 } BackendB16;
 
 typedef struct Backend {

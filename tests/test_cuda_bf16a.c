@@ -533,6 +533,51 @@ static void run_b16_elementwise(const char* name, size_t n, int N, int C) {
     free(g), free(u), free(dy), free(zero), free(x), free(w), free(dyn), free(dx0), free(rs);
 }
 
+/* b16->layernorm_backward (dinp, dweight, dbias) and b16->act_backward (each activation) over pre-filled f32 gradients:
+ * the f32 results bitwise the plain slots', the 2-byte copies their final values narrowed */
+static void run_b16_ln_act(const char* name, int N, int C) {
+    case_name = name;
+    size_t n = (size_t)N * C;
+    float *x = hrand(n, 2, 1), *w = hrand(C, 1, 0), *dy = hrand(n, 1, 0), *dx0 = hrand(n, 1, 0), *m = hrand(N, 0.5f, 0);
+    float *rs = hrand(N, 1, 0), *dw0 = hrand(C, 1, 0), *db0 = hrand(C, 1, 0);
+    for (int i = 0; i < N; i++) rs[i] = 0.5f + fabsf(rs[i]);
+    const Backend* be[2] = {B16, B16A};
+    float *dx_d[2], *dw_d[2], *db_d[2], *da_d[2][3];
+    uint16_t *dx16 = up16(B16A, dx0, n), *da16[3];
+    static const Act acts[3] = {ACT_GELU_TANH, ACT_GELU_ERF, ACT_QUICK_GELU};
+    for (int t = 0; t < 2; t++) {
+        float *x_d = upa(be[t], x, n), *w_d = up32(be[t], w, C), *dy_d = up32(be[t], dy, n), *m_d = up32(be[t], m, N);
+        float* rs_d = up32(be[t], rs, N);
+        dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
+        if (t == 0) be[t]->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
+        else be[t]->b16->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
+        for (int k = 0; k < 3; k++) {
+            da_d[t][k] = up32(be[t], dx0, n);
+            if (t == 0) {
+                be[t]->act_backward(be[t], da_d[t][k], dy_d, x_d, n, acts[k]);
+            } else {
+                da16[k] = up16(be[t], dy, n);
+                be[t]->b16->act_backward(be[t], da_d[t][k], da16[k], dy_d, x_d, n, acts[k]);
+            }
+        }
+        be[t]->synchronize(be[t]);
+        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dy_d), be[t]->free(m_d), be[t]->free(rs_d);
+    }
+    cmp("ln dinp", dx_d[0], dx_d[1], n, 0);
+    cmp16("ln16", dx_d[0], C, dx16, C, N, C);
+    cmp("ln dw", dw_d[0], dw_d[1], C, 0);
+    cmp("ln db", db_d[0], db_d[1], C, 0);
+    static const char* tags[3][2] = {{"gelu", "gelu16"}, {"erf", "erf16"}, {"quick", "quick16"}};
+    for (int k = 0; k < 3; k++) {
+        cmp(tags[k][0], da_d[0][k], da_d[1][k], n, 0);
+        cmp16(tags[k][1], da_d[0][k], C, da16[k], C, N, C);
+        B16->free(da_d[0][k]), B16A->free(da_d[1][k]), B16A->free(da16[k]);
+    }
+    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
+    B16A->free(dx16);
+    free(x), free(w), free(dy), free(dx0), free(m), free(rs), free(dw0), free(db0);
+}
+
 /* b16->rope_backward: the f32 gradient (rows of stride ld, padded) rotated into a compact 2-byte copy; keep: dx rotated
  * too, bitwise the plain slot's; else dx left as it was */
 static void run_b16_rope(const char* name, const RopeFreq* rf, int N, int H, int d, int keep) {
@@ -706,6 +751,7 @@ int main(int argc, char** argv) {
     RUN("b16_linear", run_b16_linear("b16_linear", 37, 48, 40, 0));
     RUN("b16_linear_bias", run_b16_linear("b16_linear_bias", 19, 32, 24, 1));
     RUN("b16_swiglu_rmsnorm", run_b16_elementwise("b16_swiglu_rmsnorm", 1000, 17, 96));
+    RUN("b16_layernorm_act", run_b16_ln_act("b16_layernorm_act", 9, 300));
     RUN("b16_rope", run_b16_rope("b16_rope", &rf, 23, 3, 16, 0));
     RUN("b16_rope_llama3_keep", run_b16_rope("b16_rope_llama3_keep", &rf3, 23, 2, 32, 1));
     RUN("b16_attention_mha_d32", run_b16_attention("b16_attention_mha_d32", 3, lens_a, 2, 2, 32));

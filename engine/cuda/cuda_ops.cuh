@@ -227,6 +227,11 @@ void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, 
                                        const uint16_t* dout16, const float* out, const float* lse, const float* q,
                                        const float* k, const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
                                        int d, int ld_q, int ld_kv, int causal);
+void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                       const float* dout, const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C);
+void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+                                 size_t n, Act act);
 // clip_ops.cu on the bf16-activation table
 void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
 void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);

@@ -488,7 +488,8 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     for (size_t j = 0; j < nL && a->dres16; j++) {
         size_t so = split ? j + 1 : (j + 1) % 2, si = split ? j : j % 2;
         a->grads[j].dxout16 = a->dres16 + so * T * Dt;
-        a->grads[j].dxin16 = j > 0 ? a->dres16 + si * T * Dt : NULL; /* block 0's: read as f32 only */
+        /* block 0's: read as f32 only (embedding), but the projector's GEMMs take its image rows in 2 bytes */
+        a->grads[j].dxin16 = j > 0 || (st->first && vit_act_bytes(&st->vc) == 2) ? a->dres16 + si * T * Dt : NULL;
     }
     if (st->last) {
         a->nf = arena_alloc(ar, T * Dt * ab);
@@ -994,10 +995,14 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
     int Dt = st->cfg.Dt;
     if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
+    const uint16_t* dx016 = vit_act_bytes(&st->vc) == 2 ? stage_dres16(a, st, 0) : NULL; /* block 0's 2-byte copy */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         be->copy_d2d(be, a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
                      (size_t)n * Dt * sizeof(float));
+        if (dx016)
+            be->copy_d2d(be, a->proj.dout16 + (size_t)k0 * Dt, dx016 + (size_t)a->h_img_lm_start[i] * Dt,
+                         (size_t)n * Dt * sizeof(uint16_t));
     }
     projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np, st->vit_train);
     if (st->vit_train) be->copy_d2d(be, a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
