@@ -300,11 +300,12 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // ---- the bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16) ----------------------
 // The bf16 table's numerics with its activations stored as 2-byte bf16 words (engine.h lists which pointer of
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
-// forward's output in bf16, so no conversion or rounding pass runs in an unbiased GEMM's forward. What remains
-// (docs/cuda.md, "bf16 storage"; tests/test_traffic.c lists them as known gaps): a backward GEMM converts its f32
-// output gradient (dout) to bf16 scratch; a biased forward GEMM converts its bias (cuBLASLt takes a bf16 D's bias
-// in bf16); the own attention kernel's backward widens q, k, v and out to f32 scratch (its mixed bf16-input /
-// f32-gradient instantiation would be flash_attention.cu's), as does a cuDNN run checked against the own kernel.
+// forward's output in bf16, so no conversion or rounding pass runs in an unbiased GEMM's forward. Its backward GEMMs
+// and attention backward read 2-byte output gradients stored by their producers (Backend.b16: the *_b16 functions
+// here and in norm.cu, elementwise.cu, rope.cu, clip_ops.cu); the plain linear_backward (an f32 dout converted to
+// bf16 scratch) remains for the gaps (docs/cuda.md, "2-byte output gradients"). What else remains (tests/
+// test_traffic.c lists them as known gaps): a biased forward GEMM converts its bias (cuBLASLt takes a bf16 D's bias
+// in bf16); a cuDNN run checked against the own kernel widens its inputs into f32 scratch.
 
 static __global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
