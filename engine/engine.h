@@ -169,6 +169,10 @@ typedef struct BackendB16 {
      * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain slot) */
     void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
                          size_t n, Act act);
+    /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain slot's value over a
+     * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
+    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+                                  const int* targets, float scale, int N, int V);
 } BackendB16;
 
 typedef struct Backend {

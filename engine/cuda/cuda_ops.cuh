@@ -230,6 +230,8 @@ void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, 
 void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                        const float* dout, const float* inp, const float* weight, const float* mean,
                                        const float* rstd, int N, int C);
+void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+                                          const int* targets, float scale, int N, int V);
 void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
                                  size_t n, Act act);
 // clip_ops.cu on the bf16-activation table

@@ -496,7 +496,9 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->rstdf = arena_alloc_f32(ar, T);
         a->logits = arena_alloc(ar, T * Vs * ab);
         a->lse = arena_alloc_f32(ar, T);
-        a->dlogits = arena_alloc_f32(ar, T * Vs);
+        /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
+         * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
+        a->dlogits = ab == 2 && st->tp <= 1 ? arena_alloc(ar, T * Vs * 2) : arena_alloc_f32(ar, T * Vs);
         a->dnf = arena_alloc_f32(ar, T * Dt);
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
@@ -967,11 +969,17 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
-    be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
-    if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
-    else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
     be->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
-    be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
+        be->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T, Dt,
+                                 V);
+    } else {
+        be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
+        if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
+        else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    }
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
@@ -985,7 +993,11 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
-    be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
+        be->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T,
+                                 Dt, V);
+    else
+        be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
     be->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
