@@ -154,10 +154,13 @@ typedef struct BackendB16 {
      * stride ld16); keep_f32: dx rotated in place too (a bias gradient reads it), else dx is left as it was. */
     void (*rope_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos, int N, int H,
                           int d, int ld, const RopeFreq* rf, int keep_f32);
-    /* attention_backward with dout16 2-byte (T, H d), dq and dk f32 (added), and either dv f32 (added, stride ld_kv) or
-     * dv16 2-byte rows of stride ld_dv16 (at most one): dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's
-     * store (zero it first: it then holds the plain slot's dv narrowed). */
-    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dv16, int ld_dv16,
+    /* attention_backward with dout16 2-byte (T, H d) and dq, dk, dv f32 (added, as the plain slot), each with an
+     * optional 2-byte mirror dq16, dk16, dv16 (rows of stride ld16; NULL: none) that gets rr_f32_to_bf16 of the final
+     * f32 value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes). dv NULL with
+     * dv16: dv is 2-byte only, dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's store (zero it first: it
+     * then holds the plain slot's dv narrowed; dq16, dk16 must then be NULL). */
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                               uint16_t* dv16, int ld16,
                                const uint16_t* dout16, const float* out, const float* lse, const float* q, const float* k,
                                const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
                                int ld_kv, int causal);
@@ -169,6 +172,10 @@ typedef struct BackendB16 {
      * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain slot) */
     void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
                          size_t n, Act act);
+    /* rope2d_backward as rope_backward above (f32 dx read, rotated values stored 2-byte into dx16, dx rotated too with
+     * keep_f32) */
+    void (*rope2d_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                            const int* pos_col, int N, int H, int d, int ld, int keep_f32);
     /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain slot's value over a
      * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
     void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,

@@ -597,22 +597,27 @@ static void run_b16_ln_act(const char* name, int N, int C) {
     free(x), free(w), free(dy), free(dx0), free(m), free(rs), free(dw0), free(db0);
 }
 
-/* b16->rope_backward: the f32 gradient (rows of stride ld, padded) rotated into a compact 2-byte copy; keep: dx rotated
- * too, bitwise the plain slot's; else dx left as it was */
+/* b16->rope_backward (rf; rf NULL: b16->rope2d_backward): the f32 gradient (rows of stride ld, padded) rotated into a
+ * compact 2-byte copy; keep: dx rotated too, bitwise the plain slot's; else dx left as it was */
 static void run_b16_rope(const char* name, const RopeFreq* rf, int N, int H, int d, int keep) {
     case_name = name;
     int ld = H * d + 5;
     size_t n = (size_t)N * ld;
     float* dx = hrand(n, 2, 0);
-    int* pos = mallocCheck(N * sizeof(int));
-    for (int i = 0; i < N; i++) pos[i] = (i * 7) % 23;
+    int* pos = mallocCheck(2 * N * sizeof(int));
+    for (int i = 0; i < N; i++) pos[i] = (i * 7) % 23, pos[N + i] = (i * 3) % 11;
     float *ref = up32(B16, dx, n), *got = up32(B16A, dx, n);
     uint16_t* g16 = up16(B16A, dx, (size_t)N * H * d);
-    int *pos0 = B16->alloc(N * sizeof(int)), *pos1 = B16A->alloc(N * sizeof(int));
-    B16->copy_h2d(B16, pos0, pos, N * sizeof(int));
-    B16A->copy_h2d(B16A, pos1, pos, N * sizeof(int));
-    B16->rope_backward(B16, ref, pos0, N, H, d, ld, rf);
-    B16A->b16->rope_backward(B16A, g16, H * d, got, pos1, N, H, d, ld, rf, keep);
+    int *pos0 = B16->alloc(2 * N * sizeof(int)), *pos1 = B16A->alloc(2 * N * sizeof(int));
+    B16->copy_h2d(B16, pos0, pos, 2 * N * sizeof(int));
+    B16A->copy_h2d(B16A, pos1, pos, 2 * N * sizeof(int));
+    if (rf) {
+        B16->rope_backward(B16, ref, pos0, N, H, d, ld, rf);
+        B16A->b16->rope_backward(B16A, g16, H * d, got, pos1, N, H, d, ld, rf, keep);
+    } else {
+        B16->rope2d_backward(B16, ref, pos0, pos0 + N, N, H, d, ld);
+        B16A->b16->rope2d_backward(B16A, g16, H * d, got, pos1, pos1 + N, N, H, d, ld, keep);
+    }
     B16->synchronize(B16), B16A->synchronize(B16A);
     cmp16("dx16", ref, ld, g16, H * d, N, H * d);
     if (keep) {
@@ -641,7 +646,7 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
     float* zero = calloc(nq, sizeof(float));
     const Backend* be[3] = {B16, B16A, B16A};
     float *dq_d[3], *dk_d[3], *dv_d[3];
-    uint16_t* dv16 = NULL;
+    uint16_t *dv16 = NULL, *mq16 = NULL, *mk16 = NULL, *mv16 = NULL;
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
         be[t]->reserve(be[t], 0, 0, &ar, 1);
@@ -657,8 +662,15 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
         } else {
             uint16_t* dy16 = up16(be[t], dy, nq);
             if (t == 1) dv16 = up16(be[t], zero, nkv);
-            be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], t == 1 ? NULL : dv_d[t], t == 1 ? dv16 : NULL, Dkv, dy16,
-                                           o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+            if (t == 2) { /* f32 gradients with their 2-byte mirrors (garbage before: overwritten) */
+                mq16 = up16(be[t], dy, nq), mk16 = up16(be[t], dy, nkv), mv16 = up16(be[t], dy, nkv);
+            }
+            if (t == 1)
+                be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, dy16, o_d, lse_d, q_d,
+                                               k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+            else /* mirrors of stride Dkv (the q mirror where Dq == Dkv) */
+                be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], Dkv == Dq ? mq16 : NULL, mk16, mv16, Dkv,
+                                               dy16, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
             be[t]->synchronize(be[t]);
             be[t]->free(dy16);
         }
@@ -671,6 +683,10 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
     cmp16("dv16", dv_d[0], Dkv, dv16, Dkv, T, Dkv);
     cmp("dq#f32dv", dq_d[0], dq_d[2], nq, 0);
     cmp("dv#f32dv", dv_d[0], dv_d[2], nkv, 0);
+    if (Dkv == Dq) cmp16("dq16m", dq_d[0], Dq, mq16, Dkv, T, Dq);
+    cmp16("dk16m", dk_d[0], Dkv, mk16, Dkv, T, Dkv);
+    cmp16("dv16m", dv_d[0], Dkv, mv16, Dkv, T, Dkv);
+    B16A->free(mq16), B16A->free(mk16), B16A->free(mv16);
     for (int t = 0; t < 3; t++) be[t]->free(dq_d[t]), be[t]->free(dk_d[t]), be[t]->free(dv_d[t]);
     B16A->free(dv16);
     free(q), free(k), free(v), free(dy), free(zero);
@@ -773,8 +789,12 @@ int main(int argc, char** argv) {
     RUN("b16_layernorm_act", run_b16_ln_act("b16_layernorm_act", 9, 300));
     RUN("b16_rope", run_b16_rope("b16_rope", &rf, 23, 3, 16, 0));
     RUN("b16_rope_llama3_keep", run_b16_rope("b16_rope_llama3_keep", &rf3, 23, 2, 32, 1));
+    RUN("b16_rope2d_keep", run_b16_rope("b16_rope2d_keep", NULL, 19, 2, 16, 1));
+    RUN("b16_rope2d", run_b16_rope("b16_rope2d", NULL, 19, 2, 16, 0));
     RUN("b16_attention_mha_d32", run_b16_attention("b16_attention_mha_d32", 3, lens_a, 2, 2, 32));
     RUN("b16_attention_gqa_d16", run_b16_attention("b16_attention_gqa_d16", 2, lens_b, 4, 2, 16));
+    /* head dim 128: the dq kernel's single-buffered variant (dq3), its mirror store too */
+    RUN("b16_attention_mha_d128", run_b16_attention("b16_attention_mha_d128", 2, lens_b, 2, 2, 128));
 #undef RUN
     B16->synchronize(B16);
     if (checks == 0) {

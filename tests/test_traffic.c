@@ -15,13 +15,14 @@
  *   1. every op call's launches are the profiler's (Backend.profile_take, exact) and carry its label and
  *      kind (the profiler scope);
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
- *      in any op but the known gaps: the backward GEMMs (the f32 output gradient converted to bf16 scratch),
- *      the attention backward (q, k, v, out widened to f32 for the kernels that take f32 inputs; its two kernels
- *      each read every input), the ViT's patches narrowed to bf16 (to_bf16: they arrive as f32 words) and a
+ *      in any op but the known gaps: the ViT's patches narrowed to bf16 (to_bf16: they arrive as f32 words) and a
  *      biased forward GEMM's bias (its OC values converted: cuBLASLt takes a bf16 D's bias in bf16); so no
- *      unbiased forward GEMM, norm or elementwise op has one;
- *   3. every op call outside the known gaps moves at most 1.3x its `in use` budget; a known gap at most
- *      3x (a regression bound; their figures are printed);
+ *      unbiased forward GEMM, norm or elementwise op and no backward op has one: every backward GEMM and the
+ *      attention backward read 2-byte output gradients stored by their producers (Backend.b16, issue 20), and a
+ *      call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
+ *   3. every op call outside the known gaps moves at most 1.3x its `in use` budget (the 2-byte attention
+ *      backward 2.5x: its kernels' own reads, w16_attention_backward); a known gap at most 3x (a regression
+ *      bound; their figures are printed);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor.
  * The per-kind totals against both budgets are printed (the figures in docs/cuda.md).
  * Usage: test_traffic [-v]   (-v: every op call) */
@@ -170,9 +171,8 @@ static void w_linear_gelu_forward(const Backend* be, float* out, float* pre, con
     end();
 }
 /* the plain linear_backward (an f32 dout, converted to bf16 scratch) and attention_backward (an f32 dout, narrowed):
- * known gaps only where a block still calls them on the bf16-activation table (plain_gap); the LM block calls the
- * 2-byte slots (Backend.b16) for every product, so there a plain call fails */
-static int plain_gap;
+ * no gap on the bf16-activation table: both blocks call the 2-byte slots (Backend.b16) for every product, so a plain
+ * call fails (its conversion launch) */
 static void w_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* weight, int N, int C, int OC) {
     (void)be;
@@ -181,7 +181,7 @@ static void w_linear_backward(const Backend* be, float* dinp, float* dweight, fl
     if (dweight)
         use += nd + (double)N * C * A_USE + 2.0 * OC * C * F32B, target += nd + (double)N * C * A_TARGET + 2.0 * OC * C * F32B;
     if (dbias) use += nd + 2.0 * OC * F32B, target += nd + 2.0 * OC * F32B;
-    begin("linear_backward", PROF_GEMM, plain_gap, use, target);
+    begin("linear_backward", PROF_GEMM, 0, use, target);
     inner->linear_backward(inner, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     end();
 }
@@ -277,9 +277,8 @@ static void w_rope2d_backward(const Backend* be, float* dx, const int* pr, const
 /* attention: the compulsory traffic (each input read once): q, out, dout and dq of T H d values, k, v, dk
  * and dv of T Hkv d (grouped-query attention: Hkv key/value heads; Hkv = H in the blocks here). The
  * forward is one launch of the own tensor-core kernel (issue 24), its output rounded in its store: within
- * 1.3x like every other op. The backward's two kernels (dq; dk / dv) each read q, k, v, out and dout, and
- * in the ViT's one qkv buffer each touches every page of the strided q / k / v views: a known gap
- * (docs/cuda.md, "Traffic budget") */
+ * 1.3x like every other op. The plain backward (an f32 dout, narrowed first) is not called on this table: the
+ * blocks call w16_attention_backward (docs/cuda.md, "Traffic budget") */
 static void w_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                 const int* cu, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     (void)be;
@@ -295,7 +294,7 @@ static void w_attention_backward(const Backend* be, float* dq, float* dk, float*
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
     double rest = x * G + 2 * (x + 2 * kv) * G + T * H * 4.0 + (S + 1) * 4.0; /* dout read; dq, dk, dv read and written */
-    begin("attention_backward", PROF_ATTENTION, plain_gap, 2 * (x + kv) * A_USE + rest, 2 * (x + kv) * A_TARGET + rest);
+    begin("attention_backward", PROF_ATTENTION, 0, 2 * (x + kv) * A_USE + rest, 2 * (x + kv) * A_TARGET + rest);
     /* on the bf16-activation table the own kernel's backward takes f32 inputs: q, k, v and out widened first, a
      * pass of its own (2 bytes read and 4 written a value; the ViT's one qkv span read whole): allowed on top */
     if (inner->act_dtype == DTYPE_BF16) cur_extra = 6.0 * (2 * x + 2 * kv);
@@ -341,25 +340,37 @@ static void w16_rope_backward(const Backend* be, uint16_t* dx16, int ld16, float
     inner->b16->rope_backward(inner, dx16, ld16, dx, pos, N, H, d, ld, rf, keep);
     end();
 }
-static void w16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dv16, int ld_dv16,
-                                   const uint16_t* dout16, const float* out, const float* lse, const float* q, const float* k,
-                                   const float* v, const int* cu, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
-                                   int causal) {
+static void w16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                   uint16_t* dv16, int ld16, const uint16_t* dout16, const float* out, const float* lse,
+                                   const float* q, const float* k, const float* v, const int* cu, int S, int T, int H, int Hkv,
+                                   int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
-    /* q, k, v, out read; dout 2-byte read; dq, dk f32 and dv (f32 or 2-byte) read and written; lse, cu_seqlens */
-    double b = 2 * (x + kv) * A_TARGET + x * G16 + 2 * (x + kv) * G + 2 * kv * (dv16 ? G16 : G) + T * H * 4.0 + (S + 1) * 4.0;
+    /* q, k, v, out read; dout 2-byte read; dq, dk f32 and dv (f32 or 2-byte only) read and written, the 2-byte mirrors
+     * written; lse, cu_seqlens */
+    double b = 2 * (x + kv) * A_TARGET + x * G16 + 2 * (x + kv) * G + 2 * kv * (dv ? G : G16) + T * H * 4.0 + (S + 1) * 4.0;
+    b += (dq16 ? x * G16 : 0) + (dk16 ? kv * G16 : 0) + (dv16 && dv ? kv * G16 : 0);
     begin("attention_backward_b16", PROF_ATTENTION, 0, b, b);
     /* no conversion launch; the kernels' own reads: the row-statistics pre-pass reads out and dout, then the dq kernel
      * and the dk / dv kernel each stream q, k, v and dout (issue 24's v2; docs/cuda.md "Traffic budget"), and in the
      * ViT's one qkv buffer each reader of a strided q / k / v view touches every page of the qkv rows: up to 2.5x the
-     * compulsory bytes (measured: the LM block's 1.37x, the ViT's 2.03x) */
+     * compulsory bytes (measured: the LM block's 1.37x, the ViT's 2.08x) */
     cur_limit = 2.5;
-    inner->b16->attention_backward(inner, dq, dk, dv, dv16, ld_dv16, dout16, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv,
-                                   causal);
+    inner->b16->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, out, lse, q, k, v, cu, S, T, H, Hkv, d,
+                                   ld_q, ld_kv, causal);
     end();
 }
 
+static void w16_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pr, const int* pc, int N,
+                                int H, int d, int ld, int keep) {
+    (void)be;
+    double v = strided_bytes(dx, N, (size_t)H * d * G, (size_t)ld * G), v16 = strided_bytes(dx16, N, (size_t)H * d * G16,
+                                                                                          (size_t)ld16 * G16);
+    double b = v + v16 + (keep ? v : 0) + N * 8.0;
+    begin("rope2d_backward_b16", PROF_ELEMENTWISE, 0, b, b);
+    inner->b16->rope2d_backward(inner, dx16, ld16, dx, pr, pc, N, H, d, ld, keep);
+    end();
+}
 static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                    const float* dout, const float* inp, const float* weight, const float* mean,
                                    const float* rstd, int N, int C) {
@@ -439,6 +450,7 @@ static void wrap_table(void) {
         wrap16.attention_backward = w16_attention_backward;
         wrap16.layernorm_backward = w16_layernorm_backward;
         wrap16.act_backward = w16_act_backward;
+        wrap16.rope2d_backward = w16_rope2d_backward;
         wrap.b16 = &wrap16;
     }
     /* ops a block must not call here (gelu_forward: fused into linear_gelu_forward; the rest are the
@@ -569,7 +581,6 @@ static void run_lm(void) {
     uint16_t* dxin16 = inner->alloc((size_t)T * c.D * 2);
     inner->to_bf16(inner, dxout16, dxout, (size_t)T * c.D);
     g.dxout16 = dxout16, g.dxin16 = dxin16;
-    plain_gap = 0;
     inner->synchronize(inner);
     emu_traffic(1);
     inner->profile(1);
@@ -614,7 +625,6 @@ static void run_vit(void) {
     inner->profile(1);
     printf("ViT block (D %d, H %d, MLP %d, %d patches of 3x%dx%d in %d images), bf16, 2-byte activations:\n", c.D, c.H, 4 * c.D, N, c.patch,
            c.patch, I);
-    plain_gap = 1; /* the tower's qkv GEMMs (B and W) still take the f32 qkv gradient (docs/cuda.md, a known gap) */
     vit_forward(&wrap, &c, &w, &a, patches, img_d, I, pr_d, pc_d, N);
     wrap.copy_d2d(&wrap, a.dvout, dv, (size_t)N * c.D * sizeof(float));
     vit_backward_input(&wrap, &c, &w, &a);

@@ -131,7 +131,7 @@ void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int ma
     g->dxmid16 = b16 ? arena_alloc(ar, T * D * 2) : NULL;
     g->dq16 = b16 ? arena_alloc(ar, T * Dq * 2) : NULL;
     g->dk16 = b16 ? arena_alloc(ar, T * Dkv * 2) : NULL;
-    g->dv16 = b16 && !c->qkv_bias ? arena_alloc(ar, T * Dkv * 2) : NULL;
+    g->dv16 = b16 ? arena_alloc(ar, T * Dkv * 2) : NULL;
     g->dxout16 = NULL;
     g->dxin16 = NULL;
 }
@@ -227,9 +227,10 @@ static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, co
     b->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, a->att, w->o_w, T, Dq, D);
     be->memset0(be, g->dq, TQ * sizeof(float));
     be->memset0(be, g->dk, TK * sizeof(float));
-    if (g->dv16) be->memset0(be, g->dv16, TK * sizeof(uint16_t));
-    else be->memset0(be, g->dv, TK * sizeof(float));
-    b->attention_backward(be, g->dq, g->dk, g->dv16 ? NULL : g->dv, g->dv16, Dkv, datt16, a->att, a->lse, a->q, a->k, a->v,
+    /* dv: 2-byte only, or (q/k/v biases: v's bias sums it) f32 with its 2-byte mirror, both stored by the kernel */
+    if (g->dv) be->memset0(be, g->dv, TK * sizeof(float));
+    else be->memset0(be, g->dv16, TK * sizeof(uint16_t));
+    b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, Dkv, datt16, a->att, a->lse, a->q, a->k, a->v,
                           seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
     /* RoPE undone into the 2-byte copies; the f32 ones rotated too where a bias gradient sums them */
     b->rope_backward(be, g->dq16, Dq, g->dq, seq->pos, T, H, d, Dq, &c->rope, w->q_b != NULL);
@@ -237,8 +238,7 @@ static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, co
     be->memset0(be, g->dn1, TD * sizeof(float));
     b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dq16, NULL, a->n1, w->q_w, T, D, Dq);
     b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dk16, NULL, a->n1, w->k_w, T, D, Dkv);
-    if (g->dv16) b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dv16, NULL, a->n1, w->v_w, T, D, Dkv);
-    else be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv); /* q/k/v biases: dv f32 */
+    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dv16, NULL, a->n1, w->v_w, T, D, Dkv);
     lm_tp_sum(c, g->dn1, TD);
     be->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
     b->rmsnorm_backward(be, dxin, g->dxin16, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
@@ -305,8 +305,7 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
         b->linear_backward(be, NULL, NULL, dw->o_w, dw->o_b, g->dxmid16, g->dxmid, a->att, w->o_w, T, Dq, D);
         b->linear_backward(be, NULL, NULL, dw->q_w, dw->q_b, g->dq16, g->dq, a->n1, w->q_w, T, D, Dq);
         b->linear_backward(be, NULL, NULL, dw->k_w, dw->k_b, g->dk16, g->dk, a->n1, w->k_w, T, D, Dkv);
-        if (g->dv16) b->linear_backward(be, NULL, NULL, dw->v_w, dw->v_b, g->dv16, NULL, a->n1, w->v_w, T, D, Dkv);
-        else be->linear_backward(be, NULL, dw->v_w, dw->v_b, g->dv, a->n1, w->v_w, T, D, Dkv);
+        b->linear_backward(be, NULL, NULL, dw->v_w, dw->v_b, g->dv16, g->dv, a->n1, w->v_w, T, D, Dkv);
         be->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
         return;
     }

@@ -99,7 +99,8 @@ typedef struct {
  * With 2-byte activations (act_bytes 2: the table's Backend.b16 ops, issue 20) the GEMMs read 2-byte output gradients
  * stored by their producers: dgate, dup are 2-byte words (SwiGLU's backward stores them), dq16, dk16 (RoPE's backward),
  * dv16 (the attention backward) and dxmid16 (norm2's backward, beside the f32 dxmid) are 2-byte; dv is then f32 only
- * with q/k/v biases (v's bias gradient sums it), else NULL. Elsewhere the 16 buffers are NULL. */
+ * with q/k/v biases (v's bias gradient sums it; the attention backward stores dv16 as its mirror), else NULL.
+ * Elsewhere the 16 buffers are NULL. */
 typedef struct {
     float *dxmid;            /* (T, D) d o output */
     float *dq, *dk, *dv;     /* (T, D), (T, Dkv), (T, Dkv) d q/k/v output (RoPE undone) */

@@ -260,6 +260,7 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
             g->dln1 = arena_alloc_f32(ar, N * D);
             g->dfc1_16 = ab == 2 ? arena_alloc(ar, N * Dm * 2) : NULL;
             g->dxmid16 = ab == 2 ? arena_alloc(ar, N * D * 2) : NULL;
+            g->dqkv16 = ab == 2 ? arena_alloc(ar, N * 3 * Dq * 2) : NULL;
         } else {
             *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
         }
@@ -564,17 +565,18 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
                                N, D);
         bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, b->att, w->out_w, N, Dq, D); /* beta 0 */
         be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-        bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, NULL, 0, datt16, b->att, b->att_lse, b->qkv,
-                               vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d,
-                               3 * Dq, 3 * Dq, 0);
+        /* dqkv f32 (qkv's bias sums it) with its 2-byte mirror dqkv16 for qkv's GEMMs: the attention kernels store
+         * dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
+        uint16_t* m16 = g->dqkv16;
+        bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip ? m16 + Dq : NULL,
+                               m16 + 2 * Dq, 3 * Dq, datt16, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq),
+                               vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
         if (!clip) {
-            be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq);
-            be->rope2d_backward(be, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq);
+            bb->rope2d_backward(be, m16, 3 * Dq, g->dqkv, a->prow, a->pcol, N, H, d, 3 * Dq, 1);
+            bb->rope2d_backward(be, m16 + Dq, 3 * Dq, g->dqkv + Dq, a->prow, a->pcol, N, H, d, 3 * Dq, 1);
         }
         be->memset0(be, g->dln1, ND * sizeof(float));
-        /* the qkv gradient stays f32 (the attention kernels add dq, dk, dv; RoPE rotates two of them; the bias sums
-         * it): its GEMMs convert it (a known gap, docs/cuda.md "bf16 storage") */
-        be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, b->ln1, w->qkv_w, N, D, 3 * Dq);
         vit_tp_sum(c, g->dln1, ND);
         be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
         bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
@@ -623,7 +625,7 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
         bb->linear_backward(be, NULL, NULL, dw->fc1_w, dw->fc1_b, g->dfc1_16, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
         be->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
         bb->linear_backward(be, NULL, NULL, dw->out_w, dw->out_b, g->dxmid16, g->dxmid, b->att, w->out_w, N, Dq, D);
-        be->linear_backward(be, NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+        bb->linear_backward(be, NULL, NULL, dw->qkv_w, dw->qkv_b, g->dqkv16, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
         be->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
         return;
     }

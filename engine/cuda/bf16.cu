@@ -540,57 +540,76 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                  causal);
 }
 
-// attention_backward_b16 (engine.h): dout16 2-byte (stored so by its producer, the o-projection's input-gradient GEMM),
-// dq and dk f32 (RoPE's backward reads them next), dv16 2-byte (rows of stride ld_dv16; dv16 = bf16(dv16 + the f32
-// gradient) in the kernel's own store: zeroed, it gets rr_f32_to_bf16 of attention_backward's dv). cuDNN where it takes
-// the shape (dout packed as it is, its bf16 dv added into dv16); else the own kernel's bf16-input / f32-gradient entry
-// with a 2-byte dv. A checked cuDNN run (a plan's first) goes through the bf16 table's f32 entry on widened inputs and an
-// f32 dv in scratch, narrowed after (once per plan, never in a step after the first).
-void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dv16, int ld_dv16,
-                                       const uint16_t* dout16, const float* out, const float* lse, const float* q,
-                                       const float* k, const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
-                                       int d, int ld_q, int ld_kv, int causal) {
+// attention_backward_b16 (engine.h, BackendB16): dout16 2-byte (stored so by its producer, the o-projection's /
+// attn.out's input-gradient GEMM); dq, dk, dv f32 with optional 2-byte mirrors dq16, dk16, dv16 (stride ld16), or dv
+// 2-byte only (dv NULL, dv16 = bf16(dv16 + the f32 gradient) in the kernel's own store: zeroed, it gets rr_f32_to_bf16
+// of attention_backward's dv). cuDNN where it takes the shape (dout packed as it is; its bf16 gradients added into the
+// f32 ones with their mirrors, or into dv16); else the own kernel's bf16-input / f32-gradient entry with the 2-byte
+// stores. A checked cuDNN run (a plan's first) goes through the bf16 table's f32 entry on widened inputs (f32 dv in
+// scratch where dv is 2-byte only), its 2-byte results narrowed after (once per plan).
+static __global__ void narrow_rows_kernel(uint16_t* out, int ldo, const float* in, int ldi, int T, int W) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * W) return;
+    size_t r = i / W, c = i % W;
+    out[r * (size_t)ldo + c] = rr_f32_to_bf16(in[r * (size_t)ldi + c]);
+}
+void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                       uint16_t* dv16, int ld16, const uint16_t* dout16, const float* out, const float* lse,
+                                       const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
+                                       int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     cudaStream_t st = cuda_stream(be);
     const uint16_t *o16 = (const uint16_t*)out, *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    RR_ASSERT(dv || !(dq16 || dk16) || !dv16); /* dv 2-byte only: no other mirror */
+    RR_ASSERT((!dq16 || dq) && (!dk16 || dk));
     int r = 0;
     if (Hkv == H && ld_q == ld_kv)
-        r = cuda_cudnn_attention_backward_b16g(be, dq, dk, dv, dv16, ld_dv16, dout16, o16, lse, q16, k16, v16, cu_seqlens, S, T,
-                                               H, d, ld_q, causal);
+        r = cuda_cudnn_attention_backward_b16g(be, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, o16, lse, q16, k16, v16,
+                                               cu_seqlens, S, T, H, d, ld_q, causal);
     else
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     if (r == 1) return;
-    RR_ASSERT(!(dv && dv16));
-    if (r == 0 && !dv16) {
-        cuda_flash_attention_backward_bf16_f32grad(st, dq, dk, dv, (const __nv_bfloat16*)dout16, (const __nv_bfloat16*)o16,
-                                                   lse, (const __nv_bfloat16*)q16, (const __nv_bfloat16*)k16,
-                                                   (const __nv_bfloat16*)v16, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, H * d,
-                                                   ld_q, ld_kv, causal);
-        cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
-        return;
-    }
     if (r == 0) {
-        cuda_flash_attention_backward_bf16_f32grad_dv16(st, dq, dk, (__nv_bfloat16*)dv16, ld_dv16, (const __nv_bfloat16*)dout16,
-                                                        (const __nv_bfloat16*)o16, lse, (const __nv_bfloat16*)q16,
-                                                        (const __nv_bfloat16*)k16, (const __nv_bfloat16*)v16, cu_seqlens, S,
-                                                        T, H, Hkv, d, ld_q, ld_kv, H * d, ld_q, ld_kv, causal);
+        if (dv16 && !dv)
+            cuda_flash_attention_backward_bf16_f32grad_dv16(st, dq, dk, (__nv_bfloat16*)dv16, ld16,
+                                                            (const __nv_bfloat16*)dout16, (const __nv_bfloat16*)o16, lse,
+                                                            (const __nv_bfloat16*)q16, (const __nv_bfloat16*)k16,
+                                                            (const __nv_bfloat16*)v16, cu_seqlens, S, T, H, Hkv, d, ld_q,
+                                                            ld_kv, H * d, ld_q, ld_kv, causal);
+        else
+            cuda_flash_attention_backward_bf16_f32grad_m16(st, dq, dk, dv, (__nv_bfloat16*)dq16, (__nv_bfloat16*)dk16,
+                                                           (__nv_bfloat16*)dv16, ld16, (const __nv_bfloat16*)dout16,
+                                                           (const __nv_bfloat16*)o16, lse, (const __nv_bfloat16*)q16,
+                                                           (const __nv_bfloat16*)k16, (const __nv_bfloat16*)v16, cu_seqlens,
+                                                           S, T, H, Hkv, d, ld_q, ld_kv, H * d, ld_q, ld_kv, causal);
         cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
         return;
     }
-    // the checked cuDNN run: the f32 entry on widened q, k, v, out and dout, its dv in f32 scratch (zeroed, then added
-    // into dv16 with the 2-byte add's rounding)
+    // the checked cuDNN run: the f32 entry on widened q, k, v, out and dout (dv in f32 scratch where it is 2-byte only,
+    // then added into dv16 with the 2-byte add's rounding), the mirrors narrowed after
     size_t no = (size_t)T * H * d, nv = (size_t)T * Hkv * d;
     float *q32, *k32, *v32, *o32;
     widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
     bf16_to_f32_cuda(o32, o16, no, st);
+    int dv_only16 = dv16 && !dv;
     size_t nv32 = rows_span(T, ld_kv, Hkv * d); /* dv in f32 with dk's stride, as the f32 entry takes it */
-    float* extra = act_f32_scratch(no + (dv16 ? nv32 : 0));
-    float *do32 = extra, *dv32 = dv16 ? extra + no : dv;
+    float* extra = act_f32_scratch(no + (dv_only16 ? nv32 : 0));
+    float *do32 = extra, *dv32 = dv_only16 ? extra + no : dv;
     bf16_to_f32_cuda(do32, dout16, no, st);
-    if (dv16) cudaCheck(cudaMemsetAsync(dv32, 0, nv32 * sizeof(float), st));
+    if (dv_only16) cudaCheck(cudaMemsetAsync(dv32, 0, nv32 * sizeof(float), st));
     cuda_bf16_attention_backward(be, dq, dk, dv32, do32, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
                                  causal);
-    if (dv16) {
-        add_f32_rows_b16_kernel<<<ceil_div_z(nv, BF16_BLOCK), BF16_BLOCK, 0, st>>>(dv16, ld_dv16, dv32, ld_kv, T, Hkv * d);
+    if (dv_only16) {
+        add_f32_rows_b16_kernel<<<ceil_div_z(nv, BF16_BLOCK), BF16_BLOCK, 0, st>>>(dv16, ld16, dv32, ld_kv, T, Hkv * d);
         cudaCheck(cudaGetLastError());
+        return;
     }
+    uint16_t* m[3] = {dq16, dk16, dv16};
+    const float* f[3] = {dq, dk, dv};
+    int ldf[3] = {ld_q, ld_kv, ld_kv}, W[3] = {H * d, Hkv * d, Hkv * d};
+    for (int i = 0; i < 3; i++)
+        if (m[i]) {
+            narrow_rows_kernel<<<ceil_div_z((size_t)T * W[i], BF16_BLOCK), BF16_BLOCK, 0, st>>>(m[i], ld16, f[i], ldf[i], T,
+                                                                                               W[i]);
+            cudaCheck(cudaGetLastError());
+        }
 }

@@ -413,12 +413,13 @@ PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward_b16)
 PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
 
 // the bf16-activation table's 2-byte output-gradient ops (engine.h, BackendB16)
 static const BackendB16 backend_cuda_bf16a_b16 = {
     prof_cuda_bf16a_linear_backward_b16, prof_cuda_bf16a_swiglu_backward_b16, prof_cuda_bf16a_rmsnorm_backward_b16,
     prof_cuda_bf16a_rope_backward_b16,   prof_cuda_bf16a_attention_backward_b16, prof_cuda_bf16a_layernorm_backward_b16,
-    prof_cuda_bf16a_act_backward_b16,       prof_cuda_bf16a_crossentropy_backward_b16,
+    prof_cuda_bf16a_act_backward_b16,       prof_cuda_bf16a_rope2d_backward_b16, prof_cuda_bf16a_crossentropy_backward_b16,
 };
 
 // ---- the table -----------------------------------------------------------------------------------

@@ -709,7 +709,7 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
                                                                           int T_, int H, int Hkv, int d, int ldq,
                                                                           int ldkv, int ldo, int causal,
                                                                           float scale_log2, float scale, int vec,
-                                                                          int lpt) {
+                                                                          int lpt, bf16_t* m16, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -798,7 +798,9 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
                 int c = dn * 8 + 2 * t + e;
                 if (c < d) {
                     T* p = &dq[tok * ldgq + (size_t)h * d + c];
-                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                    float nv = fa_to_f32(*p) + scale * acc[dn][2 * r + e];
+                    fa_store(p, nv, 0);
+                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
                 }
             }
     }
@@ -815,7 +817,8 @@ template <int DP, typename T>
 static __global__ void __launch_bounds__(FA_THREADS, 3)
     fa_backward_dq3_kernel(T* dq, int ldgq, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                            const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
-                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt) {
+                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
+                           bf16_t* m16, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -904,7 +907,9 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
                 int c = dn * 8 + 2 * t + e;
                 if (c < d) {
                     T* p = &dq[tok * ldgq + (size_t)h * d + c];
-                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                    float nv = fa_to_f32(*p) + scale * acc[dn][2 * r + e];
+                    fa_store(p, nv, 0);
+                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
                 }
             }
     }
@@ -929,7 +934,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
                                                                          int T_, int H, int Hkv, int d, int ldq,
                                                                          int ldkv, int ldo, int causal,
                                                                          float scale_log2, float scale, int vec,
-                                                                         int lpt) {
+                                                                         int lpt, bf16_t* dk16, bf16_t* dv16m, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, KB = 16 * NW, NTH = 32 * NW, TILE = FA_BQ * LDS;
     float* L_s = smem;                        // [2][64] of the streamed queries
@@ -1038,10 +1043,17 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
                 int c = dn * 8 + 2 * t + e;
                 if (c >= d) continue;
                 size_t idx = tok * ldgkv + (size_t)hk * d + c;
-                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
+                size_t im = tok * ldm16 + (size_t)hk * d + c; // the 2-byte mirrors' (dk16, dv16m)
+                if (dk) {
+                    float nv = fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e];
+                    fa_store(&dk[idx], nv, 0);
+                    if (dk16) dk16[im] = rr_f32_to_bf16(nv);
+                }
                 if (dv) {
                     size_t iv = tok * ldgv + (size_t)hk * d + c;
-                    fa_store(&dv[iv], fa_to_f32(dv[iv]) + dv_acc[dn][2 * r + e], 0);
+                    float nv = fa_to_f32(dv[iv]) + dv_acc[dn][2 * r + e];
+                    fa_store(&dv[iv], nv, 0);
+                    if (dv16m) dv16m[im] = rr_f32_to_bf16(nv);
                 }
             }
     }
@@ -1244,14 +1256,14 @@ template <int DP, typename T, int NW, typename TV = T>
 static void fa_dkdv2_launch(T* dk, TV* dv, int ldgkv, int ldgv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                             const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
                             int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
     size_t smem = fa_dkdv2_smem(DP, NW);
     cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW, TV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
     fa_backward_dkdv2_kernel<DP, T, NW, TV><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, ldgv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
                                                                         T_, H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                        scale, vec, lpt);
+                                                                        scale, vec, lpt, dk16, dv16m, ldm16);
     cudaCheck(cudaGetLastError());
 }
 
@@ -1260,7 +1272,8 @@ static void fa_dkdv2_launch(T* dk, TV* dv, int ldgkv, int ldgv, const bf16_t* do
 template <int DP, typename T, typename TG, typename TV = TG>
 static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                             const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                            int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv = -1) {
+                            int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv = -1,
+                            bf16_t* dq16 = NULL, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
     if (ldgv < 0) ldgv = ldgkv;
     const int copies = std::is_same<T, float>::value;
     float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
@@ -1307,7 +1320,8 @@ static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
                 fa_backward_dq3_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
                                                                                   cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                                                                  lo, causal, scale_log2, scale, vec, lpt);
+                                                                                  lo, causal, scale_log2, scale, vec, lpt,
+                                                                                  dq16, ldm16);
                 fa_last_bwd_dq = 1, single = 1;
             }
         }
@@ -1317,7 +1331,8 @@ static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out,
                                            (int)smem));
             fa_backward_dq2_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
                                                                               cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
-                                                                              causal, scale_log2, scale, vec, lpt);
+                                                                              causal, scale_log2, scale, vec, lpt, dq16,
+                                                                              ldm16);
             fa_last_bwd_dq = 2;
         }
         cudaCheck(cudaGetLastError());
@@ -1328,12 +1343,13 @@ static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out,
             if (fa_dkdv_warps_128() == 8) {
                 fa_last_bwd_warps = 8;
                 fa_dkdv2_launch<DP, TG, 8, TV>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                          lo, causal, scale_log2, scale, vec, lpt, stream);
+                                          lo, causal, scale_log2, scale, vec, lpt, stream, dk16, dv16m, ldm16);
                 return;
             }
         }
         fa_dkdv2_launch<DP, TG, FaDkdv2Warps<DP>::NW, TV>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
-                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream);
+                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream,
+                                                        dk16, dv16m, ldm16);
     }
 }
 
@@ -1384,16 +1400,17 @@ template <typename TV>
 static void fa_backward_bf16_f32grad(float* dq, float* dk, TV* dv, const bf16_t* dout, const bf16_t* out,
                                      const float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                                      const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                                     int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv) {
+                                     int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv,
+                                     bf16_t* dq16 = NULL, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
     fa_last_bwd_version = 2, fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
     switch (fa_padded_dim(d)) {
-    case 32: fa_backward2_dp<32, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv); break;
-    case 64: fa_backward2_dp<64, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv); break;
-    case 96: fa_backward2_dp<96, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv); break;
-    case 128: fa_backward2_dp<128, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv); break;
-    default: fa_backward2_dp<256, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv); break;
+    case 32: fa_backward2_dp<32, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 64: fa_backward2_dp<64, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 96: fa_backward2_dp<96, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 128: fa_backward2_dp<128, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    default: fa_backward2_dp<256, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
     }
 }
 
@@ -1422,6 +1439,17 @@ void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, 
     fa_backward_bf16_f32grad<float>(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q,
                                     (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq,
                                     ldgkv, causal, stream, ldgkv);
+}
+void cuda_flash_attention_backward_bf16_f32grad_m16(cudaStream_t stream, float* dq, float* dk, float* dv,
+                                                     __nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
+                                                     int ld16, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                                     const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                     const __nv_bfloat16* v, const int* cu_seqlens, int S, int T, int H,
+                                                     int Hkv, int d, int ldq, int ldkv, int ldo, int ldgq, int ldgkv,
+                                                     int causal) {
+    fa_backward_bf16_f32grad<float>(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q,
+                                    (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq,
+                                    ldgkv, causal, stream, ldgkv, (bf16_t*)dq16, (bf16_t*)dk16, (bf16_t*)dv16, ld16);
 }
 void cuda_flash_attention_backward_bf16_f32grad_dv16(cudaStream_t stream, float* dq, float* dk, __nv_bfloat16* dv16,
                                                      int ldgv, const __nv_bfloat16* dout, const __nv_bfloat16* out,

@@ -177,3 +177,40 @@ void cuda_bf16a_rope_backward_b16(const Backend* be, uint16_t* dx16, int ld16, f
     }
     cudaCheck(cudaGetLastError());
 }
+
+// 2-D: the same, both halves of every head in one pass (rope2d_rotate_kernel's split of the pairs)
+template <bool KEEP>
+static __global__ void rope2d_backward_b16_kernel(uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                                  const int* pos_col, int N, int H, int d, int ld) {
+    int half = d / 2, quarter = d / 4;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * H * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % H);
+    int i = (int)(idx / ((size_t)half * H));
+    size_t off = j < quarter ? 0 : (size_t)half;
+    int jj = j < quarter ? j : j - quarter, pos = j < quarter ? pos_row[i] : pos_col[i];
+    float* v = dx + (size_t)i * ld + (size_t)h * d + off;
+    uint16_t* v16 = dx16 + (size_t)i * ld16 + (size_t)h * d + off;
+    float c, s;
+    rr_rope_cos_sin(pos, jj, half, -1.0, RR_ROPE_THETA, &c, &s);
+    float a = v[jj], b = v[jj + quarter];
+    rr_rope_rotate_pair(&a, &b, c, s);
+    if (KEEP) v[jj] = a, v[jj + quarter] = b;
+    v16[jj] = rr_f32_to_bf16(a);
+    v16[jj + quarter] = rr_f32_to_bf16(b);
+}
+void cuda_bf16a_rope2d_backward_b16(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                    const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d && ld16 >= H * d);
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    if (keep_f32) {
+        rope2d_backward_b16_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos_row,
+                                                                                               pos_col, N, H, d, ld);
+    } else {
+        rope2d_backward_b16_kernel<false><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos_row,
+                                                                                                pos_col, N, H, d, ld);
+    }
+    cudaCheck(cudaGetLastError());
+}
