@@ -405,6 +405,22 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward)
 PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_forward)
 PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward)
+PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward_b16)
+PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_backward_b16)
+PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward_b16)
+PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
+
+// the bf16-activation table's 2-byte output-gradient ops (engine.h, BackendB16)
+static const BackendB16 backend_cuda_bf16a_b16 = {
+    prof_cuda_bf16a_linear_backward_b16, prof_cuda_bf16a_swiglu_backward_b16, prof_cuda_bf16a_rmsnorm_backward_b16,
+    prof_cuda_bf16a_rope_backward_b16,   prof_cuda_bf16a_attention_backward_b16, prof_cuda_bf16a_layernorm_backward_b16,
+    prof_cuda_bf16a_act_backward_b16,       prof_cuda_bf16a_rope2d_backward_b16, prof_cuda_bf16a_crossentropy_backward_b16,
+};
 
 // ---- the table -----------------------------------------------------------------------------------
 
@@ -601,14 +617,15 @@ const Backend backend_cuda_bf16a = {
     &backend_cuda_bf16a,
     prof_cuda_from_bf16,
     prof_cuda_bf16a_add_f32_forward,
+    &backend_cuda_bf16a_b16,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
 // + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
-// + add_f32_forward).
-static_assert(sizeof(Backend) == 60 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + add_f32_forward + b16).
+static_assert(sizeof(Backend) == 61 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -135,3 +135,82 @@ void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, 
                                                                                      d, ld, 1.0);
     cudaCheck(cudaGetLastError());
 }
+
+// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// RoPE backward reading the f32 gradient dx and storing the rotated values as 2-byte bf16 into dx16 (rows of stride
+// ld16): rr_f32_to_bf16 of what cuda_rope_backward leaves in dx, in the rotation's own store; keep_f32: dx is rotated
+// in place too (a bias gradient reads it), else left as it was.
+template <bool KEEP>
+static __global__ void rope_backward_b16_kernel(uint16_t* dx16, int ld16, float* dx, const int* pos, int N, int H, int d,
+                                                int ld, RopeArgs ra) {
+    int half = d / 2;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * H * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % H);
+    int i = (int)(idx / ((size_t)half * H));
+    float* v = dx + (size_t)i * ld + (size_t)h * d;
+    uint16_t* v16 = dx16 + (size_t)i * ld16 + (size_t)h * d;
+    float c, s;
+    if (ra.llama3)
+        rr_rope_cos_sin_freq(pos[i], -1.0, rr_rope_inv_freq(j, d, ra.theta, 1, ra.factor, ra.low, ra.high, ra.original_max_pos),
+                             &c, &s);
+    else
+        rr_rope_cos_sin(pos[i], j, d, -1.0, ra.theta, &c, &s);
+    float a = v[j], b = v[j + half];
+    rr_rope_rotate_pair(&a, &b, c, s);
+    if (KEEP) v[j] = a, v[j + half] = b;
+    v16[j] = rr_f32_to_bf16(a);
+    v16[j + half] = rr_f32_to_bf16(b);
+}
+void cuda_bf16a_rope_backward_b16(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos, int N, int H,
+                                  int d, int ld, const RopeFreq* rf, int keep_f32) {
+    RR_ASSERT(d % 2 == 0 && ld >= H * d && ld16 >= H * d);
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    if (keep_f32) {
+        rope_backward_b16_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos, N, H, d,
+                                                                                             ld, rope_args(rf));
+    } else {
+        rope_backward_b16_kernel<false><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos, N, H, d,
+                                                                                              ld, rope_args(rf));
+    }
+    cudaCheck(cudaGetLastError());
+}
+
+// 2-D: the same, both halves of every head in one pass (rope2d_rotate_kernel's split of the pairs)
+template <bool KEEP>
+static __global__ void rope2d_backward_b16_kernel(uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                                  const int* pos_col, int N, int H, int d, int ld) {
+    int half = d / 2, quarter = d / 4;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * H * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % H);
+    int i = (int)(idx / ((size_t)half * H));
+    size_t off = j < quarter ? 0 : (size_t)half;
+    int jj = j < quarter ? j : j - quarter, pos = j < quarter ? pos_row[i] : pos_col[i];
+    float* v = dx + (size_t)i * ld + (size_t)h * d + off;
+    uint16_t* v16 = dx16 + (size_t)i * ld16 + (size_t)h * d + off;
+    float c, s;
+    rr_rope_cos_sin(pos, jj, half, -1.0, RR_ROPE_THETA, &c, &s);
+    float a = v[jj], b = v[jj + quarter];
+    rr_rope_rotate_pair(&a, &b, c, s);
+    if (KEEP) v[jj] = a, v[jj + quarter] = b;
+    v16[jj] = rr_f32_to_bf16(a);
+    v16[jj + quarter] = rr_f32_to_bf16(b);
+}
+void cuda_bf16a_rope2d_backward_b16(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                    const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d && ld16 >= H * d);
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    if (keep_f32) {
+        rope2d_backward_b16_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos_row,
+                                                                                               pos_col, N, H, d, ld);
+    } else {
+        rope2d_backward_b16_kernel<false><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos_row,
+                                                                                                pos_col, N, H, d, ld);
+    }
+    cudaCheck(cudaGetLastError());
+}
