@@ -42,20 +42,9 @@ T=$(mktemp -d)
 # GPU_STAGE_LOGS=DIR: keep every part's log, metrics and plan there (the device script's $OUT)
 trap '[ -n "${GPU_STAGE_LOGS:-}" ] && mkdir -p "$GPU_STAGE_LOGS" && cp -r "$T"/. "$GPU_STAGE_LOGS"/ 2>/dev/null; rm -rf "$T"' EXIT
 
-# the stage shapes as recipe overrides (the tiny other half)
-lm_sets=(--set model.text_width=4096 --set model.text_layers=4 --set model.text_heads=32 --set model.ffn_hidden=11008
-         --set model.vision_width=32 --set model.vision_layers=1 --set model.vision_heads=2)
-vit_sets=(--set model.vision_width=1024 --set model.vision_layers=24 --set model.vision_heads=16
-          --set model.text_width=64 --set model.text_layers=1 --set model.text_heads=2 --set model.ffn_hidden=172)
-stage0_sets=(--set model.vision_width=1024 --set model.vision_layers=24 --set model.vision_heads=16
-             --set model.text_width=4096 --set model.text_layers=4 --set model.text_heads=32 --set model.ffn_hidden=11008)
-tiny_sets=(--set model.vision_width=32 --set model.vision_layers=1 --set model.vision_heads=2
-           --set model.text_width=64 --set model.text_layers=1 --set model.text_heads=2 --set model.ffn_hidden=172)
-TOKENS=${GPU_STAGE_TOKENS:-4096}
-common=(--set data.source=synthetic --set data.fixed_batch=true --set data.microbatch_tokens=$TOKENS
-        --set data.microbatches=1 --set data.min_patches=1 --set data.max_patches=576 --set model.patch=14
-        --set model.vocab=64 --set train.log_every=1 --set train.checkpoint_every=-1 --set checkpoint.keep=0
-        --set runtime.precision=bf16 --set optim.warmup=1 --set optim.lr=1e-5 --set optim.min_lr=0)
+# the stage shapes as recipe overrides (the tiny other half) and the options common to every run: shared with
+# bench/gpu_kprof.sh
+source "$HERE/gpu_stage_sets.sh"
 
 # seconds left of the budget (a large number without one)
 left() { if [ "$BUDGET" -gt 0 ]; then echo $((BUDGET - ($(date +%s) - START))); else echo 100000; fi; }

@@ -131,6 +131,66 @@ typedef struct {
  * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
  * All pointers passed to a backend's ops live in that backend's memory. */
 
+struct Backend;
+/* ---- 2-byte output gradients (issue 20; docs/cuda.md "bf16 storage"): the ops of a table with act_dtype = DTYPE_BF16
+ * (backend_cuda_bf16a, the only one with Backend.b16 set) that let a backward GEMM and the attention backward read an
+ * output gradient as 2-byte bf16 words written by the kernel that produced it, in its own store, with no conversion
+ * pass: each 2-byte gradient g16 holds rr_f32_to_bf16 of the f32 gradient the plain slot would leave in a zeroed buffer
+ * (the value the plain slots' conversion gives), so the numerics are exactly the plain slots'. uint16_t* arguments are
+ * 2-byte words, float* as in the plain slot (activations act_dtype, gradients f32). */
+typedef struct BackendB16 {
+    /* linear_backward with the output gradient dout16 (N, OC) 2-byte: the GEMMs read it as it is; dbias sums the f32
+     * dout (needed only with dbias, else may be NULL). The input gradient's first write WRITES it (the GEMM's beta 0,
+     * so that no memset precedes it: issue 20), a later one adds: dinp (f32) is written with set = 1 and added into with
+     * set = 0; dinp16, instead of dinp (at most one of them), is the input gradient stored as 2-byte words, always
+     * written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight and dbias
+     * add (they accumulate over microbatches). */
+    void (*linear_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                            const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N, int C,
+                            int OC, int set);
+    /* swiglu_backward storing dgate16, dup16 (2-byte, OVERWRITTEN: the gradients the plain slot adds into zeroed f32
+     * buffers, narrowed); either may be NULL. Read only by GEMMs. */
+    void (*swiglu_backward)(const struct Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
+                            const float* gate, const float* up, size_t n);
+    /* rmsnorm_backward that also stores the final f32 dinp (after its add) as 2-byte words into dinp16 (N, C) in the
+     * same pass: the residual stream's gradient, kept f32 (later ops add into it) with the 2-byte copy the next GEMM
+     * reads. dinp16 NULL: the plain slot. */
+    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                             const float* inp, const float* weight, const float* rstd, int N, int C);
+    /* rope_qk_backward (the LM's dq and dk in one launch) reading the f32 gradients dq (H heads, stride ld_q) and dk
+     * (Hkv heads, stride ld_k) and storing the rotated values as 2-byte words into dq16, dk16 (rows of stride ldq16,
+     * ldk16); keep_q / keep_k: dq / dk rotated in place too (a bias gradient reads it), else left as they were. */
+    void (*rope_qk_backward)(const struct Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                             float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf,
+                             int keep_q, int keep_k);
+    /* attention_backward with dout16 2-byte (T, H d) and dq, dk, dv f32 (added, as the plain slot), each with an
+     * optional 2-byte mirror dq16, dk16, dv16 (rows of stride ld16; NULL: none) that gets rr_f32_to_bf16 of the final
+     * f32 value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes). dv NULL with
+     * dv16: dv is 2-byte only, dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's store (zero it first: it
+     * then holds the plain slot's dv narrowed; dq16, dk16 must then be NULL). */
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                               uint16_t* dv16, int ld16,
+                               const uint16_t* dout16, const float* out, const float* lse, const float* q, const float* k,
+                               const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
+                               int ld_kv, int causal);
+    /* layernorm_backward with dinp's final value also stored as 2-byte words into dinp16 (as rmsnorm_backward above) */
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                               const float* dout, const float* inp, const float* weight, const float* mean,
+                               const float* rstd, int N, int C);
+    /* act_backward (ACT_GELU_TANH: gelu_backward) adding into the f32 dinp (a bias gradient sums it) and storing its
+     * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain slot) */
+    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+                         size_t n, Act act);
+    /* rope2d_backward as rope_backward above (f32 dx read, rotated values stored 2-byte into dx16, dx rotated too with
+     * keep_f32) */
+    void (*rope2d_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                            const int* pos_col, int N, int H, int d, int ld, int keep_f32);
+    /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain slot's value over a
+     * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
+    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+                                  const int* targets, float scale, int N, int V);
+} BackendB16;
+
 typedef struct Backend {
     const char* name;
     /* memory */
@@ -345,7 +405,8 @@ typedef struct Backend {
      * statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the optimiser's buffers;
      * `weight` / `table` follow weight_dtype, a linear's `bias` bias_dtype):
      *   linear_forward: out, inp (its bias follows bias_dtype: 2-byte words, as cuBLASLt adds a bf16 D's bias).
-     *   linear_backward / linear_backward_set: inp (dout is f32; converted to bf16 scratch).
+     *   linear_backward: inp (dout is f32; converted to bf16 scratch: the model code calls b16->linear_backward with
+     *   the 2-byte dout its producer stored instead, `b16` below).
      *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
      *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
      *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.
@@ -386,26 +447,10 @@ typedef struct Backend {
      * bf16 D's bias as it is, and the f32-word bf16 table widens it, exact); DTYPE_F32 (f32 words) on every other
      * table. Other 1-D parameters (norm weights and biases) stay f32 words everywhere. */
     DType bias_dtype;
-    /* linear_backward with dinp WRITTEN (dinp = dout @ weight, the GEMM's beta 0) instead of added: the first write of
-     * an input gradient, so that no memset precedes it (issue 20: no memset that a GEMM's beta = 0 makes redundant);
-     * dweight and dbias, which accumulate over microbatches, still add. CPU and the fp32 CUDA table: the reference,
-     * dinp zeroed then linear_backward (the same bits as before); the CUDA bf16 tables: one GEMM with beta 0. NULL:
-     * the caller zeroes dinp and calls linear_backward (backend_linear_backward_set). */
-    void (*linear_backward_set)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, int N, int C, int OC);
+    /* The 2-byte output-gradient ops (BackendB16 above): set where act_dtype = DTYPE_BF16 (every such table has them),
+     * NULL elsewhere (the f32-word tables, the CPU's included, keep f32 gradients and the plain slots). */
+    const BackendB16* b16;
 } Backend;
-
-/* dinp (N, C) = dout @ weight (written, not added), dweight / dbias added as by linear_backward: be's
- * linear_backward_set where it has one, else a memset of dinp and linear_backward. */
-static inline void backend_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                               const float* inp, const float* weight, int N, int C, int OC) {
-    if (be->linear_backward_set) {
-        be->linear_backward_set(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-        return;
-    }
-    if (dinp) be->memset0(be, dinp, (size_t)N * (size_t)C * sizeof(float));
-    be->linear_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-}
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
  * backend's compute stream). */

@@ -134,6 +134,9 @@ static void cmp(const char* what, const float* a_d, const float* b_d, size_t n, 
 
 /* ---- the cases ------------------------------------------------------------------------------------------ */
 
+static void cmp16(const char* what, const float* ref_d, int ld, const uint16_t* got_d, int ld16, int rows, int W);
+static uint16_t* up16(const Backend* be, const float* h, size_t n);
+
 static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     case_name = name;
     size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
@@ -141,18 +144,13 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     float *x = hrand(nx, 1, 1), *w = hrand(nw, 0.2f, 1), *b = hrand(OC, 0.5f, 1), *dy = hrand(ny, 1, 0);
     float *dx0 = hrand(nx, 1, 0), *dw0 = hrand(nw, 1, 0), *db0 = hrand(OC, 1, 0);
     const Backend* be[2] = {B16, B16A};
-    float *y_d[2], *dx_d[2], *dw_d[2], *db_d[2], *dxs_d[2];
+    float *y_d[2], *dx_d[2], *dw_d[2], *db_d[2];
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny); /* overwritten */
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
         be[t]->linear_forward(be[t], y_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
-        /* split as the pipeline's B then W; the B pass twice: written (linear_backward_set, over garbage) then added */
-        float* junk = hrand(nx, 3, 0);
-        float* js_d = up32(be[t], junk, nx);
-        be[t]->linear_backward_set(be[t], js_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-        dxs_d[t] = js_d;
-        free(junk);
+        /* split as the pipeline's B then W */
         be[t]->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
         be[t]->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
         be[t]->synchronize(be[t]);
@@ -161,10 +159,8 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     cmp("out", y_d[0], y_d[1], ny, 1);
     cmp("dinp", dx_d[0], dx_d[1], nx, 0);
     cmp("dweight", dw_d[0], dw_d[1], nw, 0);
-    cmp("dinp_set", dxs_d[0], dxs_d[1], nx, 0);
     if (with_bias) cmp("dbias", db_d[0], db_d[1], OC, 0);
     for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
-    for (int t = 0; t < 2; t++) be[t]->free(dxs_d[t]);
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
 }
 
@@ -440,6 +436,22 @@ static void run_ce(void) {
     cmp("loss", loss_d[0], loss_d[1], 1, 0);
     cmp("lse", lse_d[0], lse_d[1], N, 0);
     cmp("dlogits", dz_d[0], dz_d[1], n, 0);
+    /* b16->crossentropy_backward: every row stored 2-byte over garbage, against the plain slot over zeros, narrowed
+     * (the ignored rows: zeros) */
+    {
+        float* zero = calloc(n, sizeof(float));
+        float *z_d = upa(B16, z, n), *ref = up32(B16, zero, n), *z16 = upa(B16A, z, n);
+        int *tg0 = B16->alloc(sizeof tg), *tg1 = B16A->alloc(sizeof tg);
+        uint16_t* dz16 = up16(B16A, dz0, n);
+        B16->copy_h2d(B16, tg0, tg, sizeof tg);
+        B16A->copy_h2d(B16A, tg1, tg, sizeof tg);
+        B16->crossentropy_backward(B16, ref, z_d, lse_d[0], tg0, 0.1f, N, V);
+        B16A->b16->crossentropy_backward(B16A, dz16, z16, lse_d[1], tg1, 0.1f, N, V);
+        B16->synchronize(B16), B16A->synchronize(B16A);
+        cmp16("dlogits16", ref, V, dz16, V, N, V);
+        B16->free(z_d), B16->free(ref), B16->free(tg0), B16A->free(z16), B16A->free(tg1), B16A->free(dz16);
+        free(zero);
+    }
     for (int t = 0; t < 2; t++) be[t]->free(loss_d[t]), be[t]->free(lse_d[t]), be[t]->free(dz_d[t]);
     free(z), free(dz0);
 }
@@ -483,6 +495,275 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
     for (int t = 0; t < 3; t++)
         be[t]->free(o_d[t]), be[t]->free(lse_d[t]), be[t]->free(dq_d[t]), be[t]->free(dk_d[t]), be[t]->free(dv_d[t]);
     free(q), free(k), free(v), free(dy), free(dq0), free(dk0), free(dv0);
+}
+
+/* ---- the 2-byte output-gradient ops (Backend.b16, issue 20) ----------------------------------------------------
+ * Each producer's 2-byte output against rr_f32_to_bf16 of the bf16 table's plain op into a zeroed f32 buffer (what
+ * the plain path's GEMM conversion made of it): bitwise in the emulation, within tol on a device. W values per row
+ * of stride ld16 in the 2-byte buffer, of stride ld in the reference. */
+static void cmp16(const char* what, const float* ref_d, int ld, const uint16_t* got_d, int ld16, int rows, int W) {
+    float* ref = down(B16, ref_d, (size_t)(rows - 1) * ld + W, 0);
+    size_t n16 = (size_t)(rows - 1) * ld16 + W;
+    uint16_t* got = mallocCheck(n16 * sizeof(uint16_t));
+    B16A->copy_d2h(B16A, got, got_d, n16 * sizeof(uint16_t));
+    size_t differ = 0;
+    double e = 0.0, m = 0.0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < W; c++) {
+            uint16_t want = rr_f32_to_bf16(ref[(size_t)r * ld + c]), g = got[(size_t)r * ld16 + c];
+            differ += want != g;
+            double d = fabs((double)rr_bf16_to_f32(want) - (double)rr_bf16_to_f32(g)), a = fabs(rr_bf16_to_f32(want));
+            if (!(d <= e)) e = d;
+            if (a > m) m = a;
+        }
+    if (m > 0) e /= m;
+    int ok = tol == 0.0 ? differ == 0 : e <= tol;
+    checks++;
+    printf("  %-22s %-7s %d values 2-byte, %zu differ from the narrowed f32 (err %.2e) %s\n", case_name, what, rows * W,
+           differ, e, ok ? "ok" : "FAIL");
+    failures += !ok;
+    free(ref), free(got);
+}
+static uint16_t* up16(const Backend* be, const float* h, size_t n) { return (uint16_t*)upw(be, h, n); }
+
+/* b16->linear_backward: dout16 (the narrowed dy) with dinp added (set 0: beta 1), dweight and dbias (the f32 dy) against
+ * the bf16 table's plain slot on the f32 dy, bitwise; dinp written (set 1: beta 0, over garbage) bitwise the plain slot
+ * into zeros; dinp16 (beta 0, over garbage) against its dinp narrowed */
+static void run_b16_linear(const char* name, int N, int C, int OC, int with_bias) {
+    case_name = name;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = hrand(nx, 1, 1), *w = hrand(nw, 0.2f, 1), *dy = hrand(ny, 1, 0), *dx0 = hrand(nx, 1, 0), *dw0 = hrand(nw, 1, 0);
+    float *db0 = hrand(OC, 1, 0), *zero = calloc(nx ? nx : 1, sizeof(float));
+    const Backend* be[2] = {B16, B16A};
+    float *dx_d[2], *dw_d[2], *db_d[2], *dxz = NULL, *dxs = NULL;
+    uint16_t* dx16 = NULL;
+    for (int t = 0; t < 2; t++) {
+        float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *dy_d = up32(be[t], dy, ny);
+        dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
+        if (t == 0) {
+            dxz = up32(be[t], zero, nx);
+            be[t]->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+            be[t]->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
+            be[t]->linear_backward(be[t], dxz, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+        } else {
+            uint16_t* dy16 = up16(be[t], dy, ny);
+            dx16 = up16(be[t], dx0, nx); /* garbage: overwritten */
+            dxs = up32(be[t], dx0, nx); /* garbage: written (set) */
+            be[t]->b16->linear_backward(be[t], dx_d[t], NULL, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 0);
+            be[t]->b16->linear_backward(be[t], NULL, NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy16, with_bias ? dy_d : NULL,
+                                        x_d, w_d, N, C, OC, 0);
+            be[t]->b16->linear_backward(be[t], NULL, dx16, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 1);
+            be[t]->b16->linear_backward(be[t], dxs, NULL, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 1);
+            be[t]->synchronize(be[t]);
+            be[t]->free(dy16);
+        }
+        be[t]->synchronize(be[t]);
+        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dy_d);
+    }
+    cmp("dinp", dx_d[0], dx_d[1], nx, 0);
+    cmp("dweight", dw_d[0], dw_d[1], nw, 0);
+    if (with_bias) cmp("dbias", db_d[0], db_d[1], OC, 0);
+    cmp16("dinp16", dxz, C, dx16, C, N, C);
+    cmp("dinp_set", dxz, dxs, nx, 0);
+    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
+    B16->free(dxz), B16A->free(dx16), B16A->free(dxs);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(db0), free(zero);
+}
+
+/* b16->swiglu_backward (over garbage) against the plain slot into zeroed f32 buffers, narrowed; b16->rmsnorm_backward:
+ * dinp bitwise the plain slot's and dinp16 its value narrowed */
+static void run_b16_elementwise(const char* name, size_t n, int N, int C) {
+    case_name = name;
+    size_t nn = (size_t)N * C;
+    float *g = hrand(n, 3, 1), *u = hrand(n, 3, 1), *dy = hrand(n, 1, 0), *zero = calloc(n, sizeof(float));
+    float *x = hrand(nn, 2, 1), *w = hrand(C, 1, 0), *dyn = hrand(nn, 1, 0), *dx0 = hrand(nn, 1, 0), *rs = hrand(N, 1, 0);
+    for (int i = 0; i < N; i++) rs[i] = 0.5f + fabsf(rs[i]);
+    float *dg_ref = up32(B16, zero, n), *du_ref = up32(B16, zero, n), *dx_d[2];
+    uint16_t *dg16 = up16(B16A, dy, n), *du16 = up16(B16A, dy, n), *dx16 = up16(B16A, dx0, nn);
+    const Backend* be[2] = {B16, B16A};
+    for (int t = 0; t < 2; t++) {
+        float *g_d = upa(be[t], g, n), *u_d = upa(be[t], u, n), *dy_d = up32(be[t], dy, n);
+        float *x_d = upa(be[t], x, nn), *w_d = up32(be[t], w, C), *dyn_d = up32(be[t], dyn, nn), *rs_d = up32(be[t], rs, N);
+        dx_d[t] = up32(be[t], dx0, nn);
+        if (t == 0) {
+            be[t]->swiglu_backward(be[t], dg_ref, du_ref, dy_d, g_d, u_d, n);
+            be[t]->rmsnorm_backward(be[t], dx_d[t], NULL, dyn_d, x_d, w_d, rs_d, N, C);
+        } else {
+            be[t]->b16->swiglu_backward(be[t], dg16, du16, dy_d, g_d, u_d, n);
+            be[t]->b16->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, x_d, w_d, rs_d, N, C);
+        }
+        be[t]->synchronize(be[t]);
+        be[t]->free(g_d), be[t]->free(u_d), be[t]->free(dy_d), be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dyn_d);
+        be[t]->free(rs_d);
+    }
+    cmp16("dgate16", dg_ref, (int)n, dg16, (int)n, 1, (int)n);
+    cmp16("dup16", du_ref, (int)n, du16, (int)n, 1, (int)n);
+    cmp("rms dinp", dx_d[0], dx_d[1], nn, 0);
+    cmp16("rms16", dx_d[0], C, dx16, C, N, C);
+    B16->free(dg_ref), B16->free(du_ref), B16A->free(dg16), B16A->free(du16), B16A->free(dx16);
+    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]);
+    free(g), free(u), free(dy), free(zero), free(x), free(w), free(dyn), free(dx0), free(rs);
+}
+
+/* b16->layernorm_backward (dinp, dweight, dbias) and b16->act_backward (each activation) over pre-filled f32 gradients:
+ * the f32 results bitwise the plain slots', the 2-byte copies their final values narrowed */
+static void run_b16_ln_act(const char* name, int N, int C) {
+    case_name = name;
+    size_t n = (size_t)N * C;
+    float *x = hrand(n, 2, 1), *w = hrand(C, 1, 0), *dy = hrand(n, 1, 0), *dx0 = hrand(n, 1, 0), *m = hrand(N, 0.5f, 0);
+    float *rs = hrand(N, 1, 0), *dw0 = hrand(C, 1, 0), *db0 = hrand(C, 1, 0);
+    for (int i = 0; i < N; i++) rs[i] = 0.5f + fabsf(rs[i]);
+    const Backend* be[2] = {B16, B16A};
+    float *dx_d[2], *dw_d[2], *db_d[2], *da_d[2][3];
+    uint16_t *dx16 = up16(B16A, dx0, n), *da16[3];
+    static const Act acts[3] = {ACT_GELU_TANH, ACT_GELU_ERF, ACT_QUICK_GELU};
+    for (int t = 0; t < 2; t++) {
+        float *x_d = upa(be[t], x, n), *w_d = up32(be[t], w, C), *dy_d = up32(be[t], dy, n), *m_d = up32(be[t], m, N);
+        float* rs_d = up32(be[t], rs, N);
+        dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
+        if (t == 0) be[t]->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
+        else be[t]->b16->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
+        for (int k = 0; k < 3; k++) {
+            da_d[t][k] = up32(be[t], dx0, n);
+            if (t == 0) {
+                be[t]->act_backward(be[t], da_d[t][k], dy_d, x_d, n, acts[k]);
+            } else {
+                da16[k] = up16(be[t], dy, n);
+                be[t]->b16->act_backward(be[t], da_d[t][k], da16[k], dy_d, x_d, n, acts[k]);
+            }
+        }
+        be[t]->synchronize(be[t]);
+        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dy_d), be[t]->free(m_d), be[t]->free(rs_d);
+    }
+    cmp("ln dinp", dx_d[0], dx_d[1], n, 0);
+    cmp16("ln16", dx_d[0], C, dx16, C, N, C);
+    cmp("ln dw", dw_d[0], dw_d[1], C, 0);
+    cmp("ln db", db_d[0], db_d[1], C, 0);
+    static const char* tags[3][2] = {{"gelu", "gelu16"}, {"erf", "erf16"}, {"quick", "quick16"}};
+    for (int k = 0; k < 3; k++) {
+        cmp(tags[k][0], da_d[0][k], da_d[1][k], n, 0);
+        cmp16(tags[k][1], da_d[0][k], C, da16[k], C, N, C);
+        B16->free(da_d[0][k]), B16A->free(da_d[1][k]), B16A->free(da16[k]);
+    }
+    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
+    B16A->free(dx16);
+    free(x), free(w), free(dy), free(dx0), free(m), free(rs), free(dw0), free(db0);
+}
+
+/* b16->rope_qk_backward (rf; rf NULL: b16->rope2d_backward): the f32 gradient (rows of stride ld, padded) rotated into a
+ * compact 2-byte copy; keep: dx rotated too, bitwise the plain slot's; else dx left as it was. 1-D: dq that (H heads)
+ * and, in the same call, dk (one head, its own stride and copy, keep the other way) against the plain slot on it */
+static void run_b16_rope(const char* name, const RopeFreq* rf, int N, int H, int d, int keep) {
+    case_name = name;
+    int ld = H * d + 5;
+    size_t n = (size_t)N * ld;
+    float* dx = hrand(n, 2, 0);
+    int* pos = mallocCheck(2 * N * sizeof(int));
+    for (int i = 0; i < N; i++) pos[i] = (i * 7) % 23, pos[N + i] = (i * 3) % 11;
+    float *ref = up32(B16, dx, n), *got = up32(B16A, dx, n);
+    uint16_t* g16 = up16(B16A, dx, (size_t)N * H * d);
+    int *pos0 = B16->alloc(2 * N * sizeof(int)), *pos1 = B16A->alloc(2 * N * sizeof(int));
+    B16->copy_h2d(B16, pos0, pos, 2 * N * sizeof(int));
+    B16A->copy_h2d(B16A, pos1, pos, 2 * N * sizeof(int));
+    int ldk = d + 3;
+    size_t nk = (size_t)N * ldk;
+    float* dk = hrand(nk, 2, 0);
+    float *refk = up32(B16, dk, nk), *gotk = up32(B16A, dk, nk);
+    uint16_t* k16 = up16(B16A, dk, (size_t)N * d);
+    if (rf) {
+        B16->rope_backward(B16, ref, pos0, N, H, d, ld, rf);
+        B16->rope_backward(B16, refk, pos0, N, 1, d, ldk, rf);
+        B16A->b16->rope_qk_backward(B16A, g16, H * d, got, k16, d, gotk, pos1, N, H, 1, d, ld, ldk, rf, keep, !keep);
+    } else {
+        B16->rope2d_backward(B16, ref, pos0, pos0 + N, N, H, d, ld);
+        B16A->b16->rope2d_backward(B16A, g16, H * d, got, pos1, pos1 + N, N, H, d, ld, keep);
+    }
+    B16->synchronize(B16), B16A->synchronize(B16A);
+    cmp16("dx16", ref, ld, g16, H * d, N, H * d);
+    if (rf) { /* dk: kept the other way */
+        cmp16("dk16", refk, ldk, k16, d, N, d);
+        if (!keep) {
+            cmp("dk kept", refk, gotk, nk, 0);
+        } else {
+            float* h = down(B16A, gotk, nk, 0);
+            int moved = memcmp(h, dk, nk * sizeof(float)) != 0;
+            checks++;
+            printf("  %-22s %-7s %s\n", case_name, "dk", moved ? "FAIL: written" : "ok (left as it was)");
+            failures += moved;
+            free(h);
+        }
+    }
+    if (keep) {
+        cmp("dx kept", ref, got, n, 0);
+    } else {
+        float* h = down(B16A, got, n, 0);
+        int moved = memcmp(h, dx, n * sizeof(float)) != 0;
+        checks++;
+        printf("  %-22s %-7s %s\n", case_name, "dx", moved ? "FAIL: written" : "ok (left as it was)");
+        failures += moved;
+        free(h);
+    }
+    B16->free(ref), B16->free(pos0), B16A->free(got), B16A->free(g16), B16A->free(pos1);
+    B16->free(refk), B16A->free(gotk), B16A->free(k16);
+    free(dx), free(pos), free(dk);
+}
+
+/* b16->attention_backward: dout16 and a zeroed dv16 (compact rows) against the bf16 table's plain slot (dq, dk, dv
+ * zeroed): dq, dk bitwise, dv16 its dv narrowed; and with an f32 dv (q/k/v biases) bitwise */
+static void run_b16_attention(const char* name, int S, const int* lens, int H, int Hkv, int d) {
+    case_name = name;
+    int cu[9] = {0};
+    for (int s = 0; s < S; s++) cu[s + 1] = cu[s] + lens[s];
+    int T = cu[S], Dq = H * d, Dkv = Hkv * d;
+    size_t nq = (size_t)T * Dq, nkv = (size_t)T * Dkv;
+    float *q = hrand(nq, 1.5f, 1), *k = hrand(nkv, 1.5f, 1), *v = hrand(nkv, 1.5f, 1), *dy = hrand(nq, 1, 0);
+    float* zero = calloc(nq, sizeof(float));
+    const Backend* be[3] = {B16, B16A, B16A};
+    float *dq_d[3], *dk_d[3], *dv_d[3];
+    uint16_t *dv16 = NULL, *mq16 = NULL, *mk16 = NULL, *mv16 = NULL;
+    AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
+    for (int t = 0; t < 3; t++) {
+        be[t]->reserve(be[t], 0, 0, &ar, 1);
+        float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
+        int* cu_d = be[t]->alloc((S + 1) * sizeof(int));
+        be[t]->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
+        float *o_d = upa(be[t], q, nq), *lse_d = be[t]->alloc((size_t)T * H * sizeof(float));
+        dq_d[t] = up32(be[t], zero, nq), dk_d[t] = up32(be[t], zero, nkv), dv_d[t] = up32(be[t], zero, nkv);
+        be[t]->attention_forward(be[t], o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        if (t == 0) {
+            be[t]->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv,
+                                      d, Dq, Dkv, 1);
+        } else {
+            uint16_t* dy16 = up16(be[t], dy, nq);
+            if (t == 1) dv16 = up16(be[t], zero, nkv);
+            if (t == 2) { /* f32 gradients with their 2-byte mirrors (garbage before: overwritten) */
+                mq16 = up16(be[t], dy, nq), mk16 = up16(be[t], dy, nkv), mv16 = up16(be[t], dy, nkv);
+            }
+            if (t == 1)
+                be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, dy16, o_d, lse_d, q_d,
+                                               k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+            else /* mirrors of stride Dkv (the q mirror where Dq == Dkv) */
+                be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], Dkv == Dq ? mq16 : NULL, mk16, mv16, Dkv,
+                                               dy16, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+            be[t]->synchronize(be[t]);
+            be[t]->free(dy16);
+        }
+        be[t]->synchronize(be[t]);
+        be[t]->free(q_d), be[t]->free(k_d), be[t]->free(v_d), be[t]->free(dy_d), be[t]->free(cu_d), be[t]->free(o_d);
+        be[t]->free(lse_d);
+    }
+    cmp("dq", dq_d[0], dq_d[1], nq, 0);
+    cmp("dk", dk_d[0], dk_d[1], nkv, 0);
+    cmp16("dv16", dv_d[0], Dkv, dv16, Dkv, T, Dkv);
+    cmp("dq#f32dv", dq_d[0], dq_d[2], nq, 0);
+    cmp("dv#f32dv", dv_d[0], dv_d[2], nkv, 0);
+    if (Dkv == Dq) cmp16("dq16m", dq_d[0], Dq, mq16, Dkv, T, Dq);
+    cmp16("dk16m", dk_d[0], Dkv, mk16, Dkv, T, Dkv);
+    cmp16("dv16m", dv_d[0], Dkv, mv16, Dkv, T, Dkv);
+    B16A->free(mq16), B16A->free(mk16), B16A->free(mv16);
+    for (int t = 0; t < 3; t++) be[t]->free(dq_d[t]), be[t]->free(dk_d[t]), be[t]->free(dv_d[t]);
+    B16A->free(dv16);
+    free(q), free(k), free(v), free(dy), free(zero);
 }
 
 /* to_bf16 / from_bf16 (a stage's entry and exit): exact both ways on bf16 values */
@@ -573,6 +854,23 @@ int main(int argc, char** argv) {
     RUN("attention_gqa_d16", run_attention("attention_gqa_d16", 2, lens_b, 4, 2, 16));
     RUN("attention_mha_d64", run_attention("attention_mha_d64", 2, lens_b, 2, 2, 64));
     RUN("to_bf16/from_bf16", run_convert());
+    /* the 2-byte output-gradient ops: every producer's 2-byte store against the narrowed f32 reference */
+    if (!B16A->b16 || B16->b16 || cu->b16 || backend_cpu_bf16.b16) {
+        printf("test_cuda_bf16a: FAIL: Backend.b16 must be set on the bf16-activation table only\n");
+        return 1;
+    }
+    RUN("b16_linear", run_b16_linear("b16_linear", 37, 48, 40, 0));
+    RUN("b16_linear_bias", run_b16_linear("b16_linear_bias", 19, 32, 24, 1));
+    RUN("b16_swiglu_rmsnorm", run_b16_elementwise("b16_swiglu_rmsnorm", 1000, 17, 96));
+    RUN("b16_layernorm_act", run_b16_ln_act("b16_layernorm_act", 9, 300));
+    RUN("b16_rope", run_b16_rope("b16_rope", &rf, 23, 3, 16, 0));
+    RUN("b16_rope_llama3_keep", run_b16_rope("b16_rope_llama3_keep", &rf3, 23, 2, 32, 1));
+    RUN("b16_rope2d_keep", run_b16_rope("b16_rope2d_keep", NULL, 19, 2, 16, 1));
+    RUN("b16_rope2d", run_b16_rope("b16_rope2d", NULL, 19, 2, 16, 0));
+    RUN("b16_attention_mha_d32", run_b16_attention("b16_attention_mha_d32", 3, lens_a, 2, 2, 32));
+    RUN("b16_attention_gqa_d16", run_b16_attention("b16_attention_gqa_d16", 2, lens_b, 4, 2, 16));
+    /* head dim 128: the dq kernel's single-buffered variant (dq3), its mirror store too */
+    RUN("b16_attention_mha_d128", run_b16_attention("b16_attention_mha_d128", 2, lens_b, 2, 2, 128));
 #undef RUN
     B16->synchronize(B16);
     if (checks == 0) {

@@ -52,8 +52,6 @@ enum {
     CASE_INPLACE = 8,  /* forward with out == first input */
     CASE_ALL_IGN = 16, /* cross-entropy: every target is -100 (loss 0, no gradient) */
     CASE_LLAMA3 = 32,  /* 1-D RoPE with RF_LLAMA3: theta 500000 and Llama-3's frequency scaling */
-    CASE_SET = 128,    /* linear: the input gradient through linear_backward_set, written over garbage (then added to
-                        * the harness's gradient), the weight gradients still added */
     CASE_QK = 64,      /* 1-D RoPE through rope_qk_*: q the first H - 1 heads of each row, k the last (its own pointer,
                         * the same stride), so the reference is the rotation of all H heads */
 };
@@ -83,8 +81,6 @@ static const OpCase CASES[] = {
     {"linear_nobias", OP_LINEAR, 9, 19, 6, 0, 0, 0, CASE_NO_BIAS, 2e-6, 5e-6},
     {"linear_split", OP_LINEAR, 17, 23, 31, 0, 0, 0, CASE_SPLIT, 2e-6, 5e-6},
     {"linear_split_nobias", OP_LINEAR, 8, 12, 5, 0, 0, 0, CASE_SPLIT | CASE_NO_BIAS, 2e-6, 5e-6},
-    {"linear_set", OP_LINEAR, 11, 17, 9, 0, 0, 0, CASE_SET, 2e-6, 5e-6},
-    {"linear_set_split", OP_LINEAR, 8, 12, 5, 0, 0, 0, CASE_SET | CASE_SPLIT, 2e-6, 5e-6},
     {"linear_parallel", OP_LINEAR, 130, 24, 128, 0, 0, 0, 0, 2e-6, 5e-6},
     {"layernorm_N1", OP_LAYERNORM, 1, 13, 0, 0, 0, 0, 0, 2e-6, 5e-6},
     {"layernorm_odd", OP_LAYERNORM, 11, 37, 0, 0, 0, 0, 0, 2e-6, 5e-6},
@@ -439,18 +435,6 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
     run_forward(tc, p, in, out);
     switch (tc->op) {
     case OP_LINEAR:
-        if (tc->flags & CASE_SET) {
-            float* g0 = NULL;
-            if (grad[0]) {
-                g0 = malloc(NC * sizeof(float));
-                for (size_t i = 0; i < NC; i++) g0[i] = 1e3f + (float)i; /* must be overwritten */
-            }
-            be->linear_backward_set(be, g0, grad[1], p->n_in == 3 ? grad[2] : NULL, R, in[0], in[1], N, C, OC);
-            if (grad[0])
-                for (size_t i = 0; i < NC; i++) grad[0][i] += g0[i];
-            free(g0);
-            break;
-        }
         be->linear_backward(be, grad[0], grad[1], p->n_in == 3 ? grad[2] : NULL, R, in[0], in[1], N, C, OC);
         break;
     case OP_LAYERNORM:

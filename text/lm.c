@@ -129,21 +129,30 @@ void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int ma
     lm_local_sizes(c, &Hl, &Dq, &Fl);
     lm_local_kv(c, &Hkvl, &Dkv);
     size_t T = (size_t)max_T, D = c->D, F = (size_t)Fl;
+    int b16 = lm_act_bytes(c) == 2; /* 2-byte output gradients for the GEMMs (LmBlockGrads) */
     g->dxmid = arena_alloc_f32(ar, T * D);
-    /* dq, dk, dv in one block and dgate, dup in another: lm_block_backward_input packs each group for its T,
-     * so that one memset zeroes a group */
-    g->dq = arena_alloc_f32(ar, lm_pack(T * Dq) + lm_pack(T * Dkv) + T * Dkv);
+    /* dq, dk (and dv) in one block, dgate and dup in another: the backward packs each group for its T (dk, dv right
+     * after dq, dup after dgate, 64-byte aligned), so that one memset zeroes a group */
+    int has_dv = !b16 || c->qkv_bias;
+    size_t ab = b16 ? 2 : sizeof(float);
+    g->dq = arena_alloc_f32(ar, lm_pack(T * Dq) + lm_pack(T * Dkv) + (has_dv ? T * Dkv : 0));
     g->dk = g->dq + lm_pack(T * Dq);
-    g->dv = g->dk + lm_pack(T * Dkv);
+    g->dv = has_dv ? g->dk + lm_pack(T * Dkv) : NULL;
     g->dn1 = arena_alloc_f32(ar, T * D);
     g->dn2 = arena_alloc_f32(ar, T * D);
-    g->dgate = arena_alloc_f32(ar, lm_pack(T * F) + T * F);
-    g->dup = g->dgate + lm_pack(T * F);
+    g->dgate = lm_act_alloc(ar, c, lm_pack(T * F) + T * F);
+    g->dup = (float*)((char*)g->dgate + lm_pack(T * F) * ab);
+    g->dxmid16 = b16 ? arena_alloc(ar, T * D * 2) : NULL;
+    g->dq16 = b16 ? arena_alloc(ar, T * Dq * 2) : NULL;
+    g->dk16 = b16 ? arena_alloc(ar, T * Dkv * 2) : NULL;
+    g->dv16 = b16 ? arena_alloc(ar, T * Dkv * 2) : NULL;
+    g->dxout16 = NULL;
+    g->dxin16 = NULL;
 }
 
 void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
     s->tmp = lm_act_alloc(ar, c, (size_t)max_T * c->D); /* o's and down's outputs: activations */
-    s->datt = arena_alloc_f32(ar, (size_t)max_T * c->D);
+    s->datt = lm_act_alloc(ar, c, (size_t)max_T * c->D); /* 2-byte with 2-byte activations: o's GEMM stores it */
     s->dh = arena_alloc_f32(ar, (size_t)max_T * c->F);
     s->tp_sum = c->tp > 1 && lm_act_bytes(c) == 2 ? arena_alloc_f32(ar, (size_t)max_T * c->D) : NULL;
 }
@@ -222,6 +231,52 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
+/* B with 2-byte activations (Backend.b16): every GEMM reads a 2-byte output gradient stored by its producer (issue 20):
+ * the same values as the plain path's conversions, so the same numerics. */
+static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
+                                        LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin,
+                                        const float* dxout, float* dxin) {
+    const BackendB16* b = be->b16;
+    int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
+    lm_local_sizes(c, &H, &Dq, &F);
+    lm_local_kv(c, &Hkv, &Dkv);
+    size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
+    uint16_t *dgate16 = (uint16_t*)g->dgate, *dup16 = (uint16_t*)g->dup, *datt16 = (uint16_t*)s->datt;
+    /* MLP branch; an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset), later ones add */
+    if (g->dxout16) {
+        b->linear_backward(be, s->dh, NULL, NULL, NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 1);
+    } else { /* no 2-byte copy: converted */
+        be->memset0(be, s->dh, TF * sizeof(float));
+        be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    }
+    b->swiglu_backward(be, dgate16, dup16, s->dh, a->gate, a->up, TF); /* stores: no memset */
+    b->linear_backward(be, g->dn2, NULL, NULL, NULL, dgate16, NULL, a->n2, w->gate_w, T, D, F, 1);
+    b->linear_backward(be, g->dn2, NULL, NULL, NULL, dup16, NULL, a->n2, w->up_w, T, D, F, 0);
+    lm_tp_sum(c, g->dn2, TD);
+    be->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
+    b->rmsnorm_backward(be, g->dxmid, g->dxmid16, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    /* attention branch: o's input gradient stored 2-byte by its GEMM (beta 0: no memset) */
+    b->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, a->att, w->o_w, T, Dq, D, 1);
+    /* dq, dk (and dv) packed for this T in their block (lm_block_grads_layout; W reads the same pointers): one memset.
+     * dv: 2-byte only, or (q/k/v biases: v's bias sums it) f32 with its 2-byte mirror, both stored by the kernel */
+    g->dk = g->dq + lm_pack(TQ);
+    if (g->dv) g->dv = g->dk + lm_pack(TK);
+    be->memset0(be, g->dq, (lm_pack(TQ) + (g->dv ? lm_pack(TK) + TK : TK)) * sizeof(float));
+    if (!g->dv) be->memset0(be, g->dv16, TK * sizeof(uint16_t));
+    b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, Dkv, datt16, a->att, a->lse, a->q, a->k, a->v,
+                          seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+    /* RoPE undone into the 2-byte copies; the f32 ones rotated too where a bias gradient sums them */
+    /* (q and k in one launch) */
+    b->rope_qk_backward(be, g->dq16, Dq, g->dq, g->dk16, Dkv, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, &c->rope,
+                        w->q_b != NULL, w->k_b != NULL);
+    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dq16, NULL, a->n1, w->q_w, T, D, Dq, 1);
+    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dk16, NULL, a->n1, w->k_w, T, D, Dkv, 0);
+    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dv16, NULL, a->n1, w->v_w, T, D, Dkv, 0);
+    lm_tp_sum(c, g->dn1, TD);
+    be->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
+    b->rmsnorm_backward(be, dxin, g->dxin16, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+}
+
 void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
                              LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
                              float* dxin) {
@@ -229,27 +284,35 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
+    if (lm_act_bytes(c) == 2) {
+        RR_ASSERT(be->b16 && "2-byte activations need the table's 2-byte gradient ops (Backend.b16)");
+        lm_block_backward_input_b16(be, c, w, a, g, s, seq, xin, dxout, dxin);
+        return;
+    }
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
-    /* each input gradient's first write sets it (linear_backward_set: the GEMM's beta 0, no memset) */
-    backend_linear_backward_set(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->memset0(be, s->dh, TF * sizeof(float));
+    be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
     /* the gradients that an adding op writes first, zeroed one group a launch: dk, dv and dup re-pointed right after
      * dq and dgate for this T (their blocks hold max_T rows; W reads the same pointers) */
     g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = g->dgate + lm_pack(TF);
     be->memset0(be, g->dgate, (lm_pack(TF) + TF) * sizeof(float)); /* dgate and dup: SwiGLU's backward adds */
     be->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
-    backend_linear_backward_set(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
+    be->memset0(be, g->dn2, TD * sizeof(float));
+    be->linear_backward(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
     be->linear_backward(be, g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
     lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
     be->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
     be->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
-    backend_linear_backward_set(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->memset0(be, s->datt, TQ * sizeof(float));
+    be->linear_backward(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
     be->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
     be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
     lm_rope_qk(be, c, g->dq, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
-    backend_linear_backward_set(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
+    be->memset0(be, g->dn1, TD * sizeof(float));
+    be->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
     be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
     be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
@@ -263,6 +326,21 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
+    if (lm_act_bytes(c) == 2) { /* the 2-byte output gradients B stored (lm_block_backward_input_b16) */
+        const BackendB16* b = be->b16;
+        RR_ASSERT(b);
+        if (g->dxout16) b->linear_backward(be, NULL, NULL, dw->down_w, NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 0);
+        else be->linear_backward(be, NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
+        b->linear_backward(be, NULL, NULL, dw->gate_w, NULL, (const uint16_t*)g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
+        b->linear_backward(be, NULL, NULL, dw->up_w, NULL, (const uint16_t*)g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
+        be->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+        b->linear_backward(be, NULL, NULL, dw->o_w, dw->o_b, g->dxmid16, g->dxmid, a->att, w->o_w, T, Dq, D, 0);
+        b->linear_backward(be, NULL, NULL, dw->q_w, dw->q_b, g->dq16, g->dq, a->n1, w->q_w, T, D, Dq, 0);
+        b->linear_backward(be, NULL, NULL, dw->k_w, dw->k_b, g->dk16, g->dk, a->n1, w->k_w, T, D, Dkv, 0);
+        b->linear_backward(be, NULL, NULL, dw->v_w, dw->v_b, g->dv16, g->dv, a->n1, w->v_w, T, D, Dkv, 0);
+        be->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+        return;
+    }
     be->linear_backward(be, NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
     be->linear_backward(be, NULL, dw->gate_w, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
     be->linear_backward(be, NULL, dw->up_w, NULL, g->dup, a->n2, w->up_w, T, D, F);

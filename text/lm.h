@@ -95,19 +95,30 @@ typedef struct {
     float *gate, *up, *h;   /* (T, F) each; h = silu(gate) * up */
 } LmBlockActs;
 
-/* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward). */
+/* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward).
+ * With 2-byte activations (act_bytes 2: the table's Backend.b16 ops, issue 20) the GEMMs read 2-byte output gradients
+ * stored by their producers: dgate, dup are 2-byte words (SwiGLU's backward stores them), dq16, dk16 (RoPE's backward),
+ * dv16 (the attention backward) and dxmid16 (norm2's backward, beside the f32 dxmid) are 2-byte; dv is then f32 only
+ * with q/k/v biases (v's bias gradient sums it; the attention backward stores dv16 as its mirror), else NULL.
+ * Elsewhere the 16 buffers are NULL. */
 typedef struct {
     float *dxmid;            /* (T, D) d o output */
     float *dq, *dk, *dv;     /* (T, D), (T, Dkv), (T, Dkv) d q/k/v output (RoPE undone); one block, dk and dv right
                               * after dq for the microbatch's T (64-byte aligned; lm_block_backward_input sets them) */
     float *dn1, *dn2;        /* (T, D) d norm outputs */
     float *dgate, *dup;      /* (T, F); one block, dup right after dgate for the microbatch's T (as dk, dv) */
+    uint16_t *dxmid16, *dq16, *dk16, *dv16; /* (T, D), (T, Dq), (T, Dkv), (T, Dkv): 2-byte, see above */
+    /* Set by the caller (not laid out here), 2-byte activations only, each may be NULL: dxout16 holds
+     * rr_f32_to_bf16(dxout) (the down projection's GEMMs read it; NULL: they convert dxout), and B stores
+     * rr_f32_to_bf16(dxin) into dxin16 in norm1's backward pass (the next block's dxout16). */
+    const uint16_t* dxout16;
+    uint16_t* dxin16;
 } LmBlockGrads;
 
 /* Scratch shared by every block of one microbatch's forward or backward. */
 typedef struct {
     float* tmp;  /* (T, D) */
-    float* datt; /* (T, D) */
+    float* datt; /* (T, D); 2-byte words with 2-byte activations (o's input gradient, stored by its GEMM) */
     float* dh;   /* (T, F) */
     /* (T, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partial outputs
      * (o, down), widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward (issue 20) */

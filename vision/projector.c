@@ -45,6 +45,8 @@ void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N
     a->dfc1 = arena_alloc_f32(ar, NL);
     a->dgelu = arena_alloc_f32(ar, NL);
     a->dvin = arena_alloc_f32(ar, (size_t)max_N * c->D);
+    a->dout16 = ab == 2 ? arena_alloc(ar, NT * 2) : NULL;
+    a->dfc1_16 = ab == 2 ? arena_alloc(ar, NL * 2) : NULL;
     a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, NT) : NULL;
 }
 
@@ -78,13 +80,26 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
     if (N == 0) return;
     int L = proj_local(c);
     size_t NL = (size_t)N * L;
-    /* the input gradients' first writes set them (linear_backward_set: the GEMM's beta 0, no memset) */
-    backend_linear_backward_set(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    if (vit_act_bytes(c) == 2) { /* the GEMMs read the 2-byte output gradients (Backend.b16; ProjActs) */
+        const BackendB16* b = be->b16;
+        RR_ASSERT(b && a->dout16 && a->dfc1_16);
+        /* the input gradients' first writes write them (set = 1: the GEMM's beta 0, no memset) */
+        b->linear_backward(be, a->dgelu, NULL, NULL, NULL, a->dout16, NULL, a->gelu, w->fc2_w, N, L, c->Dt, 1);
+        be->memset0(be, a->dfc1, NL * sizeof(float));
+        b->act_backward(be, a->dfc1, a->dfc1_16, a->dgelu, a->fc1, NL, c->proj_act);
+        if (!need_dvin) return;
+        b->linear_backward(be, a->dvin, NULL, NULL, NULL, a->dfc1_16, NULL, a->vin, w->fc1_w, N, c->D, L, 1);
+        proj_tp_sum(c, a->dvin, (size_t)N * c->D);
+        return;
+    }
+    be->memset0(be, a->dgelu, NL * sizeof(float));
+    be->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
     be->memset0(be, a->dfc1, NL * sizeof(float));
     if (c->proj_act != ACT_GELU_TANH) be->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
     else be->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
-    backend_linear_backward_set(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
+    be->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
@@ -92,6 +107,11 @@ void projector_backward_weight(const Backend* be, const VitConfig* c, const Proj
                                int N) {
     if (N == 0) return;
     int L = proj_local(c);
+    if (vit_act_bytes(c) == 2) { /* the 2-byte copies B kept; the biases from the f32 gradients */
+        be->b16->linear_backward(be, NULL, NULL, g->fc2_w, g->fc2_b, a->dout16, a->dout, a->gelu, w->fc2_w, N, L, c->Dt, 0);
+        be->b16->linear_backward(be, NULL, NULL, g->fc1_w, g->fc1_b, a->dfc1_16, a->dfc1, a->vin, w->fc1_w, N, c->D, L, 0);
+        return;
+    }
     be->linear_backward(be, NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
     be->linear_backward(be, NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
 }

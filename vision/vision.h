@@ -141,6 +141,10 @@ typedef struct {
     float* dxmid; /* (N, D)  d attn.out output (= d residual after attention) */
     float* dqkv;  /* (N, 3D) d qkv output (RoPE undone) */
     float* dln1;  /* (N, D)  d LN1 output */
+    /* 2-byte activations (VitConfig.act_bytes 2, the table's Backend.b16 ops; else NULL): the 2-byte copies of dfc1
+     * (stored by the GELU backward) and dxmid (by ln2's backward) that fc1's and attn.out's GEMMs read (issue 20) */
+    uint16_t *dfc1_16, *dxmid16;
+    uint16_t* dqkv16; /* (N, 3D) dqkv's 2-byte mirror (the attention backward's and RoPE's stores) for qkv's GEMMs */
 } VitBlockGrads;
 
 typedef struct {
@@ -160,9 +164,11 @@ typedef struct {
     float *vout, *lnf_mean, *lnf_rstd; /* (N, D), (N), (N) ln_f output = the tower's output */
     /* backward */
     float* dx;               /* split: (L+1, max_N, D) d residual at each boundary; fused: 2 ping-pong */
+    uint16_t* dx16;          /* 2-byte activations: their 2-byte copies (the same slots), stored by the LayerNorm backward
+                              * that finishes each one, for the fc2 / patch-embedding GEMMs (else NULL) */
     VitBlockGrads* grads;    /* (L) */
     float* dvout;            /* (N, D) d ln_f output (given by the caller of vit_backward_input) */
-    float *dgelu, *datt;     /* (N, 4D), (N, D) scratch */
+    float *dgelu, *datt;     /* (N, 4D), (N, D) scratch; datt 2-byte with 2-byte activations (attn.out's GEMM stores it) */
     float* tmp;              /* (N, D) scratch */
     /* CLIP: T = N + I token rows (blocks, x and dx are laid out for max_T of them) */
     int max_T, T, max_I;
@@ -190,6 +196,9 @@ typedef struct {
     const float* vin;        /* (N, D) the forward's input (the ViT output), kept for W */
     float *fc1, *gelu, *out; /* (N, Dt) each */
     float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
+    /* 2-byte activations (else NULL): dout's 2-byte copy (given with dout, rows of the LM's 2-byte residual gradient)
+     * and dfc1's (stored by the GELU backward), what projector.2's and projector.0's GEMMs read (issue 20) */
+    uint16_t *dout16, *dfc1_16;
     float* dvin;             /* (N, D) d projector input = d vision output */
     float* tp_sum;           /* (N, Dt) f32 where tp > 1 and activations are 2-byte: projector.2's sum (else NULL) */
 } ProjActs;

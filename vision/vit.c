@@ -249,10 +249,12 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
 #undef VACT
     if (!backward) {
         a->dx = a->dvout = a->dgelu = a->datt = NULL;
+        a->dx16 = NULL;
         for (size_t l = 0; l < L; l++) memset(&a->grads[l], 0, sizeof a->grads[l]);
         return;
     }
     a->dx = arena_alloc_f32(ar, (split ? L + 1 : 2) * N * D);
+    a->dx16 = ab == 2 ? arena_alloc(ar, (split ? L + 1 : 2) * N * D * 2) : NULL;
     for (size_t l = 0; l < L; l++) {
         VitBlockGrads* g = &a->grads[l];
         if (split || l == 0) {
@@ -261,13 +263,16 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
             g->dxmid = arena_alloc_f32(ar, N * D);
             g->dqkv = arena_alloc_f32(ar, N * 3 * Dq);
             g->dln1 = arena_alloc_f32(ar, N * D);
+            g->dfc1_16 = ab == 2 ? arena_alloc(ar, N * Dm * 2) : NULL;
+            g->dxmid16 = ab == 2 ? arena_alloc(ar, N * D * 2) : NULL;
+            g->dqkv16 = ab == 2 ? arena_alloc(ar, N * 3 * Dq * 2) : NULL;
         } else {
             *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
         }
     }
     a->dvout = arena_alloc_f32(ar, (size_t)max_N * D);
     a->dgelu = arena_alloc_f32(ar, N * Dm);
-    a->datt = arena_alloc_f32(ar, N * Dq);
+    a->datt = (float*)arena_alloc(ar, N * Dq * ab);
 }
 
 int vit_backward_floor(const VitConfig* c, const VitW* g) {
@@ -295,6 +300,21 @@ void vit_acts_free_tables(VitActs* a) {
 static float* vit_dx(const VitActs* a, const VitConfig* c, int j) {
     size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
     return a->dx + slot * (size_t)a->max_T * c->D;
+}
+
+/* its 2-byte copy (2-byte activations; else NULL) */
+static uint16_t* vit_dx16(const VitActs* a, const VitConfig* c, int j) {
+    size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
+    return a->dx16 ? a->dx16 + slot * (size_t)a->max_T * c->D : NULL;
+}
+/* the copy of block l's output gradient, where a pass stored it: CLIP's last block's comes from the feature gather
+ * (rows_gather_backward, f32 only): NULL, its GEMMs convert */
+static const uint16_t* vit_dxout16(const VitActs* a, const VitConfig* c, int l) {
+    return c->arch == VIT_ARCH_CLIP && l + 1 == vit_blocks_run(c) ? NULL : vit_dx16(a, c, l + 1);
+}
+/* block l's input gradient copy to store: the next GEMM's (block l - 1's fc2, or the RoPE tower's patch embedding) */
+static uint16_t* vit_dxin16(const VitActs* a, const VitConfig* c, int l) {
+    return c->arch == VIT_ARCH_CLIP && l == 0 ? NULL : vit_dx16(a, c, l);
 }
 
 static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
@@ -528,18 +548,59 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
+    if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (Backend.b16) */
+        const BackendB16* bb = be->b16;
+        RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (Backend.b16)");
+        int l = (int)(b - a->blocks);
+        const uint16_t* dxout16 = vit_dxout16(a, c, l);
+        uint16_t* datt16 = (uint16_t*)a->datt;
+        /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
+        if (dxout16) {
+            bb->linear_backward(be, a->dgelu, NULL, NULL, NULL, dxout16, NULL, b->gelu, w->fc2_w, N, Dm, D, 1);
+        } else {
+            be->memset0(be, a->dgelu, N4D * sizeof(float));
+            be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+        }
+        be->memset0(be, g->dfc1, N4D * sizeof(float));
+        bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, b->fc1, N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
+        bb->linear_backward(be, g->dln2, NULL, NULL, NULL, g->dfc1_16, NULL, b->ln2, w->fc1_w, N, D, Dm, 1);
+        vit_tp_sum(c, g->dln2, ND);
+        be->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
+        bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd,
+                               N, D);
+        bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, b->att, w->out_w, N, Dq, D, 1); /* beta 0 */
+        be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
+        /* dqkv f32 (qkv's bias sums it) with its 2-byte mirror dqkv16 for qkv's GEMMs: the attention kernels store
+         * dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
+        uint16_t* m16 = g->dqkv16;
+        bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip ? m16 + Dq : NULL,
+                               m16 + 2 * Dq, 3 * Dq, datt16, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq),
+                               vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
+        if (!clip) {
+            /* dq and dk in one pass: their 2H heads are adjacent in each row of dqkv and of its mirror */
+            bb->rope2d_backward(be, m16, 3 * Dq, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 1);
+        }
+        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 1);
+        vit_tp_sum(c, g->dln1, ND);
+        be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
+        bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
+                               N, D);
+        return;
+    }
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
-    /* each input gradient's first write sets it (linear_backward_set: the GEMM's beta 0, no memset) */
-    backend_linear_backward_set(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    be->memset0(be, a->dgelu, N4D * sizeof(float));
+    be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
     be->memset0(be, g->dfc1, N4D * sizeof(float));
     if (clip) be->act_backward(be, g->dfc1, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
     else be->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
-    backend_linear_backward_set(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    be->memset0(be, g->dln2, ND * sizeof(float));
+    be->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
     be->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
     be->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    backend_linear_backward_set(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->memset0(be, a->datt, NQ * sizeof(float));
+    be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
     be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
     be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv,
                            vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
@@ -547,7 +608,8 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     if (!clip) {
         be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
     }
-    backend_linear_backward_set(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    be->memset0(be, g->dln1, ND * sizeof(float));
+    be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
     be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
     be->layernorm_backward(be, dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
@@ -558,6 +620,19 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
                                       const float* xin, const float* dxout) {
     int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
+    if (vit_act_bytes(c) == 2) { /* the 2-byte copies B stored; the biases from the f32 gradients */
+        const BackendB16* bb = be->b16;
+        const uint16_t* dxout16 = vit_dxout16(a, c, (int)(b - a->blocks));
+        if (dxout16)
+            bb->linear_backward(be, NULL, NULL, dw->fc2_w, dw->fc2_b, dxout16, dxout, b->gelu, w->fc2_w, N, Dm, D, 0);
+        else be->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
+        bb->linear_backward(be, NULL, NULL, dw->fc1_w, dw->fc1_b, g->dfc1_16, g->dfc1, b->ln2, w->fc1_w, N, D, Dm, 0);
+        be->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+        bb->linear_backward(be, NULL, NULL, dw->out_w, dw->out_b, g->dxmid16, g->dxmid, b->att, w->out_w, N, Dq, D, 0);
+        bb->linear_backward(be, NULL, NULL, dw->qkv_w, dw->qkv_b, g->dqkv16, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
+        be->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+        return;
+    }
     /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
     be->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
     be->linear_backward(be, NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
@@ -572,7 +647,11 @@ static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const 
     int N = a->N, D = c->D, L = c->L;
     float* dxL = vit_dx(a, c, L);
     be->memset0(be, dxL, (size_t)N * D * sizeof(float));
-    be->layernorm_backward(be, dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+    if (vit_dx16(a, c, L)) /* with the 2-byte copy for the last block's fc2 */
+        be->b16->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
+                                    a->lnf_rstd, N, D);
+    else
+        be->layernorm_backward(be, dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
 }
 
 static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
@@ -589,7 +668,11 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
         return;
     }
     int P = 3 * c->patch * c->patch;
-    be->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
+    if (vit_dx16(a, c, 0)) /* block 0's B stored the 2-byte copy */
+        be->b16->linear_backward(be, NULL, NULL, g->patch_w, g->patch_b, vit_dx16(a, c, 0), vit_dx(a, c, 0), a->patches,
+                                 w->patch_w, a->N, P, c->D, 0);
+    else
+        be->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
 }
 
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {

@@ -101,7 +101,6 @@ const Backend backend_cpu = {
     .to_bf16 = cpu_to_bf16,
     .rope_qk_forward = cpu_rope_qk_forward,
     .rope_qk_backward = cpu_rope_qk_backward,
-    .linear_backward_set = cpu_linear_backward_set,
 };
 
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
@@ -160,5 +159,4 @@ const Backend backend_cpu_bf16 = {
     .adamw_update_copy = cpu_adamw_update_copy,
     .to_bf16 = cpu_to_bf16,    .rope_qk_forward = cpu_bf16_rope_qk_forward,
     .rope_qk_backward = cpu_rope_qk_backward,
-    .linear_backward_set = cpu_bf16_linear_backward_set,
 };

@@ -80,12 +80,6 @@ void cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, fl
     if (dbias) cpu_linear_backward(be, NULL, NULL, dbias, dout, inp, weight, N, C, OC);
 }
 
-void cpu_bf16_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, int N, int C, int OC) {
-    if (dinp) memset(dinp, 0, (size_t)N * (size_t)C * sizeof(float));
-    cpu_bf16_linear_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-}
-
 void cpu_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                    const float* bias, int N, int C) {
     cpu_layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C);

@@ -22,8 +22,6 @@ void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const fl
                              int N, int C, int OC);
 void cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                          const float* weight, int N, int C, int OC);
-void cpu_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, int N, int C, int OC);
 
 /* layernorm.c */
 void cpu_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -100,8 +98,6 @@ void cpu_bf16_linear_forward(const Backend* be, float* out, const float* inp, co
                              int OC);
 void cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                               const float* weight, int N, int C, int OC);
-void cpu_bf16_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, int N, int C, int OC);
 void cpu_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                 const float* bias, int N, int C);
 void cpu_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);

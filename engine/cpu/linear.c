@@ -2,8 +2,6 @@
  *
  * Shapes: inp (N, C), weight (OC, C) (PyTorch's nn.Linear layout), bias (OC), out (N, OC).
  * The GEMMs are row-major; cpu_sgemm takes transpose flags, so no copy of W^T is ever made. */
-#include <string.h>
-
 #include "engine/cpu/cpu_ops.h"
 #include "engine/engine.h"
 
@@ -41,11 +39,4 @@ void cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* 
             }
         }
     }
-}
-
-/* Backend.linear_backward_set: the reference is the memset and the add (the bits linear_backward gave on zeros) */
-void cpu_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, int N, int C, int OC) {
-    if (dinp) memset(dinp, 0, (size_t)N * (size_t)C * sizeof(float));
-    cpu_linear_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
 }

@@ -446,6 +446,22 @@ __global__ void add_bf16_rows_kernel(float* out, const uint16_t* in, int T, int 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)T * W) out[(i / W) * (size_t)ld + i % W] += rr_bf16_to_f32(in[i]);
 }
+// out (rows of stride ld) += in, and its 2-byte mirror m16 (stride ld16) = bf16 of the sum
+__global__ void add_bf16_rows_m16_kernel(float* out, uint16_t* m16, const uint16_t* in, int T, int W, int ld, int ld16) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * W) return;
+    size_t r = i / W, c = i % W;
+    float v = out[r * (size_t)ld + c] + rr_bf16_to_f32(in[i]);
+    out[r * (size_t)ld + c] = v;
+    m16[r * (size_t)ld16 + c] = rr_f32_to_bf16(v);
+}
+// out (2-byte rows of stride ld) = bf16(out + in): a zeroed out gets in as it is
+__global__ void add_b16_rows_kernel(uint16_t* out, const uint16_t* in, int T, int W, int ld) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * W) return;
+    size_t o = (i / W) * (size_t)ld + i % W;
+    out[o] = rr_f32_to_bf16(rr_bf16_to_f32(out[o]) + rr_bf16_to_f32(in[i]));
+}
 // *mx = max |y| over T rows of W values (stride ld): atomicMax on the bits (non-negative floats order as ints;
 // a NaN is larger than any finite value, so it shows as a disagreement)
 __global__ void absmax_rows_kernel(int* mx, const float* y, int T, int W, int ld) {
@@ -728,9 +744,13 @@ int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* ls
 // gradients added, 0 when the caller must run its own kernel. Notes the path as the forward does.
 // b16: q, k, v and out are 2-byte bf16 words (dout and the gradients f32), as cudnn_forward's b16 (-1: checked
 // run, call the f32 entry on widened inputs).
+// dout16: dout is 2-byte bf16 words (packed as they are); dv16 with dv NULL: dv is 2-byte bf16 words of row stride
+// ld_dv, and gets bf16(dv + cuDNN's bf16 dv); dq16, dk16, dv16 with their f32 gradient: 2-byte mirrors (stride ld_dv) of
+// the f32 sums (the bf16-activation table's 2-byte output gradients, issue 20; b16 only)
 static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const void* out_,
                           const float* lse, const void* q_, const void* k_, const void* v_, int b16,
-                          const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
+                          const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal, int dout16 = 0,
+                          uint16_t* dv16 = NULL, int ld_dv = 0, uint16_t* dq16 = NULL, uint16_t* dk16 = NULL) {
     const float *out = (const float*)out_, *q = (const float*)q_, *k = (const float*)k_, *v = (const float*)v_;
     if (!cudnn_backward_on() || d % 16 != 0 || d > 128 || S < 1 || T < 1 ||
         rr_cudnn_attn_rows(T) * H * d >= ((size_t)1 << 31) || !cudnn_ready()) {
@@ -766,7 +786,7 @@ static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, co
     const float* src[5] = {q, k, v, out, dout};
     int lds[5] = {ld_qkv, ld_qkv, ld_qkv, (int)HD, (int)HD};
     for (int i = 0; i < 5; i++) {
-        if (b16 && i < 4) // q, k, v, out: 2-byte already (dout is f32)
+        if (b16 && (i < 4 || dout16)) // q, k, v, out: 2-byte already (dout too with dout16)
             pack_b16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bb[i], (const uint16_t*)src[i], T, (int)HD, lds[i]);
         else
             pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bb[i], src[i], T, (int)HD, lds[i]);
@@ -853,8 +873,17 @@ static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, co
         }
     }
     float* outs[3] = {dq, dk, dv};
-    for (int i = 0; i < 3; i++)
-        if (outs[i]) add_bf16_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(outs[i], bb[5 + i], T, (int)HD, ld_qkv);
+    uint16_t* mirror[3] = {dq16, dk16, dv ? dv16 : NULL};
+    for (int i = 0; i < 3; i++) {
+        if (outs[i] && mirror[i]) {
+            add_bf16_rows_m16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(outs[i], mirror[i], bb[5 + i], T, (int)HD, ld_qkv, ld_dv);
+        } else if (outs[i]) {
+            add_bf16_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(outs[i], bb[5 + i], T, (int)HD, ld_qkv);
+        }
+    }
+    if (dv16 && !dv) {
+        add_b16_rows_kernel<<<ceil_div_z(n, B), B, 0, st>>>(dv16, bb[7], T, (int)HD, ld_dv);
+    }
     cudaCheck(cudaGetLastError());
     cuda_attention_path_note(RR_ATTN_CUDNN_BWD);
     return 1;
@@ -869,6 +898,14 @@ int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, f
                                       const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
                                       int causal) {
     return cudnn_backward(be, dq, dk, dv, dout, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv, causal);
+}
+int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                       uint16_t* dv16, int ld_dv,
+                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
+                                       int d, int ld_qkv, int causal) {
+    return cudnn_backward(be, dq, dk, dv, (const float*)dout16, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv,
+                          causal, 1, dv16, ld_dv, dq16, dk16);
 }
 
 // Backend.reserve's share (cuda_reserve): the scratch for the largest attention calls of the stage, once,
@@ -927,6 +964,16 @@ int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, f
                                       const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
                                       int causal) {
     (void)be, (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k, (void)v;
+    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
+    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    return 0;
+}
+int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                       uint16_t* dv16, int ld_dv,
+                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
+                                       int d, int ld_qkv, int causal) {
+    (void)be, (void)dq, (void)dk, (void)dv, (void)dq16, (void)dk16, (void)dv16, (void)ld_dv, (void)dout16, (void)out, (void)lse, (void)q, (void)k, (void)v;
     (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
     cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     return 0;

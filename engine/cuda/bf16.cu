@@ -144,15 +144,20 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
 // (aux: GELU_AUX_BIAS's). act_bf16 (the bf16-activation table): the activation operand (GEMM_PTR_INP) is 2-byte
 // bf16 already and goes as it is too, and the forward's output (GEMM_PTR_OUT) is stored as bf16 by cuBLASLt; the
 // output gradient (GEMM_PTR_DOUT, f32 by the numerics contract) is still converted.
+// dout_bf16: the output gradient (GEMM_PTR_DOUT) is 2-byte bf16 too, stored so by the kernel that produced it, and
+// goes as it is (no conversion); dinp_bf16: the input gradient (GEMM_PTR_DINP) is a 2-byte bf16 D (the desc's beta 0:
+// cuBLASLt rounds the f32 product in its own store). Both: the bf16-activation table's *_b16 slots (issue 20).
 static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
-                                     float* aux = NULL, bool act_bf16 = false) {
+                                     float* aux = NULL, bool act_bf16 = false, bool dout_bf16 = false,
+                                     bool dinp_bf16 = false) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
     float* C;
     gemm_desc_operands(g, ops, &A, &B, &C);
-    int a_f32 = g->a != GEMM_PTR_WEIGHT && !(act_bf16 && g->a == GEMM_PTR_INP);
-    int b_f32 = g->b != GEMM_PTR_WEIGHT && !(act_bf16 && g->b == GEMM_PTR_INP);
-    cudaDataType ctype = act_bf16 && g->c == GEMM_PTR_OUT ? CUDA_R_16BF : CUDA_R_32F;
+    int a_f32 = g->a != GEMM_PTR_WEIGHT && !(act_bf16 && g->a == GEMM_PTR_INP) && !(dout_bf16 && g->a == GEMM_PTR_DOUT);
+    int b_f32 = g->b != GEMM_PTR_WEIGHT && !(act_bf16 && g->b == GEMM_PTR_INP) && !(dout_bf16 && g->b == GEMM_PTR_DOUT);
+    cudaDataType ctype =
+        (act_bf16 && g->c == GEMM_PTR_OUT) || (dinp_bf16 && g->c == GEMM_PTR_DINP) ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
     /* the bias in the table's Backend.bias_dtype (2-byte on the bf16 tables: the compute copy AdamW writes): a bf16 D
@@ -243,13 +248,9 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
     round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
-// linear_backward of both bf16 tables: act_bf16 says whether inp is 2-byte (the bf16-activation table) or f32 words;
-// set_dinp (linear_backward_set): dinp written by the GEMM's beta 0 instead of added (no memset before it)
+// linear_backward of both bf16 tables: act_bf16 says whether inp is 2-byte (the bf16-activation table) or f32 words
 static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* weight, int N, int C, int OC, bool act_bf16,
-                                   bool set_dinp = false) {
-    if (set_dinp && dinp && N > 0 && C > 0 && OC == 0) // an empty product: dinp = 0
-        cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
+                                   const float* inp, const float* weight, int N, int C, int OC, bool act_bf16) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
     ops.ptr[GEMM_PTR_INP] = inp;
@@ -259,7 +260,6 @@ static void linear_backward_tables(const Backend* be, float* dinp, float* dweigh
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
     if (dinp && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
-        if (set_dinp) d.g.beta = 0.0f; // dinp = dout W: the first write (C not read)
         gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, act_bf16);
     }
     if (dweight && C > 0) {
@@ -312,10 +312,12 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // ---- the bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16) ----------------------
 // The bf16 table's numerics with its activations stored as 2-byte bf16 words (engine.h lists which pointer of
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
-// forward's output in bf16, so no conversion or rounding pass runs in an unbiased GEMM's forward. What remains
-// (docs/cuda.md, "bf16 storage"; tests/test_traffic.c lists them as known gaps): a backward GEMM converts its f32
-// output gradient (dout) to bf16 scratch; the own attention kernel's backward narrows its f32 dout. A biased GEMM
-// reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype): no conversion.
+// forward's output in bf16, so no conversion or rounding pass runs in a forward GEMM (a biased one reads its bias as the
+// 2-byte compute copy AdamW wrote: Backend.bias_dtype). Its backward GEMMs and attention backward read 2-byte output
+// gradients stored by their producers (Backend.b16: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
+// clip_ops.cu); the plain linear_backward (an f32 dout converted to bf16 scratch) remains for the gaps (docs/cuda.md,
+// "2-byte output gradients"). What else remains: a cuDNN run checked against the own kernel widens its inputs into f32
+// scratch.
 
 static __global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -360,14 +362,36 @@ void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, 
                                 const float* weight, int N, int C, int OC) {
     linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, true);
 }
-// linear_backward_set (engine.h) on both bf16 tables: the input gradient's GEMM with beta 0
-void cuda_bf16_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* weight, int N, int C, int OC) {
-    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, false, true);
-}
-void cuda_bf16a_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                    const float* inp, const float* weight, int N, int C, int OC) {
-    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, true, true);
+
+// linear_backward_b16 (engine.h): the GEMMs read the 2-byte output gradient dout16 as it is (no conversion: its producer
+// stored rr_f32_to_bf16 of the f32 value the converting path would narrow, so the products are the same); dbias sums
+// the f32 dout (the CPU reference's). dinp16: the input gradient stored as a 2-byte bf16 D (beta 0: overwritten, not
+// added), the value rr_f32_to_bf16 gives of the f32 sum over a zeroed dinp. set: the f32 dinp written by the GEMM's
+// beta 0 too (its first write: no memset before it; the f32 sum over a zeroed dinp), else added (beta 1).
+void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                    const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N,
+                                    int C, int OC, int set) {
+    RR_ASSERT(!(dinp && dinp16) && (!dbias || dout) && dout16);
+    if (set && dinp && N > 0 && C > 0 && OC == 0) // an empty product written: dinp = 0
+        cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
+    if (N == 0 || OC == 0) return;
+    GemmOperands ops = {};
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_DOUT] = (const float*)dout16;
+    ops.ptr[GEMM_PTR_DINP] = dinp16 ? (float*)dinp16 : dinp;
+    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    if (dinp16 && C == 0) return;
+    if ((dinp || dinp16) && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
+        if (dinp16 || set) d.g.beta = 0.0f; // written, not added: C is not read
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true, true, dinp16 != NULL);
+    }
+    if (dweight && C > 0) {
+        GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
+        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true, true);
+    }
+    if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
 
 // Linear then GELU on the bf16-activation table (engine.h's contract for bf16 tables): one cublasLtMatmul with the
@@ -448,6 +472,14 @@ static float* widen_qkv(const uint16_t* q16, const uint16_t* k16, const uint16_t
 }
 
 
+// out (2-byte rows of stride ldo) = bf16(out + in) for T rows of W f32 values (stride ldi)
+static __global__ void add_f32_rows_b16_kernel(uint16_t* out, int ldo, const float* in, int ldi, int T, int W) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * W) return;
+    size_t r = i / W, c = i % W, o = r * (size_t)ldo + c;
+    out[o] = rr_f32_to_bf16(rr_bf16_to_f32(out[o]) + in[r * (size_t)ldi + c]);
+}
+
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
     size_t most = 0;
     for (int i = 0; i < n_attn; i++) {
@@ -522,4 +554,78 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
     bf16_to_f32_cuda(o32, o16, (size_t)T * H * d, st);
     cuda_bf16_attention_backward(be, dq, dk, dv, dout, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
                                  causal);
+}
+
+// attention_backward_b16 (engine.h, BackendB16): dout16 2-byte (stored so by its producer, the o-projection's /
+// attn.out's input-gradient GEMM); dq, dk, dv f32 with optional 2-byte mirrors dq16, dk16, dv16 (stride ld16), or dv
+// 2-byte only (dv NULL, dv16 = bf16(dv16 + the f32 gradient) in the kernel's own store: zeroed, it gets rr_f32_to_bf16
+// of attention_backward's dv). cuDNN where it takes the shape (dout packed as it is; its bf16 gradients added into the
+// f32 ones with their mirrors, or into dv16); else the own kernel's bf16-input / f32-gradient entry with the 2-byte
+// stores. A checked cuDNN run (a plan's first) goes through the bf16 table's f32 entry on widened inputs (f32 dv in
+// scratch where dv is 2-byte only), its 2-byte results narrowed after (once per plan).
+static __global__ void narrow_rows_kernel(uint16_t* out, int ldo, const float* in, int ldi, int T, int W) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * W) return;
+    size_t r = i / W, c = i % W;
+    out[r * (size_t)ldo + c] = rr_f32_to_bf16(in[r * (size_t)ldi + c]);
+}
+void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                       uint16_t* dv16, int ld16, const uint16_t* dout16, const float* out, const float* lse,
+                                       const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
+                                       int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    cudaStream_t st = cuda_stream(be);
+    const uint16_t *o16 = (const uint16_t*)out, *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    RR_ASSERT(dv || !(dq16 || dk16) || !dv16); /* dv 2-byte only: no other mirror */
+    RR_ASSERT((!dq16 || dq) && (!dk16 || dk));
+    int r = 0;
+    if (Hkv == H && ld_q == ld_kv)
+        r = cuda_cudnn_attention_backward_b16g(be, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, o16, lse, q16, k16, v16,
+                                               cu_seqlens, S, T, H, d, ld_q, causal);
+    else
+        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
+    if (r == 1) return;
+    if (r == 0) {
+        if (dv16 && !dv)
+            cuda_flash_attention_backward_bf16_f32grad_dv16(st, dq, dk, (__nv_bfloat16*)dv16, ld16,
+                                                            (const __nv_bfloat16*)dout16, (const __nv_bfloat16*)o16, lse,
+                                                            (const __nv_bfloat16*)q16, (const __nv_bfloat16*)k16,
+                                                            (const __nv_bfloat16*)v16, cu_seqlens, S, T, H, Hkv, d, ld_q,
+                                                            ld_kv, H * d, ld_q, ld_kv, causal);
+        else
+            cuda_flash_attention_backward_bf16_f32grad_m16(st, dq, dk, dv, (__nv_bfloat16*)dq16, (__nv_bfloat16*)dk16,
+                                                           (__nv_bfloat16*)dv16, ld16, (const __nv_bfloat16*)dout16,
+                                                           (const __nv_bfloat16*)o16, lse, (const __nv_bfloat16*)q16,
+                                                           (const __nv_bfloat16*)k16, (const __nv_bfloat16*)v16, cu_seqlens,
+                                                           S, T, H, Hkv, d, ld_q, ld_kv, H * d, ld_q, ld_kv, causal);
+        cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
+        return;
+    }
+    // the checked cuDNN run: the f32 entry on widened q, k, v, out and dout (dv in f32 scratch where it is 2-byte only,
+    // then added into dv16 with the 2-byte add's rounding), the mirrors narrowed after
+    size_t no = (size_t)T * H * d, nv = (size_t)T * Hkv * d;
+    float *q32, *k32, *v32, *o32;
+    widen_qkv(q16, k16, v16, T, H, Hkv, d, ld_q, ld_kv, &q32, &k32, &v32, &o32, st);
+    bf16_to_f32_cuda(o32, o16, no, st);
+    int dv_only16 = dv16 && !dv;
+    size_t nv32 = rows_span(T, ld_kv, Hkv * d); /* dv in f32 with dk's stride, as the f32 entry takes it */
+    float* extra = act_f32_scratch(no + (dv_only16 ? nv32 : 0));
+    float *do32 = extra, *dv32 = dv_only16 ? extra + no : dv;
+    bf16_to_f32_cuda(do32, dout16, no, st);
+    if (dv_only16) cudaCheck(cudaMemsetAsync(dv32, 0, nv32 * sizeof(float), st));
+    cuda_bf16_attention_backward(be, dq, dk, dv32, do32, o32, lse, q32, k32, v32, cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv,
+                                 causal);
+    if (dv_only16) {
+        add_f32_rows_b16_kernel<<<ceil_div_z(nv, BF16_BLOCK), BF16_BLOCK, 0, st>>>(dv16, ld16, dv32, ld_kv, T, Hkv * d);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+    uint16_t* m[3] = {dq16, dk16, dv16};
+    const float* f[3] = {dq, dk, dv};
+    int ldf[3] = {ld_q, ld_kv, ld_kv}, W[3] = {H * d, Hkv * d, Hkv * d};
+    for (int i = 0; i < 3; i++)
+        if (m[i]) {
+            narrow_rows_kernel<<<ceil_div_z((size_t)T * W[i], BF16_BLOCK), BF16_BLOCK, 0, st>>>(m[i], ld16, f[i], ldf[i], T,
+                                                                                               W[i]);
+            cudaCheck(cudaGetLastError());
+        }
 }

@@ -137,3 +137,33 @@ void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* id
         (uint16_t*)out, idx, w, (const uint16_t*)table, N, K, C);
     cudaCheck(cudaGetLastError());
 }
+
+// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// act_backward (GELU tanh: gelu_backward's expression) adding into the f32 dinp and storing the final value as 2-byte
+// bf16 too, in the same pass: the copy the next GEMM reads, the f32 one for the bias gradient
+static __global__ void act_backward_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout, const uint16_t* inp,
+                                               size_t n, int act) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = act_ld(inp, i), v;
+    if (act == ACT_GELU_TANH) {
+        v = dinp[i] + rr_gelu_tanh_grad(x) * dout[i];
+    } else {
+        double g = act == ACT_GELU_ERF ? rr_gelu_erf_grad(x) : rr_quick_gelu_grad(x);
+        v = dinp[i] + (float)(g * dout[i]);
+    }
+    dinp[i] = v;
+    dinp16[i] = rr_f32_to_bf16(v);
+}
+void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+                                 size_t n, Act act) {
+    if (!dinp16) {
+        if (act == ACT_GELU_TANH) cuda_bf16a_gelu_backward(be, dinp, dout, inp, n);
+        else cuda_bf16a_act_backward(be, dinp, dout, inp, n, act);
+        return;
+    }
+    if (n == 0) return;
+    act_backward_b16_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dinp, dinp16, dout,
+                                                                                        (const uint16_t*)inp, n, (int)act);
+    cudaCheck(cudaGetLastError());
+}

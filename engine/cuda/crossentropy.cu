@@ -105,3 +105,26 @@ void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const f
                                       float scale, int N, int V) {
     crossentropy_backward_cuda(dlogits, (const uint16_t*)logits, lse, targets, scale, N, V, cuda_stream(be));
 }
+
+// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// dlogits stored as 2-byte bf16 words, every row: bf16(0 + the plain kernel's value) for a supervised row, zeros for
+// an ignored (or bad) one: the plain slot over a zeroed f32 buffer, narrowed; what the head's GEMMs read
+static __global__ void crossentropy_backward_b16_kernel(uint16_t* dlogits, const uint16_t* logits, const float* lse,
+                                                        const int* targets, float scale, int V) {
+    int t = targets[blockIdx.x];
+    size_t row = (size_t)blockIdx.x * V;
+    if (!ce_target_ok(t, V)) {
+        for (int v = threadIdx.x; v < V; v += blockDim.x) dlogits[row + v] = 0;
+        return;
+    }
+    float l = lse[blockIdx.x];
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        dlogits[row + v] = rr_f32_to_bf16(0.0f + rr_ce_dlogit(act_ld(logits, row + v), l, v == t, scale));
+}
+void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+                                          const int* targets, float scale, int N, int V) {
+    if (N == 0) return;
+    crossentropy_backward_b16_kernel<<<N, CE_BLOCK, 0, cuda_stream(be)>>>(dlogits16, (const uint16_t*)logits, lse, targets,
+                                                                         scale, V);
+    cudaCheck(cudaGetLastError());
+}

@@ -339,11 +339,9 @@ PROF_OP(PROF_COPIES, cuda_copy_d2h)
 PROF_OP(PROF_COPIES, cuda_copy_d2d)
 PROF_OP(PROF_GEMM, cuda_linear_forward)
 PROF_OP(PROF_GEMM, cuda_linear_backward)
-PROF_OP(PROF_GEMM, cuda_linear_backward_set)
 PROF_OP(PROF_GEMM, cuda_linear_gelu_forward)
 PROF_OP(PROF_GEMM, cuda_bf16_linear_forward)
 PROF_OP(PROF_GEMM, cuda_bf16_linear_backward)
-PROF_OP(PROF_GEMM, cuda_bf16_linear_backward_set)
 PROF_OP(PROF_GEMM, cuda_bf16_linear_gelu_forward)
 PROF_OP(PROF_NORM, cuda_layernorm_forward)
 PROF_OP(PROF_NORM, cuda_layernorm_backward)
@@ -394,7 +392,6 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rows_gather_forward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_forward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward)
-PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward_set)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_gelu_forward)
 PROF_OP(PROF_NORM, cuda_bf16a_layernorm_forward)
 PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward)
@@ -414,6 +411,22 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward)
 PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_forward)
 PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward)
+PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward_b16)
+PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_backward_b16)
+PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward_b16)
+PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
+
+// the bf16-activation table's 2-byte output-gradient ops (engine.h, BackendB16)
+static const BackendB16 backend_cuda_bf16a_b16 = {
+    prof_cuda_bf16a_linear_backward_b16, prof_cuda_bf16a_swiglu_backward_b16, prof_cuda_bf16a_rmsnorm_backward_b16,
+    prof_cuda_bf16a_rope_qk_backward_b16, prof_cuda_bf16a_attention_backward_b16, prof_cuda_bf16a_layernorm_backward_b16,
+    prof_cuda_bf16a_act_backward_b16,       prof_cuda_bf16a_rope2d_backward_b16, prof_cuda_bf16a_crossentropy_backward_b16,
+};
 
 // ---- the table -----------------------------------------------------------------------------------
 
@@ -483,7 +496,7 @@ static const Backend backend_cuda = {
     prof_cuda_rope_qk_forward,
     prof_cuda_rope_qk_backward,
     DTYPE_F32, // bias_dtype: no compute copy in fp32
-    prof_cuda_linear_backward_set,
+    NULL,      // b16: f32 gradients
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -553,7 +566,7 @@ const Backend backend_cuda_bf16 = {
     prof_cuda_bf16_rope_qk_forward,
     prof_cuda_rope_qk_backward,
     DTYPE_BF16, // bias_dtype: a GEMM bias's compute copy is 2-byte (widened for the f32 D)
-    prof_cuda_bf16_linear_backward_set,
+    NULL,       // b16: f32 gradients
 };
 
 // runtime.precision = bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 table's numerics,
@@ -623,14 +636,14 @@ const Backend backend_cuda_bf16a = {
     prof_cuda_bf16a_rope_qk_forward,
     prof_cuda_rope_qk_backward, // on the f32 gradients
     DTYPE_BF16, // bias_dtype: cuBLASLt's epilogue reads a bf16 D's bias as it is
-    prof_cuda_bf16a_linear_backward_set,
+    &backend_cuda_bf16a_b16,
 };
 
 // Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
 // + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
-// + add_f32_forward + rope_qk_forward + rope_qk_backward + bias_dtype, padded, + linear_backward_set).
+// + add_f32_forward + rope_qk_forward + rope_qk_backward + bias_dtype, padded, + b16).
 static_assert(sizeof(Backend) == 64 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.

@@ -15,8 +15,6 @@
 void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
 void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, int N, int C, int OC);
-void cuda_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-    const float* weight, int N, int C, int OC);
 void cuda_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                               const float* bias, int N, int C, int OC);
 
@@ -100,8 +98,6 @@ void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, c
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, int N, int C, int OC);
-void cuda_bf16_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-    const float* weight, int N, int C, int OC);
 void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                                    const float* bias, int N, int C, int OC);
 void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -157,6 +153,23 @@ void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, 
                                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
                                                 int ldkv, int ldo, int ldgq, int ldgkv, int causal);
+// the same with dv 2-byte bf16 (rows of stride ldgv): dv16 = bf16(dv16 + the f32 sum) in the kernel's one store (a
+// zeroed dv16 gets rr_f32_to_bf16 of the f32 entry's dv: the bf16-activation table's 2-byte output gradient, issue 20)
+// the same with f32 dq, dk, dv (added) and 2-byte mirrors of their final values (any may be NULL; rows of stride ld16):
+// rr_f32_to_bf16 of each value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes)
+void cuda_flash_attention_backward_bf16_f32grad_m16(cudaStream_t stream, float* dq, float* dk, float* dv,
+                                                     __nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
+                                                     int ld16, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                                     const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                     const __nv_bfloat16* v, const int* cu_seqlens, int S, int T, int H,
+                                                     int Hkv, int d, int ldq, int ldkv, int ldo, int ldgq, int ldgkv,
+                                                     int causal);
+void cuda_flash_attention_backward_bf16_f32grad_dv16(cudaStream_t stream, float* dq, float* dk, __nv_bfloat16* dv16,
+                                                     int ldgv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                                     const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                     const __nv_bfloat16* v, const int* cu_seqlens, int S, int T, int H,
+                                                     int Hkv, int d, int ldq, int ldkv, int ldo, int ldgq, int ldgkv,
+                                                     int causal);
 void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
                                       int ldq, int ldkv, int ldo, int causal, int round_out);
@@ -174,8 +187,6 @@ void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, 
                                int OC);
 void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                 const float* weight, int N, int C, int OC);
-void cuda_bf16a_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-    const float* weight, int N, int C, int OC);
 void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                                     const float* bias, int N, int C, int OC);
 void cuda_bf16a_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -215,6 +226,38 @@ int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, f
                                       const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
                                       const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
                                       int causal);
+// the same with a 2-byte dout16 and either an f32 dv or a 2-byte dv16 (rows of stride ld_dv: dv16 = bf16(dv16 + cuDNN's
+// dv)), dq / dk f32
+int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                       uint16_t* dv16, int ld_dv,
+                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
+                                       int d, int ld_qkv, int causal);
+// 2-byte output gradients on the bf16-activation table (Backend's *_b16 slots, engine.h; issue 20)
+void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                    const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N,
+                                    int C, int OC, int set);
+void cuda_bf16a_swiglu_backward_b16(const Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
+                                    const float* gate, const float* up, size_t n);
+void cuda_bf16a_rmsnorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                                     const float* inp, const float* weight, const float* rstd, int N, int C);
+void cuda_bf16a_rope_qk_backward_b16(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                                     float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                                     const RopeFreq* rf, int keep_q, int keep_k);
+void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                       uint16_t* dv16, int ld16,
+                                       const uint16_t* dout16, const float* out, const float* lse, const float* q,
+                                       const float* k, const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
+                                       int d, int ld_q, int ld_kv, int causal);
+void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                       const float* dout, const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C);
+void cuda_bf16a_rope2d_backward_b16(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                    const int* pos_col, int N, int H, int d, int ld, int keep_f32);
+void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+                                          const int* targets, float scale, int N, int V);
+void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+                                 size_t n, Act act);
 // clip_ops.cu on the bf16-activation table
 void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
 void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);

@@ -160,3 +160,23 @@ void cuda_bf16a_add_f32_forward(const Backend* be, float* out, const float* a, c
         (uint16_t*)out, (const uint16_t*)a, b, n);
     cudaCheck(cudaGetLastError());
 }
+
+// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// SwiGLU backward storing d(gate), d(up) as 2-byte bf16 words: bf16(0 + gradient), the value the f32 kernel adds into
+// a zeroed buffer, narrowed (what the GEMMs reading them took from their conversion); the buffers are overwritten.
+static __global__ void swiglu_backward_b16_kernel(uint16_t* dgate, uint16_t* dup, const float* dout, const uint16_t* gate,
+                                                  const uint16_t* up, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float dg, du;
+    rr_swiglu_grad(dout[i], act_ld(gate, i), act_ld(up, i), &dg, &du);
+    if (dgate) dgate[i] = rr_f32_to_bf16(0.0f + dg);
+    if (dup) dup[i] = rr_f32_to_bf16(0.0f + du);
+}
+void cuda_bf16a_swiglu_backward_b16(const Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
+                                    const float* gate, const float* up, size_t n) {
+    if (n == 0 || (!dgate16 && !dup16)) return;
+    swiglu_backward_b16_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, cuda_stream(be)>>>(
+        dgate16, dup16, dout, (const uint16_t*)gate, (const uint16_t*)up, n);
+    cudaCheck(cudaGetLastError());
+}

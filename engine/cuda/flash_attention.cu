@@ -709,7 +709,7 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
                                                                           int T_, int H, int Hkv, int d, int ldq,
                                                                           int ldkv, int ldo, int causal,
                                                                           float scale_log2, float scale, int vec,
-                                                                          int lpt) {
+                                                                          int lpt, bf16_t* m16, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -798,7 +798,9 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
                 int c = dn * 8 + 2 * t + e;
                 if (c < d) {
                     T* p = &dq[tok * ldgq + (size_t)h * d + c];
-                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                    float nv = fa_to_f32(*p) + scale * acc[dn][2 * r + e];
+                    fa_store(p, nv, 0);
+                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
                 }
             }
     }
@@ -815,7 +817,8 @@ template <int DP, typename T>
 static __global__ void __launch_bounds__(FA_THREADS, 3)
     fa_backward_dq3_kernel(T* dq, int ldgq, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                            const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
-                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt) {
+                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
+                           bf16_t* m16, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -904,7 +907,9 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
                 int c = dn * 8 + 2 * t + e;
                 if (c < d) {
                     T* p = &dq[tok * ldgq + (size_t)h * d + c];
-                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
+                    float nv = fa_to_f32(*p) + scale * acc[dn][2 * r + e];
+                    fa_store(p, nv, 0);
+                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
                 }
             }
     }
@@ -919,8 +924,9 @@ template <int DP> struct FaDkdv2Warps {
 template <int DP, int NW> struct FaDkdv2MinBlocks {
     static const int MINB = DP == 64 && NW == 4 ? 3 : 0;
 };
-template <int DP, typename T, int NW>
-static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, T* dv, int ldgkv,
+// TV: dv's storage (T, or bf16_t: the bf16-activation table's 2-byte dv, rows of stride ldgv, bf16(old + sum) in one store)
+template <int DP, typename T, int NW, typename TV = T>
+static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, TV* dv, int ldgkv, int ldgv,
                                                                          const bf16_t* dout, const float* Lg,
                                                                          const float* Dg, const bf16_t* q,
                                                                          const bf16_t* k, const bf16_t* v,
@@ -928,7 +934,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
                                                                          int T_, int H, int Hkv, int d, int ldq,
                                                                          int ldkv, int ldo, int causal,
                                                                          float scale_log2, float scale, int vec,
-                                                                         int lpt) {
+                                                                         int lpt, bf16_t* dk16, bf16_t* dv16m, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, KB = 16 * NW, NTH = 32 * NW, TILE = FA_BQ * LDS;
     float* L_s = smem;                        // [2][64] of the streamed queries
@@ -1037,8 +1043,18 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
                 int c = dn * 8 + 2 * t + e;
                 if (c >= d) continue;
                 size_t idx = tok * ldgkv + (size_t)hk * d + c;
-                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
-                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
+                size_t im = tok * ldm16 + (size_t)hk * d + c; // the 2-byte mirrors' (dk16, dv16m)
+                if (dk) {
+                    float nv = fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e];
+                    fa_store(&dk[idx], nv, 0);
+                    if (dk16) dk16[im] = rr_f32_to_bf16(nv);
+                }
+                if (dv) {
+                    size_t iv = tok * ldgv + (size_t)hk * d + c;
+                    float nv = fa_to_f32(dv[iv]) + dv_acc[dn][2 * r + e];
+                    fa_store(&dv[iv], nv, 0);
+                    if (dv16m) dv16m[im] = rr_f32_to_bf16(nv);
+                }
             }
     }
 }
@@ -1236,27 +1252,29 @@ static size_t fa_dkdv2_smem(int DP, int NW) {
     return 4 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ + 2 * 16 * NW) * (DP + 8);
 }
 
-template <int DP, typename T, int NW>
-static void fa_dkdv2_launch(T* dk, T* dv, int ldgkv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
+template <int DP, typename T, int NW, typename TV = T>
+static void fa_dkdv2_launch(T* dk, TV* dv, int ldgkv, int ldgv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                             const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
                             int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
     size_t smem = fa_dkdv2_smem(DP, NW);
-    cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW, TV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
-    fa_backward_dkdv2_kernel<DP, T, NW><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
+    fa_backward_dkdv2_kernel<DP, T, NW, TV><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, ldgv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
                                                                         T_, H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                        scale, vec, lpt);
+                                                                        scale, vec, lpt, dk16, dv16m, ldm16);
     cudaCheck(cudaGetLastError());
 }
 
 // v2: the pre-pass (and on f32 inputs the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
 // gradients in TG (f32: added unrounded, as v1), rows of stride ldgq (dq) and ldgkv (dk, dv)
-template <int DP, typename T, typename TG>
-static void fa_backward2_dp(TG* dq, TG* dk, TG* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+template <int DP, typename T, typename TG, typename TV = TG>
+static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                             const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                            int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream) {
+                            int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv = -1,
+                            bf16_t* dq16 = NULL, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
+    if (ldgv < 0) ldgv = ldgkv;
     const int copies = std::is_same<T, float>::value;
     float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
     size_t rows = (size_t)T_ * H;
@@ -1302,7 +1320,8 @@ static void fa_backward2_dp(TG* dq, TG* dk, TG* dv, const T* dout, const T* out,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
                 fa_backward_dq3_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
                                                                                   cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                                                                  lo, causal, scale_log2, scale, vec, lpt);
+                                                                                  lo, causal, scale_log2, scale, vec, lpt,
+                                                                                  dq16, ldm16);
                 fa_last_bwd_dq = 1, single = 1;
             }
         }
@@ -1312,7 +1331,8 @@ static void fa_backward2_dp(TG* dq, TG* dk, TG* dv, const T* dout, const T* out,
                                            (int)smem));
             fa_backward_dq2_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
                                                                               cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
-                                                                              causal, scale_log2, scale, vec, lpt);
+                                                                              causal, scale_log2, scale, vec, lpt, dq16,
+                                                                              ldm16);
             fa_last_bwd_dq = 2;
         }
         cudaCheck(cudaGetLastError());
@@ -1322,13 +1342,14 @@ static void fa_backward2_dp(TG* dq, TG* dk, TG* dv, const T* dout, const T* out,
         if constexpr (DP == 128) {
             if (fa_dkdv_warps_128() == 8) {
                 fa_last_bwd_warps = 8;
-                fa_dkdv2_launch<DP, TG, 8>(dk, dv, ldgkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                          lo, causal, scale_log2, scale, vec, lpt, stream);
+                fa_dkdv2_launch<DP, TG, 8, TV>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                                          lo, causal, scale_log2, scale, vec, lpt, stream, dk16, dv16m, ldm16);
                 return;
             }
         }
-        fa_dkdv2_launch<DP, TG, FaDkdv2Warps<DP>::NW>(dk, dv, ldgkv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
-                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream);
+        fa_dkdv2_launch<DP, TG, FaDkdv2Warps<DP>::NW, TV>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
+                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream,
+                                                        dk16, dv16m, ldm16);
     }
 }
 
@@ -1374,19 +1395,22 @@ static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
 
 // bf16 inputs, f32 gradients (a table whose activations are bf16 and whose gradients are f32): v2 only (v1 has no
 // such kernels: RRFP_FA_BWD=v1 does not apply), the same kernels as the f32 storage's without its copies
-static void fa_backward_bf16_f32grad(float* dq, float* dk, float* dv, const bf16_t* dout, const bf16_t* out,
+// TV: dv's storage (float, or bf16_t: 2-byte dv of row stride ldgv, bf16(dv + sum) stored)
+template <typename TV>
+static void fa_backward_bf16_f32grad(float* dq, float* dk, TV* dv, const bf16_t* dout, const bf16_t* out,
                                      const float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                                      const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                                     int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream) {
+                                     int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv,
+                                     bf16_t* dq16 = NULL, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
     fa_last_bwd_version = 2, fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
     switch (fa_padded_dim(d)) {
-    case 32: fa_backward2_dp<32, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
-    case 64: fa_backward2_dp<64, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
-    case 96: fa_backward2_dp<96, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
-    case 128: fa_backward2_dp<128, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
-    default: fa_backward2_dp<256, bf16_t, float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream); break;
+    case 32: fa_backward2_dp<32, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 64: fa_backward2_dp<64, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 96: fa_backward2_dp<96, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 128: fa_backward2_dp<128, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    default: fa_backward2_dp<256, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
     }
 }
 
@@ -1412,8 +1436,30 @@ void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, 
                                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
                                                 int ldkv, int ldo, int ldgq, int ldgkv, int causal) {
-    fa_backward_bf16_f32grad(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q, (const bf16_t*)k,
-                             (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream);
+    fa_backward_bf16_f32grad<float>(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q,
+                                    (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq,
+                                    ldgkv, causal, stream, ldgkv);
+}
+void cuda_flash_attention_backward_bf16_f32grad_m16(cudaStream_t stream, float* dq, float* dk, float* dv,
+                                                     __nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
+                                                     int ld16, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                                     const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                     const __nv_bfloat16* v, const int* cu_seqlens, int S, int T, int H,
+                                                     int Hkv, int d, int ldq, int ldkv, int ldo, int ldgq, int ldgkv,
+                                                     int causal) {
+    fa_backward_bf16_f32grad<float>(dq, dk, dv, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q,
+                                    (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq,
+                                    ldgkv, causal, stream, ldgkv, (bf16_t*)dq16, (bf16_t*)dk16, (bf16_t*)dv16, ld16);
+}
+void cuda_flash_attention_backward_bf16_f32grad_dv16(cudaStream_t stream, float* dq, float* dk, __nv_bfloat16* dv16,
+                                                     int ldgv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                                     const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                                     const __nv_bfloat16* v, const int* cu_seqlens, int S, int T, int H,
+                                                     int Hkv, int d, int ldq, int ldkv, int ldo, int ldgq, int ldgkv,
+                                                     int causal) {
+    fa_backward_bf16_f32grad<bf16_t>(dq, dk, (bf16_t*)dv16, (const bf16_t*)dout, (const bf16_t*)out, lse, (const bf16_t*)q,
+                                     (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, ldgq,
+                                     ldgkv, causal, stream, ldgv);
 }
 void cuda_flash_attention_forward_f32(cudaStream_t stream, float* out, float* lse, const float* q, const float* k,
                                       const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
@@ -1465,9 +1511,9 @@ extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention
                                                                                int ldo, int causal) {
     cudaStream_t st = cuda_ctx.stream;
     if (bf16 == 2 && backward) // bf16 inputs, f32 gradients of the same strides
-        fa_backward_bf16_f32grad((float*)a, (float*)dk, (float*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
-                                 (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq,
-                                 ldkv, ldo, ldq, ldkv, causal, st);
+        fa_backward_bf16_f32grad<float>((float*)a, (float*)dk, (float*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
+                                        (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d,
+                                        ldq, ldkv, ldo, ldq, ldkv, causal, st, ldkv);
     else if (bf16 && !backward)
         fa_forward<bf16_t>((bf16_t*)a, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
                            d, ldq, ldkv, ldo, causal, 0, st);

@@ -73,13 +73,6 @@ void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float*
 // Linear then GELU in fp32 (engine.h): the two ops (cuBLAS, then the GELU kernel), so the results are the
 // unfused model's. The fused form is the bf16 table's (bf16.cu: cuBLASLt's GELU_AUX_BIAS epilogue, which
 // takes bf16 operands only).
-// linear_backward_set (engine.h) on the fp32 table: the reference, dinp zeroed then added into (the bits it gave)
-void cuda_linear_backward_set(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                              const float* weight, int N, int C, int OC) {
-    if (dinp && N > 0 && C > 0) cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
-    cuda_linear_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-}
-
 void cuda_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
                               const float* bias, int N, int C, int OC) {
     cuda_linear_forward(be, pre, inp, weight, bias, N, C, OC);

@@ -226,3 +226,78 @@ void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight,
     if (dinp) rmsnorm_backward_input_cuda(dinp, dout, x, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
+
+// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// RMSNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (dinp16 =
+// rr_f32_to_bf16(dinp), in the same store): the copy a GEMM reads next (the residual stream's gradient)
+static __global__ void rmsnorm_backward_input_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout,
+                                                         const uint16_t* inp, const float* weight, const float* rstd,
+                                                         int C) {
+    __shared__ float shared[32];
+    size_t row = (size_t)blockIdx.x * C;
+    const uint16_t* x = inp + row;
+    const float* dy = dout + row;
+    float* dx = dinp + row;
+    uint16_t* dx16 = dinp16 + row;
+    float r = rstd[blockIdx.x];
+    float gx = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) gx += dy[c] * weight[c] * act_ld(x, c);
+    float gx_mean = block_sum(gx, shared) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = dx[c] + rr_rmsnorm_dx(dy[c], act_ld(x, c), weight[c], r, gx_mean);
+        dx[c] = v;
+        dx16[c] = rr_f32_to_bf16(v);
+    }
+}
+void cuda_bf16a_rmsnorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                                     const float* inp, const float* weight, const float* rstd, int N, int C) {
+    const uint16_t* x = (const uint16_t*)inp;
+    if (dinp && dinp16 && N > 0) {
+        rmsnorm_backward_input_b16_kernel<<<N, norm_block_size(C), 0, cuda_stream(be)>>>(dinp, dinp16, dout, x, weight, rstd,
+                                                                                         C);
+        cudaCheck(cudaGetLastError());
+    } else if (dinp) {
+        rmsnorm_backward_input_cuda(dinp, dout, x, weight, rstd, N, C, cuda_stream(be));
+    }
+    if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
+}
+
+// LayerNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (as the RMSNorm one)
+static __global__ void layernorm_backward_input_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout,
+                                                           const uint16_t* inp, const float* weight, const float* mean,
+                                                           const float* rstd, int C) {
+    __shared__ float shared[32];
+    size_t row = (size_t)blockIdx.x * C;
+    const uint16_t* x = inp + row;
+    const float* dy = dout + row;
+    float* dx = dinp + row;
+    uint16_t* dx16 = dinp16 + row;
+    float m = mean[blockIdx.x], r = rstd[blockIdx.x];
+    float g_sum = 0.0f, gx_sum = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = dy[c] * weight[c];
+        g_sum += g;
+        gx_sum += g * (act_ld(x, c) - m) * r;
+    }
+    float g_mean = block_sum(g_sum, shared) / C;
+    float gx_mean = block_sum(gx_sum, shared) / C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = dx[c] + rr_layernorm_dx(dy[c], act_ld(x, c), weight[c], m, r, g_mean, gx_mean);
+        dx[c] = v;
+        dx16[c] = rr_f32_to_bf16(v);
+    }
+}
+void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                       const float* dout, const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C) {
+    if (!(dinp && dinp16)) {
+        cuda_bf16a_layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+        return;
+    }
+    if (N > 0) {
+        layernorm_backward_input_b16_kernel<<<N, norm_block_size(C), 0, cuda_stream(be)>>>(
+            dinp, dinp16, dout, (const uint16_t*)inp, weight, mean, rstd, C);
+        cudaCheck(cudaGetLastError());
+    }
+    layernorm_backward_any(be, NULL, dweight, dbias, dout, (const uint16_t*)inp, weight, mean, rstd, N, C);
+}

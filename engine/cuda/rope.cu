@@ -254,3 +254,84 @@ void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* p
                            const RopeFreq* rf) {
     rope_qk_cuda<false>(dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, -1.0, rope_args(rf), cuda_stream(be));
 }
+
+// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// RoPE backward reading the f32 gradients and storing the rotated values as 2-byte bf16 (rows of stride ld16):
+// rr_f32_to_bf16 of what cuda_rope_backward leaves in dx, in the rotation's own store; KEEP: the f32 gradient is rotated
+// in place too (a bias gradient reads it), else left as it was. The LM's dq and dk in one launch (BackendB16
+// .rope_qk_backward), their (cos, sin) from the table as every RoPE kernel here.
+template <bool KEEP>
+static __device__ inline void rope_pair_b16(float* v, uint16_t* v16, int pos, int j, int n, const RopeArgs& ra,
+                                            const RopeTab& tab) {
+    int half = n / 2;
+    float c, s;
+    rope_cs(tab, pos, j, n, -1.0, ra, &c, &s);
+    float a = v[j], b = v[j + half];
+    rr_rope_rotate_pair(&a, &b, c, s);
+    if (KEEP) v[j] = a, v[j + half] = b;
+    v16[j] = rr_f32_to_bf16(a);
+    v16[j + half] = rr_f32_to_bf16(b);
+}
+static __global__ void rope_qk_backward_b16_kernel(uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16, float* dk,
+                                                   const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                                                   RopeArgs ra, RopeTab tab, int keep_q, int keep_k) {
+    int half = d / 2, heads = H + Hkv;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * heads * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % heads);
+    int i = (int)(idx / ((size_t)half * heads));
+    bool isq = h < H;
+    int hh = isq ? h : h - H;
+    float* v = (isq ? dq + (size_t)i * ld_q : dk + (size_t)i * ld_k) + (size_t)hh * d;
+    uint16_t* v16 = (isq ? dq16 + (size_t)i * ldq16 : dk16 + (size_t)i * ldk16) + (size_t)hh * d;
+    if (isq ? keep_q : keep_k)
+        rope_pair_b16<true>(v, v16, pos[i], j, d, ra, tab);
+    else
+        rope_pair_b16<false>(v, v16, pos[i], j, d, ra, tab);
+}
+void cuda_bf16a_rope_qk_backward_b16(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                                     float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                                     const RopeFreq* rf, int keep_q, int keep_k) {
+    RR_ASSERT(d % 2 == 0 && ld_q >= H * d && ld_k >= Hkv * d && ldq16 >= H * d && ldk16 >= Hkv * d);
+    size_t threads = (size_t)N * (H + Hkv) * (d / 2);
+    if (threads == 0) return;
+    RopeArgs ra = rope_args(rf);
+    RopeTab tab = rope_table(ra, d, N, cuda_stream(be));
+    rope_qk_backward_b16_kernel<<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dq16, ldq16, dq, dk16, ldk16, dk, pos, N,
+                                                                                       H, Hkv, d, ld_q, ld_k, ra, tab,
+                                                                                       keep_q, keep_k);
+    cudaCheck(cudaGetLastError());
+}
+
+// 2-D: the same, both halves of every head in one pass (rope2d_rotate_kernel's split of the pairs)
+template <bool KEEP>
+static __global__ void rope2d_backward_b16_kernel(uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                                  const int* pos_col, int N, int H, int d, int ld, RopeTab tab) {
+    int half = d / 2, quarter = d / 4;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * H * half) return;
+    int j = (int)(idx % half);
+    int h = (int)((idx / half) % H);
+    int i = (int)(idx / ((size_t)half * H));
+    size_t off = j < quarter ? 0 : (size_t)half;
+    int jj = j < quarter ? j : j - quarter, pos = j < quarter ? pos_row[i] : pos_col[i];
+    const RopeArgs ra = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0}; // ROPE2D_ARGS
+    rope_pair_b16<KEEP>(dx + (size_t)i * ld + (size_t)h * d + off, dx16 + (size_t)i * ld16 + (size_t)h * d + off, pos, jj,
+                        half, ra, tab);
+}
+void cuda_bf16a_rope2d_backward_b16(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                    const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
+    RR_ASSERT(d % 4 == 0 && ld >= H * d && ld16 >= H * d);
+    size_t threads = (size_t)N * H * (d / 2);
+    if (threads == 0) return;
+    RopeTab tab = rope_table(ROPE2D_ARGS, d / 2, N, cuda_stream(be));
+    if (keep_f32) {
+        rope2d_backward_b16_kernel<true><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos_row,
+                                                                                               pos_col, N, H, d, ld, tab);
+    } else {
+        rope2d_backward_b16_kernel<false><<<ceil_div_z(threads, 256), 256, 0, cuda_stream(be)>>>(dx16, ld16, dx, pos_row,
+                                                                                                pos_col, N, H, d, ld, tab);
+    }
+    cudaCheck(cudaGetLastError());
+}

@@ -484,12 +484,23 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     }
     lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
     a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
+    /* 2-byte activations: each residual gradient's 2-byte copy, stored by the pass that finishes it (a block's norm1
+     * backward, the final norm's backward; at a pipeline edge a narrowing), for the down projection's GEMMs */
+    a->dres16 = ab == 2 ? arena_alloc(ar, (split ? nL + 1 : 2) * T * Dt * 2) : NULL;
+    for (size_t j = 0; j < nL && a->dres16; j++) {
+        size_t so = split ? j + 1 : (j + 1) % 2, si = split ? j : j % 2;
+        a->grads[j].dxout16 = a->dres16 + so * T * Dt;
+        /* block 0's: read as f32 only (embedding), but the projector's GEMMs take its image rows in 2 bytes */
+        a->grads[j].dxin16 = j > 0 || (st->first && vit_act_bytes(&st->vc) == 2) ? a->dres16 + si * T * Dt : NULL;
+    }
     if (st->last) {
         a->nf = arena_alloc(ar, T * Dt * ab);
         a->rstdf = arena_alloc_f32(ar, T);
         a->logits = arena_alloc(ar, T * Vs * ab);
         a->lse = arena_alloc_f32(ar, T);
-        a->dlogits = arena_alloc_f32(ar, T * Vs);
+        /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
+         * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
+        a->dlogits = ab == 2 && st->tp <= 1 ? arena_alloc(ar, T * Vs * 2) : arena_alloc_f32(ar, T * Vs);
         a->dnf = arena_alloc_f32(ar, T * Dt);
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
@@ -637,6 +648,11 @@ static float* stage_res(const StageActs* a, const Stage* st, int j) {
 static float* stage_dres(const StageActs* a, const Stage* st, int j) {
     size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
     return a->dres + slot * a->max_T * st->cfg.Dt;
+}
+/* its 2-byte copy (2-byte activations; else NULL) */
+static uint16_t* stage_dres16(const StageActs* a, const Stage* st, int j) {
+    size_t slot = a->split ? (size_t)j : (size_t)(j % 2);
+    return a->dres16 ? a->dres16 + slot * a->max_T * st->cfg.Dt : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -965,20 +981,35 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
-    be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
-    if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
-    else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-    backend_linear_backward_set(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V); /* no memset */
+    if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
+        be->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T, Dt,
+                                 V, 1); /* dnf written (beta 0): no memset */
+    } else {
+        be->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
+        be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
+        if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
+        else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    }
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
-    be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
+        be->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
+                                  a->rstdf, T, Dt);
+    else
+        be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
-    be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+    if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
+        be->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T,
+                                 Dt, V, 0);
+    else
+        be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
     be->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
@@ -988,10 +1019,14 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
     int Dt = st->cfg.Dt;
     if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
+    const uint16_t* dx016 = vit_act_bytes(&st->vc) == 2 ? stage_dres16(a, st, 0) : NULL; /* block 0's 2-byte copy */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         be->copy_d2d(be, a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
                      (size_t)n * Dt * sizeof(float));
+        if (dx016)
+            be->copy_d2d(be, a->proj.dout16 + (size_t)k0 * Dt, dx016 + (size_t)a->h_img_lm_start[i] * Dt,
+                         (size_t)n * Dt * sizeof(uint16_t));
     }
     projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np, st->vit_train);
     if (st->vit_train) be->copy_d2d(be, a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
@@ -1027,10 +1062,13 @@ static void stage_embed_backward_weight(Stage* st, StageActs* a) {
 static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale) {
     RR_ASSERT(st->last == (dhidden_out == NULL));
     int nL = st->l1 - st->l0;
-    if (st->last)
+    if (st->last) {
         stage_head_backward_input(st, a, loss_scale);
-    else
+    } else {
         st->be->copy_d2d(st->be, stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
+        /* the pipeline's f32 gradient at the stage's exit edge: narrowed once for the last block's GEMMs */
+        if (stage_dres16(a, st, nL)) st->lbe->to_bf16(st->lbe, stage_dres16(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt);
+    }
 }
 
 void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {

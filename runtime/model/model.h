@@ -168,6 +168,7 @@ typedef struct {
     LmBlockGrads* grads;   /* (nL); all alias one set when not split */
     LmScratch scratch;
     float* dres;           /* split: (nL+1, max_T, Dt); fused: two buffers used alternately */
+    uint16_t* dres16;      /* their 2-byte copies with 2-byte LM activations (else NULL), the same slots */
     /* last stage */
     float *nf, *rstdf;     /* (T, Dt), (T) final RMSNorm */
     float *logits, *lse;   /* (T, V), (T) */
