@@ -29,7 +29,9 @@ template <bool R, typename A>
 static void act_forward_launch(A* out, const A* inp, size_t n, Act act, cudaStream_t stream) {
     if (n == 0) return;
     unsigned g = groups_grid(n, CLIP_BLOCK);
-    if (aligned16(out) && aligned16(inp)) {
+    bool vec = aligned16(out) && aligned16(inp);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
         act_forward_kernel<R, true><<<g, CLIP_BLOCK, 0, stream>>>(out, inp, n, (int)act);
     } else {
         act_forward_kernel<R, false><<<g, CLIP_BLOCK, 0, stream>>>(out, inp, n, (int)act);

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "engine/cuda/bw_path.h"
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
@@ -99,6 +100,8 @@ static __device__ inline void act_st(uint16_t* p, size_t i, float v) { p[i] = rr
 // (the tail of a row or of n, or a misaligned pointer). The values are the same either way (act_ld widens
 // exactly, act_st / st8 round at the same point), so the path never changes a result.
 static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+// count a launch's path (bw_path.h: RR_BW_*), for the tests that name one
+void cuda_bw_path_note(int path);
 static __device__ inline void ld8(const float* p, float v[8]) {
     float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -201,7 +204,7 @@ static __device__ inline float block_max(float v, float* shared) {
 #define COLSUM_COLS 256                // columns a block (32 threads x 8)
 #define COLSUM_MIN_ROWS 32             // rows a chunk at least (each row lane 4): partials stay small beside the input
 #define COLSUM_TARGET_BLOCKS 1024      // blocks to aim for (an H100 has 132 SMs, 8 such blocks each)
-#define COLSUM_SCRATCH_FLOATS (1 << 20) // the partial buffer (4 MiB): two sums of R C values each (column_sum2)
+#define COLSUM_SCRATCH_FLOATS RR_COLSUM_SCRATCH_FLOATS // the partial buffer (bw_path.h)
 // the partial buffer (COLSUM_SCRATCH_FLOATS floats; allocated by Backend.reserve, else at the first use)
 float* cuda_column_sum_scratch(void);
 void cuda_column_sum_reserve(void);
@@ -301,6 +304,8 @@ static void column_sum_launch(float* out1, float* out2, F1 f1, F2 f2, int N, int
     float* part = R > 1 ? cuda_column_sum_scratch() : NULL;
     dim3 block(32, COLSUM_TY), grid(ceil_div(C, COLSUM_COLS), R);
     bool vec = column_sum_vec(f1, C) && column_sum_vec(f2, C);
+    cuda_bw_path_note(vec ? RR_BW_COLSUM_VEC : RR_BW_COLSUM_SCALAR);
+    if (R > 1) cuda_bw_path_note(RR_BW_COLSUM_CHUNKED);
     // (braces around every launch: the emulation's gen.py turns one into two statements)
     if constexpr (ColsumHasVec8<F1>::value && ColsumHasVec8<F2>::value) {
         if (vec) {

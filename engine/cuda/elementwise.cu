@@ -33,7 +33,9 @@ template <bool R, typename A>
 static void gelu_forward_launch(A* out, const A* inp, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     unsigned g = groups_grid(n, ELEMENTWISE_BLOCK);
-    if (ew_vec(out, inp)) {
+    bool vec = ew_vec(out, inp);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
         gelu_forward_kernel<R, true><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, inp, n);
     } else {
         gelu_forward_kernel<R, false><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, inp, n);
@@ -85,7 +87,9 @@ template <bool R, typename A>
 static void swiglu_forward_launch(A* out, const A* gate, const A* up, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     unsigned g = groups_grid(n, ELEMENTWISE_BLOCK);
-    if (ew_vec(out, gate, up)) {
+    bool vec = ew_vec(out, gate, up);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
         swiglu_forward_kernel<R, true><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, gate, up, n);
     } else {
         swiglu_forward_kernel<R, false><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, gate, up, n);
@@ -146,7 +150,9 @@ template <bool R, typename A, typename B>
 static void add_forward_launch(A* out, const A* a, const B* b, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     unsigned g = groups_grid(n, ELEMENTWISE_BLOCK);
-    if (ew_vec(out, a, b)) {
+    bool vec = ew_vec(out, a, b);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
         add_forward_kernel<R, true><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, a, b, n);
     } else {
         add_forward_kernel<R, false><<<g, ELEMENTWISE_BLOCK, 0, stream>>>(out, a, b, n);

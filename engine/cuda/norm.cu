@@ -110,7 +110,9 @@ static void layernorm_forward_launch(A* out, float* mean, float* rstd, const A* 
                                      const float* bias, int N, int C, cudaStream_t stream) {
     if (N == 0) return;
     int T = norm_forward_block(C);
-    if (C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias)) {
+    bool vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
         layernorm_forward_kernel<R, true><<<N, T, 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
     } else {
         layernorm_forward_kernel<R, false><<<N, T, 0, stream>>>(out, mean, rstd, inp, weight, bias, C);
@@ -273,7 +275,9 @@ static void rmsnorm_forward_launch(A* out, float* rstd, const A* inp, const floa
                                    cudaStream_t stream) {
     if (N == 0) return;
     int T = norm_forward_block(C);
-    if (C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight)) {
+    bool vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
         rmsnorm_forward_kernel<R, true><<<N, T, 0, stream>>>(out, rstd, inp, weight, C, (float)eps);
     } else {
         rmsnorm_forward_kernel<R, false><<<N, T, 0, stream>>>(out, rstd, inp, weight, C, (float)eps);
@@ -367,4 +371,16 @@ void cuda_column_sum_reserve(void) {
 float* cuda_column_sum_scratch(void) {
     cuda_column_sum_reserve();
     return colsum_scratch;
+}
+
+// ---- which path ran (bw_path.h) ----------------------------------------------------------------------
+
+static long bw_path_counts[RR_BW_PATHS];
+void cuda_bw_path_note(int path) {
+    if (path >= 0 && path < RR_BW_PATHS) bw_path_counts[path]++;
+}
+// copies min(n, RR_BW_PATHS) counters; returns RR_BW_PATHS
+extern "C" __attribute__((visibility("default"))) int rrfp_cuda_bw_paths(long* counts, int n) {
+    for (int i = 0; i < n && i < RR_BW_PATHS; i++) counts[i] = bw_path_counts[i];
+    return RR_BW_PATHS;
 }

@@ -38,7 +38,7 @@ static __global__ void sum_squares_chunk_kernel(double* part, const float* x, si
 // warps copy the next tile of SUMSQ_TILE partials into shared memory (coalesced) while thread 0 adds the tile
 // before it from shared memory, so the chain waits on no global load (was one thread reading ~12k partials one
 // load at a time: 0.8 ms for an 800M-parameter stage on an H100).
-#define SUMSQ_TILE 2048
+#define SUMSQ_TILE 256 // partials a tile: thread 0 adds one (~1 us) while the loaders fetch the next
 #define SUMSQ_TOTAL_BLOCK 512
 static __global__ void sum_squares_total_kernel(double* total, const double* part, size_t nc) {
     __shared__ double tile[2][SUMSQ_TILE];
