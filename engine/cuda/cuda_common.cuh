@@ -246,6 +246,15 @@ struct ColsumPartRows {
     bool vec_ok(int C_) const { return C_ % 8 == 0 && aligned16(p); }
 };
 
+// a + b rounded on its own, never fused with the product that made b (on a device nvcc contracts `acc + x * y`
+// into an FMA where it sees both; the two paths of column_sum_add must not depend on where it does)
+static __device__ inline float colsum_add(float a, float b) {
+#ifdef RR_CUDA_EMULATED
+    return a + b;
+#else
+    return __fadd_rn(a, b);
+#endif
+}
 // acc[j] += the value of row n in this thread's column j (VEC: columns c0 + j; else c0 + 32 j)
 template <bool VEC, typename F>
 static __device__ inline void column_sum_add(const F& f, int n, int c0, int C, float acc[8]) {
@@ -253,11 +262,11 @@ static __device__ inline void column_sum_add(const F& f, int n, int c0, int C, f
         if (c0 < C) {
             float v[8];
             f.vec8(n, c0, v);
-            for (int j = 0; j < 8; j++) acc[j] += v[j];
+            for (int j = 0; j < 8; j++) acc[j] = colsum_add(acc[j], v[j]);
         }
     } else {
         for (int j = 0; j < 8; j++)
-            if (c0 + 32 * j < C) acc[j] += f(n, c0 + 32 * j);
+            if (c0 + 32 * j < C) acc[j] = colsum_add(acc[j], f(n, c0 + 32 * j));
     }
 }
 // this thread's first column (in the block: VEC 8 tx, else tx) and the block column of its j-th
