@@ -324,6 +324,7 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
     if (be->act_dtype == DTYPE_BF16) cuda_bf16a_attn_reserve(attn, n_attn);
     cuda_bf16_reserve(gemm_elems);
     cuda_sum_squares_reserve(sumsq_n);
+    cuda_column_sum_reserve(); // the column sums' partials (cuda_common.cuh): a fixed 2 MiB
     // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
     if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
     // the own tensor-core kernel (the bf16 table's attention where cuDNN does not run): its backward's scratch
