@@ -328,6 +328,15 @@ target_compile_definitions(rrfp-bench-gpu-attn-emu PRIVATE RR_CUDA_EMU=1)
 target_link_libraries(rrfp-bench-gpu-attn-emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(rrfp-bench-gpu-attn-emu PROPERTIES LINKER_LANGUAGE CXX)
 
+# bench/gpu_bw.sh's program (bench/gpu_bw_bench.c: the bandwidth-bound ops at a stage's shapes): on a device; the
+# -emu build runs it here on the CPU emulation (a check of the program, not a figure: `rrfp-bench-gpu-bw-emu 1 small`)
+add_executable(rrfp-bench-gpu-bw bench/gpu_bw_bench.c)
+target_link_libraries(rrfp-bench-gpu-bw PRIVATE rrfp_core ${CMAKE_DL_LIBS})
+add_executable(rrfp-bench-gpu-bw-emu bench/gpu_bw_bench.c)
+target_compile_definitions(rrfp-bench-gpu-bw-emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(rrfp-bench-gpu-bw-emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(rrfp-bench-gpu-bw-emu PROPERTIES LINKER_LANGUAGE CXX)
+
 # issue 20: launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
 # against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
 # emulation's (tests/test_traffic.c)

@@ -839,6 +839,16 @@ int main(int argc, char** argv) {
     RUN("swiglu", run_elementwise("swiglu", 1, 1000));
     RUN("add", run_elementwise("add", 2, 1000));
     RUN("add_f32", run_elementwise("add_f32", 3, 1000));
+    /* the bandwidth kernels' paths (cuda_common.cuh): 16-byte groups with a tail, C not a multiple of 8, column
+     * sums in several row chunks (N >= 64) and over several 256-column blocks */
+    RUN("rmsnorm_chunks", run_norm("rmsnorm_chunks", 0, 100, 64));
+    RUN("rmsnorm_tail", run_norm("rmsnorm_tail", 0, 40, 36));
+    RUN("layernorm_chunks", run_norm("layernorm_chunks", 1, 70, 520));
+    RUN("layernorm_n1", run_norm("layernorm_n1", 1, 1, 24));
+    RUN("gelu_tail", run_elementwise("gelu_tail", 0, 1001));
+    RUN("swiglu_tail", run_elementwise("swiglu_tail", 1, 1003));
+    RUN("add_tail", run_elementwise("add_tail", 2, 1005));
+    RUN("add_f32_tail", run_elementwise("add_f32_tail", 3, 1007));
     static const RopeFreq rf = {.theta = 10000.0};
     static const RopeFreq rf3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0, .low_freq_factor = 1.0,
                                  .high_freq_factor = 4.0, .original_max_pos = 8192.0};

@@ -38,6 +38,7 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 #include "tests/cuda_attn_hooks.h"
+#include "tests/cuda_bw_hooks.h"
 
 static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
 /* Llama-3.1's scaling with original_max_pos 2048: a head of dim 64 at theta 500000 has pairs in all three bands */
@@ -118,7 +119,14 @@ typedef enum {
 /* CASE_BIG: model-sized shapes (a 4096-token sample, a 2048 x 1024 x 1024 GEMM), run on a real device
  * only: the emulation runs threads one at a time and would take minutes. */
 enum { CASE_NO_BIAS = 1, CASE_SPLIT = 2, CASE_IGNORE = 4, CASE_CAUSAL = 8, CASE_INPLACE = 16, CASE_BIG = 32, CASE_DECAY = 64,
-       CASE_LLAMA3 = 128 /* RoPE: RF_LLAMA3 */ };
+       CASE_LLAMA3 = 128 /* RoPE: RF_LLAMA3 */,
+       /* the bandwidth kernels' paths (engine/cuda/bw_path.h), checked where a case names one (bw_check): */
+       CASE_VEC = 256,       /* every forward / column-sum launch on 16-byte vectors */
+       CASE_SCALAR = 512,    /* ... value by value (C not a multiple of 8, or CASE_MISALIGN) */
+       CASE_MISALIGN = 1024, /* the activation / gradient device pointers one float past a 16-byte boundary */
+       CASE_CHUNKED = 2048,  /* the column sums in several row chunks (partials + a second launch) */
+       CASE_ONECHUNK = 4096  /* ... in one */
+};
 
 typedef struct {
     const char* name;
@@ -196,10 +204,29 @@ static const OpCase CASES[] = {
     {"attn_single_d64", OP_ATTENTION, .H = 2, .d = 64, .flags = CASE_CAUSAL, .S = 1, .lens = {100}},
     {"attn_vit_d64", OP_ATTENTION, .H = 2, .d = 64, .S = 3, .lens = {64, 50, 81}},
     {"attn_lm_d128", OP_ATTENTION, .H = 2, .d = 128, .flags = CASE_CAUSAL | CASE_SPLIT, .S = 3, .lens = {16, 130, 7}},
+    /* the bandwidth kernels' paths (cuda_common.cuh: 8-value groups, 16-byte loads where C is a multiple of 8 and
+     * the pointers aligned; column sums in row chunks of at least 32 rows, 256 columns a block) */
+    {"rmsnorm_vec_chunks", OP_RMSNORM, .N = 200, .C = 64, .flags = CASE_VEC | CASE_CHUNKED | CASE_SPLIT},
+    {"rmsnorm_vec_wide", OP_RMSNORM, .N = 3, .C = 8200, .flags = CASE_VEC | CASE_ONECHUNK}, /* past the registers */
+    {"rmsnorm_tail", OP_RMSNORM, .N = 40, .C = 300, .flags = CASE_SCALAR | CASE_CHUNKED},
+    {"rmsnorm_misaligned", OP_RMSNORM, .N = 33, .C = 64, .flags = CASE_SCALAR | CASE_MISALIGN | CASE_CHUNKED},
+    {"layernorm_vec_chunks", OP_LAYERNORM, .N = 1000, .C = 40, .flags = CASE_VEC | CASE_CHUNKED},
+    {"layernorm_vec_n1", OP_LAYERNORM, .N = 1, .C = 16, .flags = CASE_VEC | CASE_ONECHUNK},
+    {"layernorm_misaligned", OP_LAYERNORM, .N = 70, .C = 520, .flags = CASE_SCALAR | CASE_MISALIGN | CASE_CHUNKED | CASE_SPLIT},
+    {"layernorm_tail_1", OP_LAYERNORM, .N = 1, .C = 13, .flags = CASE_SCALAR | CASE_ONECHUNK},
+    {"gelu_vec_tail", OP_GELU, .N = 3, .C = 339, .flags = CASE_VEC},
+    {"swiglu_vec_tail", OP_SWIGLU, .N = 5, .C = 301, .flags = CASE_VEC},
+    {"swiglu_misaligned", OP_SWIGLU, .N = 5, .C = 64, .flags = CASE_SCALAR | CASE_MISALIGN},
+    {"add_vec_inplace", OP_ADD, .N = 7, .C = 40, .flags = CASE_VEC | CASE_INPLACE},
+    {"add_misaligned", OP_ADD, .N = 3, .C = 17, .flags = CASE_SCALAR | CASE_MISALIGN},
+    {"gelu_erf_vec", OP_GELU_ERF, .N = 5, .C = 203, .flags = CASE_VEC},
+    {"quick_gelu_misaligned", OP_QUICK_GELU, .N = 3, .C = 40, .flags = CASE_SCALAR | CASE_MISALIGN},
+    {"linear_dbias_chunks", OP_LINEAR, .N = 700, .C = 8, .OC = 520, .flags = CASE_SCALAR | CASE_CHUNKED},
     {"sumsq_empty", OP_SUMSQ, .N = 0},
     {"sumsq_few", OP_SUMSQ, .N = 37},         /* fewer values than the 64 small chunks: empty chunks */
     {"sumsq_64ki", OP_SUMSQ, .N = 65536},     /* the last size cut into 64 chunks */
     {"sumsq_chunks", OP_SUMSQ, .N = 3 * 65536 + 77}, /* 64Ki-value chunks, a short last one */
+    {"sumsq_tiles", OP_SUMSQ, .N = 257 * 65536 + 77}, /* 258 chunk sums: the total's two tiles of 256 (optim.cu) */
     {"scale_odd", OP_SCALE, .N = 1001},
     {"scale_empty", OP_SCALE, .N = 0},
     {"adamw_decay", OP_ADAMW, .N = 70001, .flags = CASE_DECAY},
@@ -272,6 +299,60 @@ static int* upi(const int* h, size_t n) {
     return d;
 }
 
+/* a device copy of n floats starting one float past the allocation's (16-byte aligned) start when mis: the
+ * value-by-value path of the bandwidth kernels (CASE_MISALIGN); free with dfree */
+static float* upo(const float* h, size_t n, int mis) {
+    float* d = cu->alloc((n + 1) * sizeof(float));
+    cu->copy_h2d(cu, d + mis, h, n * sizeof(float));
+    return d + mis;
+}
+static void dfree(float* d, int mis) { cu->free(d - mis); }
+
+/* The bandwidth kernels' paths over one call (cuda_bw_hooks.h) where the case names one: `launches` forward
+ * (colsum 0) or column-sum (colsum 1) launches, each on the path of CASE_VEC / CASE_SCALAR, the column sums in
+ * several row chunks (CASE_CHUNKED) or one (CASE_ONECHUNK). */
+static long bw_before[RR_BW_PATHS];
+static void bw_mark(void) {
+    if (bw_paths(bw_before) != 0) memset(bw_before, 0, sizeof bw_before);
+}
+static void bw_check(const OpCase* tc, const char* what, int colsum, long launches) {
+    if (!(tc->flags & (CASE_VEC | CASE_SCALAR | CASE_CHUNKED | CASE_ONECHUNK))) return;
+    long now[RR_BW_PATHS], d[RR_BW_PATHS];
+    if (bw_paths(now) != 0) {
+        printf("  %-20s %-8s FAIL: the CUDA backend reports no paths (rrfp_cuda_bw_paths)\n", case_name, what);
+        failures++;
+        return;
+    }
+    for (int i = 0; i < RR_BW_PATHS; i++) d[i] = now[i] - bw_before[i];
+    int v = colsum ? RR_BW_COLSUM_VEC : RR_BW_VEC, sc = colsum ? RR_BW_COLSUM_SCALAR : RR_BW_SCALAR;
+    const char* fail = NULL;
+    if ((tc->flags & CASE_VEC) && !(d[v] == launches && d[sc] == 0)) fail = "not every launch took the 16-byte path";
+    if ((tc->flags & CASE_SCALAR) && !(d[sc] == launches && d[v] == 0)) fail = "not every launch took the scalar path";
+    if (colsum && (tc->flags & CASE_CHUNKED) && d[RR_BW_COLSUM_CHUNKED] != launches) fail = "the column sum ran in one chunk";
+    if (colsum && (tc->flags & CASE_ONECHUNK) && d[RR_BW_COLSUM_CHUNKED] != 0) fail = "the column sum ran in row chunks";
+    printf("  %-20s %-8s path=%s%s (%ld vec, %ld scalar) %s\n", case_name, what, d[v] ? "vec" : d[sc] ? "scalar" : "none",
+           colsum && d[RR_BW_COLSUM_CHUNKED] ? ", chunked" : "", d[v], d[sc], fail ? "FAIL" : "ok");
+    if (fail) {
+        printf("  %-20s %-8s FAIL: %s\n", case_name, what, fail);
+        failures++;
+    }
+}
+
+/* CASE_MISALIGN: the same call on 16-byte aligned buffers (the vector path) must give the same bits as on the
+ * misaligned ones (the value-by-value path): n floats of device tensors a and b */
+static void cmp_bits(const char* what, const float* a_d, const float* b_d, size_t n) {
+    float* a = mallocCheck((n ? n : 1) * sizeof(float));
+    float* b = mallocCheck((n ? n : 1) * sizeof(float));
+    cu->copy_d2h(cu, a, a_d, n * sizeof(float));
+    cu->copy_d2h(cu, b, b_d, n * sizeof(float));
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    printf("  %-20s %-8s aligned vs misaligned: %zu of %zu values differ %s\n", case_name, what, differ, n,
+           differ ? "FAIL" : "ok");
+    if (differ) failures++;
+    free(a), free(b);
+}
+
 /* Compare device tensor `dev` with host `ref`. */
 /* --bf16: both sides round the activations they store to bf16 (engine.h, Precision). Their f32
  * values before rounding differ by the f32 tolerance of the op; two such values on either side of a
@@ -331,12 +412,14 @@ static void run_linear(const OpCase* tc) {
     double tol = (tc->flags & CASE_BIG) ? TOL_GEMM_BIG : TOL_GEMM;
     cmp("out", out_d, out, nout, tol);
     refb->linear_backward(refb, dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
+    bw_mark();
     if (tc->flags & CASE_SPLIT) {
         cu->linear_backward(cu, dx_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
         cu->linear_backward(cu, NULL, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
     } else {
         cu->linear_backward(cu, dx_d, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
     }
+    if (bias && N > 0) bw_check(tc, "dbias", 1, 1);
     cmp("dinp", dx_d, dx, nin, tol);
     cmp("dweight", dw_d, dw, nw, tol);
     if (bias) cmp("dbias", db_d, db, OC, TOL_ROW);
@@ -398,21 +481,26 @@ static void run_norm(const OpCase* tc) {
     for (size_t i = 0; i < n; i++) x[i] += 0.5f;
     float *out = hrand(n, 1), *mean = hrand(N, 1), *rstd = hrand(N, 1);
     float *dx = hrand(n, 1), *dw = hrand(C, 1), *db = hrand(C, 1);
-    float *x_d = up(x, n), *w_d = up(w, C), *b_d = up(b, C), *dy_d = up(dy, n), *out_d = up(out, n);
-    float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = up(dx, n), *dw_d = up(dw, C), *db_d = up(db, C);
+    int mis = !!(tc->flags & CASE_MISALIGN); /* x, out, dy, dx one float off the 16-byte boundary */
+    float *x_d = upo(x, n, mis), *w_d = up(w, C), *b_d = up(b, C), *dy_d = upo(dy, n, mis), *out_d = upo(out, n, mis);
+    float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = upo(dx, n, mis), *dw_d = up(dw, C), *db_d = up(db, C);
+    bw_mark();
     if (ln) {
         refb->layernorm_forward(refb, out, mean, rstd, x, w, b, N, C);
         cu->layernorm_forward(cu, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
+        bw_check(tc, "forward", 0, 1);
         cmp("mean", mean_d, mean, N, TOL_ROW);
     } else {
         refb->rmsnorm_forward(refb, out, rstd, x, w, N, C, 1e-5);
         cu->rmsnorm_forward(cu, out_d, rstd_d, x_d, w_d, N, C, 1e-5);
+        bw_check(tc, "forward", 0, 1);
     }
     cmp("out", out_d, out, n, TOL_ROW);
     cmp("rstd", rstd_d, rstd, N, TOL_ROW);
     /* both backwards from the CPU's statistics, so only the backward is compared */
     cu->copy_h2d(cu, mean_d, mean, N * sizeof(float));
     cu->copy_h2d(cu, rstd_d, rstd, N * sizeof(float));
+    bw_mark();
     if (ln) {
         refb->layernorm_backward(refb, dx, dw, db, dy, x, w, mean, rstd, N, C);
         if (split) {
@@ -431,11 +519,38 @@ static void run_norm(const OpCase* tc) {
             cu->rmsnorm_backward(cu, dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
         }
     }
+    bw_check(tc, "dweight", 1, 1);
     cmp("dinp", dx_d, dx, n, TOL_BWD);
     cmp("dweight", dw_d, dw, C, TOL_BWD);
+    if (mis) { /* the same calls on aligned copies (the 16-byte path): the same bits */
+        float *x2 = up(x, n), *dy2 = up(dy, n), *out2 = up(out, n), *mean2 = up(mean, N), *rstd2 = up(rstd, N);
+        float *dx2 = up(dx, n), *dw2 = up(dw, C), *db2 = up(db, C);
+        cu->copy_d2d(cu, dx2, dx_d, n * sizeof(float)); /* start from the misaligned run's results: one more */
+        cu->copy_d2d(cu, dw2, dw_d, C * sizeof(float)); /* backward on each side adds the same values */
+        cu->copy_d2d(cu, db2, db_d, C * sizeof(float));
+        if (ln) {
+            cu->layernorm_forward(cu, out2, mean2, rstd2, x2, w_d, b_d, N, C);
+            cu->layernorm_forward(cu, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
+            cmp_bits("mean", mean2, mean_d, N);
+            cu->layernorm_backward(cu, dx2, dw2, db2, dy2, x2, w_d, mean2, rstd2, N, C);
+            cu->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cmp_bits("dbias", db2, db_d, C);
+        } else {
+            cu->rmsnorm_forward(cu, out2, rstd2, x2, w_d, N, C, 1e-5);
+            cu->rmsnorm_forward(cu, out_d, rstd_d, x_d, w_d, N, C, 1e-5);
+            cu->rmsnorm_backward(cu, dx2, dw2, dy2, x2, w_d, rstd2, N, C);
+            cu->rmsnorm_backward(cu, dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+        }
+        cmp_bits("out", out2, out_d, n);
+        cmp_bits("rstd", rstd2, rstd_d, N);
+        cmp_bits("dinp", dx2, dx_d, n);
+        cmp_bits("dweight", dw2, dw_d, C);
+        cu->free(x2), cu->free(dy2), cu->free(out2), cu->free(mean2), cu->free(rstd2), cu->free(dx2), cu->free(dw2);
+        cu->free(db2);
+    }
     free(x), free(w), free(b), free(dy), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
-    cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(mean_d);
-    cu->free(rstd_d), cu->free(dx_d), cu->free(dw_d), cu->free(db_d);
+    dfree(x_d, mis), cu->free(w_d), cu->free(b_d), dfree(dy_d, mis), dfree(out_d, mis), cu->free(mean_d);
+    cu->free(rstd_d), dfree(dx_d, mis), cu->free(dw_d), cu->free(db_d);
 }
 
 static void run_elementwise(const OpCase* tc) {
@@ -443,11 +558,15 @@ static void run_elementwise(const OpCase* tc) {
     int inplace = tc->flags & CASE_INPLACE, split = tc->flags & CASE_SPLIT;
     float *a = hrand(n, 6), *b = hrand(n, 2), *dy = hrand(n, 1), *out = hrand(n, 1);
     float *da = hrand(n, 1), *db = hrand(n, 1);
-    float *a_d = up(a, n), *b_d = up(b, n), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n), *db_d = up(db, n);
+    int mis = !!(tc->flags & CASE_MISALIGN); /* the forward's inputs one float off the 16-byte boundary */
+    float *a_d = upo(a, n, mis), *b_d = upo(b, n, mis), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
+    float* db_d = up(db, n);
     float* ref_in = hcopy(a, n); /* the input before an in-place forward overwrote it */
+    bw_mark();
     if (tc->op == OP_GELU) {
         refb->gelu_forward(refb, inplace ? a : out, a, n);
         cu->gelu_forward(cu, inplace ? a_d : out_d, a_d, n);
+        bw_check(tc, "forward", 0, 1);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
         if (!inplace) {
             refb->gelu_backward(refb, da, dy, ref_in, n);
@@ -457,6 +576,7 @@ static void run_elementwise(const OpCase* tc) {
     } else if (tc->op == OP_SWIGLU) {
         refb->swiglu_forward(refb, out, a, b, n);
         cu->swiglu_forward(cu, out_d, a_d, b_d, n);
+        bw_check(tc, "forward", 0, 1);
         cmp("out", out_d, out, n, TOL_ELEM);
         refb->swiglu_backward(refb, da, db, dy, a, b, n);
         if (split) {
@@ -470,10 +590,26 @@ static void run_elementwise(const OpCase* tc) {
     } else {
         refb->add_forward(refb, inplace ? a : out, a, b, n);
         cu->add_forward(cu, inplace ? a_d : out_d, a_d, b_d, n);
+        bw_check(tc, "forward", 0, 1);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
     }
+    if (mis && !inplace) { /* the forward on aligned copies (the 16-byte path): the same bits */
+        float *a2 = up(ref_in, n), *b2 = up(b, n), *out2 = up(out, n), *a1 = upo(ref_in, n, 1);
+        if (tc->op == OP_GELU) {
+            cu->gelu_forward(cu, out2, a2, n);
+            cu->gelu_forward(cu, out_d, a1, n);
+        } else if (tc->op == OP_SWIGLU) {
+            cu->swiglu_forward(cu, out2, a2, b2, n);
+            cu->swiglu_forward(cu, out_d, a1, b_d, n);
+        } else {
+            cu->add_forward(cu, out2, a2, b2, n);
+            cu->add_forward(cu, out_d, a1, b_d, n);
+        }
+        cmp_bits("out", out2, out_d, n);
+        cu->free(a2), cu->free(b2), cu->free(out2), dfree(a1, 1);
+    }
     free(a), free(b), free(dy), free(out), free(da), free(db), free(ref_in);
-    cu->free(a_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(db_d);
+    dfree(a_d, mis), dfree(b_d, mis), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(db_d);
 }
 
 /* --bf16: the H*d rotated values of each row must be bf16 (the padding up to ld is not RoPE's) */
@@ -558,17 +694,26 @@ static void run_act(const OpCase* tc) {
     Act act = tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU;
     int inplace = tc->flags & CASE_INPLACE;
     float *a = hrand(n, 6), *dy = hrand(n, 1), *out = hrand(n, 1), *da = hrand(n, 1);
-    float *a_d = up(a, n), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
+    int mis = !!(tc->flags & CASE_MISALIGN);
+    float *a_d = upo(a, n, mis), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
     float* ref_in = hcopy(a, n);
     refb->act_forward(refb, inplace ? a : out, a, n, act);
+    bw_mark();
     cu->act_forward(cu, inplace ? a_d : out_d, a_d, n, act);
+    bw_check(tc, "forward", 0, 1);
     cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
     refb->act_backward(refb, da, dy, ref_in, n, act);
     float* in_d = up(ref_in, n);
     cu->act_backward(cu, da_d, dy_d, in_d, n, act);
     cmp("dinp", da_d, da, n, TOL_ELEM);
+    if (mis && !inplace) { /* the forward on an aligned copy (the 16-byte path): the same bits */
+        float *a2 = up(ref_in, n), *out2 = up(out, n);
+        cu->act_forward(cu, out2, a2, n, act);
+        cmp_bits("out", out2, out_d, n);
+        cu->free(a2), cu->free(out2);
+    }
     free(a), free(dy), free(out), free(da), free(ref_in);
-    cu->free(a_d), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(in_d);
+    dfree(a_d, mis), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(in_d);
 }
 
 /* rows_gather: the forward adds the K taps in the CPU's order: ELEM (a few ulps of the sum); the backward
@@ -755,6 +900,31 @@ static void run_attention(const OpCase* tc) {
     cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dqkv_d), cu->free(cu_d);
 }
 
+/* The CUDA kernels' order (engine/cuda/optim.cu), replayed on the host: in each chunk of rr_sumsq_chunk_range,
+ * thread t of 256 adds the values t, t + 256, ... in double, the 256 sums combined in the pairwise tree
+ * (s[t] += s[t + k], k = 128 .. 1); the chunk sums added in chunk order (rr_sumsq_partials). Every term is
+ * an exact product (float x float in double), so a device's fused multiply-add gives the same bits. */
+static double sumsq_cuda_order(const float* x, size_t n) {
+    size_t nc = rr_sumsq_chunks(n);
+    double* part = mallocCheck(nc * sizeof(double));
+    for (size_t c = 0; c < nc; c++) {
+        size_t i0, i1;
+        double s[256];
+        rr_sumsq_chunk_range(n, c, &i0, &i1);
+        for (size_t t = 0; t < 256; t++) {
+            double acc = 0.0;
+            for (size_t i = i0 + t; i < i1; i += 256) acc += rr_sumsq_term(x[i]);
+            s[t] = acc;
+        }
+        for (int k = 128; k > 0; k >>= 1)
+            for (int t = 0; t < k; t++) s[t] += s[t + k];
+        part[c] = s[0];
+    }
+    double total = rr_sumsq_partials(part, nc);
+    free(part);
+    return total;
+}
+
 /* sum_squares returns a double to the host: compared here rather than through cmp. */
 static void run_sumsq(const OpCase* tc) {
     size_t n = (size_t)tc->N;
@@ -771,6 +941,11 @@ static void run_sumsq(const OpCase* tc) {
     int same = !memcmp(&got, &again, sizeof got);
     printf("  %-20s %-8s %s\n", case_name, "repeat", same ? "same bits ok" : "FAIL: differs between calls");
     if (!same) failures++;
+    /* and the bits of its order: the chunk sums added one after another, as the CPU's rr_sumsq_partials */
+    double order = n ? sumsq_cuda_order(x, n) : 0.0;
+    int exact = !memcmp(&got, &order, sizeof got);
+    printf("  %-20s %-8s %s\n", case_name, "order", exact ? "the kernels' order, bit for bit ok" : "FAIL: not the kernels' order");
+    if (!exact) failures++;
     free(x);
     cu->free(x_d);
 }

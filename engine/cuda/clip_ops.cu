@@ -1,6 +1,6 @@
 // clip_ops.cu — the CLIP tower's ops on CUDA (engine.h: act_forward / act_backward, rows_gather_forward /
-// _backward): one thread per element, every activation value from kernel_math.h (the CPU backend's
-// functions, engine/cpu/act.c).
+// _backward): one thread per element (the activation's forward: per 8-value group), every activation value
+// from kernel_math.h (the CPU backend's functions, engine/cpu/act.c).
 //
 // rows_gather's backward scatters into table rows that many (row, tap) pairs share (the position
 // embedding's 16 bicubic taps, the class embedding's one row), with float atomicAdd as embedding.cu's
@@ -14,12 +14,29 @@
 
 // A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh); R: the
 // stored value rounded to bf16 in the store
-template <bool R, typename A>
+// VEC: one 8-value group a thread through 16-byte loads and stores (cuda_common.cuh: out and inp 16-byte
+// aligned; the tail value by value); the same values either way
+template <bool R, bool VEC, typename A>
 static __global__ void act_forward_kernel(A* out, const A* inp, size_t n, int act) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = act_ld(inp, i);
-    act_st<R>(out, i, act == ACT_GELU_ERF ? rr_gelu_erf(x) : rr_quick_gelu(x));
+    size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i0 >= n) return;
+    float v[8];
+    ldg8<VEC>(inp, i0, n, v);
+    for (int j = 0; j < 8; j++) v[j] = act == ACT_GELU_ERF ? rr_gelu_erf(v[j]) : rr_quick_gelu(v[j]);
+    stg8<VEC, R>(out, i0, n, v);
+}
+template <bool R, typename A>
+static void act_forward_launch(A* out, const A* inp, size_t n, Act act, cudaStream_t stream) {
+    if (n == 0) return;
+    unsigned g = groups_grid(n, CLIP_BLOCK);
+    bool vec = aligned16(out) && aligned16(inp);
+    cuda_bw_path_note(vec ? RR_BW_VEC : RR_BW_SCALAR);
+    if (vec) {
+        act_forward_kernel<R, true><<<g, CLIP_BLOCK, 0, stream>>>(out, inp, n, (int)act);
+    } else {
+        act_forward_kernel<R, false><<<g, CLIP_BLOCK, 0, stream>>>(out, inp, n, (int)act);
+    }
+    cudaCheck(cudaGetLastError());
 }
 template <typename A>
 static __global__ void act_backward_kernel(float* dinp, const float* dout, const A* inp, size_t n, int act) {
@@ -35,9 +52,7 @@ void cuda_act_forward(const Backend* be, float* out, const float* inp, size_t n,
         cuda_gelu_forward(be, out, inp, n);
         return;
     }
-    if (n == 0) return;
-    act_forward_kernel<false><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, inp, n, (int)act);
-    cudaCheck(cudaGetLastError());
+    act_forward_launch<false>(out, inp, n, act, cuda_stream(be));
 }
 void cuda_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
     if (act == ACT_GELU_TANH) {
@@ -96,15 +111,22 @@ void cuda_rows_gather_backward(const Backend* be, float* dtable, const float* do
     cudaCheck(cudaGetLastError());
 }
 
-// bf16 tables: the outputs are activations the GPU stores in bf16
+// bf16 tables: the outputs are activations the GPU stores in bf16, rounded in the kernel's store (act_st<true>
+// into an f32 word: rr_bf16_round of the f32 value, what a rounding pass after the f32 op gives)
 void cuda_bf16_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {
-    cuda_act_forward(be, out, inp, n, act);
-    cuda_round_bf16(be, out, out, n);
+    if (act == ACT_GELU_TANH) {
+        cuda_bf16_gelu_forward(be, out, inp, n);
+        return;
+    }
+    act_forward_launch<true>(out, inp, n, act, cuda_stream(be));
 }
 void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
                                    int K, int C) {
-    cuda_rows_gather_forward(be, out, idx, w, table, N, K, C);
-    cuda_round_bf16(be, out, out, (size_t)N * C);
+    size_t n = (size_t)N * C;
+    if (n == 0) return;
+    rows_gather_forward_kernel<true><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(out, idx, w, table, N, K,
+                                                                                                    C);
+    cudaCheck(cudaGetLastError());
 }
 
 // The bf16-activation table (Backend.act_dtype = DTYPE_BF16): out, inp and the gather's table are 2-byte bf16 words
@@ -114,10 +136,7 @@ void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, siz
         cuda_bf16a_gelu_forward(be, out, inp, n);
         return;
     }
-    if (n == 0) return;
-    act_forward_kernel<true><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, (const uint16_t*)inp,
-                                                                                          n, (int)act);
-    cudaCheck(cudaGetLastError());
+    act_forward_launch<true>((uint16_t*)out, (const uint16_t*)inp, n, act, cuda_stream(be));
 }
 void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
     if (act == ACT_GELU_TANH) {

@@ -326,6 +326,7 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
     cuda_sum_squares_reserve(sumsq_n);
     // RoPE's cos / sin tables: the positions of the largest call (a sample's positions are below its T), built now
     cuda_rope_reserve(be, attn, n_attn);
+    cuda_column_sum_reserve(); // the column sums' partials (cuda_common.cuh): a fixed 2 MiB
     // cuDNN runs only in the bf16 table (attention_cudnn.cu): the fp32 one never needs its scratch
     if (be->precision == PRECISION_BF16) cuda_cudnn_attention_reserve(attn, n_attn);
     // the own tensor-core kernel (the bf16 table's attention where cuDNN does not run): its backward's scratch

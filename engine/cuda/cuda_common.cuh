@@ -1,6 +1,7 @@
 // cuda_common.cuh — what every CUDA op file shares: the check macros (llm.c style, with HINT lines),
 // the backend context (one stream, one cuBLAS handle, a device error record), warp/block reductions
-// and the deterministic column reduction used by every bias / norm-weight gradient.
+// 8-value group loads / stores (16-byte vectors) and the deterministic column reduction used by every bias /
+// norm-weight gradient.
 //
 // Device code never aborts: a kernel that meets bad user data (a target outside the vocabulary, a
 // negative token id) writes what it saw into cuda_ctx.error and carries on; the host reports it, with
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "engine/cuda/bw_path.h"
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
@@ -91,6 +93,67 @@ static __device__ inline void act_st(float* p, size_t i, float v) { p[i] = R ? r
 template <bool R>
 static __device__ inline void act_st(uint16_t* p, size_t i, float v) { p[i] = rr_f32_to_bf16(v); }
 
+// ---- 8-value groups: 16-byte loads and stores ------------------------------------------------------
+// The bandwidth-bound kernels (norm forward, elementwise, column sums) work on groups of 8 consecutive values:
+// one 16-byte load of 8 bf16 words (uint4), or two of 4 f32 words (float4), when the group is whole and its
+// address 16-byte aligned (VEC: the launcher checks every pointer with aligned16), else one access a value
+// (the tail of a row or of n, or a misaligned pointer). The values are the same either way (act_ld widens
+// exactly, act_st / st8 round at the same point), so the path never changes a result.
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+// count a launch's path (bw_path.h: RR_BW_*), for the tests that name one
+void cuda_bw_path_note(int path);
+static __device__ inline void ld8(const float* p, float v[8]) {
+    float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+static __device__ inline void ld8(const uint16_t* p, float v[8]) { // little-endian: the lower address in the low half
+    uint4 u = *(const uint4*)p;
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = rr_bf16_to_f32((uint16_t)(w[k] & 0xffffu));
+        v[2 * k + 1] = rr_bf16_to_f32((uint16_t)(w[k] >> 16));
+    }
+}
+template <bool R>
+static __device__ inline void st8(float* p, const float v[8]) {
+    float4 a, b;
+    a.x = R ? rr_bf16_round(v[0]) : v[0], a.y = R ? rr_bf16_round(v[1]) : v[1];
+    a.z = R ? rr_bf16_round(v[2]) : v[2], a.w = R ? rr_bf16_round(v[3]) : v[3];
+    b.x = R ? rr_bf16_round(v[4]) : v[4], b.y = R ? rr_bf16_round(v[5]) : v[5];
+    b.z = R ? rr_bf16_round(v[6]) : v[6], b.w = R ? rr_bf16_round(v[7]) : v[7];
+    *(float4*)p = a;
+    *(float4*)(p + 4) = b;
+}
+template <bool R>
+static __device__ inline void st8(uint16_t* p, const float v[8]) {
+    unsigned w[4];
+    for (int k = 0; k < 4; k++) w[k] = (unsigned)rr_f32_to_bf16(v[2 * k]) | (unsigned)rr_f32_to_bf16(v[2 * k + 1]) << 16;
+    uint4 u;
+    u.x = w[0], u.y = w[1], u.z = w[2], u.w = w[3];
+    *(uint4*)p = u;
+}
+// values i0 .. i0 + 7 of p (those below n; the others 0): one vector load when VEC and the group is whole
+template <bool VEC, typename A>
+static __device__ inline void ldg8(const A* p, size_t i0, size_t n, float v[8]) {
+    if (VEC && i0 + 8 <= n) {
+        ld8(p + i0, v);
+    } else {
+        for (int j = 0; j < 8; j++) v[j] = i0 + j < n ? act_ld(p, i0 + j) : 0.0f;
+    }
+}
+// store values i0 .. i0 + 7 (those below n), each as act_st<R> stores it
+template <bool VEC, bool R, typename A>
+static __device__ inline void stg8(A* p, size_t i0, size_t n, const float v[8]) {
+    if (VEC && i0 + 8 <= n) {
+        st8<R>(p + i0, v);
+    } else {
+        for (int j = 0; j < 8; j++)
+            if (i0 + j < n) act_st<R>(p, i0 + j, v[j]);
+    }
+}
+// blocks for n values at one 8-value group a thread, `block` threads a block
+static inline unsigned groups_grid(size_t n, int block) { return ceil_div_z((n + 7) / 8, (size_t)block); }
+
 // ---- reductions ----------------------------------------------------------------------------------
 
 static __device__ inline float warp_sum(float v) {
@@ -123,63 +186,167 @@ static __device__ inline float block_max(float v, float* shared) {
     return warp_max(v);
 }
 
-// out[c] += sum_n f(n, c) for c < C, rows summed in a fixed order (deterministic, no atomics).
-// Block (32, 8): 32 columns, 8 row lanes that stride over N; a shared transpose sums the 8 lanes.
-// Used for dbias (f = dout), LayerNorm / RMSNorm weight gradients.
-#define COLUMN_SUM_ROWS 8
+// ---- column sums --------------------------------------------------------------------------------
+// out[c] += sum_n f(n, c) for c < C (dbias: f = dout; LayerNorm / RMSNorm weight gradients), deterministic: no
+// atomics, a fixed order that depends on N and C only (never on the device, the storage or the vector path):
+//   - the rows are cut into R chunks of `rows` rows (column_sum_rows: enough chunks to fill the GPU, at least
+//     COLSUM_MIN_ROWS rows each, R C values of partials within the scratch);
+//   - in a chunk, row lane y (0 .. 7) adds rows r0 + y, r0 + y + 8, ... in order; the 8 lane sums are added in
+//     lane order;
+//   - with R > 1 the chunk sums land in a partial buffer (R x C f32, the backend's reserved scratch,
+//     cuda_column_sum_scratch) and a second launch adds them with the same kernel (R rows, one chunk) into out;
+//     with R = 1 the first launch adds into out.
+// Block (32, 8): 32 column threads of 8 columns each (256 columns a block) by 8 row lanes; grid (C / 256, R).
+// A functor with vec8(n, c, v) (the 8 values of columns c .. c + 7 through 16-byte loads) and vec_ok(C) (host:
+// C a multiple of 8, its pointers 16-byte aligned) is read 8 columns a thread; any other through f(n, c), a
+// thread's columns 32 apart (coalesced): the same values, the same order.
+#define COLSUM_TY 8                    // row lanes
+#define COLSUM_COLS 256                // columns a block (32 threads x 8)
+#define COLSUM_MIN_ROWS 32             // rows a chunk at least (each row lane 4): partials stay small beside the input
+#define COLSUM_TARGET_BLOCKS 1024      // blocks to aim for (an H100 has 132 SMs, 8 such blocks each)
+#define COLSUM_SCRATCH_FLOATS RR_COLSUM_SCRATCH_FLOATS // the partial buffer (bw_path.h)
+// the partial buffer (COLSUM_SCRATCH_FLOATS floats; allocated by Backend.reserve, else at the first use)
+float* cuda_column_sum_scratch(void);
+void cuda_column_sum_reserve(void);
+
+// rows a chunk for N rows of C columns (the order's only parameter)
+static inline int column_sum_rows(int N, int C) {
+    long gx = ceil_div(C, COLSUM_COLS);
+    long r = (COLSUM_TARGET_BLOCKS + gx - 1) / gx;
+    long rmax = ((long)N + COLSUM_MIN_ROWS - 1) / COLSUM_MIN_ROWS;
+    long cap = COLSUM_SCRATCH_FLOATS / (2L * C);
+    if (r > rmax) r = rmax;
+    if (r > cap) r = cap;
+    if (r < 1) r = 1;
+    return (int)((N + r - 1) / r);
+}
+
+template <typename F, typename = void>
+struct ColsumHasVec8 {
+    static const bool value = false;
+};
 template <typename F>
-static __global__ void column_sum_kernel(float* out, F f, int N, int C) {
-    __shared__ float part[COLUMN_SUM_ROWS][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float acc = 0.0f;
-    if (c < C)
-        for (int n = threadIdx.y; n < N; n += COLUMN_SUM_ROWS) acc += f(n, c);
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float s = 0.0f;
-        for (int r = 0; r < COLUMN_SUM_ROWS; r++) s += part[r][threadIdx.x];
-        out[c] += s;
+struct ColsumHasVec8<F, decltype((void)&F::vec8)> {
+    static const bool value = true;
+};
+template <typename F>
+static inline bool column_sum_vec(const F& f, int C) {
+    if constexpr (ColsumHasVec8<F>::value)
+        return C % 8 == 0 && f.vec_ok(C);
+    else
+        return false;
+}
+
+// rows of a partial buffer (R x C f32): the second launch's input
+struct ColsumPartRows {
+    const float* p;
+    int C;
+    __device__ float operator()(int n, int c) const { return p[(size_t)n * C + c]; }
+    __device__ void vec8(int n, int c, float v[8]) const { ld8(p + (size_t)n * C + c, v); }
+    bool vec_ok(int C_) const { return C_ % 8 == 0 && aligned16(p); }
+};
+
+// a + b rounded on its own, never fused with the product that made b (on a device nvcc contracts `acc + x * y`
+// into an FMA where it sees both; the two paths of column_sum_add must not depend on where it does)
+static __device__ inline float colsum_add(float a, float b) {
+#ifdef RR_CUDA_EMULATED
+    return a + b;
+#else
+    return __fadd_rn(a, b);
+#endif
+}
+// acc[j] += the value of row n in this thread's column j (VEC: columns c0 + j; else c0 + 32 j)
+template <bool VEC, typename F>
+static __device__ inline void column_sum_add(const F& f, int n, int c0, int C, float acc[8]) {
+    if constexpr (VEC) {
+        if (c0 < C) {
+            float v[8];
+            f.vec8(n, c0, v);
+            for (int j = 0; j < 8; j++) acc[j] = colsum_add(acc[j], v[j]);
+        }
+    } else {
+        for (int j = 0; j < 8; j++)
+            if (c0 + 32 * j < C) acc[j] = colsum_add(acc[j], f(n, c0 + 32 * j));
     }
 }
-template <typename F>
-static void column_sum_cuda(float* out, F f, int N, int C, cudaStream_t stream) {
-    if (N == 0 || C == 0) return;
-    dim3 block(32, COLUMN_SUM_ROWS);
-    column_sum_kernel<<<ceil_div(C, 32), block, 0, stream>>>(out, f, N, C);
+// this thread's first column (in the block: VEC 8 tx, else tx) and the block column of its j-th
+template <bool VEC>
+static __device__ inline int column_sum_col(int tx, int j) {
+    return VEC ? 8 * tx + j : tx + 32 * j;
+}
+
+// One chunk of rows (blockIdx.y) of 256 columns (blockIdx.x): its column sums into part[blockIdx.y C + c], or
+// added into out[c] when part is NULL. NF: functors summed (1, or 2: out2 / f2, column_sum2's).
+template <bool VEC, int NF, typename F1, typename F2>
+static __global__ void column_sum_kernel(float* out1, float* out2, float* part, F1 f1, F2 f2, int N, int C, int rows) {
+    __shared__ float sh[NF][COLSUM_TY][COLSUM_COLS];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int base = blockIdx.x * COLSUM_COLS;
+    int c0 = base + (VEC ? 8 * tx : tx);
+    int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    float acc1[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acc2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 4
+    for (int n = r0 + ty; n < r1; n += COLSUM_TY) {
+        column_sum_add<VEC>(f1, n, c0, C, acc1);
+        if constexpr (NF == 2) column_sum_add<VEC>(f2, n, c0, C, acc2);
+    }
+    for (int j = 0; j < 8; j++) {
+        sh[0][ty][column_sum_col<VEC>(tx, j)] = acc1[j];
+        if constexpr (NF == 2) sh[1][ty][column_sum_col<VEC>(tx, j)] = acc2[j];
+    }
+    __syncthreads();
+    int t = ty * 32 + tx, c = base + t; // one column a thread: the 8 lanes in lane order
+    if (c >= C) return;
+    for (int k = 0; k < NF; k++) {
+        float s = sh[k][0][t];
+        for (int y = 1; y < COLSUM_TY; y++) s += sh[k][y][t];
+        if (part)
+            part[((size_t)k * gridDim.y + blockIdx.y) * C + c] = s;
+        else
+            (k == 0 ? out1 : out2)[c] += s;
+    }
+}
+
+template <int NF, typename F1, typename F2>
+static void column_sum_launch(float* out1, float* out2, F1 f1, F2 f2, int N, int C, cudaStream_t stream) {
+    int rows = column_sum_rows(N, C), R = (N + rows - 1) / rows;
+    float* part = R > 1 ? cuda_column_sum_scratch() : NULL;
+    dim3 block(32, COLSUM_TY), grid(ceil_div(C, COLSUM_COLS), R);
+    bool vec = column_sum_vec(f1, C) && column_sum_vec(f2, C);
+    cuda_bw_path_note(vec ? RR_BW_COLSUM_VEC : RR_BW_COLSUM_SCALAR);
+    if (R > 1) cuda_bw_path_note(RR_BW_COLSUM_CHUNKED);
+    // (braces around every launch: the emulation's gen.py turns one into two statements)
+    if constexpr (ColsumHasVec8<F1>::value && ColsumHasVec8<F2>::value) {
+        if (vec) {
+            column_sum_kernel<true, NF><<<grid, block, 0, stream>>>(out1, out2, part, f1, f2, N, C, rows);
+        }
+    }
+    if (!vec) {
+        column_sum_kernel<false, NF><<<grid, block, 0, stream>>>(out1, out2, part, f1, f2, N, C, rows);
+    }
+    cudaCheck(cudaGetLastError());
+    if (R == 1) return;
+    // the R chunk sums of each column, in chunk order as rows of one chunk (R <= COLSUM_SCRATCH_FLOATS / 2C)
+    ColsumPartRows p1 = {part, C}, p2 = {part + (size_t)R * C, C};
+    dim3 grid2(ceil_div(C, COLSUM_COLS), 1);
+    float* none = NULL;
+    if (column_sum_vec(p1, C) && column_sum_vec(p2, C)) {
+        column_sum_kernel<true, NF><<<grid2, block, 0, stream>>>(out1, out2, none, p1, p2, R, C, R);
+    } else {
+        column_sum_kernel<false, NF><<<grid2, block, 0, stream>>>(out1, out2, none, p1, p2, R, C, R);
+    }
     cudaCheck(cudaGetLastError());
 }
 
-// Two column sums over the same rows in one pass (LayerNorm's dweight and dbias read dout once): out1[c]
-// += sum_n f1(n, c), out2[c] += sum_n f2(n, c), each in column_sum_kernel's order (the same bits).
-template <typename F1, typename F2>
-static __global__ void column_sum2_kernel(float* out1, F1 f1, float* out2, F2 f2, int N, int C) {
-    __shared__ float part1[COLUMN_SUM_ROWS][33];
-    __shared__ float part2[COLUMN_SUM_ROWS][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float acc1 = 0.0f, acc2 = 0.0f;
-    if (c < C)
-        for (int n = threadIdx.y; n < N; n += COLUMN_SUM_ROWS) {
-            acc1 += f1(n, c);
-            acc2 += f2(n, c);
-        }
-    part1[threadIdx.y][threadIdx.x] = acc1;
-    part2[threadIdx.y][threadIdx.x] = acc2;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int r = 0; r < COLUMN_SUM_ROWS; r++) {
-            s1 += part1[r][threadIdx.x];
-            s2 += part2[r][threadIdx.x];
-        }
-        out1[c] += s1;
-        out2[c] += s2;
-    }
+template <typename F>
+static void column_sum_cuda(float* out, F f, int N, int C, cudaStream_t stream) {
+    if (N == 0 || C == 0) return;
+    column_sum_launch<1>(out, (float*)NULL, f, f, N, C, stream);
 }
+// Two column sums over the same rows in one pass (LayerNorm's dweight and dbias read dout once): out1[c]
+// += sum_n f1(n, c), out2[c] += sum_n f2(n, c), each in column_sum_cuda's order (the same bits).
 template <typename F1, typename F2>
 static void column_sum2_cuda(float* out1, F1 f1, float* out2, F2 f2, int N, int C, cudaStream_t stream) {
     if (N == 0 || C == 0) return;
-    dim3 block(32, COLUMN_SUM_ROWS);
-    column_sum2_kernel<<<ceil_div(C, 32), block, 0, stream>>>(out1, f1, out2, f2, N, C);
-    cudaCheck(cudaGetLastError());
+    column_sum_launch<2>(out1, out2, f1, f2, N, C, stream);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/bw_path.h"
 #include "engine/util.h"
 #include "runtime/model/partition.h"
 #include "runtime/train/layout.h"
@@ -152,6 +153,8 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
     out->layers = nl;
     out->weights = params * 4 + copy;
     out->compute_copy = copy;
+    /* on CUDA the column sums' partials (bias / norm-weight gradients: engine/cuda/bw_path.h), any precision */
+    if (cuda) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
     out->scratch = scratch + wscratch;
     out->trainable = trainable;
     out->grads = trainable * 4;

@@ -59,6 +59,7 @@ def main():
     text = text.replace("rrfp_cuda_backend_get", "backend_cuda_emu_get")
     text = text.replace("rrfp_cuda_mem_free", "backend_cuda_emu_mem_free")
     text = text.replace("rrfp_cuda_attention_paths", "backend_cuda_emu_attention_paths")
+    text = text.replace("rrfp_cuda_bw_paths", "backend_cuda_emu_bw_paths")
     text = text.replace("rrfp_cuda_flash_attention(", "backend_cuda_emu_flash_attention(")
     text = text.replace("rrfp_cuda_flash_attention_bwd_info", "backend_cuda_emu_flash_attention_bwd_info")
     if "<<<" in text:
