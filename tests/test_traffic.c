@@ -19,8 +19,8 @@
  *      forward GEMM reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype), and every backward
  *      GEMM and the attention backward read 2-byte output gradients stored by their producers (Backend.b16, issue
  *      20): a call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
- *   3. every op call moves at most 1.3x its `in use` budget (the 2-byte attention backward 2.5x: its kernels' own
- *      reads, w16_attention_backward);
+ *   3. every op call moves at most 1.3x its `in use` budget (the attention backward's: the least its deterministic
+ *      two-kernel algorithm moves, w16_attention_backward);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor;
  *   5. each block's launches per kind are the counts derived for it (LM_LAUNCHES, VIT_LAUNCHES).
  * The per-kind totals against both budgets are printed (the figures in docs/cuda.md).
@@ -78,6 +78,40 @@ static double strided_bytes(const void* p, size_t rows, size_t width, size_t ld)
     }
     double contiguous = (double)rows * width;
     return ld == width ? contiguous : (double)pages * pg;
+}
+
+/* the bytes of the pages touched by the rows of up to 3 views (rows of `width` bytes at stride `ld`, NULL: none), their
+ * union counted once (q, k and v as views of one qkv buffer, as one kernel reads them); contiguous views: their bytes */
+static int cmp_page(const void* a, const void* b) {
+    uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b;
+    return x < y ? -1 : x > y;
+}
+static double views_bytes(size_t rows, const void* p0, size_t w0, const void* p1, size_t w1, const void* p2, size_t w2,
+                          size_t ld) {
+    const void* p[3] = {p0, p1, p2};
+    size_t w[3] = {w0, w1, w2}, n = 0, cap = 0;
+    int strided = 0;
+    for (int j = 0; j < 3; j++) strided |= p[j] && w[j] != ld;
+    if (!strided) return (double)rows * ((p0 ? w0 : 0) + (p1 ? w1 : 0) + (p2 ? w2 : 0));
+    uintptr_t* pages = NULL;
+    for (int j = 0; j < 3; j++)
+        for (size_t i = 0; p[j] && i < rows; i++) {
+            uintptr_t a = (uintptr_t)p[j] + i * ld, b = a + w[j] - 1;
+            for (uintptr_t q = a / 4096; q <= b / 4096; q++) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 1024;
+                    uintptr_t* t = realloc(pages, cap * sizeof *pages);
+                    if (!t) abort();
+                    pages = t;
+                }
+                pages[n++] = q;
+            }
+        }
+    qsort(pages, n, sizeof *pages, cmp_page);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++) u += i == 0 || pages[i] != pages[i - 1];
+    free(pages);
+    return (double)u * 4096;
 }
 
 /* totals per kind */
@@ -364,17 +398,32 @@ static void w16_attention_backward(const Backend* be, float* dq, float* dk, floa
                                    const float* q, const float* k, const float* v, const int* cu, int S, int T, int H, int Hkv,
                                    int d, int ld_q, int ld_kv, int causal) {
     (void)be;
-    double x = (double)T * H * d, kv = (double)T * Hkv * d;
-    /* q, k, v, out read; dout 2-byte read; dq, dk f32 and dv (f32 or 2-byte only) read and written, the 2-byte mirrors
-     * written; lse, cu_seqlens */
-    double b = 2 * (x + kv) * A_TARGET + x * G16 + 2 * (x + kv) * G + 2 * kv * (dv ? G : G16) + T * H * 4.0 + (S + 1) * 4.0;
-    b += (dq16 ? x * G16 : 0) + (dk16 ? kv * G16 : 0) + (dv16 && dv ? kv * G16 : 0);
+    double x = (double)T * H * d;
+    /* The least a deterministic FlashAttention-2 backward moves (issue 24's v2: every output element has one writer,
+     * so dq and dk / dv come from two kernels, each streaming q, k, v and dout once; docs/cuda.md "Traffic budget"):
+     * the row-statistics pre-pass reads out, dout and lse and writes D and lse2 (T H f32 each); the dq kernel and the
+     * dk / dv kernel each read q, k, v, dout, D and lse2 and the sequence offsets; dq, dk, dv (f32, added into: read and
+     * written) or dv 2-byte only (written), and the 2-byte mirrors (written). q, k, v and the gradients are views of
+     * row stride ld (the ViT's one qkv buffer): counted as the pages their rows touch, a kernel's views of one buffer
+     * once (views_bytes), as the emulation counts them. */
+    size_t qw = (size_t)H * d, kw = (size_t)Hkv * d;
+    /* q, k, v (and dq, dk, dv) share pages only as views of one buffer, which have one row stride */
+    int one = ld_q == ld_kv;
+    double qkv = one ? views_bytes(T, q, qw * A_TARGET, k, kw * A_TARGET, v, kw * A_TARGET, (size_t)ld_q * A_TARGET)
+                     : views_bytes(T, q, qw * A_TARGET, NULL, 0, NULL, 0, (size_t)ld_q * A_TARGET) +
+                           views_bytes(T, k, kw * A_TARGET, v, kw * A_TARGET, NULL, 0, (size_t)ld_kv * A_TARGET);
+    double stats = T * H * 4.0, offs = (S + 1) * 4.0;
+    double prep = x * A_TARGET + x * G16 + stats + 2 * stats;
+    double stream = qkv + x * G16 + 2 * stats + offs;
+    /* the dq kernel adds into dq and writes dq's mirror; the dk / dv kernel the same for dk and dv (or writes dv16 only):
+     * each kernel's views counted on their own (two kernels writing views of one buffer both touch its pages) */
+    double grads = 2 * views_bytes(T, dq, qw * G, NULL, 0, NULL, 0, (size_t)ld_q * G) +
+                   2 * views_bytes(T, dk, kw * G, dv, kw * G, NULL, 0, (size_t)ld_kv * G);
+    if (!dv) grads += views_bytes(T, dv16, kw * G16, NULL, 0, NULL, 0, (size_t)ld16 * G16);
+    grads += views_bytes(T, dq16, qw * G16, NULL, 0, NULL, 0, (size_t)ld16 * G16) +
+             views_bytes(T, dk16, kw * G16, dv && dv16 ? dv16 : NULL, kw * G16, NULL, 0, (size_t)ld16 * G16);
+    double b = prep + 2 * stream + grads;
     begin("attention_backward_b16", PROF_ATTENTION, 0, b, b);
-    /* no conversion launch; the kernels' own reads: the row-statistics pre-pass reads out and dout, then the dq kernel
-     * and the dk / dv kernel each stream q, k, v and dout (issue 24's v2; docs/cuda.md "Traffic budget"), and in the
-     * ViT's one qkv buffer each reader of a strided q / k / v view touches every page of the qkv rows: up to 2.5x the
-     * compulsory bytes (measured: the LM block's 1.37x, the ViT's 2.08x) */
-    cur_limit = 2.5;
     inner->b16->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, out, lse, q, k, v, cu, S, T, H, Hkv, d,
                                    ld_q, ld_kv, causal);
     end();
