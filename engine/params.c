@@ -196,6 +196,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
 DType params_compute_dtype(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->be);
     const ParamSpec* sp = &pt->specs[i];
+    if (sp->act_table && pt->act_tables_bf16) return pt->be->weight_dtype;
     if (sp->ndim == 1 && sp->gemm_bias) return pt->be->bias_dtype;
     return sp->ndim == 2 && !sp->f32_compute ? pt->be->weight_dtype : DTYPE_F32;
 }
@@ -205,6 +206,13 @@ void params_mark_gemm_bias(ParamTable* pt, const char* name) {
     if (i < 0 || pt->specs[i].ndim != 1) rr_die("internal: params_mark_gemm_bias: no 1-D tensor '%s'", name);
     RR_ASSERT(pt->data == NULL); /* before params_alloc lays the copy out */
     pt->specs[i].gemm_bias = 1;
+}
+
+void params_mark_act_table(ParamTable* pt, const char* name) {
+    int i = params_find(pt, name);
+    if (i < 0) rr_die("internal: params_mark_act_table: no tensor '%s'", name);
+    RR_ASSERT(pt->data == NULL); /* before params_alloc lays the copy out */
+    pt->specs[i].act_table = 1;
 }
 
 void params_keep_f32_compute(ParamTable* pt, const char* name) {

@@ -33,6 +33,7 @@ typedef struct {
     int decay;      /* AdamW weight decay applies (2-D weights only) */
     int f32_compute; /* the compute copy stays f32 words even when 2-D (params_keep_f32_compute) */
     int gemm_bias;   /* a 1-D GEMM bias (params_mark_gemm_bias): its compute copy in the table's Backend.bias_dtype */
+    int act_table;   /* a gather's table read in the activation storage (params_mark_act_table) */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */
     ParamSlice slice; /* which part of the global tensor `name` this is (dim -1: all of it) */
@@ -64,6 +65,9 @@ typedef struct {
      * also holds; checkpoints and dumps leave them out here (TP rank 0 writes them), so a union of the
      * TP ranks' files holds every tensor once. */
     int omit_replicated;
+    /* set before params_alloc: the params_mark_act_table'd tensors are read by a table with 2-byte activations
+     * (the bf16-activation table): their compute copy is 2-byte bf16 words where weight_dtype is */
+    int act_tables_bf16;
 } ParamTable;
 
 /* Whether spec s holds a slice of its global tensor (a table built without params_add may leave the
@@ -120,6 +124,11 @@ void params_keep_f32_compute(ParamTable* pt, const char* name); /* dies if no su
  * copy takes the table's Backend.bias_dtype (2-byte bf16 words on the CUDA bf16 tables, written by AdamW's own pass,
  * so no step converts it); other 1-D tensors keep f32 words. Before params_alloc; dies if no such 1-D tensor. */
 void params_mark_gemm_bias(ParamTable* pt, const char* name);
+/* Mark tensor `name` as a gather's table read in the activation storage (CLIP's class and position embeddings,
+ * rows_gather's tables): with ParamTable.act_tables_bf16 set its compute copy is 2-byte bf16 words where the
+ * table's weight_dtype is (written by AdamW's own pass, as a 2-D weight's: no step narrows it), else as unmarked
+ * (f32 words holding bf16 values on the bf16 table: the same values). Before params_alloc; dies if no such tensor. */
+void params_mark_act_table(ParamTable* pt, const char* name);
 DType params_compute_dtype(const ParamTable* pt, int i);
 void* params_compute_ptr(const ParamTable* pt, int i);
 /* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data` other than

@@ -707,6 +707,12 @@ static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
     /* the tower and the projector run there too (the RoPE tower and CLIP's with its exact-GELU projector) */
     EXPECT(one.vbe == one.lbe && one.vc.act_bytes == 2 && two[0].vbe == two[0].lbe && two[0].vc.act_bytes == 2,
            "the tower is not on the bf16-activation table");
+    /* CLIP's gather tables (class, position embeddings): 2-byte compute copies AdamW writes (params_mark_act_table),
+     * read as they are, no narrowing in the step; f32 words with the gate off */
+    if (g_clip)
+        EXPECT(one.vit_w.tables16 && two[0].vit_w.tables16 && !ref.vit_w.tables16,
+               "CLIP's class / position tables are not 2-byte compute copies on the bf16-activation table (gate on %d %d, "
+               "off %d)", one.vit_w.tables16, two[0].vit_w.tables16, ref.vit_w.tables16);
     StageActs ar, a1, a2[2];
     stage_acts_init(&ar, &ref, max_T, max_Np, 0);
     stage_acts_init(&a1, &one, max_T, max_Np, 0);

@@ -117,8 +117,11 @@ static void test_marks(void) {
     model_params_register_tp(&mc, 0, mc.Lt, 1, 0, &whole);
     int pos = params_find(&whole, "vision.pos_embed.weight");
     CHECK(pos >= 0 && whole.specs[pos].f32_compute, "one process: vision.pos_embed.weight not f32-compute marked");
-    int marked = 0, bias_marked = 0, bias_whole = 0;
-    for (int i = 0; i < whole.n; i++) bias_whole += whole.specs[i].gemm_bias;
+    int marked = 0, bias_marked = 0, bias_whole = 0, tab_marked = 0, tab_whole = 0;
+    for (int i = 0; i < whole.n; i++) bias_whole += whole.specs[i].gemm_bias, tab_whole += whole.specs[i].act_table;
+    /* CLIP's gather tables (params_mark_act_table: 2-byte compute copies on a tower with 2-byte activations) */
+    CHECK(tab_whole == 2 && whole.specs[pos].act_table, "one process: %d gather-table marked tensors, expected 2 (the "
+          "class and position embeddings)", tab_whole);
     /* the GEMM biases (params_mark_gemm_bias: 2-byte compute copies where Backend.bias_dtype is): the tower's
      * qkv / out / fc1 / fc2 per block and the projector's two; none of the norms' */
     CHECK(bias_whole == 4 * mc.Lv + 2, "one process: %d GEMM-bias marked tensors, expected %d", bias_whole, 4 * mc.Lv + 2);
@@ -137,10 +140,15 @@ static void test_marks(void) {
                       "tp %d rank %d: %s GEMM-bias mark %d, one process %d", T, t, pt.specs[i].name, pt.specs[i].gemm_bias,
                       w >= 0 ? whole.specs[w].gemm_bias : -1);
                 bias_marked += pt.specs[i].gemm_bias;
+                CHECK(w >= 0 && pt.specs[i].act_table == whole.specs[w].act_table,
+                      "tp %d rank %d: %s gather-table mark %d, one process %d", T, t, pt.specs[i].name,
+                      pt.specs[i].act_table, w >= 0 ? whole.specs[w].act_table : -1);
+                tab_marked += pt.specs[i].act_table;
             }
             params_free(&pt);
         }
     CHECK(marked == 6, "f32-compute marked tensors over the 6 rank tables: %d, expected 6", marked);
+    CHECK(tab_marked == 12, "gather-table marked tensors over the 6 rank tables: %d, expected 12", tab_marked);
     CHECK(bias_marked == 6 * bias_whole, "GEMM-bias marked tensors over the 6 rank tables: %d, expected %d", bias_marked,
           6 * bias_whole);
     params_free(&whole);

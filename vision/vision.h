@@ -116,6 +116,7 @@ typedef struct {
     float* pos;               /* (1 + G^2, D) */
     float *pre_w, *pre_b;     /* (D) */
     float *post_w, *post_b;   /* (D), never used */
+    int tables16;             /* CLIP: cls and pos are 2-byte bf16 compute copies (params_mark_act_table) */
 } VitW;
 
 typedef struct {

@@ -49,6 +49,9 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
         /* read by rows_gather (interpolated taps), neither a GEMM weight nor an embedding table: f32 words in
          * the bf16 compute copy (engine/params.h) */
         params_keep_f32_compute(pt, "vision.pos_embed.weight");
+        /* with 2-byte activations both tables' compute copies are 2-byte words (ParamTable.act_tables_bf16) */
+        params_mark_act_table(pt, "vision.class_embedding");
+        params_mark_act_table(pt, "vision.pos_embed.weight");
         vit_add(pt, "vision.pre_ln.weight", 1, D, 0, PARAM_INIT_ONES, 0);
         vit_add(pt, "vision.pre_ln.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
     } else {
@@ -98,6 +101,8 @@ void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int gr
     w->patch_w = vit_ptr(pt, "vision.patch_embed.weight", grads);
     if (c->arch == VIT_ARCH_CLIP) {
         w->cls = vit_ptr(pt, "vision.class_embedding", grads);
+        w->tables16 = !grads && pt->compute && params_compute_dtype(pt, params_find(pt, "vision.class_embedding")) == DTYPE_BF16 &&
+                      params_compute_dtype(pt, params_find(pt, "vision.pos_embed.weight")) == DTYPE_BF16;
         w->pos = vit_ptr(pt, "vision.pos_embed.weight", grads);
         w->pre_w = vit_ptr(pt, "vision.pre_ln.weight", grads);
         w->pre_b = vit_ptr(pt, "vision.pre_ln.bias", grads);
@@ -468,7 +473,10 @@ static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW
     be->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, NULL, N, P, D);
     be->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
     const float *cls = w->cls, *pos = w->pos;
-    if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
+    RR_ASSERT((!w->tables16 || vit_act_bytes(c) == 2) && "2-byte gather tables on a tower with f32-word activations");
+    if (w->tables16) { /* the gather's tables are the 2-byte compute copies AdamW writes: no narrowing */
+        cls = w->cls, pos = w->pos;
+    } else if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
         be->to_bf16(be, (uint16_t*)a->cls16, w->cls, (size_t)D);
         be->to_bf16(be, (uint16_t*)a->pos16, w->pos, (1 + (size_t)c->grid * c->grid) * D);
         cls = a->cls16, pos = a->pos16;

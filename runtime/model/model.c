@@ -149,6 +149,7 @@ static void stage_register(ParamTable* pt, const Stage* st) {
          * compute copy under tp > 1, read as f32: loss NaN with runtime.precision = bf16 on CUDA */
         pt->specs[idx].f32_compute = s->f32_compute;
         pt->specs[idx].gemm_bias = s->gemm_bias; /* a GEMM bias's 2-byte compute copy (params_mark_gemm_bias) */
+        pt->specs[idx].act_table = s->act_table; /* a gather's table (params_mark_act_table) */
     }
     params_free(&whole);
 }
@@ -375,6 +376,10 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         char always[8192];
         freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
     }
+    /* the tower on 2-byte activations (below): CLIP's gather tables (class, position embeddings) get 2-byte compute
+     * copies, written by AdamW, so no step narrows them (engine/params.h params_mark_act_table) */
+    st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->first &&
+                                 model_bf16_vision(cfg);
     params_alloc(&st->params, be, cfg->seed);
     /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20; tp > 1 too: the TP
      * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
