@@ -9,15 +9,16 @@
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
-static __global__ void embedding_forward_kernel(float* out, const int* ids, const float* table, int N, int C,
-                                                int* err) {
+// T: float (f32 words) or uint16_t (the bf16-activation table's 2-byte rows, copied as they are)
+template <typename T>
+static __global__ void embedding_forward_kernel(T* out, const int* ids, const T* table, int N, int C, int* err) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
     int n = (int)(i / C), c = (int)(i % C);
     int id = ids[n];
     if (id < 0) {
         if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
-        out[i] = 0.0f;
+        out[i] = T(0);
         return;
     }
     out[i] = table[(size_t)id * C + c];
@@ -77,23 +78,10 @@ void cuda_embedding_backward(const Backend* be, float* dtable, const float* dout
 
 // The bf16-activation table (Backend.act_dtype = DTYPE_BF16): the 2-byte rows copied as they are into a
 // 2-byte activation (the bf16 table's values, no rounding step).
-static __global__ void embedding_forward_bf16a_kernel(uint16_t* out, const int* ids, const uint16_t* table, int N, int C,
-                                                      int* err) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * C) return;
-    int n = (int)(i / C), c = (int)(i % C);
-    int id = ids[n];
-    if (id < 0) {
-        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
-        out[i] = 0;
-        return;
-    }
-    out[i] = table[(size_t)id * C + c];
-}
 void cuda_bf16a_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    embedding_forward_bf16a_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)out, ids, (const uint16_t*)table,
+    embedding_forward_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)out, ids, (const uint16_t*)table,
                                                                                   N, C, cuda_ctx.error);
     cudaCheck(cudaGetLastError());
 }

@@ -131,8 +131,10 @@ static void layernorm_forward_bf16a_cuda(uint16_t* out, float* mean, float* rstd
     layernorm_forward_launch<true>(out, mean, rstd, inp, weight, bias, N, C, stream);
 }
 
+// dinp += the input gradient; dinp16 (NULL: none) the sum's final value as 2-byte bf16 too, in the same store (the
+// bf16-activation table's copy a GEMM reads next: Backend.b16)
 template <typename A>
-static __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const A* inp,
+static __global__ void layernorm_backward_input_kernel(float* dinp, uint16_t* dinp16, const float* dout, const A* inp,
                                                        const float* weight, const float* mean, const float* rstd,
                                                        int C) {
     __shared__ float shared[32];
@@ -149,14 +151,17 @@ static __global__ void layernorm_backward_input_kernel(float* dinp, const float*
     }
     float g_mean = block_sum(g_sum, shared) / C;
     float gx_mean = block_sum(gx_sum, shared) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        dx[c] += rr_layernorm_dx(dy[c], act_ld(x, c), weight[c], m, r, g_mean, gx_mean);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = dx[c] + rr_layernorm_dx(dy[c], act_ld(x, c), weight[c], m, r, g_mean, gx_mean);
+        dx[c] = v;
+        if (dinp16) dinp16[row + c] = rr_f32_to_bf16(v);
+    }
 }
 template <typename A>
-static void layernorm_backward_input_cuda(float* dinp, const float* dout, const A* inp, const float* weight,
+static void layernorm_backward_input_cuda(float* dinp, uint16_t* dinp16, const float* dout, const A* inp, const float* weight,
                                           const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
     if (N == 0) return;
-    layernorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dout, inp, weight, mean, rstd, C);
+    layernorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dinp16, dout, inp, weight, mean, rstd, C);
     cudaCheck(cudaGetLastError());
 }
 
@@ -200,7 +205,7 @@ void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, flo
 template <typename A>
 static void layernorm_backward_any(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
                                    const A* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
-    if (dinp) layernorm_backward_input_cuda(dinp, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
+    if (dinp) layernorm_backward_input_cuda(dinp, (uint16_t*)NULL, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
     if (dweight && dbias) // one pass over dout and inp for both
         column_sum2_cuda(dweight, LayernormDweight<A>{dout, inp, mean, rstd, C}, dbias, RowsOfDout{dout, C}, N, C,
                          cuda_stream(be));
@@ -292,8 +297,9 @@ static void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, cons
         rmsnorm_forward_launch<false>(out, rstd, inp, weight, N, C, eps, stream);
 }
 
+// dinp += the input gradient; dinp16 (NULL: none) its final value as 2-byte bf16 too (as LayerNorm's)
 template <typename A>
-static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const A* inp,
+static __global__ void rmsnorm_backward_input_kernel(float* dinp, uint16_t* dinp16, const float* dout, const A* inp,
                                                      const float* weight, const float* rstd, int C) {
     __shared__ float shared[32];
     size_t row = (size_t)blockIdx.x * C;
@@ -304,13 +310,17 @@ static __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* d
     float gx = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) gx += dy[c] * weight[c] * act_ld(x, c);
     float gx_mean = block_sum(gx, shared) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dx[c] += rr_rmsnorm_dx(dy[c], act_ld(x, c), weight[c], r, gx_mean);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = dx[c] + rr_rmsnorm_dx(dy[c], act_ld(x, c), weight[c], r, gx_mean);
+        dx[c] = v;
+        if (dinp16) dinp16[row + c] = rr_f32_to_bf16(v);
+    }
 }
 template <typename A>
-static void rmsnorm_backward_input_cuda(float* dinp, const float* dout, const A* inp, const float* weight,
+static void rmsnorm_backward_input_cuda(float* dinp, uint16_t* dinp16, const float* dout, const A* inp, const float* weight,
                                         const float* rstd, int N, int C, cudaStream_t stream) {
     if (N == 0) return;
-    rmsnorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dout, inp, weight, rstd, C);
+    rmsnorm_backward_input_kernel<<<N, norm_block_size(C), 0, stream>>>(dinp, dinp16, dout, inp, weight, rstd, C);
     cudaCheck(cudaGetLastError());
 }
 
@@ -344,7 +354,7 @@ void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const
 
 void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                            const float* rstd, int N, int C) {
-    if (dinp) rmsnorm_backward_input_cuda(dinp, dout, inp, weight, rstd, N, C, cuda_stream(be));
+    if (dinp) rmsnorm_backward_input_cuda(dinp, (uint16_t*)NULL, dout, inp, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<float>{dout, inp, rstd, C}, N, C, cuda_stream(be));
 }
 // the bf16-activation table: inp / out 2-byte bf16 words, rstd and the gradients f32
@@ -355,70 +365,21 @@ void cuda_bf16a_rmsnorm_forward(const Backend* be, float* out, float* rstd, cons
 void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
                                  const float* weight, const float* rstd, int N, int C) {
     const uint16_t* x = (const uint16_t*)inp;
-    if (dinp) rmsnorm_backward_input_cuda(dinp, dout, x, weight, rstd, N, C, cuda_stream(be));
+    if (dinp) rmsnorm_backward_input_cuda(dinp, (uint16_t*)NULL, dout, x, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
 
 // ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
-// RMSNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (dinp16 =
-// rr_f32_to_bf16(dinp), in the same store): the copy a GEMM reads next (the residual stream's gradient)
-static __global__ void rmsnorm_backward_input_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout,
-                                                         const uint16_t* inp, const float* weight, const float* rstd,
-                                                         int C) {
-    __shared__ float shared[32];
-    size_t row = (size_t)blockIdx.x * C;
-    const uint16_t* x = inp + row;
-    const float* dy = dout + row;
-    float* dx = dinp + row;
-    uint16_t* dx16 = dinp16 + row;
-    float r = rstd[blockIdx.x];
-    float gx = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) gx += dy[c] * weight[c] * act_ld(x, c);
-    float gx_mean = block_sum(gx, shared) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = dx[c] + rr_rmsnorm_dx(dy[c], act_ld(x, c), weight[c], r, gx_mean);
-        dx[c] = v;
-        dx16[c] = rr_f32_to_bf16(v);
-    }
-}
+// RMSNorm / LayerNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (dinp16 =
+// rr_f32_to_bf16(dinp), in the same store: the input-gradient kernels' dinp16): the copy a GEMM reads next (the
+// residual stream's gradient)
 void cuda_bf16a_rmsnorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
                                      const float* inp, const float* weight, const float* rstd, int N, int C) {
     const uint16_t* x = (const uint16_t*)inp;
-    if (dinp && dinp16 && N > 0) {
-        rmsnorm_backward_input_b16_kernel<<<N, norm_block_size(C), 0, cuda_stream(be)>>>(dinp, dinp16, dout, x, weight, rstd,
-                                                                                         C);
-        cudaCheck(cudaGetLastError());
-    } else if (dinp) {
-        rmsnorm_backward_input_cuda(dinp, dout, x, weight, rstd, N, C, cuda_stream(be));
-    }
+    if (dinp) rmsnorm_backward_input_cuda(dinp, dinp16, dout, x, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
 
-// LayerNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (as the RMSNorm one)
-static __global__ void layernorm_backward_input_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout,
-                                                           const uint16_t* inp, const float* weight, const float* mean,
-                                                           const float* rstd, int C) {
-    __shared__ float shared[32];
-    size_t row = (size_t)blockIdx.x * C;
-    const uint16_t* x = inp + row;
-    const float* dy = dout + row;
-    float* dx = dinp + row;
-    uint16_t* dx16 = dinp16 + row;
-    float m = mean[blockIdx.x], r = rstd[blockIdx.x];
-    float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float g = dy[c] * weight[c];
-        g_sum += g;
-        gx_sum += g * (act_ld(x, c) - m) * r;
-    }
-    float g_mean = block_sum(g_sum, shared) / C;
-    float gx_mean = block_sum(gx_sum, shared) / C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = dx[c] + rr_layernorm_dx(dy[c], act_ld(x, c), weight[c], m, r, g_mean, gx_mean);
-        dx[c] = v;
-        dx16[c] = rr_f32_to_bf16(v);
-    }
-}
 void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                        const float* dout, const float* inp, const float* weight, const float* mean,
                                        const float* rstd, int N, int C) {
@@ -426,11 +387,7 @@ void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t*
         cuda_bf16a_layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
         return;
     }
-    if (N > 0) {
-        layernorm_backward_input_b16_kernel<<<N, norm_block_size(C), 0, cuda_stream(be)>>>(
-            dinp, dinp16, dout, (const uint16_t*)inp, weight, mean, rstd, C);
-        cudaCheck(cudaGetLastError());
-    }
+    layernorm_backward_input_cuda(dinp, dinp16, dout, (const uint16_t*)inp, weight, mean, rstd, N, C, cuda_stream(be));
     layernorm_backward_any(be, NULL, dweight, dbias, dout, (const uint16_t*)inp, weight, mean, rstd, N, C);
 }
 
