@@ -748,7 +748,8 @@ static void test_lookahead_sim(void) {
  * instead only when predicted faster than that by PP_PLAN_LOOKAHEAD_MARGIN, and the step then runs exactly
  * the chosen mode (the same makespan as running that mode); under a ranking (bfw) the only candidate is ready; on the anomaly (text
  * 1f1b cap 1x, P = 32, ready ~8% behind fixed) it does not pick ready, with estimates exact or 20% off;
- * every run valid. */
+ * with exact estimates its step is never slower than the best of ready, fixed and lookahead (its
+ * predictions are those modes' makespans, and it takes the best with no margin); every run valid. */
 static void test_adaptive(void) {
     const char* caps[] = {"1x", "1.5x", "2x"};
     for (int kind = 0; kind < 2; kind++)
@@ -782,6 +783,26 @@ static void test_adaptive(void) {
                               q.makespan == r.makespan, "adaptive's step is not the chosen mode's: %g vs %g", r.makespan,
                           q.makespan);
                     pp_sim_result_free(&q);
+                    pp_sim_result_free(&r);
+                    /* exact estimates: the plan's simulations are the step itself, so adaptive is never
+                     * slower than the best of its candidates (ready; fixed and lookahead where they are ones) */
+                    PpSimOptions ox = {0.0, seed, NULL};
+                    CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &ox, &r, err, sizeof err) == 0 &&
+                              !r.deadlock, "%s", err);
+                    double rd = sim_makespan(d, (PpHint)h, PP_MODE_READY, cap, 1), bx = rd;
+                    if (!isnan(r.predicted[2])) {
+                        double fx = sim_makespan(d, (PpHint)h, PP_MODE_FIXED, cap, 1);
+                        CHECK(r.predicted[2] == fx && r.predicted[0] == rd, "exact estimates: predicted %g %g, ran %g %g",
+                              r.predicted[0], r.predicted[2], rd, fx);
+                        if (fx < bx) bx = fx;
+                    }
+                    if (!isnan(r.predicted[1])) { /* lookahead, a candidate under a sequence hint, with no margin */
+                        double la = sim_makespan(d, (PpHint)h, PP_MODE_LOOKAHEAD, cap, 1);
+                        CHECK(r.predicted[1] == la, "exact estimates: lookahead predicted %g, ran %g", r.predicted[1], la);
+                        if (la < bx) bx = la;
+                    }
+                    CHECK(r.makespan <= bx * (1 + 1e-12), "%s %s exact estimates: adaptive (%s) %g > best %g",
+                          pp_hint_name((PpHint)h), caps[c], pp_mode_name(r.chosen), r.makespan, bx);
                     pp_sim_result_free(&r);
                 }
             pp_durations_free(&dw);

@@ -663,7 +663,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                 mats[k][(size_t)r * M + m] = v;
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
-        pp_sim_plan(&est, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
+        pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
         *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: pp_sim_plan's choice */
     }
     /* this step's measurements start empty */

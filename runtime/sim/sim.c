@@ -713,7 +713,8 @@ static double plan_run(const PpDurations* d, PpHint hint, PpMode m, PpCap cap, i
  * the least reliable; with no margin it was picked where it was slowest (56 misses), with 2% it keeps 14
  * misses and makes the mean step 0.15% faster than the better of fixed and ready (1% margin: 28; 3%: 14,
  * 0.01%). */
-PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]) {
+PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
+                   double pred[3]) {
     double ms[3] = {NAN, NAN, NAN};  // ready, (lookahead: no longer a candidate), fixed
     int seq = pp_hint_is_sequence(hint);
     if (seq && allow_fixed) {  // the hint's sequence is a candidate only where it stays within the cap
@@ -723,19 +724,22 @@ PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, i
     }
     PpDurations fit;
     pp_durations_smooth(est, &fit);
-    ms[0] = 0.5 * (plan_run(est, hint, PP_MODE_READY, cap, chunks) + plan_run(&fit, hint, PP_MODE_READY, cap, chunks));
+    /* exact estimates: the simulation on them is the step itself, and the fit would only remove true variance */
+    const PpDurations* d2 = est_error == 0 ? est : &fit;
+    ms[0] = 0.5 * (plan_run(est, hint, PP_MODE_READY, cap, chunks) + plan_run(d2, hint, PP_MODE_READY, cap, chunks));
     if (seq)
         ms[1] = 0.5 * (plan_run(est, hint, PP_MODE_LOOKAHEAD, cap, chunks) +
-                       plan_run(&fit, hint, PP_MODE_LOOKAHEAD, cap, chunks));
+                       plan_run(d2, hint, PP_MODE_LOOKAHEAD, cap, chunks));
     if (seq && allow_fixed)
-        ms[2] = 0.5 * (plan_run(est, hint, PP_MODE_FIXED, cap, chunks) + plan_run(&fit, hint, PP_MODE_FIXED, cap, chunks));
+        ms[2] = 0.5 * (plan_run(est, hint, PP_MODE_FIXED, cap, chunks) + plan_run(d2, hint, PP_MODE_FIXED, cap, chunks));
     pp_durations_free(&fit);
     if (pred)
         for (int i = 0; i < 3; i++) pred[i] = ms[i];
     PpMode m = PP_MODE_READY;
     double best = ms[0];
     if (!isnan(ms[2]) && !(ms[0] < ms[2] * (1 - PP_PLAN_MARGIN))) m = PP_MODE_FIXED, best = ms[2];
-    if (!isnan(ms[1]) && ms[1] < best * (1 - PP_PLAN_LOOKAHEAD_MARGIN)) m = PP_MODE_LOOKAHEAD;
+    /* exact estimates: every prediction is the makespan the step will have, so no margin either */
+    if (!isnan(ms[1]) && ms[1] < best * (1 - (est_error == 0 ? 0 : PP_PLAN_LOOKAHEAD_MARGIN))) m = PP_MODE_LOOKAHEAD;
     return m;
 }
 
@@ -786,10 +790,11 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         PpDurations est;
         double pred[3];
         pp_sim_estimated_durations(d, chunks, opt, &est);
-        PpMode chosen = pp_sim_plan(&est, hint, cap, chunks, 1, pred);
+        PpMode chosen = pp_sim_plan(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, pred);
         pp_durations_free(&est);
         PpPlanLearn* L = opt ? opt->learn : NULL;
-        if (L) chosen = pp_plan_learn_choose(L, pred);
+        /* exact estimates: the plan's choice is the best of its candidates, nothing to learn */
+        if (L && !(opt->estimate_error == 0)) chosen = pp_plan_learn_choose(L, pred);
         int rc = pp_sim_run_opts(d, hint, chosen, cap, chunks, opt, res, err, errlen);
         if (rc == 0)
             for (int i = 0; i < 3; i++) res->predicted[i] = pred[i];

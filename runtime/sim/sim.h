@@ -96,12 +96,16 @@ double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt
  * PP_PLAN_MARGIN, relative), and lookahead instead only when predicted faster than that one by more than
  * PP_PLAN_LOOKAHEAD_MARGIN. A prediction is the mean of the simulated makespans on `est` itself and on
  * its denoised fit (pp_durations_smooth): independent per-task estimate error makes the raw prediction
- * see more variance than the step has, the fit sees less (sim.c). pred (may be NULL) receives the
+ * see more variance than the step has, the fit sees less (sim.c). est_error: the estimates' stated
+ * relative error bound (the simulator's --estimate-error), < 0 when unknown (the MPI runtime's cost
+ * model); at 0 the estimates are the durations and both simulations run on them (no fit: it would only
+ * remove true per-task variance). pred (may be NULL) receives the
  * predicted makespans of ready, lookahead and fixed (NAN when not a candidate). Deterministic: every
  * rank computes the same choice from the same inputs. Measured by bench/adaptive.sh (docs/scheduler.md). */
 #define PP_PLAN_MARGIN 0.0
 #define PP_PLAN_LOOKAHEAD_MARGIN 0.02
-PpMode pp_sim_plan(const PpDurations* est, PpHint hint, PpCap cap, int chunks, int allow_fixed, double pred[3]);
+PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
+                   double pred[3]);
 /* The estimated durations of d as the simulator's cost model gives them (pp_sim_estimate per rank and
  * task, chunks summed per rank): the input of pp_sim_plan. */
 void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOptions* opt, PpDurations* est);
