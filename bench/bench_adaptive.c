@@ -1,4 +1,4 @@
-/* bench_adaptive.c — the check of issue 22's target for the default dispatch mode: its makespan within
+/* bench_adaptive.c — the check of issue 22's target for the default dispatch mode (or another, --mode): its makespan within
  * 0.5% of the better of `fixed` and `ready` at the same hint and cap, in every case, with duration
  * estimates off by up to E (the simulator's cost model: the true duration times a per-task factor in
  * [1 - E, 1 + E], seeded), using only what a rank knows (the estimates; the true durations only run the
@@ -23,7 +23,9 @@
  *   lookahead and fixed and the mode it ran, for its last step (adaptive; nan and the mode itself
  *   otherwise): bench/adaptive_pred.py reads it; --mode-cap C runs MODE at cap C instead of the case's
  *   (to compare policies); --simsh: bench/sim.sh's two generators only (its table:
- *   --simsh --ps "4 8 32 128" --seeds 5). */
+ *   --simsh --ps "4 8 32 128" --seeds 5); --rollout-variant N: rollout's variant (sim.h, PP_ROLLOUT_* bits: 1
+ *   continuations on the estimates' fit, 2 the plan's choice as the only base), and its counters and time per
+ *   case are printed at the end. Every run's schedule is checked (pp_exec_check). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,15 +110,31 @@ static const Gen gens[] = {
 static double last_pred[3];
 static PpMode last_chosen;
 
+/* rollout's variant (--rollout-variant: PP_ROLLOUT_* bits) and its counters over the runs of MODE */
+static int rollout_variant;
+static long n_rollouts, n_waits;
+static double max_rise;  // the largest rollout_rise / makespan
+static double mode_seconds;
+
 static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, double err_e, uint64_t seed,
                   PpPlanLearn* learn) {
     PpCap c = {PP_CAP_DEFAULT, 0};
     char err[512];
     if (cap && pp_cap_parse(cap, &c, err, sizeof err)) rr_die("bad cap %s", cap);
-    PpSimOptions o = {err_e, seed, learn};
+    PpSimOptions o = {err_e, seed, learn, mode == PP_MODE_ROLLOUT ? rollout_variant : 0};
     PpSimResult r;
+    double t0 = rr_now();
     if (pp_sim_run_opts(d, h, mode, c, 1, &o, &r, err, sizeof err)) rr_die("sim: %s", err);
+    if (mode == PP_MODE_ROLLOUT) {
+        mode_seconds += rr_now() - t0;
+        n_rollouts += r.rollouts;
+        n_waits += r.waits;
+        if (r.rollout_rise / r.makespan > max_rise) max_rise = r.rollout_rise / r.makespan;
+    }
     if (r.deadlock) rr_die("sim: deadlock: %s", r.msg);
+    PpShape sh = {d->P, d->M, 1, d->split, pp_hint_vshape(h)};
+    if (pp_exec_check(&sh, r.exec, r.n_exec, d->latency, err, sizeof err))
+        rr_die("sim: %s %s: invalid schedule: %s", pp_hint_name(h), pp_mode_name(mode), err);
     double ms = r.makespan;
     for (int i = 0; i < 3; i++) last_pred[i] = r.predicted[i];
     last_chosen = r.chosen;
@@ -141,6 +159,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--all")) all = 1;
         else if (!strcmp(argv[i], "--simsh")) simsh = 1;
         else if (!strcmp(argv[i], "--mode-cap") && i + 1 < argc) mode_cap = argv[++i];
+        else if (!strcmp(argv[i], "--rollout-variant") && i + 1 < argc) rollout_variant = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             if (pp_mode_parse(argv[++i], &mode)) {
                 fprintf(stderr, "rrfp-bench-adaptive: unknown mode %s\n", argv[i]);
@@ -148,7 +167,8 @@ int main(int argc, char** argv) {
             }
         } else {
             fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps \"8 32\"] [--error E] [--mode MODE] "
-                            "[--target T] [--all] [--simsh] [--mode-cap C] [--steps K] [--no-learn]\n");
+                            "[--target T] [--all] [--simsh] [--mode-cap C] [--steps K] [--no-learn] "
+                            "[--rollout-variant N]\n");
             return 2;
         }
     }
@@ -165,7 +185,7 @@ int main(int argc, char** argv) {
     static const PpHint hints[2] = {PP_HINT_1F1B, PP_HINT_ZBH1};
     double worst = 0, logsum = 0;
     char worst_case[256] = "";
-    int n_cases = 0, n_over = 0;
+    int n_cases = 0, n_over = 0, n_above1 = 0;
     if (steps < 1 || steps > 10000) rr_die("--steps %d out of [1, 10000]", steps);
     if (seeds < 1 || seeds > 100000 || seed0 < 0 || seed0 > 1000000) rr_die("--seeds %d / --seed0 %d out of range", seeds, seed0);
     printf("mode %s, estimate error %g, %d seeds (%d .. %d), P in {%s}, %d step%s per case (run totals)\n\n",
@@ -205,6 +225,7 @@ int main(int argc, char** argv) {
                         if (ratio > gw) gw = ratio;
                         n_cases++;
                         if (ratio > 1.005) n_over++;
+                        if (ratio > 1 + 1e-12) n_above1++;
                         if (all)
                             fprintf(stderr, "%s\t%d\t%d\t%s\t%s\t%d\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%.6f\t%s\n",
                                     gens[g].name, P, M, pp_hint_name(hints[ih]), caps[ic], s, f, r, a, ratio, last_pred[0],
@@ -221,6 +242,11 @@ int main(int argc, char** argv) {
                 }
     printf("\n%d cases, %d above 1.005; geometric mean %.4f; worst %.4f: %s\n", n_cases, n_over,
            exp(logsum / (n_cases > 0 ? n_cases : 1)), worst, worst_case);
+    if (mode == PP_MODE_ROLLOUT)
+        printf("rollout (variant %d): %d cases slower than the better of fixed and ready at all (ratio > 1 + 1e-12); "
+               "%ld decisions simulated their continuations, %ld of them waited; the chosen continuation's makespan "
+               "rose by at most %.3g of the step's (0: exact continuations); %.3f s per case\n", rollout_variant,
+               n_above1, n_rollouts, n_waits, max_rise, mode_seconds / (n_cases > 0 ? n_cases : 1));
     if (target > 0 && worst > target) {
         printf("target %.4f: NOT MET\n", target);
         return 1;

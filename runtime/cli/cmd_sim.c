@@ -20,7 +20,7 @@ static void sim_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm sim (--durations FILE | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
             "                    [--seed S] [--split-backward] [--latency L])\n"
-            "                   [--mode fixed-sync|fixed|ready|lookahead|adaptive] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
+            "                   [--mode fixed-sync|fixed|ready|lookahead|adaptive|rollout] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
             "                   [--estimate-error E] [--estimate-seed S]\n"
             "       rrfp-mm sim --calibrated RECIPE [--stages P] [--microbatches M] [--workload text|mm]\n"
             "                   [--policy fifo|ffd|balanced] [--flops F] [--jitter J] [--straggler F:LEN:P]\n"
@@ -39,9 +39,10 @@ static void sim_usage(FILE* f) {
             "                    --workload text|mm (default mm), --policy (default data.policy), --jitter J\n"
             "                    (lognormal sigma per task, default 0.03, at most 1), --straggler FACTOR:LEN:PROB\n"
             "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
-            "  --mode MODE       fixed-sync, fixed, ready, lookahead or adaptive (default ready); adaptive\n"
+            "  --mode MODE       fixed-sync, fixed, ready, lookahead, adaptive or rollout (default ready); adaptive\n"
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
-            "                    and runs the one predicted fastest (docs/scheduler.md)\n"
+            "                    and runs the one predicted fastest (docs/scheduler.md); rollout (an experiment,\n"
+            "                    simulator only) simulates the rest of the step on the estimates at each decision\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
             "  --estimate-seed S the seed of those factors (default 1)\n"
@@ -312,7 +313,7 @@ int cmd_sim(int argc, char** argv) {
     PpCap cap = {PP_CAP_DEFAULT, 0};
     char err[1024];
     if (pp_mode_parse(mode_text, &mode)) {
-        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed, ready, lookahead or adaptive)\n", mode_text);
+        fprintf(stderr, "rrfp-mm sim: unknown --mode '%s' (expected fixed-sync, fixed, ready, lookahead, adaptive or rollout)\n", mode_text);
         return 2;
     }
     if (pp_hint_parse(hint_text, &hint)) {
@@ -436,7 +437,7 @@ int cmd_sim(int argc, char** argv) {
     }
     PpSimResult r;
     double t0 = rr_now();
-    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL};
+    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0};
     if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
         pp_durations_free(&d);
@@ -492,6 +493,8 @@ int cmd_sim(int argc, char** argv) {
         }
         printf("simulated in %.3f s (%ld dispatcher decisions", wall, r.decisions);
         if (pp_mode_waits(r.chosen)) printf(", %ld of them waited for an announced input", r.waits);
+        if (r.chosen == PP_MODE_ROLLOUT)
+            printf(", %ld of them simulated the rest of the step, %ld of those waited", r.rollouts, r.waits);
         printf(")\n");
         if (mode == PP_MODE_ADAPTIVE)
             printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",

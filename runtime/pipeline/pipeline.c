@@ -244,6 +244,14 @@ static void* send_copy_mark(void* ctx, void* dst, const void* src, size_t bytes)
 
 Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm, int M, char* err, size_t err_len) {
     PpShape shape = {cfg->P, 1, cfg->chunks, cfg->split || pipeline_hint_splits(cfg->hint), pp_hint_vshape(cfg->hint)};
+    if ((int)cfg->mode < 0 || (int)cfg->mode >= PP_MODE_COUNT) {
+        snprintf(err, err_len,
+                 "mode '%s' is a simulator experiment (it simulates the rest of the step with every rank's state at "
+                 "each decision, which no rank of a running pipeline has): run it with rrfp-mm sim or "
+                 "rrfp-bench-adaptive; the runtime's modes are fixed-sync, fixed, ready, lookahead and adaptive",
+                 pp_mode_name(cfg->mode));
+        return NULL;
+    }
     if (!pp_mode_is_ready(cfg->mode) && !pp_hint_is_sequence(cfg->hint)) {
         snprintf(err, err_len,
                  "hint %s ranks every backward before every forward, which is not an executable sequence: it runs "

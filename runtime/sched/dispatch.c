@@ -302,6 +302,15 @@ int pp_dispatcher_next_scan(const PpDispatcher* d, PpTask* t) {
     return 0;
 }
 
+int pp_dispatcher_first_unstarted(PpDispatcher* d, PpTask* t, int* eligible) {
+    while (d->first < d->n && d->state[d->first] >= PP_TS_RUNNING) d->first++;
+    if (d->first >= d->n) return 0;
+    int i = d->first;
+    *t = d->order[i];
+    *eligible = d->state[i] == PP_TS_READY && (!task_gated(*t) || dispatcher_forward_allowed(d, t->mb));
+    return 1;
+}
+
 int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t) {
     if (d->pos >= d->n) return 0;
     *t = d->order[d->pos];

@@ -117,7 +117,8 @@ int pp_task_output(const PpShape* s, int rank, PpTask t, int* dst_rank, PpTask* 
 
 static const char* pp_hint_names[PP_HINT_COUNT] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "bf", "bfw",
                                                      "zbv", "dualpipev"};
-static const char* pp_mode_names[PP_MODE_COUNT] = {"fixed-sync", "fixed", "ready", "lookahead", "adaptive"};
+static const char* pp_mode_names[PP_MODE_ALL_COUNT] = {"fixed-sync", "fixed", "ready", "lookahead", "adaptive",
+                                                         "rollout"};
 
 const char* pp_hint_name(PpHint h) { return (h >= 0 && h < PP_HINT_COUNT) ? pp_hint_names[h] : "?"; }
 
@@ -134,10 +135,10 @@ int pp_hint_is_sequence(PpHint h) { return h != PP_HINT_BF && h != PP_HINT_BFW; 
 
 int pp_hint_vshape(PpHint h) { return h == PP_HINT_ZBV || h == PP_HINT_DUALPIPEV; }
 
-const char* pp_mode_name(PpMode m) { return (m >= 0 && m < PP_MODE_COUNT) ? pp_mode_names[m] : "?"; }
+const char* pp_mode_name(PpMode m) { return (m >= 0 && m < PP_MODE_ALL_COUNT) ? pp_mode_names[m] : "?"; }
 
 int pp_mode_parse(const char* name, PpMode* m) {
-    for (int i = 0; i < PP_MODE_COUNT; i++)
+    for (int i = 0; i < PP_MODE_ALL_COUNT; i++)
         if (!strcmp(name, pp_mode_names[i])) {
             *m = (PpMode)i;
             return 0;

@@ -142,14 +142,21 @@ typedef enum {
     PP_MODE_READY,
     PP_MODE_LOOKAHEAD,
     PP_MODE_ADAPTIVE,
-    PP_MODE_COUNT
+    PP_MODE_COUNT,  // the modes every runner runs (the MPI runtime, the simulator); rollout follows
+    /* rollout (simulator only, an experiment: docs/scheduler.md, "Rollout"): at each decision where ready's pick
+     * is not the hint's next task, the simulator runs the rest of the step for "start it now" and for "wait",
+     * each followed by fixed and by ready, on the estimates, and takes the action whose better continuation
+     * ends first. It sees every rank's state, so the MPI runtime refuses it; a dispatcher given it alone
+     * behaves as ready. */
+    PP_MODE_ROLLOUT = PP_MODE_COUNT,
+    PP_MODE_ALL_COUNT  // every mode the simulator knows (names, parsing)
 } PpMode;
 const char* pp_mode_name(PpMode m);
 int pp_mode_parse(const char* name, PpMode* m);
 /* 1 for the modes that arbitrate a ready set under a cap (ready, lookahead, adaptive); 0 for the
  * sequences. */
 static inline int pp_mode_is_ready(PpMode m) {
-    return m == PP_MODE_READY || m == PP_MODE_LOOKAHEAD || m == PP_MODE_ADAPTIVE;
+    return m == PP_MODE_READY || m == PP_MODE_LOOKAHEAD || m == PP_MODE_ADAPTIVE || m == PP_MODE_ROLLOUT;
 }
 /* 1 for the modes whose ranks send start notices and may wait for an announced input. */
 static inline int pp_mode_waits(PpMode m) { return m == PP_MODE_LOOKAHEAD || m == PP_MODE_ADAPTIVE; }
@@ -223,6 +230,7 @@ typedef struct {
     int n_noticed;
     long n_waits;       // decisions that left the rank idle for a predicted task
     int sequence_hint;  // lookahead: the order is an executable sequence (it only waits then)
+    int first;          // hint rank at or before the first task not yet started (pp_dispatcher_first_unstarted)
 } PpDispatcher;
 
 enum { PP_TS_WAIT = 0, PP_TS_READY = 1, PP_TS_RUNNING = 2, PP_TS_DONE = 3 };
@@ -263,6 +271,10 @@ int pp_dispatcher_next_scan(const PpDispatcher* d, PpTask* t);
 void pp_dispatcher_started(PpDispatcher* d, PpTask t);
 /* t has finished computing (its sends may still be in progress). */
 void pp_dispatcher_finished(PpDispatcher* d, PpTask t);
+/* The hint's first task not yet started on the rank, in any mode (under the ready modes tasks start out of
+ * the hint's order): returns 1 with *t and *eligible = 1 when it may start now (its inputs are in and, a
+ * gated forward, the cap and the byte budget admit it), or 0 when every task of the rank has started. */
+int pp_dispatcher_first_unstarted(PpDispatcher* d, PpTask* t, int* eligible);
 /* The task the sequence runs next (fixed modes). Returns 1 with *t, or 0 at the end. */
 int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t);
 /* fixed-sync: the tasks whose cross-rank receives are to be posted now, i.e. at time 0 and each time

@@ -417,9 +417,36 @@ typedef struct {
     PpSimOptions opt;
     uint8_t* fwd;       // (P, n) lookahead: the first notice of this task's input has been passed on
     double* busy_until; // (P) lookahead: estimated end of the running task
+    /* the decisions of one time: the ranks with an event then, in rank order, and the one deciding now (a
+     * rollout continuation starts half-way through them) */
+    int* batch;         // (P)
+    int nbatch, ibatch;
+    double now;
+    double* run_start;  // (P) start of the running task
+    /* rollout (PP_MODE_ROLLOUT) */
+    int policy;         // SIM_POL_*: how an idle rank chooses
+    int roll_seq;       // the hint is a sequence (else rollout is ready)
+    int roll_base;      // the continuations' base policies: bit 0 fixed, bit 1 ready
+    PpDurations fit;    // PP_ROLLOUT_FIT: the estimates' low-rank fit (the continuations' durations)
+    double roll_last;   // the last decision's chosen continuation makespan
+    /* a continuation: durations from the estimates (cont_table: the fit), nothing recorded */
+    int cont;
+    const PpDurations* cont_table;
+    double bound;       // stop once the clock reaches it (then the makespan cannot be shorter): aborted
+    int aborted;
+    double last_end;    // the latest task end so far
+    void* clone_mem;
 } Sim;
 
+enum { SIM_POL_MODE = 0, SIM_POL_ROLLOUT, SIM_POL_FIXED, SIM_POL_READY };
+
 static double sim_duration(const Sim* S, int r, PpTask t) {
+    if (S->cont && !(S->opt.rollout & PP_ROLLOUT_FUTURE_TRUE)) {  // what the ranks know: the estimate (or its fit)
+        if (!S->cont_table) return pp_sim_estimate(S->d, S->sh.chunks, &S->opt, r, t);
+        const PpDurations* e = S->cont_table;
+        const double* a = t.kind == PP_F ? e->F : t.kind == PP_B ? e->B : e->W;
+        return a[r * e->M + t.mb] / S->sh.chunks;
+    }
     const PpDurations* d = S->d;
     const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
     return a[r * d->M + t.mb] / S->sh.chunks;
@@ -453,6 +480,7 @@ static void sim_mark(Sim* S, int r) {
 static void sim_send(Sim* S, int src, int dst, int kz, double t_send) {
     double arrive = t_send + S->d->latency;
     ev_push(&S->q, arrive, EV_ARRIVE, dst, kz);
+    if (S->cont) return;
     PpSimResult* res = S->res;
     if (res->n_msgs == S->msgs_cap) {
         S->msgs_cap = S->msgs_cap ? 2 * S->msgs_cap : 1024;
@@ -494,7 +522,11 @@ static void sim_post(Sim* S, int r, int k, double t) {
 
 static void sim_done(Sim* S, int r, int k, double t) {
     PpTask x = pp_task_from_index(&S->sh, k);
-    S->res->exec[r][S->slot[r]].end = t;
+    if (S->cont) {
+        if (t > S->last_end) S->last_end = t;
+    } else {
+        S->res->exec[r][S->slot[r]].end = t;
+    }
     pp_dispatcher_finished(&S->disp[r], x);
     S->busy[r] = 0;
     if (S->mode == PP_MODE_FIXED_SYNC) sim_post_ahead(S, r, t);
@@ -513,11 +545,8 @@ static void sim_done(Sim* S, int r, int k, double t) {
     }
 }
 
-static void sim_decide(Sim* S, int r, double t) {
-    if (S->busy[r]) return;
-    PpTask x;
-    S->res->decisions++;
-    if (pp_dispatcher_next_at(&S->disp[r], t, &x) != 1) return;
+/* Rank r starts x at t. */
+static void sim_start(Sim* S, int r, PpTask x, double t) {
     pp_dispatcher_started(&S->disp[r], x);
     int dst;
     PpTask z;
@@ -528,12 +557,208 @@ static void sim_decide(Sim* S, int r, double t) {
     }
     if (pp_mode_waits(S->mode)) S->busy_until[r] = t + sim_estimate(S, r, x);
     S->busy[r] = 1;
-    int slot = S->res->n_exec[r]++;
-    S->slot[r] = slot;
-    S->res->exec[r][slot].task = x;
-    S->res->exec[r][slot].start = t;
-    S->res->exec[r][slot].end = NAN;
+    S->run_start[r] = t;
+    if (!S->cont) {
+        int slot = S->res->n_exec[r]++;
+        S->slot[r] = slot;
+        S->res->exec[r][slot].task = x;
+        S->res->exec[r][slot].start = t;
+        S->res->exec[r][slot].end = NAN;
+    }
     ev_push(&S->q, t + sim_duration(S, r, x), EV_DONE, r, pp_task_index(&S->sh, x));
+}
+
+static int sim_rollout_pick(Sim* S, int r, double t, PpTask* x);
+static void sim_notice(Sim* S, int r, int k, double val, double t);
+
+static void sim_decide(Sim* S, int r, double t) {
+    if (S->busy[r]) return;
+    PpTask x;
+    int eligible = 0;
+    if (!S->cont) S->res->decisions++;
+    switch (S->policy) {
+    case SIM_POL_ROLLOUT:
+        if (!sim_rollout_pick(S, r, t, &x)) return;
+        break;
+    case SIM_POL_FIXED:  // the hint's order, skipping the tasks already started, within the cap
+        if (!pp_dispatcher_first_unstarted(&S->disp[r], &x, &eligible) || !eligible) return;
+        break;
+    case SIM_POL_READY:
+        if (pp_dispatcher_next(&S->disp[r], &x) != 1) return;
+        break;
+    default:
+        if (pp_dispatcher_next_at(&S->disp[r], t, &x) != 1) return;
+    }
+    sim_start(S, r, x, t);
+}
+
+/* The event loop from the current state: the rest of the current time's decisions (batch[ibatch..]), then
+ * every later time, events first. Returns the last time reached. A continuation stops (aborted) once the
+ * clock reaches its bound: an event at time t means a task still ends at t or later. */
+static double sim_loop(Sim* S) {
+    double t = S->now;
+    for (; S->ibatch < S->nbatch; S->ibatch++) sim_decide(S, S->batch[S->ibatch], t);
+    while (S->q.n > 0) {
+        t = S->q.h[0].t;
+        if (t >= S->bound) {
+            S->aborted = 1;
+            return t;
+        }
+        // Apply every event at time t before any rank chooses (completions first).
+        while (S->q.n > 0 && S->q.h[0].t == t) {
+            SimEvent e = ev_pop(&S->q);
+            if (e.type == EV_DONE) sim_done(S, e.rank, e.task, t);
+            else if (e.type == EV_NOTICE) sim_notice(S, e.rank, e.task, e.val, t);
+            else pp_dispatcher_input_arrived(&S->disp[e.rank], pp_task_from_index(&S->sh, e.task));
+            sim_mark(S, e.rank);
+        }
+        // Ranks in increasing order: a rank's choice depends only on its own dispatcher (and, under
+        // rollout, on the state the ranks before it have left).
+        int nd = S->n_dirty;
+        for (int i = 0; i < nd; i++) {
+            S->dirty[S->dirty_list[i]] = 0;
+            S->batch[i] = S->dirty_list[i];
+        }
+        S->n_dirty = 0;
+        int* list = S->batch;
+        // sort the few dirty ranks so decisions are made in rank order (cheap insertion sort)
+        for (int i = 1; i < nd; i++)
+            for (int j = i; j > 0 && list[j - 1] > list[j]; j--) {
+                int tmp = list[j];
+                list[j] = list[j - 1];
+                list[j - 1] = tmp;
+            }
+        S->nbatch = nd;
+        S->now = t;
+        for (S->ibatch = 0; S->ibatch < S->nbatch; S->ibatch++) sim_decide(S, S->batch[S->ibatch], t);
+    }
+    return t;
+}
+
+/* ---- rollout ------------------------------------------------------------------------------------ */
+
+/* A copy of the running step's state for a continuation: the dispatchers' mutable tables (the orders are
+ * shared), the ranks' state and the pending events, with each running task's end re-predicted from what
+ * a rank knows at `now`: its start plus its estimate, or now when the estimate is already overdue (the
+ * larger of the estimate and the elapsed time). Arrivals in flight keep their times (a message is on its
+ * way: its arrival is known). Only ready and fixed continue (no notices, no fixed-sync). */
+static void sim_clone(Sim* C, const Sim* S) {
+    *C = *S;
+    int P = S->sh.P, n = S->n;
+    C->cont = 1;
+    C->res = NULL;
+    C->aborted = 0;
+    C->last_end = 0;
+    size_t per = (size_t)n * (2 * sizeof(int) + 2);
+    size_t ranks = (size_t)P * (5 * sizeof(int) + sizeof(double));
+    char* m = mallocCheck(sizeof(PpDispatcher) * P + ranks + per * P);
+    C->clone_mem = m;
+    C->disp = (PpDispatcher*)m;
+    m += sizeof(PpDispatcher) * P;
+    C->run_start = (double*)m;
+    memcpy(C->run_start, S->run_start, sizeof(double) * P);
+    m += sizeof(double) * P;
+    int** ia[5] = {&C->busy, &C->slot, &C->dirty, &C->batch, &C->dirty_list};
+    const int* is[5] = {S->busy, S->slot, S->dirty, S->batch, S->dirty_list};
+    for (int k = 0; k < 5; k++) {
+        *ia[k] = (int*)m;
+        memcpy(*ia[k], is[k], sizeof(int) * P);
+        m += sizeof(int) * P;
+    }
+    RR_ASSERT(S->n_dirty == 0);  // a decision is taken with every event of its time applied
+    for (int r = 0; r < P; r++) {
+        PpDispatcher* d = &C->disp[r];
+        const PpDispatcher* o = &S->disp[r];
+        *d = *o;
+        d->heap_f = (int*)m;
+        memcpy(d->heap_f, o->heap_f, sizeof(int) * o->nf);
+        m += sizeof(int) * n;
+        d->heap_o = (int*)m;
+        memcpy(d->heap_o, o->heap_o, sizeof(int) * o->no);
+        m += sizeof(int) * n;
+        d->need = (uint8_t*)m;
+        memcpy(d->need, o->need, n);
+        m += n;
+        d->state = (uint8_t*)m;
+        memcpy(d->state, o->state, n);
+        m += n;
+    }
+    C->q.cap = S->q.n + 64;
+    C->q.n = 0;
+    C->q.h = mallocCheck(sizeof(SimEvent) * C->q.cap);
+    for (int i = 0; i < S->q.n; i++) {
+        SimEvent e = S->q.h[i];
+        if (e.type == EV_DONE && !(S->opt.rollout & PP_ROLLOUT_RUNNING_TRUE)) {
+            e.t = S->run_start[e.rank] + sim_duration(C, e.rank, pp_task_from_index(&S->sh, e.task));
+            if (e.t < S->now) e.t = S->now;
+        }
+        ev_push_val(&C->q, e.t, e.type, e.rank, e.task, e.val);
+    }
+}
+
+static void sim_clone_free(Sim* C) {
+    free(C->clone_mem);
+    free(C->q.h);
+}
+
+/* The makespan of the rest of the step, on what the ranks know, when rank r (deciding now) starts *c (or,
+ * c NULL, waits for its next event) and then every rank follows `policy` (SIM_POL_FIXED or SIM_POL_READY).
+ * INFINITY when it does not finish or cannot end before `bound`. */
+static double sim_continue(const Sim* S, int r, const PpTask* c, int policy, double bound) {
+    Sim C;
+    sim_clone(&C, S);
+    C.policy = policy;
+    C.bound = bound;
+    if (c) sim_start(&C, r, *c, S->now);
+    C.ibatch = S->ibatch + 1;
+    sim_loop(&C);
+    double ms = C.aborted ? INFINITY : C.last_end;
+    for (int k = 0; k < S->sh.P && ms < INFINITY; k++)
+        if (!pp_dispatcher_all_done(&C.disp[k])) ms = INFINITY;
+    sim_clone_free(&C);
+    return ms;
+}
+
+static int task_eq(PpTask a, PpTask b) { return a.chunk == b.chunk && a.kind == b.kind && a.mb == b.mb; }
+
+/* rollout's decision for idle rank r at t (sched.h): c = ready's pick, h = the hint's first task not yet
+ * started; c == h (or a ranking hint): run c. Otherwise start c or wait, whichever's better continuation
+ * (each base policy after the action) ends first; ties: start c. Returns 1 with *x to start, 0 to wait. */
+static int sim_rollout_pick(Sim* S, int r, double t, PpTask* x) {
+    (void)t;
+    PpDispatcher* d = &S->disp[r];
+    PpTask c, h;
+    int eligible;
+    if (pp_dispatcher_next(d, &c) != 1) return 0;
+    if (!S->roll_seq || !pp_dispatcher_first_unstarted(d, &h, &eligible) || task_eq(c, h)) {
+        *x = c;
+        return 1;
+    }
+    S->res->rollouts++;
+    static const int pol[2] = {SIM_POL_FIXED, SIM_POL_READY};
+    double start = INFINITY, wait = INFINITY;
+    for (int b = 0; b < 2; b++)
+        if (S->roll_base & (1 << b)) {
+            double v = sim_continue(S, r, &c, pol[b], start);
+            if (v < start) start = v;
+        }
+    for (int b = 0; b < 2; b++)
+        if (S->roll_base & (1 << b)) {
+            double v = sim_continue(S, r, NULL, pol[b], wait < start ? wait : start);
+            if (v < wait) wait = v;
+        }
+    int w = wait < start * ((S->opt.rollout & PP_ROLLOUT_MARGIN) ? 1 - PP_ROLLOUT_MARGIN_VALUE : 1);
+    /* the chosen continuation's makespan: with exact durations the step can only improve on it (the
+     * improvement property), so it never rises from one decision to the next nor to the step's end */
+    double q = w ? wait : start;
+    if (S->res->rollouts > 1 && q - S->roll_last > S->res->rollout_rise) S->res->rollout_rise = q - S->roll_last;
+    S->roll_last = q;
+    if (w) {
+        S->res->waits++;
+        return 0;
+    }
+    *x = c;
+    return 1;
 }
 
 /* A notice for rank r's task k (dense) arrives at t, predicting its input at `val`. Forwarding: the
@@ -811,6 +1036,27 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
     S.n = pp_shape_tasks(&sh);
     S.res = res;
     if (opt) S.opt = *opt;
+    S.bound = INFINITY;
+    if (mode == PP_MODE_ROLLOUT) {
+        S.policy = SIM_POL_ROLLOUT;
+        S.roll_seq = pp_hint_is_sequence(hint);
+        S.roll_base = 3;
+        int flags = opt ? opt->rollout : 0;
+        if (flags & (PP_ROLLOUT_FIT | PP_ROLLOUT_PLAN_BASE)) {
+            PpDurations est;
+            pp_sim_estimated_durations(d, chunks, opt, &est);
+            if (flags & PP_ROLLOUT_PLAN_BASE) {
+                /* the plan's choice as the only base (lookahead, which a continuation cannot run: both) */
+                PpMode pm = pp_sim_plan(&est, opt->estimate_error, hint, cap, chunks, 1, res->predicted);
+                S.roll_base = pm == PP_MODE_READY ? 2 : pm == PP_MODE_FIXED ? 1 : 3;
+            }
+            if ((flags & PP_ROLLOUT_FIT) && opt->estimate_error != 0) {
+                pp_durations_smooth(&est, &S.fit);
+                S.cont_table = &S.fit;
+            }
+            pp_durations_free(&est);
+        }
+    }
     int P = d->P, n = S.n;
     S.disp = callocCheck(P, sizeof(PpDispatcher));
     res->P = P;
@@ -836,6 +1082,8 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
     S.slot = callocCheck(P, sizeof(int));
     S.dirty = callocCheck(P, sizeof(int));
     S.dirty_list = mallocCheck(sizeof(int) * P);
+    S.batch = mallocCheck(sizeof(int) * P);
+    S.run_start = callocCheck(P, sizeof(double));
     if (mode == PP_MODE_FIXED_SYNC) {
         S.post = mallocCheck(sizeof(double) * P * n);
         S.pend = mallocCheck(sizeof(double) * P * n);
@@ -843,32 +1091,9 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         for (size_t i = 0; i < (size_t)P * n; i++) S.post[i] = S.pend[i] = NAN;
         for (int r = 0; r < P; r++) sim_post_ahead(&S, r, 0);  // the first receives are posted at time 0
     }
-    double t = 0;
-    for (int r = 0; r < P; r++) sim_decide(&S, r, 0);
-    while (S.q.n > 0) {
-        t = S.q.h[0].t;
-        // Apply every event at time t before any rank chooses (completions first).
-        while (S.q.n > 0 && S.q.h[0].t == t) {
-            SimEvent e = ev_pop(&S.q);
-            if (e.type == EV_DONE) sim_done(&S, e.rank, e.task, t);
-            else if (e.type == EV_NOTICE) sim_notice(&S, e.rank, e.task, e.val, t);
-            else pp_dispatcher_input_arrived(&S.disp[e.rank], pp_task_from_index(&sh, e.task));
-            sim_mark(&S, e.rank);
-        }
-        // Ranks in increasing order: a rank's choice depends only on its own dispatcher.
-        for (int i = 0; i < S.n_dirty; i++) S.dirty[S.dirty_list[i]] = 0;
-        int nd = S.n_dirty;
-        S.n_dirty = 0;
-        int* list = S.dirty_list;
-        // sort the few dirty ranks so decisions are made in rank order (cheap insertion sort)
-        for (int i = 1; i < nd; i++)
-            for (int j = i; j > 0 && list[j - 1] > list[j]; j--) {
-                int tmp = list[j];
-                list[j] = list[j - 1];
-                list[j - 1] = tmp;
-            }
-        for (int i = 0; i < nd; i++) sim_decide(&S, list[i], t);
-    }
+    for (int r = 0; r < P; r++) S.batch[r] = r;  // every rank decides at time 0
+    S.nbatch = P;
+    double t = sim_loop(&S);
     double makespan = 0, work = 0;
     for (int r = 0; r < P; r++) {
         for (int i = 0; i < res->n_exec[r]; i++) {
@@ -882,6 +1107,7 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
     }
     if (res->deadlock) sim_describe_deadlock(&S, t);
     res->makespan = makespan;
+    if (res->rollouts > 0 && makespan - S.roll_last > res->rollout_rise) res->rollout_rise = makespan - S.roll_last;
     res->lower_bound = pp_lower_bound(d, chunks);
     res->efficiency = makespan > 0 ? res->lower_bound / makespan : 1.0;
     res->bubble = makespan > 0 ? 1.0 - work / (P * makespan) : 0.0;
@@ -894,6 +1120,9 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
     free(S.slot);
     free(S.dirty);
     free(S.dirty_list);
+    free(S.batch);
+    free(S.run_start);
+    pp_durations_free(&S.fit);
     free(S.post);
     free(S.pend);
     free(S.pend_from);

@@ -62,7 +62,10 @@ typedef struct {
     int* cap;           // (P) resolved caps (ready)
     int* peak_inflight; // (P)
     long decisions;     // calls of pp_dispatcher_next
-    long waits;         // lookahead: decisions that stayed idle for an announced task
+    long waits;         // lookahead: decisions that stayed idle for an announced task; rollout: that waited
+    long rollouts;      // rollout: decisions that simulated their continuations (ready's pick not the hint's next)
+    double rollout_rise;// rollout: the largest rise of the chosen continuation's makespan from one such decision
+                        // to the next, or to the step's makespan (0 with exact estimates: the improvement property)
     PpMode chosen;      // the mode the step ran under (adaptive: its plan's choice; else the mode)
     double predicted[3];// adaptive: predicted makespans of ready, lookahead, fixed (NAN = not a candidate)
     PpSimMsg* msgs;     // (n_msgs) in send order
@@ -82,7 +85,21 @@ typedef struct {
     double estimate_error;  // in [0, 1)
     uint64_t estimate_seed;
     PpPlanLearn* learn;     // adaptive: the run's learner (below), read and updated by the step; NULL = none
+    int rollout;            // rollout's variant (PP_ROLLOUT_* bits; 0: as sched.h describes it)
 } PpSimOptions;
+/* rollout's variants (experiments, docs/scheduler.md): FIT: continuations on the estimates' low-rank fit
+ * (pp_durations_smooth) instead of the estimates; PLAN_BASE: the plan's choice (pp_sim_plan: ready or fixed)
+ * as the only base policy instead of both; MARGIN: wait only when its continuation is shorter by more than
+ * PP_ROLLOUT_MARGIN_VALUE (relative). Diagnostics, information no rank has: RUNNING_TRUE: the running tasks'
+ * true ends; FUTURE_TRUE: the true durations of the tasks not yet started (both: the step itself). */
+enum {
+    PP_ROLLOUT_FIT = 1,
+    PP_ROLLOUT_PLAN_BASE = 2,
+    PP_ROLLOUT_RUNNING_TRUE = 4,
+    PP_ROLLOUT_FUTURE_TRUE = 8,
+    PP_ROLLOUT_MARGIN = 16
+};
+#define PP_ROLLOUT_MARGIN_VALUE 0.005
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
                     PpSimResult* res, char* err, size_t errlen);
 /* The estimate pp_sim_run_opts gives rank r's task t (also the replay benchmark's). */
