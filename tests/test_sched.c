@@ -1072,6 +1072,15 @@ static void test_rollout(void) {
                         CHECK(r.rollout_rise <= 1e-12 * r.makespan, "rollout %s %s P=%d: a continuation was not exact "
                               "(its makespan rose by %g)", pp_hint_name(h), caps[c], P, r.rollout_rise);
                         if (r.makespan / best > worst) worst = r.makespan / best;
+                        /* the diagnostic variants that give the continuations the true durations (of the
+                         * running tasks and of the rest) make estimates 20% off exact again: the same step */
+                        PpSimOptions ot = {0.2, 7 + trial, NULL, PP_ROLLOUT_RUNNING_TRUE | PP_ROLLOUT_FUTURE_TRUE};
+                        PpSimResult rt;
+                        CHECK(pp_sim_run_opts(&d, h, PP_MODE_ROLLOUT, cap, V, &ot, &rt, err, sizeof err) == 0 &&
+                                  !rt.deadlock && rt.makespan == r.makespan && rt.rollout_rise == 0,
+                              "rollout with the true durations as its knowledge: %g, exact estimates: %g", rt.makespan,
+                              r.makespan);
+                        pp_sim_result_free(&rt);
                         if (r.makespan < best * (1 - 1e-9)) better++;
                         rollouts += r.rollouts;
                         waits += r.waits;

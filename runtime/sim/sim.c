@@ -440,8 +440,12 @@ typedef struct {
 
 enum { SIM_POL_MODE = 0, SIM_POL_ROLLOUT, SIM_POL_FIXED, SIM_POL_READY };
 
-static double sim_duration(const Sim* S, int r, PpTask t) {
-    if (S->cont && !(S->opt.rollout & PP_ROLLOUT_FUTURE_TRUE)) {  // what the ranks know: the estimate (or its fit)
+/* A task's duration as the simulation takes it: the truth in the step itself; in a continuation what the
+ * ranks know, the estimate (or its fit), for a task started in it and (`running`) for one running when it
+ * began (the diagnostic variants put the truth in either place). */
+static double sim_duration_as(const Sim* S, int r, PpTask t, int running) {
+    int known = running ? PP_ROLLOUT_RUNNING_TRUE : PP_ROLLOUT_FUTURE_TRUE;
+    if (S->cont && !(S->opt.rollout & known)) {
         if (!S->cont_table) return pp_sim_estimate(S->d, S->sh.chunks, &S->opt, r, t);
         const PpDurations* e = S->cont_table;
         const double* a = t.kind == PP_F ? e->F : t.kind == PP_B ? e->B : e->W;
@@ -451,6 +455,8 @@ static double sim_duration(const Sim* S, int r, PpTask t) {
     const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
     return a[r * d->M + t.mb] / S->sh.chunks;
 }
+
+static double sim_duration(const Sim* S, int r, PpTask t) { return sim_duration_as(S, r, t, 0); }
 
 /* Per-(rank, task) estimate factor in [1 - e, 1 + e]: a hash of (seed, rank, task), so every mode sees
  * the same cost model. */
@@ -689,7 +695,7 @@ static void sim_clone(Sim* C, const Sim* S) {
     for (int i = 0; i < S->q.n; i++) {
         SimEvent e = S->q.h[i];
         if (e.type == EV_DONE && !(S->opt.rollout & PP_ROLLOUT_RUNNING_TRUE)) {
-            e.t = S->run_start[e.rank] + sim_duration(C, e.rank, pp_task_from_index(&S->sh, e.task));
+            e.t = S->run_start[e.rank] + sim_duration_as(C, e.rank, pp_task_from_index(&S->sh, e.task), 1);
             if (e.t < S->now) e.t = S->now;
         }
         ev_push_val(&C->q, e.t, e.type, e.rank, e.task, e.val);
