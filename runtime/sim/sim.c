@@ -429,6 +429,8 @@ typedef struct {
     int roll_base;      // the continuations' base policies: bit 0 fixed, bit 1 ready
     PpDurations fit;    // PP_ROLLOUT_FIT: the estimates' low-rank fit (the continuations' durations)
     double roll_last;   // the last decision's chosen continuation makespan
+    int sample;         // PP_ROLLOUT_SAMPLES: the continuation's draw (1 ..), 0: the estimates as they are
+    uint64_t sample_seed;
     /* a continuation: durations from the estimates (cont_table: the fit), nothing recorded */
     int cont;
     const PpDurations* cont_table;
@@ -446,10 +448,20 @@ enum { SIM_POL_MODE = 0, SIM_POL_ROLLOUT, SIM_POL_FIXED, SIM_POL_READY };
 static double sim_duration_as(const Sim* S, int r, PpTask t, int running) {
     int known = running ? PP_ROLLOUT_RUNNING_TRUE : PP_ROLLOUT_FUTURE_TRUE;
     if (S->cont && !(S->opt.rollout & known)) {
-        if (!S->cont_table) return pp_sim_estimate(S->d, S->sh.chunks, &S->opt, r, t);
-        const PpDurations* e = S->cont_table;
-        const double* a = t.kind == PP_F ? e->F : t.kind == PP_B ? e->B : e->W;
-        return a[r * e->M + t.mb] / S->sh.chunks;
+        double v;
+        if (!S->cont_table) {
+            v = pp_sim_estimate(S->d, S->sh.chunks, &S->opt, r, t);
+        } else {
+            const PpDurations* e = S->cont_table;
+            const double* a = t.kind == PP_F ? e->F : t.kind == PP_B ? e->B : e->W;
+            v = a[r * e->M + t.mb] / S->sh.chunks;
+        }
+        if (S->sample > 0) {  // PP_ROLLOUT_SAMPLES: a duration the estimate allows, estimate / f, f in [1 - E, 1 + E]
+            uint64_t x = S->sample_seed * 0xD1B54A32D192ED03ull ^ ((uint64_t)S->sample << 56) ^ ((uint64_t)r << 40) ^
+                         ((uint64_t)t.kind << 36) ^ ((uint64_t)t.chunk << 28) ^ (uint64_t)t.mb;
+            v /= 1 + S->opt.estimate_error * (2 * rng_uniform(&x) - 1);
+        }
+        return v;
     }
     const PpDurations* d = S->d;
     const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
@@ -648,8 +660,10 @@ static double sim_loop(Sim* S) {
  * a rank knows at `now`: its start plus its estimate, or now when the estimate is already overdue (the
  * larger of the estimate and the elapsed time). Arrivals in flight keep their times (a message is on its
  * way: its arrival is known). Only ready and fixed continue (no notices, no fixed-sync). */
-static void sim_clone(Sim* C, const Sim* S) {
+static void sim_clone(Sim* C, const Sim* S, int sample) {
     *C = *S;
+    C->sample = sample;
+    C->sample_seed = (uint64_t)S->res->rollouts * 1000003u + S->opt.estimate_seed;
     int P = S->sh.P, n = S->n;
     C->cont = 1;
     C->res = NULL;
@@ -710,9 +724,9 @@ static void sim_clone_free(Sim* C) {
 /* The makespan of the rest of the step, on what the ranks know, when rank r (deciding now) starts *c (or,
  * c NULL, waits for its next event) and then every rank follows `policy` (SIM_POL_FIXED or SIM_POL_READY).
  * INFINITY when it does not finish or cannot end before `bound`. */
-static double sim_continue(const Sim* S, int r, const PpTask* c, int policy, double bound) {
+static double sim_continue_k(const Sim* S, int r, const PpTask* c, int policy, double bound, int sample) {
     Sim C;
-    sim_clone(&C, S);
+    sim_clone(&C, S, sample);
     C.policy = policy;
     C.bound = bound;
     if (c) sim_start(&C, r, *c, S->now);
@@ -723,6 +737,16 @@ static double sim_continue(const Sim* S, int r, const PpTask* c, int policy, dou
         if (!pp_dispatcher_all_done(&C.disp[k])) ms = INFINITY;
     sim_clone_free(&C);
     return ms;
+}
+
+/* The same, or with PP_ROLLOUT_SAMPLES the mean over PP_ROLLOUT_SAMPLES_K draws of durations the estimates
+ * allow (no bound: a mean needs every draw). */
+static double sim_continue(const Sim* S, int r, const PpTask* c, int policy, double bound) {
+    if (!(S->opt.rollout & PP_ROLLOUT_SAMPLES) || !(S->opt.estimate_error > 0))
+        return sim_continue_k(S, r, c, policy, bound, 0);
+    double sum = 0;
+    for (int k = 1; k <= PP_ROLLOUT_SAMPLES_K; k++) sum += sim_continue_k(S, r, c, policy, INFINITY, k);
+    return sum / PP_ROLLOUT_SAMPLES_K;
 }
 
 static int task_eq(PpTask a, PpTask b) { return a.chunk == b.chunk && a.kind == b.kind && a.mb == b.mb; }

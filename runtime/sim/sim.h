@@ -87,7 +87,7 @@ typedef struct {
     PpPlanLearn* learn;     // adaptive: the run's learner (below), read and updated by the step; NULL = none
     int rollout;            // rollout's variant (PP_ROLLOUT_* bits; 0: as sched.h describes it)
 } PpSimOptions;
-/* rollout's variants (experiments, docs/scheduler.md): FIT: continuations on the estimates' low-rank fit
+/* rollout's variants (experiments, docs/scheduler.md; bits, combined): FIT: continuations on the estimates' low-rank fit
  * (pp_durations_smooth) instead of the estimates; PLAN_BASE: the plan's choice (pp_sim_plan: ready or fixed)
  * as the only base policy instead of both; MARGIN: wait only when its continuation is shorter by more than
  * PP_ROLLOUT_MARGIN_VALUE (relative). Diagnostics, information no rank has: RUNNING_TRUE: the running tasks'
@@ -97,8 +97,11 @@ enum {
     PP_ROLLOUT_PLAN_BASE = 2,
     PP_ROLLOUT_RUNNING_TRUE = 4,
     PP_ROLLOUT_FUTURE_TRUE = 8,
-    PP_ROLLOUT_MARGIN = 16
+    PP_ROLLOUT_MARGIN = 16,
+    PP_ROLLOUT_SAMPLES = 32  // each continuation the mean over PP_ROLLOUT_SAMPLES_K draws of durations the
+                             // estimates allow (estimate / f, f uniform in [1 - E, 1 + E]): expected makespans
 };
+#define PP_ROLLOUT_SAMPLES_K 4
 #define PP_ROLLOUT_MARGIN_VALUE 0.005
 int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, int chunks, const PpSimOptions* opt,
                     PpSimResult* res, char* err, size_t errlen);
