@@ -686,6 +686,7 @@ static void sim_clone(Sim* C, const Sim* S, int sample) {
         m += sizeof(int) * P;
     }
     RR_ASSERT(S->n_dirty == 0);  // a decision is taken with every event of its time applied
+    char* bytes = m + sizeof(int) * 2 * (size_t)n * P;  // the byte tables after every int table (alignment)
     for (int r = 0; r < P; r++) {
         PpDispatcher* d = &C->disp[r];
         const PpDispatcher* o = &S->disp[r];
@@ -696,12 +697,12 @@ static void sim_clone(Sim* C, const Sim* S, int sample) {
         d->heap_o = (int*)m;
         memcpy(d->heap_o, o->heap_o, sizeof(int) * o->no);
         m += sizeof(int) * n;
-        d->need = (uint8_t*)m;
+        d->need = (uint8_t*)bytes;
         memcpy(d->need, o->need, n);
-        m += n;
-        d->state = (uint8_t*)m;
+        bytes += n;
+        d->state = (uint8_t*)bytes;
         memcpy(d->state, o->state, n);
-        m += n;
+        bytes += n;
     }
     C->q.cap = S->q.n + 64;
     C->q.n = 0;
