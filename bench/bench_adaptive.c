@@ -16,7 +16,7 @@
  * finished step's measured durations; --no-learn plans each step on its own). K = 1: the one-step case.
  *
  * Usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all]
- *                            [--simsh] [--steps K] [--no-learn] [--mode-cap C]
+ *                            [--simsh] [--steps K] [--no-learn] [--mode-cap C] [--order-choice MARGIN]
  *   --seed0 S runs seeds S + 1 .. S + N (default 0: seeds 1 .. N; e.g. --seed0 6 for seeds the tables were
  *   not tuned on); --all prints every case (TSV) on stderr: generator, P, M, hint, cap, seed, fixed, ready,
  *   MODE (makespans or run totals), MODE / min(fixed, ready), then MODE's predicted makespans of ready,
@@ -142,9 +142,54 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
     return ms;
 }
 
+/* --order-choice MARGIN (issue 22, third round; an experiment, no mode does it yet): the plan also chooses
+ * the step's microbatch order: MODE's plan on the step as it is and on its microbatches in "ends" order
+ * (pp_order_ends on the estimates), the reordered step run when its predicted makespan (that of the mode
+ * its plan picks) is below the other's by more than MARGIN. The reordered step's estimates are fresh draws
+ * at the same error (the simulator keys them by slot), not the same draws permuted. */
+static long n_reordered;
+static double predicted_of_chosen(void) {
+    int i = last_chosen == PP_MODE_READY ? 0 : last_chosen == PP_MODE_LOOKAHEAD ? 1 : 2;
+    return last_pred[i];
+}
+static double run_order_choice(PpDurations* d, PpHint h, PpMode mode, const char* cap, double e, uint64_t seed,
+                               double margin) {
+    double a0 = run(d, h, mode, cap, e, seed, NULL), p0 = predicted_of_chosen();
+    PpSimOptions o = {e, seed, NULL, 0};
+    PpDurations est;
+    pp_sim_estimated_durations(d, 1, &o, &est);
+    int P = d->P, M = d->M, heavy = 0;
+    double hw = -1;  // the most loaded rank by its estimates
+    for (int r = 0; r < P; r++) {
+        double w = 0;
+        for (int m = 0; m < M; m++) w += est.F[r * M + m] + est.B[r * M + m] + (est.W ? est.W[r * M + m] : 0);
+        if (w > hw) hw = w, heavy = r;
+    }
+    int* perm = mallocCheck(sizeof(int) * (size_t)M);
+    double best_a = a0, best_p = p0 * (1 - margin);
+    int n_keys = getenv("RRFP_ORDER_KEYS") ? atoi(getenv("RRFP_ORDER_KEYS")) : 1;
+    for (int key = 0; key < n_keys; key++) {
+        PpDurations dd = *d;
+        size_t n = (size_t)P * M;
+        dd.F = mallocCheck(sizeof(double) * n), memcpy(dd.F, d->F, sizeof(double) * n);
+        dd.B = mallocCheck(sizeof(double) * n), memcpy(dd.B, d->B, sizeof(double) * n);
+        if (d->W) dd.W = mallocCheck(sizeof(double) * n), memcpy(dd.W, d->W, sizeof(double) * n);
+        pp_order_ends(&est, key == 0 ? -1 : heavy, perm);
+        pp_durations_permute(&dd, perm);
+        double a1 = run(&dd, h, mode, cap, e, seed, NULL), p1 = predicted_of_chosen();
+        pp_durations_free(&dd);
+        if (p1 < best_p) best_p = p1, best_a = a1;
+    }
+    pp_durations_free(&est);
+    free(perm);
+    if (best_a != a0) n_reordered++;
+    return best_a;
+}
+
 int main(int argc, char** argv) {
     int seeds = 6, seed0 = 0, all = 0, simsh = 0, steps = 1, learn_on = 1;
     const char* mode_cap = NULL;
+    double order_margin = -1;
     const char* ps = "8 32";
     double e = 0.2, target = 0;
     PpMode mode = PP_MODE_ADAPTIVE;
@@ -159,6 +204,7 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--all")) all = 1;
         else if (!strcmp(argv[i], "--simsh")) simsh = 1;
         else if (!strcmp(argv[i], "--mode-cap") && i + 1 < argc) mode_cap = argv[++i];
+        else if (!strcmp(argv[i], "--order-choice") && i + 1 < argc) order_margin = atof(argv[++i]);
         else if (!strcmp(argv[i], "--rollout-variant") && i + 1 < argc) rollout_variant = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             if (pp_mode_parse(argv[++i], &mode)) {
@@ -168,7 +214,7 @@ int main(int argc, char** argv) {
         } else {
             fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps \"8 32\"] [--error E] [--mode MODE] "
                             "[--target T] [--all] [--simsh] [--mode-cap C] [--steps K] [--no-learn] "
-                            "[--rollout-variant N]\n");
+                            "[--rollout-variant N] [--order-choice MARGIN]\n");
             return 2;
         }
     }
@@ -213,8 +259,12 @@ int main(int argc, char** argv) {
                                                        split, 0.02);
                             f += run(&d, hints[ih], PP_MODE_FIXED, NULL, e, sk, NULL);
                             r += run(&d, hints[ih], PP_MODE_READY, caps[ic], e, sk, NULL);
-                            a += run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, sk,
-                                     mode == PP_MODE_ADAPTIVE && learn_on ? &learn : NULL);
+                            if (order_margin >= 0) {
+                                a += run_order_choice(&d, hints[ih], mode, caps[ic], e, sk, order_margin);
+                            } else {
+                                a += run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, sk,
+                                         mode == PP_MODE_ADAPTIVE && learn_on ? &learn : NULL);
+                            }
                             pp_durations_free(&d);
                         }
                         double best = f < r ? f : r, ratio = a / best;
@@ -242,6 +292,8 @@ int main(int argc, char** argv) {
                 }
     printf("\n%d cases, %d above 1.005; geometric mean %.4f; worst %.4f: %s\n", n_cases, n_over,
            exp(logsum / (n_cases > 0 ? n_cases : 1)), worst, worst_case);
+    if (order_margin >= 0)
+        printf("order choice (margin %g): the reordered step ran in %ld of %d cases\n", order_margin, n_reordered, n_cases);
     if (mode == PP_MODE_ROLLOUT)
         printf("rollout (variant %d): %d cases slower than the better of fixed and ready at all (ratio > 1 + 1e-12); "
                "%ld decisions simulated their continuations, %ld of them waited; the chosen continuation's makespan "

@@ -751,6 +751,63 @@ static void test_lookahead_sim(void) {
  * 1f1b cap 1x, P = 32, ready ~8% behind fixed) it does not pick ready, with estimates exact or 20% off;
  * with exact estimates its step is never slower than the best of ready, fixed and lookahead (its
  * predictions are those modes' makespans, and it takes the best with no margin); every run valid. */
+/* pp_order_ends / pp_durations_permute (issue 22's microbatch-order experiment, bench_adaptive
+ * --order-choice): a permutation; on exactly low-rank durations (a stage's rate x a microbatch's size,
+ * which the fit keeps as they are) the two smallest microbatches take the two end slots and the largest a
+ * middle slot, the work never falls from an end to the middle; permuting moves whole columns. */
+static void test_order_ends(void) {
+    for (int M = 1; M <= 9; M++) {
+        int P = 3;
+        PpDurations d = {.P = P, .M = M, .split = 1, .latency = 0};
+        d.F = mallocCheck(sizeof(double) * P * M), d.B = mallocCheck(sizeof(double) * P * M);
+        d.W = mallocCheck(sizeof(double) * P * M);
+        double size[9] = {5, 1, 9, 3, 7, 2, 8, 4, 6};
+        for (int r = 0; r < P; r++)
+            for (int m = 0; m < M; m++) {
+                d.F[r * M + m] = (1 + r) * size[m];
+                d.B[r * M + m] = 2 * (1 + r) * size[m];
+                d.W[r * M + m] = 0.5 * (1 + r) * size[m] + 1e-3 * r;
+            }
+        int perm[9], seen[9] = {0};
+        pp_order_ends(&d, -1, perm);
+        for (int s = 0; s < M; s++) {
+            CHECK(perm[s] >= 0 && perm[s] < M && !seen[perm[s]], "M=%d: perm[%d] = %d is not a permutation", M, s, perm[s]);
+            if (perm[s] >= 0 && perm[s] < M) seen[perm[s]] = 1;
+        }
+        double lo = 1e9, hi = 0;
+        for (int m = 0; m < M; m++) lo = fmin(lo, size[m]), hi = fmax(hi, size[m]);
+        CHECK(size[perm[0]] == lo, "M=%d: slot 0 holds size %g, the smallest is %g", M, size[perm[0]], lo);
+        if (M > 1) {
+            double second = 1e9;
+            for (int m = 0; m < M; m++)
+                if (size[m] > lo) second = fmin(second, size[m]);
+            CHECK(size[perm[M - 1]] == second, "M=%d: the last slot holds %g, not the second smallest %g", M,
+                  size[perm[M - 1]], second);
+        }
+        int peak = 0;
+        for (int s = 0; s < M; s++)
+            if (size[perm[s]] == hi) peak = s;
+        for (int s = 1; s <= peak; s++) CHECK(size[perm[s]] >= size[perm[s - 1]], "M=%d: falls before the peak at %d", M, s);
+        for (int s = peak + 1; s < M; s++) CHECK(size[perm[s]] <= size[perm[s - 1]], "M=%d: rises after the peak at %d", M, s);
+        PpDurations q = d;
+        q.F = mallocCheck(sizeof(double) * P * M), q.B = mallocCheck(sizeof(double) * P * M);
+        q.W = mallocCheck(sizeof(double) * P * M);
+        memcpy(q.F, d.F, sizeof(double) * P * M), memcpy(q.B, d.B, sizeof(double) * P * M);
+        memcpy(q.W, d.W, sizeof(double) * P * M);
+        pp_durations_permute(&q, perm);
+        for (int r = 0; r < P; r++)
+            for (int s = 0; s < M; s++)
+                CHECK(q.F[r * M + s] == d.F[r * M + perm[s]] && q.B[r * M + s] == d.B[r * M + perm[s]] &&
+                          q.W[r * M + s] == d.W[r * M + perm[s]],
+                      "M=%d: slot %d of rank %d is not microbatch %d", M, s, r, perm[s]);
+        /* on one rank's work alone: that rank's sizes decide */
+        pp_order_ends(&d, 2, perm);
+        CHECK(size[perm[0]] == lo, "M=%d: rank 2's order: slot 0 holds %g", M, size[perm[0]]);
+        pp_durations_free(&q);
+        pp_durations_free(&d);
+    }
+}
+
 static void test_adaptive(void) {
     const char* caps[] = {"1x", "1.5x", "2x"};
     for (int kind = 0; kind < 2; kind++)
@@ -1138,6 +1195,7 @@ int main(int argc, char** argv) {
         {"lookahead_decision", test_lookahead_decision},
         {"lookahead_sim", test_lookahead_sim},
         {"adaptive", test_adaptive},
+        {"order_ends", test_order_ends},
         {"plan_fit", test_plan_fit},
         {"plan_learn", test_plan_learn},
         {"rollout", test_rollout},

@@ -946,6 +946,49 @@ void pp_durations_smooth(const PpDurations* in, PpDurations* out) {
     }
 }
 
+typedef struct {
+    double w;
+    int m;
+} OrderKey;
+static int order_key_cmp(const void* a, const void* b) {
+    const OrderKey *x = a, *y = b;
+    if (x->w != y->w) return x->w < y->w ? -1 : 1;
+    return x->m - y->m;
+}
+
+void pp_order_ends(const PpDurations* est, int rank, int* perm) {
+    int P = est->P, M = est->M;
+    PpDurations fit;
+    pp_durations_smooth(est, &fit);
+    OrderKey* k = mallocCheck(sizeof(OrderKey) * (size_t)M);
+    const double* mats[3] = {fit.F, fit.B, fit.W};
+    for (int m = 0; m < M; m++) {
+        k[m].w = 0, k[m].m = m;
+        for (int a = 0; a < 3; a++)
+            if (mats[a])
+                for (int r = rank < 0 ? 0 : rank; r < (rank < 0 ? P : rank + 1); r++) k[m].w += mats[a][(size_t)r * M + m];
+    }
+    pp_durations_free(&fit);
+    qsort(k, (size_t)M, sizeof *k, order_key_cmp);  // ascending work
+    for (int i = 0; i < M; i++) perm[i % 2 == 0 ? i / 2 : M - 1 - i / 2] = k[i].m;  // alternate front / back
+    free(k);
+}
+
+void pp_durations_permute(PpDurations* d, const int* perm) {
+    int P = d->P, M = d->M;
+    double* mats[3] = {d->F, d->B, d->W};
+    double* tmp = mallocCheck(sizeof(double) * (size_t)M);
+    for (int a = 0; a < 3; a++) {
+        if (!mats[a]) continue;
+        for (int r = 0; r < P; r++) {
+            double* row = mats[a] + (size_t)r * M;
+            for (int s = 0; s < M; s++) tmp[s] = row[perm[s]];
+            memcpy(row, tmp, sizeof(double) * (size_t)M);
+        }
+    }
+    free(tmp);
+}
+
 static double plan_run(const PpDurations* d, PpHint hint, PpMode m, PpCap cap, int chunks) {
     PpSimResult r;
     char err[256];

@@ -133,6 +133,14 @@ void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOpt
  * a stage's rate times a microbatch's size, plus further components only where they stand out of the
  * residual noise (sim.c, fit_low_rank). out gets its own arrays (pp_durations_free). */
 void pp_durations_smooth(const PpDurations* in, PpDurations* out);
+/* A step's microbatches in "ends" order (an experiment of issue 22's third round, bench/README.md; not yet
+ * used by any mode): perm[slot] = the microbatch to run in that slot, the smallest microbatches (by their
+ * work, F + B + W from the estimates' low-rank fit, summed over every rank, or on rank `rank` alone when
+ * rank >= 0) at both ends of the step and the largest in the middle, which shortens the pipeline's fill
+ * and drain. Deterministic (ties by index). */
+void pp_order_ends(const PpDurations* est, int rank, int* perm);
+/* d's microbatches (its columns) reordered: slot s of the result is microbatch perm[s] of d, in place. */
+void pp_durations_permute(PpDurations* d, const int* perm);
 void pp_sim_result_free(PpSimResult* r);
 
 /* adaptive's online choice across the steps of a run (docs/scheduler.md, "Learning the choice").
