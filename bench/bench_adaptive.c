@@ -121,7 +121,7 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
     PpCap c = {PP_CAP_DEFAULT, 0};
     char err[512];
     if (cap && pp_cap_parse(cap, &c, err, sizeof err)) rr_die("bad cap %s", cap);
-    PpSimOptions o = {err_e, seed, learn, mode == PP_MODE_ROLLOUT ? rollout_variant : 0};
+    PpSimOptions o = {err_e, seed, learn, mode == PP_MODE_ROLLOUT ? rollout_variant : 0, NULL};
     PpSimResult r;
     double t0 = rr_now();
     if (pp_sim_run_opts(d, h, mode, c, 1, &o, &r, err, sizeof err)) rr_die("sim: %s", err);
@@ -155,7 +155,7 @@ static double predicted_of_chosen(void) {
 static double run_order_choice(PpDurations* d, PpHint h, PpMode mode, const char* cap, double e, uint64_t seed,
                                double margin) {
     double a0 = run(d, h, mode, cap, e, seed, NULL), p0 = predicted_of_chosen();
-    PpSimOptions o = {e, seed, NULL, 0};
+    PpSimOptions o = {e, seed, NULL, 0, NULL};
     PpDurations est;
     pp_sim_estimated_durations(d, 1, &o, &est);
     int P = d->P, M = d->M, heavy = 0;

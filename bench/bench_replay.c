@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
         qsort(spans, (size_t)repeats, sizeof(double), cmp_double);
         if (rank == 0) {
             PpSimResult r;
-            PpSimOptions so = {est_error, 1, NULL, 0};
+            PpSimOptions so = {est_error, 1, NULL, 0, NULL};
             if (pp_sim_run_opts(&d, pc.hint, pc.mode, pc.cap, 1, &so, &r, err, sizeof err) != 0 || r.deadlock)
                 rr_die("simulator: %s %s", err, r.msg);
             double sim = r.makespan * scale, ratio = spans[repeats / 2] / sim;
