@@ -702,7 +702,7 @@ static void test_lookahead_sim(void) {
                     PpCap cap;
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
-                    PpSimOptions o = {0.2, seed, NULL, 0, NULL};
+                    PpSimOptions o = {0.2, seed, NULL, 0, NULL, 0};
                     for (int h = 0; h < PP_HINT_COUNT; h++) {
                         if (h == PP_HINT_INTERLEAVED || pp_hint_vshape((PpHint)h)) continue;
                         const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
@@ -731,7 +731,7 @@ static void test_lookahead_sim(void) {
     PpDurations d;
     pp_durations_generate(&d, 32, 128, 0.1, PP_GEN_TEXT, 1, 0, 0.02);
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
-    PpSimOptions o = {0.2, 1, NULL, 0, NULL};
+    PpSimOptions o = {0.2, 1, NULL, 0, NULL, 0};
     PpSimResult r;
     char err[256];
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
@@ -880,7 +880,7 @@ static void test_adaptive_order(void) {
                         if (split) d.W[r * M + m] = rate * sz;
                     }
                 PpHint h = split ? PP_HINT_ZBH1 : PP_HINT_1F1B;
-                PpSimOptions o = {e ? 0.2 : 0.0, 3, NULL, 0, NULL};
+                PpSimOptions o = {e ? 0.2 : 0.0, 3, NULL, 0, NULL, 0};
                 PpSimResult r;
                 char err[256];
                 CHECK(pp_sim_run_opts(&d, h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock, "%s",
@@ -891,6 +891,14 @@ static void test_adaptive_order(void) {
                 double bx = fmin(sim_makespan(&d, h, PP_MODE_READY, cap, 1), sim_makespan(&d, h, PP_MODE_FIXED, cap, 1));
                 bx = fmin(bx, sim_makespan(&d, h, PP_MODE_LOOKAHEAD, cap, 1));
                 if (shape == 0) {
+                    /* keep_order: the plan of the mode alone, on the step as it is */
+                    PpSimOptions ok = o;
+                    ok.keep_order = 1;
+                    PpSimResult rk;
+                    CHECK(pp_sim_run_opts(&d, h, PP_MODE_ADAPTIVE, cap, 1, &ok, &rk, err, sizeof err) == 0 && !rk.order &&
+                              rk.makespan >= bx, "%s E=%g keep_order: reordered or faster than the best mode (%g < %g)",
+                          pp_hint_name(h), o.estimate_error, rk.makespan, bx);
+                    pp_sim_result_free(&rk);
                     CHECK(r.order && r.order[0] != 0 && r.order[0] != M - 1 && r.order[M - 1] != 0 && r.order[M - 1] != M - 1,
                           "%s E=%g: big microbatches at the ends, not reordered (or still at an end)", pp_hint_name(h),
                           o.estimate_error);
@@ -926,7 +934,7 @@ static void test_adaptive(void) {
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
                     const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
-                    PpSimOptions o = {0.2, seed, NULL, 0, NULL};
+                    PpSimOptions o = {0.2, seed, NULL, 0, NULL, 0};
                     PpSimResult r, q;
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
@@ -957,7 +965,7 @@ static void test_adaptive(void) {
                     pp_sim_result_free(&r);
                     /* exact estimates: the plan's simulations are the step itself, so adaptive is never
                      * slower than the best of its candidates (ready; fixed and lookahead where they are ones) */
-                    PpSimOptions ox = {0.0, seed, NULL, 0, NULL};
+                    PpSimOptions ox = {0.0, seed, NULL, 0, NULL, 0};
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &ox, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s", err);
                     check_plan_order(d, (PpHint)h, cap, &ox, &r);
@@ -996,7 +1004,7 @@ static void test_adaptive(void) {
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
     for (int e = 0; e < 2; e++) {
-        PpSimOptions o = {e ? 0.2 : 0.0, 1, NULL, 0, NULL};
+        PpSimOptions o = {e ? 0.2 : 0.0, 1, NULL, 0, NULL, 0};
         PpSimResult r;
         char err[256];
         CHECK(pp_sim_run_opts(&d, PP_HINT_1F1B, PP_MODE_ADAPTIVE, c1, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock,
@@ -1042,7 +1050,7 @@ static void test_plan_fit(void) {
 
     PpDurations d, est, fit;
     pp_durations_generate(&d, 32, 128, 1.0, PP_GEN_MM, 1, 0, 0.02);
-    PpSimOptions o = {0.2, 1, NULL, 0, NULL};
+    PpSimOptions o = {0.2, 1, NULL, 0, NULL, 0};
     pp_sim_estimated_durations(&d, 1, &o, &est);
     pp_durations_smooth(&est, &fit);
     double raw = 0, fitted = 0, c0 = 0, n0 = 0, n1 = 0;
@@ -1236,7 +1244,7 @@ static void test_rollout(void) {
                 PpCap cap;
                 pp_cap_parse(caps[c], &cap, err, sizeof err);
                 for (int e = 0; e < 2; e++) {
-                    PpSimOptions o = {e ? 0.2 : 0.0, 7 + trial, NULL, 0, NULL};
+                    PpSimOptions o = {e ? 0.2 : 0.0, 7 + trial, NULL, 0, NULL, 0};
                     PpSimResult r;
                     CHECK(pp_sim_run_opts(&d, h, PP_MODE_ROLLOUT, cap, V, &o, &r, err, sizeof err) == 0, "%s", err);
                     CHECK(!r.deadlock, "rollout %s %s P=%d M=%d: %s", pp_hint_name(h), caps[c], P, M, r.msg);
@@ -1256,7 +1264,7 @@ static void test_rollout(void) {
                         if (r.makespan / best > worst) worst = r.makespan / best;
                         /* the diagnostic variants that give the continuations the true durations (of the
                          * running tasks and of the rest) make estimates 20% off exact again: the same step */
-                        PpSimOptions ot = {0.2, 7 + trial, NULL, PP_ROLLOUT_RUNNING_TRUE | PP_ROLLOUT_FUTURE_TRUE, NULL};
+                        PpSimOptions ot = {0.2, 7 + trial, NULL, PP_ROLLOUT_RUNNING_TRUE | PP_ROLLOUT_FUTURE_TRUE, NULL, 0};
                         PpSimResult rt;
                         CHECK(pp_sim_run_opts(&d, h, PP_MODE_ROLLOUT, cap, V, &ot, &rt, err, sizeof err) == 0 &&
                                   !rt.deadlock && rt.makespan == r.makespan && rt.rollout_rise == 0,

@@ -439,7 +439,7 @@ int cmd_sim(int argc, char** argv) {
     }
     PpSimResult r;
     double t0 = rr_now();
-    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0, NULL};
+    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0, NULL, 0};
     if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
         pp_durations_free(&d);

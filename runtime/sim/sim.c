@@ -1136,7 +1136,12 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         PpMode chosen;
         int* perm = mallocCheck(sizeof(int) * (size_t)d->M);
         pp_sim_estimated_durations(d, chunks, opt, &est);
-        int reorder = pp_plan_order(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, pred, &chosen, perm);
+        int reorder = 0;
+        if (opt && opt->keep_order) {
+            chosen = pp_sim_plan(&est, opt->estimate_error, hint, cap, chunks, 1, pred);
+        } else {
+            reorder = pp_plan_order(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, pred, &chosen, perm);
+        }
         pp_durations_free(&est);
         PpPlanLearn* L = opt ? opt->learn : NULL;
         /* exact estimates: the plan's choice is the best of its candidates, nothing to learn. The learner picks
