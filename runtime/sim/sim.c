@@ -1043,13 +1043,27 @@ PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap 
     return m;
 }
 
+/* d with its microbatches in `perm` (slot s = microbatch perm[s]), in arrays of its own (pp_durations_free) */
+static void durations_permuted(const PpDurations* d, const int* perm, PpDurations* out) {
+    *out = *d;
+    size_t n = (size_t)d->P * (size_t)d->M;
+    double* const* src[3] = {&d->F, &d->B, &d->W};
+    double** dst[3] = {&out->F, &out->B, &out->W};
+    for (int k = 0; k < 3; k++)
+        if (*src[k]) {
+            *dst[k] = mallocCheck(sizeof(double) * n);
+            memcpy(*dst[k], *src[k], sizeof(double) * n);
+        }
+    pp_durations_permute(out, perm);
+}
+
 static int pred_index(PpMode m) { return m == PP_MODE_READY ? 0 : m == PP_MODE_LOOKAHEAD ? 1 : 2; }
 
 /* The order's choice (sim.h): the ends order shortens the fill and the drain (the first microbatch's forward and
  * the last one's backward cross every stage with nothing to overlap them) when the step's microbatches differ
  * in size; it costs nothing where they do not, so it runs only where the plan predicts it faster, by more than
- * the margin where the estimates are not exact (rrfp-bench-adaptive --order-choice: the margin 0.01 gave the
- * fewest one-step misses; bench/README.md). */
+ * the margin where the estimates are not exact (0.01 gave fewer one-step misses than 0.005 and 0.02, in the
+ * experiment at e345bb6 and on this rule: bench/README.md). */
 int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
                   double pred[3], PpMode* mode, int* perm) {
     int M = est->M;
@@ -1060,16 +1074,8 @@ int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap c
     for (int s = 0; s < M; s++) moved |= perm[s] != s;
     int reorder = 0;
     if (moved) {
-        PpDurations q = *est;
-        size_t n = (size_t)est->P * (size_t)M;
-        double* const* src[3] = {&est->F, &est->B, &est->W};
-        double** dst[3] = {&q.F, &q.B, &q.W};
-        for (int k = 0; k < 3; k++)
-            if (*src[k]) {
-                *dst[k] = mallocCheck(sizeof(double) * n);
-                memcpy(*dst[k], *src[k], sizeof(double) * n);
-            }
-        pp_durations_permute(&q, perm);
+        PpDurations q;
+        durations_permuted(est, perm, &q);
         double p1[3];
         PpMode m1 = pp_sim_plan(&q, est_error, hint, cap, chunks, allow_fixed, p1);
         pp_durations_free(&q);
@@ -1152,23 +1158,19 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         PpSimOptions o2;
         memset(&o2, 0, sizeof o2);
         if (opt) o2 = *opt;
+        int* key = NULL;  // the estimate draws of the slots: perm, composed with a reordering d already had
         if (reorder) {
-            size_t n = (size_t)d->P * (size_t)d->M;
-            double* const* src[3] = {&d->F, &d->B, &d->W};
-            double** dst[3] = {&dd.F, &dd.B, &dd.W};
-            for (int k = 0; k < 3; k++)
-                if (*src[k]) {
-                    *dst[k] = mallocCheck(sizeof(double) * n);
-                    memcpy(*dst[k], *src[k], sizeof(double) * n);
-                }
-            pp_durations_permute(&dd, perm);
-            o2.order = perm;
+            durations_permuted(d, perm, &dd);
+            key = mallocCheck(sizeof(int) * (size_t)d->M);
+            for (int s = 0; s < d->M; s++) key[s] = opt && opt->order ? opt->order[perm[s]] : perm[s];
+            o2.order = key;
         }
         int rc = pp_sim_run_opts(&dd, hint, chosen, cap, chunks, &o2, res, err, errlen);
         if (rc == 0)
             for (int i = 0; i < 3; i++) res->predicted[i] = pred[i];
         if (rc == 0 && L && !res->deadlock) pp_plan_learn_observe(L, &dd, hint, cap, chunks, pred);
         if (reorder) pp_durations_free(&dd);
+        free(key);
         if (rc == 0 && reorder) res->order = perm;
         else free(perm);
         return rc;
