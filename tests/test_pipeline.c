@@ -96,7 +96,7 @@ static void big_at_ends(Microbatch* mbs, int M) {
 /* Returns the number of failures (same on every rank). */
 /* pbe: the pipeline stages' backend (the reference is on the CPU). */
 /* ends: every step's microbatches arranged by big_at_ends (reference and pipeline alike), and adaptive must
- * reorder every planned step (every step after the first, which calibrates the cost model). */
+ * reorder every step (the order does not wait for measurements: pipeline_plan_order). */
 static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int M, int P, int rank, int chunks,
                              PpHint hint, PpMode mode, const char* cap_text, const Backend* pbe, int ends) {
     const Backend* be = &backend_cpu;
@@ -115,13 +115,26 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     Stage* refp = &ref;
     StageActs ra;
     stage_acts_init(&ra, &ref, max_T, max_Np, 0);
+    PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = hint, .mode = mode,
+                         .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED, .timeout_s = 60,
+                         .max_tokens = max_T, .max_patches = max_Np};
+    if (cap_text && pp_cap_parse(cap_text, &pc.cap, err, sizeof err) != 0) rr_die("%s", err);
+    /* adaptive's order is a function of the step's microbatches and the configuration (pipeline_plan_order):
+     * the reference runs every step in it, and the pipeline must run that order on every step, the first
+     * (nothing measured) and the later ones (measured timings) alike */
     double ref_loss[TRAIN_STEPS];
+    int plan_perm[TRAIN_STEPS][64], plan_re[TRAIN_STEPS];
+    RR_ASSERT(M <= 64);
     for (int k = 0; k < TRAIN_STEPS; k++) {
         step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
         if (ends) big_at_ends(mbs, M);
+        plan_re[k] = 0;
+        for (int m = 0; m < M; m++) plan_perm[k][m] = m;
+        if (mode == PP_MODE_ADAPTIVE) plan_re[k] = pipeline_plan_order(&pc, mbs, M, plan_perm[k]);
         params_zero_grad(&ref.params);
         double ls_sum = 0;
-        for (int m = 0; m < M; m++) {
+        for (int s = 0; s < M; s++) {
+            int m = plan_perm[k][s];
             float ls = 0;
             stage_forward(&ref, &ra, &mbs[m], NULL, NULL, &ls);
             stage_backward(&ref, &ra, NULL, 1.0f / (float)sup, NULL);
@@ -144,10 +157,6 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         params_alloc_optimizer(&stages[c].params);
         sp[c] = &stages[c];
     }
-    PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = hint, .mode = mode,
-                         .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED, .timeout_s = 60,
-                         .max_tokens = max_T, .max_patches = max_Np};
-    if (cap_text && pp_cap_parse(cap_text, &pc.cap, err, sizeof err) != 0) rr_die("%s", err);
     Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
     if (!pl) rr_die("pipeline_create: %s", err);
     int bad = 0, reordered = 0;
@@ -160,7 +169,15 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         if (pipeline_step(pl, mbs, M, 1.0f / (float)sup, NULL, k, NULL, &st, err, sizeof err) != 0)
             rr_die("pipeline_step: %s", err);
         reordered += st.reordered != 0;
-        if (ends && k > 0 && !st.reordered) {
+        const int* ord = pipeline_step_order(pl);
+        int same = (st.reordered != 0) == (plan_re[k] != 0) && (ord != NULL) == (plan_re[k] != 0);
+        for (int s = 0; same && ord && s < M; s++) same = ord[s] == plan_perm[k][s];
+        if (!same) {
+            fprintf(stderr, "rank %d: %s %s step %d: the order run (reordered %d) is not pipeline_plan_order's (%d)\n",
+                    rank, pp_hint_name(hint), pp_mode_name(mode), k, st.reordered, plan_re[k]);
+            bad++;
+        }
+        if (ends && !st.reordered) {
             fprintf(stderr, "rank %d: %s %s step %d (planned: predicted ready %g fixed %g) was not reordered\n", rank,
                     pp_hint_name(hint), pp_mode_name(mode), k, st.predicted[0], st.predicted[2]);
             bad++;

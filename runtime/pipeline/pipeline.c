@@ -598,6 +598,36 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     return has_out;
 }
 
+/* adaptive's microbatch order (pipeline.h): pp_plan_order on a deterministic cost model, never on the measured
+ * one. A reordered step sums its weight gradients in another order, so the decision must be the same on every
+ * run of the same data (a resumed run, a run with eval, a gate off / on) and on every rank. Each (rank, chunk)
+ * task costs its work units (tokens, plus patches on virtual stage 0, plus 1: task_units) times a fixed weight
+ * per kind (F 1, B 2; split: B 1, W 1); the partition balances the stages, so every stage weighs the same. */
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
+    int P = cfg->P, V = cfg->chunks, split = cfg->split || pipeline_hint_splits(cfg->hint); /* as pipeline_create */
+    PpDurations det = {.P = P, .M = M, .split = split, .latency = 0};
+    det.F = callocCheck((size_t)P * M, sizeof(double));
+    det.B = callocCheck((size_t)P * M, sizeof(double));
+    if (split) det.W = callocCheck((size_t)P * M, sizeof(double));
+    double* dm[3] = {det.F, det.B, det.W};
+    const double wk[3] = {1.0, split ? 1.0 : 2.0, 1.0};
+    for (int r = 0; r < P; r++)
+        for (int k = 0; k < (split ? 3 : 2); k++)
+            for (int m = 0; m < M; m++) {
+                double v = 0;
+                for (int c = 0; c < V; c++) {
+                    int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
+                    v += wk[k] * ((double)mbs[m].T + (first ? (double)mbs[m].Np : 0.0) + 1.0);
+                }
+                dm[k][(size_t)r * M + m] = v;
+            }
+    double pred[3];
+    PpMode mode;
+    int reordered = pp_plan_order(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred, &mode, perm);
+    pp_durations_free(&det);
+    return reordered;
+}
+
 /* adaptive (sched.h): the step's mode, from a simulation of the step on the estimated durations of
  * every rank (pp_sim_plan). Estimates: cfg->estimate when given (it answers for any rank), else every
  * rank's cost model (per chunk and kind, seconds per work unit), summed over the pipeline group with one
@@ -653,6 +683,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     }
     free(su);
     p->meas_ok = 0;
+    /* the order: a function of the step's microbatches and the configuration alone (pipeline_plan_order);
+     * under replay or with cfg.estimate it is kept (their tasks are indexed by the plan's microbatches) */
+    if (!cfg->estimate && !cfg->replay[0]) *reordered = pipeline_plan_order(cfg, mbs, M, perm);
     PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
     est.F = callocCheck((size_t)P * M, sizeof(double));
     est.B = callocCheck((size_t)P * M, sizeof(double));
@@ -670,8 +703,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                         e = cfg->estimate(cfg->estimate_ctx, r, t);
                     } else {
                         int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
+                        int mb = perm[m];             /* slot m runs microbatch perm[m] */
                         e = rate[((size_t)r * V + c) * 3 + k] *
-                            ((double)mbs[m].T + (first ? (double)mbs[m].Np : 0.0) + 1.0);
+                            ((double)mbs[mb].T + (first ? (double)mbs[mb].Np : 0.0) + 1.0);
                     }
                     if (!(e > 0)) known = 0;
                     v += e;
@@ -680,14 +714,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
         int allow_fixed = !(cfg->act_budget > 0);
-        if (cfg->estimate || cfg->replay[0]) {
-            /* the estimate callback and the replay file are indexed by the plan's microbatches, the step's
-             * tasks by slot: keep the order so the two stay the same */
-            pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred);
-        } else {
-            PpMode pm;
-            *reordered = pp_plan_order(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred, &pm, perm);
-        }
+        pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred); /* the step in the order it runs */
         *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: the plan's choice */
     }
     /* this step's measurements start empty */

@@ -107,6 +107,12 @@ void pipeline_set_task_hook(Pipeline* p, PipelineTaskHook fn, void* ctx);
  * (PipelineStepStats.reordered = 0). */
 const int* pipeline_step_order(const Pipeline* p);
 
+/* adaptive's microbatch order for a step of mbs (M) under cfg (parallel.mode adaptive, neither replay nor an
+ * estimate callback): returns 1 with perm (M; slot s runs microbatch perm[s]) the ends order, or 0 with perm
+ * the identity. A function of the microbatches' sizes and cfg alone (pp_plan_order on fixed per-unit costs,
+ * never the measured cost model), so the same on every rank, run and resume: docs/scheduler.md. */
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm);
+
 /* Whether a hint needs the split backward (it schedules W tasks). */
 int pipeline_hint_splits(PpHint h);
 
