@@ -17,17 +17,19 @@
 #        (STEPS=K for the run length; ONLY=1 or ONLY=K: only the one-step or only the K-step runs;
 #         SEED0=S: seeds S + 1 .. S + 5 (table) and S + 1 .. S + 6 (varied) instead of 1 .. 5 and 1 .. 6, e.g.
 #         SEED0=20 for seeds no rule was tuned on; ALL=FILE: every case's TSV line (--all) appended to FILE,
-#         for bench/adaptive_pred.py)
+#         for bench/adaptive_pred.py; EXTRA="--keep-order": arguments added to every run, e.g. adaptive without
+#         its microbatch-order choice, as before issue 22's third round)
 set -euo pipefail
 BIN=${1:-build/rrfp-bench-adaptive}
 MODE=${2:-adaptive}
 STEPS=${STEPS:-10}
 SEED0=${SEED0:-0}
 run() {  # the checker, with --all into $ALL when set (its error messages then land there too)
+  # shellcheck disable=SC2086  # EXTRA: words on purpose
   if [ -n "${ALL:-}" ]; then
-    "$BIN" "$@" --all 2>>"$ALL" || { echo "rrfp-bench-adaptive failed; its messages are at the end of $ALL" >&2; exit 1; }
+    "$BIN" "$@" ${EXTRA:-} --all 2>>"$ALL" || { echo "rrfp-bench-adaptive failed; its messages are at the end of $ALL" >&2; exit 1; }
   else
-    "$BIN" "$@"
+    "$BIN" "$@" ${EXTRA:-}
   fi
 }
 for k in 1 "$STEPS"; do

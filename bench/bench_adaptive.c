@@ -16,7 +16,7 @@
  * finished step's measured durations; --no-learn plans each step on its own). K = 1: the one-step case.
  *
  * Usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps "8 32"] [--error E] [--mode MODE] [--target T] [--all]
- *                            [--simsh] [--steps K] [--no-learn] [--mode-cap C] [--order-choice MARGIN]
+ *                            [--simsh] [--steps K] [--no-learn] [--keep-order] [--mode-cap C]
  *   --seed0 S runs seeds S + 1 .. S + N (default 0: seeds 1 .. N; e.g. --seed0 6 for seeds the tables were
  *   not tuned on); --all prints every case (TSV) on stderr: generator, P, M, hint, cap, seed, fixed, ready,
  *   MODE (makespans or run totals), MODE / min(fixed, ready), then MODE's predicted makespans of ready,
@@ -25,7 +25,10 @@
  *   (to compare policies); --simsh: bench/sim.sh's two generators only (its table:
  *   --simsh --ps "4 8 32 128" --seeds 5); --rollout-variant N: rollout's variant (sim.h, PP_ROLLOUT_* bits: 1
  *   continuations on the estimates' fit, 2 the plan's choice as the only base), and its counters and time per
- *   case are printed at the end. Every run's schedule is checked (pp_exec_check). */
+ *   case are printed at the end. Every run's schedule is checked (pp_exec_check). adaptive chooses the step's
+ *   microbatch order too (pp_plan_order): the count of steps it reordered is printed at the end; --keep-order
+ *   plans the mode only, as before (the third round's experiment, --order-choice MARGIN, is at e345bb6; its
+ *   reordered steps had fresh estimate draws). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +112,9 @@ static const Gen gens[] = {
 /* the last run's predictions (adaptive's plan; NAN otherwise) and the mode it ran, for --all */
 static double last_pred[3];
 static PpMode last_chosen;
+static int keep_order;                // --keep-order: adaptive plans the mode only (PpSimOptions.keep_order)
+static int last_reordered;            // the last run's step ran reordered (adaptive's order choice)
+static long n_reordered, n_mode_steps; // over MODE's steps
 
 /* rollout's variant (--rollout-variant: PP_ROLLOUT_* bits) and its counters over the runs of MODE */
 static int rollout_variant;
@@ -121,7 +127,7 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
     PpCap c = {PP_CAP_DEFAULT, 0};
     char err[512];
     if (cap && pp_cap_parse(cap, &c, err, sizeof err)) rr_die("bad cap %s", cap);
-    PpSimOptions o = {err_e, seed, learn, mode == PP_MODE_ROLLOUT ? rollout_variant : 0};
+    PpSimOptions o = {err_e, seed, learn, mode == PP_MODE_ROLLOUT ? rollout_variant : 0, NULL, keep_order};
     PpSimResult r;
     double t0 = rr_now();
     if (pp_sim_run_opts(d, h, mode, c, 1, &o, &r, err, sizeof err)) rr_die("sim: %s", err);
@@ -132,64 +138,20 @@ static double run(const PpDurations* d, PpHint h, PpMode mode, const char* cap, 
         if (r.rollout_rise / r.makespan > max_rise) max_rise = r.rollout_rise / r.makespan;
     }
     if (r.deadlock) rr_die("sim: deadlock: %s", r.msg);
-    PpShape sh = {d->P, d->M, 1, d->split, pp_hint_vshape(h)};
+    PpShape sh = {d->P, d->M, 1, d->split, pp_hint_vshape(h)};  // a reordered step's exec is by slot: as valid
     if (pp_exec_check(&sh, r.exec, r.n_exec, d->latency, err, sizeof err))
         rr_die("sim: %s %s: invalid schedule: %s", pp_hint_name(h), pp_mode_name(mode), err);
     double ms = r.makespan;
     for (int i = 0; i < 3; i++) last_pred[i] = r.predicted[i];
     last_chosen = r.chosen;
+    last_reordered = r.order != NULL;
     pp_sim_result_free(&r);
     return ms;
-}
-
-/* --order-choice MARGIN (issue 22, third round; an experiment, no mode does it yet): the plan also chooses
- * the step's microbatch order: MODE's plan on the step as it is and on its microbatches in "ends" order
- * (pp_order_ends on the estimates), the reordered step run when its predicted makespan (that of the mode
- * its plan picks) is below the other's by more than MARGIN. The reordered step's estimates are fresh draws
- * at the same error (the simulator keys them by slot), not the same draws permuted. */
-static long n_reordered;
-static double predicted_of_chosen(void) {
-    int i = last_chosen == PP_MODE_READY ? 0 : last_chosen == PP_MODE_LOOKAHEAD ? 1 : 2;
-    return last_pred[i];
-}
-static double run_order_choice(PpDurations* d, PpHint h, PpMode mode, const char* cap, double e, uint64_t seed,
-                               double margin) {
-    double a0 = run(d, h, mode, cap, e, seed, NULL), p0 = predicted_of_chosen();
-    PpSimOptions o = {e, seed, NULL, 0};
-    PpDurations est;
-    pp_sim_estimated_durations(d, 1, &o, &est);
-    int P = d->P, M = d->M, heavy = 0;
-    double hw = -1;  // the most loaded rank by its estimates
-    for (int r = 0; r < P; r++) {
-        double w = 0;
-        for (int m = 0; m < M; m++) w += est.F[r * M + m] + est.B[r * M + m] + (est.W ? est.W[r * M + m] : 0);
-        if (w > hw) hw = w, heavy = r;
-    }
-    int* perm = mallocCheck(sizeof(int) * (size_t)M);
-    double best_a = a0, best_p = p0 * (1 - margin);
-    int n_keys = getenv("RRFP_ORDER_KEYS") ? atoi(getenv("RRFP_ORDER_KEYS")) : 1;
-    for (int key = 0; key < n_keys; key++) {
-        PpDurations dd = *d;
-        size_t n = (size_t)P * M;
-        dd.F = mallocCheck(sizeof(double) * n), memcpy(dd.F, d->F, sizeof(double) * n);
-        dd.B = mallocCheck(sizeof(double) * n), memcpy(dd.B, d->B, sizeof(double) * n);
-        if (d->W) dd.W = mallocCheck(sizeof(double) * n), memcpy(dd.W, d->W, sizeof(double) * n);
-        pp_order_ends(&est, key == 0 ? -1 : heavy, perm);
-        pp_durations_permute(&dd, perm);
-        double a1 = run(&dd, h, mode, cap, e, seed, NULL), p1 = predicted_of_chosen();
-        pp_durations_free(&dd);
-        if (p1 < best_p) best_p = p1, best_a = a1;
-    }
-    pp_durations_free(&est);
-    free(perm);
-    if (best_a != a0) n_reordered++;
-    return best_a;
 }
 
 int main(int argc, char** argv) {
     int seeds = 6, seed0 = 0, all = 0, simsh = 0, steps = 1, learn_on = 1;
     const char* mode_cap = NULL;
-    double order_margin = -1;
     const char* ps = "8 32";
     double e = 0.2, target = 0;
     PpMode mode = PP_MODE_ADAPTIVE;
@@ -199,12 +161,17 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--ps") && i + 1 < argc) ps = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-learn")) learn_on = 0;
+        else if (!strcmp(argv[i], "--keep-order")) keep_order = 1;
         else if (!strcmp(argv[i], "--error") && i + 1 < argc) e = atof(argv[++i]);
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = atof(argv[++i]);
         else if (!strcmp(argv[i], "--all")) all = 1;
         else if (!strcmp(argv[i], "--simsh")) simsh = 1;
         else if (!strcmp(argv[i], "--mode-cap") && i + 1 < argc) mode_cap = argv[++i];
-        else if (!strcmp(argv[i], "--order-choice") && i + 1 < argc) order_margin = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--order-choice")) {
+            fprintf(stderr, "rrfp-bench-adaptive: --order-choice is gone: adaptive chooses the microbatch order itself "
+                            "(pp_plan_order; the experiment is at e345bb6)\n");
+            return 2;
+        }
         else if (!strcmp(argv[i], "--rollout-variant") && i + 1 < argc) rollout_variant = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc) {
             if (pp_mode_parse(argv[++i], &mode)) {
@@ -214,7 +181,7 @@ int main(int argc, char** argv) {
         } else {
             fprintf(stderr, "usage: rrfp-bench-adaptive [--seeds N] [--seed0 S] [--ps \"8 32\"] [--error E] [--mode MODE] "
                             "[--target T] [--all] [--simsh] [--mode-cap C] [--steps K] [--no-learn] "
-                            "[--rollout-variant N] [--order-choice MARGIN]\n");
+                            "[--keep-order] [--rollout-variant N]\n");
             return 2;
         }
     }
@@ -259,12 +226,9 @@ int main(int argc, char** argv) {
                                                        split, 0.02);
                             f += run(&d, hints[ih], PP_MODE_FIXED, NULL, e, sk, NULL);
                             r += run(&d, hints[ih], PP_MODE_READY, caps[ic], e, sk, NULL);
-                            if (order_margin >= 0) {
-                                a += run_order_choice(&d, hints[ih], mode, caps[ic], e, sk, order_margin);
-                            } else {
-                                a += run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, sk,
-                                         mode == PP_MODE_ADAPTIVE && learn_on ? &learn : NULL);
-                            }
+                            a += run(&d, hints[ih], mode, mode_cap ? mode_cap : caps[ic], e, sk,
+                                     mode == PP_MODE_ADAPTIVE && learn_on ? &learn : NULL);
+                            n_reordered += last_reordered, n_mode_steps++;
                             pp_durations_free(&d);
                         }
                         double best = f < r ? f : r, ratio = a / best;
@@ -292,8 +256,8 @@ int main(int argc, char** argv) {
                 }
     printf("\n%d cases, %d above 1.005; geometric mean %.4f; worst %.4f: %s\n", n_cases, n_over,
            exp(logsum / (n_cases > 0 ? n_cases : 1)), worst, worst_case);
-    if (order_margin >= 0)
-        printf("order choice (margin %g): the reordered step ran in %ld of %d cases\n", order_margin, n_reordered, n_cases);
+    if (mode == PP_MODE_ADAPTIVE)
+        printf("adaptive reordered the microbatches (pp_plan_order) in %ld of %ld steps\n", n_reordered, n_mode_steps);
     if (mode == PP_MODE_ROLLOUT)
         printf("rollout (variant %d): %d cases slower than the better of fixed and ready at all (ratio > 1 + 1e-12); "
                "%ld decisions simulated their continuations, %ld of them waited; the chosen continuation's makespan "

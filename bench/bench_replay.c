@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     Stage stage;
     stage_init(&stage, &mc, rank, rank + 1, &backend_cpu);
     Stage* sp = &stage;
-    ReplayEstimate re = {&d, {est_error, 1, NULL, 0}, scale};
+    ReplayEstimate re = {&d, {est_error, 1, NULL, 0, NULL, 0}, scale};
     if (rank == 0)
         printf("# bench_replay: P=%d M=%d file=%s scale=%g s/unit latency=%g units, Dt=%d, %d repeat(s), estimate error "
                "%g\n%-10s %-6s %-5s %12s %12s %8s %6s %9s\n", P, M, path, scale, d.latency, Dt, repeats, est_error, "mode",
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
         qsort(spans, (size_t)repeats, sizeof(double), cmp_double);
         if (rank == 0) {
             PpSimResult r;
-            PpSimOptions so = {est_error, 1, NULL, 0};
+            PpSimOptions so = {est_error, 1, NULL, 0, NULL, 1};  // adaptive keeps the order under replay, as the runtime
             if (pp_sim_run_opts(&d, pc.hint, pc.mode, pc.cap, 1, &so, &r, err, sizeof err) != 0 || r.deadlock)
                 rr_die("simulator: %s %s", err, r.msg);
             double sim = r.makespan * scale, ratio = spans[repeats / 2] / sim;

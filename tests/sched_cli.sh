@@ -165,6 +165,19 @@ for pol in fifo ffd balanced; do
   grep -qE "^adaptive: ran (ready|lookahead|fixed) \(predicted" "$T/cal-$pol.txt" || fail "adaptive does not report its choice"
   "$BIN" sim --durations "$T/cal-$pol.json" --mode ready --hint bfw --json >/dev/null 2>"$T/err" || fail "sim rejects the calibrated file: $(cat "$T/err")"
 done
+# adaptive's order choice: the two big microbatches at the ends of the step are moved to the middle (the
+# plan predicts it faster), alike ones are not; --json stays exactly its keys either way.
+cat >"$T/ends.json" <<'EOF'
+{"stages": 2, "microbatches": 6, "latency": 0.02,
+ "F": [[6, 1, 1, 1, 1, 6], [6, 1, 1, 1, 1, 6]], "B": [[12, 2, 2, 2, 2, 12], [12, 2, 2, 2, 2, 12]]}
+EOF
+"$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b >"$T/ends.txt" 2>"$T/err" || fail "sim adaptive ends: $(cat "$T/err")"
+grep -qE "^adaptive: reordered the microbatches .*: [0-9 ]+$" "$T/ends.txt" || fail "adaptive does not report its reordering: $(cat "$T/ends.txt")"
+grep -qE "^adaptive: reordered .*: [1-4] [0-9 ]+ [1-4]$" "$T/ends.txt" || fail "adaptive's order has a big microbatch at an end: $(grep reordered "$T/ends.txt")"
+"$BIN" sim --durations "$T/d.json" --mode adaptive --hint 1f1b >"$T/alike.txt" 2>"$T/err" || fail "sim adaptive alike: $(cat "$T/err")"
+grep -qE "^adaptive: microbatches as they are" "$T/alike.txt" || fail "adaptive reordered alike microbatches: $(cat "$T/alike.txt")"
+"$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b --json >"$T/j" 2>"$T/err" || fail "sim adaptive --json: $(cat "$T/err")"
+python3 -c 'import json,sys; t=open(sys.argv[1]).read(); o=json.loads(t); assert t.strip().count("\n") == 0 and list(o) == ["mode", "hint", "cap", "makespan", "lower_bound", "efficiency", "bubble"] and o["mode"] == "adaptive", t' "$T/j" || fail "adaptive --json keys"
 "$BIN" sim --calibrated "$R7" --stages 8 --microbatches 16 --policy balanced --split-backward --seed 2 --dump "$T/cal-again.json" --json >/dev/null 2>&1
 cmp -s "$T/cal-balanced.json" "$T/cal-again.json" || fail "the calibrated generator is not deterministic for a seed"
 python3 - "$T" <<'PYCAL' || fail "calibrated files"

@@ -77,10 +77,28 @@ static void step_batch(Microbatch* mbs, int M, int step, const SynthConfig* sc, 
     }
 }
 
+/* The two largest microbatches (tokens + patches) moved to the ends of the step, the rest in their order
+ * between (the structs swapped): a step whose ends order (the small ones at both ends) adaptive's plan
+ * predicts clearly faster, so that it reorders it (pp_plan_order). */
+static void big_at_ends(Microbatch* mbs, int M) {
+    for (int end = 0; end < 2 && M > 1; end++) {
+        int lo = end ? 1 : 0, hi = end ? M - 1 : M; /* the first pick is not moved again */
+        int best = lo;
+        for (int m = lo; m < hi; m++)
+            if (mbs[m].T + mbs[m].Np > mbs[best].T + mbs[best].Np) best = m;
+        int to = end ? M - 1 : 0;
+        Microbatch t = mbs[to];
+        mbs[to] = mbs[best];
+        mbs[best] = t;
+    }
+}
+
 /* Returns the number of failures (same on every rank). */
 /* pbe: the pipeline stages' backend (the reference is on the CPU). */
+/* ends: every step's microbatches arranged by big_at_ends (reference and pipeline alike), and adaptive must
+ * reorder every step (the order does not wait for measurements: pipeline_plan_order). */
 static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int M, int P, int rank, int chunks,
-                             PpHint hint, PpMode mode, const char* cap_text, const Backend* pbe) {
+                             PpHint hint, PpMode mode, const char* cap_text, const Backend* pbe, int ends) {
     const Backend* be = &backend_cpu;
     int on_cuda = pbe != &backend_cpu;
     char err[512];
@@ -97,12 +115,26 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     Stage* refp = &ref;
     StageActs ra;
     stage_acts_init(&ra, &ref, max_T, max_Np, 0);
+    PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = hint, .mode = mode,
+                         .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED, .timeout_s = 60,
+                         .max_tokens = max_T, .max_patches = max_Np};
+    if (cap_text && pp_cap_parse(cap_text, &pc.cap, err, sizeof err) != 0) rr_die("%s", err);
+    /* adaptive's order is a function of the step's microbatches and the configuration (pipeline_plan_order):
+     * the reference runs every step in it, and the pipeline must run that order on every step, the first
+     * (nothing measured) and the later ones (measured timings) alike */
     double ref_loss[TRAIN_STEPS];
+    int plan_perm[TRAIN_STEPS][64], plan_re[TRAIN_STEPS];
+    RR_ASSERT(M <= 64);
     for (int k = 0; k < TRAIN_STEPS; k++) {
         step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
+        if (ends) big_at_ends(mbs, M);
+        plan_re[k] = 0;
+        for (int m = 0; m < M; m++) plan_perm[k][m] = m;
+        if (mode == PP_MODE_ADAPTIVE) plan_re[k] = pipeline_plan_order(&pc, mbs, M, plan_perm[k]);
         params_zero_grad(&ref.params);
         double ls_sum = 0;
-        for (int m = 0; m < M; m++) {
+        for (int s = 0; s < M; s++) {
+            int m = plan_perm[k][s];
             float ls = 0;
             stage_forward(&ref, &ra, &mbs[m], NULL, NULL, &ls);
             stage_backward(&ref, &ra, NULL, 1.0f / (float)sup, NULL);
@@ -125,20 +157,31 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
         params_alloc_optimizer(&stages[c].params);
         sp[c] = &stages[c];
     }
-    PipelineConfig pc = {.P = P, .rank = rank, .chunks = chunks, .hint = hint, .mode = mode,
-                         .cap = {PP_CAP_DEFAULT, 0}, .transport = TRANSPORT_TAGGED, .timeout_s = 60,
-                         .max_tokens = max_T, .max_patches = max_Np};
-    if (cap_text && pp_cap_parse(cap_text, &pc.cap, err, sizeof err) != 0) rr_die("%s", err);
     Pipeline* pl = pipeline_create(&pc, sp, test_world, M, err, sizeof err);
     if (!pl) rr_die("pipeline_create: %s", err);
-    int bad = 0;
+    int bad = 0, reordered = 0;
     double worst_loss = 0, worst_param = 0, sum_param = 0, n_param = 0;
     for (int k = 0; k < TRAIN_STEPS; k++) {
         step_batch(mbs, M, k, sc, &max_T, &max_Np, &sup);
+        if (ends) big_at_ends(mbs, M);
         for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
         PipelineStepStats st;
         if (pipeline_step(pl, mbs, M, 1.0f / (float)sup, NULL, k, NULL, &st, err, sizeof err) != 0)
             rr_die("pipeline_step: %s", err);
+        reordered += st.reordered != 0;
+        const int* ord = pipeline_step_order(pl);
+        int same = (st.reordered != 0) == (plan_re[k] != 0) && (ord != NULL) == (plan_re[k] != 0);
+        for (int s = 0; same && ord && s < M; s++) same = ord[s] == plan_perm[k][s];
+        if (!same) {
+            fprintf(stderr, "rank %d: %s %s step %d: the order run (reordered %d) is not pipeline_plan_order's (%d)\n",
+                    rank, pp_hint_name(hint), pp_mode_name(mode), k, st.reordered, plan_re[k]);
+            bad++;
+        }
+        if (ends && !st.reordered) {
+            fprintf(stderr, "rank %d: %s %s step %d (planned: predicted ready %g fixed %g) was not reordered\n", rank,
+                    pp_hint_name(hint), pp_mode_name(mode), k, st.predicted[0], st.predicted[2]);
+            bad++;
+        }
         double sq = stages_sum_squares(sp, chunks), gsq = 0, loss = 0, ls = st.loss_sum;
         MPI_Allreduce(&sq, &gsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&ls, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -194,8 +237,9 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     MPI_Allreduce(&worst_loss, &wl, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&worst_param, &wp, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("train %d steps %-16s %-10s cap %-4s: losses", TRAIN_STEPS, pp_hint_name(hint), pp_mode_name(mode),
-               cap_text ? cap_text : "P-r");
+        printf("train %d steps %-16s %-10s cap %-4s%s: losses", TRAIN_STEPS, pp_hint_name(hint), pp_mode_name(mode),
+               cap_text ? cap_text : "P-r", ends ? " big microbatches at the ends" : "");
+    if (rank == 0 && ends) printf(" (%d steps reordered)", reordered);
     if (rank == 0) {
         for (int k = 0; k < TRAIN_STEPS; k++) printf(" %.6f", ref_loss[k]);
         printf(" | max loss rel diff %.2g, max param diff %.2g (mean %.2g) %s\n", wl, wp, mean_param,
@@ -278,7 +322,11 @@ int main(int argc, char** argv) {
         sp[c] = &stages[c];
     }
 
-    int failures = 0, runs = 0, adaptive_learned = 0, adaptive_planned = 0;
+    int failures = 0, runs = 0, adaptive_learned = 0, adaptive_planned = 0, adaptive_reordered = 0, n_reordered_runs = 0;
+    /* the same microbatches with the two largest at the ends (shallow copies, variant 5 below) */
+    Microbatch* mbs_ends = mallocCheck(sizeof(Microbatch) * (size_t)M);
+    memcpy(mbs_ends, mbs, sizeof(Microbatch) * (size_t)M);
+    big_at_ends(mbs_ends, M);
     double worst_rel = 0;
     for (int h = 0; h < PP_HINT_COUNT; h++) {
         if (vshape ? !pp_hint_vshape((PpHint)h)
@@ -290,12 +338,17 @@ int main(int argc, char** argv) {
              * flight); 3 = cap 2x the hint's peak with a tiny activation byte budget (admits one F at a
              * time once anything is in flight); 4 = cap 1x the hint's own peak (P - r, M for gpipe), which
              * must resolve as in the simulator. 2..4 only matter under ready. */
-            for (int var = 0; var < 5; var++) {
+            for (int var = 0; var < 6; var++) {
                 if (on_cuda && (var != 0 || !(h == PP_HINT_1F1B || h == PP_HINT_BFW || h == PP_HINT_INTERLEAVED)))
                     continue; /* the emulated device is slow: a fused and a split schedule suffice */
                 int tk = var == 1 ? TRANSPORT_FIFO : TRANSPORT_TAGGED;
                 if (var == 1 && mode != PP_MODE_READY && mode != PP_MODE_LOOKAHEAD && h != PP_HINT_1F1B) continue; /* keep it quick */
-                if (var >= 2 && !pp_mode_is_ready((PpMode)mode)) continue;
+                if (var >= 2 && var <= 4 && !pp_mode_is_ready((PpMode)mode)) continue;
+                /* 5: adaptive on the step with its two largest microbatches at the ends (mbs_ends): the plan must
+                 * reorder it (the order choice), and the gradients still match the reference's (computed in
+                 * the plan's order: reordering sums M terms in another order, the bound below) */
+                if (var == 5 && (mode != PP_MODE_ADAPTIVE || chunks > 1 || vshape || on_cuda)) continue;
+                const Microbatch* run_mbs = var == 5 ? mbs_ends : mbs;
                 PpCap cap = {PP_CAP_DEFAULT, 0};
                 if (var == 2) cap = (PpCap){PP_CAP_COUNT, 1};
                 if (var == 3) cap = (PpCap){PP_CAP_MULTIPLE, 2.0};
@@ -311,20 +364,53 @@ int main(int argc, char** argv) {
                     /* a first step calibrates the cost model, so the checked step runs with estimates
                      * (its notices, predictions and waits; adaptive: its plan over every rank's cost
                      * model), as every step after the first does */
-                    if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                    if (pipeline_step(pl, run_mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                         rr_die("pipeline_step (warm-up): %s", err);
                     /* adaptive: a second planned step, so the checked step's choice is its learner's
                      * (it has observed one step in hindsight) */
-                    if (mode == PP_MODE_ADAPTIVE && var == 0) {
-                        if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                    if (mode == PP_MODE_ADAPTIVE && (var == 0 || var == 5)) {
+                        if (pipeline_step(pl, run_mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                             rr_die("pipeline_step (warm-up 2): %s", err);
                         if (st.predicted[0] > 0 && st.predicted[2] > 0) adaptive_planned++;
                     }
                 }
                 for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
-                if (pipeline_step(pl, mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                if (pipeline_step(pl, run_mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
                     rr_die("pipeline_step: %s", err);
-                if (mode == PP_MODE_ADAPTIVE && var == 0 && st.learned > 0) adaptive_learned++;
+                if (mode == PP_MODE_ADAPTIVE && (var == 0 || var == 5) && st.learned > 0) adaptive_learned++;
+                /* a step adaptive reordered (variant 5 always; the others where its plan chose to): the reference
+                 * for the gradients is the one-process step over the microbatches in the order the step ran them
+                 * (pipeline_step_order), so that the runtime's own reordering of the W (or fused B) tasks gives
+                 * the bound below, as for every other run. The reference in the plan's order differs from it by
+                 * sums of whole microbatches in another order, where elements whose terms cancel move by more
+                 * than that bound (observed up to 1.2x it); the training phase compares reordered steps with the
+                 * plan's order (its bound is on the parameters). The loss is compared with the plan's order. */
+                float* keep = NULL;
+                const int* ord = pipeline_step_order(pl);
+                n_reordered_runs += ord != NULL;
+                if (ord) {
+                    keep = mallocCheck(sizeof(float) * ref.params.gtotal);
+                    memcpy(keep, ref.params.grad, sizeof(float) * ref.params.gtotal);
+                    params_zero_grad(&ref.params);
+                    for (int s5 = 0; s5 < M; s5++) {
+                        float ls = 0;
+                        stage_forward(&ref, &ra, &run_mbs[ord[s5]], NULL, NULL, &ls);
+                        stage_backward(&ref, &ra, NULL, scale, NULL);
+                    }
+                }
+                if (var == 5 && (h == PP_HINT_1F1B || h == PP_HINT_ZBH1)) {
+                    /* the checked step ran reordered, on every rank (under the other hints the plan may keep the
+                     * order: bf did here) */
+                    int mine = st.reordered != 0, all = 0;
+                    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+                    if (!all) {
+                        fprintf(stderr, "rank %d %s: adaptive did not reorder the step with its big microbatches at the "
+                                "ends (this rank: %d; predicted ready %g fixed %g)\n", rank, pp_hint_name((PpHint)h),
+                                mine, st.predicted[0], st.predicted[2]);
+                        failures++;
+                    }
+                    adaptive_reordered += all;
+                }
                 double loss = 0, my = st.loss_sum * scale;
                 MPI_Allreduce(&my, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                 int bad = 0;
@@ -357,12 +443,17 @@ int main(int argc, char** argv) {
                         }
                     }
                 }
+                if (keep) {
+                    memcpy(ref.params.grad, keep, sizeof(float) * ref.params.gtotal);
+                    free(keep);
+                }
                 int all_bad = 0;
                 MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
                 if (rank == 0)
                     printf("%-18s %-10s %-6s %-14s loss %.7f (ref %.7f) peak in flight %d waits %ld %s\n",
                            pp_hint_name((PpHint)h), pp_mode_name((PpMode)mode), transport_kind_name((TransportKind)tk),
-                           var == 2 ? "cap 1" : var == 3 ? "cap 2x budget" : var == 4 ? "cap 1x" : "default cap",
+                           var == 2 ? "cap 1" : var == 3 ? "cap 2x budget" : var == 4 ? "cap 1x" :
+                           var == 5 ? (st.reordered ? "ends,reordered" : "ends,as is") : "default cap",
                            loss, ref_loss,
                            st.peak_inflight, st.waits, all_bad ? "FAIL" : "ok");
                 if (var == 2 && st.peak_inflight > 1) {
@@ -411,26 +502,28 @@ int main(int argc, char** argv) {
     if (on_cuda) {
         /* the step end (norm, clipping, AdamW) on the device: one schedule (the emulation is slow) */
         failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, chunks > 1 ? PP_HINT_INTERLEAVED : PP_HINT_1F1B,
-                                      PP_MODE_READY, NULL, pbe);
+                                      PP_MODE_READY, NULL, pbe, 0);
     } else if (vshape) { /* both V hints under every mode */
         for (int mode = 0; mode < PP_MODE_COUNT; mode++) {
-            failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_ZBV, (PpMode)mode, NULL, pbe);
-            failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_DUALPIPEV, (PpMode)mode, NULL, pbe);
+            failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_ZBV, (PpMode)mode, NULL, pbe, 0);
+            failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_DUALPIPEV, (PpMode)mode, NULL, pbe, 0);
         }
     } else if (chunks > 1) {
-        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_READY, NULL, pbe);
-        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_FIXED_SYNC, NULL, pbe);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_READY, NULL, pbe, 0);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, chunks, PP_HINT_INTERLEAVED, PP_MODE_FIXED_SYNC, NULL, pbe, 0);
     } else {
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, NULL, pbe);
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL, pbe);
-        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x", pbe);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_FIXED_SYNC, NULL, pbe, 0);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_ZBH1, PP_MODE_FIXED, NULL, pbe, 0);
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_BFW, PP_MODE_READY, "1.5x", pbe, 0);
+        /* adaptive reorders every planned step (the order choice, pp_plan_order) and still trains as one process */
+        failures += train_equivalence(&cfg, &sc, M, P, rank, 1, PP_HINT_1F1B, PP_MODE_ADAPTIVE, NULL, pbe, 1);
     }
-    runs += on_cuda ? 1 : vshape ? 2 * PP_MODE_COUNT : chunks > 1 ? 2 : 3;
+    runs += on_cuda ? 1 : vshape ? 2 * PP_MODE_COUNT : chunks > 1 ? 2 : 4;
     double worst = 0;
     MPI_Allreduce(&worst_rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("pipeline P=%d chunks=%d M=%d: %d runs, %d failed, largest gradient difference %.3g of max |g|\n", P,
-               chunks, M, runs, failures, worst);
+        printf("pipeline P=%d chunks=%d M=%d: %d runs (%d reordered by adaptive), %d failed, largest gradient difference "
+               "%.3g of max |g|\n", P, chunks, M, runs, n_reordered_runs, failures, worst);
     /* the verdict is every rank's: a failure seen on any rank fails the test on all of them */
     /* adaptive's learner ran: every step after a planned one (ready and fixed both predicted) learned */
     if (adaptive_learned < adaptive_planned || (adaptive_planned == 0 && chunks == 1 && !vshape && !on_cuda)) {
@@ -438,6 +531,12 @@ int main(int argc, char** argv) {
                 adaptive_planned);
         failures++;
     }
+    /* the order choice ran (variant 5: one adaptive run per sequence hint of one chunk) */
+    if (chunks == 1 && !vshape && !on_cuda && adaptive_reordered == 0) {
+        fprintf(stderr, "rank %d: no adaptive step was reordered\n", rank);
+        failures++;
+    }
+    free(mbs_ends);
     int all_failures = 0;
     MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     failures = all_failures;

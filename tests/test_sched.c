@@ -702,7 +702,7 @@ static void test_lookahead_sim(void) {
                     PpCap cap;
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
-                    PpSimOptions o = {0.2, seed, NULL, 0};
+                    PpSimOptions o = {0.2, seed, NULL, 0, NULL, 0};
                     for (int h = 0; h < PP_HINT_COUNT; h++) {
                         if (h == PP_HINT_INTERLEAVED || pp_hint_vshape((PpHint)h)) continue;
                         const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
@@ -731,7 +731,7 @@ static void test_lookahead_sim(void) {
     PpDurations d;
     pp_durations_generate(&d, 32, 128, 0.1, PP_GEN_TEXT, 1, 0, 0.02);
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
-    PpSimOptions o = {0.2, 1, NULL, 0};
+    PpSimOptions o = {0.2, 1, NULL, 0, NULL, 0};
     PpSimResult r;
     char err[256];
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
@@ -808,8 +808,120 @@ static void test_order_ends(void) {
     }
 }
 
+/* d's columns in `order` (NULL: as they are), in arrays of their own */
+static void permuted_copy(const PpDurations* d, const int* order, PpDurations* out) {
+    *out = *d;
+    size_t n = (size_t)d->P * (size_t)d->M;
+    out->F = mallocCheck(sizeof(double) * n), memcpy(out->F, d->F, sizeof(double) * n);
+    out->B = mallocCheck(sizeof(double) * n), memcpy(out->B, d->B, sizeof(double) * n);
+    if (d->W) out->W = mallocCheck(sizeof(double) * n), memcpy(out->W, d->W, sizeof(double) * n);
+    if (order) pp_durations_permute(out, order);
+}
+
+/* adaptive's result r carries the plan's order choice: pp_plan_order on the step's estimates says reorder
+ * exactly when r.order is set, with the same permutation (a valid one, not the identity), predictions and mode
+ * (no learner) */
+static void check_plan_order(const PpDurations* d, PpHint h, PpCap cap, const PpSimOptions* o, const PpSimResult* r) {
+    PpDurations est;
+    pp_sim_estimated_durations(d, 1, o, &est);
+    int* perm = mallocCheck(sizeof(int) * (size_t)d->M);
+    int* seen = callocCheck((size_t)d->M, sizeof(int));
+    double pred[3];
+    PpMode m;
+    int re = pp_plan_order(&est, o->estimate_error, h, cap, 1, 1, pred, &m, perm);
+    CHECK(re == (r->order != NULL), "%s: pp_plan_order says %d, the step ran %s", pp_hint_name(h), re,
+          r->order ? "reordered" : "as it is");
+    int ident = 1;
+    for (int s = 0; s < d->M; s++) {
+        if (!re) CHECK(perm[s] == s, "not reordered but perm[%d] = %d", s, perm[s]);
+        if (re && r->order) {
+            CHECK(perm[s] == r->order[s], "order[%d]: %d vs the plan's %d", s, r->order[s], perm[s]);
+            CHECK(r->order[s] >= 0 && r->order[s] < d->M && !seen[r->order[s]], "order[%d] = %d", s, r->order[s]);
+            if (r->order[s] >= 0 && r->order[s] < d->M) seen[r->order[s]] = 1;
+            ident &= r->order[s] == s;
+        }
+    }
+    if (re) CHECK(!ident, "reordered into the identity");
+    CHECK(m == r->chosen, "mode %s vs the plan's %s", pp_mode_name(r->chosen), pp_mode_name(m));
+    for (int i = 0; i < 3; i++)
+        CHECK(isnan(pred[i]) ? isnan(r->predicted[i]) : pred[i] == r->predicted[i], "predicted[%d] %g vs %g", i,
+              r->predicted[i], pred[i]);
+    free(perm);
+    free(seen);
+    pp_durations_free(&est);
+}
+
+/* The order choice on steps built for it: a stage's rate x a microbatch's size (low rank: the fit keeps it).
+ * - shape 0, the big ones at the ends: sizes 1 except 6 at both ends; the ends order moves them to the middle,
+ *   shortening the fill (F of slot 0 crosses every stage alone) and the drain (B of the last slot): the plan
+ *   must reorder (E = 0 and 0.2) and the step run faster than the best of ready, fixed and lookahead on the
+ *   step as it is.
+ * - shape 1, already in ends order (sizes rising to the middle and falling, the two smallest at the ends): the
+ *   ends order is the identity at E = 0 and a few swaps of near sizes at E = 0.2: it must not reorder.
+ * - shape 2, every microbatch alike: at E = 0 the ends order predicts the same makespan: it must not reorder;
+ *   at E = 0.2 the estimates' noise alone orders them and may predict a gain (the plan cannot tell), but the
+ *   step as reordered then costs nothing: within 0.5% of the best mode on the step as it is. */
+static void test_adaptive_order(void) {
+    int P = 4, M = 12;
+    PpCap cap = {PP_CAP_DEFAULT, 0};
+    static const double ends[12] = {1, 3, 5, 7, 9, 11, 12, 10, 8, 6, 4, 2};
+    for (int shape = 0; shape < 3; shape++)
+        for (int split = 0; split < 2; split++)
+            for (int e = 0; e < 2; e++) {
+                PpDurations d = {.P = P, .M = M, .split = split, .latency = 0.02};
+                d.F = mallocCheck(sizeof(double) * P * M), d.B = mallocCheck(sizeof(double) * P * M);
+                if (split) d.W = mallocCheck(sizeof(double) * P * M);
+                for (int r = 0; r < P; r++)
+                    for (int m = 0; m < M; m++) {
+                        double sz = shape == 0 ? ((m == 0 || m == M - 1) ? 6 : 1) : shape == 1 ? ends[m] : 1;
+                        double rate = 1 + 0.1 * r;
+                        d.F[r * M + m] = rate * sz;
+                        d.B[r * M + m] = (split ? 1 : 2) * rate * sz;
+                        if (split) d.W[r * M + m] = rate * sz;
+                    }
+                PpHint h = split ? PP_HINT_ZBH1 : PP_HINT_1F1B;
+                PpSimOptions o = {e ? 0.2 : 0.0, 3, NULL, 0, NULL, 0};
+                PpSimResult r;
+                char err[256];
+                CHECK(pp_sim_run_opts(&d, h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock, "%s",
+                      err);
+                PpShape sh = {P, M, 1, split, 0};
+                CHECK(pp_exec_check(&sh, r.exec, r.n_exec, d.latency, err, sizeof err) == 0, "%s", err);
+                check_plan_order(&d, h, cap, &o, &r);
+                double bx = fmin(sim_makespan(&d, h, PP_MODE_READY, cap, 1), sim_makespan(&d, h, PP_MODE_FIXED, cap, 1));
+                bx = fmin(bx, sim_makespan(&d, h, PP_MODE_LOOKAHEAD, cap, 1));
+                if (shape == 0) {
+                    /* keep_order: the plan of the mode alone, on the step as it is */
+                    PpSimOptions ok = o;
+                    ok.keep_order = 1;
+                    PpSimResult rk;
+                    CHECK(pp_sim_run_opts(&d, h, PP_MODE_ADAPTIVE, cap, 1, &ok, &rk, err, sizeof err) == 0 && !rk.order &&
+                              rk.makespan >= bx, "%s E=%g keep_order: reordered or faster than the best mode (%g < %g)",
+                          pp_hint_name(h), o.estimate_error, rk.makespan, bx);
+                    pp_sim_result_free(&rk);
+                    CHECK(r.order && r.order[0] != 0 && r.order[0] != M - 1 && r.order[M - 1] != 0 && r.order[M - 1] != M - 1,
+                          "%s E=%g: big microbatches at the ends, not reordered (or still at an end)", pp_hint_name(h),
+                          o.estimate_error);
+                    CHECK(r.makespan < 0.95 * bx, "%s E=%g: reordered step %g, best as it is %g", pp_hint_name(h),
+                          o.estimate_error, r.makespan, bx);
+                    printf("  adaptive order (%s, E = %.1f): reordered, %.4f x the best mode on the step as it is\n",
+                           pp_hint_name(h), o.estimate_error, r.makespan / bx);
+                } else if (shape == 1 || e == 0) {
+                    CHECK(!r.order, "%s E=%g shape %d: reordered", pp_hint_name(h), o.estimate_error, shape);
+                } else {
+                    CHECK(r.makespan <= 1.005 * bx, "%s E=%g alike: adaptive%s %g, best as it is %g", pp_hint_name(h),
+                          o.estimate_error, r.order ? " (reordered)" : "", r.makespan, bx);
+                    printf("  adaptive order (%s, E = %.1f, alike microbatches): %s, %.4f x the best mode as it is\n",
+                           pp_hint_name(h), o.estimate_error, r.order ? "reordered" : "as it is", r.makespan / bx);
+                }
+                pp_sim_result_free(&r);
+                pp_durations_free(&d);
+            }
+}
+
 static void test_adaptive(void) {
     const char* caps[] = {"1x", "1.5x", "2x"};
+    int n_reordered[2] = {0, 0}, n_steps[2] = {0, 0};
     for (int kind = 0; kind < 2; kind++)
         for (uint64_t seed = 1; seed <= 2; seed++) {
             PpDurations dw, ds;
@@ -822,7 +934,7 @@ static void test_adaptive(void) {
                     char err[512];
                     pp_cap_parse(caps[c], &cap, err, sizeof err);
                     const PpDurations* d = (h == PP_HINT_ZBH1 || h == PP_HINT_BFW) ? &ds : &dw;
-                    PpSimOptions o = {0.2, seed, NULL, 0};
+                    PpSimOptions o = {0.2, seed, NULL, 0, NULL, 0};
                     PpSimResult r, q;
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &o, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s: %s %s", pp_hint_name((PpHint)h), err, r.msg);
@@ -837,41 +949,62 @@ static void test_adaptive(void) {
                           caps[c], pp_mode_name(r.chosen), p[0], p[1], p[2], pp_mode_name(want));
                     if (!pp_hint_is_sequence((PpHint)h))
                         CHECK(r.chosen == PP_MODE_READY && isnan(p[1]) && isnan(p[2]), "a ranking has one candidate");
-                    CHECK(pp_sim_run_opts(d, (PpHint)h, r.chosen, cap, 1, &o, &q, err, sizeof err) == 0 &&
+                    /* the order: the plan's (pp_plan_order on the estimates), and the step is the chosen mode's
+                     * run on the step in that order (its estimates the same draws, permuted) */
+                    check_plan_order(d, (PpHint)h, cap, &o, &r);
+                    PpDurations dp;
+                    permuted_copy(d, r.order, &dp);
+                    PpSimOptions op = o;
+                    op.order = r.order;
+                    CHECK(pp_sim_run_opts(&dp, (PpHint)h, r.chosen, cap, 1, &op, &q, err, sizeof err) == 0 &&
                               q.makespan == r.makespan, "adaptive's step is not the chosen mode's: %g vs %g", r.makespan,
                           q.makespan);
+                    n_reordered[0] += r.order != NULL, n_steps[0]++;
                     pp_sim_result_free(&q);
+                    pp_durations_free(&dp);
                     pp_sim_result_free(&r);
                     /* exact estimates: the plan's simulations are the step itself, so adaptive is never
                      * slower than the best of its candidates (ready; fixed and lookahead where they are ones) */
-                    PpSimOptions ox = {0.0, seed, NULL, 0};
+                    PpSimOptions ox = {0.0, seed, NULL, 0, NULL, 0};
                     CHECK(pp_sim_run_opts(d, (PpHint)h, PP_MODE_ADAPTIVE, cap, 1, &ox, &r, err, sizeof err) == 0 &&
                               !r.deadlock, "%s", err);
-                    double rd = sim_makespan(d, (PpHint)h, PP_MODE_READY, cap, 1), bx = rd;
+                    check_plan_order(d, (PpHint)h, cap, &ox, &r);
+                    /* the predictions are the makespans of the order that ran ... */
+                    permuted_copy(d, r.order, &dp);
+                    double rd = sim_makespan(&dp, (PpHint)h, PP_MODE_READY, cap, 1);
                     if (!isnan(r.predicted[2])) {
-                        double fx = sim_makespan(d, (PpHint)h, PP_MODE_FIXED, cap, 1);
+                        double fx = sim_makespan(&dp, (PpHint)h, PP_MODE_FIXED, cap, 1);
                         CHECK(r.predicted[2] == fx && r.predicted[0] == rd, "exact estimates: predicted %g %g, ran %g %g",
                               r.predicted[0], r.predicted[2], rd, fx);
-                        if (fx < bx) bx = fx;
                     }
                     if (!isnan(r.predicted[1])) { /* lookahead, a candidate under a sequence hint, with no margin */
-                        double la = sim_makespan(d, (PpHint)h, PP_MODE_LOOKAHEAD, cap, 1);
+                        double la = sim_makespan(&dp, (PpHint)h, PP_MODE_LOOKAHEAD, cap, 1);
                         CHECK(r.predicted[1] == la, "exact estimates: lookahead predicted %g, ran %g", r.predicted[1], la);
-                        if (la < bx) bx = la;
                     }
-                    CHECK(r.makespan <= bx * (1 + 1e-12), "%s %s exact estimates: adaptive (%s) %g > best %g",
-                          pp_hint_name((PpHint)h), caps[c], pp_mode_name(r.chosen), r.makespan, bx);
+                    pp_durations_free(&dp);
+                    /* ... and the step is never slower than the best of the candidates on the step as it is
+                     * (strictly faster when it reordered: no margin, so only a shorter prediction reorders) */
+                    double bx = sim_makespan(d, (PpHint)h, PP_MODE_READY, cap, 1);
+                    if (!isnan(r.predicted[2])) bx = fmin(bx, sim_makespan(d, (PpHint)h, PP_MODE_FIXED, cap, 1));
+                    if (!isnan(r.predicted[1])) bx = fmin(bx, sim_makespan(d, (PpHint)h, PP_MODE_LOOKAHEAD, cap, 1));
+                    CHECK(r.order ? r.makespan < bx : r.makespan <= bx * (1 + 1e-12),
+                          "%s %s exact estimates: adaptive (%s%s) %g > best %g on the step as it is",
+                          pp_hint_name((PpHint)h), caps[c], pp_mode_name(r.chosen), r.order ? ", reordered" : "",
+                          r.makespan, bx);
+                    n_reordered[1] += r.order != NULL, n_steps[1]++;
                     pp_sim_result_free(&r);
                 }
             pp_durations_free(&dw);
             pp_durations_free(&ds);
         }
+    printf("  adaptive: reordered %d of %d steps with estimates 20%% off, %d of %d with exact ones\n", n_reordered[0],
+           n_steps[0], n_reordered[1], n_steps[1]);
     PpDurations d;
     pp_durations_generate(&d, 32, 128, 0.1, PP_GEN_TEXT, 1, 0, 0.02);
     PpCap c1 = {PP_CAP_MULTIPLE, 1.0};
     double fixed = sim_makespan(&d, PP_HINT_1F1B, PP_MODE_FIXED, CAP_DEFAULT, 1);
     for (int e = 0; e < 2; e++) {
-        PpSimOptions o = {e ? 0.2 : 0.0, 1, NULL, 0};
+        PpSimOptions o = {e ? 0.2 : 0.0, 1, NULL, 0, NULL, 0};
         PpSimResult r;
         char err[256];
         CHECK(pp_sim_run_opts(&d, PP_HINT_1F1B, PP_MODE_ADAPTIVE, c1, 1, &o, &r, err, sizeof err) == 0 && !r.deadlock,
@@ -917,7 +1050,7 @@ static void test_plan_fit(void) {
 
     PpDurations d, est, fit;
     pp_durations_generate(&d, 32, 128, 1.0, PP_GEN_MM, 1, 0, 0.02);
-    PpSimOptions o = {0.2, 1, NULL, 0};
+    PpSimOptions o = {0.2, 1, NULL, 0, NULL, 0};
     pp_sim_estimated_durations(&d, 1, &o, &est);
     pp_durations_smooth(&est, &fit);
     double raw = 0, fitted = 0, c0 = 0, n0 = 0, n1 = 0;
@@ -1111,7 +1244,7 @@ static void test_rollout(void) {
                 PpCap cap;
                 pp_cap_parse(caps[c], &cap, err, sizeof err);
                 for (int e = 0; e < 2; e++) {
-                    PpSimOptions o = {e ? 0.2 : 0.0, 7 + trial, NULL, 0};
+                    PpSimOptions o = {e ? 0.2 : 0.0, 7 + trial, NULL, 0, NULL, 0};
                     PpSimResult r;
                     CHECK(pp_sim_run_opts(&d, h, PP_MODE_ROLLOUT, cap, V, &o, &r, err, sizeof err) == 0, "%s", err);
                     CHECK(!r.deadlock, "rollout %s %s P=%d M=%d: %s", pp_hint_name(h), caps[c], P, M, r.msg);
@@ -1131,7 +1264,7 @@ static void test_rollout(void) {
                         if (r.makespan / best > worst) worst = r.makespan / best;
                         /* the diagnostic variants that give the continuations the true durations (of the
                          * running tasks and of the rest) make estimates 20% off exact again: the same step */
-                        PpSimOptions ot = {0.2, 7 + trial, NULL, PP_ROLLOUT_RUNNING_TRUE | PP_ROLLOUT_FUTURE_TRUE};
+                        PpSimOptions ot = {0.2, 7 + trial, NULL, PP_ROLLOUT_RUNNING_TRUE | PP_ROLLOUT_FUTURE_TRUE, NULL, 0};
                         PpSimResult rt;
                         CHECK(pp_sim_run_opts(&d, h, PP_MODE_ROLLOUT, cap, V, &ot, &rt, err, sizeof err) == 0 &&
                                   !rt.deadlock && rt.makespan == r.makespan && rt.rollout_rise == 0,
@@ -1195,6 +1328,7 @@ int main(int argc, char** argv) {
         {"lookahead_decision", test_lookahead_decision},
         {"lookahead_sim", test_lookahead_sim},
         {"adaptive", test_adaptive},
+        {"adaptive_order", test_adaptive_order},
         {"order_ends", test_order_ends},
         {"plan_fit", test_plan_fit},
         {"plan_learn", test_plan_learn},

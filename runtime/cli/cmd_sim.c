@@ -41,7 +41,9 @@ static void sim_usage(FILE* f) {
             "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead, adaptive or rollout (default ready); adaptive\n"
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
-            "                    and runs the one predicted fastest (docs/scheduler.md); rollout (an experiment,\n"
+            "                    and runs the one predicted fastest, on the microbatches in ends order (small\n"
+            "                    ones at both ends) where that is predicted faster (docs/scheduler.md; --grid and\n"
+            "                    --trace then number microbatches by slot); rollout (an experiment,\n"
             "                    simulator only) simulates the rest of the step on the estimates at each decision\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
@@ -437,7 +439,7 @@ int cmd_sim(int argc, char** argv) {
     }
     PpSimResult r;
     double t0 = rr_now();
-    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0};
+    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0, NULL, 0};
     if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
         pp_durations_free(&d);
@@ -496,9 +498,18 @@ int cmd_sim(int argc, char** argv) {
         if (r.chosen == PP_MODE_ROLLOUT)
             printf(", %ld of them simulated the rest of the step, %ld of those waited", r.rollouts, r.waits);
         printf(")\n");
-        if (mode == PP_MODE_ADAPTIVE)
+        if (mode == PP_MODE_ADAPTIVE) {
             printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
                    pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
+            /* the plan's order choice: the grid and the trace number microbatches by slot */
+            if (r.order) {
+                printf("adaptive: reordered the microbatches (ends order, predicted faster; grid and trace show slots):");
+                for (int s = 0; s < d.M; s++) printf(" %d", r.order[s]);
+                printf("\n");
+            } else {
+                printf("adaptive: microbatches as they are (the ends order was not predicted faster)\n");
+            }
+        }
     }
     if (trace && write_sim_trace(trace, &r, &shape, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);

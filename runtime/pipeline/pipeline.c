@@ -79,6 +79,8 @@ struct Pipeline {
     int meas_M, meas_ok;
     double meas_pred[3];
     PpPlanLearn learn;
+    int* step_order;       /* (M) the last step's order (adaptive reordered it: slot s = microbatch step_order[s]) */
+    int step_reordered;    /* ... and whether it was reordered (pipeline_step_order) */
     PipelineGradsDone grads_done;
     void* grads_done_ctx;
     int* grad_tasks;       /* (chunks) weight-gradient tasks (W, or fused B) finished this step */
@@ -175,6 +177,8 @@ static int tp_choice_flush(TpCoord* c, double timeout_s, char* err, size_t err_l
         nanosleep(&ts, NULL);
     }
 }
+
+const int* pipeline_step_order(const Pipeline* p) { return p->step_reordered ? p->step_order : NULL; }
 
 void pipeline_set_task_hook(Pipeline* p, PipelineTaskHook fn, void* ctx) {
     p->task_hook = fn;
@@ -349,6 +353,7 @@ void pipeline_free(Pipeline* p) {
     free(p->order);
     free(p->cost_s);
     free(p->meas);
+    free(p->step_order);
     free(p->cost_u);
     free(p->notice_in);
     free(p->ahead_sent);
@@ -593,6 +598,36 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     return has_out;
 }
 
+/* adaptive's microbatch order (pipeline.h): pp_plan_order on a deterministic cost model, never on the measured
+ * one. A reordered step sums its weight gradients in another order, so the decision must be the same on every
+ * run of the same data (a resumed run, a run with eval, a gate off / on) and on every rank. Each (rank, chunk)
+ * task costs its work units (tokens, plus patches on virtual stage 0, plus 1: task_units) times a fixed weight
+ * per kind (F 1, B 2; split: B 1, W 1); the partition balances the stages, so every stage weighs the same. */
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
+    int P = cfg->P, V = cfg->chunks, split = cfg->split || pipeline_hint_splits(cfg->hint); /* as pipeline_create */
+    PpDurations det = {.P = P, .M = M, .split = split, .latency = 0};
+    det.F = callocCheck((size_t)P * M, sizeof(double));
+    det.B = callocCheck((size_t)P * M, sizeof(double));
+    if (split) det.W = callocCheck((size_t)P * M, sizeof(double));
+    double* dm[3] = {det.F, det.B, det.W};
+    const double wk[3] = {1.0, split ? 1.0 : 2.0, 1.0};
+    for (int r = 0; r < P; r++)
+        for (int k = 0; k < (split ? 3 : 2); k++)
+            for (int m = 0; m < M; m++) {
+                double v = 0;
+                for (int c = 0; c < V; c++) {
+                    int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
+                    v += wk[k] * ((double)mbs[m].T + (first ? (double)mbs[m].Np : 0.0) + 1.0);
+                }
+                dm[k][(size_t)r * M + m] = v;
+            }
+    double pred[3];
+    PpMode mode;
+    int reordered = pp_plan_order(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred, &mode, perm);
+    pp_durations_free(&det);
+    return reordered;
+}
+
 /* adaptive (sched.h): the step's mode, from a simulation of the step on the estimated durations of
  * every rank (pp_sim_plan). Estimates: cfg->estimate when given (it answers for any rank), else every
  * rank's cost model (per chunk and kind, seconds per work unit), summed over the pipeline group with one
@@ -600,10 +635,13 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
  * identical on every rank). Every rank then computes the same choice from the same plan. A rank whose
  * cost model has measured nothing yet (the first step) makes the plan unknown: the step runs lookahead,
  * which without estimates behaves as ready. pred: the predicted makespans (s) or NAN. */
-static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, double pred[3], char* err, size_t err_len) {
+static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, double pred[3], int* perm, int* reordered,
+                     char* err, size_t err_len) {
     const PipelineConfig* cfg = &p->cfg;
     int P = cfg->P, V = cfg->chunks;
     for (int i = 0; i < 3; i++) pred[i] = NAN;
+    for (int m = 0; m < M; m++) perm[m] = m;
+    *reordered = 0;
     *mode = PP_MODE_LOOKAHEAD;
     double* rate = NULL; /* (P, V, 3): seconds per unit, 0 = unknown */
     /* the learner's sample: the last step's measured durations of every rank, when that step was planned
@@ -645,6 +683,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     }
     free(su);
     p->meas_ok = 0;
+    /* the order: a function of the step's microbatches and the configuration alone (pipeline_plan_order);
+     * under replay or with cfg.estimate it is kept (their tasks are indexed by the plan's microbatches) */
+    if (!cfg->estimate && !cfg->replay[0]) *reordered = pipeline_plan_order(cfg, mbs, M, perm);
     PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
     est.F = callocCheck((size_t)P * M, sizeof(double));
     est.B = callocCheck((size_t)P * M, sizeof(double));
@@ -662,8 +703,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                         e = cfg->estimate(cfg->estimate_ctx, r, t);
                     } else {
                         int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
+                        int mb = perm[m];             /* slot m runs microbatch perm[m] */
                         e = rate[((size_t)r * V + c) * 3 + k] *
-                            ((double)mbs[m].T + (first ? (double)mbs[m].Np : 0.0) + 1.0);
+                            ((double)mbs[mb].T + (first ? (double)mbs[mb].Np : 0.0) + 1.0);
                     }
                     if (!(e > 0)) known = 0;
                     v += e;
@@ -671,8 +713,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                 mats[k][(size_t)r * M + m] = v;
             }
     if (known) { /* fixed ignores the activation byte budget: not a candidate under one */
-        pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred);
-        *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: pp_sim_plan's choice */
+        int allow_fixed = !(cfg->act_budget > 0);
+        pp_sim_plan(&est, -1, cfg->hint, cfg->cap, V, allow_fixed, pred); /* the step in the order it runs */
+        *mode = pp_plan_learn_choose(&p->learn, pred); /* no step learned yet: the plan's choice */
     }
     /* this step's measurements start empty */
     p->meas = reallocCheck(p->meas, sizeof(double) * 3 * (size_t)M);
@@ -683,6 +726,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     free(rate);
     return 0;
 }
+
+static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, const double pred[3], float loss_scale,
+                    PpTrace* trace, int step, PipelineStepStats* out, char* err, size_t err_len);
 
 int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, PpTrace* trace, int step,
                   const char* dump_dir, PipelineStepStats* out, char* err, size_t err_len) {
@@ -717,17 +763,67 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     }
     PpMode mode = cfg->mode;
     double pred[3] = {NAN, NAN, NAN};
-    if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, err, err_len) != 0) return -1;
+    int* perm = mallocCheck(sizeof(int) * (size_t)M);
+    int reordered = 0;
+    for (int m = 0; m < M; m++) perm[m] = m;
+    if (mode == PP_MODE_ADAPTIVE && plan_step(p, mbs, M, &mode, pred, perm, &reordered, err, err_len) != 0) {
+        free(perm);
+        return -1;
+    }
     if (cfg->mode == PP_MODE_ADAPTIVE && cfg->tp && cfg->tp->size > 1) {
-        /* the TP ranks of a stage plan on their own measurements: the leader's plan is the stage's */
-        int32_t m32 = (int32_t)mode;
-        if (comm_bcast(cfg->tp, &m32, sizeof m32, 0, e, sizeof e) != 0) {
+        /* the TP ranks of a stage plan on their own measurements: the leader's plan (mode and order) is the stage's */
+        int32_t* b = mallocCheck(sizeof(int32_t) * (size_t)(M + 2));
+        b[0] = (int32_t)mode, b[1] = reordered;
+        for (int m = 0; m < M; m++) b[2 + m] = perm[m];
+        if (comm_bcast(cfg->tp, b, sizeof(int32_t) * (size_t)(M + 2), 0, e, sizeof e) != 0) {
             snprintf(err, err_len, "pipeline rank %d, TP rank %d: receiving the TP leader's mode (adaptive): %s", cfg->rank,
                      cfg->tp->rank, e);
+            free(b);
+            free(perm);
             return -1;
         }
-        mode = (PpMode)m32;
+        mode = (PpMode)b[0], reordered = b[1] != 0;
+        memset(perm, 0, sizeof(int) * (size_t)M); /* as a mark: each microbatch once */
+        int ok = b[0] >= 0 && b[0] < PP_MODE_COUNT;
+        for (int m = 0; m < M && ok; m++) {
+            ok = b[2 + m] >= 0 && b[2 + m] < M && !perm[b[2 + m]];
+            if (ok) perm[b[2 + m]] = 1;
+        }
+        for (int m = 0; m < M && ok; m++) perm[m] = b[2 + m];
+        free(b);
+        if (!ok) {
+            snprintf(err, err_len, "pipeline rank %d, TP rank %d: the TP leader's plan (adaptive) is malformed: mode %d or "
+                     "an order that is not a permutation of the step's %d microbatches", cfg->rank, cfg->tp->rank,
+                     (int)mode, M);
+            free(perm);
+            return -1;
+        }
     }
+    /* adaptive reordered the step: it runs on the plan's microbatches in slot order (slot s = microbatch
+     * perm[s], shallow copies); tasks, messages, the cost model's units, the learner's measurements and traces
+     * are by slot, dumps by the microbatch's own index */
+    Microbatch* slots = NULL;
+    if (reordered) {
+        slots = mallocCheck(sizeof(Microbatch) * (size_t)M);
+        for (int s = 0; s < M; s++) slots[s] = mbs[perm[s]];
+    }
+    free(p->step_order);
+    p->step_order = perm;
+    p->step_reordered = 0;
+    int rc = step_run(p, reordered ? slots : mbs, M, mode, pred, loss_scale, trace, step, out, err, err_len);
+    p->mbs = NULL; /* the step's own (slots is freed here) */
+    free(slots);
+    if (rc == 0) out->reordered = p->step_reordered = reordered;
+    return rc;
+}
+
+/* The step's tasks under `mode` on mbs (in the order they run), after the plan: the dispatcher, the transport
+ * and the stages. 0, or -1 with the message in err. */
+static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, const double pred[3], float loss_scale,
+                    PpTrace* trace, int step, PipelineStepStats* out, char* err, size_t err_len) {
+    const PipelineConfig* cfg = &p->cfg;
+    int n = pp_shape_tasks(&p->shape);
+    char e[512];
     p->step_mode = mode;
     p->look = pp_mode_waits(mode);
     double* act_bytes = mallocCheck(sizeof(double) * (size_t)M);

@@ -66,6 +66,9 @@ typedef struct {
     long decisions;
     long waits;         /* lookahead: decisions that stayed idle for an announced input */
     PpMode mode;        /* the mode the step ran under (adaptive: the plan's choice) */
+    int reordered;      /* adaptive: the plan ran the step's microbatches in ends order (pp_plan_order): task,
+                         * message and trace microbatch numbers were slots, slot s the plan's microbatch of
+                         * the order (never under replay or with cfg.estimate) */
     double predicted[3];/* adaptive: predicted makespans (s) of ready, lookahead, fixed; NAN = none */
     int learned;        /* adaptive: past steps its learner has observed (sim.h, PpPlanLearn) */
     double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
@@ -99,11 +102,23 @@ void pipeline_set_grads_done(Pipeline* p, PipelineGradsDone fn, void* ctx);
 typedef int (*PipelineTaskHook)(void* ctx, PpTask t, char* err, size_t err_len);
 void pipeline_set_task_hook(Pipeline* p, PipelineTaskHook fn, void* ctx);
 
+/* The order the last successful pipeline_step ran its microbatches in: slot s held the plan's microbatch
+ * order[s] (M entries, valid until the next step or pipeline_free), or NULL when it ran them as given
+ * (PipelineStepStats.reordered = 0). */
+const int* pipeline_step_order(const Pipeline* p);
+
+/* adaptive's microbatch order for a step of mbs (M) under cfg (parallel.mode adaptive, neither replay nor an
+ * estimate callback): returns 1 with perm (M; slot s runs microbatch perm[s]) the ends order, or 0 with perm
+ * the identity. A function of the microbatches' sizes and cfg alone (pp_plan_order on fixed per-unit costs,
+ * never the measured cost model), so the same on every rank, run and resume: docs/scheduler.md. */
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm);
+
 /* Whether a hint needs the split backward (it schedules W tasks). */
 int pipeline_hint_splits(PpHint h);
 
 /* Run every task of this rank for the M microbatches of one step (mbs: the whole plan, identical on
- * every rank). loss_scale = 1 / supervised targets of the whole step. `trace` (may be NULL) records
+ * every rank; adaptive may run them in another order, the same on every rank: PipelineStepStats.reordered,
+ * pipeline_step_order). loss_scale = 1 / supervised targets of the whole step. `trace` (may be NULL) records
  * tasks and messages, `step` numbers them. dump_dir (may be NULL): the first and the last stage write
  * microbatch-{m}.pp{rank}c{chunk}.safetensors there after each forward (inputs; logits and loss on the
  * last stage: README "Step dumps"). Returns 0, or -1 with a message naming the rank (a protocol error,

@@ -476,8 +476,9 @@ double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt
     const double* a = t.kind == PP_F ? d->F : t.kind == PP_B ? d->B : d->W;
     double v = a[r * d->M + t.mb] / chunks;
     if (!opt || opt->estimate_error <= 0) return v;
+    uint64_t mb = (uint64_t)(opt->order ? opt->order[t.mb] : t.mb);  // a reordered step: the microbatch's draw
     uint64_t x = opt->estimate_seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)r << 40) ^
-                 ((uint64_t)t.kind << 36) ^ ((uint64_t)t.chunk << 28) ^ (uint64_t)t.mb;
+                 ((uint64_t)t.kind << 36) ^ ((uint64_t)t.chunk << 28) ^ mb;
     double u = rng_uniform(&x);
     return v * (1 + opt->estimate_error * (2 * u - 1));
 }
@@ -1042,6 +1043,56 @@ PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap 
     return m;
 }
 
+/* d with its microbatches in `perm` (slot s = microbatch perm[s]), in arrays of its own (pp_durations_free) */
+static void durations_permuted(const PpDurations* d, const int* perm, PpDurations* out) {
+    *out = *d;
+    size_t n = (size_t)d->P * (size_t)d->M;
+    double* const* src[3] = {&d->F, &d->B, &d->W};
+    double** dst[3] = {&out->F, &out->B, &out->W};
+    for (int k = 0; k < 3; k++)
+        if (*src[k]) {
+            *dst[k] = mallocCheck(sizeof(double) * n);
+            memcpy(*dst[k], *src[k], sizeof(double) * n);
+        }
+    pp_durations_permute(out, perm);
+}
+
+static int pred_index(PpMode m) { return m == PP_MODE_READY ? 0 : m == PP_MODE_LOOKAHEAD ? 1 : 2; }
+
+/* The order's choice (sim.h): the ends order shortens the fill and the drain (the first microbatch's forward and
+ * the last one's backward cross every stage with nothing to overlap them) when the step's microbatches differ
+ * in size; it costs nothing where they do not, so it runs only where the plan predicts it faster, by more than
+ * the margin where the estimates are not exact (0.01 gave fewer one-step misses than 0.005 and 0.02, in the
+ * experiment at e345bb6 and on this rule: bench/README.md). */
+int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
+                  double pred[3], PpMode* mode, int* perm) {
+    int M = est->M;
+    double p0[3];
+    PpMode m0 = pp_sim_plan(est, est_error, hint, cap, chunks, allow_fixed, p0);
+    pp_order_ends(est, -1, perm);
+    int moved = 0;
+    for (int s = 0; s < M; s++) moved |= perm[s] != s;
+    int reorder = 0;
+    if (moved) {
+        PpDurations q;
+        durations_permuted(est, perm, &q);
+        double p1[3];
+        PpMode m1 = pp_sim_plan(&q, est_error, hint, cap, chunks, allow_fixed, p1);
+        pp_durations_free(&q);
+        double margin = est_error == 0 ? 0 : PP_PLAN_ORDER_MARGIN;
+        if (p1[pred_index(m1)] < p0[pred_index(m0)] * (1 - margin)) {
+            reorder = 1;
+            m0 = m1;
+            for (int i = 0; i < 3; i++) p0[i] = p1[i];
+        }
+    }
+    if (!reorder)
+        for (int s = 0; s < M; s++) perm[s] = s;
+    for (int i = 0; i < 3; i++) pred[i] = p0[i];
+    *mode = m0;
+    return reorder;
+}
+
 PpMode pp_plan_learn_choose(const PpPlanLearn* L, const double pred[3]) {
     double c[3] = {pred[0], pred[1], pred[2]};
     if (L->n > 0 && c[0] > 0 && c[2] > 0) {
@@ -1088,16 +1139,40 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
         /* plan on what the ranks know (the estimates), then run the step for real under the choice */
         PpDurations est;
         double pred[3];
+        PpMode chosen;
+        int* perm = mallocCheck(sizeof(int) * (size_t)d->M);
         pp_sim_estimated_durations(d, chunks, opt, &est);
-        PpMode chosen = pp_sim_plan(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, pred);
+        int reorder = 0;
+        if (opt && opt->keep_order) {
+            chosen = pp_sim_plan(&est, opt->estimate_error, hint, cap, chunks, 1, pred);
+        } else {
+            reorder = pp_plan_order(&est, opt ? opt->estimate_error : 0, hint, cap, chunks, 1, pred, &chosen, perm);
+        }
         pp_durations_free(&est);
         PpPlanLearn* L = opt ? opt->learn : NULL;
-        /* exact estimates: the plan's choice is the best of its candidates, nothing to learn */
+        /* exact estimates: the plan's choice is the best of its candidates, nothing to learn. The learner picks
+         * the mode for the order the plan chose (its sample is that order's prediction and executed step). */
         if (L && !(opt->estimate_error == 0)) chosen = pp_plan_learn_choose(L, pred);
-        int rc = pp_sim_run_opts(d, hint, chosen, cap, chunks, opt, res, err, errlen);
+        /* reordered: the step runs on the true durations permuted, its estimates the same draws permuted */
+        PpDurations dd = *d;
+        PpSimOptions o2;
+        memset(&o2, 0, sizeof o2);
+        if (opt) o2 = *opt;
+        int* key = NULL;  // the estimate draws of the slots: perm, composed with a reordering d already had
+        if (reorder) {
+            durations_permuted(d, perm, &dd);
+            key = mallocCheck(sizeof(int) * (size_t)d->M);
+            for (int s = 0; s < d->M; s++) key[s] = opt && opt->order ? opt->order[perm[s]] : perm[s];
+            o2.order = key;
+        }
+        int rc = pp_sim_run_opts(&dd, hint, chosen, cap, chunks, &o2, res, err, errlen);
         if (rc == 0)
             for (int i = 0; i < 3; i++) res->predicted[i] = pred[i];
-        if (rc == 0 && L && !res->deadlock) pp_plan_learn_observe(L, d, hint, cap, chunks, pred);
+        if (rc == 0 && L && !res->deadlock) pp_plan_learn_observe(L, &dd, hint, cap, chunks, pred);
+        if (reorder) pp_durations_free(&dd);
+        free(key);
+        if (rc == 0 && reorder) res->order = perm;
+        else free(perm);
         return rc;
     }
     res->chosen = mode;
@@ -1211,6 +1286,7 @@ void pp_sim_result_free(PpSimResult* r) {
     free(r->cap);
     free(r->peak_inflight);
     free(r->msgs);
+    free(r->order);
     memset(r, 0, sizeof *r);
 }
 

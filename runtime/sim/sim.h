@@ -67,7 +67,10 @@ typedef struct {
     double rollout_rise;// rollout: the largest rise of the chosen continuation's makespan from one such decision
                         // to the next, or to the step's makespan (0 with exact estimates: the improvement property)
     PpMode chosen;      // the mode the step ran under (adaptive: its plan's choice; else the mode)
-    double predicted[3];// adaptive: predicted makespans of ready, lookahead, fixed (NAN = not a candidate)
+    double predicted[3];// adaptive: predicted makespans of ready, lookahead, fixed (NAN = not a candidate); of the
+                        // order that ran (below)
+    int* order;         // adaptive: (M) the step ran reordered, slot s holding microbatch order[s] (pp_plan_order);
+                        // NULL = as it is. exec, msgs and every PpTask.mb of the result are slots, not microbatches
     PpSimMsg* msgs;     // (n_msgs) in send order
     int n_msgs;
 } PpSimResult;
@@ -86,6 +89,10 @@ typedef struct {
     uint64_t estimate_seed;
     PpPlanLearn* learn;     // adaptive: the run's learner (below), read and updated by the step; NULL = none
     int rollout;            // rollout's variant (PP_ROLLOUT_* bits; 0: as sched.h describes it)
+    const int* order;       // the step's microbatches are reordered (d's slot s is microbatch order[s]): slot s's
+                            // estimates are microbatch order[s]'s draws (the same estimates, permuted); NULL = as is
+    int keep_order;         // adaptive: plan the mode only (pp_sim_plan), never reorder: as the MPI runtime under
+                            // replay or with an estimate callback (bench_replay), or to compare (bench_adaptive)
 } PpSimOptions;
 /* rollout's variants (experiments, docs/scheduler.md; bits, combined): FIT: continuations on the estimates' low-rank fit
  * (pp_durations_smooth) instead of the estimates; PLAN_BASE: the plan's choice (pp_sim_plan: ready or fixed)
@@ -126,6 +133,16 @@ double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt
 #define PP_PLAN_LOOKAHEAD_MARGIN 0.02
 PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
                    double pred[3]);
+/* adaptive's plan with the microbatch order (issue 22, docs/scheduler.md "The microbatch order"): pp_sim_plan on
+ * est as it is and on est permuted into "ends" order (pp_order_ends(est, -1, ...): the same estimates
+ * permuted). Returns 1 with perm (M) the ends order, pred / *mode the reordered plan's, when the reordered
+ * prediction of its chosen mode is below the other's (of its chosen mode) by more than PP_PLAN_ORDER_MARGIN
+ * (relative; no margin when est_error == 0: exact estimates, where every prediction is the makespan the step
+ * will have), else 0 with perm the identity and pred / *mode the plan on the step as it is. pred and mode
+ * are always filled. Deterministic: every rank computes the same choice from the same inputs. */
+#define PP_PLAN_ORDER_MARGIN 0.01
+int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
+                  double pred[3], PpMode* mode, int* perm);
 /* The estimated durations of d as the simulator's cost model gives them (pp_sim_estimate per rank and
  * task, chunks summed per rank): the input of pp_sim_plan. */
 void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOptions* opt, PpDurations* est);
@@ -133,8 +150,8 @@ void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOpt
  * a stage's rate times a microbatch's size, plus further components only where they stand out of the
  * residual noise (sim.c, fit_low_rank). out gets its own arrays (pp_durations_free). */
 void pp_durations_smooth(const PpDurations* in, PpDurations* out);
-/* A step's microbatches in "ends" order (an experiment of issue 22's third round, bench/README.md; not yet
- * used by any mode): perm[slot] = the microbatch to run in that slot, the smallest microbatches (by their
+/* A step's microbatches in "ends" order (issue 22's third round, bench/README.md; adaptive's plan chooses
+ * it, pp_plan_order): perm[slot] = the microbatch to run in that slot, the smallest microbatches (by their
  * work, F + B + W from the estimates' low-rank fit, summed over every rank, or on rank `rank` alone when
  * rank >= 0) at both ends of the step and the largest in the middle, which shortens the pipeline's fill
  * and drain. Deterministic (ties by index). */

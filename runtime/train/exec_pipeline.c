@@ -29,7 +29,7 @@ typedef struct {
     Pipeline* pl;
     PpTrace* trace;
     PpDurations replay;  /* runtime.compute = replay:FILE (F NULL otherwise) */
-    int last_mode;       /* adaptive: the mode of the previous step (-1 before the first) */
+    int last_mode;       /* adaptive: the previous step's choice, 2 x mode + reordered (-1 before the first) */
     /* TP coordination over the steps after the first (printed at the end, tp > 1): leader-decides
      * choices sent / received, time spent sending / receiving them, peers' wait for the chosen task's
      * inputs, this rank's step wall time */
@@ -44,17 +44,19 @@ static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale
     PipelineStepStats ps;
     if (pipeline_step(x->pl, plan->mbs, plan->M, scale, ex->quiet ? NULL : x->trace, step, dump_dir, &ps, err, err_len) != 0)
         return -1;
-    if (x->rank == 0 && !strcmp(x->r->mode, "adaptive") && (int)ps.mode != x->last_mode) {
-        /* adaptive's choice, each time it changes (one write, not interleaved) */
-        char line[256];
+    int choice = 2 * (int)ps.mode + (ps.reordered != 0);
+    if (x->rank == 0 && !strcmp(x->r->mode, "adaptive") && choice != x->last_mode) {
+        /* adaptive's choice (mode and order), each time it changes (one write, not interleaved) */
+        char line[320];
         if (isnan(ps.predicted[0]))
             snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (no estimates of every rank yet)\n", step,
                      pp_mode_name(ps.mode));
         else
             snprintf(line, sizeof line, "rrfp-mm: adaptive: step %d runs %s (predicted s: ready %.4g, lookahead %.4g, "
-                     "fixed %.4g)\n", step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[1], ps.predicted[2]);
+                     "fixed %.4g)%s\n", step, pp_mode_name(ps.mode), ps.predicted[0], ps.predicted[1], ps.predicted[2],
+                     ps.reordered ? " on its microbatches reordered (ends order)" : "");
         fputs(line, stderr);
-        x->last_mode = (int)ps.mode;
+        x->last_mode = choice;
     }
     if (x->steps++ > 0) {
         x->tp_choices += ps.tp_choices;
