@@ -174,6 +174,24 @@ EOF
 "$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b >"$T/ends.txt" 2>"$T/err" || fail "sim adaptive ends: $(cat "$T/err")"
 grep -qE "^adaptive: reordered the microbatches .*: [0-9 ]+$" "$T/ends.txt" || fail "adaptive does not report its reordering: $(cat "$T/ends.txt")"
 grep -qE "^adaptive: reordered .*: [1-4] [0-9 ]+ [1-4]$" "$T/ends.txt" || fail "adaptive's order has a big microbatch at an end: $(grep reordered "$T/ends.txt")"
+# a reordered step's executed grid and trace name the data's microbatches: each rank runs them in the order
+# adaptive reported (its first forward is microbatch ORDER[0], not slot 0), every microbatch's F and B once
+"$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b --grid --trace "$T/ends-trace.json" >"$T/endsg.txt" 2>"$T/err" \
+  || fail "sim adaptive ends --grid --trace: $(cat "$T/err")"
+python3 - "$T/endsg.txt" "$T/ends-trace.json" <<'PYORD' || fail "a reordered step's grid or trace does not name the data's microbatches"
+import json, re, sys
+text = open(sys.argv[1]).read()
+order = [int(x) for x in re.search(r"^adaptive: reordered .*: ([0-9 ]+)$", text, re.M).group(1).split()]
+assert sorted(order) == list(range(6)) and order != list(range(6)), order
+ev = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("F", "B")]
+for rank in (0, 1):
+    grid = re.search(r"^ +r%d ((?:[0-9]+[FBW][0-9]+ ?)+)$" % rank, text.split("executed order")[1], re.M).group(1).split()
+    fw = [int(re.match(r"[0-9]+F([0-9]+)", t).group(1)) for t in grid if "F" in t]
+    assert fw == order, ("grid", rank, fw, order)
+    mine = sorted((e["ts"], e["cat"], e["args"]["mb"]) for e in ev if e["pid"] == rank)
+    assert [m for _, c, m in mine if c == "F"] == order, ("trace", rank, mine)
+    assert sorted((c, m) for _, c, m in mine) == sorted((c, m) for c in "FB" for m in range(6)), mine
+PYORD
 "$BIN" sim --durations "$T/d.json" --mode adaptive --hint 1f1b >"$T/alike.txt" 2>"$T/err" || fail "sim adaptive alike: $(cat "$T/err")"
 grep -qE "^adaptive: microbatches as they are" "$T/alike.txt" || fail "adaptive reordered alike microbatches: $(cat "$T/alike.txt")"
 "$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b --json >"$T/j" 2>"$T/err" || fail "sim adaptive --json: $(cat "$T/err")"

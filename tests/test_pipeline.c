@@ -29,12 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "runtime/model/model.h"
 #include "runtime/model/partition.h"
 #include "runtime/comm/comm.h"
 #include "runtime/pipeline/pipeline.h"
+#include "runtime/trace/trace.h"
 #include "data/synth.h"
 
 /* ---- training equivalence: several optimiser steps through the pipeline vs one process ------------ */
@@ -375,8 +377,47 @@ int main(int argc, char** argv) {
                     }
                 }
                 for (int c = 0; c < chunks; c++) params_zero_grad(&stages[c].params);
-                if (pipeline_step(pl, run_mbs, M, scale, NULL, 0, NULL, &st, err, sizeof err) != 0)
+                /* variant 5's checked step is traced: a reordered step's trace names the data's microbatches */
+                char tpath[256];
+                snprintf(tpath, sizeof tpath, "%s/rrfp-test-pipeline-%ld-%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                         (long)getpid(), rank);
+                PpTrace* tr = var == 5 ? pp_trace_open(tpath, rr_now()) : NULL;
+                if (tr) pp_trace_rank(tr, rank);
+                if (pipeline_step(pl, run_mbs, M, scale, tr, 0, NULL, &st, err, sizeof err) != 0)
                     rr_die("pipeline_step: %s", err);
+                if (tr && pp_trace_close(tr, err, sizeof err) != 0) rr_die("trace: %s", err);
+                if (tr && pipeline_step_order(pl)) {
+                    /* every microbatch's F and B (and W) once, named as in the data: the first forward is the order's first
+                     * microbatch (slot 0 runs microbatch ord[0], never 0 in variant 5) */
+                    const int* o5 = pipeline_step_order(pl);
+                    PpTraceSet ts;
+                    memset(&ts, 0, sizeof ts);
+                    if (pp_trace_load(&ts, tpath, err, sizeof err) != 0) rr_die("trace: %s", err);
+                    int* seen = callocCheck((size_t)M * 3, sizeof(int));
+                    double first_ts = INFINITY;
+                    int first_mb = -1, bad_span = 0;
+                    for (int i = 0; i < ts.n; i++) {
+                        const PpTraceSpan* sp5 = &ts.spans[i];
+                        int k = sp5->kind == 'F' ? 0 : sp5->kind == 'B' ? 1 : sp5->kind == 'W' ? 2 : -1;
+                        if (k < 0 || sp5->mb < 0 || sp5->mb >= M || sp5->rank != rank) {
+                            bad_span = 1;
+                            continue;
+                        }
+                        seen[k * M + sp5->mb]++;
+                        if (k == 0 && sp5->ts < first_ts) first_ts = sp5->ts, first_mb = sp5->mb;
+                    }
+                    int any_w = 0; /* a split backward: every W once too */
+                    for (int i = 2 * M; i < 3 * M; i++) any_w |= seen[i] != 0;
+                    for (int i = 0; i < (any_w ? 3 : 2) * M; i++) bad_span |= seen[i] != 1;
+                    if (bad_span || first_mb != o5[0] || o5[0] == 0) {
+                        fprintf(stderr, "rank %d %s: the reordered step's trace does not name the data's microbatches "
+                                "(first forward %d, the order's first %d)\n", rank, pp_hint_name((PpHint)h), first_mb, o5[0]);
+                        failures++;
+                    }
+                    free(seen);
+                    pp_trace_set_free(&ts);
+                }
+                if (tr) remove(tpath);
                 if (mode == PP_MODE_ADAPTIVE && (var == 0 || var == 5) && st.learned > 0) adaptive_learned++;
                 /* a step adaptive reordered (variant 5 always; the others where its plan chose to): the reference
                  * for the gradients is the one-process step over the microbatches in the order the step ran them

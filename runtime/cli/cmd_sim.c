@@ -43,7 +43,7 @@ static void sim_usage(FILE* f) {
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest, on the microbatches in ends order (small\n"
             "                    ones at both ends) where that is predicted faster (docs/scheduler.md; --grid and\n"
-            "                    --trace then number microbatches by slot); rollout (an experiment,\n"
+            "                    --trace name the data's microbatches); rollout (an experiment,\n"
             "                    simulator only) simulates the rest of the step on the estimates at each decision\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
@@ -167,13 +167,22 @@ static int bench_dispatch(int P, int M, PpHint hint, int split, PpCap cap, uint6
     return 0;
 }
 
+/* a task of the simulated step as printed and traced: by the data's microbatch (adaptive may have run the
+ * step reordered, slot s = microbatch r->order[s]) */
+static PpTask data_task(const PpSimResult* r, PpTask t) {
+    if (r->order) t.mb = r->order[t.mb];
+    return t;
+}
+
 static void print_exec_grid(FILE* f, const PpSimResult* r, const PpShape* s) {
     char b[32];
     int P = s->P;
-    fprintf(f, "executed order (ready reorders the hint; the fixed modes run it as is):\n");
+    fprintf(f, "executed order (ready reorders the hint; the fixed modes run it as is%s):\n",
+            r->order ? "; microbatches numbered as in the data, run in adaptive's order" : "");
     for (int k = 0; k < P; k++) {
         fprintf(f, "%5s%d", "r", k);
-        for (int i = 0; i < r->n_exec[k]; i++) fprintf(f, " %s", pp_task_label(s, r->exec[k][i].task, k, b, sizeof b));
+        for (int i = 0; i < r->n_exec[k]; i++)
+            fprintf(f, " %s", pp_task_label(s, data_task(r, r->exec[k][i].task), k, b, sizeof b));
         fputc('\n', f);
     }
 }
@@ -185,14 +194,14 @@ static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape
     for (int k = 0; k < P; k++) {
         pp_trace_rank(tr, k);
         for (int i = 0; i < r->n_exec[k]; i++)
-            pp_trace_task_stage(tr, k, P, pp_vstage(s, k, r->exec[k][i].task.chunk), r->exec[k][i].task,
+            pp_trace_task_stage(tr, k, P, pp_vstage(s, k, r->exec[k][i].task.chunk), data_task(r, r->exec[k][i].task),
                                 r->exec[k][i].start * unit, r->exec[k][i].end * unit);
         pp_trace_step(tr, k, 0, 0, r->makespan * unit);
     }
     for (int i = 0; i < r->n_msgs; i++) {
         const PpSimMsg* m = &r->msgs[i];
-        pp_trace_send(tr, m->src, m->dst, m->task, 0, m->send * unit);
-        pp_trace_recv(tr, m->dst, m->src, m->task, 0, m->arrive * unit);
+        pp_trace_send(tr, m->src, m->dst, data_task(r, m->task), 0, m->send * unit);
+        pp_trace_recv(tr, m->dst, m->src, data_task(r, m->task), 0, m->arrive * unit);
     }
     return pp_trace_close(tr, err, errlen);
 }
@@ -488,7 +497,7 @@ int cmd_sim(int argc, char** argv) {
                 double busy = 0;
                 for (int i = 0; i < r.n_exec[k]; i++) busy += r.exec[k][i].end - r.exec[k][i].start;
                 char cb[16];
-                if (pp_mode_is_ready(mode)) snprintf(cb, sizeof cb, "%d", r.cap[k]);
+                if (pp_mode_is_ready(r.chosen)) snprintf(cb, sizeof cb, "%d", r.cap[k]);
                 else snprintf(cb, sizeof cb, "-");
                 printf("%4d  %-9.4g %-9.4g %4s  %d\n", k, busy, r.makespan - busy, cb, r.peak_inflight[k]);
             }
@@ -501,9 +510,9 @@ int cmd_sim(int argc, char** argv) {
         if (mode == PP_MODE_ADAPTIVE) {
             printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
                    pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
-            /* the plan's order choice: the grid and the trace number microbatches by slot */
+            /* the plan's order choice (the executed grid and the trace name the data's microbatches) */
             if (r.order) {
-                printf("adaptive: reordered the microbatches (ends order, predicted faster; grid and trace show slots):");
+                printf("adaptive: reordered the microbatches (ends order, predicted faster), ran in the order:");
                 for (int s = 0; s < d.M; s++) printf(" %d", r.order[s]);
                 printf("\n");
             } else {

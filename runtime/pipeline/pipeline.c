@@ -800,8 +800,8 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
         }
     }
     /* adaptive reordered the step: it runs on the plan's microbatches in slot order (slot s = microbatch
-     * perm[s], shallow copies); tasks, messages, the cost model's units, the learner's measurements and traces
-     * are by slot, dumps by the microbatch's own index */
+     * perm[s], shallow copies); tasks, messages, the cost model's units and the learner's measurements are by
+     * slot, traces and dumps by the microbatch's own index */
     Microbatch* slots = NULL;
     if (reordered) {
         slots = mallocCheck(sizeof(Microbatch) * (size_t)M);
@@ -819,6 +819,13 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
 
 /* The step's tasks under `mode` on mbs (in the order they run), after the plan: the dispatcher, the transport
  * and the stages. 0, or -1 with the message in err. */
+/* a task as the trace names it: by the data's microbatch (a reordered step runs slot s = microbatch
+ * step_order[s]; the identity otherwise), so a timeline reads the same whatever order the step ran in */
+static PpTask trace_task(const Pipeline* p, PpTask t) {
+    if (p->step_order) t.mb = p->step_order[t.mb];
+    return t;
+}
+
 static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, const double pred[3], float loss_scale,
                     PpTrace* trace, int step, PipelineStepStats* out, char* err, size_t err_len) {
     const PipelineConfig* cfg = &p->cfg;
@@ -897,7 +904,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
                     int src;
                     PpTask src_task;
                     pp_task_input(&p->shape, cfg->rank, t, &src, &src_task);
-                    pp_trace_recv(trace, cfg->rank, src, src_task, mb_bytes(p, &mbs[t.mb]), rr_now());
+                    pp_trace_recv(trace, cfg->rank, src, trace_task(p, src_task), mb_bytes(p, &mbs[t.mb]), rr_now());
                 }
             }
             if (got < 0) break;
@@ -990,7 +997,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
             if (p->meas) p->meas[(size_t)t.kind * p->meas_M + t.mb] += t1 - t0;
             p->cost_u[t.chunk * 3 + t.kind] += task_units(p, t);
             pp_dispatcher_finished(&d, t);
-            if (trace) pp_trace_task_stage(trace, cfg->rank, cfg->P, vstage(p, t.chunk), t, t0, t1);
+            if (trace) pp_trace_task_stage(trace, cfg->rank, cfg->P, vstage(p, t.chunk), trace_task(p, t), t0, t1);
             /* Megatron's paired exchange: the receives of what comes next are posted when this task
              * has finished computing, then this task's send blocks until its receiver posted. */
             if (sync && post_sequence_receives(p, &d, mbs, posted) != 0) {
@@ -1014,7 +1021,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
                     got = -1;
                     break;
                 }
-                if (trace) pp_trace_send(trace, cfg->rank, dst, t, bytes, rr_now());
+                if (trace) pp_trace_send(trace, cfg->rank, dst, trace_task(p, t), bytes, rr_now());
             }
             /* this chunk's weight gradients are final after its M-th W (or fused B) */
             if (t.kind == (cfg->split ? PP_W : PP_B) && ++p->grad_tasks[t.chunk] == M && p->grads_done &&
