@@ -192,6 +192,18 @@ for rank in (0, 1):
     assert [m for _, c, m in mine if c == "F"] == order, ("trace", rank, mine)
     assert sorted((c, m) for _, c, m in mine) == sorted((c, m) for c in "FB" for m in range(6)), mine
 PYORD
+# --keep-order (parallel.reorder = false): the same step in the data's order, as --mode adaptive planned it
+# before the order choice; the step it runs is the chosen mode's on the step as it is
+"$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b --keep-order >"$T/keep.txt" 2>"$T/err" || fail "sim --keep-order: $(cat "$T/err")"
+grep -qE "^adaptive: microbatches as they are \(--keep-order\)$" "$T/keep.txt" || fail "--keep-order reordered: $(grep adaptive "$T/keep.txt")"
+kmode=$(sed -n 's/^adaptive: ran \([a-z-]*\) .*/\1/p' "$T/keep.txt")
+kms=$(sed -n 's/^makespan *//p' "$T/keep.txt")
+cms=$("$BIN" sim --durations "$T/ends.json" --mode "$kmode" --hint 1f1b | sed -n 's/^makespan *//p')
+ems=$(sed -n 's/^makespan *//p' "$T/ends.txt")
+[ -n "$kms" ] && [ "$kms" = "$cms" ] || fail "--keep-order ran $kmode in $kms, $kmode alone runs $cms"
+python3 -c 'import sys; k, e = map(float, sys.argv[1:]); assert e < k, (e, k)' "$kms" "$ems" || fail "reordered $ems not faster than kept $kms"
+"$BIN" sim --durations "$T/ends.json" --mode ready --hint 1f1b --keep-order >/dev/null 2>"$T/err" && grep -q "keep-order applies to --mode adaptive only" "$T/err" \
+  || fail "--keep-order under ready: no warning: $(cat "$T/err")"
 "$BIN" sim --durations "$T/d.json" --mode adaptive --hint 1f1b >"$T/alike.txt" 2>"$T/err" || fail "sim adaptive alike: $(cat "$T/err")"
 grep -qE "^adaptive: microbatches as they are" "$T/alike.txt" || fail "adaptive reordered alike microbatches: $(cat "$T/alike.txt")"
 "$BIN" sim --durations "$T/ends.json" --mode adaptive --hint 1f1b --json >"$T/j" 2>"$T/err" || fail "sim adaptive --json: $(cat "$T/err")"

@@ -9,7 +9,8 @@
 #   eval     train.eval_every = 4 (96 held-out samples of the synthetic source): with it, every training loss
 #            and grad norm is the same bit for bit as without it (one process against one process, pp 2
 #            against pp 2: adaptive may reorder a pp step's microbatches, so pp 2 is not one process bit
-#            for bit; its training losses are checked against one process's to 1e-5); "eval_loss" at steps 4, 8, 12
+#            for bit; its training losses are checked against one process's to 1e-5; with
+#            parallel.reorder = false pp 2 with eval is one process without it bit for bit); "eval_loss" at steps 4, 8, 12
 #            (and on the log lines); step 12's equals `rrfp-mm eval --samples 96` on its checkpoint (1e-5);
 #            pp 2 (1e-6), tp 2 and dp 2 (1e-5; dp 2 against one process with 2 x the microbatches) give
 #            the one-process held-out losses; on shards (24 held-out records), the held-out loss is
@@ -92,6 +93,9 @@ eval)
   "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${N[@]}" --set parallel.pp=2 --set train.run_dir=run/pp2plain >ppn.txt 2>&1 || fail "pp 2 without eval"
   # the pp runs reorder steps (adaptive's order, decided on the step's data alone): what the bit-for-bit check is about
   grep -q "reordered (ends order)" pp.txt || fail "pp 2: adaptive reordered no step"
+  # parallel.reorder = false: every step in the data's order, and pp 2 with eval is one process without it bit for bit
+  "${MPI[@]}" -np 2 "$BIN" train "$SYN" "${E[@]}" --set parallel.pp=2 --set parallel.reorder=false --set train.run_dir=run/pp2keep >ppk.txt 2>&1 || fail "pp 2 reorder=false"
+  grep -q "reordered" ppk.txt && fail "pp 2 with parallel.reorder = false reordered a step"
   # the evaluations leave no trace events: the timeline holds the 12 training steps once each
   /usr/bin/python3 - run/pp2/trace-rank0.json <<'PY' || fail "trace"
 import json, sys
@@ -107,8 +111,8 @@ PY
 import json, sys
 run, evf = sys.argv[1], sys.argv[2]
 rd = lambda n: [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (run, n))]
-plain, one, pp2, tp2, dp2, one4, pp2plain = (rd(n) for n in ("plain", "one", "pp2", "tp2", "dp2", "one4", "pp2plain"))
-for name, rows, base in (("one process", one, plain), ("pp 2", pp2, pp2plain)):
+plain, one, pp2, tp2, dp2, one4, pp2plain, pp2keep = (rd(n) for n in ("plain", "one", "pp2", "tp2", "dp2", "one4", "pp2plain", "pp2keep"))
+for name, rows, base in (("one process", one, plain), ("pp 2", pp2, pp2plain), ("pp 2, parallel.reorder = false", pp2keep, plain)):
     assert len(rows) == len(base) == 12, (name, len(rows), len(base))
     assert [r["loss_hex"] for r in rows] == [r["loss_hex"] for r in base], name + ": training losses changed"
     assert [r["grad_norm"] for r in rows] == [r["grad_norm"] for r in base], name + ": grad norms changed"
@@ -125,7 +129,8 @@ for name, rows, ref, tol in (("pp 2", pp2, one, 1e-6), ("tp 2", tp2, one, 1e-5),
     worst[name] = max(rel(x, y) for (_, x), (_, y) in zip(a, b))
     assert worst[name] <= tol, (name, a, b)
     assert all(rel(x["loss"], y["loss"]) <= 1e-5 for x, y in zip(rows, ref)), name + ": training losses"
-print("eval: training losses and grad norms bit for bit with and without eval (one process, pp 2); eval loss at step 12 "
+print("eval: training losses and grad norms bit for bit with and without eval (one process, pp 2; pp 2 with "
+      "parallel.reorder = false against one process); eval loss at step 12 "
       "%.6f = rrfp-mm eval's %.6f; max rel diff against one process: %s" % (ev(one)[-1][1], cli["loss"],
       ", ".join("%s %.1e" % kv for kv in worst.items())))
 PY

@@ -21,7 +21,7 @@ static void sim_usage(FILE* f) {
             "usage: rrfp-mm sim (--durations FILE | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
             "                    [--seed S] [--split-backward] [--latency L])\n"
             "                   [--mode fixed-sync|fixed|ready|lookahead|adaptive|rollout] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
-            "                   [--estimate-error E] [--estimate-seed S]\n"
+            "                   [--estimate-error E] [--estimate-seed S] [--keep-order]\n"
             "       rrfp-mm sim --calibrated RECIPE [--stages P] [--microbatches M] [--workload text|mm]\n"
             "                   [--policy fifo|ffd|balanced] [--flops F] [--jitter J] [--straggler F:LEN:P]\n"
             "                   [--seed S] [--split-backward] [--mode ...] [--hint ...] [--dump FILE] ...\n"
@@ -43,7 +43,8 @@ static void sim_usage(FILE* f) {
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest, on the microbatches in ends order (small\n"
             "                    ones at both ends) where that is predicted faster (docs/scheduler.md; --grid and\n"
-            "                    --trace name the data's microbatches); rollout (an experiment,\n"
+            "                    --trace name the data's microbatches; --keep-order: never reorder, as\n"
+            "                    parallel.reorder = false); rollout (an experiment,\n"
             "                    simulator only) simulates the rest of the step on the estimates at each decision\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
@@ -215,7 +216,7 @@ int cmd_sim(int argc, char** argv) {
     const char *mode_text = "ready", *hint_text = "1f1b", *kind_text = "text";
     long P = 0, M = 0, seed = 1, chunks = 1, est_seed = 1;
     double variance = -1, latency = 0.02, est_error = 0;
-    int split = 0, json = 0, grid = 0, bench = 0, have_latency = 0;
+    int split = 0, json = 0, grid = 0, bench = 0, have_latency = 0, keep_order = 0;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -304,6 +305,8 @@ int cmd_sim(int argc, char** argv) {
             json = 1;
         } else if (!strcmp(a, "--grid")) {
             grid = 1;
+        } else if (!strcmp(a, "--keep-order")) {
+            keep_order = 1;
         } else if (!strcmp(a, "--dump")) {
             NEED_VALUE();
             dump = v;
@@ -347,6 +350,9 @@ int cmd_sim(int argc, char** argv) {
     if (cap_text && !pp_mode_is_ready(mode) && !bench)
         fprintf(stderr, "rrfp-mm sim: warning: --cap applies to --mode ready, lookahead and adaptive only; mode %s runs the hint as a "
                         "sequence, so the cap is ignored\n", pp_mode_name(mode));
+    if (keep_order && mode != PP_MODE_ADAPTIVE && !bench)
+        fprintf(stderr, "rrfp-mm sim: warning: --keep-order applies to --mode adaptive only; mode %s never reorders the "
+                        "microbatches\n", pp_mode_name(mode));
     if (bench) return bench_dispatch(P ? (int)P : 128, M ? (int)M : 512, hint, split, cap, (uint64_t)seed);
 
     PpDurations d;
@@ -448,7 +454,7 @@ int cmd_sim(int argc, char** argv) {
     }
     PpSimResult r;
     double t0 = rr_now();
-    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0, NULL, 0};
+    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0, NULL, keep_order};
     if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
         fprintf(stderr, "rrfp-mm sim: %s\n", err);
         pp_durations_free(&d);
@@ -516,7 +522,8 @@ int cmd_sim(int argc, char** argv) {
                 for (int s = 0; s < d.M; s++) printf(" %d", r.order[s]);
                 printf("\n");
             } else {
-                printf("adaptive: microbatches as they are (the ends order was not predicted faster)\n");
+                printf("adaptive: microbatches as they are (%s)\n",
+                       keep_order ? "--keep-order" : "the ends order was not predicted faster");
             }
         }
     }

@@ -684,8 +684,9 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
     free(su);
     p->meas_ok = 0;
     /* the order: a function of the step's microbatches and the configuration alone (pipeline_plan_order);
-     * under replay or with cfg.estimate it is kept (their tasks are indexed by the plan's microbatches) */
-    if (!cfg->estimate && !cfg->replay[0]) *reordered = pipeline_plan_order(cfg, mbs, M, perm);
+     * under replay or with cfg.estimate it is kept (their tasks are indexed by the plan's microbatches), and
+     * with cfg.keep_order (parallel.reorder = false) */
+    if (!cfg->estimate && !cfg->replay[0] && !cfg->keep_order) *reordered = pipeline_plan_order(cfg, mbs, M, perm);
     PpDurations est = {.P = P, .M = M, .split = cfg->split, .latency = cfg->plan_latency_s};
     est.F = callocCheck((size_t)P * M, sizeof(double));
     est.B = callocCheck((size_t)P * M, sizeof(double));

@@ -25,6 +25,7 @@ typedef struct {
     int chunks;             /* model chunks per rank (virtual stages per rank) */
     PpHint hint;
     PpMode mode;
+    int keep_order;         /* adaptive: never reorder the step's microbatches (parallel.reorder = false) */
     PpCap cap;              /* ready: in-flight cap */
     double act_budget;      /* ready: activation bytes in flight, <= 0 = none */
     int split;              /* split backward into B and W (forced on for zb-h1 and bfw) */

@@ -188,7 +188,14 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
      "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
      "adaptive (the default) = per step, ready or the hint's sequence, whichever a simulation of the step on "
-     "the cost model's estimates predicts faster, or lookahead where predicted 2% faster still: docs/scheduler.md)."},
+     "the cost model's estimates predicts faster, or lookahead where predicted 2% faster still; and the step's "
+     "microbatches in \"ends\" order, small ones at both ends, where that is predicted more than 1% faster: "
+     "docs/scheduler.md)."},
+    {"parallel", "reorder", RKEY_BOOL, OFF(reorder), 0, "true", 0, 1, 0, 0,
+     "`parallel.mode = adaptive`: may run a step's microbatches in its \"ends\" order (decided from the step's "
+     "tokens and patches alone, so every run of the same data reorders the same steps). `false`: always in the "
+     "data's order; the pipeline then sums each weight gradient over the microbatches in the order one process "
+     "does (bit for bit the one-process step wherever the mode keeps that order too)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
     {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,

@@ -81,6 +81,7 @@ typedef struct {
     char layers[256]; /* LM layers per virtual stage ("" = automatic) */
     char hint[24]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | bf | bfw */
     char mode[16]; /* fixed-sync | fixed | ready | lookahead | adaptive */
+    int reorder;   /* adaptive may run a step's microbatches in its ends order (parallel.reorder) */
 
     /* [runtime] */
     char backend[8]; /* cpu | cuda */
