@@ -486,7 +486,9 @@ static void section_device(Html* h, const ReportConfig* c) {
 }
 
 /* The timeline of the last step in RUN_DIR/trace-rank*.json: a step ends with the optimiser after every
- * task, so the last step's tasks are those from the last start of rank 0's F of microbatch 0 on. */
+ * task of every rank, so the last step's tasks are those from the earliest start among the ranks' last step
+ * spans ("step N", cat "step") on. Traces without step spans: from the last start of the lowest rank's F of
+ * microbatch 0 (the first task of a step in the data's order; adaptive may run another microbatch first). */
 static void section_timeline(Html* h, const ReportConfig* c, const Series* m) {
     int n;
     char** files = list_files(c->run_dir, "trace-rank", ".json", &n);
@@ -517,9 +519,35 @@ static void section_timeline(Html* h, const ReportConfig* c, const Series* m) {
     double start = -INFINITY;
     int min_rank = 1 << 30;
     for (int i = 0; i < set.n; i++) min_rank = set.spans[i].rank < min_rank ? set.spans[i].rank : min_rank;
-    for (int i = 0; i < set.n; i++) {
-        const PpTraceSpan* s = &set.spans[i];
-        if (s->rank == min_rank && s->kind == 'F' && s->mb == 0 && s->chunk == 0 && s->ts > start) start = s->ts;
+    /* each rank's last step span (pid = rank), then the earliest of them */
+    int n_ranks_seen = 0;
+    double last_by_rank[256];
+    int rank_of[256];
+    const cJSON* ev;
+    cJSON_ArrayForEach(ev, (const cJSON*)set.merged) {
+        const cJSON* cat = cJSON_GetObjectItemCaseSensitive(ev, "cat");
+        const cJSON* ph = cJSON_GetObjectItemCaseSensitive(ev, "ph");
+        const cJSON* pid = cJSON_GetObjectItemCaseSensitive(ev, "pid");
+        const cJSON* ts = cJSON_GetObjectItemCaseSensitive(ev, "ts");
+        if (!cJSON_IsString(cat) || strcmp(cat->valuestring, "step") || !cJSON_IsString(ph) || strcmp(ph->valuestring, "X") ||
+            !cJSON_IsNumber(pid) || !cJSON_IsNumber(ts) || !isfinite(ts->valuedouble))
+            continue;
+        int k = 0;
+        while (k < n_ranks_seen && rank_of[k] != (int)pid->valuedouble) k++;
+        if (k == n_ranks_seen) {
+            if (n_ranks_seen == (int)(sizeof rank_of / sizeof *rank_of)) continue; /* more ranks: the first 256 decide */
+            rank_of[n_ranks_seen] = (int)pid->valuedouble, last_by_rank[n_ranks_seen++] = -INFINITY;
+        }
+        if (ts->valuedouble > last_by_rank[k]) last_by_rank[k] = ts->valuedouble;
+    }
+    if (n_ranks_seen > 0) {
+        start = INFINITY;
+        for (int k = 0; k < n_ranks_seen; k++) start = last_by_rank[k] < start ? last_by_rank[k] : start;
+    } else {
+        for (int i = 0; i < set.n; i++) {
+            const PpTraceSpan* s = &set.spans[i];
+            if (s->rank == min_rank && s->kind == 'F' && s->mb == 0 && s->chunk == 0 && s->ts > start) start = s->ts;
+        }
     }
     PpTraceSet last = {0};
     last.spans = mallocCheck(sizeof(PpTraceSpan) * (size_t)(set.n + 1));
