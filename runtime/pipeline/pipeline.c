@@ -402,10 +402,10 @@ static float* in_buf(Pipeline* p, PpTask t) {
 /* ---- lookahead: the cost model and the start notices ------------------------------------------- */
 
 /* Work units of a task: the microbatch's tokens, plus its patches on a chunk that runs the ViT. */
-static double task_units(const Pipeline* p, PpTask t) {
-    const Microbatch* mb = &p->mbs[t.mb];
-    return (double)mb->T + (p->stages[t.chunk]->first ? (double)mb->Np : 0.0) + 1.0;
-}
+/* a microbatch's work units on a chunk: its tokens, plus its patches on the chunk that runs the ViT, plus 1 */
+static double mb_units(const Microbatch* mb, int vit) { return (double)mb->T + (vit ? (double)mb->Np : 0.0) + 1.0; }
+
+static double task_units(const Pipeline* p, PpTask t) { return mb_units(&p->mbs[t.mb], p->stages[t.chunk]->first); }
 
 static double cost_model_estimate(void* ctx, int rank, PpTask t) {
     (void)rank;
@@ -615,10 +615,7 @@ int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M,
         for (int k = 0; k < (split ? 3 : 2); k++)
             for (int m = 0; m < M; m++) {
                 double v = 0;
-                for (int c = 0; c < V; c++) {
-                    int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
-                    v += wk[k] * ((double)mbs[m].T + (first ? (double)mbs[m].Np : 0.0) + 1.0);
-                }
+                for (int c = 0; c < V; c++) v += wk[k] * mb_units(&mbs[m], c == 0 && r == 0); /* stage 0: the ViT */
                 dm[k][(size_t)r * M + m] = v;
             }
     double pred[3];
@@ -639,9 +636,7 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                      char* err, size_t err_len) {
     const PipelineConfig* cfg = &p->cfg;
     int P = cfg->P, V = cfg->chunks;
-    for (int i = 0; i < 3; i++) pred[i] = NAN;
-    for (int m = 0; m < M; m++) perm[m] = m;
-    *reordered = 0;
+    for (int i = 0; i < 3; i++) pred[i] = NAN; /* perm: the identity, *reordered 0 (the caller's) */
     *mode = PP_MODE_LOOKAHEAD;
     double* rate = NULL; /* (P, V, 3): seconds per unit, 0 = unknown */
     /* the learner's sample: the last step's measured durations of every rank, when that step was planned
@@ -703,10 +698,8 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                     if (cfg->estimate) {
                         e = cfg->estimate(cfg->estimate_ctx, r, t);
                     } else {
-                        int first = c == 0 && r == 0; /* virtual stage 0 runs the ViT */
-                        int mb = perm[m];             /* slot m runs microbatch perm[m] */
-                        e = rate[((size_t)r * V + c) * 3 + k] *
-                            ((double)mbs[mb].T + (first ? (double)mbs[mb].Np : 0.0) + 1.0);
+                        /* slot m runs microbatch perm[m]; virtual stage 0 runs the ViT */
+                        e = rate[((size_t)r * V + c) * 3 + k] * mb_units(&mbs[perm[m]], c == 0 && r == 0);
                     }
                     if (!(e > 0)) known = 0;
                     v += e;
@@ -818,8 +811,6 @@ int pipeline_step(Pipeline* p, const Microbatch* mbs, int M, float loss_scale, P
     return rc;
 }
 
-/* The step's tasks under `mode` on mbs (in the order they run), after the plan: the dispatcher, the transport
- * and the stages. 0, or -1 with the message in err. */
 /* a task as the trace names it: by the data's microbatch (a reordered step runs slot s = microbatch
  * step_order[s]; the identity otherwise), so a timeline reads the same whatever order the step ran in */
 static PpTask trace_task(const Pipeline* p, PpTask t) {
@@ -827,6 +818,8 @@ static PpTask trace_task(const Pipeline* p, PpTask t) {
     return t;
 }
 
+/* The step's tasks under `mode` on mbs (in the order they run), after the plan: the dispatcher, the transport
+ * and the stages. 0, or -1 with the message in err. */
 static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, const double pred[3], float loss_scale,
                     PpTrace* trace, int step, PipelineStepStats* out, char* err, size_t err_len) {
     const PipelineConfig* cfg = &p->cfg;

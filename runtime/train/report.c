@@ -530,8 +530,9 @@ static void section_timeline(Html* h, const ReportConfig* c, const Series* m) {
         const cJSON* pid = cJSON_GetObjectItemCaseSensitive(ev, "pid");
         const cJSON* ts = cJSON_GetObjectItemCaseSensitive(ev, "ts");
         if (!cJSON_IsString(cat) || strcmp(cat->valuestring, "step") || !cJSON_IsString(ph) || strcmp(ph->valuestring, "X") ||
-            !cJSON_IsNumber(pid) || !cJSON_IsNumber(ts) || !isfinite(ts->valuedouble))
-            continue;
+            !cJSON_IsNumber(pid) || !(pid->valuedouble >= 0 && pid->valuedouble <= 65535) || !cJSON_IsNumber(ts) ||
+            !isfinite(ts->valuedouble))
+            continue; /* not a step span, or a rank out of the trace format's range (never cast) */
         int k = 0;
         while (k < n_ranks_seen && rank_of[k] != (int)pid->valuedouble) k++;
         if (k == n_ranks_seen) {
