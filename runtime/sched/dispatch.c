@@ -142,6 +142,25 @@ int pp_dispatcher_init_hint(PpDispatcher* d, PpHint h, const PpShape* s0, int ra
     return rc;
 }
 
+size_t pp_dispatcher_clone_bytes(const PpDispatcher* src) {
+    size_t b = (size_t)src->n * (2 * sizeof(int) + 2);
+    return (b + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+}
+
+void pp_dispatcher_clone(PpDispatcher* dst, const PpDispatcher* src, void* mem) {
+    size_t n = (size_t)src->n;
+    char* m = mem;
+    *dst = *src;
+    dst->heap_f = (int*)m;
+    memcpy(dst->heap_f, src->heap_f, sizeof(int) * (size_t)src->nf);
+    dst->heap_o = (int*)(m + sizeof(int) * n);
+    memcpy(dst->heap_o, src->heap_o, sizeof(int) * (size_t)src->no);
+    dst->need = (uint8_t*)(m + 2 * sizeof(int) * n);
+    memcpy(dst->need, src->need, n);
+    dst->state = dst->need + n;
+    memcpy(dst->state, src->state, n);
+}
+
 void pp_dispatcher_free(PpDispatcher* d) {
     free(d->act_bytes);
     free(d->order);

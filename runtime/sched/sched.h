@@ -275,6 +275,13 @@ void pp_dispatcher_finished(PpDispatcher* d, PpTask t);
  * the hint's order): returns 1 with *t and *eligible = 1 when it may start now (its inputs are in and, a
  * gated forward, the cap and the byte budget admit it), or 0 when every task of the rank has started. */
 int pp_dispatcher_first_unstarted(PpDispatcher* d, PpTask* t, int* eligible);
+/* A copy of a dispatcher's decision state for a simulated continuation (the simulator's rollout): dst = src
+ * with its own copies of the tables a decision changes (the dependency counts, the task states and the two
+ * ready heaps) in `mem`, pp_dispatcher_clone_bytes(src) bytes aligned for an int; everything else (the hint
+ * order, lookahead's notices) is src's, read-only, so the clone runs ready or fixed and is freed with mem
+ * alone, never with pp_dispatcher_free. The size is a multiple of sizeof(double): clones can sit end to end. */
+size_t pp_dispatcher_clone_bytes(const PpDispatcher* src);
+void pp_dispatcher_clone(PpDispatcher* dst, const PpDispatcher* src, void* mem);
 /* The task the sequence runs next (fixed modes). Returns 1 with *t, or 0 at the end. */
 int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t);
 /* fixed-sync: the tasks whose cross-rank receives are to be posted now, i.e. at time 0 and each time

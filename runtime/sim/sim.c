@@ -665,46 +665,31 @@ static void sim_clone(Sim* C, const Sim* S, int sample) {
     *C = *S;
     C->sample = sample;
     C->sample_seed = (uint64_t)S->res->rollouts * 1000003u + S->opt.estimate_seed;
-    int P = S->sh.P, n = S->n;
+    int P = S->sh.P;
     C->cont = 1;
     C->res = NULL;
     C->aborted = 0;
     C->last_end = 0;
-    size_t per = (size_t)n * (2 * sizeof(int) + 2);
+    size_t per = pp_dispatcher_clone_bytes(&S->disp[0]);  // every rank's dispatcher has the step's n tasks
     size_t ranks = (size_t)P * (5 * sizeof(int) + sizeof(double));
+    ranks = (ranks + sizeof(double) - 1) / sizeof(double) * sizeof(double);
     char* m = mallocCheck(sizeof(PpDispatcher) * P + ranks + per * P);
     C->clone_mem = m;
     C->disp = (PpDispatcher*)m;
     m += sizeof(PpDispatcher) * P;
     C->run_start = (double*)m;
     memcpy(C->run_start, S->run_start, sizeof(double) * P);
-    m += sizeof(double) * P;
+    int* im = (int*)(m + sizeof(double) * P);
     int** ia[5] = {&C->busy, &C->slot, &C->dirty, &C->batch, &C->dirty_list};
     const int* is[5] = {S->busy, S->slot, S->dirty, S->batch, S->dirty_list};
     for (int k = 0; k < 5; k++) {
-        *ia[k] = (int*)m;
-        memcpy(*ia[k], is[k], sizeof(int) * P);
-        m += sizeof(int) * P;
+        *ia[k] = im;
+        memcpy(im, is[k], sizeof(int) * P);
+        im += P;
     }
+    m += ranks;
     RR_ASSERT(S->n_dirty == 0);  // a decision is taken with every event of its time applied
-    char* bytes = m + sizeof(int) * 2 * (size_t)n * P;  // the byte tables after every int table (alignment)
-    for (int r = 0; r < P; r++) {
-        PpDispatcher* d = &C->disp[r];
-        const PpDispatcher* o = &S->disp[r];
-        *d = *o;
-        d->heap_f = (int*)m;
-        memcpy(d->heap_f, o->heap_f, sizeof(int) * o->nf);
-        m += sizeof(int) * n;
-        d->heap_o = (int*)m;
-        memcpy(d->heap_o, o->heap_o, sizeof(int) * o->no);
-        m += sizeof(int) * n;
-        d->need = (uint8_t*)bytes;
-        memcpy(d->need, o->need, n);
-        bytes += n;
-        d->state = (uint8_t*)bytes;
-        memcpy(d->state, o->state, n);
-        bytes += n;
-    }
+    for (int r = 0; r < P; r++) pp_dispatcher_clone(&C->disp[r], &S->disp[r], m + per * (size_t)r);
     C->q.cap = S->q.n + 64;
     C->q.n = 0;
     C->q.h = mallocCheck(sizeof(SimEvent) * C->q.cap);
