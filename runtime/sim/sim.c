@@ -919,17 +919,24 @@ static void fit_low_rank(double* A, int P, int M) {
     free(v);
 }
 
-void pp_durations_smooth(const PpDurations* in, PpDurations* out) {
+/* in's durations in arrays of out's own (pp_durations_free) */
+static void durations_copy(const PpDurations* in, PpDurations* out) {
     *out = *in;
-    size_t n = (size_t)in->P * in->M;
+    size_t n = (size_t)in->P * (size_t)in->M;
     double* const* src[3] = {&in->F, &in->B, &in->W};
     double** dst[3] = {&out->F, &out->B, &out->W};
-    for (int k = 0; k < 3; k++) {
-        if (!*src[k]) continue;
-        *dst[k] = mallocCheck(sizeof(double) * n);
-        memcpy(*dst[k], *src[k], sizeof(double) * n);
-        if (in->P > 1 && in->M > 1) fit_low_rank(*dst[k], in->P, in->M);
-    }
+    for (int k = 0; k < 3; k++)
+        if (*src[k]) {
+            *dst[k] = mallocCheck(sizeof(double) * n);
+            memcpy(*dst[k], *src[k], sizeof(double) * n);
+        }
+}
+
+void pp_durations_smooth(const PpDurations* in, PpDurations* out) {
+    durations_copy(in, out);
+    double* mats[3] = {out->F, out->B, out->W};
+    for (int k = 0; k < 3; k++)
+        if (mats[k] && in->P > 1 && in->M > 1) fit_low_rank(mats[k], in->P, in->M);
 }
 
 typedef struct {
@@ -1030,15 +1037,7 @@ PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap 
 
 /* d with its microbatches in `perm` (slot s = microbatch perm[s]), in arrays of its own (pp_durations_free) */
 static void durations_permuted(const PpDurations* d, const int* perm, PpDurations* out) {
-    *out = *d;
-    size_t n = (size_t)d->P * (size_t)d->M;
-    double* const* src[3] = {&d->F, &d->B, &d->W};
-    double** dst[3] = {&out->F, &out->B, &out->W};
-    for (int k = 0; k < 3; k++)
-        if (*src[k]) {
-            *dst[k] = mallocCheck(sizeof(double) * n);
-            memcpy(*dst[k], *src[k], sizeof(double) * n);
-        }
+    durations_copy(d, out);
     pp_durations_permute(out, perm);
 }
 
