@@ -16,6 +16,13 @@
 #   lookahead <= 1.005 x fixed at the same hint and cap, every cell and seed (1f1b, zb-h1: the hints
 #   fixed can run), and lookahead's speedup >= 0.98 x ready's wherever ready's beats fixed's (bfw:
 #   always; it has no fixed).
+# adaptive (the recipes' default mode) is held to issue 22's target as well: adaptive <= 1.005 x the better
+# of fixed and ready at the same hint and cap, on every seed, checked twice: on the table's one step, and
+# on runs of RUN_STEPS steps (default 10; `rrfp-mm sim --steps`: step k drawn with seed + 1000 k, fresh
+# durations and estimates per step, the run's total makespan; adaptive learns its choice across the
+# run's steps as the MPI runtime does; RUN_STEPS=0 skips the runs). A training run is thousands of steps,
+# and the runtime plans no step without the learner (its first step runs lookahead), so the runs are the
+# runtime's case; the one-step figure is the plan alone (docs/scheduler.md: why it misses about 1%).
 #
 # Usage: bench/sim.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds, PS "4 8 32 128")
 # (TABLE_ONLY=1: the tables and targets only, without the latency sensitivity and timing tails)
@@ -24,6 +31,7 @@ BIN=${1:-build/rrfp-mm}
 SEEDS=${2:-3}
 PS=${3:-4 8 32 128}
 ERR=${ERR:-0.2}
+RUN_STEPS=${RUN_STEPS:-10}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 
@@ -61,13 +69,47 @@ for P in $PS; do
   done
 done >"$T/rows.tsv"
 
-ERR=$ERR python3 - "$T/rows.tsv" <<'EOF'
+# runs of RUN_STEPS steps (issue 22's check of adaptive; totals over the run)
+: >"$T/runs.tsv"
+if [ "$RUN_STEPS" -gt 1 ]; then
+  for P in $PS; do
+    M=$((4 * P))
+    for kind in text mm; do
+      for seed in $(seq 1 "$SEEDS"); do
+        runrun() {  # runrun MODE HINT SPLIT [CAP]
+          local flags=(--stages "$P" --microbatches "$M" --kind "$kind" --seed "$seed" --steps "$RUN_STEPS")
+          [ "$3" = 1 ] && flags+=(--split-backward)
+          [ -n "${4:-}" ] && flags+=(--cap "$4")
+          [ "$1" = adaptive ] && flags+=(--estimate-error "$ERR" --estimate-seed "$seed")
+          printf '%s\t%s\t%s\t%s\t%s\t%s\t' "$P" "$kind" "$seed" "$1" "$2" "${4:--}"
+          "$BIN" sim "${flags[@]}" --mode "$1" --hint "$2" --json
+        }
+        runrun fixed 1f1b 0
+        runrun fixed zb-h1 1
+        for cap in 1x 1.5x 2x; do
+          runrun ready 1f1b 0 "$cap"
+          runrun ready zb-h1 1 "$cap"
+          runrun ready bfw 1 "$cap"
+          runrun adaptive 1f1b 0 "$cap"
+          runrun adaptive zb-h1 1 "$cap"
+          runrun adaptive bfw 1 "$cap"
+        done
+      done
+    done
+  done >"$T/runs.tsv"
+fi
+
+ERR=$ERR RUN_STEPS=$RUN_STEPS python3 - "$T/rows.tsv" "$T/runs.tsv" <<'EOF'
 import json, math, os, sys
 from collections import defaultdict
-rows = defaultdict(list)   # (P, kind, mode, hint, cap) -> [(seed, result)]
-for line in open(sys.argv[1]):
-    P, kind, seed, mode, hint, cap, js = line.rstrip("\n").split("\t", 6)
-    rows[(int(P), kind, mode, hint, cap)].append((int(seed), json.loads(js)))
+def load(path):
+    out = defaultdict(list)   # (P, kind, mode, hint, cap) -> [(seed, result)]
+    for line in open(path):
+        P, kind, seed, mode, hint, cap, js = line.rstrip("\n").split("\t", 6)
+        out[(int(P), kind, mode, hint, cap)].append((int(seed), json.loads(js)))
+    return out
+rows = load(sys.argv[1])
+runs = load(sys.argv[2])
 def makespan(P, kind, mode, hint, cap):
     return {s: r["makespan"] for s, r in rows[(P, kind, mode, hint, cap)]}
 order = [("fixed-sync", "1f1b", "-"), ("fixed-sync", "zb-h1", "-"), ("fixed", "1f1b", "-"), ("fixed", "zb-h1", "-")]
@@ -142,6 +184,37 @@ for NEW in ("lookahead", "adaptive"):
           ("HOLD in every cell" if not fails else f"NOT MET in {len(fails)} cell(s):"))
     for f in fails:
         print("  - " + f)
+
+# issue 22: adaptive / min(fixed, ready) at the same hint and cap, per seed (bfw: against ready; it has no fixed)
+def worst22(src, P, kind, hint, cap):
+    a = {s: r["makespan"] for s, r in src[(P, kind, "adaptive", hint, cap)]}
+    r = {s: x["makespan"] for s, x in src[(P, kind, "ready", hint, cap)]}
+    f = {s: x["makespan"] for s, x in src[(P, kind, "fixed", hint, "-")]} if hint != "bfw" else r
+    return [(a[s] / min(f[s], r[s]), s) for s in a]
+steps = int(os.environ.get("RUN_STEPS", "10"))
+srcs = [("one step", rows)] + ([(f"runs of {steps} steps", runs)] if runs else [])
+print("\n### adaptive against the better of fixed and ready (issue 22; worst seed of adaptive / min(fixed, ready), "
+      f"target <= 1.005; estimates off by up to {os.environ.get('ERR', '0.2')})\n")
+print("| kind | hint | cap | " + " | ".join(f"P={P} {name}" for P in Ps for name, _ in srcs) + " |")
+print("|---|---|---|" + "---|" * (len(Ps) * len(srcs)))
+over = {name: [] for name, _ in srcs}
+count = {name: 0 for name, _ in srcs}
+for kind in ("text", "mm"):
+    for hint in ("1f1b", "zb-h1", "bfw"):
+        for cap in ("1x", "1.5x", "2x"):
+            cells = []
+            for P in Ps:
+                for name, src in srcs:
+                    qs = worst22(src, P, kind, hint, cap)
+                    count[name] += len(qs)
+                    over[name] += [(q, kind, hint, cap, P, s) for q, s in qs if q > 1.005]
+                    w = max(q for q, _ in qs)
+                    cells.append(f"{w:.4f}{' **' if w > 1.005 else ''}")
+            print(f"| {kind} | {hint} | {cap} | " + " | ".join(cells) + " |")
+for name, _ in srcs:
+    o = sorted(over[name], reverse=True)
+    print(f"\nadaptive, {name}: " + ("HOLDS on every seed of every cell" if not o else
+          f"above 1.005 in {len(o)} of {count[name]} cases (worst {o[0][0]:.4f}: {o[0][1]} {o[0][2]} {o[0][3]} P={o[0][4]} seed {o[0][5]})"))
 EOF
 
 [ -n "${TABLE_ONLY:-}" ] && exit 0

@@ -229,5 +229,70 @@ expect 2 'straggler expects FACTOR:LENGTH:PROBABILITY' -- "$BIN" sim --calibrate
 expect 2 'stages <= LM layers' -- "$BIN" sim --calibrated "$R7" --stages 64
 expect 2 'excludes --durations' -- "$BIN" sim --calibrated "$R7" --durations "$T/cal-fifo.json"
 
+# A run of steps (--steps K, or one --durations FILE per step): step k drawn with --seed + 1000 k and its
+# estimates with --estimate-seed + 1000 k; the figures are the run's totals; adaptive keeps one learner
+# across the steps (its choice on step k > 0 is informed by the steps before, as in the MPI runtime).
+G=(--stages 4 --microbatches 16 --kind text --split-backward --hint zb-h1)
+for k in 0 1 2; do
+  "$BIN" sim "${G[@]}" --seed $((2 + 1000 * k)) --mode fixed --json --dump "$T/run$k.json" >"$T/fx$k.json" 2>"$T/err" || fail "sim step $k: $(cat "$T/err")"
+done
+"$BIN" sim "${G[@]}" --seed 2 --steps 3 --mode fixed --json >"$T/fxrun.json" 2>"$T/err" || fail "sim --steps 3: $(cat "$T/err")"
+python3 - "$T" <<'PYRUN' || fail "a run's totals are not its steps' one-step figures"
+import json, sys
+T = sys.argv[1]
+text = open(f"{T}/fxrun.json").read()
+run = json.loads(text)
+assert text.strip().count("\n") == 0, text
+assert list(run) == ["mode", "hint", "cap", "makespan", "lower_bound", "efficiency", "bubble", "steps", "step_makespans"], list(run)
+one = [json.load(open(f"{T}/fx{k}.json")) for k in range(3)]
+assert run["steps"] == 3 and run["step_makespans"] == [o["makespan"] for o in one], (run, one)
+assert abs(run["makespan"] - sum(o["makespan"] for o in one)) < 1e-9 * run["makespan"], run
+assert abs(run["lower_bound"] - sum(o["lower_bound"] for o in one)) < 1e-9 * run["lower_bound"], run
+assert abs(run["efficiency"] - run["lower_bound"] / run["makespan"]) < 1e-12, run
+work = sum((1 - o["bubble"]) * o["makespan"] for o in one)
+assert abs(run["bubble"] - (1 - work / run["makespan"])) < 1e-9, run
+PYRUN
+# the same run from files, one per step, is the generated run (estimates per step from --estimate-seed)
+A=(--mode adaptive --cap 1.5x --estimate-error 0.2 --estimate-seed 2 --json)
+"$BIN" sim "${G[@]}" --seed 2 --steps 3 "${A[@]}" >"$T/arun.json" 2>"$T/err" || fail "adaptive --steps: $(cat "$T/err")"
+"$BIN" sim --durations "$T/run0.json" --durations "$T/run1.json" --durations "$T/run2.json" --hint zb-h1 "${A[@]}" \
+  >"$T/afiles.json" 2>"$T/err" || fail "adaptive over three files: $(cat "$T/err")"
+cmp -s "$T/arun.json" "$T/afiles.json" || fail "a run of files differs from the generated run: $(cat "$T/arun.json") vs $(cat "$T/afiles.json")"
+# adaptive learns across the run: its first step is the one-step run's; later steps' choices follow the
+# learner (on this case it runs fixed on steps where the plan alone runs ready) and the run holds issue
+# 22's target against fixed's and ready's totals on the same steps
+"$BIN" sim "${G[@]}" --seed 2 --steps 10 "${A[@]}" >"$T/a10.json" 2>"$T/err" || fail "adaptive --steps 10: $(cat "$T/err")"
+for m in fixed ready; do "$BIN" sim "${G[@]}" --seed 2 --steps 10 --mode $m --cap 1.5x --json >"$T/${m}10.json" 2>/dev/null || fail "$m --steps 10"; done
+for k in $(seq 0 9); do
+  s=$((2 + 1000 * k))
+  "$BIN" sim "${G[@]}" --seed $s --mode adaptive --cap 1.5x --estimate-error 0.2 --estimate-seed $s | sed -n 's/^adaptive: ran \([a-z-]*\) .*/\1/p'
+done >"$T/alone.txt"
+python3 - "$T" <<'PYLEARN' || fail "adaptive's run does not learn or misses the target"
+import json, sys
+T = sys.argv[1]
+a = json.load(open(f"{T}/a10.json"))
+f = json.load(open(f"{T}/fixed10.json"))["makespan"]
+r = json.load(open(f"{T}/ready10.json"))["makespan"]
+alone = open(f"{T}/alone.txt").read().split()
+assert len(alone) == 10 and len(a["step_modes"]) == 10 and len(a["step_reordered"]) == 10, (alone, a)
+assert a["step_modes"][0] == alone[0], (a["step_modes"], alone)          # nothing learned before step 0
+assert a["step_modes"] != alone, (a["step_modes"], alone)                # the learner changed later choices
+assert a["makespan"] <= 1.005 * min(f, r), (a["makespan"], f, r)
+PYLEARN
+"$BIN" sim "${G[@]}" --seed 2 --steps 3 --mode adaptive --cap 1.5x --estimate-error 0.2 >"$T/atext.txt" 2>"$T/err" || fail "adaptive --steps text"
+grep -qE "^sim: a run of 3 steps, P=4 .*\(adaptive learns across the steps\)$" "$T/atext.txt" && grep -qE "^2 +16 " "$T/atext.txt" \
+  && grep -qE "^run +makespan [0-9.]+ .*\(totals over 3 steps\)$" "$T/atext.txt" && grep -qE "^adaptive: ready on [0-9]+, fixed on" "$T/atext.txt" \
+  || fail "a run's text output: $(cat "$T/atext.txt")"
+expect 2 '--steps expects' -- "$BIN" sim "${G[@]}" --steps 0
+expect 2 'show one step' -- "$BIN" sim "${G[@]}" --steps 2 --grid
+expect 2 'show one step' -- "$BIN" sim --durations "$T/run0.json" --durations "$T/run1.json" --trace "$T/x.json"
+expect 2 'once per step' -- "$BIN" sim --durations "$T/run0.json" --steps 2
+"$BIN" sim --stages 3 --microbatches 6 --split-backward --dump "$T/p3.json" >/dev/null 2>&1
+"$BIN" sim --stages 4 --microbatches 16 --dump "$T/whole.json" >/dev/null 2>&1
+expect 1 'p3.json: a run.s steps must have the same pipeline: 4 stages' -- "$BIN" sim --durations "$T/run0.json" --durations "$T/p3.json" --hint zb-h1
+expect 1 'whole.json: a run.s steps must have the same pipeline: .*split backward' -- "$BIN" sim --durations "$T/run0.json" --durations "$T/whole.json" --hint zb-h1
+printf '{"stages": 4, "microbatches": 16, "latency": 0.02, "F": [[1]]' >"$T/trunc.json"
+expect 1 'trunc.json' -- "$BIN" sim --durations "$T/run0.json" --durations "$T/trunc.json" --hint zb-h1
+
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "sched_cli: all checks passed"

@@ -1,6 +1,7 @@
 /* cmd_sim.c — `rrfp-mm sim`: run one pipeline step of a hint under a dispatch mode on the virtual
  * clock (sim.c, driving the runtime's own dispatcher) and report makespan, lower bound, efficiency
- * and bubble; generate, dump and trace duration sets; time the dispatcher's decisions. */
+ * and bubble, or a run of steps (--steps, or several --durations: adaptive learns its choice across
+ * them as the MPI runtime does); generate, dump and trace duration sets; time the dispatcher's decisions. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,17 +19,18 @@
 
 static void sim_usage(FILE* f) {
     fprintf(f,
-            "usage: rrfp-mm sim (--durations FILE | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
+            "usage: rrfp-mm sim (--durations FILE... | --stages P --microbatches M [--variance V] [--kind text|mm]\n"
             "                    [--seed S] [--split-backward] [--latency L])\n"
             "                   [--mode fixed-sync|fixed|ready|lookahead|adaptive|rollout] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
-            "                   [--estimate-error E] [--estimate-seed S] [--keep-order]\n"
+            "                   [--estimate-error E] [--estimate-seed S] [--keep-order] [--steps K]\n"
             "       rrfp-mm sim --calibrated RECIPE [--stages P] [--microbatches M] [--workload text|mm]\n"
             "                   [--policy fifo|ffd|balanced] [--flops F] [--jitter J] [--straggler F:LEN:P]\n"
             "                   [--seed S] [--split-backward] [--mode ...] [--hint ...] [--dump FILE] ...\n"
             "                   [--json] [--grid] [--dump FILE] [--trace FILE] [--bench-dispatch]\n\n"
             "Simulates one step of the RRFP pipeline runtime (DESIGN.md section 6) with the runtime's own\n"
             "dispatcher under a virtual clock.\n\n"
-            "  --durations FILE  duration file {\"stages\", \"microbatches\", \"latency\", \"F\", \"B\", \"W\"?}\n"
+            "  --durations FILE  duration file {\"stages\", \"microbatches\", \"latency\", \"F\", \"B\", \"W\"?};\n"
+            "                    given more than once: a run, one file per step in the order given\n"
             "  --stages/--microbatches  generate durations instead (see bench/README.md for the generator):\n"
             "      --kind text|mm (default text), --variance V (default 0.1 text, 1.0 mm), --seed S (1),\n"
             "      --split-backward (B = W = F instead of B = 2F), --latency L (default 0.02)\n"
@@ -48,7 +50,13 @@ static void sim_usage(FILE* f) {
             "                    simulator only) simulates the rest of the step on the estimates at each decision\n"
             "  --estimate-error E  lookahead's cost model: each task's estimate is its true duration times a\n"
             "                    factor drawn in [1-E, 1+E] per (rank, task) (default 0 = exact, E < 1)\n"
-            "  --estimate-seed S the seed of those factors (default 1)\n"
+            "  --estimate-seed S the seed of those factors (default 1); step k of a run uses S + 1000 k\n"
+            "  --steps K         a run of K steps (default 1) from the generator or --calibrated, step k's\n"
+            "                    durations drawn with --seed + 1000 k: fresh durations and estimates per step\n"
+            "                    and, under adaptive, one learner for the run (each finished step's measured\n"
+            "                    durations inform the next step's choice, as in the MPI runtime); the\n"
+            "                    figures are the run's totals, with each step's on its own line (--json:\n"
+            "                    \"steps\", \"step_makespans\" and, under adaptive, \"step_modes\" added)\n"
             "  --hint HINT       gpipe, 1f1b, interleaved-1f1b, zb-h1, bf, bfw, zbv, dualpipev (default 1f1b;\n"
             "                    zbv and dualpipev: --chunks 2 in a V, split backward)\n"
             "  --cap N|Nx        ready's in-flight cap: a count, or a multiple of the hint's own peak\n"
@@ -207,12 +215,14 @@ static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape
     return pp_trace_close(tr, err, errlen);
 }
 
-int cmd_sim(int argc, char** argv) {
+static int sim_main(int argc, char** argv, const char** dfiles) {
     const char *calib_recipe = NULL, *workload_text = "mm", *policy_text = NULL;
     double cal_flops = 0, cal_jitter = -1, cal_sf = 0, cal_sp = 0;
     long cal_sl = 0;
     int have_straggler = 0;
     const char *durations = NULL, *dump = NULL, *trace = NULL, *cap_text = NULL;
+    int ndfiles = 0;             // dfiles[]: every --durations FILE, in order (a run when more than one)
+    long steps = 0;              // --steps K (0: not given)
     const char *mode_text = "ready", *hint_text = "1f1b", *kind_text = "text";
     long P = 0, M = 0, seed = 1, chunks = 1, est_seed = 1;
     double variance = -1, latency = 0.02, est_error = 0;
@@ -231,7 +241,10 @@ int cmd_sim(int argc, char** argv) {
             return 0;
         } else if (!strcmp(a, "--durations")) {
             NEED_VALUE();
-            durations = v;
+            durations = dfiles[ndfiles++] = v;
+        } else if (!strcmp(a, "--steps")) {
+            NEED_VALUE();
+            if (parse_int_arg(a, v, 1, 10000, &steps)) return 2;
         } else if (!strcmp(a, "--mode")) {
             NEED_VALUE();
             mode_text = v;
@@ -355,19 +368,30 @@ int cmd_sim(int argc, char** argv) {
                         "microbatches\n", pp_mode_name(mode));
     if (bench) return bench_dispatch(P ? (int)P : 128, M ? (int)M : 512, hint, split, cap, (uint64_t)seed);
 
-    PpDurations d;
+    int P0 = 0, split0 = 0;  // the run's pipeline: step 0's stages and backward
+    if (ndfiles > 0 && steps) {
+        fprintf(stderr, "rrfp-mm sim: --steps K generates a run (or calibrates one); for a run of duration files give "
+                        "--durations once per step\n");
+        return 2;
+    }
+    int K = ndfiles > 1 ? ndfiles : steps ? (int)steps : 1;  // the run's steps
+    if (K > 1 && (grid || trace || dump)) {
+        fprintf(stderr, "rrfp-mm sim: --grid, --trace and --dump show one step; a run of %d steps has several (run a "
+                        "step on its own: one --durations FILE, or --seed S + 1000 k for step k of --steps)\n", K);
+        return 2;
+    }
+    Recipe rc0;
+    PpCalibConfig cc;
     if (calib_recipe) {
         if (durations || have_latency) {
             fprintf(stderr, "rrfp-mm sim: --calibrated RECIPE excludes --durations and --latency (the recipe and the link give them)\n");
             return 2;
         }
-        Recipe rc0;
         recipe_defaults(&rc0);
         if (recipe_load(&rc0, calib_recipe, err, sizeof err) != 0) {
             fprintf(stderr, "rrfp-mm: error: %s\n", err);
             return 1;
         }
-        PpCalibConfig cc;
         pp_calib_defaults(&cc);
         cc.P = P ? (int)P : rc0.pp;
         cc.M = M ? (int)M : rc0.microbatches;
@@ -377,7 +401,6 @@ int cmd_sim(int argc, char** argv) {
         cc.F = rc0.ffn_hidden, cc.V = rc0.vocab > 0 ? rc0.vocab : 32000, cc.patch = rc0.patch;
         cc.min_patches = rc0.min_patches, cc.max_patches = rc0.max_patches;
         cc.split = split;
-        cc.seed = (uint64_t)seed;
         LoaderPolicy lp;
         if (loader_policy_parse(policy_text ? policy_text : rc0.policy, &lp) != 0) {
             fprintf(stderr, "rrfp-mm sim: unknown --policy '%s' (expected fifo, ffd or balanced)\n", policy_text);
@@ -393,27 +416,11 @@ int cmd_sim(int argc, char** argv) {
         if (cal_flops > 0) cc.flops = cal_flops;
         if (cal_jitter >= 0) cc.jitter = cal_jitter;
         if (have_straggler) cc.straggler_factor = cal_sf, cc.straggler_len = (int)cal_sl, cc.straggler_prob = cal_sp;
-        PpCalibStats cs;
-        if (pp_calib_generate(&cc, &d, &cs, err, sizeof err) != 0) {
-            fprintf(stderr, "rrfp-mm sim: %s\n", err);
-            return 2;
-        }
-        fprintf(json ? stderr : stdout,
-                "calibrated: %s, %s workload, P=%d M=%d policy %s: %d samples, %.0f tokens (%.0f patches), fill %.3f "
-                "(microbatches %.0f..%.0f tokens), step work %.4g s, latency %.3g s, straggling %.3f, layers",
-                calib_recipe, workload_text, cc.P, cc.M, policy_text ? policy_text : rc0.policy, cs.samples, cs.tokens,
-                cs.patches, cs.fill, cs.min_T, cs.max_T, cs.step_work_s, d.latency, cs.straggler_share);
-        for (int s = 0; s < cc.P && s < 128; s++) fprintf(json ? stderr : stdout, "%s%d", s ? "," : " ", cs.layers[s]);
-        fprintf(json ? stderr : stdout, "\n");
     } else if (durations) {
         if (P || M || have_latency || split) {
             fprintf(stderr, "rrfp-mm sim: --durations FILE excludes --stages/--microbatches/--latency/--split-backward "
                             "(the file gives them)\n");
             return 2;
-        }
-        if (pp_durations_load(durations, &d, err, sizeof err)) {
-            fprintf(stderr, "rrfp-mm: error: %s\n", err);
-            return 1;
         }
     } else {
         if (!P || !M) {
@@ -426,113 +433,219 @@ int cmd_sim(int argc, char** argv) {
             fprintf(stderr, "rrfp-mm sim: --stages %ld --microbatches %ld: %s\n", (long)P, (long)M, err);
             return 2;
         }
-        pp_durations_generate(&d, (int)P, (int)M, variance, kind, (uint64_t)seed, split, latency);
     }
-    /* generated and calibrated durations get a duration file's checks: --latency 1e308 (or a huge --flops
-     * ratio or straggler factor) would make every figure below inf or nan */
-    if (!durations && pp_durations_check(&d, calib_recipe ? "calibrated durations" : "generated durations", err,
-                                         sizeof err) != 0) {
-        fprintf(stderr, "rrfp-mm sim: %s\n", err);
-        pp_durations_free(&d);
-        return 2;
-    }
-    int rc = 0;
-    if (dump) {
-        char* js = pp_durations_to_json(&d);
-        if (rr_write_file_atomic(dump, js, strlen(js))) {
-            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", dump, strerror(errno));
-            free(js);
-            pp_durations_free(&d);
+    /* a run of files: every file is read and checked before the first step runs, so a bad file fails the
+     * run before it prints anything (the steps' own loads below read them again, one step in memory at a time) */
+    for (int k = 0; K > 1 && k < ndfiles; k++) {
+        PpDurations d;
+        if (pp_durations_load(dfiles[k], &d, err, sizeof err)) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
             return 1;
         }
-        free(js);
-    }
-    FILE* gridf = json ? stderr : stdout;  // --json keeps stdout to exactly one JSON object
-    PpShape shape = {d.P, d.M, (int)chunks, d.split, pp_hint_vshape(hint)};
-    if (grid) {
-        if (pp_hint_check_shape(hint, &shape, err, sizeof err) == 0) pp_hint_print_grid(hint, &shape, gridf);
-    }
-    PpSimResult r;
-    double t0 = rr_now();
-    PpSimOptions so = {est_error, (uint64_t)est_seed, NULL, 0, NULL, keep_order};
-    if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
-        fprintf(stderr, "rrfp-mm sim: %s\n", err);
+        int P_k = d.P, split_k = d.split;
         pp_durations_free(&d);
-        return 2;
+        if (k == 0) {
+            P0 = P_k, split0 = split_k;
+        } else if (P_k != P0 || split_k != split0) {
+            fprintf(stderr, "rrfp-mm: error: %s: a run's steps must have the same pipeline: %d stages, %s backward, as "
+                            "%s (step 0); this step has %d stages, %s backward\n", dfiles[k], P0,
+                    split0 ? "split" : "whole", dfiles[0], P_k, split_k ? "split" : "whole");
+            return 1;
+        }
     }
-    double wall = rr_now() - t0;
-    if (r.deadlock) {
-        fprintf(stderr, "rrfp-mm: error: hint %s under mode %s does not finish: %s\n", pp_hint_name(hint),
-                pp_mode_name(mode), r.msg);
-        rc = 1;
-        goto out;
-    }
-    if (pp_exec_check(&shape, r.exec, r.n_exec, d.latency, err, sizeof err)) {
-        fprintf(stderr, "rrfp-mm: internal error: the simulated schedule is invalid: %s\n", err);
-        rc = 1;
-        goto out;
-    }
-    if (grid) print_exec_grid(gridf, &r, &shape);
+    FILE* info = json ? stderr : stdout;  // --json keeps stdout to exactly one JSON object
+    PpPlanLearn learn;                    // adaptive's learner across a run's steps (sim.h)
+    memset(&learn, 0, sizeof learn);
+    double tot_ms = 0, tot_lb = 0, tot_work = 0;
+    double* step_ms = mallocCheck(sizeof(double) * (size_t)K);
+    PpMode* step_mode = mallocCheck(sizeof(PpMode) * (size_t)K);
+    int* step_reordered = mallocCheck(sizeof(int) * (size_t)K);
+    int rc = 0;
     char capbuf[32];
     if (!pp_mode_is_ready(mode)) snprintf(capbuf, sizeof capbuf, "none");
     else if (cap.kind == PP_CAP_DEFAULT && chunks > 1) snprintf(capbuf, sizeof capbuf, "peak");
     else pp_cap_format(cap, capbuf, sizeof capbuf);
-    if (json) {
+    for (int k = 0; k < K && rc == 0; k++) {
+        /* step k of a run: the generators' seed and the estimates' seed advance by 1000 per step (as
+         * rrfp-bench-adaptive --steps), so step 0 is the one-step run of the same arguments */
+        uint64_t seed_k = (uint64_t)seed + 1000u * (uint64_t)k, est_seed_k = (uint64_t)est_seed + 1000u * (uint64_t)k;
+        const char* name = durations ? dfiles[k < ndfiles ? k : 0] : NULL;
+        PpDurations d;
+        if (calib_recipe) {
+            PpCalibStats cs;
+            cc.seed = seed_k;
+            if (pp_calib_generate(&cc, &d, &cs, err, sizeof err) != 0) {
+                fprintf(stderr, "rrfp-mm sim: %s\n", err);
+                rc = 2;
+                break;
+            }
+            if (K > 1) fprintf(info, "step %d: ", k);
+            fprintf(info,
+                    "calibrated: %s, %s workload, P=%d M=%d policy %s: %d samples, %.0f tokens (%.0f patches), fill %.3f "
+                    "(microbatches %.0f..%.0f tokens), step work %.4g s, latency %.3g s, straggling %.3f, layers",
+                    calib_recipe, workload_text, cc.P, cc.M, policy_text ? policy_text : rc0.policy, cs.samples, cs.tokens,
+                    cs.patches, cs.fill, cs.min_T, cs.max_T, cs.step_work_s, d.latency, cs.straggler_share);
+            for (int st = 0; st < cc.P && st < 128; st++) fprintf(info, "%s%d", st ? "," : " ", cs.layers[st]);
+            fprintf(info, "\n");
+        } else if (durations) {
+            if (pp_durations_load(name, &d, err, sizeof err)) {
+                fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                rc = 1;
+                break;
+            }
+        } else {
+            pp_durations_generate(&d, (int)P, (int)M, variance, kind, seed_k, split, latency);
+        }
+        /* generated and calibrated durations get a duration file's checks: --latency 1e308 (or a huge --flops
+         * ratio or straggler factor) would make every figure below inf or nan */
+        if (!durations && pp_durations_check(&d, calib_recipe ? "calibrated durations" : "generated durations", err,
+                                             sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm sim: %s\n", err);
+            pp_durations_free(&d);
+            rc = 2;
+            break;
+        }
+        if (k == 0) P0 = d.P, split0 = d.split;  // (a run of files was checked alike above; generated: alike)
+        if (dump) {
+            char* js = pp_durations_to_json(&d);
+            if (rr_write_file_atomic(dump, js, strlen(js))) {
+                fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", dump, strerror(errno));
+                free(js);
+                pp_durations_free(&d);
+                rc = 1;
+                break;
+            }
+            free(js);
+        }
+        PpShape shape = {d.P, d.M, (int)chunks, d.split, pp_hint_vshape(hint)};
+        if (grid) {
+            if (pp_hint_check_shape(hint, &shape, err, sizeof err) == 0) pp_hint_print_grid(hint, &shape, info);
+        }
+        PpSimResult r;
+        double t0 = rr_now();
+        PpSimOptions so = {est_error, est_seed_k, K > 1 ? &learn : NULL, 0, NULL, keep_order};
+        if (pp_sim_run_opts(&d, hint, mode, cap, (int)chunks, &so, &r, err, sizeof err)) {
+            if (K > 1) fprintf(stderr, "rrfp-mm sim: step %d%s%s: %s\n", k, name ? " " : "", name ? name : "", err);
+            else fprintf(stderr, "rrfp-mm sim: %s\n", err);
+            pp_durations_free(&d);
+            rc = 2;
+            break;
+        }
+        double wall = rr_now() - t0;
+        if (r.deadlock) {
+            fprintf(stderr, "rrfp-mm: error: hint %s under mode %s does not finish: %s\n", pp_hint_name(hint),
+                    pp_mode_name(mode), r.msg);
+            rc = 1;
+        } else if (pp_exec_check(&shape, r.exec, r.n_exec, d.latency, err, sizeof err)) {
+            fprintf(stderr, "rrfp-mm: internal error: the simulated schedule is invalid: %s\n", err);
+            rc = 1;
+        }
+        if (rc == 0) {
+            if (grid) print_exec_grid(info, &r, &shape);
+            step_ms[k] = r.makespan, step_mode[k] = r.chosen, step_reordered[k] = r.order != NULL;
+            tot_ms += r.makespan, tot_lb += r.lower_bound, tot_work += (1 - r.bubble) * d.P * r.makespan;
+            if (K > 1 && !json) {
+                if (k == 0)
+                    printf("sim: a run of %d steps, P=%d chunks=%ld backward=%s hint=%s mode=%s cap=%s%s\n"
+                           "step  M     makespan     lower_bound  efficiency  bubble%s\n",
+                           K, d.P, chunks, d.split ? "split" : "whole", pp_hint_name(hint), pp_mode_name(mode), capbuf,
+                           mode == PP_MODE_ADAPTIVE && est_error != 0 ? " (adaptive learns across the steps)" : "",
+                           mode == PP_MODE_ADAPTIVE ? "  adaptive ran" : "");
+                printf("%-5d %-5d %-12.6g %-12.6g %-11.4f %-7.4f", k, d.M, r.makespan, r.lower_bound, r.efficiency,
+                       r.bubble);
+                if (mode == PP_MODE_ADAPTIVE) printf(" %s%s", pp_mode_name(r.chosen), r.order ? ", reordered" : "");
+                printf("\n");
+            } else if (K == 1 && !json) {
+                printf("sim: P=%d M=%d chunks=%ld backward=%s latency=%g hint=%s mode=%s cap=%s\n", d.P, d.M, chunks,
+                       d.split ? "split" : "whole", d.latency, pp_hint_name(hint), pp_mode_name(mode), capbuf);
+                printf("makespan     %.6g\nlower_bound  %.6g\nefficiency   %.4f\nbubble       %.4f\n", r.makespan,
+                       r.lower_bound, r.efficiency, r.bubble);
+                if (d.P <= 32) {
+                    printf("rank   busy      idle      cap  peak-in-flight\n");
+                    for (int q = 0; q < d.P; q++) {
+                        double busy = 0;
+                        for (int i = 0; i < r.n_exec[q]; i++) busy += r.exec[q][i].end - r.exec[q][i].start;
+                        char cb[16];
+                        if (pp_mode_is_ready(r.chosen)) snprintf(cb, sizeof cb, "%d", r.cap[q]);
+                        else snprintf(cb, sizeof cb, "-");
+                        printf("%4d  %-9.4g %-9.4g %4s  %d\n", q, busy, r.makespan - busy, cb, r.peak_inflight[q]);
+                    }
+                }
+                printf("simulated in %.3f s (%ld dispatcher decisions", wall, r.decisions);
+                if (pp_mode_waits(r.chosen)) printf(", %ld of them waited for an announced input", r.waits);
+                if (r.chosen == PP_MODE_ROLLOUT)
+                    printf(", %ld of them simulated the rest of the step, %ld of those waited", r.rollouts, r.waits);
+                printf(")\n");
+                if (mode == PP_MODE_ADAPTIVE) {
+                    printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
+                           pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
+                    /* the plan's order choice (the executed grid and the trace name the data's microbatches) */
+                    if (r.order) {
+                        printf("adaptive: reordered the microbatches (ends order, predicted faster), ran in the order:");
+                        for (int q = 0; q < d.M; q++) printf(" %d", r.order[q]);
+                        printf("\n");
+                    } else {
+                        printf("adaptive: microbatches as they are (%s)\n",
+                               keep_order ? "--keep-order" : "the ends order was not predicted faster");
+                    }
+                }
+            }
+            if (trace && write_sim_trace(trace, &r, &shape, err, sizeof err)) {
+                fprintf(stderr, "rrfp-mm: error: %s\n", err);
+                rc = 1;
+            }
+        }
+        pp_sim_result_free(&r);
+        pp_durations_free(&d);
+    }
+    if (rc == 0 && json) {
         cJSON* o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "mode", pp_mode_name(mode));
         cJSON_AddStringToObject(o, "hint", pp_hint_name(hint));
         if (!pp_mode_is_ready(mode)) cJSON_AddNullToObject(o, "cap");
         else if (cap.kind == PP_CAP_COUNT) cJSON_AddNumberToObject(o, "cap", cap.value);
         else cJSON_AddStringToObject(o, "cap", capbuf);
-        cJSON_AddNumberToObject(o, "makespan", r.makespan);
-        cJSON_AddNumberToObject(o, "lower_bound", r.lower_bound);
-        cJSON_AddNumberToObject(o, "efficiency", r.efficiency);
-        cJSON_AddNumberToObject(o, "bubble", r.bubble);
-        char* s = cJSON_PrintUnformatted(o);
-        printf("%s\n", s);
-        free(s);
+        cJSON_AddNumberToObject(o, "makespan", tot_ms);
+        cJSON_AddNumberToObject(o, "lower_bound", tot_lb);
+        cJSON_AddNumberToObject(o, "efficiency", tot_ms > 0 ? tot_lb / tot_ms : 1.0);
+        cJSON_AddNumberToObject(o, "bubble", tot_ms > 0 ? 1.0 - tot_work / (P0 * tot_ms) : 0.0);
+        if (K > 1) {  // a run: its totals above, each step's here
+            cJSON_AddNumberToObject(o, "steps", K);
+            cJSON_AddItemToObject(o, "step_makespans", cJSON_CreateDoubleArray(step_ms, K));
+            if (mode == PP_MODE_ADAPTIVE) {
+                cJSON* ms = cJSON_AddArrayToObject(o, "step_modes");
+                cJSON* ro = cJSON_AddArrayToObject(o, "step_reordered");
+                for (int k = 0; k < K; k++) {
+                    cJSON_AddItemToArray(ms, cJSON_CreateString(pp_mode_name(step_mode[k])));
+                    cJSON_AddItemToArray(ro, cJSON_CreateBool(step_reordered[k]));
+                }
+            }
+        }
+        char* js = cJSON_PrintUnformatted(o);
+        printf("%s\n", js);
+        free(js);
         cJSON_Delete(o);
-    } else {
-        printf("sim: P=%d M=%d chunks=%ld backward=%s latency=%g hint=%s mode=%s cap=%s\n", d.P, d.M, chunks,
-               d.split ? "split" : "whole", d.latency, pp_hint_name(hint), pp_mode_name(mode), capbuf);
-        printf("makespan     %.6g\nlower_bound  %.6g\nefficiency   %.4f\nbubble       %.4f\n", r.makespan,
-               r.lower_bound, r.efficiency, r.bubble);
-        if (d.P <= 32) {
-            printf("rank   busy      idle      cap  peak-in-flight\n");
-            for (int k = 0; k < d.P; k++) {
-                double busy = 0;
-                for (int i = 0; i < r.n_exec[k]; i++) busy += r.exec[k][i].end - r.exec[k][i].start;
-                char cb[16];
-                if (pp_mode_is_ready(r.chosen)) snprintf(cb, sizeof cb, "%d", r.cap[k]);
-                else snprintf(cb, sizeof cb, "-");
-                printf("%4d  %-9.4g %-9.4g %4s  %d\n", k, busy, r.makespan - busy, cb, r.peak_inflight[k]);
-            }
+    } else if (rc == 0 && K > 1) {
+        int n_ready = 0, n_fixed = 0, n_la = 0, n_re = 0;
+        for (int k = 0; k < K; k++) {
+            n_ready += step_mode[k] == PP_MODE_READY, n_fixed += step_mode[k] == PP_MODE_FIXED;
+            n_la += step_mode[k] == PP_MODE_LOOKAHEAD, n_re += step_reordered[k];
         }
-        printf("simulated in %.3f s (%ld dispatcher decisions", wall, r.decisions);
-        if (pp_mode_waits(r.chosen)) printf(", %ld of them waited for an announced input", r.waits);
-        if (r.chosen == PP_MODE_ROLLOUT)
-            printf(", %ld of them simulated the rest of the step, %ld of those waited", r.rollouts, r.waits);
-        printf(")\n");
-        if (mode == PP_MODE_ADAPTIVE) {
-            printf("adaptive: ran %s (predicted on the estimates: ready %.6g, lookahead %.6g, fixed %.6g)\n",
-                   pp_mode_name(r.chosen), r.predicted[0], r.predicted[1], r.predicted[2]);
-            /* the plan's order choice (the executed grid and the trace name the data's microbatches) */
-            if (r.order) {
-                printf("adaptive: reordered the microbatches (ends order, predicted faster), ran in the order:");
-                for (int s = 0; s < d.M; s++) printf(" %d", r.order[s]);
-                printf("\n");
-            } else {
-                printf("adaptive: microbatches as they are (%s)\n",
-                       keep_order ? "--keep-order" : "the ends order was not predicted faster");
-            }
-        }
+        printf("run   makespan %.6g  lower_bound %.6g  efficiency %.4f  bubble %.4f (totals over %d steps)\n", tot_ms,
+               tot_lb, tot_ms > 0 ? tot_lb / tot_ms : 1.0, tot_ms > 0 ? 1.0 - tot_work / (P0 * tot_ms) : 0.0, K);
+        if (mode == PP_MODE_ADAPTIVE)
+            printf("adaptive: ready on %d, fixed on %d, lookahead on %d of %d steps; %d reordered\n", n_ready, n_fixed,
+                   n_la, K, n_re);
     }
-    if (trace && write_sim_trace(trace, &r, &shape, err, sizeof err)) {
-        fprintf(stderr, "rrfp-mm: error: %s\n", err);
-        rc = 1;
-    }
-out:
-    pp_sim_result_free(&r);
-    pp_durations_free(&d);
+    free(step_ms);
+    free(step_mode);
+    free(step_reordered);
+    return rc;
+}
+
+int cmd_sim(int argc, char** argv) {
+    const char** dfiles = mallocCheck(sizeof(char*) * (size_t)(argc > 0 ? argc : 1));
+    int rc = sim_main(argc, argv, dfiles);
+    free(dfiles);
     return rc;
 }
