@@ -11,7 +11,10 @@
 # recipe: tokens per second of the step (policies pack different numbers of samples into the M
 # microbatches, so makespans alone do not compare) for fixed-sync 1f1b, adaptive 1f1b 1x and ready bfw 1.5x.
 # Last, issue 22's check on these steps: adaptive / min(fixed, ready) at the same hint and cap, per seed (one
-# step each: the plan alone, nothing learned), the worst seed per cell and the count above 1.005.
+# step each: the plan alone, nothing learned), the worst seed per cell and the count above 1.005; and the
+# same check on runs of RUN_STEPS steps (default 10; RUN_STEPS=0 skips them; `rrfp-mm sim --calibrated
+# --steps`: step k packed and drawn with seed + 1000 k, its estimates with seed + 1000 k, run totals;
+# adaptive learns its choice across the run's steps as the MPI runtime does), balanced packing.
 #
 # Usage: bench/sim_calibrated.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds)
 set -euo pipefail
@@ -19,6 +22,7 @@ BIN=${1:-build/rrfp-mm}
 SEEDS=${2:-3}
 PS=${3:-8 16 32}
 ERR=${ERR:-0.2}
+RUN_STEPS=${RUN_STEPS:-10}
 RECIPE=${RECIPE:-recipes/llava-1.5-7b.ini}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -67,13 +71,46 @@ for P in $PS; do
   done
 done >"$T/rows.tsv"
 
-python3 - "$T/rows.tsv" <<'PY'
-import json, math, sys
+: >"$T/runs.tsv"
+if [ "$RUN_STEPS" -gt 1 ]; then
+  for P in $PS; do
+    for wl in text mm; do
+      for seed in $(seq 1 "$SEEDS"); do
+        runrun() {  # runrun MODE HINT [CAP]
+          local flags=(--calibrated "$RECIPE" --stages "$P" --workload "$wl" --policy balanced --seed "$seed"
+                       --steps "$RUN_STEPS")
+          [ "$2" != 1f1b ] && flags+=(--split-backward)
+          [ -n "${3:-}" ] && flags+=(--cap "$3")
+          [ "$1" = adaptive ] && flags+=(--estimate-error "$ERR" --estimate-seed "$seed")
+          case "$2" in zbv|dualpipev) flags+=(--chunks 2) ;; esac
+          [ "$2" = dualpipev ] && [ "$M_STEP" -lt $((2 * P)) ] && return 0
+          printf '%s\t%s\t%s\tbalanced\t0\t%s\t%s\t%s\t' "$P" "$wl" "$seed" "$1" "$2" "${3:--}"
+          "$BIN" sim "${flags[@]}" --mode "$1" --hint "$2" --json 2>/dev/null
+        }
+        M_STEP=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$T/$P-$wl-$seed-balanced-split.json")
+        for h in 1f1b zb-h1 zbv dualpipev; do
+          runrun fixed $h
+          for cap in 1x 1.5x 2x; do
+            runrun ready $h "$cap"
+            runrun adaptive $h "$cap"
+          done
+        done
+      done
+    done
+  done >"$T/runs.tsv"
+fi
+
+RUN_STEPS=$RUN_STEPS python3 - "$T/rows.tsv" "$T/runs.tsv" <<'PY'
+import json, math, os, sys
 from collections import defaultdict
-rows = defaultdict(dict)  # (P, wl, pol, mode, hint, cap) -> {seed: (result, tokens)}
-for line in open(sys.argv[1]):
-    P, wl, seed, pol, tok, mode, hint, cap, js = line.rstrip("\n").split("\t", 8)
-    rows[(int(P), wl, pol, mode, hint, cap)][int(seed)] = (json.loads(js), float(tok))
+def load(path):
+    out = defaultdict(dict)  # (P, wl, pol, mode, hint, cap) -> {seed: (result, tokens)}
+    for line in open(path):
+        P, wl, seed, pol, tok, mode, hint, cap, js = line.rstrip("\n").split("\t", 8)
+        out[(int(P), wl, pol, mode, hint, cap)][int(seed)] = (json.loads(js), float(tok))
+    return out
+rows = load(sys.argv[1])
+runs = load(sys.argv[2])
 Ps = sorted({k[0] for k in rows})
 gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
 order = [("fixed-sync", "1f1b", "-"), ("fixed-sync", "zb-h1", "-"), ("fixed", "1f1b", "-"), ("fixed", "zb-h1", "-")]
@@ -107,27 +144,31 @@ for wl in ("text", "mm"):
                 c = rows[(P, wl, pol, mode, hint, cap)]
                 cells.append(f"{gm([(c[s][1] / c[s][0]['makespan']) / (b[s][1] / b[s][0]['makespan']) for s in c]):.3f}")
         print(f"| {wl} | {mode} | {hint} | {cap} | " + " | ".join(cells) + " |")
-print("\n### issue 22's check: adaptive / min(fixed, ready) at the same hint and cap, one step per seed (worst seed; "
-      "** above 1.005), balanced packing\n")
-print("| workload | hint | cap | " + " | ".join(f"P={P}" for P in Ps) + " |")
-print("|---|---|---|" + "---|" * len(Ps))
-n_cases = n_over = 0
-worst = (0.0, "")
-for wl in ("text", "mm"):
-    for hint in ("1f1b", "zb-h1", "zbv", "dualpipev"):
-        for cap in ("1x", "1.5x", "2x"):
-            cells = []
-            for P in Ps:
-                f = rows.get((P, wl, "balanced", "fixed", hint, "-"))
-                r = rows.get((P, wl, "balanced", "ready", hint, cap))
-                a = rows.get((P, wl, "balanced", "adaptive", hint, cap))
-                if not (f and r and a): cells.append("-"); continue
-                ratios = {s: a[s][0]["makespan"] / min(f[s][0]["makespan"], r[s][0]["makespan"]) for s in a}
-                n_cases += len(ratios)
-                n_over += sum(v > 1.005 for v in ratios.values())
-                s_w = max(ratios, key=ratios.get)
-                if ratios[s_w] > worst[0]: worst = (ratios[s_w], f"{wl} {hint} {cap} P={P} seed {s_w}")
-                cells.append(f"{ratios[s_w]:.4f}{' **' if ratios[s_w] > 1.005 else ''}")
-            print(f"| {wl} | {hint} | {cap} | " + " | ".join(cells) + " |")
-print(f"\n{n_cases} cases, {n_over} above 1.005; worst {worst[0]:.4f} ({worst[1]})")
+def check22(src, what):
+    print(f"\n### issue 22's check: adaptive / min(fixed, ready) at the same hint and cap, {what} (worst seed; "
+          "** above 1.005), balanced packing\n")
+    print("| workload | hint | cap | " + " | ".join(f"P={P}" for P in Ps) + " |")
+    print("|---|---|---|" + "---|" * len(Ps))
+    n_cases = n_over = 0
+    worst = (0.0, "")
+    for wl in ("text", "mm"):
+        for hint in ("1f1b", "zb-h1", "zbv", "dualpipev"):
+            for cap in ("1x", "1.5x", "2x"):
+                cells = []
+                for P in Ps:
+                    f = src.get((P, wl, "balanced", "fixed", hint, "-"))
+                    r = src.get((P, wl, "balanced", "ready", hint, cap))
+                    a = src.get((P, wl, "balanced", "adaptive", hint, cap))
+                    if not (f and r and a): cells.append("-"); continue
+                    ratios = {s: a[s][0]["makespan"] / min(f[s][0]["makespan"], r[s][0]["makespan"]) for s in a}
+                    n_cases += len(ratios)
+                    n_over += sum(v > 1.005 for v in ratios.values())
+                    s_w = max(ratios, key=ratios.get)
+                    if ratios[s_w] > worst[0]: worst = (ratios[s_w], f"{wl} {hint} {cap} P={P} seed {s_w}")
+                    cells.append(f"{ratios[s_w]:.4f}{' **' if ratios[s_w] > 1.005 else ''}")
+                print(f"| {wl} | {hint} | {cap} | " + " | ".join(cells) + " |")
+    print(f"\n{n_cases} cases, {n_over} above 1.005; worst {worst[0]:.4f} ({worst[1]})")
+check22(rows, "one step per seed (the plan alone, nothing learned)")
+if runs:
+    check22(runs, f"runs of {os.environ.get('RUN_STEPS', '10')} steps per seed (run totals; adaptive learns across the steps)")
 PY
