@@ -155,6 +155,9 @@ expect 0 'step 0: P=3 M=4 split backward' -- "$BIN" trace "$T/sim_t.json" --dura
 expect 0 'last step \(step 0\): P=3 M=4' -- "$BIN" trace "$T/sim_t.json" --durations "$T/sim_d.json"
 cmp -s "$T/sim_d.json" "$T/simsteps/step-000000.json" || fail "sim trace: --durations and --durations-dir differ"
 
+expect 0 "--durations-dir writes every step of the traces as its own duration file DIR/step-NNNNNN.json" -- \
+  "$BIN" trace --help
+
 # 3. Errors: a clear message, and nothing written.
 nothing() { [ -e "$T/$1" ] && fail "$1 was written by a failed export"; rm -rf "${T:?}/$1"; }
 expect 1 "2-stage pipeline but hold the tasks of ranks 0 \.\. 0 only; give every rank's file" -- \
