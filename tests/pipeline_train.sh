@@ -12,7 +12,8 @@
 # by a fraction of one step (lr = 3e-3); 1e-6 = lr / 3000 allows that and nothing like a wrong step
 # (observed so far: at most 1.2e-7, in a bias whose gradient is near zero). Also: a pipeline checkpoint resumes in one process and a
 # single-process checkpoint in the pipeline, both continuing the same loss curve; per-rank traces merge
-# into an SVG with one row per rank.
+# into an SVG with one row per rank, give the last step's durations (--durations) and every step's
+# (--durations-dir, replayed by `rrfp-mm sim` as a run).
 # Usage: pipeline_train.sh RRFP_MM RECIPE WORKDIR NP [--set key=value ...]
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3 NP=$4
@@ -73,6 +74,26 @@ rows=$(grep -c 'class="row"' "$W/timeline.svg")
 grep -q "P=$NP M=" "$W/dur.log" || fail "durations: $(cat "$W/dur.log")"
 "$BIN" sim --durations "$W/durations.json" --mode fixed-sync --hint 1f1b --json | grep -q '"makespan"' \
   || fail "sim cannot replay the measured durations"
+# every step of the run as its own duration file (assigned by the runtime's step spans), replayed as a run
+"$BIN" trace "$W"/pp-ready-bfw/trace-rank*.json --durations-dir "$W/steps" --latency 0.05 >"$W/steps.log" \
+  || fail "trace --durations-dir: $(cat "$W/steps.log")"
+steps_run=$(losses "$W/pp-ready-bfw" | wc -l)
+step_files=("$W"/steps/step-*.json)
+[ "${#step_files[@]}" = "$steps_run" ] && [ "$steps_run" = 6 ] \
+  || fail "--durations-dir wrote ${#step_files[@]} files for $steps_run steps run: $(cat "$W/steps.log")"
+grep -q "^durations of $steps_run steps .*: measured steps" "$W/steps.log" || fail "durations-dir: $(cat "$W/steps.log")"
+[ "$(grep -c "^step [0-9]*: P=$NP M=" "$W/steps.log")" = "$steps_run" ] || fail "durations-dir: $(cat "$W/steps.log")"
+cmp -s "${step_files[-1]}" "$W/durations.json" || fail "the last step's file differs from trace --durations' output"
+run_args=()
+for f in "${step_files[@]}"; do run_args+=(--durations "$f"); done
+"$BIN" sim "${run_args[@]}" --mode adaptive --hint bfw --json >"$W/run.json" 2>"$W/run.err" \
+  || fail "sim of the run's step files: $(cat "$W/run.err")"
+/usr/bin/python3 -c "
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o['steps'] == int(sys.argv[2]) and len(o['step_makespans']) == o['steps'], o" "$W/run.json" "$steps_run" \
+  || fail "sim --json of the run: $(cat "$W/run.json")"
+echo "trace --durations-dir: $steps_run step files, the last one --durations' file byte for byte, replayed as a run"
 # errors: wrong rank count for a layout set in full (with parallel.dp unset, mpirun -np 2 at pp 1 trains
 # dp 2: train_loop_world), and pp > 1 without mpirun
 out=$($MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set parallel.dp=1 --set train.run_dir="$W/bad" 2>&1); rc=$?

@@ -197,6 +197,33 @@ static int span_from_event(const cJSON* e, PpTraceSpan* s) {
     return 1;
 }
 
+/* A step span (ph "X", cat "step"): 1 read into *s, 0 not a step span, -1 without numeric pid/ts/dur,
+ * -2 out of range, -3 without an integer args.step in [0, 2^31). Checked as a task span is (sizes and
+ * step numbers come from it: `trace --durations-dir` names a file after the step). */
+static int step_from_event(const cJSON* e, PpTraceStep* s) {
+    const cJSON* ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
+    const cJSON* cat = cJSON_GetObjectItemCaseSensitive(e, "cat");
+    if (!cJSON_IsString(ph) || strcmp(ph->valuestring, "X") || !cJSON_IsString(cat) || strcmp(cat->valuestring, "step"))
+        return 0;
+    const cJSON* pid = cJSON_GetObjectItemCaseSensitive(e, "pid");
+    const cJSON* ts = cJSON_GetObjectItemCaseSensitive(e, "ts");
+    const cJSON* dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
+    if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(ts) || !cJSON_IsNumber(dur)) return -1;
+    if (!(fabs(ts->valuedouble) <= 1e15) || !(dur->valuedouble >= 0 && dur->valuedouble <= 1e15) ||
+        !(pid->valuedouble >= 0 && pid->valuedouble <= 65535) || pid->valuedouble != (int)pid->valuedouble)
+        return -2;
+    const cJSON* args = cJSON_GetObjectItemCaseSensitive(e, "args");
+    const cJSON* st = args ? cJSON_GetObjectItemCaseSensitive(args, "step") : NULL;
+    if (!cJSON_IsNumber(st) || !(st->valuedouble >= 0 && st->valuedouble < 2147483648.0) ||
+        st->valuedouble != (double)(long long)st->valuedouble)
+        return -3;
+    s->rank = (int)pid->valuedouble;
+    s->step = (int)st->valuedouble;
+    s->ts = ts->valuedouble;
+    s->dur = dur->valuedouble;
+    return 1;
+}
+
 /* The peer a p2p instant names ("send F3 -> r2", "recv B0 <- r1"), or -1. */
 static int peer_from_event(const cJSON* e) {
     const cJSON* ph = cJSON_GetObjectItemCaseSensitive(e, "ph");
@@ -239,8 +266,8 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         cJSON_Delete(root);
         return -1;
     }
-    // Validate every task span before changing the set, so a bad file leaves it as it was.
-    int i = 0, n_new = 0;
+    // Validate every task span and step span before changing the set, so a bad file leaves it as it was.
+    int i = 0, n_new = 0, n_new_steps = 0;
     const cJSON* e;
     cJSON_ArrayForEach(e, events) {
         PpTraceSpan s;
@@ -270,17 +297,44 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
             cJSON_Delete(root);
             return -1;
         }
+        PpTraceStep st;
+        int q = step_from_event(e, &st);
+        if (q < 0) {
+            char* js = cJSON_PrintUnformatted(e);
+            snprintf(err, errlen,
+                     "%s: traceEvents[%d] = %.200s: a step span (\"cat\": \"step\") needs %s", path, i, js ? js : "?",
+                     q == -1   ? "a numeric \"pid\", \"ts\" and \"dur\""
+                     : q == -2 ? "a \"ts\" in -1e15 .. 1e15 (microseconds), a \"dur\" in 0 .. 1e15 and an integer "
+                                 "rank \"pid\" in 0 .. 65535"
+                               : "\"args\": {\"step\": N} with N an integer in 0 .. 2147483647");
+            free(js);
+            cJSON_Delete(root);
+            return -1;
+        }
         n_new += k;
+        n_new_steps += q;
         i++;
+    }
+    /* sizes in 64 bits: a file holds at most RR_MAX_JSONL bytes, but the set grows over many files */
+    if ((long long)set->n + n_new > 1000000000LL || (long long)set->n_steps + n_new_steps > 1000000000LL) {
+        snprintf(err, errlen, "%s: more than 10^9 task or step spans in the traces given", path);
+        cJSON_Delete(root);
+        return -1;
     }
     if (set->n + n_new > set->cap) {
         set->cap = (set->n + n_new) * 2 + 16;
-        set->spans = reallocCheck(set->spans, sizeof(PpTraceSpan) * set->cap);
+        set->spans = reallocCheck(set->spans, sizeof(PpTraceSpan) * (size_t)set->cap);
+    }
+    if (set->n_steps + n_new_steps > set->cap_steps) {
+        set->cap_steps = (set->n_steps + n_new_steps) * 2 + 16;
+        set->steps = reallocCheck(set->steps, sizeof(PpTraceStep) * (size_t)set->cap_steps);
     }
     if (set->n == 0 && !set->merged) set->max_peer = -1;
     cJSON_ArrayForEach(e, events) {
         PpTraceSpan s;
         if (span_from_event(e, &s) == 1) set->spans[set->n++] = s;
+        PpTraceStep st;
+        if (step_from_event(e, &st) == 1) set->steps[set->n_steps++] = st;
         int peer = peer_from_event(e);
         if (peer > set->max_peer) set->max_peer = peer;
     }
@@ -292,6 +346,7 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
 
 void pp_trace_set_free(PpTraceSet* set) {
     free(set->spans);
+    free(set->steps);
     cJSON_Delete(set->merged);
     memset(set, 0, sizeof *set);
 }

@@ -10,7 +10,7 @@
  * is derived from (kind, chunk, microbatch, src, dst) so separately written rank files link up when
  * merged), tid 2 = step spans ("step 7"). Timestamps are microseconds from the trace's origin.
  *
- * Reader: pp_trace_load collects the task spans of one or more files for `rrfp-mm trace`. */
+ * Reader: pp_trace_load collects the task spans and step spans of one or more files for `rrfp-mm trace`. */
 #ifndef RRFP_TRACE_H
 #define RRFP_TRACE_H
 
@@ -53,15 +53,25 @@ typedef struct {
     double ts, dur;  // microseconds
 } PpTraceSpan;
 
+/* One step span read back (ph "X", cat "step": rank `rank` ran step `step` from ts for dur). */
+typedef struct {
+    int rank;        // checked in [0, 65535]
+    int step;        // "args": {"step": N}, an integer in [0, 2^31)
+    double ts, dur;  // microseconds, as a task span's
+} PpTraceStep;
+
 typedef struct {
     PpTraceSpan* spans;
     int n, cap;
+    PpTraceStep* steps;  // the step spans, in the order read
+    int n_steps, cap_steps;
     int max_peer;    // the highest rank a p2p instant ("send F3 -> r2", "recv B0 <- r1") names, -1 if none
     void* merged;    // cJSON array of every event of every loaded file (for --json)
 } PpTraceSet;
 
-/* Append the events of the trace file `path` (a {"traceEvents": [...]} object or a bare array).
- * Returns 0, or -1 with a message naming the file in err (the set is unchanged then). */
+/* Append the events of the trace file `path` (a {"traceEvents": [...]} object or a bare array): its task
+ * spans to set->spans, its step spans to set->steps. Every task and step span is validated first.
+ * Returns 0, or -1 with a message naming the file (and the event's index) in err (the set is unchanged then). */
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen);
 void pp_trace_set_free(PpTraceSet* set);
 /* The merged events as {"traceEvents": [...]} text (malloc'd). */

@@ -94,6 +94,17 @@ if len(sys.argv) > 2:
     ev = json.load(open(sys.argv[2]))["traceEvents"]
     put("trace", "sim_p2", json.dumps({"traceEvents": ev}))
     put("trace", "rank0", json.dumps({"traceEvents": [e for e in ev if e.get("pid") == 0]}))
+# a run of two steps on one rank (step spans, as the runtime writes them), with a forward outside both steps
+steps2 = [{"name": "step %d" % n, "cat": "step", "ph": "X", "ts": 100.0 * n, "dur": 50.0, "pid": 0, "tid": 2,
+           "args": {"step": n}} for n in (0, 1)]
+for n in (0, 1):
+    for m in (0, 1):
+        for k, (c, d) in enumerate((("F", 5.0), ("B", 9.0))):
+            steps2.append({"name": "%s%d" % (c, m), "cat": c, "ph": "X", "ts": 100.0 * n + 1 + 20 * m + 6 * k,
+                           "dur": d + n, "pid": 0, "tid": 0, "args": {"chunk": 0, "mb": m, "stage": 0, "stages": 1}})
+steps2.append({"name": "F0", "cat": "F", "ph": "X", "ts": 70.0, "dur": 3.0, "pid": 0, "tid": 0,
+               "args": {"chunk": 0, "mb": 0, "stage": 0, "stages": 1}})
+put("trace", "steps2", json.dumps({"traceEvents": steps2}))
 put("trace", "bare_array", json.dumps([{"name": "F0", "cat": "F", "ph": "X", "ts": 0, "dur": 5, "pid": 0, "tid": 0,
                                         "args": {"chunk": 0, "mb": 0, "stage": 0, "stages": 1}},
                                        {"name": "B0", "cat": "B", "ph": "X", "ts": 5, "dur": 9, "pid": 0, "tid": 0,
