@@ -21,8 +21,9 @@
 # on runs of RUN_STEPS steps (default 10; `rrfp-mm sim --steps`: step k drawn with seed + 1000 k, fresh
 # durations and estimates per step, the run's total makespan; adaptive learns its choice across the
 # run's steps as the MPI runtime does; RUN_STEPS=0 skips the runs). A training run is thousands of steps,
-# and the runtime plans no step without the learner (its first step runs lookahead), so the runs are the
-# runtime's case; the one-step figure is the plan alone (docs/scheduler.md: why it misses about 1%).
+# and the MPI runtime leaves one step of a run to the plan alone, as these runs do (its first step runs
+# lookahead, the second is planned on the first's measurements, the learner decides from the third on), so
+# the runs are the runtime's case; the one-step figure is the plan alone (docs/scheduler.md: why it misses about 1%).
 #
 # Usage: bench/sim.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds, PS "4 8 32 128")
 # (TABLE_ONLY=1: the tables and targets only, without the latency sensitivity and timing tails)
