@@ -470,7 +470,7 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         /* step k of a run: the generators' seed and the estimates' seed advance by 1000 per step (as
          * rrfp-bench-adaptive --steps), so step 0 is the one-step run of the same arguments */
         uint64_t seed_k = (uint64_t)seed + 1000u * (uint64_t)k, est_seed_k = (uint64_t)est_seed + 1000u * (uint64_t)k;
-        const char* name = durations ? dfiles[k < ndfiles ? k : 0] : NULL;
+        const char* name = durations ? dfiles[k] : NULL;  // a run of files has one per step (K = ndfiles)
         PpDurations d;
         if (calib_recipe) {
             PpCalibStats cs;

@@ -286,6 +286,13 @@ static int same_file(const char* a, const char* b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* Write one output file atomically. 0, or 1 after printing the error. */
+static int write_output(const char* path, const char* text) {
+    if (rr_write_file_atomic(path, text, strlen(text)) == 0) return 0;
+    fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", path, strerror(errno));
+    return 1;
+}
+
 /* DIR/step-NNNNNN.json (malloc'd). */
 static char* step_path(const char* dir, int step) {
     size_t n = strlen(dir) + 32;
@@ -468,33 +475,33 @@ int cmd_trace(int argc, char** argv) {
         fprintf(stderr, "rrfp-mm: error: no task spans (events with ph \"X\" and cat F, B or W) in %d file(s)\n", nf);
         rc = 1;
     }
-    /* the duration files are built and checked before anything is written */
-    StepFile last = {0}, *steps = NULL;
+    /* the duration files are built and checked before anything is written: the traces' steps once, for
+     * --durations-dir all of them, for --durations alone the last; traces without step spans give
+     * --durations each task's last span */
+    StepFile old = {0}, *steps = NULL;
+    const StepFile* last = NULL; /* --durations' step: steps' last, or `old` */
     int P = 0, n_steps = 0, outside = 0;
-    if (!rc && durations && !(rc = trace_pipeline_size(&set, "--durations", &P))) {
-        if (set.n_steps == 0) { /* traces without step spans: each key's last span */
-            const PpTraceSpan** all = mallocCheck(sizeof *all * (size_t)(set.n + 1));
-            for (int i = 0; i < set.n; i++) all[i] = &set.spans[i];
-            rc = step_file_build(all, set.n, P, -1, latency, "--durations", durations, &last);
-            free(all);
-        } else { /* the last step span's step: spans outside every step (and earlier steps) are not its */
-            StepFile* one = NULL;
-            int n1 = 0, out1 = 0;
-            rc = trace_steps_build(&set, P, latency, 1, "--durations", durations, &one, &n1, &out1);
-            if (!rc) last = one[0];
-            free(one);
-        }
-    }
-    if (!rc && ddir) {
-        if (set.n_steps == 0) {
+    if (!rc && (durations || ddir)) {
+        const char* flag = ddir ? "--durations-dir" : "--durations";
+        if (ddir && set.n_steps == 0) {
             fprintf(stderr, "rrfp-mm: error: --durations-dir: the traces have no step spans (events with ph \"X\" and "
                             "cat \"step\", written by the runtime at the end of each step); --durations takes the last "
                             "step of traces without them\n");
             rc = 1;
-        } else if (!(rc = trace_pipeline_size(&set, "--durations-dir", &P))) {
-            rc = trace_steps_build(&set, P, latency, 0, "--durations-dir", ddir, &steps, &n_steps, &outside);
+        } else {
+            rc = trace_pipeline_size(&set, flag, &P);
         }
-        if (!rc) rc = durations_dir_check(ddir, steps, n_steps, files, nf, (const char* const[]){svg, json, durations}, 3);
+        if (!rc && set.n_steps > 0) {
+            rc = trace_steps_build(&set, P, latency, !ddir, flag, ddir ? ddir : durations, &steps, &n_steps, &outside);
+            if (!rc) last = &steps[n_steps - 1];
+        } else if (!rc) {
+            const PpTraceSpan** all = mallocCheck(sizeof *all * (size_t)(set.n + 1));
+            for (int i = 0; i < set.n; i++) all[i] = &set.spans[i];
+            rc = step_file_build(all, set.n, P, -1, latency, flag, durations, &old);
+            free(all);
+            if (!rc) last = &old;
+        }
+        if (!rc && ddir) rc = durations_dir_check(ddir, steps, n_steps, files, nf, (const char* const[]){svg, json, durations}, 3);
     }
     if (!rc && svg) {
         char t[512];
@@ -503,35 +510,24 @@ int cmd_trace(int argc, char** argv) {
             title = t;
         }
         char* s = pp_trace_set_svg(&set, title);
-        if (rr_write_file_atomic(svg, s, strlen(s))) {
-            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", svg, strerror(errno));
-            rc = 1;
-        }
+        rc = write_output(svg, s);
         free(s);
     }
     if (!rc && json) {
         char* s = pp_trace_set_json(&set);
-        if (rr_write_file_atomic(json, s, strlen(s))) {
-            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", json, strerror(errno));
-            rc = 1;
-        }
+        rc = write_output(json, s);
         free(s);
     }
-    if (!rc && durations) {
-        if (rr_write_file_atomic(durations, last.text, strlen(last.text)) != 0) {
-            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", durations, strerror(errno));
-            rc = 1;
-        } else {
-            char which[48] = "";
-            if (last.step >= 0) snprintf(which, sizeof which, " (step %d)", last.step);
-            printf("durations of the last step%s: P=%d M=%d%s -> %s; measured step (first task start to last task "
-                   "end) %.3f ms\n", which, P, last.M, last.split ? " split backward" : "", durations, last.ms);
-        }
+    if (!rc && durations && !(rc = write_output(durations, last->text))) {
+        char which[48] = "";
+        if (last->step >= 0) snprintf(which, sizeof which, " (step %d)", last->step);
+        printf("durations of the last step%s: P=%d M=%d%s -> %s; measured step (first task start to last task "
+               "end) %.3f ms\n", which, P, last->M, last->split ? " split backward" : "", durations, last->ms);
     }
     if (!rc && ddir) rc = durations_dir_write(ddir, steps, n_steps, P, outside);
     if (!rc) fprintf(stderr, "rrfp-mm trace: %d task spans from %d file(s)%s%s%s%s\n", set.n, nf, svg ? " -> " : "",
                      svg ? svg : "", json ? " -> " : "", json ? json : "");
-    free(last.text);
+    free(old.text);
     for (int i = 0; i < n_steps; i++) free(steps[i].text);
     free(steps);
     pp_trace_set_free(&set);
