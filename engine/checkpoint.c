@@ -770,8 +770,10 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     if (nf < 0) goto fail;
     int rc = ck_read_block(f, nf, pt, pt->data, "", err, err_len);
     ck_free_files(f, nf);
-    if (rc) goto fail;
+    /* every master was (re)written, even on a failed read: no copy may stay as it was */
+    params_master_written(pt, -1);
     params_refresh_compute(pt);
+    if (rc) goto fail;
     if (pt->m && pt->v) {
         nf = ck_load_files(dir, files, "optimizer", shard, st, &f, err, err_len);
         if (nf < 0) goto fail;
@@ -933,10 +935,13 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
             rc = checkpoint_read_assembled(f, nf, s->name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
                                            h + s->offset, ours ? CK_CHECK_ALL : CK_CHECK_VALUES, 0, err, err_len);
         }
+        if (load) params_master_written(pt, i);
         loaded[n_loaded++] = s->name;
         values += (double)s->numel;
     }
     if (rc == 0 && load && host) pt->be->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
+    /* the compute copies of the tensors just loaded (a bf16 table), before any step reads them */
+    if (load) params_refresh_compute(pt);
     if (rc == 0 && report) {
         int n_ck = 0;
         for (int k = 0; k < nf; k++) n_ck += f[k].n;

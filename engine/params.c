@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/params.h"
+#include "engine/cuda/kernel_math.h"
 
 #define PARAMS_INIT_CHUNK ((size_t)1 << 20) /* floats generated per host chunk */
 
@@ -189,6 +190,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
         pt->compute_bytes = cb;
         pt->compute = be->alloc(cb ? cb : 256);
     }
+    params_master_written(pt, -1);
     params_refresh_compute(pt);
     be->synchronize(be);
 }
@@ -227,15 +229,63 @@ void* params_compute_ptr(const ParamTable* pt, int i) {
     return (char*)pt->compute + pt->specs[i].coff;
 }
 
+void params_master_written(ParamTable* pt, int i) {
+    if (!pt->compute) return;
+    RR_ASSERT(i < pt->n);
+    for (int k = i < 0 ? 0 : i; k < (i < 0 ? pt->n : i + 1); k++) pt->specs[k].compute_stale = 1;
+}
+
 void params_refresh_compute(ParamTable* pt) {
     if (!pt->compute) return;
     for (int i = 0; i < pt->n; i++) {
-        const ParamSpec* s = &pt->specs[i];
+        ParamSpec* s = &pt->specs[i];
+        if (!s->compute_stale) continue;
         if (params_compute_dtype(pt, i) == DTYPE_BF16)
             pt->be->to_bf16(pt->be, (uint16_t*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
         else
             pt->be->round_bf16(pt->be, (float*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
+        s->compute_stale = 0;
     }
+}
+
+int params_compute_stale(const ParamTable* pt) {
+    if (!pt->compute) return -1;
+    for (int i = 0; i < pt->n; i++)
+        if (pt->specs[i].compute_stale) return i;
+    return -1;
+}
+
+int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
+    if (n) name[0] = 0;
+    if (!pt->compute) return 0;
+    const Backend* be = pt->be;
+    float* master = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+    unsigned char* copy = mallocCheck(pt->compute_bytes ? pt->compute_bytes : 1);
+    be->copy_d2h(be, master, pt->data, pt->total * sizeof(float));
+    be->copy_d2h(be, copy, pt->compute, pt->compute_bytes);
+    int bad = 0;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        const float* m = master + s->offset;
+        const unsigned char* c = copy + s->coff;
+        int two = params_compute_dtype(pt, i) == DTYPE_BF16, same = 1;
+        for (size_t k = 0; k < s->numel && same; k++) {
+            uint16_t want = rr_f32_to_bf16(m[k]);
+            if (two) {
+                uint16_t got;
+                memcpy(&got, c + 2 * k, 2);
+                same = got == want;
+            } else { /* an f32 word holding the bf16 value */
+                uint32_t got;
+                memcpy(&got, c + 4 * k, 4);
+                same = got == (uint32_t)want << 16;
+            }
+        }
+        if (!same && bad++ == 0 && n) snprintf(name, n, "%s", s->name);
+    }
+    free(copy);
+    free(master);
+    return bad;
 }
 
 float* params_weights(const ParamTable* pt, int i) {

@@ -41,6 +41,9 @@ typedef struct {
      * last stage, model.tie_embeddings): checkpoints and dumps leave it out and the gradient norm does not
      * count it; it loads by name like any tensor. */
     int shared_copy;
+    /* The compute copy does not hold this tensor's master yet: set by params_master_written, cleared by
+     * params_refresh_compute; a step refuses to run while any is set (params_compute_stale). */
+    int compute_stale;
 } ParamSpec;
 
 typedef struct {
@@ -56,8 +59,10 @@ typedef struct {
      * weights the forward and backward read (params_weights), on the backend. Tensor i sits at byte coff
      * in params_compute_dtype(pt, i): 2-byte bf16 words for a 2-D tensor on a table whose weight_dtype is
      * DTYPE_BF16 (the CUDA bf16 table: the GEMMs read it as it is), else f32 words holding bf16 values.
-     * `data` stays the f32 master; the optimiser writes the copy in its own pass (adamw_update_copy), and
-     * params_refresh_compute rebuilds it after any other write of `data` (allocation, checkpoint load). */
+     * `data` stays the f32 master and the copy is derived state: the optimiser writes both in one pass
+     * (adamw_update_copy); every other write of `data` (allocation, checkpoint load, train.init_from) marks
+     * the tensors it wrote with params_master_written and then calls params_refresh_compute, which rebuilds
+     * exactly those copies. docs/engine.md "The compute copy". */
     void* compute;
     size_t compute_bytes;
     const Backend* be;
@@ -131,9 +136,18 @@ void params_mark_gemm_bias(ParamTable* pt, const char* name);
 void params_mark_act_table(ParamTable* pt, const char* name);
 DType params_compute_dtype(const ParamTable* pt, int i);
 void* params_compute_ptr(const ParamTable* pt, int i);
-/* Re-round the compute copy from the master (no-op in fp32). Call after every write to `data` other than
- * the optimiser's (which writes the copy itself). */
+/* The master of tensor i (every tensor when i < 0) was written outside the optimiser: its compute copy is
+ * stale until params_refresh_compute. Every writer of `data` other than AdamW calls it (no-op in fp32). */
+void params_master_written(ParamTable* pt, int i);
+/* Rebuild the compute copy of every tensor marked stale from its master (rounded to bf16, in the
+ * storage params_compute_dtype gives) and clear the marks; no-op in fp32. */
 void params_refresh_compute(ParamTable* pt);
+/* The index of the first tensor whose compute copy is stale, or -1 (always -1 in fp32). */
+int params_compute_stale(const ParamTable* pt);
+/* The compute copy checked against the master on the host: writes into `name` (n bytes) the first
+ * tensor whose copy is not bit for bit the master rounded to bf16 and returns how many differ (0 in
+ * fp32). A diagnostic (one pass over every weight through the host), not a per-step check. */
+int params_verify_compute(const ParamTable* pt, char* name, size_t n);
 void params_zero_grad(ParamTable* pt);
 void params_free(ParamTable* pt);
 

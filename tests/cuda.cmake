@@ -195,6 +195,12 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
                    pp 2 ${RRFP_MPIRUN})
   set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450)
+  # the CUDA bf16 table's 2-byte compute copies after train.init_from (tests/train_bf16_init_from.sh, part 4)
+  add_test(NAME train_cuda_emu_bf16_init_from
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "bf16 init_from: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16_init_from.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16_init_from
+                   $<TARGET_FILE:rrfp-mm-emu>)
+  set_tests_properties(train_cuda_emu_bf16_init_from PROPERTIES TIMEOUT 300)
   # the CLIP tower at parallel.tp = 2 in bf16 on the emulated CUDA backend (NCCL) against the CPU backend's bf16
   # tp 2 run: the TP parameter table keeps vision.pos_embed.weight's f32 compute copy (it lost the mark and
   # the tower read bf16 words as f32: loss NaN in step 1)

@@ -288,7 +288,33 @@ static void test_params(void) {
     for (size_t i = 0; i < pt.total; i++) CHECK(pt.m[i] == 0.0f && pt.v[i] == 0.0f, "moments[%zu] not zeroed", i);
     params_free(&pt);
     CHECK(pt.specs == NULL && pt.n == 0, "params_free");
-    printf("params: layout checked\n");
+
+    /* the bf16 compute copy: built at allocation, stale after a write of the master until rebuilt, and
+     * rebuilt for exactly the tensors marked */
+    params_init(&pt);
+    iw = params_add(&pt, "proj.fc1.weight", 2, s_w, PARAM_INIT_NORMAL, 0.02f, 1);
+    ig = params_add(&pt, "text.norm.weight", 1, s_g, PARAM_INIT_ONES, 0, 0);
+    params_alloc(&pt, &backend_cpu_bf16, 7);
+    char name[96];
+    CHECK(pt.compute && params_compute_stale(&pt) == -1, "a fresh table's copy is current");
+    CHECK(params_verify_compute(&pt, name, sizeof name) == 0, "after params_alloc: %s differs", name);
+    const float* cw = params_weights(&pt, iw);
+    for (int i = 0; i < 15; i++) pt.data[pt.specs[iw].offset + i] = 0.3f + (float)i; /* a write of the master */
+    CHECK(params_verify_compute(&pt, name, sizeof name) == 1 && !strcmp(name, "proj.fc1.weight"),
+          "a written master's copy is found different (got '%s')", name);
+    params_master_written(&pt, iw);
+    CHECK(params_compute_stale(&pt) == iw, "the written tensor is marked stale");
+    params_refresh_compute(&pt);
+    CHECK(params_compute_stale(&pt) == -1 && params_verify_compute(&pt, name, sizeof name) == 0, "rebuilt");
+    CHECK(cw[1] == 1.296875f, "copy of 1.3 is its bf16 rounding, got %.9g", cw[1]); /* 1.3 -> 0x3FA6 */
+    pt.data[pt.specs[ig].offset] = 5.0f;
+    params_refresh_compute(&pt); /* nothing marked: nothing rebuilt */
+    CHECK(params_weights(&pt, ig)[0] == 1.0f, "an unmarked copy is rebuilt");
+    params_master_written(&pt, -1);
+    params_refresh_compute(&pt);
+    CHECK(params_weights(&pt, ig)[0] == 5.0f && params_compute_stale(&pt) == -1, "params_master_written(-1)");
+    params_free(&pt);
+    printf("params: layout and compute copy checked\n");
 }
 
 /* cpu_expf against glibc's expf: 2^21 evenly spaced floats in [-87, 88.7] within 1 ulp (the Cephes

@@ -168,6 +168,14 @@ add_test(NAME train_llava_stages
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "llava stages: ok" ${CMAKE_SOURCE_DIR}/tests/train_llava_stages.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_llava_stages)
 set_tests_properties(train_llava_stages PROPERTIES LABELS mpi TIMEOUT 600)
+# runtime.precision = bf16 computes with the weights train.init_from and a resume load: the compute copy of
+# every tensor (frozen ones included) is the loaded master rounded, on every rank (one process, pp 2, tp 2,
+# a resume under pp 2), and bf16's losses from a loaded checkpoint follow fp32's (tests/train_bf16_init_from.sh)
+add_test(NAME train_bf16_init_from
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "bf16 init_from: ok" ${CMAKE_SOURCE_DIR}/tests/train_bf16_init_from.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_bf16_init_from
+                 - timeout 300 ${RRFP_MPIRUN})
+set_tests_properties(train_bf16_init_from PROPERTIES LABELS mpi TIMEOUT 600)
 # A freeze list that names no parameter is refused before anything trains, naming the item (exit 1).
 add_test(NAME train_freeze_bad_key COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.freeze=vision,txt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/freeze_bad"

@@ -1163,6 +1163,30 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
     return rc;
 }
 
+int stage_dump_compute(const Stage* st, const char* path, char* err, size_t err_len) {
+    const ParamTable* pt = &st->params;
+    if (!pt->compute) return 1;
+    unsigned char* host = mallocCheck(pt->compute_bytes ? pt->compute_bytes : 1);
+    st->be->copy_d2h(st->be, host, pt->compute, pt->compute_bytes);
+    StWriter* w = st_writer_new();
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        if (pt->omit_replicated && !params_is_slice(s)) continue; /* as stage_dump_params */
+        if (s->shared_copy) continue;
+        st_writer_add(w, s->name, params_compute_dtype(pt, i), s->ndim, s->shape, host + s->coff);
+        char key[160], val[256];
+        if (params_slice_format(s, val, sizeof val)) {
+            snprintf(key, sizeof key, "slice.%s", s->name);
+            st_writer_meta(w, key, val);
+        }
+    }
+    st_writer_meta(w, "format", "rrfp-mm-compute");
+    int rc = st_writer_write(w, path, err, err_len);
+    st_writer_free(w);
+    free(host);
+    return rc;
+}
+
 void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n) {
     if (lm_act_bytes(&st->lc) == 4) {
         st->be->copy_d2h(st->be, dst, a->logits, n * sizeof(float));

@@ -268,6 +268,10 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
 int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, char* err, size_t err_len);
 
 int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len);
+/* The stage's compute copy (runtime.precision = bf16; engine/params.h) as the ops read it, every tensor by
+ * name and in its storage: BF16 for the 2-byte copies, F32 words holding bf16 values for the others. Returns
+ * 1 when the stage has no compute copy (fp32: nothing written), 0 when written, -1 with a message. */
+int stage_dump_compute(const Stage* st, const char* path, char* err, size_t err_len);
 /* The microbatch as the model saw it (all its inputs), plus, on the last stage, the logits (T, V)
  * of its forward (a must be forwarded) and its loss_sum. */
 int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, const char* path, char* err,

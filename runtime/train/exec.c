@@ -12,6 +12,20 @@ int step_exec_run_hooks(StepExec* ex, char* err, size_t err_len) {
     return 0;
 }
 
+int step_exec_check_compute(const StepExec* ex, char* err, size_t err_len) {
+    for (int c = 0; c < ex->n_stages; c++) {
+        const ParamTable* pt = &ex->stages[c]->params;
+        int i = params_compute_stale(pt);
+        if (i >= 0) {
+            snprintf(err, err_len, "internal error: the bf16 compute copy of %s is stale (its f32 master was written "
+                     "after the copy was built, by a writer that did not rebuild it): refusing to compute with it",
+                     pt->specs[i].name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void step_exec_free_hooks(StepExec* ex) {
     for (int i = 0; i < ex->n_hooks; i++)
         if (ex->hooks[i].free) ex->hooks[i].free(ex->hooks[i].ctx);

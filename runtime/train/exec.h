@@ -68,6 +68,9 @@ struct StepExec {
 
 /* The trainer's side of a step, the same for every executor. */
 int step_exec_run_hooks(StepExec* ex, char* err, size_t err_len);
+/* Every stage's bf16 compute copy is current (engine/params.h, params_compute_stale): 0, or -1 with a
+ * message naming the first stale tensor. The trainer calls it before every step and evaluation. */
+int step_exec_check_compute(const StepExec* ex, char* err, size_t err_len);
 /* Free every hook's ctx (before ex->free). */
 void step_exec_free_hooks(StepExec* ex);
 

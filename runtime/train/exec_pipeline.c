@@ -86,6 +86,8 @@ static int pipe_dump_params(StepExec* ex, const char* dir, int grads, char* err,
         shard_name(x, x->rank, x->t, c, shard, sizeof shard);
         snprintf(path, sizeof path, "%s/%s.%s.safetensors", dir, grads ? "grads" : "weights", shard);
         if (stage_dump_params(x->chunks[c], grads, path, err, err_len) != 0) return -1;
+        snprintf(path, sizeof path, "%s/compute.%s.safetensors", dir, shard);
+        if (!grads && stage_dump_compute(x->chunks[c], path, err, err_len) < 0) return -1;
     }
     return 0;
 }

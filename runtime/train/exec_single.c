@@ -40,7 +40,9 @@ static int single_dump_params(StepExec* ex, const char* dir, int grads, char* er
     SingleExec* s = (SingleExec*)ex;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, grads ? "grads" : "weights");
-    return stage_dump_params(&s->st, grads, path, err, err_len);
+    if (stage_dump_params(&s->st, grads, path, err, err_len) != 0) return -1;
+    snprintf(path, sizeof path, "%s/compute.safetensors", dir);
+    return grads || stage_dump_compute(&s->st, path, err, err_len) >= 0 ? 0 : -1;
 }
 
 static int single_save(StepExec* ex, const char* root, const CheckpointState* cs, char* out, size_t out_len, char* err,

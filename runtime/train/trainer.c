@@ -610,6 +610,7 @@ static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, d
 static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len) {
     StepExec* ex = t->ex;
     double bubble = ex->bubble; /* the training step's, for its metrics row */
+    if (step_exec_check_compute(ex, err, err_len) != 0) return -1;
     if (t->eval_src.seek(&t->eval_src, t->eval_pos, err, err_len) != 0) return -1;
     double loss = 0;
     int64_t sup = 0, seen = 0;
@@ -683,6 +684,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     StepExec* ex = t->ex;
     double t0 = rr_now();
     StepPlan plan;
+    if (step_exec_check_compute(ex, err, err_len) != 0) return -1;
     if (t->src.next(&t->src, &plan, err, err_len) != 0) return -1;
     double t_data = rr_now() - t0;
     /* The global step: every replica's plan, summed before the first forward (the loss denominator). */
@@ -702,6 +704,16 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         snprintf(ddir, sizeof ddir, "%s/dump-%lld", t->run_dir, (long long)(t->step + 1));
         if (trainer_mkdirs(ddir, err, err_len) != 0 || (t->grid.d == 0 && ex->dump_params(ex, ddir, 0, err, err_len) != 0))
             return -1;
+        /* every rank (each replica too): the compute copies the step reads are the masters rounded */
+        for (int c = 0; c < ex->n_stages; c++) {
+            char name[96];
+            int bad = params_verify_compute(&ex->stages[c]->params, name, sizeof name);
+            if (bad) {
+                snprintf(err, err_len, "step dump: %d tensor%s' bf16 compute copy differ%s from the f32 master rounded "
+                         "to bf16, first %s", bad, bad == 1 ? "" : "s", bad == 1 ? "s" : "", name);
+                return -1;
+            }
+        }
     }
 
     if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->profile) { /* from the first step on */
