@@ -7,7 +7,7 @@ CTEST_ARGS ?=
 
 BUILD_ASAN ?= build-asan
 
-.PHONY: all deps deps-test deps-demo build build-cpu build-asan test test-cpu test-asan demo bench clean
+.PHONY: all deps deps-test deps-demo build build-cpu build-asan test test-cpu test-cpu-own test-asan demo bench clean
 
 all: build
 
@@ -39,6 +39,13 @@ test: deps-test build
 # The CPU-only build's suite (CI runs both).
 test-cpu: deps-test build-cpu
 	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
+
+# CI's pass on the CPU-only build: its own selection (label cpu_build, CMakeLists.txt), building only the
+# targets those tests run (the rest of the suite is the same code as `make test`'s).
+test-cpu-own: deps-test
+	cmake -S . -B $(BUILD_CPU) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF
+	cmake --build $(BUILD_CPU) -j $(JOBS) --target rrfp-mm test_engine test_cuda_ops
+	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L cpu_build $(CTEST_ARGS)
 
 # The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, CPU only) and its selection of the
 # suite (label asan: unit, input-handling, CLI and 2-rank pipeline tests; tests/asan/asan.cmake). A
