@@ -327,6 +327,35 @@ static void test_param_counts(const char* src) {
     CHECK(two == model + (double)mc.V * mc.Dt, "LM variants over two stages: %.0f = %.0f + the embedding's copy", two, model);
 }
 
+/* runtime.precision = auto (the default): bf16 on cuda, fp32 on the cpu, an explicit value kept; resolved by
+ * recipe_validate, so the recipe as printed (and hashed) holds the value that trained. */
+static void test_precision_default(void) {
+    const struct { const char* text; const char* want; } cases[] = {
+        {"[runtime]\nbackend = cuda\n", "bf16"},
+        {"[runtime]\nbackend = cpu\n", "fp32"},
+        {"[runtime]\nbackend = cuda\nprecision = fp32\n", "fp32"},
+        {"[runtime]\nbackend = cpu\nprecision = bf16\n", "bf16"},
+        {"[runtime]\nbackend = cuda\nprecision = auto\n", "bf16"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char path[1024], err[2048] = "";
+        snprintf(path, sizeof path, "%s/precision%zu.ini", work, k);
+        write_file(path, cases[k].text);
+        Recipe r;
+        int rc = recipe_load(&r, path, err, sizeof err);
+        if (rc == 0) rc = recipe_validate(&r, err, sizeof err);
+        CHECK(rc == 0 && !strcmp(r.precision, cases[k].want), "%s: precision '%s', expected '%s' (%s)", cases[k].text,
+              r.precision, cases[k].want, err);
+    }
+    Recipe r;
+    char err[256];
+    recipe_defaults(&r);
+    CHECK(!strcmp(r.precision, "auto"), "the default is '%s', not auto", r.precision);
+    CHECK(recipe_set(&r, "runtime.backend=cuda", err, sizeof err) == 0 && recipe_validate(&r, err, sizeof err) == 0 &&
+          !strcmp(r.precision, "bf16"), "--set runtime.backend=cuda: precision '%s'", r.precision);
+    printf("precision default: ok\n");
+}
+
 int main(int argc, char** argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: test_recipe SOURCE_DIR WORK_DIR\n");
@@ -337,6 +366,7 @@ int main(int argc, char** argv) {
     test_shipped(argv[1]);
     test_documented(argv[1]);
     test_param_counts(argv[1]);
+    test_precision_default();
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("recipe tests: ok\n");
     return check_failures ? 1 : 0;

@@ -198,8 +198,9 @@ static const RecipeKey recipe_keys[] = {
      "does (bit for bit the one-process step wherever the mode keeps that order too)."},
     /* [runtime] */
     {"runtime", "backend", RKEY_ENUM, OFF(backend), SZ(backend), "cpu", 0, 0, "cpu|cuda", 0, "Compute backend."},
-    {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "fp32", 0, 0, "fp32|bf16", 1,
-     "Compute precision. `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
+    {"runtime", "precision", RKEY_ENUM, OFF(precision), SZ(precision), "auto", 0, 0, "auto|fp32|bf16", 1,
+     "Compute precision. `auto`: `bf16` with runtime.backend = cuda, `fp32` on the cpu (the recipe as trained, "
+     "RUN_DIR/recipe.ini, records which). `bf16`: mixed precision (f32 master weights, gradients and AdamW moments; bf16 GEMM "
      "operands and stored activations; norms, softmax, RoPE angles and cross-entropy in f32), on both backends."},
     {"runtime", "comm", RKEY_ENUM, OFF(comm), SZ(comm), "mpi", 0, 0, "mpi|nccl", 0,
      "What carries the pipeline's activations and gradients and the data-parallel gradient all-reduce. `nccl` "
@@ -578,7 +579,11 @@ const char* recipe_origin(const Recipe* r, const char* section, const char* key)
         return -1;                                                                                           \
     } while (0)
 
-int recipe_validate(const Recipe* r, char* err, size_t err_len) {
+int recipe_validate(Recipe* r, char* err, size_t err_len) {
+    /* the defaults that depend on another key, resolved before anything reads or hashes them */
+    if (!strcmp(r->precision, "auto")) {
+        snprintf(r->precision, sizeof r->precision, "%s", !strcmp(r->backend, "cuda") ? "bf16" : "fp32");
+    }
     if (!strcmp(r->vision_arch, "clip")) {
         if (r->vision_image_size % r->patch)
             VFAIL("model", "vision_image_size", "%d", r->vision_image_size,

@@ -137,9 +137,10 @@ int recipe_load(Recipe* r, const char* path, char* err, size_t err_len);
 int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len);
 /* recipe_set, then record `origin` (e.g. "the mpirun world size") as where the value came from. */
 int recipe_set_derived(Recipe* r, const char* assignment, const char* origin, char* err, size_t err_len);
-/* Cross-key checks (sizes that must divide, layers vs stages, schedule vs steps). Call after the
- * file and every override. Returns 0, or -1 with the origin of the offending key in err. */
-int recipe_validate(const Recipe* r, char* err, size_t err_len);
+/* Cross-key checks (sizes that must divide, layers vs stages, schedule vs steps), after resolving the
+ * defaults that depend on another key (runtime.precision = auto). Call after the file and every
+ * override, before anything reads the recipe. Returns 0, or -1 with the origin of the offending key in err. */
+int recipe_validate(Recipe* r, char* err, size_t err_len);
 /* Hash of every key that changes the math of a run (model, data plan, optimiser, seeds). A resume
  * refuses a checkpoint written under another hash. */
 uint64_t recipe_hash(const Recipe* r);
