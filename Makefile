@@ -52,7 +52,7 @@ test-cpu-own: deps-test
 # sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON
-	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cmake --build $(BUILD_ASAN) -j $(JOBS) --target asan_selection
 
 test-asan: deps-test build-asan
 	cd $(BUILD_ASAN) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L asan $(CTEST_ARGS)

@@ -35,7 +35,7 @@ void checkpoint_state_free(CheckpointState* st) {
     st->loader = NULL;
 }
 
-static int ck_on_host(const ParamTable* pt) { return !pt->be || !strcmp(pt->be->name, "cpu"); }
+static int ck_on_host(const ParamTable* pt) { return !pt->be || pt->be->host_addressable; }
 
 /* A host copy of one of pt's blocks (or the block itself on the CPU backend). */
 static float* ck_host_view(const ParamTable* pt, const float* block, size_t n, int* owned) {

@@ -450,6 +450,10 @@ typedef struct Backend {
     /* The 2-byte output-gradient ops (BackendB16 above): set where act_dtype = DTYPE_BF16 (every such table has them),
      * NULL elsewhere (the f32-word tables, the CPU's included, keep f32 gradients and the plain slots). */
     const BackendB16* b16;
+    /* 1: what alloc returns is the process's own memory, read and written by the host directly (the CPU
+     * tables); 0: device memory, reached only through copy_* (the CUDA tables). Code that needs to know
+     * where a table's buffers live asks this, never the table's name. */
+    int host_addressable;
 } Backend;
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the

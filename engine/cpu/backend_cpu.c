@@ -48,6 +48,7 @@ void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const fl
 
 const Backend backend_cpu = {
     .name = "cpu",
+    .host_addressable = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,
@@ -107,6 +108,7 @@ const Backend backend_cpu = {
  * backward ops, cross-entropy and the step end are backend_cpu's. */
 const Backend backend_cpu_bf16 = {
     .name = "cpu",
+    .host_addressable = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,

@@ -644,8 +644,9 @@ const Backend backend_cuda_bf16a = {
 // (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
 // + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
 // + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
-// + add_f32_forward + rope_qk_forward + rope_qk_backward + bias_dtype, padded, + b16).
-static_assert(sizeof(Backend) == 64 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
+// + add_f32_forward + rope_qk_forward + rope_qk_backward + bias_dtype, padded, + b16 + host_addressable, padded:
+// left 0 here, device memory).
+static_assert(sizeof(Backend) == 65 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

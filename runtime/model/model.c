@@ -352,7 +352,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     st->tp = tp > 1 ? tp : 1;
     st->tp_rank = tp > 1 ? tp_rank : 0;
     st->tp_comm = tp_comm;
-    st->tp_on_host = !strcmp(be->name, "cpu");
+    st->tp_on_host = be->host_addressable;
     st->Vs = cfg->V / st->tp;
     st->v0 = st->tp_rank * st->Vs;
     if (st->tp > 1) {

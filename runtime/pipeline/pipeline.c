@@ -288,7 +288,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->grad_tasks = callocCheck((size_t)cfg->chunks, sizeof *p->grad_tasks);
     const Backend* be = stages[0]->be;
     size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
-    p->on_host = !strcmp(be->name, "cpu");
+    p->on_host = be->host_addressable;
     p->dev_comm = !p->on_host && comm->device_memory;
     if (p->dev_comm) {
         static const TransportDevice ops = {NULL, send_acquire, send_release, send_copy_mark};

@@ -59,7 +59,7 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
     int V = t->mc.V;
     float* hl = NULL;
     size_t hl_n = 0;
-    int on_host = !strcmp(st->be->name, "cpu");
+    int on_host = st->be->host_addressable;
     EvalKey* keys = NULL;
     int64_t nkeys = 0, capkeys = 0;
     double loss_sum = 0;

@@ -158,7 +158,7 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, int overla
     d->ex = ex;
     d->dp = dp;
     d->timeout_s = timeout_s;
-    d->on_host = !strcmp(ex->stages[0]->be->name, "cpu");
+    d->on_host = ex->stages[0]->be->host_addressable;
     if (!d->on_host && dp->device_memory && dp->ops->wait_event) {
         d->on_host = d->device = 1;
         d->ev = ex->stages[0]->be->event_create();

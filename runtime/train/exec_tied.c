@@ -49,7 +49,7 @@ static int tied_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
     if (!g) return 0; /* frozen: the same list on both ends, so neither calls the all-reduce */
     char e[512];
     int rc;
-    if (!strcmp(be->name, "cpu")) {
+    if (be->host_addressable) {
         rc = comm_allreduce(t->group, g, n, COMM_F32, COMM_SUM, e, sizeof e);
     } else if (t->group->device_memory && t->group->ops->wait_event) {
         /* a device group (NCCL): in place on the device, ordered after the gradients' producers */
