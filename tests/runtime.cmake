@@ -105,6 +105,13 @@ add_test(NAME dp_train_np2
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np2 1 2 2)
 set_tests_properties(dp_train_np2 PROPERTIES LABELS mpi TIMEOUT 400)
+# The data-parallel gradients themselves (not only the losses, which clipping and AdamW keep equal under
+# gradients off by a constant factor): dp 2 against one process with clipping off, every step's gradient
+# norm, step 2's gradient dump and the final AdamW moments (tests/dp_grads.sh).
+add_test(NAME dp_grads_np2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp grads: ok" ${CMAKE_SOURCE_DIR}/tests/dp_grads.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_grads_np2)
+set_tests_properties(dp_grads_np2 PROPERTIES LABELS mpi TIMEOUT 150)
 add_test(NAME dp_train_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)
