@@ -3,6 +3,11 @@ add_executable(test_data tests/test_data.c)
 target_link_libraries(test_data PRIVATE rrfp_core)
 add_test(NAME data_roundtrip COMMAND test_data $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_roundtrip)
 set_tests_properties(data_roundtrip PROPERTIES TIMEOUT 300)
+# How good the packer is: ffd and balanced on hand-worked windows (exact bins, balanced's costliest bin no
+# costlier than ffd's) and on the calibrated generator's 7B steps
+add_executable(test_packing tests/test_packing.c)
+target_link_libraries(test_packing PRIVATE rrfp_core)
+add_test(NAME data_packing_quality COMMAND test_packing)
 
 # Our preprocessing against Pillow (Debian python3-pil) on real photographs (python3-skimage's data
 # folder), greyscale and progressive JPEGs: smart_resize grids, DCT-scaled decode, resize, patches.

@@ -14,6 +14,18 @@ add_test(NAME hostile_inputs_pp
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)
 set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# Damage only a checksum or the checkpoint identity sees, refused by exit code 1 and the damaged file's path
+# (not a message's wording), each beside its control (the undamaged copy works): one bit of a checkpoint
+# tensor (model and optimizer files; train --resume and eval), one byte of a sample id in a shard's index
+# (train), ~7 s; and a pp 2 checkpoint's two model files swapped (eval and a one-process resume), ~5 s.
+add_test(NAME refusals_by_file
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/refusals_by_file.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/refusals_by_file files)
+set_tests_properties(refusals_by_file PROPERTIES TIMEOUT 120)
+add_test(NAME refusals_by_file_shard
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/refusals_by_file.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/refusals_by_file_shard shard)
+set_tests_properties(refusals_by_file_shard PROPERTIES LABELS mpi TIMEOUT 150 SKIP_RETURN_CODE 77)
 # import llava / import clip / export hf under the same rules: every vision_config / text_config number,
 # vision_feature_layer, image_token_index; the index; NaN weights; 5..8-dim tensors; FIFOs and /dev/zero
 # where a file belongs; --out paths with quotes and spaces, inside the input, existing or dangling (~10 s)

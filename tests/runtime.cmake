@@ -28,6 +28,12 @@ foreach(np 2 4)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 240 ${RRFP_MPIRUN} -np ${np} -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline>)
   set_tests_properties(pipeline_equiv_np${np} PROPERTIES LABELS mpi TIMEOUT 300)
 endforeach()
+# Several microbatches in flight at once, with data that change from step to step: consumers held until the
+# step's messages have landed in their receive buffers (gpipe, fixed and ready, both transports), and slowed
+# producers (1f1b); each step's loss and gradients against one process (test_pipeline inflight).
+add_test(NAME pipeline_inflight_np2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline in flight: ok" timeout 120 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> inflight)
+set_tests_properties(pipeline_inflight_np2 PROPERTIES LABELS mpi TIMEOUT 150)
 add_test(NAME pipeline_equiv_interleaved_np2
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline equivalence: ok" timeout 240 ${RRFP_MPIRUN} -np 2 -x OMP_NUM_THREADS=1 $<TARGET_FILE:test_pipeline> 2)
 set_tests_properties(pipeline_equiv_interleaved_np2 PROPERTIES LABELS mpi TIMEOUT 300)
@@ -105,6 +111,13 @@ add_test(NAME dp_train_np2
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np2 1 2 2)
 set_tests_properties(dp_train_np2 PROPERTIES LABELS mpi TIMEOUT 400)
+# The data-parallel gradients themselves (not only the losses, which clipping and AdamW keep equal under
+# gradients off by a constant factor): dp 2 against one process with clipping off, every step's gradient
+# norm, step 2's gradient dump and the final AdamW moments (tests/dp_grads.sh).
+add_test(NAME dp_grads_np2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp grads: ok" ${CMAKE_SOURCE_DIR}/tests/dp_grads.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_grads_np2)
+set_tests_properties(dp_grads_np2 PROPERTIES LABELS mpi TIMEOUT 150)
 add_test(NAME dp_train_np4
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "dp train: ok" ${CMAKE_SOURCE_DIR}/tests/dp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/dp_train_np4 2 2 2 --set model.text_layers=4)

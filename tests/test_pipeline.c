@@ -22,13 +22,18 @@
  * steps, the step end on the device through Backend.sum_squares / scale / adamw_update) runs one
  * schedule with the losses within 1e-5.
  *
- * Usage: test_pipeline [chunks|v] [cuda]   (chunks = 2 exercises interleaved-1f1b, M a multiple of P; v: two
- * chunks per rank in a V, the zbv and dualpipev hints, M = 2P + 1) */
+ * `inflight`: steps whose data change from step to step, run with many microbatches in flight at once
+ * (inflight_runs): consumers held until the step's messages have landed in their receive buffers, or
+ * slowed producers; each step's loss and gradients against one process.
+ *
+ * Usage: test_pipeline [chunks|v|inflight] [cuda]   (chunks = 2 exercises interleaved-1f1b, M a multiple of P;
+ * v: two chunks per rank in a V, the zbv and dualpipev hints, M = 2P + 1) */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -257,6 +262,204 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     return all_bad ? 1 : 0;
 }
 
+/* ---- several microbatches in flight at once: every receive buffer holds its own message ------------ */
+
+/* The task hook of the in-flight runs (pipeline_set_task_hook). hold: a consumer stops before its first
+ * task of a kind until its producer has sent all but its last message of that kind (the producer signals
+ * from its hook before its last such task, on a tag of its own), driving MPI's progress meanwhile, so the
+ * step's activations (or gradients) land in their posted receive buffers together, all in flight before
+ * the first is consumed. delay_s: the producer sleeps before each forward, so the consumer waits on every
+ * input and runs it the moment it lands. */
+typedef struct {
+    int rank, P, M, step, hold;
+    double delay_s;
+    int nF, nB, timeouts;
+} InflightHook;
+
+enum { INFLIGHT_TAG = 30000 };
+
+static void inflight_signal(const InflightHook* h, int peer, int dir) {
+    int one = 1;
+    MPI_Send(&one, 1, MPI_INT, peer, INFLIGHT_TAG + 2 * h->step + dir, MPI_COMM_WORLD);
+}
+
+static void inflight_hold(InflightHook* h, int peer, int dir) {
+    int got = 0, flag = 0;
+    MPI_Request rq;
+    MPI_Irecv(&got, 1, MPI_INT, peer, INFLIGHT_TAG + 2 * h->step + dir, MPI_COMM_WORLD, &rq);
+    double t0 = rr_now(), done_at = 0;
+    for (;;) {
+        if (!done_at) {
+            MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
+            if (flag) done_at = rr_now();
+        } else {
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE); /* progress only */
+        }
+        /* after the signal, 20 ms more of progress: the producer's last sends land too */
+        if (done_at && rr_now() - done_at > 0.02) break;
+        if (!done_at && rr_now() - t0 > 10) { /* never under gpipe: every forward precedes every backward */
+            h->timeouts++;
+            MPI_Cancel(&rq);
+            MPI_Wait(&rq, MPI_STATUS_IGNORE);
+            break;
+        }
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int inflight_task_hook(void* ctx, PpTask t, char* err, size_t err_len) {
+    (void)err, (void)err_len;
+    InflightHook* h = ctx;
+    if (t.kind == PP_F) {
+        if (h->hold && h->nF == 0 && h->rank > 0) inflight_hold(h, h->rank - 1, 0);
+        if (++h->nF == h->M && h->hold && h->rank < h->P - 1) inflight_signal(h, h->rank + 1, 0);
+        if (h->delay_s > 0 && h->rank < h->P - 1) {
+            struct timespec ts = {0, (long)(h->delay_s * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    } else if (t.kind == PP_B) {
+        if (h->hold && h->nB == 0 && h->rank < h->P - 1) inflight_hold(h, h->rank + 1, 1);
+        if (++h->nB == h->M && h->hold && h->rank > 0) inflight_signal(h, h->rank - 1, 1);
+    }
+    return 0;
+}
+
+/* Steps of M = 3P microbatches whose data differ from step to step, run with many microbatches in flight:
+ * gpipe (fixed and ready, both transports) with each consumer holding until all but the last of the
+ * step's messages have landed in their receive buffers, and 1f1b (ready) with the producers slowed so that
+ * each input is consumed as soon as it arrives. Every step's loss and gradients against the one-process
+ * step of the same microbatches (the bound of the equivalence runs above). A receive buffer shared by
+ * microbatches, or an input read before its message landed (the previous step's, or another microbatch's),
+ * changes them. Returns the number of failed runs (the same on every rank). */
+static int inflight_runs(const ModelConfig* cfg, const SynthConfig* sc, int P, int rank) {
+    enum { STEPS = 2 };
+    int M = 3 * P;
+    char err[512];
+    Microbatch* mbs = callocCheck((size_t)M, sizeof *mbs);
+    int max_T = 0, max_Np = 0, sup[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+        step_batch(mbs, M, 50 + k, sc, &max_T, &max_Np, &sup[k]);
+        for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
+    }
+    /* the reference: each step's gradients and loss in one process */
+    Stage ref;
+    stage_init(&ref, cfg, 0, cfg->Lt, &backend_cpu);
+    StageActs ra;
+    stage_acts_init(&ra, &ref, max_T, max_Np, 0);
+    float* ref_grad[STEPS];
+    double ref_loss[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+        int mt = 0, mn = 0, s2;
+        step_batch(mbs, M, 50 + k, sc, &mt, &mn, &s2);
+        params_zero_grad(&ref.params);
+        double ls_sum = 0;
+        for (int m = 0; m < M; m++) {
+            float ls = 0;
+            stage_forward(&ref, &ra, &mbs[m], NULL, NULL, &ls);
+            stage_backward(&ref, &ra, NULL, 1.0f / (float)sup[k], NULL);
+            ls_sum += ls;
+        }
+        ref_loss[k] = ls_sum / sup[k];
+        ref_grad[k] = mallocCheck(sizeof(float) * ref.params.gtotal);
+        memcpy(ref_grad[k], ref.params.grad, sizeof(float) * ref.params.gtotal);
+        for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
+    }
+    int layers[64], l0 = 0;
+    partition_auto(cfg->Lt, P, (PartitionCost){0, 0, 1}, layers);
+    for (int v = 0; v < rank; v++) l0 += layers[v];
+    Stage st;
+    stage_init(&st, cfg, l0, l0 + layers[rank], &backend_cpu);
+    Stage* sp = &st;
+    static const struct {
+        PpHint hint;
+        PpMode mode;
+        TransportKind tk;
+        int hold;
+        double delay_s;
+        const char* what;
+    } runs[] = {{PP_HINT_GPIPE, PP_MODE_FIXED, TRANSPORT_TAGGED, 1, 0, "all but one landed before the first is read"},
+                {PP_HINT_GPIPE, PP_MODE_FIXED, TRANSPORT_FIFO, 1, 0, "all but one landed before the first is read"},
+                {PP_HINT_GPIPE, PP_MODE_READY, TRANSPORT_TAGGED, 1, 0, "all but one landed before the first is read"},
+                {PP_HINT_GPIPE, PP_MODE_READY, TRANSPORT_FIFO, 1, 0, "all but one landed before the first is read"},
+                {PP_HINT_1F1B, PP_MODE_READY, TRANSPORT_TAGGED, 0, 0.005, "each read as it lands (slow producers)"},
+                {PP_HINT_1F1B, PP_MODE_FIXED, TRANSPORT_FIFO, 0, 0.005, "each read as it lands (slow producers)"}};
+    int failures = 0;
+    double worst = 0;
+    for (size_t v = 0; v < sizeof runs / sizeof runs[0]; v++) {
+        /* held runs in ready mode: a cap of M, so that the held consumer's producer runs every forward first
+         * as gpipe's sequence does (the default cap P - r would wait for a backward the hold keeps back) */
+        PpCap cap = {runs[v].hold ? PP_CAP_COUNT : PP_CAP_DEFAULT, runs[v].hold ? M : 0};
+        PipelineConfig pc = {.P = P, .rank = rank, .chunks = 1, .hint = runs[v].hint, .mode = runs[v].mode,
+                             .cap = cap, .transport = runs[v].tk, .timeout_s = 60,
+                             .max_tokens = max_T, .max_patches = max_Np};
+        Pipeline* pl = pipeline_create(&pc, &sp, test_world, M, err, sizeof err);
+        if (!pl) rr_die("pipeline_create: %s", err);
+        InflightHook h = {.rank = rank, .P = P, .M = M, .hold = runs[v].hold, .delay_s = runs[v].delay_s};
+        pipeline_set_task_hook(pl, inflight_task_hook, &h);
+        int bad = 0, peak = 0;
+        for (int k = 0; k < STEPS; k++) {
+            int mt = 0, mn = 0, s2;
+            step_batch(mbs, M, 50 + k, sc, &mt, &mn, &s2);
+            h.step = (int)v * STEPS + k, h.nF = h.nB = 0;
+            params_zero_grad(&st.params);
+            PipelineStepStats ps;
+            if (pipeline_step(pl, mbs, M, 1.0f / (float)sup[k], NULL, k, NULL, &ps, err, sizeof err) != 0)
+                rr_die("pipeline_step: %s", err);
+            peak = ps.peak_inflight > peak ? ps.peak_inflight : peak;
+            double ls = ps.loss_sum, loss = 0;
+            MPI_Allreduce(&ls, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            loss /= sup[k];
+            if (fabs(loss - ref_loss[k]) > 1e-6 * fabs(ref_loss[k])) {
+                if (rank == 0) fprintf(stderr, "in flight %s %s step %d: loss %.9g, one process %.9g\n",
+                                       pp_hint_name(runs[v].hint), pp_mode_name(runs[v].mode), k, loss, ref_loss[k]);
+                bad++;
+            }
+            for (int i = 0; i < st.params.n; i++) {
+                int j = params_find(&ref.params, st.params.specs[i].name);
+                if (j < 0) rr_die("parameter %s not in the reference", st.params.specs[i].name);
+                const float* g = params_grad(&st.params, i);
+                const float* gr = ref_grad[k] + ref.params.specs[j].offset;
+                double maxg = 0, maxd = 0;
+                for (size_t e = 0; e < st.params.specs[i].numel; e++) {
+                    maxg = fmax(maxg, fabs(gr[e]));
+                    maxd = fmax(maxd, fabs((double)g[e] - (double)gr[e]));
+                }
+                if (maxg > 0) worst = fmax(worst, maxd / maxg);
+                if (!(maxd <= M * ldexp(1.0, -23) * maxg + 1e-12)) {
+                    fprintf(stderr, "rank %d in flight %s %s %s step %d: %s differs by %.3g (max |g| %.3g)\n", rank,
+                            pp_hint_name(runs[v].hint), pp_mode_name(runs[v].mode),
+                            transport_kind_name(runs[v].tk), k, st.params.specs[i].name, maxd, maxg);
+                    bad++;
+                }
+            }
+            for (int m = 0; m < M; m++) microbatch_free(&mbs[m]);
+        }
+        if (h.timeouts) {
+            fprintf(stderr, "rank %d in flight %s %s: a producer's signal did not come in 10 s\n", rank,
+                    pp_hint_name(runs[v].hint), pp_mode_name(runs[v].mode));
+            bad++;
+        }
+        int all_bad = 0;
+        MPI_Allreduce(&bad, &all_bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0)
+            printf("in flight: %-5s %-6s %-6s %d steps of %d microbatches, %s (rank 0 peak in flight %d) %s\n",
+                   pp_hint_name(runs[v].hint), pp_mode_name(runs[v].mode), transport_kind_name(runs[v].tk), STEPS, M,
+                   runs[v].what, peak, all_bad ? "FAIL" : "ok");
+        failures += all_bad ? 1 : 0;
+        pipeline_free(pl);
+    }
+    double w = 0;
+    MPI_Allreduce(&worst, &w, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf("in flight: largest gradient difference %.3g of max |g|\n", w);
+    for (int k = 0; k < STEPS; k++) free(ref_grad[k]);
+    stage_free(&st);
+    stage_acts_free(&ra, &ref);
+    stage_free(&ref);
+    free(mbs);
+    return failures;
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     char werr[256];
@@ -265,6 +468,16 @@ int main(int argc, char** argv) {
     int rank, P;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
+    if (argc > 1 && !strcmp(argv[1], "inflight")) {
+        ModelConfig ic = {.patch = 2, .Dv = 16, .Lv = 2, .Hv = 2, .Dt = 32, .Lt = 2 * P, .Ht = 4, .F = 48, .V = 97,
+                          .min_patches = 4, .max_patches = 16, .init_std = 0.02f, .seed = 1234};
+        SynthConfig isc = {.patch = ic.patch, .V = ic.V, .max_samples = 3, .min_text = 3, .max_text = 22,
+                           .min_grid = 2, .max_grid = 4, .image_prob = 0.67, .supervised_prob = 0.6};
+        int failed = inflight_runs(&ic, &isc, P, rank);
+        if (rank == 0 && !failed) printf("pipeline in flight: ok\n");
+        MPI_Finalize();
+        return failed ? 1 : 0;
+    }
     int vshape = argc > 1 && !strcmp(argv[1], "v");
     int chunks = vshape ? 2 : argc > 1 ? atoi(argv[1]) : 1;
     int on_cuda = argc > 2 && !strcmp(argv[2], "cuda");

@@ -3,6 +3,8 @@
  * is documented in recipes/README.md, and printing a recipe loads back to the same recipe.
  * Usage: test_recipe SOURCE_DIR WORK_DIR */
 #include <dirent.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +110,14 @@ static void test_errors(void) {
     expect("default_vs_set", "[model]\n", "model.vision_heads=64",
            W("default: model.vision_width = 128", "head dim 128 / 64 = 2"));
 
+    /* AdamW's betas are in [0, 1): a beta of 1 never forgets and divides by 0 in the bias correction (stated
+     * here, not read from the table, so a bound raised in the table is caught) */
+    expect("beta1_one", "[model]\n", "optim.beta1=1", W("--set optim.beta1=1", "out of range"));
+    expect("beta2_one", "[model]\n", "optim.beta2=1", W("--set optim.beta2=1", "out of range"));
+    expect("beta1_high", "[model]\n", "optim.beta1=1.5", W("--set optim.beta1=1.5", "out of range"));
+    /* a line break cannot be printed into one recipe line */
+    expect("set_newline", "[model]\n", "train.run_dir=a\nb", W("train.run_dir", "line break"));
+
     char err[512];
     Recipe r;
     CHECK(recipe_load(&r, "/nonexistent/recipe.ini", err, sizeof err) != 0 && strstr(err, "/nonexistent/recipe.ini"),
@@ -139,6 +149,66 @@ static void test_errors(void) {
         CHECK(strstr(e, "is a directory, expected a recipe .ini file") != NULL, "directory error: %s", e);
         printf("%-22s -> %s\n", "directory", e);
     }
+}
+
+/* The print of r, loaded back and printed again: the same bytes (0), else -1. */
+static int print_reload_print(const Recipe* r, const char* label, char* first, size_t first_len) {
+    char path[1024], err[2048];
+    snprintf(path, sizeof path, "%s/%s.ini", work, label);
+    FILE* f = fopenCheck(path, "w");
+    recipe_print(r, f);
+    fclose(f);
+    FILE* fa = fmemopen(first, first_len, "w");
+    recipe_print(r, fa);
+    fclose(fa);
+    static Recipe q;
+    if (recipe_load(&q, path, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: the print does not load: %s\n", label, err);
+        return -1;
+    }
+    static char again[64 << 10];
+    FILE* fb = fmemopen(again, sizeof again, "w");
+    recipe_print(&q, fb);
+    fclose(fb);
+    return strcmp(first, again) == 0 && recipe_hash(&q) == recipe_hash(r) ? 0 : -1;
+}
+
+/* White space around a value is no part of it, wherever the value comes from: a --set value is read as the
+ * INI reader reads the file's, so a recipe printed after `--set "parallel.layers= 2"` prints the same once
+ * loaded back (the fuzzer's property, files_fuzz: it found this one). */
+static void test_whitespace(void) {
+    static const struct {
+        const char *set, *line;
+    } cases[] = {{"parallel.layers= 2", "\nlayers = 2\n"},
+                 {"train.run_dir= run dir ", "\nrun_dir = run dir\n"},
+                 {"train.run_dir=\tr ", "\nrun_dir = r\n"},
+                 {"data.policy= balanced", "\npolicy = balanced\n"},
+                 {"runtime.trace=true ", "\ntrace = true\n"},
+                 {"train.steps= 7 ", "\nsteps = 7\n"},
+                 {"optim.lr= 0.5 ", "\nlr = 0.5\n"},
+                 {"runtime.cap= 1.5x", "\ncap = 1.5x\n"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Recipe r;
+        char err[2048];
+        recipe_defaults(&r);
+        CHECK(recipe_set(&r, "model.text_layers=2", err, sizeof err) == 0, "%s", err);
+        CHECK(recipe_set(&r, cases[i].set, err, sizeof err) == 0, "--set '%s': %s", cases[i].set, err);
+        static char first[64 << 10];
+        char label[32];
+        snprintf(label, sizeof label, "ws%zu", i);
+        CHECK(print_reload_print(&r, label, first, sizeof first) == 0, "--set '%s': the printed recipe does not print "
+              "the same once loaded back", cases[i].set);
+        CHECK(strstr(first, cases[i].line) != NULL, "--set '%s': the print lacks the line '%s'", cases[i].set,
+              cases[i].line + 1);
+    }
+    /* the file's value and --set's are one value: the same hash */
+    Recipe a, b;
+    char err[2048];
+    recipe_defaults(&a);
+    recipe_defaults(&b);
+    CHECK(recipe_set(&a, "train.freeze= vision ", err, sizeof err) == 0 && recipe_set(&b, "train.freeze=vision", err,
+          sizeof err) == 0, "%s", err);
+    CHECK(recipe_hash(&a) == recipe_hash(&b), "train.freeze ' vision ' and 'vision' hash differently");
 }
 
 static void test_shipped(const char* src) {
@@ -263,6 +333,164 @@ static void test_shipped(const char* src) {
     }
 }
 
+/* ---- every key's range, from the key table itself ---- */
+
+/* Set key k to `value` by --set on a recipe of defaults: 0 and the value read back as recipe_print writes
+ * it, or -1 with the refusal in err. */
+static int set_one(const RecipeKey* k, const char* value, char* got, size_t got_len, char* err, size_t err_len) {
+    static Recipe r;
+    recipe_defaults(&r);
+    char set[2048];
+    snprintf(set, sizeof set, "%s.%s=%s", k->section, k->key, value);
+    err[0] = 0;
+    if (recipe_set(&r, set, err, err_len) != 0) return -1;
+    recipe_key_format(&r, k, got, got_len);
+    return 0;
+}
+
+static void expect_taken(const RecipeKey* k, const char* value, const char* want) {
+    char got[1024], err[2048];
+    int rc = set_one(k, value, got, sizeof got, err, sizeof err);
+    CHECK(rc == 0, "%s.%s = '%s' (inside the table's range) refused: %s", k->section, k->key, value, err);
+    CHECK(rc != 0 || !strcmp(got, want), "%s.%s = '%s' read as '%s', expected '%s'", k->section, k->key, value, got,
+          want);
+}
+
+static void expect_refused(const RecipeKey* k, const char* value, const char* why) {
+    char got[1024], err[2048], name[160];
+    int rc = set_one(k, value, got, sizeof got, err, sizeof err);
+    snprintf(name, sizeof name, "%s.%s", k->section, k->key);
+    CHECK(rc != 0, "%s = '%s' (outside the table's range) taken as '%s'", name, value, got);
+    CHECK(rc == 0 || (strstr(err, name) && strstr(err, why)), "%s = '%s': the refusal lacks '%s' or the key: %s",
+          name, value, why, err);
+}
+
+/* Every numeric key: its min and max are taken (and read back as those numbers), the values just outside
+ * are refused as out of range; every enum: each choice taken, one other refused; every bool: its spellings;
+ * every string: the longest that fits taken, one byte more refused. All from the table, so a key added or
+ * a bound changed is tested with no edit here (recipes/README.md's column is compared with it below). */
+static void test_ranges(void) {
+    int n_num = 0, n_enum = 0, n_str = 0, n_bool = 0;
+    for (int i = 0; i < recipe_key_count(); i++) {
+        const RecipeKey* k = recipe_key_get(i);
+        char a[64], b[64];
+        switch (k->type) {
+        case RKEY_INT:
+        case RKEY_I64: {
+            CHECK(k->min == floor(k->min) && k->max == floor(k->max) && k->min < k->max, "%s.%s: bounds %g .. %g",
+                  k->section, k->key, k->min, k->max);
+            if (k->type == RKEY_INT)
+                CHECK(k->min >= INT_MIN && k->max <= INT_MAX, "%s.%s: bounds %g .. %g do not fit an int", k->section,
+                      k->key, k->min, k->max);
+            else /* every integer up to 2^53 - 1 is exact in the double the parser compares */
+                CHECK(k->min >= -9007199254740991.0 && k->max <= 9007199254740991.0, "%s.%s: bounds %g .. %g",
+                      k->section, k->key, k->min, k->max);
+            snprintf(a, sizeof a, "%.0f", k->min);
+            snprintf(b, sizeof b, "%.0f", k->max);
+            expect_taken(k, a, a);
+            expect_taken(k, b, b);
+            snprintf(a, sizeof a, "%.0f", k->min - 1);
+            snprintf(b, sizeof b, "%.0f", k->max + 1);
+            expect_refused(k, a, "out of range");
+            expect_refused(k, b, "out of range");
+            n_num++;
+            break;
+        }
+        case RKEY_FLOAT: {
+            CHECK(k->min < k->max && isfinite(k->min) && isfinite(k->max), "%s.%s: bounds %g .. %g", k->section,
+                  k->key, k->min, k->max);
+            char fa[64], fb[64];
+            snprintf(a, sizeof a, "%.17g", k->min);
+            snprintf(b, sizeof b, "%.17g", k->max);
+            /* read back in recipe_print's shortest form of the same double */
+            snprintf(fa, sizeof fa, "%g", k->min);
+            snprintf(fb, sizeof fb, "%g", k->max);
+            for (int prec = 6; strtod(fa, NULL) != k->min && prec <= 17; prec++) snprintf(fa, sizeof fa, "%.*g", prec, k->min);
+            for (int prec = 6; strtod(fb, NULL) != k->max && prec <= 17; prec++) snprintf(fb, sizeof fb, "%.*g", prec, k->max);
+            expect_taken(k, a, fa);
+            expect_taken(k, b, fb);
+            /* the neighbouring doubles; below 0 also the smallest normal number (the neighbour of 0 is a
+             * subnormal, which strtod reports as an underflow) */
+            snprintf(a, sizeof a, "%.17g", nextafter(k->min, -INFINITY));
+            snprintf(b, sizeof b, "%.17g", nextafter(k->max, INFINITY));
+            expect_refused(k, a, "out of range");
+            expect_refused(k, b, "out of range");
+            if (k->min == 0) expect_refused(k, "-2.2250738585072014e-308", "out of range");
+            n_num++;
+            break;
+        }
+        case RKEY_ENUM: {
+            int n = 0;
+            for (const char* c = k->choices; *c;) {
+                const char* bar = strchr(c, '|');
+                size_t l = bar ? (size_t)(bar - c) : strlen(c);
+                snprintf(a, sizeof a, "%.*s", (int)l, c);
+                expect_taken(k, a, a);
+                n++;
+                c += l + (bar ? 1 : 0);
+            }
+            CHECK(n >= 2, "%s.%s: %d choices", k->section, k->key, n);
+            snprintf(a, sizeof a, "%.*sX", (int)strcspn(k->choices, "|"), k->choices);
+            expect_refused(k, a, "is not allowed");
+            n_enum++;
+            break;
+        }
+        case RKEY_BOOL: {
+            const char* yes[] = {"true", "1", "yes"};
+            const char* no[] = {"false", "0", "no"};
+            for (int j = 0; j < 3; j++) expect_taken(k, yes[j], "true"), expect_taken(k, no[j], "false");
+            expect_refused(k, "2", "not a boolean");
+            expect_refused(k, "True", "not a boolean");
+            n_bool++;
+            break;
+        }
+        case RKEY_STRING: {
+            CHECK(k->size >= 2 && k->size <= RECIPE_STR, "%s.%s: size %zu", k->section, k->key, k->size);
+            char* v = mallocCheck(k->size + 1);
+            memset(v, 'x', k->size);
+            v[k->size - 1] = 0;
+            expect_taken(k, v, v);
+            v[k->size - 1] = 'x';
+            v[k->size] = 0;
+            expect_refused(k, v, "too long");
+            free(v);
+            n_str++;
+            break;
+        }
+        }
+    }
+    /* the kinds are all there (a table whose numbers all became strings tests nothing above) */
+    CHECK(n_num >= 40 && n_enum >= 8 && n_bool >= 8 && n_str >= 8, "keys tested: %d numeric, %d enum, %d bool, %d string",
+          n_num, n_enum, n_bool, n_str);
+    printf("ranges: %d numeric keys at min, max and just outside; %d enums, %d bools, %d strings\n", n_num, n_enum,
+           n_bool, n_str);
+}
+
+/* recipes/README.md's "allowed" column of key k, as the table gives it (the form of `train --list-keys`). */
+static void doc_allowed(const RecipeKey* k, char* s, size_t n) {
+    switch (k->type) {
+    case RKEY_INT:
+    case RKEY_I64:
+        if (k->max >= 9007199254740991.0) snprintf(s, n, ">= %.0f", k->min);
+        else snprintf(s, n, "%.0f .. %.0f", k->min, k->max);
+        break;
+    case RKEY_FLOAT: snprintf(s, n, "%g .. %g", k->min, k->max); break;
+    case RKEY_STRING: snprintf(s, n, "path / text (< %zu bytes)", k->size); break;
+    case RKEY_BOOL: snprintf(s, n, "`true`, `false`"); break;
+    case RKEY_ENUM: {
+        size_t o = 0;
+        s[0] = 0;
+        for (const char* c = k->choices; *c && o < n;) {
+            const char* bar = strchr(c, '|');
+            size_t l = bar ? (size_t)(bar - c) : strlen(c);
+            o += (size_t)snprintf(s + o, n - o, "%s`%.*s`", o ? ", " : "", (int)l, c);
+            c += l + (bar ? 1 : 0);
+        }
+        break;
+    }
+    }
+}
+
 /* Every key appears in recipes/README.md as a table row "| `section.key` | type | default | ...". */
 static void test_documented(const char* src) {
     char path[1024];
@@ -284,6 +512,15 @@ static void test_documented(const char* src) {
         snprintf(def, sizeof def, "%s `%s` |", row, k->def);
         CHECK(!strncmp(at, def, strlen(def)), "recipes/README.md: %s.%s default is not `%s`", k->section, k->key,
               k->def);
+        if (strncmp(at, def, strlen(def)) != 0) continue;
+        /* then the allowed column: the table's range or choices, as written there */
+        const char* col = at + strlen(def) + 1;
+        const char* end = strstr(col, " |");
+        char want[256], got[256] = "";
+        doc_allowed(k, want, sizeof want);
+        if (end) snprintf(got, sizeof got, "%.*s", (int)(end - col), col);
+        CHECK(end && !strcmp(got, want), "recipes/README.md: %s.%s is documented as allowing '%s', the key table "
+              "allows '%s'", k->section, k->key, got, want);
     }
     free(doc);
 }
@@ -363,6 +600,8 @@ int main(int argc, char** argv) {
     }
     work = argv[2];
     test_errors();
+    test_ranges();
+    test_whitespace();
     test_shipped(argv[1]);
     test_documented(argv[1]);
     test_param_counts(argv[1]);

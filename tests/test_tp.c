@@ -1,7 +1,7 @@
 /* test_tp.c — the tensor-parallel split without MPI (runtime/model/tp.h):
  *   split: every tensor of a small LLaVA has the split DESIGN.md section 6 gives it, and for tp 2 and
  *          4 the ranks' ranges tile the split dimension exactly once (the fused ViT qkv by heads of
- *          each q | k | v part);
+ *          each q | k | v part), and a column-parallel bias has exactly its weight's row ranges;
  *   init:  each shard initialised alone equals the slice of the one-process tensor, bitwise ("slices
  *          equal the whole");
  *   ce:    the vocabulary-parallel cross-entropy on 2 and 4 in-process ranks (threads with a barrier
@@ -11,7 +11,8 @@
  *          output, input gradient and every weight gradient (each rank's slice);
  *   vit:   the ViT tower (patch embed, 2 blocks, ln_f) split over 2 and 4 in-process ranks (fused qkv by
  *          heads of each part, row-parallel attn.out and fc2 with their bias added once) against the
- *          unsplit tower: output and every weight gradient.
+ *          unsplit tower: output and every weight gradient. The ranks' weights are cut by tp_shard_ranges
+ *          (the model's own cut), the expected gradient slices by this file's.
  *   proj:  the projector (projector.0 column-, projector.2 row-parallel, bias once) on 2 and 4 ranks
  *          against the unsplit one: output, input gradient, every weight gradient.
  *   embed: the vocabulary-parallel embedding (masked lookup + sum over ranks; backward into the owned
@@ -85,6 +86,38 @@ static void test_split(void) {
             free(cover);
         }
     }
+    /* A column-parallel layer's bias is split as its weight's rows (Megatron's ColumnParallelLinear): rank t's
+     * ranges of X.bias are exactly its ranges of X.weight along dim 0, for tp 2 and 4. Tiling alone accepts a
+     * fused qkv bias cut as one part (rank 0 holding q and half of k) while the weight is cut by head of each
+     * part: the ranks would add the wrong bias rows. */
+    int pairs = 0;
+    for (int i = 0; i < st.params.n; i++) {
+        const ParamSpec* b = &st.params.specs[i];
+        size_t nl = strlen(b->name);
+        if (nl < 5 || strcmp(b->name + nl - 5, ".bias") || tp_split_of(b->name) != TP_COLUMN) continue;
+        char wname[256];
+        snprintf(wname, sizeof wname, "%.*s.weight", (int)(nl - 5), b->name);
+        int j = params_find(&st.params, wname);
+        CHECK(j >= 0, "%s: a column-parallel bias without its weight %s", b->name, wname);
+        if (j < 0) continue;
+        const ParamSpec* w = &st.params.specs[j];
+        CHECK(tp_split_of(w->name) == TP_COLUMN && w->shape[0] == b->shape[0], "%s: split %s, %lld rows; its bias %lld",
+              w->name, tp_split_name(tp_split_of(w->name)), (long long)w->shape[0], (long long)b->shape[0]);
+        for (int T = 2; T <= 4; T += 2)
+            for (int t = 0; t < T; t++) {
+                TpRange rw[TP_MAX_RANGES], rb[TP_MAX_RANGES];
+                char err[256];
+                int nw = tp_shard_ranges(w->name, w->ndim, w->shape, T, t, rw, err, sizeof err);
+                int nb = tp_shard_ranges(b->name, b->ndim, b->shape, T, t, rb, err, sizeof err);
+                int same = nw == nb && nw >= 1;
+                for (int k = 0; same && k < nw; k++)
+                    same = rw[k].dim == 0 && rb[k].dim == 0 && rw[k].offset == rb[k].offset && rw[k].length == rb[k].length;
+                CHECK(same, "%s tp %d rank %d: %d range(s) from row %lld, but its weight's: %d from row %lld", b->name, T,
+                      t, nb, nb > 0 ? (long long)rb[0].offset : -1LL, nw, nw > 0 ? (long long)rw[0].offset : -1LL);
+            }
+        pairs++;
+    }
+    CHECK(pairs == 2 * mc.Lv + 1, "column-parallel biases checked against their weights: %d", pairs);
     /* per ViT block: qkv w+b, fc1 w+b column, out.w, fc2.w row; per LM block: q k v gate up column, o down
      * row; projector.0 w+b column, projector.2.w row; embedding and head vocab */
     CHECK(count[TP_COLUMN] == 4 * mc.Lv + 5 * mc.Lt + 2, "column tensors: %d", count[TP_COLUMN]);
@@ -97,6 +130,12 @@ static void test_split(void) {
     int n = tp_shard_ranges("vision.blocks.0.attn.qkv.weight", 2, qkv, 2, 1, r, err, sizeof err);
     CHECK(n == 3 && r[0].offset == 16 && r[1].offset == 48 && r[2].offset == 80 && r[2].length == 16,
           "qkv rank 1 of 2: %d ranges from %lld", n, (long long)r[0].offset);
+    /* its bias likewise: heads 2, 3 of q, k and v (rows 16..31, 48..63, 80..95 of 96) */
+    int64_t qkvb[1] = {3 * mc.Dv};
+    n = tp_shard_ranges("vision.blocks.0.attn.qkv.bias", 1, qkvb, 2, 1, r, err, sizeof err);
+    CHECK(n == 3 && r[0].dim == 0 && r[0].offset == 16 && r[1].offset == 48 && r[2].offset == 80 && r[0].length == 16 &&
+              r[1].length == 16 && r[2].length == 16,
+          "qkv bias rank 1 of 2: %d ranges from %lld", n, (long long)r[0].offset);
     int64_t odd[2] = {30, 32};
     CHECK(tp_shard_ranges("text.blocks.0.attn.q.weight", 2, odd, 4, 0, r, err, sizeof err) == -1 && strstr(err, "tp = 4"),
           "30 rows split 4 ways accepted: %s", err);
@@ -585,6 +624,34 @@ static float* slice_qkv(const float* m, int D, int cols, int t, int n) {
     return out;
 }
 
+/* Rank t of T's shard of the global tensor `name` (rows x cols; cols 0: a vector of rows) as the model cuts
+ * it: the ranges of tp_shard_ranges, the helper the model's parameter tables and checkpoints use, stored
+ * concatenated along the split dimension. The TP tower then runs on exactly the slices the trainer gives it,
+ * so a wrong cut (the fused qkv's bias as one part) shows in its output; `n_out` gets the shard's numel. */
+static float* tp_slice(const char* name, const float* m, int rows, int cols, int T, int t, int* n_out) {
+    int ndim = cols ? 2 : 1;
+    int64_t shape[2] = {rows, cols ? cols : 1}, sh[2];
+    TpRange r[TP_MAX_RANGES];
+    char err[256];
+    int n = tp_shard_ranges(name, ndim, shape, T, t, r, err, sizeof err);
+    if (n < 1) rr_die("%s: %s", name, err);
+    tp_shard_shape(r, n, ndim, shape, sh);
+    int C = (int)shape[1], oc = ndim == 2 ? (int)sh[1] : 1;
+    float* out = mallocCheck(sizeof(float) * (size_t)sh[0] * (size_t)oc);
+    size_t o = 0;
+    if (r[0].dim == 0) { /* whole rows */
+        for (int k = 0; k < n; k++)
+            for (int64_t i = r[k].offset; i < r[k].offset + r[k].length; i++)
+                for (int j = 0; j < C; j++) out[o++] = m[(size_t)i * C + j];
+    } else { /* each row's columns of the ranges */
+        for (int i = 0; i < rows; i++)
+            for (int k = 0; k < n; k++)
+                for (int64_t j = r[k].offset; j < r[k].offset + r[k].length; j++) out[o++] = m[(size_t)i * C + j];
+    }
+    *n_out = (int)o;
+    return out;
+}
+
 /* vit_clip / proj_clip: the CLIP tower (class token, position taps: the 3 x 3 image on the checkpoint's grid,
  * the 2 x 3 one interpolated; QuickGELU) and the exact-GELU projector, split the same way */
 static int g_clip = 0;
@@ -635,11 +702,18 @@ static void test_vit(void) {
             r->dw.blocks = callocCheck(VL, sizeof(VitBlockW));
             for (int l = 0; l < VL; l++) {
                 const VitBlockW* b = &w.blocks[l];
-                r->w.blocks[l] = (VitBlockW){b->ln1_w, b->ln1_b, slice_qkv(b->qkv_w, D, D, t, Dq),
-                                             slice_qkv(b->qkv_b, D, 1, t, Dq), lm_slice(b->out_w, D, D, 1, t * Dq, Dq),
-                                             b->out_b, b->ln2_w, b->ln2_b, lm_slice(b->fc1_w, 4 * D, D, 0, t * Dm, Dm),
-                                             lm_slice(b->fc1_b, 4 * D, 1, 0, t * Dm, Dm),
-                                             lm_slice(b->fc2_w, D, 4 * D, 1, t * Dm, Dm), b->fc2_b};
+                char nm[6][64];
+                for (int k = 0; k < 6; k++)
+                    snprintf(nm[k], sizeof nm[k], "vision.blocks.%d.%s", l,
+                             (const char*[]){"attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "mlp.fc1.weight",
+                                             "mlp.fc1.bias", "mlp.fc2.weight"}[k]);
+                int ne;
+                r->w.blocks[l] = (VitBlockW){b->ln1_w, b->ln1_b, tp_slice(nm[0], b->qkv_w, 3 * D, D, T, t, &ne),
+                                             tp_slice(nm[1], b->qkv_b, 3 * D, 0, T, t, &ne),
+                                             tp_slice(nm[2], b->out_w, D, D, T, t, &ne), b->out_b, b->ln2_w, b->ln2_b,
+                                             tp_slice(nm[3], b->fc1_w, 4 * D, D, T, t, &ne),
+                                             tp_slice(nm[4], b->fc1_b, 4 * D, 0, T, t, &ne),
+                                             tp_slice(nm[5], b->fc2_w, D, 4 * D, T, t, &ne), b->fc2_b};
                 r->dw.blocks[l] = (VitBlockW){callocCheck(D, 4),           callocCheck(D, 4),
                                               callocCheck(3 * Dq * D, 4),  callocCheck(3 * Dq, 4),
                                               callocCheck(D * Dq, 4),      callocCheck(D, 4),
@@ -677,6 +751,9 @@ static void test_vit(void) {
                 const VitBlockW *a = &r->dw.blocks[l], *b = &g.blocks[l];
                 CMP("d ln1_w", a->ln1_w, b->ln1_w, D, 0);
                 CMP("d ln1_b", a->ln1_b, b->ln1_b, D, 0);
+                /* the expected gradient slices: this file's own cut (per q | k | v part, heads [t Dq, (t+1) Dq)
+                 * of each; rows or columns [t Dm, (t+1) Dm)), independent of tp_shard_ranges, which cut the
+                 * weights above: the two must agree */
                 CMP("d qkv_w", a->qkv_w, slice_qkv(b->qkv_w, D, D, t, Dq), 3 * Dq * D, 1);
                 CMP("d qkv_b", a->qkv_b, slice_qkv(b->qkv_b, D, 1, t, Dq), 3 * Dq, 1);
                 CMP("d out_w", a->out_w, lm_slice(b->out_w, D, D, 1, t * Dq, Dq), D * Dq, 1);

@@ -28,6 +28,13 @@ add_test(NAME recipe_print_roundtrip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util
 add_test(NAME recipe_dry_run_7b COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank" $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini --dry-run)
 
 add_test(NAME checkpoint_unit COMMAND test_safetensors checkpoint ${CMAKE_CURRENT_BINARY_DIR})
+# A resume continues the data where the checkpoint stopped it, through `train --resume latest` (the
+# loader position of state.json): shards stopped inside a packing group, and the synthetic source; the
+# resumed steps' token and target counts and losses bit for bit, the last checkpoints equal.
+add_test(NAME train_resume_loader
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "resume loader: ok" bash ${CMAKE_SOURCE_DIR}/tests/resume_loader.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_resume_loader)
+set_tests_properties(train_resume_loader PROPERTIES TIMEOUT 120)
 
 # Single-process training end to end on generated data (seconds): the loss falls by >= 50% and the
 # held-out answers beat chance (1/8) by >= 25 points; stop at half way + resume reproduces every

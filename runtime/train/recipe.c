@@ -282,8 +282,24 @@ static void recipe_key_allowed(const RecipeKey* k, char* s, size_t n) {
     }
 }
 
-/* Parse value into the field of key k. Returns 0, or -1 with "KEY = VALUE: why; allowed: ..." */
+/* Parse value into the field of key k. Returns 0, or -1 with "KEY = VALUE: why; allowed: ..."
+ * The value is normalised here, where every value is read (file, --set, defaults): white space around it
+ * is no part of it, as the INI reader has always read it. `--set "parallel.layers= 2"` kept " 2", printed
+ * as `layers =  2`, which loaded back as "2": a printed recipe that did not print the same again. */
+static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* value, char* err, size_t n);
 static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, char* err, size_t n) {
+    while (isspace((unsigned char)*value)) value++;
+    size_t len = strlen(value);
+    while (len > 0 && isspace((unsigned char)value[len - 1])) len--;
+    char* v = mallocCheck(len + 1);
+    memcpy(v, value, len);
+    v[len] = 0;
+    int rc = recipe_key_parse_trimmed(r, k, v, err, n);
+    free(v);
+    return rc;
+}
+
+static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* value, char* err, size_t n) {
     char allowed[256];
     recipe_key_allowed(k, allowed, sizeof allowed);
     char* field = (char*)r + k->offset;
@@ -324,6 +340,12 @@ static int recipe_key_parse(Recipe* r, const RecipeKey* k, const char* value, ch
         return 0;
     }
     case RKEY_STRING:
+        /* a line break ends the recipe line it is printed on: the rest would read back as another line */
+        if (strpbrk(value, "\n\r")) {
+            rerr(err, n, "%s.%s: a value with a line break cannot be written as one recipe line and read back; "
+                 "allowed: %s on one line", k->section, k->key, allowed);
+            return -1;
+        }
         /* a ';' at the start or after white space starts a comment when the recipe is read back (the run's
          * RUN_DIR/recipe.ini, --print-recipe): `init_from =; x` loaded as "; x" and came back empty */
         for (const char* q = value; *q; q++)

@@ -88,6 +88,10 @@ put("recipe", "small", "[model]\ntext_layers = 2\ntext_width = 64\ntext_heads = 
     "[optim]\nwarmup = 2\nlr = 3e-3\n" + SEP.decode() + "optim.lr=1e-400\ndata.microbatches=512\nparallel.pp=2\n")
 put("recipe", "sets", "[data]\nsource = synthetic\n" + SEP.decode() +
     "data.microbatch_tokens=4194304\ntrain.steps=99999999999999999999\nruntime.cap=1.5x\nparallel.layers=1,1\n")
+# values with white space around them (the INI reader trims it; --set once kept it, and the print of
+# `layers =  2` loaded back as `layers = 2`)
+put("recipe", "spaces", "[model]\ntext_layers = 2\n" + SEP.decode() +
+    "parallel.layers= 2\ntrain.run_dir= run dir \ndata.policy=\tbalanced \n")
 
 # traces: what `rrfp-mm sim --trace` writes, and rank 0's part of it (a 2-stage run's one file)
 if len(sys.argv) > 2:
