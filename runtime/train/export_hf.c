@@ -18,9 +18,11 @@
 #include "engine/safetensors.h"
 #include "engine/util.h"
 #include "runtime/model/model.h"
+#include "runtime/train/hf_files.h"
 #include "runtime/train/import_llava.h"
 #include "runtime/train/layout.h"
 #include "runtime/train/recipe.h"
+#include "text/tokenizer.h"
 
 static int ex_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
 static int ex_fail(char* err, size_t n, const char* fmt, ...) {
@@ -228,25 +230,13 @@ static int ex_write_json(const char* dir, const char* file, const cJSON* j, char
     return rc ? ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno)) : 0;
 }
 
-/* The <image> id from tokenizer.json's added_tokens, or -1. */
-static int ex_image_token(const char* tokenizer) {
-    size_t n;
-    char* text = rr_read_file(tokenizer, &n, RR_MAX_TOKENIZER);
-    if (!text) return -1;
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    int id = -1;
-    const cJSON* at = j ? cJSON_GetObjectItemCaseSensitive(j, "added_tokens") : NULL;
-    const cJSON* e;
-    cJSON_ArrayForEach(e, at) {
-        const cJSON* c = cJSON_GetObjectItemCaseSensitive(e, "content");
-        const cJSON* i = cJSON_GetObjectItemCaseSensitive(e, "id");
-        /* a whole number (tokenizer.c refuses the file's other ids; this one is compared with V below) */
-        if (cJSON_IsString(c) && !strcmp(c->valuestring, "<image>") && cJSON_IsNumber(i) && i->valuedouble >= 0 &&
-            i->valuedouble < 2147483647.0 && i->valuedouble == floor(i->valuedouble))
-            id = (int)i->valuedouble;
-    }
-    cJSON_Delete(j);
+/* The <image> id of a tokenizer.json as the engine reads it (the id Hugging Face gives it on load; a token
+ * listed twice with two ids is refused by the loader), -1 when it has none, -2 with err when it does not load. */
+static int ex_image_token(const char* tokenizer, char* err, size_t err_len) {
+    Tokenizer* tok = tokenizer_load(tokenizer, err, err_len);
+    if (!tok) return -2;
+    int id = tokenizer_token_id(tok, "<image>");
+    tokenizer_free(tok);
     return id;
 }
 
@@ -324,7 +314,7 @@ static char* ex_tokenizer_add_image(int k, const char* src, const char* text, si
 }
 
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
-              int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
+              const char* chat_template, int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
               size_t err_len) {
     memset(info, 0, sizeof *info);
     Recipe r;
@@ -347,7 +337,8 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (add_image_token > 0) {
         if (image_token_index >= 0)
             return ex_fail(err, err_len, "--add-image-token makes <image> a new id; it cannot be given with an id");
-        int held = tokenizer ? ex_image_token(tokenizer) : -1;
+        int held = tokenizer ? ex_image_token(tokenizer, err, err_len) : -1;
+        if (held == -2) return -1;
         if (held >= 0)
             return ex_fail(err, err_len, "%s already holds <image> (id %d): export without --add-image-token (its id "
                            "is taken from there)", tokenizer, held);
@@ -356,7 +347,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         if (grown > (1 << 30)) return ex_fail(err, err_len, "vocabulary %d grown to %lld is too large", V, (long long)grown);
         Vout = (int)grown;
     }
-    if (image_token_index < 0 && tokenizer) image_token_index = ex_image_token(tokenizer);
+    if (image_token_index < 0 && tokenizer && (image_token_index = ex_image_token(tokenizer, err, err_len)) == -2) return -1;
     if (image_token_index < 0 || image_token_index >= Vout)
         return ex_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
                        "--image-token-id N (0 <= N < vocab %d) or a --tokenizer whose added_tokens hold <image>",
@@ -435,7 +426,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         at += l.v[i].bytes;
         total += l.v[i].bytes;
     }
-    char path[4400], base[64];
+    char path[4400], base[64], kept[4400] = "";
     const char* tmp = o.tmp;
     int rc = 0;
     cJSON* wm = cJSON_CreateObject();
@@ -465,9 +456,13 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         cJSON_Delete(idx);
     }
     if (rc == 0) {
-        cJSON* cfg = ex_config(&mc, image_token_index, Vout);
+        /* the imported config.json's values kept (hf_files.h) */
+        if (hf_kept_find(ckpt, &r, kept, sizeof kept) != 0) kept[0] = 0;
+        cJSON* ours = ex_config(&mc, image_token_index, Vout);
+        cJSON* cfg = hf_config_keep(ours, kept[0] ? kept : NULL, log);
         rc = ex_write_json(tmp, "config.json", cfg, err, err_len);
         cJSON_Delete(cfg);
+        cJSON_Delete(ours);
     }
     if (rc == 0 && tokenizer) {
         /* tokenizer.json, and its companions where they sit beside it */
@@ -516,6 +511,12 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             else info->tokenizer++;
             free(bytes);
         }
+    }
+    if (rc == 0) { /* the processor, tokenizer and generation configs (hf_files.h) */
+        HfExtras x = {.tmp = tmp, .kept = kept[0] ? kept : NULL, .r = &r, .mc = &mc, .chat_template = chat_template,
+                      .image_token_index = image_token_index};
+        rc = hf_write_extras(&x, log, err, err_len);
+        info->extras = x.files;
     }
     rc = import_out_end(&o, out_dir, rc, err, err_len); /* renamed, or what this export made removed */
     cJSON_Delete(wm);
