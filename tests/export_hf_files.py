@@ -117,7 +117,9 @@ def walk(a, b, path=""):
 
 
 def load(d, f):
-    return json.load(open(os.path.join(d, f)))
+    """A JSON file of the export ({} when it is not there: the checks on it then fail by name)."""
+    p = os.path.join(d, f)
+    return json.load(open(p)) if os.path.exists(p) else {}
 
 
 def pack(rrfp, work, tok, name, prep):
@@ -174,10 +176,10 @@ def main(rrfp, work):
     kept = os.path.join(ck, "hf")
     files = ["config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "preprocessor_config.json", "processor_config.json", "generation_config.json"]
-    expect(all(open(os.path.join(hf, f), "rb").read() == open(os.path.join(kept, f), "rb").read()
-               for f in files if os.path.exists(os.path.join(kept, f))) and
-           sorted(os.listdir(kept)) == sorted(files), f"import llava keeps the folder's files byte for byte in CKPT/hf/: "
-           f"{sorted(os.listdir(kept)) if os.path.isdir(kept) else 'no folder'}")
+    have = sorted(os.listdir(kept)) if os.path.isdir(kept) else []
+    expect(have == sorted(files) and all(open(os.path.join(hf, f), "rb").read() == open(os.path.join(kept, f), "rb").read()
+                                         for f in files),
+           f"import llava keeps the folder's files byte for byte in CKPT/hf/: {have or 'no folder'}")
     expect(f"tokenizer = {kept}/tokenizer.json" in r.stdout and "kept the Hugging Face folder's files" in r.stdout,
            "import llava names the kept files and prints data.tokenizer")
     bare = os.path.join(work, "hf_bare")
@@ -210,6 +212,10 @@ def main(rrfp, work):
            f"{ecfg['text_config']['max_position_embeddings']}, {ecfg['torch_dtype']}")
     expect(open(os.path.join(ex, "tokenizer.json"), "rb").read() == open(tok_src, "rb").read(),
            "tokenizer.json: the imported one")
+    expect(sorted(f for f in os.listdir(ex) if not f.startswith("model")) ==
+           ["chat_template.json", "config.json", "generation_config.json", "preprocessor_config.json",
+            "processor_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
+           f"the export's files besides the weights: {sorted(os.listdir(ex))}")
     tj = json.load(open(tok_src))
     tc = load(ex, "tokenizer_config.json")
     dec = tc.get("added_tokens_decoder", {})
