@@ -281,6 +281,13 @@ def main(rrfp, work):
     r = export(rrfp, ck, rec, os.path.join(work, "export_id"), "--image-token-id", str(ids["<image>"] + 1))
     expect(r.returncode == 1 and "one <image>, one id" in r.stderr and not os.path.exists(os.path.join(work, "export_id")),
            f"export refuses an --image-token-id other than the tokenizer's <image>: {r.stderr.strip()[-300:]}")
+    # --add-image-token with a tokenizer of fewer ids than the model's rows: Hugging Face would give the <image>
+    # written at id V the tokenizer's next id instead, so config.json's image_token_index would not be its id
+    r = export(rrfp, ck, rec, os.path.join(work, "export_grow"), "--add-image-token", "--tokenizer",
+               os.path.join(work, "tok_base.json"))
+    expect(r.returncode == 1 and f'"<image>" written with id {V} loads as id 106' in r.stderr and
+           not os.path.exists(os.path.join(work, "export_grow")),
+           f"--add-image-token refuses a tokenizer that would give <image> another id: {r.stderr.strip()[-300:]}")
     r = export(rrfp, ck, rec, os.path.join(work, "export_badtmpl"), "--template", "vicuna")
     expect(r.returncode == 1 and "unknown chat template" in r.stderr, f"an unknown --template: {r.stderr.strip()[-200:]}")
     return 1 if FAILED else 0

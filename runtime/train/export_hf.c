@@ -264,10 +264,11 @@ static void ex_grow_rows(ExList* l, const char* name, int64_t V, int64_t Vout) {
     }
 }
 
-/* --add-image-token: <image> (id) added to a tokenizer file's text: tokenizer.json's added_tokens (k = 0), or
- * tokenizer_config.json's added_tokens_decoder when it has one (k = 1). Returns the new text (malloc'd), NULL
- * with err set when the file is not JSON of that shape, or NULL with err empty when there is nothing to add. */
-static char* ex_tokenizer_add_image(int k, const char* src, const char* text, size_t n, int id, char* err, size_t err_len) {
+/* --add-image-token: <image> (id) added to tokenizer_config.json's added_tokens_decoder when it has one
+ * (tokenizer.json's added_tokens: tokenizer_json_add_special). Returns the new text (malloc'd), NULL with err set
+ * when the file is not JSON of that shape, or NULL with err empty when there is nothing to add. */
+static char* ex_tokenizer_config_add_image(const char* src, const char* text, size_t n, int id, char* err,
+                                           size_t err_len) {
     err[0] = 0;
     cJSON* j = cJSON_ParseWithLength(text, n);
     if (!j || !cJSON_IsObject(j)) {
@@ -275,39 +276,23 @@ static char* ex_tokenizer_add_image(int k, const char* src, const char* text, si
         cJSON_Delete(j);
         return NULL;
     }
-    cJSON* tok = cJSON_CreateObject();
-    if (k == 0) cJSON_AddNumberToObject(tok, "id", id);
-    cJSON_AddStringToObject(tok, "content", "<image>");
-    cJSON_AddFalseToObject(tok, "single_word");
-    cJSON_AddFalseToObject(tok, "lstrip");
-    cJSON_AddFalseToObject(tok, "rstrip");
-    cJSON_AddFalseToObject(tok, "normalized");
-    cJSON_AddTrueToObject(tok, "special");
     char* out = NULL;
-    if (k == 0) {
-        cJSON* at = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
-        if (!at) at = cJSON_AddArrayToObject(j, "added_tokens");
-        if (!cJSON_IsArray(at)) {
-            ex_fail(err, err_len, "%s: added_tokens is not an array: cannot add <image> to it", src);
-            cJSON_Delete(tok);
-        } else {
-            cJSON_AddItemToArray(at, tok);
-            out = cJSON_Print(j);
-        }
-    } else {
-        cJSON* dec = cJSON_GetObjectItemCaseSensitive(j, "added_tokens_decoder");
-        if (!dec) {
-            cJSON_Delete(tok); /* none to keep in step */
-        } else if (!cJSON_IsObject(dec)) {
-            ex_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
-            cJSON_Delete(tok);
-        } else {
-            char key[16];
-            snprintf(key, sizeof key, "%d", id);
-            cJSON_DeleteItemFromObjectCaseSensitive(dec, key);
-            cJSON_AddItemToObject(dec, key, tok);
-            out = cJSON_Print(j);
-        }
+    cJSON* dec = cJSON_GetObjectItemCaseSensitive(j, "added_tokens_decoder");
+    if (dec && !cJSON_IsObject(dec)) {
+        ex_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
+    } else if (dec) { /* (none: nothing to keep in step) */
+        cJSON* tok = cJSON_CreateObject();
+        cJSON_AddStringToObject(tok, "content", "<image>");
+        cJSON_AddFalseToObject(tok, "single_word");
+        cJSON_AddFalseToObject(tok, "lstrip");
+        cJSON_AddFalseToObject(tok, "rstrip");
+        cJSON_AddFalseToObject(tok, "normalized");
+        cJSON_AddTrueToObject(tok, "special");
+        char key[16];
+        snprintf(key, sizeof key, "%d", id);
+        cJSON_DeleteItemFromObjectCaseSensitive(dec, key);
+        cJSON_AddItemToObject(dec, key, tok);
+        out = cJSON_Print(j);
     }
     cJSON_Delete(j);
     return out;
@@ -494,7 +479,13 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
                 continue;
             }
             if (Vout > V && k <= 1) { /* --add-image-token: <image> into the tokenizer written */
-                char* added = ex_tokenizer_add_image(k, src, bytes, n, V, err, err_len);
+                /* tokenizer.json: as `tokenizer add-special` adds it, <image> at id V (loaded back: the id HF
+                 * gives it must be V, which a tokenizer of fewer than V ids does not give) */
+                static const char* const image[1] = {"<image>"};
+                int id, was_added;
+                err[0] = 0;
+                char* added = k == 0 ? tokenizer_json_add_special(bytes, n, src, image, 1, V, &id, &was_added, err, err_len)
+                                     : ex_tokenizer_config_add_image(src, bytes, n, V, err, err_len);
                 if (!added && err[0]) {
                     rc = -1;
                     free(bytes);
@@ -513,7 +504,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         }
     }
     if (rc == 0) { /* the processor, tokenizer and generation configs (hf_files.h) */
-        HfExtras x = {.tmp = tmp, .kept = kept[0] ? kept : NULL, .r = &r, .mc = &mc, .chat_template = chat_template,
+        HfExtras x = {.tmp = tmp, .kept = kept[0] ? kept : NULL, .tokenizer = tokenizer, .r = &r, .mc = &mc, .chat_template = chat_template,
                       .image_token_index = image_token_index};
         rc = hf_write_extras(&x, log, err, err_len);
         info->extras = x.files;

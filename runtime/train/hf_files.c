@@ -103,7 +103,8 @@ static cJSON* read_json(const char* dir, const char* file) {
     char path[4600];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     size_t n;
-    char* text = is_regular(path) ? rr_read_file(path, &n, RR_MAX_TOKENIZER) : NULL;
+    size_t cap = !strcmp(file, "tokenizer.json") ? RR_MAX_TOKENIZER : RR_MAX_JSON;
+    char* text = is_regular(path) ? rr_read_file(path, &n, cap) : NULL;
     if (!text) return NULL;
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
@@ -538,6 +539,7 @@ int hf_write_extras(HfExtras* x, FILE* log, char* err, size_t err_len) {
     }
     /* one <image> id: the tokenizer's (as the engine reads it) is config.json's */
     int img = tokenizer_token_id(tok, "<image>");
+    if (x->tokenizer) snprintf(path, sizeof path, "%s", x->tokenizer);
     if (img != x->image_token_index) {
         if (img < 0)
             hf_fail(err, err_len, "%s has no <image> token, which LlavaProcessor expands into the image's features "
@@ -550,6 +552,7 @@ int hf_write_extras(HfExtras* x, FILE* log, char* err, size_t err_len) {
     }
     if (x->chat_template) {
         char e[1024];
+        if (x->tokenizer) snprintf(path, sizeof path, "%s", x->tokenizer);
         if (template_check_tokenizer(tk, tok, e, sizeof e) != 0) {
             hf_fail(err, err_len, "--template %s: %s: %s", x->chat_template, path, e);
             goto out;

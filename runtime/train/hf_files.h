@@ -59,6 +59,7 @@ cJSON* hf_config_keep(const cJSON* ours, const char* kept_dir, FILE* log);
 typedef struct {
     const char* tmp;           /* the export's folder being built: config.json and the tokenizer files in it */
     const char* kept;          /* the imported files' folder, or NULL */
+    const char* tokenizer;     /* the tokenizer.json exported (its source, for messages), or NULL */
     const Recipe* r;           /* the run's recipe (data.shards: its image preprocessing) */
     const ModelConfig* mc;
     const char* chat_template; /* --template NAME (data/template.h), or NULL */
