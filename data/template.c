@@ -47,16 +47,24 @@ int template_check_tokenizer(TemplateKind k, const Tokenizer* tok, char* err, si
         {"<image>", "<|im_start|>", "<|im_end|>"},
         {"<image>"},
     };
+    /* every missing one, for the command that adds them (`rrfp-mm tokenizer add-special`) */
+    char missing[160] = "";
+    const char* first = NULL;
     for (int i = 0; i < 5 && need[k][i]; i++)
         if (tokenizer_token_id(tok, need[k][i]) < 0) {
-            snprintf(err, err_len, "the tokenizer has no %s token, which the %s template needs%s", need[k][i],
-                     template_name(k),
-                     k == TEMPLATE_RRFP ? " (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>; a published "
-                                          "LLaVA's tokenizer goes with --template vicuna_v1, llama_3 or chatml)"
-                                        : "; allowed: a tokenizer of the template's LM family (with <image> added)");
-            return -1;
+            if (!first) first = need[k][i];
+            size_t at = strlen(missing);
+            snprintf(missing + at, sizeof missing - at, "%s%s", at ? "," : "", need[k][i]);
         }
-    return 0;
+    if (!first) return 0;
+    snprintf(err, err_len, "the tokenizer has no %s token, which the %s template needs (missing: %s)%s; to add them as "
+             "special tokens after the vocabulary: rrfp-mm tokenizer add-special --tokenizer IN --add \"%s\" --out OUT "
+             "(the model's vocabulary then needs their rows: model.vocab)", first, template_name(k), missing,
+             k == TEMPLATE_RRFP ? " (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>; a published LLaVA's "
+                                  "tokenizer goes with --template vicuna_v1, llama_3 or chatml)"
+                                : "",
+             missing);
+    return -1;
 }
 
 void template_segs_free(TemplateSegs* s) {

@@ -52,6 +52,7 @@ def expect(ok, msg):
 # ---- safetensors by hand: import_llama.py's writer and reader (this folder) ---------------------------
 
 from import_llama import st_read, st_write  # noqa: E402
+from hf_tokenizer_json import llama2_tokenizer  # noqa: E402
 
 
 def read_dir(d):
@@ -542,9 +543,9 @@ def main():
     # ---- export hf --add-image-token: a model whose vocabulary has no <image> (Vicuna + CLIP) ------------
     tokd = os.path.join(work, "tok")
     os.makedirs(tokd)
-    tokj = {"version": "1.0", "added_tokens": [{"id": 0, "content": "<unk>", "single_word": False, "lstrip": False,
-                                                "rstrip": False, "normalized": False, "special": True}],
-            "model": {"type": "BPE", "vocab": {"<unk>": 0, "a": 1}, "merges": []}}
+    # a Llama-2-style tokenizer of exactly V ids (Vicuna's 32000 for its 32000 rows): <image> becomes id V in the
+    # file and in Hugging Face's reading of it (the next id after the vocabulary)
+    tokj = llama2_tokenizer(V)
     json.dump(tokj, open(os.path.join(tokd, "tokenizer.json"), "w"))
     json.dump({"added_tokens_decoder": {"0": {"content": "<unk>", "special": True}}, "model_max_length": 4096},
               open(os.path.join(tokd, "tokenizer_config.json"), "w"))
@@ -588,7 +589,9 @@ def main():
              "--tokenizer", os.path.join(grown, "tokenizer.json")])
     expect(r.returncode == 1 and f"already holds <image> (id {V})" in r.stderr and not os.path.exists(grown + "3"),
            f"--add-image-token with a tokenizer holding <image> refused: {r.stderr.strip()[-200:]}")
-    for i, (text, needle) in enumerate((("[1, 2]", "not a JSON object"), ('{"added_tokens": 5}', "added_tokens is not an array"))):
+    # (read as the engine reads a tokenizer: its loader names what is wrong)
+    for i, (text, needle) in enumerate((("[1, 2]", "expected a Hugging Face tokenizer.json"),
+                                        ('{"added_tokens": 5}', 'no "model" object'))):
         bad = os.path.join(work, f"badtok{i}")
         os.makedirs(bad)
         open(os.path.join(bad, "tokenizer.json"), "w").write(text)

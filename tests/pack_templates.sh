@@ -46,6 +46,13 @@ grep -q "unknown chat template" <<<"$out" && [ ! -e "$W/shards-x" ] || fail "unk
 out=$("$BIN" pack --manifest "$W/m.jsonl" --images "$W/img" --tokenizer "$W/tok-plain.json" --out "$W/shards-y" --template chatml 2>&1) \
   && fail "a tokenizer without <|im_start|> was accepted for chatml"
 grep -q "no <|im_start|> token, which the chatml template needs" <<<"$out" && [ ! -e "$W/shards-y" ] || fail "missing token: '$out'"
+# the refusal names the command that adds them, with every missing one; the tokenizer it writes packs
+grep -qF 'rrfp-mm tokenizer add-special --tokenizer IN --add "<|im_start|>,<|im_end|>" --out OUT' <<<"$out" \
+  || fail "the refusal does not name tokenizer add-special with the missing tokens: '$out'"
+"$BIN" tokenizer add-special --tokenizer "$W/tok-plain.json" --add "<|im_start|>,<|im_end|>" --out "$W/tok-chatml.json" \
+  >/dev/null || fail "tokenizer add-special"
+"$BIN" pack --manifest "$W/m.jsonl" --images "$W/img" --tokenizer "$W/tok-chatml.json" --out "$W/shards-z" --template chatml \
+  >/dev/null 2>&1 && echo "pack --template chatml after tokenizer add-special" || fail "pack after tokenizer add-special"
 log=$("$BIN" train "$RECIPE" --set data.source=shards --set data.shards="$W/shards-vicuna_v1" --set data.tokenizer="$W/tok.json" \
       --set model.vocab=0 --set train.steps=2 --set optim.warmup=1 --set data.microbatches=1 --set train.run_dir="$W/run" 2>&1) \
   || fail "training on the vicuna_v1 shards: $log"

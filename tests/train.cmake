@@ -215,6 +215,22 @@ add_test(NAME import_llava_transformers
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py --transformers $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava_tf)
 set_tests_properties(import_llava_transformers PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)
+# the Hugging Face files around the weights: import llava keeps the folder's config, tokenizer and processor
+# files; export hf gives the imported config.json back key by key (max_position_embeddings 512 stays 512) and
+# writes the processor, image processor (the shards' preprocessing), tokenizer and generation configs, read
+# back with Python's json against transformers' field names; one <image> id (a tokenizer listing it twice is
+# refused); import llava without text_config refused
+add_test(NAME export_hf_files
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/export_hf_files.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/export_hf_files)
+set_tests_properties(export_hf_files PROPERTIES LABELS torch TIMEOUT 300)
+# the same exports opened by Hugging Face's own libraries through Node (tests/node): the tokenizer.json gives
+# the engine's ids in `tokenizers`, each template's chat template rendered by @huggingface/jinja is pack's
+# prompt (LLaVA's conversation.py text), with and without the generation prompt; 77 = skipped without node
+add_test(NAME export_hf_files_node
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/export_hf_files.py --node $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/export_hf_files_node)
+set_tests_properties(export_hf_files_node PROPERTIES LABELS "torch;node" TIMEOUT 300 SKIP_RETURN_CODE 77)
 # grouped-query attention: tensor parallelism splits by key/value head, so tp must divide model.text_kv_heads
 # (refused before any rank starts, naming the key); text_kv_heads must divide text_heads
 add_test(NAME train_tp_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>

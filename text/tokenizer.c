@@ -633,6 +633,12 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         return -1;
     }
     t->added = callocCheck((size_t)cJSON_GetArraySize(list) + 1, sizeof(AddedToken));
+    /* per kept entry: its index in the file and the id the file gives it (a token listed twice must
+     * give one id: HF keeps the first listing's, while a reader of the file such as `export hf` might
+     * take the last: refused rather than resolved two ways) */
+    int* file_at = mallocCheck(((size_t)cJSON_GetArraySize(list) + 1) * sizeof(int));
+    int* file_id = mallocCheck(((size_t)cJSON_GetArraySize(list) + 1) * sizeof(int));
+    int rc = 0;
     const cJSON* it;
     int i = 0;
     cJSON_ArrayForEach(it, list) {
@@ -642,21 +648,30 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 28) || !cJSON_IsString(content)) {
             set_err(err, err_len, "%s: added_tokens[%d]: needs an integer \"id\" in [0, 2^28) and a string \"content\"",
                     name, i);
-            return -1;
+            rc = -1;
+            break;
         }
         if (json_bool(it, "special", 0, &a->special) || json_bool(it, "single_word", 0, &a->single_word) ||
             json_bool(it, "lstrip", 0, &a->lstrip) || json_bool(it, "rstrip", 0, &a->rstrip) ||
             json_bool(it, "normalized", !a->special, &a->normalized)) {
             set_err(err, err_len, "%s: added_tokens[%d] \"%s\": special, single_word, lstrip, rstrip and normalized "
                     "must be true or false", name, i, content->valuestring);
-            return -1;
+            rc = -1;
+            break;
         }
         i++;
         if (!content->valuestring[0]) continue; /* HF ignores empty added tokens */
         int dup = -1;
         for (int j = 0; j < t->n_added; j++)
             if (!strcmp(t->added[j].content, content->valuestring)) dup = j;
-        if (dup >= 0) { /* HF keeps the id and takes the later entry's options */
+        if (dup >= 0 && file_id[dup] != id->valueint) {
+            set_err(err, err_len, "%s: added_tokens[%d] and added_tokens[%d] both list \"%s\", with ids %d and %d: a "
+                    "token has one id (remove one of the two entries)", name, file_at[dup], i - 1, content->valuestring,
+                    file_id[dup], id->valueint);
+            rc = -1;
+            break;
+        }
+        if (dup >= 0) { /* the same id twice: HF keeps the id and takes the later entry's options */
             AddedToken* d = &t->added[dup];
             d->special = a->special, d->single_word = a->single_word, d->lstrip = a->lstrip;
             d->rstrip = a->rstrip, d->normalized = a->normalized;
@@ -679,9 +694,13 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         if (a->id != id->valueint)
             rr_warn("%s: added_tokens[%d] \"%s\" has id %d in the file but gets id %d, as Hugging Face gives it",
                     name, i - 1, a->content, id->valueint, a->id);
+        file_at[t->n_added] = i - 1;
+        file_id[t->n_added] = id->valueint;
         t->n_added++;
     }
-    return 0;
+    free(file_at);
+    free(file_id);
+    return rc;
 }
 
 /* Precompute, per pass and first byte, the added tokens to try at a position, longest first

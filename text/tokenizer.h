@@ -38,4 +38,15 @@ char* tokenizer_decode(const Tokenizer* tok, const int32_t* ids, int n, size_t* 
  * headers so a loader refuses shards made with another tokenizer. */
 uint64_t tokenizer_hash(const Tokenizer* tok);
 
+/* tokenizer.json text (len bytes; `name` in messages) with each of tokens[0..n) added as a special token, as
+ * Hugging Face's add_special_tokens writes it: an added_tokens entry with special true, normalized, lstrip,
+ * rstrip and single_word false. A token the file already has as an added token is kept as it is (ids[i] its
+ * id, added[i] = 0); one of the vocabulary gets an entry with its vocabulary id; a new one the next id
+ * (first_id for the first new one when >= 0, else the tokenizer's size: after the vocabulary and the added
+ * tokens). The result is loaded back and each token must have the id written (the id HF gives it on load).
+ * Returns the new text (malloc'd), or NULL with a message in err (a token given twice or empty, a file the
+ * loader refuses, an id HF would give otherwise). */
+char* tokenizer_json_add_special(const char* json, size_t len, const char* name, const char* const* tokens, int n,
+                                 int first_id, int* ids, int* added, char* err, size_t err_len);
+
 #endif

@@ -1,5 +1,5 @@
 /* cmd_export.c — `rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]
- * [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
+ * [--template NAME] [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
  * (runtime/train/import_llava.h). */
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +12,8 @@
 
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
-               "                         [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]\n\n"
+               "                         [--template NAME] [--image-token-id N | --add-image-token [--pad-vocab M]]\n"
+               "                         [--shard-mb MB]\n\n"
                "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
                "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
                "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from the\n"
@@ -24,11 +25,18 @@ static void export_usage(FILE* f) {
                "the vocabulary grows to V + 1 rounded up to a multiple of M (--pad-vocab, default 64, as llava-hf's\n"
                "32064), the new embedding and lm_head rows are the mean of the trained rows, and the tokenizer.json\n"
                "written holds <image>. Refused for a model with no Hugging Face equivalent (model.vision_arch =\n"
-               "rope2d).\n");
+               "rope2d).\n"
+               "Besides the weights it writes what AutoProcessor, AutoTokenizer and GenerationConfig open:\n"
+               "preprocessor_config.json (the image preprocessing of the run's shards, data.shards),\n"
+               "processor_config.json, tokenizer_config.json (with the chat template of --template NAME, the one\n"
+               "pack used: rrfp, vicuna_v1, llama_3, chatml or plain), special_tokens_map.json, chat_template.json\n"
+               "and generation_config.json (bos / eos / pad ids from the tokenizer and the template). The files\n"
+               "`rrfp-mm import llava` kept (CKPT/hf/, of this checkpoint or of the recipe's train.init_from)\n"
+               "are the base: config.json keeps their values (each one the model changes is logged).\n");
 }
 
 int cmd_export(int argc, char** argv) {
-    const char *kind = NULL, *ckpt = NULL, *out = NULL, *recipe = NULL, *tok = NULL;
+    const char *kind = NULL, *ckpt = NULL, *out = NULL, *recipe = NULL, *tok = NULL, *tmpl = NULL;
     int image_id = -1, add_image = 0;
     long shard_mb = 2048, pad_vocab = 64;
     size_t shard_bytes = 0;
@@ -44,6 +52,8 @@ int cmd_export(int argc, char** argv) {
             recipe = argv[++i];
         } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
             tok = argv[++i];
+        } else if (!strcmp(argv[i], "--template") && i + 1 < argc) {
+            tmpl = argv[++i];
         } else if (!strcmp(argv[i], "--image-token-id") && i + 1 < argc) {
             char* end;
             long v = strtol(argv[++i], &end, 10);
@@ -106,11 +116,12 @@ int cmd_export(int argc, char** argv) {
     }
     HfExport info;
     char err[2048];
-    if (export_hf(ckpt, recipe, out, tok, image_id, add_image ? (int)pad_vocab : 0, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
+    if (export_hf(ckpt, recipe, out, tok, tmpl, image_id, add_image ? (int)pad_vocab : 0, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: export hf: %s\n", err);
         return 1;
     }
-    printf("exported %d tensors in %d file(s)%s into %s (LlavaForConditionalGeneration.from_pretrained opens it)\n",
-           info.tensors, info.files, info.tokenizer ? " with the tokenizer" : "", out);
+    printf("exported %d tensors in %d file(s)%s and %d processor / tokenizer / generation config(s) into %s "
+           "(LlavaForConditionalGeneration.from_pretrained opens it)\n",
+           info.tensors, info.files, info.tokenizer ? " with the tokenizer" : "", info.extras, out);
     return 0;
 }

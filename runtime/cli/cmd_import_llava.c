@@ -5,7 +5,37 @@
 
 #include "engine/engine.h"
 #include "runtime/cli/cli.h"
+#include "runtime/train/hf_files.h"
 #include "runtime/train/import_llava.h"
+#include "text/tokenizer.h"
+
+/* What the import kept of the folder (OUT/hf/), and whether its tokenizer.json is one the run can use:
+ * loaded as pack loads it, its <image> the config's image_token_index. tok: its path when kept. */
+static void tokenizer_note(const char* hf, const char* out, const LlavaImport* info, char* tok, size_t tok_len) {
+    if (info->kept[0]) printf("kept the Hugging Face folder's files in %s/%s/: %s\n", out, HF_KEPT_DIR, info->kept);
+    if (!strstr(info->kept, "preprocessor_config.json"))
+        printf("%s has no preprocessor_config.json (export hf writes one from the run's shards)\n", hf);
+    if (!strstr(info->kept, "tokenizer.json")) {
+        printf("%s has no tokenizer.json: pack, train and export need the LM's tokenizer.json holding <image> and the "
+               "template's tokens (rrfp-mm tokenizer add-special adds them)\n", hf);
+        return;
+    }
+    snprintf(tok, tok_len, "%s/%s/tokenizer.json", out, HF_KEPT_DIR);
+    char err[1024];
+    Tokenizer* t = tokenizer_load(tok, err, sizeof err);
+    if (!t) {
+        fprintf(stderr, "rrfp-mm: warning: import llava: the folder's tokenizer does not load: %s\n", err);
+        return;
+    }
+    int img = tokenizer_token_id(t, "<image>");
+    if (img < 0)
+        fprintf(stderr, "rrfp-mm: warning: import llava: %s has no <image> token (rrfp-mm tokenizer add-special "
+                "--tokenizer %s --add \"<image>\" --out NEW.json adds it)\n", tok, tok);
+    else if (info->image_token_index >= 0 && img != info->image_token_index)
+        fprintf(stderr, "rrfp-mm: warning: import llava: %s gives <image> id %d, config.json's image_token_index is %d: "
+                "the model's <image> embedding is row %d\n", tok, img, info->image_token_index, info->image_token_index);
+    tokenizer_free(t);
+}
 
 int cmd_import_llava(const char* kind, const char* hf, const char* out) {
     int llava = !strcmp(kind, "llava");
@@ -27,6 +57,8 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out) {
         printf("%d never-used tensors (post_layernorm, blocks past the feature layer) were absent: they keep their "
                "initialisation\n", info.absent);
     if (info.defaults[0]) printf("absent from config.json, so Hugging Face's class defaults: %s\n", info.defaults);
+    char tok[4400] = "";
+    if (llava) tokenizer_note(hf, out, &info, tok, sizeof tok);
     printf("; recipe keys for this model (and [train] init_from = %s)%s:\n", out,
            llava ? "" : "; the projector and LM keep their own keys and initialisation");
     printf("[model]\nvision_arch = clip\nvision_width = %d\nvision_layers = %d\nvision_heads = %d\npatch = %d\n"
@@ -40,6 +72,7 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out) {
     }
     printf("[data]\n; LLaVA-1.5 feeds every image at the checkpoint's grid (%d x %d patches): pack with "
            "--image-preprocess llava\nmin_patches = %d\nmax_patches = %d\n", G, G, G * G, G * G);
+    if (tok[0]) printf("tokenizer = %s\n", tok);
     if (llava && info.image_token_index >= 0)
         printf("; the checkpoint's <image> token id is %d (image_token_index)\n", info.image_token_index);
     printf("[train]\ninit_from = %s\n", out);

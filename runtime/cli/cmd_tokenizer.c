@@ -1,12 +1,14 @@
-/* cmd_tokenizer.c — `rrfp-mm tokenizer train|encode|decode|info`: train a byte-level BPE tokenizer
- * on a manifest's conversations, and use any Hugging Face byte-level BPE tokenizer.json from the
- * shell (the peer test in tests/node compares these ids with Hugging Face's own implementation). */
+/* cmd_tokenizer.c — `rrfp-mm tokenizer train|encode|decode|info|add-special`: train a byte-level BPE
+ * tokenizer on a manifest's conversations, use any Hugging Face byte-level BPE tokenizer.json from the
+ * shell (the peer test in tests/node compares these ids with Hugging Face's own implementation), and add
+ * special tokens (such as a template's </s> and <image>) to one. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
@@ -21,6 +23,7 @@ static void tokenizer_usage(FILE* f) {
             "  rrfp-mm tokenizer encode --tokenizer tok.json [--text S | --file F] [--lines] [--count]\n"
             "  rrfp-mm tokenizer decode --tokenizer tok.json [--ids \"1 2 3\" | --file F]\n"
             "  rrfp-mm tokenizer info   --tokenizer tok.json\n"
+            "  rrfp-mm tokenizer add-special --tokenizer IN.json --add \"</s>,<image>\" [--add TOKEN ...] --out OUT.json\n"
             "\n"
             "train   learns byte-level BPE merges from the \"value\" of every conversation turn in LLaVA\n"
             "        manifests (JSON array or JSONL) and plain text files, and writes a Hugging Face\n"
@@ -31,7 +34,11 @@ static void tokenizer_usage(FILE* f) {
             "        --lines encodes each line separately (without its newline), one output line each;\n"
             "        --count prints only the number of ids, and the encoding speed on stderr.\n"
             "decode  writes the bytes of the ids (from --ids, --file or stdin) to stdout.\n"
-            "info    prints the vocabulary size, the number of merges, the added tokens and the hash.\n",
+            "info    prints the vocabulary size, the number of merges, the added tokens and the hash.\n"
+            "add-special writes IN with the tokens (comma-separated, --add repeatable) added as special tokens,\n"
+            "        as Hugging Face's added_tokens: a new token takes the next id after the vocabulary, one of\n"
+            "        the vocabulary keeps its id, one IN already has as an added token is left as it is. OUT must\n"
+            "        not be IN (never written over). A model using OUT needs model.vocab >= its vocab size.\n",
             BPE_TRAIN_DEFAULT_SPECIALS, BPE_TRAIN_DEFAULT_MIN_FREQUENCY);
 }
 
@@ -208,6 +215,98 @@ static int cmd_info(int argc, char** argv) {
     }
     tokenizer_free(tok);
     return 0;
+}
+
+/* `tokenizer add-special`: tokens added to a tokenizer.json, written to another file. */
+static int cmd_add_special(int argc, char** argv) {
+    const char *in = NULL, *out = NULL;
+    char** lists = mallocCheck((size_t)(argc + 1) * sizeof(char*));
+    int n_lists = 0, rc = 2;
+    const char** tokens = NULL;
+    int* ids = NULL;
+    int* added = NULL;
+    char *text = NULL, *json = NULL;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) in = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--add") && i + 1 < argc) lists[n_lists++] = strdup(argv[++i]);
+        else {
+            fprintf(stderr, "rrfp-mm tokenizer add-special: unknown or incomplete option '%s'\n\n", argv[i]);
+            tokenizer_usage(stderr);
+            goto done;
+        }
+    }
+    if (!in || !out || !n_lists) {
+        fprintf(stderr, "rrfp-mm tokenizer add-special: --tokenizer IN, --add TOKENS and --out OUT are required\n\n");
+        tokenizer_usage(stderr);
+        goto done;
+    }
+    /* the tokens: each --add split at commas */
+    size_t cap = 0;
+    for (int l = 0; l < n_lists; l++) cap += strlen(lists[l]) / 2 + 1;
+    tokens = mallocCheck((cap + 1) * sizeof(char*));
+    for (int l = 0; l < n_lists; l++)
+        for (char *p = lists[l], *c; p; p = c) {
+            if ((c = strchr(p, ','))) *c++ = 0;
+            if (!*p) {
+                fprintf(stderr, "rrfp-mm tokenizer add-special: --add #%d has an empty token (tokens are separated by "
+                        "single commas)\n", l + 1);
+                goto done;
+            }
+            tokens[n++] = p;
+        }
+    /* never written over its input (a link or another name of the same file included) */
+    struct stat si, so;
+    if (stat(out, &so) == 0) {
+        if (stat(in, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            fprintf(stderr, "rrfp-mm: error: tokenizer add-special: --out %s is the input tokenizer %s: it is never "
+                    "written over; give another --out\n", out, in);
+            goto done;
+        }
+        if (S_ISDIR(so.st_mode)) {
+            fprintf(stderr, "rrfp-mm: error: tokenizer add-special: --out %s is a folder; give a file name\n", out);
+            goto done;
+        }
+    }
+    rc = 1;
+    size_t len;
+    if (!(text = rr_read_file(in, &len, RR_MAX_TOKENIZER))) {
+        char why[160];
+        fprintf(stderr, "rrfp-mm: error: %s: cannot read the tokenizer: %s\n", in,
+                rr_read_file_why(errno, "a tokenizer.json file", why, sizeof why));
+        goto done;
+    }
+    ids = mallocCheck((size_t)n * sizeof(int));
+    added = mallocCheck((size_t)n * sizeof(int));
+    char err[1024];
+    if (!(json = tokenizer_json_add_special(text, len, in, tokens, n, -1, ids, added, err, sizeof err))) {
+        fprintf(stderr, "rrfp-mm: error: tokenizer add-special: %s\n", err);
+        goto done;
+    }
+    if (rr_write_file_atomic(out, json, strlen(json)) != 0) {
+        fprintf(stderr, "rrfp-mm: error: %s: cannot write the tokenizer: %s\n", out, strerror(errno));
+        goto done;
+    }
+    Tokenizer* before = tokenizer_load_json(text, len, in, err, sizeof err);
+    Tokenizer* after = tokenizer_load_json(json, strlen(json), out, err, sizeof err);
+    RR_ASSERT(before && after); /* both loaded inside tokenizer_json_add_special */
+    for (int i = 0; i < n; i++)
+        printf("%s: id %d (%s)\n", tokens[i], ids[i], added[i] ? "added, special" : "already an added token: kept");
+    printf("wrote %s: vocab size %d -> %d (a model using it needs model.vocab >= %d)\n", out,
+           tokenizer_vocab_size(before), tokenizer_vocab_size(after), tokenizer_vocab_size(after));
+    tokenizer_free(before);
+    tokenizer_free(after);
+    rc = 0;
+done:
+    for (int l = 0; l < n_lists; l++) free(lists[l]);
+    free(lists);
+    free(tokens);
+    free(ids);
+    free(added);
+    free(text);
+    free(json);
+    return rc;
 }
 
 /* Feed the "value" of every turn of one manifest sample; errors name the file and line / index. */
@@ -408,6 +507,7 @@ int cmd_tokenizer(int argc, char** argv) {
     if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(argv[1], "train")) return cmd_train_tokenizer(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "add-special")) return cmd_add_special(argc - 2, argv + 2);
     fprintf(stderr, "rrfp-mm tokenizer: unknown subcommand '%s'\n\n", argv[1]);
     tokenizer_usage(stderr);
     return 2;

@@ -18,9 +18,11 @@
 #include "engine/safetensors.h"
 #include "engine/util.h"
 #include "runtime/model/model.h"
+#include "runtime/train/hf_files.h"
 #include "runtime/train/import_llava.h"
 #include "runtime/train/layout.h"
 #include "runtime/train/recipe.h"
+#include "text/tokenizer.h"
 
 static int ex_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
 static int ex_fail(char* err, size_t n, const char* fmt, ...) {
@@ -228,25 +230,13 @@ static int ex_write_json(const char* dir, const char* file, const cJSON* j, char
     return rc ? ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno)) : 0;
 }
 
-/* The <image> id from tokenizer.json's added_tokens, or -1. */
-static int ex_image_token(const char* tokenizer) {
-    size_t n;
-    char* text = rr_read_file(tokenizer, &n, RR_MAX_TOKENIZER);
-    if (!text) return -1;
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    int id = -1;
-    const cJSON* at = j ? cJSON_GetObjectItemCaseSensitive(j, "added_tokens") : NULL;
-    const cJSON* e;
-    cJSON_ArrayForEach(e, at) {
-        const cJSON* c = cJSON_GetObjectItemCaseSensitive(e, "content");
-        const cJSON* i = cJSON_GetObjectItemCaseSensitive(e, "id");
-        /* a whole number (tokenizer.c refuses the file's other ids; this one is compared with V below) */
-        if (cJSON_IsString(c) && !strcmp(c->valuestring, "<image>") && cJSON_IsNumber(i) && i->valuedouble >= 0 &&
-            i->valuedouble < 2147483647.0 && i->valuedouble == floor(i->valuedouble))
-            id = (int)i->valuedouble;
-    }
-    cJSON_Delete(j);
+/* The <image> id of a tokenizer.json as the engine reads it (the id Hugging Face gives it on load; a token
+ * listed twice with two ids is refused by the loader), -1 when it has none, -2 with err when it does not load. */
+static int ex_image_token(const char* tokenizer, char* err, size_t err_len) {
+    Tokenizer* tok = tokenizer_load(tokenizer, err, err_len);
+    if (!tok) return -2;
+    int id = tokenizer_token_id(tok, "<image>");
+    tokenizer_free(tok);
     return id;
 }
 
@@ -274,10 +264,11 @@ static void ex_grow_rows(ExList* l, const char* name, int64_t V, int64_t Vout) {
     }
 }
 
-/* --add-image-token: <image> (id) added to a tokenizer file's text: tokenizer.json's added_tokens (k = 0), or
- * tokenizer_config.json's added_tokens_decoder when it has one (k = 1). Returns the new text (malloc'd), NULL
- * with err set when the file is not JSON of that shape, or NULL with err empty when there is nothing to add. */
-static char* ex_tokenizer_add_image(int k, const char* src, const char* text, size_t n, int id, char* err, size_t err_len) {
+/* --add-image-token: <image> (id) added to tokenizer_config.json's added_tokens_decoder when it has one
+ * (tokenizer.json's added_tokens: tokenizer_json_add_special). Returns the new text (malloc'd), NULL with err set
+ * when the file is not JSON of that shape, or NULL with err empty when there is nothing to add. */
+static char* ex_tokenizer_config_add_image(const char* src, const char* text, size_t n, int id, char* err,
+                                           size_t err_len) {
     err[0] = 0;
     cJSON* j = cJSON_ParseWithLength(text, n);
     if (!j || !cJSON_IsObject(j)) {
@@ -285,46 +276,30 @@ static char* ex_tokenizer_add_image(int k, const char* src, const char* text, si
         cJSON_Delete(j);
         return NULL;
     }
-    cJSON* tok = cJSON_CreateObject();
-    if (k == 0) cJSON_AddNumberToObject(tok, "id", id);
-    cJSON_AddStringToObject(tok, "content", "<image>");
-    cJSON_AddFalseToObject(tok, "single_word");
-    cJSON_AddFalseToObject(tok, "lstrip");
-    cJSON_AddFalseToObject(tok, "rstrip");
-    cJSON_AddFalseToObject(tok, "normalized");
-    cJSON_AddTrueToObject(tok, "special");
     char* out = NULL;
-    if (k == 0) {
-        cJSON* at = cJSON_GetObjectItemCaseSensitive(j, "added_tokens");
-        if (!at) at = cJSON_AddArrayToObject(j, "added_tokens");
-        if (!cJSON_IsArray(at)) {
-            ex_fail(err, err_len, "%s: added_tokens is not an array: cannot add <image> to it", src);
-            cJSON_Delete(tok);
-        } else {
-            cJSON_AddItemToArray(at, tok);
-            out = cJSON_Print(j);
-        }
-    } else {
-        cJSON* dec = cJSON_GetObjectItemCaseSensitive(j, "added_tokens_decoder");
-        if (!dec) {
-            cJSON_Delete(tok); /* none to keep in step */
-        } else if (!cJSON_IsObject(dec)) {
-            ex_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
-            cJSON_Delete(tok);
-        } else {
-            char key[16];
-            snprintf(key, sizeof key, "%d", id);
-            cJSON_DeleteItemFromObjectCaseSensitive(dec, key);
-            cJSON_AddItemToObject(dec, key, tok);
-            out = cJSON_Print(j);
-        }
+    cJSON* dec = cJSON_GetObjectItemCaseSensitive(j, "added_tokens_decoder");
+    if (dec && !cJSON_IsObject(dec)) {
+        ex_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
+    } else if (dec) { /* (none: nothing to keep in step) */
+        cJSON* tok = cJSON_CreateObject();
+        cJSON_AddStringToObject(tok, "content", "<image>");
+        cJSON_AddFalseToObject(tok, "single_word");
+        cJSON_AddFalseToObject(tok, "lstrip");
+        cJSON_AddFalseToObject(tok, "rstrip");
+        cJSON_AddFalseToObject(tok, "normalized");
+        cJSON_AddTrueToObject(tok, "special");
+        char key[16];
+        snprintf(key, sizeof key, "%d", id);
+        cJSON_DeleteItemFromObjectCaseSensitive(dec, key);
+        cJSON_AddItemToObject(dec, key, tok);
+        out = cJSON_Print(j);
     }
     cJSON_Delete(j);
     return out;
 }
 
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
-              int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
+              const char* chat_template, int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
               size_t err_len) {
     memset(info, 0, sizeof *info);
     Recipe r;
@@ -347,7 +322,8 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (add_image_token > 0) {
         if (image_token_index >= 0)
             return ex_fail(err, err_len, "--add-image-token makes <image> a new id; it cannot be given with an id");
-        int held = tokenizer ? ex_image_token(tokenizer) : -1;
+        int held = tokenizer ? ex_image_token(tokenizer, err, err_len) : -1;
+        if (held == -2) return -1;
         if (held >= 0)
             return ex_fail(err, err_len, "%s already holds <image> (id %d): export without --add-image-token (its id "
                            "is taken from there)", tokenizer, held);
@@ -356,7 +332,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         if (grown > (1 << 30)) return ex_fail(err, err_len, "vocabulary %d grown to %lld is too large", V, (long long)grown);
         Vout = (int)grown;
     }
-    if (image_token_index < 0 && tokenizer) image_token_index = ex_image_token(tokenizer);
+    if (image_token_index < 0 && tokenizer && (image_token_index = ex_image_token(tokenizer, err, err_len)) == -2) return -1;
     if (image_token_index < 0 || image_token_index >= Vout)
         return ex_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
                        "--image-token-id N (0 <= N < vocab %d) or a --tokenizer whose added_tokens hold <image>",
@@ -435,7 +411,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         at += l.v[i].bytes;
         total += l.v[i].bytes;
     }
-    char path[4400], base[64];
+    char path[4400], base[64], kept[4400] = "";
     const char* tmp = o.tmp;
     int rc = 0;
     cJSON* wm = cJSON_CreateObject();
@@ -465,9 +441,13 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         cJSON_Delete(idx);
     }
     if (rc == 0) {
-        cJSON* cfg = ex_config(&mc, image_token_index, Vout);
+        /* the imported config.json's values kept (hf_files.h) */
+        if (hf_kept_find(ckpt, &r, kept, sizeof kept) != 0) kept[0] = 0;
+        cJSON* ours = ex_config(&mc, image_token_index, Vout);
+        cJSON* cfg = hf_config_keep(ours, kept[0] ? kept : NULL, log);
         rc = ex_write_json(tmp, "config.json", cfg, err, err_len);
         cJSON_Delete(cfg);
+        cJSON_Delete(ours);
     }
     if (rc == 0 && tokenizer) {
         /* tokenizer.json, and its companions where they sit beside it */
@@ -499,7 +479,13 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
                 continue;
             }
             if (Vout > V && k <= 1) { /* --add-image-token: <image> into the tokenizer written */
-                char* added = ex_tokenizer_add_image(k, src, bytes, n, V, err, err_len);
+                /* tokenizer.json: as `tokenizer add-special` adds it, <image> at id V (loaded back: the id HF
+                 * gives it must be V, which a tokenizer of fewer than V ids does not give) */
+                static const char* const image[1] = {"<image>"};
+                int id, was_added;
+                err[0] = 0;
+                char* added = k == 0 ? tokenizer_json_add_special(bytes, n, src, image, 1, V, &id, &was_added, err, err_len)
+                                     : ex_tokenizer_config_add_image(src, bytes, n, V, err, err_len);
                 if (!added && err[0]) {
                     rc = -1;
                     free(bytes);
@@ -516,6 +502,12 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             else info->tokenizer++;
             free(bytes);
         }
+    }
+    if (rc == 0) { /* the processor, tokenizer and generation configs (hf_files.h) */
+        HfExtras x = {.tmp = tmp, .kept = kept[0] ? kept : NULL, .tokenizer = tokenizer, .r = &r, .mc = &mc, .chat_template = chat_template,
+                      .image_token_index = image_token_index};
+        rc = hf_write_extras(&x, log, err, err_len);
+        info->extras = x.files;
     }
     rc = import_out_end(&o, out_dir, rc, err, err_len); /* renamed, or what this export made removed */
     cJSON_Delete(wm);

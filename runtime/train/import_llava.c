@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
+#include "runtime/train/hf_files.h"
 
 static int il_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
 static int il_fail(char* err, size_t n, const char* fmt, ...) {
@@ -122,8 +123,15 @@ static cJSON* il_text_config(const cJSON* top, LlavaImport* info) {
             continue;
         }
         cJSON_AddNumberToObject(t, llama_defaults[i].key, llama_defaults[i].def);
-        il_note_default(info, "text_config", llama_defaults[i].key);
+        char kv[64];
+        snprintf(kv, sizeof kv, "%s = %d", llama_defaults[i].key, llama_defaults[i].def);
+        il_note_default(info, "text_config", kv);
     }
+    /* the norms' eps and RoPE's base (import llama takes LlamaConfig's) */
+    const cJSON* rp = cJSON_GetObjectItemCaseSensitive(t, "rope_parameters");
+    if (!cJSON_GetObjectItemCaseSensitive(t, "rms_norm_eps")) il_note_default(info, "text_config", "rms_norm_eps = 1e-06");
+    if (!cJSON_GetObjectItemCaseSensitive(t, "rope_theta") && !cJSON_GetObjectItemCaseSensitive(rp, "rope_theta"))
+        il_note_default(info, "text_config", "rope_theta = 10000");
     /* MistralConfig's sliding_window defaults to 4096 (a window, which import llama refuses by name) */
     if (mistral && !cJSON_GetObjectItemCaseSensitive(t, "sliding_window")) {
         cJSON_AddNumberToObject(t, "sliding_window", 4096);
@@ -242,6 +250,16 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     x = cJSON_GetObjectItemCaseSensitive(j, "multimodal_projector_bias");
     if (x && cJSON_IsFalse(x)) {
         il_fail(err, err_len, "%s: multimodal_projector_bias = false: this model's projector has biases", path);
+        goto out;
+    }
+    /* LlavaConfig without a text_config takes LlamaConfig() whole: a 7B Llama with rms_norm_eps 1e-6 and
+     * rope_theta 1e4, which is rarely the LM in the files (Vicuna's eps is 1e-5): refused, not guessed */
+    const cJSON* tcx = cJSON_GetObjectItemCaseSensitive(j, "text_config");
+    if (!tcx || cJSON_IsNull(tcx)) {
+        il_fail(err, err_len, "%s: no text_config: LlavaConfig would take LlamaConfig's defaults for the whole LM "
+                "(model_type llama, hidden_size 4096, intermediate_size 11008, num_hidden_layers 32, "
+                "num_attention_heads 32, vocab_size 32000, rms_norm_eps 1e-06, rope_theta 10000.0), which the import "
+                "does not assume: write the LM's config.json keys into \"text_config\"", path);
         goto out;
     }
     cJSON* t = il_text_config(j, c);
@@ -599,6 +617,8 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             if (pend[l * 2 + b].buf)
                 rc = il_fail(err, err_len, "%s: layer %d's q / k / v %s are not all in the files", hf_dir, l,
                              b ? "biases" : "weights");
+    /* the folder's config, tokenizer and processor files, as they were, beside the weights (hf_files.h) */
+    if (rc == 0 && llava) rc = hf_keep_files(hf_dir, tmp, info->kept, sizeof info->kept, err, err_len);
     if (rc == 0) {
         rc = import_write_state(tmp, &id, hf_dir, list, err, err_len);
         list = NULL; /* freed with the state */

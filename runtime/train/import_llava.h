@@ -56,6 +56,7 @@ typedef struct {
     int skipped;                /* tensors skipped (CLIPModel's text tower, position_ids buffers) */
     int absent;                 /* never-used tensors absent from the files (kept at their initialisation) */
     char defaults[1024];        /* the config fields that took a class default, comma-separated */
+    char kept[512];             /* llava: the folder's files kept in OUT/hf/ (hf_files.h), comma-separated */
 } LlavaImport;
 
 /* Read DIR/config.json and its safetensors (model.safetensors, or the shards model.safetensors.index.json
@@ -70,6 +71,7 @@ typedef struct {
     int tensors;     /* tensors written */
     int files;       /* safetensors shards written */
     int tokenizer;   /* tokenizer files copied */
+    int extras;      /* processor, tokenizer and generation configs written (hf_files.h) */
 } HfExport;
 
 /* Write checkpoint folder CKPT (any pp x tp layout: slices reassembled) as a Hugging Face
@@ -92,7 +94,7 @@ typedef struct {
  * added_tokens_decoder too, when it has one). Refused when image_token_index >= 0 is also given or the
  * tokenizer already holds <image>. Returns 0, or -1 with a message. */
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
-              int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
+              const char* chat_template, int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
               size_t err_len);
 
 #endif
