@@ -151,6 +151,20 @@ def main():
                and d.get("image_token_id") == image_id and len(d.get("tokenizer_hash", "")) == 16,
                f"{naming}: the run's checkpoint records its data: {d}")
 
+        # the report: the zero-shot eval beside the fine-tuned one, both written into the run folder
+        shutil.copy(W(f"zs_{naming}.jsonl"), os.path.join(run_dir, "zero-shot.jsonl"))
+        r = run([rrfp, "eval", rec, "--set", "train.init_from=" + ck, "--set", "train.run_dir=" + run_dir,
+                 "--checkpoint", "latest", "--predictions", os.path.join(run_dir, "predictions.jsonl")])
+        expect(r.returncode == 0, f"{naming}: eval of the fine-tuned run: {r.stderr.strip()[-300:]}")
+        r = run([rrfp, "report", run_dir])
+        page = open(os.path.join(run_dir, "report.html")).read() if r.returncode == 0 else ""
+        n_zs = sum(1 for _ in open(os.path.join(run_dir, "zero-shot.jsonl")))
+        expect(r.returncode == 0 and f"Zero-shot (before fine-tuning, zero-shot.jsonl): greedy exact match on <b>{n_zs}</b>" in page
+               and "right only after fine-tuning" in page and page.count('<p class="zs">zero-shot: ') == n_zs
+               and "template vicuna_v1, image preprocessing llava (6 px)" in page,
+               f"{naming}: report shows the zero-shot eval beside the fine-tuned one, and the training data's record: "
+               f"{r.stderr.strip()[-300:]}")
+
         # ---- export with no recipe and no id -----------------------------------------------------------------
         ex = W("export_" + naming)
         r = run([rrfp, "export", "hf", "--checkpoint", ck, "--out", ex])
