@@ -262,6 +262,12 @@ PY
   want=$(/usr/bin/python3 -c "import json,sys; r=[x for x in json.load(open('v/data.json')) if x['id']=='$acc'][0]; print(r['conversations'][1]['value'])")
   one=$("$BIN" generate "$R" "${M[@]}" --checkpoint $ck --image "d/images/$im" --prompt "$q" 2>vone.txt) || fail "--image --prompt"
   [ "$one" = "$want" ] && grep -q "(end of turn)" vone.txt || fail "record $acc alone: '$one' ($(cat vone.txt)), expected '$want' ending at </s>"
+  # held-out shards packed otherwise than the model's data: eval refuses them, naming both files
+  "$BIN" pack --manifest v/data.json --images d/images --tokenizer v/tok.json --out v/plain --template plain \
+    --image-preprocess llava --image-size 16 --patch 8 >/dev/null 2>&1 || fail "pack plain"
+  "$BIN" eval "$R" "${M[@]}" --set data.eval_shards=v/plain --checkpoint $ck >vplain.txt 2>&1 && fail "eval took plain shards"
+  grep -q "data.eval_shards v/plain/shard-00000.rrs was packed with --template plain, but the model was trained on --template vicuna_v1 data ($ck/state.json)" vplain.txt \
+    || fail "eval's refusal of another template does not name both files: $(cat vplain.txt)"
   # a tokenizer retrained at the same path: refused by generate, naming the tokenizer and the checkpoint's record
   cp v/tok.json v/tok.orig.json
   "$BIN" tokenizer train --vocab 460 --manifest v/tokdata2.json --special "<s>" --special "</s>" --out v/tok.json --quiet || fail "retrain"
@@ -272,6 +278,7 @@ PY
   "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --image "d/images/$im" --prompt "$q" >vbad.txt 2>&1 && fail "a retrained tokenizer was accepted"
   grep -q "data.tokenizer v/tok.json (hash [0-9a-f]*) is not the tokenizer .*$ck/state.json records hash" vbad.txt \
     || fail "the retrained tokenizer's refusal does not name both files: $(cat vbad.txt)"
+  "$BIN" eval "$R" "${M[@]}" --checkpoint $ck >vbade.txt 2>&1 && fail "eval accepted a retrained tokenizer"
   cp v/tok.orig.json v/tok.json
   echo "eval_llava: vicuna_v1 + llava preprocessing, JPEG and PNG: generate decides each record as eval does, stops at </s>; a retrained tokenizer is refused"
   ;;

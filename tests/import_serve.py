@@ -179,6 +179,34 @@ def main():
             same = set(back) == set(stored) and all(torch.equal(back[k].to(torch.float64), stored[k].to(torch.float64))
                                                     for k in stored)
             expect(same, f"{naming}: the export holds the source's tensors bit for bit")
+    # ---- an import whose source lacks never-used tensors (post_layernorm): eval and generate read it ----------
+    lean = {k: v for k, v in weights.items() if "post_layernorm" not in k}
+    il.write_hf(W("hf_lean"), lean, "hub", cfg=il.make_config("hub"))
+    r = run([rrfp, "import", "llava", "--hf", W("hf_lean"), "--out", W("ck_lean")])
+    state = json.load(open(W("ck_lean", "state.json"))) if r.returncode == 0 else {}
+    expect(sorted(state.get("absent", [])) == ["vision.post_ln.bias", "vision.post_ln.weight"],
+           f"an import without post_layernorm records it absent: {state.get('absent')} {r.stderr.strip()[-200:]}")
+    r = run([rrfp, "generate", rec, "--checkpoint", W("ck_lean"), "--max-new-tokens", "2", "--image",
+             W("d", "images", first["image"]), "--prompt", question])
+    expect(r.returncode == 0, f"generate reads an import with absent never-used tensors: {r.stderr.strip()[-300:]}")
+    # ---- state.json records are hostile input: checked field by field, naming the file and the field ----------
+    for what, edit, want in (
+            ("an unknown recipe key", lambda st: st["recipe"].update({"model.no_such_key": "1"}), "\"model.no_such_key\""),
+            ("a recipe value the key refuses", lambda st: st["recipe"].update({"model.text_layers": "0"}), "model.text_layers"),
+            ("a train key in the recipe", lambda st: st["recipe"].update({"train.steps": "5"}), "\"train.steps\""),
+            ("an image_token_id that is not an id", lambda st: st.update(image_token_id=-3), "\"image_token_id\""),
+            ("a data record's unknown template", lambda st: st.update(data={"template": "vicuna"}), "\"template\""),
+            ("absent that is not a list", lambda st: st.update(absent="x"), "\"absent\"")):
+        bad = W("ck_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(W("ck_hub"), bad)
+        st = json.load(open(os.path.join(bad, "state.json")))
+        edit(st)
+        json.dump(st, open(os.path.join(bad, "state.json"), "w"))
+        r = run([rrfp, "generate", rec, "--checkpoint", bad, "--max-new-tokens", "2", "--image",
+                 W("d", "images", first["image"]), "--prompt", question])
+        expect(r.returncode == 1 and os.path.join(bad, "state.json") in r.stderr and want in r.stderr,
+               f"state.json with {what}: refused naming the file and {want}: {r.stderr.strip()[-200:]}")
     if FAILED:
         print(f"import serve: {len(FAILED)} check(s) failed")
         return 1
