@@ -83,8 +83,9 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len) {
     g->image_id = tokenizer_token_id(tok, "<image>");
     g->eot_id = template_stop_id(g->tmpl, tok);
     if (g->image_id < 0 || g->eot_id < 0) {
-        snprintf(err, err_len, "%s has no %s token (the end of an answer under the %s template)", r->tokenizer,
-                 g->image_id < 0 ? "<image>" : "single", template_name(g->tmpl));
+        snprintf(err, err_len, "%s has no %s under the %s template", r->tokenizer,
+                 g->image_id < 0 ? "<image> token" : "one-token end of answer (plain: a newline the tokenizer makes one token)",
+                 template_name(g->tmpl));
         generator_free(g);
         return NULL;
     }

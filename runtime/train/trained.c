@@ -272,8 +272,9 @@ int trained_apply_keys(Recipe* r, const char* dir, const char* why, char* err, s
         return 0;
     }
     int rc = 0, taken = 0;
-    if (!cJSON_IsObject(keys)) {
-        snprintf(err, err_len, "%s: malformed \"recipe\" (an object of \"section.key\": \"value\")", path);
+    if (!cJSON_IsObject(keys) || cJSON_GetArraySize(keys) > RECIPE_MAX_KEYS) {
+        snprintf(err, err_len, "%s: malformed \"recipe\" (an object of at most %d \"section.key\": \"value\")", path,
+                 RECIPE_MAX_KEYS);
         rc = -1;
     }
     Recipe* ck = mallocCheck(sizeof *ck);
