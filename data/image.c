@@ -532,8 +532,8 @@ int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const I
         return -1;
     }
     int w, h, sw, sh;
-    if (jpeg_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
-    uint8_t* rgb = jpeg_decode_rgb(c, jpeg, n, 1, &sw, &sh, err, err_len);
+    if (image_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+    uint8_t* rgb = image_decode_rgb(c, jpeg, n, 1, &sw, &sh, err, err_len);
     if (!rgb) return -1;
     int side = sw > sh ? sw : sh;
     uint8_t* sq = mallocCheck((size_t)side * side * 3);
@@ -551,5 +551,21 @@ int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const I
             }
         }
     free(px);
+    return 0;
+}
+
+int image_load_patches_prep(JpegCodec* c, const uint8_t* bytes, size_t n, const ImagePrep* prep, int p, int min_patches,
+                            int max_patches, float** patches, int* grid_h, int* grid_w, char* err, size_t err_len) {
+    int w, h, gh, gw;
+    if (image_read_header(c, bytes, n, &w, &h, err, err_len) != 0) return -1;
+    image_prep_grid(prep, h, w, p, min_patches, max_patches, &gh, &gw);
+    float* out = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);
+    if (image_patches_into_prep(c, bytes, n, prep, p, min_patches, max_patches, gh, gw, out, err, err_len) != 0) {
+        free(out);
+        return -1;
+    }
+    *patches = out;
+    *grid_h = gh;
+    *grid_w = gw;
     return 0;
 }

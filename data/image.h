@@ -119,5 +119,10 @@ void image_prep_grid(const ImagePrep* prep, int h, int w, int p, int min_patches
 /* image_patches_into under prep (IMAGE_PREP_SMART: exactly image_patches_into). */
 int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const ImagePrep* prep, int p, int min_patches,
                             int max_patches, int gh, int gw, float* out, char* err, size_t err_len);
+/* One image (JPEG or PNG) as the loader preprocesses a shard's under prep, for an image that comes with no
+ * index (rrfp-mm generate): its grid from its header (image_prep_grid), then image_patches_into_prep, the
+ * loader's own pipeline. *patches is malloc'd (gh*gw*3p^2 floats). Returns 0, or -1 with the reason. */
+int image_load_patches_prep(JpegCodec* c, const uint8_t* bytes, size_t n, const ImagePrep* prep, int p, int min_patches,
+                            int max_patches, float** patches, int* grid_h, int* grid_w, char* err, size_t err_len);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "data/image.h"
 #include "data/shard.h"
+#include "data/template.h"
 #include "engine/util.h"
 
 /* ---- one processed sample ---------------------------------------------------------------------- */
@@ -943,6 +944,38 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
     return 0;
 }
 
+int loader_shards_info(const char* shards, ShardInfo* info, char* first, size_t first_len, char* err, size_t err_len) {
+    char** paths;
+    int ns;
+    if (list_shards(shards, &paths, &ns, err, err_len) != 0) return -1;
+    int rc = 0;
+    for (int s = 0; s < ns && rc == 0; s++) {
+        Shard sh;
+        if (shard_open(paths[s], &sh, err, err_len) != 0) {
+            rc = -1;
+            break;
+        }
+        const ShardInfo* in = &sh.info;
+        if (s == 0) {
+            *info = *in;
+            snprintf(first, first_len, "%s", paths[0]);
+        } else if (in->tokenizer_hash != info->tokenizer_hash || in->image_token != info->image_token ||
+                   in->prep != info->prep || in->prep_size != info->prep_size ||
+                   in->chat_template != info->chat_template) {
+            snprintf(err, err_len, "%s and %s were packed differently (tokenizer hash %016" PRIx64 " / %016" PRIx64
+                     ", <image> id %d / %d, --image-preprocess %s / %s, --template %s / %s): one folder of shards is "
+                     "one pack", paths[0], paths[s], info->tokenizer_hash, in->tokenizer_hash, info->image_token,
+                     in->image_token, image_prep_name((ImagePrepKind)info->prep), image_prep_name((ImagePrepKind)in->prep),
+                     template_name((TemplateKind)info->chat_template), template_name((TemplateKind)in->chat_template));
+            rc = -1;
+        }
+        shard_close(&sh);
+    }
+    for (int s = 0; s < ns; s++) free(paths[s]);
+    free(paths);
+    return rc;
+}
+
 Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err, size_t err_len) {
     if (cfg->microbatch_tokens < 1 || cfg->microbatches < 1 || cfg->window < 1 || cfg->workers < 1 ||
         cfg->dp_size < 1 || cfg->dp_rank < 0 || cfg->dp_rank >= cfg->dp_size || cfg->patch < 1 ||
@@ -988,6 +1021,11 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
             snprintf(err, err_len, "%s: packed with --image-preprocess %s (size %u), %s with %s (size %u): one folder of "
                      "shards has one preprocessing", paths[s], image_prep_name((ImagePrepKind)in->prep), in->prep_size,
                      paths[0], image_prep_name((ImagePrepKind)L->shards[0].info.prep), L->shards[0].info.prep_size);
+            ok = 0;
+        } else if (s > 0 && in->chat_template != L->shards[0].info.chat_template) {
+            snprintf(err, err_len, "%s: packed with --template %s, %s with %s: one folder of shards has one chat template",
+                     paths[s], template_name((TemplateKind)in->chat_template), paths[0],
+                     template_name((TemplateKind)L->shards[0].info.chat_template));
             ok = 0;
         } else if (in->prep == IMAGE_PREP_LLAVA) {
             /* the grid is fixed by the pack: the model's patch and patch bounds must take it */
@@ -1045,6 +1083,7 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
                    sh->info.prep == IMAGE_PREP_LLAVA; /* LLaVA's grid is the pack's (checked above) */
         HMIX(sh->info.tokenizer_hash);
         if (sh->info.prep) HMIX(sh->info.prep), HMIX(sh->info.prep_size); /* version 2 shards only: older positions stay valid */
+        if (sh->info.chat_template) HMIX(0x54504c ^ sh->info.chat_template); /* the same: rrfp shards hash as before */
         for (uint64_t i = 0; i < sh->n; i++, g++) {
             const ShardEntry* e = &sh->entries[i];
             L->img_base[g] = gi;

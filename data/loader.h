@@ -57,6 +57,7 @@
 #include <stdint.h>
 
 #include "data/microbatch.h"
+#include "data/shard.h"
 
 typedef enum { LOADER_POLICY_FIFO = 0, LOADER_POLICY_FFD, LOADER_POLICY_BALANCED } LoaderPolicy;
 
@@ -135,6 +136,13 @@ void loader_get_pos(const Loader* L, LoaderPos* pos);
 int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len);
 void loader_stats(const Loader* L, LoaderStats* s);
 void loader_close(Loader* L);
+
+/* What shaped the samples of `shards` (a folder of .rrs files or one): the header and index record every
+ * shard carries (data/shard.h: the tokenizer's hash, the <image> id, the patch bounds, the image
+ * preprocessing, the chat template), checked to be the same in every shard. first gets the first shard's
+ * path (the file that records it). Reads headers and indexes only, no frame. Returns 0, or -1 with a
+ * message naming the file. */
+int loader_shards_info(const char* shards, ShardInfo* info, char* first, size_t first_len, char* err, size_t err_len);
 
 /* Samples in the data set, and the LM positions of global sample i (from the index, no decoding). */
 int loader_sample_count(const Loader* L);

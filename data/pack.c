@@ -131,6 +131,9 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
     return REJECT_NONE;
 }
 
+/* the shard record holds every template's number */
+_Static_assert(TEMPLATE_N - 1 == SHARD_MAX_TEMPLATE, "data/shard.h's SHARD_MAX_TEMPLATE is the last TemplateKind");
+
 int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     memset(sum, 0, sizeof *sum);
     if (c->prep.kind == IMAGE_PREP_LLAVA &&
@@ -191,7 +194,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
     }
     ShardInfo info = {.tokenizer_hash = tokenizer_hash(tok), .image_token = image_id, .patch = (uint32_t)c->patch,
                       .min_patches = (uint32_t)c->min_patches, .max_patches = (uint32_t)c->max_patches,
-                      .prep = (uint32_t)c->prep.kind, .prep_size = c->prep.kind ? (uint32_t)c->prep.size : 0};
+                      .prep = (uint32_t)c->prep.kind, .prep_size = c->prep.kind ? (uint32_t)c->prep.size : 0,
+                      .chat_template = (uint32_t)tmpl};
     if (c->prep.kind == IMAGE_PREP_LLAVA) { /* every grid is (size / p)^2: min = max = that */
         uint32_t g = (uint32_t)(c->prep.size / c->patch);
         info.min_patches = info.max_patches = g * g;

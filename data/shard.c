@@ -170,14 +170,16 @@ void shard_writer_abort(ShardWriter* w) {
 
 int shard_writer_close(ShardWriter* w, char* err, size_t err_len) {
     uint8_t h[SHARD_HEADER_SIZE] = {0};
-    if (w->info.prep != 0) { /* version 2: the preprocessing record ends the index */
+    int rec = w->info.prep != 0 || w->info.chat_template != 0;
+    if (rec) { /* version 2: the record of the preprocessing and the template ends the index */
         uint8_t t[16] = {'I', 'P', 'R', 'P'};
         put_u32(t + 4, w->info.prep);
-        put_u32(t + 8, w->info.prep_size);
+        put_u32(t + 8, w->info.prep ? w->info.prep_size : 0);
+        put_u32(t + 12, w->info.chat_template);
         buf_put(&w->index, t, 16);
     }
     memcpy(h, SHARD_MAGIC, 8);
-    put_u32(h + 8, w->info.prep != 0 ? SHARD_VERSION_PREP : SHARD_VERSION);
+    put_u32(h + 8, rec ? SHARD_VERSION_PREP : SHARD_VERSION);
     put_u32(h + 12, SHARD_HEADER_SIZE);
     put_u64(h + 16, w->count);
     put_u64(h + 24, w->info.tokenizer_hash);
@@ -277,16 +279,19 @@ static int shard_parse(Shard* s, char* err, size_t err_len) {
         free(ix);
         return -1;
     }
-    s->info.prep = s->info.prep_size = 0;
-    if (version == SHARD_VERSION_PREP) { /* the preprocessing record at the index's end */
-        if (isz < 16 || memcmp(ix + isz - 16, "IPRP", 4) != 0 || get_u32(ix + isz - 12) != 1 ||
-            get_u32(ix + isz - 8) < 1 || get_u32(ix + isz - 8) > 16384 || get_u32(ix + isz - 4) != 0) {
-            snprintf(err, err_len, "%s: damaged index (version 2 without a valid image-preprocessing record)", P);
+    s->info.prep = s->info.prep_size = s->info.chat_template = 0;
+    if (version == SHARD_VERSION_PREP) { /* the record of the preprocessing and template at the index's end */
+        uint32_t kind = isz >= 16 ? get_u32(ix + isz - 12) : 0, side = isz >= 16 ? get_u32(ix + isz - 8) : 0;
+        if (isz < 16 || memcmp(ix + isz - 16, "IPRP", 4) != 0 || kind > 1 ||
+            (kind == 1 ? side < 1 || side > 16384 : side != 0) || get_u32(ix + isz - 4) > SHARD_MAX_TEMPLATE) {
+            snprintf(err, err_len, "%s: damaged index (version 2 without a valid record of the image preprocessing "
+                     "and chat template)", P);
             free(ix);
             return -1;
         }
-        s->info.prep = get_u32(ix + isz - 12);
-        s->info.prep_size = get_u32(ix + isz - 8);
+        s->info.prep = kind;
+        s->info.prep_size = side;
+        s->info.chat_template = get_u32(ix + isz - 4);
         isz -= 16;
     }
     s->entries = callocCheck(s->n ? s->n : 1, sizeof(ShardEntry));

@@ -13,10 +13,13 @@
  *     u64 frame offset, u32 frame size, u32 n_tokens, u32 n_supervised, u16 n_images, u16 id length,
  *     id bytes, then per image u16 width, u16 height, u16 grid_h, u16 grid_w (the smart_resize grid
  *     for the header's p / min / max, so a packer plans without decoding)
- *   version 2 (written only by `pack --image-preprocess llava`; a default pack stays version 1, byte for
- *   byte): the index ends with a 16-byte record of how the images are to be preprocessed: "IPRP",
- *   u32 kind (1 = LLaVA-1.5's, data/image.h), u32 output side (336), u32 0; the grids above are then
- *   (side / p) x (side / p). Covered by the index checksum like the entries.
+ *   version 2 (written by `pack --image-preprocess llava` or `--template` other than rrfp; a default pack
+ *   stays version 1, byte for byte): the index ends with a 16-byte record of how the samples were made:
+ *   "IPRP", u32 image preprocessing (0 = smart_resize, 1 = LLaVA-1.5's, data/image.h), u32 output side
+ *   (336; 0 with kind 0), u32 chat template (data/template.h's TemplateKind: 0 rrfp, 1 vicuna_v1, 2
+ *   llama_3, 3 chatml, 4 plain); under kind 1 the grids above are (side / p) x (side / p). Covered by the
+ *   index checksum like the entries. Version 1 shards, and version 2 shards of builds that wrote 0 there,
+ *   read as the rrfp template.
  *
  * Damage is local: a bad header or index makes the whole shard unreadable (reported by file); a
  * frame that fails zstd's checksum or does not match its index entry loses that sample only. */
@@ -29,7 +32,8 @@
 
 #define SHARD_MAGIC "RRFPSHRD"
 #define SHARD_VERSION 1
-#define SHARD_VERSION_PREP 2 /* with the image-preprocessing record */
+#define SHARD_VERSION_PREP 2 /* with the record of the image preprocessing and chat template */
+#define SHARD_MAX_TEMPLATE 4 /* the largest chat template number a record holds (TEMPLATE_PLAIN) */
 #define SHARD_HEADER_SIZE 80
 #define SHARD_MAX_IMAGES 16
 
@@ -52,6 +56,7 @@ typedef struct {
     int32_t image_token;
     uint32_t patch, min_patches, max_patches;
     uint32_t prep, prep_size; /* ImagePrepKind (0 = smart_resize, version 1) and the LLaVA output side */
+    uint32_t chat_template;   /* TemplateKind the pack applied (0 = rrfp, version 1) */
 } ShardInfo;
 
 /* ---- writer ---- */

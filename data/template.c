@@ -238,3 +238,20 @@ RejectReason template_render(const cJSON* conv, TemplateKind k, TemplateSegs* se
 int template_bos_id(TemplateKind k, const Tokenizer* tok) {
     return k == TEMPLATE_VICUNA_V1 || k == TEMPLATE_PLAIN ? template_bos(tok) : -1;
 }
+
+int template_stop_id(TemplateKind k, const Tokenizer* tok) {
+    switch (k) {
+    case TEMPLATE_RRFP: return tokenizer_token_id(tok, "<|endoftext|>");
+    case TEMPLATE_VICUNA_V1: return tokenizer_token_id(tok, "</s>");
+    case TEMPLATE_LLAMA_3: return tokenizer_token_id(tok, "<|eot_id|>");
+    case TEMPLATE_CHATML: return tokenizer_token_id(tok, "<|im_end|>");
+    case TEMPLATE_PLAIN: {
+        int32_t* ids = NULL;
+        int n = tokenizer_encode(tok, "\n", 1, &ids);
+        int id = n == 1 ? ids[0] : -1;
+        free(ids);
+        return id;
+    }
+    default: return -1;
+    }
+}

@@ -40,6 +40,11 @@ int template_check_tokenizer(TemplateKind k, const Tokenizer* tok, char* err, si
  * <|begin_of_text|>), or -1. */
 int template_bos_id(TemplateKind k, const Tokenizer* tok);
 
+/* The token that ends an answer under template k, where generation stops: rrfp <|endoftext|>, vicuna_v1
+ * </s>, llama_3 <|eot_id|>, chatml <|im_end|>, plain the newline (when the tokenizer makes "\n" one
+ * token); -1 when the tokenizer has none (template_check_tokenizer names what is missing). */
+int template_stop_id(TemplateKind k, const Tokenizer* tok);
+
 typedef struct {
     char* text;
     size_t len;

@@ -33,6 +33,8 @@ static void ck_err(char* err, size_t n, const char* fmt, ...) {
 void checkpoint_state_free(CheckpointState* st) {
     free(st->loader);
     st->loader = NULL;
+    free(st->data);
+    st->data = NULL;
 }
 
 static int ck_on_host(const ParamTable* pt) { return !pt->be || pt->be->host_addressable; }
@@ -230,6 +232,14 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
         lj = cJSON_CreateNull();
     }
     cJSON_AddItemToObject(j, "loader", lj);
+    if (st->data) {
+        cJSON* dj = cJSON_Parse(st->data);
+        if (!cJSON_IsObject(dj)) {
+            ck_err(err, err_len, "internal error: the data record is not a JSON object: %.200s", st->data);
+            rc = -1;
+        }
+        if (dj) cJSON_AddItemToObject(j, "data", dj);
+    }
     cJSON* files = cJSON_AddArrayToObject(j, "files");
     for (int i = 0; i < n_shards; i++) {
         ck_file_name(path, sizeof path, ".", "model", shards[i]);
@@ -727,7 +737,13 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         }
         snprintf(st->run_id, sizeof st->run_id, "%s", rid->valuestring);
     }
+    const cJSON* dj = cJSON_GetObjectItemCaseSensitive(j, "data");
+    if (dj && !cJSON_IsNull(dj) && !cJSON_IsObject(dj)) {
+        ck_err(err, err_len, "%s: \"data\" is neither null nor an object (what shaped the training data)", path);
+        return -1;
+    }
     if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
+    if (cJSON_IsObject(dj)) st->data = cJSON_PrintUnformatted(dj);
     return 0;
 }
 
@@ -788,6 +804,63 @@ fail:
     cJSON_Delete(j);
     checkpoint_state_free(st);
     return -1;
+}
+
+int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* optional, int n_optional,
+                          CheckpointState* st, char* err, size_t err_len) {
+    memset(st, 0, sizeof *st);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    size_t n;
+    char* text = rr_read_file(path, &n, RR_MAX_JSON);
+    if (!text) {
+        char why[160];
+        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
+               rr_read_file_why(errno, "a JSON file", why, sizeof why));
+        return -1;
+    }
+    cJSON* j = cJSON_ParseWithLength(text, n);
+    free(text);
+    StFile* f = NULL;
+    int nf = -1, rc = -1;
+    if (ck_state_parse(path, j, st, err, err_len) != 0) goto done;
+    /* as checkpoint_load: a folder named step-N holds step N */
+    const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    long long named;
+    int used = 0;
+    if (sscanf(base, "step-%lld%n", &named, &used) == 1 && base[used] == 0 && named != st->step) {
+        ck_err(err, err_len, "%s: \"step\" is %lld, but the folder is named for step %lld: refusing to mix steps",
+               path, (long long)st->step, named);
+        goto done;
+    }
+    nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "model", NULL, st, &f, err, err_len);
+    if (nf < 0) goto done;
+    float* h = pt->data;
+    float* host = NULL;
+    if (!ck_on_host(pt)) { /* the optional tensors keep pt's values: start from them */
+        host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+        pt->be->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
+        h = host;
+    }
+    rc = 0;
+    for (int i = 0; i < pt->n && rc == 0; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        int held = 0, opt = 0;
+        for (int k = 0; k < nf && !held; k++) held = st_find(&f[k], s->name) != NULL;
+        for (int k = 0; k < n_optional && !held && !opt; k++) opt = !strcmp(optional[k], s->name);
+        if (opt) continue;
+        ParamSlice whole = {.dim = -1};
+        rc = checkpoint_read_assembled(f, nf, s->name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
+                                       h + s->offset, CK_CHECK_ALL, 0, err, err_len);
+    }
+    if (rc == 0 && host) pt->be->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
+    free(host);
+    if (rc == 0) params_refresh_compute(pt);
+done:
+    if (nf >= 0) ck_free_files(f, nf);
+    cJSON_Delete(j);
+    if (rc != 0) checkpoint_state_free(st);
+    return rc;
 }
 
 /* ---- init_from ---------------------------------------------------------------------------------- */

@@ -43,6 +43,9 @@ typedef struct {
     char layout[64];       /* the layout that wrote it, "pp=P tp=T chunks=C" ("" = one process, pp=1 tp=1 chunks=1) */
     char run_id[40];       /* the run that wrote it (state.json "run_id", optional: "" = none, as in
                             * checkpoints of earlier builds); checkpoint_latest_of / _prune_run use it */
+    char* data;            /* what shaped the data the model was trained on, JSON object text written as
+                            * state.json "data" (the runtime's: chat template, image preprocessing, tokenizer
+                            * hash); malloc'd, NULL = none (optional: checkpoints of earlier builds have none) */
 } CheckpointState;
 
 void checkpoint_state_free(CheckpointState* st);
@@ -75,6 +78,17 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
  * values are then partly overwritten: do not use them). */
 int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
                     size_t err_len);
+
+/* The model values of checkpoint folder DIR as they are, for a command that reads a model without
+ * resuming a run (rrfp-mm eval, generate): any layout, and an import (layout "import": model files only,
+ * which checkpoint_load refuses). state.json, every model file's identity, and every tensor read (its
+ * checksum, finite values) are checked as checkpoint_load checks them; no optimiser state is read. A
+ * tensor of pt that no file holds is an error naming it, unless its name is one of the n_optional names
+ * in `optional` (an import's never-used tensors: they keep pt's values). pt's bf16 compute copy is
+ * rebuilt. Returns 0 with *st filled (checkpoint_state_free), or -1 with a message naming the file and
+ * tensor. */
+int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* optional, int n_optional,
+                          CheckpointState* st, char* err, size_t err_len);
 
 /* ---- multi-rank checkpoints (one shard per pipeline rank, one folder) ----
  * Rank 0 calls checkpoint_shard_begin (creates ROOT/.step-N.tmp.shards.PID/, path into tmp); after a

@@ -17,6 +17,10 @@
 #   emu   the CUDA backend's own kernels (rrfp-mm-emu, runtime.backend = cuda): the answers equal the
 #         CPU backend's and --verify holds there too
 #   emu_gqa  the same on kv_gqa's grouped-query model
+#   eval_llava  the published-LLaVA settings: a tokenizer without <|endoftext|>, shards packed with --template
+#         vicuna_v1 --image-preprocess llava from JPEG and PNG images; generate's greedy answers are right on
+#         exactly the records eval scores right (both image formats among them), stop at </s>, and a tokenizer
+#         retrained at the same path is refused naming both files
 # Usage: generate.sh RRFP_MM SOURCE_DIR WORKDIR MODE [RRFP_MM_EMU]
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3 MODE=$4 EMU=${5:-}
@@ -159,6 +163,124 @@ PY
   done
   [ "$best" -ge 25 ] || fail "the model answers only $best% right: too little learnt to compare generate with eval"
   echo "eval: generate's greedy answers decide each record as eval does (best accuracy $best%)"
+  ;;
+eval_llava)
+  # The published-LLaVA settings: a tokenizer as llava-hf's (<s>, </s>, <image>, no <|endoftext|>), shards packed
+  # with --template vicuna_v1 --image-preprocess llava from JPEG and PNG images. generate takes how the model's
+  # data was made from the checkpoint (state.json "data"): the vicuna_v1 prompt, stopping at </s>, the loader's
+  # pad-to-square + CLIP mean / std pipeline; so for each record its greedy answer equals the reference exactly
+  # when eval's teacher-forced argmax matches every answer token (the same decision, reached two ways; the
+  # image rows are the loader's to the bit). A tokenizer retrained at the same path is refused naming both files.
+  /usr/bin/python3 - d/images v <<'PY' || fail "data"
+import json, os, random, struct, sys, zlib
+imgs = sorted(os.listdir(sys.argv[1]))[:4]
+os.makedirs(sys.argv[2], exist_ok=True)
+rng = random.Random(5)
+def png(path, w, h):  # an RGB PNG of random colour blocks (pure Python: zlib + CRCs)
+    px = [[(rng.randrange(256), rng.randrange(256), rng.randrange(256)) for _ in range(w // 4 + 1)] for _ in range(h // 4 + 1)]
+    raw = b"".join(b"\0" + bytes(c for x in range(w) for c in px[y // 4][x // 4]) for y in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                           chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for k in range(4):
+    png(os.path.join(sys.argv[1], "p%d.png" % k), 40 + 8 * k, 28 + 4 * k)  # non-square: the padding matters
+names = [n for pair in zip(imgs, ["p%d.png" % k for k in range(4)]) for n in pair]  # JPEG, PNG, JPEG, PNG, ...
+qa = [("What is the word after apple?", "banana split"), ("Name a colour of the sky.", "light blue"),
+      ("How many legs has a cat?", "four legs"), ("What does a bee make?", "sweet honey"),
+      ("Which animal barks?", "a dog"), ("What is frozen water?", "cold ice"),
+      ("What grows on trees?", "green leaves"), ("What do we read?", "a good book")]
+recs = [{"id": "v%02d" % i, "image": names[i % 8], "conversations": [
+    {"from": "human", "value": "<image>\n" + qa[i % 8][0]}, {"from": "gpt", "value": qa[i % 8][1]}]} for i in range(32)]
+json.dump(recs, open(sys.argv[2] + "/data.json", "w"), indent=0)
+# the tokenizer also learns vicuna_v1's system prompt (short samples: many per microbatch)
+system = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+          "detailed, and polite answers to the user's questions. USER: ASSISTANT:")
+json.dump(recs + [{"id": "s%d" % i, "conversations": [{"from": "human", "value": system}, {"from": "gpt", "value": system}]}
+                  for i in range(8)], open(sys.argv[2] + "/tokdata.json", "w"), indent=0)
+# a retraining with a little more text: the same vocabulary size, other merges
+json.dump(json.load(open(sys.argv[2] + "/tokdata.json")) + [{"id": "z", "conversations": [
+    {"from": "human", "value": "zebra quiz"}, {"from": "gpt", "value": "zebra quiz jazz"}]}] * 3,
+    open(sys.argv[2] + "/tokdata2.json", "w"), indent=0)
+PY
+  "$BIN" tokenizer train --vocab 460 --manifest v/tokdata.json --special "<s>" --special "</s>" --out v/tok.json --quiet || fail "tokenizer"
+  # as llava-hf's tokenizer: no <|endoftext|> (its id becomes <unk>)
+  /usr/bin/python3 - v/tok.json <<'PY' || fail "tokenizer edit"
+import json, sys
+t = json.load(open(sys.argv[1]))
+for a in t["added_tokens"]:
+    if a["content"] == "<|endoftext|>":
+        a["content"] = "<unk>"
+v = t["model"]["vocab"]
+v["<unk>"] = v.pop("<|endoftext|>")
+json.dump(t, open(sys.argv[1], "w"))
+PY
+  "$BIN" pack --manifest v/data.json --images d/images --tokenizer v/tok.json --out v/shards --template vicuna_v1 \
+    --image-preprocess llava --image-size 16 --patch 8 >pack.txt 2>&1 || fail "pack"
+  grep -q "packed 32" pack.txt || fail "not every record packed: $(cat pack.txt)"
+  M=("${S[@]}" --set data.shards=v/shards --set data.tokenizer=v/tok.json --set data.eval_shards=v/shards
+     --set data.min_patches=4 --set data.max_patches=4 --set data.microbatches=1 --set optim.warmup=5
+     --set optim.weight_decay=0 --set train.run_dir=vrun --set train.steps=120 --set train.checkpoint_every=20
+     --set checkpoint.keep=0)
+  "$BIN" train "$R" "${M[@]}" >vtrain.txt 2>&1 || fail "train"
+  grep -q "skipped [1-9]" vtrain.txt && fail "the loader skipped samples: $(grep skipped vtrain.txt | tail -1)"
+  mixed=""
+  for c in 20 40 60 80 100 120; do
+    ck=vrun/checkpoints/step-$(printf %08d $c)
+    "$BIN" eval "$R" "${M[@]}" --checkpoint $ck --predictions vp$c.jsonl >ve$c.txt 2>&1 || fail "eval $c"
+    "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --manifest v/data.json --images d/images --out va$c.jsonl >vg$c.txt 2>&1 \
+      || fail "generate $c"
+    got=$(/usr/bin/python3 - v/data.json vp$c.jsonl va$c.jsonl $c <<'PY'
+import json, sys
+ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
+img = {r["id"]: r["image"] for r in json.load(open(sys.argv[1]))}
+ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
+gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
+assert sorted(ev) == sorted(gen) == sorted(ref), "records"
+for i, p in ev.items():
+    assert p["reference_text"] == ref[i], (p, ref[i])  # the end of answer (</s>) left out
+    assert p["correct"] == (p["predicted_text"] == ref[i]), p
+assert not [t for t in gen.values() if "</s>" in t], "an answer runs past </s>"
+differ = [(i, img[i], ev[i]["predicted_text"], gen[i], ref[i]) for i in ref if ev[i]["correct"] != (gen[i] == ref[i])]
+right = [i for i in ref if gen[i] == ref[i]]
+png = [i for i in right if img[i].endswith(".png")]
+print("step %s: eval %d / 32, generate %d / 32 (%d on PNG images), records decided differently: %s" % (
+    sys.argv[4], sum(p["correct"] for p in ev.values()), len(right), len(png), differ), file=sys.stderr)
+assert not differ, differ
+# a checkpoint that answers some right and some wrong, on both image formats, decides the comparison
+print("mixed" if 4 <= len(right) <= 28 and 0 < len(png) < len(right) else "")
+PY
+) || fail "generate and eval disagree at step $c"
+    mixed=$mixed$got
+  done
+  [ -n "$mixed" ] || fail "no checkpoint answers some records right and some wrong on both image formats: nothing to compare"
+  ck=vrun/checkpoints/step-00000120
+  acc=$(/usr/bin/python3 -c "import json; ref={r['id']: r['conversations'][1]['value'] for r in json.load(open('v/data.json'))}; print([a['question_id'] for a in map(json.loads, open('va120.jsonl')) if a['text'] == ref[a['question_id']]][0])") \
+    || fail "no record answered right at step 120"
+  # one right record alone: the answer stops at </s> (end of turn), the reference exactly
+  q=$(/usr/bin/python3 -c "import json,sys; r=[x for x in json.load(open('v/data.json')) if x['id']=='$acc'][0]; print(r['conversations'][0]['value'].replace('<image>\n',''))")
+  im=$(/usr/bin/python3 -c "import json,sys; r=[x for x in json.load(open('v/data.json')) if x['id']=='$acc'][0]; print(r['image'])")
+  want=$(/usr/bin/python3 -c "import json,sys; r=[x for x in json.load(open('v/data.json')) if x['id']=='$acc'][0]; print(r['conversations'][1]['value'])")
+  one=$("$BIN" generate "$R" "${M[@]}" --checkpoint $ck --image "d/images/$im" --prompt "$q" 2>vone.txt) || fail "--image --prompt"
+  [ "$one" = "$want" ] && grep -q "(end of turn)" vone.txt || fail "record $acc alone: '$one' ($(cat vone.txt)), expected '$want' ending at </s>"
+  # held-out shards packed otherwise than the model's data: eval refuses them, naming both files
+  "$BIN" pack --manifest v/data.json --images d/images --tokenizer v/tok.json --out v/plain --template plain \
+    --image-preprocess llava --image-size 16 --patch 8 >/dev/null 2>&1 || fail "pack plain"
+  "$BIN" eval "$R" "${M[@]}" --set data.eval_shards=v/plain --checkpoint $ck >vplain.txt 2>&1 && fail "eval took plain shards"
+  grep -q "data.eval_shards v/plain/shard-00000.rrs was packed with --template plain, but the model was trained on --template vicuna_v1 data ($ck/state.json)" vplain.txt \
+    || fail "eval's refusal of another template does not name both files: $(cat vplain.txt)"
+  # a tokenizer retrained at the same path: refused by generate, naming the tokenizer and the checkpoint's record
+  cp v/tok.json v/tok.orig.json
+  "$BIN" tokenizer train --vocab 460 --manifest v/tokdata2.json --special "<s>" --special "</s>" --out v/tok.json --quiet || fail "retrain"
+  cmp -s v/tok.json v/tok.orig.json && fail "the retrained tokenizer is the same file"
+  [ "$(/usr/bin/python3 -c "import json; print(len(json.load(open('v/tok.json'))['model']['vocab']))")" = \
+    "$(/usr/bin/python3 -c "import json; print(len(json.load(open('v/tok.orig.json'))['model']['vocab']))")" ] \
+    || fail "the retrained tokenizer has another vocabulary size (the model would not load): not the case to test"
+  "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --image "d/images/$im" --prompt "$q" >vbad.txt 2>&1 && fail "a retrained tokenizer was accepted"
+  grep -q "data.tokenizer v/tok.json (hash [0-9a-f]*) is not the tokenizer .*$ck/state.json records hash" vbad.txt \
+    || fail "the retrained tokenizer's refusal does not name both files: $(cat vbad.txt)"
+  "$BIN" eval "$R" "${M[@]}" --checkpoint $ck >vbade.txt 2>&1 && fail "eval accepted a retrained tokenizer"
+  cp v/tok.orig.json v/tok.json
+  echo "eval_llava: vicuna_v1 + llava preprocessing, JPEG and PNG: generate decides each record as eval does, stops at </s>; a retrained tokenizer is refused"
   ;;
 *) fail "unknown mode" ;;
 esac

@@ -646,10 +646,23 @@ def main():
     refused("mlp_bias", lambda c: c["text_config"].update(mlp_bias=True), want="mlp_bias")
     refused("shape", lambda c: c["vision_config"].update(image_size=8), want="config.json implies (17, 32)")
     refused("newline", extra={"model.image_newline": ("F32", torch.zeros(DTXT))}, want="image_newline")
+    # the import says its model keys: a recipe that sets one otherwise is refused naming it; a checkpoint
+    # without them (an import of an earlier build) takes the recipe's, and the 2-D RoPE ViT is refused
     rope = os.path.join(work, "rope.ini")
     with open(rope, "w") as f:
-        f.write("[model]\nvocab = 97\n[data]\nsource = synthetic\n")
+        f.write("[model]\nvocab = 97\nvision_arch = rope2d\n[data]\nsource = synthetic\n")
     r = run([rrfp, "export", "hf", "--checkpoint", ck["hub"], "--recipe", rope, "--out", os.path.join(work, "ex_rope"),
+             "--image-token-id", "1"])
+    expect(r.returncode == 1 and "model.vision_arch = rope2d, but" in r.stderr and "vision_arch = clip" in r.stderr,
+           f"export: a recipe that disagrees with the import on model.vision_arch is refused naming it: {r.stderr.strip()[-300:]}")
+    old = os.path.join(work, "ck_keyless")
+    shutil.copytree(ck["hub"], old)
+    st = json.load(open(os.path.join(old, "state.json")))
+    del st["recipe"]
+    json.dump(st, open(os.path.join(old, "state.json"), "w"))
+    with open(rope, "w") as f:
+        f.write("[model]\nvocab = 97\n[data]\nsource = synthetic\n")
+    r = run([rrfp, "export", "hf", "--checkpoint", old, "--recipe", rope, "--out", os.path.join(work, "ex_rope"),
              "--image-token-id", "1"])
     expect(r.returncode == 1 and "no Hugging Face equivalent" in r.stderr, f"export refuses the 2-D RoPE ViT: {r.stderr.strip()[-200:]}")
     obias = os.path.join(work, "obias.ini")

@@ -67,5 +67,29 @@ log=$("$BIN" train "$RECIPE" --set data.source=shards --set data.shards="$W/shar
   && fail "model.vocab below the tokenizer's size was accepted"
 grep -q "allowed: 0 (= $tv) or more" <<<"$log" || fail "model.vocab too small: '$log'"
 echo "model.vocab $((tv + 7)) (the tokenizer's $tv padded) trains, $((tv - 1)) is refused"
+# every shard records its template (data/shard.h): rrfp stays version 1, the others write version 2 with the
+# record (IPRP, preprocessing 0, side 0, the template's number)
+/usr/bin/python3 - "$W" <<'PY' || fail "the shards' template record"
+import glob, struct, sys
+for num, t in enumerate(("rrfp", "vicuna_v1", "llama_3", "chatml", "plain")):
+    for f in glob.glob(f"{sys.argv[1]}/shards-{t}/*.rrs"):
+        raw = open(f, "rb").read()
+        v = struct.unpack("<I", raw[8:12])[0]
+        ioff, isz = struct.unpack("<QQ", raw[32:48])
+        rec = raw[ioff + isz - 16: ioff + isz]
+        if t == "rrfp":
+            assert v == 1, (f, v)
+        else:
+            assert v == 2 and rec[:4] == b"IPRP" and struct.unpack("<III", rec[4:]) == (0, 0, num), (f, v, rec)
+print("shards: rrfp version 1, the other templates version 2 with their record")
+PY
+# one folder of shards has one template: the loader refuses a mix, naming both files
+mkdir -p "$W/mixed" && cp "$W/shards-vicuna_v1/shard-00000.rrs" "$W/mixed/shard-00000.rrs" \
+  && cp "$W/shards-chatml/shard-00000.rrs" "$W/mixed/shard-00001.rrs"
+log=$("$BIN" train "$RECIPE" --set data.source=shards --set data.shards="$W/mixed" --set data.tokenizer="$W/tok.json" \
+      --set model.vocab=0 --set train.steps=1 --set optim.warmup=1 --set train.run_dir="$W/run-mixed" 2>&1) \
+  && fail "a folder of vicuna_v1 and chatml shards was accepted"
+grep -q "mixed/shard-00001.rrs: packed with --template chatml, .*mixed/shard-00000.rrs with vicuna_v1: one folder of shards has one chat template" <<<"$log" \
+  && echo "a folder mixing two templates is refused naming both shards" || fail "mixed templates: '$log'"
 [ $fails = 0 ] && echo "pack templates: ok"
 exit $((fails > 0))

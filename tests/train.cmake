@@ -148,6 +148,12 @@ add_test(NAME generate_eval
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate eval: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval eval)
 set_tests_properties(generate_eval PROPERTIES TIMEOUT 300)
+# the published-LLaVA settings (vicuna_v1, --image-preprocess llava, JPEG and PNG, a tokenizer without
+# <|endoftext|>): generate decides each record as eval does and stops at </s>; a retrained tokenizer is refused
+add_test(NAME generate_eval_llava
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "generate eval_llava: ok" bash ${CMAKE_SOURCE_DIR}/tests/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval_llava eval_llava)
+set_tests_properties(generate_eval_llava PROPERTIES TIMEOUT 300)
 
 # scripts/train.sbatch (docs/training.md "Launching"): valid bash that starts with --resume auto, asks
 # SLURM for SIGTERM before the limit and requeues on exit 143 (no SLURM here to run it).
@@ -211,6 +217,13 @@ add_test(NAME import_llava_torch
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava)
 set_tests_properties(import_llava_torch PROPERTIES LABELS torch TIMEOUT 300)
+# A published LLaVA asked as it is (tests/import_serve.py): import -> generate -> eval -> train.init_from ->
+# export hf with a recipe of [data] keys only and no id given by hand, both namings; a recipe that disagrees on a
+# model key is refused naming it (generate, eval, train.init_from, export).
+add_test(NAME import_serve_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_serve.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/import_serve)
+set_tests_properties(import_serve_torch PROPERTIES LABELS torch TIMEOUT 300)
 add_test(NAME import_llava_transformers
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/import_llava.py --transformers $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava_tf)

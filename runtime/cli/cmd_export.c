@@ -9,6 +9,7 @@
 
 #include "runtime/cli/cli.h"
 #include "runtime/train/import_llava.h"
+#include "runtime/train/trained.h"
 
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
@@ -16,11 +17,12 @@ static void export_usage(FILE* f) {
                "                         [--shard-mb MB]\n\n"
                "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
                "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
-               "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from the\n"
-               "recipe (default: DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the tokenizer\n"
-               "from --tokenizer (default: the\n"
-               "recipe's data.tokenizer when readable). config.json's image_token_index is --image-token-id, else\n"
-               "the id of <image> in the tokenizer's added_tokens. --add-image-token (a model trained from an LM\n"
+               "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from an\n"
+               "import's checkpoint itself (rrfp-mm import: no --recipe needed) and from the recipe (default:\n"
+               "DIR/../../recipe.ini, the run's own for RUN_DIR/checkpoints/step-N); the tokenizer from --tokenizer\n"
+               "(default: the recipe's data.tokenizer when readable). config.json's image_token_index is\n"
+               "--image-token-id, else the checkpoint's (an import's image_token_index, or the id its run's shards\n"
+               "used), else the id of <image> in the tokenizer's added_tokens. --add-image-token (a model trained from an LM\n"
                "whose vocabulary has no <image>, e.g. Vicuna + CLIP): <image> becomes id V (the vocabulary size),\n"
                "the vocabulary grows to V + 1 rounded up to a multiple of M (--pad-vocab, default 64, as llava-hf's\n"
                "32064), the new embedding and lm_head rows are the mean of the trained rows, and the tokenizer.json\n"
@@ -107,12 +109,12 @@ int cmd_export(int argc, char** argv) {
     char rpath[4200];
     if (!recipe) { /* the run's own: RUN_DIR/recipe.ini, the checkpoint being RUN_DIR/checkpoints/step-N */
         snprintf(rpath, sizeof rpath, "%s/../../recipe.ini", ckpt);
-        if (access(rpath, R_OK) != 0) {
-            fprintf(stderr, "rrfp-mm: error: export hf: %s: cannot read: %s (a checkpoint outside a run folder, such as "
-                    "an import, needs --recipe R.ini)\n", rpath, strerror(errno));
+        if (access(rpath, R_OK) == 0) recipe = rpath;
+        else if (!trained_has_keys(ckpt)) { /* an import carries its model keys: no recipe needed */
+            fprintf(stderr, "rrfp-mm: error: export hf: %s: cannot read: %s (a checkpoint outside a run folder that is "
+                    "not an import needs --recipe R.ini)\n", rpath, strerror(errno));
             return 1;
         }
-        recipe = rpath;
     }
     HfExport info;
     char err[2048];

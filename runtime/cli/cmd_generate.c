@@ -14,6 +14,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/train/generate.h"
 #include "runtime/train/guard.h"
+#include "runtime/train/trained.h"
 #include "runtime/train/trainer.h"
 
 
@@ -24,9 +25,11 @@ static void generate_usage(FILE* f) {
             "       rrfp-mm generate RECIPE.ini --checkpoint DIR|latest --manifest FILE.json --images DIR --out ANSWERS.jsonl\n"
             "                        [--samples N] [--model-id NAME]\n"
             "  decoding: [--max-new-tokens N (64)] [--temperature T (0: greedy)] [--top-p P (1)] [--seed S (0)]\n\n"
-            "Answers questions about images with a checkpoint's model: autoregressive decoding with a KV cache\n"
-            "through the training forward, on runtime.backend, stopping at the end of turn. The prompt is the\n"
-            "question through pack's template; images are preprocessed as the loader does for the shards.\n"
+            "Answers questions about images with a checkpoint's model (a run's, or an import's as it is):\n"
+            "autoregressive decoding with a KV cache through the training forward, on runtime.backend. As the\n"
+            "model's data was made (the checkpoint's record, else data.shards'): the question through that chat\n"
+            "template, images through the loader's preprocessing, stopping at the template's end of answer; a\n"
+            "tokenizer of another hash is refused. An import's model keys come from the checkpoint.\n"
             "  --image FILE --prompt TEXT   one question (\"<image>\" marks the image; without it the image\n"
             "                               comes first); prints the answer\n"
             "  --manifest FILE --images DIR the first human turn of every record (JSON array or JSONL), one line\n"
@@ -273,13 +276,20 @@ int cmd_generate(int argc, char** argv) {
     Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
     free(sets);
     if (!r) return 2;
+    char err[2048];
+    /* the checkpoint folder (latest / auto resolved), and an import's model keys */
+    if (trained_checkpoint_dir(r, ckpt, r->resume, sizeof r->resume, err, sizeof err) != 0 ||
+        trained_apply_model_keys(r, r->resume, "rrfp-mm generate --checkpoint", err, sizeof err) < 0 ||
+        (!strcmp(r->source, "shards") && trained_check_recipe_tokenizer(r, r->resume, err, sizeof err) != 0)) {
+        fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        free(r);
+        return 1;
+    }
     /* generation computes in f32 (the checkpoint's master weights) on the recipe's backend */
     snprintf(r->precision, sizeof r->precision, "fp32");
-    snprintf(r->resume, sizeof r->resume, "%s", ckpt);
     /* one process holds the whole model, whatever layout trained it (a checkpoint loads into any) */
     r->pp = r->tp = r->dp = r->chunks = 1;
     r->layers[0] = 0;
-    char err[2048];
     Comm* self = comm_self();
     /* A decoding step's ops are one row each: on the CPU, threads' start-up and barriers cost more than
      * they save at the sizes this runs (measured on this 2-core machine under load: 30 demo answers in
@@ -295,9 +305,11 @@ int cmd_generate(int argc, char** argv) {
     }
     char mid[RECIPE_STR + 32];
     if (!model_id) {
-        /* the run folder's name, as LLaVA names a model by its folder */
-        const char* b = strrchr(r->run_dir, '/');
-        snprintf(mid, sizeof mid, "%s-step%lld", b && b[1] ? b + 1 : r->run_dir, (long long)t->step);
+        /* the run folder's name, as LLaVA names a model by its folder (an import: its own folder's) */
+        const char* named = trained_has_keys(r->resume) ? r->resume : r->run_dir;
+        const char* b = strrchr(named, '/');
+        if (named == r->resume) snprintf(mid, sizeof mid, "%s", b && b[1] ? b + 1 : named);
+        else snprintf(mid, sizeof mid, "%s-step%lld", b && b[1] ? b + 1 : named, (long long)t->step);
         model_id = mid;
     }
     if (one) {

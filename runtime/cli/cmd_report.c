@@ -15,7 +15,9 @@ static void report_usage(FILE* f) {
                "runtime.trace = true, the timeline of the last step and the bubble (RUN_DIR/trace-rank*.json);\n"
                "for an evaluated run (RUN_DIR/predictions.jsonl from `rrfp-mm eval ... --predictions`), N\n"
                "held-out questions (default 24, half right and half wrong) with their image, the reference\n"
-               "answer and the model's, read from the recipe's data.eval_shards and data.tokenizer.\n"
+               "answer and the model's, read from the recipe's data.eval_shards and data.tokenizer; with\n"
+               "RUN_DIR/zero-shot.jsonl (`rrfp-mm eval --checkpoint IMPORT --predictions`), the zero-shot score and\n"
+               "answers beside the fine-tuned ones.\n"
                "Parts whose files are absent are left out with a note; damaged ones with a warning.\n");
 }
 

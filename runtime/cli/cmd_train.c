@@ -11,6 +11,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/comm/comm.h"
 #include "runtime/train/guard.h"
+#include "runtime/train/trained.h"
 #include "runtime/train/trainer.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -176,6 +177,19 @@ int cmd_train(int argc, char** argv) {
         free(r);
         return 0;
     }
+    /* train.init_from an import: its model keys, where the recipe leaves them at their defaults (a dry run plans
+     * before the checkpoint exists: without it, the recipe's keys as they are) */
+    char ipath[RECIPE_STR + 32];
+    snprintf(ipath, sizeof ipath, "%s/state.json", r->init_from);
+    int absent = dry_run && access(ipath, F_OK) != 0 && errno == ENOENT;
+    if (absent && r->init_from[0])
+        printf("train.init_from = %s: no %s yet: the recipe's model keys as they are\n", r->init_from, ipath);
+    if (r->init_from[0] && !absent && trained_apply_keys(r, r->init_from, "train.init_from", err, sizeof err) < 0) {
+        fprintf(stderr, "rrfp-mm: error: %s: train.init_from = %s: %s\n", recipe_origin(r, "train", "init_from"),
+                r->init_from, err);
+        free(r);
+        return 1;
+    }
     int vocab = r->vocab;
     if (dry_run) {
         if (vocab == 0) vocab = train_tokenizer_vocab(r, err, sizeof err);
@@ -263,7 +277,10 @@ static void eval_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm eval RECIPE.ini --checkpoint DIR|latest [--samples N] [--predictions OUT.jsonl]\n"
                "                    [--set section.key=value ...]\n\n"
                "Answers held-out questions with a checkpoint's model (greedy, exact match) and prints the accuracy\n"
-               "against chance. Held-out data: data.eval_shards, or the synthetic source's held-out stream.\n");
+               "against chance. Held-out data: data.eval_shards, or the synthetic source's held-out stream. The\n"
+               "checkpoint may be a run's or an import (rrfp-mm import: read as it is, its model keys from its\n"
+               "state.json); held-out shards packed otherwise than the model's training data (another template,\n"
+               "image preprocessing or tokenizer: the checkpoint's record) are refused.\n");
 }
 
 int cmd_eval(int argc, char** argv) {
@@ -317,7 +334,14 @@ int cmd_eval(int argc, char** argv) {
     if (!r) return 2;
     char err[2048];
     int rc;
-    snprintf(r->resume, sizeof r->resume, "%s", ckpt);
+    /* the checkpoint folder (latest / auto resolved), and an import's model keys */
+    if (trained_checkpoint_dir(r, ckpt, r->resume, sizeof r->resume, err, sizeof err) != 0 ||
+        trained_apply_model_keys(r, r->resume, "rrfp-mm eval --checkpoint", err, sizeof err) < 0 ||
+        (!strcmp(r->source, "shards") && trained_check_recipe_tokenizer(r, r->resume, err, sizeof err) != 0)) {
+        fprintf(stderr, "rrfp-mm: error: %s\n", err);
+        free(r);
+        return 1;
+    }
     Comm* self = comm_self();
     trainer_set_threads(guard_threads(r, self));
     Trainer* t = callocCheck(1, sizeof *t);

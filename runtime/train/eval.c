@@ -6,7 +6,9 @@
 #include <cjson/cJSON.h>
 
 #include "engine/util.h"
+#include "data/template.h"
 #include "runtime/train/generate.h"
+#include "runtime/train/trained.h"
 #include "runtime/train/trainer.h"
 #include "text/tokenizer.h"
 
@@ -48,10 +50,27 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
         /* each held-out sample once: the stream runs on into the next epoch */
         if (src.dataset_samples < max_samples) max_samples = src.dataset_samples;
     }
-    Tokenizer* tok = NULL; /* predictions on shards: the answers as text too */
-    if (predictions && !synthetic && !(tok = tokenizer_load(r->tokenizer, err, err_len))) {
-        src.free(&src);
-        return -1;
+    Tokenizer* tok = NULL; /* on shards: the model's record checked; predictions: the answers as text too */
+    int eot = -1;          /* the held-out shards' end of answer (their chat template's) */
+    TemplateKind tmpl = TEMPLATE_RRFP;
+    if (!synthetic) {
+        /* the held-out shards as the model's data was made (trained.h): a checkpoint's record names the
+         * template, the preprocessing and the tokenizer its training data had */
+        TrainedData sd, md;
+        trained_data_none(&md);
+        int rc = trained_data_of_shards(r->eval_shards, &sd, err, err_len);
+        if (rc == 0 && r->resume[0] && strcmp(r->resume, "latest") && strcmp(r->resume, "auto"))
+            rc = trained_data_of_checkpoint(r->resume, &md, err, err_len);
+        if (rc == 0) rc = trained_check_shards(&md, &sd, "eval_shards", err, err_len);
+        if (rc == 0 && !(tok = tokenizer_load(r->tokenizer, err, err_len))) rc = -1;
+        if (rc == 0) rc = trained_check_tokenizer(&md, r->tokenizer, tok, err, err_len);
+        if (rc != 0) {
+            if (tok) tokenizer_free(tok);
+            src.free(&src);
+            return -1;
+        }
+        tmpl = (TemplateKind)sd.chat_template;
+        eot = template_stop_id(tmpl, tok);
     }
     int32_t *pred_ids = NULL, *ref_ids = NULL;
     Stage* st = t->ex->stages[0];
@@ -140,7 +159,6 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
                     for (int k = 0; k < np; k++) cJSON_AddItemToArray(pa, cJSON_CreateNumber(pred_ids[k]));
                     if (tok) {
                         if (src.sample_id) cJSON_AddStringToObject(o, "id", src.sample_id(&src, mb->sample_index[s]));
-                        int eot = tokenizer_token_id(tok, "<|endoftext|>");
                         int npt = np, nrt = np;
                         for (int k = 0; k < np; k++)
                             if (pred_ids[k] == eot) {
@@ -148,12 +166,13 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
                                 break;
                             }
                         if (nrt > 0 && ref_ids[nrt - 1] == eot) nrt--;
-                        /* the template's answer segment is " " + answer: the text as written */
+                        /* the rrfp and vicuna_v1 templates' answer segment is " " + answer: the text as written */
                         eval_add_text(o, "predicted_text", tok, pred_ids, npt);
                         eval_add_text(o, "reference_text", tok, ref_ids, nrt);
                         for (const char* key[] = {"predicted_text", "reference_text", NULL}, **k = key; *k; k++) {
                             cJSON* it = cJSON_GetObjectItemCaseSensitive(o, *k);
-                            if (it->valuestring[0] == ' ') memmove(it->valuestring, it->valuestring + 1, strlen(it->valuestring));
+                            if (it->valuestring[0] == ' ' && (tmpl == TEMPLATE_RRFP || tmpl == TEMPLATE_VICUNA_V1))
+                                memmove(it->valuestring, it->valuestring + 1, strlen(it->valuestring));
                         }
                     }
                     char* js = cJSON_PrintUnformatted(o);

@@ -21,6 +21,7 @@
 #include "runtime/train/hf_files.h"
 #include "runtime/train/import_llava.h"
 #include "runtime/train/layout.h"
+#include "runtime/train/trained.h"
 #include "runtime/train/recipe.h"
 #include "text/tokenizer.h"
 
@@ -304,7 +305,19 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     memset(info, 0, sizeof *info);
     Recipe r;
     recipe_defaults(&r);
-    if (recipe_load(&r, recipe_path, err, err_len) != 0 || recipe_validate(&r, err, err_len) != 0) return -1;
+    if (recipe_path && (recipe_load(&r, recipe_path, err, err_len) != 0 || recipe_validate(&r, err, err_len) != 0))
+        return -1;
+    /* an import's model keys (trained.h): where the recipe leaves them, or all of them without one */
+    char state[4200];
+    snprintf(state, sizeof state, "%s/state.json", ckpt);
+    int taken = trained_apply_keys(&r, ckpt, "rrfp-mm export hf", err, err_len);
+    if (taken < 0) return -1;
+    if (!recipe_path && !trained_has_keys(ckpt))
+        return ex_fail(err, err_len, "%s holds no model keys (not an import of this build): give --recipe R.ini, the "
+                       "recipe of the run that wrote it", state);
+    if (!recipe_path) recipe_path = state; /* the messages below name where the keys came from */
+    TrainedData td;
+    if (trained_data_of_checkpoint(ckpt, &td, err, err_len) != 0) return -1;
     if (strcmp(r.vision_arch, "clip"))
         return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (DESIGN.md's, no class token, "
                        "rotary positions) has no Hugging Face equivalent; LlavaForConditionalGeneration's tower is CLIP "
@@ -317,7 +330,8 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
     ModelConfig mc = train_model_config(&r, V);
     if (model_config_check(&mc, err, err_len) != 0) return -1;
-    if (!tokenizer && access(r.tokenizer, R_OK) == 0) tokenizer = r.tokenizer; /* the run's own */
+    /* the run's own (a recipe's data.tokenizer; without a recipe there is none to take) */
+    if (!tokenizer && strcmp(recipe_path, state) != 0 && access(r.tokenizer, R_OK) == 0) tokenizer = r.tokenizer;
     int Vout = V;
     if (add_image_token > 0) {
         if (image_token_index >= 0)
@@ -331,6 +345,15 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         int64_t grown = ((int64_t)V + add_image_token) / add_image_token * add_image_token;
         if (grown > (1 << 30)) return ex_fail(err, err_len, "vocabulary %d grown to %lld is too large", V, (long long)grown);
         Vout = (int)grown;
+    }
+    if (image_token_index < 0 && td.image_token >= 0) {
+        /* the checkpoint's own: an import's image_token_index, or the id its run's shards mark images with */
+        int held = tokenizer ? ex_image_token(tokenizer, err, err_len) : -1;
+        if (held == -2) return -1;
+        if (held >= 0 && held != td.image_token && add_image_token <= 0)
+            return ex_fail(err, err_len, "%s has <image> at id %d, but %s records id %d: not this model's tokenizer "
+                           "(give --image-token-id N to choose)", tokenizer, held, td.image_from, td.image_token);
+        if (add_image_token <= 0) image_token_index = td.image_token;
     }
     if (image_token_index < 0 && tokenizer && (image_token_index = ex_image_token(tokenizer, err, err_len)) == -2) return -1;
     if (image_token_index < 0 || image_token_index >= Vout)

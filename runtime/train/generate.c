@@ -8,7 +8,9 @@
 
 #include "data/image.h"
 #include "data/manifest.h"
+#include "data/template.h"
 #include "engine/util.h"
+#include "runtime/train/trained.h"
 #include "text/tokenizer.h"
 
 struct Generator {
@@ -17,6 +19,8 @@ struct Generator {
     const Backend* be;
     Tokenizer* tok;
     int image_id, eot_id, V, nL, Dkv;
+    TemplateKind tmpl;   /* the chat template of the model's data (trained.h): the prompt's and eot_id's */
+    ImagePrep prep;      /* its image preprocessing: the loader's pipeline */
     int max_T;           /* prompt + new tokens the cache and the full-forward activations hold */
     JpegCodec* jc;
     StageActs big;       /* the prompt (and, verify, every full re-forward) */
@@ -42,18 +46,46 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len) {
         snprintf(err, err_len, "runtime.backend = %s has no decoding attention (Backend.attention_decode)", st->be->name);
         return NULL;
     }
+    /* how the model's data was made: the checkpoint's record (a run's), else data.shards' (an import's first
+     * fine-tuning data), else data.eval_shards' */
+    TrainedData d, o;
+    char e1[1024] = "", e2[1024] = "";
+    if (trained_data_of_checkpoint(r->resume, &d, err, err_len) != 0) return NULL;
+    int from_shards = r->shards[0] && trained_data_of_shards(r->shards, &o, e1, sizeof e1) == 0;
+    if (from_shards) trained_data_fill(&d, &o);
+    else if (r->eval_shards[0] && trained_data_of_shards(r->eval_shards, &o, e2, sizeof e2) == 0) trained_data_fill(&d, &o);
+    if (d.chat_template < 0 || !d.has_prep) {
+        snprintf(err, err_len, "%s/state.json records no chat template or image preprocessing (an import, or a "
+                 "checkpoint of an earlier build), and no shards say them: data.shards: %s%s%s\n---> HINT: set "
+                 "data.shards to the shards the model is (to be) trained on: they record the template and the "
+                 "preprocessing pack used", r->resume, e1[0] ? e1 : "not set", e2[0] ? "; data.eval_shards: " : "", e2);
+        return NULL;
+    }
     Tokenizer* tok = tokenizer_load(r->tokenizer, err, err_len);
     if (!tok) return NULL;
+    if (trained_check_tokenizer(&d, r->tokenizer, tok, err, err_len) != 0) {
+        tokenizer_free(tok);
+        return NULL;
+    }
+    if (template_check_tokenizer((TemplateKind)d.chat_template, tok, e1, sizeof e1) != 0) {
+        snprintf(err, err_len, "data.tokenizer %s: %s (the model's data is --template %s: %s)", r->tokenizer, e1,
+                 template_name((TemplateKind)d.chat_template), d.template_from);
+        tokenizer_free(tok);
+        return NULL;
+    }
     Generator* g = callocCheck(1, sizeof *g);
     g->t = t;
     g->st = st;
     g->be = st->be;
     g->tok = tok;
+    g->tmpl = (TemplateKind)d.chat_template;
+    g->prep = d.prep;
     g->image_id = tokenizer_token_id(tok, "<image>");
-    g->eot_id = tokenizer_token_id(tok, "<|endoftext|>");
+    g->eot_id = template_stop_id(g->tmpl, tok);
     if (g->image_id < 0 || g->eot_id < 0) {
-        snprintf(err, err_len, "%s has no %s token (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>)",
-                 r->tokenizer, g->image_id < 0 ? "<image>" : "<|endoftext|>");
+        snprintf(err, err_len, "%s has no %s under the %s template", r->tokenizer,
+                 g->image_id < 0 ? "<image> token" : "one-token end of answer (plain: a newline the tokenizer makes one token)",
+                 template_name(g->tmpl));
         generator_free(g);
         return NULL;
     }
@@ -124,7 +156,7 @@ static int gen_prompt_ids(Generator* g, const char* human, int n_images, int32_t
     cJSON_AddItemToArray(conv, a);
     ManifestSample s;
     char why[512];
-    RejectReason rr = manifest_sample_build(rec, 1, g->tok, g->image_id, g->eot_id, &s, why, sizeof why);
+    RejectReason rr = manifest_sample_build_template(rec, 1, g->tok, g->tmpl, g->image_id, g->eot_id, &s, why, sizeof why);
     cJSON_Delete(rec);
     free(text);
     if (rr != REJECT_NONE) {
@@ -283,8 +315,8 @@ int generator_answer(Generator* g, const char* human, const uint8_t* const* jpeg
     int rc = -1;
     for (int i = 0; i < n_images; i++) {
         char e[512];
-        if (image_load_patches(g->jc, jpeg[i], jpeg_len[i], r->patch, r->min_patches, r->max_patches, &patches[i], &gh[i],
-                               &gw[i], e, sizeof e) != 0) {
+        if (image_load_patches_prep(g->jc, jpeg[i], jpeg_len[i], &g->prep, r->patch, r->min_patches, r->max_patches,
+                                    &patches[i], &gh[i], &gw[i], e, sizeof e) != 0) {
             snprintf(err, err_len, "image %d: %s", i + 1, e);
             goto done;
         }
@@ -365,8 +397,8 @@ int generator_answer(Generator* g, const char* human, const uint8_t* const* jpeg
     size_t len = 0;
     char* text = tokenizer_decode(g->tok, out, nans, &len);
     free(out);
-    /* the template's answer segment is " " + answer */
-    size_t skip = text && len > 0 && text[0] == ' ' ? 1 : 0;
+    /* the rrfp and vicuna_v1 templates' answer segment is " " + answer */
+    size_t skip = text && len > 0 && text[0] == ' ' && (g->tmpl == TEMPLATE_RRFP || g->tmpl == TEMPLATE_VICUNA_V1) ? 1 : 0;
     *answer = generate_utf8_clean(text ? text + skip : "", text ? len - skip : 0);
     free(text);
     rc = 0;

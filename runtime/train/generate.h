@@ -3,10 +3,14 @@
  * image path; the LM blocks append each call's keys and values to the cache and attend to all of
  * them, text/lm.h LmSeq), on the recipe's backend (CPU or CUDA), in f32.
  *
- * The prompt is the first human turn put through pack's prompt template (data/manifest.h: the tokens
- * before the answer's), its images preprocessed as the loader does for the shards (data/image.h:
- * smart_resize to the recipe's patch grid, normalise, patchify); decoding stops at the template's end
- * of turn (<|endoftext|>) or after max_new tokens. Greedy by default; temperature > 0 samples from the
+ * What shaped the model's data (runtime/train/trained.h) decides the rest: the checkpoint's record (a run
+ * writes it), else data.shards' (or data.eval_shards'), the record pack writes. The prompt is the first
+ * human turn put through that chat template (data/template.h, as pack renders it: the tokens before the
+ * answer's), its images preprocessed by the loader's own pipeline under that image preprocessing
+ * (image_load_patches_prep: smart_resize to the recipe's patch bounds and x/127.5 - 1, or LLaVA's pad to
+ * square, bicubic resize and CLIP mean / std); decoding stops at that template's end of answer
+ * (template_stop_id: <|endoftext|>, </s>, <|eot_id|>, <|im_end|>) or after max_new tokens. A tokenizer
+ * whose hash or <image> id is not the record's is refused, naming both files. Greedy by default; temperature > 0 samples from the
  * softmax of logits / temperature, restricted to the smallest set of tokens whose probability reaches
  * top_p, with a generator seeded by `seed` (the same seed gives the same answer).
  *
@@ -37,14 +41,14 @@ typedef struct {
 
 typedef struct Generator Generator;
 
-/* A generator over t's model (trainer_init with eval_only: one process, the checkpoint's parameters)
- * and the recipe's data.tokenizer. Sequences up to the recipe's data.microbatch_tokens of prompt plus
+/* A generator over t's model (trainer_init with eval_only: one process, the parameters of checkpoint
+ * folder r->resume, resolved: trained_checkpoint_dir) and the recipe's data.tokenizer. Sequences up to the recipe's data.microbatch_tokens of prompt plus
  * max_new tokens. Returns NULL with a message. */
 Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len);
 void generator_free(Generator* g);
 
 /* The answer to `human` (one human turn's text; "<image>" marks where each image goes: without one, an
- * image is put first, "<image>\n" + text, as LLaVA does) about n_images JPEGs (their bytes). *answer:
+ * image is put first, "<image>\n" + text, as LLaVA does) about n_images images (JPEG or PNG bytes). *answer:
  * the decoded answer (malloc'd, without the end of turn and the template's leading space). Returns 0, or
  * -1 with a message naming the image or the prompt. */
 int generator_answer(Generator* g, const char* human, const uint8_t* const* jpeg, const size_t* jpeg_len, int n_images,

@@ -426,8 +426,45 @@ ImportName* import_llama_names(const LlamaImport* c, int* n_out) {
 
 /* TMP/state.json of an import (a checkpoint state at step 0 with no optimiser state: train.init_from reads
  * it, a resume refuses it), with the identity its files carry; takes `list` (the files). */
-int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, char* err,
-                       size_t err_len) {
+void import_llama_keys(const LlamaImport* c, cJSON* keys) {
+    char v[64];
+#define IM_KEY(name, fmt, val) (snprintf(v, sizeof v, fmt, val), cJSON_AddStringToObject(keys, "model." name, v))
+    IM_KEY("text_width", "%d", c->D);
+    IM_KEY("text_layers", "%d", c->L);
+    IM_KEY("text_heads", "%d", c->H);
+    IM_KEY("ffn_hidden", "%d", c->F);
+    IM_KEY("vocab", "%d", c->V);
+    IM_KEY("rms_eps", "%.17g", c->rms_eps);
+    IM_KEY("rope_base", "%.17g", c->rope_base);
+    IM_KEY("text_kv_heads", "%d", c->Hkv != c->H ? c->Hkv : 0);
+    IM_KEY("text_qkv_bias", "%s", c->qkv_bias ? "true" : "false");
+    IM_KEY("text_o_bias", "%s", c->o_bias ? "true" : "false");
+    IM_KEY("tie_embeddings", "%s", c->tie ? "true" : "false");
+    IM_KEY("rope_type", "%s", c->rope_llama3 ? "llama3" : "default");
+    if (c->rope_llama3) {
+        IM_KEY("rope_factor", "%.17g", c->rope_factor);
+        IM_KEY("rope_low_freq_factor", "%.17g", c->rope_low_freq_factor);
+        IM_KEY("rope_high_freq_factor", "%.17g", c->rope_high_freq_factor);
+        IM_KEY("rope_original_max_pos", "%.0f", c->rope_original_max_pos);
+    }
+#undef IM_KEY
+}
+
+int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,
+                       char* err, size_t err_len) {
+    /* the source's config.json as read (validated by the import before anything was written) */
+    char cpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/config.json", hf_dir);
+    size_t cn;
+    char* ctext = rr_read_file(cpath, &cn, RR_MAX_JSON);
+    cJSON* cfg = ctext ? cJSON_ParseWithLength(ctext, cn) : NULL;
+    free(ctext);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        cJSON_Delete(list);
+        cJSON_Delete(learned);
+        return im_fail(err, err_len, "%s: cannot be read again as a JSON object (changed during the import?)", cpath);
+    }
     cJSON* j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
     cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
@@ -443,6 +480,12 @@ int import_write_state(const char* tmp, const CheckpointState* id, const char* h
     cJSON_AddNullToObject(j, "loader");
     cJSON_AddStringToObject(j, "imported_from", hf_dir);
     cJSON_AddItemToObject(j, "files", list);
+    while (learned && learned->child) {
+        cJSON* x = cJSON_DetachItemViaPointer(learned, learned->child);
+        cJSON_AddItemToObject(j, x->string, x); /* the key is copied before the item's own is freed */
+    }
+    cJSON_Delete(learned);
+    cJSON_AddItemToObject(j, "hf_config", cfg);
     char* text = cJSON_Print(j);
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/state.json", tmp);
@@ -543,7 +586,9 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             rc = im_fail(err, err_len, "%s: tensor '%s' (for %s) is in none of the model's files", hf_dir, names[i].hf,
                          names[i].ours);
     if (rc == 0) {
-        rc = import_write_state(tmp, &id, hf_dir, list, err, err_len);
+        cJSON* learned = cJSON_CreateObject();
+        import_llama_keys(info, cJSON_AddObjectToObject(learned, "recipe"));
+        rc = import_write_state(tmp, &id, hf_dir, list, learned, err, err_len);
         list = NULL; /* freed with the state */
     }
     rc = import_out_end(&o, out, rc, err, err_len);

@@ -93,9 +93,15 @@ int import_out_begin(ImportOut* o, const char* out, const char* input, char* err
  * command made and nothing else (rr_remove_tree). Returns the final rc. */
 int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_len);
 /* TMP/state.json of an import at step 0 (no optimiser state), naming hf_dir; takes `list`, the files'
- * names (a cJSON array). Returns 0, or -1 with the message in err. */
-int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, char* err,
-                       size_t err_len);
+ * names (a cJSON array), and `learned` (an object, may be NULL: what the import learned, runtime/train/
+ * trained.h: "recipe", "image_token_id", "absent"), whose members go into state.json beside hf_dir's
+ * config.json as "hf_config". Returns 0, or -1 with the message in err. */
+int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,
+                       char* err, size_t err_len);
+/* The recipe keys an LM import decided, as text values into object `keys` ("model.text_width": "4096", ...):
+ * the keys cmd_import prints, and the variant keys at the values the config implies (text_kv_heads 0 for
+ * multi-head attention, the biases, tie_embeddings, rope_type). */
+void import_llama_keys(const LlamaImport* c, cJSON* keys);
 
 /* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and
  * OUT/state.json, built under a temporary name and renamed: never half-written). Progress lines go to

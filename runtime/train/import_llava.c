@@ -454,6 +454,27 @@ typedef struct {
     int parts;
 } IlPending;
 
+/* The recipe keys the import decided (what cmd_import_llava prints), as text values into `keys`. */
+static void il_keys(const LlavaImport* c, cJSON* keys) {
+    char v[64];
+    int G = c->image_size / c->patch;
+#define IL_KEY(name, fmt, val) (snprintf(v, sizeof v, fmt, val), cJSON_AddStringToObject(keys, name, v))
+    IL_KEY("model.vision_arch", "%s", "clip");
+    IL_KEY("model.vision_width", "%d", c->D);
+    IL_KEY("model.vision_layers", "%d", c->L);
+    IL_KEY("model.vision_heads", "%d", c->H);
+    IL_KEY("model.patch", "%d", c->patch);
+    IL_KEY("model.vision_image_size", "%d", c->image_size);
+    IL_KEY("model.vision_feature_layer", "%d", c->feature_layer);
+    if (c->llava) {
+        IL_KEY("model.projector_act", "%s", act_name((Act)c->proj_act));
+        import_llama_keys(&c->text, keys);
+    }
+    IL_KEY("data.min_patches", "%d", G * G);
+    IL_KEY("data.max_patches", "%d", G * G);
+#undef IL_KEY
+}
+
 int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* info, FILE* log, char* err,
                  size_t err_len) {
     memset(info, 0, sizeof *info);
@@ -603,11 +624,15 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
         free(bufs);
         st_free(&f);
     }
+    cJSON* absent = cJSON_CreateArray(); /* our names, each once (q, k and v make one qkv tensor) */
     for (int i = 0; i < tab.n && rc == 0; i++) {
         IlName* m = &tab.v[i];
         if (m->n.seen) continue;
         if (m->optional) {
             info->absent++;
+            int listed = 0;
+            for (const cJSON* x = absent->child; x && !listed; x = x->next) listed = !strcmp(x->valuestring, m->n.ours);
+            if (!listed) cJSON_AddItemToArray(absent, cJSON_CreateString(m->n.ours));
             continue;
         }
         rc = il_fail(err, err_len, "%s: tensor %s (for %s) is in none of the model's files", hf_dir, m->n.hf + 2, m->n.ours);
@@ -620,9 +645,17 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
     /* the folder's config, tokenizer and processor files, as they were, beside the weights (hf_files.h) */
     if (rc == 0 && llava) rc = hf_keep_files(hf_dir, tmp, info->kept, sizeof info->kept, err, err_len);
     if (rc == 0) {
-        rc = import_write_state(tmp, &id, hf_dir, list, err, err_len);
+        /* what the import learned (runtime/train/trained.h): the recipe keys it prints and decided, the <image>
+         * id, the tensors the source lacked */
+        cJSON* learned = cJSON_CreateObject();
+        il_keys(info, cJSON_AddObjectToObject(learned, "recipe"));
+        if (llava && info->image_token_index >= 0) cJSON_AddNumberToObject(learned, "image_token_id", info->image_token_index);
+        cJSON_AddItemToObject(learned, "absent", absent);
+        absent = NULL;
+        rc = import_write_state(tmp, &id, hf_dir, list, learned, err, err_len);
         list = NULL; /* freed with the state */
     }
+    cJSON_Delete(absent);
     rc = import_out_end(&o, out, rc, err, err_len); /* renamed, or what this import made removed */
     cJSON_Delete(list);
     for (int l = 0; l < info->L * 2; l++) free(pend[l].buf);

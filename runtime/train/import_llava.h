@@ -78,13 +78,15 @@ typedef struct {
  * LlavaForConditionalGeneration folder OUT_DIR: config.json, model-0000i-of-0000n.safetensors shards (at
  * most shard_bytes each, F32), model.safetensors.index.json and, when tokenizer is not NULL, that
  * tokenizer.json (with tokenizer_config.json, special_tokens_map.json and tokenizer.model when they sit
- * beside it). The model's shapes and keys come from recipe_path (a recipe.ini: the run's own, which
- * RUN_DIR/recipe.ini is). The LM's text_config: model_type qwen2 for q/k/v biases without o's (Qwen2),
+ * beside it). The model's shapes and keys come from the checkpoint when it is an import (its recorded keys,
+ * runtime/train/trained.h; recipe_path may then be NULL, and a recipe that disagrees on a model key is
+ * refused) and from recipe_path (a recipe.ini: the run's own, which RUN_DIR/recipe.ini is). The LM's text_config: model_type qwen2 for q/k/v biases without o's (Qwen2),
  * else llama (attention_bias = text_o_bias); num_key_value_heads (GQA), tie_word_embeddings (tied: no
  * lm_head.weight written), rope_scaling llama3 with its factors. Refused, with the reason, for a model with
  * no Hugging Face equivalent: the 2-D RoPE ViT (model.vision_arch = rope2d), a bias on o alone; the
  * projector's gelu_tanh is written as gelu_pytorch_tanh.
- * image_token_index: the <image> id the config declares.
+ * image_token_index: the <image> id the config declares (-1: the checkpoint's record, an import's
+ * image_token_index or the id its run's shards used; else the tokenizer's <image>).
  * add_image_token > 0 (export hf --add-image-token, for a model trained from an LM whose vocabulary has no
  * <image>, e.g. Vicuna + CLIP): <image> becomes id V (the model's vocabulary size), the vocabulary grows to
  * V + 1 rounded up to a multiple of add_image_token (llava-hf's checkpoints pad to 64: 32000 -> 32064), the

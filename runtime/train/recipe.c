@@ -147,9 +147,11 @@ static const RecipeKey recipe_keys[] = {
      "A fresh start into a run folder that holds another run's metrics or checkpoints moves its contents aside "
      "into RUN_DIR/previous-<date>-<time>/ (nothing is deleted) instead of being refused."},
     {"train", "init_from", RKEY_STRING, OFF(init_from), SZ(init_from), "", 0, 0, 0, 0,
-     "Start from another run's checkpoint folder (any layout, or one written by `rrfp-mm import llama`): tensors whose "
-     "name and shape match are loaded, the rest initialised from model.seed; prints what was loaded, initialised and "
-     "left unused. Unlike checkpoint.resume: step 0, fresh optimiser state, any recipe. \"\" = none."},
+     "Start from another run's checkpoint folder (any layout, or one written by `rrfp-mm import llama|llava|clip`): "
+     "tensors whose name and shape match are loaded, the rest initialised from model.seed; prints what was loaded, "
+     "initialised and left unused. Unlike checkpoint.resume: step 0, fresh optimiser state, any recipe. An import's "
+     "model keys (and data.min_patches / max_patches) are taken where the recipe leaves them at their defaults; a "
+     "recipe that sets a model key otherwise is refused, naming it. \"\" = none."},
     /* [optim] */
     {"optim", "lr", RKEY_FLOAT, OFF(lr), 0, "3e-3", 0, 10, 0, 1, "Peak learning rate."},
     {"optim", "min_lr", RKEY_FLOAT, OFF(min_lr), 0, "3e-4", 0, 10, 0, 1, "Learning rate at the end of the cosine decay (<= lr)."},

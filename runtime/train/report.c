@@ -15,8 +15,12 @@
 
 #include "data/image.h"
 #include "data/shard.h"
+#include "data/template.h"
+#include "engine/checkpoint.h"
 #include "engine/util.h"
 #include "runtime/trace/trace.h"
+#include "runtime/train/generate.h"
+#include "runtime/train/trained.h"
 #include "text/tokenizer.h"
 
 /* ---- a growing text buffer ------------------------------------------------------------------------ */
@@ -668,15 +672,18 @@ static char* image_data_uri(JpegCodec* jc, const uint8_t* jpg, size_t n, char* w
     return uri;
 }
 
-/* Decode ids[a, b) skipping image and end-of-text tokens; trimmed. */
+/* Decode ids[a, b) skipping image and end-of-text tokens; valid UTF-8 (a byte-level BPE's answer can end
+ * inside a character, an untrained model's anywhere: generate_utf8_clean), trimmed. */
 static char* decode_span(const Tokenizer* tok, const int32_t* ids, int a, int b, int image_id, int eot_id) {
     int32_t* v = mallocCheck(sizeof(int32_t) * (size_t)(b - a + 1));
     int k = 0;
     for (int i = a; i < b; i++)
         if (ids[i] >= 0 && ids[i] != image_id && ids[i] != eot_id && ids[i] < tokenizer_vocab_size(tok)) v[k++] = ids[i];
     size_t len;
-    char* s = tokenizer_decode(tok, v, k, &len);
+    char* raw = tokenizer_decode(tok, v, k, &len);
     free(v);
+    char* s = generate_utf8_clean(raw ? raw : "", raw ? len : 0);
+    free(raw);
     trim(s);
     return s;
 }
@@ -731,7 +738,7 @@ static int shard_set_open(const char* path, ShardSet* s, char* why, size_t why_l
 
 /* One card: image(s), question, reference and the model's answer. */
 static void card(Html* h, const ReportConfig* c, JpegCodec* jc, const Tokenizer* tok, const ShardSet* ss,
-                 ZSTD_DCtx* dctx, const Prediction* p, int image_id, int eot_id) {
+                 ZSTD_DCtx* dctx, const Prediction* p, const Prediction* zs, int image_id, int eot_id) {
     char why[1024] = "";
     int si = -1;
     for (int i = 0; i < ss->n; i++)
@@ -790,9 +797,24 @@ static void card(Html* h, const ReportConfig* c, JpegCodec* jc, const Tokenizer*
     h_text(h, ref);
     h_printf(h, "</b></p><p class=\"ans\">model: <b>");
     h_text(h, ans[0] ? ans : "(nothing)");
-    h_printf(h, "</b> %s</p></div>\n", p->correct ? "&#10003;" : "&#10007;");
+    h_printf(h, "</b> %s</p>", p->correct ? "&#10003;" : "&#10007;");
+    if (zs) { /* the same question before fine-tuning (RUN_DIR/zero-shot.jsonl) */
+        int nz = 0;
+        while (nz < zs->n_pred && zs->pred[nz] != eot_id) nz++;
+        char* za = decode_span(tok, zs->pred, 0, nz, -2, eot_id);
+        h_printf(h, "<p class=\"zs\">zero-shot: <b>");
+        h_text(h, za[0] ? za : "(nothing)");
+        h_printf(h, "</b> %s</p>", zs->correct ? "&#10003;" : "&#10007;");
+        free(za);
+    }
+    h_printf(h, "</div>\n");
     free(q), free(ref), free(ans);
     shard_sample_free(&smp);
+}
+
+static int prediction_index_cmp(const void* a, const void* b) {
+    const Prediction *x = a, *y = b;
+    return x->index < y->index ? -1 : x->index > y->index;
 }
 
 static void section_questions(Html* h, const ReportConfig* c, const RecipeText* rt, int have_recipe) {
@@ -800,9 +822,21 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
     if (c->predictions) snprintf(path, sizeof path, "%s", c->predictions);
     else snprintf(path, sizeof path, "%s/predictions.jsonl", c->run_dir);
     h_printf(h, "<section id=\"questions\"><h2>Held-out questions</h2>\n");
+    /* the zero-shot eval (the published model before fine-tuning: rrfp-mm eval --checkpoint IMPORT
+     * --predictions RUN_DIR/zero-shot.jsonl), shown beside the fine-tuned one */
+    char zpath[4096], zwhy[2048];
+    snprintf(zpath, sizeof zpath, "%s/zero-shot.jsonl", c->run_dir);
+    Prediction* zp = NULL;
+    int nz = 0, zr = predictions_read(zpath, &zp, &nz, zwhy, sizeof zwhy), zright = 0;
+    if (zr < 0) warnf(c, "the zero-shot eval left out: %s", zwhy);
+    for (int i = 0; i < nz; i++) zright += zp[i].correct;
     Prediction* pr;
     int n;
     int r = predictions_read(path, &pr, &n, why, sizeof why);
+    if (zr > 0)
+        h_printf(h, "<p class=\"acc zero-shot\">Zero-shot (before fine-tuning, zero-shot.jsonl): greedy exact match "
+                    "on <b>%d</b> held-out questions: <b>%.1f%%</b> (%d right, %d wrong).</p>\n", nz,
+                 nz ? 100.0 * zright / nz : 0.0, zright, nz - zright);
     if (r <= 0) {
         if (r < 0) warnf(c, "held-out questions left out: %s", why);
         h_printf(h, "<p class=\"note\">");
@@ -810,12 +844,30 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
         else h_printf(h, "Not evaluated: no predictions.jsonl (<code>rrfp-mm eval RECIPE --checkpoint latest "
                          "--predictions RUN_DIR/predictions.jsonl</code> writes it).");
         h_printf(h, "</p></section>\n");
+        predictions_free(zp, nz);
         return;
     }
     int right = 0;
     for (int i = 0; i < n; i++) right += pr[i].correct;
-    h_printf(h, "<p class=\"acc\">Greedy exact match on <b>%d</b> held-out questions: <b>%.1f%%</b> (%d right, "
-                "%d wrong).</p>\n", n, n ? 100.0 * right / n : 0.0, right, n - right);
+    h_printf(h, "<p class=\"acc\">%s on <b>%d</b> held-out questions: <b>%.1f%%</b> (%d right, "
+                "%d wrong).</p>\n", zr > 0 ? "Fine-tuned (predictions.jsonl): greedy exact match" : "Greedy exact match", n,
+             n ? 100.0 * right / n : 0.0, right, n - right);
+    /* each question's zero-shot prediction (matched by sample_index: the same held-out shards) */
+    const Prediction** zof = callocCheck((size_t)n + 1, sizeof *zof);
+    int both = 0, gained = 0, lost = 0, matched = 0;
+    if (zr > 0) qsort(zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
+    for (int i = 0; i < n && zr > 0; i++) {
+        Prediction key = {.index = pr[i].index};
+        zof[i] = bsearch(&key, zp, (size_t)nz, sizeof *zp, prediction_index_cmp);
+        if (!zof[i]) continue;
+        matched++;
+        both += pr[i].correct && zof[i]->correct;
+        gained += pr[i].correct && !zof[i]->correct;
+        lost += !pr[i].correct && zof[i]->correct;
+    }
+    if (zr > 0)
+        h_printf(h, "<p class=\"acc compare\">Of %d questions in both: right in both %d, right only after fine-tuning "
+                    "%d, right only before %d.</p>\n", matched, both, gained, lost);
     const char* source = have_recipe ? recipe_text_get(rt, "data", "source") : NULL;
     const char* shards = have_recipe ? recipe_text_get(rt, "data", "eval_shards") : NULL;
     const char* tokp = have_recipe ? recipe_text_get(rt, "data", "tokenizer") : NULL;
@@ -823,6 +875,8 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
         h_printf(h, "<p class=\"note\">Synthetic source: its held-out samples are generated in memory, there are "
                     "no images or texts to show.</p></section>\n");
         predictions_free(pr, n);
+        predictions_free(zp, nz);
+        free(zof);
         return;
     }
     if (!shards || !shards[0] || !tokp || !tokp[0]) {
@@ -833,6 +887,8 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
         h_text(h, why);
         h_printf(h, "</p></section>\n");
         predictions_free(pr, n);
+        predictions_free(zp, nz);
+        free(zof);
         return;
     }
     ShardSet ss;
@@ -844,12 +900,13 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
         h_text(h, why);
         h_printf(h, "</p></section>\n");
         predictions_free(pr, n);
+        predictions_free(zp, nz);
+        free(zof);
         return;
     }
-    int image_id = tokenizer_token_id(tok, "<image>"), eot_id = -1;
-    /* the end of an answer: the rrfp template's <|endoftext|>, else LLaVA's templates' (data/template.h) */
-    const char* eots[] = {"<|endoftext|>", "</s>", "<|eot_id|>", "<|im_end|>"};
-    for (int i = 0; i < 4 && eot_id < 0; i++) eot_id = tokenizer_token_id(tok, eots[i]);
+    /* the end of an answer: the held-out shards' chat template's (their record, data/shard.h) */
+    int image_id = tokenizer_token_id(tok, "<image>");
+    int eot_id = template_stop_id((TemplateKind)ss.shards[0].info.chat_template, tok);
     /* up to questions/2 right and wrong ones each (the rest from the other kind), spread over the file */
     int want = c->questions > 0 ? c->questions : 24;
     int want_w = want / 2 < n - right ? want / 2 : n - right;
@@ -865,7 +922,7 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
             if (pr[i].correct != kind) continue;
             /* the k-th shown is the floor(k * total / take)-th of its kind */
             if (seen++ != (int)((int64_t)shown * total / take)) continue;
-            card(h, c, jc, tok, &ss, dctx, &pr[i], image_id, eot_id);
+            card(h, c, jc, tok, &ss, dctx, &pr[i], zof[i], image_id, eot_id);
             shown++;
         }
         h_printf(h, "</div>\n");
@@ -875,6 +932,8 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
     tokenizer_free(tok);
     shard_set_close(&ss);
     predictions_free(pr, n);
+    predictions_free(zp, nz);
+    free(zof);
     h_printf(h, "</section>\n");
 }
 
@@ -893,7 +952,8 @@ static const char* CSS =
     ".timeline svg{max-width:100%;height:auto;border:1px solid #ddd}"
     ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{width:200px;border:1px solid #ccc;border-radius:6px;"
     "padding:8px;font-size:13px}.card.right{border-left:5px solid #3a9a4a}.card.wrong{border-left:5px solid #c8412f}"
-    ".card img{width:128px;image-rendering:pixelated;display:block;margin-bottom:6px}.card p{margin:3px 0}";
+    ".card img{width:128px;image-rendering:pixelated;display:block;margin-bottom:6px}.card p{margin:3px 0}"
+    ".card .zs{color:#666}";
 
 int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* err, size_t err_len) {
     char path[4096];
@@ -933,8 +993,33 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
     h_printf(&h, "<table class=\"summary\"><tr><td>steps</td><td>%g .. %g (%d lines)</td></tr>"
                  "<tr><td>loss</td><td>%.4f (mean of the first %d steps) &rarr; %.4f (last %d)</td></tr>"
                  "<tr><td>median throughput</td><td>%.0f tokens/s</td></tr><tr><td>peak host memory (RSS)</td><td>%.1f MiB</td></tr>"
-                 "</table>\n", m.step[0], m.step[m.n - 1], m.n, a / k, k, b / k, k, nt ? t[nt / 2] : 0.0, peak);
+                 "", m.step[0], m.step[m.n - 1], m.n, a / k, k, b / k, k, nt ? t[nt / 2] : 0.0, peak);
     free(t);
+    /* what shaped the training data: the newest checkpoint's record (runtime/train/trained.h) */
+    char root[4200], ck[4400];
+    const char* cdir = have_recipe > 0 ? recipe_text_get(&rt, "checkpoint", "dir") : NULL;
+    if (cdir && cdir[0]) snprintf(root, sizeof root, "%s", cdir);
+    else snprintf(root, sizeof root, "%s/checkpoints", c->run_dir);
+    TrainedData td;
+    char twhy[1024];
+    if (checkpoint_latest(root, ck, sizeof ck) >= 0) {
+        if (trained_data_of_checkpoint(ck, &td, twhy, sizeof twhy) != 0) {
+            warnf(c, "the training data's record left out: %s", twhy);
+        } else if (td.chat_template >= 0 || td.has_prep || td.has_hash) {
+            char line[2048];
+            snprintf(line, sizeof line, "template %s, image preprocessing %s", td.chat_template >= 0 ?
+                     template_name((TemplateKind)td.chat_template) : "?", td.has_prep ? image_prep_name(td.prep.kind) : "?");
+            if (td.has_prep && td.prep.kind == IMAGE_PREP_LLAVA)
+                snprintf(line + strlen(line), sizeof line - strlen(line), " (%d px)", td.prep.size);
+            if (td.has_hash)
+                snprintf(line + strlen(line), sizeof line - strlen(line), ", tokenizer %.900s (hash %016llx)",
+                         td.tokenizer[0] ? td.tokenizer : "?", (unsigned long long)td.tokenizer_hash);
+            h_printf(&h, "<tr><td>training data</td><td>");
+            h_text(&h, line);
+            h_printf(&h, "</td></tr>");
+        }
+    }
+    h_printf(&h, "</table>\n");
 
     h_printf(&h, "<section id=\"curves\"><h2>Training curves</h2><div class=\"charts\">\n");
     chart2(&h, "loss", "loss", m.step, m.loss, m.n, 1, m.eval, "training loss", "held-out loss (train.eval_every)");

@@ -8,7 +8,11 @@
  * JPEG data URI), the reference answer and the model's greedy answer, right and wrong ones. The
  * questions, references and images come from the held-out shards named by the recipe
  * (data.eval_shards, by each prediction's sample_index) and the token ids are decoded with
- * data.tokenizer.
+ * data.tokenizer, each answer up to the shards' chat template's end of answer. With a zero-shot eval
+ * beside it (RUN_DIR/zero-shot.jsonl: `rrfp-mm eval --checkpoint IMPORT --predictions`, the published
+ * model before fine-tuning), both accuracies, how many questions each got right that the other did not,
+ * and each card's zero-shot answer. The summary names what shaped the training data (the newest
+ * checkpoint's record, runtime/train/trained.h: template, image preprocessing, tokenizer and its hash).
  *
  * metrics.jsonl is required. The other parts are optional: a part whose files are absent is left out
  * with a line saying why; a part whose files are damaged is left out too, with a warning naming the

@@ -3,6 +3,7 @@
 #include "runtime/train/trainer.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/guard.h"
+#include "runtime/train/trained.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -306,7 +307,19 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
         snprintf(dir, sizeof dir, "%s", r->resume);
     }
     CheckpointState cs;
-    if (t->ex->load(t->ex, dir, &cs, err, err_len) != 0) return -1;
+    if (!eval_only) {
+        if (t->ex->load(t->ex, dir, &cs, err, err_len) != 0) return -1;
+    } else {
+        /* a reader takes the model as it is (an import too): the values only; an import's never-used tensors
+         * that its source lacked keep their initialisation (one process: one stage) */
+        char** absent = NULL;
+        int n_absent = 0;
+        if (trained_absent_tensors(dir, &absent, &n_absent, err, err_len) != 0) return -1;
+        int lrc = checkpoint_load_model(dir, &t->ex->stages[0]->params, (const char* const*)absent, n_absent, &cs, err,
+                                        err_len);
+        trained_free_names(absent, n_absent);
+        if (lrc != 0) return -1;
+    }
     int rc = 0;
     if (!eval_only && cs.recipe_hash != recipe_hash(r)) {
         char diff[2048];
@@ -542,6 +555,13 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         if (rc != 0) {
             if (strcmp(r->source, "synthetic") != 0) trainer_demo_hint(r->shards, err, err_len);
             return -1;
+        }
+        if (strcmp(r->source, "synthetic") != 0) {
+            /* what shaped the training data (template, image preprocessing, tokenizer): every checkpoint says */
+            TrainedData d;
+            if (trained_data_of_shards(r->shards, &d, err, err_len) != 0) return -1;
+            snprintf(d.tokenizer, sizeof d.tokenizer, "%s", r->tokenizer);
+            t->data_record = trained_data_json(&d);
         }
     }
     t->last_step = r->stop_at > 0 ? r->stop_at : r->steps;
@@ -828,6 +848,7 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
     if (t->r->pp > 1 || t->r->tp > 1)
         snprintf(cs.layout, sizeof cs.layout, "pp=%d tp=%d chunks=%d", t->r->pp, t->r->tp, t->r->chunks);
     snprintf(cs.run_id, sizeof cs.run_id, "%s", t->start.run_id);
+    cs.data = t->data_record; /* borrowed: not freed with cs */
     if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
     char out[RECIPE_STR + 64];
     int rc = 0;
@@ -858,6 +879,8 @@ void trainer_free(Trainer* t) {
     if (t->eval_src.free) t->eval_src.free(&t->eval_src);
     free(t->eval_pos);
     t->eval_pos = NULL;
+    free(t->data_record);
+    t->data_record = NULL;
     if (t->ex) {
         step_exec_free_hooks(t->ex);
         t->ex->free(t->ex);

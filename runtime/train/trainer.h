@@ -65,6 +65,7 @@ typedef struct {
     int64_t eval_target;  /* samples per evaluation (all replicas') */
     int64_t samples_seen; /* samples of every replica trained on so far (the epoch's numerator) */
     RunStart start;   /* this run's identity and the checkpoint it resumes ("" = fresh), from world rank 0 */
+    char* data_record; /* what shaped data.shards (runtime/train/trained.h), each checkpoint's "data" (NULL: none) */
     /* runtime.profile: on since the first step; totals of the steps after this process's first */
     int profiling;
     int64_t prof_steps;
@@ -74,8 +75,9 @@ typedef struct {
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when
  * checkpoint.resume is set. `world` is the job's world group (comm_mpi_world, or comm_self). eval_only:
- * one process, no training data, the checkpoint's parameters whatever the recipe hash, the metrics
- * file left alone. Collective over world. Returns 0, or -1 with a message. */
+ * one process, no training data, the checkpoint's parameters whatever the recipe hash (any checkpoint, an
+ * import included: its values only, checkpoint_load_model), the metrics file left alone. Collective over
+ * world. Returns 0, or -1 with a message. */
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len);
 /* One optimiser step (and the dump when train.dump_step is this step). Fills s. */
 int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len);
