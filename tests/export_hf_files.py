@@ -288,6 +288,23 @@ def main(rrfp, work):
     expect(r.returncode == 1 and f'"<image>" written with id {V} loads as id 106' in r.stderr and
            not os.path.exists(os.path.join(work, "export_grow")),
            f"--add-image-token refuses a tokenizer that would give <image> another id: {r.stderr.strip()[-300:]}")
+    # a run's checkpoint records the chat template its shards were packed with: export takes it without
+    # --template (the same chat template as --template vicuna_v1 gave) and refuses another
+    rtrain = recipe(work, "train.ini", keys, os.path.join(kept, "tokenizer.json"), shards, init_from=ck)
+    rund = os.path.join(work, "run_tmpl")
+    r = run([rrfp, "train", rtrain, "--set", "train.steps=1", "--set", "optim.warmup=0", "--set", "data.microbatches=1",
+             "--set", f"train.run_dir={rund}"])
+    expect(r.returncode == 0, f"a one-step run from the import: {r.stderr.strip()[-300:]}")
+    rck = os.path.join(rund, "checkpoints", "step-00000001")
+    ex_auto = os.path.join(work, "export_auto_tmpl")
+    r = export(rrfp, rck, rtrain, ex_auto)
+    expect(r.returncode == 0 and "chat template vicuna_v1 (from" in r.stderr and
+           load(ex_auto, "chat_template.json").get("chat_template") == load(ex, "chat_template.json").get("chat_template"),
+           f"export of a run takes the chat template its data was packed with: {r.stderr.strip()[-300:]}")
+    r = export(rrfp, rck, rtrain, os.path.join(work, "export_other_tmpl"), "--template", "chatml")
+    expect(r.returncode == 1 and "--template chatml, but" in r.stderr and "vicuna_v1" in r.stderr and
+           not os.path.exists(os.path.join(work, "export_other_tmpl")),
+           f"export refuses a --template other than the data's: {r.stderr.strip()[-300:]}")
     r = export(rrfp, ck, rec, os.path.join(work, "export_badtmpl"), "--template", "vicuna")
     expect(r.returncode == 1 and "unknown chat template" in r.stderr, f"an unknown --template: {r.stderr.strip()[-200:]}")
     return 1 if FAILED else 0

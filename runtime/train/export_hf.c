@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/checkpoint.h"
+#include "data/template.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
 #include "runtime/model/model.h"
@@ -318,6 +319,15 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (!recipe_path) recipe_path = state; /* the messages below name where the keys came from */
     TrainedData td;
     if (trained_data_of_checkpoint(ckpt, &td, err, err_len) != 0) return -1;
+    /* the chat template the run's data was packed with (trained.h), unless --template names the same one */
+    if (td.chat_template >= 0) {
+        const char* rec = template_name((TemplateKind)td.chat_template);
+        if (chat_template && strcmp(chat_template, rec) != 0)
+            return ex_fail(err, err_len, "--template %s, but %s records that the model was trained on %s's prompts: "
+                           "export without --template (it is taken from there)", chat_template, td.template_from, rec);
+        if (!chat_template && log) fprintf(log, "export: chat template %s (from %s)\n", rec, td.template_from);
+        chat_template = rec;
+    }
     if (strcmp(r.vision_arch, "clip"))
         return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (DESIGN.md's, no class token, "
                        "rotary positions) has no Hugging Face equivalent; LlavaForConditionalGeneration's tower is CLIP "
