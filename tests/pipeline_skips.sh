@@ -10,9 +10,12 @@
 #     metrics count it from step 2 on as every other skip;
 #   - every layout trains the same plan: tokens, supervised targets and patches of each step equal one
 #     process's; pp 2's losses equal one process's bit for bit (the pipeline is exact);
+#   - with data.on_error = fatal, pp 2 ends with exit 1 naming the sample;
 #   - pp 2 and pp 2 x tp 2 resumed from the checkpoint before the step (it replays the skip, naming the
 #     sample once again) and from the one after it continue with the uninterrupted run's losses, bit for
-#     bit.
+#     bit;
+#   - an evaluation (train.eval_every) over the same shards as held-out data, at one process and pp 2: the
+#     same held-out loss, the sample named as often by both.
 # Usage: pipeline_skips.sh RRFP_MM SOURCE_DIR DATA_SHARD_TOOL WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 TOOL=$3 W=$4
@@ -70,6 +73,13 @@ for r in pp2 pp2tp2 dp2; do
 done
 [ "$(col pp2 loss_hex)" = "$(col one loss_hex)" ] || fail "pp 2's losses $(col pp2 loss_hex) differ from one process's $(col one loss_hex)"
 echo "one process, pp 2, pp 2 x tp 2, dp 2: completed, the sample named once, the same plan (tokens $(col one tokens))"
+# data.on_error = fatal at pp 2: the job ends (exit 1) at that step, naming the sample and the way on
+"${MPI[@]}" -np 2 "$BIN" train "$SRC/recipes/llava.ini" "${S[@]}" --set data.on_error=fatal --set parallel.pp=2 \
+  --set train.run_dir="$W/fatal" >"$W/fatal.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q -F "error: $SHARD sample $LOCAL (id '$ID'): image 0: corrupt JPEG" "$W/fatal.log" \
+  && grep -q "HINT: data.on_error = skip" "$W/fatal.log" || fail "fatal at pp 2: exit $rc: $(grep -m3 error "$W/fatal.log")"
+echo "data.on_error = fatal at pp 2: exit 1 naming the sample"
 for r in pp2 pp2tp2; do
   np=2 par=(--set parallel.pp=2)
   [ $r = pp2tp2 ] && np=4 par=(--set parallel.pp=2 --set parallel.tp=2)
@@ -89,4 +99,19 @@ for r in pp2 pp2tp2; do
   done
 done
 echo "pp 2 and pp 2 x tp 2 resumed before and after the skip: the uninterrupted losses bit for bit"
+# the held-out stream (train.eval_every) through the pipeline: the same shards as held-out data, one training
+# step (before the sample's) and one evaluation over every held-out sample
+E=(--set train.steps=1 --set train.eval_every=1 --set data.eval_shards="$W/shards")
+for r in one-eval pp2-eval; do
+  np=1 par=()
+  [ $r = pp2-eval ] && np=2 par=(--set parallel.pp=2)
+  if [ $np = 1 ]; then "$BIN" train "$SRC/recipes/llava.ini" "${S[@]}" "${E[@]}" --set train.run_dir="$W/$r" >"$W/$r.log" 2>&1
+  else "${MPI[@]}" -np 2 "$BIN" train "$SRC/recipes/llava.ini" "${S[@]}" "${E[@]}" "${par[@]}" --set train.run_dir="$W/$r" \
+         >"$W/$r.log" 2>&1; fi || fail "$r: exit $?: $(grep -m3 -i "error" "$W/$r.log")"
+done
+n1=$(grep -c -F "$NAMED" "$W/one-eval.log") n2=$(grep -c -F "$NAMED" "$W/pp2-eval.log")
+[ "$n1" -ge 1 ] && [ "$n1" = "$n2" ] || fail "evaluation: the sample named $n1 times in one process, $n2 times at pp 2"
+[ "$(col one-eval eval_loss)" = "$(col pp2-eval eval_loss)" ] \
+  || fail "evaluation: held-out loss $(col pp2-eval eval_loss) at pp 2, $(col one-eval eval_loss) in one process"
+echo "evaluation over the same shards: the sample named $n1 time(s) by both, held-out loss equal ($(col one-eval eval_loss))"
 echo "pipeline skips: ok"
