@@ -28,6 +28,8 @@ static int is_shard(const struct dirent* d) {
     return l >= 5 && !strcmp(d->d_name + l - 4, ".rrs");
 }
 
+static int by_name(const struct dirent** a, const struct dirent** b) { return strcmp((*a)->d_name, (*b)->d_name); }
+
 static int cmd_pick(char** a) {
     LoaderConfig c;
     loader_config_default(&c);
@@ -54,8 +56,8 @@ static int cmd_pick(char** a) {
             int64_t g = mb->sample_index[i];
             const char* id = loader_sample_id(L, g);
             struct dirent** names;
-            int nn = scandir(a[0], &names, is_shard, alphasort); /* the loader's order: *.rrs by name */
-            for (int f = 0; f < nn; f++) {
+            int nn = scandir(a[0], &names, is_shard, by_name), found = 0; /* the loader's order: *.rrs by name */
+            for (int f = 0; f < nn && !found; f++) {
                 char file[1100];
                 snprintf(file, sizeof file, "%s/%s", a[0], names[f]->d_name);
                 Shard s;
@@ -64,10 +66,15 @@ static int cmd_pick(char** a) {
                 shard_close(&s);
                 if (g < (int64_t)n) {
                     printf("%s %lld %s\n", file, (long long)g, id);
-                    loader_close(L);
-                    return 0;
+                    found = 1;
                 }
                 g -= (int64_t)n;
+            }
+            for (int f = 0; f < nn; f++) free(names[f]);
+            if (nn >= 0) free(names);
+            if (found) {
+                loader_close(L);
+                return 0;
             }
             rr_die("no shard of %s holds sample %lld", a[0], (long long)mb->sample_index[i]);
         }
