@@ -85,11 +85,8 @@ for r in pp2 pp2tp2; do
   [ $r = pp2tp2 ] && np=4 par=(--set parallel.pp=2 --set parallel.tp=2)
   for k in 1 2; do
     name=$r-from$k
-    run_resume() {
-      "${MPI[@]}" -np "$np" "$BIN" train "$SRC/recipes/llava.ini" "${S[@]}" "${par[@]}" --set train.run_dir="$W/$name" \
-        --resume "$W/$r/checkpoints/step-0000000$k" >"$W/$name.log" 2>&1
-    }
-    run_resume || fail "$name: exit $?: $(grep -m3 -i "error" "$W/$name.log")"
+    "${MPI[@]}" -np "$np" "$BIN" train "$SRC/recipes/llava.ini" "${S[@]}" "${par[@]}" --set train.run_dir="$W/$name" \
+      --resume "$W/$r/checkpoints/step-0000000$k" >"$W/$name.log" 2>&1 || fail "$name: exit $?: $(grep -m3 -i "error" "$W/$name.log")"
     n=$(grep -c -F "$NAMED" "$W/$name.log")
     [ "$n" = $((k == 1 ? 1 : 0)) ] || fail "$name: the sample is named $n times (resumed before step 2: once; after: never)"
     want=$(col $r loss_hex | cut -d' ' -f$((k + 1))-)

@@ -621,6 +621,7 @@ static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, d
  * when a rank found one, a second of fixed-size records, each rank's in its own slot and zeros elsewhere,
  * so the sum is every rank's records. The log rank names each sample once. Collective over the world. */
 enum { SKIP_WORDS = 5 + LOADER_WHY_MAX / 8 }; /* valid, replica, mb, slot, sample, the reason's bytes */
+_Static_assert(LOADER_WHY_MAX % 8 == 0, "a skip record's reason fills whole int64 words");
 static int trainer_agree_skips(Trainer* t, BatchSource* src, StepPlan* plan, char* err, size_t err_len) {
     if (!src->undecoded) return 0; /* the same source (and so the same answer) on every rank */
     const LoaderSkip* mine = NULL;
