@@ -8,6 +8,8 @@
 
 typedef struct {
     Loader* L;
+    int n_und;                /* the last step's undecoded samples (agree_skips) */
+    const LoaderSkip* und;
 } ShardSource;
 
 static int shard_next(BatchSource* src, StepPlan* plan, char* err, size_t err_len) {
@@ -21,6 +23,27 @@ static int shard_next(BatchSource* src, StepPlan* plan, char* err, size_t err_le
     plan->tokens = st.tokens;
     plan->patches = st.patches;
     plan->samples = st.samples;
+    ss->n_und = st.n_undecoded;
+    ss->und = st.undecoded;
+    return 0;
+}
+
+static int shard_undecoded(BatchSource* src, const LoaderSkip** v) {
+    ShardSource* ss = src->self;
+    *v = ss->und;
+    return ss->n_und;
+}
+
+static int shard_drop(BatchSource* src, const LoaderSkip* v, int n, StepPlan* plan, char* err, size_t err_len) {
+    ShardSource* ss = src->self;
+    LoaderStep st;
+    if (loader_drop_samples(ss->L, v, n, &st, err, err_len) != 0) return -1;
+    plan->n_supervised = st.n_supervised;
+    plan->tokens = st.tokens;
+    plan->patches = st.patches;
+    plan->samples = st.samples;
+    ss->n_und = 0;
+    ss->und = NULL;
     return 0;
 }
 
@@ -39,6 +62,8 @@ static int shard_seek(BatchSource* src, const char* json, char* err, size_t err_
         return -1;
     }
     if (loader_pos_from_json(json, &pos, err, err_len) != 0) return -1;
+    ss->n_und = 0;
+    ss->und = NULL;
     return loader_seek(ss->L, &pos, err, err_len);
 }
 
@@ -84,6 +109,7 @@ int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size
     src->skipped = shard_skipped;
     src->images_decoded = shard_images_decoded;
     src->sample_id = shard_sample_id;
+    if (c->agree_skips) src->undecoded = shard_undecoded, src->drop = shard_drop;
     src->free = shard_free;
     src->dataset_samples = st.dataset_samples;
     return 0;

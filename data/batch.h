@@ -35,6 +35,15 @@ typedef struct BatchSource {
     /* The record id of sample `index` (Microbatch.sample_index): the manifest's "id" (may be NULL: the
      * synthetic source has none). */
     const char* (*sample_id)(struct BatchSource* s, int64_t index);
+    /* Samples of the step last handed out whose images did not decode here, left in place (zero pixels)
+     * for the job to decide (data/loader.h, "Images that do not decode"): *v gets them, the return value
+     * how many (0 on a rank that decodes nothing). NULL when the source leaves no such decision to its
+     * caller (the synthetic source; the shard source without LoaderConfig.agree_skips). */
+    int (*undecoded)(struct BatchSource* s, const LoaderSkip** v);
+    /* With undecoded: drop the samples of v (the union over every rank of the job) from the step last
+     * handed out, once per step, before its shapes are used; plan's sums are updated (loader_drop_samples).
+     * Returns 0, or -1 with err. */
+    int (*drop)(struct BatchSource* s, const LoaderSkip* v, int n, StepPlan* plan, char* err, size_t err_len);
 } BatchSource;
 
 /* The synthetic colour task (data.source = synthetic): each image is one of 8 colours plus noise,

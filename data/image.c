@@ -132,6 +132,21 @@ uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale,
     return jpeg_decode_rgb(c, buf, n, scale, ow, oh, err, err_len);
 }
 
+/* image_decode_prep for an image whose header (w x h) was read already. */
+static uint8_t* decode_prep(JpegCodec* c, const uint8_t* buf, size_t n, int w, int h, const ImagePrep* prep, int p,
+                            int gh, int gw, int* ow, int* oh, char* err, size_t err_len) {
+    if (image_is_png(buf, n)) return png_decode_rgb(buf, n, ow, oh, err, err_len); /* always full size */
+    int scale = prep && prep->kind == IMAGE_PREP_LLAVA ? 1 : image_dct_scale(w, h, gw * p, gh * p);
+    return decode_scaled(c, buf, n, w, h, scale, ow, oh, err, err_len);
+}
+
+uint8_t* image_decode_prep(JpegCodec* c, const uint8_t* buf, size_t n, const ImagePrep* prep, int p, int gh, int gw,
+                           int* ow, int* oh, char* err, size_t err_len) {
+    int w, h;
+    if (image_read_header(c, buf, n, &w, &h, err, err_len) != 0) return NULL;
+    return decode_prep(c, buf, n, w, h, prep, p, gh, gw, ow, oh, err, err_len);
+}
+
 uint8_t* jpeg_encode_rgb(JpegCodec* c, const uint8_t* rgb, int w, int h, int quality, int progressive,
                          size_t* out_len) {
     if (!c->enc) {
@@ -369,8 +384,7 @@ int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
         return -1;
     }
     int oh = gh * p, ow = gw * p;
-    uint8_t* rgb = image_is_png(jpeg, n) ? png_decode_rgb(jpeg, n, &sw, &sh, err, err_len)
-                                         : decode_scaled(c, jpeg, n, w, h, image_dct_scale(w, h, ow, oh), &sw, &sh, err, err_len);
+    uint8_t* rgb = decode_prep(c, jpeg, n, w, h, NULL, p, gh, gw, &sw, &sh, err, err_len);
     if (!rgb) return -1;
     PatchEmit e = {out, gw, p};
     resize_stream(rgb, sw, sh, ow, oh, emit_patches, &e);
@@ -533,7 +547,7 @@ int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const I
     }
     int w, h, sw, sh;
     if (image_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
-    uint8_t* rgb = image_decode_rgb(c, jpeg, n, 1, &sw, &sh, err, err_len);
+    uint8_t* rgb = decode_prep(c, jpeg, n, w, h, prep, p, gh, gw, &sw, &sh, err, err_len);
     if (!rgb) return -1;
     int side = sw > sh ? sw : sh;
     uint8_t* sq = mallocCheck((size_t)side * side * 3);

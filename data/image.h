@@ -116,7 +116,16 @@ void image_resize_bicubic_u8(const uint8_t* rgb, int w, int h, uint8_t* out, int
 /* The grid an image of w x h gets under prep (smart_resize for IMAGE_PREP_SMART). */
 void image_prep_grid(const ImagePrep* prep, int h, int w, int p, int min_patches, int max_patches, int* grid_h,
                      int* grid_w);
-/* image_patches_into under prep (IMAGE_PREP_SMART: exactly image_patches_into). */
+/* The one decode of every reader of images (pack's check, the loader's patches, generate's through
+ * image_load_patches): the image, JPEG or PNG by its signature (image_read_header, so any format pack
+ * accepts), decoded to packed RGB8 as `prep` takes it for a gh x gw grid of p-pixel patches: LLaVA's
+ * (IMAGE_PREP_LLAVA) at full size, as Pillow opens it; smart_resize's (prep NULL or IMAGE_PREP_SMART)
+ * DCT-scaled by image_dct_scale for the (gw p) x (gh p) target. A PNG is always decoded at full size (the
+ * DCT scale is a JPEG-only shortcut, as PIL's draft). Returns a malloc'd buffer of *ow x *oh pixels, or
+ * NULL with the reason in err. */
+uint8_t* image_decode_prep(JpegCodec* c, const uint8_t* buf, size_t n, const ImagePrep* prep, int p, int gh, int gw,
+                           int* ow, int* oh, char* err, size_t err_len);
+/* image_patches_into under prep (IMAGE_PREP_SMART: exactly image_patches_into), JPEG or PNG. */
 int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const ImagePrep* prep, int p, int min_patches,
                             int max_patches, int gh, int gw, float* out, char* err, size_t err_len);
 /* One image (JPEG or PNG) as the loader preprocesses a shard's under prep, for an image that comes with no

@@ -1,7 +1,8 @@
 /* loader.c — shards -> sample stream -> worker threads (read, verify, decode, resize) -> packer ->
  * steps of Microbatches. The rules are in loader.h; this file keeps them deterministic: the plan is a
- * function of the index and the frames' checksums only, workers just fill slots of a ring in stream
- * order, and the consumer alone decides what goes where. */
+ * function of the index and the frames' checksums only (an image that does not decode changes no plan:
+ * its sample is dropped from its step afterwards, loader_drop_samples), workers just fill slots of a ring
+ * in stream order, and the consumer alone decides what goes where. */
 #include "data/loader.h"
 
 #include <dirent.h>
@@ -27,6 +28,7 @@ typedef struct {
     int64_t k;          /* stream position */
     int64_t g;          /* global sample index */
     int damaged;        /* 1: skipped, why says so */
+    int undecoded;      /* 1: an image did not decode (why says which and why): kept in the plan, no pixels */
     char why[384];
     int n_tokens;
     int32_t* ids;
@@ -65,6 +67,7 @@ typedef struct {
     LoaderStep sum;
     LoaderPos pos;
     LoaderStats st;
+    LoaderSkip* und; /* (sum.n_undecoded) its samples whose images did not decode, in step order */
 } PlannedStep;
 typedef struct {
     int state;
@@ -118,6 +121,10 @@ struct Loader {
     LoaderStats st;
     Microbatch* step_mbs;   /* last step handed out (owned here) */
     int step_n;
+    LoaderSkip* step_und;   /* its undecoded samples (owned here) */
+    int step_n_und, step_dropped; /* how many; loader_drop_samples ran on it */
+    int64_t dropped;        /* samples dropped from steps handed out since the last seek (every replica's): the
+                             * planner's counters and positions do not hold them (skipped_damaged +, samples -) */
 
     /* planner thread: forms and assembles whole steps ahead of the trainer, so loader_next_step only
      * hands over a finished step; guarded by pmu. L->st and the group state above are the planner's;
@@ -287,8 +294,12 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
             int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
             if (image_patches_into_prep(jc, ss.jpeg[k], ss.jpeg_len[k], &L->prep, p, L->cfg.min_patches,
                                         L->cfg.max_patches, gh, gw, d->patches + off, err, sizeof err) != 0) {
-                d->damaged = 1;
+                /* the frame is intact: the sample stays in the plan (every rank plans with it) and the step
+                 * names it (loader.h, "Images that do not decode") */
+                d->undecoded = 1;
                 snprintf(d->why, sizeof d->why, "image %d: %s", k, err);
+                free(d->patches);
+                d->patches = NULL;
                 break;
             }
             off += row * (size_t)gh * gw;
@@ -332,7 +343,7 @@ static void* worker_main(void* arg) {
         sl->d = d;
         sl->state = SLOT_DONE;
         L->bytes_read += bytes;
-        if (L->cfg.decode_images && !L->defer_decode && !d.damaged) L->images_decoded += d.n_images;
+        if (L->cfg.decode_images && !L->defer_decode && !d.damaged && !d.undecoded) L->images_decoded += d.n_images;
         if (L->consumer_waiting) pthread_cond_broadcast(&L->cv_done);
     }
     pthread_mutex_unlock(&L->mu);
@@ -445,6 +456,8 @@ static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
         }
         if (mb->patches && d->Np && d->patches) /* deferred decoding writes into mb->patches later */
             memcpy(mb->patches + row * (size_t)(np - d->Np), d->patches, sizeof(float) * row * (size_t)d->Np);
+        else if (mb->patches && d->Np && d->undecoded) /* zero until it is dropped from the step */
+            memset(mb->patches + row * (size_t)(np - d->Np), 0, sizeof(float) * row * (size_t)d->Np);
     }
     mb->cu_seqlens[S] = t;
     RR_ASSERT(t == T && ii == I && np == Np);
@@ -518,11 +531,12 @@ double loader_balanced_cost(double lm, double patches_sq, double attn_tokens) {
 }
 
 static void report_damaged(Loader* L, const SampleData* d) {
+    if (L->cfg.quiet) return;
     int s;
     int64_t i;
     const char* id = sample_id(L, d->g, &s, &i);
     rr_warn("data: %s sample %lld (id '%s'): %s; skipped (%lld damaged so far)", L->shards[s].path, (long long)i, id,
-            d->why, (long long)(L->st.skipped_damaged + 1));
+            d->why, (long long)(L->st.skipped_damaged + __atomic_load_n(&L->dropped, __ATOMIC_RELAXED) + 1));
 }
 
 /* Next usable sample at or after *k: skips (and counts) damaged and over-budget ones. Returns 0 with
@@ -685,23 +699,22 @@ static void planner_pos(const Loader* L, LoaderPos* pos) {
 /* Decode the images of a step's kept samples (deferred decoding, planner thread) straight into their
  * assembled microbatches' patch rows, on up to data.workers threads (the planner and n_workers - 1
  * helpers, each with its own decoder, claiming a sample at a time across the step; a sample is one
- * thread's, so the result does not depend on the threads). A frame that passed its checksum holds
- * JPEGs that `rrfp-mm pack` decoded, so a failure here is not a damaged sample to skip (the other
- * replicas and pipeline ranks have planned with it): it is an error, the first failing sample's in
- * step order. */
+ * thread's, so the result does not depend on the threads). A sample whose image does not decode gets
+ * zero pixels and is marked: the other replicas and pipeline ranks planned with it, so it stays in the
+ * plan and the step names it (loader.h, "Images that do not decode"). */
 typedef struct {
     const SampleData* d;
-    float* dst; /* its first patch row in its microbatch */
+    float* dst;   /* its first patch row in its microbatch */
+    int bad;      /* its image `bad - 1` did not decode (why says why); 0 = decoded */
+    char why[320];
 } DecodeItem;
 typedef struct {
     Loader* L;
-    const DecodeItem* v;
+    DecodeItem* v;
     int n;
     JpegCodec* jc;
     int* next; /* the next index of v to claim (atomic) */
-    int bad;   /* the first index of v that failed on this thread, n if none */
     int n_dec;
-    char err[1536];
 } DecodeJob;
 
 static void* decode_samples(void* arg) {
@@ -709,26 +722,19 @@ static void* decode_samples(void* arg) {
     Loader* L = j->L;
     int p = L->cfg.patch;
     size_t row = (size_t)3 * p * p;
-    j->bad = j->n;
     for (;;) {
         int i = __atomic_fetch_add(j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n) break;
-        const SampleData* d = j->v[i].d;
+        DecodeItem* it = &j->v[i];
+        const SampleData* d = it->d;
         int64_t ib = L->img_base[d->g];
         size_t off = 0, at = 0;
         for (int k = 0; k < d->n_images; k++) {
             int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
-            char e[320];
             if (image_patches_into_prep(j->jc, d->jpeg + at, d->jpeg_len[k], &L->prep, p, L->cfg.min_patches,
-                                        L->cfg.max_patches, gh, gw, j->v[i].dst + off, e, sizeof e) != 0) {
-                if (i < j->bad) {
-                    int s;
-                    int64_t li;
-                    const char* id = sample_id(L, d->g, &s, &li);
-                    snprintf(j->err, sizeof j->err, "%s sample %lld (id '%s'): image %d: %s", L->shards[s].path,
-                             (long long)li, id, k, e);
-                    j->bad = i;
-                }
+                                        L->cfg.max_patches, gh, gw, it->dst + off, it->why, sizeof it->why) != 0) {
+                it->bad = k + 1;
+                memset(it->dst, 0, sizeof(float) * row * (size_t)d->Np);
                 break;
             }
             off += row * (size_t)gh * gw;
@@ -739,17 +745,34 @@ static void* decode_samples(void* arg) {
     return NULL;
 }
 
-static int step_decode(Loader* L, const Bin* kept, const Microbatch* mbs, int M, char* err, size_t err_len) {
+/* The step's undecoded samples in step order (microbatch, then slot), as LoaderSkip entries. */
+static void undecoded_add(Loader* L, PlannedStep* ps, int* cap, int mb, int slot, const SampleData* d, const char* why) {
+    if (ps->sum.n_undecoded == *cap) ps->und = reallocCheck(ps->und, sizeof(LoaderSkip) * (size_t)(*cap = *cap ? 2 * *cap : 4));
+    LoaderSkip* u = &ps->und[ps->sum.n_undecoded++];
+    memset(u, 0, sizeof *u);
+    int s;
+    int64_t li;
+    const char* id = sample_id(L, d->g, &s, &li);
+    u->replica = L->cfg.dp_rank, u->mb = mb, u->slot = slot, u->sample = d->g;
+    snprintf(u->why, sizeof u->why, "%.200s sample %lld (id '%.100s'): %s", L->shards[s].path, (long long)li, id, why);
+}
+
+static void step_decode(Loader* L, const Bin* kept, const Microbatch* mbs, int M, PlannedStep* ps, int* cap) {
     int n = 0;
     for (int b = 0; b < M; b++) n += kept[b].n;
-    DecodeItem* v = mallocCheck(sizeof(DecodeItem) * (size_t)(n ? n : 1));
+    DecodeItem* v = callocCheck((size_t)(n ? n : 1), sizeof(DecodeItem));
+    int* mb_of = mallocCheck(sizeof(int) * 2 * (size_t)(n ? n : 1)); /* (microbatch, slot) of each item */
     size_t row = (size_t)3 * L->cfg.patch * L->cfg.patch;
     n = 0;
     for (int b = 0; b < M; b++) {
         size_t np = 0; /* patches before the sample in its microbatch (assemble's order) */
         for (int i = 0; i < kept[b].n; i++) {
             const SampleData* d = kept[b].v[i];
-            if (d->jpeg && d->Np) v[n++] = (DecodeItem){d, mbs[b].patches + row * np};
+            if (d->jpeg && d->Np) {
+                v[n].d = d, v[n].dst = mbs[b].patches + row * np;
+                mb_of[2 * n] = b, mb_of[2 * n + 1] = i;
+                n++;
+            }
             np += (size_t)d->Np;
         }
     }
@@ -766,27 +789,24 @@ static int step_decode(Loader* L, const Bin* kept, const Microbatch* mbs, int M,
     for (int t = 1; t < nt; t++)
         if (pthread_create(&th[t], NULL, decode_samples, &jobs[t]) != 0) rr_die("pthread_create failed for a loader decoder");
     decode_samples(&jobs[0]);
-    int bad = n, who = -1, n_dec = 0;
+    int n_dec = 0;
     for (int t = 0; t < nt; t++) {
         if (t > 0) pthread_join(th[t], NULL);
         n_dec += jobs[t].n_dec;
-        if (jobs[t].bad < bad) bad = jobs[t].bad, who = t;
     }
-    if (who >= 0) {
-        int k = snprintf(err, err_len, "%s", jobs[who].err);
-        if (k >= 0 && (size_t)k < err_len)
-            snprintf(err + k, err_len - (size_t)k, " (its frame passed the checksum, so the data-parallel "
-                     "replicas planned with it and none can skip it)\n---> HINT: re-pack the data with "
-                     "`rrfp-mm pack`");
-    }
+    for (int i = 0; i < n; i++)
+        if (v[i].bad) {
+            char why[400];
+            snprintf(why, sizeof why, "image %d: %s", v[i].bad - 1, v[i].why);
+            undecoded_add(L, ps, cap, mb_of[2 * i], mb_of[2 * i + 1], v[i].d, why);
+        }
     free(jobs);
     free(th);
     free(v);
-    if (who >= 0) return -1;
+    free(mb_of);
     pthread_mutex_lock(&L->mu);
     L->images_decoded += n_dec;
     pthread_mutex_unlock(&L->mu);
-    return 0;
 }
 
 /* Form the next step (planner thread). Every replica plans the global step, the microbatches
@@ -814,14 +834,27 @@ static int plan_step(Loader* L, PlannedStep* ps, char* err, size_t err_len) {
         RR_ASSERT(m == M);
         ps->mbs = callocCheck((size_t)M, sizeof(Microbatch));
         for (int j = 0; j < M; j++) assemble(L, kept[j].v, kept[j].n, &ps->mbs[j]);
-        if (L->defer_decode) rc = step_decode(L, kept, ps->mbs, M, err, err_len);
+        int cap = 0;
+        if (L->defer_decode) {
+            step_decode(L, kept, ps->mbs, M, ps, &cap);
+        } else {
+            for (int j = 0; j < M; j++)
+                for (int i = 0; i < kept[j].n; i++)
+                    if (kept[j].v[i]->undecoded) undecoded_add(L, ps, &cap, j, i, kept[j].v[i], kept[j].v[i]->why);
+        }
+        if (ps->sum.n_undecoded > 0 && L->cfg.fatal_errors) {
+            snprintf(err, err_len, "%s\n---> HINT: data.on_error = skip reports and skips damaged samples", ps->und[0].why);
+            rc = -1;
+        }
     }
     for (int j = 0; j < m; j++) bin_free(&kept[j]);
     free(kept);
     if (rc != 0) {
         for (int j = 0; ps->mbs && j < M; j++) microbatch_free(&ps->mbs[j]);
         free(ps->mbs);
+        free(ps->und);
         ps->mbs = NULL;
+        ps->und = NULL;
         return -1;
     }
     for (int j = 0; j < M; j++) {
@@ -880,6 +913,7 @@ static void planner_stop(Loader* L) {
         PlannedStep* ps = &L->q[(L->q_head + i) % PLAN_DEPTH];
         for (int m = 0; m < ps->sum.M; m++) microbatch_free(&ps->mbs[m]);
         free(ps->mbs);
+        free(ps->und);
     }
     L->q_head = L->q_n = 0;
 }
@@ -891,16 +925,23 @@ static void planner_start(Loader* L) {
     L->planner_on = 1;
 }
 
+/* Free the step last handed out. */
+static void step_release(Loader* L) {
+    for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
+    free(L->step_mbs);
+    free(L->step_und);
+    L->step_mbs = NULL;
+    L->step_und = NULL;
+    L->step_n = L->step_n_und = L->step_dropped = 0;
+}
+
 static void loader_reset(Loader* L) {
     planner_stop(L);
     workers_stop(L);
     group_clear(L);
     if (L->has_held) sample_data_clear(&L->held);
     L->has_held = 0;
-    for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
-    free(L->step_mbs);
-    L->step_mbs = NULL;
-    L->step_n = 0;
+    step_release(L);
 }
 
 int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
@@ -917,6 +958,7 @@ int loader_seek(Loader* L, const LoaderPos* pos, char* err, size_t err_len) {
         return -1;
     }
     loader_reset(L);
+    L->dropped = 0; /* pos holds the drops before it */
     L->st.steps = pos->steps;
     L->st.microbatches = pos->steps * L->cfg.microbatches; /* this replica's */
     L->st.samples = pos->samples;
@@ -1145,10 +1187,9 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
 }
 
 int loader_next_step(Loader* L, LoaderStep* step, char* err, size_t err_len) {
-    for (int m = 0; m < L->step_n; m++) microbatch_free(&L->step_mbs[m]);
-    free(L->step_mbs);
-    L->step_mbs = NULL;
-    L->step_n = 0;
+    /* with agree_skips the caller drops the last step's undecoded samples before it asks for the next */
+    RR_ASSERT(!L->cfg.agree_skips || L->step_n_und == 0 || L->step_dropped);
+    step_release(L);
     memset(step, 0, sizeof *step);
     pthread_mutex_lock(&L->pmu);
     if (L->q_n == 0 && !L->p_failed) {
@@ -1168,13 +1209,84 @@ int loader_next_step(Loader* L, LoaderStep* step, char* err, size_t err_len) {
     pthread_mutex_unlock(&L->pmu);
     L->step_mbs = ps.mbs;
     L->step_n = ps.sum.M;
+    L->step_und = ps.und;
+    L->step_n_und = ps.sum.n_undecoded;
     *step = ps.sum;
     step->mbs = ps.mbs;
+    step->undecoded = ps.und;
     double wait = L->pub.wait_s;
     L->pub = ps.st;
     L->pub.wait_s = wait;
     L->pub_pos = ps.pos;
+    /* the drops of the steps before (the planner's counters do not hold them) */
+    L->pub.skipped_damaged += L->dropped, L->pub_pos.skipped_damaged += L->dropped;
+    L->pub.samples -= L->dropped, L->pub_pos.samples -= L->dropped;
+    if (!L->cfg.agree_skips) {
+        /* alone: this rank's decision is the step's */
+        int n = L->step_n_und;
+        if (loader_drop_samples(L, L->step_und, n, step, err, err_len) != 0) return -1;
+        for (int i = 0; i < n && !L->cfg.quiet; i++)
+            rr_warn("data: %s; skipped (%lld damaged so far)", L->step_und[i].why,
+                    (long long)(L->pub.skipped_damaged - n + i + 1));
+        step->n_undecoded = 0;
+        step->undecoded = NULL;
+    }
     return 0;
+}
+
+static int cmp_skip(const void* a, const void* b) {
+    const LoaderSkip *x = a, *y = b;
+    if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
+    if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
+    return (x->slot > y->slot) - (x->slot < y->slot);
+}
+
+int loader_drop_samples(Loader* L, const LoaderSkip* v, int n, LoaderStep* step, char* err, size_t err_len) {
+    RR_ASSERT(L->step_mbs && !L->step_dropped);
+    L->step_dropped = 1;
+    LoaderSkip* u = mallocCheck(sizeof(LoaderSkip) * (size_t)(n ? n : 1));
+    if (n) memcpy(u, v, sizeof(LoaderSkip) * (size_t)n);
+    qsort(u, (size_t)n, sizeof(LoaderSkip), cmp_skip);
+    uint8_t** drop = callocCheck((size_t)L->step_n, sizeof(uint8_t*));
+    int64_t distinct = 0;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (i > 0 && !cmp_skip(&u[i - 1], &u[i])) continue; /* the same sample, found by another rank too */
+        distinct++;
+        if (u[i].replica != L->cfg.dp_rank) continue;
+        const Microbatch* mb = u[i].mb >= 0 && u[i].mb < L->step_n ? &L->step_mbs[u[i].mb] : NULL;
+        if (!mb || u[i].slot < 0 || u[i].slot >= mb->S || mb->sample_index[u[i].slot] != u[i].sample) {
+            snprintf(err, err_len, "data: a rank dropped sample %lld (microbatch %d, slot %d) from step %lld, which this "
+                     "rank's plan does not hold there: the ranks planned different steps", (long long)u[i].sample,
+                     u[i].mb, u[i].slot, (long long)L->pub.steps);
+            rc = -1;
+            break;
+        }
+        if (!drop[u[i].mb]) drop[u[i].mb] = callocCheck((size_t)mb->S, 1);
+        drop[u[i].mb][u[i].slot] = 1;
+    }
+    if (rc == 0) {
+        step->n_supervised = step->tokens = step->patches = step->samples = 0;
+        for (int m = 0; m < L->step_n; m++) {
+            Microbatch* mb = &L->step_mbs[m];
+            int flagged = 0, S = mb->S;
+            for (int i = 0; drop[m] && i < S; i++) flagged += drop[m][i];
+            /* a placeholder (every sample of the microbatch dropped, the first kept harmless) trains nothing:
+             * not counted as a sample */
+            if (flagged) step->samples -= flagged - microbatch_drop_samples(mb, drop[m]);
+            step->n_supervised += mb->n_supervised;
+            step->tokens += mb->T;
+            step->patches += mb->Np;
+            step->samples += mb->S;
+        }
+        __atomic_add_fetch(&L->dropped, distinct, __ATOMIC_RELAXED);
+        L->pub.skipped_damaged += distinct, L->pub_pos.skipped_damaged += distinct;
+        L->pub.samples -= distinct, L->pub_pos.samples -= distinct;
+    }
+    for (int m = 0; m < L->step_n; m++) free(drop[m]);
+    free(drop);
+    free(u);
+    return rc;
 }
 
 void loader_get_pos(const Loader* L, LoaderPos* pos) { *pos = L->pub_pos; }

@@ -5,13 +5,21 @@
  * on across epochs forever, and it is the same for every data-parallel replica.
  *
  * Worker threads (pthreads) walk the stream ahead of the consumer: read the frame, check zstd's
- * checksum and the payload against the index, then decode each JPEG with TurboJPEG (DCT-scaled when
- * the target is at most half the source) and resize / normalise / patchify it (data/image.h). A
- * damaged sample is reported on stderr with shard, sample index, id and reason, skipped and counted
- * (or, with fatal_errors, ends the step with an error). Because every JPEG in a shard was fully
- * decoded by `rrfp-mm pack` and is covered by the frame checksum, damage is decided from the frame
- * alone: ranks that do not decode pixels (decode_images = 0, pipeline stages after the first) skip
- * exactly the same samples as the rank that does.
+ * checksum and the payload against the index, then decode each image (JPEG or PNG, data/image.h) and
+ * resize / normalise / patchify it. A damaged frame (zstd's checksum, the payload against the index)
+ * is reported on stderr with shard, sample index, id and reason, skipped in the stream and counted (or,
+ * with fatal_errors, ends the step with an error): every rank reads every frame, so every rank skips it.
+ *
+ * Images that do not decode. A frame can be intact while its image does not decode here (a shard
+ * from elsewhere, another decoder, a damaged copy: pack decoded it, but not this rank), and only the
+ * ranks that decode pixels can know. So such a sample never changes the plan: it stays in its
+ * microbatch (zero pixels) and the step names it (LoaderStep.undecoded); loader_drop_samples removes it
+ * from its microbatch (microbatch_drop_samples) and counts it in skipped_damaged. Alone
+ * (agree_skips = 0) the loader does that itself when it hands the step out, and reports it on stderr.
+ * With agree_skips the caller gathers every decoding rank's undecoded samples of the step (the first
+ * pipeline stage's, each replica's) and gives the union to loader_drop_samples on every rank before the
+ * step's shapes are used: every rank drops the same samples, none inferring another's decision
+ * (runtime/train/trainer.c). The plan, the positions and the steps after it never depend on a decode.
  *
  * Packing. Each sample costs L = text tokens - images + patches LM positions (patch grids from the
  * index, no decoding). The packer fills microbatches of at most microbatch_tokens positions:
@@ -77,6 +85,9 @@ typedef struct {
     int decode_images;         /* 0: no pixels (grids, positions and targets are still filled) */
     int prefetch;              /* samples decoded ahead beyond the window (0 = 4 steps' worth, estimated) */
     double attn_tokens;        /* balanced cost model (0 = 512) */
+    int agree_skips;           /* 1: samples whose images did not decode are dropped by the caller's
+                                * loader_drop_samples (every rank's decision); 0: by loader_next_step */
+    int quiet;                 /* 1: no warning on stderr for a skipped sample (another rank reports it) */
 } LoaderConfig;
 
 /* Defaults: policy ffd, window 64, 1 worker, dp 0 of 1, decode_images 1, p 8, patches 16..64. */
@@ -105,7 +116,8 @@ typedef struct {
 typedef struct {
     int64_t steps, microbatches, samples, tokens, patches, supervised; /* samples: all replicas'; microbatches,
                                                                        * tokens, patches, supervised: this one's */
-    int64_t skipped_damaged;   /* corrupt frames (reported on stderr) */
+    int64_t skipped_damaged;   /* corrupt frames, and samples whose images did not decode (dropped from
+                                * their steps: every replica's) */
     int64_t skipped_oversize;  /* samples above microbatch_tokens (with skip_oversize) */
     int64_t epoch;             /* epoch of the last sample handed out */
     int64_t bytes_read;        /* compressed frame bytes read by the workers */
@@ -116,11 +128,25 @@ typedef struct {
     int shards;
 } LoaderStats;
 
+/* A sample of a step whose image did not decode on the rank that decoded it. */
+#define LOADER_WHY_MAX 512
+typedef struct {
+    int replica;              /* the data-parallel replica whose step holds it (its dp_rank) */
+    int mb, slot;             /* its microbatch in that replica's step (0 .. M-1) and its sample there */
+    int64_t sample;           /* its global sample index (Microbatch.sample_index) */
+    char why[LOADER_WHY_MAX]; /* "SHARD sample I (id 'ID'): image K: the decoder's reason" */
+} LoaderSkip;
+
 typedef struct {
     int M;
     Microbatch* mbs;       /* (M), owned by the loader until the next call */
     int64_t n_supervised;  /* sum over the M microbatches: this replica's share of the loss denominator */
     int64_t tokens, patches, samples;
+    /* agree_skips: the samples of this step whose images did not decode here (in step order), still in
+     * their microbatches with zero pixels until loader_drop_samples; owned by the loader. 0 / NULL on a
+     * rank that decodes nothing, and always without agree_skips (dropped already). */
+    int n_undecoded;
+    const LoaderSkip* undecoded;
 } LoaderStep;
 
 typedef struct Loader Loader;
@@ -130,6 +156,14 @@ typedef struct Loader Loader;
 Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err, size_t err_len);
 /* The next step: `microbatches` microbatches, decoded. Returns 0, or -1 with err (fatal damage). */
 int loader_next_step(Loader* L, LoaderStep* step, char* err, size_t err_len);
+/* agree_skips: drop from the step last handed out the samples of v, the job's decision: the union of
+ * every decoding rank's LoaderStep.undecoded for this step (duplicates allowed: the TP ranks of the first
+ * stage decode the same images). Those of this replica (replica == dp_rank) leave their microbatches
+ * (microbatch_drop_samples); all of them are counted in skipped_damaged and leave the sample count, so
+ * every replica holds the same position. *step gets the new sums. Once per step, after loader_next_step
+ * and before the next one; n = 0 is allowed. Returns 0, or -1 with err when an entry names no sample of
+ * this step (ranks that planned different steps). */
+int loader_drop_samples(Loader* L, const LoaderSkip* v, int n, LoaderStep* step, char* err, size_t err_len);
 /* Position after the last step handed out (resume point). This function can't fail. */
 void loader_get_pos(const Loader* L, LoaderPos* pos);
 /* Restart the stream at pos (as loader_open with resume). Returns 0, or -1 with err. */

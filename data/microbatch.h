@@ -37,4 +37,13 @@ typedef struct {
 
 void microbatch_free(Microbatch* mb);
 
+/* Remove the samples s with drop[s] != 0 (S flags) from mb in place: their positions, images and patch
+ * rows go, the rest keep their order, with boundaries, image starts and n_supervised recomputed (a sample's
+ * own positions and targets do not change: positions restart per sample and targets stay inside it).
+ * A microbatch is never left empty (every rank of a pipeline runs the same M microbatches, and an empty
+ * one cannot run): when every sample is dropped, the first stays as a placeholder with every target
+ * ignored (-100, n_supervised 0) and zero pixels, so it adds nothing to the loss or the gradients.
+ * Returns the number of samples removed. */
+int microbatch_drop_samples(Microbatch* mb, const uint8_t* drop);
+
 #endif

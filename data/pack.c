@@ -116,12 +116,11 @@ static RejectReason pack_image(JpegCodec* jc, const PackConfig* c, const char* i
         snprintf(why, why_len, "image '%.1024s': aspect ratio %dx%d is above 200 (Qwen2-VL smart_resize's limit)", path, w, h);
         return REJECT_BAD_IMAGE;
     }
-    int gh, gw, llava = c->prep.kind == IMAGE_PREP_LLAVA;
+    int gh, gw;
     image_prep_grid(&c->prep, h, w, c->patch, c->min_patches, c->max_patches, &gh, &gw);
-    /* decode it fully, at the scale the loader will use (LLaVA's: full size): entropy-coded data is read to
-     * the end (a PNG: at full size, to its IEND) */
-    uint8_t* rgb = image_decode_rgb(jc, *data, *len, llava ? 1 : image_dct_scale(w, h, gw * c->patch, gh * c->patch), &ow,
-                                    &oh, e, sizeof e);
+    /* decode it fully, with the loader's own decode (image_decode_prep: the same scale, LLaVA's full size):
+     * entropy-coded data is read to the end (a PNG: to its IEND) */
+    uint8_t* rgb = image_decode_prep(jc, *data, *len, &c->prep, c->patch, gh, gw, &ow, &oh, e, sizeof e);
     if (!rgb) {
         snprintf(why, why_len, "image '%.1024s': %s", path, e);
         return REJECT_BAD_IMAGE;

@@ -59,3 +59,6 @@ add_test(NAME data_chat_templates COMMAND test_templates ${CMAKE_SOURCE_DIR}/tes
 add_test(NAME data_pack_templates COMMAND bash ${CMAKE_SOURCE_DIR}/tests/pack_templates.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pack_templates)
 set_tests_properties(data_pack_templates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+# shards written from the format for tests (an intact frame whose image does not decode; the sample of a step)
+add_executable(data_shard_tool tests/data_shard_tool.c)
+target_link_libraries(data_shard_tool PRIVATE rrfp_core)

@@ -4,7 +4,8 @@
  *   resize  IN.jpg P MIN MAX OUT  float32 RGB (0..255) after decode + resize; prints "gh gw scale"
  *   patches IN.jpg P MIN MAX OUT  float32 normalised patches (image_load_patches); prints "gh gw"
  *   llava_px IN.jpg SIZE OUT      RGB8 after expand2square + the Pillow-exact bicubic resize to SIZE x SIZE
- *   llava   IN.jpg P SIZE OUT     float32 patches of --image-preprocess llava (image_patches_into_prep) */
+ *   llava   IN.jpg P SIZE OUT     float32 patches of --image-preprocess llava (image_patches_into_prep)
+ * (IN: a JPEG or a PNG) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
         size_t n;
         uint8_t* b = load(argv[2], &n);
         int w, h, S = atoi(argv[3]);
-        uint8_t* rgb = jpeg_decode_rgb(c, b, n, 1, &w, &h, err, sizeof err);
+        ImagePrep prep = {IMAGE_PREP_LLAVA, S};
+        uint8_t* rgb = image_decode_prep(c, b, n, &prep, 1, S, S, &w, &h, err, sizeof err); /* the loader's decode */
         if (!rgb) rr_die("%s: %s", argv[2], err);
         int side = w > h ? w : h;
         uint8_t* sq = mallocCheck((size_t)side * side * 3);

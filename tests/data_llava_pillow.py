@@ -10,7 +10,8 @@ pad) and Hugging Face's CLIPImageProcessor run it:
 2. The normalised patches within 1e-6 of the float64 normalisation of Pillow's bytes (|values| < 2.7:
    a float32 rounding is <= 1.6e-7; a wrong mean, std or channel order misses by > 1e-2).
 Images: python3-skimage's photographs (landscape and portrait: padding both ways), a greyscale JPEG, a
-progressive one, one smaller than SIZE (up-scaled), and SIZE 336 and 224 with patch 14. Exit 77 without
+progressive one, one smaller than SIZE (up-scaled), PNGs (RGBA, palette with transparency, greyscale
+portrait: read as Image.open(f).convert("RGB")), and SIZE 336 and 224 with patch 14. Exit 77 without
 Pillow / numpy."""
 import os
 import subprocess
@@ -42,6 +43,16 @@ for name, im, kw in (("grey.jpg", base.convert("L"), {}),
                      ("small.jpg", base.resize((150, 90)), {})):
     p = os.path.join(WORK, name)
     im.save(p, quality=90, **kw)
+    extra.append(p)
+# PNGs (LLaVA's mixes hold them beside JPEGs): RGBA (alpha dropped, as convert("RGB")), a palette with
+# transparency, greyscale; decoded by the same function as the JPEGs
+small = base.resize((base.size[0] // 3, base.size[1] // 4))
+alpha = Image.linear_gradient("L").resize(small.size)
+for name, im, kw in (("rgba.png", Image.merge("RGBA", small.split() + (alpha,)), {}),
+                     ("palette.png", small.quantize(colors=50), {"transparency": 3}),
+                     ("grey.png", small.convert("L").transpose(Image.Transpose.ROTATE_90 if hasattr(Image, "Transpose") else Image.ROTATE_90), {})):
+    p = os.path.join(WORK, name)
+    im.save(p, **kw)
     extra.append(p)
 images = photos[:4] + extra
 

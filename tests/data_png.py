@@ -13,6 +13,8 @@
 4. pack: a manifest of JPEGs, PNGs and the bad PNGs packs the good ones, names every bad one with its
    record and reason and skips it; `rrfp-mm train` then reads the PNG samples (their images decoded by
    the loader) for 2 steps.
+5. The same manifest packed with --image-preprocess llava trains 4 steps with no sample skipped: the PNGs
+   decode at load time under LLaVA's preprocessing as they did in pack (one decode function).
 usage: data_png.py DATA_IMAGE_TOOL RRFP_MM WORKDIR
 """
 import io, json, os, resource, shutil, struct, subprocess, sys, zlib
@@ -181,6 +183,33 @@ else:
     if rank["images_decoded"] < 4:
         fail("the loader decoded %d images" % rank["images_decoded"])
     print("pack + train: 12 records (6 PNG) packed, 3 bad PNGs named and skipped; 2 steps decoded %d images" % rank["images_decoded"])
+
+# 5. the same manifest packed with --image-preprocess llava (LLaVA-1.5's padding and CLIP normalisation): the
+# loader decodes the PNGs with the decode pack used (they were once every one skipped as "not a JPEG" at load
+# time, a run on half the data with exit 0); on_error = skip, so a skip would show in the metrics
+r = subprocess.run([EXE, "pack", "--manifest", man, "--images", img, "--tokenizer", tok, "--out",
+                    os.path.join(W, "llava-shards"), "--patch", "8", "--image-preprocess", "llava", "--image-size", "24"],
+                   capture_output=True, text=True)
+if r.returncode != 0:
+    fail("pack --image-preprocess llava failed: %s" % (r.stdout + r.stderr)[-800:])
+L = S + ["--set", "data.shards=" + os.path.join(W, "llava-shards"), "--set", "data.on_error=skip", "--set",
+          "data.min_patches=9", "--set", "data.max_patches=9", "--set", "train.steps=4", "--set",
+          "train.run_dir=" + os.path.join(W, "run-llava")]  # a later --set of a key wins
+r = subprocess.run([EXE, "train", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "llava.ini")] + L,
+                   capture_output=True, text=True)
+log = r.stdout + r.stderr
+if r.returncode != 0:
+    fail("training on the llava PNG + JPEG shards failed: %s" % log[-800:])
+else:
+    rows = [json.loads(l) for l in open(os.path.join(W, "run-llava", "metrics.jsonl"))]
+    rank = json.load(open(os.path.join(W, "run-llava", "rank-0.json")))
+    warned = [l for l in log.split("\n") if "skipped" in l and "data:" in l]
+    if rows[-1]["skipped"] != 0 or warned:
+        fail("llava shards: %d samples skipped in %d steps (%s)" % (rows[-1]["skipped"], len(rows), "; ".join(warned[:3])))
+    if rank["images_decoded"] < 12:
+        fail("llava shards: the loader decoded %d images in 4 steps over 12 records (6 PNG)" % rank["images_decoded"])
+    print("pack --image-preprocess llava + train: 4 steps, %d images decoded (JPEG and PNG), 0 skipped"
+          % rank["images_decoded"])
 if failed:
     sys.exit(1)
 print("data png: ok")

@@ -217,3 +217,9 @@ add_test(NAME tp_train_pp2tp1dp2_tied
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_train_tied_dp 2 1 2 2
                  --set model.text_layers=4 --set model.tie_embeddings=true --set model.text_kv_heads=1)
 set_tests_properties(tp_train_pp2tp1dp2_tied PROPERTIES LABELS mpi TIMEOUT 500)
+# a sample whose frame is intact but whose image does not decode, at one process, pp 2, pp 2 x tp 2 and dp 2:
+# completes, names it once, the same plan everywhere, resume before and after it bit for bit
+add_test(NAME pipeline_skips
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "pipeline skips: ok" ${CMAKE_SOURCE_DIR}/tests/pipeline_skips.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} $<TARGET_FILE:data_shard_tool> ${CMAKE_CURRENT_BINARY_DIR}/pipeline_skips)
+set_tests_properties(pipeline_skips PROPERTIES LABELS mpi TIMEOUT 400)

@@ -26,6 +26,7 @@
 
 #include "check.h"
 #include "util/proc.h"
+#include "util/shard_damage.h"
 
 static const char* BIN;
 static char WORK[1024];
@@ -230,6 +231,195 @@ static void flip_byte(const char* path, long off) {
     fseek(f, off, SEEK_SET);
     fputc(c ^ 0x40, f);
     fclose(f);
+}
+
+/* A digest of a microbatch's plan: ids, targets, positions, samples, grids (no pixels). */
+static uint64_t mb_digest_plan(const Microbatch* mb) {
+    uint64_t h = 1469598103934665603ull;
+    h = h * 31 + rr_fnv1a64(mb->ids, sizeof(int32_t) * mb->T);
+    h = h * 31 + rr_fnv1a64(mb->targets, sizeof(int32_t) * mb->T);
+    h = h * 31 + rr_fnv1a64(mb->pos, sizeof(int32_t) * mb->T);
+    h = h * 31 + rr_fnv1a64(mb->sample_index, sizeof(int64_t) * mb->S);
+    h = h * 31 + rr_fnv1a64(mb->grid_h, sizeof(int32_t) * mb->I);
+    h = h * 31 + rr_fnv1a64(mb->img_lm_start, sizeof(int32_t) * mb->I);
+    h = h * 31 + (uint64_t)mb->n_supervised;
+    return h;
+}
+
+/* Section 8 of main (see there). */
+static void undecodable_image(const char* shards, int N) {
+    char dir[1200], in[1300], out[1300], err[2048];
+    snprintf(dir, sizeof dir, "%s/undecodable", WORK);
+    RR_ASSERT(rr_remove_tree(dir) == 0 && proc_copy_dir(shards, dir) == 0);
+    snprintf(in, sizeof in, "%s/shard-00001.rrs", shards);
+    snprintf(out, sizeof out, "%s/shard-00001.rrs", dir);
+    Shard s;
+    RR_ASSERT(shard_open(in, &s, err, sizeof err) == 0);
+    uint64_t which = 5;
+    while (which < s.n && s.entries[which].n_images == 0) which++;
+    RR_ASSERT(which < s.n);
+    char victim[256];
+    snprintf(victim, sizeof victim, "%s", s.ids + s.entries[which].id_off);
+    shard_close(&s);
+    RR_ASSERT(shard_copy_damaged(in, out, which, err, sizeof err) == 0);
+    int64_t g_victim = -1;
+    for (int i = 0; i < N; i++)
+        if (!strcmp(g_ids_by_global[i], victim)) g_victim = i;
+    RR_ASSERT(g_victim >= 0);
+
+    /* (a) alone: against the intact shards, step by step over more than an epoch */
+    LoaderConfig c = base_cfg(dir), ci = base_cfg(shards);
+    c.microbatch_tokens = ci.microbatch_tokens = 1024; /* an epoch in fewer steps */
+    Loader* A = loader_open(&c, NULL, err, sizeof err);
+    Loader* I = loader_open(&ci, NULL, err, sizeof err);
+    RR_ASSERT(A && I);
+    /* (b) agree_skips: a decoding rank and one that decodes nothing; (c) 2 replicas of 2 microbatches against
+     * one process of 4 (deferred decoding) */
+    LoaderConfig cd = c, cp = c, c4 = c, cr[2];
+    cd.agree_skips = 1, cd.quiet = 1;
+    cp.agree_skips = 1, cp.decode_images = 0;
+    c4.microbatches = 4, c4.quiet = 1;
+    Loader* D = loader_open(&cd, NULL, err, sizeof err);
+    Loader* P = loader_open(&cp, NULL, err, sizeof err);
+    Loader* O4 = loader_open(&c4, NULL, err, sizeof err);
+    Loader* R[2];
+    for (int r = 0; r < 2; r++) {
+        cr[r] = c4;
+        cr[r].microbatches = 2, cr[r].dp_rank = r, cr[r].dp_size = 2, cr[r].agree_skips = 1, cr[r].quiet = 1;
+        R[r] = loader_open(&cr[r], NULL, err, sizeof err);
+        RR_ASSERT(R[r]);
+    }
+    RR_ASSERT(D && P && O4);
+    int occurrences = 0, victim_out = 0, plan_bad = 0, agree_bad = 0, dp_bad = 0, found_dp = 0;
+    int64_t supervised_lost = 0;
+    fprintf(stderr, "(warnings naming %s sample %llu, id '%s', are expected below)\n", out, (unsigned long long)which, victim);
+    for (int st = 0; st < 30; st++) {
+        LoaderStep sa, si, sd, sp, s4, sr[2];
+        RR_ASSERT(loader_next_step(A, &sa, err, sizeof err) == 0 && loader_next_step(I, &si, err, sizeof err) == 0);
+        RR_ASSERT(loader_next_step(D, &sd, err, sizeof err) == 0 && loader_next_step(P, &sp, err, sizeof err) == 0);
+        RR_ASSERT(loader_next_step(O4, &s4, err, sizeof err) == 0);
+        for (int r = 0; r < 2; r++) RR_ASSERT(loader_next_step(R[r], &sr[r], err, sizeof err) == 0);
+        /* the intact plan minus the victim, microbatch by microbatch */
+        int here = 0;
+        for (int m = 0; m < si.M; m++) {
+            const Microbatch *a = &sa.mbs[m], *b = &si.mbs[m];
+            int j = 0;
+            for (int k = 0; k < b->S; k++) {
+                if (b->sample_index[k] == g_victim) {
+                    here++;
+                    for (int t = b->cu_seqlens[k]; t < b->cu_seqlens[k + 1]; t++) supervised_lost += b->targets[t] != -100;
+                    continue;
+                }
+                if (j >= a->S || a->sample_index[j] != b->sample_index[k]) plan_bad++;
+                j++;
+            }
+            if (j != a->S) plan_bad++;
+            for (int k = 0; k < a->S; k++) victim_out += a->sample_index[k] == g_victim;
+            check_microbatch(a, c.patch, c.min_patches, c.max_patches, c.microbatch_tokens, 1);
+        }
+        occurrences += here;
+        CHECK(sd.n_undecoded == here && sp.n_undecoded == 0, "step %d: %d undecoded samples found by the decoding rank, "
+              "%d by the other, the victim %d times in the step", st + 1, sd.n_undecoded, sp.n_undecoded, here);
+        CHECK(sa.n_undecoded == 0, "alone, the step still lists undecoded samples");
+        for (int i = 0; i < sd.n_undecoded; i++)
+            CHECK(sd.undecoded[i].sample == g_victim && strstr(sd.undecoded[i].why, "shard-00001.rrs sample") &&
+                      strstr(sd.undecoded[i].why, victim) && strstr(sd.undecoded[i].why, "image 0: corrupt JPEG"),
+                  "undecoded entry: %s", sd.undecoded[i].why);
+        /* every rank gets the decoding rank's findings: the same steps as alone */
+        if (loader_drop_samples(D, sd.undecoded, sd.n_undecoded, &sd, err, sizeof err) != 0 ||
+            loader_drop_samples(P, sd.undecoded, sd.n_undecoded, &sp, err, sizeof err) != 0) {
+            CHECK(0, "loader_drop_samples: %s", err);
+            break;
+        }
+        for (int m = 0; m < sa.M; m++) {
+            if (mb_digest_plan(&sd.mbs[m]) != mb_digest_plan(&sa.mbs[m]) || mb_digest(&sd.mbs[m]) != mb_digest(&sa.mbs[m]) ||
+                mb_digest_plan(&sp.mbs[m]) != mb_digest_plan(&sa.mbs[m]))
+                agree_bad++;
+        }
+        CHECK(sd.n_supervised == sa.n_supervised && sp.n_supervised == sa.n_supervised && sd.samples == sa.samples &&
+                  sp.samples == sa.samples && sd.tokens == sa.tokens, "step %d: the sums differ", st + 1);
+        LoaderPos pa, pi, pd, pp;
+        loader_get_pos(A, &pa), loader_get_pos(I, &pi), loader_get_pos(D, &pd), loader_get_pos(P, &pp);
+        CHECK(pa.stream_pos == pi.stream_pos && pa.group_done == pi.group_done && pa.steps == pi.steps,
+              "step %d: the position moved off the intact shards' plan", st + 1);
+        CHECK(!memcmp(&pa, &pd, sizeof pa) && !memcmp(&pa, &pp, sizeof pa), "step %d: positions differ across ranks", st + 1);
+        /* replicas: the union of both replicas' findings, dropped by both */
+        LoaderSkip u[8];
+        int nu = 0;
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < sr[r].n_undecoded && nu < 8; i++) u[nu++] = sr[r].undecoded[i];
+        found_dp += nu;
+        for (int r = 0; r < 2; r++)
+            if (loader_drop_samples(R[r], u, nu, &sr[r], err, sizeof err) != 0) CHECK(0, "replica %d: %s", r, err);
+        for (int r = 0; r < 2; r++)
+            for (int m = 0; m < 2; m++) dp_bad += mb_digest(&sr[r].mbs[m]) != mb_digest(&s4.mbs[m * 2 + r]);
+        LoaderPos p4, pr0, pr1;
+        loader_get_pos(O4, &p4), loader_get_pos(R[0], &pr0), loader_get_pos(R[1], &pr1);
+        CHECK(!memcmp(&p4, &pr0, sizeof p4) && !memcmp(&p4, &pr1, sizeof p4), "step %d: replica positions differ", st + 1);
+    }
+    LoaderStats sta;
+    loader_stats(A, &sta);
+    CHECK(occurrences >= 2, "the victim came up %d times in 30 steps (expected several epochs)", occurrences);
+    CHECK(victim_out == 0, "the undecodable sample was handed out %d times", victim_out);
+    CHECK(plan_bad == 0, "%d microbatches are not the intact plan minus the sample", plan_bad);
+    CHECK(sta.skipped_damaged == occurrences, "skipped_damaged %lld, the sample came up %d times",
+          (long long)sta.skipped_damaged, occurrences);
+    CHECK(agree_bad == 0, "%d microbatches differ between the decoding rank, the other and the lone loader", agree_bad);
+    CHECK(dp_bad == 0 && found_dp >= 2, "replicas: %d microbatches differ from one process's; %d findings", dp_bad, found_dp);
+    /* resume: a position after a drop replays the same steps */
+    LoaderPos mid;
+    loader_get_pos(A, &mid);
+    Loader* B = loader_open(&c, &mid, err, sizeof err);
+    RR_ASSERT(B);
+    uint64_t ha = digest_steps(A, 12), hb = digest_steps(B, 12);
+    CHECK(ha == hb, "resumed from a position after the drops: other steps");
+    loader_close(B);
+    printf("undecodable image: %d occurrences of '%s' dropped from their steps (%lld supervised targets), the rest "
+           "the intact plan bit for bit; a rank without pixels and 2 replicas drop the same; resume equal\n",
+           occurrences, victim, (long long)supervised_lost);
+    loader_close(A), loader_close(I), loader_close(D), loader_close(P), loader_close(O4);
+    loader_close(R[0]), loader_close(R[1]);
+
+    /* (d) microbatch_drop_samples: dropping every other sample leaves microbatches equal to the manifest
+     * sample by sample; dropping all leaves the first as a placeholder that trains nothing */
+    c = base_cfg(shards);
+    Loader* L = loader_open(&c, NULL, err, sizeof err);
+    LoaderStep st;
+    RR_ASSERT(L && loader_next_step(L, &st, err, sizeof err) == 0);
+    for (int m = 0; m < st.M; m++) {
+        Microbatch* mb = &st.mbs[m];
+        uint8_t drop[512] = {0};
+        RR_ASSERT(mb->S <= 512);
+        int S = mb->S;
+        for (int k = 1; k < S; k += 2) drop[k] = 1;
+        CHECK(microbatch_drop_samples(mb, drop) == S / 2 && mb->S == S - S / 2, "dropped %d of %d", S / 2, S);
+        check_microbatch(mb, c.patch, c.min_patches, c.max_patches, c.microbatch_tokens, 1);
+        memset(drop, 1, sizeof drop);
+        int64_t first = mb->sample_index[0];
+        int T0 = mb->cu_seqlens[1], Np0 = mb->I ? mb->img_cu_patches[0] : 0;
+        (void)Np0;
+        int dropped = microbatch_drop_samples(mb, drop), zero = 1, ignored = 1;
+        for (int t = 0; t < mb->T; t++) ignored &= mb->targets[t] == -100;
+        for (size_t i = 0; mb->patches && i < (size_t)mb->Np * 3 * c.patch * c.patch; i++) zero &= mb->patches[i] == 0.0f;
+        CHECK(dropped == S - S / 2 - 1 && mb->S == 1 && mb->sample_index[0] == first && mb->T == T0 && mb->n_supervised == 0 &&
+                  ignored && zero && mb->cu_seqlens[1] == mb->T && mb->img_cu_patches[mb->I] == mb->Np,
+              "the placeholder: S %d, T %d (expected %d), n_supervised %d, targets ignored %d, pixels zero %d", mb->S,
+              mb->T, T0, mb->n_supervised, ignored, zero);
+    }
+    loader_close(L);
+
+    /* (e) fatal_errors: the step fails naming shard, index, id and the decoder's reason */
+    c = base_cfg(dir);
+    c.fatal_errors = 1;
+    L = loader_open(&c, NULL, err, sizeof err);
+    RR_ASSERT(L);
+    int rc = 0;
+    for (int i = 0; i < 400 && rc == 0; i++) rc = loader_next_step(L, &st, err, sizeof err);
+    char want[64];
+    snprintf(want, sizeof want, "shard-00001.rrs sample %llu ", (unsigned long long)which);
+    CHECK(rc == -1 && strstr(err, want) && strstr(err, victim) && strstr(err, "corrupt JPEG") && strstr(err, "data.on_error"),
+          "fatal undecodable image: %s", err);
+    loader_close(L);
 }
 
 /* --check-shards SHARDS MANIFEST IMAGES TOK P MIN MAX: one epoch of every policy over the shards, each
@@ -858,6 +1048,12 @@ int main(int argc, char** argv) {
               "fatal damage message: %s", err);
         loader_close(L);
     }
+    /* 8. an intact frame whose image does not decode (pack decoded it; this copy's bytes do not): no decode
+     *    changes the plan (steps and positions are the intact shards'); the sample is dropped from its step
+     *    and counted; a rank that decodes nothing (decode_images = 0) and replicas that decode other
+     *    microbatches drop exactly the same samples when given the decoding ranks' findings (agree_skips);
+     *    a microbatch whose every sample is dropped keeps a harmless placeholder; fatal_errors names it. */
+    undecodable_image(shards, N);
     /* truncated shard, wrong magic, damaged index, damaged header: the shard is refused by name */
     {
         snprintf(path, sizeof path, "%s/shard-00000.rrs", shards);

@@ -41,8 +41,10 @@ int trainer_source_synthetic(BatchSource* src, const Recipe* r, int vocab, int h
     return batch_source_synthetic(src, &c, vocab, err, err_len);
 }
 
-int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
-                          int decode_images, int dp_rank, int dp_size, char* err, size_t err_len) {
+/* trainer_source_shards; agree = 1: samples whose images do not decode are left to the trainer's decision
+ * (trainer_agree_skips), and with quiet = 1 this rank reports no skip (the log rank does). */
+static int source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
+                         int decode_images, int dp_rank, int dp_size, int agree, int quiet, char* err, size_t err_len) {
     LoaderConfig c;
     loader_config_default(&c);
     c.shards = shards;
@@ -66,7 +68,14 @@ int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards,
     c.fatal_errors = !strcmp(r->on_error, "fatal");
     c.skip_oversize = 0;
     c.decode_images = decode_images;
+    c.agree_skips = agree;
+    c.quiet = quiet;
     return batch_source_shards(src, &c, err, err_len);
+}
+
+int trainer_source_shards(BatchSource* src, const Recipe* r, const char* shards, uint64_t tok_hash, int eval,
+                          int decode_images, int dp_rank, int dp_size, char* err, size_t err_len) {
+    return source_shards(src, r, shards, tok_hash, eval, decode_images, dp_rank, dp_size, 0, 0, err, err_len);
 }
 
 static int trainer_vocab(const Recipe* r, int* vocab, uint64_t* tok_hash, char* err, size_t err_len);
@@ -550,8 +559,8 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     } else {
         int rc = !strcmp(r->source, "synthetic")
                      ? trainer_source_synthetic(&t->src, r, vocab, 0, t->grid.d, t->grid.dp, err, err_len)
-                     : trainer_source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, t->grid.d,
-                                             t->grid.dp, err, err_len);
+                     : source_shards(&t->src, r, r->shards, t->tok_hash, 0, t->ex->decode_images, t->grid.d,
+                                     t->grid.dp, 1, !t->ex->log_rank, err, err_len);
         if (rc != 0) {
             if (strcmp(r->source, "synthetic") != 0) trainer_demo_hint(r->shards, err, err_len);
             return -1;
@@ -570,8 +579,8 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
          * pass in stream order */
         int rc = !strcmp(r->source, "synthetic")
                      ? trainer_source_synthetic(&t->eval_src, r, vocab, 1, t->grid.d, t->grid.dp, err, err_len)
-                     : trainer_source_shards(&t->eval_src, r, r->eval_shards, t->tok_hash, 1, t->ex->decode_images,
-                                             t->grid.d, t->grid.dp, err, err_len);
+                     : source_shards(&t->eval_src, r, r->eval_shards, t->tok_hash, 1, t->ex->decode_images,
+                                     t->grid.d, t->grid.dp, 1, !t->ex->log_rank, err, err_len);
         if (rc != 0) {
             size_t l = strlen(err);
             snprintf(err + l, err_len - l, " (data.eval_shards, for train.eval_every)");
@@ -623,6 +632,66 @@ static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, d
     return 0;
 }
 
+/* The job's decision on the samples of the step just drawn from src whose images did not decode (data/loader.h,
+ * "Images that do not decode"). Only some ranks decode pixels (the first pipeline stage's TP ranks; under DP
+ * each replica its own microbatches), so what each of them found travels to every rank of the job before
+ * any rank uses the step's shapes, as the TP leader's choices travel to its peers: every rank drops the
+ * union (those of its replica from its microbatches, and counts them all, so the positions agree), and no
+ * rank infers another's decision from data it did not see. One all-reduce of the largest count per step;
+ * when a rank found one, a second of fixed-size records, each rank's in its own slot and zeros elsewhere,
+ * so the sum is every rank's records. The log rank names each sample once. Collective over the world. */
+enum { SKIP_WORDS = 5 + LOADER_WHY_MAX / 8 }; /* valid, replica, mb, slot, sample, the reason's bytes */
+_Static_assert(LOADER_WHY_MAX % 8 == 0, "a skip record's reason fills whole int64 words");
+static int trainer_agree_skips(Trainer* t, BatchSource* src, StepPlan* plan, char* err, size_t err_len) {
+    if (!src->undecoded) return 0; /* the same source (and so the same answer) on every rank */
+    const LoaderSkip* mine = NULL;
+    int n_mine = src->undecoded(src, &mine), W = t->grid.pp * t->grid.tp * t->grid.dp;
+    int64_t nmax = n_mine;
+    char e[512];
+    if (W > 1 && comm_grid_allreduce_all(&t->grid, &nmax, 1, COMM_I64, COMM_MAX, e, sizeof e) != 0) {
+        snprintf(err, err_len, "step %lld: sharing the samples whose images did not decode: %s", (long long)(t->step + 1), e);
+        return -1;
+    }
+    if (nmax == 0) return 0;
+    size_t words = (size_t)W * (size_t)nmax * SKIP_WORDS;
+    int64_t* buf = callocCheck(words, sizeof(int64_t));
+    for (int i = 0; i < n_mine; i++) {
+        int64_t* r = buf + ((size_t)t->grid.rank * (size_t)nmax + (size_t)i) * SKIP_WORDS;
+        r[0] = 1, r[1] = mine[i].replica, r[2] = mine[i].mb, r[3] = mine[i].slot, r[4] = mine[i].sample;
+        memcpy(r + 5, mine[i].why, LOADER_WHY_MAX);
+    }
+    if (W > 1 && comm_grid_allreduce_all(&t->grid, buf, words, COMM_I64, COMM_SUM, e, sizeof e) != 0) {
+        snprintf(err, err_len, "step %lld: sharing the samples whose images did not decode: %s", (long long)(t->step + 1), e);
+        free(buf);
+        return -1;
+    }
+    LoaderSkip* all = callocCheck((size_t)W * (size_t)nmax, sizeof(LoaderSkip));
+    int n = 0;
+    for (size_t k = 0; k < (size_t)W * (size_t)nmax; k++) {
+        const int64_t* r = buf + k * SKIP_WORDS;
+        if (r[0] != 1) continue;
+        all[n] = (LoaderSkip){.replica = (int)r[1], .mb = (int)r[2], .slot = (int)r[3], .sample = r[4]};
+        memcpy(all[n].why, r + 5, LOADER_WHY_MAX);
+        all[n].why[LOADER_WHY_MAX - 1] = 0;
+        n++;
+    }
+    free(buf);
+    int64_t before = src->skipped(src);
+    int rc = src->drop(src, all, n, plan, err, err_len);
+    if (rc == 0 && t->ex->log_rank) {
+        /* once per sample: the first stage's TP ranks find the same ones (ranks in order, a sample's first) */
+        int64_t k = before;
+        for (int i = 0; i < n; i++) {
+            int dup = 0;
+            for (int j = 0; j < i && !dup; j++)
+                dup = all[j].replica == all[i].replica && all[j].mb == all[i].mb && all[j].slot == all[i].slot;
+            if (!dup) rr_warn("data: %s; skipped (%lld damaged so far)", all[i].why, (long long)++k);
+        }
+    }
+    free(all);
+    return rc;
+}
+
 /* train.eval_every: the held-out loss of the current parameters, through the step executor (so under
  * any layout) with loss scale 0: the gradients it leaves are zero and the next step zeroes them anyway;
  * the DP hooks run so that no bucket of it stays in flight. The training stream is not touched. Every
@@ -636,7 +705,9 @@ static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len)
     int64_t sup = 0, seen = 0;
     while (seen < t->eval_target) {
         StepPlan plan;
-        if (t->eval_src.next(&t->eval_src, &plan, err, err_len) != 0) return -1;
+        if (t->eval_src.next(&t->eval_src, &plan, err, err_len) != 0 ||
+            trainer_agree_skips(t, &t->eval_src, &plan, err, err_len) != 0)
+            return -1;
         /* this replica's samples as its microbatches hold them (the masking below counts the same way) */
         int64_t mine = 0;
         for (int m = 0; m < plan.M; m++) mine += plan.mbs[m].S;
@@ -705,7 +776,8 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     double t0 = rr_now();
     StepPlan plan;
     if (step_exec_check_compute(ex, err, err_len) != 0) return -1;
-    if (t->src.next(&t->src, &plan, err, err_len) != 0) return -1;
+    if (t->src.next(&t->src, &plan, err, err_len) != 0 || trainer_agree_skips(t, &t->src, &plan, err, err_len) != 0)
+        return -1;
     double t_data = rr_now() - t0;
     /* The global step: every replica's plan, summed before the first forward (the loss denominator). */
     int64_t tot[4] = {plan.n_supervised, plan.tokens, plan.patches, plan.samples};
