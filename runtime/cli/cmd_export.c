@@ -9,6 +9,7 @@
 
 #include "runtime/cli/cli.h"
 #include "runtime/train/import_llava.h"
+#include "runtime/train/outguard.h"
 
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
@@ -24,7 +25,10 @@ static void export_usage(FILE* f) {
                "the vocabulary grows to V + 1 rounded up to a multiple of M (--pad-vocab, default 64, as llava-hf's\n"
                "32064), the new embedding and lm_head rows are the mean of the trained rows, and the tokenizer.json\n"
                "written holds <image>. Refused for a model with no Hugging Face equivalent (model.vision_arch =\n"
-               "rope2d).\n");
+               "rope2d).\n"
+               "HF_DIR must not exist; it is built as HF_DIR.tmp.PID and renamed when complete. Refused before\n"
+               "anything is read: a path inside the checkpoint, inside any checkpoint folder, named like a\n"
+               "checkpoint beside a run's checkpoints, or a run folder's own entry (docs/reliability.md).\n");
 }
 
 int cmd_export(int argc, char** argv) {
@@ -106,6 +110,16 @@ int cmd_export(int argc, char** argv) {
     }
     HfExport info;
     char err[2048];
+    GuardInputs in = {0}; /* the output guard, before anything is read */
+    guard_inputs_add(&in, ckpt, "the checkpoint", 1);
+    guard_inputs_add(&in, recipe, "the recipe", 0);
+    guard_inputs_add(&in, tok, "the tokenizer", 0);
+    int rc = guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err);
+    guard_inputs_free(&in);
+    if (rc != 0) {
+        fprintf(stderr, "rrfp-mm export: %s\n", err);
+        return 2;
+    }
     if (export_hf(ckpt, recipe, out, tok, image_id, add_image ? (int)pad_vocab : 0, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: export hf: %s\n", err);
         return 1;

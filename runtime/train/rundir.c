@@ -198,6 +198,16 @@ static int rundir_clear(const char* run_dir, const char* ckpt_root, FILE* note, 
     return rundir_move_aside(run_dir, stamp, NULL, note, err, err_len);
 }
 
+int rundir_own_file(const char* name) {
+    static const char* exact[] = {"run.json", "recipe.ini", "metrics.jsonl", ".lock", "checkpoints"};
+    static const char* prefix[] = {"rank-", "trace-rank", "dump-", "previous-"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (!strcmp(name, exact[i])) return 1;
+    for (size_t i = 0; i < sizeof prefix / sizeof prefix[0]; i++)
+        if (!strncmp(name, prefix[i], strlen(prefix[i]))) return 1;
+    return 0;
+}
+
 int rundir_latest(const char* run_dir, const char* ckpt_root, char* out, size_t out_len, char* err, size_t err_len) {
     char id[RUN_ID_LEN];
     if (rundir_read_id(run_dir, id, sizeof id, err, err_len) < 0) return -1;

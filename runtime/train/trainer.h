@@ -100,6 +100,7 @@ typedef struct {
     double loss;         /* mean CE over supervised targets */
     int64_t supervised;
     int candidates;      /* 0 when candidate scoring does not apply */
+    int64_t skipped;     /* held-out samples skipped (damaged): each sample counts once, never twice */
 } EvalResult;
 /* Evaluate t's current parameters (t from trainer_init with eval_only) on up to max_samples held-out
  * samples: the synthetic source's held-out stream, or data.eval_shards. predictions (may be NULL) gets
