@@ -59,6 +59,7 @@ typedef struct {
     int64_t steps_timed;
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
+    int ckpt_lock_fd; /* the checkpoint folder's .lock held by world rank 0 (-1: none, or the run folder's) */
     uint64_t run_id;  /* this job's identity in its checkpoints' files (world rank 0's, broadcast) */
     BatchSource eval_src; /* train.eval_every: the held-out stream, this replica's share (free NULL: none) */
     char* eval_pos;       /* its position at the start: every evaluation scores the same samples */
