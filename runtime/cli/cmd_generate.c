@@ -325,26 +325,25 @@ static int generate_out_check(const Recipe* r, const char* ckpt, const char* man
     if (strcmp(ckpt, "latest") && strcmp(ckpt, "auto")) guard_inputs_add(&in, ckpt, "the checkpoint", 1);
     guard_inputs_add(&in, manifest, "the manifest", 0);
     guard_inputs_add(&in, images, "the --images folder", 0);
+    int rc = guard_output("--out", out, GUARD_OUT_FILE, NULL, &in, err, err_len) != 0 ? 2 : 0;
+    guard_inputs_free(&in);
+    /* the image of every record to answer (one at a time: a manifest names hundreds of thousands) */
+    struct stat sb;
     int n = m->n;
     if (samples > 0 && samples < n) n = (int)samples;
-    for (int i = 0; i < n; i++) {
+    int exists = stat(out, &sb) == 0; /* a file yet to be made is no image */
+    for (int i = 0; !rc && exists && i < n; i++) {
         const cJSON* img = m->recs[i].rec ? cJSON_GetObjectItemCaseSensitive(m->recs[i].rec, "image") : NULL;
         const cJSON* first = cJSON_IsArray(img) ? img->child : img;
-        for (const cJSON* it = first; it; it = cJSON_IsArray(img) ? it->next : NULL) {
-            char e[512];
+        for (const cJSON* it = first; it && !rc; it = cJSON_IsArray(img) ? it->next : NULL) {
+            char e[512], what[64];
             char* p = cJSON_IsString(it) ? generate_image_path(images, it->valuestring, e, sizeof e) : NULL;
-            if (p) {
-                char what[64];
-                snprintf(what, sizeof what, "an image of record %d", i + 1);
-                guard_inputs_add(&in, p, what, 0);
-            }
+            snprintf(what, sizeof what, "an image of record %d", i + 1);
+            if (p && guard_output_input("--out", out, p, what, err, err_len) != 0) rc = 2;
             free(p);
         }
     }
-    int rc = guard_output("--out", out, GUARD_OUT_FILE, NULL, &in, err, err_len) != 0 ? 2 : 0;
-    guard_inputs_free(&in);
     if (rc) return rc;
-    struct stat sb;
     if (resume) return answered_load(out, done, err, err_len) != 0 ? 1 : 0;
     if (stat(out, &sb) == 0 && sb.st_size > 0) {
         snprintf(err, err_len, "--out '%s' already holds answers (%lld bytes): --resume continues it (the question ids "

@@ -149,6 +149,26 @@ static int og_checkpoint_entry(const char* name) {
            !strncmp(name, ".old.", 5) || !strcmp(name, ".lock");
 }
 
+/* out (stat so, when it exists) is input file `path`. */
+static int og_is_input(const char* out, const struct stat* so, const char* path) {
+    struct stat si;
+    return !strcmp(out, path) || (so && stat(path, &si) == 0 && so->st_dev == si.st_dev && so->st_ino == si.st_ino);
+}
+
+static void og_input_err(const char* flag, const char* out, const char* what, const char* path, char* err,
+                         size_t err_len) {
+    snprintf(err, err_len, "%s '%s' is %s '%s'; refusing to overwrite an input (give another path)", flag, out, what,
+             path);
+}
+
+int guard_output_input(const char* flag, const char* out, const char* path, const char* what, char* err,
+                       size_t err_len) {
+    struct stat so;
+    if (stat(out, &so) != 0 || !og_is_input(out, &so, path)) return 0;
+    og_input_err(flag, out, what, path, err, err_len);
+    return -1;
+}
+
 int guard_output(const char* flag, const char* out, GuardOutKind kind, const char* pattern, const GuardInputs* in,
                  char* err, size_t err_len) {
     if (!out || !out[0]) {
@@ -157,12 +177,13 @@ int guard_output(const char* flag, const char* out, GuardOutKind kind, const cha
     }
     char ro[PATH_MAX];
     og_resolve(out, ro, sizeof ro);
+    struct stat so;
+    int exists = stat(out, &so) == 0;
     /* an input: the same file, or inside a sealed folder */
     for (int i = 0; in && i < in->n; i++) {
         const GuardInput* g = &in->v[i];
-        if (guard_same_file(out, g->path)) {
-            snprintf(err, err_len, "%s '%s' is %s '%s'; refusing to overwrite an input (give another path)", flag, out,
-                     g->what, g->path);
+        if (og_is_input(out, exists ? &so : NULL, g->path)) {
+            og_input_err(flag, out, g->what, g->path, err, err_len);
             return -1;
         }
         char ri[PATH_MAX];
@@ -175,8 +196,6 @@ int guard_output(const char* flag, const char* out, GuardOutKind kind, const cha
             }
         }
     }
-    struct stat so;
-    int exists = stat(out, &so) == 0;
     if (kind == GUARD_OUT_FILE && exists && S_ISDIR(so.st_mode)) {
         snprintf(err, err_len, "%s '%s' is a folder; a file path is expected (e.g. '%s/%s')", flag, out, out,
                  "NAME");

@@ -51,5 +51,9 @@ int guard_same_file(const char* a, const char* b);
  * removes there. Returns 0, or -1 with a message naming the flag, the path and what it would overwrite. */
 int guard_output(const char* flag, const char* out, GuardOutKind kind, const char* pattern, const GuardInputs* in,
                  char* err, size_t err_len);
+/* The same check of `out` against one more input file (identity only), for inputs too many to list (the
+ * images of a large manifest): call it for each after guard_output. A missing `out` is no input. */
+int guard_output_input(const char* flag, const char* out, const char* path, const char* what, char* err,
+                       size_t err_len);
 
 #endif
