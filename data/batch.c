@@ -86,6 +86,13 @@ static int64_t shard_images_decoded(BatchSource* src) {
     return st.images_decoded;
 }
 
+static int64_t shard_samples(BatchSource* src) {
+    ShardSource* ss = src->self;
+    LoaderStats st;
+    loader_stats(ss->L, &st);
+    return st.samples;
+}
+
 static void shard_free(BatchSource* src) {
     ShardSource* ss = src->self;
     loader_close(ss->L);
@@ -108,6 +115,7 @@ int batch_source_shards(BatchSource* src, const LoaderConfig* c, char* err, size
     src->seek = shard_seek;
     src->skipped = shard_skipped;
     src->images_decoded = shard_images_decoded;
+    src->samples = shard_samples;
     src->sample_id = shard_sample_id;
     if (c->agree_skips) src->undecoded = shard_undecoded, src->drop = shard_drop;
     src->free = shard_free;

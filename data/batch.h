@@ -30,6 +30,8 @@ typedef struct BatchSource {
     int (*seek)(struct BatchSource* s, const char* json, char* err, size_t err_len);
     int64_t (*skipped)(struct BatchSource* s); /* damaged samples skipped so far */
     int64_t (*images_decoded)(struct BatchSource* s); /* JPEGs decoded so far (0: none, or no JPEGs) */
+    /* Samples handed out so far, every replica's (after a seek: up to the position; NULL: not counted) */
+    int64_t (*samples)(struct BatchSource* s);
     int64_t dataset_samples; /* samples in one epoch (0 = endless, synthetic) */
     void (*free)(struct BatchSource* s);
     /* The record id of sample `index` (Microbatch.sample_index): the manifest's "id" (may be NULL: the

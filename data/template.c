@@ -56,15 +56,34 @@ int template_check_tokenizer(TemplateKind k, const Tokenizer* tok, char* err, si
             size_t at = strlen(missing);
             snprintf(missing + at, sizeof missing - at, "%s%s", at ? "," : "", need[k][i]);
         }
-    if (!first) return 0;
-    snprintf(err, err_len, "the tokenizer has no %s token, which the %s template needs (missing: %s)%s; to add them as "
-             "special tokens after the vocabulary: rrfp-mm tokenizer add-special --tokenizer IN --add \"%s\" --out OUT "
-             "(the model's vocabulary then needs their rows: model.vocab)", first, template_name(k), missing,
-             k == TEMPLATE_RRFP ? " (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>; a published LLaVA's "
-                                  "tokenizer goes with --template vicuna_v1, llama_3 or chatml)"
-                                : "",
-             missing);
-    return -1;
+    if (first) {
+        snprintf(err, err_len, "the tokenizer has no %s token, which the %s template needs (missing: %s)%s; to add them as "
+                 "special tokens after the vocabulary: rrfp-mm tokenizer add-special --tokenizer IN --add \"%s\" --out OUT "
+                 "(the model's vocabulary then needs their rows: model.vocab)", first, template_name(k), missing,
+                 k == TEMPLATE_RRFP ? " (`rrfp-mm tokenizer train` adds <image> and <|endoftext|>; a published LLaVA's "
+                                      "tokenizer goes with --template vicuna_v1, llama_3 or chatml)"
+                                    : "",
+                 missing);
+        return -1;
+    }
+    for (int i = 0; i < 5 && need[k][i]; i++) {
+        int id = tokenizer_token_id(tok, need[k][i]);
+        /* the manifest's text names it: it must encode as that one token (an added token), not be split */
+        int32_t* ids = NULL;
+        int n = tokenizer_encode(tok, need[k][i], strlen(need[k][i]), &ids);
+        int one = n == 1 && ids[0] == id;
+        free(ids);
+        if (!one) {
+            snprintf(err, err_len, "the tokenizer has %s in its vocabulary (id %d) but encodes the text \"%s\" as %d "
+                     "token%s, not that one: it is not among the tokenizer.json's \"added_tokens\", so every %s in a "
+                     "manifest would be split; the %s template needs it whole. To add it: an entry {\"id\": %d, "
+                     "\"content\": \"%s\", \"special\": true} in \"added_tokens\"%s", need[k][i], id, need[k][i], n,
+                     n == 1 ? "" : "s", need[k][i], template_name(k), id, need[k][i],
+                     !strcmp(need[k][i], "<image>") ? ", or a tokenizer from `rrfp-mm tokenizer train`, which has it" : "");
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void template_segs_free(TemplateSegs* s) {

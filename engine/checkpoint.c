@@ -258,16 +258,37 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     return rc;
 }
 
-/* Rename the complete temporary folder to ROOT/step-N (replacing an older one of the same step). */
-static int ck_finalize(const char* root, const char* tmp, int64_t step, char* out_dir, size_t out_len, char* err,
-                       size_t err_len) {
+/* Rename the complete temporary folder to ROOT/step-N (replacing this run's older one of the same step). */
+static int ck_finalize(const char* root, const char* tmp, const CheckpointState* st, char* out_dir, size_t out_len,
+                       char* err, size_t err_len) {
+    int64_t step = st->step;
     char final[4096];
     snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)step);
     struct stat sb;
-    if (stat(final, &sb) == 0) { /* a re-run after resume */
-        char old[4200];
-        snprintf(old, sizeof old, "%s/.old.%d", root, (int)getpid());
-        if (rename(final, old) == 0) ck_rm_rf(old);
+    if (lstat(final, &sb) == 0) {
+        /* a re-run after resume replaces this run's own checkpoint of the step; anything else there (no
+         * state.json, another run's) was not written by this run: moved aside and named, never deleted */
+        char id[64] = "", old[4200];
+        int ours = S_ISDIR(sb.st_mode) && checkpoint_run_id(final, id, sizeof id, NULL, 0) == 0 &&
+                   (!id[0] || !st->run_id[0] || !strcmp(id, st->run_id));
+        if (ours) {
+            snprintf(old, sizeof old, "%s/.old.%d", root, (int)getpid());
+            if (rename(final, old) == 0) ck_rm_rf(old);
+        } else {
+            char sp[4200];
+            snprintf(sp, sizeof sp, "%s/state.json", final);
+            const char* why = id[0] ? "it belongs to another run"
+                              : access(sp, F_OK) == 0 ? "its state.json cannot be read"
+                                                      : "it has no state.json: an incomplete or foreign folder";
+            snprintf(old, sizeof old, "%s.kept.%d", final, (int)getpid());
+            if (rename(final, old) != 0) {
+                ck_err(err, err_len, "'%s' is in the way of this run's checkpoint of step %lld and is not one of this "
+                       "run's (%s); cannot move it aside to '%s': %s", final, (long long)step, why, old, strerror(errno));
+                return -1;
+            }
+            rr_warn("'%s' was in the way of this run's checkpoint of step %lld and is not one of this run's (%s): "
+                    "moved aside to '%s', not deleted", final, (long long)step, why, old);
+        }
     }
     if (rename(tmp, final) != 0) {
         ck_err(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
@@ -294,7 +315,7 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
     const char* shards[1] = {shard};
     int rc = ck_write_tensors(tmp, pt, st, shard, err, err_len);
     if (rc == 0) rc = ck_write_state(tmp, st, shards, 1, err, err_len);
-    if (rc == 0) rc = ck_finalize(root, tmp, st->step, out_dir, out_len, err, err_len);
+    if (rc == 0) rc = ck_finalize(root, tmp, st, out_dir, out_len, err, err_len);
     if (rc != 0) ck_rm_rf(tmp);
     return rc;
 }
@@ -325,7 +346,7 @@ int checkpoint_shard_write(const char* tmp, const ParamTable* pt, const Checkpoi
 int checkpoint_shard_commit(const char* root, const char* tmp, const CheckpointState* st, const char* const* shards,
                             int n_shards, char* out_dir, size_t out_len, char* err, size_t err_len) {
     int rc = ck_write_state(tmp, st, shards, n_shards, err, err_len);
-    if (rc == 0) rc = ck_finalize(root, tmp, st->step, out_dir, out_len, err, err_len);
+    if (rc == 0) rc = ck_finalize(root, tmp, st, out_dir, out_len, err, err_len);
     if (rc != 0) ck_rm_rf(tmp);
     return rc;
 }

@@ -47,7 +47,7 @@ double rr_now(void);
 
 /* Test-only pause (docs/reliability.md, "Fault tests"): sleeps the milliseconds that the environment
  * variable `env` holds (RRFP_TEST_STEP_SLEEP_MS before each training step, RRFP_TEST_CKPT_SLEEP_MS inside
- * each checkpoint write), resuming after a signal so the pause keeps its length; does nothing when the
+ * each checkpoint write, RRFP_TEST_GEN_SLEEP_MS after each answer generate writes), resuming after a signal so the pause keeps its length; does nothing when the
  * variable is unset or 0 (the default). Fault tests use it to make a short run long enough to aim a
  * fault at a chosen point of its progress. A value that is not an integer in 0..600000 is refused with
  * a warning, once, and ignored. */

@@ -24,3 +24,13 @@ add_test(NAME stale_zombie
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "stale zombie: ok" bash ${CMAKE_SOURCE_DIR}/tests/stale_zombie.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/stale_zombie)
 set_tests_properties(stale_zombie PROPERTIES TIMEOUT 120)
+# Outputs never overwrite inputs (runtime/train/outguard.h): each command that writes a file refuses, before
+# its work, an output that is an input, a checkpoint's or a run folder's own file, or a folder; generate
+# writes each answer as it goes and --resume continues the file; --image repeated; eval counts each
+# held-out sample once when one is skipped; pack names a tokenizer without <image>. Seconds each.
+foreach(mode generate resume images eval report export pack tokenizer trace)
+  add_test(NAME outputs_guard_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "outputs guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/outputs_guard.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/outputs_guard_${mode} ${mode})
+  set_tests_properties(outputs_guard_${mode} PROPERTIES TIMEOUT 180)
+endforeach()

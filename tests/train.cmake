@@ -89,9 +89,9 @@ add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp
          -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
          -P ${CMAKE_SOURCE_DIR}/tests/util/expect_fail.cmake)
 
-# Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, memory check, leftovers of
-# killed checkpoint writers, threads vs cores, the demo data hint.
-foreach(mode lock memory stale threads demo)
+# Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, checkpoint-folder lock, memory
+# check, leftovers of killed checkpoint writers, threads vs cores, the demo data hint.
+foreach(mode lock ckptlock memory stale threads demo)
   add_test(NAME train_guard_${mode}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_guard.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_guard_${mode} ${mode})
@@ -101,8 +101,10 @@ endforeach()
 # Run folders never mix runs (issue 23, runtime/train/rundir.h): a fresh start into a used folder is
 # refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
 # checkpoint.keep see this run's checkpoints only, metrics.jsonl is appended on resume, a refused resume
-# names the keys; the mpi variant: pp 2 decides on rank 0. Seconds each (mpi: ~8 s).
-foreach(mode reuse identity auto append mpi)
+# names the keys; the mpi variant: pp 2 decides on rank 0; a step folder without state.json is named at
+# resume and kept aside, never deleted; train.overwrite never moves the working folder or the run's inputs.
+# Seconds each (mpi: ~8 s).
+foreach(mode reuse identity auto append mpi incomplete cwd)
   add_test(NAME train_rundir_${mode}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train rundir ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_rundir.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_rundir_${mode} ${mode})

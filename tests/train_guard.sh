@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # train_guard.sh — what a training job refuses or fixes before it starts (docs/reliability.md):
 #   lock     a second job on the same run folder is refused naming the first one's pid and host
+#   ckptlock a second job with its own run folder but the first one's checkpoint.dir is refused naming the
+#            folder and the holder (pid, host, run folder), and the first job's checkpoints stay (was: its
+#            pruning deleted the first job's step-N); a job whose checkpoint.dir is its run folder runs
 #   memory   a layout that cannot fit the memory available is refused with the dry run's figures;
 #            runtime.allow_overcommit = 1 starts it anyway (RRFP_MEM_AVAILABLE_MB=0 stands in for a full host)
 #   stale    unfinished checkpoint folders of dead writers are removed at start, a live one's kept
@@ -26,6 +29,25 @@ lock)
   # the lock dies with its holder: the folder is usable again (by the same job line a requeue uses: the
   # killed job wrote metrics rows but no checkpoint, so --resume auto moves them aside and starts fresh)
   run --set train.steps=2 --set optim.warmup=1 --resume auto || fail "the run folder stayed locked after its job ended"
+  ;;
+ckptlock)
+  "$BIN" train "$RECIPE" --set train.run_dir="$W/a" --set checkpoint.dir="$W/ck" --set train.steps=1000000 \
+    --set train.checkpoint_every=1 --set checkpoint.keep=1 --set optim.warmup=1 >"$W/first.txt" 2>&1 &
+  JOB=$!
+  for i in $(seq 1 300); do [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] && break; sleep 0.1; done
+  [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] || fail "the first job wrote no checkpoint"
+  run --set checkpoint.dir="$W/ck" --set train.steps=3 --set train.checkpoint_every=1 --set checkpoint.keep=1 \
+    --set optim.warmup=1; RC=$?
+  [ "$RC" -eq 1 ] || fail "second job on the same checkpoint folder exited $RC, expected 1"
+  grep -Eq "checkpoint folder '$W/ck' is in use by another job \(pid $JOB host $(hostname) run folder $W/a; lock $W/ck/.lock\)" "$W/out.txt" \
+    || fail "refusal does not name the folder and the holder"
+  grep -q -- "--set checkpoint.dir=" "$W/out.txt" || fail "no hint"
+  [ ! -e "$W/run/metrics.jsonl" ] || fail "the refused job trained"
+  kill -0 "$JOB" 2>/dev/null || fail "the first job died"
+  kill -9 "$JOB"; wait "$JOB" 2>/dev/null; JOB=""
+  # a checkpoint folder that is the run folder itself: one lock
+  run --set checkpoint.dir="$W/run" --set train.steps=2 --set optim.warmup=1 || fail "checkpoint.dir = the run folder"
+  [ -f "$W/run/step-00000002/state.json" ] || fail "no checkpoint in the run folder"
   ;;
 memory)
   RRFP_MEM_AVAILABLE_MB=0 run --set train.steps=2 --set optim.warmup=1; RC=$?

@@ -18,6 +18,13 @@
 #            row per step
 #   mpi      pp 2 under mpirun: --resume auto fresh, then resumed by the same line (rank 0 decides, every
 #            rank follows), bit for bit against one uninterrupted pp 2 run
+#   incomplete  a step-* folder without state.json (newer than every checkpoint): --resume auto names it
+#            and resumes the newest complete one; when the run reaches that step its checkpoint moves the
+#            folder aside to step-N.kept.PID, named, every file kept (was: skipped without a word, then
+#            deleted); another run's checkpoint in the way is kept the same way
+#   cwd      train.overwrite = true with run_dir = . (the working folder, holding the recipe and shards)
+#            or a run folder holding data.shards is refused naming why, and nothing moves (was: the user's
+#            shards and recipe moved into previous-*/)
 # Usage: train_rundir.sh RRFP_MM RECIPE WORKDIR MODE
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3 MODE=$4
@@ -125,6 +132,55 @@ PY
   "$BIN" report run/r --out r.html >rep.txt 2>&1 || fail "report"
   grep -q "<td>1 .. 40 (40 lines)</td>" r.html || fail "the report does not draw one row per step: $(grep -o '<td>[0-9]* .. [^<]*</td>' r.html)"
   echo "append: 30 rows of the first attempt kept, 20 of the resumed run appended (steps 21..30 equal bit for bit)"
+  ;;
+incomplete)
+  S=(--set train.steps=6 --set train.checkpoint_every=2 --set checkpoint.keep=0)
+  "$BIN" train "$RECIPE" "${C[@]}" "${S[@]}" --set train.run_dir=run/i --set train.stop_at=4 >a.txt 2>&1 || fail "first attempt"
+  # step 4 loses its state.json (a folder left by hand or by another tool: no complete checkpoint)
+  rm run/i/checkpoints/step-00000004/state.json
+  echo "the user's" >run/i/checkpoints/step-00000004/notes.txt
+  before=$(sums run/i/checkpoints/step-00000004)
+  "$BIN" train "$RECIPE" "${C[@]}" "${S[@]}" --set train.run_dir=run/i --resume auto >b.txt 2>&1 || fail "resume"
+  grep -q "checkpoint.resume = auto: 'run/i/checkpoints/step-00000004' has no state.json .*skipped, resuming from run/i/checkpoints/step-00000002" b.txt \
+    || fail "the folder without state.json is not named"
+  grep -q "resumed from run/i/checkpoints/step-00000002 at step 2" b.txt || fail "did not resume step 2"
+  kept=$(ls -d run/i/checkpoints/step-00000004.kept.* 2>/dev/null | head -1)
+  [ -n "$kept" ] && [ "$(sums "$kept")" = "$before" ] || fail "the folder without state.json was not kept whole: $(ls run/i/checkpoints)"
+  grep -q "warning: 'run/i/checkpoints/step-00000004' was in the way of this run's checkpoint of step 4 .*no state.json.*moved aside to '$kept', not deleted" b.txt \
+    || fail "moving it aside is not said"
+  [ -f run/i/checkpoints/step-00000004/state.json ] && [ -f run/i/checkpoints/step-00000006/state.json ] || fail "the run's own checkpoints"
+  # another run's checkpoint of a step this run writes: kept, not replaced
+  "$BIN" train "$RECIPE" "${C[@]}" "${S[@]}" --set train.run_dir=run/o --set train.stop_at=2 >o.txt 2>&1 || fail "run O"
+  cp -r run/i/checkpoints/step-00000004 run/o/checkpoints/
+  before=$(sums run/o/checkpoints/step-00000004)
+  "$BIN" train "$RECIPE" "${C[@]}" "${S[@]}" --set train.run_dir=run/o --resume auto >o2.txt 2>&1 || fail "resume O"
+  grep -q "step-00000004' was in the way .*it belongs to another run" o2.txt || fail "another run's checkpoint in the way is not named"
+  kept=$(ls -d run/o/checkpoints/step-00000004.kept.* 2>/dev/null | head -1)
+  [ -n "$kept" ] && [ "$(sums "$kept")" = "$before" ] || fail "another run's checkpoint was not kept: $(ls run/o/checkpoints)"
+  echo "incomplete: a step folder without state.json named at resume and kept aside; another run's kept aside"
+  ;;
+cwd)
+  mkdir -p here && cp "$RECIPE" here/r.ini
+  (cd here && "$BIN" train r.ini "${C[@]}" --set train.steps=2 --set optim.warmup=1 --set train.run_dir=. >../a.txt 2>&1) || fail "a run in ."
+  before=$(sums here)
+  (cd here && "$BIN" train r.ini "${C[@]}" --set train.steps=2 --set optim.warmup=1 --set train.run_dir=. --set train.overwrite=true >../b.txt 2>&1)
+  [ $? -eq 1 ] || fail "train.overwrite in the working folder was not refused"
+  grep -q "train.run_dir = . is the working folder: moving a used run folder's contents aside" b.txt || fail "the refusal does not say why"
+  [ "$(sums here)" = "$before" ] && [ -z "$(ls -d here/previous-* 2>/dev/null)" ] || fail "something moved: $(ls here)"
+  # a run folder holding the run's own inputs (here: a shards folder)
+  L=(--set model.vision_width=32 --set model.vision_layers=1 --set model.vision_heads=2 --set model.text_width=64
+     --set model.text_layers=2 --set model.text_heads=2 --set model.ffn_hidden=172 --set optim.warmup=1 --set train.steps=2)
+  "$BIN" demo-data --out data --samples 12 --heldout 2 >/dev/null && \
+    "$BIN" tokenizer train --vocab 300 --manifest data/train.json --out tok.json --quiet && \
+    "$BIN" pack --manifest data/train.json --images data/images --tokenizer tok.json --out run/s/shards >/dev/null 2>&1 || fail "data"
+  SRCR=$(dirname "$RECIPE")/llava.ini
+  "$BIN" train "$SRCR" "${L[@]}" --set data.shards=run/s/shards --set data.tokenizer=tok.json --set train.run_dir=run/s >s1.txt 2>&1 || fail "run S"
+  before=$(sums run/s)
+  "$BIN" train "$SRCR" "${L[@]}" --set data.shards=run/s/shards --set data.tokenizer=tok.json --set train.run_dir=run/s \
+    --set train.overwrite=true >s2.txt 2>&1
+  [ $? -eq 1 ] && grep -q "train.run_dir = run/s holds data.shards (run/s/shards), an input of this run" s2.txt || fail "a run folder holding data.shards: $(tail -3 s2.txt)"
+  [ "$(sums run/s)" = "$before" ] || fail "something moved in run/s"
+  echo "cwd: overwrite refused in the working folder and in a run folder holding data.shards; nothing moved"
   ;;
 mpi)
   MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2)

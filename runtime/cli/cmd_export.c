@@ -10,6 +10,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/train/import_llava.h"
 #include "runtime/train/trained.h"
+#include "runtime/train/outguard.h"
 
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
@@ -34,7 +35,10 @@ static void export_usage(FILE* f) {
                "pack used: rrfp, vicuna_v1, llama_3, chatml or plain), special_tokens_map.json, chat_template.json\n"
                "and generation_config.json (bos / eos / pad ids from the tokenizer and the template). The files\n"
                "`rrfp-mm import llava` kept (CKPT/hf/, of this checkpoint or of the recipe's train.init_from)\n"
-               "are the base: config.json keeps their values (each one the model changes is logged).\n");
+               "are the base: config.json keeps their values (each one the model changes is logged).\n"
+               "HF_DIR must not exist; it is built as HF_DIR.tmp.PID and renamed when complete. Refused before\n"
+               "anything is read: a path inside the checkpoint, inside any checkpoint folder, named like a\n"
+               "checkpoint beside a run's checkpoints, or a run folder's own entry (docs/reliability.md).\n");
 }
 
 int cmd_export(int argc, char** argv) {
@@ -118,6 +122,16 @@ int cmd_export(int argc, char** argv) {
     }
     HfExport info;
     char err[2048];
+    GuardInputs in = {0}; /* the output guard, before anything is read */
+    guard_inputs_add(&in, ckpt, "the checkpoint", 1);
+    guard_inputs_add(&in, recipe, "the recipe", 0);
+    guard_inputs_add(&in, tok, "the tokenizer", 0);
+    int rc = guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err);
+    guard_inputs_free(&in);
+    if (rc != 0) {
+        fprintf(stderr, "rrfp-mm export: %s\n", err);
+        return 2;
+    }
     if (export_hf(ckpt, recipe, out, tok, tmpl, image_id, add_image ? (int)pad_vocab : 0, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: export hf: %s\n", err);
         return 1;

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data/manifest.h"
@@ -15,15 +17,16 @@
 #include "runtime/train/generate.h"
 #include "runtime/train/guard.h"
 #include "runtime/train/trained.h"
+#include "runtime/train/outguard.h"
 #include "runtime/train/trainer.h"
 
 
 static void generate_usage(FILE* f) {
     fprintf(f,
             "usage: rrfp-mm generate RECIPE.ini --checkpoint DIR|latest [--set section.key=value ...]\n"
-            "                        --image FILE --prompt TEXT\n"
+            "                        --image FILE [--image FILE ...] --prompt TEXT\n"
             "       rrfp-mm generate RECIPE.ini --checkpoint DIR|latest --manifest FILE.json --images DIR --out ANSWERS.jsonl\n"
-            "                        [--samples N] [--model-id NAME]\n"
+            "                        [--resume] [--samples N] [--model-id NAME]\n"
             "  decoding: [--max-new-tokens N (64)] [--temperature T (0: greedy)] [--top-p P (1)] [--seed S (0)]\n\n"
             "Answers questions about images with a checkpoint's model (a run's, or an import's as it is):\n"
             "autoregressive decoding with a KV cache through the training forward, on runtime.backend. As the\n"
@@ -31,10 +34,21 @@ static void generate_usage(FILE* f) {
             "template, images through the loader's preprocessing, stopping at the template's end of answer; a\n"
             "tokenizer of another hash is refused. An import's model keys come from the checkpoint.\n"
             "  --image FILE --prompt TEXT   one question (\"<image>\" marks the image; without it the image\n"
-            "                               comes first); prints the answer\n"
+            "                               comes first); prints the answer. --image repeated: several images, in\n"
+            "                               order (one \"<image>\" each in the prompt, or none: all come first;\n"
+            "                               at most 16, as a manifest record)\n"
             "  --manifest FILE --images DIR the first human turn of every record (JSON array or JSONL), one line\n"
             "  --out ANSWERS.jsonl          each: {\"question_id\", \"prompt\", \"text\", \"model_id\"} as LLaVA's\n"
-            "                               model_vqa.py writes them; a progress line on stderr\n"
+            "                               model_vqa.py writes them, appended and flushed as each is answered (an\n"
+            "                               interrupted run keeps every answer written, each line whole); a\n"
+            "                               progress line on stderr. An existing non-empty file needs --resume.\n"
+            "                               Refused before the model loads: a path that is an input (the manifest,\n"
+            "                               an image, the recipe, its tokenizer or shards), a file in a checkpoint\n"
+            "                               or a run folder's own file, or a folder (docs/reliability.md)\n"
+            "  --resume                     continue ANSWERS.jsonl: the question ids it holds are skipped, the\n"
+            "                               other records answered and appended (a torn last line is dropped;\n"
+            "                               a file that is not an answers file, or one of another --model-id, is\n"
+            "                               refused)\n"
             "  --samples N                  the first N records only\n"
             "  --model-id NAME              the answers' model_id (default: the run folder's name)\n"
             "  --threads N                  CPU threads (default 1: a decoding step's ops are one row; 0 = every core)\n"
@@ -75,34 +89,142 @@ static void generate_print_stats(const GenStats* st, const GenOptions* o) {
     fprintf(stderr, "\n");
 }
 
-/* The manifest form. Returns the exit status. */
-static int generate_manifest(Generator* g, const char* manifest, const char* images, const char* out_path, long long samples,
-                             const char* model_id, const GenOptions* o) {
-    Manifest m;
-    char err[2048];
-    if (manifest_load(manifest, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "rrfp-mm: error: %s\n", err);
-        return 1;
+/* The key a record's answer is found by in an answers file: its question_id as JSON text (the manifest's
+ * "id", or the record's index when it has none). malloc'd. */
+static char* generate_qid_key(const cJSON* id, int index) {
+    if (!id) {
+        char b[32];
+        snprintf(b, sizeof b, "%d", index);
+        return strdup(b);
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_path, (int)getpid());
-    FILE* f = fopen(tmp, "w");
-    if (!f) {
-        fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", tmp, strerror(errno));
-        manifest_free(&m);
-        return 1;
+    return cJSON_PrintUnformatted(id);
+}
+
+static int generate_key_cmp(const void* a, const void* b) { return strcmp(*(char* const*)a, *(char* const*)b); }
+
+/* What an answers file (--out with --resume) holds. */
+typedef struct {
+    char** keys;          /* question ids answered (generate_qid_key), sorted */
+    int n;
+    char model_id[256];   /* the first line's model_id */
+    int model_line;       /* a line whose model_id differs from the first's (0 = none) */
+    long long whole;      /* bytes of whole lines (a torn last line after them is dropped) */
+} Answered;
+
+static void answered_free(Answered* a) {
+    for (int i = 0; i < a->n; i++) free(a->keys[i]);
+    free(a->keys);
+    memset(a, 0, sizeof *a);
+}
+
+/* Read answers file `path` (absent: nothing answered). Every whole line must be an answer as generate
+ * writes it: {"question_id": string or number, "prompt", "text", "model_id": strings}. 0, or -1 with a
+ * message naming the line. */
+static int answered_load(const char* path, Answered* a, char* err, size_t err_len) {
+    memset(a, 0, sizeof *a);
+    size_t n = 0;
+    char* text = rr_read_file(path, &n, RR_MAX_JSONL);
+    if (!text) {
+        if (errno == ENOENT) return 0;
+        char why[160];
+        snprintf(err, err_len, "--resume: %s: cannot read: %s", path, rr_read_file_why(errno, "an answers file (JSONL)", why, sizeof why));
+        return -1;
     }
-    int n = m.n;
+    int cap = 0, line = 0, rc = 0;
+    for (size_t at = 0; at < n && rc == 0; line++) {
+        char* nl = memchr(text + at, '\n', n - at);
+        if (!nl) break; /* a torn last line: dropped by the caller */
+        *nl = 0;
+        cJSON* j = cJSON_Parse(text + at);
+        const cJSON* q = j ? cJSON_GetObjectItemCaseSensitive(j, "question_id") : NULL;
+        const cJSON* mid = j ? cJSON_GetObjectItemCaseSensitive(j, "model_id") : NULL;
+        if (!cJSON_IsObject(j) || !(cJSON_IsString(q) || cJSON_IsNumber(q)) || !cJSON_IsString(mid) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "prompt")) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "text"))) {
+            snprintf(err, err_len, "--resume: %s:%d: not an answer (a JSON object with \"question_id\", \"prompt\", "
+                     "\"text\" and \"model_id\", as generate writes it): refusing to append answers to a file that is "
+                     "not an answers file (give another --out)", path, line + 1);
+            rc = -1;
+        } else {
+            if (a->n == cap) {
+                cap = cap ? 2 * cap : 64;
+                a->keys = reallocCheck(a->keys, (size_t)cap * sizeof(char*));
+            }
+            a->keys[a->n++] = cJSON_PrintUnformatted(q);
+            if (a->n == 1) snprintf(a->model_id, sizeof a->model_id, "%s", mid->valuestring);
+            else if (!a->model_line && strcmp(a->model_id, mid->valuestring)) a->model_line = line + 1;
+        }
+        cJSON_Delete(j);
+        at = (size_t)(nl - text) + 1;
+        if (rc == 0) a->whole = (long long)at;
+    }
+    free(text);
+    if (rc != 0) {
+        answered_free(a);
+        return -1;
+    }
+    if (a->n) qsort(a->keys, (size_t)a->n, sizeof(char*), generate_key_cmp);
+    if ((long long)n > a->whole)
+        fprintf(stderr, "rrfp-mm: warning: --resume: %s:%d: dropped a torn last line without its newline (%lld bytes): "
+                "what an interrupted write leaves\n", path, line + 1, (long long)n - a->whole);
+    return 0;
+}
+
+static int answered_has(const Answered* a, const char* key) {
+    return a->n && bsearch(&key, a->keys, (size_t)a->n, sizeof(char*), generate_key_cmp) != NULL;
+}
+
+/* Append one line (text + '\n') to fd in one piece; on a failure the file is cut back to where it was, so
+ * it never ends in part of a line. 0, or -1 with errno. */
+static int generate_append_line(int fd, const char* text) {
+    size_t n = strlen(text);
+    char* b = mallocCheck(n + 1);
+    memcpy(b, text, n);
+    b[n] = '\n';
+    off_t at = lseek(fd, 0, SEEK_END);
+    size_t done = 0;
+    while (done < n + 1) {
+        ssize_t w = write(fd, b + done, n + 1 - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            if (at >= 0 && ftruncate(fd, at) != 0) { /* the error below says what failed */
+            }
+            free(b);
+            errno = e;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    free(b);
+    return 0;
+}
+
+/* The manifest form: the records of m (the first `samples`) not in `done`, each answer appended to fd
+ * (out_path) as it is made. Returns the exit status. */
+static int generate_manifest(Generator* g, const Manifest* mf, const char* manifest, const char* images, const char* out_path,
+                             int fd, long long samples, const char* model_id, const Answered* done, const GenOptions* o) {
+    const Manifest* mp = mf;
+    int n = mp->n;
     if (samples > 0 && samples < n) n = (int)samples;
-    int answered = 0, failed = 0, verify_bad = 0;
+    int answered = 0, failed = 0, verify_bad = 0, skipped = 0, wrc = 0;
     long long tokens = 0;
     double maxdiff = 0, t0 = rr_now();
     int every = n >= 20 ? n / 20 : 1;
-    for (int i = 0; i < n; i++) {
-        const ManifestRecord* rec = &m.recs[i];
+    for (int i = 0; i < n && !wrc; i++) {
+        const ManifestRecord* rec = &mp->recs[i];
         const char* why = NULL;
         char e[1024] = "";
         const cJSON* id = rec->rec ? cJSON_GetObjectItemCaseSensitive(rec->rec, "id") : NULL;
+        if (done->n) {
+            char* key = generate_qid_key(id, i);
+            int have = answered_has(done, key);
+            free(key);
+            if (have) {
+                skipped++;
+                continue;
+            }
+        }
         const cJSON* img = rec->rec ? cJSON_GetObjectItemCaseSensitive(rec->rec, "image") : NULL;
         const cJSON* conv = rec->rec ? cJSON_GetObjectItemCaseSensitive(rec->rec, "conversations") : NULL;
         const char* human = NULL;
@@ -157,42 +279,89 @@ static int generate_manifest(Generator* g, const char* manifest, const char* ima
         cJSON_AddStringToObject(line, "text", answer);
         cJSON_AddStringToObject(line, "model_id", model_id);
         char* js = cJSON_PrintUnformatted(line);
-        fprintf(f, "%s\n", js);
+        if (generate_append_line(fd, js) != 0) {
+            fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s (the %d answer%s written before it stay; --resume "
+                    "continues)\n", out_path, strerror(errno), answered, answered == 1 ? "" : "s");
+            wrc = 1;
+        }
         free(js);
         cJSON_Delete(line);
         free(answer);
+        if (wrc) break;
         answered++;
+        rr_test_pause("RRFP_TEST_GEN_SLEEP_MS");
         if ((i + 1) % every == 0 || i + 1 == n) {
             double dt = rr_now() - t0;
             fprintf(stderr, "generate: %d / %d records answered (%.1f / s)%s\n", i + 1, n, dt > 0 ? (i + 1) / dt : 0.0,
                     failed ? " (some not: see above)" : "");
         }
     }
-    int rc = 0;
-    if (fclose(f) != 0 || rename(tmp, out_path) != 0) {
+    int rc = wrc;
+    if (fsync(fd) != 0 && errno != EINVAL && !rc) {
         fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", out_path, strerror(errno));
-        unlink(tmp);
         rc = 1;
     }
-    manifest_free(&m);
     if (rc == 0)
         fprintf(stderr, "generate: %d answers (%lld tokens generated) in %s (%.1f s)\n", answered, tokens, out_path,
                 rr_now() - t0);
+    if (skipped)
+        fprintf(stderr, "generate: --resume: %d record%s already answered in %s skipped\n", skipped,
+                skipped == 1 ? "" : "s", out_path);
     if (o->verify)
         fprintf(stderr, "generate: verify: max |logit(KV cache) - logit(full re-forward)| %.3g over every step, greedy "
                 "token differs at %d step%s\n", maxdiff, verify_bad, verify_bad == 1 ? "" : "s");
     if (failed) {
-        fprintf(stderr, "rrfp-mm: error: %d of %d records not answered (named above)\n", failed, n);
+        fprintf(stderr, "rrfp-mm: error: %d of %d records not answered (named above; --resume answers them)\n", failed, n);
         rc = 1;
     }
     return rc;
 }
 
+/* Before the model loads (the manifest form): the output guard on --out against every input (the recipe's,
+ * the checkpoint, the manifest, --images and the image of each record to answer), then the answers file
+ * --resume continues (or, without --resume, an existing one refused). 0, 2 (usage) or 1 with err. */
+static int generate_out_check(const Recipe* r, const char* ckpt, const char* manifest, const char* images,
+                              const Manifest* m, long long samples, const char* out, int resume, Answered* done,
+                              char* err, size_t err_len) {
+    GuardInputs in = {0};
+    guard_inputs_add_recipe(&in, r);
+    if (strcmp(ckpt, "latest") && strcmp(ckpt, "auto")) guard_inputs_add(&in, ckpt, "the checkpoint", 1);
+    guard_inputs_add(&in, manifest, "the manifest", 0);
+    guard_inputs_add(&in, images, "the --images folder", 0);
+    int rc = guard_output("--out", out, GUARD_OUT_FILE, NULL, &in, err, err_len) != 0 ? 2 : 0;
+    guard_inputs_free(&in);
+    /* the image of every record to answer (one at a time: a manifest names hundreds of thousands) */
+    struct stat sb;
+    int n = m->n;
+    if (samples > 0 && samples < n) n = (int)samples;
+    int exists = stat(out, &sb) == 0; /* a file yet to be made is no image */
+    for (int i = 0; !rc && exists && i < n; i++) {
+        const cJSON* img = m->recs[i].rec ? cJSON_GetObjectItemCaseSensitive(m->recs[i].rec, "image") : NULL;
+        const cJSON* first = cJSON_IsArray(img) ? img->child : img;
+        for (const cJSON* it = first; it && !rc; it = cJSON_IsArray(img) ? it->next : NULL) {
+            char e[512], what[64];
+            char* p = cJSON_IsString(it) ? generate_image_path(images, it->valuestring, e, sizeof e) : NULL;
+            snprintf(what, sizeof what, "an image of record %d", i + 1);
+            if (p && guard_output_input("--out", out, p, what, err, err_len) != 0) rc = 2;
+            free(p);
+        }
+    }
+    if (rc) return rc;
+    if (resume) return answered_load(out, done, err, err_len) != 0 ? 1 : 0;
+    if (stat(out, &sb) == 0 && sb.st_size > 0) {
+        snprintf(err, err_len, "--out '%s' already holds answers (%lld bytes): --resume continues it (the question ids "
+                 "it holds are skipped), or remove it or give another --out", out, (long long)sb.st_size);
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_generate(int argc, char** argv) {
-    const char *recipe_path = NULL, *ckpt = NULL, *image = NULL, *prompt = NULL, *manifest = NULL, *images = NULL,
-               *out = NULL, *model_id = NULL;
+    const char *recipe_path = NULL, *ckpt = NULL, *prompt = NULL, *manifest = NULL, *images = NULL, *out = NULL,
+               *model_id = NULL;
+    const char* image[MANIFEST_MAX_IMAGES + 1];
     long long samples = 0;
-    int threads = 1;
+    int threads = 1, n_image = 0, resume = 0;
     GenOptions o = {.max_new = 64, .temperature = 0, .top_p = 1, .seed = 0, .verify = 0};
     const char** sets = callocCheck((size_t)argc + 1, sizeof(char*));
     int n_sets = 0;
@@ -206,6 +375,8 @@ int cmd_generate(int argc, char** argv) {
             return 0;
         } else if (!strcmp(a, "--verify")) {
             o.verify = 1;
+        } else if (!strcmp(a, "--resume")) {
+            resume = 1;
         } else if (a[0] == '-' && strcmp(a, "--set") && strcmp(a, "--checkpoint") && strcmp(a, "--image") &&
                    strcmp(a, "--prompt") && strcmp(a, "--manifest") && strcmp(a, "--images") && strcmp(a, "--out") &&
                    strcmp(a, "--samples") && strcmp(a, "--model-id") && strcmp(a, "--max-new-tokens") && strcmp(a, "--threads") &&
@@ -224,7 +395,16 @@ int cmd_generate(int argc, char** argv) {
             int bad = 0;
             if (!strcmp(a, "--set")) sets[n_sets++] = v;
             else if (!strcmp(a, "--checkpoint")) ckpt = v;
-            else if (!strcmp(a, "--image")) image = v;
+            else if (!strcmp(a, "--image")) {
+                /* several images in order, as a manifest record's "image" array */
+                if (n_image == MANIFEST_MAX_IMAGES) {
+                    fprintf(stderr, "rrfp-mm generate: more than %d --image: a question takes at most %d images\n",
+                            MANIFEST_MAX_IMAGES, MANIFEST_MAX_IMAGES);
+                    free(sets);
+                    return 2;
+                }
+                image[n_image++] = v;
+            }
             else if (!strcmp(a, "--prompt")) prompt = v;
             else if (!strcmp(a, "--manifest")) manifest = v;
             else if (!strcmp(a, "--images")) images = v;
@@ -265,8 +445,8 @@ int cmd_generate(int argc, char** argv) {
             return 2;
         }
     }
-    int one = image || prompt, many = manifest || images || out;
-    if (!recipe_path || !ckpt || one == many || (one && (!image || !prompt)) || (many && (!manifest || !images || !out))) {
+    int one = n_image || prompt, many = manifest || images || out || resume;
+    if (!recipe_path || !ckpt || one == many || (one && (!n_image || !prompt)) || (many && (!manifest || !images || !out))) {
         fprintf(stderr, "rrfp-mm generate: give RECIPE, --checkpoint, and either --image and --prompt, or --manifest, "
                 "--images and --out\n\n");
         generate_usage(stderr);
@@ -298,7 +478,24 @@ int cmd_generate(int argc, char** argv) {
     trainer_set_threads(guard_threads(r, self));
     Trainer* t = callocCheck(1, sizeof *t);
     Generator* g = NULL;
-    int rc = 1;
+    int rc = 1, fd = -1;
+    Manifest m = {0};
+    int have_m = 0;
+    Answered done = {0};
+    if (many) {
+        /* before the model loads: the manifest, the output guard, the answers file to continue */
+        if (manifest_load(manifest, &m, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm: error: %s\n", err);
+            goto done;
+        }
+        have_m = 1;
+        rc = generate_out_check(r, ckpt, manifest, images, &m, samples, out, resume, &done, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "rrfp-mm%s: %s\n", rc == 2 ? " generate" : ": error", err);
+            goto done;
+        }
+        rc = 1;
+    }
     if (trainer_init(t, r, self, 1, err, sizeof err) != 0 || !(g = generator_new(t, o.max_new, err, sizeof err))) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         goto done;
@@ -313,11 +510,13 @@ int cmd_generate(int argc, char** argv) {
         model_id = mid;
     }
     if (one) {
-        size_t n = 0;
-        uint8_t* b = generate_read_image(image, &n, err, sizeof err);
+        size_t n[MANIFEST_MAX_IMAGES];
+        uint8_t* b[MANIFEST_MAX_IMAGES] = {0};
+        int ok = 1;
+        for (int k = 0; k < n_image && ok; k++) ok = (b[k] = generate_read_image(image[k], &n[k], err, sizeof err)) != NULL;
         char* answer = NULL;
         GenStats st;
-        if (!b || generator_answer(g, prompt, (const uint8_t* const*)&b, &n, 1, &o, &answer, &st, err, sizeof err) != 0) {
+        if (!ok || generator_answer(g, prompt, (const uint8_t* const*)b, n, n_image, &o, &answer, &st, err, sizeof err) != 0) {
             fprintf(stderr, "rrfp-mm: error: %s\n", err);
         } else {
             printf("%s\n", answer);
@@ -325,11 +524,23 @@ int cmd_generate(int argc, char** argv) {
             rc = o.verify && st.argmax_differs ? 1 : 0;
         }
         free(answer);
-        free(b);
+        for (int k = 0; k < n_image; k++) free(b[k]);
+    } else if (done.n && (strcmp(done.model_id, model_id) != 0 || done.model_line)) {
+        char more[64] = "";
+        if (done.model_line) snprintf(more, sizeof more, " (and another from line %d on)", done.model_line);
+        fprintf(stderr, "rrfp-mm: error: --resume: %s holds answers of model '%s'%s, this run's are '%s' (--model-id): "
+                "resuming would mix two models' answers in one file\n---> HINT: give --model-id '%s' if this is that "
+                "model, or another --out\n", out, done.model_id, more, model_id, done.model_id);
+    } else if ((fd = open(out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0 ||
+               (done.whole >= 0 && resume && ftruncate(fd, (off_t)done.whole) != 0)) {
+        fprintf(stderr, "rrfp-mm: error: cannot write '%s': %s\n", out, strerror(errno));
     } else {
-        rc = generate_manifest(g, manifest, images, out, samples, model_id, &o);
+        rc = generate_manifest(g, &m, manifest, images, out, fd, samples, model_id, &done, &o);
     }
 done:
+    if (fd >= 0) close(fd);
+    answered_free(&done);
+    if (have_m) manifest_free(&m);
     generator_free(g);
     trainer_free(t);
     free(t);

@@ -5,6 +5,7 @@
 
 #include "runtime/cli/cli.h"
 #include "runtime/train/import.h"
+#include "runtime/train/outguard.h"
 
 static void import_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm import llama|llava|clip --hf DIR --out CKPT\n\n"
@@ -20,7 +21,10 @@ static void import_usage(FILE* f) {
                "import llama takes; llava-hf hub names, transformers 5's save_pretrained names or the in-memory model.*\n"
                "names) as a whole-model checkpoint.\n"
                "import clip: a CLIPVisionModel (or CLIPModel's vision part) as a vision.* checkpoint.\n"
-               "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n");
+               "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n"
+               "CKPT must not exist; it is built as CKPT.tmp.PID and renamed when complete. Refused before anything\n"
+               "is read: a path inside DIR, inside a checkpoint folder, named like a checkpoint beside a run's\n"
+               "checkpoints (it would join that run's), or a run folder's own entry (docs/reliability.md).\n");
 }
 
 /* The LM's [model] keys beyond its shape (import llama, import llava): rms_eps, rope_base and the variants
@@ -52,6 +56,17 @@ int cmd_import(int argc, char** argv) {
         } else {
             fprintf(stderr, "rrfp-mm import: unexpected argument '%s'\n\n", argv[i]);
             import_usage(stderr);
+            return 2;
+        }
+    }
+    if (kind && hf && out) { /* the output guard, before anything is read */
+        GuardInputs in = {0};
+        char gerr[2048];
+        guard_inputs_add(&in, hf, "the Hugging Face folder", 1);
+        int bad = guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, gerr, sizeof gerr);
+        guard_inputs_free(&in);
+        if (bad) {
+            fprintf(stderr, "rrfp-mm import: %s\n", gerr);
             return 2;
         }
     }

@@ -5,6 +5,7 @@
 
 #include "data/pack.h"
 #include "runtime/cli/cli.h"
+#include "runtime/train/outguard.h"
 
 static void pack_usage(FILE* f) {
     fprintf(f,
@@ -27,7 +28,10 @@ static void pack_usage(FILE* f) {
             "smart_resize within the patch bounds, x / 127.5 - 1).\n"
             "--template: the chat template (data/template.h): rrfp (the default: \"USER: q ASSISTANT: a<|endoftext|>\"),\n"
             "or LLaVA's vicuna_v1 (LLaVA-1.5, Vicuna / Llama-2 tokenizers), llama_3 (LLaVA-NeXT Llama-3), chatml\n"
-            "(LLaVA-NeXT Qwen) or plain (pretraining: image + caption); only the answers are supervised.\n");
+            "(LLaVA-NeXT Qwen) or plain (pretraining: image + caption); only the answers are supervised.\n"
+            "--out is refused before anything is read when it is an input, a file, a checkpoint folder or a\n"
+            "folder inside one, or a folder holding the manifest or tokenizer under a shard-* name\n"
+            "(docs/reliability.md); each shard is written to a temporary name and renamed.\n");
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, int* out) {
@@ -103,7 +107,19 @@ int cmd_pack(int argc, char** argv) {
     }
     PackSummary s;
     char err[2048];
-    int rc = pack_run(&c, &s, err, sizeof err);
+    /* the output guard, before anything is read: the folder is not an input, a checkpoint or a file, and
+     * holds no input among the shard-* files pack writes and removes there */
+    GuardInputs in = {0};
+    guard_inputs_add(&in, c.manifest, "the manifest", 0);
+    guard_inputs_add(&in, c.tokenizer, "the tokenizer", 0);
+    guard_inputs_add(&in, c.images_dir, "the --images folder", 0);
+    int rc = guard_output("--out", c.out_dir, GUARD_OUT_FOLDER, "shard-*", &in, err, sizeof err);
+    guard_inputs_free(&in);
+    if (rc != 0) {
+        fprintf(stderr, "rrfp-mm pack: %s\n", err);
+        return 2;
+    }
+    rc = pack_run(&c, &s, err, sizeof err);
     if (rc != 0) {
         if (s.read) pack_summary_print(&s, stderr);
         fprintf(stderr, "rrfp-mm: error: %s\n", err);

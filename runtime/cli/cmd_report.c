@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "runtime/cli/cli.h"
+#include "runtime/train/outguard.h"
+#include "runtime/train/recipe.h"
 #include "runtime/train/report.h"
 
 static void report_usage(FILE* f) {
@@ -18,7 +20,10 @@ static void report_usage(FILE* f) {
                "answer and the model's, read from the recipe's data.eval_shards and data.tokenizer; with\n"
                "RUN_DIR/zero-shot.jsonl (`rrfp-mm eval --checkpoint IMPORT --predictions`), the zero-shot score and\n"
                "answers beside the fine-tuned ones.\n"
-               "Parts whose files are absent are left out with a note; damaged ones with a warning.\n");
+               "Parts whose files are absent are left out with a note; damaged ones with a warning.\n"
+               "--out is refused before anything is read when it is one of the files the page is drawn from, a\n"
+               "run folder's own file (metrics.jsonl, recipe.ini, ...), a file in a checkpoint, or a folder\n"
+               "(docs/reliability.md); the page is written to a temporary name and renamed.\n");
 }
 
 int cmd_report(int argc, char** argv) {
@@ -58,6 +63,23 @@ int cmd_report(int argc, char** argv) {
         return 2;
     }
     char out[4096], err[2048];
+    /* the output guard, before anything is read: never onto what the page is drawn from (the run's files,
+     * the predictions, the held-out shards and tokenizer of its recipe) */
+    GuardInputs in = {0};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/predictions.jsonl", c.run_dir);
+    guard_inputs_add(&in, c.predictions ? c.predictions : path, "the predictions", 0);
+    snprintf(path, sizeof path, "%s/recipe.ini", c.run_dir);
+    Recipe* r = malloc(sizeof *r);
+    if (r && recipe_load(r, path, err, sizeof err) == 0) guard_inputs_add_recipe(&in, r);
+    free(r);
+    if (!c.out) snprintf(out, sizeof out, "%s/report.html", c.run_dir);
+    int rc = guard_output("--out", c.out ? c.out : out, GUARD_OUT_FILE, NULL, &in, err, sizeof err);
+    guard_inputs_free(&in);
+    if (rc != 0) {
+        fprintf(stderr, "rrfp-mm report: %s\n", err);
+        return 2;
+    }
     if (report_write(&c, out, sizeof out, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
         return 1;

@@ -12,6 +12,7 @@
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "runtime/train/outguard.h"
 #include "text/bpe_train.h"
 #include "text/tokenizer.h"
 
@@ -29,7 +30,9 @@ static void tokenizer_usage(FILE* f) {
             "        manifests (JSON array or JSONL) and plain text files, and writes a Hugging Face\n"
             "        tokenizer.json: 256 byte tokens, then merges, then the special tokens %s\n"
             "        (plus any --special); N counts all of them. Merges stop early when no pair occurs\n"
-            "        K times (default %d).\n"
+            "        K times (default %d). --out is refused before any text is read when it is one of the\n"
+            "        inputs, a folder, a file in a checkpoint or a run folder's own file (docs/reliability.md);\n"
+            "        it is written to a temporary name and renamed.\n"
             "encode  prints the ids of the text (stdin if neither --text nor --file), space-separated;\n"
             "        --lines encodes each line separately (without its newline), one output line each;\n"
             "        --count prints only the number of ids, and the encoding speed on stderr.\n"
@@ -433,7 +436,18 @@ static int cmd_train_tokenizer(int argc, char** argv) {
         tokenizer_usage(stderr);
         goto done;
     }
-    char err[512];
+    char err[2048];
+    { /* the output guard, before the text is read: never onto a manifest or text file it learns from */
+        GuardInputs in = {0};
+        for (int i = 0; i < n_man; i++) guard_inputs_add(&in, manifests[i], "the --manifest", 0);
+        for (int i = 0; i < n_text; i++) guard_inputs_add(&in, texts[i], "the --text-file", 0);
+        int bad = guard_output("--out", out, GUARD_OUT_FILE, NULL, &in, err, sizeof err);
+        guard_inputs_free(&in);
+        if (bad) {
+            fprintf(stderr, "rrfp-mm tokenizer train: %s\n", err);
+            goto done;
+        }
+    }
     if (!(tr = bpe_trainer_new(specials, n_spec, err, sizeof err))) {
         fprintf(stderr, "rrfp-mm tokenizer train: %s\n", err);
         goto done;

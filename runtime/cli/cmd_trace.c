@@ -10,6 +10,7 @@
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "runtime/train/outguard.h"
 #include "runtime/sim/sim.h"
 #include "runtime/trace/trace.h"
 
@@ -30,7 +31,10 @@ static void trace_usage(FILE* f) {
                "(every rank's file, each task once) before any file is written; DIR is created (one level) and\n"
                "must not hold step files of other steps. One line per step and a summary are printed.\n"
                "With step spans in the traces, --durations takes the last step's spans (the highest number);\n"
-               "traces without them (older files) give each task's last span.\n");
+               "traces without them (older files) give each task's last span.\n"
+               "Every output is refused before anything is read when it is an input trace (the same file: links\n"
+               "count), another output, a folder where a file is wanted, a file in a checkpoint or a run folder's\n"
+               "own file (docs/reliability.md); files are written to a temporary name and renamed.\n");
 }
 
 /* ---- duration files from a run's traces ------------------------------------------------------------ */
@@ -278,14 +282,6 @@ static int trace_steps_build(const PpTraceSet* set, int P, double latency_ms, in
     return rc;
 }
 
-/* Do two paths name one file: the same text, or (when both exist) the same device and inode (a link,
- * "./t.json" against "t.json"). */
-static int same_file(const char* a, const char* b) {
-    if (!strcmp(a, b)) return 1;
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* Write one output file atomically. 0, or 1 after printing the error. */
 static int write_output(const char* path, const char* text) {
     if (rr_write_file_atomic(path, text, strlen(text)) == 0) return 0;
@@ -314,20 +310,13 @@ static int step_of_name(const char* name) {
 
 /* Before anything is written to DIR: no step-*.json in it that this export would not replace (an export of
  * fewer steps into the folder of an earlier one would mix two runs in `DIR/step-*.json`), and no file to
- * write that is an input or another output. 0, 1 (data) or 2 (usage) after printing the error. */
-static int durations_dir_check(const char* dir, const StepFile* sf, int n, const char* const* inputs, int n_in,
-                               const char* const* others, int n_others) {
+ * write that is another output (the inputs: guard_output). 0, 1 (data) or 2 (usage) after printing the
+ * error. */
+static int durations_dir_check(const char* dir, const StepFile* sf, int n, const char* const* others, int n_others) {
     for (int i = 0; i < n; i++) {
         char* p = step_path(dir, sf[i].step);
-        for (int k = 0; k < n_in; k++)
-            if (same_file(p, inputs[k])) {
-                fprintf(stderr, "rrfp-mm trace: --durations-dir would write '%s', the input trace '%s'; refusing to "
-                                "overwrite an input (give another directory)\n", p, inputs[k]);
-                free(p);
-                return 2;
-            }
         for (int k = 0; k < n_others; k++)
-            if (others[k] && same_file(p, others[k])) {
+            if (others[k] && guard_same_file(p, others[k])) {
                 fprintf(stderr, "rrfp-mm trace: --durations-dir would write '%s', another output of this command\n", p);
                 free(p);
                 return 2;
@@ -439,30 +428,29 @@ int cmd_trace(int argc, char** argv) {
         free(files);
         return 2;
     }
-    /* an output that is one of the inputs would replace it (`trace t.json --svg t.json`) */
+    /* an output that is one of the inputs would replace it (`trace t.json --svg t.json`): the output guard,
+     * before anything is read */
     const char* outs[4] = {svg, json, durations, ddir};
     const char* out_flags[4] = {"--svg", "--json", "--durations", "--durations-dir"};
+    GuardInputs gin = {0};
+    for (int i = 0; i < nf; i++) guard_inputs_add(&gin, files[i], "the input trace", 0);
+    char gerr[2048];
     for (int o = 0; o < 4; o++)
-        for (int i = 0; outs[o] && i < nf; i++)
-            if (same_file(outs[o], files[i])) {
-                fprintf(stderr, "rrfp-mm trace: %s '%s' is the input trace '%s'; refusing to overwrite an input (give "
-                                "another output path)\n", out_flags[o], outs[o], files[i]);
-                free(files);
-                return 2;
-            }
+        if (outs[o] && guard_output(out_flags[o], outs[o], o == 3 ? GUARD_OUT_FOLDER : GUARD_OUT_FILE,
+                                    o == 3 ? "step-*.json" : NULL, &gin, gerr, sizeof gerr) != 0) {
+            fprintf(stderr, "rrfp-mm trace: %s\n", gerr);
+            guard_inputs_free(&gin);
+            free(files);
+            return 2;
+        }
+    guard_inputs_free(&gin);
     for (int o = 0; o < 4; o++)
         for (int q = o + 1; q < 4; q++)
-            if (outs[o] && outs[q] && same_file(outs[o], outs[q])) {
+            if (outs[o] && outs[q] && guard_same_file(outs[o], outs[q])) {
                 fprintf(stderr, "rrfp-mm trace: %s and %s name the same file '%s'\n", out_flags[o], out_flags[q], outs[o]);
                 free(files);
                 return 2;
             }
-    struct stat sb;
-    if (ddir && stat(ddir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "rrfp-mm trace: --durations-dir '%s' exists and is not a directory\n", ddir);
-        free(files);
-        return 2;
-    }
     PpTraceSet set = {0};
     char err[1024];
     int rc = 0;
@@ -501,7 +489,7 @@ int cmd_trace(int argc, char** argv) {
             free(all);
             if (!rc) last = &old;
         }
-        if (!rc && ddir) rc = durations_dir_check(ddir, steps, n_steps, files, nf, (const char* const[]){svg, json, durations}, 3);
+        if (!rc && ddir) rc = durations_dir_check(ddir, steps, n_steps, (const char* const[]){svg, json, durations}, 3);
     }
     if (!rc && svg) {
         char t[512];

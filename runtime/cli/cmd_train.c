@@ -12,6 +12,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/train/guard.h"
 #include "runtime/train/trained.h"
+#include "runtime/train/outguard.h"
 #include "runtime/train/trainer.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -342,6 +343,18 @@ int cmd_eval(int argc, char** argv) {
         free(r);
         return 1;
     }
+    if (pred_path) { /* before the model loads: never onto an input, a checkpoint's or a run's own file */
+        GuardInputs in = {0};
+        guard_inputs_add_recipe(&in, r);
+        guard_inputs_add(&in, r->resume, "the checkpoint", 1);
+        rc = guard_output("--predictions", pred_path, GUARD_OUT_FILE, NULL, &in, err, sizeof err);
+        guard_inputs_free(&in);
+        if (rc != 0) {
+            fprintf(stderr, "rrfp-mm eval: %s\n", err);
+            free(r);
+            return 2;
+        }
+    }
     Comm* self = comm_self();
     trainer_set_threads(guard_threads(r, self));
     Trainer* t = callocCheck(1, sizeof *t);
@@ -355,9 +368,12 @@ int cmd_eval(int argc, char** argv) {
     }
     EvalResult res;
     double t0 = rr_now();
+    /* the predictions go to a temporary name, renamed when every answer is in */
     FILE* pf = NULL;
-    if (pred_path && !(pf = fopen(pred_path, "w"))) {
-        fprintf(stderr, "rrfp-mm: error: cannot write --predictions '%s': %s\n", pred_path, strerror(errno));
+    char ptmp[RECIPE_STR + 4200];
+    if (pred_path) snprintf(ptmp, sizeof ptmp, "%s.tmp.%d", pred_path, (int)getpid());
+    if (pred_path && !(pf = fopen(ptmp, "w"))) {
+        fprintf(stderr, "rrfp-mm: error: cannot write --predictions '%s': %s\n", ptmp, strerror(errno));
         trainer_free(t);
         free(t);
         self->ops->free(self);
@@ -365,12 +381,24 @@ int cmd_eval(int argc, char** argv) {
         return 1;
     }
     rc = trainer_eval(t, samples, pf, &res, err, sizeof err);
-    if (pf) fclose(pf);
+    if (pf) {
+        int bad = ferror(pf) != 0;
+        bad |= fflush(pf) != 0 || fsync(fileno(pf)) != 0;
+        bad |= fclose(pf) != 0;
+        if (rc == 0 && (bad || rename(ptmp, pred_path) != 0)) {
+            snprintf(err, sizeof err, "cannot write --predictions '%s': %s", pred_path, strerror(errno));
+            rc = -1;
+        }
+        if (rc != 0) unlink(ptmp);
+    }
     if (rc != 0) {
         fprintf(stderr, "rrfp-mm: error: %s\n", err);
     } else {
-        printf("eval %s at step %lld on %lld held-out %s samples (%.1f s):\n", recipe_path, (long long)t->step,
-               (long long)res.samples, r->source, rr_now() - t0);
+        char sk[96] = "";
+        if (res.skipped)
+            snprintf(sk, sizeof sk, "; %lld skipped as damaged (named above)", (long long)res.skipped);
+        printf("eval %s at step %lld on %lld held-out %s samples%s (%.1f s):\n", recipe_path, (long long)t->step,
+               (long long)res.samples, r->source, sk, rr_now() - t0);
         printf("  held-out loss      %.4f over %lld answer tokens\n", res.loss, (long long)res.supervised);
         printf("  greedy exact match %.1f%% (%lld / %lld)\n", 100.0 * res.greedy_correct / res.samples,
                (long long)res.greedy_correct, (long long)res.samples);
@@ -378,9 +406,9 @@ int cmd_eval(int argc, char** argv) {
             printf("  best of %d answers %.1f%%\n", res.candidates, 100.0 * res.candidate_correct / res.samples);
         printf("  chance             %.1f%% (%s)\n", 100.0 * res.chance,
                res.candidates ? "1 / 8 colours" : "per question, 1 / its distinct answers among the held-out samples");
-        printf("{\"eval_step\":%lld,\"samples\":%lld,\"greedy_accuracy\":%.6f,\"candidate_accuracy\":%.6f,"
+        printf("{\"eval_step\":%lld,\"samples\":%lld,\"skipped\":%lld,\"greedy_accuracy\":%.6f,\"candidate_accuracy\":%.6f,"
                "\"chance\":%.6f,\"loss\":%.6f}\n",
-               (long long)t->step, (long long)res.samples, (double)res.greedy_correct / res.samples,
+               (long long)t->step, (long long)res.samples, (long long)res.skipped, (double)res.greedy_correct / res.samples,
                res.candidates ? (double)res.candidate_correct / res.samples : -1.0, res.chance, res.loss);
     }
     trainer_free(t);

@@ -83,7 +83,12 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
     int64_t nkeys = 0, capkeys = 0;
     double loss_sum = 0;
     int rc = 0;
-    while (res->samples < max_samples && rc == 0) {
+    /* shards: each held-out sample counts once. With samples skipped (damaged), one epoch holds fewer
+     * than max_samples, and the stream runs on into the next: its first repeat ends the evaluation. */
+    int64_t N = synthetic ? 0 : src.dataset_samples, distinct = 0;
+    uint8_t* seen = N > 0 ? callocCheck((size_t)N, 1) : NULL;
+    int wrapped = 0;
+    while (res->samples < max_samples && rc == 0 && !wrapped) {
         StepPlan plan;
         if (src.next(&src, &plan, err, err_len) != 0) {
             rc = -1;
@@ -98,9 +103,16 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
             int64_t left = max_samples - res->samples;
             for (int s = 0, counted = 0; s < mb->S; s++) {
                 int a = mb->cu_seqlens[s], b = mb->cu_seqlens[s + 1], sup = 0;
+                int64_t idx = mb->sample_index[s];
+                int repeat = seen && idx >= 0 && idx < N && seen[idx];
+                if (seen && idx >= 0 && idx < N && !seen[idx]) seen[idx] = 1, distinct++;
+                if (repeat) wrapped = 1; /* the next epoch: a sample seen already */
                 for (int u = a; u < b; u++) sup |= mb->targets[u] != -100;
                 if (!sup) continue;
-                if (counted++ < left) continue;
+                if (!repeat && counted < left) {
+                    counted++;
+                    continue;
+                }
                 for (int u = a; u < b; u++)
                     if (mb->targets[u] != -100) mb->targets[u] = -100, mb->n_supervised--;
             }
@@ -205,6 +217,9 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
             }
         }
     }
+    /* damaged samples skipped: those of the one epoch read whole, else the loader's count so far */
+    res->skipped = wrapped ? N - distinct : src.skipped ? src.skipped(&src) : 0;
+    free(seen);
     src.free(&src);
     free(hl);
     free(pred_ids);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/memory.h"
@@ -17,17 +18,19 @@
 
 #define GUARD_HOST 256
 
-int guard_run_lock(const char* run_dir, char* err, size_t err_len) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.lock", run_dir);
+/* Take the advisory lock `path` (flock, exclusive, not waiting) and write "pid P host H" + `more` into it.
+ * Returns the descriptor, or -1 with a message: `busy` (a format with the folder, the holder and the lock
+ * path, in that order) when another job holds it. */
+static int guard_lock(const char* path, const char* folder, const char* more, const char* busy, char* err,
+                      size_t err_len) {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-        snprintf(err, err_len, "cannot open the run folder's lock '%s': %s", path, strerror(errno));
+        snprintf(err, err_len, "cannot open the lock '%s': %s", path, strerror(errno));
         return -1;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
-        char who[512] = "";
+        char who[4400] = "";
         ssize_t n = pread(fd, who, sizeof who - 1, 0);
         close(fd);
         if (e != EWOULDBLOCK) {
@@ -36,22 +39,57 @@ int guard_run_lock(const char* run_dir, char* err, size_t err_len) {
         }
         who[n > 0 ? n : 0] = 0;
         who[strcspn(who, "\n")] = 0;
-        snprintf(err, err_len,
-                 "run folder '%s' is in use by another job (%s; lock %s)\n---> HINT: wait for it to end, or give this "
-                 "job its own folder: --set train.run_dir=...",
-                 run_dir, who[0] ? who : "holder unknown", path);
+        snprintf(err, err_len, busy, folder, who[0] ? who : "holder unknown", path);
         return -1;
     }
     char host[GUARD_HOST] = "";
     gethostname(host, sizeof host - 1);
-    char line[GUARD_HOST + 64];
-    int n = snprintf(line, sizeof line, "pid %d host %s\n", (int)getpid(), host);
+    char line[GUARD_HOST + 4400];
+    int n = snprintf(line, sizeof line, "pid %d host %s%s\n", (int)getpid(), host, more);
+    if (n >= (int)sizeof line) n = (int)sizeof line - 1;
     if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
         snprintf(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     return fd;
+}
+
+int guard_run_lock(const char* run_dir, char* err, size_t err_len) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", run_dir);
+    return guard_lock(path, run_dir, "",
+                      "run folder '%s' is in use by another job (%s; lock %s)\n---> HINT: wait for it to end, or give "
+                      "this job its own folder: --set train.run_dir=...",
+                      err, err_len);
+}
+
+int guard_ckpt_lock(const char* ckpt_root, const char* run_dir, int* fd, char* err, size_t err_len) {
+    *fd = -1;
+    if (rr_mkdirs(ckpt_root) != 0) {
+        snprintf(err, err_len, "cannot create checkpoint folder '%s': %s", ckpt_root, strerror(errno));
+        return -1;
+    }
+    struct stat a, b;
+    if (stat(ckpt_root, &a) == 0 && stat(run_dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return 0; /* the run folder itself: its lock is this one */
+    char path[4200], more[4200];
+    snprintf(path, sizeof path, "%s/.lock", ckpt_root);
+    snprintf(more, sizeof more, " run folder %s", run_dir);
+    *fd = guard_lock(path, ckpt_root, more,
+                     "checkpoint folder '%s' is in use by another job (%s; lock %s): two jobs in one checkpoint "
+                     "folder would prune each other's checkpoints\n---> HINT: wait for it to end, or give this job its "
+                     "own: --set checkpoint.dir=...",
+                     err, err_len);
+    return *fd < 0 ? -1 : 0;
+}
+
+int guard_lock_current(int fd, const char* dir) {
+    if (fd < 0) return 1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 void guard_run_unlock(int fd) {

@@ -15,6 +15,14 @@
  * lock), or -1 with a message naming the holder's pid and host when another job holds it. */
 int guard_run_lock(const char* run_dir, char* err, size_t err_len);
 void guard_run_unlock(int fd);
+/* The same lock on checkpoint folder CKPT_ROOT/.lock (created first), "pid P host H run folder R" in it,
+ * so that two jobs with different run folders but one checkpoint.dir cannot prune each other's
+ * checkpoints. *fd = the descriptor (release with guard_run_unlock), or -1 when ckpt_root is run_dir
+ * itself (its lock covers it). Returns 0, or -1 with a message naming the folder and the holder. */
+int guard_ckpt_lock(const char* ckpt_root, const char* run_dir, int* fd, char* err, size_t err_len);
+/* Is lock descriptor fd still DIR/.lock (1), or was that folder moved away since it was taken (0)? fd
+ * -1: 1. */
+int guard_lock_current(int fd, const char* dir);
 
 /* Refuse when this host's ranks need more than the memory available: `need` = this rank's bytes
  * (train_rank_bytes), summed over the ranks of `world` on this host for the cpu backend, or this

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -189,6 +190,41 @@ static void rundir_stamp(const char* run_dir, const char* ckpt_root, char* stamp
     }
 }
 
+/* Before a used run folder's contents move aside (everything in it but the lock and earlier previous-*
+ * folders): refused when the folder is the working folder or a folder above it, or holds an input of this
+ * run (the recipe, data.shards, data.tokenizer, ...): those would move with it. 0, or -1 with a message. */
+static int rundir_clear_check(const Recipe* r, const char* run_dir, char* err, size_t err_len) {
+    char rd[PATH_MAX], cwd[PATH_MAX], ri[PATH_MAX];
+    if (!realpath(run_dir, rd)) return 0; /* nothing there to move */
+    size_t l = strlen(rd);
+    int above = !strcmp(rd, "/");
+    if (realpath(".", cwd) && (!strcmp(cwd, rd) || above || (!strncmp(cwd, rd, l) && cwd[l] == '/'))) {
+        snprintf(err, err_len, "train.run_dir = %s is the working folder%s: moving a used run folder's contents aside "
+                 "(train.overwrite, or --resume auto's fresh start) would move everything in it, not only a run's "
+                 "files\n---> HINT: give the run a folder of its own: --set train.run_dir=runs/NAME", run_dir,
+                 strcmp(cwd, rd) ? " or a folder above it" : "");
+        return -1;
+    }
+    const struct {
+        const char *key, *path;
+    } in[] = {{"the recipe", r->path}, {"data.tokenizer", r->tokenizer}, {"data.shards", r->shards},
+              {"data.eval_shards", r->eval_shards}, {"train.init_from", r->init_from},
+              {"data.synthetic_plan", r->synthetic_plan}};
+    int synthetic = !strcmp(r->source, "synthetic"); /* reads no shards or tokenizer */
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (synthetic && i >= 1 && i <= 3) continue;
+        if (!in[i].path[0] || !realpath(in[i].path, ri)) continue;
+        if (!strcmp(ri, rd) || above || (!strncmp(ri, rd, l) && ri[l] == '/')) {
+            snprintf(err, err_len, "train.run_dir = %s holds %s (%s), an input of this run: moving the folder's "
+                     "contents aside (train.overwrite, or --resume auto's fresh start) would move it too\n---> HINT: "
+                     "give the run a folder of its own (--set train.run_dir=runs/NAME), or keep the run's inputs "
+                     "outside its folder", run_dir, in[i].key, in[i].path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int rundir_clear(const char* run_dir, const char* ckpt_root, FILE* note, char* err, size_t err_len) {
     char stamp[48];
     rundir_stamp(run_dir, ckpt_root, stamp, sizeof stamp);
@@ -196,6 +232,16 @@ static int rundir_clear(const char* run_dir, const char* ckpt_root, FILE* note, 
         rundir_move_aside(ckpt_root, stamp, "step-", note, err, err_len) != 0)
         return -1;
     return rundir_move_aside(run_dir, stamp, NULL, note, err, err_len);
+}
+
+int rundir_own_file(const char* name) {
+    static const char* exact[] = {"run.json", "recipe.ini", "metrics.jsonl", ".lock", "checkpoints"};
+    static const char* prefix[] = {"rank-", "trace-rank", "dump-", "previous-"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (!strcmp(name, exact[i])) return 1;
+    for (size_t i = 0; i < sizeof prefix / sizeof prefix[0]; i++)
+        if (!strncmp(name, prefix[i], strlen(prefix[i]))) return 1;
+    return 0;
 }
 
 int rundir_latest(const char* run_dir, const char* ckpt_root, char* out, size_t out_len, char* err, size_t err_len) {
@@ -209,6 +255,27 @@ int rundir_latest(const char* run_dir, const char* ckpt_root, char* out, size_t 
     return -1;
 }
 
+/* checkpoint.resume = latest / auto pass over step-* folders without a state.json (a folder renamed there
+ * by hand, or left by another tool: a checkpoint is renamed to step-N only when complete): each is named,
+ * and left as it is. */
+static void rundir_note_incomplete(const Recipe* r, const char* ckpt_root, const char* chosen, FILE* note) {
+    DIR* d = opendir(ckpt_root);
+    int n = 0;
+    for (struct dirent* e; d && (e = readdir(d));) {
+        long long s;
+        char tail, p[RECIPE_STR + 320];
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
+        snprintf(p, sizeof p, "%s/%s/state.json", ckpt_root, e->d_name);
+        if (access(p, F_OK) == 0) continue;
+        if (n++ < 8)
+            fprintf(note, "rrfp-mm: warning: checkpoint.resume = %s: '%s/%s' has no state.json (not a complete "
+                    "checkpoint: an incomplete or foreign folder): skipped%s%s; it is left as it is\n", r->resume,
+                    ckpt_root, e->d_name, chosen[0] ? ", resuming from " : "", chosen);
+    }
+    if (n > 8) fprintf(note, "rrfp-mm: warning: ... and %d more such folders in '%s'\n", n - 8, ckpt_root);
+    if (d) closedir(d);
+}
+
 int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, RunStart* out, FILE* note, char* err,
                    size_t err_len) {
     memset(out, 0, sizeof *out);
@@ -217,7 +284,10 @@ int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, 
     if (have_id < 0) return -1;
     int fresh = 0;
     if (!strcmp(r->resume, "latest") || !strcmp(r->resume, "auto")) {
-        if (checkpoint_latest_of(ckpt_root, folder_id, out->resume_dir, sizeof out->resume_dir) < 0) {
+        int64_t got = checkpoint_latest_of(ckpt_root, folder_id, out->resume_dir, sizeof out->resume_dir);
+        if (got < 0) out->resume_dir[0] = 0;
+        rundir_note_incomplete(r, ckpt_root, out->resume_dir, note);
+        if (got < 0) {
             if (!strcmp(r->resume, "latest")) {
                 if (folder_id[0])
                     snprintf(err, err_len, "checkpoint.resume = latest: no checkpoint of this run (%s in %s/run.json) in "
@@ -229,7 +299,6 @@ int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, 
                 return -1;
             }
             fresh = 1; /* auto: nothing of this run to resume */
-            out->resume_dir[0] = 0;
         }
     } else if (r->resume[0]) {
         snprintf(out->resume_dir, sizeof out->resume_dir, "%s", r->resume);
@@ -276,6 +345,7 @@ int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, 
         }
         /* overwrite, or auto with no checkpoint of this run to resume (a first attempt that died before
          * its first checkpoint, or another run's leftovers): aside, never deleted */
+        if (rundir_clear_check(r, run_dir, err, err_len) != 0) return -1;
         fprintf(note, "rrfp-mm: %s: a fresh start in a used run folder (%s)\n",
                 r->overwrite ? "train.overwrite = true" : "checkpoint.resume = auto found no checkpoint of this run",
                 what);

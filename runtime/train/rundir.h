@@ -41,6 +41,12 @@ void rundir_new_id(char* id, size_t id_len);
 int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, RunStart* out, FILE* note, char* err,
                    size_t err_len);
 
+/* Is `name` an entry that `rrfp-mm train` writes in a run folder: run.json, recipe.ini, metrics.jsonl,
+ * .lock, rank-*.json, trace-rank*.json, the default checkpoints/ folder, dump-* step dumps and the
+ * previous-* folders of runs moved aside. (Other commands' outputs, such as predictions.jsonl or
+ * report.html, are not.) */
+int rundir_own_file(const char* name);
+
 /* checkpoint.resume = latest / auto for a reader (eval, generate): the newest checkpoint of the run in
  * run_dir (every checkpoint under ckpt_root when the folder has no run.json). Returns 0, or -1 with a
  * message naming the folder. */

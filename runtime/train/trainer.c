@@ -348,11 +348,17 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
     if (rc == 0) {
         t->step = cs.step;
         t->opt_step = cs.opt_step;
-        /* samples seen (the epoch): the shard loader's global count in its position */
-        cJSON* lj = cs.loader ? cJSON_Parse(cs.loader) : NULL;
-        const cJSON* ns = lj ? cJSON_GetObjectItemCaseSensitive(lj, "samples") : NULL;
-        t->samples_seen = cJSON_IsNumber(ns) ? (int64_t)ns->valuedouble : 0;
-        cJSON_Delete(lj);
+        /* samples seen (the epoch): the shard loader's global count where it was sought, which includes the
+         * microbatches of a packing group handed out before the checkpoint (the position's "samples" is
+         * the count at the group's start: the epoch went backwards on resume) */
+        if (!eval_only && t->src.samples) {
+            t->samples_seen = t->src.samples(&t->src);
+        } else {
+            cJSON* lj = cs.loader ? cJSON_Parse(cs.loader) : NULL;
+            const cJSON* ns = lj ? cJSON_GetObjectItemCaseSensitive(lj, "samples") : NULL;
+            t->samples_seen = cJSON_IsNumber(ns) ? (int64_t)ns->valuedouble : 0;
+            cJSON_Delete(lj);
+        }
         *resume_step = cs.step;
         if (!eval_only && t->ex->log_rank)
             fprintf(stderr, "rrfp-mm: resumed from %s at step %lld\n", dir, (long long)t->step);
@@ -371,6 +377,8 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
     if (world->rank == 0) {
         t->lock_fd = guard_run_lock(t->run_dir, e, sizeof e);
         if (t->lock_fd < 0) rc = -1;
+        /* and the checkpoint folder: another run folder's job in the same checkpoint.dir is refused */
+        if (rc == 0 && guard_ckpt_lock(t->ckpt_root, t->run_dir, &t->ckpt_lock_fd, e, sizeof e) != 0) rc = -1;
         char removed[1024];
         int n = rc == 0 ? checkpoint_clean_stale(t->ckpt_root, removed, sizeof removed) : 0;
         if (n > 0)
@@ -378,6 +386,12 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
                     n == 1 ? "" : "s", t->ckpt_root, removed);
         /* which run this is and where it starts: one decision, on the rank holding the lock */
         if (rc == 0 && rundir_prepare(r, t->run_dir, t->ckpt_root, &t->start, stderr, e, sizeof e) != 0) rc = -1;
+        /* a fresh start that moved a used run folder aside moved its checkpoints/ (and the lock in it)
+         * too: the new folder is locked again */
+        if (rc == 0 && !guard_lock_current(t->ckpt_lock_fd, t->ckpt_root)) {
+            guard_run_unlock(t->ckpt_lock_fd);
+            if (guard_ckpt_lock(t->ckpt_root, t->run_dir, &t->ckpt_lock_fd, e, sizeof e) != 0) rc = -1;
+        }
     }
     if (comm_bcast(world, &rc, sizeof rc, 0, err, err_len) != 0) return -1;
     if (rc != 0) {
@@ -446,6 +460,7 @@ static int trainer_write_recipe(const Trainer* t, char* err, size_t err_len) {
 int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* err, size_t err_len) {
     memset(t, 0, sizeof *t);
     t->lock_fd = -1;
+    t->ckpt_lock_fd = -1;
     t->r = r;
     int vocab;
     if (trainer_vocab(r, &vocab, &t->tok_hash, err, err_len) != 0) return -1;
@@ -961,6 +976,8 @@ void trainer_free(Trainer* t) {
     comm_grid_free(&t->grid);
     guard_run_unlock(t->lock_fd);
     t->lock_fd = -1;
+    guard_run_unlock(t->ckpt_lock_fd);
+    t->ckpt_lock_fd = -1;
 }
 
 /* RUN_DIR/rank-R.json: what this rank of the job did (its grid coordinates, its model chunks, images it

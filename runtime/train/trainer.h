@@ -59,6 +59,7 @@ typedef struct {
     int64_t steps_timed;
     double time_timed;
     int lock_fd;      /* RUN_DIR/.lock held by world rank 0 (-1: none) */
+    int ckpt_lock_fd; /* the checkpoint folder's .lock held by world rank 0 (-1: none, or the run folder's) */
     uint64_t run_id;  /* this job's identity in its checkpoints' files (world rank 0's, broadcast) */
     BatchSource eval_src; /* train.eval_every: the held-out stream, this replica's share (free NULL: none) */
     char* eval_pos;       /* its position at the start: every evaluation scores the same samples */
@@ -102,6 +103,7 @@ typedef struct {
     double loss;         /* mean CE over supervised targets */
     int64_t supervised;
     int candidates;      /* 0 when candidate scoring does not apply */
+    int64_t skipped;     /* held-out samples skipped (damaged): each sample counts once, never twice */
 } EvalResult;
 /* Evaluate t's current parameters (t from trainer_init with eval_only) on up to max_samples held-out
  * samples: the synthetic source's held-out stream, or data.eval_shards. predictions (may be NULL) gets
