@@ -141,7 +141,7 @@ eval)
   expect 2 "--predictions '$R' is the recipe" "${E[@]}" --predictions "$R"
   expect 2 "--predictions 'tok.json' is data.tokenizer" "${E[@]}" --predictions tok.json
   expect 2 "--predictions 'eshards/shard-00000.rrs' is a shard of data.eval_shards" "${E[@]}" --predictions eshards/shard-00000.rrs
-  expect 2 "--predictions '$CK/model.safetensors' is inside checkpoint folder" "${E[@]}" --predictions "$CK/model.safetensors"
+  expect 2 "--predictions '$CK/model.safetensors' is inside (the )?checkpoint" "${E[@]}" --predictions "$CK/model.safetensors"
   expect 2 "--predictions 'run/metrics.jsonl' is run folder .*own metrics.jsonl" "${E[@]}" --predictions run/metrics.jsonl
   expect 2 "--predictions 'run' is a folder" "${E[@]}" --predictions run
   "${E[@]}" --predictions run/predictions.jsonl >e.txt 2>&1 || fail "eval --predictions"
@@ -225,7 +225,7 @@ PY
   expect 1 "noadd.json: the tokenizer has <image> in its vocabulary \(id [0-9]+\) but encodes the text \"<image>\" as [0-9]+ tokens.*To add it: an entry \{\"id\": [0-9]+, \"content\": \"<image>\", \"special\": true\} in \"added_tokens\"" \
     "$BIN" pack --manifest d/train.json --images d/images --tokenizer noadd.json --out s2
   grep -q -- "--images" err.txt && fail "the tokenizer's missing <image> is blamed on --images"
-  expect 1 "nobody.json: the tokenizer has no <image> token.*To add <image>: an entry" \
+  expect 1 "nobody.json: the tokenizer has no <image> token.*rrfp-mm tokenizer add-special --tokenizer IN --add \"<image>\"" \
     "$BIN" pack --manifest d/train.json --images d/images --tokenizer nobody.json --out s2
   [ ! -e s2 ] || fail "a refused pack made its --out folder"
   ;;
