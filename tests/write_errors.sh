@@ -81,10 +81,10 @@ full)
   M="$W/fs"; mkdir -p "$M"
   mount -t tmpfs -o size=64k tmpfs "$M" 2>"$W/mount.txt" || { echo "skipped: cannot mount a tmpfs: $(cat "$W/mount.txt")"; exit 77; }
   trap 'umount "$M" 2>/dev/null' EXIT
-  # leave 4 pages of 4 KB: the recipe copy (1.3 KB), run.json (the run's identity), the lock and about
-  # 13 metrics rows, then ENOSPC
+  # leave 5 pages of 4 KB: the recipe copy (1.3 KB), run.json (the run's identity), the run folder's and
+  # the checkpoint folder's locks and about 13 metrics rows, then ENOSPC
   avail=$(df --output=avail -B1 "$M" | tail -n 1)
-  head -c $((avail - 4 * 4096)) /dev/zero >"$M/filler" 2>/dev/null
+  head -c $((avail - 5 * 4096)) /dev/zero >"$M/filler" 2>/dev/null
   mkdir -p "$M/run"
   "$BIN" train "$RECIPE" --set train.run_dir="$M/run" --set optim.warmup=1 --set train.log_every=1000 --set train.steps=400 \
     >"$W/out.txt" 2>&1; RC=$?

@@ -264,7 +264,11 @@ static void eval_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm eval RECIPE.ini --checkpoint DIR|latest [--samples N] [--predictions OUT.jsonl]\n"
                "                    [--set section.key=value ...]\n\n"
                "Answers held-out questions with a checkpoint's model (greedy, exact match) and prints the accuracy\n"
-               "against chance. Held-out data: data.eval_shards, or the synthetic source's held-out stream.\n");
+               "against chance. Held-out data: data.eval_shards, or the synthetic source's held-out stream. Each\n"
+               "held-out sample counts once; damaged ones skipped are counted and said.\n"
+               "--predictions: one JSON line per sample, written to a temporary name and renamed; refused before\n"
+               "the model loads when it is an input (the recipe, its tokenizer or shards), a file in a checkpoint,\n"
+               "a run folder's own file (metrics.jsonl, recipe.ini, ...) or a folder (docs/reliability.md).\n");
 }
 
 int cmd_eval(int argc, char** argv) {
