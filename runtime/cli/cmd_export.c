@@ -3,6 +3,7 @@
  * (runtime/train/import_llava.h). */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -122,11 +123,14 @@ int cmd_export(int argc, char** argv) {
     }
     HfExport info;
     char err[2048];
-    GuardInputs in = {0}; /* the output guard, before anything is read */
+    /* the output guard, before anything is read (an existing --out is refused by the export itself: it
+     * builds a new folder) */
+    GuardInputs in = {0};
     guard_inputs_add(&in, ckpt, "the checkpoint", 1);
     guard_inputs_add(&in, recipe, "the recipe", 0);
     guard_inputs_add(&in, tok, "the tokenizer", 0);
-    int rc = guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err);
+    struct stat sb;
+    int rc = lstat(out, &sb) != 0 ? guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err) : 0;
     guard_inputs_free(&in);
     if (rc != 0) {
         fprintf(stderr, "rrfp-mm export: %s\n", err);

@@ -188,8 +188,8 @@ static int generate_append_line(int fd, const char* text) {
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : EIO;
-            if (at >= 0 && ftruncate(fd, at) != 0) { /* the error below says what failed */
-            }
+            int cut = at >= 0 ? ftruncate(fd, at) : -1; /* best effort: the write's error is the one reported */
+            (void)cut;
             free(b);
             errno = e;
             return -1;
@@ -201,18 +201,17 @@ static int generate_append_line(int fd, const char* text) {
 }
 
 /* The manifest form: the records of m (the first `samples`) not in `done`, each answer appended to fd
- * (out_path) as it is made. Returns the exit status. */
-static int generate_manifest(Generator* g, const Manifest* mf, const char* manifest, const char* images, const char* out_path,
+ * (out_path) as it is made, so an interrupted run keeps the answers so far. Returns the exit status. */
+static int generate_manifest(Generator* g, const Manifest* m, const char* manifest, const char* images, const char* out_path,
                              int fd, long long samples, const char* model_id, const Answered* done, const GenOptions* o) {
-    const Manifest* mp = mf;
-    int n = mp->n;
+    int n = m->n;
     if (samples > 0 && samples < n) n = (int)samples;
     int answered = 0, failed = 0, verify_bad = 0, skipped = 0, wrc = 0;
     long long tokens = 0;
     double maxdiff = 0, t0 = rr_now();
     int every = n >= 20 ? n / 20 : 1;
     for (int i = 0; i < n && !wrc; i++) {
-        const ManifestRecord* rec = &mp->recs[i];
+        const ManifestRecord* rec = &m->recs[i];
         const char* why = NULL;
         char e[1024] = "";
         const cJSON* id = rec->rec ? cJSON_GetObjectItemCaseSensitive(rec->rec, "id") : NULL;

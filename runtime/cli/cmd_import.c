@@ -1,6 +1,7 @@
 /* cmd_import.c — `rrfp-mm import llama --hf DIR --out CKPT`: a Hugging Face Llama LM as a checkpoint of
  * the text tower for train.init_from (runtime/train/import.h), and the recipe keys it implies. */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "runtime/cli/cli.h"
@@ -59,7 +60,10 @@ int cmd_import(int argc, char** argv) {
             return 2;
         }
     }
-    if (kind && hf && out) { /* the output guard, before anything is read */
+    struct stat sb;
+    /* the output guard, before anything is read (an existing --out is refused by the import itself: it
+     * builds a new folder) */
+    if (kind && hf && out && lstat(out, &sb) != 0) {
         GuardInputs in = {0};
         char gerr[2048];
         guard_inputs_add(&in, hf, "the Hugging Face folder", 1);

@@ -281,7 +281,11 @@ static void eval_usage(FILE* f) {
                "against chance. Held-out data: data.eval_shards, or the synthetic source's held-out stream. The\n"
                "checkpoint may be a run's or an import (rrfp-mm import: read as it is, its model keys from its\n"
                "state.json); held-out shards packed otherwise than the model's training data (another template,\n"
-               "image preprocessing or tokenizer: the checkpoint's record) are refused.\n");
+               "image preprocessing or tokenizer: the checkpoint's record) are refused. Each held-out sample counts\n"
+               "once; damaged ones skipped are counted and said.\n"
+               "--predictions: one JSON line per sample, written to a temporary name and renamed; refused before\n"
+               "the model loads when it is an input (the recipe, its tokenizer or shards), a file in a checkpoint,\n"
+               "a run folder's own file (metrics.jsonl, recipe.ini, ...) or a folder (docs/reliability.md).\n");
 }
 
 int cmd_eval(int argc, char** argv) {
