@@ -36,7 +36,9 @@ set(RRFP_ASAN_TESTS
     cli_help cli_unknown_command cli_version cli_contract train_guard_lock train_guard_memory train_guard_stale
     train_guard_threads train_guard_demo train_freeze_bad_key train_init_from_missing train_tp_refused
     train_eval_packing silent_answers write_errors_metrics write_errors_log write_errors_torn
-    write_errors_full write_errors_trace write_errors_metrics_mpi stale_zombie
+    write_errors_full write_errors_trace write_errors_metrics_mpi stale_zombie outputs_guard_generate
+    outputs_guard_resume outputs_guard_images outputs_guard_eval outputs_guard_report outputs_guard_export
+    outputs_guard_pack outputs_guard_tokenizer outputs_guard_trace train_guard_ckptlock train_rundir_incomplete
     # pipeline parallel, 2 ranks
     transport_np2 transport_lost_peer train_signal_mpi)
 # The executables those tests run: `make build-asan` builds only these (target asan_selection), not the
