@@ -15,7 +15,8 @@ add_test(NAME tokenizer_cli_usage COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:r
 # when the npm registry cannot be reached to install it.
 add_test(NAME tokenizer_peer_hf COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tokenizer_peer.sh
          $<TARGET_FILE:rrfp-mm> $<TARGET_FILE:test_tokenizer> ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_peer)
-set_tests_properties(tokenizer_peer_hf PROPERTIES SKIP_RETURN_CODE 77 LABELS node TIMEOUT 300)
+# tests/node's packages are installed by whichever node test runs first (npm ci): one at a time
+set_tests_properties(tokenizer_peer_hf PROPERTIES SKIP_RETURN_CODE 77 LABELS node TIMEOUT 300 RESOURCE_LOCK tests_node)
 
 add_test(NAME tokenizer_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/tokenizer_cli.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_cli)

@@ -245,7 +245,7 @@ set_tests_properties(export_hf_files PROPERTIES LABELS torch TIMEOUT 300)
 add_test(NAME export_hf_files_node
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/export_hf_files.py --node $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_CURRENT_BINARY_DIR}/export_hf_files_node)
-set_tests_properties(export_hf_files_node PROPERTIES LABELS "torch;node" TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(export_hf_files_node PROPERTIES LABELS "torch;node" TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK tests_node)
 # grouped-query attention: tensor parallelism splits by key/value head, so tp must divide model.text_kv_heads
 # (refused before any rank starts, naming the key); text_kv_heads must divide text_heads
 add_test(NAME train_tp_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
