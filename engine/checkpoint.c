@@ -768,24 +768,25 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
     return 0;
 }
 
-int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
-                    size_t err_len) {
+/* A checkpoint folder's state.json read, parsed and checked into *st (zeroed first), and a folder named
+ * step-N (as the writer names them) holding step N: a renamed or copied folder is not taken for another
+ * step (checkpoint.resume = latest goes by the name). Returns the parsed JSON (the caller deletes it), or
+ * NULL with a message (st freed). */
+static cJSON* ck_state_open(const char* dir, CheckpointState* st, char* path, size_t path_len, char* err,
+                            size_t err_len) {
     memset(st, 0, sizeof *st);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/state.json", dir);
+    snprintf(path, path_len, "%s/state.json", dir);
     size_t n;
     char* text = rr_read_file(path, &n, RR_MAX_JSON);
     if (!text) {
         char why[160];
         ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
                rr_read_file_why(errno, "a JSON file", why, sizeof why));
-        return -1;
+        return NULL;
     }
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail;
-    /* a folder named step-N (as the writer names them) holds step N: a renamed or copied folder is not
-     * taken for another step (checkpoint.resume = latest goes by the name) */
     const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
     long long named;
     int used = 0;
@@ -795,6 +796,18 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
                named, (long long)st->step, named);
         goto fail;
     }
+    return j;
+fail:
+    cJSON_Delete(j);
+    checkpoint_state_free(st);
+    return NULL;
+}
+
+int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
+                    size_t err_len) {
+    char path[4200];
+    cJSON* j = ck_state_open(dir, st, path, sizeof path, err, err_len);
+    if (!j) return -1;
     if (!strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT)) {
         ck_err(err, err_len, "%s: an imported model (rrfp-mm import), with no optimiser state or data position: it "
                "starts a run as train.init_from, it does not resume one", path);
@@ -829,31 +842,11 @@ fail:
 
 int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* optional, int n_optional,
                           CheckpointState* st, char* err, size_t err_len) {
-    memset(st, 0, sizeof *st);
     char path[4200];
-    snprintf(path, sizeof path, "%s/state.json", dir);
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
-               rr_read_file_why(errno, "a JSON file", why, sizeof why));
-        return -1;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    cJSON* j = ck_state_open(dir, st, path, sizeof path, err, err_len);
+    if (!j) return -1;
     StFile* f = NULL;
     int nf = -1, rc = -1;
-    if (ck_state_parse(path, j, st, err, err_len) != 0) goto done;
-    /* as checkpoint_load: a folder named step-N holds step N */
-    const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
-    long long named;
-    int used = 0;
-    if (sscanf(base, "step-%lld%n", &named, &used) == 1 && base[used] == 0 && named != st->step) {
-        ck_err(err, err_len, "%s: \"step\" is %lld, but the folder is named for step %lld: refusing to mix steps",
-               path, (long long)st->step, named);
-        goto done;
-    }
     nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "model", NULL, st, &f, err, err_len);
     if (nf < 0) goto done;
     float* h = pt->data;
@@ -873,10 +866,11 @@ int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* op
         ParamSlice whole = {.dim = -1};
         rc = checkpoint_read_assembled(f, nf, s->name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape,
                                        h + s->offset, CK_CHECK_ALL, 0, err, err_len);
+        params_master_written(pt, i);
     }
     if (rc == 0 && host) pt->be->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
     free(host);
-    if (rc == 0) params_refresh_compute(pt);
+    params_refresh_compute(pt); /* the copies of the tensors read (engine/params.h), also after a failed read */
 done:
     if (nf >= 0) ck_free_files(f, nf);
     cJSON_Delete(j);
