@@ -7,7 +7,7 @@ CTEST_ARGS ?=
 
 BUILD_ASAN ?= build-asan
 
-.PHONY: all deps deps-test deps-demo build build-cpu build-asan test test-cpu test-cpu-own test-asan demo bench clean
+.PHONY: all deps deps-test deps-demo build build-cpu build-asan test test-cpu test-asan demo bench clean
 
 all: build
 
@@ -40,15 +40,9 @@ test: deps-test build
 test-cpu: deps-test build-cpu
 	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(JOBS) $(CTEST_ARGS)
 
-# CI's pass on the CPU-only build: its own selection (label cpu_build, CMakeLists.txt), building only the
-# targets those tests run (the rest of the suite is the same code as `make test`'s).
-test-cpu-own: deps-test
-	cmake -S . -B $(BUILD_CPU) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF
-	cmake --build $(BUILD_CPU) -j $(JOBS) --target rrfp-mm test_engine test_cuda_ops
-	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L cpu_build $(CTEST_ARGS)
-
 # The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, CPU only) and its selection of the
-# suite (label asan: unit, input-handling, CLI and 2-rank pipeline tests; tests/asan/asan.cmake). A
+# suite (label asan: unit, input-handling, CLI and 2-rank pipeline tests, and the CPU-only build's refusal
+# of the CUDA backend; tests/asan/asan.cmake). A
 # sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON

@@ -40,7 +40,10 @@ set(RRFP_ASAN_TESTS
     outputs_guard_resume outputs_guard_images outputs_guard_eval outputs_guard_report outputs_guard_export
     outputs_guard_pack outputs_guard_tokenizer outputs_guard_trace train_guard_ckptlock train_rundir_incomplete
     # pipeline parallel, 2 ranks
-    transport_np2 transport_lost_peer train_signal_mpi)
+    transport_np2 transport_lost_peer train_signal_mpi
+    # what differs when CUDA is not compiled in (this build is the CPU-only build): the CUDA backend's
+    # refusal, "built without CUDA", from the engine and the command line
+    engine_backend_cuda_missing cuda_select)
 # What those tests run: `make build-asan` builds only the selection's executables (target asan_selection):
 # every executable but the emulated CUDA backend's, the fuzzers and the benchmarks, which no test of the
 # selection runs (found from the targets themselves, so a new test executable is built without a list).

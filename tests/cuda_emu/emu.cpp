@@ -543,10 +543,15 @@ struct Fiber {
     unsigned mask; /* of the shuffle it waits at */
 };
 struct Warp {
-    uint32_t mma[2][32][6]; /* emu_mma_m16n8k16_bf16: each lane's a[4], b[2] */
+    uint32_t mma[2][32][10]; /* emu_mma_m16n8k16_bf16: each lane's a[4], b[2], c[4] (f32 bits) */
     uint64_t slot[2][32];
     unsigned slot_gen[2][32];
     unsigned gen;
+    /* emu_mma_m16n8k16_bf16's result D for the whole warp, computed once per warp-wide mma by the first
+     * lane to resume after the exchange (mma_ready_gen[buf]: the generation it holds), and emu_ldmatrix_x4's
+     * check of every lane's row address, done once per generation too (ldm_ready_gen) */
+    float mma_d[2][16][8];
+    unsigned mma_ready_gen[2], ldm_ready_gen[2];
 };
 
 static std::vector<Fiber> fibers;
@@ -634,7 +639,10 @@ uint64_t emu_shfl_bits(unsigned mask, uint64_t bits, int src_lane, int xor_mask)
     return w.slot[buf][s];
 }
 
-/* A warp-collective exchange as a shuffle's (the same generation and release), of each lane's fragments. */
+/* A warp-collective exchange as a shuffle's (the same generation and release), of each lane's fragments:
+ * A (16 x 16) and B (16 x 8) in bf16 and the accumulator C = D (16 x 8) in f32. The first lane to resume
+ * checks that the whole warp took part, gathers the fragments and computes all of D (each element summed
+ * over k in ascending order, as one lane would); every lane then takes its own four elements. */
 void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
     Fiber* f = cur;
     int lane = f->linear % 32;
@@ -643,30 +651,41 @@ void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
     int buf = gen & 1;
     memcpy(w.mma[buf][lane], a, 4 * sizeof(uint32_t));
     memcpy(w.mma[buf][lane] + 4, b, 2 * sizeof(uint32_t));
+    memcpy(w.mma[buf][lane] + 6, d, 4 * sizeof(float));
     w.slot_gen[buf][lane] = gen;
     f->mask = 0xffffffffu;
     fiber_yield(F_SHUFFLE);
-    for (int l = 0; l < 32; l++)
-        if (w.slot_gen[buf][l] != gen) {
-            emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: mma.sync without lane %d of its warp",
-                     cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
-            return;
-        }
     int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; i++) {
-        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
-        float acc = d[i];
-        for (int kk = 0; kk < 16; kk++) {
-            /* A[row][kk]: lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8), half kk & 1 */
-            uint32_t ar = w.mma[buf][4 * (row % 8) + (kk % 8) / 2][(row >= 8) + 2 * (kk >= 8)];
-            /* B[kk][col]: lane 4 col + (kk % 8) / 2, register (kk >= 8), half kk & 1 */
-            uint32_t br = w.mma[buf][4 * col + (kk % 8) / 2][4 + (kk >= 8)];
-            float av = rr_bf16_to_f32((uint16_t)(kk & 1 ? ar >> 16 : ar & 0xffffu));
-            float bv = rr_bf16_to_f32((uint16_t)(kk & 1 ? br >> 16 : br & 0xffffu));
-            acc += av * bv;
-        }
-        d[i] = acc;
+    if (w.mma_ready_gen[buf] != gen) {
+        for (int l = 0; l < 32; l++)
+            if (w.slot_gen[buf][l] != gen) {
+                emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: mma.sync without lane %d of its warp",
+                         cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
+                return;
+            }
+        float A[16][16], B[16][8];
+        float(&D)[16][8] = w.mma_d[buf];
+        for (int row = 0; row < 16; row++)
+            for (int kk = 0; kk < 16; kk++) {
+                /* A[row][kk]: lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8), half kk & 1 */
+                uint32_t ar = w.mma[buf][4 * (row % 8) + (kk % 8) / 2][(row >= 8) + 2 * (kk >= 8)];
+                A[row][kk] = rr_bf16_to_f32((uint16_t)(kk & 1 ? ar >> 16 : ar & 0xffffu));
+            }
+        for (int kk = 0; kk < 16; kk++)
+            for (int col = 0; col < 8; col++) {
+                /* B[kk][col]: lane 4 col + (kk % 8) / 2, register (kk >= 8), half kk & 1 */
+                uint32_t br = w.mma[buf][4 * col + (kk % 8) / 2][4 + (kk >= 8)];
+                B[kk][col] = rr_bf16_to_f32((uint16_t)(kk & 1 ? br >> 16 : br & 0xffffu));
+            }
+        for (int row = 0; row < 16; row++)
+            for (int col = 0; col < 8; col++) /* C[row][col]: lane 4 (row % 8) + col / 2, element 2 (row >= 8) + col % 2 */
+                memcpy(&D[row][col], &w.mma[buf][4 * (row % 8) + col / 2][6 + 2 * (row >= 8) + col % 2], sizeof(float));
+        for (int row = 0; row < 16; row++)
+            for (int kk = 0; kk < 16; kk++)
+                for (int col = 0; col < 8; col++) D[row][col] += A[row][kk] * B[kk][col];
+        w.mma_ready_gen[buf] = gen;
     }
+    for (int i = 0; i < 4; i++) d[i] = w.mma_d[buf][g + 8 * (i >> 1)][2 * t + (i & 1)];
 }
 
 void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
@@ -681,7 +700,7 @@ void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
     f->mask = 0xffffffffu;
     fiber_yield(F_SHUFFLE);
     uintptr_t lo = (uintptr_t)(dyn_smem.data() + EMU_GUARD), hi = lo + dyn_smem_bytes;
-    for (int l = 0; l < 32; l++) {
+    for (int l = 0; l < 32 && w.ldm_ready_gen[buf] != gen; l++) {
         if (w.slot_gen[buf][l] != gen) {
             emu_fail(cudaErrorLaunchFailure, "%s: block (%u,%u,%u) thread %d: ldmatrix without lane %d of its warp",
                      cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
@@ -696,6 +715,7 @@ void emu_ldmatrix_x4(uint32_t* r, const void* row, int trans) {
             return;
         }
     }
+    w.ldm_ready_gen[buf] = gen;
     for (int i = 0; i < 4; i++) {
         uint16_t e[2];
         for (int h = 0; h < 2; h++) {
@@ -750,6 +770,8 @@ static void run_block(int n) {
     for (int w = 0; w < nw; w++) {
         warps[w].gen = 0;
         memset(warps[w].slot_gen, 0xff, sizeof warps[w].slot_gen);
+        memset(warps[w].mma_ready_gen, 0xff, sizeof warps[w].mma_ready_gen);
+        memset(warps[w].ldm_ready_gen, 0xff, sizeof warps[w].ldm_ready_gen);
     }
     fill_guard(dyn_smem.data(), dyn_smem.size()); /* shared memory starts as garbage */
     fill_nan(dyn_smem.data() + EMU_GUARD, dyn_smem_bytes);
