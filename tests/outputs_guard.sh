@@ -91,7 +91,7 @@ resume)
   # killed after 3 answers: each answer is on disk as it is made, each line whole
   RRFP_TEST_GEN_SLEEP_MS=400 "${GM[@]}" --out part.jsonl >part.txt 2>&1 &
   JOB=$!
-  for i in $(seq 1 300); do [ "$(cat part.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; sleep 0.05; done
+  for i in $(seq 1 6000); do [ "$(cat part.jsonl 2>/dev/null | wc -l)" -ge 3 ] && break; kill -0 "$JOB" 2>/dev/null || break; sleep 0.05; done
   kill -9 "$JOB"; wait "$JOB" 2>/dev/null
   n=$(wc -l <part.jsonl 2>/dev/null || echo 0)
   [ "$n" -ge 3 ] && [ "$n" -lt 8 ] || fail "the killed run kept $n answers (expected 3 .. 7)"

@@ -26,6 +26,10 @@ add_test(NAME recipe_print_roundtrip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util
          $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/recipe_print_roundtrip)
 # The full-size recipe is accepted and described without allocating (7B-class parameter count).
 add_test(NAME recipe_dry_run_7b COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "total +7\\.[0-9][0-9]B.*LM layers per virtual stage: [0-9,]+.*largest rank" $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini --dry-run)
+# runtime.memory_budget on the 7B recipe's dry run: a split that fits is taken, a budget nothing fits is refused
+# with changes that each fit when applied, a hand-given split over it is refused (tests/train_memory_budget.sh)
+add_test(NAME train_memory_budget COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "memory budget: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/train_memory_budget.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini)
 
 add_test(NAME checkpoint_unit COMMAND test_safetensors checkpoint ${CMAKE_CURRENT_BINARY_DIR})
 # A resume continues the data where the checkpoint stopped it, through `train --resume latest` (the

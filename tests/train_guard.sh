@@ -19,7 +19,8 @@ case "$MODE" in
 lock)
   "$BIN" train "$RECIPE" --set train.run_dir="$W/run" --set train.steps=1000000 --set optim.warmup=1 >"$W/first.txt" 2>&1 &
   JOB=$!
-  for i in $(seq 1 300); do [ -s "$W/run/metrics.jsonl" ] && break; sleep 0.1; done
+  # wait on the job's progress (its first metrics row), not on the clock: under load the start takes longer
+  for i in $(seq 1 6000); do [ -s "$W/run/metrics.jsonl" ] && break; kill -0 "$JOB" 2>/dev/null || break; sleep 0.1; done
   [ -s "$W/run/metrics.jsonl" ] || fail "the first job did not start"
   run --set train.steps=2 --set optim.warmup=1; RC=$?
   [ "$RC" -eq 1 ] || fail "second job on the same run folder exited $RC, expected 1"
@@ -34,7 +35,7 @@ ckptlock)
   "$BIN" train "$RECIPE" --set train.run_dir="$W/a" --set checkpoint.dir="$W/ck" --set train.steps=1000000 \
     --set train.checkpoint_every=1 --set checkpoint.keep=1 --set optim.warmup=1 >"$W/first.txt" 2>&1 &
   JOB=$!
-  for i in $(seq 1 300); do [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] && break; sleep 0.1; done
+  for i in $(seq 1 6000); do [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] && break; kill -0 "$JOB" 2>/dev/null || break; sleep 0.1; done
   [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] || fail "the first job wrote no checkpoint"
   run --set checkpoint.dir="$W/ck" --set train.steps=3 --set train.checkpoint_every=1 --set checkpoint.keep=1 \
     --set optim.warmup=1; RC=$?

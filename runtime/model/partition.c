@@ -31,6 +31,10 @@ void partition_stage_costs(int S, const int* layers, PartitionCost cost, double*
 }
 
 int partition_auto(int L, int S, PartitionCost cost, int* out_layers) {
+    return partition_auto_fit(L, S, cost, NULL, NULL, out_layers);
+}
+
+int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, void* ctx, int* out_layers) {
     if (L < 1 || S < 1) return -1;
     /* best[s][l]: minimal max-cost splitting the first l layers over the first s stages.
      * O(S L^2) — trivial for any real model (L <= a few hundred). Ties prefer fewer layers on
@@ -47,10 +51,16 @@ int partition_auto(int L, int S, PartitionCost cost, int* out_layers) {
         for (int l = 0; l <= L; l++)
             for (int k = minper; k <= l; k++) { /* stage s-1 takes k layers */
                 if (BEST(s - 1, l - k) >= 1e300) continue;
+                if (fits && !fits(ctx, s - 1, l - k, k)) continue;
                 double c = stage_cost(s - 1, S, k, cost);
                 double m = BEST(s - 1, l - k) > c ? BEST(s - 1, l - k) : c;
                 if (m < BEST(s, l) * (1.0 - 1e-12)) BEST(s, l) = m, ARG(s, l) = k;
             }
+    if (BEST(S, L) >= 1e300) { /* no split fits */
+        free(best);
+        free(arg);
+        return -1;
+    }
     int l = L;
     for (int s = S; s >= 1; s--) {
         int k = ARG(s, l);

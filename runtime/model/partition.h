@@ -22,6 +22,11 @@ PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double 
  * otherwise some stages may be empty) minimising the most expensive stage. out_layers[S]. Returns 0,
  * or -1 when L < 1. */
 int partition_auto(int L, int S, PartitionCost cost, int* out_layers);
+/* partition_auto over the splits whose every stage fits: fits(ctx, s, l0, k) is 1 when virtual stage s may hold
+ * the k layers from l0 (its memory within a budget, say). The cheapest such split by the same measure and ties;
+ * -1 when none exists (or L < 1). */
+typedef int (*PartitionFits)(void* ctx, int s, int l0, int k);
+int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, void* ctx, int* out_layers);
 
 /* Parse "2,3,3" into out_layers[S]; checks there are exactly S non-negative numbers summing to L.
  * On error returns -1 and writes a message into err. */

@@ -54,28 +54,6 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     return c;
 }
 
-int train_layer_split(const Recipe* r, const ModelConfig* c, int* layers, char* err, size_t err_len) {
-    int S = r->pp * r->chunks;
-    if (r->layers[0]) {
-        char e[256];
-        if (partition_parse(r->layers, c->Lt, S, layers, e, (int)sizeof e) != 0) {
-            snprintf(err, err_len, "%s: parallel.layers = %s: %s", recipe_origin(r, "parallel", "layers"), r->layers, e);
-            return -1;
-        }
-        return 0;
-    }
-    /* the cost model at the token budget of a step; assumptions in recipes/README.md */
-    double tokens = (double)r->microbatch_tokens * r->microbatches;
-    PartitionCost pc = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
-                                            0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
-    if (partition_auto(c->Lt, S, pc, layers) != 0) {
-        snprintf(err, err_len, "%s: %d LM layers cannot be split over %d x %d virtual pipeline stages (at least one "
-                 "layer each)", recipe_origin(r, "parallel", "pp"), c->Lt, r->pp, r->chunks);
-        return -1;
-    }
-    return 0;
-}
-
 static void fmt_count(char* s, size_t n, double x) {
     if (x >= 1e9) snprintf(s, n, "%.2fB", x / 1e9);
     else if (x >= 1e6) snprintf(s, n, "%.2fM", x / 1e6);
@@ -90,57 +68,60 @@ static void fmt_bytes(char* s, size_t n, double x) {
 
 void train_fmt_bytes(char* s, size_t n, double x) { fmt_bytes(s, n, x); }
 
-int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err,
-                     size_t err_len) {
-    int P = r->pp, S = r->pp * r->chunks, T = r->microbatch_tokens, M = r->microbatches;
-    int* layers = mallocCheck((size_t)S * sizeof(int));
-    if (train_layer_split(r, mc, layers, err, err_len) != 0) { /* the trainer's own split */
-        free(layers);
-        return -1;
-    }
-    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
-     * tp > 1: one TP rank's table (its slices of the split tensors, whole copies of the replicated
-     * ones: every TP rank holds the same amount) and its split activations. */
-    double params = 0, trainable = 0, act_mb = 0, copy = 0, scratch = 0, wscratch = 0;
-    int nl = 0;
+/* What one virtual stage holding LM layers [l0, l1) allocates, before the microbatches in flight multiply its
+ * activations: exact sizes from the model's own tables (runtime/model.h), nothing allocated. With tp > 1: one TP
+ * rank's table (its slices of the split tensors, whole copies of the replicated ones: every TP rank holds the same
+ * amount) and its split activations. */
+typedef struct {
+    double params, trainable, copy, act_mb; /* summed over a rank's stages */
+    double scratch, wscratch;               /* one buffer per process: the largest stage's */
+} StageBytes;
+
+static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, StageBytes* o) {
+    int T = r->microbatch_tokens;
+    memset(o, 0, sizeof *o);
     /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
      * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
     int bf16 = !strcmp(r->precision, "bf16"), cuda = !strcmp(r->backend, "cuda");
-    for (int ch = 0; ch < r->chunks; ch++) {
-        int s = rank + ch * P, l0 = 0;
-        for (int u = 0; u < s; u++) l0 += layers[u];
-        nl += layers[s];
-        ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
-        model_params_register_tp(mc, l0, l0 + layers[s], r->tp, 0, &pt);
-        params += (double)pt.total;
-        if (bf16) {
-            for (int i = 0; i < pt.n; i++) copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
-            double sc = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T, 1) : 0;
-            if (sc > scratch) scratch = sc; /* one scratch per process, grown to the largest product */
-        }
-        trainable += (double)model_params_freeze(&pt, r->freeze);
-        params_free(&pt);
-        /* every position of the microbatch may be an image patch: the worst case */
-        /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
-        int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
-        act_mb += (double)model_stage_acts_bytes_lm(mc, l0, l0 + layers[s], T, T, 0, r->tp, lm_bytes);
-        /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
-         * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
-        if (lm_bytes == 2) {
-            double ws = layers[s] > 0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
-            if (l0 == 0 && model_bf16_vision(mc)) {
-                /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
-                 * qkv row: ld 3 Dv */
-                int mp = mc->min_patches > 0 ? mc->min_patches : 1;
-                double Tv = mc->vision_arch == VIT_ARCH_CLIP ? (double)T + (T + mp - 1) / mp : (double)T;
-                double vw = 4.0 * Tv * (3.0 * 3.0 * mc->Dv / r->tp + mc->Dv / r->tp);
-                if (vw > ws) ws = vw;
-            }
-            if (ws > wscratch) wscratch = ws; /* its own buffer, beside the GEMM operands' */
-        }
+    ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
+    model_params_register_tp(mc, l0, l1, r->tp, 0, &pt);
+    o->params = (double)pt.total;
+    if (bf16) {
+        for (int i = 0; i < pt.n; i++) o->copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
+        o->scratch = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T, 1) : 0;
     }
-    free(layers);
-    int inflight;
+    o->trainable = (double)model_params_freeze(&pt, r->freeze);
+    params_free(&pt);
+    /* every position of the microbatch may be an image patch: the worst case */
+    /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
+    int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
+    o->act_mb = (double)model_stage_acts_bytes_lm(mc, l0, l1, T, T, 0, r->tp, lm_bytes);
+    /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
+     * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
+    if (lm_bytes == 2) {
+        double ws = l1 > l0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
+        if (l0 == 0 && model_bf16_vision(mc)) {
+            /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
+             * qkv row: ld 3 Dv */
+            int mp = mc->min_patches > 0 ? mc->min_patches : 1;
+            double Tv = mc->vision_arch == VIT_ARCH_CLIP ? (double)T + (T + mp - 1) / mp : (double)T;
+            double vw = 4.0 * Tv * (3.0 * 3.0 * mc->Dv / r->tp + mc->Dv / r->tp);
+            if (vw > ws) ws = vw;
+        }
+        o->wscratch = ws; /* its own buffer, beside the GEMM operands' */
+    }
+}
+
+static void stage_bytes_add(StageBytes* acc, const StageBytes* s) {
+    acc->params += s->params, acc->trainable += s->trainable, acc->copy += s->copy, acc->act_mb += s->act_mb;
+    if (s->scratch > acc->scratch) acc->scratch = s->scratch;
+    if (s->wscratch > acc->wscratch) acc->wscratch = s->wscratch;
+}
+
+/* Microbatches whose activations pipeline rank `rank` holds at once: gpipe M, otherwise min(P - rank, M) x chunks,
+ * or runtime.cap under the modes that apply it. */
+static int rank_inflight(const Recipe* r, int rank) {
+    int P = r->pp, M = r->microbatches, inflight;
     if (!strcmp(r->hint, "gpipe")) inflight = M;
     else inflight = (P - rank < M ? P - rank : M) * r->chunks;
     if ((!strcmp(r->mode, "ready") || !strcmp(r->mode, "lookahead") || !strcmp(r->mode, "adaptive")) &&
@@ -149,19 +130,234 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
         int c = strchr(r->cap, 'x') ? (int)(cv * inflight + 0.999) : (int)cv;
         inflight = c < M ? c : M;
     }
-    out->params = params;
-    out->layers = nl;
-    out->weights = params * 4 + copy;
-    out->compute_copy = copy;
+    return inflight;
+}
+
+static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, int layers, TrainRankBytes* out) {
+    out->params = sb->params;
+    out->layers = layers;
+    out->weights = sb->params * 4 + sb->copy;
+    out->compute_copy = sb->copy;
     /* on CUDA the column sums' partials (bias / norm-weight gradients: engine/cuda/bw_path.h), any precision */
-    if (cuda) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
-    out->scratch = scratch + wscratch;
-    out->trainable = trainable;
-    out->grads = trainable * 4;
-    out->adam = trainable * 8;
-    out->acts = act_mb * inflight;
+    double scratch = sb->scratch;
+    if (!strcmp(r->backend, "cuda")) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
+    out->scratch = scratch + sb->wscratch;
+    out->trainable = sb->trainable;
+    out->grads = sb->trainable * 4;
+    out->adam = sb->trainable * 8;
+    out->acts = sb->act_mb * inflight;
     out->total = out->weights + out->grads + out->adam + out->acts + out->scratch;
+}
+
+static int rank_bytes_split(const Recipe* r, const ModelConfig* mc, const int* layers, int rank, TrainRankBytes* out) {
+    int P = r->pp, nl = 0;
+    StageBytes acc, sb;
+    memset(&acc, 0, sizeof acc);
+    for (int ch = 0; ch < r->chunks; ch++) {
+        int s = rank + ch * P, l0 = 0;
+        for (int u = 0; u < s; u++) l0 += layers[u];
+        nl += layers[s];
+        stage_bytes(r, mc, l0, l0 + layers[s], &sb);
+        stage_bytes_add(&acc, &sb);
+    }
+    rank_bytes_of(r, &acc, rank_inflight(r, rank), nl, out);
     return 0;
+}
+
+int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err,
+                     size_t err_len) {
+    int S = r->pp * r->chunks;
+    int* layers = mallocCheck((size_t)S * sizeof(int));
+    if (train_layer_split(r, mc, layers, err, err_len) != 0) { /* the trainer's own split */
+        free(layers);
+        return -1;
+    }
+    rank_bytes_split(r, mc, layers, rank, out);
+    free(layers);
+    return 0;
+}
+
+/* The cost model at the token budget of a step: half of the LM positions image patches, images of (min + max) / 2
+ * patches, samples of 256 positions (recipes/README.md). */
+static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
+    double tokens = (double)r->microbatch_tokens * r->microbatches;
+    return partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
+                                0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+}
+
+static double budget_bytes(const Recipe* r) { return r->memory_budget * (double)(1ull << 30); }
+
+/* The split that balances the cost model at the token budget of a step (assumptions in recipes/README.md),
+ * or parallel.layers as given. */
+static int split_by_time(const Recipe* r, const ModelConfig* c, int* layers, char* err, size_t err_len) {
+    int S = r->pp * r->chunks;
+    if (r->layers[0]) {
+        char e[256];
+        if (partition_parse(r->layers, c->Lt, S, layers, e, (int)sizeof e) != 0) {
+            snprintf(err, err_len, "%s: parallel.layers = %s: %s", recipe_origin(r, "parallel", "layers"), r->layers, e);
+            return -1;
+        }
+        return 0;
+    }
+    if (partition_auto(c->Lt, S, split_cost(r, c), layers) != 0) {
+        snprintf(err, err_len, "%s: %d LM layers cannot be split over %d x %d virtual pipeline stages (at least one "
+                 "layer each)", recipe_origin(r, "parallel", "pp"), c->Lt, r->pp, r->chunks);
+        return -1;
+    }
+    return 0;
+}
+
+/* The largest rank of a split: its index, and its bytes in *out. */
+static int split_largest(const Recipe* r, const ModelConfig* mc, const int* layers, TrainRankBytes* out) {
+    int worst = 0;
+    for (int rank = 0; rank < r->pp; rank++) {
+        TrainRankBytes b;
+        rank_bytes_split(r, mc, layers, rank, &b);
+        if (rank == 0 || b.total > out->total) *out = b, worst = rank;
+    }
+    return worst;
+}
+
+/* partition_auto_fit's test, for one pipeline rank per virtual stage (chunks = 1): stage s is rank s, and its
+ * stage bytes depend only on its layer range (memoised over (l0, l1)). */
+typedef struct {
+    const Recipe* r;
+    const ModelConfig* mc;
+    double budget;
+    StageBytes* memo;
+    unsigned char* have;
+} FitCtx;
+
+static int stage_fits(void* vctx, int s, int l0, int k) {
+    FitCtx* f = vctx;
+    size_t i = (size_t)l0 * (size_t)(f->mc->Lt + 1) + (size_t)(l0 + k);
+    if (!f->have[i]) {
+        stage_bytes(f->r, f->mc, l0, l0 + k, &f->memo[i]);
+        f->have[i] = 1;
+    }
+    TrainRankBytes b;
+    rank_bytes_of(f->r, &f->memo[i], rank_inflight(f->r, s), k, &b);
+    return b.total <= f->budget;
+}
+
+/* The time-balanced split among those whose every rank fits runtime.memory_budget (chunks = 1). 0, or -1 when
+ * none fits. */
+static int split_fit(const Recipe* r, const ModelConfig* mc, int* layers) {
+    if (r->chunks != 1) return -1;
+    size_t n = (size_t)(mc->Lt + 1) * (size_t)(mc->Lt + 1);
+    FitCtx f = {r, mc, budget_bytes(r), mallocCheck(n * sizeof(StageBytes)), callocCheck(n, 1)};
+    int rc = partition_auto_fit(mc->Lt, r->pp, split_cost(r, mc), stage_fits, &f, layers);
+    free(f.memo);
+    free(f.have);
+    return rc;
+}
+
+/* A changed layout (a copy of the recipe) is valid and fits the budget. */
+static int layout_fits(Recipe* r, const ModelConfig* mc) {
+    char e[1024];
+    if (recipe_validate(r, e, sizeof e) != 0) return 0;
+    int* layers = mallocCheck((size_t)r->pp * r->chunks * sizeof(int));
+    int ok = split_by_time(r, mc, layers, e, sizeof e) == 0;
+    if (ok) {
+        TrainRankBytes b;
+        split_largest(r, mc, layers, &b);
+        ok = b.total <= budget_bytes(r) || (!r->layers[0] && split_fit(r, mc, layers) == 0);
+    }
+    free(layers);
+    return ok;
+}
+
+/* The smallest changes of the layout that fit the budget, each alone, as "--set" text: more pipeline ranks,
+ * fewer microbatches in flight (runtime.cap), more tensor-parallel ranks, half the tokens per microbatch (twice
+ * the microbatches: the same tokens per step). */
+static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, size_t n) {
+    size_t len = 0;
+    out[0] = 0;
+    Recipe t;
+#define SUGGEST(...) do { if (len < n) len += (size_t)snprintf(out + len, n - len, __VA_ARGS__); } while (0)
+    if (!r->layers[0]) {
+        for (int pp = r->pp + 1; pp <= mc->Lt && pp <= 4 * r->pp + 8; pp++) {
+            t = *r;
+            t.pp = pp, t.chunks = 1;
+            if (layout_fits(&t, mc)) {
+                SUGGEST("%s--set parallel.pp=%d%s", len ? "; " : "", pp, r->chunks > 1 ? " --set parallel.chunks=1" : "");
+                break;
+            }
+        }
+    }
+    if (strcmp(r->mode, "ready") == 0 || strcmp(r->mode, "lookahead") == 0 || strcmp(r->mode, "adaptive") == 0) {
+        int most = rank_inflight(r, 0);
+        for (int cap = most - 1; cap >= 1; cap--) {
+            t = *r;
+            snprintf(t.cap, sizeof t.cap, "%d", cap);
+            if (layout_fits(&t, mc)) { /* the largest cap that fits: the fewest microbatches held back */
+                SUGGEST("%s--set runtime.cap=%d", len ? "; " : "", cap);
+                break;
+            }
+        }
+    }
+    for (int tp = 2 * r->tp; tp <= 64; tp *= 2) {
+        t = *r;
+        t.tp = tp;
+        if (layout_fits(&t, mc)) {
+            SUGGEST("%s--set parallel.tp=%d", len ? "; " : "", tp);
+            break;
+        }
+    }
+    for (int k = 2; k <= 16 && r->microbatch_tokens / k >= 16; k *= 2) {
+        t = *r;
+        t.microbatch_tokens = r->microbatch_tokens / k, t.microbatches = r->microbatches * k;
+        if (t.microbatches > (1 << 16)) break;
+        if (layout_fits(&t, mc)) {
+            SUGGEST("%s--set data.microbatch_tokens=%d --set data.microbatches=%d", len ? "; " : "", t.microbatch_tokens,
+                    t.microbatches);
+            break;
+        }
+    }
+#undef SUGGEST
+    if (!out[0]) snprintf(out, n, "none of more pipeline ranks, runtime.cap, more tensor-parallel ranks or smaller "
+                                  "microbatches fits alone");
+}
+
+static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char* note, size_t note_len, char* err,
+                        size_t err_len) {
+    if (note && note_len) note[0] = 0;
+    if (split_by_time(r, c, layers, err, err_len) != 0) return -1;
+    if (r->memory_budget <= 0) return 0;
+    TrainRankBytes b;
+    int worst = split_largest(r, c, layers, &b);
+    if (b.total <= budget_bytes(r)) return 0;
+    char need[32], acts[32], fix[1024];
+    train_fmt_bytes(need, sizeof need, b.total);
+    train_fmt_bytes(acts, sizeof acts, b.acts);
+    int S = r->pp * r->chunks;
+    int* fitted = mallocCheck((size_t)S * sizeof(int));
+    if (!r->layers[0] && split_fit(r, c, fitted) == 0) { /* another split of the layers fits: take it */
+        if (note && note_len) {
+            size_t len = (size_t)snprintf(note, note_len, "memory-fitted: the time-balanced split");
+            for (int s = 0; s < S && len < note_len; s++)
+                len += (size_t)snprintf(note + len, note_len - len, "%s%d", s ? "," : " ", layers[s]);
+            if (len < note_len)
+                snprintf(note + len, note_len - len, " needs %s on rank %d, over runtime.memory_budget = %g GiB", need, worst,
+                         r->memory_budget);
+        }
+        memcpy(layers, fitted, (size_t)S * sizeof(int));
+        free(fitted);
+        return 0;
+    }
+    free(fitted);
+    fit_suggestions(r, c, fix, sizeof fix);
+    snprintf(err, err_len, "%s: runtime.memory_budget = %g GiB: rank %d needs %s (activations %s)%s; changes that fit: %s",
+             recipe_origin(r, "runtime", "memory_budget"), r->memory_budget, worst, need, acts,
+             r->layers[0] ? " with parallel.layers as given"
+             : r->chunks > 1 ? " and no other split is searched with parallel.chunks > 1"
+                             : " and no split of the LM layers fits",
+             fix);
+    return -1;
+}
+
+int train_layer_split(const Recipe* r, const ModelConfig* c, int* layers, char* err, size_t err_len) {
+    return split_layers(r, c, layers, NULL, 0, err, err_len);
 }
 
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
@@ -197,52 +393,63 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     /* Layout: LM layers over pp x chunks virtual stages; rank r holds virtual stages r, r + pp, ... */
     int P = r->pp, S = r->pp * r->chunks, T = r->microbatch_tokens, M = r->microbatches;
     int* layers = mallocCheck((size_t)S * sizeof(int));
-    if (train_layer_split(r, &mc, layers, err, err_len) != 0) { /* the trainer's own split */
-        free(layers);
-        return -1;
+    char note[512], over[2048] = "";
+    if (split_layers(r, &mc, layers, note, sizeof note, err, err_len) != 0) { /* the trainer's own split */
+        /* over the memory budget: the table of the time-balanced split, then why it cannot run */
+        if (split_by_time(r, &mc, layers, over, sizeof over) != 0) {
+            free(layers);
+            return -1;
+        }
+        snprintf(over, sizeof over, "%s", err);
     }
     fprintf(out, "layout: pp %d x tp %d x dp %d = %d ranks, %d chunk(s) per rank, hint %s, mode %s\n", r->pp, r->tp,
             r->dp, r->pp * r->tp * r->dp, r->chunks, r->hint, r->mode);
     fprintf(out, "LM layers per virtual stage:");
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
-    fprintf(out, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost-balanced");
+    fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : "cost-balanced");
     fprintf(out,
             "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
             "(train.freeze); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
             "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; with tp > 1 one\n"
-            "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations%s):\n",
+            "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations;\n"
+            "workspace: the backend's own scratch%s):\n",
             T,
             strcmp(r->precision, "bf16") ? ""
             : !strcmp(r->backend, "cuda")
-                ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and total the bf16 GEMM "
-                  "operand scratch;\nactivations are 2-byte bf16 (with the attention's f32 scratch in the total; "
+                ? ";\nbf16 on cuda: weights include the compute copy, 2 bytes per 2-D parameter, and workspace the bf16 GEMM "
+                  "operand scratch;\nactivations are 2-byte bf16 (with the attention's f32 scratch in the workspace; "
                   "docs/cuda.md, bf16 storage)"
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
-    fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s\n", "rank", "layers", "params", "weights", "grads",
-            "adam m+v", "activations", "total");
+    if (r->memory_budget > 0)
+        fprintf(out, "memory budget: %g GiB per rank (runtime.memory_budget)\n", r->memory_budget);
+    fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s %12s%s\n", "rank", "layers", "params", "weights", "grads",
+            "adam m+v", "activations", "workspace", "total", r->memory_budget > 0 ? "       budget" : "");
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
     double max_total = 0, max_params = 0;
     for (int rank = 0; rank < P; rank++) {
         TrainRankBytes b;
-        if (train_rank_bytes(r, &mc, rank, &b, err, err_len) != 0) {
-            free(layers);
-            return -1;
-        }
+        rank_bytes_split(r, &mc, layers, rank, &b);
         if (b.total > max_total) max_total = b.total;
         if (b.params > max_params) max_params = b.params;
-        char sp[32], sw[32], sg[32], sa[32], sx[32], st[32];
+        char sp[32], sw[32], sg[32], sa[32], sx[32], sk[32], st[32], sb[48] = "";
         fmt_count(sp, sizeof sp, b.params);
         fmt_bytes(sw, sizeof sw, b.weights);
         fmt_bytes(sg, sizeof sg, b.grads);
         fmt_bytes(sa, sizeof sa, b.adam);
         fmt_bytes(sx, sizeof sx, b.acts);
+        fmt_bytes(sk, sizeof sk, b.scratch);
         fmt_bytes(st, sizeof st, b.total);
+        if (r->memory_budget > 0) {
+            char bb[32];
+            fmt_bytes(bb, sizeof bb, budget_bytes(r));
+            snprintf(sb, sizeof sb, "  %s %s", b.total <= budget_bytes(r) ? "<=" : "> ", bb);
+        }
         char ly[16];
         snprintf(ly, sizeof ly, "%d%s", b.layers, rank == 0 ? "+ViT" : "");
-        fprintf(out, "  %-5d %-8s %12s %12s %12s %12s %12s %12s\n", rank, ly, sp, sw, sg, sa, sx, st);
+        fprintf(out, "  %-5d %-8s %12s %12s %12s %12s %12s %12s %12s%s\n", rank, ly, sp, sw, sg, sa, sx, sk, st, sb);
     }
     char mt[32];
     fmt_bytes(mt, sizeof mt, max_total);
@@ -269,8 +476,12 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
                      "vocabulary split; norms, the patch embedding and row-parallel biases replicated; the full "
                      "logits never on one rank); activations cross TP ranks only through all-reduces of (tokens, "
                      "width) per split layer (docs/parallel.md)\n", r->tp);
-    fprintf(out, "dry run: nothing allocated, no training.\n");
     free(layers);
+    if (over[0]) { /* the verdict the trainer would give, after the table that explains it */
+        snprintf(err, err_len, "%s", over);
+        return -1;
+    }
+    fprintf(out, "dry run: nothing allocated, no training.\n");
     return 0;
 }
 

@@ -94,6 +94,7 @@ typedef struct {
     int dp_overlap;      /* 1: buckets start when their chunk's gradients are final; 0: after the backward */
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */
+    double memory_budget; /* GiB per rank the layer split must fit (0: none) */
     int trace;         /* write Chrome traces */
     int profile;       /* per-step GPU time and launches per op kind (CUDA backend) */
     char compute[RECIPE_STR]; /* "model", or "replay:FILE" (tasks sleep the file's durations) */

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# train_memory_budget.sh — runtime.memory_budget on the published LLaVA-1.5-7B recipe (dry run: nothing is
+# allocated). Under 1F1B its time-balanced split (4 LM layers a rank at pp 8) puts the CLIP tower and the most
+# microbatches in flight on rank 0, which then needs 46 GiB while rank 7 needs 11.
+#   1. budget 40 GiB: another split fits and is taken: the layers line says "memory-fitted", the split differs from
+#      the time-balanced one, and every rank's total (read from the table) is within 40 GiB;
+#   2. budget 20 GiB: no split fits: exit 1, the error names rank 0 and lists changes that fit; each suggested
+#      change, applied, passes the dry run under the same budget with every rank within it;
+#   3. parallel.layers given by hand over the budget: refused (not re-split), naming parallel.layers;
+#   4. budget 100 GiB: the time-balanced split, unchanged.
+# Usage: train_memory_budget.sh RRFP_MM RECIPE
+set -uo pipefail
+BIN=$1 RECIPE=$2
+fail() { echo "FAIL: $*"; exit 1; }
+# every rank row's total (fields 14-15: "46.16 GiB" or "954.8 MiB") within $1 GiB
+totals_within() {
+    awk -v b="$1" '$1 ~ /^[0-9]+$/ && NF >= 15 {
+        v = $14; u = $15; g = (u == "GiB") ? v : v / 1024; n++
+        if (g > b + 1e-9) { print "rank " $1 " total " v " " u " over " b " GiB"; bad = 1 }
+    } END { if (n == 0) { print "no rank rows"; exit 1 } exit bad }' "$2"
+}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+"$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=100 >"$out/t100" 2>&1 || fail "budget 100: $(cat "$out/t100")"
+balanced=$(sed -n 's/^LM layers per virtual stage: \([0-9,]*\) (cost-balanced)$/\1/p' "$out/t100")
+[ -n "$balanced" ] || fail "budget 100: the split is not the cost-balanced one: $(grep 'LM layers' "$out/t100")"
+totals_within 100 "$out/t100" || fail "budget 100: a rank over the budget"
+echo "ok   budget 100 GiB: cost-balanced $balanced"
+
+"$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=40 >"$out/t40" 2>&1 || fail "budget 40: $(cat "$out/t40")"
+line=$(grep '^LM layers per virtual stage:' "$out/t40")
+fitted=$(echo "$line" | sed -n 's/^LM layers per virtual stage: \([0-9,]*\) (memory-fitted: .*/\1/p')
+[ -n "$fitted" ] || fail "budget 40: no memory-fitted split: $line"
+[ "$fitted" != "$balanced" ] || fail "budget 40: the fitted split is the balanced one ($fitted)"
+echo "$line" | grep -q "split $balanced needs .* on rank 0" || fail "budget 40: the note does not name the balanced split: $line"
+msg=$(totals_within 40 "$out/t40") || fail "budget 40: $msg"
+echo "ok   budget 40 GiB: $fitted"
+
+"$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=20 >"$out/t20" 2>&1
+[ $? -eq 1 ] || fail "budget 20: not refused"
+err=$(grep '^rrfp-mm: error:' "$out/t20")
+echo "$err" | grep -q "runtime.memory_budget = 20 GiB: rank 0 needs 46.16 GiB" || fail "budget 20: $err"
+fixes=$(echo "$err" | sed -n 's/.*changes that fit: //p')
+[ -n "$fixes" ] && echo "$fixes" | grep -q -- "--set" || fail "budget 20: no suggested change: $err"
+n=0
+IFS=';' read -r -a each <<<"$fixes"
+for f in "${each[@]}"; do
+    read -r -a sets <<<"$f"
+    "$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=20 "${sets[@]}" >"$out/fix" 2>&1 ||
+        fail "budget 20: the suggested '$f' does not pass: $(grep error "$out/fix")"
+    msg=$(totals_within 20 "$out/fix") || fail "budget 20 with '$f': $msg"
+    n=$((n + 1))
+done
+[ "$n" -ge 2 ] || fail "budget 20: only $n suggestion(s): $fixes"
+echo "ok   budget 20 GiB: refused; $n suggested changes each fit: $fixes"
+
+"$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=40 --set parallel.layers=4,4,4,4,4,4,4,4 >"$out/tl" 2>&1
+[ $? -eq 1 ] || fail "parallel.layers over the budget: not refused"
+grep -q "rank 0 needs 46.16 GiB .*with parallel.layers as given" "$out/tl" || fail "parallel.layers: $(grep error "$out/tl")"
+echo "ok   parallel.layers over the budget: refused"
+echo "memory budget: ok"
