@@ -338,6 +338,7 @@ static void* worker_main(void* arg) {
         d.g = stream_sample(L, k);
         pthread_mutex_unlock(&L->mu);
         int64_t bytes = 0;
+        rr_test_pause("RRFP_TEST_READ_SLEEP_MS"); /* tests only: a loader slower than the steps */
         process_sample(L, jc, dctx, &d, &bytes);
         pthread_mutex_lock(&L->mu);
         sl->d = d;

@@ -176,6 +176,10 @@ endforeach()
 set_tests_properties(train_signal_mpi train_signal_mpirun PROPERTIES LABELS mpi)
 
 # eval under other packing settings than the checkpoint's (it never seeks the training loader).
+# a step that waits for the loader is marked "data wait N%" in the log, with one warning naming data.workers
+add_test(NAME train_data_wait COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "data wait: ok" bash
+         ${CMAKE_SOURCE_DIR}/tests/train_data_wait.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+         ${CMAKE_CURRENT_BINARY_DIR}/train_data_wait)
 add_test(NAME train_eval_packing
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "eval packing: ok" bash ${CMAKE_SOURCE_DIR}/tests/train_eval_packing.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_eval_packing)

@@ -145,6 +145,15 @@ void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_ste
         size_t l = strlen(out);
         snprintf(out + l, n - l, " | skipped %lld", (long long)s->skipped);
     }
+    if (metrics_data_bound(s)) {
+        size_t l = strlen(out);
+        snprintf(out + l, n - l, " | data wait %.0f%%", 100 * s->data_wait_s / s->step_time_s);
+    }
+}
+
+int metrics_data_bound(const StepStats* s) {
+    /* the first step warms the loader's window (and every cache): not a verdict on the loader */
+    return s->step > 1 && s->step_time_s > 0 && s->data_wait_s > METRICS_DATA_WAIT_SHARE * s->step_time_s;
 }
 
 double metrics_peak_rss_mb(void) {

@@ -50,8 +50,14 @@ int metrics_open(Metrics* m, const char* path, int64_t resume_step, char* err, s
 int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len);
 /* Close; 0, or -1 with a message when the last bytes could not be written. */
 int metrics_close(Metrics* m, char* err, size_t err_len);
-/* Format one human log line (step, loss, lr, grad norm, tokens/s, step time, bubble, peak mem, ETA). */
+/* Format one human log line (step, loss, lr, grad norm, tokens/s, step time, bubble, peak mem, ETA; and
+ * "data wait N%" where the step waited for the loader, metrics_data_bound). */
 void metrics_log_line(char* out, size_t n, const StepStats* s, int64_t total_steps);
+/* The share of a step's time spent waiting for the loader above which the step counts as waiting for data. */
+#define METRICS_DATA_WAIT_SHARE 0.02
+/* 1 when the step (after the first, which fills the loader's window) waited for the loader more than
+ * METRICS_DATA_WAIT_SHARE of its time. */
+int metrics_data_bound(const StepStats* s);
 /* Peak resident set size of this process in MiB (from /proc/self/status VmHWM). */
 double metrics_peak_rss_mb(void);
 

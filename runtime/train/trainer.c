@@ -1046,6 +1046,14 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
                     "%d started while the backward still ran (step 1)\n", t->grid.dp, nb, r->dp_bucket_mb,
                     early);
         }
+        /* the first step that waited for data says what to change, once a run */
+        if (metrics_data_bound(&s) && !t->data_bound_said && t->ex->log_rank) {
+            t->data_bound_said = 1;
+            rr_warn("step %lld waited %.3f s of its %.3f s (%.0f%%) for the loader: data.workers = %d decode thread%s "
+                    "(this process may run on %d cores); more decode ahead (the log's \"data wait\" marks such steps)",
+                    (long long)s.step, s.data_wait_s, s.step_time_s, 100 * s.data_wait_s / s.step_time_s, r->workers,
+                    r->workers == 1 ? "" : "s", guard_cores());
+        }
         if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1 || s.eval_loss >= 0) {
             char line[512];
             metrics_log_line(line, sizeof line, &s, r->steps);

@@ -72,6 +72,7 @@ typedef struct {
     int64_t prof_steps;
     double prof_ms[PROF_KINDS];
     long prof_launches[PROF_KINDS];
+    int data_bound_said; /* the warning that a step waited for the loader, given once a run */
 } Trainer;
 
 /* Build the model (this rank's part of it), the batch source and the run folder; resume when
