@@ -176,11 +176,15 @@ int guard_cores(void) {
     return n > 0 ? (int)n : 1;
 }
 
+/* the ranks on this host, as guard_threads found them (0: not asked yet, taken as 1) */
+static int host_ranks;
+
 int guard_threads(const Recipe* r, Comm* world) {
     int cores = guard_cores();
     int local;
     double unused;
     guard_host_ranks(world, 0, &local, &unused);
+    host_ranks = local;
     if (r->threads > 0) {
         int share = cores / (local > 0 ? local : 1);
         if (share < 1) share = 1;
@@ -193,4 +197,16 @@ int guard_threads(const Recipe* r, Comm* world) {
     }
     int n = cores / (local > 0 ? local : 1);
     return n < 1 ? 1 : n;
+}
+
+int guard_data_workers(const Recipe* r) {
+    if (r->workers > 0) return r->workers;
+    int local = host_ranks > 0 ? host_ranks : 1;
+    int share = guard_cores() / local;
+    if (share < 1) share = 1;
+    /* the cores the step itself keeps busy: on the CPU its threads; on a device one host thread */
+    int compute = 1;
+    if (!strcmp(r->backend, "cpu")) compute = r->threads > 0 && r->threads < share ? r->threads : share;
+    int n = share - compute;
+    return n < 1 ? 1 : n > GUARD_DATA_WORKERS_MAX ? GUARD_DATA_WORKERS_MAX : n;
 }

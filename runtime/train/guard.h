@@ -38,5 +38,11 @@ int guard_cores(void);
  * host. Warns (stderr) when runtime.threads asks for more than the cores available. Collective over
  * world. Can't fail. */
 int guard_threads(const Recipe* r, Comm* world);
+/* The loader's decode threads: data.workers, or for data.workers = 0 the cores this rank's share of the host
+ * leaves beside the step (on the CPU backend its runtime.threads; on a device one host thread), at least 1 and
+ * at most GUARD_DATA_WORKERS_MAX. The share counts the ranks on this host as guard_threads found them (before
+ * it: one). */
+#define GUARD_DATA_WORKERS_MAX 8
+int guard_data_workers(const Recipe* r);
 
 #endif

@@ -104,7 +104,9 @@ static const RecipeKey recipe_keys[] = {
     {"data", "policy", RKEY_ENUM, OFF(policy), SZ(policy), "ffd", 0, 0, "fifo|ffd|balanced", 1,
      "Microbatch packing policy (DESIGN.md section 5)."},
     {"data", "window", RKEY_INT, OFF(window), 0, "64", 1, 1 << 20, 0, 1, "Look-ahead window in samples for ffd / balanced."},
-    {"data", "workers", RKEY_INT, OFF(workers), 0, "1", 1, 256, 0, 0, "Decode threads (does not change the data)."},
+    {"data", "workers", RKEY_INT, OFF(workers), 0, "0", 0, 256, 0, 0,
+     "Decode threads (does not change the data). 0 = what the cores allow: those of this rank's share of the host "
+     "beside the step's own (runtime.threads on the cpu backend, one thread on cuda), 1 to 8."},
     {"data", "seed", RKEY_I64, OFF(data_seed), 0, "1", 0, 9007199254740991.0, 0, 1, "Shuffling seed."},
     {"data", "min_patches", RKEY_INT, OFF(min_patches), 0, "16", 1, 1 << 20, 0, 1,
      "Fewest patches an image is resized to (smart_resize lower bound)."},

@@ -58,7 +58,7 @@ static int source_shards(BatchSource* src, const Recipe* r, const char* shards, 
     /* eval: stream order, so the first N samples are one whole epoch (each held-out sample once) */
     if (eval) c.policy = LOADER_POLICY_FIFO;
     c.window = r->window;
-    c.workers = r->workers;
+    c.workers = guard_data_workers(r);
     c.seed = (uint64_t)r->data_seed;
     c.patch = r->patch;
     c.min_patches = r->min_patches;
@@ -1015,12 +1015,18 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     if (!t->ex->log_rank) log = devnull = fopen("/dev/null", "w"); /* one log: the log rank's */
     ModelParamCounts pc;
     model_param_counts(&t->mc, &pc);
+    char decode[48] = "no image decoding";
+    if (strcmp(r->source, "synthetic") != 0) {
+        int w = guard_data_workers(r);
+        snprintf(decode, sizeof decode, "%d decode thread%s", w, w == 1 ? "" : "s");
+    }
     fprintf(log, "train %s: layout pp %d x tp %d x dp %d = %d rank%s (parallel.dp from %s), %.2fM parameters (vision "
                  "%.2fM, projector %.2fM, text %.2fM), V %d, source %s, "
-                 "%d microbatches x %d tokens, %s, %d thread%s per rank, steps %lld..%lld of %d, run %s\n",
+                 "%d microbatches x %d tokens, %s, %d thread%s per rank, %s%s, steps %lld..%lld of %d, run %s\n",
             r->path, r->pp, r->tp, r->dp, world->size, world->size == 1 ? "" : "s", recipe_origin(r, "parallel", "dp"),
             pc.total / 1e6, pc.vision / 1e6, pc.projector / 1e6, pc.text / 1e6, t->mc.V, t->src.name,
-            r->microbatches, r->microbatch_tokens, t->ex->name, threads, threads == 1 ? "" : "s", (long long)t->step + 1, (long long)t->last_step,
+            r->microbatches, r->microbatch_tokens, t->ex->name, threads, threads == 1 ? "" : "s", decode,
+            r->workers ? "" : " (data.workers = 0: automatic)", (long long)t->step + 1, (long long)t->last_step,
             r->steps, t->run_dir);
     if (r->freeze[0]) {
         ParamTable whole;
@@ -1049,10 +1055,11 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
         /* the first step that waited for data says what to change, once a run */
         if (metrics_data_bound(&s) && !t->data_bound_said && t->ex->log_rank) {
             t->data_bound_said = 1;
-            rr_warn("step %lld waited %.3f s of its %.3f s (%.0f%%) for the loader: data.workers = %d decode thread%s "
-                    "(this process may run on %d cores); more decode ahead (the log's \"data wait\" marks such steps)",
-                    (long long)s.step, s.data_wait_s, s.step_time_s, 100 * s.data_wait_s / s.step_time_s, r->workers,
-                    r->workers == 1 ? "" : "s", guard_cores());
+            rr_warn("step %lld waited %.3f s of its %.3f s (%.0f%%) for the loader: %d decode thread%s (data.workers%s; "
+                    "this process may run on %d cores); more decode ahead (the log's \"data wait\" marks such steps)",
+                    (long long)s.step, s.data_wait_s, s.step_time_s, 100 * s.data_wait_s / s.step_time_s,
+                    guard_data_workers(r), guard_data_workers(r) == 1 ? "" : "s", r->workers ? "" : " = 0: automatic",
+                    guard_cores());
         }
         if (t->step % r->log_every == 0 || t->step == t->last_step || t->step == 1 || s.eval_loss >= 0) {
             char line[512];
