@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "engine/util.h"
-#include "runtime/sim/sim.h"
+#include "runtime/plan/plan.h"
 
 static double u01(uint64_t* x) { return ((rr_splitmix64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static double gauss(uint64_t* x) {

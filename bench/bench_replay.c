@@ -25,7 +25,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/model/model.h"
 #include "runtime/pipeline/pipeline.h"
-#include "runtime/sim/sim.h"
+#include "runtime/plan/plan.h"
 
 typedef struct {
     const PpDurations* d;

@@ -4,7 +4,7 @@
 #   - MPI (and NCCL) only in runtime/comm/ (tests and bench may use MPI directly);
 #   - no rank counts from Open MPI's environment (OMPI_COMM_WORLD_*): MPI itself says;
 #   - no exit / abort in library code below runtime/cli/ but comm_abort (which cli/ alone calls), and
-#     rr_die in runtime/{pipeline,train,model,comm,sched,sim} only for internal invariants ("internal...");
+#     rr_die in runtime/{pipeline,train,hf,report,model,comm,sched,sim,plan} only for internal invariants ("internal...");
 #   - a test's verdict is its exit code: no CTest pass-regex property in tests/*.cmake.
 set -u
 cd "$1" || exit 2
@@ -27,7 +27,7 @@ hits=$(grep -rln 'OMPI_' engine data text vision runtime --include='*.c' --inclu
 hits=$(grep -rnE '\b(exit|abort)\(' engine data text vision runtime --include='*.c' --include='*.h' \
        | grep -v '^runtime/cli/' | grep -v 'runtime/comm/comm_mpi.c:.*exit(code)' | grep -v '^engine/util\.[ch]:')
 [ -z "$hits" ] || bad "exit/abort below runtime/cli/: $hits"
-hits=$(grep -rnE 'rr_die(_hint)?\(' runtime/pipeline runtime/train runtime/model runtime/comm runtime/sched runtime/sim \
+hits=$(grep -rnE 'rr_die(_hint)?\(' runtime/pipeline runtime/train runtime/hf runtime/report runtime/model runtime/comm runtime/sched runtime/sim runtime/plan \
        --include='*.c' | grep -v 'rr_die[_a-z]*("internal')
 [ -z "$hits" ] || bad "rr_die on a path a user's input can reach (return the error instead): $hits"
 pass_regex='PASS_REGULAR''_EXPRESSION' # split so this file does not match itself

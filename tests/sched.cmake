@@ -1,4 +1,4 @@
-# sched.cmake — scheduler core, simulator and trace tool (runtime/sched/, runtime/sim/, runtime/trace/).
+# sched.cmake — scheduler core, simulator and trace tool (runtime/sched/, runtime/sim/, runtime/plan/, runtime/trace/).
 add_executable(test_sched tests/test_sched.c)
 target_link_libraries(test_sched PRIVATE rrfp_core)
 add_test(NAME sched_core COMMAND test_sched)

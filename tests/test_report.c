@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "engine/util.h"
-#include "runtime/train/report.h"
+#include "runtime/report/report.h"
 
 #include "check.h"
 

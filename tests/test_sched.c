@@ -13,7 +13,7 @@
 
 #include "engine/util.h"
 #include "runtime/pipeline/pipeline.h"
-#include "runtime/sim/sim.h"
+#include "runtime/plan/plan.h"
 #include "runtime/trace/trace.h"
 
 

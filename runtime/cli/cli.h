@@ -3,8 +3,6 @@
 #ifndef RRFP_CLI_H
 #define RRFP_CLI_H
 
-#include "runtime/train/import.h"
-
 typedef int (*CliCommandFn)(int argc, char** argv);
 typedef struct {
     const char* name;
@@ -23,8 +21,6 @@ int cmd_demo_data(int argc, char** argv);
 int cmd_pack(int argc, char** argv);
 int cmd_import(int argc, char** argv);
 int cmd_import_llava(const char* kind, const char* hf, const char* out); /* cmd_import_llava.c: llava | clip */
-/* cmd_import.c: the LM keys an import implies beyond the shape (rms_eps, rope_base, GQA, biases, tie, RoPE scaling) */
-void cli_print_lm_keys(const LlamaImport* info);
 int cmd_export(int argc, char** argv);                                    /* cmd_export.c: export hf */
 int cmd_report(int argc, char** argv);
 int cmd_generate(int argc, char** argv);

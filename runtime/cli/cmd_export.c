@@ -1,6 +1,6 @@
 /* cmd_export.c — `rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]
  * [--template NAME] [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
- * (runtime/train/import_llava.h). */
+ * (runtime/hf/import_llava.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/cli/cli.h"
-#include "runtime/train/import_llava.h"
+#include "runtime/hf/import_llava.h"
 #include "runtime/train/trained.h"
 #include "runtime/train/outguard.h"
 

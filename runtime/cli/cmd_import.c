@@ -1,11 +1,11 @@
 /* cmd_import.c — `rrfp-mm import llama --hf DIR --out CKPT`: a Hugging Face Llama LM as a checkpoint of
- * the text tower for train.init_from (runtime/train/import.h), and the recipe keys it implies. */
+ * the text tower for train.init_from (runtime/hf/import.h), and the recipe keys it implies. */
 #include <stdio.h>
 #include <sys/stat.h>
 #include <string.h>
 
 #include "runtime/cli/cli.h"
-#include "runtime/train/import.h"
+#include "runtime/hf/import.h"
 #include "runtime/train/outguard.h"
 
 static void import_usage(FILE* f) {
@@ -26,20 +26,6 @@ static void import_usage(FILE* f) {
                "CKPT must not exist; it is built as CKPT.tmp.PID and renamed when complete. Refused before anything\n"
                "is read: a path inside DIR, inside a checkpoint folder, named like a checkpoint beside a run's\n"
                "checkpoints (it would join that run's), or a run folder's own entry (docs/reliability.md).\n");
-}
-
-/* The LM's [model] keys beyond its shape (import llama, import llava): rms_eps, rope_base and the variants
- * that differ from DESIGN.md's model. */
-void cli_print_lm_keys(const LlamaImport* info) {
-    printf("rms_eps = %.17g\nrope_base = %.17g\n", info->rms_eps, info->rope_base);
-    if (info->Hkv != info->H) printf("text_kv_heads = %d\n", info->Hkv);
-    if (info->qkv_bias) printf("text_qkv_bias = true\n");
-    if (info->o_bias) printf("text_o_bias = true\n");
-    if (info->tie) printf("tie_embeddings = true\n");
-    if (info->rope_llama3)
-        printf("rope_type = llama3\nrope_factor = %.17g\nrope_low_freq_factor = %.17g\nrope_high_freq_factor = %.17g\n"
-               "rope_original_max_pos = %.0f\n", info->rope_factor, info->rope_low_freq_factor, info->rope_high_freq_factor,
-               info->rope_original_max_pos);
 }
 
 int cmd_import(int argc, char** argv) {
@@ -92,7 +78,7 @@ int cmd_import(int argc, char** argv) {
     printf("; recipe keys for this LM (set the [model] keys as below, and [train] init_from = %s):\n", out);
     printf("[model]\ntext_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.D, info.L,
            info.H, info.F, info.V);
-    cli_print_lm_keys(&info);
+    import_print_lm_keys(stdout, &info);
     printf("[train]\ninit_from = %s\n", out);
     return 0;
 }

@@ -1,12 +1,12 @@
-/* cmd_import_llava.c — `rrfp-mm import llava|clip --hf DIR --out CKPT` (runtime/train/import_llava.h): the
+/* cmd_import_llava.c — `rrfp-mm import llava|clip --hf DIR --out CKPT` (runtime/hf/import_llava.h): the
  * import, then the recipe keys the checkpoint implies. */
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/engine.h"
 #include "runtime/cli/cli.h"
-#include "runtime/train/hf_files.h"
-#include "runtime/train/import_llava.h"
+#include "runtime/hf/hf_files.h"
+#include "runtime/hf/import_llava.h"
 #include "text/tokenizer.h"
 
 /* What the import kept of the folder (OUT/hf/), and whether its tokenizer.json is one the run can use:
@@ -68,7 +68,7 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out) {
         printf("projector_act = %s\n", act_name((Act)info.proj_act));
         printf("text_width = %d\ntext_layers = %d\ntext_heads = %d\nffn_hidden = %d\nvocab = %d\n", info.text.D,
                info.text.L, info.text.H, info.text.F, info.text.V);
-        cli_print_lm_keys(&info.text);
+        import_print_lm_keys(stdout, &info.text);
     }
     printf("[data]\n; LLaVA-1.5 feeds every image at the checkpoint's grid (%d x %d patches): pack with "
            "--image-preprocess llava\nmin_patches = %d\nmax_patches = %d\n", G, G, G * G, G * G);

@@ -1,5 +1,5 @@
 /* cmd_report.c — `rrfp-mm report RUN_DIR [--out FILE.html]`: one self-contained HTML page of a run
- * (runtime/train/report.h): curves, recipe, pipeline timeline, held-out questions with their images. */
+ * (runtime/report/report.h): curves, recipe, pipeline timeline, held-out questions with their images. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +7,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/train/outguard.h"
 #include "runtime/train/recipe.h"
-#include "runtime/train/report.h"
+#include "runtime/report/report.h"
 
 static void report_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm report RUN_DIR [--out FILE.html] [--predictions FILE.jsonl] [--questions N]\n\n"

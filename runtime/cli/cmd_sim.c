@@ -13,7 +13,7 @@
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
 #include "data/loader.h"
-#include "runtime/sim/sim.h"
+#include "runtime/plan/plan.h"
 #include "runtime/train/recipe.h"
 #include "runtime/trace/trace.h"
 

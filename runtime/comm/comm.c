@@ -157,6 +157,30 @@ int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len) {
     return 0;
 }
 
+int comm_grid_use_transport(CommGrid* g, const char* transport, char* err, size_t err_len) {
+    if (!strcmp(transport, "mpi")) return 0;
+    if (!strcmp(transport, "nccl")) return comm_grid_use_nccl(g, err, err_len);
+    snprintf(err, err_len, "unknown transport '%s' (known: mpi, nccl)", transport);
+    comm_grid_free(g);
+    return -1;
+}
+
+static int grid_has_device_group(const CommGrid* g) {
+    const Comm* groups[] = {g->tp_group, g->dp_group, g->pipe, g->mp};
+    for (int i = 0; i < 4; i++)
+        if (groups[i] && groups[i]->device_memory) return 1;
+    return 0;
+}
+
+void comm_grid_profile(const CommGrid* g, int on) {
+    if (grid_has_device_group(g)) comm_nccl_profile(on);
+}
+
+void comm_grid_profile_take(const CommGrid* g, double* ms, long* ops) {
+    *ms = 0, *ops = 0;
+    if (grid_has_device_group(g)) comm_nccl_profile_take(ms, ops);
+}
+
 int comm_grid_allreduce_all(CommGrid* g, void* buf, size_t count, CommType type, CommOp op, char* err,
                             size_t err_len) {
     int dev = (g->mp && g->mp->device_memory) || (g->dp_group && g->dp_group->device_memory);

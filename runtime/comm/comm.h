@@ -134,6 +134,15 @@ void comm_grid_free(CommGrid* g);
  * group (the gradient norm's scalar) by a collectives-only one, so that no step uses MPI. Collective
  * over the world. */
 int comm_grid_use_nccl(CommGrid* g, char* err, size_t err_len);
+/* The grid's transport by runtime.comm's name: "mpi" keeps the groups as built, "nccl" replaces them by
+ * device groups (comm_grid_use_nccl). Collective over the world. Returns 0, or -1 with a message (an unknown
+ * name, or the device groups' failure), the grid then freed. */
+int comm_grid_use_transport(CommGrid* g, const char* transport, char* err, size_t err_len);
+/* runtime.profile's `communication` kind over the grid: on = 1 times every operation of its device groups
+ * from then on; take waits for them and returns the GPU milliseconds and the operations since the last
+ * take ((0, 0) when the grid has no device group: host transports are timed with the host). */
+void comm_grid_profile(const CommGrid* g, int on);
+void comm_grid_profile_take(const CommGrid* g, double* ms, long* ops);
 /* An all-reduce over every rank of the job (the stop flag at a step end): the world group; with device
  * groups (comm_grid_use_nccl) over mp and then dp, which together span the world, so that it travels
  * over NCCL. Collective over the world. Returns 0, or -1 with a message. */

@@ -17,7 +17,7 @@
 #define REPLAY_SLICE_BELL_S 10e-3
 
 #include "engine/util.h"
-#include "runtime/sim/sim.h"
+#include "runtime/plan/plan.h"
 
 /* Saved activations of one chunk: a pool that grows to the peak number of microbatches in flight
  * during the first step and is reused afterwards (the step itself allocates nothing once warm). */

@@ -71,7 +71,7 @@ typedef struct {
                          * message and trace microbatch numbers were slots, slot s the plan's microbatch of
                          * the order (never under replay or with cfg.estimate) */
     double predicted[3];/* adaptive: predicted makespans (s) of ready, lookahead, fixed; NAN = none */
-    int learned;        /* adaptive: past steps its learner has observed (sim.h, PpPlanLearn) */
+    int learned;        /* adaptive: past steps its learner has observed (plan.h, PpPlanLearn) */
     double t_start;     /* rr_now() at the step's start on this rank (replay: makespans across ranks) */
     /* leader-decides (tp > 1, ready): choices sent (leader) or received (peer); the peer's time from a
      * choice's arrival until the chosen task's inputs were there; the time spent sending/receiving

@@ -132,7 +132,7 @@ int pp_exec_check(const PpShape* s, PpExec* const* exec, const int* n_exec, doub
  * arrive before the best ready task would finish (pp_dispatcher_next_at).
  * adaptive: per step, of ready (never wait) and, under a sequence hint, the hint's sequence (always wait
  * for the next task: fixed), the one the step's plan and the duration estimates predict faster, or
- * lookahead where predicted clearly faster than both (pp_sim_plan in runtime/sim/: every rank of the
+ * lookahead where predicted clearly faster than both (pp_sim_plan in runtime/plan/: every rank of the
  * pipeline computes the same choice from the same plan and estimates), corrected from the second step on
  * by what the past steps' measured durations say in hindsight (PpPlanLearn); a dispatcher given `adaptive`
  * itself, without a plan, behaves as lookahead. */

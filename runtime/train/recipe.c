@@ -671,7 +671,9 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)
         VFAIL("data", "fixed_batch", "%s", "true", "only the synthetic source repeats a step; allowed: false with "
                                                    "data.source=%s", r->source);
-    /* optimiser vs schedule */
+    /* optimiser vs schedule; the schedule parsed once, for every step */
+    r->lr_schedule = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
+                     : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;
     if (r->min_lr > r->lr)
         VFAIL("optim", "min_lr", "%g", r->min_lr, "greater than optim.lr (%g); allowed: <= %g", r->lr, r->lr);
     if (r->projector_lr > 0 && r->lr <= 0)
@@ -683,6 +685,9 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
         VFAIL("train", "stop_at", "%d", r->stop_at, "after train.steps (%d); allowed: 0 .. %d", r->steps, r->steps);
     if (r->dump_step == 0 || r->dump_step > r->steps)
         VFAIL("train", "dump_step", "%d", r->dump_step, "not a step of this run; allowed: -1 or 1 .. %d", r->steps);
+    if (!strcmp(r->comm, "nccl") && strcmp(r->backend, "cuda") != 0)
+        VFAIL("runtime", "comm", "%s", r->comm, "carries device memory: it needs runtime.backend = cuda (got %s); "
+              "allowed with %s: mpi", r->backend, r->backend);
     /* parallel layout: the LM layers are split over pp x chunks virtual stages (runtime/partition.h; the
      * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
      * sizes and the vocabulary */

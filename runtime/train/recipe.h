@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/engine.h"
+
 #define RECIPE_STR 512
 #define RECIPE_MAX_KEYS 96
 
@@ -72,6 +74,7 @@ typedef struct {
     /* [optim] — AdamW, DESIGN.md section 4 */
     double lr, min_lr;
     char schedule[16];   /* cosine | linear | constant (after the warm-up) */
+    LrSchedule lr_schedule; /* optim.schedule as the optimiser takes it, set once by recipe_validate */
     double projector_lr; /* projector.* parameters' peak LR (0 = lr) */
     int warmup;
     double beta1, beta2, eps, weight_decay, grad_clip;

@@ -515,18 +515,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     /* this job's identity, which every file of its checkpoints carries (checkpoint_identity_meta) */
     t->run_id = checkpoint_new_run_id();
     if (comm_bcast(world, &t->run_id, sizeof t->run_id, 0, err, err_len) != 0) return -1;
-    if (!strcmp(r->comm, "nccl")) {
-        if (strcmp(r->backend, "cuda") != 0) {
-            snprintf(err, err_len, "%s: runtime.comm = nccl carries device memory: it needs runtime.backend = cuda (got "
-                     "%s); allowed with %s: runtime.comm = mpi", recipe_origin(r, "runtime", "comm"), r->backend,
-                     r->backend);
-            comm_grid_free(&t->grid);
-            return -1;
-        }
-        if (comm_grid_use_nccl(&t->grid, e, sizeof e) != 0) {
-            snprintf(err, err_len, "%s: runtime.comm = nccl: %s", recipe_origin(r, "runtime", "comm"), e);
-            return -1;
-        }
+    if (comm_grid_use_transport(&t->grid, r->comm, e, sizeof e) != 0) {
+        snprintf(err, err_len, "%s: runtime.comm = %s: %s", recipe_origin(r, "runtime", "comm"), r->comm, e);
+        return -1;
     }
     snprintf(t->run_dir, sizeof t->run_dir, "%s", r->run_dir);
     if (r->ckpt_dir[0]) snprintf(t->ckpt_root, sizeof t->ckpt_root, "%s", r->ckpt_dir);
@@ -825,7 +816,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
 
     if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->profile) { /* from the first step on */
         ex->stages[0]->be->profile(1);
-        if (!strcmp(r->comm, "nccl")) comm_nccl_profile(1); /* the communication kind */
+        comm_grid_profile(&t->grid, 1); /* the communication kind */
         t->profiling = 1;
     }
     float scale = (float)(1.0 / (double)plan.n_supervised);
@@ -834,9 +825,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         step_exec_run_hooks(ex, err, err_len) != 0 || step_exec_grad_norm(ex, &norm, err, err_len) != 0 ||
         comm_allreduce(t->grid.dp_group, &loss_sum, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
         return -1;
-    LrSchedule kind = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
-                      : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;
-    float lr = lr_schedule_kind(kind, (int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
+    float lr = lr_schedule_kind(r->lr_schedule, (int)t->step, r->warmup, r->steps, (float)r->lr, (float)r->min_lr);
     float loss = (float)(loss_sum / (double)plan.n_supervised);
     if (dumping && trainer_dump_end(t, ddir, &plan, loss_sum, loss, lr, norm, err, err_len) != 0) return -1;
     if (!isfinite(loss) || !isfinite(norm)) {
@@ -854,7 +843,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     const Backend* dbe = ex->n_stages ? ex->stages[0]->be : NULL;
     if (t->profiling) {
         dbe->profile_take(&prof);
-        comm_nccl_profile_take(&prof.ms[PROF_COMM], &prof.launches[PROF_COMM]); /* NCCL's, when runtime.comm = nccl */
+        comm_grid_profile_take(&t->grid, &prof.ms[PROF_COMM], &prof.launches[PROF_COMM]); /* the device groups' */
     }
     double dt = rr_now() - t0;
     /* ETA from the steps timed in this process, leaving out the first (warm-up of caches, pages) */
@@ -901,7 +890,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         if (t->profiling) { /* the evaluation's device work is not the next step's: taken and left out */
             BackendProfile ev;
             dbe->profile_take(&ev);
-            comm_nccl_profile_take(&ev.ms[PROF_COMM], &ev.launches[PROF_COMM]);
+            comm_grid_profile_take(&t->grid, &ev.ms[PROF_COMM], &ev.launches[PROF_COMM]);
         }
     }
     /* a failed write stops the run at this step end, after a checkpoint (trainer_run) */

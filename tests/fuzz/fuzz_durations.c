@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sim/sim.h"
+#include "runtime/plan/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     char* text = malloc(size + 1);

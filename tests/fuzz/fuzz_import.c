@@ -1,4 +1,4 @@
-/* fuzz_import.c — libFuzzer target for `rrfp-mm import llama` (runtime/train/import.c) on a crafted
+/* fuzz_import.c — libFuzzer target for `rrfp-mm import llama` (runtime/hf/import.c) on a crafted
  * Hugging Face folder: the input is config.json, then optionally (after "--8<--" lines)
  * model.safetensors.index.json and model.safetensors. Any bytes must import or be refused with a
  * message, never a crash, an allocation sized by config.json alone, or a read of freed memory; nothing
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/train/import.h"
+#include "runtime/hf/import.h"
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

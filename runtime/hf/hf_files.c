@@ -1,6 +1,6 @@
 /* hf_files.c — the Hugging Face files around a LLaVA's weights: kept at import, written at export (see
  * hf_files.h). */
-#include "runtime/train/hf_files.h"
+#include "runtime/hf/hf_files.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -102,6 +102,9 @@ int import_write_state(const char* tmp, const CheckpointState* id, const char* h
  * the keys cmd_import prints, and the variant keys at the values the config implies (text_kv_heads 0 for
  * multi-head attention, the biases, tie_embeddings, rope_type). */
 void import_llama_keys(const LlamaImport* c, cJSON* keys);
+/* The LM's recipe keys beyond its shape as import llama and import llava print them, one "key = value" line
+ * each: rms_eps, rope_base, and the variants (GQA, biases, tie, RoPE scaling) where the config has them. */
+void import_print_lm_keys(FILE* f, const LlamaImport* info);
 
 /* Read DIR/config.json and its safetensors, write checkpoint folder OUT (OUT/model.*.safetensors and
  * OUT/state.json, built under a temporary name and renamed: never half-written). Progress lines go to

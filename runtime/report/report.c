@@ -1,6 +1,6 @@
 /* report.c — the HTML report page of a run (see report.h): curves from metrics.jsonl, the recipe, the
  * pipeline timeline of the last traced step, and held-out questions with their images and answers. */
-#include "runtime/train/report.h"
+#include "runtime/report/report.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -1,7 +1,7 @@
 /* import.c — a Hugging Face Llama LM as a checkpoint of the text tower (see import.h). One input shard
  * at a time is read, converted and written as one output file, so memory holds one shard, not the
  * model. */
-#include "runtime/train/import.h"
+#include "runtime/hf/import.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -448,6 +448,19 @@ void import_llama_keys(const LlamaImport* c, cJSON* keys) {
         IM_KEY("rope_original_max_pos", "%.0f", c->rope_original_max_pos);
     }
 #undef IM_KEY
+}
+
+/* The LM's [model] keys beyond its shape (import.h) */
+void import_print_lm_keys(FILE* f, const LlamaImport* info) {
+    fprintf(f, "rms_eps = %.17g\nrope_base = %.17g\n", info->rms_eps, info->rope_base);
+    if (info->Hkv != info->H) fprintf(f, "text_kv_heads = %d\n", info->Hkv);
+    if (info->qkv_bias) fprintf(f, "text_qkv_bias = true\n");
+    if (info->o_bias) fprintf(f, "text_o_bias = true\n");
+    if (info->tie) fprintf(f, "tie_embeddings = true\n");
+    if (info->rope_llama3)
+        fprintf(f, "rope_type = llama3\nrope_factor = %.17g\nrope_low_freq_factor = %.17g\nrope_high_freq_factor = %.17g\n"
+                "rope_original_max_pos = %.0f\n", info->rope_factor, info->rope_low_freq_factor, info->rope_high_freq_factor,
+                info->rope_original_max_pos);
 }
 
 int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,

@@ -2,7 +2,7 @@
  * import_llava.h). One input shard at a time is read, converted and written as one output file; the only
  * tensors held across shards are a CLIP layer's q, k, v projections until all three have been seen (they
  * become one fused qkv tensor). The LM part goes through import.c's Llama config parser and name table. */
-#include "runtime/train/import_llava.h"
+#include "runtime/hf/import_llava.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include "engine/engine.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
-#include "runtime/train/hf_files.h"
+#include "runtime/hf/hf_files.h"
 
 static int il_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
 static int il_fail(char* err, size_t n, const char* fmt, ...) {

@@ -22,7 +22,7 @@
  *   post_layernorm.*                                 -> vision.post_ln.* (never used, as in LLaVA)
  *   embeddings.position_ids                          (a buffer: skipped)
  * Projector: multi_modal_projector.linear_1.* -> projector.0.*, linear_2.* -> projector.2.*.
- * LM: the Llama names of `import llama` (runtime/train/import.c, the same code), after the prefix: a Llama,
+ * LM: the Llama names of `import llama` (runtime/hf/import.c, the same code), after the prefix: a Llama,
  * Mistral or Qwen2 text_config (grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE
  * scaling, as import llama takes them); tied: an lm_head.weight in the files is skipped.
  *
@@ -43,7 +43,7 @@
 
 #include <stdio.h>
 
-#include "runtime/train/import.h"
+#include "runtime/hf/import.h"
 
 typedef struct {
     int llava;                  /* 1: import llava; 0: import clip (the vision tower alone) */
