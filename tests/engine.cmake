@@ -40,3 +40,10 @@ add_test(NAME engine_params_duplicate COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FI
 # The op benchmark (bench/ops.sh runs it): GEMM per BLAS library and attention throughput.
 add_executable(rrfp-bench-ops bench/bench_ops.c)
 target_link_libraries(rrfp-bench-ops PRIVATE rrfp_core ${CMAKE_DL_LIBS})
+# bitsandbytes' NF4 blockwise quantization with double quantization (engine/quant.c): the decision rules, and
+# every code against an independent numpy implementation of the algorithm (tests/quant_ref.py)
+add_executable(test_quant tests/test_quant.c)
+target_link_libraries(test_quant PRIVATE rrfp_core)
+add_test(NAME engine_quant COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "quant: ok" $<TARGET_FILE:test_quant> unit)
+add_test(NAME engine_quant_ref COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "quant ref: ok" ${RRFP_PYTHON}
+         ${CMAKE_SOURCE_DIR}/tests/quant_ref.py $<TARGET_FILE:test_quant> ${CMAKE_CURRENT_BINARY_DIR}/engine_quant_ref)
