@@ -334,6 +334,12 @@ static void freeze_case(const char* freeze, int split_bw) {
         EXPECT(bytes_ref - bytes_fz >= least, "frozen ViT: activations %zu bytes vs %zu unfrozen (expected >= %zu less)",
                bytes_fz, bytes_ref, least);
     }
+    /* the dry run's allocation-free size (runtime/train/layout.c) says the same, frozen tower or not */
+    EXPECT(model_stage_acts_bytes_lm(&c, 0, c.Lt, max_T, max_Np, split_bw, 1, 4, !vision_all) == bytes_fz,
+           "model_stage_acts_bytes_lm(vit_train %d) %zu, the frozen stage %zu", !vision_all,
+           model_stage_acts_bytes_lm(&c, 0, c.Lt, max_T, max_Np, split_bw, 1, 4, !vision_all), bytes_fz);
+    EXPECT(model_stage_acts_bytes_lm(&c, 0, c.Lt, max_T, max_Np, split_bw, 1, 4, 1) == bytes_ref,
+           "model_stage_acts_bytes_lm(vit_train 1) disagrees with the unfrozen stage");
 
     StageActs ra[NMB], fa[NMB];
     for (int m = 0; m < NMB; m++) {

@@ -580,9 +580,10 @@ size_t model_stage_acts_bytes_tp(const ModelConfig* cfg, int l0, int l1, int max
 }
 
 size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
-                                 int lm_act_bytes) {
+                                 int lm_act_bytes, int vit_train) {
     Stage st;
     stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    st.vit_train = st.first && vit_train;
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
     st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
     return stage_acts_bytes(&st, max_tokens, max_patches, split);

@@ -201,9 +201,10 @@ int model_bf16_activations(int tp);
  * projector); kept as the one place that decides. */
 int model_bf16_vision(const ModelConfig* cfg);
 /* model_stage_acts_bytes_tp with the LM's activations lm_act_bytes (2 or 4) bytes each (LmConfig.act_bytes), and the
- * tower's too where model_bf16_vision says so. */
+ * tower's too where model_bf16_vision says so. vit_train = 0: the tower is frozen (train.freeze leaves none of its
+ * tensors trainable), and keeps nothing for a backward, as stage_init_tp lays it out. */
 size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
-                                 int lm_act_bytes);
+                                 int lm_act_bytes, int vit_train);
 /* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* The stage's largest attention calls at a microbatch of at most max_tokens LM tokens and max_patches image
