@@ -397,3 +397,9 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_bf16a_tp_emu_tp2_clip PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
                        "SETS=model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
 endif()
+# Two ranks on one GPU: a pp 2 `rrfp-mm train` of two processes sharing the device (MPI transport), stopped and
+# resumed, against the CPU backend's one process (tests/train_gpu_one_device.sh); skipped without a device
+add_test(NAME train_gpu_pp2_one_device
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train_gpu_one_device.sh $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_gpu_pp2_one_device ${RRFP_MPIRUN})
+set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
