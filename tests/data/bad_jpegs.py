@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bad_jpegs.py — the damaged JPEGs of issue 9, made from one good baseline JPEG, for the tests that
-check a bad image costs only itself (tests/data_pack_errors.sh, test_data --bad-images) and for the
+check a bad image costs only itself (tests/data/data_pack_errors.sh, test_data --bad-images) and for the
 image fuzz target's regression seeds (tests/fuzz/run_fuzz.sh).
 
 usage: bad_jpegs.py GOOD.jpg OUT_DIR   writes OUT_DIR/bad-*.jpg (deterministic bytes)

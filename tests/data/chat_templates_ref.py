@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""chat_templates_ref.py — the prompts LLaVA's own code builds, written to tests/data/chat_templates_expected.json
-for test_templates (tests/test_templates.c compares `rrfp-mm pack --template`'s segments with them).
+"""chat_templates_ref.py — the prompts LLaVA's own code builds, written to tests/support/fixtures/chat_templates_expected.json
+for test_templates (tests/data/test_templates.c compares `rrfp-mm pack --template`'s segments with them).
 
 Not run by the test suite (it needs the two repositories): regenerate with
-  chat_templates_ref.py LLAVA_CONVERSATION_PY LLAVA_NEXT_CONVERSATION_PY > tests/data/chat_templates_expected.json
+  chat_templates_ref.py LLAVA_CONVERSATION_PY LLAVA_NEXT_CONVERSATION_PY > tests/support/fixtures/chat_templates_expected.json
 where the files are haotian-liu/LLaVA's and LLaVA-VL/LLaVA-NeXT's llava/conversation.py (the expected file in
 the repository was made from LLaVA c121f04 and LLaVA-NeXT df17966).
 

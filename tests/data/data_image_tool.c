@@ -1,4 +1,4 @@
-/* data_image_tool.c — exposes data/image.c to the Pillow comparison (tests/data_pillow.py):
+/* data_image_tool.c — exposes data/image.c to the Pillow comparison (tests/data/data_pillow.py):
  *   smart                         reads "h w p min max" lines on stdin, prints "grid_h grid_w"
  *   decode  IN.jpg SCALE OUT      raw RGB8 of the DCT-scaled decode (a PNG: full size); prints "w h"
  *   resize  IN.jpg P MIN MAX OUT  float32 RGB (0..255) after decode + resize; prints "gh gw scale"

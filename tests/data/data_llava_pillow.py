@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""data_llava_pillow.py — `--image-preprocess llava` (data/image.c, through tests/data_image_tool.c) against
+"""data_llava_pillow.py — `--image-preprocess llava` (data/image.c, through tests/data/data_image_tool.c) against
 LLaVA-1.5's own preprocessing written here with Pillow and numpy, as LLaVA's train.py (image_aspect_ratio =
 pad) and Hugging Face's CLIPImageProcessor run it:
   expand2square: Image.new("RGB", (s, s), tuple(int(x * 255) for x in image_mean)), paste at

@@ -4,7 +4,7 @@
 # record: each bad one is named by manifest line and reason, the summary counts them, nothing good is
 # lost (the loader hands back every good sample equal to the manifest and its JPEGs), --strict is
 # fatal and leaves no shard, and a JSON-array manifest with bad JSON is an error naming line:column.
-# Damaged JPEGs (tests/bad_jpegs.py) placed before good records cost only themselves, in pack and in
+# Damaged JPEGs (tests/data/bad_jpegs.py) placed before good records cost only themselves, in pack and in
 # the loader (test_data --bad-images).
 # usage: data_pack_errors.sh RRFP_MM TEST_DATA WORK_DIR
 set -u
@@ -24,7 +24,7 @@ d = sys.argv[1]
 im = Image.open(d + "/rocket.jpg").convert("RGB")
 im.convert("L").save(d + "/grey.jpg", quality=90)
 im.resize((320, 214)).save(d + "/prog.jpg", quality=85, progressive=True)
-im.resize((64, 43)).save(d + "/gif.jpg", format="GIF")          # a GIF named .jpg (PNGs are read: tests/data_png.py)
+im.resize((64, 43)).save(d + "/gif.jpg", format="GIF")          # a GIF named .jpg (PNGs are read: tests/data/data_png.py)
 im.resize((64, 43)).convert("CMYK").save(d + "/cmyk.jpg", quality=90)
 assert Image.open(d + "/prog.jpg").info.get("progressive")
 PYEND

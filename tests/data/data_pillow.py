@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""data_pillow.py — our image preprocessing (data/image.c, through tests/data_image_tool.c) against
+"""data_pillow.py — our image preprocessing (data/image.c, through tests/data/data_image_tool.c) against
 independent references:
 
 1. smart_resize grids against Qwen2-VL's smart_resize (transformers' image_processing_qwen2_vl.py,

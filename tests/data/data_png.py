@@ -174,7 +174,7 @@ S = ["--set", "data.shards=" + os.path.join(W, "shards"), "--set", "data.tokeniz
      "--set", "model.text_heads=2", "--set", "model.ffn_hidden=172", "--set", "data.microbatches=2", "--set",
      "data.microbatch_tokens=256", "--set", "train.steps=2", "--set", "optim.warmup=1", "--set", "runtime.threads=1",
      "--set", "train.run_dir=" + os.path.join(W, "run"), "--set", "data.on_error=fatal"]
-r = subprocess.run([EXE, "train", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "llava.ini")] + S,
+r = subprocess.run([EXE, "train", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "recipes", "llava.ini")] + S,
                    capture_output=True, text=True)
 if r.returncode != 0:
     fail("training on the PNG shards failed: %s" % (r.stdout + r.stderr)[-800:])
@@ -195,7 +195,7 @@ if r.returncode != 0:
 L = S + ["--set", "data.shards=" + os.path.join(W, "llava-shards"), "--set", "data.on_error=skip", "--set",
           "data.min_patches=9", "--set", "data.max_patches=9", "--set", "train.steps=4", "--set",
           "train.run_dir=" + os.path.join(W, "run-llava")]  # a later --set of a key wins
-r = subprocess.run([EXE, "train", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "llava.ini")] + L,
+r = subprocess.run([EXE, "train", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "recipes", "llava.ini")] + L,
                    capture_output=True, text=True)
 log = r.stdout + r.stderr
 if r.returncode != 0:

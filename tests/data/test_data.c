@@ -4,8 +4,8 @@
  * damaged index), each giving its documented error or count with nothing else lost.
  *
  * usage: test_data RRFP_MM_BINARY WORK_DIR
- *        test_data --check-shards SHARDS MANIFEST IMAGES TOK P MIN MAX   (tests/data_pack_errors.sh)
- *        test_data --bad-images WORK BAD_DIR GOOD.jpg...                 (tests/data_pack_errors.sh) */
+ *        test_data --check-shards SHARDS MANIFEST IMAGES TOK P MIN MAX   (tests/data/data_pack_errors.sh)
+ *        test_data --bad-images WORK BAD_DIR GOOD.jpg...                 (tests/data/data_pack_errors.sh) */
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -24,9 +24,9 @@
 #include "engine/util.h"
 #include "text/tokenizer.h"
 
-#include "check.h"
-#include "util/proc.h"
-#include "util/shard_damage.h"
+#include "tests/support/check.h"
+#include "tests/support/util/proc.h"
+#include "tests/support/util/shard_damage.h"
 
 static const char* BIN;
 static char WORK[1024];
@@ -424,7 +424,7 @@ static void undecodable_image(const char* shards, int N) {
 
 /* --check-shards SHARDS MANIFEST IMAGES TOK P MIN MAX: one epoch of every policy over the shards, each
  * sample checked against the manifest and its JPEG files (used on real photographs by
- * tests/data_pack_errors.sh). */
+ * tests/data/data_pack_errors.sh). */
 static int check_shards(char** a) {
     char err[2048];
     g_tok = tokenizer_load(a[3], err, sizeof err);
@@ -473,7 +473,7 @@ static int check_shards(char** a) {
 }
 
 /* ---- --bad-images WORK BAD_DIR GOOD.jpg...: a bad JPEG costs only itself ---------------------------
- * Every file of BAD_DIR (tests/bad_jpegs.py: random bytes after a JPEG marker, headers claiming
+ * Every file of BAD_DIR (tests/data/bad_jpegs.py: random bytes after a JPEG marker, headers claiming
  * 65535x65535, a zero height, 12-bit samples, 60000x60000 followed by noise, a cut file) is rejected,
  * and after each one the same codec still decodes every good photograph bit for bit like a fresh
  * codec (libjpeg-turbo 2.1 leaves its handle broken after a failed header read). The address space is

@@ -16,7 +16,7 @@
 #include "data/loader.h"
 #include "runtime/sim/sim.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 #define MAXN 16
 

@@ -1,8 +1,8 @@
 /* test_templates.c — the chat templates (data/template.h) against the prompts LLaVA's own code builds.
  *
- * tests/data/chat_templates_expected.json holds, per template and conversation, the text LLaVA's
+ * tests/support/fixtures/chat_templates_expected.json holds, per template and conversation, the text LLaVA's
  * llava/conversation.py (LLaVA and LLaVA-NeXT) and train.py's preprocessing make, written by
- * tests/chat_templates_ref.py from those files. For each case:
+ * tests/data/chat_templates_ref.py from those files. For each case:
  *   1. the template's segments, concatenated, are that text byte for byte;
  *   2. the supervised segments are exactly the expected answer pieces, in order;
  *   3. tokenized segment by segment (tokenizer_encode_continue, as pack does) with a SentencePiece-style

@@ -4,8 +4,8 @@
  *
  * Usage: test_engine philox | init | lr | params | sumsq | step_end | expf
  *        test_engine backend NAME            (prints the backend's name or dies with its message)
- *        test_engine adamw FILE              (FILE from tests/adamw_ref.py; exit 1 on mismatch)
- *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/init_ref.py)
+ *        test_engine adamw FILE              (FILE from tests/engine/adamw_ref.py; exit 1 on mismatch)
+ *        test_engine init_dump NAME SEED OFFSET N   (prints the values, for tests/engine/init_ref.py)
  *        test_engine ce_bad_target | params_dup     (must die with a clear message) */
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 #include "engine/engine.h"
 #include "engine/params.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 /* Known-answer vectors from Random123's kat_vectors (philox4x32 10 rounds). */
 static void test_philox(void) {
@@ -341,7 +341,7 @@ static void test_expf(void) {
     printf("expf: %zu values, worst %.2f ulp; edges, inf and NaN checked\n", n, worst);
 }
 
-/* The file written by tests/adamw_ref.py: see that script for the layout. */
+/* The file written by tests/engine/adamw_ref.py: see that script for the layout. */
 static float read_f(FILE* f) {
     double x;
     if (fscanf(f, "%lf", &x) != 1) rr_die("adamw reference file: truncated or not a number");

@@ -19,7 +19,7 @@
 #include "engine/params.h"
 #include "engine/util.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 static void write_file(const char* path, const char* text) {
     FILE* f = fopen(path, "wb");

@@ -1,7 +1,7 @@
 /* test_safetensors.c — safetensors writer/reader tests.
  *
  *   test_safetensors selftest DIR       round trip in C, bf16 rounding, every truncation of a file
- *   test_safetensors write PATH         write the shared fixture (tests/safetensors_peer.py reads it)
+ *   test_safetensors write PATH         write the shared fixture (tests/engine/safetensors_peer.py reads it)
  *   test_safetensors check PATH         read a fixture written by the independent Python writer
  *   test_safetensors expect-error PATH TEXT   loading must fail with a message containing TEXT
  *   test_safetensors checkpoint DIR     checkpoint save / load / latest / prune and damaged checkpoints;
@@ -9,7 +9,7 @@
  *                                       flipped mantissa / exponent / sign bit on disk, NaN and negative
  *                                       second moments refused on save and on load, naming the tensor
  *
- * The fixture (same in tests/safetensors_peer.py):
+ * The fixture (same in tests/engine/safetensors_peer.py):
  *   "a.f32"    F32  (3, 5)    a[i] = i * 0.25 - 1.5
  *   "b.bf16"   BF16 (4)       1.0, -2.5, 3.140625, 65280
  *   "c.i32"    I32  (2, 3, 2) c[i] = 7 i - 20
@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "tests/support/check.h"
 
 static float fa[15];
 static uint16_t fb[4];

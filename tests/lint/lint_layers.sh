@@ -5,7 +5,7 @@
 #   - no rank counts from Open MPI's environment (OMPI_COMM_WORLD_*): MPI itself says;
 #   - no exit / abort in library code below runtime/cli/ but comm_abort (which cli/ alone calls), and
 #     rr_die in runtime/{pipeline,train,model,comm,sched,sim} only for internal invariants ("internal...");
-#   - a test's verdict is its exit code: no CTest pass-regex property in tests/*.cmake.
+#   - a test's verdict is its exit code: no CTest pass-regex property in any tests/**/*.cmake.
 set -u
 cd "$1" || exit 2
 fail=0
@@ -31,7 +31,7 @@ hits=$(grep -rnE 'rr_die(_hint)?\(' runtime/pipeline runtime/train runtime/model
        --include='*.c' | grep -v 'rr_die[_a-z]*("internal')
 [ -z "$hits" ] || bad "rr_die on a path a user's input can reach (return the error instead): $hits"
 pass_regex='PASS_REGULAR''_EXPRESSION' # split so this file does not match itself
-hits=$(grep -ln "$pass_regex" tests/*.cmake)
+hits=$(grep -rln --include='*.cmake' "$pass_regex" tests)
 [ -z "$hits" ] || bad "$pass_regex (ignores the exit code) in: $hits"
 [ $fail -eq 0 ] && echo "lint layers: ok"
 exit $fail

@@ -2,7 +2,7 @@
 # lint_no_shell.sh SRC — no shell is ever run from the C code (issue 19): the identifiers system and popen
 # followed by "(" appear nowhere in the C, C++ and CUDA sources of SRC (library, tools and tests alike;
 # comments too, so the rule is one grep), nor does a "/bin/sh" or an "sh -c" argument vector. Folders are
-# removed with rr_remove_tree (nftw), programs run from an argument vector (tests/util/proc.h).
+# removed with rr_remove_tree (nftw), programs run from an argument vector (tests/support/util/proc.h).
 # The scan first proves on files of its own that it finds each form, so a broken pattern cannot pass.
 set -u
 src=${1:?usage: lint_no_shell.sh SRC}

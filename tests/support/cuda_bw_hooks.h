@@ -1,10 +1,10 @@
 /* cuda_bw_hooks.h — which path the CUDA backend's bandwidth-bound kernels took (engine/cuda/bw_path.h), for
  * tests: linked in the CPU emulation (RR_CUDA_EMU), looked up in librrfp-cuda.so on a device (as the attention
- * hooks, tests/cuda_attn_hooks.h). */
+ * hooks, tests/support/cuda_attn_hooks.h). */
 #ifndef RRFP_CUDA_BW_HOOKS_H
 #define RRFP_CUDA_BW_HOOKS_H
 #include "engine/cuda/bw_path.h"
-#include "tests/cuda_attn_hooks.h"
+#include "tests/support/cuda_attn_hooks.h"
 
 typedef int (*BwPathsFn)(long* counts, int n);
 #ifdef RR_CUDA_EMU

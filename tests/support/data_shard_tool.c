@@ -4,7 +4,7 @@
  *        (ffd, one process: every layout's plan); prints "SHARD_FILE LOCAL_INDEX ID"
  *   damage-image IN.rrs OUT.rrs LOCAL_INDEX
  *        a copy of IN whose sample LOCAL_INDEX has image 0 cut inside its pixel data, its frame intact
- *        (tests/util/shard_damage.h) */
+ *        (tests/support/util/shard_damage.h) */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>

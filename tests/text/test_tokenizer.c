@@ -2,7 +2,7 @@
  * GPT-2 byte map, merge priority, the GPT-2 split (with invalid UTF-8), added tokens as HF matches
  * them, byte-exact round trips of random bytes, the hash, error messages, and thread safety.
  * (Agreement with Hugging Face's own implementation on GPT-2's real vocabulary is checked by
- * tests/tokenizer_peer.sh.)
+ * tests/text/tokenizer_peer.sh.)
  * The trainer (text/bpe_train.c) is checked against a naive reference trainer written here (recount
  * every pair each step, sort, take the maximum with the documented tie-break): same merges, same order.
  * usage: test_tokenizer [--corpus FILE] [TOKENIZER.json ...]
@@ -19,7 +19,7 @@
 #include "text/bpe_train.h"
 #include "text/tokenizer.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 /* ---- building small tokenizer.json files ------------------------------------------------------ */
 

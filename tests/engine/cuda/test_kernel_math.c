@@ -7,7 +7,7 @@
  * compares with the CPU backend's op (engine/cpu). Attention is also compared with a direct double
  * precision softmax. bf16 conversion is checked exhaustively / against a double rounding reference.
  * Built and run in both builds; what it cannot check (indexing, launches, reduction order on the
- * device) is left to tests/test_cuda_ops.c (label gpu).
+ * device) is left to tests/engine/cuda/test_cuda_ops.c (label gpu).
  *
  * Errors are normalised per tensor: max |got - ref| / max |ref|. */
 #include <float.h>

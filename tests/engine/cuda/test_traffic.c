@@ -3,7 +3,7 @@
  * One LM block (forward, B, W) and one RoPE ViT tower of one block (patch embedding, block, ln_f; forward, B, W)
  * through the CUDA bf16-activation table (backend_cuda_bf16a: activations 2-byte bf16, as a stage runs them under
  * runtime.precision = bf16), each followed by the AdamW step over its parameters, on the emulation
- * (tests/cuda_emu). The emulation counts, for every launch, memset, copy and cuBLAS(Lt) product, the
+ * (tests/support/cuda_emu). The emulation counts, for every launch, memset, copy and cuBLAS(Lt) product, the
  * bytes of device memory it really read and wrote (emu_traffic: each page touched, found by page
  * protection, within its allocation), and the test wraps the table's op slots so that every op call's
  * traffic is known, with the op's shapes. For each call it computes the bytes the op must move at the
@@ -38,7 +38,7 @@
 
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 
-/* tests/cuda_emu/cuda_emu.h's EmuTraffic (C++ there) */
+/* tests/support/cuda_emu/cuda_emu.h's EmuTraffic (C++ there) */
 typedef struct {
     const char* op;
     int kind;

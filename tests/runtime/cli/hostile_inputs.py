@@ -64,10 +64,10 @@ def under(p, roots):
 def run(args, timeout=120, env=None):
     e = dict(os.environ)
     # a sanitizer build checks leaks too: a refusal frees what it allocated. OpenMPI keeps memory of its
-    # own at exit, suppressed by library (tests/lsan.supp), which needs the full stacks of the slow
+    # own at exit, suppressed by library (tests/support/lsan.supp), which needs the full stacks of the slow
     # unwinder (OpenMPI's plugins are unloaded before the leak check, so a short stack names no library)
     e.setdefault("ASAN_OPTIONS", "detect_leaks=1:fast_unwind_on_malloc=0")
-    e.setdefault("LSAN_OPTIONS", "print_suppressions=0:suppressions=" + os.path.join(SRC, "tests", "lsan.supp"))
+    e.setdefault("LSAN_OPTIONS", "print_suppressions=0:suppressions=" + os.path.join(SRC, "tests", "support", "lsan.supp"))
     if env:
         e.update(env)
     try:
@@ -485,7 +485,7 @@ def cap_cases():
     # range, it is refused
     tok = os.path.join(WORK, "tok.json")
     rc, out, err = run([EXE, "tokenizer", "train", "--vocab", "300", "--manifest",
-                        os.path.join(SRC, "tests", "data", "tokenizer_manifest.json"), "--out", tok])
+                        os.path.join(SRC, "tests", "support", "fixtures", "tokenizer_manifest.json"), "--out", tok])
     note(rc == 0, "tokenizer train for the tokenizer cases: %s" % err[-300:])
     for bad_id in [268435455, 100000, 2 ** 31, -1]:
         j = json.load(open(tok))

@@ -1,6 +1,6 @@
 /* test_nccl_emu.c — the NCCL implementation of comm/ (runtime/comm/comm_nccl.c) on the CPU emulation of
- * CUDA and NCCL (tests/cuda_emu), under mpirun with 2 or more ranks. Run with RR_EMU_COMM_DELAY set
- * (tests/runtime.cmake: 3), so that every NCCL receive completes some polls after its message came and
+ * CUDA and NCCL (tests/support/cuda_emu), under mpirun with 2 or more ranks. Run with RR_EMU_COMM_DELAY set
+ * (tests/runtime/comm/comm.cmake: 3), so that every NCCL receive completes some polls after its message came and
  * its destination holds NaN until then.
  *   1. a receive's buffer is not there before its event: a device receive polled once reads NaN (the
  *      control: this is what a reader that skipped the event would get), then the data once test()
@@ -31,7 +31,7 @@
 #include "engine/engine.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/transport.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 Comm* rrfp_nccl_emu_comm_create(Comm* host, int links, char* err, size_t err_len);
@@ -75,7 +75,7 @@ static void* pool_copy_mark(void* ctx, void* dst, const void* src, size_t bytes)
 static float value(int from, int m, int i) { return (float)(1000 * from + 10 * m) + (float)i * 0.25f; }
 
 int main(int argc, char** argv) {
-    /* --compute-delay: the run with RR_EMU_COMPUTE_DELAY (tests/cuda.cmake): control 1b is required, and
+    /* --compute-delay: the run with RR_EMU_COMPUTE_DELAY (tests/runtime/comm/comm.cmake): control 1b is required, and
      * control 1's read before the event is left out (that read is a deferred copy itself and may land
      * after the receive completed, as on a GPU) */
     int compute_delay = argc > 1 && !strcmp(argv[1], "--compute-delay");

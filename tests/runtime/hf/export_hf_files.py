@@ -4,7 +4,7 @@
 field names transformers documents (LlavaConfig, LlavaImageProcessor / CLIPImageProcessor, LlavaProcessor,
 PreTrainedTokenizerFast's tokenizer_config.json, GenerationConfig).
 
-A small LLaVA in llava-hf's layout (tests/import_llava.py's weights) with llava-hf's companion files (a Llama-2-style
+A small LLaVA in llava-hf's layout (tests/runtime/hf/import_llava.py's weights) with llava-hf's companion files (a Llama-2-style
 tokenizer.json with <image> and <pad> added by `rrfp-mm tokenizer add-special`, tokenizer_config.json,
 special_tokens_map.json, preprocessor_config.json, processor_config.json, generation_config.json) and a config.json
 holding keys the import does not read (max_position_embeddings 512, pad_token_id, projection_dim, ...):
@@ -21,10 +21,10 @@ holding keys the import does not read (max_position_embeddings 512, pad_token_id
     config.json is the model's own (max_position_embeddings 4096) and the log says so;
   - one <image> id: a tokenizer listing <image> twice with two ids is refused by export (and by every command
     loading it), naming the token; an --image-token-id other than the tokenizer's <image> is refused.
-Mode --node (Hugging Face's own libraries through Node, tests/node: exit 77 without node or the packages): the
+Mode --node (Hugging Face's own libraries through Node, tests/support/node: exit 77 without node or the packages): the
 exported tokenizer.json loaded by `tokenizers` gives the engine's ids on the corpus and on every rendered
 prompt; each template's exported chat template rendered by @huggingface/jinja (transformers.js's Jinja) gives the
-prompt text pack builds (tests/data/chat_templates_expected.json, LLaVA's conversation.py), with and without the
+prompt text pack builds (tests/support/fixtures/chat_templates_expected.json, LLaVA's conversation.py), with and without the
 generation prompt.
 
 Usage: export_hf_files.py [--node] RRFP_MM WORKDIR   (exit 0 = every check passed)"""
@@ -313,7 +313,7 @@ def main(rrfp, work):
 # ---- --node: Hugging Face's tokenizers and Jinja --------------------------------------------------------------
 
 def node_ready(work):
-    nd = os.path.join(SRC, "node")
+    nd = os.path.join(SRC, "..", "..", "support", "node")
     if not shutil.which("node") or not shutil.which("npm"):
         print("SKIP: node/npm not installed (scripts/deps.sh installs them)")
         return None
@@ -361,7 +361,7 @@ def main_node(rrfp, work):
     keys = il.recipe_keys(r.stdout)
     tok = os.path.join(ck, "hf", "tokenizer.json")
     rec = recipe(work, "r.ini", keys, tok, os.path.join(work, "no-shards"))
-    cases = json.load(open(os.path.join(SRC, "data", "chat_templates_expected.json")))
+    cases = json.load(open(os.path.join(SRC, "..", "..", "support", "fixtures", "chat_templates_expected.json")))
     # the default template's text (data/manifest.h), which LLaVA has no code for
     rrfp_conv = [{"from": "human", "value": "<image>\nWhat colour is the square?"}, {"from": "gpt", "value": "red"},
                  {"from": "human", "value": "How many circles are there?"}, {"from": "gpt", "value": "two"}]
@@ -397,7 +397,7 @@ def main_node(rrfp, work):
         expect(len(got) == len(jobs) and len({j["tmpl"] for j in jobs}) == 10, f"{len(got)} renderings, every template")
     # the exported tokenizer.json in Hugging Face's tokenizers: the engine's ids on the prompts and the corpus
     extok = os.path.join(work, "export_vicuna_v1", "tokenizer.json")
-    lines = [ln for ln in open(os.path.join(SRC, "data", "tokenizer_corpus.txt"), encoding="utf-8").read().split("\n")
+    lines = [ln for ln in open(os.path.join(SRC, "..", "..", "support", "fixtures", "tokenizer_corpus.txt"), encoding="utf-8").read().split("\n")
              if ln][:200] + ["<image>\nWhat is it?</s><s> a <pad>b<|im_end|>"]
     tf = os.path.join(work, "texts.json")
     json.dump(texts + lines, open(tf, "w"))

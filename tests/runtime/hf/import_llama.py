@@ -3,7 +3,7 @@
 
 Writes a small Hugging Face Llama-format model with random weights (config.json, HF tensor names, two
 safetensors shards written by hand here — F32, and BF16 / F16 in the second — plus
-model.safetensors.index.json), imports it, starts the C model from the import (tests/test_llama_logits.c,
+model.safetensors.index.json), imports it, starts the C model from the import (tests/runtime/hf/test_llama_logits.c,
 through train.init_from's loader), and compares the logits of two packed text samples with a float64
 PyTorch forward written here from the Llama definition (embedding; per layer x += o(attn(RoPE(q), RoPE(k),
 v)) on RMSNorm(x), causal; x += down(silu(gate) * up) on RMSNorm(x); final RMSNorm; lm_head; RoPE as
@@ -232,7 +232,7 @@ def main():
 
     # ---- LLaVA stage 1 on the imported LM: the text tower starts as imported and stays so (frozen)
     run = os.path.join(work, "stage1")
-    recipe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recipes", "test-synthetic.ini")
+    recipe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "recipes", "test-synthetic.ini")
     sets = [f"model.{k}={keys[k]}" for k in ("text_width", "text_layers", "text_heads", "ffn_hidden", "vocab", "rms_eps", "rope_base")]
     sets += [f"train.init_from={ck}", "train.freeze=vision,text", "train.steps=2", "optim.warmup=1", f"train.run_dir={run}"]
     r = subprocess.run([rrfp, "train", recipe] + sum((["--set", x] for x in sets), []), capture_output=True, text=True)

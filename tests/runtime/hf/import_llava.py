@@ -6,7 +6,7 @@ vision_config and text_config, two safetensors shards, F32 and BF16, and model.s
 under each naming a LLaVA checkpoint exists under (the hub's llava-hf names, transformers 5's
 save_pretrained names with rope_parameters, the in-memory model.* names), imports each, and checks:
   - the three imports are the same checkpoint, bit for bit, and print the same recipe keys;
-  - the C model started from the import (tests/test_llava_logits.c: every tensor loaded) gives the logits of
+  - the C model started from the import (tests/runtime/hf/test_llava_logits.c: every tensor loaded) gives the logits of
     a float64 PyTorch forward written here from the published architectures, not from this engine's code:
     HF's CLIPVisionModel (Conv2d patch embedding without bias, class token, position embeddings
     bicubic-interpolated as interpolate_pos_encoding does for another grid, pre_layrnorm, pre-LN layers with

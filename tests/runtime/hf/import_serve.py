@@ -2,7 +2,7 @@
 """import_serve.py — a published LLaVA asked as it is: import -> generate -> eval -> pack -> train -> export with
 no model key written by hand and no id given by hand (runtime/train/trained.h).
 
-The tiny LlavaForConditionalGeneration of tests/import_llava.py (random weights, the same writer), its
+The tiny LlavaForConditionalGeneration of tests/runtime/hf/import_llava.py (random weights, the same writer), its
 vocabulary padded past a tokenizer trained here (with <s> and </s>, for vicuna_v1) and its
 image_token_index that tokenizer's <image> id, under both namings of a saved LLaVA (llava-hf's hub names and
 transformers 5's save_pretrained names). For each:

@@ -1,4 +1,4 @@
-/* test_llama_logits.c — the LM logits of an imported checkpoint, for tests/import_llama.py.
+/* test_llama_logits.c — the LM logits of an imported checkpoint, for tests/runtime/hf/import_llama.py.
  *
  *   test_llama_logits CKPT D L H F V RMS_EPS ROPE_BASE OUT.safetensors [KEY=VALUE ...]
  *
@@ -16,7 +16,7 @@
 
 #include "engine/checkpoint.h"
 #include "runtime/model/model.h"
-#include "tests/test_model_util.h"
+#include "tests/support/test_model_util.h"
 
 int main(int argc, char** argv) {
     if (argc < 10) {

@@ -1,4 +1,4 @@
-/* test_llava_logits.c — the logits of an imported LLaVA checkpoint, for tests/import_llava.py.
+/* test_llava_logits.c — the logits of an imported LLaVA checkpoint, for tests/runtime/hf/import_llava.py.
  *
  *   test_llava_logits CKPT OUT.safetensors KEY=VALUE...
  *
@@ -16,7 +16,7 @@
 
 #include "engine/checkpoint.h"
 #include "runtime/model/model.h"
-#include "tests/test_model_util.h"
+#include "tests/support/test_model_util.h"
 
 int main(int argc, char** argv) {
     if (argc < 3) {

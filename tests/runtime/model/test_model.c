@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "runtime/model/model.h"
-#include "tests/test_model_util.h"
+#include "tests/support/test_model_util.h"
 
 static int failures = 0;
 /* `fd_clip`, `split_clip`, `freeze_clip`: the same tests with the CLIP tower (model.vision_arch = clip),
@@ -601,7 +601,7 @@ static void test_gpu(void) {
     stage_backward_weight(&sgs, &as[1]);
     stage_backward_weight(&sgs, &as[2]);
     /* CPU and CUDA sum in different orders (BLIS vs cuBLAS tiles, tiled attention): the same fp32
-     * round-off argument as tests/ref/llava_ref.py gives ~1e-6 per tensor; bound 1e-5. */
+     * round-off argument as tests/support/ref/llava_ref.py gives ~1e-6 per tensor; bound 1e-5. */
     for (int m = 0; m < NMB; m++)
         EXPECT(fabs(lc[m] - lg[m]) <= 1e-5 * fabs(lc[m]), "loss of microbatch %d: CPU %.9g CUDA %.9g", m, lc[m],
                lg[m]);

@@ -1,4 +1,4 @@
-/* test_model_golden.c — writes step dumps that tests/ref/llava_ref.py (an independent PyTorch
+/* test_model_golden.c — writes step dumps that tests/support/ref/llava_ref.py (an independent PyTorch
  * implementation of DESIGN.md section 4) checks. Microbatches are built directly (no loader).
  *
  *   test_model_golden vit   DIR   ViT + ln_f alone: output and weight gradients for a random dout
@@ -14,7 +14,7 @@
 
 #include "engine/safetensors.h"
 #include "runtime/model/model.h"
-#include "tests/test_model_util.h"
+#include "tests/support/test_model_util.h"
 
 static ModelConfig golden_config(float init_std) {
     ModelConfig c = {.patch = 4, .Dv = 32, .Lv = 2, .Hv = 2, .Dt = 48, .Lt = 2, .Ht = 4, .F = 96, .V = 97,

@@ -5,7 +5,7 @@
 
 #include "runtime/model/partition.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 static double max_cost(int S, const int* layers, PartitionCost c) {
     double costs[64], m = 0;

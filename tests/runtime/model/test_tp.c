@@ -33,7 +33,7 @@
 #include "text/lm.h"
 #include "vision/vision.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 /* A small model whose every split dimension divides by 4. */
 static ModelConfig small_config(void) {

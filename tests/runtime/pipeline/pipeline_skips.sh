@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pipeline_skips.sh — a sample whose frame is intact but whose image does not decode, under every layout:
 # only the first pipeline stage decodes pixels, so the skip must travel with the step to the ranks that
-# do not (docs/data.md, "Damaged samples"). The shard is written by tests/data_shard_tool from the shard
+# do not (docs/data.md, "Damaged samples"). The shard is written by tests/support/data_shard_tool.c from the shard
 # format: a copy of pack's output whose sample in step 2 of the plan has its JPEG cut inside the
 # entropy-coded data (header, frame checksum and index entry intact). Then, for one process, pp 2,
 # pp 2 x tp 2 and dp 2 (the global step is the same: 2 microbatches):

@@ -15,7 +15,7 @@
  * reordering M addends; observed differences are printed.
  *
  * With `cuda` the pipeline's stages run on the CUDA backend (the reference stays on the CPU): messages
- * then travel through host staging buffers. Built against the emulated CUDA runtime (tests/cuda_emu)
+ * then travel through host staging buffers. Built against the emulated CUDA runtime (tests/support/cuda_emu)
  * this runs here; against the real one it needs a device (exit 77 = skipped otherwise). CUDA kernels
  * are not the CPU's, so gradients are compared within 1e-5 of each tensor's largest gradient (the
  * model_gpu test's bound) instead of the reordering bound, and the training phase (several optimiser

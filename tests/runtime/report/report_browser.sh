@@ -2,7 +2,7 @@
 # report_browser.sh RRFP_MM SOURCE_DIR WORK_DIR [MPIRUN [ARGS...]] — the report page in a real browser.
 # Square demo data (200 samples) -> tokenizer -> shards -> 4 steps of a small recipes/demo.ini, pipelined
 # over 2 ranks with runtime.trace when MPIRUN is given (else one process) -> eval with predictions ->
-# rrfp-mm report -> headless Chromium --dump-dom; tests/report_check.py checks the DOM (curves with a
+# rrfp-mm report -> headless Chromium --dump-dom; tests/runtime/report/report_check.py checks the DOM (curves with a
 # point per step, recipe table, one step's F/B rects, question cards whose data URIs are JPEGs) and
 # that Chromium logged no console error. Exit 77 (skipped) when Debian's chromium is not installed.
 set -uo pipefail
@@ -43,5 +43,5 @@ fi
 [ -s run/report.html ] || fail "no run/report.html"
 timeout 120 "$CHROME" --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 \
     --dump-dom "file://$WORK/run/report.html" >dom.html 2>chrome.log || fail "chromium exited $? (chrome.log: $(tail -3 chrome.log))"
-/usr/bin/python3 "$SRC/tests/report_check.py" dom.html chrome.log --steps 4 --cards 8 --traced $TRACED --ranks 2 \
+/usr/bin/python3 "$SRC/tests/runtime/report/report_check.py" dom.html chrome.log --steps 4 --cards 8 --traced $TRACED --ranks 2 \
     --microbatches 4

@@ -12,7 +12,7 @@
 #include "engine/util.h"
 #include "runtime/train/report.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 static void write_file(const char* path, const char* text) {
     FILE* f = fopenCheck(path, "w");

@@ -17,7 +17,7 @@
 #include "runtime/trace/trace.h"
 
 
-#include "check.h"
+#include "tests/support/check.h"
 
 /* ---- helpers ------------------------------------------------------------------------------------ */
 

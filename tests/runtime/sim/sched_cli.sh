@@ -156,7 +156,7 @@ expect 1 'is a directory, expected a Chrome trace' -- "$BIN" trace "$T" --svg "$
 
 # 7. The calibrated generator: the 7B recipe's step at P = 8, every packing policy, deterministic for a
 # seed, a valid duration file (seconds) that sim reads back; the adaptive mode reports its choice.
-R7=$(dirname "$0")/../recipes/llava-1.5-7b.ini
+R7=$(dirname "$0")/../../../recipes/llava-1.5-7b.ini
 for pol in fifo ffd balanced; do
   "$BIN" sim --calibrated "$R7" --stages 8 --microbatches 16 --policy $pol --split-backward --seed 2 \
     --dump "$T/cal-$pol.json" --mode adaptive --hint zb-h1 --estimate-error 0.2 >"$T/cal-$pol.txt" 2>"$T/err" \

@@ -8,7 +8,7 @@
 #   - every step's gradient norm (metrics.jsonl "grad_norm", after the DP all-reduce);
 #   - step 2's gradient dump (train.dump_step = 2: replica 0's gradients after the all-reduce);
 #   - the final checkpoint's parameters and AdamW moments (m is a sum of gradients, v of their squares).
-# Tolerances (derived as in tests/dp_train.sh, whose bounds these are): the DP step sums the same
+# Tolerances (derived as in tests/runtime/train/dp_train.sh, whose bounds these are): the DP step sums the same
 # per-microbatch fp32 gradients in another order, ~3 ulp of the largest partial sum (~2e-7 relative);
 # the norms are double sums of those: 1e-6 relative. After an update the weights differ by a fraction
 # of lr x 2e-7, so step 2's gradients and the moments after 3 steps stay within 1e-6 + 1e-5 relative.

@@ -18,9 +18,9 @@
 # spare bits of a double), so the loss is bitwise equal. Later steps see the gradients, whose fp32 sum
 # over microbatches the replicas reorder ((g0 + g2) + (g1 + g3) against ((g0 + g1) + g2) + g3): at most
 # ~3 ulp of the largest partial sum, moving each AdamW update by a fraction of lr x 2e-7 except where
-# a gradient element is ~0; the loss moves far less than 1e-6 relative over 3 steps (tests/dp_train.sh
+# a gradient element is ~0; the loss moves far less than 1e-6 relative over 3 steps (tests/runtime/train/dp_train.sh
 # derives the same bound for the synthetic source). With tp = 2 the row-parallel all-reduces also
-# reorder the forward's sums (tests/tp_train.sh: 1e-6 relative over 3 steps).
+# reorder the forward's sums (tests/runtime/train/tp_train.sh: 1e-6 relative over 3 steps).
 # Usage: dp_shards.sh RRFP_MM SRC_DIR WORKDIR PP TP   (dp 2, 2 microbatches per replica)
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3 PP=$4 TP=$5

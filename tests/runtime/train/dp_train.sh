@@ -13,7 +13,7 @@
 # normalises each element's step) that moves a weight by a fraction of lr x 2e-7 per step except where
 # a gradient element is ~0 (then up to a fraction of one step, lr = 3e-3 -> well under 1e-6 after 6
 # steps in practice). Bounds: losses 1e-6 relative; parameters and moments 1e-6 absolute + 1e-5
-# relative after 6 steps (the same as tests/pipeline_train.sh, whose reorderings are of the same kind).
+# relative after 6 steps (the same as tests/runtime/pipeline/pipeline_train.sh, whose reorderings are of the same kind).
 # The step dump (train.dump_step = 1, each case against the one process's): replica 0's weights bitwise
 # (the same initialisation), every microbatch file m x DP + d bitwise (the same data and the same
 # forward), the gradients within 1e-6 + 1e-5 relative (the reordered fp32 sum above: ~3 ulp of the

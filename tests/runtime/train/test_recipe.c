@@ -13,7 +13,7 @@
 #include "runtime/train/recipe.h"
 #include "runtime/train/trainer.h"
 
-#include "check.h"
+#include "tests/support/check.h"
 
 static const char* work;
 

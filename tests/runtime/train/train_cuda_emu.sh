@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # train_cuda_emu.sh — training with runtime.backend = cuda, end to end, on the emulated CUDA runtime
-# (rrfp-mm-emu: the CLI linked against tests/cuda_emu, where device memory is PROT_NONE whenever host
+# (rrfp-mm-emu: the CLI linked against tests/support/cuda_emu, where device memory is PROT_NONE whenever host
 # code runs, so any host access to parameters, gradients, moments or activations kills the run with
 # "host code touched device memory"). Protection is left on (RR_EMU_PROTECT unset).
 #

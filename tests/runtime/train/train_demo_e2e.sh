@@ -15,7 +15,7 @@ mkdir -p "$WORK/demo"
 "$EXE" pack --manifest "$WORK/demo/data/heldout.json" --images "$WORK/demo/data/images" \
   --tokenizer "$WORK/demo/tokenizer.json" --out "$WORK/demo/eval-shards" >/dev/null 2>&1
 # one thread: this machine's two cores are shared, and a spinning second thread only loses there
-exec "$SRC/tests/train_e2e.sh" "$EXE" "$SRC/recipes/llava.ini" "$WORK/runs" "$STEPS" "$MARGIN" - \
+exec "$SRC/tests/runtime/train/train_e2e.sh" "$EXE" "$SRC/recipes/llava.ini" "$WORK/runs" "$STEPS" "$MARGIN" - \
   --set data.shards="$WORK/demo/shards" --set data.tokenizer="$WORK/demo/tokenizer.json" \
   --set data.eval_shards="$WORK/demo/eval-shards" --set data.microbatches=2 --set optim.warmup=3 \
   --set runtime.threads=1

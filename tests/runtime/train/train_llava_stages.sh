@@ -6,7 +6,7 @@
 #  - stage 1: vision.* and text.* bitwise as initialised (the dump of step 1's weights) after training,
 #    the projector moved; AdamW state (optimizer*.safetensors) only for projector.*; the pipeline run's
 #    losses within 1e-6 of one process and its checkpoint within 1e-5 rel + 1e-6 abs (the bounds of
-#    tests/pipeline_train.sh), its frozen tensors bitwise as initialised too;
+#    tests/runtime/pipeline/pipeline_train.sh), its frozen tensors bitwise as initialised too;
 #  - stage 2: starts at step 1 from stage 1's checkpoint of either layout (its step-1 weights are that
 #    checkpoint, bitwise), reports 71 loaded / 0 initialised / 0 unused; afterwards vision.* bitwise
 #    unchanged, projector.* and text.* moved, no AdamW state for vision.*; pp 2 agrees with one process;

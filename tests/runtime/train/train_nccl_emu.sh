@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
 # train_nccl_emu.sh — training with runtime.backend = cuda and runtime.comm = nccl under mpirun, on the
-# emulated CUDA runtime and NCCL (rrfp-mm-emu: tests/cuda_emu, NCCL over MPI), against the CPU backend's
+# emulated CUDA runtime and NCCL (rrfp-mm-emu: tests/support/cuda_emu, NCCL over MPI), against the CPU backend's
 # one-process run of the same global step (the synthetic source gives replica d microbatches d, d + DP,
-# ..., so one process with DP x M microbatches trains on their union; tests/dp_train.sh).
+# ..., so one process with DP x M microbatches trains on their union; tests/runtime/train/dp_train.sh).
 #   - every step's loss and grad norm within TOL (below);
 #   - RR_EMU_COMM_DELAY (default 2): every NCCL receive completes 2..4 polls after its message came and
 #     its buffer holds NaN until then: a task that read its input before the receive's event completed
-#     would turn the loss NaN (the control of that mechanism: tests/test_nccl_emu.c);
+#     would turn the loss NaN (the control of that mechanism: tests/runtime/comm/test_nccl_emu.c);
 #   - RR_EMU_COMPUTE_DELAY (default 2, CDELAY): every kernel, GEMM and copy finishes 2..4 polls after it
 #     reached the head of its stream, so a send, a DP bucket or a TP all-reduce that does not wait for its
 #     producer's event reads the buffer before the producer wrote it (stale activations, or NaN in a
-#     pool buffer's first use) and the losses leave the tolerance (the control: tests/test_nccl_emu.c.
+#     pool buffer's first use) and the losses leave the tolerance (the control: tests/runtime/comm/test_nccl_emu.c.
 #     Tried by hand: deleting the wait for the producer before a pipeline send (transport.c,
 #     isend_copy_dev) made train_nccl_emu_pp2 fail at step 1 with loss NaN; with CDELAY=0 the same
 #     deletion passed, which is the gap this closes);
 #   - RR_EMU_STEP_ALLOCS: no cudaMalloc on any rank in steps 2..STEPS (a stage's memory is allocated in
 #     its first step, then reused), and NCCL operations were issued;
 #   - no MPI in steps 2..STEPS on any rank: no collective and no point-to-point through comm/'s MPI groups
-#     (comm_mpi_counts, printed at each step end by tests/cuda_emu/wrap.c): the step's scalars (the plan's
+#     (comm_mpi_counts, printed at each step end by tests/support/cuda_emu/wrap.c): the step's scalars (the plan's
 #     totals, the loss sum, the gradient norm, the stop flag, the vocabulary-parallel cross-entropy's row
 #     statistics) travel over NCCL; MPI carries the job start and the unique ids only (step 1's count
 #     includes them and is not checked);
 #   - with PP > 1, the pipeline's start line names comm nccl.
 # TOL 1e-5 relative: as train_cuda_emu.sh's TOL_CPU (the CUDA kernels against the CPU's; the pipeline and
-# the DP all-reduce reorder fp32 sums by ~1e-7 more, tests/dp_train.sh). PRECISION=bf16: 2e-2, the bound
+# the DP all-reduce reorder fp32 sums by ~1e-7 more, tests/runtime/train/dp_train.sh). PRECISION=bf16: 2e-2, the bound
 # of train_cuda_emu.sh's bf16 run and for the same reason (flips of the bf16 compute copy after step 1);
 # it also checks that the bf16 GEMMs' scratch, sized by Backend.reserve, never grows in a step.
 # Memory protection stays on.

@@ -4,7 +4,7 @@
 #   1. every metrics.jsonl row has "profile" with every op kind, launches > 0 for gemm, attention, norm,
 #      elementwise, optimiser and copies and 0 for communication (one process), times >= 0, and the same
 #      launch counts in every step (the same batch runs the same ops: the counts are exact, as
-#      tests/test_traffic.c checks against the emulation's own log);
+#      tests/engine/cuda/test_traffic.c checks against the emulation's own log);
 #   2. every row has "device_peak_mb" > 0 (the backend's high-water mark) and "device_used_mb" >= it, and
 #      the step log shows "device peak";
 #   3. the log ends with the profile summary (one line per kind), and `rrfp-mm report` shows the Device

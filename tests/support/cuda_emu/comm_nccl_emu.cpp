@@ -1,5 +1,5 @@
 /* comm_nccl_emu.cpp — runtime/comm/comm_nccl.c compiled against the emulated CUDA runtime and NCCL
- * (tests/cuda_emu/cuda_runtime.h, nccl.h), as C++, with its entry renamed so that it can sit beside
+ * (tests/support/cuda_emu/cuda_runtime.h, nccl.h), as C++, with its entry renamed so that it can sit beside
  * the real one: rrfp-mm-emu's comm_nccl_create reaches it through wrap.c. */
 extern "C" {
 #include "engine/util.h"

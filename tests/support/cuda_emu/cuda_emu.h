@@ -1,7 +1,7 @@
 /* cuda_emu.h — a CPU emulation of the slice of the CUDA runtime and cuBLAS that engine/cuda uses,
  * so that the CUDA backend's own source (kernels, launchers, table) runs on machines without a GPU.
  *
- * How: tests/cuda_emu/gen.py turns each engine/cuda/*.cu into C++ (a launch `k<<<cfg>>>(args)`
+ * How: tests/support/cuda_emu/gen.py turns each engine/cuda/*.cu into C++ (a launch `k<<<cfg>>>(args)`
  * becomes `emu_launch("k", emu_cfg(cfg), [=] { k(args); })`, dynamic shared memory becomes a
  * pointer from emu_dynamic_smem()) compiled against this header instead of the toolkit's. Each
  * launch runs its blocks one after another; the threads of a block are fibers (ucontext) on one OS
@@ -54,7 +54,7 @@ typedef struct EmuStream* cudaStream_t;
 #define cudaStreamNonBlocking 1
 /* Streams are ordered by the emulation trivially (everything runs at once, in call order), so what is
  * checked is the plumbing: emu_require_stream(s) makes every launch, copy, memset, synchronize and
- * cuBLAS(Lt) call on another stream an error naming it (tests/test_cuda_ops.c --stream). */
+ * cuBLAS(Lt) call on another stream an error naming it (tests/engine/cuda/test_cuda_ops.c --stream). */
 extern "C" void emu_require_stream(cudaStream_t s);
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -268,8 +268,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
  * RR_EMU_COMM_DELAY=N (N > 0): each NCCL receive, once its message has arrived, stays pending for a
  * pseudo-random N .. 2N further polls (cudaEventQuery, cudaEventSynchronize, a wait in
  * cudaStreamSynchronize: emu_poll_epoch), and its destination holds NaN until it completes, so a
- * reader that does not wait for the receive's event reads NaN (tests/test_nccl_emu.c, the control;
- * tests/train_nccl_emu.sh). */
+ * reader that does not wait for the receive's event reads NaN (tests/runtime/comm/test_nccl_emu.c, the control;
+ * tests/runtime/train/train_nccl_emu.sh). */
 long emu_poll_epoch(void);
 /* an environment variable's count (RR_EMU_COMPUTE_DELAY, RR_EMU_COMM_DELAY): 0 when unset or negative */
 int emu_env_count(const char* name);
@@ -308,7 +308,7 @@ int emu_in_alloc(const void* p, size_t bytes);
 /* cudaMalloc calls so far (tests: a stage allocates nothing after its first step) */
 extern "C" long emu_malloc_count(void);
 
-/* Traffic of each device operation (tests/test_traffic.c): emu_traffic(1) clears the log and starts
+/* Traffic of each device operation (tests/engine/cuda/test_traffic.c): emu_traffic(1) clears the log and starts
  * counting, per launch, memset, copy and cuBLAS(Lt) product, the bytes of device memory it read and
  * wrote (every page it touched, within its allocation: see emu.cpp), labelled with the backend op that
  * ran it (emu_traffic_label, from the CUDA backend's profiler scope, which must be on). */

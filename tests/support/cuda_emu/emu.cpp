@@ -85,7 +85,7 @@ static void protect_all(int prot) {
     for (auto& kv : allocs) mprotect(alloc_base(kv.first), kv.second.mapped, prot);
 }
 
-/* Traffic (emu_traffic, tests/test_traffic.c): while on, a named device operation (a launch, a memset or
+/* Traffic (emu_traffic, tests/engine/cuda/test_traffic.c): while on, a named device operation (a launch, a memset or
  * copy, a cuBLAS / cuBLASLt product) runs with device memory closed, and the SIGSEGV handler opens each
  * page it touches, read-only on a load (counted read) and read-write on a store (counted written), so
  * every page the operation really touched is known; its bytes are those pages within the allocation. */
@@ -403,7 +403,7 @@ static void run_now(cudaStream_t st) {
  * it, and an event recorded after it completes only once it has run; but work on another stream that
  * does not wait for its event (cudaStreamWaitEvent) runs before it and reads the buffer's previous
  * contents: a send that skips the wait for the producing task's event transmits stale data
- * (tests/test_nccl_emu.c's control; tests/train_nccl_emu.sh). Launch configurations and pointer
+ * (tests/runtime/comm/test_nccl_emu.c's control; tests/runtime/train/train_nccl_emu.sh). Launch configurations and pointer
  * arguments are still checked at the call; what a kernel does wrong is reported at the next call after
  * it ran. 0 (the default): everything runs at its call, as before. */
 int emu_env_count(const char* name) {
@@ -508,7 +508,7 @@ cudaError_t cudaGetDeviceCount(int* n) {
 cudaError_t cudaSetDevice(int) { return sticky; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "CPU emulation (tests/cuda_emu)");
+    snprintf(p->name, sizeof p->name, "CPU emulation (tests/support/cuda_emu)");
     p->major = 9, p->minor = 0;
     return cudaSuccess;
 }

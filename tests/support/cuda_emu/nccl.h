@@ -1,4 +1,4 @@
-/* nccl.h — stand-in used only by the CPU emulation (tests/cuda_emu/nccl_emu.cpp): the slice of NCCL
+/* nccl.h — stand-in used only by the CPU emulation (tests/support/cuda_emu/nccl_emu.cpp): the slice of NCCL
  * that runtime/comm/comm_nccl.c uses, emulated over MPI on emulated device memory. Enum values as the
  * real header's. */
 #pragma once

@@ -9,7 +9,7 @@ const Backend* __wrap_backend_cuda_get(char* why, size_t why_len);
 const Backend* __wrap_backend_cuda_get(char* why, size_t why_len) { return backend_cuda_emu_get(why, why_len); }
 
 /* and comm_nccl_create (-Wl,--wrap=comm_nccl_create) gets NCCL emulated over MPI
- * (tests/cuda_emu/comm_nccl_emu.cpp) instead of opening librrfp-nccl.so */
+ * (tests/support/cuda_emu/comm_nccl_emu.cpp) instead of opening librrfp-nccl.so */
 #include "runtime/comm/comm.h"
 Comm* rrfp_nccl_emu_comm_create(Comm* host, int links, char* err, size_t err_len);
 Comm* __wrap_comm_nccl_create(Comm* host, int links, char* err, size_t err_len);

@@ -9,7 +9,7 @@ the -1 ids in order, positions and patch rows/columns recomputed from cu_seqlens
 loss = F.cross_entropy(sum) / supervised targets of the step. Everything runs in float64, so the
 comparison measures the C engine's float32 error alone.
 
-  llava_ref.py --run BIN CASE DIR   run `BIN CASE DIR` (tests/test_model_golden.c), then check DIR
+  llava_ref.py --run BIN CASE DIR   run `BIN CASE DIR` (tests/runtime/model/test_model_golden.c), then check DIR
   llava_ref.py --check DIR          check a dump written by `rrfp-mm train --set train.dump_step=N`
 
 Exit status 0 when every comparison is within its tolerance (stated at each check below)."""

@@ -1,5 +1,5 @@
 /* proc.h — what the C tests used a shell for, without one (no shell anywhere in the C sources:
- * tests/lint_no_shell.sh): run a program from an argument vector with its output redirected, copy,
+ * tests/lint/lint_no_shell.sh): run a program from an argument vector with its output redirected, copy,
  * compare and remove files and folders. Header-only, for tests. */
 #ifndef RRFP_TESTS_PROC_H
 #define RRFP_TESTS_PROC_H
