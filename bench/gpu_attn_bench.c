@@ -22,7 +22,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
-#include "tests/cuda_attn_hooks.h"
+#include "tests/support/cuda_attn_hooks.h"
 
 #ifdef RR_CUDA_EMU /* rrfp-bench-gpu-attn-emu: the program checked on the CPU emulation */
 #ifdef __cplusplus

@@ -7,7 +7,7 @@
  *   small: a launch-bound size, the emulation's check of this program.
  * Ops: RMSNorm / LayerNorm forward, their weight gradients alone (the split backward's W: the column sums),
  * SwiGLU / GELU forward, the residual add, and sum_squares over the stage's parameters (the gradient norm:
- * chunk sums, then their serial total). Bytes: the least each op must move (tests/test_traffic.c's budgets:
+ * chunk sums, then their serial total). Bytes: the least each op must move (tests/engine/cuda/test_traffic.c's budgets:
  * an activation 2 bytes, a gradient or statistic 4), so GB/s is the useful bandwidth.
  * Timing: 5 batches of `reps` calls between two synchronizes on the host clock, the median batch / reps
  * (after a warm-up). Without a device it says so and exits 77.

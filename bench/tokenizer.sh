@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tokenizer.sh — our tokenizer against Hugging Face's (the Rust `tokenizers` library through its Node
-# bindings, tests/node) on the same text in the same invocation: encoding speed with GPT-2's real
+# bindings, tests/support/node) on the same text in the same invocation: encoding speed with GPT-2's real
 # vocabulary and with a Llama-2-format (SentencePiece-style) file (one thread each: RAYON_NUM_THREADS=1 for
 # HF), and BPE training time to the same
 # vocabulary size. Prints the ratios (HF time / our time). Ids are checked equal by count here and
@@ -11,7 +11,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-$ROOT/build/rrfp-mm}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-NODE_DIR=$ROOT/tests/node
+NODE_DIR=$ROOT/tests/support/node
 if [ ! -d "$NODE_DIR/node_modules/tokenizers" ]; then (cd "$NODE_DIR" && npm ci --no-audit --no-fund >/dev/null); fi
 export NODE_PATH=$NODE_DIR/node_modules
 if [ -n "${2:-}" ]; then cp "$2" "$W/text.txt"
@@ -36,8 +36,8 @@ to=$(echo "$ours" | ours_time); th=$(echo "$hf" | num seconds)
 awk -v o="$to" -v h="$th" -v b="$bytes" -v n="$(cat "$W/n2")" 'BEGIN { printf "encode whole    (GPT-2, %d ids): ours %.3f s (%.1f MB/s), HF %.3f s (%.1f MB/s): %.1fx\n", n, o, b/o/1e6, h, b/h/1e6, h/o }'
 
 # encode by line with a Llama-2-format tokenizer (SentencePiece-style: metaspace normalizer, byte fallback;
-# 800 merges learned from tests/data/tokenizer_corpus.txt by tests/node/make_llama2.js)
-(cd "$NODE_DIR" && node make_llama2.js 800 "$W/l2" "$ROOT/tests/data/tokenizer_corpus.txt" 2>/dev/null)
+# 800 merges learned from tests/support/fixtures/tokenizer_corpus.txt by tests/support/node/make_llama2.js)
+(cd "$NODE_DIR" && node make_llama2.js 800 "$W/l2" "$ROOT/tests/support/fixtures/tokenizer_corpus.txt" 2>/dev/null)
 ours=$("$BIN" tokenizer encode --tokenizer "$W/l2-llama2.json" --file "$W/text.txt" --lines --count 2>&1 >"$W/n3")
 hf=$(RAYON_NUM_THREADS=1 node "$ROOT/bench/tokenizer_hf.js" encode "$W/l2-llama2.json" "$W/text.txt")
 [ "$(cat "$W/n3")" = "$(echo "$hf" | num ids)" ] || { echo "id counts differ: ours $(cat "$W/n3"), HF $hf"; exit 1; }

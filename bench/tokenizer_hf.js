@@ -1,5 +1,5 @@
 // tokenizer_hf.js — the Hugging Face side of bench/tokenizer.sh (the Rust `tokenizers` library through
-// its Node bindings, installed in tests/node). Prints one JSON line.
+// its Node bindings, installed in tests/support/node). Prints one JSON line.
 // usage: node tokenizer_hf.js encode TOKENIZER.json TEXT     encodeBatch over the lines of TEXT
 //        node tokenizer_hf.js whole TOKENIZER.json TEXT      one encode() of the whole text
 //        node tokenizer_hf.js train TEXT VOCAB               BPE with a ByteLevel pre-tokenizer, train()

@@ -2,7 +2,7 @@
  * learning-rate schedule.
  *
  * adamw_update follows PyTorch's torch.optim.AdamW (single-tensor path, amsgrad off) operation by
- * operation, so a step matches it to f32 rounding (tests/adamw_ref.py checks this):
+ * operation, so a step matches it to f32 rounding (tests/engine/adamw_ref.py checks this):
  *   p *= 1 - lr * wd                        (only when decay: 2-D weights)
  *   m = beta1 m + (1 - beta1) g
  *   v = beta2 v + (1 - beta2) g^2

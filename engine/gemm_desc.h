@@ -6,7 +6,7 @@
  * (op, m, n, k, ld) of each call is where layout bugs live. Each call is therefore built by one
  * function below, as a GemmDesc, and:
  *   - the CUDA backend calls cuBLAS only through a GemmDesc (engine/cuda/linear.cu);
- *   - tests/test_gemm_desc.c executes the same descs through column-major cblas_sgemm on the CPU
+ *   - tests/engine/test_gemm_desc.c executes the same descs through column-major cblas_sgemm on the CPU
  *     and compares with the row-major CPU linear op, for many shapes, so the layout logic is tested
  *     on machines without a GPU.
  * Plain C; compiled in both builds. */

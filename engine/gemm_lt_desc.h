@@ -12,11 +12,11 @@
  *   Note the rounding point: the fused GELU reads the f32 pre-activation, where the bf16 table's two
  *   ops (linear, then GELU) round the linear's output to bf16 first; a model that calls the fused form
  *   needs a Backend slot for it and the CPU bf16 table to round the same way (not done: the model
- *   calls linear and GELU as two ops). Described and checked on the CPU (tests/test_gemm_desc.c);
+ *   calls linear and GELU as two ops). Described and checked on the CPU (tests/engine/test_gemm_desc.c);
  *   bf16.cu maps it onto cuBLASLt, no op uses it yet.
- * tests/test_gemm_desc.c executes every desc on the CPU (gemm_lt_desc_run_ref: bf16-rounded A and B,
+ * tests/engine/test_gemm_desc.c executes every desc on the CPU (gemm_lt_desc_run_ref: bf16-rounded A and B,
  * column-major cblas_sgemm, then the epilogue) and compares with backend_cpu_bf16's linear op; the
- * CUDA backend (engine/cuda/bf16.cu) and the emulation's cublasLtMatmul (tests/cuda_emu) take the
+ * CUDA backend (engine/cuda/bf16.cu) and the emulation's cublasLtMatmul (tests/support/cuda_emu) take the
  * same struct's fields. Plain C; compiled in both builds. */
 #ifndef RRFP_GEMM_LT_DESC_H
 #define RRFP_GEMM_LT_DESC_H

@@ -1,5 +1,5 @@
 /* gemm_lt_ref.c — gemm_lt_desc_run_ref: a GemmLtDesc executed on the CPU (bf16-rounded operands, f32
- * BLAS, the epilogue), so tests/test_gemm_desc.c checks every cuBLASLt call the CUDA backend makes. */
+ * BLAS, the epilogue), so tests/engine/test_gemm_desc.c checks every cuBLASLt call the CUDA backend makes. */
 #include <stdlib.h>
 
 #include "engine/cpu/cpu_ops.h"

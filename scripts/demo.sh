@@ -5,7 +5,7 @@
 #   DEMO_STEPS=N (train steps, default the recipe's), DEMO_WARMUP=W (default N/10),
 #   DEMO_SAMPLES=S (training records, default 20000), DEMO_HELDOUT=K (held-out questions, default 1200:
 #   400 per question type), DEMO_DATA=DIR (default demo), DEMO_RUN=DIR (default run/demo): the test
-#   suite's small run (tests/demo_small.sh) uses the last four.
+#   suite's small run (tests/runtime/train/demo_small.sh) uses the last four.
 #
 # The demo's scenes are square with one mid-grey background (demo-data --square) so that every image
 # becomes the same 3 x 3 grid of 24-px patches (recipes/demo.ini: patch 24, 9 patches), one patch per

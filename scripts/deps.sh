@@ -17,7 +17,7 @@ PKGS=(
   libzstd-dev zstd                        # shard frames
   libopenmpi-dev openmpi-bin              # pipeline / data parallel transport
   libcjson-dev libpcre2-dev   # manifests/JSON, tokenizer split regex
-  python3-torch python3-numpy             # independent PyTorch reference (tests/ref)
+  python3-torch python3-numpy             # independent PyTorch reference (tests/support/ref)
   python3-skimage python3-pil             # real test photographs; Pillow loader baseline (bench)
   clang libclang-rt-14-dev                # libFuzzer targets
 )
@@ -41,7 +41,7 @@ done
 [ "$demo" = 1 ] && PKGS=("${PKGS_DEMO[@]}")
 
 missing=()
-# node + npm (Hugging Face tokenizers peer test, tests/node): Debian's nodejs unless a node is present.
+# node + npm (Hugging Face tokenizers peer test, tests/support/node): Debian's nodejs unless a node is present.
 [ "$demo" = 1 ] || command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

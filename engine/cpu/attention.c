@@ -19,7 +19,7 @@
  * Tile products go through cpu_sgemm (BLIS), which handles the ld_qkv row stride of the fused qkv
  * buffer directly. Plain vectorised loops (axpy form) were measured 1.2-2x slower than BLIS for
  * tiles of 16 to 64 rows and faster only for sequences of a few tokens, so there are none. The
- * softmax loops are plain C with a polynomial exp the compiler vectorises (tests/attention.cmake
+ * softmax loops are plain C with a polynomial exp the compiler vectorises (tests/engine/cpu/cpu.cmake
  * builds this file with -O3 for that). Scratch: two ATTN_BLOCK x ATTN_BLOCK tiles and two
  * d x ATTN_BLOCK tiles per thread, allocated once per call and thread, whatever T is (plus S*H
  * work-item records in the backward). */

@@ -5,7 +5,7 @@
  * expf (range reduction x = n ln2 + r with ln2 split in two, degree-6 polynomial on
  * |r| <= ln2/2, 2^n built in the exponent bits): plain C with no calls, so a `#pragma omp simd`
  * loop vectorises. Error: within 1 ulp of glibc's expf on [-87, 88] (checked exhaustively on a
- * 1/256 subsample of the floats there; tests/test_ops_fd.c bounds the ops that use it). Above
+ * 1/256 subsample of the floats there; tests/engine/cpu/test_ops_fd.c bounds the ops that use it). Above
  * 88.73 it gives +inf, below -103.9 it gives 0, denormal results in between; NaN gives NaN. */
 #ifndef RRFP_CPU_FASTMATH_H
 #define RRFP_CPU_FASTMATH_H

@@ -15,7 +15,7 @@
 // Blocks find their (sequence, tile) by walking cu_seqlens: the grid has ceil(T / tile) + S blocks
 // in x, enough for every sequence's tiles, and the spare ones exit at once.
 // The math of each step (online softmax raise / weight / lse, the score gradient) is kernel_math.h's,
-// checked on the CPU by tests/test_kernel_math.c.
+// checked on the CPU by tests/engine/cuda/test_kernel_math.c.
 #include "engine/cuda/attention_path.h"
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"

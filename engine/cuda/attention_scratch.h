@@ -1,6 +1,6 @@
 /* attention_scratch.h — the layout of cuDNN attention's device scratch (engine/cuda/attention_cudnn.cu) as
  * plain functions, so that Backend.reserve can size it once from the stage's largest attention call and a
- * CPU test (tests/test_kernel_math.c) can check the sizing: no training step allocates device memory
+ * CPU test (tests/engine/cuda/test_kernel_math.c) can check the sizing: no training step allocates device memory
  * (DESIGN.md section 3).
  *
  * One call of cuDNN's fused attention over T packed tokens in S sequences, H heads of dim d uses, in one
@@ -25,7 +25,7 @@
  *     backward the own kernel's dq, dk, dv of stride ld_qkv (3 T ld_qkv values), a counter and the three
  *     tensors' largest magnitudes.
  * Every region grows monotonically with T, S and ld_qkv, so the layout at the stage's largest call bounds
- * every smaller call (tests/test_kernel_math.c checks it over a grid of shapes). Plain C, no device code;
+ * every smaller call (tests/engine/cuda/test_kernel_math.c checks it over a grid of shapes). Plain C, no device code;
  * compiled into librrfp-cuda.so and the tests alike. */
 #ifndef RRFP_ATTENTION_SCRATCH_H
 #define RRFP_ATTENTION_SCRATCH_H

@@ -78,7 +78,7 @@ void cuda_check_call(cudaError_t err, const char* file, int line, const char* ca
 }
 
 // RR_CUDA_EMU_RUNTIME (the emulation's cuda_runtime.h): its traffic log names each launch's op
-// (emu_traffic_label, tests/test_traffic.c)
+// (emu_traffic_label, tests/engine/cuda/test_traffic.c)
 
 struct ProfScope {
     int entered, outer;
@@ -163,7 +163,7 @@ void cublas_check(cublasStatus_t st, const char* file, int line) {
     if (st == CUBLAS_STATUS_SUCCESS) return;
     fprintf(stderr, "rrfp-mm: error: cuBLAS error at %s:%d: %s (%d)\n", file, line, cublas_status_name(st), (int)st);
     if (st == CUBLAS_STATUS_INVALID_VALUE)
-        fprintf(stderr, "---> HINT: a GemmDesc has an inconsistent m/n/k/ld; tests/test_gemm_desc.c checks them on the CPU\n");
+        fprintf(stderr, "---> HINT: a GemmDesc has an inconsistent m/n/k/ld; tests/engine/test_gemm_desc.c checks them on the CPU\n");
     else if (st == CUBLAS_STATUS_ALLOC_FAILED || st == CUBLAS_STATUS_NOT_INITIALIZED)
         fprintf(stderr, "---> HINT: the GPU is out of memory or unusable; check nvidia-smi\n");
     exit(1);

@@ -1,5 +1,5 @@
 // elementwise.cu — GELU (tanh), SwiGLU and the residual add on CUDA, every value from kernel_math.h
-// (checked against the CPU backend by tests/test_kernel_math.c). The forward kernels take one 8-value group a
+// (checked against the CPU backend by tests/engine/cuda/test_kernel_math.c). The forward kernels take one 8-value group a
 // thread (cuda_common.cuh: 16-byte loads and stores where every pointer is 16-byte aligned, the tail of n
 // value by value); the backward kernels one thread per element.
 // In place is allowed where engine.h says so (out == inp): each thread reads its values before it

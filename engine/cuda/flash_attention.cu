@@ -9,7 +9,7 @@
 // Storage T of q, k, v, out, dout, dq, dk, dv: __nv_bfloat16 (bf16 storage) or float (converted to bf16
 // on load; the bf16 table stores bf16 values in f32 buffers, so the conversion is exact there); lse f32.
 //
-// Math: mma.sync m16n8k16, bf16 x bf16 -> f32 (the CPU emulation, tests/cuda_emu, runs the same
+// Math: mma.sync m16n8k16, bf16 x bf16 -> f32 (the CPU emulation, tests/support/cuda_emu, runs the same
 // instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
 // in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
 // as FlashAttention-2 does. Memory O(T): no T x T matrix; the backward's scratch (v2) holds 2 T H f32 row
@@ -1473,7 +1473,7 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
     fa_backward<float>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, stream);
 }
 
-// The last backward's kernels (tests/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
+// The last backward's kernels (tests/engine/cuda/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
 // labels its figures): version 1 or 2 (RRFP_FA_BWD; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
 // and dv not asked for)
 // v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for), and v2's
@@ -1496,7 +1496,7 @@ extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(
     return RR_ATTN_PATHS;
 }
 
-// ---- for tests and benchmarks (tests/test_flash_attn.c, bench): the kernels on any storage and head layout --
+// ---- for tests and benchmarks (tests/engine/cuda/test_flash_attn.c, bench): the kernels on any storage and head layout --
 
 // bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded); bf16 = 2: as 1,
 // but the backward's gradients dq, dk, dv are float (cuda_flash_attention_backward_bf16_f32grad).

@@ -2,11 +2,11 @@
  *
  * Every function here is `RR_HD static inline`: __host__ __device__ under nvcc, plain static inline
  * in C. The CUDA kernels compute each value only through these functions, and
- * tests/test_kernel_math.c (built in both builds, run on every machine) recomputes every op
+ * tests/engine/cuda/test_kernel_math.c (built in both builds, run on every machine) recomputes every op
  * row by row / element by element through the same functions and checks the results against the
  * CPU backend. No machine here has a GPU, so this is how the kernels' arithmetic is tested here;
  * the indexing, barriers and launches are tested by running the kernels' source on a CPU emulation
- * of the CUDA runtime (tests/cuda_emu, test_cuda_ops_emu), and on a device by test_cuda_ops (label
+ * of the CUDA runtime (tests/support/cuda_emu, test_cuda_ops_emu), and on a device by test_cuda_ops (label
  * `gpu`).
  *
  * Only expf / sqrtf / logf / pow / sqrt / cos / sin libm calls appear: they exist on both sides

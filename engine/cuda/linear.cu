@@ -1,5 +1,5 @@
 // linear.cu — y = x W^T + b on CUDA. Every product goes to cuBLAS through a GemmDesc
-// (engine/gemm_desc.h), whose layout logic tests/test_gemm_desc.c checks on the CPU; this file only
+// (engine/gemm_desc.h), whose layout logic tests/engine/test_gemm_desc.c checks on the CPU; this file only
 // hands a desc's fields to cublasSgemm. The bias is added by a kernel, and its gradient is a
 // deterministic column sum (cuda_common.cuh).
 #include "engine/cuda/cuda_common.cuh"

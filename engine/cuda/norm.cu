@@ -2,7 +2,7 @@
 //
 // Forward and the input gradient: one block per row; the row sums are block reductions and every
 // value comes from kernel_math.h (rr_layernorm_*, rr_rmsnorm_*), the same functions
-// tests/test_kernel_math.c checks against the CPU backend. Weight / bias gradients are
+// tests/engine/cuda/test_kernel_math.c checks against the CPU backend. Weight / bias gradients are
 // deterministic column sums over the rows (cuda_common.cuh). Sums are in float (the CPU reference
 // uses double): for the widths here (C <= a few thousand) the difference is a few float eps.
 //

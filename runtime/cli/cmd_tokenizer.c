@@ -1,6 +1,6 @@
 /* cmd_tokenizer.c — `rrfp-mm tokenizer train|encode|decode|info|add-special`: train a byte-level BPE
  * tokenizer on a manifest's conversations, use any Hugging Face byte-level BPE tokenizer.json from the
- * shell (the peer test in tests/node compares these ids with Hugging Face's own implementation), and add
+ * shell (the peer test in tests/support/node compares these ids with Hugging Face's own implementation), and add
  * special tokens (such as a template's </s> and <image>) to one. */
 #include <cjson/cJSON.h>
 #include <errno.h>

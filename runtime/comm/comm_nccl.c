@@ -1,6 +1,6 @@
 /* comm_nccl.c — CommOps over NCCL (see comm.h, "the NCCL implementation"). Built into librrfp-nccl.so
  * (opened on first use by comm_nccl_loader.c) and, for the CPU emulation, compiled as C++ against
- * tests/cuda_emu's cuda_runtime.h and nccl.h (NCCL emulated over MPI), so the same code runs here.
+ * tests/support/cuda_emu's cuda_runtime.h and nccl.h (NCCL emulated over MPI), so the same code runs here.
  *
  * Layout of a device group of n ranks:
  *   - coll: one communicator over the group, on its own stream (collectives: TP / DP all-reduces);
@@ -561,7 +561,7 @@ static const CommOps comm_nccl_ops = {
 #define LINK_MESH_MAX 8
 static int link_peers(int size, int me, int* peers) {
     int np = 0, mesh_max = LINK_MESH_MAX;
-    const char* e = getenv("RRFP_NCCL_MESH_MAX"); /* tests/test_nccl_emu.c: a ring at 4 ranks */
+    const char* e = getenv("RRFP_NCCL_MESH_MAX"); /* tests/runtime/comm/test_nccl_emu.c: a ring at 4 ranks */
     if (e && *e) mesh_max = atoi(e);
     if (size <= mesh_max) {
         for (int q = 0; q < size; q++)

@@ -1276,7 +1276,7 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "vision_image_size", c->vision_image_size);
     cJSON_AddStringToObject(j, "projector_act", act_name((Act)c->projector_act));
     cJSON_AddNumberToObject(j, "rope_base", lc.rope.theta);
-    /* the LM variants (tests/ref/llava_ref.py reads them; absent = DESIGN.md's model) */
+    /* the LM variants (tests/support/ref/llava_ref.py reads them; absent = DESIGN.md's model) */
     cJSON_AddNumberToObject(j, "Hkv", lc.Hkv);
     cJSON_AddNumberToObject(j, "qkv_bias", c->qkv_bias);
     cJSON_AddNumberToObject(j, "o_bias", c->o_bias);

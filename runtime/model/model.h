@@ -28,7 +28,7 @@
  * Per microbatch: stage_forward, then either stage_backward (B and W fused) or stage_backward_input
  * (B) followed later by stage_backward_weight (W). Weight gradients ADD into params.grad, so the
  * microbatches of a step accumulate; zeroing is the caller's (params_zero_grad). Split and fused
- * backward give bitwise the same gradients (tests/test_model.c). */
+ * backward give bitwise the same gradients (tests/runtime/model/test_model.c). */
 #ifndef RRFP_MODEL_H
 #define RRFP_MODEL_H
 

@@ -1,5 +1,5 @@
 /* sizes.c — parameter counts of a model by component, from the shapes alone (the dry run, the log
- * line and the memory check use it; tests/test_recipe.c checks it against the real ParamTable). */
+ * line and the memory check use it; tests/runtime/train/test_recipe.c checks it against the real ParamTable). */
 #include <string.h>
 
 #include "runtime/model/model.h"

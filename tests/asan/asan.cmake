@@ -1,5 +1,5 @@
 # asan.cmake — the sanitizer build's test selection (label `asan`) and environment; included by
-# CMakeLists.txt after every tests/*.cmake. `make test-asan` configures build-asan with
+# CMakeLists.txt after every folder's .cmake under tests/. `make test-asan` configures build-asan with
 # -DRRFP_SANITIZE=ON -DRRFP_CUDA=OFF and runs `ctest -L asan` there (.ci/run).
 #
 # The selection: the unit tests, the input-handling and CLI tests, and pipeline runs of 2 ranks (the

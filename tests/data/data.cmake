@@ -1,0 +1,53 @@
+# data.cmake — the data path (data/): demo data, JPEG decode + resize, manifests, shards, pack, loader.
+add_executable(test_data tests/data/test_data.c)
+target_link_libraries(test_data PRIVATE rrfp_core)
+add_test(NAME data_roundtrip COMMAND test_data $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_roundtrip)
+set_tests_properties(data_roundtrip PROPERTIES TIMEOUT 300)
+# How good the packer is: ffd and balanced on hand-worked windows (exact bins, balanced's costliest bin no
+# costlier than ffd's) and on the calibrated generator's 7B steps
+add_executable(test_packing tests/data/test_packing.c)
+target_link_libraries(test_packing PRIVATE rrfp_core)
+add_test(NAME data_packing_quality COMMAND test_packing)
+
+# Our preprocessing against Pillow (Debian python3-pil) on real photographs (python3-skimage's data
+# folder), greyscale and progressive JPEGs: smart_resize grids, DCT-scaled decode, resize, patches.
+add_executable(data_image_tool tests/data/data_image_tool.c)
+target_link_libraries(data_image_tool PRIVATE rrfp_core)
+add_test(NAME data_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_pillow.py $<TARGET_FILE:data_image_tool>
+         ${CMAKE_CURRENT_BINARY_DIR}/data_pillow)
+set_tests_properties(data_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+add_test(NAME data_llava_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_llava_pillow.py $<TARGET_FILE:data_image_tool>
+         ${CMAKE_CURRENT_BINARY_DIR}/data_llava_pillow)
+set_tests_properties(data_llava_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# pack on good + every kind of bad record; loader round trip of real photographs (see the script)
+add_test(NAME data_pack_errors COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/data_pack_errors.sh $<TARGET_FILE:rrfp-mm>
+         $<TARGET_FILE:test_data> ${CMAKE_CURRENT_BINARY_DIR}/data_pack_errors)
+set_tests_properties(data_pack_errors PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# PNG images (data/png.c): decoded as Pillow's convert("RGB") byte for byte (8 kinds), patches against
+# Pillow's resize, damaged and oversized PNGs refused before allocating, pack names and skips them,
+# training reads the PNG samples.
+add_test(NAME data_png COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_png.py $<TARGET_FILE:data_image_tool>
+         $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_png)
+set_tests_properties(data_png PROPERTIES TIMEOUT 300)
+
+# loader throughput program (bench/loader.sh runs it against bench/loader_pil.py)
+add_executable(rrfp-bench-loader bench/bench_loader.c)
+target_link_libraries(rrfp-bench-loader PRIVATE rrfp_core)
+# pack --image-preprocess llava -> version 2 shards -> the loader's LLaVA pixels -> a CLIP model trains;
+# refusals name model.patch / data.min_patches
+add_test(NAME pack_llava
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "pack llava: ok" ${CMAKE_SOURCE_DIR}/tests/data/pack_llava.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/pack_llava)
+set_tests_properties(pack_llava PROPERTIES TIMEOUT 300)
+# LLaVA's chat templates (data/template.h) against the prompts LLaVA's conversation.py / train.py build
+# (tests/support/fixtures/chat_templates_expected.json, written by tests/data/chat_templates_ref.py), their supervised
+# pieces, and segment-wise tokenization equal to the whole text's with a SentencePiece-style tokenizer
+add_executable(test_templates tests/data/test_templates.c)
+target_link_libraries(test_templates PRIVATE rrfp_core)
+add_test(NAME data_chat_templates COMMAND test_templates ${CMAKE_SOURCE_DIR}/tests/support/fixtures/chat_templates_expected.json)
+# `rrfp-mm pack --template` end to end: every template packs (plain: one-exchange image records only, the
+# others rejected with the reason), refusals before anything is written, two steps on vicuna_v1 shards
+add_test(NAME data_pack_templates COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/pack_templates.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pack_templates)
+set_tests_properties(data_pack_templates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)

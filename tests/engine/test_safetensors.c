@@ -1,0 +1,563 @@
+/* test_safetensors.c — safetensors writer/reader tests.
+ *
+ *   test_safetensors selftest DIR       round trip in C, bf16 rounding, every truncation of a file
+ *   test_safetensors write PATH         write the shared fixture (tests/engine/safetensors_peer.py reads it)
+ *   test_safetensors check PATH         read a fixture written by the independent Python writer
+ *   test_safetensors expect-error PATH TEXT   loading must fail with a message containing TEXT
+ *   test_safetensors checkpoint DIR     checkpoint save / load / latest / prune and damaged checkpoints;
+ *                                       checked values: XXH64 against its reference vectors and zstd, a
+ *                                       flipped mantissa / exponent / sign bit on disk, NaN and negative
+ *                                       second moments refused on save and on load, naming the tensor
+ *
+ * The fixture (same in tests/engine/safetensors_peer.py):
+ *   "a.f32"    F32  (3, 5)    a[i] = i * 0.25 - 1.5
+ *   "b.bf16"   BF16 (4)       1.0, -2.5, 3.140625, 65280
+ *   "c.i32"    I32  (2, 3, 2) c[i] = 7 i - 20
+ *   "d.scalar" F32  ()        42.5
+ *   "e.empty"  F32  (0, 4)
+ *   __metadata__ {"format": "pt", "step": "17"} */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "engine/checkpoint.h"
+#include "engine/safetensors.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/support/check.h"
+
+static float fa[15];
+static uint16_t fb[4];
+static int32_t fc[12];
+static float fd = 42.5f;
+static const float fb_vals[4] = {1.0f, -2.5f, 3.140625f, 65280.0f}; /* all exact in bf16 */
+
+static void fixture_fill(void) {
+    for (int i = 0; i < 15; i++) fa[i] = (float)i * 0.25f - 1.5f;
+    for (int i = 0; i < 4; i++) fb[i] = st_f32_to_bf16(fb_vals[i]);
+    for (int i = 0; i < 12; i++) fc[i] = 7 * i - 20;
+}
+
+static StWriter* fixture_writer(void) {
+    fixture_fill();
+    StWriter* w = st_writer_new();
+    st_writer_add_f32(w, "a.f32", fa, 2, 3, 5, 0, 0);
+    int64_t sb[1] = {4};
+    st_writer_add(w, "b.bf16", DTYPE_BF16, 1, sb, fb);
+    st_writer_add_i32(w, "c.i32", fc, 3, 2, 3, 2, 0);
+    st_writer_add(w, "d.scalar", DTYPE_F32, 0, NULL, &fd);
+    int64_t se[2] = {0, 4};
+    st_writer_add(w, "e.empty", DTYPE_F32, 2, se, NULL);
+    st_writer_meta(w, "format", "pt");
+    st_writer_meta(w, "step", "17");
+    return w;
+}
+
+/* Check a loaded file against the fixture, value by value (bitwise for floats). */
+static void fixture_check(const StFile* f) {
+    char err[512];
+    CHECK(f->n == 5, "%d tensors", f->n);
+    CHECK(st_meta(f, "format") && !strcmp(st_meta(f, "format"), "pt"), "metadata format");
+    CHECK(st_meta(f, "step") && !strcmp(st_meta(f, "step"), "17"), "metadata step");
+    CHECK(st_meta(f, "nope") == NULL, "absent metadata");
+    float a[15];
+    int64_t sa[2] = {3, 5};
+    CHECK(st_read_f32(f, "a.f32", a, 2, sa, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 15; i++) CHECK(a[i] == (float)i * 0.25f - 1.5f, "a[%d] = %g", i, a[i]);
+    float b[4];
+    int64_t sb[1] = {4};
+    CHECK(st_read_f32(f, "b.bf16", b, 1, sb, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 4; i++) CHECK(b[i] == fb_vals[i], "b[%d] = %g", i, b[i]);
+    int32_t c[12];
+    int64_t sc[3] = {2, 3, 2};
+    CHECK(st_read_i32(f, "c.i32", c, 3, sc, err, sizeof err) == 0, "%s", err);
+    for (int i = 0; i < 12; i++) CHECK(c[i] == 7 * i - 20, "c[%d] = %d", i, c[i]);
+    float d = 0;
+    CHECK(st_read_f32(f, "d.scalar", &d, 0, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(d == 42.5f, "d = %g", d);
+    int64_t se[2] = {0, 4};
+    CHECK(st_read_f32(f, "e.empty", NULL, 2, se, err, sizeof err) == 0, "%s", err);
+    /* wrong shape, wrong dtype, missing: each a clear error naming the tensor */
+    int64_t bad[2] = {5, 3};
+    CHECK(st_read_f32(f, "a.f32", a, 2, bad, err, sizeof err) != 0 && strstr(err, "'a.f32' has shape (3, 5), expected (5, 3)"),
+          "%s", err);
+    CHECK(st_read_f32(f, "c.i32", a, 3, sc, err, sizeof err) != 0 && strstr(err, "expected F32 or BF16"), "%s", err);
+    CHECK(st_read_f32(f, "zzz", a, 2, sa, err, sizeof err) != 0 && strstr(err, "'zzz' is missing"), "%s", err);
+}
+
+static void test_bf16(void) {
+    /* round to nearest even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> 1 (even);
+     * 1 + 3*2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 -> 1 + 2^-6 (even). */
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.0f + 1.0f / 256)) == 1.0f, "tie to even down");
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.0f + 3.0f / 256)) == 1.0f + 1.0f / 64, "tie to even up");
+    CHECK(st_bf16_to_f32(st_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 4096)) == 1.0f + 1.0f / 128, "above half rounds up");
+    float nan = 0.0f / 0.0f;
+    float back = st_bf16_to_f32(st_f32_to_bf16(nan));
+    CHECK(back != back, "NaN stays NaN");
+}
+
+/* A header of n one-element F32 tensors named "t<k>" (k = i, or name_of[i] when given), data zeros. */
+static char* many_names_file(int n, const int* name_of, size_t* size) {
+    size_t cap = (size_t)n * 80 + 64, len = 0;
+    char* h = mallocCheck(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                                i ? "," : "", name_of ? name_of[i] : i, 4 * i, 4 * i + 4);
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    while (len % 8) h[len++] = ' ';
+    *size = 8 + len + 4 * (size_t)n;
+    char* b = callocCheck(*size, 1);
+    for (int k = 0; k < 8; k++) b[k] = (char)((uint64_t)len >> (8 * k));
+    memcpy(b + 8, h, len);
+    free(h);
+    return b;
+}
+
+/* Duplicate names among many (issue 19: the check was a scan per tensor, O(n^2)): a unique set loads,
+ * one repeated name anywhere (first and last, neighbours, middle) is refused naming it. */
+static void test_many_names(void) {
+    enum { N = 20000 };
+    char err[512];
+    size_t size;
+    int* name_of = mallocCheck(sizeof(int) * N);
+    for (int i = 0; i < N; i++) name_of[i] = (int)(((int64_t)i * 7919) % N); /* a permutation: 7919 is prime */
+    char* b = many_names_file(N, name_of, &size);
+    StFile f;
+    CHECK(st_load_buffer(&f, "many.safetensors", b, size, err, sizeof err) == 0, "%d unique names refused: %s", N, err);
+    if (!check_failures) {
+        CHECK(f.n == N, "%d tensors read, expected %d", f.n, N);
+        int found = 0; /* st_find's binary search over the names finds each one, and nothing else */
+        for (int i = 0; i < N; i++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "t%d", i);
+            const StTensor* t = st_find(&f, nm);
+            found += t && !strcmp(t->name, nm) && t->begin == 4 * (size_t)((int64_t)i * 17679 % N); /* 17679 = 7919^-1 mod N */
+        }
+        CHECK(found == N, "st_find found %d of %d names at their offsets", found, N);
+        CHECK(!st_find(&f, "t20000") && !st_find(&f, "") && !st_find(&f, "t"), "st_find of absent names");
+        st_free(&f);
+    }
+    free(b);
+    const int pairs[4][2] = {{0, N - 1}, {500, 501}, {N / 2, 3}, {N - 2, N - 1}};
+    for (int p = 0; p < 4; p++) {
+        int keep = name_of[pairs[p][1]];
+        name_of[pairs[p][1]] = name_of[pairs[p][0]];
+        b = many_names_file(N, name_of, &size);
+        char want[64];
+        snprintf(want, sizeof want, "tensor 't%d' appears twice", name_of[pairs[p][0]]);
+        int rc = st_load_buffer(&f, "dup.safetensors", b, size, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, want) && strstr(err, "dup.safetensors"),
+              "entries %d and %d share a name: rc %d, '%s' (expected '%s')", pairs[p][0], pairs[p][1], rc,
+              rc ? err : "", want);
+        if (rc == 0) st_free(&f);
+        free(b);
+        name_of[pairs[p][1]] = keep;
+    }
+    free(name_of);
+}
+
+/* Many metadata keys (a tensor-parallel shard has a slice description per tensor): st_meta finds each by
+ * binary search; a key given twice is refused naming it (which description would count?). */
+static void test_many_meta(void) {
+    enum { K = 5000 };
+    char err[512];
+    for (int dup = 0; dup < 2; dup++) {
+        size_t cap = (size_t)K * 40 + 256, len = 0;
+        char* h = mallocCheck(cap);
+        len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{");
+        for (int i = 0; i < K; i++)
+            len += (size_t)snprintf(h + len, cap - len, "%s\"k%d\":\"v%d\"", i ? "," : "", dup && i == K - 1 ? 17 : i, i);
+        len += (size_t)snprintf(h + len, cap - len, "},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}");
+        while (len % 8) h[len++] = ' ';
+        size_t size = 8 + len + 4;
+        char* b = callocCheck(size, 1);
+        for (int k = 0; k < 8; k++) b[k] = (char)((uint64_t)len >> (8 * k));
+        memcpy(b + 8, h, len);
+        StFile f;
+        int rc = st_load_buffer(&f, "meta.safetensors", b, size, err, sizeof err);
+        if (dup) {
+            CHECK(rc != 0 && strstr(err, "__metadata__ key 'k17' appears twice"), "a repeated metadata key: rc %d %s", rc,
+                  rc ? err : "");
+            if (rc == 0) st_free(&f);
+        } else {
+            CHECK(rc == 0, "%d metadata keys refused: %s", K, err);
+            int found = 0;
+            for (int i = 0; rc == 0 && i < K; i++) {
+                char key[32], val[32];
+                snprintf(key, sizeof key, "k%d", i);
+                snprintf(val, sizeof val, "v%d", i);
+                const char* v = st_meta(&f, key);
+                found += v && !strcmp(v, val);
+            }
+            CHECK(found == K, "st_meta found %d of %d keys", found, K);
+            if (rc == 0) {
+                CHECK(!st_meta(&f, "k5000") && !st_meta(&f, "") && st_find(&f, "x"), "absent keys, the tensor");
+                st_free(&f);
+            }
+        }
+        free(b);
+        free(h);
+    }
+}
+
+static int selftest(const char* dir) {
+    test_bf16();
+    test_many_names();
+    test_many_meta();
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/st_selftest.safetensors", dir);
+    StWriter* w = fixture_writer();
+    CHECK(st_writer_write(w, path, err, sizeof err) == 0, "%s", err);
+    st_writer_free(w);
+    StFile f;
+    CHECK(st_load(&f, path, err, sizeof err) == 0, "%s", err);
+    if (check_failures) return 1;
+    fixture_check(&f);
+    /* header length is a multiple of 8 and the header is padded with spaces */
+    uint64_t hl = 0;
+    for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)f.buf[b] << (8 * b);
+    CHECK(hl % 8 == 0, "header length %llu", (unsigned long long)hl);
+    CHECK(f.size == 8 + hl + 15 * 4 + 4 * 2 + 12 * 4 + 4, "file size %zu", f.size);
+
+    /* Every truncation of the file must be rejected with a message, never crash or pass. */
+    size_t size = f.size;
+    char* bytes = mallocCheck(size);
+    memcpy(bytes, f.buf, size);
+    st_free(&f);
+    for (size_t cut = 0; cut < size; cut++) {
+        StFile g;
+        int rc = st_load_buffer(&g, "cut.safetensors", bytes, cut, err, sizeof err);
+        CHECK(rc != 0, "truncation to %zu bytes accepted", cut);
+        if (rc == 0) st_free(&g);
+        else CHECK(strstr(err, "cut.safetensors") != NULL, "message does not name the file: %s", err);
+    }
+    /* Trailing garbage after the last tensor is rejected too. */
+    char* longer = mallocCheck(size + 3);
+    memcpy(longer, bytes, size);
+    memcpy(longer + size, "xyz", 3);
+    StFile g;
+    CHECK(st_load_buffer(&g, "long.safetensors", longer, size + 3, err, sizeof err) != 0 && strstr(err, "trailing"),
+          "%s", err);
+    /* Every single-byte flip of the header either loads consistently or fails with a message. */
+    int flips_rejected = 0;
+    for (size_t i = 0; i < 8 + hl; i++) {
+        bytes[i] ^= 0x5a;
+        StFile h;
+        if (st_load_buffer(&h, "flip.safetensors", bytes, size, err, sizeof err) == 0) st_free(&h);
+        else flips_rejected++;
+        bytes[i] ^= 0x5a;
+    }
+    CHECK(flips_rejected > (int)hl / 2, "only %d of %llu header flips rejected", flips_rejected,
+          (unsigned long long)(8 + hl));
+    free(longer);
+    free(bytes);
+    /* missing file */
+    CHECK(st_load(&g, "/nonexistent/x.safetensors", err, sizeof err) != 0 && strstr(err, "/nonexistent/x.safetensors"),
+          "%s", err);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
+    else printf("safetensors selftest: ok\n");
+    return check_failures ? 1 : 0;
+}
+
+/* A two-tensor parameter table built by hand (engine/params.c is not needed for the file format). */
+static void table_make(ParamTable* pt, float base) {
+    memset(pt, 0, sizeof *pt);
+    pt->n = 2;
+    pt->specs = callocCheck(2, sizeof(ParamSpec));
+    snprintf(pt->specs[0].name, sizeof pt->specs[0].name, "text.blocks.0.attn.q.weight");
+    pt->specs[0].ndim = 2, pt->specs[0].shape[0] = 3, pt->specs[0].shape[1] = 4, pt->specs[0].numel = 12;
+    snprintf(pt->specs[1].name, sizeof pt->specs[1].name, "text.norm.weight");
+    pt->specs[1].ndim = 1, pt->specs[1].shape[0] = 5, pt->specs[1].numel = 5, pt->specs[1].offset = 12, pt->specs[1].goff = 12;
+    pt->total = 17, pt->gtotal = 17; /* nothing frozen: gradients and moments at the value offsets */
+    pt->data = mallocCheck(17 * 4), pt->grad = callocCheck(17, 4);
+    pt->m = mallocCheck(17 * 4), pt->v = mallocCheck(17 * 4);
+    for (int i = 0; i < 17; i++) {
+        pt->data[i] = base + 0.1f * (float)i;
+        pt->m[i] = base - 1e-3f * (float)i;
+        pt->v[i] = 1e-7f * (float)(i + 1);
+    }
+}
+
+static void table_free(ParamTable* pt) {
+    free(pt->specs), free(pt->data), free(pt->grad), free(pt->m), free(pt->v);
+}
+
+static int count_pruned_entries(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent* e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, ".pruned-", 8)) n++;
+    closedir(d);
+    return n;
+}
+
+/* Flip bit `bit` of float element `elem` of tensor `name` in the safetensors file `path` (in place). */
+static void flip_tensor_bit(const char* path, const char* name, size_t elem, int bit) {
+    StFile f;
+    char err[512];
+    RR_ASSERT(st_load(&f, path, err, sizeof err) == 0);
+    const StTensor* t = st_find(&f, name);
+    RR_ASSERT(t && elem * 4 < t->end - t->begin);
+    long off = (long)((f.data - f.buf) + t->begin + elem * 4);
+    st_free(&f);
+    FILE* fp = fopen(path, "r+b");
+    RR_ASSERT(fp);
+    uint32_t u;
+    RR_ASSERT(fseek(fp, off, SEEK_SET) == 0 && fread(&u, 4, 1, fp) == 1);
+    u ^= 1u << bit;
+    RR_ASSERT(fseek(fp, off, SEEK_SET) == 0 && fwrite(&u, 4, 1, fp) == 1 && fclose(fp) == 0);
+}
+
+static int count_entries(const char* dir, const char* prefix) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent* e; (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return n;
+}
+
+/* Loaded state is checked and written state is finite (DESIGN.md section 9). */
+static void checkpoint_values_test(const char* dir) {
+    /* XXH64: the reference vectors (xxHash's own and python-xxhash's README), and zstd's frame checksum
+     * (the low 32 bits of XXH64 with seed 0) on every length 0..299, an independent implementation */
+    CHECK(rr_xxh64("", 0, 0) == 0xEF46DB3751D8E999ull, "xxh64('')");
+    CHECK(rr_xxh64("a", 1, 0) == 0xD24EC4F1A98C6E5Bull, "xxh64('a')");
+    CHECK(rr_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ull, "xxh64('abc')");
+    CHECK(rr_xxh64("Nobody inspects the spammish repetition", 39, 0) == 0xFBCEA83C8A378BF1ull, "xxh64(39 bytes)");
+    unsigned char buf[300], frame[512];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    ZSTD_CCtx* cc = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+    for (size_t n = 0; n < sizeof buf; n++) {
+        size_t k = ZSTD_compress2(cc, frame, sizeof frame, buf, n);
+        RR_ASSERT(!ZSTD_isError(k) && k >= 4);
+        uint32_t z;
+        memcpy(&z, frame + k - 4, 4);
+        CHECK(z == (uint32_t)rr_xxh64(buf, n, 0), "xxh64 of %zu bytes differs from zstd's checksum", n);
+    }
+    ZSTD_freeCCtx(cc);
+
+    char root[1024], out[4096], err[1024], model[4200], opt[4200];
+    snprintf(root, sizeof root, "%s/ckpt_values", dir);
+    CHECK(rr_remove_tree(root) == 0, "rm");
+    ParamTable a, b;
+    table_make(&a, 1.5f);
+    table_make(&b, 0.0f);
+    CheckpointState st = {.step = 11, .opt_step = 11, .seed = 1, .data_seed = 2, .loader = NULL}, got;
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(model, sizeof model, "%s/model.safetensors", out);
+    snprintf(opt, sizeof opt, "%s/optimizer.safetensors", out);
+    CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) == 0, "%s", err);
+    checkpoint_state_free(&got);
+
+    struct {
+        const char* file;
+        const char* tensor;
+        size_t elem;
+        int bit;
+        const char* expect;
+    } cases[] = {
+        /* the lowest mantissa bit: 1.7 becomes 1.6999999, a plausible value only the checksum sees */
+        {model, "text.norm.weight", 2, 0, "fails its checksum"},
+        {opt, "m.text.blocks.0.attn.q.weight", 7, 3, "fails its checksum"},
+        /* the top exponent bit of a value in [1, 2): NaN or infinity */
+        {model, "text.blocks.0.attn.q.weight", 1, 30, "holds a NaN value"},
+        /* the lowest exponent bit: 1.5 becomes 0.75, plausible again */
+        {model, "text.blocks.0.attn.q.weight", 0, 23, "fails its checksum"},
+        /* the sign of a second moment */
+        {opt, "v.text.norm.weight", 3, 31, "but an AdamW second moment is never negative"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        flip_tensor_bit(cases[c].file, cases[c].tensor, cases[c].elem, cases[c].bit);
+        char want[300];
+        snprintf(want, sizeof want, "%s: tensor '%s' ", cases[c].file, cases[c].tensor);
+        CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, want) &&
+                  strstr(err, cases[c].expect),
+              "bit %d of %s[%zu]: %s", cases[c].bit, cases[c].tensor, cases[c].elem, err);
+        flip_tensor_bit(cases[c].file, cases[c].tensor, cases[c].elem, cases[c].bit); /* and back */
+        CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) == 0, "restored: %s", err);
+        checkpoint_state_free(&got);
+    }
+    /* a model file without checksums (written by an older build, or by hand) */
+    {
+        StWriter* w = st_writer_new();
+        for (int i = 0; i < a.n; i++) st_writer_add(w, a.specs[i].name, DTYPE_F32, a.specs[i].ndim, a.specs[i].shape,
+                                                    a.data + a.specs[i].offset);
+        checkpoint_identity_meta(w, &st, NULL); /* the folder's own file in every other respect */
+        CHECK(st_writer_write(w, model, err, sizeof err) == 0, "%s", err);
+        st_writer_free(w);
+        CHECK(checkpoint_load(out, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "has no checksum") &&
+                  strstr(err, "'text.blocks.0.attn.q.weight'"),
+              "no checksum: %s", err);
+    }
+    /* a folder where a safetensors file is expected */
+    {
+        StFile f;
+        CHECK(st_load(&f, out, err, sizeof err) != 0 && strstr(err, "is a directory, expected a .safetensors file"),
+              "folder: %s", err);
+    }
+
+    /* never written: a NaN parameter, an infinite first moment, a negative second moment */
+    st.step = 12;
+    struct {
+        float* x;
+        float bad;
+        const char* expect;
+    } saves[] = {{&a.data[14], NAN, "tensor 'text.norm.weight' holds a NaN value (nan at element 2)"},
+                 {&a.m[4], INFINITY, "tensor 'm.text.blocks.0.attn.q.weight' holds an infinite value (inf at element 4)"},
+                 {&a.v[0], -1e-9f, "tensor 'v.text.blocks.0.attn.q.weight' holds a negative value (-1e-09 at element 0)"}};
+    for (size_t c = 0; c < sizeof saves / sizeof saves[0]; c++) {
+        float keep = *saves[c].x;
+        *saves[c].x = saves[c].bad;
+        CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) != 0 &&
+                  strstr(err, "refusing to write the checkpoint of step 12") && strstr(err, saves[c].expect),
+              "save %zu: %s", c, err);
+        *saves[c].x = keep;
+        CHECK(count_entries(root, "step-00000012") == 0 && count_entries(root, ".step-") == 0,
+              "a refused save left a folder in %s", root);
+    }
+    char latest[4096];
+    CHECK(checkpoint_latest(root, latest, sizeof latest) == 11, "the newest checkpoint is no longer step 11");
+
+    /* a checkpoint of the previous format version is refused with what to do */
+    snprintf(model, sizeof model, "%s/step-00000011/state.json", root);
+    {
+        size_t n;
+        char* text = rr_read_file(model, &n, RR_MAX_JSON);
+        char* v = text ? strstr(text, "\"version\":") : NULL;
+        CHECK(v != NULL, "no version in %s", model);
+        v += strlen("\"version\":");
+        while (*v == ' ' || *v == '\t') v++;
+        CHECK(*v == '0' + CHECKPOINT_VERSION, "version %c in %s", *v, model);
+        *v = '1';
+        CHECK(rr_write_file_atomic(model, text, n) == 0, "rewrite %s", model);
+        free(text);
+    }
+    snprintf(model, sizeof model, "%s/step-00000011", root);
+    CHECK(checkpoint_load(model, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "checkpoint version 1") &&
+              strstr(err, "start the run again"),
+          "old version: %s", err);
+    table_free(&a);
+    table_free(&b);
+}
+
+static int checkpoint_test(const char* dir) {
+    checkpoint_values_test(dir);
+    char root[1024], out[4096], err[1024], p[4200];
+    snprintf(root, sizeof root, "%s/ckpt_test", dir);
+    CHECK(rr_remove_tree(root) == 0, "rm");
+    ParamTable a;
+    table_make(&a, 1.5f);
+    CheckpointState st = {.step = 3, .opt_step = 3, .recipe_hash = 0xfedcba9876543210ull, .seed = 1234, .data_seed = 7,
+                          .loader = "{\"epoch\":0,\"cursor\":12}"};
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/step-00000003", root);
+    CHECK(!strcmp(out, p), "%s", out);
+    st.step = 5;
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    /* a leftover temporary folder (a crash mid-save) is never taken for a checkpoint */
+    snprintf(p, sizeof p, "%s/.step-00000009.tmp.1", root);
+    mkdir(p, 0755);
+    char latest[4096];
+    CHECK(checkpoint_latest(root, latest, sizeof latest) == 5, "latest");
+    CHECK(strstr(latest, "step-00000005") != NULL, "%s", latest);
+
+    ParamTable b;
+    table_make(&b, -7.0f);
+    CheckpointState got;
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(got.step == 5 && got.opt_step == 3 && got.recipe_hash == 0xfedcba9876543210ull && got.seed == 1234 &&
+              got.data_seed == 7,
+          "state");
+    CHECK(got.loader && !strcmp(got.loader, "{\"epoch\":0,\"cursor\":12}"), "loader %s", got.loader);
+    CHECK(!memcmp(a.data, b.data, 17 * 4) && !memcmp(a.m, b.m, 17 * 4) && !memcmp(a.v, b.v, 17 * 4),
+          "values differ after reload");
+    checkpoint_state_free(&got);
+
+    /* a table of another shape: error names the file and the tensor */
+    b.specs[1].shape[0] = 6;
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "model.safetensors") &&
+              strstr(err, "'text.norm.weight' has shape (5), expected (6)"),
+          "%s", err);
+    b.specs[1].shape[0] = 5;
+    snprintf(b.specs[1].name, sizeof b.specs[1].name, "text.final_norm.weight");
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "'text.final_norm.weight' is missing"),
+          "%s", err);
+    snprintf(b.specs[1].name, sizeof b.specs[1].name, "text.norm.weight");
+    /* a truncated optimizer file */
+    snprintf(p, sizeof p, "%s/optimizer.safetensors", latest);
+    CHECK(truncate(p, 100) == 0, "truncate");
+    CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "optimizer.safetensors"), "%s", err);
+    /* not a checkpoint */
+    CHECK(checkpoint_load(root, &b, &got, NULL, err, sizeof err) != 0 && strstr(err, "state.json"), "%s", err);
+
+    /* prune keeps the newest; it renames a folder out of step-* before deleting it, so a run killed
+       while pruning leaves a hidden .pruned-* folder, which the next prune removes */
+    st.step = 7;
+    CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/.pruned-00000001.999", root);
+    CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+    snprintf(p, sizeof p, "%s/.pruned-00000001.999/model.safetensors", root);
+    FILE* left = fopen(p, "wb");
+    CHECK(left && fputs("partly deleted", left) >= 0 && fclose(left) == 0, "write %s", p);
+    checkpoint_prune(root, 2);
+    CHECK(count_pruned_entries(root) == 0, "prune left .pruned-* folders in %s", root);
+    snprintf(p, sizeof p, "%s/step-00000003", root);
+    CHECK(access(p, F_OK) != 0, "step 3 not pruned");
+    snprintf(p, sizeof p, "%s/step-00000005/state.json", root);
+    CHECK(access(p, F_OK) == 0, "step 5 pruned");
+    table_free(&a);
+    table_free(&b);
+    if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
+    else printf("checkpoint test: ok\n");
+    return check_failures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    char err[512];
+    if (argc == 3 && !strcmp(argv[1], "checkpoint")) return checkpoint_test(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "selftest")) return selftest(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "write")) {
+        StWriter* w = fixture_writer();
+        int rc = st_writer_write(w, argv[2], err, sizeof err);
+        st_writer_free(w);
+        if (rc) fprintf(stderr, "%s\n", err);
+        return rc ? 1 : 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "check")) {
+        StFile f;
+        if (st_load(&f, argv[2], err, sizeof err) != 0) {
+            fprintf(stderr, "FAIL: %s\n", err);
+            return 1;
+        }
+        fixture_check(&f);
+        st_free(&f);
+        return check_failures ? 1 : 0;
+    }
+    if (argc == 4 && !strcmp(argv[1], "expect-error")) {
+        StFile f;
+        if (st_load(&f, argv[2], err, sizeof err) == 0) {
+            fprintf(stderr, "FAIL: %s loaded, expected an error containing '%s'\n", argv[2], argv[3]);
+            st_free(&f);
+            return 1;
+        }
+        if (!strstr(err, argv[3])) {
+            fprintf(stderr, "FAIL: error '%s' does not contain '%s'\n", err, argv[3]);
+            return 1;
+        }
+        printf("%s\n", err);
+        return 0;
+    }
+    fprintf(stderr, "usage: test_safetensors selftest DIR | write PATH | check PATH | expect-error PATH TEXT\n");
+    return 2;
+}

@@ -1,0 +1,5 @@
+# lint.cmake — structural rules checked over the whole source tree.
+# structural rules: MPI only in runtime/comm/, no exits below runtime/cli/, verdicts by exit code
+add_test(NAME lint_layers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_layers.sh ${CMAKE_SOURCE_DIR})
+# no shell from C code: system / popen / "sh -c" nowhere in the C, C++ and CUDA sources (issue 19)
+add_test(NAME lint_no_shell COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_no_shell.sh ${CMAKE_SOURCE_DIR})

@@ -1,0 +1,34 @@
+# cli.cmake — the executable's command-line contract (runtime/cli/): help, usage errors, `tensors diff`,
+# and what every command does with hostile or silently-wrong input.
+add_test(NAME cli_help COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "commands:.*version" $<TARGET_FILE:rrfp-mm> --help)
+
+add_test(NAME cli_unknown_command COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm> -DARGS=frobnicate
+         -DEXPECT_RC=2 -DEXPECT_ERR=unknown\ command -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+add_test(NAME cli_version COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "blas: (blis|openblas)" $<TARGET_FILE:rrfp-mm> version)
+
+# --help on every command and sub-command (exit 0, usage on stdout); unknown options exit 2 naming them
+add_test(NAME cli_contract COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/cli/cli_contract.sh $<TARGET_FILE:rrfp-mm>)
+# `rrfp-mm tensors diff` on files written by an independent Python writer
+add_test(NAME tensors_diff COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tensors diff: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/cli/test_tensors_diff.sh $<TARGET_FILE:rrfp-mm>)
+
+# Crafted files and arguments get a clean refusal (docs/reliability.md "What is
+# checked"): config.json / index overflows, --out paths with shell syntax, checkpoints with 5..9-dim tensors,
+# forged slice descriptions, state.json values, files of another step or job, NaN weights, /dev/zero and
+# huge files where a JSON / INI / trace / duration / metrics file belongs. Each case: exit 1..125, the file
+# and field named, no sanitizer report, nothing outside the output folder touched, no partial output.
+# ~1000 checks, ~30 s (most of it the start-up of the ~30 refused `train` runs).
+add_test(NAME hostile_inputs
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs base)
+set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
+# the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
+# under that layout and in one process (~12 s)
+add_test(NAME hostile_inputs_pp
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)
+set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
+# arguments and files that once gave a wrong answer with exit 0, each now refused with a message (or answered right)
+add_test(NAME silent_answers
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "silent answers: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/cli/silent_answers.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/silent_answers)
+set_tests_properties(silent_answers PROPERTIES TIMEOUT 120)

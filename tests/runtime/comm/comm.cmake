@@ -1,0 +1,32 @@
+# comm.cmake — the communication layer (runtime/comm/): the pipeline transport under mpirun, and the NCCL
+# implementation on the CPU emulation of CUDA and NCCL. Multi-rank tests run under a timeout so a hang fails
+# instead of stalling CI.
+add_executable(test_transport tests/runtime/comm/test_transport.c)
+target_link_libraries(test_transport PRIVATE rrfp_core)
+foreach(np 2 4)
+  add_test(NAME transport_np${np}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "transport: ok" timeout 120 ${RRFP_MPIRUN} -np ${np} $<TARGET_FILE:test_transport>)
+  set_tests_properties(transport_np${np} PROPERTIES LABELS mpi TIMEOUT 150)
+endforeach()
+# A lost peer must not hang: rank 0 dies within its 2 s timeout naming what it waited for.
+add_test(NAME transport_lost_peer
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 1 "pipeline rank 0 waited [0-9]+ s without any message; still expecting: gradient chunk 0 mb 3 from rank 1" timeout 60 ${RRFP_MPIRUN} -np 2 $<TARGET_FILE:test_transport> lost)
+set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90)
+# NCCL emulated over MPI (tests/support/cuda_emu/nccl_emu.cpp) under runtime/comm/comm_nccl.c: a delayed receive is
+# NaN until its event (the control), a send that skips its producer's event sends stale data under the
+# delayed compute stream (the control of RR_EMU_COMPUTE_DELAY), the FIFO transport with device payloads,
+# the collectives (host ones over NCCL, without MPI).
+add_executable(test_nccl_emu tests/runtime/comm/test_nccl_emu.c)
+target_link_libraries(test_nccl_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_nccl_emu PROPERTIES LINKER_LANGUAGE CXX)
+foreach(np 2 4)
+  add_test(NAME nccl_emu_np${np}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "nccl emu: ok" timeout 120 ${RRFP_MPIRUN} -np ${np}
+                   -x RR_EMU_COMM_DELAY=3 $<TARGET_FILE:test_nccl_emu>)
+  # the same with the compute streams delayed too: everything must still hold, and the control of
+  # RR_EMU_COMPUTE_DELAY (a send that skips its producer's event sends stale data) must see it
+  add_test(NAME nccl_emu_np${np}_compute_delay
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "nccl emu: ok" timeout 120 ${RRFP_MPIRUN} -np ${np}
+                   -x RR_EMU_COMM_DELAY=3 -x RR_EMU_COMPUTE_DELAY=2 $<TARGET_FILE:test_nccl_emu> --compute-delay)
+  set_tests_properties(nccl_emu_np${np} nccl_emu_np${np}_compute_delay PROPERTIES LABELS mpi TIMEOUT 150)
+endforeach()

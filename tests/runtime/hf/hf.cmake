@@ -1,0 +1,67 @@
+# hf.cmake — Hugging Face import and export (`rrfp-mm import llama|llava|clip`, `rrfp-mm export hf`).
+# rrfp-mm import llama: a Hugging Face Llama written by the test (2 shards, F32 / BF16 / F16, index json)
+# gives the logits of an independent float64 Llama forward (tolerance in the script); GQA, tied embeddings,
+# rope_scaling and biases are refused.
+add_executable(test_llama_logits tests/runtime/hf/test_llama_logits.c)
+target_link_libraries(test_llama_logits PRIVATE rrfp_core)
+add_test(NAME import_llama_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_llama.py $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llama_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llama)
+set_tests_properties(import_llama_torch PROPERTIES LABELS torch TIMEOUT 300)
+# import llava / import clip / export hf: three namings, logits against a float64 reference, round trip,
+# refusals; and the same against transformers itself where it is installed (77 = skipped)
+add_executable(test_llava_logits tests/runtime/hf/test_llava_logits.c)
+target_link_libraries(test_llava_logits PRIVATE rrfp_core)
+add_test(NAME import_llava_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_llava.py $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava)
+set_tests_properties(import_llava_torch PROPERTIES LABELS torch TIMEOUT 300)
+# A published LLaVA asked as it is (tests/runtime/hf/import_serve.py): import -> generate -> eval -> train.init_from ->
+# export hf with a recipe of [data] keys only and no id given by hand, both namings; a recipe that disagrees on a
+# model key is refused naming it (generate, eval, train.init_from, export).
+add_test(NAME import_serve_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_serve.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/import_serve)
+set_tests_properties(import_serve_torch PROPERTIES LABELS torch TIMEOUT 300)
+add_test(NAME import_llava_transformers
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_llava.py --transformers $<TARGET_FILE:rrfp-mm>
+                 $<TARGET_FILE:test_llava_logits> ${CMAKE_CURRENT_BINARY_DIR}/import_llava_tf)
+set_tests_properties(import_llava_transformers PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)
+# the Hugging Face files around the weights: import llava keeps the folder's config, tokenizer and processor
+# files; export hf gives the imported config.json back key by key (max_position_embeddings 512 stays 512) and
+# writes the processor, image processor (the shards' preprocessing), tokenizer and generation configs, read
+# back with Python's json against transformers' field names; one <image> id (a tokenizer listing it twice is
+# refused); import llava without text_config refused
+add_test(NAME export_hf_files
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/export_hf_files.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/export_hf_files)
+set_tests_properties(export_hf_files PROPERTIES LABELS torch TIMEOUT 300)
+# the same exports opened by Hugging Face's own libraries through Node (tests/support/node): the tokenizer.json gives
+# the engine's ids in `tokenizers`, each template's chat template rendered by @huggingface/jinja is pack's
+# prompt (LLaVA's conversation.py text), with and without the generation prompt; 77 = skipped without node
+add_test(NAME export_hf_files_node
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/export_hf_files.py --node $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/export_hf_files_node)
+set_tests_properties(export_hf_files_node PROPERTIES LABELS "torch;node" TIMEOUT 300 SKIP_RETURN_CODE 77 RESOURCE_LOCK tests_node)
+# export hf of a pp 2 x tp 2 checkpoint (slices reassembled), imported back: bit for bit
+add_test(NAME export_hf_layout_pp2tp2
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "export hf layout: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/hf/export_hf_layout.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/export_hf_layout)
+set_tests_properties(export_hf_layout_pp2tp2 PROPERTIES LABELS mpi TIMEOUT 300)
+# the same with the LM variants under the CLIP tower: grouped-query attention (4 on 2), q/k/v and o biases,
+# tied embeddings (the last stage's copy is in no file: the export takes stage 0's), Llama-3 RoPE
+set(lm_variant_sets --set model.text_heads=4 --set model.text_kv_heads=2 --set model.text_qkv_bias=true
+    --set model.text_o_bias=true --set model.tie_embeddings=true --set model.rope_type=llama3
+    --set model.rope_original_max_pos=512 --set model.rope_base=500000)
+add_test(NAME export_hf_layout_pp2tp2_lm_variants
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "export hf layout: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/hf/export_hf_layout.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/export_hf_layout_lm_variants
+                 ${lm_variant_sets})
+set_tests_properties(export_hf_layout_pp2tp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 300)
+# import llava / import clip / export hf under the same rules: every vision_config / text_config number,
+# vision_feature_layer, image_token_index; the index; NaN weights; 5..8-dim tensors; FIFOs and /dev/zero
+# where a file belongs; --out paths with quotes and spaces, inside the input, existing or dangling (~10 s)
+add_test(NAME hostile_llava
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_llava llava)
+set_tests_properties(hostile_llava PROPERTIES TIMEOUT 300)

@@ -1,0 +1,75 @@
+/* test_partition.c — layer split: the balanced split is optimal (checked by brute force over every
+ * contiguous split for small L, S) and the hand-written split parser's errors. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model/partition.h"
+
+#include "tests/support/check.h"
+
+static double max_cost(int S, const int* layers, PartitionCost c) {
+    double costs[64], m = 0;
+    partition_stage_costs(S, layers, c, costs);
+    for (int s = 0; s < S; s++) m = costs[s] > m ? costs[s] : m;
+    return m;
+}
+
+/* Enumerate all compositions of L into S parts (>= 1 each) and return the best max cost. */
+static double brute(int L, int S, PartitionCost c, int* cur, int s, int left) {
+    if (s == S - 1) {
+        if (left < 1) return 1e300;
+        cur[s] = left;
+        return max_cost(S, cur, c);
+    }
+    double best = 1e300;
+    for (int k = 1; k <= left - (S - 1 - s); k++) {
+        cur[s] = k;
+        double m = brute(L, S, c, cur, s + 1, left - k);
+        if (m < best) best = m;
+    }
+    return best;
+}
+
+int main(void) {
+    PartitionCost costs[] = {{0, 0, 1}, {5, 0, 1}, {0, 3.5, 1}, {2.5, 1.5, 1}, {40, 2, 3}};
+    for (int ci = 0; ci < 5; ci++)
+        for (int S = 1; S <= 5; S++)
+            for (int L = S; L <= 12; L++) {
+                int layers[16], cur[16];
+                CHECK(partition_auto(L, S, costs[ci], layers) == 0, "auto failed");
+                int sum = 0;
+                for (int s = 0; s < S; s++) {
+                    sum += layers[s];
+                    CHECK(layers[s] >= 1, "L=%d S=%d stage %d empty", L, S, s);
+                }
+                CHECK(sum == L, "L=%d S=%d: sum %d", L, S, sum);
+                double got = max_cost(S, layers, costs[ci]), want = brute(L, S, costs[ci], cur, 0, L);
+                CHECK(got <= want * (1 + 1e-12), "cost %d L=%d S=%d: auto %.3f > optimum %.3f", ci, L, S, got, want);
+            }
+    /* Uniform cost: 8 layers on 4 stages is 2,2,2,2; a heavy first stage gets fewer layers. */
+    int l4[4];
+    partition_auto(8, 4, (PartitionCost){0, 0, 1}, l4);
+    CHECK(l4[0] == 2 && l4[1] == 2 && l4[2] == 2 && l4[3] == 2, "uniform split %d,%d,%d,%d", l4[0], l4[1], l4[2], l4[3]);
+    partition_auto(8, 2, (PartitionCost){4, 0, 1}, l4);
+    CHECK(l4[0] == 2 && l4[1] == 6, "vision-heavy split %d,%d", l4[0], l4[1]);
+    /* Fewer layers than stages: allowed, some stages empty. */
+    CHECK(partition_auto(2, 3, (PartitionCost){0, 0, 1}, l4) == 0 && l4[0] + l4[1] + l4[2] == 2, "L<S");
+
+    char err[256];
+    int l3[3];
+    CHECK(partition_parse("2,3,3", 8, 3, l3, err, sizeof err) == 0 && l3[0] == 2 && l3[1] == 3 && l3[2] == 3, "parse");
+    CHECK(partition_parse("2, 3, 3", 8, 3, l3, err, sizeof err) == 0, "spaces");
+    CHECK(partition_parse("2,3", 8, 3, l3, err, sizeof err) == -1 && strstr(err, "gives 2 stages"), "count: %s", err);
+    CHECK(partition_parse("2,3,4", 8, 3, l3, err, sizeof err) == -1 && strstr(err, "sums to 9"), "sum: %s", err);
+    CHECK(partition_parse("2,x,3", 8, 3, l3, err, sizeof err) == -1 && strstr(err, "not a comma"), "junk: %s", err);
+    CHECK(partition_parse("2,-1,7", 8, 3, l3, err, sizeof err) == -1, "negative");
+
+    /* The cost model: the LM head grows with V, the ViT with patches. */
+    PartitionCost a = partition_cost_model(128, 2, 256, 1024, 4096, 2048, 1024, 128, 300, 8);
+    PartitionCost b = partition_cost_model(128, 2, 256, 1024, 8192, 2048, 2048, 128, 300, 8);
+    CHECK(b.last_extra > 1.9 * a.last_extra && b.first_extra > 1.9 * a.first_extra && a.per_layer == b.per_layer,
+          "cost model scaling");
+    if (check_failures) return 1;
+    printf("partition: ok\n");
+    return 0;
+}

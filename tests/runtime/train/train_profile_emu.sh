@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# train_profile_emu.sh — runtime.profile and the device memory figures (issue 20) end to end on the
+# emulated CUDA backend: 3 bf16 steps of one fixed batch with runtime.profile = true, then
+#   1. every metrics.jsonl row has "profile" with every op kind, launches > 0 for gemm, attention, norm,
+#      elementwise, optimiser and copies and 0 for communication (one process), times >= 0, and the same
+#      launch counts in every step (the same batch runs the same ops: the counts are exact, as
+#      tests/engine/cuda/test_traffic.c checks against the emulation's own log);
+#   2. every row has "device_peak_mb" > 0 (the backend's high-water mark) and "device_used_mb" >= it, and
+#      the step log shows "device peak";
+#   3. the log ends with the profile summary (one line per kind), and `rrfp-mm report` shows the Device
+#      section with the per-kind table;
+#   4. runtime.profile on the CPU backend is refused with a message naming the key;
+#   5. the dry run's memory estimate for the rank equals the device peak within 10%.
+# Usage: train_profile_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR
+set -euo pipefail
+EMU=$1 EXE=$2 RECIPE=$3 WORK=$4
+rm -rf "$WORK"
+mkdir -p "$WORK"
+common=(--set train.steps=3 --set optim.warmup=1 --set train.log_every=1 --set checkpoint.keep=0
+        --set train.checkpoint_every=0 --set data.fixed_batch=true --set data.source=synthetic)
+"$EMU" train "$RECIPE" "${common[@]}" --set runtime.backend=cuda --set runtime.precision=bf16 \
+  --set runtime.profile=true --set train.run_dir="$WORK/run" > "$WORK/log" 2>&1 || { cat "$WORK/log"; exit 1; }
+cat "$WORK/log"
+/usr/bin/python3 - "$WORK/run/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, len(rows)
+kinds = ["gemm", "attention", "norm", "elementwise", "optimiser", "copies", "communication"]
+counts = []
+for r in rows:
+    p = r["profile"]
+    assert sorted(p) == sorted(kinds), p
+    for k in kinds:
+        assert p[k]["ms"] >= 0, (r["step"], k, p[k])
+        assert (p[k]["launches"] > 0) == (k != "communication"), (r["step"], k, p[k])
+    counts.append([p[k]["launches"] for k in kinds])
+    assert r["device_peak_mb"] > 0 and r["device_used_mb"] >= r["device_peak_mb"], r
+assert counts[0] == counts[1] == counts[2], counts
+print("profile rows ok:", dict(zip(kinds, counts[0])), "device peak", rows[-1]["device_peak_mb"], "MiB")
+PY
+grep -q "| device peak [0-9.]* MiB" "$WORK/log" || { echo "no device peak in the step log"; exit 1; }
+# 5. the dry run's estimate of the rank's memory (bf16 compute copy and GEMM scratch included) is the
+#    measured device peak within 10%
+"$EXE" train "$RECIPE" "${common[@]}" --set runtime.backend=cuda --set runtime.precision=bf16 --dry-run > "$WORK/dry.log" 2>&1 \
+  || { cat "$WORK/dry.log"; exit 1; }
+/usr/bin/python3 - "$WORK/dry.log" "$WORK/run/metrics.jsonl" <<'PY'
+import json, re, sys
+m = re.search(r"largest rank: ([0-9.]+) (KiB|MiB|GiB)", open(sys.argv[1]).read())
+est = float(m.group(1)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(2)]
+peak = json.loads(open(sys.argv[2]).readlines()[-1])["device_peak_mb"]
+print("dry-run estimate %.2f MiB, device peak %.2f MiB" % (est, peak))
+assert abs(est - peak) <= 0.1 * peak, (est, peak)
+PY
+for k in gemm attention norm elementwise optimiser copies communication total; do
+  grep -Eq "^  $k +[0-9.]+ ms" "$WORK/log" || { echo "no '$k' line in the profile summary"; exit 1; }
+done
+"$EXE" report "$WORK/run" --out "$WORK/report.html" > /dev/null 2>&1 || { echo "report failed"; exit 1; }
+grep -q 'id="device"' "$WORK/report.html" && grep -q "GPU ms / step" "$WORK/report.html" \
+  || { echo "the report has no Device section with the profile"; exit 1; }
+if "$EXE" train "$RECIPE" "${common[@]}" --set runtime.profile=true --set train.run_dir="$WORK/cpu" > "$WORK/cpu.log" 2>&1; then
+  echo "runtime.profile on the cpu backend was accepted"; exit 1
+fi
+grep -q "runtime.profile" "$WORK/cpu.log" || { cat "$WORK/cpu.log"; echo "the refusal does not name runtime.profile"; exit 1; }
+echo "train profile emu: ok"
