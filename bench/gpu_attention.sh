@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_attention.sh — issue 24's attention benchmark (device): ours against PyTorch's flash attention on the
+# gpu_attention.sh — the attention benchmark (device; target: the own kernel within 2x of PyTorch's flash time): ours against PyTorch's flash attention on the
 # same packings, bf16, forward and backward time and TFLOP/s (bench/gpu_attn_bench.c and
 # bench/gpu_attention_torch.py: the packings, the FLOP count and the timing are described there):
 #   the ViT's images (64..1024 patches, 16 heads of 64, bidirectional), the LM's samples (16..4096 tokens,

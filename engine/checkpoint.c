@@ -1181,7 +1181,7 @@ static int ck_leftover_pid(const char* name) {
 
 /* Whether process pid runs on this machine: kill(pid, 0) succeeds (or EPERM: another user's), and it is
  * not a zombie. A rank killed by mpirun stays a zombie until its parent reaps it, which can take the
- * parent's whole life: its temporary folder would be kept as a live writer's (issue 19). */
+ * parent's whole life: its temporary folder would be kept as a live writer's forever. */
 static int ck_pid_alive(int pid) {
     if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
     char path[64], buf[512];

@@ -9,5 +9,7 @@ add_test(NAME cli_version COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 
 add_test(NAME cli_contract COMMAND bash ${CMAKE_SOURCE_DIR}/tests/cli_contract.sh $<TARGET_FILE:rrfp-mm>)
 # structural rules: MPI only in runtime/comm/, no exits below runtime/cli/, verdicts by exit code
 add_test(NAME lint_layers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint_layers.sh ${CMAKE_SOURCE_DIR})
-# no shell from C code: system / popen / "sh -c" nowhere in the C, C++ and CUDA sources (issue 19)
+# no shell from C code: system / popen / "sh -c" nowhere in the C, C++ and CUDA sources
 add_test(NAME lint_no_shell COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint_no_shell.sh ${CMAKE_SOURCE_DIR})
+# the repository reads on its own: no citation of files outside it, of issue numbers, or dates in code
+add_test(NAME lint_standalone COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint_standalone.sh ${CMAKE_SOURCE_DIR})

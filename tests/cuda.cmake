@@ -80,7 +80,7 @@ set_tests_properties(cuda_ops_emu_strict PROPERTIES TIMEOUT 300
 # backend_cpu_bf16, strict (two thread orders, -0.0 guards); tolerances in tests/test_cuda_ops.c (cmp)
 add_test(NAME cuda_ops_emu_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16)
 set_tests_properties(cuda_ops_emu_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
-# every op through a table bound to a second stream (the ops take their table, DESIGN.md section 3):
+# every op through a table bound to a second stream (the ops take their table, docs/design.md "Streams and events"):
 # the emulation fails any work that lands on another stream; both precisions
 add_test(NAME cuda_ops_emu_stream COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --stream)
 add_test(NAME cuda_ops_emu_stream_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16 --stream)
@@ -104,7 +104,7 @@ set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn_fwd_only PROPERTIES
                      ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1;RRFP_CUDNN_ATTENTION_BWD=0")
 set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
 set_tests_properties(cuda_ops_gpu cuda_ops_gpu_stream cuda_ops_gpu_bf16 PROPERTIES ENVIRONMENT "RRFP_CUDNN_STRICT=1")
-# The bf16-activation table (backend_cuda_bf16a, issue 20: activations stored as 2-byte bf16) against the bf16
+# The bf16-activation table (backend_cuda_bf16a: activations stored as 2-byte bf16) against the bf16
 # table, op by op (tests/test_cuda_bf16a.c): bitwise in the emulation (strict: two thread orders, -0.0 guards),
 # within one bf16 ulp on a device (gpu, skipped without one)
 add_executable(test_cuda_bf16a tests/test_cuda_bf16a.c)
@@ -135,8 +135,8 @@ if(EXISTS ${CMAKE_SOURCE_DIR}/tests/test_model.c)
   add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
   set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                        ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
-  # runtime.precision = bf16: the LM and the tower on the bf16-activation table against the bf16 table, bitwise
-  # (issue 20); one thread order (the ops' two-order checks are cuda_bf16a_emu's), to stay quick
+  # runtime.precision = bf16: the LM and the tower on the bf16-activation table against the bf16 table, bitwise;
+  # one thread order (the ops' two-order checks are cuda_bf16a_emu's), to stay quick
   add_test(NAME model_gpu_emu_bf16a COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a)
   set_tests_properties(model_gpu_emu_bf16a PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero")
   add_test(NAME model_gpu_emu_bf16a_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a_clip)
@@ -286,8 +286,8 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
   # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
-  # (issue 24; cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
-  # embedding table (issue 20)
+  # (cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
+  # embedding table
   add_test(NAME train_cuda_emu_lm_variants_bf16
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants_bf16 2)
@@ -343,7 +343,7 @@ target_compile_definitions(rrfp-bench-gpu-bw-emu PRIVATE RR_CUDA_EMU=1)
 target_link_libraries(rrfp-bench-gpu-bw-emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(rrfp-bench-gpu-bw-emu PROPERTIES LINKER_LANGUAGE CXX)
 
-# issue 20: launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
+# Launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
 # against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
 # emulation's (tests/test_traffic.c)
 add_executable(test_traffic tests/test_traffic.c)
@@ -365,7 +365,7 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_CURRENT_BINARY_DIR}/train_profile_nccl_emu ${RRFP_MPIRUN})
   set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
-# 2-byte activations under tensor parallelism (issue 20, tests/train_bf16a_tp_emu.sh): bf16 training with
+# 2-byte activations under tensor parallelism (tests/train_bf16a_tp_emu.sh): bf16 training with
 # parallel.tp = 2 on the emulated CUDA runtime and NCCL, the bf16-activation table against
 # RRFP_BF16_ACTIVATIONS=0, bitwise (losses, gradient norms, step 1's dump, the last checkpoint; the token
 # embedding's atomics within 1e-6): pp 1 (one stage: embedding, tower, LM, vocabulary-parallel head), pp 2 (the

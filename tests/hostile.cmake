@@ -1,4 +1,4 @@
-# hostile.cmake — crafted files and arguments get a clean refusal (issue 19, docs/reliability.md "What is
+# hostile.cmake — crafted files and arguments get a clean refusal (docs/reliability.md "What is
 # checked"): config.json / index overflows, --out paths with shell syntax, checkpoints with 5..9-dim tensors,
 # forged slice descriptions, state.json values, files of another step or job, NaN weights, /dev/zero and
 # huge files where a JSON / INI / trace / duration / metrics file belongs. Each case: exit 1..125, the file

@@ -1,4 +1,4 @@
-# robustness.cmake — issue 19 (sec2): answers that were silently wrong, and write errors that lost data.
+# robustness.cmake — answers that were silently wrong, and write errors that lost data.
 add_test(NAME silent_answers
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/util/expect.sh 0 "silent answers: ok" bash ${CMAKE_SOURCE_DIR}/tests/silent_answers.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/silent_answers)

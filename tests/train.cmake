@@ -98,7 +98,7 @@ foreach(mode lock ckptlock memory stale threads demo)
   set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
 endforeach()
 
-# Run folders never mix runs (issue 23, runtime/train/rundir.h): a fresh start into a used folder is
+# Run folders never mix runs (runtime/train/rundir.h): a fresh start into a used folder is
 # refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
 # checkpoint.keep see this run's checkpoints only, metrics.jsonl is appended on resume, a refused resume
 # names the keys; the mpi variant: pp 2 decides on rank 0; a step folder without state.json is named at

@@ -1160,7 +1160,7 @@ static int fa_dq_double(void) {
     return v;
 }
 // The backward's block order over samples (fa_find_tile_lpt, _lpt_bidir): off (default: sample by sample, as v1)
-// or on (RRFP_FA_LPT=1). Measured on an H200 (2026-11-26, merged main), backward ms on bf16 storage, longest
+// or on (RRFP_FA_LPT=1). Measured on an H200, backward ms on bf16 storage, longest
 // first / sample order: lm_8x512 0.658 / 0.644, lm_mixed 1.220 / 1.190, vit_7x576 0.266 / 0.256, vit_mixed
 // 0.237 / 0.235: each block's search costs more than the shorter tail gains.
 static int fa_lpt_on(void) {

@@ -29,7 +29,7 @@ static void import_usage(FILE* f) {
 }
 
 /* The LM's [model] keys beyond its shape (import llama, import llava): rms_eps, rope_base and the variants
- * that differ from DESIGN.md's model. */
+ * that differ from docs/model.md's default model. */
 void cli_print_lm_keys(const LlamaImport* info) {
     printf("rms_eps = %.17g\nrope_base = %.17g\n", info->rms_eps, info->rope_base);
     if (info->Hkv != info->H) printf("text_kv_heads = %d\n", info->Hkv);

@@ -82,7 +82,7 @@ VitConfig model_config_vit(const ModelConfig* c) {
 }
 
 LmConfig model_config_lm(const ModelConfig* c) {
-    /* 0 (a ModelConfig written before these fields) means the defaults of DESIGN.md */
+    /* 0 (a ModelConfig written before these fields) means the defaults of docs/model.md */
     LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std,
                   .rms_eps = c->rms_eps > 0 ? c->rms_eps : 1e-5, .Hkv = c->Hkv > 0 ? c->Hkv : c->Ht,
                   .qkv_bias = c->qkv_bias, .o_bias = c->o_bias};
@@ -381,7 +381,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->first &&
                                  model_bf16_vision(cfg);
     params_alloc(&st->params, be, cfg->seed);
-    /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20; tp > 1 too: the TP
+    /* the LM on 2-byte bf16 activations where the backend has such a table (tp > 1 too: the TP
      * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
      * setting); a table bound to a stream (backend_on_stream) keeps its own, whose variant would run on the
      * compute stream */
@@ -403,7 +403,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         projector_weights_point(&st->proj_g, pt, 1);
         st->embed_w = stage_ptr(pt, "text.embed.weight", 0);
         st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
-        /* what the first stage's backward must compute (DESIGN.md: frozen = no work nothing needs) */
+        /* what the first stage's backward must compute (frozen = no work that nothing needs) */
         st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
         st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
         st->proj_train = st->proj_g.fc1_w || st->proj_g.fc1_b || st->proj_g.fc2_w || st->proj_g.fc2_b;
@@ -768,7 +768,7 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
  * Forward */
 
 /* x0 (T, Dt): image positions take the projector rows of their image in patch order, the others
- * the token embedding (DESIGN.md section 4, sequence assembly). */
+ * the token embedding (docs/model.md "Sequence assembly and the loss"). */
 static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     const Backend* be = st->lbe;
     int Dt = st->cfg.Dt;
@@ -1275,7 +1275,7 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "vision_image_size", c->vision_image_size);
     cJSON_AddStringToObject(j, "projector_act", act_name((Act)c->projector_act));
     cJSON_AddNumberToObject(j, "rope_base", lc.rope.theta);
-    /* the LM variants (tests/ref/llava_ref.py reads them; absent = DESIGN.md's model) */
+    /* the LM variants (tests/ref/llava_ref.py reads them; absent = docs/model.md's default model) */
     cJSON_AddNumberToObject(j, "Hkv", lc.Hkv);
     cJSON_AddNumberToObject(j, "qkv_bias", c->qkv_bias);
     cJSON_AddNumberToObject(j, "o_bias", c->o_bias);

@@ -1,5 +1,5 @@
 /* sim.h — the discrete-event simulator over the RRFP dispatcher (runtime/sched/), duration files and
- * their generator (DESIGN.md section 6). The simulator feeds the dispatcher the same three
+ * their generator (docs/scheduler.md "The simulator's semantics"). The simulator feeds the dispatcher the same three
  * notifications the real runtime does, under a virtual clock. */
 #ifndef RRFP_SIM_H
 #define RRFP_SIM_H
@@ -15,7 +15,7 @@ extern "C" {
 
 /* ---- durations and the simulator ----------------------------------------------------------------- */
 
-/* The duration file of DESIGN.md section 6: {"stages": P, "microbatches": M, "latency": L,
+/* The duration file of docs/scheduler.md "The simulator's semantics": {"stages": P, "microbatches": M, "latency": L,
  * "F": [[P x M]], "B": [[P x M]], "W": [[P x M]] (optional: present = split backward)}. */
 typedef struct {
     int P, M, split;
@@ -41,8 +41,8 @@ typedef enum { PP_GEN_TEXT = 0, PP_GEN_MM = 1 } PpGenKind;
 void pp_durations_generate(PpDurations* d, int P, int M, double variance, PpGenKind kind, uint64_t seed,
                            int split, double latency);
 
-/* DESIGN.md's lower bound; with V > 1 chunks each rank's durations are split evenly over its chunks
- * and the microbatch path runs over the P*V virtual stages (V = 1 is exactly DESIGN.md's formula). */
+/* The lower bound of docs/scheduler.md "The simulator's semantics"; with V > 1 chunks each rank's durations are split evenly over its chunks
+ * and the microbatch path runs over the P*V virtual stages (V = 1 is exactly the one-chunk formula). */
 double pp_lower_bound(const PpDurations* d, int chunks);
 
 /* One message of a simulated run: the output of `task` on rank src for rank dst. */
@@ -133,7 +133,7 @@ double pp_sim_estimate(const PpDurations* d, int chunks, const PpSimOptions* opt
 #define PP_PLAN_LOOKAHEAD_MARGIN 0.02
 PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
                    double pred[3]);
-/* adaptive's plan with the microbatch order (issue 22, docs/scheduler.md "The microbatch order"): pp_sim_plan on
+/* adaptive's plan with the microbatch order (docs/scheduler.md "The microbatch order"): pp_sim_plan on
  * est as it is and on est permuted into "ends" order (pp_order_ends(est, -1, ...): the same estimates
  * permuted). Returns 1 with perm (M) the ends order, pred / *mode the reordered plan's, when the reordered
  * prediction of its chosen mode is below the other's (of its chosen mode) by more than PP_PLAN_ORDER_MARGIN
@@ -150,7 +150,7 @@ void pp_sim_estimated_durations(const PpDurations* d, int chunks, const PpSimOpt
  * a stage's rate times a microbatch's size, plus further components only where they stand out of the
  * residual noise (sim.c, fit_low_rank). out gets its own arrays (pp_durations_free). */
 void pp_durations_smooth(const PpDurations* in, PpDurations* out);
-/* A step's microbatches in "ends" order (issue 22's third round, bench/README.md; adaptive's plan chooses
+/* A step's microbatches in "ends" order (docs/scheduler.md "The microbatch order"; adaptive's plan chooses
  * it, pp_plan_order): perm[slot] = the microbatch to run in that slot, the smallest microbatches (by their
  * work, F + B + W from the estimates' low-rank fit, summed over every rank, or on rank `rank` alone when
  * rank >= 0) at both ends of the step and the largest in the middle, which shortens the pipeline's fill

@@ -46,7 +46,7 @@ static const RecipeKey recipe_keys[] = {
     {"model", "rope_base", RKEY_FLOAT, OFF(rope_base), 0, "10000", 1, 1e12, 0, 1,
      "Base theta of the LM's 1-D RoPE, freq_i = theta^(-2i/n) (Llama's rope_theta). The ViT's 2-D RoPE keeps 10000."},
     {"model", "vision_arch", RKEY_ENUM, OFF(vision_arch), SZ(vision_arch), "rope2d", 0, 0, "rope2d|clip", 1,
-     "`rope2d`: DESIGN.md's ViT (2-D RoPE, no class token). `clip`: OpenAI's CLIP tower as LLaVA uses it (class token, "
+     "`rope2d`: docs/model.md's ViT (2-D RoPE, no class token). `clip`: OpenAI's CLIP tower as LLaVA uses it (class token, "
      "learned position embeddings bicubic-interpolated to each image's grid, pre_layrnorm, QuickGELU, features of "
      "model.vision_feature_layer without the class token); `rrfp-mm import clip|llava` prints it."},
     {"model", "vision_feature_layer", RKEY_INT, OFF(vision_feature_layer), 0, "-2", -1025, 1024, 0, 1,
@@ -57,7 +57,7 @@ static const RecipeKey recipe_keys[] = {
      "CLIP: the image side the position embeddings were trained for (image_size / patch = their grid side); images of "
      "another grid get them bicubic-interpolated."},
     {"model", "projector_act", RKEY_ENUM, OFF(projector_act), SZ(projector_act), "gelu_tanh", 0, 0, "gelu_tanh|gelu", 1,
-     "The projector's activation: `gelu_tanh` (DESIGN.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
+     "The projector's activation: `gelu_tanh` (docs/model.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
      "Hugging Face's projector_hidden_act."},
     {"model", "text_kv_heads", RKEY_INT, OFF(text_kv_heads), 0, "0", 0, 1024, 0, 1,
      "Key/value heads of the LM (grouped-query attention: each serves text_heads / text_kv_heads query heads, query "
@@ -102,7 +102,7 @@ static const RecipeKey recipe_keys[] = {
     {"data", "microbatches", RKEY_INT, OFF(microbatches), 0, "4", 1, 1 << 16, 0, 1,
      "Microbatches per optimiser step (per data-parallel rank)."},
     {"data", "policy", RKEY_ENUM, OFF(policy), SZ(policy), "ffd", 0, 0, "fifo|ffd|balanced", 1,
-     "Microbatch packing policy (DESIGN.md section 5)."},
+     "Microbatch packing policy (docs/data.md, Loader)."},
     {"data", "window", RKEY_INT, OFF(window), 0, "64", 1, 1 << 20, 0, 1, "Look-ahead window in samples for ffd / balanced."},
     {"data", "workers", RKEY_INT, OFF(workers), 0, "1", 1, 256, 0, 0, "Decode threads (does not change the data)."},
     {"data", "seed", RKEY_I64, OFF(data_seed), 0, "1", 0, 9007199254740991.0, 0, 1, "Shuffling seed."},
@@ -185,10 +185,10 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw|zbv|dualpipev", 0,
-     "Schedule hint (DESIGN.md section 6; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
+     "Schedule hint (docs/scheduler.md; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
      "docs/scheduler.md)."},
     {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
-     "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
+     "Dispatch mode (docs/scheduler.md; lookahead = ready + producers' start notices and a duration estimate; "
      "adaptive (the default) = per step, ready or the hint's sequence, whichever a simulation of the step on "
      "the cost model's estimates predicts faster, or lookahead where predicted 2% faster still; and the step's "
      "microbatches in \"ends\" order, small ones at both ends, where that is predicted more than 1% faster: "
@@ -220,7 +220,7 @@ static const RecipeKey recipe_keys[] = {
      "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
      "more. Needs runtime.backend = cuda."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
-     "`model`, or `replay:FILE` (DESIGN.md section 6, parallel.pp > 1): every task sleeps its duration from the "
+     "`model`, or `replay:FILE` (docs/scheduler.md, parallel.pp > 1): every task sleeps its duration from the "
      "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "
      "splits the backward) times runtime.replay_scale seconds instead of computing, with the real messages of the "
      "real sizes between the ranks (losses and gradients are then 0)."},
