@@ -147,7 +147,7 @@ void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, 
                                         const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
                                         int ldo, int causal);
 // bf16 q, k, v, out, dout and f32 gradients dq (row stride ldgq), dk, dv (ldgkv), added unrounded: the backward v2's
-// kernels without the f32 entry's bf16 copies (RRFP_FA_BWD=v1 does not apply)
+// kernels without the f32 entry's bf16 copies
 void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, float* dk, float* dv,
                                                 const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
                                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
