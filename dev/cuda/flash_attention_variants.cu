@@ -366,25 +366,25 @@ static void fa_backward_v1(T* dq, T* dk, T* dv, const T* dout, const T* out, con
 
 // ---- which one runs ---------------------------------------------------------------------------------------
 
-// Which backward runs: 2 (default) or 1 (RRFP_FA_BWD=v1, the kernels before the pre-pass, kept so that a device
-// run compares the two in one invocation: dev/cuda/run_variants.sh). Read once per process.
-static int fa_bwd_version(void) {
-    static int v = 0;
-    if (!v) {
-        const char* e = getenv("RRFP_FA_BWD");
-        v = e && strcmp(e, "v1") == 0 ? 1 : 2;
+// Whether environment variable name is value, read once per process into *cache (-1: not read yet).
+static int fa_env_is(const char* name, const char* value, int* cache) {
+    if (*cache < 0) {
+        const char* e = getenv(name);
+        *cache = e && strcmp(e, value) == 0;
     }
-    return v;
+    return *cache;
+}
+// Which backward runs: 2 (shipping) or 1 (RRFP_FA_BWD=v1, the kernels before the pre-pass, kept so that a device
+// run compares the two in one invocation: dev/cuda/run_variants.sh).
+static int fa_bwd_version(void) {
+    static int v = -1;
+    return fa_env_is("RRFP_FA_BWD", "v1", &v) ? 1 : 2;
 }
 // The dq kernel at DP 96 and 128: dq3 (single K / V buffers, 3 blocks per SM; the shipping one) or dq2 (double
 // buffers, 2 blocks per SM: RRFP_FA_DQ=double), for the device run to compare; dq2 at the other head dims.
 static int fa_dq_double(void) {
     static int v = -1;
-    if (v < 0) {
-        const char* e = getenv("RRFP_FA_DQ");
-        v = e && strcmp(e, "double") == 0;
-    }
-    return v;
+    return fa_env_is("RRFP_FA_DQ", "double", &v);
 }
 // The backward's block order over samples (fa_find_tile_lpt, _lpt_bidir): off (shipping: sample by sample, as v1)
 // or on (RRFP_FA_LPT=1). Measured on an H200, backward ms on bf16 storage, longest
@@ -392,21 +392,13 @@ static int fa_dq_double(void) {
 // 0.237 / 0.235: each block's search costs more than the shorter tail gains.
 static int fa_lpt_on(void) {
     static int v = -1;
-    if (v < 0) {
-        const char* e = getenv("RRFP_FA_LPT");
-        v = e && strcmp(e, "1") == 0;
-    }
-    return v;
+    return fa_env_is("RRFP_FA_LPT", "1", &v);
 }
 // The dk/dv kernel's warps at DP 128: 4 (shipping) or 8 (RRFP_FA_DKDV_WARPS=8: v1's block of 128 keys, the
 // streamed tiles shared by twice the keys, one block per SM), for the device run to compare.
 static int fa_dkdv_warps_128(void) {
-    static int w = 0;
-    if (!w) {
-        const char* e = getenv("RRFP_FA_DKDV_WARPS");
-        w = e && strcmp(e, "8") == 0 ? 8 : 4;
-    }
-    return w;
+    static int v = -1;
+    return fa_env_is("RRFP_FA_DKDV_WARPS", "8", &v) ? 8 : 4;
 }
 
 // The backward asked for, on storage T (v1 has no bf16-input / f32-gradient kernels: there the shipping v2 runs)

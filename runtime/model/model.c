@@ -669,14 +669,6 @@ static int64_t mb_sample_of(const Microbatch* mb, int t) {
     return mb->sample_index ? mb->sample_index[s] : s;
 }
 
-static int mb_fail(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
-static int mb_fail(char* err, size_t err_len, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char* fmt, ...) RR_PRINTF(4, 5);
 static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char* fmt, ...) {
     va_list ap;
@@ -690,19 +682,19 @@ static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char*
 int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, char* err, size_t err_len) {
     const ModelConfig* c = &st->cfg;
     if (mb->T < 1 || mb->S < 1)
-        return mb_fail(err, err_len, "microbatch: empty (T = %d positions, S = %d samples)", mb->T, mb->S);
+        return rr_fail(err, err_len, "microbatch: empty (T = %d positions, S = %d samples)", mb->T, mb->S);
     if (a && mb->T > a->max_T)
         return mb_fail_hint(err, err_len, "raise the activation budget or lower data.microbatch_tokens", "microbatch: %d LM positions exceed the activation budget of %d", mb->T, a->max_T);
     if (mb->cu_seqlens[0] != 0 || mb->cu_seqlens[mb->S] != mb->T)
-        return mb_fail(err, err_len, "microbatch: cu_seqlens must run from 0 to T = %d (got %d .. %d)", mb->T, mb->cu_seqlens[0],
+        return rr_fail(err, err_len, "microbatch: cu_seqlens must run from 0 to T = %d (got %d .. %d)", mb->T, mb->cu_seqlens[0],
                mb->cu_seqlens[mb->S]);
     for (int s = 0; s < mb->S; s++) {
         if (mb->cu_seqlens[s + 1] <= mb->cu_seqlens[s])
-            return mb_fail(err, err_len, "microbatch: sample %lld is empty or cu_seqlens decreases at %d",
+            return rr_fail(err, err_len, "microbatch: sample %lld is empty or cu_seqlens decreases at %d",
                    (long long)(mb->sample_index ? mb->sample_index[s] : s), s);
         for (int t = mb->cu_seqlens[s]; t < mb->cu_seqlens[s + 1]; t++)
             if (mb->pos[t] != t - mb->cu_seqlens[s])
-                return mb_fail(err, err_len, "microbatch: sample %lld: position %d is %d, expected %d (positions restart per sample)",
+                return rr_fail(err, err_len, "microbatch: sample %lld: position %d is %d, expected %d (positions restart per sample)",
                        (long long)mb_sample_of(mb, t), t, mb->pos[t], t - mb->cu_seqlens[s]);
     }
     if (st->last) {
@@ -710,54 +702,54 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
         for (int t = 0; t < mb->T; t++) {
             if (mb->targets[t] == IGNORE_INDEX) continue;
             if (mb->targets[t] < 0 || mb->targets[t] >= c->V)
-                return mb_fail(err, err_len, "microbatch: sample %lld: target %d at position %d is outside [0, %d) and not -100",
+                return rr_fail(err, err_len, "microbatch: sample %lld: target %d at position %d is outside [0, %d) and not -100",
                        (long long)mb_sample_of(mb, t), mb->targets[t], t, c->V);
             n++;
         }
         if (n != mb->n_supervised)
-            return mb_fail(err, err_len, "microbatch: n_supervised says %d but %d targets are not -100", mb->n_supervised, n);
+            return rr_fail(err, err_len, "microbatch: n_supervised says %d but %d targets are not -100", mb->n_supervised, n);
     }
     if (!st->first) return 0;
     if (a && mb->Np > a->max_Np)
         return mb_fail_hint(err, err_len, "raise the patch budget", "microbatch: %d patches exceed the activation budget of %d", mb->Np,
                     a->max_Np);
     if (mb->I > 0 && mb->patch != c->patch)
-        return mb_fail(err, err_len, "microbatch: patch size %d, but the model's is %d", mb->patch, c->patch);
+        return rr_fail(err, err_len, "microbatch: patch size %d, but the model's is %d", mb->patch, c->patch);
     if (mb->img_cu_patches && (mb->img_cu_patches[0] != 0 || mb->img_cu_patches[mb->I] != mb->Np))
-        return mb_fail(err, err_len, "microbatch: img_cu_patches must run from 0 to Np = %d", mb->Np);
+        return rr_fail(err, err_len, "microbatch: img_cu_patches must run from 0 to Np = %d", mb->Np);
     int n_image_ids = 0;
     for (int t = 0; t < mb->T; t++) {
         if (mb->ids[t] == -1) {
             n_image_ids++;
         } else if (mb->ids[t] < 0 || mb->ids[t] >= c->V) {
-            return mb_fail(err, err_len, "microbatch: sample %lld: token id %d at position %d is outside [0, %d)",
+            return rr_fail(err, err_len, "microbatch: sample %lld: token id %d at position %d is outside [0, %d)",
                    (long long)mb_sample_of(mb, t), mb->ids[t], t, c->V);
         }
     }
     if (n_image_ids != mb->Np)
-        return mb_fail(err, err_len, "microbatch: %d image positions (id -1) but %d patches", n_image_ids, mb->Np);
+        return rr_fail(err, err_len, "microbatch: %d image positions (id -1) but %d patches", n_image_ids, mb->Np);
     for (int i = 0; i < mb->I; i++) {
         int n = mb->img_cu_patches[i + 1] - mb->img_cu_patches[i], t0 = mb->img_lm_start[i];
         if (n < 1 || n != mb->grid_h[i] * mb->grid_w[i])
-            return mb_fail(err, err_len, "microbatch: image %d has %d patches, grid %d x %d", i, n, mb->grid_h[i], mb->grid_w[i]);
+            return rr_fail(err, err_len, "microbatch: image %d has %d patches, grid %d x %d", i, n, mb->grid_h[i], mb->grid_w[i]);
         if (t0 < 0 || t0 + n > mb->T)
-            return mb_fail(err, err_len, "microbatch: image %d at LM positions [%d, %d) outside [0, %d)", i, t0, t0 + n, mb->T);
+            return rr_fail(err, err_len, "microbatch: image %d at LM positions [%d, %d) outside [0, %d)", i, t0, t0 + n, mb->T);
         /* images in order and disjoint: with the -1 count equal to Np, they then cover every image
          * position exactly once, so no row of the assembled sequence is left unwritten */
         if (i > 0 && t0 < mb->img_lm_start[i - 1] + mb->img_cu_patches[i] - mb->img_cu_patches[i - 1])
-            return mb_fail(err, err_len, "microbatch: image %d starts at LM position %d, inside or before image %d at [%d, %d)", i, t0,
+            return rr_fail(err, err_len, "microbatch: image %d starts at LM position %d, inside or before image %d at [%d, %d)", i, t0,
                    i - 1, mb->img_lm_start[i - 1],
                    mb->img_lm_start[i - 1] + mb->img_cu_patches[i] - mb->img_cu_patches[i - 1]);
         int64_t s0 = mb_sample_of(mb, t0), s1 = mb_sample_of(mb, t0 + n - 1);
-        if (s0 != s1) return mb_fail(err, err_len, "microbatch: image %d spans samples %lld and %lld", i, (long long)s0, (long long)s1);
+        if (s0 != s1) return rr_fail(err, err_len, "microbatch: image %d spans samples %lld and %lld", i, (long long)s0, (long long)s1);
         for (int t = t0; t < t0 + n; t++)
             if (mb->ids[t] != -1)
-                return mb_fail(err, err_len, "microbatch: sample %lld: image %d covers position %d whose id is %d, not -1",
+                return rr_fail(err, err_len, "microbatch: sample %lld: image %d covers position %d whose id is %d, not -1",
                        (long long)s0, i, t, mb->ids[t]);
         for (int k = mb->img_cu_patches[i]; k < mb->img_cu_patches[i + 1]; k++) {
             int r = mb->patch_row[k], q = mb->patch_col[k];
             if (r < 0 || r >= mb->grid_h[i] || q < 0 || q >= mb->grid_w[i])
-                return mb_fail(err, err_len, "microbatch: image %d: patch %d at (%d, %d) outside its %d x %d grid", i, k, r, q,
+                return rr_fail(err, err_len, "microbatch: image %d: patch %d at (%d, %d) outside its %d x %d grid", i, k, r, q,
                        mb->grid_h[i], mb->grid_w[i]);
         }
     }

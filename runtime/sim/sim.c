@@ -202,11 +202,9 @@ done:
 
 int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen) {
     size_t size;
-    char* text = rr_read_file(path, &size, RR_MAX_JSON);
+    char* text = rr_read_file_err(path, &size, RR_MAX_JSON, "a duration file (JSON, docs/scheduler.md)", err, errlen,
+                                  "cannot read duration file '%s': %s");
     if (!text) {
-        char why[128];
-        snprintf(err, errlen, "cannot read duration file '%s': %s", path,
-                 rr_read_file_why(errno, "a duration file (JSON, docs/scheduler.md)", why, sizeof why));
         memset(d, 0, sizeof *d);
         return -1;
     }

@@ -258,13 +258,6 @@ const char* recipe_key_type_name(RecipeKeyType t) {
     return "?";
 }
 
-static void rerr(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static void rerr(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static int recipe_key_find(const char* section, const char* key) {
     for (int i = 0; i < n_recipe_keys; i++)
@@ -322,18 +315,18 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
         /* a well-formed number that does not fit (1e-400 underflows, 1e400 and 2^63 overflow) is out of range,
          * not "not a number" */
         if (*value && end && end != value && !*end && errno == ERANGE) {
-            rerr(err, n, "%s.%s = %s is out of range (beyond what a %s holds); allowed: %s", k->section, k->key, value,
+            rr_fail(err, n, "%s.%s = %s is out of range (beyond what a %s holds); allowed: %s", k->section, k->key, value,
                  k->type == RKEY_FLOAT ? "double" : "64-bit integer", allowed);
             return -1;
         }
         if (!*value || !end || *end || errno == ERANGE || !isfinite(v)) {
-            rerr(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
+            rr_fail(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
                  k->type == RKEY_FLOAT ? "a number" : "an integer");
-            rerr(err + strlen(err), n - strlen(err), "; allowed: %s", allowed);
+            rr_fail(err + strlen(err), n - strlen(err), "; allowed: %s", allowed);
             return -1;
         }
         if (v < k->min || v > k->max) {
-            rerr(err, n, "%s.%s = %s is out of range; allowed: %s", k->section, k->key, value, allowed);
+            rr_fail(err, n, "%s.%s = %s is out of range; allowed: %s", k->section, k->key, value, allowed);
             return -1;
         }
         if (k->type == RKEY_INT) *(int*)field = (int)v;
@@ -344,7 +337,7 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
     case RKEY_STRING:
         /* a line break ends the recipe line it is printed on: the rest would read back as another line */
         if (strpbrk(value, "\n\r")) {
-            rerr(err, n, "%s.%s: a value with a line break cannot be written as one recipe line and read back; "
+            rr_fail(err, n, "%s.%s: a value with a line break cannot be written as one recipe line and read back; "
                  "allowed: %s on one line", k->section, k->key, allowed);
             return -1;
         }
@@ -352,13 +345,13 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
          * RUN_DIR/recipe.ini, --print-recipe): `init_from =; x` loaded as "; x" and came back empty */
         for (const char* q = value; *q; q++)
             if (*q == ';' && (q == value || isspace((unsigned char)q[-1]))) {
-                rerr(err, n, "%s.%s = '%s': a ';' at the start or after a space would start a comment when the "
+                rr_fail(err, n, "%s.%s = '%s': a ';' at the start or after a space would start a comment when the "
                      "recipe is written and read back; allowed: %s without such a ';'", k->section, k->key, value,
                      allowed);
                 return -1;
             }
         if (strlen(value) >= k->size) {
-            rerr(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
+            rr_fail(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
             return -1;
         }
         strcpy(field, value);
@@ -375,14 +368,14 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
             }
             c += cl + (bar ? 1 : 0);
         }
-        rerr(err, n, "%s.%s = '%s' is not allowed; allowed: %s", k->section, k->key, value, allowed);
+        rr_fail(err, n, "%s.%s = '%s' is not allowed; allowed: %s", k->section, k->key, value, allowed);
         return -1;
     }
     case RKEY_BOOL:
         if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes")) *(int*)field = 1;
         else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no")) *(int*)field = 0;
         else {
-            rerr(err, n, "%s.%s = '%s' is not a boolean; allowed: %s", k->section, k->key, value, allowed);
+            rr_fail(err, n, "%s.%s = '%s' is not a boolean; allowed: %s", k->section, k->key, value, allowed);
             return -1;
         }
         return 0;
@@ -431,7 +424,7 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
             if (!strcmp(recipe_keys[j].section, section)) known_section = 1;
         if (!known_section) {
             snprintf(sec, sizeof sec, "%s", section);
-            rerr(c->err, c->err_len,
+            rr_fail(c->err, c->err_len,
                  "%s:%d: unknown section [%s] (key '%s'); allowed sections: model, data, train, optim, parallel, "
                  "runtime, checkpoint (see recipes/README.md)",
                  c->path, c->line, sec, name);
@@ -446,14 +439,14 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
         return 1;
     }
     if (c->seen[i]) {
-        rerr(c->err, c->err_len, "%s:%d: %s.%s is set twice (first at %s)", c->path, c->line, section, name,
+        rr_fail(c->err, c->err_len, "%s:%d: %s.%s is set twice (first at %s)", c->path, c->line, section, name,
              c->r->origin[i]);
         c->failed = 1;
         return 1;
     }
     char msg[1024];
     if (recipe_key_parse(c->r, &recipe_keys[i], value, msg, sizeof msg) != 0) {
-        rerr(c->err, c->err_len, "%s:%d: %s", c->path, c->line, msg);
+        rr_fail(c->err, c->err_len, "%s:%d: %s", c->path, c->line, msg);
         c->failed = 1;
         return 1;
     }
@@ -476,7 +469,7 @@ static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
         at += len + (nl ? 1 : 0);
         c->line++;
         if (memchr(line, 0, len)) {
-            rerr(c->err, c->err_len, "%s:%d: a NUL byte inside the line (byte %zu); a recipe is text", c->path,
+            rr_fail(c->err, c->err_len, "%s:%d: a NUL byte inside the line (byte %zu); a recipe is text", c->path,
                  c->line, (size_t)((char*)memchr(line, 0, len) - line) + 1);
             c->failed = 1;
             return;
@@ -486,7 +479,7 @@ static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
         if (*s == '[') {
             char* close = strchr(s, ']');
             if (!close) {
-                rerr(c->err, c->err_len, "%s:%d: syntax error: '[' without ']' (expected [section])", c->path, c->line);
+                rr_fail(c->err, c->err_len, "%s:%d: syntax error: '[' without ']' (expected [section])", c->path, c->line);
                 c->failed = 1;
                 return;
             }
@@ -496,7 +489,7 @@ static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
         }
         char* eq = s + strcspn(s, "=:");
         if (!*eq) {
-            rerr(c->err, c->err_len,
+            rr_fail(c->err, c->err_len,
                  "%s:%d: syntax error (expected [section], key = value, or a ; / # comment)", c->path, c->line);
             c->failed = 1;
             return;
@@ -519,14 +512,14 @@ int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
     snprintf(r->path, sizeof r->path, "%s", path);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        rerr(err, err_len, "recipe '%s' is a directory, expected a recipe .ini file (see recipes/)", path);
+        rr_fail(err, err_len, "recipe '%s' is a directory, expected a recipe .ini file (see recipes/)", path);
         return -1;
     }
     size_t n = 0;
     char* text = rr_read_file(path, &n, RR_MAX_INI);
     if (!text) {
         char why[160];
-        rerr(err, err_len, "cannot open recipe '%s': %s", path,
+        rr_fail(err, err_len, "cannot open recipe '%s': %s", path,
              rr_read_file_why(errno, "a recipe .ini file", why, sizeof why));
         return -1;
     }
@@ -545,13 +538,13 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     const char* eq = strchr(assignment, '=');
     const char* dot = strchr(assignment, '.');
     if (!eq || !dot || dot > eq) {
-        rerr(err, err_len, "--set %s: expected section.key=value (e.g. --set train.steps=10)", assignment);
+        rr_fail(err, err_len, "--set %s: expected section.key=value (e.g. --set train.steps=10)", assignment);
         return -1;
     }
     char section[64], key[64];
     size_t sl = (size_t)(dot - assignment), kl = (size_t)(eq - dot - 1);
     if (sl == 0 || sl >= sizeof section || kl == 0 || kl >= sizeof key) {
-        rerr(err, err_len, "--set %s: expected section.key=value", assignment);
+        rr_fail(err, err_len, "--set %s: expected section.key=value", assignment);
         return -1;
     }
     memcpy(section, assignment, sl);
@@ -560,13 +553,13 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     key[kl] = 0;
     int i = recipe_key_find(section, key);
     if (i < 0) {
-        rerr(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
+        rr_fail(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
              key);
         return -1;
     }
     char msg[1024];
     if (recipe_key_parse(r, &recipe_keys[i], eq + 1, msg, sizeof msg) != 0) {
-        rerr(err, err_len, "--set %s: %s", assignment, msg);
+        rr_fail(err, err_len, "--set %s: %s", assignment, msg);
         return -1;
     }
     snprintf(r->origin[i], sizeof r->origin[i], "--set");
