@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# adaptive.sh — issue 22's target for the default dispatch mode (`adaptive`): its makespan within 0.5% of the
+# adaptive.sh — the target of the default dispatch mode (`adaptive`), never worse than the better of the two: its makespan within 0.5% of the
 # better of `fixed` and `ready` at the same hint and cap, in every case and on every seed, with duration
 # estimates off by up to 20% (rrfp-bench-adaptive, bench/bench_adaptive.c: the simulator's cost model is
 # the true duration times a per-task factor in [1 - E, 1 + E]; the plan sees only those estimates).
@@ -18,7 +18,7 @@
 #         SEED0=S: seeds S + 1 .. S + 5 (table) and S + 1 .. S + 6 (varied) instead of 1 .. 5 and 1 .. 6, e.g.
 #         SEED0=20 for seeds no rule was tuned on; ALL=FILE: every case's TSV line (--all) appended to FILE,
 #         for bench/adaptive_pred.py; EXTRA="--keep-order": arguments added to every run, e.g. adaptive without
-#         its microbatch-order choice, as before issue 22's third round)
+#         its microbatch-order choice (docs/scheduler.md "The microbatch order"))
 set -euo pipefail
 BIN=${1:-build/rrfp-bench-adaptive}
 MODE=${2:-adaptive}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""adaptive_pred.py — how well adaptive's one-step plan predicts ready against fixed (issue 22).
+"""adaptive_pred.py — how well adaptive's one-step plan predicts ready against fixed (the choice bench/adaptive.sh checks).
 
 Reads the per-case TSV that `rrfp-bench-adaptive --all` writes on stderr (one step per case, --steps 1)
 and prints: the cases above the target (MODE / min(fixed, ready) > 1.005) with what the plan predicted;

@@ -1,4 +1,4 @@
-/* bench_adaptive.c — the check of issue 22's target for the default dispatch mode (or another, --mode): its makespan within
+/* bench_adaptive.c — the check of the default dispatch mode's target (or another mode's, --mode): its makespan within
  * 0.5% of the better of `fixed` and `ready` at the same hint and cap, in every case, with duration
  * estimates off by up to E (the simulator's cost model: the true duration times a per-task factor in
  * [1 - E, 1 + E], seeded), using only what a rank knows (the estimates; the true durations only run the

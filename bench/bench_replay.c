@@ -1,4 +1,4 @@
-/* bench_replay.c — the real pipeline runtime with its compute replaced by waiting (DESIGN.md section 6,
+/* bench_replay.c — the real pipeline runtime with its compute replaced by waiting (docs/scheduler.md "The simulator's semantics",
  * "Replay"): every task sleeps (nanosleep) for its duration from a duration file times --scale seconds,
  * while the runtime's own dispatcher, transport and messages (real MPI messages of the microbatches'
  * real activation sizes) run between real ranks. Sleeping ranks leave the cores free, so P = 8 .. 32

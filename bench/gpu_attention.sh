@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_attention.sh — issue 24's attention benchmark (device): ours against PyTorch's flash attention on the
+# gpu_attention.sh — the attention benchmark (device; target: the own kernel within 2x of PyTorch's flash time): ours against PyTorch's flash attention on the
 # same packings, bf16, forward and backward time and TFLOP/s (bench/gpu_attn_bench.c and
 # bench/gpu_attention_torch.py: the packings, the FLOP count and the timing are described there):
 #   the ViT's images (64..1024 patches, 16 heads of 64, bidirectional), the LM's samples (16..4096 tokens,
@@ -10,10 +10,7 @@
 #      storage (own_tc_bf16);
 #   2. cuDNN off (RRFP_CUDNN_ATTENTION=0): the own tensor-core kernel through the bf16 table (f32 buffers of
 #      bf16 values, converted on load), and own_tc_bf16 again.
-# Then the own kernel's backward versions (cuDNN off): 3. v1 (RRFP_FA_BWD=v1), 4. v2 with 8-warp dk/dv blocks at
-# d 128 (RRFP_FA_DKDV_WARPS=8), 5. v2 with the double-buffered dq kernel at d 96 / 128 (RRFP_FA_DQ=double), 6. v2
-# with a call's blocks longest first over all samples (RRFP_FA_LPT=1; the default is sample by sample); runs 1 and 2
-# are v2 as it ships.
+# The backward versions measured against the shipping one (v1 and v2's alternatives) are dev/cuda/run_variants.sh.
 # Each run ends with the line naming the backward's kernels.
 # The path column says which path ran (cudnn/own_tc: forward/backward, from the backend's counters).
 # Without a device every part says "not measured".
@@ -30,16 +27,6 @@ echo "== ours, cuDNN on and own_tc_bf16"
 "$EXE" "$REPS"
 echo "== ours, cuDNN off (RRFP_CUDNN_ATTENTION=0) and own_tc_bf16 again"
 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
-# the own kernel's backward, old against new (engine/cuda/flash_attention.cu; docs/cuda.md "The backward, v2"):
-# the runs above are v2 (the default); v1 = the kernels before the pre-pass; v2's alternatives
-echo "== own kernel, backward v1 (RRFP_FA_BWD=v1), cuDNN off"
-RRFP_FA_BWD=v1 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
-echo "== own kernel, backward v2 with 8-warp dk/dv blocks at d 128 (RRFP_FA_DKDV_WARPS=8), cuDNN off"
-RRFP_FA_DKDV_WARPS=8 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
-echo "== own kernel, backward v2 with the double-buffered dq kernel at d 96 / 128 (RRFP_FA_DQ=double), cuDNN off"
-RRFP_FA_DQ=double RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
-echo "== own kernel, backward v2 with blocks longest first over all samples (RRFP_FA_LPT=1), cuDNN off"
-RRFP_FA_LPT=1 RRFP_CUDNN_ATTENTION=0 "$EXE" "$REPS"
 echo "== PyTorch ($PY)"
 "$PY" "$HERE/gpu_attention_torch.py" "$REPS"
 exit 0

@@ -7,7 +7,7 @@ Per packing, the first of these that runs:
               cu_seqlens (FlashAttention-2's varlen kernels inside PyTorch: what a packed batch costs there);
   per-sample: F.scaled_dot_product_attention per sample under sdpa_kernel(FLASH_ATTENTION) (launches add up).
 Also, where every sample has the same length, dense: one batched F.scaled_dot_product_attention call
-[S, H, L, d] (the issue's reference figures: 7 x 576 ViT, 8 x 512 LM).
+[S, H, L, d] (the reference figures: 7 x 576 ViT, 8 x 512 LM).
 Timing: CUDA events, warm-up, the median of 5 batches of `reps` calls; backward = (forward + backward) -
 forward, both measured. Without CUDA it prints "not measured" and exits 77.
 

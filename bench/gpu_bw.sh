@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_bw.sh — issue 20's bandwidth-bound ops on a device (bench/gpu_bw_bench.c describes the shapes, the ops,
+# gpu_bw.sh — the bandwidth-bound ops on a device (bench/gpu_bw_bench.c describes the shapes, the ops,
 # the bytes and the timing): RMSNorm / LayerNorm forward and weight gradients (the column sums), SwiGLU / GELU
 # forward, the residual add and the gradient norm (sum_squares) at the LM stage's and CLIP-L's shapes, on the
 # bf16-activation table: ms, useful GB/s and the share of the peak (default 3350 GB/s, an H100 SXM's; pass

@@ -1,4 +1,4 @@
-/* gpu_bw_bench.c — the CUDA backend's bandwidth-bound ops at a stage's shapes (issue 20; docs/cuda.md,
+/* gpu_bw_bench.c — the CUDA backend's bandwidth-bound ops at a stage's shapes (docs/cuda.md,
  * "Bandwidth-bound kernels"): time, achieved GB/s and the share of a peak bandwidth, per op, on the
  * bf16-activation table (2-byte activations, f32 gradients, as a stage runs under runtime.precision = bf16).
  *   lm:  bench/gpu_stage.sh's LM stage: 4096 tokens, D 4096, F 11008 (Llama-2 7B width), 4 blocks' parameters

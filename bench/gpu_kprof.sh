@@ -2,7 +2,7 @@
 # gpu_kprof.sh — per-kernel GPU time of one step of bench/gpu_stage.sh's stages (ours only), from CUPTI: where the
 # step's time goes kernel by kernel, which runtime.profile's per-kind table cannot say.
 #
-# Each stage runs twice under the CUPTI shim (LD_PRELOAD=$KPROF: ../shared/device's kprof.so, which writes one row
+# Each stage runs twice under the CUPTI shim (LD_PRELOAD=$KPROF: a CUPTI shim, kprof.so, that writes one row
 # per kernel name: kind, count, total ns, name), with N1 and N2 steps of the same fixed microbatch; the per-step
 # figures are the difference of the two runs' totals divided by N2 - N1, so start-up (the weights' upload, their
 # compute copies, cuBLAS's and cuDNN's first calls) and the first steps drop out exactly, with no time-based skip.
@@ -34,7 +34,7 @@ if ! "$EXE" version 2>&1 | grep -q "^backends: cpu, cuda"; then
   exit 0
 fi
 if [ -z "${KPROF:-}" ] || [ ! -f "$KPROF" ]; then
-  echo "gpu_kprof.sh: not measured: KPROF (the CUPTI shim kprof.so, ../shared/device) is not set"
+  echo "gpu_kprof.sh: not measured: KPROF (the path of the CUPTI shim kprof.so) is not set"
   exit 0
 fi
 T=$(mktemp -d)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_stage.sh — issues 11 and 20: one pipeline stage of the 7B recipe, bf16, ours against PyTorch on the
+# gpu_stage.sh — the GPU path's speed: one pipeline stage of the 7B recipe, bf16, ours against PyTorch on the
 # same samples (a plan file of sample shapes, `HxW+F`, written by bench/gpu_stage_torch.py: ours reads it
 # as data.synthetic_plan, PyTorch builds its tensors from it):
 #   lm:     4 LM blocks of width 4096 (SwiGLU 11008, 32 heads), samples of 64..1024 tokens filling 4096;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpu_stage_torch.py — the PyTorch side of bench/gpu_stage.sh (issues 11, 20): one pipeline stage of the
+"""gpu_stage_torch.py — the PyTorch side of bench/gpu_stage.sh: one pipeline stage of the
 7B recipe on the sample shapes our run trains on (a plan file, `HxW+F` per sample, which ours reads as
 data.synthetic_plan), forward + backward in bf16 autocast, with or without an AdamW step, eager or
 torch.compile, and the GEMM-only bound of the same shapes:

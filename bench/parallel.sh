@@ -2,7 +2,7 @@
 # parallel.sh — tensor and data parallelism under mpirun on this machine, with `rrfp-mm train` itself
 # (synthetic data, a small LLaVA sized so compute is not all overhead), every ratio against a baseline
 # run in the same invocation:
-#   1. TP coordination (leader-decides, DESIGN.md section 6): the per-rank lines the trainer prints at
+#   1. TP coordination (leader-decides, docs/parallel.md "Tensor parallelism"): the per-rank lines the trainer prints at
 #      the end under tp > 1 (choices per step, time sending / receiving them, peers' wait for the inputs
 #      of the leader's choice, their share of the rank's step), pp 2 x tp 2 and pp 1 x tp 4, `ready bfw`
 #      against `fixed 1f1b` (no choices sent), same steps;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# replay.sh — the real pipeline runtime replaying simulated durations (DESIGN.md section 6, "Replay"):
+# replay.sh — the real pipeline runtime replaying simulated durations (docs/scheduler.md "The simulator's semantics", Replay):
 # for P in PS (default 8 16 32) and each kind in KINDS (default text mm), generate the simulator's
 # durations (M = 2P microbatches, latency 0.02 units; the same generator as bench/sim.sh), then run
 # rrfp-bench-replay under mpirun with P ranks on this machine (every task sleeps its duration times

@@ -10,7 +10,7 @@
 # seeds), efficiency (lower bound / makespan) and bubble (means). Then the packing policies on the same
 # recipe: tokens per second of the step (policies pack different numbers of samples into the M
 # microbatches, so makespans alone do not compare) for fixed-sync 1f1b, adaptive 1f1b 1x and ready bfw 1.5x.
-# Last, issue 22's check on these steps: adaptive / min(fixed, ready) at the same hint and cap, per seed (one
+# Last, adaptive's target (never worse than the better of fixed and ready) on these steps: adaptive / min(fixed, ready) at the same hint and cap, per seed (one
 # step each: the plan alone, nothing learned), the worst seed per cell and the count above 1.005; and the
 # same check on runs of RUN_STEPS steps (default 10; RUN_STEPS=0 skips them; `rrfp-mm sim --calibrated
 # --steps`: step k packed and drawn with seed + 1000 k, its estimates with seed + 1000 k, run totals;
@@ -144,8 +144,8 @@ for wl in ("text", "mm"):
                 c = rows[(P, wl, pol, mode, hint, cap)]
                 cells.append(f"{gm([(c[s][1] / c[s][0]['makespan']) / (b[s][1] / b[s][0]['makespan']) for s in c]):.3f}")
         print(f"| {wl} | {mode} | {hint} | {cap} | " + " | ".join(cells) + " |")
-def check22(src, what):
-    print(f"\n### issue 22's check: adaptive / min(fixed, ready) at the same hint and cap, {what} (worst seed; "
+def check_adaptive(src, what):
+    print(f"\n### adaptive's check: adaptive / min(fixed, ready) at the same hint and cap, {what} (worst seed; "
           "** above 1.005), balanced packing\n")
     print("| workload | hint | cap | " + " | ".join(f"P={P}" for P in Ps) + " |")
     print("|---|---|---|" + "---|" * len(Ps))
@@ -168,7 +168,7 @@ def check22(src, what):
                     cells.append(f"{ratios[s_w]:.4f}{' **' if ratios[s_w] > 1.005 else ''}")
                 print(f"| {wl} | {hint} | {cap} | " + " | ".join(cells) + " |")
     print(f"\n{n_cases} cases, {n_over} above 1.005; worst {worst[0]:.4f} ({worst[1]})")
-check22(rows, "one step per seed (the plan alone, nothing learned)")
+check_adaptive(rows, "one step per seed (the plan alone, nothing learned)")
 if runs:
-    check22(runs, f"runs of {os.environ.get('RUN_STEPS', '10')} steps per seed (run totals; adaptive learns across the steps)")
+    check_adaptive(runs, f"runs of {os.environ.get('RUN_STEPS', '10')} steps per seed (run totals; adaptive learns across the steps)")
 PY

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tensors_names.sh — `rrfp-mm tensors ls` and `tensors diff` of safetensors files with many tensor names
-# (issue 19: the reader's duplicate-name check scanned every earlier name, O(n^2): 78 s for 200k names).
+# (a hostile file's many names: the reader's duplicate-name check once scanned every earlier name, O(n^2): 78 s for 200k names).
 # Writes files of N/10 and N one-element tensors (plain Python, no torch) and times the commands on
 # each; the ratio of the two times is ~10 for a linear reader and ~100 for a quadratic one. Give a
 # second binary (an older build) to time it on the same files in the same run.

@@ -2,7 +2,7 @@
 """train_vs_torch.py — the PyTorch side of bench/train_vs_torch.sh.
 
 Reads a step dump of rrfp-mm (RUN/dump-1/: config.json, weights.safetensors, microbatch-K.safetensors,
-step.json), builds the same LLaVA model (DESIGN.md section 4) in PyTorch from those weights, checks
+step.json), builds the same LLaVA model (docs/model.md "The model, exactly") in PyTorch from those weights, checks
 that its loss on the dumped step equals the engine's (so both really train the same model on the
 same batch), then times STEPS training steps on that batch: forward + backward of every microbatch
 (loss scaled by 1 / supervised targets of the step), global-norm clipping and AdamW, as the engine's

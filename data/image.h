@@ -1,4 +1,4 @@
-/* image.h — image preprocessing exactly as DESIGN.md section 4: JPEG decode to RGB8 (TurboJPEG,
+/* image.h — image preprocessing exactly as docs/data.md "Image preprocessing": JPEG decode to RGB8 (TurboJPEG,
  * DCT-domain down-scaling where the target is at most half the source), Qwen2-VL smart_resize
  * dimensions with patch size p and [min_patches, max_patches], antialiased bilinear resize with
  * Pillow's Image.resize(BILINEAR) semantics (computed in float, not rounded through 8 bits), and

@@ -147,13 +147,9 @@ int manifest_parse(const char* text, size_t len, const char* name, Manifest* m, 
 
 int manifest_load(const char* path, Manifest* m, char* err, size_t err_len) {
     size_t len;
-    char* text = rr_read_file(path, &len, RR_MAX_MANIFEST);
-    if (!text) {
-        char why[128];
-        snprintf(err, err_len, "cannot read manifest '%s': %s", path,
-                 rr_read_file_why(errno, "a JSON or JSONL manifest file", why, sizeof why));
-        return -1;
-    }
+    char* text = rr_read_file_err(path, &len, RR_MAX_MANIFEST, "a JSON or JSONL manifest file", err, err_len,
+                                  "cannot read manifest '%s': %s");
+    if (!text) return -1;
     int rc = manifest_parse(text, len, path, m, err, err_len);
     free(text);
     return rc;

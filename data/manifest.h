@@ -1,4 +1,4 @@
-/* manifest.h — LLaVA manifests (DESIGN.md section 5) and the prompt template.
+/* manifest.h — LLaVA manifests (docs/data.md "Pack") and the prompt template.
  *
  * A manifest is a JSON array of records or JSONL (one record per line); the first non-blank byte
  * decides ('[' = array); a leading UTF-8 byte-order mark is skipped. Each record: {"id": ..., "image": "a.jpg" | ["a.jpg", ...] (optional),
@@ -12,7 +12,7 @@
  *        circles are there? ASSISTANT: two<|endoftext|>".
  * Each segment is tokenized on its own (so turn boundaries are token boundaries) and the ids are
  * concatenated; the label mask is 1 on every token of a gpt segment (answer and <|endoftext|>), 0
- * elsewhere. The loader's target of position t is token t+1 when its mask is 1 (DESIGN.md section 4),
+ * elsewhere. The loader's target of position t is token t+1 when its mask is 1 (docs/model.md "Sequence assembly and the loss"),
  * so the loss is taken on gpt turns only. Every "<image>" in a human turn is the tokenizer's
  * <image> token, one per image of the record, in the order of the "image" list. */
 #ifndef RRFP_DATA_MANIFEST_H

@@ -14,7 +14,7 @@ typedef struct {
     int S, T;
     int32_t* cu_seqlens; /* (S+1) sample boundaries in LM positions */
     int32_t* ids;        /* (T) token id, or -1 at image positions */
-    int32_t* targets;    /* (T) next-token target, -100 where ignored (DESIGN.md section 4) */
+    int32_t* targets;    /* (T) next-token target, -100 where ignored (docs/model.md "Sequence assembly and the loss") */
     int32_t* pos;        /* (T) position inside its sample (restarts at 0 per sample) */
     int n_supervised;    /* targets != -100 in this microbatch */
 

@@ -1,4 +1,4 @@
-/* shard.h — the .rrs shard format (DESIGN.md section 5). All integers little-endian.
+/* shard.h — the .rrs shard format (docs/data.md "Shard format"). All integers little-endian.
  *
  *   header (80 bytes)
  *     0  magic "RRFPSHRD"            8  u32 version (1)          12 u32 header size (80)

@@ -1,4 +1,4 @@
-/* synth.c — synthetic microbatches (see synth.h). Layout rules follow DESIGN.md section 4: one text
+/* synth.c — synthetic microbatches (see synth.h). Layout rules follow docs/model.md "Sequence assembly and the loss": one text
  * token, then (maybe) an image's gh*gw patch positions, then text; targets are the next token when
  * it is text and drawn supervised, -100 otherwise (and always at a sample's last position). */
 #include "data/synth.h"

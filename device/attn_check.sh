@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device/attn_check.sh — issue 24's one prepared device run (at most 4 minutes), on the GPU machine after
+# device/attn_check.sh — the attention paths' one prepared device run (at most 4 minutes), on the GPU machine after
 #   source .gpu/setup.sh && cd "$ROOT" && device/attn_check.sh
 # What comes back from a device run is a few files, so: every log goes into ONE tarball,
 # $OUT/attn_logs.tar.gz, beside $OUT/summary.txt, and the summary (the important lines of every part) is

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# device/bf16_check.sh — issue 20's checks on a GPU machine, at most ~3 minutes. Run from the checkout
-# (after `source .gpu/setup.sh && cd "$ROOT"`, ../shared/device/README.md):
+# device/bf16_check.sh — the bf16 storage checks on a GPU machine, at most ~3 minutes. Run from the checkout
+# (after `source .gpu/setup.sh && cd "$ROOT"` on the GPU machine):
 #   OUT=... device/bf16_check.sh
 # 1. ctest -L gpu: the op matrix in fp32 / bf16 (2-byte bf16 weights, AdamW writing the compute copy,
 #    rounding in the producing kernels), the model step CUDA vs CPU, the pipeline on the GPU (70 s limit);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device/bw_check.sh — issue 20's bandwidth-bound kernels (docs/cuda.md, "Bandwidth-bound kernels"): one prepared
+# device/bw_check.sh — the bandwidth-bound kernels (docs/cuda.md, "Bandwidth-bound kernels"): one prepared
 # device run (about 2 minutes), on the GPU machine after
 #   source .gpu/setup.sh && cd "$ROOT" && device/bw_check.sh
 #   1. the gpu op tests: the fp32, bf16 and second-stream op matrices (their *_vec / *_misaligned / *_chunks cases

@@ -22,13 +22,6 @@
 
 #include "engine/safetensors.h"
 
-static void ck_err(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static void ck_err(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 void checkpoint_state_free(CheckpointState* st) {
     free(st->loader);
@@ -86,7 +79,7 @@ static int ck_add_checked(StWriter* w, const ParamSpec* s, const char* name, con
                           char* err, size_t err_len) {
     int64_t bad = ck_bad_value(x, s->numel, nonneg);
     if (bad >= 0) {
-        ck_err(err, err_len, "refusing to write the checkpoint of step %lld: tensor '%s' holds %s value (%g at "
+        rr_fail(err, err_len, "refusing to write the checkpoint of step %lld: tensor '%s' holds %s value (%g at "
                "element %lld); the run has diverged or its state is damaged, and the last good checkpoint stays the "
                "newest", (long long)step, name, ck_value_kind(x[bad]), (double)x[bad], (long long)bad);
         return -1;
@@ -128,7 +121,7 @@ int checkpoint_add_tensor(StWriter* w, const char* name, int ndim, const int64_t
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
     int64_t bad = ck_bad_value(x, n, 0);
     if (bad >= 0) {
-        ck_err(err, err_len, "tensor '%s' holds %s value (%g at element %lld): a checkpoint never holds one", name,
+        rr_fail(err, err_len, "tensor '%s' holds %s value (%g at element %lld): a checkpoint never holds one", name,
                ck_value_kind(x[bad]), (double)x[bad], (long long)bad);
         return -1;
     }
@@ -227,7 +220,7 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     if (st->run_id[0]) cJSON_AddStringToObject(j, "run_id", st->run_id);
     cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
     if (!lj) {
-        ck_err(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
+        rr_fail(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
         rc = -1;
         lj = cJSON_CreateNull();
     }
@@ -235,7 +228,7 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     if (st->data) {
         cJSON* dj = cJSON_Parse(st->data);
         if (!cJSON_IsObject(dj)) {
-            ck_err(err, err_len, "internal error: the data record is not a JSON object: %.200s", st->data);
+            rr_fail(err, err_len, "internal error: the data record is not a JSON object: %.200s", st->data);
             rc = -1;
         }
         if (dj) cJSON_AddItemToObject(j, "data", dj);
@@ -251,7 +244,7 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/state.json", dir);
     if (rc == 0 && rr_write_file_atomic(path, text, strlen(text)) != 0) {
-        ck_err(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+        rr_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         rc = -1;
     }
     free(text);
@@ -282,7 +275,7 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
                                                       : "it has no state.json: an incomplete or foreign folder";
             snprintf(old, sizeof old, "%s.kept.%d", final, (int)getpid());
             if (rename(final, old) != 0) {
-                ck_err(err, err_len, "'%s' is in the way of this run's checkpoint of step %lld and is not one of this "
+                rr_fail(err, err_len, "'%s' is in the way of this run's checkpoint of step %lld and is not one of this "
                        "run's (%s); cannot move it aside to '%s': %s", final, (long long)step, why, old, strerror(errno));
                 return -1;
             }
@@ -291,7 +284,7 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
         }
     }
     if (rename(tmp, final) != 0) {
-        ck_err(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+        rr_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
         return -1;
     }
     ck_fsync_dir(root);
@@ -302,14 +295,14 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
 int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointState* st, const char* shard,
                     char* out_dir, size_t out_len, char* err, size_t err_len) {
     if (rr_mkdirs(root) != 0) {
-        ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
+        rr_fail(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
     }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s/.step-%08lld.tmp.%d", root, (long long)st->step, (int)getpid());
     ck_rm_rf(tmp);
     if (mkdir(tmp, 0755) != 0) {
-        ck_err(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+        rr_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
         return -1;
     }
     const char* shards[1] = {shard};
@@ -327,12 +320,12 @@ void checkpoint_shard_tmp_name(char* tmp, size_t tmp_len, const char* root, int6
 int checkpoint_shard_begin(const char* root, int64_t step, char* tmp, size_t tmp_len, char* err, size_t err_len) {
     checkpoint_shard_tmp_name(tmp, tmp_len, root, step, (int)getpid());
     if (rr_mkdirs(root) != 0) {
-        ck_err(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
+        rr_fail(err, err_len, "cannot create checkpoint folder '%s': %s", root, strerror(errno));
         return -1;
     }
     ck_rm_rf(tmp);
     if (mkdir(tmp, 0755) != 0) {
-        ck_err(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
+        rr_fail(err, err_len, "cannot create '%s': %s", tmp, strerror(errno));
         return -1;
     }
     return 0;
@@ -359,7 +352,7 @@ static int ck_check_loaded(const StFile* f, const char* name, const float* x, si
                            char* err, size_t err_len) {
     int64_t bad = ck_bad_value(x, n, nonneg);
     if (bad >= 0) {
-        ck_err(err, err_len, "%s: tensor '%s' holds %s value (%g at element %lld)%s: the checkpoint is damaged, "
+        rr_fail(err, err_len, "%s: tensor '%s' holds %s value (%g at element %lld)%s: the checkpoint is damaged, "
                "refusing to load it", f->path, name, ck_value_kind(x[bad]), (double)x[bad], (long long)bad,
                nonneg && !isnan(x[bad]) && !isinf(x[bad]) ? " but an AdamW second moment is never negative" : "");
         return -1;
@@ -374,12 +367,12 @@ static int ck_check_loaded(const StFile* f, const char* name, const float* x, si
     char* end = NULL;
     if (want) stored = strtoull(want, &end, 16);
     if (!want || strlen(want) != 16 || *end) {
-        ck_err(err, err_len, "%s: tensor '%s' has no checksum (\"%s\" missing or malformed in __metadata__): "
+        rr_fail(err, err_len, "%s: tensor '%s' has no checksum (\"%s\" missing or malformed in __metadata__): "
                "not a checkpoint written by this build, or a damaged header", f->path, name, key);
         return -1;
     }
     if (stored != got) {
-        ck_err(err, err_len, "%s: tensor '%s' fails its checksum (xxh64 %016" PRIx64 " stored, %016" PRIx64
+        rr_fail(err, err_len, "%s: tensor '%s' fails its checksum (xxh64 %016" PRIx64 " stored, %016" PRIx64
                " computed): the file is damaged (a flipped bit on disk or in transfer), refusing to load it", f->path,
                name, stored, got);
         return -1;
@@ -403,7 +396,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         if (!t) continue;
         found++;
         if (t->ndim < 1 || t->ndim > TENSOR_MAX_DIMS) { /* the format allows 8; this model's tensors have <= 4 */
-            ck_err(err, err_len, "%s: tensor '%s' has %d dimensions, expected %d (this model's tensors have 1 to %d)",
+            rr_fail(err, err_len, "%s: tensor '%s' has %d dimensions, expected %d (this model's tensors have 1 to %d)",
                    f[k].path, name, t->ndim, ndim, TENSOR_MAX_DIMS);
             rc = -1;
             break;
@@ -412,7 +405,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         int fnd = t->ndim;
         const char* mv = st_meta(&f[k], key);
         if (mv && params_slice_parse(mv, &fs, &fnd) != 0) {
-            ck_err(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, name, mv);
+            rr_fail(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, name, mv);
             rc = -1;
             break;
         }
@@ -428,14 +421,14 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         int same = fnd == ndim;
         for (int i = 0; same && i < ndim; i++) same = fs.gshape[i] == wg[i];
         if (!same) {
-            ck_err(err, err_len, "%s: tensor '%s' is a piece of a tensor of another shape than this model's", f[k].path,
+            rr_fail(err, err_len, "%s: tensor '%s' is a piece of a tensor of another shape than this model's", f[k].path,
                    name);
             rc = -1;
             break;
         }
         if (d < 0) d = fs.dim;
         if (fs.dim >= 0 && fs.dim != d) {
-            ck_err(err, err_len, "%s: tensor '%s' is cut along dimension %d, expected %d", f[k].path, name, fs.dim, d);
+            rr_fail(err, err_len, "%s: tensor '%s' is cut along dimension %d, expected %d", f[k].path, name, fs.dim, d);
             rc = -1;
             break;
         }
@@ -456,7 +449,7 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
         int64_t pnumel = 1;
         for (int i = 0; i < t->ndim; i++) pnumel *= t->shape[i];
         if (pnumel != outer * Pd * inner) {
-            ck_err(err, err_len, "%s: tensor '%s': its shape does not match its slice description", f[k].path, name);
+            rr_fail(err, err_len, "%s: tensor '%s': its shape does not match its slice description", f[k].path, name);
             rc = -1;
             break;
         }
@@ -476,12 +469,12 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
             }
     }
     if (rc == 0 && !found) {
-        ck_err(err, err_len, "%s: tensor '%s' is missing (in none of its %d shard file(s))", nf > 0 ? f[0].path : "?", name, nf);
+        rr_fail(err, err_len, "%s: tensor '%s' is missing (in none of its %d shard file(s))", nf > 0 ? f[0].path : "?", name, nf);
         rc = -1;
     }
     for (int64_t i = 0; rc == 0 && i < wlen; i++)
         if (!covered[i]) {
-            ck_err(err, err_len, "%s: tensor %s: index %lld of dimension %d (of this model's part) is in none of the "
+            rr_fail(err, err_len, "%s: tensor %s: index %lld of dimension %d (of this model's part) is in none of the "
                    "%d file(s) (a shard is missing)", f[0].path, name, (long long)i, d, nf);
             rc = -1;
         }
@@ -552,13 +545,13 @@ static int ck_check_identity(const StFile* f, const char* file, const char* base
     const char* want[4] = {want_step, want_run, ck_layout(st), shard};
     const char* what[4] = {"step", "run (the job that wrote it)", "layout", "shard"};
     if (ck_shard_of(file, base, shard, sizeof shard) != 0) {
-        ck_err(err, err_len, "%s/state.json: file '%s' is not named %s[.SHARD].safetensors", dir, file, base);
+        rr_fail(err, err_len, "%s/state.json: file '%s' is not named %s[.SHARD].safetensors", dir, file, base);
         return -1;
     }
     for (int k = 0; k < 4; k++) {
         const char* got = st_meta(f, keys[k]);
         if (!got || strcmp(got, want[k])) {
-            ck_err(err, err_len, "%s: %s \"%.64s\" in its metadata, but %s/state.json says %s \"%s\": a file of "
+            rr_fail(err, err_len, "%s: %s \"%.64s\" in its metadata, but %s/state.json says %s \"%s\": a file of "
                    "another checkpoint (another step, job or layout) is in this folder; refusing to mix them (restore "
                    "the folder's own file, or resume from another checkpoint)", f->path, what[k], got ? got : "(none)",
                    dir, what[k], want[k]);
@@ -608,7 +601,7 @@ static int ck_load_files(const char* dir, const cJSON* files, const char* base, 
         n++;
     }
     if (n == 0) {
-        ck_err(err, err_len, "%s/state.json lists no %s files", dir, base);
+        rr_fail(err, err_len, "%s/state.json lists no %s files", dir, base);
         free(*out);
         *out = NULL;
         return -1;
@@ -664,11 +657,11 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
     const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
     const cJSON* ver = j ? cJSON_GetObjectItemCaseSensitive(j, "version") : NULL;
     if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
-        ck_err(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
+        rr_fail(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
         return -1;
     }
     if (!cJSON_IsNumber(ver) || ver->valuedouble != CHECKPOINT_VERSION) {
-        ck_err(err, err_len, "%s: checkpoint version %.0f, this build reads version %d only (version 3 added the "
+        rr_fail(err, err_len, "%s: checkpoint version %.0f, this build reads version %d only (version 3 added the "
                "step, run and layout to every file of a checkpoint); resume it with the build that wrote it, or "
                "start the run again (train.init_from reads its parameters)", path,
                cJSON_IsNumber(ver) && fabs(ver->valuedouble) < 1e9 ? ver->valuedouble : -1.0, CHECKPOINT_VERSION);
@@ -695,20 +688,20 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
              (strcmp(lay->valuestring, CHECKPOINT_LAYOUT_IMPORT) && ck_layout_shards(lay->valuestring, &shards)))
         bad = "\"layout\" (\"pp=P tp=T chunks=C\")";
     if (bad) {
-        ck_err(err, err_len, "%s: missing or malformed %s", path, bad);
+        rr_fail(err, err_len, "%s: missing or malformed %s", path, bad);
         return -1;
     }
     snprintf(st->layout, sizeof st->layout, "%s", lay->valuestring);
     const cJSON* files = cJSON_GetObjectItemCaseSensitive(j, "files");
     int nm = 0, no = 0;
     if (!cJSON_IsArray(files)) {
-        ck_err(err, err_len, "%s: missing or malformed \"files\" (a list of the folder's file names)", path);
+        rr_fail(err, err_len, "%s: missing or malformed \"files\" (a list of the folder's file names)", path);
         return -1;
     }
     int import = !strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT); /* model files only, as many as it converted */
     int nfiles = cJSON_GetArraySize(files);
     if (!import && nfiles != 2 * shards) {
-        ck_err(err, err_len, "%s: \"files\" lists %d files, but layout \"%s\" writes %lld (a model and an optimizer "
+        rr_fail(err, err_len, "%s: \"files\" lists %d files, but layout \"%s\" writes %lld (a model and an optimizer "
                "file per shard)", path, nfiles, st->layout, (long long)(2 * shards));
         return -1;
     }
@@ -721,7 +714,7 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         int model = v && ck_shard_of(v, "model", shard, sizeof shard) == 0;
         int optim = v && !model && ck_shard_of(v, "optimizer", shard, sizeof shard) == 0;
         if (!v || strchr(v, '/') || (!model && !optim)) {
-            ck_err(err, err_len, "%s: \"files\" entry %.200s is not model[.SHARD].safetensors or "
+            rr_fail(err, err_len, "%s: \"files\" entry %.200s is not model[.SHARD].safetensors or "
                    "optimizer[.SHARD].safetensors", path, v ? v : "(not a string)");
             rc = -1;
             break;
@@ -733,26 +726,26 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
     if (rc == 0) qsort(names, (size_t)(nm + no), sizeof *names, ck_cmp_str);
     for (int i = 1; rc == 0 && i < nm + no; i++)
         if (!strcmp(names[i - 1], names[i])) {
-            ck_err(err, err_len, "%s: \"files\" lists %.200s twice", path, names[i]);
+            rr_fail(err, err_len, "%s: \"files\" lists %.200s twice", path, names[i]);
             rc = -1;
         }
     free(names);
     if (rc != 0) return -1;
     if (import ? (nm < 1 || no != 0) : (nm != shards || no != shards)) {
-        ck_err(err, err_len, "%s: \"files\" lists %d model and %d optimizer files, but layout \"%s\" writes %s", path,
+        rr_fail(err, err_len, "%s: \"files\" lists %d model and %d optimizer files, but layout \"%s\" writes %s", path,
                nm, no, st->layout, import ? "one or more model files and no optimizer file" : "one of each per shard");
         return -1;
     }
     const cJSON* lj = cJSON_GetObjectItemCaseSensitive(j, "loader");
     if (lj && !cJSON_IsNull(lj) && !cJSON_IsObject(lj)) {
-        ck_err(err, err_len, "%s: \"loader\" is neither null nor an object (the loader's position)", path);
+        rr_fail(err, err_len, "%s: \"loader\" is neither null nor an object (the loader's position)", path);
         return -1;
     }
     /* the run (run folder) that wrote it: optional (checkpoints of builds before run folders carry none) */
     const cJSON* rid = cJSON_GetObjectItemCaseSensitive(j, "run_id");
     if (rid && !cJSON_IsNull(rid)) {
         if (!cJSON_IsString(rid) || !rid->valuestring[0] || strlen(rid->valuestring) >= sizeof st->run_id) {
-            ck_err(err, err_len, "%s: malformed \"run_id\" (a string of 1 to %zu characters: RUN_DIR/run.json's)", path,
+            rr_fail(err, err_len, "%s: malformed \"run_id\" (a string of 1 to %zu characters: RUN_DIR/run.json's)", path,
                    sizeof st->run_id - 1);
             return -1;
         }
@@ -760,7 +753,7 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
     }
     const cJSON* dj = cJSON_GetObjectItemCaseSensitive(j, "data");
     if (dj && !cJSON_IsNull(dj) && !cJSON_IsObject(dj)) {
-        ck_err(err, err_len, "%s: \"data\" is neither null nor an object (what shaped the training data)", path);
+        rr_fail(err, err_len, "%s: \"data\" is neither null nor an object (what shaped the training data)", path);
         return -1;
     }
     if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
@@ -777,13 +770,9 @@ static cJSON* ck_state_open(const char* dir, CheckpointState* st, char* path, si
     memset(st, 0, sizeof *st);
     snprintf(path, path_len, "%s/state.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
-               rr_read_file_why(errno, "a JSON file", why, sizeof why));
-        return NULL;
-    }
+    char* text = rr_read_file_err(path, &n, RR_MAX_JSON, "a JSON file", err, err_len,
+                                  "%s: cannot read: %s (not a checkpoint folder?)");
+    if (!text) return NULL;
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail;
@@ -791,7 +780,7 @@ static cJSON* ck_state_open(const char* dir, CheckpointState* st, char* path, si
     long long named;
     int used = 0;
     if (sscanf(base, "step-%lld%n", &named, &used) == 1 && base[used] == 0 && named != st->step) {
-        ck_err(err, err_len, "%s: \"step\" is %lld, but the folder is named for step %lld: refusing to mix steps "
+        rr_fail(err, err_len, "%s: \"step\" is %lld, but the folder is named for step %lld: refusing to mix steps "
                "(name the folder step-%08lld, or resume from the folder of step %lld)", path, (long long)st->step,
                named, (long long)st->step, named);
         goto fail;
@@ -809,7 +798,7 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     cJSON* j = ck_state_open(dir, st, path, sizeof path, err, err_len);
     if (!j) return -1;
     if (!strcmp(st->layout, CHECKPOINT_LAYOUT_IMPORT)) {
-        ck_err(err, err_len, "%s: an imported model (rrfp-mm import), with no optimiser state or data position: it "
+        rr_fail(err, err_len, "%s: an imported model (rrfp-mm import), with no optimiser state or data position: it "
                "starts a run as train.init_from, it does not resume one", path);
         goto fail;
     }
@@ -937,7 +926,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     char* text = rr_read_file(path, &n, RR_MAX_JSON);
     if (!text) {
         char why[160];
-        ck_err(err, err_len, "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
+        rr_fail(err, err_len, "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
                "checkpoints/step-N, or the output of rrfp-mm import llama)", path,
                rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
         return -1;
@@ -946,7 +935,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     free(text);
     const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
     if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
-        ck_err(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
+        rr_fail(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
         cJSON_Delete(j);
         return -1;
     }
@@ -995,7 +984,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
             ParamSlice fs = {.dim = -1};
             gnd = t->ndim;
             if (mv && params_slice_parse(mv, &fs, &gnd) != 0) {
-                ck_err(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, s->name, mv);
+                rr_fail(err, err_len, "%s: tensor '%s': malformed slice description '%s'", f[k].path, s->name, mv);
                 rc = -1;
                 break;
             }
@@ -1068,7 +1057,7 @@ int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_
     char* text = rr_read_file(p, &n, RR_MAX_JSON);
     if (!text) {
         char why[160];
-        if (err) ck_err(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", p,
+        if (err) rr_fail(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", p,
                         rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
         return -1;
     }
@@ -1077,11 +1066,11 @@ int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_
     const cJSON* rid = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
     int rc = 0;
     if (!cJSON_IsObject(j)) {
-        if (err) ck_err(err, err_len, "%s: not a JSON object (not a checkpoint folder?)", p);
+        if (err) rr_fail(err, err_len, "%s: not a JSON object (not a checkpoint folder?)", p);
         rc = -1;
     } else if (rid && !cJSON_IsNull(rid) &&
                (!cJSON_IsString(rid) || !rid->valuestring[0] || strlen(rid->valuestring) >= id_len)) {
-        if (err) ck_err(err, err_len, "%s: malformed \"run_id\" (a string of 1 to %zu characters: RUN_DIR/run.json's)", p,
+        if (err) rr_fail(err, err_len, "%s: malformed \"run_id\" (a string of 1 to %zu characters: RUN_DIR/run.json's)", p,
                         id_len - 1);
         rc = -1;
     } else if (cJSON_IsString(rid)) {
@@ -1181,7 +1170,7 @@ static int ck_leftover_pid(const char* name) {
 
 /* Whether process pid runs on this machine: kill(pid, 0) succeeds (or EPERM: another user's), and it is
  * not a zombie. A rank killed by mpirun stays a zombie until its parent reaps it, which can take the
- * parent's whole life: its temporary folder would be kept as a live writer's (issue 19). */
+ * parent's whole life: its temporary folder would be kept as a live writer's forever. */
 static int ck_pid_alive(int pid) {
     if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
     char path[64], buf[512];

@@ -1,4 +1,4 @@
-/* checkpoint.h — training checkpoints (DESIGN.md section 4).
+/* checkpoint.h — training checkpoints (docs/training.md "Checkpoints").
  *
  * A checkpoint is one folder ROOT/step-NNNNNNNN/ holding
  *   model.safetensors      every parameter by name (F32), metadata {"format": "rrfp-mm", "step"}
@@ -9,7 +9,7 @@
  * (A pipeline/tensor-parallel shard writes model.pp<P>.tp<T>.safetensors and the matching optimizer
  * file instead; names stay global so a checkpoint reloads under another layout.)
  *
- * Checked values (DESIGN.md section 9). Every tensor's bytes carry an XXH64 checksum in its file's
+ * Checked values (docs/reliability.md "What is checked: files and arguments from elsewhere"). Every tensor's bytes carry an XXH64 checksum in its file's
  * __metadata__ ("xxh64.<tensor name>": 16 hex digits), verified on load, so silent corruption (a
  * flipped bit that still gives a plausible value) is found; every loaded value must be finite and
  * every AdamW second moment non-negative. A checkpoint is never written with a non-finite value

@@ -49,7 +49,7 @@ float* arena_alloc_f32(Arena* a, size_t n);
 void arena_free(Arena* a);
 
 /* ------------------------------------------------------------------------------------------------
- * Compute precision of a backend table (recipe key runtime.precision, DESIGN.md section 3).
+ * Compute precision of a backend table (recipe key runtime.precision, docs/design.md "Precision").
  * PRECISION_BF16 is mixed precision as Megatron runs it: parameters, gradients and AdamW moments stay
  * f32 (the ParamTable's master copy); the ops round to bf16 (nearest even) exactly where the GPU
  * stores bf16: every GEMM operand (activation, weight and output gradient), and every activation an
@@ -132,7 +132,7 @@ typedef struct {
  * All pointers passed to a backend's ops live in that backend's memory. */
 
 struct Backend;
-/* ---- 2-byte output gradients (issue 20; docs/cuda.md "bf16 storage"): the ops of a table with act_dtype = DTYPE_BF16
+/* ---- 2-byte output gradients (docs/cuda.md "bf16 storage"): the ops of a table with act_dtype = DTYPE_BF16
  * (backend_cuda_bf16a, the only one with Backend.b16 set) that let a backward GEMM and the attention backward read an
  * output gradient as 2-byte bf16 words written by the kernel that produced it, in its own store, with no conversion
  * pass: each 2-byte gradient g16 holds rr_f32_to_bf16 of the f32 gradient the plain slot would leave in a zeroed buffer
@@ -141,7 +141,7 @@ struct Backend;
 typedef struct BackendB16 {
     /* linear_backward with the output gradient dout16 (N, OC) 2-byte: the GEMMs read it as it is; dbias sums the f32
      * dout (needed only with dbias, else may be NULL). The input gradient's first write WRITES it (the GEMM's beta 0,
-     * so that no memset precedes it: issue 20), a later one adds: dinp (f32) is written with set = 1 and added into with
+     * so that no memset pass precedes it), a later one adds: dinp (f32) is written with set = 1 and added into with
      * set = 0; dinp16, instead of dinp (at most one of them), is the input gradient stored as 2-byte words, always
      * written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight and dbias
      * add (they accumulate over microbatches). */
@@ -201,12 +201,12 @@ typedef struct Backend {
     void (*copy_d2h)(const struct Backend* be, void* dst, const void* src, size_t bytes);
     void (*copy_d2d)(const struct Backend* be, void* dst, const void* src, size_t bytes);
     void (*synchronize)(const struct Backend* be);
-    /* Streams (DESIGN.md section 3): a new stream, ordered independently of the compute stream (a
+    /* Streams (docs/design.md "Streams and events"): a new stream, ordered independently of the compute stream (a
      * cudaStream_t on CUDA; NULL on the CPU, whose ops all run in call order), and its release. A table
      * bound to it with backend_on_stream runs its ops there: the communication streams of a stage. */
     void* (*stream_create)(void);
     void (*stream_destroy)(void* stream);
-    /* Events (DESIGN.md section 3): completion markers the pipeline polls instead of synchronising. A
+    /* Events (docs/design.md "Streams and events"): completion markers the pipeline polls instead of synchronising. A
      * cudaEvent_t on CUDA (timing off); NULL on the CPU, whose ops complete in call order, so there
      * every event is complete at once. event_record marks the work enqueued so far on be's stream;
      * event_query never blocks: 1 when everything before the record has completed (or ev is NULL),
@@ -222,7 +222,7 @@ typedef struct Backend {
      * GEMMs' conversion buffer), for sum_squares over up to sumsq_n values and for the attention calls
      * bounded by attn[0 .. n_attn) (cuDNN's fused attention: its bf16 copies, offsets, workspace and
      * first-run check, engine/cuda/attention_scratch.h), so that no training step allocates device memory
-     * (DESIGN.md section 3: a stage's memory from the budget, allocated once). Scratch only grows; a call
+     * (docs/design.md "Streams and events": a stage's memory from the budget, allocated once). Scratch only grows; a call
      * with smaller sizes does nothing. An attention call larger than its reservation runs the backend's
      * own kernel (no scratch) instead of allocating. The CPU backend has none. */
     void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
@@ -362,7 +362,7 @@ typedef struct Backend {
     void (*rows_gather_backward)(const struct Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
                                  int K, int C);
 
-    /* Generation with a KV cache (issue 23, rrfp-mm generate): n new queries q (rows of stride ld_q,
+    /* Generation with a KV cache (rrfp-mm generate): n new queries q (rows of stride ld_q,
      * query head h at column h*d), the last n of Tk positions, against the cache's Tk key and value rows
      * k, v (stride ld_kv, Hkv heads: the rows attention_forward's k and v hold after RoPE; query head h
      * reads key/value head h / (H / Hkv), grouped-query attention; Hkv = H: multi-head); causal: query i
@@ -371,7 +371,7 @@ typedef struct Backend {
      * be NULL on a table that has none (generation refuses it, naming the backend). */
     void (*attention_decode)(const struct Backend* be, float* out, const float* q, const float* k, const float* v, int n,
                              int Tk, int H, int Hkv, int d, int ld_q, int ld_kv);
-    /* Which buffers are 2-byte bf16 (engine/params.h, DESIGN.md section 3): the storage of the compute
+    /* Which buffers are 2-byte bf16 (engine/params.h, docs/design.md "Precision"): the storage of the compute
      * copy of every 2-D parameter (GEMM weights, embedding tables) as this table's ops read it through
      * their `weight` / `table` pointers. DTYPE_BF16 (the CUDA bf16 table): n values take 2n bytes, each the
      * bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt as they are (no conversion in a
@@ -395,7 +395,7 @@ typedef struct Backend {
     /* Device memory now (NULL on the CPU backend, whose memory is the process's RSS). */
     void (*memory)(BackendMemory* out);
 
-    /* ---- bf16 activation storage (issue 20; docs/cuda.md "bf16 storage"). act_dtype says how this table's
+    /* ---- bf16 activation storage (docs/cuda.md "bf16 storage"). act_dtype says how this table's
      * ops store ACTIVATIONS: DTYPE_F32 (every table but one: f32 words, in bf16 tables holding bf16 values)
      * or DTYPE_BF16 (the CUDA backend's backend_cuda_bf16a: n values take 2n bytes, each the word
      * rr_f32_to_bf16 gives; the float* of the slots below is then only an address, and pointer arithmetic on
@@ -430,10 +430,10 @@ typedef struct Backend {
      * where act_bf16_variant is. */
     void (*from_bf16)(const struct Backend* be, float* out, const uint16_t* inp, size_t n);
     /* out = a + b with out and a activations (act_dtype) and b f32 words: the residual add after a TP
-     * all-reduce, which sums the row-parallel partial outputs in f32 (issue 20 under tp > 1; the value and
+     * all-reduce, which sums the row-parallel partial outputs in f32 (2-byte activations under tp > 1; the value and
      * rounding point add_forward's with b's f32 value). NULL where act_dtype is f32 (add_forward does it). */
     void (*add_f32_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
-    /* 1-D RoPE over the LM's q and k in one pass (issue 20's fusion): rope_forward of q (N rows of H heads, stride
+    /* 1-D RoPE over the LM's q and k in one pass (one launch instead of two): rope_forward of q (N rows of H heads, stride
      * ld_q) and of k (Hkv heads, stride ld_k) at the same positions, the same values in one launch on CUDA;
      * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations
      * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). */

@@ -1,5 +1,5 @@
 /* memory.h — how much memory a backend can still give this process, for the start-up check that
- * refuses a job which cannot fit (DESIGN.md section 9). */
+ * refuses a job which cannot fit (docs/reliability.md "A job refuses what it can know will fail"). */
 #ifndef RRFP_MEMORY_H
 #define RRFP_MEMORY_H
 

@@ -1,6 +1,6 @@
 /* params.h — the parameter table: every tensor of a model (or of one pipeline stage) by name and
  * shape, laid out in one block for values, one for gradients and two for AdamW moments (llm.c's
- * malloc_and_point_parameters). Names follow DESIGN.md section 4 ("vision.blocks.0.attn.qkv.weight"). */
+ * malloc_and_point_parameters). Names follow docs/model.md "Parameters" ("vision.blocks.0.attn.qkv.weight"). */
 #ifndef RRFP_PARAMS_H
 #define RRFP_PARAMS_H
 

@@ -14,14 +14,6 @@
 /* ------------------------------------------------------------------------------------------------
  * small helpers */
 
-static void st_err(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
-static void st_err(char* err, size_t err_len, const char* fmt, ...) {
-    if (!err || !err_len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 static char* st_strdup(const char* s) {
     size_t n = strlen(s) + 1;
@@ -187,7 +179,7 @@ int st_writer_write(const StWriter* w, const char* path, char* err, size_t err_l
     int rc = rr_write_file_atomic(path, buf, total);
     free(buf);
     if (rc != 0) {
-        st_err(err, err_len, "cannot write safetensors file '%s': %s", path, strerror(errno));
+        rr_fail(err, err_len, "cannot write safetensors file '%s': %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -262,37 +254,37 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
     f->size = size;
     cJSON* root = NULL;
     if (size < 8) {
-        st_err(err, err_len, "%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", path,
+        rr_fail(err, err_len, "%s: not a safetensors file: %zu bytes, shorter than the 8-byte header length", path,
                size);
         goto fail;
     }
     uint64_t hl = 0;
     for (int b = 0; b < 8; b++) hl |= (uint64_t)(unsigned char)buf[b] << (8 * b);
     if (hl > ST_MAX_HEADER) {
-        st_err(err, err_len, "%s: header length %llu exceeds the %u-byte limit (not a safetensors file?)", path,
+        rr_fail(err, err_len, "%s: header length %llu exceeds the %u-byte limit (not a safetensors file?)", path,
                (unsigned long long)hl, ST_MAX_HEADER);
         goto fail;
     }
     if (hl > size - 8) {
-        st_err(err, err_len, "%s: truncated: header length %llu but only %zu bytes follow the length field", path,
+        rr_fail(err, err_len, "%s: truncated: header length %llu but only %zu bytes follow the length field", path,
                (unsigned long long)hl, size - 8);
         goto fail;
     }
     const char* hdr = buf + 8;
     if (hl == 0 || hdr[0] != '{') {
-        st_err(err, err_len, "%s: header does not start with '{' (not a safetensors file?)", path);
+        rr_fail(err, err_len, "%s: header does not start with '{' (not a safetensors file?)", path);
         goto fail;
     }
     const char* end = NULL;
     root = cJSON_ParseWithLengthOpts(hdr, (size_t)hl, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
         size_t at = end ? (size_t)(end - hdr) : (cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - hdr) : 0);
-        st_err(err, err_len, "%s: header is not a valid JSON object (error near byte %zu of the header)", path, at);
+        rr_fail(err, err_len, "%s: header is not a valid JSON object (error near byte %zu of the header)", path, at);
         goto fail;
     }
     for (const char* q = end; q < hdr + hl; q++)
         if (*q != ' ' && *q != '\t' && *q != '\n' && *q != '\r') {
-            st_err(err, err_len, "%s: unexpected bytes after the header JSON at header byte %zu", path,
+            rr_fail(err, err_len, "%s: unexpected bytes after the header JSON at header byte %zu", path,
                    (size_t)(q - hdr));
             goto fail;
         }
@@ -306,11 +298,11 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         const char* name = it->string;
         if (!strcmp(name, "__metadata__")) {
             if (!cJSON_IsObject(it)) {
-                st_err(err, err_len, "%s: __metadata__ must be an object of strings", path);
+                rr_fail(err, err_len, "%s: __metadata__ must be an object of strings", path);
                 goto fail;
             }
             if (f->n_meta) {
-                st_err(err, err_len, "%s: __metadata__ appears twice", path);
+                rr_fail(err, err_len, "%s: __metadata__ appears twice", path);
                 goto fail;
             }
             int nm = 0;
@@ -319,7 +311,7 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
             f->meta_vals = callocCheck((size_t)nm + 1, sizeof(char*));
             for (cJSON* m = it->child; m; m = m->next) {
                 if (!cJSON_IsString(m)) {
-                    st_err(err, err_len, "%s: __metadata__ value of '%s' is not a string", path, m->string);
+                    rr_fail(err, err_len, "%s: __metadata__ value of '%s' is not a string", path, m->string);
                     goto fail;
                 }
                 f->meta_keys[f->n_meta] = st_strdup(m->string);
@@ -331,28 +323,28 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         StTensor* t = &f->tensors[f->n++];
         t->name = st_strdup(name);
         if (!cJSON_IsObject(it)) {
-            st_err(err, err_len, "%s: tensor '%s': entry is not an object", path, name);
+            rr_fail(err, err_len, "%s: tensor '%s': entry is not an object", path, name);
             goto fail;
         }
         cJSON* jd = cJSON_GetObjectItemCaseSensitive(it, "dtype");
         cJSON* js = cJSON_GetObjectItemCaseSensitive(it, "shape");
         cJSON* jo = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
         if (!cJSON_IsString(jd)) {
-            st_err(err, err_len, "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
+            rr_fail(err, err_len, "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
             goto fail;
         }
         if (st_dtype_parse(jd->valuestring, &t->dtype) != 0) {
-            st_err(err, err_len, "%s: tensor '%s': dtype \"%s\" is not supported (expected F32, BF16, F16 or I32)", path,
+            rr_fail(err, err_len, "%s: tensor '%s': dtype \"%s\" is not supported (expected F32, BF16, F16 or I32)", path,
                    name, jd->valuestring);
             goto fail;
         }
         if (!cJSON_IsArray(js)) {
-            st_err(err, err_len, "%s: tensor '%s': missing or non-array \"shape\"", path, name);
+            rr_fail(err, err_len, "%s: tensor '%s': missing or non-array \"shape\"", path, name);
             goto fail;
         }
         int nd = cJSON_GetArraySize(js);
         if (nd > ST_MAX_DIMS) {
-            st_err(err, err_len, "%s: tensor '%s': %d dimensions, at most %d supported", path, name, nd, ST_MAX_DIMS);
+            rr_fail(err, err_len, "%s: tensor '%s': %d dimensions, at most %d supported", path, name, nd, ST_MAX_DIMS);
             goto fail;
         }
         t->ndim = nd;
@@ -362,32 +354,32 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         for (cJSON* s = js->child; s; s = s->next, d++) {
             uint64_t v;
             if (st_json_uint(s, &v) != 0) {
-                st_err(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, d);
+                rr_fail(err, err_len, "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, d);
                 goto fail;
             }
             t->shape[d] = (int64_t)v;
             if (v && numel > UINT64_MAX / 8 / v) {
-                st_err(err, err_len, "%s: tensor '%s': shape overflows", path, name);
+                rr_fail(err, err_len, "%s: tensor '%s': shape overflows", path, name);
                 goto fail;
             }
             numel *= v;
         }
         if (!cJSON_IsArray(jo) || cJSON_GetArraySize(jo) != 2) {
-            st_err(err, err_len, "%s: tensor '%s': \"data_offsets\" must be an array [begin, end]", path, name);
+            rr_fail(err, err_len, "%s: tensor '%s': \"data_offsets\" must be an array [begin, end]", path, name);
             goto fail;
         }
         uint64_t b0, b1;
         if (st_json_uint(jo->child, &b0) != 0 || st_json_uint(jo->child->next, &b1) != 0) {
-            st_err(err, err_len, "%s: tensor '%s': data_offsets are not non-negative integers", path, name);
+            rr_fail(err, err_len, "%s: tensor '%s': data_offsets are not non-negative integers", path, name);
             goto fail;
         }
         if (b1 < b0) {
-            st_err(err, err_len, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path, name,
+            rr_fail(err, err_len, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path, name,
                    (unsigned long long)b0, (unsigned long long)b1);
             goto fail;
         }
         if (b1 > f->data_size) {
-            st_err(err, err_len,
+            rr_fail(err, err_len,
                    "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data buffer (%zu bytes; "
                    "truncated file?)",
                    path, name, (unsigned long long)b0, (unsigned long long)b1, f->data_size);
@@ -395,7 +387,7 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         }
         uint64_t want = numel * dtype_size(t->dtype);
         if (b1 - b0 != want) {
-            st_err(err, err_len, "%s: tensor '%s': %llu bytes in data_offsets but dtype %s x %llu elements needs %llu",
+            rr_fail(err, err_len, "%s: tensor '%s': %llu bytes in data_offsets but dtype %s x %llu elements needs %llu",
                    path, name, (unsigned long long)(b1 - b0), jd->valuestring, (unsigned long long)numel,
                    (unsigned long long)want);
             goto fail;
@@ -415,7 +407,7 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         qsort(f->meta_by_key, (size_t)f->n_meta, sizeof(int), st_cmp_index_key);
         for (int i = 1; i < f->n_meta; i++)
             if (!strcmp(f->meta_keys[f->meta_by_key[i - 1]], f->meta_keys[f->meta_by_key[i]])) {
-                st_err(err, err_len, "%s: __metadata__ key '%s' appears twice", path, f->meta_keys[f->meta_by_key[i]]);
+                rr_fail(err, err_len, "%s: __metadata__ key '%s' appears twice", path, f->meta_keys[f->meta_by_key[i]]);
                 goto fail;
             }
     }
@@ -430,7 +422,7 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
         qsort(f->by_name, (size_t)f->n, sizeof(int), st_cmp_index_name);
         for (int i = 1; i < f->n; i++)
             if (!strcmp(f->tensors[f->by_name[i - 1]].name, f->tensors[f->by_name[i]].name)) {
-                st_err(err, err_len, "%s: tensor '%s' appears twice in the header", path, f->tensors[f->by_name[i]].name);
+                rr_fail(err, err_len, "%s: tensor '%s' appears twice in the header", path, f->tensors[f->by_name[i]].name);
                 goto fail;
             }
     }
@@ -438,19 +430,19 @@ static int st_parse(StFile* f, const char* path, char* buf, size_t size, char* e
     for (int i = 0; i < f->n; i++) {
         const StTensor* t = &f->tensors[i];
         if (t->begin < at) {
-            st_err(err, err_len, "%s: tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s' (which ends at %zu)",
+            rr_fail(err, err_len, "%s: tensor '%s': data_offsets [%zu, %zu] overlap tensor '%s' (which ends at %zu)",
                    path, t->name, t->begin, t->end, f->tensors[i - 1].name, at);
             goto fail;
         }
         if (t->begin > at) {
-            st_err(err, err_len, "%s: tensor '%s': data_offsets begin at %zu, leaving a hole after byte %zu", path,
+            rr_fail(err, err_len, "%s: tensor '%s': data_offsets begin at %zu, leaving a hole after byte %zu", path,
                    t->name, t->begin, at);
             goto fail;
         }
         at = t->end;
     }
     if (at != f->data_size) {
-        st_err(err, err_len, "%s: %zu bytes of data follow the last tensor (file has trailing garbage)", path,
+        rr_fail(err, err_len, "%s: %zu bytes of data follow the last tensor (file has trailing garbage)", path,
                f->data_size - at);
         goto fail;
     }
@@ -467,7 +459,7 @@ int st_load(StFile* f, const char* path, char* err, size_t err_len) {
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
         memset(f, 0, sizeof *f);
-        st_err(err, err_len, "cannot read safetensors file '%s': not a regular file (a device or a pipe), expected a "
+        rr_fail(err, err_len, "cannot read safetensors file '%s': not a regular file (a device or a pipe), expected a "
                ".safetensors file", path);
         return -1;
     }
@@ -475,7 +467,7 @@ int st_load(StFile* f, const char* path, char* err, size_t err_len) {
     if (!buf) {
         memset(f, 0, sizeof *f);
         char why[128];
-        st_err(err, err_len, "cannot read safetensors file '%s': %s", path,
+        rr_fail(err, err_len, "cannot read safetensors file '%s': %s", path,
                rr_read_file_why(errno, "a .safetensors file", why, sizeof why));
         return -1;
     }
@@ -532,7 +524,7 @@ static const StTensor* st_check(const StFile* f, const char* name, int ndim, con
                                 size_t err_len) {
     const StTensor* t = st_find(f, name);
     if (!t) {
-        st_err(err, err_len, "%s: tensor '%s' is missing", f->path, name);
+        rr_fail(err, err_len, "%s: tensor '%s' is missing", f->path, name);
         return NULL;
     }
     int same = t->ndim == ndim;
@@ -541,7 +533,7 @@ static const StTensor* st_check(const StFile* f, const char* name, int ndim, con
         char a[160], b[160];
         st_shape_str(a, sizeof a, t->ndim, t->shape);
         st_shape_str(b, sizeof b, ndim, shape);
-        st_err(err, err_len, "%s: tensor '%s' has shape %s, expected %s", f->path, name, a, b);
+        rr_fail(err, err_len, "%s: tensor '%s' has shape %s, expected %s", f->path, name, a, b);
         return NULL;
     }
     return t;
@@ -565,7 +557,7 @@ int st_read_f32(const StFile* f, const char* name, float* out, int ndim, const i
         const unsigned char* p = t->data;
         for (size_t i = 0; i < n; i++) out[i] = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
     } else {
-        st_err(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16 (or F16)", f->path, name,
+        rr_fail(err, err_len, "%s: tensor '%s' has dtype %s, expected F32 or BF16 (or F16)", f->path, name,
                dtype_name(t->dtype));
         return -1;
     }
@@ -577,7 +569,7 @@ int st_read_i32(const StFile* f, const char* name, int32_t* out, int ndim, const
     const StTensor* t = st_check(f, name, ndim, shape, err, err_len);
     if (!t) return -1;
     if (t->dtype != DTYPE_I32) {
-        st_err(err, err_len, "%s: tensor '%s' has dtype %s, expected I32", f->path, name, dtype_name(t->dtype));
+        rr_fail(err, err_len, "%s: tensor '%s' has dtype %s, expected I32", f->path, name, dtype_name(t->dtype));
         return -1;
     }
     if (t->end > t->begin) memcpy(out, t->data, t->end - t->begin);

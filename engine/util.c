@@ -278,6 +278,25 @@ const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t
     return strerror(errnum);
 }
 
+char* rr_read_file_err(const char* path, size_t* size, size_t max, const char* expected, char* err, size_t err_len,
+                       const char* fmt) {
+    char* text = rr_read_file(path, size, max);
+    if (!text && err && err_len) {
+        char why[160];
+        snprintf(err, err_len, fmt, path, rr_read_file_why(errno, expected, why, sizeof why));
+    }
+    return text;
+}
+
+int rr_fail(char* err, size_t err_len, const char* fmt, ...) {
+    if (!err || !err_len) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 static int rr_remove_one(const char* path, const struct stat* sb, int type, struct FTW* ftw) {
     (void)sb;
     (void)ftw;

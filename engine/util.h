@@ -84,6 +84,14 @@ char* rr_read_stream(FILE* f, size_t* size, size_t max);
  * than 4 MiB, the limit for <expected>" (the cap of this thread's last rr_read_file). The text is in buf
  * or static. This function can't fail. */
 const char* rr_read_file_why(int errnum, const char* expected, char* buf, size_t n);
+/* rr_read_file, with the message of a failure in err: fmt takes two %s, the path then the reason
+ * (rr_read_file_why with `expected`), e.g. "cannot read manifest '%s': %s". */
+char* rr_read_file_err(const char* path, size_t* size, size_t max, const char* expected, char* err, size_t err_len,
+                       const char* fmt);
+
+/* err = the formatted message (nothing when err is NULL or err_len is 0). Returns -1, so that a library
+ * function can `return rr_fail(err, err_len, ...)`. This function can't fail. */
+int rr_fail(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
 
 /* Format a byte count the way the caps are written ("4 MiB", "1.5 GiB", "300 bytes"). */
 void rr_fmt_bytes(char* buf, size_t n, uint64_t bytes);

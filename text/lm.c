@@ -1,4 +1,4 @@
-/* lm.c — the decoder LM's parameters and blocks (DESIGN.md section 4; names and shapes in lm.h).
+/* lm.c — the decoder LM's parameters and blocks (docs/model.md "Decoder LM and RoPE"; names and shapes in lm.h).
  *
  * A block over T packed positions: RMSNorm, q/k/v/o (biases optional: Qwen2's q/k/v, Llama's
  * attention_bias), 1-D RoPE by position in the sample (Llama-3's frequency scaling optional), causal
@@ -231,7 +231,7 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
-/* B with 2-byte activations (Backend.b16): every GEMM reads a 2-byte output gradient stored by its producer (issue 20):
+/* B with 2-byte activations (Backend.b16): every GEMM reads a 2-byte output gradient stored by its producer (no conversion pass):
  * the same values as the plain path's conversions, so the same numerics. */
 static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
                                         LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin,

@@ -1,4 +1,4 @@
-/* lm.h — the decoder LM of DESIGN.md section 4, as blocks that a pipeline stage can hold a range of.
+/* lm.h — the decoder LM of docs/model.md "Decoder LM and RoPE", as blocks that a pipeline stage can hold a range of.
  *
  *   x0 = embed(ids) (image positions: the projector's output, spliced in by runtime/model.c)
  *   block: x += o(attn(rope(q(n)), rope(k(n)), v(n))) with n = RMSNorm1(x);
@@ -40,7 +40,7 @@ typedef struct {
     int Hkv;           /* key/value heads (model.text_kv_heads; divides H); 0 = H */
     int qkv_bias;      /* q, k, v have biases (model.text_qkv_bias) */
     int o_bias;        /* o has a bias (model.text_o_bias) */
-    /* Tensor parallelism of the blocks (DESIGN.md section 6; tp <= 1: unsplit). Rank tp_rank of tp holds
+    /* Tensor parallelism of the blocks (docs/parallel.md "Tensor parallelism"; tp <= 1: unsplit). Rank tp_rank of tp holds
      * heads [tp_rank H/tp, (tp_rank+1) H/tp) of q and key/value heads [tp_rank Hkv/tp, ...) of k, v (their
  * weights' and biases' rows: column-parallel, (D/tp, D) and (Dkv/tp, D); rank t's query heads read its
  * own key/value heads, since both split in order),
@@ -96,7 +96,7 @@ typedef struct {
 } LmBlockActs;
 
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward).
- * With 2-byte activations (act_bytes 2: the table's Backend.b16 ops, issue 20) the GEMMs read 2-byte output gradients
+ * With 2-byte activations (act_bytes 2: the table's Backend.b16 ops) the GEMMs read 2-byte output gradients
  * stored by their producers: dgate, dup are 2-byte words (SwiGLU's backward stores them), dq16, dk16 (RoPE's backward),
  * dv16 (the attention backward) and dxmid16 (norm2's backward, beside the f32 dxmid) are 2-byte; dv is then f32 only
  * with q/k/v biases (v's bias gradient sums it; the attention backward stores dv16 as its mirror), else NULL.
@@ -121,7 +121,7 @@ typedef struct {
     float* datt; /* (T, D); 2-byte words with 2-byte activations (o's input gradient, stored by its GEMM) */
     float* dh;   /* (T, F) */
     /* (T, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partial outputs
-     * (o, down), widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward (issue 20) */
+     * (o, down), widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward */
     float* tp_sum;
 } LmScratch;
 

@@ -125,14 +125,6 @@ size_t bpe_utf8_invalid_run(const uint8_t* s, size_t n) {
 #define WHITE_SPACE_CLASS \
     "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 
-static void set_err(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
-static void set_err(char* err, size_t err_len, const char* fmt, ...) {
-    if (!err || !err_len) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 void tokenizer_free(Tokenizer* t) {
     if (!t) return;
@@ -231,7 +223,7 @@ static pcre2_code* regex_compile(const char* pattern, int literal, const char* n
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        set_err(err, err_len, "%s: %s: cannot compile the regex \"%s\": %s", name, where, pattern, (char*)msg);
+        rr_fail(err, err_len, "%s: %s: cannot compile the regex \"%s\": %s", name, where, pattern, (char*)msg);
         return NULL;
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter if JIT is unavailable */
@@ -260,14 +252,14 @@ static const char* json_type(const cJSON* obj) {
 static int pretok_parse(Tokenizer* t, const cJSON* pt, const char* name, char* err, size_t err_len) {
     const char* type = json_type(pt);
     if (!type) {
-        set_err(err, err_len, "%s: pre_tokenizer has no \"type\"; expected ByteLevel or a Sequence ending in ByteLevel",
+        rr_fail(err, err_len, "%s: pre_tokenizer has no \"type\"; expected ByteLevel or a Sequence ending in ByteLevel",
                 name);
         return -1;
     }
     if (!strcmp(type, "Sequence")) {
         const cJSON* list = cJSON_GetObjectItemCaseSensitive(pt, "pretokenizers");
         if (!cJSON_IsArray(list)) {
-            set_err(err, err_len, "%s: pre_tokenizer Sequence has no \"pretokenizers\" array", name);
+            rr_fail(err, err_len, "%s: pre_tokenizer Sequence has no \"pretokenizers\" array", name);
             return -1;
         }
         const cJSON* it;
@@ -275,11 +267,11 @@ static int pretok_parse(Tokenizer* t, const cJSON* pt, const char* name, char* e
         return 0;
     }
     if (t->n_steps == MAX_STEPS) {
-        set_err(err, err_len, "%s: more than %d pre-tokenizer steps", name, MAX_STEPS);
+        rr_fail(err, err_len, "%s: more than %d pre-tokenizer steps", name, MAX_STEPS);
         return -1;
     }
     if (t->n_steps > 0 && t->steps[t->n_steps - 1].kind == STEP_BYTELEVEL) {
-        set_err(err, err_len, "%s: pre_tokenizer %s after ByteLevel is not supported (ByteLevel must be the last step)",
+        rr_fail(err, err_len, "%s: pre_tokenizer %s after ByteLevel is not supported (ByteLevel must be the last step)",
                 name, type);
         return -1;
     }
@@ -288,7 +280,7 @@ static int pretok_parse(Tokenizer* t, const cJSON* pt, const char* name, char* e
     if (!strcmp(type, "ByteLevel")) {
         int use_regex;
         if (json_bool(pt, "add_prefix_space", 1, &s->add_prefix_space) || json_bool(pt, "use_regex", 1, &use_regex)) {
-            set_err(err, err_len, "%s: pre_tokenizer ByteLevel: add_prefix_space and use_regex must be true or false",
+            rr_fail(err, err_len, "%s: pre_tokenizer ByteLevel: add_prefix_space and use_regex must be true or false",
                     name);
             return -1;
         }
@@ -302,13 +294,13 @@ static int pretok_parse(Tokenizer* t, const cJSON* pt, const char* name, char* e
         const cJSON* beh = cJSON_GetObjectItemCaseSensitive(pt, "behavior");
         int invert;
         if (!(cJSON_IsString(re) || cJSON_IsString(lit))) {
-            set_err(err, err_len, "%s: pre_tokenizer Split: \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}",
+            rr_fail(err, err_len, "%s: pre_tokenizer Split: \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}",
                     name);
             return -1;
         }
         if (!cJSON_IsString(beh) || strcmp(beh->valuestring, "Isolated") || json_bool(pt, "invert", 0, &invert) ||
             invert) {
-            set_err(err, err_len, "%s: pre_tokenizer Split: only behavior \"Isolated\" with invert false is supported",
+            rr_fail(err, err_len, "%s: pre_tokenizer Split: only behavior \"Isolated\" with invert false is supported",
                     name);
             return -1;
         }
@@ -316,7 +308,7 @@ static int pretok_parse(Tokenizer* t, const cJSON* pt, const char* name, char* e
         s->pattern = strdup(re ? re->valuestring : lit->valuestring);
         if (!(s->re = regex_compile(s->pattern, !re, name, "pre_tokenizer Split", err, err_len))) return -1;
     } else {
-        set_err(err, err_len,
+        rr_fail(err, err_len,
                 "%s: pre_tokenizer type %s is not supported; expected ByteLevel, optionally after Split steps in a "
                 "Sequence", name, type);
         return -1;
@@ -330,7 +322,7 @@ static int merge_token_id(const Tokenizer* t, const char* s, size_t n, int rank,
                           char* err, size_t err_len) {
     int32_t id = strmap_get(&t->vocab, s, n);
     if (id < 0)
-        set_err(err, err_len, "%s: model.merges[%d]: %s \"%.*s\" is not in model.vocab", name, rank, what, (int)n, s);
+        rr_fail(err, err_len, "%s: model.merges[%d]: %s \"%.*s\" is not in model.vocab", name, rank, what, (int)n, s);
     return id;
 }
 
@@ -338,13 +330,13 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
     const char* type = json_type(model);
     if (!type && !cJSON_GetObjectItemCaseSensitive(model, "merges")) type = "(none)";
     if (type && strcmp(type, "BPE")) {
-        set_err(err, err_len, "%s: model.type is %s, only BPE is supported", name, type);
+        rr_fail(err, err_len, "%s: model.type is %s, only BPE is supported", name, type);
         return -1;
     }
     const cJSON* v;
     v = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0.0)) {
-        set_err(err, err_len, "%s: model.dropout is set; BPE dropout is not supported (encoding must be deterministic)",
+        rr_fail(err, err_len, "%s: model.dropout is set; BPE dropout is not supported (encoding must be deterministic)",
                 name);
         return -1;
     }
@@ -352,19 +344,19 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
     for (int i = 0; i < 2; i++) {
         v = cJSON_GetObjectItemCaseSensitive(model, affix[i]);
         if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0])) {
-            set_err(err, err_len, "%s: model.%s is set; not supported with byte-level BPE", name, affix[i]);
+            rr_fail(err, err_len, "%s: model.%s is set; not supported with byte-level BPE", name, affix[i]);
             return -1;
         }
     }
     if (json_bool(model, "fuse_unk", 0, &t->fuse_unk) || json_bool(model, "ignore_merges", 0, &t->ignore_merges) ||
         json_bool(model, "byte_fallback", 0, &t->byte_fallback)) {
-        set_err(err, err_len, "%s: model.fuse_unk, model.ignore_merges and model.byte_fallback must be true or false",
+        rr_fail(err, err_len, "%s: model.fuse_unk, model.ignore_merges and model.byte_fallback must be true or false",
                 name);
         return -1;
     }
     const cJSON* vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab)) {
-        set_err(err, err_len, "%s: model.vocab must be an object mapping token strings to ids", name);
+        rr_fail(err, err_len, "%s: model.vocab must be an object mapping token strings to ids", name);
         return -1;
     }
     /* first pass: the largest id, so the id arrays can be sized */
@@ -372,14 +364,14 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
     cJSON_ArrayForEach(v, vocab) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (1 << 28) ||
             v->valuedouble != (double)(int)v->valuedouble) {
-            set_err(err, err_len, "%s: model.vocab[\"%s\"]: id must be an integer in [0, 2^28)", name, v->string);
+            rr_fail(err, err_len, "%s: model.vocab[\"%s\"]: id must be an integer in [0, 2^28)", name, v->string);
             return -1;
         }
         if (v->valueint > max_id) max_id = v->valueint;
         n_vocab++;
     }
     if (max_id >= 2 * n_vocab + 1024) { /* would size the id tables by a stray id; real files are dense */
-        set_err(err, err_len, "%s: model.vocab: id %d is far above its %d tokens (ids must be nearly dense)", name,
+        rr_fail(err, err_len, "%s: model.vocab: id %d is far above its %d tokens (ids must be nearly dense)", name,
                 max_id, n_vocab);
         return -1;
     }
@@ -389,13 +381,13 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
     cJSON_ArrayForEach(v, vocab) {
         int id = v->valueint;
         if (t->model_str[id]) {
-            set_err(err, err_len, "%s: model.vocab: id %d is given to both \"%s\" and \"%s\"", name, id,
+            rr_fail(err, err_len, "%s: model.vocab: id %d is given to both \"%s\" and \"%s\"", name, id,
                     t->model_str[id], v->string);
             return -1;
         }
         t->model_str[id] = strdup(v->string);
         if (strmap_put(&t->vocab, t->model_str[id], strlen(v->string), id)) {
-            set_err(err, err_len, "%s: model.vocab: token \"%s\" appears twice", name, v->string);
+            rr_fail(err, err_len, "%s: model.vocab: token \"%s\" appears twice", name, v->string);
             return -1;
         }
     }
@@ -405,14 +397,14 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
     if (cJSON_IsString(v)) {
         t->unk_id = strmap_get(&t->vocab, v->valuestring, strlen(v->valuestring));
         if (t->unk_id < 0) {
-            set_err(err, err_len, "%s: model.unk_token \"%s\" is not in model.vocab", name, v->valuestring);
+            rr_fail(err, err_len, "%s: model.unk_token \"%s\" is not in model.vocab", name, v->valuestring);
             return -1;
         }
     }
     /* merges: "a b" strings (tokenizers < 0.20) or ["a", "b"] pairs (newer) */
     const cJSON* merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (merges && !cJSON_IsArray(merges)) {
-        set_err(err, err_len, "%s: model.merges must be an array", name);
+        rr_fail(err, err_len, "%s: model.merges must be an array", name);
         return -1;
     }
     t->n_merges = merges ? cJSON_GetArraySize(merges) : 0;
@@ -427,7 +419,7 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
         if (cJSON_IsString(v)) {
             const char* sp = strchr(v->valuestring, ' ');
             if (!sp || strchr(sp + 1, ' ')) {
-                set_err(err, err_len, "%s: model.merges[%d] \"%s\": expected two tokens separated by one space", name,
+                rr_fail(err, err_len, "%s: model.merges[%d] \"%s\": expected two tokens separated by one space", name,
                         rank, v->valuestring);
                 free(buf);
                 return -1;
@@ -438,7 +430,7 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
             a = cJSON_GetArrayItem(v, 0)->valuestring, na = strlen(a);
             b = cJSON_GetArrayItem(v, 1)->valuestring, nb = strlen(b);
         } else {
-            set_err(err, err_len, "%s: model.merges[%d]: expected \"a b\" or [\"a\", \"b\"]", name, rank);
+            rr_fail(err, err_len, "%s: model.merges[%d]: expected \"a b\" or [\"a\", \"b\"]", name, rank);
             free(buf);
             return -1;
         }
@@ -480,14 +472,14 @@ static int model_parse(Tokenizer* t, const cJSON* model, const char* name, char*
 static int norm_step_parse(Tokenizer* t, const cJSON* n, const char* name, char* err, size_t err_len) {
     const char* type = json_type(n);
     if (t->n_norm == MAX_NORM) {
-        set_err(err, err_len, "%s: normalizer: more than %d steps", name, MAX_NORM);
+        rr_fail(err, err_len, "%s: normalizer: more than %d steps", name, MAX_NORM);
         return -1;
     }
     NormStep* s = &t->norm[t->n_norm];
     if (type && !strcmp(type, "Prepend")) {
         const cJSON* p = cJSON_GetObjectItemCaseSensitive(n, "prepend");
         if (!cJSON_IsString(p)) {
-            set_err(err, err_len, "%s: normalizer Prepend has no \"prepend\" string", name);
+            rr_fail(err, err_len, "%s: normalizer Prepend has no \"prepend\" string", name);
             return -1;
         }
         *s = (NormStep){.kind = NORM_PREPEND, .to = strdup(p->valuestring), .to_len = strlen(p->valuestring)};
@@ -496,14 +488,14 @@ static int norm_step_parse(Tokenizer* t, const cJSON* n, const char* name, char*
         const cJSON* str = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
         const cJSON* content = cJSON_GetObjectItemCaseSensitive(n, "content");
         if (!cJSON_IsString(str) || !str->valuestring[0] || !cJSON_IsString(content)) {
-            set_err(err, err_len, "%s: normalizer Replace: only {\"pattern\": {\"String\": ...}, \"content\": ...} with a "
+            rr_fail(err, err_len, "%s: normalizer Replace: only {\"pattern\": {\"String\": ...}, \"content\": ...} with a "
                     "non-empty string is supported", name);
             return -1;
         }
         *s = (NormStep){.kind = NORM_REPLACE, .from = strdup(str->valuestring), .from_len = strlen(str->valuestring),
                         .to = strdup(content->valuestring), .to_len = strlen(content->valuestring)};
     } else {
-        set_err(err, err_len, "%s: normalizer %s is not supported (null, or Prepend / Replace(String) steps in a "
+        rr_fail(err, err_len, "%s: normalizer %s is not supported (null, or Prepend / Replace(String) steps in a "
                 "Sequence, as Llama-2's tokenizer.json has)", name, type ? type : "without a type");
         return -1;
     }
@@ -517,7 +509,7 @@ static int normalizer_parse(Tokenizer* t, const cJSON* n, const char* name, char
     if (type && !strcmp(type, "Sequence")) {
         const cJSON* list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
         if (!cJSON_IsArray(list)) {
-            set_err(err, err_len, "%s: normalizer Sequence has no \"normalizers\" array", name);
+            rr_fail(err, err_len, "%s: normalizer Sequence has no \"normalizers\" array", name);
             return -1;
         }
         const cJSON* x;
@@ -551,7 +543,7 @@ static int metaspace_parse(Tokenizer* t, const cJSON* m, const char* name, char*
     const cJSON* r = cJSON_GetObjectItemCaseSensitive(m, "replacement");
     int split;
     if (!cJSON_IsString(r) || !r->valuestring[0] || meta_prepend_parse(m, &s->prepend) || json_bool(m, "split", 1, &split)) {
-        set_err(err, err_len, "%s: pre_tokenizer Metaspace: needs a \"replacement\" string, prepend_scheme always / "
+        rr_fail(err, err_len, "%s: pre_tokenizer Metaspace: needs a \"replacement\" string, prepend_scheme always / "
                 "first / never (or add_prefix_space) and a boolean split", name);
         return -1;
     }
@@ -572,7 +564,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
         const cJSON* r = cJSON_GetObjectItemCaseSensitive(d, "replacement");
         int prepend;
         if (!cJSON_IsString(r) || strcmp(r->valuestring, "\xe2\x96\x81") || meta_prepend_parse(d, &prepend)) {
-            set_err(err, err_len, "%s: decoder Metaspace: only replacement \"\u2581\" with a prepend_scheme is supported",
+            rr_fail(err, err_len, "%s: decoder Metaspace: only replacement \"\u2581\" with a prepend_scheme is supported",
                     name);
             return -1;
         }
@@ -580,7 +572,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
         return 0;
     }
     if (!type || strcmp(type, "Sequence") || !cJSON_IsArray(list)) {
-        set_err(err, err_len, "%s: decoder %s: a tokenizer without a pre_tokenizer (SentencePiece-style) needs Llama-2's "
+        rr_fail(err, err_len, "%s: decoder %s: a tokenizer without a pre_tokenizer (SentencePiece-style) needs Llama-2's "
                 "decoder, a Sequence of Replace(\"\u2581\" -> \" \"), ByteFallback, Fuse, Strip", name, type ? type : "missing");
         return -1;
     }
@@ -591,7 +583,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
         const char* k = json_type(x);
         while (at < 4 && (!k || strcmp(k, order[at]))) at++;
         if (at == 4) {
-            set_err(err, err_len, "%s: decoder step %s is not supported here (expected Replace, ByteFallback, Fuse, Strip "
+            rr_fail(err, err_len, "%s: decoder step %s is not supported here (expected Replace, ByteFallback, Fuse, Strip "
                     "in that order)", name, k ? k : "without a type");
             return -1;
         }
@@ -602,7 +594,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
             const cJSON* content = cJSON_GetObjectItemCaseSensitive(x, "content");
             if (!cJSON_IsString(str) || strcmp(str->valuestring, "\xe2\x96\x81") || !cJSON_IsString(content) ||
                 strcmp(content->valuestring, " ")) {
-                set_err(err, err_len, "%s: decoder Replace: only \"\u2581\" -> \" \" is supported", name);
+                rr_fail(err, err_len, "%s: decoder Replace: only \"\u2581\" -> \" \" is supported", name);
                 return -1;
             }
             replace = 1;
@@ -612,7 +604,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
             const cJSON* stop = cJSON_GetObjectItemCaseSensitive(x, "stop");
             if (!cJSON_IsString(c) || strcmp(c->valuestring, " ") || !cJSON_IsNumber(start) || start->valuedouble < 0 ||
                 start->valuedouble > 16 || !cJSON_IsNumber(stop) || stop->valuedouble != 0) {
-                set_err(err, err_len, "%s: decoder Strip: only content \" \", start 0..16, stop 0 is supported", name);
+                rr_fail(err, err_len, "%s: decoder Strip: only content \" \", start 0..16, stop 0 is supported", name);
                 return -1;
             }
             t->dec_strip = start->valueint;
@@ -620,7 +612,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
         at++;
     }
     if (!replace) {
-        set_err(err, err_len, "%s: decoder Sequence has no Replace(\"\u2581\" -> \" \") step", name);
+        rr_fail(err, err_len, "%s: decoder Sequence has no Replace(\"\u2581\" -> \" \") step", name);
         return -1;
     }
     return 0;
@@ -629,7 +621,7 @@ static int sp_decoder_parse(Tokenizer* t, const cJSON* d, const char* name, char
 static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* err, size_t err_len) {
     if (!list || cJSON_IsNull(list)) return 0;
     if (!cJSON_IsArray(list)) {
-        set_err(err, err_len, "%s: added_tokens must be an array", name);
+        rr_fail(err, err_len, "%s: added_tokens must be an array", name);
         return -1;
     }
     t->added = callocCheck((size_t)cJSON_GetArraySize(list) + 1, sizeof(AddedToken));
@@ -646,7 +638,7 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         const cJSON* content = cJSON_GetObjectItemCaseSensitive(it, "content");
         AddedToken* a = &t->added[t->n_added];
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= (1 << 28) || !cJSON_IsString(content)) {
-            set_err(err, err_len, "%s: added_tokens[%d]: needs an integer \"id\" in [0, 2^28) and a string \"content\"",
+            rr_fail(err, err_len, "%s: added_tokens[%d]: needs an integer \"id\" in [0, 2^28) and a string \"content\"",
                     name, i);
             rc = -1;
             break;
@@ -654,7 +646,7 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         if (json_bool(it, "special", 0, &a->special) || json_bool(it, "single_word", 0, &a->single_word) ||
             json_bool(it, "lstrip", 0, &a->lstrip) || json_bool(it, "rstrip", 0, &a->rstrip) ||
             json_bool(it, "normalized", !a->special, &a->normalized)) {
-            set_err(err, err_len, "%s: added_tokens[%d] \"%s\": special, single_word, lstrip, rstrip and normalized "
+            rr_fail(err, err_len, "%s: added_tokens[%d] \"%s\": special, single_word, lstrip, rstrip and normalized "
                     "must be true or false", name, i, content->valuestring);
             rc = -1;
             break;
@@ -665,7 +657,7 @@ static int added_parse(Tokenizer* t, const cJSON* list, const char* name, char* 
         for (int j = 0; j < t->n_added; j++)
             if (!strcmp(t->added[j].content, content->valuestring)) dup = j;
         if (dup >= 0 && file_id[dup] != id->valueint) {
-            set_err(err, err_len, "%s: added_tokens[%d] and added_tokens[%d] both list \"%s\", with ids %d and %d: a "
+            rr_fail(err, err_len, "%s: added_tokens[%d] and added_tokens[%d] both list \"%s\", with ids %d and %d: a "
                     "token has one id (remove one of the two entries)", name, file_at[dup], i - 1, content->valuestring,
                     file_id[dup], id->valueint);
             rc = -1;
@@ -853,7 +845,7 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
         size_t off = (at && at >= json && at <= json + len) ? (size_t)(at - json) : 0;
         int line = 1;
         for (size_t i = 0; i < off; i++) line += json[i] == '\n';
-        set_err(err, err_len, "%s:%d: not valid JSON (near byte %zu)", name, line, off);
+        rr_fail(err, err_len, "%s:%d: not valid JSON (near byte %zu)", name, line, off);
         return NULL;
     }
     Tokenizer* t = callocCheck(1, sizeof(Tokenizer));
@@ -866,7 +858,7 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
     const cJSON* dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     int ok = 0;
     if (!cJSON_IsObject(root) || !cJSON_IsObject(model)) {
-        set_err(err, err_len, "%s: no \"model\" object; expected a Hugging Face tokenizer.json", name);
+        rr_fail(err, err_len, "%s: no \"model\" object; expected a Hugging Face tokenizer.json", name);
     } else if (((!pt || cJSON_IsNull(pt)) && ((norm && !cJSON_IsNull(norm)) || !cJSON_IsObject(dec) ||
                                              !json_type(dec) || strcmp(json_type(dec), "ByteLevel"))) ||
                (json_type(pt) && !strcmp(json_type(pt), "Metaspace"))) {
@@ -875,7 +867,7 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
         t->sp = 1;
         int meta = cJSON_IsObject(pt);
         if (meta && norm && !cJSON_IsNull(norm)) {
-            set_err(err, err_len, "%s: a normalizer together with the Metaspace pre_tokenizer is not supported", name);
+            rr_fail(err, err_len, "%s: a normalizer together with the Metaspace pre_tokenizer is not supported", name);
         } else if ((!meta || !metaspace_parse(t, pt, name, err, err_len)) && !normalizer_parse(t, norm, name, err, err_len) &&
                    !sp_decoder_parse(t, dec, name, err, err_len) &&
             !model_parse(t, model, name, err, err_len) &&
@@ -884,24 +876,24 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
             int fb_all = 1;
             for (int b = 0; b < 256; b++) fb_all &= t->fb_id[b] >= 0;
             if (!(t->byte_fallback && fb_all) && t->unk_id < 0) {
-                set_err(err, err_len, "%s: model: neither byte_fallback with all 256 \"<0xXX>\" tokens nor an unk_token: "
+                rr_fail(err, err_len, "%s: model: neither byte_fallback with all 256 \"<0xXX>\" tokens nor an unk_token: "
                         "characters outside the vocabulary could not be encoded", name);
                 ok = 0;
             }
         }
     } else if (norm && !cJSON_IsNull(norm)) {
-        set_err(err, err_len, "%s: normalizer %s is not supported with a pre_tokenizer (byte-level BPE has none; "
+        rr_fail(err, err_len, "%s: normalizer %s is not supported with a pre_tokenizer (byte-level BPE has none; "
                 "SentencePiece-style BPE has no pre_tokenizer)", name, json_type(norm) ? json_type(norm) : "?");
     } else if (!cJSON_IsObject(pt)) {
-        set_err(err, err_len, "%s: pre_tokenizer is missing; expected ByteLevel (byte-level BPE)", name);
+        rr_fail(err, err_len, "%s: pre_tokenizer is missing; expected ByteLevel (byte-level BPE)", name);
     } else if (!cJSON_IsObject(dec) || !json_type(dec) || strcmp(json_type(dec), "ByteLevel")) {
-        set_err(err, err_len, "%s: decoder is %s, expected ByteLevel", name,
+        rr_fail(err, err_len, "%s: decoder is %s, expected ByteLevel", name,
                 cJSON_IsObject(dec) && json_type(dec) ? json_type(dec) : "missing");
     } else if (!model_parse(t, model, name, err, err_len) && !pretok_parse(t, pt, name, err, err_len) &&
                !added_parse(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), name, err, err_len)) {
         ok = 1;
         if (t->n_steps == 0 || t->steps[t->n_steps - 1].kind != STEP_BYTELEVEL) {
-            set_err(err, err_len, "%s: the pre_tokenizer has no ByteLevel step; expected byte-level BPE", name);
+            rr_fail(err, err_len, "%s: the pre_tokenizer has no ByteLevel step; expected byte-level BPE", name);
             ok = 0;
         }
         for (int b = 0; ok && b < 256; b++)
@@ -909,7 +901,7 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
                 /* HF would silently drop such bytes; we refuse, since the text could not round-trip */
                 char u[3] = {0};
                 bpe_byte_to_utf8((uint8_t)b, u);
-                set_err(err, err_len,
+                rr_fail(err, err_len,
                         "%s: model.vocab lacks the byte token \"%s\" (byte 0x%02X) and there is no unk_token", name,
                         u, b);
                 ok = 0;
@@ -947,13 +939,9 @@ Tokenizer* tokenizer_load_json(const char* json, size_t len, const char* name, c
 
 Tokenizer* tokenizer_load(const char* path, char* err, size_t err_len) {
     size_t n;
-    char* json = rr_read_file(path, &n, RR_MAX_TOKENIZER);
-    if (!json) {
-        char why[128];
-        set_err(err, err_len, "%s: cannot read the tokenizer: %s", path,
-                rr_read_file_why(errno, "a tokenizer.json file", why, sizeof why));
-        return NULL;
-    }
+    char* json = rr_read_file_err(path, &n, RR_MAX_TOKENIZER, "a tokenizer.json file", err, err_len,
+                                  "%s: cannot read the tokenizer: %s");
+    if (!json) return NULL;
     Tokenizer* t = tokenizer_load_json(json, n, path, err, err_len);
     free(json);
     return t;

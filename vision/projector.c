@@ -71,7 +71,7 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     }
     proj_tp_sum(c, a->out, n); /* row-parallel projector.2 */
     /* bf16 (engine.h, Precision): the summed output is a stored activation, rounded as the GEMM rounds it at
-     * tp = 1 (the LM's image rows: a 2-byte residual stream holds exactly these values, issue 20) */
+     * tp = 1 (the LM's image rows: a 2-byte residual stream holds exactly these values) */
     if (c->tp > 1 && be->precision == PRECISION_BF16) be->round_bf16(be, a->out, a->out, n);
 }
 

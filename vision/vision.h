@@ -1,4 +1,4 @@
-/* vision.h — the vision tower (DESIGN.md section 4): a ViT with dynamic resolution and the LLaVA-1.5
+/* vision.h — the vision tower (docs/model.md "Vision encoder and projector"): a ViT with dynamic resolution and the LLaVA-1.5
  * `mlp2x_gelu` projector.
  *
  * Images are packed without padding: Np patch rows in all, image i owning rows
@@ -67,12 +67,12 @@ typedef struct {
     int D, L, H; /* width, blocks, heads (head dim D/H, a multiple of 4 for 2-D RoPE); MLP hidden 4D */
     int Dt;     /* projector output width (the LM's) */
     float init_std; /* 0.02 */
-    VitArch arch;   /* VIT_ARCH_ROPE2D (DESIGN.md's ViT, the default) or VIT_ARCH_CLIP */
+    VitArch arch;   /* VIT_ARCH_ROPE2D (docs/model.md's ViT, the default) or VIT_ARCH_CLIP */
     int grid;       /* CLIP: G, the position embedding's grid side (image_size / patch) */
     int L_run;      /* CLIP: blocks run (the feature layer); 0 = all L */
     int min_patches; /* CLIP: the fewest patches of an image (bounds the class tokens of max_N patches) */
-    Act proj_act;   /* the projector's activation: ACT_GELU_TANH (DESIGN.md) or ACT_GELU_ERF (Hugging Face's) */
-    /* Tensor parallelism of the blocks (DESIGN.md section 6; tp <= 1: unsplit). Rank tp_rank of tp holds
+    Act proj_act;   /* the projector's activation: ACT_GELU_TANH (the default model's) or ACT_GELU_ERF (Hugging Face's) */
+    /* Tensor parallelism of the blocks (docs/parallel.md "Tensor parallelism"; tp <= 1: unsplit). Rank tp_rank of tp holds
      * heads [tp_rank H/tp, (tp_rank+1) H/tp) of each of q, k, v: its qkv weight is those rows of the q, k
      * and v parts stacked, (3 D/tp, D), with the bias alike; the matching columns of attn.out (D, D/tp);
      * rows [tp_rank 4D/tp, ...) of fc1 (and its bias) and those columns of fc2 (D, 4D/tp); the norms,
@@ -143,7 +143,7 @@ typedef struct {
     float* dqkv;  /* (N, 3D) d qkv output (RoPE undone) */
     float* dln1;  /* (N, D)  d LN1 output */
     /* 2-byte activations (VitConfig.act_bytes 2, the table's Backend.b16 ops; else NULL): the 2-byte copies of dfc1
-     * (stored by the GELU backward) and dxmid (by ln2's backward) that fc1's and attn.out's GEMMs read (issue 20) */
+     * (stored by the GELU backward) and dxmid (by ln2's backward) that fc1's and attn.out's GEMMs read */
     uint16_t *dfc1_16, *dxmid16;
     uint16_t* dqkv16; /* (N, 3D) dqkv's 2-byte mirror (the attention backward's and RoPE's stores) for qkv's GEMMs */
 } VitBlockGrads;
@@ -188,7 +188,7 @@ typedef struct {
     int32_t *h_img_cu, *h_prow, *h_pcol, *h_idx, *h_cm;
     float* h_w;
     /* (N, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partials (attn.out,
-     * fc2) widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward (issue 20) */
+     * fc2) widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward */
     float* tp_sum;
 } VitActs;
 
@@ -198,7 +198,7 @@ typedef struct {
     float *fc1, *gelu, *out; /* (N, Dt) each */
     float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
     /* 2-byte activations (else NULL): dout's 2-byte copy (given with dout, rows of the LM's 2-byte residual gradient)
-     * and dfc1's (stored by the GELU backward), what projector.2's and projector.0's GEMMs read (issue 20) */
+     * and dfc1's (stored by the GELU backward), what projector.2's and projector.0's GEMMs read */
     uint16_t *dout16, *dfc1_16;
     float* dvin;             /* (N, D) d projector input = d vision output */
     float* tp_sum;           /* (N, Dt) f32 where tp > 1 and activations are 2-byte: projector.2's sum (else NULL) */

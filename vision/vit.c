@@ -1,4 +1,4 @@
-/* vit.c — the ViT encoder with dynamic resolution (DESIGN.md section 4; names and shapes in vision.h).
+/* vit.c — the ViT encoder with dynamic resolution (docs/model.md "Vision encoder and projector"; names and shapes in vision.h).
  *
  * Pre-norm blocks over N packed patch rows; attention bidirectional within each image, 2-D RoPE on
  * q and k by (patch row, patch column). Forward saves everything the backward needs; the backward is

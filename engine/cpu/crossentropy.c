@@ -1,6 +1,6 @@
 /* crossentropy.c — softmax cross-entropy over V classes with ignore index -100, SUM reduction.
  *
- * The caller divides by the number of supervised targets in the whole step (DESIGN.md section 4) by
+ * The caller divides by the number of supervised targets in the whole step (docs/model.md "Sequence assembly and the loss") by
  * passing scale = 1 / count to the backward, so the loss of a step does not depend on how samples
  * are split into microbatches. lse (N) is saved for every row, supervised or not.
  * Both passes are loops of exponentials over (N, V): cpu_expf (fastmath.h) lets them vectorise. */

@@ -1,6 +1,6 @@
 /* rope.c — rotary position embeddings (GPT-NeoX "rotate half"), 1-D for the LM and 2-D for the ViT.
  *
- * 1-D rule for a vector of dim n at position t (DESIGN.md section 4): freq_j = theta^(-2j/n), j < n/2
+ * 1-D rule for a vector of dim n at position t (docs/model.md "Decoder LM and RoPE"): freq_j = theta^(-2j/n), j < n/2
  * (the LM's: engine.h's RopeFreq, with Llama-3's rescaling when set; the ViT's: theta 10000),
  *   x'[j]       = x[j] cos(t freq_j) - x[j + n/2] sin(t freq_j)
  *   x'[j + n/2] = x[j + n/2] cos(t freq_j) + x[j] sin(t freq_j)

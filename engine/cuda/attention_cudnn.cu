@@ -1,12 +1,11 @@
 // attention_cudnn.cu — attention through cuDNN's fused flash attention, built with cuDNN's C backend API
 // (an operation graph of descriptors; no cudnn-frontend), for runtime.precision = bf16.
 //
-// STATUS: on the H100 run of 2026-11-24 (before the review below) cuDNN accepted the forward graph but
-// disagreed with the own kernel on every ragged case. Reviewed on 2026-11-26 against cudnn-frontend's sdpa
-// lowering (see docs/cuda.md, "Attention"): ALPHA1 / ALPHA2 on every pointwise op, the masks' compute types
+// STATUS: a first graph was accepted by cuDNN but disagreed with the own kernel on every ragged case. Reviewed
+// against cudnn-frontend's sdpa lowering (see docs/cuda.md, "Attention"), it now sets ALPHA1 / ALPHA2 on every pointwise op, the masks' compute types
 // (INT32 GEN_INDEX, BOOLEAN comparisons), the causal mask's own GEN_INDEX pair, the backward in the
 // frontend's order, padded ragged buffers (T + Smax rows, finite tails), 16-byte aligned offsets arrays.
-// Run after it on an H200 (cuDNN 9.19, 2026-11-26): the forward agrees on every case of the op matrix (0
+// Run after it on an H200 (cuDNN 9.19; docs/cuda.md "cuDNN's fused attention"): the forward agrees on every case of the op matrix (0
 // values apart), the backward on every case of head dim 16, 64, 128 and not at head dim 8 (so it runs only
 // at multiples of 16), and both run in training. Every outcome other than a checked success falls back to the own tensor-core kernel
 // (flash_attention.cu), which is also what the CPU emulation runs (it builds this file without cuDNN):
@@ -737,7 +736,7 @@ int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* ls
 }
 
 // On by default (RRFP_CUDNN_ATTENTION_BWD=0 turns it off) for head dims that are multiples of 16: measured on
-// an H200 with cuDNN 9.19 (2026-11-26), its backward agrees with the own kernel at d 16, 64 and 128 and
+// an H200 with cuDNN 9.19, its backward agrees with the own kernel at d 16, 64 and 128 and
 // disagrees at d 8 (1,635 of 1,856 values; its forward agrees there). cuDNN's gradients come back in bf16
 // (the GPU's usual flash attention backward) and are added to the f32 gradients; dO is rounded to bf16 on
 // the way in (as the own tensor-core kernel rounds it). Returns 1 when dq, dk, dv (each may be NULL) got cuDNN's
@@ -746,7 +745,7 @@ int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* ls
 // run, call the f32 entry on widened inputs).
 // dout16: dout is 2-byte bf16 words (packed as they are); dv16 with dv NULL: dv is 2-byte bf16 words of row stride
 // ld_dv, and gets bf16(dv + cuDNN's bf16 dv); dq16, dk16, dv16 with their f32 gradient: 2-byte mirrors (stride ld_dv) of
-// the f32 sums (the bf16-activation table's 2-byte output gradients, issue 20; b16 only)
+// the f32 sums (the bf16-activation table's 2-byte output gradients; b16 only)
 static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const void* out_,
                           const float* lse, const void* q_, const void* k_, const void* v_, int b16,
                           const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal, int dout16 = 0,

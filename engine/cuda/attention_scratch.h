@@ -1,7 +1,7 @@
 /* attention_scratch.h — the layout of cuDNN attention's device scratch (engine/cuda/attention_cudnn.cu) as
  * plain functions, so that Backend.reserve can size it once from the stage's largest attention call and a
  * CPU test (tests/engine/cuda/test_kernel_math.c) can check the sizing: no training step allocates device memory
- * (DESIGN.md section 3).
+ * (docs/design.md "Streams and events").
  *
  * One call of cuDNN's fused attention over T packed tokens in S sequences, H heads of dim d uses, in one
  * block, every region 256-byte aligned:

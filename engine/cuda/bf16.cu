@@ -97,7 +97,7 @@ static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 
 // or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
 // included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D). The bias is in D's type:
 // f32 words with an f32 D, 2-byte bf16 with a bf16 D (cuBLASLt takes no f32 bias with a bf16 D: CUBLAS_STATUS_
-// INVALID_VALUE on an H200, 2026-11-26). The bf16 tables' GEMM biases are 2-byte compute copies (Backend.bias_dtype,
+// INVALID_VALUE on an H200). The bf16 tables' GEMM biases are 2-byte compute copies (Backend.bias_dtype,
 // written by AdamW), given as they are to a bf16 D and widened (exact) for an f32 D.
 // aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (leading dimension d->aux_ld, D's type), else NULL.
 static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, void* C,
@@ -146,7 +146,7 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
 // output gradient (GEMM_PTR_DOUT, f32 by the numerics contract) is still converted.
 // dout_bf16: the output gradient (GEMM_PTR_DOUT) is 2-byte bf16 too, stored so by the kernel that produced it, and
 // goes as it is (no conversion); dinp_bf16: the input gradient (GEMM_PTR_DINP) is a 2-byte bf16 D (the desc's beta 0:
-// cuBLASLt rounds the f32 product in its own store). Both: the bf16-activation table's *_b16 slots (issue 20).
+// cuBLASLt rounds the f32 product in its own store). Both: the bf16-activation table's *_b16 slots.
 static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
                                      float* aux = NULL, bool act_bf16 = false, bool dout_bf16 = false,
                                      bool dinp_bf16 = false) {
@@ -534,7 +534,7 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     if (r == 1) return;
     if (r == 0) {
-        // the own kernel's bf16-input / f32-gradient entry (issue 24) on the 2-byte q, k, v and out as they are; only
+        // the own kernel's bf16-input / f32-gradient entry (flash_attention.cu) on the 2-byte q, k, v and out as they are; only
         // dout, an f32 gradient, is narrowed to bf16 (one pass of T H d values: the kernel rounds dO to bf16 on load in
         // every storage, so the values are the same), into the widening scratch (reserved for more than that)
         size_t no = (size_t)T * H * d;

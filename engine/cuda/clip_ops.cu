@@ -157,7 +157,7 @@ void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* id
     cudaCheck(cudaGetLastError());
 }
 
-// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
 // act_backward (GELU tanh: gelu_backward's expression) adding into the f32 dinp and storing the final value as 2-byte
 // bf16 too, in the same pass: the copy the next GEMM reads, the f32 one for the bias gradient
 static __global__ void act_backward_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout, const uint16_t* inp,

@@ -106,7 +106,7 @@ void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const f
     crossentropy_backward_cuda(dlogits, (const uint16_t*)logits, lse, targets, scale, N, V, cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
 // dlogits stored as 2-byte bf16 words, every row: bf16(0 + the plain kernel's value) for a supervised row, zeros for
 // an ignored (or bad) one: the plain slot over a zeroed f32 buffer, narrowed; what the head's GEMMs read
 static __global__ void crossentropy_backward_b16_kernel(uint16_t* dlogits, const uint16_t* logits, const float* lse,

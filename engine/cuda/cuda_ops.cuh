@@ -147,14 +147,14 @@ void cuda_flash_attention_backward_bf16(cudaStream_t stream, __nv_bfloat16* dq, 
                                         const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
                                         int ldo, int causal);
 // bf16 q, k, v, out, dout and f32 gradients dq (row stride ldgq), dk, dv (ldgkv), added unrounded: the backward v2's
-// kernels without the f32 entry's bf16 copies (RRFP_FA_BWD=v1 does not apply)
+// kernels without the f32 entry's bf16 copies
 void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, float* dk, float* dv,
                                                 const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
                                                 const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
                                                 int ldkv, int ldo, int ldgq, int ldgkv, int causal);
 // the same with dv 2-byte bf16 (rows of stride ldgv): dv16 = bf16(dv16 + the f32 sum) in the kernel's one store (a
-// zeroed dv16 gets rr_f32_to_bf16 of the f32 entry's dv: the bf16-activation table's 2-byte output gradient, issue 20)
+// zeroed dv16 gets rr_f32_to_bf16 of the f32 entry's dv: the bf16-activation table's 2-byte output gradient)
 // the same with f32 dq, dk, dv (added) and 2-byte mirrors of their final values (any may be NULL; rows of stride ld16):
 // rr_f32_to_bf16 of each value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes)
 void cuda_flash_attention_backward_bf16_f32grad_m16(cudaStream_t stream, float* dq, float* dk, float* dv,
@@ -233,7 +233,7 @@ int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, 
                                        const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
                                        const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
                                        int d, int ld_qkv, int causal);
-// 2-byte output gradients on the bf16-activation table (Backend's *_b16 slots, engine.h; issue 20)
+// 2-byte output gradients on the bf16-activation table (Backend's *_b16 slots, engine.h)
 void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                     const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N,
                                     int C, int OC, int set);

@@ -197,7 +197,7 @@ void cuda_bf16a_add_f32_forward(const Backend* be, float* out, const float* a, c
     add_forward_launch<true>((uint16_t*)out, (const uint16_t*)a, b, n, cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
 // SwiGLU backward storing d(gate), d(up) as 2-byte bf16 words: bf16(0 + gradient), the value the f32 kernel adds into
 // a zeroed buffer, narrowed (what the GEMMs reading them took from their conversion); the buffers are overwritten.
 static __global__ void swiglu_backward_b16_kernel(uint16_t* dgate, uint16_t* dup, const float* dout, const uint16_t* gate,

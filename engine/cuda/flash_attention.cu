@@ -20,9 +20,9 @@
 // where rows are 8-value aligned). Fragments come from shared memory by ldmatrix (.trans for the B operand
 // of P V, dS K, P^T dO, dS^T Q, so no tile is stored transposed). Causal: key tiles past the query tile's
 // last row are skipped.
-// Backward: two kernels, no atomics, deterministic (every output element has one writer); v2 (the default,
-// below the first kernels) adds a pre-pass for D = rowsum(dout * out) and lse, streams the tiles by cp.async
-// and orders the blocks longest first; v1 (RRFP_FA_BWD=v1) recomputes D per tile from dO and O tiles:
+// Backward: a pre-pass for D = rowsum(dout * out) and lse, then two kernels, no atomics, deterministic (every
+// output element has one writer), the tiles streamed by cp.async (the first version, v1, which recomputed D per
+// tile from dO and O tiles, and the other versions measured against this one are in dev/cuda/):
 //   dq: per (query tile, head) like the forward: S, P = exp(S - lse), dP = dO V^T, dS = P (dP - D),
 //       dQ += dS K;
 //   dk, dv: per (64-key tile, key/value head); over the query heads of its group and the query tiles
@@ -129,117 +129,6 @@ static __device__ int fa_find_tile(const int* cu_seqlens, int S, int* start, int
             return 1;
         }
         b -= total;
-    }
-    return 0;
-}
-
-// Causal masks, the backward v2 (lpt = 1 from the launcher where samples average more than one tile): the
-// blocks in decreasing order of work over all samples, not sample by sample (longest processing time first,
-// so that the grid's tail is one short block, not a long block that a late sample started). A block's level u
-// is its work in tiles minus one: the dq kernel's query tile u (u + 1 key tiles), the dk/dv kernel's key tile
-// nt - 1 - u (u + 1 query tiles of 64 rows at 64 keys a block). Block b is at level u when C(u + 1) <= b <
-// C(u), with C(t) = sum over samples of max(0, nt - t) the blocks of levels t and up (a binary search over u,
-// each probe a warp's pass over cu_seqlens), and the (b - C(u + 1))-th sample, in order, of those with more
-// than u tiles. key_tiles: the dk/dv kernel's mapping. Every warp of the block finds the same tile.
-static __device__ __forceinline__ int fa_warp_sum_i(int v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-static __device__ int fa_level_count(const int* cu_seqlens, int S, int rows, int tau) {
-    int lane = threadIdx.x % 32, c = 0;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane;
-        if (s < S) c += max(0, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows - tau);
-    }
-    return fa_warp_sum_i(c);
-}
-static __device__ int fa_find_tile_lpt(const int* cu_seqlens, int S, int* start, int* len, int* r0, int key_tiles,
-                                       int rows = FA_BQ) {
-    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane;
-        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
-    }
-    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
-    if (b >= fa_level_count(cu_seqlens, S, rows, 0)) return 0; // a spare block
-    int lo = 0, hi = maxnt; // C(lo) > b >= C(hi)
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (fa_level_count(cu_seqlens, S, rows, mid) > b) lo = mid;
-        else hi = mid;
-    }
-    int u = lo, j = b - fa_level_count(cu_seqlens, S, rows, u + 1); // among the samples of more than u tiles
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane, st = 0, ln = 0, nt = 0;
-        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st, nt = (ln + rows - 1) / rows;
-        int inc = nt > u; // then: such samples among s0 .. s
-        for (int o = 1; o < 32; o <<= 1) {
-            int v = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
-            if (lane >= o) inc += v;
-        }
-        int total = __shfl_sync(0xffffffffu, inc, 31);
-        if (j < total) {
-            int at = fa_warp_sum_i(inc <= j); // the lanes before the (j + 1)-th such sample
-            *start = __shfl_sync(0xffffffffu, st, at);
-            *len = __shfl_sync(0xffffffffu, ln, at);
-            int n = __shfl_sync(0xffffffffu, nt, at);
-            *r0 = (key_tiles ? n - 1 - u : u) * rows;
-            return 1;
-        }
-        j -= total;
-    }
-    return 0;
-}
-
-// Bidirectional, the backward v2 (lpt = 1 as above): every block of a sample does the same work, its nt tiles, so
-// the samples' blocks in decreasing order of nt (ties in sample order, a sample's tiles in order): block b is in
-// level v when B(v + 1) <= b < B(v), with B(v) = the blocks of samples of at least v tiles (a binary search over v
-// in 1 .. max nt), and is tile j % v of the (j / v)-th sample of exactly v tiles, j = b - B(v + 1). Samples of
-// equal lengths keep the sample order.
-static __device__ int fa_blocks_from(const int* cu_seqlens, int S, int rows, int v) {
-    int lane = threadIdx.x % 32, c = 0;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane;
-        if (s < S) {
-            int nt = (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows;
-            c += nt >= v ? nt : 0;
-        }
-    }
-    return fa_warp_sum_i(c);
-}
-static __device__ int fa_find_tile_lpt_bidir(const int* cu_seqlens, int S, int* start, int* len, int* r0,
-                                             int rows = FA_BQ) {
-    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane;
-        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
-    }
-    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
-    if (maxnt == 0 || b >= fa_blocks_from(cu_seqlens, S, rows, 1)) return 0; // a spare block
-    int lo = 1, hi = maxnt + 1; // B(lo) > b >= B(hi)
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (fa_blocks_from(cu_seqlens, S, rows, mid) > b) lo = mid;
-        else hi = mid;
-    }
-    int v = lo, j = b - fa_blocks_from(cu_seqlens, S, rows, v + 1), k = j / v; // the k-th sample of v tiles
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane, st = 0, ln = 0, nt = 0;
-        if (s < S) st = cu_seqlens[s], ln = cu_seqlens[s + 1] - st, nt = (ln + rows - 1) / rows;
-        int inc = nt == v; // then: such samples among s0 .. s
-        for (int o = 1; o < 32; o <<= 1) {
-            int x = __shfl_sync(0xffffffffu, inc, lane >= o ? lane - o : lane);
-            if (lane >= o) inc += x;
-        }
-        int total = __shfl_sync(0xffffffffu, inc, 31);
-        if (k < total) {
-            int at = fa_warp_sum_i(inc <= k);
-            *start = __shfl_sync(0xffffffffu, st, at);
-            *len = __shfl_sync(0xffffffffu, ln, at);
-            *r0 = (j % v) * rows;
-            return 1;
-        }
-        k -= total;
     }
     return 0;
 }
@@ -484,171 +373,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
     }
 }
 
-// ---- backward: dq ----------------------------------------------------------------------------------
-
-template <int DP, typename T>
-static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq, const T* dout, const T* out, const float* lse,
-                                                                         const T* q, const T* k, const T* v,
-                                                                         const int* cu_seqlens, int S, int H, int Hkv,
-                                                                         int d, int ldq, int ldkv, int ldo, int causal,
-                                                                         float scale_log2, float scale, int vec) {
-    extern __shared__ float smem[];
-    const int LDS = DP + 8;
-    float* D_s = smem;                          // [64]
-    float* L_s = D_s + FA_BQ;                   // [64] lse in log2 units
-    bf16_t* Q_s = (bf16_t*)(L_s + FA_BQ);       // [64][LDS]
-    bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
-    bf16_t* K_s = dO_s + FA_BQ * LDS;           // [64][LDS]
-    bf16_t* V_s = K_s + FA_BK * LDS;            // [64][LDS]
-    bf16_t* O_s = V_s + FA_BK * LDS;            // [64][LDS] (for D)
-    int start, len, q0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
-    int h = blockIdx.y, hk = h / (H / Hkv);
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    fa_load_tile<DP>(Q_s, LDS, q, ldq, start, q0, len, (size_t)h * d, d, vec);
-    fa_load_tile<DP>(dO_s, LDS, dout, ldo, start, q0, len, (size_t)h * d, d, vec);
-    fa_load_tile<DP>(O_s, LDS, out, ldo, start, q0, len, (size_t)h * d, d, vec);
-    __syncthreads();
-    fa_rowstats<DP>(D_s, L_s, dO_s, O_s, LDS, lse, start, q0, len, H, h);
-
-    float acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
-    int qrow = q0 + 16 * warp + g;
-    int kend = causal ? min(len, q0 + FA_BQ) : len;
-    for (int k0 = 0; k0 < kend; k0 += FA_BK) {
-        __syncthreads();
-        fa_load_tile<DP>(K_s, LDS, k, ldkv, start, k0, len, (size_t)hk * d, d, vec);
-        fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
-        __syncthreads();
-        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            #pragma unroll
-            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
-        fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
-        fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int j = k0 + nt * 8 + 2 * t + (i & 1), r = 16 * warp + g + (i >> 1) * 8, qi = q0 + r;
-                int valid = j < len && qi < len && (!causal || j <= qi);
-                float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[r]) : 0.0f;
-                s[nt][i] = p * (dp[nt][i] - D_s[r]); // dS
-            }
-        fa_gemm_pb<DP>(acc, s, K_s, LDS);
-    }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = qrow + 8 * r;
-        if (qi >= len) continue;
-        size_t tok = (size_t)start + qi;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c < d) {
-                    T* p = &dq[tok * ldq + (size_t)h * d + c];
-                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
-                }
-            }
-    }
-}
-
-// ---- backward: dk, dv ------------------------------------------------------------------------------
-
-// NW warps (16 keys each): a block owns 16 NW keys, so that each streamed query tile (Q, dO, O and the row
-// statistics) serves 16 NW keys. 8 warps (128 keys) where that keeps the warps an SM holds (its registers
-// bound them: compiled for sm_90, DP 32 128 registers, 96 245, 128 255: the same warps per SM in blocks of 8
-// as in blocks of 4); 4 at DP 64 (168 registers: 12 warps per SM in blocks of 4, 8 in blocks of 8) and at
-// DP 256 (shared memory).
-template <int DP> struct FaDkdvWarps {
-    static const int NW = DP == 64 || DP == 256 ? 4 : 8;
-};
-template <int DP, typename T>
-static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_dkdv_kernel(T* dk, T* dv, const T* dout, const T* out,
-                                                                           const float* lse, const T* q, const T* k,
-                                                                           const T* v, const int* cu_seqlens, int S,
-                                                                           int H, int Hkv, int d, int ldq, int ldkv,
-                                                                           int ldo, int causal, float scale_log2,
-                                                                           float scale, int vec) {
-    extern __shared__ float smem[];
-    const int LDS = DP + 8, KB = 16 * FaDkdvWarps<DP>::NW; // keys of the block
-    const int NTH = 32 * FaDkdvWarps<DP>::NW;
-    float* D_s = smem;                          // [64] of the streamed queries
-    float* L_s = D_s + FA_BQ;                   // [64]
-    bf16_t* K_s = (bf16_t*)(L_s + FA_BQ);       // [KB][LDS] this block's keys
-    bf16_t* V_s = K_s + KB * LDS;               // [KB][LDS]
-    bf16_t* Q_s = V_s + KB * LDS;               // [64][LDS] streamed queries
-    bf16_t* dO_s = Q_s + FA_BQ * LDS;           // [64][LDS]
-    bf16_t* O_s = dO_s + FA_BQ * LDS;           // [64][LDS] (for D)
-    int start, len, k0;
-    if (!fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)) return;
-    int hk = blockIdx.y, group = H / Hkv;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
-    for (int r = 0; r < KB; r += FA_BQ) { // 64 rows per load
-        fa_load_tile<DP, T, NTH>(K_s + r * LDS, LDS, k, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
-        fa_load_tile<DP, T, NTH>(V_s + r * LDS, LDS, v, ldkv, start, k0 + r, len, (size_t)hk * d, d, vec);
-    }
-
-    float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++)
-        #pragma unroll
-        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
-    int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
-    for (int h = hk * group; h < (hk + 1) * group; h++) {
-        // causal: queries before the key tile see none of its keys (k0 is a multiple of 64)
-        for (int qt = causal ? k0 : 0; qt < len; qt += FA_BQ) {
-            __syncthreads();
-            fa_load_tile<DP, T, NTH>(Q_s, LDS, q, ldq, start, qt, len, (size_t)h * d, d, vec);
-            fa_load_tile<DP, T, NTH>(dO_s, LDS, dout, ldo, start, qt, len, (size_t)h * d, d, vec);
-            fa_load_tile<DP, T, NTH>(O_s, LDS, out, ldo, start, qt, len, (size_t)h * d, d, vec);
-            __syncthreads();
-            fa_rowstats<DP, NTH>(D_s, L_s, dO_s, O_s, LDS, lse, start, qt, len, H, h);
-            __syncthreads();
-            float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
-            #pragma unroll
-            for (int nt = 0; nt < FA_BQ / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
-            fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Q_s, LDS);   // S^T: keys x queries
-            fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dO_s, LDS); // dP^T
-            #pragma unroll
-            for (int nt = 0; nt < FA_BQ / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
-                    int valid = qi < len && kj < len && (!causal || kj <= qi);
-                    float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[c]) : 0.0f;
-                    s[nt][i] = p;                          // P^T
-                    dp[nt][i] = p * (dp[nt][i] - D_s[c]); // dS^T
-                }
-            fa_gemm_pb<DP>(dv_acc, s, dO_s, LDS);
-            fa_gemm_pb<DP>(dk_acc, dp, Q_s, LDS);
-        }
-    }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int kj = krow + 8 * r;
-        if (kj >= len) continue;
-        size_t tok = (size_t)start + kj;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c >= d) continue;
-                size_t idx = tok * ldkv + (size_t)hk * d + c;
-                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
-                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
-            }
-    }
-}
-
-// ---- backward v2 (the default; RRFP_FA_BWD=v1 selects the kernels above) --------------------------------
+// ---- backward ------------------------------------------------------------------------------------------
 // Three launches (four on f32 storage), still no atomics and one writer per output element:
 //   copies (f32 storage only): q, k, v into packed bf16 rows in the scratch (fa_bf16_copies_kernel), so that the
 //         kernels below read bf16 by cp.async on either storage (the prep kernel copies dout on its way);
@@ -665,9 +390,24 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
 //         NW = 4 (64 keys) where v1 had 8 at DP 96 and 128: a 4-warp block of at most 255 registers, 2 blocks
 //         per SM (shared memory 105 KB each at DP 128), so one block's barriers and copy waits are hidden by
 //         the other's products; v1's 8-warp block was alone on its SM.
-// Blocks of several samples go longest first over all samples (fa_find_tile_lpt, fa_find_tile_lpt_bidir).
 // The products and the elementwise steps are v1's (the same MMAs in the same order), so dq, dk and dv differ
 // from v1's only through D's summation order.
+
+// The backward's configuration: the tile a block takes (q_tile: the dq kernels', kv_tile: the dk/dv kernel's), the
+// dk/dv kernel's warps at head dim 128 and the dq kernel at head dims 96 and 128 (dq_double: dq2 instead of dq3).
+// This is the shipping one: blocks sample by sample (a causal sample's query tiles from its last). The versions
+// measured against it (v1's kernels, longest-first block order, 8-warp dk/dv blocks, dq2 at every head dim) are
+// in dev/cuda/ with their check and benchmark.
+struct FaBwdShipping {
+    static __device__ int q_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int causal) {
+        return fa_find_tile(cu_seqlens, S, start, len, r0, causal);
+    }
+    static __device__ int kv_tile(const int* cu_seqlens, int S, int* start, int* len, int* r0, int causal, int rows) {
+        (void)causal;
+        return fa_find_tile(cu_seqlens, S, start, len, r0, 0, rows);
+    }
+    static const int warps_128 = 4, dq_double = 0, longest_first = 0;
+};
 
 // rows (tokens x heads) of a prep block: one warp each
 #define FA_PREP_ROWS 8
@@ -701,7 +441,7 @@ static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(f
 template <int DP> struct FaDq2MinBlocks {
     static const int MINB = DP == 64 ? 4 : 0;
 };
-template <int DP, typename T>
+template <int DP, typename T, typename Cfg = FaBwdShipping>
 static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB)) fa_backward_dq2_kernel(T* dq, int ldgq, const bf16_t* dout,
                                                                           const float* Lg, const float* Dg,
                                                                           const bf16_t* q, const bf16_t* k,
@@ -709,7 +449,7 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
                                                                           int T_, int H, int Hkv, int d, int ldq,
                                                                           int ldkv, int ldo, int causal,
                                                                           float scale_log2, float scale, int vec,
-                                                                          int lpt, bf16_t* m16, int ldm16) {
+                                                                          bf16_t* m16, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
     float* L_s = smem;                    // [64] lse of the tile's rows, log2 units
@@ -719,10 +459,7 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
     bf16_t* K_s = dO_s + TILE;            // [2][64][LDS]
     bf16_t* V_s = K_s + 2 * TILE;         // [2][64][LDS]
     int start, len, q0;
-    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
-                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &q0))
-              : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
-        return;
+    if (!Cfg::q_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     int kend = causal ? min(len, q0 + FA_BQ) : len;
@@ -813,11 +550,11 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
 // {Q, dO, V_0}, {K_0}, then per tile {V_next}, {K_next}; "wait 1" before a buffer's use leaves only the other
 // buffer's copy in flight. Four barriers per tile (dq2: two), the loads hidden behind a third (K) and two
 // thirds (V) of the tile's products, and by the SM's other blocks.
-template <int DP, typename T>
+template <int DP, typename T, typename Cfg = FaBwdShipping>
 static __global__ void __launch_bounds__(FA_THREADS, 3)
     fa_backward_dq3_kernel(T* dq, int ldgq, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                            const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
-                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
+                           int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec,
                            bf16_t* m16, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, TILE = FA_BQ * LDS;
@@ -828,10 +565,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
     bf16_t* K_s = dO_s + TILE;            // [64][LDS]
     bf16_t* V_s = K_s + TILE;             // [64][LDS]
     int start, len, q0;
-    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &q0, 0)
-                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &q0))
-              : fa_find_tile(cu_seqlens, S, &start, &len, &q0, causal)))
-        return;
+    if (!Cfg::q_tile(cu_seqlens, S, &start, &len, &q0, causal)) return;
     int h = blockIdx.y, hk = h / (H / Hkv);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     int kend = causal ? min(len, q0 + FA_BQ) : len;
@@ -925,7 +659,7 @@ template <int DP, int NW> struct FaDkdv2MinBlocks {
     static const int MINB = DP == 64 && NW == 4 ? 3 : 0;
 };
 // TV: dv's storage (T, or bf16_t: the bf16-activation table's 2-byte dv, rows of stride ldgv, bf16(old + sum) in one store)
-template <int DP, typename T, int NW, typename TV = T>
+template <int DP, typename T, int NW, typename TV = T, typename Cfg = FaBwdShipping>
 static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, TV* dv, int ldgkv, int ldgv,
                                                                          const bf16_t* dout, const float* Lg,
                                                                          const float* Dg, const bf16_t* q,
@@ -934,7 +668,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
                                                                          int T_, int H, int Hkv, int d, int ldq,
                                                                          int ldkv, int ldo, int causal,
                                                                          float scale_log2, float scale, int vec,
-                                                                         int lpt, bf16_t* dk16, bf16_t* dv16m, int ldm16) {
+                                                                         bf16_t* dk16, bf16_t* dv16m, int ldm16) {
     extern __shared__ float smem[];
     const int LDS = DP + 8, KB = 16 * NW, NTH = 32 * NW, TILE = FA_BQ * LDS;
     float* L_s = smem;                        // [2][64] of the streamed queries
@@ -944,10 +678,7 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
     bf16_t* Q_s = V_s + KB * LDS;             // [2][64][LDS] streamed queries
     bf16_t* dO_s = Q_s + 2 * TILE;            // [2][64][LDS]
     int start, len, k0;
-    if (!(lpt ? (causal ? fa_find_tile_lpt(cu_seqlens, S, &start, &len, &k0, 1, KB)
-                        : fa_find_tile_lpt_bidir(cu_seqlens, S, &start, &len, &k0, KB))
-              : fa_find_tile(cu_seqlens, S, &start, &len, &k0, 0, KB)))
-        return;
+    if (!Cfg::kv_tile(cu_seqlens, S, &start, &len, &k0, causal, KB)) return;
     int hk = blockIdx.y, group = H / Hkv;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
     // the block's steps: (query head of the group, query tile), tiles from the key tile on under a causal mask
@@ -1063,14 +794,10 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
 
 // what the last backward ran (rrfp_cuda_flash_attention_bwd_info): version, and the dk/dv kernel's warps per block
 static int fa_last_bwd_version, fa_last_bwd_warps;
-static int fa_last_bwd_dq;  // v2's dq kernel: 2 (double buffers), 1 (single: dq3), 0 (none / v1)
-static int fa_last_bwd_lpt; // v2's block order: 1 (longest first: fa_find_tile_lpt*), 0 (sample by sample)
+static int fa_last_bwd_dq;  // the dq kernel: 2 (dq2: double buffers), 1 (dq3: single), 0 (none)
+static int fa_last_bwd_lpt; // the block order: 1 (longest first over all samples, dev/cuda/), 0 (sample by sample)
 
 static size_t fa_forward_smem(int DP) { return 2 * (size_t)3 * FA_BQ * (DP + 8); }
-static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }
-static size_t fa_dkdv_smem(int DP, int NW) {
-    return 2 * FA_BQ * sizeof(float) + 2 * ((size_t)3 * FA_BQ + 2 * 16 * NW) * (DP + 8);
-}
 
 // 8-value loads (fa_load_tile) hold when every row starts 8-value aligned: d, the strides and the pointers
 static int fa_vec_ok(int d, int ldq, int ldkv, int ldo, size_t es, const void* a, const void* b, const void* c,
@@ -1107,80 +834,7 @@ static void fa_forward_dp(T* out, float* lse, const T* q, const T* k, const T* v
     cudaCheck(cudaGetLastError());
 }
 
-template <int DP, typename T>
-static void fa_backward_dp(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
-                           const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
-                           int ldo, int causal, cudaStream_t stream) {
-    float scale = 1.0f / sqrtf((float)d), scale_log2 = FA_LOG2E * scale;
-    int vec = fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), q, k, v, dout) && fa_vec_ok(d, ldq, ldkv, ldo, sizeof(T), out, NULL, NULL, NULL);
-    if (dq) {
-        size_t smem = fa_dq_smem(DP);
-        cudaCheck(cudaFuncSetAttribute(fa_backward_dq_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        dim3 grid(ceil_div(T_, FA_BQ) + S, H);
-        fa_backward_dq_kernel<DP, T><<<grid, FA_THREADS, smem, stream>>>(dq, dout, out, lse, q, k, v, cu_seqlens, S, H,
-                                                                         Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                         scale, vec);
-        cudaCheck(cudaGetLastError());
-    }
-    if (dk || dv) {
-        const int NW = FaDkdvWarps<DP>::NW;
-        fa_last_bwd_warps = NW;
-        size_t smem = fa_dkdv_smem(DP, NW);
-        cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv_kernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem));
-        dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
-        fa_backward_dkdv_kernel<DP, T><<<grid, 32 * NW, smem, stream>>>(dk, dv, dout, out, lse, q, k, v, cu_seqlens, S,
-                                                                           H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                           scale, vec);
-        cudaCheck(cudaGetLastError());
-    }
-}
-
 // ---- backward v2's launcher and scratch ----------------------------------------------------------------
-
-// Which backward runs: 2 (default) or 1 (RRFP_FA_BWD=v1, the kernels before the pre-pass, kept so that a device
-// run compares the two in one invocation: bench/gpu_attention.sh). Read once per process.
-static int fa_bwd_version(void) {
-    static int v = 0;
-    if (!v) {
-        const char* e = getenv("RRFP_FA_BWD");
-        v = e && strcmp(e, "v1") == 0 ? 1 : 2;
-    }
-    return v;
-}
-// The dq kernel at DP 96 and 128: dq3 (single K / V buffers, 3 blocks per SM; default) or dq2 (double buffers,
-// 2 blocks per SM: RRFP_FA_DQ=double), for the device run to compare; dq2 at the other head dims.
-static int fa_dq_double(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char* e = getenv("RRFP_FA_DQ");
-        v = e && strcmp(e, "double") == 0;
-    }
-    return v;
-}
-// The backward's block order over samples (fa_find_tile_lpt, _lpt_bidir): off (default: sample by sample, as v1)
-// or on (RRFP_FA_LPT=1). Measured on an H200 (2026-11-26, merged main), backward ms on bf16 storage, longest
-// first / sample order: lm_8x512 0.658 / 0.644, lm_mixed 1.220 / 1.190, vit_7x576 0.266 / 0.256, vit_mixed
-// 0.237 / 0.235: each block's search costs more than the shorter tail gains.
-static int fa_lpt_on(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char* e = getenv("RRFP_FA_LPT");
-        v = e && strcmp(e, "1") == 0;
-    }
-    return v;
-}
-// The dk/dv kernel's warps at DP 128: 4 (default) or 8 (RRFP_FA_DKDV_WARPS=8: v1's block of 128 keys, the
-// streamed tiles shared by twice the keys, one block per SM), for the device run to compare.
-static int fa_dkdv_warps_128(void) {
-    static int w = 0;
-    if (!w) {
-        const char* e = getenv("RRFP_FA_DKDV_WARPS");
-        w = e && strcmp(e, "8") == 0 ? 8 : 4;
-    }
-    return w;
-}
 
 // The row statistics' scratch: 2 T H f32 (L, then D), kept between calls and grown when a bigger call comes
 // (Backend.reserve sizes it before the first step: cuda_flash_attention_reserve). One per process, as the bf16
@@ -1220,7 +874,6 @@ static FaBwdScratch fa_bwd_scratch_layout(int T, int H, int Hkv, int d, int copi
 // The bf16 table calls the f32 entry (its f32 buffers hold bf16 values), so reserve for that: with copies, and
 // Hkv = H (the most a call of these heads can need).
 void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn) {
-    if (fa_bwd_version() != 2) return;
     size_t most = 0;
     for (int i = 0; i < n_attn; i++) {
         const AttnReserve* a = &attn[i];
@@ -1252,24 +905,24 @@ static size_t fa_dkdv2_smem(int DP, int NW) {
     return 4 * FA_BQ * sizeof(float) + 2 * ((size_t)4 * FA_BQ + 2 * 16 * NW) * (DP + 8);
 }
 
-template <int DP, typename T, int NW, typename TV = T>
+template <int DP, typename T, int NW, typename TV = T, typename Cfg = FaBwdShipping>
 static void fa_dkdv2_launch(T* dk, TV* dv, int ldgkv, int ldgv, const bf16_t* dout, const float* Lg, const float* Dg, const bf16_t* q,
                             const bf16_t* k, const bf16_t* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d,
-                            int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec, int lpt,
+                            int ldq, int ldkv, int ldo, int causal, float scale_log2, float scale, int vec,
                             cudaStream_t stream, bf16_t* dk16 = NULL, bf16_t* dv16m = NULL, int ldm16 = 0) {
     size_t smem = fa_dkdv2_smem(DP, NW);
-    cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW, TV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(fa_backward_dkdv2_kernel<DP, T, NW, TV, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     dim3 grid(ceil_div(T_, 16 * NW) + S, Hkv);
-    fa_backward_dkdv2_kernel<DP, T, NW, TV><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, ldgv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
+    fa_backward_dkdv2_kernel<DP, T, NW, TV, Cfg><<<grid, 32 * NW, smem, stream>>>(dk, dv, ldgkv, ldgv, dout, Lg, Dg, q, k, v, cu_seqlens, S,
                                                                         T_, H, Hkv, d, ldq, ldkv, ldo, causal, scale_log2,
-                                                                        scale, vec, lpt, dk16, dv16m, ldm16);
+                                                                        scale, vec, dk16, dv16m, ldm16);
     cudaCheck(cudaGetLastError());
 }
 
-// v2: the pre-pass (and on f32 inputs the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
-// gradients in TG (f32: added unrounded, as v1), rows of stride ldgq (dq) and ldgkv (dk, dv)
-template <int DP, typename T, typename TG, typename TV = TG>
+// The pre-pass (and on f32 inputs the bf16 copies of q, k, v, dout), then the kernels on bf16 inputs; the
+// gradients in TG (f32: added unrounded), rows of stride ldgq (dq) and ldgkv (dk, dv)
+template <int DP, typename T, typename TG, typename TV = TG, typename Cfg = FaBwdShipping>
 static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                             const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
                             int ldo, int ldgq, int ldgkv, int causal, cudaStream_t stream, int ldgv = -1,
@@ -1306,50 +959,35 @@ static void fa_backward2_dp(TG* dq, TG* dk, TV* dv, const T* dout, const T* out,
         q16 = q, k16 = k, v16 = v, do16 = dout;
     }
     int vec = fa_vec_ok(d, lq, lkv, lo, sizeof(bf16_t), q16, k16, v16, do16);
-    // several samples of more than a tile on average: the blocks in decreasing order of work over all samples
-    // (fa_find_tile_lpt, fa_find_tile_lpt_bidir; one sample is in that order already)
-    int lpt = S > 1 && (size_t)T_ > (size_t)FA_BQ * S && fa_lpt_on();
-    fa_last_bwd_lpt = lpt;
+    fa_last_bwd_lpt = Cfg::longest_first;
     if (dq) {
         dim3 grid(ceil_div(T_, FA_BQ) + S, H);
-        int single = 0;
-        if constexpr (DP == 96 || DP == 128) {
-            if (!fa_dq_double()) {
-                size_t smem = fa_dq3_smem(DP);
-                cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, TG>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-                fa_backward_dq3_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
-                                                                                  cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                                                                  lo, causal, scale_log2, scale, vec, lpt,
-                                                                                  dq16, ldm16);
-                fa_last_bwd_dq = 1, single = 1;
-            }
-        }
-        if (!single) {
+        if constexpr ((DP == 96 || DP == 128) && !Cfg::dq_double) {
+            size_t smem = fa_dq3_smem(DP);
+            cudaCheck(cudaFuncSetAttribute(fa_backward_dq3_kernel<DP, TG, Cfg>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            fa_backward_dq3_kernel<DP, TG, Cfg><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
+                                                                                   cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
+                                                                                   lo, causal, scale_log2, scale, vec,
+                                                                                   dq16, ldm16);
+            fa_last_bwd_dq = 1;
+        } else {
             size_t smem = fa_dq2_smem(DP);
-            cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, TG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            cudaCheck(cudaFuncSetAttribute(fa_backward_dq2_kernel<DP, TG, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)smem));
-            fa_backward_dq2_kernel<DP, TG><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
-                                                                              cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
-                                                                              causal, scale_log2, scale, vec, lpt, dq16,
-                                                                              ldm16);
+            fa_backward_dq2_kernel<DP, TG, Cfg><<<grid, FA_THREADS, smem, stream>>>(dq, ldgq, do16, Lg, Dg, q16, k16, v16,
+                                                                                   cu_seqlens, S, T_, H, Hkv, d, lq, lkv, lo,
+                                                                                   causal, scale_log2, scale, vec, dq16,
+                                                                                   ldm16);
             fa_last_bwd_dq = 2;
         }
         cudaCheck(cudaGetLastError());
     }
     if (dk || dv) {
-        fa_last_bwd_warps = FaDkdv2Warps<DP>::NW;
-        if constexpr (DP == 128) {
-            if (fa_dkdv_warps_128() == 8) {
-                fa_last_bwd_warps = 8;
-                fa_dkdv2_launch<DP, TG, 8, TV>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d, lq, lkv,
-                                          lo, causal, scale_log2, scale, vec, lpt, stream, dk16, dv16m, ldm16);
-                return;
-            }
-        }
-        fa_dkdv2_launch<DP, TG, FaDkdv2Warps<DP>::NW, TV>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv,
-                                                        d, lq, lkv, lo, causal, scale_log2, scale, vec, lpt, stream,
-                                                        dk16, dv16m, ldm16);
+        constexpr int NW = DP == 128 ? Cfg::warps_128 : FaDkdv2Warps<DP>::NW;
+        fa_last_bwd_warps = NW;
+        fa_dkdv2_launch<DP, TG, NW, TV, Cfg>(dk, dv, ldgkv, ldgv, do16, Lg, Dg, q16, k16, v16, cu_seqlens, S, T_, H, Hkv, d,
+                                             lq, lkv, lo, causal, scale_log2, scale, vec, stream, dk16, dv16m, ldm16);
     }
 }
 
@@ -1367,36 +1005,26 @@ static void fa_forward(T* out, float* lse, const T* q, const T* k, const T* v, c
     }
 }
 
-template <typename T>
+template <typename T, typename Cfg = FaBwdShipping>
 static void fa_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                         const T* v, const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
                         int ldo, int causal, cudaStream_t stream) {
     fa_check(S, T_, H, Hkv, d);
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
-    fa_last_bwd_version = fa_bwd_version(), fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
-    if (fa_bwd_version() == 2) {
-        switch (fa_padded_dim(d)) {
-        case 32: fa_backward2_dp<32, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
-        case 64: fa_backward2_dp<64, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
-        case 96: fa_backward2_dp<96, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
-        case 128: fa_backward2_dp<128, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
-        default: fa_backward2_dp<256, T, T>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
-        }
-        return;
-    }
+    fa_last_bwd_version = 2, fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
     switch (fa_padded_dim(d)) {
-    case 32: fa_backward_dp<32>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-    case 64: fa_backward_dp<64>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-    case 96: fa_backward_dp<96>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-    case 128: fa_backward_dp<128>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
-    default: fa_backward_dp<256>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, causal, stream); break;
+    case 32: fa_backward2_dp<32, T, T, T, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+    case 64: fa_backward2_dp<64, T, T, T, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+    case 96: fa_backward2_dp<96, T, T, T, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+    case 128: fa_backward2_dp<128, T, T, T, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
+    default: fa_backward2_dp<256, T, T, T, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldq, ldkv, causal, stream); break;
     }
 }
 
-// bf16 inputs, f32 gradients (a table whose activations are bf16 and whose gradients are f32): v2 only (v1 has no
-// such kernels: RRFP_FA_BWD=v1 does not apply), the same kernels as the f32 storage's without its copies
+// bf16 inputs, f32 gradients (a table whose activations are bf16 and whose gradients are f32): the same kernels as
+// the f32 storage's without its copies
 // TV: dv's storage (float, or bf16_t: 2-byte dv of row stride ldgv, bf16(dv + sum) stored)
-template <typename TV>
+template <typename TV, typename Cfg = FaBwdShipping>
 static void fa_backward_bf16_f32grad(float* dq, float* dk, TV* dv, const bf16_t* dout, const bf16_t* out,
                                      const float* lse, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                                      const int* cu_seqlens, int S, int T_, int H, int Hkv, int d, int ldq, int ldkv,
@@ -1406,11 +1034,11 @@ static void fa_backward_bf16_f32grad(float* dq, float* dk, TV* dv, const bf16_t*
     if (T_ == 0 || H == 0 || (!dq && !dk && !dv)) return;
     fa_last_bwd_version = 2, fa_last_bwd_warps = 0, fa_last_bwd_dq = 0, fa_last_bwd_lpt = 0;
     switch (fa_padded_dim(d)) {
-    case 32: fa_backward2_dp<32, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
-    case 64: fa_backward2_dp<64, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
-    case 96: fa_backward2_dp<96, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
-    case 128: fa_backward2_dp<128, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
-    default: fa_backward2_dp<256, bf16_t, float, TV>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 32: fa_backward2_dp<32, bf16_t, float, TV, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 64: fa_backward2_dp<64, bf16_t, float, TV, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 96: fa_backward2_dp<96, bf16_t, float, TV, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    case 128: fa_backward2_dp<128, bf16_t, float, TV, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
+    default: fa_backward2_dp<256, bf16_t, float, TV, Cfg>(dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T_, H, Hkv, d, ldq, ldkv, ldo, ldgq, ldgkv, causal, stream, ldgv, dq16, dk16, dv16m, ldm16); break;
     }
 }
 
@@ -1474,10 +1102,9 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
 }
 
 // The last backward's kernels (tests/engine/cuda/test_flash_attn.c checks that the version it names ran, bench/gpu_attn_bench.c
-// labels its figures): version 1 or 2 (RRFP_FA_BWD; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
-// and dv not asked for)
-// v2's dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not asked for), and v2's
-// block order: 1 (longest first over all samples: fa_find_tile_lpt, _lpt_bidir), 0 (sample by sample)
+// labels its figures): version 2 (1: dev/cuda/'s v1; 0: no backward yet), the dk/dv kernel's warps per block (0: dk
+// and dv not asked for), the dq kernel: 2 (dq2: double-buffered K / V), 1 (dq3: single buffers), 0 (v1, or dq not
+// asked for), and the block order: 1 (longest first over all samples: dev/cuda/), 0 (sample by sample)
 extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention_bwd_info(int* version, int* dkdv_warps,
                                                                                        int* dq_kernel, int* lpt) {
     *version = fa_last_bwd_version, *dkdv_warps = fa_last_bwd_warps, *dq_kernel = fa_last_bwd_dq;

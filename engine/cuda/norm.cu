@@ -369,7 +369,7 @@ void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight,
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
 // RMSNorm / LayerNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (dinp16 =
 // rr_f32_to_bf16(dinp), in the same store: the input-gradient kernels' dinp16): the copy a GEMM reads next (the
 // residual stream's gradient)

@@ -35,7 +35,7 @@ static __device__ inline void rope_cs_compute(int pos, int j, int n, double sign
 
 // ---- the cos / sin table ----------------------------------------------------------------------------------------
 // Computing each element's angle in double (pow, cos, sin) made RoPE 8x slower than its bytes (H100, 0.16 ms a call of
-// ~67 MB, issue 20): a call reads (c, s) from a table of its frequencies (RopeArgs and dims n) instead, cs[sg][p][j] =
+// ~67 MB): a call reads (c, s) from a table of its frequencies (RopeArgs and dims n) instead, cs[sg][p][j] =
 // (c, s) of pair j at position p for sign +1 (sg 0) and -1 (sg 1), built once by rope_table_kernel with the same
 // expression (rope_cs_compute), so the values are bit for bit those computed per element (both signs are stored: no
 // reliance on cos / sin being even / odd in the device's libm). A position outside [0, P) computes its own, as before.
@@ -255,7 +255,7 @@ void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* p
     rope_qk_cuda<false>(dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, -1.0, rope_args(rf), cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table, issue 20) -------------------------------------------
+// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
 // RoPE backward reading the f32 gradients and storing the rotated values as 2-byte bf16 (rows of stride ld16):
 // rr_f32_to_bf16 of what cuda_rope_backward leaves in dx, in the rotation's own store; KEEP: the f32 gradient is rotated
 // in place too (a bias gradient reads it), else left as it was. The LM's dq and dk in one launch (BackendB16

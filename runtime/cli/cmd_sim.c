@@ -27,7 +27,7 @@ static void sim_usage(FILE* f) {
             "                   [--policy fifo|ffd|balanced] [--flops F] [--jitter J] [--straggler F:LEN:P]\n"
             "                   [--seed S] [--split-backward] [--mode ...] [--hint ...] [--dump FILE] ...\n"
             "                   [--json] [--grid] [--dump FILE] [--trace FILE] [--bench-dispatch]\n\n"
-            "Simulates one step of the RRFP pipeline runtime (DESIGN.md section 6) with the runtime's own\n"
+            "Simulates one step of the RRFP pipeline runtime (docs/scheduler.md) with the runtime's own\n"
             "dispatcher under a virtual clock, or a run of steps (--steps K, or one --durations FILE per step).\n\n"
             "  --durations FILE  duration file {\"stages\", \"microbatches\", \"latency\", \"F\", \"B\", \"W\"?};\n"
             "                    given more than once: a run, one file per step in the order given\n"

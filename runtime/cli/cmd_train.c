@@ -17,7 +17,7 @@
 
 /* ------------------------------------------------------------------------------------------------
  * SIGTERM / SIGINT (preemption): the first finishes the step, checkpoints and exits 128 + signal; a
- * second one, 2 s or more after the first, exits at once (DESIGN.md section 9, docs/reliability.md). */
+ * second one, 2 s or more after the first, exits at once (docs/reliability.md "Preemption: SIGTERM and SIGINT"). */
 
 static volatile sig_atomic_t train_stop_signal = 0;
 static struct timespec train_first_signal;

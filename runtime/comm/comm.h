@@ -1,4 +1,4 @@
-/* comm.h — the one room that talks to other ranks (DESIGN.md sections 2 and 6). Everything above
+/* comm.h — the one room that talks to other ranks (docs/design.md "Layout", docs/parallel.md "The rank grid"). Everything above
  * (pipeline, train, cli) sees groups of ranks (`Comm`), the rank grid, point-to-point requests and
  * collectives through the function table `CommOps`, like `Backend` for compute; only the files of
  * this folder call MPI (and, with the GPU path, NCCL).

@@ -150,7 +150,7 @@ static void m_cancel(Comm* c, CommReq** req) {
 
 /* Blocking collectives are started non-blocking and waited for here, with sleeps of 20 us .. 2 ms
  * (never spinning a core an oversubscribed rank needs) and a warning every comm_stall_warn_s seconds:
- * a stopped rank must not stall its group silently (DESIGN.md section 9). */
+ * a stopped rank must not stall its group silently (docs/reliability.md "A dead or stopped rank"). */
 static double comm_stall_warn_s = 30.0;
 
 void comm_set_stall_warn(double warn_s) { comm_stall_warn_s = warn_s; }

@@ -329,7 +329,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         chat_template = rec;
     }
     if (strcmp(r.vision_arch, "clip"))
-        return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (DESIGN.md's, no class token, "
+        return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (rrfp-mm's own, no class token, "
                        "rotary positions) has no Hugging Face equivalent; LlavaForConditionalGeneration's tower is CLIP "
                        "(model.vision_arch = clip, e.g. from rrfp-mm import llava)", recipe_path, r.vision_arch);
     if (r.text_o_bias && !r.text_qkv_bias)

@@ -10,7 +10,7 @@
  *   model.norm.weight                             -> text.norm.weight             (D)
  *   lm_head.weight                                -> text.lm_head.weight          (V, D)
  * No layout change: HF's Llama applies RoPE with rotate_half on each head's [first half | second half]
- * (its conversion script permuted Meta's interleaved q/k rows into that order), which is DESIGN.md's
+ * (its conversion script permuted Meta's interleaved q/k rows into that order), which is docs/model.md's
  * NeoX rule, and head h is columns [h d, (h+1) d) of q, k, v as here. Values are stored F32 (F32, BF16
  * and F16 inputs are converted exactly).
  *

@@ -90,7 +90,7 @@ static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, c
     if (!x) il_note_default(c, where, "hidden_act");
     x = v ? cJSON_GetObjectItemCaseSensitive(v, "layer_norm_eps") : NULL;
     if (x && !cJSON_IsNull(x) && (!cJSON_IsNumber(x) || x->valuedouble != 1e-5))
-        return il_fail(err, err_len, "%s: layer_norm_eps = %g: the vision LayerNorms' eps is 1e-5 (DESIGN.md section 4)",
+        return il_fail(err, err_len, "%s: layer_norm_eps = %g: the vision LayerNorms' eps is 1e-5 (rrfp-mm's ViT)",
                        where, cJSON_IsNumber(x) ? x->valuedouble : -1.0);
     return 0;
 }

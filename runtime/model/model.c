@@ -82,7 +82,7 @@ VitConfig model_config_vit(const ModelConfig* c) {
 }
 
 LmConfig model_config_lm(const ModelConfig* c) {
-    /* 0 (a ModelConfig written before these fields) means the defaults of DESIGN.md */
+    /* 0 (a ModelConfig written before these fields) means the defaults of docs/model.md */
     LmConfig l = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .init_std = c->init_std,
                   .rms_eps = c->rms_eps > 0 ? c->rms_eps : 1e-5, .Hkv = c->Hkv > 0 ? c->Hkv : c->Ht,
                   .qkv_bias = c->qkv_bias, .o_bias = c->o_bias};
@@ -381,7 +381,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->first &&
                                  model_bf16_vision(cfg);
     params_alloc(&st->params, be, cfg->seed);
-    /* the LM on 2-byte bf16 activations where the backend has such a table (issue 20; tp > 1 too: the TP
+    /* the LM on 2-byte bf16 activations where the backend has such a table (tp > 1 too: the TP
      * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
      * setting); a table bound to a stream (backend_on_stream) keeps its own, whose variant would run on the
      * compute stream */
@@ -403,7 +403,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         projector_weights_point(&st->proj_g, pt, 1);
         st->embed_w = stage_ptr(pt, "text.embed.weight", 0);
         st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
-        /* what the first stage's backward must compute (DESIGN.md: frozen = no work nothing needs) */
+        /* what the first stage's backward must compute (frozen = no work that nothing needs) */
         st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
         st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
         st->proj_train = st->proj_g.fc1_w || st->proj_g.fc1_b || st->proj_g.fc2_w || st->proj_g.fc2_b;
@@ -670,14 +670,6 @@ static int64_t mb_sample_of(const Microbatch* mb, int t) {
     return mb->sample_index ? mb->sample_index[s] : s;
 }
 
-static int mb_fail(char* err, size_t err_len, const char* fmt, ...) RR_PRINTF(3, 4);
-static int mb_fail(char* err, size_t err_len, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char* fmt, ...) RR_PRINTF(4, 5);
 static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char* fmt, ...) {
     va_list ap;
@@ -691,19 +683,19 @@ static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char*
 int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, char* err, size_t err_len) {
     const ModelConfig* c = &st->cfg;
     if (mb->T < 1 || mb->S < 1)
-        return mb_fail(err, err_len, "microbatch: empty (T = %d positions, S = %d samples)", mb->T, mb->S);
+        return rr_fail(err, err_len, "microbatch: empty (T = %d positions, S = %d samples)", mb->T, mb->S);
     if (a && mb->T > a->max_T)
         return mb_fail_hint(err, err_len, "raise the activation budget or lower data.microbatch_tokens", "microbatch: %d LM positions exceed the activation budget of %d", mb->T, a->max_T);
     if (mb->cu_seqlens[0] != 0 || mb->cu_seqlens[mb->S] != mb->T)
-        return mb_fail(err, err_len, "microbatch: cu_seqlens must run from 0 to T = %d (got %d .. %d)", mb->T, mb->cu_seqlens[0],
+        return rr_fail(err, err_len, "microbatch: cu_seqlens must run from 0 to T = %d (got %d .. %d)", mb->T, mb->cu_seqlens[0],
                mb->cu_seqlens[mb->S]);
     for (int s = 0; s < mb->S; s++) {
         if (mb->cu_seqlens[s + 1] <= mb->cu_seqlens[s])
-            return mb_fail(err, err_len, "microbatch: sample %lld is empty or cu_seqlens decreases at %d",
+            return rr_fail(err, err_len, "microbatch: sample %lld is empty or cu_seqlens decreases at %d",
                    (long long)(mb->sample_index ? mb->sample_index[s] : s), s);
         for (int t = mb->cu_seqlens[s]; t < mb->cu_seqlens[s + 1]; t++)
             if (mb->pos[t] != t - mb->cu_seqlens[s])
-                return mb_fail(err, err_len, "microbatch: sample %lld: position %d is %d, expected %d (positions restart per sample)",
+                return rr_fail(err, err_len, "microbatch: sample %lld: position %d is %d, expected %d (positions restart per sample)",
                        (long long)mb_sample_of(mb, t), t, mb->pos[t], t - mb->cu_seqlens[s]);
     }
     if (st->last) {
@@ -711,54 +703,54 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
         for (int t = 0; t < mb->T; t++) {
             if (mb->targets[t] == IGNORE_INDEX) continue;
             if (mb->targets[t] < 0 || mb->targets[t] >= c->V)
-                return mb_fail(err, err_len, "microbatch: sample %lld: target %d at position %d is outside [0, %d) and not -100",
+                return rr_fail(err, err_len, "microbatch: sample %lld: target %d at position %d is outside [0, %d) and not -100",
                        (long long)mb_sample_of(mb, t), mb->targets[t], t, c->V);
             n++;
         }
         if (n != mb->n_supervised)
-            return mb_fail(err, err_len, "microbatch: n_supervised says %d but %d targets are not -100", mb->n_supervised, n);
+            return rr_fail(err, err_len, "microbatch: n_supervised says %d but %d targets are not -100", mb->n_supervised, n);
     }
     if (!st->first) return 0;
     if (a && mb->Np > a->max_Np)
         return mb_fail_hint(err, err_len, "raise the patch budget", "microbatch: %d patches exceed the activation budget of %d", mb->Np,
                     a->max_Np);
     if (mb->I > 0 && mb->patch != c->patch)
-        return mb_fail(err, err_len, "microbatch: patch size %d, but the model's is %d", mb->patch, c->patch);
+        return rr_fail(err, err_len, "microbatch: patch size %d, but the model's is %d", mb->patch, c->patch);
     if (mb->img_cu_patches && (mb->img_cu_patches[0] != 0 || mb->img_cu_patches[mb->I] != mb->Np))
-        return mb_fail(err, err_len, "microbatch: img_cu_patches must run from 0 to Np = %d", mb->Np);
+        return rr_fail(err, err_len, "microbatch: img_cu_patches must run from 0 to Np = %d", mb->Np);
     int n_image_ids = 0;
     for (int t = 0; t < mb->T; t++) {
         if (mb->ids[t] == -1) {
             n_image_ids++;
         } else if (mb->ids[t] < 0 || mb->ids[t] >= c->V) {
-            return mb_fail(err, err_len, "microbatch: sample %lld: token id %d at position %d is outside [0, %d)",
+            return rr_fail(err, err_len, "microbatch: sample %lld: token id %d at position %d is outside [0, %d)",
                    (long long)mb_sample_of(mb, t), mb->ids[t], t, c->V);
         }
     }
     if (n_image_ids != mb->Np)
-        return mb_fail(err, err_len, "microbatch: %d image positions (id -1) but %d patches", n_image_ids, mb->Np);
+        return rr_fail(err, err_len, "microbatch: %d image positions (id -1) but %d patches", n_image_ids, mb->Np);
     for (int i = 0; i < mb->I; i++) {
         int n = mb->img_cu_patches[i + 1] - mb->img_cu_patches[i], t0 = mb->img_lm_start[i];
         if (n < 1 || n != mb->grid_h[i] * mb->grid_w[i])
-            return mb_fail(err, err_len, "microbatch: image %d has %d patches, grid %d x %d", i, n, mb->grid_h[i], mb->grid_w[i]);
+            return rr_fail(err, err_len, "microbatch: image %d has %d patches, grid %d x %d", i, n, mb->grid_h[i], mb->grid_w[i]);
         if (t0 < 0 || t0 + n > mb->T)
-            return mb_fail(err, err_len, "microbatch: image %d at LM positions [%d, %d) outside [0, %d)", i, t0, t0 + n, mb->T);
+            return rr_fail(err, err_len, "microbatch: image %d at LM positions [%d, %d) outside [0, %d)", i, t0, t0 + n, mb->T);
         /* images in order and disjoint: with the -1 count equal to Np, they then cover every image
          * position exactly once, so no row of the assembled sequence is left unwritten */
         if (i > 0 && t0 < mb->img_lm_start[i - 1] + mb->img_cu_patches[i] - mb->img_cu_patches[i - 1])
-            return mb_fail(err, err_len, "microbatch: image %d starts at LM position %d, inside or before image %d at [%d, %d)", i, t0,
+            return rr_fail(err, err_len, "microbatch: image %d starts at LM position %d, inside or before image %d at [%d, %d)", i, t0,
                    i - 1, mb->img_lm_start[i - 1],
                    mb->img_lm_start[i - 1] + mb->img_cu_patches[i] - mb->img_cu_patches[i - 1]);
         int64_t s0 = mb_sample_of(mb, t0), s1 = mb_sample_of(mb, t0 + n - 1);
-        if (s0 != s1) return mb_fail(err, err_len, "microbatch: image %d spans samples %lld and %lld", i, (long long)s0, (long long)s1);
+        if (s0 != s1) return rr_fail(err, err_len, "microbatch: image %d spans samples %lld and %lld", i, (long long)s0, (long long)s1);
         for (int t = t0; t < t0 + n; t++)
             if (mb->ids[t] != -1)
-                return mb_fail(err, err_len, "microbatch: sample %lld: image %d covers position %d whose id is %d, not -1",
+                return rr_fail(err, err_len, "microbatch: sample %lld: image %d covers position %d whose id is %d, not -1",
                        (long long)s0, i, t, mb->ids[t]);
         for (int k = mb->img_cu_patches[i]; k < mb->img_cu_patches[i + 1]; k++) {
             int r = mb->patch_row[k], q = mb->patch_col[k];
             if (r < 0 || r >= mb->grid_h[i] || q < 0 || q >= mb->grid_w[i])
-                return mb_fail(err, err_len, "microbatch: image %d: patch %d at (%d, %d) outside its %d x %d grid", i, k, r, q,
+                return rr_fail(err, err_len, "microbatch: image %d: patch %d at (%d, %d) outside its %d x %d grid", i, k, r, q,
                        mb->grid_h[i], mb->grid_w[i]);
         }
     }
@@ -769,7 +761,7 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
  * Forward */
 
 /* x0 (T, Dt): image positions take the projector rows of their image in patch order, the others
- * the token embedding (DESIGN.md section 4, sequence assembly). */
+ * the token embedding (docs/model.md "Sequence assembly and the loss"). */
 static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     const Backend* be = st->lbe;
     int Dt = st->cfg.Dt;
@@ -1276,7 +1268,7 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "vision_image_size", c->vision_image_size);
     cJSON_AddStringToObject(j, "projector_act", act_name((Act)c->projector_act));
     cJSON_AddNumberToObject(j, "rope_base", lc.rope.theta);
-    /* the LM variants (tests/support/ref/llava_ref.py reads them; absent = DESIGN.md's model) */
+    /* the LM variants (tests/support/ref/llava_ref.py reads them; absent = docs/model.md's default model) */
     cJSON_AddNumberToObject(j, "Hkv", lc.Hkv);
     cJSON_AddNumberToObject(j, "qkv_bias", c->qkv_bias);
     cJSON_AddNumberToObject(j, "o_bias", c->o_bias);

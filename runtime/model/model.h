@@ -1,4 +1,4 @@
-/* model.h — the LLaVA model (DESIGN.md section 4) as pipeline stages.
+/* model.h — the LLaVA model (docs/model.md "The model, exactly") as pipeline stages.
  *
  * A Stage holds LM blocks [l0, l1). The first stage (l0 == 0) also holds the ViT, the projector and
  * the token embedding and assembles the sequence; the last stage (l1 == Lt) also holds the final
@@ -41,7 +41,7 @@
 #include "text/lm.h"
 #include "vision/vision.h"
 
-/* The ViT's LayerNorm eps (1e-5) and 2-D RoPE base (10000) are fixed by DESIGN.md; the LM's RMSNorm eps
+/* The ViT's LayerNorm eps (1e-5) and 2-D RoPE base (10000) are fixed (docs/model.md "Vision encoder and projector"); the LM's RMSNorm eps
  * and RoPE base are the recipe's (an imported Llama sets them). */
 typedef struct {
     int patch;                    /* p: a patch has 3 p^2 values */
@@ -54,13 +54,13 @@ typedef struct {
     uint64_t seed;                /* init seed */
     double rms_eps;               /* LM RMSNorm eps (model.rms_eps); 0 = 1e-5 */
     double rope_base;             /* LM RoPE theta (model.rope_base); 0 = 10000 */
-    /* the published-model variants (DESIGN.md section 4; 0 = today's model) */
+    /* the published-model variants (docs/model.md "The CLIP tower"; 0 = the default model) */
     int vision_arch;              /* VitArch: 0 = the 2-D RoPE ViT, 1 = CLIP (model.vision_arch) */
     int vision_feature_layer;     /* CLIP: hidden_states index of the features (model.vision_feature_layer, -2 as
                                    * LLaVA: negative counts from L + 1, so -1 = after the last block) */
     int vision_image_size;        /* CLIP: the position embeddings' image side (336: a 24 x 24 grid at p = 14) */
-    int projector_act;            /* Act: ACT_GELU_TANH (0, DESIGN.md) or ACT_GELU_ERF (Hugging Face's `gelu`) */
-    /* the LM variants of LLaVA's successors (0: DESIGN.md's model) */
+    int projector_act;            /* Act: ACT_GELU_TANH (0, the default model's) or ACT_GELU_ERF (Hugging Face's `gelu`) */
+    /* the LM variants of LLaVA's successors (0: the default model's) */
     int Hkv;                      /* LM key/value heads (model.text_kv_heads, grouped-query); 0 = Ht */
     int qkv_bias, o_bias;         /* model.text_qkv_bias (Qwen2), model.text_o_bias (Llama attention_bias) */
     int tie_embeddings;           /* model.tie_embeddings: the LM head is text.embed.weight */
@@ -102,7 +102,7 @@ typedef struct {
     int vit_floor;   /* the ViT's B goes down to this block only (vit_backward_floor) */
     int proj_train;  /* some projector.* tensor trains (its B runs when this or vit_train) */
     long n_vit_backward; /* ViT backward passes run (a frozen tower: stays 0; checked by tests) */
-    /* Tensor parallelism (DESIGN.md section 6; tp = 1: unsplit). This stage is TP rank tp_rank of tp over
+    /* Tensor parallelism (docs/parallel.md "Tensor parallelism"; tp = 1: unsplit). This stage is TP rank tp_rank of tp over
      * the group tp_comm (not owned): its ParamTable holds only this rank's slice of each split tensor
      * (global names, slices recorded; runtime/model/tp.h says which), the ViT, projector and LM blocks
      * all-reduce their row-parallel outputs and column-parallel input gradients over tp_comm, the token

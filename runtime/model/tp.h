@@ -1,4 +1,4 @@
-/* tp.h — the tensor-parallel split of the LLaVA model (DESIGN.md section 6), as pure functions of the
+/* tp.h — the tensor-parallel split of the LLaVA model (docs/parallel.md "Tensor parallelism"), as pure functions of the
  * global parameter name and shape: which elements TP rank t of T owns, the initialisation of a shard
  * as the slice of the one-process tensor, and the vocabulary-parallel cross-entropy. No MPI here: the
  * all-reduces the cross-entropy needs come through a callback (the pipeline passes the tp group's

@@ -88,7 +88,7 @@ struct Pipeline {
     void* task_hook_ctx;
 };
 
-/* ---- leader-decides (DESIGN.md section 6): the TP leader's choices travel to its peers ---- */
+/* ---- leader-decides (docs/parallel.md "Tensor parallelism"): the TP leader's choices travel to its peers */
 #define TP_CHOICE_TAG 7
 typedef struct {
     Comm* tp;

@@ -42,7 +42,7 @@ typedef struct {
     void* estimate_ctx;
     /* adaptive: the message latency (s) its plan assumes between ranks (0 = none) */
     double plan_latency_s;
-    /* Replay (DESIGN.md section 6): when set, a task sleeps for replay[kind][rank * M + mb] * replay_scale
+    /* Replay (docs/scheduler.md "The simulator's semantics"): when set, a task sleeps for replay[kind][rank * M + mb] * replay_scale
      * seconds (kind F, B, W; W NULL unless split) instead of computing; messages are the real ones. The
      * arrays must cover this rank's M of every step. */
     const double* replay[3];

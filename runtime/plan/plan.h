@@ -42,7 +42,7 @@ int pp_sim_run_opts(const PpDurations* d, PpHint hint, PpMode mode, PpCap cap, i
 #define PP_PLAN_LOOKAHEAD_MARGIN 0.02
 PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
                    double pred[3]);
-/* adaptive's plan with the microbatch order (issue 22, docs/scheduler.md "The microbatch order"): pp_sim_plan on
+/* adaptive's plan with the microbatch order (docs/scheduler.md "The microbatch order"): pp_sim_plan on
  * est as it is and on est permuted into "ends" order (pp_order_ends(est, -1, ...): the same estimates
  * permuted). Returns 1 with perm (M) the ends order, pred / *mode the reordered plan's, when the reordered
  * prediction of its chosen mode is below the other's (of its chosen mode) by more than PP_PLAN_ORDER_MARGIN
@@ -52,7 +52,7 @@ PpMode pp_sim_plan(const PpDurations* est, double est_error, PpHint hint, PpCap 
 #define PP_PLAN_ORDER_MARGIN 0.01
 int pp_plan_order(const PpDurations* est, double est_error, PpHint hint, PpCap cap, int chunks, int allow_fixed,
                   double pred[3], PpMode* mode, int* perm);
-/* A step's microbatches in "ends" order (issue 22's third round, bench/README.md; adaptive's plan chooses
+/* A step's microbatches in "ends" order (docs/scheduler.md "The microbatch order", bench/README.md; adaptive's plan chooses
  * it, pp_plan_order): perm[slot] = the microbatch to run in that slot, the smallest microbatches (by their
  * work, F + B + W from the estimates' low-rank fit, summed over every rank, or on rank `rank` alone when
  * rank >= 0) at both ends of the step and the largest in the middle, which shortens the pipeline's fill

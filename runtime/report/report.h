@@ -1,4 +1,4 @@
-/* report.h — `rrfp-mm report RUN_DIR`: one self-contained HTML page of a run (DESIGN.md section 7).
+/* report.h — `rrfp-mm report RUN_DIR`: one self-contained HTML page of a run (docs/training.md "The report").
  *
  * Inline SVG and CSS only (no network, no JavaScript): the loss, learning-rate, grad-norm and tokens/s
  * curves from RUN_DIR/metrics.jsonl; the recipe as trained (RUN_DIR/recipe.ini, written by the

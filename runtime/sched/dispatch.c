@@ -17,7 +17,7 @@
 /* The in-flight unit is a microbatch admitted to this rank: its first-chunk forward F(0, m) started
  * and its first-chunk backward B(0, m) (the last backward of m on the rank) not finished. Only F(0, m)
  * is gated by the cap and the byte budget; later chunks of an admitted microbatch never are, so an
- * admitted microbatch can always finish (with one chunk this is DESIGN's "F started, B not finished",
+ * admitted microbatch can always finish (with one chunk this is the contract's "F started, B not finished",
  * and with several it cannot deadlock on its own chunks). */
 static inline int task_gated(PpTask t) { return t.kind == PP_F && t.chunk == 0; }
 

@@ -2,7 +2,7 @@
  *
  * A hint ranks every task of a rank (position in the returned order = hint rank, smaller is
  * preferred). Under the fixed modes the order is executed as a sequence; under `ready` it only breaks
- * ties between tasks whose inputs are in. Definitions follow DESIGN.md section 6; interleaved-1f1b is
+ * ties between tasks whose inputs are in. Definitions follow docs/scheduler.md "Tasks, hints and dispatch modes"; interleaved-1f1b is
  * Megatron-LM's schedule table (forward_backward_pipelining_with_interleaving) and zb-h1 is Qi et
  * al.'s ZB-H1 as Megatron-DeepSpeed's ZeroBubbleH1Pipeline writes it with exact semantics. */
 #include <math.h>
@@ -209,7 +209,7 @@ static void ob_push(OrderBuf* b, int kind, int chunk, int mb) {
     b->n++;
 }
 
-/* B(c, m), followed directly by W(c, m) when the backward is split (DESIGN: "with a split backward
+/* B(c, m), followed directly by W(c, m) when the backward is split (docs/scheduler.md: "with a split backward
  * these sequences put W(m) directly after B(m)"). */
 static void ob_push_bw(OrderBuf* b, int chunk, int mb) {
     ob_push(b, PP_B, chunk, mb);

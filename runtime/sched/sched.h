@@ -2,7 +2,7 @@
  * arbitration) and validity checks. Pure: no MPI, no CUDA, no clock. The discrete-event simulator
  * that drives the same dispatcher is runtime/sim/sim.h.
  *
- * DESIGN.md section 6 is the contract. The split is Megatron's: hints (pure functions, hints.c) know
+ * docs/scheduler.md "Tasks, hints and dispatch modes" is the contract. The split is Megatron's: hints (pure functions, hints.c) know
  * nothing of time; the dispatcher (dispatch.c) knows one rank's ready set and nothing of transports;
  * the simulator (sim.c) and the MPI runtime each feed the dispatcher the same three notifications
  * (input arrived, task started, task finished) and ask it what to run next.
@@ -172,7 +172,7 @@ int pp_cap_parse(const char* text, PpCap* cap, char* err, size_t errlen);
 /* The cap of rank r: a count as given; a multiple k of the hint's peak p gives floor(k * p + 1e-9), at
  * least 1; the default is P - r (the 1F1B peak) when hint_peak is 0, else hint_peak. */
 int pp_cap_resolve(PpCap cap, int hint_peak, int P, int rank);
-/* The hint_peak to pass for the default cap: 0 with one chunk (DESIGN: default P - r), the hint's own
+/* The hint_peak to pass for the default cap: 0 with one chunk (the contract's default P - r), the hint's own
  * peak with several chunks (1F1B's P - r admits too few microbatches for Megatron's interleaved
  * warm-up). */
 int pp_cap_default_peak(PpHint h, const PpShape* s, int rank);
@@ -286,7 +286,7 @@ void pp_dispatcher_clone(PpDispatcher* dst, const PpDispatcher* src, void* mem);
 int pp_dispatcher_peek_sequence(const PpDispatcher* d, PpTask* t);
 /* fixed-sync: the tasks whose cross-rank receives are to be posted now, i.e. at time 0 and each time
  * the rank finishes computing a task (whether or not that task's own send is still blocked). With one
- * chunk: the next task of the sequence (DESIGN.md section 6). With several: the next forward and the
+ * chunk: the next task of the sequence (docs/scheduler.md "Tasks, hints and dispatch modes"). With several: the next forward and the
  * next backward of the sequence, as Megatron's interleaved schedule posts both in one batched exchange
  * (one receive ahead deadlocks its table); in the V layout the next forward and backward of each chunk
  * (a V rank feeds itself at the tip, and one receive per kind deadlocks zbv's warm-up). Tasks without a

@@ -57,7 +57,7 @@ static void draw_sample(const PpCalibConfig* c, uint64_t* x, CalibSample* s) {
         text = lognormal(x, c->image_text_mean, c->image_text_sigma);
         for (int i = 0; i < s->n_img; i++) {
             /* a photo's size, then the loader's rule: sides in patches, the count clamped into
-             * [min_patches, max_patches] keeping the aspect ratio (DESIGN.md section 4, smart_resize) */
+             * [min_patches, max_patches] keeping the aspect ratio (docs/data.md "Image preprocessing", smart_resize) */
             double px = lognormal(x, c->image_px_mean, c->image_px_sigma);
             double ar = exp(c->aspect_sigma * normal(x));
             double n = px / ((double)c->patch * c->patch);

@@ -1,7 +1,7 @@
-/* sim.c — the RRFP simulator: duration files, the duration generator, DESIGN.md's lower bound, and
+/* sim.c — the RRFP simulator: duration files, the duration generator, the lower bound of docs/scheduler.md, and
  * a discrete-event run of one step that drives the runtime's own PpDispatcher under a virtual clock.
  *
- * Semantics (DESIGN.md section 6, one chunk per rank; V chunks split each rank's durations evenly):
+ * Semantics (docs/scheduler.md "The simulator's semantics", one chunk per rank; V chunks split each rank's durations evenly):
  * - a message leaves when its producer finishes and arrives `latency` later (fixed, ready);
  * - all events at one time (completions, arrivals, unblocked senders) are applied before any idle
  *   rank chooses, so `ready` takes, of the tasks eligible at t, the smallest hint rank, and a rank
@@ -202,11 +202,9 @@ done:
 
 int pp_durations_load(const char* path, PpDurations* d, char* err, size_t errlen) {
     size_t size;
-    char* text = rr_read_file(path, &size, RR_MAX_JSON);
+    char* text = rr_read_file_err(path, &size, RR_MAX_JSON, "a duration file (JSON, docs/scheduler.md)", err, errlen,
+                                  "cannot read duration file '%s': %s");
     if (!text) {
-        char why[128];
-        snprintf(err, errlen, "cannot read duration file '%s': %s", path,
-                 rr_read_file_why(errno, "a duration file (JSON, DESIGN.md section 6)", why, sizeof why));
         memset(d, 0, sizeof *d);
         return -1;
     }

@@ -1,5 +1,5 @@
 /* sim.h — the discrete-event simulator over the RRFP dispatcher (runtime/sched/), duration files and
- * their generator (DESIGN.md section 6). The simulator feeds the dispatcher the same three
+ * their generator (docs/scheduler.md "The simulator's semantics"). The simulator feeds the dispatcher the same three
  * notifications the real runtime does, under a virtual clock. */
 #ifndef RRFP_SIM_H
 #define RRFP_SIM_H
@@ -15,7 +15,7 @@ extern "C" {
 
 /* ---- durations and the simulator ----------------------------------------------------------------- */
 
-/* The duration file of DESIGN.md section 6: {"stages": P, "microbatches": M, "latency": L,
+/* The duration file of docs/scheduler.md "The simulator's semantics": {"stages": P, "microbatches": M, "latency": L,
  * "F": [[P x M]], "B": [[P x M]], "W": [[P x M]] (optional: present = split backward)}. */
 typedef struct {
     int P, M, split;
@@ -41,8 +41,8 @@ typedef enum { PP_GEN_TEXT = 0, PP_GEN_MM = 1 } PpGenKind;
 void pp_durations_generate(PpDurations* d, int P, int M, double variance, PpGenKind kind, uint64_t seed,
                            int split, double latency);
 
-/* DESIGN.md's lower bound; with V > 1 chunks each rank's durations are split evenly over its chunks
- * and the microbatch path runs over the P*V virtual stages (V = 1 is exactly DESIGN.md's formula). */
+/* The lower bound of docs/scheduler.md "The simulator's semantics"; with V > 1 chunks each rank's durations are split evenly over its chunks
+ * and the microbatch path runs over the P*V virtual stages (V = 1 is exactly the one-chunk formula). */
 double pp_lower_bound(const PpDurations* d, int chunks);
 
 /* One message of a simulated run: the output of `task` on rank src for rank dst. */

@@ -242,13 +242,9 @@ static int peer_from_event(const cJSON* e) {
 
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     size_t size;
-    char* text = rr_read_file(path, &size, RR_MAX_JSONL);
-    if (!text) {
-        char why[128];
-        snprintf(err, errlen, "cannot read trace '%s': %s", path,
-                 rr_read_file_why(errno, "a Chrome trace JSON file (RUN_DIR/trace-rank*.json)", why, sizeof why));
-        return -1;
-    }
+    char* text = rr_read_file_err(path, &size, RR_MAX_JSONL, "a Chrome trace JSON file (RUN_DIR/trace-rank*.json)",
+                                  err, errlen, "cannot read trace '%s': %s");
+    if (!text) return -1;
     cJSON* root = cJSON_ParseWithLength(text, size);
     if (!root) {
         const char* at = cJSON_GetErrorPtr();

@@ -49,7 +49,7 @@ typedef struct {
     int rank;
     char kind;       // 'F', 'B' or 'W'
     int mb, chunk;   // mb -1 when the span has none; both checked in [0, 2^20] and [0, 65535]
-    int stages;      // the pipeline's P ("args": {"stages": P}, written since issue 19), -1 when absent
+    int stages;      // the pipeline's P ("args": {"stages": P}; older traces lack it), -1 when absent
     double ts, dur;  // microseconds
 } PpTraceSpan;
 

@@ -1,4 +1,4 @@
-/* exec.h — the step executor: one signature for every way of running a training step (STYLE.md 7a,
+/* exec.h — the step executor: one signature for every way of running a training step (after
  * Megatron's get_forward_backward_func). The trainer loop calls forward_backward, then the hooks (the
  * data-parallel gradient reduction goes there), then the gradient norm and the optimiser step over
  * the executor's stages, and never asks how the step was run.

@@ -1,4 +1,4 @@
-/* exec_dp.c — the data-parallel step end (DESIGN.md section 6, Megatron's finalize_model_grads): the
+/* exec_dp.c — the data-parallel step end (docs/parallel.md "Data parallelism", Megatron's finalize_model_grads): the
  * bucketed gradient all-reduce over the DP group, as a StepExec hook (see exec.h). Replicas hold the
  * same parameters; each ran its own microbatches with the loss scaled by 1 / (supervised targets of the
  * whole global step), so the sum over replicas is the one-process step's gradient. */
@@ -41,7 +41,7 @@ static float* bucket_buf(DpReduce* d, const DpBucket* k) {
 static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
     if (d->device) {
         /* the gradients are written by work still queued on the compute stream: NCCL's stream waits for
-         * it on the device (DESIGN.md section 3), the host goes on */
+         * it on the device (docs/design.md "Streams and events"), the host goes on */
         const ParamTable* pt = &d->ex->stages[s]->params;
         char e[512];
         pt->be->event_record(pt->be, d->ev);

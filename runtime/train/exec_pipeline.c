@@ -160,7 +160,7 @@ static void pipe_set_grads_done(StepExec* ex, StepGradsDone fn, void* ctx) {
     pipeline_set_grads_done(((PipeExec*)ex)->pl, fn, ctx);
 }
 
-/* The trace file, written at the end of the run: a failed write is the run's error (issue 19). */
+/* The trace file, written at the end of the run: a failed write is the run's error, never lost silently. */
 static int pipe_finish(StepExec* ex, char* err, size_t err_len) {
     PipeExec* x = (PipeExec*)ex;
     if (!x->trace) return 0;
@@ -264,7 +264,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         goto fail;
     }
     if (!strncmp(r->compute, "replay:", 7)) {
-        /* Replay (DESIGN.md section 6): tasks sleep the file's durations; messages stay the real ones */
+        /* Replay (docs/scheduler.md "The simulator's semantics"): tasks sleep the file's durations; messages stay the real ones */
         const char* file = r->compute + 7;
         const char* origin = recipe_origin(r, "runtime", "compute");
         if (pp_durations_load(file, &x->replay, e, sizeof e) != 0) {

@@ -1,4 +1,4 @@
-/* generate.h — answers from a checkpoint's model (issue 23, `rrfp-mm generate`): autoregressive
+/* generate.h — answers from a checkpoint's model (`rrfp-mm generate`): autoregressive
  * decoding with a KV cache through the training forward (stage_forward: the same ops, weights and
  * image path; the LM blocks append each call's keys and values to the cache and attend to all of
  * them, text/lm.h LmSeq), on the recipe's backend (CPU or CUDA), in f32.

@@ -1,4 +1,4 @@
-/* guard.h — what a training job checks before it starts (DESIGN.md section 9: "a job refuses before it
+/* guard.h — what a training job checks before it starts (docs/reliability.md: "a job refuses before it
  * starts what it can know will fail"): the run folder's lock, the memory the layout needs, threads
  * against the cores. Each returns 0, or -1 with a message; none exits. */
 #ifndef RRFP_TRAIN_GUARD_H

@@ -46,7 +46,7 @@ static const RecipeKey recipe_keys[] = {
     {"model", "rope_base", RKEY_FLOAT, OFF(rope_base), 0, "10000", 1, 1e12, 0, 1,
      "Base theta of the LM's 1-D RoPE, freq_i = theta^(-2i/n) (Llama's rope_theta). The ViT's 2-D RoPE keeps 10000."},
     {"model", "vision_arch", RKEY_ENUM, OFF(vision_arch), SZ(vision_arch), "rope2d", 0, 0, "rope2d|clip", 1,
-     "`rope2d`: DESIGN.md's ViT (2-D RoPE, no class token). `clip`: OpenAI's CLIP tower as LLaVA uses it (class token, "
+     "`rope2d`: docs/model.md's ViT (2-D RoPE, no class token). `clip`: OpenAI's CLIP tower as LLaVA uses it (class token, "
      "learned position embeddings bicubic-interpolated to each image's grid, pre_layrnorm, QuickGELU, features of "
      "model.vision_feature_layer without the class token); `rrfp-mm import clip|llava` prints it."},
     {"model", "vision_feature_layer", RKEY_INT, OFF(vision_feature_layer), 0, "-2", -1025, 1024, 0, 1,
@@ -57,7 +57,7 @@ static const RecipeKey recipe_keys[] = {
      "CLIP: the image side the position embeddings were trained for (image_size / patch = their grid side); images of "
      "another grid get them bicubic-interpolated."},
     {"model", "projector_act", RKEY_ENUM, OFF(projector_act), SZ(projector_act), "gelu_tanh", 0, 0, "gelu_tanh|gelu", 1,
-     "The projector's activation: `gelu_tanh` (DESIGN.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
+     "The projector's activation: `gelu_tanh` (docs/model.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
      "Hugging Face's projector_hidden_act."},
     {"model", "text_kv_heads", RKEY_INT, OFF(text_kv_heads), 0, "0", 0, 1024, 0, 1,
      "Key/value heads of the LM (grouped-query attention: each serves text_heads / text_kv_heads query heads, query "
@@ -102,7 +102,7 @@ static const RecipeKey recipe_keys[] = {
     {"data", "microbatches", RKEY_INT, OFF(microbatches), 0, "4", 1, 1 << 16, 0, 1,
      "Microbatches per optimiser step (per data-parallel rank)."},
     {"data", "policy", RKEY_ENUM, OFF(policy), SZ(policy), "ffd", 0, 0, "fifo|ffd|balanced", 1,
-     "Microbatch packing policy (DESIGN.md section 5)."},
+     "Microbatch packing policy (docs/data.md, Loader)."},
     {"data", "window", RKEY_INT, OFF(window), 0, "64", 1, 1 << 20, 0, 1, "Look-ahead window in samples for ffd / balanced."},
     {"data", "workers", RKEY_INT, OFF(workers), 0, "0", 0, 256, 0, 0,
      "Decode threads (does not change the data). 0 = what the cores allow: those of this rank's share of the host "
@@ -187,10 +187,10 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw|zbv|dualpipev", 0,
-     "Schedule hint (DESIGN.md section 6; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
+     "Schedule hint (docs/scheduler.md; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
      "docs/scheduler.md)."},
     {"parallel", "mode", RKEY_ENUM, OFF(mode), SZ(mode), "adaptive", 0, 0, "fixed-sync|fixed|ready|lookahead|adaptive", 0,
-     "Dispatch mode (DESIGN.md section 6; lookahead = ready + producers' start notices and a duration estimate; "
+     "Dispatch mode (docs/scheduler.md; lookahead = ready + producers' start notices and a duration estimate; "
      "adaptive (the default) = per step, ready or the hint's sequence, whichever a simulation of the step on "
      "the cost model's estimates predicts faster, or lookahead where predicted 2% faster still; and the step's "
      "microbatches in \"ends\" order, small ones at both ends, where that is predicted more than 1% faster: "
@@ -222,7 +222,7 @@ static const RecipeKey recipe_keys[] = {
      "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
      "more. Needs runtime.backend = cuda."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
-     "`model`, or `replay:FILE` (DESIGN.md section 6, parallel.pp > 1): every task sleeps its duration from the "
+     "`model`, or `replay:FILE` (docs/scheduler.md, parallel.pp > 1): every task sleeps its duration from the "
      "duration file FILE (stages = parallel.pp, microbatches >= data.microbatches; W present exactly when the hint "
      "splits the backward) times runtime.replay_scale seconds instead of computing, with the real messages of the "
      "real sizes between the ranks (losses and gradients are then 0)."},
@@ -264,13 +264,6 @@ const char* recipe_key_type_name(RecipeKeyType t) {
     return "?";
 }
 
-static void rerr(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static void rerr(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static int recipe_key_find(const char* section, const char* key) {
     for (int i = 0; i < n_recipe_keys; i++)
@@ -328,18 +321,18 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
         /* a well-formed number that does not fit (1e-400 underflows, 1e400 and 2^63 overflow) is out of range,
          * not "not a number" */
         if (*value && end && end != value && !*end && errno == ERANGE) {
-            rerr(err, n, "%s.%s = %s is out of range (beyond what a %s holds); allowed: %s", k->section, k->key, value,
+            rr_fail(err, n, "%s.%s = %s is out of range (beyond what a %s holds); allowed: %s", k->section, k->key, value,
                  k->type == RKEY_FLOAT ? "double" : "64-bit integer", allowed);
             return -1;
         }
         if (!*value || !end || *end || errno == ERANGE || !isfinite(v)) {
-            rerr(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
+            rr_fail(err, n, "%s.%s = '%s' is not %s", k->section, k->key, value,
                  k->type == RKEY_FLOAT ? "a number" : "an integer");
-            rerr(err + strlen(err), n - strlen(err), "; allowed: %s", allowed);
+            rr_fail(err + strlen(err), n - strlen(err), "; allowed: %s", allowed);
             return -1;
         }
         if (v < k->min || v > k->max) {
-            rerr(err, n, "%s.%s = %s is out of range; allowed: %s", k->section, k->key, value, allowed);
+            rr_fail(err, n, "%s.%s = %s is out of range; allowed: %s", k->section, k->key, value, allowed);
             return -1;
         }
         if (k->type == RKEY_INT) *(int*)field = (int)v;
@@ -350,7 +343,7 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
     case RKEY_STRING:
         /* a line break ends the recipe line it is printed on: the rest would read back as another line */
         if (strpbrk(value, "\n\r")) {
-            rerr(err, n, "%s.%s: a value with a line break cannot be written as one recipe line and read back; "
+            rr_fail(err, n, "%s.%s: a value with a line break cannot be written as one recipe line and read back; "
                  "allowed: %s on one line", k->section, k->key, allowed);
             return -1;
         }
@@ -358,13 +351,13 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
          * RUN_DIR/recipe.ini, --print-recipe): `init_from =; x` loaded as "; x" and came back empty */
         for (const char* q = value; *q; q++)
             if (*q == ';' && (q == value || isspace((unsigned char)q[-1]))) {
-                rerr(err, n, "%s.%s = '%s': a ';' at the start or after a space would start a comment when the "
+                rr_fail(err, n, "%s.%s = '%s': a ';' at the start or after a space would start a comment when the "
                      "recipe is written and read back; allowed: %s without such a ';'", k->section, k->key, value,
                      allowed);
                 return -1;
             }
         if (strlen(value) >= k->size) {
-            rerr(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
+            rr_fail(err, n, "%s.%s is too long (%zu bytes); allowed: %s", k->section, k->key, strlen(value), allowed);
             return -1;
         }
         strcpy(field, value);
@@ -381,14 +374,14 @@ static int recipe_key_parse_trimmed(Recipe* r, const RecipeKey* k, const char* v
             }
             c += cl + (bar ? 1 : 0);
         }
-        rerr(err, n, "%s.%s = '%s' is not allowed; allowed: %s", k->section, k->key, value, allowed);
+        rr_fail(err, n, "%s.%s = '%s' is not allowed; allowed: %s", k->section, k->key, value, allowed);
         return -1;
     }
     case RKEY_BOOL:
         if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes")) *(int*)field = 1;
         else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no")) *(int*)field = 0;
         else {
-            rerr(err, n, "%s.%s = '%s' is not a boolean; allowed: %s", k->section, k->key, value, allowed);
+            rr_fail(err, n, "%s.%s = '%s' is not a boolean; allowed: %s", k->section, k->key, value, allowed);
             return -1;
         }
         return 0;
@@ -437,7 +430,7 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
             if (!strcmp(recipe_keys[j].section, section)) known_section = 1;
         if (!known_section) {
             snprintf(sec, sizeof sec, "%s", section);
-            rerr(c->err, c->err_len,
+            rr_fail(c->err, c->err_len,
                  "%s:%d: unknown section [%s] (key '%s'); allowed sections: model, data, train, optim, parallel, "
                  "runtime, checkpoint (see recipes/README.md)",
                  c->path, c->line, sec, name);
@@ -452,14 +445,14 @@ static int recipe_ini_handler(void* user, const char* section, const char* name,
         return 1;
     }
     if (c->seen[i]) {
-        rerr(c->err, c->err_len, "%s:%d: %s.%s is set twice (first at %s)", c->path, c->line, section, name,
+        rr_fail(c->err, c->err_len, "%s:%d: %s.%s is set twice (first at %s)", c->path, c->line, section, name,
              c->r->origin[i]);
         c->failed = 1;
         return 1;
     }
     char msg[1024];
     if (recipe_key_parse(c->r, &recipe_keys[i], value, msg, sizeof msg) != 0) {
-        rerr(c->err, c->err_len, "%s:%d: %s", c->path, c->line, msg);
+        rr_fail(c->err, c->err_len, "%s:%d: %s", c->path, c->line, msg);
         c->failed = 1;
         return 1;
     }
@@ -482,7 +475,7 @@ static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
         at += len + (nl ? 1 : 0);
         c->line++;
         if (memchr(line, 0, len)) {
-            rerr(c->err, c->err_len, "%s:%d: a NUL byte inside the line (byte %zu); a recipe is text", c->path,
+            rr_fail(c->err, c->err_len, "%s:%d: a NUL byte inside the line (byte %zu); a recipe is text", c->path,
                  c->line, (size_t)((char*)memchr(line, 0, len) - line) + 1);
             c->failed = 1;
             return;
@@ -492,7 +485,7 @@ static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
         if (*s == '[') {
             char* close = strchr(s, ']');
             if (!close) {
-                rerr(c->err, c->err_len, "%s:%d: syntax error: '[' without ']' (expected [section])", c->path, c->line);
+                rr_fail(c->err, c->err_len, "%s:%d: syntax error: '[' without ']' (expected [section])", c->path, c->line);
                 c->failed = 1;
                 return;
             }
@@ -502,7 +495,7 @@ static void recipe_ini_parse(IniCtx* c, char* text, size_t n) {
         }
         char* eq = s + strcspn(s, "=:");
         if (!*eq) {
-            rerr(c->err, c->err_len,
+            rr_fail(c->err, c->err_len,
                  "%s:%d: syntax error (expected [section], key = value, or a ; / # comment)", c->path, c->line);
             c->failed = 1;
             return;
@@ -525,14 +518,14 @@ int recipe_load(Recipe* r, const char* path, char* err, size_t err_len) {
     snprintf(r->path, sizeof r->path, "%s", path);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        rerr(err, err_len, "recipe '%s' is a directory, expected a recipe .ini file (see recipes/)", path);
+        rr_fail(err, err_len, "recipe '%s' is a directory, expected a recipe .ini file (see recipes/)", path);
         return -1;
     }
     size_t n = 0;
     char* text = rr_read_file(path, &n, RR_MAX_INI);
     if (!text) {
         char why[160];
-        rerr(err, err_len, "cannot open recipe '%s': %s", path,
+        rr_fail(err, err_len, "cannot open recipe '%s': %s", path,
              rr_read_file_why(errno, "a recipe .ini file", why, sizeof why));
         return -1;
     }
@@ -551,13 +544,13 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     const char* eq = strchr(assignment, '=');
     const char* dot = strchr(assignment, '.');
     if (!eq || !dot || dot > eq) {
-        rerr(err, err_len, "--set %s: expected section.key=value (e.g. --set train.steps=10)", assignment);
+        rr_fail(err, err_len, "--set %s: expected section.key=value (e.g. --set train.steps=10)", assignment);
         return -1;
     }
     char section[64], key[64];
     size_t sl = (size_t)(dot - assignment), kl = (size_t)(eq - dot - 1);
     if (sl == 0 || sl >= sizeof section || kl == 0 || kl >= sizeof key) {
-        rerr(err, err_len, "--set %s: expected section.key=value", assignment);
+        rr_fail(err, err_len, "--set %s: expected section.key=value", assignment);
         return -1;
     }
     memcpy(section, assignment, sl);
@@ -566,13 +559,13 @@ int recipe_set(Recipe* r, const char* assignment, char* err, size_t err_len) {
     key[kl] = 0;
     int i = recipe_key_find(section, key);
     if (i < 0) {
-        rerr(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
+        rr_fail(err, err_len, "--set %s: unknown key '%s.%s' (see recipes/README.md for the keys)", assignment, section,
              key);
         return -1;
     }
     char msg[1024];
     if (recipe_key_parse(r, &recipe_keys[i], eq + 1, msg, sizeof msg) != 0) {
-        rerr(err, err_len, "--set %s: %s", assignment, msg);
+        rr_fail(err, err_len, "--set %s: %s", assignment, msg);
         return -1;
     }
     snprintf(r->origin[i], sizeof r->origin[i], "--set");

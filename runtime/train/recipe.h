@@ -17,7 +17,7 @@
 #define RECIPE_MAX_KEYS 96
 
 typedef struct {
-    /* [model] — DESIGN.md section 4 */
+    /* [model] — docs/model.md */
     int vision_width;  /* Dv */
     int vision_layers; /* Lv */
     int vision_heads;  /* Hv */
@@ -71,7 +71,7 @@ typedef struct {
     char init_from[RECIPE_STR];   /* checkpoint folder whose matching tensors start this run ("" = none) */
     int overwrite;                /* a fresh start moves a used run folder's contents aside */
 
-    /* [optim] — AdamW, DESIGN.md section 4 */
+    /* [optim] — AdamW, docs/model.md "Initialisation and the optimiser" */
     double lr, min_lr;
     char schedule[16];   /* cosine | linear | constant (after the warm-up) */
     LrSchedule lr_schedule; /* optim.schedule as the optimiser takes it, set once by recipe_validate */

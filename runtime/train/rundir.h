@@ -1,4 +1,4 @@
-/* rundir.h — run folders that never mix runs (issue 23). A run folder (train.run_dir) belongs to one
+/* rundir.h — run folders that never mix runs. A run folder (train.run_dir) belongs to one
  * run: RUN_DIR/run.json {"run_id": ...} is written once, when the run starts fresh, and every
  * checkpoint the run writes carries the same "run_id" in its state.json (engine/checkpoint.h), so
  * `latest` and checkpoint.keep see only this run's checkpoints, even in a shared checkpoint.dir.

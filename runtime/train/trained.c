@@ -45,13 +45,9 @@ int trained_data_of_shards(const char* shards, TrainedData* d, char* err, size_t
 static cJSON* trained_state(const char* dir, char* path, size_t path_len, char* err, size_t err_len) {
     snprintf(path, path_len, "%s/state.json", dir);
     size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        snprintf(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", path,
-                 rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
-        return NULL;
-    }
+    char* text = rr_read_file_err(path, &n, RR_MAX_JSON, "a checkpoint's state.json", err, err_len,
+                                  "%s: cannot read: %s (not a checkpoint folder?)");
+    if (!text) return NULL;
     cJSON* j = cJSON_ParseWithLength(text, n);
     free(text);
     if (!cJSON_IsObject(j)) {

@@ -1,4 +1,4 @@
-/* trainer.h — the training job (runtime/train/, DESIGN.md section 2): the loop of steps (the plan from
+/* trainer.h — the training job (runtime/train/, docs/design.md "Layout"): the loop of steps (the plan from
  * the batch source, the step executor's forward-backward, its hooks, the global gradient norm,
  * clipping, AdamW, the LR schedule), checkpoints, step dumps, metrics and held-out evaluation. The
  * loop is the same for every layout: how a step runs is the StepExec's business (exec.h).

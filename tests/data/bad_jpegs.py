@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bad_jpegs.py — the damaged JPEGs of issue 9, made from one good baseline JPEG, for the tests that
+"""bad_jpegs.py — the damaged JPEGs (random bytes after a marker, huge or zero sizes, 12-bit, cut), made from one good baseline JPEG, for the tests that
 check a bad image costs only itself (tests/data/data_pack_errors.sh, test_data --bad-images) and for the
 image fuzz target's regression seeds (tests/fuzz/run_fuzz.sh).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""data_png.py — PNG images (issue 23, data/png.c), checked against Pillow, which LLaVA's loaders use.
+"""data_png.py — PNG images (data/png.c), checked against Pillow, which LLaVA's loaders use.
 
 1. Decode: RGB, RGBA, palette (with transparency), greyscale, grey + alpha, 1-bit, 16-bit RGB and
    Adam7-interlaced PNGs

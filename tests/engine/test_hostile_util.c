@@ -1,4 +1,4 @@
-/* test_hostile_util.c — the helpers the hostile-input checks rest on (issue 19), one by one:
+/* test_hostile_util.c — the helpers the hostile-input checks rest on, one by one:
  *   rr_read_file's cap: a regular file over it is refused before it is read (EFBIG, the message names the
  *     limit and the kind), exactly the cap is read, a stream (/dev/zero, a pipe) stops one byte past it;
  *   rr_remove_tree: removes a tree, does not follow a symbolic link out of it (the target survives), a

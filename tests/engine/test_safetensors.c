@@ -120,7 +120,7 @@ static char* many_names_file(int n, const int* name_of, size_t* size) {
     return b;
 }
 
-/* Duplicate names among many (issue 19: the check was a scan per tensor, O(n^2)): a unique set loads,
+/* Duplicate names among many (the check was once a scan per tensor, O(n^2)): a unique set loads,
  * one repeated name anywhere (first and last, neighbours, middle) is refused naming it. */
 static void test_many_names(void) {
     enum { N = 20000 };
@@ -326,7 +326,7 @@ static int count_entries(const char* dir, const char* prefix) {
     return n;
 }
 
-/* Loaded state is checked and written state is finite (DESIGN.md section 9). */
+/* Loaded state is checked and written state is finite (docs/reliability.md). */
 static void checkpoint_values_test(const char* dir) {
     /* XXH64: the reference vectors (xxHash's own and python-xxhash's README), and zstd's frame checksum
      * (the low 32 bits of XXH64 with seed 0) on every length 0..299, an independent implementation */

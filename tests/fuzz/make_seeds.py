@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_seeds.py OUT_DIR [SIM_TRACE.json] — the committed seed corpora of the file-input fuzz targets
 (tests/fuzz/seeds/, run_fuzz_files.sh): small valid inputs of each format, and the reproductions of
-issue 19 that the targets must keep refusing. Written with the standard library only (an independent
+hostile inputs (docs/reliability.md "What is checked") that the targets must keep refusing. Written with the standard library only (an independent
 writer of the formats). Run again after a format change: python3 tests/fuzz/make_seeds.py tests/fuzz/seeds"""
 import json, os, struct, sys
 
@@ -30,7 +30,7 @@ def safetensors(tensors, meta=None):
 
 
 f32 = lambda *v: struct.pack("<%df" % len(v), *v)
-# safetensors: every dtype, a scalar, an empty tensor; tensor-parallel slices; issue 19's shapes
+# safetensors: every dtype, a scalar, an empty tensor; tensor-parallel slices; hostile shapes
 put("safetensors", "dtypes", safetensors([
     ("a.f32", "F32", [3, 2], f32(*range(6))), ("b.bf16", "BF16", [4], struct.pack("<4H", 0x3f80, 0xc020, 0x4049, 0x477f)),
     ("c.i32", "I32", [2, 1], struct.pack("<2i", 7, -20)), ("d.f16", "F16", [2], struct.pack("<2H", 0x3c00, 0xc000)),
@@ -50,7 +50,7 @@ dup = b'{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32"
 dup += b" " * ((-len(dup)) % 8)
 put("safetensors", "duplicate", struct.pack("<Q", len(dup)) + dup + b"\0" * 8)
 
-# import: a two-layer Llama folder (config.json, index, model.safetensors), and issue 19's configs
+# import: a two-layer Llama folder (config.json, index, model.safetensors), and hostile configs
 cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
        "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 16, "vocab_size": 16,
        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False}

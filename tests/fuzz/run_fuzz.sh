@@ -2,7 +2,7 @@
 # run_fuzz.sh — build the libFuzzer targets (clang -fsanitize=fuzzer,address,undefined) for the shard
 # reader, the manifest parser and the image path (decode, resize, patchify), seed them with real inputs (shards and manifests made by
 # `rrfp-mm demo-data` + `pack`, plus the bad manifests of data_pack_errors) and run each for
-# SECONDS_EACH seconds. Regression seeds of issue 9: the damaged JPEGs of tests/data/bad_jpegs.py (random
+# SECONDS_EACH seconds. Regression seeds of damaged inputs: the damaged JPEGs of tests/data/bad_jpegs.py (random
 # bytes after a marker, 65535x65535, zero height, 12-bit, 60000x60000 + noise, cut), manifests with a
 # UTF-8 byte-order mark and with image paths leading out of the images folder. Exit 77 (skipped) without clang or its libFuzzer runtime.
 # usage: run_fuzz.sh SOURCE_DIR RRFP_MM WORK_DIR [SECONDS_EACH=12]

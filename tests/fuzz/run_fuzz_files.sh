@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_fuzz_files.sh — libFuzzer targets where files come in (issue 19), built with clang
+# run_fuzz_files.sh — libFuzzer targets where files come in (a crafted file is the attack surface), built with clang
 # (-fsanitize=fuzzer,address,undefined, UB fatal) from the library sources they exercise:
 #   fuzz_safetensors  safetensors reader + tensor-parallel slice metadata + assembly of sliced tensors
 #   fuzz_checkpoint   checkpoint folder load: state.json + the model's safetensors file
@@ -7,8 +7,8 @@
 #   fuzz_recipe       recipe INI + --set values (a valid recipe's print loads back to the same recipe)
 #   fuzz_durations    simulator duration files (round trip; small ones simulated)
 #   fuzz_trace        Chrome trace files through `rrfp-mm trace --svg --json --durations`
-# Each starts from its committed seed corpus (tests/fuzz/seeds/TARGET: valid files and issue 19's
-# reproductions; tests/fuzz/make_seeds.py writes them) plus generated seeds (a real checkpoint, the
+# Each starts from its committed seed corpus (tests/fuzz/seeds/TARGET: valid files and the hostile
+# inputs' reproductions; tests/fuzz/make_seeds.py writes them) plus generated seeds (a real checkpoint, the
 # recipes/ files), runs SECONDS_EACH seconds and fails on any crash, leak, UB or harness assertion; the
 # input that did it is kept as WORK_DIR/crash-* (reproduce: WORK_DIR/fuzz_X WORK_DIR/crash-...).
 # Longer runs: docs/reliability.md. Exit 77 (skipped) without clang or its libFuzzer runtime.

@@ -1,5 +1,7 @@
 # lint.cmake — structural rules checked over the whole source tree.
 # structural rules: MPI only in runtime/comm/, no exits below runtime/cli/, verdicts by exit code
 add_test(NAME lint_layers COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_layers.sh ${CMAKE_SOURCE_DIR})
-# no shell from C code: system / popen / "sh -c" nowhere in the C, C++ and CUDA sources (issue 19)
+# no shell from C code: system / popen / "sh -c" nowhere in the C, C++ and CUDA sources
 add_test(NAME lint_no_shell COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_no_shell.sh ${CMAKE_SOURCE_DIR})
+# the repository reads on its own: no citation of files outside it, of issue numbers, or dates in code
+add_test(NAME lint_standalone COMMAND bash ${CMAKE_SOURCE_DIR}/tests/lint/lint_standalone.sh ${CMAKE_SOURCE_DIR})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lint_layers.sh SRC — the structural rules of DESIGN.md section 2 and STYLE.md 10a that a compiler does
+# lint_layers.sh SRC — the structural rules of docs/design.md "Layout" and "Errors" that a compiler does
 # not check (the link checks of CMakeLists.txt catch calls that point back up):
 #   - MPI (and NCCL) only in runtime/comm/ (tests and bench may use MPI directly);
 #   - no rank counts from Open MPI's environment (OMPI_COMM_WORLD_*): MPI itself says;
@@ -18,7 +18,7 @@ hits=$(grep -rlE '\bMPI_[A-Z][a-z_]*\(|#include <mpi\.h>|\bnccl[A-Z][A-Za-z]*\('
 hits=$(grep -rlE '#include <nccl\.h>' engine data text vision runtime --include='*.c' --include='*.h' --include='*.cu' \
        --include='*.cuh' | grep -v '^runtime/comm/comm_nccl\.c$')
 [ -z "$hits" ] || bad "nccl.h included outside runtime/comm/comm_nccl.c: $hits"
-# the CUDA runtime only in engine/cuda/ and runtime/comm/ (DESIGN.md section 2)
+# the CUDA runtime only in engine/cuda/ and runtime/comm/ (docs/design.md "Layout")
 hits=$(grep -rlE '#include <cuda_runtime\.h>|\bcuda[A-Z][A-Za-z]*\(' data text vision runtime engine --include='*.c' \
        --include='*.h' | grep -vE '^(engine/cuda|runtime/comm)/')
 [ -z "$hits" ] || bad "CUDA runtime calls outside engine/cuda/ and runtime/comm/: $hits"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lint_no_shell.sh SRC — no shell is ever run from the C code (issue 19): the identifiers system and popen
+# lint_no_shell.sh SRC — no shell is ever run from the C code (a path with shell syntax must stay a path): the identifiers system and popen
 # followed by "(" appear nowhere in the C, C++ and CUDA sources of SRC (library, tools and tests alike;
 # comments too, so the rule is one grep), nor does a "/bin/sh" or an "sh -c" argument vector. Folders are
 # removed with rr_remove_tree (nftw), programs run from an argument vector (tests/support/util/proc.h).

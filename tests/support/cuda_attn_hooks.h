@@ -25,11 +25,20 @@ void backend_cuda_emu_flash_attention(int bf16, int backward, void* a, void* dk,
                                       const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens,
                                       int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
 void backend_cuda_emu_flash_attention_bwd_info(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
+#ifdef RR_FA_DEV
+void rrfp_dev_flash_attention(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout,
+                              const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens, int S,
+                              int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+#endif
 #ifdef __cplusplus
 }
 #endif
 static inline AttnPathsFn attn_paths_fn(void) { return backend_cuda_emu_attention_paths; }
+#ifdef RR_FA_DEV /* dev/cuda/'s build: the entry that runs the backward version the environment asks for */
+static inline FlashFn flash_fn(void) { return rrfp_dev_flash_attention; }
+#else
 static inline FlashFn flash_fn(void) { return backend_cuda_emu_flash_attention; }
+#endif
 static inline FlashBwdInfoFn flash_bwd_info_fn(void) { return backend_cuda_emu_flash_attention_bwd_info; }
 #else
 static inline void* attn_cuda_lib(void) {
@@ -42,7 +51,11 @@ static inline AttnPathsFn attn_paths_fn(void) {
 }
 static inline FlashFn flash_fn(void) {
     void* h = attn_cuda_lib();
+#ifdef RR_FA_DEV /* dev/cuda/'s librrfp-cuda.so (RRFP_CUDA_LIB): the backward version the environment asks for */
+    return h ? (FlashFn)dlsym(h, "rrfp_dev_flash_attention") : NULL;
+#else
     return h ? (FlashFn)dlsym(h, "rrfp_cuda_flash_attention") : NULL;
+#endif
 }
 /* the own kernel's last backward: version (1, 2), the dk/dv kernel's warps per block, v2's dq kernel (2: double
  * buffers, 1: single, 0: v1), its block order (1: longest first over all samples) */

@@ -3,7 +3,7 @@
  * A spec lists samples separated by '|'; each sample is a sequence of segments:
  *   pN    N prompt tokens (not supervised)       aN    N assistant tokens (supervised)
  *   iHxW  an image of H x W patches (its LM positions hold id -1, patches row-major)
- * e.g. "p2 i2x3 p3 a5 | p1 a4". Targets follow DESIGN.md section 4: position t's target is the
+ * e.g. "p2 i2x3 p3 a5 | p1 a4". Targets follow docs/model.md "Sequence assembly and the loss": position t's target is the
  * token at t+1 of the same sample when that token is an assistant token, else -100. Token ids and
  * pixels are random from a splitmix64 stream. */
 #ifndef RRFP_TEST_MODEL_UTIL_H

@@ -242,7 +242,7 @@ static void problem_setup(const OpCase* tc, Problem* p) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Double-precision references, written from the formulas in engine/engine.h and DESIGN.md, not from
+ * Double-precision references, written from the formulas in engine/engine.h and docs/model.md, not from
  * the CPU code. */
 
 /* Llama-3's rescaled frequency, as transformers' _compute_llama3_parameters writes it (torch.where over

@@ -35,7 +35,7 @@ set_tests_properties(cuda_ops_emu_strict PROPERTIES TIMEOUT 300
 # backend_cpu_bf16, strict (two thread orders, -0.0 guards); tolerances in tests/engine/cuda/test_cuda_ops.c (cmp)
 add_test(NAME cuda_ops_emu_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16)
 set_tests_properties(cuda_ops_emu_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
-# every op through a table bound to a second stream (the ops take their table, DESIGN.md section 3):
+# every op through a table bound to a second stream (the ops take their table, docs/design.md "Streams and events"):
 # the emulation fails any work that lands on another stream; both precisions
 add_test(NAME cuda_ops_emu_stream COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --stream)
 add_test(NAME cuda_ops_emu_stream_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu> --bf16 --stream)
@@ -59,7 +59,7 @@ set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn_fwd_only PROPERTIES
                      ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1;RRFP_CUDNN_ATTENTION_BWD=0")
 set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
 set_tests_properties(cuda_ops_gpu cuda_ops_gpu_stream cuda_ops_gpu_bf16 PROPERTIES ENVIRONMENT "RRFP_CUDNN_STRICT=1")
-# The bf16-activation table (backend_cuda_bf16a, issue 20: activations stored as 2-byte bf16) against the bf16
+# The bf16-activation table (backend_cuda_bf16a: activations stored as 2-byte bf16) against the bf16
 # table, op by op (tests/engine/cuda/test_cuda_bf16a.c): bitwise in the emulation (strict: two thread orders, -0.0 guards),
 # within one bf16 ulp on a device (gpu, skipped without one)
 add_executable(test_cuda_bf16a tests/engine/cuda/test_cuda_bf16a.c)
@@ -91,16 +91,6 @@ target_link_options(test_flash_attn_emu PRIVATE -rdynamic)
 set_target_properties(test_flash_attn_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME flash_attn_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
 set_tests_properties(flash_attn_emu PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
-# the backward's other kernels: v1 (RRFP_FA_BWD=v1) on every case, v2's 8-warp dk/dv blocks and its double-buffered
-# dq kernel on the d 128 ones, its longest-first block order (RRFP_FA_LPT=1) on the multi-tile ones
-add_test(NAME flash_attn_emu_bwd_v1 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
-set_tests_properties(flash_attn_emu_bwd_v1 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_BWD=v1")
-add_test(NAME flash_attn_emu_bwd_w8 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu> d128)
-set_tests_properties(flash_attn_emu_bwd_w8 PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_DKDV_WARPS=8")
-add_test(NAME flash_attn_emu_bwd_lpt COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu> tiles)
-set_tests_properties(flash_attn_emu_bwd_lpt PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_LPT=1")
-add_test(NAME flash_attn_emu_bwd_dq_double COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu> d128)
-set_tests_properties(flash_attn_emu_bwd_dq_double PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2;RRFP_FA_DQ=double")
 add_executable(test_flash_attn tests/engine/cuda/test_flash_attn.c)
 target_link_libraries(test_flash_attn PRIVATE rrfp_core ${CMAKE_DL_LIBS})
 add_test(NAME flash_attn_gpu COMMAND test_flash_attn)
@@ -123,7 +113,7 @@ target_compile_definitions(rrfp-bench-gpu-bw-emu PRIVATE RR_CUDA_EMU=1)
 target_link_libraries(rrfp-bench-gpu-bw-emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(rrfp-bench-gpu-bw-emu PROPERTIES LINKER_LANGUAGE CXX)
 
-# issue 20: launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
+# Launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
 # against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
 # emulation's (tests/engine/cuda/test_traffic.c)
 add_executable(test_traffic tests/engine/cuda/test_traffic.c)

@@ -1,5 +1,5 @@
 /* test_cuda_bf16a.c — the CUDA backend's bf16-activation table (backend_cuda_bf16a: Backend.act_dtype =
- * DTYPE_BF16, issue 20) against its bf16 table (f32 words holding bf16 values), op by op.
+ * DTYPE_BF16) against its bf16 table (f32 words holding bf16 values), op by op.
  *
  * The two tables have the same numerics (engine.h: the same values at the same rounding points), only the
  * storage of the activations differs. Each case makes random inputs, bf16 values where they are activations,
@@ -497,7 +497,7 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
     free(q), free(k), free(v), free(dy), free(dq0), free(dk0), free(dv0);
 }
 
-/* ---- the 2-byte output-gradient ops (Backend.b16, issue 20) ----------------------------------------------------
+/* ---- the 2-byte output-gradient ops (Backend.b16) -------------------------------------------------------------
  * Each producer's 2-byte output against rr_f32_to_bf16 of the bf16 table's plain op into a zeroed f32 buffer (what
  * the plain path's GEMM conversion made of it): bitwise in the emulation, within tol on a device. W values per row
  * of stride ld16 in the 2-byte buffer, of stride ld in the reference. */

@@ -16,7 +16,8 @@
  * (bf16 storage). Gradients are added to what dq, dk, dv held (random priors). Every output element
  * must be written: out and lse start as NaN (poisoned) on the device.
  *
- * The backward that runs is the one the environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
+ * The backward that runs is the shipping one; built against dev/cuda/'s backend (RR_FA_DEV) it is the one the
+ * environment asks for (RRFP_FA_BWD=v1: the first kernels, else v2;
  * RRFP_FA_DKDV_WARPS=8: v2's 8-warp dk/dv blocks at head dims 97..128; RRFP_FA_DQ=double: v2's double-buffered
  * dq kernel at head dims 65..128 too; RRFP_FA_LPT=1: v2 orders a call's blocks longest first over all samples
  * where there are several and they average more than one tile, else sample by sample): a case fails when another ran

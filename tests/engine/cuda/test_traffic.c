@@ -1,4 +1,5 @@
-/* test_traffic.c — launches and memory traffic of a bf16 step on the emulated CUDA backend (issue 20).
+/* test_traffic.c — launches and memory traffic of a bf16 step on the emulated CUDA backend (no conversion
+ * or rounding pass, 2-byte activations: docs/cuda.md "Traffic budget").
  *
  * One LM block (forward, B, W) and one RoPE ViT tower of one block (patch embedding, block, ln_f; forward, B, W)
  * through the CUDA bf16-activation table (backend_cuda_bf16a: activations 2-byte bf16, as a stage runs them under
@@ -10,15 +11,14 @@
  * least (docs/cuda.md, "Traffic budget"), twice:
  *   - `in use`: the storage of the table that runs it (activations 2-byte bf16, activation gradients f32
  *     words, 2-D weights 2-byte bf16, statistics and 1-D weights f32);
- *   - `target`: the same (the issue's goal: 2-byte activations; it differed while activations were f32 words).
+ *   - `target`: the same (the goal: 2-byte activations; it differed while activations were f32 words).
  * Checks:
  *   1. every op call's launches are the profiler's (Backend.profile_take, exact) and carry its label and
  *      kind (the profiler scope);
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
  *      in any op: no known gap is left. The ViT's patches arrive as 2-byte words (narrowed on the host), a biased
  *      forward GEMM reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype), and every backward
- *      GEMM and the attention backward read 2-byte output gradients stored by their producers (Backend.b16, issue
- *      20): a call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
+ *      GEMM and the attention backward read 2-byte output gradients stored by their producers (Backend.b16): a call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
  *   3. every op call moves at most 1.3x its `in use` budget (the attention backward's: the least its deterministic
  *      two-kernel algorithm moves, w16_attention_backward);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor;
@@ -327,7 +327,7 @@ static void w_rope2d_backward(const Backend* be, float* dx, const int* pr, const
 }
 /* attention: the compulsory traffic (each input read once): q, out, dout and dq of T H d values, k, v, dk
  * and dv of T Hkv d (grouped-query attention: Hkv key/value heads; Hkv = H in the blocks here). The
- * forward is one launch of the own tensor-core kernel (issue 24), its output rounded in its store: within
+ * forward is one launch of the own tensor-core kernel, its output rounded in its store: within
  * 1.3x like every other op. The plain backward (an f32 dout, narrowed first) is not called on this table: the
  * blocks call w16_attention_backward (docs/cuda.md, "Traffic budget") */
 static void w_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
@@ -399,7 +399,7 @@ static void w16_attention_backward(const Backend* be, float* dq, float* dk, floa
                                    int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d;
-    /* The least a deterministic FlashAttention-2 backward moves (issue 24's v2: every output element has one writer,
+    /* The least a deterministic FlashAttention-2 backward moves (every output element has one writer,
      * so dq and dk / dv come from two kernels, each streaming q, k, v and dout once; docs/cuda.md "Traffic budget"):
      * the row-statistics pre-pass reads out, dout and lse and writes D and lse2 (T H f32 each); the dq kernel and the
      * dk / dv kernel each read q, k, v, dout, D and lse2 and the sequence offsets; dq, dk, dv (f32, added into: read and
@@ -751,7 +751,7 @@ static void run_vit(void) {
     params_free(&pt);
 }
 
-/* 5. The launches per kind of each block's step, exactly (issue 20's fusions and removed passes: a launch that
+/* 5. The launches per kind of each block's step, exactly (the fusions and the removed passes: a launch that
  * comes back fails here). LM block (q, k, v biases): gemm 7 forward (a biased one is one launch: its bias the 2-byte
  * compute copy) + 7 B products (each reads the 2-byte output gradient its producer stored; dh, dn2, dn1 written by
  * their first GEMM, set = 1, and datt16 by o's: no memset) + 7 W products + 3 bias-gradient column sums (q, k, v);

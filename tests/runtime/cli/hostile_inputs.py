@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hostile_inputs.py — crafted files and arguments get a clean refusal (issue 19).
+"""hostile_inputs.py — crafted files and arguments get a clean refusal (docs/reliability.md "What is checked").
 
 Every case runs rrfp-mm on something an attacker (or an accident) could hand it — a Hugging Face folder
 with an overflowing config.json or a forged index, a --out path with quotes and shell syntax, a
@@ -536,7 +536,7 @@ def cap_cases():
 
 
 
-# ---- import llava / import clip / export hf (issue 19's rules for issue 21's importers) ----------------
+# ---- import llava / import clip / export hf (the same rules for the LLaVA and CLIP importers) ---
 
 DV, LV, HV, PV, IMG = 8, 2, 2, 2, 4  # a CLIP tower of 2 blocks, 2 x 2 patches of 2 x 2 pixels
 VT = 16                              # the LM above: D 8, L 1, H 2, F 12, vocab 16

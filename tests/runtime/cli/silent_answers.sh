@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# silent_answers.sh — arguments and files that used to give a wrong answer with exit 0 (issue 19,
-# "silent wrong answers"), each now refused with a message (or answered right):
+# silent_answers.sh — arguments and files that used to give a wrong answer with exit 0
+# (docs/reliability.md "Answers that are right or refused"), each now refused with a message (or answered right):
 #   sim --latency 1e308            was: nan efficiency, rc 0        now: exit 2 naming the latency
 #   sim --calibrated --jitter 10   was: every duration 0            now: exit 2, jitter range
 #   trace r0.json --durations      was: a P=1 file of a P=2 run     now: exit 1 "give every rank's file";

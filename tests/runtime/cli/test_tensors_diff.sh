@@ -39,7 +39,7 @@ if "$BIN" tensors diff "$D/a.safetensors" "$D/ulp.safetensors" >/dev/null 2>&1; 
 "$BIN" tensors ls "$D/shards" | grep -q "y.bias .*F32 *\[2\]" || fail "ls"
 set +e; "$BIN" tensors diff "$D/a.safetensors" "$D/nope" 2>/dev/null; rc=$?; set -e
 [ $rc -eq 1 ] || fail "missing path rc $rc"
-# tolerances are finite numbers >= 0 (issue 19: `--atol nan` passed a difference of 99 as "0 differ")
+# tolerances are finite numbers >= 0 (`--atol nan` once passed a difference of 99 as "0 differ")
 /usr/bin/python3 - "$D" <<'PY'
 import json, struct, sys
 d = sys.argv[1]

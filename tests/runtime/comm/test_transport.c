@@ -162,8 +162,8 @@ static int test_doorbell(int rank, int size) {
     return errors;
 }
 
-/* The rank grid: every layout pp x tp x dp of this world's size; each group has the members DESIGN.md
- * section 6 says (checked by exchanging world ranks inside the group), and a sum over each group equals
+/* The rank grid: every layout pp x tp x dp of this world's size; each group has the members docs/parallel.md
+ * "The rank grid" says (checked by exchanging world ranks inside the group), and a sum over each group equals
  * the sum of its members' world ranks computed from the coordinates alone. */
 static int test_grid(void) {
     int errors = 0, size = world->size;

@@ -18,7 +18,7 @@ set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME model_gpu_clip COMMAND test_model gpu_clip)
 set_tests_properties(model_gpu_clip PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # runtime.precision = bf16: the LM on the bf16-activation table (2-byte activations) against the bf16 table, one
-# stage and two pipeline stages (issue 20; tests/runtime/model/test_model.c test_gpu_bf16a)
+# stage and two pipeline stages (tests/runtime/model/test_model.c test_gpu_bf16a)
 add_test(NAME model_gpu_bf16a COMMAND test_model gpu_bf16a)
 set_tests_properties(model_gpu_bf16a PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
@@ -106,8 +106,8 @@ set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_lm_variants)
 add_test(NAME model_torch_trainer_dump_lm_variants
          COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 ${LM_VARIANT_SETS} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && grep -Eq '\"Hkv\":[[:space:]]*2,' '${dir}/dump-2/config.json' && grep -Eq '\"tie_embeddings\":[[:space:]]*1,' '${dir}/dump-2/config.json' && grep -Eq '\"rope_type\":[[:space:]]*\"llama3\"' '${dir}/dump-2/config.json' && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py' --check '${dir}/dump-2'")
 set_tests_properties(model_torch_trainer_dump_lm_variants PROPERTIES LABELS torch TIMEOUT 120)
-# The CLIP tower and the LM variants in one model, step 2's dump against the reference (both halves of
-# issue 21 together: CLIP features into a GQA / biased / tied / llama3-RoPE LM)
+# The CLIP tower and the LM variants in one model, step 2's dump against the reference (both published-model
+# variants together: CLIP features into a GQA / biased / tied / llama3-RoPE LM)
 set(dir ${CMAKE_CURRENT_BINARY_DIR}/model_trainer_dump_clip_lm_variants)
 add_test(NAME model_torch_trainer_dump_clip_lm_variants
          COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set train.dump_step=2 ${LM_VARIANT_SETS} --set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && grep -Eq '\"Hkv\":[[:space:]]*2,' '${dir}/dump-2/config.json' && grep -Eq '\"vision_arch\":[[:space:]]*\"clip\"' '${dir}/dump-2/config.json' && grep -Eq '\"tie_embeddings\":[[:space:]]*1,' '${dir}/dump-2/config.json' && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py' --check '${dir}/dump-2'")
@@ -122,8 +122,8 @@ set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
 set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
-# runtime.precision = bf16: the LM and the tower on the bf16-activation table against the bf16 table, bitwise
-# (issue 20); one thread order (the ops' two-order checks are cuda_bf16a_emu's), to stay quick
+# runtime.precision = bf16: the LM and the tower on the bf16-activation table against the bf16 table, bitwise;
+# one thread order (the ops' two-order checks are cuda_bf16a_emu's), to stay quick
 add_test(NAME model_gpu_emu_bf16a COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a)
 set_tests_properties(model_gpu_emu_bf16a PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero")
 add_test(NAME model_gpu_emu_bf16a_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a_clip)

@@ -645,7 +645,7 @@ static void test_gpu(void) {
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
 }
 
-/* ---- the bf16-activation table (issue 20; label gpu, and on the emulation) -------------------------------
+/* ---- the bf16-activation table (label gpu, and on the emulation) ----------------------------------------
  * runtime.precision = bf16 on CUDA: a stage's LM runs on the bf16-activation table (2-byte activations; Stage.lbe),
  * and the RoPE tower and projector of a first stage (Stage.vbe). The numerics are the bf16 table's, so the same
  * step with the gate off (RRFP_BF16_ACTIVATIONS=0: the whole stage on the bf16 table) must give the same losses

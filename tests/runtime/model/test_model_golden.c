@@ -1,5 +1,5 @@
 /* test_model_golden.c — writes step dumps that tests/support/ref/llava_ref.py (an independent PyTorch
- * implementation of DESIGN.md section 4) checks. Microbatches are built directly (no loader).
+ * implementation of docs/model.md "The model, exactly") checks. Microbatches are built directly (no loader).
  *
  *   test_model_golden vit   DIR   ViT + ln_f alone: output and weight gradients for a random dout
  *   test_model_golden lm    DIR   one step on text-only samples, 2 microbatches (fused backward)

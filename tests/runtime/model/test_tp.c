@@ -1,5 +1,5 @@
 /* test_tp.c — the tensor-parallel split without MPI (runtime/model/tp.h):
- *   split: every tensor of a small LLaVA has the split DESIGN.md section 6 gives it, and for tp 2 and
+ *   split: every tensor of a small LLaVA has the split docs/parallel.md "Tensor parallelism" gives it, and for tp 2 and
  *          4 the ranks' ranges tile the split dimension exactly once (the fused ViT qkv by heads of
  *          each q | k | v part), and a column-parallel bias has exactly its weight's row ranges;
  *   init:  each shard initialised alone equals the slice of the one-process tensor, bitwise ("slices

@@ -75,7 +75,7 @@ add_test(NAME pipeline_faults
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "pipeline faults: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/pipeline/pipeline_faults.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pipeline_faults 10)
 set_tests_properties(pipeline_faults PROPERTIES LABELS mpi TIMEOUT 400)
-# Replay (DESIGN.md section 6): the runtime with each task sleeping its duration from a duration file,
+# Replay (docs/scheduler.md "The simulator's semantics"): the runtime with each task sleeping its duration from a duration file,
 # real messages between 8 real ranks: every configuration completes (timings are bench/replay.sh's).
 add_executable(rrfp-bench-replay bench/bench_replay.c)
 target_link_libraries(rrfp-bench-replay PRIVATE rrfp_core)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # replay_train.sh RRFP_MM RECIPE WORKDIR — `rrfp-mm train` with runtime.compute = replay:FILE under
-# mpirun at P = 8 (DESIGN.md section 6, Replay): every task sleeps its duration from a duration file,
+# mpirun at P = 8 (docs/scheduler.md "The simulator's semantics", Replay): every task sleeps its duration from a duration file,
 # the messages are the real ones. Checked from the per-rank traces, with nothing that depends on how
 # fast this machine is:
 #   - every rank ran every task of its stage once per step (F and B, or F, B and W), in `fixed` mode in

@@ -1,4 +1,4 @@
-/* test_tp_dispatch.c — leader-decides under mpirun (DESIGN.md section 6): pp P x tp T ranks (world =
+/* test_tp_dispatch.c — leader-decides under mpirun (docs/parallel.md "Tensor parallelism"): pp P x tp T ranks (world =
  * P T), each TP rank of a stage running the pipeline over its own pipeline group with the stage's TP
  * group in the PipelineConfig. The split layers are not what is tested here, the dispatch is: every TP
  * rank holds the whole (unsplit) stage, and a task hook stands in for a split layer's collectives: it

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     write_file(path, "{\"step\":1,\"loss\":2}\nnot json\n");
     CHECK(report_write(&c, out, sizeof out, err, sizeof err) != 0, "malformed metrics: must fail");
     CHECK(strstr(err, "metrics.jsonl:2:"), "error: %s", err);
-    /* a torn last row (no newline: a killed run's, issue 19): drawn without it, with a warning naming it */
+    /* a torn last row (no newline: a killed run's): drawn without it, with a warning naming it */
     {
         write_file(path, "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1.5}\n{\"step\":3,\"lo");
         char* tb = NULL;

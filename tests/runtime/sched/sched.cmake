@@ -2,6 +2,6 @@
 add_executable(test_sched tests/runtime/sched/test_sched.c)
 target_link_libraries(test_sched PRIVATE rrfp_core)
 add_test(NAME sched_core COMMAND test_sched)
-# Issue 22's check of the default dispatch mode against the better of fixed and ready (bench/adaptive.sh).
+# The check of the default dispatch mode against the better of fixed and ready (bench/adaptive.sh).
 add_executable(rrfp-bench-adaptive bench/bench_adaptive.c)
 target_link_libraries(rrfp-bench-adaptive PRIVATE rrfp_core)

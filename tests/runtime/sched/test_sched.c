@@ -1,6 +1,6 @@
 /* test_sched.c — the scheduler core and the simulator, without MPI.
  *
- * Hint orders against hand-written sequences (derived from DESIGN.md and from Megatron's /
+ * Hint orders against hand-written sequences (derived from docs/scheduler.md and from Megatron's /
  * Megatron-DeepSpeed's schedule code), hand-computed makespans for each mode (the arithmetic is in
  * the comments), validity and deadlock checks for every hint x mode x cap on random durations, the
  * heap arbitration against a scan of every task, and properties (uniform durations: ready 1f1b ==
@@ -89,7 +89,7 @@ static void test_task_format(void) {
 }
 
 static void test_hint_orders(void) {
-    // 1f1b (DESIGN.md): w = min(P-1-r, M) forwards, then F(w) B0 F(w+1) B1 ..., then the rest of B.
+    // 1f1b (docs/scheduler.md): w = min(P-1-r, M) forwards, then F(w) B0 F(w+1) B1 ..., then the rest of B.
     expect_order(PP_HINT_1F1B, 4, 6, 1, 0, 0, "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
     expect_order(PP_HINT_1F1B, 4, 6, 1, 0, 1, "1F0 1F1 1F2 1B0 1F3 1B1 1F4 1B2 1F5 1B3 1B4 1B5");
     expect_order(PP_HINT_1F1B, 4, 6, 1, 0, 3, "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
@@ -751,7 +751,7 @@ static void test_lookahead_sim(void) {
  * 1f1b cap 1x, P = 32, ready ~8% behind fixed) it does not pick ready, with estimates exact or 20% off;
  * with exact estimates its step is never slower than the best of ready, fixed and lookahead (its
  * predictions are those modes' makespans, and it takes the best with no margin); every run valid. */
-/* pp_order_ends / pp_durations_permute (issue 22's microbatch-order experiment, bench_adaptive
+/* pp_order_ends / pp_durations_permute (the microbatch-order experiment, bench_adaptive
  * --order-choice): a permutation; on exactly low-rank durations (a stage's rate x a microbatch's size,
  * which the fit keeps as they are) the two smallest microbatches take the two end slots and the largest a
  * middle slot, the work never falls from an end to the middle; permuting moves whole columns. */
@@ -1093,7 +1093,7 @@ static void test_plan_fit(void) {
  *   (its chunk-0 forward's output is its own chunk-1 forward's input), the loss is on rank 0's chunk 1;
  * - closed form on uniform durations with T_F = T_B = T_W = 1 per chunk (the ZB paper's condition for
  *   ZB-V's zero bubble) and latency 0: every rank works 6M, and the last rank cannot start before the
- *   forward has crossed the P-1 ranks before it, so makespan = 6M + (P - 1), which is also DESIGN's lower
+ *   forward has crossed the P-1 ranks before it, so makespan = 6M + (P - 1), which is also the simulator's lower
  *   bound (efficiency 1): zbv and dualpipev reach it under fixed and ready (cap 1x), for P = 1..8 and
  *   M = 2P, 2P + 1, 3P, 4P; fixed-sync finishes (its receives per chunk, dispatch.c) and is no faster;
  * - refusals: one chunk, the interleaved layout's hints in a V, a whole backward, dualpipev with M < 2P. */

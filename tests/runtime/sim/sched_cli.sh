@@ -129,7 +129,7 @@ echo '{"traceEvents": []}' >"$T/empty.json"
 expect 1 'no task spans' -- "$BIN" trace "$T/empty.json" --svg "$T/x.svg"
 expect 2 'give at least one trace file' -- "$BIN" trace --svg "$T/x.svg"
 
-# 6. Limits (issue 9): durations whose sum is infinite, P x M beyond 2^22, and trace --durations
+# 6. Limits: durations whose sum is infinite, P x M beyond 2^22, and trace --durations
 # writing only what sim reads back.
 bad overflow '{"stages": 1, "microbatches": 2, "F": [[1e308, 1e308]], "B": [[1, 1]]}' \
   'add up to infinity at F\[0\]\[1\] = 1e\+308'
@@ -259,8 +259,8 @@ A=(--mode adaptive --cap 1.5x --estimate-error 0.2 --estimate-seed 2 --json)
   >"$T/afiles.json" 2>"$T/err" || fail "adaptive over three files: $(cat "$T/err")"
 cmp -s "$T/arun.json" "$T/afiles.json" || fail "a run of files differs from the generated run: $(cat "$T/arun.json") vs $(cat "$T/afiles.json")"
 # adaptive learns across the run: its first step is the one-step run's; later steps' choices follow the
-# learner (on this case it runs fixed on steps where the plan alone runs ready) and the run holds issue
-# 22's target against fixed's and ready's totals on the same steps
+# learner (on this case it runs fixed on steps where the plan alone runs ready) and the run holds the
+# adaptive target (within 0.5% of the better of fixed and ready) against fixed's and ready's totals on the same steps
 "$BIN" sim "${G[@]}" --seed 2 --steps 10 "${A[@]}" >"$T/a10.json" 2>"$T/err" || fail "adaptive --steps 10: $(cat "$T/err")"
 for m in fixed ready; do "$BIN" sim "${G[@]}" --seed 2 --steps 10 --mode $m --cap 1.5x --json >"$T/${m}10.json" 2>/dev/null || fail "$m --steps 10"; done
 for k in $(seq 0 9); do

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""sched_ref.py — an independent Python reading of DESIGN.md section 6 (one chunk per rank), checked
+"""sched_ref.py — an independent Python reading of docs/scheduler.md "Tasks, hints and dispatch modes" and
+"The simulator's semantics" (one chunk per rank), checked
 against `rrfp-mm sim --json` on random duration files.
 
 Written from the design text, not from runtime/sim/sim.c: hints are rebuilt from their definitions; fixed
@@ -18,7 +19,7 @@ import sys
 import tempfile
 
 
-# ---- hints (DESIGN.md section 6; zb-h1 as Megatron-DeepSpeed's ZeroBubbleH1Pipeline) --------------
+# ---- hints (docs/scheduler.md; zb-h1 as Megatron-DeepSpeed's ZeroBubbleH1Pipeline) --------------
 def hint(name, P, M, r, split):
     out = []
 

@@ -1,6 +1,6 @@
 # sim.cmake — the simulator's command (runtime/sim/, `rrfp-mm sim`; sched_cli covers `rrfp-mm trace`'s SVG too).
 add_test(NAME sched_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/sched_cli.sh $<TARGET_FILE:rrfp-mm>)
-# An independent Python reading of DESIGN.md section 6 against `rrfp-mm sim --json` (stdlib only). 16
+# An independent Python reading of docs/scheduler.md's contract against `rrfp-mm sim --json` (stdlib only). 16
 # random cases (each runs the simulator for every hint x mode x cap): with the CUDA build each process
 # start maps cuBLAS / cuBLASLt (~0.7 s), and 40 cases took 460 s of the suite's 15-minute budget.
 add_test(NAME sched_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/sim/sched_ref.py $<TARGET_FILE:rrfp-mm> 16)

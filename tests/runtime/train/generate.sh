@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# generate.sh — `rrfp-mm generate` (issue 23, runtime/train/generate.h). A tiny data set (demo-data,
+# generate.sh — `rrfp-mm generate` (runtime/train/generate.h). A tiny data set (demo-data,
 # tokenizer, pack) and a small model trained 3 steps, so that its answers run on for many tokens.
 #   kv    every decoding step with the KV cache against a full re-forward of the whole sequence
 #         (--verify): the greedy token never differs and the logits agree within 1e-4 (f32 sums in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # stale_zombie.sh — a killed rank's temporary checkpoint folder is removed at the next start even while
 # the killed process lingers as a zombie (its parent has not reaped it: kill(pid, 0) still succeeds),
-# and a live writer's folder is still kept (docs/reliability.md; issue 19).
+# and a live writer's folder is still kept (docs/reliability.md).
 # Usage: stale_zombie.sh RRFP_MM RECIPE WORKDIR
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3

@@ -95,7 +95,7 @@ static void test_errors(void) {
     expect("set_warmup", "[model]\n", "train.steps=7", W("default: optim.warmup = 10", "longer than train.steps (7)"));
     expect("set_unknown", "[model]\n", "train.stpes=7", W("--set train.stpes=7", "unknown key 'train.stpes'"));
     expect("set_range", "[model]\n", "model.patch=0", W("--set model.patch=0", "out of range", "[1, 64]"));
-    /* numbers beyond a double or a 64-bit integer are out of range, not "not a number" (issue 19) */
+    /* numbers beyond a double or a 64-bit integer are out of range, not "not a number" */
     expect("set_underflow", "[model]\n", "optim.lr=1e-400", W("--set optim.lr=1e-400", "out of range", "a number in"));
     expect("set_overflow", "[model]\n", "optim.lr=1e400", W("--set optim.lr=1e400", "out of range"));
     expect("int_overflow", "[train]\nsteps = 99999999999999999999\n", NULL,

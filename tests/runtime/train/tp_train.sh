@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tp_train.sh — gradient equivalence of tensor parallelism (DESIGN.md section 6): `mpirun -np PP*TP*DP
+# tp_train.sh — gradient equivalence of tensor parallelism (docs/parallel.md "Tensor parallelism"): `mpirun -np PP*TP*DP
 # rrfp-mm train --set parallel.pp=PP --set parallel.tp=TP --set parallel.dp=DP` against ONE process
 # training the same global step (the synthetic source gives replica d microbatches d, d + DP, ... of
 # the step's DP x M, so one process with DP x M microbatches trains on exactly the union), for several

@@ -95,7 +95,7 @@ foreach(mode lock ckptlock memory stale threads demo)
   set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
 endforeach()
 
-# Run folders never mix runs (issue 23, runtime/train/rundir.h): a fresh start into a used folder is
+# Run folders never mix runs (runtime/train/rundir.h): a fresh start into a used folder is
 # refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
 # checkpoint.keep see this run's checkpoints only, metrics.jsonl is appended on resume, a refused resume
 # names the keys; the mpi variant: pp 2 decides on rank 0; a step folder without state.json is named at
@@ -441,8 +441,8 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
   # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
-  # (issue 24; cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
-  # embedding table (issue 20)
+  # (cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
+  # embedding table
   add_test(NAME train_cuda_emu_lm_variants_bf16
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants_bf16 2)
@@ -470,7 +470,7 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_CURRENT_BINARY_DIR}/train_profile_nccl_emu ${RRFP_MPIRUN})
   set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
-# 2-byte activations under tensor parallelism (issue 20, tests/runtime/train/train_bf16a_tp_emu.sh): bf16 training with
+# 2-byte activations under tensor parallelism (tests/runtime/train/train_bf16a_tp_emu.sh): bf16 training with
 # parallel.tp = 2 on the emulated CUDA runtime and NCCL, the bf16-activation table against
 # RRFP_BF16_ACTIVATIONS=0, bitwise (losses, gradient norms, step 1's dump, the last checkpoint; the token
 # embedding's atomics within 1e-6): pp 1 (one stage: embedding, tower, LM, vocabulary-parallel head), pp 2 (the

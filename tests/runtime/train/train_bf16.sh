@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_bf16.sh — runtime.precision = bf16 trains like fp32 (issue 11): the same recipe, seed and data
+# train_bf16.sh — runtime.precision = bf16 trains like fp32: the same recipe, seed and data
 # in fp32 and in bf16 on the CPU backend (backend_cpu_bf16: the GPU's rounding points), and
 #   1. bf16 is in effect: the step-1 losses differ in their bits (one forward through rounded
 #      operands and activations);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_bf16a_tp_emu.sh — 2-byte activations under tensor parallelism (issue 20): a bf16 training run with
+# train_bf16a_tp_emu.sh — 2-byte activations under tensor parallelism: a bf16 training run with
 # parallel.tp > 1 on the emulated CUDA runtime and NCCL (rrfp-mm-emu under mpirun), with the bf16-activation
 # table (the default) against the same run with RRFP_BF16_ACTIVATIONS=0 (f32 words holding bf16 values), BITWISE:
 #   - every step's loss (hex) and gradient norm (metrics JSONL, the printed digits);

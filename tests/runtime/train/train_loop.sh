@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_loop.sh — the fine-tuner's loop (issue 23). Modes:
+# train_loop.sh — the fine-tuner's loop (docs/training.md). Modes:
 #   world    mpirun -np 2 with no parallel.* key: dp = world size / (pp x tp) = 2, stated on the first log
 #            line; both replicas ran (rank-1.json "d": 1), and the losses equal one process training the
 #            same global step (data.microbatches x 2) within 1e-6 relative (docs/parallel.md's bound)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_profile_emu.sh — runtime.profile and the device memory figures (issue 20) end to end on the
+# train_profile_emu.sh — runtime.profile and the device memory figures end to end on the
 # emulated CUDA backend: 3 bf16 steps of one fixed batch with runtime.profile = true, then
 #   1. every metrics.jsonl row has "profile" with every op kind, launches > 0 for gemm, attention, norm,
 #      elementwise, optimiser and copies and 0 for communication (one process), times >= 0, and the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_profile_nccl_emu.sh — runtime.profile's `communication` kind (issue 20): 2 bf16 steps of one fixed
+# train_profile_nccl_emu.sh — runtime.profile's `communication` kind: 2 bf16 steps of one fixed
 # batch with parallel.pp = 2 and runtime.comm = nccl on the emulated CUDA runtime and NCCL under mpirun.
 # Rank 0 (the log rank, stage 0) sends each microbatch's hidden state and receives its gradient over
 # NCCL and takes part in the NCCL all-reduces of the step end, so its metrics rows must show

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_rundir.sh — run folders never mix runs (issue 23, runtime/train/rundir.h). Modes:
+# train_rundir.sh — run folders never mix runs (runtime/train/rundir.h). Modes:
 #   reuse    the data-loss case: run A (60 steps, checkpoints 40 and 60 kept) in run/my; a fresh run B there
 #            is refused naming the metrics rows and checkpoints and the three ways on, and nothing changes
 #            (every file's bytes); with train.overwrite = true A's contents move aside into

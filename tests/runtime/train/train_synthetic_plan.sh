@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train_synthetic_plan.sh — data.synthetic_plan (issue 20's fair benchmark: ours trains on the sample
+# train_synthetic_plan.sh — data.synthetic_plan (the fair benchmark against PyTorch: ours trains on the sample
 # shapes the PyTorch side runs): 3 steps of 2 microbatches over a 3-line plan, so steps use lines
 # (0, 1), (2, 0), (1, 2); every step's tokens and patches must be those lines' sums. A malformed
 # sample and one past the token budget are refused with the file and line named.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# write_errors.sh — nothing lost on write errors (issue 19): a failed write of metrics.jsonl, the log
+# write_errors.sh — nothing lost on write errors (docs/reliability.md): a failed write of metrics.jsonl, the log
 # or the trace stops the run with an error naming the file, after a checkpoint where one can still be
 # written; a torn last metrics row is reported where it is dropped (resume) and drawn around (report).
 #   metrics  RUN/metrics.jsonl is a link to /dev/full (every write: ENOSPC): exit 1 at step 1 naming the

@@ -1120,7 +1120,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     if (!compute_delay()) run_now(stream);
     /* C = D f32, or bf16 (the bf16-activation table's forward: the f32 result, bias included, rounded to
      * bf16 nearest-even in the store). The bias and the Aux are in D's type: a BIAS_DATA_TYPE other than D's is
-     * refused as cuBLASLt refused an f32 bias with a bf16 D on an H200 (INVALID_VALUE, 2026-11-26) */
+     * refused as cuBLASLt refused an f32 bias with a bf16 D on an H200 (INVALID_VALUE) */
     if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || la->type != CUDA_R_16BF ||
         lb->type != CUDA_R_16BF || (lc->type != CUDA_R_32F && lc->type != CUDA_R_16BF) || ldd->type != lc->type)
         return CUBLAS_STATUS_NOT_SUPPORTED;

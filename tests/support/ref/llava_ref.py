@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llava_ref.py — an independent PyTorch implementation of the model in DESIGN.md section 4, used
+"""llava_ref.py — an independent PyTorch implementation of the model in docs/model.md ("The model, exactly"), used
 to check rrfp-mm's step dumps (README.md, "Step dumps").
 
 Written from the design text, not from the C code: nn.Linear / nn.LayerNorm / nn.Embedding modules
@@ -98,7 +98,7 @@ def st_union(paths):
 
 
 # ------------------------------------------------------------------------------------------------
-# The model, from DESIGN.md section 4
+# The model, from docs/model.md "The model, exactly"
 
 
 def llama3_freq(freq, s):
@@ -345,7 +345,7 @@ class LLaVA(nn.Module):
         super().__init__()
         self.clip = c.get("vision_arch") == "clip"
         self.vision = ClipViT(c) if self.clip else ViT(c)
-        act = "none" if c.get("projector_act") == "gelu" else "tanh"  # LLaVA's nn.GELU() / DESIGN.md's tanh
+        act = "none" if c.get("projector_act") == "gelu" else "tanh"  # LLaVA's nn.GELU() / the default model's tanh
         self.projector = nn.Sequential(nn.Linear(c["Dv"], c["Dt"]), nn.GELU(approximate=act),
                                        nn.Linear(c["Dt"], c["Dt"]))
         self.text = TextLM(c)
@@ -423,7 +423,7 @@ def load_model(c, weights, cls=LLaVA, prefix=""):
 
 
 def check_init(c, weights):
-    """DESIGN.md init: weights N(0, std) (attn out/o and MLP fc2/down by 1/sqrt(2L) of their tower,
+    """The init of docs/model.md "Initialisation and the optimiser": weights N(0, std) (attn out/o and MLP fc2/down by 1/sqrt(2L) of their tower,
     the projector unscaled), norms 1, biases 0. Statistical bounds: 5 standard errors of the sample
     std (std/sqrt(2n)) and of the mean (std/sqrt(n))."""
     worst = 0.0
@@ -538,7 +538,7 @@ def check_step(d, c):
 
 
 def lr_at(step, warmup, total, max_lr, min_lr):
-    """DESIGN.md: linear warm-up to max_lr ((step+1)/warmup), then cosine decay to min_lr."""
+    """docs/model.md: linear warm-up to max_lr ((step+1)/warmup), then cosine decay to min_lr."""
     if step < warmup:
         return max_lr * (step + 1) / warmup
     p = min(max((step - warmup) / (total - warmup), 0.0), 1.0) if total > warmup else 1.0

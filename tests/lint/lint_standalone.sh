@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# lint_standalone.sh SRC — the repository reads on its own: no file in it sends the reader somewhere they
+# cannot follow. In the sources, tests, benchmarks, scripts and build files (C, C++, CUDA, Python, shell,
+# JavaScript, CMake, Makefile, .ci/) and in the documentation (*.md):
+#   - no citation of a design or style file outside the repository (the design as built is docs/design.md
+#     and the pages it links; cite those by path and section name);
+#   - no path into the folder beside the checkout (../shared/);
+#   - no tracker number ("issue N"): say what the issue meant, the reason, instead.
+# In the code files also no calendar dates (dated run logs belong in bench/README.md, not in file headers).
+# The scan first proves on files of its own that it finds each form, so a broken pattern cannot pass.
+set -u
+src=${1:?usage: lint_standalone.sh SRC}
+# the patterns are split so that this file does not match itself
+ref='\b(DESIGN|STYLE)''(\.md\b|'"'"'s\b|:)|\bDESIGN\.md|\.\./shared''/|\b[Ii]ssues? #?[0-9]+'
+date='\b20[0-9]{2}''-[01][0-9]-[0-3][0-9]\b'
+code_re='\.(c|h|cu|cuh|cc|cpp|py|sh|js|cmake)$|(^|/)(CMakeLists\.txt|Makefile)$|^\.ci/'
+doc_re='\.md$'
+# files: what git tracks when SRC is a checkout, else every file but build output and installed packages
+list() {
+  if git -C "$1" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$1" ls-files
+  else
+    (cd "$1" && find . -type f -not -path '*/build*' -not -path '*/node_modules/*' -not -path './.git/*' \
+       | sed 's|^\./||')
+  fi
+}
+scan() {
+  local dir=$1 files
+  files=$(list "$dir" | grep -E "$code_re|$doc_re" | grep -v '^tests/lint/lint_standalone\.sh$')
+  [ -n "$files" ] || return 1
+  (cd "$dir" && {
+    printf '%s\n' "$files" | grep -E "$code_re" | tr '\n' '\0' | xargs -0 -r grep -nHE "$ref|$date"
+    printf '%s\n' "$files" | grep -E "$doc_re" | tr '\n' '\0' | xargs -0 -r grep -nHE "$ref"
+  })
+}
+# self-check: each forbidden form is found, a clean file is not (outside a git checkout: find lists them)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/clean"
+printf '/* the streams of docs/design.md "Streams and events"; issued once; design.md; tissue 3 */\n' \
+  > "$tmp/clean/ok.c"
+printf 'Measured on 2026''-11-26 (a run log of bench/README.md may carry its date).\n' > "$tmp/clean/ok.md"
+if scan "$tmp/clean" >/dev/null; then echo "FAIL: the scan flags a clean file"; exit 1; fi
+i=0
+for form in 'x.c:/* DESIGN''.md section 3 */' "x.h: * as DESIGN""'s bound" 'x.cu:// (DESIGN'': default P - r)' \
+            'x.py:# see issue'' 20' 'x.sh:# Issues'' 20 and 24' 'CMakeLists.txt:# STYLE''.md 7a' \
+            'x.cmake:# ../shared''/device/README.md' 'x.c:// measured 2026''-11-24 on an H100' \
+            'docs/x.md:as DESIGN''.md says' 'x.md:(issue'' 7)' 'Makefile:# ../shared''/DESIGN.md'; do
+  i=$((i + 1))
+  mkdir -p "$tmp/bad$i/$(dirname "${form%%:*}")"
+  printf '%s\n' "${form#*:}" > "$tmp/bad$i/${form%%:*}"
+  scan "$tmp/bad$i" >/dev/null || { echo "FAIL: the scan misses: $form"; exit 1; }
+done
+hits=$(scan "$src")
+if [ -n "$hits" ]; then
+  echo "FAIL: a reference the reader of this repository cannot follow (cite docs/ by path and section; say what an"
+  echo "issue meant instead of its number; dates belong in bench/README.md's run logs):"
+  echo "$hits"
+  exit 1
+fi
+echo "lint standalone: ok"
