@@ -101,7 +101,7 @@ int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* 
 void params_alloc_optimizer(ParamTable* pt);
 /* The most values the two operands of one GEMM of a 2-D tensor (OC, C) of the table take with N rows:
  * max over them of N (C + OC) + OC C (see bf16_weights below), which bounds the forward (x, W), the input gradient (dy, W) and
- * the weight gradient (dy, x) alike. What Backend.reserve needs for the bf16 GEMMs' operand scratch. */
+ * the weight gradient (dy, x) alike. What BackendDevice.reserve needs for the bf16 GEMMs' operand scratch. */
 /* bf16_weights: the weights are 2-byte bf16 already (Backend.weight_dtype) and need no scratch: max of
  * N (C + OC) (params_keep_f32_compute'd tensors still count their OC C). */
 size_t params_gemm_operand_elems(const ParamTable* pt, int N, int bf16_weights);

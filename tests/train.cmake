@@ -125,7 +125,7 @@ foreach(mode world epochs eval optim)
 endforeach()
 set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
-# Backend.attention_decode (generation's attention against a KV cache) on the CPU: against a double
+# BackendOps.attention_decode (generation's attention against a KV cache) on the CPU: against a double
 # reference (multi-head and grouped-query, 1 and 3 new queries, padded strides) and against
 # attention_forward's last rows (tests/test_attention_decode.c).
 add_executable(test_attention_decode tests/test_attention_decode.c)

@@ -96,7 +96,7 @@ typedef struct {
 } LmBlockActs;
 
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward).
- * With 2-byte activations (act_bytes 2: the table's Backend.b16 ops, issue 20) the GEMMs read 2-byte output gradients
+ * With 2-byte activations (act_bytes 2: the table's BackendOps.b16 ops, issue 20) the GEMMs read 2-byte output gradients
  * stored by their producers: dgate, dup are 2-byte words (SwiGLU's backward stores them), dq16, dk16 (RoPE's backward),
  * dv16 (the attention backward) and dxmid16 (norm2's backward, beside the f32 dxmid) are 2-byte; dv is then f32 only
  * with q/k/v biases (v's bias gradient sums it; the attention backward stores dv16 as its mirror), else NULL.
@@ -134,7 +134,7 @@ typedef struct {
      * cache of keys (after RoPE) and values, (max rows, Dkv) each, with kv_past rows filled by earlier
      * calls. The forward writes its T rows' k and v after them and its queries attend to all
      * kv_past + T rows (one sample, S = 1): the prompt (kv_past = 0) through attention_forward as in
-     * training, each new token through Backend.attention_decode. */
+     * training, each new token through BackendOps.attention_decode. */
     float *kv_k, *kv_v;
     int kv_past;
 } LmSeq;

@@ -1,4 +1,4 @@
-/* backend_cpu.c — the CPU backend's op table: host memory and the cpu_* ops of engine/cpu/.
+/* backend_cpu.c — the CPU backend: its device (host memory) and its ops tables (the cpu_* ops of engine/cpu/).
  * Memory is 64-byte aligned (one cache line, one AVX-512 vector) and allocation failure is fatal with
  * the size named, like every other allocation in the engine. */
 #include <stdlib.h>
@@ -46,7 +46,7 @@ void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const fl
     cpu_gelu_forward(be, out, pre, (size_t)N * OC);
 }
 
-const Backend backend_cpu = {
+static const BackendDevice cpu_device = {
     .name = "cpu",
     .host_addressable = 1,
     .alloc = cpu_alloc,
@@ -64,101 +64,89 @@ const Backend backend_cpu = {
     .event_wait = cpu_event_wait,
     .event_destroy = cpu_event_destroy,
     .reserve = cpu_reserve,
-    .linear_forward = cpu_linear_forward,
-    .linear_gelu_forward = cpu_linear_gelu_forward,
-    .linear_backward = cpu_linear_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .rmsnorm_forward = cpu_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .swiglu_forward = cpu_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .add_forward = cpu_add_forward,
-    .rope_forward = cpu_rope_forward,
-    .rope_backward = cpu_rope_backward,
-    .rope2d_forward = cpu_rope2d_forward,
-    .rope2d_backward = cpu_rope2d_backward,
-    .embedding_forward = cpu_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .sum_squares = cpu_sum_squares,
-    .scale = cpu_scale,
-    .adamw_update = cpu_adamw_update,
-    .round_bf16 = cpu_round_bf16,
-    .bf16_variant = &backend_cpu_bf16,
-    .precision = PRECISION_FP32,
-    .act_forward = cpu_act_forward,
-    .act_backward = cpu_act_backward,
-    .rows_gather_forward = cpu_rows_gather_forward,
-    .rows_gather_backward = cpu_rows_gather_backward,
-    .attention_decode = cpu_attention_decode,
-    .weight_dtype = DTYPE_F32,
-    .adamw_update_copy = cpu_adamw_update_copy,
-    .to_bf16 = cpu_to_bf16,
-    .rope_qk_forward = cpu_rope_qk_forward,
-    .rope_qk_backward = cpu_rope_qk_backward,
 };
 
+/* The f32 ops: the base of both CPU ops tables. */
+#define CPU_OPS_F32                                          \
+    .linear_forward = cpu_linear_forward,                    \
+    .linear_gelu_forward = cpu_linear_gelu_forward,          \
+    .linear_backward = cpu_linear_backward,                  \
+    .layernorm_forward = cpu_layernorm_forward,              \
+    .layernorm_backward = cpu_layernorm_backward,            \
+    .rmsnorm_forward = cpu_rmsnorm_forward,                  \
+    .rmsnorm_backward = cpu_rmsnorm_backward,                \
+    .gelu_forward = cpu_gelu_forward,                        \
+    .gelu_backward = cpu_gelu_backward,                      \
+    .swiglu_forward = cpu_swiglu_forward,                    \
+    .swiglu_backward = cpu_swiglu_backward,                  \
+    .add_forward = cpu_add_forward,                          \
+    .rope_forward = cpu_rope_forward,                        \
+    .rope_backward = cpu_rope_backward,                      \
+    .rope2d_forward = cpu_rope2d_forward,                    \
+    .rope2d_backward = cpu_rope2d_backward,                  \
+    .rope_qk_forward = cpu_rope_qk_forward,                  \
+    .rope_qk_backward = cpu_rope_qk_backward,                \
+    .embedding_forward = cpu_embedding_forward,              \
+    .embedding_backward = cpu_embedding_backward,            \
+    .crossentropy_forward = cpu_crossentropy_forward,        \
+    .crossentropy_backward = cpu_crossentropy_backward,      \
+    .attention_forward = cpu_attention_forward,              \
+    .attention_backward = cpu_attention_backward,            \
+    .attention_decode = cpu_attention_decode,                \
+    .act_forward = cpu_act_forward,                          \
+    .act_backward = cpu_act_backward,                        \
+    .rows_gather_forward = cpu_rows_gather_forward,          \
+    .rows_gather_backward = cpu_rows_gather_backward,        \
+    .sum_squares = cpu_sum_squares,                          \
+    .scale = cpu_scale,                                      \
+    .adamw_update = cpu_adamw_update,                        \
+    .adamw_update_copy = cpu_adamw_update_copy,              \
+    .round_bf16 = cpu_round_bf16,                            \
+    .to_bf16 = cpu_to_bf16
+
+static const BackendOps cpu_ops = {CPU_OPS_F32};
+
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
- * backward ops, cross-entropy and the step end are backend_cpu's. */
-const Backend backend_cpu_bf16 = {
-    .name = "cpu",
-    .host_addressable = 1,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .memset0 = cpu_memset0,
-    .copy_h2d = cpu_copy,
-    .copy_d2h = cpu_copy,
-    .copy_d2d = cpu_copy,
-    .synchronize = cpu_synchronize,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .event_create = cpu_event_create,
-    .event_record = cpu_event_record,
-    .event_query = cpu_event_query,
-    .event_wait = cpu_event_wait,
-    .event_destroy = cpu_event_destroy,
-    .reserve = cpu_reserve,
+ * backward ops, cross-entropy, generation's attention_decode and the step end are the f32 ones. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init" /* the base's entries, then the overrides */
+static const BackendOps cpu_bf16_ops = {
+    CPU_OPS_F32,
     .linear_forward = cpu_bf16_linear_forward,
     .linear_gelu_forward = cpu_bf16_linear_gelu_forward,
     .linear_backward = cpu_bf16_linear_backward,
     .layernorm_forward = cpu_bf16_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
     .rmsnorm_forward = cpu_bf16_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
     .gelu_forward = cpu_bf16_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
     .swiglu_forward = cpu_bf16_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
     .add_forward = cpu_bf16_add_forward,
     .rope_forward = cpu_bf16_rope_forward,
-    .rope_backward = cpu_rope_backward,
     .rope2d_forward = cpu_bf16_rope2d_forward,
-    .rope2d_backward = cpu_rope2d_backward,
+    .rope_qk_forward = cpu_bf16_rope_qk_forward,
     .embedding_forward = cpu_bf16_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward,
     .attention_forward = cpu_bf16_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .sum_squares = cpu_sum_squares,
-    .scale = cpu_scale,
-    .adamw_update = cpu_adamw_update,
-    .round_bf16 = cpu_round_bf16,
-    .bf16_variant = &backend_cpu_bf16,
-    .precision = PRECISION_BF16,
     .act_forward = cpu_bf16_act_forward,
-    .act_backward = cpu_act_backward,
     .rows_gather_forward = cpu_bf16_rows_gather_forward,
-    .rows_gather_backward = cpu_rows_gather_backward,
-    .attention_decode = cpu_attention_decode, /* f32: generation computes in f32 (runtime/train/generate.c) */
+};
+#pragma GCC diagnostic pop
+
+/* Every CPU buffer is f32 words (bf16 values held in f32 words under bf16). */
+const Backend backend_cpu = {
+    .dev = &cpu_device,
+    .ops = &cpu_ops,
+    .precision = PRECISION_FP32,
+    .bf16_variant = &backend_cpu_bf16,
     .weight_dtype = DTYPE_F32,
-    .adamw_update_copy = cpu_adamw_update_copy,
-    .to_bf16 = cpu_to_bf16,    .rope_qk_forward = cpu_bf16_rope_qk_forward,
-    .rope_qk_backward = cpu_rope_qk_backward,
+    .act_dtype = DTYPE_F32,
+    .bias_dtype = DTYPE_F32,
+};
+
+const Backend backend_cpu_bf16 = {
+    .dev = &cpu_device,
+    .ops = &cpu_bf16_ops,
+    .precision = PRECISION_BF16,
+    .bf16_variant = &backend_cpu_bf16,
+    .weight_dtype = DTYPE_F32,
+    .act_dtype = DTYPE_F32,
+    .bias_dtype = DTYPE_F32,
 };

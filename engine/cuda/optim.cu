@@ -134,7 +134,7 @@ void cuda_adamw_update(const Backend* be, float* param, const float* grad, float
     adamw_cuda(param, grad, m, v, n, c, cuda_stream(be));
 }
 
-// AdamW and the compute copy in one pass (Backend.adamw_update_copy): the updated value rounded to bf16
+// AdamW and the compute copy in one pass (BackendOps.adamw_update_copy): the updated value rounded to bf16
 // (rr_f32_to_bf16) into a 2-byte copy (B) or an f32 word holding it
 template <bool B>
 static __global__ void adamw_copy_kernel(float* param, const float* grad, float* m, float* v, size_t n, RrAdamwStep c,
