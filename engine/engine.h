@@ -1,7 +1,9 @@
 /* engine.h — the engine's front door: tensors, arenas, the backend op table, optimiser, init.
  *
  * Conventions (every op, every backend):
- *   - Row-major f32 buffers, passed as raw pointers with named dimensions (llm.c style).
+ *   - Row-major buffers with named dimensions (llm.c style): float* where a buffer is f32 words by the
+ *     numerics contract (gradients, statistics), a typed buffer (Buf: address and dtype) where it may
+ *     hold 2-byte values (activations, weights, GEMM biases).
  *   - N = rows (tokens in the packed microbatch), C = input channels, OC = output channels,
  *     T = total packed tokens, S = number of packed sequences, H = heads, d = head dim, V = vocab.
  *   - Argument order: outputs, saved statistics, inputs, weights, dimensions.
@@ -30,6 +32,40 @@ extern "C" {
 typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DType; /* F16: read only (imports) */
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
+
+/* A typed buffer: an address in a backend's memory and the dtype of the values stored there. The ops
+ * take every buffer that may hold 2-byte values (activations, 2-D weights and embedding tables, GEMM
+ * biases) as a Buf, so what a buffer holds travels with it; buffers that are f32 by the numerics
+ * contract (gradients, norm statistics, lse, the optimiser's state) stay float*. A new storage format
+ * (fp8, 4-bit blocks) is a new DType. A Buf carries no constness: an op's contract says which it
+ * writes. */
+typedef struct {
+    void* p;
+    DType dt;
+} Buf;
+static inline Buf buf_of(const void* p, DType dt) {
+    Buf b;
+    b.p = (void*)p;
+    b.dt = dt;
+    return b;
+}
+static inline Buf buf_f32(const float* p) { return buf_of(p, DTYPE_F32); }
+static inline Buf buf_bf16(const uint16_t* p) { return buf_of(p, DTYPE_BF16); }
+static inline Buf buf_none(void) { return buf_of(NULL, DTYPE_F32); } /* an absent optional buffer */
+/* The buffer i values past b (pointer arithmetic by b's dtype); NULL stays NULL. */
+static inline Buf buf_at(Buf b, size_t i) {
+    if (b.p) b.p = (char*)b.p + i * dtype_size(b.dt);
+    return b;
+}
+/* b's address as f32 words / 2-byte words: refuses a buffer of another dtype (NULL passes). */
+static inline float* buf_f32p(Buf b) {
+    RR_ASSERT((!b.p || b.dt == DTYPE_F32) && "an f32 buffer");
+    return (float*)b.p;
+}
+static inline uint16_t* buf_bf16p(Buf b) {
+    RR_ASSERT((!b.p || b.dt == DTYPE_BF16) && "a 2-byte bf16 buffer");
+    return (uint16_t*)b.p;
+}
 
 #define TENSOR_MAX_DIMS 4 /* safetensors entries and parameter shapes */
 
@@ -191,8 +227,8 @@ typedef struct BackendDevice {
  * backward read an output gradient as 2-byte bf16 words written by the kernel that produced it, in its own
  * store, with no conversion pass: each 2-byte gradient g16 holds rr_f32_to_bf16 of the f32 gradient the
  * plain op would leave in a zeroed buffer (the value the plain ops' conversion gives), so the numerics are
- * exactly the plain ops'. uint16_t* arguments are 2-byte words, float* as in the plain op (activations
- * act_dtype, gradients f32). */
+ * exactly the plain ops'. uint16_t* arguments are 2-byte words, float* f32 words and Buf as in the plain
+ * op. */
 typedef struct BackendB16 {
     /* linear_backward with the output gradient dout16 (N, OC) 2-byte: the GEMMs read it as it is; dbias sums the f32
      * dout (needed only with dbias, else may be NULL). The input gradient's first write WRITES it (the GEMM's beta 0,
@@ -201,17 +237,17 @@ typedef struct BackendB16 {
      * written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight and dbias
      * add (they accumulate over microbatches). */
     void (*linear_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                            const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N, int C,
+                            const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C,
                             int OC, int set);
     /* swiglu_backward storing dgate16, dup16 (2-byte, OVERWRITTEN: the gradients the plain op adds into zeroed f32
      * buffers, narrowed); either may be NULL. Read only by GEMMs. */
     void (*swiglu_backward)(const struct Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
-                            const float* gate, const float* up, size_t n);
+                            Buf gate, Buf up, size_t n);
     /* rmsnorm_backward that also stores the final f32 dinp (after its add) as 2-byte words into dinp16 (N, C) in the
      * same pass: the residual stream's gradient, kept f32 (later ops add into it) with the 2-byte copy the next GEMM
      * reads. dinp16 NULL: the plain op. */
     void (*rmsnorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                             const float* inp, const float* weight, const float* rstd, int N, int C);
+                             Buf inp, const float* weight, const float* rstd, int N, int C);
     /* rope_qk_backward (the LM's dq and dk in one launch) reading the f32 gradients dq (H heads, stride ld_q) and dk
      * (Hkv heads, stride ld_k) and storing the rotated values as 2-byte words into dq16, dk16 (rows of stride ldq16,
      * ldk16); keep_q / keep_k: dq / dk rotated in place too (a bias gradient reads it), else left as they were. */
@@ -225,16 +261,16 @@ typedef struct BackendB16 {
      * then holds the plain op's dv narrowed; dq16, dk16 must then be NULL). */
     void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
                                uint16_t* dv16, int ld16,
-                               const uint16_t* dout16, const float* out, const float* lse, const float* q, const float* k,
-                               const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
+                               const uint16_t* dout16, Buf out, const float* lse, Buf q, Buf k,
+                               Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
                                int ld_kv, int causal);
     /* layernorm_backward with dinp's final value also stored as 2-byte words into dinp16 (as rmsnorm_backward above) */
     void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* weight, const float* mean,
+                               const float* dout, Buf inp, const float* weight, const float* mean,
                                const float* rstd, int N, int C);
     /* act_backward (ACT_GELU_TANH: gelu_backward) adding into the f32 dinp (a bias gradient sums it) and storing its
      * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain op) */
-    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp,
                          size_t n, Act act);
     /* rope2d_backward as rope_qk_backward above (f32 dx read, rotated values stored 2-byte into dx16, dx rotated too
      * with keep_f32) */
@@ -242,7 +278,7 @@ typedef struct BackendB16 {
                             const int* pos_col, int N, int H, int d, int ld, int keep_f32);
     /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain op's value over a
      * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
-    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, Buf logits, const float* lse,
                                   const int* targets, float scale, int N, int V);
 } BackendB16;
 
@@ -251,12 +287,12 @@ typedef struct BackendB16 {
  * see its storage facts. An op a table does not have is NULL (said at the op). */
 typedef struct BackendOps {
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
-    void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+    void (*linear_forward)(const struct Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C,
                            int OC);
     /* dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout.
      * Any of dinp / dweight / dbias may be NULL. */
-    void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int C, int OC);
+    void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
+                            Buf weight, int N, int C, int OC);
     /* Linear then GELU (tanh), one op where the backend can fuse them (the ViT MLP's fc1 and the
      * projector's first linear): pre (N, OC) = inp @ weight^T + bias, the pre-activation saved for
      * gelu_backward, and out (N, OC) = gelu(pre); bias may be NULL. fp32 tables: exactly linear_forward
@@ -265,32 +301,32 @@ typedef struct BackendOps {
      * rounded to bf16 (out the stored activation, pre what the backward reads); the two ops would round
      * pre before the GELU, so out can differ from theirs by one bf16 ulp. The backward is gelu_backward on
      * pre, then linear_backward. */
-    void (*linear_gelu_forward)(const struct Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                const float* bias, int N, int C, int OC);
+    void (*linear_gelu_forward)(const struct Backend* be, Buf out, Buf pre, Buf inp, Buf weight,
+                                Buf bias, int N, int C, int OC);
 
     /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
-    void (*layernorm_forward)(const struct Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+    void (*layernorm_forward)(const struct Backend* be, Buf out, float* mean, float* rstd, Buf inp, const float* weight,
                               const float* bias, int N, int C);
-    void (*layernorm_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C);
 
     /* RMSNorm over C: out = x / sqrt(mean(x^2) + eps) * w (eps: model.rms_eps, 1e-5 by default). rstd: (N)
      * saved; the backward needs only rstd. */
-    void (*rmsnorm_forward)(const struct Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void (*rmsnorm_forward)(const struct Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N, int C, double eps);
+    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, float* dweight, const float* dout, Buf inp, const float* weight,
                              const float* rstd, int N, int C);
 
     /* GELU, tanh approximation, elementwise over n values. In place allowed (out == inp). */
-    void (*gelu_forward)(const struct Backend* be, float* out, const float* inp, size_t n);
-    void (*gelu_backward)(const struct Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
+    void (*gelu_forward)(const struct Backend* be, Buf out, Buf inp, size_t n);
+    void (*gelu_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, size_t n);
 
     /* SwiGLU: out = silu(gate) * up, elementwise over n. */
-    void (*swiglu_forward)(const struct Backend* be, float* out, const float* gate, const float* up, size_t n);
-    void (*swiglu_backward)(const struct Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+    void (*swiglu_forward)(const struct Backend* be, Buf out, Buf gate, Buf up, size_t n);
+    void (*swiglu_backward)(const struct Backend* be, float* dgate, float* dup, const float* dout, Buf gate, Buf up,
                             size_t n);
 
     /* Residual add: out = a + b (in place allowed). */
-    void (*add_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
+    void (*add_forward)(const struct Backend* be, Buf out, Buf a, Buf b, size_t n);
 
     /* 1-D RoPE (NeoX rotate-half) applied to N rows of H heads of dim d, row stride `ld` floats
      * (head h of row i starts at x + i*ld + h*d). Position of row i: pos[i]. In place.
@@ -298,15 +334,15 @@ typedef struct BackendOps {
      * orthogonal, so nothing needs saving). */
     /* Pair j rotates by pos * rr_rope_inv_freq(rf, j, d): theta^(-2j/d) (theta: model.rope_base), rescaled
      * by Llama-3's rule when rf->llama3 (RopeFreq above). rf is a host pointer, like adamw_update's cfg. */
-    void (*rope_forward)(const struct Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+    void (*rope_forward)(const struct Backend* be, Buf x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
     void (*rope_backward)(const struct Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
     /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
      * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
-    void (*rope2d_forward)(const struct Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+    void (*rope2d_forward)(const struct Backend* be, Buf x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
     void (*rope2d_backward)(const struct Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
     /* out (N, C) = table[ids[n]]; dtable (V, C) += scatter of dout. */
-    void (*embedding_forward)(const struct Backend* be, float* out, const int* ids, const float* table, int N, int C);
+    void (*embedding_forward)(const struct Backend* be, Buf out, const int* ids, Buf table, int N, int C);
     void (*embedding_backward)(const struct Backend* be, float* dtable, const float* dout, const int* ids, int N, int C);
 
     /* Cross-entropy with ignore index -100, SUM reduction.
@@ -314,8 +350,8 @@ typedef struct BackendOps {
      *          of (lse[n] - logits[n, targets[n]]); lse (N) saved.
      * backward: dlogits (N, V) += scale * (softmax(logits) - onehot(target)) for supervised rows
      *          (rows with target -100 get nothing). `scale` is 1 / (supervised targets in the step). */
-    void (*crossentropy_forward)(const struct Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
-    void (*crossentropy_backward)(const struct Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
+    void (*crossentropy_forward)(const struct Backend* be, float* loss_sum, float* lse, Buf logits, const int* targets, int N, int V);
+    void (*crossentropy_backward)(const struct Backend* be, float* dlogits, Buf logits, const float* lse, const int* targets,
                                   float scale, int N, int V);
 
     /* Attention over S packed sequences (cu_seqlens), H query heads of dim d and Hkv key/value heads
@@ -329,10 +365,10 @@ typedef struct BackendOps {
      * recomputes scores from q, k and lse.
      * backward: dq (stride ld_q), dk, dv (stride ld_kv) += gradients; a key/value head's gradient is the
      * sum over the query heads of its group. */
-    void (*attention_forward)(const struct Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+    void (*attention_forward)(const struct Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
                               const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
-    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
-                               const float* lse, const float* q, const float* k, const float* v,
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
+                               const float* lse, Buf q, Buf k, Buf v,
                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
     /* The step end (the trainer's global gradient norm, clipping and AdamW), so that parameters,
@@ -361,14 +397,14 @@ typedef struct BackendOps {
     void (*round_bf16)(const struct Backend* be, float* out, const float* inp, size_t n);
     /* ---- the CLIP tower's ops (vision/vit.c, model.vision_arch = clip) */
     /* out = act(inp) elementwise over n values (in place allowed); backward: dinp += act'(inp) * dout. */
-    void (*act_forward)(const struct Backend* be, float* out, const float* inp, size_t n, Act act);
-    void (*act_backward)(const struct Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+    void (*act_forward)(const struct Backend* be, Buf out, Buf inp, size_t n, Act act);
+    void (*act_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, size_t n, Act act);
     /* Weighted row gather: out (N, C) += sum over k < K of w[n K + k] * table[idx[n K + k], :] (w NULL:
      * every weight 1; idx < 0: the tap is skipped). The class token, the patch rows' placement among the
      * tokens, the bicubic-interpolated position embeddings (K = 16 taps) and the features without the
      * class token are all this op. backward: dtable[idx[n K + k], :] += w[n K + k] * dout[n, :]
      * (deterministic: the same bits whatever the threads). */
-    void (*rows_gather_forward)(const struct Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+    void (*rows_gather_forward)(const struct Backend* be, Buf out, const int* idx, const float* w, Buf table, int N,
                                 int K, int C);
     void (*rows_gather_backward)(const struct Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
                                  int K, int C);
@@ -386,7 +422,7 @@ typedef struct BackendOps {
      * copy_dtype (DTYPE_BF16: 2-byte words; DTYPE_F32: f32 words holding the bf16 value): the compute
      * copy written by the optimiser's own pass, once per step (no separate rounding pass). */
     void (*adamw_update_copy)(const struct Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                              const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
+                              const AdamWConfig* cfg, int t, int decay, Buf copy);
     /* out[i] = rr_f32_to_bf16(inp[i]), 2-byte words: the compute copy after a write of the master outside
      * the optimiser (allocation, checkpoint load); never called in a training step. */
     void (*to_bf16)(const struct Backend* be, uint16_t* out, const float* inp, size_t n);
@@ -397,12 +433,12 @@ typedef struct BackendOps {
     /* out = a + b with out and a activations (act_dtype) and b f32 words: the residual add after a TP
      * all-reduce, which sums the row-parallel partial outputs in f32 (under tp > 1; the value and
      * rounding point add_forward's with b's f32 value). NULL where act_dtype is f32 (add_forward does it). */
-    void (*add_f32_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
+    void (*add_f32_forward)(const struct Backend* be, Buf out, Buf a, const float* b, size_t n);
     /* 1-D RoPE over the LM's q and k in one pass: rope_forward of q (N rows of H heads, stride
      * ld_q) and of k (Hkv heads, stride ld_k) at the same positions, the same values in one launch on CUDA;
      * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations
      * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). */
-    void (*rope_qk_forward)(const struct Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+    void (*rope_qk_forward)(const struct Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                             int ld_k, const RopeFreq* rf);
     void (*rope_qk_backward)(const struct Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                              int ld_k, const RopeFreq* rf);
@@ -418,38 +454,26 @@ typedef struct Backend {
     Precision precision;
     /* The same device's Backend that computes in bf16 (its own bf16_variant is itself). */
     const struct Backend* bf16_variant;
-    /* Which buffers are 2-byte bf16: the storage of the compute copy of every 2-D parameter (GEMM weights,
-     * embedding tables) as the ops read it through their `weight` / `table` pointers (engine/params.h).
-     * DTYPE_BF16 (the CUDA bf16 tables): n values take 2n bytes, each the bf16 word rr_f32_to_bf16 gives,
-     * and the GEMMs hand them to cuBLASLt as they are (no conversion in a step); the float* of the ops is
-     * then only an address. DTYPE_F32 (every other table, the CPU's bf16 reference included): f32 words, in
-     * bf16 tables holding bf16 values. 1-D parameters (norm weights, biases) are f32 words on every table,
-     * but GEMM biases where bias_dtype is 2-byte (below). */
+    /* The storage of the compute copy of every 2-D parameter (GEMM weights, embedding tables) as the ops
+     * read it (their `weight` / `table` buffers, engine/params.h). DTYPE_BF16 (the CUDA bf16 tables): n
+     * values take 2n bytes, each the bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt
+     * as they are (no conversion in a step). DTYPE_F32 (every other table, the CPU's bf16 reference
+     * included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm weights, biases) are
+     * f32 words on every table, but GEMM biases where bias_dtype is 2-byte (below). */
     DType weight_dtype;
     /* How the ops store ACTIVATIONS (docs/cuda.md "bf16 storage"): DTYPE_F32 (every table but one: f32
      * words, in bf16 tables holding bf16 values) or DTYPE_BF16 (the CUDA backend's bf16-activation table:
-     * n values take 2n bytes, each the word rr_f32_to_bf16 gives; the float* of the ops below is then only
-     * an address, and pointer arithmetic on such a buffer must use dtype_size(act_dtype)). The numerics are
-     * the bf16 table's: the same values at the same rounding points, only the storage differs. Which
-     * pointers are activations, op by op (every other float* keeps f32 words: activation GRADIENTS d*,
-     * which stay f32 by the numerics contract, norm statistics mean / rstd, attention and cross-entropy
-     * lse, loss_sum, 1-D weights, the optimiser's buffers; `weight` / `table` follow weight_dtype, a
-     * linear's `bias` bias_dtype):
-     *   linear_forward: out, inp (its bias follows bias_dtype: 2-byte words, as cuBLASLt adds a bf16 D's bias).
-     *   linear_backward: inp (dout is f32; converted to bf16 scratch: the model code calls b16->linear_backward
-     *   with the 2-byte dout its producer stored instead, BackendOps.b16).
-     *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
-     *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
-     *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.
-     *   rope_forward / rope2d_forward: x (rope_backward acts on an f32 gradient).  rope_qk_forward: q, k.
-     *   embedding_forward: out.
-     *   crossentropy_forward / crossentropy_backward: logits.  attention_forward: out, q, k, v.
-     *   attention_backward: out, q, k, v (dout and dq / dk / dv f32).  act_forward: out, inp.
-     *   act_backward: inp.  rows_gather_forward: out and table (2-byte both: a caller with an f32 table, a
-     *   parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches
-     *   arrive 2-byte, narrowed on the host: vision.h vit_forward).
-     *   memset0 / copy_*: bytes, as given.
-     * NULL in the bf16-activation ops: attention_decode (generation keeps the bf16 table). */
+     * n values take 2n bytes, each the word rr_f32_to_bf16 gives). The numerics are the bf16 table's: the
+     * same values at the same rounding points, only the storage differs. The activations are the Buf
+     * arguments of the ops but `weight` / `table` (weight_dtype) and a linear's `bias` (bias_dtype); both
+     * of rows_gather_forward's `out` and `table` are activations (a caller with an f32-word table, a
+     * parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches
+     * arrive 2-byte, narrowed on the host: vision.h vit_forward). be_act below types an address so. Every
+     * float* of the ops is f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract,
+     * norm statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the
+     * optimiser's buffers. On the bf16-activation table the plain linear_backward and attention_backward
+     * convert their f32 dout to bf16 scratch; the model calls BackendOps.b16's with the 2-byte dout its
+     * producer stored instead. attention_decode is NULL there (generation keeps the bf16 table). */
     DType act_dtype;
     /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16
      * on the CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a
@@ -468,6 +492,12 @@ typedef struct Backend {
      * in call order and ignores it. The static tables have NULL; backend_on_stream makes a bound copy. */
     void* stream;
 } Backend;
+
+/* The typed buffer at p of what a Backend stores there: an activation (act_dtype), a 2-D weight's
+ * compute copy or an embedding table (weight_dtype), a GEMM bias's compute copy (bias_dtype). */
+static inline Buf be_act(const Backend* be, const void* p) { return buf_of(p, be->act_dtype); }
+static inline Buf be_weight(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
+static inline Buf be_bias(const Backend* be, const void* p) { return buf_of(p, be->bias_dtype); }
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
  * backend's compute stream). */

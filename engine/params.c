@@ -229,6 +229,8 @@ void* params_compute_ptr(const ParamTable* pt, int i) {
     return (char*)pt->compute + pt->specs[i].coff;
 }
 
+Buf params_compute_buf(const ParamTable* pt, int i) { return buf_of(params_compute_ptr(pt, i), params_compute_dtype(pt, i)); }
+
 void params_master_written(ParamTable* pt, int i) {
     if (!pt->compute) return;
     RR_ASSERT(i < pt->n);
@@ -291,6 +293,11 @@ int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
 float* params_weights(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
     return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].offset;
+}
+
+Buf params_weights_buf(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    return pt->compute ? params_compute_buf(pt, i) : buf_f32(pt->data + pt->specs[i].offset);
 }
 
 void params_alloc_optimizer(ParamTable* pt) {

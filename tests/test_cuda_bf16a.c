@@ -149,10 +149,10 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny); /* overwritten */
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
-        be[t]->ops->linear_forward(be[t], y_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
+        be[t]->ops->linear_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
         /* split as the pipeline's B then W */
-        be[t]->ops->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-        be[t]->ops->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
+        be[t]->ops->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+        be[t]->ops->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
@@ -174,8 +174,8 @@ static void run_act(const char* name, Act act) {
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], x, n), dx_d[t] = up32(be[t], dx0, n);
-        be[t]->ops->act_forward(be[t], y_d[t], x_d, n, act);
-        be[t]->ops->act_backward(be[t], dx_d[t], dy_d, x_d, n, act);
+        be[t]->ops->act_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], x_d), n, act);
+        be[t]->ops->act_backward(be[t], dx_d[t], dy_d, be_act(be[t], x_d), n, act);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(dy_d);
     }
@@ -201,7 +201,7 @@ static void run_gather(const char* name, int N, int K, int C, int V, int weighte
         int* idx_d = be[t]->dev->alloc((size_t)N * K * sizeof(int));
         be[t]->dev->copy_h2d(be[t], idx_d, idx, (size_t)N * K * sizeof(int));
         o_d[t] = upa(be[t], out, n), dt_d[t] = up32(be[t], dt0, nt);
-        be[t]->ops->rows_gather_forward(be[t], o_d[t], idx_d, weighted ? w_d : NULL, tab_d, N, K, C);
+        be[t]->ops->rows_gather_forward(be[t], be_act(be[t], o_d[t]), idx_d, weighted ? w_d : NULL, be_act(be[t], tab_d), N, K, C);
         be[t]->ops->rows_gather_backward(be[t], dt_d[t], dy_d, idx_d, weighted ? w_d : NULL, N, K, C);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(tab_d), be[t]->dev->free(w_d), be[t]->dev->free(dy_d), be[t]->dev->free(idx_d);
@@ -227,8 +227,8 @@ static void run_linear_gelu(const char* name, int N, int C, int OC, int with_bia
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny), p_d[t] = upa(be[t], dy, ny), dp_d[t] = up32(be[t], dp0, ny);
-        be[t]->ops->linear_gelu_forward(be[t], y_d[t], p_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
-        be[t]->ops->gelu_backward(be[t], dp_d[t], dy_d, p_d[t], ny);
+        be[t]->ops->linear_gelu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], p_d[t]), be_act(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
+        be[t]->ops->gelu_backward(be[t], dp_d[t], dy_d, be_act(be[t], p_d[t]), ny);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
@@ -251,12 +251,12 @@ static void run_norm(const char* name, int layer, int N, int C) {
         y_d[t] = upa(be[t], x, n), mean_d[t] = up32(be[t], dy, N), rstd_d[t] = up32(be[t], dy, N);
         dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
         if (layer) {
-            be[t]->ops->layernorm_forward(be[t], y_d[t], mean_d[t], rstd_d[t], x_d, w_d, b_d, N, C);
-            be[t]->ops->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, x_d, w_d, mean_d[t], rstd_d[t], N, C);
+            be[t]->ops->layernorm_forward(be[t], be_act(be[t], y_d[t]), mean_d[t], rstd_d[t], be_act(be[t], x_d), w_d, b_d, N, C);
+            be[t]->ops->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, mean_d[t], rstd_d[t], N, C);
         } else {
-            be[t]->ops->rmsnorm_forward(be[t], y_d[t], rstd_d[t], x_d, w_d, N, C, 1e-5);
-            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, dy_d, x_d, w_d, rstd_d[t], N, C);
-            be[t]->ops->rmsnorm_backward(be[t], NULL, dw_d[t], dy_d, x_d, w_d, rstd_d[t], N, C);
+            be[t]->ops->rmsnorm_forward(be[t], be_act(be[t], y_d[t]), rstd_d[t], be_act(be[t], x_d), w_d, N, C, 1e-5);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, dy_d, be_act(be[t], x_d), w_d, rstd_d[t], N, C);
+            be[t]->ops->rmsnorm_backward(be[t], NULL, dw_d[t], dy_d, be_act(be[t], x_d), w_d, rstd_d[t], N, C);
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
@@ -286,23 +286,23 @@ static void run_elementwise(const char* name, int kind, size_t n) {
         float *a_d = upa(be[t], a, n), *b_d = kind == 3 ? up32(be[t], b, n) : upa(be[t], b, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], a, n), da_d[t] = up32(be[t], da0, n), db_d[t] = up32(be[t], db0, n);
         if (kind == 0) {
-            be[t]->ops->gelu_forward(be[t], y_d[t], a_d, n);
-            be[t]->ops->gelu_backward(be[t], da_d[t], dy_d, a_d, n);
+            be[t]->ops->gelu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), n);
+            be[t]->ops->gelu_backward(be[t], da_d[t], dy_d, be_act(be[t], a_d), n);
         } else if (kind == 1) {
-            be[t]->ops->swiglu_forward(be[t], y_d[t], a_d, b_d, n);
-            be[t]->ops->swiglu_backward(be[t], da_d[t], db_d[t], dy_d, a_d, b_d, n);
+            be[t]->ops->swiglu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
+            be[t]->ops->swiglu_backward(be[t], da_d[t], db_d[t], dy_d, be_act(be[t], a_d), be_act(be[t], b_d), n);
         } else if (kind == 3) {
             if (be[t]->act_dtype == DTYPE_BF16) {
-                be[t]->ops->add_f32_forward(be[t], y_d[t], a_d, b_d, n);
-                be[t]->ops->add_f32_forward(be[t], a_d, a_d, b_d, n); /* in place */
+                be[t]->ops->add_f32_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), b_d, n);
+                be[t]->ops->add_f32_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), b_d, n); /* in place */
             } else {
-                be[t]->ops->add_forward(be[t], y_d[t], a_d, b_d, n);
-                be[t]->ops->add_forward(be[t], a_d, a_d, b_d, n);
+                be[t]->ops->add_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
+                be[t]->ops->add_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), be_act(be[t], b_d), n);
             }
             be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
         } else {
-            be[t]->ops->add_forward(be[t], y_d[t], a_d, b_d, n);
-            be[t]->ops->add_forward(be[t], a_d, a_d, b_d, n); /* in place */
+            be[t]->ops->add_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
+            be[t]->ops->add_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), be_act(be[t], b_d), n); /* in place */
             be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
         }
         be[t]->dev->synchronize(be[t]);
@@ -332,8 +332,8 @@ static void run_rope(const char* name, const RopeFreq* rf, int N, int H, int d) 
         be[t]->dev->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
         be[t]->dev->copy_h2d(be[t], pcol_d, pcol, N * sizeof(int));
         x_d[t] = upa(be[t], x, n);
-        if (rf) be[t]->ops->rope_forward(be[t], x_d[t], pos_d, N, H, d, ld, rf);
-        else be[t]->ops->rope2d_forward(be[t], x_d[t], pos_d, pcol_d, N, H, d, ld);
+        if (rf) be[t]->ops->rope_forward(be[t], be_act(be[t], x_d[t]), pos_d, N, H, d, ld, rf);
+        else be[t]->ops->rope2d_forward(be[t], be_act(be[t], x_d[t]), pos_d, pcol_d, N, H, d, ld);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(pos_d), be[t]->dev->free(pcol_d);
     }
@@ -371,10 +371,10 @@ static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int 
         q_d[t] = upa(be[t], q, nq);
         k_d[t] = upa(be[t], k, nk);
         if (t < 2) {
-            be[t]->ops->rope_qk_forward(be[t], q_d[t], k_d[t], pos_d, N, H, Hkv, d, ldq, ldk, rf);
+            be[t]->ops->rope_qk_forward(be[t], be_act(be[t], q_d[t]), be_act(be[t], k_d[t]), pos_d, N, H, Hkv, d, ldq, ldk, rf);
         } else { /* the two-call form */
-            be[t]->ops->rope_forward(be[t], q_d[t], pos_d, N, H, d, ldq, rf);
-            be[t]->ops->rope_forward(be[t], k_d[t], pos_d, N, Hkv, d, ldk, rf);
+            be[t]->ops->rope_forward(be[t], be_act(be[t], q_d[t]), pos_d, N, H, d, ldq, rf);
+            be[t]->ops->rope_forward(be[t], be_act(be[t], k_d[t]), pos_d, N, Hkv, d, ldk, rf);
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(pos_d);
@@ -403,7 +403,7 @@ static void run_embedding(void) {
         int* ids_d = be[t]->dev->alloc(sizeof ids);
         be[t]->dev->copy_h2d(be[t], ids_d, ids, sizeof ids);
         y_d[t] = be[t]->dev->alloc((size_t)N * C * sizeof(float)); /* room for f32 words; bf16 ones take half */
-        be[t]->ops->embedding_forward(be[t], y_d[t], ids_d, tab_d, N, C);
+        be[t]->ops->embedding_forward(be[t], be_act(be[t], y_d[t]), ids_d, be_weight(be[t], tab_d), N, C);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(tab_d), be[t]->dev->free(ids_d);
     }
@@ -428,8 +428,8 @@ static void run_ce(void) {
         loss_d[t] = be[t]->dev->alloc(sizeof(float));
         lse_d[t] = be[t]->dev->alloc(N * sizeof(float));
         dz_d[t] = up32(be[t], dz0, n);
-        be[t]->ops->crossentropy_forward(be[t], loss_d[t], lse_d[t], z_d, tg_d, N, V);
-        be[t]->ops->crossentropy_backward(be[t], dz_d[t], z_d, lse_d[t], tg_d, 0.1f, N, V);
+        be[t]->ops->crossentropy_forward(be[t], loss_d[t], lse_d[t], be_act(be[t], z_d), tg_d, N, V);
+        be[t]->ops->crossentropy_backward(be[t], dz_d[t], be_act(be[t], z_d), lse_d[t], tg_d, 0.1f, N, V);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(z_d), be[t]->dev->free(tg_d);
     }
@@ -445,8 +445,8 @@ static void run_ce(void) {
         uint16_t* dz16 = up16(B16A, dz0, n);
         B16->dev->copy_h2d(B16, tg0, tg, sizeof tg);
         B16A->dev->copy_h2d(B16A, tg1, tg, sizeof tg);
-        B16->ops->crossentropy_backward(B16, ref, z_d, lse_d[0], tg0, 0.1f, N, V);
-        B16A->ops->b16->crossentropy_backward(B16A, dz16, z16, lse_d[1], tg1, 0.1f, N, V);
+        B16->ops->crossentropy_backward(B16, ref, be_act(B16, z_d), lse_d[0], tg0, 0.1f, N, V);
+        B16A->ops->b16->crossentropy_backward(B16A, dz16, be_act(B16A, z16), lse_d[1], tg1, 0.1f, N, V);
         B16->dev->synchronize(B16), B16A->dev->synchronize(B16A);
         cmp16("dlogits16", ref, V, dz16, V, N, V);
         B16->dev->free(z_d), B16->dev->free(ref), B16->dev->free(tg0), B16A->dev->free(z16), B16A->dev->free(tg1), B16A->dev->free(dz16);
@@ -478,8 +478,8 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
         be[t]->dev->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
         o_d[t] = upa(be[t], q, nq), lse_d[t] = be[t]->dev->alloc((size_t)T * H * sizeof(float));
         dq_d[t] = up32(be[t], dq0, nq), dk_d[t] = up32(be[t], dk0, nkv), dv_d[t] = up32(be[t], dv0, nkv);
-        be[t]->ops->attention_forward(be[t], o_d[t], lse_d[t], q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
-        be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, o_d[t], lse_d[t], q_d, k_d, v_d, cu_d, S, T, H,
+        be[t]->ops->attention_forward(be[t], be_act(be[t], o_d[t]), lse_d[t], be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, be_act(be[t], o_d[t]), lse_d[t], be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H,
                                   Hkv, d, Dq, Dkv, 1);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(q_d), be[t]->dev->free(k_d), be[t]->dev->free(v_d), be[t]->dev->free(dy_d), be[t]->dev->free(cu_d);
@@ -542,18 +542,18 @@ static void run_b16_linear(const char* name, int N, int C, int OC, int with_bias
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
         if (t == 0) {
             dxz = up32(be[t], zero, nx);
-            be[t]->ops->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-            be[t]->ops->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
-            be[t]->ops->linear_backward(be[t], dxz, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+            be[t]->ops->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+            be[t]->ops->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+            be[t]->ops->linear_backward(be[t], dxz, NULL, NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
         } else {
             uint16_t* dy16 = up16(be[t], dy, ny);
             dx16 = up16(be[t], dx0, nx); /* garbage: overwritten */
             dxs = up32(be[t], dx0, nx); /* garbage: written (set) */
-            be[t]->ops->b16->linear_backward(be[t], dx_d[t], NULL, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 0);
+            be[t]->ops->b16->linear_backward(be[t], dx_d[t], NULL, NULL, NULL, dy16, NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
             be[t]->ops->b16->linear_backward(be[t], NULL, NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy16, with_bias ? dy_d : NULL,
-                                        x_d, w_d, N, C, OC, 0);
-            be[t]->ops->b16->linear_backward(be[t], NULL, dx16, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 1);
-            be[t]->ops->b16->linear_backward(be[t], dxs, NULL, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 1);
+                                        be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->b16->linear_backward(be[t], NULL, dx16, NULL, NULL, dy16, NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
+            be[t]->ops->b16->linear_backward(be[t], dxs, NULL, NULL, NULL, dy16, NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
             be[t]->dev->synchronize(be[t]);
             be[t]->dev->free(dy16);
         }
@@ -586,11 +586,11 @@ static void run_b16_elementwise(const char* name, size_t n, int N, int C) {
         float *x_d = upa(be[t], x, nn), *w_d = up32(be[t], w, C), *dyn_d = up32(be[t], dyn, nn), *rs_d = up32(be[t], rs, N);
         dx_d[t] = up32(be[t], dx0, nn);
         if (t == 0) {
-            be[t]->ops->swiglu_backward(be[t], dg_ref, du_ref, dy_d, g_d, u_d, n);
-            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, dyn_d, x_d, w_d, rs_d, N, C);
+            be[t]->ops->swiglu_backward(be[t], dg_ref, du_ref, dy_d, be_act(be[t], g_d), be_act(be[t], u_d), n);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, dyn_d, be_act(be[t], x_d), w_d, rs_d, N, C);
         } else {
-            be[t]->ops->b16->swiglu_backward(be[t], dg16, du16, dy_d, g_d, u_d, n);
-            be[t]->ops->b16->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, x_d, w_d, rs_d, N, C);
+            be[t]->ops->b16->swiglu_backward(be[t], dg16, du16, dy_d, be_act(be[t], g_d), be_act(be[t], u_d), n);
+            be[t]->ops->b16->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, be_act(be[t], x_d), w_d, rs_d, N, C);
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(g_d), be[t]->dev->free(u_d), be[t]->dev->free(dy_d), be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(dyn_d);
@@ -621,15 +621,15 @@ static void run_b16_ln_act(const char* name, int N, int C) {
         float *x_d = upa(be[t], x, n), *w_d = up32(be[t], w, C), *dy_d = up32(be[t], dy, n), *m_d = up32(be[t], m, N);
         float* rs_d = up32(be[t], rs, N);
         dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
-        if (t == 0) be[t]->ops->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
-        else be[t]->ops->b16->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
+        if (t == 0) be[t]->ops->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, m_d, rs_d, N, C);
+        else be[t]->ops->b16->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, m_d, rs_d, N, C);
         for (int k = 0; k < 3; k++) {
             da_d[t][k] = up32(be[t], dx0, n);
             if (t == 0) {
-                be[t]->ops->act_backward(be[t], da_d[t][k], dy_d, x_d, n, acts[k]);
+                be[t]->ops->act_backward(be[t], da_d[t][k], dy_d, be_act(be[t], x_d), n, acts[k]);
             } else {
                 da16[k] = up16(be[t], dy, n);
-                be[t]->ops->b16->act_backward(be[t], da_d[t][k], da16[k], dy_d, x_d, n, acts[k]);
+                be[t]->ops->b16->act_backward(be[t], da_d[t][k], da16[k], dy_d, be_act(be[t], x_d), n, acts[k]);
             }
         }
         be[t]->dev->synchronize(be[t]);
@@ -729,9 +729,9 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
         be[t]->dev->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
         float *o_d = upa(be[t], q, nq), *lse_d = be[t]->dev->alloc((size_t)T * H * sizeof(float));
         dq_d[t] = up32(be[t], zero, nq), dk_d[t] = up32(be[t], zero, nkv), dv_d[t] = up32(be[t], zero, nkv);
-        be[t]->ops->attention_forward(be[t], o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        be[t]->ops->attention_forward(be[t], be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
         if (t == 0) {
-            be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv,
+            be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv,
                                       d, Dq, Dkv, 1);
         } else {
             uint16_t* dy16 = up16(be[t], dy, nq);
@@ -740,11 +740,11 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
                 mq16 = up16(be[t], dy, nq), mk16 = up16(be[t], dy, nkv), mv16 = up16(be[t], dy, nkv);
             }
             if (t == 1)
-                be[t]->ops->b16->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, dy16, o_d, lse_d, q_d,
-                                               k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+                be[t]->ops->b16->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, dy16, be_act(be[t], o_d), lse_d, be_act(be[t], q_d),
+                                               be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
             else /* mirrors of stride Dkv (the q mirror where Dq == Dkv) */
                 be[t]->ops->b16->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], Dkv == Dq ? mq16 : NULL, mk16, mv16, Dkv,
-                                               dy16, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+                                               dy16, be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
             be[t]->dev->synchronize(be[t]);
             be[t]->dev->free(dy16);
         }

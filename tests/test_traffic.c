@@ -188,20 +188,20 @@ static void end(void) {
  * into its gradients (read and write). Each GEMM reads its operands once and writes (beta 1: reads and
  * writes) its output once. */
 
-static void w_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N,
+static void w_linear_forward(const Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N,
                              int C, int OC) {
     (void)be;
-#define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * BIASB : 0) + (double)N * OC * (a))
+#define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + (double)N * OC * (a))
     /* a known gap on the bf16 table (its conversion and rounding passes); none on the bf16-activation table, biased or
      * not (the bias is the 2-byte compute copy AdamW wrote: Backend.bias_dtype) */
     begin("linear_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LF(A_USE), LF(A_TARGET));
     inner->ops->linear_forward(inner, out, inp, weight, bias, N, C, OC);
     end();
 }
-static void w_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                  const float* bias, int N, int C, int OC) {
+static void w_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf inp, Buf weight,
+                                  Buf bias, int N, int C, int OC) {
     (void)be;
-#define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * BIASB : 0) + 2.0 * N * OC * (a))
+#define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + 2.0 * N * OC * (a))
     begin("linear_gelu_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LG(A_USE), LG(A_TARGET));
     inner->ops->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
     end();
@@ -210,7 +210,7 @@ static void w_linear_gelu_forward(const Backend* be, float* out, float* pre, con
  * no gap on the bf16-activation table: both blocks call the 2-byte slots (BackendOps.b16) for every product, so a plain
  * call fails (its conversion launch) */
 static void w_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, int N, int C, int OC) {
+                              Buf inp, Buf weight, int N, int C, int OC) {
     (void)be;
     double use = 0, target = 0, nd = (double)N * OC * G;
     if (dinp) use += nd + (double)OC * C * W16 + 2.0 * N * C * G, target += nd + (double)OC * C * W16 + 2.0 * N * C * G;
@@ -221,7 +221,7 @@ static void w_linear_backward(const Backend* be, float* dinp, float* dweight, fl
     inner->ops->linear_backward(inner, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     end();
 }
-static void w_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp,
+static void w_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
                                 const float* weight, const float* bias, int N, int C) {
     (void)be;
 #define LNF(a) (2.0 * N * C * (a) + 2.0 * C * F32B + 2.0 * N * F32B)
@@ -230,7 +230,7 @@ static void w_layernorm_forward(const Backend* be, float* out, float* mean, floa
     end();
 }
 static void w_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+                                 Buf inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
     (void)be;
     /* one pass reads dout and inp once whatever it computes */
 #define LNB(a)                                                                                                       \
@@ -240,7 +240,7 @@ static void w_layernorm_backward(const Backend* be, float* dinp, float* dweight,
     inner->ops->layernorm_backward(inner, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     end();
 }
-static void w_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N,
+static void w_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N,
                               int C, double eps) {
     (void)be;
 #define RNF(a) (2.0 * N * C * (a) + (double)C * F32B + (double)N * F32B)
@@ -248,7 +248,7 @@ static void w_rmsnorm_forward(const Backend* be, float* out, float* rstd, const 
     inner->ops->rmsnorm_forward(inner, out, rstd, inp, weight, N, C, eps);
     end();
 }
-static void w_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
+static void w_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, Buf inp,
                                const float* weight, const float* rstd, int N, int C) {
     (void)be;
 #define RNB(a) ((double)N * C * G + (double)N * C * (a) + (double)N * F32B + (dinp ? 2.0 * N * C * G + C * F32B : 0) + (dweight ? 2.0 * C * F32B : 0))
@@ -256,33 +256,33 @@ static void w_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, c
     inner->ops->rmsnorm_backward(inner, dinp, dweight, dout, inp, weight, rstd, N, C);
     end();
 }
-static void w_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
+static void w_gelu_backward(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n) {
     (void)be;
     begin("gelu_backward", PROF_ELEMENTWISE, 0, n * (3.0 * G + A_USE), n * (3.0 * G + A_TARGET));
     inner->ops->gelu_backward(inner, dinp, dout, inp, n);
     end();
 }
-static void w_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+static void w_swiglu_forward(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
     (void)be;
     begin("swiglu_forward", PROF_ELEMENTWISE, 0, 3.0 * n * A_USE, 3.0 * n * A_TARGET);
     inner->ops->swiglu_forward(inner, out, gate, up, n);
     end();
 }
-static void w_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate,
-                              const float* up, size_t n) {
+static void w_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, Buf gate,
+                              Buf up, size_t n) {
     (void)be;
     double gr = n * (G + ((dgate ? 2.0 : 0) + (dup ? 2.0 : 0)) * G);
     begin("swiglu_backward", PROF_ELEMENTWISE, 0, gr + 2.0 * n * A_USE, gr + 2.0 * n * A_TARGET);
     inner->ops->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
     end();
 }
-static void w_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+static void w_add_forward(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
     (void)be;
     begin("add_forward", PROF_ELEMENTWISE, 0, 3.0 * n * A_USE, 3.0 * n * A_TARGET);
     inner->ops->add_forward(inner, out, a, b, n);
     end();
 }
-static void w_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+static void w_rope_forward(const Backend* be, Buf x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
     (void)be;
     double v = (double)N * H * d;
     begin("rope_forward", PROF_ELEMENTWISE, 0, 2 * v * A_USE + N * 4.0, 2 * v * A_TARGET + N * 4.0);
@@ -297,7 +297,7 @@ static void w_rope_backward(const Backend* be, float* dx, const int* pos, int N,
     end();
 }
 /* q and k in one pass: each value read and written once (q: H heads, k: Hkv heads) */
-static void w_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+static void w_rope_qk_forward(const Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                               int ld_k, const RopeFreq* rf) {
     (void)be;
     double v = (double)N * (H + Hkv) * d;
@@ -313,9 +313,9 @@ static void w_rope_qk_backward(const Backend* be, float* dq, float* dk, const in
     inner->ops->rope_qk_backward(inner, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
     end();
 }
-static void w_rope2d_forward(const Backend* be, float* x, const int* pr, const int* pc, int N, int H, int d, int ld) {
+static void w_rope2d_forward(const Backend* be, Buf x, const int* pr, const int* pc, int N, int H, int d, int ld) {
     (void)be;
-    double v = strided_bytes(x, N, (size_t)H * d * A_USE, (size_t)ld * A_USE);
+    double v = strided_bytes(x.p, N, (size_t)H * d * A_USE, (size_t)ld * A_USE);
     begin("rope2d_forward", PROF_ELEMENTWISE, 0, 2 * v + N * 8.0, 2 * v * A_TARGET / A_USE + N * 8.0);
     inner->ops->rope2d_forward(inner, x, pr, pc, N, H, d, ld);
     end();
@@ -332,7 +332,7 @@ static void w_rope2d_backward(const Backend* be, float* dx, const int* pr, const
  * forward is one launch of the own tensor-core kernel (issue 24), its output rounded in its store: within
  * 1.3x like every other op. The plain backward (an f32 dout, narrowed first) is not called on this table: the
  * blocks call w16_attention_backward (docs/cuda.md, "Traffic budget") */
-static void w_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+static void w_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
                                 const int* cu, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
@@ -341,8 +341,8 @@ static void w_attention_forward(const Backend* be, float* out, float* lse, const
     inner->ops->attention_forward(inner, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
     end();
 }
-static void w_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                 const float* lse, const float* q, const float* k, const float* v, const int* cu, int S, int T,
+static void w_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
+                                 const float* lse, Buf q, Buf k, Buf v, const int* cu, int S, int T,
                                  int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
@@ -357,7 +357,7 @@ static void w_attention_backward(const Backend* be, float* dq, float* dk, float*
 /* ---- the 2-byte output-gradient slots (BackendOps.b16): budgets with G16 for a gradient stored 2-byte; none is a gap */
 static BackendB16 wrap16;
 static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N, int C,
+                                const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C,
                                 int OC, int set) {
     (void)be;
     double b = 0, nd = (double)N * OC * G16, wt = (double)OC * C * W16;
@@ -369,8 +369,8 @@ static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16
     inner->ops->b16->linear_backward(inner, dinp, dinp16, dweight, dbias, dout16, dout, inp, weight, N, C, OC, set);
     end();
 }
-static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* dup, const float* dout, const float* gate,
-                                const float* up, size_t n) {
+static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* dup, const float* dout, Buf gate,
+                                Buf up, size_t n) {
     (void)be;
     double b = n * (G + 2.0 * A_TARGET + ((dgate ? 1 : 0) + (dup ? 1 : 0)) * (double)G16);
     begin("swiglu_backward_b16", PROF_ELEMENTWISE, 0, b, b);
@@ -378,7 +378,7 @@ static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* du
     end();
 }
 static void w16_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                                 const float* inp, const float* weight, const float* rstd, int N, int C) {
+                                 Buf inp, const float* weight, const float* rstd, int N, int C) {
     (void)be;
     double b = RNB(A_TARGET) + (dinp16 ? (double)N * C * G16 : 0);
     begin("rmsnorm_backward_b16", PROF_NORM, 0, b, b);
@@ -396,8 +396,8 @@ static void w16_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, f
     end();
 }
 static void w16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                                   uint16_t* dv16, int ld16, const uint16_t* dout16, const float* out, const float* lse,
-                                   const float* q, const float* k, const float* v, const int* cu, int S, int T, int H, int Hkv,
+                                   uint16_t* dv16, int ld16, const uint16_t* dout16, Buf out, const float* lse,
+                                   Buf q, Buf k, Buf v, const int* cu, int S, int T, int H, int Hkv,
                                    int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d;
@@ -411,9 +411,9 @@ static void w16_attention_backward(const Backend* be, float* dq, float* dk, floa
     size_t qw = (size_t)H * d, kw = (size_t)Hkv * d;
     /* q, k, v (and dq, dk, dv) share pages only as views of one buffer, which have one row stride */
     int one = ld_q == ld_kv;
-    double qkv = one ? views_bytes(T, q, qw * A_TARGET, k, kw * A_TARGET, v, kw * A_TARGET, (size_t)ld_q * A_TARGET)
-                     : views_bytes(T, q, qw * A_TARGET, NULL, 0, NULL, 0, (size_t)ld_q * A_TARGET) +
-                           views_bytes(T, k, kw * A_TARGET, v, kw * A_TARGET, NULL, 0, (size_t)ld_kv * A_TARGET);
+    double qkv = one ? views_bytes(T, q.p, qw * A_TARGET, k.p, kw * A_TARGET, v.p, kw * A_TARGET, (size_t)ld_q * A_TARGET)
+                     : views_bytes(T, q.p, qw * A_TARGET, NULL, 0, NULL, 0, (size_t)ld_q * A_TARGET) +
+                           views_bytes(T, k.p, kw * A_TARGET, v.p, kw * A_TARGET, NULL, 0, (size_t)ld_kv * A_TARGET);
     double stats = T * H * 4.0, offs = (S + 1) * 4.0;
     double prep = x * A_TARGET + x * G16 + stats + 2 * stats;
     double stream = qkv + x * G16 + 2 * stats + offs;
@@ -442,7 +442,7 @@ static void w16_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, flo
     end();
 }
 static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                   const float* dout, const float* inp, const float* weight, const float* mean,
+                                   const float* dout, Buf inp, const float* weight, const float* mean,
                                    const float* rstd, int N, int C) {
     (void)be;
     double b = LNB(A_TARGET) + (dinp16 ? (double)N * C * G16 : 0);
@@ -450,7 +450,7 @@ static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* din
     inner->ops->b16->layernorm_backward(inner, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     end();
 }
-static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp, size_t n,
+static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
                              Act act) {
     (void)be;
     double b = n * (3.0 * G + A_TARGET + (dinp16 ? G16 : 0));
@@ -481,11 +481,11 @@ static void w_copy_d2d(const Backend* be, void* dst, const void* src, size_t byt
     end();
 }
 static void w_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                                const AdamWConfig* cfg, int t, int decay, void* copy, DType dt) {
+                                const AdamWConfig* cfg, int t, int decay, Buf copy) {
     (void)be;
-    double b = n * (4.0 * F32B + 3.0 * F32B + (double)dtype_size(dt));
+    double b = n * (4.0 * F32B + 3.0 * F32B + (double)dtype_size(copy.dt));
     begin("adamw_update_copy", PROF_OPTIMISER, 0, b, b);
-    inner->ops->adamw_update_copy(inner, param, grad, m, v, n, cfg, t, decay, copy, dt);
+    inner->ops->adamw_update_copy(inner, param, grad, m, v, n, cfg, t, decay, copy);
     end();
 }
 
@@ -603,7 +603,7 @@ struct VitRopeCtx {
 };
 static void vit_rope_call(void* v) {
     struct VitRopeCtx* x = v;
-    inner->ops->rope2d_forward(inner, x->qkv, x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
+    inner->ops->rope2d_forward(inner, be_act(inner, x->qkv), x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
 }
 
 static void step_params(ParamTable* pt) {
@@ -613,7 +613,7 @@ static void step_params(ParamTable* pt) {
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         wrap.ops->adamw_update_copy(&wrap, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
-                               &cfg, 1, s->decay, params_compute_ptr(pt, i), params_compute_dtype(pt, i));
+                               &cfg, 1, s->decay, params_compute_buf(pt, i));
         n16 += params_compute_dtype(pt, i) == DTYPE_BF16;
     }
     /* 4: one launch per tensor, none of them a conversion / rounding pass */
@@ -701,9 +701,9 @@ static void run_lm(void) {
     emu_traffic(1);
     inner->dev->profile(1);
     printf("LM block (D %d, H %d, F %d, T %d in %d sequences), bf16, 2-byte activations:\n", c.D, c.H, c.F, T, S);
-    lm_block_forward(&wrap, &c, &w, &a, &s, &seq, xin, xout);
-    lm_block_backward_input(&wrap, &c, &w, &a, &g, &s, &seq, xin, dxout, dxin);
-    lm_block_backward_weight(&wrap, &c, &w, &dw, &a, &g, &seq, xin, dxout);
+    lm_block_forward(&wrap, &c, &w, &a, &s, &seq, be_act(&wrap, xin), be_act(&wrap, xout));
+    lm_block_backward_input(&wrap, &c, &w, &a, &g, &s, &seq, be_act(&wrap, xin), dxout, dxin);
+    lm_block_backward_weight(&wrap, &c, &w, &dw, &a, &g, &seq, be_act(&wrap, xin), dxout);
     step_params(&pt);
     inner->dev->profile(0);
     emu_traffic(0);

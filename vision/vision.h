@@ -194,11 +194,11 @@ typedef struct {
 
 /* Projector activations (N rows). */
 typedef struct {
-    const float* vin;        /* (N, D) the forward's input (the ViT output), kept for W */
-    float *fc1, *gelu, *out; /* (N, Dt) each */
+    Buf vin;                 /* (N, D) the forward's input (the ViT output), kept for W */
+    Buf fc1, gelu, out;      /* (N, Dt) each, in the tower's activation storage */
     float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
     /* 2-byte activations (else NULL): dout's 2-byte copy (given with dout, rows of the LM's 2-byte residual gradient)
-     * and dfc1's (stored by the GELU backward), what projector.2's and projector.0's GEMMs read (issue 20) */
+     * and dfc1's (stored by the GELU backward), what projector.2's and projector.0's GEMMs read */
     uint16_t *dout16, *dfc1_16;
     float* dvin;             /* (N, D) d projector input = d vision output */
     float* tp_sum;           /* (N, Dt) f32 where tp > 1 and activations are 2-byte: projector.2's sum (else NULL) */
@@ -248,7 +248,7 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
  * gradients as B then W. */
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
 
-void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N);
+void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, Buf vin, int N);
 /* B: from a->dout to a->dfc1 (kept for W) and, with need_dvin (the vision tower trains), a->dvin
  * (overwritten). */
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,

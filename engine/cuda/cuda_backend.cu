@@ -136,12 +136,26 @@ static void cuda_profile_take(BackendProfile* out) {
     }
 }
 
-// An op slot run inside a ProfScope of kind K (the tables point at these)
+// A typed buffer handed to an implementation that takes its address (or the Buf itself): a 2-byte pointer only from a bf16 buffer; an
+// f32 pointer from an f32 buffer, or from a bf16 one where the implementation's float* is only an address (the
+// bf16 GEMMs' weights and the bf16-activation functions, which read it as 2-byte words).
+struct BufAddr {
+    Buf b;
+    operator float*() const { return (float*)b.p; }
+    operator const float*() const { return (const float*)b.p; }
+    operator uint16_t*() const { return buf_bf16p(b); }
+    operator const uint16_t*() const { return buf_bf16p(b); }
+    operator Buf() const { return b; } // an implementation that takes the typed buffer itself
+};
+static inline BufAddr op_arg(Buf b) { return BufAddr{b}; }
+template <typename T> static inline T op_arg(T a) { return a; }
+
+// An op run inside a ProfScope of kind K (the tables point at these), its typed buffers passed as addresses
 #define PROF_OP(K, fn)                                                                  \
     template <typename... A>                                                            \
-    static auto prof_##fn(const Backend* be, A... a)->decltype(fn(be, a...)) {          \
+    static auto prof_##fn(const Backend* be, A... a)->decltype(fn(be, op_arg(a)...)) {  \
         ProfScope scope(be, K, #fn);                                                    \
-        return fn(be, a...);                                                            \
+        return fn(be, op_arg(a)...);                                                    \
     }
 
 static const char* cublas_status_name(cublasStatus_t st) {

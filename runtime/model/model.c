@@ -779,7 +779,7 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
         be->dev->memset0(be, x0, n * (size_t)lm_act_bytes(&st->lc));
         for (int r = 0; r < a->n_own; r++) {
             int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
-            be->ops->embedding_forward(be, stage_act_row(st, x0, t0, Dt), a->lids + t0, st->embed_w, t1 - t0, Dt);
+            be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->lids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
         }
         if (lm_act_bytes(&st->lc) == 2) {
             RR_ASSERT(a->scratch.tp_sum);
@@ -791,20 +791,20 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     } else
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        be->ops->embedding_forward(be, stage_act_row(st, x0, t0, Dt), a->ids + t0, st->embed_w, t1 - t0, Dt);
+        be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->ids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
     }
     /* the projector's rows (f32 words holding bf16 values: rounded by its producer) into the image positions;
      * with 2-byte activations narrowed on the way (exact), one launch per image as the copy was */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         if (lm_act_bytes(&st->lc) == 2 && vit_act_bytes(&st->vc) == 2) /* 2-byte rows both sides */
-            be->dev->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), vit_act_at(&st->vc, a->proj.out, (size_t)k0 * Dt),
+            be->dev->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), buf_at(a->proj.out, (size_t)k0 * Dt).p,
                          (size_t)n * Dt * sizeof(uint16_t));
         else if (lm_act_bytes(&st->lc) == 2)
-            be->ops->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), a->proj.out + (size_t)k0 * Dt,
+            be->ops->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                         (size_t)n * Dt);
         else
-            be->dev->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
+            be->dev->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                          (size_t)n * Dt * sizeof(float));
     }
 }
@@ -939,7 +939,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         }
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         vit_forward(vbe, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
-        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, be_act(vbe, a->vit.vout), a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
@@ -954,19 +954,19 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     RR_ASSERT(!a->kv_k || lm_act_bytes(&st->lc) == 4);
     for (int j = 0; j < nL; j++) {
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
-        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, stage_res(a, st, j),
-                         stage_res(a, st, j + 1));
+        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
+                         be_act(lbe, stage_res(a, st, j + 1)));
     }
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {
-        lbe->ops->rmsnorm_forward(lbe, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
+        lbe->ops->rmsnorm_forward(lbe, be_act(lbe, a->nf), a->rstdf, be_act(lbe, xL), st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
-            lbe->ops->linear_forward(lbe, a->logits, a->nf, st->head_w, NULL, T, Dt, st->Vs);
+            lbe->ops->linear_forward(lbe, be_act(lbe, a->logits), be_act(lbe, a->nf), be_weight(lbe, st->head_w), buf_none(), T, Dt, st->Vs);
             stage_tp_ce_forward(st, a);
         } else {
-            lbe->ops->linear_forward(lbe, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
-            lbe->ops->crossentropy_forward(lbe, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
+            lbe->ops->linear_forward(lbe, be_act(lbe, a->logits), be_act(lbe, a->nf), be_weight(lbe, st->head_w), buf_none(), T, Dt, c->V);
+            lbe->ops->crossentropy_forward(lbe, a->loss_dev, a->lse, be_act(lbe, a->logits), a->targets, T, c->V);
             lbe->dev->copy_d2h(lbe, &a->loss_sum, a->loss_dev, sizeof(float));
         }
         if (loss_sum) *loss_sum = a->loss_sum;
@@ -987,35 +987,35 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
-        be->ops->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-        be->ops->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T, Dt,
+        be->ops->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, be_act(be, a->logits), a->lse, a->targets, loss_scale, T, V);
+        be->ops->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt,
                                  V, 1); /* dnf written (beta 0): no memset */
     } else {
         be->dev->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
         be->dev->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
         if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
-        else be->ops->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-        be->ops->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+        else be->ops->crossentropy_backward(be, a->dlogits, be_act(be, a->logits), a->lse, a->targets, loss_scale, T, V);
+        be->ops->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt, V);
     }
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->dev->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
     if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
-        be->ops->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
+        be->ops->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w,
                                   a->rstdf, T, Dt);
     else
-        be->ops->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+        be->ops->rmsnorm_backward(be, dxL, NULL, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w, a->rstdf, T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
-        be->ops->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T,
+        be->ops->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, be_act(be, a->nf), be_weight(be, st->head_w), T,
                                  Dt, V, 0);
     else
-        be->ops->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
-    be->ops->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+        be->ops->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt, V);
+    be->ops->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w, a->rstdf, T, Dt);
 }
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
@@ -1086,7 +1086,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     stage_backward_start(st, a, dhidden_out, loss_scale);
     for (int j = nL - 1; j >= 0; j--)
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
-                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+                                be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     if (st->first) {
         stage_vision_backward_input(st, a);
         if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
@@ -1103,7 +1103,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--)
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
-                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
+                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_weight(st, a, 0);
@@ -1121,9 +1121,9 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
-                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+                                be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
-                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
+                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);

@@ -45,7 +45,7 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
         const AdamWConfig* c = proj ? &pcfg : &cfg;
         if (pt->compute) /* bf16: the compute copy written by the update itself, one pass */
             be->ops->adamw_update_copy(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff,
-                                  s->numel, c, t, s->decay, params_compute_ptr(pt, i), params_compute_dtype(pt, i));
+                                  s->numel, c, t, s->decay, params_compute_buf(pt, i));
         else
             be->ops->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
                              c, t, s->decay);
