@@ -1,7 +1,7 @@
 /* gpu_attn_bench.c — attention over packed samples on the CUDA backend (bench/gpu_attention.sh runs it):
  * forward and backward time and TFLOP/s on the packings of bench/gpu_attention_torch.py (the same list,
  * the same FLOP count), for
- *   table: the bf16 table's attention op (Backend.attention_forward / _backward, f32 buffers holding bf16
+ *   table: the bf16 table's attention op (BackendOps.attention_forward / _backward, f32 buffers holding bf16
  *          values): cuDNN's fused attention where it runs, else the own tensor-core kernel; the path that
  *          ran is read from the backend's counters (engine/cuda/attention_path.h) and printed;
  *   bf16:  the own tensor-core kernel on bf16 storage, called directly (rrfp_cuda_flash_attention).
@@ -67,12 +67,12 @@ static int cmp_d(const void* a, const void* b) {
 typedef void (*Call)(void* ctx);
 static double time_ms(const Backend* cu, Call f, void* ctx, int reps) {
     f(ctx), f(ctx), f(ctx); /* warm-up */
-    cu->synchronize(cu);
+    cu->dev->synchronize(cu);
     double b[5];
     for (int i = 0; i < 5; i++) {
         double t0 = now_s();
         for (int r = 0; r < reps; r++) f(ctx);
-        cu->synchronize(cu);
+        cu->dev->synchronize(cu);
         b[i] = (now_s() - t0) * 1e3 / reps;
     }
     qsort(b, 5, sizeof b[0], cmp_d);
@@ -94,7 +94,7 @@ static void fwd(void* p) {
     int hd = c->H * c->d, ld = 3 * hd;
     if (!c->bf16) {
         float* q = (float*)c->qkv;
-        c->cu->attention_forward(c->cu, (float*)c->out, c->lse, q, q + hd, q + 2 * hd, c->cu_d, c->S, c->T, c->H, c->H, c->d, ld,
+        c->cu->ops->attention_forward(c->cu, be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd), c->cu_d, c->S, c->T, c->H, c->H, c->d, ld,
                                  ld, c->causal);
     } else {
         uint16_t* q = (uint16_t*)c->qkv;
@@ -107,7 +107,7 @@ static void bwd(void* p) {
     int hd = c->H * c->d, ld = 3 * hd;
     if (!c->bf16) {
         float *q = (float*)c->qkv, *g = (float*)c->dqkv;
-        c->cu->attention_backward(c->cu, g, g + hd, g + 2 * hd, (float*)c->dout, (float*)c->out, c->lse, q, q + hd, q + 2 * hd,
+        c->cu->ops->attention_backward(c->cu, g, g + hd, g + 2 * hd, (float*)c->dout, be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd),
                                   c->cu_d, c->S, c->T, c->H, c->H, c->d, ld, ld, c->causal);
     } else {
         uint16_t *q = (uint16_t*)c->qkv, *g = (uint16_t*)c->dqkv;
@@ -152,21 +152,21 @@ int main(int argc, char** argv) {
             h16[i] = rr_f32_to_bf16(h[i]);
         }
         AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = 3 * hd};
-        cu->reserve(cu, 0, 0, &ar, 1);
-        int* cu_d = (int*)cu->alloc((size_t)(S + 1) * sizeof(int));
-        cu->copy_h2d(cu, cu_d, cu_seqlens, (size_t)(S + 1) * sizeof(int));
+        cu->dev->reserve(cu, 0, 0, &ar, 1);
+        int* cu_d = (int*)cu->dev->alloc((size_t)(S + 1) * sizeof(int));
+        cu->dev->copy_h2d(cu, cu_d, cu_seqlens, (size_t)(S + 1) * sizeof(int));
         for (int mode = 0; mode < 2; mode++) {
             if (mode == 1 && !flash) continue;
             size_t es = mode ? 2 : 4;
             Ctx c = {cu, flash, mode, NULL, NULL, NULL, NULL, NULL, cu_d, S, T, H, d, pk->causal};
-            c.qkv = cu->alloc(nqkv * es);
-            c.dqkv = cu->alloc(nqkv * es);
-            c.out = cu->alloc(nout * es);
-            c.dout = cu->alloc(nout * es);
-            c.lse = (float*)cu->alloc((size_t)T * H * sizeof(float));
-            cu->copy_h2d(cu, c.qkv, mode ? (void*)h16 : (void*)h, nqkv * es);
-            cu->copy_h2d(cu, c.dout, mode ? (void*)h16 : (void*)h, nout * es); /* the first rows of qkv: any values */
-            cu->copy_h2d(cu, c.dqkv, mode ? (void*)h16 : (void*)h, nqkv * es);
+            c.qkv = cu->dev->alloc(nqkv * es);
+            c.dqkv = cu->dev->alloc(nqkv * es);
+            c.out = cu->dev->alloc(nout * es);
+            c.dout = cu->dev->alloc(nout * es);
+            c.lse = (float*)cu->dev->alloc((size_t)T * H * sizeof(float));
+            cu->dev->copy_h2d(cu, c.qkv, mode ? (void*)h16 : (void*)h, nqkv * es);
+            cu->dev->copy_h2d(cu, c.dout, mode ? (void*)h16 : (void*)h, nout * es); /* the first rows of qkv: any values */
+            cu->dev->copy_h2d(cu, c.dqkv, mode ? (void*)h16 : (void*)h, nqkv * es);
             long p0[RR_ATTN_PATHS] = {0}, p1[RR_ATTN_PATHS] = {0}, p2[RR_ATTN_PATHS] = {0};
             attn_paths(p0);
             double tf = time_ms(cu, fwd, &c, reps);
@@ -183,9 +183,9 @@ int main(int argc, char** argv) {
             printf("%-20s %-14s %6d %4d %3d %4d %3d %9.3f %8.1f %9.3f %8.1f\n", pk->name, path, T, S, H, d, pk->causal, tf,
                    fwd_flop / tf * 1e-9, tb, bwd_flop / tb * 1e-9);
             fflush(stdout);
-            cu->free(c.qkv), cu->free(c.dqkv), cu->free(c.out), cu->free(c.dout), cu->free(c.lse);
+            cu->dev->free(c.qkv), cu->dev->free(c.dqkv), cu->dev->free(c.out), cu->dev->free(c.dout), cu->dev->free(c.lse);
         }
-        cu->free(cu_d);
+        cu->dev->free(cu_d);
         free(h), free(h16);
     }
     /* which backward the own kernel ran (RRFP_FA_BWD, RRFP_FA_DKDV_WARPS: engine/cuda/flash_attention.cu) */

@@ -68,24 +68,24 @@ static volatile double sink;
 static void call(Ctx* c) {
     const Backend* be = c->be;
     switch (c->op) {
-    case RMS_F: be->rmsnorm_forward(be, c->y, c->st1, c->x, c->w, c->N, c->C, 1e-5); break;
-    case RMS_W: be->rmsnorm_backward(be, NULL, c->gw, c->g, c->x, c->w, c->st1, c->N, c->C); break;
-    case LN_F: be->layernorm_forward(be, c->y, c->st1, c->st2, c->x, c->w, c->b, c->N, c->C); break;
-    case LN_W: be->layernorm_backward(be, NULL, c->gw, c->gb, c->g, c->x, c->w, c->st1, c->st2, c->N, c->C); break;
-    case SWIGLU_F: be->swiglu_forward(be, c->z, c->x, c->y, c->n); break;
-    case GELU_F: be->gelu_forward(be, c->y, c->x, c->n); break;
-    case ADD_F: be->add_forward(be, c->z, c->x, c->y, c->n); break;
-    case SUMSQ: sink = be->sum_squares(be, c->g, c->n); break;
+    case RMS_F: be->ops->rmsnorm_forward(be, be_act(be, c->y), c->st1, be_act(be, c->x), c->w, c->N, c->C, 1e-5); break;
+    case RMS_W: be->ops->rmsnorm_backward(be, NULL, c->gw, c->g, be_act(be, c->x), c->w, c->st1, c->N, c->C); break;
+    case LN_F: be->ops->layernorm_forward(be, be_act(be, c->y), c->st1, c->st2, be_act(be, c->x), c->w, c->b, c->N, c->C); break;
+    case LN_W: be->ops->layernorm_backward(be, NULL, c->gw, c->gb, c->g, be_act(be, c->x), c->w, c->st1, c->st2, c->N, c->C); break;
+    case SWIGLU_F: be->ops->swiglu_forward(be, be_act(be, c->z), be_act(be, c->x), be_act(be, c->y), c->n); break;
+    case GELU_F: be->ops->gelu_forward(be, be_act(be, c->y), be_act(be, c->x), c->n); break;
+    case ADD_F: be->ops->add_forward(be, be_act(be, c->z), be_act(be, c->x), be_act(be, c->y), c->n); break;
+    case SUMSQ: sink = be->ops->sum_squares(be, c->g, c->n); break;
     }
 }
 static double time_ms(Ctx* c, int reps) {
     call(c), call(c); /* warm-up */
-    c->be->synchronize(c->be);
+    c->be->dev->synchronize(c->be);
     double t[5];
     for (int i = 0; i < 5; i++) {
         double t0 = now_s();
         for (int r = 0; r < reps; r++) call(c);
-        c->be->synchronize(c->be);
+        c->be->dev->synchronize(c->be);
         t[i] = (now_s() - t0) * 1e3 / reps;
     }
     qsort(t, 5, sizeof t[0], cmp_d);
@@ -121,8 +121,8 @@ static float* dev(const Backend* be, size_t bytes, int bf16) {
         else
             ((float*)h)[i] = v;
     }
-    float* d = be->alloc(bytes ? bytes : 4);
-    be->copy_h2d(be, d, h, bytes);
+    float* d = be->dev->alloc(bytes ? bytes : 4);
+    be->dev->copy_h2d(be, d, h, bytes);
     free(h);
     return d;
 }
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
         printf("gpu_bw_bench: FAIL: the CUDA backend has no bf16-activation table\n");
         return 1;
     }
-    printf("# gpu_bw_bench: %s, bf16-activation table, median of 5 x %d calls, peak %.0f GB/s\n", be->name, reps, peak);
+    printf("# gpu_bw_bench: %s, bf16-activation table, median of 5 x %d calls, peak %.0f GB/s\n", be->dev->name, reps, peak);
     printf("%-6s %-24s %8s %8s %10s %10s %9s %6s\n", "shape", "op", "N", "C", "MB", "ms", "GB/s", "peak");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const Shape* sh = &shapes[s];
@@ -175,8 +175,8 @@ int main(int argc, char** argv) {
                        bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / peak);
                 fflush(stdout);
             }
-            be->free(c.x), be->free(c.y), be->free(c.z), be->free(c.w), be->free(c.b), be->free(c.gw);
-            be->free(c.gb), be->free(c.st1), be->free(c.st2), be->free(c.g);
+            be->dev->free(c.x), be->dev->free(c.y), be->dev->free(c.z), be->dev->free(c.w), be->dev->free(c.b), be->dev->free(c.gw);
+            be->dev->free(c.gb), be->dev->free(c.st1), be->dev->free(c.st2), be->dev->free(c.g);
         }
         /* the gradient norm over the stage's parameters (f32 gradients) */
         Ctx c = {be, SUMSQ, 0, 0, sh->params, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
         printf("%-6s %-24s %8zu %8s %10.1f %10.4f %9.0f %5.0f%%  (%zu chunk sums in the serial total)\n", sh->name,
                op_name[SUMSQ], sh->params, "-", bytes / 1e6, ms, bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / peak,
                rr_sumsq_chunks(sh->params));
-        be->free(c.g);
+        be->dev->free(c.g);
     }
     printf("gpu_bw_bench: done\n");
     return 0;

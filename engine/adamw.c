@@ -16,7 +16,7 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 
-/* backend_cpu.adamw_update. The step's scalars and the per-element math are kernel_math.h's
+/* backend_cpu.ops->adamw_update. The step's scalars and the per-element math are kernel_math.h's
  * rr_adamw_step / rr_adamw_element, which the CUDA backend's kernel calls too. */
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                   int decay) {
@@ -26,7 +26,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
     for (size_t i = 0; i < n; i++) rr_adamw_element(&param[i], &m[i], &v[i], grad[i], &c);
 }
 
-/* backend_cpu.sum_squares: the chunks of rr_sumsq_chunk_range summed in parallel, each in index
+/* backend_cpu.ops->sum_squares: the chunks of rr_sumsq_chunk_range summed in parallel, each in index
  * order, then the chunk sums in order, so the result does not depend on the thread count (an OpenMP
  * reduction's order does) — and a bit-exact resume needs the clipping factor not to. */
 double sum_squares(const float* x, size_t n) {

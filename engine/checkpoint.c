@@ -30,7 +30,7 @@ void checkpoint_state_free(CheckpointState* st) {
     st->data = NULL;
 }
 
-static int ck_on_host(const ParamTable* pt) { return !pt->be || pt->be->host_addressable; }
+static int ck_on_host(const ParamTable* pt) { return !pt->be || pt->be->dev->host_addressable; }
 
 /* A host copy of one of pt's blocks (or the block itself on the CPU backend). */
 static float* ck_host_view(const ParamTable* pt, const float* block, size_t n, int* owned) {
@@ -38,7 +38,7 @@ static float* ck_host_view(const ParamTable* pt, const float* block, size_t n, i
     if (!block) return NULL;
     if (ck_on_host(pt)) return (float*)block;
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
-    pt->be->copy_d2h(pt->be, h, block, n * sizeof(float));
+    pt->be->dev->copy_d2h(pt->be, h, block, n * sizeof(float));
     *owned = 1;
     return h;
 }
@@ -510,7 +510,7 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
                                        !strcmp(prefix, "v."), err, err_len);
     }
     if (owned) {
-        if (rc == 0) pt->be->copy_h2d(pt->be, block, h, n * sizeof(float));
+        if (rc == 0) pt->be->dev->copy_h2d(pt->be, block, h, n * sizeof(float));
         free(h);
     }
     return rc;
@@ -842,7 +842,7 @@ int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* op
     float* host = NULL;
     if (!ck_on_host(pt)) { /* the optional tensors keep pt's values: start from them */
         host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
-        pt->be->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
+        pt->be->dev->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
         h = host;
     }
     rc = 0;
@@ -857,7 +857,7 @@ int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* op
                                        h + s->offset, CK_CHECK_ALL, 0, err, err_len);
         params_master_written(pt, i);
     }
-    if (rc == 0 && host) pt->be->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
+    if (rc == 0 && host) pt->be->dev->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
     free(host);
     params_refresh_compute(pt); /* the copies of the tensors read (engine/params.h), also after a failed read */
 done:
@@ -959,7 +959,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     float* host = NULL;
     if (load && !ck_on_host(pt)) {
         host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
-        pt->be->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
+        pt->be->dev->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
     }
     float* h = load ? (host ? host : pt->data) : NULL;
     const char** loaded = callocCheck((size_t)pt->n + 1, sizeof(char*));
@@ -1016,7 +1016,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
         loaded[n_loaded++] = s->name;
         values += (double)s->numel;
     }
-    if (rc == 0 && load && host) pt->be->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
+    if (rc == 0 && load && host) pt->be->dev->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
     /* the compute copies of the tensors just loaded (a bf16 table), before any step reads them */
     if (load) params_refresh_compute(pt);
     if (rc == 0 && report) {

@@ -1,7 +1,9 @@
 /* engine.h — the engine's front door: tensors, arenas, the backend op table, optimiser, init.
  *
  * Conventions (every op, every backend):
- *   - Row-major f32 buffers, passed as raw pointers with named dimensions (llm.c style).
+ *   - Row-major buffers with named dimensions (llm.c style): float* where a buffer is f32 words by the
+ *     numerics contract (gradients, statistics), a typed buffer (Buf: address and dtype) where it may
+ *     hold 2-byte values (activations, weights, GEMM biases).
  *   - N = rows (tokens in the packed microbatch), C = input channels, OC = output channels,
  *     T = total packed tokens, S = number of packed sequences, H = heads, d = head dim, V = vocab.
  *   - Argument order: outputs, saved statistics, inputs, weights, dimensions.
@@ -31,6 +33,40 @@ typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DTy
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
+/* A typed buffer: an address in a backend's memory and the dtype of the values stored there. The ops
+ * take every buffer that may hold 2-byte values (activations, 2-D weights and embedding tables, GEMM
+ * biases) as a Buf, so what a buffer holds travels with it; buffers that are f32 by the numerics
+ * contract (gradients, norm statistics, lse, the optimiser's state) stay float*. A new storage format
+ * (fp8, 4-bit blocks) is a new DType. A Buf carries no constness: an op's contract says which it
+ * writes. */
+typedef struct {
+    void* p;
+    DType dt;
+} Buf;
+static inline Buf buf_of(const void* p, DType dt) {
+    Buf b;
+    b.p = (void*)p;
+    b.dt = dt;
+    return b;
+}
+static inline Buf buf_f32(const float* p) { return buf_of(p, DTYPE_F32); }
+static inline Buf buf_bf16(const uint16_t* p) { return buf_of(p, DTYPE_BF16); }
+static inline Buf buf_none(void) { return buf_of(NULL, DTYPE_F32); } /* an absent optional buffer */
+/* The buffer i values past b (pointer arithmetic by b's dtype); NULL stays NULL. */
+static inline Buf buf_at(Buf b, size_t i) {
+    if (b.p) b.p = (char*)b.p + i * dtype_size(b.dt);
+    return b;
+}
+/* b's address as f32 words / 2-byte words: refuses a buffer of another dtype (NULL passes). */
+static inline float* buf_f32p(Buf b) {
+    RR_ASSERT((!b.p || b.dt == DTYPE_F32) && "an f32 buffer");
+    return (float*)b.p;
+}
+static inline uint16_t* buf_bf16p(Buf b) {
+    RR_ASSERT((!b.p || b.dt == DTYPE_BF16) && "a 2-byte bf16 buffer");
+    return (uint16_t*)b.p;
+}
+
 #define TENSOR_MAX_DIMS 4 /* safetensors entries and parameter shapes */
 
 /* A bump allocator over one big block. Allocations are 64-byte aligned (a stage's activations are laid
@@ -49,7 +85,7 @@ float* arena_alloc_f32(Arena* a, size_t n);
 void arena_free(Arena* a);
 
 /* ------------------------------------------------------------------------------------------------
- * Compute precision of a backend table (recipe key runtime.precision, docs/design.md "Precision").
+ * Compute precision of a Backend's ops (recipe key runtime.precision).
  * PRECISION_BF16 is mixed precision as Megatron runs it: parameters, gradients and AdamW moments stay
  * f32 (the ParamTable's master copy); the ops round to bf16 (nearest even) exactly where the GPU
  * stores bf16: every GEMM operand (activation, weight and output gradient), and every activation an
@@ -68,7 +104,7 @@ typedef struct {
 } AdamWConfig;
 
 
-/* Elementwise activations of Backend.act_forward / act_backward (the CLIP tower and Hugging Face's
+/* Elementwise activations of BackendOps.act_forward / act_backward (the CLIP tower and Hugging Face's
  * projector): GELU_TANH is gelu_forward's; GELU_ERF the exact 0.5 x (1 + erf(x / sqrt 2)) (torch's
  * nn.GELU(), LLaVA's `gelu`); QUICK_GELU x * sigmoid(1.702 x) (OpenAI CLIP's). */
 typedef enum { ACT_GELU_TANH = 0, ACT_GELU_ERF = 1, ACT_QUICK_GELU = 2 } Act;
@@ -85,7 +121,7 @@ typedef struct {
     double factor, low_freq_factor, high_freq_factor, original_max_pos;
 } RopeFreq;
 
-/* The largest attention call of one kind a stage makes (Backend.reserve): at most max_T packed tokens in
+/* The largest attention call of one kind a stage makes (BackendDevice.reserve): at most max_T packed tokens in
  * at most max_S sequences, H heads of dim d, q / k / v rows of stride ld_qkv. rope: the RoPE its q and k take
  * (0 none; 1 the 1-D RoPE of rope_freq, the LM's; 2 the ViT's 2-D RoPE), whose cos / sin table of max_T positions
  * the CUDA backend builds at the reservation (engine/cuda/rope.cu), not in a step. */
@@ -96,7 +132,7 @@ typedef struct {
 } AttnReserve;
 
 /* ------------------------------------------------------------------------------------------------
- * The backend's profiler (runtime.profile) and device memory. Op kinds: every op slot belongs to one
+ * The backend's profiler (runtime.profile) and device memory. Op kinds: every op belongs to one
  * (gemm: linear*; attention; norm: LayerNorm / RMSNorm; elementwise: GELU, SwiGLU, add, RoPE,
  * embedding, cross-entropy; optimiser: sum_squares, scale, adamw*; copies: memset0, copy_*, to_bf16, from_bf16;
  * communication: the NCCL transfers of runtime/comm). */
@@ -128,91 +164,41 @@ typedef struct {
 } BackendMemory;
 
 /* ------------------------------------------------------------------------------------------------
- * Backend op table. Model code calls ops only through a Backend, so it never branches on the device.
- * All pointers passed to a backend's ops live in that backend's memory. */
+ * The backend, in two parts. A BackendDevice owns memory and ordering: allocation, copies, memset,
+ * synchronisation, streams, events, the scratch reservation, the profiler and the memory report, and
+ * says whether its memory is host-addressable. A BackendOps holds the math: the model's ops and the
+ * optimiser's. What callers hold is a Backend: a device, an ops table, the precision and storage facts
+ * the ops follow, and the stream they run on. Model code calls ops only through a Backend, so it never
+ * branches on the device. All pointers passed to a backend's ops and device calls live in that
+ * backend's memory (but where said otherwise: adamw's cfg, RoPE's rf, the host side of a copy). */
 
 struct Backend;
-/* ---- 2-byte output gradients (docs/cuda.md "bf16 storage"): the ops of a table with act_dtype = DTYPE_BF16
- * (backend_cuda_bf16a, the only one with Backend.b16 set) that let a backward GEMM and the attention backward read an
- * output gradient as 2-byte bf16 words written by the kernel that produced it, in its own store, with no conversion
- * pass: each 2-byte gradient g16 holds rr_f32_to_bf16 of the f32 gradient the plain slot would leave in a zeroed buffer
- * (the value the plain slots' conversion gives), so the numerics are exactly the plain slots'. uint16_t* arguments are
- * 2-byte words, float* as in the plain slot (activations act_dtype, gradients f32). */
-typedef struct BackendB16 {
-    /* linear_backward with the output gradient dout16 (N, OC) 2-byte: the GEMMs read it as it is; dbias sums the f32
-     * dout (needed only with dbias, else may be NULL). The input gradient's first write WRITES it (the GEMM's beta 0,
-     * so that no memset pass precedes it), a later one adds: dinp (f32) is written with set = 1 and added into with
-     * set = 0; dinp16, instead of dinp (at most one of them), is the input gradient stored as 2-byte words, always
-     * written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight and dbias
-     * add (they accumulate over microbatches). */
-    void (*linear_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                            const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N, int C,
-                            int OC, int set);
-    /* swiglu_backward storing dgate16, dup16 (2-byte, OVERWRITTEN: the gradients the plain slot adds into zeroed f32
-     * buffers, narrowed); either may be NULL. Read only by GEMMs. */
-    void (*swiglu_backward)(const struct Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
-                            const float* gate, const float* up, size_t n);
-    /* rmsnorm_backward that also stores the final f32 dinp (after its add) as 2-byte words into dinp16 (N, C) in the
-     * same pass: the residual stream's gradient, kept f32 (later ops add into it) with the 2-byte copy the next GEMM
-     * reads. dinp16 NULL: the plain slot. */
-    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                             const float* inp, const float* weight, const float* rstd, int N, int C);
-    /* rope_qk_backward (the LM's dq and dk in one launch) reading the f32 gradients dq (H heads, stride ld_q) and dk
-     * (Hkv heads, stride ld_k) and storing the rotated values as 2-byte words into dq16, dk16 (rows of stride ldq16,
-     * ldk16); keep_q / keep_k: dq / dk rotated in place too (a bias gradient reads it), else left as they were. */
-    void (*rope_qk_backward)(const struct Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
-                             float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf,
-                             int keep_q, int keep_k);
-    /* attention_backward with dout16 2-byte (T, H d) and dq, dk, dv f32 (added, as the plain slot), each with an
-     * optional 2-byte mirror dq16, dk16, dv16 (rows of stride ld16; NULL: none) that gets rr_f32_to_bf16 of the final
-     * f32 value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes). dv NULL with
-     * dv16: dv is 2-byte only, dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's store (zero it first: it
-     * then holds the plain slot's dv narrowed; dq16, dk16 must then be NULL). */
-    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                               uint16_t* dv16, int ld16,
-                               const uint16_t* dout16, const float* out, const float* lse, const float* q, const float* k,
-                               const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
-                               int ld_kv, int causal);
-    /* layernorm_backward with dinp's final value also stored as 2-byte words into dinp16 (as rmsnorm_backward above) */
-    void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                               const float* dout, const float* inp, const float* weight, const float* mean,
-                               const float* rstd, int N, int C);
-    /* act_backward (ACT_GELU_TANH: gelu_backward) adding into the f32 dinp (a bias gradient sums it) and storing its
-     * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain slot) */
-    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
-                         size_t n, Act act);
-    /* rope2d_backward as rope_backward above (f32 dx read, rotated values stored 2-byte into dx16, dx rotated too with
-     * keep_f32) */
-    void (*rope2d_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
-                            const int* pos_col, int N, int H, int d, int ld, int keep_f32);
-    /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain slot's value over a
-     * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
-    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
-                                  const int* targets, float scale, int N, int V);
-} BackendB16;
 
-typedef struct Backend {
-    const char* name;
-    /* memory */
+typedef struct BackendDevice {
+    const char* name; /* "cpu" or "cuda": for messages only */
+    /* 1: what alloc returns is the process's own memory, read and written by the host directly (the CPU
+     * device); 0: device memory, reached only through copy_* (CUDA). Code that needs to know where a
+     * table's buffers live asks this, never the name. */
+    int host_addressable;
     void* (*alloc)(size_t bytes);
     void (*free)(void* p);
+    /* The calls that take a Backend order their work on its stream (Backend.stream). */
     void (*memset0)(const struct Backend* be, void* p, size_t bytes);
     void (*copy_h2d)(const struct Backend* be, void* dst, const void* src, size_t bytes);
     void (*copy_d2h)(const struct Backend* be, void* dst, const void* src, size_t bytes);
     void (*copy_d2d)(const struct Backend* be, void* dst, const void* src, size_t bytes);
     void (*synchronize)(const struct Backend* be);
-    /* Streams (docs/design.md "Streams and events"): a new stream, ordered independently of the compute stream (a
-     * cudaStream_t on CUDA; NULL on the CPU, whose ops all run in call order), and its release. A table
-     * bound to it with backend_on_stream runs its ops there: the communication streams of a stage. */
+    /* Streams: a new stream, ordered independently of the compute stream (a cudaStream_t on CUDA; NULL on
+     * the CPU, whose ops all run in call order), and its release. A Backend bound to it with
+     * backend_on_stream runs its ops there: the communication streams of a stage. */
     void* (*stream_create)(void);
     void (*stream_destroy)(void* stream);
-    /* Events (docs/design.md "Streams and events"): completion markers the pipeline polls instead of synchronising. A
-     * cudaEvent_t on CUDA (timing off); NULL on the CPU, whose ops complete in call order, so there
-     * every event is complete at once. event_record marks the work enqueued so far on be's stream;
-     * event_query never blocks: 1 when everything before the record has completed (or ev is NULL),
-     * 0 while it runs; event_wait makes be's stream wait for ev without blocking the host;
-     * event_destroy releases it (NULL allowed). Created once, re-recorded at will: a wait captures
-     * the record it was called after. */
+    /* Events: completion markers the pipeline polls instead of synchronising. A cudaEvent_t on CUDA
+     * (timing off); NULL on the CPU, whose ops complete in call order, so there every event is complete
+     * at once. event_record marks the work enqueued so far on be's stream; event_query never blocks: 1
+     * when everything before the record has completed (or ev is NULL), 0 while it runs; event_wait makes
+     * be's stream wait for ev without blocking the host; event_destroy releases it (NULL allowed).
+     * Created once, re-recorded at will: a wait captures the record it was called after. */
     void* (*event_create)(void);
     void (*event_record)(const struct Backend* be, void* ev);
     int (*event_query)(void* ev);
@@ -221,19 +207,92 @@ typedef struct Backend {
     /* Allocate now the backend's own scratch for GEMM operands of up to gemm_elems values (the bf16
      * GEMMs' conversion buffer), for sum_squares over up to sumsq_n values and for the attention calls
      * bounded by attn[0 .. n_attn) (cuDNN's fused attention: its bf16 copies, offsets, workspace and
-     * first-run check, engine/cuda/attention_scratch.h), so that no training step allocates device memory
-     * (docs/design.md "Streams and events": a stage's memory from the budget, allocated once). Scratch only grows; a call
-     * with smaller sizes does nothing. An attention call larger than its reservation runs the backend's
-     * own kernel (no scratch) instead of allocating. The CPU backend has none. */
+     * first-run check, engine/cuda/attention_scratch.h), so that no training step allocates device
+     * memory (a stage's memory comes from its budget, allocated once). Scratch only grows; a call with
+     * smaller sizes does nothing. An attention call larger than its reservation runs the backend's own
+     * kernel (no scratch) instead of allocating. What is reserved follows be's precision and storage.
+     * The CPU device has none. */
     void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
+    /* The profiler, process-wide (NULL on the CPU device): profile(1) starts recording every op called
+     * through a Backend on this device, profile(0) stops; profile_take waits for the recorded work and
+     * moves what was recorded since the last take into *out (zeroed first). */
+    void (*profile)(int on);
+    void (*profile_take)(BackendProfile* out);
+    /* Device memory now (NULL on the CPU device, whose memory is the process's RSS). */
+    void (*memory)(BackendMemory* out);
+} BackendDevice;
 
+/* ---- 2-byte output gradients: the ops of the ops table with act_dtype = DTYPE_BF16 (the CUDA backend's
+ * bf16-activation table, the only one with BackendOps.b16 set) that let a backward GEMM and the attention
+ * backward read an output gradient as 2-byte bf16 words written by the kernel that produced it, in its own
+ * store, with no conversion pass: each 2-byte gradient g16 holds rr_f32_to_bf16 of the f32 gradient the
+ * plain op would leave in a zeroed buffer (the value the plain ops' conversion gives), so the numerics are
+ * exactly the plain ops'. uint16_t* arguments are 2-byte words, float* f32 words and Buf as in the plain
+ * op. */
+typedef struct BackendB16 {
+    /* linear_backward with the output gradient dout16 (N, OC) 2-byte: the GEMMs read it as it is; dbias sums the f32
+     * dout (needed only with dbias, else may be NULL). The input gradient's first write WRITES it (the GEMM's beta 0,
+     * so that no memset precedes it), a later one adds: dinp (f32) is written with set = 1 and added into with
+     * set = 0; dinp16, instead of dinp (at most one of them), is the input gradient stored as 2-byte words, always
+     * written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight and dbias
+     * add (they accumulate over microbatches). */
+    void (*linear_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                            const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C,
+                            int OC, int set);
+    /* swiglu_backward storing dgate16, dup16 (2-byte, OVERWRITTEN: the gradients the plain op adds into zeroed f32
+     * buffers, narrowed); either may be NULL. Read only by GEMMs. */
+    void (*swiglu_backward)(const struct Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
+                            Buf gate, Buf up, size_t n);
+    /* rmsnorm_backward that also stores the final f32 dinp (after its add) as 2-byte words into dinp16 (N, C) in the
+     * same pass: the residual stream's gradient, kept f32 (later ops add into it) with the 2-byte copy the next GEMM
+     * reads. dinp16 NULL: the plain op. */
+    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                             Buf inp, const float* weight, const float* rstd, int N, int C);
+    /* rope_qk_backward (the LM's dq and dk in one launch) reading the f32 gradients dq (H heads, stride ld_q) and dk
+     * (Hkv heads, stride ld_k) and storing the rotated values as 2-byte words into dq16, dk16 (rows of stride ldq16,
+     * ldk16); keep_q / keep_k: dq / dk rotated in place too (a bias gradient reads it), else left as they were. */
+    void (*rope_qk_backward)(const struct Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                             float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf,
+                             int keep_q, int keep_k);
+    /* attention_backward with dout16 2-byte (T, H d) and dq, dk, dv f32 (added, as the plain op), each with an
+     * optional 2-byte mirror dq16, dk16, dv16 (rows of stride ld16; NULL: none) that gets rr_f32_to_bf16 of the final
+     * f32 value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes). dv NULL with
+     * dv16: dv is 2-byte only, dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's store (zero it first: it
+     * then holds the plain op's dv narrowed; dq16, dk16 must then be NULL). */
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                               uint16_t* dv16, int ld16,
+                               const uint16_t* dout16, Buf out, const float* lse, Buf q, Buf k,
+                               Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
+                               int ld_kv, int causal);
+    /* layernorm_backward with dinp's final value also stored as 2-byte words into dinp16 (as rmsnorm_backward above) */
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                               const float* dout, Buf inp, const float* weight, const float* mean,
+                               const float* rstd, int N, int C);
+    /* act_backward (ACT_GELU_TANH: gelu_backward) adding into the f32 dinp (a bias gradient sums it) and storing its
+     * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain op) */
+    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp,
+                         size_t n, Act act);
+    /* rope2d_backward as rope_qk_backward above (f32 dx read, rotated values stored 2-byte into dx16, dx rotated too
+     * with keep_f32) */
+    void (*rope2d_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                            const int* pos_col, int N, int H, int d, int ld, int keep_f32);
+    /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain op's value over a
+     * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
+    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, Buf logits, const float* lse,
+                                  const int* targets, float scale, int N, int V);
+} BackendB16;
+
+/* The math. Every op takes the Backend it was called through as its first argument
+ * (`be->ops->linear_forward(be, ...)`), so the same ops run on the stream that Backend is bound to and
+ * see its storage facts. An op a table does not have is NULL (said at the op). */
+typedef struct BackendOps {
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
-    void (*linear_forward)(const struct Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+    void (*linear_forward)(const struct Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C,
                            int OC);
     /* dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout.
      * Any of dinp / dweight / dbias may be NULL. */
-    void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                            const float* weight, int N, int C, int OC);
+    void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
+                            Buf weight, int N, int C, int OC);
     /* Linear then GELU (tanh), one op where the backend can fuse them (the ViT MLP's fc1 and the
      * projector's first linear): pre (N, OC) = inp @ weight^T + bias, the pre-activation saved for
      * gelu_backward, and out (N, OC) = gelu(pre); bias may be NULL. fp32 tables: exactly linear_forward
@@ -242,32 +301,32 @@ typedef struct Backend {
      * rounded to bf16 (out the stored activation, pre what the backward reads); the two ops would round
      * pre before the GELU, so out can differ from theirs by one bf16 ulp. The backward is gelu_backward on
      * pre, then linear_backward. */
-    void (*linear_gelu_forward)(const struct Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                const float* bias, int N, int C, int OC);
+    void (*linear_gelu_forward)(const struct Backend* be, Buf out, Buf pre, Buf inp, Buf weight,
+                                Buf bias, int N, int C, int OC);
 
     /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
-    void (*layernorm_forward)(const struct Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+    void (*layernorm_forward)(const struct Backend* be, Buf out, float* mean, float* rstd, Buf inp, const float* weight,
                               const float* bias, int N, int C);
-    void (*layernorm_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
                                const float* weight, const float* mean, const float* rstd, int N, int C);
 
     /* RMSNorm over C: out = x / sqrt(mean(x^2) + eps) * w (eps: model.rms_eps, 1e-5 by default). rstd: (N)
      * saved; the backward needs only rstd. */
-    void (*rmsnorm_forward)(const struct Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
-    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+    void (*rmsnorm_forward)(const struct Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N, int C, double eps);
+    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, float* dweight, const float* dout, Buf inp, const float* weight,
                              const float* rstd, int N, int C);
 
     /* GELU, tanh approximation, elementwise over n values. In place allowed (out == inp). */
-    void (*gelu_forward)(const struct Backend* be, float* out, const float* inp, size_t n);
-    void (*gelu_backward)(const struct Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
+    void (*gelu_forward)(const struct Backend* be, Buf out, Buf inp, size_t n);
+    void (*gelu_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, size_t n);
 
     /* SwiGLU: out = silu(gate) * up, elementwise over n. */
-    void (*swiglu_forward)(const struct Backend* be, float* out, const float* gate, const float* up, size_t n);
-    void (*swiglu_backward)(const struct Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+    void (*swiglu_forward)(const struct Backend* be, Buf out, Buf gate, Buf up, size_t n);
+    void (*swiglu_backward)(const struct Backend* be, float* dgate, float* dup, const float* dout, Buf gate, Buf up,
                             size_t n);
 
     /* Residual add: out = a + b (in place allowed). */
-    void (*add_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
+    void (*add_forward)(const struct Backend* be, Buf out, Buf a, Buf b, size_t n);
 
     /* 1-D RoPE (NeoX rotate-half) applied to N rows of H heads of dim d, row stride `ld` floats
      * (head h of row i starts at x + i*ld + h*d). Position of row i: pos[i]. In place.
@@ -275,15 +334,15 @@ typedef struct Backend {
      * orthogonal, so nothing needs saving). */
     /* Pair j rotates by pos * rr_rope_inv_freq(rf, j, d): theta^(-2j/d) (theta: model.rope_base), rescaled
      * by Llama-3's rule when rf->llama3 (RopeFreq above). rf is a host pointer, like adamw_update's cfg. */
-    void (*rope_forward)(const struct Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+    void (*rope_forward)(const struct Backend* be, Buf x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
     void (*rope_backward)(const struct Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
     /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
      * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
-    void (*rope2d_forward)(const struct Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+    void (*rope2d_forward)(const struct Backend* be, Buf x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
     void (*rope2d_backward)(const struct Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 
     /* out (N, C) = table[ids[n]]; dtable (V, C) += scatter of dout. */
-    void (*embedding_forward)(const struct Backend* be, float* out, const int* ids, const float* table, int N, int C);
+    void (*embedding_forward)(const struct Backend* be, Buf out, const int* ids, Buf table, int N, int C);
     void (*embedding_backward)(const struct Backend* be, float* dtable, const float* dout, const int* ids, int N, int C);
 
     /* Cross-entropy with ignore index -100, SUM reduction.
@@ -291,8 +350,8 @@ typedef struct Backend {
      *          of (lse[n] - logits[n, targets[n]]); lse (N) saved.
      * backward: dlogits (N, V) += scale * (softmax(logits) - onehot(target)) for supervised rows
      *          (rows with target -100 get nothing). `scale` is 1 / (supervised targets in the step). */
-    void (*crossentropy_forward)(const struct Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N, int V);
-    void (*crossentropy_backward)(const struct Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
+    void (*crossentropy_forward)(const struct Backend* be, float* loss_sum, float* lse, Buf logits, const int* targets, int N, int V);
+    void (*crossentropy_backward)(const struct Backend* be, float* dlogits, Buf logits, const float* lse, const int* targets,
                                   float scale, int N, int V);
 
     /* Attention over S packed sequences (cu_seqlens), H query heads of dim d and Hkv key/value heads
@@ -306,10 +365,10 @@ typedef struct Backend {
      * recomputes scores from q, k and lse.
      * backward: dq (stride ld_q), dk, dv (stride ld_kv) += gradients; a key/value head's gradient is the
      * sum over the query heads of its group. */
-    void (*attention_forward)(const struct Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+    void (*attention_forward)(const struct Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
                               const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
-    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
-                               const float* lse, const float* q, const float* k, const float* v,
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
+                               const float* lse, Buf q, Buf k, Buf v,
                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
     /* The step end (the trainer's global gradient norm, clipping and AdamW), so that parameters,
@@ -336,28 +395,16 @@ typedef struct Backend {
     /* out[i] = inp[i] rounded to bf16 (nearest, ties to even: rr_f32_to_bf16), held in an f32 word;
      * in place allowed. Refreshes the ParamTable's bf16 compute copy after each optimiser step. */
     void (*round_bf16)(const struct Backend* be, float* out, const float* inp, size_t n);
-    /* The same device's table that computes in bf16 (its own bf16_variant is itself). */
-    const struct Backend* bf16_variant;
-    Precision precision;
-    /* The context the ops run on. Every op above takes the table it was called through as its first
-     * argument (`be->linear_forward(be, ...)`), so a table bound to another stream runs the same ops
-     * there: on CUDA a cudaStream_t (NULL: the backend's compute stream), ordered with the other ops
-     * of that stream only; the CPU backend runs every op in call order and ignores it. The static
-     * tables have NULL; backend_on_stream makes a bound copy. */
-    void* stream;
-
-    /* ---- the CLIP tower's ops (vision/vit.c, model.vision_arch = clip), after `stream` so that a table
-     * written before them (the CUDA backend's, positional) leaves them NULL: a caller that needs them
-     * checks and refuses naming the backend. */
+    /* ---- the CLIP tower's ops (vision/vit.c, model.vision_arch = clip) */
     /* out = act(inp) elementwise over n values (in place allowed); backward: dinp += act'(inp) * dout. */
-    void (*act_forward)(const struct Backend* be, float* out, const float* inp, size_t n, Act act);
-    void (*act_backward)(const struct Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
+    void (*act_forward)(const struct Backend* be, Buf out, Buf inp, size_t n, Act act);
+    void (*act_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, size_t n, Act act);
     /* Weighted row gather: out (N, C) += sum over k < K of w[n K + k] * table[idx[n K + k], :] (w NULL:
      * every weight 1; idx < 0: the tap is skipped). The class token, the patch rows' placement among the
      * tokens, the bicubic-interpolated position embeddings (K = 16 taps) and the features without the
      * class token are all this op. backward: dtable[idx[n K + k], :] += w[n K + k] * dout[n, :]
      * (deterministic: the same bits whatever the threads). */
-    void (*rows_gather_forward)(const struct Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+    void (*rows_gather_forward)(const struct Backend* be, Buf out, const int* idx, const float* w, Buf table, int N,
                                 int K, int C);
     void (*rows_gather_backward)(const struct Backend* be, float* dtable, const float* dout, const int* idx, const float* w, int N,
                                  int K, int C);
@@ -371,90 +418,86 @@ typedef struct Backend {
      * be NULL on a table that has none (generation refuses it, naming the backend). */
     void (*attention_decode)(const struct Backend* be, float* out, const float* q, const float* k, const float* v, int n,
                              int Tk, int H, int Hkv, int d, int ld_q, int ld_kv);
-    /* Which buffers are 2-byte bf16 (engine/params.h, docs/design.md "Precision"): the storage of the compute
-     * copy of every 2-D parameter (GEMM weights, embedding tables) as this table's ops read it through
-     * their `weight` / `table` pointers. DTYPE_BF16 (the CUDA bf16 table): n values take 2n bytes, each the
-     * bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt as they are (no conversion in a
-     * step); the float* of the op slots is then only an address. DTYPE_F32 (every other table, the CPU's
-     * bf16 reference included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm
-     * weights, biases) are f32 words on every table, but GEMM biases where bias_dtype is 2-byte (below). */
-    DType weight_dtype;
     /* adamw_update, then the updated parameter rounded to bf16 (rr_f32_to_bf16) stored into `copy` in
      * copy_dtype (DTYPE_BF16: 2-byte words; DTYPE_F32: f32 words holding the bf16 value): the compute
      * copy written by the optimiser's own pass, once per step (no separate rounding pass). */
     void (*adamw_update_copy)(const struct Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                              const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
+                              const AdamWConfig* cfg, int t, int decay, Buf copy);
     /* out[i] = rr_f32_to_bf16(inp[i]), 2-byte words: the compute copy after a write of the master outside
      * the optimiser (allocation, checkpoint load); never called in a training step. */
     void (*to_bf16)(const struct Backend* be, uint16_t* out, const float* inp, size_t n);
-    /* The profiler, process-wide (NULL on the CPU backend): profile(1) starts recording every op called
-     * through a table of this backend, profile(0) stops; profile_take waits for the recorded work and
-     * moves what was recorded since the last take into *out (zeroed first). */
-    void (*profile)(int on);
-    void (*profile_take)(BackendProfile* out);
-    /* Device memory now (NULL on the CPU backend, whose memory is the process's RSS). */
-    void (*memory)(BackendMemory* out);
-
-    /* ---- bf16 activation storage (docs/cuda.md "bf16 storage"). act_dtype says how this table's
-     * ops store ACTIVATIONS: DTYPE_F32 (every table but one: f32 words, in bf16 tables holding bf16 values)
-     * or DTYPE_BF16 (the CUDA backend's backend_cuda_bf16a: n values take 2n bytes, each the word
-     * rr_f32_to_bf16 gives; the float* of the slots below is then only an address, and pointer arithmetic on
-     * such a buffer must use dtype_size(act_dtype)). The numerics are the bf16 table's: the same values at the
-     * same rounding points, only the storage differs. Which pointers are activations, slot by slot (every
-     * other float* keeps f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract, norm
-     * statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the optimiser's buffers;
-     * `weight` / `table` follow weight_dtype, a linear's `bias` bias_dtype):
-     *   linear_forward: out, inp (its bias follows bias_dtype: 2-byte words, as cuBLASLt adds a bf16 D's bias).
-     *   linear_backward: inp (dout is f32; converted to bf16 scratch: the model code calls b16->linear_backward with
-     *   the 2-byte dout its producer stored instead, `b16` below).
-     *   linear_gelu_forward: out, pre, inp.  layernorm_forward / rmsnorm_forward: out, inp.
-     *   layernorm_backward / rmsnorm_backward: inp.  gelu_forward: out, inp.  gelu_backward: inp.
-     *   swiglu_forward: out, gate, up.  swiglu_backward: gate, up.  add_forward: out, a, b.
-     *   rope_forward / rope2d_forward: x (rope_backward acts on an f32 gradient).  rope_qk_forward: q, k.
-     *   embedding_forward: out.
-     *   crossentropy_forward / crossentropy_backward: logits.  attention_forward: out, q, k, v.
-     *   attention_backward: out, q, k, v (dout and dq / dk / dv f32).  act_forward: out, inp.
-     *   act_backward: inp.  rows_gather_forward: out and table (2-byte both: a caller with an f32 table, a
-     *   parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches arrive
-     *   2-byte, narrowed on the host: vision.h vit_forward).
-     *   memset0 / copy_*: bytes, as given.
-     * NULL on backend_cuda_bf16a: attention_decode (generation keeps the bf16 table). */
-    DType act_dtype;
-    /* The same device's table with act_dtype = DTYPE_BF16 and this table's numerics (NULL: none; the CUDA
-     * bf16 table's is backend_cuda_bf16a, which names itself). A stage runs on it only where every module
-     * it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM, the tower and the
-     * projector, at any tp). */
-    const struct Backend* act_bf16_variant;
     /* out[i] = rr_bf16_to_f32(inp[i]): 2-byte bf16 words widened (exact) to f32 words; with to_bf16, the
      * conversion of a stage's hidden states at its entry and exit (the pipeline's transfers stay f32). NULL
      * where act_bf16_variant is. */
     void (*from_bf16)(const struct Backend* be, float* out, const uint16_t* inp, size_t n);
     /* out = a + b with out and a activations (act_dtype) and b f32 words: the residual add after a TP
-     * all-reduce, which sums the row-parallel partial outputs in f32 (2-byte activations under tp > 1; the value and
+     * all-reduce, which sums the row-parallel partial outputs in f32 (under tp > 1; the value and
      * rounding point add_forward's with b's f32 value). NULL where act_dtype is f32 (add_forward does it). */
-    void (*add_f32_forward)(const struct Backend* be, float* out, const float* a, const float* b, size_t n);
-    /* 1-D RoPE over the LM's q and k in one pass (one launch instead of two): rope_forward of q (N rows of H heads, stride
+    void (*add_f32_forward)(const struct Backend* be, Buf out, Buf a, const float* b, size_t n);
+    /* 1-D RoPE over the LM's q and k in one pass: rope_forward of q (N rows of H heads, stride
      * ld_q) and of k (Hkv heads, stride ld_k) at the same positions, the same values in one launch on CUDA;
      * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations
      * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). */
-    void (*rope_qk_forward)(const struct Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+    void (*rope_qk_forward)(const struct Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                             int ld_k, const RopeFreq* rf);
     void (*rope_qk_backward)(const struct Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                              int ld_k, const RopeFreq* rf);
-    /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16 on the
-     * CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a GEMM bias, written
-     * by adamw_update_copy like a 2-D weight's, engine/params.h params_mark_gemm_bias; cuBLASLt's epilogue takes a
-     * bf16 D's bias as it is, and the f32-word bf16 table widens it, exact); DTYPE_F32 (f32 words) on every other
-     * table. Other 1-D parameters (norm weights and biases) stay f32 words everywhere. */
-    DType bias_dtype;
-    /* The 2-byte output-gradient ops (BackendB16 above): set where act_dtype = DTYPE_BF16 (every such table has them),
-     * NULL elsewhere (the f32-word tables, the CPU's included, keep f32 gradients and the plain slots). */
+    /* The 2-byte output-gradient ops (BackendB16 above): set where act_dtype = DTYPE_BF16 (every such table has
+     * them), NULL elsewhere (the f32-word tables, the CPU's included, keep f32 gradients and the plain ops). */
     const BackendB16* b16;
-    /* 1: what alloc returns is the process's own memory, read and written by the host directly (the CPU
-     * tables); 0: device memory, reached only through copy_* (the CUDA tables). Code that needs to know
-     * where a table's buffers live asks this, never the table's name. */
-    int host_addressable;
+} BackendOps;
+
+typedef struct Backend {
+    const BackendDevice* dev;
+    const BackendOps* ops;
+    /* Compute precision of the ops (Precision above). */
+    Precision precision;
+    /* The same device's Backend that computes in bf16 (its own bf16_variant is itself). */
+    const struct Backend* bf16_variant;
+    /* The storage of the compute copy of every 2-D parameter (GEMM weights, embedding tables) as the ops
+     * read it (their `weight` / `table` buffers, engine/params.h). DTYPE_BF16 (the CUDA bf16 tables): n
+     * values take 2n bytes, each the bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt
+     * as they are (no conversion in a step). DTYPE_F32 (every other table, the CPU's bf16 reference
+     * included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm weights, biases) are
+     * f32 words on every table, but GEMM biases where bias_dtype is 2-byte (below). */
+    DType weight_dtype;
+    /* How the ops store ACTIVATIONS (docs/cuda.md "bf16 storage"): DTYPE_F32 (every table but one: f32
+     * words, in bf16 tables holding bf16 values) or DTYPE_BF16 (the CUDA backend's bf16-activation table:
+     * n values take 2n bytes, each the word rr_f32_to_bf16 gives). The numerics are the bf16 table's: the
+     * same values at the same rounding points, only the storage differs. The activations are the Buf
+     * arguments of the ops but `weight` / `table` (weight_dtype) and a linear's `bias` (bias_dtype); both
+     * of rows_gather_forward's `out` and `table` are activations (a caller with an f32-word table, a
+     * parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches
+     * arrive 2-byte, narrowed on the host: vision.h vit_forward). be_act below types an address so. Every
+     * float* of the ops is f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract,
+     * norm statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the
+     * optimiser's buffers. On the bf16-activation table the plain linear_backward and attention_backward
+     * convert their f32 dout to bf16 scratch; the model calls BackendOps.b16's with the 2-byte dout its
+     * producer stored instead. attention_decode is NULL there (generation keeps the bf16 table). */
+    DType act_dtype;
+    /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16
+     * on the CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a
+     * GEMM bias, written by adamw_update_copy like a 2-D weight's, engine/params.h params_mark_gemm_bias;
+     * cuBLASLt's epilogue takes a bf16 D's bias as it is, and the f32-word bf16 table widens it, exact);
+     * DTYPE_F32 (f32 words) on every other table. Other 1-D parameters (norm weights and biases) stay f32
+     * words everywhere. */
+    DType bias_dtype;
+    /* The same device's Backend with act_dtype = DTYPE_BF16 and this one's numerics (NULL: none; the CUDA
+     * bf16 table's is the bf16-activation table, which names itself). A stage runs on it only where every
+     * module it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM, the tower
+     * and the projector, at any tp). */
+    const struct Backend* act_bf16_variant;
+    /* The stream the ops and the device's ordered calls run on: on CUDA a cudaStream_t (NULL: the
+     * backend's compute stream), ordered with the other work of that stream only; the CPU runs everything
+     * in call order and ignores it. The static tables have NULL; backend_on_stream makes a bound copy. */
+    void* stream;
 } Backend;
+
+/* The typed buffer at p of what a Backend stores there: an activation (act_dtype), a 2-D weight's
+ * compute copy or an embedding table (weight_dtype), a GEMM bias's compute copy (bias_dtype). */
+static inline Buf be_act(const Backend* be, const void* p) { return buf_of(p, be->act_dtype); }
+static inline Buf be_weight(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
+static inline Buf be_bias(const Backend* be, const void* p) { return buf_of(p, be->bias_dtype); }
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
  * backend's compute stream). */
@@ -501,8 +544,8 @@ void init_normal_slice(float* out, const char* name, int ndim, const int64_t* gs
 /* ------------------------------------------------------------------------------------------------
  * Optimiser (AdamWConfig is above, with the Backend that takes it) */
 
-/* The CPU backend's adamw_update and sum_squares (backend_cpu.adamw_update, .sum_squares), callable
- * directly on host buffers; contracts at the Backend slots. */
+/* The CPU backend's adamw_update and sum_squares (backend_cpu's ops adamw_update, sum_squares), callable
+ * directly on host buffers; contracts at the BackendOps entries. */
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, const AdamWConfig* cfg, int t,
                   int decay);
 double sum_squares(const float* x, size_t n);

@@ -42,6 +42,6 @@ int mem_host_available(size_t* bytes, char* err, size_t err_len) {
 }
 
 int mem_backend_available(const Backend* be, size_t* bytes, char* err, size_t err_len) {
-    if (!be || be->host_addressable) return mem_host_available(bytes, err, err_len);
+    if (!be || be->dev->host_addressable) return mem_host_available(bytes, err, err_len);
     return backend_cuda_mem_free(bytes, err, err_len);
 }

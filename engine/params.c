@@ -150,9 +150,9 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
         if (!pt->specs[i].frozen) pt->gtotal += pt->specs[i].numel;
     }
     size_t bytes = pt->total * sizeof(float), gbytes = pt->gtotal * sizeof(float);
-    pt->data = be->alloc(bytes);
-    pt->grad = be->alloc(gbytes ? gbytes : sizeof(float));
-    be->memset0(be, pt->grad, gbytes);
+    pt->data = be->dev->alloc(bytes);
+    pt->grad = be->dev->alloc(gbytes ? gbytes : sizeof(float));
+    be->dev->memset0(be, pt->grad, gbytes);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -161,7 +161,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             float* h = mallocCheck(s->numel * sizeof(float));
             init_normal_slice(h, s->name, s->ndim, s->slice.gshape, s->slice.dim, s->slice.n, s->slice.off,
                               s->slice.len, seed, s->init_std);
-            be->copy_h2d(be, pt->data + s->offset, h, s->numel * sizeof(float));
+            be->dev->copy_h2d(be, pt->data + s->offset, h, s->numel * sizeof(float));
             free(h);
             continue;
         }
@@ -174,7 +174,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
                 break;
             case PARAM_INIT_ZEROS: memset(chunk, 0, n * sizeof(float)); break;
             }
-            be->copy_h2d(be, pt->data + s->offset + done, chunk, n * sizeof(float));
+            be->dev->copy_h2d(be, pt->data + s->offset + done, chunk, n * sizeof(float));
         }
     }
     free(chunk);
@@ -188,11 +188,11 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
         }
         pt->compute_bytes = cb;
-        pt->compute = be->alloc(cb ? cb : 256);
+        pt->compute = be->dev->alloc(cb ? cb : 256);
     }
     params_master_written(pt, -1);
     params_refresh_compute(pt);
-    be->synchronize(be);
+    be->dev->synchronize(be);
 }
 
 DType params_compute_dtype(const ParamTable* pt, int i) {
@@ -229,6 +229,8 @@ void* params_compute_ptr(const ParamTable* pt, int i) {
     return (char*)pt->compute + pt->specs[i].coff;
 }
 
+Buf params_compute_buf(const ParamTable* pt, int i) { return buf_of(params_compute_ptr(pt, i), params_compute_dtype(pt, i)); }
+
 void params_master_written(ParamTable* pt, int i) {
     if (!pt->compute) return;
     RR_ASSERT(i < pt->n);
@@ -241,9 +243,9 @@ void params_refresh_compute(ParamTable* pt) {
         ParamSpec* s = &pt->specs[i];
         if (!s->compute_stale) continue;
         if (params_compute_dtype(pt, i) == DTYPE_BF16)
-            pt->be->to_bf16(pt->be, (uint16_t*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
+            pt->be->ops->to_bf16(pt->be, (uint16_t*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
         else
-            pt->be->round_bf16(pt->be, (float*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
+            pt->be->ops->round_bf16(pt->be, (float*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
         s->compute_stale = 0;
     }
 }
@@ -261,8 +263,8 @@ int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
     const Backend* be = pt->be;
     float* master = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
     unsigned char* copy = mallocCheck(pt->compute_bytes ? pt->compute_bytes : 1);
-    be->copy_d2h(be, master, pt->data, pt->total * sizeof(float));
-    be->copy_d2h(be, copy, pt->compute, pt->compute_bytes);
+    be->dev->copy_d2h(be, master, pt->data, pt->total * sizeof(float));
+    be->dev->copy_d2h(be, copy, pt->compute, pt->compute_bytes);
     int bad = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -293,13 +295,18 @@ float* params_weights(const ParamTable* pt, int i) {
     return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].offset;
 }
 
+Buf params_weights_buf(const ParamTable* pt, int i) {
+    RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    return pt->compute ? params_compute_buf(pt, i) : buf_f32(pt->data + pt->specs[i].offset);
+}
+
 void params_alloc_optimizer(ParamTable* pt) {
     RR_ASSERT(pt->be && pt->m == NULL);
     size_t bytes = pt->gtotal * sizeof(float);
-    pt->m = pt->be->alloc(bytes ? bytes : sizeof(float));
-    pt->v = pt->be->alloc(bytes ? bytes : sizeof(float));
-    pt->be->memset0(pt->be, pt->m, bytes);
-    pt->be->memset0(pt->be, pt->v, bytes);
+    pt->m = pt->be->dev->alloc(bytes ? bytes : sizeof(float));
+    pt->v = pt->be->dev->alloc(bytes ? bytes : sizeof(float));
+    pt->be->dev->memset0(pt->be, pt->m, bytes);
+    pt->be->dev->memset0(pt->be, pt->v, bytes);
 }
 
 int params_find(const ParamTable* pt, const char* name) {
@@ -318,15 +325,15 @@ float* params_grad(const ParamTable* pt, int i) {
     return pt->specs[i].frozen ? NULL : pt->grad + pt->specs[i].goff;
 }
 
-void params_zero_grad(ParamTable* pt) { pt->be->memset0(pt->be, pt->grad, pt->gtotal * sizeof(float)); }
+void params_zero_grad(ParamTable* pt) { pt->be->dev->memset0(pt->be, pt->grad, pt->gtotal * sizeof(float)); }
 
 void params_free(ParamTable* pt) {
     if (pt->be) {
-        if (pt->data) pt->be->free(pt->data);
-        if (pt->grad) pt->be->free(pt->grad);
-        if (pt->m) pt->be->free(pt->m);
-        if (pt->v) pt->be->free(pt->v);
-        if (pt->compute) pt->be->free(pt->compute);
+        if (pt->data) pt->be->dev->free(pt->data);
+        if (pt->grad) pt->be->dev->free(pt->grad);
+        if (pt->m) pt->be->dev->free(pt->m);
+        if (pt->v) pt->be->dev->free(pt->v);
+        if (pt->compute) pt->be->dev->free(pt->compute);
     }
     free(pt->specs);
     memset(pt, 0, sizeof *pt);

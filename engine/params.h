@@ -101,7 +101,7 @@ int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* 
 void params_alloc_optimizer(ParamTable* pt);
 /* The most values the two operands of one GEMM of a 2-D tensor (OC, C) of the table take with N rows:
  * max over them of N (C + OC) + OC C (see bf16_weights below), which bounds the forward (x, W), the input gradient (dy, W) and
- * the weight gradient (dy, x) alike. What Backend.reserve needs for the bf16 GEMMs' operand scratch. */
+ * the weight gradient (dy, x) alike. What BackendDevice.reserve needs for the bf16 GEMMs' operand scratch. */
 /* bf16_weights: the weights are 2-byte bf16 already (Backend.weight_dtype) and need no scratch: max of
  * N (C + OC) (params_keep_f32_compute'd tensors still count their OC C). */
 size_t params_gemm_operand_elems(const ParamTable* pt, int N, int bf16_weights);
@@ -119,6 +119,7 @@ float* params_data(const ParamTable* pt, int i);
 float* params_grad(const ParamTable* pt, int i);
 /* The values the ops compute with: the bf16 compute copy when there is one, else the master. */
 float* params_weights(const ParamTable* pt, int i);
+Buf params_weights_buf(const ParamTable* pt, int i); /* the same, typed by its storage */
 /* Storage of tensor i's compute copy (see ParamTable.compute) and its address. A 2-D tensor is 2-byte
  * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table; a params_mark_gemm_bias'd 1-D one where
  * bias_dtype is), so every op that reads it must
@@ -136,6 +137,7 @@ void params_mark_gemm_bias(ParamTable* pt, const char* name);
 void params_mark_act_table(ParamTable* pt, const char* name);
 DType params_compute_dtype(const ParamTable* pt, int i);
 void* params_compute_ptr(const ParamTable* pt, int i);
+Buf params_compute_buf(const ParamTable* pt, int i); /* the two as one typed buffer */
 /* The master of tensor i (every tensor when i < 0) was written outside the optimiser: its compute copy is
  * stale until params_refresh_compute. Every writer of `data` other than AdamW calls it (no-op in fp32). */
 void params_master_written(ParamTable* pt, int i);

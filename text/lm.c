@@ -70,35 +70,45 @@ static int pt_has_block_bias(const ParamTable* pt, int l, const char* suffix) {
 
 void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads) {
     char n[96];
+/* FIND: the tensor's index; TPT: a typed field (weights as stored, gradients f32); TPF: an f32 one */
+#define FIND(suffix)                                                                         \
+    (snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix), params_find(pt, n) >= 0          \
+         ? params_find(pt, n)                                                                \
+         : (rr_die("internal: parameter '%s' is not registered in this stage", n), -1))
 #define TPT(field, suffix)                                                                   \
     do {                                                                                     \
-        snprintf(n, sizeof n, "text.blocks.%d.%s", l, suffix);                               \
-        int i = params_find(pt, n);                                                          \
-        if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", n);    \
-        w->field = grads ? params_grad(pt, i) : params_weights(pt, i);                          \
+        int i = FIND(suffix);                                                                \
+        w->field = grads ? buf_f32(params_grad(pt, i)) : params_weights_buf(pt, i);          \
     } while (0)
-    TPT(norm1_w, "norm1.weight");
+#define TPF(field, suffix)                                                                   \
+    do {                                                                                     \
+        int i = FIND(suffix);                                                                \
+        w->field = grads ? params_grad(pt, i) : params_weights(pt, i);                       \
+    } while (0)
+    TPF(norm1_w, "norm1.weight");
     TPT(q_w, "attn.q.weight");
     TPT(k_w, "attn.k.weight");
     TPT(v_w, "attn.v.weight");
     TPT(o_w, "attn.o.weight");
-    TPT(norm2_w, "norm2.weight");
+    TPF(norm2_w, "norm2.weight");
     TPT(gate_w, "mlp.gate.weight");
     TPT(up_w, "mlp.up.weight");
     TPT(down_w, "mlp.down.weight");
-    w->q_b = w->k_b = w->v_b = w->o_b = NULL;
+    w->q_b = w->k_b = w->v_b = w->o_b = buf_none();
     if (pt_has_block_bias(pt, l, "attn.q.bias")) {
         TPT(q_b, "attn.q.bias");
         TPT(k_b, "attn.k.bias");
         TPT(v_b, "attn.v.bias");
     }
     if (pt_has_block_bias(pt, l, "attn.o.bias")) TPT(o_b, "attn.o.bias");
+#undef TPF
 #undef TPT
+#undef FIND
 }
 
-/* n activation values (c->act_bytes each: f32 words, or 2-byte bf16 words behind the float*) */
-static float* lm_act_alloc(Arena* ar, const LmConfig* c, size_t n) {
-    return (float*)arena_alloc(ar, n * (size_t)lm_act_bytes(c));
+/* n activation values (c->act_bytes each: f32 words, or 2-byte bf16 words) */
+static Buf lm_act_alloc(Arena* ar, const LmConfig* c, size_t n) {
+    return buf_of(arena_alloc(ar, n * (size_t)lm_act_bytes(c)), lm_act_dtype(c));
 }
 
 void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T) {
@@ -134,14 +144,13 @@ void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int ma
     /* dq, dk (and dv) in one block, dgate and dup in another: the backward packs each group for its T (dk, dv right
      * after dq, dup after dgate, 64-byte aligned), so that one memset zeroes a group */
     int has_dv = !b16 || c->qkv_bias;
-    size_t ab = b16 ? 2 : sizeof(float);
     g->dq = arena_alloc_f32(ar, lm_pack(T * Dq) + lm_pack(T * Dkv) + (has_dv ? T * Dkv : 0));
     g->dk = g->dq + lm_pack(T * Dq);
     g->dv = has_dv ? g->dk + lm_pack(T * Dkv) : NULL;
     g->dn1 = arena_alloc_f32(ar, T * D);
     g->dn2 = arena_alloc_f32(ar, T * D);
     g->dgate = lm_act_alloc(ar, c, lm_pack(T * F) + T * F);
-    g->dup = (float*)((char*)g->dgate + lm_pack(T * F) * ab);
+    g->dup = buf_at(g->dgate, lm_pack(T * F));
     g->dxmid16 = b16 ? arena_alloc(ar, T * D * 2) : NULL;
     g->dq16 = b16 ? arena_alloc(ar, T * Dq * 2) : NULL;
     g->dk16 = b16 ? arena_alloc(ar, T * Dkv * 2) : NULL;
@@ -167,93 +176,92 @@ static void lm_tp_sum(const LmConfig* c, float* buf, size_t n) {
  * partials (rounded to bf16 by their GEMM, as the f32-word bf16 table rounds them) are widened (exact) into
  * the f32 scratch, summed there in f32, and add_f32_forward stores res + sum in 2 bytes: the f32-word run's
  * values and rounding points. */
-static void lm_tp_residual(const Backend* be, const LmConfig* c, LmScratch* s, float* out, const float* res,
-                           float* part, size_t n) {
-    if (c->tp > 1 && lm_act_bytes(c) == 2) {
-        RR_ASSERT(s->tp_sum && be->from_bf16 && be->add_f32_forward);
-        be->from_bf16(be, s->tp_sum, (const uint16_t*)part, n);
+static void lm_tp_residual(const Backend* be, const LmConfig* c, LmScratch* s, Buf out, Buf res, Buf part, size_t n) {
+    if (c->tp > 1 && part.dt == DTYPE_BF16) {
+        RR_ASSERT(s->tp_sum && be->ops->from_bf16 && be->ops->add_f32_forward);
+        be->ops->from_bf16(be, s->tp_sum, buf_bf16p(part), n);
         lm_tp_sum(c, s->tp_sum, n);
-        be->add_f32_forward(be, out, res, s->tp_sum, n);
+        be->ops->add_f32_forward(be, out, res, s->tp_sum, n);
         return;
     }
-    lm_tp_sum(c, part, n);
-    be->add_forward(be, out, res, part, n);
+    if (c->tp > 1) lm_tp_sum(c, buf_f32p(part), n);
+    be->ops->add_forward(be, out, res, part, n);
 }
 
 /* RoPE over q and k (forward: the activations; else the backward over dq and dk): one pass where the table has
  * rope_qk_* (the same values as the two calls), else rope_forward / rope_backward on each */
-static void lm_rope_qk(const Backend* be, const LmConfig* c, float* q, float* k, const int* pos, int T, int H, int Hkv, int d,
+static void lm_rope_qk(const Backend* be, const LmConfig* c, Buf q, Buf k, const int* pos, int T, int H, int Hkv, int d,
                        int ld_q, int ld_k, int forward) {
-    if (forward && be->rope_qk_forward) {
-        be->rope_qk_forward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
-    } else if (!forward && be->rope_qk_backward) {
-        be->rope_qk_backward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
+    if (forward && be->ops->rope_qk_forward) {
+        be->ops->rope_qk_forward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
+    } else if (!forward && be->ops->rope_qk_backward) {
+        be->ops->rope_qk_backward(be, buf_f32p(q), buf_f32p(k), pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
     } else if (forward) {
-        be->rope_forward(be, q, pos, T, H, d, ld_q, &c->rope);
-        be->rope_forward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
+        be->ops->rope_forward(be, q, pos, T, H, d, ld_q, &c->rope);
+        be->ops->rope_forward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
     } else {
-        be->rope_backward(be, q, pos, T, H, d, ld_q, &c->rope);
-        be->rope_backward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
+        be->ops->rope_backward(be, buf_f32p(q), pos, T, H, d, ld_q, &c->rope);
+        be->ops->rope_backward(be, buf_f32p(k), pos, T, Hkv, d, ld_k, &c->rope);
     }
 }
 
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
-                      const LmSeq* seq, const float* xin, float* xout) {
+                      const LmSeq* seq, Buf xin, Buf xout) {
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv; /* H, Dq, F, Hkv, Dkv: this TP rank's share */
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
-    be->rmsnorm_forward(be, a->n1, a->rstd1, xin, w->norm1_w, T, D, c->rms_eps);
-    be->linear_forward(be, a->q, a->n1, w->q_w, w->q_b, T, D, Dq);
-    be->linear_forward(be, a->k, a->n1, w->k_w, w->k_b, T, D, Dkv);
-    be->linear_forward(be, a->v, a->n1, w->v_w, w->v_b, T, D, Dkv);
+    be->ops->rmsnorm_forward(be, a->n1, a->rstd1, xin, w->norm1_w, T, D, c->rms_eps);
+    be->ops->linear_forward(be, a->q, a->n1, w->q_w, w->q_b, T, D, Dq);
+    be->ops->linear_forward(be, a->k, a->n1, w->k_w, w->k_b, T, D, Dkv);
+    be->ops->linear_forward(be, a->v, a->n1, w->v_w, w->v_b, T, D, Dkv);
     lm_rope_qk(be, c, a->q, a->k, seq->pos, T, H, Hkv, d, Dq, Dkv, 1);
     if (seq->kv_k) {
         RR_ASSERT(lm_act_bytes(c) == 4 && "generation's KV cache holds f32 words");
         /* generation: append this call's keys and values to the cache (Dkv wide), attend to every cached row */
-        be->copy_d2d(be, seq->kv_k + (size_t)seq->kv_past * Dkv, a->k, (size_t)T * Dkv * sizeof(float));
-        be->copy_d2d(be, seq->kv_v + (size_t)seq->kv_past * Dkv, a->v, (size_t)T * Dkv * sizeof(float));
+        be->dev->copy_d2d(be, seq->kv_k + (size_t)seq->kv_past * Dkv, a->k.p, (size_t)T * Dkv * sizeof(float));
+        be->dev->copy_d2d(be, seq->kv_v + (size_t)seq->kv_past * Dkv, a->v.p, (size_t)T * Dkv * sizeof(float));
         if (seq->kv_past == 0)
-            be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+            be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
         else
-            be->attention_decode(be, a->att, a->q, seq->kv_k, seq->kv_v, T, seq->kv_past + T, H, Hkv, d, Dq, Dkv);
+            be->ops->attention_decode(be, buf_f32p(a->att), buf_f32p(a->q), seq->kv_k, seq->kv_v, T, seq->kv_past + T, H, Hkv, d, Dq, Dkv);
     } else {
-        be->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+        be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
     }
     /* row-parallel o: the heads' partial sums; its bias added once (by TP rank 0, before the sum) */
-    be->linear_forward(be, s->tmp, a->att, w->o_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->o_b, T, Dq, D);
+    be->ops->linear_forward(be, s->tmp, a->att, w->o_w, c->tp > 1 && c->tp_rank != 0 ? buf_none() : w->o_b, T, Dq, D);
     lm_tp_residual(be, c, s, a->xmid, xin, s->tmp, (size_t)T * D);
-    be->rmsnorm_forward(be, a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
-    be->linear_forward(be, a->gate, a->n2, w->gate_w, NULL, T, D, F);
-    be->linear_forward(be, a->up, a->n2, w->up_w, NULL, T, D, F);
-    be->swiglu_forward(be, a->h, a->gate, a->up, (size_t)T * F);
-    be->linear_forward(be, s->tmp, a->h, w->down_w, NULL, T, F, D);
+    be->ops->rmsnorm_forward(be, a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
+    be->ops->linear_forward(be, a->gate, a->n2, w->gate_w, buf_none(), T, D, F);
+    be->ops->linear_forward(be, a->up, a->n2, w->up_w, buf_none(), T, D, F);
+    be->ops->swiglu_forward(be, a->h, a->gate, a->up, (size_t)T * F);
+    be->ops->linear_forward(be, s->tmp, a->h, w->down_w, buf_none(), T, F, D);
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
-/* B with 2-byte activations (Backend.b16): every GEMM reads a 2-byte output gradient stored by its producer (no conversion pass):
+/* B with 2-byte activations (BackendOps.b16): every GEMM reads a 2-byte output gradient stored by its producer (no conversion pass):
  * the same values as the plain path's conversions, so the same numerics. */
 static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
-                                        LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin,
+                                        LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin,
                                         const float* dxout, float* dxin) {
-    const BackendB16* b = be->b16;
+    const BackendB16* b = be->ops->b16;
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
-    uint16_t *dgate16 = (uint16_t*)g->dgate, *dup16 = (uint16_t*)g->dup, *datt16 = (uint16_t*)s->datt;
+    uint16_t *dgate16 = buf_bf16p(g->dgate), *dup16 = buf_bf16p(g->dup), *datt16 = buf_bf16p(s->datt);
     /* MLP branch; an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset), later ones add */
     if (g->dxout16) {
         b->linear_backward(be, s->dh, NULL, NULL, NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 1);
     } else { /* no 2-byte copy: converted */
-        be->memset0(be, s->dh, TF * sizeof(float));
-        be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+        be->dev->memset0(be, s->dh, TF * sizeof(float));
+        be->ops->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
     }
     b->swiglu_backward(be, dgate16, dup16, s->dh, a->gate, a->up, TF); /* stores: no memset */
     b->linear_backward(be, g->dn2, NULL, NULL, NULL, dgate16, NULL, a->n2, w->gate_w, T, D, F, 1);
     b->linear_backward(be, g->dn2, NULL, NULL, NULL, dup16, NULL, a->n2, w->up_w, T, D, F, 0);
     lm_tp_sum(c, g->dn2, TD);
-    be->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
+    be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
     b->rmsnorm_backward(be, g->dxmid, g->dxmid16, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: o's input gradient stored 2-byte by its GEMM (beta 0: no memset) */
     b->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, a->att, w->o_w, T, Dq, D, 1);
@@ -261,94 +269,94 @@ static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, co
      * dv: 2-byte only, or (q/k/v biases: v's bias sums it) f32 with its 2-byte mirror, both stored by the kernel */
     g->dk = g->dq + lm_pack(TQ);
     if (g->dv) g->dv = g->dk + lm_pack(TK);
-    be->memset0(be, g->dq, (lm_pack(TQ) + (g->dv ? lm_pack(TK) + TK : TK)) * sizeof(float));
-    if (!g->dv) be->memset0(be, g->dv16, TK * sizeof(uint16_t));
+    be->dev->memset0(be, g->dq, (lm_pack(TQ) + (g->dv ? lm_pack(TK) + TK : TK)) * sizeof(float));
+    if (!g->dv) be->dev->memset0(be, g->dv16, TK * sizeof(uint16_t));
     b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, Dkv, datt16, a->att, a->lse, a->q, a->k, a->v,
                           seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
     /* RoPE undone into the 2-byte copies; the f32 ones rotated too where a bias gradient sums them */
     /* (q and k in one launch) */
     b->rope_qk_backward(be, g->dq16, Dq, g->dq, g->dk16, Dkv, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, &c->rope,
-                        w->q_b != NULL, w->k_b != NULL);
+                        w->q_b.p != NULL, w->k_b.p != NULL);
     b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dq16, NULL, a->n1, w->q_w, T, D, Dq, 1);
     b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dk16, NULL, a->n1, w->k_w, T, D, Dkv, 0);
     b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dv16, NULL, a->n1, w->v_w, T, D, Dkv, 0);
     lm_tp_sum(c, g->dn1, TD);
-    be->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
+    be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
     b->rmsnorm_backward(be, dxin, g->dxin16, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }
 
 void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
-                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
+                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin, const float* dxout,
                              float* dxin) {
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
     if (lm_act_bytes(c) == 2) {
-        RR_ASSERT(be->b16 && "2-byte activations need the table's 2-byte gradient ops (Backend.b16)");
+        RR_ASSERT(be->ops->b16 && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
         lm_block_backward_input_b16(be, c, w, a, g, s, seq, xin, dxout, dxin);
         return;
     }
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
-    be->memset0(be, s->dh, TF * sizeof(float));
-    be->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->dev->memset0(be, s->dh, TF * sizeof(float));
+    be->ops->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
     /* the gradients that an adding op writes first, zeroed one group a launch: dk, dv and dup re-pointed right after
      * dq and dgate for this T (their blocks hold max_T rows; W reads the same pointers) */
-    g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = g->dgate + lm_pack(TF);
-    be->memset0(be, g->dgate, (lm_pack(TF) + TF) * sizeof(float)); /* dgate and dup: SwiGLU's backward adds */
-    be->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
-    be->memset0(be, g->dn2, TD * sizeof(float));
-    be->linear_backward(be, g->dn2, NULL, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
-    be->linear_backward(be, g->dn2, NULL, NULL, g->dup, a->n2, w->up_w, T, D, F);
+    g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = buf_at(g->dgate, lm_pack(TF));
+    be->dev->memset0(be, g->dgate.p, (lm_pack(TF) + TF) * sizeof(float)); /* dgate and dup: SwiGLU's backward adds */
+    be->ops->swiglu_backward(be, buf_f32p(g->dgate), buf_f32p(g->dup), s->dh, a->gate, a->up, TF);
+    be->dev->memset0(be, g->dn2, TD * sizeof(float));
+    be->ops->linear_backward(be, g->dn2, NULL, NULL, buf_f32p(g->dgate), a->n2, w->gate_w, T, D, F);
+    be->ops->linear_backward(be, g->dn2, NULL, NULL, buf_f32p(g->dup), a->n2, w->up_w, T, D, F);
     lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
-    be->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
-    be->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
+    be->ops->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
-    be->memset0(be, s->datt, TQ * sizeof(float));
-    be->linear_backward(be, s->datt, NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
-    be->attention_backward(be, g->dq, g->dk, g->dv, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
+    be->dev->memset0(be, s->datt.p, TQ * sizeof(float));
+    be->ops->linear_backward(be, buf_f32p(s->datt), NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->dev->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
+    be->ops->attention_backward(be, g->dq, g->dk, g->dv, buf_f32p(s->datt), a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
-    lm_rope_qk(be, c, g->dq, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
-    be->memset0(be, g->dn1, TD * sizeof(float));
-    be->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
-    be->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
+    lm_rope_qk(be, c, buf_f32(g->dq), buf_f32(g->dk), seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
+    be->dev->memset0(be, g->dn1, TD * sizeof(float));
+    be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
+    be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
+    be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
-    be->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
-    be->rmsnorm_backward(be, dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
+    be->ops->rmsnorm_backward(be, dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }
 
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
-                              const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout) {
+                              const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, Buf xin, const float* dxout) {
     int T = seq->T, D = c->D, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
     if (lm_act_bytes(c) == 2) { /* the 2-byte output gradients B stored (lm_block_backward_input_b16) */
-        const BackendB16* b = be->b16;
+        const BackendB16* b = be->ops->b16;
         RR_ASSERT(b);
-        if (g->dxout16) b->linear_backward(be, NULL, NULL, dw->down_w, NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 0);
-        else be->linear_backward(be, NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
-        b->linear_backward(be, NULL, NULL, dw->gate_w, NULL, (const uint16_t*)g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
-        b->linear_backward(be, NULL, NULL, dw->up_w, NULL, (const uint16_t*)g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
-        be->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-        b->linear_backward(be, NULL, NULL, dw->o_w, dw->o_b, g->dxmid16, g->dxmid, a->att, w->o_w, T, Dq, D, 0);
-        b->linear_backward(be, NULL, NULL, dw->q_w, dw->q_b, g->dq16, g->dq, a->n1, w->q_w, T, D, Dq, 0);
-        b->linear_backward(be, NULL, NULL, dw->k_w, dw->k_b, g->dk16, g->dk, a->n1, w->k_w, T, D, Dkv, 0);
-        b->linear_backward(be, NULL, NULL, dw->v_w, dw->v_b, g->dv16, g->dv, a->n1, w->v_w, T, D, Dkv, 0);
-        be->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+        if (g->dxout16) b->linear_backward(be, NULL, NULL, buf_f32p(dw->down_w), NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 0);
+        else be->ops->linear_backward(be, NULL, buf_f32p(dw->down_w), NULL, dxout, a->h, w->down_w, T, F, D);
+        b->linear_backward(be, NULL, NULL, buf_f32p(dw->gate_w), NULL, buf_bf16p(g->dgate), NULL, a->n2, w->gate_w, T, D, F, 0);
+        b->linear_backward(be, NULL, NULL, buf_f32p(dw->up_w), NULL, buf_bf16p(g->dup), NULL, a->n2, w->up_w, T, D, F, 0);
+        be->ops->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+        b->linear_backward(be, NULL, NULL, buf_f32p(dw->o_w), buf_f32p(dw->o_b), g->dxmid16, g->dxmid, a->att, w->o_w, T, Dq, D, 0);
+        b->linear_backward(be, NULL, NULL, buf_f32p(dw->q_w), buf_f32p(dw->q_b), g->dq16, g->dq, a->n1, w->q_w, T, D, Dq, 0);
+        b->linear_backward(be, NULL, NULL, buf_f32p(dw->k_w), buf_f32p(dw->k_b), g->dk16, g->dk, a->n1, w->k_w, T, D, Dkv, 0);
+        b->linear_backward(be, NULL, NULL, buf_f32p(dw->v_w), buf_f32p(dw->v_b), g->dv16, g->dv, a->n1, w->v_w, T, D, Dkv, 0);
+        be->ops->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
         return;
     }
-    be->linear_backward(be, NULL, dw->down_w, NULL, dxout, a->h, w->down_w, T, F, D);
-    be->linear_backward(be, NULL, dw->gate_w, NULL, g->dgate, a->n2, w->gate_w, T, D, F);
-    be->linear_backward(be, NULL, dw->up_w, NULL, g->dup, a->n2, w->up_w, T, D, F);
-    be->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->down_w), NULL, dxout, a->h, w->down_w, T, F, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->gate_w), NULL, buf_f32p(g->dgate), a->n2, w->gate_w, T, D, F);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->up_w), NULL, buf_f32p(g->dup), a->n2, w->up_w, T, D, F);
+    be->ops->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* the biases' gradients (NULL: none or frozen): o's from the whole dxmid, equal on every TP rank */
-    be->linear_backward(be, NULL, dw->o_w, dw->o_b, g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->linear_backward(be, NULL, dw->q_w, dw->q_b, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->linear_backward(be, NULL, dw->k_w, dw->k_b, g->dk, a->n1, w->k_w, T, D, Dkv);
-    be->linear_backward(be, NULL, dw->v_w, dw->v_b, g->dv, a->n1, w->v_w, T, D, Dkv);
-    be->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->o_w), buf_f32p(dw->o_b), g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->q_w), buf_f32p(dw->q_b), g->dq, a->n1, w->q_w, T, D, Dq);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->k_w), buf_f32p(dw->k_b), g->dk, a->n1, w->k_w, T, D, Dkv);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->v_w), buf_f32p(dw->v_b), g->dv, a->n1, w->v_w, T, D, Dkv);
+    be->ops->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }

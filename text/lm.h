@@ -60,6 +60,8 @@ typedef struct {
 
 /* Bytes of one stored activation value (LmConfig.act_bytes; 0 means f32 words). */
 static inline int lm_act_bytes(const LmConfig* c) { return c->act_bytes == 2 ? 2 : 4; }
+/* Their dtype: the activation buffers' (LmBlockActs) */
+static inline DType lm_act_dtype(const LmConfig* c) { return lm_act_bytes(c) == 2 ? DTYPE_BF16 : DTYPE_F32; }
 
 /* This rank's heads, attention width (heads x head dim) and SwiGLU hidden. */
 static inline void lm_local_sizes(const LmConfig* c, int* H, int* Dq, int* F) {
@@ -77,26 +79,32 @@ static inline void lm_local_kv(const LmConfig* c, int* Hkv, int* Dkv) {
     *Dkv = *Hkv * (c->D / c->H);
 }
 
+/* A block's parameters (the compute copies, typed by their storage: engine/params.h) or their gradients
+ * (f32). The norm weights are f32 words either way. */
 typedef struct {
-    float* norm1_w;               /* (D) */
-    float *q_w, *k_w, *v_w, *o_w; /* (D, D), (Dkv, D), (Dkv, D), (D, D) */
-    float* norm2_w;               /* (D) */
-    float *gate_w, *up_w;         /* (F, D) */
-    float* down_w;                /* (D, F) */
-    float *q_b, *k_b, *v_b, *o_b; /* (D), (Dkv), (Dkv), (D); NULL without qkv_bias / o_bias (or frozen) */
+    float* norm1_w;            /* (D) */
+    Buf q_w, k_w, v_w, o_w;    /* (D, D), (Dkv, D), (Dkv, D), (D, D) */
+    float* norm2_w;            /* (D) */
+    Buf gate_w, up_w;          /* (F, D) */
+    Buf down_w;                /* (D, F) */
+    Buf q_b, k_b, v_b, o_b;    /* (D), (Dkv), (Dkv), (D); NULL without qkv_bias / o_bias (or frozen) */
 } LmBlockW;
 
+/* The activations a forward saves (lm_act_dtype) and its f32 statistics. */
 typedef struct {
-    float *n1, *rstd1;      /* (T, D), (T) */
-    float *q, *k, *v;       /* (T, D), (T, Dkv), (T, Dkv); q and k after RoPE */
-    float *att, *lse;       /* (T, D), (T, H) */
-    float* xmid;            /* (T, D) residual after the attention branch */
-    float *n2, *rstd2;      /* (T, D), (T) */
-    float *gate, *up, *h;   /* (T, F) each; h = silu(gate) * up */
+    Buf n1;                 /* (T, D) */
+    float* rstd1;           /* (T) */
+    Buf q, k, v;            /* (T, D), (T, Dkv), (T, Dkv); q and k after RoPE */
+    Buf att;                /* (T, D) */
+    float* lse;             /* (T, H) */
+    Buf xmid;               /* (T, D) residual after the attention branch */
+    Buf n2;                 /* (T, D) */
+    float* rstd2;           /* (T) */
+    Buf gate, up, h;        /* (T, F) each; h = silu(gate) * up */
 } LmBlockActs;
 
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward).
- * With 2-byte activations (act_bytes 2: the table's Backend.b16 ops) the GEMMs read 2-byte output gradients
+ * With 2-byte activations (act_bytes 2: the table's BackendOps.b16 ops) the GEMMs read 2-byte output gradients
  * stored by their producers: dgate, dup are 2-byte words (SwiGLU's backward stores them), dq16, dk16 (RoPE's backward),
  * dv16 (the attention backward) and dxmid16 (norm2's backward, beside the f32 dxmid) are 2-byte; dv is then f32 only
  * with q/k/v biases (v's bias gradient sums it; the attention backward stores dv16 as its mirror), else NULL.
@@ -106,7 +114,7 @@ typedef struct {
     float *dq, *dk, *dv;     /* (T, D), (T, Dkv), (T, Dkv) d q/k/v output (RoPE undone); one block, dk and dv right
                               * after dq for the microbatch's T (64-byte aligned; lm_block_backward_input sets them) */
     float *dn1, *dn2;        /* (T, D) d norm outputs */
-    float *dgate, *dup;      /* (T, F); one block, dup right after dgate for the microbatch's T (as dk, dv) */
+    Buf dgate, dup;          /* (T, F), in lm_act_dtype; one block, dup right after dgate for the microbatch's T (as dk, dv) */
     uint16_t *dxmid16, *dq16, *dk16, *dv16; /* (T, D), (T, Dq), (T, Dkv), (T, Dkv): 2-byte, see above */
     /* Set by the caller (not laid out here), 2-byte activations only, each may be NULL: dxout16 holds
      * rr_f32_to_bf16(dxout) (the down projection's GEMMs read it; NULL: they convert dxout), and B stores
@@ -117,8 +125,8 @@ typedef struct {
 
 /* Scratch shared by every block of one microbatch's forward or backward. */
 typedef struct {
-    float* tmp;  /* (T, D) */
-    float* datt; /* (T, D); 2-byte words with 2-byte activations (o's input gradient, stored by its GEMM) */
+    Buf tmp;     /* (T, D) activations */
+    Buf datt;    /* (T, D) o's input gradient: f32, or 2-byte with 2-byte activations (stored by its GEMM) */
     float* dh;   /* (T, F) */
     /* (T, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partial outputs
      * (o, down), widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward */
@@ -134,7 +142,7 @@ typedef struct {
      * cache of keys (after RoPE) and values, (max rows, Dkv) each, with kv_past rows filled by earlier
      * calls. The forward writes its T rows' k and v after them and its queries attend to all
      * kv_past + T rows (one sample, S = 1): the prompt (kv_past = 0) through attention_forward as in
-     * training, each new token through Backend.attention_decode. */
+     * training, each new token through BackendOps.attention_decode. */
     float *kv_k, *kv_v;
     int kv_past;
 } LmSeq;
@@ -152,13 +160,13 @@ void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T);
 
 /* xout = block(xin). xin must stay valid (unchanged) until the block's backward ends. */
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
-                      const LmSeq* seq, const float* xin, float* xout);
+                      const LmSeq* seq, Buf xin, Buf xout);
 /* B: dxin = d block input, OVERWRITTEN (not added), from dxout; fills g for W. */
 void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
-                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, const float* xin, const float* dxout,
+                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin, const float* dxout,
                              float* dxin);
 /* W: adds the block's weight gradients into dw from g, the saved activations and dxout. */
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
-                              const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, const float* xin, const float* dxout);
+                              const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, Buf xin, const float* dxout);
 
 #endif

@@ -38,9 +38,10 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
     size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c), ab = (size_t)vit_act_bytes(c);
     /* activations in the tower's storage (VitConfig.act_bytes); gradients f32 words */
-    a->fc1 = (float*)arena_alloc(ar, NL * ab);
-    a->gelu = (float*)arena_alloc(ar, NL * ab);
-    a->out = (float*)arena_alloc(ar, NT * ab);
+    DType adt = ab == 2 ? DTYPE_BF16 : DTYPE_F32;
+    a->fc1 = buf_of(arena_alloc(ar, NL * ab), adt);
+    a->gelu = buf_of(arena_alloc(ar, NL * ab), adt);
+    a->out = buf_of(arena_alloc(ar, NT * ab), adt);
     a->dout = arena_alloc_f32(ar, NT);
     a->dfc1 = arena_alloc_f32(ar, NL);
     a->dgelu = arena_alloc_f32(ar, NL);
@@ -50,29 +51,29 @@ void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N
     a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, NT) : NULL;
 }
 
-void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N) {
+void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, Buf vin, int N) {
     a->vin = vin;
     if (N == 0) return;
     int L = proj_local(c);
     if (c->proj_act != ACT_GELU_TANH) { /* Hugging Face's exact GELU (model.projector_act = gelu) */
-        be->linear_forward(be, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
-        be->act_forward(be, a->gelu, a->fc1, (size_t)N * L, c->proj_act);
+        be->ops->linear_forward(be, a->fc1, vin, be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, c->D, L);
+        be->ops->act_forward(be, a->gelu, a->fc1, (size_t)N * L, c->proj_act);
     } else {
-        be->linear_gelu_forward(be, a->gelu, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L); /* fused where it can be */
+        be->ops->linear_gelu_forward(be, a->gelu, a->fc1, vin, be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, c->D, L); /* fused where it can be */
     }
-    be->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b, N, L, c->Dt);
+    be->ops->linear_forward(be, a->out, a->gelu, be_weight(be, w->fc2_w), be_bias(be, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b), N, L, c->Dt);
     size_t n = (size_t)N * c->Dt;
     if (c->tp > 1 && vit_act_bytes(c) == 2) { /* 2-byte partials widened, summed in f32, rounded into 2 bytes */
-        RR_ASSERT(a->tp_sum && be->from_bf16 && be->to_bf16);
-        be->from_bf16(be, a->tp_sum, (const uint16_t*)a->out, n);
+        RR_ASSERT(a->tp_sum && be->ops->from_bf16 && be->ops->to_bf16);
+        be->ops->from_bf16(be, a->tp_sum, buf_bf16p(a->out), n);
         proj_tp_sum(c, a->tp_sum, n); /* row-parallel projector.2 */
-        be->to_bf16(be, (uint16_t*)a->out, a->tp_sum, n);
+        be->ops->to_bf16(be, buf_bf16p(a->out), a->tp_sum, n);
         return;
     }
-    proj_tp_sum(c, a->out, n); /* row-parallel projector.2 */
+    if (c->tp > 1) proj_tp_sum(c, buf_f32p(a->out), n); /* row-parallel projector.2 */
     /* bf16 (engine.h, Precision): the summed output is a stored activation, rounded as the GEMM rounds it at
      * tp = 1 (the LM's image rows: a 2-byte residual stream holds exactly these values) */
-    if (c->tp > 1 && be->precision == PRECISION_BF16) be->round_bf16(be, a->out, a->out, n);
+    if (c->tp > 1 && be->precision == PRECISION_BF16) be->ops->round_bf16(be, buf_f32p(a->out), buf_f32p(a->out), n);
 }
 
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,
@@ -80,26 +81,26 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
     if (N == 0) return;
     int L = proj_local(c);
     size_t NL = (size_t)N * L;
-    if (vit_act_bytes(c) == 2) { /* the GEMMs read the 2-byte output gradients (Backend.b16; ProjActs) */
-        const BackendB16* b = be->b16;
+    if (vit_act_bytes(c) == 2) { /* the GEMMs read the 2-byte output gradients (BackendOps.b16; ProjActs) */
+        const BackendB16* b = be->ops->b16;
         RR_ASSERT(b && a->dout16 && a->dfc1_16);
         /* the input gradients' first writes write them (set = 1: the GEMM's beta 0, no memset) */
-        b->linear_backward(be, a->dgelu, NULL, NULL, NULL, a->dout16, NULL, a->gelu, w->fc2_w, N, L, c->Dt, 1);
-        be->memset0(be, a->dfc1, NL * sizeof(float));
+        b->linear_backward(be, a->dgelu, NULL, NULL, NULL, a->dout16, NULL, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt, 1);
+        be->dev->memset0(be, a->dfc1, NL * sizeof(float));
         b->act_backward(be, a->dfc1, a->dfc1_16, a->dgelu, a->fc1, NL, c->proj_act);
         if (!need_dvin) return;
-        b->linear_backward(be, a->dvin, NULL, NULL, NULL, a->dfc1_16, NULL, a->vin, w->fc1_w, N, c->D, L, 1);
+        b->linear_backward(be, a->dvin, NULL, NULL, NULL, a->dfc1_16, NULL, a->vin, be_weight(be, w->fc1_w), N, c->D, L, 1);
         proj_tp_sum(c, a->dvin, (size_t)N * c->D);
         return;
     }
-    be->memset0(be, a->dgelu, NL * sizeof(float));
-    be->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
-    be->memset0(be, a->dfc1, NL * sizeof(float));
-    if (c->proj_act != ACT_GELU_TANH) be->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
-    else be->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
+    be->dev->memset0(be, a->dgelu, NL * sizeof(float));
+    be->ops->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt);
+    be->dev->memset0(be, a->dfc1, NL * sizeof(float));
+    if (c->proj_act != ACT_GELU_TANH) be->ops->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
+    else be->ops->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
-    be->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
-    be->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->dev->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
+    be->ops->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, be_weight(be, w->fc1_w), N, c->D, L);
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
@@ -108,10 +109,10 @@ void projector_backward_weight(const Backend* be, const VitConfig* c, const Proj
     if (N == 0) return;
     int L = proj_local(c);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B kept; the biases from the f32 gradients */
-        be->b16->linear_backward(be, NULL, NULL, g->fc2_w, g->fc2_b, a->dout16, a->dout, a->gelu, w->fc2_w, N, L, c->Dt, 0);
-        be->b16->linear_backward(be, NULL, NULL, g->fc1_w, g->fc1_b, a->dfc1_16, a->dfc1, a->vin, w->fc1_w, N, c->D, L, 0);
+        be->ops->b16->linear_backward(be, NULL, NULL, g->fc2_w, g->fc2_b, a->dout16, a->dout, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt, 0);
+        be->ops->b16->linear_backward(be, NULL, NULL, g->fc1_w, g->fc1_b, a->dfc1_16, a->dfc1, a->vin, be_weight(be, w->fc1_w), N, c->D, L, 0);
         return;
     }
-    be->linear_backward(be, NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
-    be->linear_backward(be, NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->ops->linear_backward(be, NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt);
+    be->ops->linear_backward(be, NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, be_weight(be, w->fc1_w), N, c->D, L);
 }

@@ -142,7 +142,7 @@ typedef struct {
     float* dxmid; /* (N, D)  d attn.out output (= d residual after attention) */
     float* dqkv;  /* (N, 3D) d qkv output (RoPE undone) */
     float* dln1;  /* (N, D)  d LN1 output */
-    /* 2-byte activations (VitConfig.act_bytes 2, the table's Backend.b16 ops; else NULL): the 2-byte copies of dfc1
+    /* 2-byte activations (VitConfig.act_bytes 2, the table's BackendOps.b16 ops; else NULL): the 2-byte copies of dfc1
      * (stored by the GELU backward) and dxmid (by ln2's backward) that fc1's and attn.out's GEMMs read */
     uint16_t *dfc1_16, *dxmid16;
     uint16_t* dqkv16; /* (N, 3D) dqkv's 2-byte mirror (the attention backward's and RoPE's stores) for qkv's GEMMs */
@@ -194,8 +194,8 @@ typedef struct {
 
 /* Projector activations (N rows). */
 typedef struct {
-    const float* vin;        /* (N, D) the forward's input (the ViT output), kept for W */
-    float *fc1, *gelu, *out; /* (N, Dt) each */
+    Buf vin;                 /* (N, D) the forward's input (the ViT output), kept for W */
+    Buf fc1, gelu, out;      /* (N, Dt) each, in the tower's activation storage */
     float *dout, *dfc1, *dgelu; /* (N, Dt): d output (given), d fc1 output (kept for W), scratch */
     /* 2-byte activations (else NULL): dout's 2-byte copy (given with dout, rows of the LM's 2-byte residual gradient)
      * and dfc1's (stored by the GELU backward), what projector.2's and projector.0's GEMMs read */
@@ -248,7 +248,7 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
  * gradients as B then W. */
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
 
-void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, const float* vin, int N);
+void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, Buf vin, int N);
 /* B: from a->dout to a->dfc1 (kept for W) and, with need_dvin (the vision tower trains), a->dvin
  * (overwritten). */
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,

@@ -165,14 +165,14 @@ static void vit_tp_sum(const VitConfig* c, float* buf, size_t n) {
  * and add_f32_forward stores res + sum in 2 bytes: the f32-word run's values (text/lm.c, lm_tp_residual) */
 static void vit_tp_residual(const Backend* be, const VitConfig* c, VitActs* a, float* out, const float* res, size_t n) {
     if (c->tp > 1 && vit_act_bytes(c) == 2) {
-        RR_ASSERT(a->tp_sum && be->from_bf16 && be->add_f32_forward);
-        be->from_bf16(be, a->tp_sum, (const uint16_t*)a->tmp, n);
+        RR_ASSERT(a->tp_sum && be->ops->from_bf16 && be->ops->add_f32_forward);
+        be->ops->from_bf16(be, a->tp_sum, (const uint16_t*)a->tmp, n);
         vit_tp_sum(c, a->tp_sum, n);
-        be->add_f32_forward(be, out, res, a->tp_sum, n);
+        be->ops->add_f32_forward(be, be_act(be, out), be_act(be, res), a->tp_sum, n);
         return;
     }
     vit_tp_sum(c, a->tmp, n);
-    be->add_forward(be, out, res, a->tmp, n);
+    be->ops->add_forward(be, be_act(be, out), be_act(be, res), be_act(be, a->tmp), n);
 }
 
 /* The bias of a row-parallel layer: added by TP rank 0 only, so once in the all-reduced sum. */
@@ -336,27 +336,27 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     int clip = c->arch == VIT_ARCH_CLIP;
     const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
-    be->layernorm_forward(be, b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
-    be->linear_forward(be, b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
+    be->ops->layernorm_forward(be, be_act(be, b->ln1), b->ln1_mean, b->ln1_rstd, be_act(be, xin), w->ln1_w, w->ln1_b, N, D);
+    be->ops->linear_forward(be, be_act(be, b->qkv), be_act(be, b->ln1), be_weight(be, w->qkv_w), be_bias(be, w->qkv_b), N, D, 3 * Dq);
     /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads); CLIP has no RoPE */
     if (!clip) {
         /* q and k in one pass: their 2H heads are adjacent in each row, rotated by the same positions */
-        be->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq);
+        be->ops->rope2d_forward(be, be_act(be, b->qkv), a->prow, a->pcol, N, 2 * H, d, 3 * Dq);
     }
-    be->attention_forward(be, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq),
+    be->ops->attention_forward(be, be_act(be, b->att), b->att_lse, be_act(be, b->qkv), be_act(be, vit_act_at(c, b->qkv, Dq)), be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)),
                           seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
-    be->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
+    be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->att), be_weight(be, w->out_w), be_bias(be, vit_row_bias(c, w->out_b)), N, Dq, D);
     vit_tp_residual(be, c, a, b->xmid, xin, (size_t)N * D); /* row-parallel attn.out */
-    be->layernorm_forward(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
+    be->ops->layernorm_forward(be, be_act(be, b->ln2), b->ln2_mean, b->ln2_rstd, be_act(be, b->xmid), w->ln2_w, w->ln2_b, N, D);
     /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved.
      * CLIP: fc1, then QuickGELU. */
     if (clip) {
-        be->linear_forward(be, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
-        be->act_forward(be, b->gelu, b->fc1, (size_t)N * Dm, ACT_QUICK_GELU);
+        be->ops->linear_forward(be, be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
+        be->ops->act_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), (size_t)N * Dm, ACT_QUICK_GELU);
     } else {
-        be->linear_gelu_forward(be, b->gelu, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+        be->ops->linear_gelu_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
     }
-    be->linear_forward(be, a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
+    be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->gelu), be_weight(be, w->fc2_w), be_bias(be, vit_row_bias(c, w->fc2_b)), N, Dm, D);
     vit_tp_residual(be, c, a, xout, b->xmid, (size_t)N * D); /* row-parallel fc2 */
 }
 
@@ -389,9 +389,9 @@ static void clip_layout_tokens(const Backend* be, const VitConfig* c, VitActs* a
     int N = a->N, I = a->I, G = c->grid, T = N + I;
     RR_ASSERT(I <= a->max_I && T <= a->max_T);
     a->T = T;
-    be->copy_d2h(be, a->h_img_cu, a->img_cu, (size_t)(I + 1) * sizeof(int32_t));
-    be->copy_d2h(be, a->h_prow, a->prow, (size_t)N * sizeof(int32_t));
-    be->copy_d2h(be, a->h_pcol, a->pcol, (size_t)N * sizeof(int32_t));
+    be->dev->copy_d2h(be, a->h_img_cu, a->img_cu, (size_t)(I + 1) * sizeof(int32_t));
+    be->dev->copy_d2h(be, a->h_prow, a->prow, (size_t)N * sizeof(int32_t));
+    be->dev->copy_d2h(be, a->h_pcol, a->pcol, (size_t)N * sizeof(int32_t));
     int32_t* tok_cu = a->h_idx;               /* (I+1) */
     int32_t* tok_of_patch = tok_cu + I + 1;   /* (N) */
     int32_t* patch_of_tok = tok_of_patch + N; /* (T) */
@@ -435,12 +435,12 @@ static void clip_layout_tokens(const Backend* be, const VitConfig* c, VitActs* a
         }
     }
     tok_cu[I] = T;
-    be->copy_h2d(be, a->tok_cu, tok_cu, (size_t)(I + 1) * sizeof(int32_t));
-    be->copy_h2d(be, a->tok_of_patch, tok_of_patch, (size_t)N * sizeof(int32_t));
-    be->copy_h2d(be, a->patch_of_tok, patch_of_tok, (size_t)T * sizeof(int32_t));
-    be->copy_h2d(be, a->cls_of_tok, cls_of_tok, (size_t)T * sizeof(int32_t));
-    be->copy_h2d(be, a->pos_idx, pos_idx, (size_t)T * VIT_POS_TAPS * sizeof(int32_t));
-    be->copy_h2d(be, a->pos_w, pos_w, (size_t)T * VIT_POS_TAPS * sizeof(float));
+    be->dev->copy_h2d(be, a->tok_cu, tok_cu, (size_t)(I + 1) * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->tok_of_patch, tok_of_patch, (size_t)N * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->patch_of_tok, patch_of_tok, (size_t)T * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->cls_of_tok, cls_of_tok, (size_t)T * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->pos_idx, pos_idx, (size_t)T * VIT_POS_TAPS * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->pos_w, pos_w, (size_t)T * VIT_POS_TAPS * sizeof(float));
 }
 
 /* The patch rows in CLIP's channel-major order: value (ch, r, c) of patch n from the loader's (r, c, ch),
@@ -454,14 +454,14 @@ static void clip_patches_channel_major(const Backend* be, const VitConfig* c, Vi
                 for (int r = 0; r < p; r++)
                     for (int col = 0; col < p; col++)
                         a->h_cm[n * P + ((size_t)ch * p + r) * p + col] = (int32_t)(n * P + ((size_t)r * p + col) * 3 + ch);
-        be->copy_h2d(be, a->cm_idx, a->h_cm, NP * sizeof(int32_t));
+        be->dev->copy_h2d(be, a->cm_idx, a->h_cm, NP * sizeof(int32_t));
         a->cm_ready = 1;
     }
     size_t n = (size_t)a->N * P;
     /* the gather's table: the patches in the activation storage (2-byte: narrowed on the host, the rounding the
      * bf16 table's gather store gives them) */
-    be->memset0(be, a->patches_cm, n * (size_t)vit_act_bytes(c));
-    be->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
+    be->dev->memset0(be, a->patches_cm, n * (size_t)vit_act_bytes(c));
+    be->ops->rows_gather_forward(be, be_act(be, a->patches_cm), a->cm_idx, NULL, be_act(be, a->patches), (int)n, 1, 1);
 }
 
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
@@ -470,37 +470,37 @@ static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW
     clip_layout_tokens(be, c, a);
     clip_patches_channel_major(be, c, a);
     int T = a->T;
-    be->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, NULL, N, P, D);
-    be->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
+    be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, a->patches_cm), be_weight(be, w->patch_w), buf_none(), N, P, D);
+    be->dev->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
     const float *cls = w->cls, *pos = w->pos;
     RR_ASSERT((!w->tables16 || vit_act_bytes(c) == 2) && "2-byte gather tables on a tower with f32-word activations");
     if (w->tables16) { /* the gather's tables are the 2-byte compute copies AdamW writes: no narrowing */
         cls = w->cls, pos = w->pos;
     } else if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
-        be->to_bf16(be, (uint16_t*)a->cls16, w->cls, (size_t)D);
-        be->to_bf16(be, (uint16_t*)a->pos16, w->pos, (1 + (size_t)c->grid * c->grid) * D);
+        be->ops->to_bf16(be, (uint16_t*)a->cls16, w->cls, (size_t)D);
+        be->ops->to_bf16(be, (uint16_t*)a->pos16, w->pos, (1 + (size_t)c->grid * c->grid) * D);
         cls = a->cls16, pos = a->pos16;
     }
-    be->rows_gather_forward(be, a->emb, a->patch_of_tok, NULL, a->tmp, T, 1, D);
-    be->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, cls, T, 1, D);
-    be->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, pos, T, VIT_POS_TAPS, D);
-    be->layernorm_forward(be, vit_x(a, c, 0), a->pre_mean, a->pre_rstd, a->emb, w->pre_w, w->pre_b, T, D);
+    be->ops->rows_gather_forward(be, be_act(be, a->emb), a->patch_of_tok, NULL, be_act(be, a->tmp), T, 1, D);
+    be->ops->rows_gather_forward(be, be_act(be, a->emb), a->cls_of_tok, NULL, be_act(be, cls), T, 1, D);
+    be->ops->rows_gather_forward(be, be_act(be, a->emb), a->pos_idx, a->pos_w, be_act(be, pos), T, VIT_POS_TAPS, D);
+    be->ops->layernorm_forward(be, be_act(be, vit_x(a, c, 0)), a->pre_mean, a->pre_rstd, be_act(be, a->emb), w->pre_w, w->pre_b, T, D);
 }
 
 /* W of the embedding tensors (pre_ln, class, position, patch embedding) from dx[0]. */
 static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     int N = a->N, T = a->T, D = c->D, P = 3 * c->patch * c->patch;
     int need_demb = g->cls || g->pos || g->patch_w;
-    if (need_demb) be->memset0(be, a->demb, (size_t)T * D * sizeof(float));
+    if (need_demb) be->dev->memset0(be, a->demb, (size_t)T * D * sizeof(float));
     if (need_demb || g->pre_w || g->pre_b)
-        be->layernorm_backward(be, need_demb ? a->demb : NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), a->emb, w->pre_w,
+        be->ops->layernorm_backward(be, need_demb ? a->demb : NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), be_act(be, a->emb), w->pre_w,
                                a->pre_mean, a->pre_rstd, T, D);
-    if (g->cls) be->rows_gather_backward(be, g->cls, a->demb, a->cls_of_tok, NULL, T, 1, D);
-    if (g->pos) be->rows_gather_backward(be, g->pos, a->demb, a->pos_idx, a->pos_w, T, VIT_POS_TAPS, D);
+    if (g->cls) be->ops->rows_gather_backward(be, g->cls, a->demb, a->cls_of_tok, NULL, T, 1, D);
+    if (g->pos) be->ops->rows_gather_backward(be, g->pos, a->demb, a->pos_idx, a->pos_w, T, VIT_POS_TAPS, D);
     if (g->patch_w) {
-        be->memset0(be, a->tmp, (size_t)N * D * sizeof(float));
-        be->rows_gather_backward(be, a->tmp, a->demb, a->patch_of_tok, NULL, T, 1, D);
-        be->linear_backward(be, NULL, g->patch_w, NULL, a->tmp, a->patches_cm, w->patch_w, N, P, D);
+        be->dev->memset0(be, a->tmp, (size_t)N * D * sizeof(float));
+        be->ops->rows_gather_backward(be, a->tmp, a->demb, a->patch_of_tok, NULL, T, 1, D);
+        be->ops->linear_backward(be, NULL, g->patch_w, NULL, a->tmp, be_act(be, a->patches_cm), be_weight(be, w->patch_w), N, P, D);
     }
 }
 
@@ -508,8 +508,8 @@ static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, co
 static void clip_out_backward_input(const Backend* be, const VitConfig* c, VitActs* a) {
     int Lr = vit_blocks_run(c), D = c->D;
     float* dxL = vit_dx(a, c, Lr);
-    be->memset0(be, dxL, (size_t)a->T * D * sizeof(float));
-    be->rows_gather_backward(be, dxL, a->dvout, a->tok_of_patch, NULL, a->N, 1, D);
+    be->dev->memset0(be, dxL, (size_t)a->T * D * sizeof(float));
+    be->ops->rows_gather_backward(be, dxL, a->dvout, a->tok_of_patch, NULL, a->N, 1, D);
 }
 
 void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n) {
@@ -534,14 +534,14 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
         for (int l = 0; l < Lr; l++)
             vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
         /* the features: hidden_states[L_run] without the class tokens */
-        be->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
-        be->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
+        be->dev->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
+        be->ops->rows_gather_forward(be, be_act(be, a->vout), a->tok_of_patch, NULL, be_act(be, vit_x(a, c, Lr)), N, 1, D);
         return;
     }
-    be->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
+    be->ops->linear_forward(be, be_act(be, vit_x(a, c, 0)), be_act(be, patches), be_weight(be, w->patch_w), be_bias(be, w->patch_b), N, P, D);
     for (int l = 0; l < c->L; l++)
         vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
-    be->layernorm_forward(be, a->vout, a->lnf_mean, a->lnf_rstd, vit_x(a, c, c->L), w->lnf_w, w->lnf_b, N, D);
+    be->ops->layernorm_forward(be, be_act(be, a->vout), a->lnf_mean, a->lnf_rstd, be_act(be, vit_x(a, c, c->L)), w->lnf_w, w->lnf_b, N, D);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -556,71 +556,71 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
-    if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (Backend.b16) */
-        const BackendB16* bb = be->b16;
-        RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (Backend.b16)");
+    if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (BackendOps.b16) */
+        const BackendB16* bb = be->ops->b16;
+        RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
         int l = (int)(b - a->blocks);
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
         uint16_t* datt16 = (uint16_t*)a->datt;
         /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
         if (dxout16) {
-            bb->linear_backward(be, a->dgelu, NULL, NULL, NULL, dxout16, NULL, b->gelu, w->fc2_w, N, Dm, D, 1);
+            bb->linear_backward(be, a->dgelu, NULL, NULL, NULL, dxout16, NULL, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D, 1);
         } else {
-            be->memset0(be, a->dgelu, N4D * sizeof(float));
-            be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+            be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
+            be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
         }
-        be->memset0(be, g->dfc1, N4D * sizeof(float));
-        bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, b->fc1, N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
-        bb->linear_backward(be, g->dln2, NULL, NULL, NULL, g->dfc1_16, NULL, b->ln2, w->fc1_w, N, D, Dm, 1);
+        be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
+        bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, be_act(be, b->fc1), N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
+        bb->linear_backward(be, g->dln2, NULL, NULL, NULL, g->dfc1_16, NULL, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm, 1);
         vit_tp_sum(c, g->dln2, ND);
-        be->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-        bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd,
+        be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
+        bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd,
                                N, D);
-        bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, b->att, w->out_w, N, Dq, D, 1); /* beta 0 */
-        be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
+        bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D, 1); /* beta 0 */
+        be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
         /* dqkv f32 (qkv's bias sums it) with its 2-byte mirror dqkv16 for qkv's GEMMs: the attention kernels store
          * dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
         uint16_t* m16 = g->dqkv16;
         bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip ? m16 + Dq : NULL,
-                               m16 + 2 * Dq, 3 * Dq, datt16, b->att, b->att_lse, b->qkv, vit_act_at(c, b->qkv, Dq),
-                               vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
+                               m16 + 2 * Dq, 3 * Dq, datt16, be_act(be, b->att), b->att_lse, be_act(be, b->qkv), be_act(be, vit_act_at(c, b->qkv, Dq)),
+                               be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
         if (!clip) {
             /* dq and dk in one pass: their 2H heads are adjacent in each row of dqkv and of its mirror */
             bb->rope2d_backward(be, m16, 3 * Dq, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 1);
         }
-        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 1);
+        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq, 1);
         vit_tp_sum(c, g->dln1, ND);
-        be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-        bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
+        be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
+        bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd,
                                N, D);
         return;
     }
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
-    be->memset0(be, a->dgelu, N4D * sizeof(float));
-    be->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
-    be->memset0(be, g->dfc1, N4D * sizeof(float));
-    if (clip) be->act_backward(be, g->dfc1, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
-    else be->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
-    be->memset0(be, g->dln2, ND * sizeof(float));
-    be->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
+    be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
+    be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
+    if (clip) be->ops->act_backward(be, g->dfc1, a->dgelu, be_act(be, b->fc1), N4D, ACT_QUICK_GELU);
+    else be->ops->gelu_backward(be, g->dfc1, a->dgelu, be_act(be, b->fc1), N4D);
+    be->dev->memset0(be, g->dln2, ND * sizeof(float));
+    be->ops->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
-    be->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-    be->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
+    be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    be->memset0(be, a->datt, NQ * sizeof(float));
-    be->linear_backward(be, a->datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
-    be->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-    be->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, b->att, b->att_lse, b->qkv,
-                           vit_act_at(c, b->qkv, Dq), vit_act_at(c, b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
+    be->dev->memset0(be, a->datt, NQ * sizeof(float));
+    be->ops->linear_backward(be, a->datt, NULL, NULL, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D);
+    be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
+    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, be_act(be, b->att), b->att_lse, be_act(be, b->qkv),
+                           be_act(be, vit_act_at(c, b->qkv, Dq)), be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)), seq, a->I, N, H, H, d, 3 * Dq,
                            3 * Dq, 0);
     if (!clip) {
-        be->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
+        be->ops->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
     }
-    be->memset0(be, g->dln1, ND * sizeof(float));
-    be->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    be->dev->memset0(be, g->dln1, ND * sizeof(float));
+    be->ops->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
-    be->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-    be->layernorm_backward(be, dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
+    be->ops->layernorm_backward(be, dxin, NULL, NULL, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
@@ -629,41 +629,41 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
     int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B stored; the biases from the f32 gradients */
-        const BackendB16* bb = be->b16;
+        const BackendB16* bb = be->ops->b16;
         const uint16_t* dxout16 = vit_dxout16(a, c, (int)(b - a->blocks));
         if (dxout16)
-            bb->linear_backward(be, NULL, NULL, dw->fc2_w, dw->fc2_b, dxout16, dxout, b->gelu, w->fc2_w, N, Dm, D, 0);
-        else be->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
-        bb->linear_backward(be, NULL, NULL, dw->fc1_w, dw->fc1_b, g->dfc1_16, g->dfc1, b->ln2, w->fc1_w, N, D, Dm, 0);
-        be->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-        bb->linear_backward(be, NULL, NULL, dw->out_w, dw->out_b, g->dxmid16, g->dxmid, b->att, w->out_w, N, Dq, D, 0);
-        bb->linear_backward(be, NULL, NULL, dw->qkv_w, dw->qkv_b, g->dqkv16, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
-        be->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+            bb->linear_backward(be, NULL, NULL, dw->fc2_w, dw->fc2_b, dxout16, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D, 0);
+        else be->ops->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
+        bb->linear_backward(be, NULL, NULL, dw->fc1_w, dw->fc1_b, g->dfc1_16, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm, 0);
+        be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+        bb->linear_backward(be, NULL, NULL, dw->out_w, dw->out_b, g->dxmid16, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D, 0);
+        bb->linear_backward(be, NULL, NULL, dw->qkv_w, dw->qkv_b, g->dqkv16, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq, 0);
+        be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
         return;
     }
     /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
-    be->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, b->gelu, w->fc2_w, N, Dm, D);
-    be->linear_backward(be, NULL, dw->fc1_w, dw->fc1_b, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
-    be->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    be->linear_backward(be, NULL, dw->out_w, dw->out_b, g->dxmid, b->att, w->out_w, N, Dq, D);
-    be->linear_backward(be, NULL, dw->qkv_w, dw->qkv_b, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
-    be->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->ops->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
+    be->ops->linear_backward(be, NULL, dw->fc1_w, dw->fc1_b, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm);
+    be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->ops->linear_backward(be, NULL, dw->out_w, dw->out_b, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D);
+    be->ops->linear_backward(be, NULL, dw->qkv_w, dw->qkv_b, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq);
+    be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 
 /* ln_f: B part from a->dvout into dx[L]. */
 static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     int N = a->N, D = c->D, L = c->L;
     float* dxL = vit_dx(a, c, L);
-    be->memset0(be, dxL, (size_t)N * D * sizeof(float));
+    be->dev->memset0(be, dxL, (size_t)N * D * sizeof(float));
     if (vit_dx16(a, c, L)) /* with the 2-byte copy for the last block's fc2 */
-        be->b16->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
+        be->ops->b16->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, be_act(be, vit_x(a, c, L)), w->lnf_w, a->lnf_mean,
                                     a->lnf_rstd, N, D);
     else
-        be->layernorm_backward(be, dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+        be->ops->layernorm_backward(be, dxL, NULL, NULL, a->dvout, be_act(be, vit_x(a, c, L)), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
 }
 
 static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
-    be->layernorm_backward(be, NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
+    be->ops->layernorm_backward(be, NULL, g->lnf_w, g->lnf_b, a->dvout, be_act(be, vit_x(a, c, c->L)), w->lnf_w, a->lnf_mean,
                            a->lnf_rstd, a->N, c->D);
 }
 
@@ -677,10 +677,10 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
     }
     int P = 3 * c->patch * c->patch;
     if (vit_dx16(a, c, 0)) /* block 0's B stored the 2-byte copy */
-        be->b16->linear_backward(be, NULL, NULL, g->patch_w, g->patch_b, vit_dx16(a, c, 0), vit_dx(a, c, 0), a->patches,
-                                 w->patch_w, a->N, P, c->D, 0);
+        be->ops->b16->linear_backward(be, NULL, NULL, g->patch_w, g->patch_b, vit_dx16(a, c, 0), vit_dx(a, c, 0), be_act(be, a->patches),
+                                 be_weight(be, w->patch_w), a->N, P, c->D, 0);
     else
-        be->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
+        be->ops->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), be_act(be, a->patches), be_weight(be, w->patch_w), a->N, P, c->D);
 }
 
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {

@@ -1,4 +1,4 @@
-/* act.c — the elementwise activations of Backend.act_forward / act_backward (engine.h's Act):
+/* act.c — the elementwise activations of BackendOps.act_forward / act_backward (engine.h's Act):
  *   GELU_TANH   gelu_forward's tanh approximation (gelu.c);
  *   GELU_ERF    0.5 x (1 + erf(x / sqrt 2)), torch's nn.GELU() (Hugging Face LLaVA's projector `gelu`);
  *               d/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi);

@@ -1,4 +1,4 @@
-/* attention_decode.c — generation's attention against a KV cache (engine.h, Backend.attention_decode):
+/* attention_decode.c — generation's attention against a KV cache (engine.h, BackendOps.attention_decode):
  * n new queries, the last n of Tk positions, each against the cache's keys 0 .. Tk - n + i. A decoding
  * step has one query and a few hundred to a few thousand keys per head, so one pass per (query, head)
  * with an exact softmax (scores, their max, exp, sum, then the weighted sum of the value rows) is all

@@ -1,4 +1,4 @@
-/* backend_cpu.c — the CPU backend's op table: host memory and the cpu_* ops of engine/cpu/.
+/* backend_cpu.c — the CPU backend: its device (host memory) and its ops tables (the cpu_* ops of engine/cpu/).
  * Memory is 64-byte aligned (one cache line, one AVX-512 vector) and allocation failure is fatal with
  * the size named, like every other allocation in the engine. */
 #include <stdlib.h>
@@ -46,7 +46,158 @@ void cpu_linear_gelu_forward(const Backend* be, float* out, float* pre, const fl
     cpu_gelu_forward(be, out, pre, (size_t)N * OC);
 }
 
-const Backend backend_cpu = {
+/* The tables' entries: every CPU buffer is f32 words (bf16 values held in f32 words under bf16), so a
+ * typed buffer reaches the cpu_* ops as its f32 address (buf_f32p refuses any other dtype). */
+static void buf_cpu_linear_forward(const Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C, int OC) {
+    cpu_linear_forward(be, buf_f32p(out), buf_f32p(inp), buf_f32p(weight), buf_f32p(bias), N, C, OC);
+}
+static void buf_cpu_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf inp, Buf weight, Buf bias, int N,
+                                        int C, int OC) {
+    cpu_linear_gelu_forward(be, buf_f32p(out), buf_f32p(pre), buf_f32p(inp), buf_f32p(weight), buf_f32p(bias), N, C,
+                            OC);
+}
+static void buf_cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                    Buf inp, Buf weight, int N, int C, int OC) {
+    cpu_linear_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), buf_f32p(weight), N, C, OC);
+}
+static void buf_cpu_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
+                                      const float* weight, const float* bias, int N, int C) {
+    cpu_layernorm_forward(be, buf_f32p(out), mean, rstd, buf_f32p(inp), weight, bias, N, C);
+}
+static void buf_cpu_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
+                                       Buf inp, const float* weight, const float* mean, const float* rstd, int N,
+                                       int C) {
+    cpu_layernorm_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), weight, mean, rstd, N, C);
+}
+static void buf_cpu_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N, int C,
+                                    double eps) {
+    cpu_rmsnorm_forward(be, buf_f32p(out), rstd, buf_f32p(inp), weight, N, C, eps);
+}
+static void buf_cpu_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, Buf inp,
+                                     const float* weight, const float* rstd, int N, int C) {
+    cpu_rmsnorm_backward(be, dinp, dweight, dout, buf_f32p(inp), weight, rstd, N, C);
+}
+static void buf_cpu_gelu_forward(const Backend* be, Buf out, Buf inp, size_t n) {
+    cpu_gelu_forward(be, buf_f32p(out), buf_f32p(inp), n);
+}
+static void buf_cpu_gelu_backward(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n) {
+    cpu_gelu_backward(be, dinp, dout, buf_f32p(inp), n);
+}
+static void buf_cpu_swiglu_forward(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
+    cpu_swiglu_forward(be, buf_f32p(out), buf_f32p(gate), buf_f32p(up), n);
+}
+static void buf_cpu_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, Buf gate, Buf up,
+                                    size_t n) {
+    cpu_swiglu_backward(be, dgate, dup, dout, buf_f32p(gate), buf_f32p(up), n);
+}
+static void buf_cpu_add_forward(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
+    cpu_add_forward(be, buf_f32p(out), buf_f32p(a), buf_f32p(b), n);
+}
+static void buf_cpu_rope_forward(const Backend* be, Buf x, const int* pos, int N, int H, int d, int ld,
+                                 const RopeFreq* rf) {
+    cpu_rope_forward(be, buf_f32p(x), pos, N, H, d, ld, rf);
+}
+static void buf_cpu_rope2d_forward(const Backend* be, Buf x, const int* pos_row, const int* pos_col, int N, int H,
+                                   int d, int ld) {
+    cpu_rope2d_forward(be, buf_f32p(x), pos_row, pos_col, N, H, d, ld);
+}
+static void buf_cpu_rope_qk_forward(const Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d,
+                                    int ld_q, int ld_k, const RopeFreq* rf) {
+    cpu_rope_qk_forward(be, buf_f32p(q), buf_f32p(k), pos, N, H, Hkv, d, ld_q, ld_k, rf);
+}
+static void buf_cpu_embedding_forward(const Backend* be, Buf out, const int* ids, Buf table, int N, int C) {
+    cpu_embedding_forward(be, buf_f32p(out), ids, buf_f32p(table), N, C);
+}
+static void buf_cpu_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, Buf logits, const int* targets,
+                                         int N, int V) {
+    cpu_crossentropy_forward(be, loss_sum, lse, buf_f32p(logits), targets, N, V);
+}
+static void buf_cpu_crossentropy_backward(const Backend* be, float* dlogits, Buf logits, const float* lse,
+                                          const int* targets, float scale, int N, int V) {
+    cpu_crossentropy_backward(be, dlogits, buf_f32p(logits), lse, targets, scale, N, V);
+}
+static void buf_cpu_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
+                                      const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
+                                      int causal) {
+    cpu_attention_forward(be, buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, Hkv, d,
+                          ld_q, ld_kv, causal);
+}
+static void buf_cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
+                                       const float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T,
+                                       int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    cpu_attention_backward(be, dq, dk, dv, dout, buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens,
+                           S, T, H, Hkv, d, ld_q, ld_kv, causal);
+}
+static void buf_cpu_act_forward(const Backend* be, Buf out, Buf inp, size_t n, Act act) {
+    cpu_act_forward(be, buf_f32p(out), buf_f32p(inp), n, act);
+}
+static void buf_cpu_act_backward(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n, Act act) {
+    cpu_act_backward(be, dinp, dout, buf_f32p(inp), n, act);
+}
+static void buf_cpu_rows_gather_forward(const Backend* be, Buf out, const int* idx, const float* w, Buf table, int N,
+                                        int K, int C) {
+    cpu_rows_gather_forward(be, buf_f32p(out), idx, w, buf_f32p(table), N, K, C);
+}
+static void buf_cpu_bf16_linear_forward(const Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C,
+                                        int OC) {
+    cpu_bf16_linear_forward(be, buf_f32p(out), buf_f32p(inp), buf_f32p(weight), buf_f32p(bias), N, C, OC);
+}
+static void buf_cpu_bf16_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf inp, Buf weight, Buf bias, int N,
+                                             int C, int OC) {
+    cpu_bf16_linear_gelu_forward(be, buf_f32p(out), buf_f32p(pre), buf_f32p(inp), buf_f32p(weight), buf_f32p(bias), N,
+                                 C, OC);
+}
+static void buf_cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias,
+                                         const float* dout, Buf inp, Buf weight, int N, int C, int OC) {
+    cpu_bf16_linear_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), buf_f32p(weight), N, C, OC);
+}
+static void buf_cpu_bf16_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
+                                           const float* weight, const float* bias, int N, int C) {
+    cpu_bf16_layernorm_forward(be, buf_f32p(out), mean, rstd, buf_f32p(inp), weight, bias, N, C);
+}
+static void buf_cpu_bf16_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N,
+                                         int C, double eps) {
+    cpu_bf16_rmsnorm_forward(be, buf_f32p(out), rstd, buf_f32p(inp), weight, N, C, eps);
+}
+static void buf_cpu_bf16_gelu_forward(const Backend* be, Buf out, Buf inp, size_t n) {
+    cpu_bf16_gelu_forward(be, buf_f32p(out), buf_f32p(inp), n);
+}
+static void buf_cpu_bf16_swiglu_forward(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
+    cpu_bf16_swiglu_forward(be, buf_f32p(out), buf_f32p(gate), buf_f32p(up), n);
+}
+static void buf_cpu_bf16_add_forward(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
+    cpu_bf16_add_forward(be, buf_f32p(out), buf_f32p(a), buf_f32p(b), n);
+}
+static void buf_cpu_bf16_rope_forward(const Backend* be, Buf x, const int* pos, int N, int H, int d, int ld,
+                                      const RopeFreq* rf) {
+    cpu_bf16_rope_forward(be, buf_f32p(x), pos, N, H, d, ld, rf);
+}
+static void buf_cpu_bf16_rope2d_forward(const Backend* be, Buf x, const int* pos_row, const int* pos_col, int N, int H,
+                                        int d, int ld) {
+    cpu_bf16_rope2d_forward(be, buf_f32p(x), pos_row, pos_col, N, H, d, ld);
+}
+static void buf_cpu_bf16_rope_qk_forward(const Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d,
+                                         int ld_q, int ld_k, const RopeFreq* rf) {
+    cpu_bf16_rope_qk_forward(be, buf_f32p(q), buf_f32p(k), pos, N, H, Hkv, d, ld_q, ld_k, rf);
+}
+static void buf_cpu_bf16_embedding_forward(const Backend* be, Buf out, const int* ids, Buf table, int N, int C) {
+    cpu_bf16_embedding_forward(be, buf_f32p(out), ids, buf_f32p(table), N, C);
+}
+static void buf_cpu_bf16_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
+                                           const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
+                                           int ld_kv, int causal) {
+    cpu_bf16_attention_forward(be, buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, Hkv,
+                               d, ld_q, ld_kv, causal);
+}
+static void buf_cpu_bf16_act_forward(const Backend* be, Buf out, Buf inp, size_t n, Act act) {
+    cpu_bf16_act_forward(be, buf_f32p(out), buf_f32p(inp), n, act);
+}
+static void buf_cpu_bf16_rows_gather_forward(const Backend* be, Buf out, const int* idx, const float* w, Buf table,
+                                             int N, int K, int C) {
+    cpu_bf16_rows_gather_forward(be, buf_f32p(out), idx, w, buf_f32p(table), N, K, C);
+}
+
+static const BackendDevice cpu_device = {
     .name = "cpu",
     .host_addressable = 1,
     .alloc = cpu_alloc,
@@ -64,101 +215,89 @@ const Backend backend_cpu = {
     .event_wait = cpu_event_wait,
     .event_destroy = cpu_event_destroy,
     .reserve = cpu_reserve,
-    .linear_forward = cpu_linear_forward,
-    .linear_gelu_forward = cpu_linear_gelu_forward,
-    .linear_backward = cpu_linear_backward,
-    .layernorm_forward = cpu_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .rmsnorm_forward = cpu_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .gelu_forward = cpu_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .swiglu_forward = cpu_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .add_forward = cpu_add_forward,
-    .rope_forward = cpu_rope_forward,
-    .rope_backward = cpu_rope_backward,
-    .rope2d_forward = cpu_rope2d_forward,
-    .rope2d_backward = cpu_rope2d_backward,
-    .embedding_forward = cpu_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .sum_squares = cpu_sum_squares,
-    .scale = cpu_scale,
-    .adamw_update = cpu_adamw_update,
-    .round_bf16 = cpu_round_bf16,
-    .bf16_variant = &backend_cpu_bf16,
-    .precision = PRECISION_FP32,
-    .act_forward = cpu_act_forward,
-    .act_backward = cpu_act_backward,
-    .rows_gather_forward = cpu_rows_gather_forward,
-    .rows_gather_backward = cpu_rows_gather_backward,
-    .attention_decode = cpu_attention_decode,
-    .weight_dtype = DTYPE_F32,
-    .adamw_update_copy = cpu_adamw_update_copy,
-    .to_bf16 = cpu_to_bf16,
-    .rope_qk_forward = cpu_rope_qk_forward,
-    .rope_qk_backward = cpu_rope_qk_backward,
 };
 
+/* The f32 ops: the base of both CPU ops tables. */
+#define CPU_OPS_F32                                          \
+    .linear_forward = buf_cpu_linear_forward,                    \
+    .linear_gelu_forward = buf_cpu_linear_gelu_forward,          \
+    .linear_backward = buf_cpu_linear_backward,                  \
+    .layernorm_forward = buf_cpu_layernorm_forward,              \
+    .layernorm_backward = buf_cpu_layernorm_backward,            \
+    .rmsnorm_forward = buf_cpu_rmsnorm_forward,                  \
+    .rmsnorm_backward = buf_cpu_rmsnorm_backward,                \
+    .gelu_forward = buf_cpu_gelu_forward,                        \
+    .gelu_backward = buf_cpu_gelu_backward,                      \
+    .swiglu_forward = buf_cpu_swiglu_forward,                    \
+    .swiglu_backward = buf_cpu_swiglu_backward,                  \
+    .add_forward = buf_cpu_add_forward,                          \
+    .rope_forward = buf_cpu_rope_forward,                        \
+    .rope_backward = cpu_rope_backward,                      \
+    .rope2d_forward = buf_cpu_rope2d_forward,                    \
+    .rope2d_backward = cpu_rope2d_backward,                  \
+    .rope_qk_forward = buf_cpu_rope_qk_forward,                  \
+    .rope_qk_backward = cpu_rope_qk_backward,                \
+    .embedding_forward = buf_cpu_embedding_forward,              \
+    .embedding_backward = cpu_embedding_backward,            \
+    .crossentropy_forward = buf_cpu_crossentropy_forward,        \
+    .crossentropy_backward = buf_cpu_crossentropy_backward,      \
+    .attention_forward = buf_cpu_attention_forward,              \
+    .attention_backward = buf_cpu_attention_backward,            \
+    .attention_decode = cpu_attention_decode,                \
+    .act_forward = buf_cpu_act_forward,                          \
+    .act_backward = buf_cpu_act_backward,                        \
+    .rows_gather_forward = buf_cpu_rows_gather_forward,          \
+    .rows_gather_backward = cpu_rows_gather_backward,        \
+    .sum_squares = cpu_sum_squares,                          \
+    .scale = cpu_scale,                                      \
+    .adamw_update = cpu_adamw_update,                        \
+    .adamw_update_copy = cpu_adamw_update_copy,              \
+    .round_bf16 = cpu_round_bf16,                            \
+    .to_bf16 = cpu_to_bf16
+
+static const BackendOps cpu_ops = {CPU_OPS_F32};
+
 /* runtime.precision = bf16: the forward ops round where the GPU stores bf16 (engine/cpu/bf16.c);
- * backward ops, cross-entropy and the step end are backend_cpu's. */
-const Backend backend_cpu_bf16 = {
-    .name = "cpu",
-    .host_addressable = 1,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .memset0 = cpu_memset0,
-    .copy_h2d = cpu_copy,
-    .copy_d2h = cpu_copy,
-    .copy_d2d = cpu_copy,
-    .synchronize = cpu_synchronize,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .event_create = cpu_event_create,
-    .event_record = cpu_event_record,
-    .event_query = cpu_event_query,
-    .event_wait = cpu_event_wait,
-    .event_destroy = cpu_event_destroy,
-    .reserve = cpu_reserve,
-    .linear_forward = cpu_bf16_linear_forward,
-    .linear_gelu_forward = cpu_bf16_linear_gelu_forward,
-    .linear_backward = cpu_bf16_linear_backward,
-    .layernorm_forward = cpu_bf16_layernorm_forward,
-    .layernorm_backward = cpu_layernorm_backward,
-    .rmsnorm_forward = cpu_bf16_rmsnorm_forward,
-    .rmsnorm_backward = cpu_rmsnorm_backward,
-    .gelu_forward = cpu_bf16_gelu_forward,
-    .gelu_backward = cpu_gelu_backward,
-    .swiglu_forward = cpu_bf16_swiglu_forward,
-    .swiglu_backward = cpu_swiglu_backward,
-    .add_forward = cpu_bf16_add_forward,
-    .rope_forward = cpu_bf16_rope_forward,
-    .rope_backward = cpu_rope_backward,
-    .rope2d_forward = cpu_bf16_rope2d_forward,
-    .rope2d_backward = cpu_rope2d_backward,
-    .embedding_forward = cpu_bf16_embedding_forward,
-    .embedding_backward = cpu_embedding_backward,
-    .crossentropy_forward = cpu_crossentropy_forward,
-    .crossentropy_backward = cpu_crossentropy_backward,
-    .attention_forward = cpu_bf16_attention_forward,
-    .attention_backward = cpu_attention_backward,
-    .sum_squares = cpu_sum_squares,
-    .scale = cpu_scale,
-    .adamw_update = cpu_adamw_update,
-    .round_bf16 = cpu_round_bf16,
+ * backward ops, cross-entropy, generation's attention_decode and the step end are the f32 ones. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init" /* the base's entries, then the overrides */
+static const BackendOps cpu_bf16_ops = {
+    CPU_OPS_F32,
+    .linear_forward = buf_cpu_bf16_linear_forward,
+    .linear_gelu_forward = buf_cpu_bf16_linear_gelu_forward,
+    .linear_backward = buf_cpu_bf16_linear_backward,
+    .layernorm_forward = buf_cpu_bf16_layernorm_forward,
+    .rmsnorm_forward = buf_cpu_bf16_rmsnorm_forward,
+    .gelu_forward = buf_cpu_bf16_gelu_forward,
+    .swiglu_forward = buf_cpu_bf16_swiglu_forward,
+    .add_forward = buf_cpu_bf16_add_forward,
+    .rope_forward = buf_cpu_bf16_rope_forward,
+    .rope2d_forward = buf_cpu_bf16_rope2d_forward,
+    .rope_qk_forward = buf_cpu_bf16_rope_qk_forward,
+    .embedding_forward = buf_cpu_bf16_embedding_forward,
+    .attention_forward = buf_cpu_bf16_attention_forward,
+    .act_forward = buf_cpu_bf16_act_forward,
+    .rows_gather_forward = buf_cpu_bf16_rows_gather_forward,
+};
+#pragma GCC diagnostic pop
+
+/* Every CPU buffer is f32 words (bf16 values held in f32 words under bf16). */
+const Backend backend_cpu = {
+    .dev = &cpu_device,
+    .ops = &cpu_ops,
+    .precision = PRECISION_FP32,
     .bf16_variant = &backend_cpu_bf16,
-    .precision = PRECISION_BF16,
-    .act_forward = cpu_bf16_act_forward,
-    .act_backward = cpu_act_backward,
-    .rows_gather_forward = cpu_bf16_rows_gather_forward,
-    .rows_gather_backward = cpu_rows_gather_backward,
-    .attention_decode = cpu_attention_decode, /* f32: generation computes in f32 (runtime/train/generate.c) */
     .weight_dtype = DTYPE_F32,
-    .adamw_update_copy = cpu_adamw_update_copy,
-    .to_bf16 = cpu_to_bf16,    .rope_qk_forward = cpu_bf16_rope_qk_forward,
-    .rope_qk_backward = cpu_rope_qk_backward,
+    .act_dtype = DTYPE_F32,
+    .bias_dtype = DTYPE_F32,
+};
+
+const Backend backend_cpu_bf16 = {
+    .dev = &cpu_device,
+    .ops = &cpu_bf16_ops,
+    .precision = PRECISION_BF16,
+    .bf16_variant = &backend_cpu_bf16,
+    .weight_dtype = DTYPE_F32,
+    .act_dtype = DTYPE_F32,
+    .bias_dtype = DTYPE_F32,
 };

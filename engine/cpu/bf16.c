@@ -36,14 +36,14 @@ void cpu_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = rr_f32_to_bf16(inp[i]);
 }
 
-/* Backend.adamw_update_copy: the update (engine/adamw.c), then the copy in the same call */
+/* BackendOps.adamw_update_copy: the update (engine/adamw.c), then the copy in the same call */
 void cpu_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                           const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype) {
+                           const AdamWConfig* cfg, int t, int decay, Buf copy) {
     adamw_update(param, grad, m, v, n, cfg, t, decay);
-    if (copy_dtype == DTYPE_BF16)
-        cpu_to_bf16(be, (uint16_t*)copy, param, n);
+    if (copy.dt == DTYPE_BF16)
+        cpu_to_bf16(be, buf_bf16p(copy), param, n);
     else
-        cpu_round_bf16(be, (float*)copy, param, n);
+        cpu_round_bf16(be, buf_f32p(copy), param, n);
 }
 
 /* a bf16-rounded copy of x (n floats) or NULL when x is NULL; free with free() */

@@ -93,7 +93,7 @@ void cpu_attention_decode(const Backend* be, float* out, const float* q, const f
 void cpu_round_bf16(const Backend* be, float* out, const float* inp, size_t n);
 void cpu_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n);
 void cpu_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                           const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
+                           const AdamWConfig* cfg, int t, int decay, Buf copy);
 void cpu_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                              int OC);
 void cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -1,4 +1,4 @@
-/* rows_gather.c — the weighted row gather of Backend.rows_gather_forward / _backward (engine.h):
+/* rows_gather.c — the weighted row gather of BackendOps.rows_gather_forward / _backward (engine.h):
  * out[n] += sum_k w[n K + k] table[idx[n K + k]]. The forward splits rows across threads (each writes
  * its own rows); the backward scatters into table rows that many n share, so threads split the
  * channels and every thread walks all rows in order: no atomics, the same sums whatever the threads. */

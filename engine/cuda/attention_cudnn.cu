@@ -209,7 +209,7 @@ struct State {
     cudnnHandle_t handle;
     std::vector<Plan> plans;
     void* scratch; // bf16 copies, offsets, workspace, check buffers: attention_scratch.h's layout
-    size_t scratch_bytes; // reserved by Backend.reserve (cuda_cudnn_attention_reserve), never grown in a step
+    size_t scratch_bytes; // reserved by BackendDevice.reserve (cuda_cudnn_attention_reserve), never grown in a step
     int over_warned;      // the one warning of a call that did not fit
 };
 State g_state;
@@ -505,7 +505,7 @@ char* scratch_for(size_t bytes, const char* what, int S, int T, int H, int d) {
     if (bytes <= s.scratch_bytes && s.scratch) return (char*)s.scratch;
     if (!s.over_warned || getenv("RRFP_CUDNN_VERBOSE"))
         fprintf(stderr, "rrfp-mm: %scuDNN attention %s (S %d, T %d, H %d, d %d) needs %zu bytes of scratch, %zu are "
-                "reserved (Backend.reserve): the backend's own kernel runs it%s\n", s.over_warned ? "" : "warning: ",
+                "reserved (BackendDevice.reserve): the backend's own kernel runs it%s\n", s.over_warned ? "" : "warning: ",
                 what, S, T, H, d, bytes, s.scratch_bytes, s.over_warned ? "" : " (said once; RRFP_CUDNN_VERBOSE=1 says "
                 "it for every call)");
     s.over_warned = 1;
@@ -907,7 +907,7 @@ int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, 
                           causal, 1, dv16, ld_dv, dq16, dk16);
 }
 
-// Backend.reserve's share (cuda_reserve): the scratch for the largest attention calls of the stage, once,
+// BackendDevice.reserve's share (cuda_reserve): the scratch for the largest attention calls of the stage, once,
 // before the first step. Nothing when cuDNN will not run (no handle, RRFP_CUDNN_ATTENTION=0): the own
 // kernel needs no scratch. Only grows; a reservation happens outside the steps, never inside one.
 void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn) {

@@ -1,4 +1,4 @@
-// attention_decode.cu — generation's attention against a KV cache (engine.h, Backend.attention_decode)
+// attention_decode.cu — generation's attention against a KV cache (engine.h, BackendOps.attention_decode)
 // on CUDA: one block per (new query, head), DEC_THREADS threads. The keys the query sees stream
 // through shared memory in chunks of DEC_CHUNK scores with an online softmax (running max m and sum
 // l; when m grows, the output accumulated so far is rescaled by exp(m_old - m_new)); thread t

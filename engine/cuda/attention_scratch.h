@@ -1,5 +1,5 @@
 /* attention_scratch.h — the layout of cuDNN attention's device scratch (engine/cuda/attention_cudnn.cu) as
- * plain functions, so that Backend.reserve can size it once from the stage's largest attention call and a
+ * plain functions, so that BackendDevice.reserve can size it once from the stage's largest attention call and a
  * CPU test (tests/engine/cuda/test_kernel_math.c) can check the sizing: no training step allocates device memory
  * (docs/design.md "Streams and events").
  *

@@ -314,7 +314,7 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
 // forward's output in bf16, so no conversion or rounding pass runs in a forward GEMM (a biased one reads its bias as the
 // 2-byte compute copy AdamW wrote: Backend.bias_dtype). Its backward GEMMs and attention backward read 2-byte output
-// gradients stored by their producers (Backend.b16: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
+// gradients stored by their producers (BackendOps.b16: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
 // clip_ops.cu); the plain linear_backward (an f32 dout converted to bf16 scratch) remains for the gaps (docs/cuda.md,
 // "2-byte output gradients"). What else remains: a cuDNN run checked against the own kernel widens its inputs into f32
 // scratch.
@@ -437,7 +437,7 @@ void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, c
     cudaCheck(cudaGetLastError());
 }
 
-// f32 scratch for the attention calls that widen their inputs (reserved by Backend.reserve; grows only)
+// f32 scratch for the attention calls that widen their inputs (reserved by BackendDevice.reserve; grows only)
 static float* attn_f32_scratch(size_t elems) {
     if (elems > cuda_ctx.attn_f32_scratch_elems) {
         if (cuda_ctx.attn_f32_scratch) cuda_free_tracked(cuda_ctx.attn_f32_scratch);

@@ -136,12 +136,26 @@ static void cuda_profile_take(BackendProfile* out) {
     }
 }
 
-// An op slot run inside a ProfScope of kind K (the tables point at these)
+// A typed buffer handed to an implementation that takes its address (or the Buf itself): a 2-byte pointer only from a bf16 buffer; an
+// f32 pointer from an f32 buffer, or from a bf16 one where the implementation's float* is only an address (the
+// bf16 GEMMs' weights and the bf16-activation functions, which read it as 2-byte words).
+struct BufAddr {
+    Buf b;
+    operator float*() const { return (float*)b.p; }
+    operator const float*() const { return (const float*)b.p; }
+    operator uint16_t*() const { return buf_bf16p(b); }
+    operator const uint16_t*() const { return buf_bf16p(b); }
+    operator Buf() const { return b; } // an implementation that takes the typed buffer itself
+};
+static inline BufAddr op_arg(Buf b) { return BufAddr{b}; }
+template <typename T> static inline T op_arg(T a) { return a; }
+
+// An op run inside a ProfScope of kind K (the tables point at these), its typed buffers passed as addresses
 #define PROF_OP(K, fn)                                                                  \
     template <typename... A>                                                            \
-    static auto prof_##fn(const Backend* be, A... a)->decltype(fn(be, a...)) {          \
+    static auto prof_##fn(const Backend* be, A... a)->decltype(fn(be, op_arg(a)...)) {  \
         ProfScope scope(be, K, #fn);                                                    \
-        return fn(be, a...);                                                            \
+        return fn(be, op_arg(a)...);                                                    \
     }
 
 static const char* cublas_status_name(cublasStatus_t st) {
@@ -192,7 +206,7 @@ void cuda_check_device_errors(cudaStream_t stream) {
 
 // Every cudaMalloc of the backend (its alloc, the scratch of bf16.cu / optim.cu / attention_cudnn.cu)
 // goes through cuda_malloc_tracked / cuda_free_tracked: the bytes held now and their high-water mark
-// (Backend.memory). Sizes by pointer in an open-addressing table (allocations are few and long-lived).
+// (BackendDevice.memory). Sizes by pointer in an open-addressing table (allocations are few and long-lived).
 static struct {
     void** key;
     size_t* bytes;
@@ -422,231 +436,179 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
 
-// the bf16-activation table's 2-byte output-gradient ops (engine.h, BackendB16)
+// the bf16-activation ops' 2-byte output-gradient ops (engine.h, BackendB16)
 static const BackendB16 backend_cuda_bf16a_b16 = {
-    prof_cuda_bf16a_linear_backward_b16, prof_cuda_bf16a_swiglu_backward_b16, prof_cuda_bf16a_rmsnorm_backward_b16,
-    prof_cuda_bf16a_rope_qk_backward_b16, prof_cuda_bf16a_attention_backward_b16, prof_cuda_bf16a_layernorm_backward_b16,
-    prof_cuda_bf16a_act_backward_b16,       prof_cuda_bf16a_rope2d_backward_b16, prof_cuda_bf16a_crossentropy_backward_b16,
+    .linear_backward = prof_cuda_bf16a_linear_backward_b16,
+    .swiglu_backward = prof_cuda_bf16a_swiglu_backward_b16,
+    .rmsnorm_backward = prof_cuda_bf16a_rmsnorm_backward_b16,
+    .rope_qk_backward = prof_cuda_bf16a_rope_qk_backward_b16,
+    .attention_backward = prof_cuda_bf16a_attention_backward_b16,
+    .layernorm_backward = prof_cuda_bf16a_layernorm_backward_b16,
+    .act_backward = prof_cuda_bf16a_act_backward_b16,
+    .rope2d_backward = prof_cuda_bf16a_rope2d_backward_b16,
+    .crossentropy_backward = prof_cuda_bf16a_crossentropy_backward_b16,
 };
 
-// ---- the table -----------------------------------------------------------------------------------
+// ---- the tables ----------------------------------------------------------------------------------
 
-extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
-extern const Backend backend_cuda_bf16a;
-static const Backend backend_cuda = {
-    "cuda",
-    cuda_alloc,
-    cuda_free,
-    prof_cuda_memset0,
-    prof_cuda_copy_h2d,
-    prof_cuda_copy_d2h,
-    prof_cuda_copy_d2d,
-    cuda_synchronize,
-    cuda_stream_create,
-    cuda_stream_destroy,
-    cuda_event_create,
-    cuda_event_record,
-    cuda_event_query,
-    cuda_event_wait,
-    cuda_event_destroy,
-    cuda_reserve,
-    prof_cuda_linear_forward,
-    prof_cuda_linear_backward,
-    prof_cuda_linear_gelu_forward,
-    prof_cuda_layernorm_forward,
-    prof_cuda_layernorm_backward,
-    prof_cuda_rmsnorm_forward,
-    prof_cuda_rmsnorm_backward,
-    prof_cuda_gelu_forward,
-    prof_cuda_gelu_backward,
-    prof_cuda_swiglu_forward,
-    prof_cuda_swiglu_backward,
-    prof_cuda_add_forward,
-    prof_cuda_rope_forward,
-    prof_cuda_rope_backward,
-    prof_cuda_rope2d_forward,
-    prof_cuda_rope2d_backward,
-    prof_cuda_embedding_forward,
-    prof_cuda_embedding_backward,
-    prof_cuda_crossentropy_forward,
-    prof_cuda_crossentropy_backward,
-    prof_cuda_attention_forward,
-    prof_cuda_attention_backward,
-    prof_cuda_sum_squares,
-    prof_cuda_scale,
-    prof_cuda_adamw_update,
-    cuda_round_bf16,
-    &backend_cuda_bf16,
-    PRECISION_FP32,
-    NULL, // stream
-    prof_cuda_act_forward,
-    prof_cuda_act_backward,
-    prof_cuda_rows_gather_forward,
-    prof_cuda_rows_gather_backward,
-    cuda_attention_decode,
-    DTYPE_F32,
-    prof_cuda_adamw_update_copy,
-    prof_cuda_to_bf16,
-    cuda_profile,
-    cuda_profile_take,
-    cuda_memory,
-    DTYPE_F32, // act_dtype
-    NULL,      // no bf16-activation variant: fp32 stores f32
-    prof_cuda_from_bf16,
-    NULL, // add_f32_forward: activations are f32 words
-    prof_cuda_rope_qk_forward,
-    prof_cuda_rope_qk_backward,
-    DTYPE_F32, // bias_dtype: no compute copy in fp32
-    NULL,      // b16: f32 gradients
+static const BackendDevice cuda_device = {
+    .name = "cuda",
+    .host_addressable = 0, // device memory, reached through copy_*
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .memset0 = prof_cuda_memset0,
+    .copy_h2d = prof_cuda_copy_h2d,
+    .copy_d2h = prof_cuda_copy_d2h,
+    .copy_d2d = prof_cuda_copy_d2d,
+    .synchronize = cuda_synchronize,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_wait = cuda_event_wait,
+    .event_destroy = cuda_event_destroy,
+    .reserve = cuda_reserve,
+    .profile = cuda_profile,
+    .profile_take = cuda_profile_take,
+    .memory = cuda_memory,
+};
+
+// the f32 ops: the base of the bf16 tables below
+static const BackendOps cuda_ops = {
+    .linear_forward = prof_cuda_linear_forward,
+    .linear_backward = prof_cuda_linear_backward,
+    .linear_gelu_forward = prof_cuda_linear_gelu_forward,
+    .layernorm_forward = prof_cuda_layernorm_forward,
+    .layernorm_backward = prof_cuda_layernorm_backward,
+    .rmsnorm_forward = prof_cuda_rmsnorm_forward,
+    .rmsnorm_backward = prof_cuda_rmsnorm_backward,
+    .gelu_forward = prof_cuda_gelu_forward,
+    .gelu_backward = prof_cuda_gelu_backward,
+    .swiglu_forward = prof_cuda_swiglu_forward,
+    .swiglu_backward = prof_cuda_swiglu_backward,
+    .add_forward = prof_cuda_add_forward,
+    .rope_forward = prof_cuda_rope_forward,
+    .rope_backward = prof_cuda_rope_backward,
+    .rope2d_forward = prof_cuda_rope2d_forward,
+    .rope2d_backward = prof_cuda_rope2d_backward,
+    .embedding_forward = prof_cuda_embedding_forward,
+    .embedding_backward = prof_cuda_embedding_backward,
+    .crossentropy_forward = prof_cuda_crossentropy_forward,
+    .crossentropy_backward = prof_cuda_crossentropy_backward,
+    .attention_forward = prof_cuda_attention_forward,
+    .attention_backward = prof_cuda_attention_backward,
+    .sum_squares = prof_cuda_sum_squares,
+    .scale = prof_cuda_scale,
+    .adamw_update = prof_cuda_adamw_update,
+    .round_bf16 = cuda_round_bf16,
+    .act_forward = prof_cuda_act_forward,
+    .act_backward = prof_cuda_act_backward,
+    .rows_gather_forward = prof_cuda_rows_gather_forward,
+    .rows_gather_backward = prof_cuda_rows_gather_backward,
+    .attention_decode = cuda_attention_decode,
+    .adamw_update_copy = prof_cuda_adamw_update_copy,
+    .to_bf16 = prof_cuda_to_bf16,
+    .from_bf16 = prof_cuda_from_bf16,
+    .rope_qk_forward = prof_cuda_rope_qk_forward,
+    .rope_qk_backward = prof_cuda_rope_qk_backward,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
-// the GEMMs go through cuBLASLt; backward ops, cross-entropy and the step end are backend_cuda's.
-extern const Backend backend_cuda_bf16;
+// the GEMMs go through cuBLASLt (reading 2-byte weights and GEMM biases); the other backward ops,
+// cross-entropy and the step end are the f32 ones.
+static const BackendOps cuda_bf16_ops = [] {
+    BackendOps o = cuda_ops;
+    o.linear_forward = prof_cuda_bf16_linear_forward;
+    o.linear_backward = prof_cuda_bf16_linear_backward;
+    o.linear_gelu_forward = prof_cuda_bf16_linear_gelu_forward;
+    o.layernorm_forward = prof_cuda_bf16_layernorm_forward;
+    o.rmsnorm_forward = prof_cuda_bf16_rmsnorm_forward;
+    o.gelu_forward = prof_cuda_bf16_gelu_forward;
+    o.swiglu_forward = prof_cuda_bf16_swiglu_forward;
+    o.add_forward = prof_cuda_bf16_add_forward;
+    o.rope_forward = prof_cuda_bf16_rope_forward;
+    o.rope2d_forward = prof_cuda_bf16_rope2d_forward;
+    o.embedding_forward = prof_cuda_bf16_embedding_forward;
+    o.attention_forward = prof_cuda_bf16_attention_forward;
+    o.attention_backward = prof_cuda_bf16_attention_backward;
+    o.act_forward = prof_cuda_bf16_act_forward;
+    o.rows_gather_forward = prof_cuda_bf16_rows_gather_forward;
+    o.rope_qk_forward = prof_cuda_bf16_rope_qk_forward;
+    return o;
+}();
+
+// bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 ops' numerics, activations
+// stored as bf16 words; generation's attention_decode is NULL (generation keeps the bf16 table).
+static const BackendOps cuda_bf16a_ops = [] {
+    BackendOps o = cuda_bf16_ops;
+    o.linear_forward = prof_cuda_bf16a_linear_forward;
+    o.linear_backward = prof_cuda_bf16a_linear_backward;
+    o.linear_gelu_forward = prof_cuda_bf16a_linear_gelu_forward;
+    o.layernorm_forward = prof_cuda_bf16a_layernorm_forward;
+    o.layernorm_backward = prof_cuda_bf16a_layernorm_backward;
+    o.rmsnorm_forward = prof_cuda_bf16a_rmsnorm_forward;
+    o.rmsnorm_backward = prof_cuda_bf16a_rmsnorm_backward;
+    o.gelu_forward = prof_cuda_bf16a_gelu_forward;
+    o.gelu_backward = prof_cuda_bf16a_gelu_backward;
+    o.swiglu_forward = prof_cuda_bf16a_swiglu_forward;
+    o.swiglu_backward = prof_cuda_bf16a_swiglu_backward;
+    o.add_forward = prof_cuda_bf16a_add_forward;
+    o.rope_forward = prof_cuda_bf16a_rope_forward;
+    o.rope2d_forward = prof_cuda_bf16a_rope2d_forward;
+    o.embedding_forward = prof_cuda_bf16a_embedding_forward;
+    o.crossentropy_forward = prof_cuda_bf16a_crossentropy_forward;
+    o.crossentropy_backward = prof_cuda_bf16a_crossentropy_backward;
+    o.attention_forward = prof_cuda_bf16a_attention_forward;
+    o.attention_backward = prof_cuda_bf16a_attention_backward;
+    o.act_forward = prof_cuda_bf16a_act_forward;
+    o.act_backward = prof_cuda_bf16a_act_backward;
+    o.rows_gather_forward = prof_cuda_bf16a_rows_gather_forward;
+    o.attention_decode = NULL;
+    o.add_f32_forward = prof_cuda_bf16a_add_f32_forward;
+    o.rope_qk_forward = prof_cuda_bf16a_rope_qk_forward;
+    o.b16 = &backend_cuda_bf16a_b16;
+    return o;
+}();
+
+
+// C++ designated initialisers follow the declaration order of engine.h's structs; a variant is its base
+// copied, with the entries it overrides named.
+extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
+extern const Backend backend_cuda_bf16a;
+static const Backend backend_cuda = {
+    .dev = &cuda_device,
+    .ops = &cuda_ops,
+    .precision = PRECISION_FP32,
+    .bf16_variant = &backend_cuda_bf16,
+    .weight_dtype = DTYPE_F32,
+    .act_dtype = DTYPE_F32,
+    .bias_dtype = DTYPE_F32,
+    .act_bf16_variant = NULL,
+};
+
+// the bf16 table (weights and GEMM biases 2-byte, activations f32 words holding bf16 values) and the
+// bf16-activation table (activations 2-byte too)
 const Backend backend_cuda_bf16 = {
-    "cuda",
-    cuda_alloc,
-    cuda_free,
-    prof_cuda_memset0,
-    prof_cuda_copy_h2d,
-    prof_cuda_copy_d2h,
-    prof_cuda_copy_d2d,
-    cuda_synchronize,
-    cuda_stream_create,
-    cuda_stream_destroy,
-    cuda_event_create,
-    cuda_event_record,
-    cuda_event_query,
-    cuda_event_wait,
-    cuda_event_destroy,
-    cuda_reserve,
-    prof_cuda_bf16_linear_forward,
-    prof_cuda_bf16_linear_backward,
-    prof_cuda_bf16_linear_gelu_forward,
-    prof_cuda_bf16_layernorm_forward,
-    prof_cuda_layernorm_backward,
-    prof_cuda_bf16_rmsnorm_forward,
-    prof_cuda_rmsnorm_backward,
-    prof_cuda_bf16_gelu_forward,
-    prof_cuda_gelu_backward,
-    prof_cuda_bf16_swiglu_forward,
-    prof_cuda_swiglu_backward,
-    prof_cuda_bf16_add_forward,
-    prof_cuda_bf16_rope_forward,
-    prof_cuda_rope_backward,
-    prof_cuda_bf16_rope2d_forward,
-    prof_cuda_rope2d_backward,
-    prof_cuda_bf16_embedding_forward,
-    prof_cuda_embedding_backward,
-    prof_cuda_crossentropy_forward,
-    prof_cuda_crossentropy_backward,
-    prof_cuda_bf16_attention_forward,
-    prof_cuda_bf16_attention_backward,
-    prof_cuda_sum_squares,
-    prof_cuda_scale,
-    prof_cuda_adamw_update,
-    cuda_round_bf16,
-    &backend_cuda_bf16,
-    PRECISION_BF16,
-    NULL, // stream
-    prof_cuda_bf16_act_forward,
-    prof_cuda_act_backward,
-    prof_cuda_bf16_rows_gather_forward,
-    prof_cuda_rows_gather_backward,
-    cuda_attention_decode, // f32: generation computes in f32
-    DTYPE_BF16, // the 2-D parameters' compute copy: 2-byte bf16 (engine.h, weight_dtype)
-    prof_cuda_adamw_update_copy,
-    prof_cuda_to_bf16,
-    cuda_profile,
-    cuda_profile_take,
-    cuda_memory,
-    DTYPE_F32, // act_dtype: f32 words holding bf16 values
-    &backend_cuda_bf16a,
-    prof_cuda_from_bf16,
-    NULL, // add_f32_forward: activations are f32 words
-    prof_cuda_bf16_rope_qk_forward,
-    prof_cuda_rope_qk_backward,
-    DTYPE_BF16, // bias_dtype: a GEMM bias's compute copy is 2-byte (widened for the f32 D)
-    NULL,       // b16: f32 gradients
+    .dev = &cuda_device,
+    .ops = &cuda_bf16_ops,
+    .precision = PRECISION_BF16,
+    .bf16_variant = &backend_cuda_bf16,
+    .weight_dtype = DTYPE_BF16,
+    .act_dtype = DTYPE_F32,
+    .bias_dtype = DTYPE_BF16,
+    .act_bf16_variant = &backend_cuda_bf16a,
 };
-
-// runtime.precision = bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 table's numerics,
-// activations stored as bf16 words. A stage runs on it where every module it runs supports that
-// (runtime/model/model.c); generation's attention_decode is NULL (generation keeps the bf16 table).
 const Backend backend_cuda_bf16a = {
-    "cuda",
-    cuda_alloc,
-    cuda_free,
-    prof_cuda_memset0,
-    prof_cuda_copy_h2d,
-    prof_cuda_copy_d2h,
-    prof_cuda_copy_d2d,
-    cuda_synchronize,
-    cuda_stream_create,
-    cuda_stream_destroy,
-    cuda_event_create,
-    cuda_event_record,
-    cuda_event_query,
-    cuda_event_wait,
-    cuda_event_destroy,
-    cuda_reserve,
-    prof_cuda_bf16a_linear_forward,
-    prof_cuda_bf16a_linear_backward,
-    prof_cuda_bf16a_linear_gelu_forward,
-    prof_cuda_bf16a_layernorm_forward,
-    prof_cuda_bf16a_layernorm_backward,
-    prof_cuda_bf16a_rmsnorm_forward,
-    prof_cuda_bf16a_rmsnorm_backward,
-    prof_cuda_bf16a_gelu_forward,
-    prof_cuda_bf16a_gelu_backward,
-    prof_cuda_bf16a_swiglu_forward,
-    prof_cuda_bf16a_swiglu_backward,
-    prof_cuda_bf16a_add_forward,
-    prof_cuda_bf16a_rope_forward,
-    prof_cuda_rope_backward, // on the f32 gradient
-    prof_cuda_bf16a_rope2d_forward,
-    prof_cuda_rope2d_backward,
-    prof_cuda_bf16a_embedding_forward,
-    prof_cuda_embedding_backward, // f32 dout into the f32 gradient
-    prof_cuda_bf16a_crossentropy_forward,
-    prof_cuda_bf16a_crossentropy_backward,
-    prof_cuda_bf16a_attention_forward,
-    prof_cuda_bf16a_attention_backward,
-    prof_cuda_sum_squares,
-    prof_cuda_scale,
-    prof_cuda_adamw_update,
-    cuda_round_bf16,
-    &backend_cuda_bf16a,
-    PRECISION_BF16,
-    NULL, // stream
-    prof_cuda_bf16a_act_forward,
-    prof_cuda_bf16a_act_backward,
-    prof_cuda_bf16a_rows_gather_forward,
-    prof_cuda_rows_gather_backward, // f32 dout into the f32 gradient
-    NULL, // attention_decode: generation keeps the bf16 table
-    DTYPE_BF16,
-    prof_cuda_adamw_update_copy,
-    prof_cuda_to_bf16,
-    cuda_profile,
-    cuda_profile_take,
-    cuda_memory,
-    DTYPE_BF16, // act_dtype
-    &backend_cuda_bf16a,
-    prof_cuda_from_bf16,
-    prof_cuda_bf16a_add_f32_forward,
-    prof_cuda_bf16a_rope_qk_forward,
-    prof_cuda_rope_qk_backward, // on the f32 gradients
-    DTYPE_BF16, // bias_dtype: cuBLASLt's epilogue reads a bf16 D's bias as it is
-    &backend_cuda_bf16a_b16,
+    .dev = &cuda_device,
+    .ops = &cuda_bf16a_ops,
+    .precision = PRECISION_BF16,
+    .bf16_variant = &backend_cuda_bf16a,
+    .weight_dtype = DTYPE_BF16,
+    .act_dtype = DTYPE_BF16,
+    .bias_dtype = DTYPE_BF16,
+    .act_bf16_variant = &backend_cuda_bf16a,
 };
-
-// Positional initialisation leaves a slot added to engine.h's Backend NULL without a word: count them
-// (name + 41 function pointers + the bf16 variant + the precision, padded to a pointer, + the stream,
-// + the CLIP tower's 4 ops + attention_decode + weight_dtype, padded, + adamw_update_copy + to_bf16 + profile
-// + profile_take + memory + act_dtype, padded, + act_bf16_variant + from_bf16
-// + add_f32_forward + rope_qk_forward + rope_qk_backward + bias_dtype, padded, + b16 + host_addressable, padded:
-// left 0 here, device memory).
-static_assert(sizeof(Backend) == 65 * sizeof(void*), "engine/engine.h's Backend changed: update backend_cuda");
 
 // A probe whose attributes tell whether this binary has code the device can run.
 static __global__ void probe_kernel(int* x) {

@@ -48,7 +48,7 @@ static __device__ inline void cuda_report_error(int* rec, int kind, int index, i
 // Dies with a clear message if a kernel recorded bad data (synchronises `stream` first).
 void cuda_check_device_errors(cudaStream_t stream);
 
-// Device memory of the backend: cudaMalloc / cudaFree with the bytes counted (Backend.memory's peak)
+// Device memory of the backend: cudaMalloc / cudaFree with the bytes counted (BackendDevice.memory's peak)
 void cuda_malloc_tracked(void** p, size_t bytes);
 void cuda_free_tracked(void* p);
 
@@ -205,7 +205,7 @@ static __device__ inline float block_max(float v, float* shared) {
 #define COLSUM_MIN_ROWS 32             // rows a chunk at least (each row lane 4): partials stay small beside the input
 #define COLSUM_TARGET_BLOCKS 1024      // blocks to aim for (an H100 has 132 SMs, 8 such blocks each)
 #define COLSUM_SCRATCH_FLOATS RR_COLSUM_SCRATCH_FLOATS // the partial buffer (bw_path.h)
-// the partial buffer (COLSUM_SCRATCH_FLOATS floats; allocated by Backend.reserve, else at the first use)
+// the partial buffer (COLSUM_SCRATCH_FLOATS floats; allocated by BackendDevice.reserve, else at the first use)
 float* cuda_column_sum_scratch(void);
 void cuda_column_sum_reserve(void);
 

@@ -39,7 +39,7 @@ void cuda_rope_forward(const Backend* be, float* x, const int* pos, int N, int H
 void cuda_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cuda_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
 void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-// RoPE's cos / sin tables (rope.cu) for the calls Backend.reserve announces: positions below their max_T, built now
+// RoPE's cos / sin tables (rope.cu) for the calls BackendDevice.reserve announces: positions below their max_T, built now
 void cuda_rope_reserve(const Backend* be, const AttnReserve* attn, int n_attn);
 void cuda_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                           const RopeFreq* rf);
@@ -93,7 +93,7 @@ void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx
 void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n);
 // optim.cu: AdamW writing the compute copy in the same pass
 void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                            const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype);
+                            const AdamWConfig* cfg, int t, int decay, Buf copy);
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -112,7 +112,7 @@ void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, 
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
-// scratch reserved up front (Backend.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares, cuDNN attention's
+// scratch reserved up front (BackendDevice.reserve): bf16.cu's GEMM operands, optim.cu's sum_squares, cuDNN attention's
 void cuda_bf16_reserve(size_t gemm_elems);
 void cuda_sum_squares_reserve(size_t n);
 void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);

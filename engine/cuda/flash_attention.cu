@@ -13,7 +13,7 @@
 // instruction through emu_mma_m16n8k16_bf16 with the PTX fragment layout). Scores and the online softmax
 // in f32 (exp2 of scores scaled by log2(e) / sqrt(d)); P and dS are rounded to bf16 as MMA operands,
 // as FlashAttention-2 does. Memory O(T): no T x T matrix; the backward's scratch (v2) holds 2 T H f32 row
-// statistics (and on f32 storage bf16 copies of q, k, v, dout), reserved by Backend.reserve.
+// statistics (and on f32 storage bf16 copies of q, k, v, dout), reserved by BackendDevice.reserve.
 //
 // Forward: one block (4 warps, 128 threads) per (64-query tile of a sample, head); each warp owns 16
 // query rows; K and V stream through shared memory in tiles of 64 keys (16-byte loads from global memory
@@ -837,7 +837,7 @@ static void fa_forward_dp(T* out, float* lse, const T* q, const T* k, const T* v
 // ---- backward v2's launcher and scratch ----------------------------------------------------------------
 
 // The row statistics' scratch: 2 T H f32 (L, then D), kept between calls and grown when a bigger call comes
-// (Backend.reserve sizes it before the first step: cuda_flash_attention_reserve). One per process, as the bf16
+// (BackendDevice.reserve sizes it before the first step: cuda_flash_attention_reserve). One per process, as the bf16
 // GEMMs' scratch: the backward runs on the stream of the table it was called through, and tables bound to other
 // streams must not run it concurrently.
 static float* fa_scratch;

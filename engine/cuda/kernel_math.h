@@ -53,7 +53,7 @@ RR_HD static inline float rr_gelu_tanh_grad(float x) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * The CLIP tower's activations (Backend.act_forward, engine/cpu/act.c), computed in double and rounded
+ * The CLIP tower's activations (BackendOps.act_forward, engine/cpu/act.c), computed in double and rounded
  * once (erf and exp of double exist on both sides with the same meaning):
  *   exact GELU  x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)),  d/dx = Phi(x) + x phi(x);
  *   QuickGELU   x sigmoid(1.702 x),                     d/dx = s + 1.702 x s (1 - s). */

@@ -132,7 +132,7 @@ static void layernorm_forward_bf16a_cuda(uint16_t* out, float* mean, float* rstd
 }
 
 // dinp += the input gradient; dinp16 (NULL: none) the sum's final value as 2-byte bf16 too, in the same store (the
-// bf16-activation table's copy a GEMM reads next: Backend.b16)
+// bf16-activation table's copy a GEMM reads next: BackendOps.b16)
 template <typename A>
 static __global__ void layernorm_backward_input_kernel(float* dinp, uint16_t* dinp16, const float* dout, const A* inp,
                                                        const float* weight, const float* mean, const float* rstd,
@@ -394,7 +394,7 @@ void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t*
 // ---- column-sum scratch (cuda_common.cuh) ---------------------------------------------------------
 
 // The partial buffer of the column sums (COLSUM_SCRATCH_FLOATS f32): one per process, as bf16.cu's GEMM scratch
-// (the ops that use it run on the compute stream, one after another). Backend.reserve allocates it; a caller
+// (the ops that use it run on the compute stream, one after another). BackendDevice.reserve allocates it; a caller
 // that never reserved (the op tests) gets it at its first column sum with more than one chunk.
 static float* colsum_scratch;
 void cuda_column_sum_reserve(void) {

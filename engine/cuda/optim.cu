@@ -134,7 +134,7 @@ void cuda_adamw_update(const Backend* be, float* param, const float* grad, float
     adamw_cuda(param, grad, m, v, n, c, cuda_stream(be));
 }
 
-// AdamW and the compute copy in one pass (Backend.adamw_update_copy): the updated value rounded to bf16
+// AdamW and the compute copy in one pass (BackendOps.adamw_update_copy): the updated value rounded to bf16
 // (rr_f32_to_bf16) into a 2-byte copy (B) or an f32 word holding it
 template <bool B>
 static __global__ void adamw_copy_kernel(float* param, const float* grad, float* m, float* v, size_t n, RrAdamwStep c,
@@ -148,15 +148,15 @@ static __global__ void adamw_copy_kernel(float* param, const float* grad, float*
         ((float*)copy)[i] = rr_bf16_round(param[i]);
 }
 void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                            const AdamWConfig* cfg, int t, int decay, void* copy, DType copy_dtype) {
-    RR_ASSERT(t >= 1 && (copy_dtype == DTYPE_BF16 || copy_dtype == DTYPE_F32));
+                            const AdamWConfig* cfg, int t, int decay, Buf copy) {
+    RR_ASSERT(t >= 1 && (copy.dt == DTYPE_BF16 || copy.dt == DTYPE_F32));
     if (n == 0) return;
     RrAdamwStep c = rr_adamw_step(cfg->lr, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay, t, decay);
     unsigned g = ceil_div_z(n, OPTIM_BLOCK);
-    if (copy_dtype == DTYPE_BF16) {
-        adamw_copy_kernel<true><<<g, OPTIM_BLOCK, 0, cuda_stream(be)>>>(param, grad, m, v, n, c, copy);
+    if (copy.dt == DTYPE_BF16) {
+        adamw_copy_kernel<true><<<g, OPTIM_BLOCK, 0, cuda_stream(be)>>>(param, grad, m, v, n, c, copy.p);
     } else {
-        adamw_copy_kernel<false><<<g, OPTIM_BLOCK, 0, cuda_stream(be)>>>(param, grad, m, v, n, c, copy);
+        adamw_copy_kernel<false><<<g, OPTIM_BLOCK, 0, cuda_stream(be)>>>(param, grad, m, v, n, c, copy.p);
     }
     cudaCheck(cudaGetLastError());
 }

@@ -126,7 +126,7 @@ static RopeArgs rope_args(const RopeFreq* rf) {
 static const RopeArgs ROPE2D_ARGS = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0}; // the ViT's 2-D RoPE: each half dims d/2
 
 // The tables, one per (frequencies, dims n), kept for the process: built on a call's first use with P = the larger of
-// its rows N and the positions Backend.reserve announced (cuda_rope_reserve: the stage's largest microbatch, whose
+// its rows N and the positions BackendDevice.reserve announced (cuda_rope_reserve: the stage's largest microbatch, whose
 // positions are below it), rebuilt larger when a call has more rows than P (not in a step after the first once
 // reserved). RRFP_ROPE_TABLE=0 computes every angle, as before (an A/B timing and the tests' bitwise check).
 struct RopeTabEntry {
@@ -226,7 +226,7 @@ void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, 
     rope2d_rotate_cuda<true>((uint16_t*)x, pos_row, pos_col, N, H, d, ld, 1.0, cuda_stream(be));
 }
 
-// ---- RoPE over q and k in one launch (Backend.rope_qk_forward / rope_qk_backward) --------------------------------
+// ---- RoPE over q and k in one launch (BackendOps.rope_qk_forward / rope_qk_backward) --------------------------------
 // A: the activations' storage; R: round in the store (the bf16 tables' forward). The backward acts on f32 gradients.
 template <bool R, typename A>
 static void rope_qk_cuda(A* q, A* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, double sign, RopeArgs ra,

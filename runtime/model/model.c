@@ -306,8 +306,8 @@ static int stage_tp_sum(void* ctx, float* buf, size_t n) {
     if (!st->tp_on_host && st->tp_comm->device_memory && st->tp_comm->ops->wait_event) {
         /* a device group (NCCL): in place on the device, its stream ordered after the compute stream's
          * work so far; the call returns once the sum is there */
-        if (!st->tp_ev) st->tp_ev = st->be->event_create();
-        st->be->event_record(st->be, st->tp_ev);
+        if (!st->tp_ev) st->tp_ev = st->be->dev->event_create();
+        st->be->dev->event_record(st->be, st->tp_ev);
         if (st->tp_comm->ops->wait_event(st->tp_comm, -1, st->tp_ev, e, sizeof e) != 0 ||
             comm_allreduce(st->tp_comm, buf, n, COMM_F32, COMM_SUM, e, sizeof e) != 0)
             return stage_tp_fail(st, "all-reduce over the TP group", e);
@@ -320,11 +320,11 @@ static int stage_tp_sum(void* ctx, float* buf, size_t n) {
             st->tp_host_n = n;
         }
         h = st->tp_host;
-        st->be->copy_d2h(st->be, h, buf, n * sizeof(float));
+        st->be->dev->copy_d2h(st->be, h, buf, n * sizeof(float));
     }
     if (comm_allreduce(st->tp_comm, h, n, COMM_F32, COMM_SUM, e, sizeof e) != 0)
         return stage_tp_fail(st, "all-reduce over the TP group", e);
-    if (!st->tp_on_host) st->be->copy_h2d(st->be, buf, h, n * sizeof(float));
+    if (!st->tp_on_host) st->be->dev->copy_h2d(st->be, buf, h, n * sizeof(float));
     return 0;
 }
 
@@ -352,7 +352,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     st->tp = tp > 1 ? tp : 1;
     st->tp_rank = tp > 1 ? tp_rank : 0;
     st->tp_comm = tp_comm;
-    st->tp_on_host = be->host_addressable;
+    st->tp_on_host = be->dev->host_addressable;
     st->Vs = cfg->V / st->tp;
     st->v0 = st->tp_rank * st->Vs;
     if (st->tp > 1) {
@@ -365,7 +365,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     }
     /* every backend table has the CLIP tower's ops (engine.h: a table written before them would have NULL) */
     RR_ASSERT(!st->first || (cfg->vision_arch != VIT_ARCH_CLIP && cfg->projector_act == ACT_GELU_TANH) ||
-              (be->act_forward && be->act_backward && be->rows_gather_forward && be->rows_gather_backward));
+              (be->ops->act_forward && be->ops->act_backward && be->ops->rows_gather_forward && be->ops->rows_gather_backward));
     params_init(&st->params);
     stage_register(&st->params, st);
     st->params.omit_replicated = st->tp_rank > 0;
@@ -447,7 +447,7 @@ void stage_free(Stage* st) {
     free(st->blk_w);
     free(st->blk_g);
     free(st->tp_host);
-    if (st->tp_ev) st->be->event_destroy(st->tp_ev);
+    if (st->tp_ev) st->be->dev->event_destroy(st->tp_ev);
     params_free(&st->params);
     memset(st, 0, sizeof *st);
 }
@@ -610,7 +610,7 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     RR_ASSERT(max_tokens >= 1 && max_patches >= 0);
     memset(a, 0, sizeof *a);
     a->bytes = stage_acts_bytes(st, max_tokens, max_patches, split);
-    a->block = st->be->alloc(a->bytes);
+    a->block = st->be->dev->alloc(a->bytes);
     stage_acts_tables(a, st);
     Arena ar = {.base = a->block, .size = a->bytes, .name = "stage activations"};
     stage_acts_layout(a, st, &ar, max_tokens, max_patches, split);
@@ -629,7 +629,7 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
 }
 
 void stage_acts_free(StageActs* a, const Stage* st) {
-    if (a->block) st->be->free(a->block);
+    if (a->block) st->be->dev->free(a->block);
     free(a->h_img_cu);
     free(a->h_img_lm_start);
     free(a->h_seg);
@@ -769,35 +769,35 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
         /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP (in f32:
          * 2-byte rows widened into the LM's f32 TP scratch, summed, narrowed back, exact: one rank's row + 0s) */
         size_t n = (size_t)a->T * Dt;
-        be->memset0(be, x0, n * (size_t)lm_act_bytes(&st->lc));
+        be->dev->memset0(be, x0, n * (size_t)lm_act_bytes(&st->lc));
         for (int r = 0; r < a->n_own; r++) {
             int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
-            be->embedding_forward(be, stage_act_row(st, x0, t0, Dt), a->lids + t0, st->embed_w, t1 - t0, Dt);
+            be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->lids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
         }
         if (lm_act_bytes(&st->lc) == 2) {
             RR_ASSERT(a->scratch.tp_sum);
-            be->from_bf16(be, a->scratch.tp_sum, (const uint16_t*)x0, n);
+            be->ops->from_bf16(be, a->scratch.tp_sum, (const uint16_t*)x0, n);
             stage_tp_sum(st, a->scratch.tp_sum, n);
-            be->to_bf16(be, (uint16_t*)x0, a->scratch.tp_sum, n);
+            be->ops->to_bf16(be, (uint16_t*)x0, a->scratch.tp_sum, n);
         } else
             stage_tp_sum(st, x0, n);
     } else
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        be->embedding_forward(be, stage_act_row(st, x0, t0, Dt), a->ids + t0, st->embed_w, t1 - t0, Dt);
+        be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->ids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
     }
     /* the projector's rows (f32 words holding bf16 values: rounded by its producer) into the image positions;
      * with 2-byte activations narrowed on the way (exact), one launch per image as the copy was */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         if (lm_act_bytes(&st->lc) == 2 && vit_act_bytes(&st->vc) == 2) /* 2-byte rows both sides */
-            be->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), vit_act_at(&st->vc, a->proj.out, (size_t)k0 * Dt),
+            be->dev->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), buf_at(a->proj.out, (size_t)k0 * Dt).p,
                          (size_t)n * Dt * sizeof(uint16_t));
         else if (lm_act_bytes(&st->lc) == 2)
-            be->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), a->proj.out + (size_t)k0 * Dt,
+            be->ops->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                         (size_t)n * Dt);
         else
-            be->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, a->proj.out + (size_t)k0 * Dt,
+            be->dev->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                          (size_t)n * Dt * sizeof(float));
     }
 }
@@ -807,7 +807,7 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
 static float* stage_host(const Stage* st, const float* dev, size_t n) {
     if (st->tp_on_host) return (float*)dev;
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
-    st->be->copy_d2h(st->be, h, dev, n * sizeof(float));
+    st->be->dev->copy_d2h(st->be, h, dev, n * sizeof(float));
     return h;
 }
 
@@ -832,7 +832,7 @@ static void stage_tp_ce_forward(Stage* st, StageActs* a) {
         stage_tp_fail(st, "vocabulary-parallel cross-entropy", e);
     free(scratch);
     if (!st->tp_on_host) {
-        st->be->copy_h2d(st->be, a->lse, lse, (size_t)T * sizeof(float));
+        st->be->dev->copy_h2d(st->be, a->lse, lse, (size_t)T * sizeof(float));
         free(lse);
         free(logits);
     }
@@ -846,7 +846,7 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
     float* dl = st->tp_on_host ? a->dlogits : callocCheck(nl + 1, sizeof(float));
     tp_vocab_ce_backward(dl, logits, lse, a->h_targets, loss_scale, T, st->Vs, st->v0);
     if (!st->tp_on_host) {
-        st->be->copy_h2d(st->be, a->dlogits, dl, nl * sizeof(float));
+        st->be->dev->copy_h2d(st->be, a->dlogits, dl, nl * sizeof(float));
         free(dl);
         free(lse);
         free(logits);
@@ -868,16 +868,16 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     a->T = T;
     a->S = mb->S;
     a->n_supervised = mb->n_supervised;
-    be->copy_h2d(be, a->cu_seqlens, mb->cu_seqlens, (size_t)(mb->S + 1) * sizeof(int32_t));
-    be->copy_h2d(be, a->pos, mb->pos, (size_t)T * sizeof(int32_t));
-    if (st->last) be->copy_h2d(be, a->targets, mb->targets, (size_t)T * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->cu_seqlens, mb->cu_seqlens, (size_t)(mb->S + 1) * sizeof(int32_t));
+    be->dev->copy_h2d(be, a->pos, mb->pos, (size_t)T * sizeof(int32_t));
+    if (st->last) be->dev->copy_h2d(be, a->targets, mb->targets, (size_t)T * sizeof(int32_t));
     if (st->last && st->tp > 1) memcpy(a->h_targets, mb->targets, (size_t)T * sizeof(int32_t));
 
     float* x0 = stage_res(a, st, 0);
     if (st->first) {
         a->I = mb->I;
         a->Np = mb->Np;
-        be->copy_h2d(be, a->ids, mb->ids, (size_t)T * sizeof(int32_t));
+        be->dev->copy_h2d(be, a->ids, mb->ids, (size_t)T * sizeof(int32_t));
         a->n_seg = 0;
         for (int t = 0; t < T;) {
             if (mb->ids[t] == -1) {
@@ -912,34 +912,34 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
                 a->n_own++;
                 t = t1;
             }
-            be->copy_h2d(be, a->lids, lid, (size_t)T * sizeof(int32_t));
+            be->dev->copy_h2d(be, a->lids, lid, (size_t)T * sizeof(int32_t));
             free(lid);
         }
         if (mb->I > 0) {
             size_t P = 3 * (size_t)c->patch * c->patch;
             memcpy(a->h_img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
             memcpy(a->h_img_lm_start, mb->img_lm_start, (size_t)mb->I * sizeof(int32_t));
-            be->copy_h2d(be, a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
-            be->copy_h2d(be, a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
-            be->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
+            be->dev->copy_h2d(be, a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
+            be->dev->copy_h2d(be, a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
+            be->dev->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
             if (st->vc.act_bytes == 2) { /* the tower's 2-byte activation: narrowed here, where it is produced */
                 RR_ASSERT(a->h_patches16);
                 vit_patches_to_bf16(a->h_patches16, mb->patches, (size_t)mb->Np * P);
-                be->copy_h2d(be, a->patches, a->h_patches16, (size_t)mb->Np * P * sizeof(uint16_t));
+                be->dev->copy_h2d(be, a->patches, a->h_patches16, (size_t)mb->Np * P * sizeof(uint16_t));
             } else {
-                be->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
+                be->dev->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
             }
         }
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         vit_forward(vbe, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
-        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, be_act(vbe, a->vit.vout), a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
         /* the pipeline's hidden states are f32 words (bf16 values under runtime.precision = bf16): narrowed
          * (exact) into 2-byte activations, one pass per microbatch */
-        if (lm_act_bytes(&st->lc) == 2) lbe->to_bf16(lbe, (uint16_t*)x0, hidden_in, (size_t)T * Dt);
-        else be->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
+        if (lm_act_bytes(&st->lc) == 2) lbe->ops->to_bf16(lbe, (uint16_t*)x0, hidden_in, (size_t)T * Dt);
+        else be->dev->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
     LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .kv_past = a->kv_past};
@@ -947,26 +947,26 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     RR_ASSERT(!a->kv_k || lm_act_bytes(&st->lc) == 4);
     for (int j = 0; j < nL; j++) {
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
-        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, stage_res(a, st, j),
-                         stage_res(a, st, j + 1));
+        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
+                         be_act(lbe, stage_res(a, st, j + 1)));
     }
 
     float* xL = stage_res(a, st, nL);
     if (st->last) {
-        lbe->rmsnorm_forward(lbe, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
+        lbe->ops->rmsnorm_forward(lbe, be_act(lbe, a->nf), a->rstdf, be_act(lbe, xL), st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
-            lbe->linear_forward(lbe, a->logits, a->nf, st->head_w, NULL, T, Dt, st->Vs);
+            lbe->ops->linear_forward(lbe, be_act(lbe, a->logits), be_act(lbe, a->nf), be_weight(lbe, st->head_w), buf_none(), T, Dt, st->Vs);
             stage_tp_ce_forward(st, a);
         } else {
-            lbe->linear_forward(lbe, a->logits, a->nf, st->head_w, NULL, T, Dt, c->V);
-            lbe->crossentropy_forward(lbe, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
-            lbe->copy_d2h(lbe, &a->loss_sum, a->loss_dev, sizeof(float));
+            lbe->ops->linear_forward(lbe, be_act(lbe, a->logits), be_act(lbe, a->nf), be_weight(lbe, st->head_w), buf_none(), T, Dt, c->V);
+            lbe->ops->crossentropy_forward(lbe, a->loss_dev, a->lse, be_act(lbe, a->logits), a->targets, T, c->V);
+            lbe->dev->copy_d2h(lbe, &a->loss_sum, a->loss_dev, sizeof(float));
         }
         if (loss_sum) *loss_sum = a->loss_sum;
     } else if (lm_act_bytes(&st->lc) == 2) {
-        lbe->from_bf16(lbe, hidden_out, (const uint16_t*)xL, (size_t)T * Dt); /* widened (exact) to f32 words */
+        lbe->ops->from_bf16(lbe, hidden_out, (const uint16_t*)xL, (size_t)T * Dt); /* widened (exact) to f32 words */
     } else {
-        be->copy_d2d(be, hidden_out, xL, (size_t)T * Dt * sizeof(float));
+        be->dev->copy_d2d(be, hidden_out, xL, (size_t)T * Dt * sizeof(float));
     }
     a->state = ACTS_FORWARD;
 }
@@ -980,35 +980,35 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
-        be->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-        be->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T, Dt,
+        be->ops->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, be_act(be, a->logits), a->lse, a->targets, loss_scale, T, V);
+        be->ops->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt,
                                  V, 1); /* dnf written (beta 0): no memset */
     } else {
-        be->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
-        be->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
+        be->dev->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
+        be->dev->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
         if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
-        else be->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
-        be->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
+        else be->ops->crossentropy_backward(be, a->dlogits, be_act(be, a->logits), a->lse, a->targets, loss_scale, T, V);
+        be->ops->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt, V);
     }
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
-    be->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
+    be->dev->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
     if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
-        be->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
+        be->ops->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w,
                                   a->rstdf, T, Dt);
     else
-        be->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+        be->ops->rmsnorm_backward(be, dxL, NULL, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w, a->rstdf, T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
-        be->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, a->nf, st->head_w, T,
+        be->ops->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, be_act(be, a->nf), be_weight(be, st->head_w), T,
                                  Dt, V, 0);
     else
-        be->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, a->nf, st->head_w, T, Dt, V);
-    be->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+        be->ops->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt, V);
+    be->ops->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w, a->rstdf, T, Dt);
 }
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
@@ -1020,14 +1020,14 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
     const uint16_t* dx016 = vit_act_bytes(&st->vc) == 2 ? stage_dres16(a, st, 0) : NULL; /* block 0's 2-byte copy */
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
-        be->copy_d2d(be, a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
+        be->dev->copy_d2d(be, a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
                      (size_t)n * Dt * sizeof(float));
         if (dx016)
-            be->copy_d2d(be, a->proj.dout16 + (size_t)k0 * Dt, dx016 + (size_t)a->h_img_lm_start[i] * Dt,
+            be->dev->copy_d2d(be, a->proj.dout16 + (size_t)k0 * Dt, dx016 + (size_t)a->h_img_lm_start[i] * Dt,
                          (size_t)n * Dt * sizeof(uint16_t));
     }
     projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np, st->vit_train);
-    if (st->vit_train) be->copy_d2d(be, a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
+    if (st->vit_train) be->dev->copy_d2d(be, a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
 }
 
 /* The projector's W and the ViT's B / W run only for what trains. */
@@ -1047,13 +1047,13 @@ static void stage_embed_backward_weight(Stage* st, StageActs* a) {
     if (st->tp > 1) { /* this rank's vocabulary rows only */
         for (int r = 0; r < a->n_own; r++) {
             int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
-            st->be->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->lids + t0, t1 - t0, Dt);
+            st->be->ops->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->lids + t0, t1 - t0, Dt);
         }
         return;
     }
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        st->be->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->ids + t0, t1 - t0, Dt);
+        st->be->ops->embedding_backward(st->be, st->embed_g, dx0 + (size_t)t0 * Dt, a->ids + t0, t1 - t0, Dt);
     }
 }
 
@@ -1063,9 +1063,9 @@ static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_o
     if (st->last) {
         stage_head_backward_input(st, a, loss_scale);
     } else {
-        st->be->copy_d2d(st->be, stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
+        st->be->dev->copy_d2d(st->be, stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
         /* the pipeline's f32 gradient at the stage's exit edge: narrowed once for the last block's GEMMs */
-        if (stage_dres16(a, st, nL)) st->lbe->to_bf16(st->lbe, stage_dres16(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt);
+        if (stage_dres16(a, st, nL)) st->lbe->ops->to_bf16(st->lbe, stage_dres16(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt);
     }
 }
 
@@ -1079,12 +1079,12 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     stage_backward_start(st, a, dhidden_out, loss_scale);
     for (int j = nL - 1; j >= 0; j--)
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
-                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+                                be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     if (st->first) {
         stage_vision_backward_input(st, a);
         if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
     } else {
-        be->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
+        be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
     a->state = ACTS_INPUT_GRAD;
 }
@@ -1096,7 +1096,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--)
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
-                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
+                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_weight(st, a, 0);
@@ -1114,16 +1114,16 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
-                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+                                be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
-                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
+                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_input(st, a);
         stage_vision_backward_weight(st, a, 1);
     } else {
-        be->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
+        be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
     a->state = ACTS_EMPTY;
 }
@@ -1135,7 +1135,7 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
     const ParamTable* pt = &st->params;
     size_t n = grads ? pt->gtotal : pt->total;
     float* host = mallocCheck((n ? n : 1) * sizeof(float));
-    st->be->copy_d2h(st->be, host, grads ? pt->grad : pt->data, n * sizeof(float));
+    st->be->dev->copy_d2h(st->be, host, grads ? pt->grad : pt->data, n * sizeof(float));
     StWriter* w = st_writer_new();
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -1160,7 +1160,7 @@ int stage_dump_compute(const Stage* st, const char* path, char* err, size_t err_
     const ParamTable* pt = &st->params;
     if (!pt->compute) return 1;
     unsigned char* host = mallocCheck(pt->compute_bytes ? pt->compute_bytes : 1);
-    st->be->copy_d2h(st->be, host, pt->compute, pt->compute_bytes);
+    st->be->dev->copy_d2h(st->be, host, pt->compute, pt->compute_bytes);
     StWriter* w = st_writer_new();
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -1182,11 +1182,11 @@ int stage_dump_compute(const Stage* st, const char* path, char* err, size_t err_
 
 void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n) {
     if (lm_act_bytes(&st->lc) == 4) {
-        st->be->copy_d2h(st->be, dst, a->logits, n * sizeof(float));
+        st->be->dev->copy_d2h(st->be, dst, a->logits, n * sizeof(float));
         return;
     }
     uint16_t* l16 = mallocCheck((n ? n : 1) * sizeof(uint16_t)); /* 2-byte bf16 logits: widened on the host */
-    st->be->copy_d2h(st->be, l16, a->logits, n * sizeof(uint16_t));
+    st->be->dev->copy_d2h(st->be, l16, a->logits, n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) dst[i] = rr_bf16_to_f32(l16[i]);
     free(l16);
 }

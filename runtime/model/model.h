@@ -208,7 +208,7 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
 /* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* The stage's largest attention calls at a microbatch of at most max_tokens LM tokens and max_patches image
- * patches, for Backend.reserve: the ViT's (the first stage; one sequence per image, each of at least
+ * patches, for BackendDevice.reserve: the ViT's (the first stage; one sequence per image, each of at least
  * min_patches patches) and the LM's (any LM blocks; at most one sequence per token), with this TP rank's
  * heads. Returns how many entries of out it filled (0 .. 2). */
 int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnReserve out[2]);

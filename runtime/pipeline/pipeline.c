@@ -224,7 +224,7 @@ static void* send_acquire(void* ctx, size_t bytes) {
         }
     p->send_pool = reallocCheck(p->send_pool, sizeof(void*) * (size_t)(p->n_send_pool + 1));
     p->send_busy = reallocCheck(p->send_busy, sizeof(int) * (size_t)(p->n_send_pool + 1));
-    p->send_pool[p->n_send_pool] = be->alloc(sizeof(float) * (size_t)p->cfg.max_tokens * (size_t)p->Dt);
+    p->send_pool[p->n_send_pool] = be->dev->alloc(sizeof(float) * (size_t)p->cfg.max_tokens * (size_t)p->Dt);
     p->send_busy[p->n_send_pool] = 1;
     p->pool_allocs++;
     return p->send_pool[p->n_send_pool++];
@@ -241,8 +241,8 @@ static void send_release(void* ctx, void* buf) {
 static void* send_copy_mark(void* ctx, void* dst, const void* src, size_t bytes) {
     Pipeline* p = ctx;
     const Backend* be = p->stages[0]->be;
-    if (bytes) be->copy_d2d(be, dst, src, bytes);
-    be->event_record(be, p->send_ev);
+    if (bytes) be->dev->copy_d2d(be, dst, src, bytes);
+    be->dev->event_record(be, p->send_ev);
     return p->send_ev;
 }
 
@@ -288,18 +288,18 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->grad_tasks = callocCheck((size_t)cfg->chunks, sizeof *p->grad_tasks);
     const Backend* be = stages[0]->be;
     size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
-    p->on_host = be->host_addressable;
+    p->on_host = be->dev->host_addressable;
     p->dev_comm = !p->on_host && comm->device_memory;
     if (p->dev_comm) {
         static const TransportDevice ops = {NULL, send_acquire, send_release, send_copy_mark};
         TransportDevice d = ops;
         d.ctx = p;
         transport_set_device(p->tr, &d);
-        p->send_ev = be->event_create();
+        p->send_ev = be->dev->event_create();
     }
-    p->out_buf = be->alloc(one);
+    p->out_buf = be->dev->alloc(one);
     if (!p->on_host && !p->dev_comm) {
-        p->dev_in = be->alloc(one);
+        p->dev_in = be->dev->alloc(one);
         p->host_out = mallocCheck(one);
     }
     p->act_bytes_max = (double)stage_acts_bytes(stages[0], cfg->max_tokens, cfg->max_patches, shape.split);
@@ -329,8 +329,8 @@ void pipeline_free(Pipeline* p) {
         free(p->pools[c].busy);
         free(p->mb_slot[c]);
         if (p->on_host || p->dev_comm) {
-            if (p->act_in[c]) be->free(p->act_in[c]);
-            if (p->grad_in[c]) be->free(p->grad_in[c]);
+            if (p->act_in[c]) be->dev->free(p->act_in[c]);
+            if (p->grad_in[c]) be->dev->free(p->grad_in[c]);
         } else {
             free(p->act_in[c]);
             free(p->grad_in[c]);
@@ -338,17 +338,17 @@ void pipeline_free(Pipeline* p) {
     }
     transport_free(p->tr); /* its sends are done with the pool's buffers */
     p->tr = NULL;
-    for (int i = 0; i < p->n_send_pool; i++) be->free(p->send_pool[i]);
+    for (int i = 0; i < p->n_send_pool; i++) be->dev->free(p->send_pool[i]);
     free(p->send_pool);
     free(p->send_busy);
-    if (p->send_ev) be->event_destroy(p->send_ev);
+    if (p->send_ev) be->dev->event_destroy(p->send_ev);
     free(p->pools);
     free(p->mb_slot);
     free(p->act_in);
     free(p->grad_in);
     free(p->grad_tasks);
-    be->free(p->out_buf);
-    if (p->dev_in) be->free(p->dev_in);
+    be->dev->free(p->out_buf);
+    if (p->dev_in) be->dev->free(p->dev_in);
     free(p->host_out);
     free(p->order);
     free(p->cost_s);
@@ -479,10 +479,10 @@ static void ensure_buffers(Pipeline* p, int M) {
         int v = vstage(p, c);
         size_t bytes = sizeof(float) * per * (size_t)M;
         if (p->on_host || p->dev_comm) {
-            if (p->act_in[c]) be->free(p->act_in[c]);
-            if (p->grad_in[c]) be->free(p->grad_in[c]);
-            p->act_in[c] = v > 0 ? be->alloc(bytes) : NULL;
-            p->grad_in[c] = v < p->S - 1 ? be->alloc(bytes) : NULL;
+            if (p->act_in[c]) be->dev->free(p->act_in[c]);
+            if (p->grad_in[c]) be->dev->free(p->grad_in[c]);
+            p->act_in[c] = v > 0 ? be->dev->alloc(bytes) : NULL;
+            p->grad_in[c] = v < p->S - 1 ? be->dev->alloc(bytes) : NULL;
         } else {
             free(p->act_in[c]);
             free(p->grad_in[c]);
@@ -501,14 +501,14 @@ static void ensure_buffers(Pipeline* p, int M) {
 static const float* task_input(Pipeline* p, PpTask t, const Microbatch* mb) {
     float* h = in_buf(p, t);
     if (p->on_host || p->dev_comm) return h; /* dev_comm: its receive's event has completed */
-    p->stages[t.chunk]->be->copy_h2d(p->stages[t.chunk]->be, p->dev_in, h, mb_bytes(p, mb));
+    p->stages[t.chunk]->be->dev->copy_h2d(p->stages[t.chunk]->be, p->dev_in, h, mb_bytes(p, mb));
     return p->dev_in;
 }
 
 /* The output of the task just run, in host memory for the transport. */
 static const float* task_output(Pipeline* p, const Microbatch* mb) {
     if (p->on_host || p->dev_comm) return p->out_buf;
-    p->stages[0]->be->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
+    p->stages[0]->be->dev->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
     return p->host_out;
 }
 
@@ -520,8 +520,8 @@ static void local_handoff(Pipeline* p, PpTask dst_task, const Microbatch* mb) {
     size_t bytes = mb_bytes(p, mb);
     const Backend* be = p->stages[0]->be;
     if (p->on_host) memcpy(to, p->out_buf, bytes);
-    else if (p->dev_comm) be->copy_d2d(be, to, p->out_buf, bytes);
-    else be->copy_d2h(be, to, p->out_buf, bytes);
+    else if (p->dev_comm) be->dev->copy_d2d(be, to, p->out_buf, bytes);
+    else be->dev->copy_d2h(be, to, p->out_buf, bytes);
 }
 
 /* Run task t; returns 1 when it produced a message (left in p->out_buf) for *dst / *key, 0 when not,

@@ -78,7 +78,7 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
     int V = t->mc.V;
     float* hl = NULL;
     size_t hl_n = 0;
-    int on_host = st->be->host_addressable;
+    int on_host = st->be->dev->host_addressable;
     EvalKey* keys = NULL;
     int64_t nkeys = 0, capkeys = 0;
     double loss_sum = 0;

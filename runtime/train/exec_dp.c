@@ -44,7 +44,7 @@ static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
          * it on the device (docs/design.md "Streams and events"), the host goes on */
         const ParamTable* pt = &d->ex->stages[s]->params;
         char e[512];
-        pt->be->event_record(pt->be, d->ev);
+        pt->be->dev->event_record(pt->be, d->ev);
         if (d->dp->ops->wait_event(d->dp, -1, d->ev, e, sizeof e) != 0) {
             snprintf(err, err_len, "data-parallel gradient all-reduce of stage %d: %s", s, e);
             return -1;
@@ -54,7 +54,7 @@ static int dp_start_stage(DpReduce* d, int s, char* err, size_t err_len) {
         DpBucket* k = &d->b[i];
         if (!d->on_host) {
             const ParamTable* pt = &d->ex->stages[s]->params;
-            pt->be->copy_d2h(pt->be, d->host[s] + k->off, pt->grad + k->off, k->n * sizeof(float));
+            pt->be->dev->copy_d2h(pt->be, d->host[s] + k->off, pt->grad + k->off, k->n * sizeof(float));
         }
         char e[512];
         if (d->dp->ops->iallreduce(d->dp, bucket_buf(d, k), k->n, COMM_F32, COMM_SUM, &k->req, e, sizeof e) != 0) {
@@ -104,7 +104,7 @@ static int dp_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
             progressed = 1;
             if (!d->on_host) {
                 const ParamTable* pt = &d->ex->stages[k->stage]->params;
-                pt->be->copy_h2d(pt->be, pt->grad + k->off, d->host[k->stage] + k->off, k->n * sizeof(float));
+                pt->be->dev->copy_h2d(pt->be, pt->grad + k->off, d->host[k->stage] + k->off, k->n * sizeof(float));
             }
         }
         left = 0;
@@ -138,7 +138,7 @@ static void dp_free(void* ctx) {
     if (d->host)
         for (int s = 0; s < d->ex->n_stages; s++) free(d->host[s]);
     free(d->host);
-    if (d->ev) d->ex->stages[0]->be->event_destroy(d->ev);
+    if (d->ev) d->ex->stages[0]->be->dev->event_destroy(d->ev);
     free(d->b);
     free(d->first);
     free(d->done);
@@ -158,10 +158,10 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, int overla
     d->ex = ex;
     d->dp = dp;
     d->timeout_s = timeout_s;
-    d->on_host = ex->stages[0]->be->host_addressable;
+    d->on_host = ex->stages[0]->be->dev->host_addressable;
     if (!d->on_host && dp->device_memory && dp->ops->wait_event) {
         d->on_host = d->device = 1;
-        d->ev = ex->stages[0]->be->event_create();
+        d->ev = ex->stages[0]->be->dev->event_create();
     }
     int S = ex->n_stages;
     d->first = callocCheck((size_t)S + 1, sizeof(int));

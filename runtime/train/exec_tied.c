@@ -38,8 +38,8 @@ static int tied_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
         RR_ASSERT(n == n2);
         if (!g0 || !g1) return 0; /* frozen (train.freeze): both copies keep their loaded values */
         const Backend* be = t->first->be;
-        be->add_forward(be, g0, g0, g1, n);
-        be->copy_d2d(be, g1, g0, n * sizeof(float));
+        be->ops->add_forward(be, be_act(be, g0), be_act(be, g0), be_act(be, g1), n);
+        be->dev->copy_d2d(be, g1, g0, n * sizeof(float));
         return 0;
     }
     if (!t->group) return 0; /* a middle stage */
@@ -49,19 +49,19 @@ static int tied_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
     if (!g) return 0; /* frozen: the same list on both ends, so neither calls the all-reduce */
     char e[512];
     int rc;
-    if (be->host_addressable) {
+    if (be->dev->host_addressable) {
         rc = comm_allreduce(t->group, g, n, COMM_F32, COMM_SUM, e, sizeof e);
     } else if (t->group->device_memory && t->group->ops->wait_event) {
         /* a device group (NCCL): in place on the device, ordered after the gradients' producers */
-        if (!t->ev) t->ev = be->event_create();
-        be->event_record(be, t->ev);
+        if (!t->ev) t->ev = be->dev->event_create();
+        be->dev->event_record(be, t->ev);
         rc = t->group->ops->wait_event(t->group, -1, t->ev, e, sizeof e);
         if (rc == 0) rc = comm_allreduce(t->group, g, n, COMM_F32, COMM_SUM, e, sizeof e);
     } else {
         if (!t->host) t->host = mallocCheck(n * sizeof(float) + 1);
-        be->copy_d2h(be, t->host, g, n * sizeof(float));
+        be->dev->copy_d2h(be, t->host, g, n * sizeof(float));
         rc = comm_allreduce(t->group, t->host, n, COMM_F32, COMM_SUM, e, sizeof e);
-        if (rc == 0) be->copy_h2d(be, g, t->host, n * sizeof(float));
+        if (rc == 0) be->dev->copy_h2d(be, g, t->host, n * sizeof(float));
     }
     if (rc != 0) {
         snprintf(err, err_len, "tied embedding: gradient sum of text.embed.weight between the first and the last "
@@ -76,7 +76,7 @@ static void tied_free(void* ctx) {
     if (!t) return;
     if (t->group) t->group->ops->free(t->group);
     if (t->unused) t->unused->ops->free(t->unused);
-    if (t->ev) t->ex->stages[0]->be->event_destroy(t->ev);
+    if (t->ev) t->ex->stages[0]->be->dev->event_destroy(t->ev);
     free(t->host);
     free(t);
 }

@@ -42,8 +42,8 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len) {
         snprintf(err, err_len, "generation runs the whole model in one process (parallel.pp = 1, parallel.tp = 1)");
         return NULL;
     }
-    if (!st->be->attention_decode) {
-        snprintf(err, err_len, "runtime.backend = %s has no decoding attention (Backend.attention_decode)", st->be->name);
+    if (!st->be->ops->attention_decode) {
+        snprintf(err, err_len, "runtime.backend = %s has no decoding attention (BackendOps.attention_decode)", st->be->dev->name);
         return NULL;
     }
     /* how the model's data was made: the checkpoint's record (a run's), else data.shards' (an import's first
@@ -102,8 +102,8 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len) {
     g->kv_k = callocCheck((size_t)g->nL, sizeof(float*));
     g->kv_v = callocCheck((size_t)g->nL, sizeof(float*));
     for (int j = 0; j < g->nL; j++) {
-        g->kv_k[j] = g->be->alloc((size_t)g->max_T * g->Dkv * sizeof(float));
-        g->kv_v[j] = g->be->alloc((size_t)g->max_T * g->Dkv * sizeof(float));
+        g->kv_k[j] = g->be->dev->alloc((size_t)g->max_T * g->Dkv * sizeof(float));
+        g->kv_v[j] = g->be->dev->alloc((size_t)g->max_T * g->Dkv * sizeof(float));
     }
     g->logits = mallocCheck((size_t)g->V * sizeof(float));
     g->logits_full = mallocCheck((size_t)g->V * sizeof(float));
@@ -116,8 +116,8 @@ void generator_free(Generator* g) {
     if (g->big.block) stage_acts_free(&g->big, g->st);
     if (g->one.block) stage_acts_free(&g->one, g->st);
     for (int j = 0; g->kv_k && j < g->nL; j++) {
-        if (g->kv_k[j]) g->be->free(g->kv_k[j]);
-        if (g->kv_v[j]) g->be->free(g->kv_v[j]);
+        if (g->kv_k[j]) g->be->dev->free(g->kv_k[j]);
+        if (g->kv_v[j]) g->be->dev->free(g->kv_v[j]);
     }
     free(g->kv_k);
     free(g->kv_v);
@@ -220,7 +220,7 @@ static void gen_microbatch(Microbatch* mb, const int32_t* ids, int n, int image_
 
 /* The logits of the last position of the forward in a (its logits (T, V) on the backend) into out. */
 static void gen_last_logits(Generator* g, const StageActs* a, float* out) {
-    g->be->copy_d2h(g->be, out, a->logits + (size_t)(a->T - 1) * g->V, (size_t)g->V * sizeof(float));
+    g->be->dev->copy_d2h(g->be, out, a->logits + (size_t)(a->T - 1) * g->V, (size_t)g->V * sizeof(float));
 }
 
 static int gen_argmax(const float* x, int n) {

@@ -126,7 +126,7 @@ static void guard_host_ranks(Comm* world, double v, int* local, double* sum) {
 
 int guard_memory(const Backend* be, Comm* world, double need, const char* detail, int allow, char* err,
                  size_t err_len) {
-    int host_mem = !be || be->host_addressable;
+    int host_mem = !be || be->dev->host_addressable;
     int local;
     double host_need;
     guard_host_ranks(world, need, &local, &host_need);

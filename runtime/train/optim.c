@@ -11,14 +11,14 @@ double optim_grad_sum_squares(const Stage* st) {
     const ParamTable* pt = &st->params;
     int copies = 0;
     for (int i = 0; i < pt->n; i++) copies += pt->specs[i].shared_copy;
-    if (st->tp_rank == 0 && !copies) return st->be->sum_squares(st->be, pt->grad, pt->gtotal); /* frozen tensors have no gradient */
+    if (st->tp_rank == 0 && !copies) return st->be->ops->sum_squares(st->be, pt->grad, pt->gtotal); /* frozen tensors have no gradient */
     /* another TP rank: its slices only; a replicated tensor (equal on every TP rank) counts once, on TP rank 0;
      * the tied embedding's copy on the last stage (equal to the first stage's) counts once, there */
     double ss = 0.0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (!s->frozen && !s->shared_copy && (st->tp_rank == 0 || params_is_slice(s)))
-            ss += st->be->sum_squares(st->be, pt->grad + s->goff, s->numel);
+            ss += st->be->ops->sum_squares(st->be, pt->grad + s->goff, s->numel);
     }
     return ss;
 }
@@ -33,7 +33,7 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
     const Backend* be = st->be;
     ParamTable* pt = &st->params;
     RR_ASSERT(pt->be == be);
-    if (clip < 1.0f) be->scale(be, pt->grad, clip, pt->gtotal);
+    if (clip < 1.0f) be->ops->scale(be, pt->grad, clip, pt->gtotal);
     AdamWConfig cfg = {lr, (float)r->beta1, (float)r->beta2, (float)r->eps, (float)r->weight_decay};
     /* optim.projector_lr: the projector's parameters on the same schedule, scaled (LLaVA's mm_projector_lr) */
     AdamWConfig pcfg = cfg;
@@ -44,10 +44,10 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
         int proj = !strncmp(s->name, "projector.", 10);
         const AdamWConfig* c = proj ? &pcfg : &cfg;
         if (pt->compute) /* bf16: the compute copy written by the update itself, one pass */
-            be->adamw_update_copy(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff,
-                                  s->numel, c, t, s->decay, params_compute_ptr(pt, i), params_compute_dtype(pt, i));
+            be->ops->adamw_update_copy(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff,
+                                  s->numel, c, t, s->decay, params_compute_buf(pt, i));
         else
-            be->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+            be->ops->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
                              c, t, s->decay);
     }
 }

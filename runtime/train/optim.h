@@ -6,7 +6,7 @@
 #include "runtime/model/model.h"
 #include "runtime/train/recipe.h"
 
-/* Sum of squares of a stage's gradients (Backend.sum_squares: the same bits for any thread count, which
+/* Sum of squares of a stage's gradients (BackendOps.sum_squares: the same bits for any thread count, which
  * a bit-exact resume needs of the clipping factor). */
 double optim_grad_sum_squares(const Stage* st);
 /* PyTorch's clip_grad_norm_ factor: min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0. */

@@ -539,12 +539,12 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens, st->be->weight_dtype == DTYPE_BF16) : 0;
         AttnReserve attn[2];
         int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
-        st->be->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
+        st->be->dev->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
         /* what runs on the bf16-activation table (Stage.lbe; the tower too where Stage.vbe is it): its attention's
          * scratch as well (stage_attn_reserve: the ViT's entry first, the LM's last) */
         if (st->lbe && st->lbe != st->be && n_attn > 0) {
             int a0 = st->vbe == st->lbe ? 0 : n_attn - (st->l1 > st->l0 ? 1 : 0);
-            if (a0 < n_attn) st->lbe->reserve(st->lbe, gemm, st->params.gtotal, &attn[a0], n_attn - a0);
+            if (a0 < n_attn) st->lbe->dev->reserve(st->lbe, gemm, st->params.gtotal, &attn[a0], n_attn - a0);
         }
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
@@ -558,8 +558,8 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
          * train.freeze (which has AdamW state for other tensors) evaluates too */
         for (int c = 0; c < t->ex->n_stages; c++) {
             ParamTable* pt = &t->ex->stages[c]->params;
-            if (pt->m) pt->be->free(pt->m);
-            if (pt->v) pt->be->free(pt->v);
+            if (pt->m) pt->be->dev->free(pt->m);
+            if (pt->v) pt->be->dev->free(pt->v);
             pt->m = pt->v = NULL;
         }
     } else {
@@ -814,8 +814,8 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         }
     }
 
-    if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->profile) { /* from the first step on */
-        ex->stages[0]->be->profile(1);
+    if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->dev->profile) { /* from the first step on */
+        ex->stages[0]->be->dev->profile(1);
         comm_grid_profile(&t->grid, 1); /* the communication kind */
         t->profiling = 1;
     }
@@ -842,7 +842,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     BackendProfile prof;
     const Backend* dbe = ex->n_stages ? ex->stages[0]->be : NULL;
     if (t->profiling) {
-        dbe->profile_take(&prof);
+        dbe->dev->profile_take(&prof);
         comm_grid_profile_take(&t->grid, &prof.ms[PROF_COMM], &prof.launches[PROF_COMM]); /* the device groups' */
     }
     double dt = rr_now() - t0;
@@ -869,9 +869,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->bubble = ex->bubble;
     s->skipped = t->src.skipped(&t->src);
     /* the device: this rank's backend (every stage of a rank shares it) */
-    if (dbe && dbe->memory) {
+    if (dbe && dbe->dev->memory) {
         BackendMemory mm;
-        dbe->memory(&mm);
+        dbe->dev->memory(&mm);
         s->has_device = 1;
         s->device_peak_mb = (double)mm.peak_bytes / (1 << 20);
         s->device_used_mb = (double)(mm.device_total - mm.device_free) / (1 << 20);
@@ -889,7 +889,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         if (trainer_eval_loss(t, &s->eval_loss, err, err_len) != 0) return -1;
         if (t->profiling) { /* the evaluation's device work is not the next step's: taken and left out */
             BackendProfile ev;
-            dbe->profile_take(&ev);
+            dbe->dev->profile_take(&ev);
             comm_grid_profile_take(&t->grid, &ev.ms[PROF_COMM], &ev.launches[PROF_COMM]);
         }
     }
@@ -1107,7 +1107,7 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     }
     /* the last step's device work (the optimizer's kernels on a replica that wrote no checkpoint) ends
      * before the time is taken and the memory is freed */
-    for (int c = 0; rc == 0 && t->ex && c < t->ex->n_stages; c++) t->ex->stages[c]->be->synchronize(t->ex->stages[c]->be);
+    for (int c = 0; rc == 0 && t->ex && c < t->ex->n_stages; c++) t->ex->stages[c]->be->dev->synchronize(t->ex->stages[c]->be);
     if ((rc == 0 || rc == 1) && t->ex && t->ex->finish && t->ex->finish(t->ex, err, err_len) != 0) rc = -1;
     if ((rc == 0 || rc == 1) && t->metrics.f && metrics_close(&t->metrics, err, err_len) != 0) rc = -1;
     if (rc == 0) rc = trainer_rank_summary(t, err, err_len);

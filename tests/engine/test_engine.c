@@ -196,12 +196,12 @@ static void test_sumsq(void) {
             exact += (long double)x[i] * x[i];
         }
         cpu_set_num_threads(1);
-        double got1 = backend_cpu.sum_squares(&backend_cpu, x, n);
+        double got1 = backend_cpu.ops->sum_squares(&backend_cpu, x, n);
         double legacy1 = legacy_trainer_sum_squares(x, n);
         /* the table's op is engine/adamw.c's sum_squares, callable without a table */
         CHECK(got1 == sum_squares(x, n), "sum_squares n=%zu: the table's op and engine/adamw.c's differ", n);
         cpu_set_num_threads(2);
-        double got2 = backend_cpu.sum_squares(&backend_cpu, x, n);
+        double got2 = backend_cpu.ops->sum_squares(&backend_cpu, x, n);
         double legacy2 = legacy_trainer_sum_squares(x, n);
         /* n positive terms added in double in any order: within (n - 1) * 2^-53 of the exact sum
          * (the long double sum: 11 more bits, exact enough to judge by) */
@@ -219,7 +219,7 @@ static void test_sumsq(void) {
            sizeof sizes / sizeof sizes[0], worst);
 }
 
-/* backend_cpu.scale and .adamw_update (the trainer's clipping and optimiser step) against the code
+/* backend_cpu.ops->scale and .adamw_update (the trainer's clipping and optimiser step) against the code
  * they replaced, bit for bit, at 1 and 2 threads; n large enough for the parallel path. */
 static void test_step_end(void) {
     const size_t sizes[] = {1, 37, 300001};
@@ -230,7 +230,7 @@ static void test_step_end(void) {
             size_t n = sizes[k];
             float *x = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
             for (size_t i = 0; i < n; i++) x[i] = test_value(i, 7), want[i] = x[i] * 0.3183099f;
-            backend_cpu.scale(&backend_cpu, x, 0.3183099f, n);
+            backend_cpu.ops->scale(&backend_cpu, x, 0.3183099f, n);
             CHECK(memcmp(x, want, n * sizeof(float)) == 0, "scale n=%zu threads=%d differs from x * s", n, threads);
             free(x), free(want);
             for (int decay = 0; decay <= 1; decay++) {
@@ -244,7 +244,7 @@ static void test_step_end(void) {
                 for (int t = 1; t <= 5; t++) {
                     cfg.lr = 3e-3f * (float)t / 5.0f; /* a schedule: the scalars change every step */
                     for (size_t i = 0; i < n; i++) g[i] = test_value(i, 100 + (uint64_t)t);
-                    backend_cpu.adamw_update(&backend_cpu, p[0], g, m[0], v[0], n, &cfg, t, decay);
+                    backend_cpu.ops->adamw_update(&backend_cpu, p[0], g, m[0], v[0], n, &cfg, t, decay);
                     legacy_adamw_update(p[1], g, m[1], v[1], n, &cfg, t, decay);
                     int same = !memcmp(p[0], p[1], n * sizeof(float)) && !memcmp(m[0], m[1], n * sizeof(float)) &&
                                !memcmp(v[0], v[1], n * sizeof(float));
@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
     else if (strcmp(what, "expf") == 0) test_expf();
     else if (strcmp(what, "params") == 0) test_params();
     else if (strcmp(what, "adamw") == 0 && argc == 3) test_adamw(argv[2]);
-    else if (strcmp(what, "backend") == 0 && argc == 3) printf("backend: %s\n", backend_select(argv[2])->name);
+    else if (strcmp(what, "backend") == 0 && argc == 3) printf("backend: %s\n", backend_select(argv[2])->dev->name);
     else if (strcmp(what, "init_dump") == 0 && argc == 6) {
         size_t off = strtoull(argv[4], NULL, 10), n = strtoull(argv[5], NULL, 10);
         float* x = malloc(n * sizeof(float));

@@ -111,7 +111,7 @@ static int test_shape(int N, int C, int OC) {
 
     /* forward overwrites: out starts as garbage (beta must be 0) */
     guarded_fill(&out);
-    backend_cpu.linear_forward(&backend_cpu, ref_out, inp.p, w.p, NULL, N, C, OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, ref_out), be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
     GemmDesc g = gemm_desc_linear_forward(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("forward", N, C, OC, &g, &out, ref_out);
@@ -119,14 +119,14 @@ static int test_shape(int N, int C, int OC) {
     /* backward adds: both sides start from the same random gradients */
     guarded_fill(&dinp);
     memcpy(ref_dinp, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu.linear_backward(&backend_cpu, ref_dinp, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, ref_dinp, NULL, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
     g = gemm_desc_linear_backward_input(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_input", N, C, OC, &g, &dinp, ref_dinp);
 
     guarded_fill(&dw);
     memcpy(ref_dw, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu.linear_backward(&backend_cpu, NULL, ref_dw, NULL, dout.p, inp.p, w.p, N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, NULL, ref_dw, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
     g = gemm_desc_linear_backward_weight(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_weight", N, C, OC, &g, &dw, ref_dw);
@@ -166,7 +166,7 @@ static int test_mutants(void) {
         GemmDesc g;
         Guarded* got;
         if (mutant < 3) {
-            backend_cpu.linear_forward(&backend_cpu, ref, inp.p, w.p, NULL, N, C, OC);
+            backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, ref), be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
             g = gemm_desc_linear_forward(N, C, OC);
             got = &out;
             guarded_fill(got);
@@ -177,7 +177,7 @@ static int test_mutants(void) {
             got = &dinp;
             guarded_fill(got);
             memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-            backend_cpu.linear_backward(&backend_cpu, ref, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+            backend_cpu.ops->linear_backward(&backend_cpu, ref, NULL, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
             g = gemm_desc_linear_backward_input(N, C, OC);
             g.beta = 0.0f; /* backward that overwrites instead of adding */
         }
@@ -244,7 +244,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     /* forward with the bias epilogue, output rounded to bf16 as the CUDA path stores it */
     guarded_fill(&out);
-    backend_cpu_bf16.linear_forward(&backend_cpu_bf16, ref, inp.p, w.p, bias.p, N, C, OC);
+    backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, ref), be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), be_bias(&backend_cpu_bf16, bias.p), N, C, OC);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 1);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, A, B, Cm, bias.p);
@@ -259,7 +259,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dinp);
     memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu_bf16.linear_backward(&backend_cpu_bf16, ref, NULL, NULL, dout.p, inp.p, w.p, N, C, OC);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, ref, NULL, NULL, dout.p, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC);
     d = gemm_lt_desc_linear_backward_input(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
@@ -273,7 +273,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dw);
     memcpy(ref, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu_bf16.linear_backward(&backend_cpu_bf16, NULL, ref, NULL, dout.p, inp.p, w.p, N, C, OC);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, NULL, ref, NULL, dout.p, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC);
     d = gemm_lt_desc_linear_backward_weight(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
@@ -308,8 +308,8 @@ static int test_lt_gelu(int N, int C, int OC) {
     float* act = mallocCheck((size_t)N * OC * sizeof(float));
     cpu_round_bf16(&backend_cpu, ir, inp.p, (size_t)N * C);
     cpu_round_bf16(&backend_cpu, wr, w.p, (size_t)OC * C);
-    backend_cpu.linear_forward(&backend_cpu, pre, ir, wr, bias.p, N, C, OC);
-    backend_cpu.gelu_forward(&backend_cpu, act, pre, (size_t)N * OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, pre), be_act(&backend_cpu, ir), be_weight(&backend_cpu, wr), be_bias(&backend_cpu, bias.p), N, C, OC);
+    backend_cpu.ops->gelu_forward(&backend_cpu, be_act(&backend_cpu, act), be_act(&backend_cpu, pre), (size_t)N * OC);
     GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
     GemmOperands ops;
     memset(&ops, 0, sizeof ops);
@@ -349,7 +349,7 @@ static int test_lt_rounds(void) {
     Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), out = guarded_new((size_t)N * OC);
     guarded_fill(&inp), guarded_fill(&w);
     float* f32 = mallocCheck((size_t)N * OC * sizeof(float));
-    backend_cpu.linear_forward(&backend_cpu, f32, inp.p, w.p, NULL, N, C, OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, f32), be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 0);
     gemm_lt_desc_run_ref(&d, w.p, inp.p, out.p, NULL);
     double e = max_err(out.p, f32, (size_t)N * OC);

@@ -15,7 +15,7 @@ target_link_libraries(test_attention PRIVATE rrfp_core)
 add_test(NAME attention_table COMMAND test_attention table)
 add_test(NAME attention_long4096 COMMAND test_attention long)
 
-# Backend.attention_decode (generation's attention against a KV cache) on the CPU: against a double
+# BackendOps.attention_decode (generation's attention against a KV cache) on the CPU: against a double
 # reference (multi-head and grouped-query, 1 and 3 new queries, padded strides) and against
 # attention_forward's last rows (tests/engine/cpu/test_attention_decode.c).
 add_executable(test_attention_decode tests/engine/cpu/test_attention_decode.c)

@@ -1,4 +1,4 @@
-/* test_attention_decode.c — Backend.attention_decode (generation's attention against a KV cache) on the
+/* test_attention_decode.c — BackendOps.attention_decode (generation's attention against a KV cache) on the
  * CPU backend:
  *   1. against a double-precision reference: n = 1 and n = 3 new queries (causal among them), Tk = 1, 37
  *      and 300 cached rows, multi-head and grouped-query (H 4 over Hkv 4, 2, 1), padded row strides;
@@ -68,7 +68,7 @@ int main(void) {
                 double* ref = malloc(sizeof(double) * (size_t)n * H * d);
                 for (int i = 0; i < n * ld_q; i++) q[i] = urand();
                 for (int i = 0; i < Tk * ld_kv; i++) k[i] = urand(), v[i] = urand();
-                backend_cpu.attention_decode(&backend_cpu, out, q, k, v, n, Tk, H, Hkv, d, ld_q, ld_kv);
+                backend_cpu.ops->attention_decode(&backend_cpu, out, q, k, v, n, Tk, H, Hkv, d, ld_q, ld_kv);
                 reference(ref, q, k, v, n, Tk, H, Hkv, d, ld_q, ld_kv);
                 double worst = 0;
                 for (int i = 0; i < n * H * d; i++) worst = fmax(worst, fabs(out[i] - ref[i]));
@@ -88,9 +88,9 @@ int main(void) {
             float* full = malloc(sizeof(float) * (size_t)T * H * d);
             float* lse = malloc(sizeof(float) * (size_t)T * H);
             int cu[2] = {0, T};
-            backend_cpu.attention_forward(&backend_cpu, full, lse, q, k, v, cu, 1, T, H, Hkv, d, ld, ld, 1);
+            backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, full), lse, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu, 1, T, H, Hkv, d, ld, ld, 1);
             float* out = malloc(sizeof(float) * (size_t)n * H * d);
-            backend_cpu.attention_decode(&backend_cpu, out, q + (size_t)(T - n) * ld, k, v, n, T, H, Hkv, d, ld, ld);
+            backend_cpu.ops->attention_decode(&backend_cpu, out, q + (size_t)(T - n) * ld, k, v, n, T, H, Hkv, d, ld, ld);
             double worst = 0;
             for (int i = 0; i < n * H * d; i++) worst = fmax(worst, fabs(out[i] - full[(size_t)(T - n) * H * d + i]));
             CHECK(worst <= 2e-6, "T %d Hkv %d: decode's last %d rows differ from attention_forward's by %.3g > 2e-6", T,

@@ -107,8 +107,8 @@ static void case_linear(int N, int C, int OC, int split) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 0.5f), *b = hrand(OC, 1), *dy = hrand(nout, 1);
     float *yb = hrand(nout, 1), *yf = hrand(nout, 1);
-    backend_cpu_bf16.linear_forward(&backend_cpu_bf16, yb, x, w, b, N, C, OC);
-    backend_cpu.linear_forward(&backend_cpu, yf, x, w, b, N, C, OC);
+    backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), be_bias(&backend_cpu_bf16, b), N, C, OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, x), be_weight(&backend_cpu, w), be_bias(&backend_cpu, b), N, C, OC);
     double u2 = 2 * U_BF16 + U_BF16 * U_BF16;
     double* bound = mallocCheck((nin + nw + nout + 1) * sizeof(double));
     size_t differs = 0;
@@ -135,12 +135,12 @@ static void case_linear(int N, int C, int OC, int split) {
     float *dxb = hdup(g0x, nin), *dwb = hdup(g0w, nw), *dbb = hdup(g0b, OC);
     float *dxf = hdup(g0x, nin), *dwf = hdup(g0w, nw), *dbf = hdup(g0b, OC);
     if (split) {
-        backend_cpu_bf16.linear_backward(&backend_cpu_bf16, dxb, NULL, NULL, dy, x, w, N, C, OC);
-        backend_cpu_bf16.linear_backward(&backend_cpu_bf16, NULL, dwb, dbb, dy, x, w, N, C, OC);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, dxb, NULL, NULL, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, NULL, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
     } else {
-        backend_cpu_bf16.linear_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, x, w, N, C, OC);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
     }
-    backend_cpu.linear_backward(&backend_cpu, dxf, dwf, dbf, dy, x, w, N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, dxf, dwf, dbf, dy, be_act(&backend_cpu, x), be_weight(&backend_cpu, w), N, C, OC);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
             double S = 0;
@@ -167,23 +167,23 @@ static void case_norm(int ln, int N, int C) {
     float *x = hrand(n, 2), *w = hrand(C, 1), *b = hrand(C, 1), *dy = hrand(n, 1);
     float *yb = hrand(n, 1), *yf = hrand(n, 1), *mb = hrand(N, 1), *mf = hrand(N, 1), *rb = hrand(N, 1), *rf = hrand(N, 1);
     if (ln) {
-        backend_cpu_bf16.layernorm_forward(&backend_cpu_bf16, yb, mb, rb, x, w, b, N, C);
-        backend_cpu.layernorm_forward(&backend_cpu, yf, mf, rf, x, w, b, N, C);
+        backend_cpu_bf16.ops->layernorm_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), mb, rb, be_act(&backend_cpu_bf16, x), w, b, N, C);
+        backend_cpu.ops->layernorm_forward(&backend_cpu, be_act(&backend_cpu, yf), mf, rf, be_act(&backend_cpu, x), w, b, N, C);
         check_same("mean", mb, mf, (size_t)N);
     } else {
-        backend_cpu_bf16.rmsnorm_forward(&backend_cpu_bf16, yb, rb, x, w, N, C, 1e-5);
-        backend_cpu.rmsnorm_forward(&backend_cpu, yf, rf, x, w, N, C, 1e-5);
+        backend_cpu_bf16.ops->rmsnorm_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), rb, be_act(&backend_cpu_bf16, x), w, N, C, 1e-5);
+        backend_cpu.ops->rmsnorm_forward(&backend_cpu, be_act(&backend_cpu, yf), rf, be_act(&backend_cpu, x), w, N, C, 1e-5);
     }
     check_same("rstd", rb, rf, (size_t)N);
     check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
     float *dxb = hrand(n, 1), *dwb = hrand(C, 1), *dbb = hrand(C, 1);
     float *dxf = hdup(dxb, n), *dwf = hdup(dwb, C), *dbf = hdup(dbb, C);
     if (ln) {
-        backend_cpu_bf16.layernorm_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, x, w, mf, rf, N, C);
-        backend_cpu.layernorm_backward(&backend_cpu, dxf, dwf, dbf, dy, x, w, mf, rf, N, C);
+        backend_cpu_bf16.ops->layernorm_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), w, mf, rf, N, C);
+        backend_cpu.ops->layernorm_backward(&backend_cpu, dxf, dwf, dbf, dy, be_act(&backend_cpu, x), w, mf, rf, N, C);
     } else {
-        backend_cpu_bf16.rmsnorm_backward(&backend_cpu_bf16, dxb, dwb, dy, x, w, rf, N, C);
-        backend_cpu.rmsnorm_backward(&backend_cpu, dxf, dwf, dy, x, w, rf, N, C);
+        backend_cpu_bf16.ops->rmsnorm_backward(&backend_cpu_bf16, dxb, dwb, dy, be_act(&backend_cpu_bf16, x), w, rf, N, C);
+        backend_cpu.ops->rmsnorm_backward(&backend_cpu, dxf, dwf, dy, be_act(&backend_cpu, x), w, rf, N, C);
     }
     check_same("dinp", dxb, dxf, n);
     check_same("dweight", dwb, dwf, (size_t)C);
@@ -196,24 +196,24 @@ static void case_elementwise(int which, size_t n) {
     const char* name[] = {"gelu", "swiglu", "add"};
     (void)name;
     if (which == 0) {
-        backend_cpu_bf16.gelu_forward(&backend_cpu_bf16, yb, a, n);
-        backend_cpu.gelu_forward(&backend_cpu, yf, a, n);
+        backend_cpu_bf16.ops->gelu_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), n);
+        backend_cpu.ops->gelu_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), n);
     } else if (which == 1) {
-        backend_cpu_bf16.swiglu_forward(&backend_cpu_bf16, yb, a, c, n);
-        backend_cpu.swiglu_forward(&backend_cpu, yf, a, c, n);
+        backend_cpu_bf16.ops->swiglu_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
+        backend_cpu.ops->swiglu_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
     } else {
-        backend_cpu_bf16.add_forward(&backend_cpu_bf16, yb, a, c, n);
-        backend_cpu.add_forward(&backend_cpu, yf, a, c, n);
+        backend_cpu_bf16.ops->add_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
+        backend_cpu.ops->add_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
     }
     check_rounded("out", yb, yf, 1, n, n);
     if (which < 2) {
         float *dy = hrand(n, 1), *d1b = hrand(n, 1), *d2b = hrand(n, 1), *d1f = hdup(d1b, n), *d2f = hdup(d2b, n);
         if (which == 0) {
-            backend_cpu_bf16.gelu_backward(&backend_cpu_bf16, d1b, dy, a, n);
-            backend_cpu.gelu_backward(&backend_cpu, d1f, dy, a, n);
+            backend_cpu_bf16.ops->gelu_backward(&backend_cpu_bf16, d1b, dy, be_act(&backend_cpu_bf16, a), n);
+            backend_cpu.ops->gelu_backward(&backend_cpu, d1f, dy, be_act(&backend_cpu, a), n);
         } else {
-            backend_cpu_bf16.swiglu_backward(&backend_cpu_bf16, d1b, d2b, dy, a, c, n);
-            backend_cpu.swiglu_backward(&backend_cpu, d1f, d2f, dy, a, c, n);
+            backend_cpu_bf16.ops->swiglu_backward(&backend_cpu_bf16, d1b, d2b, dy, be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
+            backend_cpu.ops->swiglu_backward(&backend_cpu, d1f, d2f, dy, be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
             check_same("dup", d2b, d2f, n);
         }
         check_same("dinp", d1b, d1f, n);
@@ -228,22 +228,22 @@ static void case_rope(int two_d, int N, int H, int d, int ld) {
     for (int i = 0; i < 2 * N; i++) pos[i] = (int)((rng_sym() + 1.0f) * 2000.0f);
     float *xb = hrand(n, 1), *xf = hdup(xb, n);
     if (two_d) {
-        backend_cpu_bf16.rope2d_forward(&backend_cpu_bf16, xb, pos, pos + N, N, H, d, ld);
-        backend_cpu.rope2d_forward(&backend_cpu, xf, pos, pos + N, N, H, d, ld);
+        backend_cpu_bf16.ops->rope2d_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, xb), pos, pos + N, N, H, d, ld);
+        backend_cpu.ops->rope2d_forward(&backend_cpu, be_act(&backend_cpu, xf), pos, pos + N, N, H, d, ld);
     } else {
-        backend_cpu_bf16.rope_forward(&backend_cpu_bf16, xb, pos, N, H, d, ld, &RF_DEFAULT);
-        backend_cpu.rope_forward(&backend_cpu, xf, pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu_bf16.ops->rope_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, xb), pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu.ops->rope_forward(&backend_cpu, be_act(&backend_cpu, xf), pos, N, H, d, ld, &RF_DEFAULT);
     }
     check_rounded("forward", xb, xf, (size_t)N, (size_t)H * d, (size_t)ld);
     /* the backward is f32 on both: from the same values, the same bits */
     float* gb = hrand(n, 1);
     float* gf = hdup(gb, n);
     if (two_d) {
-        backend_cpu_bf16.rope2d_backward(&backend_cpu_bf16, gb, pos, pos + N, N, H, d, ld);
-        backend_cpu.rope2d_backward(&backend_cpu, gf, pos, pos + N, N, H, d, ld);
+        backend_cpu_bf16.ops->rope2d_backward(&backend_cpu_bf16, gb, pos, pos + N, N, H, d, ld);
+        backend_cpu.ops->rope2d_backward(&backend_cpu, gf, pos, pos + N, N, H, d, ld);
     } else {
-        backend_cpu_bf16.rope_backward(&backend_cpu_bf16, gb, pos, N, H, d, ld, &RF_DEFAULT);
-        backend_cpu.rope_backward(&backend_cpu, gf, pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu_bf16.ops->rope_backward(&backend_cpu_bf16, gb, pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu.ops->rope_backward(&backend_cpu, gf, pos, N, H, d, ld, &RF_DEFAULT);
     }
     check_same("backward", gb, gf, n);
     free(pos), free(xb), free(xf), free(gb), free(gf);
@@ -253,8 +253,8 @@ static void case_embedding(int N, int C, int V) {
     int* ids = mallocCheck((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) ids[i] = (int)((rng_sym() + 1.0f) * 0.5f * (V - 1));
     float *t = hrand((size_t)V * C, 1), *yb = hrand((size_t)N * C, 1), *yf = hrand((size_t)N * C, 1);
-    backend_cpu_bf16.embedding_forward(&backend_cpu_bf16, yb, ids, t, N, C);
-    backend_cpu.embedding_forward(&backend_cpu, yf, ids, t, N, C);
+    backend_cpu_bf16.ops->embedding_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), ids, be_weight(&backend_cpu_bf16, t), N, C);
+    backend_cpu.ops->embedding_forward(&backend_cpu, be_act(&backend_cpu, yf), ids, be_weight(&backend_cpu, t), N, C);
     check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
     free(ids), free(t), free(yb), free(yf);
 }
@@ -265,12 +265,12 @@ static void case_act(int which) {
     size_t n = 3 * 337;
     Act act = which ? ACT_QUICK_GELU : ACT_GELU_ERF;
     float *a = hrand(n, 3), *yb = hrand(n, 1), *yf = hrand(n, 1);
-    backend_cpu_bf16.act_forward(&backend_cpu_bf16, yb, a, n, act);
-    backend_cpu.act_forward(&backend_cpu, yf, a, n, act);
+    backend_cpu_bf16.ops->act_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), n, act);
+    backend_cpu.ops->act_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), n, act);
     check_rounded("out", yb, yf, 1, n, n);
     float *dy = hrand(n, 1), *db = hrand(n, 1), *df = hdup(db, n);
-    backend_cpu_bf16.act_backward(&backend_cpu_bf16, db, dy, a, n, act);
-    backend_cpu.act_backward(&backend_cpu, df, dy, a, n, act);
+    backend_cpu_bf16.ops->act_backward(&backend_cpu_bf16, db, dy, be_act(&backend_cpu_bf16, a), n, act);
+    backend_cpu.ops->act_backward(&backend_cpu, df, dy, be_act(&backend_cpu, a), n, act);
     check_same("dinp", db, df, n);
     free(a), free(yb), free(yf), free(dy), free(db), free(df);
 }
@@ -281,12 +281,12 @@ static void case_gather(int K) {
     for (int i = 0; i < N * K; i++) idx[i] = i % 7 == 3 ? -1 : (int)((rng_sym() + 1.0f) * 0.5f * (R - 1));
     float *w = hrand((size_t)N * K, 1), *t = hrand((size_t)R * C, 1), *yb = hrand((size_t)N * C, 1);
     float* yf = hdup(yb, (size_t)N * C); /* the op adds: from the same start */
-    backend_cpu_bf16.rows_gather_forward(&backend_cpu_bf16, yb, idx, w, t, N, K, C);
-    backend_cpu.rows_gather_forward(&backend_cpu, yf, idx, w, t, N, K, C);
+    backend_cpu_bf16.ops->rows_gather_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), idx, w, be_act(&backend_cpu_bf16, t), N, K, C);
+    backend_cpu.ops->rows_gather_forward(&backend_cpu, be_act(&backend_cpu, yf), idx, w, be_act(&backend_cpu, t), N, K, C);
     check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
     float *dy = hrand((size_t)N * C, 1), *db = hrand((size_t)R * C, 1), *df = hdup(db, (size_t)R * C);
-    backend_cpu_bf16.rows_gather_backward(&backend_cpu_bf16, db, dy, idx, w, N, K, C);
-    backend_cpu.rows_gather_backward(&backend_cpu, df, dy, idx, w, N, K, C);
+    backend_cpu_bf16.ops->rows_gather_backward(&backend_cpu_bf16, db, dy, idx, w, N, K, C);
+    backend_cpu.ops->rows_gather_backward(&backend_cpu, df, dy, idx, w, N, K, C);
     check_same("dtable", db, df, (size_t)R * C);
     free(idx), free(w), free(t), free(yb), free(yf), free(dy), free(db), free(df);
 }
@@ -295,13 +295,13 @@ static void case_ce(int N, int V) {
     int* tg = mallocCheck((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = i % 4 == 3 ? -100 : (int)((rng_sym() + 1.0f) * 0.5f * (V - 1));
     float *z = hrand((size_t)N * V, 4), *lb = hrand(N, 1), *lf = hrand(N, 1), lossb, lossf;
-    backend_cpu_bf16.crossentropy_forward(&backend_cpu_bf16, &lossb, lb, z, tg, N, V);
-    backend_cpu.crossentropy_forward(&backend_cpu, &lossf, lf, z, tg, N, V);
+    backend_cpu_bf16.ops->crossentropy_forward(&backend_cpu_bf16, &lossb, lb, be_act(&backend_cpu_bf16, z), tg, N, V);
+    backend_cpu.ops->crossentropy_forward(&backend_cpu, &lossf, lf, be_act(&backend_cpu, z), tg, N, V);
     check_same("loss_sum", &lossb, &lossf, 1);
     check_same("lse", lb, lf, (size_t)N);
     float *db = hrand((size_t)N * V, 1), *df = hdup(db, (size_t)N * V);
-    backend_cpu_bf16.crossentropy_backward(&backend_cpu_bf16, db, z, lf, tg, 0.1f, N, V);
-    backend_cpu.crossentropy_backward(&backend_cpu, df, z, lf, tg, 0.1f, N, V);
+    backend_cpu_bf16.ops->crossentropy_backward(&backend_cpu_bf16, db, be_act(&backend_cpu_bf16, z), lf, tg, 0.1f, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, df, be_act(&backend_cpu, z), lf, tg, 0.1f, N, V);
     check_same("dlogits", db, df, (size_t)N * V);
     free(tg), free(z), free(lb), free(lf), free(db), free(df);
 }
@@ -313,14 +313,14 @@ static void case_attention(int causal) {
     size_t no = (size_t)T * H * d;
     float *ob = hrand(no, 1), *of = hrand(no, 1), *lb = hrand((size_t)T * H, 1), *lf = hrand((size_t)T * H, 1);
     int hd = H * d;
-    backend_cpu_bf16.attention_forward(&backend_cpu_bf16, ob, lb, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, H, d, ld, ld, causal);
-    backend_cpu.attention_forward(&backend_cpu, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, H, d, ld, ld, causal);
+    backend_cpu_bf16.ops->attention_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, ob), lb, be_act(&backend_cpu_bf16, qkv), be_act(&backend_cpu_bf16, qkv + hd), be_act(&backend_cpu_bf16, qkv + 2 * hd), cu, S, T, H, H, d, ld, ld, causal);
+    backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, of), lf, be_act(&backend_cpu, qkv), be_act(&backend_cpu, qkv + hd), be_act(&backend_cpu, qkv + 2 * hd), cu, S, T, H, H, d, ld, ld, causal);
     check_same("lse", lb, lf, (size_t)T * H);
     check_rounded("out", ob, of, 1, no, no);
     float *dy = hrand(no, 1), *gb = hrand((size_t)T * ld, 1), *gf = hdup(gb, (size_t)T * ld);
-    backend_cpu_bf16.attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, dy, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T,
+    backend_cpu_bf16.ops->attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, dy, be_act(&backend_cpu_bf16, of), lf, be_act(&backend_cpu_bf16, qkv), be_act(&backend_cpu_bf16, qkv + hd), be_act(&backend_cpu_bf16, qkv + 2 * hd), cu, S, T,
                                         H, H, d, ld, ld, causal);
-    backend_cpu.attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, dy, of, lf, qkv, qkv + hd, qkv + 2 * hd, cu, S, T, H, H, d,
+    backend_cpu.ops->attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, dy, be_act(&backend_cpu, of), lf, be_act(&backend_cpu, qkv), be_act(&backend_cpu, qkv + hd), be_act(&backend_cpu, qkv + 2 * hd), cu, S, T, H, H, d,
                                    ld, ld, causal);
     check_same("dqkv", gb, gf, (size_t)T * ld);
     free(qkv), free(ob), free(of), free(lb), free(lf), free(dy), free(gb), free(gf);
@@ -329,7 +329,7 @@ static void case_attention(int causal) {
 /* the step end and the compute-copy refresh */
 static void case_round(size_t n) {
     float *x = hrand(n, 100), *y = hrand(n, 1);
-    backend_cpu_bf16.round_bf16(&backend_cpu_bf16, y, x, n);
+    backend_cpu_bf16.ops->round_bf16(&backend_cpu_bf16, y, x, n);
     check_rounded("round", y, x, 1, n, n);
     free(x), free(y);
 }

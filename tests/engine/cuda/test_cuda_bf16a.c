@@ -57,8 +57,8 @@ static float* hrand(size_t n, float scale, int bf16) {
 
 /* f32 words (gradients, statistics, biases, 1-D weights) */
 static float* up32(const Backend* be, const float* h, size_t n) {
-    float* d = be->alloc((n ? n : 1) * sizeof(float));
-    be->copy_h2d(be, d, h, n * sizeof(float));
+    float* d = be->dev->alloc((n ? n : 1) * sizeof(float));
+    be->dev->copy_h2d(be, d, h, n * sizeof(float));
     return d;
 }
 static uint16_t* to16(const float* h, size_t n) {
@@ -70,8 +70,8 @@ static uint16_t* to16(const float* h, size_t n) {
 static float* upb(const Backend* be, const float* h, size_t n) {
     if (be->bias_dtype != DTYPE_BF16) return up32(be, h, n);
     uint16_t* b = to16(h, n);
-    float* d = be->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->copy_h2d(be, d, b, n * sizeof(uint16_t));
+    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
+    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
 }
@@ -79,16 +79,16 @@ static float* upb(const Backend* be, const float* h, size_t n) {
 static float* upa(const Backend* be, const float* h, size_t n) {
     if (be->act_dtype != DTYPE_BF16) return up32(be, h, n);
     uint16_t* b = to16(h, n);
-    float* d = be->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->copy_h2d(be, d, b, n * sizeof(uint16_t));
+    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
+    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
 }
 /* a 2-D weight: 2-byte on both tables (weight_dtype) */
 static float* upw(const Backend* be, const float* h, size_t n) {
     uint16_t* b = to16(h, n);
-    float* d = be->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->copy_h2d(be, d, b, n * sizeof(uint16_t));
+    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
+    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
 }
@@ -97,11 +97,11 @@ static float* down(const Backend* be, const float* d, size_t n, int act) {
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
     if (act && be->act_dtype == DTYPE_BF16) {
         uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
-        be->copy_d2h(be, b, d, n * sizeof(uint16_t));
+        be->dev->copy_d2h(be, b, d, n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) h[i] = rr_bf16_to_f32(b[i]);
         free(b);
     } else {
-        be->copy_d2h(be, h, d, n * sizeof(float));
+        be->dev->copy_d2h(be, h, d, n * sizeof(float));
     }
     return h;
 }
@@ -149,18 +149,18 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny); /* overwritten */
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
-        be[t]->linear_forward(be[t], y_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
+        be[t]->ops->linear_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
         /* split as the pipeline's B then W */
-        be[t]->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-        be[t]->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
-        be[t]->synchronize(be[t]);
-        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(b_d), be[t]->free(dy_d);
+        be[t]->ops->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+        be[t]->ops->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
     cmp("out", y_d[0], y_d[1], ny, 1);
     cmp("dinp", dx_d[0], dx_d[1], nx, 0);
     cmp("dweight", dw_d[0], dw_d[1], nw, 0);
     if (with_bias) cmp("dbias", db_d[0], db_d[1], OC, 0);
-    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(y_d[t]), be[t]->dev->free(dx_d[t]), be[t]->dev->free(dw_d[t]), be[t]->dev->free(db_d[t]);
     free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0);
 }
 
@@ -174,14 +174,14 @@ static void run_act(const char* name, Act act) {
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], x, n), dx_d[t] = up32(be[t], dx0, n);
-        be[t]->act_forward(be[t], y_d[t], x_d, n, act);
-        be[t]->act_backward(be[t], dx_d[t], dy_d, x_d, n, act);
-        be[t]->synchronize(be[t]);
-        be[t]->free(x_d), be[t]->free(dy_d);
+        be[t]->ops->act_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], x_d), n, act);
+        be[t]->ops->act_backward(be[t], dx_d[t], dy_d, be_act(be[t], x_d), n, act);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(x_d), be[t]->dev->free(dy_d);
     }
     cmp("out", y_d[0], y_d[1], n, 1);
     cmp("dinp", dx_d[0], dx_d[1], n, 0);
-    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(dx_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(y_d[t]), be[t]->dev->free(dx_d[t]);
     free(x), free(dy), free(dx0);
 }
 
@@ -198,13 +198,13 @@ static void run_gather(const char* name, int N, int K, int C, int V, int weighte
     float *o_d[2], *dt_d[2];
     for (int t = 0; t < 2; t++) {
         float *tab_d = upa(be[t], table, nt), *w_d = up32(be[t], w, (size_t)N * K), *dy_d = up32(be[t], dy, n);
-        int* idx_d = be[t]->alloc((size_t)N * K * sizeof(int));
-        be[t]->copy_h2d(be[t], idx_d, idx, (size_t)N * K * sizeof(int));
+        int* idx_d = be[t]->dev->alloc((size_t)N * K * sizeof(int));
+        be[t]->dev->copy_h2d(be[t], idx_d, idx, (size_t)N * K * sizeof(int));
         o_d[t] = upa(be[t], out, n), dt_d[t] = up32(be[t], dt0, nt);
-        be[t]->rows_gather_forward(be[t], o_d[t], idx_d, weighted ? w_d : NULL, tab_d, N, K, C);
-        be[t]->rows_gather_backward(be[t], dt_d[t], dy_d, idx_d, weighted ? w_d : NULL, N, K, C);
-        be[t]->synchronize(be[t]);
-        be[t]->free(tab_d), be[t]->free(w_d), be[t]->free(dy_d), be[t]->free(idx_d);
+        be[t]->ops->rows_gather_forward(be[t], be_act(be[t], o_d[t]), idx_d, weighted ? w_d : NULL, be_act(be[t], tab_d), N, K, C);
+        be[t]->ops->rows_gather_backward(be[t], dt_d[t], dy_d, idx_d, weighted ? w_d : NULL, N, K, C);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(tab_d), be[t]->dev->free(w_d), be[t]->dev->free(dy_d), be[t]->dev->free(idx_d);
     }
     cmp("out", o_d[0], o_d[1], n, 1);
     /* the table gradient adds with atomics: the order of a row's adds varies (round-off) */
@@ -212,7 +212,7 @@ static void run_gather(const char* name, int N, int K, int C, int V, int weighte
     tol = tol > 1e-6 ? tol : 1e-6;
     cmp("dtable", dt_d[0], dt_d[1], nt, 0);
     tol = save;
-    for (int t = 0; t < 2; t++) be[t]->free(o_d[t]), be[t]->free(dt_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(o_d[t]), be[t]->dev->free(dt_d[t]);
     free(out), free(table), free(w), free(dy), free(dt0), free(idx);
 }
 
@@ -227,15 +227,15 @@ static void run_linear_gelu(const char* name, int N, int C, int OC, int with_bia
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny), p_d[t] = upa(be[t], dy, ny), dp_d[t] = up32(be[t], dp0, ny);
-        be[t]->linear_gelu_forward(be[t], y_d[t], p_d[t], x_d, w_d, with_bias ? b_d : NULL, N, C, OC);
-        be[t]->gelu_backward(be[t], dp_d[t], dy_d, p_d[t], ny);
-        be[t]->synchronize(be[t]);
-        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(b_d), be[t]->free(dy_d);
+        be[t]->ops->linear_gelu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], p_d[t]), be_act(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
+        be[t]->ops->gelu_backward(be[t], dp_d[t], dy_d, be_act(be[t], p_d[t]), ny);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
     cmp("out", y_d[0], y_d[1], ny, 1);
     cmp("pre", p_d[0], p_d[1], ny, 1);
     cmp("dpre", dp_d[0], dp_d[1], ny, 0);
-    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(p_d[t]), be[t]->free(dp_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(y_d[t]), be[t]->dev->free(p_d[t]), be[t]->dev->free(dp_d[t]);
     free(x), free(w), free(b), free(dy), free(dp0);
 }
 
@@ -251,15 +251,15 @@ static void run_norm(const char* name, int layer, int N, int C) {
         y_d[t] = upa(be[t], x, n), mean_d[t] = up32(be[t], dy, N), rstd_d[t] = up32(be[t], dy, N);
         dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
         if (layer) {
-            be[t]->layernorm_forward(be[t], y_d[t], mean_d[t], rstd_d[t], x_d, w_d, b_d, N, C);
-            be[t]->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, x_d, w_d, mean_d[t], rstd_d[t], N, C);
+            be[t]->ops->layernorm_forward(be[t], be_act(be[t], y_d[t]), mean_d[t], rstd_d[t], be_act(be[t], x_d), w_d, b_d, N, C);
+            be[t]->ops->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, mean_d[t], rstd_d[t], N, C);
         } else {
-            be[t]->rmsnorm_forward(be[t], y_d[t], rstd_d[t], x_d, w_d, N, C, 1e-5);
-            be[t]->rmsnorm_backward(be[t], dx_d[t], NULL, dy_d, x_d, w_d, rstd_d[t], N, C);
-            be[t]->rmsnorm_backward(be[t], NULL, dw_d[t], dy_d, x_d, w_d, rstd_d[t], N, C);
+            be[t]->ops->rmsnorm_forward(be[t], be_act(be[t], y_d[t]), rstd_d[t], be_act(be[t], x_d), w_d, N, C, 1e-5);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, dy_d, be_act(be[t], x_d), w_d, rstd_d[t], N, C);
+            be[t]->ops->rmsnorm_backward(be[t], NULL, dw_d[t], dy_d, be_act(be[t], x_d), w_d, rstd_d[t], N, C);
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(b_d), be[t]->free(dy_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
     cmp("out", y_d[0], y_d[1], n, 1);
     if (layer) cmp("mean", mean_d[0], mean_d[1], N, 0);
@@ -268,8 +268,8 @@ static void run_norm(const char* name, int layer, int N, int C) {
     cmp("dweight", dw_d[0], dw_d[1], C, 0);
     if (layer) cmp("dbias", db_d[0], db_d[1], C, 0);
     for (int t = 0; t < 2; t++) {
-        be[t]->free(y_d[t]), be[t]->free(mean_d[t]), be[t]->free(rstd_d[t]);
-        be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
+        be[t]->dev->free(y_d[t]), be[t]->dev->free(mean_d[t]), be[t]->dev->free(rstd_d[t]);
+        be[t]->dev->free(dx_d[t]), be[t]->dev->free(dw_d[t]), be[t]->dev->free(db_d[t]);
     }
     free(x), free(w), free(bias), free(dy), free(dx0), free(dw0), free(db0);
 }
@@ -286,33 +286,33 @@ static void run_elementwise(const char* name, int kind, size_t n) {
         float *a_d = upa(be[t], a, n), *b_d = kind == 3 ? up32(be[t], b, n) : upa(be[t], b, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], a, n), da_d[t] = up32(be[t], da0, n), db_d[t] = up32(be[t], db0, n);
         if (kind == 0) {
-            be[t]->gelu_forward(be[t], y_d[t], a_d, n);
-            be[t]->gelu_backward(be[t], da_d[t], dy_d, a_d, n);
+            be[t]->ops->gelu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), n);
+            be[t]->ops->gelu_backward(be[t], da_d[t], dy_d, be_act(be[t], a_d), n);
         } else if (kind == 1) {
-            be[t]->swiglu_forward(be[t], y_d[t], a_d, b_d, n);
-            be[t]->swiglu_backward(be[t], da_d[t], db_d[t], dy_d, a_d, b_d, n);
+            be[t]->ops->swiglu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
+            be[t]->ops->swiglu_backward(be[t], da_d[t], db_d[t], dy_d, be_act(be[t], a_d), be_act(be[t], b_d), n);
         } else if (kind == 3) {
             if (be[t]->act_dtype == DTYPE_BF16) {
-                be[t]->add_f32_forward(be[t], y_d[t], a_d, b_d, n);
-                be[t]->add_f32_forward(be[t], a_d, a_d, b_d, n); /* in place */
+                be[t]->ops->add_f32_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), b_d, n);
+                be[t]->ops->add_f32_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), b_d, n); /* in place */
             } else {
-                be[t]->add_forward(be[t], y_d[t], a_d, b_d, n);
-                be[t]->add_forward(be[t], a_d, a_d, b_d, n);
+                be[t]->ops->add_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
+                be[t]->ops->add_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), be_act(be[t], b_d), n);
             }
-            be[t]->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
+            be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
         } else {
-            be[t]->add_forward(be[t], y_d[t], a_d, b_d, n);
-            be[t]->add_forward(be[t], a_d, a_d, b_d, n); /* in place */
-            be[t]->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
+            be[t]->ops->add_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
+            be[t]->ops->add_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), be_act(be[t], b_d), n); /* in place */
+            be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(a_d), be[t]->free(b_d), be[t]->free(dy_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(a_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
     cmp("out", y_d[0], y_d[1], n, 1);
     if (kind >= 2) cmp("inplace", da_d[0], da_d[1], n, 1);
     else cmp("dinp", da_d[0], da_d[1], n, 0);
     if (kind == 1) cmp("dup", db_d[0], db_d[1], n, 0);
-    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]), be[t]->free(da_d[t]), be[t]->free(db_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(y_d[t]), be[t]->dev->free(da_d[t]), be[t]->dev->free(db_d[t]);
     free(a), free(b), free(dy), free(da0), free(db0);
 }
 
@@ -327,15 +327,15 @@ static void run_rope(const char* name, const RopeFreq* rf, int N, int H, int d) 
     const Backend* be[2] = {B16, B16A};
     float* x_d[2];
     for (int t = 0; t < 2; t++) {
-        int* pos_d = be[t]->alloc(N * sizeof(int));
-        int* pcol_d = be[t]->alloc(N * sizeof(int));
-        be[t]->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
-        be[t]->copy_h2d(be[t], pcol_d, pcol, N * sizeof(int));
+        int* pos_d = be[t]->dev->alloc(N * sizeof(int));
+        int* pcol_d = be[t]->dev->alloc(N * sizeof(int));
+        be[t]->dev->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
+        be[t]->dev->copy_h2d(be[t], pcol_d, pcol, N * sizeof(int));
         x_d[t] = upa(be[t], x, n);
-        if (rf) be[t]->rope_forward(be[t], x_d[t], pos_d, N, H, d, ld, rf);
-        else be[t]->rope2d_forward(be[t], x_d[t], pos_d, pcol_d, N, H, d, ld);
-        be[t]->synchronize(be[t]);
-        be[t]->free(pos_d), be[t]->free(pcol_d);
+        if (rf) be[t]->ops->rope_forward(be[t], be_act(be[t], x_d[t]), pos_d, N, H, d, ld, rf);
+        else be[t]->ops->rope2d_forward(be[t], be_act(be[t], x_d[t]), pos_d, pcol_d, N, H, d, ld);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(pos_d), be[t]->dev->free(pcol_d);
     }
     cmp("forward", x_d[0], x_d[1], n, 1);
     float* got = down(B16A, x_d[1], n, 1); /* the padding untouched */
@@ -346,7 +346,7 @@ static void run_rope(const char* name, const RopeFreq* rf, int N, int H, int d) 
     printf("  %-22s %-7s %s\n", case_name, "padding", moved ? "FAIL: written" : "ok");
     failures += moved != 0;
     free(got);
-    for (int t = 0; t < 2; t++) be[t]->free(x_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(x_d[t]);
     free(x), free(pos), free(pcol);
 }
 
@@ -366,18 +366,18 @@ static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int 
     float *q_d[4], *k_d[4];
     for (int t = 0; t < 4; t++) {
         if (t == 3) setenv("RRFP_ROPE_TABLE", "0", 1); /* every angle computed: the table's values must be these */
-        int* pos_d = be[t]->alloc(N * sizeof(int));
-        be[t]->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
+        int* pos_d = be[t]->dev->alloc(N * sizeof(int));
+        be[t]->dev->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
         q_d[t] = upa(be[t], q, nq);
         k_d[t] = upa(be[t], k, nk);
         if (t < 2) {
-            be[t]->rope_qk_forward(be[t], q_d[t], k_d[t], pos_d, N, H, Hkv, d, ldq, ldk, rf);
+            be[t]->ops->rope_qk_forward(be[t], be_act(be[t], q_d[t]), be_act(be[t], k_d[t]), pos_d, N, H, Hkv, d, ldq, ldk, rf);
         } else { /* the two-call form */
-            be[t]->rope_forward(be[t], q_d[t], pos_d, N, H, d, ldq, rf);
-            be[t]->rope_forward(be[t], k_d[t], pos_d, N, Hkv, d, ldk, rf);
+            be[t]->ops->rope_forward(be[t], be_act(be[t], q_d[t]), pos_d, N, H, d, ldq, rf);
+            be[t]->ops->rope_forward(be[t], be_act(be[t], k_d[t]), pos_d, N, Hkv, d, ldk, rf);
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(pos_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(pos_d);
         if (t == 3) unsetenv("RRFP_ROPE_TABLE");
     }
     cmp("q", q_d[0], q_d[1], nq, 1);
@@ -386,7 +386,7 @@ static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int 
     cmp("k_2calls", k_d[0], k_d[2], nk, 0);
     cmp("q_notable", q_d[2], q_d[3], nq, 0);
     cmp("k_notable", k_d[2], k_d[3], nk, 0);
-    for (int t = 0; t < 4; t++) be[t]->free(q_d[t]), be[t]->free(k_d[t]);
+    for (int t = 0; t < 4; t++) be[t]->dev->free(q_d[t]), be[t]->dev->free(k_d[t]);
     free(q), free(k), free(pos);
 }
 
@@ -400,15 +400,15 @@ static void run_embedding(void) {
     float* y_d[2];
     for (int t = 0; t < 2; t++) {
         float* tab_d = upw(be[t], table, (size_t)V * C);
-        int* ids_d = be[t]->alloc(sizeof ids);
-        be[t]->copy_h2d(be[t], ids_d, ids, sizeof ids);
-        y_d[t] = be[t]->alloc((size_t)N * C * sizeof(float)); /* room for f32 words; bf16 ones take half */
-        be[t]->embedding_forward(be[t], y_d[t], ids_d, tab_d, N, C);
-        be[t]->synchronize(be[t]);
-        be[t]->free(tab_d), be[t]->free(ids_d);
+        int* ids_d = be[t]->dev->alloc(sizeof ids);
+        be[t]->dev->copy_h2d(be[t], ids_d, ids, sizeof ids);
+        y_d[t] = be[t]->dev->alloc((size_t)N * C * sizeof(float)); /* room for f32 words; bf16 ones take half */
+        be[t]->ops->embedding_forward(be[t], be_act(be[t], y_d[t]), ids_d, be_weight(be[t], tab_d), N, C);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(tab_d), be[t]->dev->free(ids_d);
     }
     cmp("out", y_d[0], y_d[1], (size_t)N * C, 1);
-    for (int t = 0; t < 2; t++) be[t]->free(y_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(y_d[t]);
     free(table);
 }
 
@@ -423,15 +423,15 @@ static void run_ce(void) {
     float *loss_d[2], *lse_d[2], *dz_d[2];
     for (int t = 0; t < 2; t++) {
         float* z_d = upa(be[t], z, n);
-        int* tg_d = be[t]->alloc(sizeof tg);
-        be[t]->copy_h2d(be[t], tg_d, tg, sizeof tg);
-        loss_d[t] = be[t]->alloc(sizeof(float));
-        lse_d[t] = be[t]->alloc(N * sizeof(float));
+        int* tg_d = be[t]->dev->alloc(sizeof tg);
+        be[t]->dev->copy_h2d(be[t], tg_d, tg, sizeof tg);
+        loss_d[t] = be[t]->dev->alloc(sizeof(float));
+        lse_d[t] = be[t]->dev->alloc(N * sizeof(float));
         dz_d[t] = up32(be[t], dz0, n);
-        be[t]->crossentropy_forward(be[t], loss_d[t], lse_d[t], z_d, tg_d, N, V);
-        be[t]->crossentropy_backward(be[t], dz_d[t], z_d, lse_d[t], tg_d, 0.1f, N, V);
-        be[t]->synchronize(be[t]);
-        be[t]->free(z_d), be[t]->free(tg_d);
+        be[t]->ops->crossentropy_forward(be[t], loss_d[t], lse_d[t], be_act(be[t], z_d), tg_d, N, V);
+        be[t]->ops->crossentropy_backward(be[t], dz_d[t], be_act(be[t], z_d), lse_d[t], tg_d, 0.1f, N, V);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(z_d), be[t]->dev->free(tg_d);
     }
     cmp("loss", loss_d[0], loss_d[1], 1, 0);
     cmp("lse", lse_d[0], lse_d[1], N, 0);
@@ -441,18 +441,18 @@ static void run_ce(void) {
     {
         float* zero = calloc(n, sizeof(float));
         float *z_d = upa(B16, z, n), *ref = up32(B16, zero, n), *z16 = upa(B16A, z, n);
-        int *tg0 = B16->alloc(sizeof tg), *tg1 = B16A->alloc(sizeof tg);
+        int *tg0 = B16->dev->alloc(sizeof tg), *tg1 = B16A->dev->alloc(sizeof tg);
         uint16_t* dz16 = up16(B16A, dz0, n);
-        B16->copy_h2d(B16, tg0, tg, sizeof tg);
-        B16A->copy_h2d(B16A, tg1, tg, sizeof tg);
-        B16->crossentropy_backward(B16, ref, z_d, lse_d[0], tg0, 0.1f, N, V);
-        B16A->b16->crossentropy_backward(B16A, dz16, z16, lse_d[1], tg1, 0.1f, N, V);
-        B16->synchronize(B16), B16A->synchronize(B16A);
+        B16->dev->copy_h2d(B16, tg0, tg, sizeof tg);
+        B16A->dev->copy_h2d(B16A, tg1, tg, sizeof tg);
+        B16->ops->crossentropy_backward(B16, ref, be_act(B16, z_d), lse_d[0], tg0, 0.1f, N, V);
+        B16A->ops->b16->crossentropy_backward(B16A, dz16, be_act(B16A, z16), lse_d[1], tg1, 0.1f, N, V);
+        B16->dev->synchronize(B16), B16A->dev->synchronize(B16A);
         cmp16("dlogits16", ref, V, dz16, V, N, V);
-        B16->free(z_d), B16->free(ref), B16->free(tg0), B16A->free(z16), B16A->free(tg1), B16A->free(dz16);
+        B16->dev->free(z_d), B16->dev->free(ref), B16->dev->free(tg0), B16A->dev->free(z16), B16A->dev->free(tg1), B16A->dev->free(dz16);
         free(zero);
     }
-    for (int t = 0; t < 2; t++) be[t]->free(loss_d[t]), be[t]->free(lse_d[t]), be[t]->free(dz_d[t]);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(loss_d[t]), be[t]->dev->free(lse_d[t]), be[t]->dev->free(dz_d[t]);
     free(z), free(dz0);
 }
 
@@ -472,17 +472,17 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
     float *o_d[3], *lse_d[3], *dq_d[3], *dk_d[3], *dv_d[3];
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
-        be[t]->reserve(be[t], 0, 0, &ar, 1);
+        be[t]->dev->reserve(be[t], 0, 0, &ar, 1);
         float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
-        int* cu_d = be[t]->alloc((S + 1) * sizeof(int));
-        be[t]->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
-        o_d[t] = upa(be[t], q, nq), lse_d[t] = be[t]->alloc((size_t)T * H * sizeof(float));
+        int* cu_d = be[t]->dev->alloc((S + 1) * sizeof(int));
+        be[t]->dev->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
+        o_d[t] = upa(be[t], q, nq), lse_d[t] = be[t]->dev->alloc((size_t)T * H * sizeof(float));
         dq_d[t] = up32(be[t], dq0, nq), dk_d[t] = up32(be[t], dk0, nkv), dv_d[t] = up32(be[t], dv0, nkv);
-        be[t]->attention_forward(be[t], o_d[t], lse_d[t], q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
-        be[t]->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, o_d[t], lse_d[t], q_d, k_d, v_d, cu_d, S, T, H,
+        be[t]->ops->attention_forward(be[t], be_act(be[t], o_d[t]), lse_d[t], be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, be_act(be[t], o_d[t]), lse_d[t], be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H,
                                   Hkv, d, Dq, Dkv, 1);
-        be[t]->synchronize(be[t]);
-        be[t]->free(q_d), be[t]->free(k_d), be[t]->free(v_d), be[t]->free(dy_d), be[t]->free(cu_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(q_d), be[t]->dev->free(k_d), be[t]->dev->free(v_d), be[t]->dev->free(dy_d), be[t]->dev->free(cu_d);
     }
     for (int t = 0; t < 2; t++) { /* 2: the bf16 table's */
         const char* tags[2][5] = {{"out", "lse", "dq", "dk", "dv"}, {"out#2", "lse#2", "dq#2", "dk#2", "dv#2"}};
@@ -493,11 +493,11 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
         cmp(tags[t][4], dv_d[2], dv_d[t], nkv, 0);
     }
     for (int t = 0; t < 3; t++)
-        be[t]->free(o_d[t]), be[t]->free(lse_d[t]), be[t]->free(dq_d[t]), be[t]->free(dk_d[t]), be[t]->free(dv_d[t]);
+        be[t]->dev->free(o_d[t]), be[t]->dev->free(lse_d[t]), be[t]->dev->free(dq_d[t]), be[t]->dev->free(dk_d[t]), be[t]->dev->free(dv_d[t]);
     free(q), free(k), free(v), free(dy), free(dq0), free(dk0), free(dv0);
 }
 
-/* ---- the 2-byte output-gradient ops (Backend.b16) -------------------------------------------------------------
+/* ---- the 2-byte output-gradient ops (BackendOps.b16) --------------------------------------------------------------
  * Each producer's 2-byte output against rr_f32_to_bf16 of the bf16 table's plain op into a zeroed f32 buffer (what
  * the plain path's GEMM conversion made of it): bitwise in the emulation, within tol on a device. W values per row
  * of stride ld16 in the 2-byte buffer, of stride ld in the reference. */
@@ -505,7 +505,7 @@ static void cmp16(const char* what, const float* ref_d, int ld, const uint16_t* 
     float* ref = down(B16, ref_d, (size_t)(rows - 1) * ld + W, 0);
     size_t n16 = (size_t)(rows - 1) * ld16 + W;
     uint16_t* got = mallocCheck(n16 * sizeof(uint16_t));
-    B16A->copy_d2h(B16A, got, got_d, n16 * sizeof(uint16_t));
+    B16A->dev->copy_d2h(B16A, got, got_d, n16 * sizeof(uint16_t));
     size_t differ = 0;
     double e = 0.0, m = 0.0;
     for (int r = 0; r < rows; r++)
@@ -542,31 +542,31 @@ static void run_b16_linear(const char* name, int N, int C, int OC, int with_bias
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
         if (t == 0) {
             dxz = up32(be[t], zero, nx);
-            be[t]->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-            be[t]->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, x_d, w_d, N, C, OC);
-            be[t]->linear_backward(be[t], dxz, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
+            be[t]->ops->linear_backward(be[t], dx_d[t], NULL, NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+            be[t]->ops->linear_backward(be[t], NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
+            be[t]->ops->linear_backward(be[t], dxz, NULL, NULL, dy_d, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC);
         } else {
             uint16_t* dy16 = up16(be[t], dy, ny);
             dx16 = up16(be[t], dx0, nx); /* garbage: overwritten */
             dxs = up32(be[t], dx0, nx); /* garbage: written (set) */
-            be[t]->b16->linear_backward(be[t], dx_d[t], NULL, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 0);
-            be[t]->b16->linear_backward(be[t], NULL, NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy16, with_bias ? dy_d : NULL,
-                                        x_d, w_d, N, C, OC, 0);
-            be[t]->b16->linear_backward(be[t], NULL, dx16, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 1);
-            be[t]->b16->linear_backward(be[t], dxs, NULL, NULL, NULL, dy16, NULL, x_d, w_d, N, C, OC, 1);
-            be[t]->synchronize(be[t]);
-            be[t]->free(dy16);
+            be[t]->ops->b16->linear_backward(be[t], dx_d[t], NULL, NULL, NULL, dy16, NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->b16->linear_backward(be[t], NULL, NULL, dw_d[t], with_bias ? db_d[t] : NULL, dy16, with_bias ? dy_d : NULL,
+                                        be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->b16->linear_backward(be[t], NULL, dx16, NULL, NULL, dy16, NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
+            be[t]->ops->b16->linear_backward(be[t], dxs, NULL, NULL, NULL, dy16, NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
+            be[t]->dev->synchronize(be[t]);
+            be[t]->dev->free(dy16);
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dy_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(dy_d);
     }
     cmp("dinp", dx_d[0], dx_d[1], nx, 0);
     cmp("dweight", dw_d[0], dw_d[1], nw, 0);
     if (with_bias) cmp("dbias", db_d[0], db_d[1], OC, 0);
     cmp16("dinp16", dxz, C, dx16, C, N, C);
     cmp("dinp_set", dxz, dxs, nx, 0);
-    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
-    B16->free(dxz), B16A->free(dx16), B16A->free(dxs);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(dx_d[t]), be[t]->dev->free(dw_d[t]), be[t]->dev->free(db_d[t]);
+    B16->dev->free(dxz), B16A->dev->free(dx16), B16A->dev->free(dxs);
     free(x), free(w), free(dy), free(dx0), free(dw0), free(db0), free(zero);
 }
 
@@ -586,22 +586,22 @@ static void run_b16_elementwise(const char* name, size_t n, int N, int C) {
         float *x_d = upa(be[t], x, nn), *w_d = up32(be[t], w, C), *dyn_d = up32(be[t], dyn, nn), *rs_d = up32(be[t], rs, N);
         dx_d[t] = up32(be[t], dx0, nn);
         if (t == 0) {
-            be[t]->swiglu_backward(be[t], dg_ref, du_ref, dy_d, g_d, u_d, n);
-            be[t]->rmsnorm_backward(be[t], dx_d[t], NULL, dyn_d, x_d, w_d, rs_d, N, C);
+            be[t]->ops->swiglu_backward(be[t], dg_ref, du_ref, dy_d, be_act(be[t], g_d), be_act(be[t], u_d), n);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, dyn_d, be_act(be[t], x_d), w_d, rs_d, N, C);
         } else {
-            be[t]->b16->swiglu_backward(be[t], dg16, du16, dy_d, g_d, u_d, n);
-            be[t]->b16->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, x_d, w_d, rs_d, N, C);
+            be[t]->ops->b16->swiglu_backward(be[t], dg16, du16, dy_d, be_act(be[t], g_d), be_act(be[t], u_d), n);
+            be[t]->ops->b16->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, be_act(be[t], x_d), w_d, rs_d, N, C);
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(g_d), be[t]->free(u_d), be[t]->free(dy_d), be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dyn_d);
-        be[t]->free(rs_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(g_d), be[t]->dev->free(u_d), be[t]->dev->free(dy_d), be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(dyn_d);
+        be[t]->dev->free(rs_d);
     }
     cmp16("dgate16", dg_ref, (int)n, dg16, (int)n, 1, (int)n);
     cmp16("dup16", du_ref, (int)n, du16, (int)n, 1, (int)n);
     cmp("rms dinp", dx_d[0], dx_d[1], nn, 0);
     cmp16("rms16", dx_d[0], C, dx16, C, N, C);
-    B16->free(dg_ref), B16->free(du_ref), B16A->free(dg16), B16A->free(du16), B16A->free(dx16);
-    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]);
+    B16->dev->free(dg_ref), B16->dev->free(du_ref), B16A->dev->free(dg16), B16A->dev->free(du16), B16A->dev->free(dx16);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(dx_d[t]);
     free(g), free(u), free(dy), free(zero), free(x), free(w), free(dyn), free(dx0), free(rs);
 }
 
@@ -621,19 +621,19 @@ static void run_b16_ln_act(const char* name, int N, int C) {
         float *x_d = upa(be[t], x, n), *w_d = up32(be[t], w, C), *dy_d = up32(be[t], dy, n), *m_d = up32(be[t], m, N);
         float* rs_d = up32(be[t], rs, N);
         dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
-        if (t == 0) be[t]->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
-        else be[t]->b16->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, x_d, w_d, m_d, rs_d, N, C);
+        if (t == 0) be[t]->ops->layernorm_backward(be[t], dx_d[t], dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, m_d, rs_d, N, C);
+        else be[t]->ops->b16->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, m_d, rs_d, N, C);
         for (int k = 0; k < 3; k++) {
             da_d[t][k] = up32(be[t], dx0, n);
             if (t == 0) {
-                be[t]->act_backward(be[t], da_d[t][k], dy_d, x_d, n, acts[k]);
+                be[t]->ops->act_backward(be[t], da_d[t][k], dy_d, be_act(be[t], x_d), n, acts[k]);
             } else {
                 da16[k] = up16(be[t], dy, n);
-                be[t]->b16->act_backward(be[t], da_d[t][k], da16[k], dy_d, x_d, n, acts[k]);
+                be[t]->ops->b16->act_backward(be[t], da_d[t][k], da16[k], dy_d, be_act(be[t], x_d), n, acts[k]);
             }
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(x_d), be[t]->free(w_d), be[t]->free(dy_d), be[t]->free(m_d), be[t]->free(rs_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(dy_d), be[t]->dev->free(m_d), be[t]->dev->free(rs_d);
     }
     cmp("ln dinp", dx_d[0], dx_d[1], n, 0);
     cmp16("ln16", dx_d[0], C, dx16, C, N, C);
@@ -643,10 +643,10 @@ static void run_b16_ln_act(const char* name, int N, int C) {
     for (int k = 0; k < 3; k++) {
         cmp(tags[k][0], da_d[0][k], da_d[1][k], n, 0);
         cmp16(tags[k][1], da_d[0][k], C, da16[k], C, N, C);
-        B16->free(da_d[0][k]), B16A->free(da_d[1][k]), B16A->free(da16[k]);
+        B16->dev->free(da_d[0][k]), B16A->dev->free(da_d[1][k]), B16A->dev->free(da16[k]);
     }
-    for (int t = 0; t < 2; t++) be[t]->free(dx_d[t]), be[t]->free(dw_d[t]), be[t]->free(db_d[t]);
-    B16A->free(dx16);
+    for (int t = 0; t < 2; t++) be[t]->dev->free(dx_d[t]), be[t]->dev->free(dw_d[t]), be[t]->dev->free(db_d[t]);
+    B16A->dev->free(dx16);
     free(x), free(w), free(dy), free(dx0), free(m), free(rs), free(dw0), free(db0);
 }
 
@@ -662,23 +662,23 @@ static void run_b16_rope(const char* name, const RopeFreq* rf, int N, int H, int
     for (int i = 0; i < N; i++) pos[i] = (i * 7) % 23, pos[N + i] = (i * 3) % 11;
     float *ref = up32(B16, dx, n), *got = up32(B16A, dx, n);
     uint16_t* g16 = up16(B16A, dx, (size_t)N * H * d);
-    int *pos0 = B16->alloc(2 * N * sizeof(int)), *pos1 = B16A->alloc(2 * N * sizeof(int));
-    B16->copy_h2d(B16, pos0, pos, 2 * N * sizeof(int));
-    B16A->copy_h2d(B16A, pos1, pos, 2 * N * sizeof(int));
+    int *pos0 = B16->dev->alloc(2 * N * sizeof(int)), *pos1 = B16A->dev->alloc(2 * N * sizeof(int));
+    B16->dev->copy_h2d(B16, pos0, pos, 2 * N * sizeof(int));
+    B16A->dev->copy_h2d(B16A, pos1, pos, 2 * N * sizeof(int));
     int ldk = d + 3;
     size_t nk = (size_t)N * ldk;
     float* dk = hrand(nk, 2, 0);
     float *refk = up32(B16, dk, nk), *gotk = up32(B16A, dk, nk);
     uint16_t* k16 = up16(B16A, dk, (size_t)N * d);
     if (rf) {
-        B16->rope_backward(B16, ref, pos0, N, H, d, ld, rf);
-        B16->rope_backward(B16, refk, pos0, N, 1, d, ldk, rf);
-        B16A->b16->rope_qk_backward(B16A, g16, H * d, got, k16, d, gotk, pos1, N, H, 1, d, ld, ldk, rf, keep, !keep);
+        B16->ops->rope_backward(B16, ref, pos0, N, H, d, ld, rf);
+        B16->ops->rope_backward(B16, refk, pos0, N, 1, d, ldk, rf);
+        B16A->ops->b16->rope_qk_backward(B16A, g16, H * d, got, k16, d, gotk, pos1, N, H, 1, d, ld, ldk, rf, keep, !keep);
     } else {
-        B16->rope2d_backward(B16, ref, pos0, pos0 + N, N, H, d, ld);
-        B16A->b16->rope2d_backward(B16A, g16, H * d, got, pos1, pos1 + N, N, H, d, ld, keep);
+        B16->ops->rope2d_backward(B16, ref, pos0, pos0 + N, N, H, d, ld);
+        B16A->ops->b16->rope2d_backward(B16A, g16, H * d, got, pos1, pos1 + N, N, H, d, ld, keep);
     }
-    B16->synchronize(B16), B16A->synchronize(B16A);
+    B16->dev->synchronize(B16), B16A->dev->synchronize(B16A);
     cmp16("dx16", ref, ld, g16, H * d, N, H * d);
     if (rf) { /* dk: kept the other way */
         cmp16("dk16", refk, ldk, k16, d, N, d);
@@ -703,8 +703,8 @@ static void run_b16_rope(const char* name, const RopeFreq* rf, int N, int H, int
         failures += moved;
         free(h);
     }
-    B16->free(ref), B16->free(pos0), B16A->free(got), B16A->free(g16), B16A->free(pos1);
-    B16->free(refk), B16A->free(gotk), B16A->free(k16);
+    B16->dev->free(ref), B16->dev->free(pos0), B16A->dev->free(got), B16A->dev->free(g16), B16A->dev->free(pos1);
+    B16->dev->free(refk), B16A->dev->free(gotk), B16A->dev->free(k16);
     free(dx), free(pos), free(dk);
 }
 
@@ -723,15 +723,15 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
     uint16_t *dv16 = NULL, *mq16 = NULL, *mk16 = NULL, *mv16 = NULL;
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
-        be[t]->reserve(be[t], 0, 0, &ar, 1);
+        be[t]->dev->reserve(be[t], 0, 0, &ar, 1);
         float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
-        int* cu_d = be[t]->alloc((S + 1) * sizeof(int));
-        be[t]->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
-        float *o_d = upa(be[t], q, nq), *lse_d = be[t]->alloc((size_t)T * H * sizeof(float));
+        int* cu_d = be[t]->dev->alloc((S + 1) * sizeof(int));
+        be[t]->dev->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
+        float *o_d = upa(be[t], q, nq), *lse_d = be[t]->dev->alloc((size_t)T * H * sizeof(float));
         dq_d[t] = up32(be[t], zero, nq), dk_d[t] = up32(be[t], zero, nkv), dv_d[t] = up32(be[t], zero, nkv);
-        be[t]->attention_forward(be[t], o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        be[t]->ops->attention_forward(be[t], be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
         if (t == 0) {
-            be[t]->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv,
+            be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], dy_d, be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv,
                                       d, Dq, Dkv, 1);
         } else {
             uint16_t* dy16 = up16(be[t], dy, nq);
@@ -740,17 +740,17 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
                 mq16 = up16(be[t], dy, nq), mk16 = up16(be[t], dy, nkv), mv16 = up16(be[t], dy, nkv);
             }
             if (t == 1)
-                be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, dy16, o_d, lse_d, q_d,
-                                               k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+                be[t]->ops->b16->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, dy16, be_act(be[t], o_d), lse_d, be_act(be[t], q_d),
+                                               be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
             else /* mirrors of stride Dkv (the q mirror where Dq == Dkv) */
-                be[t]->b16->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], Dkv == Dq ? mq16 : NULL, mk16, mv16, Dkv,
-                                               dy16, o_d, lse_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
-            be[t]->synchronize(be[t]);
-            be[t]->free(dy16);
+                be[t]->ops->b16->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], Dkv == Dq ? mq16 : NULL, mk16, mv16, Dkv,
+                                               dy16, be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+            be[t]->dev->synchronize(be[t]);
+            be[t]->dev->free(dy16);
         }
-        be[t]->synchronize(be[t]);
-        be[t]->free(q_d), be[t]->free(k_d), be[t]->free(v_d), be[t]->free(dy_d), be[t]->free(cu_d), be[t]->free(o_d);
-        be[t]->free(lse_d);
+        be[t]->dev->synchronize(be[t]);
+        be[t]->dev->free(q_d), be[t]->dev->free(k_d), be[t]->dev->free(v_d), be[t]->dev->free(dy_d), be[t]->dev->free(cu_d), be[t]->dev->free(o_d);
+        be[t]->dev->free(lse_d);
     }
     cmp("dq", dq_d[0], dq_d[1], nq, 0);
     cmp("dk", dk_d[0], dk_d[1], nkv, 0);
@@ -760,9 +760,9 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
     if (Dkv == Dq) cmp16("dq16m", dq_d[0], Dq, mq16, Dkv, T, Dq);
     cmp16("dk16m", dk_d[0], Dkv, mk16, Dkv, T, Dkv);
     cmp16("dv16m", dv_d[0], Dkv, mv16, Dkv, T, Dkv);
-    B16A->free(mq16), B16A->free(mk16), B16A->free(mv16);
-    for (int t = 0; t < 3; t++) be[t]->free(dq_d[t]), be[t]->free(dk_d[t]), be[t]->free(dv_d[t]);
-    B16A->free(dv16);
+    B16A->dev->free(mq16), B16A->dev->free(mk16), B16A->dev->free(mv16);
+    for (int t = 0; t < 3; t++) be[t]->dev->free(dq_d[t]), be[t]->dev->free(dk_d[t]), be[t]->dev->free(dv_d[t]);
+    B16A->dev->free(dv16);
     free(q), free(k), free(v), free(dy), free(zero);
 }
 
@@ -772,17 +772,17 @@ static void run_convert(void) {
     size_t n = 1000;
     float* x = hrand(n, 100, 1);
     float* x_d = up32(B16A, x, n);
-    uint16_t* h_d = B16A->alloc(n * sizeof(uint16_t));
-    float* y_d = B16A->alloc(n * sizeof(float));
-    B16A->to_bf16(B16A, h_d, x_d, n);
-    B16A->from_bf16(B16A, y_d, h_d, n);
+    uint16_t* h_d = B16A->dev->alloc(n * sizeof(uint16_t));
+    float* y_d = B16A->dev->alloc(n * sizeof(float));
+    B16A->ops->to_bf16(B16A, h_d, x_d, n);
+    B16A->ops->from_bf16(B16A, y_d, h_d, n);
     float* y = down(B16A, y_d, n, 0);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += memcmp(&x[i], &y[i], 4) != 0;
     checks++;
     printf("  %-22s %-7s %zu values, %zu differ %s\n", case_name, "trip", n, bad, bad ? "FAIL" : "ok");
     failures += bad != 0;
-    B16A->free(x_d), B16A->free(h_d), B16A->free(y_d);
+    B16A->dev->free(x_d), B16A->dev->free(h_d), B16A->dev->free(y_d);
     free(x), free(y);
 }
 
@@ -800,15 +800,15 @@ int main(int argc, char** argv) {
     B16 = backend_with_precision(cu, PRECISION_BF16);
     B16A = B16->act_bf16_variant;
     if (B16->act_dtype != DTYPE_F32 || !B16A || B16A->act_dtype != DTYPE_BF16 || B16A->precision != PRECISION_BF16 ||
-        B16A->weight_dtype != DTYPE_BF16 || B16A->act_bf16_variant != B16A || !B16A->from_bf16 || !B16A->to_bf16 ||
-        !B16A->add_f32_forward || B16->add_f32_forward || cu->add_f32_forward ||
+        B16A->weight_dtype != DTYPE_BF16 || B16A->act_bf16_variant != B16A || !B16A->ops->from_bf16 || !B16A->ops->to_bf16 ||
+        !B16A->ops->add_f32_forward || B16->ops->add_f32_forward || cu->ops->add_f32_forward ||
         cu->act_bf16_variant != NULL || backend_cpu_bf16.act_bf16_variant != NULL) {
         printf("test_cuda_bf16a: FAIL: the tables' act_dtype / act_bf16_variant are not as engine.h says\n");
         return 1;
     }
     /* generation's decoding attention is not on it (NULL: generation refuses it, naming the backend); CLIP's ops are */
-    if (B16A->attention_decode || !B16A->act_forward || !B16A->act_backward || !B16A->rows_gather_forward ||
-        !B16A->rows_gather_backward || !B16A->linear_gelu_forward) {
+    if (B16A->ops->attention_decode || !B16A->ops->act_forward || !B16A->ops->act_backward || !B16A->ops->rows_gather_forward ||
+        !B16A->ops->rows_gather_backward || !B16A->ops->linear_gelu_forward) {
         printf("test_cuda_bf16a: FAIL: the bf16-activation table's slots are not as engine.h says\n");
         return 1;
     }
@@ -865,8 +865,8 @@ int main(int argc, char** argv) {
     RUN("attention_mha_d64", run_attention("attention_mha_d64", 2, lens_b, 2, 2, 64));
     RUN("to_bf16/from_bf16", run_convert());
     /* the 2-byte output-gradient ops: every producer's 2-byte store against the narrowed f32 reference */
-    if (!B16A->b16 || B16->b16 || cu->b16 || backend_cpu_bf16.b16) {
-        printf("test_cuda_bf16a: FAIL: Backend.b16 must be set on the bf16-activation table only\n");
+    if (!B16A->ops->b16 || B16->ops->b16 || cu->ops->b16 || backend_cpu_bf16.ops->b16) {
+        printf("test_cuda_bf16a: FAIL: BackendOps.b16 must be set on the bf16-activation table only\n");
         return 1;
     }
     RUN("b16_linear", run_b16_linear("b16_linear", 37, 48, 40, 0));
@@ -882,7 +882,7 @@ int main(int argc, char** argv) {
     /* head dim 128: the dq kernel's single-buffered variant (dq3), its mirror store too */
     RUN("b16_attention_mha_d128", run_b16_attention("b16_attention_mha_d128", 2, lens_b, 2, 2, 128));
 #undef RUN
-    B16->synchronize(B16);
+    B16->dev->synchronize(B16);
     if (checks == 0) {
         printf("test_cuda_bf16a: FAIL: no case matched '%s'\n", only ? only : "");
         return 1;

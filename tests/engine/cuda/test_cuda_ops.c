@@ -266,8 +266,8 @@ static float* hcopy(const float* x, size_t n) {
 }
 /* device copy of n floats / ints */
 static float* up(const float* h, size_t n) {
-    float* d = cu->alloc((n ? n : 1) * sizeof(float));
-    cu->copy_h2d(cu, d, h, n * sizeof(float));
+    float* d = cu->dev->alloc((n ? n : 1) * sizeof(float));
+    cu->dev->copy_h2d(cu, d, h, n * sizeof(float));
     return d;
 }
 /* device copy of a GEMM bias in the table's bias storage (Backend.bias_dtype): the bf16 table's are 2-byte bf16
@@ -277,8 +277,8 @@ static float* upb(float* h, size_t n) {
     if (cu->bias_dtype != DTYPE_BF16) return up(h, n);
     uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) h[i] = rr_bf16_to_f32(b[i] = rr_f32_to_bf16(h[i]));
-    float* d = cu->alloc((n ? n : 1) * sizeof(uint16_t));
-    cu->copy_h2d(cu, d, b, n * sizeof(uint16_t));
+    float* d = cu->dev->alloc((n ? n : 1) * sizeof(uint16_t));
+    cu->dev->copy_h2d(cu, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
 }
@@ -288,25 +288,25 @@ static float* upw(const float* h, size_t n) {
     if (cu->weight_dtype != DTYPE_BF16) return up(h, n);
     uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
-    float* d = cu->alloc((n ? n : 1) * sizeof(uint16_t));
-    cu->copy_h2d(cu, d, b, n * sizeof(uint16_t));
+    float* d = cu->dev->alloc((n ? n : 1) * sizeof(uint16_t));
+    cu->dev->copy_h2d(cu, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
 }
 static int* upi(const int* h, size_t n) {
-    int* d = cu->alloc((n ? n : 1) * sizeof(int));
-    cu->copy_h2d(cu, d, h, n * sizeof(int));
+    int* d = cu->dev->alloc((n ? n : 1) * sizeof(int));
+    cu->dev->copy_h2d(cu, d, h, n * sizeof(int));
     return d;
 }
 
 /* a device copy of n floats starting one float past the allocation's (16-byte aligned) start when mis: the
  * value-by-value path of the bandwidth kernels (CASE_MISALIGN); free with dfree */
 static float* upo(const float* h, size_t n, int mis) {
-    float* d = cu->alloc((n + 1) * sizeof(float));
-    cu->copy_h2d(cu, d + mis, h, n * sizeof(float));
+    float* d = cu->dev->alloc((n + 1) * sizeof(float));
+    cu->dev->copy_h2d(cu, d + mis, h, n * sizeof(float));
     return d + mis;
 }
-static void dfree(float* d, int mis) { cu->free(d - mis); }
+static void dfree(float* d, int mis) { cu->dev->free(d - mis); }
 
 /* The bandwidth kernels' paths over one call (cuda_bw_hooks.h) where the case names one: `launches` forward
  * (colsum 0) or column-sum (colsum 1) launches, each on the path of CASE_VEC / CASE_SCALAR, the column sums in
@@ -343,8 +343,8 @@ static void bw_check(const OpCase* tc, const char* what, int colsum, long launch
 static void cmp_bits(const char* what, const float* a_d, const float* b_d, size_t n) {
     float* a = mallocCheck((n ? n : 1) * sizeof(float));
     float* b = mallocCheck((n ? n : 1) * sizeof(float));
-    cu->copy_d2h(cu, a, a_d, n * sizeof(float));
-    cu->copy_d2h(cu, b, b_d, n * sizeof(float));
+    cu->dev->copy_d2h(cu, a, a_d, n * sizeof(float));
+    cu->dev->copy_d2h(cu, b, b_d, n * sizeof(float));
     size_t differ = 0;
     for (size_t i = 0; i < n; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
     printf("  %-20s %-8s aligned vs misaligned: %zu of %zu values differ %s\n", case_name, what, differ, n,
@@ -379,7 +379,7 @@ static void bf16_check_rows(const char* what, const float* got, size_t N, size_t
 
 static void cmp(const char* what, const float* dev, const float* ref, size_t n, double tol) {
     float* got = mallocCheck((n ? n : 1) * sizeof(float));
-    cu->copy_d2h(cu, got, dev, n * sizeof(float));
+    cu->dev->copy_d2h(cu, got, dev, n * sizeof(float));
     /* stored activations (RoPE's rows have untouched padding: run_rope checks them); "pre": the fused
      * linear + GELU's saved pre-activation, rounded as well */
     int rounded = bf16_pass && (!strcmp(what, "out") || !strcmp(what, "pre"));
@@ -407,25 +407,25 @@ static void run_linear(const OpCase* tc) {
     float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
     float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = upb(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
-    refb->linear_forward(refb, out, x, w, bias ? b : NULL, N, C, OC);
-    cu->linear_forward(cu, out_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
+    refb->ops->linear_forward(refb, be_act(refb, out), be_act(refb, x), be_weight(refb, w), be_bias(refb, bias ? b : NULL), N, C, OC);
+    cu->ops->linear_forward(cu, be_act(cu, out_d), be_act(cu, x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
     double tol = (tc->flags & CASE_BIG) ? TOL_GEMM_BIG : TOL_GEMM;
     cmp("out", out_d, out, nout, tol);
-    refb->linear_backward(refb, dx, dw, bias ? db : NULL, dy, x, w, N, C, OC);
+    refb->ops->linear_backward(refb, dx, dw, bias ? db : NULL, dy, be_act(refb, x), be_weight(refb, w), N, C, OC);
     bw_mark();
     if (tc->flags & CASE_SPLIT) {
-        cu->linear_backward(cu, dx_d, NULL, NULL, dy_d, x_d, w_d, N, C, OC);
-        cu->linear_backward(cu, NULL, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
+        cu->ops->linear_backward(cu, dx_d, NULL, NULL, dy_d, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC);
+        cu->ops->linear_backward(cu, NULL, dw_d, bias ? db_d : NULL, dy_d, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC);
     } else {
-        cu->linear_backward(cu, dx_d, dw_d, bias ? db_d : NULL, dy_d, x_d, w_d, N, C, OC);
+        cu->ops->linear_backward(cu, dx_d, dw_d, bias ? db_d : NULL, dy_d, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC);
     }
     if (bias && N > 0) bw_check(tc, "dbias", 1, 1);
     cmp("dinp", dx_d, dx, nin, tol);
     cmp("dweight", dw_d, dw, nw, tol);
     if (bias) cmp("dbias", db_d, db, OC, TOL_ROW);
     free(x), free(w), free(b), free(dy), free(out), free(dx), free(dw), free(db);
-    cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(dx_d), cu->free(dw_d);
-    cu->free(db_d);
+    cu->dev->free(x_d), cu->dev->free(w_d), cu->dev->free(b_d), cu->dev->free(dy_d), cu->dev->free(out_d), cu->dev->free(dx_d), cu->dev->free(dw_d);
+    cu->dev->free(db_d);
 }
 
 /* linear_gelu_forward on both tables, then gelu_backward from each side's own saved pre: the saved
@@ -437,8 +437,8 @@ static void run_linear_gelu(const OpCase* tc) {
     float *out = hrand(nout, 1), *pre = hrand(nout, 1), *dpre = hrand(nout, 1);
     float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = upb(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *pre_d = up(pre, nout), *dpre_d = up(dpre, nout);
-    refb->linear_gelu_forward(refb, out, pre, x, w, bias ? b : NULL, N, C, OC);
-    cu->linear_gelu_forward(cu, out_d, pre_d, x_d, w_d, bias ? b_d : NULL, N, C, OC);
+    refb->ops->linear_gelu_forward(refb, be_act(refb, out), be_act(refb, pre), be_act(refb, x), be_weight(refb, w), be_bias(refb, bias ? b : NULL), N, C, OC);
+    cu->ops->linear_gelu_forward(cu, be_act(cu, out_d), be_act(cu, pre_d), be_act(cu, x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
     cmp("pre", pre_d, pre, nout, TOL_GEMM);
     cmp("out", out_d, out, nout, TOL_LINEAR_GELU);
 #ifdef RR_CUDA_EMU
@@ -454,7 +454,7 @@ static void run_linear_gelu(const OpCase* tc) {
         const float* devs[2] = {pre_d, out_d};
         const float* refs[2] = {pre, out};
         for (int k = 0; k < 2; k++) {
-            cu->copy_d2h(cu, got, devs[k], nout * sizeof(float));
+            cu->dev->copy_d2h(cu, got, devs[k], nout * sizeof(float));
             size_t diff = 0;
             for (size_t i = 0; i < nout; i++) diff += got[i] != refs[k][i];
             int ok = diff * 1000 <= nout;
@@ -466,12 +466,12 @@ static void run_linear_gelu(const OpCase* tc) {
     }
 #endif
     /* the backward from the CPU's pre (as run_attention's): in bf16 the two pre may sit one bf16 ulp apart */
-    cu->copy_h2d(cu, pre_d, pre, nout * sizeof(float));
-    refb->gelu_backward(refb, dpre, dy, pre, nout);
-    cu->gelu_backward(cu, dpre_d, dy_d, pre_d, nout);
+    cu->dev->copy_h2d(cu, pre_d, pre, nout * sizeof(float));
+    refb->ops->gelu_backward(refb, dpre, dy, be_act(refb, pre), nout);
+    cu->ops->gelu_backward(cu, dpre_d, dy_d, be_act(cu, pre_d), nout);
     cmp("dpre", dpre_d, dpre, nout, TOL_ELEM);
     free(x), free(w), free(b), free(dy), free(out), free(pre), free(dpre);
-    cu->free(x_d), cu->free(w_d), cu->free(b_d), cu->free(dy_d), cu->free(out_d), cu->free(pre_d), cu->free(dpre_d);
+    cu->dev->free(x_d), cu->dev->free(w_d), cu->dev->free(b_d), cu->dev->free(dy_d), cu->dev->free(out_d), cu->dev->free(pre_d), cu->dev->free(dpre_d);
 }
 
 static void run_norm(const OpCase* tc) {
@@ -486,37 +486,37 @@ static void run_norm(const OpCase* tc) {
     float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = upo(dx, n, mis), *dw_d = up(dw, C), *db_d = up(db, C);
     bw_mark();
     if (ln) {
-        refb->layernorm_forward(refb, out, mean, rstd, x, w, b, N, C);
-        cu->layernorm_forward(cu, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
+        refb->ops->layernorm_forward(refb, be_act(refb, out), mean, rstd, be_act(refb, x), w, b, N, C);
+        cu->ops->layernorm_forward(cu, be_act(cu, out_d), mean_d, rstd_d, be_act(cu, x_d), w_d, b_d, N, C);
         bw_check(tc, "forward", 0, 1);
         cmp("mean", mean_d, mean, N, TOL_ROW);
     } else {
-        refb->rmsnorm_forward(refb, out, rstd, x, w, N, C, 1e-5);
-        cu->rmsnorm_forward(cu, out_d, rstd_d, x_d, w_d, N, C, 1e-5);
+        refb->ops->rmsnorm_forward(refb, be_act(refb, out), rstd, be_act(refb, x), w, N, C, 1e-5);
+        cu->ops->rmsnorm_forward(cu, be_act(cu, out_d), rstd_d, be_act(cu, x_d), w_d, N, C, 1e-5);
         bw_check(tc, "forward", 0, 1);
     }
     cmp("out", out_d, out, n, TOL_ROW);
     cmp("rstd", rstd_d, rstd, N, TOL_ROW);
     /* both backwards from the CPU's statistics, so only the backward is compared */
-    cu->copy_h2d(cu, mean_d, mean, N * sizeof(float));
-    cu->copy_h2d(cu, rstd_d, rstd, N * sizeof(float));
+    cu->dev->copy_h2d(cu, mean_d, mean, N * sizeof(float));
+    cu->dev->copy_h2d(cu, rstd_d, rstd, N * sizeof(float));
     bw_mark();
     if (ln) {
-        refb->layernorm_backward(refb, dx, dw, db, dy, x, w, mean, rstd, N, C);
+        refb->ops->layernorm_backward(refb, dx, dw, db, dy, be_act(refb, x), w, mean, rstd, N, C);
         if (split) {
-            cu->layernorm_backward(cu, dx_d, NULL, NULL, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
-            cu->layernorm_backward(cu, NULL, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, NULL, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
         } else {
-            cu->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
         }
         cmp("dbias", db_d, db, C, TOL_BWD);
     } else {
-        refb->rmsnorm_backward(refb, dx, dw, dy, x, w, rstd, N, C);
+        refb->ops->rmsnorm_backward(refb, dx, dw, dy, be_act(refb, x), w, rstd, N, C);
         if (split) {
-            cu->rmsnorm_backward(cu, dx_d, NULL, dy_d, x_d, w_d, rstd_d, N, C);
-            cu->rmsnorm_backward(cu, NULL, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
         } else {
-            cu->rmsnorm_backward(cu, dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
         }
     }
     bw_check(tc, "dweight", 1, 1);
@@ -525,32 +525,32 @@ static void run_norm(const OpCase* tc) {
     if (mis) { /* the same calls on aligned copies (the 16-byte path): the same bits */
         float *x2 = up(x, n), *dy2 = up(dy, n), *out2 = up(out, n), *mean2 = up(mean, N), *rstd2 = up(rstd, N);
         float *dx2 = up(dx, n), *dw2 = up(dw, C), *db2 = up(db, C);
-        cu->copy_d2d(cu, dx2, dx_d, n * sizeof(float)); /* start from the misaligned run's results: one more */
-        cu->copy_d2d(cu, dw2, dw_d, C * sizeof(float)); /* backward on each side adds the same values */
-        cu->copy_d2d(cu, db2, db_d, C * sizeof(float));
+        cu->dev->copy_d2d(cu, dx2, dx_d, n * sizeof(float)); /* start from the misaligned run's results: one more */
+        cu->dev->copy_d2d(cu, dw2, dw_d, C * sizeof(float)); /* backward on each side adds the same values */
+        cu->dev->copy_d2d(cu, db2, db_d, C * sizeof(float));
         if (ln) {
-            cu->layernorm_forward(cu, out2, mean2, rstd2, x2, w_d, b_d, N, C);
-            cu->layernorm_forward(cu, out_d, mean_d, rstd_d, x_d, w_d, b_d, N, C);
+            cu->ops->layernorm_forward(cu, be_act(cu, out2), mean2, rstd2, be_act(cu, x2), w_d, b_d, N, C);
+            cu->ops->layernorm_forward(cu, be_act(cu, out_d), mean_d, rstd_d, be_act(cu, x_d), w_d, b_d, N, C);
             cmp_bits("mean", mean2, mean_d, N);
-            cu->layernorm_backward(cu, dx2, dw2, db2, dy2, x2, w_d, mean2, rstd2, N, C);
-            cu->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, x_d, w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx2, dw2, db2, dy2, be_act(cu, x2), w_d, mean2, rstd2, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
             cmp_bits("dbias", db2, db_d, C);
         } else {
-            cu->rmsnorm_forward(cu, out2, rstd2, x2, w_d, N, C, 1e-5);
-            cu->rmsnorm_forward(cu, out_d, rstd_d, x_d, w_d, N, C, 1e-5);
-            cu->rmsnorm_backward(cu, dx2, dw2, dy2, x2, w_d, rstd2, N, C);
-            cu->rmsnorm_backward(cu, dx_d, dw_d, dy_d, x_d, w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_forward(cu, be_act(cu, out2), rstd2, be_act(cu, x2), w_d, N, C, 1e-5);
+            cu->ops->rmsnorm_forward(cu, be_act(cu, out_d), rstd_d, be_act(cu, x_d), w_d, N, C, 1e-5);
+            cu->ops->rmsnorm_backward(cu, dx2, dw2, dy2, be_act(cu, x2), w_d, rstd2, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
         }
         cmp_bits("out", out2, out_d, n);
         cmp_bits("rstd", rstd2, rstd_d, N);
         cmp_bits("dinp", dx2, dx_d, n);
         cmp_bits("dweight", dw2, dw_d, C);
-        cu->free(x2), cu->free(dy2), cu->free(out2), cu->free(mean2), cu->free(rstd2), cu->free(dx2), cu->free(dw2);
-        cu->free(db2);
+        cu->dev->free(x2), cu->dev->free(dy2), cu->dev->free(out2), cu->dev->free(mean2), cu->dev->free(rstd2), cu->dev->free(dx2), cu->dev->free(dw2);
+        cu->dev->free(db2);
     }
     free(x), free(w), free(b), free(dy), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
-    dfree(x_d, mis), cu->free(w_d), cu->free(b_d), dfree(dy_d, mis), dfree(out_d, mis), cu->free(mean_d);
-    cu->free(rstd_d), dfree(dx_d, mis), cu->free(dw_d), cu->free(db_d);
+    dfree(x_d, mis), cu->dev->free(w_d), cu->dev->free(b_d), dfree(dy_d, mis), dfree(out_d, mis), cu->dev->free(mean_d);
+    cu->dev->free(rstd_d), dfree(dx_d, mis), cu->dev->free(dw_d), cu->dev->free(db_d);
 }
 
 static void run_elementwise(const OpCase* tc) {
@@ -564,59 +564,59 @@ static void run_elementwise(const OpCase* tc) {
     float* ref_in = hcopy(a, n); /* the input before an in-place forward overwrote it */
     bw_mark();
     if (tc->op == OP_GELU) {
-        refb->gelu_forward(refb, inplace ? a : out, a, n);
-        cu->gelu_forward(cu, inplace ? a_d : out_d, a_d, n);
+        refb->ops->gelu_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), n);
+        cu->ops->gelu_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
         if (!inplace) {
-            refb->gelu_backward(refb, da, dy, ref_in, n);
-            cu->gelu_backward(cu, da_d, dy_d, a_d, n);
+            refb->ops->gelu_backward(refb, da, dy, be_act(refb, ref_in), n);
+            cu->ops->gelu_backward(cu, da_d, dy_d, be_act(cu, a_d), n);
             cmp("dinp", da_d, da, n, TOL_ELEM);
         }
     } else if (tc->op == OP_SWIGLU) {
-        refb->swiglu_forward(refb, out, a, b, n);
-        cu->swiglu_forward(cu, out_d, a_d, b_d, n);
+        refb->ops->swiglu_forward(refb, be_act(refb, out), be_act(refb, a), be_act(refb, b), n);
+        cu->ops->swiglu_forward(cu, be_act(cu, out_d), be_act(cu, a_d), be_act(cu, b_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", out_d, out, n, TOL_ELEM);
-        refb->swiglu_backward(refb, da, db, dy, a, b, n);
+        refb->ops->swiglu_backward(refb, da, db, dy, be_act(refb, a), be_act(refb, b), n);
         if (split) {
-            cu->swiglu_backward(cu, da_d, NULL, dy_d, a_d, b_d, n);
-            cu->swiglu_backward(cu, NULL, db_d, dy_d, a_d, b_d, n);
+            cu->ops->swiglu_backward(cu, da_d, NULL, dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
+            cu->ops->swiglu_backward(cu, NULL, db_d, dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
         } else {
-            cu->swiglu_backward(cu, da_d, db_d, dy_d, a_d, b_d, n);
+            cu->ops->swiglu_backward(cu, da_d, db_d, dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
         }
         cmp("dgate", da_d, da, n, TOL_ELEM);
         cmp("dup", db_d, db, n, TOL_ELEM);
     } else {
-        refb->add_forward(refb, inplace ? a : out, a, b, n);
-        cu->add_forward(cu, inplace ? a_d : out_d, a_d, b_d, n);
+        refb->ops->add_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), be_act(refb, b), n);
+        cu->ops->add_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), be_act(cu, b_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
     }
     if (mis && !inplace) { /* the forward on aligned copies (the 16-byte path): the same bits */
         float *a2 = up(ref_in, n), *b2 = up(b, n), *out2 = up(out, n), *a1 = upo(ref_in, n, 1);
         if (tc->op == OP_GELU) {
-            cu->gelu_forward(cu, out2, a2, n);
-            cu->gelu_forward(cu, out_d, a1, n);
+            cu->ops->gelu_forward(cu, be_act(cu, out2), be_act(cu, a2), n);
+            cu->ops->gelu_forward(cu, be_act(cu, out_d), be_act(cu, a1), n);
         } else if (tc->op == OP_SWIGLU) {
-            cu->swiglu_forward(cu, out2, a2, b2, n);
-            cu->swiglu_forward(cu, out_d, a1, b_d, n);
+            cu->ops->swiglu_forward(cu, be_act(cu, out2), be_act(cu, a2), be_act(cu, b2), n);
+            cu->ops->swiglu_forward(cu, be_act(cu, out_d), be_act(cu, a1), be_act(cu, b_d), n);
         } else {
-            cu->add_forward(cu, out2, a2, b2, n);
-            cu->add_forward(cu, out_d, a1, b_d, n);
+            cu->ops->add_forward(cu, be_act(cu, out2), be_act(cu, a2), be_act(cu, b2), n);
+            cu->ops->add_forward(cu, be_act(cu, out_d), be_act(cu, a1), be_act(cu, b_d), n);
         }
         cmp_bits("out", out2, out_d, n);
-        cu->free(a2), cu->free(b2), cu->free(out2), dfree(a1, 1);
+        cu->dev->free(a2), cu->dev->free(b2), cu->dev->free(out2), dfree(a1, 1);
     }
     free(a), free(b), free(dy), free(out), free(da), free(db), free(ref_in);
-    dfree(a_d, mis), dfree(b_d, mis), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(db_d);
+    dfree(a_d, mis), dfree(b_d, mis), cu->dev->free(dy_d), cu->dev->free(out_d), cu->dev->free(da_d), cu->dev->free(db_d);
 }
 
 /* --bf16: the H*d rotated values of each row must be bf16 (the padding up to ld is not RoPE's) */
 static void rope_check_bf16(const float* x_d, int N, int W, int ld) {
     if (!bf16_pass || N == 0) return;
     float* h = mallocCheck((size_t)N * ld * sizeof(float));
-    cu->copy_d2h(cu, h, x_d, (size_t)N * ld * sizeof(float));
+    cu->dev->copy_d2h(cu, h, x_d, (size_t)N * ld * sizeof(float));
     bf16_check_rows("forward", h, (size_t)N, (size_t)W, (size_t)ld);
     free(h);
 }
@@ -635,38 +635,38 @@ static void run_rope(const OpCase* tc) {
         size_t nk = (size_t)N * ldk;
         float* k = hrand(nk, 1);
         float* k_d = up(k, nk);
-        refb->rope_qk_forward(refb, x, k, pos, N, H, Hkv, d, ld, ldk, rf);
-        cu->rope_qk_forward(cu, x_d, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf);
+        refb->ops->rope_qk_forward(refb, be_act(refb, x), be_act(refb, k), pos, N, H, Hkv, d, ld, ldk, rf);
+        cu->ops->rope_qk_forward(cu, be_act(cu, x_d), be_act(cu, k_d), pos_d, N, H, Hkv, d, ld, ldk, rf);
         cmp("forward q", x_d, x, n, TOL_ROPE);
         cmp("forward k", k_d, k, nk, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
         rope_check_bf16(k_d, N, Hkv * d, ldk);
-        refb->rope_qk_backward(refb, x, k, pos, N, H, Hkv, d, ld, ldk, rf);
-        cu->rope_qk_backward(cu, x_d, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf);
+        refb->ops->rope_qk_backward(refb, x, k, pos, N, H, Hkv, d, ld, ldk, rf);
+        cu->ops->rope_qk_backward(cu, x_d, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf);
         cmp("backward q", x_d, x, n, TOL_ROPE);
         cmp("backward k", k_d, k, nk, TOL_ROPE);
         free(k);
-        cu->free(k_d);
+        cu->dev->free(k_d);
     } else if (tc->op == OP_ROPE) {
         const RopeFreq* rf = tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT;
-        refb->rope_forward(refb, x, pos, N, H, d, ld, rf);
-        cu->rope_forward(cu, x_d, pos_d, N, H, d, ld, rf);
+        refb->ops->rope_forward(refb, be_act(refb, x), pos, N, H, d, ld, rf);
+        cu->ops->rope_forward(cu, be_act(cu, x_d), pos_d, N, H, d, ld, rf);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
-        refb->rope_backward(refb, x, pos, N, H, d, ld, rf);
-        cu->rope_backward(cu, x_d, pos_d, N, H, d, ld, rf);
+        refb->ops->rope_backward(refb, x, pos, N, H, d, ld, rf);
+        cu->ops->rope_backward(cu, x_d, pos_d, N, H, d, ld, rf);
         cmp("backward", x_d, x, n, TOL_ROPE);
     } else {
-        refb->rope2d_forward(refb, x, pos, pos + N, N, H, d, ld);
-        cu->rope2d_forward(cu, x_d, pos_d, pos_d + N, N, H, d, ld);
+        refb->ops->rope2d_forward(refb, be_act(refb, x), pos, pos + N, N, H, d, ld);
+        cu->ops->rope2d_forward(cu, be_act(cu, x_d), pos_d, pos_d + N, N, H, d, ld);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
-        refb->rope2d_backward(refb, x, pos, pos + N, N, H, d, ld);
-        cu->rope2d_backward(cu, x_d, pos_d, pos_d + N, N, H, d, ld);
+        refb->ops->rope2d_backward(refb, x, pos, pos + N, N, H, d, ld);
+        cu->ops->rope2d_backward(cu, x_d, pos_d, pos_d + N, N, H, d, ld);
         cmp("backward", x_d, x, n, TOL_ROPE);
     }
     free(pos), free(x);
-    cu->free(x_d), cu->free(pos_d);
+    cu->dev->free(x_d), cu->dev->free(pos_d);
 }
 
 static void run_embedding(const OpCase* tc) {
@@ -677,14 +677,14 @@ static void run_embedding(const OpCase* tc) {
     float *table = hrand(nt, 1), *dy = hrand(n, 1), *out = hrand(n, 1), *dt = hrand(nt, 1);
     float *table_d = upw(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
     int* ids_d = upi(ids, N);
-    refb->embedding_forward(refb, out, ids, table, N, C);
-    cu->embedding_forward(cu, out_d, ids_d, table_d, N, C);
+    refb->ops->embedding_forward(refb, be_act(refb, out), ids, be_weight(refb, table), N, C);
+    cu->ops->embedding_forward(cu, be_act(cu, out_d), ids_d, be_weight(cu, table_d), N, C);
     cmp("out", out_d, out, n, 0.0);
-    refb->embedding_backward(refb, dt, dy, ids, N, C);
-    cu->embedding_backward(cu, dt_d, dy_d, ids_d, N, C);
+    refb->ops->embedding_backward(refb, dt, dy, ids, N, C);
+    cu->ops->embedding_backward(cu, dt_d, dy_d, ids_d, N, C);
     cmp("dtable", dt_d, dt, nt, TOL_EMB_BWD);
     free(ids), free(table), free(dy), free(out), free(dt);
-    cu->free(table_d), cu->free(dy_d), cu->free(out_d), cu->free(dt_d), cu->free(ids_d);
+    cu->dev->free(table_d), cu->dev->free(dy_d), cu->dev->free(out_d), cu->dev->free(dt_d), cu->dev->free(ids_d);
 }
 
 /* act_forward / act_backward: the same kernel_math.h functions in double on both sides: ELEM (device
@@ -697,23 +697,23 @@ static void run_act(const OpCase* tc) {
     int mis = !!(tc->flags & CASE_MISALIGN);
     float *a_d = upo(a, n, mis), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
     float* ref_in = hcopy(a, n);
-    refb->act_forward(refb, inplace ? a : out, a, n, act);
+    refb->ops->act_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), n, act);
     bw_mark();
-    cu->act_forward(cu, inplace ? a_d : out_d, a_d, n, act);
+    cu->ops->act_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), n, act);
     bw_check(tc, "forward", 0, 1);
     cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
-    refb->act_backward(refb, da, dy, ref_in, n, act);
+    refb->ops->act_backward(refb, da, dy, be_act(refb, ref_in), n, act);
     float* in_d = up(ref_in, n);
-    cu->act_backward(cu, da_d, dy_d, in_d, n, act);
+    cu->ops->act_backward(cu, da_d, dy_d, be_act(cu, in_d), n, act);
     cmp("dinp", da_d, da, n, TOL_ELEM);
     if (mis && !inplace) { /* the forward on an aligned copy (the 16-byte path): the same bits */
         float *a2 = up(ref_in, n), *out2 = up(out, n);
-        cu->act_forward(cu, out2, a2, n, act);
+        cu->ops->act_forward(cu, be_act(cu, out2), be_act(cu, a2), n, act);
         cmp_bits("out", out2, out_d, n);
-        cu->free(a2), cu->free(out2);
+        cu->dev->free(a2), cu->dev->free(out2);
     }
     free(a), free(dy), free(out), free(da), free(ref_in);
-    dfree(a_d, mis), cu->free(dy_d), cu->free(out_d), cu->free(da_d), cu->free(in_d);
+    dfree(a_d, mis), cu->dev->free(dy_d), cu->dev->free(out_d), cu->dev->free(da_d), cu->dev->free(in_d);
 }
 
 /* rows_gather: the forward adds the K taps in the CPU's order: ELEM (a few ulps of the sum); the backward
@@ -727,14 +727,14 @@ static void run_gather(const OpCase* tc) {
     float *w_d = up(w, nk), *table_d = up(table, nt), *out_d = up(out, n), *dy_d = up(dy, n), *dt_d = up(dt, nt);
     int* idx_d = upi(idx, nk);
     const float* wh = K == 1 ? NULL : w; /* K = 1: every weight 1 (the NULL form) */
-    refb->rows_gather_forward(refb, out, idx, wh, table, N, K, C);
-    cu->rows_gather_forward(cu, out_d, idx_d, K == 1 ? NULL : w_d, table_d, N, K, C);
+    refb->ops->rows_gather_forward(refb, be_act(refb, out), idx, wh, be_act(refb, table), N, K, C);
+    cu->ops->rows_gather_forward(cu, be_act(cu, out_d), idx_d, K == 1 ? NULL : w_d, be_act(cu, table_d), N, K, C);
     cmp("out", out_d, out, n, TOL_ELEM);
-    refb->rows_gather_backward(refb, dt, dy, idx, wh, N, K, C);
-    cu->rows_gather_backward(cu, dt_d, dy_d, idx_d, K == 1 ? NULL : w_d, N, K, C);
+    refb->ops->rows_gather_backward(refb, dt, dy, idx, wh, N, K, C);
+    cu->ops->rows_gather_backward(cu, dt_d, dy_d, idx_d, K == 1 ? NULL : w_d, N, K, C);
     cmp("dtable", dt_d, dt, nt, TOL_EMB_BWD);
     free(idx), free(w), free(table), free(out), free(dy), free(dt);
-    cu->free(w_d), cu->free(table_d), cu->free(out_d), cu->free(dy_d), cu->free(dt_d), cu->free(idx_d);
+    cu->dev->free(w_d), cu->dev->free(table_d), cu->dev->free(out_d), cu->dev->free(dy_d), cu->dev->free(dt_d), cu->dev->free(idx_d);
 }
 
 static void run_ce(const OpCase* tc) {
@@ -745,16 +745,16 @@ static void run_ce(const OpCase* tc) {
     float *z = hrand(n, 4), *lse = hrand(N, 1), *dz = hrand(n, 1), loss = 0.0f;
     float *z_d = up(z, n), *lse_d = up(lse, N), *dz_d = up(dz, n), *loss_d = up(&loss, 1);
     int* t_d = upi(t, N);
-    refb->crossentropy_forward(refb, &loss, lse, z, t, N, V);
-    cu->crossentropy_forward(cu, loss_d, lse_d, z_d, t_d, N, V);
+    refb->ops->crossentropy_forward(refb, &loss, lse, be_act(refb, z), t, N, V);
+    cu->ops->crossentropy_forward(cu, loss_d, lse_d, be_act(cu, z_d), t_d, N, V);
     cmp("loss_sum", loss_d, &loss, 1, TOL_ROW);
     cmp("lse", lse_d, lse, N, TOL_ROW);
-    cu->copy_h2d(cu, lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
-    refb->crossentropy_backward(refb, dz, z, lse, t, 1.0f / 9.0f, N, V);
-    cu->crossentropy_backward(cu, dz_d, z_d, lse_d, t_d, 1.0f / 9.0f, N, V);
+    cu->dev->copy_h2d(cu, lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
+    refb->ops->crossentropy_backward(refb, dz, be_act(refb, z), lse, t, 1.0f / 9.0f, N, V);
+    cu->ops->crossentropy_backward(cu, dz_d, be_act(cu, z_d), lse_d, t_d, 1.0f / 9.0f, N, V);
     cmp("dlogits", dz_d, dz, n, TOL_BWD);
     free(t), free(z), free(lse), free(dz);
-    cu->free(z_d), cu->free(lse_d), cu->free(dz_d), cu->free(loss_d), cu->free(t_d);
+    cu->dev->free(z_d), cu->dev->free(lse_d), cu->dev->free(dz_d), cu->dev->free(loss_d), cu->dev->free(t_d);
 }
 
 /* The path counters' change over one call (cuda_attn_hooks.h): the path that ran, checked as the header says. */
@@ -804,40 +804,40 @@ static void run_attention_gqa(const OpCase* tc) {
     float *q_d = up(q, nq), *kv_d = up(kv, nkv), *out_d = up(out, nout), *lse_d = up(lse, nlse), *dy_d = up(dy, nout);
     float *dq_d = up(dq, nq), *dkv_d = up(dkv, nkv);
     int* cu_d = upi(cu_seqlens, S + 1);
-    refb->attention_forward(refb, out, lse, q, kv, kv + kd, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, causal);
+    refb->ops->attention_forward(refb, be_act(refb, out), lse, be_act(refb, q), be_act(refb, kv), be_act(refb, kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, causal);
     /* cuDNN is never asked for grouped-query attention or separate q / kv strides: the bf16 table runs the own
      * tensor-core kernel (GQA-ready), the fp32 table attention.cu's */
     path_mark();
-    cu->attention_forward(cu, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d, ldq, ldkv, causal);
-    cu->synchronize(cu);
+    cu->ops->attention_forward(cu, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d, ldq, ldkv, causal);
+    cu->dev->synchronize(cu);
     path_check("fwd_path", 0, 0);
     cmp("out", out_d, out, nout, bf16_pass ? TOL_ATT_TC : TOL_ATT);
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
-    cu->copy_h2d(cu, out_d, out, nout * sizeof(float));
-    cu->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
-    refb->attention_backward(refb, dq, dkv, dkv + kd, dy, out, lse, q, kv, kv + kd, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+    cu->dev->copy_h2d(cu, out_d, out, nout * sizeof(float));
+    cu->dev->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
+    refb->ops->attention_backward(refb, dq, dkv, dkv + kd, dy, be_act(refb, out), lse, be_act(refb, q), be_act(refb, kv), be_act(refb, kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
                              causal);
     if (tc->flags & CASE_SPLIT) {
         path_mark();
-        cu->attention_backward(cu, dq_d, NULL, NULL, dy_d, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d, ldq,
+        cu->ops->attention_backward(cu, dq_d, NULL, NULL, dy_d, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d, ldq,
                                ldkv, causal);
-        cu->synchronize(cu);
+        cu->dev->synchronize(cu);
         path_check("bwd_path", 1, 0);
         path_mark();
-        cu->attention_backward(cu, NULL, dkv_d, dkv_d + kd, dy_d, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d,
+        cu->ops->attention_backward(cu, NULL, dkv_d, dkv_d + kd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
                                ldq, ldkv, causal);
     } else {
         path_mark();
-        cu->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, dy_d, out_d, lse_d, q_d, kv_d, kv_d + kd, cu_d, S, T, H, Hkv, d,
+        cu->ops->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
                                ldq, ldkv, causal);
     }
-    cu->synchronize(cu);
+    cu->dev->synchronize(cu);
     path_check("bwd_path", 1, 0);
     cmp("dq", dq_d, dq, nq, bf16_pass ? TOL_ATT_TC : TOL_ATT);
     cmp("dkv", dkv_d, dkv, nkv, bf16_pass ? TOL_ATT_TC : TOL_ATT);
     free(q), free(kv), free(out), free(lse), free(dy), free(dq), free(dkv);
-    cu->free(q_d), cu->free(kv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dq_d), cu->free(dkv_d);
-    cu->free(cu_d);
+    cu->dev->free(q_d), cu->dev->free(kv_d), cu->dev->free(out_d), cu->dev->free(lse_d), cu->dev->free(dy_d), cu->dev->free(dq_d), cu->dev->free(dkv_d);
+    cu->dev->free(cu_d);
 }
 
 static void run_attention(const OpCase* tc) {
@@ -859,45 +859,45 @@ static void run_attention(const OpCase* tc) {
     float* dqkv_d = up(dqkv, nqkv);
     int* cu_d = upi(cu_seqlens, S + 1);
     int hd = H * d;
-    /* cuDNN attention (bf16 table, a device with cuDNN) runs only within the scratch Backend.reserve set
+    /* cuDNN attention (bf16 table, a device with cuDNN) runs only within the scratch BackendDevice.reserve set
      * aside (no allocation in a call): reserve this case's shape as the trainer reserves a stage's */
     AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld};
-    cu->reserve(cu, 0, 0, &ar, 1);
-    refb->attention_forward(refb, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T, H, H, d, ld, ld, causal);
+    cu->dev->reserve(cu, 0, 0, &ar, 1);
+    refb->ops->attention_forward(refb, be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T, H, H, d, ld, ld, causal);
     int cudnn_shape = d % 8 == 0 && d <= 128 && T > 0;
     const char* bwd_env = getenv("RRFP_CUDNN_ATTENTION_BWD");
     int cudnn_bwd_shape = cudnn_shape && d % 16 == 0 && !(bwd_env && !strcmp(bwd_env, "0"));
     path_mark();
-    cu->attention_forward(cu, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H, H, d, ld, ld, causal);
-    cu->synchronize(cu);
+    cu->ops->attention_forward(cu, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
+    cu->dev->synchronize(cu);
     path_check("fwd_path", 0, cudnn_shape);
     cmp("out", out_d, out, nout, bf16_pass ? TOL_ATT_TC : TOL_ATT);
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
     /* the backward from the CPU's out and lse */
-    cu->copy_h2d(cu, out_d, out, nout * sizeof(float));
-    cu->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
-    refb->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, dy, out, lse, qkv, qkv + hd, qkv + 2 * hd, cu_seqlens, S, T,
+    cu->dev->copy_h2d(cu, out_d, out, nout * sizeof(float));
+    cu->dev->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
+    refb->ops->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, dy, be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T,
                            H, H, d, ld, ld, causal);
     if (tc->flags & CASE_SPLIT) {
         path_mark();
-        cu->attention_backward(cu, dqkv_d, NULL, NULL, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd, cu_d, S, T, H,
+        cu->ops->attention_backward(cu, dqkv_d, NULL, NULL, dy_d, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H,
                                H, d, ld, ld, causal);
-        cu->synchronize(cu);
+        cu->dev->synchronize(cu);
         path_check("bwd_path", 1, cudnn_bwd_shape);
         path_mark();
-        cu->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd, qkv_d + 2 * hd,
+        cu->ops->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd),
                                cu_d, S, T, H, H, d, ld, ld, causal);
     } else {
         path_mark();
-        cu->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, out_d, lse_d, qkv_d, qkv_d + hd,
-                               qkv_d + 2 * hd, cu_d, S, T, H, H, d, ld, ld, causal);
+        cu->ops->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd),
+                               be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
     }
-    cu->synchronize(cu);
+    cu->dev->synchronize(cu);
     path_check("bwd_path", 1, cudnn_bwd_shape);
     /* cuDNN's gradients are rounded to bf16 before they are added: 2^-9 of each on top (TOL_ATT_TC) */
     cmp("dqkv", dqkv_d, dqkv, nqkv, bf16_pass ? TOL_ATT_TC + (cudnn_bwd_shape ? 0.001953125 : 0.0) : TOL_ATT);
     free(qkv), free(out), free(lse), free(dy), free(dqkv);
-    cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dy_d), cu->free(dqkv_d), cu->free(cu_d);
+    cu->dev->free(qkv_d), cu->dev->free(out_d), cu->dev->free(lse_d), cu->dev->free(dy_d), cu->dev->free(dqkv_d), cu->dev->free(cu_d);
 }
 
 /* The CUDA kernels' order (engine/cuda/optim.cu), replayed on the host: in each chunk of rr_sumsq_chunk_range,
@@ -930,8 +930,8 @@ static void run_sumsq(const OpCase* tc) {
     size_t n = (size_t)tc->N;
     float* x = hrand(n, 3);
     float* x_d = up(x, n);
-    double want = refb->sum_squares(refb, x, n);
-    double got = cu->sum_squares(cu, x_d, n), again = cu->sum_squares(cu, x_d, n);
+    double want = refb->ops->sum_squares(refb, x, n);
+    double got = cu->ops->sum_squares(cu, x_d, n), again = cu->ops->sum_squares(cu, x_d, n);
     double e = want > 0 ? fabs(got - want) / want : fabs(got);
     double tol = n > 1 ? 2.0 * (double)(n - 1) * 0x1p-53 : 0.0;
     int ok = e <= tol;
@@ -947,18 +947,18 @@ static void run_sumsq(const OpCase* tc) {
     printf("  %-20s %-8s %s\n", case_name, "order", exact ? "the kernels' order, bit for bit ok" : "FAIL: not the kernels' order");
     if (!exact) failures++;
     free(x);
-    cu->free(x_d);
+    cu->dev->free(x_d);
 }
 
 static void run_scale(const OpCase* tc) {
     size_t n = (size_t)tc->N;
     float* x = hrand(n, 5);
     float* x_d = up(x, n);
-    refb->scale(refb, x, 0.2718281f, n);
-    cu->scale(cu, x_d, 0.2718281f, n);
+    refb->ops->scale(refb, x, 0.2718281f, n);
+    cu->ops->scale(cu, x_d, 0.2718281f, n);
     cmp("x", x_d, x, n, TOL_SCALE);
     free(x);
-    cu->free(x_d);
+    cu->dev->free(x_d);
 }
 
 /* Three AdamW steps (a new gradient and learning rate each) from the same state on both sides. */
@@ -973,10 +973,10 @@ static void run_adamw(const OpCase* tc) {
         float* g = hrand(n, t == 2 ? 1e-4f : 2.0f); /* small and large gradients */
         float* g_d = up(g, n);
         cfg.lr = 1e-3f * (float)t;
-        refb->adamw_update(refb, p, g, m, v, n, &cfg, t, decay);
-        cu->adamw_update(cu, p_d, g_d, m_d, v_d, n, &cfg, t, decay);
+        refb->ops->adamw_update(refb, p, g, m, v, n, &cfg, t, decay);
+        cu->ops->adamw_update(cu, p_d, g_d, m_d, v_d, n, &cfg, t, decay);
         free(g);
-        cu->free(g_d);
+        cu->dev->free(g_d);
     }
     cmp("param", p_d, p, n, TOL_ADAMW);
     cmp("m", m_d, m, n, TOL_ADAMW);
@@ -987,14 +987,14 @@ static void run_adamw(const OpCase* tc) {
         DType dt = k ? DTYPE_BF16 : DTYPE_F32;
         float* g = hrand(n, 0.5f);
         float* g_d = up(g, n);
-        void* c_d = cu->alloc((n ? n : 1) * sizeof(float));
-        refb->adamw_update(refb, p, g, m, v, n, &cfg, 4 + k, decay);
-        cu->adamw_update_copy(cu, p_d, g_d, m_d, v_d, n, &cfg, 4 + k, decay, c_d, dt);
+        void* c_d = cu->dev->alloc((n ? n : 1) * sizeof(float));
+        refb->ops->adamw_update(refb, p, g, m, v, n, &cfg, 4 + k, decay);
+        cu->ops->adamw_update_copy(cu, p_d, g_d, m_d, v_d, n, &cfg, 4 + k, decay, buf_of(c_d, dt));
         cmp(k ? "param+c16" : "param+c32", p_d, p, n, TOL_ADAMW);
         float* pd = mallocCheck((n ? n : 1) * sizeof(float));
         float* c = mallocCheck((n ? n : 1) * sizeof(float));
-        cu->copy_d2h(cu, pd, p_d, n * sizeof(float));
-        cu->copy_d2h(cu, c, c_d, n * dtype_size(dt));
+        cu->dev->copy_d2h(cu, pd, p_d, n * sizeof(float));
+        cu->dev->copy_d2h(cu, c, c_d, n * dtype_size(dt));
         size_t bad = 0;
         for (size_t i = 0; i < n; i++) {
             uint16_t want = rr_f32_to_bf16(pd[i]);
@@ -1004,10 +1004,10 @@ static void run_adamw(const OpCase* tc) {
                bad ? "FAIL" : "ok");
         if (bad) failures++;
         free(g), free(pd), free(c);
-        cu->free(g_d), cu->free(c_d);
+        cu->dev->free(g_d), cu->dev->free(c_d);
     }
     free(p), free(m), free(v);
-    cu->free(p_d), cu->free(m_d), cu->free(v_d);
+    cu->dev->free(p_d), cu->dev->free(m_d), cu->dev->free(v_d);
 }
 
 /* Bad data met inside a kernel: the run must die at the next synchronize with the CPU backend's
@@ -1021,12 +1021,12 @@ static void run_bad_input(const char* what) {
     float* out_d = up(z, (size_t)N * C);
     if (!strcmp(what, "--bad-target")) {
         int* t_d = upi(t, N);
-        cu->crossentropy_forward(cu, loss_d, lse_d, z_d, t_d, N, V);
+        cu->ops->crossentropy_forward(cu, loss_d, lse_d, be_act(cu, z_d), t_d, N, V);
     } else {
         int* ids_d = upi(ids, N);
-        cu->embedding_forward(cu, out_d, ids_d, tab_d, N, C);
+        cu->ops->embedding_forward(cu, be_act(cu, out_d), ids_d, be_weight(cu, tab_d), N, C);
     }
-    cu->synchronize(cu);
+    cu->dev->synchronize(cu);
     printf("test_cuda_ops: FAIL: %s was not reported\n", what);
 }
 
@@ -1041,7 +1041,7 @@ static int run_select(void) {
         dup2(fd[1], 2);
         close(fd[0]);
         const Backend* be = backend_select("cuda");
-        fprintf(stderr, "selected %s\n", be->name);
+        fprintf(stderr, "selected %s\n", be->dev->name);
         exit(0);
     }
     close(fd[1]);
@@ -1102,7 +1102,7 @@ int main(int argc, char** argv) {
     static Backend bound;
     void* stream = NULL;
     if (argc > 1 && !strcmp(argv[1], "--stream")) {
-        stream = cu->stream_create();
+        stream = cu->dev->stream_create();
         if (!stream) {
             printf("test_cuda_ops: FAIL: stream_create returned NULL on the CUDA backend\n");
             return 1;
@@ -1114,7 +1114,7 @@ int main(int argc, char** argv) {
 #endif
         argc--, argv++;
     }
-    printf("test_cuda_ops: backend %s, precision %s%s\n", cu->name, precision_name(cu->precision),
+    printf("test_cuda_ops: backend %s, precision %s%s\n", cu->dev->name, precision_name(cu->precision),
            stream ? ", on a second stream" : "");
     if (argc > 1 && !strncmp(argv[1], "--bad-", 6)) {
         run_bad_input(argv[1]);
@@ -1148,8 +1148,8 @@ int main(int argc, char** argv) {
         case OP_ADAMW: run_adamw(tc); break;
         }
     }
-    cu->synchronize(cu);
-    if (stream) cu->stream_destroy(stream);
+    cu->dev->synchronize(cu);
+    if (stream) cu->dev->stream_destroy(stream);
 #ifdef RR_CUDA_EMU
     emu_stats_print();
 #endif

@@ -110,25 +110,25 @@ static void check(const char* cname, const char* what, double e, double tol) {
 /* device buffer of n values of f32 (bf16 = 0) or bf16 (1) from host f32 values (bf16 values already) */
 static void* up(const float* h, size_t n, int bf16) {
     size_t es = bf16 ? 2 : 4;
-    void* d = cu->alloc((n ? n : 1) * es);
+    void* d = cu->dev->alloc((n ? n : 1) * es);
     if (bf16) {
         uint16_t* t = (uint16_t*)malloc((n ? n : 1) * 2);
         for (size_t i = 0; i < n; i++) t[i] = rr_f32_to_bf16(h[i]);
-        cu->copy_h2d(cu, d, t, n * 2);
+        cu->dev->copy_h2d(cu, d, t, n * 2);
         free(t);
     } else {
-        cu->copy_h2d(cu, d, h, n * 4);
+        cu->dev->copy_h2d(cu, d, h, n * 4);
     }
     return d;
 }
 static void down(float* h, const void* d, size_t n, int bf16) {
     if (bf16) {
         uint16_t* t = (uint16_t*)malloc((n ? n : 1) * 2);
-        cu->copy_d2h(cu, t, d, n * 2);
+        cu->dev->copy_d2h(cu, t, d, n * 2);
         for (size_t i = 0; i < n; i++) h[i] = rr_bf16_to_f32(t[i]);
         free(t);
     } else {
-        cu->copy_d2h(cu, h, d, n * 4);
+        cu->dev->copy_d2h(cu, h, d, n * 4);
     }
 }
 
@@ -200,10 +200,10 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
             }
     float *out_r = (float*)malloc((nout ? nout : 1) * 4), *lse_r = (float*)malloc((nlse ? nlse : 1) * 4);
     float* dqkv_e = (float*)calloc((size_t)T * lde + 1, 4);
-    backend_cpu.attention_forward(&backend_cpu, out_r, lse_r, qkv_e, qkv_e + H * d, qkv_e + 2 * H * d, cu_seqlens, S, T, H,
+    backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, out_r), lse_r, be_act(&backend_cpu, qkv_e), be_act(&backend_cpu, qkv_e + H * d), be_act(&backend_cpu, qkv_e + 2 * H * d), cu_seqlens, S, T, H,
                                   H, d, lde, lde, c->causal);
-    backend_cpu.attention_backward(&backend_cpu, dqkv_e, dqkv_e + H * d, dqkv_e + 2 * H * d, dout, out_r, lse_r, qkv_e,
-                                   qkv_e + H * d, qkv_e + 2 * H * d, cu_seqlens, S, T, H, H, d, lde, lde, c->causal);
+    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_e, dqkv_e + H * d, dqkv_e + 2 * H * d, dout, be_act(&backend_cpu, out_r), lse_r, be_act(&backend_cpu, qkv_e),
+                                   be_act(&backend_cpu, qkv_e + H * d), be_act(&backend_cpu, qkv_e + 2 * H * d), cu_seqlens, S, T, H, H, d, lde, lde, c->causal);
     /* reference gradients in the packed layout: dq per query head, dk / dv summed over each group */
     float* grad_r = (float*)calloc(nqkv + 1, 4);
     for (int t = 0; t < T; t++)
@@ -236,8 +236,8 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     float* lse_d = (float*)up(nanbuf, nlse, 0);
     void* dout_d = up(dout, nout, bf);
     void* dqkv_d = up(prior, nqkv, bg);
-    int* cu_d = (int*)cu->alloc((size_t)(S + 1) * sizeof(int));
-    cu->copy_h2d(cu, cu_d, cu_seqlens, (size_t)(S + 1) * sizeof(int));
+    int* cu_d = (int*)cu->dev->alloc((size_t)(S + 1) * sizeof(int));
+    cu->dev->copy_h2d(cu, cu_d, cu_seqlens, (size_t)(S + 1) * sizeof(int));
     size_t es = bf ? 2 : 4;
     char* q_d = (char*)qkv_d;
     char* k_d = q_d + (size_t)H * d * es;
@@ -249,9 +249,9 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     down(got, lse_d, nlse, 0);
     check(c->name, "lse", err_of(got, lse_r, nlse), 2e-5);
     /* the backward from the CPU's out and lse (as the backend's op test does) */
-    cu->free(out_d);
+    cu->dev->free(out_d);
     out_d = up(out_r, nout, bf);
-    cu->copy_h2d(cu, lse_d, lse_r, nlse * 4);
+    cu->dev->copy_h2d(cu, lse_d, lse_r, nlse * 4);
     size_t esg = bg ? 2 : 4;
     char* dq_d = (char*)dqkv_d;
     char* dk_d = dq_d + (size_t)H * d * esg;
@@ -312,7 +312,7 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
         check(c->name, nm, e, bg ? 1.0 : 1e-3);
     }
     free(grad_b);
-    cu->free(qkv_d), cu->free(out_d), cu->free(lse_d), cu->free(dout_d), cu->free(dqkv_d), cu->free(cu_d);
+    cu->dev->free(qkv_d), cu->dev->free(out_d), cu->dev->free(lse_d), cu->dev->free(dout_d), cu->dev->free(dqkv_d), cu->dev->free(cu_d);
     free(qkv), free(dout), free(qkv_e), free(out_r), free(lse_r), free(dqkv_e), free(grad_r), free(prior), free(nanbuf),
         free(got);
 }
@@ -355,7 +355,7 @@ int main(int argc, char** argv) {
         printf("test_flash_attn: FAIL: no case matches '%s'\n", argv[1]);
         failures++;
     }
-    cu->synchronize(cu);
+    cu->dev->synchronize(cu);
 #ifdef RR_CUDA_EMU
     emu_stats_print();
 #endif

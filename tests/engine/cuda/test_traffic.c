@@ -13,12 +13,12 @@
  *     words, 2-D weights 2-byte bf16, statistics and 1-D weights f32);
  *   - `target`: the same (the goal: 2-byte activations; it differed while activations were f32 words).
  * Checks:
- *   1. every op call's launches are the profiler's (Backend.profile_take, exact) and carry its label and
+ *   1. every op call's launches are the profiler's (BackendDevice.profile_take, exact) and carry its label and
  *      kind (the profiler scope);
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
  *      in any op: no known gap is left. The ViT's patches arrive as 2-byte words (narrowed on the host), a biased
  *      forward GEMM reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype), and every backward
- *      GEMM and the attention backward read 2-byte output gradients stored by their producers (Backend.b16): a call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
+ *      GEMM and the attention backward read 2-byte output gradients stored by their producers (BackendOps.b16): a call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
  *   3. every op call moves at most 1.3x its `in use` budget (the attention backward's: the least its deterministic
  *      two-kernel algorithm moves, w16_attention_backward);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor;
@@ -51,12 +51,14 @@ const EmuTraffic* emu_traffic_at(size_t i);
 
 static int failures, verbose;
 static const Backend* inner; /* the emulated CUDA bf16 table */
-static Backend wrap;         /* its copy with the slots below */
+static Backend wrap;         /* its copy with the ops below */
+static BackendDevice wrap_dev;
+static BackendOps wrap_ops;
 
 static double A_USE = 4; /* bytes of an activation value on the table under test (its act_dtype) */
 #define A_TARGET 2 /* with bf16 activations */
 #define G 4        /* an activation gradient (f32 by the numerics contract) */
-#define G16 2      /* an output gradient stored 2-byte by its producer for a GEMM (Backend.b16) */
+#define G16 2      /* an output gradient stored 2-byte by its producer for a GEMM (BackendOps.b16) */
 #define W16 2      /* a 2-D weight's compute copy */
 #define F32B 4        /* statistics, 1-D weights, master weights, moments */
 #define BIASB ((double)dtype_size(inner->bias_dtype)) /* a GEMM bias's compute copy (2 on the CUDA bf16 tables) */
@@ -136,7 +138,7 @@ static int is_conversion(const char* k) {
 
 static void end(void) {
     BackendProfile p;
-    inner->profile_take(&p);
+    inner->dev->profile_take(&p);
     size_t n = emu_traffic_n();
     double bytes = 0;
     long conv = 0;
@@ -186,29 +188,29 @@ static void end(void) {
  * into its gradients (read and write). Each GEMM reads its operands once and writes (beta 1: reads and
  * writes) its output once. */
 
-static void w_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N,
+static void w_linear_forward(const Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N,
                              int C, int OC) {
     (void)be;
-#define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * BIASB : 0) + (double)N * OC * (a))
+#define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + (double)N * OC * (a))
     /* a known gap on the bf16 table (its conversion and rounding passes); none on the bf16-activation table, biased or
      * not (the bias is the 2-byte compute copy AdamW wrote: Backend.bias_dtype) */
     begin("linear_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LF(A_USE), LF(A_TARGET));
-    inner->linear_forward(inner, out, inp, weight, bias, N, C, OC);
+    inner->ops->linear_forward(inner, out, inp, weight, bias, N, C, OC);
     end();
 }
-static void w_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                  const float* bias, int N, int C, int OC) {
+static void w_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf inp, Buf weight,
+                                  Buf bias, int N, int C, int OC) {
     (void)be;
-#define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias ? (double)OC * BIASB : 0) + 2.0 * N * OC * (a))
+#define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + 2.0 * N * OC * (a))
     begin("linear_gelu_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LG(A_USE), LG(A_TARGET));
-    inner->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
+    inner->ops->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
     end();
 }
 /* the plain linear_backward (an f32 dout, converted to bf16 scratch) and attention_backward (an f32 dout, narrowed):
- * no gap on the bf16-activation table: both blocks call the 2-byte slots (Backend.b16) for every product, so a plain
+ * no gap on the bf16-activation table: both blocks call the 2-byte slots (BackendOps.b16) for every product, so a plain
  * call fails (its conversion launch) */
 static void w_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, int N, int C, int OC) {
+                              Buf inp, Buf weight, int N, int C, int OC) {
     (void)be;
     double use = 0, target = 0, nd = (double)N * OC * G;
     if (dinp) use += nd + (double)OC * C * W16 + 2.0 * N * C * G, target += nd + (double)OC * C * W16 + 2.0 * N * C * G;
@@ -216,91 +218,91 @@ static void w_linear_backward(const Backend* be, float* dinp, float* dweight, fl
         use += nd + (double)N * C * A_USE + 2.0 * OC * C * F32B, target += nd + (double)N * C * A_TARGET + 2.0 * OC * C * F32B;
     if (dbias) use += nd + 2.0 * OC * F32B, target += nd + 2.0 * OC * F32B;
     begin("linear_backward", PROF_GEMM, 0, use, target);
-    inner->linear_backward(inner, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    inner->ops->linear_backward(inner, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     end();
 }
-static void w_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp,
+static void w_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
                                 const float* weight, const float* bias, int N, int C) {
     (void)be;
 #define LNF(a) (2.0 * N * C * (a) + 2.0 * C * F32B + 2.0 * N * F32B)
     begin("layernorm_forward", PROF_NORM, 0, LNF(A_USE), LNF(A_TARGET));
-    inner->layernorm_forward(inner, out, mean, rstd, inp, weight, bias, N, C);
+    inner->ops->layernorm_forward(inner, out, mean, rstd, inp, weight, bias, N, C);
     end();
 }
 static void w_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+                                 Buf inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
     (void)be;
     /* one pass reads dout and inp once whatever it computes */
 #define LNB(a)                                                                                                       \
     ((double)N * C * G + ((dinp || dweight) ? (double)N * C * (a) + 2.0 * N * F32B : 0) + (dinp ? 2.0 * N * C * G + C * F32B : 0) + \
      (dweight ? 2.0 * C * F32B : 0) + (dbias ? 2.0 * C * F32B : 0))
     begin("layernorm_backward", PROF_NORM, 0, LNB(A_USE), LNB(A_TARGET));
-    inner->layernorm_backward(inner, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    inner->ops->layernorm_backward(inner, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     end();
 }
-static void w_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N,
+static void w_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N,
                               int C, double eps) {
     (void)be;
 #define RNF(a) (2.0 * N * C * (a) + (double)C * F32B + (double)N * F32B)
     begin("rmsnorm_forward", PROF_NORM, 0, RNF(A_USE), RNF(A_TARGET));
-    inner->rmsnorm_forward(inner, out, rstd, inp, weight, N, C, eps);
+    inner->ops->rmsnorm_forward(inner, out, rstd, inp, weight, N, C, eps);
     end();
 }
-static void w_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
+static void w_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, Buf inp,
                                const float* weight, const float* rstd, int N, int C) {
     (void)be;
 #define RNB(a) ((double)N * C * G + (double)N * C * (a) + (double)N * F32B + (dinp ? 2.0 * N * C * G + C * F32B : 0) + (dweight ? 2.0 * C * F32B : 0))
     begin("rmsnorm_backward", PROF_NORM, 0, RNB(A_USE), RNB(A_TARGET));
-    inner->rmsnorm_backward(inner, dinp, dweight, dout, inp, weight, rstd, N, C);
+    inner->ops->rmsnorm_backward(inner, dinp, dweight, dout, inp, weight, rstd, N, C);
     end();
 }
-static void w_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
+static void w_gelu_backward(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n) {
     (void)be;
     begin("gelu_backward", PROF_ELEMENTWISE, 0, n * (3.0 * G + A_USE), n * (3.0 * G + A_TARGET));
-    inner->gelu_backward(inner, dinp, dout, inp, n);
+    inner->ops->gelu_backward(inner, dinp, dout, inp, n);
     end();
 }
-static void w_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
+static void w_swiglu_forward(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
     (void)be;
     begin("swiglu_forward", PROF_ELEMENTWISE, 0, 3.0 * n * A_USE, 3.0 * n * A_TARGET);
-    inner->swiglu_forward(inner, out, gate, up, n);
+    inner->ops->swiglu_forward(inner, out, gate, up, n);
     end();
 }
-static void w_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate,
-                              const float* up, size_t n) {
+static void w_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, Buf gate,
+                              Buf up, size_t n) {
     (void)be;
     double gr = n * (G + ((dgate ? 2.0 : 0) + (dup ? 2.0 : 0)) * G);
     begin("swiglu_backward", PROF_ELEMENTWISE, 0, gr + 2.0 * n * A_USE, gr + 2.0 * n * A_TARGET);
-    inner->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
+    inner->ops->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
     end();
 }
-static void w_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
+static void w_add_forward(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
     (void)be;
     begin("add_forward", PROF_ELEMENTWISE, 0, 3.0 * n * A_USE, 3.0 * n * A_TARGET);
-    inner->add_forward(inner, out, a, b, n);
+    inner->ops->add_forward(inner, out, a, b, n);
     end();
 }
-static void w_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+static void w_rope_forward(const Backend* be, Buf x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
     (void)be;
     double v = (double)N * H * d;
     begin("rope_forward", PROF_ELEMENTWISE, 0, 2 * v * A_USE + N * 4.0, 2 * v * A_TARGET + N * 4.0);
-    inner->rope_forward(inner, x, pos, N, H, d, ld, rf);
+    inner->ops->rope_forward(inner, x, pos, N, H, d, ld, rf);
     end();
 }
 static void w_rope_backward(const Backend* be, float* dx, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
     (void)be;
     double v = (double)N * H * d;
     begin("rope_backward", PROF_ELEMENTWISE, 0, 2 * v * G + N * 4.0, 2 * v * G + N * 4.0);
-    inner->rope_backward(inner, dx, pos, N, H, d, ld, rf);
+    inner->ops->rope_backward(inner, dx, pos, N, H, d, ld, rf);
     end();
 }
 /* q and k in one pass: each value read and written once (q: H heads, k: Hkv heads) */
-static void w_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+static void w_rope_qk_forward(const Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                               int ld_k, const RopeFreq* rf) {
     (void)be;
     double v = (double)N * (H + Hkv) * d;
     begin("rope_qk_forward", PROF_ELEMENTWISE, 0, 2 * v * A_USE + N * 4.0, 2 * v * A_TARGET + N * 4.0);
-    inner->rope_qk_forward(inner, q, k, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+    inner->ops->rope_qk_forward(inner, q, k, pos, N, H, Hkv, d, ld_q, ld_k, rf);
     end();
 }
 static void w_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
@@ -308,21 +310,21 @@ static void w_rope_qk_backward(const Backend* be, float* dq, float* dk, const in
     (void)be;
     double v = (double)N * (H + Hkv) * d;
     begin("rope_qk_backward", PROF_ELEMENTWISE, 0, 2 * v * G + N * 4.0, 2 * v * G + N * 4.0);
-    inner->rope_qk_backward(inner, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+    inner->ops->rope_qk_backward(inner, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
     end();
 }
-static void w_rope2d_forward(const Backend* be, float* x, const int* pr, const int* pc, int N, int H, int d, int ld) {
+static void w_rope2d_forward(const Backend* be, Buf x, const int* pr, const int* pc, int N, int H, int d, int ld) {
     (void)be;
-    double v = strided_bytes(x, N, (size_t)H * d * A_USE, (size_t)ld * A_USE);
+    double v = strided_bytes(x.p, N, (size_t)H * d * A_USE, (size_t)ld * A_USE);
     begin("rope2d_forward", PROF_ELEMENTWISE, 0, 2 * v + N * 8.0, 2 * v * A_TARGET / A_USE + N * 8.0);
-    inner->rope2d_forward(inner, x, pr, pc, N, H, d, ld);
+    inner->ops->rope2d_forward(inner, x, pr, pc, N, H, d, ld);
     end();
 }
 static void w_rope2d_backward(const Backend* be, float* dx, const int* pr, const int* pc, int N, int H, int d, int ld) {
     (void)be;
     double v = strided_bytes(dx, N, (size_t)H * d * G, (size_t)ld * G);
     begin("rope2d_backward", PROF_ELEMENTWISE, 0, 2 * v + N * 8.0, 2 * v + N * 8.0);
-    inner->rope2d_backward(inner, dx, pr, pc, N, H, d, ld);
+    inner->ops->rope2d_backward(inner, dx, pr, pc, N, H, d, ld);
     end();
 }
 /* attention: the compulsory traffic (each input read once): q, out, dout and dq of T H d values, k, v, dk
@@ -330,17 +332,17 @@ static void w_rope2d_backward(const Backend* be, float* dx, const int* pr, const
  * forward is one launch of the own tensor-core kernel, its output rounded in its store: within
  * 1.3x like every other op. The plain backward (an f32 dout, narrowed first) is not called on this table: the
  * blocks call w16_attention_backward (docs/cuda.md, "Traffic budget") */
-static void w_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+static void w_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
                                 const int* cu, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
     begin("attention_forward", PROF_ATTENTION, 0, 2 * (x + kv) * A_USE + T * H * 4.0 + (S + 1) * 4.0,
           2 * (x + kv) * A_TARGET + T * H * 4.0 + (S + 1) * 4.0);
-    inner->attention_forward(inner, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    inner->ops->attention_forward(inner, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
     end();
 }
-static void w_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                 const float* lse, const float* q, const float* k, const float* v, const int* cu, int S, int T,
+static void w_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
+                                 const float* lse, Buf q, Buf k, Buf v, const int* cu, int S, int T,
                                  int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
@@ -349,13 +351,13 @@ static void w_attention_backward(const Backend* be, float* dq, float* dk, float*
     /* on the bf16-activation table the own kernel's backward takes f32 inputs: q, k, v and out widened first, a
      * pass of its own (2 bytes read and 4 written a value; the ViT's one qkv span read whole): allowed on top */
     if (inner->act_dtype == DTYPE_BF16) cur_extra = 6.0 * (2 * x + 2 * kv);
-    inner->attention_backward(inner, dq, dk, dv, dout, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    inner->ops->attention_backward(inner, dq, dk, dv, dout, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
     end();
 }
-/* ---- the 2-byte output-gradient slots (Backend.b16): budgets with G16 for a gradient stored 2-byte; none is a gap */
+/* ---- the 2-byte output-gradient slots (BackendOps.b16): budgets with G16 for a gradient stored 2-byte; none is a gap */
 static BackendB16 wrap16;
 static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N, int C,
+                                const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C,
                                 int OC, int set) {
     (void)be;
     double b = 0, nd = (double)N * OC * G16, wt = (double)OC * C * W16;
@@ -364,23 +366,23 @@ static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16
     if (dweight) b += nd + (double)N * C * A_TARGET + 2.0 * OC * C * F32B;
     if (dbias) b += (double)N * OC * G + 2.0 * OC * F32B; /* the f32 dout */
     begin("linear_backward_b16", PROF_GEMM, 0, b, b);
-    inner->b16->linear_backward(inner, dinp, dinp16, dweight, dbias, dout16, dout, inp, weight, N, C, OC, set);
+    inner->ops->b16->linear_backward(inner, dinp, dinp16, dweight, dbias, dout16, dout, inp, weight, N, C, OC, set);
     end();
 }
-static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* dup, const float* dout, const float* gate,
-                                const float* up, size_t n) {
+static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* dup, const float* dout, Buf gate,
+                                Buf up, size_t n) {
     (void)be;
     double b = n * (G + 2.0 * A_TARGET + ((dgate ? 1 : 0) + (dup ? 1 : 0)) * (double)G16);
     begin("swiglu_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->b16->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
+    inner->ops->b16->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
     end();
 }
 static void w16_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                                 const float* inp, const float* weight, const float* rstd, int N, int C) {
+                                 Buf inp, const float* weight, const float* rstd, int N, int C) {
     (void)be;
     double b = RNB(A_TARGET) + (dinp16 ? (double)N * C * G16 : 0);
     begin("rmsnorm_backward_b16", PROF_NORM, 0, b, b);
-    inner->b16->rmsnorm_backward(inner, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
+    inner->ops->b16->rmsnorm_backward(inner, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
     end();
 }
 static void w16_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16, float* dk,
@@ -390,12 +392,12 @@ static void w16_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, f
     double vq = (double)N * H * d, vk = (double)N * Hkv * d;
     double b = (vq + vk) * (G + G16) + (keep_q ? vq * G : 0) + (keep_k ? vk * G : 0) + N * 4.0;
     begin("rope_qk_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->b16->rope_qk_backward(inner, dq16, ldq16, dq, dk16, ldk16, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, keep_q, keep_k);
+    inner->ops->b16->rope_qk_backward(inner, dq16, ldq16, dq, dk16, ldk16, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, keep_q, keep_k);
     end();
 }
 static void w16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                                   uint16_t* dv16, int ld16, const uint16_t* dout16, const float* out, const float* lse,
-                                   const float* q, const float* k, const float* v, const int* cu, int S, int T, int H, int Hkv,
+                                   uint16_t* dv16, int ld16, const uint16_t* dout16, Buf out, const float* lse,
+                                   Buf q, Buf k, Buf v, const int* cu, int S, int T, int H, int Hkv,
                                    int d, int ld_q, int ld_kv, int causal) {
     (void)be;
     double x = (double)T * H * d;
@@ -409,9 +411,9 @@ static void w16_attention_backward(const Backend* be, float* dq, float* dk, floa
     size_t qw = (size_t)H * d, kw = (size_t)Hkv * d;
     /* q, k, v (and dq, dk, dv) share pages only as views of one buffer, which have one row stride */
     int one = ld_q == ld_kv;
-    double qkv = one ? views_bytes(T, q, qw * A_TARGET, k, kw * A_TARGET, v, kw * A_TARGET, (size_t)ld_q * A_TARGET)
-                     : views_bytes(T, q, qw * A_TARGET, NULL, 0, NULL, 0, (size_t)ld_q * A_TARGET) +
-                           views_bytes(T, k, kw * A_TARGET, v, kw * A_TARGET, NULL, 0, (size_t)ld_kv * A_TARGET);
+    double qkv = one ? views_bytes(T, q.p, qw * A_TARGET, k.p, kw * A_TARGET, v.p, kw * A_TARGET, (size_t)ld_q * A_TARGET)
+                     : views_bytes(T, q.p, qw * A_TARGET, NULL, 0, NULL, 0, (size_t)ld_q * A_TARGET) +
+                           views_bytes(T, k.p, kw * A_TARGET, v.p, kw * A_TARGET, NULL, 0, (size_t)ld_kv * A_TARGET);
     double stats = T * H * 4.0, offs = (S + 1) * 4.0;
     double prep = x * A_TARGET + x * G16 + stats + 2 * stats;
     double stream = qkv + x * G16 + 2 * stats + offs;
@@ -424,7 +426,7 @@ static void w16_attention_backward(const Backend* be, float* dq, float* dk, floa
              views_bytes(T, dk16, kw * G16, dv && dv16 ? dv16 : NULL, kw * G16, NULL, 0, (size_t)ld16 * G16);
     double b = prep + 2 * stream + grads;
     begin("attention_backward_b16", PROF_ATTENTION, 0, b, b);
-    inner->b16->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, out, lse, q, k, v, cu, S, T, H, Hkv, d,
+    inner->ops->b16->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, out, lse, q, k, v, cu, S, T, H, Hkv, d,
                                    ld_q, ld_kv, causal);
     end();
 }
@@ -436,24 +438,24 @@ static void w16_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, flo
                                                                                           (size_t)ld16 * G16);
     double b = v + v16 + (keep ? v : 0) + N * 8.0;
     begin("rope2d_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->b16->rope2d_backward(inner, dx16, ld16, dx, pr, pc, N, H, d, ld, keep);
+    inner->ops->b16->rope2d_backward(inner, dx16, ld16, dx, pr, pc, N, H, d, ld, keep);
     end();
 }
 static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                   const float* dout, const float* inp, const float* weight, const float* mean,
+                                   const float* dout, Buf inp, const float* weight, const float* mean,
                                    const float* rstd, int N, int C) {
     (void)be;
     double b = LNB(A_TARGET) + (dinp16 ? (double)N * C * G16 : 0);
     begin("layernorm_backward_b16", PROF_NORM, 0, b, b);
-    inner->b16->layernorm_backward(inner, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    inner->ops->b16->layernorm_backward(inner, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     end();
 }
-static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp, size_t n,
+static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
                              Act act) {
     (void)be;
     double b = n * (3.0 * G + A_TARGET + (dinp16 ? G16 : 0));
     begin("act_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->b16->act_backward(inner, dinp, dinp16, dout, inp, n, act);
+    inner->ops->b16->act_backward(inner, dinp, dinp16, dout, inp, n, act);
     end();
 }
 
@@ -462,57 +464,61 @@ static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, c
 static void w_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n) {
     (void)be;
     begin("to_bf16", PROF_COPIES, 0, n * 6.0, n * 6.0);
-    inner->to_bf16(inner, out, inp, n);
+    inner->ops->to_bf16(inner, out, inp, n);
     end();
 }
 /* a memset writes its bytes; a copy reads and writes them (gradient buffers: the same in both storages) */
 static void w_memset0(const Backend* be, void* p, size_t bytes) {
     (void)be;
     begin("memset0", PROF_COPIES, 0, (double)bytes, (double)bytes);
-    inner->memset0(inner, p, bytes);
+    inner->dev->memset0(inner, p, bytes);
     end();
 }
 static void w_copy_d2d(const Backend* be, void* dst, const void* src, size_t bytes) {
     (void)be;
     begin("copy_d2d", PROF_COPIES, 0, 2.0 * bytes, 2.0 * bytes);
-    inner->copy_d2d(inner, dst, src, bytes);
+    inner->dev->copy_d2d(inner, dst, src, bytes);
     end();
 }
 static void w_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
-                                const AdamWConfig* cfg, int t, int decay, void* copy, DType dt) {
+                                const AdamWConfig* cfg, int t, int decay, Buf copy) {
     (void)be;
-    double b = n * (4.0 * F32B + 3.0 * F32B + (double)dtype_size(dt));
+    double b = n * (4.0 * F32B + 3.0 * F32B + (double)dtype_size(copy.dt));
     begin("adamw_update_copy", PROF_OPTIMISER, 0, b, b);
-    inner->adamw_update_copy(inner, param, grad, m, v, n, cfg, t, decay, copy, dt);
+    inner->ops->adamw_update_copy(inner, param, grad, m, v, n, cfg, t, decay, copy);
     end();
 }
 
 static void wrap_table(void) {
     wrap = *inner;
-    wrap.linear_forward = w_linear_forward;
-    wrap.linear_gelu_forward = w_linear_gelu_forward;
-    wrap.linear_backward = w_linear_backward;
-    wrap.layernorm_forward = w_layernorm_forward;
-    wrap.layernorm_backward = w_layernorm_backward;
-    wrap.rmsnorm_forward = w_rmsnorm_forward;
-    wrap.rmsnorm_backward = w_rmsnorm_backward;
-    wrap.gelu_backward = w_gelu_backward;
-    wrap.swiglu_forward = w_swiglu_forward;
-    wrap.swiglu_backward = w_swiglu_backward;
-    wrap.add_forward = w_add_forward;
-    wrap.rope_forward = w_rope_forward;
-    wrap.rope_backward = w_rope_backward;
-    wrap.rope_qk_forward = w_rope_qk_forward;
-    wrap.rope_qk_backward = w_rope_qk_backward;
-    wrap.rope2d_forward = w_rope2d_forward;
-    wrap.rope2d_backward = w_rope2d_backward;
-    wrap.attention_forward = w_attention_forward;
-    wrap.attention_backward = w_attention_backward;
-    wrap.memset0 = w_memset0;
-    wrap.copy_d2d = w_copy_d2d;
-    wrap.adamw_update_copy = w_adamw_update_copy;
-    wrap.to_bf16 = w_to_bf16;
-    if (inner->b16) {
+    wrap_dev = *inner->dev;
+    wrap_ops = *inner->ops;
+    wrap.dev = &wrap_dev;
+    wrap.ops = &wrap_ops;
+    wrap_ops.linear_forward = w_linear_forward;
+    wrap_ops.linear_gelu_forward = w_linear_gelu_forward;
+    wrap_ops.linear_backward = w_linear_backward;
+    wrap_ops.layernorm_forward = w_layernorm_forward;
+    wrap_ops.layernorm_backward = w_layernorm_backward;
+    wrap_ops.rmsnorm_forward = w_rmsnorm_forward;
+    wrap_ops.rmsnorm_backward = w_rmsnorm_backward;
+    wrap_ops.gelu_backward = w_gelu_backward;
+    wrap_ops.swiglu_forward = w_swiglu_forward;
+    wrap_ops.swiglu_backward = w_swiglu_backward;
+    wrap_ops.add_forward = w_add_forward;
+    wrap_ops.rope_forward = w_rope_forward;
+    wrap_ops.rope_backward = w_rope_backward;
+    wrap_ops.rope_qk_forward = w_rope_qk_forward;
+    wrap_ops.rope_qk_backward = w_rope_qk_backward;
+    wrap_ops.rope2d_forward = w_rope2d_forward;
+    wrap_ops.rope2d_backward = w_rope2d_backward;
+    wrap_ops.attention_forward = w_attention_forward;
+    wrap_ops.attention_backward = w_attention_backward;
+    wrap_dev.memset0 = w_memset0;
+    wrap_dev.copy_d2d = w_copy_d2d;
+    wrap_ops.adamw_update_copy = w_adamw_update_copy;
+    wrap_ops.to_bf16 = w_to_bf16;
+    if (inner->ops->b16) {
         wrap16.linear_backward = w16_linear_backward;
         wrap16.swiglu_backward = w16_swiglu_backward;
         wrap16.rmsnorm_backward = w16_rmsnorm_backward;
@@ -521,7 +527,7 @@ static void wrap_table(void) {
         wrap16.layernorm_backward = w16_layernorm_backward;
         wrap16.act_backward = w16_act_backward;
         wrap16.rope2d_backward = w16_rope2d_backward;
-        wrap.b16 = &wrap16;
+        wrap_ops.b16 = &wrap16;
     }
     /* ops a block must not call here (gelu_forward: fused into linear_gelu_forward; the rest are the
      * model's ends) stay unwrapped and would show as unlabelled traffic */
@@ -530,7 +536,7 @@ static void wrap_table(void) {
 /* ---- the blocks ----------------------------------------------------------------------------------- */
 
 static void* dev_arena(Arena* ar, size_t bytes, const char* name) {
-    void* p = inner->alloc(bytes);
+    void* p = inner->dev->alloc(bytes);
     *ar = (Arena){.base = p, .size = bytes, .name = name};
     return p;
 }
@@ -540,14 +546,14 @@ static float* dev_random(size_t n, float scale, uint64_t* s) {
         *s = *s * 6364136223846793005ull + 1442695040888963407ull;
         h[i] = scale * ((float)(*s >> 40) / (float)(1 << 24) - 0.5f);
     }
-    float* d = inner->alloc(n * sizeof(float));
-    inner->copy_h2d(inner, d, h, n * sizeof(float));
+    float* d = inner->dev->alloc(n * sizeof(float));
+    inner->dev->copy_h2d(inner, d, h, n * sizeof(float));
     free(h);
     return d;
 }
 static int* dev_ints(const int* h, size_t n) {
-    int* d = inner->alloc(n * sizeof(int));
-    inner->copy_h2d(inner, d, h, n * sizeof(int));
+    int* d = inner->dev->alloc(n * sizeof(int));
+    inner->dev->copy_h2d(inner, d, h, n * sizeof(int));
     return d;
 }
 
@@ -558,9 +564,9 @@ static float* dev_random_act(size_t n, float scale, uint64_t* s) {
     if (inner->act_dtype != DTYPE_BF16) return d;
     float* h = malloc(n * sizeof(float));
     uint16_t* b = malloc(n * sizeof(uint16_t));
-    inner->copy_d2h(inner, h, d, n * sizeof(float));
+    inner->dev->copy_d2h(inner, h, d, n * sizeof(float));
     for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
-    inner->copy_h2d(inner, d, b, n * sizeof(uint16_t)); /* the first half of the f32 allocation */
+    inner->dev->copy_h2d(inner, d, b, n * sizeof(uint16_t)); /* the first half of the f32 allocation */
     free(h), free(b);
     return d;
 }
@@ -570,10 +576,10 @@ static float* dev_random_act(size_t n, float scale, uint64_t* s) {
  * counted step's RoPE launches read a table: the path is checked to have run) */
 static void rope_warm_up(const char* what, void (*call)(void* ctx), void* ctx) {
     BackendProfile p;
-    inner->profile(1);
+    inner->dev->profile(1);
     call(ctx);
-    inner->profile_take(&p);
-    inner->profile(0);
+    inner->dev->profile_take(&p);
+    inner->dev->profile(0);
     if (p.launches[PROF_ELEMENTWISE] != 2) {
         printf("FAIL %s: the RoPE warm-up made %ld launches, expected 2 (the cos / sin table, the rotation)\n", what,
                p.launches[PROF_ELEMENTWISE]);
@@ -588,7 +594,7 @@ struct LmRopeCtx {
 static void lm_rope_call(void* v) {
     struct LmRopeCtx* x = v;
     int d = x->c->D / x->c->H;
-    inner->rope_qk_forward(inner, x->a->q, x->a->k, x->seq->pos, x->seq->T, x->c->H, x->c->H, d, x->c->D, x->c->D, &x->c->rope);
+    inner->ops->rope_qk_forward(inner, x->a->q, x->a->k, x->seq->pos, x->seq->T, x->c->H, x->c->H, d, x->c->D, x->c->D, &x->c->rope);
 }
 struct VitRopeCtx {
     float* qkv;
@@ -597,7 +603,7 @@ struct VitRopeCtx {
 };
 static void vit_rope_call(void* v) {
     struct VitRopeCtx* x = v;
-    inner->rope2d_forward(inner, x->qkv, x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
+    inner->ops->rope2d_forward(inner, be_act(inner, x->qkv), x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
 }
 
 static void step_params(ParamTable* pt) {
@@ -606,8 +612,8 @@ static void step_params(ParamTable* pt) {
     int n16 = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
-        wrap.adamw_update_copy(&wrap, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
-                               &cfg, 1, s->decay, params_compute_ptr(pt, i), params_compute_dtype(pt, i));
+        wrap.ops->adamw_update_copy(&wrap, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+                               &cfg, 1, s->decay, params_compute_buf(pt, i));
         n16 += params_compute_dtype(pt, i) == DTYPE_BF16;
     }
     /* 4: one launch per tensor, none of them a conversion / rounding pass */
@@ -639,8 +645,8 @@ static void check_compute_copy(void) {
         size_t n = pt.specs[i].numel;
         DType want = i == 0 || i == 3 ? DTYPE_BF16 : DTYPE_F32;
         float *m = malloc(n * 4), *c = malloc(n * 4);
-        inner->copy_d2h(inner, m, pt.data + pt.specs[i].offset, n * 4);
-        inner->copy_d2h(inner, c, params_compute_ptr(&pt, i), n * dtype_size(want));
+        inner->dev->copy_d2h(inner, m, pt.data + pt.specs[i].offset, n * 4);
+        inner->dev->copy_d2h(inner, c, params_compute_ptr(&pt, i), n * dtype_size(want));
         bad += params_compute_dtype(&pt, i) != want;
         for (size_t j = 0; j < n; j++) {
             uint16_t w = rr_f32_to_bf16(m[j]);
@@ -687,22 +693,22 @@ static void run_lm(void) {
     rope_warm_up("LM block", lm_rope_call, &rc);
     /* the residual gradients' 2-byte copies, as a stage keeps them: dxout's stored by the pass that finished it (the
      * next block's norm1 backward, here before the measurement), dxin's written by this block's B */
-    uint16_t* dxout16 = inner->alloc((size_t)T * c.D * 2);
-    uint16_t* dxin16 = inner->alloc((size_t)T * c.D * 2);
-    inner->to_bf16(inner, dxout16, dxout, (size_t)T * c.D);
+    uint16_t* dxout16 = inner->dev->alloc((size_t)T * c.D * 2);
+    uint16_t* dxin16 = inner->dev->alloc((size_t)T * c.D * 2);
+    inner->ops->to_bf16(inner, dxout16, dxout, (size_t)T * c.D);
     g.dxout16 = dxout16, g.dxin16 = dxin16;
-    inner->synchronize(inner);
+    inner->dev->synchronize(inner);
     emu_traffic(1);
-    inner->profile(1);
+    inner->dev->profile(1);
     printf("LM block (D %d, H %d, F %d, T %d in %d sequences), bf16, 2-byte activations:\n", c.D, c.H, c.F, T, S);
-    lm_block_forward(&wrap, &c, &w, &a, &s, &seq, xin, xout);
-    lm_block_backward_input(&wrap, &c, &w, &a, &g, &s, &seq, xin, dxout, dxin);
-    lm_block_backward_weight(&wrap, &c, &w, &dw, &a, &g, &seq, xin, dxout);
+    lm_block_forward(&wrap, &c, &w, &a, &s, &seq, be_act(&wrap, xin), be_act(&wrap, xout));
+    lm_block_backward_input(&wrap, &c, &w, &a, &g, &s, &seq, be_act(&wrap, xin), dxout, dxin);
+    lm_block_backward_weight(&wrap, &c, &w, &dw, &a, &g, &seq, be_act(&wrap, xin), dxout);
     step_params(&pt);
-    inner->profile(0);
+    inner->dev->profile(0);
     emu_traffic(0);
-    inner->free(block);
-    inner->free(dxout16), inner->free(dxin16);
+    inner->dev->free(block);
+    inner->dev->free(dxout16), inner->dev->free(dxin16);
     params_free(&pt);
 }
 
@@ -732,22 +738,22 @@ static void run_vit(void) {
     float* dv = dev_random((size_t)N * c.D, 1e-2f, &rs);
     struct VitRopeCtx vc = {a.blocks[0].qkv, pr_d, pc_d, N, c.H, c.D / c.H};
     rope_warm_up("ViT block", vit_rope_call, &vc);
-    inner->synchronize(inner);
+    inner->dev->synchronize(inner);
     emu_traffic(1);
-    inner->profile(1);
+    inner->dev->profile(1);
     printf("ViT block (D %d, H %d, MLP %d, %d patches of 3x%dx%d in %d images), bf16, 2-byte activations:\n", c.D, c.H, 4 * c.D, N, c.patch,
            c.patch, I);
     vit_forward(&wrap, &c, &w, &a, patches, img_d, I, pr_d, pc_d, N);
-    wrap.copy_d2d(&wrap, a.dvout, dv, (size_t)N * c.D * sizeof(float));
+    wrap.dev->copy_d2d(&wrap, a.dvout, dv, (size_t)N * c.D * sizeof(float));
     vit_backward_input(&wrap, &c, &w, &a);
     vit_backward_weight(&wrap, &c, &w, &dw, &a);
     step_params(&pt);
-    inner->profile(0);
+    inner->dev->profile(0);
     emu_traffic(0);
     vit_acts_free_tables(&a);
     vit_weights_free(&w);
     vit_weights_free(&dw);
-    inner->free(block);
+    inner->dev->free(block);
     params_free(&pt);
 }
 
@@ -801,7 +807,7 @@ int main(int argc, char** argv) {
     }
     cpu_set_num_threads(1); /* BLIS behind the emulated cuBLAS on this thread: one fault handler at a time */
     inner = be->bf16_variant;
-    if (!inner->profile || inner->weight_dtype != DTYPE_BF16) {
+    if (!inner->dev->profile || inner->weight_dtype != DTYPE_BF16) {
         printf("test_traffic: FAIL: the CUDA bf16 table has no profiler or no 2-byte weights\n");
         return 1;
     }
@@ -809,7 +815,7 @@ int main(int argc, char** argv) {
     check_compute_copy();
     /* the LM block on the bf16-activation table (a stage's LM under runtime.precision = bf16, tp = 1) */
     inner = bf16_table->act_bf16_variant;
-    if (!inner || inner->act_dtype != DTYPE_BF16 || !inner->profile) {
+    if (!inner || inner->act_dtype != DTYPE_BF16 || !inner->dev->profile) {
         printf("test_traffic: FAIL: the CUDA bf16 table has no bf16-activation variant with a profiler\n");
         return 1;
     }

@@ -54,7 +54,7 @@ static void* pool_acquire(void* ctx, size_t bytes) {
         fprintf(stderr, "FAIL: send pool exhausted\n");
         exit(1);
     }
-    p->buf[p->n] = be->alloc(N * sizeof(float));
+    p->buf[p->n] = be->dev->alloc(N * sizeof(float));
     p->busy[p->n] = 1;
     (void)bytes;
     return p->buf[p->n++];
@@ -67,8 +67,8 @@ static void pool_release(void* ctx, void* b) {
 static void* ev;
 static void* pool_copy_mark(void* ctx, void* dst, const void* src, size_t bytes) {
     (void)ctx;
-    if (bytes) be->copy_d2d(be, dst, src, bytes);
-    be->event_record(be, ev);
+    if (bytes) be->dev->copy_d2d(be, dst, src, bytes);
+    be->dev->event_record(be, ev);
     return ev;
 }
 
@@ -96,17 +96,17 @@ int main(int argc, char** argv) {
     CHECK(c != NULL && c->device_memory == 1 && c->size == n && c->rank == me, "%s", err);
     if (!c) return 1;
     int next = (me + 1) % n, prev = (me + n - 1) % n;
-    ev = be->event_create();
+    ev = be->dev->event_create();
     float* h = malloc(N * sizeof(float));
-    float* dev = be->alloc(N * sizeof(float));
+    float* dev = be->dev->alloc(N * sizeof(float));
 
     /* 1. a delayed receive is NaN until its event completes */
     {
         for (int i = 0; i < N; i++) h[i] = value(me, 99, i);
-        be->copy_h2d(be, dev, h, N * sizeof(float));
-        float* in = be->alloc(N * sizeof(float));
-        be->memset0(be, in, N * sizeof(float));
-        be->synchronize(be); /* the receive's stream does not wait for the compute stream's memset */
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float));
+        float* in = be->dev->alloc(N * sizeof(float));
+        be->dev->memset0(be, in, N * sizeof(float));
+        be->dev->synchronize(be); /* the receive's stream does not wait for the compute stream's memset */
         CommReq *sr = NULL, *rr = NULL;
         CHECK(c->ops->isend(c, next, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
         CHECK(c->ops->irecv(c, prev, 0, in, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
         CHECK(c->ops->test(c, &rr, &done, &got, err, sizeof err) == 0, "%s", err);
         CHECK(!done, "a receive under RR_EMU_COMM_DELAY completed at its first poll (is the delay set?)");
         if (!compute_delay) {
-            be->copy_d2h(be, h, in, N * sizeof(float));
+            be->dev->copy_d2h(be, h, in, N * sizeof(float));
             int nan = 0;
             for (int i = 0; i < N; i++) nan += isnan(h[i]);
             CHECK(nan == N, "reading a receive's buffer before its event: %d of %d NaN (the control must see NaN)", nan,
@@ -124,12 +124,12 @@ int main(int argc, char** argv) {
         }
         while (!done) CHECK(c->ops->test(c, &rr, &done, &got, err, sizeof err) == 0, "%s", err);
         CHECK(got == N * sizeof(float), "got %zu bytes", got);
-        be->copy_d2h(be, h, in, N * sizeof(float));
+        be->dev->copy_d2h(be, h, in, N * sizeof(float));
         int bad = 0;
         for (int i = 0; i < N; i++) bad += h[i] != value(prev, 99, i);
         CHECK(bad == 0, "after the event: %d of %d values wrong", bad, N);
         for (done = 0; !done;) CHECK(c->ops->test(c, &sr, &done, NULL, err, sizeof err) == 0, "%s", err);
-        be->free(in);
+        be->dev->free(in);
     }
 
     /* 1b. the compute stream finishes later than the host launches (RR_EMU_COMPUTE_DELAY): a send that
@@ -138,12 +138,12 @@ int main(int argc, char** argv) {
         const char* cd = getenv("RR_EMU_COMPUTE_DELAY");
         CHECK(cd && atoi(cd) > 0, "--compute-delay needs RR_EMU_COMPUTE_DELAY > 0: the control below depends on it");
         for (int i = 0; i < N; i++) h[i] = value(me, 50, i);
-        be->copy_h2d(be, dev, h, N * sizeof(float)); /* synchronous: dev holds v */
-        float* in = be->alloc(N * sizeof(float));
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float)); /* synchronous: dev holds v */
+        float* in = be->dev->alloc(N * sizeof(float));
         for (int round = 0; round < 2; round++) {
-            be->scale(be, dev, 2.0f, N); /* the producer, on the compute stream */
+            be->ops->scale(be, dev, 2.0f, N); /* the producer, on the compute stream */
             if (round == 1) { /* as the pipeline's sends do */
-                be->event_record(be, ev);
+                be->dev->event_record(be, ev);
                 CHECK(c->ops->wait_event(c, next, ev, err, sizeof err) == 0, "%s", err);
             }
             CommReq *sr = NULL, *rr = NULL;
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
             CHECK(c->ops->isend(c, next, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
             for (int done = 0; !done;) CHECK(c->ops->test(c, &rr, &done, NULL, err, sizeof err) == 0, "%s", err);
             for (int done = 0; !done;) CHECK(c->ops->test(c, &sr, &done, NULL, err, sizeof err) == 0, "%s", err);
-            be->copy_d2h(be, h, in, N * sizeof(float)); /* also finishes the compute stream: dev scaled */
+            be->dev->copy_d2h(be, h, in, N * sizeof(float)); /* also finishes the compute stream: dev scaled */
             /* round 0 sent v (the scale had not run), round 1 waited for the second scale: 4 v */
             float f = round == 0 ? 1.0f : 4.0f;
             int match = 0;
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
             else
                 CHECK(match == N, "a send after wait_event on its producer's event: %d of %d values right", match, N);
         }
-        be->free(in);
+        be->dev->free(in);
     }
 
     /* 2. the FIFO transport with device payloads and host notices */
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
         float* in[M];
         double notice[M];
         for (int m = M - 1; m >= 0; m--) {
-            in[m] = be->alloc(N * sizeof(float));
+            in[m] = be->dev->alloc(N * sizeof(float));
             CHECK(transport_post_recv(t, prev, (MsgKey){MSG_ACT, 0, m}, in[m], N * sizeof(float), err, sizeof err) == 0,
                   "%s", err);
             notice[m] = -1;
@@ -183,13 +183,13 @@ int main(int argc, char** argv) {
         }
         for (int m = 0; m < M; m++) {
             for (int i = 0; i < N; i++) h[i] = value(me, m, i);
-            be->copy_h2d(be, dev, h, N * sizeof(float));
+            be->dev->copy_h2d(be, dev, h, N * sizeof(float));
             double est = 0.5 * m + me;
             CHECK(transport_isend(t, next, (MsgKey){MSG_NOTICE_ACT, 0, m}, &est, sizeof est, err, sizeof err) == 0, "%s",
                   err);
             CHECK(transport_isend_dev(t, next, (MsgKey){MSG_ACT, 0, m}, dev, N * sizeof(float), err, sizeof err) == 0,
                   "%s", err);
-            be->memset0(be, dev, N * sizeof(float)); /* the copy travels, not the source */
+            be->dev->memset0(be, dev, N * sizeof(float)); /* the copy travels, not the source */
         }
         int payloads = 0, notices = 0;
         while (payloads + notices < 2 * M) {
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
                     notices++;
                     continue;
                 }
-                be->copy_d2h(be, h, in[k[j].mb], N * sizeof(float));
+                be->dev->copy_d2h(be, h, in[k[j].mb], N * sizeof(float));
                 int bad = 0;
                 for (int i = 0; i < N; i++) bad += h[i] != value(prev, k[j].mb, i);
                 CHECK(bad == 0, "payload %d from rank %d: %d of %d values wrong when reported", k[j].mb, prev, bad, N);
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
                   "%s", err);
         for (int m = 0; m < M; m++) {
             for (int i = 0; i < N; i++) h[i] = -value(me, m, i);
-            be->copy_h2d(be, dev, h, N * sizeof(float));
+            be->dev->copy_h2d(be, dev, h, N * sizeof(float));
             CHECK(transport_isend_dev(t, next, (MsgKey){MSG_GRAD, 0, m}, dev, N * sizeof(float), err, sizeof err) == 0,
                   "%s", err);
         }
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
             CHECK(got > 0, "%s", err);
             if (got <= 0) break;
             for (int j = 0; j < got; j++) {
-                be->copy_d2h(be, h, in[k[j].mb], N * sizeof(float));
+                be->dev->copy_d2h(be, h, in[k[j].mb], N * sizeof(float));
                 int bad = 0;
                 for (int i = 0; i < N; i++) bad += h[i] != -value(prev, k[j].mb, i);
                 CHECK(bad == 0, "round 2 payload %d: %d wrong", k[j].mb, bad);
@@ -240,51 +240,51 @@ int main(int argc, char** argv) {
         CHECK(pool.n == np, "the pool grew in the second round (%d -> %d)", np, pool.n);
         CHECK(transport_pending_recvs(t) == 0, "%d receives left", transport_pending_recvs(t));
         transport_free(t);
-        for (int m = 0; m < M; m++) be->free(in[m]);
-        for (int i = 0; i < pool.n; i++) be->free(pool.buf[i]);
+        for (int m = 0; m < M; m++) be->dev->free(in[m]);
+        for (int i = 0; i < pool.n; i++) be->dev->free(pool.buf[i]);
         printf("rank %d: transport fifo over nccl: %d payloads, %d notices, send pool %d\n", me, payloads, notices, np);
     }
 
     /* 3. collectives */
     {
         for (int i = 0; i < N; i++) h[i] = (float)(me + 1) * (float)i;
-        be->copy_h2d(be, dev, h, N * sizeof(float));
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float));
         CHECK(c->ops->allreduce(c, dev, N, COMM_F32, COMM_SUM, err, sizeof err) == 0, "%s", err);
-        be->copy_d2h(be, h, dev, N * sizeof(float));
+        be->dev->copy_d2h(be, h, dev, N * sizeof(float));
         float tot = (float)(n * (n + 1) / 2);
         int bad = 0;
         for (int i = 0; i < N; i++) bad += h[i] != tot * (float)i;
         CHECK(bad == 0, "device all-reduce: %d wrong", bad);
         /* non-blocking, ordered after the producer's event (the DP gradient buckets' path) */
         for (int i = 0; i < N; i++) h[i] = (float)me;
-        be->copy_h2d(be, dev, h, N * sizeof(float));
-        be->event_record(be, ev);
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float));
+        be->dev->event_record(be, ev);
         CHECK(c->ops->wait_event(c, -1, ev, err, sizeof err) == 0, "%s", err);
         CommReq* r = NULL;
         CHECK(c->ops->iallreduce(c, dev, N, COMM_F32, COMM_MAX, &r, err, sizeof err) == 0, "%s", err);
         for (int done = 0; !done;) CHECK(c->ops->test(c, &r, &done, NULL, err, sizeof err) == 0, "%s", err);
-        be->copy_d2h(be, h, dev, N * sizeof(float));
+        be->dev->copy_d2h(be, h, dev, N * sizeof(float));
         bad = 0;
         for (int i = 0; i < N; i++) bad += h[i] != (float)(n - 1);
         CHECK(bad == 0, "device iallreduce max: %d wrong", bad);
         for (int i = 0; i < N; i++) h[i] = me == 1 ? 7.0f + (float)i : -1.0f;
-        be->copy_h2d(be, dev, h, N * sizeof(float));
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float));
         CHECK(c->ops->bcast(c, dev, N * sizeof(float), 1, err, sizeof err) == 0, "%s", err);
-        be->copy_d2h(be, h, dev, N * sizeof(float));
+        be->dev->copy_d2h(be, h, dev, N * sizeof(float));
         bad = 0;
         for (int i = 0; i < N; i++) bad += h[i] != 7.0f + (float)i;
         CHECK(bad == 0, "device broadcast: %d wrong", bad);
-        float* all = be->alloc((size_t)n * N * sizeof(float));
+        float* all = be->dev->alloc((size_t)n * N * sizeof(float));
         float* hall = malloc((size_t)n * N * sizeof(float));
         for (int i = 0; i < N; i++) h[i] = value(me, 1, i);
-        be->copy_h2d(be, dev, h, N * sizeof(float));
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float));
         CHECK(c->ops->allgather(c, dev, all, N * sizeof(float), err, sizeof err) == 0, "%s", err);
-        be->copy_d2h(be, hall, all, (size_t)n * N * sizeof(float));
+        be->dev->copy_d2h(be, hall, all, (size_t)n * N * sizeof(float));
         bad = 0;
         for (int q = 0; q < n; q++)
             for (int i = 0; i < N; i++) bad += hall[(size_t)q * N + i] != value(q, 1, i);
         CHECK(bad == 0, "device all-gather: %d wrong", bad);
-        be->free(all);
+        be->dev->free(all);
         free(hall);
     }
     /* host-memory collectives: over NCCL, no MPI call (comm_mpi_counts), pieces of 64 KiB */
@@ -362,20 +362,20 @@ int main(int argc, char** argv) {
         CHECK(in[0] == far_from && in[1] == 1 && in[2] == 2 && in2 == 100 + far_from,
               "host messages from a non-neighbour over NCCL: %d %d %d / %d", in[0], in[1], in[2], in2);
         /* device memory: far_from's values land in din */
-        float* din = be->alloc(N * sizeof(float));
+        float* din = be->dev->alloc(N * sizeof(float));
         for (int i = 0; i < N; i++) h[i] = (float)(1000 * me + i);
-        be->copy_h2d(be, dev, h, N * sizeof(float));
+        be->dev->copy_h2d(be, dev, h, N * sizeof(float));
         CommReq *sr = NULL, *rr = NULL;
         CHECK(c->ops->irecv(c, far_from, 0, din, N * sizeof(float), &rr, err, sizeof err) == 0, "%s", err);
         CHECK(c->ops->isend(c, far_to, 0, dev, N * sizeof(float), 0, &sr, err, sizeof err) == 0, "%s", err);
         CommReq** dv[2] = {&sr, &rr};
         for (int i = 0; i < 2; i++)
             for (int done = 0; !done && *dv[i];) CHECK(c->ops->test(c, dv[i], &done, NULL, err, sizeof err) == 0, "%s", err);
-        be->copy_d2h(be, h, din, N * sizeof(float));
+        be->dev->copy_d2h(be, h, din, N * sizeof(float));
         int bad = 0;
         for (int i = 0; i < N; i++) bad += h[i] != (float)(1000 * far_from + i);
         CHECK(bad == 0, "device payload from the non-neighbour %d: %d of %d wrong", far_from, bad, N);
-        be->free(din);
+        be->dev->free(din);
         comm_mpi_counts(&coll1, &p2p1);
         CHECK(coll1 == coll0 && p2p1 == p2p0, "messages to a non-neighbour in a group of %d used MPI: %ld "
               "point-to-point", n, p2p1 - p2p0);
@@ -411,8 +411,8 @@ int main(int argc, char** argv) {
             ring->ops->free(ring);
         }
     }
-    be->event_destroy(ev);
-    be->free(dev);
+    be->dev->event_destroy(ev);
+    be->dev->free(dev);
     free(h);
     c->ops->free(c);
     world->ops->free(world);

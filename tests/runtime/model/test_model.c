@@ -286,7 +286,7 @@ static void freeze_adamw(ParamTable* pt, const ParamTable* fz, int t) {
         const ParamSpec* s = &pt->specs[i];
         float* g = params_grad(pt, i);
         for (size_t k = 0; k < s->numel; k++) g[k] *= clip;
-        backend_cpu.adamw_update(&backend_cpu, params_data(pt, i), g, pt->m + s->goff, pt->v + s->goff, s->numel, &cfg, t, s->decay);
+        backend_cpu.ops->adamw_update(&backend_cpu, params_data(pt, i), g, pt->m + s->goff, pt->v + s->goff, s->numel, &cfg, t, s->decay);
     }
 }
 
@@ -437,8 +437,8 @@ static void run_chain(Stage* st, int P, Microbatch* mb, int M, int max_T, int ma
     float* dhid[8];
     for (int s = 0; s < P; s++) {
         stage_acts_init(&a[s], &st[s], max_T, max_Np, split_bw);
-        hid[s] = be->alloc((size_t)max_T * c->Dt * sizeof(float));
-        dhid[s] = be->alloc((size_t)max_T * c->Dt * sizeof(float));
+        hid[s] = be->dev->alloc((size_t)max_T * c->Dt * sizeof(float));
+        dhid[s] = be->dev->alloc((size_t)max_T * c->Dt * sizeof(float));
     }
     for (int m = 0; m < M; m++) {
         for (int s = 0; s < P; s++)
@@ -457,8 +457,8 @@ static void run_chain(Stage* st, int P, Microbatch* mb, int M, int max_T, int ma
     }
     for (int s = 0; s < P; s++) {
         stage_acts_free(&a[s], &st[s]);
-        be->free(hid[s]);
-        be->free(dhid[s]);
+        be->dev->free(hid[s]);
+        be->dev->free(dhid[s]);
     }
 }
 
@@ -557,7 +557,7 @@ static double table_rel_err(const ParamTable* pt, const float* a, const float* b
 static float* table_host(const ParamTable* pt, int grads) {
     size_t n = grads ? pt->gtotal : pt->total; /* the gradients of the trainable tensors only */
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
-    pt->be->copy_d2h(pt->be, h, grads ? pt->grad : pt->data, n * sizeof(float));
+    pt->be->dev->copy_d2h(pt->be, h, grads ? pt->grad : pt->data, n * sizeof(float));
     return h;
 }
 
@@ -724,8 +724,8 @@ static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
     stage_acts_init(&a1, &one, max_T, max_Np, 0);
     for (int s = 0; s < 2; s++) stage_acts_init(&a2[s], &two[s], max_T, max_Np, 1);
     EXPECT(a1.bytes < ar.bytes, "2-byte activations take %zu bytes, f32 words %zu", a1.bytes, ar.bytes);
-    float* hid = b16->alloc((size_t)max_T * c.Dt * sizeof(float));
-    float* dhid = b16->alloc((size_t)max_T * c.Dt * sizeof(float));
+    float* hid = b16->dev->alloc((size_t)max_T * c.Dt * sizeof(float));
+    float* dhid = b16->dev->alloc((size_t)max_T * c.Dt * sizeof(float));
     for (int m = 0; m < NMB; m++) {
         float lr, l1, l2;
         stage_forward(&ref, &ar, &mb[m], NULL, NULL, &lr);
@@ -757,7 +757,7 @@ static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
     }
     int n = ref.params.n;
     free(gr), free(g1), free(g20), free(g21);
-    b16->free(hid), b16->free(dhid);
+    b16->dev->free(hid), b16->dev->free(dhid);
     stage_acts_free(&ar, &ref);
     stage_acts_free(&a1, &one);
     for (int s = 0; s < 2; s++) stage_acts_free(&a2[s], &two[s]);

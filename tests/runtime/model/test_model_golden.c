@@ -48,14 +48,14 @@ static void case_vit(const char* dir) {
     memset(&a, 0, sizeof a);
     Arena measure = {.base = NULL, .size = SIZE_MAX, .name = "measure"};
     vit_acts_layout(&a, &measure, &vc, mb.Np, 0, 1);
-    Arena ar = {.base = be->alloc(measure.used), .size = measure.used, .name = "vit acts"};
+    Arena ar = {.base = be->dev->alloc(measure.used), .size = measure.used, .name = "vit acts"};
     vit_acts_layout(&a, &ar, &vc, mb.Np, 0, 1);
 
     vit_forward(be, &vc, &w, &a, mb.patches, mb.img_cu_patches, mb.I, mb.patch_row, mb.patch_col, mb.Np);
     size_t ND = (size_t)mb.Np * vc.D;
     float* dvout = mallocCheck(ND * sizeof(float));
     for (size_t k = 0; k < ND; k++) dvout[k] = 2.0f * tm_uniform(&rng) - 1.0f;
-    be->copy_h2d(be, a.dvout, dvout, ND * sizeof(float));
+    be->dev->copy_h2d(be, a.dvout, dvout, ND * sizeof(float));
     vit_backward(be, &vc, &w, &g, &a);
 
     char path[1024], err[512];
@@ -86,7 +86,7 @@ static void case_vit(const char* dir) {
 
     printf("vit: %d patches in %d images dumped to %s\n", mb.Np, mb.I, dir);
     free(dvout);
-    be->free(ar.base);
+    be->dev->free(ar.base);
     vit_acts_free_tables(&a);
     vit_weights_free(&w);
     vit_weights_free(&g);

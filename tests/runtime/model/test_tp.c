@@ -337,8 +337,8 @@ static void test_ce(void) {
     for (int n = 0; n < N; n++) targets[n] = n % 3 == 1 ? -100 : (n * 7) % V; /* ignored rows too */
     float loss;
     memset(dlogits, 0, sizeof dlogits);
-    backend_cpu.crossentropy_forward(&backend_cpu, &loss, lse, logits, targets, N, V);
-    backend_cpu.crossentropy_backward(&backend_cpu, dlogits, logits, lse, targets, 0.125f, N, V);
+    backend_cpu.ops->crossentropy_forward(&backend_cpu, &loss, lse, be_act(&backend_cpu, logits), targets, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, dlogits, be_act(&backend_cpu, logits), lse, targets, 0.125f, N, V);
     for (int T = 2; T <= 4; T *= 2) {
         int Vs = V / T;
         FakeGroup g = {.T = T};
@@ -416,6 +416,13 @@ static const int32_t lm_cu[3] = {0, 5, LT};
 static const int32_t lm_pos[LT] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5};
 static float lm_x[LT * LD], lm_dy[LT * LD];
 
+/* a block's tensors, f32 host buffers, as LmBlockW */
+static LmBlockW lm_w(float* n1, float* q, float* k, float* v, float* o, float* n2, float* gt, float* up, float* dn,
+                     float* qb, float* kb, float* vb, float* ob) {
+    return (LmBlockW){n1,          buf_f32(q),  buf_f32(k),  buf_f32(v),  buf_f32(o),  n2,         buf_f32(gt),
+                      buf_f32(up), buf_f32(dn), buf_f32(qb), buf_f32(kb), buf_f32(vb), buf_f32(ob)};
+}
+
 /* forward, B and W of one block with weights w (shapes from c), into xout, dxin and dw */
 static void lm_run(const LmConfig* c, const LmBlockW* w, LmBlockW* dw, float* xout, float* dxin) {
     Arena ar;
@@ -427,9 +434,9 @@ static void lm_run(const LmConfig* c, const LmBlockW* w, LmBlockW* dw, float* xo
     lm_block_grads_layout(&gr, &ar, c, LT);
     lm_scratch_layout(&s, &ar, c, LT);
     LmSeq seq = {.T = LT, .S = 2, .cu_seqlens = lm_cu, .pos = lm_pos};
-    lm_block_forward(&backend_cpu, c, w, &a, &s, &seq, lm_x, xout);
-    lm_block_backward_input(&backend_cpu, c, w, &a, &gr, &s, &seq, lm_x, lm_dy, dxin);
-    lm_block_backward_weight(&backend_cpu, c, w, dw, &a, &gr, &seq, lm_x, lm_dy);
+    lm_block_forward(&backend_cpu, c, w, &a, &s, &seq, buf_f32(lm_x), buf_f32(xout));
+    lm_block_backward_input(&backend_cpu, c, w, &a, &gr, &s, &seq, buf_f32(lm_x), lm_dy, dxin);
+    lm_block_backward_weight(&backend_cpu, c, w, dw, &a, &gr, &seq, buf_f32(lm_x), lm_dy);
     arena_free(&ar);
 }
 
@@ -475,11 +482,13 @@ static void test_lm_variant(int kv, int bias, int llama3) {
     for (int i = 0; i < LF * LD; i++) gt[i] = 0.4f * RND(), up[i] = 0.4f * RND(), dn[i] = 0.4f * RND();
     for (int i = 0; i < LT * LD; i++) lm_x[i] = 2.0f * RND(), lm_dy[i] = RND();
 #undef RND
-    LmBlockW w = {n1, q, k, v, o, n2, gt, up, dn, bias ? qb : NULL, bias ? kb : NULL, bias ? vb : NULL, bias ? ob : NULL};
-    LmBlockW dw = {callocCheck(LD, 4), callocCheck(LD * LD, 4), callocCheck(KD * LD, 4), callocCheck(KD * LD, 4),
+    LmBlockW w = lm_w(n1, q, k, v, o, n2, gt, up, dn, bias ? qb : NULL, bias ? kb : NULL, bias ? vb : NULL, bias ? ob : NULL);
+    LmBlockW dw = lm_w(callocCheck(LD, 4), callocCheck(LD * LD, 4), callocCheck(KD * LD, 4), callocCheck(KD * LD, 4),
                    callocCheck(LD * LD, 4), callocCheck(LD, 4), callocCheck(LF * LD, 4), callocCheck(LF * LD, 4),
-                   callocCheck(LD * LF, 4), NULL, NULL, NULL, NULL};
-    if (bias) dw.q_b = callocCheck(LD, 4), dw.k_b = callocCheck(KD, 4), dw.v_b = callocCheck(KD, 4), dw.o_b = callocCheck(LD, 4);
+                   callocCheck(LD * LF, 4), NULL, NULL, NULL, NULL);
+    if (bias)
+        dw.q_b = buf_f32(callocCheck(LD, 4)), dw.k_b = buf_f32(callocCheck(KD, 4)), dw.v_b = buf_f32(callocCheck(KD, 4)),
+        dw.o_b = buf_f32(callocCheck(LD, 4));
     static float xout[LT * LD], dxin[LT * LD];
     lm_run(&c, &w, &dw, xout, dxin);
     for (int T = 2; T <= 4; T *= 2) {
@@ -494,7 +503,7 @@ static void test_lm_variant(int kv, int bias, int llama3) {
             r->g = &g, r->t = t;
             r->c = c;
             r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_f32, r->c.tp_ctx = r;
-            r->w = (LmBlockW){n1,
+            r->w = lm_w(n1,
                               lm_slice(q, LD, LD, 0, t * Dq, Dq),
                               lm_slice(k, KD, LD, 0, t * Dk, Dk),
                               lm_slice(v, KD, LD, 0, t * Dk, Dk),
@@ -504,13 +513,14 @@ static void test_lm_variant(int kv, int bias, int llama3) {
                               lm_slice(up, LF, LD, 0, t * Fl, Fl),
                               lm_slice(dn, LD, LF, 1, t * Fl, Fl),
                               bias ? qb + t * Dq : NULL, bias ? kb + t * Dk : NULL, bias ? vb + t * Dk : NULL,
-                              bias ? ob : NULL};
-            r->dw = (LmBlockW){callocCheck(LD, 4),       callocCheck(Dq * LD, 4), callocCheck(Dk * LD, 4),
+                              bias ? ob : NULL);
+            r->dw = lm_w(callocCheck(LD, 4),       callocCheck(Dq * LD, 4), callocCheck(Dk * LD, 4),
                                callocCheck(Dk * LD, 4),  callocCheck(LD * Dq, 4), callocCheck(LD, 4),
                                callocCheck(Fl * LD, 4),  callocCheck(Fl * LD, 4), callocCheck(LD * Fl, 4),
-                               NULL, NULL, NULL, NULL};
-            if (bias) r->dw.q_b = callocCheck(Dq, 4), r->dw.k_b = callocCheck(Dk, 4), r->dw.v_b = callocCheck(Dk, 4),
-                      r->dw.o_b = callocCheck(LD, 4);
+                               NULL, NULL, NULL, NULL);
+            if (bias)
+                r->dw.q_b = buf_f32(callocCheck(Dq, 4)), r->dw.k_b = buf_f32(callocCheck(Dk, 4)),
+                r->dw.v_b = buf_f32(callocCheck(Dk, 4)), r->dw.o_b = buf_f32(callocCheck(LD, 4));
             pthread_create(&th[t], NULL, lm_rank_main, r);
         }
         for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
@@ -533,17 +543,17 @@ static void test_lm_variant(int kv, int bias, int llama3) {
                 {"dxin", r->dxin, dxin, LT * LD, 0},
                 {"d norm1", r->dw.norm1_w, dw.norm1_w, LD, 0},
                 {"d norm2", r->dw.norm2_w, dw.norm2_w, LD, 0},
-                {"d q", r->dw.q_w, lm_slice(dw.q_w, LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
-                {"d k", r->dw.k_w, lm_slice(dw.k_w, KD, LD, 0, t * Dk, Dk), Dk * LD, 1},
-                {"d v", r->dw.v_w, lm_slice(dw.v_w, KD, LD, 0, t * Dk, Dk), Dk * LD, 1},
-                {"d o", r->dw.o_w, lm_slice(dw.o_w, LD, LD, 1, t * Dq, Dq), LD * Dq, 1},
-                {"d gate", r->dw.gate_w, lm_slice(dw.gate_w, LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
-                {"d up", r->dw.up_w, lm_slice(dw.up_w, LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
-                {"d down", r->dw.down_w, lm_slice(dw.down_w, LD, LF, 1, t * Fl, Fl), LD * Fl, 1},
-                {"d q bias", r->dw.q_b, bias ? dw.q_b + t * Dq : NULL, bias ? Dq : 0, 0},
-                {"d k bias", r->dw.k_b, bias ? dw.k_b + t * Dk : NULL, bias ? Dk : 0, 0},
-                {"d v bias", r->dw.v_b, bias ? dw.v_b + t * Dk : NULL, bias ? Dk : 0, 0},
-                {"d o bias", r->dw.o_b, bias ? dw.o_b : NULL, bias ? LD : 0, 0},
+                {"d q", buf_f32p(r->dw.q_w), lm_slice(buf_f32p(dw.q_w), LD, LD, 0, t * Dq, Dq), Dq * LD, 1},
+                {"d k", buf_f32p(r->dw.k_w), lm_slice(buf_f32p(dw.k_w), KD, LD, 0, t * Dk, Dk), Dk * LD, 1},
+                {"d v", buf_f32p(r->dw.v_w), lm_slice(buf_f32p(dw.v_w), KD, LD, 0, t * Dk, Dk), Dk * LD, 1},
+                {"d o", buf_f32p(r->dw.o_w), lm_slice(buf_f32p(dw.o_w), LD, LD, 1, t * Dq, Dq), LD * Dq, 1},
+                {"d gate", buf_f32p(r->dw.gate_w), lm_slice(buf_f32p(dw.gate_w), LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
+                {"d up", buf_f32p(r->dw.up_w), lm_slice(buf_f32p(dw.up_w), LF, LD, 0, t * Fl, Fl), Fl * LD, 1},
+                {"d down", buf_f32p(r->dw.down_w), lm_slice(buf_f32p(dw.down_w), LD, LF, 1, t * Fl, Fl), LD * Fl, 1},
+                {"d q bias", buf_f32p(r->dw.q_b), bias ? buf_f32p(dw.q_b) + t * Dq : NULL, bias ? Dq : 0, 0},
+                {"d k bias", buf_f32p(r->dw.k_b), bias ? buf_f32p(dw.k_b) + t * Dk : NULL, bias ? Dk : 0, 0},
+                {"d v bias", buf_f32p(r->dw.v_b), bias ? buf_f32p(dw.v_b) + t * Dk : NULL, bias ? Dk : 0, 0},
+                {"d o bias", buf_f32p(r->dw.o_b), bias ? buf_f32p(dw.o_b) : NULL, bias ? LD : 0, 0},
             };
             for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
                 if (cmp[i].n == 0) continue;
@@ -554,10 +564,13 @@ static void test_lm_variant(int kv, int bias, int llama3) {
                 if (scale > 0 && diff / scale > worst) worst = diff / scale;
                 if (cmp[i].free_want) free(cmp[i].want);
             }
-            float* own[] = {r->w.q_w, r->w.k_w, r->w.v_w, r->w.o_w, r->w.gate_w, r->w.up_w, r->w.down_w};
+            float* own[] = {buf_f32p(r->w.q_w),    buf_f32p(r->w.k_w),  buf_f32p(r->w.v_w),   buf_f32p(r->w.o_w),
+                            buf_f32p(r->w.gate_w), buf_f32p(r->w.up_w), buf_f32p(r->w.down_w)};
             for (int i = 0; i < 7; i++) free(own[i]);
-            float* g2[] = {r->dw.norm1_w, r->dw.q_w, r->dw.k_w, r->dw.v_w, r->dw.o_w, r->dw.norm2_w, r->dw.gate_w,
-                           r->dw.up_w, r->dw.down_w, r->dw.q_b, r->dw.k_b, r->dw.v_b, r->dw.o_b};
+            float* g2[] = {r->dw.norm1_w,         buf_f32p(r->dw.q_w),    buf_f32p(r->dw.k_w),  buf_f32p(r->dw.v_w),
+                           buf_f32p(r->dw.o_w),   r->dw.norm2_w,          buf_f32p(r->dw.gate_w), buf_f32p(r->dw.up_w),
+                           buf_f32p(r->dw.down_w), buf_f32p(r->dw.q_b),   buf_f32p(r->dw.k_b),  buf_f32p(r->dw.v_b),
+                           buf_f32p(r->dw.o_b)};
             for (int i = 0; i < 13; i++) free(g2[i]);
         }
         printf("LM block (kv heads %d/%d%s%s), tp %d: output, input gradient and weight gradients within %.3g of "
@@ -565,8 +578,9 @@ static void test_lm_variant(int kv, int bias, int llama3) {
         free(rk);
         pthread_barrier_destroy(&g.bar);
     }
-    float* g1[] = {dw.norm1_w, dw.q_w, dw.k_w, dw.v_w, dw.o_w, dw.norm2_w, dw.gate_w, dw.up_w, dw.down_w,
-                   dw.q_b, dw.k_b, dw.v_b, dw.o_b};
+    float* g1[] = {dw.norm1_w,          buf_f32p(dw.q_w),    buf_f32p(dw.k_w),  buf_f32p(dw.v_w),  buf_f32p(dw.o_w),
+                   dw.norm2_w,          buf_f32p(dw.gate_w), buf_f32p(dw.up_w), buf_f32p(dw.down_w), buf_f32p(dw.q_b),
+                   buf_f32p(dw.k_b),    buf_f32p(dw.v_b),    buf_f32p(dw.o_b)};
     for (int i = 0; i < 13; i++) free(g1[i]);
 }
 
@@ -818,8 +832,8 @@ static void proj_run(const VitConfig* c, const ProjW* w, const ProjW* dw, float*
     arena_init(&ar, "test_tp proj", 1 << 20);
     ProjActs a;
     projector_acts_layout(&a, &ar, c, PN);
-    projector_forward(&backend_cpu, c, w, &a, proj_vin, PN);
-    memcpy(out, a.out, sizeof(float) * PN * PDT);
+    projector_forward(&backend_cpu, c, w, &a, buf_f32(proj_vin), PN);
+    memcpy(out, a.out.p, sizeof(float) * PN * PDT);
     memcpy(a.dout, proj_dout, sizeof proj_dout);
     projector_backward_input(&backend_cpu, c, w, &a, PN, 1);
     projector_backward_weight(&backend_cpu, c, w, dw, &a, PN);

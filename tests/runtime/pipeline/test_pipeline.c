@@ -19,7 +19,7 @@
  * this runs here; against the real one it needs a device (exit 77 = skipped otherwise). CUDA kernels
  * are not the CPU's, so gradients are compared within 1e-5 of each tensor's largest gradient (the
  * model_gpu test's bound) instead of the reordering bound, and the training phase (several optimiser
- * steps, the step end on the device through Backend.sum_squares / scale / adamw_update) runs one
+ * steps, the step end on the device through BackendOps.sum_squares / scale / adamw_update) runs one
  * schedule with the losses within 1e-5.
  *
  * `inflight`: steps whose data change from step to step, run with many microbatches in flight at once
@@ -53,7 +53,7 @@
 static Comm* test_world;
 static double stages_sum_squares(Stage** st, int n) {
     double s = 0;
-    for (int c = 0; c < n; c++) s += st[c]->be->sum_squares(st[c]->be, st[c]->params.grad, st[c]->params.total);
+    for (int c = 0; c < n; c++) s += st[c]->be->ops->sum_squares(st[c]->be, st[c]->params.grad, st[c]->params.total);
     return s;
 }
 
@@ -65,10 +65,10 @@ static void optimizer_step(Stage** st, int n, double global_sq, int t, float lr)
     for (int c = 0; c < n; c++) {
         const Backend* be = st[c]->be;
         ParamTable* pt = &st[c]->params;
-        if (clip < 1.0f) be->scale(be, pt->grad, clip, pt->total);
+        if (clip < 1.0f) be->ops->scale(be, pt->grad, clip, pt->total);
         for (int i = 0; i < pt->n; i++) {
             const ParamSpec* sp = &pt->specs[i];
-            be->adamw_update(be, pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
+            be->ops->adamw_update(be, pt->data + sp->offset, pt->grad + sp->offset, pt->m + sp->offset, pt->v + sp->offset,
                              sp->numel, &ac, t, sp->decay);
         }
     }
@@ -220,7 +220,7 @@ static int train_equivalence(const ModelConfig* cfg, const SynthConfig* sc, int 
     for (int c = 0; c < chunks; c++) {
         ParamTable* pt = &stages[c].params;
         float* host = mallocCheck(pt->total * sizeof(float)); /* the stage's parameters may be on the device */
-        pbe->copy_d2h(pbe, host, pt->data, pt->total * sizeof(float));
+        pbe->dev->copy_d2h(pbe, host, pt->data, pt->total * sizeof(float));
         for (int i = 0; i < pt->n; i++) {
             int j = params_find(&ref.params, pt->specs[i].name);
             const float* a = host + pt->specs[i].offset;
@@ -678,7 +678,7 @@ int main(int argc, char** argv) {
                         int j = params_find(&ref.params, pt->specs[i].name);
                         if (j < 0) rr_die("parameter %s not in the reference", pt->specs[i].name);
                         float* gh = mallocCheck(sizeof(float) * pt->specs[i].numel);
-                        pbe->copy_d2h(pbe, gh, params_grad(pt, i), sizeof(float) * pt->specs[i].numel);
+                        pbe->dev->copy_d2h(pbe, gh, params_grad(pt, i), sizeof(float) * pt->specs[i].numel);
                         const float* g = gh;
                         const float* gr = params_grad(&ref.params, j);
                         double maxg = 0, maxd = 0;

@@ -2,7 +2,7 @@
 # train_gpu_one_device.sh — `rrfp-mm train` as a pp 2 pipeline of two processes sharing one GPU (the MPI
 # transport: each process opens the same device, messages staged through the host), stopped half way and
 # resumed, against the CPU backend's single process: every step's loss and grad norm within
-# tests/train_cuda_emu.sh's TOL_CPU (its pp mode, run with the real binary instead of the emulation). NCCL needs
+# tests/runtime/train/train_cuda_emu.sh's TOL_CPU (its pp mode, run with the real binary instead of the emulation). NCCL needs
 # a device per rank, so runtime.comm = nccl joins only where the machine has two (the same comparison over it).
 # Exit 77 (skipped) without a device.
 # Usage: train_gpu_one_device.sh RRFP_MM RECIPE WORKDIR MPIRUN...

@@ -25,7 +25,7 @@
 # TOL 1e-5 relative: as train_cuda_emu.sh's TOL_CPU (the CUDA kernels against the CPU's; the pipeline and
 # the DP all-reduce reorder fp32 sums by ~1e-7 more, tests/runtime/train/dp_train.sh). PRECISION=bf16: 2e-2, the bound
 # of train_cuda_emu.sh's bf16 run and for the same reason (flips of the bf16 compute copy after step 1);
-# it also checks that the bf16 GEMMs' scratch, sized by Backend.reserve, never grows in a step.
+# it also checks that the bf16 GEMMs' scratch, sized by BackendDevice.reserve, never grows in a step.
 # Memory protection stays on.
 # Environment: MODE (ready), HINT (1f1b), DELAY (2), PRECISION (fp32), TP (1: parallel.tp; the TP
 # all-reduces then run in place on the device group, and the pipeline's leader-decides choices travel
