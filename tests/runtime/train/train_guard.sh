@@ -13,7 +13,7 @@
 set -uo pipefail
 BIN=$1 RECIPE=$2 W=$3 MODE=$4
 rm -rf "$W"; mkdir -p "$W"
-fail() { echo "FAIL ($MODE): $*"; [ -f "$W/out.txt" ] && { echo "--- output"; cat "$W/out.txt"; }; [ -n "${JOB:-}" ] && kill -9 "$JOB" 2>/dev/null; exit 1; }
+fail() { echo "FAIL ($MODE): $*"; [ -f "$W/out.txt" ] && { echo "--- output"; cat "$W/out.txt"; }; [ -f "$W/first.txt" ] && { echo "--- the first job"; tail -20 "$W/first.txt"; }; [ -n "${JOB:-}" ] && kill -9 "$JOB" 2>/dev/null; exit 1; }
 run() { "$BIN" train "$RECIPE" --set train.run_dir="$W/run" "$@" >"$W/out.txt" 2>&1; }
 case "$MODE" in
 lock)
@@ -35,8 +35,10 @@ ckptlock)
   "$BIN" train "$RECIPE" --set train.run_dir="$W/a" --set checkpoint.dir="$W/ck" --set train.steps=1000000 \
     --set train.checkpoint_every=1 --set checkpoint.keep=1 --set optim.warmup=1 >"$W/first.txt" 2>&1 &
   JOB=$!
-  for i in $(seq 1 6000); do [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] && break; kill -0 "$JOB" 2>/dev/null || break; sleep 0.1; done
-  [ -n "$(ls -d "$W"/ck/step-* 2>/dev/null)" ] || fail "the first job wrote no checkpoint"
+  # the first job checkpoints every step and keeps one: its log says when one is written (a listing of ck/ can
+  # race a step's write and prune and see none)
+  for i in $(seq 1 6000); do grep -q '^rrfp-mm: checkpoint ' "$W/first.txt" 2>/dev/null && break; kill -0 "$JOB" 2>/dev/null || break; sleep 0.1; done
+  grep -q '^rrfp-mm: checkpoint ' "$W/first.txt" 2>/dev/null || fail "the first job wrote no checkpoint"
   run --set checkpoint.dir="$W/ck" --set train.steps=3 --set train.checkpoint_every=1 --set checkpoint.keep=1 \
     --set optim.warmup=1; RC=$?
   [ "$RC" -eq 1 ] || fail "second job on the same checkpoint folder exited $RC, expected 1"
