@@ -246,8 +246,12 @@ static int stage_fits(void* vctx, int s, int l0, int k) {
 
 /* The time-balanced split among those whose every rank fits runtime.memory_budget (chunks = 1). 0, or -1 when
  * none fits. */
+/* The search reads each stage's table for every layer range (cubic in the layers): up to this many LM layers it
+ * takes a second or two; beyond it the budget is checked, not searched (a recipe's layers go to 1024). */
+#define SPLIT_FIT_MAX_LAYERS 128
+
 static int split_fit(const Recipe* r, const ModelConfig* mc, int* layers) {
-    if (r->chunks != 1) return -1;
+    if (r->chunks != 1 || mc->Lt > SPLIT_FIT_MAX_LAYERS) return -1;
     size_t n = (size_t)(mc->Lt + 1) * (size_t)(mc->Lt + 1);
     FitCtx f = {r, mc, budget_bytes(r), mallocCheck(n * sizeof(StageBytes)), callocCheck(n, 1)};
     int rc = partition_auto_fit(mc->Lt, r->pp, split_cost(r, mc), stage_fits, &f, layers);
@@ -280,7 +284,7 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
     Recipe t;
 #define SUGGEST(...) do { if (len < n) len += (size_t)snprintf(out + len, n - len, __VA_ARGS__); } while (0)
     if (!r->layers[0]) {
-        for (int pp = r->pp + 1; pp <= mc->Lt && pp <= 4 * r->pp + 8; pp++) {
+        for (int pp = r->pp + 1; pp <= mc->Lt && pp <= 2 * r->pp + 8 && mc->Lt <= SPLIT_FIT_MAX_LAYERS; pp++) {
             t = *r;
             t.pp = pp, t.chunks = 1;
             if (layout_fits(&t, mc)) {
@@ -355,6 +359,7 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
              recipe_origin(r, "runtime", "memory_budget"), r->memory_budget, worst, need, acts,
              r->layers[0] ? " with parallel.layers as given"
              : r->chunks > 1 ? " and no other split is searched with parallel.chunks > 1"
+             : c->Lt > SPLIT_FIT_MAX_LAYERS ? " and no other split is searched past 128 LM layers (give parallel.layers)"
                              : " and no split of the LM layers fits",
              fix);
     return -1;
