@@ -296,32 +296,20 @@ endforeach()
 # the CLIP tower (model.vision_arch = clip, feature layer -2: a never-run frozen block) under pp 2 x tp 2
 set(clip_sets --set model.text_layers=4 --set model.vision_arch=clip --set model.vision_layers=2
     --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu)
-add_test(NAME tp_train_pp2tp2dp1_clip
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/tp_train.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_train_pp2tp2dp1_clip 2 2 1 2 ${clip_sets})
-set_tests_properties(tp_train_pp2tp2dp1_clip PROPERTIES LABELS mpi TIMEOUT 500)
-# the same with the LM variants under the CLIP tower: grouped-query attention (4 on 2), q/k/v and o biases,
-# tied embeddings (the last stage's copy is in no file: the export takes stage 0's), Llama-3 RoPE
+# the LM variants: grouped-query attention (4 on 2), q/k/v and o biases, tied embeddings (the last stage's
+# copy is in no file: the export takes stage 0's), Llama-3 RoPE
 set(lm_variant_sets --set model.text_heads=4 --set model.text_kv_heads=2 --set model.text_qkv_bias=true
     --set model.text_o_bias=true --set model.tie_embeddings=true --set model.rope_type=llama3
     --set model.rope_original_max_pos=512 --set model.rope_base=500000)
-# the CLIP tower and the LM variants together under pp 2 x tp 2, every hint x mode, against one process
+# The CLIP tower and the LM variants together under pp 2 x tp 2, every hint x mode, against one process
+# (the default tower: tp_train_pp2tp2dp1 above): the tied head's copy on the last stage gets the first
+# stage's gradient summed in (exec_tied.c; without that sum the losses differ by ~1e-2 from step 2), k / v
+# split by key/value head, o's bias added once.
 add_test(NAME tp_train_pp2tp2dp1_clip_lm_variants
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/tp_train.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_train_clip_lm_variants 2 2 1 2
                  ${clip_sets} ${lm_variant_sets})
 set_tests_properties(tp_train_pp2tp2dp1_clip_lm_variants PROPERTIES LABELS mpi TIMEOUT 500)
-# The LM variants (grouped-query attention 4 on 2 heads, q/k/v and o biases, tied embeddings, Llama-3 RoPE)
-# under pp 2 x tp 2, every hint x mode, against one process: the tied head's copy on the last stage gets the
-# first stage's gradient summed in (exec_tied.c; without that sum the losses differ by ~1e-2 from step 2),
-# k / v split by key/value head, o's bias added once.
-add_test(NAME tp_train_pp2tp2dp1_lm_variants
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tp train: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/tp_train.sh $<TARGET_FILE:rrfp-mm>
-                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/tp_train_lm_variants 2 2 1 2
-                 --set model.text_layers=4 --set model.text_heads=4 --set model.text_kv_heads=2 --set model.text_qkv_bias=true
-                 --set model.text_o_bias=true --set model.tie_embeddings=true --set model.rope_type=llama3
-                 --set model.rope_original_max_pos=512 --set model.rope_base=500000)
-set_tests_properties(tp_train_pp2tp2dp1_lm_variants PROPERTIES LABELS mpi TIMEOUT 500)
 # Tied embeddings with data parallelism: the DP buckets (started early, overlapping the backward) must be
 # finished before the tied gradient sum between the first and last stage reads them: pp 2 x dp 2 against
 # one process, with one key/value head (grouped-query attention at its extreme)
@@ -357,13 +345,6 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 4)
   set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
-  # the CLIP tower trained on the emulated CUDA backend against the CPU backend (RESUME=0: train_cuda_emu
-  # covers checkpointing)
-  add_test(NAME train_cuda_emu_clip
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip 4)
-  set_tests_properties(train_cuda_emu_clip PROPERTIES TIMEOUT 600 ENVIRONMENT
-                       "RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
   add_test(NAME train_cuda_emu_pp2
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
@@ -425,35 +406,33 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_nccl_emu_pp2_bf16 PROPERTIES ENVIRONMENT "PRECISION=bf16")
 endif()
 # The LM variants (grouped-query attention 4 on 2 heads, q/k/v and o biases, tied embeddings, Llama-3 RoPE) on
-# the CUDA backend's kernels: one process against the CPU backend (RESUME=0: checkpointing is
-# train_cuda_emu's), and pp 2 over the emulated NCCL, where the tied embedding's gradient sum between the
-# first and last stage runs in place on the device group (no MPI in steps 2..3)
+# the CUDA backend's kernels: one process against the CPU backend, under the CLIP tower (class embedding,
+# interpolated position table, pre-LN, a never-run frozen block at feature layer -2, GELU projector), f32 and
+# bf16; and pp 2 over the emulated NCCL, where the tied embedding's gradient sum between the first and last
+# stage runs in place on the device group (no MPI in steps 2..3)
 if(TARGET rrfp_cuda_emu)
   set(LM_VARIANTS_SETS "model.text_layers=4 model.text_heads=4 model.text_kv_heads=2 model.text_qkv_bias=true model.text_o_bias=true model.tie_embeddings=true model.rope_type=llama3 model.rope_original_max_pos=512 model.rope_base=500000")
   string(REPLACE "model." "--set model." LM_VARIANTS_EXTRA "${LM_VARIANTS_SETS}")
-  add_test(NAME train_cuda_emu_lm_variants
+  # one process against the CPU backend with the CLIP tower under the variants (RESUME=0: checkpointing is
+  # train_cuda_emu's; the default tower is train_cuda_emu's too)
+  set(CLIP_EXTRA "--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
+  add_test(NAME train_cuda_emu_clip_lm_variants
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants 2)
-  set_tests_properties(train_cuda_emu_lm_variants PROPERTIES TIMEOUT 300 ENVIRONMENT "RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA}")
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_lm_variants 3)
+  set_tests_properties(train_cuda_emu_clip_lm_variants PROPERTIES TIMEOUT 300 ENVIRONMENT "RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA} ${CLIP_EXTRA}")
   add_test(NAME train_nccl_emu_pp2_lm_variants
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
   # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
-  # (cuDNN is never asked for Hkv < H) and the tied embedding read as a 2-byte GEMM weight and
-  # embedding table
-  add_test(NAME train_cuda_emu_lm_variants_bf16
+  # (cuDNN is never asked for Hkv < H), the tied embedding read as a 2-byte GEMM weight and embedding
+  # table, and the CLIP tower's position embedding kept as an f32 compute copy (params_keep_f32_compute,
+  # read by rows_gather), every other 2-D tensor 2-byte
+  add_test(NAME train_cuda_emu_clip_lm_variants_bf16
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lm_variants_bf16 2)
-  set_tests_properties(train_cuda_emu_lm_variants_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "PRECISION=bf16;RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA}")
-  # the CLIP tower under bf16 on the CUDA table: its position embedding keeps an f32 compute copy
-  # (params_keep_f32_compute, read by rows_gather), every other 2-D tensor 2-byte
-  add_test(NAME train_cuda_emu_clip_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_bf16 2)
-  set_tests_properties(train_cuda_emu_clip_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT
-                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_lm_variants_bf16 2)
+  set_tests_properties(train_cuda_emu_clip_lm_variants_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "PRECISION=bf16;RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA} ${CLIP_EXTRA}")
 endif()
 
 # runtime.profile and device_peak_mb end to end on the emulated CUDA backend (tests/runtime/train/train_profile_emu.sh)
@@ -473,9 +452,9 @@ endif()
 # 2-byte activations under tensor parallelism (tests/runtime/train/train_bf16a_tp_emu.sh): bf16 training with
 # parallel.tp = 2 on the emulated CUDA runtime and NCCL, the bf16-activation table against
 # RRFP_BF16_ACTIVATIONS=0, bitwise (losses, gradient norms, step 1's dump, the last checkpoint; the token
-# embedding's atomics within 1e-6): pp 1 (one stage: embedding, tower, LM, vocabulary-parallel head), pp 2 (the
-# stage-edge conversions), and the LM variants (GQA, q/k/v and o biases: o's added by TP rank 0 before the sum,
-# tied embeddings, Llama-3 RoPE)
+# embedding's atomics within 1e-6): pp 1 (one stage: embedding, tower, LM, vocabulary-parallel head) with the
+# CLIP tower and the LM variants (GQA, q/k/v and o biases: o's added by TP rank 0 before the sum, tied
+# embeddings, Llama-3 RoPE), pp 2 (the stage-edge conversions) with the default tower and LM
 if(TARGET rrfp_cuda_emu)
   add_test(NAME train_bf16a_tp_emu_tp2
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_bf16a_tp_emu.sh
@@ -485,20 +464,10 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_bf16a_tp_emu.sh
                    $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_pp2tp2 2 2 ${RRFP_MPIRUN})
-  add_test(NAME train_bf16a_tp_emu_tp2_lm_variants
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_bf16a_tp_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_tp2_lm_variants 1 2 ${RRFP_MPIRUN})
-  set_tests_properties(train_bf16a_tp_emu_tp2 train_bf16a_tp_emu_pp2tp2 train_bf16a_tp_emu_tp2_lm_variants
-                       PROPERTIES LABELS mpi TIMEOUT 300)
+  set_tests_properties(train_bf16a_tp_emu_tp2 train_bf16a_tp_emu_pp2tp2 PROPERTIES LABELS mpi TIMEOUT 600)
   set_tests_properties(train_bf16a_tp_emu_pp2tp2 PROPERTIES ENVIRONMENT "SETS=model.text_layers=4")
-  set_tests_properties(train_bf16a_tp_emu_tp2_lm_variants PROPERTIES ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
-  # the CLIP tower (class embedding, interpolated position table kept f32 in the compute copy, pre-LN, no
-  # patch bias) under tp 2: gate on against off as above
-  add_test(NAME train_bf16a_tp_emu_tp2_clip
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train bf16a tp emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_bf16a_tp_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_bf16a_tp_emu_tp2_clip 1 2 ${RRFP_MPIRUN})
-  set_tests_properties(train_bf16a_tp_emu_tp2_clip PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
-                       "SETS=model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
+  # pp 1: the CLIP tower (class embedding, interpolated position table kept f32 in the compute copy, pre-LN,
+  # no patch bias) feeding the LM variants (the default tower and LM: pp2tp2)
+  set_tests_properties(train_bf16a_tp_emu_tp2 PROPERTIES ENVIRONMENT
+                       "SETS=${LM_VARIANTS_SETS} model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
 endif()

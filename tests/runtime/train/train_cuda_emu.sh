@@ -28,8 +28,8 @@
 #     Seen here: equal losses, grad norms within 1e-8.
 # PRECISION=bf16 (environment) runs both sides with runtime.precision = bf16 (test train_cuda_emu_bf16):
 # tolerances for it in the verdict below (flips of the bf16 compute copy, not f32 round-off).
-# EXTRA_SETS (environment): further `--set key=value` for both sides (train_cuda_emu_lm_variants: the LM
-# variants; train_cuda_emu_clip: the CLIP tower); each must show in both runs' recipe.ini.
+# EXTRA_SETS (environment): further `--set key=value` for both sides (train_cuda_emu_clip_lm_variants: the CLIP
+# tower and the LM variants); each must show in both runs' recipe.ini.
 # RESUME=0 (environment) leaves out the stop/resume/dump part of single mode (2.): checkpointing does
 # not depend on the precision, and train_cuda_emu covers it; train_cuda_emu_bf16 sets it (the
 # emulation runs a step in tens of seconds).
