@@ -7,6 +7,8 @@ JOBS      ?= $(shell nproc)
 # other (mpirun start-up, messages), and an extra test fills that time (on 2 cores the suite ends 8% sooner)
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 CTEST_ARGS ?=
+# more cmake -D options for the builds (CI: -DRRFP_DEBUG_INFO=lines, line tables only)
+CMAKE_ARGS ?=
 
 BUILD_ASAN ?= build-asan
 
@@ -26,13 +28,13 @@ deps-demo:
 	@scripts/deps.sh --demo
 
 $(BUILD)/Makefile: CMakeLists.txt | deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
 
 build: deps $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
 build-cpu: deps
-	cmake -S . -B $(BUILD_CPU) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF
+	cmake -S . -B $(BUILD_CPU) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD_CPU) -j $(JOBS)
 
 # The whole suite on the default build (CUDA compiled when nvcc is present; gpu tests skip without a device).
@@ -48,7 +50,7 @@ test-cpu: deps-test build-cpu
 # of the CUDA backend; tests/asan/asan.cmake). A
 # sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
 build-asan: deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON $(CMAKE_ARGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target asan_selection
 
 test-asan: deps-test build-asan
