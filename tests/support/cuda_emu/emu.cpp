@@ -6,9 +6,11 @@
  * lanes all wait at a shuffle, else the block barrier if every live thread waits there, else it
  * reports a deadlock (a divergent barrier). Runnable fibers are resumed in a pseudo-random order
  * each round, so code that reads another thread's shared-memory write without a barrier in between
- * sees stale (or NaN) data in some order. A fiber is started once with makecontext / setcontext, runs thread after
- * thread (fiber_entry), and is switched with _setjmp / _longjmp, which do not save the signal mask (swapcontext makes a system
- * call per switch, 10x slower here). Errors are sticky, as on a GPU: the first one is printed
+ * sees stale (or NaN) data in some order. A fiber is started once, runs thread after thread (fiber_entry), and is
+ * switched by emu_switch: on x86-64 six pushes, a stack swap and six pops (the callee-saved registers; everything
+ * else is saved by the caller, as for any call); elsewhere makecontext / setcontext to start and _setjmp / _longjmp
+ * to switch (glibc's _longjmp runs its unwinding checks on every switch: a sixth of an emulated step's time;
+ * swapcontext makes a system call per switch, 10x slower still). Errors are sticky, as on a GPU: the first one is printed
  * with the kernel's name, and every later runtime call returns it. */
 #undef _FORTIFY_SOURCE /* __longjmp_chk would refuse to jump between fiber stacks */
 #include <cblas.h>
@@ -533,8 +535,12 @@ enum { F_RUN, F_BARRIER, F_SHUFFLE, F_DONE };
 #define EMU_STACK (128 * 1024)
 
 struct Fiber {
+#if defined(__x86_64__)
+    void* sp;       /* where it yielded: its stack pointer, the callee-saved registers pushed below it */
+#else
     ucontext_t ctx; /* the start */
     jmp_buf jb;     /* where it yielded */
+#endif
     int started;
     char* stack;
     int state;
@@ -556,7 +562,31 @@ struct Warp {
 
 static std::vector<Fiber> fibers;
 static std::vector<Warp> warps;
+#if defined(__x86_64__)
+static void* sched_sp; /* the scheduler's stack pointer while a fiber runs */
+/* emu_switch(save, load): push the callee-saved registers, store the stack pointer in *save, load `load`,
+ * pop the registers saved there and return into that context (a fiber's yield, the scheduler's resume, or
+ * a new fiber's first frame: fiber_resume) */
+extern "C" void rr_emu_switch(void** save, void* load);
+asm(".text\n"
+    ".globl rr_emu_switch\n"
+    ".hidden rr_emu_switch\n"
+    ".type rr_emu_switch,@function\n"
+    "rr_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size rr_emu_switch, .-rr_emu_switch\n");
+#define EMU_TO_SCHED() rr_emu_switch(&cur->sp, sched_sp)
+#else
 static jmp_buf sched_jb;
+#define EMU_TO_SCHED() \
+    do { \
+        if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1); \
+    } while (0)
+#endif
 static Fiber* cur;
 static const std::function<void()>* cur_body;
 static const char* cur_kernel = "?";
@@ -580,7 +610,7 @@ static void fiber_entry(void) {
     for (;;) {
         (*cur_body)();
         cur->state = F_DONE;
-        if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1);
+        EMU_TO_SCHED();
         /* resumed for the next block: `cur` is this fiber again, with its new thread index */
     }
 }
@@ -588,10 +618,22 @@ static void fiber_entry(void) {
 static void fiber_yield(int state) {
     cur->state = state;
     stats.switches++;
-    if (!_setjmp(cur->jb)) _longjmp(sched_jb, 1);
+    EMU_TO_SCHED();
 }
 
 static void fiber_resume(Fiber* f) {
+#if defined(__x86_64__)
+    if (!f->started) { /* a first frame that emu_switch returns into fiber_entry from, the stack as after a call */
+        f->started = 1;
+        uintptr_t top = ((uintptr_t)f->stack + EMU_STACK) & ~(uintptr_t)15;
+        void** sp = (void**)top;
+        *--sp = NULL;                 /* fiber_entry's return address: it never returns */
+        *--sp = (void*)&fiber_entry;  /* emu_switch's ret */
+        for (int i = 0; i < 6; i++) *--sp = NULL; /* rbp rbx r12..r15 */
+        f->sp = sp;
+    }
+    rr_emu_switch(&sched_sp, f->sp); /* back here when the fiber yields or finishes */
+#else
     if (_setjmp(sched_jb)) return; /* the fiber yielded or finished */
     if (!f->started) {
         f->started = 1;
@@ -603,6 +645,7 @@ static void fiber_resume(Fiber* f) {
         setcontext(&f->ctx);
     }
     _longjmp(f->jb, 1);
+#endif
 }
 
 void __syncthreads(void) { fiber_yield(F_BARRIER); }
