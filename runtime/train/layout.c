@@ -51,6 +51,13 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.rope_llama3 = !strcmp(r->rope_type, "llama3");
     c.rope_factor = r->rope_factor, c.rope_low_freq_factor = r->rope_low_freq_factor;
     c.rope_high_freq_factor = r->rope_high_freq_factor, c.rope_original_max_pos = r->rope_original_max_pos;
+    if (r->lora_r > 0) { /* [lora]: the targets were checked by recipe_validate */
+        char e[256];
+        c.lora_r = r->lora_r;
+        c.lora_alpha = r->lora_alpha;
+        c.lora_dropout = r->lora_dropout;
+        if (lm_lora_targets_parse(r->lora_targets, &c.lora_targets, e, sizeof e) != 0) c.lora_targets = 0;
+    }
     return c;
 }
 

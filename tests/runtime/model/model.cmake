@@ -137,3 +137,12 @@ set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
 add_executable(test_partition tests/runtime/model/test_partition.c)
 target_link_libraries(test_partition PRIVATE rrfp_core)
 add_test(NAME partition COMMAND test_partition)
+
+# LoRA (text/lm_lora.c) against an independent PyTorch reference (tests/support/ref/lora_ref.py, PEFT's math written
+# out): step 1 (PEFT's init, B = 0) and step 2 (trained factors) with dropout 0.25 (its mask from the specification)
+foreach(n 1 2)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_step${n})
+  add_test(NAME lora_torch_step${n}
+           COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-${n}'")
+  set_tests_properties(lora_torch_step${n} PROPERTIES LABELS torch)
+endforeach()

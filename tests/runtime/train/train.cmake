@@ -386,6 +386,16 @@ if(TARGET rrfp_cuda_emu)
                        "PRECISION=bf16;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16")
 endif()
 
+# LoRA on the emulated CUDA backend (bf16 table: its GEMMs on 2-byte weights, the rounding dropout kernel) against
+# the CPU backend's bf16 run, every linear adapted, dropout on
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_cuda_emu_lora
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 3)
+  set_tests_properties(train_cuda_emu_lora PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
+endif()
+
 # Training with runtime.comm = nccl on the emulated CUDA runtime and NCCL, against the CPU backend's one
 # process (tests/runtime/train/train_nccl_emu.sh): pp 2 (the FIFO protocol over one communicator per direction, inputs
 # ready on their receive's event, receives delayed), dp 2 (the gradient all-reduce in place on device
