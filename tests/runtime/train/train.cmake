@@ -512,3 +512,13 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_bf16a_tp_emu_tp2_clip PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
                        "SETS=model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
 endif()
+
+# LoRA checkpoints: a resume is bit for bit the uninterrupted run (dropout on), the checkpoint holds the adapters and
+# the base (tests/runtime/train/lora_resume.sh); generation on a LoRA checkpoint, unmerged (generate.sh kv_lora)
+add_test(NAME train_lora_resume
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "lora resume: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/lora_resume.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_lora_resume)
+add_test(NAME generate_kv_lora
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_lora: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_lora kv_lora)
+set_tests_properties(generate_kv_lora PROPERTIES TIMEOUT 300)
