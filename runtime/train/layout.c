@@ -105,7 +105,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     params_free(&pt);
     /* every position of the microbatch may be an image patch: the worst case */
     /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
-    int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
+    int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
     o->act_mb = (double)model_stage_acts_bytes_lm(mc, l0, l1, T, T, 0, r->tp, lm_bytes, vit_train);
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */

@@ -522,3 +522,6 @@ add_test(NAME generate_kv_lora
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_lora: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_lora kv_lora)
 set_tests_properties(generate_kv_lora PROPERTIES TIMEOUT 300)
+# the LoRA recipe's dry run: the first stage's gradients and AdamW state are the projector's and the adapters' (MiB),
+# not the LM's (GiB, as recipe_dry_run_7b shows them)
+add_test(NAME recipe_dry_run_7b_lora COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "total +7\\.[0-9][0-9]B.* 0 +4\\+ViT +[0-9.]+M +[0-9.]+ GiB +[0-9.]+ MiB +[0-9.]+ MiB" $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b-lora.ini --dry-run)
