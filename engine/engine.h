@@ -445,6 +445,16 @@ typedef struct BackendOps {
     /* The 2-byte output-gradient ops (BackendB16 above): set where act_dtype = DTYPE_BF16 (every such table has
      * them), NULL elsewhere (the f32-word tables, the CPU's included, keep f32 gradients and the plain ops). */
     const BackendB16* b16;
+    /* LoRA's dropout (text/lm_lora.c) over an activation matrix inp (N, C) that is columns [c0, c0 + C) of a
+     * matrix of global width ld_g (a tensor-parallel rank's share; c0 = 0, ld_g = C unsplit): out = inp where
+     * the mask keeps an element, scaled by 1 / (1 - p), else 0; the mask is a pure function of (seed, the
+     * element's global index n ld_g + c0 + c), engine/cuda/dropout_math.h, the same on every backend. out may
+     * be inp. f32-word activations only (act_dtype DTYPE_F32; the bf16 tables round out to bf16).
+     * backward: dinp += the same mask and scale applied to dout. */
+    void (*dropout_forward)(const struct Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p,
+                            uint64_t seed);
+    void (*dropout_backward)(const struct Backend* be, float* dinp, const float* dout, int N, int C, int ld_g, int c0,
+                             float p, uint64_t seed);
 } BackendOps;
 
 typedef struct Backend {
@@ -538,6 +548,10 @@ void init_normal(float* out, size_t n, size_t offset, uint64_t seed, const char*
 /* The values of init_normal's whole tensor `name` (shape gshape, row-major) at ranges [off[k], off[k] +
  * len[k]) of dimension dim (0 or 1), concatenated along dim: a tensor-parallel slice equals that part
  * of the whole. */
+/* out[i] ~ U(-bound, bound) for i in [offset, offset + n) of the stream keyed by (seed, name) as init_normal's
+ * (element i from word i mod 4 of Philox block i / 4: (w + 0.5) / 2^32 mapped to [-bound, bound]): PEFT's
+ * Kaiming-uniform init of a LoRA A matrix (bound 1 / sqrt(fan_in)). */
+void init_uniform(float* out, size_t n, size_t offset, uint64_t seed, const char* name, float bound);
 void init_normal_slice(float* out, const char* name, int ndim, const int64_t* gshape, int dim, int n,
                        const int64_t* off, const int64_t* len, uint64_t seed, float std);
 

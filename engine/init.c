@@ -94,3 +94,15 @@ void init_normal(float* out, size_t n, size_t offset, uint64_t seed, const char*
         }
     }
 }
+
+void init_uniform(float* out, size_t n, size_t offset, uint64_t seed, const char* name, float bound) {
+    uint64_t h = rr_fnv1a64(name, strlen(name));
+    uint32_t key0 = (uint32_t)h, key1 = (uint32_t)(h >> 32);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t i = offset + k, b = i / 4;
+        Philox4x32 ctr = {{(uint32_t)b, (uint32_t)(b >> 32), (uint32_t)seed, (uint32_t)(seed >> 32)}};
+        Philox4x32 w = philox4x32_10(ctr, key0, key1);
+        double u = ((double)w.v[i % 4] + 0.5) / 4294967296.0;
+        out[k] = (float)(bound * (2.0 * u - 1.0));
+    }
+}

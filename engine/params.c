@@ -165,6 +165,25 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             free(h);
             continue;
         }
+        if (s->slice.dim >= 0 && s->init == PARAM_INIT_UNIFORM) {
+            /* a slice of a uniform tensor (LoRA's A: small): the whole drawn, the slice's ranges copied */
+            int64_t rows = s->slice.gshape[0], cols = s->ndim > 1 ? s->slice.gshape[1] : 1;
+            float* whole = mallocCheck((size_t)(rows * cols) * sizeof(float));
+            float* h = mallocCheck(s->numel * sizeof(float));
+            init_uniform(whole, (size_t)(rows * cols), 0, seed, s->name, s->init_std);
+            size_t o = 0;
+            for (int64_t r0 = 0; r0 < (s->slice.dim == 0 ? 1 : rows); r0++)
+                for (int k = 0; k < s->slice.n; k++) {
+                    size_t len = (size_t)(s->slice.dim == 0 ? s->slice.len[k] * cols : s->slice.len[k]);
+                    size_t from = (size_t)(s->slice.dim == 0 ? s->slice.off[k] * cols : r0 * cols + s->slice.off[k]);
+                    memcpy(h + o, whole + from, len * sizeof(float));
+                    o += len;
+                }
+            be->dev->copy_h2d(be, pt->data + s->offset, h, s->numel * sizeof(float));
+            free(h);
+            free(whole);
+            continue;
+        }
         for (size_t done = 0; done < s->numel; done += PARAMS_INIT_CHUNK) {
             size_t n = s->numel - done < PARAMS_INIT_CHUNK ? s->numel - done : PARAMS_INIT_CHUNK;
             switch (s->init) {
@@ -173,6 +192,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
                 for (size_t j = 0; j < n; j++) chunk[j] = 1.0f;
                 break;
             case PARAM_INIT_ZEROS: memset(chunk, 0, n * sizeof(float)); break;
+            case PARAM_INIT_UNIFORM: init_uniform(chunk, n, done, seed, s->name, s->init_std); break;
             }
             be->dev->copy_h2d(be, pt->data + s->offset + done, chunk, n * sizeof(float));
         }

@@ -9,7 +9,8 @@
 
 #include "engine/engine.h"
 
-typedef enum { PARAM_INIT_NORMAL = 0, PARAM_INIT_ONES = 1, PARAM_INIT_ZEROS = 2 } ParamInit;
+/* PARAM_INIT_UNIFORM: U(-init_std, init_std) by init_uniform (a LoRA A matrix; init_std holds the bound) */
+typedef enum { PARAM_INIT_NORMAL = 0, PARAM_INIT_ONES = 1, PARAM_INIT_ZEROS = 2, PARAM_INIT_UNIFORM = 3 } ParamInit;
 
 /* The part of a global tensor that a table holds (tensor parallelism): ranges along one dimension,
  * stored concatenated in that order. dim = -1: the whole tensor. */

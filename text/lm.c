@@ -52,6 +52,7 @@ void lm_blocks_params_add(ParamTable* pt, const LmConfig* c, int l0, int l1) {
         TADD("mlp.gate.weight", 2, F, D, PARAM_INIT_NORMAL, std);
         TADD("mlp.up.weight", 2, F, D, PARAM_INIT_NORMAL, std);
         TADD("mlp.down.weight", 2, D, F, PARAM_INIT_NORMAL, std_out);
+        lm_lora_params_add(pt, c, l);
 #undef TADD_BIAS
 #undef TADD
     }
@@ -101,6 +102,7 @@ void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads)
         TPT(v_b, "attn.v.bias");
     }
     if (pt_has_block_bias(pt, l, "attn.o.bias")) TPT(o_b, "attn.o.bias");
+    lm_lora_weights_point(w, pt, l, grads);
 #undef TPF
 #undef TPT
 #undef FIND
@@ -129,6 +131,7 @@ void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_
     a->gate = lm_act_alloc(ar, c, T * F);
     a->up = lm_act_alloc(ar, c, T * F);
     a->h = lm_act_alloc(ar, c, T * F);
+    lm_lora_acts_layout(a, ar, c, max_T);
 }
 
 /* n floats rounded up to 64 bytes: where the next gradient of a packed group starts (aligned as the arena's) */
@@ -157,6 +160,7 @@ void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int ma
     g->dv16 = b16 ? arena_alloc(ar, T * Dkv * 2) : NULL;
     g->dxout16 = NULL;
     g->dxin16 = NULL;
+    lm_lora_grads_layout(g, ar, c, max_T);
 }
 
 void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
@@ -164,6 +168,7 @@ void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T) {
     s->datt = lm_act_alloc(ar, c, (size_t)max_T * c->D); /* 2-byte with 2-byte activations: o's GEMM stores it */
     s->dh = arena_alloc_f32(ar, (size_t)max_T * c->F);
     s->tp_sum = c->tp > 1 && lm_act_bytes(c) == 2 ? arena_alloc_f32(ar, (size_t)max_T * c->D) : NULL;
+    lm_lora_scratch_layout(s, ar, c, max_T);
 }
 
 /* The TP all-reduce of a partial (T, D) f32 result (an input gradient, or f32-word activations); a failure
@@ -215,6 +220,9 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     be->ops->linear_forward(be, a->q, a->n1, w->q_w, w->q_b, T, D, Dq);
     be->ops->linear_forward(be, a->k, a->n1, w->k_w, w->k_b, T, D, Dkv);
     be->ops->linear_forward(be, a->v, a->n1, w->v_w, w->v_b, T, D, Dkv);
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_Q, a->n1, a->q); /* no-ops without LoRA */
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_K, a->n1, a->k);
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_V, a->n1, a->v);
     lm_rope_qk(be, c, a->q, a->k, seq->pos, T, H, Hkv, d, Dq, Dkv, 1);
     if (seq->kv_k) {
         RR_ASSERT(lm_act_bytes(c) == 4 && "generation's KV cache holds f32 words");
@@ -230,12 +238,16 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     }
     /* row-parallel o: the heads' partial sums; its bias added once (by TP rank 0, before the sum) */
     be->ops->linear_forward(be, s->tmp, a->att, w->o_w, c->tp > 1 && c->tp_rank != 0 ? buf_none() : w->o_b, T, Dq, D);
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_O, a->att, s->tmp);
     lm_tp_residual(be, c, s, a->xmid, xin, s->tmp, (size_t)T * D);
     be->ops->rmsnorm_forward(be, a->n2, a->rstd2, a->xmid, w->norm2_w, T, D, c->rms_eps);
     be->ops->linear_forward(be, a->gate, a->n2, w->gate_w, buf_none(), T, D, F);
     be->ops->linear_forward(be, a->up, a->n2, w->up_w, buf_none(), T, D, F);
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_GATE, a->n2, a->gate);
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_UP, a->n2, a->up);
     be->ops->swiglu_forward(be, a->h, a->gate, a->up, (size_t)T * F);
     be->ops->linear_forward(be, s->tmp, a->h, w->down_w, buf_none(), T, F, D);
+    lm_lora_forward(be, c, w, a, s, seq, LM_LORA_DOWN, a->h, s->tmp);
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
@@ -294,6 +306,7 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     if (T == 0) return;
     if (lm_act_bytes(c) == 2) {
         RR_ASSERT(be->ops->b16 && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
+        RR_ASSERT(c->lora_r <= 0 && "LoRA runs on f32-word activations");
         lm_block_backward_input_b16(be, c, w, a, g, s, seq, xin, dxout, dxin);
         return;
     }
@@ -301,6 +314,7 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
     be->dev->memset0(be, s->dh, TF * sizeof(float));
     be->ops->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_DOWN, a->h, dxout, s->dh);
     /* the gradients that an adding op writes first, zeroed one group a launch: dk, dv and dup re-pointed right after
      * dq and dgate for this T (their blocks hold max_T rows; W reads the same pointers) */
     g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = buf_at(g->dgate, lm_pack(TF));
@@ -310,11 +324,14 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     be->ops->linear_backward(be, g->dn2, NULL, NULL, buf_f32p(g->dgate), a->n2, w->gate_w, T, D, F);
     be->ops->linear_backward(be, g->dn2, NULL, NULL, buf_f32p(g->dup), a->n2, w->up_w, T, D, F);
     lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_GATE, a->n2, buf_f32p(g->dgate), g->dn2); /* whole: after the sum */
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_UP, a->n2, buf_f32p(g->dup), g->dn2);
     be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
     be->ops->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
     be->dev->memset0(be, s->datt.p, TQ * sizeof(float));
     be->ops->linear_backward(be, buf_f32p(s->datt), NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_O, a->att, g->dxmid, buf_f32p(s->datt));
     be->dev->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
     be->ops->attention_backward(be, g->dq, g->dk, g->dv, buf_f32p(s->datt), a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
@@ -324,6 +341,9 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
     be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_Q, a->n1, g->dq, g->dn1); /* whole: after the sum */
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_K, a->n1, g->dk, g->dn1);
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_V, a->n1, g->dv, g->dn1);
     be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
     be->ops->rmsnorm_backward(be, dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }
@@ -348,6 +368,14 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
         b->linear_backward(be, NULL, NULL, buf_f32p(dw->v_w), buf_f32p(dw->v_b), g->dv16, g->dv, a->n1, w->v_w, T, D, Dkv, 0);
         be->ops->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
         return;
+    }
+    for (int t = 0; t < LM_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (no-ops where none) */
+        static const int on_n2[LM_LORA_N] = {0, 0, 0, 0, 1, 1, 0};
+        Buf x = t == LM_LORA_O ? a->att : t == LM_LORA_DOWN ? a->h : on_n2[t] ? a->n2 : a->n1;
+        const float* dy = t == LM_LORA_Q ? g->dq : t == LM_LORA_K ? g->dk : t == LM_LORA_V ? g->dv
+                        : t == LM_LORA_O ? g->dxmid : t == LM_LORA_GATE ? buf_f32p(g->dgate)
+                        : t == LM_LORA_UP ? buf_f32p(g->dup) : dxout;
+        lm_lora_backward_weight(be, c, w, dw, a, g, seq, (LmLoraTarget)t, x, dy);
     }
     be->ops->linear_backward(be, NULL, buf_f32p(dw->down_w), NULL, dxout, a->h, w->down_w, T, F, D);
     be->ops->linear_backward(be, NULL, buf_f32p(dw->gate_w), NULL, buf_f32p(g->dgate), a->n2, w->gate_w, T, D, F);

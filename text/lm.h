@@ -56,7 +56,17 @@ typedef struct {
      * blocks then run on a table with act_dtype = DTYPE_BF16; tp must be 1, and no KV cache). Sizes the
      * activation buffers of lm_block_acts_layout and lm_scratch_layout's tmp; gradients stay f32. */
     int act_bytes;
+    /* LoRA (text/lm_lora.c; docs/training.md "LoRA"): lora_r > 0 adds to each linear of lora_targets (a bit per
+     * LmLoraTarget) y += lora_scale * B A dropout(x), A (r, in) and B (out, r) trained, the base frozen. lora_dropout
+     * applies where LmSeq.lora_seed is not 0 (training). f32-word activations only (act_bytes 4). */
+    int lora_r;
+    float lora_scale, lora_dropout;
+    unsigned lora_targets;
 } LmConfig;
+
+/* The LM linears LoRA can adapt, in the order of their bits in LmConfig.lora_targets (PEFT's module names
+ * q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj). */
+typedef enum { LM_LORA_Q = 0, LM_LORA_K, LM_LORA_V, LM_LORA_O, LM_LORA_GATE, LM_LORA_UP, LM_LORA_DOWN, LM_LORA_N } LmLoraTarget;
 
 /* Bytes of one stored activation value (LmConfig.act_bytes; 0 means f32 words). */
 static inline int lm_act_bytes(const LmConfig* c) { return c->act_bytes == 2 ? 2 : 4; }
@@ -88,6 +98,10 @@ typedef struct {
     Buf gate_w, up_w;          /* (F, D) */
     Buf down_w;                /* (D, F) */
     Buf q_b, k_b, v_b, o_b;    /* (D), (Dkv), (Dkv), (D); NULL without qkv_bias / o_bias (or frozen) */
+    /* LoRA's factors of each LmLoraTarget (NULL where it has none): A (r, in), B (out, r), this TP rank's shares
+     * (text/lm_lora.c); the block's global index (the dropout mask's key) */
+    Buf lora_A[LM_LORA_N], lora_B[LM_LORA_N];
+    int layer;
 } LmBlockW;
 
 /* The activations a forward saves (lm_act_dtype) and its f32 statistics. */
@@ -101,6 +115,7 @@ typedef struct {
     Buf n2;                 /* (T, D) */
     float* rstd2;           /* (T) */
     Buf gate, up, h;        /* (T, F) each; h = silu(gate) * up */
+    float* lora_u[LM_LORA_N]; /* (T, r) lora_scale A dropout(x) of each adapted linear (summed over TP for o, down) */
 } LmBlockActs;
 
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward).
@@ -121,6 +136,8 @@ typedef struct {
      * rr_f32_to_bf16(dxin) into dxin16 in norm1's backward pass (the next block's dxout16). */
     const uint16_t* dxout16;
     uint16_t* dxin16;
+    float* lora_du[LM_LORA_N]; /* (T, r) lora_scale B^T dy of each adapted linear, kept by B for W */
+    float* lora_x; /* set by the caller (not laid out here): the microbatch's LmScratch.lora_x, where W redraws dropout(x) */
 } LmBlockGrads;
 
 /* Scratch shared by every block of one microbatch's forward or backward. */
@@ -131,6 +148,8 @@ typedef struct {
     /* (T, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partial outputs
      * (o, down), widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward */
     float* tp_sum;
+    /* LoRA (lora_r > 0; else NULL): (T, max(D, F)) the dropped-out input, B's output, A's input gradient */
+    float *lora_x, *lora_z, *lora_dx;
 } LmScratch;
 
 /* One packed sequence batch as the blocks see it (backend memory). */
@@ -145,6 +164,8 @@ typedef struct {
      * training, each new token through BackendOps.attention_decode. */
     float *kv_k, *kv_v;
     int kv_past;
+    /* LoRA's dropout key of this microbatch (lm_lora_seed; 0: no dropout, as in evaluation and generation) */
+    uint64_t lora_seed;
 } LmSeq;
 
 void lm_embed_params_add(ParamTable* pt, const LmConfig* c);
@@ -168,5 +189,35 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
 /* W: adds the block's weight gradients into dw from g, the saved activations and dxout. */
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
                               const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, Buf xin, const float* dxout);
+
+/* ---- LoRA (text/lm_lora.c) ---- */
+/* "q" .. "down": PEFT's target name of t without "_proj"; the tensor suffix of its base weight ("attn.q", ...) */
+const char* lm_lora_target_name(LmLoraTarget t);
+const char* lm_lora_target_module(LmLoraTarget t);
+/* Parse a comma-separated target list (q,k,v,o,gate,up,down, or "all") into bits; -1 on an unknown name. */
+int lm_lora_targets_parse(const char* list, unsigned* bits, char* err, size_t err_len);
+/* Registers block l's adapters: text.blocks.{l}.<module>.lora_A.weight (r, in), Kaiming-uniform (bound 1/sqrt(in),
+ * PEFT's kaiming_uniform_(a = sqrt(5))), and .lora_B.weight (out, r), zeros. */
+void lm_lora_params_add(ParamTable* pt, const LmConfig* c, int l);
+/* 1 when `name` is a LoRA factor (ends in .lora_A.weight or .lora_B.weight). */
+int lm_lora_is_adapter(const char* name);
+void lm_lora_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads);
+void lm_lora_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T);
+void lm_lora_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T);
+void lm_lora_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T);
+/* The dropout key of a microbatch: a function of (model seed, step, the microbatch's index in the global step);
+ * never 0. */
+uint64_t lm_lora_seed(uint64_t model_seed, int64_t step, int mb_index);
+/* One adapted linear (target t of block w, input x (T, in_local), base output y): forward y += scale B A drop(x);
+ * B: dx += its input gradient (lm_lora_backward_input; keeps du for W); W: the factors' gradients. No-ops where
+ * the block has no adapter t. */
+void lm_lora_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
+                     const LmSeq* seq, LmLoraTarget t, Buf x, Buf y);
+void lm_lora_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
+                            LmBlockGrads* g, LmScratch* s, const LmSeq* seq, LmLoraTarget t, Buf x, const float* dy,
+                            float* dx);
+void lm_lora_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
+                             const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, LmLoraTarget t, Buf x,
+                             const float* dy);
 
 #endif

@@ -253,7 +253,9 @@ static const BackendDevice cpu_device = {
     .adamw_update = cpu_adamw_update,                        \
     .adamw_update_copy = cpu_adamw_update_copy,              \
     .round_bf16 = cpu_round_bf16,                            \
-    .to_bf16 = cpu_to_bf16
+    .to_bf16 = cpu_to_bf16,                                  \
+    .dropout_forward = cpu_dropout_forward,                  \
+    .dropout_backward = cpu_dropout_backward
 
 static const BackendOps cpu_ops = {CPU_OPS_F32};
 
@@ -278,6 +280,7 @@ static const BackendOps cpu_bf16_ops = {
     .attention_forward = buf_cpu_bf16_attention_forward,
     .act_forward = buf_cpu_bf16_act_forward,
     .rows_gather_forward = buf_cpu_bf16_rows_gather_forward,
+    .dropout_forward = cpu_bf16_dropout_forward,
 };
 #pragma GCC diagnostic pop
 

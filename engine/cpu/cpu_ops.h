@@ -114,6 +114,12 @@ void cpu_bf16_embedding_forward(const Backend* be, float* out, const int* ids, c
 void cpu_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
+/* LoRA's dropout (dropout.c): BackendOps.dropout_forward / dropout_backward; the bf16 table's forward rounds its output */
+void cpu_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p, uint64_t seed);
+void cpu_bf16_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p, uint64_t seed);
+void cpu_dropout_backward(const Backend* be, float* dinp, const float* dout, int N, int C, int ld_g, int c0, float p,
+                          uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -435,6 +435,9 @@ PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
+PROF_OP(PROF_ELEMENTWISE, cuda_dropout_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_dropout_forward)
+PROF_OP(PROF_ELEMENTWISE, cuda_dropout_backward)
 
 // the bf16-activation ops' 2-byte output-gradient ops (engine.h, BackendB16)
 static const BackendB16 backend_cuda_bf16a_b16 = {
@@ -512,6 +515,9 @@ static const BackendOps cuda_ops = {
     .from_bf16 = prof_cuda_from_bf16,
     .rope_qk_forward = prof_cuda_rope_qk_forward,
     .rope_qk_backward = prof_cuda_rope_qk_backward,
+    .b16 = NULL,
+    .dropout_forward = prof_cuda_dropout_forward,
+    .dropout_backward = prof_cuda_dropout_backward,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
@@ -535,6 +541,7 @@ static const BackendOps cuda_bf16_ops = [] {
     o.act_forward = prof_cuda_bf16_act_forward;
     o.rows_gather_forward = prof_cuda_bf16_rows_gather_forward;
     o.rope_qk_forward = prof_cuda_bf16_rope_qk_forward;
+    o.dropout_forward = prof_cuda_bf16_dropout_forward;
     return o;
 }();
 

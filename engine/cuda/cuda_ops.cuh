@@ -70,6 +70,13 @@ void cuda_attention_backward(const Backend* be, float* dq, float* dk, float* dv,
 void cuda_attention_decode(const Backend* be, float* out, const float* q, const float* k, const float* v, int n, int Tk, int H,
                            int Hkv, int d, int ld_q, int ld_kv);
 
+// dropout.cu (LoRA's dropout; the bf16 table's forward rounds its output)
+void cuda_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p, uint64_t seed);
+void cuda_bf16_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p,
+                               uint64_t seed);
+void cuda_dropout_backward(const Backend* be, float* dinp, const float* dout, int N, int C, int ld_g, int c0, float p,
+                           uint64_t seed);
+
 // optim.cu (the step end)
 double cuda_sum_squares(const Backend* be, const float* x, size_t n);
 void cuda_scale(const Backend* be, float* x, float s, size_t n);

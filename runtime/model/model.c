@@ -28,6 +28,9 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
         }                                          \
     } while (0)
     REQ(c->patch >= 1, "model: patch must be >= 1 (got %d)", c->patch);
+    REQ(c->lora_r <= 0 || (c->lora_targets && c->lora_alpha > 0),
+        "lora: r = %d needs at least one target linear and alpha > 0 (got targets %#x, alpha %g)", c->lora_r,
+        c->lora_targets, c->lora_alpha);
     REQ(c->Dv >= 1 && c->Lv >= 1 && c->Hv >= 1, "model: vision Dv, Lv, Hv must be >= 1 (got %d, %d, %d)", c->Dv,
         c->Lv, c->Hv);
     REQ(c->vision_arch == VIT_ARCH_ROPE2D || c->vision_arch == VIT_ARCH_CLIP,
@@ -89,6 +92,12 @@ LmConfig model_config_lm(const ModelConfig* c) {
     l.rope = (RopeFreq){.theta = c->rope_base > 0 ? c->rope_base : 10000.0, .llama3 = c->rope_llama3,
                         .factor = c->rope_factor, .low_freq_factor = c->rope_low_freq_factor,
                         .high_freq_factor = c->rope_high_freq_factor, .original_max_pos = c->rope_original_max_pos};
+    if (c->lora_r > 0) {
+        l.lora_r = c->lora_r;
+        l.lora_scale = (float)(c->lora_alpha / c->lora_r);
+        l.lora_dropout = (float)c->lora_dropout;
+        l.lora_targets = c->lora_targets;
+    }
     return l;
 }
 
@@ -150,6 +159,7 @@ static void stage_register(ParamTable* pt, const Stage* st) {
         pt->specs[idx].f32_compute = s->f32_compute;
         pt->specs[idx].gemm_bias = s->gemm_bias; /* a GEMM bias's 2-byte compute copy (params_mark_gemm_bias) */
         pt->specs[idx].act_table = s->act_table; /* a gather's table (params_mark_act_table) */
+        pt->specs[idx].frozen = s->frozen;       /* LoRA's frozen base (stage_register_whole) */
     }
     params_free(&whole);
 }
@@ -201,6 +211,9 @@ static void stage_register_whole(ParamTable* pt, const Stage* st) {
             params_add(pt, "text.norm.weight", 1, shape, PARAM_INIT_ONES, 0, 0);
         }
     }
+    /* LoRA: the LM's own tensors are frozen (PEFT's base model); the adapters train */
+    for (int i = 0; i < pt->n && st->cfg.lora_r > 0; i++)
+        if (!strncmp(pt->specs[i].name, "text.", 5) && !lm_lora_is_adapter(pt->specs[i].name)) pt->specs[i].frozen = 1;
 }
 
 /* Calls fn(item, ctx) for every comma-separated item of list (spaces trimmed, empty items skipped);
@@ -386,7 +399,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
      * setting); a table bound to a stream (backend_on_stream) keeps its own, whose variant would run on the
      * compute stream */
     st->lbe = st->vbe = be;
-    if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp)) {
+    if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && cfg->lora_r <= 0) { /* LoRA: f32 words */
         st->lbe = be->act_bf16_variant;
         st->lc.act_bytes = 2;
         if (st->first && model_bf16_vision(cfg)) { /* the tower and the projector too */
@@ -488,6 +501,7 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
             a->grads[j] = a->grads[0]; /* fused: a block's W runs right after its B */
     }
     lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
+    for (size_t j = 0; j < nL; j++) a->grads[j].lora_x = a->scratch.lora_x; /* LoRA's W redraws its dropout there */
     a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
     /* 2-byte activations: each residual gradient's 2-byte copy, stored by the pass that finishes it (a block's norm1
      * backward, the final norm's backward; at a pipeline edge a narrowing), for the down projection's GEMMs */
@@ -942,7 +956,10 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         else be->dev->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
-    LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .kv_past = a->kv_past};
+    /* LoRA's dropout: keyed by (seed, step, the microbatch's index in the global step), so a pipeline, a resume
+     * and a recompute draw the same masks; none outside training (lora_step 0) */
+    a->lora_seed = st->lora_step > 0 && c->lora_r > 0 && c->lora_dropout > 0 ? lm_lora_seed(c->seed, st->lora_step, mb->index) : 0;
+    LmSeq seq = {.T = T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .kv_past = a->kv_past, .lora_seed = a->lora_seed};
     RR_ASSERT(!a->kv_k || a->S == 1);
     RR_ASSERT(!a->kv_k || lm_act_bytes(&st->lc) == 4);
     for (int j = 0; j < nL; j++) {
@@ -1075,7 +1092,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     RR_ASSERT(st->first == (dhidden_in == NULL));
     const Backend* be = st->be;
     int nL = st->l1 - st->l0;
-    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     stage_backward_start(st, a, dhidden_out, loss_scale);
     for (int j = nL - 1; j >= 0; j--)
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
@@ -1092,7 +1109,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
 void stage_backward_weight(Stage* st, StageActs* a) {
     RR_ASSERT(a->state == ACTS_INPUT_GRAD && "stage_backward_weight before stage_backward_input");
     int nL = st->l1 - st->l0;
-    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--)
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
@@ -1109,7 +1126,7 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     RR_ASSERT(st->first == (dhidden_in == NULL));
     const Backend* be = st->be;
     int nL = st->l1 - st->l0;
-    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
+    LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     stage_backward_start(st, a, dhidden_out, loss_scale);
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
@@ -1279,6 +1296,12 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
         cJSON_AddNumberToObject(j, "rope_low_freq_factor", c->rope_low_freq_factor);
         cJSON_AddNumberToObject(j, "rope_high_freq_factor", c->rope_high_freq_factor);
         cJSON_AddNumberToObject(j, "rope_original_max_pos", c->rope_original_max_pos);
+    }
+    if (c->lora_r > 0) { /* LoRA (tests/support/ref/lora_ref.py) */
+        cJSON_AddNumberToObject(j, "lora_r", c->lora_r);
+        cJSON_AddNumberToObject(j, "lora_alpha", c->lora_alpha);
+        cJSON_AddNumberToObject(j, "lora_dropout", c->lora_dropout);
+        cJSON_AddNumberToObject(j, "lora_targets", c->lora_targets);
     }
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);

@@ -66,6 +66,11 @@ typedef struct {
     int tie_embeddings;           /* model.tie_embeddings: the LM head is text.embed.weight */
     int rope_llama3;              /* model.rope_type = llama3, with the four factors below */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
+    /* LoRA ([lora]; text/lm.h, docs/training.md "LoRA"; lora_r 0 = none): adapters on the LM linears of
+     * lora_targets (LmLoraTarget bits), scale lora_alpha / lora_r; with adapters every other LM tensor is frozen */
+    int lora_r;
+    double lora_alpha, lora_dropout;
+    unsigned lora_targets;
 } ModelConfig;
 
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */
@@ -118,6 +123,9 @@ typedef struct {
     void* tp_ev;         /* a device TP group (NCCL): the event the all-reduce's stream waits for */
     int tp_failed;
     char tp_err[1024];
+    /* LoRA's dropout: the optimiser step (1-based) the next forwards train in, set by the step executors; 0 (the
+     * default: evaluation, generation, checks) runs without dropout */
+    int64_t lora_step;
 } Stage;
 
 /* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
@@ -187,6 +195,7 @@ typedef struct {
      * microbatch's (one sample) and attends to all of them (text/lm.h, LmSeq). */
     float **kv_k, **kv_v;
     int kv_past;
+    uint64_t lora_seed; /* LoRA's dropout key of the microbatch (text/lm.h LmSeq.lora_seed), set by its forward */
 } StageActs;
 
 /* The first n values of a last stage's logits (a->logits, after stage_forward) into host f32 words dst: a copy,

@@ -13,7 +13,24 @@ static int ends_with(const char* s, const char* suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+static TpSplit tp_split_base(const char* name);
+
+/* A LoRA factor is split as its base weight's matching dimension (text/lm_lora.c): A (r, in) takes a row-parallel
+ * base's column split, B (out, r) a column-parallel base's row split; the other factor is replicated. */
 TpSplit tp_split_of(const char* name) {
+    size_t n = strlen(name);
+    int is_a = ends_with(name, ".lora_A.weight"), is_b = ends_with(name, ".lora_B.weight");
+    if ((is_a || is_b) && n < 128) {
+        char base[136];
+        snprintf(base, sizeof base, "%.*s.weight", (int)(n - 14), name);
+        TpSplit s = tp_split_base(base);
+        if (is_a) return s == TP_ROW ? TP_ROW : TP_REPLICATED;
+        return s == TP_COLUMN ? TP_COLUMN : TP_REPLICATED;
+    }
+    return tp_split_base(name);
+}
+
+static TpSplit tp_split_base(const char* name) {
     static const char* column[] = {".attn.q.weight", ".attn.k.weight", ".attn.v.weight", ".attn.q.bias",
                                    ".attn.k.bias", ".attn.v.bias", ".mlp.gate.weight",
                                    ".mlp.up.weight", ".attn.qkv.weight", ".attn.qkv.bias", ".mlp.fc1.weight",

@@ -18,6 +18,7 @@ static int single_forward_backward(StepExec* ex, const StepPlan* plan, float sca
                                    double* loss_sum, char* err, size_t err_len) {
     SingleExec* s = (SingleExec*)ex;
     params_zero_grad(&s->st.params);
+    s->st.lora_step = ex->quiet ? 0 : step; /* LoRA's dropout trains, never evaluates */
     double sum = 0.0;
     for (int m = 0; m < plan->M; m++) {
         if (stage_check_microbatch(&s->st, &s->acts, &plan->mbs[m], err, err_len) != 0) return -1;

@@ -51,6 +51,13 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.rope_llama3 = !strcmp(r->rope_type, "llama3");
     c.rope_factor = r->rope_factor, c.rope_low_freq_factor = r->rope_low_freq_factor;
     c.rope_high_freq_factor = r->rope_high_freq_factor, c.rope_original_max_pos = r->rope_original_max_pos;
+    if (r->lora_r > 0) { /* [lora]: the targets were checked by recipe_validate */
+        char e[256];
+        c.lora_r = r->lora_r;
+        c.lora_alpha = r->lora_alpha;
+        c.lora_dropout = r->lora_dropout;
+        if (lm_lora_targets_parse(r->lora_targets, &c.lora_targets, e, sizeof e) != 0) c.lora_targets = 0;
+    }
     return c;
 }
 
@@ -98,7 +105,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     params_free(&pt);
     /* every position of the microbatch may be an image patch: the worst case */
     /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
-    int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
+    int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
     o->act_mb = (double)model_stage_acts_bytes_lm(mc, l0, l1, T, T, 0, r->tp, lm_bytes, vit_train);
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */

@@ -6,6 +6,7 @@
  * long path could not be read back, and inih reads a NUL byte as the end of the line. Here a line has
  * no length limit, a NUL byte is an error naming the line, and every handler call knows its line. */
 #include "runtime/train/recipe.h"
+#include "text/lm.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -246,6 +247,18 @@ static const RecipeKey recipe_keys[] = {
      "none); `auto`: the newest checkpoint of this run if there is one, else a fresh start (one job line for the "
      "first start and every requeue); \"\" = a fresh start, refused in a run folder that holds another run's "
      "metrics or checkpoints (see train.overwrite)."},
+    /* [lora] */
+    {"lora", "r", RKEY_INT, OFF(lora_r), 0, "0", 0, 65536, 0, 2,
+     "LoRA rank (0 = no LoRA: every weight trains as train.freeze says). r > 0 adds to each LM linear of lora.targets "
+     "y += (lora.alpha / r) B A dropout(x), A (r, in) Kaiming-uniform and B (out, r) zero as PEFT initialises them, "
+     "and freezes every other LM tensor (the tower and the projector follow train.freeze): docs/training.md \"LoRA\"."},
+    {"lora", "alpha", RKEY_FLOAT, OFF(lora_alpha), 0, "16", 1e-6, 1e6, 0, 2, "LoRA's alpha: the adapters' scale is alpha / r."},
+    {"lora", "dropout", RKEY_FLOAT, OFF(lora_dropout), 0, "0", 0, 0.95, 0, 2,
+     "Dropout on each adapter's input in training (PEFT's lora_dropout); the mask is a function of (model.seed, step, "
+     "microbatch, layer, linear), so every layout and a resume draw the same; none in evaluation and generation."},
+    {"lora", "targets", RKEY_STRING, OFF(lora_targets), SZ(lora_targets), "q,k,v,o,gate,up,down", 0, 0, 0, 2,
+     "The LM linears that get adapters, comma-separated from q, k, v, o, gate, up, down (or `all`); the default is every "
+     "linear of the LM, LLaVA's find_all_linear_names."},
 };
 static const int n_recipe_keys = (int)(sizeof(recipe_keys) / sizeof(recipe_keys[0]));
 
@@ -664,6 +677,12 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
     if (r->fixed_batch && strcmp(r->source, "synthetic") != 0)
         VFAIL("data", "fixed_batch", "%s", "true", "only the synthetic source repeats a step; allowed: false with "
                                                    "data.source=%s", r->source);
+    if (r->lora_r > 0) {
+        unsigned bits;
+        char e[256];
+        if (lm_lora_targets_parse(r->lora_targets, &bits, e, sizeof e) != 0)
+            VFAIL("lora", "targets", "'%s'", r->lora_targets, "%s", e);
+    }
     /* optimiser vs schedule; the schedule parsed once, for every step */
     r->lr_schedule = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
                      : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;

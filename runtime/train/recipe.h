@@ -108,6 +108,11 @@ typedef struct {
     int keep;                  /* checkpoints kept (oldest deleted), 0 = all */
     char resume[RECIPE_STR];   /* checkpoint folder to resume from ("" = fresh start) */
 
+    /* [lora] — docs/training.md "LoRA" */
+    int lora_r;                  /* adapter rank (0 = no LoRA) */
+    double lora_alpha, lora_dropout;
+    char lora_targets[128];      /* comma-separated LM linears: q,k,v,o,gate,up,down */
+
     /* where each key's value came from (index = key table index), for error messages */
     char origin[RECIPE_MAX_KEYS][RECIPE_STR + 16];
     char path[RECIPE_STR]; /* the recipe file */

@@ -20,3 +20,9 @@ set_tests_properties(tokenizer_peer_hf PROPERTIES SKIP_RETURN_CODE 77 LABELS nod
 
 add_test(NAME tokenizer_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/text/tokenizer_cli.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_cli)
+
+# One LoRA linear (text/lm_lora.c) on the CPU backend: forward against a double reference, the input and factor
+# gradients against central finite differences, the dropout mask's statistics (tests/text/test_lm_lora.c)
+add_executable(test_lm_lora tests/text/test_lm_lora.c)
+target_link_libraries(test_lm_lora PRIVATE rrfp_core)
+add_test(NAME lm_lora_fd COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "lm_lora: ok" $<TARGET_FILE:test_lm_lora>)

@@ -137,3 +137,23 @@ set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
 add_executable(test_partition tests/runtime/model/test_partition.c)
 target_link_libraries(test_partition PRIVATE rrfp_core)
 add_test(NAME partition COMMAND test_partition)
+
+# LoRA (text/lm_lora.c) against an independent PyTorch reference (tests/support/ref/lora_ref.py, PEFT's math written
+# out): step 1 (PEFT's init, B = 0) and step 2 (trained factors) with dropout 0.25 (its mask from the specification)
+foreach(n 1 2)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_step${n})
+  add_test(NAME lora_torch_step${n}
+           COMMAND sh -c "rm -rf '${dir}' && '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=${n} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-${n}'")
+  set_tests_properties(lora_torch_step${n} PROPERTIES LABELS torch)
+endforeach()
+# the same under the parallel layouts (each rank's dump shards reassembled by the reference): pp 2 x tp 2 (A split
+# like a row-parallel base, B like a column-parallel one, the all-reduces of text/lm_lora.c) and pp 2 x dp 2 (the
+# dropout keys by the microbatch's global index)
+foreach(layout "pp2tp2;--set parallel.pp=2 --set parallel.tp=2" "pp2dp2;--set parallel.pp=2 --set parallel.dp=2")
+  list(GET layout 0 name)
+  list(GET layout 1 sets)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_${name})
+  add_test(NAME lora_torch_${name}
+           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${sets} --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
+  set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
+endforeach()

@@ -367,6 +367,16 @@ if(TARGET rrfp_cuda_emu)
                        "PRECISION=bf16;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16")
 endif()
 
+# LoRA on the emulated CUDA backend (bf16 table: its GEMMs on 2-byte weights, the rounding dropout kernel) against
+# the CPU backend's bf16 run, every linear adapted, dropout on
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_cuda_emu_lora
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 3)
+  set_tests_properties(train_cuda_emu_lora PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
+endif()
+
 # Training with runtime.comm = nccl on the emulated CUDA runtime and NCCL, against the CPU backend's one
 # process (tests/runtime/train/train_nccl_emu.sh): pp 2 (the FIFO protocol over one communicator per direction, inputs
 # ready on their receive's event, receives delayed), dp 2 (the gradient all-reduce in place on device
@@ -471,3 +481,16 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_bf16a_tp_emu_tp2 PROPERTIES ENVIRONMENT
                        "SETS=${LM_VARIANTS_SETS} model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
 endif()
+
+# LoRA checkpoints: a resume is bit for bit the uninterrupted run (dropout on), the checkpoint holds the adapters and
+# the base (tests/runtime/train/lora_resume.sh); generation on a LoRA checkpoint, unmerged (generate.sh kv_lora)
+add_test(NAME train_lora_resume
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "lora resume: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/lora_resume.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_lora_resume)
+add_test(NAME generate_kv_lora
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_lora: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_lora kv_lora)
+set_tests_properties(generate_kv_lora PROPERTIES TIMEOUT 300)
+# the LoRA recipe's dry run: the first stage's gradients and AdamW state are the projector's and the adapters' (MiB),
+# not the LM's (GiB, as recipe_dry_run_7b shows them)
+add_test(NAME recipe_dry_run_7b_lora COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "total +7\\.[0-9][0-9]B.* 0 +4\\+ViT +[0-9.]+M +[0-9.]+ GiB +[0-9.]+ MiB +[0-9.]+ MiB" $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b-lora.ini --dry-run)
