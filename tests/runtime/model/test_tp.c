@@ -419,8 +419,9 @@ static float lm_x[LT * LD], lm_dy[LT * LD];
 /* a block's tensors, f32 host buffers, as LmBlockW */
 static LmBlockW lm_w(float* n1, float* q, float* k, float* v, float* o, float* n2, float* gt, float* up, float* dn,
                      float* qb, float* kb, float* vb, float* ob) {
-    return (LmBlockW){n1,          buf_f32(q),  buf_f32(k),  buf_f32(v),  buf_f32(o),  n2,         buf_f32(gt),
-                      buf_f32(up), buf_f32(dn), buf_f32(qb), buf_f32(kb), buf_f32(vb), buf_f32(ob)};
+    return (LmBlockW){.norm1_w = n1, .q_w = buf_f32(q), .k_w = buf_f32(k), .v_w = buf_f32(v), .o_w = buf_f32(o),
+                      .norm2_w = n2, .gate_w = buf_f32(gt), .up_w = buf_f32(up), .down_w = buf_f32(dn),
+                      .q_b = buf_f32(qb), .k_b = buf_f32(kb), .v_b = buf_f32(vb), .o_b = buf_f32(ob)}; /* no LoRA */
 }
 
 /* forward, B and W of one block with weights w (shapes from c), into xout, dxin and dw */
