@@ -202,9 +202,22 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     }
     ParamTable pt;
     model_params_register(&mc, 0, mc.Lt, &pt);
-    uint64_t held = li_files_bytes(base), nbase = 0;
-    for (int i = 0; i < pt.n; i++)
+    uint64_t held = li_files_bytes(base), nbase = 0, nad = 0;
+    for (int i = 0; i < pt.n; i++) {
         if (!lm_lora_is_adapter(pt.specs[i].name)) nbase += pt.specs[i].numel;
+        else nad += pt.specs[i].numel;
+    }
+    struct stat asb;
+    /* r from the config sizes the adapters: nothing is allocated before the file is known to hold them (2 bytes
+     * each at the least) */
+    if (stat(apath, &asb) != 0 || !S_ISREG(asb.st_mode) || nad > (uint64_t)asb.st_size / 2) {
+        params_free(&pt);
+        cJSON_Delete(cfg);
+        return li_fail(err, err_len, "%s: %s: r = %d (%s) implies %llu adapter values for this model", apath,
+                       stat(apath, &asb) != 0 ? strerror(errno) : !S_ISREG(asb.st_mode) ? "not a regular file"
+                                                                                      : "the file is too small for them",
+                       info->r, cpath, (unsigned long long)nad);
+    }
     if (nbase > held / 2) { /* the base's files hold its values, 2 bytes each at the least */
         params_free(&pt);
         cJSON_Delete(cfg);

@@ -236,6 +236,7 @@ def main():
     k1 = "base_model.model.model.language_model.layers.1.mlp.down_proj.lora_B.weight"
     refused("missing", k1, mutate=lambda t: t.pop(k1))
     refused("dora", "use_dora", cfg_mut=lambda c: c.__setitem__("use_dora", True))
+    refused("huge-r", "implies", cfg_mut=lambda c: c.__setitem__("r", 65536))
     with open(p("r8.ini"), "w") as f:
         f.write("[lora]\nr = 8\n")
     refused("recipe-r", "lora.r = 8", extra=("--recipe", p("r8.ini")))
