@@ -1,6 +1,7 @@
 /* cmd_export.c — `rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]
  * [--template NAME] [--image-token-id N | --add-image-token [--pad-vocab M]] [--shard-mb MB]`: a checkpoint as a Hugging Face LlavaForConditionalGeneration folder
- * (runtime/hf/import_llava.h). */
+ * (runtime/hf/import_llava.h); `--adapter ADAPTER_DIR`: a LoRA checkpoint's adapters as a PEFT folder
+ * (runtime/hf/lora_hf.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -10,13 +11,15 @@
 
 #include "runtime/cli/cli.h"
 #include "runtime/hf/import_llava.h"
+#include "runtime/hf/lora_hf.h"
 #include "runtime/train/trained.h"
 #include "runtime/train/outguard.h"
 
 static void export_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm export hf --checkpoint DIR --out HF_DIR [--recipe R.ini] [--tokenizer T.json]\n"
                "                         [--template NAME] [--image-token-id N | --add-image-token [--pad-vocab M]]\n"
-               "                         [--shard-mb MB]\n\n"
+               "                         [--shard-mb MB]\n"
+               "       rrfp-mm export hf --checkpoint DIR --adapter ADAPTER_DIR [--recipe R.ini]\n\n"
                "Writes checkpoint folder DIR (any pipeline x tensor-parallel layout) as a Hugging Face\n"
                "LlavaForConditionalGeneration folder: config.json, model-*.safetensors shards (F32, at most MB each,\n"
                "default 2048), model.safetensors.index.json and the tokenizer files. The model's keys come from an\n"
@@ -39,11 +42,16 @@ static void export_usage(FILE* f) {
                "are the base: config.json keeps their values (each one the model changes is logged).\n"
                "HF_DIR must not exist; it is built as HF_DIR.tmp.PID and renamed when complete. Refused before\n"
                "anything is read: a path inside the checkpoint, inside any checkpoint folder, named like a\n"
-               "checkpoint beside a run's checkpoints, or a run folder's own entry (docs/reliability.md).\n");
+               "checkpoint beside a run's checkpoints, or a run folder's own entry (docs/reliability.md).\n"
+               "A LoRA checkpoint ([lora] r > 0) is written merged: each adapted linear as W + (alpha / r) B A.\n"
+               "--adapter ADAPTER_DIR (with or without --out) writes its adapters instead as a PEFT folder:\n"
+               "adapter_config.json and adapter_model.safetensors (F32) under PEFT's names for\n"
+               "LlavaForConditionalGeneration, or LlamaForCausalLM for a run that started from `import llama`\n"
+               "(PeftModel.from_pretrained opens it on that base; docs/training.md \"LoRA adapters and PEFT\").\n");
 }
 
 int cmd_export(int argc, char** argv) {
-    const char *kind = NULL, *ckpt = NULL, *out = NULL, *recipe = NULL, *tok = NULL, *tmpl = NULL;
+    const char *kind = NULL, *ckpt = NULL, *out = NULL, *recipe = NULL, *tok = NULL, *tmpl = NULL, *adapter = NULL;
     int image_id = -1, add_image = 0;
     long shard_mb = 2048, pad_vocab = 64;
     size_t shard_bytes = 0;
@@ -55,6 +63,8 @@ int cmd_export(int argc, char** argv) {
             ckpt = argv[++i];
         } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
             out = argv[++i];
+        } else if (!strcmp(argv[i], "--adapter") && i + 1 < argc) {
+            adapter = argv[++i];
         } else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
             recipe = argv[++i];
         } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
@@ -101,7 +111,7 @@ int cmd_export(int argc, char** argv) {
             return 2;
         }
     }
-    if (!kind || strcmp(kind, "hf") != 0 || !ckpt || !out) {
+    if (!kind || strcmp(kind, "hf") != 0 || !ckpt || (!out && !adapter)) {
         if (kind && strcmp(kind, "hf") != 0) fprintf(stderr, "rrfp-mm export: unknown format '%s' (known: hf)\n\n", kind);
         export_usage(stderr);
         return 2;
@@ -130,11 +140,28 @@ int cmd_export(int argc, char** argv) {
     guard_inputs_add(&in, recipe, "the recipe", 0);
     guard_inputs_add(&in, tok, "the tokenizer", 0);
     struct stat sb;
-    int rc = lstat(out, &sb) != 0 ? guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err) : 0;
+    int rc = out && lstat(out, &sb) != 0 ? guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err) : 0;
+    if (rc == 0 && adapter && lstat(adapter, &sb) != 0)
+        rc = guard_output("--adapter", adapter, GUARD_OUT_FOLDER, NULL, &in, err, sizeof err);
+    if (rc == 0 && adapter && out && !strcmp(adapter, out)) {
+        snprintf(err, sizeof err, "--adapter and --out name the same folder '%s'", out);
+        rc = 1;
+    }
     guard_inputs_free(&in);
     if (rc != 0) {
         fprintf(stderr, "rrfp-mm export: %s\n", err);
         return 2;
+    }
+    if (adapter) {
+        HfAdapterExport ai;
+        if (export_hf_adapter(ckpt, recipe, adapter, &ai, stderr, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm: error: export hf --adapter: %s\n", err);
+            return 1;
+        }
+        printf("exported %d adapter tensors into %s (PeftModel.from_pretrained opens it on the %s base%s%s)\n", ai.tensors,
+               adapter, ai.base == PEFT_BASE_LLAVA ? "LlavaForConditionalGeneration" : "LlamaForCausalLM",
+               ai.base_name[0] ? " " : "", ai.base_name);
+        if (!out) return 0;
     }
     if (export_hf(ckpt, recipe, out, tok, tmpl, image_id, add_image ? (int)pad_vocab : 0, shard_bytes ? shard_bytes : (size_t)shard_mb << 20, &info, stderr, err, sizeof err) != 0) {
         fprintf(stderr, "rrfp-mm: error: export hf: %s\n", err);

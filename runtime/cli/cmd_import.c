@@ -6,10 +6,12 @@
 
 #include "runtime/cli/cli.h"
 #include "runtime/hf/import.h"
+#include "runtime/hf/lora_hf.h"
 #include "runtime/train/outguard.h"
 
 static void import_usage(FILE* f) {
-    fprintf(f, "usage: rrfp-mm import llama|llava|clip --hf DIR --out CKPT\n\n"
+    fprintf(f, "usage: rrfp-mm import llama|llava|clip --hf DIR --out CKPT\n"
+               "       rrfp-mm import lora --hf ADAPTER_DIR --base BASE_CKPT --out CKPT [--recipe R.ini]\n\n"
                "Converts a Hugging Face Llama-format LM (DIR/config.json, DIR/model.safetensors or the shards that\n"
                "DIR/model.safetensors.index.json lists) into checkpoint folder CKPT holding text.* tensors, for\n"
                "train.init_from (tensors load by name and shape; vision and projector keep their initialisation).\n"
@@ -23,19 +25,29 @@ static void import_usage(FILE* f) {
                "names) as a whole-model checkpoint.\n"
                "import clip: a CLIPVisionModel (or CLIPModel's vision part) as a vision.* checkpoint.\n"
                "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n"
+               "import lora: a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors, as\n"
+               "`export hf --adapter` and PeftModel.save_pretrained write it) onto base checkpoint BASE_CKPT (an import,\n"
+               "or a run's checkpoint with --recipe giving its model keys): CKPT holds the base and the adapters, and\n"
+               "its [lora] keys (r, alpha, dropout, targets: the adapter's; a recipe that sets one must agree), so\n"
+               "train.init_from = CKPT goes on training the adapters. Every tensor name and shape is checked against\n"
+               "the model and the rank; what does not fit is refused naming the key.\n"
                "CKPT must not exist; it is built as CKPT.tmp.PID and renamed when complete. Refused before anything\n"
                "is read: a path inside DIR, inside a checkpoint folder, named like a checkpoint beside a run's\n"
                "checkpoints (it would join that run's), or a run folder's own entry (docs/reliability.md).\n");
 }
 
 int cmd_import(int argc, char** argv) {
-    const char *kind = NULL, *hf = NULL, *out = NULL;
+    const char *kind = NULL, *hf = NULL, *out = NULL, *base = NULL, *recipe = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             import_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--hf") && i + 1 < argc) {
             hf = argv[++i];
+        } else if (!strcmp(argv[i], "--base") && i + 1 < argc) {
+            base = argv[++i];
+        } else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) {
+            recipe = argv[++i];
         } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
             out = argv[++i];
         } else if (argv[i][0] != '-' && !kind) {
@@ -53,6 +65,8 @@ int cmd_import(int argc, char** argv) {
         GuardInputs in = {0};
         char gerr[2048];
         guard_inputs_add(&in, hf, "the Hugging Face folder", 1);
+        guard_inputs_add(&in, base, "the base checkpoint", 1);
+        guard_inputs_add(&in, recipe, "the recipe", 0);
         int bad = guard_output("--out", out, GUARD_OUT_FOLDER, NULL, &in, gerr, sizeof gerr);
         guard_inputs_free(&in);
         if (bad) {
@@ -61,9 +75,30 @@ int cmd_import(int argc, char** argv) {
         }
     }
     if (kind && hf && out && (!strcmp(kind, "llava") || !strcmp(kind, "clip"))) return cmd_import_llava(kind, hf, out);
+    if (kind && !strcmp(kind, "lora")) {
+        if (!hf || !out || !base) {
+            fprintf(stderr, "rrfp-mm import lora: needs --hf ADAPTER_DIR, --base BASE_CKPT and --out CKPT\n\n");
+            import_usage(stderr);
+            return 2;
+        }
+        LoraImport li;
+        char err[2048];
+        if (import_lora(hf, base, recipe, out, &li, stderr, err, sizeof err) != 0) {
+            fprintf(stderr, "rrfp-mm: error: import lora: %s\n", err);
+            return 1;
+        }
+        printf("imported %d adapter tensors onto %d base tensors into %s\n", li.adapters, li.base, out);
+        printf("; recipe keys it holds (train.init_from = %s takes them):\n[lora]\nr = %d\nalpha = %.17g\ndropout = %.17g\n"
+               "targets = %s\n[train]\ninit_from = %s\n", out, li.r, li.alpha, li.dropout, li.targets, out);
+        return 0;
+    }
+    if ((base || recipe) && kind) {
+        fprintf(stderr, "rrfp-mm import %s: --base and --recipe are import lora's\n", kind);
+        return 2;
+    }
     if (!kind || strcmp(kind, "llama") != 0 || !hf || !out) {
-        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "clip") != 0)
-            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, clip)\n\n", kind);
+        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "clip") != 0 && strcmp(kind, "lora") != 0)
+            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, clip, lora)\n\n", kind);
         import_usage(stderr);
         return 2;
     }

@@ -2,7 +2,8 @@
  * LlavaForConditionalGeneration folder (import_llava.h). The names written are the hub's (llava-hf's
  * `vision_tower.vision_model.*`, `multi_modal_projector.*`, `language_model.model.*`,
  * `language_model.lm_head.weight`), which every transformers version since 4.36 opens (transformers 5 maps
- * them on load); values F32 as trained. The whole model is held in memory (4 bytes per parameter) while
+ * them on load); values F32 as trained; a LoRA model's adapted linears merged, W + (alpha / r) B A
+ * (lora_hf.h). The whole model is held in memory (4 bytes per parameter) while
  * the shards are written. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -21,6 +22,7 @@
 #include "runtime/model/model.h"
 #include "runtime/hf/hf_files.h"
 #include "runtime/hf/import_llava.h"
+#include "runtime/hf/lora_hf.h"
 #include "runtime/train/layout.h"
 #include "runtime/train/trained.h"
 #include "runtime/train/recipe.h"
@@ -136,7 +138,9 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     ImportName* names = import_llama_names(&li, &n);
     for (int i = 0; i < n; i++) {
         snprintf(hf, sizeof hf, "language_model.%s", names[i].hf);
-        ex_add(l, hf, ex_get(pt, names[i].ours), names[i].ndim, names[i].shape[0], names[i].shape[1], 0, 0);
+        ExTensor* t = ex_add(l, hf, ex_get(pt, names[i].ours), names[i].ndim, names[i].shape[0], names[i].shape[1], 0, 0);
+        float* merged = export_lora_merged(c, pt, names[i].ours); /* LoRA: W + (alpha / r) B A (lora_hf.h) */
+        if (merged) t->owned = merged, t->data = merged;
     }
     free(names);
 }

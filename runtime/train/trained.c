@@ -285,9 +285,9 @@ int trained_apply_keys(Recipe* r, const char* dir, const char* why, char* err, s
             memcpy(key, dot + 1, strlen(dot + 1) + 1);
             k = trained_key(section, key);
         }
-        if (!k || (strcmp(section, "model") && strcmp(section, "data")) || !cJSON_IsString(x) ||
+        if (!k || (strcmp(section, "model") && strcmp(section, "data") && strcmp(section, "lora")) || !cJSON_IsString(x) ||
             strlen(x->valuestring) >= RECIPE_STR || strchr(x->valuestring, '\n')) {
-            snprintf(err, err_len, "%s: \"recipe\" entry \"%.80s\" is not a model or data key with a value as text", path,
+            snprintf(err, err_len, "%s: \"recipe\" entry \"%.80s\" is not a model, lora or data key with a value as text", path,
                      x->string ? x->string : "?");
             rc = -1;
             break;

@@ -11,7 +11,8 @@
  * What an import learned (rrfp-mm import llama | llava | clip), in its state.json: "recipe" {"model.KEY":
  * "VALUE", ..., "data.min_patches": ..., "data.max_patches": ...} (the keys it prints and the variant keys
  * it decided, at their values), "image_token_id" (a LLaVA's image_token_index), "hf_config" (the source
- * config.json as read) and "absent" (the never-used tensors the source lacked). Every command that reads a
+ * config.json as read) and "absent" (the never-used tensors the source lacked); `import lora` adds the
+ * [lora] keys ("lora.r": ..., which agree like model keys). Every command that reads a
  * model takes the checkpoint's model keys where the recipe leaves them at their defaults, and refuses a
  * recipe that sets one to another value, naming the key.
  *

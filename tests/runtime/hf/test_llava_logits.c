@@ -5,7 +5,8 @@
  * KEY=VALUE are the [model] recipe keys `rrfp-mm import llava` printed (vision_width, vision_layers,
  * vision_heads, patch, vision_image_size, vision_feature_layer, projector_act, text_width, text_layers,
  * text_heads, ffn_hidden, vocab, rms_eps, rope_base, and the LM variants text_kv_heads, text_qkv_bias,
- * text_o_bias, tie_embeddings, rope_type and its factors; vision_arch must be clip). Builds the whole model,
+ * text_o_bias, tie_embeddings, rope_type and its factors; vision_arch must be clip), and LoRA's lora_r, lora_alpha,
+ * lora_targets (a LoRA checkpoint run unmerged). Builds the whole model,
  * loads EVERY tensor from CKPT (train.init_from's loader, whose report must say all loaded), forwards
  * one microbatch of two packed samples with images (a 3 x 3 grid and a 2 x 4 grid; with vision_image_size
  * = 3 patch the first is the checkpoint's grid and the second gets interpolated position embeddings) and
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: %s CKPT OUT.safetensors KEY=VALUE...\n", argv[0]);
         return 2;
     }
+    char err0[256];
     ModelConfig c = {.min_patches = 1, .max_patches = 64, .init_std = 0.02f, .seed = 1, .vision_arch = -1};
     for (int i = 3; i < argc; i++) {
         char key[64];
@@ -58,7 +60,14 @@ int main(int argc, char** argv) {
         else if (!strcmp(key, "rope_low_freq_factor")) c.rope_low_freq_factor = atof(v);
         else if (!strcmp(key, "rope_high_freq_factor")) c.rope_high_freq_factor = atof(v);
         else if (!strcmp(key, "rope_original_max_pos")) c.rope_original_max_pos = atof(v);
-        else {
+        else if (!strcmp(key, "lora_r")) c.lora_r = atoi(v), c.lora_targets = c.lora_targets ? c.lora_targets : (1u << LM_LORA_N) - 1;
+        else if (!strcmp(key, "lora_alpha")) c.lora_alpha = atof(v);
+        else if (!strcmp(key, "lora_targets")) {
+            if (lm_lora_targets_parse(v, &c.lora_targets, err0, sizeof err0) != 0) {
+                fprintf(stderr, "lora_targets: %s\n", err0);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "unknown key '%s'\n", key);
             return 2;
         }
