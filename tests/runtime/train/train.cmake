@@ -372,7 +372,7 @@ endif()
 if(TARGET rrfp_cuda_emu)
   add_test(NAME train_cuda_emu_lora
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 3)
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 2)
   set_tests_properties(train_cuda_emu_lora PROPERTIES TIMEOUT 600 ENVIRONMENT
                        "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
 endif()
