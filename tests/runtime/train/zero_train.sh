@@ -3,6 +3,7 @@
 # layout without it (parallel.zero = 0): `mpirun -np PP*TP*DP rrfp-mm train` twice on the same steps.
 #   - every step's loss bitwise equal, every step's grad norm within 1e-8 relative (below), and
 #     the last checkpoint (parameters, AdamW moments) bitwise equal (`rrfp-mm tensors diff`, tolerance 0);
+#   - the step-2 dump (weights and gradients) bitwise equal;
 #   - the shard: the log rank holds the moments of floor or ceil(N / DP) of its stage's N trainable values
 #     (the last replica the remainder), and under bf16 only that many f32 masters (fp32: every value);
 #   - the zero = 0 run logs the all-reduce's line and the zero = 1 run the distributed optimizer's (the path ran);
@@ -62,7 +63,14 @@ PY
 run() { local np=$1 dir=$2; shift 2; $MPI -np "$np" "$BIN" train "$RECIPE" "${COMMON[@]}" "$@" --set train.run_dir="$dir" >>"$dir.log" 2>&1; }
 
 for z in 0 1; do
-  run "$NP" "$W/z$z" "${PAR[@]}" --set parallel.zero=$z || { cat "$W/z$z.log"; fail "pp $PP tp $TP dp $DP zero $z failed"; }
+  run "$NP" "$W/z$z" "${PAR[@]}" --set parallel.zero=$z --set train.dump_step=2 ||
+    { cat "$W/z$z.log"; fail "pp $PP tp $TP dp $DP zero $z failed"; }
+done
+# the step-2 dump: the weights before the step (bf16: the sharded masters made whole) and the step's gradients
+# (every replica's reduced shard gathered) are zero = 0's, bit for bit
+for f in weights grads; do
+  "$BIN" tensors diff "$W/z0/dump-2" "$W/z1/dump-2" --files $f --quiet --rtol 0 --atol 0 >"$W/dump.diff" 2>&1 ||
+    { cat "$W/dump.diff"; fail "the step-2 dump's $f differ"; }
 done
 grep -q "data parallel:.*all-reduce" "$W/z0.log" || fail "zero = 0: no all-reduce line in the log"
 grep -q "distributed optimizer:" "$W/z0.log" && fail "zero = 0 ran the distributed optimizer"
