@@ -829,6 +829,39 @@ fail:
     return -1;
 }
 
+int checkpoint_load_moments_range(const char* dir, const ParamTable* pt, size_t lo, size_t hi, float* m, float* v,
+                                  char* err, size_t err_len) {
+    RR_ASSERT(lo <= hi && hi <= pt->gtotal);
+    char path[4200];
+    CheckpointState st;
+    cJSON* j = ck_state_open(dir, &st, path, sizeof path, err, err_len);
+    if (!j) return -1;
+    StFile* f = NULL;
+    int nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "optimizer", NULL, &st, &f, err, err_len);
+    int rc = nf < 0 ? -1 : 0;
+    float* h = NULL;
+    char name[160];
+    for (int i = 0; i < pt->n && rc == 0; i++) {
+        const ParamSpec* s = &pt->specs[i];
+        if (s->frozen || s->goff + s->numel <= lo || s->goff >= hi) continue;
+        /* the part of tensor i inside [lo, hi): its elements a .. b */
+        size_t a = lo > s->goff ? lo - s->goff : 0, b = hi < s->goff + s->numel ? hi - s->goff : s->numel;
+        h = reallocCheck(h, s->numel * sizeof(float));
+        ParamSlice whole = {.dim = -1};
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            snprintf(name, sizeof name, "%s%s", k ? "v." : "m.", s->name);
+            rc = checkpoint_read_assembled(f, nf, name, params_is_slice(s) ? &s->slice : &whole, s->ndim, s->shape, h,
+                                           CK_CHECK_ALL, k, err, err_len);
+            if (rc == 0) memcpy((k ? v : m) + (s->goff + a - lo), h + a, (b - a) * sizeof(float));
+        }
+    }
+    free(h);
+    if (nf > 0) ck_free_files(f, nf);
+    cJSON_Delete(j);
+    checkpoint_state_free(&st);
+    return rc;
+}
+
 int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* optional, int n_optional,
                           CheckpointState* st, char* err, size_t err_len) {
     char path[4200];

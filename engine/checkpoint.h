@@ -79,6 +79,14 @@ int checkpoint_save(const char* root, const ParamTable* pt, const CheckpointStat
 int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const char* shard, char* err,
                     size_t err_len);
 
+/* The AdamW moments of pt's trainable elements [lo, hi) in gradient order (ParamSpec.goff; a tensor may
+ * be cut at either end) from checkpoint folder DIR of any layout, into host arrays m and v of hi - lo
+ * floats each: the distributed optimizer's shard (docs/parallel.md "The distributed optimizer"). Each
+ * tensor read is checked as checkpoint_load checks it. Returns 0, or -1 with a message naming the file and
+ * tensor. */
+int checkpoint_load_moments_range(const char* dir, const ParamTable* pt, size_t lo, size_t hi, float* m, float* v,
+                                  char* err, size_t err_len);
+
 /* The model values of checkpoint folder DIR as they are, for a command that reads a model without
  * resuming a run (rrfp-mm eval, generate): any layout, and an import (layout "import": model files only,
  * which checkpoint_load refuses). state.json, every model file's identity, and every tensor read (its

@@ -50,6 +50,15 @@ static int s_allgather(Comm* c, const void* send, void* recv, size_t bytes, char
     return 0;
 }
 static int s_barrier(Comm* c, char* err, size_t err_len) { return 0; }
+static int s_reduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    return 0;
+}
+static int s_ireduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                             size_t err_len) {
+    *req = NULL;
+    return 0;
+}
+static int s_all_gather(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len) { return 0; }
 static int s_split(Comm* c, int color, int key, Comm** out, char* err, size_t err_len) {
     *out = comm_self();
     return 0;
@@ -67,6 +76,9 @@ static const CommOps comm_self_ops = {
     .bcast = s_bcast,
     .allgather = s_allgather,
     .barrier = s_barrier,
+    .reduce_scatter = s_reduce_scatter,
+    .ireduce_scatter = s_ireduce_scatter,
+    .all_gather = s_all_gather,
     .split = s_split,
     .free = s_free,
 };

@@ -54,6 +54,16 @@ typedef struct CommOps {
     /* recv (size * bytes) gets every member's `bytes` of send, in rank order. */
     int (*allgather)(Comm* c, const void* send, void* recv, size_t bytes, char* err, size_t err_len);
     int (*barrier)(Comm* c, char* err, size_t err_len);
+    /* In place over buf of size x count elements, member r's segment at buf + r x count (the distributed
+     * optimizer's gradient shards and weight shards, docs/parallel.md "The distributed optimizer").
+     * reduce_scatter: on return this member's segment holds the reduction (op) over the members of their
+     * segments of that index; the other segments' contents are undefined. ireduce_scatter: the same,
+     * non-blocking (complete it with test; a host implementation may complete it at once, *req NULL).
+     * all_gather: this member's segment is sent; on return every segment holds its member's. */
+    int (*reduce_scatter)(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len);
+    int (*ireduce_scatter)(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                           size_t err_len);
+    int (*all_gather)(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len);
     /* Device implementations (NCCL): order the next isend to `peer` (peer < 0: the next collective)
      * after `event`, a backend event (engine.h event_record) marking the work that produced its buffer:
      * the communication stream waits for it on the device, the host does not. NULL in host
@@ -162,6 +172,13 @@ static inline int comm_bcast(Comm* c, void* buf, size_t bytes, int root, char* e
 }
 static inline int comm_barrier(Comm* c, char* err, size_t err_len) {
     return c->size == 1 ? 0 : c->ops->barrier(c, err, err_len);
+}
+static inline int comm_reduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err,
+                                      size_t err_len) {
+    return c->size == 1 ? 0 : c->ops->reduce_scatter(c, buf, count, type, op, err, err_len);
+}
+static inline int comm_all_gather(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len) {
+    return c->size == 1 ? 0 : c->ops->all_gather(c, buf, count, type, err, err_len);
 }
 size_t comm_type_size(CommType t);
 

@@ -11,7 +11,19 @@
 
 struct CommReq {
     MPI_Request req;
+    /* a reduce-scatter's result: received into tmp, copied to dst (bytes) when the request completes */
+    void *tmp, *dst;
+    size_t bytes;
 };
+
+/* What a completed request leaves to do (a reduce-scatter's copy into its segment), then free it. */
+static void req_finish(CommReq* r) {
+    if (r->tmp) {
+        memcpy(r->dst, r->tmp, r->bytes);
+        free(r->tmp);
+    }
+    free(r);
+}
 
 typedef struct {
     MPI_Comm comm;
@@ -65,7 +77,7 @@ static int m_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, in
                    size_t err_len) {
     if (check_count(c, bytes, err, err_len)) return -1;
     n_p2p++;
-    CommReq* r = mallocCheck(sizeof *r);
+    CommReq* r = callocCheck(1, sizeof *r);
     int rc = sync ? MPI_Issend(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req)
                   : MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req);
     if (rc != MPI_SUCCESS) {
@@ -79,7 +91,7 @@ static int m_isend(Comm* c, int peer, int tag, const void* buf, size_t bytes, in
 static int m_irecv(Comm* c, int peer, int tag, void* buf, size_t bytes, CommReq** req, char* err, size_t err_len) {
     if (check_count(c, bytes, err, err_len)) return -1;
     n_p2p++;
-    CommReq* r = mallocCheck(sizeof *r);
+    CommReq* r = callocCheck(1, sizeof *r);
     int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, mc(c), &r->req);
     if (rc != MPI_SUCCESS) {
         free(r);
@@ -100,7 +112,7 @@ static int m_test(Comm* c, CommReq** req, int* done, size_t* bytes, char* err, s
         MPI_Get_count(&st, MPI_BYTE, &count);
         *bytes = (size_t)(count < 0 ? 0 : count);
     }
-    free(*req);
+    req_finish(*req);
     *req = NULL;
     *done = 1;
     return 0;
@@ -132,7 +144,7 @@ static int m_testsome(Comm* c, int n, CommReq** reqs, int* done, size_t* bytes, 
             MPI_Get_count(&st[k], MPI_BYTE, &count);
             bytes[i] = (size_t)(count < 0 ? 0 : count);
         }
-        free(reqs[i]);
+        req_finish(reqs[i]);
         reqs[i] = NULL;
         done[i] = 1;
     }
@@ -144,6 +156,7 @@ static void m_cancel(Comm* c, CommReq** req) {
     if (!*req) return;
     MPI_Cancel(&(*req)->req);
     MPI_Wait(&(*req)->req, MPI_STATUS_IGNORE);
+    free((*req)->tmp);
     free(*req);
     *req = NULL;
 }
@@ -191,7 +204,7 @@ static int m_iallreduce(Comm* c, void* buf, size_t count, CommType type, CommOp 
                         size_t err_len) {
     if (check_count(c, count, err, err_len)) return -1;
     n_collectives++;
-    CommReq* r = mallocCheck(sizeof *r);
+    CommReq* r = callocCheck(1, sizeof *r);
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(type), mpi_op(op), mc(c), &r->req);
     if (rc != MPI_SUCCESS) {
         free(r);
@@ -217,6 +230,44 @@ static int m_allgather(Comm* c, const void* send, void* recv, size_t bytes, char
     return m_wait_collective(c, &rq, "an all-gather", err, err_len);
 }
 
+/* In place (comm.h): MPI_Ireduce_scatter_block from buf into a temporary of this member's count, copied
+ * into its segment when the request completes. */
+static int m_ireduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                             size_t err_len) {
+    if (check_count(c, count * (size_t)c->size, err, err_len)) return -1;
+    n_collectives++;
+    size_t bytes = count * comm_type_size(type);
+    CommReq* r = callocCheck(1, sizeof *r);
+    r->tmp = mallocCheck(bytes ? bytes : 1);
+    r->dst = (char*)buf + (size_t)c->rank * bytes;
+    r->bytes = bytes;
+    int rc = MPI_Ireduce_scatter_block(buf, r->tmp, (int)count, mpi_type(type), mpi_op(op), mc(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r->tmp);
+        free(r);
+        return mpi_fail(c, rc, "MPI_Ireduce_scatter_block", err, err_len);
+    }
+    *req = r;
+    return 0;
+}
+static int m_reduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    CommReq* r = NULL;
+    if (m_ireduce_scatter(c, buf, count, type, op, &r, err, err_len) != 0) return -1;
+    int rc = m_wait_collective(c, &r->req, "a reduce-scatter", err, err_len);
+    if (rc == 0) req_finish(r);
+    else {
+        free(r->tmp);
+        free(r);
+    }
+    return rc;
+}
+static int m_all_gather(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len) {
+    if (check_count(c, count * (size_t)c->size, err, err_len)) return -1;
+    n_collectives++;
+    MPI_Request rq;
+    MPI_TRY(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, mpi_type(type), mc(c), &rq));
+    return m_wait_collective(c, &rq, "an all-gather", err, err_len);
+}
 static int m_barrier(Comm* c, char* err, size_t err_len) {
     n_collectives++;
     MPI_Request rq;
@@ -253,6 +304,9 @@ static const CommOps comm_mpi_ops = {
     .bcast = m_bcast,
     .allgather = m_allgather,
     .barrier = m_barrier,
+    .reduce_scatter = m_reduce_scatter,
+    .ireduce_scatter = m_ireduce_scatter,
+    .all_gather = m_all_gather,
     .split = m_split,
     .free = m_free,
 };

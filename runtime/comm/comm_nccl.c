@@ -484,6 +484,37 @@ static int n_allgather(Comm* c, const void* send, void* recv, size_t bytes, char
     return coll_wait(c, "all-gather", err, err_len);
 }
 
+/* In place (comm.h): this member's segment at buf + rank x count, as NCCL's in-place reduce-scatter and
+ * all-gather define it; device memory only (the distributed optimizer's blocks). */
+static int dev_only(Comm* c, const void* buf, const char* what, char* err, size_t err_len) {
+    if (is_device(buf)) return check_usable(c, err, err_len);
+    snprintf(err, err_len, "rank %d of group '%s': a host buffer for an NCCL %s (device memory only)", c->rank, c->name,
+             what);
+    return -1;
+}
+static int n_ireduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
+                             size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (dev_only(c, buf, "reduce-scatter", err, err_len)) return -1;
+    void* mine = (unsigned char*)buf + (size_t)c->rank * count * type_bytes(type);
+    NCCL_PROF_TRY(n->coll_stream, ncclReduceScatter(buf, mine, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+    return make_req(c, n->coll_stream, NULL, -1, 0, req, err, err_len);
+}
+static int n_reduce_scatter(Comm* c, void* buf, size_t count, CommType type, CommOp op, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (dev_only(c, buf, "reduce-scatter", err, err_len)) return -1;
+    void* mine = (unsigned char*)buf + (size_t)c->rank * count * type_bytes(type);
+    NCCL_PROF_TRY(n->coll_stream, ncclReduceScatter(buf, mine, count, nccl_type(type), nccl_op(op), n->coll, n->coll_stream));
+    return coll_wait(c, "reduce-scatter", err, err_len);
+}
+static int n_all_gather(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (dev_only(c, buf, "all-gather", err, err_len)) return -1;
+    const void* mine = (const unsigned char*)buf + (size_t)c->rank * count * type_bytes(type);
+    NCCL_PROF_TRY(n->coll_stream, ncclAllGather(mine, buf, count, nccl_type(type), n->coll, n->coll_stream));
+    return coll_wait(c, "all-gather", err, err_len);
+}
+
 /* a one-byte all-reduce: every member has reached it */
 static int n_barrier(Comm* c, char* err, size_t err_len) {
     unsigned char b = 0;
@@ -550,6 +581,9 @@ static const CommOps comm_nccl_ops = {
     .bcast = n_bcast,
     .allgather = n_allgather,
     .barrier = n_barrier,
+    .reduce_scatter = n_reduce_scatter,
+    .ireduce_scatter = n_ireduce_scatter,
+    .all_gather = n_all_gather,
     .wait_event = n_wait_event,
     .split = n_split,
     .free = n_free,

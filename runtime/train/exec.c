@@ -33,6 +33,7 @@ void step_exec_free_hooks(StepExec* ex) {
 }
 
 int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len) {
+    if (ex->zero) return step_exec_zero_grad_norm(ex->zero, norm, err, err_len);
     double ss = 0.0;
     for (int c = 0; c < ex->n_stages; c++) ss += optim_grad_sum_squares(ex->stages[c]); /* a double to the host */
     if (ex->norm_group && comm_allreduce(ex->norm_group, &ss, 1, COMM_F64, COMM_SUM, err, err_len) != 0) return -1;
@@ -40,6 +41,8 @@ int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len) {
     return 0;
 }
 
-void step_exec_optimizer(StepExec* ex, const Recipe* r, float lr, int t, float clip) {
+int step_exec_optimizer(StepExec* ex, const Recipe* r, float lr, int t, float clip, char* err, size_t err_len) {
+    if (ex->zero) return step_exec_zero_step(ex->zero, r, lr, t, clip, err, err_len);
     for (int c = 0; c < ex->n_stages; c++) optim_step(ex->stages[c], r, lr, t, clip);
+    return 0;
 }

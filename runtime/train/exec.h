@@ -16,6 +16,7 @@
 #include "runtime/train/recipe.h"
 
 typedef struct StepExec StepExec;
+typedef struct ZeroOpt ZeroOpt; /* the distributed optimizer (exec_zero.c) */
 
 /* A step of its own after forward-backward and before the gradient norm (the DP all-reduce). */
 typedef struct {
@@ -43,6 +44,7 @@ struct StepExec {
                          * events (the timeline shows training steps only) */
     StepHook hooks[STEP_EXEC_MAX_HOOKS];
     int n_hooks;
+    ZeroOpt* zero;      /* parallel.zero = 1 under dp > 1 (step_exec_add_zero), else NULL */
 
     /* Zero the gradients, then forward + backward of every microbatch of the plan, gradients scaled by
      * `scale` (1 / supervised targets of the step). *loss_sum: the step's summed loss, the same on
@@ -99,11 +101,42 @@ int step_exec_add_dp_reduce(StepExec* ex, Comm* dp, double bucket_mb, int overla
 /* Buckets of the last step: how many, and how many started while the executor still had work of the
  * step left (overlapping it). */
 void step_exec_dp_stats(const StepExec* ex, int* buckets, int* early);
+/* The distributed optimizer (exec_zero.c, parallel.zero = 1; docs/parallel.md "The distributed optimizer"):
+ * each stage's trainable elements (grad order) cut into dp contiguous shards, this replica holding its
+ * shard's AdamW moments (and, in bf16, its f32 masters: pt->data is freed, the frozen tensors' masters
+ * kept packed). Adds the step-end hook that reduce-scatters the grad blocks over `dp` (in place, started
+ * early as step_exec_add_dp_reduce's buckets are when overlap = 1; add it after step_exec_add_tied_embed,
+ * whose sum must precede it) and makes step_exec_grad_norm / step_exec_optimizer work on the shard (the
+ * norm summed over the replicas too, AdamW on the shard, then the updated weights all-gathered). The
+ * executor's tables must have no moments (params_alloc_optimizer not called); resume_dir (NULL: fresh
+ * zeros) gives the shard's moments (checkpoint_load_moments_range) after the executor loaded its values.
+ * Does nothing when dp has one rank. Returns 0, or -1 with a message. */
+int step_exec_add_zero(StepExec* ex, Comm* dp, const Recipe* r, int overlap, const char* resume_dir, char* err,
+                       size_t err_len);
+int step_exec_zero_grad_norm(ZeroOpt* z, double* norm, char* err, size_t err_len);
+int step_exec_zero_step(ZeroOpt* z, const Recipe* r, float lr, int t, float clip, char* err, size_t err_len);
+/* Around a step dump (collective over dp): grads = 1 gathers every replica's reduced shard into each grad
+ * block (the whole step's gradients); grads = 0 makes each bf16 table's pt->data whole on the backend
+ * until dump_end. */
+int step_exec_zero_dump_begin(ZeroOpt* z, int grads, char* err, size_t err_len);
+void step_exec_zero_dump_end(ZeroOpt* z);
+/* Around replica 0's checkpoint write (collective over dp): the masters and moments gathered into host
+ * arrays that replica 0's tables point at (ParamTable.be NULL: checkpoint.c reads them as they are) until
+ * save_end, so the checkpoint is the one zero = 0 writes. */
+int step_exec_zero_save_begin(ZeroOpt* z, char* err, size_t err_len);
+void step_exec_zero_save_end(ZeroOpt* z);
+/* Stage `stage`'s trainable elements, this replica's shard of them (the moments it holds) and the f32
+ * masters it holds (the shard in bf16, every value in fp32). */
+void step_exec_zero_sizes(const ZeroOpt* z, int stage, size_t* total, size_t* shard, size_t* masters);
+/* Stages whose reduce-scatter started while the executor still had work of the last step left. */
+int step_exec_zero_early(const ZeroOpt* z);
+void step_exec_zero_free(void* z);
 /* Global gradient norm before clipping: sum of squares over the stages (on their backend), summed over
  * norm_group. Returns 0, or -1 with a message. */
 int step_exec_grad_norm(StepExec* ex, double* norm, char* err, size_t err_len);
-/* Clip by `clip` (< 1) and AdamW at optimiser step t on every stage. */
-void step_exec_optimizer(StepExec* ex, const Recipe* r, float lr, int t, float clip);
+/* Clip by `clip` (< 1) and AdamW at optimiser step t on every stage (under the distributed optimizer: on
+ * the shards, then the all-gather). Returns 0, or -1 with a message. */
+int step_exec_optimizer(StepExec* ex, const Recipe* r, float lr, int t, float clip, char* err, size_t err_len);
 
 /* One process: the whole model in one Stage with one microbatch in flight. */
 StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const Backend* be, char* err,

@@ -156,6 +156,11 @@ static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, i
     out->trainable = sb->trainable;
     out->grads = sb->trainable * 4;
     out->adam = sb->trainable * 8;
+    if (r->zero && r->dp > 1) { /* the distributed optimizer: moments (and bf16's f32 masters) of 1/dp of the trainable values */
+        out->adam = sb->trainable * 8 / r->dp;
+        if (sb->copy > 0) out->weights -= sb->trainable * 4 * (1 - 1.0 / r->dp);
+        out->scratch += r->dp * r->dp_bucket_mb * 1048576.0; /* the all-gather's staging buffer */
+    }
     out->acts = sb->act_mb * inflight;
     out->total = out->weights + out->grads + out->adam + out->acts + out->scratch;
 }
@@ -290,6 +295,11 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
     out[0] = 0;
     Recipe t;
 #define SUGGEST(...) do { if (len < n) len += (size_t)snprintf(out + len, n - len, __VA_ARGS__); } while (0)
+    if (r->dp > 1 && !r->zero) { /* the distributed optimizer: no more ranks, no recompute */
+        t = *r;
+        t.zero = 1;
+        if (layout_fits(&t, mc)) SUGGEST("--set parallel.zero=1");
+    }
     if (!r->layers[0]) {
         for (int pp = r->pp + 1; pp <= mc->Lt && pp <= 2 * r->pp + 8 && mc->Lt <= SPLIT_FIT_MAX_LAYERS; pp++) {
             t = *r;
@@ -330,8 +340,8 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
         }
     }
 #undef SUGGEST
-    if (!out[0]) snprintf(out, n, "none of more pipeline ranks, runtime.cap, more tensor-parallel ranks or smaller "
-                                  "microbatches fits alone");
+    if (!out[0]) snprintf(out, n, "none of %smore pipeline ranks, runtime.cap, more tensor-parallel ranks or smaller "
+                                  "microbatches fits alone", r->dp > 1 && !r->zero ? "parallel.zero=1, " : "");
 }
 
 static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char* note, size_t note_len, char* err,
@@ -476,15 +486,51 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
      * all-reduce works in place on the grad block, bucket by bucket, so it adds nothing on the CPU; a
      * device backend reduces through a host copy of the grad block. */
     if (r->dp > 1) {
+        /* the distributed optimizer's saving on the largest rank: AdamW m + v (and, in bf16, the trainable f32
+         * masters) divided by dp (runtime/train/exec_zero.c) */
+        Recipe zr = *r, nr = *r;
+        zr.zero = 1, nr.zero = 0;
+        double zmax = 0, nmax = 0, zadam = 0, nadam = 0, zw = 0, nw = 0;
+        for (int rank = 0; rank < P; rank++) {
+            TrainRankBytes zb, nb;
+            rank_bytes_split(&zr, &mc, layers, rank, &zb);
+            rank_bytes_split(&nr, &mc, layers, rank, &nb);
+            if (zb.total > zmax) zmax = zb.total, zadam = zb.adam, zw = zb.weights;
+            if (nb.total > nmax) nmax = nb.total, nadam = nb.adam, nw = nb.weights;
+        }
+        char s0[32], s1[32], a0[32], a1[32], w0[32], w1[32];
+        fmt_bytes(s0, sizeof s0, nmax);
+        fmt_bytes(s1, sizeof s1, zmax);
+        fmt_bytes(a0, sizeof a0, nadam);
+        fmt_bytes(a1, sizeof a1, zadam);
+        fmt_bytes(w0, sizeof w0, nw);
+        fmt_bytes(w1, sizeof w1, zw);
+        if (r->zero)
+            fprintf(out, "distributed optimizer (parallel.zero = 1): each stage's AdamW m + v%s sharded over its %d "
+                         "replicas (the table above holds 1/%d); largest rank %s instead of %s with zero = 0 (adam m+v "
+                         "%s instead of %s%s%s%s%s); gradients reduce-scattered, the updated weights all-gathered\n",
+                    strcmp(r->precision, "bf16") ? "" : " and f32 masters", r->dp, r->dp, s1, s0, a1, a0,
+                    zw != nw ? ", weights " : "", zw != nw ? w1 : "", zw != nw ? " instead of " : "", zw != nw ? w0 : "");
+        else
+            fprintf(out, "distributed optimizer: off; parallel.zero=1 would shard AdamW m + v%s over the %d replicas: "
+                         "largest rank %s instead of %s (adam m+v %s instead of %s%s%s%s%s)\n",
+                    strcmp(r->precision, "bf16") ? "" : " and the f32 masters", r->dp, s1, s0, a1, a0,
+                    zw != nw ? ", weights " : "", zw != nw ? w1 : "", zw != nw ? " instead of " : "", zw != nw ? w0 : "");
         double buckets = ceil(max_params * 4 / (r->dp_bucket_mb * 1048576.0));
         char hc[32];
         fmt_bytes(hc, sizeof hc, max_params * 4);
-        fprintf(out,
-                "data parallel: dp %d replicas, each rank holding the memory above (parameters, gradients and AdamW "
-                "state replicated, no ZeRO); gradient all-reduce in place in buckets of %g MiB (%.0f on the largest "
-                "rank)%s%s%s\n",
-                r->dp, r->dp_bucket_mb, buckets, strcmp(r->backend, "cpu") ? ", plus a host copy of the gradients on "
-                                                                              "this device backend: " : "",
+        char how[256];
+        if (r->zero)
+            snprintf(how, sizeof how, "gradients reduce-scattered in place (one collective per stage), the updated weights "
+                     "all-gathered in rounds of %g MiB per replica (a staging buffer of %d x %g MiB)", r->dp_bucket_mb,
+                     r->dp, r->dp_bucket_mb);
+        else
+            snprintf(how, sizeof how, "gradient all-reduce in place in buckets of %g MiB (%.0f on the largest rank)",
+                     r->dp_bucket_mb, buckets);
+        fprintf(out, "data parallel: dp %d replicas, each rank holding the memory above (%s); %s%s%s%s\n", r->dp,
+                r->zero ? "its shard of the optimiser state" : "parameters, gradients and AdamW state replicated", how,
+                strcmp(r->backend, "cpu") ? ", plus a host copy of the gradients on this device backend where the DP "
+                                            "group is not NCCL's: " : "",
                 strcmp(r->backend, "cpu") ? hc : "", strcmp(r->backend, "cpu") ? " per rank" : "");
     }
     if (r->tp > 1)

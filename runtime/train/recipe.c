@@ -184,6 +184,10 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
      "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping "
      "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline)."},
+    {"parallel", "zero", RKEY_INT, OFF(zero), 0, "0", 0, 1, 0, 0,
+     "1: the distributed optimizer (ZeRO-1): each stage's f32 master weights and AdamW moments sharded across its dp "
+     "replicas, gradients reduce-scattered and the updated weights all-gathered (docs/parallel.md \"The distributed "
+     "optimizer\"); the same training to fp32 round-off, so not hashed: checkpoints resume with it on or off."},
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},

@@ -94,6 +94,7 @@ typedef struct {
     char cap[32];      /* ready-mode in-flight cap: "N" or "1.5x" ("0" = the 1f1b peak) */
     int act_budget_mb; /* ready-mode activation budget (0 = none) */
     double dp_bucket_mb; /* DP gradient all-reduce bucket, MiB */
+    int zero;            /* 1: the distributed optimizer (exec_zero.c) when dp > 1 */
     int dp_overlap;      /* 1: buckets start when their chunk's gradients are final; 0: after the backward */
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */

@@ -549,7 +549,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     }
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
-    if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0) return -1;
+    int zero = r->zero && t->grid.dp > 1 && !eval_only; /* the distributed optimizer, set up after the load below */
+    if (!zero && step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0)
+        return -1;
     /* tied embeddings under a pipeline: the first and last stage's gradients summed, after the DP reduction */
     if (step_exec_add_tied_embed(t->ex, &t->mc, r->pp > 1 ? t->grid.pipe : NULL, t->grid.p, r->pp, err, err_len) != 0)
         return -1;
@@ -602,6 +604,11 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (resuming && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
     /* a resumed run continues from its own checkpoint: init_from only starts a run */
     if (!resuming && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
+    /* the distributed optimizer shards what was loaded (the moments of a resume read as its shard); a tied head's
+     * gradient sum (the hook before it) must precede the reduce-scatter, so its stages start from the hook */
+    if (zero && step_exec_add_zero(t->ex, t->grid.dp_group, r, r->dp_overlap && !(t->mc.tie_embeddings && r->pp > 1),
+                                   resuming ? t->start.resume_dir : NULL, err, err_len) != 0)
+        return -1;
     char mpath[RECIPE_STR + 32];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", t->run_dir);
     if (!eval_only && t->ex->log_rank && metrics_open(&t->metrics, mpath, resume_step, err, err_len) != 0) return -1;
@@ -619,7 +626,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
  * named by their index m x dp + d in the global step, so the files are the one-process dump's. */
 static int trainer_dump_end(Trainer* t, const char* dir, const StepPlan* plan, double loss_sum, float loss, float lr,
                             double norm, char* err, size_t err_len) {
-    /* DP: the gradients are the global sums on every replica after the all-reduce: replica 0 writes */
+    /* DP: the gradients are the global sums on every replica after the all-reduce: replica 0 writes (the
+     * distributed optimizer's shards gathered first) */
+    if (t->ex->zero && step_exec_zero_dump_begin(t->ex->zero, 1, err, err_len) != 0) return -1;
     if (t->grid.d == 0 && t->ex->dump_params(t->ex, dir, 1, err, err_len) != 0) return -1;
     if (!t->ex->log_rank) return 0;
     char extra[512], path[RECIPE_STR + 128];
@@ -800,7 +809,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     char ddir[RECIPE_STR + 64];
     if (dumping) {
         snprintf(ddir, sizeof ddir, "%s/dump-%lld", t->run_dir, (long long)(t->step + 1));
-        if (trainer_mkdirs(ddir, err, err_len) != 0 || (t->grid.d == 0 && ex->dump_params(ex, ddir, 0, err, err_len) != 0))
+        /* the distributed optimizer's bf16 masters whole for the dump's weights, until its end */
+        if (trainer_mkdirs(ddir, err, err_len) != 0 || (ex->zero && step_exec_zero_dump_begin(ex->zero, 0, err, err_len) != 0) ||
+            (t->grid.d == 0 && ex->dump_params(ex, ddir, 0, err, err_len) != 0))
             return -1;
         /* every rank (each replica too): the compute copies the step reads are the masters rounded */
         for (int c = 0; c < ex->n_stages; c++) {
@@ -812,6 +823,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
                 return -1;
             }
         }
+        if (ex->zero) step_exec_zero_dump_end(ex->zero);
     }
 
     if (r->profile && !t->profiling && ex->n_stages && ex->stages[0]->be->dev->profile) { /* from the first step on */
@@ -834,7 +846,8 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         return -1;
     }
     t->opt_step++;
-    step_exec_optimizer(ex, r, lr, (int)t->opt_step, optim_clip_coef(norm, r->grad_clip));
+    if (step_exec_optimizer(ex, r, lr, (int)t->opt_step, optim_clip_coef(norm, r->grad_clip), err, err_len) != 0)
+        return -1;
     t->step++;
     /* runtime.profile: the step's figures now, before the clock stops: the take waits for the step's device
      * work, so the step time includes it (without profiling that tail is absorbed by the next step's first
@@ -928,7 +941,13 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
     if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
     char out[RECIPE_STR + 64];
     int rc = 0;
+    /* the distributed optimizer: the shards gathered into replica 0's host copies, the checkpoint zero = 0 writes */
+    if (t->ex->zero && step_exec_zero_save_begin(t->ex->zero, err, err_len) != 0) {
+        free(cs.loader);
+        return -1;
+    }
     if (t->grid.d == 0) rc = t->ex->save(t->ex, t->ckpt_root, &cs, out, sizeof out, err, err_len);
+    if (t->ex->zero) step_exec_zero_save_end(t->ex->zero);
     free(cs.loader);
     if (t->grid.dp > 1) {
         char e[256];
@@ -1034,7 +1053,14 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
             rc = -1;
             break;
         }
-        if (t->grid.dp > 1 && s.step == 1 && t->ex->log_rank) {
+        if (t->grid.dp > 1 && s.step == 1 && t->ex->log_rank && t->ex->zero) {
+            size_t total, shard, masters;
+            step_exec_zero_sizes(t->ex->zero, 0, &total, &shard, &masters);
+            fprintf(stderr, "rrfp-mm: distributed optimizer: %d replicas, rank 0 holds AdamW moments of %zu of its "
+                    "stage's %zu trainable values and %zu f32 masters; gradients reduce-scattered, %d stage(s) started "
+                    "while the backward still ran (step 1)\n", t->grid.dp, shard, total, masters,
+                    step_exec_zero_early(t->ex->zero));
+        } else if (t->grid.dp > 1 && s.step == 1 && t->ex->log_rank) {
             int nb, early;
             step_exec_dp_stats(t->ex, &nb, &early);
             fprintf(stderr, "rrfp-mm: data parallel: %d replicas, gradient all-reduce in %d bucket(s) of <= %g MiB, "

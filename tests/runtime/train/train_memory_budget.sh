@@ -7,7 +7,8 @@
 #   2. budget 12 GiB: no split fits: exit 1, the error names rank 0 and lists changes that fit; each suggested
 #      change, applied, passes the dry run under the same budget with every rank within it;
 #   3. parallel.layers given by hand over the budget: refused (not re-split), naming parallel.layers;
-#   4. budget 100 GiB: the time-balanced split, unchanged.
+#   4. budget 100 GiB: the time-balanced split, unchanged;
+#   5. pp 4 x dp 2 over the budget: parallel.zero=1 suggested, and it fits.
 # Usage: train_memory_budget.sh RRFP_MM RECIPE
 set -uo pipefail
 BIN=$1 RECIPE=$2
@@ -61,4 +62,18 @@ echo "ok   budget 12 GiB: refused; $n suggested changes each fit: $fixes"
 [ $? -eq 1 ] || fail "parallel.layers over the budget: not refused"
 grep -q "rank 0 needs $need0 .*with parallel.layers as given" "$out/tl" || fail "parallel.layers: $(grep error "$out/tl")"
 echo "ok   parallel.layers over the budget: refused"
+# 5. pp 4 x dp 2 with the split given (8 layers a rank): rank 0 needs about 54 GiB, over a 50 GiB budget; the
+#    distributed optimizer (AdamW m + v and the bf16 f32 masters over the 2 replicas) brings it to about 45:
+#    parallel.zero=1 is among the changes that fit, and applied it passes under the same budget
+L5=(--set parallel.pp=4 --set parallel.tp=1 --set parallel.dp=2 --set parallel.layers=8,8,8,8 --set runtime.memory_budget=50)
+"$BIN" train "$RECIPE" --dry-run "${L5[@]}" >"$out/z" 2>&1
+[ $? -eq 1 ] || fail "pp 4 x dp 2 at 50 GiB: not refused"
+grep '^rrfp-mm: error:' "$out/z" | grep -q -- "changes that fit: --set parallel.zero=1" ||
+    fail "pp 4 x dp 2 at 50 GiB: parallel.zero=1 not suggested first: $(grep error "$out/z")"
+"$BIN" train "$RECIPE" --dry-run "${L5[@]}" --set parallel.zero=1 >"$out/z1" 2>&1 ||
+    fail "pp 4 x dp 2 at 50 GiB with parallel.zero=1: $(grep error "$out/z1")"
+msg=$(totals_within 50 "$out/z1") || fail "pp 4 x dp 2 with parallel.zero=1: $msg"
+grep -q "^distributed optimizer (parallel.zero = 1): .*largest rank .* instead of .* with zero = 0" "$out/z1" ||
+    fail "pp 4 x dp 2 with parallel.zero=1: no saving line"
+echo "ok   pp 4 x dp 2 at 50 GiB: refused, parallel.zero=1 suggested and fits"
 echo "memory budget: ok"

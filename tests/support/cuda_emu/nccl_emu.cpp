@@ -333,6 +333,37 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
     return ncclSuccess;
 }
 
+/* recv (count) = the reduction of every member's send segment `rank` (send: size x count); recv may be that
+ * segment of send itself (NCCL's in-place form): send is read whole before recv is written. */
+ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t c, cudaStream_t s) {
+    size_t bytes = count * type_size(type);
+    MPI_Op mop = op == ncclSum ? MPI_SUM : op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD
+                                                                                                           : MPI_OP_NULL;
+    if (!c || mpi_type(type) == MPI_DATATYPE_NULL || mop == MPI_OP_NULL || bytes * (size_t)c->size > (size_t)INT32_MAX)
+        return ncclInvalidArgument;
+    if (check_dev(send, bytes * (size_t)c->size, "ncclReduceScatter") || check_dev(recv, bytes, "ncclReduceScatter"))
+        return ncclInvalidArgument;
+    auto st = std::make_shared<OpState>();
+    auto all = std::make_shared<std::vector<unsigned char>>();
+    MPI_Comm comm = c->comm;
+    size_t n = (size_t)c->size;
+    ops_enqueued++;
+    emu_stream_enqueue(s, [=] {
+        if (!st->started) {
+            all->resize(bytes * n + 1);
+            emu_device_read(all->data(), send, bytes * n);
+            st->host.resize(bytes ? bytes : 1);
+            MPI_Ireduce_scatter_block(all->data(), st->host.data(), (int)count, mpi_type(type), mop, comm, &st->req);
+            st->started = 1;
+        }
+        if (!test_req(st.get())) return 0;
+        emu_device_write(recv, st->host.data(), bytes);
+        return 1;
+    });
+    return ncclSuccess;
+}
+
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t c,
                            cudaStream_t s) {
     size_t bytes = count * type_size(type);
