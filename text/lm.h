@@ -56,6 +56,9 @@ typedef struct {
      * blocks then run on a table with act_dtype = DTYPE_BF16; tp must be 1, and no KV cache). Sizes the
      * activation buffers of lm_block_acts_layout and lm_scratch_layout's tmp; gradients stay f32. */
     int act_bytes;
+    /* Activation recompute of the blocks (Recompute, engine.h): what lm_block_acts_layout keeps per microbatch and
+     * what lm_recompute_layout's one-block workspace holds instead (lm_block_acts_view, lm_block_recompute). */
+    int recompute;
 } LmConfig;
 
 /* Bytes of one stored activation value (LmConfig.act_bytes; 0 means f32 words). */
@@ -154,11 +157,25 @@ void lm_head_params_add(ParamTable* pt, const LmConfig* c);
 /* Point at the values (grads = 0) or gradients (grads = 1) of block `l` (global index). */
 void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads);
 
+/* What one microbatch keeps of a block: everything (RECOMPUTE_NONE), everything but h (SELECTIVE), nothing (FULL: the
+ * block's input, the stage's residual, is all a backward needs). The fields not kept are NULL. */
 void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T);
+/* The recompute workspace of one block, shared by every block and microbatch of a stage: FULL, a whole block's
+ * activations; SELECTIVE, h only; NONE, nothing. Valid from a forward or recompute of a block to the end of the block's
+ * backward call (so the split backward's W recomputes what it reads: lm_block_recompute before W too). */
+void lm_recompute_layout(LmBlockActs* ws, Arena* ar, const LmConfig* c, int max_T);
+/* The activations a block's forward writes and its backward reads: the kept ones, with the recomputed ones from ws. */
+void lm_block_acts_view(const LmConfig* c, const LmBlockActs* kept, const LmBlockActs* ws, LmBlockActs* view);
+/* Recompute what the block's microbatch did not keep into its view (lm_block_acts_view) from the block's input xin
+ * (FULL: the forward up to h, its output not written; SELECTIVE: h = SwiGLU(gate, up)), bitwise the forward's values.
+ * Returns 1 when it recomputed anything (FULL or SELECTIVE with T > 0), 0 otherwise. */
+int lm_block_recompute(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* view, LmScratch* s,
+                       const LmSeq* seq, Buf xin);
 void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T);
 void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T);
 
-/* xout = block(xin). xin must stay valid (unchanged) until the block's backward ends. */
+/* xout = block(xin). xin must stay valid (unchanged) until the block's backward ends. xout none (buf_none()): the
+ * forward stops after h (the recompute: the down projection and the residual are not needed by the backward). */
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
                       const LmSeq* seq, Buf xin, Buf xout);
 /* B: dxin = d block input, OVERWRITTEN (not added), from dxout; fills g for W. */

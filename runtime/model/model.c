@@ -435,6 +435,13 @@ int model_bf16_vision(const ModelConfig* cfg) {
     return 1;
 }
 
+void stage_set_recompute(Stage* st, Recompute lm, Recompute tower) {
+    st->lc.recompute = st->l1 > st->l0 ? (int)lm : RECOMPUTE_NONE;
+    st->vc.recompute = st->first && st->vit_train ? (int)tower : RECOMPUTE_NONE;
+    if ((st->lc.recompute != RECOMPUTE_NONE || st->vc.recompute != RECOMPUTE_NONE) && !st->rc)
+        st->rc = callocCheck(1, sizeof *st->rc);
+}
+
 void stage_keep_f32_activations(Stage* st) {
     st->lbe = st->vbe = st->be;
     st->lc.act_bytes = 0;
@@ -447,6 +454,8 @@ void stage_free(Stage* st) {
     free(st->blk_w);
     free(st->blk_g);
     free(st->tp_host);
+    if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
+    free(st->rc);
     if (st->tp_ev) st->be->dev->event_destroy(st->tp_ev);
     params_free(&st->params);
     memset(st, 0, sizeof *st);
@@ -540,6 +549,40 @@ int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnRes
     return n;
 }
 
+/* The recompute workspace of the stage's modes, carved out of ar (a measuring arena gives its bytes: 0 without
+ * recompute) */
+static void stage_recompute_layout(const Stage* st, Arena* ar, StageRecompute* rc, int max_T, int max_Np) {
+    lm_recompute_layout(&rc->lm, ar, &st->lc, max_T);
+    if (st->first && st->vit_train) vit_recompute_layout(&rc->vit, ar, &st->vc, max_Np);
+    else memset(&rc->vit, 0, sizeof rc->vit);
+    rc->max_T = max_T;
+    rc->max_Np = max_Np;
+}
+
+static size_t stage_recompute_bytes(const Stage* st, int max_T, int max_Np) {
+    StageRecompute rc;
+    Arena measure = {.base = NULL, .size = SIZE_MAX, .name = "recompute measure"};
+    stage_recompute_layout(st, &measure, &rc, max_T, max_Np);
+    return measure.used;
+}
+
+/* The workspace for microbatches of up to max_T tokens and max_Np patches: (re)allocated when it is smaller (between
+ * stage calls, so it holds nothing then) */
+static void stage_recompute_reserve(const Stage* st, int max_T, int max_Np) {
+    StageRecompute* rc = st->rc;
+    if (!rc) return;
+    if (rc->block && rc->max_T >= max_T && rc->max_Np >= max_Np) return;
+    if (rc->block && rc->max_T > max_T) max_T = rc->max_T;
+    if (rc->block && rc->max_Np > max_Np) max_Np = rc->max_Np;
+    size_t n = stage_recompute_bytes(st, max_T, max_Np);
+    if (n == 0) return;
+    if (rc->block) st->be->dev->free(rc->block);
+    rc->block = st->be->dev->alloc(n);
+    rc->bytes = n;
+    Arena ar = {.base = rc->block, .size = n, .name = "recompute workspace"};
+    stage_recompute_layout(st, &ar, rc, max_T, max_Np);
+}
+
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split) {
     StageActs a;
     memset(&a, 0, sizeof a);
@@ -589,6 +632,19 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
+size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws) {
+    Stage st;
+    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    st.vit_train = st.first && vit_train;
+    st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
+    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
+    st.lc.recompute = st.l1 > st.l0 ? lm : RECOMPUTE_NONE; /* as stage_set_recompute */
+    st.vc.recompute = st.first && st.vit_train ? tower : RECOMPUTE_NONE;
+    if (ws) *ws = stage_recompute_bytes(&st, max_tokens, max_patches);
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
+}
+
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {
     Stage st;
     stage_shell(&st, cfg, l0, l1);
@@ -615,6 +671,8 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     Arena ar = {.base = a->block, .size = a->bytes, .name = "stage activations"};
     stage_acts_layout(a, st, &ar, max_tokens, max_patches, split);
     RR_ASSERT(ar.used == a->bytes);
+    stage_recompute_reserve(st, max_tokens, max_patches);
+    if (st->rc) a->vit.rc_ws = &st->rc->vit; /* the tower's recompute workspace (the struct's address stays) */
     /* host copies of the image placement and the text runs, for assembly and its backward */
     a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_img_lm_start = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
@@ -853,6 +911,26 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
     }
 }
 
+/* LM block j's activations as its forward writes and its backward reads them (the kept ones and the recompute
+ * workspace's: lm_block_acts_view) */
+static void stage_block_view(const Stage* st, const StageActs* a, int j, LmBlockActs* v) {
+    RR_ASSERT(st->lc.recompute == RECOMPUTE_NONE || (st->rc && st->rc->block));
+    lm_block_acts_view(&st->lc, &a->blocks[j], st->rc ? &st->rc->lm : &a->blocks[j], v);
+}
+
+/* Recompute block j's dropped activations into its view (before its B under full recompute, before its W under
+ * either), counted in n_recomputed */
+static void stage_block_recompute(Stage* st, StageActs* a, int j, LmBlockActs* v, const LmSeq* seq) {
+    st->n_recomputed += lm_block_recompute(st->lbe, &st->lc, &st->blk_w[j], v, &a->scratch, seq,
+                                           be_act(st->lbe, stage_res(a, st, j)));
+}
+
+/* the tower's recomputed blocks into the stage's count */
+static void stage_count_vit_recompute(Stage* st, StageActs* a) {
+    st->n_recomputed += a->vit.n_recomputed;
+    a->vit.n_recomputed = 0;
+}
+
 void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* hidden_in, float* hidden_out,
                    float* loss_sum) {
     const Backend* be = st->be;
@@ -947,7 +1025,9 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     RR_ASSERT(!a->kv_k || lm_act_bytes(&st->lc) == 4);
     for (int j = 0; j < nL; j++) {
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
-        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
+        LmBlockActs v;
+        stage_block_view(st, a, j, &v);
+        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
                          be_act(lbe, stage_res(a, st, j + 1)));
     }
 
@@ -1077,12 +1157,17 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
     stage_backward_start(st, a, dhidden_out, loss_scale);
-    for (int j = nL - 1; j >= 0; j--)
-        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+    for (int j = nL - 1; j >= 0; j--) {
+        LmBlockActs v; /* B reads no h: selective recompute runs before W only */
+        stage_block_view(st, a, j, &v);
+        if (st->lc.recompute == RECOMPUTE_FULL) stage_block_recompute(st, a, j, &v, &seq);
+        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+    }
     if (st->first) {
         stage_vision_backward_input(st, a);
         if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
+        stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
@@ -1094,12 +1179,17 @@ void stage_backward_weight(Stage* st, StageActs* a) {
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos};
     if (st->last) stage_head_backward_weight(st, a);
-    for (int j = nL - 1; j >= 0; j--)
-        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+    for (int j = nL - 1; j >= 0; j--) {
+        LmBlockActs v; /* the workspace has held other blocks (and microbatches) since B: recomputed again */
+        stage_block_view(st, a, j, &v);
+        stage_block_recompute(st, a, j, &v, &seq);
+        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
+    }
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_weight(st, a, 0);
+        stage_count_vit_recompute(st, a);
     }
     a->state = ACTS_EMPTY;
 }
@@ -1113,15 +1203,19 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     stage_backward_start(st, a, dhidden_out, loss_scale);
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
-        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+        LmBlockActs v;
+        stage_block_view(st, a, j, &v);
+        stage_block_recompute(st, a, j, &v, &seq);
+        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
-        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_input(st, a);
         stage_vision_backward_weight(st, a, 1);
+        stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
