@@ -191,8 +191,10 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
  * patches, samples of 256 positions (recipes/README.md). */
 static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
     double tokens = (double)r->microbatch_tokens * r->microbatches;
-    return partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
-                                0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    PartitionCost k = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
+                                           0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    /* full recompute: the recomputed forwards are part of each block's cost */
+    return partition_cost_recompute(k, recipe_recompute(r, 0) == RECOMPUTE_FULL, recipe_recompute(r, 1) == RECOMPUTE_FULL);
 }
 
 static double budget_bytes(const Recipe* r) { return r->memory_budget * (double)(1ull << 30); }

@@ -502,3 +502,22 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_bf16a_tp_emu_tp2_clip PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
                        "SETS=model.vision_arch=clip model.vision_layers=2 model.vision_image_size=16")
 endif()
+# Activation recompute (train.recompute, tests/runtime/train/train_recompute.sh): selective, full and the LM only
+# against no recompute, bit for bit (every step's loss and grad norm, a step's dumped gradients and weights), the
+# recomputed blocks counted in the metrics, the dry run's activations shrinking; one process in fp32 and bf16,
+# pp 2 under 1f1b and zb-h1 (the split backward's W recomputes too), and the emulated CUDA backend
+add_test(NAME train_recompute COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute cpu: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute cpu)
+set_tests_properties(train_recompute PROPERTIES TIMEOUT 300)
+add_test(NAME train_recompute_pp COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute pp: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_pp pp ${RRFP_MPIRUN})
+set_tests_properties(train_recompute_pp PROPERTIES LABELS mpi TIMEOUT 300)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_recompute_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute emu: ok"
+           bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+           ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_emu emu
+           $<TARGET_FILE:rrfp-mm-emu>)
+  set_tests_properties(train_recompute_emu PROPERTIES TIMEOUT 450)
+endif()
