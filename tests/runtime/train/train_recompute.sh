@@ -101,6 +101,12 @@ acts_mib() {
     awk -v r="$2" '$1 == r && NF >= 13 { print ($11 == "GiB") ? $10 * 1024 : $10 }'
 }
 
+# the dry run's total (fields 14-15) of rank 0 with --set train.recompute=$1, in MiB
+total_mib() {
+  "$BIN" train "$RECIPE" "${common[@]}" --set train.recompute="$1" --dry-run |
+    awk '$1 == "0" && NF >= 15 { print ($15 == "GiB") ? $14 * 1024 : $14 }'
+}
+
 case "$MODE" in
 cpu)
   M=2
@@ -122,6 +128,16 @@ cpu)
   awk -v a="$a0" -v b="$a1" -v c="$a2" 'BEGIN { exit !(a > b && b > c) }' ||
     fail "dry run: activations none $a0, selective $a1, full $a2 MiB do not shrink"
   echo "ok   dry run: activations none $a0 MiB > selective $a1 > full $a2"
+  # a memory budget between full recompute's total and none's: refused, recompute the first change that fits
+  t0=$(total_mib none) t2=$(total_mib full)
+  budget=$(awk -v a="$t0" -v b="$t2" 'BEGIN { printf "%.6f", (a + b) / 2 / 1024 }')
+  out=$("$BIN" train "$RECIPE" "${common[@]}" --set runtime.memory_budget="$budget" --dry-run 2>&1) &&
+    fail "budget $budget GiB (totals $t0, $t2 MiB): not refused"
+  echo "$out" | grep -q "changes that fit: --set train.recompute=" || fail "budget $budget GiB: recompute not suggested first: $out"
+  fix=$(echo "$out" | sed -n 's/.*changes that fit: --set \(train.recompute=[a-z]*\).*/\1/p')
+  "$BIN" train "$RECIPE" "${common[@]}" --set runtime.memory_budget="$budget" --set "$fix" --dry-run >/dev/null 2>&1 ||
+    fail "budget $budget GiB: the suggested $fix does not fit"
+  echo "ok   budget between full's and none's totals: $fix suggested first, and fits"
   ;;
 pp)
   MPIRUN=("$@")
