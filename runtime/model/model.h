@@ -75,14 +75,19 @@ LmConfig model_config_lm(const ModelConfig* c);
 
 /* A stage's activation-recompute workspace (stage_set_recompute): one LM block's and one tower block's recomputed
  * activations (lm_recompute_layout, vit_recompute_layout), shared by every microbatch of the stage; what it holds is
- * valid inside one stage call only (the split backward's W recomputes again). One backend block, sized by the
- * largest stage_acts_init. */
+ * valid inside one stage call only (the split backward's W recomputes again). With fused (microbatches laid out for
+ * stage_backward, split = 0) it also holds the fused backward's scratch (the block gradients, the LM scratch, the
+ * residual and head gradients), which each microbatch's block then leaves out: each call points the microbatch at it.
+ * One backend block, sized by the largest stage_acts_init. */
 typedef struct {
     void* block;
     size_t bytes;
     int max_T, max_Np;
     LmBlockActs lm;
     VitBlockActs vit;
+    int fused;
+    void* bwd;        /* the fused backward's scratch (bwd_bytes), inside block */
+    size_t bwd_bytes;
 } StageRecompute;
 
 typedef struct {

@@ -159,8 +159,8 @@ static const RecipeKey recipe_keys[] = {
      "\"Activation recompute\"): `none` keeps every activation the backward reads; `selective` drops the MLP "
      "activation's output (SwiGLU's, the tower's GELU: recomputed elementwise in the backward); `full` keeps each "
      "block's input only and re-runs the block's forward inside its microbatch's backward (B; the split backward's W "
-     "re-runs it too). One block's workspace per stage holds what is recomputed. The training numbers are bitwise those "
-     "without it. Per component: train.recompute_lm, train.recompute_tower."},
+     "re-runs it too). One block's workspace per stage holds what is recomputed, and the stage (not each microbatch "
+     "in flight) the fused backward's scratch. The training numbers are bitwise those without it. Per component: train.recompute_lm, train.recompute_tower."},
     {"train", "recompute_lm", RKEY_ENUM, OFF(recompute_lm), SZ(recompute_lm), "same", 0, 0, "same|none|selective|full", 0,
      "train.recompute for the LM blocks only (`same` = train.recompute's)."},
     {"train", "recompute_tower", RKEY_ENUM, OFF(recompute_tower), SZ(recompute_tower), "same", 0, 0,
