@@ -5,7 +5,10 @@
 #        every step's loss bits (loss_hex) and grad norm, and the dumped gradients and weights of step 2 (the files,
 #        byte for byte), of the run with recompute none; each step's recomputed_blocks is the blocks the backward
 #        re-ran (microbatches x blocks of the components that recompute; absent without recompute); the dry run's
-#        activations shrink none > selective > full.
+#        activations shrink none > selective > full, and a memory budget between full's total and none's is refused
+#        with recompute the first change that fits; the calibrated simulator (rrfp-mm sim --calibrated on the 7B
+#        recipe beside RECIPE, split backward) keeps F and grows B and W under full recompute (each re-runs the
+#        forward: about twice a third of the block's work), and leaves selective's durations those of none.
 #   pp MPIRUN...: parallel.pp = 2 under hints 1f1b (fused backward) and zb-h1 (split B / W: W recomputes again),
 #        fp32, and zb-h1 in bf16: the same bitwise checks on every rank's dump; rank 0's recomputed_blocks is
 #        microbatches x its blocks, twice that under zb-h1's full recompute (B and W each re-run the forward).
@@ -16,6 +19,8 @@
 #        recomputed forwards), so that one tensor differs by fp32 reordering round-off (train_cuda_emu.sh's
 #        TOL_RESUME, for the same reason); seen: 4 of its 4096 values, by 2e-9 of 0.3, the losses' bits equal.
 #        Every other kernel re-runs on the same inputs with the same values.
+# EXTRA_SETS (environment): further `--set key=value` for every run (train_recompute_clip: the CLIP tower with
+# vision_feature_layer -1, every block run, and the exact-GELU projector).
 # Usage: train_recompute.sh RRFP_MM RECIPE WORKDIR cpu | pp MPIRUN... | emu RRFP_MM_EMU
 set -euo pipefail
 BIN=$1 RECIPE=$2 WORK=$3 MODE=$4
@@ -29,6 +34,8 @@ STEPS=3
 [ "$MODE" = emu ] && STEPS=2 # the emulation runs a step in seconds
 common=(--set model.vision_layers=$LV --set model.text_layers=$LT --set train.steps=$STEPS --set optim.warmup=$STEPS
         --set train.checkpoint_every=-1 --set train.dump_step=2 --set train.log_every=1)
+read -r -a extra <<<"${EXTRA_SETS:-}"
+common+=("${extra[@]}")
 
 # metrics rows of run $1: "step loss_hex grad_norm recomputed_blocks" (0 when absent)
 rows() {
@@ -138,6 +145,20 @@ cpu)
   "$BIN" train "$RECIPE" "${common[@]}" --set runtime.memory_budget="$budget" --set "$fix" --dry-run >/dev/null 2>&1 ||
     fail "budget $budget GiB: the suggested $fix does not fit"
   echo "ok   budget between full's and none's totals: $fix suggested first, and fits"
+  for m in none selective full; do
+    "$BIN" sim --calibrated "$(dirname "$RECIPE")/llava-1.5-7b.ini" --recompute $m --split-backward --hint zb-h1 --seed 3 \
+      --json --dump "$WORK/sim-$m.json" >/dev/null 2>&1 || fail "sim --recompute $m"
+  done
+  /usr/bin/python3 - "$WORK" <<'PY' || fail "sim: the recompute is not costed as expected"
+import json, sys
+d = {m: json.load(open("%s/sim-%s.json" % (sys.argv[1], m))) for m in ("none", "selective", "full")}
+assert d["selective"] == d["none"], "selective's durations differ from none's"
+assert d["full"]["F"] == d["none"]["F"], "full recompute changed F"
+for k in "BW":
+    r = sum(map(sum, d["full"][k])) / sum(map(sum, d["none"][k]))
+    assert 1.5 < r < 2.0, "%s grows by %g under full recompute (the recomputed forward: about 2x with the split)" % (k, r)
+    print("ok   sim: %s x %.3f under full recompute, F and selective unchanged" % (k, r))
+PY
   ;;
 pp)
   MPIRUN=("$@")
