@@ -13,12 +13,14 @@
 #        fp32, and zb-h1 in bf16: the same bitwise checks on every rank's dump; rank 0's recomputed_blocks is
 #        microbatches x its blocks, twice that under zb-h1's full recompute (B and W each re-run the forward).
 #   emu EMU: the emulated CUDA backend (rrfp-mm-emu; fp32 full, and bf16 on its 2-byte activation tables, selective and
-#        full; 2 steps): every dumped tensor bitwise the run without recompute but text.embed.weight's gradient, and
-#        every step's loss and grad norm within TOL_EMU = 1e-6 relative. The embedding backward adds repeated ids'
-#        gradients with float atomics in an order that depends on the emulator's scheduling (what ran before it: the
-#        recomputed forwards), so that one tensor differs by fp32 reordering round-off (train_cuda_emu.sh's
-#        TOL_RESUME, for the same reason); seen: 4 of its 4096 values, by 2e-9 of 0.3, the losses' bits equal.
-#        Every other kernel re-runs on the same inputs with the same values.
+#        full; 2 steps): every step's loss and grad norm, and every dumped tensor (within 1e-6 of its largest value), within
+#        TOL_EMU = 1e-6 of the run without recompute. The gathers' backwards (the token embedding's, CLIP's class and
+#        position embeddings') add repeated rows with float atomics in an order that depends on the emulator's
+#        scheduling (what ran before them: the recomputed forwards), so those gradients differ by fp32 reordering
+#        round-off (train_cuda_emu.sh's TOL_RESUME, for the same reason), and from the next step on the weights they
+#        update; every other kernel re-runs on the same inputs with the same values. Seen on the RoPE tower: every tensor
+#        bitwise but text.embed.weight's gradient (4 of 4096 values, by 2e-9 of 0.3), the losses' bits equal; on CLIP
+#        (EXTRA_SETS, by hand): step 2's tensors within 3e-7 of their largest.
 # EXTRA_SETS (environment): further `--set key=value` for every run (train_recompute_clip: the CLIP tower with
 # vision_feature_layer -1, every block run, and the exact-GELU projector).
 # Usage: train_recompute.sh RRFP_MM RECIPE WORKDIR cpu | pp MPIRUN... | emu RRFP_MM_EMU
@@ -67,7 +69,7 @@ close_to() {
   local got
   got=$(rows "$2" | cut -d' ' -f4 | sort -u | tr '\n' ' ')
   [ "$got" = "$3 " ] || fail "$2: recomputed_blocks per step '$got', expected $3"
-  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$2: differs from $1 beyond the embedding's atomics"
+  counts=$(/usr/bin/python3 - "$1" "$2" <<'PY'
 import glob, json, os, struct, sys
 import numpy as np
 ref, run = sys.argv[1], sys.argv[2]
@@ -80,26 +82,29 @@ def load(p):
     h = json.loads(b[8:8 + n])
     return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype=np.uint8)
             .view(np.float32 if v["dtype"] == "F32" else np.uint16) for k, v in h.items() if k != "__metadata__"}
-bad = 0
+bad = same = n = 0
 for a, b in zip(rows(ref), rows(run)):
     for k in ("loss", "grad_norm"):
         if abs(a[k] - b[k]) > TOL_EMU * abs(a[k]):
-            print("step %d %s: %r against %r" % (a["step"], k, b[k], a[k])); bad = 1
+            print("step %d %s: %r against %r" % (a["step"], k, b[k], a[k]), file=sys.stderr); bad = 1
 files = sorted(glob.glob(ref + "/dump-2/grads*.safetensors") + glob.glob(ref + "/dump-2/weights*.safetensors"))
 assert files, "no dump files"
 for f in files:
     A, B = load(f), load(run + "/dump-2/" + os.path.basename(f))
     for k in A:
+        n += 1
         if np.array_equal(A[k], B[k]):
+            same += 1
             continue
-        if "grads" in f and k == "text.embed.weight":
-            d = np.abs(A[k].astype(np.float64) - B[k]).max()
-            if d <= TOL_EMU * np.abs(A[k]).max():
-                continue
-        print("%s %s differs" % (os.path.basename(f), k)); bad = 1
+        a = A[k].astype(np.float64)
+        d = np.abs(a - B[k]).max()
+        if A[k].dtype != np.float32 or d > TOL_EMU * np.abs(a).max(): # 2-byte words: bitwise or a flip
+            print("%s %s differs by %g of %g" % (os.path.basename(f), k, d, np.abs(a).max()), file=sys.stderr); bad = 1
+print(same, n)
 sys.exit(bad)
 PY
-  echo "ok   ${2##*/}: the run without recompute (bitwise but the embedding's gradient atomics), $3 blocks recomputed a step"
+  ) || fail "$2: differs from $1 beyond TOL_EMU"
+  echo "ok   ${2##*/}: the run without recompute within TOL_EMU, ${counts% *} of ${counts#* } dumped tensors bitwise, $3 blocks recomputed a step"
 }
 
 # the dry run's activations column (fields 10-11) of rank $2 with --set train.recompute=$1, in MiB
