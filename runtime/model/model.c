@@ -446,6 +446,11 @@ void stage_keep_f32_activations(Stage* st) {
     st->lbe = st->vbe = st->be;
     st->lc.act_bytes = 0;
     st->vc.act_bytes = 0;
+    /* generation runs no backward: no recompute, and the workspace laid out for the other activation words goes */
+    st->lc.recompute = st->vc.recompute = RECOMPUTE_NONE;
+    if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
+    free(st->rc);
+    st->rc = NULL;
 }
 
 void stage_free(Stage* st) {

@@ -166,7 +166,8 @@ void stage_free(Stage* st);
  * does not train (no backward) keeps nothing already: its mode is then RECOMPUTE_NONE. Bitwise the same training
  * numbers as without. */
 void stage_set_recompute(Stage* st, Recompute lm, Recompute tower);
-/* Run the LM on st->be with f32-word activations (generation's KV cache; call before stage_acts_init). */
+/* Run the LM on st->be with f32-word activations (generation's KV cache; call before stage_acts_init); activation
+ * recompute off (no backward follows). */
 void stage_keep_f32_activations(Stage* st);
 
 typedef enum { ACTS_EMPTY = 0, ACTS_FORWARD = 1, ACTS_INPUT_GRAD = 2 } ActsState;
