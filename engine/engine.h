@@ -97,6 +97,13 @@ void arena_free(Arena* a);
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 const char* precision_name(Precision p);
 
+/* Activation recompute of the blocks' backward (train.recompute, docs/training.md "Activation recompute"):
+ * RECOMPUTE_NONE keeps every activation the backward reads; RECOMPUTE_SELECTIVE drops the MLP activation's output
+ * (SwiGLU's, GELU's: recomputed elementwise from the kept activation input, which its backward reads anyway);
+ * RECOMPUTE_FULL keeps each block's input only and re-runs the block's forward inside the backward. Kept and
+ * recomputed values are bitwise the same (the same ops on the same inputs). */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 } Recompute;
+
 /* ------------------------------------------------------------------------------------------------
  * AdamW hyper-parameters (floats: beta1 = 0.9 means float(0.9), see engine/adamw.c). */
 typedef struct {

@@ -8,6 +8,7 @@
  * are composed in runtime/model.c, which also splices the image rows in. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "text/lm.h"
 
@@ -113,11 +114,17 @@ static Buf lm_act_alloc(Arena* ar, const LmConfig* c, size_t n) {
     return buf_of(arena_alloc(ar, n * (size_t)lm_act_bytes(c)), lm_act_dtype(c));
 }
 
-void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T) {
+/* A block's activations: all of them (h with h_too), or none but h (h_only) */
+static void lm_block_acts_carve(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T, int h_too, int h_only) {
     int Hl, Dq, Fl, Hkvl, Dkv;
     lm_local_sizes(c, &Hl, &Dq, &Fl);
     lm_local_kv(c, &Hkvl, &Dkv);
     size_t T = (size_t)max_T, D = c->D, F = (size_t)Fl;
+    memset(a, 0, sizeof *a);
+    if (h_only) {
+        a->h = lm_act_alloc(ar, c, T * F);
+        return;
+    }
     a->n1 = lm_act_alloc(ar, c, T * D);
     a->rstd1 = arena_alloc_f32(ar, T);
     a->q = lm_act_alloc(ar, c, T * Dq);
@@ -130,8 +137,38 @@ void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_
     a->rstd2 = arena_alloc_f32(ar, T);
     a->gate = lm_act_alloc(ar, c, T * F);
     a->up = lm_act_alloc(ar, c, T * F);
-    a->h = lm_act_alloc(ar, c, T * F);
+    if (h_too) a->h = lm_act_alloc(ar, c, T * F);
     lm_lora_acts_layout(a, ar, c, max_T);
+}
+
+void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T) {
+    if (c->recompute == RECOMPUTE_FULL) memset(a, 0, sizeof *a); /* the block's input (the stage's residual) only */
+    else lm_block_acts_carve(a, ar, c, max_T, c->recompute != RECOMPUTE_SELECTIVE, 0);
+}
+
+void lm_recompute_layout(LmBlockActs* ws, Arena* ar, const LmConfig* c, int max_T) {
+    if (c->recompute == RECOMPUTE_FULL) lm_block_acts_carve(ws, ar, c, max_T, 1, 0);
+    else if (c->recompute == RECOMPUTE_SELECTIVE) lm_block_acts_carve(ws, ar, c, max_T, 0, 1);
+    else memset(ws, 0, sizeof *ws);
+}
+
+void lm_block_acts_view(const LmConfig* c, const LmBlockActs* kept, const LmBlockActs* ws, LmBlockActs* view) {
+    if (c->recompute == RECOMPUTE_FULL) {
+        *view = *ws;
+    } else {
+        *view = *kept;
+        if (c->recompute == RECOMPUTE_SELECTIVE) view->h = ws->h;
+    }
+}
+
+int lm_block_recompute(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* view, LmScratch* s,
+                       const LmSeq* seq, Buf xin) {
+    int H, Dq, F;
+    lm_local_sizes(c, &H, &Dq, &F);
+    if (seq->T == 0 || c->recompute == RECOMPUTE_NONE) return 0;
+    if (c->recompute == RECOMPUTE_FULL) lm_block_forward(be, c, w, view, s, seq, xin, buf_none());
+    else be->ops->swiglu_forward(be, view->h, view->gate, view->up, (size_t)seq->T * F); /* the forward's own op */
+    return 1;
 }
 
 /* n floats rounded up to 64 bytes: where the next gradient of a packed group starts (aligned as the arena's) */
@@ -246,6 +283,10 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     lm_lora_forward(be, c, w, a, s, seq, LM_LORA_GATE, a->n2, a->gate);
     lm_lora_forward(be, c, w, a, s, seq, LM_LORA_UP, a->n2, a->up);
     be->ops->swiglu_forward(be, a->h, a->gate, a->up, (size_t)T * F);
+    if (!xout.p) { /* a recompute: the backward reads nothing past h but the down projection's LoRA input */
+        lm_lora_forward_input(be, c, w, a, s, seq, LM_LORA_DOWN, a->h);
+        return;
+    }
     be->ops->linear_forward(be, s->tmp, a->h, w->down_w, buf_none(), T, F, D);
     lm_lora_forward(be, c, w, a, s, seq, LM_LORA_DOWN, a->h, s->tmp);
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */

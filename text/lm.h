@@ -62,6 +62,9 @@ typedef struct {
     int lora_r;
     float lora_scale, lora_dropout;
     unsigned lora_targets;
+    /* Activation recompute of the blocks (Recompute, engine.h): what lm_block_acts_layout keeps per microbatch and
+     * what lm_recompute_layout's one-block workspace holds instead (lm_block_acts_view, lm_block_recompute). */
+    int recompute;
 } LmConfig;
 
 /* The LM linears LoRA can adapt, in the order of their bits in LmConfig.lora_targets (PEFT's module names
@@ -175,11 +178,25 @@ void lm_head_params_add(ParamTable* pt, const LmConfig* c);
 /* Point at the values (grads = 0) or gradients (grads = 1) of block `l` (global index). */
 void lm_block_weights_point(LmBlockW* w, const ParamTable* pt, int l, int grads);
 
+/* What one microbatch keeps of a block: everything (RECOMPUTE_NONE), everything but h (SELECTIVE), nothing (FULL: the
+ * block's input, the stage's residual, is all a backward needs). The fields not kept are NULL. */
 void lm_block_acts_layout(LmBlockActs* a, Arena* ar, const LmConfig* c, int max_T);
+/* The recompute workspace of one block, shared by every block and microbatch of a stage: FULL, a whole block's
+ * activations; SELECTIVE, h only; NONE, nothing. Valid from a forward or recompute of a block to the end of the block's
+ * backward call (so the split backward's W recomputes what it reads: lm_block_recompute before W too). */
+void lm_recompute_layout(LmBlockActs* ws, Arena* ar, const LmConfig* c, int max_T);
+/* The activations a block's forward writes and its backward reads: the kept ones, with the recomputed ones from ws. */
+void lm_block_acts_view(const LmConfig* c, const LmBlockActs* kept, const LmBlockActs* ws, LmBlockActs* view);
+/* Recompute what the block's microbatch did not keep into its view (lm_block_acts_view) from the block's input xin
+ * (FULL: the forward up to h, its output not written; SELECTIVE: h = SwiGLU(gate, up)), bitwise the forward's values.
+ * Returns 1 when it recomputed anything (FULL or SELECTIVE with T > 0), 0 otherwise. */
+int lm_block_recompute(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* view, LmScratch* s,
+                       const LmSeq* seq, Buf xin);
 void lm_block_grads_layout(LmBlockGrads* g, Arena* ar, const LmConfig* c, int max_T);
 void lm_scratch_layout(LmScratch* s, Arena* ar, const LmConfig* c, int max_T);
 
-/* xout = block(xin). xin must stay valid (unchanged) until the block's backward ends. */
+/* xout = block(xin). xin must stay valid (unchanged) until the block's backward ends. xout none (buf_none()): the
+ * forward stops after h (the recompute: the down projection and the residual are not needed by the backward). */
 void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
                       const LmSeq* seq, Buf xin, Buf xout);
 /* B: dxin = d block input, OVERWRITTEN (not added), from dxout; fills g for W. */
@@ -213,6 +230,10 @@ uint64_t lm_lora_seed(uint64_t model_seed, int64_t step, int mb_index);
  * the block has no adapter t. */
 void lm_lora_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
                      const LmSeq* seq, LmLoraTarget t, Buf x, Buf y);
+/* The forward's first half alone: a->lora_u[t] = scale A drop(x) (TP-summed for o, down), what t's W pass reads
+ * (a recompute that stops before the down projection). Returns 0 where the block has no adapter t. */
+int lm_lora_forward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
+                          const LmSeq* seq, LmLoraTarget t, Buf x);
 void lm_lora_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, LmLoraTarget t, Buf x, const float* dy,
                             float* dx);

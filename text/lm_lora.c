@@ -159,9 +159,10 @@ static Buf lora_dropped(const Backend* be, const LmConfig* c, const LmSeq* seq, 
     return buf_f32(xs);
 }
 
-void lm_lora_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
-                     const LmSeq* seq, LmLoraTarget t, Buf x, Buf y) {
-    if (!w->lora_A[t].p) return;
+/* u = s A drop(x) into a->lora_u[t] (summed over the TP ranks for a row-parallel base); 0 when t has no adapter */
+int lm_lora_forward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
+                          const LmSeq* seq, LmLoraTarget t, Buf x) {
+    if (!w->lora_A[t].p) return 0;
     RR_ASSERT(x.dt == DTYPE_F32 && "LoRA runs on f32-word activations");
     int T = seq->T, r = c->lora_r, in, out;
     lora_local_dims(c, t, &in, &out);
@@ -169,11 +170,17 @@ void lm_lora_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, Lm
     Buf xd = lora_dropped(be, c, seq, w->layer, t, x, s->lora_x, in);
     be->ops->linear_forward(be, buf_f32(u), xd, w->lora_A[t], buf_none(), T, in, r);
     be->ops->scale(be, u, c->lora_scale, (size_t)T * r);
-    if (lora_row_parallel(t) && c->tp > 1) {
-        (void)c->tp_reduce(c->tp_ctx, u, (size_t)T * r); /* the ranks' column shares of A x summed */
-        if (c->tp_rank != 0) return;                     /* B u added once, before the block's sum */
-    }
-    be->ops->linear_forward(be, buf_f32(s->lora_z), buf_f32(u), w->lora_B[t], buf_none(), T, r, out);
+    if (lora_row_parallel(t) && c->tp > 1) (void)c->tp_reduce(c->tp_ctx, u, (size_t)T * r); /* A x's column shares summed */
+    return 1;
+}
+
+void lm_lora_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockActs* a, LmScratch* s,
+                     const LmSeq* seq, LmLoraTarget t, Buf x, Buf y) {
+    if (!lm_lora_forward_input(be, c, w, a, s, seq, t, x)) return;
+    if (lora_row_parallel(t) && c->tp > 1 && c->tp_rank != 0) return; /* B u added once, before the block's sum */
+    int T = seq->T, r = c->lora_r, in, out;
+    lora_local_dims(c, t, &in, &out);
+    be->ops->linear_forward(be, buf_f32(s->lora_z), buf_f32(a->lora_u[t]), w->lora_B[t], buf_none(), T, r, out);
     be->ops->add_forward(be, y, y, buf_f32(s->lora_z), (size_t)T * out);
 }
 

@@ -88,6 +88,11 @@ typedef struct {
      * words; 2, bf16 words (their ops then run on a table with act_dtype = DTYPE_BF16; tp 1). Sizes the
      * activation buffers; gradients and statistics stay f32. */
     int act_bytes;
+    /* Activation recompute of the blocks (Recompute, engine.h) where a backward runs: SELECTIVE keeps no GELU output
+     * (fc2's input, recomputed from fc1; the RoPE tower under bf16, whose fused fc1 + GELU reads the unrounded
+     * pre-activation, recomputes fc1's GEMM with it), FULL keeps each block's input only (VitActs.x) and re-runs the
+     * block into the workspace VitActs.rc_ws (vit_recompute_layout), also before the split backward's W. */
+    int recompute;
 } VitConfig;
 
 /* Bytes of one stored activation value of the tower / projector (VitConfig.act_bytes; 0 means f32 words). */
@@ -190,6 +195,10 @@ typedef struct {
     /* (N, D) f32 words where tp > 1 and activations are 2-byte (else NULL): the row-parallel partials (attn.out,
      * fc2) widened, all-reduced in f32 and added to the 2-byte residual by add_f32_forward */
     float* tp_sum;
+    /* Activation recompute (VitConfig.recompute): the one-block workspace (vit_recompute_layout; not owned, shared by
+     * every microbatch of the stage, set by the caller before the forward) and the blocks recomputed so far */
+    VitBlockActs* rc_ws;
+    long n_recomputed;
 } VitActs;
 
 /* Projector activations (N rows). */
@@ -226,6 +235,9 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads);
  * forward only (a frozen tower): no activation is kept for a backward and none may run. The arrays of
  * block structs are malloc'd (freed by vit_acts_free_tables). */
 void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward);
+/* The recompute workspace of VitConfig.recompute for up to max_N patches (FULL: one block's activations; SELECTIVE: a
+ * GELU output; NONE: nothing), carved out of ar. */
+void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int max_N);
 /* The lowest block whose input gradient a backward needs, given gradient pointers g (NULL = frozen
  * tensor): 0 when the patch embedding trains, L when no block does (ln_f alone, or nothing). */
 int vit_backward_floor(const VitConfig* c, const VitW* g);

@@ -178,6 +178,40 @@ static void vit_tp_residual(const Backend* be, const VitConfig* c, VitActs* a, f
 /* The bias of a row-parallel layer: added by TP rank 0 only, so once in the all-reduced sum. */
 static const float* vit_row_bias(const VitConfig* c, const float* b) { return c->tp > 1 && c->tp_rank != 0 ? NULL : b; }
 
+/* One block's activations for N rows (its GELU output with gelu) */
+static void vit_block_carve(VitBlockActs* b, Arena* ar, const VitConfig* c, size_t N, int gelu) {
+    int Hl, Dql, Dml;
+    vit_local(c, &Hl, &Dql, &Dml);
+    size_t ab = (size_t)vit_act_bytes(c), D = c->D, H = (size_t)Hl, Dq = (size_t)Dql, Dm = (size_t)Dml;
+#define VACT(n) ((float*)arena_alloc(ar, (size_t)(n) * ab)) /* n activation values */
+    memset(b, 0, sizeof *b);
+    b->ln1 = VACT(N * D);
+    b->ln1_mean = arena_alloc_f32(ar, N);
+    b->ln1_rstd = arena_alloc_f32(ar, N);
+    b->qkv = VACT(N * 3 * Dq);
+    b->att = VACT(N * Dq);
+    b->att_lse = arena_alloc_f32(ar, N * H);
+    b->xmid = VACT(N * D);
+    b->ln2 = VACT(N * D);
+    b->ln2_mean = arena_alloc_f32(ar, N);
+    b->ln2_rstd = arena_alloc_f32(ar, N);
+    b->fc1 = VACT(N * Dm);
+    if (gelu) b->gelu = VACT(N * Dm);
+#undef VACT
+}
+
+void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int max_N) {
+    size_t N = (size_t)vit_max_tokens(c, max_N);
+    memset(ws, 0, sizeof *ws);
+    if (c->recompute == RECOMPUTE_FULL) {
+        vit_block_carve(ws, ar, c, N, 1);
+    } else if (c->recompute == RECOMPUTE_SELECTIVE) {
+        int Hl, Dql, Dml;
+        vit_local(c, &Hl, &Dql, &Dml);
+        ws->gelu = (float*)arena_alloc(ar, N * (size_t)Dml * (size_t)vit_act_bytes(c));
+    }
+}
+
 void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
     int Hl, Dql, Dml;
     vit_local(c, &Hl, &Dql, &Dml);
@@ -186,7 +220,7 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     size_t ab = (size_t)vit_act_bytes(c);
 #define VACT(n) ((float*)arena_alloc(ar, (size_t)(n) * ab)) /* n activation values */
     /* N: the rows of the blocks (tokens; the patches themselves for the RoPE ViT) */
-    size_t N = (size_t)max_T, D = c->D, H = (size_t)Hl, L = (size_t)vit_blocks_run(c), Dq = (size_t)Dql, Dm = (size_t)Dml;
+    size_t N = (size_t)max_T, D = c->D, L = (size_t)vit_blocks_run(c), Dq = (size_t)Dql, Dm = (size_t)Dml;
     if (!a->blocks) a->blocks = callocCheck((size_t)c->L, sizeof(VitBlockActs));
     if (!a->grads) a->grads = callocCheck((size_t)c->L, sizeof(VitBlockGrads));
     a->max_N = max_N;
@@ -225,24 +259,15 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     /* Without a backward (a frozen tower) nothing is kept for it: two residual slots used
      * alternately and one set of block activations that every block overwrites. */
     a->x = VACT((backward ? L + 1 : 2) * N * D);
+    int rc = backward ? c->recompute : RECOMPUTE_NONE; /* a forward-only tower recomputes nothing */
     for (size_t l = 0; l < L; l++) {
         VitBlockActs* b = &a->blocks[l];
-        if (!backward && l > 0) {
-            *b = a->blocks[0];
+        if ((!backward && l > 0) || rc == RECOMPUTE_FULL) {
+            if (rc == RECOMPUTE_FULL) memset(b, 0, sizeof *b); /* the block's input (x) only */
+            else *b = a->blocks[0];
             continue;
         }
-        b->ln1 = VACT(N * D);
-        b->ln1_mean = arena_alloc_f32(ar, N);
-        b->ln1_rstd = arena_alloc_f32(ar, N);
-        b->qkv = VACT(N * 3 * Dq);
-        b->att = VACT(N * Dq);
-        b->att_lse = arena_alloc_f32(ar, N * H);
-        b->xmid = VACT(N * D);
-        b->ln2 = VACT(N * D);
-        b->ln2_mean = arena_alloc_f32(ar, N);
-        b->ln2_rstd = arena_alloc_f32(ar, N);
-        b->fc1 = VACT(N * Dm);
-        b->gelu = VACT(N * Dm);
+        vit_block_carve(b, ar, c, N, rc != RECOMPUTE_SELECTIVE);
     }
     a->vout = VACT((size_t)max_N * D);
     a->lnf_mean = arena_alloc_f32(ar, N);
@@ -356,8 +381,46 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     } else {
         be->ops->linear_gelu_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
     }
+    if (!xout) return; /* a recompute: the backward reads nothing past the GELU */
     be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->gelu), be_weight(be, w->fc2_w), be_bias(be, vit_row_bias(c, w->fc2_b)), N, Dm, D);
     vit_tp_residual(be, c, a, xout, b->xmid, (size_t)N * D); /* row-parallel fc2 */
+}
+
+/* The activations block l's forward writes and its backward reads: the kept ones, with the recomputed ones from the
+ * workspace (VitConfig.recompute) */
+static void vit_block_view(const VitConfig* c, const VitActs* a, int l, VitBlockActs* v) {
+    int rc = a->backward ? c->recompute : RECOMPUTE_NONE;
+    if (rc == RECOMPUTE_FULL) {
+        RR_ASSERT(a->rc_ws && "activation recompute needs the workspace (VitActs.rc_ws)");
+        *v = *a->rc_ws;
+        return;
+    }
+    *v = a->blocks[l];
+    if (rc == RECOMPUTE_SELECTIVE) {
+        RR_ASSERT(a->rc_ws && "activation recompute needs the workspace (VitActs.rc_ws)");
+        v->gelu = a->rc_ws->gelu;
+    }
+}
+
+/* Recompute what block l's microbatch did not keep into its view, bitwise the forward's values (the same ops on the
+ * same inputs): FULL, the forward up to the GELU; SELECTIVE, the GELU output (the RoPE tower under bf16: fc1 + GELU
+ * again, the fused op's GELU reading its unrounded pre-activation; fc1 is rewritten with the same bits) */
+static void vit_block_recompute(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* v, VitActs* a,
+                                const float* xin) {
+    int H, Dq, Dm;
+    vit_local(c, &H, &Dq, &Dm);
+    if (!a->backward || c->recompute == RECOMPUTE_NONE || a->T == 0) return;
+    if (c->recompute == RECOMPUTE_FULL) {
+        vit_block_forward(be, c, w, v, a, xin, NULL);
+    } else if (c->arch == VIT_ARCH_CLIP) {
+        be->ops->act_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), (size_t)a->T * Dm, ACT_QUICK_GELU);
+    } else if (be->precision == PRECISION_BF16) {
+        be->ops->linear_gelu_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), be_act(be, v->ln2), be_weight(be, w->fc1_w),
+                                     be_bias(be, w->fc1_b), a->T, c->D, Dm);
+    } else {
+        be->ops->gelu_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), (size_t)a->T * Dm);
+    }
+    a->n_recomputed++;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -531,16 +594,22 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
     if (c->arch == VIT_ARCH_CLIP) {
         clip_embed_forward(be, c, w, a);
         int Lr = vit_blocks_run(c);
-        for (int l = 0; l < Lr; l++)
-            vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
+        for (int l = 0; l < Lr; l++) {
+            VitBlockActs v;
+            vit_block_view(c, a, l, &v);
+            vit_block_forward(be, c, &w->blocks[l], &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
+        }
         /* the features: hidden_states[L_run] without the class tokens */
         be->dev->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
         be->ops->rows_gather_forward(be, be_act(be, a->vout), a->tok_of_patch, NULL, be_act(be, vit_x(a, c, Lr)), N, 1, D);
         return;
     }
     be->ops->linear_forward(be, be_act(be, vit_x(a, c, 0)), be_act(be, patches), be_weight(be, w->patch_w), be_bias(be, w->patch_b), N, P, D);
-    for (int l = 0; l < c->L; l++)
-        vit_block_forward(be, c, &w->blocks[l], &a->blocks[l], a, vit_x(a, c, l), vit_x(a, c, l + 1));
+    for (int l = 0; l < c->L; l++) {
+        VitBlockActs v;
+        vit_block_view(c, a, l, &v);
+        vit_block_forward(be, c, &w->blocks[l], &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
+    }
     be->ops->layernorm_forward(be, be_act(be, a->vout), a->lnf_mean, a->lnf_rstd, be_act(be, vit_x(a, c, c->L)), w->lnf_w, w->lnf_b, N, D);
 }
 
@@ -548,7 +617,7 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
  * Backward: B (input gradients) and W (weight gradients) per block */
 
 /* dxin = d block input (overwritten) from dxout; keeps the gradients W needs in g. */
-static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w,
+static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w, int l,
                                      const VitBlockActs* b, VitBlockGrads* g, VitActs* a, const float* xin,
                                      const float* dxout, float* dxin) {
     int N = a->T, D = c->D, d = D / c->H, H, Dq, Dm;
@@ -559,7 +628,6 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (BackendOps.b16) */
         const BackendB16* bb = be->ops->b16;
         RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
-        int l = (int)(b - a->blocks);
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
         uint16_t* datt16 = (uint16_t*)a->datt;
         /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
@@ -624,13 +692,13 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
 }
 
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
-                                      const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a,
+                                      int l, const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a,
                                       const float* xin, const float* dxout) {
     int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B stored; the biases from the f32 gradients */
         const BackendB16* bb = be->ops->b16;
-        const uint16_t* dxout16 = vit_dxout16(a, c, (int)(b - a->blocks));
+        const uint16_t* dxout16 = vit_dxout16(a, c, l);
         if (dxout16)
             bb->linear_backward(be, NULL, NULL, dw->fc2_w, dw->fc2_b, dxout16, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D, 0);
         else be->ops->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
@@ -689,18 +757,26 @@ void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, Vi
     if (a->N == 0) return;
     if (c->arch == VIT_ARCH_CLIP) clip_out_backward_input(be, c, a);
     else vit_lnf_backward_input(be, c, w, a);
-    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--)
-        vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
-                                 vit_dx(a, c, l + 1), vit_dx(a, c, l));
+    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
+        VitBlockActs v; /* B reads no GELU output: SELECTIVE recomputes it for W only */
+        vit_block_view(c, a, l, &v);
+        if (c->recompute == RECOMPUTE_FULL) vit_block_recompute(be, c, &w->blocks[l], &v, a, vit_x(a, c, l));
+        vit_block_backward_input(be, c, &w->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l), vit_dx(a, c, l + 1),
+                                 vit_dx(a, c, l));
+    }
 }
 
 void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     RR_ASSERT(a->split);
     if (a->N == 0) return;
     if (c->arch != VIT_ARCH_CLIP) vit_lnf_backward_weight(be, c, w, g, a);
-    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--)
-        vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
-                                  vit_x(a, c, l), vit_dx(a, c, l + 1));
+    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
+        VitBlockActs v; /* the workspace holds another block or microbatch since B: recomputed again */
+        vit_block_view(c, a, l, &v);
+        vit_block_recompute(be, c, &w->blocks[l], &v, a, vit_x(a, c, l));
+        vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l),
+                                  vit_dx(a, c, l + 1));
+    }
     if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
 }
 
@@ -714,10 +790,13 @@ void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const Vi
         vit_lnf_backward_weight(be, c, w, g, a);
     }
     for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
-        vit_block_backward_input(be, c, &w->blocks[l], &a->blocks[l], &a->grads[l], a, vit_x(a, c, l),
-                                 vit_dx(a, c, l + 1), vit_dx(a, c, l));
-        vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], &a->blocks[l], &a->grads[l], a,
-                                  vit_x(a, c, l), vit_dx(a, c, l + 1));
+        VitBlockActs v;
+        vit_block_view(c, a, l, &v);
+        vit_block_recompute(be, c, &w->blocks[l], &v, a, vit_x(a, c, l));
+        vit_block_backward_input(be, c, &w->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l), vit_dx(a, c, l + 1),
+                                 vit_dx(a, c, l));
+        vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l),
+                                  vit_dx(a, c, l + 1));
     }
     if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
 }

@@ -40,7 +40,9 @@ static void sim_usage(FILE* f) {
             "                    --stages / --microbatches default to parallel.pp / data.microbatches;\n"
             "                    --workload text|mm (default mm), --policy (default data.policy), --jitter J\n"
             "                    (lognormal sigma per task, default 0.03, at most 1), --straggler FACTOR:LEN:PROB\n"
-            "                    (default 1.5:8:0.01); every parameter: docs/scheduler.md\n"
+            "                    (default 1.5:8:0.01), --recompute none|selective|full (default the recipe's\n"
+            "                    train.recompute: full recompute adds the recomputed forward to B, and to W\n"
+            "                    with --split-backward); every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead, adaptive or rollout (default ready); adaptive\n"
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest, on the microbatches in ends order (small\n"
@@ -217,7 +219,7 @@ static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape
 }
 
 static int sim_main(int argc, char** argv, const char** dfiles) {
-    const char *calib_recipe = NULL, *workload_text = "mm", *policy_text = NULL;
+    const char *calib_recipe = NULL, *workload_text = "mm", *policy_text = NULL, *recompute_text = NULL;
     double cal_flops = 0, cal_jitter = -1, cal_sf = 0, cal_sp = 0;
     long cal_sl = 0;
     int have_straggler = 0;
@@ -313,6 +315,9 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
                 return 2;
             }
             have_straggler = 1;
+        } else if (!strcmp(a, "--recompute")) {
+            NEED_VALUE();
+            recompute_text = v;
         } else if (!strcmp(a, "--split-backward")) {
             split = 1;
         } else if (!strcmp(a, "--json")) {
@@ -383,6 +388,11 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
     }
     Recipe rc0;
     PpCalibConfig cc;
+    if (recompute_text && !calib_recipe) {
+        fprintf(stderr, "rrfp-mm sim: --recompute costs a --calibrated RECIPE's blocks (the generator and duration files "
+                        "have no model)\n");
+        return 2;
+    }
     if (calib_recipe) {
         if (durations || have_latency) {
             fprintf(stderr, "rrfp-mm sim: --calibrated RECIPE excludes --durations and --latency (the recipe and the link give them)\n");
@@ -402,6 +412,17 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         cc.F = rc0.ffn_hidden, cc.V = rc0.vocab > 0 ? rc0.vocab : 32000, cc.patch = rc0.patch;
         cc.min_patches = rc0.min_patches, cc.max_patches = rc0.max_patches;
         cc.split = split;
+        cc.recompute_lm = recipe_recompute(&rc0, 0); /* train.recompute: B (and W) grow by the recomputed forward */
+        cc.recompute_tower = recipe_recompute(&rc0, 1);
+        if (recompute_text) {
+            int m = !strcmp(recompute_text, "full") ? RECOMPUTE_FULL : !strcmp(recompute_text, "selective") ? RECOMPUTE_SELECTIVE
+                  : !strcmp(recompute_text, "none") ? RECOMPUTE_NONE : -1;
+            if (m < 0) {
+                fprintf(stderr, "rrfp-mm sim: unknown --recompute '%s' (expected none, selective or full)\n", recompute_text);
+                return 2;
+            }
+            cc.recompute_lm = cc.recompute_tower = m;
+        }
         LoaderPolicy lp;
         if (loader_policy_parse(policy_text ? policy_text : rc0.policy, &lp) != 0) {
             fprintf(stderr, "rrfp-mm sim: unknown --policy '%s' (expected fifo, ffd or balanced)\n", policy_text);

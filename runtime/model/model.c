@@ -448,10 +448,22 @@ int model_bf16_vision(const ModelConfig* cfg) {
     return 1;
 }
 
+void stage_set_recompute(Stage* st, Recompute lm, Recompute tower) {
+    st->lc.recompute = st->l1 > st->l0 ? (int)lm : RECOMPUTE_NONE;
+    st->vc.recompute = st->first && st->vit_train ? (int)tower : RECOMPUTE_NONE;
+    if ((st->lc.recompute != RECOMPUTE_NONE || st->vc.recompute != RECOMPUTE_NONE) && !st->rc)
+        st->rc = callocCheck(1, sizeof *st->rc);
+}
+
 void stage_keep_f32_activations(Stage* st) {
     st->lbe = st->vbe = st->be;
     st->lc.act_bytes = 0;
     st->vc.act_bytes = 0;
+    /* generation runs no backward: no recompute, and the workspace laid out for the other activation words goes */
+    st->lc.recompute = st->vc.recompute = RECOMPUTE_NONE;
+    if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
+    free(st->rc);
+    st->rc = NULL;
 }
 
 void stage_free(Stage* st) {
@@ -460,6 +472,8 @@ void stage_free(Stage* st) {
     free(st->blk_w);
     free(st->blk_g);
     free(st->tp_host);
+    if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
+    free(st->rc);
     if (st->tp_ev) st->be->dev->event_destroy(st->tp_ev);
     params_free(&st->params);
     memset(st, 0, sizeof *st);
@@ -467,6 +481,45 @@ void stage_free(Stage* st) {
 
 /* ------------------------------------------------------------------------------------------------
  * Activations: one backend block, carved in a fixed order (measured first with a NULL-based arena) */
+
+/* Under activation recompute a fused backward's scratch (split = 0: what a stage_backward call uses and leaves, the block
+ * gradients, the LM scratch, the residual gradients, the head's output gradients) is the stage's, beside the recompute
+ * workspace, instead of each microbatch's: a microbatch's block then holds what it keeps between its calls only. */
+static int stage_bwd_shared(const Stage* st, int split) {
+    return !split && (st->lc.recompute != RECOMPUTE_NONE || st->vc.recompute != RECOMPUTE_NONE);
+}
+
+/* What a microbatch's backward writes and reads within its calls (split: per block, kept from B to W) */
+static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int split) {
+    const ModelConfig* c = &st->cfg;
+    size_t T = (size_t)max_T, Dt = c->Dt, nL = (size_t)(st->l1 - st->l0);
+    size_t Vs = st->Vs > 0 ? (size_t)st->Vs : (size_t)c->V;
+    size_t ab = (size_t)lm_act_bytes(&st->lc);
+    for (size_t j = 0; j < nL; j++) {
+        if (split || j == 0)
+            lm_block_grads_layout(&a->grads[j], ar, &st->lc, max_T);
+        else
+            a->grads[j] = a->grads[0]; /* fused: a block's W runs right after its B */
+    }
+    lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
+    for (size_t j = 0; j < nL; j++) a->grads[j].lora_x = a->scratch.lora_x; /* LoRA's W redraws its dropout there */
+    a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
+    /* 2-byte activations: each residual gradient's 2-byte copy, stored by the pass that finishes it (a block's norm1
+     * backward, the final norm's backward; at a pipeline edge a narrowing), for the down projection's GEMMs */
+    a->dres16 = ab == 2 ? arena_alloc(ar, (split ? nL + 1 : 2) * T * Dt * 2) : NULL;
+    for (size_t j = 0; j < nL && a->dres16; j++) {
+        size_t so = split ? j + 1 : (j + 1) % 2, si = split ? j : j % 2;
+        a->grads[j].dxout16 = a->dres16 + so * T * Dt;
+        /* block 0's: read as f32 only (embedding), but the projector's GEMMs take its image rows in 2 bytes */
+        a->grads[j].dxin16 = j > 0 || (st->first && vit_act_bytes(&st->vc) == 2) ? a->dres16 + si * T * Dt : NULL;
+    }
+    if (st->last) {
+        /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
+         * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
+        a->dlogits = ab == 2 && st->tp <= 1 ? arena_alloc(ar, T * Vs * 2) : arena_alloc_f32(ar, T * Vs);
+        a->dnf = arena_alloc_f32(ar, T * Dt);
+    }
+}
 
 static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int max_Np, int split) {
     const ModelConfig* c = &st->cfg;
@@ -493,36 +546,16 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     if (st->last) a->targets = arena_alloc(ar, T * sizeof(int32_t));
     size_t ab = (size_t)lm_act_bytes(&st->lc); /* an LM activation's bytes (res, nf, logits) */
     a->res = arena_alloc(ar, (nL + 1) * T * Dt * ab);
-    for (size_t j = 0; j < nL; j++) {
-        lm_block_acts_layout(&a->blocks[j], ar, &st->lc, max_T);
-        if (split || j == 0)
-            lm_block_grads_layout(&a->grads[j], ar, &st->lc, max_T);
-        else
-            a->grads[j] = a->grads[0]; /* fused: a block's W runs right after its B */
-    }
-    lm_scratch_layout(&a->scratch, ar, &st->lc, max_T);
-    for (size_t j = 0; j < nL; j++) a->grads[j].lora_x = a->scratch.lora_x; /* LoRA's W redraws its dropout there */
-    a->dres = arena_alloc_f32(ar, (split ? nL + 1 : 2) * T * Dt);
-    /* 2-byte activations: each residual gradient's 2-byte copy, stored by the pass that finishes it (a block's norm1
-     * backward, the final norm's backward; at a pipeline edge a narrowing), for the down projection's GEMMs */
-    a->dres16 = ab == 2 ? arena_alloc(ar, (split ? nL + 1 : 2) * T * Dt * 2) : NULL;
-    for (size_t j = 0; j < nL && a->dres16; j++) {
-        size_t so = split ? j + 1 : (j + 1) % 2, si = split ? j : j % 2;
-        a->grads[j].dxout16 = a->dres16 + so * T * Dt;
-        /* block 0's: read as f32 only (embedding), but the projector's GEMMs take its image rows in 2 bytes */
-        a->grads[j].dxin16 = j > 0 || (st->first && vit_act_bytes(&st->vc) == 2) ? a->dres16 + si * T * Dt : NULL;
-    }
+    for (size_t j = 0; j < nL; j++) lm_block_acts_layout(&a->blocks[j], ar, &st->lc, max_T);
     if (st->last) {
         a->nf = arena_alloc(ar, T * Dt * ab);
         a->rstdf = arena_alloc_f32(ar, T);
         a->logits = arena_alloc(ar, T * Vs * ab);
         a->lse = arena_alloc_f32(ar, T);
-        /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
-         * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
-        a->dlogits = ab == 2 && st->tp <= 1 ? arena_alloc(ar, T * Vs * 2) : arena_alloc_f32(ar, T * Vs);
-        a->dnf = arena_alloc_f32(ar, T * Dt);
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
+    /* the fused backward's scratch under recompute: the stage's (stage_bwd_bind at each call) */
+    if (!stage_bwd_shared(st, split)) stage_bwd_layout(a, st, ar, max_T, split);
 }
 
 static void stage_acts_tables(StageActs* a, const Stage* st) {
@@ -552,6 +585,66 @@ int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnRes
         out[n++] = (AttnReserve){.max_T = max_tokens, .max_S = max_tokens, .H = c->Ht / tp, .d = c->Dt / c->Ht,
                                  .ld_qkv = c->Dt / tp, .rope = 1, .rope_freq = st->lc.rope};
     return n;
+}
+
+/* The recompute workspace of the stage's modes, carved out of ar (a measuring arena gives its bytes: 0 without
+ * recompute) */
+/* The recompute workspace of the stage's modes, and with fused the fused backward's scratch (stage_bwd_shared) after it,
+ * carved out of ar (a measuring arena gives its bytes: 0 without recompute) */
+static void stage_recompute_layout(const Stage* st, Arena* ar, StageRecompute* rc, int max_T, int max_Np, int fused) {
+    lm_recompute_layout(&rc->lm, ar, &st->lc, max_T);
+    if (st->first && st->vit_train) vit_recompute_layout(&rc->vit, ar, &st->vc, max_Np);
+    else memset(&rc->vit, 0, sizeof rc->vit);
+    rc->max_T = max_T;
+    rc->max_Np = max_Np;
+    rc->fused = fused && stage_bwd_shared(st, 0);
+    rc->bwd = NULL;
+    rc->bwd_bytes = 0;
+    if (rc->fused) {
+        StageActs t; /* measured: its pointers are carved again at each call (stage_bwd_bind) */
+        memset(&t, 0, sizeof t);
+        stage_acts_tables(&t, st);
+        Arena m = {.base = NULL, .size = SIZE_MAX, .name = "backward scratch measure"};
+        stage_bwd_layout(&t, st, &m, max_T, 0);
+        stage_acts_free_tables(&t);
+        rc->bwd_bytes = m.used;
+        rc->bwd = arena_alloc(ar, m.used);
+    }
+}
+
+static size_t stage_recompute_bytes(const Stage* st, int max_T, int max_Np, int fused) {
+    StageRecompute rc;
+    Arena measure = {.base = NULL, .size = SIZE_MAX, .name = "recompute measure"};
+    stage_recompute_layout(st, &measure, &rc, max_T, max_Np, fused);
+    return measure.used;
+}
+
+/* The workspace for microbatches of up to max_T tokens and max_Np patches (with fused: and the fused backward's scratch):
+ * (re)allocated when it is smaller, between stage calls (so it holds nothing then) */
+static void stage_recompute_reserve(const Stage* st, int max_T, int max_Np, int fused) {
+    StageRecompute* rc = st->rc;
+    if (!rc) return;
+    fused = fused && stage_bwd_shared(st, 0);
+    if (rc->block && rc->max_T >= max_T && rc->max_Np >= max_Np && (rc->fused || !fused)) return;
+    if (rc->block && rc->max_T > max_T) max_T = rc->max_T;
+    if (rc->block && rc->max_Np > max_Np) max_Np = rc->max_Np;
+    if (rc->block && rc->fused) fused = 1;
+    size_t n = stage_recompute_bytes(st, max_T, max_Np, fused);
+    if (n == 0) return;
+    if (rc->block) st->be->dev->free(rc->block);
+    rc->block = st->be->dev->alloc(n);
+    rc->bytes = n;
+    Arena ar = {.base = rc->block, .size = n, .name = "recompute workspace"};
+    stage_recompute_layout(st, &ar, rc, max_T, max_Np, fused);
+}
+
+/* Point a fused microbatch's backward scratch at the stage's (stage_bwd_shared), carved for its max_T (the strides the
+ * stage_dres helpers use) out of the stage's block laid out for the largest; before each call that may use it */
+static void stage_bwd_bind(const Stage* st, StageActs* a) {
+    if (!stage_bwd_shared(st, a->split)) return;
+    RR_ASSERT(st->rc && st->rc->bwd && st->rc->max_T >= a->max_T);
+    Arena ar = {.base = st->rc->bwd, .size = st->rc->bwd_bytes, .name = "backward scratch"};
+    stage_bwd_layout(a, st, &ar, a->max_T, 0);
 }
 
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split) {
@@ -603,6 +696,19 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
+size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws) {
+    Stage st;
+    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    st.vit_train = st.first && vit_train;
+    st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
+    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
+    st.lc.recompute = st.l1 > st.l0 ? lm : RECOMPUTE_NONE; /* as stage_set_recompute */
+    st.vc.recompute = st.first && st.vit_train ? tower : RECOMPUTE_NONE;
+    if (ws) *ws = stage_recompute_bytes(&st, max_tokens, max_patches, !split);
+    return stage_acts_bytes(&st, max_tokens, max_patches, split);
+}
+
 size_t model_stage_param_count(const ModelConfig* cfg, int l0, int l1) {
     Stage st;
     stage_shell(&st, cfg, l0, l1);
@@ -629,6 +735,8 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     Arena ar = {.base = a->block, .size = a->bytes, .name = "stage activations"};
     stage_acts_layout(a, st, &ar, max_tokens, max_patches, split);
     RR_ASSERT(ar.used == a->bytes);
+    stage_recompute_reserve(st, max_tokens, max_patches, !split);
+    if (st->rc) a->vit.rc_ws = &st->rc->vit; /* the tower's recompute workspace (the struct's address stays) */
     /* host copies of the image placement and the text runs, for assembly and its backward */
     a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_img_lm_start = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
@@ -867,6 +975,26 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
     }
 }
 
+/* LM block j's activations as its forward writes and its backward reads them (the kept ones and the recompute
+ * workspace's: lm_block_acts_view) */
+static void stage_block_view(const Stage* st, const StageActs* a, int j, LmBlockActs* v) {
+    RR_ASSERT(st->lc.recompute == RECOMPUTE_NONE || (st->rc && st->rc->block));
+    lm_block_acts_view(&st->lc, &a->blocks[j], st->rc ? &st->rc->lm : &a->blocks[j], v);
+}
+
+/* Recompute block j's dropped activations into its view (before its B under full recompute, before its W under
+ * either), counted in n_recomputed */
+static void stage_block_recompute(Stage* st, StageActs* a, int j, LmBlockActs* v, const LmSeq* seq) {
+    st->n_recomputed += lm_block_recompute(st->lbe, &st->lc, &st->blk_w[j], v, &a->scratch, seq,
+                                           be_act(st->lbe, stage_res(a, st, j)));
+}
+
+/* the tower's recomputed blocks into the stage's count */
+static void stage_count_vit_recompute(Stage* st, StageActs* a) {
+    st->n_recomputed += a->vit.n_recomputed;
+    a->vit.n_recomputed = 0;
+}
+
 void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* hidden_in, float* hidden_out,
                    float* loss_sum) {
     const Backend* be = st->be;
@@ -878,6 +1006,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     /* the callers (step executors, eval) validate every microbatch once with stage_check_microbatch;
      * here only what would write outside the activation block */
     RR_ASSERT(mb->T >= 1 && mb->T <= a->max_T && (!st->first || mb->Np <= a->max_Np));
+    stage_bwd_bind(st, a); /* the LM scratch (the forward's too) where the stage holds it */
     int T = mb->T, Dt = c->Dt, nL = st->l1 - st->l0;
     a->T = T;
     a->S = mb->S;
@@ -964,7 +1093,9 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     RR_ASSERT(!a->kv_k || lm_act_bytes(&st->lc) == 4);
     for (int j = 0; j < nL; j++) {
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
-        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
+        LmBlockActs v;
+        stage_block_view(st, a, j, &v);
+        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
                          be_act(lbe, stage_res(a, st, j + 1)));
     }
 
@@ -1094,12 +1225,17 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     stage_backward_start(st, a, dhidden_out, loss_scale);
-    for (int j = nL - 1; j >= 0; j--)
-        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+    for (int j = nL - 1; j >= 0; j--) {
+        LmBlockActs v; /* B reads no h: selective recompute runs before W only */
+        stage_block_view(st, a, j, &v);
+        if (st->lc.recompute == RECOMPUTE_FULL) stage_block_recompute(st, a, j, &v, &seq);
+        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+    }
     if (st->first) {
         stage_vision_backward_input(st, a);
         if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
+        stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }
@@ -1111,18 +1247,24 @@ void stage_backward_weight(Stage* st, StageActs* a) {
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     if (st->last) stage_head_backward_weight(st, a);
-    for (int j = nL - 1; j >= 0; j--)
-        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+    for (int j = nL - 1; j >= 0; j--) {
+        LmBlockActs v; /* the workspace has held other blocks (and microbatches) since B: recomputed again */
+        stage_block_view(st, a, j, &v);
+        stage_block_recompute(st, a, j, &v, &seq);
+        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
+    }
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_weight(st, a, 0);
+        stage_count_vit_recompute(st, a);
     }
     a->state = ACTS_EMPTY;
 }
 
 void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
     RR_ASSERT(a->state == ACTS_FORWARD);
+    stage_bwd_bind(st, a); /* the backward's scratch where the stage holds it (stage_bwd_shared) */
     RR_ASSERT(st->first == (dhidden_in == NULL));
     const Backend* be = st->be;
     int nL = st->l1 - st->l0;
@@ -1130,15 +1272,19 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
     stage_backward_start(st, a, dhidden_out, loss_scale);
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
-        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &a->blocks[j], &a->grads[j], &a->scratch, &seq,
+        LmBlockActs v;
+        stage_block_view(st, a, j, &v);
+        stage_block_recompute(st, a, j, &v, &seq);
+        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
-        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &a->blocks[j], &a->grads[j], &seq,
+        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_input(st, a);
         stage_vision_backward_weight(st, a, 1);
+        stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
     }

@@ -78,6 +78,23 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len);
 VitConfig model_config_vit(const ModelConfig* c);
 LmConfig model_config_lm(const ModelConfig* c);
 
+/* A stage's activation-recompute workspace (stage_set_recompute): one LM block's and one tower block's recomputed
+ * activations (lm_recompute_layout, vit_recompute_layout), shared by every microbatch of the stage; what it holds is
+ * valid inside one stage call only (the split backward's W recomputes again). With fused (microbatches laid out for
+ * stage_backward, split = 0) it also holds the fused backward's scratch (the block gradients, the LM scratch, the
+ * residual and head gradients), which each microbatch's block then leaves out: each call points the microbatch at it.
+ * One backend block, sized by the largest stage_acts_init. */
+typedef struct {
+    void* block;
+    size_t bytes;
+    int max_T, max_Np;
+    LmBlockActs lm;
+    VitBlockActs vit;
+    int fused;
+    void* bwd;        /* the fused backward's scratch (bwd_bytes), inside block */
+    size_t bwd_bytes;
+} StageRecompute;
+
 typedef struct {
     ModelConfig cfg;
     VitConfig vc;
@@ -107,6 +124,10 @@ typedef struct {
     int vit_floor;   /* the ViT's B goes down to this block only (vit_backward_floor) */
     int proj_train;  /* some projector.* tensor trains (its B runs when this or vit_train) */
     long n_vit_backward; /* ViT backward passes run (a frozen tower: stays 0; checked by tests) */
+    /* Activation recompute (train.recompute; lc.recompute and vc.recompute say what): the workspace (NULL: none) and
+     * the blocks (LM and tower) whose activations a backward recomputed so far */
+    StageRecompute* rc;
+    long n_recomputed;
     /* Tensor parallelism (docs/parallel.md "Tensor parallelism"; tp = 1: unsplit). This stage is TP rank tp_rank of tp over
      * the group tp_comm (not owned): its ParamTable holds only this rank's slice of each split tensor
      * (global names, slices recorded; runtime/model/tp.h says which), the ViT, projector and LM blocks
@@ -148,7 +169,13 @@ int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len);
 /* The error of a failed TP all-reduce during the last stage call (NULL when none). */
 const char* stage_tp_error(const Stage* st);
 void stage_free(Stage* st);
-/* Run the LM on st->be with f32-word activations (generation's KV cache; call before stage_acts_init). */
+/* Activation recompute of the LM blocks and of the tower's (Recompute, engine.h; docs/training.md "Activation
+ * recompute"): what each microbatch keeps, with one workspace for the stage. Call before stage_acts_init. A tower that
+ * does not train (no backward) keeps nothing already: its mode is then RECOMPUTE_NONE. Bitwise the same training
+ * numbers as without. */
+void stage_set_recompute(Stage* st, Recompute lm, Recompute tower);
+/* Run the LM on st->be with f32-word activations (generation's KV cache; call before stage_acts_init); activation
+ * recompute off (no backward follows). */
 void stage_keep_f32_activations(Stage* st);
 
 typedef enum { ACTS_EMPTY = 0, ACTS_FORWARD = 1, ACTS_INPUT_GRAD = 2 } ActsState;
@@ -214,6 +241,10 @@ int model_bf16_vision(const ModelConfig* cfg);
  * tensors trainable), and keeps nothing for a backward, as stage_init_tp lays it out. */
 size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
                                  int lm_act_bytes, int vit_train);
+/* model_stage_acts_bytes_lm under activation recompute (lm, tower: Recompute), with *ws (may be NULL) the bytes of
+ * the stage's one recompute workspace (StageRecompute) beside the microbatches' blocks. */
+size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
+                                 int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws);
 /* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* The stage's largest attention calls at a microbatch of at most max_tokens LM tokens and max_patches image

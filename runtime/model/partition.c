@@ -19,6 +19,12 @@ PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double 
     return c;
 }
 
+PartitionCost partition_cost_recompute(PartitionCost c, int lm_full, int tower_full) {
+    if (lm_full) c.per_layer *= 4.0 / 3.0;
+    if (tower_full) c.first_extra *= 4.0 / 3.0;
+    return c;
+}
+
 static double stage_cost(int s, int S, int layers, PartitionCost c) {
     double x = layers * c.per_layer;
     if (s == 0) x += c.first_extra;

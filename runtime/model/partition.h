@@ -18,6 +18,12 @@ typedef struct {
 PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double tokens, double patches,
                                    double patches_per_image, double tokens_per_sample, int patch);
 
+/* The cost under full activation recompute (train.recompute, docs/training.md "Activation recompute"): a block whose
+ * forward re-runs in its backward costs 4 forward passes instead of 3. lm_full: the LM blocks (per_layer); tower_full:
+ * the first stage's extra (the ViT dominates it; the projector and the embedding are not recomputed, left in). Selective
+ * recompute re-runs an elementwise op the FLOP model does not count. */
+PartitionCost partition_cost_recompute(PartitionCost c, int lm_full, int tower_full);
+
 /* Split L layers over S = pp * chunks virtual stages (contiguous, each >= 1 layer when L >= S,
  * otherwise some stages may be empty) minimising the most expensive stage. out_layers[S]. Returns 0,
  * or -1 when L < 1. */

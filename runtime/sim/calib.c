@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data/loader.h"
+#include "engine/engine.h"
 #include "engine/util.h"
 #include "runtime/model/partition.h"
 #include "runtime/sim/sim.h"
@@ -154,6 +155,8 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
     double tok = (double)c->microbatch_tokens * M;
     PartitionCost pc = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tok, mm ? 0.5 * tok : 0.0,
                                             0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    int lm_full = c->recompute_lm == RECOMPUTE_FULL, tower_full = c->recompute_tower == RECOMPUTE_FULL;
+    pc = partition_cost_recompute(pc, lm_full, tower_full); /* as the trainer splits (runtime/train/layout.c) */
     partition_auto(c->Lt, P, pc, layers);
     /* 4. durations: FLOPs / rate; F = 1/3 of forward + backward, B = 2/3 (split: B = W = 1/3) */
     d->P = P, d->M = M, d->split = c->split;
@@ -172,6 +175,8 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         for (int s = 0; s < P; s++) {
             double fl = layers[s] * k.per_layer + (s == 0 ? k.first_extra : 0) + (s == P - 1 ? k.last_extra : 0);
             double sec = fl / c->flops;
+            /* full recompute: the recomputed forward (a third of the block's forward + backward) in B, and in W too */
+            double rc = ((lm_full ? layers[s] * k.per_layer : 0) + (s == 0 && tower_full ? k.first_extra : 0)) / 3 / c->flops;
             /* stragglers: rank s starts an episode with probability straggler_prob per microbatch and
              * runs straggler_len microbatches straggler_factor times slower */
             if (slow_left[s] == 0 && c->straggler_prob > 0 && u01(&y) < c->straggler_prob) slow_left[s] = c->straggler_len;
@@ -183,10 +188,10 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
             size_t i = (size_t)s * M + m;
             d->F[i] = sec / 3 * slow * jf;
             if (c->split) {
-                d->B[i] = sec / 3 * slow * jb;
-                d->W[i] = sec / 3 * slow * jw;
+                d->B[i] = (sec / 3 + rc) * slow * jb;
+                d->W[i] = (sec / 3 + rc) * slow * jw;
             } else {
-                d->B[i] = 2 * sec / 3 * slow * jb;
+                d->B[i] = (2 * sec / 3 + rc) * slow * jb;
             }
             total += d->F[i] + d->B[i] + (c->split ? d->W[i] : 0);
         }

@@ -153,6 +153,10 @@ typedef struct {
     int microbatch_tokens;  /* the token budget (data.microbatch_tokens) */
     int Dv, Lv, Dt, Lt, F, V, patch, min_patches, max_patches; /* the model (recipe [model], data.*_patches) */
     int split;              /* 1: B and W separately (1/3 each of forward + backward), else B = 2/3 */
+    /* train.recompute of the LM blocks and the tower (Recompute, engine.h; 0 = none): under full recompute B grows by
+     * the recomputed forward, and so does W under the split backward (its own recompute); selective re-runs an
+     * elementwise op the FLOP model does not count */
+    int recompute_lm, recompute_tower;
     /* sample mix (defaults: LLaVA-1.5's 665K mix, approximated) */
     double text_only_share;   /* share of text-only samples (ShareGPT: 40,688 of 665,298 = 0.061) */
     double extra_image_prob;  /* each further image with this probability (LLaVA-1.5: 0, one image each) */

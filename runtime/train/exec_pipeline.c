@@ -228,6 +228,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         for (int u = 0; u < v; u++) l0 += layers[u];
         x->chunks[c] = callocCheck(1, sizeof(Stage));
         stage_init_tp(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be, r->tp, grid->t, grid->tp_group);
+        stage_set_recompute(x->chunks[c], (Recompute)recipe_recompute(r, 0), (Recompute)recipe_recompute(r, 1));
         if (!(r->zero && r->dp > 1)) params_alloc_optimizer(&x->chunks[c]->params); /* the distributed optimizer: shards only */
     }
     StepExec* ex = &x->ex;

@@ -81,6 +81,7 @@ void train_fmt_bytes(char* s, size_t n, double x) { fmt_bytes(s, n, x); }
  * amount) and its split activations. */
 typedef struct {
     double params, trainable, copy, act_mb; /* summed over a rank's stages */
+    double act_ws;                          /* the stages' activation-recompute workspaces (one each), summed */
     double scratch, wscratch;               /* one buffer per process: the largest stage's */
 } StageBytes;
 
@@ -106,7 +107,11 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     /* every position of the microbatch may be an image patch: the worst case */
     /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
     int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
-    o->act_mb = (double)model_stage_acts_bytes_lm(mc, l0, l1, T, T, 0, r->tp, lm_bytes, vit_train);
+    /* train.recompute: what a microbatch keeps, and the stage's one recompute workspace */
+    size_t ws = 0;
+    o->act_mb = (double)model_stage_acts_bytes_rc(mc, l0, l1, T, T, 0, r->tp, lm_bytes, vit_train, recipe_recompute(r, 0),
+                                                  recipe_recompute(r, 1), &ws);
+    o->act_ws = (double)ws;
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
     if (lm_bytes == 2) {
@@ -125,6 +130,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
 
 static void stage_bytes_add(StageBytes* acc, const StageBytes* s) {
     acc->params += s->params, acc->trainable += s->trainable, acc->copy += s->copy, acc->act_mb += s->act_mb;
+    acc->act_ws += s->act_ws;
     if (s->scratch > acc->scratch) acc->scratch = s->scratch;
     if (s->wscratch > acc->wscratch) acc->wscratch = s->wscratch;
 }
@@ -161,7 +167,7 @@ static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, i
         if (sb->copy > 0) out->weights -= sb->trainable * 4 * (1 - 1.0 / r->dp);
         out->scratch += r->dp * r->dp_bucket_mb * 1048576.0; /* the all-gather's staging buffer */
     }
-    out->acts = sb->act_mb * inflight;
+    out->acts = sb->act_mb * inflight + sb->act_ws;
     out->total = out->weights + out->grads + out->adam + out->acts + out->scratch;
 }
 
@@ -197,8 +203,10 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
  * patches, samples of 256 positions (recipes/README.md). */
 static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
     double tokens = (double)r->microbatch_tokens * r->microbatches;
-    return partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
-                                0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    PartitionCost k = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
+                                           0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    /* full recompute: the recomputed forwards are part of each block's cost */
+    return partition_cost_recompute(k, recipe_recompute(r, 0) == RECOMPUTE_FULL, recipe_recompute(r, 1) == RECOMPUTE_FULL);
 }
 
 static double budget_bytes(const Recipe* r) { return r->memory_budget * (double)(1ull << 30); }
@@ -300,6 +308,20 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
         t.zero = 1;
         if (layout_fits(&t, mc)) SUGGEST("--set parallel.zero=1");
     }
+    /* then activation recompute: the layout and the training numbers stay, the backward re-runs forwards */
+    static const char* const recompute_modes[] = {"selective", "full"};
+    for (int m = 0; m < 2; m++) {
+        int want = m == 0 ? RECOMPUTE_SELECTIVE : RECOMPUTE_FULL;
+        if (recipe_recompute(r, 0) >= want && recipe_recompute(r, 1) >= want) continue;
+        t = *r;
+        snprintf(t.recompute, sizeof t.recompute, "%s", recompute_modes[m]);
+        snprintf(t.recompute_lm, sizeof t.recompute_lm, "same");
+        snprintf(t.recompute_tower, sizeof t.recompute_tower, "same");
+        if (layout_fits(&t, mc)) {
+            SUGGEST("%s--set train.recompute=%s", len ? "; " : "", recompute_modes[m]);
+            break;
+        }
+    }
     if (!r->layers[0]) {
         for (int pp = r->pp + 1; pp <= mc->Lt && pp <= 2 * r->pp + 8 && mc->Lt <= SPLIT_FIT_MAX_LAYERS; pp++) {
             t = *r;
@@ -340,8 +362,8 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
         }
     }
 #undef SUGGEST
-    if (!out[0]) snprintf(out, n, "none of %smore pipeline ranks, runtime.cap, more tensor-parallel ranks or smaller "
-                                  "microbatches fits alone", r->dp > 1 && !r->zero ? "parallel.zero=1, " : "");
+    if (!out[0]) snprintf(out, n, "none of %sactivation recompute, more pipeline ranks, runtime.cap, more tensor-parallel "
+                                  "ranks or smaller microbatches fits alone", r->dp > 1 && !r->zero ? "parallel.zero=1, " : "");
 }
 
 static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char* note, size_t note_len, char* err,
@@ -430,6 +452,12 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     }
     fprintf(out, "layout: pp %d x tp %d x dp %d = %d ranks, %d chunk(s) per rank, hint %s, mode %s\n", r->pp, r->tp,
             r->dp, r->pp * r->tp * r->dp, r->chunks, r->hint, r->mode);
+    if (recipe_recompute(r, 0) != RECOMPUTE_NONE || recipe_recompute(r, 1) != RECOMPUTE_NONE) {
+        static const char* const rn[] = {"none", "selective", "full"};
+        fprintf(out, "activation recompute: LM blocks %s, tower %s (train.recompute: activations are what each microbatch "
+                     "keeps, times microbatches in flight, plus one block's recompute workspace per stage)\n",
+                rn[recipe_recompute(r, 0)], rn[recipe_recompute(r, 1)]);
+    }
     fprintf(out, "LM layers per virtual stage:");
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
     fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : "cost-balanced");

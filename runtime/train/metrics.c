@@ -78,6 +78,7 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
     if (s->bubble >= 0) bad |= fprintf(m->f, ",\"bubble\":%.4f", s->bubble) < 0;
     if (s->epoch >= 0) bad |= fprintf(m->f, ",\"epoch\":%.4f", s->epoch) < 0;
     if (s->eval_loss >= 0) bad |= fprintf(m->f, ",\"eval_loss\":%.9g", s->eval_loss) < 0;
+    if (s->recomputed_blocks > 0) bad |= fprintf(m->f, ",\"recomputed_blocks\":%lld", (long long)s->recomputed_blocks) < 0;
     if (s->has_device)
         bad |= fprintf(m->f, ",\"device_peak_mb\":%.1f,\"device_used_mb\":%.1f", s->device_peak_mb, s->device_used_mb) < 0;
     if (s->has_profile) {

@@ -20,6 +20,8 @@ typedef struct {
     double eta_s;
     double bubble;        /* pipeline bubble fraction, < 0 when not pipelined */
     int64_t skipped;      /* damaged samples skipped so far */
+    int64_t recomputed_blocks; /* blocks (LM and tower) whose activations this rank's backward recomputed in the step
+                                * (train.recompute; 0: the metrics row leaves it out) */
     double epoch;         /* samples seen / data set records (< 0: no data set, the synthetic source) */
     double eval_loss;     /* held-out loss at this step (train.eval_every; < 0: none) */
     /* device memory (CUDA backend; has_device 0 elsewhere): the backend's high-water mark and what the

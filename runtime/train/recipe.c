@@ -155,6 +155,19 @@ static const RecipeKey recipe_keys[] = {
      "initialised and left unused. Unlike checkpoint.resume: step 0, fresh optimiser state, any recipe. An import's "
      "model keys (and data.min_patches / max_patches) are taken where the recipe leaves them at their defaults; a "
      "recipe that sets a model key otherwise is refused, naming it. \"\" = none."},
+    {"train", "recompute", RKEY_ENUM, OFF(recompute), SZ(recompute), "none", 0, 0, "none|selective|full", 0,
+     "Activation recompute of the blocks' backward, trading compute for activation memory (docs/training.md "
+     "\"Activation recompute\"): `none` keeps every activation the backward reads; `selective` drops the MLP "
+     "activation's output (SwiGLU's, the tower's GELU: recomputed elementwise in the backward); `full` keeps each "
+     "block's input only and re-runs the block's forward inside its microbatch's backward (B; the split backward's W "
+     "re-runs it too). One block's workspace per stage holds what is recomputed, and the stage (not each microbatch "
+     "in flight) the fused backward's scratch. The training numbers are bitwise those without it. Per component: train.recompute_lm, train.recompute_tower."},
+    {"train", "recompute_lm", RKEY_ENUM, OFF(recompute_lm), SZ(recompute_lm), "same", 0, 0, "same|none|selective|full", 0,
+     "train.recompute for the LM blocks only (`same` = train.recompute's)."},
+    {"train", "recompute_tower", RKEY_ENUM, OFF(recompute_tower), SZ(recompute_tower), "same", 0, 0,
+     "same|none|selective|full", 0,
+     "train.recompute for the vision tower's blocks only (`same` = train.recompute's; a frozen tower keeps nothing for "
+     "a backward whatever it says)."},
     /* [optim] */
     {"optim", "lr", RKEY_FLOAT, OFF(lr), 0, "3e-3", 0, 10, 0, 1, "Peak learning rate."},
     {"optim", "min_lr", RKEY_FLOAT, OFF(min_lr), 0, "3e-4", 0, 10, 0, 1, "Learning rate at the end of the cosine decay (<= lr)."},
@@ -602,6 +615,12 @@ int recipe_set_derived(Recipe* r, const char* assignment, const char* origin, ch
     int i = recipe_key_find(section, key);
     snprintf(r->origin[i], sizeof r->origin[i], "%s", origin);
     return 0;
+}
+
+int recipe_recompute(const Recipe* r, int tower) {
+    const char* v = tower ? r->recompute_tower : r->recompute_lm;
+    if (!v[0] || !strcmp(v, "same")) v = r->recompute;
+    return !strcmp(v, "full") ? RECOMPUTE_FULL : !strcmp(v, "selective") ? RECOMPUTE_SELECTIVE : RECOMPUTE_NONE;
 }
 
 const char* recipe_origin(const Recipe* r, const char* section, const char* key) {

@@ -70,6 +70,8 @@ typedef struct {
     char freeze[256];             /* comma-separated parameter-name prefixes that do not train ("" = none) */
     char init_from[RECIPE_STR];   /* checkpoint folder whose matching tensors start this run ("" = none) */
     int overwrite;                /* a fresh start moves a used run folder's contents aside */
+    char recompute[12];           /* none | selective | full: activation recompute (recipe_recompute) */
+    char recompute_lm[12], recompute_tower[12]; /* same | none | selective | full: per component */
 
     /* [optim] — AdamW, docs/model.md "Initialisation and the optimiser" */
     double lr, min_lr;
@@ -161,6 +163,9 @@ int recipe_hash_diff(const Recipe* a, const Recipe* b, char* out, size_t size);
 void recipe_key_format(const Recipe* r, const RecipeKey* k, char* out, size_t size);
 /* Every key as "section.key = value", one per line, in table order (an INI file that loads back). */
 void recipe_print(const Recipe* r, FILE* f);
+/* The activation recompute (Recompute, engine/engine.h) of the LM blocks (tower 0) or the vision tower's (1):
+ * train.recompute_lm / _tower, or train.recompute where they say `same`. */
+int recipe_recompute(const Recipe* r, int tower);
 /* "FILE:LINE", "--set" or "default" for key section.key. */
 const char* recipe_origin(const Recipe* r, const char* section, const char* key);
 

@@ -833,6 +833,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     }
     float scale = (float)(1.0 / (double)plan.n_supervised);
     double loss_sum = 0.0, norm = 0.0;
+    for (int c = 0; c < ex->n_stages; c++) ex->stages[c]->n_recomputed = 0; /* this step's recomputed blocks */
     if (ex->forward_backward(ex, &plan, scale, (int)t->step + 1, dumping ? ddir : NULL, &loss_sum, err, err_len) != 0 ||
         step_exec_run_hooks(ex, err, err_len) != 0 || step_exec_grad_norm(ex, &norm, err, err_len) != 0 ||
         comm_allreduce(t->grid.dp_group, &loss_sum, 1, COMM_F64, COMM_SUM, err, err_len) != 0)
@@ -880,6 +881,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->peak_mem_mb = metrics_peak_rss_mb();
     s->eta_s = per * (double)(t->last_step - t->step);
     s->bubble = ex->bubble;
+    for (int c = 0; c < ex->n_stages; c++) s->recomputed_blocks += ex->stages[c]->n_recomputed;
     s->skipped = t->src.skipped(&t->src);
     /* the device: this rank's backend (every stage of a rank shares it) */
     if (dbe && dbe->dev->memory) {

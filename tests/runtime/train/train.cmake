@@ -520,3 +520,29 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(zero_train_nccl_emu_dp2 PROPERTIES LABELS mpi TIMEOUT 400 ENVIRONMENT
                        "MODE=emu;PRECISION=bf16;SETS=train.freeze=text.embed")
 endif()
+# Activation recompute (train.recompute, tests/runtime/train/train_recompute.sh): selective, full and the LM only
+# against no recompute, bit for bit (every step's loss and grad norm, a step's dumped gradients and weights), the
+# recomputed blocks counted in the metrics, the dry run's activations shrinking; one process in fp32 and bf16,
+# pp 2 under 1f1b and zb-h1 (the split backward's W recomputes too), and the emulated CUDA backend (within 1e-6: the
+# gathers' float atomics)
+add_test(NAME train_recompute COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute cpu: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute cpu)
+set_tests_properties(train_recompute PROPERTIES TIMEOUT 300)
+# the same with the CLIP tower (QuickGELU recomputed from its kept input; every block run) and the exact-GELU projector
+add_test(NAME train_recompute_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute cpu: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_clip cpu)
+set_tests_properties(train_recompute_clip PROPERTIES TIMEOUT 300 ENVIRONMENT
+                     "EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu")
+add_test(NAME train_recompute_pp COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute pp: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+         ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_pp pp ${RRFP_MPIRUN})
+set_tests_properties(train_recompute_pp PROPERTIES LABELS mpi TIMEOUT 300)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_recompute_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute emu: ok"
+           bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
+           ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_emu emu
+           $<TARGET_FILE:rrfp-mm-emu>)
+  set_tests_properties(train_recompute_emu PROPERTIES TIMEOUT 450)
+endif()
