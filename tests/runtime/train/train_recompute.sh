@@ -13,7 +13,7 @@
 #        fp32, and zb-h1 in bf16: the same bitwise checks on every rank's dump; rank 0's recomputed_blocks is
 #        microbatches x its blocks, twice that under zb-h1's full recompute (B and W each re-run the forward).
 #   emu EMU: the emulated CUDA backend (rrfp-mm-emu; fp32 full, and bf16 on its 2-byte activation tables, selective and
-#        full; 2 steps): every step's loss and grad norm, and every dumped tensor (within 1e-6 of its largest value), within
+#        full; 2 steps of one microbatch): every step's loss and grad norm, and every dumped tensor (within 1e-6 of its largest value), within
 #        TOL_EMU = 1e-6 of the run without recompute. The gathers' backwards (the token embedding's, CLIP's class and
 #        position embeddings') add repeated rows with float atomics in an order that depends on the emulator's
 #        scheduling (what ran before them: the recomputed forwards), so those gradients differ by fp32 reordering
@@ -190,7 +190,7 @@ pp)
   ;;
 emu)
   EMU=$1
-  M=2
+  M=1 # the emulation runs a microbatch in seconds
   unset RR_EMU_PROTECT
   run_emu() { # precision recompute
     "$EMU" train "$RECIPE" "${common[@]}" --set runtime.backend=cuda --set runtime.precision=$1 \
