@@ -529,12 +529,13 @@ add_test(NAME train_recompute COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/uti
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute cpu)
 set_tests_properties(train_recompute PROPERTIES TIMEOUT 300)
-# the same with the CLIP tower (QuickGELU recomputed from its kept input; every block run) and the exact-GELU projector
+# the same with the CLIP tower (QuickGELU recomputed from its kept input; every block run), the exact-GELU projector
+# and LoRA on the LM (the recompute redraws the adapters' dropout and the down projection's adapter input)
 add_test(NAME train_recompute_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute cpu: ok"
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_clip cpu)
 set_tests_properties(train_recompute_clip PROPERTIES TIMEOUT 300 ENVIRONMENT
-                     "EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu")
+                     "EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
 add_test(NAME train_recompute_pp COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute pp: ok"
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_pp pp ${RRFP_MPIRUN})
