@@ -547,6 +547,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
             if (a0 < n_attn) st->lbe->dev->reserve(st->lbe, gemm, st->params.gtotal, &attn[a0], n_attn - a0);
         }
     }
+    /* runtime.cuda_graphs: the tower's forward replayed as a graph per shape (runtime/model/vit_graph.c); not under
+     * runtime.profile, which times each op apart */
+    for (int c = 0; c < t->ex->n_stages; c++) t->ex->stages[c]->cuda_graphs = !strcmp(r->cuda_graphs, "auto") && !r->profile;
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
     if (step_exec_add_dp_reduce(t->ex, t->grid.dp_group, r->dp_bucket_mb, r->dp_overlap, 600, err, err_len) != 0) return -1;
