@@ -55,9 +55,11 @@ void vit_forward_graphed(Stage* st, const Backend* vbe, VitActs* a) {
         vit_forward_run(vbe, &st->vc, &st->vit_w, a);
         return;
     }
-    if (!st->vit_graphs) st->vit_graphs = calloc(1, sizeof *st->vit_graphs);
+    if (!st->vit_graphs) {
+        st->vit_graphs = mallocCheck(sizeof *st->vit_graphs);
+        memset(st->vit_graphs, 0, sizeof *st->vit_graphs);
+    }
     struct VitGraphs* gs = st->vit_graphs;
-    if (!gs) rr_die("out of host memory (the tower's graphs)");
     VitGraphKey k;
     memset(&k, 0, sizeof k);
     k.be = vbe, k.a = a, k.patches = a->patches, k.img_cu = a->img_cu, k.prow = a->prow, k.pcol = a->pcol;
