@@ -109,6 +109,17 @@ typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE = 1, RECOMPUTE_FULL = 2 }
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
 } AdamWConfig;
+/* One tensor of a multi-tensor AdamW (BackendOps.adamw_multi): adamw_update's param, grad, m, v and n, its
+ * decay flag, which of the call's configurations it takes (cfg: an index, e.g. 1 for the projector's
+ * optim.projector_lr) and its compute copy (adamw_update_copy's; copy.p NULL: none). */
+typedef struct {
+    float* param;
+    const float* grad;
+    float *m, *v;
+    size_t n;
+    int decay, cfg;
+    Buf copy;
+} AdamwTensor;
 
 
 /* Elementwise activations of BackendOps.act_forward / act_backward (the CLIP tower and Hugging Face's
@@ -227,6 +238,15 @@ typedef struct BackendDevice {
     void (*profile_take)(BackendProfile* out);
     /* Device memory now (NULL on the CPU device, whose memory is the process's RSS). */
     void (*memory)(BackendMemory* out);
+    /* Graphs (runtime.cuda_graphs; NULL on a device without them, the CPU's): graph_begin starts recording the work
+     * enqueued on be's stream instead of running it, graph_end stops and returns the recorded work instantiated,
+     * graph_launch runs it again on be's stream (one launch), graph_free releases it. A replay reruns the work with
+     * the host values it was recorded with (pointers, sizes, scalars): only work whose host values are the same at
+     * every replay may be recorded, and nothing recorded may synchronise, allocate or copy to the host. */
+    void (*graph_begin)(const struct Backend* be);
+    void* (*graph_end)(const struct Backend* be);
+    void (*graph_launch)(const struct Backend* be, void* graph);
+    void (*graph_free)(void* graph);
 } BackendDevice;
 
 /* ---- 2-byte output gradients: the ops of the ops table with act_dtype = DTYPE_BF16 (the CUDA backend's
@@ -462,6 +482,11 @@ typedef struct BackendOps {
                             uint64_t seed);
     void (*dropout_backward)(const struct Backend* be, float* dinp, const float* dout, int N, int C, int ld_g, int c0,
                              float p, uint64_t seed);
+    /* AdamW over n tensors in one pass (one launch on CUDA, over a device-side table of chunks of the tensors,
+     * kept between calls while the tensors are the same): each tensor as adamw_update (copy.p NULL) or
+     * adamw_update_copy would update it with cfgs[ts[i].cfg], bit for bit. NULL: the caller calls those per
+     * tensor. */
+    void (*adamw_multi)(const struct Backend* be, const AdamwTensor* ts, int n, const AdamWConfig* cfgs, int ncfg, int t);
 } BackendOps;
 
 typedef struct Backend {

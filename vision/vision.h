@@ -252,6 +252,13 @@ void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N
 void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n);
 void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
                  const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N);
+/* vit_forward in two parts: prepare sets the microbatch's host state and uploads what the host derives from its
+ * images (CLIP's token tables: it reads the grids back, so it synchronises); run enqueues the device work only,
+ * whose host values (pointers, N, I, the token count) depend on nothing else: what a CUDA graph may record
+ * (runtime/model/vit_graph.c). */
+void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, const float* patches, const int32_t* img_cu,
+                         int I, const int32_t* prow, const int32_t* pcol, int N);
+void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a);
 /* B: from a->dvout (filled by the caller) down to the patch-embed output; keeps the block gradients. */
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a);
 /* W: adds every vision weight gradient into g. */

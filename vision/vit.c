@@ -508,18 +508,20 @@ static void clip_layout_tokens(const Backend* be, const VitConfig* c, VitActs* a
 
 /* The patch rows in CLIP's channel-major order: value (ch, r, c) of patch n from the loader's (r, c, ch),
  * a gather of 1-wide rows whose index (the same for every microbatch) is uploaded once. */
-static void clip_patches_channel_major(const Backend* be, const VitConfig* c, VitActs* a) {
+static void clip_patches_channel_major_index(const Backend* be, const VitConfig* c, VitActs* a) {
     int p = c->patch, P = 3 * p * p;
     size_t NP = (size_t)a->max_N * P;
-    if (!a->cm_ready) {
-        for (size_t n = 0; n < (size_t)a->max_N; n++)
-            for (int ch = 0; ch < 3; ch++)
-                for (int r = 0; r < p; r++)
-                    for (int col = 0; col < p; col++)
-                        a->h_cm[n * P + ((size_t)ch * p + r) * p + col] = (int32_t)(n * P + ((size_t)r * p + col) * 3 + ch);
-        be->dev->copy_h2d(be, a->cm_idx, a->h_cm, NP * sizeof(int32_t));
-        a->cm_ready = 1;
-    }
+    for (size_t n = 0; n < (size_t)a->max_N; n++)
+        for (int ch = 0; ch < 3; ch++)
+            for (int r = 0; r < p; r++)
+                for (int col = 0; col < p; col++)
+                    a->h_cm[n * P + ((size_t)ch * p + r) * p + col] = (int32_t)(n * P + ((size_t)r * p + col) * 3 + ch);
+    be->dev->copy_h2d(be, a->cm_idx, a->h_cm, NP * sizeof(int32_t));
+    a->cm_ready = 1;
+}
+static void clip_patches_channel_major(const Backend* be, const VitConfig* c, VitActs* a) {
+    int p = c->patch, P = 3 * p * p;
+    if (!a->cm_ready) clip_patches_channel_major_index(be, c, a);
     size_t n = (size_t)a->N * P;
     /* the gather's table: the patches in the activation storage (2-byte: narrowed on the host, the rounding the
      * bf16 table's gather store gives them) */
@@ -530,8 +532,7 @@ static void clip_patches_channel_major(const Backend* be, const VitConfig* c, Vi
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
 static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     int N = a->N, D = c->D, P = 3 * c->patch * c->patch;
-    clip_layout_tokens(be, c, a);
-    clip_patches_channel_major(be, c, a);
+    clip_patches_channel_major(be, c, a); /* the token layout: vit_forward_prepare's */
     int T = a->T;
     be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, a->patches_cm), be_weight(be, w->patch_w), buf_none(), N, P, D);
     be->dev->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
@@ -579,8 +580,8 @@ void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = rr_f32_to_bf16(in[i]);
 }
 
-void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
-                 const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N) {
+void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, const float* patches, const int32_t* img_cu,
+                         int I, const int32_t* prow, const int32_t* pcol, int N) {
     RR_ASSERT(N <= a->max_N);
     a->N = N;
     a->I = I;
@@ -589,7 +590,21 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
     a->pcol = pcol;
     a->patches = patches;
     a->T = N;
+    if (N == 0 || c->arch != VIT_ARCH_CLIP) return;
+    clip_layout_tokens(be, c, a); /* reads the images' grids back, writes the token tables */
+    if (!a->cm_ready) clip_patches_channel_major_index(be, c, a);
+}
+
+void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
+                 const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N) {
+    vit_forward_prepare(be, c, a, patches, img_cu, I, prow, pcol, N);
+    vit_forward_run(be, c, w, a);
+}
+
+void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
+    int N = a->N;
     if (N == 0) return;
+    const float* patches = a->patches;
     int D = c->D, P = 3 * c->patch * c->patch;
     if (c->arch == VIT_ARCH_CLIP) {
         clip_embed_forward(be, c, w, a);

@@ -394,6 +394,7 @@ PROF_OP(PROF_OPTIMISER, cuda_sum_squares)
 PROF_OP(PROF_OPTIMISER, cuda_scale)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_update)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_update_copy)
+PROF_OP(PROF_OPTIMISER, cuda_adamw_multi)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward)
@@ -454,6 +455,25 @@ static const BackendB16 backend_cuda_bf16a_b16 = {
 
 // ---- the tables ----------------------------------------------------------------------------------
 
+// ---- graphs (BackendDevice.graph_*; runtime.cuda_graphs) ------------------------------------------
+// Global capture mode: any call that is unsafe during a capture (a synchronisation, cudaMalloc) fails it
+// instead of passing silently.
+static void cuda_graph_begin(const Backend* be) {
+    cudaCheck(cudaStreamBeginCapture(cuda_stream(be), cudaStreamCaptureModeGlobal));
+}
+static void* cuda_graph_end(const Backend* be) {
+    cudaGraph_t g;
+    cudaCheck(cudaStreamEndCapture(cuda_stream(be), &g));
+    cudaGraphExec_t e;
+    cudaCheck(cudaGraphInstantiate(&e, g, 0));
+    cudaCheck(cudaGraphDestroy(g));
+    return (void*)e;
+}
+static void cuda_graph_launch(const Backend* be, void* graph) {
+    cudaCheck(cudaGraphLaunch((cudaGraphExec_t)graph, cuda_stream(be)));
+}
+static void cuda_graph_free(void* graph) { cudaCheck(cudaGraphExecDestroy((cudaGraphExec_t)graph)); }
+
 static const BackendDevice cuda_device = {
     .name = "cuda",
     .host_addressable = 0, // device memory, reached through copy_*
@@ -475,6 +495,10 @@ static const BackendDevice cuda_device = {
     .profile = cuda_profile,
     .profile_take = cuda_profile_take,
     .memory = cuda_memory,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
 };
 
 // the f32 ops: the base of the bf16 tables below
@@ -518,6 +542,7 @@ static const BackendOps cuda_ops = {
     .b16 = NULL,
     .dropout_forward = prof_cuda_dropout_forward,
     .dropout_backward = prof_cuda_dropout_backward,
+    .adamw_multi = prof_cuda_adamw_multi,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and

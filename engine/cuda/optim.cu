@@ -160,3 +160,133 @@ void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, 
     }
     cudaCheck(cudaGetLastError());
 }
+
+// ---- multi-tensor AdamW (BackendOps.adamw_multi) -------------------------------------------------
+// Every tensor of a stage in one launch: the tensors are cut into chunks of at most ADAMW_CHUNK values, one
+// block a chunk, over a device-side table of the chunks (the tensor's pointers advanced to the chunk's first
+// value, its length, which step scalars it takes and its compute copy's kind). Each value goes through
+// rr_adamw_element with the RrAdamwStep its tensor's per-tensor call would compute (rr_adamw_step of the
+// same configuration, t and decay flag), so the bits are adamw_update's / adamw_update_copy's. The table
+// depends only on the tensors (their pointers, lengths, flags): it is built and copied to the device the
+// first time a list of tensors comes and reused while the same list comes again (every step), so a step
+// costs one launch and no copy; the step's scalars (lr, t) travel by value in the launch.
+#define ADAMW_CHUNK 16384     // values a block: 64 per thread, 5 MB of table for 7e9 values
+#define ADAMW_MAX_CFGS 4      // configurations a call (the trainer uses 2: the rest and the projector)
+#define ADAMW_TABLE_CACHE 8   // tables kept (a process runs a few stages at most)
+
+struct AdamwChunk {
+    float* param;
+    const float* grad;
+    float *m, *v;
+    void* copy;            // the compute copy's first value of the chunk, or NULL
+    unsigned n;            // values in the chunk (<= ADAMW_CHUNK)
+    unsigned char step;    // index into AdamwSteps.s: 2 cfg + decay
+    unsigned char copy_dt; // 0 none, 1 bf16 (2-byte words), 2 f32 words holding the bf16 value
+};
+struct AdamwSteps {
+    RrAdamwStep s[2 * ADAMW_MAX_CFGS];
+};
+
+static __global__ void adamw_multi_kernel(const AdamwChunk* table, AdamwSteps steps) {
+    const AdamwChunk* ch = &table[blockIdx.x];
+    const RrAdamwStep* c = &steps.s[ch->step];
+    for (unsigned i = threadIdx.x; i < ch->n; i += OPTIM_BLOCK) {
+        rr_adamw_element(&ch->param[i], &ch->m[i], &ch->v[i], ch->grad[i], c);
+        if (ch->copy_dt == 1)
+            ((uint16_t*)ch->copy)[i] = rr_f32_to_bf16(ch->param[i]);
+        else if (ch->copy_dt == 2)
+            ((float*)ch->copy)[i] = rr_bf16_round(ch->param[i]);
+    }
+}
+
+struct AdamwTable {
+    AdamwTensor* ts; // the list it was built from (the cache's key)
+    int n;
+    AdamwChunk* dev;
+    size_t nchunks;
+    unsigned long last_use;
+};
+static AdamwTable adamw_tables[ADAMW_TABLE_CACHE];
+static unsigned long adamw_clock;
+
+static int adamw_same_list(const AdamwTable* tb, const AdamwTensor* ts, int n) {
+    if (!tb->ts || tb->n != n) return 0;
+    for (int i = 0; i < n; i++) {
+        const AdamwTensor *a = &tb->ts[i], *b = &ts[i];
+        if (a->param != b->param || a->grad != b->grad || a->m != b->m || a->v != b->v || a->n != b->n ||
+            a->decay != b->decay || a->cfg != b->cfg || a->copy.p != b->copy.p || (a->copy.p && a->copy.dt != b->copy.dt))
+            return 0;
+    }
+    return 1;
+}
+
+// the device table for this list: the cached one, else built, copied (on the call's stream) and cached in the
+// least recently used slot
+static const AdamwTable* adamw_table(const AdamwTensor* ts, int n, cudaStream_t stream) {
+    AdamwTable* slot = &adamw_tables[0];
+    for (int k = 0; k < ADAMW_TABLE_CACHE; k++) {
+        AdamwTable* tb = &adamw_tables[k];
+        if (adamw_same_list(tb, ts, n)) {
+            tb->last_use = ++adamw_clock;
+            return tb;
+        }
+        if (tb->last_use < slot->last_use) slot = tb;
+    }
+    size_t nchunks = 0;
+    for (int i = 0; i < n; i++) nchunks += (ts[i].n + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+    RR_ASSERT(nchunks <= 0x7fffffffu); // grid.x
+    AdamwChunk* host = (AdamwChunk*)malloc((nchunks ? nchunks : 1) * sizeof(AdamwChunk));
+    AdamwTensor* key = (AdamwTensor*)malloc((n ? n : 1) * sizeof(AdamwTensor));
+    if (!host || !key) rr_die("out of host memory (the multi-tensor AdamW's table of %zu chunks)", nchunks);
+    memcpy(key, ts, (size_t)n * sizeof(AdamwTensor));
+    size_t c = 0;
+    for (int i = 0; i < n; i++) {
+        const AdamwTensor* t = &ts[i];
+        int dt = !t->copy.p ? 0 : t->copy.dt == DTYPE_BF16 ? 1 : 2;
+        for (size_t o = 0; o < t->n; o += ADAMW_CHUNK, c++) {
+            AdamwChunk* ch = &host[c];
+            ch->param = t->param + o;
+            ch->grad = t->grad + o;
+            ch->m = t->m + o;
+            ch->v = t->v + o;
+            ch->copy = dt == 0 ? NULL : dt == 1 ? (void*)((uint16_t*)t->copy.p + o) : (void*)((float*)t->copy.p + o);
+            ch->n = (unsigned)(t->n - o < ADAMW_CHUNK ? t->n - o : ADAMW_CHUNK);
+            ch->step = (unsigned char)(2 * t->cfg + (t->decay ? 1 : 0));
+            ch->copy_dt = (unsigned char)dt;
+        }
+    }
+    if (slot->ts) { // evict: the table may still be read by a queued launch, which cudaFree waits for
+        free(slot->ts);
+        if (slot->dev) cuda_free_tracked(slot->dev);
+    }
+    slot->ts = key;
+    slot->n = n;
+    slot->nchunks = nchunks;
+    slot->dev = NULL;
+    if (nchunks) {
+        cuda_malloc_tracked((void**)&slot->dev, nchunks * sizeof(AdamwChunk));
+        // pageable source: the copy has read it when the call returns
+        cudaCheck(cudaMemcpyAsync(slot->dev, host, nchunks * sizeof(AdamwChunk), cudaMemcpyHostToDevice, stream));
+    }
+    free(host);
+    slot->last_use = ++adamw_clock;
+    return slot;
+}
+
+void cuda_adamw_multi(const Backend* be, const AdamwTensor* ts, int n, const AdamWConfig* cfgs, int ncfg, int t) {
+    RR_ASSERT(t >= 1 && n >= 0 && ncfg >= 1 && ncfg <= ADAMW_MAX_CFGS);
+    for (int i = 0; i < n; i++)
+        RR_ASSERT(ts[i].cfg >= 0 && ts[i].cfg < ncfg && (!ts[i].copy.p || ts[i].copy.dt == DTYPE_BF16 || ts[i].copy.dt == DTYPE_F32));
+    cudaStream_t stream = cuda_stream(be);
+    const AdamwTable* tb = adamw_table(ts, n, stream);
+    if (tb->nchunks == 0) return;
+    AdamwSteps steps;
+    memset(&steps, 0, sizeof steps);
+    for (int k = 0; k < ncfg; k++)
+        for (int d = 0; d < 2; d++) {
+            const AdamWConfig* c = &cfgs[k];
+            steps.s[2 * k + d] = rr_adamw_step(c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, t, d);
+        }
+    adamw_multi_kernel<<<(unsigned)tb->nchunks, OPTIM_BLOCK, 0, stream>>>(tb->dev, steps);
+    cudaCheck(cudaGetLastError());
+}

@@ -467,6 +467,7 @@ void stage_keep_f32_activations(Stage* st) {
 }
 
 void stage_free(Stage* st) {
+    vit_graphs_free(st);
     vit_weights_free(&st->vit_w);
     vit_weights_free(&st->vit_g);
     free(st->blk_w);
@@ -1074,7 +1075,8 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             }
         }
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
-        vit_forward(vbe, &st->vc, &st->vit_w, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
         projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, be_act(vbe, a->vit.vout), a->Np);
         stage_assemble(st, a, x0);
     } else {

@@ -147,7 +147,19 @@ typedef struct {
     /* LoRA's dropout: the optimiser step (1-based) the next forwards train in, set by the step executors; 0 (the
      * default: evaluation, generation, checks) runs without dropout */
     int64_t lora_step;
+    /* runtime.cuda_graphs: the tower's forward recorded once per shape and replayed (runtime/model/vit_graph.c);
+     * 0 (the default): launched op by op. vit_graphs: the recorded graphs (owned; stage_free releases them). */
+    int cuda_graphs;
+    struct VitGraphs* vit_graphs;
 } Stage;
+
+/* runtime/model/vit_graph.c: the tower's device work of a forward (vit_forward_run, after vit_forward_prepare) as a
+ * CUDA graph where st->cuda_graphs is set and vbe's device has graphs: a shape (the activations, N, I, the token
+ * count) seen for the first time runs eagerly, the second time it is recorded and replayed, later it is replayed
+ * (one launch). Elsewhere vit_forward_run. vit_graphs_replays: the replays so far (tests). */
+void vit_forward_graphed(Stage* st, const Backend* vbe, VitActs* a);
+long vit_graphs_replays(const Stage* st);
+void vit_graphs_free(Stage* st);
 
 /* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
 void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be);

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 #include "engine/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 double optim_grad_sum_squares(const Stage* st) {
@@ -38,6 +39,22 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
     /* optim.projector_lr: the projector's parameters on the same schedule, scaled (LLaVA's mm_projector_lr) */
     AdamWConfig pcfg = cfg;
     if (r->projector_lr > 0 && r->lr > 0) pcfg.lr = (float)((double)lr * r->projector_lr / r->lr);
+    if (be->ops->adamw_multi) { /* every trainable tensor in one pass (one launch on CUDA), the same bits */
+        AdamWConfig cfgs[2] = {cfg, pcfg};
+        AdamwTensor* ts = mallocCheck((pt->n ? pt->n : 1) * sizeof *ts);
+        int n = 0;
+        for (int i = 0; i < pt->n; i++) {
+            const ParamSpec* s = &pt->specs[i];
+            if (s->frozen) continue;
+            Buf none = {0};
+            ts[n++] = (AdamwTensor){pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+                                    s->decay, !strncmp(s->name, "projector.", 10),
+                                    pt->compute ? params_compute_buf(pt, i) : none};
+        }
+        be->ops->adamw_multi(be, ts, n, cfgs, 2, t);
+        free(ts);
+        return;
+    }
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (s->frozen) continue; /* train.freeze: no state, no update, no weight decay */

@@ -103,6 +103,7 @@ typedef struct {
     double memory_budget; /* GiB per rank the layer split must fit (0: none) */
     int trace;         /* write Chrome traces */
     int profile;       /* per-step GPU time and launches per op kind (CUDA backend) */
+    char cuda_graphs[8]; /* auto | off: the tower's forward recorded once per shape and replayed (CUDA backend) */
     char compute[RECIPE_STR]; /* "model", or "replay:FILE" (tasks sleep the file's durations) */
     double replay_scale;      /* seconds per time unit of the replay file */
 

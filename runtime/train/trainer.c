@@ -547,6 +547,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
             if (a0 < n_attn) st->lbe->dev->reserve(st->lbe, gemm, st->params.gtotal, &attn[a0], n_attn - a0);
         }
     }
+    /* runtime.cuda_graphs: the tower's forward replayed as a graph per shape (runtime/model/vit_graph.c); not under
+     * runtime.profile, which times each op apart */
+    for (int c = 0; c < t->ex->n_stages; c++) t->ex->stages[c]->cuda_graphs = !strcmp(r->cuda_graphs, "auto") && !r->profile;
     /* DP: the gradient sum over the replicas at the step end (its buckets start early where the
      * executor reports chunks done) */
     int zero = r->zero && t->grid.dp > 1 && !eval_only; /* the distributed optimizer, set up after the load below */

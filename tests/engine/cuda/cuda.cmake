@@ -128,3 +128,11 @@ add_test(NAME train_gpu_pp2_one_device
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_gpu_one_device.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_gpu_pp2_one_device ${RRFP_MPIRUN})
 set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+# The multi-tensor AdamW (BackendOps.adamw_multi: every tensor of a stage in one launch) bitwise against the
+# per-tensor one, and its launches (tests/engine/cuda/test_adamw_multi.c), strict
+add_executable(test_adamw_multi_emu tests/engine/cuda/test_adamw_multi.c)
+target_link_libraries(test_adamw_multi_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_adamw_multi_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME adamw_multi_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "adamw_multi: ok" $<TARGET_FILE:test_adamw_multi_emu>)
+set_tests_properties(adamw_multi_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")

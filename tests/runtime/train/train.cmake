@@ -452,6 +452,11 @@ if(TARGET rrfp_cuda_emu)
                    $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
                    ${CMAKE_CURRENT_BINARY_DIR}/train_profile_emu)
   set_tests_properties(train_profile_emu PROPERTIES TIMEOUT 300)
+  # the launches of a step held (the emulation's count against the profiler's; tests/runtime/train/train_launches_emu.sh)
+  add_test(NAME train_launches_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train launches emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_launches_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_launches_emu)
+  set_tests_properties(train_launches_emu PROPERTIES TIMEOUT 300)
   # the communication kind: NCCL operations timed on their streams (pp 2 under mpirun)
   add_test(NAME train_profile_nccl_emu
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train profile nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_profile_nccl_emu.sh

@@ -324,6 +324,33 @@ extern "C" size_t emu_traffic_n(void);
 extern "C" const EmuTraffic* emu_traffic_at(size_t i);
 void emu_traffic_label(const char* op, int kind);
 
+/* CUDA graphs: stream capture and replay. Between cudaStreamBeginCapture(s) and cudaStreamEndCapture(s) the
+ * kernel launches, cuBLAS(Lt) products, memsets and copies enqueued on s are recorded in order instead of run
+ * (their launch configurations and pointer arguments checked at the call, as always); cudaGraphLaunch runs the
+ * recorded operations again, in order, on its stream, each with the device memory protection, guard checks and
+ * traffic counting of an ordinary one. What a capture may not contain is an error naming it, as a GPU refuses it
+ * or would give the host a value that is not there yet: a synchronisation of the captured stream, a copy to the
+ * host, cudaMalloc / cudaFree, an event record or wait on the captured stream (not emulated), a second capture. A
+ * host source of a copy is read at each replay (as a graph's memcpy node reads its pointer). */
+typedef struct EmuGraph* cudaGraph_t;
+typedef struct EmuGraph* cudaGraphExec_t; /* an instantiated graph: a copy of the recorded list */
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+                             cudaStreamCaptureModeRelaxed = 2 };
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+/* the operations a graph holds (tests: the replay ran what the capture recorded) */
+extern "C" long emu_graph_nodes(cudaGraphExec_t e);
+
+/* Device operations accepted so far, per kind (the launches a GPU would see): kernel launches, cuBLAS /
+ * cuBLASLt products, memsets, copies, graph launches (cudaGraphLaunch: one each, whatever the graph holds).
+ * A step's count is the difference of two reads (RR_EMU_STEP_LAUNCHES, wrap.c). */
+enum { EMU_OP_KERNEL, EMU_OP_BLAS, EMU_OP_MEMSET, EMU_OP_COPY, EMU_OP_GRAPH, EMU_OPS };
+extern "C" void emu_op_counts(long* out);
+
 /* statistics of the emulation (for the test's summary line) */
 struct EmuStats {
     long launches, blocks, fibers, switches;

@@ -39,6 +39,37 @@ dim3 threadIdx, blockIdx, blockDim, gridDim;
 static EmuStats stats;
 static cudaError_t sticky = cudaSuccess;
 
+/* Device operations accepted so far, by what a GPU would launch (emu_op_counts, cuda_emu.h): counted at the
+ * call, once each, whatever RR_EMU_ORDERS / RR_EMU_COMPUTE_DELAY do with the running */
+static long op_counts[EMU_OPS];
+extern "C" void emu_op_counts(long* out) {
+    for (int i = 0; i < EMU_OPS; i++) out[i] = op_counts[i];
+}
+
+/* ---- graphs: the stream being captured and what it recorded (cuda_emu.h) ---- */
+struct EmuStream;
+struct EmuGraph {
+    std::vector<std::function<void()>> nodes;
+};
+static EmuStream* capture_stream; /* NULL: no capture */
+static EmuGraph* capture_graph;
+static EmuStream* S(cudaStream_t s);
+static int capturing(cudaStream_t st) { return capture_stream && S(st) == capture_stream; }
+static int capture_any(void) { return capture_stream != NULL; }
+/* an operation on the captured stream: recorded, not run (1) */
+static int capture_add(cudaStream_t st, const std::function<void()>& run) {
+    if (!capturing(st)) return 0;
+    capture_graph->nodes.push_back(run);
+    return 1;
+}
+static void emu_fail(cudaError_t err, const char* fmt, ...);
+/* an API call a capture may not contain (cuda_emu.h) */
+static int capture_refuse(const char* what) {
+    if (!capture_any()) return 0;
+    emu_fail(cudaErrorInvalidValue, "%s during a stream capture (a GPU refuses it, or the host would read a value the graph has not made yet)", what);
+    return 1;
+}
+
 static void emu_fail(cudaError_t err, const char* fmt, ...) {
     if (sticky != cudaSuccess) return; /* the first error is the one that matters */
     sticky = err;
@@ -255,6 +286,7 @@ static long malloc_calls;
 extern "C" long emu_malloc_count(void) { return malloc_calls; }
 cudaError_t emu_malloc(void** p, size_t bytes) {
     if (sticky) return sticky;
+    if (capture_refuse("cudaMalloc")) return sticky;
     malloc_calls++;
     protect_init();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -282,6 +314,7 @@ static void sync_device(void) { drain(NULL); }
 cudaError_t cudaFree(void* p) {
     if (sticky) return sticky;
     if (!p) return cudaSuccess;
+    if (capture_refuse("cudaFree")) return sticky;
     sync_device(); /* a queued kernel may still write here */
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) {
@@ -440,10 +473,13 @@ cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream) {
         emu_fail(cudaErrorInvalidValue, "cudaMemset of %zu bytes outside any allocation", bytes);
         return sticky;
     }
-    enqueue_compute(stream, [=] {
+    auto run = [=] {
         DeviceOpen open("cudaMemsetAsync");
         memset(p, v, bytes);
-    });
+    };
+    if (capture_add(stream, run)) return cudaSuccess;
+    op_counts[EMU_OP_MEMSET]++;
+    enqueue_compute(stream, run);
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void* p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, 0); }
@@ -462,6 +498,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                  bytes);
         return sticky;
     }
+    if (capturing(stream)) {
+        if (kind == cudaMemcpyDeviceToHost) {
+            capture_refuse("cudaMemcpyAsync to the host");
+            return sticky;
+        }
+        capture_add(stream, [=] { /* the host source is read at each replay */
+            DeviceOpen open("cudaMemcpyAsync");
+            memmove(dst, src, bytes);
+        });
+        return cudaSuccess;
+    }
+    op_counts[EMU_OP_COPY]++;
     EmuStream* s = S(stream);
     if ((s->q.empty() && !compute_delay()) || kind != cudaMemcpyHostToDevice) {
         /* behind pending work the copy waits its turn; a host source is read at the call (as pageable
@@ -481,6 +529,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu_on_stream(s, "cudaStreamSynchronize");
+    if (capturing(s) && capture_refuse("cudaStreamSynchronize of the captured stream")) return sticky;
     drain(S(s));
     DeviceOpen open;
     check_guards("a kernel");
@@ -922,6 +971,14 @@ void emu_launch(const char* kernel, EmuCfg cfg, const std::function<void()>& bod
                  cfg.smem, limit);
         return;
     }
+    if (capturing(cfg.stream)) { /* recorded: the body's captures are copies (gen.py writes [=]) */
+        std::function<void()> b = body;
+        capture_add(cfg.stream, [=] {
+            if (!sticky) launch_run(kernel, cfg, b);
+        });
+        return;
+    }
+    op_counts[EMU_OP_KERNEL]++;
     if (compute_delay()) { /* the body's captures are copies (gen.py writes [=]): it can run later */
         std::function<void()> b = body;
         enqueue_compute(cfg.stream, [=] {
@@ -1038,7 +1095,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            float* C, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(h->stream, "cublasSgemm");
-    if (!compute_delay()) run_now(h->stream);
+    if (!compute_delay() && !capturing(h->stream)) run_now(h->stream);
     int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
     int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
     if (m < 0 || n < 0 || k < 0 || lda < max(1, a_rows) || ldb < max(1, b_rows) || ldc < max(1, m))
@@ -1050,6 +1107,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                  m, n, k, lda, ldb, ldc);
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
+    if (!capturing(h->stream)) op_counts[EMU_OP_BLAS]++;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *alpha, be = *beta; /* host scalars: read at the call */
     auto run = [=] {
@@ -1057,6 +1115,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                     tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb, be, C, ldc);
     };
+    if (capture_add(h->stream, run)) return CUBLAS_STATUS_SUCCESS;
     if (compute_delay()) enqueue_compute(h->stream, run);
     else run();
     return CUBLAS_STATUS_SUCCESS;
@@ -1160,7 +1219,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cudaStream_t stream) {
     if (!h || !d || !la || !lb || !lc || !ldd) return CUBLAS_STATUS_NOT_INITIALIZED;
     emu_on_stream(stream, "cublasLtMatmul");
-    if (!compute_delay()) run_now(stream);
+    if (!compute_delay() && !capturing(stream)) run_now(stream);
     /* C = D f32, or bf16 (the bf16-activation table's forward: the f32 result, bias included, rounded to
      * bf16 nearest-even in the store). The bias and the Aux are in D's type: a BIAS_DATA_TYPE other than D's is
      * refused as cuBLASLt refused an f32 bias with a bf16 D on an H200 (INVALID_VALUE) */
@@ -1192,6 +1251,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                  (long long)lb->ld, (long long)lc->ld, has_bias ? ", the bias or the Aux output" : "");
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
+    if (!capturing(stream)) op_counts[EMU_OP_BLAS]++;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     /* what the call reads from the host or from the descriptors (destroyed right after it): now */
     float al = *(const float*)alpha, be = *(const float*)beta;
@@ -1245,6 +1305,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
             for (uint64_t j = 0; j < n; j++)
                 for (uint64_t i = 0; i < m; i++) ((uint16_t*)D)[j * ldD + i] = rr_f32_to_bf16(dd[j * ldD + i]);
     };
+    if (capture_add(stream, run)) return CUBLAS_STATUS_SUCCESS;
     if (compute_delay()) enqueue_compute(stream, run);
     else run();
     return CUBLAS_STATUS_SUCCESS;
@@ -1269,6 +1330,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
     emu_on_stream(st, "cudaEventRecord");
+    if (capturing(st) && capture_refuse("cudaEventRecord on the captured stream")) return sticky;
     if (!e) {
         emu_fail(cudaErrorInvalidValue, "cudaEventRecord of a NULL event");
         return sticky;
@@ -1323,6 +1385,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return sticky;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned) {
+    if (capturing(st) && capture_refuse("cudaStreamWaitEvent on the captured stream")) return sticky;
     if (!e) {
         emu_fail(cudaErrorInvalidValue, "cudaStreamWaitEvent on a NULL event");
         return sticky;
@@ -1361,3 +1424,54 @@ void emu_device_fill_nan(void* dev, size_t bytes) {
     DeviceOpen open;
     fill_nan(dev, bytes);
 }
+
+/* ---- graphs ---------------------------------------------------------------------------------------- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode) {
+    if (sticky) return sticky;
+    if (capture_refuse("cudaStreamBeginCapture")) return sticky;
+    drain(S(st)); /* what was enqueued before belongs to no graph */
+    capture_stream = S(st);
+    capture_graph = new EmuGraph;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t* g) {
+    if (!capture_stream || S(st) != capture_stream) {
+        emu_fail(cudaErrorInvalidValue, "cudaStreamEndCapture of a stream that is not being captured");
+        return sticky;
+    }
+    *g = capture_graph;
+    capture_stream = NULL;
+    capture_graph = NULL;
+    return sticky;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long) {
+    if (sticky) return sticky;
+    if (!g) {
+        emu_fail(cudaErrorInvalidValue, "cudaGraphInstantiate of a NULL graph");
+        return sticky;
+    }
+    *e = new EmuGraph(*g);
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t st) {
+    emu_on_stream(st, "cudaGraphLaunch");
+    if (sticky) return sticky;
+    if (!e) {
+        emu_fail(cudaErrorInvalidValue, "cudaGraphLaunch of a NULL graph");
+        return sticky;
+    }
+    if (capture_refuse("cudaGraphLaunch")) return sticky;
+    op_counts[EMU_OP_GRAPH]++;
+    for (auto& node : e->nodes) enqueue_compute(st, node); /* in order on st, after what is pending there */
+    return sticky;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+    delete e;
+    return sticky;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete g;
+    return sticky;
+}
+extern "C" long emu_graph_nodes(cudaGraphExec_t e) { return e ? (long)e->nodes.size() : 0; }

@@ -35,6 +35,7 @@ void __wrap_comm_nccl_profile_take(double* ms, long* ops) { rrfp_nccl_emu_profil
 #include <stdlib.h>
 long emu_malloc_count(void);
 long emu_nccl_ops(void);
+void emu_op_counts(long* out); /* kernels, cuBLAS(Lt) products, memsets, copies, graph launches (cuda_emu.h) */
 double __real_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void) {
@@ -50,6 +51,20 @@ double __wrap_metrics_peak_rss_mb(void) {
                 "so far, %ld MPI collectives and %ld MPI point-to-point since the previous one\n", rank, ++calls,
                 now - last, emu_nccl_ops(), coll - last_coll, p2p - last_p2p);
         last = now, last_coll = coll, last_p2p = p2p;
+    }
+    /* RR_EMU_STEP_LAUNCHES=1: the device operations the step launched, by the emulation's own count
+     * (tests/runtime/train/train_launches_emu.sh holds them) */
+    const char* l = getenv("RR_EMU_STEP_LAUNCHES");
+    if (l && *l == '1') {
+        static long prev[5], steps = 0;
+        long c[5];
+        emu_op_counts(c);
+        int rank = 0, inited = 0;
+        MPI_Initialized(&inited);
+        if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        fprintf(stderr, "cuda-emu: rank %d step %ld launches: %ld kernels, %ld cublas, %ld memsets, %ld copies, %ld graphs\n",
+                rank, ++steps, c[0] - prev[0], c[1] - prev[1], c[2] - prev[2], c[3] - prev[3], c[4] - prev[4]);
+        for (int i = 0; i < 5; i++) prev[i] = c[i];
     }
     return __real_metrics_peak_rss_mb();
 }
