@@ -128,3 +128,12 @@ add_test(NAME train_gpu_pp2_one_device
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_gpu_one_device.sh $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_gpu_pp2_one_device ${RRFP_MPIRUN})
 set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# a QLoRA base weight dequantized to bf16 by the CUDA kernel (engine/cuda/quant.cu) equals the CPU's bit for bit, on
+# the emulated CUDA runtime, strict (two thread orders, -0.0 guards)
+add_executable(test_quant_cuda_emu tests/engine/cuda/test_quant_cuda.c)
+target_compile_definitions(test_quant_cuda_emu PRIVATE RR_CUDA_EMU=1)
+target_link_libraries(test_quant_cuda_emu PRIVATE rrfp_cuda_emu rrfp_core)
+target_link_options(test_quant_cuda_emu PRIVATE -rdynamic)
+set_target_properties(test_quant_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME quant_cuda_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "quant cuda: ok" $<TARGET_FILE:test_quant_cuda_emu>)
+set_tests_properties(quant_cuda_emu PROPERTIES ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
