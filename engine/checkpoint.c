@@ -141,7 +141,7 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
     char path[4200];
     int own_d, own_m, own_v;
     rr_test_pause("RRFP_TEST_CKPT_SLEEP_MS"); /* tests only: a fault aimed at a checkpoint write lands in it */
-    float* data = ck_host_view(pt, pt->data, pt->total, &own_d);
+    float* data = params_host_values(pt, &own_d); /* a frozen tensor of a bf16 run: its bf16 values, exactly */
     float* m = ck_host_view(pt, pt->m, pt->gtotal, &own_m);
     float* v = ck_host_view(pt, pt->v, pt->gtotal, &own_v);
     float* zeros = NULL;
@@ -487,16 +487,19 @@ int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const P
  * it, or assembled from the pieces several files hold: checkpoint shards of any pipeline x tensor
  * parallel layout keep global names (and record their slices), so a stage reads its own part of each
  * tensor from the shards of another layout. */
-static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* block, const char* prefix, char* err,
+static int ck_read_block(const StFile* f, int nf, ParamTable* pt, float* block, const char* prefix, char* err,
                          size_t err_len) {
     /* values: every tensor at offset; moments ("m." / "v."): the trainable ones at goff */
     int moments = prefix[0] != 0;
     size_t n = moments ? pt->gtotal : pt->total;
     int owned = 0;
     float* h = block;
-    if (!ck_on_host(pt)) {
+    /* values (block NULL): read in the host layout, then into the masters and the master-less copies */
+    if (!ck_on_host(pt) || (!moments && params_lean(pt))) {
         h = mallocCheck((n ? n : 1) * sizeof(float));
         owned = 1;
+    } else if (!moments) {
+        h = pt->data;
     }
     char name[160];
     int rc = 0;
@@ -509,7 +512,9 @@ static int ck_read_block(const StFile* f, int nf, const ParamTable* pt, float* b
                                        h + (moments ? s->goff : s->offset), 1,
                                        !strcmp(prefix, "v."), err, err_len);
     }
-    if (owned) {
+    if (owned && !moments && rc == 0) {
+        params_set_host_values(pt, h, 1);
+    } else if (owned) {
         if (rc == 0) pt->be->dev->copy_h2d(pt->be, block, h, n * sizeof(float));
         free(h);
     }
@@ -807,7 +812,7 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     StFile* f = NULL;
     int nf = ck_load_files(dir, files, "model", shard, st, &f, err, err_len);
     if (nf < 0) goto fail;
-    int rc = ck_read_block(f, nf, pt, pt->data, "", err, err_len);
+    int rc = ck_read_block(f, nf, pt, NULL, "", err, err_len);
     ck_free_files(f, nf);
     /* every master was (re)written, even on a failed read: no copy may stay as it was */
     params_master_written(pt, -1);
@@ -871,13 +876,8 @@ int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* op
     int nf = -1, rc = -1;
     nf = ck_load_files(dir, cJSON_GetObjectItemCaseSensitive(j, "files"), "model", NULL, st, &f, err, err_len);
     if (nf < 0) goto done;
-    float* h = pt->data;
-    float* host = NULL;
-    if (!ck_on_host(pt)) { /* the optional tensors keep pt's values: start from them */
-        host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
-        pt->be->dev->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
-        h = host;
-    }
+    int own = 0; /* the optional tensors keep pt's values: start from them */
+    float* h = params_host_values(pt, &own);
     rc = 0;
     for (int i = 0; i < pt->n && rc == 0; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -890,8 +890,8 @@ int checkpoint_load_model(const char* dir, ParamTable* pt, const char* const* op
                                        h + s->offset, CK_CHECK_ALL, 0, err, err_len);
         params_master_written(pt, i);
     }
-    if (rc == 0 && host) pt->be->dev->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
-    free(host);
+    if (rc == 0) params_set_host_values(pt, h, own);
+    else if (own) free(h);
     params_refresh_compute(pt); /* the copies of the tensors read (engine/params.h), also after a failed read */
 done:
     if (nf >= 0) ck_free_files(f, nf);
@@ -988,13 +988,8 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     cJSON_Delete(j);
     if (nf < 0) return -1;
 
-    int load = pt->data != NULL;
-    float* host = NULL;
-    if (load && !ck_on_host(pt)) {
-        host = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
-        pt->be->dev->copy_d2h(pt->be, host, pt->data, pt->total * sizeof(float));
-    }
-    float* h = load ? (host ? host : pt->data) : NULL;
+    int load = pt->data != NULL, own = 0;
+    float* h = load ? params_host_values(pt, &own) : NULL; /* the tensors not loaded keep their values */
     const char** loaded = callocCheck((size_t)pt->n + 1, sizeof(char*));
     const char** inited = callocCheck((size_t)pt->n + 1, sizeof(char*));
     char** why = callocCheck((size_t)pt->n + 1, sizeof(char*));
@@ -1049,7 +1044,8 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
         loaded[n_loaded++] = s->name;
         values += (double)s->numel;
     }
-    if (rc == 0 && load && host) pt->be->dev->copy_h2d(pt->be, pt->data, host, pt->total * sizeof(float));
+    if (rc == 0 && load) params_set_host_values(pt, h, own);
+    else if (own) free(h);
     /* the compute copies of the tensors just loaded (a bf16 table), before any step reads them */
     if (load) params_refresh_compute(pt);
     if (rc == 0 && report) {
@@ -1077,7 +1073,6 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     free(why);
     free(loaded);
     free(inited);
-    free(host);
     ck_free_files(f, nf);
     return rc;
 }

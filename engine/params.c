@@ -38,6 +38,7 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
         s->numel *= (size_t)shape[i];
     }
     s->offset = pt->total;
+    s->moff = pt->total;
     s->goff = pt->total;
     s->slice.dim = -1;
     for (int i = 0; i < ndim; i++) s->slice.gshape[i] = shape[i];
@@ -45,6 +46,7 @@ int params_add(ParamTable* pt, const char* name, int ndim, const int64_t* shape,
     s->init = init;
     s->init_std = init_std;
     pt->total += s->numel;
+    pt->mtotal += s->numel;
     return pt->n++;
 }
 
@@ -140,17 +142,54 @@ int params_slice_parse(const char* val, ParamSlice* sl, int* ndim) {
     return 0;
 }
 
+/* Values [at, at + n) of tensor i from host array h: into its master, or (a tensor without one) rounded to bf16
+ * on the host into its compute copy (rr_f32_to_bf16: the rounding of the backends' to_bf16 / round_bf16). */
+static void params_put(ParamTable* pt, int i, size_t at, const float* h, size_t n) {
+    const Backend* be = pt->be;
+    if (params_has_master(pt, i)) {
+        be->dev->copy_h2d(be, pt->data + pt->specs[i].moff + at, h, n * sizeof(float));
+        return;
+    }
+    int two = params_compute_dtype(pt, i) == DTYPE_BF16;
+    size_t es = two ? 2 : 4;
+    void* tmp = mallocCheck((n ? n : 1) * es);
+    for (size_t k = 0; k < n; k++) {
+        uint16_t b = rr_f32_to_bf16(h[k]);
+        if (two) ((uint16_t*)tmp)[k] = b;
+        else ((float*)tmp)[k] = rr_bf16_to_f32(b);
+    }
+    be->dev->copy_h2d(be, (char*)params_compute_ptr(pt, i) + at * es, tmp, n * es);
+    free(tmp);
+}
+
 void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     RR_ASSERT(pt->data == NULL);
     pt->be = be;
-    /* gradients and moments exist for the trainable tensors only, packed in registration order */
-    pt->gtotal = 0;
+    /* gradients and moments exist for the trainable tensors only, packed in registration order; so do the
+     * masters on a bf16 table (a frozen tensor keeps only its compute copy) */
+    int lean = be->precision == PRECISION_BF16;
+    pt->gtotal = pt->mtotal = 0;
     for (int i = 0; i < pt->n; i++) {
-        pt->specs[i].goff = pt->gtotal;
-        if (!pt->specs[i].frozen) pt->gtotal += pt->specs[i].numel;
+        ParamSpec* s = &pt->specs[i];
+        s->goff = pt->gtotal;
+        if (!s->frozen) pt->gtotal += s->numel;
+        s->moff = lean && s->frozen ? SIZE_MAX : pt->mtotal;
+        if (s->moff != SIZE_MAX) pt->mtotal += s->numel;
     }
-    size_t bytes = pt->total * sizeof(float), gbytes = pt->gtotal * sizeof(float);
-    pt->data = be->dev->alloc(bytes);
+    if (lean) {
+        /* each tensor 256-byte aligned (cuBLASLt wants 16 bytes; 256 keeps every row start of a sliced
+         * read aligned as cudaMalloc's are) */
+        size_t cb = 0;
+        for (int i = 0; i < pt->n; i++) {
+            ParamSpec* s = &pt->specs[i];
+            s->coff = cb;
+            cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
+        }
+        pt->compute_bytes = cb;
+        pt->compute = be->dev->alloc(cb ? cb : 256);
+    }
+    size_t bytes = pt->mtotal * sizeof(float), gbytes = pt->gtotal * sizeof(float);
+    pt->data = be->dev->alloc(bytes ? bytes : sizeof(float));
     pt->grad = be->dev->alloc(gbytes ? gbytes : sizeof(float));
     be->dev->memset0(be, pt->grad, gbytes);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
@@ -161,7 +200,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             float* h = mallocCheck(s->numel * sizeof(float));
             init_normal_slice(h, s->name, s->ndim, s->slice.gshape, s->slice.dim, s->slice.n, s->slice.off,
                               s->slice.len, seed, s->init_std);
-            be->dev->copy_h2d(be, pt->data + s->offset, h, s->numel * sizeof(float));
+            params_put(pt, i, 0, h, s->numel);
             free(h);
             continue;
         }
@@ -179,7 +218,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
                     memcpy(h + o, whole + from, len * sizeof(float));
                     o += len;
                 }
-            be->dev->copy_h2d(be, pt->data + s->offset, h, s->numel * sizeof(float));
+            params_put(pt, i, 0, h, s->numel);
             free(h);
             free(whole);
             continue;
@@ -194,25 +233,62 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             case PARAM_INIT_ZEROS: memset(chunk, 0, n * sizeof(float)); break;
             case PARAM_INIT_UNIFORM: init_uniform(chunk, n, done, seed, s->name, s->init_std); break;
             }
-            be->dev->copy_h2d(be, pt->data + s->offset + done, chunk, n * sizeof(float));
+            params_put(pt, i, done, chunk, n);
         }
     }
     free(chunk);
-    if (be->precision == PRECISION_BF16) {
-        /* each tensor 256-byte aligned (cuBLASLt wants 16 bytes; 256 keeps every row start of a sliced
-         * read aligned as cudaMalloc's are) */
-        size_t cb = 0;
-        for (int i = 0; i < pt->n; i++) {
-            ParamSpec* s = &pt->specs[i];
-            s->coff = cb;
-            cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
-        }
-        pt->compute_bytes = cb;
-        pt->compute = be->dev->alloc(cb ? cb : 256);
-    }
     params_master_written(pt, -1);
     params_refresh_compute(pt);
     be->dev->synchronize(be);
+}
+
+int params_lean(const ParamTable* pt) {
+    for (int i = 0; i < pt->n; i++)
+        if (!params_has_master(pt, i)) return 1;
+    return 0;
+}
+
+void params_values_to_host(const ParamTable* pt, int i, float* dst) {
+    const ParamSpec* s = &pt->specs[i];
+    const Backend* be = pt->be;
+    if (params_has_master(pt, i)) {
+        be->dev->copy_d2h(be, dst, pt->data + s->moff, s->numel * sizeof(float));
+        return;
+    }
+    int two = params_compute_dtype(pt, i) == DTYPE_BF16;
+    if (!two) { /* f32 words holding the bf16 values */
+        be->dev->copy_d2h(be, dst, params_compute_ptr(pt, i), s->numel * sizeof(float));
+        return;
+    }
+    uint16_t* tmp = mallocCheck((s->numel ? s->numel : 1) * 2);
+    be->dev->copy_d2h(be, tmp, params_compute_ptr(pt, i), s->numel * 2);
+    for (size_t k = 0; k < s->numel; k++) dst[k] = rr_bf16_to_f32(tmp[k]);
+    free(tmp);
+}
+
+float* params_host_values(const ParamTable* pt, int* owned) {
+    *owned = 0;
+    if (!pt->be) return pt->data;
+    const Backend* be = pt->be;
+    int lean = params_lean(pt);
+    if (!lean && be->dev->host_addressable) return pt->data;
+    float* h = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+    *owned = 1;
+    if (!lean) {
+        be->dev->copy_d2h(be, h, pt->data, pt->total * sizeof(float));
+        return h;
+    }
+    for (int i = 0; i < pt->n; i++) params_values_to_host(pt, i, h + pt->specs[i].offset);
+    return h;
+}
+
+void params_set_host_values(ParamTable* pt, float* h, int owned) {
+    if (!owned) return; /* h is pt->data: written where it is */
+    const Backend* be = pt->be;
+    if (!params_lean(pt)) be->dev->copy_h2d(be, pt->data, h, pt->total * sizeof(float));
+    else
+        for (int i = 0; i < pt->n; i++) params_put(pt, i, 0, h + pt->specs[i].offset, pt->specs[i].numel);
+    free(h);
 }
 
 DType params_compute_dtype(const ParamTable* pt, int i) {
@@ -262,11 +338,12 @@ void params_refresh_compute(ParamTable* pt) {
     for (int i = 0; i < pt->n; i++) {
         ParamSpec* s = &pt->specs[i];
         if (!s->compute_stale) continue;
-        if (params_compute_dtype(pt, i) == DTYPE_BF16)
-            pt->be->ops->to_bf16(pt->be, (uint16_t*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
-        else
-            pt->be->ops->round_bf16(pt->be, (float*)params_compute_ptr(pt, i), pt->data + s->offset, s->numel);
         s->compute_stale = 0;
+        if (!params_has_master(pt, i)) continue; /* the copy is the value itself (written by params_put) */
+        if (params_compute_dtype(pt, i) == DTYPE_BF16)
+            pt->be->ops->to_bf16(pt->be, (uint16_t*)params_compute_ptr(pt, i), pt->data + s->moff, s->numel);
+        else
+            pt->be->ops->round_bf16(pt->be, (float*)params_compute_ptr(pt, i), pt->data + s->moff, s->numel);
     }
 }
 
@@ -281,14 +358,15 @@ int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
     if (n) name[0] = 0;
     if (!pt->compute) return 0;
     const Backend* be = pt->be;
-    float* master = mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+    float* master = mallocCheck((pt->mtotal ? pt->mtotal : 1) * sizeof(float));
     unsigned char* copy = mallocCheck(pt->compute_bytes ? pt->compute_bytes : 1);
-    be->dev->copy_d2h(be, master, pt->data, pt->total * sizeof(float));
+    be->dev->copy_d2h(be, master, pt->data, pt->mtotal * sizeof(float));
     be->dev->copy_d2h(be, copy, pt->compute, pt->compute_bytes);
     int bad = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
-        const float* m = master + s->offset;
+        if (!params_has_master(pt, i)) continue; /* the copy is the value: nothing to derive it from */
+        const float* m = master + s->moff;
         const unsigned char* c = copy + s->coff;
         int two = params_compute_dtype(pt, i) == DTYPE_BF16, same = 1;
         for (size_t k = 0; k < s->numel && same; k++) {
@@ -312,12 +390,12 @@ int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
 
 float* params_weights(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
-    return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].offset;
+    return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].moff;
 }
 
 Buf params_weights_buf(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
-    return pt->compute ? params_compute_buf(pt, i) : buf_f32(pt->data + pt->specs[i].offset);
+    return pt->compute ? params_compute_buf(pt, i) : buf_f32(pt->data + pt->specs[i].moff);
 }
 
 void params_alloc_optimizer(ParamTable* pt) {
@@ -337,7 +415,7 @@ int params_find(const ParamTable* pt, const char* name) {
 
 float* params_data(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
-    return pt->data + pt->specs[i].offset;
+    return params_has_master(pt, i) ? pt->data + pt->specs[i].moff : NULL;
 }
 
 float* params_grad(const ParamTable* pt, int i) {

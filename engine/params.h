@@ -27,7 +27,8 @@ typedef struct {
     int ndim;
     int64_t shape[TENSOR_MAX_DIMS];
     size_t numel;
-    size_t offset;  /* in floats, into data */
+    size_t offset;  /* in floats: the tensor's place in a host array of every value (ParamTable.total) */
+    size_t moff;    /* in floats, into data (params_data): == offset unless frozen tensors hold no master */
     size_t goff;    /* in floats, into grad/m/v (trainable tensors only; == offset when nothing is frozen) */
     size_t coff;    /* in bytes, into compute (params_compute_dtype gives its storage) */
     int frozen;     /* no gradient, no AdamW state, no update (train.freeze) */
@@ -50,9 +51,10 @@ typedef struct {
 typedef struct {
     ParamSpec* specs;
     int n, cap;
-    size_t total;  /* floats */
+    size_t total;  /* floats of every tensor (the host layout at ParamSpec.offset) */
+    size_t mtotal; /* floats in data: the tensors that hold an f32 master (params_has_master) */
     size_t gtotal; /* floats of the trainable tensors (== total when nothing is frozen) */
-    float* data;   /* (total) values */
+    float* data;   /* (mtotal) f32 masters at moff */
     float* grad;   /* (gtotal) gradients of the trainable tensors, at goff */
     float* m;      /* (gtotal) AdamW first moment (allocated by params_alloc_optimizer) */
     float* v;      /* (gtotal) AdamW second moment */
@@ -75,6 +77,13 @@ typedef struct {
      * (the bf16-activation table): their compute copy is 2-byte bf16 words where weight_dtype is */
     int act_tables_bf16;
 } ParamTable;
+
+/* Frozen tensors on a table with a compute copy (a bf16 run) hold only that copy: no f32 master, no gradient,
+ * no AdamW state (their master was never updated, and the copy is what the ops read). A value written to such a
+ * tensor (initialisation, a checkpoint or init_from read, an f32 file) is rounded once to bf16; the table reports it
+ * back as that bf16 value widened to f32 (params_host_values), so checkpoints, dumps and exports write it exactly.
+ * Set by params_alloc; before it, and on fp32 tables, every tensor has its master. */
+static inline int params_has_master(const ParamTable* pt, int i) { return !(pt->specs[i].frozen && pt->compute); }
 
 /* Whether spec s holds a slice of its global tensor (a table built without params_add may leave the
  * slice zeroed: no ranges means the whole tensor). */
@@ -115,7 +124,24 @@ int params_slice_format(const ParamSpec* s, char* val, size_t n);
  * offset + length past INT64_MAX), a range outside the global shape. */
 int params_slice_parse(const char* val, ParamSlice* sl, int* ndim);
 int params_find(const ParamTable* pt, const char* name); /* index or -1 */
+/* The f32 master of tensor i; NULL for a frozen tensor of a bf16 table (params_has_master). */
 float* params_data(const ParamTable* pt, int i);
+/* Every tensor's values in one host array of pt->total floats at ParamSpec.offset: the masters, and the
+ * frozen tensors' compute copies widened to f32 (exact). *owned = 1 when the array was allocated (free it, or
+ * hand it to params_set_host_values); 0 when it is pt->data itself (the CPU backend with every master, or a
+ * table whose be is NULL: the distributed optimizer's host view of the whole state while a checkpoint is
+ * written). */
+float* params_host_values(const ParamTable* pt, int* owned);
+/* The values of host array h (as params_host_values lays them out) into the table: the masters, and the
+ * frozen tensors without a master straight into their compute copy (rounded to bf16). Frees h when owned.
+ * The compute copies of tensors with a master are left to params_master_written / params_refresh_compute,
+ * as after any write of data. */
+void params_set_host_values(ParamTable* pt, float* h, int owned);
+/* Tensor i's values (numel floats) into host memory dst: its master, or its compute copy widened. */
+void params_values_to_host(const ParamTable* pt, int i, float* dst);
+/* 1 when some tensor of pt holds no master (params_has_master). */
+int params_lean(const ParamTable* pt);
+
 /* The gradient of tensor i, or NULL when it is frozen. */
 float* params_grad(const ParamTable* pt, int i);
 /* The values the ops compute with: the bf16 compute copy when there is one, else the master. */

@@ -1,5 +1,6 @@
 /* quant.c — bitsandbytes' blockwise NF4 and dynamic 8-bit quantization on the CPU (contracts in quant.h). */
 #include "engine/quant.h"
+#include "engine/cuda/nf4_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -197,4 +198,12 @@ void rr_nf4_absmax_compress(const float* a, size_t nb, uint8_t* q8, float* absma
 void rr_nf4_absmax_restore(const uint8_t* q8, const float* absmax2, float offset, size_t nb, float* a) {
     rr_map8_dequantize(q8, absmax2, nb, RR_DQ_BLOCK, a);
     for (size_t i = 0; i < nb; i++) a[i] += offset;
+}
+
+void rr_nf4_dq_dequantize_bf16(const uint8_t* q, const uint8_t* q8, const float* absmax2, float offset, size_t n,
+                               uint16_t* out) {
+    for (size_t b = 0, nb = rr_quant_blocks(n, RR_NF4_BLOCK); b < nb; b++) {
+        float a = rr_nf4_absmax_at(q8, absmax2, rr_dynamic_map8, offset, b);
+        for (size_t i = b * RR_NF4_BLOCK; i < n && i < (b + 1) * RR_NF4_BLOCK; i++) out[i] = rr_nf4_bf16_at(q, a, i);
+    }
 }

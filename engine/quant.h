@@ -49,6 +49,11 @@ void rr_map8_dequantize(const uint8_t* q, const float* absmax, size_t n, size_t 
  * RR_DQ_BLOCK) of them). rr_nf4_absmax_restore gives back a[i] ~ map[q8[i]] * absmax2[i / 256] + offset. */
 void rr_nf4_absmax_compress(const float* a, size_t nb, uint8_t* q8, float* absmax2, float* offset);
 void rr_nf4_absmax_restore(const uint8_t* q8, const float* absmax2, float offset, size_t nb, float* a);
+/* A double-quantized NF4 weight of n values back to bf16, as QLoRA computes with it (engine/cuda/nf4_math.h, the
+ * same words as the CUDA kernel cuda_nf4_dequantize_bf16): each block's absmax restored from q8 / absmax2 / offset,
+ * then out[i] = bf16(rr_nf4_code[code i] * absmax). */
+void rr_nf4_dq_dequantize_bf16(const uint8_t* q, const uint8_t* q8, const float* absmax2, float offset, size_t n,
+                               uint16_t* out);
 
 #ifdef __cplusplus
 }

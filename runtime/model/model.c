@@ -1298,9 +1298,16 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
 
 int stage_dump_params(const Stage* st, int grads, const char* path, char* err, size_t err_len) {
     const ParamTable* pt = &st->params;
-    size_t n = grads ? pt->gtotal : pt->total;
-    float* host = mallocCheck((n ? n : 1) * sizeof(float));
-    st->be->dev->copy_d2h(st->be, host, grads ? pt->grad : pt->data, n * sizeof(float));
+    float* host;
+    if (grads) {
+        host = mallocCheck((pt->gtotal ? pt->gtotal : 1) * sizeof(float));
+        st->be->dev->copy_d2h(st->be, host, pt->grad, pt->gtotal * sizeof(float));
+    } else { /* every value in the host layout (a frozen tensor of a bf16 run: its bf16 values) */
+        int own;
+        float* v = params_host_values(pt, &own);
+        host = own ? v : mallocCheck((pt->total ? pt->total : 1) * sizeof(float));
+        if (!own) memcpy(host, v, pt->total * sizeof(float));
+    }
     StWriter* w = st_writer_new();
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];

@@ -19,7 +19,8 @@
  * fp32: the f32 weights) in rounds of parallel.dp_bucket_mb MiB per replica through a staging buffer.
  *
  * Memory. Moments: 2 x 4 bytes per trainable element / D. bf16 runs: the trainable masters are the
- * shard's (4 bytes / D), pt->data is freed after the start (the frozen tensors' masters are kept packed).
+ * shard's (4 bytes / D), pt->data is freed after the start (frozen tensors have no master on a bf16 table:
+ * params_has_master).
  * Gradients stay whole (each replica accumulates its microbatches into the whole block).
  *
  * Checkpoints stay free of the layout: replica 0 gathers the masters and moments into host arrays and
@@ -42,8 +43,6 @@ typedef struct {
     size_t lo, hi;      /* this replica's shard [lo, hi) of the grad block */
     float *m, *v;       /* (hi - lo) AdamW moments, backend memory */
     float* master;      /* bf16: (hi - lo) f32 masters, backend memory; NULL in fp32 (pt->data holds them) */
-    float* frozen;      /* bf16: the frozen tensors' masters packed in table order (pt->data is freed) */
-    size_t n_frozen;
     float* host;        /* a device backend over a host DP group: the grad block's host copy */
     CommReq *req, *req_tail;
     float* save_data;   /* during a checkpoint write (replica 0): the stage's whole state on the host */
@@ -111,7 +110,7 @@ static void piece_move(void* vctx, const ParamTable* pt, int i, size_t j0, size_
         return;
     }
     if (c->what == ZW_MASTER_DEV || !c->o->bf16) { /* f32 words: pt->data (fp32 weights, or a dump's masters) */
-        float* w = pt->data + s->offset + j0;
+        float* w = params_data(pt, i) + j0;
         float* st = (float*)c->stg + p;
         if (c->to_stg) be->dev->copy_d2d(be, st, w, n * sizeof(float));
         else be->dev->copy_d2d(be, w, st, n * sizeof(float));
@@ -321,7 +320,7 @@ static void piece_adamw(void* vctx, const ParamTable* pt, int i, size_t j0, size
         be->ops->adamw_update_copy(be, z->master + p, g, z->m + p, z->v + p, n, cfg, c->t, s->decay,
                                    buf_at(params_compute_buf(pt, i), j0));
     else
-        be->ops->adamw_update(be, pt->data + s->offset + j0, g, z->m + p, z->v + p, n, cfg, c->t, s->decay);
+        be->ops->adamw_update(be, params_data(pt, i) + j0, g, z->m + p, z->v + p, n, cfg, c->t, s->decay);
 }
 
 int step_exec_zero_grad_norm(ZeroOpt* o, double* norm, char* err, size_t err_len) {
@@ -371,7 +370,7 @@ typedef struct {
 static void piece_copy_master(void* vctx, const ParamTable* pt, int i, size_t j0, size_t n, size_t p) {
     CopyCtx* c = vctx;
     const ParamSpec* s = &pt->specs[i];
-    if (c->to_shard) pt->be->dev->copy_d2d(pt->be, c->dst + p, c->src + s->offset + j0, n * sizeof(float));
+    if (c->to_shard) pt->be->dev->copy_d2d(pt->be, c->dst + p, c->src + s->moff + j0, n * sizeof(float));
 }
 
 static ZeroOpt* zero_create(StepExec* ex, Comm* dp, const Recipe* r, int overlap, const char* resume_dir, char* err,
@@ -423,18 +422,10 @@ static ZeroOpt* zero_create(StepExec* ex, Comm* dp, const Recipe* r, int overlap
         }
         if (!o->inplace) z->host = mallocCheck((pt->gtotal ? pt->gtotal : 1) * sizeof(float));
         if (o->bf16) {
-            /* the shard's masters; the rest of pt->data goes (the frozen tensors' values kept packed) */
+            /* the shard's masters; the rest of pt->data goes (frozen tensors hold only their compute copy) */
             z->master = be->dev->alloc(bytes);
             CopyCtx c = {z->master, pt->data, 1};
             for_pieces(pt, z->lo, z->hi, piece_copy_master, &c);
-            for (int i = 0; i < pt->n; i++) z->n_frozen += pt->specs[i].frozen ? pt->specs[i].numel : 0;
-            z->frozen = be->dev->alloc((z->n_frozen ? z->n_frozen : 1) * sizeof(float));
-            for (int i = 0, at = 0; i < pt->n; i++) {
-                const ParamSpec* sp = &pt->specs[i];
-                if (!sp->frozen) continue;
-                be->dev->copy_d2d(be, z->frozen + at, pt->data + sp->offset, sp->numel * sizeof(float));
-                at += (int)sp->numel;
-            }
             be->dev->synchronize(be);
             be->dev->free(pt->data);
             pt->data = NULL;
@@ -462,16 +453,9 @@ int step_exec_add_zero(StepExec* ex, Comm* dp, const Recipe* r, int overlap, con
     return 0;
 }
 
-/* pt->data whole again on the backend (bf16): the frozen values and every replica's masters. */
+/* pt->data whole again on the backend (bf16): every replica's masters (frozen tensors have none). */
 static int zero_full_data(ZeroOpt* o, ZeroStage* z, float* data, char* err, size_t err_len) {
     const ParamTable* pt = z->pt;
-    const Backend* be = pt->be;
-    for (int i = 0, at = 0; i < pt->n; i++) {
-        const ParamSpec* sp = &pt->specs[i];
-        if (!sp->frozen) continue;
-        be->dev->copy_d2d(be, data + sp->offset, z->frozen + at, sp->numel * sizeof(float));
-        at += (int)sp->numel;
-    }
     /* the gathered pieces land in the tensors of `data` through a table view */
     ParamTable view = *pt;
     view.data = data;
@@ -490,7 +474,7 @@ int step_exec_zero_dump_begin(ZeroOpt* o, int grads, char* err, size_t err_len) 
             continue;
         }
         if (!o->bf16 || z->pt->data) continue;
-        z->full_data = be->dev->alloc((z->pt->total ? z->pt->total : 1) * sizeof(float));
+        z->full_data = be->dev->alloc((z->pt->mtotal ? z->pt->mtotal : 1) * sizeof(float));
         if (zero_full_data(o, z, z->full_data, err, err_len) != 0) return -1;
         z->pt->data = z->full_data;
     }
@@ -524,13 +508,9 @@ int step_exec_zero_save_begin(ZeroOpt* o, char* err, size_t err_len) {
         if (!o->bf16) {
             if (writer) be->dev->copy_d2h(be, z->save_data, pt->data, pt->total * sizeof(float));
         } else {
-            if (writer)
-                for (int i = 0, at = 0; i < pt->n; i++) {
-                    const ParamSpec* sp = &pt->specs[i];
-                    if (!sp->frozen) continue;
-                    be->dev->copy_d2h(be, z->save_data + sp->offset, z->frozen + at, sp->numel * sizeof(float));
-                    at += (int)sp->numel;
-                }
+            if (writer) /* the frozen tensors' values: their compute copies, widened exactly */
+                for (int i = 0; i < pt->n; i++)
+                    if (!params_has_master(pt, i)) params_values_to_host(pt, i, z->save_data + pt->specs[i].offset);
             if (gather_stage(o, z, z->master, NULL, NULL, ZW_MASTER_HOST, writer ? z->save_data : NULL, 0, 4, err,
                              err_len) != 0)
                 return -1;
@@ -560,7 +540,7 @@ void step_exec_zero_sizes(const ZeroOpt* o, int stage, size_t* total, size_t* sh
     const ZeroStage* z = &o->z[stage];
     *total = z->pt->gtotal;
     *shard = z->hi - z->lo;
-    *masters = z->master ? z->hi - z->lo : z->pt->total;
+    *masters = z->master ? z->hi - z->lo : z->pt->mtotal;
 }
 
 int step_exec_zero_early(const ZeroOpt* o) { return o->last_early; }
@@ -580,7 +560,6 @@ void step_exec_zero_free(void* ctx) {
         if (z->m) be->dev->free(z->m);
         if (z->v) be->dev->free(z->v);
         if (z->master) be->dev->free(z->master);
-        if (z->frozen) be->dev->free(z->frozen);
         free(z->host);
     }
     if (o->stg) be->dev->free(o->stg);

@@ -82,6 +82,7 @@ void train_fmt_bytes(char* s, size_t n, double x) { fmt_bytes(s, n, x); }
 typedef struct {
     double params, trainable, copy, act_mb; /* summed over a rank's stages */
     double act_ws;                          /* the stages' activation-recompute workspaces (one each), summed */
+    double masters;                         /* values with an f32 master: bf16 runs hold none for frozen tensors */
     double scratch, wscratch;               /* one buffer per process: the largest stage's */
 } StageBytes;
 
@@ -99,6 +100,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
         o->scratch = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T, 1) : 0;
     }
     o->trainable = (double)model_params_freeze(&pt, r->freeze);
+    o->masters = bf16 ? o->trainable : o->params; /* a frozen tensor of a bf16 run: its compute copy only */
     /* a tower none of whose tensors trains keeps no activations for a backward (stage_init_tp) */
     int vit_train = 0;
     for (int i = 0; i < pt.n; i++)
@@ -129,7 +131,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
 }
 
 static void stage_bytes_add(StageBytes* acc, const StageBytes* s) {
-    acc->params += s->params, acc->trainable += s->trainable, acc->copy += s->copy, acc->act_mb += s->act_mb;
+    acc->params += s->params, acc->masters += s->masters, acc->trainable += s->trainable, acc->copy += s->copy, acc->act_mb += s->act_mb;
     acc->act_ws += s->act_ws;
     if (s->scratch > acc->scratch) acc->scratch = s->scratch;
     if (s->wscratch > acc->wscratch) acc->wscratch = s->wscratch;
@@ -153,7 +155,7 @@ static int rank_inflight(const Recipe* r, int rank) {
 static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, int layers, TrainRankBytes* out) {
     out->params = sb->params;
     out->layers = layers;
-    out->weights = sb->params * 4 + sb->copy;
+    out->weights = sb->masters * 4 + sb->copy;
     out->compute_copy = sb->copy;
     /* on CUDA the column sums' partials (bias / norm-weight gradients: engine/cuda/bw_path.h), any precision */
     double scratch = sb->scratch;
@@ -463,7 +465,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : "cost-balanced");
     fprintf(out,
             "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
-            "(train.freeze); activations: the\n"
+            "(train.freeze; in bf16 a frozen tensor is its compute copy alone); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
             "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; with tp > 1 one\n"
             "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations;\n"

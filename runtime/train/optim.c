@@ -61,10 +61,10 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
         int proj = !strncmp(s->name, "projector.", 10);
         const AdamWConfig* c = proj ? &pcfg : &cfg;
         if (pt->compute) /* bf16: the compute copy written by the update itself, one pass */
-            be->ops->adamw_update_copy(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff,
+            be->ops->adamw_update_copy(be, params_data(pt, i), pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff,
                                   s->numel, c, t, s->decay, params_compute_buf(pt, i));
         else
-            be->ops->adamw_update(be, pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+            be->ops->adamw_update(be, params_data(pt, i), pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
                              c, t, s->decay);
     }
 }

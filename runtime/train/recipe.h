@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 
 #define RECIPE_STR 512
-#define RECIPE_MAX_KEYS 96
+#define RECIPE_MAX_KEYS 128
 
 typedef struct {
     /* [model] — docs/model.md */

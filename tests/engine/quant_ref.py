@@ -132,6 +132,12 @@ def main():
     if hard:
         print("FAIL: %d 8-bit absmax codes differ away from a midpoint, first at %s" % (len(hard), hard[:10])); fails += 1
     restored = dm[got["q8"]].astype(np.float32) * np.repeat(amax2, 256)[:len(absmax)] + got["offset"][0]
+    # the bf16 weight QLoRA computes with: NF4 values at the restored absmaxes (from the file's own codes), to bf16
+    w = (NF4[codes[:len(x)]] * np.repeat(restored.astype(np.float32), 64)[:len(x)]).astype(np.float32).view(np.uint32)
+    w16 = ((w.astype(np.uint64) + 0x7FFF + ((w >> 16) & 1)) >> 16).astype(np.uint16)
+    got16 = np.fromfile(base + ".w16", dtype=np.uint16)
+    if not np.array_equal(got16, w16):
+        print("FAIL: the bf16 dequantized weight differs at", np.flatnonzero(got16 != w16)[:10]); fails += 1
     live = absmax > 0
     rel = np.max(np.abs(restored - absmax)[live] / absmax[live])
     print("values %d, blocks %d, NF4 bytes equal %d, 8-bit codes equal %d of %d (%d at a midpoint), restored absmax "

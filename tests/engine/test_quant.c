@@ -107,6 +107,10 @@ static int dump(const char* in, const char* out) {
     write_all(out, "absmax2", am2, nb2 * sizeof(float));
     write_all(out, "offset", &off, sizeof off);
     write_all(out, "deq", deq, bytes);
+    uint16_t* w = mallocCheck(n * 2 + 2); /* the bf16 weight QLoRA computes with (double-quantized absmaxes) */
+    rr_nf4_dq_dequantize_bf16(q, q8, am2, off, n, w);
+    write_all(out, "w16", w, n * 2);
+    free(w);
     free(raw), free(x), free(q), free(am), free(q8), free(am2), free(deq);
     return check_failures ? 1 : 0;
 }

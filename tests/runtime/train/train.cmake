@@ -521,7 +521,7 @@ if(TARGET rrfp_cuda_emu)
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/zero_train_nccl_emu_dp2 1 1 2 2)
   # text.embed frozen: the CUDA embedding backward adds rows with float atomics, whose order differs from run
   # to run, so two runs agree only to round-off there; without it the comparison is bitwise (and the frozen
-  # tensor's master takes the packed path of a bf16 zero run)
+  # tensor, master-less in bf16, is saved from its compute copy by a zero run)
   set_tests_properties(zero_train_nccl_emu_dp2 PROPERTIES LABELS mpi TIMEOUT 400 ENVIRONMENT
                        "MODE=emu;PRECISION=bf16;SETS=train.freeze=text.embed")
 endif()
@@ -552,3 +552,11 @@ if(TARGET rrfp_cuda_emu)
            $<TARGET_FILE:rrfp-mm-emu>)
   set_tests_properties(train_recompute_emu PROPERTIES TIMEOUT 450)
 endif()
+# bf16 frozen tensors hold only their compute copy (tests/runtime/train/bf16_frozen.sh): a resume bit for bit, the
+# checkpoint's frozen tensors the bf16 rounding of their start values, train.init_from of an fp32 file rounded once
+add_test(NAME train_bf16_frozen
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "bf16 frozen: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/bf16_frozen.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_bf16_frozen)
+# LLaVA-1.5-7B stage 1 on one rank in bf16: tower and LM frozen at 2 bytes (13.24 GiB of weights; 39.47 GiB with f32 masters)
+add_test(NAME recipe_dry_run_7b_stage1_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 " 0 +32\\+ViT +7\\.06B +13\\.24 GiB " $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini
+         --set train.freeze=vision,text --set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=1 --dry-run)
