@@ -51,3 +51,7 @@ add_test(NAME data_chat_templates COMMAND test_templates ${CMAKE_SOURCE_DIR}/tes
 add_test(NAME data_pack_templates COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/pack_templates.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pack_templates)
 set_tests_properties(data_pack_templates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+# LLaVA-NeXT's any-resolution layout (data/anyres.c: best resolution, tile grid, resize / paste, unpadded
+# features, position count, feature order) against an independent reference of transformers' rules
+add_test(NAME data_anyres_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/anyres_ref.py $<TARGET_FILE:data_image_tool>)
+set_tests_properties(data_anyres_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

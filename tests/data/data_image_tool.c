@@ -5,11 +5,15 @@
  *   patches IN.jpg P MIN MAX OUT  float32 normalised patches (image_load_patches); prints "gh gw"
  *   llava_px IN.jpg SIZE OUT      RGB8 after expand2square + the Pillow-exact bicubic resize to SIZE x SIZE
  *   llava   IN.jpg P SIZE OUT     float32 patches of --image-preprocess llava (image_patches_into_prep)
+ *   anyres  PINPOINTS TILE P SEL  reads "h w" lines on stdin, prints data/anyres.h's layout of each:
+ *                                 "best_h best_w rows cols resized_h resized_w pad_top pad_left feat_top feat_h
+ *                                 feat_left feat_w n_tiles n_positions map_signature" (SEL: default or full)
  * (IN: a JPEG or a PNG) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/anyres.h"
 #include "data/image.h"
 #include "engine/util.h"
 
@@ -94,6 +98,23 @@ int main(int argc, char** argv) {
         save(argv[5], pt, sizeof(float) * (size_t)g * g * p * p * 3);
         printf("%d %d\n", g, g);
         free(pt), free(b);
+    } else if (!strcmp(argv[1], "anyres") && argc == 6) {
+        AnyresPinpoints pp;
+        int tile = atoi(argv[3]), p = atoi(argv[4]), h, w;
+        if (anyres_pinpoints_parse(argv[2], tile, &pp, err, sizeof err)) rr_die("%s", err);
+        AnyresSelect sel = !strcmp(argv[5], "full") ? ANYRES_SELECT_FULL : ANYRES_SELECT_DEFAULT;
+        while (scanf("%d %d", &h, &w) == 2) {
+            AnyresLayout l;
+            if (anyres_layout(h, w, &pp, tile, p, sel, &l, err, sizeof err)) rr_die("%d x %d: %s", w, h, err);
+            int32_t* src = mallocCheck(sizeof(int32_t) * (size_t)l.n_positions);
+            anyres_feature_map(&l, src); /* its length and newlines must agree with the count */
+            long long sig = 0; /* sum of (k + 1) (src[k] + 2): the map's order, compared with the reference's */
+            for (int k = 0; k < l.n_positions - (sel == ANYRES_SELECT_FULL); k++) sig += (long long)(k + 1) * (src[k] + 2);
+            free(src);
+            printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %lld\n", l.best_h, l.best_w, l.rows, l.cols, l.resized_h,
+                   l.resized_w, l.pad_top, l.pad_left, l.feat_top, l.feat_h, l.feat_left, l.feat_w, l.n_tiles, l.n_positions,
+                   sig);
+        }
     } else {
         return 2;
     }
