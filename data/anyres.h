@@ -71,4 +71,22 @@ int anyres_num_positions(int orig_h, int orig_w, const AnyresPinpoints* pp, int 
  * src holds n_positions values. */
 void anyres_feature_map(const AnyresLayout* l, int32_t* src);
 
+/* ---- the pixels (data/image_anyres.c): LlavaNextImageProcessor's tiles, Pillow-exact ----
+ * The decoded RGB8 image (w x h, full size as Pillow opens it) resized to (resized_w, resized_h) with Pillow's
+ * resize(BICUBIC) (image_resize_bicubic_u8: the same bytes), pasted at (pad_left, pad_top) onto a black
+ * best_w x best_h canvas, cut into rows x cols tiles of tile x tile, row-major; before them the base image,
+ * the whole image resized to tile x tile. out: n_tiles * tile * tile * 3 bytes, tile after tile. */
+void anyres_tiles_rgb8(const uint8_t* rgb, int w, int h, const AnyresLayout* l, int tile, uint8_t* out);
+/* The tiles as the tower's images: each tile's (tile / p)^2 patches row-major, each flattened (row, col,
+ * channel), CLIP's (x / 255 - mean) / std (data/image.h image_clip_mean / _std). out: n_tiles (tile / p)^2
+ * 3 p^2 floats. */
+void anyres_tiles_patches(const uint8_t* tiles, const AnyresLayout* l, int tile, int p, float* out);
+struct JpegCodec;
+/* The whole path for one image (JPEG or PNG by its signature, data/image.h image_decode_rgb at full size):
+ * its layout (under the `default` strategy) into *l, its patches into out (sized from the layout: call
+ * anyres_layout on the header's size first). The image must be orig_w x orig_h (the index's), else an error.
+ * Returns 0, or -1 with the reason. */
+int anyres_patches_into(struct JpegCodec* c, const uint8_t* bytes, size_t n, const AnyresPinpoints* pp, int tile, int p,
+                        int orig_w, int orig_h, float* out, char* err, size_t err_len);
+
 #endif

@@ -55,3 +55,8 @@ set_tests_properties(data_pack_templates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 
 # features, position count, feature order) against an independent reference of transformers' rules
 add_test(NAME data_anyres_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/anyres_ref.py $<TARGET_FILE:data_image_tool>)
 set_tests_properties(data_anyres_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# any-resolution pixels (data/image_anyres.c) against LlavaNextImageProcessor's rules in Pillow / numpy on
+# real photographs and portrait / wide / tiny / large / greyscale shapes: RGB8 tiles byte for byte, patches
+add_test(NAME data_anyres_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_anyres_pillow.py
+         $<TARGET_FILE:data_image_tool> ${CMAKE_CURRENT_BINARY_DIR}/data_anyres_pillow)
+set_tests_properties(data_anyres_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -8,6 +8,8 @@
  *   anyres  PINPOINTS TILE P SEL  reads "h w" lines on stdin, prints data/anyres.h's layout of each:
  *                                 "best_h best_w rows cols resized_h resized_w pad_top pad_left feat_top feat_h
  *                                 feat_left feat_w n_tiles n_positions map_signature" (SEL: default or full)
+ *   anyres_px IN PINPOINTS TILE OUT         RGB8 tiles of data/anyres.h (base first); prints "rows cols n_tiles"
+ *   anyres_patches IN PINPOINTS TILE P OUT  their float32 patches (anyres_patches_into); prints "n_tiles"
  * (IN: a JPEG or a PNG) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,36 @@ int main(int argc, char** argv) {
         save(argv[5], pt, sizeof(float) * (size_t)g * g * p * p * 3);
         printf("%d %d\n", g, g);
         free(pt), free(b);
+    } else if (!strcmp(argv[1], "anyres_px") && argc == 6) {
+        size_t n;
+        uint8_t* b = load(argv[2], &n);
+        int tile = atoi(argv[4]), w, h;
+        AnyresPinpoints pp;
+        AnyresLayout l;
+        if (anyres_pinpoints_parse(argv[3], tile, &pp, err, sizeof err)) rr_die("%s", err);
+        uint8_t* rgb = image_decode_rgb(c, b, n, 1, &w, &h, err, sizeof err);
+        if (!rgb) rr_die("%s: %s", argv[2], err);
+        if (anyres_layout(h, w, &pp, tile, 1, ANYRES_SELECT_DEFAULT, &l, err, sizeof err)) rr_die("%s", err);
+        uint8_t* t = mallocCheck((size_t)l.n_tiles * tile * tile * 3);
+        anyres_tiles_rgb8(rgb, w, h, &l, tile, t);
+        save(argv[5], t, (size_t)l.n_tiles * tile * tile * 3);
+        printf("%d %d %d\n", l.rows, l.cols, l.n_tiles);
+        free(t), free(rgb), free(b);
+    } else if (!strcmp(argv[1], "anyres_patches") && argc == 7) {
+        size_t n;
+        uint8_t* b = load(argv[2], &n);
+        int tile = atoi(argv[4]), p = atoi(argv[5]), w, h;
+        AnyresPinpoints pp;
+        AnyresLayout l;
+        if (anyres_pinpoints_parse(argv[3], tile, &pp, err, sizeof err)) rr_die("%s", err);
+        if (image_read_header(c, b, n, &w, &h, err, sizeof err)) rr_die("%s: %s", argv[2], err);
+        if (anyres_layout(h, w, &pp, tile, p, ANYRES_SELECT_DEFAULT, &l, err, sizeof err)) rr_die("%s", err);
+        size_t nf = (size_t)l.n_tiles * tile * tile * 3;
+        float* out = mallocCheck(nf * sizeof(float));
+        if (anyres_patches_into(c, b, n, &pp, tile, p, w, h, out, err, sizeof err)) rr_die("%s: %s", argv[2], err);
+        save(argv[6], out, nf * sizeof(float));
+        printf("%d\n", l.n_tiles);
+        free(out), free(b);
     } else if (!strcmp(argv[1], "anyres") && argc == 6) {
         AnyresPinpoints pp;
         int tile = atoi(argv[3]), p = atoi(argv[4]), h, w;
