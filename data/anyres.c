@@ -120,10 +120,9 @@ int anyres_layout(int orig_h, int orig_w, const AnyresPinpoints* pp, int tile, i
             bw = pw;
         }
     }
+    if (anyres_layout_grid(orig_h, orig_w, bh / tile, bw / tile, tile, patch, select, out, err, err_len) != 0) return -1;
     out->best_h = bh;
     out->best_w = bw;
-    out->rows = bh / tile;
-    out->cols = bw / tile;
     /* get_patch_output_size */
     double scw = (double)bw / (double)orig_w, sch = (double)bh / (double)orig_h;
     if (scw < sch) {
@@ -137,6 +136,22 @@ int anyres_layout(int orig_h, int orig_w, const AnyresPinpoints* pp, int tile, i
     }
     out->pad_top = (bh - out->resized_h) / 2;
     out->pad_left = (bw - out->resized_w) / 2;
+    return 0;
+}
+
+int anyres_layout_grid(int orig_h, int orig_w, int rows, int cols, int tile, int patch, AnyresSelect select,
+                       AnyresLayout* out, char* err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    if (orig_h < 1 || orig_w < 1) return rr_fail(err, err_len, "any-resolution image: size %d x %d is not positive", orig_w, orig_h);
+    if (tile < 1 || patch < 1 || tile % patch != 0)
+        return rr_fail(err, err_len, "any-resolution image: tile side %d is not a positive multiple of the patch side %d", tile, patch);
+    if (rows < 1 || cols < 1 || rows > ANYRES_MAX_SIDE / tile || cols > ANYRES_MAX_SIDE / tile)
+        return rr_fail(err, err_len, "any-resolution image: a %d x %d grid of %d-pixel tiles (1 .. %d a side)", rows, cols, tile,
+                       ANYRES_MAX_SIDE / tile);
+    out->rows = rows;
+    out->cols = cols;
+    out->best_h = rows * tile;
+    out->best_w = cols * tile;
     /* the features: the base image, then the grid unpadded (unpad_image / _get_unpadded_features) */
     int g = tile / patch;
     out->g = g;

@@ -61,6 +61,11 @@ typedef struct {
  * Returns 0, or -1 with the reason (sizes not positive, tile not a multiple of patch, no pinpoints). */
 int anyres_layout(int orig_h, int orig_w, const AnyresPinpoints* pp, int tile, int patch, AnyresSelect select,
                   AnyresLayout* out, char* err, size_t err_len);
+/* The same for a known tile grid (rows x cols, e.g. from a shard index): everything but the resize and paste
+ * (resized_*, pad_* zero; best_* = the grid's pixels). anyres_layout computes the grid and then calls this:
+ * the one place the unpadded features and the position count are worked out. */
+int anyres_layout_grid(int orig_h, int orig_w, int rows, int cols, int tile, int patch, AnyresSelect select,
+                       AnyresLayout* out, char* err, size_t err_len);
 /* The number of `<image>` positions of the image (AnyresLayout.n_positions), or -1 on bad arguments. */
 int anyres_num_positions(int orig_h, int orig_w, const AnyresPinpoints* pp, int tile, int patch, AnyresSelect select);
 

@@ -66,6 +66,10 @@ typedef struct {
     int tie_embeddings;           /* model.tie_embeddings: the LM head is text.embed.weight */
     int rope_llama3;              /* model.rope_type = llama3, with the four factors below */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
+    /* LLaVA-NeXT's any-resolution images (docs/anyres.md; model.anyres): the tower runs over every tile of
+     * vision_image_size pixels, the LM takes the base image's features, then the unpadded grid with the learned
+     * `image_newline` (Dt) after each row; microbatches carry their images' layout (Microbatch.J) */
+    int anyres;
 } ModelConfig;
 
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */
@@ -96,6 +100,8 @@ typedef struct {
     LmBlockW *blk_w, *blk_g;   /* (l1 - l0) */
     float *normf_w, *normf_g;  /* (Dt) */
     float *head_w, *head_g;    /* (V, Dt) */
+    float *newline_w, *newline_g; /* (Dt) image_newline (ModelConfig.anyres; first stage) */
+    int newline16;             /* its compute copy holds 2-byte words (params_mark_act_table) */
     /* train.freeze: a frozen tensor's gradient pointer (*_g) is NULL and its weight gradient is never
      * computed. First stage: */
     int vit_train;   /* some vision.* tensor trains: the ViT backward runs (else its acts keep nothing) */
@@ -158,6 +164,12 @@ typedef struct {
                                                  * bf16 words where Stage.vc.act_bytes is 2: narrowed on the host) */
     int32_t *h_img_cu, *h_img_lm_start;         /* host: (I+1), (I) */
     int32_t* h_seg;                             /* host: (2 * n_seg) text runs [start, end) */
+    /* any-resolution images (ModelConfig.anyres): per LM position the projector row it takes (-1: none) and
+     * 0 where it takes image_newline (-1 elsewhere), backend memory (T) each, and host copies; n_ar the
+     * microbatch's J; nl16 the newline's 2-byte words with 2-byte activations (Dt) */
+    int32_t *ar_idx, *ar_nl, *h_ar_idx, *h_ar_nl;
+    int n_ar;
+    float* nl16;
     int n_seg;
     /* first stage */
     VitActs vit;

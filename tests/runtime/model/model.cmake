@@ -35,7 +35,7 @@ endforeach()
 
 add_executable(test_model_golden tests/runtime/model/test_model_golden.c)
 target_link_libraries(test_model_golden PRIVATE rrfp_core)
-foreach(case vit lm llava traj)
+foreach(case vit lm llava traj anyres)
   add_test(NAME model_torch_${case}
            COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden>
                    ${case} ${CMAKE_CURRENT_BINARY_DIR}/model_golden_${case})
@@ -137,3 +137,12 @@ set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
 add_executable(test_partition tests/runtime/model/test_partition.c)
 target_link_libraries(test_partition PRIVATE rrfp_core)
 add_test(NAME partition COMMAND test_partition)
+# any-resolution images on the CUDA backend's source compiled for the emulation, against the same PyTorch reference
+add_executable(test_model_golden_emu tests/runtime/model/test_model_golden.c)
+target_compile_definitions(test_model_golden_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
+target_link_libraries(test_model_golden_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_model_golden_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME model_torch_anyres_emu
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden_emu>
+                 anyres_gpu ${CMAKE_CURRENT_BINARY_DIR}/model_golden_anyres_emu)
+set_tests_properties(model_torch_anyres_emu PROPERTIES LABELS torch TIMEOUT 300)
