@@ -60,3 +60,10 @@ set_tests_properties(data_anyres_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 add_test(NAME data_anyres_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_anyres_pillow.py
          $<TARGET_FILE:data_image_tool> ${CMAKE_CURRENT_BINARY_DIR}/data_anyres_pillow)
 set_tests_properties(data_anyres_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# pack --image-preprocess anyres on photographs -> version 3 shards -> the loader's any-resolution microbatches
+# (checked and trained by a model.anyres model) against the reference's grid, positions and Pillow patches
+add_executable(test_anyres_loader tests/data/test_anyres_loader.c)
+target_link_libraries(test_anyres_loader PRIVATE rrfp_core)
+add_test(NAME pack_anyres COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pack_anyres.py $<TARGET_FILE:rrfp-mm>
+         $<TARGET_FILE:test_anyres_loader> ${CMAKE_CURRENT_BINARY_DIR}/pack_anyres)
+set_tests_properties(pack_anyres PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

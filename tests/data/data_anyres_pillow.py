@@ -24,8 +24,6 @@ except ImportError:
     print("Pillow or numpy missing: skipped")
     sys.exit(77)
 
-TOOL, WORK = sys.argv[1], sys.argv[2]
-os.makedirs(WORK, exist_ok=True)
 SKIMAGE = "/usr/lib/python3/dist-packages/skimage/data"
 MEAN = [0.48145466, 0.4578275, 0.40821073]
 STD = [0.26862954, 0.26130258, 0.27577711]
@@ -70,60 +68,67 @@ def patches(tiles, p):
     return x.reshape(n, g, p, g, p, 3).transpose(0, 1, 3, 2, 4, 5).reshape(-1)
 
 
-photos = sorted(os.path.join(SKIMAGE, f) for f in os.listdir(SKIMAGE) if f.endswith(".jpg") and f != "truncated.jpg")
-if not photos:
-    print("no photographs in %s (python3-skimage)" % SKIMAGE)
-    sys.exit(1)
-base = Image.open(photos[0]).convert("RGB")
-images = photos[:3]
-rot = Image.Transpose.ROTATE_90 if hasattr(Image, "Transpose") else Image.ROTATE_90
-for name, im in (("portrait.png", base.transpose(rot)),
-                 ("wide.png", base.resize((1200, 200))),
-                 ("tiny.png", base.resize((40, 23))),
-                 ("large.png", base.resize((1500, 1100))),
-                 ("tall_grey.png", base.convert("L").resize((120, 700)))):
-    path = os.path.join(WORK, name)
-    im.save(path)
-    images.append(path)
+def main():
+    TOOL, WORK = sys.argv[1], sys.argv[2]
+    os.makedirs(WORK, exist_ok=True)
+    photos = sorted(os.path.join(SKIMAGE, f) for f in os.listdir(SKIMAGE) if f.endswith(".jpg") and f != "truncated.jpg")
+    if not photos:
+        print("no photographs in %s (python3-skimage)" % SKIMAGE)
+        sys.exit(1)
+    base = Image.open(photos[0]).convert("RGB")
+    images = photos[:3]
+    rot = Image.Transpose.ROTATE_90 if hasattr(Image, "Transpose") else Image.ROTATE_90
+    for name, im in (("portrait.png", base.transpose(rot)),
+                     ("wide.png", base.resize((1200, 200))),
+                     ("tiny.png", base.resize((40, 23))),
+                     ("large.png", base.resize((1500, 1100))),
+                     ("tall_grey.png", base.convert("L").resize((120, 700)))):
+        path = os.path.join(WORK, name)
+        im.save(path)
+        images.append(path)
 
-failed = []
-n = 0
-for pins, tile, p in (("[[336,672],[672,336],[672,672],[1008,336],[336,1008]]", 336, 14),
-                      ("[[224,448],[448,224],[448,448],[224,896],[672,224]]", 224, 14)):
-    pinpoints = eval(pins)
-    for path in images:
-        img = Image.open(path).convert("RGB")
-        ref = processor(img, pinpoints, tile)
-        out = os.path.join(WORK, "px.raw")
-        r = subprocess.run([TOOL, "anyres_px", path, pins, str(tile), out], capture_output=True, text=True)
-        if r.returncode:
-            failed.append("%s: %s" % (path, r.stderr))
-            continue
-        got = np.fromfile(out, dtype=np.uint8)
-        if got.size != ref.size:
-            failed.append("%s tile %d: %d tiles, expected %d" % (path, tile, got.size // (tile * tile * 3), ref.shape[0]))
-            continue
-        got = got.reshape(ref.shape)
-        if not np.array_equal(got, ref):
-            d = np.abs(got.astype(int) - ref.astype(int))
-            failed.append("%s tile %d: RGB8 differs in %d values (max %d, first tile %d)" %
-                          (path, tile, int((d > 0).sum()), int(d.max()), int(np.argmax(d.reshape(ref.shape[0], -1).max(1)))))
-            continue
-        r = subprocess.run([TOOL, "anyres_patches", path, pins, str(tile), str(p), out], capture_output=True, text=True)
-        if r.returncode:
-            failed.append("%s: %s" % (path, r.stderr))
-            continue
-        gotp = np.fromfile(out, dtype=np.float32).astype(np.float64)
-        refp = patches(ref, p)
-        err = np.abs(gotp - refp).max() if gotp.size == refp.size else float("inf")
-        if not err <= 1e-6:
-            failed.append("%s tile %d: patches differ by %g" % (path, tile, err))
-            continue
-        n += 1
-        print("%-16s %5d x %-5d tile %d: %d tiles (%s) equal, patches within %.1e" %
-              (os.path.basename(path), img.size[0], img.size[1], tile, ref.shape[0], r.stdout.strip(), err))
-for f in failed:
-    print("FAIL", f)
-if failed or n == 0:
-    sys.exit(1)
-print("anyres pillow: ok (%d images x settings)" % n)
+    failed = []
+    n = 0
+    for pins, tile, p in (("[[336,672],[672,336],[672,672],[1008,336],[336,1008]]", 336, 14),
+                          ("[[224,448],[448,224],[448,448],[224,896],[672,224]]", 224, 14)):
+        pinpoints = eval(pins)
+        for path in images:
+            img = Image.open(path).convert("RGB")
+            ref = processor(img, pinpoints, tile)
+            out = os.path.join(WORK, "px.raw")
+            r = subprocess.run([TOOL, "anyres_px", path, pins, str(tile), out], capture_output=True, text=True)
+            if r.returncode:
+                failed.append("%s: %s" % (path, r.stderr))
+                continue
+            got = np.fromfile(out, dtype=np.uint8)
+            if got.size != ref.size:
+                failed.append("%s tile %d: %d tiles, expected %d" % (path, tile, got.size // (tile * tile * 3), ref.shape[0]))
+                continue
+            got = got.reshape(ref.shape)
+            if not np.array_equal(got, ref):
+                d = np.abs(got.astype(int) - ref.astype(int))
+                failed.append("%s tile %d: RGB8 differs in %d values (max %d, first tile %d)" %
+                              (path, tile, int((d > 0).sum()), int(d.max()), int(np.argmax(d.reshape(ref.shape[0], -1).max(1)))))
+                continue
+            r = subprocess.run([TOOL, "anyres_patches", path, pins, str(tile), str(p), out], capture_output=True, text=True)
+            if r.returncode:
+                failed.append("%s: %s" % (path, r.stderr))
+                continue
+            gotp = np.fromfile(out, dtype=np.float32).astype(np.float64)
+            refp = patches(ref, p)
+            err = np.abs(gotp - refp).max() if gotp.size == refp.size else float("inf")
+            if not err <= 1e-6:
+                failed.append("%s tile %d: patches differ by %g" % (path, tile, err))
+                continue
+            n += 1
+            print("%-16s %5d x %-5d tile %d: %d tiles (%s) equal, patches within %.1e" %
+                  (os.path.basename(path), img.size[0], img.size[1], tile, ref.shape[0], r.stdout.strip(), err))
+    for f in failed:
+        print("FAIL", f)
+    if failed or n == 0:
+        sys.exit(1)
+    print("anyres pillow: ok (%d images x settings)" % n)
+
+
+if __name__ == "__main__":
+    main()

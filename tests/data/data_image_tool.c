@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
         size_t n;
         uint8_t* b = load(argv[2], &n);
         int w, h, S = atoi(argv[3]);
-        ImagePrep prep = {IMAGE_PREP_LLAVA, S};
+        ImagePrep prep = {.kind = IMAGE_PREP_LLAVA, .size = S};
         uint8_t* rgb = image_decode_prep(c, b, n, &prep, 1, S, S, &w, &h, err, sizeof err); /* the loader's decode */
         if (!rgb) rr_die("%s: %s", argv[2], err);
         int side = w > h ? w : h;
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
         size_t n;
         uint8_t* b = load(argv[2], &n);
         int p = atoi(argv[3]), S = atoi(argv[4]), g = S / p;
-        ImagePrep prep = {IMAGE_PREP_LLAVA, S};
+        ImagePrep prep = {.kind = IMAGE_PREP_LLAVA, .size = S};
         float* pt = mallocCheck(sizeof(float) * (size_t)g * g * p * p * 3);
         if (image_patches_into_prep(c, b, n, &prep, p, 1, 1, g, g, pt, err, sizeof err)) rr_die("%s: %s", argv[2], err);
         save(argv[5], pt, sizeof(float) * (size_t)g * g * p * p * 3);
