@@ -74,6 +74,11 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
     return 0;
 }
 
+int model_patch_budget(const ModelConfig* c, int microbatch_tokens) {
+    int64_t n = (int64_t)microbatch_tokens * (c->anyres > 1 ? c->anyres : 1);
+    return n > INT32_MAX / 4 ? INT32_MAX / 4 : (int)n;
+}
+
 VitConfig model_config_vit(const ModelConfig* c) {
     VitConfig v = {.patch = c->patch, .D = c->Dv, .L = c->Lv, .H = c->Hv, .Dt = c->Dt, .init_std = c->init_std};
     v.arch = (VitArch)c->vision_arch;

@@ -68,10 +68,14 @@ typedef struct {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
     /* LLaVA-NeXT's any-resolution images (docs/anyres.md; model.anyres): the tower runs over every tile of
      * vision_image_size pixels, the LM takes the base image's features, then the unpadded grid with the learned
-     * `image_newline` (Dt) after each row; microbatches carry their images' layout (Microbatch.J) */
+     * `image_newline` (Dt) after each row; microbatches carry their images' layout (Microbatch.J). 0 = off, else on;
+     * N >= 2 bounds an image's tower images (model_patch_budget) */
     int anyres;
 } ModelConfig;
 
+/* Image patches a microbatch of microbatch_tokens LM positions can hold: every position a patch, or with any-resolution
+ * images (anyres = N >= 2 tower images an image, each image at least one tile's g^2 positions) N times that. */
+int model_patch_budget(const ModelConfig* c, int microbatch_tokens);
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */
 int model_config_check(const ModelConfig* c, char* err, size_t err_len);
 VitConfig model_config_vit(const ModelConfig* c);

@@ -71,7 +71,7 @@ StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const 
     stage_init_frozen(&s->st, mc, 0, mc->Lt, r->freeze, be);
     params_alloc_optimizer(&s->st.params);
     /* one microbatch in flight; every position may be an image patch */
-    stage_acts_init(&s->acts, &s->st, r->microbatch_tokens, r->microbatch_tokens, 0);
+    stage_acts_init(&s->acts, &s->st, r->microbatch_tokens, model_patch_budget(mc, r->microbatch_tokens), 0);
     s->stp = &s->st;
     StepExec* ex = &s->ex;
     ex->name = "one process";

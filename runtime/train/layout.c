@@ -44,6 +44,7 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.vision_arch = !strcmp(r->vision_arch, "clip") ? 1 : 0;
     c.vision_feature_layer = r->vision_feature_layer;
     c.vision_image_size = r->vision_image_size;
+    c.anyres = r->anyres;
     c.projector_act = !strcmp(r->projector_act, "gelu") ? ACT_GELU_ERF : ACT_GELU_TANH;
     c.Hkv = r->text_kv_heads;
     c.qkv_bias = r->text_qkv_bias, c.o_bias = r->text_o_bias;
@@ -99,7 +100,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     /* every position of the microbatch may be an image patch: the worst case */
     /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
     int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) ? 2 : 4;
-    o->act_mb = (double)model_stage_acts_bytes_lm(mc, l0, l1, T, T, 0, r->tp, lm_bytes, vit_train);
+    o->act_mb = (double)model_stage_acts_bytes_lm(mc, l0, l1, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes, vit_train);
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
     if (lm_bytes == 2) {

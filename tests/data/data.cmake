@@ -66,4 +66,4 @@ add_executable(test_anyres_loader tests/data/test_anyres_loader.c)
 target_link_libraries(test_anyres_loader PRIVATE rrfp_core)
 add_test(NAME pack_anyres COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pack_anyres.py $<TARGET_FILE:rrfp-mm>
          $<TARGET_FILE:test_anyres_loader> ${CMAKE_CURRENT_BINARY_DIR}/pack_anyres)
-set_tests_properties(pack_anyres PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+set_tests_properties(pack_anyres PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -103,6 +103,24 @@ assert checked == set(range(len(names))), "samples not seen: %s" % (set(range(le
 print("loader: %d images: size, tile grid, positions and tower images equal the reference; patches within %.1e"
       % (len(checked), worst))
 
+# the trainer on them (model.anyres): its step-1 dump against the PyTorch reference (tests/support/ref/llava_ref.py)
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TR = ["train", SRC + "/recipes/demo.ini", "--set", "data.shards=" + W + "/ar", "--set", "data.tokenizer=" + W + "/tok.json",
+      "--set", "data.eval_shards=", "--set", "model.patch=%d" % P, "--set", "model.vision_image_size=%d" % TILE,
+      "--set", "model.vision_width=32", "--set", "model.vision_heads=2", "--set", "model.text_width=64",
+      "--set", "model.text_heads=2", "--set", "model.ffn_hidden=172", "--set", "data.min_patches=4",
+      "--set", "data.max_patches=4", "--set", "data.microbatch_tokens=512", "--set", "train.steps=2",
+      "--set", "train.checkpoint_every=0", "--set", "optim.warmup=1", "--set", "runtime.threads=1"]
+run(TR + ["--set", "model.anyres=5", "--set", "train.run_dir=" + W + "/run", "--set", "train.dump_step=1"])
+r = subprocess.run([sys.executable, SRC + "/tests/support/ref/llava_ref.py", "--check", W + "/run/dump-1"],
+                   capture_output=True, text=True)
+if r.returncode:
+    sys.exit("FAIL: the trainer's any-resolution step against the reference:\n" + r.stdout[-3000:])
+print("train: 2 steps on the shards with model.anyres = 5; step 1 equals the PyTorch reference")
+bad = run(TR + ["--set", "train.run_dir=" + W + "/run0"], ok=False)
+assert "not any-resolution (model.anyres)" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+print("refused: any-resolution shards on a model without model.anyres")
+
 bad = run(PK[:-2] + ["--grid-pinpoints", "[[28,50]]", "--out", W + "/bad"], ok=False)
 assert "multiple of the tile side 28" in bad.stderr and not os.path.exists(W + "/bad"), bad.stderr
 bad = run(PK[:10] + ["--grid-pinpoints", PINS, "--out", W + "/bad"], ok=False)
