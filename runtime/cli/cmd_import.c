@@ -9,7 +9,7 @@
 #include "runtime/train/outguard.h"
 
 static void import_usage(FILE* f) {
-    fprintf(f, "usage: rrfp-mm import llama|llava|clip --hf DIR --out CKPT\n\n"
+    fprintf(f, "usage: rrfp-mm import llama|llava|llava_next|clip --hf DIR --out CKPT\n\n"
                "Converts a Hugging Face Llama-format LM (DIR/config.json, DIR/model.safetensors or the shards that\n"
                "DIR/model.safetensors.index.json lists) into checkpoint folder CKPT holding text.* tensors, for\n"
                "train.init_from (tensors load by name and shape; vision and projector keep their initialisation).\n"
@@ -21,6 +21,8 @@ static void import_usage(FILE* f) {
                "import llava: a LlavaForConditionalGeneration (CLIP tower, projector, a Llama / Mistral / Qwen2 LM as\n"
                "import llama takes; llava-hf hub names, transformers 5's save_pretrained names or the in-memory model.*\n"
                "names) as a whole-model checkpoint.\n"
+               "import llava_next: a LlavaNextForConditionalGeneration the same way, with its image_newline and\n"
+               "image_grid_pinpoints (model.anyres; pack --image-preprocess anyres --grid-pinpoints, docs/anyres.md).\n"
                "import clip: a CLIPVisionModel (or CLIPModel's vision part) as a vision.* checkpoint.\n"
                "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n"
                "CKPT must not exist; it is built as CKPT.tmp.PID and renamed when complete. Refused before anything\n"
@@ -60,10 +62,12 @@ int cmd_import(int argc, char** argv) {
             return 2;
         }
     }
-    if (kind && hf && out && (!strcmp(kind, "llava") || !strcmp(kind, "clip"))) return cmd_import_llava(kind, hf, out);
+    if (kind && hf && out && (!strcmp(kind, "llava") || !strcmp(kind, "llava_next") || !strcmp(kind, "clip")))
+        return cmd_import_llava(kind, hf, out);
     if (!kind || strcmp(kind, "llama") != 0 || !hf || !out) {
-        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "clip") != 0)
-            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, clip)\n\n", kind);
+        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "llava_next") != 0 &&
+            strcmp(kind, "clip") != 0)
+            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, llava_next, clip)\n\n", kind);
         import_usage(stderr);
         return 2;
     }

@@ -65,3 +65,9 @@ add_test(NAME hostile_llava
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/hostile_llava llava)
 set_tests_properties(hostile_llava PROPERTIES TIMEOUT 300)
+# import llava_next / export hf of an any-resolution model: image_newline and image_grid_pinpoints both ways, bit for
+# bit, model.anyres printed, refusals (tests/runtime/hf/import_llava_next.py)
+add_test(NAME import_llava_next_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_llava_next.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/import_llava_next)
+set_tests_properties(import_llava_next_torch PROPERTIES LABELS torch TIMEOUT 300)
