@@ -10,11 +10,15 @@
      `<image>` run length and tower images must equal this script's reference (written from transformers'
      select_best_resolution / _get_number_of_features), and its patches LlavaNextImageProcessor's rules in
      Pillow / numpy within 1e-6;
-  4. bad settings are refused before anything is written: a pinpoint that is not a multiple of the tile side,
+  4. `rrfp-mm train` with model.anyres on the shards: its step-1 dump equals the PyTorch reference
+     (tests/support/ref/llava_ref.py); `rrfp-mm generate` answers about an image on the trained model, its prompt
+     the image's reference position count plus the question's; a model without model.anyres refuses the shards;
+  5. bad settings are refused before anything is written: a pinpoint that is not a multiple of the tile side,
      --grid-pinpoints without anyres.
 Usage: pack_anyres.py RRFP_MM TEST_ANYRES_LOADER WORKDIR. Exit 77 without Pillow / numpy."""
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -117,6 +121,15 @@ r = subprocess.run([sys.executable, SRC + "/tests/support/ref/llava_ref.py", "--
 if r.returncode:
     sys.exit("FAIL: the trainer's any-resolution step against the reference:\n" + r.stdout[-3000:])
 print("train: 2 steps on the shards with model.anyres = 5; step 1 equals the PyTorch reference")
+# generate on the trained model: the image through the loader's tiles and layout (data record: anyres, its pinpoints)
+r = run(["generate", W + "/run/recipe.ini", "--checkpoint", "latest", "--set", "train.run_dir=" + W + "/run",
+         "--image", W + "/images/" + names[-2], "--prompt", "What is in the picture?", "--max-new-tokens", "4"])
+gw_, gh_ = Image.open(W + "/images/" + names[-2]).size
+npos = reference(gh_, gw_, pins, TILE, P, "default")["n_positions"]
+m = re.search(r"generate: (\d+) prompt positions", r.stderr + r.stdout)
+assert m and npos < int(m.group(1)) < npos + 64, (npos, r.stderr)
+print("generate: %s prompt positions (the image's %d and the question's), answer '%s'"
+      % (m.group(1), npos, r.stdout.strip().splitlines()[-1]))
 bad = run(TR + ["--set", "train.run_dir=" + W + "/run0"], ok=False)
 assert "not any-resolution (model.anyres)" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
 print("refused: any-resolution shards on a model without model.anyres")
