@@ -5,7 +5,9 @@
  * stage_check_microbatch (a small model.anyres model: tower images, grids, the `<image>` runs' lengths against
  * data/anyres.h) and runs its forward and backward (the loss must be finite), and writes OUT/images.txt, one line
  * per image: "sample_index h w rows cols n_positions n_tiles first_patch_row", and OUT/patches.f32 (every
- * microbatch's patches in order) for the script to compare with its own processor. */
+ * microbatch's patches in order) for the script to compare with its own processor. Then each microbatch of two or
+ * more samples loses its first (microbatch_drop_samples, as a rank drops an image that did not decode): its
+ * images' tiles and layout must go with it and the rest pass the model's check and run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
     FILE* ft = fopenCheck(path, "w");
     snprintf(path, sizeof path, "%s/patches.f32", argv[4]);
     FILE* fp = fopenCheck(path, "wb");
-    int64_t seen = 0, n_mb = 0, n_img = 0, row0 = 0;
+    int64_t seen = 0, n_mb = 0, n_img = 0, row0 = 0, n_drop = 0;
     size_t row = (size_t)3 * p * p;
     while (seen < N) {
         LoaderStep step;
@@ -69,12 +71,29 @@ int main(int argc, char** argv) {
             row0 += mb->Np;
             seen += mb->S;
             n_mb++;
+            if (mb->S >= 2) { /* a sample dropped (an image that did not decode on some rank): its tiles and layout go */
+                int J0 = mb->J, S0 = mb->S, I0 = mb->I, nj0 = 0;
+                for (int j = 0; j < mb->J; j++) nj0 += mb->ar_lm_start[j] < mb->cu_seqlens[1];
+                uint8_t drop[64] = {1};
+                if (S0 <= 64 && microbatch_drop_samples(mb, drop) == 1) {
+                    if (mb->J != J0 - nj0 || mb->S != S0 - 1 || mb->I >= I0 || mb->ar_tile0[mb->J] != mb->I)
+                        rr_die("microbatch %lld: dropping sample 0 left J %d (of %d, %d its), I %d (of %d)", (long long)n_mb,
+                               mb->J, J0, nj0, mb->I, I0);
+                    if (stage_check_microbatch(&st, &a, mb, err, sizeof err))
+                        rr_die("microbatch %lld after a drop: %s", (long long)n_mb, err);
+                    float ls2;
+                    stage_forward(&st, &a, mb, NULL, NULL, &ls2);
+                    stage_acts_release(&a);
+                    n_drop++;
+                }
+            }
         }
     }
     fclose(ft);
     fclose(fp);
-    printf("anyres loader: %lld samples, %lld images in %lld microbatches checked by the model and trained\n",
-           (long long)seen, (long long)n_img, (long long)n_mb);
+    if (n_drop == 0) rr_die("no microbatch of two samples to drop one from");
+    printf("anyres loader: %lld samples, %lld images in %lld microbatches checked by the model and trained; %lld with a "
+           "sample dropped checked again\n", (long long)seen, (long long)n_img, (long long)n_mb, (long long)n_drop);
     stage_acts_free(&a, &st);
     stage_free(&st);
     loader_close(L);
