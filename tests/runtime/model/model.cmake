@@ -11,6 +11,9 @@ add_test(NAME model_pipeline_stages COMMAND test_model stages)
 add_test(NAME model_freeze COMMAND test_model freeze)
 # the CLIP tower (model.vision_arch = clip) through the same checks
 add_test(NAME model_fd_clip COMMAND test_model fd_clip)
+# LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers, both towers
+add_test(NAME model_fd_anyres COMMAND test_model fd_anyres)
+add_test(NAME model_fd_anyres_clip COMMAND test_model fd_anyres_clip)
 add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
 add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
 add_test(NAME model_gpu COMMAND test_model gpu)

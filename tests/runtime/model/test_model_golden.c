@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/anyres.h"
 #include "engine/safetensors.h"
 #include "runtime/model/model.h"
 #include "tests/support/test_model_util.h"
@@ -158,72 +157,8 @@ static void case_step(const char* dir, const char* name, const char* const* spec
 }
 
 /* ---- any-resolution images ---------------------------------------------------------------------- */
-/* A microbatch of `spec` (tm_microbatch) whose k-th image is any-resolution image k of sizes (h, w): its run of
- * `<image>` positions is the layout's n_positions long (the spec's image k must be "i1x1": its length is set
- * here), its tower images the base image and the tiles, g x g patches each. */
 #define AR_TILE 12
 #define AR_PINS "[[12,24],[24,12],[24,24],[36,12]]"
-static void anyres_microbatch(Microbatch* mb, const char* spec, const int (*sizes)[2], int J, const ModelConfig* mc,
-                              uint64_t* rng) {
-    AnyresPinpoints pp;
-    char err[256], sp[512];
-    check(anyres_pinpoints_parse(AR_PINS, AR_TILE, &pp, err, sizeof err), err);
-    AnyresLayout l[8];
-    int k = 0, o = 0;
-    for (const char* c = spec; *c;) { /* image k's "i1x1" becomes "i<n>x1" */
-        if (c[0] == 'i' && !strncmp(c, "i1x1", 4)) {
-            check(anyres_layout(sizes[k][0], sizes[k][1], &pp, AR_TILE, mc->patch, ANYRES_SELECT_DEFAULT, &l[k], err, sizeof err), err);
-            o += snprintf(sp + o, sizeof sp - o, "i%dx1", l[k].n_positions);
-            k++;
-            c += 4;
-        } else {
-            sp[o++] = *c++;
-        }
-    }
-    sp[o] = '\0';
-    RR_ASSERT(k == J);
-    tm_microbatch(mb, sp, mc->V, mc->patch, rng);
-    int g = AR_TILE / mc->patch, I = 0;
-    for (int j = 0; j < J; j++) I += l[j].n_tiles;
-    size_t P = 3 * (size_t)mc->patch * mc->patch, Np = (size_t)I * g * g;
-    int32_t* start = mb->img_lm_start;
-    mb->J = J;
-    mb->ar_tile0 = callocCheck(J + 1, sizeof(int32_t));
-    mb->ar_size = callocCheck(2 * J, sizeof(int32_t));
-    mb->ar_grid = callocCheck(2 * J, sizeof(int32_t));
-    mb->ar_lm_start = callocCheck(J, sizeof(int32_t));
-    free(mb->img_cu_patches), free(mb->grid_h), free(mb->grid_w), free(mb->patch_row), free(mb->patch_col), free(mb->patches);
-    mb->I = I;
-    mb->Np = (int)Np;
-    mb->img_cu_patches = callocCheck(I + 1, sizeof(int32_t));
-    mb->grid_h = callocCheck(I, sizeof(int32_t));
-    mb->grid_w = callocCheck(I, sizeof(int32_t));
-    mb->img_lm_start = callocCheck(I, sizeof(int32_t));
-    mb->patch_row = callocCheck(Np, sizeof(int32_t));
-    mb->patch_col = callocCheck(Np, sizeof(int32_t));
-    mb->patches = callocCheck(Np * P, sizeof(float));
-    for (size_t q = 0; q < Np * P; q++) mb->patches[q] = 2.0f * tm_uniform(rng) - 1.0f;
-    int i = 0;
-    for (int j = 0; j < J; j++) {
-        mb->ar_tile0[j] = i;
-        mb->ar_size[2 * j] = sizes[j][0], mb->ar_size[2 * j + 1] = sizes[j][1];
-        mb->ar_grid[2 * j] = l[j].rows, mb->ar_grid[2 * j + 1] = l[j].cols;
-        mb->ar_lm_start[j] = start[j];
-        for (int t = 0; t < l[j].n_tiles; t++, i++) {
-            mb->grid_h[i] = mb->grid_w[i] = g;
-            mb->img_lm_start[i] = start[j];
-            mb->img_cu_patches[i + 1] = mb->img_cu_patches[i] + g * g;
-            for (int q = 0; q < g * g; q++) mb->patch_row[mb->img_cu_patches[i] + q] = q / g, mb->patch_col[mb->img_cu_patches[i] + q] = q % g;
-        }
-    }
-    mb->ar_tile0[J] = I;
-    free(start);
-}
-
-static void anyres_microbatch_free(Microbatch* mb) {
-    free(mb->ar_tile0), free(mb->ar_size), free(mb->ar_grid), free(mb->ar_lm_start);
-    tm_microbatch_free(mb);
-}
 
 static void case_anyres(const char* dir, const Backend* be) {
     ModelConfig mc = golden_config(0.1f);
@@ -234,8 +169,8 @@ static void case_anyres(const char* dir, const Backend* be) {
     const char* specs[2] = {"p2 i1x1 p1 a4 | p1 i1x1 a3", "p3 a2 i1x1 a3 | p1 i1x1 p2 a2"};
     Microbatch mb[2];
     uint64_t rng = 77;
-    anyres_microbatch(&mb[0], specs[0], sizes0, 2, &mc, &rng);
-    anyres_microbatch(&mb[1], specs[1], sizes1, 2, &mc, &rng);
+    tm_anyres_microbatch(&mb[0], specs[0], sizes0, 2, AR_PINS, AR_TILE, mc.patch, mc.V, &rng);
+    tm_anyres_microbatch(&mb[1], specs[1], sizes1, 2, AR_PINS, AR_TILE, mc.patch, mc.V, &rng);
     Stage st;
     stage_init(&st, &mc, 0, mc.Lt, be);
     int max_T = mb[0].T > mb[1].T ? mb[0].T : mb[1].T, max_Np = mb[0].Np > mb[1].Np ? mb[0].Np : mb[1].Np;
@@ -271,7 +206,7 @@ static void case_anyres(const char* dir, const Backend* be) {
     check(model_dump_config(&mc, extra, path, err, sizeof err), err);
     printf("anyres: %d + %d tower images, %d + %d LM positions, loss %.6f, dumped to %s\n", mb[0].I, mb[1].I, mb[0].T, mb[1].T,
            loss, dir);
-    for (int m = 0; m < 2; m++) anyres_microbatch_free(&mb[m]);
+    for (int m = 0; m < 2; m++) microbatch_free(&mb[m]);
     stage_acts_free(&a, &st);
     stage_free(&st);
 }
