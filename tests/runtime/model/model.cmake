@@ -28,7 +28,9 @@ set_tests_properties(model_gpu_bf16a PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
             "pos|sample 1: position 16 is 3, expected 0"
-            "overlap|image 1 starts at LM position 4, inside or before image 0 at .2, 6.")
+            "overlap|image 1 starts at LM position 4, inside or before image 0 at .2, 6."
+            "anyres_grid|any-resolution image 0 has 3 tower images, its 1 x 1 grid needs 2"
+            "anyres_model|any-resolution images, but the model is not any-resolution")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 name)
   list(GET parts 1 msg)

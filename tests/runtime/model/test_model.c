@@ -842,6 +842,16 @@ static void test_bad(const char* what) {
         tm_microbatch(&mb, "p2 i2x2 i1x2 a5", c.V, c.patch, &rng);
         mb.img_lm_start[1] = 4;
     }
+    if (!strncmp(what, "anyres_", 7)) { /* any-resolution images (tiles of 8 px, 2 x 2 patches of 4) */
+        microbatch_free(&mb);
+        static const int sz[1][2] = {{5, 23}};
+        tm_anyres_microbatch(&mb, "p2 i1x1 a5", sz, 1, "[[8,16],[16,8],[16,16]]", 8, c.patch, c.V, &rng);
+        if (!strcmp(what, "anyres_grid")) mb.ar_grid[1] = 1;   /* a tile grid that is not the image's tower images' */
+        c.anyres = !strcmp(what, "anyres_model") ? 0 : 5, c.vision_image_size = 8; /* anyres_model: a model without them */
+        stage_free(&st);
+        stage_init(&st, &c, 0, c.Lt, &backend_cpu);
+        max_T = mb.T, max_Np = mb.Np;
+    }
     stage_acts_init(&a, &st, max_T, max_Np, 0);
     /* what every caller of stage_forward runs first (step executors, eval): refused with a message */
     char err[1024];
