@@ -368,9 +368,12 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
     ModelConfig mc = train_model_config(&r, V);
     if (model_config_check(&mc, err, err_len) != 0) return -1;
-    AnyresPinpoints pins; /* an any-resolution model's image_grid_pinpoints: the import's record, else LLaVA-1.6's */
+    /* an any-resolution model's image_grid_pinpoints: its run's data record (the shards'), else an import's record,
+     * else LLaVA-1.6's */
+    AnyresPinpoints pins;
     anyres_pinpoints_default(&pins);
-    if (mc.anyres && ex_pinpoints(state, mc.vision_image_size, &pins, log, err, err_len) != 0) return -1;
+    if (mc.anyres && td.has_prep && td.prep.kind == IMAGE_PREP_ANYRES && td.prep.pins.n > 0) pins = td.prep.pins;
+    else if (mc.anyres && ex_pinpoints(state, mc.vision_image_size, &pins, log, err, err_len) != 0) return -1;
     /* the run's own (a recipe's data.tokenizer; without a recipe there is none to take) */
     if (!tokenizer && strcmp(recipe_path, state) != 0 && access(r.tokenizer, R_OK) == 0) tokenizer = r.tokenizer;
     int Vout = V;

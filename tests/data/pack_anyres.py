@@ -13,6 +13,8 @@
   4. `rrfp-mm train` with model.anyres on the shards: its step-1 dump equals the PyTorch reference
      (tests/support/ref/llava_ref.py); `rrfp-mm generate` answers about an image on the trained model, its prompt
      the image's reference position count plus the question's; a model without model.anyres refuses the shards;
+     `rrfp-mm export hf` of a CLIP-tower run on them writes LlavaNext's config, image processor and processor with
+     the shards' pinpoints;
   5. bad settings are refused before anything is written: a pinpoint that is not a multiple of the tile side,
      --grid-pinpoints without anyres.
 Usage: pack_anyres.py RRFP_MM TEST_ANYRES_LOADER WORKDIR. Exit 77 without Pillow / numpy."""
@@ -130,6 +132,22 @@ m = re.search(r"generate: (\d+) prompt positions", r.stderr + r.stdout)
 assert m and npos < int(m.group(1)) < npos + 64, (npos, r.stderr)
 print("generate: %s prompt positions (the image's %d and the question's), answer '%s'"
       % (m.group(1), npos, r.stdout.strip().splitlines()[-1]))
+# export hf of a run on these shards (a CLIP tower: Hugging Face's): LlavaNext's config and processor files with the
+# shards' pinpoints
+CL = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_feature_layer=-2",
+      "--set", "model.projector_act=gelu", "--set", "train.steps=1"]
+run(TR + CL + ["--set", "model.anyres=5", "--set", "train.run_dir=" + W + "/runclip"])
+run(["export", "hf", "--checkpoint", W + "/runclip/checkpoints/step-00000001", "--recipe", W + "/runclip/recipe.ini",
+     "--out", W + "/exp"])
+cfg = json.load(open(W + "/exp/config.json"))
+pre = json.load(open(W + "/exp/preprocessor_config.json"))
+proc = json.load(open(W + "/exp/processor_config.json"))
+want = [list(p) for p in pins]
+assert cfg["model_type"] == "llava_next" and cfg["architectures"] == ["LlavaNextForConditionalGeneration"], cfg["model_type"]
+assert cfg["image_grid_pinpoints"] == want and pre["image_grid_pinpoints"] == want, (cfg["image_grid_pinpoints"], pre)
+assert pre["image_processor_type"] == "LlavaNextImageProcessor" and proc["processor_class"] == "LlavaNextProcessor", pre
+assert pre["crop_size"] == {"height": TILE, "width": TILE} and abs(pre["image_mean"][0] - 0.48145466) < 1e-9, pre
+print("export hf: llava_next, LlavaNextImageProcessor, the shards' pinpoints in config.json and preprocessor_config.json")
 bad = run(TR + ["--set", "train.run_dir=" + W + "/run0"], ok=False)
 assert "not any-resolution (model.anyres)" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
 print("refused: any-resolution shards on a model without model.anyres")
