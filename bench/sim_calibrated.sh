@@ -16,6 +16,10 @@
 # --steps`: step k packed and drawn with seed + 1000 k, its estimates with seed + 1000 k, run totals;
 # adaptive learns its choice across the run's steps as the MPI runtime does), balanced packing.
 #
+# Workloads (WORKLOADS, default "text mm anyres"): text-only and multimodal on RECIPE (LLaVA-1.5-7B), and anyres:
+# LLaVA-NeXT's any-resolution images (docs/anyres.md: photographs and document pages tiled on LLaVA-1.6's
+# pinpoints, 1,176 to 2,928 positions and 3 to 5 tower passes an image) on RECIPE_ANYRES (recipes/llava-next-7b.ini).
+#
 # Usage: bench/sim_calibrated.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds)
 set -euo pipefail
 BIN=${1:-build/rrfp-mm}
@@ -24,16 +28,20 @@ PS=${3:-8 16 32}
 ERR=${ERR:-0.2}
 RUN_STEPS=${RUN_STEPS:-10}
 RECIPE=${RECIPE:-recipes/llava-1.5-7b.ini}
+RECIPE_ANYRES=${RECIPE_ANYRES:-recipes/llava-next-7b.ini}
+WORKLOADS=${WORKLOADS:-text mm anyres}
+recipe_of() { if [ "$1" = anyres ]; then echo "$RECIPE_ANYRES"; else echo "$RECIPE"; fi; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 for P in $PS; do
-  for wl in text mm; do
+  for wl in $WORKLOADS; do
+    rec=$(recipe_of "$wl")
     for seed in $(seq 1 "$SEEDS"); do
       for pol in balanced ffd fifo; do
         base="$T/$P-$wl-$seed-$pol"
-        "$BIN" sim --calibrated "$RECIPE" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
+        "$BIN" sim --calibrated "$rec" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
           --dump "$base-whole.json" --json >/dev/null 2>"$base-whole.info"
-        "$BIN" sim --calibrated "$RECIPE" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
+        "$BIN" sim --calibrated "$rec" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
           --split-backward --dump "$base-split.json" --json >/dev/null 2>"$base-split.info"
         tokens=$(sed -n 's/.* samples, \([0-9]*\) tokens.*/\1/p' "$base-whole.info")
         run() {  # run MODE HINT FILE [CAP]
@@ -74,10 +82,10 @@ done >"$T/rows.tsv"
 : >"$T/runs.tsv"
 if [ "$RUN_STEPS" -gt 1 ]; then
   for P in $PS; do
-    for wl in text mm; do
+    for wl in $WORKLOADS; do
       for seed in $(seq 1 "$SEEDS"); do
         runrun() {  # runrun MODE HINT [CAP]
-          local flags=(--calibrated "$RECIPE" --stages "$P" --workload "$wl" --policy balanced --seed "$seed"
+          local flags=(--calibrated "$(recipe_of "$wl")" --stages "$P" --workload "$wl" --policy balanced --seed "$seed"
                        --steps "$RUN_STEPS")
           [ "$2" != 1f1b ] && flags+=(--split-backward)
           [ -n "${3:-}" ] && flags+=(--cap "$3")
@@ -112,13 +120,16 @@ def load(path):
 rows = load(sys.argv[1])
 runs = load(sys.argv[2])
 Ps = sorted({k[0] for k in rows})
+WLS = [w for w in ("text", "mm", "anyres") if any(k[1] == w for k in rows)]
+TITLE = {"text": "text-only workload (7B recipe", "mm": "multimodal workload (7B recipe",
+         "anyres": "any-resolution workload (LLaVA-NeXT-7B recipe, photographs and documents tiled"}
 gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
 order = [("fixed-sync", "1f1b", "-"), ("fixed-sync", "zb-h1", "-"), ("fixed", "1f1b", "-"), ("fixed", "zb-h1", "-")]
 order += [(m, h, "-") for h in ("zbv", "dualpipev") for m in ("fixed-sync", "fixed")]
 order += [(m, h, c) for c in ("1x", "1.5x", "2x") for m in ("ready", "lookahead", "adaptive")
           for h in ("1f1b", "zb-h1", "bfw", "zbv", "dualpipev")]
-for wl in ("text", "mm"):
-    print(f"\n### calibrated {'text-only' if wl == 'text' else 'multimodal'} workload (7B recipe, balanced packing)\n")
+for wl in WLS:
+    print(f"\n### calibrated {TITLE[wl]}, balanced packing)\n")
     print("| mode | hint | cap | " + " | ".join(f"P={P} speedup | eff | bubble" for P in Ps) + " |")
     print("|---|---|---|" + "---|---|---|" * len(Ps))
     for mode, hint, cap in order:
@@ -135,7 +146,7 @@ for wl in ("text", "mm"):
 print("\n### packing policy: tokens per second of the step relative to balanced (geometric mean over seeds), and fill\n")
 print("| workload | mode | hint | cap | " + " | ".join(f"P={P} fifo | P={P} ffd" for P in Ps) + " |")
 print("|---|---|---|---|" + "---|---|" * len(Ps))
-for wl in ("text", "mm"):
+for wl in WLS:
     for mode, hint, cap in (("fixed-sync", "1f1b", "-"), ("adaptive", "1f1b", "1x"), ("ready", "bfw", "1.5x")):
         cells = []
         for P in Ps:
@@ -151,7 +162,7 @@ def check_adaptive(src, what):
     print("|---|---|---|" + "---|" * len(Ps))
     n_cases = n_over = 0
     worst = (0.0, "")
-    for wl in ("text", "mm"):
+    for wl in WLS:
         for hint in ("1f1b", "zb-h1", "zbv", "dualpipev"):
             for cap in ("1x", "1.5x", "2x"):
                 cells = []

@@ -136,7 +136,7 @@ uint8_t* image_decode_rgb(JpegCodec* c, const uint8_t* buf, size_t n, int scale,
 static uint8_t* decode_prep(JpegCodec* c, const uint8_t* buf, size_t n, int w, int h, const ImagePrep* prep, int p,
                             int gh, int gw, int* ow, int* oh, char* err, size_t err_len) {
     if (image_is_png(buf, n)) return png_decode_rgb(buf, n, ow, oh, err, err_len); /* always full size */
-    int scale = prep && prep->kind == IMAGE_PREP_LLAVA ? 1 : image_dct_scale(w, h, gw * p, gh * p);
+    int scale = prep && prep->kind != IMAGE_PREP_SMART ? 1 : image_dct_scale(w, h, gw * p, gh * p);
     return decode_scaled(c, buf, n, w, h, scale, ow, oh, err, err_len);
 }
 
@@ -417,11 +417,14 @@ const double image_clip_std[3] = {0.26862954, 0.26130258, 0.27577711};
 int image_prep_parse(const char* name, ImagePrepKind* kind) {
     if (!strcmp(name, "smart")) *kind = IMAGE_PREP_SMART;
     else if (!strcmp(name, "llava")) *kind = IMAGE_PREP_LLAVA;
+    else if (!strcmp(name, "anyres")) *kind = IMAGE_PREP_ANYRES;
     else return -1;
     return 0;
 }
 
-const char* image_prep_name(ImagePrepKind kind) { return kind == IMAGE_PREP_LLAVA ? "llava" : "smart"; }
+const char* image_prep_name(ImagePrepKind kind) {
+    return kind == IMAGE_PREP_LLAVA ? "llava" : kind == IMAGE_PREP_ANYRES ? "anyres" : "smart";
+}
 
 void image_expand2square(const uint8_t* rgb, int w, int h, uint8_t* out) {
     int side = w > h ? w : h, x0 = (side - w) / 2, y0 = (side - h) / 2;
@@ -532,6 +535,13 @@ void image_prep_grid(const ImagePrep* prep, int h, int w, int p, int min_patches
         *grid_h = *grid_w = prep->size / p;
         return;
     }
+    if (prep && prep->kind == IMAGE_PREP_ANYRES) { /* the tile grid (anyres_layout; bad settings give 0 x 0) */
+        AnyresLayout l;
+        char e[256];
+        if (anyres_layout(h, w, &prep->pins, prep->size, p, ANYRES_SELECT_DEFAULT, &l, e, sizeof e) != 0) l.rows = l.cols = 0;
+        *grid_h = l.rows, *grid_w = l.cols;
+        return;
+    }
     image_smart_resize(h, w, p, min_patches, max_patches, grid_h, grid_w);
 }
 
@@ -539,6 +549,15 @@ int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const I
                             int max_patches, int gh, int gw, float* out, char* err, size_t err_len) {
     if (!prep || prep->kind == IMAGE_PREP_SMART)
         return image_patches_into(c, jpeg, n, p, min_patches, max_patches, gh, gw, out, err, err_len);
+    if (prep->kind == IMAGE_PREP_ANYRES) { /* gh x gw: the tile grid; out: the base image's and the tiles' patches */
+        int w, h, rgh, rgw;
+        if (image_read_header(c, jpeg, n, &w, &h, err, err_len) != 0) return -1;
+        image_prep_grid(prep, h, w, p, min_patches, max_patches, &rgh, &rgw);
+        if (rgh != gh || rgw != gw)
+            return rr_fail(err, err_len, "the image's %d x %d size gives a %d x %d tile grid, its index says %d x %d", w, h, rgh,
+                           rgw, gh, gw);
+        return anyres_patches_into(c, jpeg, n, &prep->pins, prep->size, p, w, h, out, err, err_len);
+    }
     int S = prep->size;
     if (S % p || gh != S / p || gw != S / p) {
         snprintf(err, err_len, "--image-preprocess llava at size %d gives a %dx%d grid of %d-pixel patches, not the "
@@ -571,6 +590,9 @@ int image_patches_into_prep(JpegCodec* c, const uint8_t* jpeg, size_t n, const I
 int image_load_patches_prep(JpegCodec* c, const uint8_t* bytes, size_t n, const ImagePrep* prep, int p, int min_patches,
                             int max_patches, float** patches, int* grid_h, int* grid_w, char* err, size_t err_len) {
     int w, h, gh, gw;
+    if (prep && prep->kind == IMAGE_PREP_ANYRES)
+        return rr_fail(err, err_len, "an any-resolution image outside a shard: its tiles and positions come with the "
+                       "loader's microbatch (Microbatch.J), not this grid");
     if (image_read_header(c, bytes, n, &w, &h, err, err_len) != 0) return -1;
     image_prep_grid(prep, h, w, p, min_patches, max_patches, &gh, &gw);
     float* out = mallocCheck(sizeof(float) * (size_t)gh * gw * 3 * p * p);

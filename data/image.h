@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/anyres.h"
+
 #define JPEG_MAX_SIDE 65500
 #define JPEG_MAX_PIXELS 89478485
 #define JPEG_MAX_BYTES (256 << 20)
@@ -99,10 +101,13 @@ int image_patches_into(JpegCodec* c, const uint8_t* jpeg, size_t n, int p, int m
  * itself; then (x / 255 - mean) / std per channel with CLIP's mean (0.48145466, 0.4578275, 0.40821073)
  * and std (0.26862954, 0.26130258, 0.27577711), cut into (size / p)^2 patches flattened (row, col,
  * channel) as image_patchify. */
-typedef enum { IMAGE_PREP_SMART = 0, IMAGE_PREP_LLAVA = 1 } ImagePrepKind;
+/* IMAGE_PREP_ANYRES: LLaVA-NeXT's any-resolution tiles (data/anyres.h, docs/anyres.md): size is the tile side, the
+ * "grid" of an image its tile rows x cols, its patches those of its base image and tiles (anyres_patches_into). */
+typedef enum { IMAGE_PREP_SMART = 0, IMAGE_PREP_LLAVA = 1, IMAGE_PREP_ANYRES = 2 } ImagePrepKind;
 typedef struct {
     ImagePrepKind kind;
-    int size; /* IMAGE_PREP_LLAVA: the output side (336) */
+    int size; /* IMAGE_PREP_LLAVA: the output side (336); IMAGE_PREP_ANYRES: the tile side */
+    AnyresPinpoints pins; /* IMAGE_PREP_ANYRES: the grid pinpoints */
 } ImagePrep;
 extern const double image_clip_mean[3], image_clip_std[3];
 /* "smart" / "llava" -> kind; 0, or -1 for another name. */

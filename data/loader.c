@@ -3,6 +3,7 @@
  * function of the index and the frames' checksums only (an image that does not decode changes no plan:
  * its sample is dropped from its step afterwards, loader_drop_samples), workers just fill slots of a ring
  * in stream order, and the consumer alone decides what goes where. */
+#include "data/anyres.h"
 #include "data/loader.h"
 
 #include <dirent.h>
@@ -60,6 +61,8 @@ static void bin_free(Bin* b) {
 
 enum { SLOT_EMPTY = 0, SLOT_BUSY, SLOT_DONE };
 
+static int loader_img_np(const Loader* L, int64_t gi);
+
 /* A step prepared by the planner: its microbatches, and the position and counters after it. */
 enum { PLAN_DEPTH = 2 };
 typedef struct {
@@ -86,6 +89,9 @@ struct Loader {
     double* cost_b;        /* (N) balanced cost */
     int64_t* img_base;     /* (N+1) first image of each sample in grid_h/grid_w */
     uint16_t *grid_h, *grid_w;
+    int32_t* img_np;       /* any-resolution shards: patches of each image (its tiles' and base image's), else NULL */
+    int32_t* img_pos;      /* any-resolution shards: LM positions of each image (data/anyres.h), else NULL */
+    uint16_t *img_w, *img_h; /* any-resolution shards: each image's original size */
     int64_t per_epoch;     /* stream positions per epoch (N: every replica walks the whole stream) */
     int defer_decode;      /* decode only the microbatches this replica keeps (dp > 1, in the planner) */
     uint64_t config_hash;
@@ -273,7 +279,7 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
     d->n_images = ss.n_images;
     int64_t ib = L->img_base[d->g];
     d->Np = 0;
-    for (int k = 0; k < ss.n_images; k++) d->Np += L->grid_h[ib + k] * L->grid_w[ib + k];
+    for (int k = 0; k < ss.n_images; k++) d->Np += loader_img_np(L, ib + k);
     if (L->defer_decode && d->Np > 0) {
         /* keep the JPEG bytes: the planner decodes them if this replica keeps the sample's microbatch */
         size_t tot = 0;
@@ -302,7 +308,7 @@ static void process_sample(Loader* L, JpegCodec* jc, ZSTD_DCtx* dctx, SampleData
                 d->patches = NULL;
                 break;
             }
-            off += row * (size_t)gh * gw;
+            off += row * (size_t)loader_img_np(L, ib + k);
         }
     }
     shard_sample_free(&ss);
@@ -403,14 +409,19 @@ static void take(Loader* L, int64_t k, SampleData* out) {
 
 /* ---- microbatch assembly ------------------------------------------------------------------------- */
 
+/* patches of global image gi: its grid's, or (any-resolution) its tower images' */
+static int loader_img_np(const Loader* L, int64_t gi) { return L->img_np ? L->img_np[gi] : L->grid_h[gi] * L->grid_w[gi]; }
+
 static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
     memset(mb, 0, sizeof *mb);
     int p = L->cfg.patch, img_tok = L->shards[0].info.image_token;
     size_t row = (size_t)3 * p * p;
-    int T = 0, I = 0, Np = 0;
+    int T = 0, I = 0, Np = 0, J = 0;
+    int g = L->prep.kind == IMAGE_PREP_ANYRES ? L->prep.size / p : 0; /* any-resolution: tiles of g x g patches */
     for (int i = 0; i < S; i++) {
         T += L->cost_L[s[i]->g];
-        I += s[i]->n_images;
+        J += s[i]->n_images;
+        I += g ? s[i]->Np / (g * g) : s[i]->n_images; /* a tower image a tile */
         Np += s[i]->Np;
     }
     mb->S = S, mb->T = T, mb->I = I, mb->Np = Np, mb->patch = p;
@@ -426,8 +437,16 @@ static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
     mb->patch_row = mallocCheck(sizeof(int32_t) * (Np ? Np : 1));
     mb->patch_col = mallocCheck(sizeof(int32_t) * (Np ? Np : 1));
     if (L->cfg.decode_images) mb->patches = mallocCheck(sizeof(float) * row * (Np ? Np : 1));
+    if (g) {
+        mb->J = J;
+        mb->ar_tile0 = mallocCheck(sizeof(int32_t) * (J + 1));
+        mb->ar_size = mallocCheck(sizeof(int32_t) * 2 * (J ? J : 1));
+        mb->ar_grid = mallocCheck(sizeof(int32_t) * 2 * (J ? J : 1));
+        mb->ar_lm_start = mallocCheck(sizeof(int32_t) * (J ? J : 1));
+        mb->ar_tile0[0] = 0;
+    }
     uint8_t* sup = mallocCheck(T ? T : 1);
-    int t = 0, ii = 0, np = 0;
+    int t = 0, ii = 0, np = 0, jj = 0;
     mb->img_cu_patches[0] = 0;
     for (int i = 0; i < S; i++) {
         const SampleData* d = s[i];
@@ -436,7 +455,21 @@ static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
         int start = t, k = 0;
         int64_t ib = L->img_base[d->g];
         for (int j = 0; j < d->n_tokens; j++) {
-            if (d->ids[j] == img_tok) {
+            if (d->ids[j] == img_tok && g) { /* any-resolution: its base image and tiles, its unpadded positions */
+                int ntile = L->img_np[ib + k] / (g * g);
+                mb->ar_size[2 * jj] = L->img_h[ib + k], mb->ar_size[2 * jj + 1] = L->img_w[ib + k];
+                mb->ar_grid[2 * jj] = L->grid_h[ib + k], mb->ar_grid[2 * jj + 1] = L->grid_w[ib + k];
+                mb->ar_lm_start[jj] = t;
+                for (int q = 0; q < ntile; q++) {
+                    mb->grid_h[ii] = mb->grid_w[ii] = g, mb->img_lm_start[ii] = t;
+                    for (int r = 0; r < g * g; r++) mb->patch_row[np] = r / g, mb->patch_col[np] = r % g, np++;
+                    mb->img_cu_patches[ii + 1] = np;
+                    ii++;
+                }
+                for (int q = 0; q < L->img_pos[ib + k]; q++) mb->ids[t] = -1, sup[t] = 0, mb->pos[t] = t - start, t++;
+                mb->ar_tile0[++jj] = ii;
+                k++;
+            } else if (d->ids[j] == img_tok) {
                 int gh = L->grid_h[ib + k], gw = L->grid_w[ib + k];
                 mb->grid_h[ii] = gh, mb->grid_w[ii] = gw, mb->img_lm_start[ii] = t;
                 for (int r = 0; r < gh; r++)
@@ -461,7 +494,7 @@ static void assemble(Loader* L, SampleData* const* s, int S, Microbatch* mb) {
             memset(mb->patches + row * (size_t)(np - d->Np), 0, sizeof(float) * row * (size_t)d->Np);
     }
     mb->cu_seqlens[S] = t;
-    RR_ASSERT(t == T && ii == I && np == Np);
+    RR_ASSERT(t == T && ii == I && np == Np && (!g || jj == J));
     free(sup);
 }
 
@@ -738,7 +771,7 @@ static void* decode_samples(void* arg) {
                 memset(it->dst, 0, sizeof(float) * row * (size_t)d->Np);
                 break;
             }
-            off += row * (size_t)gh * gw;
+            off += row * (size_t)loader_img_np(L, ib + k);
             at += d->jpeg_len[k];
             j->n_dec++;
         }
@@ -1070,8 +1103,12 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
                      paths[s], template_name((TemplateKind)in->chat_template), paths[0],
                      template_name((TemplateKind)L->shards[0].info.chat_template));
             ok = 0;
-        } else if (in->prep == IMAGE_PREP_LLAVA) {
-            /* the grid is fixed by the pack: the model's patch and patch bounds must take it */
+        } else if (s > 0 && memcmp(&in->pins, &L->shards[0].info.pins, sizeof in->pins) != 0) {
+            snprintf(err, err_len, "%s: packed with other --grid-pinpoints than %s: one folder of shards has one", paths[s],
+                     paths[0]);
+            ok = 0;
+        } else if (in->prep == IMAGE_PREP_LLAVA || in->prep == IMAGE_PREP_ANYRES) {
+            /* the grid (a tile's under anyres) is fixed by the pack: the model's patch and patch bounds must take it */
             uint32_t g = in->prep_size / (in->patch ? in->patch : 1);
             if (in->patch != (uint32_t)cfg->patch) {
                 snprintf(err, err_len, "%s: packed with --image-preprocess llava for %u-pixel patches, but model.patch is "
@@ -1094,6 +1131,7 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
     }
     L->prep.kind = (ImagePrepKind)L->shards[0].info.prep;
     L->prep.size = (int)L->shards[0].info.prep_size;
+    L->prep.pins = L->shards[0].info.pins;
     L->N = L->shard_base[ns];
     L->per_epoch = L->N;
     if (L->N < 1) {
@@ -1111,6 +1149,13 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
         for (uint64_t i = 0; i < L->shards[s].n; i++) n_img += L->shards[s].entries[i].n_images;
     L->grid_h = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
     L->grid_w = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
+    int anyres = L->prep.kind == IMAGE_PREP_ANYRES, ag = anyres ? L->prep.size / cfg->patch : 0;
+    if (anyres) {
+        L->img_np = mallocCheck(sizeof(int32_t) * (size_t)(n_img ? n_img : 1));
+        L->img_pos = mallocCheck(sizeof(int32_t) * (size_t)(n_img ? n_img : 1));
+        L->img_w = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
+        L->img_h = mallocCheck(sizeof(uint16_t) * (size_t)(n_img ? n_img : 1));
+    }
     uint64_t h = 0x243F6A8885A308D3ull;
 #define HMIX(v) (h = rr_mix64(h ^ (uint64_t)(v)))
     /* the global step (microbatches x dp), not the replica's share, so a position resumes under any dp;
@@ -1123,9 +1168,10 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
         const Shard* sh = &L->shards[s];
         int same = (sh->info.patch == (uint32_t)cfg->patch && sh->info.min_patches == (uint32_t)cfg->min_patches &&
                     sh->info.max_patches == (uint32_t)cfg->max_patches) ||
-                   sh->info.prep == IMAGE_PREP_LLAVA; /* LLaVA's grid is the pack's (checked above) */
+                   sh->info.prep == IMAGE_PREP_LLAVA || anyres; /* LLaVA's grid is the pack's (checked above) */
         HMIX(sh->info.tokenizer_hash);
         if (sh->info.prep) HMIX(sh->info.prep), HMIX(sh->info.prep_size); /* version 2 shards only: older positions stay valid */
+        for (int q = 0; q < sh->info.pins.n; q++) HMIX(sh->info.pins.hw[q][0]), HMIX(sh->info.pins.hw[q][1]); /* version 3 */
         if (sh->info.chat_template) HMIX(0x54504c ^ sh->info.chat_template); /* the same: rrfp shards hash as before */
         for (uint64_t i = 0; i < sh->n; i++, g++) {
             const ShardEntry* e = &sh->entries[i];
@@ -1137,6 +1183,22 @@ Loader* loader_open(const LoaderConfig* cfg, const LoaderPos* resume, char* err,
                 int gh = im->grid_h, gw = im->grid_w;
                 if (!same) image_smart_resize(im->h, im->w, cfg->patch, cfg->min_patches, cfg->max_patches, &gh, &gw);
                 L->grid_h[gi] = (uint16_t)gh, L->grid_w[gi] = (uint16_t)gw;
+                if (anyres) { /* docs/anyres.md: the unpadded positions; a tower pass (attention) per tile */
+                    AnyresLayout l;
+                    char e[256];
+                    if (anyres_layout_grid(im->h, im->w, gh, gw, L->prep.size, cfg->patch, ANYRES_SELECT_DEFAULT, &l, e,
+                                           sizeof e) != 0) {
+                        snprintf(err, err_len, "%s: sample %llu image %u: %s", sh->path, (unsigned long long)i, k, e);
+                        loader_close(L);
+                        return NULL;
+                    }
+                    L->img_np[gi] = l.n_tiles * ag * ag;
+                    L->img_pos[gi] = l.n_positions;
+                    L->img_w[gi] = im->w, L->img_h[gi] = im->h;
+                    lm += l.n_positions;
+                    sq += (double)l.n_tiles * ag * ag * ag * ag;
+                    continue;
+                }
                 lm += gh * gw;
                 sq += (double)gh * gw * gh * gw;
             }
@@ -1308,6 +1370,7 @@ void loader_close(Loader* L) {
     for (int s = 0; s < L->n_shards; s++) shard_close(&L->shards[s]);
     free(L->shards), free(L->shard_base);
     free(L->cost_L), free(L->cost_b), free(L->img_base), free(L->grid_h), free(L->grid_w);
+    free(L->img_np), free(L->img_pos), free(L->img_w), free(L->img_h);
     free(L->perm[0]), free(L->perm[1]);
     for (int t = 0; L->p_jc && t < L->n_workers; t++)
         if (L->p_jc[t]) jpeg_codec_free(L->p_jc[t]);

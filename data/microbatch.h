@@ -29,6 +29,17 @@ typedef struct {
     int32_t* patch_col;      /* (Np) column index */
     int32_t* img_lm_start;   /* (I) LM position of the image's first patch token */
 
+    /* ---- any-resolution images (LLaVA-NeXT, docs/anyres.md; J = 0 and NULL otherwise) ----
+     * J images, each one `<image>` of a sample: image j is the tower images [ar_tile0[j], ar_tile0[j+1]) (its
+     * base image, then its rows x cols tiles row-major, each a g x g grid) and takes data/anyres.h's
+     * n_positions LM positions from ar_lm_start[j] (the base image's features, the unpadded grid with an
+     * image_newline after each row); img_lm_start of each of its tower images is ar_lm_start[j]. */
+    int J;
+    int32_t* ar_tile0;    /* (J+1) */
+    int32_t* ar_size;     /* (2J) original height, width */
+    int32_t* ar_grid;     /* (2J) tile rows, cols */
+    int32_t* ar_lm_start; /* (J) */
+
     /* ---- provenance (for error messages, dumps and resumable loading) ---- */
     int64_t* sample_index;   /* (S) global sample index in the dataset */
     int index;               /* its index among the global step's microbatches (m x dp + d for replica d's

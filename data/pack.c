@@ -141,6 +141,15 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
                  "with at most 255 patches a side", c->prep.size, c->patch, c->patch);
         return -1;
     }
+    if (c->prep.kind == IMAGE_PREP_ANYRES) { /* the tile side (--image-size) and the grid pinpoints */
+        if (c->prep.size < c->patch || c->prep.size > ANYRES_MAX_SIDE || c->prep.size % c->patch || c->prep.size / c->patch > 255)
+            return rr_fail(err, err_len, "--image-preprocess anyres: --image-size %d (the tile side) must be a multiple of "
+                           "--patch %d in [%d, %d] with at most 255 patches a side", c->prep.size, c->patch, c->patch,
+                           ANYRES_MAX_SIDE);
+        char e[256];
+        if (anyres_pinpoints_check(&c->prep.pins, c->prep.size, e, sizeof e) != 0)
+            return rr_fail(err, err_len, "--grid-pinpoints: %s", e);
+    }
     if (c->patch < 1 || c->patch > 1024 || c->min_patches < 1 || c->max_patches < c->min_patches ||
         c->max_patches > 65535) {
         snprintf(err, err_len, "need 1 <= patch <= 1024 and 1 <= min_patches <= max_patches <= 65535 (got %d, %d, %d)",
@@ -195,7 +204,8 @@ int pack_run(const PackConfig* c, PackSummary* sum, char* err, size_t err_len) {
                       .min_patches = (uint32_t)c->min_patches, .max_patches = (uint32_t)c->max_patches,
                       .prep = (uint32_t)c->prep.kind, .prep_size = c->prep.kind ? (uint32_t)c->prep.size : 0,
                       .chat_template = (uint32_t)tmpl};
-    if (c->prep.kind == IMAGE_PREP_LLAVA) { /* every grid is (size / p)^2: min = max = that */
+    if (c->prep.kind == IMAGE_PREP_ANYRES) info.pins = c->prep.pins;
+    if (c->prep.kind != IMAGE_PREP_SMART) { /* every grid (every tile's under anyres) is (size / p)^2: min = max = that */
         uint32_t g = (uint32_t)(c->prep.size / c->patch);
         info.min_patches = info.max_patches = g * g;
     }

@@ -171,6 +171,18 @@ void shard_writer_abort(ShardWriter* w) {
 int shard_writer_close(ShardWriter* w, char* err, size_t err_len) {
     uint8_t h[SHARD_HEADER_SIZE] = {0};
     int rec = w->info.prep != 0 || w->info.chat_template != 0;
+    int anyres = w->info.prep == 2;
+    if (anyres) { /* version 3: the grid pinpoints, then their count, before the record */
+        for (int i = 0; i < w->info.pins.n; i++) {
+            uint8_t q[8];
+            put_u32(q, (uint32_t)w->info.pins.hw[i][0]);
+            put_u32(q + 4, (uint32_t)w->info.pins.hw[i][1]);
+            buf_put(&w->index, q, 8);
+        }
+        uint8_t q[4];
+        put_u32(q, (uint32_t)w->info.pins.n);
+        buf_put(&w->index, q, 4);
+    }
     if (rec) { /* version 2: the record of the preprocessing and the template ends the index */
         uint8_t t[16] = {'I', 'P', 'R', 'P'};
         put_u32(t + 4, w->info.prep);
@@ -179,7 +191,7 @@ int shard_writer_close(ShardWriter* w, char* err, size_t err_len) {
         buf_put(&w->index, t, 16);
     }
     memcpy(h, SHARD_MAGIC, 8);
-    put_u32(h + 8, rec ? SHARD_VERSION_PREP : SHARD_VERSION);
+    put_u32(h + 8, anyres ? SHARD_VERSION_ANYRES : rec ? SHARD_VERSION_PREP : SHARD_VERSION);
     put_u32(h + 12, SHARD_HEADER_SIZE);
     put_u64(h + 16, w->count);
     put_u64(h + 24, w->info.tokenizer_hash);
@@ -236,9 +248,9 @@ static int shard_parse(Shard* s, char* err, size_t err_len) {
         return -1;
     }
     uint32_t version = get_u32(h + 8);
-    if (version != SHARD_VERSION && version != SHARD_VERSION_PREP) {
-        snprintf(err, err_len, "%s: shard version %u, this build reads versions %d and %d (re-pack with this rrfp-mm)",
-                 P, version, SHARD_VERSION, SHARD_VERSION_PREP);
+    if (version != SHARD_VERSION && version != SHARD_VERSION_PREP && version != SHARD_VERSION_ANYRES) {
+        snprintf(err, err_len, "%s: shard version %u, this build reads versions %d to %d (re-pack with this rrfp-mm)",
+                 P, version, SHARD_VERSION, SHARD_VERSION_ANYRES);
         return -1;
     }
     if (get_u64(h + 72) != rr_fnv1a64(h, 72) || get_u32(h + 12) != SHARD_HEADER_SIZE) {
@@ -280,10 +292,12 @@ static int shard_parse(Shard* s, char* err, size_t err_len) {
         return -1;
     }
     s->info.prep = s->info.prep_size = s->info.chat_template = 0;
-    if (version == SHARD_VERSION_PREP) { /* the record of the preprocessing and template at the index's end */
+    memset(&s->info.pins, 0, sizeof s->info.pins);
+    if (version == SHARD_VERSION_PREP || version == SHARD_VERSION_ANYRES) { /* the record at the index's end */
         uint32_t kind = isz >= 16 ? get_u32(ix + isz - 12) : 0, side = isz >= 16 ? get_u32(ix + isz - 8) : 0;
-        if (isz < 16 || memcmp(ix + isz - 16, "IPRP", 4) != 0 || kind > 1 ||
-            (kind == 1 ? side < 1 || side > 16384 : side != 0) || get_u32(ix + isz - 4) > SHARD_MAX_TEMPLATE) {
+        int any = version == SHARD_VERSION_ANYRES;
+        if (isz < 16 || memcmp(ix + isz - 16, "IPRP", 4) != 0 || (any ? kind != 2 : kind > 1) ||
+            (kind >= 1 ? side < 1 || side > 16384 : side != 0) || get_u32(ix + isz - 4) > SHARD_MAX_TEMPLATE) {
             snprintf(err, err_len, "%s: damaged index (version 2 without a valid record of the image preprocessing "
                      "and chat template)", P);
             free(ix);
@@ -293,6 +307,25 @@ static int shard_parse(Shard* s, char* err, size_t err_len) {
         s->info.prep_size = side;
         s->info.chat_template = get_u32(ix + isz - 4);
         isz -= 16;
+        if (any) { /* the grid pinpoints: count, then the pairs, each a multiple of the tile side */
+            uint32_t np = isz >= 4 ? get_u32(ix + isz - 4) : 0;
+            char e[256];
+            if (np < 1 || np > ANYRES_MAX_PINPOINTS || isz < 4 + 8 * (size_t)np) goto bad_pins;
+            s->info.pins.n = (int)np;
+            for (uint32_t i = 0; i < np; i++) {
+                uint32_t ph = get_u32(ix + isz - 4 - 8 * np + 8 * i), pw = get_u32(ix + isz - 4 - 8 * np + 8 * i + 4);
+                if (ph > ANYRES_MAX_SIDE || pw > ANYRES_MAX_SIDE) goto bad_pins;
+                s->info.pins.hw[i][0] = (int)ph, s->info.pins.hw[i][1] = (int)pw;
+            }
+            if (anyres_pinpoints_check(&s->info.pins, (int)side, e, sizeof e) != 0) {
+            bad_pins:
+                snprintf(err, err_len, "%s: damaged index (version 3 without valid grid pinpoints for --image-preprocess "
+                         "anyres)", P);
+                free(ix);
+                return -1;
+            }
+            isz -= 4 + 8 * (size_t)np;
+        }
     }
     s->entries = callocCheck(s->n ? s->n : 1, sizeof(ShardEntry));
     size_t n_img = 0, id_bytes = 0, pos = 0;

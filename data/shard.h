@@ -20,6 +20,10 @@
  *   llama_3, 3 chatml, 4 plain); under kind 1 the grids above are (side / p) x (side / p). Covered by the
  *   index checksum like the entries. Version 1 shards, and version 2 shards of builds that wrote 0 there,
  *   read as the rrfp template.
+ *   version 3 (`pack --image-preprocess anyres`, LLaVA-NeXT's any-resolution images, docs/anyres.md): as version 2
+ *   with preprocessing 2 and the tile side as the output side, the record preceded by the grid pinpoints:
+ *   n x (u32 height, u32 width), then u32 n (1 .. ANYRES_MAX_PINPOINTS); each image's grid_h x grid_w is its tile
+ *   grid (rows x cols), w x h its original size: the loader plans tiles and positions without decoding.
  *
  * Damage is local: a bad header or index makes the whole shard unreadable (reported by file); a
  * frame that fails zstd's checksum or does not match its index entry loses that sample only. */
@@ -30,9 +34,12 @@
 #include <stdint.h>
 #include <zstd.h>
 
+#include "data/anyres.h"
+
 #define SHARD_MAGIC "RRFPSHRD"
 #define SHARD_VERSION 1
 #define SHARD_VERSION_PREP 2 /* with the record of the image preprocessing and chat template */
+#define SHARD_VERSION_ANYRES 3 /* --image-preprocess anyres: the grid pinpoints before that record */
 #define SHARD_MAX_TEMPLATE 4 /* the largest chat template number a record holds (TEMPLATE_PLAIN) */
 #define SHARD_HEADER_SIZE 80
 #define SHARD_MAX_IMAGES 16
@@ -57,6 +64,7 @@ typedef struct {
     uint32_t patch, min_patches, max_patches;
     uint32_t prep, prep_size; /* ImagePrepKind (0 = smart_resize, version 1) and the LLaVA output side */
     uint32_t chat_template;   /* TemplateKind the pack applied (0 = rrfp, version 1) */
+    AnyresPinpoints pins;     /* prep 2 (any-resolution, version 3): the grid pinpoints */
 } ShardInfo;
 
 /* ---- writer ---- */

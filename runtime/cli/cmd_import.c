@@ -10,7 +10,7 @@
 #include "runtime/train/outguard.h"
 
 static void import_usage(FILE* f) {
-    fprintf(f, "usage: rrfp-mm import llama|llava|clip --hf DIR --out CKPT\n"
+    fprintf(f, "usage: rrfp-mm import llama|llava|llava_next|clip --hf DIR --out CKPT\n"
                "       rrfp-mm import lora --hf ADAPTER_DIR --base BASE_CKPT --out CKPT [--recipe R.ini]\n\n"
                "Converts a Hugging Face Llama-format LM (DIR/config.json, DIR/model.safetensors or the shards that\n"
                "DIR/model.safetensors.index.json lists) into checkpoint folder CKPT holding text.* tensors, for\n"
@@ -23,6 +23,8 @@ static void import_usage(FILE* f) {
                "import llava: a LlavaForConditionalGeneration (CLIP tower, projector, a Llama / Mistral / Qwen2 LM as\n"
                "import llama takes; llava-hf hub names, transformers 5's save_pretrained names or the in-memory model.*\n"
                "names) as a whole-model checkpoint.\n"
+               "import llava_next: a LlavaNextForConditionalGeneration the same way, with its image_newline and\n"
+               "image_grid_pinpoints (model.anyres; pack --image-preprocess anyres --grid-pinpoints, docs/anyres.md).\n"
                "import clip: a CLIPVisionModel (or CLIPModel's vision part) as a vision.* checkpoint.\n"
                "Both print the recipe keys the model implies and refuse, naming the key, what it cannot represent.\n"
                "import lora: a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors, as\n"
@@ -74,7 +76,8 @@ int cmd_import(int argc, char** argv) {
             return 2;
         }
     }
-    if (kind && hf && out && (!strcmp(kind, "llava") || !strcmp(kind, "clip"))) return cmd_import_llava(kind, hf, out);
+    if (kind && hf && out && (!strcmp(kind, "llava") || !strcmp(kind, "llava_next") || !strcmp(kind, "clip")))
+        return cmd_import_llava(kind, hf, out);
     if (kind && !strcmp(kind, "lora")) {
         if (!hf || !out || !base) {
             fprintf(stderr, "rrfp-mm import lora: needs --hf ADAPTER_DIR, --base BASE_CKPT and --out CKPT\n\n");
@@ -97,8 +100,9 @@ int cmd_import(int argc, char** argv) {
         return 2;
     }
     if (!kind || strcmp(kind, "llama") != 0 || !hf || !out) {
-        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "clip") != 0 && strcmp(kind, "lora") != 0)
-            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, clip, lora)\n\n", kind);
+        if (kind && strcmp(kind, "llama") != 0 && strcmp(kind, "llava") != 0 && strcmp(kind, "llava_next") != 0 &&
+            strcmp(kind, "clip") != 0 && strcmp(kind, "lora") != 0)
+            fprintf(stderr, "rrfp-mm import: unknown format '%s' (known: llama, llava, llava_next, clip, lora)\n\n", kind);
         import_usage(stderr);
         return 2;
     }

@@ -38,7 +38,7 @@ static void tokenizer_note(const char* hf, const char* out, const LlavaImport* i
 }
 
 int cmd_import_llava(const char* kind, const char* hf, const char* out) {
-    int llava = !strcmp(kind, "llava");
+    int llava = !strcmp(kind, "llava_next") ? 2 : !strcmp(kind, "llava");
     LlavaImport info;
     char err[2048];
     if (import_llava(hf, out, llava, &info, stderr, err, sizeof err) != 0) {
@@ -47,7 +47,7 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out) {
     }
     int G = info.image_size / info.patch;
     printf("imported %d tensors of a %s (CLIP tower D %d, %d layers, %d heads, patch %d, image %d", info.tensors,
-           llava ? "LLaVA" : "CLIP vision model", info.D, info.L, info.H, info.patch, info.image_size);
+           llava == 2 ? "LLaVA-NeXT" : llava ? "LLaVA" : "CLIP vision model", info.D, info.L, info.H, info.patch, info.image_size);
     if (llava)
         printf("; LM D %d, %d layers, %d heads, F %d, V %d", info.text.D, info.text.L, info.text.H, info.text.F,
                info.text.V);
@@ -70,6 +70,13 @@ int cmd_import_llava(const char* kind, const char* hf, const char* out) {
                info.text.L, info.text.H, info.text.F, info.text.V);
         import_print_lm_keys(stdout, &info.text);
     }
+    if (llava == 2) {
+        char pins[ANYRES_MAX_PINPOINTS * 24];
+        anyres_pinpoints_format(&info.pins, pins, sizeof pins);
+        printf("anyres = %d\n[data]\n; LLaVA-NeXT tiles every image (docs/anyres.md): pack with --image-preprocess anyres "
+               "--image-size %d --grid-pinpoints \"%s\"\nmin_patches = %d\nmax_patches = %d\n", info.anyres_tiles, info.image_size,
+               pins, G * G, G * G);
+    } else
     printf("[data]\n; LLaVA-1.5 feeds every image at the checkpoint's grid (%d x %d patches): pack with "
            "--image-preprocess llava\nmin_patches = %d\nmax_patches = %d\n", G, G, G * G, G * G);
     if (tok[0]) printf("tokenizer = %s\n", tok);

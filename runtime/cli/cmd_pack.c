@@ -12,7 +12,7 @@ static void pack_usage(FILE* f) {
             "usage: rrfp-mm pack --manifest M --images DIR --tokenizer tok.json --out DIR\n"
             "                    [--shard-size MB] [--strict] [--patch P] [--min-patches N] [--max-patches N]\n"
             "                    [--max-reject-fraction F] [--allow-outside-images] [--template NAME]\n"
-            "                    [--image-preprocess smart|llava] [--image-size S]\n"
+            "                    [--image-preprocess smart|llava|anyres] [--image-size S] [--grid-pinpoints LIST]\n"
             "\n"
             "Reads a LLaVA manifest (JSON array or JSONL), checks every record and every JPEG (header and a\n"
             "full decode), tokenizes with the prompt template (data/manifest.h) and writes DIR/shard-NNNNN.rrs\n"
@@ -26,6 +26,10 @@ static void pack_usage(FILE* f) {
             "bicubic resize to S x S (--image-size, default 336), CLIP mean/std; data/image.h), recorded in the\n"
             "shards so that the loader applies it; every image is then (S / P)^2 patches. Default: smart (Qwen2-VL\n"
             "smart_resize within the patch bounds, x / 127.5 - 1).\n"
+            "--image-preprocess anyres: LLaVA-NeXT's any-resolution tiles (docs/anyres.md): the grid pinpoints\n"
+            "(--grid-pinpoints, [height, width] pairs, default LLaVA-1.6's\n"
+            "[[336,672],[672,336],[672,672],[1008,336],[336,1008]]) pick each image's tile grid; tiles of S x S\n"
+            "(--image-size) after the base image, CLIP mean/std; recorded in the shards (version 3).\n"
             "--template: the chat template (data/template.h): rrfp (the default: \"USER: q ASSISTANT: a<|endoftext|>\"),\n"
             "or LLaVA's vicuna_v1 (LLaVA-1.5, Vicuna / Llama-2 tokenizers), llama_3 (LLaVA-NeXT Llama-3), chatml\n"
             "(LLaVA-NeXT Qwen) or plain (pretraining: image + caption); only the answers are supervised.\n"
@@ -48,6 +52,7 @@ static int parse_int(const char* opt, const char* s, long lo, long hi, int* out)
 int cmd_pack(int argc, char** argv) {
     PackConfig c = {.shard_mb = 256, .patch = 8, .min_patches = 16, .max_patches = 64, .progress = stderr,
                     .max_reject_fraction = 0.5};
+    const char* pins_text = NULL;
     for (int i = 1; i < argc; i++) {
         const char* a = argv[i];
         int has = i + 1 < argc;
@@ -78,9 +83,11 @@ int cmd_pack(int argc, char** argv) {
             }
         } else if (!strcmp(a, "--image-preprocess") && has) {
             if (image_prep_parse(argv[++i], &c.prep.kind) != 0) {
-                fprintf(stderr, "rrfp-mm pack: --image-preprocess '%s' unknown; allowed: smart, llava\n", argv[i]);
+                fprintf(stderr, "rrfp-mm pack: --image-preprocess '%s' unknown; allowed: smart, llava, anyres\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(a, "--grid-pinpoints") && has) {
+            pins_text = argv[++i];
         } else if (!strcmp(a, "--image-size") && has) {
             if (parse_int(a, argv[++i], 1, 16384, &c.prep.size)) return 2;
         } else if (!strcmp(a, "--patch") && has) {
@@ -101,6 +108,18 @@ int cmd_pack(int argc, char** argv) {
         return 2;
     }
     if (c.prep.size == 0) c.prep.size = 336;
+    if (pins_text && c.prep.kind != IMAGE_PREP_ANYRES) {
+        fprintf(stderr, "rrfp-mm pack: --grid-pinpoints is for --image-preprocess anyres\n");
+        return 2;
+    }
+    if (c.prep.kind == IMAGE_PREP_ANYRES) {
+        char perr[512];
+        if (!pins_text) anyres_pinpoints_default(&c.prep.pins); /* LLaVA-1.6's */
+        else if (anyres_pinpoints_parse(pins_text, c.prep.size, &c.prep.pins, perr, sizeof perr) != 0) {
+            fprintf(stderr, "rrfp-mm pack: --grid-pinpoints: %s\n", perr);
+            return 2;
+        }
+    }
     if (c.min_patches > c.max_patches) {
         fprintf(stderr, "rrfp-mm pack: --min-patches %d is above --max-patches %d\n", c.min_patches, c.max_patches);
         return 2;

@@ -23,7 +23,7 @@ static void sim_usage(FILE* f) {
             "                    [--seed S] [--split-backward] [--latency L])\n"
             "                   [--mode fixed-sync|fixed|ready|lookahead|adaptive|rollout] [--hint HINT] [--cap N|Nx] [--chunks V]\n"
             "                   [--estimate-error E] [--estimate-seed S] [--keep-order] [--steps K]\n"
-            "       rrfp-mm sim --calibrated RECIPE [--stages P] [--microbatches M] [--workload text|mm]\n"
+            "       rrfp-mm sim --calibrated RECIPE [--stages P] [--microbatches M] [--workload text|mm|anyres]\n"
             "                   [--policy fifo|ffd|balanced] [--flops F] [--jitter J] [--straggler F:LEN:P]\n"
             "                   [--seed S] [--split-backward] [--mode ...] [--hint ...] [--dump FILE] ...\n"
             "                   [--json] [--grid] [--dump FILE] [--trace FILE] [--bench-dispatch]\n\n"
@@ -38,7 +38,7 @@ static void sim_usage(FILE* f) {
             "                    sample mix packed by the loader's packer at data.microbatch_tokens, the\n"
             "                    partitioner's FLOP model and --flops (default 400e12 FLOP/s per rank);\n"
             "                    --stages / --microbatches default to parallel.pp / data.microbatches;\n"
-            "                    --workload text|mm (default mm), --policy (default data.policy), --jitter J\n"
+            "                    --workload text|mm|anyres (default mm), --policy (default data.policy), --jitter J\n"
             "                    (lognormal sigma per task, default 0.03, at most 1), --straggler FACTOR:LEN:PROB\n"
             "                    (default 1.5:8:0.01), --recompute none|selective|full (default the recipe's\n"
             "                    train.recompute: full recompute adds the recomputed forward to B, and to W\n"
@@ -431,8 +431,9 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         cc.policy = (int)lp;
         if (!strcmp(workload_text, "text")) cc.workload = PP_WORKLOAD_TEXT;
         else if (!strcmp(workload_text, "mm")) cc.workload = PP_WORKLOAD_MM;
+        else if (!strcmp(workload_text, "anyres")) cc.workload = PP_WORKLOAD_ANYRES, cc.tile = rc0.vision_image_size;
         else {
-            fprintf(stderr, "rrfp-mm sim: unknown --workload '%s' (expected text or mm)\n", workload_text);
+            fprintf(stderr, "rrfp-mm sim: unknown --workload '%s' (expected text, mm or anyres)\n", workload_text);
             return 2;
         }
         if (cal_flops > 0) cc.flops = cal_flops;

@@ -131,6 +131,7 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     ex_add(l, "multi_modal_projector.linear_1.bias", ex_get(pt, "projector.0.bias"), 1, Dt, 0, 0, 0);
     ex_add(l, "multi_modal_projector.linear_2.weight", ex_get(pt, "projector.2.weight"), 2, Dt, Dt, 0, 0);
     ex_add(l, "multi_modal_projector.linear_2.bias", ex_get(pt, "projector.2.bias"), 1, Dt, 0, 0, 0);
+    if (c->anyres) ex_add(l, "image_newline", ex_get(pt, "image_newline"), 1, Dt, 0, 0, 0); /* LLaVA-NeXT's (llava-hf's name) */
     /* the LM under import llama's names (the same table), below language_model. */
     LlamaImport li = {.D = c->Dt, .L = c->Lt, .H = c->Ht, .F = c->F, .V = c->V, .Hkv = c->Hkv > 0 ? c->Hkv : c->Ht,
                       .qkv_bias = c->qkv_bias, .o_bias = c->o_bias, .tie = c->tie_embeddings};
@@ -145,11 +146,18 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
     free(names);
 }
 
-static cJSON* ex_config(const ModelConfig* c, int image_token_index, int vocab) {
+static cJSON* ex_config(const ModelConfig* c, int image_token_index, int vocab, const AnyresPinpoints* pins) {
     cJSON* j = cJSON_CreateObject();
     cJSON* a = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString("LlavaForConditionalGeneration"));
-    cJSON_AddStringToObject(j, "model_type", "llava");
+    cJSON_AddItemToArray(a, cJSON_CreateString(c->anyres ? "LlavaNextForConditionalGeneration" : "LlavaForConditionalGeneration"));
+    cJSON_AddStringToObject(j, "model_type", c->anyres ? "llava_next" : "llava");
+    if (c->anyres) { /* docs/anyres.md: [height, width] pairs */
+        cJSON* g = cJSON_AddArrayToObject(j, "image_grid_pinpoints");
+        for (int i = 0; i < pins->n; i++) {
+            int hw[2] = {pins->hw[i][0], pins->hw[i][1]};
+            cJSON_AddItemToArray(g, cJSON_CreateIntArray(hw, 2));
+        }
+    }
     cJSON_AddNumberToObject(j, "image_token_index", image_token_index);
     cJSON_AddStringToObject(j, "projector_hidden_act", c->projector_act == ACT_GELU_ERF ? "gelu" : "gelu_pytorch_tanh");
     cJSON_AddNumberToObject(j, "vision_feature_layer", c->vision_feature_layer);
@@ -304,6 +312,26 @@ static char* ex_tokenizer_config_add_image(const char* src, const char* text, si
     return out;
 }
 
+/* The grid pinpoints an import of a LLaVA-NeXT recorded in state.json ("grid_pinpoints"); without one, *pins (the
+ * default) stays and the log says so. Returns 0, or -1 when the record does not parse. */
+static int ex_pinpoints(const char* state, int tile, AnyresPinpoints* pins, FILE* log, char* err, size_t err_len) {
+    size_t n;
+    char* text = rr_read_file(state, &n, RR_MAX_JSON);
+    cJSON* j = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    const cJSON* g = j ? cJSON_GetObjectItemCaseSensitive(j, "grid_pinpoints") : NULL;
+    int rc = 0;
+    if (cJSON_IsString(g)) {
+        char e[512];
+        if (anyres_pinpoints_parse(g->valuestring, tile, pins, e, sizeof e) != 0)
+            rc = ex_fail(err, err_len, "%s: \"grid_pinpoints\": %s", state, e);
+    } else if (log) {
+        fprintf(log, "export: %s records no grid pinpoints: image_grid_pinpoints is LLaVA-1.6's\n", state);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
 int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, const char* tokenizer,
               const char* chat_template, int image_token_index, int add_image_token, size_t shard_bytes, HfExport* info, FILE* log, char* err,
               size_t err_len) {
@@ -344,6 +372,12 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
     ModelConfig mc = train_model_config(&r, V);
     if (model_config_check(&mc, err, err_len) != 0) return -1;
+    /* an any-resolution model's image_grid_pinpoints: its run's data record (the shards'), else an import's record,
+     * else LLaVA-1.6's */
+    AnyresPinpoints pins;
+    anyres_pinpoints_default(&pins);
+    if (mc.anyres && td.has_prep && td.prep.kind == IMAGE_PREP_ANYRES && td.prep.pins.n > 0) pins = td.prep.pins;
+    else if (mc.anyres && ex_pinpoints(state, mc.vision_image_size, &pins, log, err, err_len) != 0) return -1;
     /* the run's own (a recipe's data.tokenizer; without a recipe there is none to take) */
     if (!tokenizer && strcmp(recipe_path, state) != 0 && access(r.tokenizer, R_OK) == 0) tokenizer = r.tokenizer;
     int Vout = V;
@@ -480,7 +514,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (rc == 0) {
         /* the imported config.json's values kept (hf_files.h) */
         if (hf_kept_find(ckpt, &r, kept, sizeof kept) != 0) kept[0] = 0;
-        cJSON* ours = ex_config(&mc, image_token_index, Vout);
+        cJSON* ours = ex_config(&mc, image_token_index, Vout, &pins);
         cJSON* cfg = hf_config_keep(ours, kept[0] ? kept : NULL, log);
         rc = ex_write_json(tmp, "config.json", cfg, err, err_len);
         cJSON_Delete(cfg);

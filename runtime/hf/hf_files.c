@@ -408,8 +408,9 @@ static int run_prep(const Recipe* r, ImagePrep* prep, char* where, size_t where_
     Shard s;
     char e[512];
     if (shard_open(path, &s, e, sizeof e) != 0) return -1;
-    prep->kind = s.info.prep == IMAGE_PREP_LLAVA ? IMAGE_PREP_LLAVA : IMAGE_PREP_SMART;
+    prep->kind = s.info.prep == IMAGE_PREP_LLAVA || s.info.prep == IMAGE_PREP_ANYRES ? (ImagePrepKind)s.info.prep : IMAGE_PREP_SMART;
     prep->size = (int)s.info.prep_size;
+    prep->pins = s.info.pins;
     shard_close(&s);
     snprintf(where, where_len, "%s", path);
     return 0;
@@ -448,17 +449,24 @@ static int write_preprocessor(HfExtras* x, FILE* log, char* err, size_t err_len)
         return rc;
     }
     cJSON* p = kept ? kept : cJSON_CreateObject();
-    int llava = prep.kind == IMAGE_PREP_LLAVA;
+    int anyres = prep.kind == IMAGE_PREP_ANYRES; /* LLaVA-NeXT's tiles (docs/anyres.md): CLIP's pixels per tile */
+    int llava = prep.kind == IMAGE_PREP_LLAVA || anyres;
     int S = llava ? prep.size : x->mc->vision_image_size;
     double mean[3], std[3];
     for (int c = 0; c < 3; c++) {
         mean[c] = llava ? image_clip_mean[c] : 0.5;
         std[c] = llava ? image_clip_std[c] : 0.5;
     }
-    put(p, "image_processor_type", cJSON_CreateString(llava ? "LlavaImageProcessor" : "CLIPImageProcessor"));
-    put(p, "processor_class", cJSON_CreateString("LlavaProcessor"));
+    put(p, "image_processor_type",
+        cJSON_CreateString(anyres ? "LlavaNextImageProcessor" : llava ? "LlavaImageProcessor" : "CLIPImageProcessor"));
+    put(p, "processor_class", cJSON_CreateString(anyres ? "LlavaNextProcessor" : "LlavaProcessor"));
+    if (anyres) {
+        cJSON* g = cJSON_CreateArray();
+        for (int i = 0; i < prep.pins.n; i++) cJSON_AddItemToArray(g, cJSON_CreateIntArray(prep.pins.hw[i], 2));
+        put(p, "image_grid_pinpoints", g);
+    }
     put(p, "do_convert_rgb", cJSON_CreateTrue());
-    put(p, "do_pad", cJSON_CreateBool(llava)); /* expand2square with the mean colour */
+    put(p, "do_pad", cJSON_CreateBool(llava)); /* LLaVA: expand2square with the mean colour; LLaVA-NeXT: the tiles of a batch */
     put(p, "do_resize", cJSON_CreateTrue());
     if (llava) add_size(p, "size", "shortest_edge", S, NULL, 0);
     else add_size(p, "size", "height", S, "width", S);
@@ -483,11 +491,11 @@ static int write_preprocessor(HfExtras* x, FILE* log, char* err, size_t err_len)
     return rc;
 }
 
-/* processor_config.json: LlavaProcessor's. */
+/* processor_config.json: LlavaProcessor's (an any-resolution model's: LlavaNextProcessor's). */
 static int write_processor(HfExtras* x, char* err, size_t err_len) {
     cJSON* p = x->kept ? read_json(x->kept, "processor_config.json") : NULL;
     if (!p) p = cJSON_CreateObject();
-    put(p, "processor_class", cJSON_CreateString("LlavaProcessor"));
+    put(p, "processor_class", cJSON_CreateString(x->mc->anyres ? "LlavaNextProcessor" : "LlavaProcessor"));
     put(p, "image_token", cJSON_CreateString("<image>"));
     put(p, "patch_size", cJSON_CreateNumber(x->mc->patch));
     put(p, "vision_feature_select_strategy", cJSON_CreateString("default"));

@@ -181,9 +181,14 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         rc = il_vision_config(v, where, c, err, err_len);
         goto out;
     }
-    if (strcmp(type, "llava")) {
-        il_fail(err, err_len, "%s: model_type \"%s\": import llava reads a LlavaForConditionalGeneration (llava)%s", path,
-                type, !strncmp(type, "llava_", 6) ? " (LLaVA-NeXT / -OneVision's image tiling is not this model)" : "");
+    if (llava == 2 ? strcmp(type, "llava_next") : strcmp(type, "llava")) {
+        if (llava == 2)
+            il_fail(err, err_len, "%s: model_type \"%s\": import llava_next reads a LlavaNextForConditionalGeneration "
+                    "(llava_next)%s", path, type, !strcmp(type, "llava") ? "; this is a LLaVA-1.5: use import llava" : "");
+        else
+            il_fail(err, err_len, "%s: model_type \"%s\": import llava reads a LlavaForConditionalGeneration (llava)%s", path,
+                    type, !strcmp(type, "llava_next") ? "; this is a LLaVA-NeXT: use import llava_next"
+                          : !strncmp(type, "llava_", 6) ? " (LLaVA-OneVision's image tiling is not this model)" : "");
         goto out;
     }
     const cJSON* vc = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
@@ -234,6 +239,41 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         il_fail(err, err_len, "%s: vision_feature_select_strategy \"%s\": this model drops the class token (`default`)",
                 path, cJSON_IsString(x) ? x->valuestring : "?");
         goto out;
+    }
+    if (llava == 2) { /* image_grid_pinpoints: [height, width] pairs, multiples of the tile (the tower's image) side */
+        x = cJSON_GetObjectItemCaseSensitive(j, "image_grid_pinpoints");
+        if (!x || cJSON_IsNull(x)) {
+            anyres_pinpoints_default(&c->pins);
+            il_note_default(c, "config.json", "image_grid_pinpoints");
+        } else {
+            memset(&c->pins, 0, sizeof c->pins);
+            int ok = cJSON_IsArray(x) && cJSON_GetArraySize(x) >= 1 && cJSON_GetArraySize(x) <= ANYRES_MAX_PINPOINTS;
+            for (const cJSON* pr = ok ? x->child : NULL; pr && ok; pr = pr->next) {
+                ok = cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 2;
+                for (int k = 0; k < 2 && ok; k++) {
+                    const cJSON* v = cJSON_GetArrayItem(pr, k);
+                    ok = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= ANYRES_MAX_SIDE &&
+                         v->valuedouble == (double)(int)v->valuedouble;
+                    if (ok) c->pins.hw[c->pins.n][k] = (int)v->valuedouble;
+                }
+                if (ok) c->pins.n++;
+            }
+            if (!ok) {
+                il_fail(err, err_len, "%s: image_grid_pinpoints: expected a list of 1 .. %d [height, width] pairs of whole "
+                        "numbers in 1 .. %d", path, ANYRES_MAX_PINPOINTS, ANYRES_MAX_SIDE);
+                goto out;
+            }
+        }
+        char e[256];
+        if (anyres_pinpoints_check(&c->pins, c->image_size, e, sizeof e) != 0) {
+            il_fail(err, err_len, "%s: image_grid_pinpoints: %s (vision_config.image_size)", path, e);
+            goto out;
+        }
+        c->anyres_tiles = 0;
+        for (int i = 0; i < c->pins.n; i++) {
+            int t = 1 + (c->pins.hw[i][0] / c->image_size) * (c->pins.hw[i][1] / c->image_size);
+            if (t > c->anyres_tiles) c->anyres_tiles = t;
+        }
     }
     x = cJSON_GetObjectItemCaseSensitive(j, "projector_hidden_act");
     if (x && cJSON_IsString(x)) {
@@ -366,6 +406,7 @@ static void il_table(IlTable* t, const LlavaImport* c) {
     il_add(t, "P:linear_1.bias", "projector.0.bias", 1, Dt, 0, IL_PLAIN, -1);
     il_add(t, "P:linear_2.weight", "projector.2.weight", 2, Dt, Dt, IL_PLAIN, -1);
     il_add(t, "P:linear_2.bias", "projector.2.bias", 1, Dt, 0, IL_PLAIN, -1);
+    if (c->llava == 2) il_add(t, "N:image_newline", "image_newline", 1, Dt, 0, IL_PLAIN, -1);
     int nl = 0;
     ImportName* lm = import_llama_names(&c->text, &nl);
     for (int i = 0; i < nl; i++) {
@@ -394,6 +435,10 @@ static int il_canon(const char* name, int llava, char* out, size_t n) {
     }
     if (!strcmp(s, "lm_head.weight") || !strcmp(s, "language_model.lm_head.weight")) {
         snprintf(out, n, "L:lm_head.weight");
+        return 0;
+    }
+    if (!strcmp(s, "image_newline") || !strcmp(s, "model.image_newline")) { /* LLaVA-NeXT's */
+        snprintf(out, n, "N:image_newline");
         return 0;
     }
     if (il_starts(s, "model.") && (il_starts(s + 6, "vision_tower.") || il_starts(s + 6, "multi_modal_projector.") ||
@@ -470,6 +515,7 @@ static void il_keys(const LlavaImport* c, cJSON* keys) {
         IL_KEY("model.projector_act", "%s", act_name((Act)c->proj_act));
         import_llama_keys(&c->text, keys);
     }
+    if (c->llava == 2) IL_KEY("model.anyres", "%d", c->anyres_tiles);
     IL_KEY("data.min_patches", "%d", G * G);
     IL_KEY("data.max_patches", "%d", G * G);
 #undef IL_KEY
@@ -614,7 +660,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             snprintf(path, sizeof path, "%s/%s", tmp, base);
             st_writer_meta(w, "format", "rrfp-mm");
             checkpoint_identity_meta(w, &id, shard);
-            st_writer_meta(w, "imported_from", llava ? "huggingface llava" : "huggingface clip");
+            st_writer_meta(w, "imported_from", llava == 2 ? "huggingface llava_next" : llava ? "huggingface llava" : "huggingface clip");
             rc = st_writer_write(w, path, err, err_len);
             cJSON_AddItemToArray(list, cJSON_CreateString(base));
             if (rc == 0 && log) fprintf(log, "import: %s/%s -> %s\n", hf_dir, files[k], base);
@@ -650,6 +696,11 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
         cJSON* learned = cJSON_CreateObject();
         il_keys(info, cJSON_AddObjectToObject(learned, "recipe"));
         if (llava && info->image_token_index >= 0) cJSON_AddNumberToObject(learned, "image_token_id", info->image_token_index);
+        if (llava == 2) { /* for pack --grid-pinpoints and export hf's image_grid_pinpoints */
+            char pins[ANYRES_MAX_PINPOINTS * 24];
+            anyres_pinpoints_format(&info->pins, pins, sizeof pins);
+            cJSON_AddStringToObject(learned, "grid_pinpoints", pins);
+        }
         cJSON_AddItemToObject(learned, "absent", absent);
         absent = NULL;
         rc = import_write_state(tmp, &id, hf_dir, list, learned, err, err_len);

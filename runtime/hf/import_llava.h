@@ -37,16 +37,25 @@
  * vision_feature_layer a whole number naming a hidden state after a block, image_token_index one inside
  * the LM's vocabulary, all before anything is sized; buffers come from the file's tensor after its shape
  * is checked; a NaN or infinite weight is refused naming the Hugging Face tensor; the index and --out go
- * through import.h's shared helpers (import_hf_files, import_out_begin / import_out_end). */
+ * through import.h's shared helpers (import_hf_files, import_out_begin / import_out_end).
+ *
+ * import llava_next: a LlavaNextForConditionalGeneration (model_type llava_next; docs/anyres.md): the same tower,
+ * projector and LM, plus `image_newline` (Dt; [model.]image_newline) -> image_newline, and image_grid_pinpoints
+ * (LlavaNextConfig's default [[336,672],[672,336],[672,672],[1008,336],[336,1008]] when absent; each pair a
+ * multiple of vision_config.image_size) -> model.anyres = 1 + the largest pinpoint's tiles, recorded with the
+ * pinpoints for pack and export. vision_feature_select_strategy `full` is refused as for import llava. */
 #ifndef RRFP_TRAIN_IMPORT_LLAVA_H
 #define RRFP_TRAIN_IMPORT_LLAVA_H
 
 #include <stdio.h>
 
+#include "data/anyres.h"
 #include "runtime/hf/import.h"
 
 typedef struct {
-    int llava;                  /* 1: import llava; 0: import clip (the vision tower alone) */
+    int llava;                  /* 1: import llava; 2: import llava_next; 0: import clip (the vision tower alone) */
+    AnyresPinpoints pins;       /* llava_next: image_grid_pinpoints (docs/anyres.md) */
+    int anyres_tiles;           /* llava_next: the most tower images of one image (model.anyres) */
     int D, L, H, patch, image_size; /* CLIP: hidden_size, num_hidden_layers, num_attention_heads, patch_size, image_size */
     int feature_layer;          /* vision_feature_layer (-2 for import clip: LLaVA's) */
     int proj_act;               /* Act of the projector (llava) */

@@ -3,10 +3,12 @@
  * text rows from the embedding), forward, split (B / W) and fused backward, and step dumps. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/anyres.h"
 #include "engine/cuda/kernel_math.h"
 #include "engine/safetensors.h"
 #include "runtime/model/model.h"
@@ -68,8 +70,16 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
         "model: rope_type = llama3 needs rope_factor >= 1, 0 < rope_low_freq_factor < rope_high_freq_factor and "
         "rope_original_max_pos >= 1 (got %g, %g, %g, %g)", c->rope_factor, c->rope_low_freq_factor,
         c->rope_high_freq_factor, c->rope_original_max_pos);
+    REQ(!c->anyres || (c->vision_image_size >= c->patch && c->vision_image_size % c->patch == 0),
+        "model.anyres needs model.vision_image_size (the tile side, 336) a whole multiple of model.patch %d (got %d)",
+        c->patch, c->vision_image_size);
 #undef REQ
     return 0;
+}
+
+int model_patch_budget(const ModelConfig* c, int microbatch_tokens) {
+    int64_t n = (int64_t)microbatch_tokens * (c->anyres > 1 ? c->anyres : 1);
+    return n > INT32_MAX / 4 ? INT32_MAX / 4 : (int)n;
 }
 
 VitConfig model_config_vit(const ModelConfig* c) {
@@ -197,6 +207,11 @@ static void stage_register_whole(ParamTable* pt, const Stage* st) {
     if (st->first) {
         vit_params_add(pt, &st->vc);
         projector_params_add(pt, &st->vc);
+        if (st->cfg.anyres) { /* LLaVA-NeXT's image_newline: N(0, 1 / sqrt(Dt)) as LlavaNextModel, a gather's table */
+            int64_t shape[1] = {st->cfg.Dt};
+            params_add(pt, "image_newline", 1, shape, PARAM_INIT_NORMAL, 1.0f / sqrtf((float)st->cfg.Dt), 0);
+            params_mark_act_table(pt, "image_newline");
+        }
         lm_embed_params_add(pt, &st->lc);
     }
     lm_blocks_params_add(pt, &st->lc, st->l0, st->l1);
@@ -416,6 +431,11 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         projector_weights_point(&st->proj_g, pt, 1);
         st->embed_w = stage_ptr(pt, "text.embed.weight", 0);
         st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
+        if (cfg->anyres) {
+            st->newline_w = stage_ptr(pt, "image_newline", 0);
+            st->newline_g = stage_ptr(pt, "image_newline", 1);
+            st->newline16 = pt->compute && params_compute_dtype(pt, params_find(pt, "image_newline")) == DTYPE_BF16;
+        }
         /* what the first stage's backward must compute (frozen = no work that nothing needs) */
         st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
         st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
@@ -543,6 +563,11 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
         a->vit.b_floor = st->vit_floor;
         projector_acts_layout(&a->proj, ar, &st->vc, max_Np);
+        if (c->anyres) {
+            a->ar_idx = arena_alloc(ar, T * sizeof(int32_t));
+            a->ar_nl = arena_alloc(ar, T * sizeof(int32_t));
+            a->nl16 = lm_act_bytes(&st->lc) == 2 ? arena_alloc(ar, Dt * 2) : NULL;
+        }
     }
     if (st->last) a->targets = arena_alloc(ar, T * sizeof(int32_t));
     size_t ab = (size_t)lm_act_bytes(&st->lc); /* an LM activation's bytes (res, nf, logits) */
@@ -742,6 +767,10 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_img_lm_start = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
     a->h_seg = mallocCheck(2 * ((size_t)max_patches + 1) * sizeof(int32_t));
+    if (st->first && st->cfg.anyres) {
+        a->h_ar_idx = mallocCheck(((size_t)max_tokens + 1) * sizeof(int32_t));
+        a->h_ar_nl = mallocCheck(((size_t)max_tokens + 1) * sizeof(int32_t));
+    }
     if (st->first && st->vc.act_bytes == 2 && max_patches > 0)
         a->h_patches16 = mallocCheck((size_t)max_patches * 3 * st->vc.patch * st->vc.patch * sizeof(uint16_t));
     if (st->tp > 1) {
@@ -759,6 +788,8 @@ void stage_acts_free(StageActs* a, const Stage* st) {
     free(a->h_own);
     free(a->h_targets);
     free(a->h_patches16);
+    free(a->h_ar_idx);
+    free(a->h_ar_nl);
     stage_acts_free_tables(a);
     memset(a, 0, sizeof *a);
 }
@@ -801,6 +832,61 @@ static int mb_fail_hint(char* err, size_t err_len, const char* hint, const char*
     va_end(ap);
     if (n >= 0 && (size_t)n < err_len) snprintf(err + n, err_len - (size_t)n, "\n---> HINT: %s", hint);
     return -1;
+}
+
+/* Any-resolution images (docs/anyres.md): each of the J images' tower images are its base image and its tiles,
+ * each a g x g grid; it covers exactly data/anyres.h's n_positions image positions of one sample, in order. */
+static int stage_check_anyres(const Stage* st, const Microbatch* mb, int n_image_ids, char* err, size_t err_len) {
+    const ModelConfig* c = &st->cfg;
+    if (!c->anyres)
+        return rr_fail(err, err_len, "microbatch: %d any-resolution images, but the model is not any-resolution (model.anyres)",
+                       mb->J);
+    if (mb->I > 0 && (mb->J < 1 || !mb->ar_tile0 || !mb->ar_size || !mb->ar_grid || !mb->ar_lm_start))
+        return rr_fail(err, err_len, "microbatch: %d images without their any-resolution layout (model.anyres needs shards "
+                       "packed with --image-preprocess anyres)", mb->I);
+    if (mb->I == 0 && mb->J == 0) return n_image_ids ? rr_fail(err, err_len, "microbatch: %d image positions but no image", n_image_ids) : 0;
+    if (mb->ar_tile0[0] != 0 || mb->ar_tile0[mb->J] != mb->I)
+        return rr_fail(err, err_len, "microbatch: any-resolution images cover tower images %d .. %d, expected 0 .. %d",
+                       mb->ar_tile0[0], mb->ar_tile0[mb->J], mb->I);
+    int g = c->vision_image_size / c->patch, total = 0, prev_end = 0;
+    for (int j = 0; j < mb->J; j++) {
+        AnyresLayout l;
+        char e[256];
+        if (anyres_layout_grid(mb->ar_size[2 * j], mb->ar_size[2 * j + 1], mb->ar_grid[2 * j], mb->ar_grid[2 * j + 1],
+                               c->vision_image_size, c->patch, ANYRES_SELECT_DEFAULT, &l, e, sizeof e) != 0)
+            return rr_fail(err, err_len, "microbatch: any-resolution image %d: %s", j, e);
+        int i0 = mb->ar_tile0[j], i1 = mb->ar_tile0[j + 1], t0 = mb->ar_lm_start[j], n = l.n_positions;
+        if (i1 - i0 != l.n_tiles)
+            return rr_fail(err, err_len, "microbatch: any-resolution image %d has %d tower images, its %d x %d grid needs %d", j,
+                           i1 - i0, l.rows, l.cols, l.n_tiles);
+        if (t0 < prev_end || t0 + n > mb->T)
+            return rr_fail(err, err_len, "microbatch: any-resolution image %d at LM positions [%d, %d): before the previous "
+                           "image's end %d or past T = %d", j, t0, t0 + n, prev_end, mb->T);
+        int64_t s0 = mb_sample_of(mb, t0), s1 = mb_sample_of(mb, t0 + n - 1);
+        if (s0 != s1) return rr_fail(err, err_len, "microbatch: any-resolution image %d spans samples %lld and %lld", j, (long long)s0, (long long)s1);
+        for (int t = t0; t < t0 + n; t++)
+            if (mb->ids[t] != -1)
+                return rr_fail(err, err_len, "microbatch: sample %lld: any-resolution image %d covers position %d whose id is %d, "
+                               "not -1", (long long)s0, j, t, mb->ids[t]);
+        for (int i = i0; i < i1; i++) {
+            if (mb->grid_h[i] != g || mb->grid_w[i] != g || mb->img_cu_patches[i + 1] - mb->img_cu_patches[i] != g * g)
+                return rr_fail(err, err_len, "microbatch: any-resolution image %d: tile %d is a %d x %d grid, expected %d x %d", j,
+                               i - i0, mb->grid_h[i], mb->grid_w[i], g, g);
+            if (mb->img_lm_start[i] != t0)
+                return rr_fail(err, err_len, "microbatch: any-resolution image %d: tile %d starts at %d, not at its image's %d", j,
+                               i - i0, mb->img_lm_start[i], t0);
+            for (int k = mb->img_cu_patches[i]; k < mb->img_cu_patches[i + 1]; k++)
+                if (mb->patch_row[k] != (k - mb->img_cu_patches[i]) / g || mb->patch_col[k] != (k - mb->img_cu_patches[i]) % g)
+                    return rr_fail(err, err_len, "microbatch: any-resolution image %d: tile %d's patch %d is not in row-major order",
+                                   j, i - i0, k);
+        }
+        total += n;
+        prev_end = t0 + n;
+    }
+    if (total != n_image_ids)
+        return rr_fail(err, err_len, "microbatch: %d image positions (id -1) but the any-resolution images take %d", n_image_ids,
+                       total);
+    return 0;
 }
 
 int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch* mb, char* err, size_t err_len) {
@@ -850,6 +936,7 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
                    (long long)mb_sample_of(mb, t), mb->ids[t], t, c->V);
         }
     }
+    if (c->anyres || mb->J) return stage_check_anyres(st, mb, n_image_ids, err, err_len);
     if (n_image_ids != mb->Np)
         return rr_fail(err, err_len, "microbatch: %d image positions (id -1) but %d patches", n_image_ids, mb->Np);
     for (int i = 0; i < mb->I; i++) {
@@ -883,8 +970,39 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
 /* ------------------------------------------------------------------------------------------------
  * Forward */
 
+/* Any-resolution images: the projector row (or the image_newline) each LM position takes, from data/anyres.h's
+ * feature map of each image (the tower images of image j are laid end to end from img_cu[ar_tile0[j]]). */
+static void stage_anyres_index(Stage* st, StageActs* a, const Microbatch* mb) {
+    const ModelConfig* c = &st->cfg;
+    for (int t = 0; t < mb->T; t++) a->h_ar_idx[t] = a->h_ar_nl[t] = -1;
+    int32_t* map = NULL;
+    size_t cap = 0;
+    for (int j = 0; j < mb->J; j++) {
+        AnyresLayout l;
+        char e[256];
+        if (anyres_layout_grid(mb->ar_size[2 * j], mb->ar_size[2 * j + 1], mb->ar_grid[2 * j], mb->ar_grid[2 * j + 1],
+                               c->vision_image_size, c->patch, ANYRES_SELECT_DEFAULT, &l, e, sizeof e) != 0)
+            rr_die("internal: any-resolution image %d: %s (stage_check_microbatch passed it)", j, e);
+        if ((size_t)l.n_positions > cap) {
+            cap = (size_t)l.n_positions;
+            free(map);
+            map = mallocCheck(cap * sizeof(int32_t));
+        }
+        anyres_feature_map(&l, map);
+        int k0 = mb->img_cu_patches[mb->ar_tile0[j]], t0 = mb->ar_lm_start[j];
+        for (int k = 0; k < l.n_positions; k++) {
+            if (map[k] >= 0) a->h_ar_idx[t0 + k] = k0 + map[k];
+            else a->h_ar_nl[t0 + k] = 0;
+        }
+    }
+    free(map);
+    st->be->dev->copy_h2d(st->be, a->ar_idx, a->h_ar_idx, (size_t)mb->T * sizeof(int32_t));
+    st->be->dev->copy_h2d(st->be, a->ar_nl, a->h_ar_nl, (size_t)mb->T * sizeof(int32_t));
+}
+
 /* x0 (T, Dt): image positions take the projector rows of their image in patch order, the others
- * the token embedding (docs/model.md "Sequence assembly and the loss"). */
+ * the token embedding (docs/model.md "Sequence assembly and the loss"); with any-resolution images the
+ * rows of docs/anyres.md "The features" (stage_anyres_index) and the image_newline, by two row gathers. */
 static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     const Backend* be = st->lbe;
     int Dt = st->cfg.Dt;
@@ -908,6 +1026,27 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
         be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->ids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
+    }
+    if (st->cfg.anyres) {
+        /* the gathers add: the image positions must hold zeros (the TP path's sum leaves them 0) */
+        RR_ASSERT(lm_act_bytes(&st->lc) == vit_act_bytes(&st->vc) && "any-resolution images: the tower's and the LM's rows in one storage");
+        if (st->tp <= 1)
+            for (int t = 0; t < a->T;) { /* the image runs (between the text runs) */
+                int t1 = t;
+                while (t1 < a->T && a->h_ar_idx[t1] < 0 && a->h_ar_nl[t1] < 0) t1++;
+                t = t1;
+                while (t1 < a->T && (a->h_ar_idx[t1] >= 0 || a->h_ar_nl[t1] >= 0)) t1++;
+                if (t1 > t) be->dev->memset0(be, stage_act_row(st, x0, t, Dt), (size_t)(t1 - t) * Dt * (size_t)lm_act_bytes(&st->lc));
+                t = t1;
+            }
+        const float* nl = st->newline_w;
+        if (lm_act_bytes(&st->lc) == 2 && !st->newline16) { /* the table in 2-byte words (exact: a bf16 value) */
+            be->ops->to_bf16(be, (uint16_t*)a->nl16, st->newline_w, (size_t)Dt);
+            nl = a->nl16;
+        }
+        be->ops->rows_gather_forward(be, be_act(be, x0), a->ar_idx, NULL, be_act(be, a->proj.out.p), a->T, 1, Dt);
+        be->ops->rows_gather_forward(be, be_act(be, x0), a->ar_nl, NULL, be_act(be, nl), a->T, 1, Dt);
+        return;
     }
     /* the projector's rows (f32 words holding bf16 values: rounded by its producer) into the image positions;
      * with 2-byte activations narrowed on the way (exact), one launch per image as the copy was */
@@ -1074,6 +1213,8 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
                 be->dev->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
             }
         }
+        a->n_ar = mb->J;
+        if (c->anyres) stage_anyres_index(st, a, mb);
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
         vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
@@ -1168,6 +1309,14 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
     if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
     const uint16_t* dx016 = vit_act_bytes(&st->vc) == 2 ? stage_dres16(a, st, 0) : NULL; /* block 0's 2-byte copy */
+    if (st->cfg.anyres) { /* the gather's backward: each kept row's gradient, zero for the unpadded-away rows */
+        be->dev->memset0(be, a->proj.dout, (size_t)a->Np * Dt * sizeof(float));
+        be->ops->rows_gather_backward(be, a->proj.dout, dx0, a->ar_idx, NULL, a->T, 1, Dt);
+        if (dx016) be->ops->to_bf16(be, a->proj.dout16, a->proj.dout, (size_t)a->Np * Dt);
+        projector_backward_input(be, &st->vc, &st->proj_w, &a->proj, a->Np, st->vit_train);
+        if (st->vit_train) be->dev->copy_d2d(be, a->vit.dvout, a->proj.dvin, (size_t)a->Np * st->cfg.Dv * sizeof(float));
+        return;
+    }
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         be->dev->copy_d2d(be, a->proj.dout + (size_t)k0 * Dt, dx0 + (size_t)a->h_img_lm_start[i] * Dt,
@@ -1192,8 +1341,10 @@ static void stage_vision_backward_weight(Stage* st, StageActs* a, int vit_input_
 
 static void stage_embed_backward_weight(Stage* st, StageActs* a) {
     int Dt = st->cfg.Dt;
-    if (!st->embed_g) return; /* frozen */
     const float* dx0 = stage_dres(a, st, 0);
+    if (st->newline_g && a->n_ar > 0) /* image_newline: the sum of its positions' gradients */
+        st->be->ops->rows_gather_backward(st->be, st->newline_g, dx0, a->ar_nl, NULL, a->T, 1, Dt);
+    if (!st->embed_g) return; /* frozen */
     if (st->tp > 1) { /* this rank's vocabulary rows only */
         for (int r = 0; r < a->n_own; r++) {
             int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
@@ -1402,6 +1553,12 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
         loss = a->loss_sum;
         if (st->tp_rank == 0) st_writer_add_f32(w, "loss_sum", &loss, 1, 1, 0, 0, 0);
     }
+    if (mb->J > 0 && st->first) { /* any-resolution images: their layout (docs/anyres.md) */
+        st_writer_add_i32(w, "ar_tile0", mb->ar_tile0, 1, mb->J + 1, 0, 0, 0);
+        st_writer_add_i32(w, "ar_size", mb->ar_size, 2, mb->J, 2, 0, 0);
+        st_writer_add_i32(w, "ar_grid", mb->ar_grid, 2, mb->J, 2, 0, 0);
+        st_writer_add_i32(w, "ar_lm_start", mb->ar_lm_start, 1, mb->J, 0, 0, 0);
+    }
     snprintf(buf, sizeof buf, "%d", mb->n_supervised);
     st_writer_meta(w, "n_supervised", buf);
     snprintf(buf, sizeof buf, "%d", mb->patch);
@@ -1445,6 +1602,7 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
     cJSON_AddNumberToObject(j, "qkv_bias", c->qkv_bias);
     cJSON_AddNumberToObject(j, "o_bias", c->o_bias);
     cJSON_AddNumberToObject(j, "tie_embeddings", c->tie_embeddings);
+    if (c->anyres) cJSON_AddNumberToObject(j, "anyres", c->anyres);
     if (c->rope_llama3) {
         cJSON_AddStringToObject(j, "rope_type", "llama3");
         cJSON_AddNumberToObject(j, "rope_factor", c->rope_factor);

@@ -71,8 +71,16 @@ typedef struct {
     int lora_r;
     double lora_alpha, lora_dropout;
     unsigned lora_targets;
+    /* LLaVA-NeXT's any-resolution images (docs/anyres.md; model.anyres): the tower runs over every tile of
+     * vision_image_size pixels, the LM takes the base image's features, then the unpadded grid with the learned
+     * `image_newline` (Dt) after each row; microbatches carry their images' layout (Microbatch.J). 0 = off, else on;
+     * N >= 2 bounds an image's tower images (model_patch_budget) */
+    int anyres;
 } ModelConfig;
 
+/* Image patches a microbatch of microbatch_tokens LM positions can hold: every position a patch, or with any-resolution
+ * images (anyres = N >= 2 tower images an image, each image at least one tile's g^2 positions) N times that. */
+int model_patch_budget(const ModelConfig* c, int microbatch_tokens);
 /* 0 when the config is usable; else -1 with a message naming the field and what is allowed. */
 int model_config_check(const ModelConfig* c, char* err, size_t err_len);
 VitConfig model_config_vit(const ModelConfig* c);
@@ -118,6 +126,8 @@ typedef struct {
     LmBlockW *blk_w, *blk_g;   /* (l1 - l0) */
     float *normf_w, *normf_g;  /* (Dt) */
     float *head_w, *head_g;    /* (V, Dt) */
+    float *newline_w, *newline_g; /* (Dt) image_newline (ModelConfig.anyres; first stage) */
+    int newline16;             /* its compute copy holds 2-byte words (params_mark_act_table) */
     /* train.freeze: a frozen tensor's gradient pointer (*_g) is NULL and its weight gradient is never
      * computed. First stage: */
     int vit_train;   /* some vision.* tensor trains: the ViT backward runs (else its acts keep nothing) */
@@ -205,6 +215,12 @@ typedef struct {
                                                  * bf16 words where Stage.vc.act_bytes is 2: narrowed on the host) */
     int32_t *h_img_cu, *h_img_lm_start;         /* host: (I+1), (I) */
     int32_t* h_seg;                             /* host: (2 * n_seg) text runs [start, end) */
+    /* any-resolution images (ModelConfig.anyres): per LM position the projector row it takes (-1: none) and
+     * 0 where it takes image_newline (-1 elsewhere), backend memory (T) each, and host copies; n_ar the
+     * microbatch's J; nl16 the newline's 2-byte words with 2-byte activations (Dt) */
+    int32_t *ar_idx, *ar_nl, *h_ar_idx, *h_ar_nl;
+    int n_ar;
+    float* nl16;
     int n_seg;
     /* first stage */
     VitActs vit;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/anyres.h"
 #include "data/loader.h"
 #include "engine/engine.h"
 #include "engine/util.h"
@@ -34,6 +35,7 @@ void pp_calib_defaults(PpCalibConfig* c) {
     c->image_text_mean = 180, c->image_text_sigma = 0.8;
     c->text_only_mean = 650, c->text_only_sigma = 0.9;
     c->image_px_mean = 640.0 * 480.0, c->image_px_sigma = 0.6, c->aspect_sigma = 0.3;
+    c->tile = 336, c->doc_share = 0.25;
     c->flops = 400e12;
     c->link_GBps = 25, c->link_latency_s = 10e-6, c->act_bytes = 2;
     c->jitter = 0.03;
@@ -41,9 +43,11 @@ void pp_calib_defaults(PpCalibConfig* c) {
     c->seed = 1;
 }
 
-/* One sample: LM positions and the images' patch counts (at most 8 images). */
+/* One sample: LM positions and the images' patch counts (at most 8 images); sq: the sum of the tower's squared
+ * attention lengths (an image's patches squared; any-resolution: a tile's, per tile). */
 typedef struct {
     int L, n_img, patches[8];
+    double sq;
 } CalibSample;
 
 static void draw_sample(const PpCalibConfig* c, uint64_t* x, CalibSample* s) {
@@ -56,7 +60,30 @@ static void draw_sample(const PpCalibConfig* c, uint64_t* x, CalibSample* s) {
         s->n_img = 1;
         while (s->n_img < 8 && u01(x) < c->extra_image_prob) s->n_img++;
         text = lognormal(x, c->image_text_mean, c->image_text_sigma);
-        for (int i = 0; i < s->n_img; i++) {
+        for (int i = 0; i < s->n_img && c->workload == PP_WORKLOAD_ANYRES; i++) {
+            /* a photograph (mm's size) or a document page, tiled as LLaVA-NeXT does */
+            double w, h;
+            if (u01(x) < c->doc_share) {
+                w = lognormal(x, 1240.0, 0.3);
+                h = w * 1.41 * exp(0.15 * normal(x));
+            } else {
+                double px = lognormal(x, c->image_px_mean, c->image_px_sigma), ar = exp(c->aspect_sigma * normal(x));
+                w = sqrt(px * ar), h = sqrt(px / ar);
+            }
+            int iw = w < 1 ? 1 : w > 8192 ? 8192 : (int)w, ih = h < 1 ? 1 : h > 8192 ? 8192 : (int)h;
+            AnyresPinpoints pp;
+            AnyresLayout l;
+            char e[256];
+            anyres_pinpoints_default(&pp);
+            if (c->tile != 336) /* LLaVA-1.6's grids (1 x 2, 2 x 1, 2 x 2, 3 x 1, 1 x 3) at this tile side */
+                for (int q = 0; q < pp.n; q++) pp.hw[q][0] = pp.hw[q][0] / 336 * c->tile, pp.hw[q][1] = pp.hw[q][1] / 336 * c->tile;
+            if (anyres_layout(ih, iw, &pp, c->tile, c->patch, ANYRES_SELECT_DEFAULT, &l, e, sizeof e) != 0) rr_die("internal: %s", e);
+            int g2 = l.g * l.g;
+            s->patches[i] = l.n_tiles * g2;
+            s->sq += (double)l.n_tiles * g2 * g2;
+            s->L += l.n_positions; /* added to the text below */
+        }
+        for (int i = 0; i < s->n_img && c->workload != PP_WORKLOAD_ANYRES; i++) {
             /* a photo's size, then the loader's rule: sides in patches, the count clamped into
              * [min_patches, max_patches] keeping the aspect ratio (docs/data.md "Image preprocessing", smart_resize) */
             double px = lognormal(x, c->image_px_mean, c->image_px_sigma);
@@ -71,12 +98,15 @@ static void draw_sample(const PpCalibConfig* c, uint64_t* x, CalibSample* s) {
             while (gh * gw > c->max_patches) gw > gh ? gw-- : gh--;
             while (gh * gw < c->min_patches) gw < gh ? gw++ : gh++;
             s->patches[i] = gh * gw;
+            s->sq += (double)gh * gw * gh * gw;
         }
     }
     int t = (int)lround(text) + s->n_img; /* the text tokens include one <image> token per image */
     if (t < s->n_img + 8) t = s->n_img + 8;
     int L = t - s->n_img;
-    for (int i = 0; i < s->n_img; i++) L += s->patches[i];
+    if (c->workload == PP_WORKLOAD_ANYRES) L += s->L; /* the images' unpadded positions */
+    else
+        for (int i = 0; i < s->n_img; i++) L += s->patches[i];
     if (L > c->microbatch_tokens) L = c->microbatch_tokens; /* the loader refuses longer ones; truncated here */
     s->L = L;
 }
@@ -96,6 +126,11 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         snprintf(err, errlen, "calibrated generator: jitter %g is out of range; allowed: 0 <= jitter <= %g (a lognormal "
                  "sigma: beyond that the median task shrinks below %.2f of its mean)", c->jitter, PP_CALIB_MAX_JITTER,
                  exp(-0.5 * PP_CALIB_MAX_JITTER * PP_CALIB_MAX_JITTER));
+        return -1;
+    }
+    if (c->workload == PP_WORKLOAD_ANYRES && (c->patch < 1 || c->tile < c->patch || c->tile % c->patch)) {
+        snprintf(err, errlen, "calibrated generator: the anyres workload needs the tile side (model.vision_image_size, %d) a "
+                 "multiple of model.patch (%d)", c->tile, c->patch);
         return -1;
     }
     uint64_t x = c->seed * 0x9E3779B97F4A7C15ull + 0x1234567ull;
@@ -126,8 +161,7 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         if (W > 4096) W = 4096;
         for (int i = 0; i < W; i++) {
             draw_sample(c, &x, &smp[n_s + i]);
-            double sq = 0;
-            for (int k = 0; k < smp[n_s + i].n_img; k++) sq += (double)smp[n_s + i].patches[k] * smp[n_s + i].patches[k];
+            double sq = smp[n_s + i].sq;
             cl[i] = smp[n_s + i].L;
             cb[i] = loader_balanced_cost(smp[n_s + i].L, sq, 512.0);
             key[i] = n_s + i;
@@ -147,14 +181,16 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         T[m] += smp[i].L;
         L2[m] += (double)smp[i].L * smp[i].L;
         ns[m]++;
-        for (int k = 0; k < smp[i].n_img; k++) Np[m] += smp[i].patches[k], P2[m] += (double)smp[i].patches[k] * smp[i].patches[k];
+        for (int k = 0; k < smp[i].n_img; k++) Np[m] += smp[i].patches[k];
+        P2[m] += smp[i].sq;
     }
     /* 3. the layer split: the partitioner's, on the recipe's budget (as the trainer computes it) */
-    int P = c->P, mm = c->workload == PP_WORKLOAD_MM;
+    int P = c->P, mm = c->workload != PP_WORKLOAD_TEXT;
     int* layers = mallocCheck(sizeof(int) * (size_t)P);
     double tok = (double)c->microbatch_tokens * M;
-    PartitionCost pc = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tok, mm ? 0.5 * tok : 0.0,
-                                            0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    int ar = c->workload == PP_WORKLOAD_ANYRES, g = ar ? c->tile / c->patch : 0; /* any-resolution: a tile's attention */
+    PartitionCost pc = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tok, ar ? tok : mm ? 0.5 * tok : 0.0,
+                                            ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
     int lm_full = c->recompute_lm == RECOMPUTE_FULL, tower_full = c->recompute_tower == RECOMPUTE_FULL;
     pc = partition_cost_recompute(pc, lm_full, tower_full); /* as the trainer splits (runtime/train/layout.c) */
     partition_auto(c->Lt, P, pc, layers);

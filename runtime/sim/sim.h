@@ -136,7 +136,10 @@ void pp_sim_result_free(PpSimResult* r);
 #endif
 /* ---- the calibrated duration generator (calib.c; docs/scheduler.md) ------------------------------ */
 
-typedef enum { PP_WORKLOAD_TEXT = 0, PP_WORKLOAD_MM = 1 } PpWorkload;
+/* anyres: LLaVA-NeXT's any-resolution images (docs/anyres.md, LLaVA-1.6's pinpoints, tiles of `tile` pixels): the
+ * mm mix's text with each image a photograph (its size as mm's) or, with probability doc_share, a document page
+ * (about 1240 px wide, A4's 1.41 aspect, both lognormal), its LM positions and tower patches those of data/anyres.h */
+typedef enum { PP_WORKLOAD_TEXT = 0, PP_WORKLOAD_MM = 1, PP_WORKLOAD_ANYRES = 2 } PpWorkload;
 
 /* One training step's durations, in seconds, from a model and a data mix (not invented distributions):
  * samples drawn from a LLaVA-1.5-like instruction mix are packed by the loader's own packer
@@ -163,6 +166,8 @@ typedef struct {
     double image_text_mean, image_text_sigma; /* text tokens of a sample with images: lognormal */
     double text_only_mean, text_only_sigma;   /* text tokens of a text-only conversation: lognormal */
     double image_px_mean, image_px_sigma, aspect_sigma; /* pixels (lognormal), log aspect ratio (normal) */
+    int tile;                 /* anyres: the tile side (model.vision_image_size; 336) */
+    double doc_share;         /* anyres: share of document pages among the images (0.25) */
     /* hardware */
     double flops;             /* effective FLOP/s of one pipeline rank's device (default 400e12) */
     double link_GBps, link_latency_s, act_bytes; /* message latency = link latency + mean activation / bw */

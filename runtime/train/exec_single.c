@@ -73,7 +73,7 @@ StepExec* step_exec_single_create(const Recipe* r, const ModelConfig* mc, const 
     stage_set_recompute(&s->st, (Recompute)recipe_recompute(r, 0), (Recompute)recipe_recompute(r, 1));
     if (!(r->zero && r->dp > 1)) params_alloc_optimizer(&s->st.params); /* the distributed optimizer: shards only */
     /* one microbatch in flight; every position may be an image patch */
-    stage_acts_init(&s->acts, &s->st, r->microbatch_tokens, r->microbatch_tokens, 0);
+    stage_acts_init(&s->acts, &s->st, r->microbatch_tokens, model_patch_budget(mc, r->microbatch_tokens), 0);
     s->stp = &s->st;
     StepExec* ex = &s->ex;
     ex->name = "one process";

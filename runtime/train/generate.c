@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/anyres.h"
 #include "data/image.h"
 #include "data/manifest.h"
 #include "data/template.h"
@@ -97,7 +98,7 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len) {
     /* the KV cache and attention_decode take f32 words: the LM on the stage's own table (not the bf16-activation
      * one); the trainer's activations are not used again by generation */
     stage_keep_f32_activations(st);
-    stage_acts_init(&g->big, st, g->max_T, r->microbatch_tokens, 0);
+    stage_acts_init(&g->big, st, g->max_T, model_patch_budget(&st->cfg, r->microbatch_tokens), 0);
     stage_acts_init(&g->one, st, 1, 0, 0);
     g->kv_k = callocCheck((size_t)g->nL, sizeof(float*));
     g->kv_v = callocCheck((size_t)g->nL, sizeof(float*));
@@ -218,6 +219,60 @@ static void gen_microbatch(Microbatch* mb, const int32_t* ids, int n, int image_
     for (int u = 0; u < T; u++) mb->targets[u] = -100;
 }
 
+/* The same with any-resolution images (docs/anyres.md): image k is its layout's tower images (patches[k]: the base
+ * image's and the tiles', g x g each) and n_positions LM positions, as the loader lays them out (Microbatch.J). */
+static void gen_microbatch_anyres(Microbatch* mb, const int32_t* ids, int n, int image_id, int J, float* const* patches,
+                                  const AnyresLayout* lay, const int* oh, const int* ow, int p) {
+    memset(mb, 0, sizeof *mb);
+    int T = 0, I = 0, k = 0, g = lay[0].g;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] != image_id) T++;
+        else T += lay[k].n_positions, k++;
+    }
+    for (int j = 0; j < J; j++) I += lay[j].n_tiles;
+    int Np = I * g * g;
+    size_t row = (size_t)3 * p * p;
+    mb->S = 1, mb->T = T, mb->I = I, mb->Np = Np, mb->patch = p, mb->J = J;
+    mb->cu_seqlens = mallocCheck(2 * sizeof(int32_t));
+    mb->ids = mallocCheck(sizeof(int32_t) * (size_t)T);
+    mb->targets = mallocCheck(sizeof(int32_t) * (size_t)T);
+    mb->pos = mallocCheck(sizeof(int32_t) * (size_t)T);
+    mb->sample_index = callocCheck(1, sizeof(int64_t));
+    mb->img_cu_patches = mallocCheck(sizeof(int32_t) * (size_t)(I + 1));
+    mb->grid_h = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
+    mb->grid_w = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
+    mb->img_lm_start = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
+    mb->patch_row = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
+    mb->patch_col = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
+    mb->patches = mallocCheck(sizeof(float) * row * (size_t)(Np ? Np : 1));
+    mb->ar_tile0 = mallocCheck(sizeof(int32_t) * (size_t)(J + 1));
+    mb->ar_size = mallocCheck(sizeof(int32_t) * 2 * (size_t)(J ? J : 1));
+    mb->ar_grid = mallocCheck(sizeof(int32_t) * 2 * (size_t)(J ? J : 1));
+    mb->ar_lm_start = mallocCheck(sizeof(int32_t) * (size_t)(J ? J : 1));
+    mb->cu_seqlens[0] = 0, mb->cu_seqlens[1] = T;
+    mb->img_cu_patches[0] = 0, mb->ar_tile0[0] = 0;
+    int t = 0, np = 0, ii = 0;
+    k = 0;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] == image_id) {
+            mb->ar_size[2 * k] = oh[k], mb->ar_size[2 * k + 1] = ow[k];
+            mb->ar_grid[2 * k] = lay[k].rows, mb->ar_grid[2 * k + 1] = lay[k].cols;
+            mb->ar_lm_start[k] = t;
+            memcpy(mb->patches + row * (size_t)np, patches[k], sizeof(float) * row * (size_t)lay[k].n_tiles * g * g);
+            for (int q = 0; q < lay[k].n_tiles; q++, ii++) {
+                mb->grid_h[ii] = mb->grid_w[ii] = g, mb->img_lm_start[ii] = t;
+                for (int r = 0; r < g * g; r++) mb->patch_row[np] = r / g, mb->patch_col[np] = r % g, np++;
+                mb->img_cu_patches[ii + 1] = np;
+            }
+            for (int q = 0; q < lay[k].n_positions; q++) mb->ids[t] = -1, mb->pos[t] = t, t++;
+            mb->ar_tile0[++k] = ii;
+        } else {
+            mb->ids[t] = ids[i], mb->pos[t] = t, t++;
+        }
+    }
+    for (int u = 0; u < T; u++) mb->targets[u] = -100;
+}
+
 /* The logits of the last position of the forward in a (its logits (T, V) on the backend) into out. */
 static void gen_last_logits(Generator* g, const StageActs* a, float* out) {
     g->be->dev->copy_d2h(g->be, out, a->logits + (size_t)(a->T - 1) * g->V, (size_t)g->V * sizeof(float));
@@ -308,12 +363,28 @@ int generator_answer(Generator* g, const char* human, const uint8_t* const* jpeg
     }
     float* patches[MANIFEST_MAX_IMAGES] = {0};
     int gh[MANIFEST_MAX_IMAGES], gw[MANIFEST_MAX_IMAGES];
+    AnyresLayout lay[MANIFEST_MAX_IMAGES]; /* any-resolution images: their layouts (docs/anyres.md) */
+    int anyres = g->prep.kind == IMAGE_PREP_ANYRES;
     int32_t* ids = NULL;
     int32_t* seq = NULL;
     GenProb* work = NULL;
     Microbatch mb = {0};
     int rc = -1;
-    for (int i = 0; i < n_images; i++) {
+    for (int i = 0; i < n_images && anyres; i++) { /* the loader's tiles, decoded the same way */
+        char e[512];
+        if (image_read_header(g->jc, jpeg[i], jpeg_len[i], &gw[i], &gh[i], e, sizeof e) != 0 ||
+            anyres_layout(gh[i], gw[i], &g->prep.pins, g->prep.size, r->patch, ANYRES_SELECT_DEFAULT, &lay[i], e, sizeof e) != 0) {
+            snprintf(err, err_len, "image %d: %s", i + 1, e);
+            goto done;
+        }
+        patches[i] = mallocCheck(sizeof(float) * 3 * (size_t)r->patch * r->patch * (size_t)lay[i].n_tiles * lay[i].g * lay[i].g);
+        if (anyres_patches_into(g->jc, jpeg[i], jpeg_len[i], &g->prep.pins, g->prep.size, r->patch, gw[i], gh[i], patches[i],
+                                e, sizeof e) != 0) {
+            snprintf(err, err_len, "image %d: %s", i + 1, e);
+            goto done;
+        }
+    }
+    for (int i = 0; i < n_images && !anyres; i++) {
         char e[512];
         if (image_load_patches_prep(g->jc, jpeg[i], jpeg_len[i], &g->prep, r->patch, r->min_patches, r->max_patches,
                                     &patches[i], &gh[i], &gw[i], e, sizeof e) != 0) {
@@ -330,12 +401,14 @@ int generator_answer(Generator* g, const char* human, const uint8_t* const* jpeg
                  images_in_prompt == 1 ? "" : "s", n_images, n_images == 1 ? "" : "s");
         goto done;
     }
-    gen_microbatch(&mb, ids, n, g->image_id, n_images, patches, gh, gw, r->patch);
+    if (anyres) gen_microbatch_anyres(&mb, ids, n, g->image_id, n_images, patches, lay, gh, gw, r->patch);
+    else gen_microbatch(&mb, ids, n, g->image_id, n_images, patches, gh, gw, r->patch);
     if (mb.T > r->microbatch_tokens) {
         snprintf(err, err_len, "the prompt is %d LM positions (text and image patches), above data.microbatch_tokens = %d",
                  mb.T, r->microbatch_tokens);
         goto done;
     }
+    if (stage_check_microbatch(g->st, &g->big, &mb, err, err_len) != 0) goto done; /* e.g. the model and the images disagree on any-resolution */
     stats->prompt_tokens = mb.T;
     int max_new = g->max_T - mb.T < o->max_new ? g->max_T - mb.T : o->max_new;
     /* the prompt: the training forward, its keys and values kept */

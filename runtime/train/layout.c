@@ -44,6 +44,7 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
     c.vision_arch = !strcmp(r->vision_arch, "clip") ? 1 : 0;
     c.vision_feature_layer = r->vision_feature_layer;
     c.vision_image_size = r->vision_image_size;
+    c.anyres = r->anyres;
     c.projector_act = !strcmp(r->projector_act, "gelu") ? ACT_GELU_ERF : ACT_GELU_TANH;
     c.Hkv = r->text_kv_heads;
     c.qkv_bias = r->text_qkv_bias, c.o_bias = r->text_o_bias;
@@ -111,7 +112,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
     /* train.recompute: what a microbatch keeps, and the stage's one recompute workspace */
     size_t ws = 0;
-    o->act_mb = (double)model_stage_acts_bytes_rc(mc, l0, l1, T, T, 0, r->tp, lm_bytes, vit_train, recipe_recompute(r, 0),
+    o->act_mb = (double)model_stage_acts_bytes_rc(mc, l0, l1, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes, vit_train, recipe_recompute(r, 0),
                                                   recipe_recompute(r, 1), &ws);
     o->act_ws = (double)ws;
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on

@@ -57,6 +57,10 @@ static const RecipeKey recipe_keys[] = {
     {"model", "vision_image_size", RKEY_INT, OFF(vision_image_size), 0, "336", 1, 1 << 16, 0, 1,
      "CLIP: the image side the position embeddings were trained for (image_size / patch = their grid side); images of "
      "another grid get them bicubic-interpolated."},
+    {"model", "anyres", RKEY_INT, OFF(anyres), 0, "0", 0, 1025, 0, 1,
+     "LLaVA-NeXT's any-resolution images (docs/anyres.md): 0 = off; N >= 2 = on, an image being at most N tower images "
+     "(its base image and tiles: 5 for LLaVA-1.6's pinpoints), which sizes the patch budget (N x data.microbatch_tokens). "
+     "Registers image_newline; the shards must be packed with --image-preprocess anyres, tiles of model.vision_image_size."},
     {"model", "projector_act", RKEY_ENUM, OFF(projector_act), SZ(projector_act), "gelu_tanh", 0, 0, "gelu_tanh|gelu", 1,
      "The projector's activation: `gelu_tanh` (docs/model.md's) or `gelu`, the exact erf GELU of LLaVA's mlp2x_gelu and "
      "Hugging Face's projector_hidden_act."},
@@ -648,6 +652,11 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
     if (!strcmp(r->precision, "auto")) {
         snprintf(r->precision, sizeof r->precision, "%s", !strcmp(r->backend, "cuda") ? "bf16" : "fp32");
     }
+    if (r->anyres == 1)
+        VFAIL("model", "anyres", "%d", r->anyres, "an image is its base image and at least one tile; allowed: 0 (off) or 2 .. 1025");
+    if (r->anyres && r->vision_image_size % r->patch)
+        VFAIL("model", "vision_image_size", "%d", r->vision_image_size,
+              "not a multiple of model.patch (%d): any-resolution tiles are image_size / patch patches a side", r->patch);
     if (!strcmp(r->vision_arch, "clip")) {
         if (r->vision_image_size % r->patch)
             VFAIL("model", "vision_image_size", "%d", r->vision_image_size,

@@ -34,6 +34,7 @@ typedef struct {
     int vision_feature_layer;  /* CLIP: hidden_states index of the features (-2) */
     int vision_image_size;     /* CLIP: the position grid's image side (336) */
     char projector_act[16];    /* gelu_tanh | gelu */
+    int anyres;                /* 0, or the most tower images of one any-resolution image (docs/anyres.md) */
     int text_kv_heads; /* LM key/value heads (0 = text_heads) */
     int text_qkv_bias, text_o_bias; /* LM attention biases */
     int tie_embeddings;             /* LM head = token embedding */

@@ -30,6 +30,7 @@ int trained_data_of_shards(const char* shards, TrainedData* d, char* err, size_t
     d->has_prep = 1;
     d->prep.kind = (ImagePrepKind)in.prep;
     d->prep.size = (int)in.prep_size;
+    d->prep.pins = in.pins; /* any-resolution shards' grid pinpoints */
     d->has_hash = 1;
     d->tokenizer_hash = in.tokenizer_hash;
     d->image_token = in.image_token;
@@ -88,6 +89,9 @@ int trained_data_of_checkpoint(const char* dir, TrainedData* d, char* err, size_
         const cJSON* tf = cJSON_GetObjectItemCaseSensitive(rec, "tokenizer");
         const cJSON* sh = cJSON_GetObjectItemCaseSensitive(rec, "shards");
         const cJSON* ii = cJSON_GetObjectItemCaseSensitive(rec, "image_token_id");
+        const cJSON* gp = cJSON_GetObjectItemCaseSensitive(rec, "grid_pinpoints");
+        AnyresPinpoints pins = {0};
+        char pe[256];
         TemplateKind tk = TEMPLATE_RRFP;
         ImagePrepKind pk = IMAGE_PREP_SMART;
         char* end = NULL;
@@ -95,9 +99,12 @@ int trained_data_of_checkpoint(const char* dir, TrainedData* d, char* err, size_
         else if (t && (!cJSON_IsString(t) || template_parse(t->valuestring, &tk) != 0))
             bad = "\"data\".\"template\" (rrfp, vicuna_v1, llama_3, chatml or plain)";
         else if (p && (!cJSON_IsString(p) || image_prep_parse(p->valuestring, &pk) != 0))
-            bad = "\"data\".\"image_preprocess\" (smart or llava)";
-        else if (p && pk == IMAGE_PREP_LLAVA && trained_int(s, 1, 16384, &v) != 0)
-            bad = "\"data\".\"image_size\" (a whole number in 1 .. 16384 with image_preprocess llava)";
+            bad = "\"data\".\"image_preprocess\" (smart, llava or anyres)";
+        else if (p && pk != IMAGE_PREP_SMART && trained_int(s, 1, 16384, &v) != 0)
+            bad = "\"data\".\"image_size\" (a whole number in 1 .. 16384 with image_preprocess llava or anyres)";
+        else if (p && pk == IMAGE_PREP_ANYRES &&
+                 (!cJSON_IsString(gp) || anyres_pinpoints_parse(gp->valuestring, (int)v, &pins, pe, sizeof pe) != 0))
+            bad = "\"data\".\"grid_pinpoints\" (image_preprocess anyres: [height, width] pairs, multiples of image_size)";
         else if (h && (!cJSON_IsString(h) || strlen(h->valuestring) != 16 ||
                        (strtoull(h->valuestring, &end, 16), *end != 0)))
             bad = "\"data\".\"tokenizer_hash\" (16 hex digits)";
@@ -112,7 +119,8 @@ int trained_data_of_checkpoint(const char* dir, TrainedData* d, char* err, size_
             if (p) {
                 d->has_prep = 1;
                 d->prep.kind = pk;
-                d->prep.size = pk == IMAGE_PREP_LLAVA ? (int)cJSON_GetNumberValue(s) : 0;
+                d->prep.size = pk != IMAGE_PREP_SMART ? (int)cJSON_GetNumberValue(s) : 0;
+                d->prep.pins = pins;
                 snprintf(d->prep_from, sizeof d->prep_from, "%s", path);
             }
             if (h) {
@@ -139,7 +147,12 @@ char* trained_data_json(const TrainedData* d) {
     if (d->chat_template >= 0) cJSON_AddStringToObject(j, "template", template_name((TemplateKind)d->chat_template));
     if (d->has_prep) {
         cJSON_AddStringToObject(j, "image_preprocess", image_prep_name(d->prep.kind));
-        if (d->prep.kind == IMAGE_PREP_LLAVA) cJSON_AddNumberToObject(j, "image_size", d->prep.size);
+        if (d->prep.kind != IMAGE_PREP_SMART) cJSON_AddNumberToObject(j, "image_size", d->prep.size);
+        if (d->prep.kind == IMAGE_PREP_ANYRES) {
+            char pins[ANYRES_MAX_PINPOINTS * 24];
+            anyres_pinpoints_format(&d->prep.pins, pins, sizeof pins);
+            cJSON_AddStringToObject(j, "grid_pinpoints", pins);
+        }
     }
     if (d->has_hash) {
         char hx[24];
@@ -216,7 +229,8 @@ int trained_check_shards(const TrainedData* m, const TrainedData* s, const char*
                  m->template_from, template_name((TemplateKind)m->chat_template));
         return -1;
     }
-    if (m->has_prep && s->has_prep && (m->prep.kind != s->prep.kind || m->prep.size != s->prep.size)) {
+    if (m->has_prep && s->has_prep && (m->prep.kind != s->prep.kind || m->prep.size != s->prep.size ||
+                                       memcmp(&m->prep.pins, &s->prep.pins, sizeof m->prep.pins) != 0)) {
         snprintf(err, err_len, "data.%s %s was packed with --image-preprocess %s (size %d), but the model was trained "
                  "on --image-preprocess %s (size %d) data (%s)\n---> HINT: pack the held-out manifest as the training "
                  "data was", key, s->prep_from, image_prep_name(s->prep.kind), s->prep.size, image_prep_name(m->prep.kind),

@@ -26,12 +26,12 @@ set(RRFP_ASAN_TESTS
     # unit
     engine_philox engine_init engine_lr engine_sumsq engine_step_end engine_params engine_expf engine_backend_cpu
     engine_backend_unknown engine_ce_bad_target engine_params_duplicate engine_ops_fd engine_ops_bf16 engine_quant
-    model_fd model_split_bitwise model_pipeline_stages model_freeze model_bad_budget model_bad_image_id
+    model_fd model_fd_anyres model_split_bitwise model_pipeline_stages model_freeze model_bad_budget model_bad_image_id
     model_bad_target model_bad_grid model_bad_pos model_bad_overlap
     tp_split tp_init tp_ce tp_lm tp_vit tp_proj tp_embed partition sched_core tokenizer_unit attention_table
     report_unit safetensors_selftest checkpoint_unit recipe_unit data_packing_quality
     # input handling and the command line
-    data_roundtrip data_pack_errors tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
+    data_roundtrip data_pack_errors data_anyres_ref data_anyres_pillow tokenizer_cli_missing_file tokenizer_cli_usage tokenizer_cli
     recipe_cli_bad_key recipe_cli_bad_set recipe_print_roundtrip recipe_dry_run_7b tensors_diff sched_cli trace_steps
     cli_help cli_unknown_command cli_version cli_contract train_guard_lock train_guard_memory train_guard_stale
     train_guard_threads train_guard_demo train_freeze_bad_key train_init_from_missing train_tp_refused

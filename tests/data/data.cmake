@@ -51,3 +51,19 @@ add_test(NAME data_chat_templates COMMAND test_templates ${CMAKE_SOURCE_DIR}/tes
 add_test(NAME data_pack_templates COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/pack_templates.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/pack_templates)
 set_tests_properties(data_pack_templates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+# LLaVA-NeXT's any-resolution layout (data/anyres.c: best resolution, tile grid, resize / paste, unpadded
+# features, position count, feature order) against an independent reference of transformers' rules
+add_test(NAME data_anyres_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/anyres_ref.py $<TARGET_FILE:data_image_tool>)
+set_tests_properties(data_anyres_ref PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# any-resolution pixels (data/image_anyres.c) against LlavaNextImageProcessor's rules in Pillow / numpy on
+# real photographs and portrait / wide / tiny / large / greyscale shapes: RGB8 tiles byte for byte, patches
+add_test(NAME data_anyres_pillow COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/data_anyres_pillow.py
+         $<TARGET_FILE:data_image_tool> ${CMAKE_CURRENT_BINARY_DIR}/data_anyres_pillow)
+set_tests_properties(data_anyres_pillow PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# pack --image-preprocess anyres on photographs -> version 3 shards -> the loader's any-resolution microbatches
+# (checked and trained by a model.anyres model) against the reference's grid, positions and Pillow patches
+add_executable(test_anyres_loader tests/data/test_anyres_loader.c)
+target_link_libraries(test_anyres_loader PRIVATE rrfp_core)
+add_test(NAME pack_anyres COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/data/pack_anyres.py $<TARGET_FILE:rrfp-mm>
+         $<TARGET_FILE:test_anyres_loader> ${CMAKE_CURRENT_BINARY_DIR}/pack_anyres)
+set_tests_properties(pack_anyres PROPERTIES LABELS torch TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -24,8 +24,8 @@ if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
     echo "skipped: $CC has no libFuzzer runtime (apt-get install libclang-rt-14-dev)"
     exit 77
 fi
-"$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/engine/util.c" $LIBS || exit 1
-"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/engine/util.c" $LIBS \
+"$CC" $FLAGS -o "$W/fuzz_shard" "$SRC/tests/fuzz/fuzz_shard.c" "$SRC/data/shard.c" "$SRC/data/anyres.c" "$SRC/engine/util.c" $LIBS || exit 1
+"$CC" $FLAGS -o "$W/fuzz_image" "$SRC/tests/fuzz/fuzz_image.c" "$SRC/data/image.c" "$SRC/data/png.c" "$SRC/data/anyres.c" "$SRC/data/image_anyres.c" "$SRC/engine/util.c" $LIBS \
     $(pkg-config --libs libturbojpeg libpng16) || exit 1
 "$CC" $FLAGS -o "$W/fuzz_manifest" "$SRC/tests/fuzz/fuzz_manifest.c" "$SRC/data/manifest.c" "$SRC/data/template.c" "$SRC/engine/util.c" \
     $TEXT_SRCS $LIBS || exit 1
@@ -36,6 +36,11 @@ fi
 "$BIN" pack --manifest "$W/demo/train.json" --images "$W/demo/images" --tokenizer "$W/tok.json" --out "$W/shards" \
     --shard-size 0.004 --quiet 2>/dev/null || exit 1
 cp "$W"/shards/*.rrs "$W/corpus_shard/"
+# a version 3 shard (--image-preprocess anyres: the grid pinpoints before the record at the index's end)
+"$BIN" pack --manifest "$W/demo/train.json" --images "$W/demo/images" --tokenizer "$W/tok.json" --out "$W/shards_ar" \
+    --shard-size 0.004 --quiet --patch 14 --image-preprocess anyres --image-size 28 --grid-pinpoints "[[28,56],[56,28],[56,56]]" \
+    2>/dev/null || exit 1
+for f in "$W"/shards_ar/*.rrs; do cp "$f" "$W/corpus_shard/anyres-$(basename "$f")"; done
 cp "$W/demo/train.json" "$W/demo/heldout.json" "$W/demo/eval.jsonl" "$W/corpus_manifest/"
 printf '[\n{"id": 1, "image": ["a.jpg", "b.jpg"], "conversations": [{"from": "human", "value": "<image>\\n<image>"}, {"from": "gpt", "value": "x"}]}\n]\n' \
     > "$W/corpus_manifest/two.json"

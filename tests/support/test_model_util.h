@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/anyres.h"
 #include "data/microbatch.h"
 #include "engine/util.h"
 
@@ -145,6 +146,70 @@ static void tm_microbatch_free(Microbatch* mb) {
     free(mb->patches);
     free(mb->sample_index);
     memset(mb, 0, sizeof *mb);
+}
+
+/* A microbatch of `spec` (tm_microbatch) whose k-th image is LLaVA-NeXT any-resolution image k of sizes[k] = (h, w)
+ * (docs/anyres.md) under the grid pinpoints `pins` and tiles of `tile` pixels: its run of `<image>` positions is the
+ * layout's n_positions long (the spec's image k must be "i1x1": its length is set here), its tower images the base
+ * image and the tiles, (tile / patch)^2 random patches each, its layout in Microbatch.J. Free with microbatch_free. */
+static inline void tm_anyres_microbatch(Microbatch* mb, const char* spec, const int (*sizes)[2], int J, const char* pins, int tile,
+                                 int patch, int V, uint64_t* rng) {
+    AnyresPinpoints pp;
+    char err[256], sp[512];
+    if (anyres_pinpoints_parse(pins, tile, &pp, err, sizeof err)) rr_die("%s", err);
+    AnyresLayout l[8];
+    int k = 0, o = 0;
+    RR_ASSERT(J <= 8);
+    for (const char* c = spec; *c;) {
+        if (!strncmp(c, "i1x1", 4)) {
+            if (anyres_layout(sizes[k][0], sizes[k][1], &pp, tile, patch, ANYRES_SELECT_DEFAULT, &l[k], err, sizeof err))
+                rr_die("%s", err);
+            o += snprintf(sp + o, sizeof sp - (size_t)o, "i%dx1", l[k].n_positions);
+            k++;
+            c += 4;
+        } else {
+            sp[o++] = *c++;
+        }
+    }
+    sp[o] = '\0';
+    RR_ASSERT(k == J);
+    tm_microbatch(mb, sp, V, patch, rng);
+    int g = tile / patch, I = 0;
+    for (int j = 0; j < J; j++) I += l[j].n_tiles;
+    size_t P = 3 * (size_t)patch * patch, Np = (size_t)I * g * g;
+    int32_t* start = mb->img_lm_start;
+    mb->J = J;
+    mb->ar_tile0 = (int32_t*)callocCheck(J + 1, sizeof(int32_t));
+    mb->ar_size = (int32_t*)callocCheck(2 * J, sizeof(int32_t));
+    mb->ar_grid = (int32_t*)callocCheck(2 * J, sizeof(int32_t));
+    mb->ar_lm_start = (int32_t*)callocCheck(J, sizeof(int32_t));
+    free(mb->img_cu_patches), free(mb->grid_h), free(mb->grid_w), free(mb->patch_row), free(mb->patch_col), free(mb->patches);
+    mb->I = I;
+    mb->Np = (int)Np;
+    mb->img_cu_patches = (int32_t*)callocCheck(I + 1, sizeof(int32_t));
+    mb->grid_h = (int32_t*)callocCheck(I, sizeof(int32_t));
+    mb->grid_w = (int32_t*)callocCheck(I, sizeof(int32_t));
+    mb->img_lm_start = (int32_t*)callocCheck(I, sizeof(int32_t));
+    mb->patch_row = (int32_t*)callocCheck(Np, sizeof(int32_t));
+    mb->patch_col = (int32_t*)callocCheck(Np, sizeof(int32_t));
+    mb->patches = (float*)callocCheck(Np * P, sizeof(float));
+    for (size_t q = 0; q < Np * P; q++) mb->patches[q] = 2.0f * tm_uniform(rng) - 1.0f;
+    int i = 0;
+    for (int j = 0; j < J; j++) {
+        mb->ar_tile0[j] = i;
+        mb->ar_size[2 * j] = sizes[j][0], mb->ar_size[2 * j + 1] = sizes[j][1];
+        mb->ar_grid[2 * j] = l[j].rows, mb->ar_grid[2 * j + 1] = l[j].cols;
+        mb->ar_lm_start[j] = start[j];
+        for (int t = 0; t < l[j].n_tiles; t++, i++) {
+            mb->grid_h[i] = mb->grid_w[i] = g;
+            mb->img_lm_start[i] = start[j];
+            mb->img_cu_patches[i + 1] = mb->img_cu_patches[i] + g * g;
+            for (int q = 0; q < g * g; q++)
+                mb->patch_row[mb->img_cu_patches[i] + q] = q / g, mb->patch_col[mb->img_cu_patches[i] + q] = q % g;
+        }
+    }
+    mb->ar_tile0[J] = I;
+    free(start);
 }
 
 /* Largest T and Np over a set of specs (the activation budget of a test). */

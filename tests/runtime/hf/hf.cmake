@@ -72,3 +72,9 @@ add_test(NAME lora_hf
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/lora_hf.py $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llava_logits> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/lora_hf)
 set_tests_properties(lora_hf PROPERTIES LABELS torch TIMEOUT 300)
+# import llava_next / export hf of an any-resolution model: image_newline and image_grid_pinpoints both ways, bit for
+# bit, model.anyres printed, refusals (tests/runtime/hf/import_llava_next.py)
+add_test(NAME import_llava_next_torch
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_llava_next.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_CURRENT_BINARY_DIR}/import_llava_next)
+set_tests_properties(import_llava_next_torch PROPERTIES LABELS torch TIMEOUT 300)

@@ -11,6 +11,9 @@ add_test(NAME model_pipeline_stages COMMAND test_model stages)
 add_test(NAME model_freeze COMMAND test_model freeze)
 # the CLIP tower (model.vision_arch = clip) through the same checks
 add_test(NAME model_fd_clip COMMAND test_model fd_clip)
+# LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers, both towers
+add_test(NAME model_fd_anyres COMMAND test_model fd_anyres)
+add_test(NAME model_fd_anyres_clip COMMAND test_model fd_anyres_clip)
 add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
 add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
 add_test(NAME model_gpu COMMAND test_model gpu)
@@ -25,7 +28,9 @@ set_tests_properties(model_gpu_bf16a PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
             "pos|sample 1: position 16 is 3, expected 0"
-            "overlap|image 1 starts at LM position 4, inside or before image 0 at .2, 6.")
+            "overlap|image 1 starts at LM position 4, inside or before image 0 at .2, 6."
+            "anyres_grid|any-resolution image 0 has 3 tower images, its 1 x 1 grid needs 2"
+            "anyres_model|any-resolution images, but the model is not any-resolution")
   string(REPLACE "|" ";" parts "${bad}")
   list(GET parts 0 name)
   list(GET parts 1 msg)
@@ -35,7 +40,7 @@ endforeach()
 
 add_executable(test_model_golden tests/runtime/model/test_model_golden.c)
 target_link_libraries(test_model_golden PRIVATE rrfp_core)
-foreach(case vit lm llava traj)
+foreach(case vit lm llava traj anyres)
   add_test(NAME model_torch_${case}
            COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden>
                    ${case} ${CMAKE_CURRENT_BINARY_DIR}/model_golden_${case})
@@ -157,3 +162,12 @@ foreach(layout "pp2tp2;--set parallel.pp=2 --set parallel.tp=2" "pp2dp2;--set pa
            COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${sets} --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
   set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
 endforeach()
+# any-resolution images on the CUDA backend's source compiled for the emulation, against the same PyTorch reference
+add_executable(test_model_golden_emu tests/runtime/model/test_model_golden.c)
+target_compile_definitions(test_model_golden_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
+target_link_libraries(test_model_golden_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_model_golden_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME model_torch_anyres_emu
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden_emu>
+                 anyres_gpu ${CMAKE_CURRENT_BINARY_DIR}/model_golden_anyres_emu)
+set_tests_properties(model_torch_anyres_emu PROPERTIES LABELS torch TIMEOUT 300)

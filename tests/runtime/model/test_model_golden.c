@@ -5,6 +5,10 @@
  *   test_model_golden lm    DIR   one step on text-only samples, 2 microbatches (fused backward)
  *   test_model_golden llava DIR   one step, 3 microbatches, 8 images of 7 sizes, two adjacent (split B/W)
  *   test_model_golden traj  DIR   10 AdamW steps (warm-up + cosine, clipping) on the same 2 microbatches
+ *   test_model_golden anyres DIR  one step with any-resolution images (docs/anyres.md): a wide, a tall, a square
+ *                                 and a tiny image over 2 microbatches (split B/W, then fused)
+ *   test_model_golden anyres_gpu DIR  the same on the CUDA backend (exit 77 without one; the emulated build runs
+ *                                 engine/cuda on the CPU)
  * The dump layout is the one `train.dump_step` uses (README.md, "Step dumps"). */
 #include <errno.h>
 #include <math.h>
@@ -152,6 +156,61 @@ static void case_step(const char* dir, const char* name, const char* const* spec
     stage_free(&st);
 }
 
+/* ---- any-resolution images ---------------------------------------------------------------------- */
+#define AR_TILE 12
+#define AR_PINS "[[12,24],[24,12],[24,24],[36,12]]"
+
+static void case_anyres(const char* dir, const Backend* be) {
+    ModelConfig mc = golden_config(0.1f);
+    mc.anyres = 1;
+    mc.vision_image_size = AR_TILE;
+    /* wide (rows unpadded), tall (columns unpadded), square, below every pinpoint */
+    static const int sizes0[2][2] = {{5, 23}, {40, 9}}, sizes1[2][2] = {{30, 30}, {3, 4}};
+    const char* specs[2] = {"p2 i1x1 p1 a4 | p1 i1x1 a3", "p3 a2 i1x1 a3 | p1 i1x1 p2 a2"};
+    Microbatch mb[2];
+    uint64_t rng = 77;
+    tm_anyres_microbatch(&mb[0], specs[0], sizes0, 2, AR_PINS, AR_TILE, mc.patch, mc.V, &rng);
+    tm_anyres_microbatch(&mb[1], specs[1], sizes1, 2, AR_PINS, AR_TILE, mc.patch, mc.V, &rng);
+    Stage st;
+    stage_init(&st, &mc, 0, mc.Lt, be);
+    int max_T = mb[0].T > mb[1].T ? mb[0].T : mb[1].T, max_Np = mb[0].Np > mb[1].Np ? mb[0].Np : mb[1].Np;
+    StageActs a;
+    stage_acts_init(&a, &st, max_T, max_Np, 1);
+    char path[1024], err[512], fname[64];
+    int n_sup = mb[0].n_supervised + mb[1].n_supervised;
+    path_join(path, sizeof path, dir, "weights.safetensors");
+    check(stage_dump_params(&st, 0, path, err, sizeof err), err);
+    double loss_sum = 0;
+    for (int m = 0; m < 2; m++) {
+        check(stage_check_microbatch(&st, &a, &mb[m], err, sizeof err), err);
+        float ls;
+        stage_forward(&st, &a, &mb[m], NULL, NULL, &ls);
+        loss_sum += ls;
+        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
+        path_join(path, sizeof path, dir, fname);
+        check(stage_dump_microbatch(&st, &a, &mb[m], path, err, sizeof err), err);
+        if (m == 0) {
+            stage_backward_input(&st, &a, NULL, 1.0f / n_sup, NULL);
+            stage_backward_weight(&st, &a);
+        } else {
+            stage_backward(&st, &a, NULL, 1.0f / n_sup, NULL);
+        }
+    }
+    double loss = loss_sum / n_sup;
+    path_join(path, sizeof path, dir, "grads.safetensors");
+    check(stage_dump_params(&st, 1, path, err, sizeof err), err);
+    char extra[256];
+    snprintf(extra, sizeof extra, "{\"case\": \"anyres\", \"n_microbatches\": 2, \"n_supervised\": %d, \"loss\": %.9g}", n_sup,
+             loss);
+    path_join(path, sizeof path, dir, "config.json");
+    check(model_dump_config(&mc, extra, path, err, sizeof err), err);
+    printf("anyres: %d + %d tower images, %d + %d LM positions, loss %.6f, dumped to %s\n", mb[0].I, mb[1].I, mb[0].T, mb[1].T,
+           loss, dir);
+    for (int m = 0; m < 2; m++) microbatch_free(&mb[m]);
+    stage_acts_free(&a, &st);
+    stage_free(&st);
+}
+
 /* ---- 10-step trajectory ------------------------------------------------------------------------- */
 #define TRAJ_STEPS 10
 static void case_traj(const char* dir) {
@@ -250,6 +309,17 @@ int main(int argc, char** argv) {
         case_step(dir, "llava", LLAVA_SPECS, 3, 1);
     else if (!strcmp(argv[1], "traj"))
         case_traj(dir);
+    else if (!strcmp(argv[1], "anyres"))
+        case_anyres(dir, &backend_cpu);
+    else if (!strcmp(argv[1], "anyres_gpu")) {
+        char why[256] = "";
+        const Backend* cu = backend_cuda_get(why, sizeof why);
+        if (!cu) {
+            printf("skipped: %s\n", why);
+            return 77;
+        }
+        case_anyres(dir, cu);
+    }
     else {
         fprintf(stderr, "unknown case '%s' (vit, lm, llava, traj)\n", argv[1]);
         return 2;

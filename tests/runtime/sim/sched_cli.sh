@@ -223,6 +223,16 @@ for pol in ("fifo", "ffd", "balanced"):
 PYCAL
 "$BIN" sim --calibrated "$R7" --stages 8 --workload text --json >"$T/out" 2>"$T/err" || fail "calibrated text workload"
 grep -q "(0 patches)" "$T/err" || fail "a text-only workload with patches: $(cat "$T/err")"
+# the any-resolution workload (LLaVA-NeXT's tiles, recipes/llava-next-7b.ini): a tower pass per tile, so about as many
+# patches as LM positions (a 336 x 336 photograph: 5 x 576 patches for 1,176 positions; documents less)
+"$BIN" sim --calibrated "$(dirname "$R7")/llava-next-7b.ini" --stages 8 --workload anyres --json >"$T/out" 2>"$T/err" \
+  || fail "calibrated anyres workload: $(cat "$T/err")"
+python3 - "$T/err" <<'PYAR' || fail "anyres workload: $(cat "$T/err")"
+import re, sys
+m = re.search(r"anyres workload, P=8 M=32 policy balanced: (\d+) samples, (\d+) tokens \((\d+) patches\)", open(sys.argv[1]).read())
+n, tok, pat = map(int, m.groups())
+assert 0.5 * tok < pat < 2.5 * tok and tok / n > 1176 * 0.9, (n, tok, pat)
+PYAR
 expect 2 'unknown --policy' -- "$BIN" sim --calibrated "$R7" --policy lpt
 expect 2 'unknown --workload' -- "$BIN" sim --calibrated "$R7" --workload video
 expect 2 'straggler expects FACTOR:LENGTH:PROBABILITY' -- "$BIN" sim --calibrated "$R7" --straggler 2:0:0.5

@@ -349,6 +349,34 @@ class LLaVA(nn.Module):
         self.projector = nn.Sequential(nn.Linear(c["Dv"], c["Dt"]), nn.GELU(approximate=act),
                                        nn.Linear(c["Dt"], c["Dt"]))
         self.text = TextLM(c)
+        self.anyres = bool(c.get("anyres"))
+        if self.anyres:  # LLaVA-NeXT's image_newline (docs/anyres.md)
+            self.image_newline = nn.Parameter(torch.zeros(c["Dt"]))
+            self.g = c["vision_image_size"] // c["patch"]
+
+    def pack_anyres(self, proj, mb, j, images):
+        """LlavaNextModel.pack_image_features for any-resolution image j: its tower images' projected features
+        (base first, then the tiles row-major), laid on the grid, unpad_image, an image_newline after each row,
+        the base image's features first"""
+        g = self.g
+        t0, t1 = int(mb["ar_tile0"][j]), int(mb["ar_tile0"][j + 1])
+        feats = torch.stack([proj[images[i][0]:images[i][1]] for i in range(t0, t1)])  # (1 + n, g*g, D)
+        base, tiles = feats[0], feats[1:]
+        nph, npw = (int(v) for v in mb["ar_grid"][j])
+        h, w = (int(v) for v in mb["ar_size"][j])
+        f = tiles.view(nph, npw, g, g, -1).permute(4, 0, 2, 1, 3).contiguous().flatten(1, 2).flatten(2, 3)
+        cur_h, cur_w = f.shape[1:]
+        if w / h > cur_w / cur_h:
+            new_h = int(round(h * (cur_w / w), 7))
+            pad = (cur_h - new_h) // 2
+            f = f[:, pad:cur_h - pad, :]
+        else:
+            new_w = int(round(w * (cur_h / h), 7))
+            pad = (cur_w - new_w) // 2
+            f = f[:, :, pad:cur_w - pad]
+        f = torch.cat((f, self.image_newline[:, None, None].expand(*f.shape[:-1], 1)), dim=-1)
+        f = f.flatten(1, 2).transpose(0, 1)
+        return torch.cat((base, f), dim=0)
 
     def microbatch_logits(self, mb):
         """Logits (T, V) of one packed microbatch."""
@@ -366,6 +394,16 @@ class LLaVA(nn.Module):
             else:
                 vout = self.vision(mb["patches"].to(DT), rows, cols, images)
             proj = self.projector(vout)
+            if "ar_tile0" in mb:  # any-resolution images: each fills its run of positions from ar_lm_start
+                J = mb["ar_lm_start"].numel()
+                parts = [self.pack_anyres(proj, mb, j, images) for j in range(J)]
+                idx = torch.cat([torch.arange(int(mb["ar_lm_start"][j]), int(mb["ar_lm_start"][j]) + len(parts[j]))
+                                 for j in range(J)])
+                assert idx.tolist() == image_pos.tolist(), "any-resolution images do not cover the image positions"
+                x = x.index_put((image_pos,), torch.cat(parts))
+                image_pos = image_pos[:0]
+                proj = proj[:0]
+                images = []
             assert len(image_pos) == proj.shape[0], "image positions and patches disagree"
             # each image's patches fill the next -1 positions, in patch order
             x = x.index_put((image_pos,), proj)
@@ -431,6 +469,11 @@ def check_init(c, weights):
         w = w.to(DT)
         if name.endswith(".bias"):
             expect(bool((w == 0).all()), f"init: {name} is all zeros")
+            continue
+        if name == "image_newline":  # LLaVA-NeXT's: N(0, 1 / sqrt(Dt)) as LlavaNextModel
+            n, std = w.numel(), 1 / math.sqrt(c["Dt"])
+            z = max(abs(w.std().item() / std - 1) / (1 / math.sqrt(2 * n)), abs(w.mean().item()) / (std / math.sqrt(n)))
+            expect(z <= 5, f"init: image_newline N(0, 1/sqrt(Dt)) within 5 standard errors ({z:.2f})")
             continue
         if w.dim() == 1 and name != "vision.class_embedding":  # CLIP's class embedding: N(0, std) as a weight
             expect(bool((w == 1).all()), f"init: {name} is all ones")
