@@ -43,3 +43,8 @@ const char* prof_kind_name(int kind) {
                                             "communication"};
     return kind >= 0 && kind < PROF_KINDS ? names[kind] : "?";
 }
+
+const char* mem_tag_name(int tag) {
+    static const char* names[MEM_TAGS] = {"workspace", "weights", "grads", "optim", "acts"};
+    return tag >= 0 && tag < MEM_TAGS ? names[tag] : "?";
+}

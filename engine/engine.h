@@ -177,8 +177,15 @@ typedef struct {
 /* Device memory: the backend's own high-water mark (bytes it holds through alloc and its scratch), what
  * it holds now, and the device's free / total bytes (cudaMemGetInfo: other processes and the CUDA
  * context included). */
+/* What an allocation holds, for the split of the high-water mark (BackendMemory.peak_by): a parameter table's
+ * masters and compute copies, its gradients, its optimiser moments, a stage's activations (and recompute
+ * workspace), and everything else (scratch, staging, the backend's own buffers). be_alloc_as counts an allocation
+ * as one; a plain alloc counts as MEM_WORKSPACE. */
+typedef enum { MEM_WORKSPACE = 0, MEM_WEIGHTS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_TAGS } MemTag;
+const char* mem_tag_name(int tag); /* "workspace", "weights", "grads", "optim", "acts" */
 typedef struct {
     size_t peak_bytes, used_bytes, device_free, device_total;
+    size_t peak_by[MEM_TAGS]; /* what each kind held when peak_bytes was reached (sums to peak_bytes) */
 } BackendMemory;
 
 /* ------------------------------------------------------------------------------------------------
@@ -247,6 +254,9 @@ typedef struct BackendDevice {
     void* (*graph_end)(const struct Backend* be);
     void (*graph_launch)(const struct Backend* be, void* graph);
     void (*graph_free)(void* graph);
+    /* What the device's next allocations hold (MemTag), for BackendMemory.peak_by; NULL on a device that does
+     * not report memory (the CPU's). Set through be_alloc_as. */
+    void (*memory_tag)(int tag);
 } BackendDevice;
 
 /* ---- 2-byte output gradients: the ops of the ops table with act_dtype = DTYPE_BF16 (the CUDA backend's
@@ -537,6 +547,14 @@ typedef struct Backend {
 
 /* The typed buffer at p of what a Backend stores there: an activation (act_dtype), a 2-D weight's
  * compute copy or an embedding table (weight_dtype), a GEMM bias's compute copy (bias_dtype). */
+/* be->dev->alloc(bytes) counted as `tag` (MemTag) in the device's memory split; later allocations count as
+ * MEM_WORKSPACE again. */
+static inline void* be_alloc_as(const Backend* be, int tag, size_t bytes) {
+    if (be->dev->memory_tag) be->dev->memory_tag(tag);
+    void* p = be->dev->alloc(bytes);
+    if (be->dev->memory_tag) be->dev->memory_tag(MEM_WORKSPACE);
+    return p;
+}
 static inline Buf be_act(const Backend* be, const void* p) { return buf_of(p, be->act_dtype); }
 static inline Buf be_weight(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
 static inline Buf be_bias(const Backend* be, const void* p) { return buf_of(p, be->bias_dtype); }

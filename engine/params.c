@@ -186,11 +186,11 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
             cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
         }
         pt->compute_bytes = cb;
-        pt->compute = be->dev->alloc(cb ? cb : 256);
+        pt->compute = be_alloc_as(be, MEM_WEIGHTS, cb ? cb : 256);
     }
     size_t bytes = pt->mtotal * sizeof(float), gbytes = pt->gtotal * sizeof(float);
-    pt->data = be->dev->alloc(bytes ? bytes : sizeof(float));
-    pt->grad = be->dev->alloc(gbytes ? gbytes : sizeof(float));
+    pt->data = be_alloc_as(be, MEM_WEIGHTS, bytes ? bytes : sizeof(float));
+    pt->grad = be_alloc_as(be, MEM_GRADS, gbytes ? gbytes : sizeof(float));
     be->dev->memset0(be, pt->grad, gbytes);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
@@ -401,8 +401,8 @@ Buf params_weights_buf(const ParamTable* pt, int i) {
 void params_alloc_optimizer(ParamTable* pt) {
     RR_ASSERT(pt->be && pt->m == NULL);
     size_t bytes = pt->gtotal * sizeof(float);
-    pt->m = pt->be->dev->alloc(bytes ? bytes : sizeof(float));
-    pt->v = pt->be->dev->alloc(bytes ? bytes : sizeof(float));
+    pt->m = be_alloc_as(pt->be, MEM_OPTIM, bytes ? bytes : sizeof(float));
+    pt->v = be_alloc_as(pt->be, MEM_OPTIM, bytes ? bytes : sizeof(float));
     pt->be->dev->memset0(pt->be, pt->m, bytes);
     pt->be->dev->memset0(pt->be, pt->v, bytes);
 }

@@ -210,40 +210,48 @@ void cuda_check_device_errors(cudaStream_t stream) {
 static struct {
     void** key;
     size_t* bytes;
+    unsigned char* tags; // MemTag of each allocation
     size_t cap, n;
     size_t used, peak;
+    size_t used_by[MEM_TAGS], at_peak[MEM_TAGS]; // held now per kind, and when `peak` was reached
+    int tag;                                      // what the next allocations are counted as (memory_tag)
 } mem;
 static size_t mem_slot(void* p) {
     size_t h = ((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
     return (size_t)(h % mem.cap);
 }
-static void mem_put(void* p, size_t bytes) {
+static void mem_put(void* p, size_t bytes, int tag) {
     if (2 * (mem.n + 1) > mem.cap) { // grow to keep the table at most half full
         void** ok = mem.key;
         size_t* ob = mem.bytes;
+        unsigned char* ot = mem.tags;
         size_t oc = mem.cap;
         mem.cap = oc ? 2 * oc : 1024;
         mem.key = (void**)calloc(mem.cap, sizeof *mem.key);
         mem.bytes = (size_t*)calloc(mem.cap, sizeof *mem.bytes);
-        if (!mem.key || !mem.bytes) rr_die("out of host memory (device allocation table)");
+        mem.tags = (unsigned char*)calloc(mem.cap, sizeof *mem.tags);
+        if (!mem.key || !mem.bytes || !mem.tags) rr_die("out of host memory (device allocation table)");
         mem.n = 0;
         for (size_t i = 0; i < oc; i++)
-            if (ok[i]) mem_put(ok[i], ob[i]);
+            if (ok[i]) mem_put(ok[i], ob[i], ot[i]);
         free(ok);
         free(ob);
+        free(ot);
     }
     size_t i = mem_slot(p);
     while (mem.key[i]) i = (i + 1) % mem.cap;
     mem.key[i] = p;
     mem.bytes[i] = bytes;
+    mem.tags[i] = (unsigned char)tag;
     mem.n++;
 }
-static size_t mem_take(void* p) {
+static size_t mem_take(void* p, int* tag) {
     if (!mem.cap) return 0;
     size_t i = mem_slot(p);
     while (mem.key[i] && mem.key[i] != p) i = (i + 1) % mem.cap;
     if (!mem.key[i]) return 0;
     size_t b = mem.bytes[i];
+    *tag = mem.tags[i];
     // backward-shift deletion keeps every probe chain intact
     size_t j = i;
     for (;;) {
@@ -253,6 +261,7 @@ static size_t mem_take(void* p) {
         if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
             mem.key[i] = mem.key[j];
             mem.bytes[i] = mem.bytes[j];
+            mem.tags[i] = mem.tags[j];
             i = j;
         }
     }
@@ -262,18 +271,27 @@ static size_t mem_take(void* p) {
 }
 void cuda_malloc_tracked(void** p, size_t bytes) {
     cudaCheck(cudaMalloc(p, bytes));
-    mem_put(*p, bytes);
+    mem_put(*p, bytes, mem.tag);
     mem.used += bytes;
-    if (mem.used > mem.peak) mem.peak = mem.used;
+    mem.used_by[mem.tag] += bytes;
+    if (mem.used > mem.peak) {
+        mem.peak = mem.used;
+        memcpy(mem.at_peak, mem.used_by, sizeof mem.at_peak);
+    }
 }
 void cuda_free_tracked(void* p) {
     if (!p) return;
-    mem.used -= mem_take(p);
+    int tag = MEM_WORKSPACE;
+    size_t b = mem_take(p, &tag);
+    mem.used -= b;
+    mem.used_by[tag] -= b;
     cudaCheck(cudaFree(p));
 }
+static void cuda_memory_tag(int tag) { mem.tag = tag >= 0 && tag < MEM_TAGS ? tag : MEM_WORKSPACE; }
 static void cuda_memory(BackendMemory* out) {
     out->peak_bytes = mem.peak;
     out->used_bytes = mem.used;
+    for (int k = 0; k < MEM_TAGS; k++) out->peak_by[k] = mem.at_peak[k];
     out->device_free = out->device_total = 0;
     cudaCheck(cudaMemGetInfo(&out->device_free, &out->device_total));
 }
@@ -499,6 +517,7 @@ static const BackendDevice cuda_device = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
+    .memory_tag = cuda_memory_tag,
 };
 
 // the f32 ops: the base of the bf16 tables below

@@ -217,24 +217,6 @@ static cJSON* ex_config(const ModelConfig* c, int image_token_index, int vocab, 
     return j;
 }
 
-/* The bytes of the regular .safetensors files in checkpoint folder dir (what its tensors can hold at most). */
-static uint64_t ex_files_bytes(const char* dir) {
-    uint64_t sum = 0;
-    DIR* d = opendir(dir);
-    if (!d) return UINT64_MAX; /* checkpoint_init_from names the folder */
-    struct dirent* e;
-    char p[4600];
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
 static int ex_write_json(const char* dir, const char* file, const cJSON* j, char* err, size_t err_len) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -412,7 +394,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     model_params_register(&mc, 0, mc.Lt, &pt);
     /* the model is sized from the recipe: allocated only once the checkpoint's files are known to hold at
      * least that many values (2 bytes each at the least), so a recipe of another model costs nothing */
-    uint64_t held = ex_files_bytes(ckpt);
+    uint64_t held = hf_safetensors_bytes(ckpt, UINT64_MAX); /* checkpoint_init_from names a missing folder */
     if ((uint64_t)pt.total > held / 2) {
         char a[32], b[32];
         rr_fmt_bytes(a, sizeof a, (uint64_t)pt.total * sizeof(float));

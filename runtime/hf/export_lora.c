@@ -11,6 +11,7 @@
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
+#include "runtime/hf/hf_files.h"
 #include "runtime/hf/import.h"
 #include "runtime/hf/lora_hf.h"
 #include "runtime/train/layout.h"
@@ -148,24 +149,6 @@ static cJSON* lx_import_state(const char* ckpt, const Recipe* r, char* from, siz
     return NULL;
 }
 
-/* The bytes of the regular .safetensors files of folder dir */
-static uint64_t lx_files_bytes(const char* dir) {
-    uint64_t sum = 0;
-    DIR* d = opendir(dir);
-    if (!d) return 0;
-    struct dirent* e;
-    char p[4600];
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
 int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out_dir, HfAdapterExport* info, FILE* log,
                       char* err, size_t err_len) {
     memset(info, 0, sizeof *info);
@@ -193,7 +176,7 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
     ParamTable pt;
     params_init(&pt);
     for (int l = 0; l < mc.Lt; l++) lm_lora_params_add(&pt, &lc, l);
-    uint64_t held = lx_files_bytes(ckpt);
+    uint64_t held = hf_safetensors_bytes(ckpt, 0);
     if ((uint64_t)pt.total > held / 2) {
         params_free(&pt);
         return lx_fail(err, err_len, "%s: the adapters of %s (lora.r = %d) have %zu values, but the checkpoint's files "

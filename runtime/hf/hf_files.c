@@ -690,3 +690,20 @@ out:
     tokenizer_free(tok);
     return rc;
 }
+
+uint64_t hf_safetensors_bytes(const char* dir, uint64_t if_missing) {
+    uint64_t sum = 0;
+    DIR* d = opendir(dir);
+    if (!d) return if_missing;
+    struct dirent* e;
+    char p[4600];
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return sum;
+}

@@ -36,6 +36,7 @@
 #define RRFP_TRAIN_HF_FILES_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include <cjson/cJSON.h>
@@ -55,6 +56,11 @@ int hf_kept_find(const char* ckpt, const Recipe* r, char* dir, size_t dir_len);
 /* export: `ours` (the config.json the model implies) merged into kept_dir's config.json as described above;
  * a new object (ours duplicated when kept_dir is NULL or has no readable config.json, said on the log). */
 cJSON* hf_config_keep(const cJSON* ours, const char* kept_dir, FILE* log);
+
+/* The bytes of the regular *.safetensors files in folder dir (what a checkpoint's tensors can hold at most: a
+ * model sized from a recipe is allocated only once its files are known to be that large), or if_missing when dir
+ * cannot be opened. */
+uint64_t hf_safetensors_bytes(const char* dir, uint64_t if_missing);
 
 typedef struct {
     const char* tmp;           /* the export's folder being built: config.json and the tokenizer files in it */

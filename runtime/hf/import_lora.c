@@ -148,23 +148,6 @@ static int li_key(Recipe* r, const char* key, const char* value, const char* ori
     return rc;
 }
 
-static uint64_t li_files_bytes(const char* dir) {
-    uint64_t sum = 0;
-    DIR* d = opendir(dir);
-    if (!d) return 0;
-    struct dirent* e;
-    char p[4600];
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
 int import_lora(const char* adapter_dir, const char* base, const char* recipe_path, const char* out, LoraImport* info,
                 FILE* log, char* err, size_t err_len) {
     memset(info, 0, sizeof *info);
@@ -202,7 +185,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     }
     ParamTable pt;
     model_params_register(&mc, 0, mc.Lt, &pt);
-    uint64_t held = li_files_bytes(base), nbase = 0, nad = 0;
+    uint64_t held = hf_safetensors_bytes(base, 0), nbase = 0, nad = 0;
     for (int i = 0; i < pt.n; i++) {
         if (!lm_lora_is_adapter(pt.specs[i].name)) nbase += pt.specs[i].numel;
         else nad += pt.specs[i].numel;

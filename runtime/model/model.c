@@ -658,7 +658,7 @@ static void stage_recompute_reserve(const Stage* st, int max_T, int max_Np, int 
     size_t n = stage_recompute_bytes(st, max_T, max_Np, fused);
     if (n == 0) return;
     if (rc->block) st->be->dev->free(rc->block);
-    rc->block = st->be->dev->alloc(n);
+    rc->block = be_alloc_as(st->be, MEM_ACTS, n);
     rc->bytes = n;
     Arena ar = {.base = rc->block, .size = n, .name = "recompute workspace"};
     stage_recompute_layout(st, &ar, rc, max_T, max_Np, fused);
@@ -756,7 +756,7 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     RR_ASSERT(max_tokens >= 1 && max_patches >= 0);
     memset(a, 0, sizeof *a);
     a->bytes = stage_acts_bytes(st, max_tokens, max_patches, split);
-    a->block = st->be->dev->alloc(a->bytes);
+    a->block = be_alloc_as(st->be, MEM_ACTS, a->bytes);
     stage_acts_tables(a, st);
     Arena ar = {.base = a->block, .size = a->bytes, .name = "stage activations"};
     stage_acts_layout(a, st, &ar, max_tokens, max_patches, split);

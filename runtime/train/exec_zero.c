@@ -405,8 +405,8 @@ static ZeroOpt* zero_create(StepExec* ex, Comm* dp, const Recipe* r, int overlap
         z->q = pt->gtotal / (size_t)o->D;
         shard_of(o, z, o->d, &z->lo, &z->hi);
         size_t n = z->hi - z->lo, bytes = (n ? n : 1) * sizeof(float);
-        z->m = be->dev->alloc(bytes);
-        z->v = be->dev->alloc(bytes);
+        z->m = be_alloc_as(be, MEM_OPTIM, bytes);
+        z->v = be_alloc_as(be, MEM_OPTIM, bytes);
         be->dev->memset0(be, z->m, bytes);
         be->dev->memset0(be, z->v, bytes);
         if (resume_dir) { /* this shard's part of the checkpoint's moments (any layout, zero on or off) */
@@ -423,7 +423,7 @@ static ZeroOpt* zero_create(StepExec* ex, Comm* dp, const Recipe* r, int overlap
         if (!o->inplace) z->host = mallocCheck((pt->gtotal ? pt->gtotal : 1) * sizeof(float));
         if (o->bf16) {
             /* the shard's masters; the rest of pt->data goes (frozen tensors hold only their compute copy) */
-            z->master = be->dev->alloc(bytes);
+            z->master = be_alloc_as(be, MEM_WEIGHTS, bytes);
             CopyCtx c = {z->master, pt->data, 1};
             for_pieces(pt, z->lo, z->hi, piece_copy_master, &c);
             be->dev->synchronize(be);

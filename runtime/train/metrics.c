@@ -80,7 +80,13 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
     if (s->eval_loss >= 0) bad |= fprintf(m->f, ",\"eval_loss\":%.9g", s->eval_loss) < 0;
     if (s->recomputed_blocks > 0) bad |= fprintf(m->f, ",\"recomputed_blocks\":%lld", (long long)s->recomputed_blocks) < 0;
     if (s->has_device)
+    {
         bad |= fprintf(m->f, ",\"device_peak_mb\":%.1f,\"device_used_mb\":%.1f", s->device_peak_mb, s->device_used_mb) < 0;
+        bad |= fprintf(m->f, ",\"device_peak_split_mb\":{") < 0; /* what the peak held, by kind (MiB, 3 decimals) */
+        for (int k = 0; k < MEM_TAGS; k++)
+            bad |= fprintf(m->f, "%s\"%s\":%.3f", k ? "," : "", mem_tag_name(k), s->device_peak_by_mb[k]) < 0;
+        bad |= fprintf(m->f, "}") < 0;
+    }
     if (s->has_profile) {
         bad |= fprintf(m->f, ",\"profile\":{") < 0;
         for (int k = 0; k < PROF_KINDS; k++)

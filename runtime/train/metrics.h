@@ -28,6 +28,7 @@ typedef struct {
      * device has in use (cudaMemGetInfo: total - free, the CUDA context and other processes included) */
     int has_device;
     double device_peak_mb, device_used_mb;
+    double device_peak_by_mb[MEM_TAGS]; /* the high-water mark split by what it held (MemTag): weights, grads, ... */
     /* runtime.profile: this step's GPU time / launches / op calls per op kind (engine.h, ProfKind) */
     int has_profile;
     double prof_ms[PROF_KINDS];

@@ -47,7 +47,7 @@ void optim_step(Stage* st, const Recipe* r, float lr, int t, float clip) {
             const ParamSpec* s = &pt->specs[i];
             if (s->frozen) continue;
             Buf none = {0};
-            ts[n++] = (AdamwTensor){pt->data + s->offset, pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
+            ts[n++] = (AdamwTensor){params_data(pt, i), pt->grad + s->goff, pt->m + s->goff, pt->v + s->goff, s->numel,
                                     s->decay, !strncmp(s->name, "projector.", 10),
                                     pt->compute ? params_compute_buf(pt, i) : none};
         }

@@ -892,6 +892,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         dbe->dev->memory(&mm);
         s->has_device = 1;
         s->device_peak_mb = (double)mm.peak_bytes / (1 << 20);
+        for (int k = 0; k < MEM_TAGS; k++) s->device_peak_by_mb[k] = (double)mm.peak_by[k] / (1 << 20);
         s->device_used_mb = (double)(mm.device_total - mm.device_free) / (1 << 20);
     }
     if (t->profiling) {

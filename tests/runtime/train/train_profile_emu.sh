@@ -10,7 +10,9 @@
 #   3. the log ends with the profile summary (one line per kind), and `rrfp-mm report` shows the Device
 #      section with the per-kind table;
 #   4. runtime.profile on the CPU backend is refused with a message naming the key;
-#   5. the dry run's memory estimate for the rank equals the device peak within 10%.
+#   5. the dry run's memory estimate for the rank equals the device peak within 10%;
+#   6. the peak's split by kind (device_peak_split_mb) sums to it and its weights, gradients and moments equal the
+#      dry run's columns within 10%.
 # Usage: train_profile_emu.sh RRFP_MM_EMU RRFP_MM RECIPE WORKDIR
 set -euo pipefail
 EMU=$1 EXE=$2 RECIPE=$3 WORK=$4
@@ -54,6 +56,24 @@ est = float(m.group(1)) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[m.group(2)]
 peak = json.loads(open(sys.argv[2]).readlines()[-1])["device_peak_mb"]
 print("dry-run estimate %.2f MiB, device peak %.2f MiB" % (est, peak))
 assert abs(est - peak) <= 0.1 * peak, (est, peak)
+# 6. the peak split by what it held (device_peak_split_mb): the kinds sum to the peak (each printed to 1e-3 MiB,
+#    the peak to 0.1), weights, gradients, optimiser moments and activations all present, and the tables' three
+#    equal to the dry run's columns for the rank within 10% (they are the same sizes, rounded for printing)
+row = json.loads(open(sys.argv[2]).readlines()[-1])
+split = row["device_peak_split_mb"]
+assert sorted(split) == ["acts", "grads", "optim", "weights", "workspace"], split
+assert abs(sum(split.values()) - peak) <= 0.06, (split, peak)
+assert all(split[k] > 0 for k in ("weights", "grads", "optim", "acts")), split
+unit = {"B": 1 / 1048576, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+cols = None
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 15 and f[0] == "0" and f[4] in unit:  # rank 0: layers, params, then (value, unit) for weights .. total
+        cols = [float(f[i]) * unit[f[i + 1]] for i in range(3, 15, 2)]
+assert cols, "no rank 0 row in the dry run"
+for k, c in (("weights", 0), ("grads", 1), ("optim", 2)):
+    assert abs(split[k] - cols[c]) <= 0.1 * cols[c], (k, split[k], cols[c])
+print("device peak split (MiB):", split, "dry run weights / grads / adam:", cols[:3])
 PY
 for k in gemm attention norm elementwise optimiser copies communication total; do
   grep -Eq "^  $k +[0-9.]+ ms" "$WORK/log" || { echo "no '$k' line in the profile summary"; exit 1; }
