@@ -19,6 +19,6 @@ a=$(pick "$W/full/metrics.jsonl"); b=$(pick "$W/part/metrics.jsonl")
 echo "steps 3-4 equal bit for bit after the resume:"; echo "$a"
 ck=$(ls -d "$W"/part/checkpoints/step-00000004)
 ls=$("$BIN" tensors ls "$ck" 2>&1)
-echo "$ls" | grep -q "text.blocks.1.mlp.down.lora_B.weight" || { echo "FAIL: no adapter in $ck"; echo "$ls" | head; exit 1; }
-echo "$ls" | grep -q "text.blocks.1.mlp.down.weight" || { echo "FAIL: no base weight in $ck"; exit 1; }
+grep -q "text.blocks.1.mlp.down.lora_B.weight" <<<"$ls" || { echo "FAIL: no adapter in $ck"; echo "$ls" | head; exit 1; }
+grep -q "text.blocks.1.mlp.down.weight" <<<"$ls" || { echo "FAIL: no base weight in $ck"; exit 1; }
 echo "lora resume: ok"
