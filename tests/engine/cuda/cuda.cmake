@@ -145,3 +145,47 @@ target_link_options(test_quant_cuda_emu PRIVATE -rdynamic)
 set_target_properties(test_quant_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME quant_cuda_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "quant cuda: ok" $<TARGET_FILE:test_quant_cuda_emu>)
 set_tests_properties(quant_cuda_emu PROPERTIES ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+# The emulation's checks fire (tests/engine/cuda/test_emu_checks.c, on the rule-breaking kernels of
+# tests/engine/cuda/emu_checks.cu): a host read or write of a cudaMalloc allocation outside a device operation ends
+# the process naming the byte and the allocation, under protection keys (skipped on a machine without them) and
+# under mprotect (RR_EMU_PKEY=0); a launch whose result depends on the order of its blocks or threads fails with
+# RR_EMU_ORDERS=2; a write past an allocation's end fails at the launch.
+set(RRFP_EMU_CHECKS_CPP ${CMAKE_CURRENT_BINARY_DIR}/cuda_emu/emu_checks.cpp)
+add_custom_command(OUTPUT ${RRFP_EMU_CHECKS_CPP}
+                   COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/cuda_emu/gen.py
+                           ${CMAKE_SOURCE_DIR}/tests/engine/cuda/emu_checks.cu ${RRFP_EMU_CHECKS_CPP}
+                   DEPENDS ${CMAKE_SOURCE_DIR}/tests/engine/cuda/emu_checks.cu ${CMAKE_SOURCE_DIR}/tests/support/cuda_emu/gen.py
+                   VERBATIM)
+set_source_files_properties(${RRFP_EMU_CHECKS_CPP} PROPERTIES OBJECT_DEPENDS "${RRFP_CUDA_EMU_CUH_OUT}")
+add_executable(test_emu_checks tests/engine/cuda/test_emu_checks.c ${RRFP_EMU_CHECKS_CPP})
+target_include_directories(test_emu_checks BEFORE PRIVATE ${CMAKE_SOURCE_DIR}/tests/support/cuda_emu)
+target_include_directories(test_emu_checks PRIVATE ${CMAKE_SOURCE_DIR})
+target_include_directories(test_emu_checks SYSTEM PRIVATE ${BLAS_INC})
+target_link_libraries(test_emu_checks PRIVATE rrfp_cuda_emu rrfp_core)
+target_compile_features(test_emu_checks PRIVATE cxx_std_17)
+set_target_properties(test_emu_checks PROPERTIES LINKER_LANGUAGE CXX)
+set(RRFP_EMU_CHECKS bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh)
+foreach(mode pkey mprotect)
+  if(mode STREQUAL "pkey")
+    set(env "RR_EMU_PROTECT=1")
+  else()
+    set(env "RR_EMU_PROTECT=1;RR_EMU_PKEY=0")
+  endif()
+  add_test(NAME emu_checks_protect_${mode}_ok
+           COMMAND ${RRFP_EMU_CHECKS} 0 "emu checks: protect \\(${mode}\\) ok" $<TARGET_FILE:test_emu_checks> protect ${mode} ok)
+  foreach(what read write)
+    add_test(NAME emu_checks_protect_${mode}_${what}
+             COMMAND ${RRFP_EMU_CHECKS} 3 "host code touched device memory: byte 492 of a 4000-byte cudaMalloc allocation"
+                     $<TARGET_FILE:test_emu_checks> protect ${mode} ${what})
+  endforeach()
+  foreach(what ok read write)
+    set_tests_properties(emu_checks_protect_${mode}_${what} PROPERTIES ENVIRONMENT "${env}" SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
+add_test(NAME emu_checks_chain COMMAND ${RRFP_EMU_CHECKS} 0 "emu_checks_chain: the result depends on the order.*chain reported"
+         $<TARGET_FILE:test_emu_checks> chain)
+add_test(NAME emu_checks_race COMMAND ${RRFP_EMU_CHECKS} 0 "emu_checks_race: the result depends on the order.*race reported"
+         $<TARGET_FILE:test_emu_checks> race)
+set_tests_properties(emu_checks_chain emu_checks_race PROPERTIES ENVIRONMENT "RR_EMU_ORDERS=2")
+add_test(NAME emu_checks_overrun COMMAND ${RRFP_EMU_CHECKS} 0 "emu_checks_overrun wrote past the end of a 4000-byte allocation.*overrun reported"
+         $<TARGET_FILE:test_emu_checks> overrun)

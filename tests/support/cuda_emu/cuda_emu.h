@@ -351,6 +351,10 @@ extern "C" long emu_graph_nodes(cudaGraphExec_t e);
 enum { EMU_OP_KERNEL, EMU_OP_BLAS, EMU_OP_MEMSET, EMU_OP_COPY, EMU_OP_GRAPH, EMU_OPS };
 extern "C" void emu_op_counts(long* out);
 
+/* how device memory is closed to host code: "pkey" (protection keys), "mprotect", or "off" (RR_EMU_PROTECT=0);
+ * tests/engine/cuda/test_emu_protect.c */
+extern "C" const char* emu_protect_mode(void);
+
 /* statistics of the emulation (for the test's summary line) */
 struct EmuStats {
     long launches, blocks, fibers, switches;

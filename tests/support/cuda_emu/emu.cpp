@@ -109,13 +109,29 @@ static std::map<uintptr_t, Alloc> allocs; /* user pointer -> size */
  * crash) would pass unnoticed. Every allocation is therefore its own mapping, PROT_NONE whenever
  * control is in host code, opened only while an emulated device operation (a launch, a copy, a
  * memset, a cuBLAS call) runs; a host access faults, and the handler names the allocation and
- * prints a backtrace. RR_EMU_PROTECT=0 turns this off. */
+ * prints a backtrace. RR_EMU_PROTECT=0 turns this off.
+ * How it is closed: where the CPU and kernel have memory protection keys (x86 PKU), every allocation is
+ * tagged with one key at cudaMalloc and opening or closing device memory is one write of this thread's
+ * PKRU register (pkey_set), the same cost whatever the number of allocations; elsewhere, or with
+ * RR_EMU_PKEY=0, each allocation's mapping is mprotect'ed on every open and close (two system calls and a
+ * TLB flush per allocation per device operation: a third of an emulated training step's time). The
+ * emulator runs every device operation on the calling thread, and a key opened on one thread stays
+ * closed on the others, as the host is closed on a GPU. */
 static int protect_on = -1;
+static int emu_pkey = -1; /* >= 0: the protection key every allocation carries */
 static int device_depth; /* nesting of DeviceOpen */
 
 static unsigned char* alloc_base(uintptr_t user) { return (unsigned char*)user - EMU_GUARD; }
-static void protect_all(int prot) {
+/* every allocation's pages (the mprotect path's open and close; the traffic count's closing and reopening) */
+static void pages_all(int prot) {
     for (auto& kv : allocs) mprotect(alloc_base(kv.first), kv.second.mapped, prot);
+}
+/* open (1) or close (0) device memory to host code on this thread */
+static void device_access(int open) {
+    if (emu_pkey >= 0)
+        pkey_set(emu_pkey, open ? 0 : PKEY_DISABLE_ACCESS);
+    else
+        pages_all(open ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
 /* Traffic (emu_traffic, tests/engine/cuda/test_traffic.c): while on, a named device operation (a launch, a memset or
@@ -146,6 +162,7 @@ static void traffic_begin(void) {
         kv.second.pages.assign(kv.second.mapped / page_size(), 0);
         mprotect(alloc_base(kv.first), kv.second.mapped, PROT_NONE);
     }
+    if (emu_pkey >= 0) pkey_set(emu_pkey, 0); /* the pages' protection counts; the key is open */
     traffic_active = 1;
 }
 static void traffic_end(const char* what) {
@@ -165,7 +182,7 @@ static void traffic_end(const char* what) {
         }
     }
     traffic_log.push_back(t);
-    protect_all(PROT_READ | PROT_WRITE); /* the rest of the operation's scope (guard checks) is not counted */
+    pages_all(PROT_READ | PROT_WRITE); /* the rest of the operation's scope (guard checks) is not counted */
 }
 struct DeviceOpen { /* scope of an emulated device operation; `what` names one whose traffic is counted */
     const char* what;
@@ -176,7 +193,7 @@ struct DeviceOpen { /* scope of an emulated device operation; `what` names one w
                 what = w;
                 traffic_begin();
             } else {
-                protect_all(PROT_READ | PROT_WRITE);
+                device_access(1);
             }
         }
     }
@@ -187,7 +204,7 @@ struct DeviceOpen { /* scope of an emulated device operation; `what` names one w
     ~DeviceOpen() {
         if (!protect_on) return;
         finish();
-        if (--device_depth == 0) protect_all(PROT_NONE);
+        if (--device_depth == 0) device_access(0);
     }
 };
 
@@ -241,7 +258,14 @@ static void protect_init(void) {
         sa.sa_sigaction = segv_handler;
         sa.sa_flags = SA_SIGINFO;
         sigaction(SIGSEGV, &sa, NULL);
+        const char* k = getenv("RR_EMU_PKEY");
+        if (!(k && !strcmp(k, "0"))) emu_pkey = pkey_alloc(0, PKEY_DISABLE_ACCESS); /* -1: no keys here */
     }
+}
+/* which mechanism closes device memory (the protection test names it): "pkey", "mprotect" or "off" */
+extern "C" const char* emu_protect_mode(void) {
+    protect_init();
+    return !protect_on ? "off" : emu_pkey >= 0 ? "pkey" : "mprotect";
 }
 
 static void fill_bits(void* p, size_t bytes, uint32_t bits) {
@@ -299,7 +323,10 @@ cudaError_t emu_malloc(void** p, size_t bytes) {
     fill_guard(base + EMU_GUARD + bytes, mapped - EMU_GUARD - bytes);
     *p = base + EMU_GUARD;
     allocs[(uintptr_t)*p] = Alloc{bytes, mapped};
-    if (protect_on && device_depth == 0) mprotect(base, mapped, PROT_NONE);
+    if (emu_pkey >= 0)
+        pkey_mprotect(base, mapped, PROT_READ | PROT_WRITE, emu_pkey); /* closed or open as the key is */
+    else if (protect_on && device_depth == 0)
+        mprotect(base, mapped, PROT_NONE);
     return cudaSuccess;
 }
 
@@ -1012,23 +1039,31 @@ static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void(
         const char* e = getenv("RR_EMU_ORDERS");
         two_orders = e && !strcmp(e, "2");
     }
-    std::vector<std::vector<unsigned char>> before, first;
-    if (two_orders) { /* snapshot every allocation, guards included */
+    /* the snapshots of every allocation, guards included, one after another in buffers kept from launch to launch
+     * (allocating them per launch made the heap grow and shrink each time: a page fault per page touched) */
+    static std::vector<unsigned char> before, first;
+    if (two_orders) {
+        size_t total = 0;
+        for (auto& kv : allocs) total += kv.second.bytes + 2 * EMU_GUARD;
+        if (before.size() < total) before.resize(total), first.resize(total);
+        size_t off = 0;
         for (auto& kv : allocs) {
-            unsigned char* b = (unsigned char*)kv.first - EMU_GUARD;
-            before.emplace_back(b, b + kv.second.bytes + 2 * EMU_GUARD);
+            size_t n = kv.second.bytes + 2 * EMU_GUARD;
+            memcpy(before.data() + off, (unsigned char*)kv.first - EMU_GUARD, n);
+            off += n;
         }
         atomics_used = 0;
     }
     for (int pass = 0; pass < (two_orders ? 2 : 1); pass++) {
         if (two_orders) order_mode = pass == 0 ? ORDER_ASCENDING : ORDER_DESCENDING;
         if (pass == 1) { /* keep the first pass's results, restore the memory the launch started from */
-            size_t i = 0;
+            size_t off = 0;
             for (auto& kv : allocs) {
                 unsigned char* b = (unsigned char*)kv.first - EMU_GUARD;
-                first.emplace_back(b, b + before[i].size());
-                memcpy(b, before[i].data(), before[i].size());
-                i++;
+                size_t n = kv.second.bytes + 2 * EMU_GUARD;
+                memcpy(first.data() + off, b, n);
+                memcpy(b, before.data() + off, n);
+                off += n;
             }
         }
         /* the second pass also runs the blocks in reverse: a block that reads another's output
@@ -1046,18 +1081,20 @@ static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void(
     }
     order_mode = ORDER_RANDOM;
     if (two_orders && !atomics_used) {
-        size_t i = 0;
+        size_t off = 0;
         for (auto& kv : allocs) {
             const unsigned char* b = (const unsigned char*)kv.first - EMU_GUARD;
-            size_t diff = 0;
-            for (size_t j = 0; j < first[i].size(); j++) diff += b[j] != first[i][j];
+            const unsigned char* f = first.data() + off;
+            size_t n = kv.second.bytes + 2 * EMU_GUARD, diff = 0;
+            off += n;
+            if (!memcmp(b, f, n)) continue;
+            for (size_t j = 0; j < n; j++) diff += b[j] != f[j];
             if (diff)
                 emu_fail(cudaErrorLaunchFailure,
                          "%s: the result depends on the order its threads run in (%zu bytes of a %zu-byte allocation "
                          "differ between ascending and descending order): a missing __syncthreads, or blocks that depend "
                          "on each other?",
                          kernel, diff, kv.second.bytes);
-            i++;
         }
     }
     open.finish();
