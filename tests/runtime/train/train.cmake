@@ -80,6 +80,11 @@ set_tests_properties(demo_small PROPERTIES TIMEOUT 300)
 add_test(NAME layer_split_dry_run COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/layer_split.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/layer_split)
 set_tests_properties(layer_split_dry_run PROPERTIES LABELS mpi TIMEOUT 300)
+# an any-resolution model's split counts its tiles, as the calibrated simulator's anyres workload (dry runs: seconds)
+add_test(NAME layer_split_anyres
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "layer split anyres: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/layer_split_anyres.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
+set_tests_properties(layer_split_anyres PROPERTIES TIMEOUT 120)
 # a tp layout started without its ranks is refused naming what mpirun must start
 add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
