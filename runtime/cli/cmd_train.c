@@ -410,10 +410,20 @@ int cmd_eval(int argc, char** argv) {
             printf("  best of %d answers %.1f%%\n", res.candidates, 100.0 * res.candidate_correct / res.samples);
         printf("  chance             %.1f%% (%s)\n", 100.0 * res.chance,
                res.candidates ? "1 / 8 colours" : "per question, 1 / its distinct answers among the held-out samples");
+        char ar[256] = "";
+        if (t->mc.anyres) {
+            printf("  any-resolution     %lld images, %lld tower images (base + tiles), %lld image positions (%lld features, "
+                   "%lld image_newline)\n",
+                   (long long)res.ar_images, (long long)res.ar_tower_images, (long long)(res.ar_features + res.ar_newlines),
+                   (long long)res.ar_features, (long long)res.ar_newlines);
+            snprintf(ar, sizeof ar, ",\"anyres_images\":%lld,\"anyres_tower_images\":%lld,\"anyres_features\":%lld,"
+                     "\"anyres_newlines\":%lld",
+                     (long long)res.ar_images, (long long)res.ar_tower_images, (long long)res.ar_features, (long long)res.ar_newlines);
+        }
         printf("{\"eval_step\":%lld,\"samples\":%lld,\"skipped\":%lld,\"greedy_accuracy\":%.6f,\"candidate_accuracy\":%.6f,"
-               "\"chance\":%.6f,\"loss\":%.6f}\n",
+               "\"chance\":%.6f,\"loss\":%.6f%s}\n",
                (long long)t->step, (long long)res.samples, (long long)res.skipped, (double)res.greedy_correct / res.samples,
-               res.candidates ? (double)res.candidate_correct / res.samples : -1.0, res.chance, res.loss);
+               res.candidates ? (double)res.candidate_correct / res.samples : -1.0, res.chance, res.loss, ar);
     }
     trainer_free(t);
     free(t);

@@ -67,6 +67,25 @@ int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, voi
         free(arg);
         return -1;
     }
+    /* Among the splits whose every stage is within that max, the least sum of squared stage costs: the stages off
+     * the critical one as even as the layers allow (minimising the max alone left, e.g., an any-resolution 7B at
+     * P = 8 split 3,5,5,5,5,5,3,1: five stages at the max and the last at a third of it; now 3,5,4,4,4,4,4,4). */
+    {
+        double mx = BEST(S, L) * (1.0 + 1e-9);
+        for (int s = 0; s <= S; s++)
+            for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, ARG(s, l) = -1;
+        BEST(0, 0) = 0.0;
+        for (int s = 1; s <= S; s++)
+            for (int l = 0; l <= L; l++)
+                for (int k = minper; k <= l; k++) {
+                    if (BEST(s - 1, l - k) >= 1e300) continue;
+                    if (fits && !fits(ctx, s - 1, l - k, k)) continue;
+                    double c = stage_cost(s - 1, S, k, cost);
+                    if (c > mx) continue;
+                    double m = BEST(s - 1, l - k) + c * c;
+                    if (m < BEST(s, l) * (1.0 - 1e-12)) BEST(s, l) = m, ARG(s, l) = k;
+                }
+    }
     int l = L;
     for (int s = S; s >= 1; s--) {
         int k = ARG(s, l);

@@ -25,7 +25,8 @@ PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double 
 PartitionCost partition_cost_recompute(PartitionCost c, int lm_full, int tower_full);
 
 /* Split L layers over S = pp * chunks virtual stages (contiguous, each >= 1 layer when L >= S,
- * otherwise some stages may be empty) minimising the most expensive stage. out_layers[S]. Returns 0,
+ * otherwise some stages may be empty) minimising the most expensive stage, and of those splits the one with the
+ * least sum of squared stage costs (the other stages as even as the layers allow). out_layers[S]. Returns 0,
  * or -1 when L < 1. */
 int partition_auto(int L, int S, PartitionCost cost, int* out_layers);
 /* partition_auto over the splits whose every stage fits: fits(ctx, s, l0, k) is 1 when virtual stage s may hold

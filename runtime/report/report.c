@@ -736,6 +736,47 @@ static int shard_set_open(const char* path, ShardSet* s, char* why, size_t why_l
     return 0;
 }
 
+/* An any-resolution image's tiles (docs/anyres.md): the padded canvas of its tile grid with the image resized and
+ * pasted into it (the thumbnail's data URI), the tiles' outlines and the unpadded features' region (a feature is a
+ * patch of the canvas), and a caption: the grid, the tower images (the base image and the tiles), the original
+ * size and the LM positions. The grid is the shard index's (what the loader plans with); the resize and paste are
+ * anyres_layout's over the shard's pinpoints, which must pick the same grid. */
+static void card_anyres_tiles(Html* h, const ReportConfig* c, const Shard* sh, const ShardImage* im, const char* uri,
+                              int64_t index, int k) {
+    const ShardInfo* in = &sh->info;
+    int tile = (int)in->prep_size, p = (int)in->patch;
+    AnyresLayout l, g;
+    char why[512];
+    if (anyres_layout_grid(im->h, im->w, im->grid_h, im->grid_w, tile, p, ANYRES_SELECT_DEFAULT, &g, why, sizeof why) != 0 ||
+        anyres_layout(im->h, im->w, &in->pins, tile, p, ANYRES_SELECT_DEFAULT, &l, why, sizeof why) != 0 ||
+        (l.rows != g.rows || l.cols != g.cols ? snprintf(why, sizeof why, "the index's %d x %d tile grid is not the "
+                                                         "pinpoints' %d x %d", g.rows, g.cols, l.rows, l.cols) : 0)) {
+        warnf(c, "held-out sample %lld: image %d: tiles left out: %s", (long long)index, k + 1, why);
+        h_printf(h, "<p class=\"note\">image %d tiles: ", k + 1);
+        h_text(h, why);
+        h_printf(h, "</p>");
+        return;
+    }
+    int cw = l.cols * tile, ch = l.rows * tile, box = 128;
+    double s = (double)box / (cw > ch ? cw : ch);
+    h_printf(h, "<figure class=\"tiles\" data-image=\"%d\" data-orig-w=\"%d\" data-orig-h=\"%d\" data-rows=\"%d\" "
+                "data-cols=\"%d\" data-tower-images=\"%d\" data-positions=\"%d\" data-feat-h=\"%d\" data-feat-w=\"%d\">"
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%.0f\" height=\"%.0f\">"
+                "<rect class=\"pad\" x=\"0\" y=\"0\" width=\"%d\" height=\"%d\"/>",
+             k + 1, im->w, im->h, l.rows, l.cols, l.n_tiles, l.n_positions, l.feat_h, l.feat_w, cw, ch, cw * s, ch * s, cw, ch);
+    if (uri)
+        h_printf(h, "<image href=\"%s\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" preserveAspectRatio=\"none\"/>", uri,
+                 l.pad_left, l.pad_top, l.resized_w, l.resized_h);
+    for (int r = 0; r < l.rows; r++)
+        for (int q = 0; q < l.cols; q++)
+            h_printf(h, "<rect class=\"tile\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", q * tile, r * tile, tile, tile);
+    h_printf(h, "<rect class=\"unpad\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/></svg>", l.feat_left * p,
+             l.feat_top * p, l.feat_w * p, l.feat_h * p);
+    h_printf(h, "<figcaption>%d x %d tiles of %d px + the base image = %d tower images; original %d x %d px; %d positions "
+                "(%d base, %d x %d unpadded, %d image_newline)</figcaption></figure>",
+             l.rows, l.cols, tile, l.n_tiles, im->w, im->h, l.n_positions, l.base, l.feat_h, l.feat_w, l.feat_h);
+}
+
 /* One card: image(s), question, reference and the model's answer. */
 static void card(Html* h, const ReportConfig* c, JpegCodec* jc, const Tokenizer* tok, const ShardSet* ss,
                  ZSTD_DCtx* dctx, const Prediction* p, const Prediction* zs, int image_id, int eot_id) {
@@ -762,17 +803,21 @@ static void card(Html* h, const ReportConfig* c, JpegCodec* jc, const Tokenizer*
         h_printf(h, "</p></div>\n");
         return;
     }
+    const Shard* sh = &ss->shards[si];
+    const ShardEntry* ent = &sh->entries[p->index - ss->base[si]];
     for (int k = 0; k < smp.n_images; k++) {
         char* uri = image_data_uri(jc, smp.jpeg[k], smp.jpeg_len[k], why, sizeof why);
         if (uri) {
             h_printf(h, "<img src=\"%s\" alt=\"held-out sample %lld, image %d\">", uri, (long long)p->index, k + 1);
-            free(uri);
         } else {
             warnf(c, "held-out sample %lld: image %d: %s", (long long)p->index, k + 1, why);
             h_printf(h, "<p class=\"note\">image %d: ", k + 1);
             h_text(h, why);
             h_printf(h, "</p>");
         }
+        if (sh->info.prep == IMAGE_PREP_ANYRES && (uint32_t)k < ent->n_images)
+            card_anyres_tiles(h, c, sh, &sh->images[ent->image0 + (uint32_t)k], uri, p->index, k);
+        free(uri);
     }
     /* question: the prompt after the last image up to the first answer token; reference: that answer */
     int first = -1, q0 = 0;
@@ -953,7 +998,10 @@ static const char* CSS =
     ".cards{display:flex;flex-wrap:wrap;gap:10px}.card{width:200px;border:1px solid #ccc;border-radius:6px;"
     "padding:8px;font-size:13px}.card.right{border-left:5px solid #3a9a4a}.card.wrong{border-left:5px solid #c8412f}"
     ".card img{width:128px;image-rendering:pixelated;display:block;margin-bottom:6px}.card p{margin:3px 0}"
-    ".card .zs{color:#666}";
+    ".card .zs{color:#666}"
+    ".tiles{margin:0 0 6px}.tiles svg{display:block}.tiles .pad{fill:#000}.tiles .tile{fill:none;stroke:#f0c020;"
+    "stroke-width:1;vector-effect:non-scaling-stroke}.tiles .unpad{fill:none;stroke:#3a9a4a;stroke-width:1.5;"
+    "stroke-dasharray:3 2;vector-effect:non-scaling-stroke}.tiles figcaption{font-size:11px;color:#555}";
 
 int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* err, size_t err_len) {
     char path[4096];
@@ -1011,6 +1059,12 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
                      template_name((TemplateKind)td.chat_template) : "?", td.has_prep ? image_prep_name(td.prep.kind) : "?");
             if (td.has_prep && td.prep.kind == IMAGE_PREP_LLAVA)
                 snprintf(line + strlen(line), sizeof line - strlen(line), " (%d px)", td.prep.size);
+            if (td.has_prep && td.prep.kind == IMAGE_PREP_ANYRES) { /* docs/anyres.md */
+                char pins[1024];
+                anyres_pinpoints_format(&td.prep.pins, pins, sizeof pins);
+                snprintf(line + strlen(line), sizeof line - strlen(line), " (tiles of %d px, grid pinpoints %.900s)",
+                         td.prep.size, pins);
+            }
             if (td.has_hash)
                 snprintf(line + strlen(line), sizeof line - strlen(line), ", tokenizer %.900s (hash %016llx)",
                          td.tokenizer[0] ? td.tokenizer : "?", (unsigned long long)td.tokenizer_hash);

@@ -22,6 +22,18 @@ static void eval_add_text(cJSON* o, const char* key, const Tokenizer* tok, const
     free(t);
 }
 
+/* An any-resolution sample's images as the forward laid them out (positions [a, b) of the microbatch): its
+ * tower images (their LM start in the sample, the stage's host copy), and its positions taking a tower feature
+ * or image_newline (the stage's gather indices, stage_anyres_index). Its images: the layout's starts. */
+static void eval_count_anyres(const StageActs* acts, const Microbatch* mb, int a, int b, EvalResult* res) {
+    for (int i = 0; i < acts->I; i++) res->ar_tower_images += acts->h_img_lm_start[i] >= a && acts->h_img_lm_start[i] < b;
+    for (int u = a; u < b; u++) {
+        res->ar_features += acts->h_ar_idx[u] >= 0;
+        res->ar_newlines += acts->h_ar_nl[u] >= 0;
+    }
+    for (int j = 0; j < mb->J; j++) res->ar_images += mb->ar_lm_start[j] >= a && mb->ar_lm_start[j] < b;
+}
+
 typedef struct {
     uint64_t question, answer;
 } EvalKey;
@@ -149,6 +161,7 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
                 if (first_sup < 0) continue; /* nothing to answer */
                 res->samples++;
                 res->greedy_correct += all_ok;
+                if (st->cfg.anyres) eval_count_anyres(acts, mb, a, b, res);
                 if (predictions) {
                     /* the predicted answer tokens (argmax at each answer position), and on shards the record
                      * id and both answers as text (the end of turn left out) */

@@ -203,11 +203,15 @@ int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRank
 }
 
 /* The cost model at the token budget of a step: half of the LM positions image patches, images of (min + max) / 2
- * patches, samples of 256 positions (recipes/README.md). */
+ * patches, samples of 256 positions (recipes/README.md). Any-resolution models (model.anyres, docs/anyres.md): as many
+ * tower patches as LM positions (an image's tiles hold about one patch per position it takes), the tower's attention
+ * a tile's; the calibrated simulator splits on the same assumptions (runtime/sim/calib.c). */
 static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
     double tokens = (double)r->microbatch_tokens * r->microbatches;
-    PartitionCost k = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, 0.5 * tokens,
-                                           0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
+    int g = c->anyres && c->patch > 0 ? c->vision_image_size / c->patch : 0;
+    PartitionCost k = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, tokens, c->anyres ? tokens : 0.5 * tokens,
+                                           c->anyres ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), 256.0,
+                                           c->patch);
     /* full recompute: the recomputed forwards are part of each block's cost */
     return partition_cost_recompute(k, recipe_recompute(r, 0) == RECOMPUTE_FULL, recipe_recompute(r, 1) == RECOMPUTE_FULL);
 }

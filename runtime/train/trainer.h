@@ -105,6 +105,10 @@ typedef struct {
     int64_t supervised;
     int candidates;      /* 0 when candidate scoring does not apply */
     int64_t skipped;     /* held-out samples skipped (damaged): each sample counts once, never twice */
+    /* any-resolution models (model.anyres), over the samples counted, as the model's forward laid them out
+     * (its per-position gather indices, docs/anyres.md "The model"): images, tower images (base images and
+     * tiles), LM positions taking a tower feature, and those taking image_newline; 0 otherwise */
+    int64_t ar_images, ar_tower_images, ar_features, ar_newlines;
 } EvalResult;
 /* Evaluate t's current parameters (t from trainer_init with eval_only) on up to max_samples held-out
  * samples: the synthetic source's held-out stream, or data.eval_shards. predictions (may be NULL) gets

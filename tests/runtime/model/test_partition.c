@@ -1,5 +1,6 @@
 /* test_partition.c — layer split: the balanced split is optimal (checked by brute force over every
- * contiguous split for small L, S) and the hand-written split parser's errors. */
+ * contiguous split for small L, S), and of the optimal ones the most even (least sum of squared stage costs), and
+ * the hand-written split parser's errors. */
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +31,29 @@ static double brute(int L, int S, PartitionCost c, int* cur, int s, int left) {
     return best;
 }
 
+static double sq_cost(int S, const int* layers, PartitionCost c) {
+    double costs[64], q = 0;
+    partition_stage_costs(S, layers, c, costs);
+    for (int s = 0; s < S; s++) q += costs[s] * costs[s];
+    return q;
+}
+
+/* The least sum of squared stage costs over the compositions whose max cost is within mx. */
+static double brute_sq(int L, int S, PartitionCost c, double mx, int* cur, int s, int left) {
+    if (s == S - 1) {
+        if (left < 1) return 1e300;
+        cur[s] = left;
+        return max_cost(S, cur, c) <= mx ? sq_cost(S, cur, c) : 1e300;
+    }
+    double best = 1e300;
+    for (int k = 1; k <= left - (S - 1 - s); k++) {
+        cur[s] = k;
+        double m = brute_sq(L, S, c, mx, cur, s + 1, left - k);
+        if (m < best) best = m;
+    }
+    return best;
+}
+
 int main(void) {
     PartitionCost costs[] = {{0, 0, 1}, {5, 0, 1}, {0, 3.5, 1}, {2.5, 1.5, 1}, {40, 2, 3}};
     for (int ci = 0; ci < 5; ci++)
@@ -45,6 +69,9 @@ int main(void) {
                 CHECK(sum == L, "L=%d S=%d: sum %d", L, S, sum);
                 double got = max_cost(S, layers, costs[ci]), want = brute(L, S, costs[ci], cur, 0, L);
                 CHECK(got <= want * (1 + 1e-12), "cost %d L=%d S=%d: auto %.3f > optimum %.3f", ci, L, S, got, want);
+                /* of the splits at that max, the stages as even as the layers allow: the least sum of squares */
+                double gq = sq_cost(S, layers, costs[ci]), wq = brute_sq(L, S, costs[ci], want * (1 + 1e-9), cur, 0, L);
+                CHECK(gq <= wq * (1 + 1e-12), "cost %d L=%d S=%d: sum of squares %.3f > least %.3f", ci, L, S, gq, wq);
             }
     /* Uniform cost: 8 layers on 4 stages is 2,2,2,2; a heavy first stage gets fewer layers. */
     int l4[4];

@@ -10,3 +10,10 @@ add_test(NAME report_browser
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/report/report_browser.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/report_browser ${RRFP_MPIRUN})
 set_tests_properties(report_browser PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+
+# an any-resolution run's report: each held-out card's tiles figure (grid, tower images, original size, positions,
+# the paste and the unpadded region) against tests/data/anyres_ref.py; rendered in Chromium when installed
+add_test(NAME report_anyres
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/report/report_anyres.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/report_anyres)
+set_tests_properties(report_anyres PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

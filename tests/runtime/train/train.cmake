@@ -80,6 +80,11 @@ set_tests_properties(demo_small PROPERTIES TIMEOUT 300)
 add_test(NAME layer_split_dry_run COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/layer_split.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/layer_split)
 set_tests_properties(layer_split_dry_run PROPERTIES LABELS mpi TIMEOUT 300)
+# an any-resolution model's split counts its tiles, as the calibrated simulator's anyres workload (dry runs: seconds)
+add_test(NAME layer_split_anyres
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "layer split anyres: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/layer_split_anyres.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
+set_tests_properties(layer_split_anyres PROPERTIES TIMEOUT 120)
 # a tp layout started without its ranks is refused naming what mpirun must start
 add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
          "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
@@ -146,6 +151,12 @@ add_test(NAME generate_eval_llava
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate eval_llava: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval_llava eval_llava)
 set_tests_properties(generate_eval_llava PROPERTIES TIMEOUT 300)
+# eval on an any-resolution model (model.anyres): the held-out loss is the training forward's (train.eval_every),
+# the images, tiles and positions the forward laid out are the reference's (tests/data/anyres_ref.py)
+add_test(NAME eval_anyres
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/train/eval_anyres.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/eval_anyres)
+set_tests_properties(eval_anyres PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # scripts/train.sbatch (docs/training.md "Launching"): valid bash that starts with --resume auto, asks
 # SLURM for SIGTERM before the limit and requeues on exit 143 (no SLURM here to run it).
