@@ -488,7 +488,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
             "(train.freeze; in bf16 a frozen tensor is its compute copy alone); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
-            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; with tp > 1 one\n"
+            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap, and once per stage a\n"
+            "frozen tower's forward buffers and the recompute workspace; with tp > 1 one\n"
             "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations;\n"
             "workspace: the backend's own scratch%s):\n",
             T,
