@@ -250,6 +250,11 @@ void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int m
 int vit_backward_floor(const VitConfig* c, const VitW* g);
 void vit_acts_free_tables(VitActs* a);
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
+/* Its two parts: the forward's activations, kept from the forward to the backward (fc1, gelu, out, tp_sum), and the
+ * backward's buffers (dout, dfc1, dgelu, dvin and their 2-byte copies), which a fused backward uses within its call
+ * only (dfc1 from B to W under the split backward). */
+void projector_acts_layout_fwd(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
+void projector_acts_layout_bwd(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
 
 /* Forward over N patches of I images. patches, img_cu, prow, pcol in backend memory; they must stay
  * valid until the backward ends. Writes a->vout. The patches are an activation: f32 words, or with 2-byte

@@ -520,7 +520,7 @@ static int stage_bwd_shared(const Stage* st, int split) {
 }
 
 /* What a microbatch's backward writes and reads within its calls (split: per block, kept from B to W) */
-static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int split) {
+static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int max_Np, int split) {
     const ModelConfig* c = &st->cfg;
     size_t T = (size_t)max_T, Dt = c->Dt, nL = (size_t)(st->l1 - st->l0);
     size_t Vs = st->Vs > 0 ? (size_t)st->Vs : (size_t)c->V;
@@ -543,6 +543,8 @@ static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T
         /* block 0's: read as f32 only (embedding), but the projector's GEMMs take its image rows in 2 bytes */
         a->grads[j].dxin16 = j > 0 || (st->first && vit_act_bytes(&st->vc) == 2) ? a->dres16 + si * T * Dt : NULL;
     }
+    /* the projector's backward buffers (one call's under the fused backward, like the LM's) */
+    if (st->first) projector_acts_layout_bwd(&a->proj, ar, &st->vc, max_Np);
     if (st->last) {
         /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
          * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
@@ -618,7 +620,7 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
             vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
         }
         a->vit.b_floor = st->vit_floor;
-        projector_acts_layout(&a->proj, ar, &st->vc, max_Np);
+        projector_acts_layout_fwd(&a->proj, ar, &st->vc, max_Np); /* its backward's buffers: stage_bwd_layout */
         if (c->anyres) {
             a->ar_idx = arena_alloc(ar, T * sizeof(int32_t));
             a->ar_nl = arena_alloc(ar, T * sizeof(int32_t));
@@ -637,7 +639,7 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
     /* the fused backward's scratch under recompute: the stage's (stage_bwd_bind at each call) */
-    if (!stage_bwd_shared(st, split)) stage_bwd_layout(a, st, ar, max_T, split);
+    if (!stage_bwd_shared(st, split)) stage_bwd_layout(a, st, ar, max_T, max_Np, split);
 }
 
 static void stage_acts_tables(StageActs* a, const Stage* st) {
@@ -687,7 +689,7 @@ static void stage_recompute_layout(const Stage* st, Arena* ar, StageRecompute* r
         memset(&t, 0, sizeof t);
         stage_acts_tables(&t, st);
         Arena m = {.base = NULL, .size = SIZE_MAX, .name = "backward scratch measure"};
-        stage_bwd_layout(&t, st, &m, max_T, 0);
+        stage_bwd_layout(&t, st, &m, max_T, max_Np, 0);
         stage_acts_free_tables(&t);
         rc->bwd_bytes = m.used;
         rc->bwd = arena_alloc(ar, m.used);
@@ -724,9 +726,9 @@ static void stage_recompute_reserve(const Stage* st, int max_T, int max_Np, int 
  * stage_dres helpers use) out of the stage's block laid out for the largest; before each call that may use it */
 static void stage_bwd_bind(const Stage* st, StageActs* a) {
     if (!stage_bwd_shared(st, a->split)) return;
-    RR_ASSERT(st->rc && st->rc->bwd && st->rc->max_T >= a->max_T);
+    RR_ASSERT(st->rc && st->rc->bwd && st->rc->max_T >= a->max_T && st->rc->max_Np >= a->max_Np);
     Arena ar = {.base = st->rc->bwd, .size = st->rc->bwd_bytes, .name = "backward scratch"};
-    stage_bwd_layout(a, st, &ar, a->max_T, 0);
+    stage_bwd_layout(a, st, &ar, a->max_T, a->max_Np, 0);
 }
 
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split) {
