@@ -497,6 +497,12 @@ typedef struct BackendOps {
      * adamw_update_copy would update it with cfgs[ts[i].cfg], bit for bit. NULL: the caller calls those per
      * tensor. */
     void (*adamw_multi)(const struct Backend* be, const AdamwTensor* ts, int n, const AdamWConfig* cfgs, int ncfg, int t);
+    /* sum_squares over n tensors (xs[i], ns[i] values) in one pass: each tensor's sum as sum_squares gives it, the
+     * sums added in tensor order in double from 0, so bitwise the loop `ss += sum_squares(be, xs[i], ns[i])` (CUDA:
+     * one launch over a device-side table of every tensor's chunks, kept between calls while the list is the same,
+     * one launch adding the chunk sums, one copy back; the gradient norm under tensor parallelism and with a tied
+     * embedding's copy, whose tensors count apart). NULL: the caller loops. */
+    double (*sum_squares_multi)(const struct Backend* be, const float* const* xs, const size_t* ns, int n);
 } BackendOps;
 
 typedef struct Backend {

@@ -43,5 +43,11 @@ int mem_host_available(size_t* bytes, char* err, size_t err_len) {
 
 int mem_backend_available(const Backend* be, size_t* bytes, char* err, size_t err_len) {
     if (!be || be->dev->host_addressable) return mem_host_available(bytes, err, err_len);
+    if (be->dev->memory) { /* the device's own report (the backend this process opened) */
+        BackendMemory m;
+        be->dev->memory(&m);
+        *bytes = m.device_free;
+        return 0;
+    }
     return backend_cuda_mem_free(bytes, err, err_len);
 }

@@ -11,8 +11,8 @@
  * the environment's RRFP_MEM_AVAILABLE_MB when set (a container's limit, tests). Returns 0 with
  * *bytes, or -1 with a message. */
 int mem_host_available(size_t* bytes, char* err, size_t err_len);
-/* Free memory of the backend's device: the host's MemAvailable for cpu, cudaMemGetInfo's free bytes
- * for cuda. Returns 0 with *bytes, or -1 with a message. */
+/* Free memory of the backend's device: the host's MemAvailable for cpu, the device's free bytes for cuda (its
+ * table's BackendDevice.memory: cudaMemGetInfo). Returns 0 with *bytes, or -1 with a message. */
 int mem_backend_available(const Backend* be, size_t* bytes, char* err, size_t err_len);
 /* The cuda backend's free device bytes (cuda_backend.cu; nocuda.c returns -1). */
 int backend_cuda_mem_free(size_t* bytes, char* err, size_t err_len);

@@ -35,20 +35,30 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
     w->fc2_b = proj_ptr(pt, "projector.2.bias", grads);
 }
 
-void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
+void projector_acts_layout_fwd(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
     size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c), ab = (size_t)vit_act_bytes(c);
-    /* activations in the tower's storage (VitConfig.act_bytes); gradients f32 words */
+    /* activations in the tower's storage (VitConfig.act_bytes) */
     DType adt = ab == 2 ? DTYPE_BF16 : DTYPE_F32;
     a->fc1 = buf_of(arena_alloc(ar, NL * ab), adt);
     a->gelu = buf_of(arena_alloc(ar, NL * ab), adt);
     a->out = buf_of(arena_alloc(ar, NT * ab), adt);
+    a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, NT) : NULL;
+}
+
+void projector_acts_layout_bwd(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
+    size_t NT = (size_t)max_N * c->Dt, NL = (size_t)max_N * proj_local(c), ab = (size_t)vit_act_bytes(c);
+    /* gradients f32 words, and their 2-byte copies with 2-byte activations */
     a->dout = arena_alloc_f32(ar, NT);
     a->dfc1 = arena_alloc_f32(ar, NL);
     a->dgelu = arena_alloc_f32(ar, NL);
     a->dvin = arena_alloc_f32(ar, (size_t)max_N * c->D);
     a->dout16 = ab == 2 ? arena_alloc(ar, NT * 2) : NULL;
     a->dfc1_16 = ab == 2 ? arena_alloc(ar, NL * 2) : NULL;
-    a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, NT) : NULL;
+}
+
+void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N) {
+    projector_acts_layout_fwd(a, ar, c, max_N);
+    projector_acts_layout_bwd(a, ar, c, max_N);
 }
 
 void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, Buf vin, int N) {

@@ -235,6 +235,13 @@ void projector_weights_point(ProjW* w, const ParamTable* pt, int grads);
  * forward only (a frozen tower): no activation is kept for a backward and none may run. The arrays of
  * block structs are malloc'd (freed by vit_acts_free_tables). */
 void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward);
+/* A frozen tower's activations (backward = 0) in two parts, whose sum is vit_acts_layout's: its output a->vout, the
+ * projector's input, kept by each microbatch (layout_out), and everything else, scratch that one forward writes and
+ * nothing reads after it (layout_scratch), which the microbatches of a stage may share: carved again before each
+ * forward (the CLIP channel-major index counts as uploaded while it is where it was: its values depend on the patch
+ * index only). */
+void vit_acts_layout_out(VitActs* a, Arena* out, const VitConfig* c, int max_N);
+void vit_acts_layout_scratch(VitActs* a, Arena* scratch, const VitConfig* c, int max_N);
 /* The recompute workspace of VitConfig.recompute for up to max_N patches (FULL: one block's activations; SELECTIVE: a
  * GELU output; NONE: nothing), carved out of ar. */
 void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int max_N);
@@ -243,6 +250,11 @@ void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int m
 int vit_backward_floor(const VitConfig* c, const VitW* g);
 void vit_acts_free_tables(VitActs* a);
 void projector_acts_layout(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
+/* Its two parts: the forward's activations, kept from the forward to the backward (fc1, gelu, out, tp_sum), and the
+ * backward's buffers (dout, dfc1, dgelu, dvin and their 2-byte copies), which a fused backward uses within its call
+ * only (dfc1 from B to W under the split backward). */
+void projector_acts_layout_fwd(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
+void projector_acts_layout_bwd(ProjActs* a, Arena* ar, const VitConfig* c, int max_N);
 
 /* Forward over N patches of I images. patches, img_cu, prow, pcol in backend memory; they must stay
  * valid until the backward ends. Writes a->vout. The patches are an activation: f32 words, or with 2-byte

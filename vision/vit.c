@@ -212,7 +212,8 @@ void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int m
     }
 }
 
-void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
+/* vit_acts_layout with the output (vout) carved out of `out` (NULL: left as it is) and everything else out of ar */
+static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, int max_N, int split, int backward) {
     int Hl, Dql, Dml;
     vit_local(c, &Hl, &Dql, &Dml);
     int clip = c->arch == VIT_ARCH_CLIP;
@@ -269,7 +270,7 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
         }
         vit_block_carve(b, ar, c, N, rc != RECOMPUTE_SELECTIVE);
     }
-    a->vout = VACT((size_t)max_N * D);
+    if (out) a->vout = (float*)arena_alloc(out, (size_t)max_N * D * ab);
     a->lnf_mean = arena_alloc_f32(ar, N);
     a->lnf_rstd = arena_alloc_f32(ar, N);
     /* the out and fc2 products before the residual add (activations); CLIP's patch-embedding products and the
@@ -303,6 +304,21 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
     a->dvout = arena_alloc_f32(ar, (size_t)max_N * D);
     a->dgelu = arena_alloc_f32(ar, N * Dm);
     a->datt = (float*)arena_alloc(ar, N * Dq * ab);
+}
+
+void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
+    vit_layout(a, ar, ar, c, max_N, split, backward);
+}
+
+void vit_acts_layout_out(VitActs* a, Arena* out, const VitConfig* c, int max_N) {
+    a->vout = (float*)arena_alloc(out, (size_t)max_N * c->D * (size_t)vit_act_bytes(c));
+}
+
+void vit_acts_layout_scratch(VitActs* a, Arena* scratch, const VitConfig* c, int max_N) {
+    const int32_t* cm = a->cm_idx;
+    int ready = a->cm_ready;
+    vit_layout(a, scratch, NULL, c, max_N, 0, 0);
+    if (a->cm_idx == cm) a->cm_ready = ready; /* the same index where it was: still uploaded */
 }
 
 int vit_backward_floor(const VitConfig* c, const VitW* g) {

@@ -413,6 +413,7 @@ PROF_OP(PROF_OPTIMISER, cuda_scale)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_update)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_update_copy)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_multi)
+PROF_OP(PROF_OPTIMISER, cuda_sum_squares_multi)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward)
@@ -562,6 +563,7 @@ static const BackendOps cuda_ops = {
     .dropout_forward = prof_cuda_dropout_forward,
     .dropout_backward = prof_cuda_dropout_backward,
     .adamw_multi = prof_cuda_adamw_multi,
+    .sum_squares_multi = prof_cuda_sum_squares_multi,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and

@@ -102,6 +102,7 @@ void cuda_to_bf16(const Backend* be, uint16_t* out, const float* inp, size_t n);
 void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, float* m, float* v, size_t n,
                             const AdamWConfig* cfg, int t, int decay, Buf copy);
 void cuda_adamw_multi(const Backend* be, const AdamwTensor* ts, int n, const AdamWConfig* cfgs, int ncfg, int t);
+double cuda_sum_squares_multi(const Backend* be, const float* const* xs, const size_t* ns, int n);
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -18,10 +18,15 @@
 // ---- sum of squares ------------------------------------------------------------------------------
 
 // part[c] = sum of squares of chunk c (blockIdx.x)
+static __device__ void sum_squares_chunk(double* part, const float* x, size_t n, size_t c);
 static __global__ void sum_squares_chunk_kernel(double* part, const float* x, size_t n) {
+    sum_squares_chunk(part + blockIdx.x, x, n, blockIdx.x);
+}
+// *out = sum of squares of chunk c of x (n values): one block, the single and the multi-tensor kernels' one code
+static __device__ void sum_squares_chunk(double* out, const float* x, size_t n, size_t c) {
     __shared__ double s[SUMSQ_BLOCK];
     size_t i0, i1;
-    rr_sumsq_chunk_range(n, blockIdx.x, &i0, &i1);
+    rr_sumsq_chunk_range(n, c, &i0, &i1);
     double acc = 0.0;
     for (size_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_BLOCK) acc += rr_sumsq_term(x[i]);
     s[threadIdx.x] = acc;
@@ -30,7 +35,7 @@ static __global__ void sum_squares_chunk_kernel(double* part, const float* x, si
         if ((int)threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
         __syncthreads();
     }
-    if (threadIdx.x == 0) part[blockIdx.x] = s[0];
+    if (threadIdx.x == 0) *out = s[0];
 }
 
 // *total = the nc chunk sums added in chunk order (rr_sumsq_partials: a serial chain of double adds, the
@@ -40,27 +45,45 @@ static __global__ void sum_squares_chunk_kernel(double* part, const float* x, si
 // load at a time: 0.8 ms for an 800M-parameter stage on an H100).
 #define SUMSQ_TILE 256 // partials a tile: thread 0 adds one (~1 us) while the loaders fetch the next
 #define SUMSQ_TOTAL_BLOCK 512
-static __global__ void sum_squares_total_kernel(double* total, const double* part, size_t nc) {
+// With first (the multi-tensor sum: first[c] = 1 where chunk c begins a tensor, NULL for one tensor) each tensor's
+// chunk sums are added in order from 0 and the tensor sums added in tensor order from 0 (sum_squares_multi's
+// contract: the per-tensor loop's bits).
+static __global__ void sum_squares_total_kernel(double* total, const double* part, size_t nc, const unsigned char* first) {
     __shared__ double tile[2][SUMSQ_TILE];
+    __shared__ unsigned char tfirst[2][SUMSQ_TILE];
     size_t ntiles = (nc + SUMSQ_TILE - 1) / SUMSQ_TILE;
     int loader = (int)threadIdx.x - 32, nloaders = (int)blockDim.x - 32; // warps 1.. load; warp 0 adds
     if (loader >= 0)
-        for (size_t i = loader; i < SUMSQ_TILE && i < nc; i += nloaders) tile[0][i] = part[i];
+        for (size_t i = loader; i < SUMSQ_TILE && i < nc; i += nloaders) {
+            tile[0][i] = part[i];
+            if (first) tfirst[0][i] = first[i];
+        }
     __syncthreads();
-    double s = 0.0;
+    double s = 0.0, ss = 0.0;
     for (size_t t = 0; t < ntiles; t++) {
         if (loader >= 0 && t + 1 < ntiles) {
             size_t b = (t + 1) * SUMSQ_TILE;
-            for (size_t i = loader; i < SUMSQ_TILE && b + i < nc; i += nloaders) tile[(t + 1) & 1][i] = part[b + i];
+            for (size_t i = loader; i < SUMSQ_TILE && b + i < nc; i += nloaders) {
+                tile[(t + 1) & 1][i] = part[b + i];
+                if (first) tfirst[(t + 1) & 1][i] = first[b + i];
+            }
         }
         if (threadIdx.x == 0) {
             size_t m = nc - t * SUMSQ_TILE < SUMSQ_TILE ? nc - t * SUMSQ_TILE : SUMSQ_TILE;
             const double* p = tile[t & 1];
-            for (size_t i = 0; i < m; i++) s += p[i];
+            if (first) {
+                const unsigned char* f = tfirst[t & 1];
+                for (size_t i = 0; i < m; i++) {
+                    if (f[i] && t * SUMSQ_TILE + i > 0) ss += s, s = 0.0; // the previous tensor's sum is complete
+                    s += p[i];
+                }
+            } else {
+                for (size_t i = 0; i < m; i++) s += p[i];
+            }
         }
         __syncthreads(); // tile t + 1 is in; tile t is free for t + 2
     }
-    if (threadIdx.x == 0) *total = s;
+    if (threadIdx.x == 0) *total = first ? ss + s : s;
 }
 
 // Device scratch for the chunk sums and the total, kept between calls (grown when a bigger n comes):
@@ -84,7 +107,7 @@ void cuda_sum_squares_reserve(size_t n) {
 static void sum_squares_cuda(double* total, double* part, const float* x, size_t n, size_t nc, cudaStream_t stream) {
     sum_squares_chunk_kernel<<<(unsigned)nc, SUMSQ_BLOCK, 0, stream>>>(part, x, n);
     cudaCheck(cudaGetLastError());
-    sum_squares_total_kernel<<<1, SUMSQ_TOTAL_BLOCK, 0, stream>>>(total, part, nc);
+    sum_squares_total_kernel<<<1, SUMSQ_TOTAL_BLOCK, 0, stream>>>(total, part, nc, NULL);
     cudaCheck(cudaGetLastError());
 }
 
@@ -289,4 +312,94 @@ void cuda_adamw_multi(const Backend* be, const AdamwTensor* ts, int n, const Ada
         }
     adamw_multi_kernel<<<(unsigned)tb->nchunks, OPTIM_BLOCK, 0, stream>>>(tb->dev, steps);
     cudaCheck(cudaGetLastError());
+}
+
+// ---- multi-tensor sum of squares (BackendOps.sum_squares_multi) ----------------------------------
+// Every tensor's chunks (rr_sumsq_chunk_range of its own length: the chunks sum_squares would make of it) in one
+// launch of one block a chunk, over a device-side table built the first time a list of tensors comes and reused
+// while the same list comes again (every step: the first step's call copies it, later ones only launch); then the
+// total kernel adds each tensor's chunk sums in order and the tensor sums in tensor order (the flags mark where a
+// tensor begins), and one copy brings the total back. Each chunk's sum is sum_squares_chunk's, as in cuda_sum_squares:
+// the bits are the per-tensor loop's.
+#define SUMSQ_TABLE_CACHE 8
+struct SumsqChunk {
+    const float* x; // the tensor's first value
+    size_t n;       // the tensor's length
+    size_t c;       // the chunk of it
+};
+static __global__ void sum_squares_multi_chunk_kernel(double* part, const SumsqChunk* table) {
+    const SumsqChunk* ch = &table[blockIdx.x];
+    sum_squares_chunk(part + blockIdx.x, ch->x, ch->n, ch->c);
+}
+struct SumsqTable {
+    const float** xs; // the list it was built from (the cache's key)
+    size_t* ns;
+    int n;
+    SumsqChunk* dev;       // nchunks entries, then nchunks first-flags (bytes)
+    size_t nchunks;
+    unsigned long last_use;
+};
+static SumsqTable sumsq_tables[SUMSQ_TABLE_CACHE];
+static unsigned long sumsq_clock;
+
+static const SumsqTable* sumsq_table(const float* const* xs, const size_t* ns, int n, cudaStream_t stream) {
+    SumsqTable* slot = &sumsq_tables[0];
+    for (int k = 0; k < SUMSQ_TABLE_CACHE; k++) {
+        SumsqTable* tb = &sumsq_tables[k];
+        if (tb->xs && tb->n == n && !memcmp(tb->xs, xs, (size_t)n * sizeof *xs) && !memcmp(tb->ns, ns, (size_t)n * sizeof *ns)) {
+            tb->last_use = ++sumsq_clock;
+            return tb;
+        }
+        if (tb->last_use < slot->last_use) slot = tb;
+    }
+    size_t nchunks = 0;
+    for (int i = 0; i < n; i++) nchunks += ns[i] ? rr_sumsq_chunks(ns[i]) : 0;
+    RR_ASSERT(nchunks <= 0x7fffffffu); // grid.x
+    size_t bytes = nchunks * (sizeof(SumsqChunk) + 1);
+    char* host = (char*)malloc(bytes ? bytes : 1);
+    const float** kx = (const float**)malloc((n ? n : 1) * sizeof *kx);
+    size_t* kn = (size_t*)malloc((n ? n : 1) * sizeof *kn);
+    if (!host || !kx || !kn) rr_die("out of host memory (the multi-tensor sum of squares' table of %zu chunks)", nchunks);
+    memcpy(kx, xs, (size_t)n * sizeof *kx);
+    memcpy(kn, ns, (size_t)n * sizeof *kn);
+    SumsqChunk* hc = (SumsqChunk*)host;
+    unsigned char* hf = (unsigned char*)(hc + nchunks);
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        size_t nc = ns[i] ? rr_sumsq_chunks(ns[i]) : 0; // an empty tensor adds 0: no chunk
+        for (size_t c = 0; c < nc; c++, k++) {
+            hc[k].x = xs[i], hc[k].n = ns[i], hc[k].c = c;
+            hf[k] = c == 0;
+        }
+    }
+    if (slot->xs) { // evict: a queued launch may still read the table, which cudaFree waits for
+        free(slot->xs), free(slot->ns);
+        if (slot->dev) cuda_free_tracked(slot->dev);
+    }
+    slot->xs = kx, slot->ns = kn, slot->n = n, slot->nchunks = nchunks, slot->dev = NULL;
+    if (nchunks) {
+        cuda_malloc_tracked((void**)&slot->dev, bytes);
+        // pageable source: the copy has read it when the call returns
+        cudaCheck(cudaMemcpyAsync(slot->dev, host, bytes, cudaMemcpyHostToDevice, stream));
+    }
+    free(host);
+    slot->last_use = ++sumsq_clock;
+    return slot;
+}
+
+double cuda_sum_squares_multi(const Backend* be, const float* const* xs, const size_t* ns, int n) {
+    RR_ASSERT(n >= 0);
+    cudaStream_t stream = cuda_stream(be);
+    const SumsqTable* tb = sumsq_table(xs, ns, n, stream);
+    size_t nc = tb->nchunks;
+    if (nc == 0) return 0.0;
+    double* part = sum_squares_scratch(nc + 1);
+    sum_squares_multi_chunk_kernel<<<(unsigned)nc, SUMSQ_BLOCK, 0, stream>>>(part, tb->dev);
+    cudaCheck(cudaGetLastError());
+    sum_squares_total_kernel<<<1, SUMSQ_TOTAL_BLOCK, 0, stream>>>(part + nc, part, nc, (const unsigned char*)(tb->dev + nc));
+    cudaCheck(cudaGetLastError());
+    double total = 0.0;
+    cudaCheck(cudaMemcpyAsync(&total, part + nc, sizeof total, cudaMemcpyDeviceToHost, stream));
+    cuda_check_device_errors(stream); // synchronises: total is complete on return
+    return total;
 }

@@ -201,6 +201,10 @@ int cmd_train(int argc, char** argv) {
         }
         /* train.epochs: the steps it gives, as the run would derive them (dp as set) */
         rc = r->epochs > 0 ? trainer_epochs_to_steps(r, r->dp, stdout, err, sizeof err) : 0;
+        /* the default memory budget: this process's device, as a run would see it */
+        char note[256];
+        if (rc == 0) rc = guard_device_memory(r, NULL, note, sizeof note, err, sizeof err);
+        if (rc == 0 && note[0]) printf("runtime.backend = %s: no device memory to budget by here (%s)\n", r->backend, note);
         if (rc == 0) rc = train_dry_run(r, vocab, stdout, err, sizeof err);
         if (rc != 0) fprintf(stderr, "rrfp-mm: error: %s\n", err);
         free(r);
@@ -246,7 +250,9 @@ int cmd_train(int argc, char** argv) {
             return 1;
         }
     }
-    rc = trainer_run(r, world, stdout, &train_stop_signal, err, sizeof err);
+    /* the default memory budget: the smallest device of the job */
+    rc = guard_device_memory(r, world, NULL, 0, err, sizeof err);
+    if (rc == 0) rc = trainer_run(r, world, stdout, &train_stop_signal, err, sizeof err);
     if (rc == 1) {
         /* stopped at a step end agreed by every rank, checkpoint written: 128 + the signal, as a shell
          * reports a process ended by it (143 SIGTERM, 130 SIGINT; a rank that saw none says 143) */

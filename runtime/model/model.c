@@ -440,6 +440,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
         st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
         st->proj_train = st->proj_g.fc1_w || st->proj_g.fc1_b || st->proj_g.fc2_w || st->proj_g.fc2_b;
+        if (!st->vit_train) st->vit_fwd = callocCheck(1, sizeof *st->vit_fwd); /* its block: stage_tower_reserve */
     }
     int nL = l1 - l0;
     st->blk_w = callocCheck(nL, sizeof(LmBlockW));
@@ -484,6 +485,12 @@ void stage_keep_f32_activations(Stage* st) {
     if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
     free(st->rc);
     st->rc = NULL;
+    if (st->vit_fwd && st->vit_fwd->block) { /* laid out for the other activation words: again at stage_acts_init */
+        st->be->dev->free(st->vit_fwd->block);
+        st->vit_fwd->block = NULL;
+        st->vit_fwd->bytes = 0;
+        st->vit_fwd->max_Np = 0;
+    }
 }
 
 void stage_free(Stage* st) {
@@ -495,6 +502,8 @@ void stage_free(Stage* st) {
     free(st->tp_host);
     if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
     free(st->rc);
+    if (st->vit_fwd && st->vit_fwd->block) st->be->dev->free(st->vit_fwd->block);
+    free(st->vit_fwd);
     if (st->tp_ev) st->be->dev->event_destroy(st->tp_ev);
     params_free(&st->params);
     memset(st, 0, sizeof *st);
@@ -511,7 +520,7 @@ static int stage_bwd_shared(const Stage* st, int split) {
 }
 
 /* What a microbatch's backward writes and reads within its calls (split: per block, kept from B to W) */
-static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int split) {
+static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int max_Np, int split) {
     const ModelConfig* c = &st->cfg;
     size_t T = (size_t)max_T, Dt = c->Dt, nL = (size_t)(st->l1 - st->l0);
     size_t Vs = st->Vs > 0 ? (size_t)st->Vs : (size_t)c->V;
@@ -534,12 +543,54 @@ static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T
         /* block 0's: read as f32 only (embedding), but the projector's GEMMs take its image rows in 2 bytes */
         a->grads[j].dxin16 = j > 0 || (st->first && vit_act_bytes(&st->vc) == 2) ? a->dres16 + si * T * Dt : NULL;
     }
+    /* the projector's backward buffers (one call's under the fused backward, like the LM's) */
+    if (st->first) projector_acts_layout_bwd(&a->proj, ar, &st->vc, max_Np);
     if (st->last) {
         /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
          * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
         a->dlogits = ab == 2 && st->tp <= 1 ? arena_alloc(ar, T * Vs * 2) : arena_alloc_f32(ar, T * Vs);
         a->dnf = arena_alloc_f32(ar, T * Dt);
     }
+}
+
+/* A first stage whose tower does not train: one set of forward buffers for its microbatches (StageTowerScratch) */
+static int stage_tower_shared(const Stage* st) { return st->first && !st->vit_train; }
+
+static size_t stage_tower_bytes(const Stage* st, int max_Np) {
+    if (!stage_tower_shared(st) || max_Np <= 0) return 0;
+    VitActs v;
+    memset(&v, 0, sizeof v);
+    Arena m = {.base = NULL, .size = SIZE_MAX, .name = "tower scratch measure"};
+    vit_acts_layout_scratch(&v, &m, &st->vc, max_Np);
+    vit_acts_free_tables(&v);
+    return m.used;
+}
+
+/* The frozen tower's scratch for microbatches of up to max_Np patches: (re)allocated when smaller, between stage calls
+ * (it holds nothing then); the graphs recorded over the old block go */
+static void stage_tower_reserve(const Stage* st, int max_Np) {
+    StageTowerScratch* ts = st->vit_fwd;
+    if (!ts || (ts->block && ts->max_Np >= max_Np)) return;
+    if (ts->block && ts->max_Np > max_Np) max_Np = ts->max_Np;
+    size_t n = stage_tower_bytes(st, max_Np);
+    if (n == 0) return;
+    if (ts->block) st->be->dev->free(ts->block);
+    vit_graphs_forget(st->vit_graphs);
+    ts->block = be_alloc_as(st->be, MEM_ACTS, n);
+    ts->bytes = n;
+    ts->max_Np = max_Np;
+    ts->gen++;
+}
+
+/* Point a microbatch's frozen tower at the stage's scratch, carved for its max_Np, before its forward */
+static void stage_tower_bind(const Stage* st, StageActs* a) {
+    StageTowerScratch* ts = st->vit_fwd;
+    if (!ts || a->max_Np <= 0) return; /* no patches: the tower does nothing */
+    RR_ASSERT(ts->block && ts->max_Np >= a->max_Np);
+    Arena ar = {.base = ts->block, .size = ts->bytes, .name = "tower scratch"};
+    vit_acts_layout_scratch(&a->vit, &ar, &st->vc, a->max_Np);
+    if (a->vit_fwd_gen != ts->gen) a->vit.cm_ready = 0; /* another block: CLIP's index is not there yet */
+    a->vit_fwd_gen = ts->gen;
 }
 
 static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_T, int max_Np, int split) {
@@ -559,10 +610,17 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
         /* the tower's first activation: 2-byte words on the bf16-activation table (narrowed on the host) */
         a->patches = arena_alloc(ar, Np * 3 * c->patch * c->patch * (st->vc.act_bytes == 2 ? 2 : sizeof(float)));
-        /* a frozen vision tower keeps nothing for a backward that never runs */
-        vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
+        /* a frozen vision tower keeps nothing for a backward that never runs: its output alone, the rest of its
+         * forward's buffers the stage's (stage_tower_bind) */
+        if (stage_tower_shared(st)) {
+            vit_acts_layout_out(&a->vit, ar, &st->vc, max_Np);
+            Arena m = {.base = NULL, .size = SIZE_MAX, .name = "tower scratch measure"};
+            vit_acts_layout_scratch(&a->vit, &m, &st->vc, max_Np); /* its tables; the pointers bound at each forward */
+        } else {
+            vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
+        }
         a->vit.b_floor = st->vit_floor;
-        projector_acts_layout(&a->proj, ar, &st->vc, max_Np);
+        projector_acts_layout_fwd(&a->proj, ar, &st->vc, max_Np); /* its backward's buffers: stage_bwd_layout */
         if (c->anyres) {
             a->ar_idx = arena_alloc(ar, T * sizeof(int32_t));
             a->ar_nl = arena_alloc(ar, T * sizeof(int32_t));
@@ -581,7 +639,7 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
     /* the fused backward's scratch under recompute: the stage's (stage_bwd_bind at each call) */
-    if (!stage_bwd_shared(st, split)) stage_bwd_layout(a, st, ar, max_T, split);
+    if (!stage_bwd_shared(st, split)) stage_bwd_layout(a, st, ar, max_T, max_Np, split);
 }
 
 static void stage_acts_tables(StageActs* a, const Stage* st) {
@@ -631,7 +689,7 @@ static void stage_recompute_layout(const Stage* st, Arena* ar, StageRecompute* r
         memset(&t, 0, sizeof t);
         stage_acts_tables(&t, st);
         Arena m = {.base = NULL, .size = SIZE_MAX, .name = "backward scratch measure"};
-        stage_bwd_layout(&t, st, &m, max_T, 0);
+        stage_bwd_layout(&t, st, &m, max_T, max_Np, 0);
         stage_acts_free_tables(&t);
         rc->bwd_bytes = m.used;
         rc->bwd = arena_alloc(ar, m.used);
@@ -668,9 +726,9 @@ static void stage_recompute_reserve(const Stage* st, int max_T, int max_Np, int 
  * stage_dres helpers use) out of the stage's block laid out for the largest; before each call that may use it */
 static void stage_bwd_bind(const Stage* st, StageActs* a) {
     if (!stage_bwd_shared(st, a->split)) return;
-    RR_ASSERT(st->rc && st->rc->bwd && st->rc->max_T >= a->max_T);
+    RR_ASSERT(st->rc && st->rc->bwd && st->rc->max_T >= a->max_T && st->rc->max_Np >= a->max_Np);
     Arena ar = {.base = st->rc->bwd, .size = st->rc->bwd_bytes, .name = "backward scratch"};
-    stage_bwd_layout(a, st, &ar, a->max_T, 0);
+    stage_bwd_layout(a, st, &ar, a->max_T, a->max_Np, 0);
 }
 
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split) {
@@ -731,7 +789,7 @@ size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max
     st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
     st.lc.recompute = st.l1 > st.l0 ? lm : RECOMPUTE_NONE; /* as stage_set_recompute */
     st.vc.recompute = st.first && st.vit_train ? tower : RECOMPUTE_NONE;
-    if (ws) *ws = stage_recompute_bytes(&st, max_tokens, max_patches, !split);
+    if (ws) *ws = stage_recompute_bytes(&st, max_tokens, max_patches, !split) + stage_tower_bytes(&st, max_patches);
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
@@ -762,6 +820,7 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
     stage_acts_layout(a, st, &ar, max_tokens, max_patches, split);
     RR_ASSERT(ar.used == a->bytes);
     stage_recompute_reserve(st, max_tokens, max_patches, !split);
+    stage_tower_reserve(st, max_patches);
     if (st->rc) a->vit.rc_ws = &st->rc->vit; /* the tower's recompute workspace (the struct's address stays) */
     /* host copies of the image placement and the text runs, for assembly and its backward */
     a->h_img_cu = mallocCheck(((size_t)max_patches + 1) * sizeof(int32_t));
@@ -1216,6 +1275,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         a->n_ar = mb->J;
         if (c->anyres) stage_anyres_index(st, a, mb);
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
+        stage_tower_bind(st, a); /* a frozen tower: the stage's forward buffers */
         vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
         vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
         projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, be_act(vbe, a->vit.vout), a->Np);

@@ -103,6 +103,17 @@ typedef struct {
     size_t bwd_bytes;
 } StageRecompute;
 
+/* A frozen tower's forward scratch (Stage.vit_fwd, a first stage whose tower does not train): everything the tower's
+ * forward writes but its output (vit_acts_layout_scratch), which each microbatch keeps (VitActs.vout, the projector's
+ * input). One backend block shared by the stage's microbatches, sized by the largest stage_acts_init and carved for
+ * each forward again: what it holds is valid inside one stage_forward only. */
+typedef struct {
+    void* block;
+    size_t bytes;
+    int max_Np;
+    unsigned gen; /* (re)allocations so far: a microbatch bound to an older block uploads CLIP's index again */
+} StageTowerScratch;
+
 typedef struct {
     ModelConfig cfg;
     VitConfig vc;
@@ -138,6 +149,7 @@ typedef struct {
      * the blocks (LM and tower) whose activations a backward recomputed so far */
     StageRecompute* rc;
     long n_recomputed;
+    StageTowerScratch* vit_fwd; /* a frozen tower's forward scratch (NULL: the tower trains, or no tower) */
     /* Tensor parallelism (docs/parallel.md "Tensor parallelism"; tp = 1: unsplit). This stage is TP rank tp_rank of tp over
      * the group tp_comm (not owned): its ParamTable holds only this rank's slice of each split tensor
      * (global names, slices recorded; runtime/model/tp.h says which), the ViT, projector and LM blocks
@@ -170,6 +182,8 @@ typedef struct {
 void vit_forward_graphed(Stage* st, const Backend* vbe, VitActs* a);
 long vit_graphs_replays(const Stage* st);
 void vit_graphs_free(Stage* st);
+/* Drop the recorded graphs (their pointers changed: a frozen tower's scratch reallocated), keeping the count. */
+void vit_graphs_forget(struct VitGraphs* gs);
 
 /* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
 void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be);
@@ -223,7 +237,8 @@ typedef struct {
     float* nl16;
     int n_seg;
     /* first stage */
-    VitActs vit;
+    VitActs vit;                /* a frozen tower: its vout here, the rest Stage.vit_fwd's (bound at each forward) */
+    unsigned vit_fwd_gen;       /* the Stage.vit_fwd block it was last bound to (StageTowerScratch.gen) */
     ProjActs proj;
     /* LM blocks of this stage */
     float* res;            /* (nL+1, max_T, Dt) residual at block boundaries; res[0] = stage input */
@@ -270,7 +285,8 @@ int model_bf16_vision(const ModelConfig* cfg);
 size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
                                  int lm_act_bytes, int vit_train);
 /* model_stage_acts_bytes_lm under activation recompute (lm, tower: Recompute), with *ws (may be NULL) the bytes of
- * the stage's one recompute workspace (StageRecompute) beside the microbatches' blocks. */
+ * the stage's one recompute workspace (StageRecompute) and a frozen tower's forward scratch (StageTowerScratch)
+ * beside the microbatches' blocks. */
 size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
                                  int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws);
 /* Bytes of one StageActs (for the memory plan). */

@@ -97,6 +97,13 @@ void vit_forward_graphed(Stage* st, const Backend* vbe, VitActs* a) {
 
 long vit_graphs_replays(const Stage* st) { return st->vit_graphs ? st->vit_graphs->replays : 0; }
 
+void vit_graphs_forget(struct VitGraphs* gs) {
+    if (!gs) return;
+    for (int i = 0; i < gs->n; i++)
+        if (gs->e[i].graph) gs->e[i].key.be->dev->graph_free(gs->e[i].graph);
+    gs->n = 0;
+}
+
 void vit_graphs_free(Stage* st) {
     struct VitGraphs* gs = st->vit_graphs;
     if (!gs) return;

@@ -298,6 +298,9 @@ typedef struct {
     int t;
     double ss;
     int tp_rank;
+    const float** xs; /* the pieces the sum of squares takes (piece_sumsq), for one sum_squares_multi call */
+    size_t* ns;
+    int n, cap;
 } StepCtx;
 
 static void piece_sumsq(void* vctx, const ParamTable* pt, int i, size_t j0, size_t n, size_t p) {
@@ -306,7 +309,12 @@ static void piece_sumsq(void* vctx, const ParamTable* pt, int i, size_t j0, size
     (void)p;
     /* optim_grad_sum_squares' rules: a replicated tensor counts on TP rank 0, a tied copy not at all */
     if (s->shared_copy || (c->tp_rank != 0 && !params_is_slice(s))) return;
-    c->ss += pt->be->ops->sum_squares(pt->be, pt->grad + s->goff + j0, n);
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->xs = reallocCheck(c->xs, (size_t)c->cap * sizeof *c->xs);
+        c->ns = reallocCheck(c->ns, (size_t)c->cap * sizeof *c->ns);
+    }
+    c->xs[c->n] = pt->grad + s->goff + j0, c->ns[c->n++] = n;
 }
 
 static void piece_adamw(void* vctx, const ParamTable* pt, int i, size_t j0, size_t n, size_t p) {
@@ -329,6 +337,14 @@ int step_exec_zero_grad_norm(ZeroOpt* o, double* norm, char* err, size_t err_len
     for (int s = 0; s < ex->n_stages; s++) {
         StepCtx c = {.z = &o->z[s], .tp_rank = ex->stages[s]->tp_rank};
         for_pieces(o->z[s].pt, o->z[s].lo, o->z[s].hi, piece_sumsq, &c);
+        const Backend* be = o->z[s].pt->be;
+        if (be->ops->sum_squares_multi) { /* one pass (one launch on CUDA), the per-piece loop's bits */
+            c.ss = be->ops->sum_squares_multi(be, c.xs, c.ns, c.n);
+        } else {
+            for (int k = 0; k < c.n; k++) c.ss += be->ops->sum_squares(be, c.xs[k], c.ns[k]);
+        }
+        free(c.xs);
+        free(c.ns);
         ss += c.ss;
     }
     char e[512];

@@ -165,6 +165,33 @@ int guard_memory(const Backend* be, Comm* world, double need, const char* detail
     return any ? -1 : 0;
 }
 
+int guard_device_memory(Recipe* r, Comm* world, char* note, size_t note_len, char* err, size_t err_len) {
+    if (note && note_len) note[0] = 0;
+    r->device_memory = 0;
+    /* the same recipe on every rank: every rank takes this branch or none */
+    if (r->memory_budget > 0 || r->allow_overcommit || !strcmp(r->backend, "cpu")) return 0;
+    double gib = 0;
+    char why[256];
+    const Backend* be = backend_cuda_get(why, sizeof why);
+    if (!be) {
+        if (note && note_len) snprintf(note, note_len, "%s", why);
+    } else if (be->dev->memory) {
+        BackendMemory m;
+        be->dev->memory(&m);
+        gib = (double)m.device_total / (double)(1ull << 30);
+    }
+    if (world && world->size > 1) {
+        /* a rank without a device counts as none: no default on any rank */
+        char e[256];
+        if (comm_allreduce(world, &gib, 1, COMM_F64, COMM_MIN, e, sizeof e) != 0) {
+            snprintf(err, err_len, "the device memory's minimum over the ranks: %s", e);
+            return -1;
+        }
+    }
+    r->device_memory = gib;
+    return 0;
+}
+
 int guard_cores(void) {
     cpu_set_t set;
     CPU_ZERO(&set);

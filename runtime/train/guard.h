@@ -32,6 +32,14 @@ int guard_lock_current(int fd, const char* dir);
 int guard_memory(const Backend* be, Comm* world, double need, const char* detail, int allow, char* err,
                  size_t err_len);
 
+/* Recipe.device_memory, from which the default memory budget comes (train_budget_gib): with runtime.memory_budget
+ * unset and runtime.allow_overcommit off, on a backend whose device reports its memory (BackendDevice.memory: the
+ * CUDA device's total bytes), that total in GiB, the smallest over the ranks of `world` (NULL: this process
+ * alone) so that every rank splits the layers alike; 0 otherwise: the cpu backend (no default), or a device
+ * backend that cannot be opened here (`note`, when given, says why; a run then fails where it opens the backend).
+ * Collective over world when world is given. Returns 0, or -1 with a message (the collective failed). */
+int guard_device_memory(Recipe* r, Comm* world, char* note, size_t note_len, char* err, size_t err_len);
+
 /* Cores this process may run on (sched_getaffinity; sysconf when that fails). */
 int guard_cores(void);
 /* Threads per rank: runtime.threads, or the cores available shared by the ranks of `world` on this

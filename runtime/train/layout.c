@@ -216,7 +216,26 @@ static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
     return partition_cost_recompute(k, recipe_recompute(r, 0) == RECOMPUTE_FULL, recipe_recompute(r, 1) == RECOMPUTE_FULL);
 }
 
-static double budget_bytes(const Recipe* r) { return r->memory_budget * (double)(1ull << 30); }
+double train_budget_gib(const Recipe* r) {
+    if (r->memory_budget > 0) return r->memory_budget;
+    if (r->device_memory > 0 && !r->allow_overcommit) return r->device_memory * (1.0 - TRAIN_DEVICE_RESERVE);
+    return 0;
+}
+
+static double budget_bytes(const Recipe* r) { return train_budget_gib(r) * (double)(1ull << 30); }
+
+/* Where the budget comes from, for messages: "runtime.memory_budget = 25 GiB", or the device's memory less the
+ * reserve. */
+static void budget_what(const Recipe* r, char* s, size_t n) {
+    if (r->memory_budget > 0) snprintf(s, n, "runtime.memory_budget = %g GiB", r->memory_budget);
+    else {
+        char dev[32], b[32];
+        fmt_bytes(dev, sizeof dev, r->device_memory * (double)(1ull << 30));
+        fmt_bytes(b, sizeof b, budget_bytes(r));
+        snprintf(s, n, "the device's memory (%s less a %.0f%% reserve: %s; runtime.memory_budget unset)", dev,
+                 100 * TRAIN_DEVICE_RESERVE, b);
+    }
+}
 
 /* The split that balances the cost model at the token budget of a step (assumptions in recipes/README.md),
  * or parallel.layers as given. */
@@ -377,11 +396,12 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
                         size_t err_len) {
     if (note && note_len) note[0] = 0;
     if (split_by_time(r, c, layers, err, err_len) != 0) return -1;
-    if (r->memory_budget <= 0) return 0;
+    if (train_budget_gib(r) <= 0) return 0;
     TrainRankBytes b;
     int worst = split_largest(r, c, layers, &b);
     if (b.total <= budget_bytes(r)) return 0;
-    char need[32], acts[32], fix[1024];
+    char need[32], acts[32], fix[1024], what[160];
+    budget_what(r, what, sizeof what);
     train_fmt_bytes(need, sizeof need, b.total);
     train_fmt_bytes(acts, sizeof acts, b.acts);
     int S = r->pp * r->chunks;
@@ -392,8 +412,7 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
             for (int s = 0; s < S && len < note_len; s++)
                 len += (size_t)snprintf(note + len, note_len - len, "%s%d", s ? "," : " ", layers[s]);
             if (len < note_len)
-                snprintf(note + len, note_len - len, " needs %s on rank %d, over runtime.memory_budget = %g GiB", need, worst,
-                         r->memory_budget);
+                snprintf(note + len, note_len - len, " needs %s on rank %d, over %s", need, worst, what);
         }
         memcpy(layers, fitted, (size_t)S * sizeof(int));
         free(fitted);
@@ -401,8 +420,9 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
     }
     free(fitted);
     fit_suggestions(r, c, fix, sizeof fix);
-    snprintf(err, err_len, "%s: runtime.memory_budget = %g GiB: rank %d needs %s (activations %s)%s; changes that fit: %s",
-             recipe_origin(r, "runtime", "memory_budget"), r->memory_budget, worst, need, acts,
+    snprintf(err, err_len, "%s: %s: rank %d needs %s (activations %s)%s; changes that fit: %s",
+             r->memory_budget > 0 ? recipe_origin(r, "runtime", "memory_budget") : recipe_origin(r, "runtime", "backend"),
+             what, worst, need, acts,
              r->layers[0] ? " with parallel.layers as given"
              : r->chunks > 1 ? " and no other split is searched with parallel.chunks > 1"
              : c->Lt > SPLIT_FIT_MAX_LAYERS ? " and no other split is searched past 128 LM layers (give parallel.layers)"
@@ -472,7 +492,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
             "(train.freeze; in bf16 a frozen tensor is its compute copy alone); activations: the\n"
             "stage's StageActs block for a %d-token microbatch with every position an image patch (worst case),\n"
-            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap; with tp > 1 one\n"
+            "times microbatches in flight: gpipe M, otherwise min(P - r, M) x chunks, or runtime.cap, and once per stage a\n"
+            "frozen tower's forward buffers and the recompute workspace; with tp > 1 one\n"
             "TP rank's: its slices of the split tensors and whole copies of the replicated ones, split activations;\n"
             "workspace: the backend's own scratch%s):\n",
             T,
@@ -484,8 +505,22 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
                 : ";\nbf16: weights include the compute copy (f32 words on the cpu)");
     if (r->memory_budget > 0)
         fprintf(out, "memory budget: %g GiB per rank (runtime.memory_budget)\n", r->memory_budget);
+    else if (train_budget_gib(r) > 0) {
+        char dev[32], b[32];
+        fmt_bytes(dev, sizeof dev, r->device_memory * (double)(1ull << 30));
+        fmt_bytes(b, sizeof b, budget_bytes(r));
+        fprintf(out, "memory budget: %s per rank (runtime.memory_budget unset: the device's %s less a %.0f%% reserve for the "
+                     "CUDA context, the libraries' workspaces and communication buffers)\n", b, dev, 100 * TRAIN_DEVICE_RESERVE);
+    }
+    else if (strcmp(r->backend, "cpu") != 0)
+        fprintf(out, "memory budget: none (runtime.memory_budget unset and %s)\n",
+                r->allow_overcommit ? "runtime.allow_overcommit = 1" : "no device here to take its memory from");
+    else
+        fprintf(out, "memory budget: none (runtime.memory_budget unset; the cpu backend has no default: the start-up check "
+                     "compares the ranks' total with the host's available memory)\n");
+    int budget = train_budget_gib(r) > 0;
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s %12s%s\n", "rank", "layers", "params", "weights", "grads",
-            "adam m+v", "activations", "workspace", "total", r->memory_budget > 0 ? "       budget" : "");
+            "adam m+v", "activations", "workspace", "total", budget ? "       budget" : "");
     /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
@@ -503,7 +538,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         fmt_bytes(sx, sizeof sx, b.acts);
         fmt_bytes(sk, sizeof sk, b.scratch);
         fmt_bytes(st, sizeof st, b.total);
-        if (r->memory_budget > 0) {
+        if (budget) {
             char bb[32];
             fmt_bytes(bb, sizeof bb, budget_bytes(r));
             snprintf(sb, sizeof sb, "  %s %s", b.total <= budget_bytes(r) ? "<=" : "> ", bb);

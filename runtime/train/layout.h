@@ -30,6 +30,12 @@ typedef struct {
     int layers;      /* LM layers of the rank */
 } TrainRankBytes;
 int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err, size_t err_len);
+/* The memory one rank may hold, in GiB, that the layer split must fit: runtime.memory_budget when set; otherwise,
+ * on a device (Recipe.device_memory, from guard_device_memory), its memory less TRAIN_DEVICE_RESERVE of it, unless
+ * runtime.allow_overcommit; otherwise 0 (no budget: the cpu backend has no default). */
+#define TRAIN_DEVICE_RESERVE 0.05 /* of the device's memory: the CUDA context, cuBLAS / cuDNN workspaces, NCCL's buffers
+                                   * and the allocator's rounding, none of which the dry run's figures count */
+double train_budget_gib(const Recipe* r);
 /* "12.3 MiB" / "1.50 GiB" */
 void train_fmt_bytes(char* s, size_t n, double x);
 

@@ -16,11 +16,21 @@ double optim_grad_sum_squares(const Stage* st) {
     /* another TP rank: its slices only; a replicated tensor (equal on every TP rank) counts once, on TP rank 0;
      * the tied embedding's copy on the last stage (equal to the first stage's) counts once, there */
     double ss = 0.0;
+    const float** xs = mallocCheck((pt->n ? pt->n : 1) * sizeof *xs);
+    size_t* ns = mallocCheck((pt->n ? pt->n : 1) * sizeof *ns);
+    int n = 0;
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (!s->frozen && !s->shared_copy && (st->tp_rank == 0 || params_is_slice(s)))
-            ss += st->be->ops->sum_squares(st->be, pt->grad + s->goff, s->numel);
+            xs[n] = pt->grad + s->goff, ns[n++] = s->numel;
     }
+    if (st->be->ops->sum_squares_multi) { /* one pass (one launch on CUDA), the loop's bits */
+        ss = st->be->ops->sum_squares_multi(st->be, xs, ns, n);
+    } else {
+        for (int k = 0; k < n; k++) ss += st->be->ops->sum_squares(st->be, xs[k], ns[k]);
+    }
+    free(xs);
+    free(ns);
     return ss;
 }
 

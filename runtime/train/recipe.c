@@ -259,11 +259,13 @@ static const RecipeKey recipe_keys[] = {
      "Warn, naming the rank waited for, after this many seconds without a message (0 = never)."},
     {"runtime", "allow_overcommit", RKEY_BOOL, OFF(allow_overcommit), 0, "false", 0, 1, 0, 0,
      "Start even when the parameters, optimiser state and activations (the dry run's figures) exceed the memory "
-     "available (host MemAvailable, or the GPU's free memory): the start-up check warns instead of refusing."},
+     "available (host MemAvailable, or the GPU's free memory): the start-up check warns instead of refusing, and "
+     "runtime.memory_budget unset takes no default from the device."},
     {"runtime", "memory_budget", RKEY_FLOAT, OFF(memory_budget), 0, "0", 0, 1e6, 0, 0,
-     "GiB one rank may hold (the dry run's figures: weights, gradients, AdamW state, activations, workspace; 0 = no "
-     "budget). The LM layer split balances time among the splits whose every rank fits; where none does, or "
-     "parallel.layers exceeds it, the run is refused with the smallest changes that fit."},
+     "GiB one rank may hold (the dry run's figures: weights, gradients, AdamW state, activations, workspace; 0 = the "
+     "device's memory less a 5% reserve on the cuda backend, the smallest device of the job; none on the cpu). The LM "
+     "layer split balances time among the splits whose every rank fits; where none does, or parallel.layers exceeds "
+     "it, the run is refused with the smallest changes that fit."},
     /* [checkpoint] */
     {"checkpoint", "dir", RKEY_STRING, OFF(ckpt_dir), SZ(ckpt_dir), "", 0, 0, 0, 0,
      "Checkpoint folder (\"\" = RUN_DIR/checkpoints); each checkpoint is a subfolder step-NNNNNNNN."},

@@ -101,7 +101,9 @@ typedef struct {
     int dp_overlap;      /* 1: buckets start when their chunk's gradients are final; 0: after the backward */
     double stall_warn_s; /* warn after this long without a message (0 = never) */
     int allow_overcommit; /* start even when the memory check says the layout cannot fit */
-    double memory_budget; /* GiB per rank the layer split must fit (0: none) */
+    double memory_budget; /* GiB per rank the layer split must fit (0: the device's memory, train_budget_gib) */
+    double device_memory; /* GiB of the device (its total, the smallest over the job's ranks; 0: none or unknown), set
+                           * before the layout is computed (guard_device_memory), never by a key */
     int trace;         /* write Chrome traces */
     int profile;       /* per-step GPU time and launches per op kind (CUDA backend) */
     char cuda_graphs[8]; /* auto | off: the tower's forward recorded once per shape and replayed (CUDA backend) */

@@ -136,6 +136,12 @@ target_link_libraries(test_adamw_multi_emu PRIVATE rrfp_cuda_emu rrfp_core)
 set_target_properties(test_adamw_multi_emu PROPERTIES LINKER_LANGUAGE CXX)
 add_test(NAME adamw_multi_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "adamw_multi: ok" $<TARGET_FILE:test_adamw_multi_emu>)
 set_tests_properties(adamw_multi_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
+# the multi-tensor sum of squares (the gradient norm under tp and with a tied copy) bitwise the per-tensor loop, its launches
+add_executable(test_sumsq_multi_emu tests/engine/cuda/test_sumsq_multi.c)
+target_link_libraries(test_sumsq_multi_emu PRIVATE rrfp_cuda_emu rrfp_core)
+set_target_properties(test_sumsq_multi_emu PROPERTIES LINKER_LANGUAGE CXX)
+add_test(NAME sumsq_multi_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "sumsq_multi: ok" $<TARGET_FILE:test_sumsq_multi_emu>)
+set_tests_properties(sumsq_multi_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # a QLoRA base weight dequantized to bf16 by the CUDA kernel (engine/cuda/quant.cu) equals the CPU's bit for bit, on
 # the emulated CUDA runtime, strict (two thread orders, -0.0 guards)
 add_executable(test_quant_cuda_emu tests/engine/cuda/test_quant_cuda.c)

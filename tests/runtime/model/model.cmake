@@ -16,6 +16,8 @@ add_test(NAME model_fd_anyres COMMAND test_model fd_anyres)
 add_test(NAME model_fd_anyres_clip COMMAND test_model fd_anyres_clip)
 add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
 add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
+# train.freeze on the CLIP tower: a frozen tower's shared forward scratch with CLIP's token tables and channel-major index
+add_test(NAME model_freeze_clip COMMAND test_model freeze_clip)
 add_test(NAME model_gpu COMMAND test_model gpu)
 set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 add_test(NAME model_gpu_clip COMMAND test_model gpu_clip)

@@ -400,8 +400,8 @@ static void freeze_case(const char* freeze, int split_bw) {
                    step, m, loss[1][m], loss[0][m]);
         for (int i = 0; i < pf->n; i++) {
             if (pf->specs[i].frozen) {
-                /* the reference computed this gradient; it is discarded */
-                memset(params_grad(pr, i), 0, pr->specs[i].numel * sizeof(float));
+                /* the reference computed this gradient; it is discarded (CLIP's blocks past the feature layer have none) */
+                if (params_grad(pr, i)) memset(params_grad(pr, i), 0, pr->specs[i].numel * sizeof(float));
                 continue;
             }
             EXPECT(memcmp(params_grad(pr, i), params_grad(pf, i), pf->specs[i].numel * sizeof(float)) == 0,
@@ -423,6 +423,24 @@ static void freeze_case(const char* freeze, int split_bw) {
         }
     }
     EXPECT(moved == pf->n - n_frozen, "only %d of %d trainable tensors moved", moved, pf->n - n_frozen);
+    if (vision_all) {
+        /* a frozen tower's forward buffers are the stage's, one set for every microbatch in flight (StageTowerScratch):
+         * each microbatch keeps its output alone (the losses and gradients above: with all NMB forwards before the
+         * backwards), and the dry run's workspace counts that set once */
+        EXPECT(fz.vit_fwd && fz.vit_fwd->block, "frozen tower: no shared forward scratch");
+        EXPECT(fa[0].vit.x == fa[1].vit.x && fa[0].vit.blocks[0].fc1 == fa[1].vit.blocks[0].fc1 && fa[0].vit.tmp == fa[1].vit.tmp,
+               "frozen tower: the microbatches' forward buffers are not shared");
+        EXPECT(fa[0].vit.vout != fa[1].vit.vout, "frozen tower: the microbatches share their output");
+        EXPECT((char*)fa[0].vit.x >= (char*)fz.vit_fwd->block && (char*)fa[0].vit.x < (char*)fz.vit_fwd->block + fz.vit_fwd->bytes,
+               "frozen tower: the residual is not in the stage's scratch");
+        size_t ws = 0;
+        model_stage_acts_bytes_rc(&c, 0, c.Lt, max_T, max_Np, split_bw, 1, 4, 0, RECOMPUTE_NONE, RECOMPUTE_NONE, &ws);
+        EXPECT(ws == fz.vit_fwd->bytes, "the dry run's workspace %zu bytes, the frozen tower's scratch %zu", ws, fz.vit_fwd->bytes);
+        /* at least one block's forward set (ln1, qkv, att, xmid, ln2, fc1, gelu: 15 N D floats) and two residuals */
+        EXPECT(fz.vit_fwd->bytes >= (size_t)17 * max_Np * c.Dv * sizeof(float), "frozen tower's scratch %zu bytes", fz.vit_fwd->bytes);
+    } else {
+        EXPECT(!fz.vit_fwd, "a training tower has the frozen tower's shared scratch");
+    }
     long vb = fz.n_vit_backward;
     if (vision_all) EXPECT(vb == 0, "vision frozen, but the ViT backward ran %ld times", vb);
     else EXPECT(vb > 0, "a vision tensor trains, but the ViT backward never ran");
@@ -443,7 +461,7 @@ static void freeze_case(const char* freeze, int split_bw) {
 
 static void test_freeze(void) {
     const char* cases[] = {"vision,text", "vision", "projector", "text.embed, vision.blocks.0,vision.patch_embed, text.blocks.1.mlp",
-                           "vision.ln_f,text.lm_head,text.norm"};
+                           g_clip ? "vision.pre_ln,text.lm_head,text.norm" : "vision.ln_f,text.lm_head,text.norm"}; /* CLIP: no ln_f */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int split_bw = 0; split_bw < 2; split_bw++) freeze_case(cases[i], split_bw);
     /* refused lists: a name that matches nothing (a prefix must end at a dot), and everything */

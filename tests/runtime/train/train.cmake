@@ -378,6 +378,15 @@ if(TARGET rrfp_cuda_emu)
                        "PRECISION=bf16;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16")
 endif()
 
+# The default memory budget on a small emulated device (RR_EMU_DEVICE_MB): refused with changes that fit, the first
+# change fits and trains, overcommitted it runs out of the device (train_device_budget_emu.sh)
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_device_budget_emu
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "device budget emu: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_device_budget_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_device_budget_emu)
+  set_tests_properties(train_device_budget_emu PROPERTIES TIMEOUT 300)
+endif()
+
 # LoRA on the emulated CUDA backend (bf16 table: its GEMMs on 2-byte weights, the rounding dropout kernel) against
 # the CPU backend's bf16 run, every linear adapted, dropout on
 if(TARGET rrfp_cuda_emu)

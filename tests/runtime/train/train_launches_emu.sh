@@ -8,7 +8,10 @@
 #   2. the optimiser's launches per step are OPTIM: the gradient sum of squares (its chunk and total kernels,
 #      the copy of the total to the host and the device error record's copy: 4) and the multi-tensor AdamW's
 #      one launch for every tensor (BackendOps.adamw_multi) = 5, whatever the number of tensors (a loop over
-#      tensors would make it 4 + 31 here);
+#      tensors would make it 4 + 31 here); a TP rank past 0 and a last stage with the tied embedding's copy, whose
+#      tensors count apart in the norm, make the same 5: their sum of squares is BackendOps.sum_squares_multi's
+#      chunk kernel over every tensor, its total kernel and the two copies (4, not 4 per tensor; the op's launches
+#      and bits against the loop: tests/engine/cuda/test_sumsq_multi.c);
 #   3. the step's total is TOTAL (the per-kind split in KINDS). What changes it: the model's shapes and block
 #      counts in the recipe, the ops' launch structure (a fused or split kernel), the batch (the fixed batch
 #      of data.seed), the attention path. A change that moves it must say why in its commit; an accidental

@@ -308,9 +308,26 @@ void emu_bad_arg(const char* kernel, int index) {
 
 static long malloc_calls;
 extern "C" long emu_malloc_count(void) { return malloc_calls; }
+/* The emulated device's memory: RR_EMU_DEVICE_MB MiB (tests of what depends on the device's size: the default
+ * memory budget, out-of-memory), 16 GiB when unset. cudaMemGetInfo reports it, and cudaMalloc past it fails as on a
+ * device (cudaErrorMemoryAllocation, not sticky). */
+static size_t emu_bytes_in_use;
+static size_t emu_device_total(void) {
+    static size_t total = 0;
+    if (!total) {
+        const char* e = getenv("RR_EMU_DEVICE_MB");
+        double mb = e && *e ? atof(e) : 0;
+        total = mb > 0 ? (size_t)(mb * 1048576.0) : (size_t)16 << 30;
+    }
+    return total;
+}
 cudaError_t emu_malloc(void** p, size_t bytes) {
     if (sticky) return sticky;
     if (capture_refuse("cudaMalloc")) return sticky;
+    if (bytes > emu_device_total() - emu_bytes_in_use) {
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
     malloc_calls++;
     protect_init();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -323,6 +340,7 @@ cudaError_t emu_malloc(void** p, size_t bytes) {
     fill_guard(base + EMU_GUARD + bytes, mapped - EMU_GUARD - bytes);
     *p = base + EMU_GUARD;
     allocs[(uintptr_t)*p] = Alloc{bytes, mapped};
+    emu_bytes_in_use += bytes;
     if (emu_pkey >= 0)
         pkey_mprotect(base, mapped, PROT_READ | PROT_WRITE, emu_pkey); /* closed or open as the key is */
     else if (protect_on && device_depth == 0)
@@ -351,6 +369,7 @@ cudaError_t cudaFree(void* p) {
     DeviceOpen open;
     check_guards("a kernel or copy before cudaFree");
     size_t mapped = it->second.mapped;
+    emu_bytes_in_use -= it->second.bytes;
     allocs.erase(it);
     munmap((unsigned char*)p - EMU_GUARD, mapped);
     return sticky;
@@ -1393,7 +1412,7 @@ static size_t emu_allocated(void) {
     return n;
 }
 cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-    *total_b = (size_t)16 << 30; /* an emulated 16 GiB device */
+    *total_b = emu_device_total();
     size_t used = emu_allocated();
     *free_b = used < *total_b ? *total_b - used : 0;
     return sticky;
