@@ -29,7 +29,7 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------------
  * Tensors and arenas */
 
-typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DType; /* F16: read only (imports) */
+typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3, DTYPE_U8 = 4 } DType; /* F16: read only (imports); U8: stored bytes (quantised weights) */
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -497,6 +497,11 @@ typedef struct BackendOps {
      * adamw_update_copy would update it with cfgs[ts[i].cfg], bit for bit. NULL: the caller calls those per
      * tensor. */
     void (*adamw_multi)(const struct Backend* be, const AdamwTensor* ts, int n, const AdamWConfig* cfgs, int ncfg, int t);
+    /* QLoRA: a double-quantised NF4 weight of n values (engine/quant.h; q, q8, absmax2 and map8, the dynamic map's
+     * 256 values, backend memory) dequantised into out as a weight of the table (weight_dtype): the bf16 words of
+     * engine/cuda/nf4_math.h, 2-byte or widened to f32 words. */
+    void (*nf4_dequantize)(const struct Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
+                           const float* map8, float offset, size_t n);
 } BackendOps;
 
 typedef struct Backend {

@@ -58,6 +58,7 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
         c.lora_alpha = r->lora_alpha;
         c.lora_dropout = r->lora_dropout;
         if (lm_lora_targets_parse(r->lora_targets, &c.lora_targets, e, sizeof e) != 0) c.lora_targets = 0;
+        c.lora_quant = !strcmp(r->lora_quant, "nf4");
     }
     return c;
 }
