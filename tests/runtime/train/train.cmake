@@ -581,3 +581,9 @@ add_test(NAME generate_kv_qlora
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_qlora: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_qlora kv_qlora)
 set_tests_properties(generate_kv_qlora PROPERTIES TIMEOUT 300)
+# the QLoRA recipe's dry run: LLaVA-1.5-7B stage 2, r 128, one GPU, 4096-token microbatches, full recompute fits 24 GB,
+# its weights (the NF4 base at 4.13 bits a value), gradients and AdamW state derived from the model's sizes
+# (tests/runtime/train/dry_run_qlora.py)
+add_test(NAME recipe_dry_run_7b_qlora
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "dry run qlora: ok" ${RRFP_PYTHON}
+                 ${CMAKE_SOURCE_DIR}/tests/runtime/train/dry_run_qlora.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b-qlora.ini)
