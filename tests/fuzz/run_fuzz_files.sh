@@ -40,7 +40,7 @@ LIB_SRCS="engine/util.c engine/tensor.c engine/init.c engine/params.c engine/saf
 for s in $LIB_SRCS; do echo "$SRC/$s $W/obj/$(echo "$s" | tr / _).o"; done |
     xargs -P 2 -n 2 sh -c "$CC $CFLAGS -fsanitize=fuzzer-no-link,$SAN -c \"\$0\" -o \"\$1\" || exit 255" || exit 1
 o() { for s in "$@"; do printf '%s ' "$W/obj/$(echo "$s" | tr / _).o"; done; }
-ENGINE=$(o engine/util.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c
+ENGINE=$(o engine/util.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c \
          engine/params_quant.c engine/params_quant_st.c engine/quant.c)
 declare -A OBJS=(
     [safetensors]="$ENGINE"
