@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/params_quant_st.h"
 #include "engine/safetensors.h"
 
 
@@ -179,8 +180,10 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
             st_writer_meta(wo, skey, sval);
         }
     }
+    void* quant = params_quant_st_add(w, pt); /* QLoRA's NF4 base weights, as trained on */
     ck_file_name(path, sizeof path, dir, "model", shard);
     if (rc == 0) rc = st_writer_write(w, path, err, err_len);
+    params_quant_st_free(quant);
     if (rc == 0) {
         ck_file_name(path, sizeof path, dir, "optimizer", shard);
         rc = st_writer_write(wo, path, err, err_len);
@@ -813,6 +816,7 @@ int checkpoint_load(const char* dir, ParamTable* pt, CheckpointState* st, const 
     int nf = ck_load_files(dir, files, "model", shard, st, &f, err, err_len);
     if (nf < 0) goto fail;
     int rc = ck_read_block(f, nf, pt, NULL, "", err, err_len);
+    if (rc == 0) rc = params_quant_st_read(f, nf, pt, 1, err, err_len); /* QLoRA: the codes it trained on */
     ck_free_files(f, nf);
     /* every master was (re)written, even on a failed read: no copy may stay as it was */
     params_master_written(pt, -1);
@@ -1046,6 +1050,7 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
     }
     if (rc == 0 && load) params_set_host_values(pt, h, own);
     else if (own) free(h);
+    if (rc == 0 && load) rc = params_quant_st_read(f, nf, pt, 0, err, err_len); /* a QLoRA checkpoint's NF4 form */
     /* the compute copies of the tensors just loaded (a bf16 table), before any step reads them */
     if (load) params_refresh_compute(pt);
     if (rc == 0 && report) {

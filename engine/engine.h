@@ -29,7 +29,7 @@ extern "C" {
 /* ------------------------------------------------------------------------------------------------
  * Tensors and arenas */
 
-typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3 } DType; /* F16: read only (imports) */
+typedef enum { DTYPE_F32 = 0, DTYPE_BF16 = 1, DTYPE_I32 = 2, DTYPE_F16 = 3, DTYPE_U8 = 4 } DType; /* F16: read only (imports); U8: stored bytes (quantised weights) */
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
@@ -503,6 +503,11 @@ typedef struct BackendOps {
      * one launch adding the chunk sums, one copy back; the gradient norm under tensor parallelism and with a tied
      * embedding's copy, whose tensors count apart). NULL: the caller loops. */
     double (*sum_squares_multi)(const struct Backend* be, const float* const* xs, const size_t* ns, int n);
+    /* QLoRA: a double-quantised NF4 weight of n values (engine/quant.h; q, q8, absmax2 and map8, the dynamic map's
+     * 256 values, backend memory) dequantised into out as a weight of the table (weight_dtype): the bf16 words of
+     * engine/cuda/nf4_math.h, 2-byte or widened to f32 words. */
+    void (*nf4_dequantize)(const struct Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
+                           const float* map8, float offset, size_t n);
 } BackendOps;
 
 typedef struct Backend {

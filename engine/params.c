@@ -146,6 +146,10 @@ int params_slice_parse(const char* val, ParamSlice* sl, int* ndim) {
  * on the host into its compute copy (rr_f32_to_bf16: the rounding of the backends' to_bf16 / round_bf16). */
 static void params_put(ParamTable* pt, int i, size_t at, const float* h, size_t n) {
     const Backend* be = pt->be;
+    if (pt->specs[i].quant) {
+        params_quant_put(pt, i, at, h, n);
+        return;
+    }
     if (params_has_master(pt, i)) {
         be->dev->copy_h2d(be, pt->data + pt->specs[i].moff + at, h, n * sizeof(float));
         return;
@@ -173,7 +177,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
         ParamSpec* s = &pt->specs[i];
         s->goff = pt->gtotal;
         if (!s->frozen) pt->gtotal += s->numel;
-        s->moff = lean && s->frozen ? SIZE_MAX : pt->mtotal;
+        s->moff = (lean && s->frozen) || s->quant ? SIZE_MAX : pt->mtotal;
         if (s->moff != SIZE_MAX) pt->mtotal += s->numel;
     }
     if (lean) {
@@ -183,7 +187,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
         for (int i = 0; i < pt->n; i++) {
             ParamSpec* s = &pt->specs[i];
             s->coff = cb;
-            cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
+            if (!s->quant) cb += (s->numel * dtype_size(params_compute_dtype(pt, i)) + 255) & ~(size_t)255;
         }
         pt->compute_bytes = cb;
         pt->compute = be_alloc_as(be, MEM_WEIGHTS, cb ? cb : 256);
@@ -192,6 +196,7 @@ void params_alloc(ParamTable* pt, const Backend* be, uint64_t seed) {
     pt->data = be_alloc_as(be, MEM_WEIGHTS, bytes ? bytes : sizeof(float));
     pt->grad = be_alloc_as(be, MEM_GRADS, gbytes ? gbytes : sizeof(float));
     be->dev->memset0(be, pt->grad, gbytes);
+    params_quant_alloc(pt);
     float* chunk = mallocCheck(PARAMS_INIT_CHUNK * sizeof(float));
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
@@ -251,6 +256,10 @@ int params_lean(const ParamTable* pt) {
 void params_values_to_host(const ParamTable* pt, int i, float* dst) {
     const ParamSpec* s = &pt->specs[i];
     const Backend* be = pt->be;
+    if (s->quant) {
+        params_quant_values(pt, i, dst);
+        return;
+    }
     if (params_has_master(pt, i)) {
         be->dev->copy_d2h(be, dst, pt->data + s->moff, s->numel * sizeof(float));
         return;
@@ -390,11 +399,13 @@ int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
 
 float* params_weights(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    if (pt->specs[i].quant) return NULL; /* read dequantised: params_quant_dequantize */
     return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].moff;
 }
 
 Buf params_weights_buf(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
+    if (pt->specs[i].quant) return buf_none(); /* read dequantised: params_quant_dequantize */
     return pt->compute ? params_compute_buf(pt, i) : buf_f32(pt->data + pt->specs[i].moff);
 }
 
@@ -433,6 +444,7 @@ void params_free(ParamTable* pt) {
         if (pt->v) pt->be->dev->free(pt->v);
         if (pt->compute) pt->be->dev->free(pt->compute);
     }
+    params_quant_free(pt);
     free(pt->specs);
     memset(pt, 0, sizeof *pt);
 }

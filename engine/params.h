@@ -46,6 +46,9 @@ typedef struct {
     /* The compute copy does not hold this tensor's master yet: set by params_master_written, cleared by
      * params_refresh_compute; a step refuses to run while any is set (params_compute_stale). */
     int compute_stale;
+    /* Stored as bitsandbytes' NF4 with double-quantised absmaxes (params_mark_quant, engine/params_quant.c): no
+     * master, no compute copy, no gradient; the ops read it dequantised (params_quant_dequantize) */
+    int quant;
 } ParamSpec;
 
 typedef struct {
@@ -76,6 +79,12 @@ typedef struct {
     /* set before params_alloc: the params_mark_act_table'd tensors are read by a table with 2-byte activations
      * (the bf16-activation table): their compute copy is 2-byte bf16 words where weight_dtype is */
     int act_tables_bf16;
+    /* The NF4 storage of the params_mark_quant'd tensors (engine/params_quant.c; NULL when none): one entry per
+     * tensor, on the backend, with the dynamic map's 256 values (quant_map8); quant_gen counts quantisations, so
+     * a dequantised copy knows when it went stale */
+    struct ParamQuant* quant;
+    float* quant_map8;
+    unsigned quant_gen;
 } ParamTable;
 
 /* Frozen tensors on a table with a compute copy (a bf16 run) hold only that copy: no f32 master, no gradient,
@@ -83,7 +92,9 @@ typedef struct {
  * tensor (initialisation, a checkpoint or init_from read, an f32 file) is rounded once to bf16; the table reports it
  * back as that bf16 value widened to f32 (params_host_values), so checkpoints, dumps and exports write it exactly.
  * Set by params_alloc; before it, and on fp32 tables, every tensor has its master. */
-static inline int params_has_master(const ParamTable* pt, int i) { return !(pt->specs[i].frozen && pt->compute); }
+static inline int params_has_master(const ParamTable* pt, int i) {
+    return !(pt->specs[i].frozen && pt->compute) && !pt->specs[i].quant;
+}
 
 /* Whether spec s holds a slice of its global tensor (a table built without params_add may leave the
  * slice zeroed: no ranges means the whole tensor). */
@@ -179,5 +190,38 @@ int params_compute_stale(const ParamTable* pt);
 int params_verify_compute(const ParamTable* pt, char* name, size_t n);
 void params_zero_grad(ParamTable* pt);
 void params_free(ParamTable* pt);
+
+/* ---- NF4 storage of frozen base weights (QLoRA; engine/params_quant.c, docs/training.md "QLoRA") ----
+ * A tensor marked with params_mark_quant (frozen, whole: not a slice) holds no master and no compute copy: the
+ * values written to it (initialisation, a checkpoint or init_from read) are quantised once, over the whole
+ * tensor flattened row-major as bitsandbytes' quantize_4bit(blocksize 64, quant_type nf4, compress_statistics)
+ * does (engine/quant.h), when its last value arrives; the table reports it back dequantised (bf16 values widened
+ * to f32: params_values_to_host), and a write of exactly those values back (a load that leaves the tensor as it
+ * is) keeps the quantised form. */
+typedef struct ParamQuant {
+    uint8_t* q;       /* backend: (numel + 1) / 2 packed NF4 codes, value 2j in the high nibble of byte j */
+    uint8_t* q8;      /* backend: nb 8-bit codes of the absmaxes minus offset (dynamic map), nb = blocks of 64 */
+    float* absmax2;   /* backend: nb2 second-level absmaxes, one per 256 absmaxes */
+    float offset;     /* the absmaxes' mean */
+    size_t nb, nb2;
+    float* stage;     /* host: values written since the last quantisation (NULL: none pending) */
+    size_t staged;    /* how many of them */
+    int set;          /* holds a quantised form (a write of exactly its dequantised values keeps it) */
+} ParamQuant;
+/* Mark tensor `name` for NF4 storage; before params_alloc; dies if no such 2-D tensor. */
+void params_mark_quant(ParamTable* pt, const char* name);
+/* Tensor i's dequantised values into out, a weight in the storage be->weight_dtype gives (2-byte bf16 words, or
+ * f32 words holding the bf16 values), by be's nf4_dequantize (be: the table's backend, possibly bound to a stream). */
+void params_quant_dequantize(const ParamTable* pt, const Backend* be, int i, Buf out);
+/* Tensor i's quantised form to / from host memory: q ((numel + 1) / 2 bytes), q8 (nb), absmax2 (nb2 floats),
+ * offset. The setter replaces the stored form as it is (a checkpoint's: no quantisation). */
+void params_quant_get(const ParamTable* pt, int i, uint8_t* q, uint8_t* q8, float* absmax2, float* offset);
+void params_quant_set(ParamTable* pt, int i, const uint8_t* q, const uint8_t* q8, const float* absmax2, float offset);
+/* Internal to params.c: storage after the table's layout, a write of values [at, at + n), the host values, the
+ * storage freed */
+void params_quant_alloc(ParamTable* pt);
+void params_quant_put(ParamTable* pt, int i, size_t at, const float* h, size_t n);
+void params_quant_values(const ParamTable* pt, int i, float* dst);
+void params_quant_free(ParamTable* pt);
 
 #endif

@@ -27,6 +27,7 @@ static int st_dtype_parse(const char* s, DType* out) {
     else if (!strcmp(s, "BF16")) *out = DTYPE_BF16;
     else if (!strcmp(s, "I32")) *out = DTYPE_I32;
     else if (!strcmp(s, "F16")) *out = DTYPE_F16;
+    else if (!strcmp(s, "U8")) *out = DTYPE_U8;
     else return -1;
     return 0;
 }

@@ -10,6 +10,7 @@ size_t dtype_size(DType t) {
     case DTYPE_BF16: return 2;
     case DTYPE_I32: return 4;
     case DTYPE_F16: return 2;
+    case DTYPE_U8: return 1;
     }
     RR_ASSERT(0 && "unknown dtype");
     return 0;
@@ -21,6 +22,7 @@ const char* dtype_name(DType t) {
     case DTYPE_BF16: return "BF16";
     case DTYPE_I32: return "I32";
     case DTYPE_F16: return "F16";
+    case DTYPE_U8: return "U8";
     }
     return "?";
 }

@@ -62,6 +62,7 @@ typedef struct {
     int lora_r;
     float lora_scale, lora_dropout;
     unsigned lora_targets;
+    int lora_quant; /* QLoRA (text/lm_qlora.h): the targets' base weights stored as NF4, dequantised per block */
     /* Activation recompute of the blocks (Recompute, engine.h): what lm_block_acts_layout keeps per microbatch and
      * what lm_recompute_layout's one-block workspace holds instead (lm_block_acts_view, lm_block_recompute). */
     int recompute;

@@ -255,7 +255,8 @@ static const BackendDevice cpu_device = {
     .round_bf16 = cpu_round_bf16,                            \
     .to_bf16 = cpu_to_bf16,                                  \
     .dropout_forward = cpu_dropout_forward,                  \
-    .dropout_backward = cpu_dropout_backward
+    .dropout_backward = cpu_dropout_backward,                \
+    .nf4_dequantize = cpu_nf4_dequantize
 
 static const BackendOps cpu_ops = {CPU_OPS_F32};
 

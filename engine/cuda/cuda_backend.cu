@@ -458,6 +458,7 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
 PROF_OP(PROF_ELEMENTWISE, cuda_dropout_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_dropout_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_dropout_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_nf4_dequantize)
 
 // the bf16-activation ops' 2-byte output-gradient ops (engine.h, BackendB16)
 static const BackendB16 backend_cuda_bf16a_b16 = {
@@ -564,6 +565,7 @@ static const BackendOps cuda_ops = {
     .dropout_backward = prof_cuda_dropout_backward,
     .adamw_multi = prof_cuda_adamw_multi,
     .sum_squares_multi = prof_cuda_sum_squares_multi,
+    .nf4_dequantize = prof_cuda_nf4_dequantize,
 };
 
 // runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and

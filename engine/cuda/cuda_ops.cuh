@@ -76,6 +76,9 @@ void cuda_bf16_dropout_forward(const Backend* be, Buf out, Buf inp, int N, int C
                                uint64_t seed);
 void cuda_dropout_backward(const Backend* be, float* dinp, const float* dout, int N, int C, int ld_g, int c0, float p,
                            uint64_t seed);
+// quant.cu (QLoRA's base weights: BackendOps.nf4_dequantize, 2-byte or f32-word weights)
+void cuda_nf4_dequantize(const Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
+                         const float* map8, float offset, size_t n);
 
 // optim.cu (the step end)
 double cuda_sum_squares(const Backend* be, const float* x, size_t n);

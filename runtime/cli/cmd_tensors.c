@@ -205,6 +205,25 @@ static void usage(FILE* f) {
                "atol 0 (bitwise equality). --files PREFIX only reads files whose name starts with PREFIX.\n");
 }
 
+/* A QLoRA base weight's NF4 form (engine/params_quant_st.c): its blocks, after the tensor's own line */
+static void ls_nf4(const StFile* f, const char* name) {
+    char key[200];
+    snprintf(key, sizeof key, "nf4.%s", name);
+    const char* meta = st_meta(f, key);
+    long long oc = 0, ic = 0;
+    int block = 0, nested = 0;
+    if (!meta || sscanf(meta, "shape=%lld,%lld;block=%d;nested_block=%d", &oc, &ic, &block, &nested) != 4 || block < 1 ||
+        nested < 1)
+        return;
+    snprintf(key, sizeof key, "%s.nf4.offset", name);
+    const StTensor* o = st_find(f, key);
+    float off = 0;
+    if (o && o->dtype == DTYPE_F32 && o->end - o->begin == 4) memcpy(&off, o->data, 4);
+    long long nb = (oc * ic + block - 1) / block;
+    printf("%-56s NF4  [%lld, %lld]  %lld blocks of %d, absmax U8 double-quantised (%lld of %d), offset %g\n", name, oc, ic,
+           nb, block, (nb + nested - 1) / nested, nested, (double)off);
+}
+
 static int tensors_ls(const char* path) {
     StSet s;
     if (stset_open(&s, path, NULL) != 0) return 1;
@@ -215,6 +234,7 @@ static int tensors_ls(const char* path) {
             printf("%-56s %-4s [", t->name, dtype_name(t->dtype));
             for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
             printf("]\n");
+            ls_nf4(&s.files[f], t->name);
         }
     }
     stset_free(&s);
@@ -263,6 +283,18 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
                         if (at < 0) at = k;
                     }
                 }
+            } else if (ta->dtype == DTYPE_U8) { /* stored bytes (a QLoRA base's NF4 codes): equal or not */
+                int codes = ends_with(ta->name, ".nf4.codes");
+                int64_t blocks = 0, last = -1;
+                for (int64_t k = 0; k < n; k++)
+                    if (((const uint8_t*)ta->data)[k] != ((const uint8_t*)tb->data)[k]) {
+                        nbad++;
+                        if (at < 0) at = k;
+                        if (k / 32 != last) blocks++, last = k / 32; /* 32 bytes: one block of 64 codes */
+                    }
+                if (codes && nbad)
+                    fprintf(stderr, "tensors diff: %s: %lld of %lld NF4 blocks of 64 hold other codes\n", ta->name,
+                            (long long)blocks, (long long)((n + 31) / 32));
             } else {
                 float* xa = mallocCheck(sizeof(float) * (size_t)n);
                 float* xb = mallocCheck(sizeof(float) * (size_t)n);

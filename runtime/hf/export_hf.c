@@ -353,6 +353,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     int V = r.vocab;
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
     ModelConfig mc = train_model_config(&r, V);
+    mc.lora_quant = 0; /* QLoRA: the checkpoint's dequantised base values, merged in f32 like any LoRA base */
     if (model_config_check(&mc, err, err_len) != 0) return -1;
     /* an any-resolution model's image_grid_pinpoints: its run's data record (the shards'), else an import's record,
      * else LLaVA-1.6's */

@@ -169,6 +169,7 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
     int V = r.vocab;
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
     ModelConfig mc = train_model_config(&r, V);
+    mc.lora_quant = 0; /* QLoRA: the adapters alone; the base is read as the checkpoint's dequantised values */
     if (model_config_check(&mc, err, err_len) != 0) return -1;
     /* the adapters alone: the base is not read */
     LmConfig lc = model_config_lm(&mc);

@@ -10,9 +10,11 @@
 
 #include "data/anyres.h"
 #include "engine/cuda/kernel_math.h"
+#include "engine/params_quant_st.h"
 #include "engine/safetensors.h"
 #include "runtime/model/model.h"
 #include "runtime/model/tp.h"
+#include "text/lm_qlora.h"
 
 #include <stdarg.h>
 
@@ -107,6 +109,7 @@ LmConfig model_config_lm(const ModelConfig* c) {
         l.lora_scale = (float)(c->lora_alpha / c->lora_r);
         l.lora_dropout = (float)c->lora_dropout;
         l.lora_targets = c->lora_targets;
+        l.lora_quant = c->lora_quant;
     }
     return l;
 }
@@ -229,6 +232,7 @@ static void stage_register_whole(ParamTable* pt, const Stage* st) {
     /* LoRA: the LM's own tensors are frozen (PEFT's base model); the adapters train */
     for (int i = 0; i < pt->n && st->cfg.lora_r > 0; i++)
         if (!strncmp(pt->specs[i].name, "text.", 5) && !lm_lora_is_adapter(pt->specs[i].name)) pt->specs[i].frozen = 1;
+    if (st->cfg.lora_r > 0 && st->cfg.lora_quant) lm_qlora_mark(pt, &st->lc, st->l0, st->l1); /* QLoRA: stored NF4 */
 }
 
 /* Calls fn(item, ctx) for every comma-separated item of list (spaces trimmed, empty items skipped);
@@ -449,6 +453,10 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         lm_block_weights_point(&st->blk_w[j], pt, l0 + j, 0);
         lm_block_weights_point(&st->blk_g[j], pt, l0 + j, 1);
     }
+    if (st->lc.lora_quant && st->lc.lora_r > 0) { /* QLoRA: the blocks read their base weights dequantised */
+        st->qlora = callocCheck(1, sizeof(LmQloraWs));
+        lm_qlora_ws_init(st->qlora, pt, &st->lc, st->blk_w, l0, l1);
+    }
     if (st->last) {
         const char* head = cfg->tie_embeddings ? "text.embed.weight" : "text.lm_head.weight";
         st->normf_w = stage_ptr(pt, "text.norm.weight", 0);
@@ -499,6 +507,8 @@ void stage_free(Stage* st) {
     vit_weights_free(&st->vit_g);
     free(st->blk_w);
     free(st->blk_g);
+    if (st->qlora) lm_qlora_ws_free(st->qlora, st->be);
+    free(st->qlora);
     free(st->tp_host);
     if (st->rc && st->rc->block) st->be->dev->free(st->rc->block);
     free(st->rc);
@@ -1174,6 +1184,11 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
     }
 }
 
+/* QLoRA: block j's base weights dequantised into the stage's workspace (no-op without, or when it holds them) */
+static void stage_qlora_load(Stage* st, int j) {
+    if (st->qlora) lm_qlora_load(st->qlora, st->lbe, &st->params, st->l0 + j);
+}
+
 /* LM block j's activations as its forward writes and its backward reads them (the kept ones and the recompute
  * workspace's: lm_block_acts_view) */
 static void stage_block_view(const Stage* st, const StageActs* a, int j, LmBlockActs* v) {
@@ -1184,6 +1199,7 @@ static void stage_block_view(const Stage* st, const StageActs* a, int j, LmBlock
 /* Recompute block j's dropped activations into its view (before its B under full recompute, before its W under
  * either), counted in n_recomputed */
 static void stage_block_recompute(Stage* st, StageActs* a, int j, LmBlockActs* v, const LmSeq* seq) {
+    stage_qlora_load(st, j);
     st->n_recomputed += lm_block_recompute(st->lbe, &st->lc, &st->blk_w[j], v, &a->scratch, seq,
                                            be_act(st->lbe, stage_res(a, st, j)));
 }
@@ -1298,6 +1314,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
         LmBlockActs v;
         stage_block_view(st, a, j, &v);
+        stage_qlora_load(st, j);
         lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
                          be_act(lbe, stage_res(a, st, j + 1)));
     }
@@ -1442,6 +1459,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
         LmBlockActs v; /* B reads no h: selective recompute runs before W only */
         stage_block_view(st, a, j, &v);
         if (st->lc.recompute == RECOMPUTE_FULL) stage_block_recompute(st, a, j, &v, &seq);
+        stage_qlora_load(st, j);
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     }
@@ -1464,6 +1482,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
         LmBlockActs v; /* the workspace has held other blocks (and microbatches) since B: recomputed again */
         stage_block_view(st, a, j, &v);
         stage_block_recompute(st, a, j, &v, &seq);
+        stage_qlora_load(st, j);
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
     }
@@ -1533,7 +1552,9 @@ int stage_dump_params(const Stage* st, int grads, const char* path, char* err, s
         }
     }
     st_writer_meta(w, "format", grads ? "rrfp-mm-grads" : "rrfp-mm-weights");
+    void* quant = grads ? NULL : params_quant_st_add(w, pt); /* QLoRA: the NF4 form beside the values */
     int rc = st_writer_write(w, path, err, err_len);
+    params_quant_st_free(quant);
     st_writer_free(w);
     free(host);
     return rc;
@@ -1675,6 +1696,7 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
         cJSON_AddNumberToObject(j, "lora_alpha", c->lora_alpha);
         cJSON_AddNumberToObject(j, "lora_dropout", c->lora_dropout);
         cJSON_AddNumberToObject(j, "lora_targets", c->lora_targets);
+        if (c->lora_quant) cJSON_AddStringToObject(j, "lora_quant", "nf4");
     }
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);

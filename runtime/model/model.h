@@ -71,6 +71,7 @@ typedef struct {
     int lora_r;
     double lora_alpha, lora_dropout;
     unsigned lora_targets;
+    int lora_quant; /* lora.quant = nf4 (docs/training.md "QLoRA"): the targets' base weights stored as NF4 */
     /* LLaVA-NeXT's any-resolution images (docs/anyres.md; model.anyres): the tower runs over every tile of
      * vision_image_size pixels, the LM takes the base image's features, then the unpadded grid with the learned
      * `image_newline` (Dt) after each row; microbatches carry their images' layout (Microbatch.J). 0 = off, else on;
@@ -135,6 +136,7 @@ typedef struct {
     ProjW proj_w, proj_g;
     float *embed_w, *embed_g;  /* (V, Dt) */
     LmBlockW *blk_w, *blk_g;   /* (l1 - l0) */
+    struct LmQloraWs* qlora;   /* QLoRA's dequantised base weights (text/lm_qlora.h; NULL without lora.quant) */
     float *normf_w, *normf_g;  /* (Dt) */
     float *head_w, *head_g;    /* (V, Dt) */
     float *newline_w, *newline_g; /* (Dt) image_newline (ModelConfig.anyres; first stage) */

@@ -58,6 +58,7 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
         c.lora_alpha = r->lora_alpha;
         c.lora_dropout = r->lora_dropout;
         if (lm_lora_targets_parse(r->lora_targets, &c.lora_targets, e, sizeof e) != 0) c.lora_targets = 0;
+        c.lora_quant = !strcmp(r->lora_quant, "nf4");
     }
     return c;
 }
@@ -85,7 +86,15 @@ typedef struct {
     double act_ws;                          /* the stages' activation-recompute workspaces (one each), summed */
     double masters;                         /* values with an f32 master: bf16 runs hold none for frozen tensors */
     double scratch, wscratch;               /* one buffer per process: the largest stage's */
+    double quant, qws; /* QLoRA: the NF4 base weights' bytes, and each stage's dequantisation workspace (one block's) */
 } StageBytes;
+
+/* Bytes of an n-value weight in bitsandbytes' NF4 storage (engine/params.h "NF4 storage"): 4 bits a value, one
+ * 8-bit absmax code per block of 64, one f32 second-level absmax per 256 blocks */
+static double qlora_nf4_bytes(size_t n) {
+    size_t nb = (n + 63) / 64;
+    return (double)((n + 1) / 2) + (double)nb + 4.0 * (double)((nb + 255) / 256);
+}
 
 static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, StageBytes* o) {
     int T = r->microbatch_tokens;
@@ -96,12 +105,20 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
     model_params_register_tp(mc, l0, l1, r->tp, 0, &pt);
     o->params = (double)pt.total;
+    double qnumel = 0; /* QLoRA's quantised base weights: their NF4 form instead of a master or compute copy */
+    for (int i = 0; i < pt.n; i++)
+        if (pt.specs[i].quant) qnumel += (double)pt.specs[i].numel, o->quant += qlora_nf4_bytes(pt.specs[i].numel);
+    if (qnumel > 0) {
+        o->quant += 256 * 4; /* the dynamic map's values, once per table */
+        o->qws = qnumel / (l1 - l0) * (bf16 && cuda ? 2 : 4); /* one block's base weights in the GEMMs' dtype */
+    }
     if (bf16) {
-        for (int i = 0; i < pt.n; i++) o->copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
+        for (int i = 0; i < pt.n; i++)
+            if (!pt.specs[i].quant) o->copy += (double)pt.specs[i].numel * (pt.specs[i].ndim == 2 && !pt.specs[i].f32_compute && cuda ? 2 : 4);
         o->scratch = cuda ? 2.0 * (double)params_gemm_operand_elems(&pt, T, 1) : 0;
     }
     o->trainable = (double)model_params_freeze(&pt, r->freeze);
-    o->masters = bf16 ? o->trainable : o->params; /* a frozen tensor of a bf16 run: its compute copy only */
+    o->masters = bf16 ? o->trainable : o->params - qnumel; /* a frozen tensor of a bf16 run: its compute copy only */
     /* a tower none of whose tensors trains keeps no activations for a backward (stage_init_tp) */
     int vit_train = 0;
     for (int i = 0; i < pt.n; i++)
@@ -134,6 +151,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
 static void stage_bytes_add(StageBytes* acc, const StageBytes* s) {
     acc->params += s->params, acc->masters += s->masters, acc->trainable += s->trainable, acc->copy += s->copy, acc->act_mb += s->act_mb;
     acc->act_ws += s->act_ws;
+    acc->quant += s->quant, acc->qws += s->qws;
     if (s->scratch > acc->scratch) acc->scratch = s->scratch;
     if (s->wscratch > acc->wscratch) acc->wscratch = s->wscratch;
 }
@@ -156,12 +174,12 @@ static int rank_inflight(const Recipe* r, int rank) {
 static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, int layers, TrainRankBytes* out) {
     out->params = sb->params;
     out->layers = layers;
-    out->weights = sb->masters * 4 + sb->copy;
+    out->weights = sb->masters * 4 + sb->copy + sb->quant;
     out->compute_copy = sb->copy;
     /* on CUDA the column sums' partials (bias / norm-weight gradients: engine/cuda/bw_path.h), any precision */
     double scratch = sb->scratch;
     if (!strcmp(r->backend, "cuda")) scratch += (double)RR_COLSUM_SCRATCH_FLOATS * 4;
-    out->scratch = scratch + sb->wscratch;
+    out->scratch = scratch + sb->wscratch + sb->qws;
     out->trainable = sb->trainable;
     out->grads = sb->trainable * 4;
     out->adam = sb->trainable * 8;

@@ -287,6 +287,10 @@ static const RecipeKey recipe_keys[] = {
     {"lora", "targets", RKEY_STRING, OFF(lora_targets), SZ(lora_targets), "q,k,v,o,gate,up,down", 0, 0, 0, 2,
      "The LM linears that get adapters, comma-separated from q, k, v, o, gate, up, down (or `all`); the default is every "
      "linear of the LM, LLaVA's find_all_linear_names."},
+    {"lora", "quant", RKEY_ENUM, OFF(lora_quant), SZ(lora_quant), "none", 0, 0, "none|nf4", 2,
+     "QLoRA: nf4 stores the base weights of the lora.targets linears as bitsandbytes' NF4 (blocks of 64, absmaxes "
+     "double-quantised), quantised once from the loaded or initialised weights and dequantised to the compute dtype "
+     "before each block's GEMMs (docs/training.md \"QLoRA\"); needs lora.r > 0, parallel.tp = 1 and parallel.zero = 0."},
 };
 static const int n_recipe_keys = (int)(sizeof(recipe_keys) / sizeof(recipe_keys[0]));
 
@@ -722,6 +726,17 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
         if (lm_lora_targets_parse(r->lora_targets, &bits, e, sizeof e) != 0)
             VFAIL("lora", "targets", "'%s'", r->lora_targets, "%s", e);
     }
+    if (!strcmp(r->lora_quant, "nf4") && r->lora_r <= 0)
+        VFAIL("lora", "quant", "%s", r->lora_quant, "QLoRA quantises the base of LoRA's adapters and lora.r is %d; "
+              "allowed: none, or nf4 with lora.r > 0", r->lora_r);
+    if (!strcmp(r->lora_quant, "nf4") && r->tp > 1)
+        VFAIL("lora", "quant", "%s", r->lora_quant, "a quantised base weight is held whole (its blocks and double "
+              "quantisation are the whole tensor's) and parallel.tp = %d would split it; allowed: none, or nf4 with "
+              "parallel.tp = 1 (pipeline and data parallelism hold whole tensors)", r->tp);
+    if (!strcmp(r->lora_quant, "nf4") && r->zero)
+        VFAIL("lora", "quant", "%s", r->lora_quant, "the distributed optimizer (parallel.zero = 1) gathers f32 masters, "
+              "and a quantised base has none; allowed: none, or nf4 with parallel.zero = 0 (QLoRA's optimiser state is "
+              "the adapters' only)");
     /* optimiser vs schedule; the schedule parsed once, for every step */
     r->lr_schedule = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
                      : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;

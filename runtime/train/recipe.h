@@ -119,6 +119,7 @@ typedef struct {
     int lora_r;                  /* adapter rank (0 = no LoRA) */
     double lora_alpha, lora_dropout;
     char lora_targets[128];      /* comma-separated LM linears: q,k,v,o,gate,up,down */
+    char lora_quant[8];          /* none | nf4: QLoRA's NF4 base weights (docs/training.md "QLoRA") */
 
     /* where each key's value came from (index = key table index), for error messages */
     char origin[RECIPE_MAX_KEYS][RECIPE_STR + 16];

@@ -67,7 +67,8 @@ add_test(NAME hostile_llava
 set_tests_properties(hostile_llava PROPERTIES TIMEOUT 300)
 # LoRA out and in (runtime/hf/lora_hf.h): the merged export against W + (alpha/r) B A in float64 and its logits against
 # the unmerged checkpoint's; export hf --adapter read back by hand (PEFT's names, config, F32, values); import lora of it
-# onto the imported base: the checkpoint's tensors bit for bit and the next step's loss; refusals naming the key (~5 s)
+# onto the imported base: the checkpoint's tensors bit for bit and the next step's loss; refusals naming the key; a
+# QLoRA checkpoint's merged export against its NF4 form dequantised here (numpy) plus (alpha/r) B A (~8 s)
 add_test(NAME lora_hf
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/lora_hf.py $<TARGET_FILE:rrfp-mm>
                  $<TARGET_FILE:test_llava_logits> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/lora_hf)

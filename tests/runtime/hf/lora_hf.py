@@ -11,6 +11,9 @@ PEFT"), on a tiny CLIP-tower LLaVA:
   adapter: `export hf --adapter`: adapter_config.json's LoraConfig fields, adapter_model.safetensors read here with
            json + struct + numpy (no safetensors package): PEFT's names for LlavaForConditionalGeneration, F32, the
            shapes (r, in) / (out, r), the checkpoint's values bit for bit
+  qlora:   a QLoRA run (lora.quant = nf4) from the same base, exported merged: every adapted linear equals its NF4 form
+           (the checkpoint's .nf4.* tensors) dequantised here as bitsandbytes does, plus (alpha / r) B A, within one
+           f32 ulp; the checkpoint's values are that dequantisation bit for bit
   import:  `import lora` of that folder onto the base: every tensor of the result equals the LoRA checkpoint's bit for
            bit, a run from it (its [lora] keys taken from the import) has the LoRA run's step-3 loss bit for bit; a
            recipe with another r, an unknown tensor name, a wrong shape, a missing factor and DoRA are refused naming
@@ -34,7 +37,7 @@ def expect(ok, msg):
         FAILED.append(msg)
 
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32}
+DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "U8": np.uint8}
 
 
 def st_read(path):
@@ -264,6 +267,39 @@ def main():
     expect(r.returncode != 0 and not os.path.exists(os.path.join(ck, "adapter")),
            f"refused: --adapter inside the checkpoint: {r.stderr.strip()[-200:]}")
 
+    # ---- QLoRA (lora.quant = nf4): the merged export dequantises the NF4 base, then merges ----
+    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.quant=nf4",
+                                                  "--set", "train.steps=2", "--set", f"train.run_dir={p('q')}"], "QLoRA run")
+    qck = p("q/checkpoints/step-00000002")
+    ok_run([rrfp, "export", "hf", "--checkpoint", qck, "--out", p("qmerged"), "--image-token-id", "1"],
+           "export hf (merged) of a QLoRA checkpoint")
+    qs, qm = {k: v[1] for k, v in st_read(os.path.join(qck, "model.safetensors")).items()}, read_dir(p("qmerged"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engine"))
+    import quant_ref  # bitsandbytes' NF4 code book and dynamic map, from their definitions
+    code8 = quant_ref.dynamic_map()
+    worst, n = 0.0, 0
+    for l in range(L):
+        for mod, hf in TARGETS:
+            name = f"text.blocks.{l}.{mod}.weight"
+            shape = qs[name].shape
+            c = qs[name + ".nf4.codes"]
+            codes = np.stack([c >> 4, c & 15], 1).reshape(-1)[:qs[name].size]
+            nb = len(qs[name + ".nf4.absmax"])
+            absmax = (code8[qs[name + ".nf4.absmax"]] * np.repeat(qs[name + ".nf4.nested_absmax"], 256)[:nb]).astype(np.float32)
+            absmax = (absmax + qs[name + ".nf4.offset"][0]).astype(np.float32)
+            w = (quant_ref.NF4[codes] * np.repeat(absmax, 64)[:len(codes)]).astype(np.float32).view(np.uint32)
+            w = (((w.astype(np.uint64) + 0x7FFF + ((w >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+            if not np.array_equal(w.reshape(shape).view(np.uint32), qs[name].view(np.uint32)):
+                worst = float("inf")  # the checkpoint's values are not its NF4 form dequantised
+            A = qs[f"text.blocks.{l}.{mod}.lora_A.weight"].astype(np.float64)
+            B = qs[f"text.blocks.{l}.{mod}.lora_B.weight"].astype(np.float64)
+            ref = w.reshape(shape).astype(np.float64) + scale * (B @ A)
+            got = qm[f"language_model.model.layers.{l}.{hf}.weight"]
+            ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+            worst = max(worst, float(np.max(np.abs(got - ref) / ulp)))
+            n += 1
+    expect(n == 7 * L and worst <= 1.0, f"QLoRA merged = dequantize_4bit(NF4 form) + (alpha/r) B A within one f32 ulp "
+                                        f"(largest {worst:.3f} ulp over {n} linears)")
     print("lora hf: " + ("FAILED: " + "; ".join(FAILED) if FAILED else "ok"))
     return 1 if FAILED else 0
 

@@ -173,3 +173,23 @@ add_test(NAME model_torch_anyres_emu
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden_emu>
                  anyres_gpu ${CMAKE_CURRENT_BINARY_DIR}/model_golden_anyres_emu)
 set_tests_properties(model_torch_anyres_emu PROPERTIES LABELS torch TIMEOUT 300)
+# QLoRA (lora.quant = nf4, text/lm_qlora.c) against an independent PyTorch reference of bitsandbytes' NF4
+# (tests/support/ref/qlora_ref.py): the run starts from a full-precision checkpoint (train.init_from), the reference
+# quantises its weights as quantize_4bit does and compares every code, dequantises the dumped NF4 form bit for bit
+# as the engine does and checks the step 2 loss and adapter gradients with PEFT's LoRA on top; one process and pp 2 x dp 2
+foreach(layout "step;" "pp2dp2;--set parallel.pp=2 --set parallel.dp=2")
+  list(GET layout 0 name)
+  list(GET layout 1 sets)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/qlora_torch_${name})
+  set(run "'$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini'")
+  set(q "--set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4 --set train.dump_step=2 --set train.init_from='${dir}/base/checkpoints/step-00000001'")
+  if(name STREQUAL "step")
+    set(qrun "${run} ${q}")
+  else()
+    set(qrun "timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 ${run} ${sets} ${q}")
+  endif()
+  add_test(NAME qlora_torch_${name}
+           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && ${run} --set train.steps=1 --set optim.warmup=1 --set train.run_dir='${dir}/base' > '${dir}/base.log' 2>&1 && ${qrun} --set train.run_dir='${dir}/q' > '${dir}/q.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/qlora_ref.py' --check '${dir}/q/dump-2' --source '${dir}/base/checkpoints/step-00000001/model.safetensors'")
+  set_tests_properties(qlora_torch_${name} PROPERTIES LABELS torch TIMEOUT 200)
+endforeach()
+set_tests_properties(qlora_torch_pp2dp2 PROPERTIES LABELS "torch;mpi")

@@ -16,6 +16,7 @@
 #         key projection is checked to be (32, 64), so the test fails if the model was not GQA
 #   kv_lora  kv's checks on a LoRA checkpoint (lora.r = 4, dropout 0.25 in training): decoding runs the adapters
 #         unmerged, without dropout
+#   kv_qlora  the same on a QLoRA checkpoint (lora.quant = nf4): the base read back in its NF4 form and dequantised
 #   emu   the CUDA backend's own kernels (rrfp-mm-emu, runtime.backend = cuda): the answers equal the
 #         CPU backend's and --verify holds there too
 #   emu_gqa  the same on kv_gqa's grouped-query model
@@ -37,19 +38,20 @@ S=(--set data.shards=shards --set data.tokenizer=tok.json --set model.vision_wid
    --set train.steps=3 --set train.run_dir=run --set runtime.threads=1)
 case "$MODE" in *_gqa) S+=(--set model.text_heads=4 --set model.text_kv_heads=2) ;; esac
 case "$MODE" in *_lora) S+=(--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25) ;; esac # LoRA, unmerged
+case "$MODE" in *_qlora) S+=(--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4) ;; esac # QLoRA
 R="$SRC/recipes/llava.ini"
 "$BIN" train "$R" "${S[@]}" >train.txt 2>&1 || fail "train"
 G=(--checkpoint latest --max-new-tokens 24)
-if [ "$MODE" = kv_lora ]; then # eval on the LoRA checkpoint, unmerged: the adapters move the held-out loss
+if [ "$MODE" = kv_lora ] || [ "$MODE" = kv_qlora ]; then # eval on the (Q)LoRA checkpoint, unmerged: the adapters move the held-out loss
   "$BIN" eval "$R" "${S[@]}" --set data.eval_shards=shards --checkpoint latest >eval_lora.txt 2>&1 || fail "eval (LoRA)"
-  "$BIN" eval "$R" "${S[@]}" --set lora.r=0 --set data.eval_shards=shards --checkpoint latest >eval_base.txt 2>&1 \
+  "$BIN" eval "$R" "${S[@]}" --set lora.r=0 --set lora.quant=none --set data.eval_shards=shards --checkpoint latest >eval_base.txt 2>&1 \
     || fail "eval (the base alone)"
   l1=$(sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' eval_lora.txt) l0=$(sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' eval_base.txt)
   [ -n "$l1" ] && [ -n "$l0" ] && [ "$l1" != "$l0" ] || fail "eval loss with adapters '$l1', without '$l0'"
   echo "eval: held-out loss $l1 with the adapters, $l0 without"
 fi
 case "$MODE" in
-kv | kv_lora)
+kv | kv_lora | kv_qlora)
   "$BIN" generate "$R" "${S[@]}" "${G[@]}" --manifest d/heldout.json --images d/images --out answers.jsonl --samples 6 \
     --verify >gen.txt 2>&1 || fail "generate --verify"
   line=$(grep "verify: max" gen.txt) || fail "no verify summary"

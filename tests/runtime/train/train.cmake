@@ -397,6 +397,16 @@ if(TARGET rrfp_cuda_emu)
                        "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
 endif()
 
+# QLoRA on the emulated CUDA backend (bf16 table: the NF4 base dequantised by engine/cuda/quant.cu into 2-byte weights
+# for the GEMMs) against the CPU backend's bf16 run, every linear adapted, dropout on
+if(TARGET rrfp_cuda_emu)
+  add_test(NAME train_cuda_emu_qlora
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_qlora 2)
+  set_tests_properties(train_cuda_emu_qlora PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4")
+endif()
+
 # Training with runtime.comm = nccl on the emulated CUDA runtime and NCCL, against the CPU backend's one
 # process (tests/runtime/train/train_nccl_emu.sh): pp 2 (the FIFO protocol over one communicator per direction, inputs
 # ready on their receive's event, receives delayed), dp 2 (the gradient all-reduce in place on device
@@ -580,3 +590,20 @@ add_test(NAME train_bf16_frozen
 # LLaVA-1.5-7B stage 1 on one rank in bf16: tower and LM frozen at 2 bytes (13.24 GiB of weights; 39.47 GiB with f32 masters)
 add_test(NAME recipe_dry_run_7b_stage1_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 " 0 +32\\+ViT +7\\.06B +13\\.24 GiB " $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b.ini
          --set train.freeze=vision,text --set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=1 --dry-run)
+
+# QLoRA checkpoints (tests/runtime/train/qlora_resume.sh): from a full-precision init_from, a resume is bit for bit the
+# uninterrupted run (the NF4 codes read back as trained on), tensors ls shows the quantised blocks, altered codes are
+# refused by their checksum, the recipe's refusals; generate and eval on a QLoRA checkpoint (generate.sh kv_qlora)
+add_test(NAME train_qlora_resume
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "qlora resume: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/qlora_resume.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_qlora_resume)
+add_test(NAME generate_kv_qlora
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_qlora: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_qlora kv_qlora)
+set_tests_properties(generate_kv_qlora PROPERTIES TIMEOUT 300)
+# the QLoRA recipe's dry run: LLaVA-1.5-7B stage 2, r 128, one GPU, 4096-token microbatches, full recompute fits 24 GB,
+# its weights (the NF4 base at 4.13 bits a value), gradients and AdamW state derived from the model's sizes
+# (tests/runtime/train/dry_run_qlora.py)
+add_test(NAME recipe_dry_run_7b_qlora
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "dry run qlora: ok" ${RRFP_PYTHON}
+                 ${CMAKE_SOURCE_DIR}/tests/runtime/train/dry_run_qlora.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b-qlora.ini)
