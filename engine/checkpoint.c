@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/json.h"
 #include "engine/safetensors.h"
 
 
@@ -955,17 +956,10 @@ static void ck_shape_str(char* out, size_t n, int ndim, const int64_t* shape) {
 int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/state.json", dir);
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        rr_fail(err, err_len, "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
-               "checkpoints/step-N, or the output of rrfp-mm import llama)", path,
-               rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
-        return -1;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a checkpoint's state.json",
+                                   "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
+                                   "checkpoints/step-N, or the output of rrfp-mm import llama)", err, err_len);
+    if (!j && errno) return -1;
     const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
     if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
         rr_fail(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
@@ -1081,16 +1075,9 @@ int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_
     char p[4200];
     snprintf(p, sizeof p, "%s/state.json", dir);
     id[0] = 0;
-    size_t n;
-    char* text = rr_read_file(p, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        if (err) rr_fail(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", p,
-                        rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
-        return -1;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    cJSON* j = rr_read_json_object(p, RR_MAX_JSON, "a checkpoint's state.json", "%s: cannot read: %s (not a checkpoint folder?)",
+                                   err, err_len);
+    if (!j && errno) return -1;
     const cJSON* rid = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
     int rc = 0;
     if (!cJSON_IsObject(j)) {

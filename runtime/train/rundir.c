@@ -14,22 +14,19 @@
 #include <unistd.h>
 
 #include "engine/checkpoint.h"
+#include "engine/json.h"
 #include "engine/util.h"
 
 int rundir_read_id(const char* run_dir, char* id, size_t id_len, char* err, size_t err_len) {
     char path[RECIPE_STR + 32];
     snprintf(path, sizeof path, "%s/run.json", run_dir);
     id[0] = 0;
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        if (errno == ENOENT) return 0;
-        char why[160];
-        snprintf(err, err_len, "%s: cannot read: %s", path, rr_read_file_why(errno, "a run.json file", why, sizeof why));
-        return -1;
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a run.json file", "%s: cannot read: %s", err, err_len);
+    if (!j && errno == ENOENT) {
+        if (err_len) err[0] = 0;
+        return 0;
     }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    if (!j && errno) return -1;
     const cJSON* rid = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
     if (!cJSON_IsString(rid) || !rid->valuestring[0] || strlen(rid->valuestring) >= id_len) {
         snprintf(err, err_len, "%s: not a run identity (a JSON object with a \"run_id\" string); it is written by "

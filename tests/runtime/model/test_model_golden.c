@@ -106,26 +106,35 @@ static const char* LLAVA_SPECS[] = {
     "p1 i4x2 i1x3 p2 a5 i1x1 a2", /* two images back to back */
 };
 
-static void case_step(const char* dir, const char* name, const char* const* specs, int M, int split) {
-    const Backend* be = &backend_cpu;
-    ModelConfig mc = golden_config(0.1f);
-    Stage st;
-    stage_init(&st, &mc, 0, mc.Lt, be);
+/* A case's start: st on the CPU backend (with AdamW's state when optim), its activations for the M
+ * microbatches of specs (drawn from rng seed `seed` into mb; their supervised targets in *n_sup), and its
+ * weights dumped to dir/weights.safetensors. */
+static void golden_begin(const char* dir, const ModelConfig* mc, const char* const* specs, int M, int split, int optim,
+                         uint64_t seed, Stage* st, StageActs* a, Microbatch* mb, int* n_sup) {
+    stage_init(st, mc, 0, mc->Lt, &backend_cpu);
+    if (optim) params_alloc_optimizer(&st->params);
     int max_T, max_Np;
     tm_budget(specs, M, &max_T, &max_Np);
-    StageActs a;
-    stage_acts_init(&a, &st, max_T, max_Np, split);
-
-    uint64_t rng = 99;
-    Microbatch mb[8];
-    int n_sup = 0;
+    stage_acts_init(a, st, max_T, max_Np, split);
+    uint64_t rng = seed;
+    *n_sup = 0;
     for (int m = 0; m < M; m++) {
-        tm_microbatch(&mb[m], specs[m], mc.V, mc.patch, &rng);
-        n_sup += mb[m].n_supervised;
+        tm_microbatch(&mb[m], specs[m], mc->V, mc->patch, &rng);
+        *n_sup += mb[m].n_supervised;
     }
-    char path[1024], err[512], fname[64];
+    char path[1024], err[512];
     path_join(path, sizeof path, dir, "weights.safetensors");
-    check(stage_dump_params(&st, 0, path, err, sizeof err), err);
+    check(stage_dump_params(st, 0, path, err, sizeof err), err);
+}
+
+static void case_step(const char* dir, const char* name, const char* const* specs, int M, int split) {
+    ModelConfig mc = golden_config(0.1f);
+    Stage st;
+    StageActs a;
+    Microbatch mb[8];
+    int n_sup;
+    golden_begin(dir, &mc, specs, M, split, 0, 99, &st, &a, mb, &n_sup);
+    char path[1024], err[512], fname[64];
 
     double loss_sum = 0;
     for (int m = 0; m < M; m++) {
@@ -214,29 +223,17 @@ static void case_anyres(const char* dir, const Backend* be) {
 /* ---- 10-step trajectory ------------------------------------------------------------------------- */
 #define TRAJ_STEPS 10
 static void case_traj(const char* dir) {
-    const Backend* be = &backend_cpu;
     ModelConfig mc = golden_config(0.02f);
     const char* const* specs = LLAVA_SPECS;
     int M = 2;
     const float max_lr = 1e-2f, min_lr = 1e-3f, wd = 0.1f, clip = 1.0f;
     const int warmup = 2;
     Stage st;
-    stage_init(&st, &mc, 0, mc.Lt, be);
-    params_alloc_optimizer(&st.params);
-    int max_T, max_Np;
-    tm_budget(specs, M, &max_T, &max_Np);
     StageActs a;
-    stage_acts_init(&a, &st, max_T, max_Np, 0);
-    uint64_t rng = 4242;
     Microbatch mb[2];
-    int n_sup = 0;
-    for (int m = 0; m < M; m++) {
-        tm_microbatch(&mb[m], specs[m], mc.V, mc.patch, &rng);
-        n_sup += mb[m].n_supervised;
-    }
+    int n_sup;
+    golden_begin(dir, &mc, specs, M, 0, 1, 4242, &st, &a, mb, &n_sup);
     char path[1024], err[512], fname[64];
-    path_join(path, sizeof path, dir, "weights.safetensors");
-    check(stage_dump_params(&st, 0, path, err, sizeof err), err);
     for (int m = 0; m < M; m++) {
         snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
         path_join(path, sizeof path, dir, fname);
