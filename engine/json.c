@@ -1,9 +1,11 @@
 /* Capped JSON file reads (json.h). */
 #include "json.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -34,4 +36,18 @@ cJSON* rr_read_json_object(const char* path, size_t max, const char* expected, c
         return NULL;
     }
     return j;
+}
+
+int rr_json_u64(const cJSON* j, const char* key, int hex, uint64_t* out) {
+    const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsString(x)) return -1;
+    const char* v = x->valuestring;
+    size_t n = strlen(v);
+    if (n == 0 || n > (hex ? 16u : 20u)) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!(hex ? isxdigit((unsigned char)v[i]) : isdigit((unsigned char)v[i]))) return -1;
+    char* end;
+    errno = 0;
+    *out = strtoull(v, &end, hex ? 16 : 10);
+    return (*end || errno) ? -1 : 0;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -18,3 +19,8 @@ cJSON* rr_read_json_object(const char* path, size_t max, const char* expected, c
 /* The same without a message or the object check: the parsed JSON value of the file, or NULL when it
  * cannot be read (errno set) or does not parse (errno 0). */
 cJSON* rr_read_json(const char* path, size_t max);
+
+/* Member `key` of object j, a 64-bit value stored as a string of digits (JSON numbers are doubles): hex (1 to
+ * 16 hex digits) or decimal (1 to 20 digits), nothing else, into *out. Returns 0, or -1 when absent or
+ * malformed. */
+int rr_json_u64(const cJSON* j, const char* key, int hex, uint64_t* out);

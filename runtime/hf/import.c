@@ -446,6 +446,12 @@ void import_print_lm_keys(FILE* f, const LlamaImport* info) {
                 info->rope_original_max_pos);
 }
 
+CheckpointState import_identity(void) {
+    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
+    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    return id;
+}
+
 cJSON* import_state_new(const CheckpointState* id, const char* imported_from) {
     cJSON* j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
@@ -514,9 +520,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
     if (import_out_begin(&o, out, hf_dir, err, err_len) != 0) rc = -1;
     const char* tmp = o.tmp;
     if (rc == 0 && import_hf_files(hf_dir, (int)cap + c->L + 16, &files, &nf, err, err_len) != 0) rc = -1;
-    /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
-    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
-    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    CheckpointState id = import_identity();
     cJSON* list = cJSON_CreateArray();
     for (int k = 0; k < nf && rc == 0; k++) {
         StFile f;

@@ -99,6 +99,9 @@ int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_
 /* The state.json of an import (step 0, checkpoint identity `id`, no loader position) as a new object whose
  * "imported_from" is `imported_from`: the caller adds what the import learned, then import_state_write. */
 cJSON* import_state_new(const CheckpointState* id, const char* imported_from);
+/* The identity every file of an import's checkpoint carries (checkpoint_identity_meta): step 0, a new job
+ * (checkpoint_new_run_id), layout CHECKPOINT_LAYOUT_IMPORT. */
+CheckpointState import_identity(void);
 /* j printed to tmp/state.json (written to a temporary name and renamed), j freed. Returns 0, or -1 with
  * the message in err. */
 int import_state_write(const char* tmp, cJSON* j, char* err, size_t err_len);

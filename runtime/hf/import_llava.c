@@ -524,9 +524,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
     const char* tmp = o.tmp;
     /* the index may list the tensors this import skips too (CLIPModel's text side, buffers): twice the table */
     if (rc == 0 && import_hf_files(hf_dir, 2 * tab.n + 64, &files, &nf, err, err_len) != 0) rc = -1;
-    /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
-    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
-    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    CheckpointState id = import_identity();
     cJSON* list = cJSON_CreateArray();
     for (int k = 0; k < nf && rc == 0; k++) {
         StFile f;

@@ -276,8 +276,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
                      peft_base == PEFT_BASE_LLAVA ? "LlavaForConditionalGeneration" : "LlamaForCausalLM", base,
                      mt->valuestring, bstate, mt->valuestring);
     /* the checkpoint: one model file of every tensor, state.json as an import's with the [lora] keys */
-    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
-    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    CheckpointState id = import_identity();
     if (rc == 0) {
         StWriter* w = st_writer_new();
         for (int i = 0; i < pt.n && rc == 0; i++) {

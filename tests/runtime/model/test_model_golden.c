@@ -127,6 +127,36 @@ static void golden_begin(const char* dir, const ModelConfig* mc, const char* con
     check(stage_dump_params(st, 0, path, err, sizeof err), err);
 }
 
+/* Microbatch m of a case: forward (its loss returned), dumped to dir/microbatch-<m>.safetensors, then backward with
+ * loss scale 1 / n_sup (split: B then W). */
+static float golden_microbatch(const char* dir, Stage* st, StageActs* a, Microbatch* mb, int m, int split, int n_sup) {
+    char path[1024], err[512], fname[64];
+    float ls;
+    stage_forward(st, a, &mb[m], NULL, NULL, &ls);
+    snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
+    path_join(path, sizeof path, dir, fname);
+    check(stage_dump_microbatch(st, a, &mb[m], path, err, sizeof err), err);
+    if (split) {
+        stage_backward_input(st, a, NULL, 1.0f / n_sup, NULL);
+        stage_backward_weight(st, a);
+    } else {
+        stage_backward(st, a, NULL, 1.0f / n_sup, NULL);
+    }
+    return ls;
+}
+
+/* A case's end: the gradients to dir/grads.safetensors, the config with the case's figures to dir/config.json. */
+static void golden_end(const char* dir, Stage* st, const ModelConfig* mc, const char* name, int M, int n_sup, double loss) {
+    char path[1024], err[512];
+    path_join(path, sizeof path, dir, "grads.safetensors");
+    check(stage_dump_params(st, 1, path, err, sizeof err), err);
+    char extra[256];
+    snprintf(extra, sizeof extra, "{\"case\": \"%s\", \"n_microbatches\": %d, \"n_supervised\": %d, \"loss\": %.9g}",
+             name, M, n_sup, loss);
+    path_join(path, sizeof path, dir, "config.json");
+    check(model_dump_config(mc, extra, path, err, sizeof err), err);
+}
+
 static void case_step(const char* dir, const char* name, const char* const* specs, int M, int split) {
     ModelConfig mc = golden_config(0.1f);
     Stage st;
@@ -134,31 +164,10 @@ static void case_step(const char* dir, const char* name, const char* const* spec
     Microbatch mb[8];
     int n_sup;
     golden_begin(dir, &mc, specs, M, split, 0, 99, &st, &a, mb, &n_sup);
-    char path[1024], err[512], fname[64];
-
     double loss_sum = 0;
-    for (int m = 0; m < M; m++) {
-        float ls;
-        stage_forward(&st, &a, &mb[m], NULL, NULL, &ls);
-        loss_sum += ls;
-        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
-        path_join(path, sizeof path, dir, fname);
-        check(stage_dump_microbatch(&st, &a, &mb[m], path, err, sizeof err), err);
-        if (split) {
-            stage_backward_input(&st, &a, NULL, 1.0f / n_sup, NULL);
-            stage_backward_weight(&st, &a);
-        } else {
-            stage_backward(&st, &a, NULL, 1.0f / n_sup, NULL);
-        }
-    }
+    for (int m = 0; m < M; m++) loss_sum += golden_microbatch(dir, &st, &a, mb, m, split, n_sup);
     double loss = loss_sum / n_sup;
-    path_join(path, sizeof path, dir, "grads.safetensors");
-    check(stage_dump_params(&st, 1, path, err, sizeof err), err);
-    char extra[256];
-    snprintf(extra, sizeof extra, "{\"case\": \"%s\", \"n_microbatches\": %d, \"n_supervised\": %d, \"loss\": %.9g}",
-             name, M, n_sup, loss);
-    path_join(path, sizeof path, dir, "config.json");
-    check(model_dump_config(&mc, extra, path, err, sizeof err), err);
+    golden_end(dir, &st, &mc, name, M, n_sup, loss);
     printf("%s: %d microbatches, %d supervised targets, loss %.6f, dumped to %s\n", name, M, n_sup, loss, dir);
     for (int m = 0; m < M; m++) tm_microbatch_free(&mb[m]);
     stage_acts_free(&a, &st);
@@ -185,34 +194,17 @@ static void case_anyres(const char* dir, const Backend* be) {
     int max_T = mb[0].T > mb[1].T ? mb[0].T : mb[1].T, max_Np = mb[0].Np > mb[1].Np ? mb[0].Np : mb[1].Np;
     StageActs a;
     stage_acts_init(&a, &st, max_T, max_Np, 1);
-    char path[1024], err[512], fname[64];
+    char path[1024], err[512];
     int n_sup = mb[0].n_supervised + mb[1].n_supervised;
     path_join(path, sizeof path, dir, "weights.safetensors");
     check(stage_dump_params(&st, 0, path, err, sizeof err), err);
     double loss_sum = 0;
     for (int m = 0; m < 2; m++) {
         check(stage_check_microbatch(&st, &a, &mb[m], err, sizeof err), err);
-        float ls;
-        stage_forward(&st, &a, &mb[m], NULL, NULL, &ls);
-        loss_sum += ls;
-        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
-        path_join(path, sizeof path, dir, fname);
-        check(stage_dump_microbatch(&st, &a, &mb[m], path, err, sizeof err), err);
-        if (m == 0) {
-            stage_backward_input(&st, &a, NULL, 1.0f / n_sup, NULL);
-            stage_backward_weight(&st, &a);
-        } else {
-            stage_backward(&st, &a, NULL, 1.0f / n_sup, NULL);
-        }
+        loss_sum += golden_microbatch(dir, &st, &a, mb, m, m == 0, n_sup);
     }
     double loss = loss_sum / n_sup;
-    path_join(path, sizeof path, dir, "grads.safetensors");
-    check(stage_dump_params(&st, 1, path, err, sizeof err), err);
-    char extra[256];
-    snprintf(extra, sizeof extra, "{\"case\": \"anyres\", \"n_microbatches\": 2, \"n_supervised\": %d, \"loss\": %.9g}", n_sup,
-             loss);
-    path_join(path, sizeof path, dir, "config.json");
-    check(model_dump_config(&mc, extra, path, err, sizeof err), err);
+    golden_end(dir, &st, &mc, "anyres", 2, n_sup, loss);
     printf("anyres: %d + %d tower images, %d + %d LM positions, loss %.6f, dumped to %s\n", mb[0].I, mb[1].I, mb[0].T, mb[1].T,
            loss, dir);
     for (int m = 0; m < 2; m++) microbatch_free(&mb[m]);
