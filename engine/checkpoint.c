@@ -746,13 +746,10 @@ static cJSON* ck_state_open(const char* dir, CheckpointState* st, char* path, si
                             size_t err_len) {
     memset(st, 0, sizeof *st);
     snprintf(path, path_len, "%s/state.json", dir);
-    size_t n;
-    char* text = rr_read_file_err(path, &n, RR_MAX_JSON, "a JSON file", err, err_len,
-                                  "%s: cannot read: %s (not a checkpoint folder?)");
-    if (!text) return NULL;
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail;
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a JSON file", "%s: cannot read: %s (not a checkpoint folder?)", err,
+                                   err_len);
+    if (!j && errno) return NULL;
+    if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail; /* NULL j: not a checkpoint state */
     const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
     long long named;
     int used = 0;

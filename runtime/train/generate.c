@@ -282,10 +282,7 @@ static int gen_argmax(const float* x, int n) {
 
 /* splitmix64: the sampler's generator (a pure function of the seed and the draw). */
 static uint64_t gen_next(uint64_t* s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rr_splitmix64(s);
 }
 
 typedef struct {
