@@ -20,10 +20,7 @@ typedef struct {
     uint64_t s;
 } Rng;
 static uint64_t rng_next(Rng* r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rr_splitmix64(&r->s);
 }
 static int rng_int(Rng* r, int n) { return (int)(rng_next(r) % (uint64_t)n); } /* 0 .. n-1 */
 static double rng_unif(Rng* r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }

@@ -216,6 +216,29 @@ static void tokbuf_push_segs(TokBuf* b, const Tokenizer* tok, TemplateKind k, co
     }
 }
 
+/* The tokens b[start, n) just pushed: an image token in an answer (is_answer 1; -1: the tokens' own mask says) is
+ * refused (turn t, or -1: no turn named), the others counted into *image_tokens; b over MANIFEST_MAX_TOKENS is
+ * refused. b is freed when refused. */
+static RejectReason tokbuf_check(TokBuf* b, int start, int is_answer, int t, int image_id, int* image_tokens, char* why,
+                                 size_t why_len) {
+    for (int i = start; i < b->n; i++)
+        if (b->ids[i] == image_id) {
+            if (is_answer < 0 ? b->mask[i] != 0 : is_answer != 0) {
+                if (t >= 0) snprintf(why, why_len, "turn %d: a \"gpt\" turn contains <image>", t);
+                else snprintf(why, why_len, "a \"gpt\" turn contains <image>");
+                free(b->ids), free(b->mask);
+                return REJECT_IMAGE_TOKENS;
+            }
+            (*image_tokens)++;
+        }
+    if (b->n > MANIFEST_MAX_TOKENS) {
+        snprintf(why, why_len, "more than %d tokens", MANIFEST_MAX_TOKENS);
+        free(b->ids), free(b->mask);
+        return REJECT_TOO_LONG;
+    }
+    return REJECT_NONE;
+}
+
 RejectReason manifest_sample_build_template(const cJSON* rec, int line, const Tokenizer* tok, int tmpl_kind,
                                             int image_id, int eot_id, ManifestSample* s, char* why, size_t why_len) {
     TemplateKind tmpl = (TemplateKind)tmpl_kind;
@@ -292,20 +315,8 @@ RejectReason manifest_sample_build_template(const cJSON* rec, int line, const To
         if (r != REJECT_NONE) return r;
         tokbuf_push_segs(&b, tok, tmpl, &sg);
         template_segs_free(&sg);
-        for (int i = 0; i < b.n; i++)
-            if (b.ids[i] == image_id) {
-                if (b.mask[i]) {
-                    snprintf(why, why_len, "a \"gpt\" turn contains <image>");
-                    free(b.ids), free(b.mask);
-                    return REJECT_IMAGE_TOKENS;
-                }
-                image_tokens++;
-            }
-        if (b.n > MANIFEST_MAX_TOKENS) {
-            snprintf(why, why_len, "more than %d tokens", MANIFEST_MAX_TOKENS);
-            free(b.ids), free(b.mask);
-            return REJECT_TOO_LONG;
-        }
+        RejectReason r2 = tokbuf_check(&b, 0, -1, -1, image_id, &image_tokens, why, why_len);
+        if (r2 != REJECT_NONE) return r2;
     }
     t = 0;
     for (const cJSON* turn = conv->child; turn && tmpl == TEMPLATE_RRFP; turn = turn->next, t++) {
@@ -324,20 +335,8 @@ RejectReason manifest_sample_build_template(const cJSON* rec, int line, const To
             tokbuf_push_text(&b, tok, seg, 0);
         }
         free(seg);
-        for (int i = start; i < b.n; i++)
-            if (b.ids[i] == image_id) {
-                if (is_answer) {
-                    snprintf(why, why_len, "turn %d: a \"gpt\" turn contains <image>", t);
-                    free(b.ids), free(b.mask);
-                    return REJECT_IMAGE_TOKENS;
-                }
-                image_tokens++;
-            }
-        if (b.n > MANIFEST_MAX_TOKENS) {
-            snprintf(why, why_len, "more than %d tokens", MANIFEST_MAX_TOKENS);
-            free(b.ids), free(b.mask);
-            return REJECT_TOO_LONG;
-        }
+        RejectReason r2 = tokbuf_check(&b, start, is_answer, t, image_id, &image_tokens, why, why_len);
+        if (r2 != REJECT_NONE) return r2;
     }
     if (image_tokens != s->n_images) {
         snprintf(why, why_len, "%d image%s in \"image\" but %d <image> token%s in the human turns", s->n_images,

@@ -20,15 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/json.h"
 #include "engine/params_quant_st.h"
 #include "engine/safetensors.h"
 
 
 void checkpoint_state_free(CheckpointState* st) {
-    free(st->loader);
-    st->loader = NULL;
-    free(st->data);
-    st->data = NULL;
+    free(st->record);
+    st->record = NULL;
 }
 
 static int ck_on_host(const ParamTable* pt) { return !pt->be || pt->be->dev->host_addressable; }
@@ -52,14 +51,6 @@ static void ck_file_name(char* out, size_t n, const char* dir, const char* base,
 /* A temporary or pruned folder of ours: removed whole (nftw, no shell, symbolic links not followed). */
 static void ck_rm_rf(const char* dir) {
     if (rr_remove_tree(dir) != 0) rr_warn("could not remove '%s': %s", dir, strerror(errno));
-}
-
-static void ck_fsync_dir(const char* dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
 }
 
 /* The first value of x[0..n) that no training state can hold: not finite, or (nonneg) below zero.
@@ -197,6 +188,15 @@ static int ck_write_tensors(const char* dir, const ParamTable* pt, const Checkpo
     return rc;
 }
 
+/* The members of state.json that the checkpoint itself writes and checks; every other member is the owner's
+ * record (CheckpointState.record). */
+static int ck_own_key(const char* k) {
+    static const char* const own[] = {"format", "version", "step", "optimizer_step", "run", "layout", "run_id", "files"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (!strcmp(k, own[i])) return 1;
+    return 0;
+}
+
 /* Write dir/state.json (last, so a folder with state.json has every file) naming the files of the
  * given shards (NULL entry = the unsharded pair). */
 static int ck_write_state(const char* dir, const CheckpointState* st, const char* const* shards, int n_shards,
@@ -211,30 +211,27 @@ static int ck_write_state(const char* dir, const CheckpointState* st, const char
     cJSON_AddNumberToObject(j, "optimizer_step", (double)st->opt_step);
     char hx[32];
     /* 64-bit values as hex strings: JSON numbers are doubles */
-    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)st->recipe_hash);
-    cJSON_AddStringToObject(j, "recipe_hash", hx);
-    snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->seed);
-    cJSON_AddStringToObject(j, "seed", hx);
-    snprintf(hx, sizeof hx, "%llu", (unsigned long long)st->data_seed);
-    cJSON_AddStringToObject(j, "data_seed", hx);
     snprintf(hx, sizeof hx, "%016llx", (unsigned long long)st->run);
     cJSON_AddStringToObject(j, "run", hx);
     cJSON_AddStringToObject(j, "layout", ck_layout(st));
     if (st->run_id[0]) cJSON_AddStringToObject(j, "run_id", st->run_id);
-    cJSON* lj = st->loader ? cJSON_Parse(st->loader) : cJSON_CreateNull();
-    if (!lj) {
-        rr_fail(err, err_len, "internal error: the loader position is not JSON: %.200s", st->loader);
-        rc = -1;
-        lj = cJSON_CreateNull();
-    }
-    cJSON_AddItemToObject(j, "loader", lj);
-    if (st->data) {
-        cJSON* dj = cJSON_Parse(st->data);
-        if (!cJSON_IsObject(dj)) {
-            rr_fail(err, err_len, "internal error: the data record is not a JSON object: %.200s", st->data);
+    if (st->record) { /* the owner's record: its members beside the checkpoint's own */
+        cJSON* rj = cJSON_Parse(st->record);
+        if (!cJSON_IsObject(rj)) {
+            rr_fail(err, err_len, "internal error: the checkpoint's record is not a JSON object: %.200s", st->record);
             rc = -1;
         }
-        if (dj) cJSON_AddItemToObject(j, "data", dj);
+        while (cJSON_IsObject(rj) && rj->child) {
+            cJSON* x = cJSON_DetachItemViaPointer(rj, rj->child);
+            if (ck_own_key(x->string)) {
+                rr_fail(err, err_len, "internal error: the checkpoint's record holds its own key \"%s\"", x->string);
+                rc = -1;
+                cJSON_Delete(x);
+                continue;
+            }
+            cJSON_AddItemToObject(j, x->string, x); /* the key is copied before the item's own is freed */
+        }
+        cJSON_Delete(rj);
     }
     cJSON* files = cJSON_AddArrayToObject(j, "files");
     for (int i = 0; i < n_shards; i++) {
@@ -290,7 +287,7 @@ static int ck_finalize(const char* root, const char* tmp, const CheckpointState*
         rr_fail(err, err_len, "cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
         return -1;
     }
-    ck_fsync_dir(root);
+    rr_fsync_dir(root);
     if (out_dir) snprintf(out_dir, out_len, "%s", final);
     return 0;
 }
@@ -622,21 +619,6 @@ static void ck_free_files(StFile* f, int n) {
     free(f);
 }
 
-/* A 64-bit value stored as a string of digits (JSON numbers are doubles): hex or decimal, nothing else. */
-static int ck_json_u64(const cJSON* j, const char* key, int hex, uint64_t* out) {
-    const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsString(x)) return -1;
-    const char* v = x->valuestring;
-    size_t n = strlen(v);
-    if (n == 0 || n > (hex ? 16u : 20u)) return -1;
-    for (size_t i = 0; i < n; i++)
-        if (!(hex ? isxdigit((unsigned char)v[i]) : isdigit((unsigned char)v[i]))) return -1;
-    char* end;
-    errno = 0;
-    *out = strtoull(v, &end, hex ? 16 : 10);
-    return (*end || errno) ? -1 : 0;
-}
-
 /* A JSON number that is a whole number in [lo, hi] (a double holds every integer up to 2^53 exactly). */
 static int ck_json_int(const cJSON* x, double lo, double hi, int64_t* out) {
     if (!cJSON_IsNumber(x)) return -1;
@@ -684,13 +666,7 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         bad = "\"optimizer_step\" (a whole number in [0, 1e9])";
     else if (st->opt_step > st->step)
         bad = "\"optimizer_step\" (at most \"step\": one AdamW update per step at most)";
-    else if (ck_json_u64(j, "recipe_hash", 1, &st->recipe_hash))
-        bad = "\"recipe_hash\" (16 hex digits)";
-    else if (ck_json_u64(j, "seed", 0, &st->seed) || st->seed > 9007199254740991ull)
-        bad = "\"seed\" (a decimal string, model.seed's range)";
-    else if (ck_json_u64(j, "data_seed", 0, &st->data_seed) || st->data_seed > 9007199254740991ull)
-        bad = "\"data_seed\" (a decimal string, data.seed's range)";
-    else if (ck_json_u64(j, "run", 1, &st->run))
+    else if (rr_json_u64(j, "run", 1, &st->run))
         bad = "\"run\" (16 hex digits)";
     else if (!cJSON_IsString(lay) || strlen(lay->valuestring) >= sizeof st->layout ||
              (strcmp(lay->valuestring, CHECKPOINT_LAYOUT_IMPORT) && ck_layout_shards(lay->valuestring, &shards)))
@@ -744,11 +720,6 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
                nm, no, st->layout, import ? "one or more model files and no optimizer file" : "one of each per shard");
         return -1;
     }
-    const cJSON* lj = cJSON_GetObjectItemCaseSensitive(j, "loader");
-    if (lj && !cJSON_IsNull(lj) && !cJSON_IsObject(lj)) {
-        rr_fail(err, err_len, "%s: \"loader\" is neither null nor an object (the loader's position)", path);
-        return -1;
-    }
     /* the run (run folder) that wrote it: optional (checkpoints of builds before run folders carry none) */
     const cJSON* rid = cJSON_GetObjectItemCaseSensitive(j, "run_id");
     if (rid && !cJSON_IsNull(rid)) {
@@ -759,13 +730,14 @@ static int ck_state_parse(const char* path, const cJSON* j, CheckpointState* st,
         }
         snprintf(st->run_id, sizeof st->run_id, "%s", rid->valuestring);
     }
-    const cJSON* dj = cJSON_GetObjectItemCaseSensitive(j, "data");
-    if (dj && !cJSON_IsNull(dj) && !cJSON_IsObject(dj)) {
-        rr_fail(err, err_len, "%s: \"data\" is neither null nor an object (what shaped the training data)", path);
-        return -1;
+    /* everything else is the owner's record, handed back as it is */
+    cJSON* rec = cJSON_CreateObject();
+    const cJSON* m;
+    cJSON_ArrayForEach(m, j) {
+        if (!ck_own_key(m->string)) cJSON_AddItemToObject(rec, m->string, cJSON_Duplicate(m, 1));
     }
-    if (lj && !cJSON_IsNull(lj)) st->loader = cJSON_PrintUnformatted(lj);
-    if (cJSON_IsObject(dj)) st->data = cJSON_PrintUnformatted(dj);
+    st->record = cJSON_PrintUnformatted(rec);
+    cJSON_Delete(rec);
     return 0;
 }
 
@@ -777,13 +749,10 @@ static cJSON* ck_state_open(const char* dir, CheckpointState* st, char* path, si
                             size_t err_len) {
     memset(st, 0, sizeof *st);
     snprintf(path, path_len, "%s/state.json", dir);
-    size_t n;
-    char* text = rr_read_file_err(path, &n, RR_MAX_JSON, "a JSON file", err, err_len,
-                                  "%s: cannot read: %s (not a checkpoint folder?)");
-    if (!text) return NULL;
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail;
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a JSON file", "%s: cannot read: %s (not a checkpoint folder?)", err,
+                                   err_len);
+    if (!j && errno) return NULL;
+    if (ck_state_parse(path, j, st, err, err_len) != 0) goto fail; /* NULL j: not a checkpoint state */
     const char* base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
     long long named;
     int used = 0;
@@ -959,17 +928,10 @@ static void ck_shape_str(char* out, size_t n, int ndim, const int64_t* shape) {
 int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/state.json", dir);
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        rr_fail(err, err_len, "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
-               "checkpoints/step-N, or the output of rrfp-mm import llama)", path,
-               rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
-        return -1;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a checkpoint's state.json",
+                                   "%s: cannot read: %s (train.init_from needs a checkpoint folder: a run's "
+                                   "checkpoints/step-N, or the output of rrfp-mm import llama)", err, err_len);
+    if (!j && errno) return -1;
     const cJSON* fmt = j ? cJSON_GetObjectItemCaseSensitive(j, "format") : NULL;
     if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "rrfp-mm-checkpoint") != 0) {
         rr_fail(err, err_len, "%s: not an rrfp-mm checkpoint state (bad JSON or \"format\")", path);
@@ -1086,16 +1048,9 @@ int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_
     char p[4200];
     snprintf(p, sizeof p, "%s/state.json", dir);
     id[0] = 0;
-    size_t n;
-    char* text = rr_read_file(p, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        if (err) rr_fail(err, err_len, "%s: cannot read: %s (not a checkpoint folder?)", p,
-                        rr_read_file_why(errno, "a checkpoint's state.json", why, sizeof why));
-        return -1;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    cJSON* j = rr_read_json_object(p, RR_MAX_JSON, "a checkpoint's state.json", "%s: cannot read: %s (not a checkpoint folder?)",
+                                   err, err_len);
+    if (!j && errno) return -1;
     const cJSON* rid = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
     int rc = 0;
     if (!cJSON_IsObject(j)) {
@@ -1111,131 +1066,4 @@ int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_
     }
     cJSON_Delete(j);
     return rc;
-}
-
-/* Does checkpoint folder ROOT/NAME count for run_id (NULL or "": every complete one)? */
-static int ck_of_run(const char* root, const char* name, const char* run_id) {
-    char p[4200], id[64];
-    snprintf(p, sizeof p, "%s/%s/state.json", root, name);
-    if (access(p, R_OK) != 0) return 0;
-    if (!run_id || !run_id[0]) return 1;
-    snprintf(p, sizeof p, "%s/%s", root, name);
-    /* a checkpoint of an earlier build carries no identity: it counts for whichever run resumed it */
-    return checkpoint_run_id(p, id, sizeof id, NULL, 0) == 0 && (!id[0] || !strcmp(id, run_id));
-}
-
-int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len) {
-    DIR* d = opendir(root);
-    if (!d) return -1;
-    int64_t best = -1;
-    struct dirent* e;
-    while ((e = readdir(d))) {
-        long long s;
-        char tail;
-        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
-        if (s > best && ck_of_run(root, e->d_name, run_id)) {
-            best = s;
-            snprintf(out, out_len, "%s/%s", root, e->d_name);
-        }
-    }
-    closedir(d);
-    return best;
-}
-
-int64_t checkpoint_latest(const char* root, char* out, size_t out_len) {
-    return checkpoint_latest_of(root, NULL, out, out_len);
-}
-
-static int ck_cmp_i64(const void* a, const void* b) {
-    int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
-    return x < y ? -1 : x > y;
-}
-
-void checkpoint_prune(const char* root, int keep) { checkpoint_prune_run(root, keep, NULL); }
-
-void checkpoint_prune_run(const char* root, int keep, const char* run_id) {
-    if (keep <= 0) return;
-    DIR* d = opendir(root);
-    if (!d) return;
-    int64_t* steps = NULL;
-    int n = 0, cap = 0;
-    struct dirent* e;
-    while ((e = readdir(d))) {
-        long long s;
-        char tail;
-        if (!strncmp(e->d_name, ".pruned-", 8)) { /* left by a run killed while pruning */
-            char left[4200];
-            snprintf(left, sizeof left, "%s/%s", root, e->d_name);
-            ck_rm_rf(left);
-            continue;
-        }
-        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1 || !ck_of_run(root, e->d_name, run_id)) continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            steps = reallocCheck(steps, (size_t)cap * sizeof(int64_t));
-        }
-        steps[n++] = s;
-    }
-    closedir(d);
-    qsort(steps, (size_t)n, sizeof(int64_t), ck_cmp_i64);
-    char p[4200], gone[4200];
-    for (int i = 0; i + keep < n; i++) {
-        /* Renamed out of the step-* namespace first (atomic), then deleted: a crash in the middle of
-           the deletion leaves a hidden folder, never a step-* folder with files missing. */
-        snprintf(p, sizeof p, "%s/step-%08lld", root, (long long)steps[i]);
-        snprintf(gone, sizeof gone, "%s/.pruned-%08lld.%d", root, (long long)steps[i], (int)getpid());
-        if (rename(p, gone) == 0) ck_rm_rf(gone);
-    }
-    ck_fsync_dir(root);
-    free(steps);
-}
-
-/* The pid a leftover's name ends with: .step-N.tmp.PID, .step-N.tmp.shards.PID, .old.PID; 0 when the
- * name is none of them. */
-static int ck_leftover_pid(const char* name) {
-    long long step;
-    int pid = 0, n = 0;
-    if (sscanf(name, ".step-%lld.tmp.shards.%d%n", &step, &pid, &n) == 2 && name[n] == 0) return pid;
-    if (sscanf(name, ".step-%lld.tmp.%d%n", &step, &pid, &n) == 2 && name[n] == 0) return pid;
-    if (sscanf(name, ".old.%d%n", &pid, &n) == 1 && name[n] == 0) return pid;
-    return 0;
-}
-
-/* Whether process pid runs on this machine: kill(pid, 0) succeeds (or EPERM: another user's), and it is
- * not a zombie. A rank killed by mpirun stays a zombie until its parent reaps it, which can take the
- * parent's whole life: its temporary folder would be kept as a live writer's forever. */
-static int ck_pid_alive(int pid) {
-    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE* f = fopen(path, "r");
-    if (!f) return 1; /* no /proc: kill's answer */
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char* rp = strrchr(buf, ')'); /* "PID (COMM) STATE ...": COMM may hold spaces and parentheses */
-    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
-}
-
-int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len) {
-    if (removed_len) removed[0] = 0;
-    DIR* d = opendir(root);
-    if (!d) return 0;
-    int n = 0;
-    size_t o = 0;
-    struct dirent* e;
-    char p[4200];
-    while ((e = readdir(d))) {
-        int pid = ck_leftover_pid(e->d_name);
-        if (pid <= 0) continue;
-        /* alive (ours, or another job's on this machine; EPERM: alive under another user; not a zombie) */
-        if (pid == (int)getpid() || ck_pid_alive(pid)) continue;
-        snprintf(p, sizeof p, "%s/%s", root, e->d_name);
-        ck_rm_rf(p);
-        n++;
-        if (o < removed_len) o += (size_t)snprintf(removed + o, removed_len - o, "%s%s", o ? ", " : "", e->d_name);
-    }
-    closedir(d);
-    if (n) ck_fsync_dir(root);
-    return n;
 }

@@ -1,11 +1,11 @@
-/* checkpoint.h — training checkpoints (docs/training.md "Checkpoints").
+/* checkpoint.h — a parameter table <-> a checksummed safetensors folder (docs/training.md "Checkpoints").
  *
  * A checkpoint is one folder ROOT/step-NNNNNNNN/ holding
  *   model.safetensors      every parameter by name (F32), metadata {"format": "rrfp-mm", "step"}
  *   optimizer.safetensors  AdamW moments as "m.<name>" and "v.<name>" (F32), trainable tensors only
  *                          (a tensor frozen by train.freeze has none)
- *   state.json             {"format", "version", "step", "optimizer_step", "recipe_hash", "seed",
- *                           "data_seed", "loader": <the loader's own JSON position>, "files"}
+ *   state.json             {"format", "version", "step", "optimizer_step", "run", "layout", "run_id",
+ *                           the owner's record (a run's: runtime/train/runckpt.h), "files"}
  * (A pipeline/tensor-parallel shard writes model.pp<P>.tp<T>.safetensors and the matching optimizer
  * file instead; names stay global so a checkpoint reloads under another layout.)
  *
@@ -35,17 +35,14 @@
 typedef struct {
     int64_t step;          /* optimiser steps completed */
     int64_t opt_step;      /* AdamW t of the last update */
-    uint64_t recipe_hash;  /* recipe_hash() of the run that wrote it */
-    uint64_t seed;         /* model.seed */
-    uint64_t data_seed;    /* data.seed */
-    char* loader;          /* loader position as JSON text (malloc'd; NULL = none) */
     uint64_t run;          /* identity of the job that wrote it (checkpoint_new_run_id at its start) */
-    char layout[64];       /* the layout that wrote it, "pp=P tp=T chunks=C" ("" = one process, pp=1 tp=1 chunks=1) */
-    char run_id[40];       /* the run that wrote it (state.json "run_id", optional: "" = none, as in
-                            * checkpoints of earlier builds); checkpoint_latest_of / _prune_run use it */
-    char* data;            /* what shaped the data the model was trained on, JSON object text written as
-                            * state.json "data" (the runtime's: chat template, image preprocessing, tokenizer
-                            * hash); malloc'd, NULL = none (optional: checkpoints of earlier builds have none) */
+    char layout[64];       /* the shards that wrote it, "pp=P tp=T chunks=C" ("" = one process, pp=1 tp=1 chunks=1) */
+    char run_id[40];       /* the owner that wrote it (state.json "run_id", optional: "" = none, as in
+                            * checkpoints of earlier builds): a folder of the same step in the way of a save is
+                            * replaced when it is the same owner's, moved aside otherwise */
+    char* record;          /* the owner's record (a run's: runtime/train/runckpt.h), a JSON object's text whose
+                            * members state.json holds beside the checkpoint's own: written as given; on load,
+                            * every member that is not the checkpoint's own, unchecked (malloc'd; NULL = none) */
 } CheckpointState;
 
 void checkpoint_state_free(CheckpointState* st);
@@ -115,12 +112,6 @@ void checkpoint_shard_abort(const char* tmp);
  * ROOT/.step-N.tmp.shards.PID (the other ranks name it from rank 0's pid). */
 void checkpoint_shard_tmp_name(char* tmp, size_t tmp_len, const char* root, int64_t step, int pid);
 
-/* Remove the leftovers of killed writers under ROOT: .step-N.tmp.PID, .step-N.tmp.shards.PID and
- * .old.PID folders whose process PID is no longer alive on this machine (a live process's, another
- * job's included, is never touched). Writes their names, comma-separated, into removed. Returns how
- * many were removed (0 when ROOT does not exist). */
-int checkpoint_clean_stale(const char* root, char* removed, size_t removed_len);
-
 /* train.init_from: read every tensor of pt whose global name and global shape match a tensor of
  * checkpoint folder DIR (any layout: its state.json lists the model files, and the slices that the
  * shards of a tensor-parallel checkpoint hold are reassembled by global name, as checkpoint_load does;
@@ -142,22 +133,10 @@ int checkpoint_init_from(const char* dir, ParamTable* pt, FILE* report, char* er
 int checkpoint_read_assembled(const StFile* f, int nf, const char* name, const ParamSlice* want, int ndim,
                               const int64_t* shape, float* out, int check, int nonneg, char* err, size_t err_len);
 
-/* Path of the newest complete checkpoint under ROOT into out. Returns its step, or -1 when none. */
-int64_t checkpoint_latest(const char* root, char* out, size_t out_len);
-
-/* Delete all but the newest `keep` checkpoints under ROOT (keep 0 = keep all). */
-void checkpoint_prune(const char* root, int keep);
-
-/* ---- run identity (a run folder never mixes runs: runtime/train/rundir.h) ----
+/* ---- the owner (a run folder never mixes runs: runtime/train/rundir.h, runckpt.h) ----
  * The "run_id" of checkpoint folder DIR's state.json into id ("" when it has none). Returns 0, or -1
  * when DIR/state.json cannot be read (over RR_MAX_JSON too) or parsed, or its run_id is malformed, with
  * a message naming the file in err (err may be NULL). */
 int checkpoint_run_id(const char* dir, char* id, size_t id_len, char* err, size_t err_len);
-/* As checkpoint_latest, counting only the checkpoints whose run_id is run_id (NULL or "": every one);
- * a checkpoint without one (an earlier build's) counts for every run. */
-int64_t checkpoint_latest_of(const char* root, const char* run_id, char* out, size_t out_len);
-/* As checkpoint_prune, counting and deleting only the checkpoints whose run_id is run_id (NULL or "":
- * every one; one without a run_id counts, as above): another run's checkpoints are never touched. */
-void checkpoint_prune_run(const char* root, int keep, const char* run_id);
 
 #endif

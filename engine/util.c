@@ -17,12 +17,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* "rrfp-mm: <what>: <message>\n" on stderr. */
+static void rr_vreport(const char* what, const char* fmt, va_list ap) {
+    fprintf(stderr, "rrfp-mm: %s: ", what);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void rr_die(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("rrfp-mm: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    rr_vreport("error", fmt, ap);
     va_end(ap);
     exit(1);
 }
@@ -30,9 +35,7 @@ void rr_die(const char* fmt, ...) {
 void rr_die_hint(const char* hint, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("rrfp-mm: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    rr_vreport("error", fmt, ap);
     va_end(ap);
     fprintf(stderr, "---> HINT: %s\n", hint);
     exit(1);
@@ -41,9 +44,7 @@ void rr_die_hint(const char* hint, const char* fmt, ...) {
 void rr_warn(const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("rrfp-mm: warning: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    rr_vreport("warning", fmt, ap);
     va_end(ap);
 }
 
@@ -112,6 +113,14 @@ void rr_test_pause(const char* env) {
     }
 }
 
+void rr_fsync_dir(const char* dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
 int rr_write_file_atomic(const char* path, const void* data, size_t size) {
     size_t n = strlen(path) + 32;
     char* tmp = mallocCheck(n);
@@ -154,11 +163,7 @@ int rr_write_file_atomic(const char* path, const void* data, size_t size) {
     free(tmp);
     /* fsync the directory so the rename itself is durable */
     char* dup = strdup(path);
-    int dfd = open(dirname(dup), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    rr_fsync_dir(dirname(dup));
     free(dup);
     return 0;
 }

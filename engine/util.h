@@ -53,6 +53,8 @@ double rr_now(void);
  * a warning, once, and ignored. */
 void rr_test_pause(const char* env);
 
+/* fsync folder `dir`, so that a rename or removal in it is durable (nothing when it cannot be opened). */
+void rr_fsync_dir(const char* dir);
 /* Write `size` bytes to `path` atomically: write to "<path>.tmp.<pid>", fsync, rename, fsync the
  * directory. Returns 0 on success; on failure returns -1, sets errno, and leaves no file at `path`
  * changed and no temporary behind. */

@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "text/lm.h"
+#include "text/lm_lora.h"
 
 static const char* const LORA_NAME[LM_LORA_N] = {"q", "k", "v", "o", "gate", "up", "down"};
 static const char* const LORA_MODULE[LM_LORA_N] = {"attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.up", "mlp.down"};

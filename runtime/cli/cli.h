@@ -25,7 +25,7 @@ int cmd_export(int argc, char** argv);                                    /* cmd
 int cmd_report(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 
-/* The recipe file with its --set overrides, validated (cmd_train.c); NULL after printing the error. */
+/* The recipe file with its --set overrides, validated (args.c); NULL after printing the error. */
 #include "runtime/train/recipe.h"
 Recipe* cli_recipe_from_args(const char* path, const char** sets, int n_sets);
 

@@ -6,6 +6,7 @@
 
 #include "data/demo.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 
 static void demo_usage(FILE* f) {
     fprintf(f, "usage: rrfp-mm demo-data --out DIR [--samples N] [--seed S] [--heldout K] [--square]\n"
@@ -26,14 +27,7 @@ static void demo_usage(FILE* f) {
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, long* out) {
-    char* end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end != 0 || v < lo || v > hi) {
-        fprintf(stderr, "rrfp-mm demo-data: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return cli_parse_long("demo-data", opt, s, lo, hi, out);
 }
 
 int cmd_demo_data(int argc, char** argv) {

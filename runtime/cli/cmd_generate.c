@@ -13,6 +13,7 @@
 #include "data/manifest.h"
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 #include "runtime/comm/comm.h"
 #include "runtime/train/generate.h"
 #include "runtime/train/guard.h"
@@ -438,8 +439,7 @@ int cmd_generate(int argc, char** argv) {
         } else if (!recipe_path) {
             recipe_path = a;
         } else {
-            fprintf(stderr, "rrfp-mm generate: more than one recipe ('%s', '%s')\n\n", recipe_path, a);
-            generate_usage(stderr);
+            cli_second_recipe("generate", recipe_path, a, generate_usage);
             free(sets);
             return 2;
         }

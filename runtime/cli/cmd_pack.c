@@ -5,6 +5,7 @@
 
 #include "data/pack.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 #include "runtime/train/outguard.h"
 
 static void pack_usage(FILE* f) {
@@ -39,12 +40,8 @@ static void pack_usage(FILE* f) {
 }
 
 static int parse_int(const char* opt, const char* s, long lo, long hi, int* out) {
-    char* end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end != 0 || v < lo || v > hi) {
-        fprintf(stderr, "rrfp-mm pack: %s expects an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
-        return -1;
-    }
+    long v;
+    if (cli_parse_long("pack", opt, s, lo, hi, &v) != 0) return -1;
     *out = (int)v;
     return 0;
 }

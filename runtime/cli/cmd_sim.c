@@ -12,6 +12,7 @@
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 #include "data/loader.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/recipe.h"
@@ -78,14 +79,7 @@ static void sim_usage(FILE* f) {
 }
 
 static int parse_int_arg(const char* flag, const char* v, long lo, long hi, long* out) {
-    char* end;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "rrfp-mm sim: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return cli_parse_long("sim", flag, v, lo, hi, out);
 }
 
 static int parse_double_arg(const char* flag, const char* v, double lo, double* out) {

@@ -12,6 +12,7 @@
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 
 typedef struct {
     StFile* files;
@@ -342,15 +343,8 @@ static int tensors_diff(const char* a_path, const char* b_path, double rtol, dou
 }
 
 int cmd_tensors(int argc, char** argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    for (int i = 2; i < argc; i++) /* `tensors ls --help`: the usage, as for every command */
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        }
+    int rc;
+    if (cli_sub_help(argc, argv, usage, &rc)) return rc;
     if (!strcmp(argv[1], "ls")) {
         if (argc != 3 || argv[2][0] == '-') {
             if (argc == 3) fprintf(stderr, "rrfp-mm tensors ls: unknown option '%s'\n\n", argv[2]);

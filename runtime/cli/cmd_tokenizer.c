@@ -12,6 +12,7 @@
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 #include "runtime/train/outguard.h"
 #include "text/bpe_train.h"
 #include "text/tokenizer.h"
@@ -508,15 +509,8 @@ done:
 }
 
 int cmd_tokenizer(int argc, char** argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        tokenizer_usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    for (int i = 2; i < argc; i++) /* `tokenizer encode --help`: the usage, as for every command */
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            tokenizer_usage(stdout);
-            return 0;
-        }
+    int rc;
+    if (cli_sub_help(argc, argv, tokenizer_usage, &rc)) return rc;
     if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 2, argv + 2);
     if (!strcmp(argv[1], "info")) return cmd_info(argc - 2, argv + 2);

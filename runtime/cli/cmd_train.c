@@ -9,6 +9,7 @@
 
 #include "engine/util.h"
 #include "runtime/cli/cli.h"
+#include "runtime/cli/args.h"
 #include "runtime/comm/comm.h"
 #include "runtime/train/guard.h"
 #include "runtime/train/trained.h"
@@ -56,19 +57,6 @@ static void train_catch_signals(void) {
 
 /* ------------------------------------------------------------------------------------------------
  * the command */
-
-/* The recipe file with its --set overrides, validated; NULL after printing the error (a usage error). */
-Recipe* cli_recipe_from_args(const char* path, const char** sets, int n_sets) {
-    Recipe* r = mallocCheck(sizeof(Recipe));
-    char err[2048];
-    int rc = recipe_load(r, path, err, sizeof err);
-    for (int i = 0; rc == 0 && i < n_sets; i++) rc = recipe_set(r, sets[i], err, sizeof err);
-    if (rc == 0) rc = recipe_validate(r, err, sizeof err);
-    if (rc == 0) return r;
-    fprintf(stderr, "rrfp-mm: error: %s\n", err);
-    free(r);
-    return NULL;
-}
 
 static void train_usage(FILE* f) {
     fprintf(f,
@@ -157,19 +145,12 @@ int cmd_train(int argc, char** argv) {
         } else if (!recipe_path) {
             recipe_path = a;
         } else {
-            fprintf(stderr, "rrfp-mm train: more than one recipe ('%s', '%s')\n\n", recipe_path, a);
-            train_usage(stderr);
+            cli_second_recipe("train", recipe_path, a, train_usage);
             free(sets);
             return 2;
         }
     }
-    if (!recipe_path) {
-        train_usage(stderr);
-        free(sets);
-        return 2;
-    }
-    Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
-    free(sets);
+    Recipe* r = cli_recipe_given(recipe_path != NULL, recipe_path, sets, n_sets, train_usage);
     if (!r) return 2;
     char err[2048];
     int rc;
@@ -335,13 +316,7 @@ int cmd_eval(int argc, char** argv) {
             return 2;
         }
     }
-    if (!recipe_path || !ckpt) {
-        eval_usage(stderr);
-        free(sets);
-        return 2;
-    }
-    Recipe* r = cli_recipe_from_args(recipe_path, sets, n_sets);
-    free(sets);
+    Recipe* r = cli_recipe_given(recipe_path && ckpt, recipe_path, sets, n_sets, eval_usage);
     if (!r) return 2;
     char err[2048];
     int rc;

@@ -18,6 +18,7 @@
 #include "engine/checkpoint.h"
 #include "data/template.h"
 #include "engine/safetensors.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/model/model.h"
 #include "runtime/hf/hf_files.h"
@@ -27,15 +28,6 @@
 #include "runtime/train/trained.h"
 #include "runtime/train/recipe.h"
 #include "text/tokenizer.h"
-
-static int ex_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static int ex_fail(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* One tensor to write: its HF name, shape and values (pointing into the table, or owned). */
 typedef struct {
@@ -223,7 +215,7 @@ static int ex_write_json(const char* dir, const char* file, const cJSON* j, char
     char* text = cJSON_Print(j);
     int rc = rr_write_file_atomic(path, text, strlen(text));
     free(text);
-    return rc ? ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno)) : 0;
+    return rc ? rr_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno)) : 0;
 }
 
 /* The <image> id of a tokenizer.json as the engine reads it (the id Hugging Face gives it on load; a token
@@ -268,14 +260,14 @@ static char* ex_tokenizer_config_add_image(const char* src, const char* text, si
     err[0] = 0;
     cJSON* j = cJSON_ParseWithLength(text, n);
     if (!j || !cJSON_IsObject(j)) {
-        ex_fail(err, err_len, "%s: not a JSON object: cannot add <image> to it", src);
+        rr_fail(err, err_len, "%s: not a JSON object: cannot add <image> to it", src);
         cJSON_Delete(j);
         return NULL;
     }
     char* out = NULL;
     cJSON* dec = cJSON_GetObjectItemCaseSensitive(j, "added_tokens_decoder");
     if (dec && !cJSON_IsObject(dec)) {
-        ex_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
+        rr_fail(err, err_len, "%s: added_tokens_decoder is not an object: cannot add <image> to it", src);
     } else if (dec) { /* (none: nothing to keep in step) */
         cJSON* tok = cJSON_CreateObject();
         cJSON_AddStringToObject(tok, "content", "<image>");
@@ -297,16 +289,13 @@ static char* ex_tokenizer_config_add_image(const char* src, const char* text, si
 /* The grid pinpoints an import of a LLaVA-NeXT recorded in state.json ("grid_pinpoints"); without one, *pins (the
  * default) stays and the log says so. Returns 0, or -1 when the record does not parse. */
 static int ex_pinpoints(const char* state, int tile, AnyresPinpoints* pins, FILE* log, char* err, size_t err_len) {
-    size_t n;
-    char* text = rr_read_file(state, &n, RR_MAX_JSON);
-    cJSON* j = text ? cJSON_ParseWithLength(text, n) : NULL;
-    free(text);
+    cJSON* j = rr_read_json(state, RR_MAX_JSON);
     const cJSON* g = j ? cJSON_GetObjectItemCaseSensitive(j, "grid_pinpoints") : NULL;
     int rc = 0;
     if (cJSON_IsString(g)) {
         char e[512];
         if (anyres_pinpoints_parse(g->valuestring, tile, pins, e, sizeof e) != 0)
-            rc = ex_fail(err, err_len, "%s: \"grid_pinpoints\": %s", state, e);
+            rc = rr_fail(err, err_len, "%s: \"grid_pinpoints\": %s", state, e);
     } else if (log) {
         fprintf(log, "export: %s records no grid pinpoints: image_grid_pinpoints is LLaVA-1.6's\n", state);
     }
@@ -319,17 +308,9 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
               size_t err_len) {
     memset(info, 0, sizeof *info);
     Recipe r;
-    recipe_defaults(&r);
-    if (recipe_path && (recipe_load(&r, recipe_path, err, err_len) != 0 || recipe_validate(&r, err, err_len) != 0))
-        return -1;
-    /* an import's model keys (trained.h): where the recipe leaves them, or all of them without one */
     char state[4200];
-    snprintf(state, sizeof state, "%s/state.json", ckpt);
-    int taken = trained_apply_keys(&r, ckpt, "rrfp-mm export hf", err, err_len);
+    int taken = hf_export_recipe(ckpt, recipe_path, "rrfp-mm export hf", &r, state, sizeof state, err, err_len);
     if (taken < 0) return -1;
-    if (!recipe_path && !trained_has_keys(ckpt))
-        return ex_fail(err, err_len, "%s holds no model keys (not an import of this build): give --recipe R.ini, the "
-                       "recipe of the run that wrote it", state);
     if (!recipe_path) recipe_path = state; /* the messages below name where the keys came from */
     TrainedData td;
     if (trained_data_of_checkpoint(ckpt, &td, err, err_len) != 0) return -1;
@@ -337,17 +318,17 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     if (td.chat_template >= 0) {
         const char* rec = template_name((TemplateKind)td.chat_template);
         if (chat_template && strcmp(chat_template, rec) != 0)
-            return ex_fail(err, err_len, "--template %s, but %s records that the model was trained on %s's prompts: "
+            return rr_fail(err, err_len, "--template %s, but %s records that the model was trained on %s's prompts: "
                            "export without --template (it is taken from there)", chat_template, td.template_from, rec);
         if (!chat_template && log) fprintf(log, "export: chat template %s (from %s)\n", rec, td.template_from);
         chat_template = rec;
     }
     if (strcmp(r.vision_arch, "clip"))
-        return ex_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (rrfp-mm's own, no class token, "
+        return rr_fail(err, err_len, "%s: model.vision_arch = %s: the 2-D RoPE ViT (rrfp-mm's own, no class token, "
                        "rotary positions) has no Hugging Face equivalent; LlavaForConditionalGeneration's tower is CLIP "
                        "(model.vision_arch = clip, e.g. from rrfp-mm import llava)", recipe_path, r.vision_arch);
     if (r.text_o_bias && !r.text_qkv_bias)
-        return ex_fail(err, err_len, "%s: model.text_o_bias = true with model.text_qkv_bias = false: no Hugging Face LM "
+        return rr_fail(err, err_len, "%s: model.text_o_bias = true with model.text_qkv_bias = false: no Hugging Face LM "
                        "has a bias on o alone (Llama's attention_bias puts one on q, k, v and o; Qwen2's on q, k, v)",
                        recipe_path);
     int V = r.vocab;
@@ -366,15 +347,15 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
     int Vout = V;
     if (add_image_token > 0) {
         if (image_token_index >= 0)
-            return ex_fail(err, err_len, "--add-image-token makes <image> a new id; it cannot be given with an id");
+            return rr_fail(err, err_len, "--add-image-token makes <image> a new id; it cannot be given with an id");
         int held = tokenizer ? ex_image_token(tokenizer, err, err_len) : -1;
         if (held == -2) return -1;
         if (held >= 0)
-            return ex_fail(err, err_len, "%s already holds <image> (id %d): export without --add-image-token (its id "
+            return rr_fail(err, err_len, "%s already holds <image> (id %d): export without --add-image-token (its id "
                            "is taken from there)", tokenizer, held);
         image_token_index = V;
         int64_t grown = ((int64_t)V + add_image_token) / add_image_token * add_image_token;
-        if (grown > (1 << 30)) return ex_fail(err, err_len, "vocabulary %d grown to %lld is too large", V, (long long)grown);
+        if (grown > (1 << 30)) return rr_fail(err, err_len, "vocabulary %d grown to %lld is too large", V, (long long)grown);
         Vout = (int)grown;
     }
     if (image_token_index < 0 && td.image_token >= 0) {
@@ -382,13 +363,13 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         int held = tokenizer ? ex_image_token(tokenizer, err, err_len) : -1;
         if (held == -2) return -1;
         if (held >= 0 && held != td.image_token && add_image_token <= 0)
-            return ex_fail(err, err_len, "%s has <image> at id %d, but %s records id %d: not this model's tokenizer "
+            return rr_fail(err, err_len, "%s has <image> at id %d, but %s records id %d: not this model's tokenizer "
                            "(give --image-token-id N to choose)", tokenizer, held, td.image_from, td.image_token);
         if (add_image_token <= 0) image_token_index = td.image_token;
     }
     if (image_token_index < 0 && tokenizer && (image_token_index = ex_image_token(tokenizer, err, err_len)) == -2) return -1;
     if (image_token_index < 0 || image_token_index >= Vout)
-        return ex_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
+        return rr_fail(err, err_len, "the <image> token id (config.json's image_token_index) is %s: give "
                        "--image-token-id N (0 <= N < vocab %d) or a --tokenizer whose added_tokens hold <image>",
                        image_token_index < 0 ? "unknown" : "outside the vocabulary", Vout);
     ParamTable pt;
@@ -400,7 +381,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
         char a[32], b[32];
         rr_fmt_bytes(a, sizeof a, (uint64_t)pt.total * sizeof(float));
         rr_fmt_bytes(b, sizeof b, held);
-        ex_fail(err, err_len, "%s: the model of %s has %zu parameters (%s as F32), but the checkpoint's "
+        rr_fail(err, err_len, "%s: the model of %s has %zu parameters (%s as F32), but the checkpoint's "
                 "model files hold %s: not a checkpoint of this model (--recipe)", ckpt, recipe_path, pt.total, a, b);
         params_free(&pt);
         return -1;
@@ -438,7 +419,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             }
             names[k] = 0;
         }
-        ex_fail(err, err_len, "%s: the checkpoint lacks %d of the model's %d tensors (%s): not a checkpoint of "
+        rr_fail(err, err_len, "%s: the checkpoint lacks %d of the model's %d tensors (%s): not a checkpoint of "
                 "this model", ckpt, n_init, pt.n, names);
         lrc = -1;
     }
@@ -521,14 +502,14 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
             int found = stat(src, &sb) == 0;
             if (!found || !S_ISREG(sb.st_mode)) {
                 if (k == 0)
-                    rc = ex_fail(err, err_len, "%s: cannot read: %s", src,
+                    rc = rr_fail(err, err_len, "%s: cannot read: %s", src,
                                  found ? "not a regular file (a pipe or a device)" : strerror(errno));
                 continue;
             }
             char* bytes = rr_read_file(src, &n, RR_MAX_TOKENIZER);
             if (!bytes) {
                 char why[160];
-                rc = ex_fail(err, err_len, "%s: cannot read: %s", src,
+                rc = rr_fail(err, err_len, "%s: cannot read: %s", src,
                              rr_read_file_why(errno, "a tokenizer file", why, sizeof why));
                 continue;
             }
@@ -552,7 +533,7 @@ int export_hf(const char* ckpt, const char* recipe_path, const char* out_dir, co
                 }
             }
             snprintf(path, sizeof path, "%s/%s", tmp, names[k]);
-            if (rr_write_file_atomic(path, bytes, n) != 0) rc = ex_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+            if (rr_write_file_atomic(path, bytes, n) != 0) rc = rr_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
             else info->tokenizer++;
             free(bytes);
         }

@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/hf/hf_files.h"
 #include "runtime/hf/import.h"
@@ -18,15 +19,6 @@
 #include "runtime/train/recipe.h"
 #include "runtime/train/trained.h"
 #include "text/lm.h"
-
-static int lx_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static int lx_fail(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* Our module of each LmLoraTarget (lm_lora_target_module) and its Hugging Face module below a decoder layer */
 static const char* const HF_MODULE[LM_LORA_N] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
@@ -123,10 +115,7 @@ static cJSON* lx_import_state(const char* ckpt, const Recipe* r, char* from, siz
     snprintf(dir, sizeof dir, "%s", ckpt);
     for (int depth = 0; depth < 16 && dir[0]; depth++) {
         snprintf(path, sizeof path, "%s/state.json", dir);
-        size_t n;
-        char* text = rr_read_file(path, &n, RR_MAX_JSON);
-        cJSON* j = text ? cJSON_ParseWithLength(text, n) : NULL;
-        free(text);
+        cJSON* j = rr_read_json(path, RR_MAX_JSON);
         if (j && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "hf_config"))) {
             snprintf(from, from_len, "%s", dir);
             return j;
@@ -153,18 +142,12 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
                       char* err, size_t err_len) {
     memset(info, 0, sizeof *info);
     Recipe r;
-    recipe_defaults(&r);
-    if (recipe_path && (recipe_load(&r, recipe_path, err, err_len) != 0 || recipe_validate(&r, err, err_len) != 0))
-        return -1;
     char state[4200];
-    snprintf(state, sizeof state, "%s/state.json", ckpt);
-    if (trained_apply_keys(&r, ckpt, "rrfp-mm export hf --adapter", err, err_len) < 0) return -1;
-    if (!recipe_path && !trained_has_keys(ckpt))
-        return lx_fail(err, err_len, "%s holds no model keys (not an import of this build): give --recipe R.ini, the "
-                       "recipe of the run that wrote it", state);
+    if (hf_export_recipe(ckpt, recipe_path, "rrfp-mm export hf --adapter", &r, state, sizeof state, err, err_len) < 0)
+        return -1;
     const char* keys_from = recipe_path ? recipe_path : state;
     if (r.lora_r <= 0)
-        return lx_fail(err, err_len, "%s: lora.r = 0: %s is not a LoRA model, so it has no adapters (export hf without "
+        return rr_fail(err, err_len, "%s: lora.r = 0: %s is not a LoRA model, so it has no adapters (export hf without "
                        "--adapter writes the whole model)", keys_from, ckpt);
     int V = r.vocab;
     if (V == 0 && (V = train_tokenizer_vocab(&r, err, err_len)) < 0) return -1;
@@ -180,7 +163,7 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
     uint64_t held = hf_safetensors_bytes(ckpt, 0);
     if ((uint64_t)pt.total > held / 2) {
         params_free(&pt);
-        return lx_fail(err, err_len, "%s: the adapters of %s (lora.r = %d) have %zu values, but the checkpoint's files "
+        return rr_fail(err, err_len, "%s: the adapters of %s (lora.r = %d) have %zu values, but the checkpoint's files "
                        "hold %llu bytes: not a checkpoint of this model", ckpt, keys_from, r.lora_r, pt.total,
                        (unsigned long long)held);
     }
@@ -254,7 +237,7 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
         char path[4400];
         snprintf(path, sizeof path, "%s/adapter_config.json", o.tmp);
         if (rr_write_file_atomic(path, text, strlen(text)) != 0)
-            rc = lx_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+            rc = rr_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
         free(text);
     }
     cJSON_Delete(imp);

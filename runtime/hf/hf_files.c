@@ -15,16 +15,8 @@
 #include "data/shard.h"
 #include "data/template.h"
 #include "engine/util.h"
+#include "runtime/train/trained.h"
 #include "text/tokenizer.h"
-
-static int hf_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static int hf_fail(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* The files of a Hugging Face model folder, besides the weights, that the model's users open. */
 static const char* const KEPT[] = {"config.json",          "generation_config.json", "preprocessor_config.json",
@@ -53,17 +45,17 @@ int hf_keep_files(const char* hf_dir, const char* ckpt_tmp, char* kept, size_t k
         char* bytes = rr_read_file(src, &n, !strcmp(KEPT[k], "config.json") ? RR_MAX_JSON : RR_MAX_TOKENIZER);
         if (!bytes) {
             char why[160];
-            return hf_fail(err, err_len, "%s: cannot read: %s", src, rr_read_file_why(errno, "a Hugging Face file", why,
+            return rr_fail(err, err_len, "%s: cannot read: %s", src, rr_read_file_why(errno, "a Hugging Face file", why,
                                                                                         sizeof why));
         }
         if (!kept[0] && rr_mkdirs(dst_dir) != 0) {
             free(bytes);
-            return hf_fail(err, err_len, "cannot create '%s': %s", dst_dir, strerror(errno));
+            return rr_fail(err, err_len, "cannot create '%s': %s", dst_dir, strerror(errno));
         }
         snprintf(dst, sizeof dst, "%s/%s", dst_dir, KEPT[k]);
         int rc = rr_write_file_atomic(dst, bytes, n);
         free(bytes);
-        if (rc != 0) return hf_fail(err, err_len, "cannot write '%s': %s", dst, strerror(errno));
+        if (rc != 0) return rr_fail(err, err_len, "cannot write '%s': %s", dst, strerror(errno));
         size_t at = strlen(kept);
         snprintf(kept + at, kept_len - at, "%s%s", at ? ", " : "", KEPT[k]);
     }
@@ -121,7 +113,7 @@ static int write_json(const char* dir, const char* file, const cJSON* j, int* fi
     char* text = cJSON_Print(j);
     int rc = rr_write_file_atomic(path, text, strlen(text));
     free(text);
-    if (rc) return hf_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+    if (rc) return rr_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
     (*files)++;
     return 0;
 }
@@ -512,11 +504,11 @@ static int copy_kept(HfExtras* x, const char* file, char* err, size_t err_len) {
     if (!is_regular(src)) return 0;
     size_t n;
     char* b = rr_read_file(src, &n, RR_MAX_TOKENIZER);
-    if (!b) return hf_fail(err, err_len, "%s: cannot read: %s", src, strerror(errno));
+    if (!b) return rr_fail(err, err_len, "%s: cannot read: %s", src, strerror(errno));
     snprintf(dst, sizeof dst, "%s/%s", x->tmp, file);
     int rc = rr_write_file_atomic(dst, b, n);
     free(b);
-    if (rc) return hf_fail(err, err_len, "cannot write '%s': %s", dst, strerror(errno));
+    if (rc) return rr_fail(err, err_len, "cannot write '%s': %s", dst, strerror(errno));
     x->files++;
     return 0;
 }
@@ -525,14 +517,14 @@ int hf_write_extras(HfExtras* x, FILE* log, char* err, size_t err_len) {
     char path[4600];
     TemplateKind tk = TEMPLATE_RRFP;
     if (x->chat_template && template_parse(x->chat_template, &tk) != 0)
-        return hf_fail(err, err_len, "--template %s: unknown chat template; allowed: rrfp, vicuna_v1, llama_3, chatml, "
+        return rr_fail(err, err_len, "--template %s: unknown chat template; allowed: rrfp, vicuna_v1, llama_3, chatml, "
                        "plain", x->chat_template);
     if (write_preprocessor(x, log, err, err_len) || write_processor(x, err, err_len)) return -1;
     snprintf(path, sizeof path, "%s/tokenizer.json", x->tmp);
     Tokenizer* tok = NULL;
     if (is_regular(path)) {
         char e[1024];
-        if (!(tok = tokenizer_load(path, e, sizeof e))) return hf_fail(err, err_len, "%s", e);
+        if (!(tok = tokenizer_load(path, e, sizeof e))) return rr_fail(err, err_len, "%s", e);
     }
     int rc = -1;
     cJSON *tc = NULL, *gen = NULL, *cfg = NULL;
@@ -550,11 +542,11 @@ int hf_write_extras(HfExtras* x, FILE* log, char* err, size_t err_len) {
     if (x->tokenizer) snprintf(path, sizeof path, "%s", x->tokenizer);
     if (img != x->image_token_index) {
         if (img < 0)
-            hf_fail(err, err_len, "%s has no <image> token, which LlavaProcessor expands into the image's features "
+            rr_fail(err, err_len, "%s has no <image> token, which LlavaProcessor expands into the image's features "
                     "(config.json's image_token_index %d): add it (rrfp-mm tokenizer add-special --tokenizer IN --add "
                     "\"<image>\" --out OUT) or export with --add-image-token", path, x->image_token_index);
         else
-            hf_fail(err, err_len, "%s gives <image> id %d but config.json's image_token_index is %d: one <image>, one id "
+            rr_fail(err, err_len, "%s gives <image> id %d but config.json's image_token_index is %d: one <image>, one id "
                     "(export without --image-token-id, or with %d)", path, img, x->image_token_index, img);
         goto out;
     }
@@ -562,7 +554,7 @@ int hf_write_extras(HfExtras* x, FILE* log, char* err, size_t err_len) {
         char e[1024];
         if (x->tokenizer) snprintf(path, sizeof path, "%s", x->tokenizer);
         if (template_check_tokenizer(tk, tok, e, sizeof e) != 0) {
-            hf_fail(err, err_len, "--template %s: %s: %s", x->chat_template, path, e);
+            rr_fail(err, err_len, "--template %s: %s: %s", x->chat_template, path, e);
             goto out;
         }
         int bos = template_bos_id(tk, tok);
@@ -706,4 +698,18 @@ uint64_t hf_safetensors_bytes(const char* dir, uint64_t if_missing) {
     }
     closedir(d);
     return sum;
+}
+
+int hf_export_recipe(const char* ckpt, const char* recipe_path, const char* what, Recipe* r, char* state,
+                     size_t state_len, char* err, size_t err_len) {
+    recipe_defaults(r);
+    if (recipe_path && (recipe_load(r, recipe_path, err, err_len) != 0 || recipe_validate(r, err, err_len) != 0))
+        return -1;
+    snprintf(state, state_len, "%s/state.json", ckpt);
+    int taken = trained_apply_keys(r, ckpt, what, err, err_len);
+    if (taken < 0) return -1;
+    if (!recipe_path && !trained_has_keys(ckpt))
+        return rr_fail(err, err_len, "%s holds no model keys (not an import of this build): give --recipe R.ini, the "
+                       "recipe of the run that wrote it", state);
+    return taken;
 }

@@ -60,6 +60,12 @@ cJSON* hf_config_keep(const cJSON* ours, const char* kept_dir, FILE* log);
 /* The bytes of the regular *.safetensors files in folder dir (what a checkpoint's tensors can hold at most: a
  * model sized from a recipe is allocated only once its files are known to be that large), or if_missing when dir
  * cannot be opened. */
+/* The recipe an export of checkpoint ckpt works from: recipe_path's (validated) when given, the defaults
+ * otherwise, with the model keys an import recorded (runtime/train/trained.h: where the recipe leaves them, or
+ * all of them without one; `what` names the command in messages). Without recipe_path the checkpoint must
+ * hold them. state = ckpt/state.json. Returns what trained_apply_keys took (>= 0), or -1 with the message. */
+int hf_export_recipe(const char* ckpt, const char* recipe_path, const char* what, Recipe* r, char* state,
+                     size_t state_len, char* err, size_t err_len);
 uint64_t hf_safetensors_bytes(const char* dir, uint64_t if_missing);
 
 typedef struct {

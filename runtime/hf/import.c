@@ -15,17 +15,9 @@
 
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/train/recipe.h"
-
-static int im_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static int im_fail(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 typedef ImportName ImName;
 
@@ -66,7 +58,7 @@ static int im_rope(const cJSON* rs, const char* key, const char* path, LlamaImpo
     if (!cJSON_IsObject(rs) || (type && !cJSON_IsString(type)) ||
         (cJSON_IsString(type) && strcmp(type->valuestring, "default") && strcmp(type->valuestring, "llama3"))) {
         char* t = cJSON_PrintUnformatted(rs);
-        im_fail(err, err_len, "%s: %s = %.200s: this model's RoPE is the plain rule (theta^(-2i/d) at the position) or "
+        rr_fail(err, err_len, "%s: %s = %.200s: this model's RoPE is the plain rule (theta^(-2i/d) at the position) or "
                 "Llama-3's scaling (rope_type llama3), no other", path, key, t ? t : "?");
         free(t);
         return -1;
@@ -77,13 +69,13 @@ static int im_rope(const cJSON* rs, const char* key, const char* path, LlamaImpo
     for (int i = 0; i < 4; i++) {
         x = cJSON_GetObjectItemCaseSensitive(rs, names[i]);
         if (!cJSON_IsNumber(x) || !(x->valuedouble > 0) || x->valuedouble > 1e9)
-            return im_fail(err, err_len, "%s: %s.%s is missing or not a positive number (rope_type llama3 needs it)", path,
+            return rr_fail(err, err_len, "%s: %s.%s is missing or not a positive number (rope_type llama3 needs it)", path,
                            key, names[i]);
         *dst[i] = x->valuedouble;
     }
     if (c->rope_factor < 1 || c->rope_high_freq_factor <= c->rope_low_freq_factor ||
         c->rope_original_max_pos != (double)(int)c->rope_original_max_pos)
-        return im_fail(err, err_len, "%s: %s: llama3 needs factor >= 1, high_freq_factor > low_freq_factor and a whole "
+        return rr_fail(err, err_len, "%s: %s: llama3 needs factor >= 1, high_freq_factor > low_freq_factor and a whole "
                        "original_max_position_embeddings (got %g, %g, %g, %g)", path, key, c->rope_factor,
                        c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
     c->rope_llama3 = 1;
@@ -94,18 +86,9 @@ static int im_rope(const cJSON* rs, const char* key, const char* path, LlamaImpo
 static int im_config(const char* dir, LlamaImport* c, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    char why[160];
-    if (!text)
-        return im_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path,
-                       rr_read_file_why(errno, "a config.json file", why, sizeof why));
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return im_fail(err, err_len, "%s: not a JSON object", path);
-    }
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a config.json file",
+                                   "%s: cannot read: %s (--hf takes a Hugging Face model folder)", err, err_len);
+    if (!j) return -1;
     int rc = import_llama_config_json(j, path, c, err, err_len);
     cJSON_Delete(j);
     return rc;
@@ -123,11 +106,11 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
         import_key_range(keys[i], &lo, &hi);
         if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1) || x->valuedouble > 2147483647.0 ||
             x->valuedouble != floor(x->valuedouble)) {
-            im_fail(err, err_len, "%s: \"%s\" is missing or not a positive integer", path, ints[i]);
+            rr_fail(err, err_len, "%s: \"%s\" is missing or not a positive integer", path, ints[i]);
             goto out;
         }
         if (x->valuedouble < lo || x->valuedouble > hi) {
-            im_fail(err, err_len, "%s: \"%s\" = %.0f is outside this model's range [%.0f, %.0f] (model.%s)", path,
+            rr_fail(err, err_len, "%s: \"%s\" = %.0f is outside this model's range [%.0f, %.0f] (model.%s)", path,
                     ints[i], x->valuedouble, lo > 1 ? lo : 1, hi, keys[i]);
             goto out;
         }
@@ -137,7 +120,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
     snprintf(c->model_type, sizeof c->model_type, "llama");
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "model_type")) && cJSON_IsString(x)) {
         if (strcmp(x->valuestring, "llama") && strcmp(x->valuestring, "mistral") && strcmp(x->valuestring, "qwen2")) {
-            im_fail(err, err_len, "%s: model_type \"%.40s\": the architectures imported are llama, mistral and qwen2", path,
+            rr_fail(err, err_len, "%s: model_type \"%.40s\": the architectures imported are llama, mistral and qwen2", path,
                     x->valuestring);
             goto out;
         }
@@ -145,7 +128,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
     }
     int qwen2 = !strcmp(c->model_type, "qwen2");
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "hidden_act")) && cJSON_IsString(x) && strcmp(x->valuestring, "silu")) {
-        im_fail(err, err_len, "%s: hidden_act \"%s\": the model's SwiGLU uses silu", path, x->valuestring);
+        rr_fail(err, err_len, "%s: hidden_act \"%s\": the model's SwiGLU uses silu", path, x->valuestring);
         goto out;
     }
     c->Hkv = c->H; /* grouped-query attention: num_key_value_heads (absent or null: multi-head) */
@@ -153,7 +136,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
         /* range before any cast: (int)1e300 is undefined */
         if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1 && x->valuedouble <= c->H) ||
             x->valuedouble != floor(x->valuedouble) || c->H % (int)x->valuedouble) {
-            im_fail(err, err_len, "%s: num_key_value_heads = %g must be a whole divisor of num_attention_heads = %d (each "
+            rr_fail(err, err_len, "%s: num_key_value_heads = %g must be a whole divisor of num_attention_heads = %d (each "
                     "key/value head serves a group of query heads)", path, cJSON_IsNumber(x) ? x->valuedouble : -1.0, c->H);
             goto out;
         }
@@ -164,7 +147,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
     c->qkv_bias = qwen2;
     if (!qwen2 && (x = cJSON_GetObjectItemCaseSensitive(j, "attention_bias")) && cJSON_IsTrue(x)) c->qkv_bias = c->o_bias = 1;
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "mlp_bias")) && cJSON_IsTrue(x)) {
-        im_fail(err, err_len, "%s: mlp_bias = true: the model's SwiGLU has no biases", path);
+        rr_fail(err, err_len, "%s: mlp_bias = true: the model's SwiGLU has no biases", path);
         goto out;
     }
     /* sliding-window attention (Mistral v0.1, Qwen2 with use_sliding_window) is not this model's full causal one;
@@ -173,7 +156,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
     if (mistral_default_window ||
         (qwen2 ? (x = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")) && cJSON_IsTrue(x)
                : (x = cJSON_GetObjectItemCaseSensitive(j, "sliding_window")) && !cJSON_IsNull(x))) {
-        im_fail(err, err_len, "%s: %s: sliding-window attention, which this model cannot represent (its "
+        rr_fail(err, err_len, "%s: %s: sliding-window attention, which this model cannot represent (its "
                 "attention is causal over the whole sample)", path,
                 qwen2 ? "use_sliding_window is set"
                       : mistral_default_window ? "model_type mistral without sliding_window (MistralConfig's default "
@@ -182,13 +165,13 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
         goto out;
     }
     if (c->D % c->H || (c->D / c->H) % 2) {
-        im_fail(err, err_len, "%s: hidden_size %d / num_attention_heads %d is not a whole even head dim (RoPE rotates "
+        rr_fail(err, err_len, "%s: hidden_size %d / num_attention_heads %d is not a whole even head dim (RoPE rotates "
                 "halves)", path, c->D, c->H);
         goto out;
     }
     if ((x = cJSON_GetObjectItemCaseSensitive(j, "head_dim")) && !cJSON_IsNull(x) &&
         (!im_json_int(x) || x->valuedouble != (double)(c->D / c->H))) {
-        im_fail(err, err_len, "%s: head_dim = %d, not hidden_size / num_attention_heads = %d: this model's heads "
+        rr_fail(err, err_len, "%s: head_dim = %d, not hidden_size / num_attention_heads = %d: this model's heads "
                 "split the width", path, cJSON_IsNumber(x) ? x->valueint : -1, c->D / c->H);
         goto out;
     }
@@ -200,7 +183,7 @@ int import_llama_config_json(const cJSON* j, const char* path, LlamaImport* c, c
         im_rope(cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"), "rope_parameters", path, c, err, err_len) != 0)
         goto out;
     if (!(c->rms_eps > 0) || !isfinite(c->rms_eps) || !(c->rope_base > 1) || !isfinite(c->rope_base)) {
-        im_fail(err, err_len, "%s: rms_norm_eps %g / rope_theta %g out of range", path, c->rms_eps, c->rope_base);
+        rr_fail(err, err_len, "%s: rms_norm_eps %g / rope_theta %g out of range", path, c->rms_eps, c->rope_base);
         goto out;
     }
     rc = 0;
@@ -234,12 +217,12 @@ int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, ch
     *nf = 0;
     if (!text && errno != ENOENT) {
         char why[160];
-        return im_fail(err, err_len, "%s: cannot read: %s", path, rr_read_file_why(errno, "a JSON file", why, sizeof why));
+        return rr_fail(err, err_len, "%s: cannot read: %s", path, rr_read_file_why(errno, "a JSON file", why, sizeof why));
     }
     if (!text) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         if (access(path, R_OK) != 0)
-            return im_fail(err, err_len, "%s: neither model.safetensors.index.json nor model.safetensors is readable", dir);
+            return rr_fail(err, err_len, "%s: neither model.safetensors.index.json nor model.safetensors is readable", dir);
         *files = callocCheck(1, sizeof(char*));
         (*files)[(*nf)++] = strdup("model.safetensors");
         return 0;
@@ -249,9 +232,9 @@ int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, ch
     const cJSON* wm = j ? cJSON_GetObjectItemCaseSensitive(j, "weight_map") : NULL;
     int rc = 0, count = cJSON_IsObject(wm) ? cJSON_GetArraySize(wm) : 0;
     if (!cJSON_IsObject(wm)) {
-        rc = im_fail(err, err_len, "%s: %s", path, j ? "no \"weight_map\" object" : "not valid JSON");
+        rc = rr_fail(err, err_len, "%s: %s", path, j ? "no \"weight_map\" object" : "not valid JSON");
     } else if (count > max_entries) {
-        rc = im_fail(err, err_len, "%s: weight_map lists %d tensors, but the model config.json describes has %d: not "
+        rc = rr_fail(err, err_len, "%s: weight_map lists %d tensors, but the model config.json describes has %d: not "
                      "this model's index", path, count, max_entries);
     } else {
         ImFileRef* refs = callocCheck((size_t)count + 1, sizeof(ImFileRef));
@@ -262,7 +245,7 @@ int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, ch
             const char* v = cJSON_IsString(e) ? e->valuestring : NULL;
             if (!v || !v[0] || v[0] == '.' || strchr(v, '/') || strlen(v) > 255) {
                 char* shown = cJSON_PrintUnformatted(e);
-                rc = im_fail(err, err_len, "%s: weight_map[\"%.200s\"] = %.200s is not a file name in the folder", path,
+                rc = rr_fail(err, err_len, "%s: weight_map[\"%.200s\"] = %.200s is not a file name in the folder", path,
                              e->string, shown ? shown : "?");
                 free(shown);
                 break;
@@ -279,7 +262,7 @@ int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, ch
             for (int i = 0; i < nr; i++)
                 if (i == 0 || strcmp(refs[i].v, refs[u - 1].v)) refs[u++] = refs[i];
             if (u > IMPORT_MAX_FILES) {
-                rc = im_fail(err, err_len, "%s: weight_map names %d files, more than the %d an import reads", path, u,
+                rc = rr_fail(err, err_len, "%s: weight_map names %d files, more than the %d an import reads", path, u,
                              IMPORT_MAX_FILES);
             } else {
                 qsort(refs, (size_t)u, sizeof *refs, im_ref_at);
@@ -290,7 +273,7 @@ int import_hf_files(const char* dir, int max_entries, char*** files, int* nf, ch
         free(refs);
     }
     cJSON_Delete(j); /* after the last message that reads it */
-    if (rc == 0 && *nf == 0) rc = im_fail(err, err_len, "%s: empty weight_map", path);
+    if (rc == 0 && *nf == 0) rc = rr_fail(err, err_len, "%s: empty weight_map", path);
     return rc;
 }
 
@@ -334,19 +317,19 @@ int import_out_begin(ImportOut* o, const char* out, const char* input, char* err
     memset(o, 0, sizeof *o);
     struct stat sb;
     if (!out[0] || out[strlen(out) - 1] == '/')
-        return im_fail(err, err_len, "--out '%.300s': expected the path of a folder to create (no trailing '/')", out);
+        return rr_fail(err, err_len, "--out '%.300s': expected the path of a folder to create (no trailing '/')", out);
     if (lstat(out, &sb) == 0)
-        return im_fail(err, err_len, "%.300s already exists: remove it or choose another --out", out);
+        return rr_fail(err, err_len, "%.300s already exists: remove it or choose another --out", out);
     if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", out, (int)getpid()) >= (int)sizeof o->tmp - 300)
-        return im_fail(err, err_len, "--out '%.200s...': path too long", out);
+        return rr_fail(err, err_len, "--out '%.200s...': path too long", out);
     char ro[4400], ri[PATH_MAX];
     if (im_resolve(out, ro, sizeof ro) != 0)
-        return im_fail(err, err_len, "--out '%.300s': a '.' or '..' after a folder that does not exist yet", out);
+        return rr_fail(err, err_len, "--out '%.300s': a '.' or '..' after a folder that does not exist yet", out);
     /* never into (or over) what is being read */
     if (input && realpath(input, ri)) {
         size_t l = strlen(ri);
         if (!strncmp(ro, ri, l) && (ro[l] == 0 || ro[l] == '/' || !strcmp(ri, "/")))
-            return im_fail(err, err_len, "--out '%.300s' is inside the folder it reads, '%.300s': choose a folder "
+            return rr_fail(err, err_len, "--out '%.300s' is inside the folder it reads, '%.300s': choose a folder "
                            "outside it", out, input);
     }
     /* the outermost folder this command creates (tmp, or the first missing parent of --out): a failure
@@ -358,17 +341,17 @@ int import_out_begin(ImportOut* o, const char* out, const char* input, char* err
         o->made_top[0] = 0;
     }
     if (!o->made_top[0]) /* tmp itself exists (another process's, or planted): never written into */
-        return im_fail(err, err_len, "'%.300s' already exists: remove it or choose another --out", o->tmp);
+        return rr_fail(err, err_len, "'%.300s' already exists: remove it or choose another --out", o->tmp);
     char parent[4200];
     snprintf(parent, sizeof parent, "%s", o->tmp);
     char* slash = strrchr(parent, '/');
     int rc = 0;
     if (slash && slash != parent) {
         *slash = 0;
-        if (rr_mkdirs(parent) != 0) rc = im_fail(err, err_len, "cannot create '%.300s': %s", parent, strerror(errno));
+        if (rr_mkdirs(parent) != 0) rc = rr_fail(err, err_len, "cannot create '%.300s': %s", parent, strerror(errno));
     }
     /* the temporary folder is ours only when this mkdir made it (not an existing folder or link) */
-    if (rc == 0 && mkdir(o->tmp, 0755) != 0) rc = im_fail(err, err_len, "cannot create '%.300s': %s", o->tmp, strerror(errno));
+    if (rc == 0 && mkdir(o->tmp, 0755) != 0) rc = rr_fail(err, err_len, "cannot create '%.300s': %s", o->tmp, strerror(errno));
     if (rc != 0) {
         if (strcmp(o->made_top, o->tmp)) im_rm_rf(o->made_top); /* the parents made above */
         return -1;
@@ -380,7 +363,7 @@ int import_out_begin(ImportOut* o, const char* out, const char* input, char* err
 int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_len) {
     if (!o->made) return rc;
     if (rc == 0 && rename(o->tmp, out) != 0)
-        rc = im_fail(err, err_len, "cannot rename '%.300s' to '%.300s': %s", o->tmp, out, strerror(errno));
+        rc = rr_fail(err, err_len, "cannot rename '%.300s' to '%.300s': %s", o->tmp, out, strerror(errno));
     if (rc != 0) im_rm_rf(o->made_top);
     o->made = 0;
     return rc;
@@ -463,21 +446,13 @@ void import_print_lm_keys(FILE* f, const LlamaImport* info) {
                 info->rope_original_max_pos);
 }
 
-int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,
-                       char* err, size_t err_len) {
-    /* the source's config.json as read (validated by the import before anything was written) */
-    char cpath[4200];
-    snprintf(cpath, sizeof cpath, "%s/config.json", hf_dir);
-    size_t cn;
-    char* ctext = rr_read_file(cpath, &cn, RR_MAX_JSON);
-    cJSON* cfg = ctext ? cJSON_ParseWithLength(ctext, cn) : NULL;
-    free(ctext);
-    if (!cJSON_IsObject(cfg)) {
-        cJSON_Delete(cfg);
-        cJSON_Delete(list);
-        cJSON_Delete(learned);
-        return im_fail(err, err_len, "%s: cannot be read again as a JSON object (changed during the import?)", cpath);
-    }
+CheckpointState import_identity(void) {
+    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
+    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    return id;
+}
+
+cJSON* import_state_new(const CheckpointState* id, const char* imported_from) {
     cJSON* j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
     cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
@@ -486,12 +461,40 @@ int import_write_state(const char* tmp, const CheckpointState* id, const char* h
     cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
     cJSON_AddStringToObject(j, "seed", "0");
     cJSON_AddStringToObject(j, "data_seed", "0");
-    char hx[24], path[4400];
+    char hx[24];
     snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id->run);
     cJSON_AddStringToObject(j, "run", hx);
     cJSON_AddStringToObject(j, "layout", id->layout);
     cJSON_AddNullToObject(j, "loader");
-    cJSON_AddStringToObject(j, "imported_from", hf_dir);
+    cJSON_AddStringToObject(j, "imported_from", imported_from);
+    return j;
+}
+
+int import_state_write(const char* tmp, cJSON* j, char* err, size_t err_len) {
+    char* text = cJSON_Print(j);
+    cJSON_Delete(j);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    int rc = 0;
+    if (rr_write_file_atomic(path, text, strlen(text)) != 0)
+        rc = rr_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
+    free(text);
+    return rc;
+}
+
+int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,
+                       char* err, size_t err_len) {
+    /* the source's config.json as read (validated by the import before anything was written) */
+    char cpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/config.json", hf_dir);
+    cJSON* cfg = rr_read_json(cpath, RR_MAX_JSON);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        cJSON_Delete(list);
+        cJSON_Delete(learned);
+        return rr_fail(err, err_len, "%s: cannot be read again as a JSON object (changed during the import?)", cpath);
+    }
+    cJSON* j = import_state_new(id, hf_dir);
     cJSON_AddItemToObject(j, "files", list);
     while (learned && learned->child) {
         cJSON* x = cJSON_DetachItemViaPointer(learned, learned->child);
@@ -499,14 +502,7 @@ int import_write_state(const char* tmp, const CheckpointState* id, const char* h
     }
     cJSON_Delete(learned);
     cJSON_AddItemToObject(j, "hf_config", cfg);
-    char* text = cJSON_Print(j);
-    cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/state.json", tmp);
-    int rc = 0;
-    if (rr_write_file_atomic(path, text, strlen(text)) != 0)
-        rc = im_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
-    free(text);
-    return rc;
+    return import_state_write(tmp, j, err, err_len);
 }
 
 int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* log, char* err, size_t err_len) {
@@ -524,9 +520,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
     if (import_out_begin(&o, out, hf_dir, err, err_len) != 0) rc = -1;
     const char* tmp = o.tmp;
     if (rc == 0 && import_hf_files(hf_dir, (int)cap + c->L + 16, &files, &nf, err, err_len) != 0) rc = -1;
-    /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
-    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
-    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    CheckpointState id = import_identity();
     cJSON* list = cJSON_CreateArray();
     for (int k = 0; k < nf && rc == 0; k++) {
         StFile f;
@@ -547,12 +541,12 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             for (int i = 0; i < n && !m; i++)
                 if (!strcmp(names[i].hf, x->name)) m = &names[i];
             if (!m) {
-                rc = im_fail(err, err_len, "%s: tensor '%s' has no place in this model (a bias, or another "
+                rc = rr_fail(err, err_len, "%s: tensor '%s' has no place in this model (a bias, or another "
                              "architecture's tensor)", path, x->name);
                 break;
             }
             if (m->seen) {
-                rc = im_fail(err, err_len, "%s: tensor '%s' appears in two files", path, x->name);
+                rc = rr_fail(err, err_len, "%s: tensor '%s' appears in two files", path, x->name);
                 break;
             }
             /* the buffer is sized from the tensor as the file stores it (its bytes are in memory), after
@@ -572,7 +566,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
             m->seen = 1;
             char e2[512];
             if (checkpoint_add_tensor(w, m->ours, m->ndim, m->shape, v, e2, sizeof e2) != 0) {
-                rc = im_fail(err, err_len, "%s: tensor '%s' (for %s): %s", path, x->name, m->ours, e2);
+                rc = rr_fail(err, err_len, "%s: tensor '%s' (for %s): %s", path, x->name, m->ours, e2);
                 break;
             }
             info->tensors++;
@@ -596,7 +590,7 @@ int import_llama(const char* hf_dir, const char* out, LlamaImport* info, FILE* l
     }
     for (int i = 0; i < n && rc == 0; i++)
         if (!names[i].seen)
-            rc = im_fail(err, err_len, "%s: tensor '%s' (for %s) is in none of the model's files", hf_dir, names[i].hf,
+            rc = rr_fail(err, err_len, "%s: tensor '%s' (for %s) is in none of the model's files", hf_dir, names[i].hf,
                          names[i].ours);
     if (rc == 0) {
         cJSON* learned = cJSON_CreateObject();

@@ -96,6 +96,15 @@ int import_out_end(ImportOut* o, const char* out, int rc, char* err, size_t err_
  * names (a cJSON array), and `learned` (an object, may be NULL: what the import learned, runtime/train/
  * trained.h: "recipe", "image_token_id", "absent"), whose members go into state.json beside hf_dir's
  * config.json as "hf_config". Returns 0, or -1 with the message in err. */
+/* The state.json of an import (step 0, checkpoint identity `id`, no loader position) as a new object whose
+ * "imported_from" is `imported_from`: the caller adds what the import learned, then import_state_write. */
+cJSON* import_state_new(const CheckpointState* id, const char* imported_from);
+/* The identity every file of an import's checkpoint carries (checkpoint_identity_meta): step 0, a new job
+ * (checkpoint_new_run_id), layout CHECKPOINT_LAYOUT_IMPORT. */
+CheckpointState import_identity(void);
+/* j printed to tmp/state.json (written to a temporary name and renamed), j freed. Returns 0, or -1 with
+ * the message in err. */
+int import_state_write(const char* tmp, cJSON* j, char* err, size_t err_len);
 int import_write_state(const char* tmp, const CheckpointState* id, const char* hf_dir, cJSON* list, cJSON* learned,
                        char* err, size_t err_len);
 /* The recipe keys an LM import decided, as text values into object `keys` ("model.text_width": "4096", ...):

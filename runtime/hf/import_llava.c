@@ -17,17 +17,9 @@
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/safetensors.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/hf/hf_files.h"
-
-static int il_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static int il_fail(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ------------------------------------------------------------------------------------------------
  * Configs */
@@ -54,9 +46,9 @@ static int il_int(const cJSON* o, const char* where, const char* key, int def, c
     if (rlo < lo) rlo = lo;
     if (rhi > hi) rhi = hi;
     if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble != floor(x->valuedouble))
-        return il_fail(err, err_len, "%s: \"%s\" is not a whole number", where, key);
+        return rr_fail(err, err_len, "%s: \"%s\" is not a whole number", where, key);
     if (x->valuedouble < rlo || x->valuedouble > rhi)
-        return il_fail(err, err_len, "%s: \"%s\" = %.0f is outside this model's range [%.0f, %.0f]%s%s%s", where,
+        return rr_fail(err, err_len, "%s: \"%s\" = %.0f is outside this model's range [%.0f, %.0f]%s%s%s", where,
                        key, x->valuedouble, rlo, rhi, rkey ? " (model." : "", rkey ? rkey : "", rkey ? ")" : "");
     *out = (int)x->valuedouble;
     return 0;
@@ -65,7 +57,7 @@ static int il_int(const cJSON* o, const char* where, const char* key, int def, c
 /* The CLIP vision config v (CLIPVisionConfig defaults for absent fields). */
 static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, char* err, size_t err_len) {
     int inter, channels;
-    if (v && !cJSON_IsObject(v)) return il_fail(err, err_len, "%s: not a JSON object", where);
+    if (v && !cJSON_IsObject(v)) return rr_fail(err, err_len, "%s: not a JSON object", where);
     /* each within the recipe key's range before anything is sized from it (the name table, the shapes) */
     if (il_int(v, where, "hidden_size", 768, "vision_width", 1, INT_MAX, &c->D, c, err, err_len) ||
         il_int(v, where, "num_hidden_layers", 12, "vision_layers", 1, INT_MAX, &c->L, c, err, err_len) ||
@@ -75,22 +67,22 @@ static int il_vision_config(const cJSON* v, const char* where, LlavaImport* c, c
         il_int(v, where, "intermediate_size", 3072, NULL, 1, 4 * 65536, &inter, c, err, err_len) ||
         il_int(v, where, "num_channels", 3, NULL, 1, 64, &channels, c, err, err_len))
         return -1;
-    if (channels != 3) return il_fail(err, err_len, "%s: num_channels = %d: the model reads RGB images (3)", where, channels);
+    if (channels != 3) return rr_fail(err, err_len, "%s: num_channels = %d: the model reads RGB images (3)", where, channels);
     if (inter != 4 * c->D)
-        return il_fail(err, err_len, "%s: intermediate_size = %d is not 4 x hidden_size = %d: this model's vision MLP "
+        return rr_fail(err, err_len, "%s: intermediate_size = %d is not 4 x hidden_size = %d: this model's vision MLP "
                        "hidden is 4 D", where, inter, 4 * c->D);
     if (c->D % c->H)
-        return il_fail(err, err_len, "%s: hidden_size %d is not divisible by num_attention_heads %d", where, c->D, c->H);
+        return rr_fail(err, err_len, "%s: hidden_size %d is not divisible by num_attention_heads %d", where, c->D, c->H);
     if (c->image_size % c->patch)
-        return il_fail(err, err_len, "%s: image_size %d is not a multiple of patch_size %d", where, c->image_size, c->patch);
+        return rr_fail(err, err_len, "%s: image_size %d is not a multiple of patch_size %d", where, c->image_size, c->patch);
     const cJSON* x = v ? cJSON_GetObjectItemCaseSensitive(v, "hidden_act") : NULL;
     if (x && !cJSON_IsNull(x) && (!cJSON_IsString(x) || strcmp(x->valuestring, "quick_gelu")))
-        return il_fail(err, err_len, "%s: hidden_act \"%s\": the CLIP tower's MLP uses quick_gelu (OpenAI's CLIP)", where,
+        return rr_fail(err, err_len, "%s: hidden_act \"%s\": the CLIP tower's MLP uses quick_gelu (OpenAI's CLIP)", where,
                        cJSON_IsString(x) ? x->valuestring : "?");
     if (!x) il_note_default(c, where, "hidden_act");
     x = v ? cJSON_GetObjectItemCaseSensitive(v, "layer_norm_eps") : NULL;
     if (x && !cJSON_IsNull(x) && (!cJSON_IsNumber(x) || x->valuedouble != 1e-5))
-        return il_fail(err, err_len, "%s: layer_norm_eps = %g: the vision LayerNorms' eps is 1e-5 (rrfp-mm's ViT)",
+        return rr_fail(err, err_len, "%s: layer_norm_eps = %g: the vision LayerNorms' eps is 1e-5 (rrfp-mm's ViT)",
                        where, cJSON_IsNumber(x) ? x->valuedouble : -1.0);
     return 0;
 }
@@ -147,18 +139,9 @@ static cJSON* il_text_config(const cJSON* top, LlavaImport* info) {
 static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size_t err_len) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    char why[160];
-    if (!text)
-        return il_fail(err, err_len, "%s: cannot read: %s (--hf takes a Hugging Face model folder)", path,
-                       rr_read_file_why(errno, "a config.json file", why, sizeof why));
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return il_fail(err, err_len, "%s: not a JSON object", path);
-    }
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a config.json file",
+                                   "%s: cannot read: %s (--hf takes a Hugging Face model folder)", err, err_len);
+    if (!j) return -1;
     int rc = -1;
     const cJSON* mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     const char* type = cJSON_IsString(mt) ? mt->valuestring : "";
@@ -174,7 +157,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
             v = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
             snprintf(where, sizeof where, "%s vision_config", path);
         } else if (strcmp(type, "clip_vision_model")) {
-            il_fail(err, err_len, "%s: model_type \"%s\": import clip reads a CLIPVisionModel (clip_vision_model) or a "
+            rr_fail(err, err_len, "%s: model_type \"%s\": import clip reads a CLIPVisionModel (clip_vision_model) or a "
                     "CLIPModel (clip)%s", path, type, !strcmp(type, "llava") ? "; this is a LLaVA: use import llava" : "");
             goto out;
         }
@@ -183,22 +166,22 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     }
     if (llava == 2 ? strcmp(type, "llava_next") : strcmp(type, "llava")) {
         if (llava == 2)
-            il_fail(err, err_len, "%s: model_type \"%s\": import llava_next reads a LlavaNextForConditionalGeneration "
+            rr_fail(err, err_len, "%s: model_type \"%s\": import llava_next reads a LlavaNextForConditionalGeneration "
                     "(llava_next)%s", path, type, !strcmp(type, "llava") ? "; this is a LLaVA-1.5: use import llava" : "");
         else
-            il_fail(err, err_len, "%s: model_type \"%s\": import llava reads a LlavaForConditionalGeneration (llava)%s", path,
+            rr_fail(err, err_len, "%s: model_type \"%s\": import llava reads a LlavaForConditionalGeneration (llava)%s", path,
                     type, !strcmp(type, "llava_next") ? "; this is a LLaVA-NeXT: use import llava_next"
                           : !strncmp(type, "llava_", 6) ? " (LLaVA-OneVision's image tiling is not this model)" : "");
         goto out;
     }
     const cJSON* vc = cJSON_GetObjectItemCaseSensitive(j, "vision_config");
     if (vc && !cJSON_IsNull(vc) && !cJSON_IsObject(vc)) {
-        il_fail(err, err_len, "%s: vision_config is not a JSON object", path);
+        rr_fail(err, err_len, "%s: vision_config is not a JSON object", path);
         goto out;
     }
     const cJSON* vt = vc ? cJSON_GetObjectItemCaseSensitive(vc, "model_type") : NULL;
     if (cJSON_IsString(vt) && strcmp(vt->valuestring, "clip_vision_model")) {
-        il_fail(err, err_len, "%s: vision_config.model_type \"%s\": the vision tower this model has is CLIP's "
+        rr_fail(err, err_len, "%s: vision_config.model_type \"%s\": the vision tower this model has is CLIP's "
                 "(clip_vision_model)", path, vt->valuestring);
         goto out;
     }
@@ -221,7 +204,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     if (vrc) goto out;
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, "vision_feature_layer");
     if (x && !cJSON_IsNumber(x)) {
-        il_fail(err, err_len, "%s: vision_feature_layer is not one integer (a list concatenates several layers' "
+        rr_fail(err, err_len, "%s: vision_feature_layer is not one integer (a list concatenates several layers' "
                 "features, which this model's projector cannot take)", path);
         goto out;
     }
@@ -230,13 +213,13 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         goto out;
     int run = c->feature_layer < 0 ? c->L + 1 + c->feature_layer : c->feature_layer;
     if (run < 1) {
-        il_fail(err, err_len, "%s: vision_feature_layer = %d selects the embeddings themselves (hidden state 0); "
+        rr_fail(err, err_len, "%s: vision_feature_layer = %d selects the embeddings themselves (hidden state 0); "
                 "allowed: a hidden state after at least one block", path, c->feature_layer);
         goto out;
     }
     x = cJSON_GetObjectItemCaseSensitive(j, "vision_feature_select_strategy");
     if (x && (!cJSON_IsString(x) || strcmp(x->valuestring, "default"))) {
-        il_fail(err, err_len, "%s: vision_feature_select_strategy \"%s\": this model drops the class token (`default`)",
+        rr_fail(err, err_len, "%s: vision_feature_select_strategy \"%s\": this model drops the class token (`default`)",
                 path, cJSON_IsString(x) ? x->valuestring : "?");
         goto out;
     }
@@ -259,14 +242,14 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
                 if (ok) c->pins.n++;
             }
             if (!ok) {
-                il_fail(err, err_len, "%s: image_grid_pinpoints: expected a list of 1 .. %d [height, width] pairs of whole "
+                rr_fail(err, err_len, "%s: image_grid_pinpoints: expected a list of 1 .. %d [height, width] pairs of whole "
                         "numbers in 1 .. %d", path, ANYRES_MAX_PINPOINTS, ANYRES_MAX_SIDE);
                 goto out;
             }
         }
         char e[256];
         if (anyres_pinpoints_check(&c->pins, c->image_size, e, sizeof e) != 0) {
-            il_fail(err, err_len, "%s: image_grid_pinpoints: %s (vision_config.image_size)", path, e);
+            rr_fail(err, err_len, "%s: image_grid_pinpoints: %s (vision_config.image_size)", path, e);
             goto out;
         }
         c->anyres_tiles = 0;
@@ -280,7 +263,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
         if (!strcmp(x->valuestring, "gelu")) c->proj_act = ACT_GELU_ERF;
         else if (!strcmp(x->valuestring, "gelu_pytorch_tanh") || !strcmp(x->valuestring, "gelu_new")) c->proj_act = ACT_GELU_TANH;
         else {
-            il_fail(err, err_len, "%s: projector_hidden_act \"%s\": the projector's activation is gelu (exact) or "
+            rr_fail(err, err_len, "%s: projector_hidden_act \"%s\": the projector's activation is gelu (exact) or "
                     "gelu_pytorch_tanh", path, x->valuestring);
             goto out;
         }
@@ -289,14 +272,14 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     }
     x = cJSON_GetObjectItemCaseSensitive(j, "multimodal_projector_bias");
     if (x && cJSON_IsFalse(x)) {
-        il_fail(err, err_len, "%s: multimodal_projector_bias = false: this model's projector has biases", path);
+        rr_fail(err, err_len, "%s: multimodal_projector_bias = false: this model's projector has biases", path);
         goto out;
     }
     /* LlavaConfig without a text_config takes LlamaConfig() whole: a 7B Llama with rms_norm_eps 1e-6 and
      * rope_theta 1e4, which is rarely the LM in the files (Vicuna's eps is 1e-5): refused, not guessed */
     const cJSON* tcx = cJSON_GetObjectItemCaseSensitive(j, "text_config");
     if (!tcx || cJSON_IsNull(tcx)) {
-        il_fail(err, err_len, "%s: no text_config: LlavaConfig would take LlamaConfig's defaults for the whole LM "
+        rr_fail(err, err_len, "%s: no text_config: LlavaConfig would take LlamaConfig's defaults for the whole LM "
                 "(model_type llama, hidden_size 4096, intermediate_size 11008, num_hidden_layers 32, "
                 "num_attention_heads 32, vocab_size 32000, rms_norm_eps 1e-06, rope_theta 10000.0), which the import "
                 "does not assume: write the LM's config.json keys into \"text_config\"", path);
@@ -304,7 +287,7 @@ static int il_config(const char* dir, int llava, LlavaImport* c, char* err, size
     }
     cJSON* t = il_text_config(j, c);
     if (!t) {
-        il_fail(err, err_len, "%s: text_config is not a JSON object", path);
+        rr_fail(err, err_len, "%s: text_config is not a JSON object", path);
         goto out;
     }
     snprintf(where, sizeof where, "%s text_config", path);
@@ -472,7 +455,7 @@ static int il_canon(const char* name, int llava, char* out, size_t n) {
 static int il_finite(const float* v, size_t n, const char* path, const char* name, char* err, size_t err_len) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(v[i]))
-            return il_fail(err, err_len, "%s: tensor '%s' holds %s value at element %zu: a checkpoint holds finite "
+            return rr_fail(err, err_len, "%s: tensor '%s' holds %s value at element %zu: a checkpoint holds finite "
                            "values only", path, name, isnan(v[i]) ? "a NaN" : "an infinite", i);
     return 0;
 }
@@ -541,9 +524,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
     const char* tmp = o.tmp;
     /* the index may list the tensors this import skips too (CLIPModel's text side, buffers): twice the table */
     if (rc == 0 && import_hf_files(hf_dir, 2 * tab.n + 64, &files, &nf, err, err_len) != 0) rc = -1;
-    /* the identity every file of the checkpoint carries (checkpoint_identity_meta): step 0, this import */
-    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
-    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    CheckpointState id = import_identity();
     cJSON* list = cJSON_CreateArray();
     for (int k = 0; k < nf && rc == 0; k++) {
         StFile f;
@@ -563,7 +544,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                 continue;
             }
             if (il_canon(x->name, llava, canon, sizeof canon) != 0) {
-                rc = il_fail(err, err_len, "%s: tensor '%s' is under no naming of a %s checkpoint (%s)", path, x->name,
+                rc = rr_fail(err, err_len, "%s: tensor '%s' is under no naming of a %s checkpoint (%s)", path, x->name,
                              llava ? "LLaVA" : "CLIP vision",
                              llava ? "vision_tower., multi_modal_projector., language_model., model.*, lm_head.weight"
                                    : "vision_model.*");
@@ -580,12 +561,12 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             IlName** found = bsearch(canon, sorted, (size_t)tab.n, sizeof *sorted, il_key_cmp);
             IlName* m = found ? *found : NULL;
             if (!m) {
-                rc = il_fail(err, err_len, "%s: tensor '%s' has no place in this model (another architecture's tensor, "
+                rc = rr_fail(err, err_len, "%s: tensor '%s' has no place in this model (another architecture's tensor, "
                              "or a layer / bias the config does not declare)", path, x->name);
                 break;
             }
             if (m->n.seen) {
-                rc = il_fail(err, err_len, "%s: tensor '%s' appears twice (two namings, or two files)", path, x->name);
+                rc = rr_fail(err, err_len, "%s: tensor '%s' appears twice (two namings, or two files)", path, x->name);
                 break;
             }
             m->n.seen = 1;
@@ -602,7 +583,7 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
                     snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)x->shape[d]);
                 for (int d = 0; d < wnd; d++)
                     snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", d ? ", " : "", (long long)want[d]);
-                rc = il_fail(err, err_len, "%s: tensor '%s' has shape (%s), config.json implies (%s)", path, x->name, got,
+                rc = rr_fail(err, err_len, "%s: tensor '%s' has shape (%s), config.json implies (%s)", path, x->name, got,
                              exp);
                 break;
             }
@@ -681,12 +662,12 @@ int import_llava(const char* hf_dir, const char* out, int llava, LlavaImport* in
             if (!listed) cJSON_AddItemToArray(absent, cJSON_CreateString(m->n.ours));
             continue;
         }
-        rc = il_fail(err, err_len, "%s: tensor %s (for %s) is in none of the model's files", hf_dir, m->n.hf + 2, m->n.ours);
+        rc = rr_fail(err, err_len, "%s: tensor %s (for %s) is in none of the model's files", hf_dir, m->n.hf + 2, m->n.ours);
     }
     for (int l = 0; l < info->L && rc == 0; l++)
         for (int b = 0; b < 2; b++)
             if (pend[l * 2 + b].buf)
-                rc = il_fail(err, err_len, "%s: layer %d's q / k / v %s are not all in the files", hf_dir, l,
+                rc = rr_fail(err, err_len, "%s: layer %d's q / k / v %s are not all in the files", hf_dir, l,
                              b ? "biases" : "weights");
     /* the folder's config, tokenizer and processor files, as they were, beside the weights (hf_files.h) */
     if (rc == 0 && llava) rc = hf_keep_files(hf_dir, tmp, info->kept, sizeof info->kept, err, err_len);

@@ -13,6 +13,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/safetensors.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/hf/hf_files.h"
 #include "runtime/hf/import.h"
@@ -22,58 +23,36 @@
 #include "runtime/train/trained.h"
 #include "text/lm.h"
 
-static int li_fail(char* err, size_t n, const char* fmt, ...) RR_PRINTF(3, 4);
-static int li_fail(char* err, size_t n, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static const char* const PEFT_TARGET[LM_LORA_N] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
+/* An adapter's or a base's JSON file, as an object. */
 static cJSON* li_read_json(const char* path, char* err, size_t err_len) {
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        char why[160];
-        li_fail(err, err_len, "%s: cannot read: %s", path, rr_read_file_why(errno, "a JSON file", why, sizeof why));
-        return NULL;
-    }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        li_fail(err, err_len, "%s: not a JSON object", path);
-        return NULL;
-    }
-    return j;
+    return rr_read_json_object(path, RR_MAX_JSON, "a JSON file", "%s: cannot read: %s", err, err_len);
 }
 
 /* adapter_config.json's LoraConfig fields this engine represents; anything else that changes the math refused */
 static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* bits, char* err, size_t err_len) {
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, "peft_type");
     if (!cJSON_IsString(x) || strcmp(x->valuestring, "LORA") != 0)
-        return li_fail(err, err_len, "%s: peft_type must be \"LORA\" (a LoRA adapter)", path);
+        return rr_fail(err, err_len, "%s: peft_type must be \"LORA\" (a LoRA adapter)", path);
     x = cJSON_GetObjectItemCaseSensitive(j, "r");
     if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 1 || x->valuedouble > 65536)
-        return li_fail(err, err_len, "%s: r must be an integer in 1 .. 65536", path);
+        return rr_fail(err, err_len, "%s: r must be an integer in 1 .. 65536", path);
     c->r = (int)x->valuedouble;
     x = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha");
     if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1e-6 && x->valuedouble <= 1e6))
-        return li_fail(err, err_len, "%s: lora_alpha must be a number in 1e-6 .. 1e6", path);
+        return rr_fail(err, err_len, "%s: lora_alpha must be a number in 1e-6 .. 1e6", path);
     c->alpha = x->valuedouble;
     x = cJSON_GetObjectItemCaseSensitive(j, "lora_dropout");
     c->dropout = 0;
     if (x && !cJSON_IsNull(x)) {
         if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 0.95))
-            return li_fail(err, err_len, "%s: lora_dropout must be a number in 0 .. 0.95", path);
+            return rr_fail(err, err_len, "%s: lora_dropout must be a number in 0 .. 0.95", path);
         c->dropout = x->valuedouble;
     }
     x = cJSON_GetObjectItemCaseSensitive(j, "target_modules");
     if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) < 1 || cJSON_GetArraySize(x) > 64)
-        return li_fail(err, err_len, "%s: target_modules must be a list of the LM's linears (q_proj, k_proj, v_proj, "
+        return rr_fail(err, err_len, "%s: target_modules must be a list of the LM's linears (q_proj, k_proj, v_proj, "
                        "o_proj, gate_proj, up_proj, down_proj); a regular expression or \"all-linear\" is not read", path);
     *bits = 0;
     c->targets[0] = 0;
@@ -82,7 +61,7 @@ static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* 
         for (int k = 0; k < LM_LORA_N && cJSON_IsString(e); k++)
             if (!strcmp(e->valuestring, PEFT_TARGET[k])) t = k;
         if (t < 0)
-            return li_fail(err, err_len, "%s: target_modules entry %.80s%s%s is not one of q_proj, k_proj, v_proj, o_proj, "
+            return rr_fail(err, err_len, "%s: target_modules entry %.80s%s%s is not one of q_proj, k_proj, v_proj, o_proj, "
                            "gate_proj, up_proj, down_proj", path, cJSON_IsString(e) ? "\"" : "",
                            cJSON_IsString(e) ? e->valuestring : "(not a string)", cJSON_IsString(e) ? "\"" : "");
         *bits |= 1u << t;
@@ -94,12 +73,12 @@ static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* 
         }
     x = cJSON_GetObjectItemCaseSensitive(j, "bias");
     if (x && !cJSON_IsNull(x) && (!cJSON_IsString(x) || strcmp(x->valuestring, "none") != 0))
-        return li_fail(err, err_len, "%s: bias must be \"none\" (the adapters train no bias)", path);
+        return rr_fail(err, err_len, "%s: bias must be \"none\" (the adapters train no bias)", path);
     static const char* const must_be_false[] = {"fan_in_fan_out", "use_dora", "use_rslora"};
     for (size_t k = 0; k < sizeof must_be_false / sizeof must_be_false[0]; k++) {
         x = cJSON_GetObjectItemCaseSensitive(j, must_be_false[k]);
         if (x && !cJSON_IsNull(x) && !cJSON_IsFalse(x))
-            return li_fail(err, err_len, "%s: %s must be false (this engine's LoRA is y += (alpha / r) B A x with "
+            return rr_fail(err, err_len, "%s: %s must be false (this engine's LoRA is y += (alpha / r) B A x with "
                            "A (r, in), B (out, r))", path, must_be_false[k]);
     }
     static const char* const must_be_empty[] = {"rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform",
@@ -107,7 +86,7 @@ static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* 
     for (size_t k = 0; k < sizeof must_be_empty / sizeof must_be_empty[0]; k++) {
         x = cJSON_GetObjectItemCaseSensitive(j, must_be_empty[k]);
         if (x && !cJSON_IsNull(x) && !((cJSON_IsObject(x) || cJSON_IsArray(x)) && !x->child))
-            return li_fail(err, err_len, "%s: %s must be empty or null (one rank and alpha for every adapted linear of "
+            return rr_fail(err, err_len, "%s: %s must be empty or null (one rank and alpha for every adapted linear of "
                            "every layer, no other trained module)", path, must_be_empty[k]);
     }
     return 0;
@@ -137,12 +116,12 @@ static int li_key(Recipe* r, const char* key, const char* value, const char* ori
             if (a == b) snprintf(mine, sizeof mine, "%s", theirs);
         }
         if (strcmp(mine, theirs) != 0)
-            rc = li_fail(err, err_len, "%s: lora.%s = %s, but the adapter's %s has %s = %s\n---> HINT: remove "
+            rc = rr_fail(err, err_len, "%s: lora.%s = %s, but the adapter's %s has %s = %s\n---> HINT: remove "
                          "lora.%s from the recipe (the adapter's value is then taken)", o, key, mine, path,
                          !strcmp(key, "r") ? "r" : !strcmp(key, "alpha") ? "lora_alpha" : !strcmp(key, "dropout") ? "lora_dropout" : "target_modules",
                          theirs, key);
     } else {
-        rc = li_fail(err, err_len, "%s: %s", path, e);
+        rc = rr_fail(err, err_len, "%s: %s", path, e);
     }
     free(ck);
     return rc;
@@ -162,7 +141,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     if (trained_apply_keys(&r, base, "rrfp-mm import lora --base", err, err_len) < 0) return -1;
     int base_keys = trained_has_keys(base);
     if (!recipe_path && !base_keys)
-        return li_fail(err, err_len, "%s holds no model keys (not an import): give --recipe R.ini, the recipe of the run "
+        return rr_fail(err, err_len, "%s holds no model keys (not an import): give --recipe R.ini, the recipe of the run "
                        "that wrote it", bstate);
     cJSON* cfg = li_read_json(cpath, err, err_len);
     if (!cfg) return -1;
@@ -196,7 +175,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     if (stat(apath, &asb) != 0 || !S_ISREG(asb.st_mode) || nad > (uint64_t)asb.st_size / 2) {
         params_free(&pt);
         cJSON_Delete(cfg);
-        return li_fail(err, err_len, "%s: %s: r = %d (%s) implies %llu adapter values for this model", apath,
+        return rr_fail(err, err_len, "%s: %s: r = %d (%s) implies %llu adapter values for this model", apath,
                        stat(apath, &asb) != 0 ? strerror(errno) : !S_ISREG(asb.st_mode) ? "not a regular file"
                                                                                       : "the file is too small for them",
                        info->r, cpath, (unsigned long long)nad);
@@ -204,7 +183,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     if (nbase > held / 2) { /* the base's files hold its values, 2 bytes each at the least */
         params_free(&pt);
         cJSON_Delete(cfg);
-        return li_fail(err, err_len, "%s: the model has %zu parameters, but the base's model files hold %llu bytes: not a "
+        return rr_fail(err, err_len, "%s: the model has %zu parameters, but the base's model files hold %llu bytes: not a "
                        "checkpoint of this model (--recipe)", base, pt.total, (unsigned long long)held);
     }
     ImportOut o;
@@ -239,25 +218,25 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
         char ours[160];
         PeftBase b;
         if (lora_peft_ours(x->name, ours, sizeof ours, &b) != 0) {
-            rc = li_fail(err, err_len, "%s: tensor '%s' is not a LoRA factor of an LM linear (expected "
+            rc = rr_fail(err, err_len, "%s: tensor '%s' is not a LoRA factor of an LM linear (expected "
                          "base_model.model.model.language_model.layers.N.self_attn.q_proj.lora_A.weight and the like: "
                          "LlavaForConditionalGeneration's, or model.layers.N... of LlamaForCausalLM)", apath, x->name);
             break;
         }
         if (peft_base >= 0 && (int)b != peft_base) {
-            rc = li_fail(err, err_len, "%s: tensor '%s' names another base model than the file's other tensors", apath,
+            rc = rr_fail(err, err_len, "%s: tensor '%s' names another base model than the file's other tensors", apath,
                          x->name);
             break;
         }
         peft_base = (int)b;
         int i = params_find(&pt, ours);
         if (i < 0) {
-            rc = li_fail(err, err_len, "%s: tensor '%s' (%s) has no place in this model: its layer is past model.text_layers "
+            rc = rr_fail(err, err_len, "%s: tensor '%s' (%s) has no place in this model: its layer is past model.text_layers "
                          "= %d or its linear is not in target_modules (%s)", apath, x->name, ours, mc.Lt, cpath);
             break;
         }
         if (seen[i]++) {
-            rc = li_fail(err, err_len, "%s: tensor '%s' is %s a second time (two namings of one factor)", apath, x->name, ours);
+            rc = rr_fail(err, err_len, "%s: tensor '%s' is %s a second time (two namings of one factor)", apath, x->name, ours);
             break;
         }
         const ParamSpec* s = &pt.specs[i];
@@ -276,7 +255,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
             if (!seen[i]) {
                 char key[256];
                 lora_peft_key(s->name, peft_base == PEFT_BASE_LLAMA ? PEFT_BASE_LLAMA : PEFT_BASE_LLAVA, key, sizeof key);
-                rc = li_fail(err, err_len, "%s: tensor '%s' (for %s) is missing: target_modules of %s and the model's %d "
+                rc = rr_fail(err, err_len, "%s: tensor '%s' (for %s) is missing: target_modules of %s and the model's %d "
                              "layers imply it", apath, key, s->name, cpath, mc.Lt);
             }
         } else {
@@ -292,20 +271,19 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     const cJSON* mt = hc ? cJSON_GetObjectItemCaseSensitive(hc, "model_type") : NULL;
     if (rc == 0 && cJSON_IsString(mt) && peft_base >= 0 &&
         (peft_base == PEFT_BASE_LLAVA) != (strcmp(mt->valuestring, "llava") == 0))
-        rc = li_fail(err, err_len, "%s: its tensors are keyed for %s, but the base %s is a %s import (%s \"hf_config\" "
+        rc = rr_fail(err, err_len, "%s: its tensors are keyed for %s, but the base %s is a %s import (%s \"hf_config\" "
                      "model_type \"%s\"): the adapter was trained on another model", apath,
                      peft_base == PEFT_BASE_LLAVA ? "LlavaForConditionalGeneration" : "LlamaForCausalLM", base,
                      mt->valuestring, bstate, mt->valuestring);
     /* the checkpoint: one model file of every tensor, state.json as an import's with the [lora] keys */
-    CheckpointState id = {.step = 0, .run = checkpoint_new_run_id()};
-    snprintf(id.layout, sizeof id.layout, "%s", CHECKPOINT_LAYOUT_IMPORT);
+    CheckpointState id = import_identity();
     if (rc == 0) {
         StWriter* w = st_writer_new();
         for (int i = 0; i < pt.n && rc == 0; i++) {
             const ParamSpec* s = &pt.specs[i];
             char e2[512];
             if (checkpoint_add_tensor(w, s->name, s->ndim, s->shape, params_data(&pt, i), e2, sizeof e2) != 0)
-                rc = li_fail(err, err_len, "%s: %s", lm_lora_is_adapter(s->name) ? apath : base, e2);
+                rc = rr_fail(err, err_len, "%s: %s", lm_lora_is_adapter(s->name) ? apath : base, e2);
         }
         st_writer_meta(w, "format", "rrfp-mm");
         checkpoint_identity_meta(w, &id, "");
@@ -316,20 +294,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
         st_writer_free(w);
     }
     if (rc == 0) {
-        cJSON* j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "format", "rrfp-mm-checkpoint");
-        cJSON_AddNumberToObject(j, "version", CHECKPOINT_VERSION);
-        cJSON_AddNumberToObject(j, "step", 0);
-        cJSON_AddNumberToObject(j, "optimizer_step", 0);
-        cJSON_AddStringToObject(j, "recipe_hash", "0000000000000000");
-        cJSON_AddStringToObject(j, "seed", "0");
-        cJSON_AddStringToObject(j, "data_seed", "0");
-        char hx[24];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)id.run);
-        cJSON_AddStringToObject(j, "run", hx);
-        cJSON_AddStringToObject(j, "layout", id.layout);
-        cJSON_AddNullToObject(j, "loader");
-        cJSON_AddStringToObject(j, "imported_from", adapter_dir);
+        cJSON* j = import_state_new(&id, adapter_dir);
         cJSON_AddStringToObject(j, "base", base);
         cJSON* files = cJSON_AddArrayToObject(j, "files");
         cJSON_AddItemToArray(files, cJSON_CreateString("model.safetensors"));
@@ -353,13 +318,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
         }
         cJSON_AddItemToObject(j, "recipe", keys);
         cJSON_AddItemToObject(j, "adapter_config", cJSON_Duplicate(cfg, 1));
-        char* text = cJSON_Print(j);
-        cJSON_Delete(j);
-        char path[4400];
-        snprintf(path, sizeof path, "%s/state.json", o.tmp);
-        if (rr_write_file_atomic(path, text, strlen(text)) != 0)
-            rc = li_fail(err, err_len, "cannot write '%s': %s", path, strerror(errno));
-        free(text);
+        rc = import_state_write(o.tmp, j, err, err_len);
     }
     if (rc == 0) { /* the base's kept Hugging Face files, where export hf finds them */
         char kdir[4400], kcfg[4500], kept[1024];

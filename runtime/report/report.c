@@ -16,7 +16,7 @@
 #include "data/image.h"
 #include "data/shard.h"
 #include "data/template.h"
-#include "engine/checkpoint.h"
+#include "runtime/train/runckpt.h"
 #include "engine/util.h"
 #include "runtime/trace/trace.h"
 #include "runtime/train/generate.h"
@@ -1050,7 +1050,7 @@ int report_write(const ReportConfig* c, char* out_path, size_t out_len, char* er
     else snprintf(root, sizeof root, "%s/checkpoints", c->run_dir);
     TrainedData td;
     char twhy[1024];
-    if (checkpoint_latest(root, ck, sizeof ck) >= 0) {
+    if (runckpt_latest(root, ck, sizeof ck) >= 0) {
         if (trained_data_of_checkpoint(ck, &td, twhy, sizeof twhy) != 0) {
             warnf(c, "the training data's record left out: %s", twhy);
         } else if (td.chat_template >= 0 || td.has_prep || td.has_hash) {

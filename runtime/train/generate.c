@@ -172,6 +172,23 @@ static int gen_prompt_ids(Generator* g, const char* human, int n_images, int32_t
     return n;
 }
 
+/* mb's arrays for one sample of T tokens and I tower images of Np patches in all (rows of `row` floats),
+ * malloc'd (microbatch_free). */
+static void gen_microbatch_alloc(Microbatch* mb, int T, int I, int Np, size_t row) {
+    mb->cu_seqlens = mallocCheck(2 * sizeof(int32_t));
+    mb->ids = mallocCheck(sizeof(int32_t) * (size_t)T);
+    mb->targets = mallocCheck(sizeof(int32_t) * (size_t)T);
+    mb->pos = mallocCheck(sizeof(int32_t) * (size_t)T);
+    mb->sample_index = callocCheck(1, sizeof(int64_t));
+    mb->img_cu_patches = mallocCheck(sizeof(int32_t) * (size_t)(I + 1));
+    mb->grid_h = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
+    mb->grid_w = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
+    mb->img_lm_start = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
+    mb->patch_row = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
+    mb->patch_col = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
+    mb->patches = mallocCheck(sizeof(float) * row * (size_t)(Np ? Np : 1));
+}
+
 /* One sample as the loader assembles it (data/loader.c): image tokens become their patch rows, no
  * targets. mb's arrays are malloc'd (microbatch_free). */
 static void gen_microbatch(Microbatch* mb, const int32_t* ids, int n, int image_id, int I, float* const* patches,
@@ -185,18 +202,7 @@ static void gen_microbatch(Microbatch* mb, const int32_t* ids, int n, int image_
     for (int i = 0; i < I; i++) Np += gh[i] * gw[i];
     size_t row = (size_t)3 * p * p;
     mb->S = 1, mb->T = T, mb->I = I, mb->Np = Np, mb->patch = p;
-    mb->cu_seqlens = mallocCheck(2 * sizeof(int32_t));
-    mb->ids = mallocCheck(sizeof(int32_t) * (size_t)T);
-    mb->targets = mallocCheck(sizeof(int32_t) * (size_t)T);
-    mb->pos = mallocCheck(sizeof(int32_t) * (size_t)T);
-    mb->sample_index = callocCheck(1, sizeof(int64_t));
-    mb->img_cu_patches = mallocCheck(sizeof(int32_t) * (size_t)(I + 1));
-    mb->grid_h = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
-    mb->grid_w = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
-    mb->img_lm_start = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
-    mb->patch_row = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
-    mb->patch_col = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
-    mb->patches = mallocCheck(sizeof(float) * row * (size_t)(Np ? Np : 1));
+    gen_microbatch_alloc(mb, T, I, Np, row);
     mb->cu_seqlens[0] = 0, mb->cu_seqlens[1] = T;
     mb->img_cu_patches[0] = 0;
     int t = 0, np = 0;
@@ -233,18 +239,7 @@ static void gen_microbatch_anyres(Microbatch* mb, const int32_t* ids, int n, int
     int Np = I * g * g;
     size_t row = (size_t)3 * p * p;
     mb->S = 1, mb->T = T, mb->I = I, mb->Np = Np, mb->patch = p, mb->J = J;
-    mb->cu_seqlens = mallocCheck(2 * sizeof(int32_t));
-    mb->ids = mallocCheck(sizeof(int32_t) * (size_t)T);
-    mb->targets = mallocCheck(sizeof(int32_t) * (size_t)T);
-    mb->pos = mallocCheck(sizeof(int32_t) * (size_t)T);
-    mb->sample_index = callocCheck(1, sizeof(int64_t));
-    mb->img_cu_patches = mallocCheck(sizeof(int32_t) * (size_t)(I + 1));
-    mb->grid_h = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
-    mb->grid_w = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
-    mb->img_lm_start = mallocCheck(sizeof(int32_t) * (size_t)(I ? I : 1));
-    mb->patch_row = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
-    mb->patch_col = mallocCheck(sizeof(int32_t) * (size_t)(Np ? Np : 1));
-    mb->patches = mallocCheck(sizeof(float) * row * (size_t)(Np ? Np : 1));
+    gen_microbatch_alloc(mb, T, I, Np, row);
     mb->ar_tile0 = mallocCheck(sizeof(int32_t) * (size_t)(J + 1));
     mb->ar_size = mallocCheck(sizeof(int32_t) * 2 * (size_t)(J ? J : 1));
     mb->ar_grid = mallocCheck(sizeof(int32_t) * 2 * (size_t)(J ? J : 1));
@@ -287,10 +282,7 @@ static int gen_argmax(const float* x, int n) {
 
 /* splitmix64: the sampler's generator (a pure function of the seed and the draw). */
 static uint64_t gen_next(uint64_t* s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rr_splitmix64(s);
 }
 
 typedef struct {

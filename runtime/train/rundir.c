@@ -1,6 +1,7 @@
 /* rundir.c — run folders that never mix runs (see rundir.h). */
 #define _GNU_SOURCE
 #include "runtime/train/rundir.h"
+#include "runtime/train/runckpt.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -14,22 +15,19 @@
 #include <unistd.h>
 
 #include "engine/checkpoint.h"
+#include "engine/json.h"
 #include "engine/util.h"
 
 int rundir_read_id(const char* run_dir, char* id, size_t id_len, char* err, size_t err_len) {
     char path[RECIPE_STR + 32];
     snprintf(path, sizeof path, "%s/run.json", run_dir);
     id[0] = 0;
-    size_t n;
-    char* text = rr_read_file(path, &n, RR_MAX_JSON);
-    if (!text) {
-        if (errno == ENOENT) return 0;
-        char why[160];
-        snprintf(err, err_len, "%s: cannot read: %s", path, rr_read_file_why(errno, "a run.json file", why, sizeof why));
-        return -1;
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a run.json file", "%s: cannot read: %s", err, err_len);
+    if (!j && errno == ENOENT) {
+        if (err_len) err[0] = 0;
+        return 0;
     }
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
+    if (!j && errno) return -1;
     const cJSON* rid = j ? cJSON_GetObjectItemCaseSensitive(j, "run_id") : NULL;
     if (!cJSON_IsString(rid) || !rid->valuestring[0] || strlen(rid->valuestring) >= id_len) {
         snprintf(err, err_len, "%s: not a run identity (a JSON object with a \"run_id\" string); it is written by "
@@ -247,7 +245,7 @@ int rundir_own_file(const char* name) {
 int rundir_latest(const char* run_dir, const char* ckpt_root, char* out, size_t out_len, char* err, size_t err_len) {
     char id[RUN_ID_LEN];
     if (rundir_read_id(run_dir, id, sizeof id, err, err_len) < 0) return -1;
-    if (checkpoint_latest_of(ckpt_root, id, out, out_len) >= 0) return 0;
+    if (runckpt_latest_of(ckpt_root, id, out, out_len) >= 0) return 0;
     if (id[0])
         snprintf(err, err_len, "no checkpoint of run %s (%s/run.json) in '%s'", id, run_dir, ckpt_root);
     else
@@ -284,7 +282,7 @@ int rundir_prepare(const Recipe* r, const char* run_dir, const char* ckpt_root, 
     if (have_id < 0) return -1;
     int fresh = 0;
     if (!strcmp(r->resume, "latest") || !strcmp(r->resume, "auto")) {
-        int64_t got = checkpoint_latest_of(ckpt_root, folder_id, out->resume_dir, sizeof out->resume_dir);
+        int64_t got = runckpt_latest_of(ckpt_root, folder_id, out->resume_dir, sizeof out->resume_dir);
         if (got < 0) out->resume_dir[0] = 0;
         rundir_note_incomplete(r, ckpt_root, out->resume_dir, note);
         if (got < 0) {

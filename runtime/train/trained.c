@@ -12,6 +12,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "data/template.h"
+#include "engine/json.h"
 #include "engine/util.h"
 #include "runtime/train/rundir.h"
 
@@ -45,17 +46,9 @@ int trained_data_of_shards(const char* shards, TrainedData* d, char* err, size_t
 /* DIR/state.json parsed (NULL with a message; path gets its name). */
 static cJSON* trained_state(const char* dir, char* path, size_t path_len, char* err, size_t err_len) {
     snprintf(path, path_len, "%s/state.json", dir);
-    size_t n;
-    char* text = rr_read_file_err(path, &n, RR_MAX_JSON, "a checkpoint's state.json", err, err_len,
-                                  "%s: cannot read: %s (not a checkpoint folder?)");
-    if (!text) return NULL;
-    cJSON* j = cJSON_ParseWithLength(text, n);
-    free(text);
-    if (!cJSON_IsObject(j)) {
-        snprintf(err, err_len, "%s: not a JSON object (not a checkpoint folder?)", path);
-        cJSON_Delete(j);
-        return NULL;
-    }
+    cJSON* j = rr_read_json_object(path, RR_MAX_JSON, "a checkpoint's state.json",
+                                   "%s: cannot read: %s (not a checkpoint folder?)", err, err_len);
+    if (!j && !errno) snprintf(err, err_len, "%s: not a JSON object (not a checkpoint folder?)", path);
     return j;
 }
 

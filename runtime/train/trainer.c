@@ -1,6 +1,7 @@
 /* trainer.c — the training loop (see trainer.h). Nothing here knows whether a step is pipelined: the
  * step executor (exec.h) runs it. */
 #include "runtime/train/trainer.h"
+#include "runtime/train/runckpt.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/guard.h"
 #include "runtime/train/trained.h"
@@ -272,13 +273,13 @@ static int trainer_position(Trainer* t, char** out, char* err, size_t err_len) {
 
 /* A checkpoint's state (checked alone by checkpoint_load) against the recipe that resumes it: the seeds it
  * was trained with, a step inside train.steps, and a loader position at that same step. */
-static int trainer_state_check(const Trainer* t, const char* dir, const CheckpointState* cs, char* err,
-                               size_t err_len) {
+static int trainer_state_check(const Trainer* t, const char* dir, const CheckpointState* cs, const RunRecord* rec,
+                               char* err, size_t err_len) {
     const Recipe* r = t->r;
-    if (cs->seed != (uint64_t)r->seed || cs->data_seed != (uint64_t)r->data_seed) {
+    if (rec->seed != (uint64_t)r->seed || rec->data_seed != (uint64_t)r->data_seed) {
         snprintf(err, err_len, "%s/state.json: seed %llu, data_seed %llu, but this recipe has model.seed %lld, data.seed "
-                 "%lld: not this run's checkpoint", dir, (unsigned long long)cs->seed,
-                 (unsigned long long)cs->data_seed, (long long)r->seed, (long long)r->data_seed);
+                 "%lld: not this run's checkpoint", dir, (unsigned long long)rec->seed,
+                 (unsigned long long)rec->data_seed, (long long)r->seed, (long long)r->data_seed);
         return -1;
     }
     if (cs->step > r->steps) {
@@ -287,7 +288,7 @@ static int trainer_state_check(const Trainer* t, const char* dir, const Checkpoi
         return -1;
     }
     /* both sources count steps in their position ("synthetic_step", the shard loader's "steps") */
-    cJSON* j = cs->loader ? cJSON_Parse(cs->loader) : NULL;
+    cJSON* j = rec->loader ? cJSON_Parse(rec->loader) : NULL;
     const cJSON* at = j ? cJSON_GetObjectItemCaseSensitive(j, "synthetic_step") : NULL;
     if (j && !at) at = cJSON_GetObjectItemCaseSensitive(j, "steps");
     int rc = 0;
@@ -329,22 +330,30 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
         trained_free_names(absent, n_absent);
         if (lrc != 0) return -1;
     }
+    /* the run's record in it, checked (runckpt.h) */
+    char spath[RECIPE_STR + 80];
+    snprintf(spath, sizeof spath, "%s/state.json", dir);
+    RunRecord rec;
+    if (runckpt_record_parse(spath, cs.record, &rec, err, err_len) != 0) {
+        checkpoint_state_free(&cs);
+        return -1;
+    }
     int rc = 0;
-    if (!eval_only && cs.recipe_hash != recipe_hash(r)) {
+    if (!eval_only && rec.recipe_hash != recipe_hash(r)) {
         char diff[2048];
         int nd = rundir_recipe_diff(r, t->run_dir, t->ckpt_root, dir, diff, sizeof diff);
         snprintf(err, err_len,
                  "%s was written by a run with recipe hash %016llx, this recipe hashes to %016llx: %s (keys marked "
                  "*(hashed)* in recipes/README.md change the math of a run):\n%s\n---> HINT: resume with the run's own "
                  "values, or start a new run from these parameters with train.init_from=%s and another train.run_dir",
-                 dir, (unsigned long long)cs.recipe_hash, (unsigned long long)recipe_hash(r),
+                 dir, (unsigned long long)rec.recipe_hash, (unsigned long long)recipe_hash(r),
                  nd > 0 ? (nd == 1 ? "a hashed key differs" : "hashed keys differ")
                         : "a model, data, optimiser or seed key differs",
                  diff, dir);
         rc = -1;
     }
-    if (rc == 0 && !eval_only) rc = trainer_state_check(t, dir, &cs, err, err_len);
-    if (rc == 0 && !eval_only) rc = trainer_seek(t, dir, cs.loader, err, err_len);
+    if (rc == 0 && !eval_only) rc = trainer_state_check(t, dir, &cs, &rec, err, err_len);
+    if (rc == 0 && !eval_only) rc = trainer_seek(t, dir, rec.loader, err, err_len);
     if (rc == 0) {
         t->step = cs.step;
         t->opt_step = cs.opt_step;
@@ -354,7 +363,7 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
         if (!eval_only && t->src.samples) {
             t->samples_seen = t->src.samples(&t->src);
         } else {
-            cJSON* lj = cs.loader ? cJSON_Parse(cs.loader) : NULL;
+            cJSON* lj = rec.loader ? cJSON_Parse(rec.loader) : NULL;
             const cJSON* ns = lj ? cJSON_GetObjectItemCaseSensitive(lj, "samples") : NULL;
             t->samples_seen = cJSON_IsNumber(ns) ? (int64_t)ns->valuedouble : 0;
             cJSON_Delete(lj);
@@ -363,6 +372,7 @@ static int trainer_resume(Trainer* t, int eval_only, int64_t* resume_step, char*
         if (!eval_only && t->ex->log_rank)
             fprintf(stderr, "rrfp-mm: resumed from %s at step %lld\n", dir, (long long)t->step);
     }
+    runckpt_record_free(&rec);
     checkpoint_state_free(&cs);
     return rc;
 }
@@ -380,7 +390,7 @@ static int trainer_start_checks(Trainer* t, const Backend* be, Comm* world, char
         /* and the checkpoint folder: another run folder's job in the same checkpoint.dir is refused */
         if (rc == 0 && guard_ckpt_lock(t->ckpt_root, t->run_dir, &t->ckpt_lock_fd, e, sizeof e) != 0) rc = -1;
         char removed[1024];
-        int n = rc == 0 ? checkpoint_clean_stale(t->ckpt_root, removed, sizeof removed) : 0;
+        int n = rc == 0 ? runckpt_clean_stale(t->ckpt_root, removed, sizeof removed) : 0;
         if (n > 0)
             fprintf(stderr, "rrfp-mm: removed %d unfinished checkpoint folder%s of killed runs in %s: %s\n", n,
                     n == 1 ? "" : "s", t->ckpt_root, removed);
@@ -933,28 +943,30 @@ static void trainer_profile_summary(const Trainer* t, FILE* log) {
 /* DP replicas hold the same parameters and optimiser state: replica 0 writes the checkpoint (with every
  * replica's loader position) and tells the others how it went. */
 int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
-    CheckpointState cs = {.step = t->step,
-                          .opt_step = t->opt_step,
-                          .recipe_hash = recipe_hash(t->r),
-                          .seed = (uint64_t)t->r->seed,
-                          .data_seed = (uint64_t)t->r->data_seed,
-                          .run = t->run_id};
+    CheckpointState cs = {.step = t->step, .opt_step = t->opt_step, .run = t->run_id};
     /* the layout as the executor writes it: one file pair for one process, one per (pp, tp, chunk) shard */
     if (t->r->pp > 1 || t->r->tp > 1)
         snprintf(cs.layout, sizeof cs.layout, "pp=%d tp=%d chunks=%d", t->r->pp, t->r->tp, t->r->chunks);
     snprintf(cs.run_id, sizeof cs.run_id, "%s", t->start.run_id);
-    cs.data = t->data_record; /* borrowed: not freed with cs */
-    if (trainer_position(t, &cs.loader, err, err_len) != 0) return -1;
+    /* the run's record (runckpt.h); the data record is borrowed */
+    RunRecord rec = {.recipe_hash = recipe_hash(t->r),
+                     .seed = (uint64_t)t->r->seed,
+                     .data_seed = (uint64_t)t->r->data_seed,
+                     .data = t->data_record};
+    if (trainer_position(t, &rec.loader, err, err_len) != 0) return -1;
+    cs.record = runckpt_record_json(&rec, err, err_len);
+    free(rec.loader);
+    if (!cs.record) return -1;
     char out[RECIPE_STR + 64];
     int rc = 0;
     /* the distributed optimizer: the shards gathered into replica 0's host copies, the checkpoint zero = 0 writes */
     if (t->ex->zero && step_exec_zero_save_begin(t->ex->zero, err, err_len) != 0) {
-        free(cs.loader);
+        free(cs.record);
         return -1;
     }
     if (t->grid.d == 0) rc = t->ex->save(t->ex, t->ckpt_root, &cs, out, sizeof out, err, err_len);
     if (t->ex->zero) step_exec_zero_save_end(t->ex->zero);
-    free(cs.loader);
+    free(cs.record);
     if (t->grid.dp > 1) {
         char e[256];
         if (comm_bcast(t->grid.dp_group, &rc, sizeof rc, 0, e, sizeof e) != 0) {
@@ -965,7 +977,7 @@ int trainer_checkpoint(Trainer* t, char* err, size_t err_len) {
             snprintf(err, err_len, "data-parallel replica 0 could not write checkpoint step %lld", (long long)t->step);
     }
     if (rc == 0 && t->ex->log_rank) {
-        checkpoint_prune_run(t->ckpt_root, t->r->keep, t->start.run_id); /* this run's only */
+        runckpt_prune_run(t->ckpt_root, t->r->keep, t->start.run_id); /* this run's only */
         fprintf(stderr, "rrfp-mm: checkpoint %s\n", out);
     }
     return rc;

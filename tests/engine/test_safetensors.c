@@ -24,6 +24,7 @@
 #include <zstd.h>
 
 #include "engine/checkpoint.h"
+#include "runtime/train/runckpt.h"
 #include "engine/safetensors.h"
 
 #include <dirent.h>
@@ -353,7 +354,9 @@ static void checkpoint_values_test(const char* dir) {
     ParamTable a, b;
     table_make(&a, 1.5f);
     table_make(&b, 0.0f);
-    CheckpointState st = {.step = 11, .opt_step = 11, .seed = 1, .data_seed = 2, .loader = NULL}, got;
+    CheckpointState st = {.step = 11, .opt_step = 11,
+                          .record = "{\"recipe_hash\":\"0000000000000000\",\"seed\":\"1\",\"data_seed\":\"2\",\"loader\":null}"},
+                    got;
     CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
     snprintf(model, sizeof model, "%s/model.safetensors", out);
     snprintf(opt, sizeof opt, "%s/optimizer.safetensors", out);
@@ -427,7 +430,7 @@ static void checkpoint_values_test(const char* dir) {
               "a refused save left a folder in %s", root);
     }
     char latest[4096];
-    CHECK(checkpoint_latest(root, latest, sizeof latest) == 11, "the newest checkpoint is no longer step 11");
+    CHECK(runckpt_latest(root, latest, sizeof latest) == 11, "the newest checkpoint is no longer step 11");
 
     /* a checkpoint of the previous format version is refused with what to do */
     snprintf(model, sizeof model, "%s/step-00000011/state.json", root);
@@ -458,8 +461,10 @@ static int checkpoint_test(const char* dir) {
     CHECK(rr_remove_tree(root) == 0, "rm");
     ParamTable a;
     table_make(&a, 1.5f);
-    CheckpointState st = {.step = 3, .opt_step = 3, .recipe_hash = 0xfedcba9876543210ull, .seed = 1234, .data_seed = 7,
-                          .loader = "{\"epoch\":0,\"cursor\":12}"};
+    /* a run's record (runtime/train/runckpt.h), carried through state.json as it is */
+    RunRecord rec = {.recipe_hash = 0xfedcba9876543210ull, .seed = 1234, .data_seed = 7, .loader = "{\"epoch\":0,\"cursor\":12}"};
+    CheckpointState st = {.step = 3, .opt_step = 3, .record = runckpt_record_json(&rec, err, sizeof err)};
+    CHECK(st.record, "%s", err);
     CHECK(checkpoint_save(root, &a, &st, NULL, out, sizeof out, err, sizeof err) == 0, "%s", err);
     snprintf(p, sizeof p, "%s/step-00000003", root);
     CHECK(!strcmp(out, p), "%s", out);
@@ -469,17 +474,20 @@ static int checkpoint_test(const char* dir) {
     snprintf(p, sizeof p, "%s/.step-00000009.tmp.1", root);
     mkdir(p, 0755);
     char latest[4096];
-    CHECK(checkpoint_latest(root, latest, sizeof latest) == 5, "latest");
+    CHECK(runckpt_latest(root, latest, sizeof latest) == 5, "latest");
     CHECK(strstr(latest, "step-00000005") != NULL, "%s", latest);
 
     ParamTable b;
     table_make(&b, -7.0f);
     CheckpointState got;
     CHECK(checkpoint_load(latest, &b, &got, NULL, err, sizeof err) == 0, "%s", err);
-    CHECK(got.step == 5 && got.opt_step == 3 && got.recipe_hash == 0xfedcba9876543210ull && got.seed == 1234 &&
-              got.data_seed == 7,
+    RunRecord back;
+    CHECK(runckpt_record_parse(latest, got.record, &back, err, sizeof err) == 0, "%s", err);
+    CHECK(got.step == 5 && got.opt_step == 3 && back.recipe_hash == 0xfedcba9876543210ull && back.seed == 1234 &&
+              back.data_seed == 7,
           "state");
-    CHECK(got.loader && !strcmp(got.loader, "{\"epoch\":0,\"cursor\":12}"), "loader %s", got.loader);
+    CHECK(back.loader && !strcmp(back.loader, "{\"epoch\":0,\"cursor\":12}"), "loader %s", back.loader);
+    runckpt_record_free(&back);
     CHECK(!memcmp(a.data, b.data, 17 * 4) && !memcmp(a.m, b.m, 17 * 4) && !memcmp(a.v, b.v, 17 * 4),
           "values differ after reload");
     checkpoint_state_free(&got);
@@ -510,7 +518,7 @@ static int checkpoint_test(const char* dir) {
     snprintf(p, sizeof p, "%s/.pruned-00000001.999/model.safetensors", root);
     FILE* left = fopen(p, "wb");
     CHECK(left && fputs("partly deleted", left) >= 0 && fclose(left) == 0, "write %s", p);
-    checkpoint_prune(root, 2);
+    runckpt_prune(root, 2);
     CHECK(count_pruned_entries(root) == 0, "prune left .pruned-* folders in %s", root);
     snprintf(p, sizeof p, "%s/step-00000003", root);
     CHECK(access(p, F_OK) != 0, "step 3 not pruned");
@@ -518,6 +526,7 @@ static int checkpoint_test(const char* dir) {
     CHECK(access(p, F_OK) == 0, "step 5 pruned");
     table_free(&a);
     table_free(&b);
+    free(st.record);
     if (check_failures) fprintf(stderr, "%d failure(s)\n", check_failures);
     else printf("checkpoint test: ok\n");
     return check_failures ? 1 : 0;

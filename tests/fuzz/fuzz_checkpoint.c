@@ -35,7 +35,8 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
     table_make(&pt);
     char root[512], out[4096], err[1024], path[4600];
     snprintf(root, sizeof root, "%s/ck", fuzz_scratch());
-    CheckpointState st = {.step = 7, .opt_step = 7, .recipe_hash = 0x1234abcdull, .seed = 1, .data_seed = 2};
+    CheckpointState st = {.step = 7, .opt_step = 7,
+                          .record = "{\"recipe_hash\":\"000000001234abcd\",\"seed\":\"1\",\"data_seed\":\"2\",\"loader\":null}"};
     if (checkpoint_save(root, &pt, &st, NULL, out, sizeof out, err, sizeof err) != 0) {
         fprintf(stderr, "fuzz_checkpoint: cannot write the seed checkpoint: %s\n", err);
         exit(1);

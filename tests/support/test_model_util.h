@@ -19,10 +19,7 @@
 #include "engine/util.h"
 
 static inline uint64_t tm_rand(uint64_t* s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rr_splitmix64(s);
 }
 static inline float tm_uniform(uint64_t* s) { return (float)((tm_rand(s) >> 40) / 16777216.0); } /* [0, 1) */
 

@@ -90,10 +90,7 @@ static const AttnCase CASES[] = {
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 static uint64_t rng_u64(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rr_splitmix64(&rng_state);
 }
 static double rng_uniform(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
 static float rng_sym(float amp) { return (float)(amp * (2.0 * rng_uniform() - 1.0)); }

@@ -42,11 +42,7 @@ static const char* case_name;
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static float rng_sym(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)(2.0 * (double)(z >> 11) * (1.0 / 9007199254740992.0) - 1.0);
+    return (float)(2.0 * (double)(rr_splitmix64(&rng_state) >> 11) * (1.0 / 9007199254740992.0) - 1.0);
 }
 static float* hrand(size_t n, float scale) {
     float* x = mallocCheck((n ? n : 1) * sizeof(float));

@@ -247,10 +247,7 @@ static const char* case_name;
 
 static uint64_t rng_state = 0x5851F42D4C957F2Dull;
 static uint64_t rng_u64(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return rr_splitmix64(&rng_state);
 }
 static float rng_sym(void) { return (float)(2.0 * (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0) - 1.0); }
 

@@ -13,16 +13,7 @@ set -u
 BIN=$1 SRC=$2 T=$3
 case "$T" in /tmp/* | */build*/*) ;; *) echo "refusing work dir '$T'"; exit 2 ;; esac
 rm -rf "$T" && mkdir -p "$T" || exit 2
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-# expect RC PATTERN -- CMD...: exit status RC and stdout + stderr matching PATTERN (grep -E)
-expect() {
-  local rc=$1 pat=$2; shift 3
-  "$@" >"$T/out" 2>&1
-  local got=$?
-  if [ "$got" != "$rc" ]; then fail "$* -> exit $got, expected $rc: $(cat "$T/out")"; return; fi
-  grep -Eq -e "$pat" "$T/out" || fail "$* -> output does not match '$pat': $(cat "$T/out")"
-}
+. "$SRC/tests/support/util/expect_lib.sh" # fail, expect RC PATTERN -- CMD...
 
 # 1. sim: generated durations get a duration file's checks
 expect 2 'generated durations: the latency 1e\+308 times the messages of a step .* is not finite' -- \

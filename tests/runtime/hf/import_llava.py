@@ -40,18 +40,11 @@ import torch.nn.functional as Fn
 
 torch.set_num_threads(2)
 DT = torch.float64
-FAILED = []
-
-
-def expect(ok, msg):
-    print(("ok    " if ok else "FAIL  ") + msg)
-    if not ok:
-        FAILED.append(msg)
 
 
 # ---- safetensors by hand: import_llama.py's writer and reader (this folder) ---------------------------
 
-from import_llama import st_read, st_write  # noqa: E402
+from import_llama import FAILED, expect, st_read, st_write  # noqa: E402  (one list of failed checks)
 from hf_tokenizer_json import llama2_tokenizer  # noqa: E402
 
 

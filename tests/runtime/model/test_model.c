@@ -228,17 +228,24 @@ static void test_split_variants(void) {
     split_run(&c);
 }
 
-static void split_run(const ModelConfig* cfg) {
-    ModelConfig c = *cfg;
-    uint64_t rng = 3;
-    Microbatch mb[NMB];
+/* The NMB microbatches of SPECS drawn from rng seed `seed` into mb, their token and patch budgets; returns their
+ * supervised targets. */
+static int spec_microbatches(const ModelConfig* c, uint64_t seed, Microbatch* mb, int* max_T, int* max_Np) {
+    uint64_t rng = seed;
     int n_sup = 0;
     for (int m = 0; m < NMB; m++) {
-        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
+        tm_microbatch(&mb[m], SPECS[m], c->V, c->patch, &rng);
         n_sup += mb[m].n_supervised;
     }
+    tm_budget(SPECS, NMB, max_T, max_Np);
+    return n_sup;
+}
+
+static void split_run(const ModelConfig* cfg) {
+    ModelConfig c = *cfg;
+    Microbatch mb[NMB];
     int max_T, max_Np;
-    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    int n_sup = spec_microbatches(&c, 3, mb, &max_T, &max_Np);
     float scale = 1.0f / n_sup;
 
     Stage fused;
@@ -325,15 +332,9 @@ static void freeze_adamw(ParamTable* pt, const ParamTable* fz, int t) {
 
 static void freeze_case(const char* freeze, int split_bw) {
     ModelConfig c = small_config(2);
-    uint64_t rng = 3;
     Microbatch mb[NMB];
-    int n_sup = 0;
-    for (int m = 0; m < NMB; m++) {
-        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
-        n_sup += mb[m].n_supervised;
-    }
     int max_T, max_Np;
-    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    int n_sup = spec_microbatches(&c, 3, mb, &max_T, &max_Np);
     float scale = 1.0f / n_sup;
     char err[1024];
     EXPECT(model_freeze_check(&c, freeze, NULL, err, sizeof err) == 0, "freeze '%s' refused: %s", freeze, err);
@@ -515,15 +516,9 @@ static void run_chain(Stage* st, int P, Microbatch* mb, int M, int max_T, int ma
 
 static void test_stages(void) {
     ModelConfig c = small_config(3);
-    uint64_t rng = 21;
     Microbatch mb[NMB];
-    int n_sup = 0;
-    for (int m = 0; m < NMB; m++) {
-        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
-        n_sup += mb[m].n_supervised;
-    }
     int max_T, max_Np;
-    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    int n_sup = spec_microbatches(&c, 21, mb, &max_T, &max_Np);
 
     Stage one;
     stage_init(&one, &c, 0, c.Lt, &backend_cpu);
@@ -620,15 +615,9 @@ static void test_gpu(void) {
         exit(77);
     }
     ModelConfig c = small_config(2);
-    uint64_t rng = 3;
     Microbatch mb[NMB];
-    int n_sup = 0;
-    for (int m = 0; m < NMB; m++) {
-        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
-        n_sup += mb[m].n_supervised;
-    }
     int max_T, max_Np;
-    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    int n_sup = spec_microbatches(&c, 3, mb, &max_T, &max_Np);
     float scale = 1.0f / n_sup;
     Stage sc, sg, sgs; /* CPU fused, CUDA fused, CUDA split */
     stage_init(&sc, &c, 0, c.Lt, &backend_cpu);
@@ -738,15 +727,9 @@ static void bf16a_cmp_grad(const char* what, const ParamTable* ref, const float*
 
 static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
     ModelConfig c = *cfg;
-    uint64_t rng = 11;
     Microbatch mb[NMB];
-    int n_sup = 0;
-    for (int m = 0; m < NMB; m++) {
-        tm_microbatch(&mb[m], SPECS[m], c.V, c.patch, &rng);
-        n_sup += mb[m].n_supervised;
-    }
     int max_T, max_Np, cut = c.Lt / 2;
-    tm_budget(SPECS, NMB, &max_T, &max_Np);
+    int n_sup = spec_microbatches(&c, 11, mb, &max_T, &max_Np);
     float scale = 1.0f / n_sup;
     setenv("RRFP_BF16_ACTIVATIONS", "0", 1);
     Stage ref;

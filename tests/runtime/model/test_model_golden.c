@@ -106,50 +106,68 @@ static const char* LLAVA_SPECS[] = {
     "p1 i4x2 i1x3 p2 a5 i1x1 a2", /* two images back to back */
 };
 
-static void case_step(const char* dir, const char* name, const char* const* specs, int M, int split) {
-    const Backend* be = &backend_cpu;
-    ModelConfig mc = golden_config(0.1f);
-    Stage st;
-    stage_init(&st, &mc, 0, mc.Lt, be);
+/* A case's start: st on the CPU backend (with AdamW's state when optim), its activations for the M
+ * microbatches of specs (drawn from rng seed `seed` into mb; their supervised targets in *n_sup), and its
+ * weights dumped to dir/weights.safetensors. */
+static void golden_begin(const char* dir, const ModelConfig* mc, const char* const* specs, int M, int split, int optim,
+                         uint64_t seed, Stage* st, StageActs* a, Microbatch* mb, int* n_sup) {
+    stage_init(st, mc, 0, mc->Lt, &backend_cpu);
+    if (optim) params_alloc_optimizer(&st->params);
     int max_T, max_Np;
     tm_budget(specs, M, &max_T, &max_Np);
-    StageActs a;
-    stage_acts_init(&a, &st, max_T, max_Np, split);
-
-    uint64_t rng = 99;
-    Microbatch mb[8];
-    int n_sup = 0;
+    stage_acts_init(a, st, max_T, max_Np, split);
+    uint64_t rng = seed;
+    *n_sup = 0;
     for (int m = 0; m < M; m++) {
-        tm_microbatch(&mb[m], specs[m], mc.V, mc.patch, &rng);
-        n_sup += mb[m].n_supervised;
+        tm_microbatch(&mb[m], specs[m], mc->V, mc->patch, &rng);
+        *n_sup += mb[m].n_supervised;
     }
-    char path[1024], err[512], fname[64];
+    char path[1024], err[512];
     path_join(path, sizeof path, dir, "weights.safetensors");
-    check(stage_dump_params(&st, 0, path, err, sizeof err), err);
+    check(stage_dump_params(st, 0, path, err, sizeof err), err);
+}
 
-    double loss_sum = 0;
-    for (int m = 0; m < M; m++) {
-        float ls;
-        stage_forward(&st, &a, &mb[m], NULL, NULL, &ls);
-        loss_sum += ls;
-        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
-        path_join(path, sizeof path, dir, fname);
-        check(stage_dump_microbatch(&st, &a, &mb[m], path, err, sizeof err), err);
-        if (split) {
-            stage_backward_input(&st, &a, NULL, 1.0f / n_sup, NULL);
-            stage_backward_weight(&st, &a);
-        } else {
-            stage_backward(&st, &a, NULL, 1.0f / n_sup, NULL);
-        }
+/* Microbatch m of a case: forward (its loss returned), dumped to dir/microbatch-<m>.safetensors, then backward with
+ * loss scale 1 / n_sup (split: B then W). */
+static float golden_microbatch(const char* dir, Stage* st, StageActs* a, Microbatch* mb, int m, int split, int n_sup) {
+    char path[1024], err[512], fname[64];
+    float ls;
+    stage_forward(st, a, &mb[m], NULL, NULL, &ls);
+    snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
+    path_join(path, sizeof path, dir, fname);
+    check(stage_dump_microbatch(st, a, &mb[m], path, err, sizeof err), err);
+    if (split) {
+        stage_backward_input(st, a, NULL, 1.0f / n_sup, NULL);
+        stage_backward_weight(st, a);
+    } else {
+        stage_backward(st, a, NULL, 1.0f / n_sup, NULL);
     }
-    double loss = loss_sum / n_sup;
+    return ls;
+}
+
+/* A case's end: the gradients to dir/grads.safetensors, the config with the case's figures to dir/config.json. */
+static void golden_end(const char* dir, Stage* st, const ModelConfig* mc, const char* name, int M, int n_sup, double loss) {
+    char path[1024], err[512];
     path_join(path, sizeof path, dir, "grads.safetensors");
-    check(stage_dump_params(&st, 1, path, err, sizeof err), err);
+    check(stage_dump_params(st, 1, path, err, sizeof err), err);
     char extra[256];
     snprintf(extra, sizeof extra, "{\"case\": \"%s\", \"n_microbatches\": %d, \"n_supervised\": %d, \"loss\": %.9g}",
              name, M, n_sup, loss);
     path_join(path, sizeof path, dir, "config.json");
-    check(model_dump_config(&mc, extra, path, err, sizeof err), err);
+    check(model_dump_config(mc, extra, path, err, sizeof err), err);
+}
+
+static void case_step(const char* dir, const char* name, const char* const* specs, int M, int split) {
+    ModelConfig mc = golden_config(0.1f);
+    Stage st;
+    StageActs a;
+    Microbatch mb[8];
+    int n_sup;
+    golden_begin(dir, &mc, specs, M, split, 0, 99, &st, &a, mb, &n_sup);
+    double loss_sum = 0;
+    for (int m = 0; m < M; m++) loss_sum += golden_microbatch(dir, &st, &a, mb, m, split, n_sup);
+    double loss = loss_sum / n_sup;
+    golden_end(dir, &st, &mc, name, M, n_sup, loss);
     printf("%s: %d microbatches, %d supervised targets, loss %.6f, dumped to %s\n", name, M, n_sup, loss, dir);
     for (int m = 0; m < M; m++) tm_microbatch_free(&mb[m]);
     stage_acts_free(&a, &st);
@@ -176,34 +194,17 @@ static void case_anyres(const char* dir, const Backend* be) {
     int max_T = mb[0].T > mb[1].T ? mb[0].T : mb[1].T, max_Np = mb[0].Np > mb[1].Np ? mb[0].Np : mb[1].Np;
     StageActs a;
     stage_acts_init(&a, &st, max_T, max_Np, 1);
-    char path[1024], err[512], fname[64];
+    char path[1024], err[512];
     int n_sup = mb[0].n_supervised + mb[1].n_supervised;
     path_join(path, sizeof path, dir, "weights.safetensors");
     check(stage_dump_params(&st, 0, path, err, sizeof err), err);
     double loss_sum = 0;
     for (int m = 0; m < 2; m++) {
         check(stage_check_microbatch(&st, &a, &mb[m], err, sizeof err), err);
-        float ls;
-        stage_forward(&st, &a, &mb[m], NULL, NULL, &ls);
-        loss_sum += ls;
-        snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
-        path_join(path, sizeof path, dir, fname);
-        check(stage_dump_microbatch(&st, &a, &mb[m], path, err, sizeof err), err);
-        if (m == 0) {
-            stage_backward_input(&st, &a, NULL, 1.0f / n_sup, NULL);
-            stage_backward_weight(&st, &a);
-        } else {
-            stage_backward(&st, &a, NULL, 1.0f / n_sup, NULL);
-        }
+        loss_sum += golden_microbatch(dir, &st, &a, mb, m, m == 0, n_sup);
     }
     double loss = loss_sum / n_sup;
-    path_join(path, sizeof path, dir, "grads.safetensors");
-    check(stage_dump_params(&st, 1, path, err, sizeof err), err);
-    char extra[256];
-    snprintf(extra, sizeof extra, "{\"case\": \"anyres\", \"n_microbatches\": 2, \"n_supervised\": %d, \"loss\": %.9g}", n_sup,
-             loss);
-    path_join(path, sizeof path, dir, "config.json");
-    check(model_dump_config(&mc, extra, path, err, sizeof err), err);
+    golden_end(dir, &st, &mc, "anyres", 2, n_sup, loss);
     printf("anyres: %d + %d tower images, %d + %d LM positions, loss %.6f, dumped to %s\n", mb[0].I, mb[1].I, mb[0].T, mb[1].T,
            loss, dir);
     for (int m = 0; m < 2; m++) microbatch_free(&mb[m]);
@@ -214,29 +215,17 @@ static void case_anyres(const char* dir, const Backend* be) {
 /* ---- 10-step trajectory ------------------------------------------------------------------------- */
 #define TRAJ_STEPS 10
 static void case_traj(const char* dir) {
-    const Backend* be = &backend_cpu;
     ModelConfig mc = golden_config(0.02f);
     const char* const* specs = LLAVA_SPECS;
     int M = 2;
     const float max_lr = 1e-2f, min_lr = 1e-3f, wd = 0.1f, clip = 1.0f;
     const int warmup = 2;
     Stage st;
-    stage_init(&st, &mc, 0, mc.Lt, be);
-    params_alloc_optimizer(&st.params);
-    int max_T, max_Np;
-    tm_budget(specs, M, &max_T, &max_Np);
     StageActs a;
-    stage_acts_init(&a, &st, max_T, max_Np, 0);
-    uint64_t rng = 4242;
     Microbatch mb[2];
-    int n_sup = 0;
-    for (int m = 0; m < M; m++) {
-        tm_microbatch(&mb[m], specs[m], mc.V, mc.patch, &rng);
-        n_sup += mb[m].n_supervised;
-    }
+    int n_sup;
+    golden_begin(dir, &mc, specs, M, 0, 1, 4242, &st, &a, mb, &n_sup);
     char path[1024], err[512], fname[64];
-    path_join(path, sizeof path, dir, "weights.safetensors");
-    check(stage_dump_params(&st, 0, path, err, sizeof err), err);
     for (int m = 0; m < M; m++) {
         snprintf(fname, sizeof fname, "microbatch-%d.safetensors", m);
         path_join(path, sizeof path, dir, fname);

@@ -14,16 +14,7 @@ set -u
 BIN=${1:?usage: trace_steps.sh rrfp-mm}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-# expect RC PATTERN -- CMD...: exit status RC and stdout + stderr matching PATTERN (grep -E)
-expect() {
-  local rc=$1 pat=$2; shift 3
-  "$@" >"$T/out" 2>&1
-  local got=$?
-  if [ "$got" != "$rc" ]; then fail "$* -> exit $got, expected $rc: $(cat "$T/out")"; return; fi
-  grep -Eq -e "$pat" "$T/out" || fail "$* -> output does not match '$pat': $(cat "$T/out")"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../../support/util/expect_lib.sh" # fail, expect RC PATTERN -- CMD...
 
 # 1. The trace: P 2, M 3, split backward, steps 4 5 6; durations in us with 3 decimals (written exactly).
 python3 - "$T" <<'EOF' || { echo "FAIL: writing the trace"; exit 1; }

@@ -1,0 +1,27 @@
+/* args.h — the argument idioms every subcommand shares: --help, integer options, a recipe with --set. */
+#ifndef RRFP_CLI_ARGS_H
+#define RRFP_CLI_ARGS_H
+
+#include <stdio.h>
+
+#include "runtime/train/recipe.h"
+
+/* a is --help or -h. */
+int cli_is_help(const char* a);
+
+/* s as a whole decimal integer in [lo, hi] into *out: 0, or -1 after printing
+ * "rrfp-mm CMD: OPT expects an integer in [lo, hi], got 's'". */
+int cli_parse_long(const char* cmd, const char* opt, const char* s, long lo, long hi, long* out);
+
+/* A command with subcommands (`rrfp-mm tokenizer encode ...`): 1 when argv asks for no subcommand (the usage on
+ * stderr, *rc = 2) or for --help / -h anywhere (the usage on stdout, *rc = 0); else 0. */
+int cli_sub_help(int argc, char** argv, void (*usage)(FILE*), int* rc);
+
+/* The recipe a command was given with its --set overrides (cli_recipe_from_args), `sets` freed: NULL when
+ * !given (the usage on stderr) or when the recipe is refused (the error printed); the command then exits 2. */
+Recipe* cli_recipe_given(int given, const char* path, const char** sets, int n_sets, void (*usage)(FILE*));
+
+/* A second recipe word: "rrfp-mm CMD: more than one recipe ('first', 'second')" and the usage, on stderr. */
+void cli_second_recipe(const char* cmd, const char* first, const char* second, void (*usage)(FILE*));
+
+#endif
