@@ -2,9 +2,9 @@
 # folders). Built with clang by their scripts or by -DRRFP_FUZZ=ON; skipped (77) without clang's libFuzzer.
 
 # libFuzzer targets for the shard reader, the manifest parser and the image path, built with clang by
-# the script (the project builds with gcc) and run 7 s each from a seed corpus of real shards and manifests;
+# the script (the project builds with gcc) and run 3 s each from a seed corpus of real shards and manifests;
 # skipped (77) without clang's libFuzzer runtime. RRFP_FUZZ_SECONDS changes the time per target.
-set(RRFP_FUZZ_SECONDS 7 CACHE STRING "seconds per libFuzzer target in data_fuzz")
+set(RRFP_FUZZ_SECONDS 3 CACHE STRING "seconds per libFuzzer target in data_fuzz")
 add_test(NAME data_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz.sh ${CMAKE_SOURCE_DIR}
          $<TARGET_FILE:rrfp-mm> ${CMAKE_CURRENT_BINARY_DIR}/data_fuzz ${RRFP_FUZZ_SECONDS})
 set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)
@@ -12,7 +12,7 @@ set_tests_properties(data_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS
 # libFuzzer targets where files come in (tests/fuzz/run_fuzz_files.sh: safetensors + slices, checkpoint
 # folders, HF import, recipes + --set, duration files, traces), each from its committed seeds for
 # RRFP_FUZZ_FILES_SECONDS seconds; longer runs: docs/reliability.md. Skipped (77) without clang.
-set(RRFP_FUZZ_FILES_SECONDS 5 CACHE STRING "seconds per libFuzzer target in files_fuzz")
+set(RRFP_FUZZ_FILES_SECONDS 2 CACHE STRING "seconds per libFuzzer target in files_fuzz")
 add_test(NAME files_fuzz COMMAND bash ${CMAKE_SOURCE_DIR}/tests/fuzz/run_fuzz_files.sh ${CMAKE_SOURCE_DIR}
          ${CMAKE_CURRENT_BINARY_DIR}/files_fuzz ${RRFP_FUZZ_FILES_SECONDS})
 set_tests_properties(files_fuzz PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS fuzz)

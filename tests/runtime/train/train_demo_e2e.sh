@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # train_demo_e2e.sh — the real path end to end: demo-data -> tokenizer train -> pack -> train
 # recipes/llava.ini on the shards (loader) -> eval on the held-out shards, with the checks of
-# train_e2e.sh: the loss falls by MARGIN, and stop + resume through a checkpoint (parameters, AdamW
-# moments, the loader's position) reproduces every step's loss bit for bit.
+# train_e2e.sh: the loss falls by MARGIN (ctest sets RESUME=0: stop + resume through a checkpoint on packed
+# shards, the loader's position included, is train_resume_loader's).
 # Usage: train_demo_e2e.sh RRFP_MM SOURCE_DIR WORKDIR STEPS MARGIN
 set -euo pipefail
 EXE=$1 SRC=$2 WORK=$3 STEPS=$4 MARGIN=$5
