@@ -66,6 +66,16 @@ int params_freeze(ParamTable* pt, const char* prefix) {
     return hits;
 }
 
+/* NF4 storage (engine/params_quant.c keeps it): frozen, and quantised whole, so never a slice */
+void params_mark_quant(ParamTable* pt, const char* name) {
+    int i = params_find(pt, name);
+    if (i < 0 || pt->specs[i].ndim != 2) rr_die("internal: params_mark_quant: no 2-D tensor '%s'", name);
+    RR_ASSERT(pt->data == NULL);               /* before params_alloc lays the table out */
+    RR_ASSERT(!params_is_slice(&pt->specs[i])); /* quantised whole (a split would change its blocks) */
+    pt->specs[i].quant = 1;
+    pt->specs[i].frozen = 1;
+}
+
 int params_add_slice(ParamTable* pt, const char* name, int ndim, const int64_t* gshape, const ParamSlice* sl,
                      ParamInit init, float init_std, int decay) {
     RR_ASSERT(sl->dim >= 0 && sl->dim < ndim && sl->n >= 1 && sl->n <= PARAM_MAX_RANGES);

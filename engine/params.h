@@ -46,7 +46,7 @@ typedef struct {
     /* The compute copy does not hold this tensor's master yet: set by params_master_written, cleared by
      * params_refresh_compute; a step refuses to run while any is set (params_compute_stale). */
     int compute_stale;
-    /* Stored as bitsandbytes' NF4 with double-quantised absmaxes (params_mark_quant, engine/params_quant.c): no
+    /* Stored as bitsandbytes' NF4 with double-quantised absmaxes (params_mark_quant in engine/params.c; the storage: engine/params_quant.c): no
      * master, no compute copy, no gradient; the ops read it dequantised (params_quant_dequantize) */
     int quant;
 } ParamSpec;

@@ -12,15 +12,6 @@
 #include "engine/quant.h"
 #include "engine/util.h"
 
-void params_mark_quant(ParamTable* pt, const char* name) {
-    int i = params_find(pt, name);
-    if (i < 0 || pt->specs[i].ndim != 2) rr_die("internal: params_mark_quant: no 2-D tensor '%s'", name);
-    RR_ASSERT(pt->data == NULL);               /* before params_alloc lays the table out */
-    RR_ASSERT(!params_is_slice(&pt->specs[i])); /* quantised whole (a split would change its blocks) */
-    pt->specs[i].quant = 1;
-    pt->specs[i].frozen = 1;
-}
-
 void params_quant_alloc(ParamTable* pt) {
     int any = 0;
     for (int i = 0; i < pt->n; i++) any |= pt->specs[i].quant;
