@@ -43,7 +43,9 @@ static void sim_usage(FILE* f) {
             "                    (lognormal sigma per task, default 0.03, at most 1), --straggler FACTOR:LEN:PROB\n"
             "                    (default 1.5:8:0.01), --recompute none|selective|full (default the recipe's\n"
             "                    train.recompute: full recompute adds the recomputed forward to B, and to W\n"
-            "                    with --split-backward); every parameter: docs/scheduler.md\n"
+            "                    with --split-backward), --tower-split auto|off (default auto: the tower's blocks\n"
+            "                    over stages where it costs more than a stage's share, docs/anyres.md; off:\n"
+            "                    the whole tower on stage 0, as the trainer runs); every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead, adaptive or rollout (default ready); adaptive\n"
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest, on the microbatches in ends order (small\n"
@@ -213,6 +215,7 @@ static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape
 }
 
 static int sim_main(int argc, char** argv, const char** dfiles) {
+    int tower_split = -1; /* --tower-split: -1 unset (auto), 1 auto, 0 off */
     const char *calib_recipe = NULL, *workload_text = "mm", *policy_text = NULL, *recompute_text = NULL;
     double cal_flops = 0, cal_jitter = -1, cal_sf = 0, cal_sp = 0;
     long cal_sl = 0;
@@ -286,6 +289,13 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         } else if (!strcmp(a, "--calibrated")) {
             NEED_VALUE();
             calib_recipe = v;
+        } else if (!strcmp(a, "--tower-split")) {
+            NEED_VALUE();
+            if (strcmp(v, "auto") && strcmp(v, "off")) {
+                fprintf(stderr, "rrfp-mm sim: --tower-split expects auto or off, got '%s'\n", v);
+                return 2;
+            }
+            tower_split = !strcmp(v, "auto");
         } else if (!strcmp(a, "--workload")) {
             NEED_VALUE();
             workload_text = v;
@@ -382,6 +392,10 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
     }
     Recipe rc0;
     PpCalibConfig cc;
+    if (tower_split >= 0 && !calib_recipe) {
+        fprintf(stderr, "rrfp-mm sim: --tower-split splits a --calibrated RECIPE's model (duration files have no model)\n");
+        return 2;
+    }
     if (recompute_text && !calib_recipe) {
         fprintf(stderr, "rrfp-mm sim: --recompute costs a --calibrated RECIPE's blocks (the generator and duration files "
                         "have no model)\n");
@@ -406,6 +420,7 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         cc.F = rc0.ffn_hidden, cc.V = rc0.vocab > 0 ? rc0.vocab : 32000, cc.patch = rc0.patch;
         cc.min_patches = rc0.min_patches, cc.max_patches = rc0.max_patches;
         cc.split = split;
+        if (tower_split >= 0) cc.tower_split = tower_split;
         cc.recompute_lm = recipe_recompute(&rc0, 0); /* train.recompute: B (and W) grow by the recomputed forward */
         cc.recompute_tower = recipe_recompute(&rc0, 1);
         if (recompute_text) {
@@ -503,6 +518,10 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
                     calib_recipe, workload_text, cc.P, cc.M, policy_text ? policy_text : rc0.policy, cs.samples, cs.tokens,
                     cs.patches, cs.fill, cs.min_T, cs.max_T, cs.step_work_s, d.latency, cs.straggler_share);
             for (int st = 0; st < cc.P && st < 128; st++) fprintf(info, "%s%d", st ? "," : " ", cs.layers[st]);
+            if (cs.tower_spans) { /* the tower's blocks over stages (partition_auto_tower) */
+                fprintf(info, ", tower");
+                for (int st = 0; st < cc.P && st < 128; st++) fprintf(info, "%s%d", st ? "," : " ", cs.tower[st]);
+            }
             fprintf(info, "\n");
         } else if (durations) {
             if (pp_durations_load(name, &d, err, sizeof err)) {

@@ -40,6 +40,7 @@ void pp_calib_defaults(PpCalibConfig* c) {
     c->link_GBps = 25, c->link_latency_s = 10e-6, c->act_bytes = 2;
     c->jitter = 0.03;
     c->straggler_factor = 1.5, c->straggler_len = 8, c->straggler_prob = 0.01;
+    c->tower_split = 1;
     c->seed = 1;
 }
 
@@ -193,7 +194,13 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
                                             ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
     int lm_full = c->recompute_lm == RECOMPUTE_FULL, tower_full = c->recompute_tower == RECOMPUTE_FULL;
     pc = partition_cost_recompute(pc, lm_full, tower_full); /* as the trainer splits (runtime/train/layout.c) */
-    partition_auto(c->Lt, P, pc, layers);
+    /* the tower's blocks over stages where it costs more than a stage's share (partition_auto_tower) */
+    int* tower = callocCheck((size_t)P, sizeof(int));
+    int spans = 0;
+    if (c->tower_split && mm) spans = partition_auto_tower(c->Lt, P, pc, tower, layers) == 1;
+    else partition_auto(c->Lt, P, pc, layers);
+    int lm0 = 0; /* the stage holding LM block 0 (the projector and the embedding) */
+    while (spans && lm0 < P - 1 && layers[lm0] == 0) lm0++;
     /* 4. durations: FLOPs / rate; F = 1/3 of forward + backward, B = 2/3 (split: B = W = 1/3) */
     d->P = P, d->M = M, d->split = c->split;
     d->F = mallocCheck(sizeof(double) * (size_t)P * M);
@@ -209,10 +216,16 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         double ppi = Np[m] > 0 ? P2[m] / Np[m] : 1.0;                  /* sum p^2 / Np: ViT attention per patch */
         PartitionCost k = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, T[m], mm ? Np[m] : 0.0, ppi, tps, c->patch);
         for (int s = 0; s < P; s++) {
-            double fl = layers[s] * k.per_layer + (s == 0 ? k.first_extra : 0) + (s == P - 1 ? k.last_extra : 0);
+            /* the first stage's extra (the tower, the projector, the embedding): on stage 0, or where the split put the
+             * tower's blocks (the patch embedding with block 0, the rest with LM block 0) */
+            double first = s == 0 ? k.first_extra : 0;
+            if (spans)
+                first = tower[s] * k.tower_layer + (s == 0 ? k.tower_in : 0) +
+                        (s == lm0 ? k.first_extra - k.tower_in - k.tower_layers * k.tower_layer : 0);
+            double fl = layers[s] * k.per_layer + first + (s == P - 1 ? k.last_extra : 0);
             double sec = fl / c->flops;
             /* full recompute: the recomputed forward (a third of the block's forward + backward) in B, and in W too */
-            double rc = ((lm_full ? layers[s] * k.per_layer : 0) + (s == 0 && tower_full ? k.first_extra : 0)) / 3 / c->flops;
+            double rc = ((lm_full ? layers[s] * k.per_layer : 0) + (tower_full ? first : 0)) / 3 / c->flops;
             /* stragglers: rank s starts an episode with probability straggler_prob per microbatch and
              * runs straggler_len microbatches straggler_factor times slower */
             if (slow_left[s] == 0 && c->straggler_prob > 0 && u01(&y) < c->straggler_prob) slow_left[s] = c->straggler_len;
@@ -244,8 +257,10 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         st->min_T = mn, st->max_T = mx;
         st->step_work_s = total;
         st->straggler_share = slowed / ((double)P * M);
-        for (int s = 0; s < P && s < 128; s++) st->layers[s] = layers[s];
+        for (int s = 0; s < P && s < 128; s++) st->layers[s] = layers[s], st->tower[s] = spans ? tower[s] : s == 0 ? c->Lv : 0;
+        st->tower_spans = spans;
     }
+    free(tower);
     free(slow_left);
     free(layers);
     free(T), free(Np), free(L2), free(P2), free(ns);

@@ -160,6 +160,9 @@ typedef struct {
      * the recomputed forward, and so does W under the split backward (its own recompute); selective re-runs an
      * elementwise op the FLOP model does not count */
     int recompute_lm, recompute_tower;
+    /* 1 (default): the tower's blocks over stages where it costs more than a stage's share (partition_auto_tower,
+     * docs/anyres.md "The tower over stages"); 0: the whole tower on stage 0 (partition_auto, as the trainer runs) */
+    int tower_split;
     /* sample mix (defaults: LLaVA-1.5's 665K mix, approximated) */
     double text_only_share;   /* share of text-only samples (ShareGPT: 40,688 of 665,298 = 0.061) */
     double extra_image_prob;  /* each further image with this probability (LLaVA-1.5: 0, one image each) */
@@ -184,6 +187,8 @@ typedef struct {
     double tokens, patches, fill, min_T, max_T; /* fill = tokens / (M x budget) */
     double step_work_s, straggler_share;
     int layers[128];                            /* the LM layers of each stage (first 128) */
+    int tower[128];                             /* the tower's blocks of each stage (first 128) */
+    int tower_spans;                            /* 1: the tower's blocks are on more stages than stage 0 */
 } PpCalibStats;
 
 /* The largest jitter sigma pp_calib_generate takes (its median factor exp(-sigma^2/2) is 0.61 there). */

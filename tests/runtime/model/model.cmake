@@ -144,6 +144,10 @@ set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
 add_executable(test_partition tests/runtime/model/test_partition.c)
 target_link_libraries(test_partition PRIVATE rrfp_core)
 add_test(NAME partition COMMAND test_partition)
+# the tower's blocks over stages (partition_auto_tower) against brute force, when it splits, the 7B models' outcome
+add_executable(test_partition_tower tests/runtime/model/test_partition_tower.c)
+target_link_libraries(test_partition_tower PRIVATE rrfp_core)
+add_test(NAME partition_tower COMMAND test_partition_tower)
 
 # LoRA (text/lm_lora.c) against an independent PyTorch reference (tests/support/ref/lora_ref.py, PEFT's math written
 # out): step 1 (PEFT's init, B = 0) and step 2 (trained factors) with dropout 0.25 (its mask from the specification)

@@ -1,0 +1,104 @@
+/* partition_tower.c — the tower's blocks over pipeline stages where the tower costs more than a stage's share
+ * (partition.h, partition_auto_tower): a contiguous split of the chain [tower blocks][LM blocks]. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/util.h"
+#include "runtime/model/partition.h"
+
+/* The rest of first_extra (projector, the features' placement, token embedding): with LM block 0. */
+static double tower_rest(PartitionCost c) {
+    double r = c.first_extra - c.tower_in - c.tower_layers * c.tower_layer;
+    return r > 0 ? r : 0;
+}
+
+/* unit u of the chain: tower block u (u < Lv), else LM block u - Lv */
+static double unit_cost(int u, PartitionCost c) {
+    int Lv = c.tower_layers;
+    if (u < Lv) return c.tower_layer + (u == 0 ? c.tower_in : 0);
+    return c.per_layer + (u == Lv ? tower_rest(c) : 0);
+}
+
+void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, double* out_cost) {
+    int Lv = cost.tower_layers, t = 0, l = 0;
+    for (int s = 0; s < S; s++) {
+        double x = 0;
+        for (int k = 0; k < tower[s]; k++) x += unit_cost(t + k, cost);
+        for (int k = 0; k < layers[s]; k++) x += unit_cost(Lv + l + k, cost);
+        if (s == S - 1) x += cost.last_extra;
+        t += tower[s];
+        l += layers[s];
+        out_cost[s] = x;
+    }
+}
+
+int partition_auto_tower(int L, int S, PartitionCost cost, int* out_tower, int* out_layers) {
+    if (L < 1 || S < 1) return -1;
+    if (partition_auto(L, S, cost, out_layers) != 0) return -1;
+    for (int s = 0; s < S; s++) out_tower[s] = s == 0 ? cost.tower_layers : 0;
+    int Lv = cost.tower_layers, n = Lv + L;
+    if (Lv < 1 || S < 2 || n < S) return 0;
+    double tower = cost.tower_in + Lv * cost.tower_layer, total = cost.first_extra + cost.last_extra + L * cost.per_layer;
+    if (!(tower > total / S)) return 0; /* the tower fits in a stage's share: it stays on stage 0 */
+    double* cl = mallocCheck(sizeof(double) * (size_t)S);
+    partition_stage_costs(S, out_layers, cost, cl);
+    double classic_max = 0;
+    for (int s = 0; s < S; s++) classic_max = cl[s] > classic_max ? cl[s] : classic_max;
+    free(cl);
+    /* prefix sums of the chain's unit costs; stage s over units [a, b) costs pre[b] - pre[a] (+ last_extra) */
+    double* pre = mallocCheck(sizeof(double) * (size_t)(n + 1));
+    pre[0] = 0;
+    for (int u = 0; u < n; u++) pre[u + 1] = pre[u] + unit_cost(u, cost);
+    double* best = mallocCheck(sizeof(double) * (size_t)(S + 1) * (size_t)(n + 1));
+    int* arg = mallocCheck(sizeof(int) * (size_t)(S + 1) * (size_t)(n + 1));
+#define BEST(s, u) best[(size_t)(s) * (size_t)(n + 1) + (size_t)(u)]
+#define ARG(s, u) arg[(size_t)(s) * (size_t)(n + 1) + (size_t)(u)]
+    /* pass 0: the least max stage cost; pass 1: of the splits within it, the least sum of squared stage costs (the
+     * stages off the critical one as even as the blocks allow), as partition_auto */
+    double mx = 1e300;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int s = 0; s <= S; s++)
+            for (int u = 0; u <= n; u++) BEST(s, u) = 1e300, ARG(s, u) = -1;
+        BEST(0, 0) = 0.0;
+        for (int s = 1; s <= S; s++)
+            for (int u = s; u <= n - (S - s); u++)
+                for (int k = 1; k <= u - (s - 1); k++) { /* stage s-1 takes units [u - k, u) */
+                    if (BEST(s - 1, u - k) >= 1e300) continue;
+                    double c = pre[u] - pre[u - k] + (s == S ? cost.last_extra : 0);
+                    double m;
+                    if (pass == 0) m = BEST(s - 1, u - k) > c ? BEST(s - 1, u - k) : c;
+                    else {
+                        if (c > mx) continue;
+                        m = BEST(s - 1, u - k) + c * c;
+                    }
+                    if (m < BEST(s, u) * (1.0 - 1e-12)) BEST(s, u) = m, ARG(s, u) = k;
+                }
+        if (pass == 0) mx = BEST(S, n) * (1.0 + 1e-9);
+    }
+    int rc = 0;
+    if (BEST(S, n) < 1e300 && mx < classic_max * (1.0 - 1e-9)) {
+        int* take = mallocCheck(sizeof(int) * (size_t)S);
+        int u = n;
+        for (int s = S; s >= 1; s--) {
+            take[s - 1] = ARG(s, u);
+            RR_ASSERT(take[s - 1] >= 1);
+            u -= take[s - 1];
+        }
+        RR_ASSERT(u == 0);
+        for (int s = 0, a = 0; s < S; s++) {
+            int b = a + take[s];
+            int t0 = a < Lv ? a : Lv, t1 = b < Lv ? b : Lv;
+            out_tower[s] = t1 - t0;
+            out_layers[s] = take[s] - out_tower[s];
+            a = b;
+        }
+        free(take);
+        rc = 1;
+    }
+#undef BEST
+#undef ARG
+    free(best);
+    free(arg);
+    free(pre);
+    return rc;
+}

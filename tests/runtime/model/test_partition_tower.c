@@ -1,0 +1,140 @@
+/* test_partition_tower.c — the tower's blocks over stages (partition_auto_tower): the chain split is optimal (the
+ * least max stage cost, of those the least sum of squares; checked by brute force over every contiguous split of
+ * [tower blocks][LM blocks] with the stage costs computed here from the unit definitions), it is taken exactly when
+ * the tower costs more than a stage's share and lowers the max, else the split is partition_auto's with the whole
+ * tower on stage 0; and on the 7B models: LLaVA-NeXT's tower leaves stage 0 at 32 stages, LLaVA-1.5's at 8 stays. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model/partition.h"
+
+#include "tests/support/check.h"
+
+/* Stage costs of the split cutting the chain after cut[s] units (cut[S-1] = n), from the definitions: tower block u
+ * costs tower_layer (+ tower_in for u = 0), LM block j per_layer (+ first_extra less the tower for j = 0), the last
+ * stage last_extra. */
+static void chain_costs(int S, const int* take, PartitionCost c, double* out) {
+    int Lv = c.tower_layers, u = 0;
+    double rest = c.first_extra - c.tower_in - Lv * c.tower_layer;
+    for (int s = 0; s < S; s++) {
+        double x = 0;
+        for (int k = 0; k < take[s]; k++, u++) {
+            if (u < Lv) x += c.tower_layer + (u == 0 ? c.tower_in : 0);
+            else x += c.per_layer + (u == Lv ? rest : 0);
+        }
+        out[s] = x + (s == S - 1 ? c.last_extra : 0);
+    }
+}
+
+static double max_of(int S, const double* x) {
+    double m = 0;
+    for (int s = 0; s < S; s++) m = x[s] > m ? x[s] : m;
+    return m;
+}
+static double sq_of(int S, const double* x) {
+    double q = 0;
+    for (int s = 0; s < S; s++) q += x[s] * x[s];
+    return q;
+}
+
+/* best max (mode 0) or the least sum of squares within mx (mode 1) over every composition of `left` units */
+static double brute(int S, PartitionCost c, int mode, double mx, int* take, int s, int left) {
+    if (s == S - 1) {
+        if (left < 1) return 1e300;
+        take[s] = left;
+        double x[16];
+        chain_costs(S, take, c, x);
+        if (mode == 0) return max_of(S, x);
+        return max_of(S, x) <= mx ? sq_of(S, x) : 1e300;
+    }
+    double best = 1e300;
+    for (int k = 1; k <= left - (S - 1 - s); k++) {
+        take[s] = k;
+        double m = brute(S, c, mode, mx, take, s + 1, left - k);
+        if (m < best) best = m;
+    }
+    return best;
+}
+
+int main(void) {
+    /* {first_extra, last_extra, per_layer, tower_in, tower_layer, tower_layers}: towers cheap to heavy */
+    PartitionCost costs[] = {{2, 0.5, 1, 0.5, 0.5, 3}, {9, 0.3, 1, 1, 2, 4}, {4, 0, 1, 0.2, 1.2, 3},
+                             {3, 1.5, 1, 0, 1, 2},     {0, 0, 1, 0, 0, 0},   {6.5, 0.7, 1.3, 0.4, 1.9, 3}};
+    int n_spans = 0, n_cases = 0;
+    for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
+        for (int S = 1; S <= 5; S++)
+            for (int L = S; L <= 7; L++) {
+                PartitionCost c = costs[ci];
+                int tower[16], layers[16], ref[16], take[16];
+                int rc = partition_auto_tower(L, S, c, tower, layers);
+                CHECK(rc == 0 || rc == 1, "cost %zu L=%d S=%d: rc %d", ci, L, S, rc);
+                int st = 0, sl = 0;
+                for (int s = 0; s < S; s++) {
+                    st += tower[s], sl += layers[s];
+                    CHECK(tower[s] + layers[s] >= 1, "cost %zu L=%d S=%d: stage %d empty", ci, L, S, s);
+                    /* contiguous: a stage with LM blocks holds the tower's last blocks or none; tower blocks only
+                     * before every LM block */
+                    CHECK(s == 0 || tower[s] == 0 || sl - layers[s] == 0, "cost %zu L=%d S=%d: tower after LM", ci, L, S);
+                }
+                CHECK(st == c.tower_layers && sl == L, "cost %zu L=%d S=%d: %d tower %d LM blocks", ci, L, S, st, sl);
+                /* partition_stage_costs_tower agrees with the definitions */
+                double got[16], want[16];
+                for (int s = 0; s < S; s++) take[s] = tower[s] + layers[s];
+                partition_stage_costs_tower(S, tower, layers, c, got);
+                chain_costs(S, take, c, want);
+                for (int s = 0; s < S; s++)
+                    CHECK(got[s] > want[s] - 1e-9 && got[s] < want[s] + 1e-9, "cost %zu L=%d S=%d stage %d: %g vs %g",
+                          ci, L, S, s, got[s], want[s]);
+                /* the classic split: partition_auto's, costed as partition_stage_costs */
+                partition_auto(L, S, c, ref);
+                double cl[16];
+                partition_stage_costs(S, ref, c, cl);
+                double tw = c.tower_in + c.tower_layers * c.tower_layer;
+                double total = c.first_extra + c.last_extra + L * c.per_layer;
+                double opt = c.tower_layers ? brute(S, c, 0, 0, take, 0, c.tower_layers + L) : 1e300;
+                int expect = c.tower_layers > 0 && S > 1 && tw > total / S && opt < max_of(S, cl) * (1 - 1e-9);
+                CHECK(rc == expect, "cost %zu L=%d S=%d: rc %d, expected %d (tower %g, share %g, chain %g, classic %g)",
+                      ci, L, S, rc, expect, tw, total / S, opt, max_of(S, cl));
+                n_cases++;
+                if (rc == 1) {
+                    n_spans++;
+                    CHECK(max_of(S, got) <= opt * (1 + 1e-12), "cost %zu L=%d S=%d: max %g > optimum %g", ci, L, S,
+                          max_of(S, got), opt);
+                    double wq = brute(S, c, 1, opt * (1 + 1e-9), take, 0, c.tower_layers + L);
+                    CHECK(sq_of(S, got) <= wq * (1 + 1e-12), "cost %zu L=%d S=%d: squares %g > least %g", ci, L, S,
+                          sq_of(S, got), wq);
+                } else {
+                    CHECK(tower[0] == c.tower_layers, "cost %zu L=%d S=%d: classic with tower %d on stage 0", ci, L, S,
+                          tower[0]);
+                    for (int s = 0; s < S; s++)
+                        CHECK(layers[s] == ref[s], "cost %zu L=%d S=%d: stage %d %d LM blocks, partition_auto %d", ci,
+                              L, S, s, layers[s], ref[s]);
+                }
+            }
+    CHECK(n_spans > 10 && n_spans < n_cases - 10, "both outcomes exercised: %d of %d cases split the tower", n_spans,
+          n_cases);
+    CHECK(partition_auto_tower(0, 2, costs[0], (int[2]){0}, (int[2]){0}) == -1, "L = 0 refused");
+
+    /* The 7B models at their step's budget (runtime/sim/calib.c's assumptions): LLaVA-NeXT (CLIP-L/14-336 over every
+     * tile, as many tower patches as positions, a tile's attention 576) at 32 stages: the tower costs more than a
+     * stage's share; the split takes it off stage 0 and lowers the max stage. LLaVA-1.5 at 8 stages: the tower stays. */
+    double tok = 8192.0 * 32;
+    PartitionCost nx = partition_cost_model(1024, 24, 4096, 11008, 32064, tok, tok, 576, 256, 14);
+    int tw32[32], ly32[32];
+    CHECK(partition_auto_tower(32, 32, nx, tw32, ly32) == 1, "LLaVA-NeXT P=32: the tower over stages");
+    CHECK(tw32[0] < 24 && ly32[0] == 0, "LLaVA-NeXT P=32: stage 0 holds %d tower blocks and %d LM blocks", tw32[0],
+          ly32[0]);
+    double a[32], b[32];
+    int ref32[32];
+    partition_auto(32, 32, nx, ref32);
+    partition_stage_costs(32, ref32, nx, a);
+    partition_stage_costs_tower(32, tw32, ly32, nx, b);
+    CHECK(max_of(32, b) < 0.9 * max_of(32, a), "LLaVA-NeXT P=32: max stage %g, tower on stage 0 %g", max_of(32, b),
+          max_of(32, a));
+    PartitionCost v15 = partition_cost_model(1024, 24, 4096, 11008, 32000, 4096.0 * 32, 0.5 * 4096 * 32, 320, 256, 14);
+    int tw8[8], ly8[8];
+    CHECK(partition_auto_tower(32, 8, v15, tw8, ly8) == 0 && tw8[0] == 24, "LLaVA-1.5 P=8: the tower on stage 0");
+    if (check_failures) return 1;
+    printf("partition tower: ok (%d of %d cases split the tower)\n", n_spans, n_cases);
+    return 0;
+}
