@@ -15,14 +15,13 @@ PartitionCost partition_cost_model(int Dv, int Lv, int Dt, int F, int V, double 
     double proj = patches * 2.0 * (Dv * (double)Dt + (double)Dt * Dt);
     double lm_layer = tokens * (2.0 * (4.0 * Dt * (double)Dt + 3.0 * Dt * (double)F) + 2.0 * tokens_per_sample * Dt);
     double head = tokens * 2.0 * Dt * (double)V;
-    PartitionCost c = {3.0 * (vit + proj), 3.0 * head, 3.0 * lm_layer, 3.0 * patches * 2.0 * 3.0 * patch * patch * Dv,
-                       3.0 * patches * vit_layer, Lv};
+    PartitionCost c = {3.0 * (vit + proj), 3.0 * head, 3.0 * lm_layer};
     return c;
 }
 
 PartitionCost partition_cost_recompute(PartitionCost c, int lm_full, int tower_full) {
     if (lm_full) c.per_layer *= 4.0 / 3.0;
-    if (tower_full) c.first_extra *= 4.0 / 3.0, c.tower_in *= 4.0 / 3.0, c.tower_layer *= 4.0 / 3.0;
+    if (tower_full) c.first_extra *= 4.0 / 3.0;
     return c;
 }
 

@@ -11,11 +11,6 @@ typedef struct {
     double first_extra; /* ViT + projector + embedding, on the first virtual stage */
     double last_extra;  /* final norm + LM head + cross-entropy, on the last virtual stage */
     double per_layer;   /* one LM block */
-    /* the tower's part of first_extra (partition_auto_tower; 0 when the cost has no tower, as a hand-written one):
-     * tower_layers blocks of tower_layer each and the patch embedding tower_in; the rest of first_extra (projector,
-     * the features' placement, token embedding) goes with the first LM block */
-    double tower_in, tower_layer;
-    int tower_layers;
 } PartitionCost;
 
 /* Cost model for one step of `tokens` LM tokens of which `patches` come from images, each image
@@ -52,13 +47,24 @@ void partition_stage_costs(int S, const int* layers, PartitionCost cost, double*
  * stage of a 32-stage 7B); then the split is of the chain [tower blocks 0..Lv)[LM blocks 0..L) into S contiguous
  * ranges (docs/anyres.md "The tower over stages"): a stage holds tower blocks, LM blocks or both (the tower's last
  * ones and the first LM ones), stages before the one holding LM block 0 pass the tower's activations on. A stage
- * costs its tower blocks (tower_layer each; the patch embedding tower_in with block 0), the rest of first_extra with
+ * costs its tower blocks (tower.layer each; the patch embedding tower.in with block 0), the rest of first_extra with
  * LM block 0, its LM blocks, last_extra on the last stage. out_tower[S] gets each stage's tower blocks, out_layers[S]
  * its LM blocks. Returns 1 with the chain's split (the least max stage cost, of those the least sum of squares) when
- * the tower's cost (tower_in + Lv tower_layer) exceeds total / S and the chain's max is below partition_auto's; else
+ * the tower's cost (tower.in + Lv tower.layer) exceeds total / S and the chain's max is below partition_auto's; else
  * 0 with partition_auto's split and the whole tower on stage 0 (out_tower = Lv, 0, ..., 0); -1 when L < 1. */
-int partition_auto_tower(int L, int S, PartitionCost cost, int* out_tower, int* out_layers);
+typedef struct {
+    double in;    /* the patch embedding */
+    double layer; /* one tower block */
+    int layers;   /* the tower's blocks (Lv) */
+} PartitionTower;
+/* The tower's part of partition_cost_model's first_extra (the same arguments, the same formulas): the rest of
+ * first_extra (projector, the features' placement, token embedding) goes with LM block 0. */
+PartitionTower partition_tower_model(int Dv, int Lv, double patches, double patches_per_image, int patch);
+/* The same under full recompute of the tower (partition_cost_recompute's tower_full). */
+PartitionTower partition_tower_recompute(PartitionTower t, int tower_full);
+int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tower, int* out_tower, int* out_layers);
 /* Each stage's cost under a split with the tower over stages (out_tower / out_layers as partition_auto_tower's). */
-void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, double* out_cost);
+void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, PartitionTower tw,
+                                 double* out_cost);
 
 #endif

@@ -6,25 +6,38 @@
 #include "engine/util.h"
 #include "runtime/model/partition.h"
 
+PartitionTower partition_tower_model(int Dv, int Lv, double patches, double patches_per_image, int patch) {
+    /* partition_cost_model's tower terms, forward x 3 */
+    double vit_layer = 2.0 * (3.0 * Dv * Dv + Dv * Dv + 8.0 * Dv * Dv) + 4.0 * patches_per_image * Dv;
+    PartitionTower t = {3.0 * patches * 2.0 * 3.0 * patch * patch * Dv, 3.0 * patches * vit_layer, Lv};
+    return t;
+}
+
+PartitionTower partition_tower_recompute(PartitionTower t, int tower_full) {
+    if (tower_full) t.in *= 4.0 / 3.0, t.layer *= 4.0 / 3.0;
+    return t;
+}
+
 /* The rest of first_extra (projector, the features' placement, token embedding): with LM block 0. */
-static double tower_rest(PartitionCost c) {
-    double r = c.first_extra - c.tower_in - c.tower_layers * c.tower_layer;
+static double tower_rest(PartitionCost c, PartitionTower t) {
+    double r = c.first_extra - t.in - t.layers * t.layer;
     return r > 0 ? r : 0;
 }
 
 /* unit u of the chain: tower block u (u < Lv), else LM block u - Lv */
-static double unit_cost(int u, PartitionCost c) {
-    int Lv = c.tower_layers;
-    if (u < Lv) return c.tower_layer + (u == 0 ? c.tower_in : 0);
-    return c.per_layer + (u == Lv ? tower_rest(c) : 0);
+static double unit_cost(int u, PartitionCost c, PartitionTower t) {
+    int Lv = t.layers;
+    if (u < Lv) return t.layer + (u == 0 ? t.in : 0);
+    return c.per_layer + (u == Lv ? tower_rest(c, t) : 0);
 }
 
-void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, double* out_cost) {
-    int Lv = cost.tower_layers, t = 0, l = 0;
+void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, PartitionTower tw,
+                                 double* out_cost) {
+    int Lv = tw.layers, t = 0, l = 0;
     for (int s = 0; s < S; s++) {
         double x = 0;
-        for (int k = 0; k < tower[s]; k++) x += unit_cost(t + k, cost);
-        for (int k = 0; k < layers[s]; k++) x += unit_cost(Lv + l + k, cost);
+        for (int k = 0; k < tower[s]; k++) x += unit_cost(t + k, cost, tw);
+        for (int k = 0; k < layers[s]; k++) x += unit_cost(Lv + l + k, cost, tw);
         if (s == S - 1) x += cost.last_extra;
         t += tower[s];
         l += layers[s];
@@ -32,13 +45,13 @@ void partition_stage_costs_tower(int S, const int* tower, const int* layers, Par
     }
 }
 
-int partition_auto_tower(int L, int S, PartitionCost cost, int* out_tower, int* out_layers) {
+int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tw, int* out_tower, int* out_layers) {
     if (L < 1 || S < 1) return -1;
     if (partition_auto(L, S, cost, out_layers) != 0) return -1;
-    for (int s = 0; s < S; s++) out_tower[s] = s == 0 ? cost.tower_layers : 0;
-    int Lv = cost.tower_layers, n = Lv + L;
+    for (int s = 0; s < S; s++) out_tower[s] = s == 0 ? tw.layers : 0;
+    int Lv = tw.layers, n = Lv + L;
     if (Lv < 1 || S < 2 || n < S) return 0;
-    double tower = cost.tower_in + Lv * cost.tower_layer, total = cost.first_extra + cost.last_extra + L * cost.per_layer;
+    double tower = tw.in + Lv * tw.layer, total = cost.first_extra + cost.last_extra + L * cost.per_layer;
     if (!(tower > total / S)) return 0; /* the tower fits in a stage's share: it stays on stage 0 */
     double* cl = mallocCheck(sizeof(double) * (size_t)S);
     partition_stage_costs(S, out_layers, cost, cl);
@@ -48,7 +61,7 @@ int partition_auto_tower(int L, int S, PartitionCost cost, int* out_tower, int* 
     /* prefix sums of the chain's unit costs; stage s over units [a, b) costs pre[b] - pre[a] (+ last_extra) */
     double* pre = mallocCheck(sizeof(double) * (size_t)(n + 1));
     pre[0] = 0;
-    for (int u = 0; u < n; u++) pre[u + 1] = pre[u] + unit_cost(u, cost);
+    for (int u = 0; u < n; u++) pre[u + 1] = pre[u] + unit_cost(u, cost, tw);
     double* best = mallocCheck(sizeof(double) * (size_t)(S + 1) * (size_t)(n + 1));
     int* arg = mallocCheck(sizeof(int) * (size_t)(S + 1) * (size_t)(n + 1));
 #define BEST(s, u) best[(size_t)(s) * (size_t)(n + 1) + (size_t)(u)]

@@ -197,7 +197,11 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
     /* the tower's blocks over stages where it costs more than a stage's share (partition_auto_tower) */
     int* tower = callocCheck((size_t)P, sizeof(int));
     int spans = 0;
-    if (c->tower_split && mm) spans = partition_auto_tower(c->Lt, P, pc, tower, layers) == 1;
+    if (c->tower_split && mm) {
+        PartitionTower pt = partition_tower_model(c->Dv, c->Lv, ar ? tok : 0.5 * tok,
+                                                  ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), c->patch);
+        spans = partition_auto_tower(c->Lt, P, pc, partition_tower_recompute(pt, tower_full), tower, layers) == 1;
+    }
     else partition_auto(c->Lt, P, pc, layers);
     int lm0 = 0; /* the stage holding LM block 0 (the projector and the embedding) */
     while (spans && lm0 < P - 1 && layers[lm0] == 0) lm0++;
@@ -215,13 +219,14 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         double tps = ns[m] > 0 && T[m] > 0 ? L2[m] / T[m] : 1.0;      /* sum L^2 / T: causal attention per token */
         double ppi = Np[m] > 0 ? P2[m] / Np[m] : 1.0;                  /* sum p^2 / Np: ViT attention per patch */
         PartitionCost k = partition_cost_model(c->Dv, c->Lv, c->Dt, c->F, c->V, T[m], mm ? Np[m] : 0.0, ppi, tps, c->patch);
+        PartitionTower kt = partition_tower_model(c->Dv, c->Lv, mm ? Np[m] : 0.0, ppi, c->patch);
         for (int s = 0; s < P; s++) {
             /* the first stage's extra (the tower, the projector, the embedding): on stage 0, or where the split put the
              * tower's blocks (the patch embedding with block 0, the rest with LM block 0) */
             double first = s == 0 ? k.first_extra : 0;
             if (spans)
-                first = tower[s] * k.tower_layer + (s == 0 ? k.tower_in : 0) +
-                        (s == lm0 ? k.first_extra - k.tower_in - k.tower_layers * k.tower_layer : 0);
+                first = tower[s] * kt.layer + (s == 0 ? kt.in : 0) +
+                        (s == lm0 ? k.first_extra - kt.in - kt.layers * kt.layer : 0);
             double fl = layers[s] * k.per_layer + first + (s == P - 1 ? k.last_extra : 0);
             double sec = fl / c->flops;
             /* full recompute: the recomputed forward (a third of the block's forward + backward) in B, and in W too */

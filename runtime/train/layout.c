@@ -234,6 +234,15 @@ static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
     return partition_cost_recompute(k, recipe_recompute(r, 0) == RECOMPUTE_FULL, recipe_recompute(r, 1) == RECOMPUTE_FULL);
 }
 
+/* The tower's part of split_cost's (partition_auto_tower) */
+static PartitionTower split_tower(const Recipe* r, const ModelConfig* c) {
+    double tokens = (double)r->microbatch_tokens * r->microbatches;
+    int g = c->anyres && c->patch > 0 ? c->vision_image_size / c->patch : 0;
+    PartitionTower t = partition_tower_model(c->Dv, c->Lv, c->anyres ? tokens : 0.5 * tokens,
+                                             c->anyres ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), c->patch);
+    return partition_tower_recompute(t, recipe_recompute(r, 1) == RECOMPUTE_FULL);
+}
+
 double train_budget_gib(const Recipe* r) {
     if (r->memory_budget > 0) return r->memory_budget;
     if (r->device_memory > 0 && !r->allow_overcommit) return r->device_memory * (1.0 - TRAIN_DEVICE_RESERVE);
@@ -506,6 +515,28 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     fprintf(out, "LM layers per virtual stage:");
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
     fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : "cost-balanced");
+    if (!r->layers[0] && mc.Lv > 0) { /* the cost model's split with the tower over stages, where it would pay */
+        int *tw = mallocCheck((size_t)S * sizeof(int)), *lw = mallocCheck((size_t)S * sizeof(int));
+        PartitionCost pc = split_cost(r, &mc);
+        PartitionTower pt = split_tower(r, &mc);
+        if (partition_auto_tower(mc.Lt, S, pc, pt, tw, lw) == 1) {
+            double *a = mallocCheck((size_t)S * sizeof(double)), *b = mallocCheck((size_t)S * sizeof(double));
+            int *ref = mallocCheck((size_t)S * sizeof(int));
+            partition_auto(mc.Lt, S, pc, ref);
+            partition_stage_costs(S, ref, pc, a);
+            partition_stage_costs_tower(S, tw, lw, pc, pt, b);
+            double ma = 0, mb = 0;
+            for (int s = 0; s < S; s++) ma = a[s] > ma ? a[s] : ma, mb = b[s] > mb ? b[s] : mb;
+            fprintf(out, "the tower costs more than a stage's share: with its blocks over stages the cost model splits LM");
+            for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", lw[s]);
+            fprintf(out, ", tower");
+            for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", tw[s]);
+            fprintf(out, " (the most expensive stage %.2fx the cost-balanced split's); the live pipeline keeps the tower on "
+                         "stage 0 (docs/anyres.md \"The tower over stages\")\n", mb / ma);
+            free(a), free(b), free(ref);
+        }
+        free(tw), free(lw);
+    }
     fprintf(out,
             "memory per rank (f32; weights: the stage's parameter table, grads and AdamW m + v: its trainable tensors\n"
             "(train.freeze; in bf16 a frozen tensor is its compute copy alone); activations: the\n"

@@ -11,15 +11,15 @@
 #include "tests/support/check.h"
 
 /* Stage costs of the split cutting the chain after cut[s] units (cut[S-1] = n), from the definitions: tower block u
- * costs tower_layer (+ tower_in for u = 0), LM block j per_layer (+ first_extra less the tower for j = 0), the last
+ * costs tower.layer (+ tower.in for u = 0), LM block j per_layer (+ first_extra less the tower for j = 0), the last
  * stage last_extra. */
-static void chain_costs(int S, const int* take, PartitionCost c, double* out) {
-    int Lv = c.tower_layers, u = 0;
-    double rest = c.first_extra - c.tower_in - Lv * c.tower_layer;
+static void chain_costs(int S, const int* take, PartitionCost c, PartitionTower t, double* out) {
+    int Lv = t.layers, u = 0;
+    double rest = c.first_extra - t.in - Lv * t.layer;
     for (int s = 0; s < S; s++) {
         double x = 0;
         for (int k = 0; k < take[s]; k++, u++) {
-            if (u < Lv) x += c.tower_layer + (u == 0 ? c.tower_in : 0);
+            if (u < Lv) x += t.layer + (u == 0 ? t.in : 0);
             else x += c.per_layer + (u == Lv ? rest : 0);
         }
         out[s] = x + (s == S - 1 ? c.last_extra : 0);
@@ -38,35 +38,36 @@ static double sq_of(int S, const double* x) {
 }
 
 /* best max (mode 0) or the least sum of squares within mx (mode 1) over every composition of `left` units */
-static double brute(int S, PartitionCost c, int mode, double mx, int* take, int s, int left) {
+static double brute(int S, PartitionCost c, PartitionTower t, int mode, double mx, int* take, int s, int left) {
     if (s == S - 1) {
         if (left < 1) return 1e300;
         take[s] = left;
         double x[16];
-        chain_costs(S, take, c, x);
+        chain_costs(S, take, c, t, x);
         if (mode == 0) return max_of(S, x);
         return max_of(S, x) <= mx ? sq_of(S, x) : 1e300;
     }
     double best = 1e300;
     for (int k = 1; k <= left - (S - 1 - s); k++) {
         take[s] = k;
-        double m = brute(S, c, mode, mx, take, s + 1, left - k);
+        double m = brute(S, c, t, mode, mx, take, s + 1, left - k);
         if (m < best) best = m;
     }
     return best;
 }
 
 int main(void) {
-    /* {first_extra, last_extra, per_layer, tower_in, tower_layer, tower_layers}: towers cheap to heavy */
-    PartitionCost costs[] = {{2, 0.5, 1, 0.5, 0.5, 3}, {9, 0.3, 1, 1, 2, 4}, {4, 0, 1, 0.2, 1.2, 3},
-                             {3, 1.5, 1, 0, 1, 2},     {0, 0, 1, 0, 0, 0},   {6.5, 0.7, 1.3, 0.4, 1.9, 3}};
+    /* {first_extra, last_extra, per_layer} with the tower's part {in, layer, layers}: towers cheap to heavy */
+    PartitionCost costs[] = {{2, 0.5, 1}, {9, 0.3, 1}, {4, 0, 1}, {3, 1.5, 1}, {0, 0, 1}, {6.5, 0.7, 1.3}};
+    PartitionTower towers[] = {{0.5, 0.5, 3}, {1, 2, 4}, {0.2, 1.2, 3}, {0, 1, 2}, {0, 0, 0}, {0.4, 1.9, 3}};
     int n_spans = 0, n_cases = 0;
     for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
         for (int S = 1; S <= 5; S++)
             for (int L = S; L <= 7; L++) {
                 PartitionCost c = costs[ci];
+                PartitionTower tt = towers[ci];
                 int tower[16], layers[16], ref[16], take[16];
-                int rc = partition_auto_tower(L, S, c, tower, layers);
+                int rc = partition_auto_tower(L, S, c, tt, tower, layers);
                 CHECK(rc == 0 || rc == 1, "cost %zu L=%d S=%d: rc %d", ci, L, S, rc);
                 int st = 0, sl = 0;
                 for (int s = 0; s < S; s++) {
@@ -76,12 +77,12 @@ int main(void) {
                      * before every LM block */
                     CHECK(s == 0 || tower[s] == 0 || sl - layers[s] == 0, "cost %zu L=%d S=%d: tower after LM", ci, L, S);
                 }
-                CHECK(st == c.tower_layers && sl == L, "cost %zu L=%d S=%d: %d tower %d LM blocks", ci, L, S, st, sl);
+                CHECK(st == tt.layers && sl == L, "cost %zu L=%d S=%d: %d tower %d LM blocks", ci, L, S, st, sl);
                 /* partition_stage_costs_tower agrees with the definitions */
                 double got[16], want[16];
                 for (int s = 0; s < S; s++) take[s] = tower[s] + layers[s];
-                partition_stage_costs_tower(S, tower, layers, c, got);
-                chain_costs(S, take, c, want);
+                partition_stage_costs_tower(S, tower, layers, c, tt, got);
+                chain_costs(S, take, c, tt, want);
                 for (int s = 0; s < S; s++)
                     CHECK(got[s] > want[s] - 1e-9 && got[s] < want[s] + 1e-9, "cost %zu L=%d S=%d stage %d: %g vs %g",
                           ci, L, S, s, got[s], want[s]);
@@ -89,10 +90,10 @@ int main(void) {
                 partition_auto(L, S, c, ref);
                 double cl[16];
                 partition_stage_costs(S, ref, c, cl);
-                double tw = c.tower_in + c.tower_layers * c.tower_layer;
+                double tw = tt.in + tt.layers * tt.layer;
                 double total = c.first_extra + c.last_extra + L * c.per_layer;
-                double opt = c.tower_layers ? brute(S, c, 0, 0, take, 0, c.tower_layers + L) : 1e300;
-                int expect = c.tower_layers > 0 && S > 1 && tw > total / S && opt < max_of(S, cl) * (1 - 1e-9);
+                double opt = tt.layers ? brute(S, c, tt, 0, 0, take, 0, tt.layers + L) : 1e300;
+                int expect = tt.layers > 0 && S > 1 && tw > total / S && opt < max_of(S, cl) * (1 - 1e-9);
                 CHECK(rc == expect, "cost %zu L=%d S=%d: rc %d, expected %d (tower %g, share %g, chain %g, classic %g)",
                       ci, L, S, rc, expect, tw, total / S, opt, max_of(S, cl));
                 n_cases++;
@@ -100,11 +101,11 @@ int main(void) {
                     n_spans++;
                     CHECK(max_of(S, got) <= opt * (1 + 1e-12), "cost %zu L=%d S=%d: max %g > optimum %g", ci, L, S,
                           max_of(S, got), opt);
-                    double wq = brute(S, c, 1, opt * (1 + 1e-9), take, 0, c.tower_layers + L);
+                    double wq = brute(S, c, tt, 1, opt * (1 + 1e-9), take, 0, tt.layers + L);
                     CHECK(sq_of(S, got) <= wq * (1 + 1e-12), "cost %zu L=%d S=%d: squares %g > least %g", ci, L, S,
                           sq_of(S, got), wq);
                 } else {
-                    CHECK(tower[0] == c.tower_layers, "cost %zu L=%d S=%d: classic with tower %d on stage 0", ci, L, S,
+                    CHECK(tower[0] == tt.layers, "cost %zu L=%d S=%d: classic with tower %d on stage 0", ci, L, S,
                           tower[0]);
                     for (int s = 0; s < S; s++)
                         CHECK(layers[s] == ref[s], "cost %zu L=%d S=%d: stage %d %d LM blocks, partition_auto %d", ci,
@@ -113,27 +114,33 @@ int main(void) {
             }
     CHECK(n_spans > 10 && n_spans < n_cases - 10, "both outcomes exercised: %d of %d cases split the tower", n_spans,
           n_cases);
-    CHECK(partition_auto_tower(0, 2, costs[0], (int[2]){0}, (int[2]){0}) == -1, "L = 0 refused");
+    CHECK(partition_auto_tower(0, 2, costs[0], towers[0], (int[2]){0}, (int[2]){0}) == -1, "L = 0 refused");
 
     /* The 7B models at their step's budget (runtime/sim/calib.c's assumptions): LLaVA-NeXT (CLIP-L/14-336 over every
      * tile, as many tower patches as positions, a tile's attention 576) at 32 stages: the tower costs more than a
      * stage's share; the split takes it off stage 0 and lowers the max stage. LLaVA-1.5 at 8 stages: the tower stays. */
     double tok = 8192.0 * 32;
     PartitionCost nx = partition_cost_model(1024, 24, 4096, 11008, 32064, tok, tok, 576, 256, 14);
+    PartitionTower nxt = partition_tower_model(1024, 24, tok, 576, 14);
+    /* the tower's part is partition_cost_model's: what is left of first_extra is the projector (x 3 for the backward) */
+    double proj = 3.0 * tok * 2.0 * (1024.0 * 4096 + 4096.0 * 4096), rest = nx.first_extra - nxt.in - 24 * nxt.layer;
+    CHECK(rest > proj * (1 - 1e-9) && rest < proj * (1 + 1e-9), "the tower's part: first_extra less it %g, projector %g",
+          rest, proj);
     int tw32[32], ly32[32];
-    CHECK(partition_auto_tower(32, 32, nx, tw32, ly32) == 1, "LLaVA-NeXT P=32: the tower over stages");
+    CHECK(partition_auto_tower(32, 32, nx, nxt, tw32, ly32) == 1, "LLaVA-NeXT P=32: the tower over stages");
     CHECK(tw32[0] < 24 && ly32[0] == 0, "LLaVA-NeXT P=32: stage 0 holds %d tower blocks and %d LM blocks", tw32[0],
           ly32[0]);
     double a[32], b[32];
     int ref32[32];
     partition_auto(32, 32, nx, ref32);
     partition_stage_costs(32, ref32, nx, a);
-    partition_stage_costs_tower(32, tw32, ly32, nx, b);
+    partition_stage_costs_tower(32, tw32, ly32, nx, nxt, b);
     CHECK(max_of(32, b) < 0.9 * max_of(32, a), "LLaVA-NeXT P=32: max stage %g, tower on stage 0 %g", max_of(32, b),
           max_of(32, a));
     PartitionCost v15 = partition_cost_model(1024, 24, 4096, 11008, 32000, 4096.0 * 32, 0.5 * 4096 * 32, 320, 256, 14);
+    PartitionTower v15t = partition_tower_model(1024, 24, 0.5 * 4096 * 32, 320, 14);
     int tw8[8], ly8[8];
-    CHECK(partition_auto_tower(32, 8, v15, tw8, ly8) == 0 && tw8[0] == 24, "LLaVA-1.5 P=8: the tower on stage 0");
+    CHECK(partition_auto_tower(32, 8, v15, v15t, tw8, ly8) == 0 && tw8[0] == 24, "LLaVA-1.5 P=8: the tower on stage 0");
     if (check_failures) return 1;
     printf("partition tower: ok (%d of %d cases split the tower)\n", n_spans, n_cases);
     return 0;

@@ -4,3 +4,6 @@ add_test(NAME sched_cli COMMAND bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/sched
 # random cases (each runs the simulator for every hint x mode x cap): with the CUDA build each process
 # start maps cuBLAS / cuBLASLt (~0.7 s), and 40 cases took 460 s of the suite's 15-minute budget.
 add_test(NAME sched_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/sim/sched_ref.py $<TARGET_FILE:rrfp-mm> 16)
+# the calibrated generator with the tower's blocks over stages (--tower-split): work moved, not made; stage 0 relieved
+add_test(NAME calib_tower COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "calib tower: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/calib_tower.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
