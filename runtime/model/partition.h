@@ -42,16 +42,7 @@ int partition_parse(const char* spec, int L, int S, int* out_layers, char* err, 
 /* Cost of each virtual stage under a split (for the dry-run report). */
 void partition_stage_costs(int S, const int* layers, PartitionCost cost, double* out_cost);
 
-/* The tower's blocks over stages. The first stage holding the whole tower bounds the pipeline when the tower costs
- * more than a stage's share of the step (LLaVA-NeXT's any-resolution images: the tower over every tile, 2.7x a middle
- * stage of a 32-stage 7B); then the split is of the chain [tower blocks 0..Lv)[LM blocks 0..L) into S contiguous
- * ranges (docs/anyres.md "The tower over stages"): a stage holds tower blocks, LM blocks or both (the tower's last
- * ones and the first LM ones), stages before the one holding LM block 0 pass the tower's activations on. A stage
- * costs its tower blocks (tower.layer each; the patch embedding tower.in with block 0), the rest of first_extra with
- * LM block 0, its LM blocks, last_extra on the last stage. out_tower[S] gets each stage's tower blocks, out_layers[S]
- * its LM blocks. Returns 1 with the chain's split (the least max stage cost, of those the least sum of squares) when
- * the tower's cost (tower.in + Lv tower.layer) exceeds total / S and the chain's max is below partition_auto's; else
- * 0 with partition_auto's split and the whole tower on stage 0 (out_tower = Lv, 0, ..., 0); -1 when L < 1. */
+/* The tower's part of the first stage's cost, block by block (partition_auto_tower). */
 typedef struct {
     double in;    /* the patch embedding */
     double layer; /* one tower block */
@@ -62,6 +53,16 @@ typedef struct {
 PartitionTower partition_tower_model(int Dv, int Lv, double patches, double patches_per_image, int patch);
 /* The same under full recompute of the tower (partition_cost_recompute's tower_full). */
 PartitionTower partition_tower_recompute(PartitionTower t, int tower_full);
+/* The tower's blocks over stages. The first stage holding the whole tower bounds the pipeline when the tower costs
+ * more than a stage's share of the step (LLaVA-NeXT's any-resolution images: the tower over every tile, 2.7x a middle
+ * stage of a 32-stage 7B); then the split is of the chain [tower blocks 0..Lv)[LM blocks 0..L) into S contiguous
+ * ranges (docs/anyres.md "The tower over stages"): a stage holds tower blocks, LM blocks or both (the tower's last
+ * ones and the first LM ones), stages before the one holding LM block 0 pass the tower's activations on. A stage
+ * costs its tower blocks (tower.layer each; the patch embedding tower.in with block 0), the rest of first_extra with
+ * LM block 0, its LM blocks, last_extra on the last stage. out_tower[S] gets each stage's tower blocks, out_layers[S]
+ * its LM blocks. Returns 1 with the chain's split (the least max stage cost, of those the least sum of squares) when
+ * the tower's cost (tower.in + Lv tower.layer) exceeds total / S and the chain's max is below partition_auto's; else
+ * 0 with partition_auto's split and the whole tower on stage 0 (out_tower = Lv, 0, ..., 0); -1 when L < 1. */
 int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tower, int* out_tower, int* out_layers);
 /* Each stage's cost under a split with the tower over stages (out_tower / out_layers as partition_auto_tower's). */
 void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, PartitionTower tw,

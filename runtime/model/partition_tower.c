@@ -1,7 +1,6 @@
 /* partition_tower.c — the tower's blocks over pipeline stages where the tower costs more than a stage's share
  * (partition.h, partition_auto_tower): a contiguous split of the chain [tower blocks][LM blocks]. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine/util.h"
 #include "runtime/model/partition.h"

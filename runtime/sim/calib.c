@@ -201,8 +201,7 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
         PartitionTower pt = partition_tower_model(c->Dv, c->Lv, ar ? tok : 0.5 * tok,
                                                   ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), c->patch);
         spans = partition_auto_tower(c->Lt, P, pc, partition_tower_recompute(pt, tower_full), tower, layers) == 1;
-    }
-    else partition_auto(c->Lt, P, pc, layers);
+    } else partition_auto(c->Lt, P, pc, layers);
     int lm0 = 0; /* the stage holding LM block 0 (the projector and the embedding) */
     while (spans && lm0 < P - 1 && layers[lm0] == 0) lm0++;
     /* 4. durations: FLOPs / rate; F = 1/3 of forward + backward, B = 2/3 (split: B = W = 1/3) */
