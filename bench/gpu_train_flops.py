@@ -19,6 +19,9 @@ patches): the fields rrfp-mm's metrics.jsonl rows carry, and what sample_shape()
                                                         the cuBLAS products it ran, counted by the emulation
   gpu_train_flops.py --peak DEVICE_NAME                   the dense bf16 peak in FLOP/s (exit 1: unknown)
   gpu_train_flops.py --recipe CONFIG SHARDS TOKENIZER RUN_DIR [--tiny]   the config's rrfp-mm recipe
+  gpu_train_flops.py --ours METRICS CONFIG WARMUP DEVICE [--tiny]        rrfp-mm's figures (a JSON line) from its
+                                                        metrics.jsonl, the first WARMUP steps left out
+  gpu_train_flops.py --table RESULTS.jsonl DEVICE         the markdown table of both sides and their ratios
 """
 import json
 import sys
@@ -172,7 +175,7 @@ def recipe(key, shards, tokenizer, run_dir, tiny=False):
              "text_qkv_bias = %s" % ("true" if c["qkv_bias"] else "false"),
              "tie_embeddings = %s" % ("true" if c["tied"] else "false"), "seed = 1234",
              "[data]", "shards = %s" % shards, "tokenizer = %s" % tokenizer, "microbatch_tokens = 4096",
-             "microbatches = %d" % (1 if tiny else 8), "policy = balanced", "window = 256", "workers = 0",
+             "microbatches = %d" % (1 if tiny else 8), "policy = balanced", "window = %d" % (8 if tiny else 256), "workers = 0",
              "min_patches = %d" % (g * g), "max_patches = %d" % (g * g),
              "[train]", "epochs = 1", "log_every = 1", "checkpoint_every = -1", "run_dir = %s" % run_dir,
              "freeze = %s" % freeze,
@@ -187,12 +190,75 @@ def recipe(key, shards, tokenizer, run_dir, tiny=False):
     return "\n".join(lines) + "\n"
 
 
+def ours(metrics, key, warmup, device, tiny=False):
+    """rrfp-mm's figures from its metrics.jsonl: the rows after the first `warmup` steps, as one JSON-able dict
+    of the fields gpu_train_hf.py prints."""
+    c = config(key, tiny)
+    rows = [json.loads(l) for l in open(metrics) if l.strip()]
+    last = {}
+    for r in rows:  # the last row of each step counts (a resumed run appends)
+        last[r["step"]] = r
+    rows = [last[k] for k in sorted(last)][warmup:]
+    if not rows:
+        return dict(config=key, side="rrfp-mm", not_measured="%d steps: not more than the %d warm-up steps" % (len(last), warmup))
+    t = sum(r["step_time_s"] for r in rows)
+    n = {k: sum(r[k] for r in rows) for k in ("samples", "tokens", "patches", "images", "attn_pairs", "vit_attn_pairs")}
+    fl = sum(step_flops(c, r) for r in rows)
+    peak = device_peak(device)
+    dev = [r["device_peak_mb"] for r in rows if "device_peak_mb" in r]
+    return dict(config=key, side="rrfp-mm", device=device, steps=len(rows), samples=n["samples"], tokens=n["tokens"],
+                time_s=t, samples_per_s=n["samples"] / t, tokens_per_s=n["tokens"] / t, model_flops=fl,
+                tflops=fl / t / 1e12, mfu=fl / t / peak if peak else None, peak_mb=max(dev) if dev else None,
+                data_wait=sum(r["data_wait_s"] for r in rows) / t, loss=rows[-1]["loss"])
+
+
+def table(results, device):
+    """The markdown table of every side's figures and the ratios rrfp-mm / transformers (the better of its
+    attention implementations) per config."""
+    peak = device_peak(device)
+    out = ["device: %s (%s)" % (device, "dense bf16 peak %.1f TFLOP/s" % (peak / 1e12) if peak else
+                                "not in the peak table: no MFU"),
+           "", "| run | side | samples/s | tokens/s | model TFLOP/s | MFU | device peak MiB | data wait |",
+           "|---|---|---|---|---|---|---|---|"]
+    by = {}
+    for r in results:
+        by.setdefault(r["config"], []).append(r)
+        side = r["side"] + (" " + r["attn"] if "attn" in r else "")
+        name = CONFIGS[r["config"]]["name"]
+        if "not_measured" in r:
+            out.append("| (%s) %s | %s | not measured: %s | | | | | |" % (r["config"], name, side, r["not_measured"]))
+            continue
+        out.append("| (%s) %s | %s | %.2f | %.0f | %.1f | %s | %s | %.1f%% |" % (
+            r["config"], name, side, r["samples_per_s"], r["tokens_per_s"], r["tflops"],
+            "%.1f%%" % (100 * r["mfu"]) if r.get("mfu") is not None else "-",
+            "%.0f" % r["peak_mb"] if r.get("peak_mb") is not None else "-", 100 * r["data_wait"]))
+    out.append("")
+    for k, rs in by.items():
+        o = [r for r in rs if r["side"] == "rrfp-mm" and "not_measured" not in r]
+        h = [r for r in rs if r["side"] != "rrfp-mm" and "not_measured" not in r]
+        if o and h:
+            best = max(h, key=lambda r: r["samples_per_s"])
+            out.append("(%s) rrfp-mm / transformers %s: samples/s %.2fx, tokens/s %.2fx, device peak %s" % (
+                k, best.get("attn", ""), o[0]["samples_per_s"] / best["samples_per_s"],
+                o[0]["tokens_per_s"] / best["tokens_per_s"],
+                "%.2fx" % (o[0]["peak_mb"] / best["peak_mb"]) if o[0].get("peak_mb") and best.get("peak_mb") else "-"))
+        else:
+            out.append("(%s) rrfp-mm / transformers: no ratio (%s)" % (k, "no rrfp-mm figure" if not o else "no transformers figure"))
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if len(a) == 4 and a[0] == "--check-emu":
         sys.exit(check_emu(a[1], a[2], a[3]))
     if len(a) in (5, 6) and a[0] == "--recipe":
         sys.stdout.write(recipe(a[1], a[2], a[3], a[4], tiny=len(a) == 6 and a[5] == "--tiny"))
+        sys.exit(0)
+    if len(a) in (5, 6) and a[0] == "--ours":
+        print(json.dumps(ours(a[1], a[2], int(a[3]), a[4], tiny=len(a) == 6 and a[5] == "--tiny")))
+        sys.exit(0)
+    if len(a) == 3 and a[0] == "--table":
+        print(table([json.loads(l) for l in open(a[1]) if l.strip()], a[2]))
         sys.exit(0)
     if len(a) == 2 and a[0] == "--peak":
         p = device_peak(a[1])

@@ -11,6 +11,8 @@ of the recipe), the projector trained fully at its own lr; skipped, saying so, w
 
   gpu_train_hf.py --config a|b|c --samples S.jsonl --manifest train.json --images DIR --attn sdpa|flash_attention_2
                   [--batch B] [--accum K] [--warmup W] [--workers N] [--tiny]
+  gpu_train_hf.py --shape-only --config C --samples S.jsonl --manifest train.json --images DIR [--tiny]
+                  the step shape of one pass over the samples as batched here (CPU, no transformers)
 prints one JSON line: samples/s, tokens/s (real tokens, no padding), model FLOPs (bench/gpu_train_flops.py, on
 the real tokens), MFU against the device's dense bf16 peak (none for a device not in the table), the device
 peak (torch.cuda.max_memory_allocated), the share of the time waiting for data, over the optimiser steps
@@ -144,27 +146,54 @@ def collate(batch):
     return out
 
 
+def batch_shape(b, c, image_token):
+    """The step shape (gpu_train_flops.sample_shape) of a collated batch: its real tokens, not the padding."""
+    g2 = (c["image"] // c["patch"]) ** 2
+    lens = b["attention_mask"].sum(1).tolist()
+    imgs = (b["input_ids"] == image_token).sum(1).tolist()
+    return sample_shape([(l, [g2] * (k // g2)) for l, k in zip(lens, imgs)])
+
+
+def shape_only(args, c):
+    """--shape-only: the shape of one pass over the samples as this side batches them (CPU; no transformers):
+    bench/gpu_train.sh checks it against rrfp-mm's metrics row of a step that holds every sample."""
+    import torch
+    head, samples = read_samples(args["samples"])
+    records = {r["id"]: r for r in json.load(open(args["manifest"]))}
+    data = Data(samples, records, args["images"], head["image_token"], head["prep_size"] or c["image"], False)
+    B = int(args["batch"])
+    loader = torch.utils.data.DataLoader(data, batch_size=B, collate_fn=collate)
+    tot = dict(tokens=0, patches=0, images=0, samples=0, attn_pairs=0, vit_attn_pairs=0)
+    for b in loader:
+        sh = batch_shape(b, c, head["image_token"])
+        for k in tot:
+            tot[k] += sh[k]
+    print(json.dumps(tot))
+    return 0
+
+
 def main():
     a = sys.argv[1:]
     args = {"batch": "4", "accum": "1", "warmup": "2", "workers": "4", "attn": "sdpa"}
     i = 0
     while i < len(a):
-        if a[i] == "--tiny":
-            args["tiny"] = True
+        if a[i] in ("--tiny", "--shape-only"):
+            args[a[i][2:]] = True
             i += 1
         else:
             args[a[i].lstrip("-")] = a[i + 1]
             i += 2
     c = config(args["config"], args.get("tiny", False))
-    tag = dict(config=args["config"], attn=args["attn"])
+    if args.get("shape-only"):
+        return shape_only(args, c)
+    tag = dict(config=args["config"], side="transformers", attn=args["attn"])
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:  # before PyTorch's import (seconds of a CI's CPU)
+        return say("transformers is not installed", **tag)
     try:
         import torch
     except ImportError:
         return say("no PyTorch", **tag)
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return say("transformers is not installed", **tag)
     if not torch.cuda.is_available():
         return say("no GPU", **tag)
     if c["train"] == "lora":
@@ -222,10 +251,7 @@ def main():
                 loss = model(**b).loss / K
             loss.backward()
             if t0 is not None:
-                lens = b["attention_mask"].sum(1).tolist()
-                imgs = (b["input_ids"] == head["image_token"]).sum(1).tolist()
-                n_img = [x // (c["image"] // c["patch"]) ** 2 for x in imgs]
-                sh = sample_shape([(l, [(c["image"] // c["patch"]) ** 2] * k) for l, k in zip(lens, n_img)])
+                sh = batch_shape(b, c, head["image_token"])
                 for k2 in shape_t:
                     shape_t[k2] += sh[k2]
                 padded += b["input_ids"].numel()
