@@ -31,8 +31,8 @@
 #              out of each side's figures (default 2; tiny 1); GPU_TRAIN_HF_BATCH / GPU_TRAIN_HF_ACCUM: the
 #              transformers side's per-device batch and gradient accumulation per config ("a:8 b:8 c:4",
 #              "a:5 b:5 c:10": about our 8 x 4096 tokens an optimiser step); GPU_TRAIN_PART_S: the time limit
-#              of each part (default 600); GPU_TRAIN_BUDGET_S: start no part when fewer seconds than its limit
-#              are left of this budget (default 0: none); GPU_TRAIN_LOGS=DIR: keep logs, metrics, recipes
+#              of each part (default 600); GPU_TRAIN_BUDGET_S: each part limited to what is left of this budget,
+#              none started with less than a minute left (default 0: no budget); GPU_TRAIN_LOGS=DIR: keep logs, metrics, recipes
 #              and results there (the device script's $OUT); PY: the python3 with PyTorch (default /usr/bin/python3).
 set -uo pipefail
 BUILD=${1:-build}
@@ -59,10 +59,13 @@ trap '[ -n "${GPU_TRAIN_LOGS:-}" ] && mkdir -p "$GPU_TRAIN_LOGS" && (cd "$T" && 
 flops() { "$PY" "$HERE/gpu_train_flops.py" "$@"; }
 pick() { local k=$1; shift; for kv in $*; do [ "${kv%%:*}" = "$k" ] && echo "${kv#*:}" && return; done; echo 1; }
 left() { if [ "$BUDGET" -gt 0 ]; then echo $((BUDGET - ($(date +%s) - START))); else echo 100000; fi; }
-# run_part LIMIT_S NAME CMD...: under `timeout`, or "not run" when the budget cannot hold it (status 2)
+# run_part LIMIT_S NAME CMD...: under `timeout` (the limit, or what is left of the budget), or "not run" when
+# less than a minute is left (status 2)
 run_part() {
-  local lim=$1 name=$2; shift 2
-  if [ "$(left)" -lt "$lim" ]; then echo "$name: not run: $(left) s left of GPU_TRAIN_BUDGET_S=$BUDGET"; return 2; fi
+  local lim=$1 name=$2 l; shift 2
+  l=$(left)
+  if [ "$l" -lt 60 ]; then echo "$name: not run: $l s left of GPU_TRAIN_BUDGET_S=$BUDGET" >&2; return 2; fi
+  [ "$l" -lt "$lim" ] && lim=$l
   timeout -k 5 "$lim" "$@"
 }
 
@@ -152,7 +155,9 @@ for k in $CONFIGS; do
   echo "-- ($k) $(sed -n 's/^; written by bench\/gpu_train.sh: //p' "$T/run/$k.ini")"
   "$EXE" train "$T/run/$k.ini" --set runtime.backend=$BACKEND --dry-run > "$T/run/dry-$k.log" 2>&1 ||
     { echo "($k) dry run failed:"; tail -5 "$T/run/dry-$k.log"; }
-  if run_part "$PART_S" "($k) rrfp-mm" "$EXE" train "$T/run/$k.ini" --set runtime.backend=$BACKEND > "$T/run/ours-$k.log" 2>&1; then
+  run_part "$PART_S" "($k) rrfp-mm" "$EXE" train "$T/run/$k.ini" --set runtime.backend=$BACKEND > "$T/run/ours-$k.log" 2>&1
+  rc=$?
+  if [ $rc = 0 ]; then
     flops --ours "$T/run/ours-$k/metrics.jsonl" $k "$WARMUP" "$DEVICE" $TINYF >> "$T/results.jsonl"
     "$PY" - "$T/run/dry-$k.log" "$(tail -1 "$T/results.jsonl")" <<'PY'
 import json, re, sys
@@ -171,8 +176,9 @@ else:
           ": estimate / peak %.3f" % (est / r["peak_mb"]) if est and r["peak_mb"] else ""))
 PY
   else
-    echo "{\"config\": \"$k\", \"side\": \"rrfp-mm\", \"not_measured\": \"failed or timed out: $(tail -1 "$T/run/ours-$k.log" | tr -d '"\\' | head -c 120)\"}" >> "$T/results.jsonl"
-    echo "    rrfp-mm: failed or timed out:"; tail -5 "$T/run/ours-$k.log"
+    why="failed or timed out (status $rc)"; [ $rc = 2 ] && why="not run"
+    echo "{\"config\": \"$k\", \"side\": \"rrfp-mm\", \"not_measured\": \"$why: $(tail -1 "$T/run/ours-$k.log" | tr -d '"\\' | head -c 120)\"}" >> "$T/results.jsonl"
+    echo "    rrfp-mm: $why:"; tail -5 "$T/run/ours-$k.log"
   fi
   rm -rf "$T/run/ours-$k/checkpoints"
   for attn in sdpa flash_attention_2; do
