@@ -55,15 +55,25 @@ def build(args, c, torch):
     else:
         from transformers import LlamaConfig as TC
         extra = dict(attention_bias=False, mlp_bias=False)
-    tc = TC(hidden_size=c["Dt"], intermediate_size=c["F"], num_hidden_layers=c["Lt"], num_attention_heads=c["Ht"],
-            num_key_value_heads=c["Hkv"], vocab_size=c["V"], rms_norm_eps=c["rms_eps"], rope_theta=c["rope_base"],
-            tie_word_embeddings=c["tied"], max_position_embeddings=8192, hidden_act="silu", **extra)
-    cfg = LlavaConfig(vision_config=vc, text_config=tc, projector_hidden_act="gelu", vision_feature_layer=c["feature_layer"],
-                      vision_feature_select_strategy="default", tie_word_embeddings=c["tied"])
-    cfg.image_token_id = cfg.image_token_index = args["image_token"]
-    cfg.text_config.pad_token_id = 0
-    with torch.device("cuda"):
-        model = LlavaForConditionalGeneration._from_config(cfg, attn_implementation=args["attn"])
+    shape = dict(hidden_size=c["Dt"], intermediate_size=c["F"], num_hidden_layers=c["Lt"], num_attention_heads=c["Ht"],
+                 num_key_value_heads=c["Hkv"], vocab_size=c["V"], rms_norm_eps=c["rms_eps"], tie_word_embeddings=c["tied"],
+                 max_position_embeddings=8192, hidden_act="silu", pad_token_id=0, **extra)
+    try:  # transformers 5: RoPE's base in rope_parameters; 4.x: rope_theta
+        tc = TC(rope_parameters={"rope_type": "default", "rope_theta": c["rope_base"]}, **shape)
+    except TypeError:
+        tc = TC(rope_theta=c["rope_base"], **shape)
+    cfg = LlavaConfig(vision_config=vc, text_config=tc, image_token_index=args["image_token"], projector_hidden_act="gelu",
+                      vision_feature_layer=c["feature_layer"], vision_feature_select_strategy="default",
+                      tie_word_embeddings=c["tied"])
+    with torch.device("cuda"):  # random initialisation on the device (seconds at 7B)
+        try:
+            model = LlavaForConditionalGeneration._from_config(cfg, attn_implementation=args["attn"])
+        except TypeError:
+            cfg._attn_implementation = args["attn"]
+            model = LlavaForConditionalGeneration(cfg)
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != args["attn"]:
+        raise RuntimeError("asked for attn_implementation %s, the model has %s" % (args["attn"], impl))
     model.float()
     names = {n for n, _ in model.named_parameters()}
     if c["train"] == "lora":
