@@ -75,6 +75,8 @@ int metrics_write(Metrics* m, const StepStats* s, char* err, size_t err_len) {
             (long long)s->step, (double)s->loss, (double)s->loss, s->lr, s->grad_norm, (long long)s->tokens,
             (long long)s->supervised, (long long)s->patches, s->step_time_s, s->tokens_per_s, s->data_wait_s,
             s->peak_mem_mb, s->eta_s) < 0;
+    bad |= fprintf(m->f, ",\"samples\":%lld,\"images\":%lld,\"attn_pairs\":%lld,\"vit_attn_pairs\":%lld",
+                   (long long)s->samples, (long long)s->images, (long long)s->attn_pairs, (long long)s->vit_attn_pairs) < 0;
     if (s->bubble >= 0) bad |= fprintf(m->f, ",\"bubble\":%.4f", s->bubble) < 0;
     if (s->epoch >= 0) bad |= fprintf(m->f, ",\"epoch\":%.4f", s->epoch) < 0;
     if (s->eval_loss >= 0) bad |= fprintf(m->f, ",\"eval_loss\":%.9g", s->eval_loss) < 0;

@@ -15,6 +15,9 @@ typedef struct {
     int64_t tokens;       /* LM positions in the step */
     int64_t supervised;   /* loss denominator */
     int64_t patches;      /* image patches in the step */
+    int64_t samples, images;             /* samples and tower images in the step */
+    int64_t attn_pairs, vit_attn_pairs;  /* LM causal attention pairs (l (l + 1) / 2 a sample), tower pairs (n^2 an
+                                          * image): with the above, what the step's model FLOPs depend on */
     double step_time_s, tokens_per_s, data_wait_s;
     double peak_mem_mb;   /* process peak RSS */
     double eta_s;

@@ -798,6 +798,24 @@ static int trainer_eval_loss(Trainer* t, double* out, char* err, size_t err_len)
     return 0;
 }
 
+/* What a step's model FLOPs depend on beyond its tokens and patches (the metrics row's "images", "attn_pairs",
+ * "vit_attn_pairs": bench/gpu_train_flops.py): the tower images, the LM's causal attention pairs (l (l + 1) / 2
+ * per sample of l positions) and the tower's (n^2 per image of n patches). out[3], of this rank's microbatches. */
+static void trainer_step_shape(const StepPlan* plan, int64_t* out) {
+    for (int m = 0; m < plan->M; m++) {
+        const Microbatch* mb = &plan->mbs[m];
+        for (int i = 0; i < mb->S; i++) {
+            int64_t l = mb->cu_seqlens[i + 1] - mb->cu_seqlens[i];
+            out[1] += l * (l + 1) / 2;
+        }
+        out[0] += mb->I;
+        for (int j = 0; j < mb->I && mb->img_cu_patches; j++) {
+            int64_t n = mb->img_cu_patches[j + 1] - mb->img_cu_patches[j];
+            out[2] += n * n;
+        }
+    }
+}
+
 int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     const Recipe* r = t->r;
     StepExec* ex = t->ex;
@@ -808,8 +826,9 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
         return -1;
     double t_data = rr_now() - t0;
     /* The global step: every replica's plan, summed before the first forward (the loss denominator). */
-    int64_t tot[4] = {plan.n_supervised, plan.tokens, plan.patches, plan.samples};
-    if (comm_allreduce(t->grid.dp_group, tot, 4, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
+    int64_t tot[7] = {plan.n_supervised, plan.tokens, plan.patches, plan.samples, 0, 0, 0};
+    trainer_step_shape(&plan, tot + 4);
+    if (comm_allreduce(t->grid.dp_group, tot, 7, COMM_I64, COMM_SUM, err, err_len) != 0) return -1;
     plan.n_supervised = tot[0], plan.tokens = tot[1], plan.patches = tot[2], plan.samples = tot[3];
     if (plan.n_supervised <= 0) {
         snprintf(err, err_len, "step %lld has no supervised targets (no assistant tokens in any sample)",
@@ -888,6 +907,7 @@ int trainer_step(Trainer* t, StepStats* s, char* err, size_t err_len) {
     s->tokens = plan.tokens;
     s->supervised = plan.n_supervised;
     s->patches = plan.patches;
+    s->samples = plan.samples, s->images = tot[4], s->attn_pairs = tot[5], s->vit_attn_pairs = tot[6];
     s->step_time_s = dt;
     s->tokens_per_s = (double)plan.tokens / dt;
     s->data_wait_s = t_data;

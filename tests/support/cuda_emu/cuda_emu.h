@@ -350,6 +350,9 @@ extern "C" long emu_graph_nodes(cudaGraphExec_t e);
  * A step's count is the difference of two reads (RR_EMU_STEP_LAUNCHES, wrap.c). */
 enum { EMU_OP_KERNEL, EMU_OP_BLAS, EMU_OP_MEMSET, EMU_OP_COPY, EMU_OP_GRAPH, EMU_OPS };
 extern "C" void emu_op_counts(long* out);
+/* FLOPs (2 m n k) of the cuBLAS / cuBLASLt products run so far, replays included (RR_EMU_STEP_FLOPS, wrap.c:
+ * bench/gpu_train.sh checks its model-FLOP formula against them) */
+extern "C" long long emu_blas_flops(void);
 
 /* how device memory is closed to host code: "pkey" (protection keys), "mprotect", or "off" (RR_EMU_PROTECT=0);
  * tests/engine/cuda/test_emu_protect.c */

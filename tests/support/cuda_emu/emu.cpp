@@ -46,6 +46,12 @@ extern "C" void emu_op_counts(long* out) {
     for (int i = 0; i < EMU_OPS; i++) out[i] = op_counts[i];
 }
 
+/* FLOPs of the cuBLAS(Lt) products run so far, 2 m n k each (emu_blas_flops, cuda_emu.h): counted when a product
+ * runs, so a graph's products count at every replay */
+static long long blas_flops;
+static void blas_flops_add(uint64_t m, uint64_t n, uint64_t k) { __atomic_add_fetch(&blas_flops, (long long)(2 * m * n * k), __ATOMIC_RELAXED); }
+extern "C" long long emu_blas_flops(void) { return __atomic_load_n(&blas_flops, __ATOMIC_RELAXED); }
+
 /* ---- graphs: the stream being captured and what it recorded (cuda_emu.h) ---- */
 struct EmuStream;
 struct EmuGraph {
@@ -1168,6 +1174,7 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     float al = *alpha, be = *beta; /* host scalars: read at the call */
     auto run = [=] {
         DeviceOpen open("cublasSgemm");
+        blas_flops_add((uint64_t)m, (uint64_t)n, (uint64_t)k);
         cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
                     tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, A, lda, B, ldb, be, C, ldc);
     };
@@ -1318,6 +1325,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     size_t na = lt_span_elems(la), nb = lt_span_elems(lb);
     auto run = [=] {
         DeviceOpen open("cublasLtMatmul");
+        blas_flops_add(m, n, k);
         /* bf16 -> f32 is exact (the 16 bits are the top of the f32 word) */
         std::vector<float> a(na), b(nb);
         for (size_t i = 0; i < a.size(); i++) {

@@ -35,6 +35,7 @@ void __wrap_comm_nccl_profile_take(double* ms, long* ops) { rrfp_nccl_emu_profil
 #include <stdlib.h>
 long emu_malloc_count(void);
 long emu_nccl_ops(void);
+long long emu_blas_flops(void); /* 2 m n k of every cuBLAS(Lt) product run so far (cuda_emu.h) */
 void emu_op_counts(long* out); /* kernels, cuBLAS(Lt) products, memsets, copies, graph launches (cuda_emu.h) */
 double __real_metrics_peak_rss_mb(void);
 double __wrap_metrics_peak_rss_mb(void);
@@ -65,6 +66,18 @@ double __wrap_metrics_peak_rss_mb(void) {
         fprintf(stderr, "cuda-emu: rank %d step %ld launches: %ld kernels, %ld cublas, %ld memsets, %ld copies, %ld graphs\n",
                 rank, ++steps, c[0] - prev[0], c[1] - prev[1], c[2] - prev[2], c[3] - prev[3], c[4] - prev[4]);
         for (int i = 0; i < 5; i++) prev[i] = c[i];
+    }
+    /* RR_EMU_STEP_FLOPS=1: the FLOPs of the cuBLAS products the step ran (bench/gpu_train.sh checks its model-FLOP
+     * formula against them) */
+    const char* fl = getenv("RR_EMU_STEP_FLOPS");
+    if (fl && *fl == '1') {
+        static long long prev_fl = 0, fl_steps = 0;
+        long long now = emu_blas_flops();
+        int rank = 0, inited = 0;
+        MPI_Initialized(&inited);
+        if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        fprintf(stderr, "cuda-emu: rank %d step %lld blas flops: %lld\n", rank, ++fl_steps, now - prev_fl);
+        prev_fl = now;
     }
     return __real_metrics_peak_rss_mb();
 }
