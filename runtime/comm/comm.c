@@ -59,6 +59,10 @@ static int s_ireduce_scatter(Comm* c, void* buf, size_t count, CommType type, Co
     return 0;
 }
 static int s_all_gather(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len) { return 0; }
+static int s_iall_gather(Comm* c, void* buf, size_t count, CommType type, CommReq** req, char* err, size_t err_len) {
+    *req = NULL;
+    return 0;
+}
 static int s_split(Comm* c, int color, int key, Comm** out, char* err, size_t err_len) {
     *out = comm_self();
     return 0;
@@ -79,6 +83,7 @@ static const CommOps comm_self_ops = {
     .reduce_scatter = s_reduce_scatter,
     .ireduce_scatter = s_ireduce_scatter,
     .all_gather = s_all_gather,
+    .iall_gather = s_iall_gather,
     .split = s_split,
     .free = s_free,
 };

@@ -64,6 +64,10 @@ typedef struct CommOps {
     int (*ireduce_scatter)(Comm* c, void* buf, size_t count, CommType type, CommOp op, CommReq** req, char* err,
                            size_t err_len);
     int (*all_gather)(Comm* c, void* buf, size_t count, CommType type, char* err, size_t err_len);
+    /* all_gather, non-blocking (the distributed optimizer's overlapped weight gather): complete it with test;
+     * buf is not read or written by the caller until then. A host implementation may complete it at once
+     * (*req NULL). */
+    int (*iall_gather)(Comm* c, void* buf, size_t count, CommType type, CommReq** req, char* err, size_t err_len);
     /* Device implementations (NCCL): order the next isend to `peer` (peer < 0: the next collective)
      * after `event`, a backend event (engine.h event_record) marking the work that produced its buffer:
      * the communication stream waits for it on the device, the host does not. NULL in host

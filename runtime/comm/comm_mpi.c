@@ -268,6 +268,18 @@ static int m_all_gather(Comm* c, void* buf, size_t count, CommType type, char* e
     MPI_TRY(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, mpi_type(type), mc(c), &rq));
     return m_wait_collective(c, &rq, "an all-gather", err, err_len);
 }
+static int m_iall_gather(Comm* c, void* buf, size_t count, CommType type, CommReq** req, char* err, size_t err_len) {
+    if (check_count(c, count * (size_t)c->size, err, err_len)) return -1;
+    n_collectives++;
+    CommReq* r = callocCheck(1, sizeof *r);
+    int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)count, mpi_type(type), mc(c), &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(c, rc, "MPI_Iallgather", err, err_len);
+    }
+    *req = r;
+    return 0;
+}
 static int m_barrier(Comm* c, char* err, size_t err_len) {
     n_collectives++;
     MPI_Request rq;
@@ -307,6 +319,7 @@ static const CommOps comm_mpi_ops = {
     .reduce_scatter = m_reduce_scatter,
     .ireduce_scatter = m_ireduce_scatter,
     .all_gather = m_all_gather,
+    .iall_gather = m_iall_gather,
     .split = m_split,
     .free = m_free,
 };

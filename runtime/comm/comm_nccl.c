@@ -515,6 +515,14 @@ static int n_all_gather(Comm* c, void* buf, size_t count, CommType type, char* e
     return coll_wait(c, "all-gather", err, err_len);
 }
 
+static int n_iall_gather(Comm* c, void* buf, size_t count, CommType type, CommReq** req, char* err, size_t err_len) {
+    NcclComm* n = nimpl(c);
+    if (dev_only(c, buf, "all-gather", err, err_len)) return -1;
+    const void* mine = (const unsigned char*)buf + (size_t)c->rank * count * type_bytes(type);
+    NCCL_PROF_TRY(n->coll_stream, ncclAllGather(mine, buf, count, nccl_type(type), n->coll, n->coll_stream));
+    return make_req(c, n->coll_stream, NULL, -1, 0, req, err, err_len);
+}
+
 /* a one-byte all-reduce: every member has reached it */
 static int n_barrier(Comm* c, char* err, size_t err_len) {
     unsigned char b = 0;
@@ -584,6 +592,7 @@ static const CommOps comm_nccl_ops = {
     .reduce_scatter = n_reduce_scatter,
     .ireduce_scatter = n_ireduce_scatter,
     .all_gather = n_all_gather,
+    .iall_gather = n_iall_gather,
     .wait_event = n_wait_event,
     .split = n_split,
     .free = n_free,

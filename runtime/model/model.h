@@ -175,6 +175,13 @@ typedef struct {
      * 0 (the default): launched op by op. vit_graphs: the recorded graphs (owned; stage_free releases them). */
     int cuda_graphs;
     struct VitGraphs* vit_graphs;
+    /* The distributed optimizer's overlapped weight all-gather (runtime/train/exec_zero.c; NULL: none): stage_forward
+     * calls param_wait(param_ctx, part) before a part's first read of its trainable weights: part 0 the tower, the
+     * projector and the embedding (every stage calls it first), 1 + j LM block j, 1 + (l1 - l0) the rest (called
+     * after the blocks: every weight of the stage is current when it returns). Nonzero fails the forward like a
+     * lost TP peer (stage_tp_error gives the message). */
+    int (*param_wait)(void* ctx, int part, char* err, size_t err_len);
+    void* param_ctx;
 } Stage;
 
 /* runtime/model/vit_graph.c: the tower's device work of a forward (vit_forward_run, after vit_forward_prepare) as a

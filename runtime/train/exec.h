@@ -130,6 +130,17 @@ void step_exec_zero_save_end(ZeroOpt* z);
 void step_exec_zero_sizes(const ZeroOpt* z, int stage, size_t* total, size_t* shard, size_t* masters);
 /* Stages whose reduce-scatter started while the executor still had work of the last step left. */
 int step_exec_zero_early(const ZeroOpt* z);
+/* The updated weights' all-gather (started at the end of step_exec_zero_step, in rounds of parallel.dp_bucket_mb
+ * MiB per replica, in place in the grad block): with parallel.dp_overlap (the default) it completes inside the
+ * next forward, each part of a stage (the tower and embedding, each LM block, the rest) waiting only for the rounds
+ * holding its own tensors (Stage.param_wait); then the grad block is zeroed. pending: stage `stage`'s gather is not
+ * all in (the executor leaves its grad block alone). complete: every stage's in now (collective-free: every replica
+ * issued them; anything reading the weights outside a forward calls it: checkpoint, dump). stats: over the run so
+ * far, rounds issued, rounds unpacked inside a forward, of them after the stage's first LM block had run (the later
+ * blocks waiting for theirs), rounds still in flight when first needed. */
+int step_exec_zero_pending(const ZeroOpt* z, int stage);
+int step_exec_zero_complete(ZeroOpt* z, char* err, size_t err_len);
+void step_exec_zero_gather_stats(const ZeroOpt* z, long* rounds, long* in_forward, long* late, long* in_flight);
 void step_exec_zero_free(void* z);
 /* Global gradient norm before clipping: sum of squares over the stages (on their backend), summed over
  * norm_group. Returns 0, or -1 with a message. */

@@ -40,7 +40,9 @@ typedef struct {
 static int pipe_forward_backward(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
                                  double* loss_sum, char* err, size_t err_len) {
     PipeExec* x = (PipeExec*)ex;
-    for (int c = 0; c < x->n_chunks; c++) params_zero_grad(&x->chunks[c]->params);
+    /* the distributed optimizer's all-gather of the last step may still fill a grad block: it zeroes it then */
+    for (int c = 0; c < x->n_chunks; c++)
+        if (!ex->zero || !step_exec_zero_pending(ex->zero, c)) params_zero_grad(&x->chunks[c]->params);
     for (int c = 0; c < x->n_chunks; c++) x->chunks[c]->lora_step = ex->quiet ? 0 : step; /* LoRA's dropout trains only */
     PipelineStepStats ps;
     if (pipeline_step(x->pl, plan->mbs, plan->M, scale, ex->quiet ? NULL : x->trace, step, dump_dir, &ps, err, err_len) != 0)

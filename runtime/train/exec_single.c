@@ -17,13 +17,18 @@ typedef struct {
 static int single_forward_backward(StepExec* ex, const StepPlan* plan, float scale, int step, const char* dump_dir,
                                    double* loss_sum, char* err, size_t err_len) {
     SingleExec* s = (SingleExec*)ex;
-    params_zero_grad(&s->st.params);
+    /* the distributed optimizer's all-gather of the last step may still fill the grad block: it zeroes it then */
+    if (!ex->zero || !step_exec_zero_pending(ex->zero, 0)) params_zero_grad(&s->st.params);
     s->st.lora_step = ex->quiet ? 0 : step; /* LoRA's dropout trains, never evaluates */
     double sum = 0.0;
     for (int m = 0; m < plan->M; m++) {
         if (stage_check_microbatch(&s->st, &s->acts, &plan->mbs[m], err, err_len) != 0) return -1;
         float ls = 0.0f;
         stage_forward(&s->st, &s->acts, &plan->mbs[m], NULL, NULL, &ls);
+        if (stage_tp_error(&s->st)) { /* the distributed optimizer's weight gather failed (Stage.param_wait) */
+            snprintf(err, err_len, "%s", stage_tp_error(&s->st));
+            return -1;
+        }
         sum += ls;
         if (dump_dir) {
             char path[4096];

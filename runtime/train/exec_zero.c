@@ -16,7 +16,9 @@
  * model-parallel group and the replicas: the norm of the whole gradient. AdamW runs on the shard only
  * (fp32: on pt->data's elements of the shard; bf16: on the shard's own f32 masters, writing the compute
  * copy's elements of the shard), then the updated weights are all-gathered (bf16: the 2-byte values;
- * fp32: the f32 weights) in rounds of parallel.dp_bucket_mb MiB per replica through a staging buffer.
+ * fp32: the f32 weights) in rounds of parallel.dp_bucket_mb MiB per replica, non-blocking and in place in the
+ * grad block, completed by the next step's forward part by part (Stage.param_wait: each LM block waits for the
+ * rounds holding its own tensors) or, with parallel.dp_overlap = 0, at the step end.
  *
  * Memory. Moments: 2 x 4 bytes per trainable element / D. bf16 runs: the trainable masters are the
  * shard's (4 bytes / D), pt->data is freed after the start (frozen tensors have no master on a bf16 table:
@@ -50,6 +52,22 @@ typedef struct {
     float *keep_data, *keep_m, *keep_v;
     const Backend* keep_be;
     float* full_data;   /* bf16, a step dump: pt->data materialised on the backend */
+    /* The updated weights' all-gather (zero_gather_issue), overlapped with the next step's forward: in place in
+     * the grad block (dead from AdamW until the next step zeroes it), round k of ground elements per replica at
+     * byte k x D x ground x es, replica r's piece (shard elements [r q + k ground, ...)) at r x count in it; the
+     * remainder (fewer than D elements, the last replica's) through tail_dev. */
+    struct ZeroOpt* o;
+    size_t ground;      /* elements per replica per round */
+    int n_rounds;       /* ceil(q / ground) */
+    CommReq** greq;     /* (n_rounds) in flight, NULL once complete */
+    CommReq* treq;
+    int next_round;     /* rounds unpacked into the tensors so far */
+    int tail_done;
+    int pending;        /* issued and not all unpacked: the grad block is the gather's (zeroed once it is done) */
+    char *tail_dev, *tail_host; /* D x tail x es (backend memory; host memory for a host DP group on a device) */
+    int n_parts;        /* Stage.param_wait's parts: 0, 1 + j (LM block j), the rest */
+    int* need;          /* (n_parts) the last round whose others' pieces a part reads, -1: none */
+    unsigned char* need_tail;
 } ZeroStage;
 
 struct ZeroOpt {
@@ -67,6 +85,10 @@ struct ZeroOpt {
     int* done;
     int next, early, last_early;
     double timeout_s;
+    int gather_overlap; /* parallel.dp_overlap: the all-gather completes in the next forward (0: at the step end) */
+    int failed;         /* a gather failed: nothing more is waited for (zero_free) */
+    long g_rounds, g_fwd, g_late, g_flight;  /* the run's gathers: rounds, unpacked inside a forward, of them after
+                                              * the stage's first LM block ran, still in flight when needed */
 };
 
 static size_t zmin(size_t a, size_t b) { return a < b ? a : b; }
@@ -202,6 +224,186 @@ static int gather_stage(ZeroOpt* o, ZeroStage* z, const float* src_flat, float* 
     }
     be->dev->synchronize(be);
     return 0;
+}
+
+/* ---- the updated weights' all-gather, overlapped with the next step's forward ---- */
+
+static size_t zero_es(const ZeroOpt* o) { return o->bf16 ? 2 : 4; }
+static size_t round_count(const ZeroStage* z, int k) { return zmin(z->ground, z->q - (size_t)k * z->ground); }
+static size_t round_base(const ZeroOpt* o, const ZeroStage* z, int k) { /* bytes */
+    return (size_t)k * (size_t)o->D * z->ground * zero_es(o);
+}
+static char* gather_dev(const ZeroStage* z) { return (char*)z->pt->grad; }
+static char* gather_comm(const ZeroOpt* o, const ZeroStage* z) {
+    return o->inplace ? (char*)z->pt->grad : (char*)z->host;
+}
+static size_t tail_of(const ZeroOpt* o, const ZeroStage* z) { return z->pt->gtotal - (size_t)o->D * z->q; }
+
+/* Wait for one gather request (polling, as the reduce-scatter's hook); *flight += 1 when it was still in flight at
+ * the first look. */
+static int zero_wait_req(ZeroOpt* o, int s, CommReq** rq, long* flight, char* err, size_t err_len) {
+    double t0 = rr_now();
+    for (int first = 1; *rq; first = 0) {
+        int fin = 0;
+        char e[512];
+        if (o->dp->ops->test(o->dp, rq, &fin, NULL, e, sizeof e) != 0) {
+            o->failed = 1;
+            snprintf(err, err_len, "distributed optimizer: all-gather of stage %d's updated weights: %s", s, e);
+            return -1;
+        }
+        if (fin) break;
+        if (first && flight) (*flight)++;
+        if (o->timeout_s > 0 && rr_now() - t0 > o->timeout_s) {
+            o->failed = 1;
+            snprintf(err, err_len,
+                     "distributed optimizer: the all-gather of stage %d's updated weights is still incomplete after %.0f "
+                     "s (group '%s' of %d replicas, this one %d): a replica probably died or stopped; check the other "
+                     "ranks' output", s, rr_now() - t0, o->dp->name, o->dp->size, o->dp->rank);
+            return -1;
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* After AdamW of stage z: this replica's updated shard packed into its segments of the rounds (and of the
+ * remainder), every round started (CommOps.iall_gather, in round order, the same on every replica). */
+static int zero_gather_issue(ZeroOpt* o, ZeroStage* z, int s, char* err, size_t err_len) {
+    const ParamTable* pt = z->pt;
+    const Backend* be = pt->be;
+    size_t es = zero_es(o), tail = tail_of(o, z);
+    char e[512];
+    for (int k = 0; k < z->n_rounds; k++) {
+        size_t cnt = round_count(z, k), a = z->lo + (size_t)k * z->ground;
+        PieceCtx c = {o, gather_dev(z) + round_base(o, z, k) + (size_t)o->d * cnt * es, 1, ZW_WEIGHTS, NULL};
+        for_pieces(pt, a, a + cnt, piece_move, &c);
+    }
+    if (tail && o->d == o->D - 1) {
+        PieceCtx c = {o, z->tail_dev + (size_t)o->d * tail * es, 1, ZW_WEIGHTS, NULL};
+        for_pieces(pt, (size_t)o->D * z->q, pt->gtotal, piece_move, &c);
+    }
+    if (!o->inplace) { /* a host DP group on a device: the own segments to the host copy */
+        for (int k = 0; k < z->n_rounds; k++) {
+            size_t off = round_base(o, z, k) + (size_t)o->d * round_count(z, k) * es;
+            be->dev->copy_d2h(be, gather_comm(o, z) + off, gather_dev(z) + off, round_count(z, k) * es);
+        }
+        if (tail) be->dev->copy_d2h(be, z->tail_host + (size_t)o->d * tail * es, z->tail_dev + (size_t)o->d * tail * es,
+                                    tail * es);
+    } else if (o->device) { /* the collective stream after the packing kernels */
+        be->dev->event_record(be, o->ev);
+        if (o->dp->ops->wait_event(o->dp, -1, o->ev, e, sizeof e) != 0) goto fail;
+    }
+    for (int k = 0; k < z->n_rounds; k++)
+        if (o->dp->ops->iall_gather(o->dp, gather_comm(o, z) + round_base(o, z, k), round_count(z, k) * es, COMM_BYTE,
+                                    &z->greq[k], e, sizeof e) != 0)
+            goto fail;
+    if (tail && o->dp->ops->iall_gather(o->dp, o->inplace ? z->tail_dev : z->tail_host, tail * es, COMM_BYTE, &z->treq,
+                                        e, sizeof e) != 0)
+        goto fail;
+    z->next_round = 0;
+    z->tail_done = tail == 0;
+    z->pending = 1;
+    o->g_rounds += z->n_rounds + (tail > 0);
+    return 0;
+fail:
+    o->failed = 1;
+    snprintf(err, err_len, "distributed optimizer: all-gather of stage %d's updated weights: %s", s, e);
+    return -1;
+}
+
+/* The rounds up to `upto` (and the remainder when tail) complete and unpacked into the tensors (the others'
+ * pieces: this replica's are there since AdamW); in_fwd: called from a forward (counted). Once every round is
+ * in, the grad block is the stage's gradients again: zeroed (the executor left it, step_exec_zero_pending). */
+static int zero_gather_upto(ZeroOpt* o, int s, int upto, int tail, int in_fwd, char* err, size_t err_len) {
+    ZeroStage* z = &o->z[s];
+    if (!z->pending) return 0;
+    const ParamTable* pt = z->pt;
+    const Backend* be = pt->be;
+    size_t es = zero_es(o), nt = tail_of(o, z);
+    if (upto >= z->n_rounds) upto = z->n_rounds - 1;
+    while (z->next_round <= upto) {
+        int k = z->next_round;
+        size_t cnt = round_count(z, k), base = round_base(o, z, k);
+        if (zero_wait_req(o, s, &z->greq[k], in_fwd ? &o->g_flight : NULL, err, err_len) != 0) return -1;
+        if (!o->inplace) be->dev->copy_h2d(be, gather_dev(z) + base, gather_comm(o, z) + base, (size_t)o->D * cnt * es);
+        for (int r = 0; r < o->D; r++) {
+            if (r == o->d) continue;
+            size_t a = (size_t)r * z->q + (size_t)k * z->ground;
+            PieceCtx c = {o, gather_dev(z) + base + (size_t)r * cnt * es, 0, ZW_WEIGHTS, NULL};
+            for_pieces(pt, a, a + cnt, piece_move, &c);
+        }
+        z->next_round++;
+        if (in_fwd) o->g_fwd++;
+    }
+    if (tail && !z->tail_done) {
+        if (zero_wait_req(o, s, &z->treq, in_fwd ? &o->g_flight : NULL, err, err_len) != 0) return -1;
+        if (!o->inplace) be->dev->copy_h2d(be, z->tail_dev, z->tail_host, (size_t)o->D * nt * es);
+        if (o->d != o->D - 1) {
+            PieceCtx c = {o, z->tail_dev + (size_t)(o->D - 1) * nt * es, 0, ZW_WEIGHTS, NULL};
+            for_pieces(pt, (size_t)o->D * z->q, pt->gtotal, piece_move, &c);
+        }
+        z->tail_done = 1;
+        if (in_fwd) o->g_fwd++;
+    }
+    if (z->next_round == z->n_rounds && z->tail_done) {
+        params_zero_grad(z->pt);
+        z->pending = 0;
+    }
+    return 0;
+}
+
+static int zero_complete(ZeroOpt* o, char* err, size_t err_len) {
+    for (int s = 0; s < o->ex->n_stages; s++)
+        if (zero_gather_upto(o, s, o->z[s].n_rounds - 1, 1, 0, err, err_len) != 0) return -1;
+    return 0;
+}
+
+/* Stage.param_wait: the part's weights current (the rounds holding the others' pieces of its tensors) */
+static int zero_param_wait(void* ctx, int part, char* err, size_t err_len) {
+    ZeroStage* z = ctx;
+    ZeroOpt* o = z->o;
+    if (!z->pending) return 0;
+    int s = (int)(z - o->z), before = z->next_round, rc;
+    if (part < 0 || part >= z->n_parts - 1) rc = zero_gather_upto(o, s, z->n_rounds - 1, 1, 1, err, err_len);
+    else rc = zero_gather_upto(o, s, z->need[part], z->need_tail[part], 1, err, err_len);
+    if (part >= 2) o->g_late += z->next_round - before; /* rounds waited for after the stage's first block ran */
+    return rc;
+}
+
+/* Which part of Stage.param_wait first reads tensor i of stage st */
+static int zero_part_of(const Stage* st, const char* name, int n_parts) {
+    int l;
+    char dot;
+    if (sscanf(name, "text.blocks.%d%c", &l, &dot) == 2 && dot == '.' && l >= st->l0 && l < st->l1) return 1 + l - st->l0;
+    if (!strncmp(name, "text.norm.", 10) || !strncmp(name, "text.lm_head.", 13) ||
+        (!strcmp(name, "text.embed.weight") && st->last && !st->first))
+        return n_parts - 1;
+    return 0;
+}
+
+/* need / need_tail: for each part, the last round (and the remainder) carrying another replica's piece of one of
+ * its tensors */
+static void zero_parts(ZeroOpt* o, ZeroStage* z, const Stage* st) {
+    const ParamTable* pt = z->pt;
+    z->n_parts = 2 + (st->l1 - st->l0);
+    z->need = mallocCheck((size_t)z->n_parts * sizeof(int));
+    z->need_tail = callocCheck((size_t)z->n_parts, 1);
+    for (int p = 0; p < z->n_parts; p++) z->need[p] = -1;
+    size_t body = (size_t)o->D * z->q;
+    for (int i = 0; i < pt->n; i++) {
+        const ParamSpec* sp = &pt->specs[i];
+        if (sp->frozen || !sp->numel) continue;
+        int part = zero_part_of(st, sp->name, z->n_parts);
+        size_t a = sp->goff, b = sp->goff + sp->numel;
+        for (int r = 0; r < o->D && z->q > 0; r++) {
+            size_t ra = (size_t)r * z->q, rb = ra + z->q;
+            if (r == o->d || b <= ra || a >= rb) continue;
+            int k = (int)((zmin(b, rb) - 1 - ra) / z->ground);
+            if (k > z->need[part]) z->need[part] = k;
+        }
+        if (b > body && o->d != o->D - 1) z->need_tail[part] = 1;
+    }
 }
 
 /* ---- the reduce-scatter (the step-end hook, started early where the executor reports chunks done) ---- */
@@ -359,6 +561,7 @@ int step_exec_zero_grad_norm(ZeroOpt* o, double* norm, char* err, size_t err_len
 
 int step_exec_zero_step(ZeroOpt* o, const Recipe* r, float lr, int t, float clip, char* err, size_t err_len) {
     StepExec* ex = o->ex;
+    if (zero_complete(o, err, err_len) != 0) return -1; /* (done in the forward already) */
     for (int s = 0; s < ex->n_stages; s++) {
         ZeroStage* z = &o->z[s];
         ParamTable* pt = z->pt;
@@ -369,10 +572,22 @@ int step_exec_zero_step(ZeroOpt* o, const Recipe* r, float lr, int t, float clip
         c.pcfg = c.cfg;
         if (r->projector_lr > 0 && r->lr > 0) c.pcfg.lr = (float)((double)lr * r->projector_lr / r->lr);
         for_pieces(pt, z->lo, z->hi, piece_adamw, &c);
-        /* every replica's updated weights: the 2-byte compute values (bf16) or the f32 weights */
-        if (gather_stage(o, z, NULL, NULL, NULL, ZW_WEIGHTS, NULL, 1, o->bf16 ? 2 : 4, err, err_len) != 0) return -1;
+        /* every replica's updated weights: the 2-byte compute values (bf16) or the f32 weights, started now and
+         * completed by the next forward, part by part (Stage.param_wait), or here without the overlap */
+        if (zero_gather_issue(o, z, s, err, err_len) != 0) return -1;
     }
-    return 0;
+    return o->gather_overlap ? 0 : zero_complete(o, err, err_len);
+}
+
+int step_exec_zero_pending(const ZeroOpt* o, int stage) { return o->z[stage].pending; }
+
+int step_exec_zero_complete(ZeroOpt* o, char* err, size_t err_len) { return zero_complete(o, err, err_len); }
+
+void step_exec_zero_gather_stats(const ZeroOpt* o, long* rounds, long* in_forward, long* late, long* in_flight) {
+    *rounds = o->g_rounds;
+    *in_forward = o->g_fwd;
+    *late = o->g_late;
+    *in_flight = o->g_flight;
 }
 
 /* ---- set-up, checkpoints, dumps ---- */
@@ -397,6 +612,7 @@ static ZeroOpt* zero_create(StepExec* ex, Comm* dp, const Recipe* r, int overlap
     o->D = dp->size;
     o->d = dp->rank;
     o->timeout_s = 600;
+    o->gather_overlap = r->dp_overlap != 0;
     const Backend* be = ex->stages[0]->be;
     o->bf16 = ex->stages[0]->params.compute != NULL;
     o->inplace = be->dev->host_addressable;
@@ -437,6 +653,17 @@ static ZeroOpt* zero_create(StepExec* ex, Comm* dp, const Recipe* r, int overlap
             free(hv);
         }
         if (!o->inplace) z->host = mallocCheck((pt->gtotal ? pt->gtotal : 1) * sizeof(float));
+        /* the weights' all-gather: rounds of parallel.dp_bucket_mb MiB per replica, in place in the grad block */
+        z->o = o;
+        z->ground = o->round * 4 / zero_es(o);
+        z->n_rounds = z->q ? (int)((z->q + z->ground - 1) / z->ground) : 0;
+        z->greq = callocCheck((size_t)(z->n_rounds ? z->n_rounds : 1), sizeof(CommReq*));
+        size_t tb = (size_t)o->D * (tail_of(o, z) ? tail_of(o, z) : 1) * 4;
+        z->tail_dev = be->dev->alloc(tb);
+        if (!o->inplace) z->tail_host = mallocCheck(tb);
+        zero_parts(o, z, ex->stages[s]);
+        ex->stages[s]->param_wait = zero_param_wait;
+        ex->stages[s]->param_ctx = z;
         if (o->bf16) {
             /* the shard's masters; the rest of pt->data goes (frozen tensors hold only their compute copy) */
             z->master = be_alloc_as(be, MEM_WEIGHTS, bytes);
@@ -481,6 +708,7 @@ static int zero_full_data(ZeroOpt* o, ZeroStage* z, float* data, char* err, size
 }
 
 int step_exec_zero_dump_begin(ZeroOpt* o, int grads, char* err, size_t err_len) {
+    if (zero_complete(o, err, err_len) != 0) return -1; /* the weights of the last step whole */
     for (int s = 0; s < o->ex->n_stages; s++) {
         ZeroStage* z = &o->z[s];
         const Backend* be = z->pt->be;
@@ -509,6 +737,7 @@ void step_exec_zero_dump_end(ZeroOpt* o) {
 
 int step_exec_zero_save_begin(ZeroOpt* o, char* err, size_t err_len) {
     int writer = o->d == 0;
+    if (zero_complete(o, err, err_len) != 0) return -1; /* fp32: pt->data is written whole */
     for (int s = 0; s < o->ex->n_stages; s++) {
         ZeroStage* z = &o->z[s];
         ParamTable* pt = z->pt;
@@ -567,9 +796,20 @@ void step_exec_zero_free(void* ctx) {
     const Backend* be = o->ex->stages[0]->be;
     step_exec_zero_save_end(o);
     if (o->ex->zero == o) o->ex->zero = NULL;
+    if (!o->failed) { /* the last step's gathers (every replica issued them), bounded: the run ends */
+        char e[512];
+        o->timeout_s = 30;
+        if (zero_complete(o, e, sizeof e) != 0) rr_warn("%s", e);
+    }
     for (int s = 0; s < o->ex->n_stages; s++) {
         ZeroStage* z = &o->z[s];
         if (!z->pt) continue;
+        if (o->ex->stages[s]->param_ctx == z) o->ex->stages[s]->param_wait = NULL, o->ex->stages[s]->param_ctx = NULL;
+        if (z->tail_dev) be->dev->free(z->tail_dev);
+        free(z->tail_host);
+        free(z->greq);
+        free(z->need);
+        free(z->need_tail);
         if (z->req) o->dp->ops->cancel(o->dp, &z->req);
         if (z->req_tail) o->dp->ops->cancel(o->dp, &z->req_tail);
         if (z->full_data) be->dev->free(z->full_data), z->pt->data = NULL;

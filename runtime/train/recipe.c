@@ -200,7 +200,9 @@ static const RecipeKey recipe_keys[] = {
      "Size in MiB of one bucket of the data-parallel gradient all-reduce."},
     {"parallel", "dp_overlap", RKEY_INT, OFF(dp_overlap), 0, "1", 0, 1, 0, 0,
      "1: a chunk's gradient buckets start as soon as its last weight gradient of the step is done, overlapping "
-     "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline)."},
+     "the rest of the backward; 0: every bucket starts after the whole backward (the benchmark's baseline). "
+     "Under parallel.zero = 1 the same for the reduce-scatters, and 1 completes the updated weights' all-gather "
+     "inside the next forward, 0 at the step end."},
     {"parallel", "zero", RKEY_INT, OFF(zero), 0, "0", 0, 1, 0, 0,
      "1: the distributed optimizer (ZeRO-1): each stage's f32 master weights and AdamW moments sharded across its dp "
      "replicas, gradients reduce-scattered and the updated weights all-gathered (docs/parallel.md \"The distributed "

@@ -1175,6 +1175,14 @@ int trainer_run(const Recipe* r, Comm* world, FILE* log, const volatile sig_atom
     if ((rc == 0 || rc == 1) && t->ex && t->ex->finish && t->ex->finish(t->ex, err, err_len) != 0) rc = -1;
     if ((rc == 0 || rc == 1) && t->metrics.f && metrics_close(&t->metrics, err, err_len) != 0) rc = -1;
     if (rc == 0) rc = trainer_rank_summary(t, err, err_len);
+    if (rc == 0 && t->ex->zero && t->ex->log_rank) {
+        long rounds, in_fwd, late, flight;
+        step_exec_zero_gather_stats(t->ex->zero, &rounds, &in_fwd, &late, &flight);
+        fprintf(stderr, "rrfp-mm: distributed optimizer: the updated weights all-gathered in %ld round(s), %ld completed "
+                "inside the next step's forward, %ld of them after a stage's first LM block ran (%ld still in flight when "
+                "needed)%s\n", rounds, in_fwd, late, flight,
+                r->dp_overlap ? "" : "; parallel.dp_overlap = 0: at the step end");
+    }
     if (rc == 0) trainer_profile_summary(t, log);
     if (rc == 0)
         fprintf(log, "done: %lld steps in %.1f s; metrics %s\n", (long long)t->step, rr_now() - t->t_begin,

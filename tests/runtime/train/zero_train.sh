@@ -21,6 +21,11 @@
 # change the order of the fp32 sums over microbatches: XTOL = 1e-6 relative in fp32 (dp_train.sh's bound,
 # derived there), 2e-2 in bf16 (train_nccl_emu.sh's bf16 bound: a reordered sum flips bf16 compute copies).
 #   - with SETS holding parallel.chunks=2 (interleaved): a stage's reduce-scatter started while the backward ran.
+#   - the updated weights' all-gather overlapped with the next forward (the default) against the same run with
+#     parallel.dp_overlap = 0 (gathered at the step end): losses, norms and the step-STEPS checkpoint bitwise (the
+#     same bytes unpacked at another time); in 0.01 MiB rounds (several per stage) the overlapped run completed
+#     every round of step 1's gather inside step 2's forward, some after a stage's first LM block had run (the
+#     later blocks waiting for their own rounds), and the other run none.
 # MODE=cpu (default): RRFP_MM on the CPU backend over MPI. MODE=emu: RRFP_MM is rrfp-mm-emu, runtime.backend
 # = cuda and runtime.comm = nccl (the emulated CUDA runtime and NCCL: reduce-scatter and all-gather on device
 # memory, the checkpoint's gathers through the device staging). PRECISION (fp32 | bf16), SETS (more overrides).
@@ -32,7 +37,9 @@ XTOL=1e-6; [ "$PRECISION" = bf16 ] && XTOL=2e-2
 NP=$((PP * TP * DP))
 rm -rf "$W"; mkdir -p "$W"
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1"
-STEPS=6 CK=3; [ "$MODE" = emu ] && STEPS=2 CK=2 # the emulation runs a step of this model in ~10 s
+STEPS=6 CK=3 DUMP=2; [ "$MODE" = emu ] && STEPS=2 CK=2 DUMP=1 # the emulation runs a step of this model in ~10 s
+# (emu: the dump at step 1, so that step 1's all-gather completes in step 2's forward; the step-2 checkpoint
+# compares the weights after an update)
 COMMON=(--set train.steps=$STEPS --set optim.warmup=1 --set train.log_every=1 --set train.checkpoint_every=$CK
         --set checkpoint.keep=0 --set runtime.precision="$PRECISION" --set parallel.pp="$PP" --set parallel.tp="$TP")
 for kv in ${SETS:-}; do COMMON+=(--set "$kv"); done
@@ -40,7 +47,7 @@ for kv in ${SETS:-}; do COMMON+=(--set "$kv"); done
 # did not wait for the gradients' or the packed weights' producer reads stale values and the comparison fails
 [ "$MODE" = emu ] && COMMON+=(--set runtime.backend=cuda --set runtime.comm=nccl) &&
   MPI+=" -x RR_EMU_COMM_DELAY=2 -x RR_EMU_COMPUTE_DELAY=2"
-PAR=(--set data.microbatches="$M" --set parallel.dp="$DP")
+PAR=(--set data.microbatches="$M" --set parallel.dp="$DP" --set parallel.dp_bucket_mb=0.01)
 ONE=(--set data.microbatches=$((DP * M)) --set parallel.dp=1)
 fail() { echo "FAIL: $*"; exit 1; }
 # compare two runs' metrics: bitwise losses + norms to the printed digits (TOL = 0), or losses within TOL relative
@@ -63,14 +70,31 @@ PY
 run() { local np=$1 dir=$2; shift 2; $MPI -np "$np" "$BIN" train "$RECIPE" "${COMMON[@]}" "$@" --set train.run_dir="$dir" >>"$dir.log" 2>&1; }
 
 for z in 0 1; do
-  run "$NP" "$W/z$z" "${PAR[@]}" --set parallel.zero=$z --set train.dump_step=2 ||
+  run "$NP" "$W/z$z" "${PAR[@]}" --set parallel.zero=$z --set train.dump_step=$DUMP ||
     { cat "$W/z$z.log"; fail "pp $PP tp $TP dp $DP zero $z failed"; }
 done
+run "$NP" "$W/zn" "${PAR[@]}" --set parallel.zero=1 --set parallel.dp_overlap=0 --set train.dump_step=$DUMP ||
+  { cat "$W/zn.log"; fail "pp $PP tp $TP dp $DP zero 1 without overlap failed"; }
+d=$(cmp_metrics "$W/zn" "$W/z1" 0) || fail "zero = 1 overlapped against not overlapped: $d"
+"$BIN" tensors diff "$W/zn/checkpoints/step-0000000$STEPS" "$W/z1/checkpoints/step-0000000$STEPS" --quiet --rtol 0 \
+  --atol 0 >"$W/ck.diff" 2>&1 || { cat "$W/ck.diff"; fail "overlapped all-gather: the step-$STEPS checkpoints differ"; }
+# "... all-gathered in R round(s), F completed inside the next step's forward, L of them after a stage's first LM
+# block ran": the gathers of the steps before a step that reads no weights first (a dump, a checkpoint, the end)
+gat() { sed -n "s/.*all-gathered in \([0-9]*\) round(s), \([0-9]*\) completed inside the next step's forward, \([0-9]*\) of them.*/\1 \2 \3/p" "$1"; }
+read -r R F L < <(gat "$W/z1.log"); [ -n "${R:-}" ] || fail "zero = 1: no all-gather line in the log"
+# (L counts rounds waited for by a stage's second block or its head: none where every chunk holds one block and no
+# head, as the interleaved case's rank 0)
+ONEBLOCK=0; grep -q "parallel.chunks=2" <<<"${SETS:-}" && ONEBLOCK=1
+[ "$R" -ge $((2 * STEPS)) ] && [ "$F" -gt 0 ] && { [ "$L" -gt 0 ] || [ $ONEBLOCK = 1 ]; } ||
+  fail "overlapped all-gather: $F of $R rounds completed inside the next forward, $L after a first block ran"
+read -r Rn Fn Ln < <(gat "$W/zn.log"); [ "${Rn:-}" = "$R" ] && [ "$Fn" -eq 0 ] ||
+  fail "parallel.dp_overlap = 0: ${Fn:-?} of ${Rn:-?} rounds completed inside the next forward, expected 0 of $R"
+echo "all-gather overlapped with the next forward: $F of $R rounds completed inside it ($L after a stage's first block), bitwise the run gathering at the step end"
 # the step-2 dump: the weights before the step (bf16: the sharded masters made whole) and the step's gradients
 # (every replica's reduced shard gathered) are zero = 0's, bit for bit
 for f in weights grads; do
-  "$BIN" tensors diff "$W/z0/dump-2" "$W/z1/dump-2" --files $f --quiet --rtol 0 --atol 0 >"$W/dump.diff" 2>&1 ||
-    { cat "$W/dump.diff"; fail "the step-2 dump's $f differ"; }
+  "$BIN" tensors diff "$W/z0/dump-$DUMP" "$W/z1/dump-$DUMP" --files $f --quiet --rtol 0 --atol 0 >"$W/dump.diff" 2>&1 ||
+    { cat "$W/dump.diff"; fail "the step-$DUMP dump's $f differ"; }
 done
 grep -q "data parallel:.*all-reduce" "$W/z0.log" || fail "zero = 0: no all-reduce line in the log"
 grep -q "distributed optimizer:" "$W/z0.log" && fail "zero = 0 ran the distributed optimizer"

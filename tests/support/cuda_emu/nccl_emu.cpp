@@ -395,20 +395,28 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
     if (check_dev(send, bytes, "ncclAllGather") || check_dev(recv, bytes * (size_t)c->size, "ncclAllGather"))
         return ncclInvalidArgument;
     auto st = std::make_shared<OpState>();
+    auto mine = std::make_shared<std::vector<unsigned char>>();
     MPI_Comm comm = c->comm;
     size_t n = (size_t)c->size;
     ops_enqueued++;
+    /* non-blocking as NCCL's (the distributed optimizer overlaps it with the forward); send may be recv's own
+     * segment (in place): read before recv is written. RR_EMU_COMM_DELAY: recv holds NaN while in flight and
+     * the completion is seen 2..4 polls late, so a reader that did not wait for it reads garbage */
     emu_stream_enqueue(s, [=] {
         if (!st->started) {
-            std::vector<unsigned char> mine(bytes ? bytes : 1);
-            emu_device_read(mine.data(), send, bytes);
+            mine->resize(bytes ? bytes : 1);
+            emu_device_read(mine->data(), send, bytes);
+            if (comm_delay() && bytes) emu_device_fill_nan(recv, bytes * n);
             st->host.resize(bytes * n + 1);
-            MPI_Request r;
-            MPI_Iallgather(mine.data(), (int)bytes, MPI_BYTE, st->host.data(), (int)bytes, MPI_BYTE, comm, &r);
-            MPI_Wait(&r, MPI_STATUS_IGNORE); /* `mine` is local: an all-gather of small blocks */
-            st->req = MPI_REQUEST_NULL;
+            MPI_Iallgather(mine->data(), (int)bytes, MPI_BYTE, st->host.data(), (int)bytes, MPI_BYTE, comm, &st->req);
             st->started = 1;
+            st->delay = delay_draw();
         }
+        if (st->req != MPI_REQUEST_NULL) {
+            if (!test_req(st.get())) return 0;
+            st->arrived = emu_poll_epoch();
+        }
+        if (emu_poll_epoch() - st->arrived < st->delay) return 0;
         emu_device_write(recv, st->host.data(), bytes * n);
         return 1;
     });
