@@ -274,17 +274,34 @@ extern "C" const char* emu_protect_mode(void) {
     return !protect_on ? "off" : emu_pkey >= 0 ? "pkey" : "mprotect";
 }
 
+/* byte i of a fill is byte i % 4 of `bits` (least significant first), written a 4-byte word at a time (a block's
+ * shared memory is filled at every block: byte by byte it was a tenth of an emulated flash-attention launch) */
 static void fill_bits(void* p, size_t bytes, uint32_t bits) {
     unsigned char* b = (unsigned char*)p;
-    for (size_t i = 0; i < bytes; i++) b[i] = (unsigned char)(bits >> (8 * (i % 4)));
+    const unsigned char pat[4] = {(unsigned char)bits, (unsigned char)(bits >> 8), (unsigned char)(bits >> 16),
+                                  (unsigned char)(bits >> 24)};
+    uint32_t w;
+    memcpy(&w, pat, 4);
+    size_t i = 0;
+    for (; i + 4 <= bytes; i += 4) memcpy(b + i, &w, 4);
+    for (; i < bytes; i++) b[i] = pat[i % 4];
 }
 static void fill_nan(void* p, size_t bytes) { fill_bits(p, bytes, NAN_BITS); }
 static void fill_guard(void* p, size_t bytes) { fill_bits(p, bytes, guard_bits()); }
 static int guard_intact(const void* p, size_t bytes) {
     const unsigned char* b = (const unsigned char*)p;
     uint32_t bits = guard_bits();
-    for (size_t i = 0; i < bytes; i++)
-        if (b[i] != (unsigned char)(bits >> (8 * (i % 4)))) return 0;
+    const unsigned char pat[4] = {(unsigned char)bits, (unsigned char)(bits >> 8), (unsigned char)(bits >> 16),
+                                  (unsigned char)(bits >> 24)};
+    uint32_t w, x;
+    memcpy(&w, pat, 4);
+    size_t i = 0;
+    for (; i + 4 <= bytes; i += 4) {
+        memcpy(&x, b + i, 4);
+        if (x != w) return 0;
+    }
+    for (; i < bytes; i++)
+        if (b[i] != pat[i % 4]) return 0;
     return 1;
 }
 
@@ -680,7 +697,8 @@ asm(".text\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
     ".size rr_emu_switch, .-rr_emu_switch\n");
-#define EMU_TO_SCHED() rr_emu_switch(&cur->sp, sched_sp)
+/* a fiber stops (a yield, its thread's end): on to the next fiber of the round (fiber_next, below) */
+#define EMU_TO_SCHED() fiber_next()
 #else
 static jmp_buf sched_jb;
 #define EMU_TO_SCHED() \
@@ -704,6 +722,40 @@ enum { ORDER_RANDOM, ORDER_ASCENDING, ORDER_DESCENDING };
 static int order_mode = ORDER_RANDOM;
 static int atomics_used;
 
+#if defined(__x86_64__)
+/* The round being run (run_block): the fibers order[0 .. m) are resumed in that order, each switching straight to
+ * the next when it stops and the last back to the scheduler, so a round of m fibers makes m + 1 switches, not 2 m
+ * (most of an emulated tensor-core kernel's time was switches: every lane stops at every mma, ldmatrix and shuffle). */
+static const int* round_order;
+static int round_m, round_k;
+static void fiber_entry(void);
+static void fiber_frame(Fiber* f) {
+    if (!f->started) { /* a first frame that emu_switch returns into fiber_entry from, the stack as after a call */
+        f->started = 1;
+        uintptr_t top = ((uintptr_t)f->stack + EMU_STACK) & ~(uintptr_t)15;
+        void** sp = (void**)top;
+        *--sp = NULL;                 /* fiber_entry's return address: it never returns */
+        *--sp = (void*)&fiber_entry;  /* emu_switch's ret */
+        for (int i = 0; i < 6; i++) *--sp = NULL; /* rbp rbx r12..r15 */
+        f->sp = sp;
+    }
+}
+/* the running fiber stops: the round's next fiber runs, or the scheduler after the last one (or at an error: the
+ * block is abandoned, its other fibers never resumed) */
+static void fiber_next(void) {
+    Fiber* self = cur;
+    if (!sticky && ++round_k < round_m) {
+        Fiber* f = &fibers[round_order[round_k]];
+        cur = f;
+        threadIdx = f->tid;
+        fiber_frame(f);
+        rr_emu_switch(&self->sp, f->sp);
+    } else {
+        rr_emu_switch(&self->sp, sched_sp);
+    }
+}
+#endif
+
 /* A fiber runs one thread of a block, then waits (F_DONE) until the scheduler resumes it as a thread
  * of a later block: started once, not once per block (getcontext / setcontext are system calls,
  * and a training step launches hundreds of thousands of threads). */
@@ -724,16 +776,8 @@ static void fiber_yield(int state) {
 
 static void fiber_resume(Fiber* f) {
 #if defined(__x86_64__)
-    if (!f->started) { /* a first frame that emu_switch returns into fiber_entry from, the stack as after a call */
-        f->started = 1;
-        uintptr_t top = ((uintptr_t)f->stack + EMU_STACK) & ~(uintptr_t)15;
-        void** sp = (void**)top;
-        *--sp = NULL;                 /* fiber_entry's return address: it never returns */
-        *--sp = (void*)&fiber_entry;  /* emu_switch's ret */
-        for (int i = 0; i < 6; i++) *--sp = NULL; /* rbp rbx r12..r15 */
-        f->sp = sp;
-    }
-    rr_emu_switch(&sched_sp, f->sp); /* back here when the fiber yields or finishes */
+    fiber_frame(f);
+    rr_emu_switch(&sched_sp, f->sp); /* back here when the round's last fiber stops */
 #else
     if (_setjmp(sched_jb)) return; /* the fiber yielded or finished */
     if (!f->started) {
@@ -807,26 +851,33 @@ void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
                          cur_kernel, blockIdx.x, blockIdx.y, blockIdx.z, f->linear, l);
                 return;
             }
-        float A[16][16], B[16][8];
+        /* A and B in one static scratch, not on the computing lane's stack: that stack is another fiber's at each
+         * mma, whose lines are not in the cache (a fifth of the mma's time went to the first stores) */
+        static float A[16][16], B[16][8];
         float(&D)[16][8] = w.mma_d[buf];
-        for (int row = 0; row < 16; row++)
-            for (int kk = 0; kk < 16; kk++) {
-                /* A[row][kk]: lane 4 (row % 8) + (kk % 8) / 2, register (row >= 8) + 2 (kk >= 8), half kk & 1 */
-                uint32_t ar = w.mma[buf][4 * (row % 8) + (kk % 8) / 2][(row >= 8) + 2 * (kk >= 8)];
-                A[row][kk] = rr_bf16_to_f32((uint16_t)(kk & 1 ? ar >> 16 : ar & 0xffffu));
+        for (int l = 0; l < 32; l++) { /* each lane's fragments to their places (the layout above) */
+            const uint32_t* fr = w.mma[buf][l];
+            int lg = l >> 2, lt = l & 3;
+            for (int r = 0; r < 4; r++) { /* a[r] = A[g + 8 (r & 1)][2t + 8 (r >> 1), + 1] */
+                float* ap = &A[lg + 8 * (r & 1)][2 * lt + 8 * (r >> 1)];
+                ap[0] = rr_bf16_to_f32((uint16_t)(fr[r] & 0xffffu));
+                ap[1] = rr_bf16_to_f32((uint16_t)(fr[r] >> 16));
             }
-        for (int kk = 0; kk < 16; kk++)
-            for (int col = 0; col < 8; col++) {
-                /* B[kk][col]: lane 4 col + (kk % 8) / 2, register (kk >= 8), half kk & 1 */
-                uint32_t br = w.mma[buf][4 * col + (kk % 8) / 2][4 + (kk >= 8)];
-                B[kk][col] = rr_bf16_to_f32((uint16_t)(kk & 1 ? br >> 16 : br & 0xffffu));
+            for (int r = 0; r < 2; r++) { /* b[r] = B[2t + 8 r, + 1][g] */
+                B[2 * lt + 8 * r][lg] = rr_bf16_to_f32((uint16_t)(fr[4 + r] & 0xffffu));
+                B[2 * lt + 8 * r + 1][lg] = rr_bf16_to_f32((uint16_t)(fr[4 + r] >> 16));
             }
-        for (int row = 0; row < 16; row++)
-            for (int col = 0; col < 8; col++) /* C[row][col]: lane 4 (row % 8) + col / 2, element 2 (row >= 8) + col % 2 */
-                memcpy(&D[row][col], &w.mma[buf][4 * (row % 8) + col / 2][6 + 2 * (row >= 8) + col % 2], sizeof(float));
-        for (int row = 0; row < 16; row++)
+            /* c[0..1] = C[g][2t, 2t + 1], c[2..3] = C[g + 8][2t, 2t + 1] */
+            memcpy(&D[lg][2 * lt], fr + 6, 2 * sizeof(float));
+            memcpy(&D[lg + 8][2 * lt], fr + 8, 2 * sizeof(float));
+        }
+        for (int row = 0; row < 16; row++) { /* a row of D in registers while k runs */
+            float acc[8];
+            memcpy(acc, D[row], sizeof acc);
             for (int kk = 0; kk < 16; kk++)
-                for (int col = 0; col < 8; col++) D[row][col] += A[row][kk] * B[kk][col];
+                for (int col = 0; col < 8; col++) acc[col] += A[row][kk] * B[kk][col];
+            memcpy(D[row], acc, sizeof acc);
+        }
         w.mma_ready_gen[buf] = gen;
     }
     for (int i = 0; i < 4; i++) d[i] = w.mma_d[buf][g + 8 * (i >> 1)][2 * t + (i & 1)];
@@ -946,28 +997,41 @@ static void run_block(int n) {
             int t = order[i];
             order[i] = order[j], order[j] = t;
         }
+#if defined(__x86_64__)
+        if (m > 0) { /* the fibers run one after another (fiber_next) */
+            round_order = order.data();
+            round_m = m;
+            round_k = 0;
+            cur = &fibers[order[0]];
+            threadIdx = cur->tid;
+            fiber_resume(cur);
+            if (sticky) return; /* abandon the block: its fibers are never resumed */
+        }
+#else
         for (int k = 0; k < m; k++) {
             cur = &fibers[order[k]];
             threadIdx = cur->tid;
             fiber_resume(cur);
             if (sticky) return; /* abandon the block: its fibers are never resumed */
         }
+#endif
+        /* one pass: the states counted as the round left them, and every warp whose live lanes all wait at a
+         * shuffle released (the counts are taken before a warp's release: a released lane is not runnable here) */
         int done = 0, at_barrier = 0, at_shuffle = 0, runnable = 0;
-        for (int i = 0; i < n; i++) {
-            runnable += fibers[i].state == F_RUN;
-            done += fibers[i].state == F_DONE;
-            at_barrier += fibers[i].state == F_BARRIER;
-            at_shuffle += fibers[i].state == F_SHUFFLE;
-        }
-        if (done == n) break;
         int released = 0;
-        for (int w = 0; w < nw; w++) { /* warps whose live lanes all wait at a shuffle */
+        for (int w = 0; w < nw; w++) {
             int lo = 32 * w, hi = min(lo + 32, n), live = 0, waiting = 0;
             unsigned mask = 0;
             for (int i = lo; i < hi; i++) {
-                if (fibers[i].state == F_DONE) continue;
+                int st = fibers[i].state;
+                runnable += st == F_RUN;
+                at_barrier += st == F_BARRIER;
+                if (st == F_DONE) {
+                    done++;
+                    continue;
+                }
                 live++;
-                if (fibers[i].state == F_SHUFFLE) waiting++, mask = fibers[i].mask;
+                if (st == F_SHUFFLE) waiting++, at_shuffle++, mask = fibers[i].mask;
             }
             if (waiting == 0 || waiting != live) continue;
             if (mask == 0xffffffffu && live != 32) {
@@ -980,6 +1044,7 @@ static void run_block(int n) {
             warps[w].gen++;
             released = 1;
         }
+        if (done == n) break;
         if (runnable) continue; /* other warps still have work before anything else can be decided */
         if (!released && at_shuffle == 0 && at_barrier > 0) { /* every live thread at __syncthreads */
             for (int i = 0; i < n; i++)
