@@ -430,7 +430,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     /* the tower on 2-byte activations (below): CLIP's gather tables (class, position embeddings) get 2-byte compute
      * copies, written by AdamW, so no step narrows them (engine/params.h params_mark_act_table) */
     st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->first &&
-                                 model_bf16_vision(cfg);
+                                 model_bf16_vision(cfg) && cfg->lora_r <= 0; /* LoRA: f32 words, as below */
     params_alloc(&st->params, be, cfg->seed);
     /* the LM on 2-byte bf16 activations where the backend has such a table (tp > 1 too: the TP
      * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
