@@ -29,10 +29,16 @@ static int lora_row_parallel(LmLoraTarget t) { return t == LM_LORA_O || t == LM_
 int lm_lora_targets_parse(const char* list, unsigned* bits, char* err, size_t err_len) {
     *bits = 0;
     const char* p = list;
+    int tower = 0;
     while (*p) {
         while (*p == ' ' || *p == ',') p++;
         if (!*p) break;
         size_t n = strcspn(p, ", ");
+        if (n > 7 && !strncmp(p, "vision.", 7)) { /* the tower's (vision/vit_lora.c parses them) */
+            tower = 1;
+            p += n;
+            continue;
+        }
         int found = 0;
         if (n == 3 && !strncmp(p, "all", 3)) {
             *bits |= (1u << LM_LORA_N) - 1;
@@ -41,14 +47,15 @@ int lm_lora_targets_parse(const char* list, unsigned* bits, char* err, size_t er
         for (int t = 0; t < LM_LORA_N && !found; t++)
             if (strlen(LORA_NAME[t]) == n && !strncmp(p, LORA_NAME[t], n)) *bits |= 1u << t, found = 1;
         if (!found) {
-            snprintf(err, err_len, "'%.*s' is not an LM linear; allowed: q, k, v, o, gate, up, down (comma-separated) or all",
-                     (int)n, p);
+            snprintf(err, err_len, "'%.*s' is not an LM linear; allowed: q, k, v, o, gate, up, down (comma-separated) or all, "
+                     "and the tower's vision.q, vision.k, vision.v, vision.out, vision.fc1, vision.fc2 or vision.all", (int)n, p);
             return -1;
         }
         p += n;
     }
-    if (!*bits) {
-        snprintf(err, err_len, "no target: name at least one of q, k, v, o, gate, up, down (or all)");
+    if (!*bits && !tower) {
+        snprintf(err, err_len, "no target: name at least one of q, k, v, o, gate, up, down (or all), or of the tower's "
+                 "vision.q, vision.k, vision.v, vision.out, vision.fc1, vision.fc2");
         return -1;
     }
     return 0;

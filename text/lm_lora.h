@@ -8,7 +8,8 @@
 /* "q" .. "down": PEFT's target name of t without "_proj"; the tensor suffix of its base weight ("attn.q", ...) */
 const char* lm_lora_target_name(LmLoraTarget t);
 const char* lm_lora_target_module(LmLoraTarget t);
-/* Parse a comma-separated target list (q,k,v,o,gate,up,down, or "all") into bits; -1 on an unknown name. */
+/* Parse a comma-separated target list (q,k,v,o,gate,up,down, or "all") into bits; -1 on an unknown name. Items that
+ * start with "vision." are the tower's (vision/vit_lora.h) and are skipped; a list of those alone gives bits 0. */
 int lm_lora_targets_parse(const char* list, unsigned* bits, char* err, size_t err_len);
 /* Registers block l's adapters: text.blocks.{l}.<module>.lora_A.weight (r, in), Kaiming-uniform (bound 1/sqrt(in),
  * PEFT's kaiming_uniform_(a = sqrt(5))), and .lora_B.weight (out, r), zeros. */

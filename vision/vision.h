@@ -60,6 +60,10 @@ typedef int (*VitTpReduce)(void* ctx, float* buf, size_t n);
 
 typedef enum { VIT_ARCH_ROPE2D = 0, VIT_ARCH_CLIP = 1 } VitArch;
 
+/* The CLIP tower's linears LoRA can adapt (vision/vit_lora.c), in the order of their bits in VitConfig.lora_targets:
+ * PEFT's module names q_proj, k_proj, v_proj (the rows [q | k | v] of attn.qkv), out_proj, fc1, fc2. */
+typedef enum { VIT_LORA_Q, VIT_LORA_K, VIT_LORA_V, VIT_LORA_OUT, VIT_LORA_FC1, VIT_LORA_FC2, VIT_LORA_N } VitLoraTarget;
+
 #define VIT_POS_TAPS 16 /* bicubic: 4 x 4 source rows per interpolated position */
 
 typedef struct {
@@ -93,6 +97,11 @@ typedef struct {
      * pre-activation, recomputes fc1's GEMM with it), FULL keeps each block's input only (VitActs.x) and re-runs the
      * block into the workspace VitActs.rc_ws (vit_recompute_layout), also before the split backward's W. */
     int recompute;
+    /* LoRA on the tower's linears (vision/vit_lora.c; docs/training.md "LoRA"; CLIP only): lora_r > 0 adds
+     * lora_scale B A dropout(x) to each linear of lora_targets (VitLoraTarget bits; 0: none) */
+    int lora_r;
+    float lora_scale, lora_dropout;
+    unsigned lora_targets;
 } VitConfig;
 
 /* Bytes of one stored activation value of the tower / projector (VitConfig.act_bytes; 0 means f32 words). */
@@ -110,6 +119,7 @@ typedef struct {
     float *ln2_w, *ln2_b;   /* (D) */
     float *fc1_w, *fc1_b;   /* (4D, D), (4D) */
     float *fc2_w, *fc2_b;   /* (D, 4D), (D) */
+    float *lora_A[VIT_LORA_N], *lora_B[VIT_LORA_N]; /* LoRA factors (r, in), (out, r); NULL: no adapter (or frozen) */
 } VitBlockW;
 
 typedef struct {
@@ -137,6 +147,7 @@ typedef struct {
     float* xmid;                      /* (N, D) residual after the attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N, D), (N), (N) */
     float *fc1, *gelu;                /* (N, 4D) before / after GELU */
+    float* lora_u[VIT_LORA_N];        /* (N, r) LoRA: scale A dropout(x) of each adapted linear (else NULL) */
 } VitBlockActs;
 
 /* What the weight gradients of one block need from B: the gradient at each weight's output. With a
@@ -151,6 +162,7 @@ typedef struct {
      * (stored by the GELU backward) and dxmid (by ln2's backward) that fc1's and attn.out's GEMMs read */
     uint16_t *dfc1_16, *dxmid16;
     uint16_t* dqkv16; /* (N, 3D) dqkv's 2-byte mirror (the attention backward's and RoPE's stores) for qkv's GEMMs */
+    float* lora_du[VIT_LORA_N]; /* (N, r) LoRA: scale B^T dy of each adapted linear, kept for A's gradient */
 } VitBlockGrads;
 
 typedef struct {
@@ -199,6 +211,14 @@ typedef struct {
      * every microbatch of the stage, set by the caller before the forward) and the blocks recomputed so far */
     VitBlockActs* rc_ws;
     long n_recomputed;
+    /* LoRA (vision/vit_lora.c; NULL without): scratch of the widest adapted input (the dropped-out input, B's input
+     * gradient before dropout's), of an output (B u, an output gradient's columns), the columns of q, k and v in a
+     * row of qkv as rows of a (3 T, D/tp) table (lora_cols, 3 x max_T: 3n + j), uploaded once (lora_cols_ready); the
+     * microbatch's dropout key (0: no dropout; set by the caller before the forward, as LmSeq.lora_seed) */
+    float *lora_xd, *lora_z, *lora_dy, *lora_dx;
+    int32_t* lora_cols;
+    int lora_cols_ready;
+    uint64_t lora_seed;
 } VitActs;
 
 /* Projector activations (N rows). */

@@ -11,6 +11,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "vision/vision.h"
+#include "vision/vit_lora.h"
 
 /* ------------------------------------------------------------------------------------------------
  * Parameters */
@@ -87,6 +88,7 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
     vit_add(pt, n, 1, D, 0, PARAM_INIT_ONES, 0);
     snprintf(n, sizeof n, "%s.bias", fin);
     vit_add(pt, n, 1, D, 0, PARAM_INIT_ZEROS, 0);
+    vit_lora_params_add(pt, c); /* none without tower targets */
 }
 
 static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
@@ -132,6 +134,7 @@ void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int gr
         VPT(fc2_w, "mlp.fc2.weight");
         VPT(fc2_b, "mlp.fc2.bias");
 #undef VPT
+        vit_lora_weights_point(b, pt, l, grads);
     }
     if (c->arch != VIT_ARCH_CLIP) {
         w->lnf_w = vit_ptr(pt, "vision.ln_f.weight", grads);
@@ -198,6 +201,7 @@ static void vit_block_carve(VitBlockActs* b, Arena* ar, const VitConfig* c, size
     b->fc1 = VACT(N * Dm);
     if (gelu) b->gelu = VACT(N * Dm);
 #undef VACT
+    vit_lora_acts_carve(b, ar, c, N);
 }
 
 void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int max_N) {
@@ -277,6 +281,8 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
      * patch gradient's scratch (f32 words) too: room for either */
     a->tmp = (float*)arena_alloc(ar, N * D * (clip ? 4 : ab));
     a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, N * D) : NULL;
+    vit_lora_scratch_layout(a, ar, c, max_T);
+    a->lora_cols_ready = 0;
 #undef VACT
     if (!backward) {
         a->dx = a->dvout = a->dgelu = a->datt = NULL;
@@ -297,6 +303,7 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
             g->dfc1_16 = ab == 2 ? arena_alloc(ar, N * Dm * 2) : NULL;
             g->dxmid16 = ab == 2 ? arena_alloc(ar, N * D * 2) : NULL;
             g->dqkv16 = ab == 2 ? arena_alloc(ar, N * 3 * Dq * 2) : NULL;
+            vit_lora_grads_carve(g, ar, c, N);
         } else {
             *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
         }
@@ -316,9 +323,11 @@ void vit_acts_layout_out(VitActs* a, Arena* out, const VitConfig* c, int max_N) 
 
 void vit_acts_layout_scratch(VitActs* a, Arena* scratch, const VitConfig* c, int max_N) {
     const int32_t* cm = a->cm_idx;
-    int ready = a->cm_ready;
+    const int32_t* cols = a->lora_cols;
+    int ready = a->cm_ready, cols_ready = a->lora_cols_ready;
     vit_layout(a, scratch, NULL, c, max_N, 0, 0);
     if (a->cm_idx == cm) a->cm_ready = ready; /* the same index where it was: still uploaded */
+    if (a->lora_cols && a->lora_cols == cols) a->lora_cols_ready = cols_ready; /* likewise LoRA's column table */
 }
 
 int vit_backward_floor(const VitConfig* c, const VitW* g) {
@@ -328,6 +337,8 @@ int vit_backward_floor(const VitConfig* c, const VitW* g) {
         if (b->ln1_w || b->ln1_b || b->qkv_w || b->qkv_b || b->out_w || b->out_b || b->ln2_w || b->ln2_b ||
             b->fc1_w || b->fc1_b || b->fc2_w || b->fc2_b)
             return l;
+        for (int t = 0; t < VIT_LORA_N; t++)
+            if (b->lora_A[t] || b->lora_B[t]) return l; /* the tower's adapters (vision/vit_lora.c) */
     }
     return vit_blocks_run(c);
 }
@@ -371,7 +382,7 @@ static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
 /* ------------------------------------------------------------------------------------------------
  * Forward */
 
-static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* b,
+static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, int l, VitBlockActs* b,
                               VitActs* a, const float* xin, float* xout) {
     int N = a->T, D = c->D, d = D / c->H, H, Dq, Dm; /* H, Dq, Dm: this TP rank's share */
     int clip = c->arch == VIT_ARCH_CLIP;
@@ -379,6 +390,8 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     vit_local(c, &H, &Dq, &Dm);
     be->ops->layernorm_forward(be, be_act(be, b->ln1), b->ln1_mean, b->ln1_rstd, be_act(be, xin), w->ln1_w, w->ln1_b, N, D);
     be->ops->linear_forward(be, be_act(be, b->qkv), be_act(be, b->ln1), be_weight(be, w->qkv_w), be_bias(be, w->qkv_b), N, D, 3 * Dq);
+    for (int t = VIT_LORA_Q; t <= VIT_LORA_V; t++) /* LoRA: no-ops without adapters */
+        vit_lora_forward(be, c, w, b, a, l, (VitLoraTarget)t, b->ln1, b->qkv);
     /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads); CLIP has no RoPE */
     if (!clip) {
         /* q and k in one pass: their 2H heads are adjacent in each row, rotated by the same positions */
@@ -387,18 +400,24 @@ static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBl
     be->ops->attention_forward(be, be_act(be, b->att), b->att_lse, be_act(be, b->qkv), be_act(be, vit_act_at(c, b->qkv, Dq)), be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)),
                           seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
     be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->att), be_weight(be, w->out_w), be_bias(be, vit_row_bias(c, w->out_b)), N, Dq, D);
+    vit_lora_forward(be, c, w, b, a, l, VIT_LORA_OUT, b->att, a->tmp);
     vit_tp_residual(be, c, a, b->xmid, xin, (size_t)N * D); /* row-parallel attn.out */
     be->ops->layernorm_forward(be, be_act(be, b->ln2), b->ln2_mean, b->ln2_rstd, be_act(be, b->xmid), w->ln2_w, w->ln2_b, N, D);
     /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved.
      * CLIP: fc1, then QuickGELU. */
     if (clip) {
         be->ops->linear_forward(be, be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
+        vit_lora_forward(be, c, w, b, a, l, VIT_LORA_FC1, b->ln2, b->fc1);
         be->ops->act_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), (size_t)N * Dm, ACT_QUICK_GELU);
     } else {
         be->ops->linear_gelu_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
     }
-    if (!xout) return; /* a recompute: the backward reads nothing past the GELU */
+    if (!xout) { /* a recompute: the backward reads nothing past the GELU but fc2's LoRA input */
+        vit_lora_forward_input(be, c, w, b, a, l, VIT_LORA_FC2, b->gelu);
+        return;
+    }
     be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->gelu), be_weight(be, w->fc2_w), be_bias(be, vit_row_bias(c, w->fc2_b)), N, Dm, D);
+    vit_lora_forward(be, c, w, b, a, l, VIT_LORA_FC2, b->gelu, a->tmp);
     vit_tp_residual(be, c, a, xout, b->xmid, (size_t)N * D); /* row-parallel fc2 */
 }
 
@@ -421,13 +440,13 @@ static void vit_block_view(const VitConfig* c, const VitActs* a, int l, VitBlock
 /* Recompute what block l's microbatch did not keep into its view, bitwise the forward's values (the same ops on the
  * same inputs): FULL, the forward up to the GELU; SELECTIVE, the GELU output (the RoPE tower under bf16: fc1 + GELU
  * again, the fused op's GELU reading its unrounded pre-activation; fc1 is rewritten with the same bits) */
-static void vit_block_recompute(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* v, VitActs* a,
-                                const float* xin) {
+static void vit_block_recompute(const Backend* be, const VitConfig* c, const VitBlockW* w, int l, VitBlockActs* v,
+                                VitActs* a, const float* xin) {
     int H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     if (!a->backward || c->recompute == RECOMPUTE_NONE || a->T == 0) return;
     if (c->recompute == RECOMPUTE_FULL) {
-        vit_block_forward(be, c, w, v, a, xin, NULL);
+        vit_block_forward(be, c, w, l, v, a, xin, NULL);
     } else if (c->arch == VIT_ARCH_CLIP) {
         be->ops->act_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), (size_t)a->T * Dm, ACT_QUICK_GELU);
     } else if (be->precision == PRECISION_BF16) {
@@ -609,6 +628,7 @@ void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, cons
     if (N == 0 || c->arch != VIT_ARCH_CLIP) return;
     clip_layout_tokens(be, c, a); /* reads the images' grids back, writes the token tables */
     if (!a->cm_ready) clip_patches_channel_major_index(be, c, a);
+    vit_lora_prepare(be, c, a);
 }
 
 void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
@@ -628,7 +648,7 @@ void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitAc
         for (int l = 0; l < Lr; l++) {
             VitBlockActs v;
             vit_block_view(c, a, l, &v);
-            vit_block_forward(be, c, &w->blocks[l], &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
+            vit_block_forward(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
         }
         /* the features: hidden_states[L_run] without the class tokens */
         be->dev->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
@@ -639,7 +659,7 @@ void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitAc
     for (int l = 0; l < c->L; l++) {
         VitBlockActs v;
         vit_block_view(c, a, l, &v);
-        vit_block_forward(be, c, &w->blocks[l], &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
+        vit_block_forward(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
     }
     be->ops->layernorm_forward(be, be_act(be, a->vout), a->lnf_mean, a->lnf_rstd, be_act(be, vit_x(a, c, c->L)), w->lnf_w, w->lnf_b, N, D);
 }
@@ -659,6 +679,7 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (BackendOps.b16) */
         const BackendB16* bb = be->ops->b16;
         RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
+        RR_ASSERT(!(c->lora_r > 0 && c->lora_targets) && "the tower's LoRA runs on f32-word activations");
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
         uint16_t* datt16 = (uint16_t*)a->datt;
         /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
@@ -697,17 +718,20 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
     be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
     be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
+    vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC2, b->gelu, dxout, a->dgelu); /* local: fc2's split input */
     be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
     if (clip) be->ops->act_backward(be, g->dfc1, a->dgelu, be_act(be, b->fc1), N4D, ACT_QUICK_GELU);
     else be->ops->gelu_backward(be, g->dfc1, a->dgelu, be_act(be, b->fc1), N4D);
     be->dev->memset0(be, g->dln2, ND * sizeof(float));
     be->ops->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
+    vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC1, b->ln2, g->dfc1, g->dln2); /* whole: after the sum */
     be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
     be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
     be->dev->memset0(be, a->datt, NQ * sizeof(float));
     be->ops->linear_backward(be, a->datt, NULL, NULL, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D);
+    vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_OUT, b->att, g->dxmid, a->datt);
     be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
     be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, be_act(be, b->att), b->att_lse, be_act(be, b->qkv),
                            be_act(be, vit_act_at(c, b->qkv, Dq)), be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)), seq, a->I, N, H, H, d, 3 * Dq,
@@ -718,6 +742,8 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     be->dev->memset0(be, g->dln1, ND * sizeof(float));
     be->ops->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
+    for (int t = VIT_LORA_Q; t <= VIT_LORA_V; t++) /* whole: after the sum */
+        vit_lora_backward_input(be, c, w, b, g, a, l, (VitLoraTarget)t, b->ln1, g->dqkv, g->dln1);
     be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
     be->ops->layernorm_backward(be, dxin, NULL, NULL, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
@@ -747,6 +773,12 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
     be->ops->linear_backward(be, NULL, dw->out_w, dw->out_b, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D);
     be->ops->linear_backward(be, NULL, dw->qkv_w, dw->qkv_b, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq);
     be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    for (int t = 0; t < VIT_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (no-ops where none) */
+        static const int x_of[VIT_LORA_N] = {0, 0, 0, 1, 2, 3};
+        const float* xs[4] = {b->ln1, b->att, b->ln2, b->gelu};
+        const float* dys[4] = {g->dqkv, g->dxmid, g->dfc1, dxout};
+        vit_lora_backward_weight(be, c, w, dw, b, g, a, l, (VitLoraTarget)t, xs[x_of[t]], dys[x_of[t]]);
+    }
 }
 
 /* ln_f: B part from a->dvout into dx[L]. */
@@ -791,7 +823,7 @@ void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, Vi
     for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
         VitBlockActs v; /* B reads no GELU output: SELECTIVE recomputes it for W only */
         vit_block_view(c, a, l, &v);
-        if (c->recompute == RECOMPUTE_FULL) vit_block_recompute(be, c, &w->blocks[l], &v, a, vit_x(a, c, l));
+        if (c->recompute == RECOMPUTE_FULL) vit_block_recompute(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l));
         vit_block_backward_input(be, c, &w->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l), vit_dx(a, c, l + 1),
                                  vit_dx(a, c, l));
     }
@@ -804,7 +836,7 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
     for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
         VitBlockActs v; /* the workspace holds another block or microbatch since B: recomputed again */
         vit_block_view(c, a, l, &v);
-        vit_block_recompute(be, c, &w->blocks[l], &v, a, vit_x(a, c, l));
+        vit_block_recompute(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l));
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l),
                                   vit_dx(a, c, l + 1));
     }
@@ -823,7 +855,7 @@ void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const Vi
     for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
         VitBlockActs v;
         vit_block_view(c, a, l, &v);
-        vit_block_recompute(be, c, &w->blocks[l], &v, a, vit_x(a, c, l));
+        vit_block_recompute(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l));
         vit_block_backward_input(be, c, &w->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l), vit_dx(a, c, l + 1),
                                  vit_dx(a, c, l));
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l),

@@ -99,8 +99,13 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
             snprintf(hf, sizeof hf, "%sencoder.layers.%d.%s", V, b, m[k].hf);
             snprintf(ours, sizeof ours, "vision.blocks.%d.%s", b, m[k].ours);
             int64_t rows = m[k].rows4 ? 4 * D : D;
-            if (m[k].bias) ex_add(l, hf, ex_get(pt, ours), 1, rows, 0, 0, 0);
-            else ex_add(l, hf, ex_get(pt, ours), 2, rows, m[k].cols4 ? 4 * D : D, 0, 0);
+            if (m[k].bias) {
+                ex_add(l, hf, ex_get(pt, ours), 1, rows, 0, 0, 0);
+            } else {
+                ExTensor* t = ex_add(l, hf, ex_get(pt, ours), 2, rows, m[k].cols4 ? 4 * D : D, 0, 0);
+                float* merged = export_lora_merged(c, pt, ours); /* the tower's LoRA: W + (alpha / r) B A */
+                if (merged) t->owned = merged, t->data = merged;
+            }
         }
         /* the fused [q | k | v] rows back to three projections */
         static const char* part[3] = {"q_proj", "k_proj", "v_proj"};
@@ -110,7 +115,10 @@ static void ex_tensors(ExList* l, const ModelConfig* c, const ParamTable* pt) {
         const float* qb = ex_get(pt, ours);
         for (int k = 0; k < 3; k++) {
             snprintf(hf, sizeof hf, "%sencoder.layers.%d.self_attn.%s.weight", V, b, part[k]);
-            ex_add(l, hf, qw + (size_t)k * D * D, 2, D, D, 0, 0);
+            ExTensor* t = ex_add(l, hf, qw + (size_t)k * D * D, 2, D, D, 0, 0);
+            snprintf(ours, sizeof ours, "vision.blocks.%d.attn.%c", b, "qkv"[k]); /* its adapter, if any */
+            float* merged = export_lora_merged_part(c, pt, qw + (size_t)k * D * D, D, D, ours);
+            if (merged) t->owned = merged, t->data = merged;
             snprintf(hf, sizeof hf, "%sencoder.layers.%d.self_attn.%s.bias", V, b, part[k]);
             ex_add(l, hf, qb + (size_t)k * D, 1, D, 0, 0, 0);
         }

@@ -19,6 +19,7 @@
 #include "runtime/train/recipe.h"
 #include "runtime/train/trained.h"
 #include "text/lm.h"
+#include "vision/vit_lora.h"
 
 /* Our module of each LmLoraTarget (lm_lora_target_module) and its Hugging Face module below a decoder layer */
 static const char* const HF_MODULE[LM_LORA_N] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
@@ -27,6 +28,27 @@ static const char* const HF_MODULE[LM_LORA_N] = {"self_attn.q_proj", "self_attn.
 static const char* const PEFT_PREFIX[2] = {"base_model.model.model.language_model.layers.", "base_model.model.model.layers."};
 /* transformers < 4.52's LlavaForConditionalGeneration: the LM under language_model.model (read, never written) */
 static const char* const PEFT_PREFIX_LLAVA_OLD = "base_model.model.language_model.model.layers.";
+/* the CLIP tower's encoder layers in LlavaForConditionalGeneration (transformers >= 4.52; < 4.52 read too) */
+static const char* const PEFT_TOWER = "base_model.model.model.vision_tower.vision_model.encoder.layers.";
+static const char* const PEFT_TOWER_OLD = "base_model.model.vision_tower.vision_model.encoder.layers.";
+
+/* "vision.blocks.N.<module>.lora_X.weight" -> N, target, X; -1 when it is not one */
+static int lx_parse_tower(const char* ours, int* layer, int* target, char* ab) {
+    if (strncmp(ours, "vision.blocks.", 14) != 0 || !lm_lora_is_adapter(ours)) return -1;
+    char* end;
+    long l = strtol(ours + 14, &end, 10);
+    if (end == ours + 14 || *end != '.' || l < 0 || l > 1 << 20) return -1;
+    const char* mod = end + 1;
+    size_t ml = strlen(mod) - 14;
+    for (int t = 0; t < VIT_LORA_N; t++) {
+        const char* m = vit_lora_target_module((VitLoraTarget)t);
+        if (strlen(m) == ml && !strncmp(mod, m, ml)) {
+            *layer = (int)l, *target = t, *ab = mod[ml + 6];
+            return 0;
+        }
+    }
+    return -1;
+}
 
 /* "text.blocks.N.<module>.lora_X.weight" -> N, target, X ('A' / 'B'); -1 when it is not one */
 static int lx_parse_ours(const char* ours, int* layer, int* target, char* ab) {
@@ -49,13 +71,43 @@ static int lx_parse_ours(const char* ours, int* layer, int* target, char* ab) {
 int lora_peft_key(const char* ours, PeftBase b, char* out, size_t out_len) {
     int l, t;
     char ab;
+    if (b == PEFT_BASE_LLAVA && lx_parse_tower(ours, &l, &t, &ab) == 0) { /* LlamaForCausalLM has no tower */
+        snprintf(out, out_len, "%s%d.%s.lora_%c.weight", PEFT_TOWER, l, vit_lora_target_peft_path((VitLoraTarget)t), ab);
+        return 0;
+    }
     if (lx_parse_ours(ours, &l, &t, &ab) != 0) return -1;
     snprintf(out, out_len, "%s%d.%s.lora_%c.weight", PEFT_PREFIX[b], l, HF_MODULE[t], ab);
     return 0;
 }
 
+/* A tower key (either path) into ours; -1 when it is not one */
+static int lx_tower_ours(const char* key, char* out, size_t out_len) {
+    const char* rest = NULL;
+    if (!strncmp(key, PEFT_TOWER, strlen(PEFT_TOWER))) rest = key + strlen(PEFT_TOWER);
+    else if (!strncmp(key, PEFT_TOWER_OLD, strlen(PEFT_TOWER_OLD))) rest = key + strlen(PEFT_TOWER_OLD);
+    if (!rest || *rest < '0' || *rest > '9') return -1;
+    char* end;
+    long l = strtol(rest, &end, 10);
+    if (*end != '.' || l > 1 << 20) return -1;
+    const char* mod = end + 1;
+    for (int t = 0; t < VIT_LORA_N; t++) {
+        const char* m = vit_lora_target_peft_path((VitLoraTarget)t);
+        size_t ml = strlen(m);
+        if (strncmp(mod, m, ml) != 0) continue;
+        const char* tail = mod + ml;
+        if (strcmp(tail, ".lora_A.weight") != 0 && strcmp(tail, ".lora_B.weight") != 0) continue;
+        snprintf(out, out_len, "vision.blocks.%ld.%s.lora_%c.weight", l, vit_lora_target_module((VitLoraTarget)t), tail[6]);
+        return 0;
+    }
+    return -1;
+}
+
 int lora_peft_ours(const char* key, char* out, size_t out_len, PeftBase* b) {
     const char* rest = NULL;
+    if (lx_tower_ours(key, out, out_len) == 0) {
+        *b = PEFT_BASE_LLAVA;
+        return 0;
+    }
     if (!strncmp(key, PEFT_PREFIX[0], strlen(PEFT_PREFIX[0]))) rest = key + strlen(PEFT_PREFIX[0]), *b = PEFT_BASE_LLAVA;
     else if (!strncmp(key, PEFT_PREFIX_LLAVA_OLD, strlen(PEFT_PREFIX_LLAVA_OLD)))
         rest = key + strlen(PEFT_PREFIX_LLAVA_OLD), *b = PEFT_BASE_LLAVA;
@@ -79,17 +131,32 @@ int lora_peft_ours(const char* key, char* out, size_t out_len, PeftBase* b) {
 float* export_lora_merged(const ModelConfig* mc, const ParamTable* pt, const char* ours) {
     if (mc->lora_r <= 0) return NULL;
     size_t n = strlen(ours);
-    if (n < 8 || n > 100 || strncmp(ours, "text.blocks.", 12) != 0 || strcmp(ours + n - 7, ".weight") != 0) return NULL;
-    char a[136], b[136];
-    snprintf(a, sizeof a, "%.*s.lora_A.weight", (int)(n - 7), ours);
-    snprintf(b, sizeof b, "%.*s.lora_B.weight", (int)(n - 7), ours);
-    int iw = params_find(pt, ours), ia = params_find(pt, a), ib = params_find(pt, b);
-    if (iw < 0 || ia < 0 || ib < 0) return NULL;
-    const ParamSpec *sw = &pt->specs[iw], *sa = &pt->specs[ia], *sb = &pt->specs[ib];
-    RR_ASSERT(sw->ndim == 2 && sa->ndim == 2 && sb->ndim == 2 && !params_is_slice(sw));
-    int64_t out = sw->shape[0], in = sw->shape[1], r = sa->shape[0];
+    if (n < 8 || n > 100 || (strncmp(ours, "text.blocks.", 12) != 0 && strncmp(ours, "vision.blocks.", 14) != 0) ||
+        strcmp(ours + n - 7, ".weight") != 0)
+        return NULL;
+    char prefix[136], a[160];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(n - 7), ours);
+    snprintf(a, sizeof a, "%s.lora_A.weight", prefix);
+    int iw = params_find(pt, ours);
+    if (iw < 0 || params_find(pt, a) < 0) return NULL; /* no adapter */
+    const ParamSpec* sw = &pt->specs[iw];
+    RR_ASSERT(sw->ndim == 2 && !params_is_slice(sw));
+    return export_lora_merged_part(mc, pt, params_data(pt, iw), sw->shape[0], sw->shape[1], prefix);
+}
+
+float* export_lora_merged_part(const ModelConfig* mc, const ParamTable* pt, const float* W, int64_t out, int64_t in,
+                               const char* prefix) {
+    if (mc->lora_r <= 0) return NULL;
+    char a[160], b[160];
+    snprintf(a, sizeof a, "%s.lora_A.weight", prefix);
+    snprintf(b, sizeof b, "%s.lora_B.weight", prefix);
+    int ia = params_find(pt, a), ib = params_find(pt, b);
+    if (ia < 0 || ib < 0) return NULL;
+    const ParamSpec *sa = &pt->specs[ia], *sb = &pt->specs[ib];
+    RR_ASSERT(sa->ndim == 2 && sb->ndim == 2);
+    int64_t r = sa->shape[0];
     RR_ASSERT(sa->shape[1] == in && sb->shape[0] == out && sb->shape[1] == r);
-    const float *W = params_data(pt, iw), *A = params_data(pt, ia), *B = params_data(pt, ib);
+    const float *A = params_data(pt, ia), *B = params_data(pt, ib);
     double scale = mc->lora_alpha / mc->lora_r;
     float* m = mallocCheck((size_t)(out * in) * sizeof(float));
     double* row = mallocCheck((size_t)in * sizeof(double));
@@ -160,6 +227,9 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
     ParamTable pt;
     params_init(&pt);
     for (int l = 0; l < mc.Lt; l++) lm_lora_params_add(&pt, &lc, l);
+    VitConfig vc = model_config_vit(&mc); /* the tower's adapters (lora.targets' vision.*) */
+    vc.tp = 1;
+    vit_lora_params_add(&pt, &vc);
     uint64_t held = hf_safetensors_bytes(ckpt, 0);
     if ((uint64_t)pt.total > held / 2) {
         params_free(&pt);
@@ -187,6 +257,9 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
     const cJSON* src = imp ? cJSON_GetObjectItemCaseSensitive(imp, "imported_from") : NULL;
     if (cJSON_IsString(nm) && nm->valuestring[0]) snprintf(info->base_name, sizeof info->base_name, "%s", nm->valuestring);
     else if (cJSON_IsString(src) && src->valuestring[0]) snprintf(info->base_name, sizeof info->base_name, "%s", src->valuestring);
+    if (rc == 0 && info->base == PEFT_BASE_LLAMA && mc.vision_lora_targets)
+        rc = rr_fail(err, err_len, "%s: the run adapted the tower (lora.targets vision.*) but its import %s is a "
+                     "LlamaForCausalLM, which has no tower to key them under", ckpt, from);
     if (rc == 0 && log)
         fprintf(log, "export: adapters for %s (%s)%s%s\n",
                 info->base == PEFT_BASE_LLAVA ? "LlavaForConditionalGeneration" : "LlamaForCausalLM",
@@ -221,6 +294,13 @@ int export_hf_adapter(const char* ckpt, const char* recipe_path, const char* out
         cJSON* tm = cJSON_AddArrayToObject(j, "target_modules");
         for (int t = 0; t < LM_LORA_N; t++)
             if (mc.lora_targets >> t & 1) cJSON_AddItemToArray(tm, cJSON_CreateString(strchr(HF_MODULE[t], '.') + 1));
+        /* the tower's (PEFT matches a name's last part: q_proj .. v_proj are both the LM's and the tower's, written
+         * once; out_proj, fc1, fc2 are the tower's alone) */
+        for (int t = 0; t < VIT_LORA_N; t++) {
+            const char* pm = vit_lora_target_peft((VitLoraTarget)t);
+            int dup = t <= VIT_LORA_V && (mc.lora_targets >> t & 1); /* LM_LORA_Q .. V have the same bits */
+            if (mc.vision_lora_targets >> t & 1 && !dup) cJSON_AddItemToArray(tm, cJSON_CreateString(pm));
+        }
         cJSON_AddStringToObject(j, "bias", "none");
         cJSON_AddFalseToObject(j, "fan_in_fan_out");
         cJSON_AddTrueToObject(j, "init_lora_weights");

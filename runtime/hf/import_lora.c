@@ -22,6 +22,7 @@
 #include "runtime/train/recipe.h"
 #include "runtime/train/trained.h"
 #include "text/lm.h"
+#include "vision/vit_lora.h"
 
 static const char* const PEFT_TARGET[LM_LORA_N] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
@@ -31,7 +32,8 @@ static cJSON* li_read_json(const char* path, char* err, size_t err_len) {
 }
 
 /* adapter_config.json's LoraConfig fields this engine represents; anything else that changes the math refused */
-static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* bits, char* err, size_t err_len) {
+static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* bits, unsigned* tower_only, char* err,
+                     size_t err_len) {
     const cJSON* x = cJSON_GetObjectItemCaseSensitive(j, "peft_type");
     if (!cJSON_IsString(x) || strcmp(x->valuestring, "LORA") != 0)
         return rr_fail(err, err_len, "%s: peft_type must be \"LORA\" (a LoRA adapter)", path);
@@ -54,23 +56,22 @@ static int li_config(const cJSON* j, const char* path, LoraImport* c, unsigned* 
     if (!cJSON_IsArray(x) || cJSON_GetArraySize(x) < 1 || cJSON_GetArraySize(x) > 64)
         return rr_fail(err, err_len, "%s: target_modules must be a list of the LM's linears (q_proj, k_proj, v_proj, "
                        "o_proj, gate_proj, up_proj, down_proj); a regular expression or \"all-linear\" is not read", path);
-    *bits = 0;
+    *bits = *tower_only = 0;
     c->targets[0] = 0;
     for (const cJSON* e = x->child; e; e = e->next) {
-        int t = -1;
+        int t = -1, v = -1;
         for (int k = 0; k < LM_LORA_N && cJSON_IsString(e); k++)
             if (!strcmp(e->valuestring, PEFT_TARGET[k])) t = k;
-        if (t < 0)
+        for (int k = VIT_LORA_OUT; k < VIT_LORA_N && cJSON_IsString(e); k++) /* the tower's own names */
+            if (!strcmp(e->valuestring, vit_lora_target_peft((VitLoraTarget)k))) v = k;
+        if (t < 0 && v < 0)
             return rr_fail(err, err_len, "%s: target_modules entry %.80s%s%s is not one of q_proj, k_proj, v_proj, o_proj, "
-                           "gate_proj, up_proj, down_proj", path, cJSON_IsString(e) ? "\"" : "",
+                           "gate_proj, up_proj, down_proj (the LM's; q_proj .. v_proj the CLIP tower's too), out_proj, "
+                           "fc1, fc2 (the tower's)", path, cJSON_IsString(e) ? "\"" : "",
                            cJSON_IsString(e) ? e->valuestring : "(not a string)", cJSON_IsString(e) ? "\"" : "");
-        *bits |= 1u << t;
+        if (t >= 0) *bits |= 1u << t;
+        else *tower_only |= 1u << v;
     }
-    for (int t = 0; t < LM_LORA_N; t++)
-        if (*bits >> t & 1) {
-            size_t l = strlen(c->targets);
-            snprintf(c->targets + l, sizeof c->targets - l, "%s%s", l ? "," : "", lm_lora_target_name((LmLoraTarget)t));
-        }
     x = cJSON_GetObjectItemCaseSensitive(j, "bias");
     if (x && !cJSON_IsNull(x) && (!cJSON_IsString(x) || strcmp(x->valuestring, "none") != 0))
         return rr_fail(err, err_len, "%s: bias must be \"none\" (the adapters train no bias)", path);
@@ -110,10 +111,12 @@ static int li_key(Recipe* r, const char* key, const char* value, const char* ori
         recipe_key_format(r, k, mine, sizeof mine);
         recipe_key_format(ck, k, theirs, sizeof theirs);
         if (!strcmp(key, "targets")) { /* the same linears in any order */
-            unsigned a = 0, b = 0;
+            unsigned a = 0, b = 0, va = 0, vb = 0;
             lm_lora_targets_parse(r->lora_targets, &a, e, sizeof e);
             lm_lora_targets_parse(ck->lora_targets, &b, e, sizeof e);
-            if (a == b) snprintf(mine, sizeof mine, "%s", theirs);
+            vit_lora_targets_parse(r->lora_targets, &va, e, sizeof e);
+            vit_lora_targets_parse(ck->lora_targets, &vb, e, sizeof e);
+            if (a == b && va == vb) snprintf(mine, sizeof mine, "%s", theirs);
         }
         if (strcmp(mine, theirs) != 0)
             rc = rr_fail(err, err_len, "%s: lora.%s = %s, but the adapter's %s has %s = %s\n---> HINT: remove "
@@ -125,6 +128,50 @@ static int li_key(Recipe* r, const char* key, const char* value, const char* ori
     }
     free(ck);
     return rc;
+}
+
+/* The adapted linears from the file's tensors: a tower factor must be of a listed name (q_proj .. v_proj, or the
+ * tower's own out_proj, fc1, fc2), and makes its linear a tower target; q_proj .. v_proj adapt the LM unless the file
+ * holds the tower's factors of it and no LM one (PEFT wraps both; the other keeps B = 0: no adapter); out_proj, fc1,
+ * fc2 listed are tower targets (their factors must then be there: checked with the others). info->targets gets the
+ * [lora] targets, ours. */
+static int li_targets(const StFile* f, const char* apath, const char* cpath, unsigned* bits, unsigned tower_only,
+                      unsigned* tower, LoraImport* info, char* err, size_t err_len) {
+    unsigned lm_seen = 0;
+    *tower = tower_only;
+    for (int i = 0; i < f->n; i++) {
+        char ours[160];
+        PeftBase b;
+        if (lora_peft_ours(f->tensors[i].name, ours, sizeof ours, &b) != 0) continue; /* refused, named, below */
+        int vision = !strncmp(ours, "vision.", 7);
+        for (int t = 0; t < (vision ? VIT_LORA_N : LM_LORA_N); t++) {
+            char m[64];
+            snprintf(m, sizeof m, ".%s.lora_", vision ? vit_lora_target_module((VitLoraTarget)t) : lm_lora_target_module((LmLoraTarget)t));
+            if (!strstr(ours, m)) continue;
+            if (!vision) {
+                lm_seen |= 1u << t;
+            } else if (!((tower_only | (*bits & 7u)) >> t & 1)) {
+                return rr_fail(err, err_len, "%s: tensor '%s' adapts the tower's %s, which target_modules of %s does not "
+                               "list", apath, f->tensors[i].name, vit_lora_target_peft((VitLoraTarget)t), cpath);
+            } else {
+                *tower |= 1u << t;
+            }
+        }
+    }
+    for (int t = VIT_LORA_Q; t <= VIT_LORA_V; t++) /* the tower's alone */
+        if ((*tower >> t & 1) && !(lm_seen >> t & 1)) *bits &= ~(1u << t);
+    info->targets[0] = 0;
+    for (int t = 0; t < LM_LORA_N; t++)
+        if (*bits >> t & 1) {
+            size_t l = strlen(info->targets);
+            snprintf(info->targets + l, sizeof info->targets - l, "%s%s", l ? "," : "", lm_lora_target_name((LmLoraTarget)t));
+        }
+    for (int t = 0; t < VIT_LORA_N; t++)
+        if (*tower >> t & 1) {
+            size_t l = strlen(info->targets);
+            snprintf(info->targets + l, sizeof info->targets - l, "%svision.%s", l ? "," : "", vit_lora_target_name((VitLoraTarget)t));
+        }
+    return 0;
 }
 
 int import_lora(const char* adapter_dir, const char* base, const char* recipe_path, const char* out, LoraImport* info,
@@ -145,8 +192,15 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
                        "that wrote it", bstate);
     cJSON* cfg = li_read_json(cpath, err, err_len);
     if (!cfg) return -1;
-    unsigned bits = 0;
-    int rc = li_config(cfg, cpath, info, &bits, err, err_len);
+    unsigned bits = 0, tower_only = 0, tower = 0;
+    int rc = li_config(cfg, cpath, info, &bits, &tower_only, err, err_len);
+    /* the adapters' file, read whole once (capped): which of q_proj .. v_proj adapt the LM, the tower or both is
+     * what its tensors say (PEFT matches a name's last part) */
+    StFile f;
+    int loaded = 0;
+    if (rc == 0 && st_load(&f, apath, err, err_len) != 0) rc = -1;
+    else if (rc == 0) loaded = 1;
+    if (rc == 0) rc = li_targets(&f, apath, cpath, &bits, tower_only, &tower, info, err, err_len);
     char v[64];
     if (rc == 0) snprintf(v, sizeof v, "%d", info->r), rc = li_key(&r, "r", v, cpath, cpath, err, err_len);
     if (rc == 0) snprintf(v, sizeof v, "%.17g", info->alpha), rc = li_key(&r, "alpha", v, cpath, cpath, err, err_len);
@@ -159,6 +213,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     if (rc == 0) mc = train_model_config(&r, V);
     if (rc == 0 && model_config_check(&mc, err, err_len) != 0) rc = -1;
     if (rc != 0) {
+        if (loaded) st_free(&f);
         cJSON_Delete(cfg);
         return -1;
     }
@@ -174,6 +229,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
      * each at the least) */
     if (stat(apath, &asb) != 0 || !S_ISREG(asb.st_mode) || nad > (uint64_t)asb.st_size / 2) {
         params_free(&pt);
+        st_free(&f);
         cJSON_Delete(cfg);
         return rr_fail(err, err_len, "%s: %s: r = %d (%s) implies %llu adapter values for this model", apath,
                        stat(apath, &asb) != 0 ? strerror(errno) : !S_ISREG(asb.st_mode) ? "not a regular file"
@@ -182,6 +238,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     }
     if (nbase > held / 2) { /* the base's files hold its values, 2 bytes each at the least */
         params_free(&pt);
+        st_free(&f);
         cJSON_Delete(cfg);
         return rr_fail(err, err_len, "%s: the model has %zu parameters, but the base's model files hold %llu bytes: not a "
                        "checkpoint of this model (--recipe)", base, pt.total, (unsigned long long)held);
@@ -189,6 +246,7 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     ImportOut o;
     if (import_out_begin(&o, out, adapter_dir, err, err_len) != 0) {
         params_free(&pt);
+        st_free(&f);
         cJSON_Delete(cfg);
         return -1;
     }
@@ -207,10 +265,6 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
     checkpoint_state_free(&bst);
     free(optional);
     /* the adapters, each by name and shape */
-    StFile f;
-    int loaded = 0;
-    if (rc == 0 && st_load(&f, apath, err, err_len) != 0) rc = -1;
-    else if (rc == 0) loaded = 1;
     int* seen = callocCheck((size_t)pt.n + 1, sizeof(int));
     int peft_base = -1;
     for (int t = 0; loaded && rc == 0 && t < f.n; t++) {
@@ -218,9 +272,10 @@ int import_lora(const char* adapter_dir, const char* base, const char* recipe_pa
         char ours[160];
         PeftBase b;
         if (lora_peft_ours(x->name, ours, sizeof ours, &b) != 0) {
-            rc = rr_fail(err, err_len, "%s: tensor '%s' is not a LoRA factor of an LM linear (expected "
+            rc = rr_fail(err, err_len, "%s: tensor '%s' is not a LoRA factor of an LM or tower linear (expected "
                          "base_model.model.model.language_model.layers.N.self_attn.q_proj.lora_A.weight and the like: "
-                         "LlavaForConditionalGeneration's, or model.layers.N... of LlamaForCausalLM)", apath, x->name);
+                         "LlavaForConditionalGeneration's, its model.vision_tower.vision_model.encoder.layers.N..., or "
+                         "model.layers.N... of LlamaForCausalLM)", apath, x->name);
             break;
         }
         if (peft_base >= 0 && (int)b != peft_base) {

@@ -9,7 +9,9 @@
  * ".lora_B.weight", the adapter name left out):
  *   LlavaForConditionalGeneration (transformers >= 4.52):  model.language_model.layers.N.self_attn.q_proj
  *   LlamaForCausalLM (a run from `import llama`):          model.layers.N.self_attn.q_proj
- * (mlp.gate_proj, mlp.up_proj, mlp.down_proj likewise).
+ * (mlp.gate_proj, mlp.up_proj, mlp.down_proj likewise); the CLIP tower's adapters (lora.targets vision.*) under
+ *   LlavaForConditionalGeneration:  model.vision_tower.vision_model.encoder.layers.N.self_attn.q_proj (k_proj,
+ *                                   v_proj, out_proj; mlp.fc1, mlp.fc2)
  *
  * `import lora` (import_lora) reads such a folder onto a base checkpoint: adapter_config.json's r, lora_alpha,
  * lora_dropout and target_modules become the [lora] keys (a recipe that sets them must agree), every tensor of
@@ -26,16 +28,21 @@
 
 typedef enum { PEFT_BASE_LLAVA = 0, PEFT_BASE_LLAMA = 1 } PeftBase;
 
-/* PEFT's key of our adapter tensor `ours` (text.blocks.N.<module>.lora_{A,B}.weight) on base `b`. Returns 0, or -1
- * when `ours` is not an adapter tensor. */
+/* PEFT's key of our adapter tensor `ours` (text.blocks.N.<module>.lora_{A,B}.weight, or the tower's
+ * vision.blocks.N.<module>... on PEFT_BASE_LLAVA) on base `b`. Returns 0, or -1 when `ours` is not an adapter tensor
+ * (of that base). */
 int lora_peft_key(const char* ours, PeftBase b, char* out, size_t out_len);
-/* Our name of PEFT key `key` under any of the three base paths (the base found into *b). Returns 0, or -1 when the
- * key is not a LoRA factor of an LM linear. */
+/* Our name of PEFT key `key` under any of the three base paths, or the tower's two (the base found into *b). Returns
+ * 0, or -1 when the key is not a LoRA factor of an LM or tower linear. */
 int lora_peft_ours(const char* key, char* out, size_t out_len, PeftBase* b);
 
 /* The merged weight of LM tensor `ours` of the loaded table pt (whole, not a slice): W + (alpha / r) B A as a new
  * malloc'd (out, in) array, or NULL when `ours` has no adapter (not a LoRA model, or not a target). */
 float* export_lora_merged(const ModelConfig* mc, const ParamTable* pt, const char* ours);
+/* The same for base values W (out, in) whose adapter is `prefix`.lora_A / .lora_B (the tower's q, k, v: rows of the
+ * stacked attn.qkv, prefix vision.blocks.N.attn.q); NULL when there is no such adapter. */
+float* export_lora_merged_part(const ModelConfig* mc, const ParamTable* pt, const float* W, int64_t out, int64_t in,
+                               const char* prefix);
 
 typedef struct {
     int tensors;       /* adapter tensors written */

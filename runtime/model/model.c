@@ -32,9 +32,11 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
         }                                          \
     } while (0)
     REQ(c->patch >= 1, "model: patch must be >= 1 (got %d)", c->patch);
-    REQ(c->lora_r <= 0 || (c->lora_targets && c->lora_alpha > 0),
+    REQ(c->lora_r <= 0 || ((c->lora_targets || c->vision_lora_targets) && c->lora_alpha > 0),
         "lora: r = %d needs at least one target linear and alpha > 0 (got targets %#x, alpha %g)", c->lora_r,
         c->lora_targets, c->lora_alpha);
+    REQ(!c->vision_lora_targets || c->vision_arch == VIT_ARCH_CLIP,
+        "lora: the tower's targets (vision.*) adapt the CLIP tower's linears; model.vision_arch is rope2d");
     REQ(c->Dv >= 1 && c->Lv >= 1 && c->Hv >= 1, "model: vision Dv, Lv, Hv must be >= 1 (got %d, %d, %d)", c->Dv,
         c->Lv, c->Hv);
     REQ(c->vision_arch == VIT_ARCH_ROPE2D || c->vision_arch == VIT_ARCH_CLIP,
@@ -92,6 +94,12 @@ VitConfig model_config_vit(const ModelConfig* c) {
     if (v.arch == VIT_ARCH_CLIP) {
         v.grid = c->vision_image_size / c->patch;
         v.L_run = c->vision_feature_layer < 0 ? c->Lv + 1 + c->vision_feature_layer : c->vision_feature_layer;
+    }
+    if (c->lora_r > 0 && c->vision_lora_targets) { /* LoRA on the tower (vision/vit_lora.c) */
+        v.lora_r = c->lora_r;
+        v.lora_scale = (float)(c->lora_alpha / c->lora_r);
+        v.lora_dropout = (float)c->lora_dropout;
+        v.lora_targets = c->vision_lora_targets;
     }
     return v;
 }
@@ -232,6 +240,8 @@ static void stage_register_whole(ParamTable* pt, const Stage* st) {
     /* LoRA: the LM's own tensors are frozen (PEFT's base model); the adapters train */
     for (int i = 0; i < pt->n && st->cfg.lora_r > 0; i++)
         if (!strncmp(pt->specs[i].name, "text.", 5) && !lm_lora_is_adapter(pt->specs[i].name)) pt->specs[i].frozen = 1;
+    for (int i = 0; i < pt->n && st->cfg.lora_r > 0 && st->cfg.vision_lora_targets; i++) /* the tower's too */
+        if (!strncmp(pt->specs[i].name, "vision.", 7) && !lm_lora_is_adapter(pt->specs[i].name)) pt->specs[i].frozen = 1;
     if (st->cfg.lora_r > 0 && st->cfg.lora_quant) lm_qlora_mark(pt, &st->lc, st->l0, st->l1); /* QLoRA: stored NF4 */
 }
 
@@ -257,8 +267,15 @@ static int freeze_for_each(const char* list, int (*fn)(const char* item, void* c
     return 0;
 }
 
+/* The tower's LoRA adapters train whatever train.freeze says of the tower (LLaVA's `vision` freezes its base). */
+static void freeze_keep_vision_adapters(ParamTable* pt) {
+    for (int i = 0; i < pt->n; i++)
+        if (!strncmp(pt->specs[i].name, "vision.", 7) && lm_lora_is_adapter(pt->specs[i].name)) pt->specs[i].frozen = 0;
+}
+
 static int freeze_apply(const char* item, void* ctx) {
     params_freeze((ParamTable*)ctx, item);
+    freeze_keep_vision_adapters((ParamTable*)ctx);
     return 0;
 }
 
@@ -270,7 +287,9 @@ typedef struct {
 
 static int freeze_check_item(const char* item, void* ctx) {
     FreezeCheck* fc = ctx;
-    if (params_freeze(fc->pt, item) > 0) return 0;
+    int nf = params_freeze(fc->pt, item);
+    freeze_keep_vision_adapters(fc->pt);
+    if (nf > 0) return 0;
     snprintf(fc->bad_buf, sizeof fc->bad_buf, "%s", item);
     fc->bad = fc->bad_buf;
     return 1;
@@ -377,17 +396,6 @@ static int stage_tp_reduce_d(void* ctx, double* buf, size_t n, int op_max, char*
 
 const char* stage_tp_error(const Stage* st) { return st->tp_failed ? st->tp_err : NULL; }
 
-/* Stage.param_wait: the part's weights current before it reads them (a failure fails the stage as a lost TP
- * peer does: the caller's stage_tp_error check reports it) */
-static void stage_param_wait(Stage* st, int part) {
-    if (!st->param_wait || st->tp_failed) return;
-    char e[768];
-    if (st->param_wait(st->param_ctx, part, e, sizeof e) != 0) {
-        snprintf(st->tp_err, sizeof st->tp_err, "%s", e);
-        st->tp_failed = 1;
-    }
-}
-
 void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be, int tp,
                    int tp_rank, Comm* tp_comm) {
     stage_shell(st, cfg, l0, l1);
@@ -422,7 +430,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     /* the tower on 2-byte activations (below): CLIP's gather tables (class, position embeddings) get 2-byte compute
      * copies, written by AdamW, so no step narrows them (engine/params.h params_mark_act_table) */
     st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->first &&
-                                 model_bf16_vision(cfg) && cfg->lora_r <= 0; /* as the activations below (LoRA: f32) */
+                                 model_bf16_vision(cfg) && cfg->lora_r <= 0; /* LoRA: f32 words, as below */
     params_alloc(&st->params, be, cfg->seed);
     /* the LM on 2-byte bf16 activations where the backend has such a table (tp > 1 too: the TP
      * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
@@ -1243,7 +1251,6 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     if (st->last && st->tp > 1) memcpy(a->h_targets, mb->targets, (size_t)T * sizeof(int32_t));
 
     float* x0 = stage_res(a, st, 0);
-    stage_param_wait(st, 0);
     if (st->first) {
         a->I = mb->I;
         a->Np = mb->Np;
@@ -1304,6 +1311,10 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         if (c->anyres) stage_anyres_index(st, a, mb);
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         stage_tower_bind(st, a); /* a frozen tower: the stage's forward buffers */
+        /* the tower's LoRA dropout: the microbatch's key (below), mixed with the tower's own tag (vision/vit_lora.c) */
+        a->vit.lora_seed = st->lora_step > 0 && c->lora_r > 0 && c->lora_dropout > 0 && st->vc.lora_targets
+                               ? lm_lora_seed(c->seed, st->lora_step, mb->index)
+                               : 0;
         vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
         vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
         projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, be_act(vbe, a->vit.vout), a->Np);
@@ -1326,14 +1337,12 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
         LmBlockActs v;
         stage_block_view(st, a, j, &v);
-        stage_param_wait(st, 1 + j);
         stage_qlora_load(st, j);
         lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
                          be_act(lbe, stage_res(a, st, j + 1)));
     }
 
     float* xL = stage_res(a, st, nL);
-    stage_param_wait(st, 1 + nL);
     if (st->last) {
         lbe->ops->rmsnorm_forward(lbe, be_act(lbe, a->nf), a->rstdf, be_act(lbe, xL), st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
@@ -1710,6 +1719,7 @@ int model_dump_config(const ModelConfig* c, const char* extra_json, const char* 
         cJSON_AddNumberToObject(j, "lora_alpha", c->lora_alpha);
         cJSON_AddNumberToObject(j, "lora_dropout", c->lora_dropout);
         cJSON_AddNumberToObject(j, "lora_targets", c->lora_targets);
+        if (c->vision_lora_targets) cJSON_AddNumberToObject(j, "vision_lora_targets", c->vision_lora_targets);
         if (c->lora_quant) cJSON_AddStringToObject(j, "lora_quant", "nf4");
     }
     char seed[32];

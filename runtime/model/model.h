@@ -72,6 +72,7 @@ typedef struct {
     double lora_alpha, lora_dropout;
     unsigned lora_targets;
     int lora_quant; /* lora.quant = nf4 (docs/training.md "QLoRA"): the targets' base weights stored as NF4 */
+    unsigned vision_lora_targets; /* the CLIP tower's adapted linears (VitLoraTarget bits, lora.targets' vision.*) */
     /* LLaVA-NeXT's any-resolution images (docs/anyres.md; model.anyres): the tower runs over every tile of
      * vision_image_size pixels, the LM takes the base image's features, then the unpadded grid with the learned
      * `image_newline` (Dt) after each row; microbatches carry their images' layout (Microbatch.J). 0 = off, else on;

@@ -51,7 +51,7 @@ static int key_eq(const VitGraphKey* x, const VitGraphKey* y) {
 
 void vit_forward_graphed(Stage* st, const Backend* vbe, VitActs* a) {
     const BackendDevice* dev = vbe->dev;
-    if (!st->cuda_graphs || !dev->graph_begin || a->N == 0) {
+    if (!st->cuda_graphs || !dev->graph_begin || a->N == 0 || a->lora_seed) { /* LoRA's dropout key: each step's */
         vit_forward_run(vbe, &st->vc, &st->vit_w, a);
         return;
     }

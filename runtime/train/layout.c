@@ -12,6 +12,7 @@
 #include "runtime/model/partition.h"
 #include "runtime/train/layout.h"
 #include "text/tokenizer.h"
+#include "vision/vit_lora.h"
 
 int train_tokenizer_vocab(const Recipe* r, char* err, size_t err_len) {
     /* the tokenizer as training loads it: its checks (ids dense, in range; added tokens as Hugging Face
@@ -58,6 +59,7 @@ ModelConfig train_model_config(const Recipe* r, int vocab) {
         c.lora_alpha = r->lora_alpha;
         c.lora_dropout = r->lora_dropout;
         if (lm_lora_targets_parse(r->lora_targets, &c.lora_targets, e, sizeof e) != 0) c.lora_targets = 0;
+        if (vit_lora_targets_parse(r->lora_targets, &c.vision_lora_targets, e, sizeof e) != 0) c.vision_lora_targets = 0;
         c.lora_quant = !strcmp(r->lora_quant, "nf4");
     }
     return c;

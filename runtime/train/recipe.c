@@ -7,6 +7,7 @@
  * no length limit, a NUL byte is an error naming the line, and every handler call knows its line. */
 #include "runtime/train/recipe.h"
 #include "text/lm.h"
+#include "vision/vit_lora.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -288,7 +289,8 @@ static const RecipeKey recipe_keys[] = {
      "microbatch, layer, linear), so every layout and a resume draw the same; none in evaluation and generation."},
     {"lora", "targets", RKEY_STRING, OFF(lora_targets), SZ(lora_targets), "q,k,v,o,gate,up,down", 0, 0, 0, 2,
      "The LM linears that get adapters, comma-separated from q, k, v, o, gate, up, down (or `all`); the default is every "
-     "linear of the LM, LLaVA's find_all_linear_names."},
+     "linear of the LM, LLaVA's find_all_linear_names. The CLIP tower's too with vision.q, vision.k, vision.v, vision.out, "
+     "vision.fc1, vision.fc2 (or vision.all): its base is then frozen, its adapters train whatever train.freeze says."},
     {"lora", "quant", RKEY_ENUM, OFF(lora_quant), SZ(lora_quant), "none", 0, 0, "none|nf4", 2,
      "QLoRA: nf4 stores the base weights of the lora.targets linears as bitsandbytes' NF4 (blocks of 64, absmaxes "
      "double-quantised), quantised once from the loaded or initialised weights and dequantised to the compute dtype "
@@ -725,8 +727,13 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
     if (r->lora_r > 0) {
         unsigned bits;
         char e[256];
-        if (lm_lora_targets_parse(r->lora_targets, &bits, e, sizeof e) != 0)
+        if (lm_lora_targets_parse(r->lora_targets, &bits, e, sizeof e) != 0 ||
+            vit_lora_targets_parse(r->lora_targets, &bits, e, sizeof e) != 0)
             VFAIL("lora", "targets", "'%s'", r->lora_targets, "%s", e);
+        if (bits && strcmp(r->vision_arch, "clip") != 0)
+            VFAIL("lora", "targets", "'%s'", r->lora_targets, "the tower's targets (vision.*) adapt the CLIP tower's "
+                  "linears and model.vision_arch is %s; allowed: LM targets only, or model.vision_arch = clip",
+                  r->vision_arch);
     }
     if (!strcmp(r->lora_quant, "nf4") && r->lora_r <= 0)
         VFAIL("lora", "quant", "%s", r->lora_quant, "QLoRA quantises the base of LoRA's adapters and lora.r is %d; "

@@ -6,12 +6,15 @@
  *   test_quant dump IN OUT     IN: n f32 values (raw); writes OUT.q4 (NF4 bytes), OUT.absmax (f32 per 64),
  *                              OUT.q8 / OUT.absmax2 / OUT.offset (the absmaxes double-quantized) and
  *                              OUT.deq (the dequantized values, f32) for tests/quant_ref.py to compare with an
- *                              independent implementation of the algorithm. */
+ *                              independent implementation of the algorithm.
+ * unit also checks the CPU backend's nf4_dequantize against rr_nf4_dq_dequantize_bf16 bit for bit. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cuda/kernel_math.h"
+#include "engine/engine.h"
 #include "engine/quant.h"
 #include "engine/util.h"
 #include "tests/support/check.h"
@@ -73,6 +76,29 @@ static void unit(void) {
     for (int i = 0; i < 300; i++) mean += a[i];
     CHECK(off == (float)(mean / 300), "offset %g is the mean", off);
     for (int i = 0; i < 300; i++) CHECK(fabs(ab[i] - a[i]) <= 0.02 * a2[i / 256] + 1e-7, "absmax %d: %g back %g", i, a[i], ab[i]);
+
+    /* the CPU backend's dequantisation (engine/cpu/nf4.c: a 16-word table per block) against the reference
+     * rr_nf4_dq_dequantize_bf16 bit for bit: a weight of two second-level blocks plus a ragged odd tail */
+    size_t nw = (size_t)RR_DQ_BLOCK * RR_NF4_BLOCK * 2 + 37, nbw = rr_quant_blocks(nw, RR_NF4_BLOCK);
+    float* w = mallocCheck(nw * sizeof(float));
+    float* wam = mallocCheck(nbw * sizeof(float));
+    float* got = mallocCheck(nw * sizeof(float));
+    uint8_t* wq = mallocCheck((nw + 1) / 2);
+    uint8_t* wq8 = mallocCheck(nbw);
+    uint16_t* want = mallocCheck(nw * 2);
+    float wam2[3], woff;
+    for (size_t i = 0; i < nw; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 0.03f * (i % 997 == 3 ? 20.0f : 1.0f);
+    }
+    rr_nf4_quantize(w, nw, RR_NF4_BLOCK, wq, wam);
+    rr_nf4_absmax_compress(wam, nbw, wq8, wam2, &woff);
+    rr_nf4_dq_dequantize_bf16(wq, wq8, wam2, woff, nw, want);
+    backend_cpu.ops->nf4_dequantize(&backend_cpu, buf_f32(got), wq, wq8, wam2, rr_dynamic_map8, woff, nw);
+    size_t bad = 0;
+    for (size_t i = 0; i < nw; i++) bad += got[i] != rr_bf16_to_f32(want[i]);
+    CHECK(bad == 0, "cpu nf4_dequantize: %zu of %zu values differ from rr_nf4_dq_dequantize_bf16", bad, nw);
+    free(w), free(wam), free(got), free(wq), free(wq8), free(want);
 }
 
 static void write_all(const char* base, const char* ext, const void* p, size_t bytes) {

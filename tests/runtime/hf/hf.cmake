@@ -79,3 +79,10 @@ add_test(NAME import_llava_next_torch
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/import_llava_next.py $<TARGET_FILE:rrfp-mm>
                  ${CMAKE_CURRENT_BINARY_DIR}/import_llava_next)
 set_tests_properties(import_llava_next_torch PROPERTIES LABELS torch TIMEOUT 300)
+# LoRA on the CLIP tower out and in (vision/vit_lora.c, runtime/hf/lora_hf.h): the merged tower linears (q from the
+# stacked qkv, out, fc1) against W + (alpha/r) B A in float64, the others bit for bit; the adapter's tower names and
+# target_modules; import lora of it bit for bit with the next step's loss; two refusals
+add_test(NAME lora_tower_hf
+         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/hf/lora_tower_hf.py $<TARGET_FILE:rrfp-mm>
+                 ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/lora_tower_hf)
+set_tests_properties(lora_tower_hf PROPERTIES LABELS torch TIMEOUT 300)

@@ -728,13 +728,13 @@ static void test_vit(void) {
                                              tp_slice(nm[2], b->out_w, D, D, T, t, &ne), b->out_b, b->ln2_w, b->ln2_b,
                                              tp_slice(nm[3], b->fc1_w, 4 * D, D, T, t, &ne),
                                              tp_slice(nm[4], b->fc1_b, 4 * D, 0, T, t, &ne),
-                                             tp_slice(nm[5], b->fc2_w, D, 4 * D, T, t, &ne), b->fc2_b};
+                                             tp_slice(nm[5], b->fc2_w, D, 4 * D, T, t, &ne), b->fc2_b, {0}, {0}};
                 r->dw.blocks[l] = (VitBlockW){callocCheck(D, 4),           callocCheck(D, 4),
                                               callocCheck(3 * Dq * D, 4),  callocCheck(3 * Dq, 4),
                                               callocCheck(D * Dq, 4),      callocCheck(D, 4),
                                               callocCheck(D, 4),           callocCheck(D, 4),
                                               callocCheck(Dm * D, 4),      callocCheck(Dm, 4),
-                                              callocCheck(D * Dm, 4),      callocCheck(D, 4)};
+                                              callocCheck(D * Dm, 4),      callocCheck(D, 4), {0}, {0}};
             }
             pthread_create(&th[t], NULL, vit_rank_main, r);
         }

@@ -389,13 +389,13 @@ if(TARGET rrfp_cuda_emu)
 endif()
 
 # LoRA on the emulated CUDA backend (bf16 table: its GEMMs on 2-byte weights, the rounding dropout kernel) against
-# the CPU backend's bf16 run, every linear adapted, dropout on
+# the CPU backend's bf16 run, every linear adapted (the LM's and the CLIP tower's), dropout on
 if(TARGET rrfp_cuda_emu)
   add_test(NAME train_cuda_emu_lora
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
                    ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 2)
   set_tests_properties(train_cuda_emu_lora PROPERTIES TIMEOUT 600 ENVIRONMENT
-                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
+                       "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.targets=all,vision.all")
 endif()
 
 # QLoRA on the emulated CUDA backend (bf16 table: the NF4 base dequantised by engine/cuda/quant.cu into 2-byte weights
@@ -566,12 +566,13 @@ add_test(NAME train_recompute COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/uti
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute cpu)
 set_tests_properties(train_recompute PROPERTIES TIMEOUT 300)
 # the same with the CLIP tower (QuickGELU recomputed from its kept input; every block run), the exact-GELU projector
-# and LoRA on the LM (the recompute redraws the adapters' dropout and the down projection's adapter input)
+# and LoRA on the LM and the tower (the recompute redraws the adapters' dropout and the down projection's and fc2's adapter
+# inputs)
 add_test(NAME train_recompute_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute cpu: ok"
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_clip cpu)
 set_tests_properties(train_recompute_clip PROPERTIES TIMEOUT 300 ENVIRONMENT
-                     "EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25")
+                     "EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.targets=all,vision.all")
 add_test(NAME train_recompute_pp COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train recompute pp: ok"
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_recompute.sh $<TARGET_FILE:rrfp-mm>
          ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_recompute_pp pp ${RRFP_MPIRUN})

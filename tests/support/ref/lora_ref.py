@@ -7,7 +7,10 @@ bits say) computes
 with lora_A (r, in) and lora_B (out, r) as bias-free nn.Linear modules named as the dump names them
 (text.blocks.{i}.attn.q.lora_A.weight, ...). Dropout's mask is drawn from its specification in
 engine/cuda/dropout_math.h (Philox4x32-10 in numpy, keyed as text/lm_lora.c documents), not from the C code's
-values. The rest of the model is tests/support/ref/llava_ref.py's. Every tensor of the LM other than the adapters
+values. With config.json's vision_lora_targets bits the CLIP tower's q_proj, k_proj, v_proj (their columns of
+the stacked attn.qkv), out_proj, fc1 and fc2 are adapted alike (vision/vit_lora.c: the mask of an image's token rows
+is the microbatch's packed rows', keyed with the tower's tag), and every tower tensor other than its adapters must be
+frozen too. The rest of the model is tests/support/ref/llava_ref.py's. Every tensor of the LM other than the adapters
 must be frozen (absent from the gradient dump); a step dump (train.dump_step = 1) also checks PEFT's init: B = 0,
 A ~ U(-1/sqrt(in), 1/sqrt(in)).
 
@@ -29,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llava_ref as R  # noqa: E402
 
 TARGETS = [("attn", "q"), ("attn", "k"), ("attn", "v"), ("attn", "o"), ("mlp", "gate"), ("mlp", "up"), ("mlp", "down")]
+VTARGETS = ["q", "k", "v", "out", "fc1", "fc2"]  # the tower's, in their bits' order (vision/vision.h VitLoraTarget)
+VTAG = 0x5649540000000000  # the tower's dropout-key tag (vision/vit_lora.c vl_key)
 M64 = (1 << 64) - 1
 
 
@@ -82,6 +87,80 @@ class LoraLinear(nn.Module):
         return y + self.lora_B(self.lora_A(xd)) * self.scaling
 
 
+class TowerAdapter(nn.Module):
+    """One adapter of the tower: lora_B(lora_A(dropout(x))) * scaling; the dropout mask of the image's rows of the
+    microbatch's packed tower rows (state: the microbatch's key and the image's first row)"""
+    def __init__(self, fin, fout, r, alpha, p, layer, target, state):
+        super().__init__()
+        self.lora_A = nn.Linear(fin, r, bias=False)
+        self.lora_B = nn.Linear(r, fout, bias=False)
+        self.scaling, self.p, self.layer, self.target, self.state = alpha / r, p, layer, target, state
+
+    def delta(self, x):
+        xd = x
+        if self.p > 0 and self.state["key"]:
+            k = mix(self.state["key"] ^ mix(VTAG ^ (self.layer * 8 + self.target)))
+            row0 = self.state["row0"]
+            m = keep_mask(k, row0 + x.shape[0], x.shape[1], self.p)[row0:]
+            xd = x * m.to(x.dtype) / (1 - self.p)
+        return self.lora_B(self.lora_A(xd)) * self.scaling
+
+
+class TowerQkv(nn.Module):
+    """CLIP's q_proj, k_proj, v_proj stacked as attn.qkv (rows [q | k | v]), each with its own adapter (attn.q, attn.k,
+    attn.v, registered on the attention module; None: not adapted)"""
+    def __init__(self, base, adapters):
+        super().__init__()
+        self.weight, self.bias = base.weight, base.bias
+        self.adapters = adapters  # a plain list: the modules are registered as attn.q / attn.k / attn.v
+
+    def forward(self, x):
+        y = F.linear(x, self.weight, self.bias)
+        parts = list(y.split(y.shape[-1] // 3, dim=-1))
+        for j, ad in enumerate(self.adapters):
+            if ad is not None:
+                parts[j] = parts[j] + ad.delta(x)
+        return torch.cat(parts, -1)
+
+
+class TowerLinear(nn.Module):
+    """out_proj, fc1, fc2: the frozen base plus its adapter (lora_A, lora_B on this module, as PEFT's lora.Linear)"""
+    def __init__(self, base, r, alpha, p, layer, target, state):
+        super().__init__()
+        self.weight, self.bias = base.weight, base.bias
+        self.ad = [TowerAdapter(base.in_features, base.out_features, r, alpha, p, layer, target, state)]
+        self.lora_A, self.lora_B = self.ad[0].lora_A, self.ad[0].lora_B
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias) + self.ad[0].delta(x)
+
+
+def tower_lora(m, c, r, alpha, p):
+    """the tower's adapters of config.json's vision_lora_targets (blocks the tower runs); the microbatch's packed row of
+    each image's first token is counted by a hook on pre_ln, which each image passes once"""
+    bits = int(c.get("vision_lora_targets", 0))
+    m.tower_state = {"key": 0, "row0": 0, "next": 0}
+    if not bits:
+        return
+
+    def pre_ln_hook(mod, inp):
+        m.tower_state["row0"] = m.tower_state["next"]
+        m.tower_state["next"] += inp[0].shape[0]
+    m.vision.pre_ln.register_forward_pre_hook(pre_ln_hook)
+    for l, blk in enumerate(m.vision.blocks[: m.vision.run]):
+        D = blk.attn.out.in_features
+        ads = []
+        for t, name in enumerate(VTARGETS[:3]):
+            ad = TowerAdapter(D, D, r, alpha, p, l, t, m.tower_state) if bits >> t & 1 else None
+            if ad is not None:
+                setattr(blk.attn, name, ad)
+            ads.append(ad)
+        blk.attn.qkv = TowerQkv(blk.attn.qkv, ads)
+        for t, (parent, name) in enumerate([(blk.attn, "out"), (blk.mlp, "fc1"), (blk.mlp, "fc2")], start=3):
+            if bits >> t & 1:
+                setattr(parent, name, TowerLinear(getattr(parent, name), r, alpha, p, l, t, m.tower_state))
+
+
 def lora_model(c):
     m = R.LLaVA(c)
     bits, r, alpha, p = int(c["lora_targets"]), int(c["lora_r"]), float(c["lora_alpha"]), float(c["lora_dropout"])
@@ -93,6 +172,7 @@ def lora_model(c):
                 lin = LoraLinear(getattr(parent, name), r, alpha, p, l, t)
                 setattr(parent, name, lin)
                 m.lora_layers.append(lin)
+    tower_lora(m, c, r, alpha, p)
     return m
 
 
@@ -129,6 +209,10 @@ def main():
     R.expect(any(".lora_" in k for k in grads), "the gradient dump holds adapter gradients")
     frozen = [k for k in grads if k.startswith("text.") and ".lora_" not in k]
     R.expect(not frozen, f"no gradient for the LM's own tensors (frozen under LoRA): {frozen[:3]}")
+    if int(c.get("vision_lora_targets", 0)):
+        frozen = [k for k in grads if k.startswith("vision.") and ".lora_" not in k]
+        R.expect(not frozen, f"no gradient for the tower's own tensors (frozen under its LoRA): {frozen[:3]}")
+        R.expect(any(k.startswith("vision.") and ".lora_" in k for k in grads), "the gradient dump holds tower adapters'")
     if step == 1:
         check_init(c, weights)
     else:
@@ -149,6 +233,7 @@ def main():
             calls[0] += 1
             for lin in m.lora_layers:
                 lin.key = key
+            m.tower_state.update(key=key, row0=0, next=0)
             return orig_logits(mb)
         m.microbatch_logits = logits
         return m
