@@ -73,7 +73,8 @@ run_part() {
 make_data() {
   local d=$1 g=$(( $6 / 14 ))
   "$PY" "$HERE/gpu_train_data.py" "$d/data" "$2" 1 "$3" "$4" > "$d/data.log" 2>&1 &&
-  "$EXE" tokenizer train --vocab "$5" --manifest "$d/data/train.json" --special "<s>" --special "</s>" --out "$d/tok.json" \
+  "$EXE" tokenizer train --vocab "$5" --manifest "$d/data/train.json" --text-file "$d/data/template.txt" --special "<s>" \
+    --special "</s>" --out "$d/tok.json" \
     >> "$d/data.log" 2>&1 &&
   "$EXE" pack --manifest "$d/data/train.json" --images "$d/data/images" --tokenizer "$d/tok.json" --template vicuna_v1 \
     --image-preprocess llava --image-size "$6" --patch 14 --min-patches $((g * g)) --max-patches $((g * g)) \

@@ -10,7 +10,8 @@ under the tokenizer gpu_train.sh trains on them, within a few) of their source: 
 answers (the VQA sets), region descriptions, multiple choice, captions, and LLaVA's own conversations,
 detailed descriptions and reasoning; ShareGPT's long turns cut at about 2,000 words. Images are PNGs of
 COCO's common sizes (640 x 480, 480 x 640, 640 x 427, 500 x 375, 612 x 612), smooth gradients with blocks
-of colour; pack --image-preprocess llava pads and resizes each to 336 x 336 (576 patches). SCALE (default 1)
+of colour; pack --image-preprocess llava pads and resizes each to 336 x 336 (576 patches). OUT/template.txt: the
+vicuna_v1 template's own text, for the tokenizer. SCALE (default 1)
 multiplies every length (the CI's tiny run: 0.1), images then 1/4 the size."""
 import json
 import os
@@ -120,6 +121,11 @@ def main():
         recs.append(rec)
     with open(os.path.join(out, "train.json"), "w") as f:
         json.dump(recs, f, indent=0)
+    # the chat template's own text (vicuna_v1's system prompt and roles), for the tokenizer to learn as Vicuna's
+    # knows it: about 35 tokens a sample, not the bytes of words it never saw
+    with open(os.path.join(out, "template.txt"), "w") as f:
+        f.write(("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+                 "detailed, and polite answers to the user's questions. USER: <image>\n ASSISTANT:\n") * 4)
     print("gpu_train_data: %d records (%d text-only), %d images in %s" %
           (n, sum("image" not in r for r in recs), n_img, out))
 

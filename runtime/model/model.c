@@ -1434,8 +1434,7 @@ static void stage_vision_backward_weight(Stage* st, StageActs* a, int vit_input_
     const Backend* be = st->vbe;
     if (st->proj_train) projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
     if (!st->vit_train || a->Np == 0) return;
-    if (vit_input_too) vit_backward(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
-    else vit_backward_weight(be, &st->vc, &st->vit_w, &st->vit_g, &a->vit);
+    vit_backward_graphed(st, be, &a->vit, vit_input_too, 1); /* or its recorded graph (runtime.cuda_graphs) */
     st->n_vit_backward++;
 }
 
@@ -1488,7 +1487,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     }
     if (st->first) {
         stage_vision_backward_input(st, a);
-        if (st->vit_train && a->Np > 0) vit_backward_input(st->vbe, &st->vc, &st->vit_w, &a->vit);
+        if (st->vit_train && a->Np > 0) vit_backward_graphed(st, st->vbe, &a->vit, 1, 0);
         stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));

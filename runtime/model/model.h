@@ -172,7 +172,7 @@ typedef struct {
     /* LoRA's dropout: the optimiser step (1-based) the next forwards train in, set by the step executors; 0 (the
      * default: evaluation, generation, checks) runs without dropout */
     int64_t lora_step;
-    /* runtime.cuda_graphs: the tower's forward recorded once per shape and replayed (runtime/model/vit_graph.c);
+    /* runtime.cuda_graphs: the tower's forward and backward recorded once per shape and replayed (runtime/model/vit_graph.c);
      * 0 (the default): launched op by op. vit_graphs: the recorded graphs (owned; stage_free releases them). */
     int cuda_graphs;
     struct VitGraphs* vit_graphs;
@@ -190,6 +190,9 @@ typedef struct {
  * count) seen for the first time runs eagerly, the second time it is recorded and replayed, later it is replayed
  * (one launch). Elsewhere vit_forward_run. vit_graphs_replays: the replays so far (tests). */
 void vit_forward_graphed(Stage* st, const Backend* vbe, VitActs* a);
+/* The tower's backward the same way: input and weight both (vit_backward), or the split backward's B
+ * (vit_backward_input) or W (vit_backward_weight), each kind its own graph; eager under activation recompute and TP. */
+void vit_backward_graphed(Stage* st, const Backend* vbe, VitActs* a, int input, int weight);
 long vit_graphs_replays(const Stage* st);
 void vit_graphs_free(Stage* st);
 /* Drop the recorded graphs (their pointers changed: a frozen tower's scratch reallocated), keeping the count. */

@@ -247,9 +247,10 @@ static const RecipeKey recipe_keys[] = {
      "CUDA events, in metrics.jsonl (\"profile\"), the run's log and the report; each step waits for the device once "
      "more. Needs runtime.backend = cuda."},
     {"runtime", "cuda_graphs", RKEY_ENUM, OFF(cuda_graphs), SZ(cuda_graphs), "auto", 0, 0, "auto|off", 0,
-     "`auto`: on the CUDA backend the vision tower's forward is recorded as a CUDA graph the second time a shape "
-     "(patches, images) comes and replayed after that, one launch instead of one per kernel (docs/cuda.md, \"CUDA "
-     "graphs\"); not while runtime.profile times each op. `off`: every kernel launched one by one. Does not change "
+     "`auto`: on the CUDA backend the vision tower's forward and backward are each recorded as a CUDA graph the "
+     "second time a shape (patches, images) comes and replayed after that, one launch instead of one per kernel "
+     "(docs/cuda.md, \"CUDA graphs\"; the backward stays eager under activation recompute and TP); not while "
+     "runtime.profile times each op. `off`: every kernel launched one by one. Does not change "
      "the math."},
     {"runtime", "compute", RKEY_STRING, OFF(compute), SZ(compute), "model", 0, 0, 0, 0,
      "`model`, or `replay:FILE` (docs/scheduler.md, parallel.pp > 1): every task sleeps its duration from the "
