@@ -407,17 +407,13 @@ int params_verify_compute(const ParamTable* pt, char* name, size_t n) {
     return bad;
 }
 
-float* params_weights(const ParamTable* pt, int i) {
-    RR_ASSERT(i >= 0 && i < pt->n && pt->data);
-    if (pt->specs[i].quant) return NULL; /* read dequantised: params_quant_dequantize */
-    return pt->compute ? (float*)params_compute_ptr(pt, i) : pt->data + pt->specs[i].moff;
-}
-
 Buf params_weights_buf(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->data);
     if (pt->specs[i].quant) return buf_none(); /* read dequantised: params_quant_dequantize */
     return pt->compute ? params_compute_buf(pt, i) : buf_f32(pt->data + pt->specs[i].moff);
 }
+
+float* params_weights(const ParamTable* pt, int i) { return buf_f32p(params_weights_buf(pt, i)); }
 
 void params_alloc_optimizer(ParamTable* pt) {
     RR_ASSERT(pt->be && pt->m == NULL);

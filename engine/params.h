@@ -155,9 +155,10 @@ int params_lean(const ParamTable* pt);
 
 /* The gradient of tensor i, or NULL when it is frozen. */
 float* params_grad(const ParamTable* pt, int i);
-/* The values the ops compute with: the bf16 compute copy when there is one, else the master. */
+/* The values the ops compute with, typed by their storage: the bf16 compute copy when there is one, else the master. */
+Buf params_weights_buf(const ParamTable* pt, int i);
+/* The same as f32 words: refuses a 2-byte compute copy (a 1-D norm weight, say, which is f32 on every table). */
 float* params_weights(const ParamTable* pt, int i);
-Buf params_weights_buf(const ParamTable* pt, int i); /* the same, typed by its storage */
 /* Storage of tensor i's compute copy (see ParamTable.compute) and its address. A 2-D tensor is 2-byte
  * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table; a params_mark_gemm_bias'd 1-D one where
  * bias_dtype is), so every op that reads it must

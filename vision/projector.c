@@ -22,10 +22,11 @@ void projector_params_add(ParamTable* pt, const VitConfig* c) {
     params_mark_gemm_bias(pt, "projector.2.bias");
 }
 
-static float* proj_ptr(const ParamTable* pt, const char* name, int grads) {
+/* the compute copy typed by its storage, or the f32 gradient */
+static Buf proj_ptr(const ParamTable* pt, const char* name, int grads) {
     int i = params_find(pt, name);
     if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
-    return grads ? params_grad(pt, i) : params_weights(pt, i);
+    return grads ? buf_f32(params_grad(pt, i)) : params_weights_buf(pt, i);
 }
 
 void projector_weights_point(ProjW* w, const ParamTable* pt, int grads) {
@@ -66,12 +67,12 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     if (N == 0) return;
     int L = proj_local(c);
     if (c->proj_act != ACT_GELU_TANH) { /* Hugging Face's exact GELU (model.projector_act = gelu) */
-        be->ops->linear_forward(be, a->fc1, vin, be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, c->D, L);
+        be->ops->linear_forward(be, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L);
         be->ops->act_forward(be, a->gelu, a->fc1, (size_t)N * L, c->proj_act);
     } else {
-        be->ops->linear_gelu_forward(be, a->gelu, a->fc1, vin, be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, c->D, L); /* fused where it can be */
+        be->ops->linear_gelu_forward(be, a->gelu, a->fc1, vin, w->fc1_w, w->fc1_b, N, c->D, L); /* fused where it can be */
     }
-    be->ops->linear_forward(be, a->out, a->gelu, be_weight(be, w->fc2_w), be_bias(be, c->tp > 1 && c->tp_rank != 0 ? NULL : w->fc2_b), N, L, c->Dt);
+    be->ops->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? buf_none() : w->fc2_b, N, L, c->Dt);
     size_t n = (size_t)N * c->Dt;
     if (c->tp > 1 && vit_act_bytes(c) == 2) { /* 2-byte partials widened, summed in f32, rounded into 2 bytes */
         RR_ASSERT(a->tp_sum && be->ops->from_bf16 && be->ops->to_bf16);
@@ -95,22 +96,22 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
         const BackendB16* b = be->ops->b16;
         RR_ASSERT(b && a->dout16 && a->dfc1_16);
         /* the input gradients' first writes write them (set = 1: the GEMM's beta 0, no memset) */
-        b->linear_backward(be, a->dgelu, NULL, NULL, NULL, a->dout16, NULL, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt, 1);
+        b->linear_backward(be, a->dgelu, NULL, NULL, NULL, a->dout16, NULL, a->gelu, w->fc2_w, N, L, c->Dt, 1);
         be->dev->memset0(be, a->dfc1, NL * sizeof(float));
         b->act_backward(be, a->dfc1, a->dfc1_16, a->dgelu, a->fc1, NL, c->proj_act);
         if (!need_dvin) return;
-        b->linear_backward(be, a->dvin, NULL, NULL, NULL, a->dfc1_16, NULL, a->vin, be_weight(be, w->fc1_w), N, c->D, L, 1);
+        b->linear_backward(be, a->dvin, NULL, NULL, NULL, a->dfc1_16, NULL, a->vin, w->fc1_w, N, c->D, L, 1);
         proj_tp_sum(c, a->dvin, (size_t)N * c->D);
         return;
     }
     be->dev->memset0(be, a->dgelu, NL * sizeof(float));
-    be->ops->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt);
+    be->ops->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
     be->dev->memset0(be, a->dfc1, NL * sizeof(float));
     if (c->proj_act != ACT_GELU_TANH) be->ops->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
     else be->ops->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
     be->dev->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
-    be->ops->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, be_weight(be, w->fc1_w), N, c->D, L);
+    be->ops->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
@@ -119,10 +120,10 @@ void projector_backward_weight(const Backend* be, const VitConfig* c, const Proj
     if (N == 0) return;
     int L = proj_local(c);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B kept; the biases from the f32 gradients */
-        be->ops->b16->linear_backward(be, NULL, NULL, g->fc2_w, g->fc2_b, a->dout16, a->dout, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt, 0);
-        be->ops->b16->linear_backward(be, NULL, NULL, g->fc1_w, g->fc1_b, a->dfc1_16, a->dfc1, a->vin, be_weight(be, w->fc1_w), N, c->D, L, 0);
+        be->ops->b16->linear_backward(be, NULL, NULL, buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), a->dout16, a->dout, a->gelu, w->fc2_w, N, L, c->Dt, 0);
+        be->ops->b16->linear_backward(be, NULL, NULL, buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), a->dfc1_16, a->dfc1, a->vin, w->fc1_w, N, c->D, L, 0);
         return;
     }
-    be->ops->linear_backward(be, NULL, g->fc2_w, g->fc2_b, a->dout, a->gelu, be_weight(be, w->fc2_w), N, L, c->Dt);
-    be->ops->linear_backward(be, NULL, g->fc1_w, g->fc1_b, a->dfc1, a->vin, be_weight(be, w->fc1_w), N, c->D, L);
+    be->ops->linear_backward(be, NULL, buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    be->ops->linear_backward(be, NULL, buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), a->dfc1, a->vin, w->fc1_w, N, c->D, L);
 }

@@ -106,47 +106,50 @@ typedef struct {
 
 /* Bytes of one stored activation value of the tower / projector (VitConfig.act_bytes; 0 means f32 words). */
 static inline int vit_act_bytes(const VitConfig* c) { return c->act_bytes == 2 ? 2 : 4; }
-/* element i of an activation buffer of c's storage (a float* that is only an address when 2-byte) */
-static inline float* vit_act_at(const VitConfig* c, const float* base, size_t i) {
-    return (float*)((char*)base + i * (size_t)vit_act_bytes(c));
-}
+/* Their dtype: the activation buffers' (VitBlockActs, VitActs, ProjActs) */
+static inline DType vit_act_dtype(const VitConfig* c) { return vit_act_bytes(c) == 2 ? DTYPE_BF16 : DTYPE_F32; }
 
-/* Pointers to one block's tensors, either the values or the gradients of a ParamTable. */
+/* Pointers to one block's tensors, either the values or the gradients of a ParamTable: the GEMMs' weights and
+ * biases typed by their storage (the compute copies: engine/params.h; the gradients f32), the LayerNorms' f32 words
+ * either way. */
 typedef struct {
     float *ln1_w, *ln1_b;   /* (D) */
-    float *qkv_w, *qkv_b;   /* (3D, D), (3D) */
-    float *out_w, *out_b;   /* (D, D), (D) */
+    Buf qkv_w, qkv_b;       /* (3D, D), (3D) */
+    Buf out_w, out_b;       /* (D, D), (D) */
     float *ln2_w, *ln2_b;   /* (D) */
-    float *fc1_w, *fc1_b;   /* (4D, D), (4D) */
-    float *fc2_w, *fc2_b;   /* (D, 4D), (D) */
-    float *lora_A[VIT_LORA_N], *lora_B[VIT_LORA_N]; /* LoRA factors (r, in), (out, r); NULL: no adapter (or frozen) */
+    Buf fc1_w, fc1_b;       /* (4D, D), (4D) */
+    Buf fc2_w, fc2_b;       /* (D, 4D), (D) */
+    Buf lora_A[VIT_LORA_N], lora_B[VIT_LORA_N]; /* LoRA factors (r, in), (out, r); NULL: no adapter (or frozen) */
 } VitBlockW;
 
 typedef struct {
-    float *patch_w, *patch_b; /* (D, 3p^2), (D); CLIP: no bias (NULL) */
+    Buf patch_w, patch_b;     /* (D, 3p^2), (D); CLIP: no bias (NULL) */
     VitBlockW* blocks;        /* (L), owned (malloc'd by vit_weights_point) */
     float *lnf_w, *lnf_b;     /* (D); CLIP: NULL */
     /* CLIP only (NULL otherwise) */
-    float* cls;               /* (D) */
-    float* pos;               /* (1 + G^2, D) */
+    Buf cls;                  /* (D) */
+    Buf pos;                  /* (1 + G^2, D) */
     float *pre_w, *pre_b;     /* (D) */
     float *post_w, *post_b;   /* (D), never used */
     int tables16;             /* CLIP: cls and pos are 2-byte bf16 compute copies (params_mark_act_table) */
 } VitW;
 
-typedef struct {
-    float *fc1_w, *fc1_b; /* projector.0: (Dt, D), (Dt) */
-    float *fc2_w, *fc2_b; /* projector.2: (Dt, Dt), (Dt) */
+typedef struct { /* typed as VitBlockW's */
+    Buf fc1_w, fc1_b; /* projector.0: (Dt, D), (Dt) */
+    Buf fc2_w, fc2_b; /* projector.2: (Dt, Dt), (Dt) */
 } ProjW;
 
-/* Saved forward activations of one block (N rows). */
+/* Saved forward activations of one block (N rows): the activations in vit_act_dtype, the statistics f32. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (N, D), (N), (N) */
-    float* qkv;                       /* (N, 3D), q and k after RoPE */
-    float *att, *att_lse;             /* (N, D), (N, H) */
-    float* xmid;                      /* (N, D) residual after the attention branch */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (N, D), (N), (N) */
-    float *fc1, *gelu;                /* (N, 4D) before / after GELU */
+    Buf ln1;                          /* (N, D) */
+    float *ln1_mean, *ln1_rstd;       /* (N), (N) */
+    Buf qkv;                          /* (N, 3D), q and k after RoPE */
+    Buf att;                          /* (N, D) */
+    float* att_lse;                   /* (N, H) */
+    Buf xmid;                         /* (N, D) residual after the attention branch */
+    Buf ln2;                          /* (N, D) */
+    float *ln2_mean, *ln2_rstd;       /* (N), (N) */
+    Buf fc1, gelu;                    /* (N, 4D) before / after GELU */
     float* lora_u[VIT_LORA_N];        /* (N, r) LoRA: scale A dropout(x) of each adapted linear (else NULL) */
 } VitBlockActs;
 
@@ -173,21 +176,24 @@ typedef struct {
     const int32_t* img_cu; /* (I+1) backend memory, set by vit_forward's caller */
     const int32_t *prow, *pcol; /* (N) */
     int I, N;
-    const float* patches;    /* (N, 3p^2) backend memory in the tower's activation storage (vit_forward's), kept for
+    Buf patches;             /* (N, 3p^2) backend memory in the tower's activation storage (vit_forward's), kept for
                               * the patch-embed weight gradient (the GEMM's input; CLIP's channel-major gather's table) */
-    float *cls16, *pos16;    /* CLIP, 2-byte activations: the class and position embeddings' bf16 words, the
+    uint16_t *cls16, *pos16; /* CLIP, 2-byte activations: the class and position embeddings' bf16 words, the
                               * gather's tables (their compute copies hold bf16 values: exact), (D), (1 + G^2, D) */
-    float* x;                /* (L+1, max_N, D) residual stream at block boundaries */
+    Buf x;                   /* (L+1, max_N, D) residual stream at block boundaries */
     VitBlockActs* blocks;    /* (L) */
-    float *vout, *lnf_mean, *lnf_rstd; /* (N, D), (N), (N) ln_f output = the tower's output */
+    Buf vout;                /* (N, D) ln_f output = the tower's output */
+    float *lnf_mean, *lnf_rstd; /* (N), (N) */
     /* backward */
     float* dx;               /* split: (L+1, max_N, D) d residual at each boundary; fused: 2 ping-pong */
     uint16_t* dx16;          /* 2-byte activations: their 2-byte copies (the same slots), stored by the LayerNorm backward
                               * that finishes each one, for the fc2 / patch-embedding GEMMs (else NULL) */
     VitBlockGrads* grads;    /* (L) */
     float* dvout;            /* (N, D) d ln_f output (given by the caller of vit_backward_input) */
-    float *dgelu, *datt;     /* (N, 4D), (N, D) scratch; datt 2-byte with 2-byte activations (attn.out's GEMM stores it) */
-    float* tmp;              /* (N, D) scratch */
+    float* dgelu;            /* (N, 4D) scratch */
+    Buf datt;                /* (N, D) scratch: f32, or 2-byte with 2-byte activations (attn.out's GEMM stores it) */
+    Buf tmp;                 /* (N, D) scratch activations (the attn.out / fc2 products); CLIP: room for N D f32 words
+                              * too, the patch gradient's f32 scratch (clip_embed_backward_weight) */
     /* CLIP: T = N + I token rows (blocks, x and dx are laid out for max_T of them) */
     int max_T, T, max_I;
     int32_t *tok_cu;         /* (I+1) backend memory: the images' token ranges */
@@ -196,9 +202,10 @@ typedef struct {
     int32_t *cls_of_tok;     /* (T) 0 for a class token, else -1 */
     int32_t* pos_idx;        /* (T, 16) position-embedding rows of each token's taps (-1: none) */
     float* pos_w;            /* (T, 16) their bicubic weights */
-    float *emb, *pre_mean, *pre_rstd; /* (T, D), (T), (T): the embeddings before pre_ln */
+    Buf emb;                 /* (T, D) the embeddings before pre_ln */
+    float *pre_mean, *pre_rstd; /* (T), (T) */
     float* demb;             /* (T, D) d embeddings (W of the embedding tensors) */
-    float* patches_cm;       /* (N, 3p^2) the patches in CLIP's channel-major order (the patch embedding's input) */
+    Buf patches_cm;          /* (N, 3p^2) the patches in CLIP's channel-major order (the patch embedding's input) */
     int32_t* cm_idx;         /* (max_N 3p^2) source of each channel-major value (rows_gather of 1-wide rows) */
     int cm_ready;            /* cm_idx uploaded */
     /* host scratch (malloc'd by the layout, freed by vit_acts_free_tables) */
@@ -282,13 +289,13 @@ void projector_acts_layout_bwd(ProjActs* a, Arena* ar, const VitConfig* c, int m
  * are produced (vit_patches_to_bf16 on the host before the upload: no conversion pass on the device). */
 /* out[i] = rr_f32_to_bf16(in[i]) for n host values: the patches in 2-byte activation words, for the upload. */
 void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n);
-void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
+void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, Buf patches,
                  const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N);
 /* vit_forward in two parts: prepare sets the microbatch's host state and uploads what the host derives from its
  * images (CLIP's token tables: it reads the grids back, so it synchronises); run enqueues the device work only,
  * whose host values (pointers, N, I, the token count) depend on nothing else: what a CUDA graph may record
  * (runtime/model/vit_graph.c). */
-void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, const float* patches, const int32_t* img_cu,
+void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, Buf patches, const int32_t* img_cu,
                          int I, const int32_t* prow, const int32_t* pcol, int N);
 void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a);
 /* B: from a->dvout (filled by the caller) down to the patch-embed output; keeps the block gradients. */

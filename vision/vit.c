@@ -91,48 +91,58 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
     vit_lora_params_add(pt, c); /* none without tower targets */
 }
 
-static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
+static int vit_find(const ParamTable* pt, const char* name) {
     int i = params_find(pt, name);
     if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
-    return grads ? params_grad(pt, i) : params_weights(pt, i);
+    return i;
+}
+/* a tensor read by the GEMMs or the gathers: its compute copy typed by its storage, or its f32 gradient */
+static Buf vit_buf(const ParamTable* pt, const char* name, int grads) {
+    int i = vit_find(pt, name);
+    return grads ? buf_f32(params_grad(pt, i)) : params_weights_buf(pt, i);
+}
+/* a LayerNorm's weight or bias: f32 words either way */
+static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
+    Buf b = vit_buf(pt, name, grads);
+    return buf_f32p(b);
 }
 
 void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads) {
     char n[96];
     memset(w, 0, sizeof *w);
-    w->patch_w = vit_ptr(pt, "vision.patch_embed.weight", grads);
+    w->patch_w = vit_buf(pt, "vision.patch_embed.weight", grads);
     if (c->arch == VIT_ARCH_CLIP) {
-        w->cls = vit_ptr(pt, "vision.class_embedding", grads);
+        w->cls = vit_buf(pt, "vision.class_embedding", grads);
         w->tables16 = !grads && pt->compute && params_compute_dtype(pt, params_find(pt, "vision.class_embedding")) == DTYPE_BF16 &&
                       params_compute_dtype(pt, params_find(pt, "vision.pos_embed.weight")) == DTYPE_BF16;
-        w->pos = vit_ptr(pt, "vision.pos_embed.weight", grads);
+        w->pos = vit_buf(pt, "vision.pos_embed.weight", grads);
         w->pre_w = vit_ptr(pt, "vision.pre_ln.weight", grads);
         w->pre_b = vit_ptr(pt, "vision.pre_ln.bias", grads);
         w->post_w = vit_ptr(pt, "vision.post_ln.weight", grads);
         w->post_b = vit_ptr(pt, "vision.post_ln.bias", grads);
     } else {
-        w->patch_b = vit_ptr(pt, "vision.patch_embed.bias", grads);
+        w->patch_b = vit_buf(pt, "vision.patch_embed.bias", grads);
     }
     w->blocks = callocCheck(c->L, sizeof(VitBlockW));
     for (int l = 0; l < c->L; l++) {
         VitBlockW* b = &w->blocks[l];
-#define VPT(field, suffix)                                       \
+#define VPT(field, suffix, get)                                  \
     do {                                                         \
         snprintf(n, sizeof n, "vision.blocks.%d.%s", l, suffix); \
-        b->field = vit_ptr(pt, n, grads);                        \
+        b->field = get(pt, n, grads);                            \
     } while (0)
-        VPT(ln1_w, "ln1.weight");
-        VPT(ln1_b, "ln1.bias");
-        VPT(qkv_w, "attn.qkv.weight");
-        VPT(qkv_b, "attn.qkv.bias");
-        VPT(out_w, "attn.out.weight");
-        VPT(out_b, "attn.out.bias");
-        VPT(ln2_w, "ln2.weight");
-        VPT(ln2_b, "ln2.bias");
-        VPT(fc1_w, "mlp.fc1.weight");
-        VPT(fc1_b, "mlp.fc1.bias");
-        VPT(fc2_w, "mlp.fc2.weight");
-        VPT(fc2_b, "mlp.fc2.bias");
+        VPT(ln1_w, "ln1.weight", vit_ptr);
+        VPT(ln1_b, "ln1.bias", vit_ptr);
+        VPT(qkv_w, "attn.qkv.weight", vit_buf);
+        VPT(qkv_b, "attn.qkv.bias", vit_buf);
+        VPT(out_w, "attn.out.weight", vit_buf);
+        VPT(out_b, "attn.out.bias", vit_buf);
+        VPT(ln2_w, "ln2.weight", vit_ptr);
+        VPT(ln2_b, "ln2.bias", vit_ptr);
+        VPT(fc1_w, "mlp.fc1.weight", vit_buf);
+        VPT(fc1_b, "mlp.fc1.bias", vit_buf);
+        VPT(fc2_w, "mlp.fc2.weight", vit_buf);
+        VPT(fc2_b, "mlp.fc2.bias", vit_buf);
 #undef VPT
         vit_lora_weights_point(b, pt, l, grads);
     }
@@ -166,27 +176,27 @@ static void vit_tp_sum(const VitConfig* c, float* buf, size_t n) {
 /* out = res + the row-parallel output part (N, D) summed over the TP group; with 2-byte activations the partials
  * (rounded by their GEMM, as the f32-word bf16 table rounds them) are widened into the f32 scratch, summed in f32,
  * and add_f32_forward stores res + sum in 2 bytes: the f32-word run's values (text/lm.c, lm_tp_residual) */
-static void vit_tp_residual(const Backend* be, const VitConfig* c, VitActs* a, float* out, const float* res, size_t n) {
+static void vit_tp_residual(const Backend* be, const VitConfig* c, VitActs* a, Buf out, Buf res, size_t n) {
     if (c->tp > 1 && vit_act_bytes(c) == 2) {
         RR_ASSERT(a->tp_sum && be->ops->from_bf16 && be->ops->add_f32_forward);
-        be->ops->from_bf16(be, a->tp_sum, (const uint16_t*)a->tmp, n);
+        be->ops->from_bf16(be, a->tp_sum, buf_bf16p(a->tmp), n);
         vit_tp_sum(c, a->tp_sum, n);
-        be->ops->add_f32_forward(be, be_act(be, out), be_act(be, res), a->tp_sum, n);
+        be->ops->add_f32_forward(be, out, res, a->tp_sum, n);
         return;
     }
-    vit_tp_sum(c, a->tmp, n);
-    be->ops->add_forward(be, be_act(be, out), be_act(be, res), be_act(be, a->tmp), n);
+    if (c->tp > 1) vit_tp_sum(c, buf_f32p(a->tmp), n);
+    be->ops->add_forward(be, out, res, a->tmp, n);
 }
 
 /* The bias of a row-parallel layer: added by TP rank 0 only, so once in the all-reduced sum. */
-static const float* vit_row_bias(const VitConfig* c, const float* b) { return c->tp > 1 && c->tp_rank != 0 ? NULL : b; }
+static Buf vit_row_bias(const VitConfig* c, Buf b) { return c->tp > 1 && c->tp_rank != 0 ? buf_none() : b; }
 
 /* One block's activations for N rows (its GELU output with gelu) */
 static void vit_block_carve(VitBlockActs* b, Arena* ar, const VitConfig* c, size_t N, int gelu) {
     int Hl, Dql, Dml;
     vit_local(c, &Hl, &Dql, &Dml);
     size_t ab = (size_t)vit_act_bytes(c), D = c->D, H = (size_t)Hl, Dq = (size_t)Dql, Dm = (size_t)Dml;
-#define VACT(n) ((float*)arena_alloc(ar, (size_t)(n) * ab)) /* n activation values */
+#define VACT(n) buf_of(arena_alloc(ar, (size_t)(n) * ab), vit_act_dtype(c)) /* n activation values */
     memset(b, 0, sizeof *b);
     b->ln1 = VACT(N * D);
     b->ln1_mean = arena_alloc_f32(ar, N);
@@ -212,7 +222,7 @@ void vit_recompute_layout(VitBlockActs* ws, Arena* ar, const VitConfig* c, int m
     } else if (c->recompute == RECOMPUTE_SELECTIVE) {
         int Hl, Dql, Dml;
         vit_local(c, &Hl, &Dql, &Dml);
-        ws->gelu = (float*)arena_alloc(ar, N * (size_t)Dml * (size_t)vit_act_bytes(c));
+        ws->gelu = buf_of(arena_alloc(ar, N * (size_t)Dml * (size_t)vit_act_bytes(c)), vit_act_dtype(c));
     }
 }
 
@@ -223,7 +233,8 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
     int clip = c->arch == VIT_ARCH_CLIP;
     int max_T = vit_max_tokens(c, max_N);
     size_t ab = (size_t)vit_act_bytes(c);
-#define VACT(n) ((float*)arena_alloc(ar, (size_t)(n) * ab)) /* n activation values */
+    DType adt = vit_act_dtype(c);
+#define VACT(n) buf_of(arena_alloc(ar, (size_t)(n) * ab), adt) /* n activation values */
     /* N: the rows of the blocks (tokens; the patches themselves for the RoPE ViT) */
     size_t N = (size_t)max_T, D = c->D, L = (size_t)vit_blocks_run(c), Dq = (size_t)Dql, Dm = (size_t)Dml;
     if (!a->blocks) a->blocks = callocCheck((size_t)c->L, sizeof(VitBlockActs));
@@ -239,14 +250,14 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
         a->cls_of_tok = (int32_t*)arena_alloc_f32(ar, N);
         a->pos_idx = (int32_t*)arena_alloc_f32(ar, N * VIT_POS_TAPS);
         a->pos_w = arena_alloc_f32(ar, N * VIT_POS_TAPS);
-        a->emb = (float*)arena_alloc(ar, N * D * ab);
+        a->emb = VACT(N * D);
         a->pre_mean = arena_alloc_f32(ar, N);
         a->pre_rstd = arena_alloc_f32(ar, N);
         a->demb = backward ? arena_alloc_f32(ar, N * D) : NULL;
         size_t P = 3 * (size_t)c->patch * c->patch;
-        a->patches_cm = (float*)arena_alloc(ar, NP * P * ab);
-        a->cls16 = ab == 2 ? (float*)arena_alloc(ar, D * 2) : NULL;
-        a->pos16 = ab == 2 ? (float*)arena_alloc(ar, (1 + (size_t)c->grid * c->grid) * D * 2) : NULL;
+        a->patches_cm = VACT(NP * P);
+        a->cls16 = ab == 2 ? arena_alloc(ar, D * 2) : NULL;
+        a->pos16 = ab == 2 ? arena_alloc(ar, (1 + (size_t)c->grid * c->grid) * D * 2) : NULL;
         a->cm_idx = (int32_t*)arena_alloc_f32(ar, NP * P);
         a->cm_ready = 0;
         if (!a->h_idx) {
@@ -274,18 +285,18 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
         }
         vit_block_carve(b, ar, c, N, rc != RECOMPUTE_SELECTIVE);
     }
-    if (out) a->vout = (float*)arena_alloc(out, (size_t)max_N * D * ab);
+    if (out) a->vout = buf_of(arena_alloc(out, (size_t)max_N * D * ab), adt);
     a->lnf_mean = arena_alloc_f32(ar, N);
     a->lnf_rstd = arena_alloc_f32(ar, N);
     /* the out and fc2 products before the residual add (activations); CLIP's patch-embedding products and the
      * patch gradient's scratch (f32 words) too: room for either */
-    a->tmp = (float*)arena_alloc(ar, N * D * (clip ? 4 : ab));
+    a->tmp = buf_of(arena_alloc(ar, N * D * (clip ? 4 : ab)), adt);
     a->tp_sum = c->tp > 1 && ab == 2 ? arena_alloc_f32(ar, N * D) : NULL;
     vit_lora_scratch_layout(a, ar, c, max_T);
     a->lora_cols_ready = 0;
-#undef VACT
     if (!backward) {
-        a->dx = a->dvout = a->dgelu = a->datt = NULL;
+        a->dx = a->dvout = a->dgelu = NULL;
+        a->datt = buf_none();
         a->dx16 = NULL;
         for (size_t l = 0; l < L; l++) memset(&a->grads[l], 0, sizeof a->grads[l]);
         return;
@@ -310,7 +321,8 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
     }
     a->dvout = arena_alloc_f32(ar, (size_t)max_N * D);
     a->dgelu = arena_alloc_f32(ar, N * Dm);
-    a->datt = (float*)arena_alloc(ar, N * Dq * ab);
+    a->datt = VACT(N * Dq);
+#undef VACT
 }
 
 void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int split, int backward) {
@@ -318,7 +330,7 @@ void vit_acts_layout(VitActs* a, Arena* ar, const VitConfig* c, int max_N, int s
 }
 
 void vit_acts_layout_out(VitActs* a, Arena* out, const VitConfig* c, int max_N) {
-    a->vout = (float*)arena_alloc(out, (size_t)max_N * c->D * (size_t)vit_act_bytes(c));
+    a->vout = buf_of(arena_alloc(out, (size_t)max_N * c->D * (size_t)vit_act_bytes(c)), vit_act_dtype(c));
 }
 
 void vit_acts_layout_scratch(VitActs* a, Arena* scratch, const VitConfig* c, int max_N) {
@@ -331,14 +343,14 @@ void vit_acts_layout_scratch(VitActs* a, Arena* scratch, const VitConfig* c, int
 }
 
 int vit_backward_floor(const VitConfig* c, const VitW* g) {
-    if (g->patch_w || g->patch_b || g->cls || g->pos || g->pre_w || g->pre_b) return 0;
+    if (g->patch_w.p || g->patch_b.p || g->cls.p || g->pos.p || g->pre_w || g->pre_b) return 0;
     for (int l = 0; l < vit_blocks_run(c); l++) {
         const VitBlockW* b = &g->blocks[l];
-        if (b->ln1_w || b->ln1_b || b->qkv_w || b->qkv_b || b->out_w || b->out_b || b->ln2_w || b->ln2_b ||
-            b->fc1_w || b->fc1_b || b->fc2_w || b->fc2_b)
+        if (b->ln1_w || b->ln1_b || b->qkv_w.p || b->qkv_b.p || b->out_w.p || b->out_b.p || b->ln2_w || b->ln2_b ||
+            b->fc1_w.p || b->fc1_b.p || b->fc2_w.p || b->fc2_b.p)
             return l;
         for (int t = 0; t < VIT_LORA_N; t++)
-            if (b->lora_A[t] || b->lora_B[t]) return l; /* the tower's adapters (vision/vit_lora.c) */
+            if (b->lora_A[t].p || b->lora_B[t].p) return l; /* the tower's adapters (vision/vit_lora.c) */
     }
     return vit_blocks_run(c);
 }
@@ -374,50 +386,50 @@ static uint16_t* vit_dxin16(const VitActs* a, const VitConfig* c, int l) {
     return c->arch == VIT_ARCH_CLIP && l == 0 ? NULL : vit_dx16(a, c, l);
 }
 
-static float* vit_x(const VitActs* a, const VitConfig* c, int j) {
+static Buf vit_x(const VitActs* a, const VitConfig* c, int j) {
     size_t slot = a->backward ? (size_t)j : (size_t)(j % 2);
-    return vit_act_at(c, a->x, slot * (size_t)a->max_T * c->D);
+    return buf_at(a->x, slot * (size_t)a->max_T * c->D);
 }
 
 /* ------------------------------------------------------------------------------------------------
  * Forward */
 
 static void vit_block_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, int l, VitBlockActs* b,
-                              VitActs* a, const float* xin, float* xout) {
+                              VitActs* a, Buf xin, Buf xout) {
     int N = a->T, D = c->D, d = D / c->H, H, Dq, Dm; /* H, Dq, Dm: this TP rank's share */
     int clip = c->arch == VIT_ARCH_CLIP;
     const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
-    be->ops->layernorm_forward(be, be_act(be, b->ln1), b->ln1_mean, b->ln1_rstd, be_act(be, xin), w->ln1_w, w->ln1_b, N, D);
-    be->ops->linear_forward(be, be_act(be, b->qkv), be_act(be, b->ln1), be_weight(be, w->qkv_w), be_bias(be, w->qkv_b), N, D, 3 * Dq);
-    for (int t = VIT_LORA_Q; t <= VIT_LORA_V; t++) /* LoRA: no-ops without adapters */
-        vit_lora_forward(be, c, w, b, a, l, (VitLoraTarget)t, b->ln1, b->qkv);
+    be->ops->layernorm_forward(be, b->ln1, b->ln1_mean, b->ln1_rstd, xin, w->ln1_w, w->ln1_b, N, D);
+    be->ops->linear_forward(be, b->qkv, b->ln1, w->qkv_w, w->qkv_b, N, D, 3 * Dq);
+    for (int t = VIT_LORA_Q; t <= VIT_LORA_V && c->lora_r > 0; t++) /* LoRA (f32 activations): no-ops without adapters */
+        vit_lora_forward(be, c, w, b, a, l, (VitLoraTarget)t, buf_f32p(b->ln1), buf_f32p(b->qkv));
     /* q = columns [0, Dq), k = [Dq, 2Dq), v = [2Dq, 3Dq) of each row (this rank's heads); CLIP has no RoPE */
     if (!clip) {
         /* q and k in one pass: their 2H heads are adjacent in each row, rotated by the same positions */
-        be->ops->rope2d_forward(be, be_act(be, b->qkv), a->prow, a->pcol, N, 2 * H, d, 3 * Dq);
+        be->ops->rope2d_forward(be, b->qkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq);
     }
-    be->ops->attention_forward(be, be_act(be, b->att), b->att_lse, be_act(be, b->qkv), be_act(be, vit_act_at(c, b->qkv, Dq)), be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)),
+    be->ops->attention_forward(be, b->att, b->att_lse, b->qkv, buf_at(b->qkv, Dq), buf_at(b->qkv, 2 * (size_t)Dq),
                           seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
-    be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->att), be_weight(be, w->out_w), be_bias(be, vit_row_bias(c, w->out_b)), N, Dq, D);
-    vit_lora_forward(be, c, w, b, a, l, VIT_LORA_OUT, b->att, a->tmp);
+    be->ops->linear_forward(be, a->tmp, b->att, w->out_w, vit_row_bias(c, w->out_b), N, Dq, D);
+    if (c->lora_r > 0) vit_lora_forward(be, c, w, b, a, l, VIT_LORA_OUT, buf_f32p(b->att), buf_f32p(a->tmp));
     vit_tp_residual(be, c, a, b->xmid, xin, (size_t)N * D); /* row-parallel attn.out */
-    be->ops->layernorm_forward(be, be_act(be, b->ln2), b->ln2_mean, b->ln2_rstd, be_act(be, b->xmid), w->ln2_w, w->ln2_b, N, D);
+    be->ops->layernorm_forward(be, b->ln2, b->ln2_mean, b->ln2_rstd, b->xmid, w->ln2_w, w->ln2_b, N, D);
     /* fc1 then GELU, one op (the CUDA bf16 table fuses them into the GEMM's epilogue); fc1 is saved.
      * CLIP: fc1, then QuickGELU. */
     if (clip) {
-        be->ops->linear_forward(be, be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
-        vit_lora_forward(be, c, w, b, a, l, VIT_LORA_FC1, b->ln2, b->fc1);
-        be->ops->act_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), (size_t)N * Dm, ACT_QUICK_GELU);
+        be->ops->linear_forward(be, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
+        if (c->lora_r > 0) vit_lora_forward(be, c, w, b, a, l, VIT_LORA_FC1, buf_f32p(b->ln2), buf_f32p(b->fc1));
+        be->ops->act_forward(be, b->gelu, b->fc1, (size_t)N * Dm, ACT_QUICK_GELU);
     } else {
-        be->ops->linear_gelu_forward(be, be_act(be, b->gelu), be_act(be, b->fc1), be_act(be, b->ln2), be_weight(be, w->fc1_w), be_bias(be, w->fc1_b), N, D, Dm);
+        be->ops->linear_gelu_forward(be, b->gelu, b->fc1, b->ln2, w->fc1_w, w->fc1_b, N, D, Dm);
     }
-    if (!xout) { /* a recompute: the backward reads nothing past the GELU but fc2's LoRA input */
-        vit_lora_forward_input(be, c, w, b, a, l, VIT_LORA_FC2, b->gelu);
+    if (!xout.p) { /* a recompute: the backward reads nothing past the GELU but fc2's LoRA input */
+        if (c->lora_r > 0) vit_lora_forward_input(be, c, w, b, a, l, VIT_LORA_FC2, buf_f32p(b->gelu));
         return;
     }
-    be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, b->gelu), be_weight(be, w->fc2_w), be_bias(be, vit_row_bias(c, w->fc2_b)), N, Dm, D);
-    vit_lora_forward(be, c, w, b, a, l, VIT_LORA_FC2, b->gelu, a->tmp);
+    be->ops->linear_forward(be, a->tmp, b->gelu, w->fc2_w, vit_row_bias(c, w->fc2_b), N, Dm, D);
+    if (c->lora_r > 0) vit_lora_forward(be, c, w, b, a, l, VIT_LORA_FC2, buf_f32p(b->gelu), buf_f32p(a->tmp));
     vit_tp_residual(be, c, a, xout, b->xmid, (size_t)N * D); /* row-parallel fc2 */
 }
 
@@ -441,19 +453,19 @@ static void vit_block_view(const VitConfig* c, const VitActs* a, int l, VitBlock
  * same inputs): FULL, the forward up to the GELU; SELECTIVE, the GELU output (the RoPE tower under bf16: fc1 + GELU
  * again, the fused op's GELU reading its unrounded pre-activation; fc1 is rewritten with the same bits) */
 static void vit_block_recompute(const Backend* be, const VitConfig* c, const VitBlockW* w, int l, VitBlockActs* v,
-                                VitActs* a, const float* xin) {
+                                VitActs* a, Buf xin) {
     int H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     if (!a->backward || c->recompute == RECOMPUTE_NONE || a->T == 0) return;
     if (c->recompute == RECOMPUTE_FULL) {
-        vit_block_forward(be, c, w, l, v, a, xin, NULL);
+        vit_block_forward(be, c, w, l, v, a, xin, buf_none());
     } else if (c->arch == VIT_ARCH_CLIP) {
-        be->ops->act_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), (size_t)a->T * Dm, ACT_QUICK_GELU);
+        be->ops->act_forward(be, v->gelu, v->fc1, (size_t)a->T * Dm, ACT_QUICK_GELU);
     } else if (be->precision == PRECISION_BF16) {
-        be->ops->linear_gelu_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), be_act(be, v->ln2), be_weight(be, w->fc1_w),
-                                     be_bias(be, w->fc1_b), a->T, c->D, Dm);
+        be->ops->linear_gelu_forward(be, v->gelu, v->fc1, v->ln2, w->fc1_w,
+                                     w->fc1_b, a->T, c->D, Dm);
     } else {
-        be->ops->gelu_forward(be, be_act(be, v->gelu), be_act(be, v->fc1), (size_t)a->T * Dm);
+        be->ops->gelu_forward(be, v->gelu, v->fc1, (size_t)a->T * Dm);
     }
     a->n_recomputed++;
 }
@@ -560,8 +572,8 @@ static void clip_patches_channel_major(const Backend* be, const VitConfig* c, Vi
     size_t n = (size_t)a->N * P;
     /* the gather's table: the patches in the activation storage (2-byte: narrowed on the host, the rounding the
      * bf16 table's gather store gives them) */
-    be->dev->memset0(be, a->patches_cm, n * (size_t)vit_act_bytes(c));
-    be->ops->rows_gather_forward(be, be_act(be, a->patches_cm), a->cm_idx, NULL, be_act(be, a->patches), (int)n, 1, 1);
+    be->dev->memset0(be, a->patches_cm.p, n * (size_t)vit_act_bytes(c));
+    be->ops->rows_gather_forward(be, a->patches_cm, a->cm_idx, NULL, a->patches, (int)n, 1, 1);
 }
 
 /* e = [class | patch_embed(patches)] + pos; x0 = pre_ln(e). tmp holds the patch embeddings. */
@@ -569,37 +581,38 @@ static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW
     int N = a->N, D = c->D, P = 3 * c->patch * c->patch;
     clip_patches_channel_major(be, c, a); /* the token layout: vit_forward_prepare's */
     int T = a->T;
-    be->ops->linear_forward(be, be_act(be, a->tmp), be_act(be, a->patches_cm), be_weight(be, w->patch_w), buf_none(), N, P, D);
-    be->dev->memset0(be, a->emb, (size_t)T * D * (size_t)vit_act_bytes(c));
-    const float *cls = w->cls, *pos = w->pos;
+    be->ops->linear_forward(be, a->tmp, a->patches_cm, w->patch_w, buf_none(), N, P, D);
+    be->dev->memset0(be, a->emb.p, (size_t)T * D * (size_t)vit_act_bytes(c));
+    Buf cls = w->cls, pos = w->pos;
     RR_ASSERT((!w->tables16 || vit_act_bytes(c) == 2) && "2-byte gather tables on a tower with f32-word activations");
     if (w->tables16) { /* the gather's tables are the 2-byte compute copies AdamW writes: no narrowing */
-        cls = w->cls, pos = w->pos;
+        RR_ASSERT(cls.dt == DTYPE_BF16 && pos.dt == DTYPE_BF16);
     } else if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
-        be->ops->to_bf16(be, (uint16_t*)a->cls16, w->cls, (size_t)D);
-        be->ops->to_bf16(be, (uint16_t*)a->pos16, w->pos, (1 + (size_t)c->grid * c->grid) * D);
-        cls = a->cls16, pos = a->pos16;
+        be->ops->to_bf16(be, a->cls16, buf_f32p(w->cls), (size_t)D);
+        be->ops->to_bf16(be, a->pos16, buf_f32p(w->pos), (1 + (size_t)c->grid * c->grid) * D);
+        cls = buf_bf16(a->cls16), pos = buf_bf16(a->pos16);
     }
-    be->ops->rows_gather_forward(be, be_act(be, a->emb), a->patch_of_tok, NULL, be_act(be, a->tmp), T, 1, D);
-    be->ops->rows_gather_forward(be, be_act(be, a->emb), a->cls_of_tok, NULL, be_act(be, cls), T, 1, D);
-    be->ops->rows_gather_forward(be, be_act(be, a->emb), a->pos_idx, a->pos_w, be_act(be, pos), T, VIT_POS_TAPS, D);
-    be->ops->layernorm_forward(be, be_act(be, vit_x(a, c, 0)), a->pre_mean, a->pre_rstd, be_act(be, a->emb), w->pre_w, w->pre_b, T, D);
+    be->ops->rows_gather_forward(be, a->emb, a->patch_of_tok, NULL, a->tmp, T, 1, D);
+    be->ops->rows_gather_forward(be, a->emb, a->cls_of_tok, NULL, cls, T, 1, D);
+    be->ops->rows_gather_forward(be, a->emb, a->pos_idx, a->pos_w, pos, T, VIT_POS_TAPS, D);
+    be->ops->layernorm_forward(be, vit_x(a, c, 0), a->pre_mean, a->pre_rstd, a->emb, w->pre_w, w->pre_b, T, D);
 }
 
 /* W of the embedding tensors (pre_ln, class, position, patch embedding) from dx[0]. */
 static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     int N = a->N, T = a->T, D = c->D, P = 3 * c->patch * c->patch;
-    int need_demb = g->cls || g->pos || g->patch_w;
+    int need_demb = g->cls.p || g->pos.p || g->patch_w.p;
     if (need_demb) be->dev->memset0(be, a->demb, (size_t)T * D * sizeof(float));
     if (need_demb || g->pre_w || g->pre_b)
-        be->ops->layernorm_backward(be, need_demb ? a->demb : NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), be_act(be, a->emb), w->pre_w,
+        be->ops->layernorm_backward(be, need_demb ? a->demb : NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), a->emb, w->pre_w,
                                a->pre_mean, a->pre_rstd, T, D);
-    if (g->cls) be->ops->rows_gather_backward(be, g->cls, a->demb, a->cls_of_tok, NULL, T, 1, D);
-    if (g->pos) be->ops->rows_gather_backward(be, g->pos, a->demb, a->pos_idx, a->pos_w, T, VIT_POS_TAPS, D);
-    if (g->patch_w) {
-        be->dev->memset0(be, a->tmp, (size_t)N * D * sizeof(float));
-        be->ops->rows_gather_backward(be, a->tmp, a->demb, a->patch_of_tok, NULL, T, 1, D);
-        be->ops->linear_backward(be, NULL, g->patch_w, NULL, a->tmp, be_act(be, a->patches_cm), be_weight(be, w->patch_w), N, P, D);
+    if (g->cls.p) be->ops->rows_gather_backward(be, buf_f32p(g->cls), a->demb, a->cls_of_tok, NULL, T, 1, D);
+    if (g->pos.p) be->ops->rows_gather_backward(be, buf_f32p(g->pos), a->demb, a->pos_idx, a->pos_w, T, VIT_POS_TAPS, D);
+    if (g->patch_w.p) {
+        float* dpatch = (float*)a->tmp.p; /* the patch rows' f32 gradient: tmp has room for N D f32 words (CLIP) */
+        be->dev->memset0(be, dpatch, (size_t)N * D * sizeof(float));
+        be->ops->rows_gather_backward(be, dpatch, a->demb, a->patch_of_tok, NULL, T, 1, D);
+        be->ops->linear_backward(be, NULL, buf_f32p(g->patch_w), NULL, dpatch, a->patches_cm, w->patch_w, N, P, D);
     }
 }
 
@@ -615,9 +628,10 @@ void vit_patches_to_bf16(uint16_t* out, const float* in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = rr_f32_to_bf16(in[i]);
 }
 
-void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, const float* patches, const int32_t* img_cu,
+void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, Buf patches, const int32_t* img_cu,
                          int I, const int32_t* prow, const int32_t* pcol, int N) {
     RR_ASSERT(N <= a->max_N);
+    RR_ASSERT((!patches.p || patches.dt == vit_act_dtype(c)) && "the patches in the tower's activation storage");
     a->N = N;
     a->I = I;
     a->img_cu = img_cu;
@@ -631,7 +645,7 @@ void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, cons
     vit_lora_prepare(be, c, a);
 }
 
-void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, const float* patches,
+void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a, Buf patches,
                  const int32_t* img_cu, int I, const int32_t* prow, const int32_t* pcol, int N) {
     vit_forward_prepare(be, c, a, patches, img_cu, I, prow, pcol, N);
     vit_forward_run(be, c, w, a);
@@ -640,7 +654,7 @@ void vit_forward(const Backend* be, const VitConfig* c, const VitW* w, VitActs* 
 void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     int N = a->N;
     if (N == 0) return;
-    const float* patches = a->patches;
+    Buf patches = a->patches;
     int D = c->D, P = 3 * c->patch * c->patch;
     if (c->arch == VIT_ARCH_CLIP) {
         clip_embed_forward(be, c, w, a);
@@ -651,17 +665,17 @@ void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitAc
             vit_block_forward(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
         }
         /* the features: hidden_states[L_run] without the class tokens */
-        be->dev->memset0(be, a->vout, (size_t)N * D * (size_t)vit_act_bytes(c));
-        be->ops->rows_gather_forward(be, be_act(be, a->vout), a->tok_of_patch, NULL, be_act(be, vit_x(a, c, Lr)), N, 1, D);
+        be->dev->memset0(be, a->vout.p, (size_t)N * D * (size_t)vit_act_bytes(c));
+        be->ops->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
         return;
     }
-    be->ops->linear_forward(be, be_act(be, vit_x(a, c, 0)), be_act(be, patches), be_weight(be, w->patch_w), be_bias(be, w->patch_b), N, P, D);
+    be->ops->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
     for (int l = 0; l < c->L; l++) {
         VitBlockActs v;
         vit_block_view(c, a, l, &v);
         vit_block_forward(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
     }
-    be->ops->layernorm_forward(be, be_act(be, a->vout), a->lnf_mean, a->lnf_rstd, be_act(be, vit_x(a, c, c->L)), w->lnf_w, w->lnf_b, N, D);
+    be->ops->layernorm_forward(be, a->vout, a->lnf_mean, a->lnf_rstd, vit_x(a, c, c->L), w->lnf_w, w->lnf_b, N, D);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -669,7 +683,7 @@ void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitAc
 
 /* dxin = d block input (overwritten) from dxout; keeps the gradients W needs in g. */
 static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w, int l,
-                                     const VitBlockActs* b, VitBlockGrads* g, VitActs* a, const float* xin,
+                                     const VitBlockActs* b, VitBlockGrads* g, VitActs* a, Buf xin,
                                      const float* dxout, float* dxin) {
     int N = a->T, D = c->D, d = D / c->H, H, Dq, Dm;
     int clip = c->arch == VIT_ARCH_CLIP;
@@ -681,101 +695,104 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
         RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
         RR_ASSERT(!(c->lora_r > 0 && c->lora_targets) && "the tower's LoRA runs on f32-word activations");
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
-        uint16_t* datt16 = (uint16_t*)a->datt;
+        uint16_t* datt16 = buf_bf16p(a->datt);
         /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
         if (dxout16) {
-            bb->linear_backward(be, a->dgelu, NULL, NULL, NULL, dxout16, NULL, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D, 1);
+            bb->linear_backward(be, a->dgelu, NULL, NULL, NULL, dxout16, NULL, b->gelu, w->fc2_w, N, Dm, D, 1);
         } else {
             be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
-            be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
+            be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
         }
         be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
-        bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, be_act(be, b->fc1), N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
-        bb->linear_backward(be, g->dln2, NULL, NULL, NULL, g->dfc1_16, NULL, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm, 1);
+        bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, b->fc1, N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
+        bb->linear_backward(be, g->dln2, NULL, NULL, NULL, g->dfc1_16, NULL, b->ln2, w->fc1_w, N, D, Dm, 1);
         vit_tp_sum(c, g->dln2, ND);
         be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-        bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd,
+        bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd,
                                N, D);
-        bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D, 1); /* beta 0 */
+        bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, b->att, w->out_w, N, Dq, D, 1); /* beta 0 */
         be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
         /* dqkv f32 (qkv's bias sums it) with its 2-byte mirror dqkv16 for qkv's GEMMs: the attention kernels store
          * dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
         uint16_t* m16 = g->dqkv16;
         bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip ? m16 + Dq : NULL,
-                               m16 + 2 * Dq, 3 * Dq, datt16, be_act(be, b->att), b->att_lse, be_act(be, b->qkv), be_act(be, vit_act_at(c, b->qkv, Dq)),
-                               be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
+                               m16 + 2 * Dq, 3 * Dq, datt16, b->att, b->att_lse, b->qkv, buf_at(b->qkv, Dq),
+                               buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
         if (!clip) {
             /* dq and dk in one pass: their 2H heads are adjacent in each row of dqkv and of its mirror */
             bb->rope2d_backward(be, m16, 3 * Dq, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 1);
         }
-        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq, 1);
+        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 1);
         vit_tp_sum(c, g->dln1, ND);
         be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-        bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd,
+        bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
                                N, D);
         return;
     }
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
     be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
-    be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
-    vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC2, b->gelu, dxout, a->dgelu); /* local: fc2's split input */
+    be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    if (c->lora_r > 0) /* local: fc2's split input */
+        vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC2, buf_f32p(b->gelu), dxout, a->dgelu);
     be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
-    if (clip) be->ops->act_backward(be, g->dfc1, a->dgelu, be_act(be, b->fc1), N4D, ACT_QUICK_GELU);
-    else be->ops->gelu_backward(be, g->dfc1, a->dgelu, be_act(be, b->fc1), N4D);
+    if (clip) be->ops->act_backward(be, g->dfc1, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
+    else be->ops->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
     be->dev->memset0(be, g->dln2, ND * sizeof(float));
-    be->ops->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm);
+    be->ops->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
-    vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC1, b->ln2, g->dfc1, g->dln2); /* whole: after the sum */
+    if (c->lora_r > 0) /* whole: after the sum */
+        vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC1, buf_f32p(b->ln2), g->dfc1, g->dln2);
     be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-    be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    be->dev->memset0(be, a->datt, NQ * sizeof(float));
-    be->ops->linear_backward(be, a->datt, NULL, NULL, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D);
-    vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_OUT, b->att, g->dxmid, a->datt);
+    float* datt = buf_f32p(a->datt);
+    be->dev->memset0(be, datt, NQ * sizeof(float));
+    be->ops->linear_backward(be, datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
+    if (c->lora_r > 0) vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_OUT, buf_f32p(b->att), g->dxmid, datt);
     be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, a->datt, be_act(be, b->att), b->att_lse, be_act(be, b->qkv),
-                           be_act(be, vit_act_at(c, b->qkv, Dq)), be_act(be, vit_act_at(c, b->qkv, 2 * (size_t)Dq)), seq, a->I, N, H, H, d, 3 * Dq,
+    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, datt, b->att, b->att_lse, b->qkv,
+                           buf_at(b->qkv, Dq), buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
                            3 * Dq, 0);
     if (!clip) {
         be->ops->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
     }
     be->dev->memset0(be, g->dln1, ND * sizeof(float));
-    be->ops->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq);
+    be->ops->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
-    for (int t = VIT_LORA_Q; t <= VIT_LORA_V; t++) /* whole: after the sum */
-        vit_lora_backward_input(be, c, w, b, g, a, l, (VitLoraTarget)t, b->ln1, g->dqkv, g->dln1);
+    for (int t = VIT_LORA_Q; t <= VIT_LORA_V && c->lora_r > 0; t++) /* whole: after the sum */
+        vit_lora_backward_input(be, c, w, b, g, a, l, (VitLoraTarget)t, buf_f32p(b->ln1), g->dqkv, g->dln1);
     be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-    be->ops->layernorm_backward(be, dxin, NULL, NULL, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->ops->layernorm_backward(be, dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
                                       int l, const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a,
-                                      const float* xin, const float* dxout) {
+                                      Buf xin, const float* dxout) {
     int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B stored; the biases from the f32 gradients */
         const BackendB16* bb = be->ops->b16;
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
         if (dxout16)
-            bb->linear_backward(be, NULL, NULL, dw->fc2_w, dw->fc2_b, dxout16, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D, 0);
-        else be->ops->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
-        bb->linear_backward(be, NULL, NULL, dw->fc1_w, dw->fc1_b, g->dfc1_16, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm, 0);
-        be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-        bb->linear_backward(be, NULL, NULL, dw->out_w, dw->out_b, g->dxmid16, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D, 0);
-        bb->linear_backward(be, NULL, NULL, dw->qkv_w, dw->qkv_b, g->dqkv16, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq, 0);
-        be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+            bb->linear_backward(be, NULL, NULL, buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), dxout16, dxout, b->gelu, w->fc2_w, N, Dm, D, 0);
+        else be->ops->linear_backward(be, NULL, buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), dxout, b->gelu, w->fc2_w, N, Dm, D);
+        bb->linear_backward(be, NULL, NULL, buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), g->dfc1_16, g->dfc1, b->ln2, w->fc1_w, N, D, Dm, 0);
+        be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+        bb->linear_backward(be, NULL, NULL, buf_f32p(dw->out_w), buf_f32p(dw->out_b), g->dxmid16, g->dxmid, b->att, w->out_w, N, Dq, D, 0);
+        bb->linear_backward(be, NULL, NULL, buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), g->dqkv16, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
+        be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
         return;
     }
     /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
-    be->ops->linear_backward(be, NULL, dw->fc2_w, dw->fc2_b, dxout, be_act(be, b->gelu), be_weight(be, w->fc2_w), N, Dm, D);
-    be->ops->linear_backward(be, NULL, dw->fc1_w, dw->fc1_b, g->dfc1, be_act(be, b->ln2), be_weight(be, w->fc1_w), N, D, Dm);
-    be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, be_act(be, b->xmid), w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    be->ops->linear_backward(be, NULL, dw->out_w, dw->out_b, g->dxmid, be_act(be, b->att), be_weight(be, w->out_w), N, Dq, D);
-    be->ops->linear_backward(be, NULL, dw->qkv_w, dw->qkv_b, g->dqkv, be_act(be, b->ln1), be_weight(be, w->qkv_w), N, D, 3 * Dq);
-    be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, be_act(be, xin), w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
-    for (int t = 0; t < VIT_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (no-ops where none) */
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), dxout, b->gelu, w->fc2_w, N, Dm, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->out_w), buf_f32p(dw->out_b), g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->ops->linear_backward(be, NULL, buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    for (int t = 0; t < VIT_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (f32 activations; no-ops where none) */
         static const int x_of[VIT_LORA_N] = {0, 0, 0, 1, 2, 3};
-        const float* xs[4] = {b->ln1, b->att, b->ln2, b->gelu};
+        const float* xs[4] = {buf_f32p(b->ln1), buf_f32p(b->att), buf_f32p(b->ln2), buf_f32p(b->gelu)};
         const float* dys[4] = {g->dqkv, g->dxmid, g->dfc1, dxout};
         vit_lora_backward_weight(be, c, w, dw, b, g, a, l, (VitLoraTarget)t, xs[x_of[t]], dys[x_of[t]]);
     }
@@ -787,14 +804,14 @@ static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const 
     float* dxL = vit_dx(a, c, L);
     be->dev->memset0(be, dxL, (size_t)N * D * sizeof(float));
     if (vit_dx16(a, c, L)) /* with the 2-byte copy for the last block's fc2 */
-        be->ops->b16->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, be_act(be, vit_x(a, c, L)), w->lnf_w, a->lnf_mean,
+        be->ops->b16->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
                                     a->lnf_rstd, N, D);
     else
-        be->ops->layernorm_backward(be, dxL, NULL, NULL, a->dvout, be_act(be, vit_x(a, c, L)), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+        be->ops->layernorm_backward(be, dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
 }
 
 static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
-    be->ops->layernorm_backward(be, NULL, g->lnf_w, g->lnf_b, a->dvout, be_act(be, vit_x(a, c, c->L)), w->lnf_w, a->lnf_mean,
+    be->ops->layernorm_backward(be, NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
                            a->lnf_rstd, a->N, c->D);
 }
 
@@ -808,10 +825,10 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
     }
     int P = 3 * c->patch * c->patch;
     if (vit_dx16(a, c, 0)) /* block 0's B stored the 2-byte copy */
-        be->ops->b16->linear_backward(be, NULL, NULL, g->patch_w, g->patch_b, vit_dx16(a, c, 0), vit_dx(a, c, 0), be_act(be, a->patches),
-                                 be_weight(be, w->patch_w), a->N, P, c->D, 0);
+        be->ops->b16->linear_backward(be, NULL, NULL, buf_f32p(g->patch_w), buf_f32p(g->patch_b), vit_dx16(a, c, 0), vit_dx(a, c, 0), a->patches,
+                                 w->patch_w, a->N, P, c->D, 0);
     else
-        be->ops->linear_backward(be, NULL, g->patch_w, g->patch_b, vit_dx(a, c, 0), be_act(be, a->patches), be_weight(be, w->patch_w), a->N, P, c->D);
+        be->ops->linear_backward(be, NULL, buf_f32p(g->patch_w), buf_f32p(g->patch_b), vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
 }
 
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {

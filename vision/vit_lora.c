@@ -91,14 +91,14 @@ void vit_lora_params_add(ParamTable* pt, const VitConfig* c) {
 void vit_lora_weights_point(VitBlockW* w, const ParamTable* pt, int l, int grads) {
     char n[128];
     for (int t = 0; t < VIT_LORA_N; t++) {
-        w->lora_A[t] = w->lora_B[t] = NULL;
+        w->lora_A[t] = w->lora_B[t] = buf_none();
         snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_A.weight", l, VL_MODULE[t]);
         int ia = params_find(pt, n);
         snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_B.weight", l, VL_MODULE[t]);
         int ib = params_find(pt, n);
         if (ia < 0 || ib < 0) continue;
-        w->lora_A[t] = grads ? params_grad(pt, ia) : params_weights(pt, ia);
-        w->lora_B[t] = grads ? params_grad(pt, ib) : params_weights(pt, ib);
+        w->lora_A[t] = grads ? buf_f32(params_grad(pt, ia)) : params_weights_buf(pt, ia);
+        w->lora_B[t] = grads ? buf_f32(params_grad(pt, ib)) : params_weights_buf(pt, ib);
     }
 }
 
@@ -163,25 +163,25 @@ static const float* vl_dropped(const Backend* be, const VitConfig* c, const VitA
 
 void vit_lora_forward_input(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* b, VitActs* a,
                             int l, VitLoraTarget t, const float* x) {
-    if (!vl_on(c, t) || !w->lora_A[t]) return;
+    if (!vl_on(c, t) || !w->lora_A[t].p) return;
     RR_ASSERT(vit_act_bytes(c) == 4 && "the tower's LoRA runs on f32-word activations");
     int T = a->T, r = c->lora_r, in, out;
     vl_local_dims(c, t, &in, &out);
     float* u = b->lora_u[t];
     const float* xd = vl_dropped(be, c, a, l, t, x, a->lora_xd, in);
-    be->ops->linear_forward(be, buf_f32(u), buf_f32((float*)xd), be_weight(be, w->lora_A[t]), buf_none(), T, in, r);
+    be->ops->linear_forward(be, buf_f32(u), buf_f32((float*)xd), w->lora_A[t], buf_none(), T, in, r);
     be->ops->scale(be, u, c->lora_scale, (size_t)T * r);
     if (vl_row_parallel(t) && c->tp > 1) (void)c->tp_reduce(c->tp_ctx, u, (size_t)T * r); /* A x's column shares */
 }
 
 void vit_lora_forward(const Backend* be, const VitConfig* c, const VitBlockW* w, VitBlockActs* b, VitActs* a, int l,
                       VitLoraTarget t, const float* x, float* y) {
-    if (!vl_on(c, t) || !w->lora_A[t] || a->T == 0) return;
+    if (!vl_on(c, t) || !w->lora_A[t].p || a->T == 0) return;
     vit_lora_forward_input(be, c, w, b, a, l, t, x);
     if (vl_row_parallel(t) && c->tp > 1 && c->tp_rank != 0) return; /* B u added once, before the block's sum */
     int T = a->T, r = c->lora_r, in, out;
     vl_local_dims(c, t, &in, &out);
-    be->ops->linear_forward(be, buf_f32(a->lora_z), buf_f32(b->lora_u[t]), be_weight(be, w->lora_B[t]), buf_none(), T, r, out);
+    be->ops->linear_forward(be, buf_f32(a->lora_z), buf_f32(b->lora_u[t]), w->lora_B[t], buf_none(), T, r, out);
     if (vl_qkv(t)) /* its columns of qkv: rows 3n + t of the (3 T, out) view */
         be->ops->rows_gather_backward(be, y, a->lora_z, a->lora_cols + (size_t)t * a->max_T, NULL, T, 1, out);
     else
@@ -200,13 +200,13 @@ static const float* vl_dy(const Backend* be, const VitActs* a, VitLoraTarget t, 
 void vit_lora_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockActs* b,
                              VitBlockGrads* g, VitActs* a, int l, VitLoraTarget t, const float* x, const float* dy,
                              float* dx) {
-    if (!vl_on(c, t) || !w->lora_A[t] || a->T == 0) return;
+    if (!vl_on(c, t) || !w->lora_A[t].p || a->T == 0) return;
     int T = a->T, r = c->lora_r, in, out;
     vl_local_dims(c, t, &in, &out);
     float* du = g->lora_du[t];
     const float* dyt = vl_dy(be, a, t, dy, out);
     be->dev->memset0(be, du, (size_t)T * r * sizeof(float));
-    be->ops->linear_backward(be, du, NULL, NULL, dyt, buf_f32(b->lora_u[t]), be_weight(be, w->lora_B[t]), T, r, out);
+    be->ops->linear_backward(be, du, NULL, NULL, dyt, buf_f32(b->lora_u[t]), w->lora_B[t], T, r, out);
     be->ops->scale(be, du, c->lora_scale, (size_t)T * r);
     if (!vl_row_parallel(t) && c->tp > 1) (void)c->tp_reduce(c->tp_ctx, du, (size_t)T * r); /* B's row shares */
     if (c->lora_dropout > 0 && a->lora_seed != 0) {
@@ -215,26 +215,26 @@ void vit_lora_backward_input(const Backend* be, const VitConfig* c, const VitBlo
         if (vl_row_parallel(t) && c->tp > 1) c0 = c->tp_rank * in;
         else gin = in;
         be->dev->memset0(be, a->lora_dx, (size_t)T * in * sizeof(float));
-        be->ops->linear_backward(be, a->lora_dx, NULL, NULL, du, buf_f32((float*)x), be_weight(be, w->lora_A[t]), T, in, r);
+        be->ops->linear_backward(be, a->lora_dx, NULL, NULL, du, buf_f32((float*)x), w->lora_A[t], T, in, r);
         be->ops->dropout_backward(be, dx, a->lora_dx, T, in, gin, c0, c->lora_dropout, vl_key(a->lora_seed, l, t));
     } else {
-        be->ops->linear_backward(be, dx, NULL, NULL, du, buf_f32((float*)x), be_weight(be, w->lora_A[t]), T, in, r);
+        be->ops->linear_backward(be, dx, NULL, NULL, du, buf_f32((float*)x), w->lora_A[t], T, in, r);
     }
 }
 
 void vit_lora_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
                               const VitBlockActs* b, const VitBlockGrads* g, const VitActs* a, int l, VitLoraTarget t,
                               const float* x, const float* dy) {
-    if (!vl_on(c, t) || !w->lora_A[t] || a->T == 0) return;
+    if (!vl_on(c, t) || !w->lora_A[t].p || a->T == 0) return;
     int T = a->T, r = c->lora_r, in, out;
     vl_local_dims(c, t, &in, &out);
-    if (dw->lora_B[t]) { /* every TP rank: u and dy are whole where B is replicated */
+    if (dw->lora_B[t].p) { /* every TP rank: u and dy are whole where B is replicated */
         const float* dyt = vl_dy(be, a, t, dy, out);
-        be->ops->linear_backward(be, NULL, dw->lora_B[t], NULL, dyt, buf_f32(b->lora_u[t]), be_weight(be, w->lora_B[t]), T, r, out);
+        be->ops->linear_backward(be, NULL, buf_f32p(dw->lora_B[t]), NULL, dyt, buf_f32(b->lora_u[t]), w->lora_B[t], T, r, out);
     }
-    if (dw->lora_A[t]) {
+    if (dw->lora_A[t].p) {
         const float* xd = vl_dropped(be, c, a, l, t, x, a->lora_xd, in);
-        be->ops->linear_backward(be, NULL, dw->lora_A[t], NULL, g->lora_du[t], buf_f32((float*)xd), be_weight(be, w->lora_A[t]), T,
+        be->ops->linear_backward(be, NULL, buf_f32p(dw->lora_A[t]), NULL, g->lora_du[t], buf_f32((float*)xd), w->lora_A[t], T,
                                  in, r);
     }
 }

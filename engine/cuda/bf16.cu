@@ -147,8 +147,13 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
 // dout_bf16: the output gradient (GEMM_PTR_DOUT) is 2-byte bf16 too, stored so by the kernel that produced it, and
 // goes as it is (no conversion); dinp_bf16: the input gradient (GEMM_PTR_DINP) is a 2-byte bf16 D (the desc's beta 0:
 // cuBLASLt rounds the f32 product in its own store). Both: the bf16-activation table's *_b16 slots.
-static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const float* bias,
-                                     float* aux = NULL, bool act_bf16 = false, bool dout_bf16 = false,
+// GemmOperands (engine/gemm_desc.h, shared with the f32 GEMMs and their CPU check) holds each operand's address as
+// const float*; which operands are 2-byte the run says (the flags below and the weight's storage), so a 2-byte
+// operand is put there as an address only, through this one function.
+static inline const float* gemm_operand(const uint16_t* p) { return (const float*)(const void*)p; }
+
+static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const uint16_t* bias,
+                                     void* aux = NULL, bool act_bf16 = false, bool dout_bf16 = false,
                                      bool dinp_bf16 = false) {
     const GemmDesc* g = &d->g;
     const float *A, *B;
@@ -166,9 +171,9 @@ static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, con
     size_t boff = (na + nb + 7) & ~(size_t)7; /* 16-byte aligned f32 words */
     uint16_t* s = bf16_scratch(bias32 ? boff + 2 * (size_t)g->m : na + nb);
     const void* bias_d = bias;
-    RR_ASSERT(!bias || ctype == CUDA_R_32F || be->bias_dtype == DTYPE_BF16); /* cuBLASLt adds a bf16 D's bias in bf16 */
+    RR_ASSERT(!bias || be->bias_dtype == DTYPE_BF16); /* the 2-byte compute copy; cuBLASLt adds a bf16 D's bias in bf16 */
     if (bias32) {
-        bf16_to_f32_cuda((float*)(s + boff), (const uint16_t*)bias, (size_t)g->m, cuda_stream(be));
+        bf16_to_f32_cuda((float*)(s + boff), bias, (size_t)g->m, cuda_stream(be));
         bias_d = s + boff;
     }
     const uint16_t* a16 = (const uint16_t*)A;
@@ -194,27 +199,27 @@ struct Bf16RowsOf {
 };
 
 // out = x W^T + b from the bf16 operands, f32, not rounded (k = 0: out = bias or 0, as the CPU's BLAS gives)
-static void bf16_linear_unrounded(const Backend* be, float* out, const float* inp, const float* weight,
-                                  const float* bias, int N, int C, int OC) {
+static void bf16_linear_unrounded(const Backend* be, float* out, const float* inp, const uint16_t* weight,
+                                  const uint16_t* bias, int N, int C, int OC) {
     if (C == 0) {
-        const float* b32 = bias; // the bias in f32 words (2-byte where bias_dtype is: widened, exact)
-        if (bias && be->bias_dtype == DTYPE_BF16) {
+        const float* b32 = NULL; // the bias widened (exact) into f32 words; no weight is read (k = 0)
+        if (bias) {
             float* t = (float*)bf16_scratch(2 * (size_t)OC);
-            bf16_to_f32_cuda(t, (const uint16_t*)bias, (size_t)OC, cuda_stream(be));
+            bf16_to_f32_cuda(t, bias, (size_t)OC, cuda_stream(be));
             b32 = t;
         }
-        cuda_linear_forward(be, out, inp, weight, b32, N, C, OC);
+        cuda_linear_forward(be, out, inp, NULL, b32, N, C, OC);
         return;
     }
     GemmOperands ops = {};
     ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
     ops.ptr[GEMM_PTR_OUT] = out;
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
     gemm_lt_run_f32_operands(be, &d, &ops, bias);
 }
 
-void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const uint16_t* weight, const uint16_t* bias, int N, int C,
                               int OC) {
     if (N == 0 || OC == 0) return;
     bf16_linear_unrounded(be, out, inp, weight, bias, N, C, OC);
@@ -228,14 +233,14 @@ void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, c
 // bias epilogue into pre and the GELU kernel, unrounded in between. The backward reads the rounded pre
 // (gelu_backward's kernel; the DGELU epilogue is not used: the model's backward adds into dfc1, which
 // the split backward's W pass reads).
-void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                   const float* bias, int N, int C, int OC) {
+void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const uint16_t* weight,
+                                   const uint16_t* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     size_t n = (size_t)N * OC;
     if (C > 0 && bias && OC % 8 == 0) {
         GemmOperands ops = {};
         ops.ptr[GEMM_PTR_INP] = inp;
-        ops.ptr[GEMM_PTR_WEIGHT] = weight;
+        ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
         ops.ptr[GEMM_PTR_OUT] = out;
         GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
         gemm_lt_run_f32_operands(be, &d, &ops, bias, pre);
@@ -248,13 +253,14 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
     round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
-// linear_backward of both bf16 tables: act_bf16 says whether inp is 2-byte (the bf16-activation table) or f32 words
-static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* weight, int N, int C, int OC, bool act_bf16) {
+// linear_backward of both bf16 tables: inp 2-byte (the bf16-activation table) or f32 words, as its dtype says
+static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
+                                   const uint16_t* weight, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
+    bool act_bf16 = inp.dt == DTYPE_BF16;
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
+    ops.ptr[GEMM_PTR_INP] = act_bf16 ? gemm_operand(buf_bf16p(inp)) : buf_f32p(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
     ops.ptr[GEMM_PTR_DOUT] = dout;
     ops.ptr[GEMM_PTR_DINP] = dinp;
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
@@ -271,8 +277,8 @@ static void linear_backward_tables(const Backend* be, float* dinp, float* dweigh
 }
 
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, int N, int C, int OC) {
-    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, false);
+                               const uint16_t* weight, int N, int C, int OC) {
+    linear_backward_tables(be, dinp, dweight, dbias, dout, buf_f32(inp), weight, N, C, OC);
 }
 
 // ---- attention: cuDNN's or the own tensor-core kernel's, each rounding its own store (no pass) ----------
@@ -336,7 +342,7 @@ static __global__ void bias_rows_bf16_kernel(uint16_t* out, const uint16_t* bias
     if (i < n) out[i] = bias[i % OC];
 }
 
-void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cuda_bf16a_linear_forward(const Backend* be, uint16_t* out, const uint16_t* inp, const uint16_t* weight, const uint16_t* bias, int N, int C,
                                int OC) {
     if (N == 0 || OC == 0) return;
     if (C == 0) { // out = bias or 0, stored as bf16 (no GEMM: k = 0), as the CPU's BLAS gives
@@ -345,22 +351,22 @@ void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, 
             return;
         }
         size_t n = (size_t)N * OC;
-        bias_rows_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out,
-                                                                                      (const uint16_t*)bias, n, OC);
+        bias_rows_bf16_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>(out,
+                                                                                      bias, n, OC);
         cudaCheck(cudaGetLastError());
         return;
     }
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
-    ops.ptr[GEMM_PTR_OUT] = out;
+    ops.ptr[GEMM_PTR_INP] = gemm_operand(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
+    ops.ptr[GEMM_PTR_OUT] = gemm_operand(out);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
     gemm_lt_run_f32_operands(be, &d, &ops, bias, NULL, true);
 }
 
-void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                const float* weight, int N, int C, int OC) {
-    linear_backward_tables(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC, true);
+void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp,
+                                const uint16_t* weight, int N, int C, int OC) {
+    linear_backward_tables(be, dinp, dweight, dbias, dout, buf_bf16(inp), weight, N, C, OC);
 }
 
 // linear_backward_b16 (engine.h): the GEMMs read the 2-byte output gradient dout16 as it is (no conversion: its producer
@@ -369,17 +375,17 @@ void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, 
 // added), the value rr_f32_to_bf16 gives of the f32 sum over a zeroed dinp. set: the f32 dinp written by the GEMM's
 // beta 0 too (its first write: no memset before it; the f32 sum over a zeroed dinp), else added (beta 1).
 void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                    const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N,
+                                    const uint16_t* dout16, const float* dout, const uint16_t* inp, const uint16_t* weight, int N,
                                     int C, int OC, int set) {
     RR_ASSERT(!(dinp && dinp16) && (!dbias || dout) && dout16);
     if (set && dinp && N > 0 && C > 0 && OC == 0) // an empty product written: dinp = 0
         cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
-    ops.ptr[GEMM_PTR_DOUT] = (const float*)dout16;
-    ops.ptr[GEMM_PTR_DINP] = dinp16 ? (float*)dinp16 : dinp;
+    ops.ptr[GEMM_PTR_INP] = gemm_operand(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
+    ops.ptr[GEMM_PTR_DOUT] = gemm_operand(dout16);
+    ops.ptr[GEMM_PTR_DINP] = dinp16 ? gemm_operand(dinp16) : dinp;
     ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
     if (dinp16 && C == 0) return;
     if ((dinp || dinp16) && C > 0) {
@@ -414,15 +420,15 @@ static __global__ void gelu_f32_to_bf16_2_kernel(uint16_t* out, uint16_t* pre16,
         pre16[i] = rr_f32_to_bf16(pre[i]);
     }
 }
-void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                    const float* bias, int N, int C, int OC) {
+void cuda_bf16a_linear_gelu_forward(const Backend* be, uint16_t* out, uint16_t* pre, const uint16_t* inp, const uint16_t* weight,
+                                    const uint16_t* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     size_t n = (size_t)N * OC;
     if (C > 0 && bias && OC % 8 == 0) {
         GemmOperands ops = {};
-        ops.ptr[GEMM_PTR_INP] = inp;
-        ops.ptr[GEMM_PTR_WEIGHT] = weight;
-        ops.ptr[GEMM_PTR_OUT] = out;
+        ops.ptr[GEMM_PTR_INP] = gemm_operand(inp);
+        ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
+        ops.ptr[GEMM_PTR_OUT] = gemm_operand(out);
         GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
         gemm_lt_run_f32_operands(be, &d, &ops, bias, pre, true);
         return;
@@ -430,9 +436,9 @@ void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, c
     // the f32 pre-activation: the bf16 table's unrounded product, from the 2-byte input widened into the scratch
     float* w = act_f32_scratch(n + (size_t)N * C);
     float *p32 = w, *x32 = w + n;
-    bf16_to_f32_cuda(x32, (const uint16_t*)inp, (size_t)N * C, cuda_stream(be));
+    bf16_to_f32_cuda(x32, inp, (size_t)N * C, cuda_stream(be));
     bf16_linear_unrounded(be, p32, x32, weight, bias, N, C, OC);
-    gelu_f32_to_bf16_2_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>((uint16_t*)out, (uint16_t*)pre,
+    gelu_f32_to_bf16_2_kernel<<<ceil_div_z(n, BF16_BLOCK), BF16_BLOCK, 0, cuda_stream(be)>>>(out, pre,
                                                                                           p32, n);
     cudaCheck(cudaGetLastError());
 }
@@ -494,11 +500,11 @@ void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
 // run that is checked against the own kernel (a plan's first; every one under RRFP_CUDNN_STRICT=1) goes through the
 // bf16 table's f32 entry on inputs widened (exact) into scratch, which checks it, and its output narrowed (exact):
 // the same values, with the bf16 table's check.
-void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+void cuda_bf16a_attention_forward(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     cudaStream_t st = cuda_stream(be);
-    uint16_t* o16 = (uint16_t*)out;
-    const uint16_t *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    uint16_t* o16 = out;
+    const uint16_t *q16 = q, *k16 = k, *v16 = v;
     if (Hkv == H && ld_q == ld_kv) {
         int r = cuda_cudnn_attention_forward_b16(be, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q, causal);
         if (r == 1) return;
@@ -521,11 +527,11 @@ void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, con
 // cuDNN's backward on the 2-byte inputs where it takes the shape (no widening); else the own kernel's bf16-input /
 // f32-gradient entry (dout narrowed: one pass); a checked cuDNN run (as the forward) through the bf16 table's f32
 // entry on inputs widened (exact) into f32 scratch.
-void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                   const float* lse, const float* q, const float* k, const float* v,
+void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const uint16_t* out,
+                                   const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     cudaStream_t st = cuda_stream(be);
-    const uint16_t *o16 = (const uint16_t*)out, *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    const uint16_t *o16 = out, *q16 = q, *k16 = k, *v16 = v;
     int r = 0; // 1: cuDNN ran; -1: a checked cuDNN run, through the f32 entry; 0: the own kernel
     if (Hkv == H && ld_q == ld_kv)
         r = cuda_cudnn_attention_backward_b16(be, dq, dk, dv, dout, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q,
@@ -570,11 +576,11 @@ static __global__ void narrow_rows_kernel(uint16_t* out, int ldo, const float* i
     out[r * (size_t)ldo + c] = rr_f32_to_bf16(in[r * (size_t)ldi + c]);
 }
 void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                                       uint16_t* dv16, int ld16, const uint16_t* dout16, const float* out, const float* lse,
-                                       const float* q, const float* k, const float* v, const int* cu_seqlens, int S, int T,
+                                       uint16_t* dv16, int ld16, const uint16_t* dout16, const uint16_t* out, const float* lse,
+                                       const uint16_t* q, const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T,
                                        int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     cudaStream_t st = cuda_stream(be);
-    const uint16_t *o16 = (const uint16_t*)out, *q16 = (const uint16_t*)q, *k16 = (const uint16_t*)k, *v16 = (const uint16_t*)v;
+    const uint16_t *o16 = out, *q16 = q, *k16 = k, *v16 = v;
     RR_ASSERT(dv || !(dq16 || dk16) || !dv16); /* dv 2-byte only: no other mirror */
     RR_ASSERT((!dq16 || dq) && (!dk16 || dk));
     int r = 0;

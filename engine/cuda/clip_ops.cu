@@ -131,29 +131,29 @@ void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx
 
 // The bf16-activation table (Backend.act_dtype = DTYPE_BF16): out, inp and the gather's table are 2-byte bf16 words
 // (engine.h), the values and rounding points the bf16 table's (its rounding pass after the f32 op gives the same).
-void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act) {
+void cuda_bf16a_act_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n, Act act) {
     if (act == ACT_GELU_TANH) {
         cuda_bf16a_gelu_forward(be, out, inp, n);
         return;
     }
-    act_forward_launch<true>((uint16_t*)out, (const uint16_t*)inp, n, act, cuda_stream(be));
+    act_forward_launch<true>(out, inp, n, act, cuda_stream(be));
 }
-void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act) {
+void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const uint16_t* inp, size_t n, Act act) {
     if (act == ACT_GELU_TANH) {
         cuda_bf16a_gelu_backward(be, dinp, dout, inp, n);
         return;
     }
     if (n == 0) return;
-    act_backward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dinp, dout, (const uint16_t*)inp, n,
+    act_backward_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dinp, dout, inp, n,
                                                                                      (int)act);
     cudaCheck(cudaGetLastError());
 }
-void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+void cuda_bf16a_rows_gather_forward(const Backend* be, uint16_t* out, const int* idx, const float* w, const uint16_t* table, int N,
                                     int K, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
     rows_gather_forward_kernel<true><<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(
-        (uint16_t*)out, idx, w, (const uint16_t*)table, N, K, C);
+        out, idx, w, table, N, K, C);
     cudaCheck(cudaGetLastError());
 }
 
@@ -174,7 +174,7 @@ static __global__ void act_backward_b16_kernel(float* dinp, uint16_t* dinp16, co
     dinp[i] = v;
     dinp16[i] = rr_f32_to_bf16(v);
 }
-void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const uint16_t* inp,
                                  size_t n, Act act) {
     if (!dinp16) {
         if (act == ACT_GELU_TANH) cuda_bf16a_gelu_backward(be, dinp, dout, inp, n);
@@ -183,6 +183,6 @@ void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp1
     }
     if (n == 0) return;
     act_backward_b16_kernel<<<ceil_div_z(n, CLIP_BLOCK), CLIP_BLOCK, 0, cuda_stream(be)>>>(dinp, dinp16, dout,
-                                                                                        (const uint16_t*)inp, n, (int)act);
+                                                                                        inp, n, (int)act);
     cudaCheck(cudaGetLastError());
 }

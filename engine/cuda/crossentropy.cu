@@ -97,13 +97,13 @@ void cuda_crossentropy_backward(const Backend* be, float* dlogits, const float* 
 
 // the bf16-activation table (Backend.act_dtype = DTYPE_BF16): logits are 2-byte bf16 words (the bf16 table's
 // rounded values), widened on load; lse, the loss and dlogits f32
-void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N,
+void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const uint16_t* logits, const int* targets, int N,
                                      int V) {
-    crossentropy_forward_cuda(loss_sum, lse, (const uint16_t*)logits, targets, N, V, cuda_stream(be));
+    crossentropy_forward_cuda(loss_sum, lse, logits, targets, N, V, cuda_stream(be));
 }
-void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
+void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const uint16_t* logits, const float* lse, const int* targets,
                                       float scale, int N, int V) {
-    crossentropy_backward_cuda(dlogits, (const uint16_t*)logits, lse, targets, scale, N, V, cuda_stream(be));
+    crossentropy_backward_cuda(dlogits, logits, lse, targets, scale, N, V, cuda_stream(be));
 }
 
 // ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
@@ -121,10 +121,10 @@ static __global__ void crossentropy_backward_b16_kernel(uint16_t* dlogits, const
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         dlogits[row + v] = rr_f32_to_bf16(0.0f + rr_ce_dlogit(act_ld(logits, row + v), l, v == t, scale));
 }
-void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const uint16_t* logits, const float* lse,
                                           const int* targets, float scale, int N, int V) {
     if (N == 0) return;
-    crossentropy_backward_b16_kernel<<<N, CE_BLOCK, 0, cuda_stream(be)>>>(dlogits16, (const uint16_t*)logits, lse, targets,
+    crossentropy_backward_b16_kernel<<<N, CE_BLOCK, 0, cuda_stream(be)>>>(dlogits16, logits, lse, targets,
                                                                          scale, V);
     cudaCheck(cudaGetLastError());
 }

@@ -136,13 +136,13 @@ static void cuda_profile_take(BackendProfile* out) {
     }
 }
 
-// A typed buffer handed to an implementation that takes its address (or the Buf itself): a 2-byte pointer only from a bf16 buffer; an
-// f32 pointer from an f32 buffer, or from a bf16 one where the implementation's float* is only an address (the
-// bf16 GEMMs' weights and the bf16-activation functions, which read it as 2-byte words).
+// A typed buffer handed to an implementation that takes its address (or the Buf itself): an f32 pointer only from an
+// f32 buffer, a 2-byte pointer only from a bf16 one (each entry declares what it reads: cuda_ops.cuh), so a buffer of
+// the other dtype stops here instead of being read as the wrong words.
 struct BufAddr {
     Buf b;
-    operator float*() const { return (float*)b.p; }
-    operator const float*() const { return (const float*)b.p; }
+    operator float*() const { return buf_f32p(b); }
+    operator const float*() const { return buf_f32p(b); }
     operator uint16_t*() const { return buf_bf16p(b); }
     operator const uint16_t*() const { return buf_bf16p(b); }
     operator Buf() const { return b; } // an implementation that takes the typed buffer itself

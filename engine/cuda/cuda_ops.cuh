@@ -45,7 +45,7 @@ void cuda_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos,
                           const RopeFreq* rf);
 void cuda_bf16_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                                int ld_k, const RopeFreq* rf);
-void cuda_bf16a_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+void cuda_bf16a_rope_qk_forward(const Backend* be, uint16_t* q, uint16_t* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                                 int ld_k, const RopeFreq* rf);
 void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                            const RopeFreq* rf);
@@ -106,12 +106,12 @@ void cuda_adamw_update_copy(const Backend* be, float* param, const float* grad, 
                             const AdamWConfig* cfg, int t, int decay, Buf copy);
 void cuda_adamw_multi(const Backend* be, const AdamwTensor* ts, int n, const AdamWConfig* cfgs, int ncfg, int t);
 double cuda_sum_squares_multi(const Backend* be, const float* const* xs, const size_t* ns, int n);
-void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const uint16_t* weight, const uint16_t* bias, int N, int C,
                               int OC);
 void cuda_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, int N, int C, int OC);
-void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                   const float* bias, int N, int C, int OC);
+                               const uint16_t* weight, int N, int C, int OC);
+void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const uint16_t* weight,
+                                   const uint16_t* bias, int N, int C, int OC);
 void cuda_bf16_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                  const float* bias, int N, int C);
 void cuda_bf16_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C, double eps);
@@ -120,7 +120,7 @@ void cuda_bf16_swiglu_forward(const Backend* be, float* out, const float* gate, 
 void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
 void cuda_bf16_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
 void cuda_bf16_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
+void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const uint16_t* table, int N, int C);
 void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
@@ -195,38 +195,38 @@ void cuda_attention_path_note(int path);
 // The bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16): the bf16 table's numerics with
 // activations stored as 2-byte bf16 words (engine.h lists which pointers); each beside its family's kernels.
 void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n);
-void cuda_bf16a_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+void cuda_bf16a_linear_forward(const Backend* be, uint16_t* out, const uint16_t* inp, const uint16_t* weight, const uint16_t* bias, int N, int C,
                                int OC);
-void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                const float* weight, int N, int C, int OC);
-void cuda_bf16a_linear_gelu_forward(const Backend* be, float* out, float* pre, const float* inp, const float* weight,
-                                    const float* bias, int N, int C, int OC);
-void cuda_bf16a_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp,
+                                const uint16_t* weight, int N, int C, int OC);
+void cuda_bf16a_linear_gelu_forward(const Backend* be, uint16_t* out, uint16_t* pre, const uint16_t* inp, const uint16_t* weight,
+                                    const uint16_t* bias, int N, int C, int OC);
+void cuda_bf16a_layernorm_forward(const Backend* be, uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const float* weight,
                                   const float* bias, int N, int C);
-void cuda_bf16a_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_bf16a_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp,
                                    const float* weight, const float* mean, const float* rstd, int N, int C);
-void cuda_bf16a_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+void cuda_bf16a_rmsnorm_forward(const Backend* be, uint16_t* out, float* rstd, const uint16_t* inp, const float* weight, int N, int C,
                                 double eps);
-void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
+void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const uint16_t* inp,
                                  const float* weight, const float* rstd, int N, int C);
-void cuda_bf16a_gelu_forward(const Backend* be, float* out, const float* inp, size_t n);
-void cuda_bf16a_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n);
-void cuda_bf16a_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n);
-void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+void cuda_bf16a_gelu_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n);
+void cuda_bf16a_gelu_backward(const Backend* be, float* dinp, const float* dout, const uint16_t* inp, size_t n);
+void cuda_bf16a_swiglu_forward(const Backend* be, uint16_t* out, const uint16_t* gate, const uint16_t* up, size_t n);
+void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const uint16_t* gate, const uint16_t* up,
                                 size_t n);
-void cuda_bf16a_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
-void cuda_bf16a_add_f32_forward(const Backend* be, float* out, const float* a, const float* b, size_t n);
-void cuda_bf16a_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
-void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-void cuda_bf16a_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C);
-void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const float* logits, const int* targets, int N,
+void cuda_bf16a_add_forward(const Backend* be, uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n);
+void cuda_bf16a_add_f32_forward(const Backend* be, uint16_t* out, const uint16_t* a, const float* b, size_t n);
+void cuda_bf16a_rope_forward(const Backend* be, uint16_t* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf);
+void cuda_bf16a_rope2d_forward(const Backend* be, uint16_t* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+void cuda_bf16a_embedding_forward(const Backend* be, uint16_t* out, const int* ids, const uint16_t* table, int N, int C);
+void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const uint16_t* logits, const int* targets, int N,
                                      int V);
-void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const float* logits, const float* lse, const int* targets,
+void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const uint16_t* logits, const float* lse, const int* targets,
                                       float scale, int N, int V);
-void cuda_bf16a_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k, const float* v,
+void cuda_bf16a_attention_forward(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
-void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
-                                   const float* lse, const float* q, const float* k, const float* v,
+void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const uint16_t* out,
+                                   const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn);
 // attention_cudnn.cu: cuDNN's fused attention on 2-byte bf16 q, k, v, out (the bf16-activation table): 1 done, 0 run
@@ -247,31 +247,31 @@ int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, 
                                        int d, int ld_qkv, int causal);
 // 2-byte output gradients on the bf16-activation table (Backend's *_b16 slots, engine.h)
 void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                    const uint16_t* dout16, const float* dout, const float* inp, const float* weight, int N,
+                                    const uint16_t* dout16, const float* dout, const uint16_t* inp, const uint16_t* weight, int N,
                                     int C, int OC, int set);
 void cuda_bf16a_swiglu_backward_b16(const Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
-                                    const float* gate, const float* up, size_t n);
+                                    const uint16_t* gate, const uint16_t* up, size_t n);
 void cuda_bf16a_rmsnorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                                     const float* inp, const float* weight, const float* rstd, int N, int C);
+                                     const uint16_t* inp, const float* weight, const float* rstd, int N, int C);
 void cuda_bf16a_rope_qk_backward_b16(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
                                      float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                                      const RopeFreq* rf, int keep_q, int keep_k);
 void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
                                        uint16_t* dv16, int ld16,
-                                       const uint16_t* dout16, const float* out, const float* lse, const float* q,
-                                       const float* k, const float* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
+                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
+                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
                                        int d, int ld_q, int ld_kv, int causal);
 void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                       const float* dout, const float* inp, const float* weight, const float* mean,
+                                       const float* dout, const uint16_t* inp, const float* weight, const float* mean,
                                        const float* rstd, int N, int C);
 void cuda_bf16a_rope2d_backward_b16(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
                                     const int* pos_col, int N, int H, int d, int ld, int keep_f32);
-void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const float* logits, const float* lse,
+void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16, const uint16_t* logits, const float* lse,
                                           const int* targets, float scale, int N, int V);
-void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const float* inp,
+void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const uint16_t* inp,
                                  size_t n, Act act);
 // clip_ops.cu on the bf16-activation table
-void cuda_bf16a_act_forward(const Backend* be, float* out, const float* inp, size_t n, Act act);
-void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n, Act act);
-void cuda_bf16a_rows_gather_forward(const Backend* be, float* out, const int* idx, const float* w, const float* table, int N,
+void cuda_bf16a_act_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n, Act act);
+void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const uint16_t* inp, size_t n, Act act);
+void cuda_bf16a_rows_gather_forward(const Backend* be, uint16_t* out, const int* idx, const float* w, const uint16_t* table, int N,
                                     int K, int C);

@@ -176,25 +176,25 @@ void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const 
 // ---- the bf16-activation table (Backend.act_dtype = DTYPE_BF16): activations are 2-byte bf16 words, the
 // values and rounding points the bf16 table's (act_st<true>), gradients f32 ----------------------------------
 
-void cuda_bf16a_gelu_forward(const Backend* be, float* out, const float* inp, size_t n) {
-    gelu_forward_launch<true>((uint16_t*)out, (const uint16_t*)inp, n, cuda_stream(be));
+void cuda_bf16a_gelu_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n) {
+    gelu_forward_launch<true>(out, inp, n, cuda_stream(be));
 }
-void cuda_bf16a_gelu_backward(const Backend* be, float* dinp, const float* dout, const float* inp, size_t n) {
-    gelu_backward_cuda(dinp, dout, (const uint16_t*)inp, n, cuda_stream(be));
+void cuda_bf16a_gelu_backward(const Backend* be, float* dinp, const float* dout, const uint16_t* inp, size_t n) {
+    gelu_backward_cuda(dinp, dout, inp, n, cuda_stream(be));
 }
-void cuda_bf16a_swiglu_forward(const Backend* be, float* out, const float* gate, const float* up, size_t n) {
-    swiglu_forward_launch<true>((uint16_t*)out, (const uint16_t*)gate, (const uint16_t*)up, n, cuda_stream(be));
+void cuda_bf16a_swiglu_forward(const Backend* be, uint16_t* out, const uint16_t* gate, const uint16_t* up, size_t n) {
+    swiglu_forward_launch<true>(out, gate, up, n, cuda_stream(be));
 }
-void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+void cuda_bf16a_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, const uint16_t* gate, const uint16_t* up,
                                 size_t n) {
-    swiglu_backward_cuda(dgate, dup, dout, (const uint16_t*)gate, (const uint16_t*)up, n, cuda_stream(be));
+    swiglu_backward_cuda(dgate, dup, dout, gate, up, n, cuda_stream(be));
 }
-void cuda_bf16a_add_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
-    add_forward_launch<true>((uint16_t*)out, (const uint16_t*)a, (const uint16_t*)b, n, cuda_stream(be));
+void cuda_bf16a_add_forward(const Backend* be, uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
+    add_forward_launch<true>(out, a, b, n, cuda_stream(be));
 }
 // the residual add after a TP all-reduce: a 2-byte residual plus the f32 sum of the row-parallel partials
-void cuda_bf16a_add_f32_forward(const Backend* be, float* out, const float* a, const float* b, size_t n) {
-    add_forward_launch<true>((uint16_t*)out, (const uint16_t*)a, b, n, cuda_stream(be));
+void cuda_bf16a_add_f32_forward(const Backend* be, uint16_t* out, const uint16_t* a, const float* b, size_t n) {
+    add_forward_launch<true>(out, a, b, n, cuda_stream(be));
 }
 
 // ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
@@ -210,9 +210,9 @@ static __global__ void swiglu_backward_b16_kernel(uint16_t* dgate, uint16_t* dup
     if (dup) dup[i] = rr_f32_to_bf16(0.0f + du);
 }
 void cuda_bf16a_swiglu_backward_b16(const Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
-                                    const float* gate, const float* up, size_t n) {
+                                    const uint16_t* gate, const uint16_t* up, size_t n) {
     if (n == 0 || (!dgate16 && !dup16)) return;
     swiglu_backward_b16_kernel<<<ceil_div_z(n, ELEMENTWISE_BLOCK), ELEMENTWISE_BLOCK, 0, cuda_stream(be)>>>(
-        dgate16, dup16, dout, (const uint16_t*)gate, (const uint16_t*)up, n);
+        dgate16, dup16, dout, gate, up, n);
     cudaCheck(cudaGetLastError());
 }

@@ -61,10 +61,10 @@ static __global__ void embedding_forward_bf16_kernel(float* out, const int* ids,
     }
     out[i] = rr_bf16_to_f32(table[(size_t)id * C + c]);
 }
-void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const uint16_t* table, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    embedding_forward_bf16_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>(out, ids, (const uint16_t*)table, N, C,
+    embedding_forward_bf16_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>(out, ids, table, N, C,
                                                                                    cuda_ctx.error);
     cudaCheck(cudaGetLastError());
 }
@@ -78,10 +78,10 @@ void cuda_embedding_backward(const Backend* be, float* dtable, const float* dout
 
 // The bf16-activation table (Backend.act_dtype = DTYPE_BF16): the 2-byte rows copied as they are into a
 // 2-byte activation (the bf16 table's values, no rounding step).
-void cuda_bf16a_embedding_forward(const Backend* be, float* out, const int* ids, const float* table, int N, int C) {
+void cuda_bf16a_embedding_forward(const Backend* be, uint16_t* out, const int* ids, const uint16_t* table, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    embedding_forward_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>((uint16_t*)out, ids, (const uint16_t*)table,
+    embedding_forward_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>(out, ids, table,
                                                                                   N, C, cuda_ctx.error);
     cudaCheck(cudaGetLastError());
 }

@@ -219,13 +219,13 @@ void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, flo
     layernorm_backward_any(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 // the bf16-activation table (Backend.act_dtype = DTYPE_BF16): inp / out are 2-byte bf16 words
-void cuda_bf16a_layernorm_forward(const Backend* be, float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void cuda_bf16a_layernorm_forward(const Backend* be, uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const float* weight,
                                   const float* bias, int N, int C) {
-    layernorm_forward_bf16a_cuda((uint16_t*)out, mean, rstd, (const uint16_t*)inp, weight, bias, N, C, cuda_stream(be));
+    layernorm_forward_bf16a_cuda(out, mean, rstd, inp, weight, bias, N, C, cuda_stream(be));
 }
-void cuda_bf16a_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void cuda_bf16a_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp,
                                    const float* weight, const float* mean, const float* rstd, int N, int C) {
-    layernorm_backward_any(be, dinp, dweight, dbias, dout, (const uint16_t*)inp, weight, mean, rstd, N, C);
+    layernorm_backward_any(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
@@ -358,13 +358,13 @@ void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<float>{dout, inp, rstd, C}, N, C, cuda_stream(be));
 }
 // the bf16-activation table: inp / out 2-byte bf16 words, rstd and the gradients f32
-void cuda_bf16a_rmsnorm_forward(const Backend* be, float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+void cuda_bf16a_rmsnorm_forward(const Backend* be, uint16_t* out, float* rstd, const uint16_t* inp, const float* weight, int N, int C,
                                 double eps) {
-    rmsnorm_forward_launch<true>((uint16_t*)out, rstd, (const uint16_t*)inp, weight, N, C, eps, cuda_stream(be));
+    rmsnorm_forward_launch<true>(out, rstd, inp, weight, N, C, eps, cuda_stream(be));
 }
-void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const float* inp,
+void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, const uint16_t* inp,
                                  const float* weight, const float* rstd, int N, int C) {
-    const uint16_t* x = (const uint16_t*)inp;
+    const uint16_t* x = inp;
     if (dinp) rmsnorm_backward_input_cuda(dinp, (uint16_t*)NULL, dout, x, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
@@ -374,21 +374,21 @@ void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight,
 // rr_f32_to_bf16(dinp), in the same store: the input-gradient kernels' dinp16): the copy a GEMM reads next (the
 // residual stream's gradient)
 void cuda_bf16a_rmsnorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                                     const float* inp, const float* weight, const float* rstd, int N, int C) {
-    const uint16_t* x = (const uint16_t*)inp;
+                                     const uint16_t* inp, const float* weight, const float* rstd, int N, int C) {
+    const uint16_t* x = inp;
     if (dinp) rmsnorm_backward_input_cuda(dinp, dinp16, dout, x, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
 
 void cuda_bf16a_layernorm_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                                       const float* dout, const float* inp, const float* weight, const float* mean,
+                                       const float* dout, const uint16_t* inp, const float* weight, const float* mean,
                                        const float* rstd, int N, int C) {
     if (!(dinp && dinp16)) {
         cuda_bf16a_layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
         return;
     }
-    layernorm_backward_input_cuda(dinp, dinp16, dout, (const uint16_t*)inp, weight, mean, rstd, N, C, cuda_stream(be));
-    layernorm_backward_any(be, NULL, dweight, dbias, dout, (const uint16_t*)inp, weight, mean, rstd, N, C);
+    layernorm_backward_input_cuda(dinp, dinp16, dout, inp, weight, mean, rstd, N, C, cuda_stream(be));
+    layernorm_backward_any(be, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 // ---- column-sum scratch (cuda_common.cuh) ---------------------------------------------------------

@@ -219,11 +219,11 @@ void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, cons
 
 // the bf16-activation table (Backend.act_dtype = DTYPE_BF16): x is 2-byte bf16 words, rotated in place and
 // rounded in the store as the bf16 table's forward; the backwards act on f32 gradients (cuda_rope_backward)
-void cuda_bf16a_rope_forward(const Backend* be, float* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
-    rope_rotate_cuda<true>((uint16_t*)x, pos, N, H, d, ld, 1.0, rope_args(rf), cuda_stream(be));
+void cuda_bf16a_rope_forward(const Backend* be, uint16_t* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
+    rope_rotate_cuda<true>(x, pos, N, H, d, ld, 1.0, rope_args(rf), cuda_stream(be));
 }
-void cuda_bf16a_rope2d_forward(const Backend* be, float* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
-    rope2d_rotate_cuda<true>((uint16_t*)x, pos_row, pos_col, N, H, d, ld, 1.0, cuda_stream(be));
+void cuda_bf16a_rope2d_forward(const Backend* be, uint16_t* x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld) {
+    rope2d_rotate_cuda<true>(x, pos_row, pos_col, N, H, d, ld, 1.0, cuda_stream(be));
 }
 
 // ---- RoPE over q and k in one launch (BackendOps.rope_qk_forward / rope_qk_backward) --------------------------------
@@ -246,9 +246,9 @@ void cuda_bf16_rope_qk_forward(const Backend* be, float* q, float* k, const int*
                                int ld_k, const RopeFreq* rf) {
     rope_qk_cuda<true>(q, k, pos, N, H, Hkv, d, ld_q, ld_k, 1.0, rope_args(rf), cuda_stream(be));
 }
-void cuda_bf16a_rope_qk_forward(const Backend* be, float* q, float* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+void cuda_bf16a_rope_qk_forward(const Backend* be, uint16_t* q, uint16_t* k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                                 int ld_k, const RopeFreq* rf) {
-    rope_qk_cuda<true>((uint16_t*)q, (uint16_t*)k, pos, N, H, Hkv, d, ld_q, ld_k, 1.0, rope_args(rf), cuda_stream(be));
+    rope_qk_cuda<true>(q, k, pos, N, H, Hkv, d, ld_q, ld_k, 1.0, rope_args(rf), cuda_stream(be));
 }
 void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                            const RopeFreq* rf) {

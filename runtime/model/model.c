@@ -129,7 +129,13 @@ LmConfig model_config_lm(const ModelConfig* c) {
 static float* stage_ptr(const ParamTable* pt, const char* name, int grads) {
     int i = params_find(pt, name);
     if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
-    return grads ? params_grad(pt, i) : params_weights(pt, i);
+    return grads ? params_grad(pt, i) : buf_f32p(params_weights_buf(pt, i));
+}
+/* the values of a tensor the GEMMs or the gathers read, typed by their storage (its compute copy's) */
+static Buf stage_buf(const ParamTable* pt, const char* name) {
+    int i = params_find(pt, name);
+    if (i < 0) rr_die("internal: parameter '%s' is not registered in this stage", name);
+    return params_weights_buf(pt, i);
 }
 
 /* A Stage with its shapes but no parameters: enough for registration counts and the act layout. */
@@ -452,17 +458,17 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         vit_weights_point(&st->vit_g, pt, &st->vc, 1);
         projector_weights_point(&st->proj_w, pt, 0);
         projector_weights_point(&st->proj_g, pt, 1);
-        st->embed_w = stage_ptr(pt, "text.embed.weight", 0);
+        st->embed_w = stage_buf(pt, "text.embed.weight");
         st->embed_g = stage_ptr(pt, "text.embed.weight", 1);
         if (cfg->anyres) {
-            st->newline_w = stage_ptr(pt, "image_newline", 0);
+            st->newline_w = stage_buf(pt, "image_newline");
             st->newline_g = stage_ptr(pt, "image_newline", 1);
             st->newline16 = pt->compute && params_compute_dtype(pt, params_find(pt, "image_newline")) == DTYPE_BF16;
         }
         /* what the first stage's backward must compute (frozen = no work that nothing needs) */
         st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
         st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
-        st->proj_train = st->proj_g.fc1_w || st->proj_g.fc1_b || st->proj_g.fc2_w || st->proj_g.fc2_b;
+        st->proj_train = st->proj_g.fc1_w.p || st->proj_g.fc1_b.p || st->proj_g.fc2_w.p || st->proj_g.fc2_b.p;
         if (!st->vit_train) st->vit_fwd = callocCheck(1, sizeof *st->vit_fwd); /* its block: stage_tower_reserve */
     }
     int nL = l1 - l0;
@@ -480,7 +486,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         const char* head = cfg->tie_embeddings ? "text.embed.weight" : "text.lm_head.weight";
         st->normf_w = stage_ptr(pt, "text.norm.weight", 0);
         st->normf_g = stage_ptr(pt, "text.norm.weight", 1);
-        st->head_w = stage_ptr(pt, head, 0);
+        st->head_w = stage_buf(pt, head);
         st->head_g = stage_ptr(pt, head, 1);
     }
 }
@@ -577,7 +583,7 @@ static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T
     if (st->last) {
         /* 2-byte at tp = 1 with 2-byte activations: cross-entropy's backward stores it for the head's GEMMs only (the
          * vocabulary-parallel one at tp > 1 computes f32 values, converted by the GEMMs) */
-        a->dlogits = ab == 2 && st->tp <= 1 ? arena_alloc(ar, T * Vs * 2) : arena_alloc_f32(ar, T * Vs);
+        a->dlogits = ab == 2 && st->tp <= 1 ? buf_of(arena_alloc(ar, T * Vs * 2), DTYPE_BF16) : buf_f32(arena_alloc_f32(ar, T * Vs));
         a->dnf = arena_alloc_f32(ar, T * Dt);
     }
 }
@@ -638,7 +644,7 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->prow = arena_alloc(ar, Np * sizeof(int32_t));
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
         /* the tower's first activation: 2-byte words on the bf16-activation table (narrowed on the host) */
-        a->patches = arena_alloc(ar, Np * 3 * c->patch * c->patch * (st->vc.act_bytes == 2 ? 2 : sizeof(float)));
+        a->patches = buf_of(arena_alloc(ar, Np * 3 * c->patch * c->patch * (size_t)vit_act_bytes(&st->vc)), vit_act_dtype(&st->vc));
         /* a frozen vision tower keeps nothing for a backward that never runs: its output alone, the rest of its
          * forward's buffers the stage's (stage_tower_bind) */
         if (stage_tower_shared(st)) {
@@ -658,12 +664,13 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     }
     if (st->last) a->targets = arena_alloc(ar, T * sizeof(int32_t));
     size_t ab = (size_t)lm_act_bytes(&st->lc); /* an LM activation's bytes (res, nf, logits) */
-    a->res = arena_alloc(ar, (nL + 1) * T * Dt * ab);
+    DType adt = lm_act_dtype(&st->lc);
+    a->res = buf_of(arena_alloc(ar, (nL + 1) * T * Dt * ab), adt);
     for (size_t j = 0; j < nL; j++) lm_block_acts_layout(&a->blocks[j], ar, &st->lc, max_T);
     if (st->last) {
-        a->nf = arena_alloc(ar, T * Dt * ab);
+        a->nf = buf_of(arena_alloc(ar, T * Dt * ab), adt);
         a->rstdf = arena_alloc_f32(ar, T);
-        a->logits = arena_alloc(ar, T * Vs * ab);
+        a->logits = buf_of(arena_alloc(ar, T * Vs * ab), adt);
         a->lse = arena_alloc_f32(ar, T);
         a->loss_dev = arena_alloc_f32(ar, 1);
     }
@@ -884,13 +891,11 @@ void stage_acts_free(StageActs* a, const Stage* st) {
 
 void stage_acts_release(StageActs* a) { a->state = ACTS_EMPTY; }
 
-/* row t of an LM activation buffer of width W (lc.act_bytes per value) */
-static float* stage_act_row(const Stage* st, const float* base, size_t t, size_t W) {
-    return (float*)((char*)base + t * W * (size_t)lm_act_bytes(&st->lc));
-}
+/* row t of an LM activation buffer of width W */
+static Buf stage_act_row(Buf base, size_t t, size_t W) { return buf_at(base, t * W); }
 
-static float* stage_res(const StageActs* a, const Stage* st, int j) {
-    return stage_act_row(st, a->res, (size_t)j * a->max_T, st->cfg.Dt);
+static Buf stage_res(const StageActs* a, const Stage* st, int j) {
+    return stage_act_row(a->res, (size_t)j * a->max_T, st->cfg.Dt);
 }
 
 static float* stage_dres(const StageActs* a, const Stage* st, int j) {
@@ -1091,29 +1096,29 @@ static void stage_anyres_index(Stage* st, StageActs* a, const Microbatch* mb) {
 /* x0 (T, Dt): image positions take the projector rows of their image in patch order, the others
  * the token embedding (docs/model.md "Sequence assembly and the loss"); with any-resolution images the
  * rows of docs/anyres.md "The features" (stage_anyres_index) and the image_newline, by two row gathers. */
-static void stage_assemble(Stage* st, StageActs* a, float* x0) {
+static void stage_assemble(Stage* st, StageActs* a, Buf x0) {
     const Backend* be = st->lbe;
     int Dt = st->cfg.Dt;
     if (st->tp > 1) {
         /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP (in f32:
          * 2-byte rows widened into the LM's f32 TP scratch, summed, narrowed back, exact: one rank's row + 0s) */
         size_t n = (size_t)a->T * Dt;
-        be->dev->memset0(be, x0, n * (size_t)lm_act_bytes(&st->lc));
+        be->dev->memset0(be, x0.p, n * (size_t)lm_act_bytes(&st->lc));
         for (int r = 0; r < a->n_own; r++) {
             int t0 = a->h_own[2 * r], t1 = a->h_own[2 * r + 1];
-            be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->lids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
+            be->ops->embedding_forward(be, stage_act_row(x0, t0, Dt), a->lids + t0, st->embed_w, t1 - t0, Dt);
         }
         if (lm_act_bytes(&st->lc) == 2) {
             RR_ASSERT(a->scratch.tp_sum);
-            be->ops->from_bf16(be, a->scratch.tp_sum, (const uint16_t*)x0, n);
+            be->ops->from_bf16(be, a->scratch.tp_sum, buf_bf16p(x0), n);
             stage_tp_sum(st, a->scratch.tp_sum, n);
-            be->ops->to_bf16(be, (uint16_t*)x0, a->scratch.tp_sum, n);
+            be->ops->to_bf16(be, buf_bf16p(x0), a->scratch.tp_sum, n);
         } else
-            stage_tp_sum(st, x0, n);
+            stage_tp_sum(st, buf_f32p(x0), n);
     } else
     for (int r = 0; r < a->n_seg; r++) {
         int t0 = a->h_seg[2 * r], t1 = a->h_seg[2 * r + 1];
-        be->ops->embedding_forward(be, be_act(be, stage_act_row(st, x0, t0, Dt)), a->ids + t0, be_weight(be, st->embed_w), t1 - t0, Dt);
+        be->ops->embedding_forward(be, stage_act_row(x0, t0, Dt), a->ids + t0, st->embed_w, t1 - t0, Dt);
     }
     if (st->cfg.anyres) {
         /* the gathers add: the image positions must hold zeros (the TP path's sum leaves them 0) */
@@ -1124,16 +1129,16 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
                 while (t1 < a->T && a->h_ar_idx[t1] < 0 && a->h_ar_nl[t1] < 0) t1++;
                 t = t1;
                 while (t1 < a->T && (a->h_ar_idx[t1] >= 0 || a->h_ar_nl[t1] >= 0)) t1++;
-                if (t1 > t) be->dev->memset0(be, stage_act_row(st, x0, t, Dt), (size_t)(t1 - t) * Dt * (size_t)lm_act_bytes(&st->lc));
+                if (t1 > t) be->dev->memset0(be, stage_act_row(x0, t, Dt).p, (size_t)(t1 - t) * Dt * (size_t)lm_act_bytes(&st->lc));
                 t = t1;
             }
-        const float* nl = st->newline_w;
+        Buf nl = st->newline_w;
         if (lm_act_bytes(&st->lc) == 2 && !st->newline16) { /* the table in 2-byte words (exact: a bf16 value) */
-            be->ops->to_bf16(be, (uint16_t*)a->nl16, st->newline_w, (size_t)Dt);
-            nl = a->nl16;
+            be->ops->to_bf16(be, a->nl16, buf_f32p(st->newline_w), (size_t)Dt);
+            nl = buf_bf16(a->nl16);
         }
-        be->ops->rows_gather_forward(be, be_act(be, x0), a->ar_idx, NULL, be_act(be, a->proj.out.p), a->T, 1, Dt);
-        be->ops->rows_gather_forward(be, be_act(be, x0), a->ar_nl, NULL, be_act(be, nl), a->T, 1, Dt);
+        be->ops->rows_gather_forward(be, x0, a->ar_idx, NULL, a->proj.out, a->T, 1, Dt);
+        be->ops->rows_gather_forward(be, x0, a->ar_nl, NULL, nl, a->T, 1, Dt);
         return;
     }
     /* the projector's rows (f32 words holding bf16 values: rounded by its producer) into the image positions;
@@ -1141,13 +1146,13 @@ static void stage_assemble(Stage* st, StageActs* a, float* x0) {
     for (int i = 0; i < a->I; i++) {
         int k0 = a->h_img_cu[i], n = a->h_img_cu[i + 1] - k0;
         if (lm_act_bytes(&st->lc) == 2 && vit_act_bytes(&st->vc) == 2) /* 2-byte rows both sides */
-            be->dev->copy_d2d(be, stage_act_row(st, x0, a->h_img_lm_start[i], Dt), buf_at(a->proj.out, (size_t)k0 * Dt).p,
+            be->dev->copy_d2d(be, buf_bf16p(stage_act_row(x0, a->h_img_lm_start[i], Dt)), buf_bf16p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                          (size_t)n * Dt * sizeof(uint16_t));
         else if (lm_act_bytes(&st->lc) == 2)
-            be->ops->to_bf16(be, (uint16_t*)stage_act_row(st, x0, a->h_img_lm_start[i], Dt), buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
+            be->ops->to_bf16(be, buf_bf16p(stage_act_row(x0, a->h_img_lm_start[i], Dt)), buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                         (size_t)n * Dt);
         else
-            be->dev->copy_d2d(be, x0 + (size_t)a->h_img_lm_start[i] * Dt, buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
+            be->dev->copy_d2d(be, buf_f32p(stage_act_row(x0, a->h_img_lm_start[i], Dt)), buf_f32p(buf_at(a->proj.out, (size_t)k0 * Dt)),
                          (size_t)n * Dt * sizeof(float));
     }
 }
@@ -1163,7 +1168,7 @@ static float* stage_host(const Stage* st, const float* dev, size_t n) {
 
 /* the logits' host view: 2-byte logits widened (exact) on the host */
 static float* stage_host_logits(const Stage* st, const StageActs* a, size_t n) {
-    if (lm_act_bytes(&st->lc) == 4) return stage_host(st, a->logits, n);
+    if (lm_act_bytes(&st->lc) == 4) return stage_host(st, buf_f32p(a->logits), n);
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
     stage_logits_d2h(st, a, h, n);
     return h;
@@ -1193,10 +1198,10 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
     size_t nl = (size_t)T * st->Vs;
     float* logits = stage_host_logits(st, a, nl);
     float* lse = stage_host(st, a->lse, (size_t)T);
-    float* dl = st->tp_on_host ? a->dlogits : callocCheck(nl + 1, sizeof(float));
+    float* dl = st->tp_on_host ? buf_f32p(a->dlogits) : callocCheck(nl + 1, sizeof(float));
     tp_vocab_ce_backward(dl, logits, lse, a->h_targets, loss_scale, T, st->Vs, st->v0);
     if (!st->tp_on_host) {
-        st->be->dev->copy_h2d(st->be, a->dlogits, dl, nl * sizeof(float));
+        st->be->dev->copy_h2d(st->be, buf_f32p(a->dlogits), dl, nl * sizeof(float));
         free(dl);
         free(lse);
         free(logits);
@@ -1220,7 +1225,7 @@ static void stage_block_view(const Stage* st, const StageActs* a, int j, LmBlock
 static void stage_block_recompute(Stage* st, StageActs* a, int j, LmBlockActs* v, const LmSeq* seq) {
     stage_qlora_load(st, j);
     st->n_recomputed += lm_block_recompute(st->lbe, &st->lc, &st->blk_w[j], v, &a->scratch, seq,
-                                           be_act(st->lbe, stage_res(a, st, j)));
+                                           stage_res(a, st, j));
 }
 
 /* the tower's recomputed blocks into the stage's count */
@@ -1250,7 +1255,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     if (st->last) be->dev->copy_h2d(be, a->targets, mb->targets, (size_t)T * sizeof(int32_t));
     if (st->last && st->tp > 1) memcpy(a->h_targets, mb->targets, (size_t)T * sizeof(int32_t));
 
-    float* x0 = stage_res(a, st, 0);
+    Buf x0 = stage_res(a, st, 0);
     if (st->first) {
         a->I = mb->I;
         a->Np = mb->Np;
@@ -1302,9 +1307,9 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             if (st->vc.act_bytes == 2) { /* the tower's 2-byte activation: narrowed here, where it is produced */
                 RR_ASSERT(a->h_patches16);
                 vit_patches_to_bf16(a->h_patches16, mb->patches, (size_t)mb->Np * P);
-                be->dev->copy_h2d(be, a->patches, a->h_patches16, (size_t)mb->Np * P * sizeof(uint16_t));
+                be->dev->copy_h2d(be, buf_bf16p(a->patches), a->h_patches16, (size_t)mb->Np * P * sizeof(uint16_t));
             } else {
-                be->dev->copy_h2d(be, a->patches, mb->patches, (size_t)mb->Np * P * sizeof(float));
+                be->dev->copy_h2d(be, buf_f32p(a->patches), mb->patches, (size_t)mb->Np * P * sizeof(float));
             }
         }
         a->n_ar = mb->J;
@@ -1317,14 +1322,14 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
                                : 0;
         vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
         vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
-        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, be_act(vbe, a->vit.vout), a->Np);
+        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
         /* the pipeline's hidden states are f32 words (bf16 values under runtime.precision = bf16): narrowed
          * (exact) into 2-byte activations, one pass per microbatch */
-        if (lm_act_bytes(&st->lc) == 2) lbe->ops->to_bf16(lbe, (uint16_t*)x0, hidden_in, (size_t)T * Dt);
-        else be->dev->copy_d2d(be, x0, hidden_in, (size_t)T * Dt * sizeof(float));
+        if (lm_act_bytes(&st->lc) == 2) lbe->ops->to_bf16(lbe, buf_bf16p(x0), hidden_in, (size_t)T * Dt);
+        else be->dev->copy_d2d(be, buf_f32p(x0), hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
     /* LoRA's dropout: keyed by (seed, step, the microbatch's index in the global step), so a pipeline, a resume
@@ -1338,26 +1343,26 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         LmBlockActs v;
         stage_block_view(st, a, j, &v);
         stage_qlora_load(st, j);
-        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, be_act(lbe, stage_res(a, st, j)),
-                         be_act(lbe, stage_res(a, st, j + 1)));
+        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, stage_res(a, st, j),
+                         stage_res(a, st, j + 1));
     }
 
-    float* xL = stage_res(a, st, nL);
+    Buf xL = stage_res(a, st, nL);
     if (st->last) {
-        lbe->ops->rmsnorm_forward(lbe, be_act(lbe, a->nf), a->rstdf, be_act(lbe, xL), st->normf_w, T, Dt, st->lc.rms_eps);
+        lbe->ops->rmsnorm_forward(lbe, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
-            lbe->ops->linear_forward(lbe, be_act(lbe, a->logits), be_act(lbe, a->nf), be_weight(lbe, st->head_w), buf_none(), T, Dt, st->Vs);
+            lbe->ops->linear_forward(lbe, a->logits, a->nf, st->head_w, buf_none(), T, Dt, st->Vs);
             stage_tp_ce_forward(st, a);
         } else {
-            lbe->ops->linear_forward(lbe, be_act(lbe, a->logits), be_act(lbe, a->nf), be_weight(lbe, st->head_w), buf_none(), T, Dt, c->V);
-            lbe->ops->crossentropy_forward(lbe, a->loss_dev, a->lse, be_act(lbe, a->logits), a->targets, T, c->V);
+            lbe->ops->linear_forward(lbe, a->logits, a->nf, st->head_w, buf_none(), T, Dt, c->V);
+            lbe->ops->crossentropy_forward(lbe, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
             lbe->dev->copy_d2h(lbe, &a->loss_sum, a->loss_dev, sizeof(float));
         }
         if (loss_sum) *loss_sum = a->loss_sum;
     } else if (lm_act_bytes(&st->lc) == 2) {
-        lbe->ops->from_bf16(lbe, hidden_out, (const uint16_t*)xL, (size_t)T * Dt); /* widened (exact) to f32 words */
+        lbe->ops->from_bf16(lbe, hidden_out, buf_bf16p(xL), (size_t)T * Dt); /* widened (exact) to f32 words */
     } else {
-        be->dev->copy_d2d(be, hidden_out, xL, (size_t)T * Dt * sizeof(float));
+        be->dev->copy_d2d(be, hidden_out, buf_f32p(xL), (size_t)T * Dt * sizeof(float));
     }
     a->state = ACTS_FORWARD;
 }
@@ -1371,35 +1376,35 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
-        be->ops->b16->crossentropy_backward(be, (uint16_t*)a->dlogits, be_act(be, a->logits), a->lse, a->targets, loss_scale, T, V);
-        be->ops->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, (const uint16_t*)a->dlogits, NULL, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt,
+        be->ops->b16->crossentropy_backward(be, buf_bf16p(a->dlogits), a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->ops->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, buf_bf16p(a->dlogits), NULL, a->nf, st->head_w, T, Dt,
                                  V, 1); /* dnf written (beta 0): no memset */
     } else {
         be->dev->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
-        be->dev->memset0(be, a->dlogits, (size_t)T * V * sizeof(float));
+        be->dev->memset0(be, buf_f32p(a->dlogits), (size_t)T * V * sizeof(float));
         if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
-        else be->ops->crossentropy_backward(be, a->dlogits, be_act(be, a->logits), a->lse, a->targets, loss_scale, T, V);
-        be->ops->linear_backward(be, a->dnf, NULL, NULL, a->dlogits, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt, V);
+        else be->ops->crossentropy_backward(be, buf_f32p(a->dlogits), a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->ops->linear_backward(be, a->dnf, NULL, NULL, buf_f32p(a->dlogits), a->nf, st->head_w, T, Dt, V);
     }
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->dev->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
     if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
-        be->ops->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w,
+        be->ops->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
                                   a->rstdf, T, Dt);
     else
-        be->ops->rmsnorm_backward(be, dxL, NULL, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w, a->rstdf, T, Dt);
+        be->ops->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
-        be->ops->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, (const uint16_t*)a->dlogits, NULL, be_act(be, a->nf), be_weight(be, st->head_w), T,
+        be->ops->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, buf_bf16p(a->dlogits), NULL, a->nf, st->head_w, T,
                                  Dt, V, 0);
     else
-        be->ops->linear_backward(be, NULL, st->head_g, NULL, a->dlogits, be_act(be, a->nf), be_weight(be, st->head_w), T, Dt, V);
-    be->ops->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, be_act(be, stage_res(a, st, nL)), st->normf_w, a->rstdf, T, Dt);
+        be->ops->linear_backward(be, NULL, st->head_g, NULL, buf_f32p(a->dlogits), a->nf, st->head_w, T, Dt, V);
+    be->ops->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
@@ -1483,7 +1488,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
         if (st->lc.recompute == RECOMPUTE_FULL) stage_block_recompute(st, a, j, &v, &seq);
         stage_qlora_load(st, j);
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
-                                be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     }
     if (st->first) {
         stage_vision_backward_input(st, a);
@@ -1506,7 +1511,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
         stage_block_recompute(st, a, j, &v, &seq);
         stage_qlora_load(st, j);
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
-                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
+                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);
@@ -1530,9 +1535,9 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
         stage_block_view(st, a, j, &v);
         stage_block_recompute(st, a, j, &v, &seq);
         lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
-                                be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1), stage_dres(a, st, j));
+                                stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
         lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
-                                 be_act(st->lbe, stage_res(a, st, j)), stage_dres(a, st, j + 1));
+                                 stage_res(a, st, j), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);
@@ -1608,11 +1613,11 @@ int stage_dump_compute(const Stage* st, const char* path, char* err, size_t err_
 
 void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n) {
     if (lm_act_bytes(&st->lc) == 4) {
-        st->be->dev->copy_d2h(st->be, dst, a->logits, n * sizeof(float));
+        st->be->dev->copy_d2h(st->be, dst, buf_f32p(a->logits), n * sizeof(float));
         return;
     }
     uint16_t* l16 = mallocCheck((n ? n : 1) * sizeof(uint16_t)); /* 2-byte bf16 logits: widened on the host */
-    st->be->dev->copy_d2h(st->be, l16, a->logits, n * sizeof(uint16_t));
+    st->be->dev->copy_d2h(st->be, l16, buf_bf16p(a->logits), n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) dst[i] = rr_bf16_to_f32(l16[i]);
     free(l16);
 }

@@ -135,12 +135,15 @@ typedef struct {
     /* pointers into params_weights (w: the bf16 compute copy under runtime.precision = bf16, else params.data) and params.grad (g) */
     VitW vit_w, vit_g;
     ProjW proj_w, proj_g;
-    float *embed_w, *embed_g;  /* (V, Dt) */
+    Buf embed_w;               /* (V, Dt) the compute copy, typed by its storage (engine/params.h) */
+    float* embed_g;            /* (V, Dt) */
     LmBlockW *blk_w, *blk_g;   /* (l1 - l0) */
     struct LmQloraWs* qlora;   /* QLoRA's dequantised base weights (text/lm_qlora.h; NULL without lora.quant) */
     float *normf_w, *normf_g;  /* (Dt) */
-    float *head_w, *head_g;    /* (V, Dt) */
-    float *newline_w, *newline_g; /* (Dt) image_newline (ModelConfig.anyres; first stage) */
+    Buf head_w;                /* (V, Dt) the compute copy, typed by its storage */
+    float* head_g;             /* (V, Dt) */
+    Buf newline_w;             /* (Dt) image_newline (ModelConfig.anyres; first stage), typed by its storage */
+    float* newline_g;
     int newline16;             /* its compute copy holds 2-byte words (params_mark_act_table) */
     /* train.freeze: a frozen tensor's gradient pointer (*_g) is NULL and its weight gradient is never
      * computed. First stage: */
@@ -238,7 +241,7 @@ typedef struct {
     int T, S, I, Np, n_supervised;
     int32_t *cu_seqlens, *pos, *ids, *targets;  /* backend memory: (S+1), (T), (T), (T) */
     int32_t *img_cu, *prow, *pcol;              /* backend memory: (I+1), (Np), (Np) */
-    float* patches;                             /* backend memory: (Np, 3p^2) in the tower's activation storage (2-byte
+    Buf patches;                                /* backend memory: (Np, 3p^2) in the tower's activation storage (2-byte
                                                  * bf16 words where Stage.vc.act_bytes is 2: narrowed on the host) */
     int32_t *h_img_cu, *h_img_lm_start;         /* host: (I+1), (I) */
     int32_t* h_seg;                             /* host: (2 * n_seg) text runs [start, end) */
@@ -247,23 +250,26 @@ typedef struct {
      * microbatch's J; nl16 the newline's 2-byte words with 2-byte activations (Dt) */
     int32_t *ar_idx, *ar_nl, *h_ar_idx, *h_ar_nl;
     int n_ar;
-    float* nl16;
+    uint16_t* nl16;
     int n_seg;
     /* first stage */
     VitActs vit;                /* a frozen tower: its vout here, the rest Stage.vit_fwd's (bound at each forward) */
     unsigned vit_fwd_gen;       /* the Stage.vit_fwd block it was last bound to (StageTowerScratch.gen) */
     ProjActs proj;
     /* LM blocks of this stage */
-    float* res;            /* (nL+1, max_T, Dt) residual at block boundaries; res[0] = stage input */
+    Buf res;               /* (nL+1, max_T, Dt) residual at block boundaries (LM activations); res[0] = stage input */
     LmBlockActs* blocks;   /* (nL) */
     LmBlockGrads* grads;   /* (nL); all alias one set when not split */
     LmScratch scratch;
     float* dres;           /* split: (nL+1, max_T, Dt); fused: two buffers used alternately */
     uint16_t* dres16;      /* their 2-byte copies with 2-byte LM activations (else NULL), the same slots */
     /* last stage */
-    float *nf, *rstdf;     /* (T, Dt), (T) final RMSNorm */
-    float *logits, *lse;   /* (T, V), (T) */
-    float *dlogits, *dnf;  /* (T, V), (T, Dt) kept by B for the head and final-norm W */
+    Buf nf;                /* (T, Dt) final RMSNorm (an LM activation) */
+    float* rstdf;          /* (T) */
+    Buf logits;            /* (T, V) an LM activation */
+    float* lse;            /* (T) */
+    Buf dlogits;           /* (T, V) kept by B for the head's W: f32, or 2-byte with 2-byte activations at tp 1 */
+    float* dnf;            /* (T, Dt) kept by B for the final norm's W */
     float* loss_dev;       /* (1) backend memory */
     /* tensor parallel: this rank's vocabulary rows' local ids (first stage, backend memory (T)), the
      * runs [start, end) of positions whose token it owns (host), the targets (last stage, host (T)) */

@@ -37,7 +37,7 @@ typedef struct {
     int kind; /* VitGraphKind */
     const Backend* be;
     const VitActs* a;
-    const float* patches;
+    Buf patches;
     const int32_t *img_cu, *prow, *pcol;
     int N, I, T;
 } VitGraphKey;
@@ -57,7 +57,7 @@ struct VitGraphs {
 };
 
 static int key_eq(const VitGraphKey* x, const VitGraphKey* y) {
-    return x->kind == y->kind && x->be == y->be && x->a == y->a && x->patches == y->patches && x->img_cu == y->img_cu && x->prow == y->prow &&
+    return x->kind == y->kind && x->be == y->be && x->a == y->a && x->patches.p == y->patches.p && x->img_cu == y->img_cu && x->prow == y->prow &&
            x->pcol == y->pcol && x->N == y->N && x->I == y->I && x->T == y->T;
 }
 

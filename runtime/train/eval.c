@@ -136,7 +136,7 @@ int trainer_eval(Trainer* t, int64_t max_samples, FILE* predictions, EvalResult*
             acts->state = ACTS_EMPTY; /* forward only: no backward will consume these activations */
             loss_sum += ls;
             res->supervised += mb->n_supervised;
-            const float* logits = acts->logits;
+            const float* logits = on_host ? buf_f32p(acts->logits) : NULL; /* the CPU tables store f32 words */
             if (!on_host) {
                 size_t need = (size_t)mb->T * (size_t)V;
                 if (need > hl_n) hl = reallocCheck(hl, need * sizeof(float)), hl_n = need;

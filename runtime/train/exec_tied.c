@@ -38,7 +38,7 @@ static int tied_hook(StepExec* ex, void* ctx, char* err, size_t err_len) {
         RR_ASSERT(n == n2);
         if (!g0 || !g1) return 0; /* frozen (train.freeze): both copies keep their loaded values */
         const Backend* be = t->first->be;
-        be->ops->add_forward(be, be_act(be, g0), be_act(be, g0), be_act(be, g1), n);
+        be->ops->add_forward(be, buf_f32(g0), buf_f32(g0), buf_f32(g1), n); /* gradients: f32 words */
         be->dev->copy_d2d(be, g1, g0, n * sizeof(float));
         return 0;
     }

@@ -270,7 +270,7 @@ static void gen_microbatch_anyres(Microbatch* mb, const int32_t* ids, int n, int
 
 /* The logits of the last position of the forward in a (its logits (T, V) on the backend) into out. */
 static void gen_last_logits(Generator* g, const StageActs* a, float* out) {
-    g->be->dev->copy_d2h(g->be, out, a->logits + (size_t)(a->T - 1) * g->V, (size_t)g->V * sizeof(float));
+    g->be->dev->copy_d2h(g->be, out, buf_f32p(a->logits) + (size_t)(a->T - 1) * g->V, (size_t)g->V * sizeof(float));
 }
 
 static int gen_argmax(const float* x, int n) {

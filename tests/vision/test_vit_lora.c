@@ -130,8 +130,8 @@ static void run_case(VitLoraTarget t, double p) {
     memcpy(dx0, dx, (size_t)T * in * 4), memcpy(dA0, dA, (size_t)r * in * 4), memcpy(dB0, dB, (size_t)out * r * 4);
     VitBlockW w, dw;
     memset(&w, 0, sizeof w), memset(&dw, 0, sizeof dw);
-    w.lora_A[t] = A, w.lora_B[t] = B;
-    dw.lora_A[t] = dA, dw.lora_B[t] = dB;
+    w.lora_A[t] = buf_f32(A), w.lora_B[t] = buf_f32(B);
+    dw.lora_A[t] = buf_f32(dA), dw.lora_B[t] = buf_f32(dB);
     float* y = malloc((size_t)T * ld * 4);
     memcpy(y, Y0, (size_t)T * ld * 4);
     vit_lora_forward(be, &c, &w, &b, &a, l, t, x, y);

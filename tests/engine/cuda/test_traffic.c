@@ -559,16 +559,16 @@ static int* dev_ints(const int* h, size_t n) {
 
 /* an activation input of n random values in the table's storage (bf16 values; 2-byte words on a
  * bf16-activation table) */
-static float* dev_random_act(size_t n, float scale, uint64_t* s) {
+static Buf dev_random_act(size_t n, float scale, uint64_t* s) {
     float* d = dev_random(n, scale, s);
-    if (inner->act_dtype != DTYPE_BF16) return d;
+    if (inner->act_dtype != DTYPE_BF16) return buf_f32(d);
     float* h = malloc(n * sizeof(float));
     uint16_t* b = malloc(n * sizeof(uint16_t));
     inner->dev->copy_d2h(inner, h, d, n * sizeof(float));
     for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
     inner->dev->copy_h2d(inner, d, b, n * sizeof(uint16_t)); /* the first half of the f32 allocation */
     free(h), free(b);
-    return d;
+    return buf_of(d, DTYPE_BF16);
 }
 
 /* RoPE's cos / sin table is built on its frequencies' first use (rope.cu: one launch, never again once built): a
@@ -597,13 +597,13 @@ static void lm_rope_call(void* v) {
     inner->ops->rope_qk_forward(inner, x->a->q, x->a->k, x->seq->pos, x->seq->T, x->c->H, x->c->H, d, x->c->D, x->c->D, &x->c->rope);
 }
 struct VitRopeCtx {
-    float* qkv;
+    Buf qkv;
     const int *pr, *pc;
     int N, H, d;
 };
 static void vit_rope_call(void* v) {
     struct VitRopeCtx* x = v;
-    inner->ops->rope2d_forward(inner, be_act(inner, x->qkv), x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
+    inner->ops->rope2d_forward(inner, x->qkv, x->pr, x->pc, x->N, 2 * x->H, x->d, 3 * x->H * x->d);
 }
 
 static void step_params(ParamTable* pt) {
@@ -687,7 +687,7 @@ static void run_lm(void) {
     for (int i = 0; i < T; i++) pos[i] = i < 100 ? i : i - 100;
     LmSeq seq = {.T = T, .S = S, .cu_seqlens = dev_ints(cu, 3), .pos = dev_ints(pos, T)};
     uint64_t rs = 3;
-    float *xin = dev_random_act((size_t)T * c.D, 2.0f, &rs), *xout = dev_random_act((size_t)T * c.D, 1.0f, &rs);
+    Buf xin = dev_random_act((size_t)T * c.D, 2.0f, &rs), xout = dev_random_act((size_t)T * c.D, 1.0f, &rs);
     float *dxout = dev_random((size_t)T * c.D, 1e-2f, &rs), *dxin = dev_random((size_t)T * c.D, 1.0f, &rs);
     struct LmRopeCtx rc = {&a, &seq, &c};
     rope_warm_up("LM block", lm_rope_call, &rc);
@@ -701,9 +701,9 @@ static void run_lm(void) {
     emu_traffic(1);
     inner->dev->profile(1);
     printf("LM block (D %d, H %d, F %d, T %d in %d sequences), bf16, 2-byte activations:\n", c.D, c.H, c.F, T, S);
-    lm_block_forward(&wrap, &c, &w, &a, &s, &seq, be_act(&wrap, xin), be_act(&wrap, xout));
-    lm_block_backward_input(&wrap, &c, &w, &a, &g, &s, &seq, be_act(&wrap, xin), dxout, dxin);
-    lm_block_backward_weight(&wrap, &c, &w, &dw, &a, &g, &seq, be_act(&wrap, xin), dxout);
+    lm_block_forward(&wrap, &c, &w, &a, &s, &seq, xin, xout);
+    lm_block_backward_input(&wrap, &c, &w, &a, &g, &s, &seq, xin, dxout, dxin);
+    lm_block_backward_weight(&wrap, &c, &w, &dw, &a, &g, &seq, xin, dxout);
     step_params(&pt);
     inner->dev->profile(0);
     emu_traffic(0);
@@ -733,7 +733,7 @@ static void run_vit(void) {
     int img_cu[3] = {0, 128, 256}, pr[256], pc[256];
     for (int i = 0; i < N; i++) pr[i] = (i % 128) / 16, pc[i] = (i % 128) % 16; /* two 8 x 16 grids */
     uint64_t rs = 5;
-    float* patches = dev_random_act((size_t)N * P, 2.0f, &rs); /* 2-byte words: narrowed on the host (vit_forward) */
+    Buf patches = dev_random_act((size_t)N * P, 2.0f, &rs); /* 2-byte words: narrowed on the host (vit_forward) */
     int *img_d = dev_ints(img_cu, 3), *pr_d = dev_ints(pr, N), *pc_d = dev_ints(pc, N);
     float* dv = dev_random((size_t)N * c.D, 1e-2f, &rs);
     struct VitRopeCtx vc = {a.blocks[0].qkv, pr_d, pc_d, N, c.H, c.D / c.H};

@@ -429,10 +429,10 @@ static void freeze_case(const char* freeze, int split_bw) {
          * each microbatch keeps its output alone (the losses and gradients above: with all NMB forwards before the
          * backwards), and the dry run's workspace counts that set once */
         EXPECT(fz.vit_fwd && fz.vit_fwd->block, "frozen tower: no shared forward scratch");
-        EXPECT(fa[0].vit.x == fa[1].vit.x && fa[0].vit.blocks[0].fc1 == fa[1].vit.blocks[0].fc1 && fa[0].vit.tmp == fa[1].vit.tmp,
+        EXPECT(fa[0].vit.x.p == fa[1].vit.x.p && fa[0].vit.blocks[0].fc1.p == fa[1].vit.blocks[0].fc1.p && fa[0].vit.tmp.p == fa[1].vit.tmp.p,
                "frozen tower: the microbatches' forward buffers are not shared");
-        EXPECT(fa[0].vit.vout != fa[1].vit.vout, "frozen tower: the microbatches share their output");
-        EXPECT((char*)fa[0].vit.x >= (char*)fz.vit_fwd->block && (char*)fa[0].vit.x < (char*)fz.vit_fwd->block + fz.vit_fwd->bytes,
+        EXPECT(fa[0].vit.vout.p != fa[1].vit.vout.p, "frozen tower: the microbatches share their output");
+        EXPECT((char*)fa[0].vit.x.p >= (char*)fz.vit_fwd->block && (char*)fa[0].vit.x.p < (char*)fz.vit_fwd->block + fz.vit_fwd->bytes,
                "frozen tower: the residual is not in the stage's scratch");
         size_t ws = 0;
         model_stage_acts_bytes_rc(&c, 0, c.Lt, max_T, max_Np, split_bw, 1, 4, 0, RECOMPUTE_NONE, RECOMPUTE_NONE, &ws);

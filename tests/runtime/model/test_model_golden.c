@@ -55,7 +55,7 @@ static void case_vit(const char* dir) {
     Arena ar = {.base = be->dev->alloc(measure.used), .size = measure.used, .name = "vit acts"};
     vit_acts_layout(&a, &ar, &vc, mb.Np, 0, 1);
 
-    vit_forward(be, &vc, &w, &a, mb.patches, mb.img_cu_patches, mb.I, mb.patch_row, mb.patch_col, mb.Np);
+    vit_forward(be, &vc, &w, &a, buf_f32(mb.patches), mb.img_cu_patches, mb.I, mb.patch_row, mb.patch_col, mb.Np);
     size_t ND = (size_t)mb.Np * vc.D;
     float* dvout = mallocCheck(ND * sizeof(float));
     for (size_t k = 0; k < ND; k++) dvout[k] = 2.0f * tm_uniform(&rng) - 1.0f;
@@ -82,7 +82,7 @@ static void case_vit(const char* dir) {
     st_writer_add_i32(sw, "grid_w", mb.grid_w, 1, mb.I, 0, 0, 0);
     st_writer_add_i32(sw, "patch_row", mb.patch_row, 1, mb.Np, 0, 0, 0);
     st_writer_add_i32(sw, "patch_col", mb.patch_col, 1, mb.Np, 0, 0, 0);
-    st_writer_add_f32(sw, "vout", a.vout, 2, mb.Np, vc.D, 0, 0); /* CPU backend: host memory */
+    st_writer_add_f32(sw, "vout", buf_f32p(a.vout), 2, mb.Np, vc.D, 0, 0); /* CPU backend: host memory */
     st_writer_add_f32(sw, "dvout", dvout, 2, mb.Np, vc.D, 0, 0);
     path_join(path, sizeof path, dir, "microbatch-0.safetensors");
     check(st_writer_write(sw, path, err, sizeof err), err);

@@ -617,8 +617,8 @@ static void vit_run(const VitConfig* c, const VitW* w, const VitW* dw, float* vo
     VitActs a;
     memset(&a, 0, sizeof a);
     vit_acts_layout(&a, &ar, c, VN, 0, 1);
-    vit_forward(&backend_cpu, c, w, &a, vit_px, vit_cu, 2, vit_prow, vit_pcol, VN);
-    memcpy(vout, a.vout, sizeof(float) * VN * VD);
+    vit_forward(&backend_cpu, c, w, &a, buf_f32(vit_px), vit_cu, 2, vit_prow, vit_pcol, VN);
+    memcpy(vout, buf_f32p(a.vout), sizeof(float) * VN * VD);
     memcpy(a.dvout, vit_dv, sizeof vit_dv);
     vit_backward(&backend_cpu, c, w, dw, &a);
     vit_acts_free_tables(&a);
@@ -706,12 +706,12 @@ static void test_vit(void) {
             r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_vit, r->c.tp_ctx = r;
             r->w = w; /* patch embed, ln_f: whole */
             r->w.blocks = callocCheck(VL, sizeof(VitBlockW));
-            r->dw.patch_w = callocCheck((size_t)D * 3 * VP * VP, 4);
+            r->dw.patch_w = buf_f32(callocCheck((size_t)D * 3 * VP * VP, 4));
             if (g_clip) {
-                r->dw.cls = callocCheck((size_t)D, 4), r->dw.pos = callocCheck((size_t)D * 10, 4);
+                r->dw.cls = buf_f32(callocCheck((size_t)D, 4)), r->dw.pos = buf_f32(callocCheck((size_t)D * 10, 4));
                 r->dw.pre_w = callocCheck((size_t)D, 4), r->dw.pre_b = callocCheck((size_t)D, 4);
             } else {
-                r->dw.patch_b = callocCheck((size_t)D, 4);
+                r->dw.patch_b = buf_f32(callocCheck((size_t)D, 4));
                 r->dw.lnf_w = callocCheck((size_t)D, 4), r->dw.lnf_b = callocCheck((size_t)D, 4);
             }
             r->dw.blocks = callocCheck(VL, sizeof(VitBlockW));
@@ -723,18 +723,18 @@ static void test_vit(void) {
                              (const char*[]){"attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "mlp.fc1.weight",
                                              "mlp.fc1.bias", "mlp.fc2.weight"}[k]);
                 int ne;
-                r->w.blocks[l] = (VitBlockW){b->ln1_w, b->ln1_b, tp_slice(nm[0], b->qkv_w, 3 * D, D, T, t, &ne),
-                                             tp_slice(nm[1], b->qkv_b, 3 * D, 0, T, t, &ne),
-                                             tp_slice(nm[2], b->out_w, D, D, T, t, &ne), b->out_b, b->ln2_w, b->ln2_b,
-                                             tp_slice(nm[3], b->fc1_w, 4 * D, D, T, t, &ne),
-                                             tp_slice(nm[4], b->fc1_b, 4 * D, 0, T, t, &ne),
-                                             tp_slice(nm[5], b->fc2_w, D, 4 * D, T, t, &ne), b->fc2_b, {0}, {0}};
-                r->dw.blocks[l] = (VitBlockW){callocCheck(D, 4),           callocCheck(D, 4),
-                                              callocCheck(3 * Dq * D, 4),  callocCheck(3 * Dq, 4),
-                                              callocCheck(D * Dq, 4),      callocCheck(D, 4),
-                                              callocCheck(D, 4),           callocCheck(D, 4),
-                                              callocCheck(Dm * D, 4),      callocCheck(Dm, 4),
-                                              callocCheck(D * Dm, 4),      callocCheck(D, 4), {0}, {0}};
+                r->w.blocks[l] = (VitBlockW){b->ln1_w, b->ln1_b, buf_f32(tp_slice(nm[0], buf_f32p(b->qkv_w), 3 * D, D, T, t, &ne)),
+                                             buf_f32(tp_slice(nm[1], buf_f32p(b->qkv_b), 3 * D, 0, T, t, &ne)),
+                                             buf_f32(tp_slice(nm[2], buf_f32p(b->out_w), D, D, T, t, &ne)), b->out_b, b->ln2_w, b->ln2_b,
+                                             buf_f32(tp_slice(nm[3], buf_f32p(b->fc1_w), 4 * D, D, T, t, &ne)),
+                                             buf_f32(tp_slice(nm[4], buf_f32p(b->fc1_b), 4 * D, 0, T, t, &ne)),
+                                             buf_f32(tp_slice(nm[5], buf_f32p(b->fc2_w), D, 4 * D, T, t, &ne)), b->fc2_b, {{0}}, {{0}}};
+                r->dw.blocks[l] = (VitBlockW){callocCheck(D, 4),                    callocCheck(D, 4),
+                                              buf_f32(callocCheck(3 * Dq * D, 4)), buf_f32(callocCheck(3 * Dq, 4)),
+                                              buf_f32(callocCheck(D * Dq, 4)),     buf_f32(callocCheck(D, 4)),
+                                              callocCheck(D, 4),                    callocCheck(D, 4),
+                                              buf_f32(callocCheck(Dm * D, 4)),     buf_f32(callocCheck(Dm, 4)),
+                                              buf_f32(callocCheck(D * Dm, 4)),     buf_f32(callocCheck(D, 4)), {{0}}, {{0}}};
             }
             pthread_create(&th[t], NULL, vit_rank_main, r);
         }
@@ -752,14 +752,14 @@ static void test_vit(void) {
             int nc = 0;
 #define CMP(wh, gp, wp, nn, ow) cmp[nc++] = (typeof(cmp[0])){wh, gp, wp, nn, ow}
             CMP("vout", r->vout, vout, VN * D, 0);
-            CMP("d patch_w", r->dw.patch_w, g.patch_w, D * 3 * VP * VP, 0);
+            CMP("d patch_w", buf_f32p(r->dw.patch_w), buf_f32p(g.patch_w), D * 3 * VP * VP, 0);
             if (g_clip) {
-                CMP("d class_embedding", r->dw.cls, g.cls, D, 0);
-                CMP("d pos_embed", r->dw.pos, g.pos, D * 10, 0);
+                CMP("d class_embedding", buf_f32p(r->dw.cls), buf_f32p(g.cls), D, 0);
+                CMP("d pos_embed", buf_f32p(r->dw.pos), buf_f32p(g.pos), D * 10, 0);
                 CMP("d pre_ln_w", r->dw.pre_w, g.pre_w, D, 0);
                 CMP("d pre_ln_b", r->dw.pre_b, g.pre_b, D, 0);
             } else {
-                CMP("d patch_b", r->dw.patch_b, g.patch_b, D, 0);
+                CMP("d patch_b", buf_f32p(r->dw.patch_b), buf_f32p(g.patch_b), D, 0);
                 CMP("d lnf_w", r->dw.lnf_w, g.lnf_w, D, 0);
             }
             for (int l = 0; l < VL; l++) {
@@ -769,15 +769,15 @@ static void test_vit(void) {
                 /* the expected gradient slices: this file's own cut (per q | k | v part, heads [t Dq, (t+1) Dq)
                  * of each; rows or columns [t Dm, (t+1) Dm)), independent of tp_shard_ranges, which cut the
                  * weights above: the two must agree */
-                CMP("d qkv_w", a->qkv_w, slice_qkv(b->qkv_w, D, D, t, Dq), 3 * Dq * D, 1);
-                CMP("d qkv_b", a->qkv_b, slice_qkv(b->qkv_b, D, 1, t, Dq), 3 * Dq, 1);
-                CMP("d out_w", a->out_w, lm_slice(b->out_w, D, D, 1, t * Dq, Dq), D * Dq, 1);
-                CMP("d out_b", a->out_b, b->out_b, D, 0);
+                CMP("d qkv_w", buf_f32p(a->qkv_w), slice_qkv(buf_f32p(b->qkv_w), D, D, t, Dq), 3 * Dq * D, 1);
+                CMP("d qkv_b", buf_f32p(a->qkv_b), slice_qkv(buf_f32p(b->qkv_b), D, 1, t, Dq), 3 * Dq, 1);
+                CMP("d out_w", buf_f32p(a->out_w), lm_slice(buf_f32p(b->out_w), D, D, 1, t * Dq, Dq), D * Dq, 1);
+                CMP("d out_b", buf_f32p(a->out_b), buf_f32p(b->out_b), D, 0);
                 CMP("d ln2_w", a->ln2_w, b->ln2_w, D, 0);
-                CMP("d fc1_w", a->fc1_w, lm_slice(b->fc1_w, 4 * D, D, 0, t * Dm, Dm), Dm * D, 1);
-                CMP("d fc1_b", a->fc1_b, lm_slice(b->fc1_b, 4 * D, 1, 0, t * Dm, Dm), Dm, 1);
-                CMP("d fc2_w", a->fc2_w, lm_slice(b->fc2_w, D, 4 * D, 1, t * Dm, Dm), D * Dm, 1);
-                CMP("d fc2_b", a->fc2_b, b->fc2_b, D, 0);
+                CMP("d fc1_w", buf_f32p(a->fc1_w), lm_slice(buf_f32p(b->fc1_w), 4 * D, D, 0, t * Dm, Dm), Dm * D, 1);
+                CMP("d fc1_b", buf_f32p(a->fc1_b), lm_slice(buf_f32p(b->fc1_b), 4 * D, 1, 0, t * Dm, Dm), Dm, 1);
+                CMP("d fc2_w", buf_f32p(a->fc2_w), lm_slice(buf_f32p(b->fc2_w), D, 4 * D, 1, t * Dm, Dm), D * Dm, 1);
+                CMP("d fc2_b", buf_f32p(a->fc2_b), buf_f32p(b->fc2_b), D, 0);
             }
 #undef CMP
             for (int i = 0; i < nc; i++) {
@@ -795,14 +795,16 @@ static void test_vit(void) {
             VitRank* r = &rk[t];
             for (int l = 0; l < VL; l++) {
                 VitBlockW *a = &r->w.blocks[l], *d = &r->dw.blocks[l];
-                float* own[] = {a->qkv_w, a->qkv_b, a->out_w, a->fc1_w, a->fc1_b, a->fc2_w};
+                float* own[] = {buf_f32p(a->qkv_w), buf_f32p(a->qkv_b), buf_f32p(a->out_w), buf_f32p(a->fc1_w),
+                                buf_f32p(a->fc1_b), buf_f32p(a->fc2_w)};
                 for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) free(own[k]);
-                float* grads[] = {d->ln1_w, d->ln1_b, d->qkv_w, d->qkv_b, d->out_w, d->out_b,
-                                  d->ln2_w, d->ln2_b, d->fc1_w, d->fc1_b, d->fc2_w, d->fc2_b};
+                float* grads[] = {d->ln1_w,           d->ln1_b,           buf_f32p(d->qkv_w), buf_f32p(d->qkv_b),
+                                  buf_f32p(d->out_w), buf_f32p(d->out_b), d->ln2_w,           d->ln2_b,
+                                  buf_f32p(d->fc1_w), buf_f32p(d->fc1_b), buf_f32p(d->fc2_w), buf_f32p(d->fc2_b)};
                 for (size_t k = 0; k < sizeof grads / sizeof grads[0]; k++) free(grads[k]);
             }
             free(r->w.blocks), free(r->dw.blocks);
-            free(r->dw.patch_w), free(r->dw.patch_b), free(r->dw.lnf_w), free(r->dw.lnf_b);
+            free(r->dw.patch_w.p), free(r->dw.patch_b.p), free(r->dw.lnf_w), free(r->dw.lnf_b);
         }
         free(rk);
     }
@@ -860,8 +862,9 @@ static void test_proj(void) {
     for (int i = 0; i < PN * PDV; i++) proj_vin[i] = 2.0f * RND();
     for (int i = 0; i < PN * PDT; i++) proj_dout[i] = RND();
 #undef RND
-    ProjW w = {w1, b1, w2, b2};
-    ProjW g = {callocCheck(PDT * PDV, 4), callocCheck(PDT, 4), callocCheck(PDT * PDT, 4), callocCheck(PDT, 4)};
+    ProjW w = {buf_f32(w1), buf_f32(b1), buf_f32(w2), buf_f32(b2)};
+    ProjW g = {buf_f32(callocCheck(PDT * PDV, 4)), buf_f32(callocCheck(PDT, 4)), buf_f32(callocCheck(PDT * PDT, 4)),
+               buf_f32(callocCheck(PDT, 4))};
     static float out[PN * PDT], dvin[PN * PDV];
     proj_run(&c, &w, &g, out, dvin);
     for (int T = 2; T <= 4; T *= 2) {
@@ -874,9 +877,10 @@ static void test_proj(void) {
             ProjRank* r = &rk[t];
             r->g = &fg, r->t = t, r->c = c;
             r->c.tp = T, r->c.tp_rank = t, r->c.tp_reduce = fake_reduce_proj, r->c.tp_ctx = r;
-            r->w = (ProjW){lm_slice(w1, PDT, PDV, 0, t * L, L), lm_slice(b1, PDT, 1, 0, t * L, L),
-                           lm_slice(w2, PDT, PDT, 1, t * L, L), b2};
-            r->dw = (ProjW){callocCheck(L * PDV, 4), callocCheck(L, 4), callocCheck(PDT * L, 4), callocCheck(PDT, 4)};
+            r->w = (ProjW){buf_f32(lm_slice(w1, PDT, PDV, 0, t * L, L)), buf_f32(lm_slice(b1, PDT, 1, 0, t * L, L)),
+                           buf_f32(lm_slice(w2, PDT, PDT, 1, t * L, L)), buf_f32(b2)};
+            r->dw = (ProjW){buf_f32(callocCheck(L * PDV, 4)), buf_f32(callocCheck(L, 4)), buf_f32(callocCheck(PDT * L, 4)),
+                            buf_f32(callocCheck(PDT, 4))};
             pthread_create(&th[t], NULL, proj_rank_main, r);
         }
         for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
@@ -889,10 +893,10 @@ static void test_proj(void) {
                 int n, own;
             } cmp[] = {{"out", r->out, out, PN * PDT, 0},
                        {"dvin", r->dvin, dvin, PN * PDV, 0},
-                       {"d projector.0.weight", r->dw.fc1_w, lm_slice(g.fc1_w, PDT, PDV, 0, t * L, L), L * PDV, 1},
-                       {"d projector.0.bias", r->dw.fc1_b, lm_slice(g.fc1_b, PDT, 1, 0, t * L, L), L, 1},
-                       {"d projector.2.weight", r->dw.fc2_w, lm_slice(g.fc2_w, PDT, PDT, 1, t * L, L), PDT * L, 1},
-                       {"d projector.2.bias", r->dw.fc2_b, g.fc2_b, PDT, 0}};
+                       {"d projector.0.weight", buf_f32p(r->dw.fc1_w), lm_slice(buf_f32p(g.fc1_w), PDT, PDV, 0, t * L, L), L * PDV, 1},
+                       {"d projector.0.bias", buf_f32p(r->dw.fc1_b), lm_slice(buf_f32p(g.fc1_b), PDT, 1, 0, t * L, L), L, 1},
+                       {"d projector.2.weight", buf_f32p(r->dw.fc2_w), lm_slice(buf_f32p(g.fc2_w), PDT, PDT, 1, t * L, L), PDT * L, 1},
+                       {"d projector.2.bias", buf_f32p(r->dw.fc2_b), buf_f32p(g.fc2_b), PDT, 0}};
             for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
                 float scale = lm_maxabs(cmp[i].want, (size_t)cmp[i].n), diff = 0;
                 for (int e = 0; e < cmp[i].n; e++) diff = fmaxf(diff, fabsf(cmp[i].got[e] - cmp[i].want[e]));
@@ -901,15 +905,15 @@ static void test_proj(void) {
                 if (scale > 0 && diff / scale > worst) worst = diff / scale;
                 if (cmp[i].own) free((void*)cmp[i].want);
             }
-            free(r->w.fc1_w), free(r->w.fc1_b), free(r->w.fc2_w);
-            free(r->dw.fc1_w), free(r->dw.fc1_b), free(r->dw.fc2_w), free(r->dw.fc2_b);
+            free(r->w.fc1_w.p), free(r->w.fc1_b.p), free(r->w.fc2_w.p);
+            free(r->dw.fc1_w.p), free(r->dw.fc1_b.p), free(r->dw.fc2_w.p), free(r->dw.fc2_b.p);
         }
         printf("projector, tp %d: output, input gradient and weight gradients within %.3g of each tensor's scale\n",
                T, worst);
         free(rk);
         pthread_barrier_destroy(&fg.bar);
     }
-    free(g.fc1_w), free(g.fc1_b), free(g.fc2_w), free(g.fc2_b);
+    free(g.fc1_w.p), free(g.fc1_b.p), free(g.fc2_w.p), free(g.fc2_b.p);
 }
 
 static void test_embed(void) {

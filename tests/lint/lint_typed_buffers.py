@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""lint_typed_buffers.py SRC — a 2-byte buffer never travels as float* (engine/engine.h "Buf", docs/design.md
+"The backend").
+
+1. Every float* parameter of an op slot of engine/engine.h's op tables is f32 by the numerics contract: a gradient
+   (a name d...), a statistic (mean, rstd, lse, loss_sum), a norm's 1-D weight or bias, the optimiser's buffers, the
+   f32 side of a conversion, a gather's weights, NF4's f32 tables, or the f32-only generation op (the table below).
+   Any other buffer an op takes (an activation, a 2-D weight, a GEMM bias, an embedding table) is a Buf, whose dtype
+   says what it holds: a float* there fails, naming the slot and the parameter.
+2. The CUDA backend's entries (engine/cuda/cuda_ops.cuh) follow their slots: an entry of the bf16-activation table
+   (cuda_bf16a_*) takes no float* but those of rule 1 (its activations are 2-byte: uint16_t* or Buf), and no entry of
+   a bf16 table (cuda_bf16_*, cuda_bf16a_*) takes a GEMM's weight or bias or an embedding table (2-byte compute
+   copies) as float*.
+3. The model code (vision/, text/lm*, runtime/model/) carves and addresses its activations as typed buffers: no cast
+   to a 2-byte pointer ((uint16_t*), (const uint16_t*): a 2-byte buffer arrives typed), no float* carved out of an
+   arena by a cast, and no float* computed from a byte offset ((float*)((char*)...), the "float* that is only an
+   address" idiom).
+The script first proves on texts of its own that each rule fails what it should and passes a clean text, so a
+broken pattern cannot pass. Exit 0: clean; 1: a finding (printed)."""
+import os
+import re
+import sys
+
+# slot -> float* parameters that are f32 words by contract (beyond gradients d*, which every slot may take)
+F32_BY_CONTRACT = {
+    "*": {"mean", "rstd", "lse", "loss_sum"},
+    "layernorm_forward": {"weight", "bias"},
+    "layernorm_backward": {"weight"},
+    "rmsnorm_forward": {"weight"},
+    "rmsnorm_backward": {"weight"},
+    "sum_squares": {"x"},
+    "sum_squares_multi": {"xs"},
+    "scale": {"x"},
+    "adamw_update": {"param", "grad", "m", "v"},
+    "adamw_update_copy": {"param", "grad", "m", "v"},
+    "round_bf16": {"out", "inp"},  # f32 words holding bf16 values: the rounding pass of f32-word tables
+    "to_bf16": {"inp"},  # the f32 side of the conversions
+    "from_bf16": {"out"},
+    "add_f32_forward": {"b"},  # the f32 TP sum added to a stored activation
+    "rows_gather_forward": {"w"},  # the taps' f32 weights
+    "rows_gather_backward": {"w"},
+    "nf4_dequantize": {"absmax2", "map8"},
+    # generation's decode: only on tables that store f32-word activations (NULL on the 2-byte one)
+    "attention_decode": {"out", "q", "k", "v"},
+}
+GRADIENT = re.compile(r"^d[a-z0-9_]*$")
+TABLES = ("BackendB16", "BackendOps")
+
+
+def strip_comments(s):
+    s = re.sub(r"/\*.*?\*/", " ", s, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", s)
+
+
+def op_findings(header_text):
+    """float* parameters of op slots that are not f32 by contract; also an error when no op table is found."""
+    s = strip_comments(header_text)
+    out, slots = [], 0
+    for tab in TABLES:
+        m = re.search(r"typedef struct %s \{(.*?)\} %s;" % (tab, tab), s, re.S)
+        if not m:
+            continue
+        for decl in m.group(1).split(";"):
+            f = re.search(r"\(\s*\*\s*(\w+)\s*\)\s*\((.*)\)\s*$", " ".join(decl.split()))
+            if not f:
+                continue
+            slots += 1
+            slot = f.group(1)
+            for p in f.group(2).split(","):
+                p = p.strip()
+                if not re.match(r"(const\s+)?float\s*\*", p):
+                    continue
+                name = p.split("*")[-1].strip()
+                ok = GRADIENT.match(name) or name in F32_BY_CONTRACT["*"] or name in F32_BY_CONTRACT.get(slot, ())
+                if not ok:
+                    out.append("%s.%s: parameter '%s' is float* but not f32 by contract: take a Buf" % (tab, slot, name))
+    if slots == 0:
+        out.append("no op table (struct BackendOps) found: the scan cannot check anything")
+    return out
+
+
+MODEL_RULES = [
+    (re.compile(r"\(\s*(const\s+)?u?int16_t\s*\*\s*\)"), "a cast to a 2-byte pointer (a 2-byte buffer arrives typed)"),
+    (re.compile(r"\(\s*float\s*\*\s*\)\s*arena_alloc\s*\("), "a float* carved by a cast (carve a Buf of the storage's dtype)"),
+    (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*\(\s*\(\s*(const\s+)?char\s*\*\s*\)"),
+     "a float* computed from a byte offset (buf_at on a Buf)"),
+]
+
+
+# the compute copies a bf16 table stores in 2 bytes: the GEMMs' weights and biases, the embedding table
+WEIGHT_LIKE = {"weight": ("linear_forward", "linear_backward", "linear_gelu_forward"),
+               "bias": ("linear_forward", "linear_gelu_forward"), "table": ("embedding_forward",)}
+
+
+def entry_findings(text):
+    """float* parameters of the CUDA entries (cuda_ops.cuh) that hold 2-byte values; an error when none is found."""
+    s = strip_comments(text)
+    out, n = [], 0
+    for m in re.finditer(r"\b(?:void|int|double)\s+cuda_(bf16a_|bf16_)?(\w+?)(_b16)?\s*\(([^)]*)\)\s*;", s):
+        n += 1
+        table, slot = m.group(1) or "", m.group(2)
+        if not table:
+            continue  # the f32 table: f32 words throughout
+        for p in m.group(4).split(","):
+            p = " ".join(p.split())
+            if not re.match(r"(const\s+)?float\s*\*", p):
+                continue
+            name = p.split("*")[-1].strip()
+            if slot in WEIGHT_LIKE.get(name, ()):
+                out.append("cuda_%s%s: '%s' is a 2-byte compute copy on the bf16 tables but float*" % (table, slot, name))
+            elif table == "bf16a_" and not (GRADIENT.match(name) or name in F32_BY_CONTRACT["*"] or
+                                            name in F32_BY_CONTRACT.get(slot, ())):
+                out.append("cuda_bf16a_%s: '%s' is a 2-byte activation but float*" % (slot, name))
+    if n == 0:
+        out.append("no CUDA entry found: the scan cannot check anything")
+    return out
+
+
+def model_findings(path, text):
+    out = []
+    code = strip_comments(text)
+    for rx, why in MODEL_RULES:
+        for m in rx.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            out.append("%s:%d: %s" % (path, line, why))
+    return out
+
+
+def model_files(src):
+    for d in ("vision", "text", os.path.join("runtime", "model")):
+        root = os.path.join(src, d)
+        for dirpath, _, names in os.walk(root):
+            for n in sorted(names):
+                if not n.endswith((".c", ".h")):
+                    continue
+                if d == "text" and not n.startswith("lm"):
+                    continue  # the tokenizer holds no activations
+                yield os.path.join(dirpath, n)
+
+
+def self_check():
+    clean_h = """typedef struct BackendOps {
+        /* out = inp */
+        void (*linear_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, Buf weight, int N);
+        void (*layernorm_forward)(const struct Backend* be, Buf out, float* mean, float* rstd, Buf inp, const float* weight,
+                                  const float* bias, int N, int C);
+    } BackendOps;"""
+    if op_findings(clean_h):
+        return "the op scan flags a clean table: %s" % op_findings(clean_h)
+    for bad in ("void (*linear_forward)(const struct Backend* be, float* out, Buf inp, Buf weight, int N);",
+                "void (*rope_forward)(const struct Backend* be, float *x, const int* pos, int N);",
+                "void (*embedding_forward)(const struct Backend* be, Buf out, const int* ids, const float* table, int N);"):
+        t = clean_h.replace("} BackendOps;", bad + "\n} BackendOps;")
+        if not op_findings(t):
+            return "the op scan misses: %s" % bad
+    if not op_findings("struct Other { int x; };"):
+        return "the op scan passes a header without the op table"
+    clean_e = """void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, int N);
+    void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const uint16_t* weight, int N);
+    void cuda_bf16a_layernorm_forward(const Backend* be, uint16_t* out, float* mean, float* rstd, const uint16_t* inp,
+                                      const float* weight, const float* bias, int N, int C);
+    void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, const uint16_t* dout16, const float* dout,
+                                        const uint16_t* inp, const uint16_t* weight, int N);"""
+    if entry_findings(clean_e):
+        return "the entry scan flags clean entries: %s" % entry_findings(clean_e)
+    for bad in ("void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, int N);",
+                "void cuda_bf16a_gelu_forward(const Backend* be, float* out, const uint16_t* inp, size_t n);",
+                "void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, const float* inp, int N);",
+                "void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float *table, int N);"):
+        if not entry_findings(clean_e + "\n" + bad):
+            return "the entry scan misses: %s" % bad
+    clean_c = "static Buf row(Buf b, size_t t) { return buf_at(b, t); }\nfloat* g = arena_alloc_f32(ar, n);\n"
+    if model_findings("x.c", clean_c):
+        return "the model scan flags clean code: %s" % model_findings("x.c", clean_c)
+    for bad in ("be->ops->to_bf16(be, (uint16_t*)x0, h, n);", "f((const uint16_t *)a->dlogits);",
+                "a->x = (float*)arena_alloc(ar, n * ab);",
+                "return (float*)((char*)base + i * ab);", "return (const float*)((const char*)base + i * ab);"):
+        if not model_findings("x.c", bad):
+            return "the model scan misses: %s" % bad
+    return None
+
+
+def main():
+    if len(sys.argv) != 2:
+        print("usage: lint_typed_buffers.py SRC")
+        return 2
+    src = sys.argv[1]
+    why = self_check()
+    if why:
+        print("FAIL (self-check): " + why)
+        return 1
+    findings = []
+    header = os.path.join(src, "engine", "engine.h")
+    with open(header, encoding="utf-8") as f:
+        findings += ["engine/engine.h: " + x for x in op_findings(f.read())]
+    with open(os.path.join(src, "engine", "cuda", "cuda_ops.cuh"), encoding="utf-8") as f:
+        findings += ["engine/cuda/cuda_ops.cuh: " + x for x in entry_findings(f.read())]
+    n = 0
+    for path in model_files(src):
+        n += 1
+        with open(path, encoding="utf-8") as f:
+            findings += model_findings(os.path.relpath(path, src), f.read())
+    if n == 0:
+        findings.append("no model source found under %s (vision/, text/, runtime/model/)" % src)
+    if findings:
+        print("FAIL: a 2-byte buffer may travel as float* (engine/engine.h, Buf):")
+        print("\n".join(findings))
+        return 1
+    print("lint typed buffers: ok (engine.h op tables, the CUDA entries, %d model files)" % n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
