@@ -505,7 +505,8 @@ typedef struct BackendOps {
     double (*sum_squares_multi)(const struct Backend* be, const float* const* xs, const size_t* ns, int n);
     /* QLoRA: a double-quantised NF4 weight of n values (engine/quant.h; q, q8, absmax2 and map8, the dynamic map's
      * 256 values, backend memory) dequantised into out as a weight of the table (weight_dtype): the bf16 words of
-     * engine/cuda/nf4_math.h, 2-byte or widened to f32 words. */
+     * engine/cuda/nf4_math.h, 2-byte or widened to f32 words. q8 NULL: absmax2 holds each block's absmax restored
+     * (a tensor-parallel slice's, engine/params_quant.c). */
     void (*nf4_dequantize)(const struct Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
                            const float* map8, float offset, size_t n);
 } BackendOps;

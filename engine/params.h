@@ -208,6 +208,17 @@ typedef struct ParamQuant {
     float* stage;     /* host: values written since the last quantisation (NULL: none pending) */
     size_t staged;    /* how many of them */
     int set;          /* holds a quantised form (a write of exactly its dequantised values keeps it) */
+    /* A tensor-parallel slice (params_is_slice): the quantisation is the whole weight's (bitsandbytes quantises the
+     * whole flattened weight). The backend holds the slice's codes (q, local order) and one f32 absmax per block of
+     * 64 of its values (absmax2, nb of them; q8 NULL), restored from the whole form, which stays on the host (hq,
+     * hq8, habsmax2, offset: what checkpoints write); every block of the slice lies inside one block of the whole
+     * (model_tp_check refuses a split that cuts one). Values are staged until the whole weight's are given
+     * (params_quant_pending, params_quant_put_whole). */
+    int split;
+    size_t gnumel, gnb, gnb2;
+    const Backend* be; /* where q, q8, absmax2 live (ParamTable.be is NULL while a table points at host copies) */
+    uint8_t *hq, *hq8;
+    float* habsmax2;
 } ParamQuant;
 /* Mark tensor `name` for NF4 storage; before params_alloc; dies if no such 2-D tensor. */
 void params_mark_quant(ParamTable* pt, const char* name);
@@ -215,9 +226,18 @@ void params_mark_quant(ParamTable* pt, const char* name);
  * f32 words holding the bf16 values), by be's nf4_dequantize (be: the table's backend, possibly bound to a stream). */
 void params_quant_dequantize(const ParamTable* pt, const Backend* be, int i, Buf out);
 /* Tensor i's quantised form to / from host memory: q ((numel + 1) / 2 bytes), q8 (nb), absmax2 (nb2 floats),
- * offset. The setter replaces the stored form as it is (a checkpoint's: no quantisation). */
+ * offset, of the whole tensor (params_quant_sizes; a tensor-parallel slice's setter keeps its slice). The setter
+ * replaces the stored form as it is (a checkpoint's: no quantisation). */
 void params_quant_get(const ParamTable* pt, int i, uint8_t* q, uint8_t* q8, float* absmax2, float* offset);
 void params_quant_set(ParamTable* pt, int i, const uint8_t* q, const uint8_t* q8, const float* absmax2, float offset);
+/* The whole tensor's values, blocks of 64 and blocks of 256 absmaxes (a slice: its global tensor's). */
+void params_quant_sizes(const ParamTable* pt, int i, size_t* numel, size_t* nb, size_t* nb2);
+/* A tensor-parallel slice whose values were all written and not yet quantised: those values (local order), else
+ * NULL. The caller gathers every rank's slice into the whole weight (row-major, the global shape) and gives it to
+ * params_quant_put_whole, which quantises it (or keeps the form it holds when the values are its own) and keeps
+ * the slice. */
+const float* params_quant_pending(const ParamTable* pt, int i);
+void params_quant_put_whole(ParamTable* pt, int i, const float* whole);
 /* Internal to params.c: storage after the table's layout, a write of values [at, at + n), the host values, the
  * storage freed */
 void params_quant_alloc(ParamTable* pt);

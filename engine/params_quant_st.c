@@ -40,8 +40,11 @@ void* params_quant_st_add(StWriter* w, const ParamTable* pt) {
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (!s->quant) continue;
-        const ParamQuant* Q = &pt->quant[i];
-        int64_t len[4] = {(int64_t)(s->numel + 1) / 2, (int64_t)Q->nb, (int64_t)Q->nb2, 1};
+        /* a tensor-parallel slice: the whole weight's form, which every TP rank holds, written by TP rank 0 */
+        if (params_is_slice(s) && pt->omit_replicated) continue;
+        size_t gn, nb, nb2;
+        params_quant_sizes(pt, i, &gn, &nb, &nb2);
+        int64_t len[4] = {(int64_t)(gn + 1) / 2, (int64_t)nb, (int64_t)nb2, 1};
         DType dt[4] = {DTYPE_U8, DTYPE_U8, DTYPE_F32, DTYPE_F32};
         void* b[4];
         for (int k = 0; k < 4; k++) b[k] = h->bufs[h->n++] = mallocCheck((size_t)len[k] * dtype_size(dt[k]) + 1);
@@ -51,7 +54,8 @@ void* params_quant_st_add(StWriter* w, const ParamTable* pt) {
             add_checked(w, name, dt[k], len[k], b[k]);
         }
         snprintf(name, sizeof name, "nf4.%s", s->name);
-        snprintf(val, sizeof val, "shape=%" PRId64 ",%" PRId64 ";block=%d;nested_block=%d", s->shape[0], s->shape[1],
+        const int64_t* shape = params_is_slice(s) ? s->slice.gshape : s->shape;
+        snprintf(val, sizeof val, "shape=%" PRId64 ",%" PRId64 ";block=%d;nested_block=%d", shape[0], shape[1],
                  RR_NF4_BLOCK, RR_DQ_BLOCK);
         st_writer_meta(w, name, val);
     }
@@ -72,7 +76,6 @@ int params_quant_st_read(const StFile* f, int nf, ParamTable* pt, int require, c
     for (int i = 0; i < pt->n; i++) {
         const ParamSpec* s = &pt->specs[i];
         if (!s->quant) continue;
-        const ParamQuant* Q = &pt->quant[i];
         int k = 0;
         const StTensor* t[4] = {NULL};
         snprintf(name, sizeof name, "%s.nf4.codes", s->name);
@@ -85,10 +88,13 @@ int params_quant_st_read(const StFile* f, int nf, ParamTable* pt, int require, c
             return -1;
         }
         const StFile* F = &f[k];
-        int64_t len[4] = {(int64_t)(s->numel + 1) / 2, (int64_t)Q->nb, (int64_t)Q->nb2, 1};
+        size_t gn, nb, nb2; /* the whole weight's form (a tensor-parallel slice keeps its part) */
+        params_quant_sizes(pt, i, &gn, &nb, &nb2);
+        int64_t len[4] = {(int64_t)(gn + 1) / 2, (int64_t)nb, (int64_t)nb2, 1};
         DType dt[4] = {DTYPE_U8, DTYPE_U8, DTYPE_F32, DTYPE_F32};
+        const int64_t* shape = params_is_slice(s) ? s->slice.gshape : s->shape;
         snprintf(name, sizeof name, "nf4.%s", s->name);
-        snprintf(want, sizeof want, "shape=%" PRId64 ",%" PRId64 ";block=%d;nested_block=%d", s->shape[0], s->shape[1],
+        snprintf(want, sizeof want, "shape=%" PRId64 ",%" PRId64 ";block=%d;nested_block=%d", shape[0], shape[1],
                  RR_NF4_BLOCK, RR_DQ_BLOCK);
         const char* meta = st_meta(F, name);
         if (!meta || strcmp(meta, want)) {

@@ -1,7 +1,6 @@
 /* lm_qlora.c — QLoRA's quantised base weights in the LM's blocks (text/lm_qlora.h, docs/training.md "QLoRA").
- * The quantised tensors are the targets' base weights, whole (one process or a pipeline stage holds a block's
- * tensors whole; tensor parallelism is refused by the recipe's validation), so the quantisation is the one
- * bitsandbytes makes of the whole weight and does not depend on the layout. */
+ * The quantised tensors are the targets' base weights (a TP rank's slices of them: runtime/model/tp_quant.c), and the
+ * quantisation is the one bitsandbytes makes of the whole weight in every layout. */
 #include <stdio.h>
 #include <string.h>
 

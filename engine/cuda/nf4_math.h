@@ -34,9 +34,11 @@ RR_HD static inline float rr_mul_rn(float a, float b) {
 #endif
 }
 
-/* Block b's absmax restored from its 8-bit code (map8: rr_dynamic_map8's 256 values). */
+/* Block b's absmax restored from its 8-bit code (map8: rr_dynamic_map8's 256 values). q8 NULL: absmax2 holds every
+ * block's absmax already restored (a tensor-parallel slice of a QLoRA base, engine/params_quant.c). */
 RR_HD static inline float rr_nf4_absmax_at(const uint8_t* q8, const float* absmax2, const float* map8, float offset,
                                            size_t b) {
+    if (!q8) return absmax2[b];
     return rr_mul_rn(map8[q8[b]], absmax2[b / RR_DQ_BLOCK]) + offset;
 }
 

@@ -187,6 +187,7 @@ static void stage_register(ParamTable* pt, const Stage* st) {
         pt->specs[idx].gemm_bias = s->gemm_bias; /* a GEMM bias's 2-byte compute copy (params_mark_gemm_bias) */
         pt->specs[idx].act_table = s->act_table; /* a gather's table (params_mark_act_table) */
         pt->specs[idx].frozen = s->frozen;       /* LoRA's frozen base (stage_register_whole) */
+        pt->specs[idx].quant = s->quant;         /* QLoRA's NF4 base (a slice: runtime/model/tp_quant.c) */
     }
     params_free(&whole);
 }
@@ -215,6 +216,8 @@ int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len) {
                      "all be multiples of parallel.tp = %d", e, cfg->Hv, cfg->Ht, cfg->F, cfg->V, tp);
             rc = -1;
         }
+        if (rc == 0)
+            rc = model_tp_quant_check(cfg, pt.specs[i].name, pt.specs[i].ndim, pt.specs[i].shape, tp, err, err_len);
     }
     params_free(&pt);
     return rc;

@@ -218,6 +218,14 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
 /* 0 when every split dimension of the model divides by tp (heads, widths, hidden sizes, vocabulary);
  * else -1 with a message naming the model field and the allowed values. */
 int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len);
+/* runtime/model/tp_quant.c, QLoRA under tensor parallelism (docs/training.md "QLoRA"): model_tp_quant_check refuses
+ * (0, or -1 with a message) a quantised base weight `name` whose TP slices would cut a block of 64 (model_tp_check
+ * calls it); stage_quant_finish quantises every NF4 slice whose values were written since (initialisation, a
+ * full-precision init_from) as the whole weight is (its TP ranks' slices gathered: collective over the stage's TP
+ * group, after every write of the values and before they are read). Returns 0, or -1 with a message. */
+int model_tp_quant_check(const ModelConfig* cfg, const char* name, int ndim, const int64_t* shape, int tp, char* err,
+                         size_t err_len);
+int stage_quant_finish(Stage* st, char* err, size_t err_len);
 /* The error of a failed TP all-reduce during the last stage call (NULL when none). */
 const char* stage_tp_error(const Stage* st);
 void stage_free(Stage* st);

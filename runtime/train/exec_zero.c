@@ -751,7 +751,14 @@ int step_exec_zero_save_begin(ZeroOpt* o, char* err, size_t err_len) {
             gather_stage(o, z, z->v, z->save_v, NULL, ZW_NONE, NULL, 0, 4, err, err_len) != 0)
             return -1;
         if (!o->bf16) {
-            if (writer) be->dev->copy_d2h(be, z->save_data, pt->data, pt->total * sizeof(float));
+            if (writer) /* every master where the host layout has it; a tensor without one (QLoRA's NF4 base) as read */
+                for (int i = 0; i < pt->n; i++) {
+                    const ParamSpec* sp = &pt->specs[i];
+                    if (params_has_master(pt, i))
+                        be->dev->copy_d2h(be, z->save_data + sp->offset, pt->data + sp->moff, sp->numel * sizeof(float));
+                    else
+                        params_values_to_host(pt, i, z->save_data + sp->offset);
+                }
         } else {
             if (writer) /* the frozen tensors' values: their compute copies, widened exactly */
                 for (int i = 0; i < pt->n; i++)

@@ -93,8 +93,9 @@ typedef struct {
 
 /* Bytes of an n-value weight in bitsandbytes' NF4 storage (engine/params.h "NF4 storage"): 4 bits a value, one
  * 8-bit absmax code per block of 64, one f32 second-level absmax per 256 blocks */
-static double qlora_nf4_bytes(size_t n) {
+static double qlora_nf4_bytes(size_t n, int slice) {
     size_t nb = (n + 63) / 64;
+    if (slice) return (double)((n + 1) / 2) + 4.0 * (double)nb; /* a TP slice: each block's absmax restored (f32) */
     return (double)((n + 1) / 2) + (double)nb + 4.0 * (double)((nb + 255) / 256);
 }
 
@@ -109,7 +110,8 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     o->params = (double)pt.total;
     double qnumel = 0; /* QLoRA's quantised base weights: their NF4 form instead of a master or compute copy */
     for (int i = 0; i < pt.n; i++)
-        if (pt.specs[i].quant) qnumel += (double)pt.specs[i].numel, o->quant += qlora_nf4_bytes(pt.specs[i].numel);
+        if (pt.specs[i].quant) qnumel += (double)pt.specs[i].numel,
+                                    o->quant += qlora_nf4_bytes(pt.specs[i].numel, params_is_slice(&pt.specs[i]));
     if (qnumel > 0) {
         o->quant += 256 * 4; /* the dynamic map's values, once per table */
         o->qws = qnumel / (l1 - l0) * (bf16 && cuda ? 2 : 4); /* one block's base weights in the GEMMs' dtype */
@@ -466,6 +468,13 @@ int train_layer_split(const Recipe* r, const ModelConfig* c, int* layers, char* 
 
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
     ModelConfig mc = train_model_config(r, vocab);
+    if (mc.lora_quant && r->tp > 1) { /* QLoRA's slices of whole blocks (the rest of the split: trainer_init) */
+        char e[1024];
+        if (model_tp_check(&mc, r->tp, e, sizeof e) != 0) {
+            snprintf(err, err_len, "%s: parallel.tp = %d: %s", recipe_origin(r, "parallel", "tp"), r->tp, e);
+            return -1;
+        }
+    }
     if (r->freeze[0]) {
         char e[1024];
         if (model_freeze_check(&mc, r->freeze, NULL, e, sizeof e) != 0) {

@@ -295,7 +295,8 @@ static const RecipeKey recipe_keys[] = {
     {"lora", "quant", RKEY_ENUM, OFF(lora_quant), SZ(lora_quant), "none", 0, 0, "none|nf4", 2,
      "QLoRA: nf4 stores the base weights of the lora.targets linears as bitsandbytes' NF4 (blocks of 64, absmaxes "
      "double-quantised), quantised once from the loaded or initialised weights and dequantised to the compute dtype "
-     "before each block's GEMMs (docs/training.md \"QLoRA\"); needs lora.r > 0, parallel.tp = 1 and parallel.zero = 0."},
+     "before each block's GEMMs (docs/training.md \"QLoRA\"); needs lora.r > 0; under parallel.tp > 1 each rank "
+     "keeps its slice of the whole weight's quantisation (a tp whose slices cut a block of 64 is refused)."},
 };
 static const int n_recipe_keys = (int)(sizeof(recipe_keys) / sizeof(recipe_keys[0]));
 
@@ -739,14 +740,6 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
     if (!strcmp(r->lora_quant, "nf4") && r->lora_r <= 0)
         VFAIL("lora", "quant", "%s", r->lora_quant, "QLoRA quantises the base of LoRA's adapters and lora.r is %d; "
               "allowed: none, or nf4 with lora.r > 0", r->lora_r);
-    if (!strcmp(r->lora_quant, "nf4") && r->tp > 1)
-        VFAIL("lora", "quant", "%s", r->lora_quant, "a quantised base weight is held whole (its blocks and double "
-              "quantisation are the whole tensor's) and parallel.tp = %d would split it; allowed: none, or nf4 with "
-              "parallel.tp = 1 (pipeline and data parallelism hold whole tensors)", r->tp);
-    if (!strcmp(r->lora_quant, "nf4") && r->zero)
-        VFAIL("lora", "quant", "%s", r->lora_quant, "the distributed optimizer (parallel.zero = 1) gathers f32 masters, "
-              "and a quantised base has none; allowed: none, or nf4 with parallel.zero = 0 (QLoRA's optimiser state is "
-              "the adapters' only)");
     /* optimiser vs schedule; the schedule parsed once, for every step */
     r->lr_schedule = !strcmp(r->schedule, "linear") ? LR_SCHEDULE_LINEAR
                      : !strcmp(r->schedule, "constant") ? LR_SCHEDULE_CONSTANT : LR_SCHEDULE_COSINE;

@@ -617,6 +617,10 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
     if (resuming && trainer_resume(t, eval_only, &resume_step, err, err_len) != 0) return -1;
     /* a resumed run continues from its own checkpoint: init_from only starts a run */
     if (!resuming && !eval_only && r->init_from[0] && trainer_init_from(t, err, err_len) != 0) return -1;
+    /* QLoRA under tensor parallelism: the NF4 slices of values written above (initialisation, a full-precision
+     * init_from) quantised as the whole weights are (a QLoRA checkpoint's NF4 form was set as stored) */
+    for (int c = 0; c < t->ex->n_stages; c++)
+        if (stage_quant_finish(t->ex->stages[c], err, err_len) != 0) return -1;
     /* the distributed optimizer shards what was loaded (the moments of a resume read as its shard); a tied head's
      * gradient sum (the hook before it) must precede the reduce-scatter, so its stages start from the hook */
     if (zero && step_exec_add_zero(t->ex, t->grid.dp_group, r, r->dp_overlap && !(t->mc.tie_embeddings && r->pp > 1),

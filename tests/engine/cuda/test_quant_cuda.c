@@ -1,6 +1,7 @@
 /* test_quant_cuda.c — the CUDA dequantization of a QLoRA base weight (engine/cuda/quant.cu) against the CPU's
  * (rr_nf4_dq_dequantize_bf16) bit for bit: LM-like weights, a zero block, a ragged tail, a weight of more than
- * one second-level block (RR_DQ_BLOCK x RR_NF4_BLOCK values). test_quant_cuda_emu runs the kernel's source on the
+ * one second-level block (RR_DQ_BLOCK x RR_NF4_BLOCK values); and the form a tensor-parallel slice keeps (q8 NULL:
+ * each block's absmax restored on the host, engine/params_quant.c) giving the same words. test_quant_cuda_emu runs the kernel's source on the
  * CPU emulation of the CUDA runtime (tests/support/cuda_emu). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,20 @@ static int one(const Backend* be, size_t n, unsigned seed) {
     printf("n %zu (%zu blocks, %zu second-level): %zu of %zu bf16 words differ%s\n", n, nb, nb2, bad, n,
            bad ? "" : " (bit for bit)");
     if (bad) printf("FAIL: first at %zu: cuda 0x%04x, cpu 0x%04x\n", first, got[first], want[first]);
+    /* the slice's form: every block's absmax restored (f32) beside the codes, q8 NULL */
+    float* ab = mallocCheck(nb * sizeof(float));
+    for (size_t b = 0; b < nb; b++) ab[b] = rr_nf4_absmax_at(q8, am2, rr_dynamic_map8, off, b);
+    float* dab = be->dev->alloc(nb * sizeof(float));
+    be->dev->copy_h2d(be, dab, ab, nb * sizeof(float));
+    cuda_nf4_dequantize_bf16(be, dout, dq, NULL, dab, dmap, 0.0f, n);
+    be->dev->copy_d2h(be, got, dout, n * 2);
+    be->dev->synchronize(be);
+    size_t bad2 = 0;
+    for (size_t i = 0; i < n; i++) bad2 += got[i] != want[i];
+    printf("  restored absmaxes (q8 NULL): %zu of %zu bf16 words differ%s\n", bad2, n, bad2 ? "" : " (bit for bit)");
+    if (bad2) printf("FAIL: the restored-absmax form differs\n"), bad++;
+    be->dev->free(dab);
+    free(ab);
     if (nonzero < n / 2) printf("FAIL: only %zu nonzero values: the weight did not come back\n", nonzero), bad++;
     be->dev->free(dq), be->dev->free(dq8), be->dev->free(dam2), be->dev->free(dmap), be->dev->free(dout);
     free(x), free(q), free(am), free(q8), free(am2), free(want), free(got);

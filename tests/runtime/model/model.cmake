@@ -192,20 +192,28 @@ set_tests_properties(model_torch_anyres_emu PROPERTIES LABELS torch TIMEOUT 300)
 # QLoRA (lora.quant = nf4, text/lm_qlora.c) against an independent PyTorch reference of bitsandbytes' NF4
 # (tests/support/ref/qlora_ref.py): the run starts from a full-precision checkpoint (train.init_from), the reference
 # quantises its weights as quantize_4bit does and compares every code, dequantises the dumped NF4 form bit for bit
-# as the engine does and checks the step 2 loss and adapter gradients with PEFT's LoRA on top; one process and pp 2 x dp 2
-foreach(layout "step;" "pp2dp2;--set parallel.pp=2 --set parallel.dp=2")
+# as the engine does and checks the step 2 loss and adapter gradients with PEFT's LoRA on top; one process, pp 2 x
+# dp 2, tp 2 (each rank's NF4 slice cut from the whole weight's quantisation: a model 128 wide with a 256 MLP, so
+# every row-parallel slice is whole blocks of 64) and dp 2 under the distributed optimizer (the NF4 base frozen,
+# the adapters sharded). Each entry: name, ranks, layout, model, a line the run's log must hold (the layout ran).
+foreach(layout "step;1;;;layout pp 1 x tp 1 x dp 1" "pp2dp2;4;--set parallel.pp=2 --set parallel.dp=2;;layout pp 2 x tp 1 x dp 2"
+               "tp2;2;--set parallel.tp=2;--set model.text_width=128 --set model.ffn_hidden=256;layout pp 1 x tp 2 x dp 1"
+               "dp2zero;2;--set parallel.dp=2 --set parallel.zero=1;;distributed optimizer: 2 replicas")
   list(GET layout 0 name)
-  list(GET layout 1 sets)
+  list(GET layout 1 np)
+  list(GET layout 2 sets)
+  list(GET layout 3 model)
+  list(GET layout 4 ran)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/qlora_torch_${name})
-  set(run "'$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini'")
+  set(run "'$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${model}")
   set(q "--set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4 --set train.dump_step=2 --set train.init_from='${dir}/base/checkpoints/step-00000001'")
-  if(name STREQUAL "step")
+  if(np EQUAL 1)
     set(qrun "${run} ${q}")
   else()
-    set(qrun "timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 ${run} ${sets} ${q}")
+    set(qrun "timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} -x OMP_NUM_THREADS=1 ${run} ${sets} ${q}")
   endif()
   add_test(NAME qlora_torch_${name}
-           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && ${run} --set train.steps=1 --set optim.warmup=1 --set train.run_dir='${dir}/base' > '${dir}/base.log' 2>&1 && ${qrun} --set train.run_dir='${dir}/q' > '${dir}/q.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/qlora_ref.py' --check '${dir}/q/dump-2' --source '${dir}/base/checkpoints/step-00000001/model.safetensors'")
+           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && ${run} --set train.steps=1 --set optim.warmup=1 --set train.run_dir='${dir}/base' > '${dir}/base.log' 2>&1 && ${qrun} --set train.run_dir='${dir}/q' > '${dir}/q.log' 2>&1 && grep -q '${ran}' '${dir}/q.log' && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/qlora_ref.py' --check '${dir}/q/dump-2' --source '${dir}/base/checkpoints/step-00000001/model.safetensors'")
   set_tests_properties(qlora_torch_${name} PROPERTIES LABELS torch TIMEOUT 200)
 endforeach()
-set_tests_properties(qlora_torch_pp2dp2 PROPERTIES LABELS "torch;mpi")
+set_tests_properties(qlora_torch_pp2dp2 qlora_torch_tp2 qlora_torch_dp2zero PROPERTIES LABELS "torch;mpi")

@@ -599,6 +599,13 @@ add_test(NAME recipe_dry_run_7b_stage1_bf16 COMMAND bash ${CMAKE_SOURCE_DIR}/tes
 add_test(NAME train_qlora_resume
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "qlora resume: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/qlora_resume.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_qlora_resume)
+# QLoRA under tp 2 and parallel.zero = 1 (tests/runtime/train/qlora_layouts.sh): resumes bitwise within a layout, the
+# NF4 form the one process's byte for byte across tp 1 <-> 2, zero = 1 <-> 0 bitwise, the refusal of a split that cuts
+# a block of 64
+add_test(NAME train_qlora_layouts
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "qlora layouts: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/qlora_layouts.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_qlora_layouts)
+set_tests_properties(train_qlora_layouts PROPERTIES LABELS mpi TIMEOUT 300)
 add_test(NAME generate_kv_qlora
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_qlora: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_qlora kv_qlora)
