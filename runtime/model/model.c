@@ -405,6 +405,17 @@ static int stage_tp_reduce_d(void* ctx, double* buf, size_t n, int op_max, char*
 
 const char* stage_tp_error(const Stage* st) { return st->tp_failed ? st->tp_err : NULL; }
 
+/* Stage.param_wait: the part's weights current before it reads them (a failure fails the stage as a lost TP
+ * peer does: the caller's stage_tp_error check reports it) */
+static void stage_param_wait(Stage* st, int part) {
+    if (!st->param_wait || st->tp_failed) return;
+    char e[768];
+    if (st->param_wait(st->param_ctx, part, e, sizeof e) != 0) {
+        snprintf(st->tp_err, sizeof st->tp_err, "%s", e);
+        st->tp_failed = 1;
+    }
+}
+
 void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be, int tp,
                    int tp_rank, Comm* tp_comm) {
     stage_shell(st, cfg, l0, l1);
@@ -1259,6 +1270,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     if (st->last && st->tp > 1) memcpy(a->h_targets, mb->targets, (size_t)T * sizeof(int32_t));
 
     Buf x0 = stage_res(a, st, 0);
+    stage_param_wait(st, 0);
     if (st->first) {
         a->I = mb->I;
         a->Np = mb->Np;
@@ -1345,12 +1357,14 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         if (a->kv_k) seq.kv_k = a->kv_k[j], seq.kv_v = a->kv_v[j]; /* generation's KV cache */
         LmBlockActs v;
         stage_block_view(st, a, j, &v);
+        stage_param_wait(st, 1 + j);
         stage_qlora_load(st, j);
         lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, stage_res(a, st, j),
                          stage_res(a, st, j + 1));
     }
 
     Buf xL = stage_res(a, st, nL);
+    stage_param_wait(st, 1 + nL);
     if (st->last) {
         lbe->ops->rmsnorm_forward(lbe, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
