@@ -18,45 +18,9 @@
 
 #include "vision/vit_lora.h"
 
-static const char* const VL_NAME[VIT_LORA_N] = {"q", "k", "v", "out", "fc1", "fc2"};
-static const char* const VL_MODULE[VIT_LORA_N] = {"attn.q", "attn.k", "attn.v", "attn.out", "mlp.fc1", "mlp.fc2"};
-static const char* const VL_PEFT[VIT_LORA_N] = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"};
-static const char* const VL_PEFT_PATH[VIT_LORA_N] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                     "self_attn.out_proj", "mlp.fc1", "mlp.fc2"};
-
-const char* vit_lora_target_name(VitLoraTarget t) { return VL_NAME[t]; }
-const char* vit_lora_target_module(VitLoraTarget t) { return VL_MODULE[t]; }
-const char* vit_lora_target_peft(VitLoraTarget t) { return VL_PEFT[t]; }
-const char* vit_lora_target_peft_path(VitLoraTarget t) { return VL_PEFT_PATH[t]; }
-
 static int vl_row_parallel(VitLoraTarget t) { return t == VIT_LORA_OUT || t == VIT_LORA_FC2; }
 static int vl_qkv(VitLoraTarget t) { return t <= VIT_LORA_V; }
 static int vl_on(const VitConfig* c, int t) { return c->lora_r > 0 && (c->lora_targets >> t & 1); }
-
-int vit_lora_targets_parse(const char* list, unsigned* bits, char* err, size_t err_len) {
-    *bits = 0;
-    const char* p = list;
-    while (*p) {
-        while (*p == ' ' || *p == ',') p++;
-        if (!*p) break;
-        size_t n = strcspn(p, ", ");
-        if (n > 7 && !strncmp(p, "vision.", 7)) {
-            const char* q = p + 7;
-            size_t m = n - 7;
-            int found = 0;
-            if (m == 3 && !strncmp(q, "all", 3)) *bits |= (1u << VIT_LORA_N) - 1, found = 1;
-            for (int t = 0; t < VIT_LORA_N && !found; t++)
-                if (strlen(VL_NAME[t]) == m && !strncmp(q, VL_NAME[t], m)) *bits |= 1u << t, found = 1;
-            if (!found) {
-                snprintf(err, err_len, "'%.*s' is not a tower linear; allowed: vision.q, vision.k, vision.v, vision.out, "
-                         "vision.fc1, vision.fc2 or vision.all (the CLIP tower's q_proj .. fc2)", (int)n, p);
-                return -1;
-            }
-        }
-        p += n;
-    }
-    return 0;
-}
 
 /* The whole (unsplit) base's in and out widths of target t. */
 static void vl_dims(const VitConfig* c, VitLoraTarget t, int* in, int* out) {
@@ -81,9 +45,9 @@ void vit_lora_params_add(ParamTable* pt, const VitConfig* c) {
             int in, out;
             vl_dims(c, (VitLoraTarget)t, &in, &out);
             int64_t sa[2] = {c->lora_r, in}, sb[2] = {out, c->lora_r};
-            snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_A.weight", l, VL_MODULE[t]);
+            snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_A.weight", l, vit_lora_target_module((VitLoraTarget)t));
             params_add(pt, n, 2, sa, PARAM_INIT_UNIFORM, 1.0f / sqrtf((float)in), 1);
-            snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_B.weight", l, VL_MODULE[t]);
+            snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_B.weight", l, vit_lora_target_module((VitLoraTarget)t));
             params_add(pt, n, 2, sb, PARAM_INIT_ZEROS, 0, 1);
         }
 }
@@ -92,9 +56,9 @@ void vit_lora_weights_point(VitBlockW* w, const ParamTable* pt, int l, int grads
     char n[128];
     for (int t = 0; t < VIT_LORA_N; t++) {
         w->lora_A[t] = w->lora_B[t] = buf_none();
-        snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_A.weight", l, VL_MODULE[t]);
+        snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_A.weight", l, vit_lora_target_module((VitLoraTarget)t));
         int ia = params_find(pt, n);
-        snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_B.weight", l, VL_MODULE[t]);
+        snprintf(n, sizeof n, "vision.blocks.%d.%s.lora_B.weight", l, vit_lora_target_module((VitLoraTarget)t));
         int ib = params_find(pt, n);
         if (ia < 0 || ib < 0) continue;
         w->lora_A[t] = grads ? buf_f32(params_grad(pt, ia)) : params_weights_buf(pt, ia);
