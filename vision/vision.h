@@ -242,7 +242,7 @@ typedef struct {
 
 void vit_params_add(ParamTable* pt, const VitConfig* c);
 /* Blocks the forward runs (L, or the CLIP tower's L_run). */
-int vit_blocks_run(const VitConfig* c);
+static inline int vit_blocks_run(const VitConfig* c) { return c->arch == VIT_ARCH_CLIP && c->L_run > 0 ? c->L_run : c->L; }
 /* CLIP: token rows of a microbatch of at most max_N patches (a class token per image of >= min_patches). */
 int vit_max_tokens(const VitConfig* c, int max_N);
 /* Bicubic taps (torch interpolate, align_corners=False, A = -0.75) of output index o of out_n from in_n:

@@ -21,8 +21,6 @@ static void vit_add(ParamTable* pt, const char* name, int ndim, int64_t d0, int6
     params_add(pt, name, ndim, shape, init, std, ndim == 2);
 }
 
-int vit_blocks_run(const VitConfig* c) { return c->arch == VIT_ARCH_CLIP && c->L_run > 0 ? c->L_run : c->L; }
-
 int vit_max_tokens(const VitConfig* c, int max_N) {
     if (c->arch != VIT_ARCH_CLIP) return max_N;
     int mp = c->min_patches > 0 ? c->min_patches : 1;
