@@ -102,7 +102,20 @@ typedef struct {
     int lora_r;
     float lora_scale, lora_dropout;
     unsigned lora_targets;
+    /* A pipeline stage's share of the tower (docs/anyres.md "The tower over stages"): blocks [blk0, blk1) (blk1 0: all,
+     * [0, L)). The patch embedding (CLIP: the class and position embeddings, pre_ln) is on the range starting at block
+     * 0, the final norm (CLIP: the feature gather, post_ln) on the range ending at L; a range that does not start at 0
+     * takes block blk0's input from the previous stage (vit_stage_input), one that does not end at L gives its last
+     * block's output to the next (vit_stage_output), and the gradients go the other way. */
+    int blk0, blk1;
 } VitConfig;
+
+/* The range's bounds, whether it holds the embedding (starts at 0) and the top (ends at L), and the blocks it runs
+ * ([lo, run_hi): CLIP runs none past the feature layer) */
+static inline int vit_block_lo(const VitConfig* c) { return c->blk1 > 0 ? c->blk0 : 0; }
+static inline int vit_block_hi(const VitConfig* c) { return c->blk1 > 0 ? c->blk1 : c->L; }
+static inline int vit_has_embed(const VitConfig* c) { return vit_block_lo(c) == 0; }
+static inline int vit_has_top(const VitConfig* c) { return vit_block_hi(c) == c->L; }
 
 /* Bytes of one stored activation value of the tower / projector (VitConfig.act_bytes; 0 means f32 words). */
 static inline int vit_act_bytes(const VitConfig* c) { return c->act_bytes == 2 ? 2 : 4; }
@@ -243,6 +256,10 @@ typedef struct {
 void vit_params_add(ParamTable* pt, const VitConfig* c);
 /* Blocks the forward runs (L, or the CLIP tower's L_run). */
 static inline int vit_blocks_run(const VitConfig* c) { return c->arch == VIT_ARCH_CLIP && c->L_run > 0 ? c->L_run : c->L; }
+static inline int vit_run_hi(const VitConfig* c) {
+    int h = vit_block_hi(c), r = vit_blocks_run(c);
+    return h < r ? h : r;
+}
 /* CLIP: token rows of a microbatch of at most max_N patches (a class token per image of >= min_patches). */
 int vit_max_tokens(const VitConfig* c, int max_N);
 /* Bicubic taps (torch interpolate, align_corners=False, A = -0.75) of output index o of out_n from in_n:
@@ -305,6 +322,15 @@ void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, c
 /* Fused B + W, block by block (shares the block-gradient scratch when not split). Bitwise the same
  * gradients as B then W. */
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a);
+
+/* A stage's tower edges (VitConfig.blk0 / blk1; a->T rows of D: the patches, CLIP's tokens with the class rows),
+ * the pipeline's words f32 (the activations' bf16 values widened, exactly): block lo's input from h (before
+ * vit_forward_run), the last run block's output into h (after it), that output's gradient from dh (before
+ * vit_backward_input / vit_backward), block lo's input gradient into dh (after it). */
+void vit_stage_input(const Backend* be, const VitConfig* c, VitActs* a, const float* h);
+void vit_stage_output(const Backend* be, const VitConfig* c, const VitActs* a, float* h);
+void vit_stage_doutput(const Backend* be, const VitConfig* c, VitActs* a, const float* dh);
+void vit_stage_dinput(const Backend* be, const VitConfig* c, const VitActs* a, float* dh);
 
 void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, Buf vin, int N);
 /* B: from a->dout to a->dfc1 (kept for W) and, with need_dvin (the vision tower trains), a->dvin

@@ -41,6 +41,7 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
     float std = c->init_std, std_out = c->init_std / sqrtf(2.0f * c->L);
     char n[96];
     int clip = c->arch == VIT_ARCH_CLIP;
+    if (!vit_has_embed(c)) goto blocks; /* a later stage's share of the tower (VitConfig.blk0) */
     vit_add(pt, "vision.patch_embed.weight", 2, D, P, PARAM_INIT_NORMAL, std);
     if (clip) {
         vit_add(pt, "vision.class_embedding", 1, D, 0, PARAM_INIT_NORMAL, std);
@@ -57,7 +58,8 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
         vit_add(pt, "vision.patch_embed.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
         params_mark_gemm_bias(pt, "vision.patch_embed.bias"); /* the GEMMs' biases: 2-byte where bias_dtype is */
     }
-    for (int l = 0; l < c->L; l++) {
+blocks:
+    for (int l = vit_block_lo(c); l < vit_block_hi(c); l++) {
 #define VADD(suffix, ndim, d0, d1, init, s)                              \
     do {                                                                 \
         snprintf(n, sizeof n, "vision.blocks.%d.%s", l, suffix);         \
@@ -82,10 +84,12 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
 #undef VADD
     }
     const char* fin = clip ? "vision.post_ln" : "vision.ln_f";
-    snprintf(n, sizeof n, "%s.weight", fin);
-    vit_add(pt, n, 1, D, 0, PARAM_INIT_ONES, 0);
-    snprintf(n, sizeof n, "%s.bias", fin);
-    vit_add(pt, n, 1, D, 0, PARAM_INIT_ZEROS, 0);
+    if (vit_has_top(c)) {
+        snprintf(n, sizeof n, "%s.weight", fin);
+        vit_add(pt, n, 1, D, 0, PARAM_INIT_ONES, 0);
+        snprintf(n, sizeof n, "%s.bias", fin);
+        vit_add(pt, n, 1, D, 0, PARAM_INIT_ZEROS, 0);
+    }
     vit_lora_params_add(pt, c); /* none without tower targets */
 }
 
@@ -108,6 +112,8 @@ static float* vit_ptr(const ParamTable* pt, const char* name, int grads) {
 void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int grads) {
     char n[96];
     memset(w, 0, sizeof *w);
+    w->blocks = callocCheck(c->L, sizeof(VitBlockW));
+    if (!vit_has_embed(c)) goto blocks; /* the stage's share of the tower (VitConfig.blk0 / blk1) */
     w->patch_w = vit_buf(pt, "vision.patch_embed.weight", grads);
     if (c->arch == VIT_ARCH_CLIP) {
         w->cls = vit_buf(pt, "vision.class_embedding", grads);
@@ -116,13 +122,15 @@ void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int gr
         w->pos = vit_buf(pt, "vision.pos_embed.weight", grads);
         w->pre_w = vit_ptr(pt, "vision.pre_ln.weight", grads);
         w->pre_b = vit_ptr(pt, "vision.pre_ln.bias", grads);
-        w->post_w = vit_ptr(pt, "vision.post_ln.weight", grads);
-        w->post_b = vit_ptr(pt, "vision.post_ln.bias", grads);
     } else {
         w->patch_b = vit_buf(pt, "vision.patch_embed.bias", grads);
     }
-    w->blocks = callocCheck(c->L, sizeof(VitBlockW));
-    for (int l = 0; l < c->L; l++) {
+blocks:
+    if (c->arch == VIT_ARCH_CLIP && vit_has_top(c)) {
+        w->post_w = vit_ptr(pt, "vision.post_ln.weight", grads);
+        w->post_b = vit_ptr(pt, "vision.post_ln.bias", grads);
+    }
+    for (int l = vit_block_lo(c); l < vit_block_hi(c); l++) {
         VitBlockW* b = &w->blocks[l];
 #define VPT(field, suffix, get)                                  \
     do {                                                         \
@@ -144,7 +152,7 @@ void vit_weights_point(VitW* w, const ParamTable* pt, const VitConfig* c, int gr
 #undef VPT
         vit_lora_weights_point(b, pt, l, grads);
     }
-    if (c->arch != VIT_ARCH_CLIP) {
+    if (c->arch != VIT_ARCH_CLIP && vit_has_top(c)) {
         w->lnf_w = vit_ptr(pt, "vision.ln_f.weight", grads);
         w->lnf_b = vit_ptr(pt, "vision.ln_f.bias", grads);
     }
@@ -274,11 +282,16 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
      * alternately and one set of block activations that every block overwrites. */
     a->x = VACT((backward ? L + 1 : 2) * N * D);
     int rc = backward ? c->recompute : RECOMPUTE_NONE; /* a forward-only tower recomputes nothing */
+    size_t lo = (size_t)vit_block_lo(c), hi = (size_t)vit_run_hi(c); /* the stage's blocks: carved for these only */
     for (size_t l = 0; l < L; l++) {
         VitBlockActs* b = &a->blocks[l];
-        if ((!backward && l > 0) || rc == RECOMPUTE_FULL) {
+        if (l < lo || l >= hi) {
+            memset(b, 0, sizeof *b);
+            continue;
+        }
+        if ((!backward && l > lo) || rc == RECOMPUTE_FULL) {
             if (rc == RECOMPUTE_FULL) memset(b, 0, sizeof *b); /* the block's input (x) only */
-            else *b = a->blocks[0];
+            else *b = a->blocks[lo];
             continue;
         }
         vit_block_carve(b, ar, c, N, rc != RECOMPUTE_SELECTIVE);
@@ -303,7 +316,11 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
     a->dx16 = ab == 2 ? arena_alloc(ar, (split ? L + 1 : 2) * N * D * 2) : NULL;
     for (size_t l = 0; l < L; l++) {
         VitBlockGrads* g = &a->grads[l];
-        if (split || l == 0) {
+        if (l < lo || l >= hi) {
+            memset(g, 0, sizeof *g);
+            continue;
+        }
+        if (split || l == lo) {
             g->dfc1 = arena_alloc_f32(ar, N * Dm);
             g->dln2 = arena_alloc_f32(ar, N * D);
             g->dxmid = arena_alloc_f32(ar, N * D);
@@ -314,7 +331,7 @@ static void vit_layout(VitActs* a, Arena* ar, Arena* out, const VitConfig* c, in
             g->dqkv16 = ab == 2 ? arena_alloc(ar, N * 3 * Dq * 2) : NULL;
             vit_lora_grads_carve(g, ar, c, N);
         } else {
-            *g = a->grads[0]; /* fused backward: W of a block runs right after its B */
+            *g = a->grads[lo]; /* fused backward: W of a block runs right after its B */
         }
     }
     a->dvout = arena_alloc_f32(ar, (size_t)max_N * D);
@@ -639,7 +656,7 @@ void vit_forward_prepare(const Backend* be, const VitConfig* c, VitActs* a, Buf 
     a->T = N;
     if (N == 0 || c->arch != VIT_ARCH_CLIP) return;
     clip_layout_tokens(be, c, a); /* reads the images' grids back, writes the token tables */
-    if (!a->cm_ready) clip_patches_channel_major_index(be, c, a);
+    if (!a->cm_ready && vit_has_embed(c)) clip_patches_channel_major_index(be, c, a);
     vit_lora_prepare(be, c, a);
 }
 
@@ -654,25 +671,28 @@ void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitAc
     if (N == 0) return;
     Buf patches = a->patches;
     int D = c->D, P = 3 * c->patch * c->patch;
+    int lo = vit_block_lo(c), hi = vit_run_hi(c); /* the stage's blocks; block lo's input given where lo > 0 */
     if (c->arch == VIT_ARCH_CLIP) {
-        clip_embed_forward(be, c, w, a);
+        if (lo == 0) clip_embed_forward(be, c, w, a);
         int Lr = vit_blocks_run(c);
-        for (int l = 0; l < Lr; l++) {
+        for (int l = lo; l < hi; l++) {
             VitBlockActs v;
             vit_block_view(c, a, l, &v);
             vit_block_forward(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
         }
+        if (!vit_has_top(c)) return; /* the next stage's input: vit_stage_output */
         /* the features: hidden_states[L_run] without the class tokens */
         be->dev->memset0(be, a->vout.p, (size_t)N * D * (size_t)vit_act_bytes(c));
         be->ops->rows_gather_forward(be, a->vout, a->tok_of_patch, NULL, vit_x(a, c, Lr), N, 1, D);
         return;
     }
-    be->ops->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
-    for (int l = 0; l < c->L; l++) {
+    if (lo == 0) be->ops->linear_forward(be, vit_x(a, c, 0), patches, w->patch_w, w->patch_b, N, P, D);
+    for (int l = lo; l < hi; l++) {
         VitBlockActs v;
         vit_block_view(c, a, l, &v);
         vit_block_forward(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l), vit_x(a, c, l + 1));
     }
+    if (!vit_has_top(c)) return;
     be->ops->layernorm_forward(be, a->vout, a->lnf_mean, a->lnf_rstd, vit_x(a, c, c->L), w->lnf_w, w->lnf_b, N, D);
 }
 
@@ -829,13 +849,17 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
         be->ops->linear_backward(be, NULL, buf_f32p(g->patch_w), buf_f32p(g->patch_b), vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
 }
 
+/* the lowest block a backward of the stage's range runs: the tower's floor, or the range's first block */
+static int vit_b_lo(const VitConfig* c, const VitActs* a) { return a->b_floor > vit_block_lo(c) ? a->b_floor : vit_block_lo(c); }
+
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {
     RR_ASSERT(a->split && "vit_backward_input needs activations laid out with split = 1");
     RR_ASSERT(a->backward && "vit_backward_input on activations laid out without a backward");
     if (a->N == 0) return;
-    if (c->arch == VIT_ARCH_CLIP) clip_out_backward_input(be, c, a);
+    if (!vit_has_top(c)) { /* the top's gradient given: vit_stage_doutput */
+    } else if (c->arch == VIT_ARCH_CLIP) clip_out_backward_input(be, c, a);
     else vit_lnf_backward_input(be, c, w, a);
-    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
+    for (int l = vit_run_hi(c) - 1; l >= vit_b_lo(c, a); l--) {
         VitBlockActs v; /* B reads no GELU output: SELECTIVE recomputes it for W only */
         vit_block_view(c, a, l, &v);
         if (c->recompute == RECOMPUTE_FULL) vit_block_recompute(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l));
@@ -847,27 +871,28 @@ void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, Vi
 void vit_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     RR_ASSERT(a->split);
     if (a->N == 0) return;
-    if (c->arch != VIT_ARCH_CLIP) vit_lnf_backward_weight(be, c, w, g, a);
-    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
+    if (c->arch != VIT_ARCH_CLIP && vit_has_top(c)) vit_lnf_backward_weight(be, c, w, g, a);
+    for (int l = vit_run_hi(c) - 1; l >= vit_b_lo(c, a); l--) {
         VitBlockActs v; /* the workspace holds another block or microbatch since B: recomputed again */
         vit_block_view(c, a, l, &v);
         vit_block_recompute(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l));
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l),
                                   vit_dx(a, c, l + 1));
     }
-    if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
+    if (a->b_floor == 0 && vit_has_embed(c)) vit_patch_backward_weight(be, c, w, g, a);
 }
 
 void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
     RR_ASSERT(a->backward && "vit_backward on activations laid out without a backward");
     if (a->N == 0) return;
-    if (c->arch == VIT_ARCH_CLIP) {
+    if (!vit_has_top(c)) { /* the top's gradient given: vit_stage_doutput */
+    } else if (c->arch == VIT_ARCH_CLIP) {
         clip_out_backward_input(be, c, a);
     } else {
         vit_lnf_backward_input(be, c, w, a);
         vit_lnf_backward_weight(be, c, w, g, a);
     }
-    for (int l = vit_blocks_run(c) - 1; l >= a->b_floor; l--) {
+    for (int l = vit_run_hi(c) - 1; l >= vit_b_lo(c, a); l--) {
         VitBlockActs v;
         vit_block_view(c, a, l, &v);
         vit_block_recompute(be, c, &w->blocks[l], l, &v, a, vit_x(a, c, l));
@@ -876,5 +901,40 @@ void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const Vi
         vit_block_backward_weight(be, c, &w->blocks[l], &g->blocks[l], l, &v, &a->grads[l], a, vit_x(a, c, l),
                                   vit_dx(a, c, l + 1));
     }
-    if (a->b_floor == 0) vit_patch_backward_weight(be, c, w, g, a);
+    if (a->b_floor == 0 && vit_has_embed(c)) vit_patch_backward_weight(be, c, w, g, a);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A stage's edges (VitConfig.blk0 / blk1): f32 words on the pipeline, the tower's activation storage here */
+
+static void vit_edge_in(const Backend* be, const VitConfig* c, Buf x, const float* h, size_t n) {
+    if (vit_act_bytes(c) == 2) be->ops->to_bf16(be, buf_bf16p(x), h, n); /* exact: bf16 values */
+    else be->dev->copy_d2d(be, buf_f32p(x), h, n * sizeof(float));
+}
+
+void vit_stage_input(const Backend* be, const VitConfig* c, VitActs* a, const float* h) {
+    RR_ASSERT(!vit_has_embed(c) && h);
+    vit_edge_in(be, c, vit_x(a, c, vit_block_lo(c)), h, (size_t)a->T * c->D);
+}
+
+void vit_stage_output(const Backend* be, const VitConfig* c, const VitActs* a, float* h) {
+    RR_ASSERT(!vit_has_top(c) && h);
+    size_t n = (size_t)a->T * c->D;
+    Buf x = vit_x(a, c, vit_run_hi(c));
+    if (vit_act_bytes(c) == 2) be->ops->from_bf16(be, h, buf_bf16p(x), n); /* widened, exact */
+    else be->dev->copy_d2d(be, h, buf_f32p(x), n * sizeof(float));
+}
+
+void vit_stage_doutput(const Backend* be, const VitConfig* c, VitActs* a, const float* dh) {
+    RR_ASSERT(!vit_has_top(c) && dh && a->backward);
+    int hi = vit_run_hi(c);
+    size_t n = (size_t)a->T * c->D;
+    be->dev->copy_d2d(be, vit_dx(a, c, hi), dh, n * sizeof(float));
+    /* the 2-byte copy the last block's GEMMs read, as the next block's LayerNorm backward stores it */
+    if (vit_dx16(a, c, hi)) be->ops->to_bf16(be, vit_dx16(a, c, hi), dh, n);
+}
+
+void vit_stage_dinput(const Backend* be, const VitConfig* c, const VitActs* a, float* dh) {
+    RR_ASSERT(!vit_has_embed(c) && dh && a->backward);
+    be->dev->copy_d2d(be, dh, vit_dx(a, c, vit_block_lo(c)), (size_t)a->T * c->D * sizeof(float));
 }

@@ -39,7 +39,7 @@ static void vl_local_dims(const VitConfig* c, VitLoraTarget t, int* in, int* out
 void vit_lora_params_add(ParamTable* pt, const VitConfig* c) {
     if (c->lora_r <= 0 || !c->lora_targets) return;
     char n[128];
-    for (int l = 0; l < vit_blocks_run(c); l++)
+    for (int l = vit_block_lo(c); l < vit_run_hi(c); l++) /* the stage's blocks (VitConfig.blk0 / blk1) */
         for (int t = 0; t < VIT_LORA_N; t++) {
             if (!vl_on(c, t)) continue;
             int in, out;

@@ -138,20 +138,33 @@ static Buf stage_buf(const ParamTable* pt, const char* name) {
     return params_weights_buf(pt, i);
 }
 
-/* A Stage with its shapes but no parameters: enough for registration counts and the act layout. */
-static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
+/* A Stage with its shapes but no parameters: enough for registration counts and the act layout. Tower blocks
+ * [tv0, tv1): the first stage's (tv1 = Lv) or a tower-only stage's (l0 == l1 == 0, tv1 < Lv); none elsewhere. */
+static void stage_shell_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1) {
     char err[256];
     if (model_config_check(cfg, err, sizeof err)) rr_die("internal: %s (callers check the config with model_config_check first)", err);
-    RR_ASSERT(0 <= l0 && l0 < l1 && l1 <= cfg->Lt);
+    int tower_only = l0 == l1;
+    RR_ASSERT(tower_only ? l0 == 0 && 0 <= tv0 && tv0 < tv1 && tv1 < cfg->Lv : 0 <= l0 && l0 < l1 && l1 <= cfg->Lt);
+    RR_ASSERT(tower_only || (l0 == 0 ? 0 <= tv0 && tv0 <= cfg->Lv && tv1 == cfg->Lv : tv0 == 0 && tv1 == 0));
     memset(st, 0, sizeof *st);
     st->cfg = *cfg;
     st->vc = model_config_vit(cfg);
     st->lc = model_config_lm(cfg);
     st->l0 = l0;
     st->l1 = l1;
-    st->first = l0 == 0;
-    st->last = l1 == cfg->Lt;
-    st->vit_train = st->proj_train = st->first;
+    st->tower_only = tower_only;
+    st->first = !tower_only && l0 == 0;
+    st->last = !tower_only && l1 == cfg->Lt;
+    st->tower = tower_only || st->first;
+    st->tv0 = st->tower ? tv0 : 0;
+    st->tv1 = st->tower ? tv1 : 0;
+    if (st->tower) st->vc.blk0 = tv0, st->vc.blk1 = tv1;
+    st->vit_train = st->tower;
+    st->proj_train = st->first;
+}
+
+static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
+    stage_shell_tower(st, cfg, l0, l1, 0, l0 == 0 ? cfg->Lv : 0);
 }
 
 static void stage_register_whole(ParamTable* pt, const Stage* st);
@@ -224,8 +237,8 @@ int model_tp_check(const ModelConfig* cfg, int tp, char* err, size_t err_len) {
 }
 
 static void stage_register_whole(ParamTable* pt, const Stage* st) {
+    if (st->tower) vit_params_add(pt, &st->vc); /* the stage's blocks (VitConfig.blk0 / blk1) */
     if (st->first) {
-        vit_params_add(pt, &st->vc);
         projector_params_add(pt, &st->vc);
         if (st->cfg.anyres) { /* LLaVA-NeXT's image_newline: N(0, 1 / sqrt(Dt)) as LlavaNextModel, a gather's table */
             int64_t shape[1] = {st->cfg.Dt};
@@ -418,7 +431,35 @@ static void stage_param_wait(Stage* st, int part) {
 
 void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char* freeze, const Backend* be, int tp,
                    int tp_rank, Comm* tp_comm) {
-    stage_shell(st, cfg, l0, l1);
+    stage_init_tower(st, cfg, l0, l1, 0, l0 == 0 ? cfg->Lv : 0, freeze, be, tp, tp_rank, tp_comm);
+}
+
+int model_vit_floor(const ModelConfig* cfg, const char* freeze) {
+    Stage sh;
+    stage_shell(&sh, cfg, 0, cfg->Lt);
+    ParamTable pt;
+    params_init(&pt);
+    stage_register_whole(&pt, &sh);
+    freeze_for_each(freeze, freeze_apply, &pt);
+    char always[8192];
+    freeze_for_each(vit_always_frozen(&sh.vc, always, sizeof always), freeze_apply, &pt);
+    int floor = vit_blocks_run(&sh.vc), l;
+    for (int i = 0; i < pt.n; i++) {
+        const char* n = pt.specs[i].name;
+        if (pt.specs[i].frozen || strncmp(n, "vision.", 7)) continue;
+        if (sscanf(n, "vision.blocks.%d.", &l) == 1) {
+            if (l < floor) floor = l;
+        } else if (strncmp(n, "vision.ln_f.", 12) && strncmp(n, "vision.post_ln.", 15)) {
+            floor = 0; /* the embedding trains: every block's input gradient is needed */
+        }
+    }
+    params_free(&pt);
+    return floor;
+}
+
+void stage_init_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, const char* freeze,
+                      const Backend* be, int tp, int tp_rank, Comm* tp_comm) {
+    stage_shell_tower(st, cfg, l0, l1, tv0, tv1);
     st->be = be;
     st->tp = tp > 1 ? tp : 1;
     st->tp_rank = tp > 1 ? tp_rank : 0;
@@ -435,7 +476,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
         st->vc.tp_ctx = st->lc.tp_ctx = st;
     }
     /* every backend table has the CLIP tower's ops (engine.h: a table written before them would have NULL) */
-    RR_ASSERT(!st->first || (cfg->vision_arch != VIT_ARCH_CLIP && cfg->projector_act == ACT_GELU_TANH) ||
+    RR_ASSERT(!st->tower || (cfg->vision_arch != VIT_ARCH_CLIP && cfg->projector_act == ACT_GELU_TANH) ||
               (be->ops->act_forward && be->ops->act_backward && be->ops->rows_gather_forward && be->ops->rows_gather_backward));
     params_init(&st->params);
     stage_register(&st->params, st);
@@ -443,13 +484,13 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     if (cfg->tie_embeddings && st->last && !st->first) /* the tied head's copy of the first stage's embedding */
         st->params.specs[params_find(&st->params, "text.embed.weight")].shared_copy = 1;
     freeze_for_each(freeze, freeze_apply, &st->params);
-    if (st->first) { /* CLIP: the blocks past the feature layer and post_layernorm never run: never trained */
+    if (st->tower) { /* CLIP: the blocks past the feature layer and post_layernorm never run: never trained */
         char always[8192];
         freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
     }
     /* the tower on 2-byte activations (below): CLIP's gather tables (class, position embeddings) get 2-byte compute
      * copies, written by AdamW, so no step narrows them (engine/params.h params_mark_act_table) */
-    st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->first &&
+    st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->tower &&
                                  model_bf16_vision(cfg) && cfg->lora_r <= 0; /* LoRA: f32 words, as below */
     params_alloc(&st->params, be, cfg->seed);
     /* the LM on 2-byte bf16 activations where the backend has such a table (tp > 1 too: the TP
@@ -460,16 +501,23 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
     if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && cfg->lora_r <= 0) { /* LoRA: f32 words */
         st->lbe = be->act_bf16_variant;
         st->lc.act_bytes = 2;
-        if (st->first && model_bf16_vision(cfg)) { /* the tower and the projector too */
+        if (st->tower && model_bf16_vision(cfg)) { /* the tower and the projector too */
             st->vbe = st->lbe;
             st->vc.act_bytes = 2;
         }
     }
 
     const ParamTable* pt = &st->params;
-    if (st->first) {
+    if (st->tower) {
         vit_weights_point(&st->vit_w, pt, &st->vc, 0);
         vit_weights_point(&st->vit_g, pt, &st->vc, 1);
+        /* what the tower's backward must compute (frozen = no work that nothing needs): a stage with a share of it runs
+         * its blocks' B down to the whole tower's floor, which an earlier stage may hold */
+        st->vit_floor = st->tower_only || tv0 > 0 ? model_vit_floor(cfg, freeze) : vit_backward_floor(&st->vc, &st->vit_g);
+        st->vit_train = st->vit_floor < vit_run_hi(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
+        if (!st->vit_train) st->vit_fwd = callocCheck(1, sizeof *st->vit_fwd); /* its block: stage_tower_reserve */
+    }
+    if (st->first) {
         projector_weights_point(&st->proj_w, pt, 0);
         projector_weights_point(&st->proj_g, pt, 1);
         st->embed_w = stage_buf(pt, "text.embed.weight");
@@ -479,11 +527,7 @@ void stage_init_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, const char
             st->newline_g = stage_ptr(pt, "image_newline", 1);
             st->newline16 = pt->compute && params_compute_dtype(pt, params_find(pt, "image_newline")) == DTYPE_BF16;
         }
-        /* what the first stage's backward must compute (frozen = no work that nothing needs) */
-        st->vit_floor = vit_backward_floor(&st->vc, &st->vit_g);
-        st->vit_train = st->vit_floor < vit_blocks_run(&st->vc) || st->vit_g.lnf_w || st->vit_g.lnf_b;
         st->proj_train = st->proj_g.fc1_w.p || st->proj_g.fc1_b.p || st->proj_g.fc2_w.p || st->proj_g.fc2_b.p;
-        if (!st->vit_train) st->vit_fwd = callocCheck(1, sizeof *st->vit_fwd); /* its block: stage_tower_reserve */
     }
     int nL = l1 - l0;
     st->blk_w = callocCheck(nL, sizeof(LmBlockW));
@@ -518,7 +562,7 @@ int model_bf16_vision(const ModelConfig* cfg) {
 
 void stage_set_recompute(Stage* st, Recompute lm, Recompute tower) {
     st->lc.recompute = st->l1 > st->l0 ? (int)lm : RECOMPUTE_NONE;
-    st->vc.recompute = st->first && st->vit_train ? (int)tower : RECOMPUTE_NONE;
+    st->vc.recompute = st->tower && st->vit_train ? (int)tower : RECOMPUTE_NONE;
     if ((st->lc.recompute != RECOMPUTE_NONE || st->vc.recompute != RECOMPUTE_NONE) && !st->rc)
         st->rc = callocCheck(1, sizeof *st->rc);
 }
@@ -603,7 +647,7 @@ static void stage_bwd_layout(StageActs* a, const Stage* st, Arena* ar, int max_T
 }
 
 /* A first stage whose tower does not train: one set of forward buffers for its microbatches (StageTowerScratch) */
-static int stage_tower_shared(const Stage* st) { return st->first && !st->vit_train; }
+static int stage_tower_shared(const Stage* st) { return st->tower && !st->vit_train; }
 
 static size_t stage_tower_bytes(const Stage* st, int max_Np) {
     if (!stage_tower_shared(st) || max_Np <= 0) return 0;
@@ -654,11 +698,14 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
     if (st->first) {
         a->ids = arena_alloc(ar, T * sizeof(int32_t));
         if (st->tp > 1) a->lids = arena_alloc(ar, T * sizeof(int32_t));
+    }
+    if (st->tower) {
         a->img_cu = arena_alloc(ar, (Np + 1) * sizeof(int32_t));
         a->prow = arena_alloc(ar, Np * sizeof(int32_t));
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
         /* the tower's first activation: 2-byte words on the bf16-activation table (narrowed on the host) */
-        a->patches = buf_of(arena_alloc(ar, Np * 3 * c->patch * c->patch * (size_t)vit_act_bytes(&st->vc)), vit_act_dtype(&st->vc));
+        a->patches = vit_has_embed(&st->vc) ? buf_of(arena_alloc(ar, Np * 3 * c->patch * c->patch * (size_t)vit_act_bytes(&st->vc)), vit_act_dtype(&st->vc))
+                                           : buf_none(); /* a later stage's share of the tower: its input comes from the previous stage */
         /* a frozen vision tower keeps nothing for a backward that never runs: its output alone, the rest of its
          * forward's buffers the stage's (stage_tower_bind) */
         if (stage_tower_shared(st)) {
@@ -669,6 +716,8 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
             vit_acts_layout(&a->vit, ar, &st->vc, max_Np, split, st->vit_train);
         }
         a->vit.b_floor = st->vit_floor;
+    }
+    if (st->first) {
         projector_acts_layout_fwd(&a->proj, ar, &st->vc, max_Np); /* its backward's buffers: stage_bwd_layout */
         if (c->anyres) {
             a->ar_idx = arena_alloc(ar, T * sizeof(int32_t));
@@ -709,7 +758,7 @@ static void stage_acts_free_tables(StageActs* a) {
 int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnReserve out[2]) {
     const ModelConfig* c = &st->cfg;
     int tp = st->tp > 1 ? st->tp : 1, n = 0;
-    if (st->first && max_patches > 0) {
+    if (st->tower && max_patches > 0) {
         int mp = c->min_patches > 0 ? c->min_patches : 1;
         out[n++] = (AttnReserve){.max_T = vit_max_tokens(&st->vc, max_patches), .max_S = (max_patches + mp - 1) / mp, .H = c->Hv / tp,
                                  .d = c->Dv / c->Hv, .ld_qkv = 3 * c->Dv / tp,
@@ -727,7 +776,7 @@ int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnRes
  * carved out of ar (a measuring arena gives its bytes: 0 without recompute) */
 static void stage_recompute_layout(const Stage* st, Arena* ar, StageRecompute* rc, int max_T, int max_Np, int fused) {
     lm_recompute_layout(&rc->lm, ar, &st->lc, max_T);
-    if (st->first && st->vit_train) vit_recompute_layout(&rc->vit, ar, &st->vc, max_Np);
+    if (st->tower && st->vit_train) vit_recompute_layout(&rc->vit, ar, &st->vc, max_Np);
     else memset(&rc->vit, 0, sizeof rc->vit);
     rc->max_T = max_T;
     rc->max_Np = max_Np;
@@ -824,9 +873,9 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
                                  int lm_act_bytes, int vit_train) {
     Stage st;
     stage_shell_tp(&st, cfg, l0, l1, tp, 0);
-    st.vit_train = st.first && vit_train;
+    st.vit_train = st.tower && vit_train;
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
-    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
+    st.vc.act_bytes = lm_act_bytes == 2 && st.tower && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
 
@@ -834,11 +883,11 @@ size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max
                                  int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws) {
     Stage st;
     stage_shell_tp(&st, cfg, l0, l1, tp, 0);
-    st.vit_train = st.first && vit_train;
+    st.vit_train = st.tower && vit_train;
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
-    st.vc.act_bytes = lm_act_bytes == 2 && st.first && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
+    st.vc.act_bytes = lm_act_bytes == 2 && st.tower && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */
     st.lc.recompute = st.l1 > st.l0 ? lm : RECOMPUTE_NONE; /* as stage_set_recompute */
-    st.vc.recompute = st.first && st.vit_train ? tower : RECOMPUTE_NONE;
+    st.vc.recompute = st.tower && st.vit_train ? tower : RECOMPUTE_NONE;
     if (ws) *ws = stage_recompute_bytes(&st, max_tokens, max_patches, !split) + stage_tower_bytes(&st, max_patches);
     return stage_acts_bytes(&st, max_tokens, max_patches, split);
 }
@@ -880,7 +929,7 @@ void stage_acts_init(StageActs* a, const Stage* st, int max_tokens, int max_patc
         a->h_ar_idx = mallocCheck(((size_t)max_tokens + 1) * sizeof(int32_t));
         a->h_ar_nl = mallocCheck(((size_t)max_tokens + 1) * sizeof(int32_t));
     }
-    if (st->first && st->vc.act_bytes == 2 && max_patches > 0)
+    if (st->tower && vit_has_embed(&st->vc) && st->vc.act_bytes == 2 && max_patches > 0)
         a->h_patches16 = mallocCheck((size_t)max_patches * 3 * st->vc.patch * st->vc.patch * sizeof(uint16_t));
     if (st->tp > 1) {
         a->h_own = mallocCheck(2 * ((size_t)max_tokens + 1) * sizeof(int32_t));
@@ -1026,7 +1075,7 @@ int stage_check_microbatch(const Stage* st, const StageActs* a, const Microbatch
         if (n != mb->n_supervised)
             return rr_fail(err, err_len, "microbatch: n_supervised says %d but %d targets are not -100", mb->n_supervised, n);
     }
-    if (!st->first) return 0;
+    if (!st->tower) return 0;
     if (a && mb->Np > a->max_Np)
         return mb_fail_hint(err, err_len, "raise the patch budget", "microbatch: %d patches exceed the activation budget of %d", mb->Np,
                     a->max_Np);
@@ -1254,11 +1303,11 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
     const Backend* lbe = st->lbe ? st->lbe : st->be; /* the LM's table (Stage.lbe) */
     const ModelConfig* c = &st->cfg;
     RR_ASSERT(a->state == ACTS_EMPTY && "stage_forward on activations still in use by another microbatch");
-    RR_ASSERT(st->first == (hidden_in == NULL));
+    RR_ASSERT(stage_takes_hidden(st) == (hidden_in != NULL));
     RR_ASSERT(st->last == (hidden_out == NULL));
     /* the callers (step executors, eval) validate every microbatch once with stage_check_microbatch;
      * here only what would write outside the activation block */
-    RR_ASSERT(mb->T >= 1 && mb->T <= a->max_T && (!st->first || mb->Np <= a->max_Np));
+    RR_ASSERT(mb->T >= 1 && mb->T <= a->max_T && (!st->tower || mb->Np <= a->max_Np));
     stage_bwd_bind(st, a); /* the LM scratch (the forward's too) where the stage holds it */
     int T = mb->T, Dt = c->Dt, nL = st->l1 - st->l0;
     a->T = T;
@@ -1312,6 +1361,10 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             be->dev->copy_h2d(be, a->lids, lid, (size_t)T * sizeof(int32_t));
             free(lid);
         }
+    }
+    if (st->tower) { /* the stage's share of the tower: every tower stage takes the microbatch's image table from its plan */
+        a->I = mb->I;
+        a->Np = mb->Np;
         if (mb->I > 0) {
             size_t P = 3 * (size_t)c->patch * c->patch;
             memcpy(a->h_img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
@@ -1319,7 +1372,8 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             be->dev->copy_h2d(be, a->img_cu, mb->img_cu_patches, (size_t)(mb->I + 1) * sizeof(int32_t));
             be->dev->copy_h2d(be, a->prow, mb->patch_row, (size_t)mb->Np * sizeof(int32_t));
             be->dev->copy_h2d(be, a->pcol, mb->patch_col, (size_t)mb->Np * sizeof(int32_t));
-            if (st->vc.act_bytes == 2) { /* the tower's 2-byte activation: narrowed here, where it is produced */
+            if (!vit_has_embed(&st->vc)) { /* block tv0's input: the previous stage's (stage_forward's hidden_in) */
+            } else if (st->vc.act_bytes == 2) { /* the tower's 2-byte activation: narrowed here, where it is produced */
                 RR_ASSERT(a->h_patches16);
                 vit_patches_to_bf16(a->h_patches16, mb->patches, (size_t)mb->Np * P);
                 be->dev->copy_h2d(be, buf_bf16p(a->patches), a->h_patches16, (size_t)mb->Np * P * sizeof(uint16_t));
@@ -1328,7 +1382,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
             }
         }
         a->n_ar = mb->J;
-        if (c->anyres) stage_anyres_index(st, a, mb);
+        if (c->anyres && st->first) stage_anyres_index(st, a, mb);
         const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         stage_tower_bind(st, a); /* a frozen tower: the stage's forward buffers */
         /* the tower's LoRA dropout: the microbatch's key (below), mixed with the tower's own tag (vision/vit_lora.c) */
@@ -1336,8 +1390,16 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
                                ? lm_lora_seed(c->seed, st->lora_step, mb->index)
                                : 0;
         vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        if (st->tv0 > 0 && a->Np > 0) vit_stage_input(vbe, &st->vc, &a->vit, hidden_in);
         vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
-        projector_forward(vbe, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        if (st->tower_only) { /* tower blocks alone: the tower's hidden state to the next stage */
+            if (a->Np > 0) vit_stage_output(vbe, &st->vc, &a->vit, hidden_out);
+            a->state = ACTS_FORWARD;
+            return;
+        }
+    }
+    if (st->first) {
+        projector_forward(st->vbe ? st->vbe : be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
@@ -1479,6 +1541,27 @@ static void stage_embed_backward_weight(Stage* st, StageActs* a) {
     }
 }
 
+int stage_takes_hidden(const Stage* st) { return st->tower ? st->tv0 > 0 : 1; }
+int stage_takes_grad(const Stage* st) { return st->tower_only ? st->vit_train : !st->last; }
+int stage_gives_grad(const Stage* st) { return st->tower ? st->tv0 > 0 && st->vit_floor < st->tv0 : 1; }
+
+static size_t stage_tower_rows(const Stage* st, const Microbatch* mb) {
+    return mb->Np > 0 ? (size_t)mb->Np + (st->vc.arch == VIT_ARCH_CLIP ? (size_t)mb->I : 0) : 0;
+}
+size_t stage_in_floats(const Stage* st, const Microbatch* mb) {
+    if (!stage_takes_hidden(st)) return 0;
+    return st->tower ? stage_tower_rows(st, mb) * (size_t)st->cfg.Dv : (size_t)mb->T * st->cfg.Dt;
+}
+size_t stage_out_floats(const Stage* st, const Microbatch* mb) {
+    if (st->last) return 0;
+    return st->tower_only ? stage_tower_rows(st, mb) * (size_t)st->cfg.Dv : (size_t)mb->T * st->cfg.Dt;
+}
+size_t stage_edge_max_floats(const Stage* st, int max_tokens, int max_patches) {
+    size_t lm = (size_t)max_tokens * st->cfg.Dt;
+    size_t tw = st->tower ? (size_t)vit_max_tokens(&st->vc, max_patches) * st->cfg.Dv : 0;
+    return lm > tw ? lm : tw;
+}
+
 static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale) {
     RR_ASSERT(st->last == (dhidden_out == NULL));
     int nL = st->l1 - st->l0;
@@ -1491,12 +1574,30 @@ static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_o
     }
 }
 
+/* A tower-only stage's backward (input: B, weight: W; both: fused): its blocks' share, from the next stage's gradient of
+ * its output down to the gradient of its input for the previous stage */
+static void stage_tower_only_backward(Stage* st, StageActs* a, const float* dhidden_out, float* dhidden_in, int input,
+                                      int weight) {
+    if (!st->vit_train || a->Np == 0) return;
+    if (input) vit_stage_doutput(st->vbe, &st->vc, &a->vit, dhidden_out);
+    vit_backward_graphed(st, st->vbe, &a->vit, input, weight);
+    if (input && dhidden_in) vit_stage_dinput(st->vbe, &st->vc, &a->vit, dhidden_in);
+    if (weight) st->n_vit_backward++;
+    stage_count_vit_recompute(st, a);
+}
+
 void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
     RR_ASSERT(a->split && "stage_backward_input needs activations made with split = 1");
     RR_ASSERT(a->state == ACTS_FORWARD);
-    RR_ASSERT(st->first == (dhidden_in == NULL));
+    RR_ASSERT(stage_gives_grad(st) == (dhidden_in != NULL));
     const Backend* be = st->be;
     int nL = st->l1 - st->l0;
+    if (st->tower_only) {
+        RR_ASSERT(stage_takes_grad(st) == (dhidden_out != NULL));
+        stage_tower_only_backward(st, a, dhidden_out, dhidden_in, 1, 0);
+        a->state = ACTS_INPUT_GRAD;
+        return;
+    }
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     stage_backward_start(st, a, dhidden_out, loss_scale);
     for (int j = nL - 1; j >= 0; j--) {
@@ -1510,6 +1611,7 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
     if (st->first) {
         stage_vision_backward_input(st, a);
         if (st->vit_train && a->Np > 0) vit_backward_graphed(st, st->vbe, &a->vit, 1, 0);
+        if (dhidden_in && a->Np > 0) vit_stage_dinput(st->vbe, &st->vc, &a->vit, dhidden_in); /* to the tower's stages */
         stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
@@ -1521,6 +1623,11 @@ void stage_backward_weight(Stage* st, StageActs* a) {
     RR_ASSERT(a->state == ACTS_INPUT_GRAD && "stage_backward_weight before stage_backward_input");
     int nL = st->l1 - st->l0;
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
+    if (st->tower_only) {
+        stage_tower_only_backward(st, a, NULL, NULL, 0, 1);
+        a->state = ACTS_EMPTY;
+        return;
+    }
     if (st->last) stage_head_backward_weight(st, a);
     for (int j = nL - 1; j >= 0; j--) {
         LmBlockActs v; /* the workspace has held other blocks (and microbatches) since B: recomputed again */
@@ -1541,9 +1648,15 @@ void stage_backward_weight(Stage* st, StageActs* a) {
 void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float loss_scale, float* dhidden_in) {
     RR_ASSERT(a->state == ACTS_FORWARD);
     stage_bwd_bind(st, a); /* the backward's scratch where the stage holds it (stage_bwd_shared) */
-    RR_ASSERT(st->first == (dhidden_in == NULL));
+    RR_ASSERT(stage_gives_grad(st) == (dhidden_in != NULL));
     const Backend* be = st->be;
     int nL = st->l1 - st->l0;
+    if (st->tower_only) {
+        RR_ASSERT(stage_takes_grad(st) == (dhidden_out != NULL));
+        stage_tower_only_backward(st, a, dhidden_out, dhidden_in, 1, 1);
+        a->state = ACTS_EMPTY;
+        return;
+    }
     LmSeq seq = {.T = a->T, .S = a->S, .cu_seqlens = a->cu_seqlens, .pos = a->pos, .lora_seed = a->lora_seed};
     stage_backward_start(st, a, dhidden_out, loss_scale);
     if (st->last) stage_head_backward_weight(st, a);
@@ -1560,6 +1673,7 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
         stage_embed_backward_weight(st, a);
         stage_vision_backward_input(st, a);
         stage_vision_backward_weight(st, a, 1);
+        if (dhidden_in && a->Np > 0) vit_stage_dinput(st->vbe, &st->vc, &a->vit, dhidden_in); /* to the tower's stages */
         stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));

@@ -151,6 +151,14 @@ typedef struct {
     int vit_floor;   /* the ViT's B goes down to this block only (vit_backward_floor) */
     int proj_train;  /* some projector.* tensor trains (its B runs when this or vit_train) */
     long n_vit_backward; /* ViT backward passes run (a frozen tower: stays 0; checked by tests) */
+    /* The tower over pipeline stages (docs/anyres.md "The tower over stages"): the stage's tower blocks [tv0, tv1)
+     * (VitConfig.blk0 / blk1). tower: it runs a share of the tower: the first stage (tv1 = Lv; the whole tower where
+     * tv0 = 0), or a tower-only stage before it (tower_only: l0 == l1 == 0, no LM block, no projector, tv1 < Lv). A
+     * tower stage with tv0 > 0 takes the tower's hidden state (rows x Dv: the patches, CLIP's tokens with the class
+     * rows) from the previous stage as its hidden_in, a tower-only stage gives its own as hidden_out; the gradients go
+     * back only where some block below trains (stage_takes_grad, stage_gives_grad). vit_floor is then the whole
+     * tower's (model_vit_floor): a stage whose own blocks are frozen still runs their B for the blocks below. */
+    int tv0, tv1, tower, tower_only;
     /* Activation recompute (train.recompute; lc.recompute and vc.recompute say what): the workspace (NULL: none) and
      * the blocks (LM and tower) whose activations a backward recomputed so far */
     StageRecompute* rc;
@@ -201,6 +209,22 @@ void vit_graphs_free(Stage* st);
 /* Drop the recorded graphs (their pointers changed: a frozen tower's scratch reallocated), keeping the count. */
 void vit_graphs_forget(struct VitGraphs* gs);
 
+/* stage_init_tp with the tower over stages: LM blocks [l0, l1) and tower blocks [tv0, tv1) (Stage.tv0): a first stage
+ * (l0 == 0) holds [tv0, Lv), a tower-only stage (l0 == l1 == 0) [tv0, tv1) with tv1 < Lv, the others none (0, 0). */
+void stage_init_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, const char* freeze,
+                      const Backend* be, int tp, int tp_rank, Comm* tp_comm);
+/* The lowest tower block whose input gradient a backward needs under the train.freeze list (with the tensors that
+ * never train): 0 when the embedding trains, vit_blocks_run when no block does. */
+int model_vit_floor(const ModelConfig* cfg, const char* freeze);
+/* A stage's edges: whether stage_forward takes hidden_in (the LM's (T, Dt), or the tower's where tv0 > 0), whether
+ * its backward takes dhidden_out and gives dhidden_in; the floats of hidden_in and hidden_out (their gradients alike)
+ * for a microbatch (0: none), and the most of either at a budget. */
+int stage_takes_hidden(const Stage* st);
+int stage_takes_grad(const Stage* st);
+int stage_gives_grad(const Stage* st);
+size_t stage_in_floats(const Stage* st, const Microbatch* mb);
+size_t stage_out_floats(const Stage* st, const Microbatch* mb);
+size_t stage_edge_max_floats(const Stage* st, int max_tokens, int max_patches);
 /* Register this stage's parameters, allocate them on `be` and initialise from cfg->seed. */
 void stage_init(Stage* st, const ModelConfig* cfg, int l0, int l1, const Backend* be);
 /* The same with the tensors under the comma-separated prefixes of `freeze` frozen (train.freeze; NULL

@@ -217,3 +217,9 @@ foreach(layout "step;1;;;layout pp 1 x tp 1 x dp 1" "pp2dp2;4;--set parallel.pp=
   set_tests_properties(qlora_torch_${name} PROPERTIES LABELS torch TIMEOUT 200)
 endforeach()
 set_tests_properties(qlora_torch_pp2dp2 qlora_torch_tp2 qlora_torch_dp2zero PROPERTIES LABELS "torch;mpi")
+# The tower over pipeline stages (tests/runtime/model/test_tower_stages.c): tower-only stages chained in one process,
+# bitwise against one stage (any-resolution RoPE tower; LLaVA-1.5's CLIP with feature layer -2)
+add_executable(test_tower_stages tests/runtime/model/test_tower_stages.c)
+target_link_libraries(test_tower_stages PRIVATE rrfp_core)
+add_test(NAME model_tower_stages_anyres COMMAND test_tower_stages anyres)
+add_test(NAME model_tower_stages_clip COMMAND test_tower_stages clip)
