@@ -844,15 +844,27 @@ void model_params_register(const ModelConfig* cfg, int l0, int l1, ParamTable* p
     model_params_register_tp(cfg, l0, l1, 1, 0, pt);
 }
 
-/* A shell of TP rank t of tp: the split sizes, no group, no parameters. */
-static void stage_shell_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, int tp, int t) {
-    stage_shell(st, cfg, l0, l1);
+/* A shell of TP rank t of tp: the split sizes, no group, no parameters. tv1 < 0: the tower on the first stage. */
+static void stage_shell_tp_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int tp, int t) {
+    if (tv1 < 0) stage_shell(st, cfg, l0, l1);
+    else stage_shell_tower(st, cfg, l0, l1, tv0, tv1);
     st->tp = tp > 1 ? tp : 1;
     st->tp_rank = tp > 1 ? t : 0;
     st->vc.tp = st->lc.tp = st->tp;
     st->vc.tp_rank = st->lc.tp_rank = st->tp_rank;
     st->Vs = cfg->V / st->tp;
     st->v0 = st->tp_rank * st->Vs;
+}
+
+static void stage_shell_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, int tp, int t) {
+    stage_shell_tp_tower(st, cfg, l0, l1, 0, -1, tp, t);
+}
+
+void model_params_register_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int tp, int t, ParamTable* pt) {
+    Stage st;
+    stage_shell_tp_tower(&st, cfg, l0, l1, tv0, tv1, tp, t);
+    params_init(pt);
+    stage_register(pt, &st);
 }
 
 void model_params_register_tp(const ModelConfig* cfg, int l0, int l1, int tp, int t, ParamTable* pt) {
@@ -881,8 +893,14 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
 
 size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
                                  int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws) {
+    return model_stage_acts_bytes_tower(cfg, l0, l1, 0, -1, max_tokens, max_patches, split, tp, lm_act_bytes, vit_train, lm,
+                                        tower, ws);
+}
+
+size_t model_stage_acts_bytes_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int max_tokens, int max_patches,
+                                    int split, int tp, int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws) {
     Stage st;
-    stage_shell_tp(&st, cfg, l0, l1, tp, 0);
+    stage_shell_tp_tower(&st, cfg, l0, l1, tv0, tv1, tp, 0);
     st.vit_train = st.tower && vit_train;
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
     st.vc.act_bytes = lm_act_bytes == 2 && st.tower && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */

@@ -340,6 +340,11 @@ size_t model_stage_acts_bytes_lm(const ModelConfig* cfg, int l0, int l1, int max
  * beside the microbatches' blocks. */
 size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max_tokens, int max_patches, int split, int tp,
                                  int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws);
+/* model_params_register_tp and model_stage_acts_bytes_rc of a stage with tower blocks [tv0, tv1) (stage_init_tower; tv1 < 0:
+ * the tower on the first stage, as those) */
+void model_params_register_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int tp, int t, ParamTable* pt);
+size_t model_stage_acts_bytes_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int max_tokens, int max_patches,
+                                    int split, int tp, int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws);
 /* Bytes of one StageActs (for the memory plan). */
 size_t stage_acts_bytes(const Stage* st, int max_tokens, int max_patches, int split);
 /* The stage's largest attention calls at a microbatch of at most max_tokens LM tokens and max_patches image

@@ -34,6 +34,8 @@ struct Pipeline {
     Stage** stages;
     int S;  /* virtual stages P * chunks */
     int Dt;
+    size_t edge;       /* floats of the largest message of this rank's chunks (stage_edge_max_floats: the LM's (max_tokens,
+                        * Dt), or the tower's (tokens, Dv) where the tower runs over stages) */
     PpShape shape;
     PpTask* order;
     int n_tasks;
@@ -216,7 +218,7 @@ static int pipeline_dry_run(Pipeline* p, int M, char* err, size_t err_len) {
 static void* send_acquire(void* ctx, size_t bytes) {
     Pipeline* p = ctx;
     const Backend* be = p->stages[0]->be;
-    RR_ASSERT(bytes <= sizeof(float) * (size_t)p->cfg.max_tokens * (size_t)p->Dt);
+    RR_ASSERT(bytes <= sizeof(float) * p->edge);
     for (int i = 0; i < p->n_send_pool; i++)
         if (!p->send_busy[i]) {
             p->send_busy[i] = 1;
@@ -224,7 +226,7 @@ static void* send_acquire(void* ctx, size_t bytes) {
         }
     p->send_pool = reallocCheck(p->send_pool, sizeof(void*) * (size_t)(p->n_send_pool + 1));
     p->send_busy = reallocCheck(p->send_busy, sizeof(int) * (size_t)(p->n_send_pool + 1));
-    p->send_pool[p->n_send_pool] = be->dev->alloc(sizeof(float) * (size_t)p->cfg.max_tokens * (size_t)p->Dt);
+    p->send_pool[p->n_send_pool] = be->dev->alloc(sizeof(float) * p->edge);
     p->send_busy[p->n_send_pool] = 1;
     p->pool_allocs++;
     return p->send_pool[p->n_send_pool++];
@@ -270,6 +272,10 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->stages = stages;
     p->S = cfg->P * cfg->chunks;
     p->Dt = stages[0]->cfg.Dt;
+    for (int c = 0; c < cfg->chunks; c++) {
+        size_t e = stage_edge_max_floats(stages[c], cfg->max_tokens, cfg->max_patches);
+        if (e > p->edge) p->edge = e;
+    }
     p->shape = shape;
     if (comm->size != cfg->P || comm->rank != cfg->rank) {
         snprintf(err, err_len, "internal: pipeline group has %d ranks (this one %d), the config says %d (rank %d)",
@@ -287,7 +293,7 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     p->grad_in = callocCheck((size_t)cfg->chunks, sizeof *p->grad_in);
     p->grad_tasks = callocCheck((size_t)cfg->chunks, sizeof *p->grad_tasks);
     const Backend* be = stages[0]->be;
-    size_t one = sizeof(float) * (size_t)cfg->max_tokens * (size_t)p->Dt;
+    size_t one = sizeof(float) * p->edge;
     p->on_host = be->dev->host_addressable;
     p->dev_comm = !p->on_host && comm->device_memory;
     if (p->dev_comm) {
@@ -306,9 +312,9 @@ Pipeline* pipeline_create(const PipelineConfig* cfg, Stage** stages, Comm* comm,
     for (int c = 0; c < cfg->chunks; c++) {
         Stage* st = stages[c];
         int v = pp_vstage(&shape, cfg->rank, c);
-        if ((v == 0) != (st->first != 0) || (v == p->S - 1) != (st->last != 0)) {
-            snprintf(err, err_len, "internal: chunk %d of rank %d is virtual stage %d but its Stage has first=%d last=%d",
-                     c, cfg->rank, v, st->first, st->last);
+        if ((v == 0) != !stage_takes_hidden(st) || (v == p->S - 1) != (st->last != 0)) {
+            snprintf(err, err_len, "internal: chunk %d of rank %d is virtual stage %d but its Stage has first=%d last=%d "
+                     "(tower blocks [%d, %d))", c, cfg->rank, v, st->first, st->last, st->tv0, st->tv1);
             pipeline_free(p);
             return NULL;
         }
@@ -392,11 +398,23 @@ static void acts_release(Pipeline* p, int chunk, int mb) {
     p->mb_slot[chunk][mb] = -1;
 }
 
-static size_t mb_bytes(const Pipeline* p, const Microbatch* mb) { return sizeof(float) * (size_t)mb->T * (size_t)p->Dt; }
+/* Bytes of task t's input message (F: the stage's hidden_in; B: the gradient of its hidden_out) and of its output
+ * (F: hidden_out; B: the gradient of hidden_in): the LM's (T, Dt), or the tower's (tokens, Dv) at an edge inside the
+ * tower; a gradient no block below needs (a frozen tower's) travels as an empty message, the B task's readiness only */
+static size_t task_in_bytes(const Pipeline* p, PpTask t, const Microbatch* mb) {
+    const Stage* st = p->stages[t.chunk];
+    size_t n = t.kind == PP_F ? stage_in_floats(st, mb) : stage_takes_grad(st) ? stage_out_floats(st, mb) : 0;
+    return sizeof(float) * n;
+}
+static size_t task_out_bytes(const Pipeline* p, PpTask t, const Microbatch* mb) {
+    const Stage* st = p->stages[t.chunk];
+    size_t n = t.kind == PP_F ? stage_out_floats(st, mb) : stage_gives_grad(st) ? stage_in_floats(st, mb) : 0;
+    return sizeof(float) * n;
+}
 
 static float* in_buf(Pipeline* p, PpTask t) {
     float** base = t.kind == PP_F ? p->act_in : p->grad_in;
-    return base[t.chunk] + (size_t)t.mb * (size_t)p->cfg.max_tokens * (size_t)p->Dt;
+    return base[t.chunk] + (size_t)t.mb * p->edge;
 }
 
 /* ---- lookahead: the cost model and the start notices ------------------------------------------- */
@@ -405,7 +423,7 @@ static float* in_buf(Pipeline* p, PpTask t) {
 /* a microbatch's work units on a chunk: its tokens, plus its patches on the chunk that runs the ViT, plus 1 */
 static double mb_units(const Microbatch* mb, int vit) { return (double)mb->T + (vit ? (double)mb->Np : 0.0) + 1.0; }
 
-static double task_units(const Pipeline* p, PpTask t) { return mb_units(&p->mbs[t.mb], p->stages[t.chunk]->first); }
+static double task_units(const Pipeline* p, PpTask t) { return mb_units(&p->mbs[t.mb], p->stages[t.chunk]->tower); }
 
 static double cost_model_estimate(void* ctx, int rank, PpTask t) {
     (void)rank;
@@ -455,7 +473,7 @@ static int post_input(Pipeline* p, PpTask t, const Microbatch* mbs) {
             transport_post_recv(p->tr, src, ak, notice_slot(p, t, 1), sizeof(double), p->err, p->err_len) != 0)
             return -1;
     }
-    return transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), mb_bytes(p, &mbs[t.mb]), p->err, p->err_len);
+    return transport_post_recv(p->tr, src, input_key(t), in_buf(p, t), task_in_bytes(p, t, &mbs[t.mb]), p->err, p->err_len);
 }
 
 /* fixed-sync: post the receives the dispatcher says are due now, each once. */
@@ -474,7 +492,7 @@ static int post_sequence_receives(Pipeline* p, const PpDispatcher* d, const Micr
 static void ensure_buffers(Pipeline* p, int M) {
     if (M <= p->M_alloc) return;
     const Backend* be = p->stages[0]->be;
-    size_t per = (size_t)p->cfg.max_tokens * (size_t)p->Dt;
+    size_t per = p->edge;
     for (int c = 0; c < p->cfg.chunks; c++) {
         int v = vstage(p, c);
         size_t bytes = sizeof(float) * per * (size_t)M;
@@ -501,23 +519,22 @@ static void ensure_buffers(Pipeline* p, int M) {
 static const float* task_input(Pipeline* p, PpTask t, const Microbatch* mb) {
     float* h = in_buf(p, t);
     if (p->on_host || p->dev_comm) return h; /* dev_comm: its receive's event has completed */
-    p->stages[t.chunk]->be->dev->copy_h2d(p->stages[t.chunk]->be, p->dev_in, h, mb_bytes(p, mb));
+    p->stages[t.chunk]->be->dev->copy_h2d(p->stages[t.chunk]->be, p->dev_in, h, task_in_bytes(p, t, mb));
     return p->dev_in;
 }
 
 /* The output of the task just run, in host memory for the transport. */
-static const float* task_output(Pipeline* p, const Microbatch* mb) {
+static const float* task_output(Pipeline* p, size_t bytes) {
     if (p->on_host || p->dev_comm) return p->out_buf;
-    p->stages[0]->be->dev->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, mb_bytes(p, mb));
+    p->stages[0]->be->dev->copy_d2h(p->stages[0]->be, p->host_out, p->out_buf, bytes);
     return p->host_out;
 }
 
 /* The V layout's tip (rank P-1 holds stages P-1 and P): the output of the task just run (p->out_buf) is
  * the input of another chunk of this rank, copied straight into that chunk's input slot instead of
  * travelling through the transport (which has no messages to self). */
-static void local_handoff(Pipeline* p, PpTask dst_task, const Microbatch* mb) {
+static void local_handoff(Pipeline* p, PpTask dst_task, size_t bytes) {
     float* to = in_buf(p, dst_task);
-    size_t bytes = mb_bytes(p, mb);
     const Backend* be = p->stages[0]->be;
     if (p->on_host) memcpy(to, p->out_buf, bytes);
     else if (p->dev_comm) be->dev->copy_d2d(be, to, p->out_buf, bytes);
@@ -575,8 +592,8 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     }
     case PP_B: {
         StageActs* a = acts_of(p, t.chunk, t.mb);
-        const float* dout = v < p->S - 1 ? task_input(p, t, mb) : NULL;
-        float* din = has_out ? p->out_buf : NULL;
+        const float* dout = v < p->S - 1 && stage_takes_grad(st) ? task_input(p, t, mb) : NULL;
+        float* din = has_out && stage_gives_grad(st) ? p->out_buf : NULL; /* else an empty message */
         if (p->cfg.split) {
             stage_backward_input(st, a, dout, loss_scale, din);
         } else {
@@ -898,7 +915,7 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
                     int src;
                     PpTask src_task;
                     pp_task_input(&p->shape, cfg->rank, t, &src, &src_task);
-                    pp_trace_recv(trace, cfg->rank, src, trace_task(p, src_task), mb_bytes(p, &mbs[t.mb]), rr_now());
+                    pp_trace_recv(trace, cfg->rank, src, trace_task(p, src_task), task_in_bytes(p, t, &mbs[t.mb]), rr_now());
                 }
             }
             if (got < 0) break;
@@ -1001,11 +1018,11 @@ static int step_run(Pipeline* p, const Microbatch* mbs, int M, PpMode mode, cons
             if (has_out && dst == cfg->rank) {
                 PpTask dst_task;
                 pp_task_output(&p->shape, cfg->rank, t, &dst, &dst_task);
-                local_handoff(p, dst_task, &mbs[t.mb]);
+                local_handoff(p, dst_task, task_out_bytes(p, t, &mbs[t.mb]));
                 pp_dispatcher_input_arrived(&d, dst_task);
             } else if (has_out) {
-                const float* payload = task_output(p, &mbs[t.mb]);
-                size_t bytes = mb_bytes(p, &mbs[t.mb]);
+                size_t bytes = task_out_bytes(p, t, &mbs[t.mb]);
+                const float* payload = task_output(p, bytes);
                 int src = p->dev_comm
                               ? (sync ? transport_send_sync_dev(p->tr, dst, key, payload, bytes, cfg->timeout_s, err, err_len)
                                       : transport_isend_dev(p->tr, dst, key, payload, bytes, err, err_len))

@@ -203,12 +203,28 @@ static void pipe_free(StepExec* ex) {
     free(x);
 }
 
+/* The end of virtual stage v's tower blocks under train_tower_split's split (0: none): a tower-only stage's own, the
+ * whole tower's (Lv) on the stage holding LM layer 0 */
+static int pipe_tower_end(const ModelConfig* mc, const int* layers, const int* tower, int v) {
+    int l0 = 0, t1 = 0;
+    for (int u = 0; u <= v; u++) t1 += tower[u];
+    for (int u = 0; u < v; u++) l0 += layers[u];
+    if (layers[v] == 0) return t1;
+    return l0 == 0 ? mc->Lv : 0;
+}
+
 StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, const Backend* be, CommGrid* grid,
                                     const char* run_dir, char* err, size_t err_len) {
     int S = r->pp * r->chunks;
     int* layers = mallocCheck(sizeof(int) * (size_t)S);
-    if (train_layer_split(r, mc, layers, err, err_len) != 0) {
+    int* tower = mallocCheck(sizeof(int) * (size_t)S);
+    char tower_note[600];
+    int tower_split = train_layer_split(r, mc, layers, err, err_len) != 0
+                          ? -1
+                          : train_tower_split(r, mc, layers, tower, tower_note, sizeof tower_note, err, err_len);
+    if (tower_split < 0) {
         free(layers);
+        free(tower);
         return NULL;
     }
     PipeExec* x = callocCheck(1, sizeof *x);
@@ -227,9 +243,15 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     PpShape layout = {r->pp, r->microbatches, r->chunks, 0, pp_hint_vshape(hint)};
     for (int c = 0; c < x->n_chunks; c++) {
         int v = pp_vstage(&layout, x->rank, c), l0 = 0; /* Megatron's c*P + r, or the V of zbv / dualpipev */
-        for (int u = 0; u < v; u++) l0 += layers[u];
+        int tv0 = 0; /* the tower over stages (train_tower_split): blocks [tv0, tv0 + tower[v]), the rest with LM layer 0 */
+        for (int u = 0; u < v; u++) l0 += layers[u], tv0 += tower[u];
         x->chunks[c] = callocCheck(1, sizeof(Stage));
-        stage_init_tp(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be, r->tp, grid->t, grid->tp_group);
+        if (tower_split) {
+            int tv1 = pipe_tower_end(mc, layers, tower, v);
+            stage_init_tower(x->chunks[c], mc, l0, l0 + layers[v], tv1 > 0 ? tv0 : 0, tv1, r->freeze, be, r->tp, grid->t,
+                             grid->tp_group);
+        } else
+            stage_init_tp(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be, r->tp, grid->t, grid->tp_group);
         stage_set_recompute(x->chunks[c], (Recompute)recipe_recompute(r, 0), (Recompute)recipe_recompute(r, 1));
         if (!(r->zero && r->dp > 1)) params_alloc_optimizer(&x->chunks[c]->params); /* the distributed optimizer: shards only */
     }
@@ -313,13 +335,24 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
                                     grid->pipe->ops->name, x->replay.F ? " (compute: " : "",
                                     x->replay.F ? r->compute : "", x->replay.F ? ")" : "");
         for (int v = 0; v < S && o < sizeof line; v++) o += (size_t)snprintf(line + o, sizeof line - o, "%s%d", v ? "," : " ", layers[v]);
-        if (o < sizeof line) snprintf(line + o, sizeof line - o, " (%s)\n", r->layers[0] ? "parallel.layers" : "cost model");
+        if (o < sizeof line) o += (size_t)snprintf(line + o, sizeof line - o, " (%s)", r->layers[0] ? "parallel.layers" : "cost model");
+        /* the tower over stages: each stage's tower blocks (docs/anyres.md "The tower over stages") */
+        for (int v = 0, a0 = 0; tower_split && v < S && o < sizeof line; a0 += tower[v], v++) {
+            int a1 = pipe_tower_end(mc, layers, tower, v);
+            o += a1 > 0 ? (size_t)snprintf(line + o, sizeof line - o, "%s[%d,%d)", v ? " " : ", tower blocks ", a0, a1)
+                        : (size_t)snprintf(line + o, sizeof line - o, "%s-", v ? " " : ", tower blocks ");
+        }
+        if (tower_split && o < sizeof line) o += (size_t)snprintf(line + o, sizeof line - o, " (%s)", tower_note);
+        else if (tower_note[0] && o < sizeof line) o += (size_t)snprintf(line + o, sizeof line - o, "; %s", tower_note);
+        if (o < sizeof line) snprintf(line + o, sizeof line - o, "\n");
         fputs(line, stderr);
     }
     free(layers);
+    free(tower);
     return ex;
 fail:
     free(layers);
+    free(tower);
     pipe_free(ex);
     return NULL;
 }

@@ -99,14 +99,15 @@ static double qlora_nf4_bytes(size_t n, int slice) {
     return (double)((n + 1) / 2) + (double)nb + 4.0 * (double)((nb + 255) / 256);
 }
 
-static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, StageBytes* o) {
+/* tower blocks [tv0, tv1) where the tower runs over stages (train_tower_split; tv1 < 0: the whole tower with LM layer 0) */
+static void stage_bytes_tower(const Recipe* r, const ModelConfig* mc, int l0, int l1, int tv0, int tv1, StageBytes* o) {
     int T = r->microbatch_tokens;
     memset(o, 0, sizeof *o);
     /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
      * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
     int bf16 = !strcmp(r->precision, "bf16"), cuda = !strcmp(r->backend, "cuda");
     ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
-    model_params_register_tp(mc, l0, l1, r->tp, 0, &pt);
+    model_params_register_tower(mc, l0, l1, tv0, tv1, r->tp, 0, &pt);
     o->params = (double)pt.total;
     double qnumel = 0; /* QLoRA's quantised base weights: their NF4 form instead of a master or compute copy */
     for (int i = 0; i < pt.n; i++)
@@ -114,7 +115,7 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
                                     o->quant += qlora_nf4_bytes(pt.specs[i].numel, params_is_slice(&pt.specs[i]));
     if (qnumel > 0) {
         o->quant += 256 * 4; /* the dynamic map's values, once per table */
-        o->qws = qnumel / (l1 - l0) * (bf16 && cuda ? 2 : 4); /* one block's base weights in the GEMMs' dtype */
+        o->qws = qnumel / (l1 > l0 ? l1 - l0 : 1) * (bf16 && cuda ? 2 : 4); /* one block's base weights in the GEMMs' dtype */
     }
     if (bf16) {
         for (int i = 0; i < pt.n; i++)
@@ -127,20 +128,25 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
     int vit_train = 0;
     for (int i = 0; i < pt.n; i++)
         if (!strncmp(pt.specs[i].name, "vision.", 7) && !pt.specs[i].frozen) vit_train = 1;
+    if (tv1 >= 0 && (tv0 > 0 || l1 == l0)) { /* a share of the tower runs its B down to the whole tower's floor */
+        VitConfig vc = model_config_vit(mc);
+        int hi = l1 == l0 ? tv1 : vit_blocks_run(&vc);
+        vit_train = vit_train || model_vit_floor(mc, r->freeze) < hi;
+    }
     params_free(&pt);
     /* every position of the microbatch may be an image patch: the worst case */
     /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
     int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
     /* train.recompute: what a microbatch keeps, and the stage's one recompute workspace */
     size_t ws = 0;
-    o->act_mb = (double)model_stage_acts_bytes_rc(mc, l0, l1, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes, vit_train, recipe_recompute(r, 0),
-                                                  recipe_recompute(r, 1), &ws);
+    o->act_mb = (double)model_stage_acts_bytes_tower(mc, l0, l1, tv0, tv1, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes, vit_train,
+                                                     recipe_recompute(r, 0), recipe_recompute(r, 1), &ws);
     o->act_ws = (double)ws;
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
     if (lm_bytes == 2) {
         double ws = l1 > l0 ? 4.0 * T * (3.0 * mc->Dt / r->tp + mc->Dt / r->tp) : 0;
-        if (l0 == 0 && model_bf16_vision(mc)) {
+        if (l0 == 0 && (tv1 < 0 || tv1 > tv0 || l1 > l0) && model_bf16_vision(mc)) {
             /* the tower's rows: the patches, and CLIP's class tokens (vit_max_tokens); q, k, v views of one
              * qkv row: ld 3 Dv */
             int mp = mc->min_patches > 0 ? mc->min_patches : 1;
@@ -150,6 +156,10 @@ static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, 
         }
         o->wscratch = ws; /* its own buffer, beside the GEMM operands' */
     }
+}
+
+static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, StageBytes* o) {
+    stage_bytes_tower(r, mc, l0, l1, 0, -1, o);
 }
 
 static void stage_bytes_add(StageBytes* acc, const StageBytes* s) {
@@ -196,32 +206,41 @@ static void rank_bytes_of(const Recipe* r, const StageBytes* sb, int inflight, i
     out->total = out->weights + out->grads + out->adam + out->acts + out->scratch;
 }
 
-static int rank_bytes_split(const Recipe* r, const ModelConfig* mc, const int* layers, int rank, TrainRankBytes* out) {
+/* tower: each virtual stage's tower blocks (train_tower_split), or NULL: the whole tower with LM layer 0 */
+static int rank_bytes_split_tower(const Recipe* r, const ModelConfig* mc, const int* layers, const int* tower, int rank,
+                                  TrainRankBytes* out) {
     int P = r->pp, nl = 0;
     StageBytes acc, sb;
     memset(&acc, 0, sizeof acc);
     for (int ch = 0; ch < r->chunks; ch++) {
-        int s = rank + ch * P, l0 = 0;
-        for (int u = 0; u < s; u++) l0 += layers[u];
+        int s = rank + ch * P, l0 = 0, tv0 = 0;
+        for (int u = 0; u < s; u++) l0 += layers[u], tv0 += tower ? tower[u] : 0;
         nl += layers[s];
-        stage_bytes(r, mc, l0, l0 + layers[s], &sb);
+        if (!tower) stage_bytes(r, mc, l0, l0 + layers[s], &sb);
+        else if (layers[s] == 0) stage_bytes_tower(r, mc, 0, 0, tv0, tv0 + tower[s], &sb);
+        else stage_bytes_tower(r, mc, l0, l0 + layers[s], l0 == 0 ? tv0 : 0, l0 == 0 ? mc->Lv : 0, &sb);
         stage_bytes_add(&acc, &sb);
     }
     rank_bytes_of(r, &acc, rank_inflight(r, rank), nl, out);
     return 0;
 }
 
+static int rank_bytes_split(const Recipe* r, const ModelConfig* mc, const int* layers, int rank, TrainRankBytes* out) {
+    return rank_bytes_split_tower(r, mc, layers, NULL, rank, out);
+}
+
 int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err,
                      size_t err_len) {
     int S = r->pp * r->chunks;
     int* layers = mallocCheck((size_t)S * sizeof(int));
-    if (train_layer_split(r, mc, layers, err, err_len) != 0) { /* the trainer's own split */
-        free(layers);
-        return -1;
-    }
-    rank_bytes_split(r, mc, layers, rank, out);
+    int* tower = mallocCheck((size_t)S * sizeof(int));
+    int ts = train_layer_split(r, mc, layers, err, err_len) != 0 /* the trainer's own split */
+                 ? -1
+                 : train_tower_split(r, mc, layers, tower, NULL, 0, err, err_len);
+    if (ts >= 0) rank_bytes_split_tower(r, mc, layers, ts ? tower : NULL, rank, out);
     free(layers);
-    return 0;
+    free(tower);
+    return ts < 0 ? -1 : 0;
 }
 
 /* The cost model at the token budget of a step: half of the LM positions image patches, images of (min + max) / 2
@@ -427,7 +446,8 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
                         size_t err_len) {
     if (note && note_len) note[0] = 0;
     if (split_by_time(r, c, layers, err, err_len) != 0) return -1;
-    if (train_budget_gib(r) <= 0) return 0;
+    /* parallel.tower_layers: the split is the recipe's (its stages' bytes: train_rank_bytes, the dry run's table) */
+    if (train_budget_gib(r) <= 0 || r->tower_layers[0]) return 0;
     TrainRankBytes b;
     int worst = split_largest(r, c, layers, &b);
     if (b.total <= budget_bytes(r)) return 0;
@@ -464,6 +484,96 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
 
 int train_layer_split(const Recipe* r, const ModelConfig* c, int* layers, char* err, size_t err_len) {
     return split_layers(r, c, layers, NULL, 0, err, err_len);
+}
+
+/* The most tower blocks the tower-only stages may hold: the stage holding LM layer 0 holds at least the tower's last
+ * block (with its final norm), and every block past the feature layer (CLIP: never run) */
+static int tower_only_cap(const ModelConfig* c) {
+    VitConfig vc = model_config_vit(c);
+    int run = vit_blocks_run(&vc);
+    return run < c->Lv - 1 ? run : c->Lv - 1;
+}
+
+/* A split with tower-only stages before the one holding LM block 0 (train_tower_split): 0, or -1 with why */
+static int tower_split_check(const ModelConfig* c, int S, const int* layers, const int* tower, char* why, size_t n) {
+    int s0 = 0, at = 0, run = tower_only_cap(c);
+    while (s0 < S && layers[s0] == 0) s0++;
+    for (int s = 0; s < S; s++) {
+        if (s < s0 && tower[s] < 1) {
+            snprintf(why, n, "stage %d holds no LM layer and no tower block; allowed: the stages before the first with LM "
+                     "layers hold at least one tower block each", s);
+            return -1;
+        }
+        if (s > s0 && tower[s] > 0) {
+            snprintf(why, n, "stage %d holds tower blocks after stage %d, which holds LM layer 0; allowed: tower blocks on "
+                     "stage %d and the stages before it", s, s0, s0);
+            return -1;
+        }
+        if (s < s0) at += tower[s];
+    }
+    if (s0 > 0 && at > run) {
+        snprintf(why, n, "the stages before stage %d hold tower blocks [0, %d); allowed: at most %d there (the tower's last "
+                 "block, the ones past model.vision_feature_layer and the final norm go with LM layer 0)", s0, at, run);
+        return -1;
+    }
+    return 0;
+}
+
+int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* tower, char* note, size_t note_len, char* err,
+                      size_t err_len) {
+    int S = r->pp * r->chunks;
+    for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
+    if (note_len) note[0] = 0;
+    const char* unsupported = r->chunks > 1 ? "parallel.chunks > 1" : r->tp > 1 ? "parallel.tp > 1"
+                              : r->zero && r->dp > 1 ? "parallel.zero" : NULL;
+    char why[512];
+    if (r->tower_layers[0]) {
+        const char* origin = recipe_origin(r, "parallel", "tower_layers");
+        int* t = mallocCheck((size_t)S * sizeof(int));
+        int rc = partition_parse(r->tower_layers, mc->Lv, S, t, why, (int)sizeof why);
+        if (rc == 0 && unsupported) snprintf(why, sizeof why, "the tower over stages runs without %s", unsupported), rc = -1;
+        if (rc == 0) rc = tower_split_check(mc, S, layers, t, why, sizeof why);
+        if (rc != 0) {
+            snprintf(err, err_len, "%s: parallel.tower_layers = %s: %s", origin, r->tower_layers, why);
+            free(t);
+            return -1;
+        }
+        memcpy(tower, t, (size_t)S * sizeof(int));
+        free(t);
+        if (note_len) snprintf(note, note_len, "parallel.tower_layers");
+        return tower[0] < mc->Lv;
+    }
+    for (int s = 0; s < S; s++)
+        if (layers[s] < 1) {
+            snprintf(err, err_len, "%s: parallel.layers = %s: stage %d holds no LM layer; allowed: zeros only before the first "
+                     "stage with LM layers, with parallel.tower_layers giving those stages tower blocks",
+                     recipe_origin(r, "parallel", "layers"), r->layers, s);
+            return -1;
+        }
+    if (strcmp(r->tower_split, "auto") || r->layers[0] || mc->Lv < 1) return 0;
+    int* lw = mallocCheck((size_t)S * sizeof(int));
+    int rc = partition_auto_tower(mc->Lt, S, split_cost(r, mc), split_tower(r, mc), tower, lw);
+    if (rc == 1) { /* the tower-only stages' blocks past tower_only_cap go to the stage holding LM layer 0 */
+        int s0 = 0, at = 0, cap = tower_only_cap(mc);
+        while (s0 < S && lw[s0] == 0) s0++;
+        for (int s = 0; s < s0 && s0 < S; s++) {
+            int k = at + tower[s] > cap ? cap - at : tower[s];
+            tower[s0] += tower[s] - (k > 0 ? k : 0);
+            tower[s] = k > 0 ? k : 0;
+            at += tower[s];
+        }
+    }
+    if (rc == 1 && (unsupported || tower_split_check(mc, S, lw, tower, why, sizeof why) != 0)) {
+        if (note_len) snprintf(note, note_len, "the cost model's tower split is not run: %s", unsupported ? unsupported : why);
+        for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
+        rc = 0;
+    }
+    if (rc == 1) {
+        memcpy(layers, lw, (size_t)S * sizeof(int));
+        if (note_len) snprintf(note, note_len, "parallel.tower_split = auto");
+    }
+    free(lw);
+    return rc == 1;
 }
 
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
@@ -515,6 +625,15 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         }
         snprintf(over, sizeof over, "%s", err);
     }
+    /* the tower over stages, as the trainer runs it (train_tower_split: it may take the chain's LM split) */
+    int* tower = mallocCheck((size_t)S * sizeof(int));
+    char tnote[600];
+    int ts = train_tower_split(r, &mc, layers, tower, tnote, sizeof tnote, err, err_len);
+    if (ts < 0) {
+        free(layers);
+        free(tower);
+        return -1;
+    }
     fprintf(out, "layout: pp %d x tp %d x dp %d = %d ranks, %d chunk(s) per rank, hint %s, mode %s\n", r->pp, r->tp,
             r->dp, r->pp * r->tp * r->dp, r->chunks, r->hint, r->mode);
     if (recipe_recompute(r, 0) != RECOMPUTE_NONE || recipe_recompute(r, 1) != RECOMPUTE_NONE) {
@@ -525,8 +644,16 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     }
     fprintf(out, "LM layers per virtual stage:");
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
-    fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : "cost-balanced");
-    if (!r->layers[0] && mc.Lv > 0) { /* the cost model's split with the tower over stages, where it would pay */
+    fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : ts ? "with the tower's" : "cost-balanced");
+    if (ts) { /* docs/anyres.md "The tower over stages": the live split */
+        fprintf(out, "tower blocks per virtual stage:");
+        for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", tower[s]);
+        fprintf(out, " (%s; the stages before the first with LM layers hold tower blocks alone and pass the tower's "
+                     "hidden state on)\n", tnote);
+    } else if (tnote[0]) {
+        fprintf(out, "%s\n", tnote);
+    }
+    if (!r->layers[0] && mc.Lv > 0 && !ts) { /* the cost model's split with the tower over stages, where it would pay */
         int *tw = mallocCheck((size_t)S * sizeof(int)), *lw = mallocCheck((size_t)S * sizeof(int));
         PartitionCost pc = split_cost(r, &mc);
         PartitionTower pt = split_tower(r, &mc);
@@ -542,8 +669,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", lw[s]);
             fprintf(out, ", tower");
             for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", tw[s]);
-            fprintf(out, " (the most expensive stage %.2fx the cost-balanced split's); the live pipeline keeps the tower on "
-                         "stage 0 (docs/anyres.md \"The tower over stages\")\n", mb / ma);
+            fprintf(out, " (the most expensive stage %.2fx the cost-balanced split's); parallel.tower_split = auto runs it "
+                         "(docs/anyres.md \"The tower over stages\")\n", mb / ma);
             free(a), free(b), free(ref);
         }
         free(tw), free(lw);
@@ -587,7 +714,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     double max_total = 0, max_params = 0;
     for (int rank = 0; rank < P; rank++) {
         TrainRankBytes b;
-        rank_bytes_split(r, &mc, layers, rank, &b);
+        rank_bytes_split_tower(r, &mc, layers, ts ? tower : NULL, rank, &b);
         if (b.total > max_total) max_total = b.total;
         if (b.params > max_params) max_params = b.params;
         char sp[32], sw[32], sg[32], sa[32], sx[32], sk[32], st[32], sb[48] = "";
@@ -604,7 +731,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
             snprintf(sb, sizeof sb, "  %s %s", b.total <= budget_bytes(r) ? "<=" : "> ", bb);
         }
         char ly[16];
-        snprintf(ly, sizeof ly, "%d%s", b.layers, rank == 0 ? "+ViT" : "");
+        int vit = ts ? tower[rank] > 0 || (b.layers > 0 && (rank == 0 || layers[rank - 1] == 0)) : rank == 0;
+        snprintf(ly, sizeof ly, "%d%s", b.layers, vit ? "+ViT" : ""); /* the tower's blocks over stages: each of its ranks */
         fprintf(out, "  %-5d %-8s %12s %12s %12s %12s %12s %12s %12s%s\n", rank, ly, sp, sw, sg, sa, sx, sk, st, sb);
     }
     char mt[32];
@@ -623,8 +751,8 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         double zmax = 0, nmax = 0, zadam = 0, nadam = 0, zw = 0, nw = 0;
         for (int rank = 0; rank < P; rank++) {
             TrainRankBytes zb, nb;
-            rank_bytes_split(&zr, &mc, layers, rank, &zb);
-            rank_bytes_split(&nr, &mc, layers, rank, &nb);
+            rank_bytes_split_tower(&zr, &mc, layers, ts ? tower : NULL, rank, &zb);
+            rank_bytes_split_tower(&nr, &mc, layers, ts ? tower : NULL, rank, &nb);
             if (zb.total > zmax) zmax = zb.total, zadam = zb.adam, zw = zb.weights;
             if (nb.total > nmax) nmax = nb.total, nadam = nb.adam, nw = nb.weights;
         }
@@ -669,6 +797,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
                      "logits never on one rank); activations cross TP ranks only through all-reduces of (tokens, "
                      "width) per split layer (docs/parallel.md)\n", r->tp);
     free(layers);
+    free(tower);
     if (over[0]) { /* the verdict the trainer would give, after the table that explains it */
         snprintf(err, err_len, "%s", over);
         return -1;

@@ -211,6 +211,14 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
+    {"parallel", "tower_split", RKEY_ENUM, OFF(tower_split), SZ(tower_split), "off", 0, 0, "off|auto", 0,
+     "The vision tower over pipeline stages (docs/anyres.md \"The tower over stages\"): auto = where the tower costs more "
+     "than a stage's share, the cost model's split of the chain [tower blocks][LM blocks] (the one the dry run names; "
+     "one chunk per rank, tp 1, without parallel.zero); off = the whole tower on stage 0. Bitwise the same training, "
+     "so not hashed."},
+    {"parallel", "tower_layers", RKEY_STRING, OFF(tower_layers), SZ(tower_layers), "", 0, 0, 0, 0,
+     "Tower blocks per virtual stage by hand, e.g. `2,1,0` with parallel.layers `0,1,1`: the stages before the first "
+     "with LM layers hold tower blocks alone, that one the rest of the tower (\"\" = parallel.tower_split)."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw|zbv|dualpipev", 0,
      "Schedule hint (docs/scheduler.md; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
      "docs/scheduler.md)."},
@@ -761,7 +769,8 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
      * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
      * sizes and the vocabulary */
     int S = r->pp * r->chunks;
-    if (S > r->text_layers)
+    /* with parallel.tower_layers stages before the first LM one hold tower blocks alone (train_tower_split checks them) */
+    if (S > r->text_layers + (r->tower_layers[0] ? r->vision_layers : 0))
         VFAIL("parallel", "pp", "%d", r->pp,
               "pp x chunks = %d virtual stages but the LM has only %d layers (model.text_layers); "
               "allowed: pp x chunks <= %d",

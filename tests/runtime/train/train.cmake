@@ -625,3 +625,9 @@ add_test(NAME recipe_dry_run_13b_80g_none COMMAND bash ${CMAKE_SOURCE_DIR}/tests
          "LM layers per virtual stage: 5,5,5,5,5,5,5,5 \\(cost-balanced\\).*largest rank: [67][0-9]\\.[0-9][0-9] GiB"
          $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-13b.ini --dry-run --set runtime.memory_budget=75
          --set train.recompute=none)
+# The vision tower over live pipeline stages (parallel.tower_layers, parallel.tower_split = auto): pp 2 and 3 against one
+# process, bitwise (docs/anyres.md "The tower over stages")
+add_test(NAME train_tower_stages
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "tower stages: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/tower_stages.sh
+                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_tower_stages)
+set_tests_properties(train_tower_stages PROPERTIES LABELS mpi TIMEOUT 300)
