@@ -1778,7 +1778,7 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
     int P = 3 * c->patch * c->patch;
     /* the inputs from the first stage, the logits and loss from the last: a pipeline's per-stage files
      * union into one microbatch without a tensor twice */
-    if (st->first && st->tp_rank == 0) { /* TP: the inputs once, from TP rank 0 */
+    if (!stage_takes_hidden(st) && st->tp_rank == 0) { /* TP: the inputs once, from TP rank 0 (the tower's first stage) */
     st_writer_add_i32(w, "cu_seqlens", mb->cu_seqlens, 1, mb->S + 1, 0, 0, 0);
     st_writer_add_i32(w, "ids", mb->ids, 1, mb->T, 0, 0, 0);
     st_writer_add_i32(w, "targets", mb->targets, 1, mb->T, 0, 0, 0);
@@ -1810,7 +1810,7 @@ int stage_dump_microbatch(const Stage* st, const StageActs* a, const Microbatch*
         loss = a->loss_sum;
         if (st->tp_rank == 0) st_writer_add_f32(w, "loss_sum", &loss, 1, 1, 0, 0, 0);
     }
-    if (mb->J > 0 && st->first) { /* any-resolution images: their layout (docs/anyres.md) */
+    if (mb->J > 0 && !stage_takes_hidden(st)) { /* any-resolution images: their layout (docs/anyres.md) */
         st_writer_add_i32(w, "ar_tile0", mb->ar_tile0, 1, mb->J + 1, 0, 0, 0);
         st_writer_add_i32(w, "ar_size", mb->ar_size, 2, mb->J, 2, 0, 0);
         st_writer_add_i32(w, "ar_grid", mb->ar_grid, 2, mb->J, 2, 0, 0);

@@ -578,7 +578,7 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
         float ls = 0.0f;
         stage_forward(st, a, mb, v > 0 ? task_input(p, t, mb) : NULL, has_out ? p->out_buf : NULL, st->last ? &ls : NULL);
         if (st->last) *loss_sum += ls;
-        if (p->dump_dir && (st->first || st->last)) {
+        if (p->dump_dir && (!stage_takes_hidden(st) || st->last)) { /* the model's inputs: the stage of the patch embedding */
             char path[4096];
             if (p->cfg.tp && p->cfg.tp->size > 1)
                 snprintf(path, sizeof path, "%s/microbatch-%d.pp%dtp%dc%d.safetensors", p->dump_dir, mb->index, p->cfg.rank,
