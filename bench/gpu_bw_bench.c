@@ -21,17 +21,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
-
-#ifdef RR_CUDA_EMU /* rrfp-bench-gpu-bw-emu: the program checked on the CPU emulation */
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-#ifdef __cplusplus
-}
-#endif
-#define backend_cuda_get backend_cuda_emu_get
-#endif
+#include "tests/support/cuda_emu_entry.h"
 
 typedef struct {
     const char* name;

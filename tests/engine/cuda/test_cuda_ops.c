@@ -39,6 +39,7 @@
 #include "engine/engine.h"
 #include "tests/support/cuda_attn_hooks.h"
 #include "tests/support/cuda_bw_hooks.h"
+#include "tests/support/cuda_emu_entry.h"
 
 static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
 /* Llama-3.1's scaling with original_max_pos 2048: a head of dim 64 at theta 500000 has pairs in all three bands */
@@ -46,21 +47,9 @@ static const RopeFreq RF_LLAMA3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0
                                    .high_freq_factor = 4.0, .original_max_pos = 2048.0};
 
 #define SKIP_RC 77
-
-#ifdef RR_CUDA_EMU
-/* test_cuda_ops_emu: the same matrix on the CUDA backend's source compiled against the CPU emulation
- * of the CUDA runtime (tests/support/cuda_emu): the kernels, launch configurations and the table run here. */
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-void emu_stats_print(void);
-void emu_require_stream(void* stream); /* cudaStream_t: see tests/support/cuda_emu/cuda_emu.h */
-#ifdef __cplusplus
-}
-#endif
-#define backend_cuda_get backend_cuda_emu_get
-#endif
+/* test_cuda_ops_emu: the same matrix on the CUDA backend's source compiled against the CPU emulation of the CUDA
+ * runtime (tests/support/cuda_emu, tests/support/cuda_emu_entry.h): the kernels, launch configurations and the table
+ * run here. */
 
 /* Tolerances (normalised, f32 eps = 1.2e-7):
  * - GEMM 2e-5: cuBLAS and BLIS sum the same K <= 300 products in different orders: worst case ~K eps

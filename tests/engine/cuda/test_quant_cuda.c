@@ -11,14 +11,7 @@
 #include "engine/engine.h"
 #include "engine/quant.h"
 #include "engine/util.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-#ifdef __cplusplus
-}
-#endif
+#include "tests/support/cuda_emu_entry.h"
 
 static int one(const Backend* be, size_t n, unsigned seed) {
     float* x = mallocCheck(n * sizeof(float));

@@ -28,6 +28,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from import_llava import recipe_keys as model_keys  # noqa: E402 (the [model] keys an import printed)
+
 FAILED = []
 
 
@@ -100,22 +103,25 @@ def metrics(run_dir):
     return {j["step"]: j for j in (json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))) if "loss" in j}
 
 
-def model_keys(stdout):
-    keys, sec = {}, None
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("["):
-            sec = line
-        elif "=" in line and not line.startswith(";") and sec == "[model]":
-            k, v = (s.strip() for s in line.split("=", 1))
-            keys[k] = v
-    return keys
-
-
 def logits(logits_bin, ck, out, keys):
     r = run([logits_bin, ck, out] + [f"{k}={v}" for k, v in keys.items()])
     expect(r.returncode == 0 and "loaded all" in r.stdout, f"test_llava_logits {ck}: {r.stderr.strip()[-300:]}")
     return st_read(out)["logits"][1].astype(np.float64)
+
+
+# the tiny CLIP-tower LLaVA of these tests (with recipes/test-synthetic.ini)
+CLIP = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_image_size=16",
+        "--set", "model.vision_feature_layer=-2", "--set", "model.projector_act=gelu", "--set", "optim.warmup=1"]
+
+
+def imported_base(rrfp, recipe, p):
+    """The base, as a published model comes in: a full run of 1 step (p('a')), `export hf` (p('a_hf')), `import llava`
+    (p('base')); the [model] keys the import printed."""
+    ok_run([rrfp, "train", recipe] + CLIP + ["--set", "train.steps=1", "--set", "train.checkpoint_every=1",
+                                             "--set", f"train.run_dir={p('a')}"], "base run")
+    ok_run([rrfp, "export", "hf", "--checkpoint", p("a/checkpoints/step-00000001"), "--out", p("a_hf"),
+            "--image-token-id", "1"], "export of the base")
+    return model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
 
 
 TARGETS = [("attn.q", "self_attn.q_proj"), ("attn.k", "self_attn.k_proj"), ("attn.v", "self_attn.v_proj"),
@@ -128,16 +134,10 @@ def main():
     shutil.rmtree(w, ignore_errors=True)
     os.makedirs(w)
     p = lambda *a: os.path.join(w, *a)  # noqa: E731
-    cl = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_image_size=16",
-          "--set", "model.vision_feature_layer=-2", "--set", "model.projector_act=gelu", "--set", "optim.warmup=1"]
-    ok_run([rrfp, "train", recipe] + cl + ["--set", "train.steps=1", "--set", "train.checkpoint_every=1",
-                                           "--set", f"train.run_dir={p('a')}"], "base run")
-    ok_run([rrfp, "export", "hf", "--checkpoint", p("a/checkpoints/step-00000001"), "--out", p("a_hf"),
-            "--image-token-id", "1"], "export of the base")
-    keys = model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
+    keys = imported_base(rrfp, recipe, p)
     lora = ["--set", f"train.init_from={p('base')}", "--set", "train.freeze=vision,projector", "--set", "data.fixed_batch=true"]
-    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "train.steps=3",
-                                                  "--set", "train.checkpoint_every=2", "--set", f"train.run_dir={p('l')}"],
+    ok_run([rrfp, "train", recipe] + CLIP + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "train.steps=3",
+                                                    "--set", "train.checkpoint_every=2", "--set", f"train.run_dir={p('l')}"],
            "LoRA run")
     ck = p("l/checkpoints/step-00000002")
     ours = {k: v[1] for k, v in st_read(os.path.join(ck, "model.safetensors")).items()}
@@ -209,9 +209,9 @@ def main():
     nt = len(ours)
     expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
            f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
-    ok_run([rrfp, "train", recipe] + cl + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
-                                           "--set", "data.fixed_batch=true", "--set", "train.steps=1",
-                                           "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
+    ok_run([rrfp, "train", recipe] + CLIP + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
+                                             "--set", "data.fixed_batch=true", "--set", "train.steps=1",
+                                             "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
     a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
     expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
            f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
@@ -268,8 +268,8 @@ def main():
            f"refused: --adapter inside the checkpoint: {r.stderr.strip()[-200:]}")
 
     # ---- QLoRA (lora.quant = nf4): the merged export dequantises the NF4 base, then merges ----
-    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.quant=nf4",
-                                                  "--set", "train.steps=2", "--set", f"train.run_dir={p('q')}"], "QLoRA run")
+    ok_run([rrfp, "train", recipe] + CLIP + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.quant=nf4",
+                                                    "--set", "train.steps=2", "--set", f"train.run_dir={p('q')}"], "QLoRA run")
     qck = p("q/checkpoints/step-00000002")
     ok_run([rrfp, "export", "hf", "--checkpoint", qck, "--out", p("qmerged"), "--image-token-id", "1"],
            "export hf (merged) of a QLoRA checkpoint")

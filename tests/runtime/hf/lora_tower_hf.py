@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_hf import FAILED, expect, metrics, model_keys, ok_run, read_dir, run, st_read, st_write  # noqa: E402
+from lora_hf import CLIP, FAILED, expect, imported_base, metrics, ok_run, read_dir, run, st_read, st_write  # noqa: E402
 
 T = "base_model.model.model.vision_tower.vision_model.encoder.layers."
 
@@ -34,17 +34,11 @@ def main():
     shutil.rmtree(w, ignore_errors=True)
     os.makedirs(w)
     p = lambda *a: os.path.join(w, *a)  # noqa: E731
-    cl = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_image_size=16",
-          "--set", "model.vision_feature_layer=-2", "--set", "model.projector_act=gelu", "--set", "optim.warmup=1"]
-    ok_run([rrfp, "train", recipe] + cl + ["--set", "train.steps=1", "--set", "train.checkpoint_every=1",
-                                           "--set", f"train.run_dir={p('a')}"], "base run")
-    ok_run([rrfp, "export", "hf", "--checkpoint", p("a/checkpoints/step-00000001"), "--out", p("a_hf"),
-            "--image-token-id", "1"], "export of the base")
-    keys = model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
+    keys = imported_base(rrfp, recipe, p)
     lora = ["--set", f"train.init_from={p('base')}", "--set", "train.freeze=vision,projector", "--set", "data.fixed_batch=true",
             "--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.targets=q,v,vision.q,vision.out,vision.fc1"]
-    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "train.steps=3", "--set", "train.checkpoint_every=2",
-                                                  "--set", f"train.run_dir={p('l')}"], "LoRA run on the LM and the tower")
+    ok_run([rrfp, "train", recipe] + CLIP + lora + ["--set", "train.steps=3", "--set", "train.checkpoint_every=2",
+                                                    "--set", f"train.run_dir={p('l')}"], "LoRA run on the LM and the tower")
     ck = p("l/checkpoints/step-00000002")
     ours = {k: v[1] for k, v in st_read(os.path.join(ck, "model.safetensors")).items()}
     D, scale = int(keys["vision_width"]), 8 / 4
@@ -102,9 +96,9 @@ def main():
     nt = len(ours)
     expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
            f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
-    ok_run([rrfp, "train", recipe] + cl + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
-                                           "--set", "data.fixed_batch=true", "--set", "train.steps=1",
-                                           "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
+    ok_run([rrfp, "train", recipe] + CLIP + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
+                                             "--set", "data.fixed_batch=true", "--set", "train.steps=1",
+                                             "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
     a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
     expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
            f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")

@@ -122,10 +122,8 @@ set_tests_properties(model_torch_trainer_dump_clip_lm_variants PROPERTIES LABELS
 
 # The model's own gpu test (test_model.c gpu, gpu_clip, gpu_bf16a) on the emulated CUDA backend: a
 # 3-microbatch LLaVA step, CUDA vs CPU and CUDA split vs fused.
-add_executable(test_model_emu tests/runtime/model/test_model.c)
-target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
-target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_model_emu tests/runtime/model/test_model.c)
+target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
 add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
 set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
@@ -181,10 +179,8 @@ foreach(layout "tower;1;" "tower_tp2;2;--set parallel.tp=2")
   set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
 endforeach()
 # any-resolution images on the CUDA backend's source compiled for the emulation, against the same PyTorch reference
-add_executable(test_model_golden_emu tests/runtime/model/test_model_golden.c)
-target_compile_definitions(test_model_golden_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
-target_link_libraries(test_model_golden_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_model_golden_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_model_golden_emu tests/runtime/model/test_model_golden.c)
+target_compile_definitions(test_model_golden_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
 add_test(NAME model_torch_anyres_emu
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden_emu>
                  anyres_gpu ${CMAKE_CURRENT_BINARY_DIR}/model_golden_anyres_emu)

@@ -1,6 +1,23 @@
 # train.cmake — recipes, the trainer (runtime/train/) and `rrfp-mm train` / `eval` / `generate` end to end:
 # single process, data / tensor parallel layouts, run folders, signals, write errors, and the same on the
 # emulated CUDA backend.
+
+# rrfp_train_cuda_emu_test(<name> <steps> [<layout> <n> <mpirun>...]): tests/runtime/train/train_cuda_emu.sh, the
+# emulated CUDA backend's run of recipes/test-synthetic.ini against the CPU backend's, in the folder <name>
+function(rrfp_train_cuda_emu_test name steps)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/${name} ${steps} ${ARGN})
+endfunction()
+# rrfp_train_nccl_emu_test(<name> <steps> <pp> <dp> <microbatches>): tests/runtime/train/train_nccl_emu.sh, runtime.comm = nccl
+# on the emulated CUDA runtime under mpirun against the CPU backend's one process, in the folder <name>
+function(rrfp_train_nccl_emu_test name)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/${name} ${ARGN} ${RRFP_MPIRUN})
+endfunction()
+
 # Recipes: loading, overrides, validation with FILE:LINE / --set errors, README documents every key.
 add_executable(test_recipe tests/runtime/train/test_recipe.c)
 target_link_libraries(test_recipe PRIVATE rrfp_core)
@@ -247,13 +264,9 @@ endforeach()
 # (not a message's wording), each beside its control (the undamaged copy works): one bit of a checkpoint
 # tensor (model and optimizer files; train --resume and eval), one byte of a sample id in a shard's index
 # (train), ~7 s; and a pp 2 checkpoint's two model files swapped (eval and a one-process resume), ~5 s.
-add_test(NAME refusals_by_file
-         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/train/refusals_by_file.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/refusals_by_file files)
+rrfp_cli_py_test(refusals_by_file tests/runtime/train/refusals_by_file.py files)
 set_tests_properties(refusals_by_file PROPERTIES TIMEOUT 120)
-add_test(NAME refusals_by_file_shard
-         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/train/refusals_by_file.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/refusals_by_file_shard shard)
+rrfp_cli_py_test(refusals_by_file_shard tests/runtime/train/refusals_by_file.py shard)
 set_tests_properties(refusals_by_file_shard PROPERTIES LABELS mpi TIMEOUT 150 SKIP_RETURN_CODE 77)
 
 # Data parallelism: rrfp-mm train with dp = 2 (pp 1 and pp 2) against one process training the same
@@ -347,20 +360,13 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate emu_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_cuda_emu_gqa emu_gqa $<TARGET_FILE:rrfp-mm-emu>)
   set_tests_properties(generate_cuda_emu_gqa PROPERTIES TIMEOUT 300)
-  add_test(NAME train_cuda_emu
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 4)
+  rrfp_train_cuda_emu_test(train_cuda_emu 4)
   set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 600)
   # runtime.precision = bf16 on both sides: the CUDA bf16 table (cuBLASLt emulated) against backend_cpu_bf16
   # (the stop/resume part is train_cuda_emu's: RESUME=0)
-  add_test(NAME train_cuda_emu_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 4)
+  rrfp_train_cuda_emu_test(train_cuda_emu_bf16 4)
   set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
-  add_test(NAME train_cuda_emu_pp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
-                   pp 2 ${RRFP_MPIRUN})
+  rrfp_train_cuda_emu_test(train_cuda_emu_pp2 6 pp 2 ${RRFP_MPIRUN})
   set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450)
   # the CUDA bf16 table's 2-byte compute copies after train.init_from (tests/runtime/train/train_bf16_init_from.sh, part 4)
   add_test(NAME train_cuda_emu_bf16_init_from
@@ -371,10 +377,7 @@ if(TARGET rrfp_cuda_emu)
   # the CLIP tower at parallel.tp = 2 in bf16 on the emulated CUDA backend (NCCL) against the CPU backend's bf16
   # tp 2 run: the TP parameter table keeps vision.pos_embed.weight's f32 compute copy (it lost the mark and
   # the tower read bf16 words as f32: loss NaN in step 1)
-  add_test(NAME train_cuda_emu_clip_tp2_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_tp2_bf16 3
-                   tp 2 ${RRFP_MPIRUN})
+  rrfp_train_cuda_emu_test(train_cuda_emu_clip_tp2_bf16 3 tp 2 ${RRFP_MPIRUN})
   set_tests_properties(train_cuda_emu_clip_tp2_bf16 PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
                        "PRECISION=bf16;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16")
 endif()
@@ -391,9 +394,7 @@ endif()
 # LoRA on the emulated CUDA backend (bf16 table: its GEMMs on 2-byte weights, the rounding dropout kernel) against
 # the CPU backend's bf16 run, every linear adapted (the LM's and the CLIP tower's), dropout on
 if(TARGET rrfp_cuda_emu)
-  add_test(NAME train_cuda_emu_lora
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 2)
+  rrfp_train_cuda_emu_test(train_cuda_emu_lora 2)
   set_tests_properties(train_cuda_emu_lora PROPERTIES TIMEOUT 600 ENVIRONMENT
                        "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.targets=all,vision.all")
 endif()
@@ -401,9 +402,7 @@ endif()
 # QLoRA on the emulated CUDA backend (bf16 table: the NF4 base dequantised by engine/cuda/quant.cu into 2-byte weights
 # for the GEMMs) against the CPU backend's bf16 run, every linear adapted, dropout on
 if(TARGET rrfp_cuda_emu)
-  add_test(NAME train_cuda_emu_qlora
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_qlora 2)
+  rrfp_train_cuda_emu_test(train_cuda_emu_qlora 2)
   set_tests_properties(train_cuda_emu_qlora PROPERTIES TIMEOUT 600 ENVIRONMENT
                        "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4")
 endif()
@@ -413,32 +412,14 @@ endif()
 # ready on their receive's event, receives delayed), dp 2 (the gradient all-reduce in place on device
 # memory), fixed-sync (synchronous device sends). No cudaMalloc after the first step on any rank.
 if(TARGET rrfp_cuda_emu)
-  add_test(NAME train_nccl_emu_pp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2 4 2 1 2 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_dp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_dp2 3 1 2 1 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_pp2_fixed_sync
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_fs 3 2 1 2 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_pp2_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_bf16 3 2 1 2 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_tp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_tp2 3 1 1 2 ${RRFP_MPIRUN})
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2 4 2 1 2)
+  rrfp_train_nccl_emu_test(train_nccl_emu_dp2 3 1 2 1)
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2_fixed_sync 3 2 1 2)
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2_bf16 3 2 1 2)
+  rrfp_train_nccl_emu_test(train_nccl_emu_tp2 3 1 1 2)
   # tp 4: a TP leader's choices reach its third peer over an NCCL link too (every two ranks of a group of
   # <= 8 are linked), so no step after the first calls MPI
-  add_test(NAME train_nccl_emu_tp4
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_tp4 2 1 1 2 ${RRFP_MPIRUN})
+  rrfp_train_nccl_emu_test(train_nccl_emu_tp4 2 1 1 2)
   set_tests_properties(train_nccl_emu_pp2 train_nccl_emu_dp2 train_nccl_emu_pp2_fixed_sync train_nccl_emu_pp2_bf16
                        train_nccl_emu_tp2 train_nccl_emu_tp4 PROPERTIES LABELS mpi TIMEOUT 480)
   set_tests_properties(train_nccl_emu_tp2 PROPERTIES ENVIRONMENT "TP=2")
@@ -457,22 +438,15 @@ if(TARGET rrfp_cuda_emu)
   # one process against the CPU backend with the CLIP tower under the variants (RESUME=0: checkpointing is
   # train_cuda_emu's; the default tower is train_cuda_emu's too)
   set(CLIP_EXTRA "--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
-  add_test(NAME train_cuda_emu_clip_lm_variants
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_lm_variants 3)
+  rrfp_train_cuda_emu_test(train_cuda_emu_clip_lm_variants 3)
   set_tests_properties(train_cuda_emu_clip_lm_variants PROPERTIES TIMEOUT 300 ENVIRONMENT "RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA} ${CLIP_EXTRA}")
-  add_test(NAME train_nccl_emu_pp2_lm_variants
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2_lm_variants 2 2 1 2)
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
   # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
   # (cuDNN is never asked for Hkv < H), the tied embedding read as a 2-byte GEMM weight and embedding
   # table, and the CLIP tower's position embedding kept as an f32 compute copy (params_keep_f32_compute,
   # read by rows_gather), every other 2-D tensor 2-byte
-  add_test(NAME train_cuda_emu_clip_lm_variants_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_lm_variants_bf16 2)
+  rrfp_train_cuda_emu_test(train_cuda_emu_clip_lm_variants_bf16 2)
   set_tests_properties(train_cuda_emu_clip_lm_variants_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "PRECISION=bf16;RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA} ${CLIP_EXTRA}")
 endif()
 
