@@ -6,6 +6,8 @@
 #define RRFP_TESTS_CUDA_EMU_ENTRY_H
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "engine/engine.h"
 
@@ -18,6 +20,17 @@ void emu_require_stream(void* stream); /* cudaStream_t: see tests/support/cuda_e
 #ifdef __cplusplus
 }
 #endif
+
+/* the emulated CUDA backend, or a line "PROG: FAIL: no emulated CUDA backend: <why>" and exit 1 */
+static inline const Backend* cuda_emu_backend_or_exit(const char* prog) {
+    char why[256];
+    const Backend* be = backend_cuda_emu_get(why, sizeof why);
+    if (!be) {
+        fprintf(stderr, "%s: FAIL: no emulated CUDA backend: %s\n", prog, why);
+        exit(1);
+    }
+    return be;
+}
 
 #ifdef RR_CUDA_EMU
 #define backend_cuda_get backend_cuda_emu_get

@@ -36,19 +36,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import import_llava as il  # noqa: E402
+from import_llama import FAILED, expect  # noqa: E402 (one list of failed checks)
 from hf_tokenizer_json import llama2_tokenizer, write as write_tok  # noqa: E402
 
 SRC = os.path.dirname(os.path.abspath(__file__))
-FAILED = []
 V = 128  # the LM's rows: the tokenizer's ids and free rows past them (as llava-hf's 32064 for 32002 ids)
 TEMPLATE_TOKENS = ["<image>", "<pad>", "<|endoftext|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                    "<|eot_id|>", "<|im_start|>", "<|im_end|>"]
-
-
-def expect(ok, msg):
-    print(("ok    " if ok else "FAIL  ") + msg)
-    if not ok:
-        FAILED.append(msg)
 
 
 def run(cmd, **kw):

@@ -29,15 +29,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from import_llama import FAILED, expect  # noqa: E402 (one list of failed checks)
 from import_llava import recipe_keys as model_keys  # noqa: E402 (the [model] keys an import printed)
-
-FAILED = []
-
-
-def expect(ok, msg):
-    print(("ok    " if ok else "FAIL  ") + msg)
-    if not ok:
-        FAILED.append(msg)
 
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "U8": np.uint8}
@@ -124,6 +117,32 @@ def imported_base(rrfp, recipe, p):
     return model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
 
 
+def expect_factors(ad, names, ours):
+    """The adapter file's tensors ad named in names {PEFT name: (the checkpoint's name, shape)}: F32, of that shape,
+    the checkpoint's (ours) values bit for bit."""
+    good = [k for k in names if k in ad and ad[k][0] == "F32" and ad[k][1].shape == names[k][1] and
+            np.array_equal(ad[k][1].view(np.uint32), ours[names[k][0]].view(np.uint32))]
+    expect(len(good) == len(names), f"F32, (r, in) / (out, r), the checkpoint's values bit for bit: {len(good)} of {len(names)}")
+
+
+def import_lora_round_trip(rrfp, recipe, p, ck, ours):
+    """`import lora` of p('adapter') onto p('base') into p('back'): every tensor as the LoRA checkpoint ck's (ours) bit
+    for bit, and a run from it (p('n')) has the LoRA run's (p('l')) step-3 loss and gradient norm bit for bit.
+    Returns import lora's result."""
+    imported = ok_run([rrfp, "import", "lora", "--hf", p("adapter"), "--base", p("base"), "--out", p("back")], "import lora")
+    r = run([rrfp, "tensors", "diff", ck, p("back"), "--files", "model", "--quiet", "--rtol", "0", "--atol", "0"])
+    nt = len(ours)
+    expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
+           f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
+    ok_run([rrfp, "train", recipe] + CLIP + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
+                                             "--set", "data.fixed_batch=true", "--set", "train.steps=1",
+                                             "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
+    a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
+    expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
+           f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
+    return imported
+
+
 TARGETS = [("attn.q", "self_attn.q_proj"), ("attn.k", "self_attn.k_proj"), ("attn.v", "self_attn.v_proj"),
            ("attn.o", "self_attn.o_proj"), ("mlp.gate", "mlp.gate_proj"), ("mlp.up", "mlp.up_proj"),
            ("mlp.down", "mlp.down_proj")]
@@ -199,22 +218,10 @@ def main():
             names[f"base_model.model.model.language_model.layers.{l}.{hf}.lora_B.weight"] = (f"text.blocks.{l}.{mod}.lora_B.weight", (o, 4))
     expect(set(ad) == set(names), f"PEFT's names for LlavaForConditionalGeneration ({len(ad)} tensors; "
            f"extra {sorted(set(ad) - set(names))[:3]}, missing {sorted(set(names) - set(ad))[:3]})")
-    good = [k for k in names if k in ad and ad[k][0] == "F32" and ad[k][1].shape == names[k][1] and
-            np.array_equal(ad[k][1].view(np.uint32), ours[names[k][0]].view(np.uint32))]
-    expect(len(good) == len(names), f"F32, (r, in) / (out, r), the checkpoint's values bit for bit: {len(good)} of {len(names)}")
+    expect_factors(ad, names, ours)
 
     # ---- import lora: the round trip ----
-    ok_run([rrfp, "import", "lora", "--hf", p("adapter"), "--base", p("base"), "--out", p("back")], "import lora")
-    r = run([rrfp, "tensors", "diff", ck, p("back"), "--files", "model", "--quiet", "--rtol", "0", "--atol", "0"])
-    nt = len(ours)
-    expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
-           f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
-    ok_run([rrfp, "train", recipe] + CLIP + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
-                                             "--set", "data.fixed_batch=true", "--set", "train.steps=1",
-                                             "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
-    a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
-    expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
-           f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
+    import_lora_round_trip(rrfp, recipe, p, ck, ours)
 
     # ---- refusals, each naming what is wrong ----
     def refused(tag, want_msg, mutate=None, cfg_mut=None, extra=()):

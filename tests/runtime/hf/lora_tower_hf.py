@@ -24,7 +24,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_hf import CLIP, FAILED, expect, imported_base, metrics, ok_run, read_dir, run, st_read, st_write  # noqa: E402
+from lora_hf import (CLIP, FAILED, expect, expect_factors, imported_base, import_lora_round_trip, ok_run, read_dir,  # noqa: E402
+                     run, st_read, st_write)
 
 T = "base_model.model.model.vision_tower.vision_model.encoder.layers."
 
@@ -84,24 +85,12 @@ def main():
     tower = {k for k in ad if ".vision_tower." in k}
     expect(tower == set(names), f"the tower's factors under PEFT's names for LlavaForConditionalGeneration: "
            f"extra {sorted(tower - set(names))[:3]}, missing {sorted(set(names) - tower)[:3]}")
-    good = [k for k in names if k in ad and ad[k][0] == "F32" and ad[k][1].shape == names[k][1] and
-            np.array_equal(ad[k][1].view(np.uint32), ours[names[k][0]].view(np.uint32))]
-    expect(len(good) == len(names), f"F32, (r, in) / (out, r), the checkpoint's values bit for bit: {len(good)} of {len(names)}")
+    expect_factors(ad, names, ours)
 
     # ---- import lora: the round trip ----
-    r = ok_run([rrfp, "import", "lora", "--hf", p("adapter"), "--base", p("base"), "--out", p("back")], "import lora")
+    r = import_lora_round_trip(rrfp, recipe, p, ck, ours)
     expect("targets q,v,vision.q,vision.out,vision.fc1" in r.stdout + r.stderr,
            f"import lora: the targets from the file's tensors: {(r.stdout + r.stderr).strip()[-200:]}")
-    r = run([rrfp, "tensors", "diff", ck, p("back"), "--files", "model", "--quiet", "--rtol", "0", "--atol", "0"])
-    nt = len(ours)
-    expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
-           f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
-    ok_run([rrfp, "train", recipe] + CLIP + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
-                                             "--set", "data.fixed_batch=true", "--set", "train.steps=1",
-                                             "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
-    a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
-    expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
-           f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
 
     def refused(tag, want_msg, mutate=None, cfg_mut=None):
         d = p("bad-" + tag)

@@ -145,30 +145,21 @@ foreach(mode world epochs eval optim)
 endforeach()
 set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
-# rrfp-mm generate (tests/runtime/train/generate.sh): KV-cache decoding equals a full re-forward at every step (the
-# greedy token never differs, logits within 1e-4), the answers file, --image/--prompt, seeded sampling,
-# bad input named. The CUDA backend's kernel under emulation: generate_cuda_emu (below).
-add_test(NAME generate_kv
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv kv)
-set_tests_properties(generate_kv PROPERTIES TIMEOUT 300)
-# the same on a grouped-query model (model.text_heads 4 over model.text_kv_heads 2): the KV cache Dkv wide
-add_test(NAME generate_kv_gqa
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_gqa kv_gqa)
-set_tests_properties(generate_kv_gqa PROPERTIES TIMEOUT 300)
-# generate's greedy answers are right on the same records as eval's teacher-forced exact match, on a
-# model that has learnt part of its data (53% / 88%); eval --predictions' record ids and texts.
-add_test(NAME generate_eval
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate eval: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval eval)
-set_tests_properties(generate_eval PROPERTIES TIMEOUT 300)
-# the published-LLaVA settings (vicuna_v1, --image-preprocess llava, JPEG and PNG, a tokenizer without
-# <|endoftext|>): generate decides each record as eval does and stops at </s>; a retrained tokenizer is refused
-add_test(NAME generate_eval_llava
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate eval_llava: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval_llava eval_llava)
-set_tests_properties(generate_eval_llava PROPERTIES TIMEOUT 300)
+# rrfp-mm generate (tests/runtime/train/generate.sh), one test per mode:
+#   kv: KV-cache decoding equals a full re-forward at every step (the greedy token never differs, logits within
+#       1e-4), the answers file, --image/--prompt, seeded sampling, bad input named;
+#   kv_gqa: the same on a grouped-query model (model.text_heads 4 over model.text_kv_heads 2): the KV cache Dkv wide;
+#   eval: generate's greedy answers are right on the same records as eval's teacher-forced exact match, on a
+#       model that has learnt part of its data (53% / 88%); eval --predictions' record ids and texts;
+#   eval_llava: the published-LLaVA settings (vicuna_v1, --image-preprocess llava, JPEG and PNG, a tokenizer without
+#       <|endoftext|>): generate decides each record as eval does and stops at </s>; a retrained tokenizer is refused.
+# The CUDA backend's kernel under emulation: generate_cuda_emu (below).
+foreach(mode kv kv_gqa eval eval_llava)
+  add_test(NAME generate_${mode}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
+                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_${mode} ${mode})
+  set_tests_properties(generate_${mode} PROPERTIES TIMEOUT 300)
+endforeach()
 # eval on an any-resolution model (model.anyres): the held-out loss is the training forward's (train.eval_every),
 # the images, tiles and positions the forward laid out are the reference's (tests/data/anyres_ref.py)
 add_test(NAME eval_anyres
