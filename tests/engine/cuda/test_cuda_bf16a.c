@@ -63,24 +63,6 @@ static uint16_t* to16(const float* h, size_t n) {
     for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
     return b;
 }
-/* a GEMM bias in be's storage (bias_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
-static float* upb(const Backend* be, const float* h, size_t n) {
-    if (be->bias_dtype != DTYPE_BF16) return up32(be, h, n);
-    uint16_t* b = to16(h, n);
-    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
-    free(b);
-    return d;
-}
-/* an activation in be's storage (act_dtype) */
-static float* upa(const Backend* be, const float* h, size_t n) {
-    if (be->act_dtype != DTYPE_BF16) return up32(be, h, n);
-    uint16_t* b = to16(h, n);
-    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
-    free(b);
-    return d;
-}
 /* a 2-D weight: 2-byte on both tables (weight_dtype) */
 static float* upw(const Backend* be, const float* h, size_t n) {
     uint16_t* b = to16(h, n);
@@ -88,6 +70,14 @@ static float* upw(const Backend* be, const float* h, size_t n) {
     be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
+}
+/* a GEMM bias in be's storage (bias_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
+static float* upb(const Backend* be, const float* h, size_t n) {
+    return be->bias_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
+}
+/* an activation in be's storage (act_dtype) */
+static float* upa(const Backend* be, const float* h, size_t n) {
+    return be->act_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
 }
 /* host f32 copy of n values of a device buffer; act: an activation in be's storage */
 static float* down(const Backend* be, const float* d, size_t n, int act) {

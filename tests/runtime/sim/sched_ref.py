@@ -201,33 +201,27 @@ def dur(d, s, task):
     return d[task[0]][s][task[1]] / d.get("_V", 1)
 
 
-def producer(P, s, task, V=1, vshape=False):
-    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s, or the V)."""
+def neighbour(P, s, task, V, vshape, step):
+    """(stage, task) of task (s, task)'s kind on the virtual stage step (+1 / -1) from its own in the forward order,
+    or None (past either end, or not a forward / backward)."""
     k, m, c = task[0], task[1], chunk_of(task)
-    v = stage_of(P, s, c, vshape)
-    if k == "F" and v > 0:
-        u = v - 1
-    elif k == "B" and v < P * V - 1:
-        u = v + 1
-    else:
+    if k not in ("F", "B"):
+        return None
+    u = stage_of(P, s, c, vshape) + step
+    if not 0 <= u < P * V:
         return None
     rk, ck = owner_of(P, u, vshape)
     t = (k, m) if V == 1 else (k, m, ck)
     return (rk, t)
+
+
+def producer(P, s, task, V=1, vshape=False):
+    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s, or the V)."""
+    return neighbour(P, s, task, V, vshape, -1 if task[0] == "F" else 1)
 
 
 def consumer(P, s, task, V=1, vshape=False):
-    k, m, c = task[0], task[1], chunk_of(task)
-    v = stage_of(P, s, c, vshape)
-    if k == "F" and v < P * V - 1:
-        u = v + 1
-    elif k == "B" and v > 0:
-        u = v - 1
-    else:
-        return None
-    rk, ck = owner_of(P, u, vshape)
-    t = (k, m) if V == 1 else (k, m, ck)
-    return (rk, t)
+    return neighbour(P, s, task, V, vshape, 1 if task[0] == "F" else -1)
 
 
 # ---- fixed and fixed-sync by relaxation -----------------------------------------------------------
