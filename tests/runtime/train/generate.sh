@@ -29,13 +29,9 @@ set -uo pipefail
 BIN=$1 SRC=$2 W=$3 MODE=$4 EMU=${5:-}
 rm -rf "$W"; mkdir -p "$W"; cd "$W" || exit 1
 fail() { echo "FAIL ($MODE): $*"; for f in "$W"/*.txt; do [ -f "$f" ] && { echo "--- $f"; tail -15 "$f"; }; done; exit 1; }
-"$BIN" demo-data --out d --samples 80 --heldout 24 >/dev/null || fail "demo-data"
-"$BIN" tokenizer train --vocab 300 --manifest d/train.json --out tok.json --quiet || fail "tokenizer"
-"$BIN" pack --manifest d/train.json --images d/images --tokenizer tok.json --out shards >/dev/null 2>&1 || fail "pack"
-S=(--set data.shards=shards --set data.tokenizer=tok.json --set model.vision_width=32 --set model.vision_layers=1
-   --set model.vision_heads=2 --set model.text_width=64 --set model.text_layers=2 --set model.text_heads=2
-   --set model.ffn_hidden=172 --set data.microbatches=2 --set data.microbatch_tokens=512 --set optim.warmup=1
-   --set train.steps=3 --set train.run_dir=run --set runtime.threads=1)
+. "$SRC/tests/support/util/tiny_data.sh"
+tiny_data
+S=("${TINY[@]}" --set data.microbatch_tokens=512 --set train.steps=3 --set train.run_dir=run)
 case "$MODE" in *_gqa) S+=(--set model.text_heads=4 --set model.text_kv_heads=2) ;; esac
 case "$MODE" in *_lora) S+=(--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25) ;; esac # LoRA, unmerged
 case "$MODE" in *_qlora) S+=(--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4) ;; esac # QLoRA
