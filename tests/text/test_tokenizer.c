@@ -315,6 +315,18 @@ static size_t random_text(char* buf, size_t max) {
     return n;
 }
 
+/* n bytes of text encoded, then decoded: the same bytes */
+static int round_trips(const Tokenizer* t, const char* text, size_t n) {
+    int32_t* ids;
+    int k = tokenizer_encode(t, text, n, &ids);
+    size_t m;
+    char* back = tokenizer_decode(t, ids, k, &m);
+    int same = m == n && !memcmp(back, text, n);
+    free(ids);
+    free(back);
+    return same;
+}
+
 static void roundtrip(const Tokenizer* t, int iters, const char* what) {
     char buf[512];
     int bad = 0;
@@ -346,15 +358,10 @@ static void test_roundtrip(void) {
     size_t n = 100000;
     char* big = mallocCheck(n);
     for (size_t i = 0; i < n; i++) big[i] = (char)(rnd() & 0xFF);
+    CHECK(round_trips(t, big, n), "100 kB of random bytes round-trip");
+    memset(big, 'a', n);
     int32_t* ids;
     int k = tokenizer_encode(t, big, n, &ids);
-    size_t m2;
-    char* back = tokenizer_decode(t, ids, k, &m2);
-    CHECK(m2 == n && !memcmp(back, big, n), "100 kB of random bytes round-trip");
-    free(ids);
-    free(back);
-    memset(big, 'a', n);
-    k = tokenizer_encode(t, big, n, &ids);
     CHECK(k == (int)n, "a 100 kB word with no merges gives one id per byte (%d)", k);
     free(ids);
     free(big);
@@ -624,13 +631,8 @@ static void test_train(const char* corpus_path) {
     CHECK(tokenizer_vocab_size(t) == vocab, "vocab %d", tokenizer_vocab_size(t));
     CHECK(tokenizer_token_id(t, "<image>") == 656 && tokenizer_token_id(t, "<|endoftext|>") == 657, "special ids");
     roundtrip(t, 2000, "trained tokenizer");
+    CHECK(round_trips(t, corpus, n), "the training text round-trips");
     int32_t* ids;
-    int k = tokenizer_encode(t, corpus, n, &ids);
-    size_t m;
-    char* back = tokenizer_decode(t, ids, k, &m);
-    CHECK(m == n && !memcmp(back, corpus, n), "the training text round-trips");
-    free(ids);
-    free(back);
     /* Encoding (lowest rank first per word) reproduces the trainer's own segmentation (each merge
      * everywhere in turn), because a pair of rank r cannot reappear after step r: so the training
      * lines, encoded one by one, take exactly as many tokens as the naive trainer's words end with. */

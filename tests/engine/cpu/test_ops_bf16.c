@@ -31,6 +31,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
+#include "tests/support/host_rand.h"
 
 static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
 
@@ -40,20 +41,6 @@ static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its d
 static int failures = 0;
 static const char* case_name;
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float rng_sym(void) {
-    return (float)(2.0 * (double)(rr_splitmix64(&rng_state) >> 11) * (1.0 / 9007199254740992.0) - 1.0);
-}
-static float* hrand(size_t n, float scale) {
-    float* x = mallocCheck((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = scale * rng_sym();
-    return x;
-}
-static float* hdup(const float* x, size_t n) {
-    float* y = mallocCheck((n ? n : 1) * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
 static double gamma_k(int K) { return K * ldexp(1.0, -24) / (1.0 - K * ldexp(1.0, -24)); }
 
 /* max over i of |got - ref| / bound[i]; fails above 1 */
