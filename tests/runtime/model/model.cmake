@@ -2,30 +2,28 @@
 # golden steps checked by an independent PyTorch implementation (tests/support/ref/llava_ref.py).
 add_executable(test_model tests/runtime/model/test_model.c)
 target_link_libraries(test_model PRIVATE rrfp_core)
-add_test(NAME model_fd COMMAND test_model fd)
-# the same with the LM variants: grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE
-add_test(NAME model_fd_variants COMMAND test_model fd_variants)
-add_test(NAME model_split_bitwise COMMAND test_model split)
-add_test(NAME model_split_bitwise_variants COMMAND test_model split_variants)
-add_test(NAME model_pipeline_stages COMMAND test_model stages)
-add_test(NAME model_freeze COMMAND test_model freeze)
-# the CLIP tower (model.vision_arch = clip) through the same checks
-add_test(NAME model_fd_clip COMMAND test_model fd_clip)
-# LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers, both towers
-add_test(NAME model_fd_anyres COMMAND test_model fd_anyres)
-add_test(NAME model_fd_anyres_clip COMMAND test_model fd_anyres_clip)
-add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
-add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
-# train.freeze on the CLIP tower: a frozen tower's shared forward scratch with CLIP's token tables and channel-major index
-add_test(NAME model_freeze_clip COMMAND test_model freeze_clip)
-add_test(NAME model_gpu COMMAND test_model gpu)
-set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-add_test(NAME model_gpu_clip COMMAND test_model gpu_clip)
-set_tests_properties(model_gpu_clip PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-# runtime.precision = bf16: the LM on the bf16-activation table (2-byte activations) against the bf16 table, one
-# stage and two pipeline stages (tests/runtime/model/test_model.c test_gpu_bf16a)
-add_test(NAME model_gpu_bf16a COMMAND test_model gpu_bf16a)
-set_tests_properties(model_gpu_bf16a PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+# test_model's modes, each the test model_<name> running `test_model <mode>` (name:mode where they differ):
+#   fd, split_bitwise:split, pipeline_stages:stages, freeze: finite differences, split/fused and pipeline-split
+#     equivalence, train.freeze;
+#   *_variants: the same with the LM variants: grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE;
+#   *_clip: the CLIP tower (model.vision_arch = clip) through the same checks (freeze_clip: a frozen tower's shared
+#     forward scratch with CLIP's token tables and channel-major index);
+#   fd_anyres*: LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers,
+#     both towers;
+#   gpu*: on a device (label gpu, skipped without one); gpu_bf16a: runtime.precision = bf16, the LM on the
+#     bf16-activation table (2-byte activations) against the bf16 table, one stage and two pipeline stages
+#     (tests/runtime/model/test_model.c test_gpu_bf16a).
+foreach(t fd fd_variants split_bitwise:split split_bitwise_variants:split_variants pipeline_stages:stages freeze fd_clip
+          fd_anyres fd_anyres_clip split_bitwise_clip:split_clip pipeline_stages_clip:stages_clip freeze_clip gpu gpu_clip
+          gpu_bf16a)
+  string(REPLACE ":" ";" t "${t}")
+  list(GET t 0 name)
+  list(GET t -1 mode)
+  add_test(NAME model_${name} COMMAND test_model ${mode})
+  if(mode MATCHES "^gpu")
+    set_tests_properties(model_${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  endif()
+endforeach()
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
@@ -138,14 +136,13 @@ add_test(NAME model_gpu_emu_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/
 set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 
-# layer partitioning: the balanced split against brute force, the split parser's errors
-add_executable(test_partition tests/runtime/model/test_partition.c)
-target_link_libraries(test_partition PRIVATE rrfp_core)
-add_test(NAME partition COMMAND test_partition)
+# layer partitioning: partition, the balanced split against brute force, the split parser's errors; partition_tower,
 # the tower's blocks over stages (partition_auto_tower) against brute force, when it splits, the 7B models' outcome
-add_executable(test_partition_tower tests/runtime/model/test_partition_tower.c)
-target_link_libraries(test_partition_tower PRIVATE rrfp_core)
-add_test(NAME partition_tower COMMAND test_partition_tower)
+foreach(t partition partition_tower)
+  add_executable(test_${t} tests/runtime/model/test_${t}.c)
+  target_link_libraries(test_${t} PRIVATE rrfp_core)
+  add_test(NAME ${t} COMMAND test_${t})
+endforeach()
 
 # LoRA (text/lm_lora.c) against an independent PyTorch reference (tests/support/ref/lora_ref.py, PEFT's math written
 # out): step 1 (PEFT's init, B = 0) and step 2 (trained factors) with dropout 0.25 (its mask from the specification)

@@ -18,6 +18,14 @@ function(rrfp_train_nccl_emu_test name)
                    ${CMAKE_CURRENT_BINARY_DIR}/${name} ${ARGN} ${RRFP_MPIRUN})
 endfunction()
 
+# rrfp_train_refused(<name> <rc> <message regex> <arguments>): `rrfp-mm train recipes/test-synthetic.ini <arguments>`
+# (in a run folder of its own) exits <rc> with the message (tests/support/util/expect_fail.cmake)
+function(rrfp_train_refused name rc err args)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+           "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${args} --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/${name}"
+           -DEXPECT_RC=${rc} "-DEXPECT_ERR=${err}" -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+endfunction()
+
 # Recipes: loading, overrides, validation with FILE:LINE / --set errors, README documents every key.
 add_executable(test_recipe tests/runtime/train/test_recipe.c)
 target_link_libraries(test_recipe PRIVATE rrfp_core)
@@ -104,10 +112,8 @@ add_test(NAME layer_split_anyres
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
 set_tests_properties(layer_split_anyres PROPERTIES TIMEOUT 120)
 # a tp layout started without its ranks is refused naming what mpirun must start
-add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_tp_refused 1 "parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
+                   "--set parallel.tp=2")
 
 # Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, checkpoint-folder lock, memory
 # check, leftovers of killed checkpoint writers, threads vs cores, the demo data hint.
@@ -206,26 +212,18 @@ add_test(NAME train_bf16_init_from
                  - timeout 300 ${RRFP_MPIRUN})
 set_tests_properties(train_bf16_init_from PROPERTIES LABELS mpi TIMEOUT 600)
 # A freeze list that names no parameter is refused before anything trains, naming the item (exit 1).
-add_test(NAME train_freeze_bad_key COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.freeze=vision,txt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/freeze_bad"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=train.freeze = vision,txt: 'txt' names no parameter of this model"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_freeze_bad_key 1 "train.freeze = vision,txt: 'txt' names no parameter of this model"
+                   "--set train.freeze=vision,txt")
 # init_from of a folder that is not a checkpoint: a clear error naming it (exit 1).
-add_test(NAME train_init_from_missing COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/init_from_missing"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=train.init_from = .*no_such_ckpt/state.json: cannot read"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_init_from_missing 1 "train.init_from = .*no_such_ckpt/state.json: cannot read"
+                   "--set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt")
 
 # grouped-query attention: tensor parallelism splits by key/value head, so tp must divide model.text_kv_heads
 # (refused before any rank starts, naming the key); text_kv_heads must divide text_heads
-add_test(NAME train_tp_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set model.text_kv_heads=1 --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_kv_refused"
-         -DEXPECT_RC=2 "-DEXPECT_ERR=parallel.tp = 2: model.text_kv_heads .tensor parallelism splits grouped-query attention by key/value head. .1. is not divisible by it"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
-add_test(NAME train_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set model.text_kv_heads=3 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/kv_refused"
-         -DEXPECT_RC=2 "-DEXPECT_ERR=model.text_kv_heads = 3: does not divide model.text_heads .2."
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_tp_kv_heads_refused 2 "parallel.tp = 2: model.text_kv_heads .tensor parallelism splits grouped-query attention by key/value head. .1. is not divisible by it"
+                   "--set model.text_kv_heads=1 --set parallel.tp=2")
+rrfp_train_refused(train_kv_heads_refused 2 "model.text_kv_heads = 3: does not divide model.text_heads .2."
+                   "--set model.text_kv_heads=3")
 
 # metrics.jsonl, the log and the trace: a failed write stops the run naming the file (after a checkpoint);
 # a torn last metrics row is reported by resume and report. `full` mounts a tmpfs (root; else skipped).
