@@ -143,6 +143,24 @@ def import_lora_round_trip(rrfp, recipe, p, ck, ours):
     return imported
 
 
+def import_lora_refused(rrfp, p, tag, want_msg, mutate=None, cfg_mut=None, extra=()):
+    """`import lora` of a copy of p('adapter') (p('bad-TAG')) onto p('base'), its tensors changed by mutate and its
+    config by cfg_mut: refused with want_msg in its error, nothing written."""
+    d = p("bad-" + tag)
+    shutil.copytree(p("adapter"), d)
+    if mutate:
+        t = {k: v[1] for k, v in st_read(os.path.join(d, "adapter_model.safetensors")).items()}
+        mutate(t)
+        st_write(os.path.join(d, "adapter_model.safetensors"), t)
+    if cfg_mut:
+        c = json.load(open(os.path.join(d, "adapter_config.json")))
+        cfg_mut(c)
+        json.dump(c, open(os.path.join(d, "adapter_config.json"), "w"))
+    r = run([rrfp, "import", "lora", "--hf", d, "--base", p("base"), "--out", p("out-" + tag)] + list(extra))
+    expect(r.returncode != 0 and want_msg in r.stderr and not os.path.exists(p("out-" + tag)),
+           f"refused: {tag}: {r.stderr.strip()[-300:]}")
+
+
 TARGETS = [("attn.q", "self_attn.q_proj"), ("attn.k", "self_attn.k_proj"), ("attn.v", "self_attn.v_proj"),
            ("attn.o", "self_attn.o_proj"), ("mlp.gate", "mlp.gate_proj"), ("mlp.up", "mlp.up_proj"),
            ("mlp.down", "mlp.down_proj")]
@@ -224,20 +242,7 @@ def main():
     import_lora_round_trip(rrfp, recipe, p, ck, ours)
 
     # ---- refusals, each naming what is wrong ----
-    def refused(tag, want_msg, mutate=None, cfg_mut=None, extra=()):
-        d = p("bad-" + tag)
-        shutil.copytree(p("adapter"), d)
-        if mutate:
-            t = {k: v[1] for k, v in st_read(os.path.join(d, "adapter_model.safetensors")).items()}
-            mutate(t)
-            st_write(os.path.join(d, "adapter_model.safetensors"), t)
-        if cfg_mut:
-            c = json.load(open(os.path.join(d, "adapter_config.json")))
-            cfg_mut(c)
-            json.dump(c, open(os.path.join(d, "adapter_config.json"), "w"))
-        r = run([rrfp, "import", "lora", "--hf", d, "--base", p("base"), "--out", p("out-" + tag)] + list(extra))
-        expect(r.returncode != 0 and want_msg in r.stderr and not os.path.exists(p("out-" + tag)),
-               f"refused: {tag}: {r.stderr.strip()[-300:]}")
+    refused = lambda *a, **kw: import_lora_refused(rrfp, p, *a, **kw)  # noqa: E731
 
     k0 = "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"
     refused("unknown-name", "base_model.model.model.language_model.layers.0.self_attn.qq_proj.lora_A.weight",

@@ -24,8 +24,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_hf import (CLIP, FAILED, expect, expect_factors, imported_base, import_lora_round_trip, ok_run, read_dir,  # noqa: E402
-                     run, st_read, st_write)
+from lora_hf import (CLIP, FAILED, expect, expect_factors, imported_base, import_lora_refused,  # noqa: E402
+                     import_lora_round_trip, ok_run, read_dir, st_read)
 
 T = "base_model.model.model.vision_tower.vision_model.encoder.layers."
 
@@ -92,21 +92,7 @@ def main():
     expect("targets q,v,vision.q,vision.out,vision.fc1" in r.stdout + r.stderr,
            f"import lora: the targets from the file's tensors: {(r.stdout + r.stderr).strip()[-200:]}")
 
-    def refused(tag, want_msg, mutate=None, cfg_mut=None):
-        d = p("bad-" + tag)
-        shutil.copytree(p("adapter"), d)
-        if mutate:
-            t = {k: v[1] for k, v in st_read(os.path.join(d, "adapter_model.safetensors")).items()}
-            mutate(t)
-            st_write(os.path.join(d, "adapter_model.safetensors"), t)
-        if cfg_mut:
-            c = json.load(open(os.path.join(d, "adapter_config.json")))
-            cfg_mut(c)
-            json.dump(c, open(os.path.join(d, "adapter_config.json"), "w"))
-        r = run([rrfp, "import", "lora", "--hf", d, "--base", p("base"), "--out", p("out-" + tag)])
-        expect(r.returncode != 0 and want_msg in r.stderr and not os.path.exists(p("out-" + tag)),
-               f"refused: {tag}: {r.stderr.strip()[-300:]}")
-
+    refused = lambda *a, **kw: import_lora_refused(rrfp, p, *a, **kw)  # noqa: E731
     refused("unlisted", "fc1, which target_modules", cfg_mut=lambda c: c["target_modules"].remove("fc1"))
     k1 = f"{T}0.self_attn.out_proj.lora_B.weight"
     refused("missing", k1, mutate=lambda t: t.pop(k1))
