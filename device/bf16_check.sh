@@ -33,8 +33,4 @@ if [ "$left" -gt 40 ]; then
 else
   echo "gpu_stage.sh: not run ($left s left)" >> "$OUT/summary.txt"
 fi
-cp "$OUT/summary.txt" "$W/summary.txt"
-tar -C "$W" -czf "$OUT/bf16_check.tgz" . 2>/dev/null
-rm -rf "$W"
-cat "$OUT/summary.txt"
-exit $ctest_rc
+gpu_finish bf16_check.tgz

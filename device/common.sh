@@ -1,6 +1,6 @@
 # device/common.sh — sourced by the device/*_check.sh scripts (a prepared run on a GPU machine): the clock, the
-# timed parts and the `ctest -L gpu` opening. They set OUT (what comes back), W (the work folder whose logs they
-# pack) and BUILD before calling these.
+# timed parts, the `ctest -L gpu` opening and the closing tarball. They set OUT (what comes back), W (the work
+# folder whose logs they pack) and BUILD before calling these.
 START=${START:-$(date +%s)}
 elapsed() { echo $(($(date +%s) - START)); }
 
@@ -29,4 +29,12 @@ gpu_ctest() { # the machine into $W/env.txt, ctest -L gpu (70 s) into $W/ctest_g
         echo "ctest -L gpu: rc $ctest_rc after $(elapsed) s"
         grep -E "Test +#|tests passed" "$W/ctest_gpu.log" | sed 's/  */ /g'
     } > "$OUT/summary.txt"
+}
+
+gpu_finish() { # tarball: the summary beside the logs in $OUT/tarball, the summary printed, exit with ctest's status
+    cp "$OUT/summary.txt" "$W/summary.txt"
+    tar -C "$W" -czf "$OUT/$1" . 2>/dev/null
+    rm -rf "$W"
+    cat "$OUT/summary.txt"
+    exit $ctest_rc
 }

@@ -35,8 +35,4 @@ if [ "$left" -gt 60 ] && [ -n "${KPROF:-}" ]; then
 else
   echo "gpu_kprof.sh vit: not run ($left s left, KPROF '${KPROF:-}')" >> "$OUT/summary.txt"
 fi
-cp "$OUT/summary.txt" "$W/summary.txt"
-tar -C "$W" -czf "$OUT/train_check.tgz" . 2>/dev/null
-rm -rf "$W"
-cat "$OUT/summary.txt"
-exit $ctest_rc
+gpu_finish train_check.tgz
