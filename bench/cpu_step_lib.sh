@@ -1,9 +1,12 @@
 # cpu_step_lib.sh — sourced by the CPU-backend benchmarks that time a training step by its CPU time (bench/lora.sh,
 # bench/recompute.sh): user + sys of one thread, since a shared machine's load stretches the wall clock, not the
 # work. A step's time: (CPU of a STEPS-step run - CPU of a 1-step run) / (STEPS - 1), the runs of every variant
-# repeated ROUNDS times interleaved, the least of the rounds. The caller sets BIN, ROOT, WORK, STEPS, ROUNDS and
-# the array `sets` (every run's --set arguments over recipes/llava.ini), and defines `vsets VARIANT` (the variant's
-# --set arguments, printed).
+# repeated ROUNDS times interleaved, the least of the rounds. Sourcing it makes the scratch folder WORK (removed at
+# exit) and sets one OpenMP thread; the caller sets BIN, ROOT, STEPS, ROUNDS and the array `sets` (every run's --set
+# arguments over recipes/llava.ini), and defines `vsets VARIANT` (the variant's --set arguments, printed).
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export OMP_NUM_THREADS=1
 cpu_run() { # variant steps name: CPU seconds of the run into WORK/name.cpu
   # shellcheck disable=SC2046
   /usr/bin/time -f "%U %S" -o "$WORK/$3.cpu" "$BIN" train "$ROOT/recipes/llava.ini" "${sets[@]}" $(vsets "$1") \

@@ -18,9 +18,7 @@ ROUNDS=${3:-2}
 R=${4:-32}
 shift $(($# < 4 ? $# : 4))
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-export OMP_NUM_THREADS=1
+. "$ROOT/bench/cpu_step_lib.sh"
 sets=(--set data.source=synthetic --set data.fixed_batch=true --set model.vocab=256 --set model.text_width=1024
       --set model.text_heads=16 --set model.ffn_hidden=2752 --set data.microbatch_tokens=512 --set data.microbatches=2
       --set data.min_patches=16 --set data.max_patches=64 --set optim.warmup=1 --set train.freeze=vision
@@ -33,7 +31,6 @@ vsets() { # variant: its --set arguments
   qlora) echo "--set lora.r=$R --set lora.alpha=$((2 * R)) --set lora.quant=nf4" ;;
   esac
 }
-. "$ROOT/bench/cpu_step_lib.sh"
 cpu_rounds "${variants[@]}"
 printf "%-8s %16s %8s %16s %14s\n" variant "CPU s per step" ratio "wall s (fastest)" "peak RSS MiB"
 base=

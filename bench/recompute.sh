@@ -12,15 +12,12 @@ STEPS=${2:-5}
 ROUNDS=${3:-2}
 shift $(($# < 3 ? $# : 3))
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-export OMP_NUM_THREADS=1
+. "$ROOT/bench/cpu_step_lib.sh"
 # the default llava.ini model (ViT 128 x 2, LM 256 x 4, SwiGLU 688) on generated data, 4 x 1024-token microbatches
 sets=(--set data.source=synthetic --set data.fixed_batch=true --set model.vocab=64 --set data.microbatch_tokens=1024
       --set data.microbatches=4 --set data.min_patches=16 --set data.max_patches=64 --set optim.warmup=1
       --set train.checkpoint_every=-1 --set runtime.threads=1 "$@")
 vsets() { echo "--set train.recompute=$1"; }
-. "$ROOT/bench/cpu_step_lib.sh"
 cpu_rounds none selective full
 printf "%-10s %16s %8s %16s %14s %16s\n" recompute "CPU s per step" ratio "wall s (fastest)" "peak RSS MiB" "activations MiB"
 base=
