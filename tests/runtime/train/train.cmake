@@ -26,6 +26,19 @@ function(rrfp_train_refused name rc err args)
            -DEXPECT_RC=${rc} "-DEXPECT_ERR=${err}" -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
 endfunction()
 
+# rrfp_train_script_modes(<stem> <arg> MODES <mode>... PROPERTIES <test properties>...): the test <stem>_<mode> per
+# mode: tests/runtime/train/<stem>.sh RRFP_MM <arg> WORKDIR <mode>, passing when it prints "<stem, _ as spaces> <mode>: ok"
+function(rrfp_train_script_modes stem arg)
+  cmake_parse_arguments(PARSE_ARGV 2 S "" "" "MODES;PROPERTIES")
+  string(REPLACE "_" " " words ${stem})
+  foreach(mode ${S_MODES})
+    add_test(NAME ${stem}_${mode}
+             COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "${words} ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/${stem}.sh
+                     $<TARGET_FILE:rrfp-mm> ${arg} ${CMAKE_CURRENT_BINARY_DIR}/${stem}_${mode} ${mode})
+    set_tests_properties(${stem}_${mode} PROPERTIES ${S_PROPERTIES})
+  endforeach()
+endfunction()
+
 # Recipes: loading, overrides, validation with FILE:LINE / --set errors, README documents every key.
 add_executable(test_recipe tests/runtime/train/test_recipe.c)
 target_link_libraries(test_recipe PRIVATE rrfp_core)
@@ -117,12 +130,8 @@ rrfp_train_refused(train_tp_refused 1 "parallel.tp = 2, parallel.dp = 1: the lay
 
 # Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, checkpoint-folder lock, memory
 # check, leftovers of killed checkpoint writers, threads vs cores, the demo data hint.
-foreach(mode lock ckptlock memory stale threads demo)
-  add_test(NAME train_guard_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_guard.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_guard_${mode} ${mode})
-  set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
-endforeach()
+rrfp_train_script_modes(train_guard ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES lock ckptlock memory stale threads demo
+                        PROPERTIES TIMEOUT 120)
 
 # Run folders never mix runs (runtime/train/rundir.h): a fresh start into a used folder is
 # refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
@@ -130,12 +139,8 @@ endforeach()
 # names the keys; the mpi variant: pp 2 decides on rank 0; a step folder without state.json is named at
 # resume and kept aside, never deleted; train.overwrite never moves the working folder or the run's inputs.
 # Seconds each (mpi: ~8 s).
-foreach(mode reuse identity auto append mpi incomplete cwd)
-  add_test(NAME train_rundir_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train rundir ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_rundir.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_rundir_${mode} ${mode})
-  set_tests_properties(train_rundir_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(train_rundir ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES reuse identity auto append mpi incomplete cwd
+                        PROPERTIES TIMEOUT 300)
 set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 
 # The fine-tuner's loop (tests/runtime/train/train_loop.sh): dp from the world size with no parallel.* key (stated
@@ -143,12 +148,8 @@ set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 # metrics and log), train.eval_every (training numbers bit for bit with and without it, the held-out
 # loss = rrfp-mm eval's and the same under pp 2 / tp 2 / dp 2, drawn on the report), optim.schedule and
 # optim.projector_lr.
-foreach(mode world epochs eval optim)
-  add_test(NAME train_loop_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train loop ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_loop.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_loop_${mode} ${mode})
-  set_tests_properties(train_loop_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(train_loop ${CMAKE_SOURCE_DIR} MODES world epochs eval optim
+                        PROPERTIES TIMEOUT 300)
 set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
 # rrfp-mm generate (tests/runtime/train/generate.sh), one test per mode:
@@ -160,12 +161,8 @@ set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 #   eval_llava: the published-LLaVA settings (vicuna_v1, --image-preprocess llava, JPEG and PNG, a tokenizer without
 #       <|endoftext|>): generate decides each record as eval does and stops at </s>; a retrained tokenizer is refused.
 # The CUDA backend's kernel under emulation: generate_cuda_emu (below).
-foreach(mode kv kv_gqa eval eval_llava)
-  add_test(NAME generate_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_${mode} ${mode})
-  set_tests_properties(generate_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(generate ${CMAKE_SOURCE_DIR} MODES kv kv_gqa eval eval_llava
+                        PROPERTIES TIMEOUT 300)
 # eval on an any-resolution model (model.anyres): the held-out loss is the training forward's (train.eval_every),
 # the images, tiles and positions the forward laid out are the reference's (tests/data/anyres_ref.py)
 add_test(NAME eval_anyres
@@ -179,12 +176,8 @@ add_test(NAME train_sbatch_script COMMAND bash -c "bash -n '${CMAKE_SOURCE_DIR}/
 
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
-foreach(mode single second mpi mpirun)
-  add_test(NAME train_signal_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train signal ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_signal.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_signal_${mode} ${mode})
-  set_tests_properties(train_signal_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(train_signal ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES single second mpi mpirun
+                        PROPERTIES TIMEOUT 300)
 set_tests_properties(train_signal_mpi train_signal_mpirun PROPERTIES LABELS mpi)
 
 # eval under other packing settings than the checkpoint's (it never seeks the training loader).
@@ -227,12 +220,8 @@ rrfp_train_refused(train_kv_heads_refused 2 "model.text_kv_heads = 3: does not d
 
 # metrics.jsonl, the log and the trace: a failed write stops the run naming the file (after a checkpoint);
 # a torn last metrics row is reported by resume and report. `full` mounts a tmpfs (root; else skipped).
-foreach(mode metrics metrics_mpi log torn full trace)
-  add_test(NAME write_errors_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "write errors ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/write_errors.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/write_errors_${mode} ${mode})
-  set_tests_properties(write_errors_${mode} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
-endforeach()
+rrfp_train_script_modes(write_errors ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES metrics metrics_mpi log torn full trace
+                        PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
 set_tests_properties(write_errors_trace write_errors_metrics_mpi PROPERTIES LABELS mpi)
 # a killed rank's temporary checkpoint folder is removed while the rank lingers as a zombie
 add_test(NAME stale_zombie
@@ -243,12 +232,8 @@ set_tests_properties(stale_zombie PROPERTIES TIMEOUT 120)
 # its work, an output that is an input, a checkpoint's or a run folder's own file, or a folder; generate
 # writes each answer as it goes and --resume continues the file; --image repeated; eval counts each
 # held-out sample once when one is skipped; pack names a tokenizer without <image>. Seconds each.
-foreach(mode generate resume images eval report export pack tokenizer trace)
-  add_test(NAME outputs_guard_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "outputs guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/outputs_guard.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/outputs_guard_${mode} ${mode})
-  set_tests_properties(outputs_guard_${mode} PROPERTIES TIMEOUT 180)
-endforeach()
+rrfp_train_script_modes(outputs_guard ${CMAKE_SOURCE_DIR} MODES generate resume images eval report export pack tokenizer trace
+                        PROPERTIES TIMEOUT 180)
 # Damage only a checksum or the checkpoint identity sees, refused by exit code 1 and the damaged file's path
 # (not a message's wording), each beside its control (the undamaged copy works): one bit of a checkpoint
 # tensor (model and optimizer files; train --resume and eval), one byte of a sample id in a shard's index
