@@ -413,6 +413,16 @@ static void expect_error(const char* json, const char* want) {
     tokenizer_free(t);
 }
 
+/* js with its first `from` replaced by `to`: refused with `want` */
+static void expect_error_edit(const char* js, const char* from, const char* to, const char* want) {
+    const char* p = strstr(js, from);
+    RR_ASSERT(p);
+    char* bad = mallocCheck(strlen(js) + strlen(to) + 1);
+    sprintf(bad, "%.*s%s%s", (int)(p - js), js, to, p + strlen(from));
+    expect_error(bad, want);
+    free(bad);
+}
+
 static void test_errors(void) {
     expect_error("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
                  " \"decoder\": {\"type\": \"ByteLevel\"}}",
@@ -420,41 +430,26 @@ static void test_errors(void) {
     expect_error("{\n\"model\": {\n\"type\": \"BPE\",,\n}}", "tok.json:3: not valid JSON");
     expect_error("[1, 2]", "tok.json: no \"model\" object");
     char* js = tok_json(NULL, 0, NULL, 0, 0, 0);
-    char* p;
     /* a merge naming a token that is not in the vocab */
-    char* bad = mallocCheck(strlen(js) + 64);
-    p = strstr(js, "\"merges\":[]");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s\"merges\":[\"a zz\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
-    expect_error(bad, "tok.json: model.merges[0]: token \"zz\" is not in model.vocab");
-    sprintf(bad, "%.*s\"merges\":[\"a b\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
-    expect_error(bad, "model.merges[0]: merged token \"ab\" is not in model.vocab");
-    sprintf(bad, "%.*s\"merges\":[\"abc\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
-    expect_error(bad, "model.merges[0] \"abc\": expected two tokens separated by one space");
+    expect_error_edit(js, "\"merges\":[]", "\"merges\":[\"a zz\"]",
+                      "tok.json: model.merges[0]: token \"zz\" is not in model.vocab");
+    expect_error_edit(js, "\"merges\":[]", "\"merges\":[\"a b\"]",
+                      "model.merges[0]: merged token \"ab\" is not in model.vocab");
+    expect_error_edit(js, "\"merges\":[]", "\"merges\":[\"abc\"]",
+                      "model.merges[0] \"abc\": expected two tokens separated by one space");
     /* unsupported parts name themselves */
-    p = strstr(js, "\"normalizer\":null");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s\"normalizer\":{\"type\":\"NFC\"}%s", (int)(p - js), js, p + strlen("\"normalizer\":null"));
-    expect_error(bad, "tok.json: normalizer NFC is not supported");
-    p = strstr(js, "\"type\":\"ByteLevel\",\"add_prefix_space\"");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s\"type\":\"Whitespace\",\"add_prefix_space\"%s", (int)(p - js), js,
-            p + strlen("\"type\":\"ByteLevel\",\"add_prefix_space\""));
-    expect_error(bad, "tok.json: pre_tokenizer type Whitespace is not supported");
+    expect_error_edit(js, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}",
+                      "tok.json: normalizer NFC is not supported");
+    expect_error_edit(js, "\"type\":\"ByteLevel\",\"add_prefix_space\"",
+                      "\"type\":\"Whitespace\",\"add_prefix_space\"", "tok.json: pre_tokenizer type Whitespace is not supported");
     /* a byte token missing from the vocab: its bytes could not be encoded */
-    p = strstr(js, "\"!\":33,");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s%s", (int)(p - js), js, p + strlen("\"!\":33,"));
-    expect_error(bad, "tok.json: model.vocab lacks the byte token \"!\" (byte 0x21)");
-    p = strstr(js, "\"!\":33,");
-    sprintf(bad, "%.*s\"!\":300000000,%s", (int)(p - js), js, p + strlen("\"!\":33,"));
-    expect_error(bad, "model.vocab[\"!\"]: id must be an integer in [0, 2^28)");
-    sprintf(bad, "%.*s\"!\":100000,%s", (int)(p - js), js, p + strlen("\"!\":33,"));
-    expect_error(bad, "tok.json: model.vocab: id 100000 is far above its 256 tokens");
+    expect_error_edit(js, "\"!\":33,", "", "tok.json: model.vocab lacks the byte token \"!\" (byte 0x21)");
+    expect_error_edit(js, "\"!\":33,", "\"!\":300000000,", "model.vocab[\"!\"]: id must be an integer in [0, 2^28)");
+    expect_error_edit(js, "\"!\":33,", "\"!\":100000,",
+                      "tok.json: model.vocab: id 100000 is far above its 256 tokens");
     char err[256];
     CHECK(!tokenizer_load("/nonexistent/tok.json", err, sizeof err) && strstr(err, "/nonexistent/tok.json: cannot read"),
           "missing file: %s", err);
-    free(bad);
     free(js);
 }
 
