@@ -154,25 +154,19 @@ foreach(n 1 2)
 endforeach()
 # the same under the parallel layouts (each rank's dump shards reassembled by the reference): pp 2 x tp 2 (A split
 # like a row-parallel base, B like a column-parallel one, the all-reduces of text/lm_lora.c) and pp 2 x dp 2 (the
-# dropout keys by the microbatch's global index)
-foreach(layout "pp2tp2;--set parallel.pp=2 --set parallel.tp=2" "pp2dp2;--set parallel.pp=2 --set parallel.dp=2")
-  list(GET layout 0 name)
-  list(GET layout 1 sets)
-  set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_${name})
-  add_test(NAME lora_torch_${name}
-           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${sets} --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
-  set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
-endforeach()
-# LoRA on the CLIP tower too (vision/vit_lora.c: q, k, v in their columns of attn.qkv, out, fc1, fc2; its base frozen)
-# beside LM adapters, step 2 with dropout 0.25, one process and tp 2 (the tower's split adapters and all-reduces)
-set(RRFP_LORA_TOWER_SETS "--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set train.freeze=vision --set lora.targets=q,v,down,vision.all --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2")
-foreach(layout "tower;1;" "tower_tp2;2;--set parallel.tp=2")
+# dropout keys by the microbatch's global index); and LoRA on the CLIP tower too (vision/vit_lora.c: q, k, v in their
+# columns of attn.qkv, out, fc1, fc2; its base frozen) beside LM adapters, one process and tp 2 (the tower's split
+# adapters and all-reduces). Each entry: name, ranks, its --set arguments; every one step 2 with dropout 0.25.
+set(RRFP_LORA_SETS "--set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2")
+set(RRFP_LORA_TOWER_SETS "--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set train.freeze=vision --set lora.targets=q,v,down,vision.all")
+foreach(layout "pp2tp2;4;--set parallel.pp=2 --set parallel.tp=2" "pp2dp2;4;--set parallel.pp=2 --set parallel.dp=2"
+               "tower;1;${RRFP_LORA_TOWER_SETS}" "tower_tp2;2;${RRFP_LORA_TOWER_SETS} --set parallel.tp=2")
   list(GET layout 0 name)
   list(GET layout 1 np)
   list(GET layout 2 sets)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_${name})
   add_test(NAME lora_torch_${name}
-           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${RRFP_LORA_TOWER_SETS} ${sets} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
+           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${sets} ${RRFP_LORA_SETS} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
   set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
 endforeach()
 # any-resolution images on the CUDA backend's source compiled for the emulation, against the same PyTorch reference
