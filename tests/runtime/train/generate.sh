@@ -46,6 +46,26 @@ if [ "$MODE" = kv_lora ] || [ "$MODE" = kv_qlora ]; then # eval on the (Q)LoRA c
   [ -n "$l1" ] && [ -n "$l0" ] && [ "$l1" != "$l0" ] || fail "eval loss with adapters '$l1', without '$l0'"
   echo "eval: held-out loss $l1 with the adapters, $l0 without"
 fi
+# eval --predictions and generate on RUN's step-STEP checkpoint (ck) with the recipe arguments M, into PREFIXpSTEP.jsonl and
+# PREFIXaSTEP.jsonl (logs PREFIXeSTEP.txt, PREFIXgSTEP.txt); both name every record of MANIFEST, and each prediction
+# carries the record's reference answer as text (the end of answer, </s>, left out) and a verdict that matches it
+eval_generate() { # PREFIX MANIFEST RUN STEP
+  local pre=$1 man=$2 step=$4
+  ck=$3/checkpoints/step-$(printf %08d "$step")
+  "$BIN" eval "$R" "${M[@]}" --checkpoint "$ck" --predictions "${pre}p$step.jsonl" >"${pre}e$step.txt" 2>&1 || fail "eval $step"
+  "$BIN" generate "$R" "${M[@]}" --checkpoint "$ck" --manifest "$man" --images d/images --out "${pre}a$step.jsonl" \
+    >"${pre}g$step.txt" 2>&1 || fail "generate $step"
+  /usr/bin/python3 - "$man" "${pre}p$step.jsonl" "${pre}a$step.jsonl" <<'PY' || fail "eval --predictions and generate's answers at step $step"
+import json, sys
+ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
+ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
+gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
+assert sorted(ev) == sorted(gen) == sorted(ref), "records"
+for i, p in ev.items():
+    assert p["reference_text"] == ref[i], (p, ref[i])
+    assert p["correct"] == (p["predicted_text"] == ref[i]), p
+PY
+}
 # generate --verify over 6 held-out records into answers.jsonl: every decoding step with the KV cache against a
 # full re-forward (the greedy token never differs, logits within 1e-4), over at least 60 steps; toks: the tokens
 verify_kv() {
@@ -143,19 +163,12 @@ PY
   "$BIN" train "$R" "${M[@]}" >mtrain.txt 2>&1 || fail "train"
   best=0
   for c in 100 140; do
-    ck=mrun/checkpoints/step-$(printf %08d $c)
-    "$BIN" eval "$R" "${M[@]}" --checkpoint $ck --predictions p$c.jsonl >e$c.txt 2>&1 || fail "eval $c"
-    "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --manifest m/data.json --images d/images --out a$c.jsonl >g$c.txt 2>&1 \
-      || fail "generate $c"
+    eval_generate "" m/data.json mrun $c
     acc=$(/usr/bin/python3 - m/data.json p$c.jsonl a$c.jsonl $c <<'PY'
 import json, sys
 ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
 ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
 gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
-assert sorted(ev) == sorted(gen) == sorted(ref), "records"
-for i, p in ev.items():  # eval --predictions: the record id and both answers as text
-    assert p["reference_text"] == ref[i], (p, ref[i])
-    assert p["correct"] == (p["predicted_text"] == ref[i]), p
 differ = [i for i in ref if ev[i]["correct"] != (gen[i] == ref[i])]
 e = 100 * sum(p["correct"] for p in ev.values()) / len(ev)
 g = 100 * sum(gen[i] == ref[i] for i in ref) / len(ref)
@@ -231,20 +244,13 @@ PY
   grep -q "skipped [1-9]" vtrain.txt && fail "the loader skipped samples: $(grep skipped vtrain.txt | tail -1)"
   mixed=""
   for c in 20 40 60 80 100 120; do
-    ck=vrun/checkpoints/step-$(printf %08d $c)
-    "$BIN" eval "$R" "${M[@]}" --checkpoint $ck --predictions vp$c.jsonl >ve$c.txt 2>&1 || fail "eval $c"
-    "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --manifest v/data.json --images d/images --out va$c.jsonl >vg$c.txt 2>&1 \
-      || fail "generate $c"
+    eval_generate v v/data.json vrun $c
     got=$(/usr/bin/python3 - v/data.json vp$c.jsonl va$c.jsonl $c <<'PY'
 import json, sys
 ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
 img = {r["id"]: r["image"] for r in json.load(open(sys.argv[1]))}
 ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
 gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
-assert sorted(ev) == sorted(gen) == sorted(ref), "records"
-for i, p in ev.items():
-    assert p["reference_text"] == ref[i], (p, ref[i])  # the end of answer (</s>) left out
-    assert p["correct"] == (p["predicted_text"] == ref[i]), p
 assert not [t for t in gen.values() if "</s>" in t], "an answer runs past </s>"
 differ = [(i, img[i], ev[i]["predicted_text"], gen[i], ref[i]) for i in ref if ev[i]["correct"] != (gen[i] == ref[i])]
 right = [i for i in ref if gen[i] == ref[i]]
