@@ -23,17 +23,8 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 #include "tests/support/cuda_attn_hooks.h"
-
-#ifdef RR_CUDA_EMU /* rrfp-bench-gpu-attn-emu: the program checked on the CPU emulation */
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-#ifdef __cplusplus
-}
-#endif
-#define backend_cuda_get backend_cuda_emu_get
-#endif
+#include "bench/gpu_timing.h"
+#include "tests/support/cuda_emu_entry.h"
 
 typedef struct {
     const char* name;
@@ -53,31 +44,6 @@ static Packing packs[] = {
     {"small_2x_d64", 2, 64, 1, 2, {100, 30}}, /* launch-bound; the emulation's check of this program */
     {"synthetic_short", 8, 64, 1, 0, {0}}, /* filled in main: 256 samples of 8..24 tokens */
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp_d(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
-
-typedef void (*Call)(void* ctx);
-static double time_ms(const Backend* cu, Call f, void* ctx, int reps) {
-    f(ctx), f(ctx), f(ctx); /* warm-up */
-    cu->dev->synchronize(cu);
-    double b[5];
-    for (int i = 0; i < 5; i++) {
-        double t0 = now_s();
-        for (int r = 0; r < reps; r++) f(ctx);
-        cu->dev->synchronize(cu);
-        b[i] = (now_s() - t0) * 1e3 / reps;
-    }
-    qsort(b, 5, sizeof b[0], cmp_d);
-    return b[2];
-}
 
 typedef struct {
     const Backend* cu;
@@ -169,9 +135,9 @@ int main(int argc, char** argv) {
             cu->dev->copy_h2d(cu, c.dqkv, mode ? (void*)h16 : (void*)h, nqkv * es);
             long p0[RR_ATTN_PATHS] = {0}, p1[RR_ATTN_PATHS] = {0}, p2[RR_ATTN_PATHS] = {0};
             attn_paths(p0);
-            double tf = time_ms(cu, fwd, &c, reps);
+            double tf = time_ms(cu, fwd, &c, 3, reps);
             attn_paths(p1);
-            double tb = time_ms(cu, bwd, &c, reps);
+            double tb = time_ms(cu, bwd, &c, 3, reps);
             attn_paths(p2);
             char path[64];
             if (mode)

@@ -21,17 +21,8 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
-
-#ifdef RR_CUDA_EMU /* rrfp-bench-gpu-bw-emu: the program checked on the CPU emulation */
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-#ifdef __cplusplus
-}
-#endif
-#define backend_cuda_get backend_cuda_emu_get
-#endif
+#include "bench/gpu_timing.h"
+#include "tests/support/cuda_emu_entry.h"
 
 typedef struct {
     const char* name;
@@ -43,16 +34,6 @@ static const Shape shapes[] = {
     {"vit", 4032, 0, 0, 1024, 4096, (size_t)24 * (4 * 1024 * 1024 + 2 * 1024 * 4096)},
     {"small", 64, 256, 688, 128, 512, (size_t)3 * 65536 + 5},
 };
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp_d(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return x < y ? -1 : x > y;
-}
 
 typedef struct {
     const Backend* be;
@@ -78,19 +59,7 @@ static void call(Ctx* c) {
     case SUMSQ: sink = be->ops->sum_squares(be, c->g, c->n); break;
     }
 }
-static double time_ms(Ctx* c, int reps) {
-    call(c), call(c); /* warm-up */
-    c->be->dev->synchronize(c->be);
-    double t[5];
-    for (int i = 0; i < 5; i++) {
-        double t0 = now_s();
-        for (int r = 0; r < reps; r++) call(c);
-        c->be->dev->synchronize(c->be);
-        t[i] = (now_s() - t0) * 1e3 / reps;
-    }
-    qsort(t, 5, sizeof t[0], cmp_d);
-    return t[2];
-}
+static void call_v(void* c) { call((Ctx*)c); }
 /* the least bytes an op moves (activations 2 bytes, gradients / statistics / 1-D weights 4) */
 static double op_bytes(const Ctx* c) {
     double N = c->N, C = c->C, n = (double)c->n;
@@ -170,7 +139,7 @@ int main(int argc, char** argv) {
                     f.op = c.op == RMS_W ? RMS_F : LN_F;
                     call(&f);
                 }
-                double ms = time_ms(&c, reps), bytes = op_bytes(&c);
+                double ms = time_ms(c.be, call_v, &c, 2, reps), bytes = op_bytes(&c);
                 printf("%-6s %-24s %8d %8d %10.1f %10.4f %9.0f %5.0f%%\n", sh->name, op_name[c.op], N, c.C, bytes / 1e6, ms,
                        bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / peak);
                 fflush(stdout);
@@ -181,7 +150,7 @@ int main(int argc, char** argv) {
         /* the gradient norm over the stage's parameters (f32 gradients) */
         Ctx c = {be, SUMSQ, 0, 0, sh->params, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
         c.g = dev(be, sh->params * 4, 0);
-        double ms = time_ms(&c, reps < 5 ? reps : 5), bytes = op_bytes(&c);
+        double ms = time_ms(c.be, call_v, &c, 2, reps < 5 ? reps : 5), bytes = op_bytes(&c);
         printf("%-6s %-24s %8zu %8s %10.1f %10.4f %9.0f %5.0f%%  (%zu chunk sums in the serial total)\n", sh->name,
                op_name[SUMSQ], sh->params, "-", bytes / 1e6, ms, bytes / (ms * 1e6), 100.0 * bytes / (ms * 1e6) / peak,
                rr_sumsq_chunks(sh->params));

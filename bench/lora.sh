@@ -18,9 +18,7 @@ ROUNDS=${3:-2}
 R=${4:-32}
 shift $(($# < 4 ? $# : 4))
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-export OMP_NUM_THREADS=1
+. "$ROOT/bench/cpu_step_lib.sh"
 sets=(--set data.source=synthetic --set data.fixed_batch=true --set model.vocab=256 --set model.text_width=1024
       --set model.text_heads=16 --set model.ffn_hidden=2752 --set data.microbatch_tokens=512 --set data.microbatches=2
       --set data.min_patches=16 --set data.max_patches=64 --set optim.warmup=1 --set train.freeze=vision
@@ -33,29 +31,11 @@ vsets() { # variant: its --set arguments
   qlora) echo "--set lora.r=$R --set lora.alpha=$((2 * R)) --set lora.quant=nf4" ;;
   esac
 }
-cpu_run() { # variant steps name: CPU seconds of the run into WORK/name.cpu
-  # shellcheck disable=SC2046
-  /usr/bin/time -f "%U %S" -o "$WORK/$3.cpu" "$BIN" train "$ROOT/recipes/llava.ini" "${sets[@]}" $(vsets "$1") \
-    --set train.steps="$2" --set train.run_dir="$WORK/$3" >"$WORK/$3.log" 2>&1 || { tail -3 "$WORK/$3.log"; exit 1; }
-}
-for r in $(seq "$ROUNDS"); do
-  for v in "${variants[@]}"; do
-    cpu_run "$v" "$STEPS" "$v-$r"
-    cpu_run "$v" 1 "$v-$r-one"
-  done
-done
+cpu_rounds "${variants[@]}"
 printf "%-8s %16s %8s %16s %14s\n" variant "CPU s per step" ratio "wall s (fastest)" "peak RSS MiB"
 base=
 for v in "${variants[@]}"; do
-  read -r t w rss < <(/usr/bin/python3 - "$WORK" "$v" "$ROUNDS" "$STEPS" <<'PY'
-import json, sys
-work, v, rounds, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-cpu = lambda f: sum(map(float, open(f).read().split()[-2:]))
-per = min((cpu("%s/%s-%d.cpu" % (work, v, r)) - cpu("%s/%s-%d-one.cpu" % (work, v, r))) / (steps - 1) for r in range(1, rounds + 1))
-rows = [x for r in range(1, rounds + 1) for x in [json.loads(l) for l in open("%s/%s-%d/metrics.jsonl" % (work, v, r))][1:]]
-print(per, min(x["step_time_s"] for x in rows), max(x["peak_mem_mb"] for x in rows))
-PY
-)
+  read -r t w rss < <(cpu_step "$v")
   base=${base:-$t}
   printf "%-8s %16.4f %8.3f %16.4f %14.1f\n" "$v" "$t" "$(awk -v a="$t" -v b="$base" 'BEGIN { print a / b }')" "$w" "$rss"
 done

@@ -12,35 +12,17 @@ STEPS=${2:-5}
 ROUNDS=${3:-2}
 shift $(($# < 3 ? $# : 3))
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-export OMP_NUM_THREADS=1
+. "$ROOT/bench/cpu_step_lib.sh"
 # the default llava.ini model (ViT 128 x 2, LM 256 x 4, SwiGLU 688) on generated data, 4 x 1024-token microbatches
 sets=(--set data.source=synthetic --set data.fixed_batch=true --set model.vocab=64 --set data.microbatch_tokens=1024
       --set data.microbatches=4 --set data.min_patches=16 --set data.max_patches=64 --set optim.warmup=1
       --set train.checkpoint_every=-1 --set runtime.threads=1 "$@")
-cpu_run() { # mode steps name: CPU seconds of the run into WORK/name.cpu
-  /usr/bin/time -f "%U %S" -o "$WORK/$3.cpu" "$BIN" train "$ROOT/recipes/llava.ini" "${sets[@]}" --set train.steps="$2" \
-    --set train.recompute="$1" --set train.run_dir="$WORK/$3" >"$WORK/$3.log" 2>&1 || { tail -3 "$WORK/$3.log"; exit 1; }
-}
-for r in $(seq "$ROUNDS"); do
-  for m in none selective full; do
-    cpu_run $m "$STEPS" "$m-$r"
-    cpu_run $m 1 "$m-$r-one"
-  done
-done
+vsets() { echo "--set train.recompute=$1"; }
+cpu_rounds none selective full
 printf "%-10s %16s %8s %16s %14s %16s\n" recompute "CPU s per step" ratio "wall s (fastest)" "peak RSS MiB" "activations MiB"
 base=
 for m in none selective full; do
-  read -r t w rss < <(/usr/bin/python3 - "$WORK" "$m" "$ROUNDS" "$STEPS" <<'PY'
-import json, sys
-work, m, rounds, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-cpu = lambda f: sum(map(float, open(f).read().split()[-2:]))
-per = min((cpu("%s/%s-%d.cpu" % (work, m, r)) - cpu("%s/%s-%d-one.cpu" % (work, m, r))) / (steps - 1) for r in range(1, rounds + 1))
-rows = [x for r in range(1, rounds + 1) for x in [json.loads(l) for l in open("%s/%s-%d/metrics.jsonl" % (work, m, r))][1:]]
-print(per, min(x["step_time_s"] for x in rows), max(x["peak_mem_mb"] for x in rows))
-PY
-)
+  read -r t w rss < <(cpu_step "$m")
   acts=$("$BIN" train "$ROOT/recipes/llava.ini" "${sets[@]}" --set train.recompute=$m --dry-run |
     awk '$1 == "0" && NF >= 13 { print ($11 == "GiB") ? $10 * 1024 : $10 }')
   base=${base:-$t}

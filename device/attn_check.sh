@@ -23,14 +23,7 @@ mkdir -p "$OUT"
 W=$(mktemp -d /tmp/attn_check.XXXXXX) # the logs, packed into $OUT/attn_logs.tar.gz at the end
 export W BUILD PY
 START=$(date +%s)
-part() { # name seconds command...: runs it, log into $W/name.log, one line into $W/parts.txt
-    local name=$1 secs=$2
-    shift 2
-    local t0=$(date +%s)
-    timeout -k 5 "$secs" "$@" > "$W/$name.log" 2>&1
-    local rc=$?
-    echo "$name: rc $rc ($(( $(date +%s) - t0 )) s)$([ $rc = 124 ] && echo ', TIMED OUT')" >> "$W/parts.txt"
-}
+. "$(dirname "$0")/common.sh"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; git log --oneline -1 2>/dev/null; } \
     > "$W/device.txt" 2>&1
 ls "$BUILD"/test_cuda_ops "$BUILD"/test_flash_attn "$BUILD"/rrfp-bench-gpu-attn >> "$W/device.txt" 2>&1

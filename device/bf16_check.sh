@@ -18,21 +18,8 @@ mkdir -p "$OUT"
 START=$(date +%s)
 BUILD=${BUILD:-build}
 W=$(mktemp -d)
-elapsed() { echo $(($(date +%s) - START)); }
-{
-  date -u
-  nvidia-smi 2>&1 | head -20
-  "$BUILD/rrfp-mm" version 2>&1
-  git log --oneline -1 2>/dev/null
-} > "$W/env.txt" 2>&1
-(cd "$BUILD" && timeout -k 5 70 ctest -L gpu --output-on-failure --timeout 60) > "$W/ctest_gpu.log" 2>&1
-ctest_rc=$?
-{
-  echo "== $(grep -m1 -E "NVIDIA (H|A)[0-9]+" "$W/env.txt" | sed 's/  */ /g' | cut -c1-90)"
-  echo "== commit $(git log --oneline -1 2>/dev/null | cut -c1-80)"
-  echo "ctest -L gpu: rc $ctest_rc after $(elapsed) s"
-  grep -E "Test +#|tests passed" "$W/ctest_gpu.log" | sed 's/  */ /g'
-} > "$OUT/summary.txt"
+. "$(dirname "$0")/common.sh"
+gpu_ctest
 left=$((178 - $(elapsed)))
 if [ "$left" -gt 40 ]; then
   GPU_STAGE_BUDGET_S=$((left - 5)) GPU_STAGE_LOGS="$W/gpu_stage" GPU_STAGE_CPU_CHECKS=0 PY=${PY:-python3} \
@@ -46,8 +33,4 @@ if [ "$left" -gt 40 ]; then
 else
   echo "gpu_stage.sh: not run ($left s left)" >> "$OUT/summary.txt"
 fi
-cp "$OUT/summary.txt" "$W/summary.txt"
-tar -C "$W" -czf "$OUT/bf16_check.tgz" . 2>/dev/null
-rm -rf "$W"
-cat "$OUT/summary.txt"
-exit $ctest_rc
+gpu_finish bf16_check.tgz

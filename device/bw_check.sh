@@ -14,14 +14,7 @@ BUILD=${BUILD:-build}
 PEAK=${PEAK:-3350}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/bw_check.XXXXXX)
-part() { # name seconds command...: its log into $W/name.log, one line into $W/parts.txt
-    local name=$1 secs=$2
-    shift 2
-    local t0=$(date +%s)
-    timeout -k 5 "$secs" "$@" > "$W/$name.log" 2>&1
-    local rc=$?
-    echo "$name: rc $rc ($(( $(date +%s) - t0 )) s)$([ $rc = 124 ] && echo ', TIMED OUT')" >> "$W/parts.txt"
-}
+. "$(dirname "$0")/common.sh"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; git log --oneline -1 2>/dev/null; } \
     > "$W/device.txt" 2>&1
 part 1_tests 90 bash -c "cd '$BUILD' && RRFP_CUDNN_STRICT=1 ctest --output-on-failure --timeout 80 -R \

@@ -16,21 +16,8 @@ START=$(date +%s)
 BUILD=${BUILD:-build}
 TOTAL=${TRAIN_CHECK_S:-540}
 W=$(mktemp -d)
-elapsed() { echo $(($(date +%s) - START)); }
-{
-  date -u
-  nvidia-smi 2>&1 | head -20
-  "$BUILD/rrfp-mm" version 2>&1
-  git log --oneline -1 2>/dev/null
-} > "$W/env.txt" 2>&1
-(cd "$BUILD" && timeout -k 5 70 ctest -L gpu --output-on-failure --timeout 60) > "$W/ctest_gpu.log" 2>&1
-ctest_rc=$?
-{
-  echo "== $(grep -m1 -E "NVIDIA (H|A)[0-9]+" "$W/env.txt" | sed 's/  */ /g' | cut -c1-90)"
-  echo "== commit $(git log --oneline -1 2>/dev/null | cut -c1-80)"
-  echo "ctest -L gpu: rc $ctest_rc after $(elapsed) s"
-  grep -E "Test +#|tests passed" "$W/ctest_gpu.log" | sed 's/  */ /g'
-} > "$OUT/summary.txt"
+. "$(dirname "$0")/common.sh"
+gpu_ctest
 left=$((TOTAL - 60 - $(elapsed)))
 if [ "$left" -gt 90 ]; then
   GPU_TRAIN_BUDGET_S=$left GPU_TRAIN_LOGS="$W/gpu_train" GPU_TRAIN_CPU_CHECKS=0 GPU_TRAIN_SAMPLES=${GPU_TRAIN_SAMPLES:-480} \
@@ -48,8 +35,4 @@ if [ "$left" -gt 60 ] && [ -n "${KPROF:-}" ]; then
 else
   echo "gpu_kprof.sh vit: not run ($left s left, KPROF '${KPROF:-}')" >> "$OUT/summary.txt"
 fi
-cp "$OUT/summary.txt" "$W/summary.txt"
-tar -C "$W" -czf "$OUT/train_check.tgz" . 2>/dev/null
-rm -rf "$W"
-cat "$OUT/summary.txt"
-exit $ctest_rc
+gpu_finish train_check.tgz

@@ -189,13 +189,19 @@ static int64_t drain(Loader* L, int steps, int64_t* seen, int N, int check, cons
     return samples;
 }
 
-/* A digest of one microbatch: every id, target, sample index and pixel. */
-static uint64_t mb_digest(const Microbatch* mb) {
+/* A digest of one microbatch's tokens: every id, target, position and sample index. */
+static uint64_t mb_digest_tokens(const Microbatch* mb) {
     uint64_t h = 1469598103934665603ull;
     h = h * 31 + rr_fnv1a64(mb->ids, sizeof(int32_t) * mb->T);
     h = h * 31 + rr_fnv1a64(mb->targets, sizeof(int32_t) * mb->T);
     h = h * 31 + rr_fnv1a64(mb->pos, sizeof(int32_t) * mb->T);
     h = h * 31 + rr_fnv1a64(mb->sample_index, sizeof(int64_t) * mb->S);
+    return h;
+}
+
+/* A digest of one microbatch: its tokens and every pixel. */
+static uint64_t mb_digest(const Microbatch* mb) {
+    uint64_t h = mb_digest_tokens(mb);
     if (mb->patches) h = h * 31 + rr_fnv1a64(mb->patches, sizeof(float) * mb->Np * 3 * mb->patch * mb->patch);
     return h;
 }
@@ -210,13 +216,7 @@ static uint64_t digest_steps(Loader* L, int steps) {
             CHECK(0, "%s", err);
             return 0;
         }
-        for (int m = 0; m < step.M; m++) {
-            const Microbatch* mb = &step.mbs[m];
-            h = h * 31 + rr_fnv1a64(mb->ids, sizeof(int32_t) * mb->T);
-            h = h * 31 + rr_fnv1a64(mb->targets, sizeof(int32_t) * mb->T);
-            h = h * 31 + rr_fnv1a64(mb->sample_index, sizeof(int64_t) * mb->S);
-            if (mb->patches) h = h * 31 + rr_fnv1a64(mb->patches, sizeof(float) * mb->Np * 3 * mb->patch * mb->patch);
-        }
+        for (int m = 0; m < step.M; m++) h = h * 31 + mb_digest(&step.mbs[m]);
     }
     return h;
 }
@@ -235,11 +235,7 @@ static void flip_byte(const char* path, long off) {
 
 /* A digest of a microbatch's plan: ids, targets, positions, samples, grids (no pixels). */
 static uint64_t mb_digest_plan(const Microbatch* mb) {
-    uint64_t h = 1469598103934665603ull;
-    h = h * 31 + rr_fnv1a64(mb->ids, sizeof(int32_t) * mb->T);
-    h = h * 31 + rr_fnv1a64(mb->targets, sizeof(int32_t) * mb->T);
-    h = h * 31 + rr_fnv1a64(mb->pos, sizeof(int32_t) * mb->T);
-    h = h * 31 + rr_fnv1a64(mb->sample_index, sizeof(int64_t) * mb->S);
+    uint64_t h = mb_digest_tokens(mb);
     h = h * 31 + rr_fnv1a64(mb->grid_h, sizeof(int32_t) * mb->I);
     h = h * 31 + rr_fnv1a64(mb->img_lm_start, sizeof(int32_t) * mb->I);
     h = h * 31 + (uint64_t)mb->n_supervised;

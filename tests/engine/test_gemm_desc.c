@@ -223,6 +223,20 @@ static int lt_check(const char* what, int N, int C, int OC, const GemmLtDesc* d,
     return ok;
 }
 
+/* S (I, J) of a GEMM out[i, j] = start + sum over k < K of A(i, k) B(k, j), A(i, k) = a[i ai + k ak], B(k, j) =
+ * b[k bk + j bj]: (|bias[j]| + sum of |A(i, k) B(k, j)|) 1.01 + |add[i, j]| (the rounded operands are within 2^-9 of
+ * these; bias: the epilogue's, add: the start value a beta = 1 GEMM adds onto; either may be NULL) */
+static void lt_bound(double* S, int I, int J, int K, const float* a, size_t ai, size_t ak, const float* b, size_t bk,
+                     size_t bj, const float* bias, const float* add) {
+    for (int i = 0; i < I; i++)
+        for (int j = 0; j < J; j++) {
+            double s = bias ? fabs(bias[j]) : 0;
+            for (int k = 0; k < K; k++) s += fabs(a[i * ai + k * ak] * (double)b[k * bk + j * bj]);
+            size_t e = (size_t)i * J + j;
+            S[e] = add ? s * 1.01 + fabs(add[e]) : s * 1.01;
+        }
+}
+
 static int test_lt_shape(int N, int C, int OC) {
     Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), dout = guarded_new((size_t)N * OC);
     Guarded out = guarded_new((size_t)N * OC), dinp = guarded_new((size_t)N * C), dw = guarded_new((size_t)OC * C);
@@ -245,12 +259,8 @@ static int test_lt_shape(int N, int C, int OC) {
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, A, B, Cm, bias.p);
     cpu_round_bf16(&backend_cpu, out.p, out.p, (size_t)N * OC);
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double s = fabs(bias.p[o]);
-            for (int c = 0; c < C; c++) s += fabs(inp.p[(size_t)n * C + c] * (double)w.p[(size_t)o * C + c]);
-            S[(size_t)n * OC + o] = s * 1.01; /* rounded operands are within 2^-9 of these */
-        }
+    /* out[n, o] = bias[o] + sum over c of inp[n, c] w[o, c] */
+    lt_bound(S, N, OC, C, inp.p, C, 1, w.p, 1, C, bias.p, NULL);
     ok &= lt_check("forward+bias", N, C, OC, &d, &out, ref, S, C + 1, 1);
 
     guarded_fill(&dinp);
@@ -259,12 +269,8 @@ static int test_lt_shape(int N, int C, int OC) {
     d = gemm_lt_desc_linear_backward_input(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            double s = 0;
-            for (int o = 0; o < OC; o++) s += fabs(dout.p[(size_t)n * OC + o] * (double)w.p[(size_t)o * C + c]);
-            S[(size_t)n * C + c] = s * 1.01 + fabs(ref[(size_t)n * C + c]);
-        }
+    /* dinp[n, c] += sum over o of dout[n, o] w[o, c] */
+    lt_bound(S, N, C, OC, dout.p, OC, 1, w.p, C, 1, NULL, ref);
     ok &= lt_check("backward_input", N, C, OC, &d, &dinp, ref, S, OC + 1, 0);
 
     guarded_fill(&dw);
@@ -273,12 +279,8 @@ static int test_lt_shape(int N, int C, int OC) {
     d = gemm_lt_desc_linear_backward_weight(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
-    for (int o = 0; o < OC; o++)
-        for (int c = 0; c < C; c++) {
-            double s = 0;
-            for (int n = 0; n < N; n++) s += fabs(dout.p[(size_t)n * OC + o] * (double)inp.p[(size_t)n * C + c]);
-            S[(size_t)o * C + c] = s * 1.01 + fabs(ref[(size_t)o * C + c]);
-        }
+    /* dw[o, c] += sum over n of dout[n, o] inp[n, c] */
+    lt_bound(S, OC, C, N, dout.p, 1, OC, inp.p, C, 1, NULL, ref);
     ok &= lt_check("backward_weight", N, C, OC, &d, &dw, ref, S, N + 1, 0);
 
     ok &= guarded_intact(&inp) && guarded_intact(&w) && guarded_intact(&dout) && guarded_intact(&bias);

@@ -36,11 +36,12 @@ scan() {
 # self-check: each forbidden form is found, a clean file is not (outside a git checkout: find lists them)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lint_lib.sh"
 mkdir -p "$tmp/clean"
 printf '/* the streams of docs/design.md "Streams and events"; issued once; design.md; tissue 3 */\n' \
   > "$tmp/clean/ok.c"
 printf 'Measured on 2026''-11-26 (a run log of bench/README.md may carry its date).\n' > "$tmp/clean/ok.md"
-if scan "$tmp/clean" >/dev/null; then echo "FAIL: the scan flags a clean file"; exit 1; fi
+scan_passes "$tmp/clean"
 i=0
 for form in 'x.c:/* DESIGN''.md section 3 */' "x.h: * as DESIGN""'s bound" 'x.cu:// (DESIGN'': default P - r)' \
             'x.py:# see issue'' 20' 'x.sh:# Issues'' 20 and 24' 'CMakeLists.txt:# STYLE''.md 7a' \
@@ -49,13 +50,8 @@ for form in 'x.c:/* DESIGN''.md section 3 */' "x.h: * as DESIGN""'s bound" 'x.cu
   i=$((i + 1))
   mkdir -p "$tmp/bad$i/$(dirname "${form%%:*}")"
   printf '%s\n' "${form#*:}" > "$tmp/bad$i/${form%%:*}"
-  scan "$tmp/bad$i" >/dev/null || { echo "FAIL: the scan misses: $form"; exit 1; }
+  scan_flags "$tmp/bad$i" "$form"
 done
-hits=$(scan "$src")
-if [ -n "$hits" ]; then
-  echo "FAIL: a reference the reader of this repository cannot follow (cite docs/ by path and section; say what an"
-  echo "issue meant instead of its number; dates belong in bench/README.md's run logs):"
-  echo "$hits"
-  exit 1
-fi
+scan_tree "a reference the reader of this repository cannot follow (cite docs/ by path and section; say what an
+issue meant instead of its number; dates belong in bench/README.md's run logs):"
 echo "lint standalone: ok"

@@ -61,3 +61,23 @@ set_target_properties(rrfp-mm-emu PROPERTIES LINKER_LANGUAGE CXX)
 # shards written from the format for tests (an intact frame whose image does not decode; the sample of a step)
 add_executable(data_shard_tool tests/support/data_shard_tool.c)
 target_link_libraries(data_shard_tool PRIVATE rrfp_core)
+
+# rrfp_emu_executable(<target> <source>...): a test program on the CPU emulation of the CUDA runtime: RR_CUDA_EMU
+# defined (the program links the emulation's hooks instead of looking them up in librrfp-cuda.so), rrfp_cuda_emu
+# and rrfp_core linked, symbols exported (-rdynamic: the backtrace the emulation prints at a stray host access names the
+# functions), linked as C++.
+function(rrfp_emu_executable target)
+  add_executable(${target} ${ARGN})
+  target_compile_definitions(${target} PRIVATE RR_CUDA_EMU=1)
+  target_link_libraries(${target} PRIVATE rrfp_cuda_emu rrfp_core)
+  target_link_options(${target} PRIVATE -rdynamic)
+  set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CXX)
+endfunction()
+
+# rrfp_cli_py_test(<name> <script> <mode>): a Python program that drives rrfp-mm (<script>, a path under the source
+# tree) run as `<script> RRFP_MM SOURCE_DIR WORKDIR MODE`, its work folder <name> in the build folder
+function(rrfp_cli_py_test name script mode)
+  add_test(NAME ${name}
+           COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/${script} $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/${name} ${mode})
+endfunction()

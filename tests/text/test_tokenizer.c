@@ -315,6 +315,18 @@ static size_t random_text(char* buf, size_t max) {
     return n;
 }
 
+/* n bytes of text encoded, then decoded: the same bytes */
+static int round_trips(const Tokenizer* t, const char* text, size_t n) {
+    int32_t* ids;
+    int k = tokenizer_encode(t, text, n, &ids);
+    size_t m;
+    char* back = tokenizer_decode(t, ids, k, &m);
+    int same = m == n && !memcmp(back, text, n);
+    free(ids);
+    free(back);
+    return same;
+}
+
 static void roundtrip(const Tokenizer* t, int iters, const char* what) {
     char buf[512];
     int bad = 0;
@@ -346,15 +358,10 @@ static void test_roundtrip(void) {
     size_t n = 100000;
     char* big = mallocCheck(n);
     for (size_t i = 0; i < n; i++) big[i] = (char)(rnd() & 0xFF);
+    CHECK(round_trips(t, big, n), "100 kB of random bytes round-trip");
+    memset(big, 'a', n);
     int32_t* ids;
     int k = tokenizer_encode(t, big, n, &ids);
-    size_t m2;
-    char* back = tokenizer_decode(t, ids, k, &m2);
-    CHECK(m2 == n && !memcmp(back, big, n), "100 kB of random bytes round-trip");
-    free(ids);
-    free(back);
-    memset(big, 'a', n);
-    k = tokenizer_encode(t, big, n, &ids);
     CHECK(k == (int)n, "a 100 kB word with no merges gives one id per byte (%d)", k);
     free(ids);
     free(big);
@@ -406,6 +413,16 @@ static void expect_error(const char* json, const char* want) {
     tokenizer_free(t);
 }
 
+/* js with its first `from` replaced by `to`: refused with `want` */
+static void expect_error_edit(const char* js, const char* from, const char* to, const char* want) {
+    const char* p = strstr(js, from);
+    RR_ASSERT(p);
+    char* bad = mallocCheck(strlen(js) + strlen(to) + 1);
+    sprintf(bad, "%.*s%s%s", (int)(p - js), js, to, p + strlen(from));
+    expect_error(bad, want);
+    free(bad);
+}
+
 static void test_errors(void) {
     expect_error("{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"},"
                  " \"decoder\": {\"type\": \"ByteLevel\"}}",
@@ -413,41 +430,26 @@ static void test_errors(void) {
     expect_error("{\n\"model\": {\n\"type\": \"BPE\",,\n}}", "tok.json:3: not valid JSON");
     expect_error("[1, 2]", "tok.json: no \"model\" object");
     char* js = tok_json(NULL, 0, NULL, 0, 0, 0);
-    char* p;
     /* a merge naming a token that is not in the vocab */
-    char* bad = mallocCheck(strlen(js) + 64);
-    p = strstr(js, "\"merges\":[]");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s\"merges\":[\"a zz\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
-    expect_error(bad, "tok.json: model.merges[0]: token \"zz\" is not in model.vocab");
-    sprintf(bad, "%.*s\"merges\":[\"a b\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
-    expect_error(bad, "model.merges[0]: merged token \"ab\" is not in model.vocab");
-    sprintf(bad, "%.*s\"merges\":[\"abc\"]%s", (int)(p - js), js, p + strlen("\"merges\":[]"));
-    expect_error(bad, "model.merges[0] \"abc\": expected two tokens separated by one space");
+    expect_error_edit(js, "\"merges\":[]", "\"merges\":[\"a zz\"]",
+                      "tok.json: model.merges[0]: token \"zz\" is not in model.vocab");
+    expect_error_edit(js, "\"merges\":[]", "\"merges\":[\"a b\"]",
+                      "model.merges[0]: merged token \"ab\" is not in model.vocab");
+    expect_error_edit(js, "\"merges\":[]", "\"merges\":[\"abc\"]",
+                      "model.merges[0] \"abc\": expected two tokens separated by one space");
     /* unsupported parts name themselves */
-    p = strstr(js, "\"normalizer\":null");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s\"normalizer\":{\"type\":\"NFC\"}%s", (int)(p - js), js, p + strlen("\"normalizer\":null"));
-    expect_error(bad, "tok.json: normalizer NFC is not supported");
-    p = strstr(js, "\"type\":\"ByteLevel\",\"add_prefix_space\"");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s\"type\":\"Whitespace\",\"add_prefix_space\"%s", (int)(p - js), js,
-            p + strlen("\"type\":\"ByteLevel\",\"add_prefix_space\""));
-    expect_error(bad, "tok.json: pre_tokenizer type Whitespace is not supported");
+    expect_error_edit(js, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}",
+                      "tok.json: normalizer NFC is not supported");
+    expect_error_edit(js, "\"type\":\"ByteLevel\",\"add_prefix_space\"",
+                      "\"type\":\"Whitespace\",\"add_prefix_space\"", "tok.json: pre_tokenizer type Whitespace is not supported");
     /* a byte token missing from the vocab: its bytes could not be encoded */
-    p = strstr(js, "\"!\":33,");
-    RR_ASSERT(p);
-    sprintf(bad, "%.*s%s", (int)(p - js), js, p + strlen("\"!\":33,"));
-    expect_error(bad, "tok.json: model.vocab lacks the byte token \"!\" (byte 0x21)");
-    p = strstr(js, "\"!\":33,");
-    sprintf(bad, "%.*s\"!\":300000000,%s", (int)(p - js), js, p + strlen("\"!\":33,"));
-    expect_error(bad, "model.vocab[\"!\"]: id must be an integer in [0, 2^28)");
-    sprintf(bad, "%.*s\"!\":100000,%s", (int)(p - js), js, p + strlen("\"!\":33,"));
-    expect_error(bad, "tok.json: model.vocab: id 100000 is far above its 256 tokens");
+    expect_error_edit(js, "\"!\":33,", "", "tok.json: model.vocab lacks the byte token \"!\" (byte 0x21)");
+    expect_error_edit(js, "\"!\":33,", "\"!\":300000000,", "model.vocab[\"!\"]: id must be an integer in [0, 2^28)");
+    expect_error_edit(js, "\"!\":33,", "\"!\":100000,",
+                      "tok.json: model.vocab: id 100000 is far above its 256 tokens");
     char err[256];
     CHECK(!tokenizer_load("/nonexistent/tok.json", err, sizeof err) && strstr(err, "/nonexistent/tok.json: cannot read"),
           "missing file: %s", err);
-    free(bad);
     free(js);
 }
 
@@ -624,13 +626,8 @@ static void test_train(const char* corpus_path) {
     CHECK(tokenizer_vocab_size(t) == vocab, "vocab %d", tokenizer_vocab_size(t));
     CHECK(tokenizer_token_id(t, "<image>") == 656 && tokenizer_token_id(t, "<|endoftext|>") == 657, "special ids");
     roundtrip(t, 2000, "trained tokenizer");
+    CHECK(round_trips(t, corpus, n), "the training text round-trips");
     int32_t* ids;
-    int k = tokenizer_encode(t, corpus, n, &ids);
-    size_t m;
-    char* back = tokenizer_decode(t, ids, k, &m);
-    CHECK(m == n && !memcmp(back, corpus, n), "the training text round-trips");
-    free(ids);
-    free(back);
     /* Encoding (lowest rank first per word) reproduces the trainer's own segmentation (each merge
      * everywhere in turn), because a pair of rank r cannot reappear after step r: so the training
      * lines, encoded one by one, take exactly as many tokens as the naive trainer's words end with. */

@@ -31,6 +31,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
+#include "tests/support/host_rand.h"
 
 static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
 
@@ -40,20 +41,6 @@ static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its d
 static int failures = 0;
 static const char* case_name;
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float rng_sym(void) {
-    return (float)(2.0 * (double)(rr_splitmix64(&rng_state) >> 11) * (1.0 / 9007199254740992.0) - 1.0);
-}
-static float* hrand(size_t n, float scale) {
-    float* x = mallocCheck((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = scale * rng_sym();
-    return x;
-}
-static float* hdup(const float* x, size_t n) {
-    float* y = mallocCheck((n ? n : 1) * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
 static double gamma_k(int K) { return K * ldexp(1.0, -24) / (1.0 - K * ldexp(1.0, -24)); }
 
 /* max over i of |got - ref| / bound[i]; fails above 1 */
@@ -99,6 +86,20 @@ static void check_same(const char* what, const float* got, const float* ref, siz
 
 /* ---- cases -------------------------------------------------------------------------------------- */
 
+/* the bound of a gradient GEMM in bf16 that adds onto start values g0 (I, J): g[i, j] += sum over k < K of
+ * A(i, k) B(k, j), A(i, k) = a[i ai + k ak], B(k, j) = b[k bk + j]; S the sum of the products' magnitudes, u2 the
+ * rounding of both operands: u2 S + 2 gamma_(K+1) ((1 + u2) S + |g0|) */
+static void grad_bound(double* bound, int I, int J, int K, const float* a, size_t ai, size_t ak, const float* b,
+                       size_t bk, double u2, const float* g0) {
+    for (int i = 0; i < I; i++)
+        for (int j = 0; j < J; j++) {
+            double S = 0;
+            for (int k = 0; k < K; k++) S += fabs((double)a[i * ai + k * ak] * b[k * bk + j]);
+            size_t e = (size_t)i * J + j;
+            bound[e] = u2 * S + 2 * gamma_k(K + 1) * ((1 + u2) * S + fabs(g0[e]));
+        }
+}
+
 static void case_linear(int N, int C, int OC, int split) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 0.5f), *b = hrand(OC, 1), *dy = hrand(nout, 1);
@@ -137,21 +138,9 @@ static void case_linear(int N, int C, int OC, int split) {
         backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
     }
     backend_cpu.ops->linear_backward(&backend_cpu, dxf, dwf, dbf, dy, be_act(&backend_cpu, x), be_weight(&backend_cpu, w), N, C, OC);
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) {
-            double S = 0;
-            for (int o = 0; o < OC; o++) S += fabs((double)dy[(size_t)n * OC + o] * w[(size_t)o * C + c]);
-            size_t i = (size_t)n * C + c;
-            bound[i] = u2 * S + 2 * gamma_k(OC + 1) * ((1 + u2) * S + fabs(g0x[i]));
-        }
+    grad_bound(bound, N, C, OC, dy, OC, 1, w, C, u2, g0x); /* dinp[n, c] += sum over o of dy[n, o] w[o, c] */
     check_bound("dinp", dxb, dxf, bound, nin);
-    for (int o = 0; o < OC; o++)
-        for (int c = 0; c < C; c++) {
-            double S = 0;
-            for (int n = 0; n < N; n++) S += fabs((double)dy[(size_t)n * OC + o] * x[(size_t)n * C + c]);
-            size_t i = (size_t)o * C + c;
-            bound[i] = u2 * S + 2 * gamma_k(N + 1) * ((1 + u2) * S + fabs(g0w[i]));
-        }
+    grad_bound(bound, OC, C, N, dy, 1, OC, x, C, u2, g0w); /* dweight[o, c] += sum over n of dy[n, o] x[n, c] */
     check_bound("dweight", dwb, dwf, bound, nw);
     check_same("dbias", dbb, dbf, (size_t)OC);
     free(x), free(w), free(b), free(dy), free(yb), free(yf), free(bound);

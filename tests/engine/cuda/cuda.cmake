@@ -18,11 +18,7 @@ add_test(NAME cuda_select COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/ex
 
 # The same matrix on the CUDA backend's own source compiled for the CPU emulation of the CUDA runtime
 # (tests/support/cuda_emu).
-add_executable(test_cuda_ops_emu tests/engine/cuda/test_cuda_ops.c)
-target_compile_definitions(test_cuda_ops_emu PRIVATE RR_CUDA_EMU=1)
-target_link_libraries(test_cuda_ops_emu PRIVATE rrfp_cuda_emu rrfp_core)
-target_link_options(test_cuda_ops_emu PRIVATE -rdynamic)
-set_target_properties(test_cuda_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_cuda_ops_emu tests/engine/cuda/test_cuda_ops.c)
 add_test(NAME cuda_ops_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "cuda_ops: ok" $<TARGET_FILE:test_cuda_ops_emu>)
 set_tests_properties(cuda_ops_emu PROPERTIES TIMEOUT 300)
 # again with -0.0 guard zones, which catch stray writes of x += 0 that NaN guards cannot, and every
@@ -66,11 +62,7 @@ add_executable(test_cuda_bf16a tests/engine/cuda/test_cuda_bf16a.c)
 target_link_libraries(test_cuda_bf16a PRIVATE rrfp_core ${CMAKE_DL_LIBS})
 add_test(NAME cuda_bf16a_gpu COMMAND test_cuda_bf16a)
 set_tests_properties(cuda_bf16a_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-add_executable(test_cuda_bf16a_emu tests/engine/cuda/test_cuda_bf16a.c)
-target_compile_definitions(test_cuda_bf16a_emu PRIVATE RR_CUDA_EMU=1)
-target_link_libraries(test_cuda_bf16a_emu PRIVATE rrfp_cuda_emu rrfp_core)
-target_link_options(test_cuda_bf16a_emu PRIVATE -rdynamic)
-set_target_properties(test_cuda_bf16a_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_cuda_bf16a_emu tests/engine/cuda/test_cuda_bf16a.c)
 add_test(NAME cuda_bf16a_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "cuda_bf16a: ok" $<TARGET_FILE:test_cuda_bf16a_emu>)
 set_tests_properties(cuda_bf16a_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # bad data met inside a kernel is reported at the next synchronize, in the CPU backend's words
@@ -84,11 +76,7 @@ add_test(NAME cuda_emu_bad_id COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:test_
 # The own tensor-core attention (engine/cuda/flash_attention.cu) called directly: GQA / MQA, bf16 and f32
 # storage, head dims 32..256, ragged lengths, many short samples (tests/engine/cuda/test_flash_attn.c), in the CPU
 # emulation (strict: two thread orders, -0.0 guards) and on a device (gpu, skipped without one).
-add_executable(test_flash_attn_emu tests/engine/cuda/test_flash_attn.c)
-target_compile_definitions(test_flash_attn_emu PRIVATE RR_CUDA_EMU=1)
-target_link_libraries(test_flash_attn_emu PRIVATE rrfp_cuda_emu rrfp_core)
-target_link_options(test_flash_attn_emu PRIVATE -rdynamic)
-set_target_properties(test_flash_attn_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_flash_attn_emu tests/engine/cuda/test_flash_attn.c)
 add_test(NAME flash_attn_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "flash_attn: ok" $<TARGET_FILE:test_flash_attn_emu>)
 set_tests_properties(flash_attn_emu PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 add_executable(test_flash_attn tests/engine/cuda/test_flash_attn.c)
@@ -99,26 +87,18 @@ set_tests_properties(flash_attn_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 # CPU emulation (a check of the program, not a figure: `rrfp-bench-gpu-attn-emu 1 lm_8x512`)
 add_executable(rrfp-bench-gpu-attn bench/gpu_attn_bench.c)
 target_link_libraries(rrfp-bench-gpu-attn PRIVATE rrfp_core ${CMAKE_DL_LIBS})
-add_executable(rrfp-bench-gpu-attn-emu bench/gpu_attn_bench.c)
-target_compile_definitions(rrfp-bench-gpu-attn-emu PRIVATE RR_CUDA_EMU=1)
-target_link_libraries(rrfp-bench-gpu-attn-emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(rrfp-bench-gpu-attn-emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(rrfp-bench-gpu-attn-emu bench/gpu_attn_bench.c)
 
 # bench/gpu_bw.sh's program (bench/gpu_bw_bench.c: the bandwidth-bound ops at a stage's shapes): on a device; the
 # -emu build runs it here on the CPU emulation (a check of the program, not a figure: `rrfp-bench-gpu-bw-emu 1 small`)
 add_executable(rrfp-bench-gpu-bw bench/gpu_bw_bench.c)
 target_link_libraries(rrfp-bench-gpu-bw PRIVATE rrfp_core ${CMAKE_DL_LIBS})
-add_executable(rrfp-bench-gpu-bw-emu bench/gpu_bw_bench.c)
-target_compile_definitions(rrfp-bench-gpu-bw-emu PRIVATE RR_CUDA_EMU=1)
-target_link_libraries(rrfp-bench-gpu-bw-emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(rrfp-bench-gpu-bw-emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(rrfp-bench-gpu-bw-emu bench/gpu_bw_bench.c)
 
 # Launches and bytes of a bf16 LM block and ViT block step on the emulated CUDA backend, per op
 # against the bytes it must move (docs/cuda.md, "Traffic budget"); the profiler's counts against the
 # emulation's (tests/engine/cuda/test_traffic.c)
-add_executable(test_traffic tests/engine/cuda/test_traffic.c)
-target_link_libraries(test_traffic PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_traffic PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_traffic tests/engine/cuda/test_traffic.c)
 add_test(NAME cuda_emu_traffic COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "traffic: ok" $<TARGET_FILE:test_traffic>)
 set_tests_properties(cuda_emu_traffic PROPERTIES TIMEOUT 300)
 # Two ranks on one GPU: a pp 2 `rrfp-mm train` of two processes sharing the device (MPI transport), stopped and
@@ -131,24 +111,16 @@ set_tests_properties(train_gpu_pp2_one_device PROPERTIES LABELS "mpi;gpu" TIMEOU
 
 # The multi-tensor AdamW (BackendOps.adamw_multi: every tensor of a stage in one launch) bitwise against the
 # per-tensor one, and its launches (tests/engine/cuda/test_adamw_multi.c), strict
-add_executable(test_adamw_multi_emu tests/engine/cuda/test_adamw_multi.c)
-target_link_libraries(test_adamw_multi_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_adamw_multi_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_adamw_multi_emu tests/engine/cuda/test_adamw_multi.c)
 add_test(NAME adamw_multi_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "adamw_multi: ok" $<TARGET_FILE:test_adamw_multi_emu>)
 set_tests_properties(adamw_multi_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # the multi-tensor sum of squares (the gradient norm under tp and with a tied copy) bitwise the per-tensor loop, its launches
-add_executable(test_sumsq_multi_emu tests/engine/cuda/test_sumsq_multi.c)
-target_link_libraries(test_sumsq_multi_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_sumsq_multi_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_sumsq_multi_emu tests/engine/cuda/test_sumsq_multi.c)
 add_test(NAME sumsq_multi_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "sumsq_multi: ok" $<TARGET_FILE:test_sumsq_multi_emu>)
 set_tests_properties(sumsq_multi_emu PROPERTIES TIMEOUT 120 ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # a QLoRA base weight dequantized to bf16 by the CUDA kernel (engine/cuda/quant.cu) equals the CPU's bit for bit, on
 # the emulated CUDA runtime, strict (two thread orders, -0.0 guards)
-add_executable(test_quant_cuda_emu tests/engine/cuda/test_quant_cuda.c)
-target_compile_definitions(test_quant_cuda_emu PRIVATE RR_CUDA_EMU=1)
-target_link_libraries(test_quant_cuda_emu PRIVATE rrfp_cuda_emu rrfp_core)
-target_link_options(test_quant_cuda_emu PRIVATE -rdynamic)
-set_target_properties(test_quant_cuda_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_quant_cuda_emu tests/engine/cuda/test_quant_cuda.c)
 add_test(NAME quant_cuda_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "quant cuda: ok" $<TARGET_FILE:test_quant_cuda_emu>)
 set_tests_properties(quant_cuda_emu PROPERTIES ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 # The emulation's checks fire (tests/engine/cuda/test_emu_checks.c, on the rule-breaking kernels of

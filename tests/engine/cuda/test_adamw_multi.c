@@ -18,8 +18,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
-
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
+#include "tests/support/cuda_emu_entry.h"
 
 static int failures;
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -128,12 +127,7 @@ static void run_mode(const Backend* be, int copy_dt, const char* mode) {
 }
 
 int main(void) {
-    char why[256];
-    const Backend* be = backend_cuda_emu_get(why, sizeof why);
-    if (!be) {
-        fprintf(stderr, "no emulated CUDA backend: %s\n", why);
-        return 1;
-    }
+    const Backend* be = cuda_emu_backend_or_exit("test_adamw_multi");
     if (!be->ops->adamw_multi) {
         fprintf(stderr, "FAIL: the CUDA table has no adamw_multi\n");
         return 1;

@@ -63,24 +63,6 @@ static uint16_t* to16(const float* h, size_t n) {
     for (size_t i = 0; i < n; i++) b[i] = rr_f32_to_bf16(h[i]);
     return b;
 }
-/* a GEMM bias in be's storage (bias_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
-static float* upb(const Backend* be, const float* h, size_t n) {
-    if (be->bias_dtype != DTYPE_BF16) return up32(be, h, n);
-    uint16_t* b = to16(h, n);
-    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
-    free(b);
-    return d;
-}
-/* an activation in be's storage (act_dtype) */
-static float* upa(const Backend* be, const float* h, size_t n) {
-    if (be->act_dtype != DTYPE_BF16) return up32(be, h, n);
-    uint16_t* b = to16(h, n);
-    float* d = be->dev->alloc((n ? n : 1) * sizeof(uint16_t));
-    be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
-    free(b);
-    return d;
-}
 /* a 2-D weight: 2-byte on both tables (weight_dtype) */
 static float* upw(const Backend* be, const float* h, size_t n) {
     uint16_t* b = to16(h, n);
@@ -88,6 +70,14 @@ static float* upw(const Backend* be, const float* h, size_t n) {
     be->dev->copy_h2d(be, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
+}
+/* a GEMM bias in be's storage (bias_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
+static float* upb(const Backend* be, const float* h, size_t n) {
+    return be->bias_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
+}
+/* an activation in be's storage (act_dtype) */
+static float* upa(const Backend* be, const float* h, size_t n) {
+    return be->act_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
 }
 /* host f32 copy of n values of a device buffer; act: an activation in be's storage */
 static float* down(const Backend* be, const float* d, size_t n, int act) {
@@ -647,6 +637,23 @@ static void run_b16_ln_act(const char* name, int N, int C) {
     free(x), free(w), free(dy), free(dx0), free(m), free(rs), free(dw0), free(db0);
 }
 
+/* the f32 copy of a gradient the b16 slot may also keep: kept, it equals the bf16 table's (ref) bit for bit; not
+ * kept, the device buffer got still holds its host start values */
+static void kept_or_untouched(const char* what, int kept, const float* ref, const float* got, const float* start, size_t n) {
+    char name[32];
+    snprintf(name, sizeof name, "%s kept", what);
+    if (kept) {
+        cmp(name, ref, got, n, 0);
+        return;
+    }
+    float* h = down(B16A, got, n, 0);
+    int moved = memcmp(h, start, n * sizeof(float)) != 0;
+    checks++;
+    printf("  %-22s %-7s %s\n", case_name, what, moved ? "FAIL: written" : "ok (left as it was)");
+    failures += moved;
+    free(h);
+}
+
 /* b16->rope_qk_backward (rf; rf NULL: b16->rope2d_backward): the f32 gradient (rows of stride ld, padded) rotated into a
  * compact 2-byte copy; keep: dx rotated too, bitwise the plain slot's; else dx left as it was. 1-D: dq that (H heads)
  * and, in the same call, dk (one head, its own stride and copy, keep the other way) against the plain slot on it */
@@ -679,27 +686,9 @@ static void run_b16_rope(const char* name, const RopeFreq* rf, int N, int H, int
     cmp16("dx16", ref, ld, g16, H * d, N, H * d);
     if (rf) { /* dk: kept the other way */
         cmp16("dk16", refk, ldk, k16, d, N, d);
-        if (!keep) {
-            cmp("dk kept", refk, gotk, nk, 0);
-        } else {
-            float* h = down(B16A, gotk, nk, 0);
-            int moved = memcmp(h, dk, nk * sizeof(float)) != 0;
-            checks++;
-            printf("  %-22s %-7s %s\n", case_name, "dk", moved ? "FAIL: written" : "ok (left as it was)");
-            failures += moved;
-            free(h);
-        }
+        kept_or_untouched("dk", !keep, refk, gotk, dk, nk);
     }
-    if (keep) {
-        cmp("dx kept", ref, got, n, 0);
-    } else {
-        float* h = down(B16A, got, n, 0);
-        int moved = memcmp(h, dx, n * sizeof(float)) != 0;
-        checks++;
-        printf("  %-22s %-7s %s\n", case_name, "dx", moved ? "FAIL: written" : "ok (left as it was)");
-        failures += moved;
-        free(h);
-    }
+    kept_or_untouched("dx", keep, ref, got, dx, n);
     B16->dev->free(ref), B16->dev->free(pos0), B16A->dev->free(got), B16A->dev->free(g16), B16A->dev->free(pos1);
     B16->dev->free(refk), B16A->dev->free(gotk), B16A->dev->free(k16);
     free(dx), free(pos), free(dk);

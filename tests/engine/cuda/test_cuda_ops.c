@@ -39,6 +39,9 @@
 #include "engine/engine.h"
 #include "tests/support/cuda_attn_hooks.h"
 #include "tests/support/cuda_bw_hooks.h"
+#include "tests/support/cuda_emu_entry.h"
+#define RNG_SEED 0x5851F42D4C957F2Dull /* this test's stream */
+#include "tests/support/host_rand.h"
 
 static const RopeFreq RF_DEFAULT = {.theta = 10000.0}; /* the LM's RoPE at its default theta, unscaled */
 /* Llama-3.1's scaling with original_max_pos 2048: a head of dim 64 at theta 500000 has pairs in all three bands */
@@ -46,21 +49,9 @@ static const RopeFreq RF_LLAMA3 = {.theta = 500000.0, .llama3 = 1, .factor = 8.0
                                    .high_freq_factor = 4.0, .original_max_pos = 2048.0};
 
 #define SKIP_RC 77
-
-#ifdef RR_CUDA_EMU
-/* test_cuda_ops_emu: the same matrix on the CUDA backend's source compiled against the CPU emulation
- * of the CUDA runtime (tests/support/cuda_emu): the kernels, launch configurations and the table run here. */
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-void emu_stats_print(void);
-void emu_require_stream(void* stream); /* cudaStream_t: see tests/support/cuda_emu/cuda_emu.h */
-#ifdef __cplusplus
-}
-#endif
-#define backend_cuda_get backend_cuda_emu_get
-#endif
+/* test_cuda_ops_emu: the same matrix on the CUDA backend's source compiled against the CPU emulation of the CUDA
+ * runtime (tests/support/cuda_emu, tests/support/cuda_emu_entry.h): the kernels, launch configurations and the table
+ * run here. */
 
 /* Tolerances (normalised, f32 eps = 1.2e-7):
  * - GEMM 2e-5: cuBLAS and BLIS sum the same K <= 300 products in different orders: worst case ~K eps
@@ -245,22 +236,6 @@ static const Backend* refb = &backend_cpu; /* backend_cpu_bf16 with --bf16 */
 static int failures = 0;
 static const char* case_name;
 
-static uint64_t rng_state = 0x5851F42D4C957F2Dull;
-static uint64_t rng_u64(void) { /* splitmix64 */
-    return rr_splitmix64(&rng_state);
-}
-static float rng_sym(void) { return (float)(2.0 * (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0) - 1.0); }
-
-static float* hrand(size_t n, float scale) {
-    float* x = mallocCheck((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = scale * rng_sym();
-    return x;
-}
-static float* hcopy(const float* x, size_t n) {
-    float* y = mallocCheck((n ? n : 1) * sizeof(float));
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
 /* device copy of n floats / ints */
 static float* up(const float* h, size_t n) {
     float* d = cu->dev->alloc((n ? n : 1) * sizeof(float));
@@ -558,7 +533,7 @@ static void run_elementwise(const OpCase* tc) {
     int mis = !!(tc->flags & CASE_MISALIGN); /* the forward's inputs one float off the 16-byte boundary */
     float *a_d = upo(a, n, mis), *b_d = upo(b, n, mis), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
     float* db_d = up(db, n);
-    float* ref_in = hcopy(a, n); /* the input before an in-place forward overwrote it */
+    float* ref_in = hdup(a, n); /* the input before an in-place forward overwrote it */
     bw_mark();
     if (tc->op == OP_GELU) {
         refb->ops->gelu_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), n);
@@ -693,7 +668,7 @@ static void run_act(const OpCase* tc) {
     float *a = hrand(n, 6), *dy = hrand(n, 1), *out = hrand(n, 1), *da = hrand(n, 1);
     int mis = !!(tc->flags & CASE_MISALIGN);
     float *a_d = upo(a, n, mis), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
-    float* ref_in = hcopy(a, n);
+    float* ref_in = hdup(a, n);
     refb->ops->act_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), n, act);
     bw_mark();
     cu->ops->act_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), n, act);

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "tests/support/cuda_emu_entry.h"
 
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 const char* emu_protect_mode(void);
 int emu_checks_launch(const char* what, float* x, int n);
 
@@ -64,12 +64,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: test_emu_checks protect pkey|mprotect ok|read|write | chain | race | overrun\n");
         return 2;
     }
-    char why[256] = "";
-    const Backend* be = backend_cuda_emu_get(why, sizeof why);
-    if (!be) {
-        printf("test_emu_checks: FAIL: no emulated backend: %s\n", why);
-        return 1;
-    }
+    const Backend* be = cuda_emu_backend_or_exit("test_emu_checks");
     if (!strcmp(argv[1], "protect")) return protect(be, argv[2], argv[3]);
     static float host[N];
     for (int i = 0; i < N; i++) host[i] = 0.0f;

@@ -35,18 +35,7 @@
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
 #include "tests/support/cuda_attn_hooks.h"
-
-#ifdef RR_CUDA_EMU
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-void emu_stats_print(void);
-#ifdef __cplusplus
-}
-#endif
-#define backend_cuda_get backend_cuda_emu_get
-#endif
+#include "tests/support/cuda_emu_entry.h"
 
 typedef struct {
     const char* name;

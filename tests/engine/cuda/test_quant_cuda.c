@@ -11,14 +11,7 @@
 #include "engine/engine.h"
 #include "engine/quant.h"
 #include "engine/util.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
-#ifdef __cplusplus
-}
-#endif
+#include "tests/support/cuda_emu_entry.h"
 
 static int one(const Backend* be, size_t n, unsigned seed) {
     float* x = mallocCheck(n * sizeof(float));
@@ -81,12 +74,7 @@ static int one(const Backend* be, size_t n, unsigned seed) {
 }
 
 int main(void) {
-    char why[512] = "";
-    const Backend* be = backend_cuda_emu_get(why, sizeof why);
-    if (!be) {
-        printf("test_quant_cuda: FAIL: no emulated CUDA backend: %s\n", why);
-        return 1;
-    }
+    const Backend* be = cuda_emu_backend_or_exit("test_quant_cuda");
     int fails = one(be, 64 * 300 + 37, 1) + one(be, (size_t)RR_DQ_BLOCK * RR_NF4_BLOCK * 2 + 64 * 5, 2);
     if (fails) return 1;
     printf("quant cuda: ok\n");

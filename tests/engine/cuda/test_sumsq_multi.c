@@ -18,8 +18,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
-
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
+#include "tests/support/cuda_emu_entry.h"
 
 static int failures;
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
@@ -75,12 +74,7 @@ static void check(const Backend* be, const float* const* xs, const size_t* ns, i
 }
 
 int main(void) {
-    char why[256];
-    const Backend* be = backend_cuda_emu_get(why, sizeof why);
-    if (!be) {
-        fprintf(stderr, "no emulated CUDA backend: %s\n", why);
-        return 1;
-    }
+    const Backend* be = cuda_emu_backend_or_exit("test_sumsq_multi");
     if (!be->ops->sum_squares_multi) {
         fprintf(stderr, "FAIL: the CUDA table has no sum_squares_multi\n");
         return 1;

@@ -35,8 +35,7 @@
 #include "engine/params.h"
 #include "text/lm.h"
 #include "vision/vision.h"
-
-const Backend* backend_cuda_emu_get(char* why, size_t why_len);
+#include "tests/support/cuda_emu_entry.h"
 
 /* tests/support/cuda_emu/cuda_emu.h's EmuTraffic (C++ there) */
 typedef struct {
@@ -799,12 +798,7 @@ int main(int argc, char** argv) {
     verbose = argc > 1 && !strcmp(argv[1], "-v");
     unsetenv("RR_EMU_ORDERS"); /* its snapshots would be counted as reads */
     setenv("RR_EMU_PROTECT", "1", 1);
-    char why[256] = "";
-    const Backend* be = backend_cuda_emu_get(why, sizeof why);
-    if (!be) {
-        printf("test_traffic: FAIL: no emulated backend: %s\n", why);
-        return 1;
-    }
+    const Backend* be = cuda_emu_backend_or_exit("test_traffic");
     cpu_set_num_threads(1); /* BLIS behind the emulated cuBLAS on this thread: one fault handler at a time */
     inner = be->bf16_variant;
     if (!inner->dev->profile || inner->weight_dtype != DTYPE_BF16) {

@@ -17,15 +17,11 @@ add_test(NAME tensors_diff COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/e
 # huge files where a JSON / INI / trace / duration / metrics file belongs. Each case: exit 1..125, the file
 # and field named, no sanitizer report, nothing outside the output folder touched, no partial output.
 # ~1000 checks, ~30 s (most of it the start-up of the ~30 refused `train` runs).
-add_test(NAME hostile_inputs
-         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs base)
+rrfp_cli_py_test(hostile_inputs tests/runtime/cli/hostile_inputs.py base)
 set_tests_properties(hostile_inputs PROPERTIES TIMEOUT 300)
 # the same for one shard: a pp 2 (and a tp 2) checkpoint folder holding one shard of a later step is refused,
 # under that layout and in one process (~12 s)
-add_test(NAME hostile_inputs_pp
-         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/cli/hostile_inputs.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/hostile_inputs_pp pp)
+rrfp_cli_py_test(hostile_inputs_pp tests/runtime/cli/hostile_inputs.py pp)
 set_tests_properties(hostile_inputs_pp PROPERTIES LABELS mpi TIMEOUT 300 SKIP_RETURN_CODE 77)
 # arguments and files that once gave a wrong answer with exit 0, each now refused with a message (or answered right)
 add_test(NAME silent_answers

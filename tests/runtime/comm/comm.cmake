@@ -16,9 +16,7 @@ set_tests_properties(transport_lost_peer PROPERTIES LABELS mpi TIMEOUT 90)
 # NaN until its event (the control), a send that skips its producer's event sends stale data under the
 # delayed compute stream (the control of RR_EMU_COMPUTE_DELAY), the FIFO transport with device payloads,
 # the collectives (host ones over NCCL, without MPI).
-add_executable(test_nccl_emu tests/runtime/comm/test_nccl_emu.c)
-target_link_libraries(test_nccl_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_nccl_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_nccl_emu tests/runtime/comm/test_nccl_emu.c)
 foreach(np 2 4)
   add_test(NAME nccl_emu_np${np}
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "nccl emu: ok" timeout 120 ${RRFP_MPIRUN} -np ${np}

@@ -36,19 +36,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import import_llava as il  # noqa: E402
+from import_llama import FAILED, expect  # noqa: E402 (one list of failed checks)
 from hf_tokenizer_json import llama2_tokenizer, write as write_tok  # noqa: E402
 
 SRC = os.path.dirname(os.path.abspath(__file__))
-FAILED = []
 V = 128  # the LM's rows: the tokenizer's ids and free rows past them (as llava-hf's 32064 for 32002 ids)
 TEMPLATE_TOKENS = ["<image>", "<pad>", "<|endoftext|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                    "<|eot_id|>", "<|im_start|>", "<|im_end|>"]
-
-
-def expect(ok, msg):
-    print(("ok    " if ok else "FAIL  ") + msg)
-    if not ok:
-        FAILED.append(msg)
 
 
 def run(cmd, **kw):
@@ -160,6 +154,13 @@ def export(rrfp, ck, rec, out, *extra):
     return run([rrfp, "export", "hf", "--checkpoint", ck, "--recipe", rec, "--out", out] + list(extra))
 
 
+def import_llava(rrfp, hf, ck):
+    """`rrfp-mm import llava` of hf into ck, checked to exit 0: (the [model] keys it printed, its stdout), or (None, None)."""
+    r = run([rrfp, "import", "llava", "--hf", hf, "--out", ck])
+    expect(r.returncode == 0, f"import llava: {r.stderr.strip()[-300:]}")
+    return (None, None) if r.returncode else (il.recipe_keys(r.stdout), r.stdout)
+
+
 def main(rrfp, work):
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -168,11 +169,9 @@ def main(rrfp, work):
 
     # ---- import llava keeps the files ---------------------------------------------------------------------
     ck = os.path.join(work, "ckpt")
-    r = run([rrfp, "import", "llava", "--hf", hf, "--out", ck])
-    expect(r.returncode == 0, f"import llava: {r.stderr.strip()[-300:]}")
-    if r.returncode:
+    keys, out = import_llava(rrfp, hf, ck)
+    if keys is None:
         return 1
-    keys = il.recipe_keys(r.stdout)
     kept = os.path.join(ck, "hf")
     files = ["config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "preprocessor_config.json", "processor_config.json", "generation_config.json"]
@@ -180,7 +179,7 @@ def main(rrfp, work):
     expect(have == sorted(files) and all(open(os.path.join(hf, f), "rb").read() == open(os.path.join(kept, f), "rb").read()
                                          for f in files),
            f"import llava keeps the folder's files byte for byte in CKPT/hf/: {have or 'no folder'}")
-    expect(f"tokenizer = {kept}/tokenizer.json" in r.stdout and "kept the Hugging Face folder's files" in r.stdout,
+    expect(f"tokenizer = {kept}/tokenizer.json" in out and "kept the Hugging Face folder's files" in out,
            "import llava names the kept files and prints data.tokenizer")
     bare = os.path.join(work, "hf_bare")
     make_hf(rrfp, work, bare, companions=False)
@@ -354,11 +353,9 @@ def main_node(rrfp, work):
     hf = os.path.join(work, "hf")
     make_hf(rrfp, work, hf)
     ck = os.path.join(work, "ckpt")
-    r = run([rrfp, "import", "llava", "--hf", hf, "--out", ck])
-    expect(r.returncode == 0, f"import llava: {r.stderr.strip()[-300:]}")
-    if r.returncode:
+    keys, _ = import_llava(rrfp, hf, ck)
+    if keys is None:
         return 1
-    keys = il.recipe_keys(r.stdout)
     tok = os.path.join(ck, "hf", "tokenizer.json")
     rec = recipe(work, "r.ini", keys, tok, os.path.join(work, "no-shards"))
     cases = json.load(open(os.path.join(SRC, "..", "..", "support", "fixtures", "chat_templates_expected.json")))

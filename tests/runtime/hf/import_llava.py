@@ -213,6 +213,24 @@ def write_hf(d, W, naming, cfg=None, extra=None):
 
 # ---- the reference forward, float64, from the published architectures -----------------------------
 
+def import_namings(rrfp, kind, W, cases, what=""):
+    """W written in Hugging Face's layout and imported (`rrfp-mm import KIND`) once per case (naming, hf folder,
+    checkpoint folder, config.json or None for make_config's, extra tensors or None), each import checked to exit 0:
+    ({naming: checkpoint folder}, {naming: the import's stdout}, the hub naming's stored tensors), or None at the
+    first import that failed."""
+    ck, out, stored = {}, {}, None
+    for naming, hf, ckpt, cfg, extra in cases:
+        S = write_hf(hf, W, naming, cfg=cfg, extra=extra)
+        if naming == "hub":
+            stored = S
+        r = run([rrfp, "import", kind, "--hf", hf, "--out", ckpt])
+        expect(r.returncode == 0, f"{what}import {kind} ({naming} names) exits 0: {r.stderr.strip()[-400:]}")
+        if r.returncode:
+            return None
+        ck[naming], out[naming] = ckpt, r.stdout
+    return ck, out, stored
+
+
 def layer_norm(x, w, b):
     return Fn.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
 
@@ -462,18 +480,11 @@ def main():
     W = make_weights()
 
     # ---- the three namings -------------------------------------------------------------------------
-    ck, out = {}, {}
-    for naming in ("hub", "tf5", "memory"):
-        hf = os.path.join(work, "hf_" + naming)
-        S = write_hf(hf, W, naming)
-        if naming == "hub":
-            stored = S
-        ck[naming] = os.path.join(work, "ckpt_" + naming)
-        r = run([rrfp, "import", "llava", "--hf", hf, "--out", ck[naming]])
-        expect(r.returncode == 0, f"import llava ({naming} names) exits 0: {r.stderr.strip()[-400:]}")
-        if r.returncode:
-            return 1
-        out[naming] = r.stdout
+    got = import_namings(rrfp, "llava", W, [(n, os.path.join(work, "hf_" + n), os.path.join(work, "ckpt_" + n), None, None)
+                                            for n in ("hub", "tf5", "memory")])
+    if got is None:
+        return 1
+    ck, out, stored = got
     keys = recipe_keys(out["hub"])
     print(out["hub"])
     want = {"vision_arch": "clip", "vision_width": str(DV), "vision_layers": str(LV), "vision_heads": str(HV),
@@ -680,21 +691,14 @@ def check_variant(rrfp, logits_bin, work, name, lm):
     float64 reference (and the nearest wrong models failing), export's text_config, export then import bit
     for bit."""
     W = make_weights(lm, seed=29)
-    ck, out = {}, {}
-    for naming in ("hub", "tf5"):
-        hf = os.path.join(work, f"hf_{name}_{naming}")
-        extra = None
-        if lm["tie"] and naming == "tf5":  # a tied checkpoint saved with its head (the same values)
-            extra = {"lm_head.weight": ("F32", W["language_model.model.embed_tokens.weight"])}
-        S = write_hf(hf, W, naming, cfg=make_config(naming, lm), extra=extra)
-        if naming == "hub":
-            stored = S
-        ck[naming] = os.path.join(work, f"ckpt_{name}_{naming}")
-        r = run([rrfp, "import", "llava", "--hf", hf, "--out", ck[naming]])
-        expect(r.returncode == 0, f"{name}: import llava ({naming} names) exits 0: {r.stderr.strip()[-400:]}")
-        if r.returncode:
-            return
-        out[naming] = r.stdout
+    # tied: under transformers 5's names a checkpoint saved with its head (the same values)
+    head = {"lm_head.weight": ("F32", W["language_model.model.embed_tokens.weight"])} if lm["tie"] else None
+    cases = [(n, os.path.join(work, f"hf_{name}_{n}"), os.path.join(work, f"ckpt_{name}_{n}"), make_config(n, lm),
+              head if n == "tf5" else None) for n in ("hub", "tf5")]
+    got = import_namings(rrfp, "llava", W, cases, f"{name}: ")
+    if got is None:
+        return
+    ck, out, stored = got
     keys = recipe_keys(out["hub"])
     want = {"text_width": str(DTXT), "text_heads": str(HT), "vocab": str(V), "text_kv_heads": str(lm["hkv"])}
     if lm["qkv_bias"]:

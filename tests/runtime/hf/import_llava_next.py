@@ -21,8 +21,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from import_llava import (DTXT, IMAGE_TOKEN, expect, FAILED, make_config, make_weights, read_dir, recipe_keys,  # noqa: E402
-                          run, same_bits, write_hf)
+from import_llava import (DTXT, IMAGE_TOKEN, expect, FAILED, import_namings, make_config,  # noqa: E402
+                          make_weights, read_dir, recipe_keys, run, same_bits, write_hf)
 
 PINS = [[6, 12], [12, 6], [12, 12]]
 
@@ -42,18 +42,12 @@ def main():
     os.makedirs(work)
     W = make_weights()
     newline = torch.randn(DTXT, generator=torch.Generator().manual_seed(5)) * 0.3
-    ck, out = {}, {}
-    for naming, nl_name in (("hub", "image_newline"), ("tf5", "model.image_newline")):
-        hf = os.path.join(work, "hf_" + naming)
-        S = write_hf(hf, W, naming, cfg=next_config(naming), extra={nl_name: ("F32", newline)})
-        if naming == "hub":
-            stored = S
-        ck[naming] = os.path.join(work, "ckpt_" + naming)
-        r = run([rrfp, "import", "llava_next", "--hf", hf, "--out", ck[naming]])
-        expect(r.returncode == 0, f"import llava_next ({naming} names) exits 0: {r.stderr.strip()[-400:]}")
-        if r.returncode:
-            return 1
-        out[naming] = r.stdout
+    cases = [(n, os.path.join(work, "hf_" + n), os.path.join(work, "ckpt_" + n), next_config(n), {nl: ("F32", newline)})
+             for n, nl in (("hub", "image_newline"), ("tf5", "model.image_newline"))]
+    got = import_namings(rrfp, "llava_next", W, cases)
+    if got is None:
+        return 1
+    ck, out, stored = got
     keys = recipe_keys(out["hub"])
     print(out["hub"])
     expect(keys.get("anyres") == "5", f"model.anyres = 5 printed (got {keys.get('anyres')})")

@@ -31,14 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import import_llava as il  # noqa: E402
-
-FAILED = []
-
-
-def expect(ok, msg):
-    print(("ok    " if ok else "FAIL  ") + msg)
-    if not ok:
-        FAILED.append(msg)
+from import_llama import FAILED, expect  # noqa: E402 (one list of failed checks)
 
 
 def run(cmd, **kw):

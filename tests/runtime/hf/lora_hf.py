@@ -28,13 +28,9 @@ import sys
 
 import numpy as np
 
-FAILED = []
-
-
-def expect(ok, msg):
-    print(("ok    " if ok else "FAIL  ") + msg)
-    if not ok:
-        FAILED.append(msg)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from import_llama import FAILED, expect  # noqa: E402 (one list of failed checks)
+from import_llava import recipe_keys as model_keys  # noqa: E402 (the [model] keys an import printed)
 
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "U8": np.uint8}
@@ -100,22 +96,69 @@ def metrics(run_dir):
     return {j["step"]: j for j in (json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))) if "loss" in j}
 
 
-def model_keys(stdout):
-    keys, sec = {}, None
-    for line in stdout.splitlines():
-        line = line.strip()
-        if line.startswith("["):
-            sec = line
-        elif "=" in line and not line.startswith(";") and sec == "[model]":
-            k, v = (s.strip() for s in line.split("=", 1))
-            keys[k] = v
-    return keys
-
-
 def logits(logits_bin, ck, out, keys):
     r = run([logits_bin, ck, out] + [f"{k}={v}" for k, v in keys.items()])
     expect(r.returncode == 0 and "loaded all" in r.stdout, f"test_llava_logits {ck}: {r.stderr.strip()[-300:]}")
     return st_read(out)["logits"][1].astype(np.float64)
+
+
+# the tiny CLIP-tower LLaVA of these tests (with recipes/test-synthetic.ini)
+CLIP = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_image_size=16",
+        "--set", "model.vision_feature_layer=-2", "--set", "model.projector_act=gelu", "--set", "optim.warmup=1"]
+
+
+def imported_base(rrfp, recipe, p):
+    """The base, as a published model comes in: a full run of 1 step (p('a')), `export hf` (p('a_hf')), `import llava`
+    (p('base')); the [model] keys the import printed."""
+    ok_run([rrfp, "train", recipe] + CLIP + ["--set", "train.steps=1", "--set", "train.checkpoint_every=1",
+                                             "--set", f"train.run_dir={p('a')}"], "base run")
+    ok_run([rrfp, "export", "hf", "--checkpoint", p("a/checkpoints/step-00000001"), "--out", p("a_hf"),
+            "--image-token-id", "1"], "export of the base")
+    return model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
+
+
+def expect_factors(ad, names, ours):
+    """The adapter file's tensors ad named in names {PEFT name: (the checkpoint's name, shape)}: F32, of that shape,
+    the checkpoint's (ours) values bit for bit."""
+    good = [k for k in names if k in ad and ad[k][0] == "F32" and ad[k][1].shape == names[k][1] and
+            np.array_equal(ad[k][1].view(np.uint32), ours[names[k][0]].view(np.uint32))]
+    expect(len(good) == len(names), f"F32, (r, in) / (out, r), the checkpoint's values bit for bit: {len(good)} of {len(names)}")
+
+
+def import_lora_round_trip(rrfp, recipe, p, ck, ours):
+    """`import lora` of p('adapter') onto p('base') into p('back'): every tensor as the LoRA checkpoint ck's (ours) bit
+    for bit, and a run from it (p('n')) has the LoRA run's (p('l')) step-3 loss and gradient norm bit for bit.
+    Returns import lora's result."""
+    imported = ok_run([rrfp, "import", "lora", "--hf", p("adapter"), "--base", p("base"), "--out", p("back")], "import lora")
+    r = run([rrfp, "tensors", "diff", ck, p("back"), "--files", "model", "--quiet", "--rtol", "0", "--atol", "0"])
+    nt = len(ours)
+    expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
+           f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
+    ok_run([rrfp, "train", recipe] + CLIP + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
+                                             "--set", "data.fixed_batch=true", "--set", "train.steps=1",
+                                             "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
+    a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
+    expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
+           f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
+    return imported
+
+
+def import_lora_refused(rrfp, p, tag, want_msg, mutate=None, cfg_mut=None, extra=()):
+    """`import lora` of a copy of p('adapter') (p('bad-TAG')) onto p('base'), its tensors changed by mutate and its
+    config by cfg_mut: refused with want_msg in its error, nothing written."""
+    d = p("bad-" + tag)
+    shutil.copytree(p("adapter"), d)
+    if mutate:
+        t = {k: v[1] for k, v in st_read(os.path.join(d, "adapter_model.safetensors")).items()}
+        mutate(t)
+        st_write(os.path.join(d, "adapter_model.safetensors"), t)
+    if cfg_mut:
+        c = json.load(open(os.path.join(d, "adapter_config.json")))
+        cfg_mut(c)
+        json.dump(c, open(os.path.join(d, "adapter_config.json"), "w"))
+    r = run([rrfp, "import", "lora", "--hf", d, "--base", p("base"), "--out", p("out-" + tag)] + list(extra))
+    expect(r.returncode != 0 and want_msg in r.stderr and not os.path.exists(p("out-" + tag)),
+           f"refused: {tag}: {r.stderr.strip()[-300:]}")
 
 
 TARGETS = [("attn.q", "self_attn.q_proj"), ("attn.k", "self_attn.k_proj"), ("attn.v", "self_attn.v_proj"),
@@ -128,16 +171,10 @@ def main():
     shutil.rmtree(w, ignore_errors=True)
     os.makedirs(w)
     p = lambda *a: os.path.join(w, *a)  # noqa: E731
-    cl = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_image_size=16",
-          "--set", "model.vision_feature_layer=-2", "--set", "model.projector_act=gelu", "--set", "optim.warmup=1"]
-    ok_run([rrfp, "train", recipe] + cl + ["--set", "train.steps=1", "--set", "train.checkpoint_every=1",
-                                           "--set", f"train.run_dir={p('a')}"], "base run")
-    ok_run([rrfp, "export", "hf", "--checkpoint", p("a/checkpoints/step-00000001"), "--out", p("a_hf"),
-            "--image-token-id", "1"], "export of the base")
-    keys = model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
+    keys = imported_base(rrfp, recipe, p)
     lora = ["--set", f"train.init_from={p('base')}", "--set", "train.freeze=vision,projector", "--set", "data.fixed_batch=true"]
-    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "train.steps=3",
-                                                  "--set", "train.checkpoint_every=2", "--set", f"train.run_dir={p('l')}"],
+    ok_run([rrfp, "train", recipe] + CLIP + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "train.steps=3",
+                                                    "--set", "train.checkpoint_every=2", "--set", f"train.run_dir={p('l')}"],
            "LoRA run")
     ck = p("l/checkpoints/step-00000002")
     ours = {k: v[1] for k, v in st_read(os.path.join(ck, "model.safetensors")).items()}
@@ -199,38 +236,13 @@ def main():
             names[f"base_model.model.model.language_model.layers.{l}.{hf}.lora_B.weight"] = (f"text.blocks.{l}.{mod}.lora_B.weight", (o, 4))
     expect(set(ad) == set(names), f"PEFT's names for LlavaForConditionalGeneration ({len(ad)} tensors; "
            f"extra {sorted(set(ad) - set(names))[:3]}, missing {sorted(set(names) - set(ad))[:3]})")
-    good = [k for k in names if k in ad and ad[k][0] == "F32" and ad[k][1].shape == names[k][1] and
-            np.array_equal(ad[k][1].view(np.uint32), ours[names[k][0]].view(np.uint32))]
-    expect(len(good) == len(names), f"F32, (r, in) / (out, r), the checkpoint's values bit for bit: {len(good)} of {len(names)}")
+    expect_factors(ad, names, ours)
 
     # ---- import lora: the round trip ----
-    ok_run([rrfp, "import", "lora", "--hf", p("adapter"), "--base", p("base"), "--out", p("back")], "import lora")
-    r = run([rrfp, "tensors", "diff", ck, p("back"), "--files", "model", "--quiet", "--rtol", "0", "--atol", "0"])
-    nt = len(ours)
-    expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
-           f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
-    ok_run([rrfp, "train", recipe] + cl + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
-                                           "--set", "data.fixed_batch=true", "--set", "train.steps=1",
-                                           "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
-    a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
-    expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
-           f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
+    import_lora_round_trip(rrfp, recipe, p, ck, ours)
 
     # ---- refusals, each naming what is wrong ----
-    def refused(tag, want_msg, mutate=None, cfg_mut=None, extra=()):
-        d = p("bad-" + tag)
-        shutil.copytree(p("adapter"), d)
-        if mutate:
-            t = {k: v[1] for k, v in st_read(os.path.join(d, "adapter_model.safetensors")).items()}
-            mutate(t)
-            st_write(os.path.join(d, "adapter_model.safetensors"), t)
-        if cfg_mut:
-            c = json.load(open(os.path.join(d, "adapter_config.json")))
-            cfg_mut(c)
-            json.dump(c, open(os.path.join(d, "adapter_config.json"), "w"))
-        r = run([rrfp, "import", "lora", "--hf", d, "--base", p("base"), "--out", p("out-" + tag)] + list(extra))
-        expect(r.returncode != 0 and want_msg in r.stderr and not os.path.exists(p("out-" + tag)),
-               f"refused: {tag}: {r.stderr.strip()[-300:]}")
+    refused = lambda *a, **kw: import_lora_refused(rrfp, p, *a, **kw)  # noqa: E731
 
     k0 = "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"
     refused("unknown-name", "base_model.model.model.language_model.layers.0.self_attn.qq_proj.lora_A.weight",
@@ -268,8 +280,8 @@ def main():
            f"refused: --adapter inside the checkpoint: {r.stderr.strip()[-200:]}")
 
     # ---- QLoRA (lora.quant = nf4): the merged export dequantises the NF4 base, then merges ----
-    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.quant=nf4",
-                                                  "--set", "train.steps=2", "--set", f"train.run_dir={p('q')}"], "QLoRA run")
+    ok_run([rrfp, "train", recipe] + CLIP + lora + ["--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.quant=nf4",
+                                                    "--set", "train.steps=2", "--set", f"train.run_dir={p('q')}"], "QLoRA run")
     qck = p("q/checkpoints/step-00000002")
     ok_run([rrfp, "export", "hf", "--checkpoint", qck, "--out", p("qmerged"), "--image-token-id", "1"],
            "export hf (merged) of a QLoRA checkpoint")

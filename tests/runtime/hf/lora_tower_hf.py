@@ -24,7 +24,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lora_hf import FAILED, expect, metrics, model_keys, ok_run, read_dir, run, st_read, st_write  # noqa: E402
+from lora_hf import (CLIP, FAILED, expect, expect_factors, imported_base, import_lora_refused,  # noqa: E402
+                     import_lora_round_trip, ok_run, read_dir, st_read)
 
 T = "base_model.model.model.vision_tower.vision_model.encoder.layers."
 
@@ -34,17 +35,11 @@ def main():
     shutil.rmtree(w, ignore_errors=True)
     os.makedirs(w)
     p = lambda *a: os.path.join(w, *a)  # noqa: E731
-    cl = ["--set", "model.vision_arch=clip", "--set", "model.vision_layers=2", "--set", "model.vision_image_size=16",
-          "--set", "model.vision_feature_layer=-2", "--set", "model.projector_act=gelu", "--set", "optim.warmup=1"]
-    ok_run([rrfp, "train", recipe] + cl + ["--set", "train.steps=1", "--set", "train.checkpoint_every=1",
-                                           "--set", f"train.run_dir={p('a')}"], "base run")
-    ok_run([rrfp, "export", "hf", "--checkpoint", p("a/checkpoints/step-00000001"), "--out", p("a_hf"),
-            "--image-token-id", "1"], "export of the base")
-    keys = model_keys(ok_run([rrfp, "import", "llava", "--hf", p("a_hf"), "--out", p("base")], "import llava").stdout)
+    keys = imported_base(rrfp, recipe, p)
     lora = ["--set", f"train.init_from={p('base')}", "--set", "train.freeze=vision,projector", "--set", "data.fixed_batch=true",
             "--set", "lora.r=4", "--set", "lora.alpha=8", "--set", "lora.targets=q,v,vision.q,vision.out,vision.fc1"]
-    ok_run([rrfp, "train", recipe] + cl + lora + ["--set", "train.steps=3", "--set", "train.checkpoint_every=2",
-                                                  "--set", f"train.run_dir={p('l')}"], "LoRA run on the LM and the tower")
+    ok_run([rrfp, "train", recipe] + CLIP + lora + ["--set", "train.steps=3", "--set", "train.checkpoint_every=2",
+                                                    "--set", f"train.run_dir={p('l')}"], "LoRA run on the LM and the tower")
     ck = p("l/checkpoints/step-00000002")
     ours = {k: v[1] for k, v in st_read(os.path.join(ck, "model.safetensors")).items()}
     D, scale = int(keys["vision_width"]), 8 / 4
@@ -90,40 +85,14 @@ def main():
     tower = {k for k in ad if ".vision_tower." in k}
     expect(tower == set(names), f"the tower's factors under PEFT's names for LlavaForConditionalGeneration: "
            f"extra {sorted(tower - set(names))[:3]}, missing {sorted(set(names) - tower)[:3]}")
-    good = [k for k in names if k in ad and ad[k][0] == "F32" and ad[k][1].shape == names[k][1] and
-            np.array_equal(ad[k][1].view(np.uint32), ours[names[k][0]].view(np.uint32))]
-    expect(len(good) == len(names), f"F32, (r, in) / (out, r), the checkpoint's values bit for bit: {len(good)} of {len(names)}")
+    expect_factors(ad, names, ours)
 
     # ---- import lora: the round trip ----
-    r = ok_run([rrfp, "import", "lora", "--hf", p("adapter"), "--base", p("base"), "--out", p("back")], "import lora")
+    r = import_lora_round_trip(rrfp, recipe, p, ck, ours)
     expect("targets q,v,vision.q,vision.out,vision.fc1" in r.stdout + r.stderr,
            f"import lora: the targets from the file's tensors: {(r.stdout + r.stderr).strip()[-200:]}")
-    r = run([rrfp, "tensors", "diff", ck, p("back"), "--files", "model", "--quiet", "--rtol", "0", "--atol", "0"])
-    nt = len(ours)
-    expect(r.returncode == 0 and f"{nt} tensors compared, 0 differ" in r.stdout + r.stderr,
-           f"import lora: every tensor ({nt}) as the LoRA checkpoint's, bit for bit: {(r.stdout + r.stderr).strip()[-200:]}")
-    ok_run([rrfp, "train", recipe] + cl + ["--set", f"train.init_from={p('back')}", "--set", "train.freeze=vision,projector",
-                                           "--set", "data.fixed_batch=true", "--set", "train.steps=1",
-                                           "--set", f"train.run_dir={p('n')}"], "a run from the imported adapters")
-    a3, n1 = metrics(p("l"))[3], metrics(p("n"))[1]
-    expect(a3["loss_hex"] == n1["loss_hex"] and a3["grad_norm"] == n1["grad_norm"],
-           f"the next step's loss and gradient norm bit for bit ({a3['loss_hex']} {n1['loss_hex']})")
 
-    def refused(tag, want_msg, mutate=None, cfg_mut=None):
-        d = p("bad-" + tag)
-        shutil.copytree(p("adapter"), d)
-        if mutate:
-            t = {k: v[1] for k, v in st_read(os.path.join(d, "adapter_model.safetensors")).items()}
-            mutate(t)
-            st_write(os.path.join(d, "adapter_model.safetensors"), t)
-        if cfg_mut:
-            c = json.load(open(os.path.join(d, "adapter_config.json")))
-            cfg_mut(c)
-            json.dump(c, open(os.path.join(d, "adapter_config.json"), "w"))
-        r = run([rrfp, "import", "lora", "--hf", d, "--base", p("base"), "--out", p("out-" + tag)])
-        expect(r.returncode != 0 and want_msg in r.stderr and not os.path.exists(p("out-" + tag)),
-               f"refused: {tag}: {r.stderr.strip()[-300:]}")
-
+    refused = lambda *a, **kw: import_lora_refused(rrfp, p, *a, **kw)  # noqa: E731
     refused("unlisted", "fc1, which target_modules", cfg_mut=lambda c: c["target_modules"].remove("fc1"))
     k1 = f"{T}0.self_attn.out_proj.lora_B.weight"
     refused("missing", k1, mutate=lambda t: t.pop(k1))

@@ -2,30 +2,28 @@
 # golden steps checked by an independent PyTorch implementation (tests/support/ref/llava_ref.py).
 add_executable(test_model tests/runtime/model/test_model.c)
 target_link_libraries(test_model PRIVATE rrfp_core)
-add_test(NAME model_fd COMMAND test_model fd)
-# the same with the LM variants: grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE
-add_test(NAME model_fd_variants COMMAND test_model fd_variants)
-add_test(NAME model_split_bitwise COMMAND test_model split)
-add_test(NAME model_split_bitwise_variants COMMAND test_model split_variants)
-add_test(NAME model_pipeline_stages COMMAND test_model stages)
-add_test(NAME model_freeze COMMAND test_model freeze)
-# the CLIP tower (model.vision_arch = clip) through the same checks
-add_test(NAME model_fd_clip COMMAND test_model fd_clip)
-# LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers, both towers
-add_test(NAME model_fd_anyres COMMAND test_model fd_anyres)
-add_test(NAME model_fd_anyres_clip COMMAND test_model fd_anyres_clip)
-add_test(NAME model_split_bitwise_clip COMMAND test_model split_clip)
-add_test(NAME model_pipeline_stages_clip COMMAND test_model stages_clip)
-# train.freeze on the CLIP tower: a frozen tower's shared forward scratch with CLIP's token tables and channel-major index
-add_test(NAME model_freeze_clip COMMAND test_model freeze_clip)
-add_test(NAME model_gpu COMMAND test_model gpu)
-set_tests_properties(model_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-add_test(NAME model_gpu_clip COMMAND test_model gpu_clip)
-set_tests_properties(model_gpu_clip PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
-# runtime.precision = bf16: the LM on the bf16-activation table (2-byte activations) against the bf16 table, one
-# stage and two pipeline stages (tests/runtime/model/test_model.c test_gpu_bf16a)
-add_test(NAME model_gpu_bf16a COMMAND test_model gpu_bf16a)
-set_tests_properties(model_gpu_bf16a PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+# test_model's modes, each the test model_<name> running `test_model <mode>` (name:mode where they differ):
+#   fd, split_bitwise:split, pipeline_stages:stages, freeze: finite differences, split/fused and pipeline-split
+#     equivalence, train.freeze;
+#   *_variants: the same with the LM variants: grouped-query attention, q/k/v and o biases, tied embeddings, Llama-3 RoPE;
+#   *_clip: the CLIP tower (model.vision_arch = clip) through the same checks (freeze_clip: a frozen tower's shared
+#     forward scratch with CLIP's token tables and channel-major index);
+#   fd_anyres*: LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers,
+#     both towers;
+#   gpu*: on a device (label gpu, skipped without one); gpu_bf16a: runtime.precision = bf16, the LM on the
+#     bf16-activation table (2-byte activations) against the bf16 table, one stage and two pipeline stages
+#     (tests/runtime/model/test_model.c test_gpu_bf16a).
+foreach(t fd fd_variants split_bitwise:split split_bitwise_variants:split_variants pipeline_stages:stages freeze fd_clip
+          fd_anyres fd_anyres_clip split_bitwise_clip:split_clip pipeline_stages_clip:stages_clip freeze_clip gpu gpu_clip
+          gpu_bf16a)
+  string(REPLACE ":" ";" t "${t}")
+  list(GET t 0 name)
+  list(GET t -1 mode)
+  add_test(NAME model_${name} COMMAND test_model ${mode})
+  if(mode MATCHES "^gpu")
+    set_tests_properties(model_${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  endif()
+endforeach()
 # A damaged microbatch stops with exit 1 and a message naming the sample / image / position.
 foreach(bad "budget|exceed the activation budget of" "image_id|5 image positions .id -1. but 6 patches"
             "target|sample 0: target 197 at position 7" "grid|image 0 has 6 patches, grid 2 x 4"
@@ -122,10 +120,8 @@ set_tests_properties(model_torch_trainer_dump_clip_lm_variants PROPERTIES LABELS
 
 # The model's own gpu test (test_model.c gpu, gpu_clip, gpu_bf16a) on the emulated CUDA backend: a
 # 3-microbatch LLaVA step, CUDA vs CPU and CUDA split vs fused.
-add_executable(test_model_emu tests/runtime/model/test_model.c)
-target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
-target_link_libraries(test_model_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_model_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_model_emu tests/runtime/model/test_model.c)
+target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
 add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
 set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
@@ -140,14 +136,13 @@ add_test(NAME model_gpu_emu_clip COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/
 set_tests_properties(model_gpu_emu_clip PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
 
-# layer partitioning: the balanced split against brute force, the split parser's errors
-add_executable(test_partition tests/runtime/model/test_partition.c)
-target_link_libraries(test_partition PRIVATE rrfp_core)
-add_test(NAME partition COMMAND test_partition)
+# layer partitioning: partition, the balanced split against brute force, the split parser's errors; partition_tower,
 # the tower's blocks over stages (partition_auto_tower) against brute force, when it splits, the 7B models' outcome
-add_executable(test_partition_tower tests/runtime/model/test_partition_tower.c)
-target_link_libraries(test_partition_tower PRIVATE rrfp_core)
-add_test(NAME partition_tower COMMAND test_partition_tower)
+foreach(t partition partition_tower)
+  add_executable(test_${t} tests/runtime/model/test_${t}.c)
+  target_link_libraries(test_${t} PRIVATE rrfp_core)
+  add_test(NAME ${t} COMMAND test_${t})
+endforeach()
 
 # LoRA (text/lm_lora.c) against an independent PyTorch reference (tests/support/ref/lora_ref.py, PEFT's math written
 # out): step 1 (PEFT's init, B = 0) and step 2 (trained factors) with dropout 0.25 (its mask from the specification)
@@ -159,32 +154,24 @@ foreach(n 1 2)
 endforeach()
 # the same under the parallel layouts (each rank's dump shards reassembled by the reference): pp 2 x tp 2 (A split
 # like a row-parallel base, B like a column-parallel one, the all-reduces of text/lm_lora.c) and pp 2 x dp 2 (the
-# dropout keys by the microbatch's global index)
-foreach(layout "pp2tp2;--set parallel.pp=2 --set parallel.tp=2" "pp2dp2;--set parallel.pp=2 --set parallel.dp=2")
-  list(GET layout 0 name)
-  list(GET layout 1 sets)
-  set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_${name})
-  add_test(NAME lora_torch_${name}
-           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${sets} --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2 --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
-  set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
-endforeach()
-# LoRA on the CLIP tower too (vision/vit_lora.c: q, k, v in their columns of attn.qkv, out, fc1, fc2; its base frozen)
-# beside LM adapters, step 2 with dropout 0.25, one process and tp 2 (the tower's split adapters and all-reduces)
-set(RRFP_LORA_TOWER_SETS "--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set train.freeze=vision --set lora.targets=q,v,down,vision.all --set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2")
-foreach(layout "tower;1;" "tower_tp2;2;--set parallel.tp=2")
+# dropout keys by the microbatch's global index); and LoRA on the CLIP tower too (vision/vit_lora.c: q, k, v in their
+# columns of attn.qkv, out, fc1, fc2; its base frozen) beside LM adapters, one process and tp 2 (the tower's split
+# adapters and all-reduces). Each entry: name, ranks, its --set arguments; every one step 2 with dropout 0.25.
+set(RRFP_LORA_SETS "--set train.steps=2 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set train.dump_step=2")
+set(RRFP_LORA_TOWER_SETS "--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set train.freeze=vision --set lora.targets=q,v,down,vision.all")
+foreach(layout "pp2tp2;4;--set parallel.pp=2 --set parallel.tp=2" "pp2dp2;4;--set parallel.pp=2 --set parallel.dp=2"
+               "tower;1;${RRFP_LORA_TOWER_SETS}" "tower_tp2;2;${RRFP_LORA_TOWER_SETS} --set parallel.tp=2")
   list(GET layout 0 name)
   list(GET layout 1 np)
   list(GET layout 2 sets)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/lora_torch_${name})
   add_test(NAME lora_torch_${name}
-           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${RRFP_LORA_TOWER_SETS} ${sets} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
+           COMMAND sh -c "rm -rf '${dir}' && timeout 200 ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np ${np} -x OMP_NUM_THREADS=1 '$<TARGET_FILE:rrfp-mm>' train '${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini' ${sets} ${RRFP_LORA_SETS} --set train.run_dir='${dir}' > '${dir}.log' 2>&1 && '${RRFP_PYTHON}' '${CMAKE_SOURCE_DIR}/tests/support/ref/lora_ref.py' --check '${dir}/dump-2'")
   set_tests_properties(lora_torch_${name} PROPERTIES LABELS "torch;mpi" TIMEOUT 240)
 endforeach()
 # any-resolution images on the CUDA backend's source compiled for the emulation, against the same PyTorch reference
-add_executable(test_model_golden_emu tests/runtime/model/test_model_golden.c)
-target_compile_definitions(test_model_golden_emu PRIVATE backend_cuda_get=backend_cuda_emu_get RR_CUDA_EMU=1)
-target_link_libraries(test_model_golden_emu PRIVATE rrfp_cuda_emu rrfp_core)
-set_target_properties(test_model_golden_emu PROPERTIES LINKER_LANGUAGE CXX)
+rrfp_emu_executable(test_model_golden_emu tests/runtime/model/test_model_golden.c)
+target_compile_definitions(test_model_golden_emu PRIVATE backend_cuda_get=backend_cuda_emu_get)
 add_test(NAME model_torch_anyres_emu
          COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/support/ref/llava_ref.py --run $<TARGET_FILE:test_model_golden_emu>
                  anyres_gpu ${CMAKE_CURRENT_BINARY_DIR}/model_golden_anyres_emu)

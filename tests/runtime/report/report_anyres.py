@@ -18,16 +18,9 @@ import subprocess
 import sys
 
 EXE, SRC, W = sys.argv[1:4]
-try:
-    import numpy  # noqa: F401
-    import PIL  # noqa: F401
-except ImportError:
-    print("Pillow or numpy missing: skipped")
-    sys.exit(77)
-sys.path.insert(0, os.path.join(SRC, "tests", "data"))
-sys.path.insert(0, os.path.join(SRC, "tests", "support", "util"))
+sys.path[:0] = [os.path.join(SRC, "tests", "support", "util"), os.path.join(SRC, "tests", "data")]
+import anyres_run as ar  # noqa: E402 (exits 77 without Pillow / numpy)
 from anyres_ref import reference  # noqa: E402 (the independent reference of the layout)
-import anyres_run as ar  # noqa: E402
 
 S = ar.make(EXE, SRC, W)
 n = len(ar.SHAPES["heldout"])

@@ -201,33 +201,27 @@ def dur(d, s, task):
     return d[task[0]][s][task[1]] / d.get("_V", 1)
 
 
-def producer(P, s, task, V=1, vshape=False):
-    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s, or the V)."""
+def neighbour(P, s, task, V, vshape, step):
+    """(stage, task) of task (s, task)'s kind on the virtual stage step (+1 / -1) from its own in the forward order,
+    or None (past either end, or not a forward / backward)."""
     k, m, c = task[0], task[1], chunk_of(task)
-    v = stage_of(P, s, c, vshape)
-    if k == "F" and v > 0:
-        u = v - 1
-    elif k == "B" and v < P * V - 1:
-        u = v + 1
-    else:
+    if k not in ("F", "B"):
+        return None
+    u = stage_of(P, s, c, vshape) + step
+    if not 0 <= u < P * V:
         return None
     rk, ck = owner_of(P, u, vshape)
     t = (k, m) if V == 1 else (k, m, ck)
     return (rk, t)
+
+
+def producer(P, s, task, V=1, vshape=False):
+    """(stage, task) whose message task (s, task) needs, or None (virtual stage v = c * P + s, or the V)."""
+    return neighbour(P, s, task, V, vshape, -1 if task[0] == "F" else 1)
 
 
 def consumer(P, s, task, V=1, vshape=False):
-    k, m, c = task[0], task[1], chunk_of(task)
-    v = stage_of(P, s, c, vshape)
-    if k == "F" and v < P * V - 1:
-        u = v + 1
-    elif k == "B" and v > 0:
-        u = v - 1
-    else:
-        return None
-    rk, ck = owner_of(P, u, vshape)
-    t = (k, m) if V == 1 else (k, m, ck)
-    return (rk, t)
+    return neighbour(P, s, task, V, vshape, 1 if task[0] == "F" else -1)
 
 
 # ---- fixed and fixed-sync by relaxation -----------------------------------------------------------
@@ -353,6 +347,39 @@ def lower_bound(d):
     return lb
 
 
+def chunk0_peak(order):
+    """The most forwards of chunk 0 in flight at once in one rank's order."""
+    cur = best = 0
+    for (k, m, c) in order:
+        if c == 0 and k in "FB":
+            cur += 1 if k == "F" else -1
+            best = max(best, cur)
+    return best
+
+
+def check_makespans(exe, path, d, orders, hint, V, vs, label, where):
+    """fixed's and ready's makespans (cap 1x: each rank's chunk-0 peak of its order) from `rrfp-mm sim` on the durations
+    in path, hint over V chunks (vs: the V layout), against the reference's; (runs compared, mismatches)."""
+    checked = fails = 0
+    for mode in ("fixed", "ready"):
+        out = subprocess.run([exe, "sim", "--durations", path, "--mode", mode, "--hint", hint,
+                              "--chunks", str(V), "--cap", "1x", "--json"], capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"FAIL {label} {mode}: {out.stderr.strip()}")
+            fails += 1
+            continue
+        got = json.loads(out.stdout)["makespan"]
+        if mode == "fixed":
+            want = run_fixed(d, orders, False, V, vs)
+        else:
+            want = run_ready(d, orders, [chunk0_peak(o) for o in orders], V, vs)
+        checked += 1
+        if want is None or abs(got - want) > 1e-9 * max(1.0, want):
+            print(f"FAIL {label} {mode} {where}: makespan {got} != reference {want}")
+            fails += 1
+    return checked, fails
+
+
 def main():
     exe = sys.argv[1]
     trials = int(sys.argv[2]) if len(sys.argv) > 2 else 40
@@ -431,29 +458,8 @@ def main():
                 if rows[s_] != want:
                     print(f"FAIL interleaved P={P} V={V} M={M} rank {s_}:\n  got  {rows[s_]}\n  want {want}")
                     fails += 1
-            for mode in ("fixed", "ready"):
-                out = subprocess.run([exe, "sim", "--durations", path, "--mode", mode, "--hint", "interleaved-1f1b",
-                                      "--chunks", str(V), "--cap", "1x", "--json"], capture_output=True, text=True)
-                if out.returncode != 0:
-                    print(f"FAIL interleaved {mode}: {out.stderr.strip()}")
-                    fails += 1
-                    continue
-                got = json.loads(out.stdout)["makespan"]
-                if mode == "fixed":
-                    want = run_fixed(d, orders, False, V)
-                else:
-                    def peak(order):
-                        cur = best = 0
-                        for (k, m, c) in order:
-                            if c == 0 and k in "FB":
-                                cur += 1 if k == "F" else -1
-                                best = max(best, cur)
-                        return best
-                    want = run_ready(d, orders, [peak(o) for o in orders], V)
-                checked += 1
-                if want is None or abs(got - want) > 1e-9 * max(1.0, want):
-                    print(f"FAIL interleaved {mode} P={P} V={V} M={M}: makespan {got} != reference {want}")
-                    fails += 1
+            c, f_ = check_makespans(exe, path, d, orders, "interleaved-1f1b", V, False, "interleaved", f"P={P} V={V} M={M}")
+            checked, fails = checked + c, fails + f_
         # zbv and dualpipev: the grid against the port of torch's orders, and fixed / ready makespans on the
         # V layout (two chunks per rank, each rank's durations split evenly over them, split backward).
         for trial in range(max(4, trials // 4)):
@@ -480,29 +486,8 @@ def main():
                         print(f"FAIL {name} P={P} M={M} rank {s_}:\n  got  {rows[s_] if len(rows) > s_ else out.stderr}"
                               f"\n  want {want}")
                         fails += 1
-                for mode in ("fixed", "ready"):
-                    out = subprocess.run([exe, "sim", "--durations", path, "--mode", mode, "--hint", name,
-                                          "--chunks", "2", "--cap", "1x", "--json"], capture_output=True, text=True)
-                    if out.returncode != 0:
-                        print(f"FAIL {name} {mode}: {out.stderr.strip()}")
-                        fails += 1
-                        continue
-                    got = json.loads(out.stdout)["makespan"]
-                    if mode == "fixed":
-                        want = run_fixed(d, orders, False, 2, True)
-                    else:
-                        def peak(order):
-                            cur = best = 0
-                            for (k, m, c) in order:
-                                if c == 0 and k in "FB":
-                                    cur += 1 if k == "F" else -1
-                                    best = max(best, cur)
-                            return best
-                        want = run_ready(d, orders, [peak(o) for o in orders], 2, True)
-                    checked += 1
-                    if want is None or abs(got - want) > 1e-9 * max(1.0, want):
-                        print(f"FAIL {name} {mode} P={P} M={M}: makespan {got} != reference {want}")
-                        fails += 1
+                c, f_ = check_makespans(exe, path, d, orders, name, 2, True, name, f"P={P} M={M}")
+                checked, fails = checked + c, fails + f_
     print(f"sched_ref: {checked} runs compared, {fails} mismatches")
     return 1 if fails else 0
 

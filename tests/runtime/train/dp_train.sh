@@ -30,16 +30,8 @@ ONE=(--set data.microbatches=$((DP * M)))
 PAR=(--set data.microbatches="$M" --set parallel.dp="$DP" --set parallel.pp="$PP")
 fail() { echo "FAIL: $*"; exit 1; }
 losses() { grep -o '"loss_hex":"[^"]*"' "$1/metrics.jsonl"; }
-# prints the largest relative loss difference; exit 1 when over 1e-6 or the step counts differ
-close_losses() { /usr/bin/python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
-import json, sys
-a = [float.fromhex(json.loads(l)["loss_hex"]) for l in open(sys.argv[1])]
-b = [float.fromhex(json.loads(l)["loss_hex"]) for l in open(sys.argv[2])]
-d = max([abs(x - y) / abs(x) for x, y in zip(a, b)] or [0])
-print("%.3g" % d)
-sys.exit(0 if len(a) == len(b) == 6 and d <= 1e-6 else 1)
-PY
-}
+STEPS=6 LAYOUT="pp=$PP dp=$DP"
+. "$(dirname "$0")/layout_lib.sh"
 "$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" --set train.dump_step=1 --set train.run_dir="$W/one" >"$W/one.log" 2>&1 \
   || { cat "$W/one.log"; fail "one-process run"; }
 CASES=("ready 1f1b 1 4" "ready 1f1b 1 0.01")
@@ -79,19 +71,7 @@ for c in "${CASES[@]}"; do
   echo "  $line"
 done
 # checkpoints across layouts: dp checkpoint -> one process, one-process checkpoint -> dp
-D="$W/resume-a"
-$MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" "${PAR[@]}" --set train.stop_at=3 --set train.run_dir="$D" \
-  >"$D.log" 2>&1 || { cat "$D.log"; fail "dp half run"; }
-[ "$(ls -d "$D"/checkpoints/step-* | wc -l)" = 1 ] || fail "dp half run: expected one checkpoint"
-"$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" --set train.run_dir="$D" --resume latest >>"$D.log" 2>&1 \
-  || { cat "$D.log"; fail "dp checkpoint resumed in one process"; }
-dl=$(close_losses "$W/one" "$D") || fail "dp=$DP checkpoint resumed in one process: losses differ (max rel $dl)"
-D="$W/resume-b"
-"$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" --set train.stop_at=3 --set train.run_dir="$D" >"$D.log" 2>&1 \
-  || fail "half run"
-$MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" "${PAR[@]}" --set train.run_dir="$D" --resume latest \
-  >>"$D.log" 2>&1 || { cat "$D.log"; fail "one-process checkpoint resumed with dp"; }
-dl=$(close_losses "$W/one" "$D") || fail "one-process checkpoint resumed with pp=$PP dp=$DP: losses differ (max rel $dl)"
+resume_across_layouts 3 1
 echo "resume across layouts (pp=$PP dp=$DP <-> one process): same loss curve"
 # a different global batch is another run: the recipe hash refuses it
 out=$($MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" "${PAR[@]}" --set data.microbatches=$((M + 1)) \

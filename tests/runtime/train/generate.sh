@@ -29,13 +29,9 @@ set -uo pipefail
 BIN=$1 SRC=$2 W=$3 MODE=$4 EMU=${5:-}
 rm -rf "$W"; mkdir -p "$W"; cd "$W" || exit 1
 fail() { echo "FAIL ($MODE): $*"; for f in "$W"/*.txt; do [ -f "$f" ] && { echo "--- $f"; tail -15 "$f"; }; done; exit 1; }
-"$BIN" demo-data --out d --samples 80 --heldout 24 >/dev/null || fail "demo-data"
-"$BIN" tokenizer train --vocab 300 --manifest d/train.json --out tok.json --quiet || fail "tokenizer"
-"$BIN" pack --manifest d/train.json --images d/images --tokenizer tok.json --out shards >/dev/null 2>&1 || fail "pack"
-S=(--set data.shards=shards --set data.tokenizer=tok.json --set model.vision_width=32 --set model.vision_layers=1
-   --set model.vision_heads=2 --set model.text_width=64 --set model.text_layers=2 --set model.text_heads=2
-   --set model.ffn_hidden=172 --set data.microbatches=2 --set data.microbatch_tokens=512 --set optim.warmup=1
-   --set train.steps=3 --set train.run_dir=run --set runtime.threads=1)
+. "$SRC/tests/support/util/tiny_data.sh"
+tiny_data
+S=("${TINY[@]}" --set data.microbatch_tokens=512 --set train.steps=3 --set train.run_dir=run)
 case "$MODE" in *_gqa) S+=(--set model.text_heads=4 --set model.text_kv_heads=2) ;; esac
 case "$MODE" in *_lora) S+=(--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25) ;; esac # LoRA, unmerged
 case "$MODE" in *_qlora) S+=(--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4) ;; esac # QLoRA
@@ -50,8 +46,29 @@ if [ "$MODE" = kv_lora ] || [ "$MODE" = kv_qlora ]; then # eval on the (Q)LoRA c
   [ -n "$l1" ] && [ -n "$l0" ] && [ "$l1" != "$l0" ] || fail "eval loss with adapters '$l1', without '$l0'"
   echo "eval: held-out loss $l1 with the adapters, $l0 without"
 fi
-case "$MODE" in
-kv | kv_lora | kv_qlora)
+# eval --predictions and generate on RUN's step-STEP checkpoint (ck) with the recipe arguments M, into PREFIXpSTEP.jsonl and
+# PREFIXaSTEP.jsonl (logs PREFIXeSTEP.txt, PREFIXgSTEP.txt); both name every record of MANIFEST, and each prediction
+# carries the record's reference answer as text (the end of answer, </s>, left out) and a verdict that matches it
+eval_generate() { # PREFIX MANIFEST RUN STEP
+  local pre=$1 man=$2 step=$4
+  ck=$3/checkpoints/step-$(printf %08d "$step")
+  "$BIN" eval "$R" "${M[@]}" --checkpoint "$ck" --predictions "${pre}p$step.jsonl" >"${pre}e$step.txt" 2>&1 || fail "eval $step"
+  "$BIN" generate "$R" "${M[@]}" --checkpoint "$ck" --manifest "$man" --images d/images --out "${pre}a$step.jsonl" \
+    >"${pre}g$step.txt" 2>&1 || fail "generate $step"
+  /usr/bin/python3 - "$man" "${pre}p$step.jsonl" "${pre}a$step.jsonl" <<'PY' || fail "eval --predictions and generate's answers at step $step"
+import json, sys
+ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
+ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
+gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
+assert sorted(ev) == sorted(gen) == sorted(ref), "records"
+for i, p in ev.items():
+    assert p["reference_text"] == ref[i], (p, ref[i])
+    assert p["correct"] == (p["predicted_text"] == ref[i]), p
+PY
+}
+# generate --verify over 6 held-out records into answers.jsonl: every decoding step with the KV cache against a
+# full re-forward (the greedy token never differs, logits within 1e-4), over at least 60 steps; toks: the tokens
+verify_kv() {
   "$BIN" generate "$R" "${S[@]}" "${G[@]}" --manifest d/heldout.json --images d/images --out answers.jsonl --samples 6 \
     --verify >gen.txt 2>&1 || fail "generate --verify"
   line=$(grep "verify: max" gen.txt) || fail "no verify summary"
@@ -61,6 +78,10 @@ kv | kv_lora | kv_qlora)
   /usr/bin/python3 -c "import sys; sys.exit(0 if float('$diff') <= 1e-4 else 1)" || fail "logits differ by $diff"
   toks=$(sed -n 's/.*answers (\([0-9]*\) tokens generated).*/\1/p' gen.txt)
   [ -n "$toks" ] && [ "$toks" -ge 60 ] || fail "only ${toks:-no} tokens generated: too few decoding steps to judge the cache"
+}
+case "$MODE" in
+kv | kv_lora | kv_qlora)
+  verify_kv
   grep -q "generate: 6 / 6 records answered" gen.txt || fail "no progress line"
   /usr/bin/python3 - answers.jsonl d/heldout.json <<'PY' || fail "answers file"
 import json, sys
@@ -99,15 +120,7 @@ kv_gqa)
   "$BIN" tensors ls run/checkpoints/step-00000003/model.safetensors >ls.txt 2>&1 || fail "tensors ls"
   grep -Eq "^text\.blocks\.0\.attn\.k\.weight +F32 +\[32, 64\]" ls.txt ||
     fail "block 0's key projection is not (32, 64): not a grouped-query model ($(grep 'attn.k.weight' ls.txt | head -1))"
-  "$BIN" generate "$R" "${S[@]}" "${G[@]}" --manifest d/heldout.json --images d/images --out answers.jsonl --samples 6 \
-    --verify >gen.txt 2>&1 || fail "generate --verify"
-  line=$(grep "verify: max" gen.txt) || fail "no verify summary"
-  echo "$line"
-  echo "$line" | grep -q "greedy token differs at 0 steps" || fail "the KV cache changed a greedy token"
-  diff=$(echo "$line" | sed -n 's/.*re-forward)| \([^ ]*\) over.*/\1/p')
-  /usr/bin/python3 -c "import sys; sys.exit(0 if float('$diff') <= 1e-4 else 1)" || fail "logits differ by $diff"
-  toks=$(sed -n 's/.*answers (\([0-9]*\) tokens generated).*/\1/p' gen.txt)
-  [ -n "$toks" ] && [ "$toks" -ge 60 ] || fail "only ${toks:-no} tokens generated: too few decoding steps to judge the cache"
+  verify_kv
   [ "$(wc -l <answers.jsonl)" -eq 6 ] || fail "answers file: $(wc -l <answers.jsonl) lines, expected 6"
   echo "kv_gqa: $toks tokens over 6 records on a grouped-query model (4 query heads over 2 key/value heads), KV cache = full re-forward"
   ;;
@@ -150,19 +163,12 @@ PY
   "$BIN" train "$R" "${M[@]}" >mtrain.txt 2>&1 || fail "train"
   best=0
   for c in 100 140; do
-    ck=mrun/checkpoints/step-$(printf %08d $c)
-    "$BIN" eval "$R" "${M[@]}" --checkpoint $ck --predictions p$c.jsonl >e$c.txt 2>&1 || fail "eval $c"
-    "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --manifest m/data.json --images d/images --out a$c.jsonl >g$c.txt 2>&1 \
-      || fail "generate $c"
+    eval_generate "" m/data.json mrun $c
     acc=$(/usr/bin/python3 - m/data.json p$c.jsonl a$c.jsonl $c <<'PY'
 import json, sys
 ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
 ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
 gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
-assert sorted(ev) == sorted(gen) == sorted(ref), "records"
-for i, p in ev.items():  # eval --predictions: the record id and both answers as text
-    assert p["reference_text"] == ref[i], (p, ref[i])
-    assert p["correct"] == (p["predicted_text"] == ref[i]), p
 differ = [i for i in ref if ev[i]["correct"] != (gen[i] == ref[i])]
 e = 100 * sum(p["correct"] for p in ev.values()) / len(ev)
 g = 100 * sum(gen[i] == ref[i] for i in ref) / len(ref)
@@ -238,20 +244,13 @@ PY
   grep -q "skipped [1-9]" vtrain.txt && fail "the loader skipped samples: $(grep skipped vtrain.txt | tail -1)"
   mixed=""
   for c in 20 40 60 80 100 120; do
-    ck=vrun/checkpoints/step-$(printf %08d $c)
-    "$BIN" eval "$R" "${M[@]}" --checkpoint $ck --predictions vp$c.jsonl >ve$c.txt 2>&1 || fail "eval $c"
-    "$BIN" generate "$R" "${M[@]}" --checkpoint $ck --manifest v/data.json --images d/images --out va$c.jsonl >vg$c.txt 2>&1 \
-      || fail "generate $c"
+    eval_generate v v/data.json vrun $c
     got=$(/usr/bin/python3 - v/data.json vp$c.jsonl va$c.jsonl $c <<'PY'
 import json, sys
 ref = {r["id"]: r["conversations"][1]["value"] for r in json.load(open(sys.argv[1]))}
 img = {r["id"]: r["image"] for r in json.load(open(sys.argv[1]))}
 ev = {p["id"]: p for p in map(json.loads, open(sys.argv[2]))}
 gen = {a["question_id"]: a["text"] for a in map(json.loads, open(sys.argv[3]))}
-assert sorted(ev) == sorted(gen) == sorted(ref), "records"
-for i, p in ev.items():
-    assert p["reference_text"] == ref[i], (p, ref[i])  # the end of answer (</s>) left out
-    assert p["correct"] == (p["predicted_text"] == ref[i]), p
 assert not [t for t in gen.values() if "</s>" in t], "an answer runs past </s>"
 differ = [(i, img[i], ev[i]["predicted_text"], gen[i], ref[i]) for i in ref if ev[i]["correct"] != (gen[i] == ref[i])]
 right = [i for i in ref if gen[i] == ref[i]]

@@ -8,20 +8,12 @@
 # Usage: qlora_resume.sh RRFP_MM RECIPE WORKDIR
 set -euo pipefail
 BIN=$1 RECIPE=$2 W=$3
+. "$(dirname "$0")/../../support/util/resume_lib.sh"
 rm -rf "$W"; mkdir -p "$W"
 "$BIN" train "$RECIPE" --set train.steps=1 --set optim.warmup=1 --set train.run_dir="$W/base" >"$W/base.txt" 2>&1
 S=(--set train.steps=4 --set optim.warmup=1 --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4
    --set checkpoint.keep=0 --set train.init_from="$W/base/checkpoints/step-00000001")
-"$BIN" train "$RECIPE" "${S[@]}" --set train.run_dir="$W/full" >"$W/full.txt" 2>&1
-"$BIN" train "$RECIPE" "${S[@]}" --set train.run_dir="$W/part" --set train.stop_at=2 >"$W/part1.txt" 2>&1
-"$BIN" train "$RECIPE" "${S[@]}" --set train.run_dir="$W/part" --set checkpoint.resume=latest >"$W/part2.txt" 2>&1
-pick() { /usr/bin/python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    r = json.loads(l)
-    if r.get("step", 0) >= 3 and "loss" in r: print(r["step"], r["loss"].hex() if isinstance(r["loss"], float) else r["loss"], r["grad_norm"].hex())' "$1"; }
-a=$(pick "$W/full/metrics.jsonl"); b=$(pick "$W/part/metrics.jsonl")
-[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: resumed steps differ:"; echo "$a"; echo "--"; echo "$b"; exit 1; }
-echo "steps 3-4 equal bit for bit after the resume:"; echo "$a"
+resume_bitwise "$RECIPE" "${S[@]}"
 ck="$W/part/checkpoints/step-00000004"
 ls=$("$BIN" tensors ls "$ck" 2>&1)
 for t in "text.blocks.1.mlp.down.weight.nf4.codes +U8 +\[5504\]" "text.blocks.1.mlp.down.weight +NF4 +\[64, 172\] +172 blocks of 64, absmax U8 double-quantised \(1 of 256\)" \

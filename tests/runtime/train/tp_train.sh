@@ -47,16 +47,8 @@ DUMP=(--set train.dump_step=1)
 ONE=(--set data.microbatches=$((DP * M)))
 PAR=(--set data.microbatches="$M" --set parallel.dp="$DP" --set parallel.pp="$PP" --set parallel.tp="$TP")
 fail() { echo "FAIL: $*"; exit 1; }
-# prints the largest relative loss difference; exit 1 when over 1e-6 or the step counts differ
-close_losses() { /usr/bin/python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" <<'PY'
-import json, sys
-a = [float.fromhex(json.loads(l)["loss_hex"]) for l in open(sys.argv[1])]
-b = [float.fromhex(json.loads(l)["loss_hex"]) for l in open(sys.argv[2])]
-d = max([abs(x - y) / abs(x) for x, y in zip(a, b)] or [0])
-print("%.3g" % d)
-sys.exit(0 if len(a) == len(b) == 3 and d <= 1e-6 else 1)
-PY
-}
+STEPS=3 LAYOUT="pp=$PP tp=$TP dp=$DP"
+. "$(dirname "$0")/layout_lib.sh"
 "$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" "${DUMP[@]}" --set train.run_dir="$W/one" >"$W/one.log" 2>&1 \
   || { cat "$W/one.log"; fail "one-process run"; }
 CASES=("fixed-sync 1f1b 1" "fixed 1f1b 1" "ready bfw 1" "ready zb-h1 1")
@@ -103,18 +95,7 @@ for c in "${CASES[@]}"; do
   echo "pp=$PP tp=$TP dp=$DP $c: 3 losses (max rel diff $dl), step-1 m: $(tail -1 "$D.diff" | sed 's/tensors diff: //')$extra"
 done
 # checkpoints across layouts: this layout -> one process, one process -> this layout, this -> pp1 x tp2
-D="$W/resume-a"
-$MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" "${PAR[@]}" --set train.stop_at=2 --set train.run_dir="$D" \
-  >"$D.log" 2>&1 || { cat "$D.log"; fail "half run under the layout"; }
-"$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" --set train.run_dir="$D" --resume latest >>"$D.log" 2>&1 \
-  || { cat "$D.log"; fail "the layout's checkpoint resumed in one process"; }
-dl=$(close_losses "$W/one" "$D") || fail "pp=$PP tp=$TP dp=$DP checkpoint resumed in one process: losses differ (max rel $dl)"
-D="$W/resume-b"
-"$BIN" train "$RECIPE" "${COMMON[@]}" "${ONE[@]}" --set train.stop_at=2 --set train.run_dir="$D" >"$D.log" 2>&1 \
-  || fail "half run"
-$MPI -np "$NP" "$BIN" train "$RECIPE" "${COMMON[@]}" "${PAR[@]}" --set train.run_dir="$D" --resume latest \
-  >>"$D.log" 2>&1 || { cat "$D.log"; fail "one-process checkpoint resumed under the layout"; }
-dl2=$(close_losses "$W/one" "$D") || fail "one-process checkpoint resumed with pp=$PP tp=$TP dp=$DP: losses differ (max rel $dl2)"
+resume_across_layouts 2
 msg="resume across layouts (pp=$PP tp=$TP dp=$DP <-> one process): same loss curve (max rel $dl, $dl2)"
 if [ "$DP" = 1 ] && [ "$PP$TP" != 12 ]; then
   D="$W/resume-c"

@@ -1,6 +1,44 @@
 # train.cmake — recipes, the trainer (runtime/train/) and `rrfp-mm train` / `eval` / `generate` end to end:
 # single process, data / tensor parallel layouts, run folders, signals, write errors, and the same on the
 # emulated CUDA backend.
+
+# rrfp_train_cuda_emu_test(<name> <steps> [<layout> <n> <mpirun>...]): tests/runtime/train/train_cuda_emu.sh, the
+# emulated CUDA backend's run of recipes/test-synthetic.ini against the CPU backend's, in the folder <name>
+function(rrfp_train_cuda_emu_test name steps)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
+                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/${name} ${steps} ${ARGN})
+endfunction()
+# rrfp_train_nccl_emu_test(<name> <steps> <pp> <dp> <microbatches>): tests/runtime/train/train_nccl_emu.sh, runtime.comm = nccl
+# on the emulated CUDA runtime under mpirun against the CPU backend's one process, in the folder <name>
+function(rrfp_train_nccl_emu_test name)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
+                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
+                   ${CMAKE_CURRENT_BINARY_DIR}/${name} ${ARGN} ${RRFP_MPIRUN})
+endfunction()
+
+# rrfp_train_refused(<name> <rc> <message regex> <arguments>): `rrfp-mm train recipes/test-synthetic.ini <arguments>`
+# (in a run folder of its own) exits <rc> with the message (tests/support/util/expect_fail.cmake)
+function(rrfp_train_refused name rc err args)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
+           "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${args} --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/${name}"
+           -DEXPECT_RC=${rc} "-DEXPECT_ERR=${err}" -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+endfunction()
+
+# rrfp_train_script_modes(<stem> <arg> MODES <mode>... PROPERTIES <test properties>...): the test <stem>_<mode> per
+# mode: tests/runtime/train/<stem>.sh RRFP_MM <arg> WORKDIR <mode>, passing when it prints "<stem, _ as spaces> <mode>: ok"
+function(rrfp_train_script_modes stem arg)
+  cmake_parse_arguments(PARSE_ARGV 2 S "" "" "MODES;PROPERTIES")
+  string(REPLACE "_" " " words ${stem})
+  foreach(mode ${S_MODES})
+    add_test(NAME ${stem}_${mode}
+             COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "${words} ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/${stem}.sh
+                     $<TARGET_FILE:rrfp-mm> ${arg} ${CMAKE_CURRENT_BINARY_DIR}/${stem}_${mode} ${mode})
+    set_tests_properties(${stem}_${mode} PROPERTIES ${S_PROPERTIES})
+  endforeach()
+endfunction()
+
 # Recipes: loading, overrides, validation with FILE:LINE / --set errors, README documents every key.
 add_executable(test_recipe tests/runtime/train/test_recipe.c)
 target_link_libraries(test_recipe PRIVATE rrfp_core)
@@ -87,19 +125,13 @@ add_test(NAME layer_split_anyres
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
 set_tests_properties(layer_split_anyres PROPERTIES TIMEOUT 120)
 # a tp layout started without its ranks is refused naming what mpirun must start
-add_test(NAME train_tp_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_refused"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_tp_refused 1 "parallel.tp = 2, parallel.dp = 1: the layout pp 1 x tp 2 x dp 1 needs 2 ranks"
+                   "--set parallel.tp=2")
 
 # Start-up refusals and clean-ups (docs/reliability.md): run-folder lock, checkpoint-folder lock, memory
 # check, leftovers of killed checkpoint writers, threads vs cores, the demo data hint.
-foreach(mode lock ckptlock memory stale threads demo)
-  add_test(NAME train_guard_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_guard.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_guard_${mode} ${mode})
-  set_tests_properties(train_guard_${mode} PROPERTIES TIMEOUT 120)
-endforeach()
+rrfp_train_script_modes(train_guard ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES lock ckptlock memory stale threads demo
+                        PROPERTIES TIMEOUT 120)
 
 # Run folders never mix runs (runtime/train/rundir.h): a fresh start into a used folder is
 # refused naming what is there, train.overwrite moves it aside byte for byte, `latest` / --resume auto /
@@ -107,12 +139,8 @@ endforeach()
 # names the keys; the mpi variant: pp 2 decides on rank 0; a step folder without state.json is named at
 # resume and kept aside, never deleted; train.overwrite never moves the working folder or the run's inputs.
 # Seconds each (mpi: ~8 s).
-foreach(mode reuse identity auto append mpi incomplete cwd)
-  add_test(NAME train_rundir_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train rundir ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_rundir.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_rundir_${mode} ${mode})
-  set_tests_properties(train_rundir_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(train_rundir ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES reuse identity auto append mpi incomplete cwd
+                        PROPERTIES TIMEOUT 300)
 set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 
 # The fine-tuner's loop (tests/runtime/train/train_loop.sh): dp from the world size with no parallel.* key (stated
@@ -120,38 +148,21 @@ set_tests_properties(train_rundir_mpi PROPERTIES LABELS mpi)
 # metrics and log), train.eval_every (training numbers bit for bit with and without it, the held-out
 # loss = rrfp-mm eval's and the same under pp 2 / tp 2 / dp 2, drawn on the report), optim.schedule and
 # optim.projector_lr.
-foreach(mode world epochs eval optim)
-  add_test(NAME train_loop_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train loop ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_loop.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/train_loop_${mode} ${mode})
-  set_tests_properties(train_loop_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(train_loop ${CMAKE_SOURCE_DIR} MODES world epochs eval optim
+                        PROPERTIES TIMEOUT 300)
 set_tests_properties(train_loop_world train_loop_eval PROPERTIES LABELS mpi)
 
-# rrfp-mm generate (tests/runtime/train/generate.sh): KV-cache decoding equals a full re-forward at every step (the
-# greedy token never differs, logits within 1e-4), the answers file, --image/--prompt, seeded sampling,
-# bad input named. The CUDA backend's kernel under emulation: generate_cuda_emu (below).
-add_test(NAME generate_kv
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv kv)
-set_tests_properties(generate_kv PROPERTIES TIMEOUT 300)
-# the same on a grouped-query model (model.text_heads 4 over model.text_kv_heads 2): the KV cache Dkv wide
-add_test(NAME generate_kv_gqa
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate kv_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_kv_gqa kv_gqa)
-set_tests_properties(generate_kv_gqa PROPERTIES TIMEOUT 300)
-# generate's greedy answers are right on the same records as eval's teacher-forced exact match, on a
-# model that has learnt part of its data (53% / 88%); eval --predictions' record ids and texts.
-add_test(NAME generate_eval
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate eval: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval eval)
-set_tests_properties(generate_eval PROPERTIES TIMEOUT 300)
-# the published-LLaVA settings (vicuna_v1, --image-preprocess llava, JPEG and PNG, a tokenizer without
-# <|endoftext|>): generate decides each record as eval does and stops at </s>; a retrained tokenizer is refused
-add_test(NAME generate_eval_llava
-         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate eval_llava: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
-                 $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_eval_llava eval_llava)
-set_tests_properties(generate_eval_llava PROPERTIES TIMEOUT 300)
+# rrfp-mm generate (tests/runtime/train/generate.sh), one test per mode:
+#   kv: KV-cache decoding equals a full re-forward at every step (the greedy token never differs, logits within
+#       1e-4), the answers file, --image/--prompt, seeded sampling, bad input named;
+#   kv_gqa: the same on a grouped-query model (model.text_heads 4 over model.text_kv_heads 2): the KV cache Dkv wide;
+#   eval: generate's greedy answers are right on the same records as eval's teacher-forced exact match, on a
+#       model that has learnt part of its data (53% / 88%); eval --predictions' record ids and texts;
+#   eval_llava: the published-LLaVA settings (vicuna_v1, --image-preprocess llava, JPEG and PNG, a tokenizer without
+#       <|endoftext|>): generate decides each record as eval does and stops at </s>; a retrained tokenizer is refused.
+# The CUDA backend's kernel under emulation: generate_cuda_emu (below).
+rrfp_train_script_modes(generate ${CMAKE_SOURCE_DIR} MODES kv kv_gqa eval eval_llava
+                        PROPERTIES TIMEOUT 300)
 # eval on an any-resolution model (model.anyres): the held-out loss is the training forward's (train.eval_every),
 # the images, tiles and positions the forward laid out are the reference's (tests/data/anyres_ref.py)
 add_test(NAME eval_anyres
@@ -165,12 +176,8 @@ add_test(NAME train_sbatch_script COMMAND bash -c "bash -n '${CMAKE_SOURCE_DIR}/
 
 # SIGTERM / SIGINT finish the step, checkpoint, exit 128 + signal; resuming continues bit for bit. The
 # mpi variant stops both pipeline ranks at the same step end; a second signal exits at once.
-foreach(mode single second mpi mpirun)
-  add_test(NAME train_signal_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train signal ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_signal.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_signal_${mode} ${mode})
-  set_tests_properties(train_signal_${mode} PROPERTIES TIMEOUT 300)
-endforeach()
+rrfp_train_script_modes(train_signal ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES single second mpi mpirun
+                        PROPERTIES TIMEOUT 300)
 set_tests_properties(train_signal_mpi train_signal_mpirun PROPERTIES LABELS mpi)
 
 # eval under other packing settings than the checkpoint's (it never seeks the training loader).
@@ -198,35 +205,23 @@ add_test(NAME train_bf16_init_from
                  - timeout 300 ${RRFP_MPIRUN})
 set_tests_properties(train_bf16_init_from PROPERTIES LABELS mpi TIMEOUT 600)
 # A freeze list that names no parameter is refused before anything trains, naming the item (exit 1).
-add_test(NAME train_freeze_bad_key COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.freeze=vision,txt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/freeze_bad"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=train.freeze = vision,txt: 'txt' names no parameter of this model"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_freeze_bad_key 1 "train.freeze = vision,txt: 'txt' names no parameter of this model"
+                   "--set train.freeze=vision,txt")
 # init_from of a folder that is not a checkpoint: a clear error naming it (exit 1).
-add_test(NAME train_init_from_missing COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/init_from_missing"
-         -DEXPECT_RC=1 "-DEXPECT_ERR=train.init_from = .*no_such_ckpt/state.json: cannot read"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_init_from_missing 1 "train.init_from = .*no_such_ckpt/state.json: cannot read"
+                   "--set train.init_from=${CMAKE_CURRENT_BINARY_DIR}/no_such_ckpt")
 
 # grouped-query attention: tensor parallelism splits by key/value head, so tp must divide model.text_kv_heads
 # (refused before any rank starts, naming the key); text_kv_heads must divide text_heads
-add_test(NAME train_tp_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set model.text_kv_heads=1 --set parallel.tp=2 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/tp_kv_refused"
-         -DEXPECT_RC=2 "-DEXPECT_ERR=parallel.tp = 2: model.text_kv_heads .tensor parallelism splits grouped-query attention by key/value head. .1. is not divisible by it"
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
-add_test(NAME train_kv_heads_refused COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:rrfp-mm>
-         "-DARGS=train ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini --set model.text_kv_heads=3 --set train.run_dir=${CMAKE_CURRENT_BINARY_DIR}/kv_refused"
-         -DEXPECT_RC=2 "-DEXPECT_ERR=model.text_kv_heads = 3: does not divide model.text_heads .2."
-         -P ${CMAKE_SOURCE_DIR}/tests/support/util/expect_fail.cmake)
+rrfp_train_refused(train_tp_kv_heads_refused 2 "parallel.tp = 2: model.text_kv_heads .tensor parallelism splits grouped-query attention by key/value head. .1. is not divisible by it"
+                   "--set model.text_kv_heads=1 --set parallel.tp=2")
+rrfp_train_refused(train_kv_heads_refused 2 "model.text_kv_heads = 3: does not divide model.text_heads .2."
+                   "--set model.text_kv_heads=3")
 
 # metrics.jsonl, the log and the trace: a failed write stops the run naming the file (after a checkpoint);
 # a torn last metrics row is reported by resume and report. `full` mounts a tmpfs (root; else skipped).
-foreach(mode metrics metrics_mpi log torn full trace)
-  add_test(NAME write_errors_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "write errors ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/write_errors.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/write_errors_${mode} ${mode})
-  set_tests_properties(write_errors_${mode} PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
-endforeach()
+rrfp_train_script_modes(write_errors ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini MODES metrics metrics_mpi log torn full trace
+                        PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
 set_tests_properties(write_errors_trace write_errors_metrics_mpi PROPERTIES LABELS mpi)
 # a killed rank's temporary checkpoint folder is removed while the rank lingers as a zombie
 add_test(NAME stale_zombie
@@ -237,23 +232,15 @@ set_tests_properties(stale_zombie PROPERTIES TIMEOUT 120)
 # its work, an output that is an input, a checkpoint's or a run folder's own file, or a folder; generate
 # writes each answer as it goes and --resume continues the file; --image repeated; eval counts each
 # held-out sample once when one is skipped; pack names a tokenizer without <image>. Seconds each.
-foreach(mode generate resume images eval report export pack tokenizer trace)
-  add_test(NAME outputs_guard_${mode}
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "outputs guard ${mode}: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/outputs_guard.sh
-                   $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/outputs_guard_${mode} ${mode})
-  set_tests_properties(outputs_guard_${mode} PROPERTIES TIMEOUT 180)
-endforeach()
+rrfp_train_script_modes(outputs_guard ${CMAKE_SOURCE_DIR} MODES generate resume images eval report export pack tokenizer trace
+                        PROPERTIES TIMEOUT 180)
 # Damage only a checksum or the checkpoint identity sees, refused by exit code 1 and the damaged file's path
 # (not a message's wording), each beside its control (the undamaged copy works): one bit of a checkpoint
 # tensor (model and optimizer files; train --resume and eval), one byte of a sample id in a shard's index
 # (train), ~7 s; and a pp 2 checkpoint's two model files swapped (eval and a one-process resume), ~5 s.
-add_test(NAME refusals_by_file
-         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/train/refusals_by_file.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/refusals_by_file files)
+rrfp_cli_py_test(refusals_by_file tests/runtime/train/refusals_by_file.py files)
 set_tests_properties(refusals_by_file PROPERTIES TIMEOUT 120)
-add_test(NAME refusals_by_file_shard
-         COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime/train/refusals_by_file.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}
-                 ${CMAKE_CURRENT_BINARY_DIR}/refusals_by_file_shard shard)
+rrfp_cli_py_test(refusals_by_file_shard tests/runtime/train/refusals_by_file.py shard)
 set_tests_properties(refusals_by_file_shard PROPERTIES LABELS mpi TIMEOUT 150 SKIP_RETURN_CODE 77)
 
 # Data parallelism: rrfp-mm train with dp = 2 (pp 1 and pp 2) against one process training the same
@@ -347,20 +334,13 @@ if(TARGET rrfp_cuda_emu)
            COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "generate emu_gqa: ok" bash ${CMAKE_SOURCE_DIR}/tests/runtime/train/generate.sh
                    $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/generate_cuda_emu_gqa emu_gqa $<TARGET_FILE:rrfp-mm-emu>)
   set_tests_properties(generate_cuda_emu_gqa PROPERTIES TIMEOUT 300)
-  add_test(NAME train_cuda_emu
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu 4)
+  rrfp_train_cuda_emu_test(train_cuda_emu 4)
   set_tests_properties(train_cuda_emu PROPERTIES TIMEOUT 600)
   # runtime.precision = bf16 on both sides: the CUDA bf16 table (cuBLASLt emulated) against backend_cpu_bf16
   # (the stop/resume part is train_cuda_emu's: RESUME=0)
-  add_test(NAME train_cuda_emu_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_bf16 4)
+  rrfp_train_cuda_emu_test(train_cuda_emu_bf16 4)
   set_tests_properties(train_cuda_emu_bf16 PROPERTIES TIMEOUT 600 ENVIRONMENT "PRECISION=bf16;RESUME=0")
-  add_test(NAME train_cuda_emu_pp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_pp2 6
-                   pp 2 ${RRFP_MPIRUN})
+  rrfp_train_cuda_emu_test(train_cuda_emu_pp2 6 pp 2 ${RRFP_MPIRUN})
   set_tests_properties(train_cuda_emu_pp2 PROPERTIES LABELS mpi TIMEOUT 450)
   # the CUDA bf16 table's 2-byte compute copies after train.init_from (tests/runtime/train/train_bf16_init_from.sh, part 4)
   add_test(NAME train_cuda_emu_bf16_init_from
@@ -371,10 +351,7 @@ if(TARGET rrfp_cuda_emu)
   # the CLIP tower at parallel.tp = 2 in bf16 on the emulated CUDA backend (NCCL) against the CPU backend's bf16
   # tp 2 run: the TP parameter table keeps vision.pos_embed.weight's f32 compute copy (it lost the mark and
   # the tower read bf16 words as f32: loss NaN in step 1)
-  add_test(NAME train_cuda_emu_clip_tp2_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_tp2_bf16 3
-                   tp 2 ${RRFP_MPIRUN})
+  rrfp_train_cuda_emu_test(train_cuda_emu_clip_tp2_bf16 3 tp 2 ${RRFP_MPIRUN})
   set_tests_properties(train_cuda_emu_clip_tp2_bf16 PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT
                        "PRECISION=bf16;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16")
 endif()
@@ -391,9 +368,7 @@ endif()
 # LoRA on the emulated CUDA backend (bf16 table: its GEMMs on 2-byte weights, the rounding dropout kernel) against
 # the CPU backend's bf16 run, every linear adapted (the LM's and the CLIP tower's), dropout on
 if(TARGET rrfp_cuda_emu)
-  add_test(NAME train_cuda_emu_lora
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_lora 2)
+  rrfp_train_cuda_emu_test(train_cuda_emu_lora 2)
   set_tests_properties(train_cuda_emu_lora PROPERTIES TIMEOUT 600 ENVIRONMENT
                        "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set model.vision_arch=clip --set model.vision_image_size=16 --set model.vision_feature_layer=-1 --set model.projector_act=gelu --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.targets=all,vision.all")
 endif()
@@ -401,9 +376,7 @@ endif()
 # QLoRA on the emulated CUDA backend (bf16 table: the NF4 base dequantised by engine/cuda/quant.cu into 2-byte weights
 # for the GEMMs) against the CPU backend's bf16 run, every linear adapted, dropout on
 if(TARGET rrfp_cuda_emu)
-  add_test(NAME train_cuda_emu_qlora
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_qlora 2)
+  rrfp_train_cuda_emu_test(train_cuda_emu_qlora 2)
   set_tests_properties(train_cuda_emu_qlora PROPERTIES TIMEOUT 600 ENVIRONMENT
                        "PRECISION=bf16;RESUME=0;EXTRA_SETS=--set lora.r=4 --set lora.alpha=8 --set lora.dropout=0.25 --set lora.quant=nf4")
 endif()
@@ -413,32 +386,14 @@ endif()
 # ready on their receive's event, receives delayed), dp 2 (the gradient all-reduce in place on device
 # memory), fixed-sync (synchronous device sends). No cudaMalloc after the first step on any rank.
 if(TARGET rrfp_cuda_emu)
-  add_test(NAME train_nccl_emu_pp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2 4 2 1 2 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_dp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_dp2 3 1 2 1 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_pp2_fixed_sync
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_fs 3 2 1 2 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_pp2_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_bf16 3 2 1 2 ${RRFP_MPIRUN})
-  add_test(NAME train_nccl_emu_tp2
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_tp2 3 1 1 2 ${RRFP_MPIRUN})
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2 4 2 1 2)
+  rrfp_train_nccl_emu_test(train_nccl_emu_dp2 3 1 2 1)
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2_fixed_sync 3 2 1 2)
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2_bf16 3 2 1 2)
+  rrfp_train_nccl_emu_test(train_nccl_emu_tp2 3 1 1 2)
   # tp 4: a TP leader's choices reach its third peer over an NCCL link too (every two ranks of a group of
   # <= 8 are linked), so no step after the first calls MPI
-  add_test(NAME train_nccl_emu_tp4
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_tp4 2 1 1 2 ${RRFP_MPIRUN})
+  rrfp_train_nccl_emu_test(train_nccl_emu_tp4 2 1 1 2)
   set_tests_properties(train_nccl_emu_pp2 train_nccl_emu_dp2 train_nccl_emu_pp2_fixed_sync train_nccl_emu_pp2_bf16
                        train_nccl_emu_tp2 train_nccl_emu_tp4 PROPERTIES LABELS mpi TIMEOUT 480)
   set_tests_properties(train_nccl_emu_tp2 PROPERTIES ENVIRONMENT "TP=2")
@@ -457,22 +412,15 @@ if(TARGET rrfp_cuda_emu)
   # one process against the CPU backend with the CLIP tower under the variants (RESUME=0: checkpointing is
   # train_cuda_emu's; the default tower is train_cuda_emu's too)
   set(CLIP_EXTRA "--set model.vision_arch=clip --set model.vision_layers=2 --set model.vision_image_size=16 --set model.vision_feature_layer=-2 --set model.projector_act=gelu")
-  add_test(NAME train_cuda_emu_clip_lm_variants
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_lm_variants 3)
+  rrfp_train_cuda_emu_test(train_cuda_emu_clip_lm_variants 3)
   set_tests_properties(train_cuda_emu_clip_lm_variants PROPERTIES TIMEOUT 300 ENVIRONMENT "RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA} ${CLIP_EXTRA}")
-  add_test(NAME train_nccl_emu_pp2_lm_variants
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train nccl emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_nccl_emu.sh
-                   $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini
-                   ${CMAKE_CURRENT_BINARY_DIR}/train_nccl_emu_pp2_lm_variants 2 2 1 2 ${RRFP_MPIRUN})
+  rrfp_train_nccl_emu_test(train_nccl_emu_pp2_lm_variants 2 2 1 2)
   set_tests_properties(train_nccl_emu_pp2_lm_variants PROPERTIES LABELS mpi TIMEOUT 480 ENVIRONMENT "SETS=${LM_VARIANTS_SETS}")
   # the same under runtime.precision = bf16: grouped-query attention through the own tensor-core kernel
   # (cuDNN is never asked for Hkv < H), the tied embedding read as a 2-byte GEMM weight and embedding
   # table, and the CLIP tower's position embedding kept as an f32 compute copy (params_keep_f32_compute,
   # read by rows_gather), every other 2-D tensor 2-byte
-  add_test(NAME train_cuda_emu_clip_lm_variants_bf16
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "train cuda emu: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/train/train_cuda_emu.sh $<TARGET_FILE:rrfp-mm-emu> $<TARGET_FILE:rrfp-mm>
-                   ${CMAKE_SOURCE_DIR}/recipes/test-synthetic.ini ${CMAKE_CURRENT_BINARY_DIR}/train_cuda_emu_clip_lm_variants_bf16 2)
+  rrfp_train_cuda_emu_test(train_cuda_emu_clip_lm_variants_bf16 2)
   set_tests_properties(train_cuda_emu_clip_lm_variants_bf16 PROPERTIES TIMEOUT 300 ENVIRONMENT "PRECISION=bf16;RESUME=0;EXTRA_SETS=${LM_VARIANTS_EXTRA} ${CLIP_EXTRA}")
 endif()
 

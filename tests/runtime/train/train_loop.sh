@@ -27,16 +27,8 @@ rm -rf "$W"; mkdir -p "$W"; cd "$W" || exit 1
 fail() { echo "FAIL ($MODE): $*"; for f in "$W"/*.txt; do [ -f "$f" ] && { echo "--- $f"; tail -20 "$f"; }; done; exit 1; }
 SYN="$SRC/recipes/test-synthetic.ini"
 MPI=(timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1)
-tiny_data() {
-  "$BIN" demo-data --out d --samples 80 --heldout 24 >/dev/null || fail "demo-data"
-  "$BIN" tokenizer train --vocab 300 --manifest d/train.json --out tok.json --quiet || fail "tokenizer"
-  "$BIN" pack --manifest d/train.json --images d/images --tokenizer tok.json --out shards >/dev/null 2>&1 || fail "pack"
-  "$BIN" pack --manifest d/heldout.json --images d/images --tokenizer tok.json --out eval-shards >/dev/null 2>&1 || fail "pack eval"
-}
-SMALL=(--set data.shards=shards --set data.tokenizer=tok.json --set data.eval_shards=eval-shards --set model.vision_width=32
-       --set model.vision_layers=1 --set model.vision_heads=2 --set model.text_width=64 --set model.text_layers=2
-       --set model.text_heads=2 --set model.ffn_hidden=172 --set data.microbatches=2 --set optim.warmup=1
-       --set runtime.threads=1 --set data.microbatch_tokens=512)
+. "$SRC/tests/support/util/tiny_data.sh"
+SMALL=("${TINY[@]}" --set data.eval_shards=eval-shards --set data.microbatch_tokens=512)
 
 case "$MODE" in
 world)

@@ -308,27 +308,40 @@ ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t type, int peer, nc
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                           ncclComm_t c, cudaStream_t s) {
-    size_t bytes = count * type_size(type);
-    MPI_Op mop = op == ncclSum ? MPI_SUM : op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD
-                                                                                                           : MPI_OP_NULL;
-    if (!c || mpi_type(type) == MPI_DATATYPE_NULL || mop == MPI_OP_NULL || count > (size_t)INT32_MAX)
-        return ncclInvalidArgument;
-    if (check_dev(send, bytes, "ncclAllReduce") || check_dev(recv, bytes, "ncclAllReduce")) return ncclInvalidArgument;
+/* NCCL's reduction as MPI's, MPI_OP_NULL for one it does not have */
+static MPI_Op mpi_op(ncclRedOp_t op) {
+    return op == ncclSum ? MPI_SUM : op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_OP_NULL;
+}
+
+/* a collective on stream s: at its turn, start(st) reads its input from the device and posts one MPI request
+ * (st->req) whose result lands in st->host; when that completes, the first `out` bytes of st->host are written
+ * to recv */
+template <class Start> static void enqueue_collective(cudaStream_t s, void* recv, size_t out, Start start) {
     auto st = std::make_shared<OpState>();
-    MPI_Comm comm = c->comm;
     ops_enqueued++;
     emu_stream_enqueue(s, [=] {
         if (!st->started) {
-            st->host.resize(bytes ? bytes : 1);
-            emu_device_read(st->host.data(), send, bytes);
-            MPI_Iallreduce(MPI_IN_PLACE, st->host.data(), (int)count, mpi_type(type), mop, comm, &st->req);
+            start(st.get());
             st->started = 1;
         }
         if (!test_req(st.get())) return 0;
-        emu_device_write(recv, st->host.data(), bytes);
+        emu_device_write(recv, st->host.data(), out);
         return 1;
+    });
+}
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t s) {
+    size_t bytes = count * type_size(type);
+    MPI_Op mop = mpi_op(op);
+    if (!c || mpi_type(type) == MPI_DATATYPE_NULL || mop == MPI_OP_NULL || count > (size_t)INT32_MAX)
+        return ncclInvalidArgument;
+    if (check_dev(send, bytes, "ncclAllReduce") || check_dev(recv, bytes, "ncclAllReduce")) return ncclInvalidArgument;
+    MPI_Comm comm = c->comm;
+    enqueue_collective(s, recv, bytes, [=](OpState* st) {
+        st->host.resize(bytes ? bytes : 1);
+        emu_device_read(st->host.data(), send, bytes);
+        MPI_Iallreduce(MPI_IN_PLACE, st->host.data(), (int)count, mpi_type(type), mop, comm, &st->req);
     });
     return ncclSuccess;
 }
@@ -338,28 +351,19 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t s) {
     size_t bytes = count * type_size(type);
-    MPI_Op mop = op == ncclSum ? MPI_SUM : op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD
-                                                                                                           : MPI_OP_NULL;
+    MPI_Op mop = mpi_op(op);
     if (!c || mpi_type(type) == MPI_DATATYPE_NULL || mop == MPI_OP_NULL || bytes * (size_t)c->size > (size_t)INT32_MAX)
         return ncclInvalidArgument;
     if (check_dev(send, bytes * (size_t)c->size, "ncclReduceScatter") || check_dev(recv, bytes, "ncclReduceScatter"))
         return ncclInvalidArgument;
-    auto st = std::make_shared<OpState>();
     auto all = std::make_shared<std::vector<unsigned char>>();
     MPI_Comm comm = c->comm;
     size_t n = (size_t)c->size;
-    ops_enqueued++;
-    emu_stream_enqueue(s, [=] {
-        if (!st->started) {
-            all->resize(bytes * n + 1);
-            emu_device_read(all->data(), send, bytes * n);
-            st->host.resize(bytes ? bytes : 1);
-            MPI_Ireduce_scatter_block(all->data(), st->host.data(), (int)count, mpi_type(type), mop, comm, &st->req);
-            st->started = 1;
-        }
-        if (!test_req(st.get())) return 0;
-        emu_device_write(recv, st->host.data(), bytes);
-        return 1;
+    enqueue_collective(s, recv, bytes, [=](OpState* st) {
+        all->resize(bytes * n + 1);
+        emu_device_read(all->data(), send, bytes * n);
+        st->host.resize(bytes ? bytes : 1);
+        MPI_Ireduce_scatter_block(all->data(), st->host.data(), (int)count, mpi_type(type), mop, comm, &st->req);
     });
     return ncclSuccess;
 }
@@ -370,20 +374,12 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
     if (!c || !type_size(type) || root < 0 || root >= c->size || bytes > (size_t)INT32_MAX) return ncclInvalidArgument;
     if ((c->rank == root && check_dev(send, bytes, "ncclBroadcast")) || check_dev(recv, bytes, "ncclBroadcast"))
         return ncclInvalidArgument;
-    auto st = std::make_shared<OpState>();
     MPI_Comm comm = c->comm;
     int me = c->rank;
-    ops_enqueued++;
-    emu_stream_enqueue(s, [=] {
-        if (!st->started) {
-            st->host.resize(bytes ? bytes : 1);
-            if (me == root) emu_device_read(st->host.data(), send, bytes);
-            MPI_Ibcast(st->host.data(), (int)bytes, MPI_BYTE, root, comm, &st->req);
-            st->started = 1;
-        }
-        if (!test_req(st.get())) return 0;
-        emu_device_write(recv, st->host.data(), bytes);
-        return 1;
+    enqueue_collective(s, recv, bytes, [=](OpState* st) {
+        st->host.resize(bytes ? bytes : 1);
+        if (me == root) emu_device_read(st->host.data(), send, bytes);
+        MPI_Ibcast(st->host.data(), (int)bytes, MPI_BYTE, root, comm, &st->req);
     });
     return ncclSuccess;
 }
