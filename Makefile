@@ -51,7 +51,7 @@ test-cpu: deps-test build-cpu
 # sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON $(CMAKE_ARGS)
-	cmake --build $(BUILD_ASAN) -j $(JOBS) --target asan_selection
+	targets=$$(/usr/bin/python3 tests/asan/targets.py $(BUILD_ASAN)) && cmake --build $(BUILD_ASAN) -j $(JOBS) --target $$targets
 
 test-asan: deps-test build-asan
 	cd $(BUILD_ASAN) && ctest --output-on-failure --no-tests=error -j $(TEST_JOBS) -L asan $(CTEST_ARGS)
