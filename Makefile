@@ -41,7 +41,7 @@ build-cpu: deps
 test: deps-test build
 	cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(TEST_JOBS) $(CTEST_ARGS)
 
-# The CPU-only build's suite (CI runs both).
+# The CPU-only build's suite (not in CI: `make test` runs every test already; README.md's table of targets).
 test-cpu: deps-test build-cpu
 	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(TEST_JOBS) $(CTEST_ARGS)
 
