@@ -48,7 +48,8 @@ test-cpu: deps-test build-cpu
 # The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, CPU only) and its selection of the
 # suite (label asan: unit, input-handling, CLI and 2-rank pipeline tests, and the CPU-only build's refusal
 # of the CUDA backend; tests/asan/asan.cmake). A
-# sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
+# sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/. Only the
+# executables the selection runs are built (tests/asan/targets.py reads them from the configured tests).
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON $(CMAKE_ARGS)
 	targets=$$(/usr/bin/python3 tests/asan/targets.py $(BUILD_ASAN)) && cmake --build $(BUILD_ASAN) -j $(JOBS) --target $$targets
