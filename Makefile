@@ -41,17 +41,18 @@ build-cpu: deps
 test: deps-test build
 	cd $(BUILD) && ctest --output-on-failure --no-tests=error -j $(TEST_JOBS) $(CTEST_ARGS)
 
-# The CPU-only build's suite (CI runs both).
+# The CPU-only build's suite (not in CI: `make test` runs every test already; README.md's table of targets).
 test-cpu: deps-test build-cpu
 	cd $(BUILD_CPU) && ctest --output-on-failure --no-tests=error -j $(TEST_JOBS) $(CTEST_ARGS)
 
 # The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, CPU only) and its selection of the
 # suite (label asan: unit, input-handling, CLI and 2-rank pipeline tests, and the CPU-only build's refusal
 # of the CUDA backend; tests/asan/asan.cmake). A
-# sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/.
+# sanitizer report fails the test; every report is kept in $(BUILD_ASAN)/sanitizer-reports/. Only the
+# executables the selection runs are built (tests/asan/targets.py reads them from the configured tests).
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRRFP_CUDA=OFF -DRRFP_SANITIZE=ON $(CMAKE_ARGS)
-	cmake --build $(BUILD_ASAN) -j $(JOBS) --target asan_selection
+	targets=$$(/usr/bin/python3 tests/asan/targets.py $(BUILD_ASAN)) && cmake --build $(BUILD_ASAN) -j $(JOBS) --target $$targets
 
 test-asan: deps-test build-asan
 	cd $(BUILD_ASAN) && ctest --output-on-failure --no-tests=error -j $(TEST_JOBS) -L asan $(CTEST_ARGS)

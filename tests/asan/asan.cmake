@@ -44,20 +44,8 @@ set(RRFP_ASAN_TESTS
     # what differs when CUDA is not compiled in (this build is the CPU-only build): the CUDA backend's
     # refusal, "built without CUDA", from the engine and the command line
     engine_backend_cuda_missing cuda_select)
-# What those tests run: `make build-asan` builds only the selection's executables (target asan_selection):
-# every executable but the emulated CUDA backend's, the fuzzers and the benchmarks, which no test of the
-# selection runs (found from the targets themselves, so a new test executable is built without a list).
-set(RRFP_ASAN_TARGETS)
-get_property(rrfp_all_targets DIRECTORY ${CMAKE_SOURCE_DIR} PROPERTY BUILDSYSTEM_TARGETS)
-foreach(t ${rrfp_all_targets})
-  get_target_property(type ${t} TYPE)
-  get_target_property(libs ${t} LINK_LIBRARIES)
-  if(type STREQUAL "EXECUTABLE" AND NOT t MATCHES "bench|fuzz" AND NOT "${libs}" MATCHES "rrfp_cuda_emu")
-    list(APPEND RRFP_ASAN_TARGETS ${t})
-  endif()
-endforeach()
-add_custom_target(asan_selection)
-add_dependencies(asan_selection ${RRFP_ASAN_TARGETS})
+# What those tests run: `make build-asan` builds only the executables the selection's commands name
+# (tests/asan/targets.py reads them from the generated CTestTestfile.cmake: no list to keep here).
 set(RRFP_ASAN_REPORTS ${CMAKE_BINARY_DIR}/sanitizer-reports)
 add_test(NAME asan_reports_clear COMMAND bash -c "rm -rf \"$0\" && mkdir -p \"$0\"" ${RRFP_ASAN_REPORTS})
 add_test(NAME asan_reports_none
