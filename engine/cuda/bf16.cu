@@ -313,8 +313,8 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
 // forward's output in bf16, so no conversion or rounding pass runs in a forward GEMM (a biased one reads its bias as the
 // 2-byte compute copy AdamW wrote: Backend.bias_dtype). Its backward GEMMs and attention backward read 2-byte output
-// gradients stored by their producers (BackendOps.b16: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
-// clip_ops.cu); the plain linear_backward (an f32 dout converted to bf16 scratch) remains for the gaps (docs/cuda.md,
+// gradients stored by their producers (bf16 gradient Bufs: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
+// clip_ops.cu); linear_backward with an f32 dout (converted to bf16 scratch) remains for the gaps (docs/cuda.md,
 // "2-byte output gradients"). What else remains: a cuDNN run checked against the own kernel widens its inputs into f32
 // scratch.
 
@@ -556,7 +556,7 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                  causal);
 }
 
-// attention_backward_b16 (engine.h, BackendB16): dout16 2-byte (stored so by its producer, the o-projection's /
+// attention_backward with a 2-byte dout (engine.h, "2-byte output gradients"): dout16 2-byte (stored so by its producer, the o-projection's /
 // attn.out's input-gradient GEMM); dq, dk, dv f32 with optional 2-byte mirrors dq16, dk16, dv16 (stride ld16), or dv
 // 2-byte only (dv NULL, dv16 = bf16(dv16 + the f32 gradient) in the kernel's own store: zeroed, it gets rr_f32_to_bf16
 // of attention_backward's dv). cuDNN where it takes the shape (dout packed as it is; its bf16 gradients added into the

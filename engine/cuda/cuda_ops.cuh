@@ -232,7 +232,8 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                    const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn);
-// 2-byte output gradients on the bf16-activation table (Backend's *_b16 slots, engine.h)
+// 2-byte output gradients on the bf16-activation table (its slots dispatch here on a 2-byte gradient or mirror:
+// cuda_backend.cu, the *_g entries)
 void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                     const uint16_t* dout16, const float* dout, const uint16_t* inp, const uint16_t* weight, int N,
                                     int C, int OC, int set);

@@ -114,14 +114,14 @@ static int test_shape(int N, int C, int OC) {
     /* backward adds: both sides start from the same random gradients */
     guarded_fill(&dinp);
     memcpy(ref_dinp, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu.ops->linear_backward(&backend_cpu, ref_dinp, NULL, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref_dinp), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
     g = gemm_desc_linear_backward_input(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_input", N, C, OC, &g, &dinp, ref_dinp);
 
     guarded_fill(&dw);
     memcpy(ref_dw, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu.ops->linear_backward(&backend_cpu, NULL, ref_dw, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_none(), ref_dw, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
     g = gemm_desc_linear_backward_weight(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_weight", N, C, OC, &g, &dw, ref_dw);
@@ -172,7 +172,7 @@ static int test_mutants(void) {
             got = &dinp;
             guarded_fill(got);
             memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-            backend_cpu.ops->linear_backward(&backend_cpu, ref, NULL, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
+            backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
             g = gemm_desc_linear_backward_input(N, C, OC);
             g.beta = 0.0f; /* backward that overwrites instead of adding */
         }
@@ -253,7 +253,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dinp);
     memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, ref, NULL, NULL, dout.p, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
     d = gemm_lt_desc_linear_backward_input(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), NULL);
@@ -267,7 +267,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dw);
     memcpy(ref, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, NULL, ref, NULL, dout.p, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), ref, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
     d = gemm_lt_desc_linear_backward_weight(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), NULL);

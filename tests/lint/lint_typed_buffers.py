@@ -2,7 +2,8 @@
 """lint_typed_buffers.py SRC — a 2-byte buffer never travels as float* (engine/engine.h "Buf", docs/design.md
 "The backend").
 
-1. Every float* parameter of an op slot of engine/engine.h's op tables is f32 by the numerics contract: a gradient
+1. The op table has no 2-byte twins (no BackendB16, no BackendOps.b16: a 2-byte gradient is a Buf of the plain op,
+   or a uint16_t* mirror). Every float* parameter of an op slot of engine/engine.h's op tables is f32 by the numerics contract: a gradient
    (a name d...), a statistic (mean, rstd, lse, loss_sum), a norm's 1-D weight or bias, the optimiser's buffers, the
    f32 side of a conversion, a gather's weights, NF4's f32 tables, or the f32-only generation op (the table below).
    Any other buffer an op takes (an activation, a 2-D weight, a GEMM bias, an embedding table) is a Buf, whose dtype
@@ -11,7 +12,7 @@
    (cuda_bf16a_*) takes no float* but those of rule 1 (its activations are 2-byte: uint16_t* or Buf), and no entry of
    a bf16 table (cuda_bf16_*, cuda_bf16a_*) takes a GEMM's weight or bias or an embedding table (2-byte compute
    copies) as float*.
-3. The model code (vision/, text/lm*, runtime/model/) carves and addresses its activations as typed buffers: no cast
+3. The model code (vision/, text/lm*, runtime/model/) calls no 2-byte twin op (->b16->) and carves and addresses its activations as typed buffers: no cast
    to a 2-byte pointer ((uint16_t*), (const uint16_t*): a 2-byte buffer arrives typed), no float* carved out of an
    arena by a cast, and no float* computed from a byte offset ((float*)((char*)...), the "float* that is only an
    address" idiom).
@@ -49,7 +50,7 @@ F32_BY_CONTRACT = {
     "attention_decode": {"out", "q", "k", "v"},
 }
 GRADIENT = re.compile(r"^d[a-z0-9_]*$")
-TABLES = ("BackendB16", "BackendOps")
+TABLES = ("BackendOps",)
 
 
 def strip_comments(s):
@@ -81,12 +82,15 @@ def op_findings(header_text):
                     out.append("%s.%s: parameter '%s' is float* but not f32 by contract: take a Buf" % (tab, slot, name))
     if slots == 0:
         out.append("no op table (struct BackendOps) found: the scan cannot check anything")
+    if re.search(r"\bBackendB16\b|\bb16\s*;", s):
+        out.append("a 2-byte twin table (BackendB16, BackendOps.b16): a 2-byte gradient is a Buf of the plain op")
     return out
 
 
 MODEL_RULES = [
     (re.compile(r"\(\s*(const\s+)?u?int16_t\s*\*\s*\)"), "a cast to a 2-byte pointer (a 2-byte buffer arrives typed)"),
     (re.compile(r"\(\s*float\s*\*\s*\)\s*arena_alloc\s*\("), "a float* carved by a cast (carve a Buf of the storage's dtype)"),
+    (re.compile(r"->\s*b16\s*->|\bBackendB16\b"), "a 2-byte twin op (the plain op takes 2-byte gradient Bufs)"),
     (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*\(\s*\(\s*(const\s+)?char\s*\*\s*\)"),
      "a float* computed from a byte offset (buf_at on a Buf)"),
 ]
@@ -186,6 +190,8 @@ def self_check():
         t = clean_h.replace("} BackendOps;", bad + "\n} BackendOps;")
         if not op_findings(t):
             return "the op scan misses: %s" % bad
+    if not op_findings(clean_h.replace("} BackendOps;", "const BackendB16* b16;\n} BackendOps;")):
+        return "the op scan passes a 2-byte twin table"
     if not op_findings("struct Other { int x; };"):
         return "the op scan passes a header without the op table"
     clean_e = """void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, int N);
@@ -226,7 +232,7 @@ def self_check():
         return "the model scan flags clean code: %s" % model_findings("x.c", clean_c)
     for bad in ("be->ops->to_bf16(be, (uint16_t*)x0, h, n);", "f((const uint16_t *)a->dlogits);",
                 "a->x = (float*)arena_alloc(ar, n * ab);",
-                "return (float*)((char*)base + i * ab);", "return (const float*)((const char*)base + i * ab);"):
+                "return (float*)((char*)base + i * ab);", "be->ops->b16->linear_backward(be, x);", "return (const float*)((const char*)base + i * ab);"):
         if not model_findings("x.c", bad):
             return "the model scan misses: %s" % bad
     return None
