@@ -509,7 +509,10 @@ typedef struct Backend {
      * norm statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the
      * optimiser's buffers. On the bf16-activation table linear_backward and attention_backward
      * convert an f32 dout to bf16 scratch; the model passes the 2-byte dout its producer stored instead (a
-     * Buf of dtype bf16: "2-byte output gradients" at BackendOps). attention_decode is NULL there (generation keeps the bf16 table). */
+     * Buf of dtype bf16: "2-byte output gradients" at BackendOps). attention_decode is NULL there (generation keeps the bf16 table).
+     * No op reads act_dtype or bias_dtype (each dispatches on its Bufs' dtypes): they say what the model allocates
+     * and how it types a bare address (be_act, be_bias, the parameter table's compute copies), and what the device
+     * reserves (BackendDevice.reserve). */
     DType act_dtype;
     /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16
      * on the CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a

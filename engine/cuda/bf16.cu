@@ -156,13 +156,12 @@ static void gemm_lt_run_operands(const Backend* be, const GemmLtDesc* d, const G
     cudaDataType ctype = C.dt == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
-    /* the bias in the table's Backend.bias_dtype (2-byte on the bf16 tables: the compute copy AdamW writes): a bf16 D
-     * takes it as it is; an f32 D (the f32-word bf16 table) takes it in f32, widened (exact) after the operands */
-    int bias32 = bias && ctype == CUDA_R_32F && be->bias_dtype == DTYPE_BF16;
+    /* the bias 2-byte (its type: the compute copy AdamW writes, handed over from a bf16 Buf by the table's edge): a
+     * bf16 D takes it as it is; an f32 D (the f32-word bf16 table) takes it in f32, widened (exact) after the operands */
+    int bias32 = bias && ctype == CUDA_R_32F;
     size_t boff = (na + nb + 7) & ~(size_t)7; /* 16-byte aligned f32 words */
     uint16_t* s = bf16_scratch(bias32 ? boff + 2 * (size_t)g->m : na + nb);
     const void* bias_d = bias;
-    RR_ASSERT(!bias || be->bias_dtype == DTYPE_BF16); /* the 2-byte compute copy; cuBLASLt adds a bf16 D's bias in bf16 */
     if (bias32) {
         bf16_to_f32_cuda((float*)(s + boff), bias, (size_t)g->m, cuda_stream(be));
         bias_d = s + boff;

@@ -243,7 +243,6 @@ static void w_linear_backward(const Backend* be, Buf dinp_b, float* dweight, flo
         return;
     }
     float* dinp = buf_f32p(dinp_b);
-    const float* dout = buf_f32p(dout_b);
     (void)be, (void)dout32;
     double use = 0, target = 0, nd = (double)N * OC * G;
     if (dinp) use += nd + (double)OC * C * W16 + 2.0 * N * C * G, target += nd + (double)OC * C * W16 + 2.0 * N * C * G;
