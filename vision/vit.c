@@ -801,11 +801,9 @@ static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const 
     int N = a->N, D = c->D, L = c->L;
     float* dxL = vit_dx(a, c, L);
     be->dev->memset0(be, dxL, (size_t)N * D * sizeof(float));
-    if (vit_dx16(a, c, L)) /* with the 2-byte copy for the last block's fc2 */
-        be->ops->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
-                                    a->lnf_rstd, N, D);
-    else
-        be->ops->layernorm_backward(be, dxL, NULL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+    /* with 2-byte activations, the 2-byte copy for the last block's fc2 (NULL: none) */
+    be->ops->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
+                                a->lnf_rstd, N, D);
 }
 
 static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
@@ -822,11 +820,12 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
         return;
     }
     int P = 3 * c->patch * c->patch;
-    if (vit_dx16(a, c, 0)) /* block 0's B stored the 2-byte copy */
-        be->ops->linear_backward(be, buf_none(), buf_f32p(g->patch_w), buf_f32p(g->patch_b), buf_bf16(vit_dx16(a, c, 0)), vit_dx(a, c, 0), a->patches,
-                                 w->patch_w, a->N, P, c->D, 0);
-    else
-        be->ops->linear_backward(be, buf_none(), buf_f32p(g->patch_w), buf_f32p(g->patch_b), buf_f32(vit_dx(a, c, 0)), NULL, a->patches, w->patch_w, a->N, P, c->D, 0);
+    /* the output gradient as block 0's B stored it: its 2-byte copy with 2-byte activations (the bias sums the f32 one),
+     * else the f32 one */
+    uint16_t* d16 = vit_dx16(a, c, 0);
+    float* d32 = vit_dx(a, c, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(g->patch_w), buf_f32p(g->patch_b), d16 ? buf_bf16(d16) : buf_f32(d32),
+                             d16 ? d32 : NULL, a->patches, w->patch_w, a->N, P, c->D, 0);
 }
 
 void vit_backward_input(const Backend* be, const VitConfig* c, const VitW* w, VitActs* a) {

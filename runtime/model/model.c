@@ -1406,21 +1406,16 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->dev->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
-    if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
-        be->ops->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
-                                  a->rstdf, T, Dt);
-    else
-        be->ops->rmsnorm_backward(be, dxL, NULL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    /* with 2-byte activations, dxL's 2-byte copy for the last block's down projection (NULL: none) */
+    be->ops->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf,
+                              T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
-    if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
-        be->ops->linear_backward(be, buf_none(), st->head_g, NULL, a->dlogits, NULL, a->nf, st->head_w, T,
-                                 Dt, V, 0);
-    else
-        be->ops->linear_backward(be, buf_none(), st->head_g, NULL, a->dlogits, NULL, a->nf, st->head_w, T, Dt, V, 0);
+    /* dlogits 2-byte (stored so by cross-entropy's backward) or f32, as the table stores it */
+    be->ops->linear_backward(be, buf_none(), st->head_g, NULL, a->dlogits, NULL, a->nf, st->head_w, T, Dt, V, 0);
     be->ops->rmsnorm_backward(be, NULL, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
