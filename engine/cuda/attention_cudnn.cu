@@ -285,22 +285,42 @@ void finish_plan(Graph* g, std::vector<Desc>& ops, Plan* pp) {
     }
 }
 
+// The plan of this shape and direction when one was built (*hit 1; NULL: cuDNN refused it), else *hit 0.
+Plan* cached_plan(int S, int Smax, int H, int d, int causal, int backward, int* hit) {
+    for (auto& p : g_state.plans)
+        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && p.backward == backward) {
+            *hit = 1;
+            return p.refused ? NULL : &p;
+        }
+    *hit = 0;
+    return NULL;
+}
+
+// The dims and strides both graphs describe their tensors with (B = S sequences of Smax rows, H heads of dim d): Q,
+// O and their gradients [B, H, Smax, d] (THD), K^T [B, H, d, Smax], the scores [B, H, Smax, Smax], the stats
+// [B, H, Smax, 1] (and a row of them), the scalars, the sequence lengths and the ragged offsets.
+struct PlanShapes {
+    int64_t dq[4], sq[4], dkt[4], skt[4], ds[4], ss[4], dst[4], sst[4], srow[4], dsc[4], ssc[4], dseq[4], sseq[4], doff[4];
+};
+PlanShapes plan_shapes(int S, int Smax, int H, int d) {
+    int64_t B = S, L = Smax, HD = (int64_t)H * d;
+    PlanShapes t = {{B, H, L, d}, {L * HD, d, HD, 1}, {B, H, d, L}, {L * HD, d, 1, HD}, {B, H, L, L},
+                    {(int64_t)H * L * L, L * L, L, 1}, {B, H, L, 1}, {L * H, 1, H, 1}, {H * L, L, 1, 1}, {1, 1, 1, 1},
+                    {1, 1, 1, 1}, {B, 1, 1, 1}, {1, 1, 1, 1}, {B + 1, 1, 1, 1}};
+    return t;
+}
+
 // Build (once per shape) the forward plan, or remember that cuDNN refused it.
 Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
     State& s = g_state;
-    for (auto& p : s.plans)
-        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && !p.backward)
-            return p.refused ? NULL : &p;
+    int hit;
+    Plan* cached = cached_plan(S, Smax, H, d, causal, 0, &hit);
+    if (hit) return cached;
     Plan p = {S, Smax, H, d, causal, 0, 1, 0, NULL, NULL, 0};
     Graph* g = new Graph();
-    int64_t B = S, L = Smax, HD = (int64_t)H * d;
-    int64_t dq[4] = {B, H, L, d}, sq[4] = {L * HD, d, HD, 1};
-    int64_t dkt[4] = {B, H, d, L}, skt[4] = {L * HD, d, 1, HD};
-    int64_t ds[4] = {B, H, L, L}, ss[4] = {(int64_t)H * L * L, L * L, L, 1};
-    int64_t dst[4] = {B, H, L, 1}, sst[4] = {L * H, 1, H, 1};
-    int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
-    int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1};
-    int64_t doff[4] = {B + 1, 1, 1, 1};
+    PlanShapes sh = plan_shapes(S, Smax, H, d);
+    int64_t *dq = sh.dq, *sq = sh.sq, *dkt = sh.dkt, *skt = sh.skt, *ds = sh.ds, *ss = sh.ss, *dst = sh.dst, *sst = sh.sst;
+    int64_t *dsc = sh.dsc, *ssc = sh.ssc, *dseq = sh.dseq, *sseq = sh.sseq, *doff = sh.doff;
     Desc off_q = g->tensor(U_OFF_Q, CUDNN_DATA_INT32, doff, sseq, false);
     Desc off_k = g->tensor(U_OFF_K, CUDNN_DATA_INT32, doff, sseq, false);
     Desc off_v = g->tensor(U_OFF_V, CUDNN_DATA_INT32, doff, sseq, false);
@@ -325,7 +345,7 @@ Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
     Desc s1 = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1));
     Desc s3 = g->masks(ops, s1, seq_q, seq_kv, neg_inf, causal, ds, ss, vid);
-    int64_t srow[4] = {H * L, L, 1, 1};
+    int64_t* srow = sh.srow;
     Desc mx = virt(CUDNN_DATA_FLOAT, dst, srow);
     ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_MAX, s3, mx));
     Desc s4 = virt(CUDNN_DATA_FLOAT, ds, ss), e = virt(CUDNN_DATA_FLOAT, ds, ss);
@@ -350,19 +370,17 @@ Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
 // dS = P (dP - rowsum(dO O)) / sqrt(d), dQ = dS K, dK = dS^T Q; transposes as reshapes).
 Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     State& s = g_state;
-    for (auto& p : s.plans)
-        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && p.backward)
-            return p.refused ? NULL : &p;
+    int hit;
+    Plan* cached = cached_plan(S, Smax, H, d, causal, 1, &hit);
+    if (hit) return cached;
     Plan p = {S, Smax, H, d, causal, 1, 1, 0, NULL, NULL, 0};
     Graph* g = new Graph();
-    int64_t B = S, L = Smax, HD = (int64_t)H * d;
-    int64_t dq[4] = {B, H, L, d}, sq[4] = {L * HD, d, HD, 1};
-    int64_t dkt[4] = {B, H, d, L}, skt[4] = {L * HD, d, 1, HD};
+    int64_t B = S, L = Smax;
+    PlanShapes sh = plan_shapes(S, Smax, H, d);
+    int64_t *dq = sh.dq, *sq = sh.sq, *dkt = sh.dkt, *skt = sh.skt, *ds = sh.ds, *ss = sh.ss, *dst = sh.dst, *sst = sh.sst;
+    int64_t *srow = sh.srow, *dsc = sh.dsc, *ssc = sh.ssc, *dseq = sh.dseq, *sseq = sh.sseq, *doff = sh.doff;
     int64_t sdense[4] = {H * L * d, L * d, d, 1};
-    int64_t ds[4] = {B, H, L, L}, ss[4] = {(int64_t)H * L * L, L * L, L, 1}, sst_t[4] = {(int64_t)H * L * L, L * L, 1, L};
-    int64_t dst[4] = {B, H, L, 1}, sst[4] = {L * H, 1, H, 1}, srow[4] = {H * L, L, 1, 1};
-    int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
-    int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1}, doff[4] = {B + 1, 1, 1, 1};
+    int64_t sst_t[4] = {(int64_t)H * L * L, L * L, 1, L};
     auto off = [&](int64_t uid) { return g->tensor(uid, CUDNN_DATA_INT32, doff, sseq, false); };
     Desc off_k = off(U_OFF_K);
     Desc q = g->tensor(U_Q, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_Q));
