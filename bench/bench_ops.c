@@ -245,7 +245,7 @@ static void bench_attention(int quick) {
             double t0 = rr_now();
             be->ops->attention_forward(be, be_act(be, out), lse, be_act(be, qkv), be_act(be, qkv + D), be_act(be, qkv + 2 * D), cu, a->S, T, H, H, d, ld, ld, a->causal);
             double t1 = rr_now();
-            be->ops->attention_backward(be, dqkv, dqkv + D, dqkv + 2 * D, dout, be_act(be, out), lse, be_act(be, qkv), be_act(be, qkv + D), be_act(be, qkv + 2 * D), cu, a->S,
+            be->ops->attention_backward(be, dqkv, dqkv + D, dqkv + 2 * D, NULL, NULL, NULL, 0, buf_f32(dout), be_act(be, out), lse, be_act(be, qkv), be_act(be, qkv + D), be_act(be, qkv + 2 * D), cu, a->S,
                                    T, H, H, d, ld, ld, a->causal);
             double t2 = rr_now();
             if (t1 - t0 < best_f) best_f = t1 - t0;

@@ -73,7 +73,7 @@ static void bwd(void* p) {
     int hd = c->H * c->d, ld = 3 * hd;
     if (!c->bf16) {
         float *q = (float*)c->qkv, *g = (float*)c->dqkv;
-        c->cu->ops->attention_backward(c->cu, g, g + hd, g + 2 * hd, (float*)c->dout, be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd),
+        c->cu->ops->attention_backward(c->cu, g, g + hd, g + 2 * hd, NULL, NULL, NULL, 0, buf_f32((float*)c->dout), be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd),
                                   c->cu_d, c->S, c->T, c->H, c->H, c->d, ld, ld, c->causal);
     } else {
         uint16_t *q = (uint16_t*)c->qkv, *g = (uint16_t*)c->dqkv;

@@ -50,9 +50,9 @@ static void call(Ctx* c) {
     const Backend* be = c->be;
     switch (c->op) {
     case RMS_F: be->ops->rmsnorm_forward(be, be_act(be, c->y), c->st1, be_act(be, c->x), c->w, c->N, c->C, 1e-5); break;
-    case RMS_W: be->ops->rmsnorm_backward(be, NULL, c->gw, c->g, be_act(be, c->x), c->w, c->st1, c->N, c->C); break;
+    case RMS_W: be->ops->rmsnorm_backward(be, NULL, NULL, c->gw, c->g, be_act(be, c->x), c->w, c->st1, c->N, c->C); break;
     case LN_F: be->ops->layernorm_forward(be, be_act(be, c->y), c->st1, c->st2, be_act(be, c->x), c->w, c->b, c->N, c->C); break;
-    case LN_W: be->ops->layernorm_backward(be, NULL, c->gw, c->gb, c->g, be_act(be, c->x), c->w, c->st1, c->st2, c->N, c->C); break;
+    case LN_W: be->ops->layernorm_backward(be, NULL, NULL, c->gw, c->gb, c->g, be_act(be, c->x), c->w, c->st1, c->st2, c->N, c->C); break;
     case SWIGLU_F: be->ops->swiglu_forward(be, be_act(be, c->z), be_act(be, c->x), be_act(be, c->y), c->n); break;
     case GELU_F: be->ops->gelu_forward(be, be_act(be, c->y), be_act(be, c->x), c->n); break;
     case ADD_F: be->ops->add_forward(be, be_act(be, c->z), be_act(be, c->x), be_act(be, c->y), c->n); break;

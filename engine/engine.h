@@ -259,77 +259,31 @@ typedef struct BackendDevice {
     void (*memory_tag)(int tag);
 } BackendDevice;
 
-/* ---- 2-byte output gradients: the ops of the ops table with act_dtype = DTYPE_BF16 (the CUDA backend's
- * bf16-activation table, the only one with BackendOps.b16 set) that let a backward GEMM and the attention
- * backward read an output gradient as 2-byte bf16 words written by the kernel that produced it, in its own
- * store, with no conversion pass: each 2-byte gradient g16 holds rr_f32_to_bf16 of the f32 gradient the
- * plain op would leave in a zeroed buffer (the value the plain ops' conversion gives), so the numerics are
- * exactly the plain ops'. uint16_t* arguments are 2-byte words, float* f32 words and Buf as in the plain
- * op. */
-typedef struct BackendB16 {
-    /* linear_backward with the output gradient dout16 (N, OC) 2-byte: the GEMMs read it as it is; dbias sums the f32
-     * dout (needed only with dbias, else may be NULL). The input gradient's first write WRITES it (the GEMM's beta 0,
-     * so that no memset precedes it), a later one adds: dinp (f32) is written with set = 1 and added into with
-     * set = 0; dinp16, instead of dinp (at most one of them), is the input gradient stored as 2-byte words, always
-     * written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight and dbias
-     * add (they accumulate over microbatches). */
-    void (*linear_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                            const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C,
-                            int OC, int set);
-    /* swiglu_backward storing dgate16, dup16 (2-byte, OVERWRITTEN: the gradients the plain op adds into zeroed f32
-     * buffers, narrowed); either may be NULL. Read only by GEMMs. */
-    void (*swiglu_backward)(const struct Backend* be, uint16_t* dgate16, uint16_t* dup16, const float* dout,
-                            Buf gate, Buf up, size_t n);
-    /* rmsnorm_backward that also stores the final f32 dinp (after its add) as 2-byte words into dinp16 (N, C) in the
-     * same pass: the residual stream's gradient, kept f32 (later ops add into it) with the 2-byte copy the next GEMM
-     * reads. dinp16 NULL: the plain op. */
-    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
-                             Buf inp, const float* weight, const float* rstd, int N, int C);
-    /* rope_qk_backward (the LM's dq and dk in one launch) reading the f32 gradients dq (H heads, stride ld_q) and dk
-     * (Hkv heads, stride ld_k) and storing the rotated values as 2-byte words into dq16, dk16 (rows of stride ldq16,
-     * ldk16); keep_q / keep_k: dq / dk rotated in place too (a bias gradient reads it), else left as they were. */
-    void (*rope_qk_backward)(const struct Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
-                             float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf,
-                             int keep_q, int keep_k);
-    /* attention_backward with dout16 2-byte (T, H d) and dq, dk, dv f32 (added, as the plain op), each with an
-     * optional 2-byte mirror dq16, dk16, dv16 (rows of stride ld16; NULL: none) that gets rr_f32_to_bf16 of the final
-     * f32 value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes). dv NULL with
-     * dv16: dv is 2-byte only, dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's store (zero it first: it
-     * then holds the plain op's dv narrowed; dq16, dk16 must then be NULL). */
-    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                               uint16_t* dv16, int ld16,
-                               const uint16_t* dout16, Buf out, const float* lse, Buf q, Buf k,
-                               Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q,
-                               int ld_kv, int causal);
-    /* layernorm_backward with dinp's final value also stored as 2-byte words into dinp16 (as rmsnorm_backward above) */
-    void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
-                               const float* dout, Buf inp, const float* weight, const float* mean,
-                               const float* rstd, int N, int C);
-    /* act_backward (ACT_GELU_TANH: gelu_backward) adding into the f32 dinp (a bias gradient sums it) and storing its
-     * final value as 2-byte words into dinp16 in the same pass (dinp16 NULL: the plain op) */
-    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp,
-                         size_t n, Act act);
-    /* rope2d_backward as rope_qk_backward above (f32 dx read, rotated values stored 2-byte into dx16, dx rotated too
-     * with keep_f32) */
-    void (*rope2d_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
-                            const int* pos_col, int N, int H, int d, int ld, int keep_f32);
-    /* crossentropy_backward storing dlogits16 (N, V) 2-byte, OVERWRITTEN: every row the plain op's value over a
-     * zeroed f32 buffer, narrowed (rows with target -100: zeros). Read only by the head's GEMMs. */
-    void (*crossentropy_backward)(const struct Backend* be, uint16_t* dlogits16, Buf logits, const float* lse,
-                                  const int* targets, float scale, int N, int V);
-} BackendB16;
-
 /* The math. Every op takes the Backend it was called through as its first argument
  * (`be->ops->linear_forward(be, ...)`), so the same ops run on the stream that Backend is bound to and
- * see its storage facts. An op a table does not have is NULL (said at the op). */
+ * see its storage facts. An op a table does not have is NULL (said at the op).
+ *
+ * 2-byte output gradients (the bf16-activation table, act_dtype = DTYPE_BF16): a backward GEMM and the attention
+ * backward can read an output gradient stored as 2-byte bf16 words by the kernel that produced it, in its own store,
+ * with no conversion pass. Such a gradient is a Buf of dtype DTYPE_BF16 (linear_backward's dout and dinp,
+ * swiglu_backward's dgate and dup, attention_backward's dout, crossentropy_backward's dlogits) or a 2-byte mirror
+ * (uint16_t*: a copy of an f32 gradient's final value, stored in the same pass: *_backward's dinp16, dq16, ...). Each
+ * 2-byte value is rr_f32_to_bf16 of the f32 gradient the op would leave in a zeroed f32 buffer, so the numerics are
+ * exactly the f32 gradients'. The ops dispatch on the gradients' dtypes; only a table with act_dtype = DTYPE_BF16
+ * takes 2-byte gradients and mirrors: every other table refuses them (RR_ASSERT), so its callers pass f32 Bufs,
+ * NULL mirrors and 0 for the flags that go with them. */
 typedef struct BackendOps {
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
     void (*linear_forward)(const struct Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C,
                            int OC);
     /* dinp (N, C) += dout @ weight; dweight (OC, C) += dout^T @ inp; dbias (OC) += sum_n dout.
-     * Any of dinp / dweight / dbias may be NULL. */
-    void (*linear_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
-                            Buf weight, int N, int C, int OC);
+     * Any of dinp (dinp.p) / dweight / dbias may be NULL. set = 1: an f32 dinp is written, not added (its first
+     * write: no memset before it; the GEMM's beta 0). A 2-byte dout (N, OC) is read by the GEMMs as it is, and dbias
+     * then sums dout32, the f32 dout (needed only with dbias; NULL otherwise, and with an f32 dout). A 2-byte dinp is
+     * always written: rr_f32_to_bf16(dout @ weight) (the attention backward's dout, from the o-projection). dweight
+     * and dbias add (they accumulate over microbatches). */
+    void (*linear_backward)(const struct Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout, const float* dout32,
+                            Buf inp, Buf weight, int N, int C, int OC, int set);
     /* Linear then GELU (tanh), one op where the backend can fuse them (the ViT MLP's fc1 and the
      * projector's first linear): pre (N, OC) = inp @ weight^T + bias, the pre-activation saved for
      * gelu_backward, and out (N, OC) = gelu(pre); bias may be NULL. fp32 tables: exactly linear_forward
@@ -344,23 +298,28 @@ typedef struct BackendOps {
     /* LayerNorm over C, eps 1e-5. mean, rstd: (N) saved for backward. */
     void (*layernorm_forward)(const struct Backend* be, Buf out, float* mean, float* rstd, Buf inp, const float* weight,
                               const float* bias, int N, int C);
-    void (*layernorm_backward)(const struct Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
-                               const float* weight, const float* mean, const float* rstd, int N, int C);
+    /* backward: dinp, dweight, dbias += (each may be NULL); dinp16 (2-byte tables; NULL: none): dinp's final value
+     * also stored as 2-byte words in the same pass (the residual stream's gradient, kept f32 because later ops add
+     * into it, with the 2-byte copy the next GEMM reads). */
+    void (*layernorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                               const float* dout, Buf inp, const float* weight, const float* mean, const float* rstd,
+                               int N, int C);
 
     /* RMSNorm over C: out = x / sqrt(mean(x^2) + eps) * w (eps: model.rms_eps, 1e-5 by default). rstd: (N)
      * saved; the backward needs only rstd. */
     void (*rmsnorm_forward)(const struct Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N, int C, double eps);
-    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, float* dweight, const float* dout, Buf inp, const float* weight,
-                             const float* rstd, int N, int C);
+    /* dinp16: as layernorm_backward's */
+    void (*rmsnorm_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                             Buf inp, const float* weight, const float* rstd, int N, int C);
 
     /* GELU, tanh approximation, elementwise over n values. In place allowed (out == inp). */
     void (*gelu_forward)(const struct Backend* be, Buf out, Buf inp, size_t n);
     void (*gelu_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, size_t n);
 
-    /* SwiGLU: out = silu(gate) * up, elementwise over n. */
+    /* SwiGLU: out = silu(gate) * up, elementwise over n. backward: f32 dgate, dup += the gradients; 2-byte dgate,
+     * dup (either may be NULL there) are OVERWRITTEN with the gradients narrowed (read only by GEMMs). */
     void (*swiglu_forward)(const struct Backend* be, Buf out, Buf gate, Buf up, size_t n);
-    void (*swiglu_backward)(const struct Backend* be, float* dgate, float* dup, const float* dout, Buf gate, Buf up,
-                            size_t n);
+    void (*swiglu_backward)(const struct Backend* be, Buf dgate, Buf dup, const float* dout, Buf gate, Buf up, size_t n);
 
     /* Residual add: out = a + b (in place allowed). */
     void (*add_forward)(const struct Backend* be, Buf out, Buf a, Buf b, size_t n);
@@ -376,7 +335,11 @@ typedef struct BackendOps {
     /* 2-D RoPE: within each head, dims [0, d/2) rotate by pos_row[i] as 1-D RoPE of dim d/2, dims
      * [d/2, d) rotate by pos_col[i] as 1-D RoPE of dim d/2. */
     void (*rope2d_forward)(const struct Backend* be, Buf x, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
-    void (*rope2d_backward)(const struct Backend* be, float* dx, const int* pos_row, const int* pos_col, int N, int H, int d, int ld);
+    /* backward: dx rotated in place; with dx16 (2-byte tables; NULL: none) the rotated values are stored as 2-byte
+     * words into dx16 (rows of stride ld16) instead, and dx is rotated too only with keep_f32 (a bias gradient reads
+     * it), else left as it was. */
+    void (*rope2d_backward)(const struct Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                            const int* pos_col, int N, int H, int d, int ld, int keep_f32);
 
     /* out (N, C) = table[ids[n]]; dtable (V, C) += scatter of dout. */
     void (*embedding_forward)(const struct Backend* be, Buf out, const int* ids, Buf table, int N, int C);
@@ -386,9 +349,11 @@ typedef struct BackendOps {
      * forward: *loss_sum (one float, host or device per backend) = sum over n with targets[n] != -100
      *          of (lse[n] - logits[n, targets[n]]); lse (N) saved.
      * backward: dlogits (N, V) += scale * (softmax(logits) - onehot(target)) for supervised rows
-     *          (rows with target -100 get nothing). `scale` is 1 / (supervised targets in the step). */
+     *          (rows with target -100 get nothing). `scale` is 1 / (supervised targets in the step). A 2-byte
+     *          dlogits is OVERWRITTEN: every row the f32 value over a zeroed buffer, narrowed (rows with target
+     *          -100: zeros); read only by the head's GEMMs. */
     void (*crossentropy_forward)(const struct Backend* be, float* loss_sum, float* lse, Buf logits, const int* targets, int N, int V);
-    void (*crossentropy_backward)(const struct Backend* be, float* dlogits, Buf logits, const float* lse, const int* targets,
+    void (*crossentropy_backward)(const struct Backend* be, Buf dlogits, Buf logits, const float* lse, const int* targets,
                                   float scale, int N, int V);
 
     /* Attention over S packed sequences (cu_seqlens), H query heads of dim d and Hkv key/value heads
@@ -401,11 +366,15 @@ typedef struct BackendOps {
      * Never materialises more than a block of the T x T score matrix (online softmax); backward
      * recomputes scores from q, k and lse.
      * backward: dq (stride ld_q), dk, dv (stride ld_kv) += gradients; a key/value head's gradient is the
-     * sum over the query heads of its group. */
+     * sum over the query heads of its group. dout f32 or 2-byte (T, H d). On the 2-byte tables, dq16, dk16, dv16
+     * (rows of stride ld16; NULL: none) are optional 2-byte mirrors that get rr_f32_to_bf16 of the final f32 value
+     * in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes); dv NULL with dv16: dv
+     * is 2-byte only, dv16 = rr_f32_to_bf16(dv16 + the f32 gradient) in the kernel's store (zero it first: it then
+     * holds the f32 dv narrowed; dq16, dk16 must then be NULL). */
     void (*attention_forward)(const struct Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
                               const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
-    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
-                               const float* lse, Buf q, Buf k, Buf v,
+    void (*attention_backward)(const struct Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                               uint16_t* dv16, int ld16, Buf dout, Buf out, const float* lse, Buf q, Buf k, Buf v,
                                const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 
     /* The step end (the trainer's global gradient norm, clipping and AdamW), so that parameters,
@@ -433,9 +402,12 @@ typedef struct BackendOps {
      * in place allowed. Refreshes the ParamTable's bf16 compute copy after each optimiser step. */
     void (*round_bf16)(const struct Backend* be, float* out, const float* inp, size_t n);
     /* ---- the CLIP tower's ops (vision/vit.c, model.vision_arch = clip) */
-    /* out = act(inp) elementwise over n values (in place allowed); backward: dinp += act'(inp) * dout. */
+    /* out = act(inp) elementwise over n values (in place allowed); backward: dinp += act'(inp) * dout, and with
+     * dinp16 (2-byte tables, ACT_GELU_TANH; NULL: none) dinp's final value also stored as 2-byte words in the same
+     * pass (a bias gradient sums the f32 dinp, the next GEMM reads the copy). */
     void (*act_forward)(const struct Backend* be, Buf out, Buf inp, size_t n, Act act);
-    void (*act_backward)(const struct Backend* be, float* dinp, const float* dout, Buf inp, size_t n, Act act);
+    void (*act_backward)(const struct Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
+                         Act act);
     /* Weighted row gather: out (N, C) += sum over k < K of w[n K + k] * table[idx[n K + k], :] (w NULL:
      * every weight 1; idx < 0: the tap is skipped). The class token, the patch rows' placement among the
      * tokens, the bicubic-interpolated position embeddings (K = 16 taps) and the features without the
@@ -474,14 +446,14 @@ typedef struct BackendOps {
     /* 1-D RoPE over the LM's q and k in one pass: rope_forward of q (N rows of H heads, stride
      * ld_q) and of k (Hkv heads, stride ld_k) at the same positions, the same values in one launch on CUDA;
      * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations
-     * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). */
+     * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). With dq16,
+     * dk16 (2-byte tables; NULL: none) the backward stores the rotated values as 2-byte words there (rows of stride
+     * ldq16, ldk16) instead, and rotates dq / dk in place too only with keep_q / keep_k (a bias gradient reads it). */
     void (*rope_qk_forward)(const struct Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                             int ld_k, const RopeFreq* rf);
-    void (*rope_qk_backward)(const struct Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
-                             int ld_k, const RopeFreq* rf);
-    /* The 2-byte output-gradient ops (BackendB16 above): set where act_dtype = DTYPE_BF16 (every such table has
-     * them), NULL elsewhere (the f32-word tables, the CPU's included, keep f32 gradients and the plain ops). */
-    const BackendB16* b16;
+    void (*rope_qk_backward)(const struct Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                             float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf,
+                             int keep_q, int keep_k);
     /* LoRA's dropout (text/lm_lora.c) over an activation matrix inp (N, C) that is columns [c0, c0 + C) of a
      * matrix of global width ld_g (a tensor-parallel rank's share; c0 = 0, ld_g = C unsplit): out = inp where
      * the mask keeps an element, scaled by 1 / (1 - p), else 0; the mask is a pure function of (seed, the
@@ -535,9 +507,12 @@ typedef struct Backend {
      * arrive 2-byte, narrowed on the host: vision.h vit_forward). be_act below types an address so. Every
      * float* of the ops is f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract,
      * norm statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the
-     * optimiser's buffers. On the bf16-activation table the plain linear_backward and attention_backward
-     * convert their f32 dout to bf16 scratch; the model calls BackendOps.b16's with the 2-byte dout its
-     * producer stored instead. attention_decode is NULL there (generation keeps the bf16 table). */
+     * optimiser's buffers. On the bf16-activation table linear_backward and attention_backward
+     * convert an f32 dout to bf16 scratch; the model passes the 2-byte dout its producer stored instead (a
+     * Buf of dtype bf16: "2-byte output gradients" at BackendOps). attention_decode is NULL there (generation keeps the bf16 table).
+     * No op reads act_dtype or bias_dtype (each dispatches on its Bufs' dtypes): they say what the model allocates
+     * and how it types a bare address (be_act, be_bias, the parameter table's compute copies), and what the device
+     * reserves (BackendDevice.reserve). */
     DType act_dtype;
     /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16
      * on the CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a

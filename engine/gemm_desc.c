@@ -41,13 +41,13 @@ int gemm_desc_valid(const GemmDesc* g) {
     return g->lda >= imax(1, a_rows) && g->ldb >= imax(1, b_rows) && g->ldc >= imax(1, g->m);
 }
 
-void gemm_desc_operands(const GemmDesc* g, const GemmOperands* ops, const float** A, const float** B, float** C) {
+void gemm_desc_operands(const GemmDesc* g, const GemmOperands* ops, Buf* A, Buf* B, Buf* C) {
     RR_ASSERT(g->a >= 0 && g->a < GEMM_PTR_COUNT && g->b >= 0 && g->b < GEMM_PTR_COUNT && g->c >= 0 &&
               g->c < GEMM_PTR_COUNT);
     *A = ops->ptr[g->a];
     *B = ops->ptr[g->b];
-    *C = (float*)ops->ptr[g->c];
-    RR_ASSERT(*A && *B && *C);
+    *C = ops->ptr[g->c];
+    RR_ASSERT(A->p && B->p && C->p);
 }
 
 const char* gemm_ptr_name(GemmPtr p) {

@@ -13,6 +13,8 @@
 #ifndef RRFP_GEMM_DESC_H
 #define RRFP_GEMM_DESC_H
 
+#include "engine/engine.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,9 +40,11 @@ typedef struct {
     GemmPtr a, b, c;
 } GemmDesc;
 
-/* The tensors of one linear call, indexed by GemmPtr (unused ones NULL). */
+/* The tensors of one linear call, indexed by GemmPtr (unused ones buf_none()): each a typed buffer, so an
+ * operand's storage (f32 words, 2-byte bf16 words) travels with its address. The fp32 GEMMs take f32 operands only
+ * (linear.cu); the bf16 GEMMs convert an f32 operand to bf16 and pass a 2-byte one as it is (bf16.cu). */
 typedef struct {
-    const float* ptr[GEMM_PTR_COUNT];
+    Buf ptr[GEMM_PTR_COUNT];
 } GemmOperands;
 
 /* out (N, OC) = inp (N, C) @ weight (OC, C)^T           (beta 0: overwrites out; bias added apart) */
@@ -50,9 +54,9 @@ GemmDesc gemm_desc_linear_backward_input(int N, int C, int OC);
 /* dweight (OC, C) += dout (N, OC)^T @ inp (N, C)         (beta 1) */
 GemmDesc gemm_desc_linear_backward_weight(int N, int C, int OC);
 
-/* The A, B and C pointers of `g` taken from `ops`. Dies (RR_ASSERT) if one is NULL: a caller
+/* The A, B and C buffers of `g` taken from `ops`. Dies (RR_ASSERT) if one is NULL: a caller
  * must not build a desc for a product it skips. */
-void gemm_desc_operands(const GemmDesc* g, const GemmOperands* ops, const float** A, const float** B, float** C);
+void gemm_desc_operands(const GemmDesc* g, const GemmOperands* ops, Buf* A, Buf* B, Buf* C);
 
 /* 1 if the desc satisfies the BLAS argument rules (m, n, k >= 0; lda >= max(1, rows of A as stored),
  * ldb likewise, ldc >= max(1, m)); 0 otherwise. cuBLAS rejects such a call with

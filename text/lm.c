@@ -237,7 +237,7 @@ static void lm_rope_qk(const Backend* be, const LmConfig* c, Buf q, Buf k, const
     if (forward && be->ops->rope_qk_forward) {
         be->ops->rope_qk_forward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
     } else if (!forward && be->ops->rope_qk_backward) {
-        be->ops->rope_qk_backward(be, buf_f32p(q), buf_f32p(k), pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
+        be->ops->rope_qk_backward(be, NULL, 0, buf_f32p(q), NULL, 0, buf_f32p(k), pos, T, H, Hkv, d, ld_q, ld_k, &c->rope, 0, 0);
     } else if (forward) {
         be->ops->rope_forward(be, q, pos, T, H, d, ld_q, &c->rope);
         be->ops->rope_forward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
@@ -292,47 +292,47 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
-/* B with 2-byte activations (BackendOps.b16): every GEMM reads a 2-byte output gradient stored by its producer (no conversion pass):
+/* B with 2-byte activations (2-byte gradient Bufs, engine.h): every GEMM reads a 2-byte output gradient stored by its producer (no conversion pass):
  * the same values as the plain path's conversions, so the same numerics. */
 static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
                                         LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin,
                                         const float* dxout, float* dxin) {
-    const BackendB16* b = be->ops->b16;
+    const BackendOps* b = be->ops;
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
-    uint16_t *dgate16 = buf_bf16p(g->dgate), *dup16 = buf_bf16p(g->dup), *datt16 = buf_bf16p(s->datt);
+    RR_ASSERT(g->dgate.dt == DTYPE_BF16 && g->dup.dt == DTYPE_BF16 && s->datt.dt == DTYPE_BF16);
     /* MLP branch; an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset), later ones add */
     if (g->dxout16) {
-        b->linear_backward(be, s->dh, NULL, NULL, NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 1);
+        b->linear_backward(be, buf_f32(s->dh), NULL, NULL, buf_bf16(g->dxout16), NULL, a->h, w->down_w, T, F, D, 1);
     } else { /* no 2-byte copy: converted */
         be->dev->memset0(be, s->dh, TF * sizeof(float));
-        be->ops->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+        be->ops->linear_backward(be, buf_f32(s->dh), NULL, NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
     }
-    b->swiglu_backward(be, dgate16, dup16, s->dh, a->gate, a->up, TF); /* stores: no memset */
-    b->linear_backward(be, g->dn2, NULL, NULL, NULL, dgate16, NULL, a->n2, w->gate_w, T, D, F, 1);
-    b->linear_backward(be, g->dn2, NULL, NULL, NULL, dup16, NULL, a->n2, w->up_w, T, D, F, 0);
+    b->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF); /* stores: no memset */
+    b->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 1);
+    b->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
     lm_tp_sum(c, g->dn2, TD);
     be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
     b->rmsnorm_backward(be, g->dxmid, g->dxmid16, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: o's input gradient stored 2-byte by its GEMM (beta 0: no memset) */
-    b->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, a->att, w->o_w, T, Dq, D, 1);
+    b->linear_backward(be, s->datt, NULL, NULL, buf_bf16(g->dxmid16), NULL, a->att, w->o_w, T, Dq, D, 1);
     /* dq, dk (and dv) packed for this T in their block (lm_block_grads_layout; W reads the same pointers): one memset.
      * dv: 2-byte only, or (q/k/v biases: v's bias sums it) f32 with its 2-byte mirror, both stored by the kernel */
     g->dk = g->dq + lm_pack(TQ);
     if (g->dv) g->dv = g->dk + lm_pack(TK);
     be->dev->memset0(be, g->dq, (lm_pack(TQ) + (g->dv ? lm_pack(TK) + TK : TK)) * sizeof(float));
     if (!g->dv) be->dev->memset0(be, g->dv16, TK * sizeof(uint16_t));
-    b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, Dkv, datt16, a->att, a->lse, a->q, a->k, a->v,
+    b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, Dkv, s->datt, a->att, a->lse, a->q, a->k, a->v,
                           seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
     /* RoPE undone into the 2-byte copies; the f32 ones rotated too where a bias gradient sums them */
     /* (q and k in one launch) */
     b->rope_qk_backward(be, g->dq16, Dq, g->dq, g->dk16, Dkv, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, &c->rope,
                         w->q_b.p != NULL, w->k_b.p != NULL);
-    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dq16, NULL, a->n1, w->q_w, T, D, Dq, 1);
-    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dk16, NULL, a->n1, w->k_w, T, D, Dkv, 0);
-    b->linear_backward(be, g->dn1, NULL, NULL, NULL, g->dv16, NULL, a->n1, w->v_w, T, D, Dkv, 0);
+    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_bf16(g->dq16), NULL, a->n1, w->q_w, T, D, Dq, 1);
+    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_bf16(g->dk16), NULL, a->n1, w->k_w, T, D, Dkv, 0);
+    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_bf16(g->dv16), NULL, a->n1, w->v_w, T, D, Dkv, 0);
     lm_tp_sum(c, g->dn1, TD);
     be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
     b->rmsnorm_backward(be, dxin, g->dxin16, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
@@ -346,7 +346,7 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
     if (lm_act_bytes(c) == 2) {
-        RR_ASSERT(be->ops->b16 && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
+        RR_ASSERT(be->act_dtype == DTYPE_BF16 && "2-byte activations need a table that stores them (its ops take 2-byte gradients)");
         RR_ASSERT(c->lora_r <= 0 && "LoRA runs on f32-word activations");
         lm_block_backward_input_b16(be, c, w, a, g, s, seq, xin, dxout, dxin);
         return;
@@ -354,39 +354,39 @@ void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlock
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
     /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
     be->dev->memset0(be, s->dh, TF * sizeof(float));
-    be->ops->linear_backward(be, s->dh, NULL, NULL, dxout, a->h, w->down_w, T, F, D);
+    be->ops->linear_backward(be, buf_f32(s->dh), NULL, NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_DOWN, a->h, dxout, s->dh);
     /* the gradients that an adding op writes first, zeroed one group a launch: dk, dv and dup re-pointed right after
      * dq and dgate for this T (their blocks hold max_T rows; W reads the same pointers) */
     g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = buf_at(g->dgate, lm_pack(TF));
     be->dev->memset0(be, g->dgate.p, (lm_pack(TF) + TF) * sizeof(float)); /* dgate and dup: SwiGLU's backward adds */
-    be->ops->swiglu_backward(be, buf_f32p(g->dgate), buf_f32p(g->dup), s->dh, a->gate, a->up, TF);
+    be->ops->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
     be->dev->memset0(be, g->dn2, TD * sizeof(float));
-    be->ops->linear_backward(be, g->dn2, NULL, NULL, buf_f32p(g->dgate), a->n2, w->gate_w, T, D, F);
-    be->ops->linear_backward(be, g->dn2, NULL, NULL, buf_f32p(g->dup), a->n2, w->up_w, T, D, F);
+    be->ops->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
+    be->ops->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
     lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_GATE, a->n2, buf_f32p(g->dgate), g->dn2); /* whole: after the sum */
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_UP, a->n2, buf_f32p(g->dup), g->dn2);
     be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
-    be->ops->rmsnorm_backward(be, g->dxmid, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->ops->rmsnorm_backward(be, g->dxmid, NULL, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
     be->dev->memset0(be, s->datt.p, TQ * sizeof(float));
-    be->ops->linear_backward(be, buf_f32p(s->datt), NULL, NULL, g->dxmid, a->att, w->o_w, T, Dq, D);
+    be->ops->linear_backward(be, s->datt, NULL, NULL, buf_f32(g->dxmid), NULL, a->att, w->o_w, T, Dq, D, 0);
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_O, a->att, g->dxmid, buf_f32p(s->datt));
     be->dev->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
-    be->ops->attention_backward(be, g->dq, g->dk, g->dv, buf_f32p(s->datt), a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
+    be->ops->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, NULL, 0, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
                            T, H, Hkv, d, Dq, Dkv, 1);
     lm_rope_qk(be, c, buf_f32(g->dq), buf_f32(g->dk), seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
     be->dev->memset0(be, g->dn1, TD * sizeof(float));
-    be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dq, a->n1, w->q_w, T, D, Dq);
-    be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dk, a->n1, w->k_w, T, D, Dkv);
-    be->ops->linear_backward(be, g->dn1, NULL, NULL, g->dv, a->n1, w->v_w, T, D, Dkv);
+    be->ops->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_f32(g->dq), NULL, a->n1, w->q_w, T, D, Dq, 0);
+    be->ops->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_f32(g->dk), NULL, a->n1, w->k_w, T, D, Dkv, 0);
+    be->ops->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_f32(g->dv), NULL, a->n1, w->v_w, T, D, Dkv, 0);
     lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_Q, a->n1, g->dq, g->dn1); /* whole: after the sum */
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_K, a->n1, g->dk, g->dn1);
     lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_V, a->n1, g->dv, g->dn1);
     be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
-    be->ops->rmsnorm_backward(be, dxin, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    be->ops->rmsnorm_backward(be, dxin, NULL, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }
 
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
@@ -396,18 +396,18 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
     if (lm_act_bytes(c) == 2) { /* the 2-byte output gradients B stored (lm_block_backward_input_b16) */
-        const BackendB16* b = be->ops->b16;
+        const BackendOps* b = be->ops;
         RR_ASSERT(b);
-        if (g->dxout16) b->linear_backward(be, NULL, NULL, buf_f32p(dw->down_w), NULL, g->dxout16, NULL, a->h, w->down_w, T, F, D, 0);
-        else be->ops->linear_backward(be, NULL, buf_f32p(dw->down_w), NULL, dxout, a->h, w->down_w, T, F, D);
-        b->linear_backward(be, NULL, NULL, buf_f32p(dw->gate_w), NULL, buf_bf16p(g->dgate), NULL, a->n2, w->gate_w, T, D, F, 0);
-        b->linear_backward(be, NULL, NULL, buf_f32p(dw->up_w), NULL, buf_bf16p(g->dup), NULL, a->n2, w->up_w, T, D, F, 0);
-        be->ops->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-        b->linear_backward(be, NULL, NULL, buf_f32p(dw->o_w), buf_f32p(dw->o_b), g->dxmid16, g->dxmid, a->att, w->o_w, T, Dq, D, 0);
-        b->linear_backward(be, NULL, NULL, buf_f32p(dw->q_w), buf_f32p(dw->q_b), g->dq16, g->dq, a->n1, w->q_w, T, D, Dq, 0);
-        b->linear_backward(be, NULL, NULL, buf_f32p(dw->k_w), buf_f32p(dw->k_b), g->dk16, g->dk, a->n1, w->k_w, T, D, Dkv, 0);
-        b->linear_backward(be, NULL, NULL, buf_f32p(dw->v_w), buf_f32p(dw->v_b), g->dv16, g->dv, a->n1, w->v_w, T, D, Dkv, 0);
-        be->ops->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+        if (g->dxout16) b->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_bf16(g->dxout16), NULL, a->h, w->down_w, T, F, D, 0);
+        else be->ops->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
+        b->linear_backward(be, buf_none(), buf_f32p(dw->gate_w), NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
+        b->linear_backward(be, buf_none(), buf_f32p(dw->up_w), NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
+        be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+        b->linear_backward(be, buf_none(), buf_f32p(dw->o_w), buf_f32p(dw->o_b), buf_bf16(g->dxmid16), g->dxmid, a->att, w->o_w, T, Dq, D, 0);
+        b->linear_backward(be, buf_none(), buf_f32p(dw->q_w), buf_f32p(dw->q_b), buf_bf16(g->dq16), g->dq, a->n1, w->q_w, T, D, Dq, 0);
+        b->linear_backward(be, buf_none(), buf_f32p(dw->k_w), buf_f32p(dw->k_b), buf_bf16(g->dk16), g->dk, a->n1, w->k_w, T, D, Dkv, 0);
+        b->linear_backward(be, buf_none(), buf_f32p(dw->v_w), buf_f32p(dw->v_b), buf_bf16(g->dv16), g->dv, a->n1, w->v_w, T, D, Dkv, 0);
+        be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
         return;
     }
     for (int t = 0; t < LM_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (no-ops where none) */
@@ -418,14 +418,14 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
                         : t == LM_LORA_UP ? buf_f32p(g->dup) : dxout;
         lm_lora_backward_weight(be, c, w, dw, a, g, seq, (LmLoraTarget)t, x, dy);
     }
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->down_w), NULL, dxout, a->h, w->down_w, T, F, D);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->gate_w), NULL, buf_f32p(g->dgate), a->n2, w->gate_w, T, D, F);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->up_w), NULL, buf_f32p(g->dup), a->n2, w->up_w, T, D, F);
-    be->ops->rmsnorm_backward(be, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->gate_w), NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->up_w), NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
+    be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
     /* the biases' gradients (NULL: none or frozen): o's from the whole dxmid, equal on every TP rank */
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->o_w), buf_f32p(dw->o_b), g->dxmid, a->att, w->o_w, T, Dq, D);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->q_w), buf_f32p(dw->q_b), g->dq, a->n1, w->q_w, T, D, Dq);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->k_w), buf_f32p(dw->k_b), g->dk, a->n1, w->k_w, T, D, Dkv);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->v_w), buf_f32p(dw->v_b), g->dv, a->n1, w->v_w, T, D, Dkv);
-    be->ops->rmsnorm_backward(be, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->o_w), buf_f32p(dw->o_b), buf_f32(g->dxmid), NULL, a->att, w->o_w, T, Dq, D, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->q_w), buf_f32p(dw->q_b), buf_f32(g->dq), NULL, a->n1, w->q_w, T, D, Dq, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->k_w), buf_f32p(dw->k_b), buf_f32(g->dk), NULL, a->n1, w->k_w, T, D, Dkv, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->v_w), buf_f32p(dw->v_b), buf_f32(g->dv), NULL, a->n1, w->v_w, T, D, Dkv, 0);
+    be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }

@@ -199,7 +199,7 @@ void lm_lora_backward_input(const Backend* be, const LmConfig* c, const LmBlockW
     lora_local_dims(c, t, &in, &out);
     float* du = g->lora_du[t];
     be->dev->memset0(be, du, (size_t)T * r * sizeof(float));
-    be->ops->linear_backward(be, du, NULL, NULL, dy, buf_f32(a->lora_u[t]), w->lora_B[t], T, r, out);
+    be->ops->linear_backward(be, buf_f32(du), NULL, NULL, buf_f32(dy), NULL, buf_f32(a->lora_u[t]), w->lora_B[t], T, r, out, 0);
     be->ops->scale(be, du, c->lora_scale, (size_t)T * r);
     if (!lora_row_parallel(t) && c->tp > 1) (void)c->tp_reduce(c->tp_ctx, du, (size_t)T * r); /* B's row shares */
     if (c->lora_dropout > 0 && seq->lora_seed != 0) {
@@ -208,10 +208,10 @@ void lm_lora_backward_input(const Backend* be, const LmConfig* c, const LmBlockW
         if (lora_row_parallel(t) && c->tp > 1) c0 = c->tp_rank * in;
         else gin = in;
         be->dev->memset0(be, s->lora_dx, (size_t)T * in * sizeof(float));
-        be->ops->linear_backward(be, s->lora_dx, NULL, NULL, du, x, w->lora_A[t], T, in, r);
+        be->ops->linear_backward(be, buf_f32(s->lora_dx), NULL, NULL, buf_f32(du), NULL, x, w->lora_A[t], T, in, r, 0);
         be->ops->dropout_backward(be, dx, s->lora_dx, T, in, gin, c0, c->lora_dropout, lora_key(seq->lora_seed, w->layer, t));
     } else {
-        be->ops->linear_backward(be, dx, NULL, NULL, du, x, w->lora_A[t], T, in, r);
+        be->ops->linear_backward(be, buf_f32(dx), NULL, NULL, buf_f32(du), NULL, x, w->lora_A[t], T, in, r, 0);
     }
 }
 
@@ -222,9 +222,9 @@ void lm_lora_backward_weight(const Backend* be, const LmConfig* c, const LmBlock
     int T = seq->T, r = c->lora_r, in, out;
     lora_local_dims(c, t, &in, &out);
     if (dw->lora_B[t].p) /* every TP rank: u and dy are whole where B is replicated */
-        be->ops->linear_backward(be, NULL, buf_f32p(dw->lora_B[t]), NULL, dy, buf_f32(a->lora_u[t]), w->lora_B[t], T, r, out);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(dw->lora_B[t]), NULL, buf_f32(dy), NULL, buf_f32(a->lora_u[t]), w->lora_B[t], T, r, out, 0);
     if (dw->lora_A[t].p) {
         Buf xd = lora_dropped(be, c, seq, w->layer, t, x, g->lora_x, in);
-        be->ops->linear_backward(be, NULL, buf_f32p(dw->lora_A[t]), NULL, g->lora_du[t], xd, w->lora_A[t], T, in, r);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(dw->lora_A[t]), NULL, buf_f32(g->lora_du[t]), NULL, xd, w->lora_A[t], T, in, r, 0);
     }
 }

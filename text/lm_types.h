@@ -101,7 +101,7 @@ typedef struct {
 } LmBlockActs;
 
 /* Gradients at each weight's output, kept by B for W (shared by all blocks in a fused backward).
- * With 2-byte activations (act_bytes 2: the table's BackendOps.b16 ops) the GEMMs read 2-byte output gradients
+ * With 2-byte activations (act_bytes 2: 2-byte gradient Bufs, engine.h) the GEMMs read 2-byte output gradients
  * stored by their producers: dgate, dup are 2-byte words (SwiGLU's backward stores them), dq16, dk16 (RoPE's backward),
  * dv16 (the attention backward) and dxmid16 (norm2's backward, beside the f32 dxmid) are 2-byte; dv is then f32 only
  * with q/k/v biases (v's bias gradient sums it; the attention backward stores dv16 as its mirror), else NULL.

@@ -92,26 +92,26 @@ void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW
     if (N == 0) return;
     int L = proj_local(c);
     size_t NL = (size_t)N * L;
-    if (vit_act_bytes(c) == 2) { /* the GEMMs read the 2-byte output gradients (BackendOps.b16; ProjActs) */
-        const BackendB16* b = be->ops->b16;
+    if (vit_act_bytes(c) == 2) { /* the GEMMs read the 2-byte output gradients (2-byte gradient Bufs; ProjActs) */
+        const BackendOps* b = be->ops;
         RR_ASSERT(b && a->dout16 && a->dfc1_16);
         /* the input gradients' first writes write them (set = 1: the GEMM's beta 0, no memset) */
-        b->linear_backward(be, a->dgelu, NULL, NULL, NULL, a->dout16, NULL, a->gelu, w->fc2_w, N, L, c->Dt, 1);
+        b->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_bf16(a->dout16), NULL, a->gelu, w->fc2_w, N, L, c->Dt, 1);
         be->dev->memset0(be, a->dfc1, NL * sizeof(float));
         b->act_backward(be, a->dfc1, a->dfc1_16, a->dgelu, a->fc1, NL, c->proj_act);
         if (!need_dvin) return;
-        b->linear_backward(be, a->dvin, NULL, NULL, NULL, a->dfc1_16, NULL, a->vin, w->fc1_w, N, c->D, L, 1);
+        b->linear_backward(be, buf_f32(a->dvin), NULL, NULL, buf_bf16(a->dfc1_16), NULL, a->vin, w->fc1_w, N, c->D, L, 1);
         proj_tp_sum(c, a->dvin, (size_t)N * c->D);
         return;
     }
     be->dev->memset0(be, a->dgelu, NL * sizeof(float));
-    be->ops->linear_backward(be, a->dgelu, NULL, NULL, a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
+    be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_f32(a->dout), NULL, a->gelu, w->fc2_w, N, L, c->Dt, 0);
     be->dev->memset0(be, a->dfc1, NL * sizeof(float));
-    if (c->proj_act != ACT_GELU_TANH) be->ops->act_backward(be, a->dfc1, a->dgelu, a->fc1, NL, c->proj_act);
+    if (c->proj_act != ACT_GELU_TANH) be->ops->act_backward(be, a->dfc1, NULL, a->dgelu, a->fc1, NL, c->proj_act);
     else be->ops->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
     be->dev->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
-    be->ops->linear_backward(be, a->dvin, NULL, NULL, a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->ops->linear_backward(be, buf_f32(a->dvin), NULL, NULL, buf_f32(a->dfc1), NULL, a->vin, w->fc1_w, N, c->D, L, 0);
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
@@ -120,10 +120,10 @@ void projector_backward_weight(const Backend* be, const VitConfig* c, const Proj
     if (N == 0) return;
     int L = proj_local(c);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B kept; the biases from the f32 gradients */
-        be->ops->b16->linear_backward(be, NULL, NULL, buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), a->dout16, a->dout, a->gelu, w->fc2_w, N, L, c->Dt, 0);
-        be->ops->b16->linear_backward(be, NULL, NULL, buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), a->dfc1_16, a->dfc1, a->vin, w->fc1_w, N, c->D, L, 0);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), buf_bf16(a->dout16), a->dout, a->gelu, w->fc2_w, N, L, c->Dt, 0);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), buf_bf16(a->dfc1_16), a->dfc1, a->vin, w->fc1_w, N, c->D, L, 0);
         return;
     }
-    be->ops->linear_backward(be, NULL, buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), a->dout, a->gelu, w->fc2_w, N, L, c->Dt);
-    be->ops->linear_backward(be, NULL, buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), a->dfc1, a->vin, w->fc1_w, N, c->D, L);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), buf_f32(a->dout), NULL, a->gelu, w->fc2_w, N, L, c->Dt, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), buf_f32(a->dfc1), NULL, a->vin, w->fc1_w, N, c->D, L, 0);
 }

@@ -174,7 +174,7 @@ typedef struct {
     float* dxmid; /* (N, D)  d attn.out output (= d residual after attention) */
     float* dqkv;  /* (N, 3D) d qkv output (RoPE undone) */
     float* dln1;  /* (N, D)  d LN1 output */
-    /* 2-byte activations (VitConfig.act_bytes 2, the table's BackendOps.b16 ops; else NULL): the 2-byte copies of dfc1
+    /* 2-byte activations (VitConfig.act_bytes 2, 2-byte gradient Bufs; else NULL): the 2-byte copies of dfc1
      * (stored by the GELU backward) and dxmid (by ln2's backward) that fc1's and attn.out's GEMMs read */
     uint16_t *dfc1_16, *dxmid16;
     uint16_t* dqkv16; /* (N, 3D) dqkv's 2-byte mirror (the attention backward's and RoPE's stores) for qkv's GEMMs */

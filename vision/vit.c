@@ -619,7 +619,7 @@ static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, co
     int need_demb = g->cls.p || g->pos.p || g->patch_w.p;
     if (need_demb) be->dev->memset0(be, a->demb, (size_t)T * D * sizeof(float));
     if (need_demb || g->pre_w || g->pre_b)
-        be->ops->layernorm_backward(be, need_demb ? a->demb : NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), a->emb, w->pre_w,
+        be->ops->layernorm_backward(be, need_demb ? a->demb : NULL, NULL, g->pre_w, g->pre_b, vit_dx(a, c, 0), a->emb, w->pre_w,
                                a->pre_mean, a->pre_rstd, T, D);
     if (g->cls.p) be->ops->rows_gather_backward(be, buf_f32p(g->cls), a->demb, a->cls_of_tok, NULL, T, 1, D);
     if (g->pos.p) be->ops->rows_gather_backward(be, buf_f32p(g->pos), a->demb, a->pos_idx, a->pos_w, T, VIT_POS_TAPS, D);
@@ -627,7 +627,7 @@ static void clip_embed_backward_weight(const Backend* be, const VitConfig* c, co
         float* dpatch = (float*)a->tmp.p; /* the patch rows' f32 gradient: tmp has room for N D f32 words (CLIP) */
         be->dev->memset0(be, dpatch, (size_t)N * D * sizeof(float));
         be->ops->rows_gather_backward(be, dpatch, a->demb, a->patch_of_tok, NULL, T, 1, D);
-        be->ops->linear_backward(be, NULL, buf_f32p(g->patch_w), NULL, dpatch, a->patches_cm, w->patch_w, N, P, D);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(g->patch_w), NULL, buf_f32(dpatch), NULL, a->patches_cm, w->patch_w, N, P, D, 0);
     }
 }
 
@@ -708,39 +708,39 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
-    if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (BackendOps.b16) */
-        const BackendB16* bb = be->ops->b16;
-        RR_ASSERT(bb && "2-byte activations need the table's 2-byte gradient ops (BackendOps.b16)");
+    if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (2-byte gradient Bufs, engine.h) */
+        const BackendOps* bb = be->ops;
+        RR_ASSERT(be->act_dtype == DTYPE_BF16 && "2-byte activations need a table that stores them (its ops take 2-byte gradients)");
         RR_ASSERT(!(c->lora_r > 0 && c->lora_targets) && "the tower's LoRA runs on f32-word activations");
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
         uint16_t* datt16 = buf_bf16p(a->datt);
         /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
         if (dxout16) {
-            bb->linear_backward(be, a->dgelu, NULL, NULL, NULL, dxout16, NULL, b->gelu, w->fc2_w, N, Dm, D, 1);
+            bb->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_bf16(dxout16), NULL, b->gelu, w->fc2_w, N, Dm, D, 1);
         } else {
             be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
-            be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+            be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
         }
         be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
         bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, b->fc1, N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
-        bb->linear_backward(be, g->dln2, NULL, NULL, NULL, g->dfc1_16, NULL, b->ln2, w->fc1_w, N, D, Dm, 1);
+        bb->linear_backward(be, buf_f32(g->dln2), NULL, NULL, buf_bf16(g->dfc1_16), NULL, b->ln2, w->fc1_w, N, D, Dm, 1);
         vit_tp_sum(c, g->dln2, ND);
         be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
         bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd,
                                N, D);
-        bb->linear_backward(be, NULL, datt16, NULL, NULL, g->dxmid16, NULL, b->att, w->out_w, N, Dq, D, 1); /* beta 0 */
+        bb->linear_backward(be, buf_bf16(datt16), NULL, NULL, buf_bf16(g->dxmid16), NULL, b->att, w->out_w, N, Dq, D, 1); /* beta 0 */
         be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
         /* dqkv f32 (qkv's bias sums it) with its 2-byte mirror dqkv16 for qkv's GEMMs: the attention kernels store
          * dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
         uint16_t* m16 = g->dqkv16;
         bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip ? m16 + Dq : NULL,
-                               m16 + 2 * Dq, 3 * Dq, datt16, b->att, b->att_lse, b->qkv, buf_at(b->qkv, Dq),
+                               m16 + 2 * Dq, 3 * Dq, buf_bf16(datt16), b->att, b->att_lse, b->qkv, buf_at(b->qkv, Dq),
                                buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
         if (!clip) {
             /* dq and dk in one pass: their 2H heads are adjacent in each row of dqkv and of its mirror */
             bb->rope2d_backward(be, m16, 3 * Dq, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 1);
         }
-        bb->linear_backward(be, g->dln1, NULL, NULL, NULL, m16, NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 1);
+        bb->linear_backward(be, buf_f32(g->dln1), NULL, NULL, buf_bf16(m16), NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 1);
         vit_tp_sum(c, g->dln1, ND);
         be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
         bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
@@ -749,38 +749,38 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     }
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
     be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
-    be->ops->linear_backward(be, a->dgelu, NULL, NULL, dxout, b->gelu, w->fc2_w, N, Dm, D);
+    be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
     if (c->lora_r > 0) /* local: fc2's split input */
         vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC2, buf_f32p(b->gelu), dxout, a->dgelu);
     be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
-    if (clip) be->ops->act_backward(be, g->dfc1, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
+    if (clip) be->ops->act_backward(be, g->dfc1, NULL, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
     else be->ops->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
     be->dev->memset0(be, g->dln2, ND * sizeof(float));
-    be->ops->linear_backward(be, g->dln2, NULL, NULL, g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
+    be->ops->linear_backward(be, buf_f32(g->dln2), NULL, NULL, buf_f32(g->dfc1), NULL, b->ln2, w->fc1_w, N, D, Dm, 0);
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
     if (c->lora_r > 0) /* whole: after the sum */
         vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC1, buf_f32p(b->ln2), g->dfc1, g->dln2);
     be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-    be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
     /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
     float* datt = buf_f32p(a->datt);
     be->dev->memset0(be, datt, NQ * sizeof(float));
-    be->ops->linear_backward(be, datt, NULL, NULL, g->dxmid, b->att, w->out_w, N, Dq, D);
+    be->ops->linear_backward(be, buf_f32(datt), NULL, NULL, buf_f32(g->dxmid), NULL, b->att, w->out_w, N, Dq, D, 0);
     if (c->lora_r > 0) vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_OUT, buf_f32p(b->att), g->dxmid, datt);
     be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, datt, b->att, b->att_lse, b->qkv,
+    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, NULL, NULL, NULL, 0, buf_f32(datt), b->att, b->att_lse, b->qkv,
                            buf_at(b->qkv, Dq), buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
                            3 * Dq, 0);
     if (!clip) {
-        be->ops->rope2d_backward(be, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq); /* dq and dk, one pass */
+        be->ops->rope2d_backward(be, NULL, 0, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 0); /* dq and dk, one pass */
     }
     be->dev->memset0(be, g->dln1, ND * sizeof(float));
-    be->ops->linear_backward(be, g->dln1, NULL, NULL, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
+    be->ops->linear_backward(be, buf_f32(g->dln1), NULL, NULL, buf_f32(g->dqkv), NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
     for (int t = VIT_LORA_Q; t <= VIT_LORA_V && c->lora_r > 0; t++) /* whole: after the sum */
         vit_lora_backward_input(be, c, w, b, g, a, l, (VitLoraTarget)t, buf_f32p(b->ln1), g->dqkv, g->dln1);
     be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-    be->ops->layernorm_backward(be, dxin, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->ops->layernorm_backward(be, dxin, NULL, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
 }
 
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
@@ -789,25 +789,25 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
     int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
     if (vit_act_bytes(c) == 2) { /* the 2-byte copies B stored; the biases from the f32 gradients */
-        const BackendB16* bb = be->ops->b16;
+        const BackendOps* bb = be->ops;
         const uint16_t* dxout16 = vit_dxout16(a, c, l);
         if (dxout16)
-            bb->linear_backward(be, NULL, NULL, buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), dxout16, dxout, b->gelu, w->fc2_w, N, Dm, D, 0);
-        else be->ops->linear_backward(be, NULL, buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), dxout, b->gelu, w->fc2_w, N, Dm, D);
-        bb->linear_backward(be, NULL, NULL, buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), g->dfc1_16, g->dfc1, b->ln2, w->fc1_w, N, D, Dm, 0);
-        be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-        bb->linear_backward(be, NULL, NULL, buf_f32p(dw->out_w), buf_f32p(dw->out_b), g->dxmid16, g->dxmid, b->att, w->out_w, N, Dq, D, 0);
-        bb->linear_backward(be, NULL, NULL, buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), g->dqkv16, g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
-        be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+            bb->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_bf16(dxout16), dxout, b->gelu, w->fc2_w, N, Dm, D, 0);
+        else be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
+        bb->linear_backward(be, buf_none(), buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), buf_bf16(g->dfc1_16), g->dfc1, b->ln2, w->fc1_w, N, D, Dm, 0);
+        be->ops->layernorm_backward(be, NULL, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+        bb->linear_backward(be, buf_none(), buf_f32p(dw->out_w), buf_f32p(dw->out_b), buf_bf16(g->dxmid16), g->dxmid, b->att, w->out_w, N, Dq, D, 0);
+        bb->linear_backward(be, buf_none(), buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), buf_bf16(g->dqkv16), g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
+        be->ops->layernorm_backward(be, NULL, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
         return;
     }
     /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), dxout, b->gelu, w->fc2_w, N, Dm, D);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), g->dfc1, b->ln2, w->fc1_w, N, D, Dm);
-    be->ops->layernorm_backward(be, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->out_w), buf_f32p(dw->out_b), g->dxmid, b->att, w->out_w, N, Dq, D);
-    be->ops->linear_backward(be, NULL, buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq);
-    be->ops->layernorm_backward(be, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), buf_f32(g->dfc1), NULL, b->ln2, w->fc1_w, N, D, Dm, 0);
+    be->ops->layernorm_backward(be, NULL, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->out_w), buf_f32p(dw->out_b), buf_f32(g->dxmid), NULL, b->att, w->out_w, N, Dq, D, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), buf_f32(g->dqkv), NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
+    be->ops->layernorm_backward(be, NULL, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
     for (int t = 0; t < VIT_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (f32 activations; no-ops where none) */
         static const int x_of[VIT_LORA_N] = {0, 0, 0, 1, 2, 3};
         const float* xs[4] = {buf_f32p(b->ln1), buf_f32p(b->att), buf_f32p(b->ln2), buf_f32p(b->gelu)};
@@ -821,15 +821,13 @@ static void vit_lnf_backward_input(const Backend* be, const VitConfig* c, const 
     int N = a->N, D = c->D, L = c->L;
     float* dxL = vit_dx(a, c, L);
     be->dev->memset0(be, dxL, (size_t)N * D * sizeof(float));
-    if (vit_dx16(a, c, L)) /* with the 2-byte copy for the last block's fc2 */
-        be->ops->b16->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
-                                    a->lnf_rstd, N, D);
-    else
-        be->ops->layernorm_backward(be, dxL, NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean, a->lnf_rstd, N, D);
+    /* with 2-byte activations, the 2-byte copy for the last block's fc2 (NULL: none) */
+    be->ops->layernorm_backward(be, dxL, vit_dx16(a, c, L), NULL, NULL, a->dvout, vit_x(a, c, L), w->lnf_w, a->lnf_mean,
+                                a->lnf_rstd, N, D);
 }
 
 static void vit_lnf_backward_weight(const Backend* be, const VitConfig* c, const VitW* w, const VitW* g, VitActs* a) {
-    be->ops->layernorm_backward(be, NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
+    be->ops->layernorm_backward(be, NULL, NULL, g->lnf_w, g->lnf_b, a->dvout, vit_x(a, c, c->L), w->lnf_w, a->lnf_mean,
                            a->lnf_rstd, a->N, c->D);
 }
 
@@ -842,11 +840,12 @@ static void vit_patch_backward_weight(const Backend* be, const VitConfig* c, con
         return;
     }
     int P = 3 * c->patch * c->patch;
-    if (vit_dx16(a, c, 0)) /* block 0's B stored the 2-byte copy */
-        be->ops->b16->linear_backward(be, NULL, NULL, buf_f32p(g->patch_w), buf_f32p(g->patch_b), vit_dx16(a, c, 0), vit_dx(a, c, 0), a->patches,
-                                 w->patch_w, a->N, P, c->D, 0);
-    else
-        be->ops->linear_backward(be, NULL, buf_f32p(g->patch_w), buf_f32p(g->patch_b), vit_dx(a, c, 0), a->patches, w->patch_w, a->N, P, c->D);
+    /* the output gradient as block 0's B stored it: its 2-byte copy with 2-byte activations (the bias sums the f32 one),
+     * else the f32 one */
+    uint16_t* d16 = vit_dx16(a, c, 0);
+    float* d32 = vit_dx(a, c, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(g->patch_w), buf_f32p(g->patch_b), d16 ? buf_bf16(d16) : buf_f32(d32),
+                             d16 ? d32 : NULL, a->patches, w->patch_w, a->N, P, c->D, 0);
 }
 
 /* the lowest block a backward of the stage's range runs: the tower's floor, or the range's first block */

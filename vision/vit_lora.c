@@ -170,7 +170,7 @@ void vit_lora_backward_input(const Backend* be, const VitConfig* c, const VitBlo
     float* du = g->lora_du[t];
     const float* dyt = vl_dy(be, a, t, dy, out);
     be->dev->memset0(be, du, (size_t)T * r * sizeof(float));
-    be->ops->linear_backward(be, du, NULL, NULL, dyt, buf_f32(b->lora_u[t]), w->lora_B[t], T, r, out);
+    be->ops->linear_backward(be, buf_f32(du), NULL, NULL, buf_f32(dyt), NULL, buf_f32(b->lora_u[t]), w->lora_B[t], T, r, out, 0);
     be->ops->scale(be, du, c->lora_scale, (size_t)T * r);
     if (!vl_row_parallel(t) && c->tp > 1) (void)c->tp_reduce(c->tp_ctx, du, (size_t)T * r); /* B's row shares */
     if (c->lora_dropout > 0 && a->lora_seed != 0) {
@@ -179,10 +179,10 @@ void vit_lora_backward_input(const Backend* be, const VitConfig* c, const VitBlo
         if (vl_row_parallel(t) && c->tp > 1) c0 = c->tp_rank * in;
         else gin = in;
         be->dev->memset0(be, a->lora_dx, (size_t)T * in * sizeof(float));
-        be->ops->linear_backward(be, a->lora_dx, NULL, NULL, du, buf_f32((float*)x), w->lora_A[t], T, in, r);
+        be->ops->linear_backward(be, buf_f32(a->lora_dx), NULL, NULL, buf_f32(du), NULL, buf_f32((float*)x), w->lora_A[t], T, in, r, 0);
         be->ops->dropout_backward(be, dx, a->lora_dx, T, in, gin, c0, c->lora_dropout, vl_key(a->lora_seed, l, t));
     } else {
-        be->ops->linear_backward(be, dx, NULL, NULL, du, buf_f32((float*)x), w->lora_A[t], T, in, r);
+        be->ops->linear_backward(be, buf_f32(dx), NULL, NULL, buf_f32(du), NULL, buf_f32((float*)x), w->lora_A[t], T, in, r, 0);
     }
 }
 
@@ -194,11 +194,11 @@ void vit_lora_backward_weight(const Backend* be, const VitConfig* c, const VitBl
     vl_local_dims(c, t, &in, &out);
     if (dw->lora_B[t].p) { /* every TP rank: u and dy are whole where B is replicated */
         const float* dyt = vl_dy(be, a, t, dy, out);
-        be->ops->linear_backward(be, NULL, buf_f32p(dw->lora_B[t]), NULL, dyt, buf_f32(b->lora_u[t]), w->lora_B[t], T, r, out);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(dw->lora_B[t]), NULL, buf_f32(dyt), NULL, buf_f32(b->lora_u[t]), w->lora_B[t], T, r, out, 0);
     }
     if (dw->lora_A[t].p) {
         const float* xd = vl_dropped(be, c, a, l, t, x, a->lora_xd, in);
-        be->ops->linear_backward(be, NULL, buf_f32p(dw->lora_A[t]), NULL, g->lora_du[t], buf_f32((float*)xd), w->lora_A[t], T,
-                                 in, r);
+        be->ops->linear_backward(be, buf_none(), buf_f32p(dw->lora_A[t]), NULL, buf_f32(g->lora_du[t]), NULL, buf_f32((float*)xd), w->lora_A[t], T,
+                                 in, r, 0);
     }
 }

@@ -56,25 +56,37 @@ static void buf_cpu_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf
     cpu_linear_gelu_forward(be, buf_f32p(out), buf_f32p(pre), buf_f32p(inp), buf_f32p(weight), buf_f32p(bias), N, C,
                             OC);
 }
-static void buf_cpu_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                    Buf inp, Buf weight, int N, int C, int OC) {
-    cpu_linear_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), buf_f32p(weight), N, C, OC);
+/* The CPU tables keep f32 gradients: a 2-byte gradient or mirror (engine.h, "2-byte output gradients") is refused
+ * here, loudly, and set = 1 is the f32 dinp zeroed before the adding op. */
+#define CPU_NO_MIRROR(p) RR_ASSERT(!(p) && "a 2-byte gradient mirror on a CPU table (f32 gradients only)")
+static float* cpu_set_dinp(Buf dinp, int set, int N, int C) {
+    float* d = buf_f32p(dinp);
+    if (set && d) memset(d, 0, (size_t)N * C * sizeof(float));
+    return d;
+}
+static void buf_cpu_linear_backward(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
+                                    const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
+    (void)dout32; /* dout is f32 here: dbias sums it */
+    cpu_linear_backward(be, cpu_set_dinp(dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
+                        buf_f32p(weight), N, C, OC);
 }
 static void buf_cpu_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
                                       const float* weight, const float* bias, int N, int C) {
     cpu_layernorm_forward(be, buf_f32p(out), mean, rstd, buf_f32p(inp), weight, bias, N, C);
 }
-static void buf_cpu_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                       Buf inp, const float* weight, const float* mean, const float* rstd, int N,
-                                       int C) {
+static void buf_cpu_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                       const float* dout, Buf inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C) {
+    CPU_NO_MIRROR(dinp16);
     cpu_layernorm_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), weight, mean, rstd, N, C);
 }
 static void buf_cpu_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N, int C,
                                     double eps) {
     cpu_rmsnorm_forward(be, buf_f32p(out), rstd, buf_f32p(inp), weight, N, C, eps);
 }
-static void buf_cpu_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, Buf inp,
-                                     const float* weight, const float* rstd, int N, int C) {
+static void buf_cpu_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                                     Buf inp, const float* weight, const float* rstd, int N, int C) {
+    CPU_NO_MIRROR(dinp16);
     cpu_rmsnorm_backward(be, dinp, dweight, dout, buf_f32p(inp), weight, rstd, N, C);
 }
 static void buf_cpu_gelu_forward(const Backend* be, Buf out, Buf inp, size_t n) {
@@ -86,9 +98,9 @@ static void buf_cpu_gelu_backward(const Backend* be, float* dinp, const float* d
 static void buf_cpu_swiglu_forward(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
     cpu_swiglu_forward(be, buf_f32p(out), buf_f32p(gate), buf_f32p(up), n);
 }
-static void buf_cpu_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, Buf gate, Buf up,
+static void buf_cpu_swiglu_backward(const Backend* be, Buf dgate, Buf dup, const float* dout, Buf gate, Buf up,
                                     size_t n) {
-    cpu_swiglu_backward(be, dgate, dup, dout, buf_f32p(gate), buf_f32p(up), n);
+    cpu_swiglu_backward(be, buf_f32p(dgate), buf_f32p(dup), dout, buf_f32p(gate), buf_f32p(up), n);
 }
 static void buf_cpu_add_forward(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
     cpu_add_forward(be, buf_f32p(out), buf_f32p(a), buf_f32p(b), n);
@@ -105,6 +117,19 @@ static void buf_cpu_rope_qk_forward(const Backend* be, Buf q, Buf k, const int* 
                                     int ld_q, int ld_k, const RopeFreq* rf) {
     cpu_rope_qk_forward(be, buf_f32p(q), buf_f32p(k), pos, N, H, Hkv, d, ld_q, ld_k, rf);
 }
+static void buf_cpu_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                    const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
+    CPU_NO_MIRROR(dx16);
+    (void)ld16, (void)keep_f32;
+    cpu_rope2d_backward(be, dx, pos_row, pos_col, N, H, d, ld);
+}
+static void buf_cpu_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                                     float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                                     const RopeFreq* rf, int keep_q, int keep_k) {
+    CPU_NO_MIRROR(dq16 || dk16);
+    (void)ldq16, (void)ldk16, (void)keep_q, (void)keep_k;
+    cpu_rope_qk_backward(be, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+}
 static void buf_cpu_embedding_forward(const Backend* be, Buf out, const int* ids, Buf table, int N, int C) {
     cpu_embedding_forward(be, buf_f32p(out), ids, buf_f32p(table), N, C);
 }
@@ -112,9 +137,9 @@ static void buf_cpu_crossentropy_forward(const Backend* be, float* loss_sum, flo
                                          int N, int V) {
     cpu_crossentropy_forward(be, loss_sum, lse, buf_f32p(logits), targets, N, V);
 }
-static void buf_cpu_crossentropy_backward(const Backend* be, float* dlogits, Buf logits, const float* lse,
+static void buf_cpu_crossentropy_backward(const Backend* be, Buf dlogits, Buf logits, const float* lse,
                                           const int* targets, float scale, int N, int V) {
-    cpu_crossentropy_backward(be, dlogits, buf_f32p(logits), lse, targets, scale, N, V);
+    cpu_crossentropy_backward(be, buf_f32p(dlogits), buf_f32p(logits), lse, targets, scale, N, V);
 }
 static void buf_cpu_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
                                       const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
@@ -122,16 +147,21 @@ static void buf_cpu_attention_forward(const Backend* be, Buf out, float* lse, Bu
     cpu_attention_forward(be, buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, Hkv, d,
                           ld_q, ld_kv, causal);
 }
-static void buf_cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
-                                       const float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T,
-                                       int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
-    cpu_attention_backward(be, dq, dk, dv, dout, buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens,
+static void buf_cpu_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16,
+                                       uint16_t* dk16, uint16_t* dv16, int ld16, Buf dout, Buf out, const float* lse,
+                                       Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d,
+                                       int ld_q, int ld_kv, int causal) {
+    CPU_NO_MIRROR(dq16 || dk16 || dv16);
+    (void)ld16;
+    cpu_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens,
                            S, T, H, Hkv, d, ld_q, ld_kv, causal);
 }
 static void buf_cpu_act_forward(const Backend* be, Buf out, Buf inp, size_t n, Act act) {
     cpu_act_forward(be, buf_f32p(out), buf_f32p(inp), n, act);
 }
-static void buf_cpu_act_backward(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n, Act act) {
+static void buf_cpu_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
+                                 Act act) {
+    CPU_NO_MIRROR(dinp16);
     cpu_act_backward(be, dinp, dout, buf_f32p(inp), n, act);
 }
 static void buf_cpu_rows_gather_forward(const Backend* be, Buf out, const int* idx, const float* w, Buf table, int N,
@@ -147,9 +177,11 @@ static void buf_cpu_bf16_linear_gelu_forward(const Backend* be, Buf out, Buf pre
     cpu_bf16_linear_gelu_forward(be, buf_f32p(out), buf_f32p(pre), buf_f32p(inp), buf_f32p(weight), buf_f32p(bias), N,
                                  C, OC);
 }
-static void buf_cpu_bf16_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias,
-                                         const float* dout, Buf inp, Buf weight, int N, int C, int OC) {
-    cpu_bf16_linear_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), buf_f32p(weight), N, C, OC);
+static void buf_cpu_bf16_linear_backward(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
+                                         const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
+    (void)dout32; /* dout is f32 here: dbias sums it */
+    cpu_bf16_linear_backward(be, cpu_set_dinp(dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
+                             buf_f32p(weight), N, C, OC);
 }
 static void buf_cpu_bf16_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
                                            const float* weight, const float* bias, int N, int C) {
@@ -234,9 +266,9 @@ static const BackendDevice cpu_device = {
     .rope_forward = buf_cpu_rope_forward,                        \
     .rope_backward = cpu_rope_backward,                      \
     .rope2d_forward = buf_cpu_rope2d_forward,                    \
-    .rope2d_backward = cpu_rope2d_backward,                  \
+    .rope2d_backward = buf_cpu_rope2d_backward,                  \
     .rope_qk_forward = buf_cpu_rope_qk_forward,                  \
-    .rope_qk_backward = cpu_rope_qk_backward,                \
+    .rope_qk_backward = buf_cpu_rope_qk_backward,                \
     .embedding_forward = buf_cpu_embedding_forward,              \
     .embedding_backward = cpu_embedding_backward,            \
     .crossentropy_forward = buf_cpu_crossentropy_forward,        \

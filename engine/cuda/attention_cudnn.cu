@@ -285,22 +285,42 @@ void finish_plan(Graph* g, std::vector<Desc>& ops, Plan* pp) {
     }
 }
 
+// The plan of this shape and direction when one was built (*hit 1; NULL: cuDNN refused it), else *hit 0.
+Plan* cached_plan(int S, int Smax, int H, int d, int causal, int backward, int* hit) {
+    for (auto& p : g_state.plans)
+        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && p.backward == backward) {
+            *hit = 1;
+            return p.refused ? NULL : &p;
+        }
+    *hit = 0;
+    return NULL;
+}
+
+// The dims and strides both graphs describe their tensors with (B = S sequences of Smax rows, H heads of dim d): Q,
+// O and their gradients [B, H, Smax, d] (THD), K^T [B, H, d, Smax], the scores [B, H, Smax, Smax], the stats
+// [B, H, Smax, 1] (and a row of them), the scalars, the sequence lengths and the ragged offsets.
+struct PlanShapes {
+    int64_t dq[4], sq[4], dkt[4], skt[4], ds[4], ss[4], dst[4], sst[4], srow[4], dsc[4], ssc[4], dseq[4], sseq[4], doff[4];
+};
+PlanShapes plan_shapes(int S, int Smax, int H, int d) {
+    int64_t B = S, L = Smax, HD = (int64_t)H * d;
+    PlanShapes t = {{B, H, L, d}, {L * HD, d, HD, 1}, {B, H, d, L}, {L * HD, d, 1, HD}, {B, H, L, L},
+                    {(int64_t)H * L * L, L * L, L, 1}, {B, H, L, 1}, {L * H, 1, H, 1}, {H * L, L, 1, 1}, {1, 1, 1, 1},
+                    {1, 1, 1, 1}, {B, 1, 1, 1}, {1, 1, 1, 1}, {B + 1, 1, 1, 1}};
+    return t;
+}
+
 // Build (once per shape) the forward plan, or remember that cuDNN refused it.
 Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
     State& s = g_state;
-    for (auto& p : s.plans)
-        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && !p.backward)
-            return p.refused ? NULL : &p;
+    int hit;
+    Plan* cached = cached_plan(S, Smax, H, d, causal, 0, &hit);
+    if (hit) return cached;
     Plan p = {S, Smax, H, d, causal, 0, 1, 0, NULL, NULL, 0};
     Graph* g = new Graph();
-    int64_t B = S, L = Smax, HD = (int64_t)H * d;
-    int64_t dq[4] = {B, H, L, d}, sq[4] = {L * HD, d, HD, 1};
-    int64_t dkt[4] = {B, H, d, L}, skt[4] = {L * HD, d, 1, HD};
-    int64_t ds[4] = {B, H, L, L}, ss[4] = {(int64_t)H * L * L, L * L, L, 1};
-    int64_t dst[4] = {B, H, L, 1}, sst[4] = {L * H, 1, H, 1};
-    int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
-    int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1};
-    int64_t doff[4] = {B + 1, 1, 1, 1};
+    PlanShapes sh = plan_shapes(S, Smax, H, d);
+    int64_t *dq = sh.dq, *sq = sh.sq, *dkt = sh.dkt, *skt = sh.skt, *ds = sh.ds, *ss = sh.ss, *dst = sh.dst, *sst = sh.sst;
+    int64_t *dsc = sh.dsc, *ssc = sh.ssc, *dseq = sh.dseq, *sseq = sh.sseq, *doff = sh.doff;
     Desc off_q = g->tensor(U_OFF_Q, CUDNN_DATA_INT32, doff, sseq, false);
     Desc off_k = g->tensor(U_OFF_K, CUDNN_DATA_INT32, doff, sseq, false);
     Desc off_v = g->tensor(U_OFF_V, CUDNN_DATA_INT32, doff, sseq, false);
@@ -325,7 +345,7 @@ Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
     Desc s1 = virt(CUDNN_DATA_FLOAT, ds, ss);
     ops.push_back(g->pointwise(CUDNN_POINTWISE_MUL, s0, scale, s1));
     Desc s3 = g->masks(ops, s1, seq_q, seq_kv, neg_inf, causal, ds, ss, vid);
-    int64_t srow[4] = {H * L, L, 1, 1};
+    int64_t* srow = sh.srow;
     Desc mx = virt(CUDNN_DATA_FLOAT, dst, srow);
     ops.push_back(g->reduction(CUDNN_REDUCE_TENSOR_MAX, s3, mx));
     Desc s4 = virt(CUDNN_DATA_FLOAT, ds, ss), e = virt(CUDNN_DATA_FLOAT, ds, ss);
@@ -350,19 +370,17 @@ Plan* forward_plan(int S, int Smax, int H, int d, int causal) {
 // dS = P (dP - rowsum(dO O)) / sqrt(d), dQ = dS K, dK = dS^T Q; transposes as reshapes).
 Plan* backward_plan(int S, int Smax, int H, int d, int causal) {
     State& s = g_state;
-    for (auto& p : s.plans)
-        if (p.S == S && p.Smax == Smax && p.H == H && p.d == d && p.causal == causal && p.backward)
-            return p.refused ? NULL : &p;
+    int hit;
+    Plan* cached = cached_plan(S, Smax, H, d, causal, 1, &hit);
+    if (hit) return cached;
     Plan p = {S, Smax, H, d, causal, 1, 1, 0, NULL, NULL, 0};
     Graph* g = new Graph();
-    int64_t B = S, L = Smax, HD = (int64_t)H * d;
-    int64_t dq[4] = {B, H, L, d}, sq[4] = {L * HD, d, HD, 1};
-    int64_t dkt[4] = {B, H, d, L}, skt[4] = {L * HD, d, 1, HD};
+    int64_t B = S, L = Smax;
+    PlanShapes sh = plan_shapes(S, Smax, H, d);
+    int64_t *dq = sh.dq, *sq = sh.sq, *dkt = sh.dkt, *skt = sh.skt, *ds = sh.ds, *ss = sh.ss, *dst = sh.dst, *sst = sh.sst;
+    int64_t *srow = sh.srow, *dsc = sh.dsc, *ssc = sh.ssc, *dseq = sh.dseq, *sseq = sh.sseq, *doff = sh.doff;
     int64_t sdense[4] = {H * L * d, L * d, d, 1};
-    int64_t ds[4] = {B, H, L, L}, ss[4] = {(int64_t)H * L * L, L * L, L, 1}, sst_t[4] = {(int64_t)H * L * L, L * L, 1, L};
-    int64_t dst[4] = {B, H, L, 1}, sst[4] = {L * H, 1, H, 1}, srow[4] = {H * L, L, 1, 1};
-    int64_t dsc[4] = {1, 1, 1, 1}, ssc[4] = {1, 1, 1, 1};
-    int64_t dseq[4] = {B, 1, 1, 1}, sseq[4] = {1, 1, 1, 1}, doff[4] = {B + 1, 1, 1, 1};
+    int64_t sst_t[4] = {(int64_t)H * L * L, L * L, 1, L};
     auto off = [&](int64_t uid) { return g->tensor(uid, CUDNN_DATA_INT32, doff, sseq, false); };
     Desc off_k = off(U_OFF_K);
     Desc q = g->tensor(U_Q, CUDNN_DATA_BFLOAT16, dq, sq, false, false, off(U_OFF_Q));
@@ -589,98 +607,141 @@ float neg_inf_value() { return cudnnGetVersion() >= 91000 ? -INFINITY : -FLT_MAX
 
 } // namespace
 
-// Returns 1 when out (rounded to bf16) and lse hold a result (cuDNN's, or on a disagreement without strict
-// mode the own kernel's); 0 when the caller must run its own kernel. Notes the path (attention_path.h).
-// b16: q, k, v and out are 2-byte bf16 words (the bf16-activation table, cuda_cudnn_attention_forward_b16):
-// packed by a copy, cuDNN's bf16 output copied out as it is; a run that must be checked against the own kernel
-// (a plan's first, every one in strict mode) returns -1 instead, noting nothing: the caller widens its inputs
-// and calls the f32 entry, which checks (so the check is the f32 entry's, on the same values).
-static int cudnn_forward(const Backend* be, void* out_, float* lse, const void* q_, const void* k_, const void* v_, int b16,
-                         const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    float* out = (float*)out_;
-    const float *q = (const float*)q_, *k = (const float*)k_, *v = (const float*)v_;
-    if (d % 8 != 0 || d > 128 || S < 1 || T < 1 || rr_cudnn_attn_rows(T) * H * d >= ((size_t)1 << 31) ||
-        !cudnn_ready()) {
+// What a forward and a backward run share before they pack their inputs: the shape gates, the plan (built once per
+// shape), whether this run is checked against the own kernel, the scratch's layout and the sequences' offsets.
+struct Run {
+    Plan* p;
+    cudaStream_t st;
+    int strict, check, Smax;
+    size_t n, HD, R;
+    RrAttnScratch L;
+    char* base;
+    float* stats;
+    int *off_x, *off_st, *seq;
+    void* work;
+};
+
+// 1: *r is ready (the offsets computed on its stream); 0: the caller runs its own kernel (the path noted); -1: a run
+// on 2-byte inputs (b16) that must be checked (a plan's first, every one in strict mode), noting nothing: the caller
+// widens its inputs and calls the f32 entry, which checks (so the check is the f32 entry's, on the same values).
+static int run_begin(const Backend* be, int bwd, int b16, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                     int causal, Run* r) {
+    int off = bwd ? !cudnn_backward_on() || d % 16 != 0 : d % 8 != 0;
+    if (off || d > 128 || S < 1 || T < 1 || rr_cudnn_attn_rows(T) * H * d >= ((size_t)1 << 31) || !cudnn_ready()) {
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
         return 0;
     }
-    int Smax = rr_cudnn_attn_smax(T);
-    Plan* p = forward_plan(S, Smax, H, d, causal);
-    if (!p) {
+    r->Smax = rr_cudnn_attn_smax(T);
+    r->p = bwd ? backward_plan(S, r->Smax, H, d, causal) : forward_plan(S, r->Smax, H, d, causal);
+    if (!r->p) {
         cuda_attention_path_note(RR_ATTN_CUDNN_REFUSED);
         return 0;
     }
-    cudaStream_t st = cuda_stream(be);
-    int strict = strict_mode(), check = strict || !p->checked;
-    if (b16 && check) return -1;
-    size_t n = (size_t)T * H * d, HD = (size_t)H * d, R = rr_cudnn_attn_rows(T);
-    RrAttnScratch L = rr_cudnn_attn_scratch(0, T, S, H, d, ld_qkv, (size_t)p->workspace, check);
-    char* base = scratch_for(L.total, "forward", S, T, H, d);
-    if (!base) {
+    r->st = cuda_stream(be);
+    r->strict = strict_mode();
+    r->check = r->strict || !r->p->checked;
+    if (b16 && r->check) return -1;
+    r->n = (size_t)T * H * d, r->HD = (size_t)H * d, r->R = rr_cudnn_attn_rows(T);
+    r->L = rr_cudnn_attn_scratch(bwd, T, S, H, d, ld_qkv, (size_t)r->p->workspace, r->check);
+    r->base = scratch_for(r->L.total, bwd ? "backward" : "forward", S, T, H, d);
+    if (!r->base) {
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
         return 0;
     }
-    uint16_t* q16 = (uint16_t*)(base + L.bf16_at[0]);
-    uint16_t* k16 = (uint16_t*)(base + L.bf16_at[1]);
-    uint16_t* v16 = (uint16_t*)(base + L.bf16_at[2]);
-    uint16_t* out16 = (uint16_t*)(base + L.bf16_at[3]);
-    float* stats = (float*)(base + L.stats_at);
-    int* off_x = (int*)(base + L.offsets_at);
-    int* off_st = off_x + rr_cudnn_attn_off_stride(S);
-    int* seq = off_st + rr_cudnn_attn_off_stride(S);
-    void* work = base + L.work_at;
-    const unsigned B = 256;
-    // rows T .. R of every ragged buffer finite (zero): cuDNN reads a sequence's rows up to Smax past its start
-    uint16_t* in16[3] = {q16, k16, v16};
-    const float* src[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) {
-        if (b16) pack_b16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(in16[i], (const uint16_t*)src[i], T, (int)HD, ld_qkv);
-        else pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(in16[i], src[i], T, (int)HD, ld_qkv);
-        cudaCheck(cudaMemsetAsync(in16[i] + n, 0, (R - T) * HD * 2, st));
-    }
-    offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
+    r->stats = (float*)(r->base + r->L.stats_at);
+    r->off_x = (int*)(r->base + r->L.offsets_at);
+    r->off_st = r->off_x + rr_cudnn_attn_off_stride(S);
+    r->seq = r->off_st + rr_cudnn_attn_off_stride(S);
+    r->work = r->base + r->L.work_at;
+    offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, r->st>>>(r->off_x, r->off_st, r->seq, cu_seqlens, S, H, (int)r->HD);
     cudaCheck(cudaGetLastError());
+    return 1;
+}
+
+// src (T rows of W values, row stride ld: f32 words or 2-byte bf16, as its dtype says) packed into dst as compact bf16
+// rows (f32 rounded, 2-byte copied), rows T .. R zero: cuDNN reads a sequence's rows up to Smax past its start
+static void pack_rows(uint16_t* dst, Buf src, int T, int W, int ld, size_t R, cudaStream_t st) {
+    size_t n = (size_t)T * W;
+    const unsigned B = 256;
+    if (src.dt == DTYPE_BF16) pack_b16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(dst, buf_bf16p(src), T, W, ld);
+    else pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(dst, buf_f32p(src), T, W, ld);
+    cudaCheck(cudaMemsetAsync(dst + n, 0, (R - T) * (size_t)W * 2, st));
+}
+
+// Execute r's plan on the variant pack of nv (uid, pointer) pairs. 0: it failed (said; the shape is refused from now
+// on and the path noted: the caller runs its own kernel); 1: it ran.
+static int run_execute(Run* r, const char* dir, const int64_t* uids, void** ptrs, int64_t nv, int S, int T, int H, int d,
+                       int causal) {
+    Graph g;
+    Desc vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nv, uids, "uids");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nv, ptrs, "pointers");
+    g.set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &r->work, "workspace");
+    g.fin(vp, "variant pack");
+    const char* what = "";
+    cudnnStatus_t e = execute(r->p, g, vp, r->st, &what);
+    if (e == CUDNN_STATUS_SUCCESS) return 1;
+    fprintf(stderr, "rrfp-mm: %scuDNN attention %s (S %d, T %d, H %d, d %d, causal %d) failed at %s: %s; the "
+            "backend's own kernel runs this shape from now on\n", r->strict ? "error: " : "", dir, S, T, H, d, causal,
+            what, cudnnGetErrorString(e));
+    (void)cudaGetLastError();
+    r->p->refused = 1;
+    cuda_attention_path_note(RR_ATTN_CUDNN_REFUSED);
+    return 0;
+}
+
+// Returns 1 when out (rounded to bf16) and lse hold a result (cuDNN's, or on a disagreement without strict
+// mode the own kernel's); 0 when the caller must run its own kernel. Notes the path (attention_path.h).
+// q, k, v and out f32 words (the bf16 table: rounded to bf16 on packing, cuDNN's output widened) or 2-byte bf16 words
+// (the bf16-activation table: packed by a copy, cuDNN's bf16 output copied out as it is; a run that must be checked
+// against the own kernel returns -1 instead: run_begin).
+static int cudnn_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T,
+                         int H, int d, int ld_qkv, int causal) {
+    int b16 = q.dt == DTYPE_BF16;
+    RR_ASSERT(k.dt == q.dt && v.dt == q.dt && out.dt == q.dt && "q, k, v and out in one storage");
+    Run r;
+    int ready = run_begin(be, 0, b16, cu_seqlens, S, T, H, d, ld_qkv, causal, &r);
+    if (ready != 1) return ready;
+    cudaStream_t st = r.st;
+    size_t n = r.n, HD = r.HD, R = r.R;
+    char* base = r.base;
+    uint16_t* q16 = (uint16_t*)(base + r.L.bf16_at[0]);
+    uint16_t* k16 = (uint16_t*)(base + r.L.bf16_at[1]);
+    uint16_t* v16 = (uint16_t*)(base + r.L.bf16_at[2]);
+    uint16_t* out16 = (uint16_t*)(base + r.L.bf16_at[3]);
+    float* stats = r.stats;
+    const unsigned B = 256;
+    uint16_t* in16[3] = {q16, k16, v16};
+    Buf src[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) pack_rows(in16[i], src[i], T, (int)HD, ld_qkv, R, st);
     int diag = diag_mode();
     cudaCheck(cudaMemsetAsync(out16, diag ? 0xff : 0, R * HD * 2, st));
     cudaCheck(cudaMemsetAsync(stats, diag ? 0xff : 0, R * H * sizeof(float), st));
     float scale = 1.0f / sqrtf((float)d), neg_inf = neg_inf_value();
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEG_INF, U_SEQ_Q, U_SEQ_KV,
                       U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O, U_OFF_STATS};
-    void* ptrs[] = {q16, k16, v16, out16, stats, &scale, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_st};
-    Graph g;
-    Desc vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
-    g.set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 14, uids, "uids");
-    g.set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 14, ptrs, "pointers");
-    g.set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work, "workspace");
-    g.fin(vp, "variant pack");
-    const char* what = "";
-    cudnnStatus_t r = execute(p, g, vp, st, &what);
-    if (r != CUDNN_STATUS_SUCCESS) {
-        fprintf(stderr, "rrfp-mm: %scuDNN attention forward (S %d, T %d, H %d, d %d, causal %d) failed at %s: %s; the "
-                "backend's own kernel runs this shape from now on\n", strict ? "error: " : "", S, T, H, d, causal, what,
-                cudnnGetErrorString(r));
-        (void)cudaGetLastError();
-        p->refused = 1;
-        cuda_attention_path_note(RR_ATTN_CUDNN_REFUSED);
-        return 0;
-    }
+    void* ptrs[] = {q16, k16, v16, out16, stats, &scale, &neg_inf, r.seq, r.seq, r.off_x, r.off_x, r.off_x, r.off_x,
+                    r.off_st};
+    if (!run_execute(&r, "forward", uids, ptrs, 14, S, T, H, d, causal)) return 0;
     if (diag) {
-        fprintf(stderr, "rrfp-mm: cuDNN diag: forward S %d T %d Smax %d H %d d %d causal %d, cuDNN %zu\n", S, T, Smax, H,
+        fprintf(stderr, "rrfp-mm: cuDNN diag: forward S %d T %d Smax %d H %d d %d causal %d, cuDNN %zu\n", S, T, r.Smax, H,
                 d, causal, (size_t)cudnnGetVersion());
         diag_report("forward out", out16, 0, cu_seqlens, S, T, (int)HD, st);
         diag_report("forward stats", stats, 1, cu_seqlens, S, T, H, st);
     }
-    if (b16) { // not checked (above): cuDNN's bf16 output is the stored activation as it is
-        cudaCheck(cudaMemcpyAsync(out_, out16, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, st));
+    if (b16) { // not checked (run_begin): cuDNN's bf16 output is the stored activation as it is
+        cudaCheck(cudaMemcpyAsync(buf_bf16p(out), out16, n * sizeof(uint16_t), cudaMemcpyDeviceToDevice, st));
         cudaCheck(cudaMemcpyAsync(lse, stats, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToDevice, st));
         cuda_attention_path_note(RR_ATTN_CUDNN_FWD);
         return 1;
     }
+    float* out32 = buf_f32p(out);
     // cuDNN's result into check buffers first when it is to be compared, else straight into out / lse
-    float* o_dst = out;
+    float* o_dst = out32;
     float* lse_dst = lse;
+    int check = r.check, strict = r.strict;
     if (check) {
-        o_dst = (float*)(base + L.check_at);
+        o_dst = (float*)(base + r.L.check_at);
         lse_dst = o_dst + n;
     }
     unpack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(o_dst, out16, n);
@@ -690,12 +751,14 @@ static int cudnn_forward(const Backend* be, void* out_, float* lse, const void* 
         cuda_attention_path_note(RR_ATTN_CUDNN_FWD);
         return 1;
     }
+    Plan* p = r.p;
     // the own tensor-core kernel on the same bf16 inputs (q, k, v hold bf16 values in the bf16 table: the
     // kernel's conversion on load is exact, as pack_bf16 is), its output rounded as the bf16 table rounds
-    cuda_flash_attention_forward_f32(st, out, lse, q, k, v, cu_seqlens, S, T, H, H, d, ld_qkv, ld_qkv, (int)HD, causal, 1);
+    cuda_flash_attention_forward_f32(st, out32, lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, H, d, ld_qkv,
+                                     ld_qkv, (int)HD, causal, 1);
     float* bad = lse_dst + (size_t)T * H;
     cudaCheck(cudaMemsetAsync(bad, 0, sizeof(float), st));
-    compare_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, o_dst, out, n, (float)SELF_CHECK_TOL);
+    compare_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bad, o_dst, out32, n, (float)SELF_CHECK_TOL);
     compare_kernel<<<ceil_div_z((size_t)T * H, B), B, 0, st>>>(bad, lse_dst, lse, (size_t)T * H, 1e-3f);
     cudaCheck(cudaGetLastError());
     float nbad = 0;
@@ -719,20 +782,14 @@ static int cudnn_forward(const Backend* be, void* out_, float* lse, const void* 
                 "own kernel in %.0f values (RRFP_CUDNN_STRICT=1: cuDNN's result is returned)\n", S, T, H, d, causal, nbad);
     }
     // cuDNN's result is the call's
-    cudaCheck(cudaMemcpyAsync(out, o_dst, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    cudaCheck(cudaMemcpyAsync(out32, o_dst, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
     cudaCheck(cudaMemcpyAsync(lse, lse_dst, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToDevice, st));
     cuda_attention_path_note(RR_ATTN_CUDNN_FWD);
     return 1;
 }
-int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                 int causal) {
-    return cudnn_forward(be, out, lse, q, k, v, 0, cu_seqlens, S, T, H, d, ld_qkv, causal);
-}
-int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
-                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                     int causal) {
-    return cudnn_forward(be, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv, causal);
+int cuda_cudnn_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S,
+                                 int T, int H, int d, int ld_qkv, int causal) {
+    return cudnn_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal);
 }
 
 // On by default (RRFP_CUDNN_ATTENTION_BWD=0 turns it off) for head dims that are multiples of 16: measured on
@@ -741,56 +798,34 @@ int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* ls
 // (the GPU's usual flash attention backward) and are added to the f32 gradients; dO is rounded to bf16 on
 // the way in (as the own tensor-core kernel rounds it). Returns 1 when dq, dk, dv (each may be NULL) got cuDNN's
 // gradients added, 0 when the caller must run its own kernel. Notes the path as the forward does.
-// b16: q, k, v and out are 2-byte bf16 words (dout and the gradients f32), as cudnn_forward's b16 (-1: checked
-// run, call the f32 entry on widened inputs).
-// dout16: dout is 2-byte bf16 words (packed as they are); dv16 with dv NULL: dv is 2-byte bf16 words of row stride
-// ld_dv, and gets bf16(dv + cuDNN's bf16 dv); dq16, dk16, dv16 with their f32 gradient: 2-byte mirrors (stride ld_dv) of
-// the f32 sums (the bf16-activation table's 2-byte output gradients; b16 only)
-static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const void* out_,
-                          const float* lse, const void* q_, const void* k_, const void* v_, int b16,
-                          const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal, int dout16 = 0,
-                          uint16_t* dv16 = NULL, int ld_dv = 0, uint16_t* dq16 = NULL, uint16_t* dk16 = NULL) {
-    const float *out = (const float*)out_, *q = (const float*)q_, *k = (const float*)k_, *v = (const float*)v_;
-    if (!cudnn_backward_on() || d % 16 != 0 || d > 128 || S < 1 || T < 1 ||
-        rr_cudnn_attn_rows(T) * H * d >= ((size_t)1 << 31) || !cudnn_ready()) {
-        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
-        return 0;
-    }
-    int Smax = rr_cudnn_attn_smax(T);
-    Plan* p = backward_plan(S, Smax, H, d, causal);
-    if (!p) {
-        cuda_attention_path_note(RR_ATTN_CUDNN_REFUSED);
-        return 0;
-    }
-    cudaStream_t st = cuda_stream(be);
-    int strict = strict_mode(), check = strict || !p->checked;
-    if (b16 && check) return -1;
-    size_t n = (size_t)T * H * d, HD = (size_t)H * d, R = rr_cudnn_attn_rows(T);
-    RrAttnScratch L = rr_cudnn_attn_scratch(1, T, S, H, d, ld_qkv, (size_t)p->workspace, check);
-    char* base = scratch_for(L.total, "backward", S, T, H, d);
-    if (!base) {
-        cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
-        return 0;
-    }
+// q, k, v and out f32 words or 2-byte bf16 words, as cudnn_forward's (-1: a checked run on 2-byte inputs, call the f32
+// entry on widened inputs); dout f32 or 2-byte (packed as it is), as its dtype says. dv16 with dv NULL: dv is 2-byte
+// bf16 words of row stride ld_dv, and gets bf16(dv + cuDNN's bf16 dv); dq16, dk16, dv16 with their f32 gradient:
+// 2-byte mirrors (stride ld_dv) of the f32 sums (the bf16-activation table's 2-byte output gradients; 2-byte inputs
+// only)
+static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, Buf dout, Buf out, const float* lse, Buf q,
+                          Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal,
+                          uint16_t* dq16, uint16_t* dk16, uint16_t* dv16, int ld_dv) {
+    int b16 = q.dt == DTYPE_BF16;
+    RR_ASSERT(k.dt == q.dt && v.dt == q.dt && out.dt == q.dt && "q, k, v and out in one storage");
+    RR_ASSERT((b16 || (dout.dt == DTYPE_F32 && !dq16 && !dk16 && !dv16)) && "2-byte gradients with 2-byte inputs only");
+    Run r;
+    int ready = run_begin(be, 1, b16, cu_seqlens, S, T, H, d, ld_qkv, causal, &r);
+    if (ready != 1) return ready;
+    cudaStream_t st = r.st;
+    size_t n = r.n, HD = r.HD, R = r.R;
+    char* base = r.base;
+    int check = r.check, strict = r.strict;
+    Plan* p = r.p;
     uint16_t* bb[8];
-    for (int i = 0; i < 8; i++) bb[i] = (uint16_t*)(base + L.bf16_at[i]); // q k v o do dq dk dv
-    float* dsum = (float*)(base + L.dsum_at);
-    float* dq_acc = (float*)(base + L.dqacc_at);
-    float* stats = (float*)(base + L.stats_at);
-    int* off_x = (int*)(base + L.offsets_at);
-    int* off_st = off_x + rr_cudnn_attn_off_stride(S);
-    int* seq = off_st + rr_cudnn_attn_off_stride(S);
-    void* work = base + L.work_at;
+    for (int i = 0; i < 8; i++) bb[i] = (uint16_t*)(base + r.L.bf16_at[i]); // q k v o do dq dk dv
+    float* dsum = (float*)(base + r.L.dsum_at);
+    float* dq_acc = (float*)(base + r.L.dqacc_at);
+    float* stats = r.stats;
     const unsigned B = 256;
-    const float* src[5] = {q, k, v, out, dout};
+    Buf src[5] = {q, k, v, out, dout};
     int lds[5] = {ld_qkv, ld_qkv, ld_qkv, (int)HD, (int)HD};
-    for (int i = 0; i < 5; i++) {
-        if (b16 && (i < 4 || dout16)) // q, k, v, out: 2-byte already (dout too with dout16)
-            pack_b16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bb[i], (const uint16_t*)src[i], T, (int)HD, lds[i]);
-        else
-            pack_bf16_kernel<<<ceil_div_z(n, B), B, 0, st>>>(bb[i], src[i], T, (int)HD, lds[i]);
-        cudaCheck(cudaMemsetAsync(bb[i] + n, 0, (R - T) * HD * 2, st));
-    }
+    for (int i = 0; i < 5; i++) pack_rows(bb[i], src[i], T, (int)HD, lds[i], R, st);
     int diag = diag_mode();
     for (int i = 5; i < 8; i++) cudaCheck(cudaMemsetAsync(bb[i], diag ? 0xff : 0, R * HD * 2, st));
     // the dQ accumulator zeroed (cudnn-frontend memsets it before cuDNN 9.6), softmax_sum finite everywhere
@@ -799,35 +834,17 @@ static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, co
     // the stats (the forward's lse) with a finite tail
     cudaCheck(cudaMemcpyAsync(stats, lse, (size_t)T * H * sizeof(float), cudaMemcpyDeviceToDevice, st));
     cudaCheck(cudaMemsetAsync(stats + (size_t)T * H, 0, (R - T) * H * sizeof(float), st));
-    offsets_kernel<<<ceil_div(S + 1, 128), 128, 0, st>>>(off_x, off_st, seq, cu_seqlens, S, H, (int)HD);
-    cudaCheck(cudaGetLastError());
     float scale = 1.0f / sqrtf((float)d), neg_inf = neg_inf_value(), one = 1.0f;
     int64_t uids[] = {U_Q, U_K, U_VT, U_O, U_DO, U_DQ, U_DK, U_DV, U_STATS, U_DSUM, U_DQ_ACC, U_SCALE, U_ONE, U_NEG_INF,
                       U_SEQ_Q, U_SEQ_KV, U_OFF_Q, U_OFF_K, U_OFF_V, U_OFF_O, U_OFF_DO, U_OFF_DQ,
                       U_OFF_DK, U_OFF_DV, U_OFF_STATS};
-    void* ptrs[] = {bb[0], bb[1], bb[2], bb[3], bb[4], bb[5], bb[6], bb[7], stats, dsum, dq_acc,
-                    &scale, &one, &neg_inf, seq, seq, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_x, off_st};
+    void* ptrs[] = {bb[0], bb[1], bb[2], bb[3], bb[4], bb[5], bb[6], bb[7], stats, dsum, dq_acc, &scale, &one, &neg_inf,
+                    r.seq, r.seq, r.off_x, r.off_x, r.off_x, r.off_x, r.off_x, r.off_x, r.off_x, r.off_x, r.off_st};
     const int64_t nv = (int64_t)(sizeof uids / sizeof uids[0]);
-    Graph g;
-    Desc vp = g.make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
-    g.set(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, nv, uids, "uids");
-    g.set(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, nv, ptrs, "pointers");
-    g.set(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work, "workspace");
-    g.fin(vp, "variant pack");
-    const char* what = "";
-    cudnnStatus_t r = execute(p, g, vp, st, &what);
-    if (r != CUDNN_STATUS_SUCCESS) {
-        fprintf(stderr, "rrfp-mm: %scuDNN attention backward (S %d, T %d, H %d, d %d, causal %d) failed at %s: %s; the "
-                "backend's own kernel runs this shape from now on\n", strict ? "error: " : "", S, T, H, d, causal, what,
-                cudnnGetErrorString(r));
-        (void)cudaGetLastError();
-        p->refused = 1;
-        cuda_attention_path_note(RR_ATTN_CUDNN_REFUSED);
-        return 0;
-    }
+    if (!run_execute(&r, "backward", uids, ptrs, nv, S, T, H, d, causal)) return 0;
     if (diag) {
-        fprintf(stderr, "rrfp-mm: cuDNN diag: backward S %d T %d Smax %d H %d d %d causal %d, cuDNN %zu\n", S, T, Smax, H,
-                d, causal, (size_t)cudnnGetVersion());
+        fprintf(stderr, "rrfp-mm: cuDNN diag: backward S %d T %d Smax %d H %d d %d causal %d, cuDNN %zu\n", S, T, r.Smax,
+                H, d, causal, (size_t)cudnnGetVersion());
         diag_report("backward dQ", bb[5], 0, cu_seqlens, S, T, (int)HD, st);
         diag_report("backward dK", bb[6], 0, cu_seqlens, S, T, (int)HD, st);
         diag_report("backward dV", bb[7], 0, cu_seqlens, S, T, (int)HD, st);
@@ -836,12 +853,13 @@ static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, co
         // the own tensor-core kernel's gradients of the same inputs, into zeroed buffers of the same stride;
         // a value is off when it is further than 2^-6 of its tensor's largest from the own kernel's (both
         // multiply bf16 operands; cuDNN's gradients are rounded to bf16 besides)
-        float* own = (float*)(base + L.check_at);
+        float* own = (float*)(base + r.L.check_at);
         float* bad = own + (size_t)3 * T * ld_qkv;
         size_t one = (size_t)T * ld_qkv;
         cudaCheck(cudaMemsetAsync(own, 0, (3 * one + 4) * sizeof(float), st));
-        cuda_flash_attention_backward_f32(st, own, own + one, own + 2 * one, dout, out, lse, q, k, v, cu_seqlens, S, T, H,
-                                          H, d, ld_qkv, ld_qkv, (int)HD, causal);
+        cuda_flash_attention_backward_f32(st, own, own + one, own + 2 * one, buf_f32p(dout), buf_f32p(out), lse,
+                                          buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, H, d, ld_qkv, ld_qkv,
+                                          (int)HD, causal);
         int* mx = (int*)(bad + 1); // three maxima after the counter (the check region holds 3 one + 4 floats)
         cudaCheck(cudaMemsetAsync(mx, 0, 3 * sizeof(int), st));
         for (int i = 0; i < 3; i++) {
@@ -887,24 +905,11 @@ static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, co
     cuda_attention_path_note(RR_ATTN_CUDNN_BWD);
     return 1;
 }
-int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
-                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    return cudnn_backward(be, dq, dk, dv, dout, out, lse, q, k, v, 0, cu_seqlens, S, T, H, d, ld_qkv, causal);
-}
-int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
-                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                      int causal) {
-    return cudnn_backward(be, dq, dk, dv, dout, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv, causal);
-}
-int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                                       uint16_t* dv16, int ld_dv,
-                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
-                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
-                                       int d, int ld_qkv, int causal) {
-    return cudnn_backward(be, dq, dk, dv, (const float*)dout16, out, lse, q, k, v, 1, cu_seqlens, S, T, H, d, ld_qkv,
-                          causal, 1, dv16, ld_dv, dq16, dk16);
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, Buf dout, Buf out, const float* lse,
+                                  Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                  int causal, uint16_t* dq16, uint16_t* dk16, uint16_t* dv16, int ld_dv) {
+    return cudnn_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_qkv, causal, dq16, dk16, dv16,
+                          ld_dv);
 }
 
 // BackendDevice.reserve's share (cuda_reserve): the scratch for the largest attention calls of the stage, once,
@@ -932,48 +937,20 @@ void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn) {
 
 #else // no cuDNN in this build
 
-int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
-                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal) {
-    (void)be, (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k, (void)v;
-    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
-    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
-    return 0;
-}
-
-int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                 int causal) {
+int cuda_cudnn_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S,
+                                 int T, int H, int d, int ld_qkv, int causal) {
     (void)be, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d;
     (void)ld_qkv, (void)causal;
     cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     return 0;
 }
 
-int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
-                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                     int causal) {
-    (void)be, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d;
-    (void)ld_qkv, (void)causal;
-    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
-    return 0;
-}
-int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
-                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                      int causal) {
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, Buf dout, Buf out, const float* lse,
+                                  Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                  int causal, uint16_t* dq16, uint16_t* dk16, uint16_t* dv16, int ld_dv) {
     (void)be, (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k, (void)v;
-    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
-    cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
-    return 0;
-}
-int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                                       uint16_t* dv16, int ld_dv,
-                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
-                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
-                                       int d, int ld_qkv, int causal) {
-    (void)be, (void)dq, (void)dk, (void)dv, (void)dq16, (void)dk16, (void)dv16, (void)ld_dv, (void)dout16, (void)out, (void)lse, (void)q, (void)k, (void)v;
-    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal;
+    (void)cu_seqlens, (void)S, (void)T, (void)H, (void)d, (void)ld_qkv, (void)causal, (void)dq16, (void)dk16, (void)dv16;
+    (void)ld_dv;
     cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     return 0;
 }

@@ -139,56 +139,46 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
     cublasCheck(cublasLtMatmulDescDestroy(op));
 }
 
-// Run the desc with its A and B from `ops`: the weight (GEMM_PTR_WEIGHT) is the bf16 compute copy and goes
-// to cuBLASLt as it is; an f32 operand (activation, output gradient) is converted into bf16 scratch first
-// (aux: GELU_AUX_BIAS's). act_bf16 (the bf16-activation table): the activation operand (GEMM_PTR_INP) is 2-byte
-// bf16 already and goes as it is too, and the forward's output (GEMM_PTR_OUT) is stored as bf16 by cuBLASLt; the
-// output gradient (GEMM_PTR_DOUT, f32 by the numerics contract) is still converted.
-// dout_bf16: the output gradient (GEMM_PTR_DOUT) is 2-byte bf16 too, stored so by the kernel that produced it, and
-// goes as it is (no conversion); dinp_bf16: the input gradient (GEMM_PTR_DINP) is a 2-byte bf16 D (the desc's beta 0:
-// cuBLASLt rounds the f32 product in its own store). Both: the bf16-activation table's *_b16 slots.
-// GemmOperands (engine/gemm_desc.h, shared with the f32 GEMMs and their CPU check) holds each operand's address as
-// const float*; which operands are 2-byte the run says (the flags below and the weight's storage), so a 2-byte
-// operand is put there as an address only, through this one function.
-static inline const float* gemm_operand(const uint16_t* p) { return (const float*)(const void*)p; }
-
-static void gemm_lt_run_f32_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const uint16_t* bias,
-                                     void* aux = NULL, bool act_bf16 = false, bool dout_bf16 = false,
-                                     bool dinp_bf16 = false) {
+// Run the desc with its A, B and C from `ops`, each a typed buffer (GemmOperands, engine/gemm_desc.h): a 2-byte bf16
+// operand (the weight's compute copy; an activation on the bf16-activation table; an output gradient stored 2-byte by
+// the kernel that produced it) goes to cuBLASLt as it is; an f32 one (an activation or an output gradient in f32 words)
+// is converted into bf16 scratch first. C in 2-byte bf16 (the bf16-activation table's forward output; an input gradient
+// stored 2-byte, with the desc's beta 0) is a bf16 D: cuBLASLt rounds the f32 product in its own store; else an f32 D.
+// aux: GELU_AUX_BIAS's.
+static void gemm_lt_run_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const uint16_t* bias,
+                                 void* aux = NULL) {
     const GemmDesc* g = &d->g;
-    const float *A, *B;
-    float* C;
+    Buf A, B, C;
     gemm_desc_operands(g, ops, &A, &B, &C);
-    int a_f32 = g->a != GEMM_PTR_WEIGHT && !(act_bf16 && g->a == GEMM_PTR_INP) && !(dout_bf16 && g->a == GEMM_PTR_DOUT);
-    int b_f32 = g->b != GEMM_PTR_WEIGHT && !(act_bf16 && g->b == GEMM_PTR_INP) && !(dout_bf16 && g->b == GEMM_PTR_DOUT);
-    cudaDataType ctype =
-        (act_bf16 && g->c == GEMM_PTR_OUT) || (dinp_bf16 && g->c == GEMM_PTR_DINP) ? CUDA_R_16BF : CUDA_R_32F;
+    int a_f32 = A.dt == DTYPE_F32, b_f32 = B.dt == DTYPE_F32;
+    RR_ASSERT((a_f32 || A.dt == DTYPE_BF16) && (b_f32 || B.dt == DTYPE_BF16) &&
+              (C.dt == DTYPE_F32 || C.dt == DTYPE_BF16) && "a GEMM operand in f32 or bf16");
+    cudaDataType ctype = C.dt == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     size_t na = a_f32 ? lt_span(g->opA ? g->k : g->m, g->opA ? g->m : g->k, g->lda) : 0;
     size_t nb = b_f32 ? lt_span(g->opB ? g->n : g->k, g->opB ? g->k : g->n, g->ldb) : 0;
-    /* the bias in the table's Backend.bias_dtype (2-byte on the bf16 tables: the compute copy AdamW writes): a bf16 D
-     * takes it as it is; an f32 D (the f32-word bf16 table) takes it in f32, widened (exact) after the operands */
-    int bias32 = bias && ctype == CUDA_R_32F && be->bias_dtype == DTYPE_BF16;
+    /* the bias 2-byte (its type: the compute copy AdamW writes, handed over from a bf16 Buf by the table's edge): a
+     * bf16 D takes it as it is; an f32 D (the f32-word bf16 table) takes it in f32, widened (exact) after the operands */
+    int bias32 = bias && ctype == CUDA_R_32F;
     size_t boff = (na + nb + 7) & ~(size_t)7; /* 16-byte aligned f32 words */
     uint16_t* s = bf16_scratch(bias32 ? boff + 2 * (size_t)g->m : na + nb);
     const void* bias_d = bias;
-    RR_ASSERT(!bias || be->bias_dtype == DTYPE_BF16); /* the 2-byte compute copy; cuBLASLt adds a bf16 D's bias in bf16 */
     if (bias32) {
         bf16_to_f32_cuda((float*)(s + boff), bias, (size_t)g->m, cuda_stream(be));
         bias_d = s + boff;
     }
-    const uint16_t* a16 = (const uint16_t*)A;
-    const uint16_t* b16 = (const uint16_t*)B;
+    const uint16_t* a16 = a_f32 ? NULL : buf_bf16p(A);
+    const uint16_t* b16 = b_f32 ? NULL : buf_bf16p(B);
     if (a_f32 && b_f32) { // one launch for both
-        f32_to_bf16_2_cuda(s, A, na, s + na, B, nb, cuda_stream(be));
+        f32_to_bf16_2_cuda(s, buf_f32p(A), na, s + na, buf_f32p(B), nb, cuda_stream(be));
         a16 = s, b16 = s + na;
     } else if (a_f32) {
-        f32_to_bf16_cuda(s, A, na, cuda_stream(be));
+        f32_to_bf16_cuda(s, buf_f32p(A), na, cuda_stream(be));
         a16 = s;
     } else if (b_f32) {
-        f32_to_bf16_cuda(s + na, B, nb, cuda_stream(be));
+        f32_to_bf16_cuda(s + na, buf_f32p(B), nb, cuda_stream(be));
         b16 = s + na;
     }
-    gemm_lt_desc_run_cuda(be, d, a16, b16, C, bias_d, aux, ctype);
+    gemm_lt_desc_run_cuda(be, d, a16, b16, C.p, bias_d, aux, ctype);
 }
 
 // column n of dout for the dbias column sum
@@ -212,11 +202,11 @@ static void bf16_linear_unrounded(const Backend* be, float* out, const float* in
         return;
     }
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
-    ops.ptr[GEMM_PTR_OUT] = out;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_bf16(weight);
+    ops.ptr[GEMM_PTR_OUT] = buf_f32(out);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
-    gemm_lt_run_f32_operands(be, &d, &ops, bias);
+    gemm_lt_run_operands(be, &d, &ops, bias);
 }
 
 void cuda_bf16_linear_forward(const Backend* be, float* out, const float* inp, const uint16_t* weight, const uint16_t* bias, int N, int C,
@@ -239,11 +229,11 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
     size_t n = (size_t)N * OC;
     if (C > 0 && bias && OC % 8 == 0) {
         GemmOperands ops = {};
-        ops.ptr[GEMM_PTR_INP] = inp;
-        ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
-        ops.ptr[GEMM_PTR_OUT] = out;
+        ops.ptr[GEMM_PTR_INP] = buf_f32(inp);
+        ops.ptr[GEMM_PTR_WEIGHT] = buf_bf16(weight);
+        ops.ptr[GEMM_PTR_OUT] = buf_f32(out);
         GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, bias, pre);
+        gemm_lt_run_operands(be, &d, &ops, bias, pre);
     } else {
         bf16_linear_unrounded(be, pre, inp, weight, bias, N, C, OC);
         cuda_bf16_gelu_forward(be, out, pre, n); // out rounded in the GELU's store
@@ -257,20 +247,19 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
 static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
                                    const uint16_t* weight, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
-    bool act_bf16 = inp.dt == DTYPE_BF16;
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = act_bf16 ? gemm_operand(buf_bf16p(inp)) : buf_f32p(inp);
-    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
-    ops.ptr[GEMM_PTR_DOUT] = dout;
-    ops.ptr[GEMM_PTR_DINP] = dinp;
-    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    ops.ptr[GEMM_PTR_INP] = inp;
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_bf16(weight);
+    ops.ptr[GEMM_PTR_DOUT] = buf_f32(dout);
+    ops.ptr[GEMM_PTR_DINP] = buf_f32(dinp);
+    ops.ptr[GEMM_PTR_DWEIGHT] = buf_f32(dweight);
     if (dinp && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, act_bf16);
+        gemm_lt_run_operands(be, &d, &ops, NULL);
     }
     if (dweight && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, act_bf16);
+        gemm_lt_run_operands(be, &d, &ops, NULL);
     }
     // the f32 dout, as the CPU reference (engine/cpu/bf16.c)
     if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
@@ -290,7 +279,9 @@ void cuda_bf16_attention_forward(const Backend* be, float* out, float* lse, cons
     // cuDNN (counted as cudnn_not_tried). Else the own tensor-core kernel (flash_attention.cu, GQA-ready), which
     // rounds its store.
     if (Hkv == H && ld_q == ld_kv) {
-        if (cuda_cudnn_attention_forward(be, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal)) return;
+        if (cuda_cudnn_attention_forward(be, buf_f32(out), lse, buf_f32(q), buf_f32(k), buf_f32(v), cu_seqlens, S, T, H, d,
+                                         ld_q, causal))
+            return;
     } else {
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     }
@@ -305,7 +296,8 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
     if (Hkv == H && ld_q == ld_kv) {
-        if (cuda_cudnn_attention_backward(be, dq, dk, dv, dout, out, lse, q, k, v, cu_seqlens, S, T, H, d, ld_q, causal))
+        if (cuda_cudnn_attention_backward(be, dq, dk, dv, buf_f32(dout), buf_f32(out), lse, buf_f32(q), buf_f32(k),
+                                          buf_f32(v), cu_seqlens, S, T, H, d, ld_q, causal, NULL, NULL, NULL, 0))
             return;
     } else {
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
@@ -320,8 +312,8 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
 // forward's output in bf16, so no conversion or rounding pass runs in a forward GEMM (a biased one reads its bias as the
 // 2-byte compute copy AdamW wrote: Backend.bias_dtype). Its backward GEMMs and attention backward read 2-byte output
-// gradients stored by their producers (BackendOps.b16: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
-// clip_ops.cu); the plain linear_backward (an f32 dout converted to bf16 scratch) remains for the gaps (docs/cuda.md,
+// gradients stored by their producers (bf16 gradient Bufs: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
+// clip_ops.cu); linear_backward with an f32 dout (converted to bf16 scratch) remains for the gaps (docs/cuda.md,
 // "2-byte output gradients"). What else remains: a cuDNN run checked against the own kernel widens its inputs into f32
 // scratch.
 
@@ -357,11 +349,11 @@ void cuda_bf16a_linear_forward(const Backend* be, uint16_t* out, const uint16_t*
         return;
     }
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = gemm_operand(inp);
-    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
-    ops.ptr[GEMM_PTR_OUT] = gemm_operand(out);
+    ops.ptr[GEMM_PTR_INP] = buf_bf16(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_bf16(weight);
+    ops.ptr[GEMM_PTR_OUT] = buf_bf16(out);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, bias != NULL);
-    gemm_lt_run_f32_operands(be, &d, &ops, bias, NULL, true);
+    gemm_lt_run_operands(be, &d, &ops, bias);
 }
 
 void cuda_bf16a_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, const uint16_t* inp,
@@ -382,20 +374,20 @@ void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* di
         cudaCheck(cudaMemsetAsync(dinp, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = gemm_operand(inp);
-    ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
-    ops.ptr[GEMM_PTR_DOUT] = gemm_operand(dout16);
-    ops.ptr[GEMM_PTR_DINP] = dinp16 ? gemm_operand(dinp16) : dinp;
-    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    ops.ptr[GEMM_PTR_INP] = buf_bf16(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_bf16(weight);
+    ops.ptr[GEMM_PTR_DOUT] = buf_bf16(dout16);
+    ops.ptr[GEMM_PTR_DINP] = dinp16 ? buf_bf16(dinp16) : buf_f32(dinp);
+    ops.ptr[GEMM_PTR_DWEIGHT] = buf_f32(dweight);
     if (dinp16 && C == 0) return;
     if ((dinp || dinp16) && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_input(N, C, OC);
         if (dinp16 || set) d.g.beta = 0.0f; // written, not added: C is not read
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true, true, dinp16 != NULL);
+        gemm_lt_run_operands(be, &d, &ops, NULL);
     }
     if (dweight && C > 0) {
         GemmLtDesc d = gemm_lt_desc_linear_backward_weight(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, NULL, NULL, true, true);
+        gemm_lt_run_operands(be, &d, &ops, NULL);
     }
     if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
@@ -426,11 +418,11 @@ void cuda_bf16a_linear_gelu_forward(const Backend* be, uint16_t* out, uint16_t* 
     size_t n = (size_t)N * OC;
     if (C > 0 && bias && OC % 8 == 0) {
         GemmOperands ops = {};
-        ops.ptr[GEMM_PTR_INP] = gemm_operand(inp);
-        ops.ptr[GEMM_PTR_WEIGHT] = gemm_operand(weight);
-        ops.ptr[GEMM_PTR_OUT] = gemm_operand(out);
+        ops.ptr[GEMM_PTR_INP] = buf_bf16(inp);
+        ops.ptr[GEMM_PTR_WEIGHT] = buf_bf16(weight);
+        ops.ptr[GEMM_PTR_OUT] = buf_bf16(out);
         GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
-        gemm_lt_run_f32_operands(be, &d, &ops, bias, pre, true);
+        gemm_lt_run_operands(be, &d, &ops, bias, pre);
         return;
     }
     // the f32 pre-activation: the bf16 table's unrounded product, from the 2-byte input widened into the scratch
@@ -506,7 +498,8 @@ void cuda_bf16a_attention_forward(const Backend* be, uint16_t* out, float* lse, 
     uint16_t* o16 = out;
     const uint16_t *q16 = q, *k16 = k, *v16 = v;
     if (Hkv == H && ld_q == ld_kv) {
-        int r = cuda_cudnn_attention_forward_b16(be, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q, causal);
+        int r = cuda_cudnn_attention_forward(be, buf_bf16(o16), lse, buf_bf16(q16), buf_bf16(k16), buf_bf16(v16), cu_seqlens,
+                                             S, T, H, d, ld_q, causal);
         if (r == 1) return;
         if (r < 0) {
             size_t no = (size_t)T * H * d;
@@ -534,8 +527,8 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
     const uint16_t *o16 = out, *q16 = q, *k16 = k, *v16 = v;
     int r = 0; // 1: cuDNN ran; -1: a checked cuDNN run, through the f32 entry; 0: the own kernel
     if (Hkv == H && ld_q == ld_kv)
-        r = cuda_cudnn_attention_backward_b16(be, dq, dk, dv, dout, o16, lse, q16, k16, v16, cu_seqlens, S, T, H, d, ld_q,
-                                              causal);
+        r = cuda_cudnn_attention_backward(be, dq, dk, dv, buf_f32(dout), buf_bf16(o16), lse, buf_bf16(q16), buf_bf16(k16),
+                                          buf_bf16(v16), cu_seqlens, S, T, H, d, ld_q, causal, NULL, NULL, NULL, 0);
     else
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     if (r == 1) return;
@@ -562,7 +555,7 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                  causal);
 }
 
-// attention_backward_b16 (engine.h, BackendB16): dout16 2-byte (stored so by its producer, the o-projection's /
+// attention_backward with a 2-byte dout (engine.h, "2-byte output gradients"): dout16 2-byte (stored so by its producer, the o-projection's /
 // attn.out's input-gradient GEMM); dq, dk, dv f32 with optional 2-byte mirrors dq16, dk16, dv16 (stride ld16), or dv
 // 2-byte only (dv NULL, dv16 = bf16(dv16 + the f32 gradient) in the kernel's own store: zeroed, it gets rr_f32_to_bf16
 // of attention_backward's dv). cuDNN where it takes the shape (dout packed as it is; its bf16 gradients added into the
@@ -585,8 +578,8 @@ void cuda_bf16a_attention_backward_b16(const Backend* be, float* dq, float* dk, 
     RR_ASSERT((!dq16 || dq) && (!dk16 || dk));
     int r = 0;
     if (Hkv == H && ld_q == ld_kv)
-        r = cuda_cudnn_attention_backward_b16g(be, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, o16, lse, q16, k16, v16,
-                                               cu_seqlens, S, T, H, d, ld_q, causal);
+        r = cuda_cudnn_attention_backward(be, dq, dk, dv, buf_bf16(dout16), buf_bf16(o16), lse, buf_bf16(q16), buf_bf16(k16),
+                                          buf_bf16(v16), cu_seqlens, S, T, H, d, ld_q, causal, dq16, dk16, dv16, ld16);
     else
         cuda_attention_path_note(RR_ATTN_CUDNN_NOT_TRIED);
     if (r == 1) return;

@@ -365,38 +365,187 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
     if (be->precision == PRECISION_BF16) cuda_flash_attention_reserve(attn, n_attn);
 }
 
+// ---- the backward ops that take 2-byte gradients (engine.h, "2-byte output gradients"): one slot each, dispatched on
+// the gradients' dtypes. The f32 and bf16 tables take f32 gradients only (buf_f32p refuses a 2-byte one; a mirror is
+// refused); the bf16-activation table runs its 2-byte entries (the *_b16 functions) where a gradient is 2-byte or a
+// mirror is asked for, else its f32-gradient entries. set (linear_backward): an f32 dinp written, not added.
+#define CUDA_F32_GRADS(mirrors) RR_ASSERT(!(mirrors) && "a 2-byte gradient mirror on a table with f32 gradients only")
+static float* grad_set(const Backend* be, Buf dinp, int set, int N, int C) {
+    float* d = buf_f32p(dinp);
+    if (set && d) cudaCheck(cudaMemsetAsync(d, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
+    return d;
+}
+static void cuda_linear_backward_g(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout, const float* dout32,
+                                   Buf inp, Buf weight, int N, int C, int OC, int set) {
+    (void)dout32; // dout is f32 here: dbias sums it
+    cuda_linear_backward(be, grad_set(be, dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
+                         buf_f32p(weight), N, C, OC);
+}
+static void cuda_bf16_linear_backward_g(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
+                                        const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
+    (void)dout32;
+    cuda_bf16_linear_backward(be, grad_set(be, dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
+                              buf_bf16p(weight), N, C, OC);
+}
+static void cuda_bf16a_linear_backward_g(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
+                                         const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
+    if (dout.dt == DTYPE_BF16) {
+        int d16 = dinp.dt == DTYPE_BF16;
+        cuda_bf16a_linear_backward_b16(be, d16 ? NULL : buf_f32p(dinp), d16 ? buf_bf16p(dinp) : NULL, dweight, dbias,
+                                       buf_bf16p(dout), dout32, buf_bf16p(inp), buf_bf16p(weight), N, C, OC, set);
+        return;
+    }
+    cuda_bf16a_linear_backward(be, grad_set(be, dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_bf16p(inp),
+                               buf_bf16p(weight), N, C, OC);
+}
+static void cuda_swiglu_backward_g(const Backend* be, Buf dgate, Buf dup, const float* dout, Buf gate, Buf up, size_t n) {
+    cuda_swiglu_backward(be, buf_f32p(dgate), buf_f32p(dup), dout, buf_f32p(gate), buf_f32p(up), n);
+}
+static void cuda_bf16a_swiglu_backward_g(const Backend* be, Buf dgate, Buf dup, const float* dout, Buf gate, Buf up,
+                                         size_t n) {
+    if (dgate.dt == DTYPE_BF16 || dup.dt == DTYPE_BF16)
+        cuda_bf16a_swiglu_backward_b16(be, buf_bf16p(dgate), buf_bf16p(dup), dout, buf_bf16p(gate), buf_bf16p(up), n);
+    else
+        cuda_bf16a_swiglu_backward(be, buf_f32p(dgate), buf_f32p(dup), dout, buf_bf16p(gate), buf_bf16p(up), n);
+}
+static void cuda_rmsnorm_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                                    Buf inp, const float* weight, const float* rstd, int N, int C) {
+    CUDA_F32_GRADS(dinp16);
+    cuda_rmsnorm_backward(be, dinp, dweight, dout, buf_f32p(inp), weight, rstd, N, C);
+}
+static void cuda_bf16a_rmsnorm_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight,
+                                          const float* dout, Buf inp, const float* weight, const float* rstd, int N,
+                                          int C) {
+    if (dinp16) cuda_bf16a_rmsnorm_backward_b16(be, dinp, dinp16, dweight, dout, buf_bf16p(inp), weight, rstd, N, C);
+    else cuda_bf16a_rmsnorm_backward(be, dinp, dweight, dout, buf_bf16p(inp), weight, rstd, N, C);
+}
+static void cuda_layernorm_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                      const float* dout, Buf inp, const float* weight, const float* mean,
+                                      const float* rstd, int N, int C) {
+    CUDA_F32_GRADS(dinp16);
+    cuda_layernorm_backward(be, dinp, dweight, dbias, dout, buf_f32p(inp), weight, mean, rstd, N, C);
+}
+static void cuda_bf16a_layernorm_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight,
+                                            float* dbias, const float* dout, Buf inp, const float* weight,
+                                            const float* mean, const float* rstd, int N, int C) {
+    if (dinp16)
+        cuda_bf16a_layernorm_backward_b16(be, dinp, dinp16, dweight, dbias, dout, buf_bf16p(inp), weight, mean, rstd, N,
+                                          C);
+    else cuda_bf16a_layernorm_backward(be, dinp, dweight, dbias, dout, buf_bf16p(inp), weight, mean, rstd, N, C);
+}
+static void cuda_act_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
+                                Act act) {
+    CUDA_F32_GRADS(dinp16);
+    cuda_act_backward(be, dinp, dout, buf_f32p(inp), n, act);
+}
+static void cuda_bf16a_act_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp,
+                                      size_t n, Act act) {
+    if (dinp16) cuda_bf16a_act_backward_b16(be, dinp, dinp16, dout, buf_bf16p(inp), n, act);
+    else cuda_bf16a_act_backward(be, dinp, dout, buf_bf16p(inp), n, act);
+}
+static void cuda_rope_qk_backward_g(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16,
+                                    float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
+                                    const RopeFreq* rf, int keep_q, int keep_k) {
+    CUDA_F32_GRADS(dq16 || dk16);
+    (void)ldq16, (void)ldk16, (void)keep_q, (void)keep_k;
+    cuda_rope_qk_backward(be, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+}
+static void cuda_bf16a_rope_qk_backward_g(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16,
+                                          int ldk16, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
+                                          int ld_k, const RopeFreq* rf, int keep_q, int keep_k) {
+    if (dq16 || dk16)
+        cuda_bf16a_rope_qk_backward_b16(be, dq16, ldq16, dq, dk16, ldk16, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, keep_q,
+                                        keep_k);
+    else cuda_rope_qk_backward(be, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+}
+static void cuda_rope2d_backward_g(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                   const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
+    CUDA_F32_GRADS(dx16);
+    (void)ld16, (void)keep_f32;
+    cuda_rope2d_backward(be, dx, pos_row, pos_col, N, H, d, ld);
+}
+static void cuda_bf16a_rope2d_backward_g(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+                                         const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
+    if (dx16) cuda_bf16a_rope2d_backward_b16(be, dx16, ld16, dx, pos_row, pos_col, N, H, d, ld, keep_f32);
+    else cuda_rope2d_backward(be, dx, pos_row, pos_col, N, H, d, ld);
+}
+static void cuda_crossentropy_backward_g(const Backend* be, Buf dlogits, Buf logits, const float* lse, const int* targets,
+                                         float scale, int N, int V) {
+    cuda_crossentropy_backward(be, buf_f32p(dlogits), buf_f32p(logits), lse, targets, scale, N, V);
+}
+static void cuda_bf16a_crossentropy_backward_g(const Backend* be, Buf dlogits, Buf logits, const float* lse,
+                                               const int* targets, float scale, int N, int V) {
+    if (dlogits.dt == DTYPE_BF16)
+        cuda_bf16a_crossentropy_backward_b16(be, buf_bf16p(dlogits), buf_bf16p(logits), lse, targets, scale, N, V);
+    else cuda_bf16a_crossentropy_backward(be, buf_f32p(dlogits), buf_bf16p(logits), lse, targets, scale, N, V);
+}
+static void cuda_attention_backward_g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                      uint16_t* dv16, int ld16, Buf dout, Buf out, const float* lse, Buf q, Buf k, Buf v,
+                                      const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
+                                      int causal) {
+    CUDA_F32_GRADS(dq16 || dk16 || dv16);
+    (void)ld16;
+    cuda_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v),
+                            cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+}
+static void cuda_bf16_attention_backward_g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16,
+                                           uint16_t* dk16, uint16_t* dv16, int ld16, Buf dout, Buf out, const float* lse,
+                                           Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv,
+                                           int d, int ld_q, int ld_kv, int causal) {
+    CUDA_F32_GRADS(dq16 || dk16 || dv16);
+    (void)ld16;
+    cuda_bf16_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q), buf_f32p(k),
+                                 buf_f32p(v), cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+}
+static void cuda_bf16a_attention_backward_g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16,
+                                            uint16_t* dk16, uint16_t* dv16, int ld16, Buf dout, Buf out,
+                                            const float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T,
+                                            int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    if (dout.dt == DTYPE_BF16)
+        cuda_bf16a_attention_backward_b16(be, dq, dk, dv, dq16, dk16, dv16, ld16, buf_bf16p(dout), buf_bf16p(out), lse,
+                                          buf_bf16p(q), buf_bf16p(k), buf_bf16p(v), cu_seqlens, S, T, H, Hkv, d, ld_q,
+                                          ld_kv, causal);
+    else {
+        RR_ASSERT(!(dq16 || dk16 || dv16) && "2-byte gradient mirrors with a 2-byte dout only");
+        cuda_bf16a_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_bf16p(out), lse, buf_bf16p(q), buf_bf16p(k),
+                                      buf_bf16p(v), cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    }
+}
+
 // every op slot inside its profiler scope
 PROF_OP(PROF_COPIES, cuda_memset0)
 PROF_OP(PROF_COPIES, cuda_copy_h2d)
 PROF_OP(PROF_COPIES, cuda_copy_d2h)
 PROF_OP(PROF_COPIES, cuda_copy_d2d)
 PROF_OP(PROF_GEMM, cuda_linear_forward)
-PROF_OP(PROF_GEMM, cuda_linear_backward)
+PROF_OP(PROF_GEMM, cuda_linear_backward_g)
 PROF_OP(PROF_GEMM, cuda_linear_gelu_forward)
 PROF_OP(PROF_GEMM, cuda_bf16_linear_forward)
-PROF_OP(PROF_GEMM, cuda_bf16_linear_backward)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_backward_g)
 PROF_OP(PROF_GEMM, cuda_bf16_linear_gelu_forward)
 PROF_OP(PROF_NORM, cuda_layernorm_forward)
-PROF_OP(PROF_NORM, cuda_layernorm_backward)
+PROF_OP(PROF_NORM, cuda_layernorm_backward_g)
 PROF_OP(PROF_NORM, cuda_rmsnorm_forward)
-PROF_OP(PROF_NORM, cuda_rmsnorm_backward)
+PROF_OP(PROF_NORM, cuda_rmsnorm_backward_g)
 PROF_OP(PROF_NORM, cuda_bf16_layernorm_forward)
 PROF_OP(PROF_NORM, cuda_bf16_rmsnorm_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_gelu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_gelu_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_swiglu_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_swiglu_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_swiglu_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_add_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_embedding_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_embedding_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_gelu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_swiglu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_add_forward)
@@ -405,9 +554,9 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope2d_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_qk_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_embedding_forward)
 PROF_OP(PROF_ATTENTION, cuda_attention_forward)
-PROF_OP(PROF_ATTENTION, cuda_attention_backward)
+PROF_OP(PROF_ATTENTION, cuda_attention_backward_g)
 PROF_OP(PROF_ATTENTION, cuda_bf16_attention_forward)
-PROF_OP(PROF_ATTENTION, cuda_bf16_attention_backward)
+PROF_OP(PROF_ATTENTION, cuda_bf16_attention_backward_g)
 PROF_OP(PROF_OPTIMISER, cuda_sum_squares)
 PROF_OP(PROF_OPTIMISER, cuda_scale)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_update)
@@ -415,7 +564,7 @@ PROF_OP(PROF_OPTIMISER, cuda_adamw_update_copy)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_multi)
 PROF_OP(PROF_OPTIMISER, cuda_sum_squares_multi)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_act_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_act_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_backward)
@@ -423,19 +572,19 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward)
 PROF_OP(PROF_COPIES, cuda_from_bf16)
 PROF_OP(PROF_COPIES, cuda_to_bf16)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rows_gather_forward)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_forward)
-PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward)
+PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward_g)
 PROF_OP(PROF_GEMM, cuda_bf16a_linear_gelu_forward)
 PROF_OP(PROF_NORM, cuda_bf16a_layernorm_forward)
-PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward)
+PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_g)
 PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_forward)
-PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward)
+PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_f32_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_forward)
@@ -443,35 +592,14 @@ PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_embedding_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_g)
 PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_forward)
-PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward)
-PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward_b16)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward_b16)
-PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward_b16)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_backward_b16)
-PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward_b16)
-PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_b16)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_b16)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_b16)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_b16)
+PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_dropout_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_dropout_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_dropout_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_nf4_dequantize)
 
-// the bf16-activation ops' 2-byte output-gradient ops (engine.h, BackendB16)
-static const BackendB16 backend_cuda_bf16a_b16 = {
-    .linear_backward = prof_cuda_bf16a_linear_backward_b16,
-    .swiglu_backward = prof_cuda_bf16a_swiglu_backward_b16,
-    .rmsnorm_backward = prof_cuda_bf16a_rmsnorm_backward_b16,
-    .rope_qk_backward = prof_cuda_bf16a_rope_qk_backward_b16,
-    .attention_backward = prof_cuda_bf16a_attention_backward_b16,
-    .layernorm_backward = prof_cuda_bf16a_layernorm_backward_b16,
-    .act_backward = prof_cuda_bf16a_act_backward_b16,
-    .rope2d_backward = prof_cuda_bf16a_rope2d_backward_b16,
-    .crossentropy_backward = prof_cuda_bf16a_crossentropy_backward_b16,
-};
 
 // ---- the tables ----------------------------------------------------------------------------------
 
@@ -525,33 +653,33 @@ static const BackendDevice cuda_device = {
 // the f32 ops: the base of the bf16 tables below
 static const BackendOps cuda_ops = {
     .linear_forward = prof_cuda_linear_forward,
-    .linear_backward = prof_cuda_linear_backward,
+    .linear_backward = prof_cuda_linear_backward_g,
     .linear_gelu_forward = prof_cuda_linear_gelu_forward,
     .layernorm_forward = prof_cuda_layernorm_forward,
-    .layernorm_backward = prof_cuda_layernorm_backward,
+    .layernorm_backward = prof_cuda_layernorm_backward_g,
     .rmsnorm_forward = prof_cuda_rmsnorm_forward,
-    .rmsnorm_backward = prof_cuda_rmsnorm_backward,
+    .rmsnorm_backward = prof_cuda_rmsnorm_backward_g,
     .gelu_forward = prof_cuda_gelu_forward,
     .gelu_backward = prof_cuda_gelu_backward,
     .swiglu_forward = prof_cuda_swiglu_forward,
-    .swiglu_backward = prof_cuda_swiglu_backward,
+    .swiglu_backward = prof_cuda_swiglu_backward_g,
     .add_forward = prof_cuda_add_forward,
     .rope_forward = prof_cuda_rope_forward,
     .rope_backward = prof_cuda_rope_backward,
     .rope2d_forward = prof_cuda_rope2d_forward,
-    .rope2d_backward = prof_cuda_rope2d_backward,
+    .rope2d_backward = prof_cuda_rope2d_backward_g,
     .embedding_forward = prof_cuda_embedding_forward,
     .embedding_backward = prof_cuda_embedding_backward,
     .crossentropy_forward = prof_cuda_crossentropy_forward,
-    .crossentropy_backward = prof_cuda_crossentropy_backward,
+    .crossentropy_backward = prof_cuda_crossentropy_backward_g,
     .attention_forward = prof_cuda_attention_forward,
-    .attention_backward = prof_cuda_attention_backward,
+    .attention_backward = prof_cuda_attention_backward_g,
     .sum_squares = prof_cuda_sum_squares,
     .scale = prof_cuda_scale,
     .adamw_update = prof_cuda_adamw_update,
     .round_bf16 = cuda_round_bf16,
     .act_forward = prof_cuda_act_forward,
-    .act_backward = prof_cuda_act_backward,
+    .act_backward = prof_cuda_act_backward_g,
     .rows_gather_forward = prof_cuda_rows_gather_forward,
     .rows_gather_backward = prof_cuda_rows_gather_backward,
     .attention_decode = cuda_attention_decode,
@@ -559,8 +687,7 @@ static const BackendOps cuda_ops = {
     .to_bf16 = prof_cuda_to_bf16,
     .from_bf16 = prof_cuda_from_bf16,
     .rope_qk_forward = prof_cuda_rope_qk_forward,
-    .rope_qk_backward = prof_cuda_rope_qk_backward,
-    .b16 = NULL,
+    .rope_qk_backward = prof_cuda_rope_qk_backward_g,
     .dropout_forward = prof_cuda_dropout_forward,
     .dropout_backward = prof_cuda_dropout_backward,
     .adamw_multi = prof_cuda_adamw_multi,
@@ -574,7 +701,7 @@ static const BackendOps cuda_ops = {
 static const BackendOps cuda_bf16_ops = [] {
     BackendOps o = cuda_ops;
     o.linear_forward = prof_cuda_bf16_linear_forward;
-    o.linear_backward = prof_cuda_bf16_linear_backward;
+    o.linear_backward = prof_cuda_bf16_linear_backward_g;
     o.linear_gelu_forward = prof_cuda_bf16_linear_gelu_forward;
     o.layernorm_forward = prof_cuda_bf16_layernorm_forward;
     o.rmsnorm_forward = prof_cuda_bf16_rmsnorm_forward;
@@ -585,7 +712,7 @@ static const BackendOps cuda_bf16_ops = [] {
     o.rope2d_forward = prof_cuda_bf16_rope2d_forward;
     o.embedding_forward = prof_cuda_bf16_embedding_forward;
     o.attention_forward = prof_cuda_bf16_attention_forward;
-    o.attention_backward = prof_cuda_bf16_attention_backward;
+    o.attention_backward = prof_cuda_bf16_attention_backward_g;
     o.act_forward = prof_cuda_bf16_act_forward;
     o.rows_gather_forward = prof_cuda_bf16_rows_gather_forward;
     o.rope_qk_forward = prof_cuda_bf16_rope_qk_forward;
@@ -598,31 +725,32 @@ static const BackendOps cuda_bf16_ops = [] {
 static const BackendOps cuda_bf16a_ops = [] {
     BackendOps o = cuda_bf16_ops;
     o.linear_forward = prof_cuda_bf16a_linear_forward;
-    o.linear_backward = prof_cuda_bf16a_linear_backward;
+    o.linear_backward = prof_cuda_bf16a_linear_backward_g;
     o.linear_gelu_forward = prof_cuda_bf16a_linear_gelu_forward;
     o.layernorm_forward = prof_cuda_bf16a_layernorm_forward;
-    o.layernorm_backward = prof_cuda_bf16a_layernorm_backward;
+    o.layernorm_backward = prof_cuda_bf16a_layernorm_backward_g;
     o.rmsnorm_forward = prof_cuda_bf16a_rmsnorm_forward;
-    o.rmsnorm_backward = prof_cuda_bf16a_rmsnorm_backward;
+    o.rmsnorm_backward = prof_cuda_bf16a_rmsnorm_backward_g;
     o.gelu_forward = prof_cuda_bf16a_gelu_forward;
     o.gelu_backward = prof_cuda_bf16a_gelu_backward;
     o.swiglu_forward = prof_cuda_bf16a_swiglu_forward;
-    o.swiglu_backward = prof_cuda_bf16a_swiglu_backward;
+    o.swiglu_backward = prof_cuda_bf16a_swiglu_backward_g;
     o.add_forward = prof_cuda_bf16a_add_forward;
     o.rope_forward = prof_cuda_bf16a_rope_forward;
     o.rope2d_forward = prof_cuda_bf16a_rope2d_forward;
     o.embedding_forward = prof_cuda_bf16a_embedding_forward;
     o.crossentropy_forward = prof_cuda_bf16a_crossentropy_forward;
-    o.crossentropy_backward = prof_cuda_bf16a_crossentropy_backward;
+    o.crossentropy_backward = prof_cuda_bf16a_crossentropy_backward_g;
     o.attention_forward = prof_cuda_bf16a_attention_forward;
-    o.attention_backward = prof_cuda_bf16a_attention_backward;
+    o.attention_backward = prof_cuda_bf16a_attention_backward_g;
     o.act_forward = prof_cuda_bf16a_act_forward;
-    o.act_backward = prof_cuda_bf16a_act_backward;
+    o.act_backward = prof_cuda_bf16a_act_backward_g;
     o.rows_gather_forward = prof_cuda_bf16a_rows_gather_forward;
     o.attention_decode = NULL;
     o.add_f32_forward = prof_cuda_bf16a_add_f32_forward;
     o.rope_qk_forward = prof_cuda_bf16a_rope_qk_forward;
-    o.b16 = &backend_cuda_bf16a_b16;
+    o.rope_qk_backward = prof_cuda_bf16a_rope_qk_backward_g;
+    o.rope2d_backward = prof_cuda_bf16a_rope2d_backward_g;
     return o;
 }();
 

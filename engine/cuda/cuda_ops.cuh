@@ -134,13 +134,16 @@ void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn);
 // stage's largest calls
 void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn);
 
-// attention_cudnn.cu: cuDNN's fused attention forward for the bf16 table (1: done, 0: run the own kernel)
-int cuda_cudnn_attention_forward(const Backend* be, float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                 int causal);
-int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                  const float* out, const float* lse, const float* q, const float* k, const float* v,
-                                  const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal);
+// attention_cudnn.cu: cuDNN's fused attention for the bf16 tables (1: done, 0: run the own kernel). q, k, v, out and
+// dout typed: f32 words (the bf16 table) or 2-byte bf16 words (the bf16-activation table; then -1: a run to be checked
+// against the own kernel, call the f32 entry on widened inputs). The backward adds into the f32 dq, dk, dv (each may
+// be NULL); with 2-byte inputs, dq16, dk16, dv16 (rows of stride ld_dv; NULL: none) are 2-byte mirrors of the f32 sums,
+// or with dv NULL dv16 is dv stored 2-byte only (dv16 = bf16(dv16 + cuDNN's dv)).
+int cuda_cudnn_attention_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S,
+                                 int T, int H, int d, int ld_qkv, int causal);
+int cuda_cudnn_attention_backward(const Backend* be, float* dq, float* dk, float* dv, Buf dout, Buf out, const float* lse,
+                                  Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
+                                  int causal, uint16_t* dq16, uint16_t* dk16, uint16_t* dv16, int ld_dv);
 int cuda_cudnn_attention_available(void);
 void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
@@ -229,23 +232,8 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                    const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn);
-// attention_cudnn.cu: cuDNN's fused attention on 2-byte bf16 q, k, v, out (the bf16-activation table): 1 done, 0 run
-// the own kernel, -1 a run to be checked against the own kernel (call the f32 entry on widened inputs)
-int cuda_cudnn_attention_forward_b16(const Backend* be, uint16_t* out, float* lse, const uint16_t* q, const uint16_t* k,
-                                     const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                     int causal);
-int cuda_cudnn_attention_backward_b16(const Backend* be, float* dq, float* dk, float* dv, const float* dout,
-                                      const uint16_t* out, const float* lse, const uint16_t* q, const uint16_t* k,
-                                      const uint16_t* v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv,
-                                      int causal);
-// the same with a 2-byte dout16 and either an f32 dv or a 2-byte dv16 (rows of stride ld_dv: dv16 = bf16(dv16 + cuDNN's
-// dv)), dq / dk f32
-int cuda_cudnn_attention_backward_b16g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
-                                       uint16_t* dv16, int ld_dv,
-                                       const uint16_t* dout16, const uint16_t* out, const float* lse, const uint16_t* q,
-                                       const uint16_t* k, const uint16_t* v, const int* cu_seqlens, int S, int T, int H,
-                                       int d, int ld_qkv, int causal);
-// 2-byte output gradients on the bf16-activation table (Backend's *_b16 slots, engine.h)
+// 2-byte output gradients on the bf16-activation table (its slots dispatch here on a 2-byte gradient or mirror:
+// cuda_backend.cu, the *_g entries)
 void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                     const uint16_t* dout16, const float* dout, const uint16_t* inp, const uint16_t* weight, int N,
                                     int C, int OC, int set);

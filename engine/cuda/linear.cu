@@ -8,13 +8,13 @@
 
 // Run one described GEMM on the backend's stream.
 static void gemm_desc_run_cuda(const Backend* be, const GemmDesc* g, const GemmOperands* ops) {
-    const float *A, *B;
-    float* C;
+    Buf A, B, C;
     RR_ASSERT(gemm_desc_valid(g));
     gemm_desc_operands(g, ops, &A, &B, &C);
     cublasCheck(cublasSetStream(cuda_ctx.cublas, cuda_stream(be))); // the handle is shared by every stream
     cublasCheck(cublasSgemm(cuda_ctx.cublas, g->opA ? CUBLAS_OP_T : CUBLAS_OP_N, g->opB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            g->m, g->n, g->k, &g->alpha, A, g->lda, B, g->ldb, &g->beta, C, g->ldc));
+                            g->m, g->n, g->k, &g->alpha, buf_f32p(A), g->lda, buf_f32p(B), g->ldb, &g->beta, buf_f32p(C),
+                            g->ldc)); // f32 operands only (a 2-byte one is refused)
 }
 
 // out (N, OC) += bias (OC) broadcast over rows
@@ -38,9 +38,9 @@ struct RowsOf {
 void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
-    ops.ptr[GEMM_PTR_OUT] = out;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_f32(weight);
+    ops.ptr[GEMM_PTR_OUT] = buf_f32(out);
     if (C == 0) { // cuBLAS with k = 0 scales C by beta = 0: out = 0, as the CPU's BLAS gives
         cudaCheck(cudaMemsetAsync(out, 0, (size_t)N * OC * sizeof(float), cuda_stream(be)));
     } else {
@@ -54,11 +54,11 @@ void cuda_linear_backward(const Backend* be, float* dinp, float* dweight, float*
                           const float* weight, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
     GemmOperands ops = {};
-    ops.ptr[GEMM_PTR_INP] = inp;
-    ops.ptr[GEMM_PTR_WEIGHT] = weight;
-    ops.ptr[GEMM_PTR_DOUT] = dout;
-    ops.ptr[GEMM_PTR_DINP] = dinp;
-    ops.ptr[GEMM_PTR_DWEIGHT] = dweight;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp);
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_f32(weight);
+    ops.ptr[GEMM_PTR_DOUT] = buf_f32(dout);
+    ops.ptr[GEMM_PTR_DINP] = buf_f32(dinp);
+    ops.ptr[GEMM_PTR_DWEIGHT] = buf_f32(dweight);
     if (dinp && C > 0) {
         GemmDesc g = gemm_desc_linear_backward_input(N, C, OC);
         gemm_desc_run_cuda(be, &g, &ops);

@@ -132,7 +132,7 @@ static void layernorm_forward_bf16a_cuda(uint16_t* out, float* mean, float* rstd
 }
 
 // dinp += the input gradient; dinp16 (NULL: none) the sum's final value as 2-byte bf16 too, in the same store (the
-// bf16-activation table's copy a GEMM reads next: BackendOps.b16)
+// bf16-activation table's copy a GEMM reads next: engine.h, "2-byte output gradients")
 template <typename A>
 static __global__ void layernorm_backward_input_kernel(float* dinp, uint16_t* dinp16, const float* dout, const A* inp,
                                                        const float* weight, const float* mean, const float* rstd,

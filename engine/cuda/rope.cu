@@ -258,8 +258,8 @@ void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* p
 // ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
 // RoPE backward reading the f32 gradients and storing the rotated values as 2-byte bf16 (rows of stride ld16):
 // rr_f32_to_bf16 of what cuda_rope_backward leaves in dx, in the rotation's own store; KEEP: the f32 gradient is rotated
-// in place too (a bias gradient reads it), else left as it was. The LM's dq and dk in one launch (BackendB16
-// .rope_qk_backward), their (cos, sin) from the table as every RoPE kernel here.
+// in place too (a bias gradient reads it), else left as it was. The LM's dq and dk in one launch (rope_qk_backward
+// with dq16, dk16), their (cos, sin) from the table as every RoPE kernel here.
 template <bool KEEP>
 static __device__ inline void rope_pair_b16(float* v, uint16_t* v16, int pos, int j, int n, const RopeArgs& ra,
                                             const RopeTab& tab) {

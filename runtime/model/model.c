@@ -1473,35 +1473,30 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
-        be->ops->b16->crossentropy_backward(be, buf_bf16p(a->dlogits), a->logits, a->lse, a->targets, loss_scale, T, V);
-        be->ops->b16->linear_backward(be, a->dnf, NULL, NULL, NULL, buf_bf16p(a->dlogits), NULL, a->nf, st->head_w, T, Dt,
+        be->ops->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->ops->linear_backward(be, buf_f32(a->dnf), NULL, NULL, a->dlogits, NULL, a->nf, st->head_w, T, Dt,
                                  V, 1); /* dnf written (beta 0): no memset */
     } else {
         be->dev->memset0(be, a->dnf, (size_t)T * Dt * sizeof(float));
         be->dev->memset0(be, buf_f32p(a->dlogits), (size_t)T * V * sizeof(float));
         if (st->tp > 1) stage_tp_ce_backward(st, a, loss_scale);
-        else be->ops->crossentropy_backward(be, buf_f32p(a->dlogits), a->logits, a->lse, a->targets, loss_scale, T, V);
-        be->ops->linear_backward(be, a->dnf, NULL, NULL, buf_f32p(a->dlogits), a->nf, st->head_w, T, Dt, V);
+        else be->ops->crossentropy_backward(be, a->dlogits, a->logits, a->lse, a->targets, loss_scale, T, V);
+        be->ops->linear_backward(be, buf_f32(a->dnf), NULL, NULL, a->dlogits, NULL, a->nf, st->head_w, T, Dt, V, 0);
     }
     if (st->tp > 1) stage_tp_sum(st, a->dnf, (size_t)T * Dt); /* the vocabulary shards' partial sums */
     float* dxL = stage_dres(a, st, nL);
     be->dev->memset0(be, dxL, (size_t)T * Dt * sizeof(float));
-    if (stage_dres16(a, st, nL)) /* with its 2-byte copy for the last block's down projection */
-        be->ops->b16->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w,
-                                  a->rstdf, T, Dt);
-    else
-        be->ops->rmsnorm_backward(be, dxL, NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    /* with 2-byte activations, dxL's 2-byte copy for the last block's down projection (NULL: none) */
+    be->ops->rmsnorm_backward(be, dxL, stage_dres16(a, st, nL), NULL, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf,
+                              T, Dt);
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
     const Backend* be = st->lbe;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
-    if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1)
-        be->ops->b16->linear_backward(be, NULL, NULL, st->head_g, NULL, buf_bf16p(a->dlogits), NULL, a->nf, st->head_w, T,
-                                 Dt, V, 0);
-    else
-        be->ops->linear_backward(be, NULL, st->head_g, NULL, buf_f32p(a->dlogits), a->nf, st->head_w, T, Dt, V);
-    be->ops->rmsnorm_backward(be, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
+    /* dlogits 2-byte (stored so by cross-entropy's backward) or f32, as the table stores it */
+    be->ops->linear_backward(be, buf_none(), st->head_g, NULL, a->dlogits, NULL, a->nf, st->head_w, T, Dt, V, 0);
+    be->ops->rmsnorm_backward(be, NULL, NULL, st->normf_g, a->dnf, stage_res(a, st, nL), st->normf_w, a->rstdf, T, Dt);
 }
 
 /* Image rows of d x0 go back to the projector output, in patch order. */

@@ -58,11 +58,10 @@ static int guarded_intact(const Guarded* g) {
 
 /* Run one desc through column-major CBLAS, exactly as linear.cu hands it to cublasSgemm. */
 static void gemm_desc_run_cblas(const GemmDesc* g, const GemmOperands* ops) {
-    const float *A, *B;
-    float* C;
+    Buf A, B, C;
     gemm_desc_operands(g, ops, &A, &B, &C);
     cblas_sgemm(CblasColMajor, g->opA ? CblasTrans : CblasNoTrans, g->opB ? CblasTrans : CblasNoTrans, g->m, g->n,
-                g->k, g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+                g->k, g->alpha, buf_f32p(A), g->lda, buf_f32p(B), g->ldb, g->beta, buf_f32p(C), g->ldc);
 }
 
 static double max_err(const float* got, const float* ref, size_t n) {
@@ -97,12 +96,12 @@ static int test_shape(int N, int C, int OC) {
     float* ref_dw = mallocCheck((size_t)OC * C * sizeof(float));
     GemmOperands ops;
     memset(&ops, 0, sizeof ops);
-    ops.ptr[GEMM_PTR_INP] = inp.p;
-    ops.ptr[GEMM_PTR_WEIGHT] = w.p;
-    ops.ptr[GEMM_PTR_OUT] = out.p;
-    ops.ptr[GEMM_PTR_DOUT] = dout.p;
-    ops.ptr[GEMM_PTR_DINP] = dinp.p;
-    ops.ptr[GEMM_PTR_DWEIGHT] = dw.p;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp.p);
+    ops.ptr[GEMM_PTR_WEIGHT] = buf_f32(w.p);
+    ops.ptr[GEMM_PTR_OUT] = buf_f32(out.p);
+    ops.ptr[GEMM_PTR_DOUT] = buf_f32(dout.p);
+    ops.ptr[GEMM_PTR_DINP] = buf_f32(dinp.p);
+    ops.ptr[GEMM_PTR_DWEIGHT] = buf_f32(dw.p);
     int ok = 1;
 
     /* forward overwrites: out starts as garbage (beta must be 0) */
@@ -115,14 +114,14 @@ static int test_shape(int N, int C, int OC) {
     /* backward adds: both sides start from the same random gradients */
     guarded_fill(&dinp);
     memcpy(ref_dinp, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu.ops->linear_backward(&backend_cpu, ref_dinp, NULL, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref_dinp), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
     g = gemm_desc_linear_backward_input(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_input", N, C, OC, &g, &dinp, ref_dinp);
 
     guarded_fill(&dw);
     memcpy(ref_dw, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu.ops->linear_backward(&backend_cpu, NULL, ref_dw, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_none(), ref_dw, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
     g = gemm_desc_linear_backward_weight(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_weight", N, C, OC, &g, &dw, ref_dw);
@@ -156,8 +155,8 @@ static int test_mutants(void) {
     float* ref = mallocCheck((size_t)N * (C > OC ? C : OC) * sizeof(float));
     GemmOperands ops;
     memset(&ops, 0, sizeof ops);
-    ops.ptr[GEMM_PTR_INP] = inp.p, ops.ptr[GEMM_PTR_WEIGHT] = w.p, ops.ptr[GEMM_PTR_OUT] = out.p;
-    ops.ptr[GEMM_PTR_DOUT] = dout.p, ops.ptr[GEMM_PTR_DINP] = dinp.p;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp.p), ops.ptr[GEMM_PTR_WEIGHT] = buf_f32(w.p), ops.ptr[GEMM_PTR_OUT] = buf_f32(out.p);
+    ops.ptr[GEMM_PTR_DOUT] = buf_f32(dout.p), ops.ptr[GEMM_PTR_DINP] = buf_f32(dinp.p);
     for (int mutant = 0; mutant < 4; mutant++) {
         GemmDesc g;
         Guarded* got;
@@ -173,7 +172,7 @@ static int test_mutants(void) {
             got = &dinp;
             guarded_fill(got);
             memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-            backend_cpu.ops->linear_backward(&backend_cpu, ref, NULL, NULL, dout.p, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC);
+            backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
             g = gemm_desc_linear_backward_input(N, C, OC);
             g.beta = 0.0f; /* backward that overwrites instead of adding */
         }
@@ -246,10 +245,9 @@ static int test_lt_shape(int N, int C, int OC) {
     double* S = mallocCheck(((size_t)N * OC + (size_t)N * C + (size_t)OC * C) * sizeof(double));
     GemmOperands ops;
     memset(&ops, 0, sizeof ops);
-    ops.ptr[GEMM_PTR_INP] = inp.p, ops.ptr[GEMM_PTR_WEIGHT] = w.p, ops.ptr[GEMM_PTR_OUT] = out.p;
-    ops.ptr[GEMM_PTR_DOUT] = dout.p, ops.ptr[GEMM_PTR_DINP] = dinp.p, ops.ptr[GEMM_PTR_DWEIGHT] = dw.p;
-    const float *A, *B;
-    float* Cm;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp.p), ops.ptr[GEMM_PTR_WEIGHT] = buf_f32(w.p), ops.ptr[GEMM_PTR_OUT] = buf_f32(out.p);
+    ops.ptr[GEMM_PTR_DOUT] = buf_f32(dout.p), ops.ptr[GEMM_PTR_DINP] = buf_f32(dinp.p), ops.ptr[GEMM_PTR_DWEIGHT] = buf_f32(dw.p);
+    Buf A, B, Cm;
     int ok = 1;
 
     /* forward with the bias epilogue, output rounded to bf16 as the CUDA path stores it */
@@ -257,7 +255,7 @@ static int test_lt_shape(int N, int C, int OC) {
     backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, ref), be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), be_bias(&backend_cpu_bf16, bias.p), N, C, OC);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 1);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
-    gemm_lt_desc_run_ref(&d, A, B, Cm, bias.p);
+    gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), bias.p);
     cpu_round_bf16(&backend_cpu, out.p, out.p, (size_t)N * OC);
     /* out[n, o] = bias[o] + sum over c of inp[n, c] w[o, c] */
     lt_bound(S, N, OC, C, inp.p, C, 1, w.p, 1, C, bias.p, NULL);
@@ -265,20 +263,20 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dinp);
     memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, ref, NULL, NULL, dout.p, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
     d = gemm_lt_desc_linear_backward_input(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
-    gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
+    gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), NULL);
     /* dinp[n, c] += sum over o of dout[n, o] w[o, c] */
     lt_bound(S, N, C, OC, dout.p, OC, 1, w.p, C, 1, NULL, ref);
     ok &= lt_check("backward_input", N, C, OC, &d, &dinp, ref, S, OC + 1, 0);
 
     guarded_fill(&dw);
     memcpy(ref, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, NULL, ref, NULL, dout.p, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), ref, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
     d = gemm_lt_desc_linear_backward_weight(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
-    gemm_lt_desc_run_ref(&d, A, B, Cm, NULL);
+    gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), NULL);
     /* dw[o, c] += sum over n of dout[n, o] inp[n, c] */
     lt_bound(S, OC, C, N, dout.p, 1, OC, inp.p, C, 1, NULL, ref);
     ok &= lt_check("backward_weight", N, C, OC, &d, &dw, ref, S, N + 1, 0);
@@ -311,11 +309,10 @@ static int test_lt_gelu(int N, int C, int OC) {
     GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
     GemmOperands ops;
     memset(&ops, 0, sizeof ops);
-    ops.ptr[GEMM_PTR_INP] = inp.p, ops.ptr[GEMM_PTR_WEIGHT] = w.p, ops.ptr[GEMM_PTR_OUT] = out.p;
-    const float *A, *B;
-    float* Cm;
+    ops.ptr[GEMM_PTR_INP] = buf_f32(inp.p), ops.ptr[GEMM_PTR_WEIGHT] = buf_f32(w.p), ops.ptr[GEMM_PTR_OUT] = buf_f32(out.p);
+    Buf A, B, Cm;
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
-    gemm_lt_desc_run_ref_aux(&d, A, B, Cm, bias.p, aux.p);
+    gemm_lt_desc_run_ref_aux(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), bias.p, aux.p);
     double worst_aux = 0, worst_out = 0;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {

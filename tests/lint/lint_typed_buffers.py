@@ -2,7 +2,8 @@
 """lint_typed_buffers.py SRC — a 2-byte buffer never travels as float* (engine/engine.h "Buf", docs/design.md
 "The backend").
 
-1. Every float* parameter of an op slot of engine/engine.h's op tables is f32 by the numerics contract: a gradient
+1. The op table has no 2-byte twins (no BackendB16, no BackendOps.b16: a 2-byte gradient is a Buf of the plain op,
+   or a uint16_t* mirror). Every float* parameter of an op slot of engine/engine.h's op tables is f32 by the numerics contract: a gradient
    (a name d...), a statistic (mean, rstd, lse, loss_sum), a norm's 1-D weight or bias, the optimiser's buffers, the
    f32 side of a conversion, a gather's weights, NF4's f32 tables, or the f32-only generation op (the table below).
    Any other buffer an op takes (an activation, a 2-D weight, a GEMM bias, an embedding table) is a Buf, whose dtype
@@ -11,10 +12,15 @@
    (cuda_bf16a_*) takes no float* but those of rule 1 (its activations are 2-byte: uint16_t* or Buf), and no entry of
    a bf16 table (cuda_bf16_*, cuda_bf16a_*) takes a GEMM's weight or bias or an embedding table (2-byte compute
    copies) as float*.
-3. The model code (vision/, text/lm*, runtime/model/) carves and addresses its activations as typed buffers: no cast
+3. The model code (vision/, text/lm*, runtime/model/) calls no 2-byte twin op (->b16->) and carves and addresses its activations as typed buffers: no cast
    to a 2-byte pointer ((uint16_t*), (const uint16_t*): a 2-byte buffer arrives typed), no float* carved out of an
    arena by a cast, and no float* computed from a byte offset ((float*)((char*)...), the "float* that is only an
    address" idiom).
+4. Inside the CUDA backend's GEMMs and cuDNN attention (engine/gemm_desc.h, engine/gemm_desc.c, engine/cuda/linear.cu,
+   bf16.cu, attention_cudnn.cu) an operand travels typed too: GemmOperands holds Bufs (no float member), and no
+   float* is made by casting a bare pointer or another pointer cast ((float*)out_, (const float*)dout16,
+   (const float*)(const void*)p: the "only an address" idiom) or declared with a 2-byte name (float* dout16). A
+   float* carved from scratch ((float*)(base + off), (float*)scratch(n)) holds f32 words and passes.
 The script first proves on texts of its own that each rule fails what it should and passes a clean text, so a
 broken pattern cannot pass. Exit 0: clean; 1: a finding (printed)."""
 import os
@@ -44,7 +50,7 @@ F32_BY_CONTRACT = {
     "attention_decode": {"out", "q", "k", "v"},
 }
 GRADIENT = re.compile(r"^d[a-z0-9_]*$")
-TABLES = ("BackendB16", "BackendOps")
+TABLES = ("BackendOps",)
 
 
 def strip_comments(s):
@@ -76,12 +82,15 @@ def op_findings(header_text):
                     out.append("%s.%s: parameter '%s' is float* but not f32 by contract: take a Buf" % (tab, slot, name))
     if slots == 0:
         out.append("no op table (struct BackendOps) found: the scan cannot check anything")
+    if re.search(r"\bBackendB16\b|\bb16\s*;", s):
+        out.append("a 2-byte twin table (BackendB16, BackendOps.b16): a 2-byte gradient is a Buf of the plain op")
     return out
 
 
 MODEL_RULES = [
     (re.compile(r"\(\s*(const\s+)?u?int16_t\s*\*\s*\)"), "a cast to a 2-byte pointer (a 2-byte buffer arrives typed)"),
     (re.compile(r"\(\s*float\s*\*\s*\)\s*arena_alloc\s*\("), "a float* carved by a cast (carve a Buf of the storage's dtype)"),
+    (re.compile(r"->\s*b16\s*->|\bBackendB16\b"), "a 2-byte twin op (the plain op takes 2-byte gradient Bufs)"),
     (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*\(\s*\(\s*(const\s+)?char\s*\*\s*\)"),
      "a float* computed from a byte offset (buf_at on a Buf)"),
 ]
@@ -113,6 +122,34 @@ def entry_findings(text):
                 out.append("cuda_bf16a_%s: '%s' is a 2-byte activation but float*" % (slot, name))
     if n == 0:
         out.append("no CUDA entry found: the scan cannot check anything")
+    return out
+
+
+# the CUDA backend's files whose operands rule 4 checks, relative to the source root
+TYPED_BACKEND_FILES = ("engine/gemm_desc.h", "engine/gemm_desc.c", "engine/cuda/linear.cu", "engine/cuda/bf16.cu",
+                       "engine/cuda/attention_cudnn.cu")
+BACKEND_RULES = [
+    (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*(\(\s*(const\s+)?(void|char|u?int16_t|__nv_bfloat16)\s*\*\s*\)|"
+                r"[A-Za-z_]\w*\s*[;,)\]])"),
+     "a float* made by casting a bare pointer or a pointer cast (a 2-byte operand travels as a Buf or uint16_t*)"),
+    (re.compile(r"\bfloat\s*\*\s*(const\s+)?\w*16\b"), "a float* with a 2-byte name (take uint16_t* or a Buf)"),
+]
+
+
+def backend_findings(path, text):
+    """rule 4 over one of TYPED_BACKEND_FILES; gemm_desc.h must also hold GemmOperands with no float member."""
+    out = []
+    code = strip_comments(text)
+    for rx, why in BACKEND_RULES:
+        for m in rx.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            out.append("%s:%d: %s" % (path, line, why))
+    if path.endswith("gemm_desc.h"):
+        m = re.search(r"typedef struct \{([^{}]*)\} GemmOperands;", code)
+        if not m:
+            out.append("%s: no GemmOperands found: the scan cannot check it" % path)
+        elif re.search(r"\bfloat\b", m.group(1)):
+            out.append("%s: GemmOperands holds a float* operand (take a Buf: its dtype says what it holds)" % path)
     return out
 
 
@@ -153,6 +190,8 @@ def self_check():
         t = clean_h.replace("} BackendOps;", bad + "\n} BackendOps;")
         if not op_findings(t):
             return "the op scan misses: %s" % bad
+    if not op_findings(clean_h.replace("} BackendOps;", "const BackendB16* b16;\n} BackendOps;")):
+        return "the op scan passes a 2-byte twin table"
     if not op_findings("struct Other { int x; };"):
         return "the op scan passes a header without the op table"
     clean_e = """void cuda_linear_forward(const Backend* be, float* out, const float* inp, const float* weight, int N);
@@ -169,12 +208,31 @@ def self_check():
                 "void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const float *table, int N);"):
         if not entry_findings(clean_e + "\n" + bad):
             return "the entry scan misses: %s" % bad
+    clean_g = """typedef struct {
+        Buf ptr[GEMM_PTR_COUNT];
+    } GemmOperands;
+    float* t = (float*)bf16_scratch(2 * (size_t)OC);
+    float* stats = (float*)(base + L.stats_at);
+    bf16_to_f32_cuda((float*)(s + boff), bias, n, st);
+    void f(const uint16_t* dout16, Buf out, float* dq);"""
+    if backend_findings("engine/gemm_desc.h", clean_g):
+        return "the backend scan flags clean code: %s" % backend_findings("engine/gemm_desc.h", clean_g)
+    if not backend_findings("engine/gemm_desc.h", "float* x = (float*)(base + 4);"):
+        return "the backend scan passes a gemm_desc.h without GemmOperands"
+    bad_g = clean_g.replace("Buf ptr[GEMM_PTR_COUNT];", "const float* ptr[GEMM_PTR_COUNT];")
+    if not backend_findings("engine/gemm_desc.h", bad_g):
+        return "the backend scan misses a float* GemmOperands"
+    for bad in ("float* out = (float*)out_;", "return (const float*)(const void*)p;",
+                "cudnn_backward(be, (const float*)dout16, q);", "static int f(const float* dout16, int n);",
+                "ops.ptr[0] = (const float *) (uint16_t*)w;"):
+        if not backend_findings("engine/cuda/bf16.cu", clean_g.split("\n", 3)[3] + "\n" + bad):
+            return "the backend scan misses: %s" % bad
     clean_c = "static Buf row(Buf b, size_t t) { return buf_at(b, t); }\nfloat* g = arena_alloc_f32(ar, n);\n"
     if model_findings("x.c", clean_c):
         return "the model scan flags clean code: %s" % model_findings("x.c", clean_c)
     for bad in ("be->ops->to_bf16(be, (uint16_t*)x0, h, n);", "f((const uint16_t *)a->dlogits);",
                 "a->x = (float*)arena_alloc(ar, n * ab);",
-                "return (float*)((char*)base + i * ab);", "return (const float*)((const char*)base + i * ab);"):
+                "return (float*)((char*)base + i * ab);", "be->ops->b16->linear_backward(be, x);", "return (const float*)((const char*)base + i * ab);"):
         if not model_findings("x.c", bad):
             return "the model scan misses: %s" % bad
     return None
@@ -195,6 +253,9 @@ def main():
         findings += ["engine/engine.h: " + x for x in op_findings(f.read())]
     with open(os.path.join(src, "engine", "cuda", "cuda_ops.cuh"), encoding="utf-8") as f:
         findings += ["engine/cuda/cuda_ops.cuh: " + x for x in entry_findings(f.read())]
+    for rel in TYPED_BACKEND_FILES:
+        with open(os.path.join(src, rel), encoding="utf-8") as f:
+            findings += backend_findings(rel, f.read())
     n = 0
     for path in model_files(src):
         n += 1
@@ -206,7 +267,7 @@ def main():
         print("FAIL: a 2-byte buffer may travel as float* (engine/engine.h, Buf):")
         print("\n".join(findings))
         return 1
-    print("lint typed buffers: ok (engine.h op tables, the CUDA entries, %d model files)" % n)
+    print("lint typed buffers: ok (engine.h op tables, the CUDA entries, the GEMM and cuDNN operands, %d model files)" % n)
     return 0
 
 

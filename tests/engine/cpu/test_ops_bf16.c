@@ -132,12 +132,12 @@ static void case_linear(int N, int C, int OC, int split) {
     float *dxb = hdup(g0x, nin), *dwb = hdup(g0w, nw), *dbb = hdup(g0b, OC);
     float *dxf = hdup(g0x, nin), *dwf = hdup(g0w, nw), *dbf = hdup(g0b, OC);
     if (split) {
-        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, dxb, NULL, NULL, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
-        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, NULL, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(dxb), NULL, NULL, buf_f32(dy), NULL, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), dwb, dbb, buf_f32(dy), NULL, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
     } else {
-        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(dxb), dwb, dbb, buf_f32(dy), NULL, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
     }
-    backend_cpu.ops->linear_backward(&backend_cpu, dxf, dwf, dbf, dy, be_act(&backend_cpu, x), be_weight(&backend_cpu, w), N, C, OC);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(dxf), dwf, dbf, buf_f32(dy), NULL, be_act(&backend_cpu, x), be_weight(&backend_cpu, w), N, C, OC, 0);
     grad_bound(bound, N, C, OC, dy, OC, 1, w, C, u2, g0x); /* dinp[n, c] += sum over o of dy[n, o] w[o, c] */
     check_bound("dinp", dxb, dxf, bound, nin);
     grad_bound(bound, OC, C, N, dy, 1, OC, x, C, u2, g0w); /* dweight[o, c] += sum over n of dy[n, o] x[n, c] */
@@ -164,11 +164,11 @@ static void case_norm(int ln, int N, int C) {
     float *dxb = hrand(n, 1), *dwb = hrand(C, 1), *dbb = hrand(C, 1);
     float *dxf = hdup(dxb, n), *dwf = hdup(dwb, C), *dbf = hdup(dbb, C);
     if (ln) {
-        backend_cpu_bf16.ops->layernorm_backward(&backend_cpu_bf16, dxb, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), w, mf, rf, N, C);
-        backend_cpu.ops->layernorm_backward(&backend_cpu, dxf, dwf, dbf, dy, be_act(&backend_cpu, x), w, mf, rf, N, C);
+        backend_cpu_bf16.ops->layernorm_backward(&backend_cpu_bf16, dxb, NULL, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), w, mf, rf, N, C);
+        backend_cpu.ops->layernorm_backward(&backend_cpu, dxf, NULL, dwf, dbf, dy, be_act(&backend_cpu, x), w, mf, rf, N, C);
     } else {
-        backend_cpu_bf16.ops->rmsnorm_backward(&backend_cpu_bf16, dxb, dwb, dy, be_act(&backend_cpu_bf16, x), w, rf, N, C);
-        backend_cpu.ops->rmsnorm_backward(&backend_cpu, dxf, dwf, dy, be_act(&backend_cpu, x), w, rf, N, C);
+        backend_cpu_bf16.ops->rmsnorm_backward(&backend_cpu_bf16, dxb, NULL, dwb, dy, be_act(&backend_cpu_bf16, x), w, rf, N, C);
+        backend_cpu.ops->rmsnorm_backward(&backend_cpu, dxf, NULL, dwf, dy, be_act(&backend_cpu, x), w, rf, N, C);
     }
     check_same("dinp", dxb, dxf, n);
     check_same("dweight", dwb, dwf, (size_t)C);
@@ -197,8 +197,8 @@ static void case_elementwise(int which, size_t n) {
             backend_cpu_bf16.ops->gelu_backward(&backend_cpu_bf16, d1b, dy, be_act(&backend_cpu_bf16, a), n);
             backend_cpu.ops->gelu_backward(&backend_cpu, d1f, dy, be_act(&backend_cpu, a), n);
         } else {
-            backend_cpu_bf16.ops->swiglu_backward(&backend_cpu_bf16, d1b, d2b, dy, be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
-            backend_cpu.ops->swiglu_backward(&backend_cpu, d1f, d2f, dy, be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
+            backend_cpu_bf16.ops->swiglu_backward(&backend_cpu_bf16, buf_f32(d1b), buf_f32(d2b), dy, be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
+            backend_cpu.ops->swiglu_backward(&backend_cpu, buf_f32(d1f), buf_f32(d2f), dy, be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
             check_same("dup", d2b, d2f, n);
         }
         check_same("dinp", d1b, d1f, n);
@@ -224,8 +224,8 @@ static void case_rope(int two_d, int N, int H, int d, int ld) {
     float* gb = hrand(n, 1);
     float* gf = hdup(gb, n);
     if (two_d) {
-        backend_cpu_bf16.ops->rope2d_backward(&backend_cpu_bf16, gb, pos, pos + N, N, H, d, ld);
-        backend_cpu.ops->rope2d_backward(&backend_cpu, gf, pos, pos + N, N, H, d, ld);
+        backend_cpu_bf16.ops->rope2d_backward(&backend_cpu_bf16, NULL, 0, gb, pos, pos + N, N, H, d, ld, 0);
+        backend_cpu.ops->rope2d_backward(&backend_cpu, NULL, 0, gf, pos, pos + N, N, H, d, ld, 0);
     } else {
         backend_cpu_bf16.ops->rope_backward(&backend_cpu_bf16, gb, pos, N, H, d, ld, &RF_DEFAULT);
         backend_cpu.ops->rope_backward(&backend_cpu, gf, pos, N, H, d, ld, &RF_DEFAULT);
@@ -254,8 +254,8 @@ static void case_act(int which) {
     backend_cpu.ops->act_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), n, act);
     check_rounded("out", yb, yf, 1, n, n);
     float *dy = hrand(n, 1), *db = hrand(n, 1), *df = hdup(db, n);
-    backend_cpu_bf16.ops->act_backward(&backend_cpu_bf16, db, dy, be_act(&backend_cpu_bf16, a), n, act);
-    backend_cpu.ops->act_backward(&backend_cpu, df, dy, be_act(&backend_cpu, a), n, act);
+    backend_cpu_bf16.ops->act_backward(&backend_cpu_bf16, db, NULL, dy, be_act(&backend_cpu_bf16, a), n, act);
+    backend_cpu.ops->act_backward(&backend_cpu, df, NULL, dy, be_act(&backend_cpu, a), n, act);
     check_same("dinp", db, df, n);
     free(a), free(yb), free(yf), free(dy), free(db), free(df);
 }
@@ -285,8 +285,8 @@ static void case_ce(int N, int V) {
     check_same("loss_sum", &lossb, &lossf, 1);
     check_same("lse", lb, lf, (size_t)N);
     float *db = hrand((size_t)N * V, 1), *df = hdup(db, (size_t)N * V);
-    backend_cpu_bf16.ops->crossentropy_backward(&backend_cpu_bf16, db, be_act(&backend_cpu_bf16, z), lf, tg, 0.1f, N, V);
-    backend_cpu.ops->crossentropy_backward(&backend_cpu, df, be_act(&backend_cpu, z), lf, tg, 0.1f, N, V);
+    backend_cpu_bf16.ops->crossentropy_backward(&backend_cpu_bf16, buf_f32(db), be_act(&backend_cpu_bf16, z), lf, tg, 0.1f, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(df), be_act(&backend_cpu, z), lf, tg, 0.1f, N, V);
     check_same("dlogits", db, df, (size_t)N * V);
     free(tg), free(z), free(lb), free(lf), free(db), free(df);
 }
@@ -303,9 +303,9 @@ static void case_attention(int causal) {
     check_same("lse", lb, lf, (size_t)T * H);
     check_rounded("out", ob, of, 1, no, no);
     float *dy = hrand(no, 1), *gb = hrand((size_t)T * ld, 1), *gf = hdup(gb, (size_t)T * ld);
-    backend_cpu_bf16.ops->attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, dy, be_act(&backend_cpu_bf16, of), lf, be_act(&backend_cpu_bf16, qkv), be_act(&backend_cpu_bf16, qkv + hd), be_act(&backend_cpu_bf16, qkv + 2 * hd), cu, S, T,
+    backend_cpu_bf16.ops->attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(&backend_cpu_bf16, of), lf, be_act(&backend_cpu_bf16, qkv), be_act(&backend_cpu_bf16, qkv + hd), be_act(&backend_cpu_bf16, qkv + 2 * hd), cu, S, T,
                                         H, H, d, ld, ld, causal);
-    backend_cpu.ops->attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, dy, be_act(&backend_cpu, of), lf, be_act(&backend_cpu, qkv), be_act(&backend_cpu, qkv + hd), be_act(&backend_cpu, qkv + 2 * hd), cu, S, T, H, H, d,
+    backend_cpu.ops->attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(&backend_cpu, of), lf, be_act(&backend_cpu, qkv), be_act(&backend_cpu, qkv + hd), be_act(&backend_cpu, qkv + 2 * hd), cu, S, T, H, H, d,
                                    ld, ld, causal);
     check_same("dqkv", gb, gf, (size_t)T * ld);
     free(qkv), free(ob), free(of), free(lb), free(lf), free(dy), free(gb), free(gf);

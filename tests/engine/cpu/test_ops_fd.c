@@ -432,19 +432,19 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
     run_forward(tc, p, in, out);
     switch (tc->op) {
     case OP_LINEAR:
-        be->ops->linear_backward(be, grad[0], grad[1], p->n_in == 3 ? grad[2] : NULL, R, be_act(be, in[0]), be_weight(be, in[1]), N, C, OC);
+        be->ops->linear_backward(be, buf_f32(grad[0]), grad[1], p->n_in == 3 ? grad[2] : NULL, buf_f32(R), NULL, be_act(be, in[0]), be_weight(be, in[1]), N, C, OC, 0);
         break;
     case OP_LAYERNORM:
-        be->ops->layernorm_backward(be, grad[0], grad[1], grad[2], R, be_act(be, in[0]), in[1], out + NC, out + NC + N, N, C);
+        be->ops->layernorm_backward(be, grad[0], NULL, grad[1], grad[2], R, be_act(be, in[0]), in[1], out + NC, out + NC + N, N, C);
         break;
-    case OP_RMSNORM: be->ops->rmsnorm_backward(be, grad[0], grad[1], R, be_act(be, in[0]), in[1], out + NC, N, C); break;
+    case OP_RMSNORM: be->ops->rmsnorm_backward(be, grad[0], NULL, grad[1], R, be_act(be, in[0]), in[1], out + NC, N, C); break;
     case OP_GELU:
         if (grad[0]) be->ops->gelu_backward(be, grad[0], R, be_act(be, in[0]), NC);
         break;
-    case OP_SWIGLU: be->ops->swiglu_backward(be, grad[0], grad[1], R, be_act(be, in[0]), be_act(be, in[1]), NC); break;
+    case OP_SWIGLU: be->ops->swiglu_backward(be, buf_f32(grad[0]), buf_f32(grad[1]), R, be_act(be, in[0]), be_act(be, in[1]), NC); break;
     case OP_GELU_ERF:
     case OP_QUICK_GELU:
-        if (grad[0]) be->ops->act_backward(be, grad[0], R, be_act(be, in[0]), NC, tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU);
+        if (grad[0]) be->ops->act_backward(be, grad[0], NULL, R, be_act(be, in[0]), NC, tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU);
         break;
     case OP_GATHER:
         if (grad[0]) be->ops->rows_gather_backward(be, grad[0], R, p->ints, tc->H == 1 ? NULL : p->tap_w, N, tc->H, C);
@@ -456,11 +456,11 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
             float* g = malloc(p->out_size * sizeof(float));
             memcpy(g, R, p->out_size * sizeof(float));
             if (tc->op == OP_ROPE && (tc->flags & CASE_QK))
-                be->ops->rope_qk_backward(be, g, g + (size_t)(tc->H - 1) * tc->d, p->ints, N, tc->H - 1, 1, tc->d, tc->ld, tc->ld,
-                                     tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
+                be->ops->rope_qk_backward(be, NULL, 0, g, NULL, 0, g + (size_t)(tc->H - 1) * tc->d, p->ints, N, tc->H - 1, 1, tc->d, tc->ld, tc->ld,
+                                     tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT, 0, 0);
             else if (tc->op == OP_ROPE) be->ops->rope_backward(be, g, p->ints, N, tc->H, tc->d, tc->ld,
                                                  tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
-            else be->ops->rope2d_backward(be, g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
+            else be->ops->rope2d_backward(be, NULL, 0, g, p->ints, p->ints + N, N, tc->H, tc->d, tc->ld, 0);
             for (size_t i = 0; i < p->out_size; i++) grad[0][i] += g[i];
             free(g);
         }
@@ -469,7 +469,7 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
         if (grad[0]) be->ops->embedding_backward(be, grad[0], R, p->ints, N, C);
         break;
     case OP_CE: /* loss = R[0] * loss_sum: the backward's scale argument carries R[0] */
-        if (grad[0]) be->ops->crossentropy_backward(be, grad[0], be_act(be, in[0]), out + 1, p->ints, R[0], N, C);
+        if (grad[0]) be->ops->crossentropy_backward(be, buf_f32(grad[0]), be_act(be, in[0]), out + 1, p->ints, R[0], N, C);
         break;
     }
     free(out);

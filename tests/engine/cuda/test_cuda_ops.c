@@ -383,13 +383,13 @@ static void run_linear(const OpCase* tc) {
     cu->ops->linear_forward(cu, be_act(cu, out_d), be_act(cu, x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
     double tol = (tc->flags & CASE_BIG) ? TOL_GEMM_BIG : TOL_GEMM;
     cmp("out", out_d, out, nout, tol);
-    refb->ops->linear_backward(refb, dx, dw, bias ? db : NULL, dy, be_act(refb, x), be_weight(refb, w), N, C, OC);
+    refb->ops->linear_backward(refb, buf_f32(dx), dw, bias ? db : NULL, buf_f32(dy), NULL, be_act(refb, x), be_weight(refb, w), N, C, OC, 0);
     bw_mark();
     if (tc->flags & CASE_SPLIT) {
-        cu->ops->linear_backward(cu, dx_d, NULL, NULL, dy_d, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC);
-        cu->ops->linear_backward(cu, NULL, dw_d, bias ? db_d : NULL, dy_d, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC);
+        cu->ops->linear_backward(cu, buf_f32(dx_d), NULL, NULL, buf_f32(dy_d), NULL, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC, 0);
+        cu->ops->linear_backward(cu, buf_none(), dw_d, bias ? db_d : NULL, buf_f32(dy_d), NULL, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC, 0);
     } else {
-        cu->ops->linear_backward(cu, dx_d, dw_d, bias ? db_d : NULL, dy_d, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC);
+        cu->ops->linear_backward(cu, buf_f32(dx_d), dw_d, bias ? db_d : NULL, buf_f32(dy_d), NULL, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC, 0);
     }
     if (bias && N > 0) bw_check(tc, "dbias", 1, 1);
     cmp("dinp", dx_d, dx, nin, tol);
@@ -474,21 +474,21 @@ static void run_norm(const OpCase* tc) {
     cu->dev->copy_h2d(cu, rstd_d, rstd, N * sizeof(float));
     bw_mark();
     if (ln) {
-        refb->ops->layernorm_backward(refb, dx, dw, db, dy, be_act(refb, x), w, mean, rstd, N, C);
+        refb->ops->layernorm_backward(refb, dx, NULL, dw, db, dy, be_act(refb, x), w, mean, rstd, N, C);
         if (split) {
-            cu->ops->layernorm_backward(cu, dx_d, NULL, NULL, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
-            cu->ops->layernorm_backward(cu, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, NULL, NULL, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, NULL, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
         } else {
-            cu->ops->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
         }
         cmp("dbias", db_d, db, C, TOL_BWD);
     } else {
-        refb->ops->rmsnorm_backward(refb, dx, dw, dy, be_act(refb, x), w, rstd, N, C);
+        refb->ops->rmsnorm_backward(refb, dx, NULL, dw, dy, be_act(refb, x), w, rstd, N, C);
         if (split) {
-            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
-            cu->ops->rmsnorm_backward(cu, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, NULL, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, NULL, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
         } else {
-            cu->ops->rmsnorm_backward(cu, dx_d, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
         }
     }
     bw_check(tc, "dweight", 1, 1);
@@ -504,14 +504,14 @@ static void run_norm(const OpCase* tc) {
             cu->ops->layernorm_forward(cu, be_act(cu, out2), mean2, rstd2, be_act(cu, x2), w_d, b_d, N, C);
             cu->ops->layernorm_forward(cu, be_act(cu, out_d), mean_d, rstd_d, be_act(cu, x_d), w_d, b_d, N, C);
             cmp_bits("mean", mean2, mean_d, N);
-            cu->ops->layernorm_backward(cu, dx2, dw2, db2, dy2, be_act(cu, x2), w_d, mean2, rstd2, N, C);
-            cu->ops->layernorm_backward(cu, dx_d, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx2, NULL, dw2, db2, dy2, be_act(cu, x2), w_d, mean2, rstd2, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
             cmp_bits("dbias", db2, db_d, C);
         } else {
             cu->ops->rmsnorm_forward(cu, be_act(cu, out2), rstd2, be_act(cu, x2), w_d, N, C, 1e-5);
             cu->ops->rmsnorm_forward(cu, be_act(cu, out_d), rstd_d, be_act(cu, x_d), w_d, N, C, 1e-5);
-            cu->ops->rmsnorm_backward(cu, dx2, dw2, dy2, be_act(cu, x2), w_d, rstd2, N, C);
-            cu->ops->rmsnorm_backward(cu, dx_d, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx2, NULL, dw2, dy2, be_act(cu, x2), w_d, rstd2, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
         }
         cmp_bits("out", out2, out_d, n);
         cmp_bits("rstd", rstd2, rstd_d, N);
@@ -550,12 +550,12 @@ static void run_elementwise(const OpCase* tc) {
         cu->ops->swiglu_forward(cu, be_act(cu, out_d), be_act(cu, a_d), be_act(cu, b_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", out_d, out, n, TOL_ELEM);
-        refb->ops->swiglu_backward(refb, da, db, dy, be_act(refb, a), be_act(refb, b), n);
+        refb->ops->swiglu_backward(refb, buf_f32(da), buf_f32(db), dy, be_act(refb, a), be_act(refb, b), n);
         if (split) {
-            cu->ops->swiglu_backward(cu, da_d, NULL, dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
-            cu->ops->swiglu_backward(cu, NULL, db_d, dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
+            cu->ops->swiglu_backward(cu, buf_f32(da_d), buf_none(), dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
+            cu->ops->swiglu_backward(cu, buf_none(), buf_f32(db_d), dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
         } else {
-            cu->ops->swiglu_backward(cu, da_d, db_d, dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
+            cu->ops->swiglu_backward(cu, buf_f32(da_d), buf_f32(db_d), dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
         }
         cmp("dgate", da_d, da, n, TOL_ELEM);
         cmp("dup", db_d, db, n, TOL_ELEM);
@@ -613,8 +613,8 @@ static void run_rope(const OpCase* tc) {
         cmp("forward k", k_d, k, nk, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
         rope_check_bf16(k_d, N, Hkv * d, ldk);
-        refb->ops->rope_qk_backward(refb, x, k, pos, N, H, Hkv, d, ld, ldk, rf);
-        cu->ops->rope_qk_backward(cu, x_d, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf);
+        refb->ops->rope_qk_backward(refb, NULL, 0, x, NULL, 0, k, pos, N, H, Hkv, d, ld, ldk, rf, 0, 0);
+        cu->ops->rope_qk_backward(cu, NULL, 0, x_d, NULL, 0, k_d, pos_d, N, H, Hkv, d, ld, ldk, rf, 0, 0);
         cmp("backward q", x_d, x, n, TOL_ROPE);
         cmp("backward k", k_d, k, nk, TOL_ROPE);
         free(k);
@@ -633,8 +633,8 @@ static void run_rope(const OpCase* tc) {
         cu->ops->rope2d_forward(cu, be_act(cu, x_d), pos_d, pos_d + N, N, H, d, ld);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
-        refb->ops->rope2d_backward(refb, x, pos, pos + N, N, H, d, ld);
-        cu->ops->rope2d_backward(cu, x_d, pos_d, pos_d + N, N, H, d, ld);
+        refb->ops->rope2d_backward(refb, NULL, 0, x, pos, pos + N, N, H, d, ld, 0);
+        cu->ops->rope2d_backward(cu, NULL, 0, x_d, pos_d, pos_d + N, N, H, d, ld, 0);
         cmp("backward", x_d, x, n, TOL_ROPE);
     }
     free(pos), free(x);
@@ -674,9 +674,9 @@ static void run_act(const OpCase* tc) {
     cu->ops->act_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), n, act);
     bw_check(tc, "forward", 0, 1);
     cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
-    refb->ops->act_backward(refb, da, dy, be_act(refb, ref_in), n, act);
+    refb->ops->act_backward(refb, da, NULL, dy, be_act(refb, ref_in), n, act);
     float* in_d = up(ref_in, n);
-    cu->ops->act_backward(cu, da_d, dy_d, be_act(cu, in_d), n, act);
+    cu->ops->act_backward(cu, da_d, NULL, dy_d, be_act(cu, in_d), n, act);
     cmp("dinp", da_d, da, n, TOL_ELEM);
     if (mis && !inplace) { /* the forward on an aligned copy (the 16-byte path): the same bits */
         float *a2 = up(ref_in, n), *out2 = up(out, n);
@@ -722,8 +722,8 @@ static void run_ce(const OpCase* tc) {
     cmp("loss_sum", loss_d, &loss, 1, TOL_ROW);
     cmp("lse", lse_d, lse, N, TOL_ROW);
     cu->dev->copy_h2d(cu, lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
-    refb->ops->crossentropy_backward(refb, dz, be_act(refb, z), lse, t, 1.0f / 9.0f, N, V);
-    cu->ops->crossentropy_backward(cu, dz_d, be_act(cu, z_d), lse_d, t_d, 1.0f / 9.0f, N, V);
+    refb->ops->crossentropy_backward(refb, buf_f32(dz), be_act(refb, z), lse, t, 1.0f / 9.0f, N, V);
+    cu->ops->crossentropy_backward(cu, buf_f32(dz_d), be_act(cu, z_d), lse_d, t_d, 1.0f / 9.0f, N, V);
     cmp("dlogits", dz_d, dz, n, TOL_BWD);
     free(t), free(z), free(lse), free(dz);
     cu->dev->free(z_d), cu->dev->free(lse_d), cu->dev->free(dz_d), cu->dev->free(loss_d), cu->dev->free(t_d);
@@ -787,20 +787,20 @@ static void run_attention_gqa(const OpCase* tc) {
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
     cu->dev->copy_h2d(cu, out_d, out, nout * sizeof(float));
     cu->dev->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
-    refb->ops->attention_backward(refb, dq, dkv, dkv + kd, dy, be_act(refb, out), lse, be_act(refb, q), be_act(refb, kv), be_act(refb, kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+    refb->ops->attention_backward(refb, dq, dkv, dkv + kd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(refb, out), lse, be_act(refb, q), be_act(refb, kv), be_act(refb, kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
                              causal);
     if (tc->flags & CASE_SPLIT) {
         path_mark();
-        cu->ops->attention_backward(cu, dq_d, NULL, NULL, dy_d, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d, ldq,
+        cu->ops->attention_backward(cu, dq_d, NULL, NULL, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d, ldq,
                                ldkv, causal);
         cu->dev->synchronize(cu);
         path_check("bwd_path", 1, 0);
         path_mark();
-        cu->ops->attention_backward(cu, NULL, dkv_d, dkv_d + kd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
+        cu->ops->attention_backward(cu, NULL, dkv_d, dkv_d + kd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
                                ldq, ldkv, causal);
     } else {
         path_mark();
-        cu->ops->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
+        cu->ops->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
                                ldq, ldkv, causal);
     }
     cu->dev->synchronize(cu);
@@ -848,20 +848,20 @@ static void run_attention(const OpCase* tc) {
     /* the backward from the CPU's out and lse */
     cu->dev->copy_h2d(cu, out_d, out, nout * sizeof(float));
     cu->dev->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
-    refb->ops->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, dy, be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T,
+    refb->ops->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T,
                            H, H, d, ld, ld, causal);
     if (tc->flags & CASE_SPLIT) {
         path_mark();
-        cu->ops->attention_backward(cu, dqkv_d, NULL, NULL, dy_d, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H,
+        cu->ops->attention_backward(cu, dqkv_d, NULL, NULL, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H,
                                H, d, ld, ld, causal);
         cu->dev->synchronize(cu);
         path_check("bwd_path", 1, cudnn_bwd_shape);
         path_mark();
-        cu->ops->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd),
+        cu->ops->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd),
                                cu_d, S, T, H, H, d, ld, ld, causal);
     } else {
         path_mark();
-        cu->ops->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, dy_d, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd),
+        cu->ops->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd),
                                be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
     }
     cu->dev->synchronize(cu);

@@ -113,7 +113,7 @@ static void test_swiglu(size_t n) {
         dg[i] += a;
         du[i] += b;
     }
-    backend_cpu.ops->swiglu_backward(&backend_cpu, dg_ref, du_ref, dout, be_act(&backend_cpu, g), be_act(&backend_cpu, u), n);
+    backend_cpu.ops->swiglu_backward(&backend_cpu, buf_f32(dg_ref), buf_f32(du_ref), dout, be_act(&backend_cpu, g), be_act(&backend_cpu, u), n);
     expect("swiglu", "dgate", norm_err(dg, dg_ref, n), TOL_ELEM);
     expect("swiglu", "dup", norm_err(du, du_ref, n), TOL_ELEM);
     free(g), free(u), free(dout), free(out), free(ref), free(dg), free(du), free(dg_ref), free(du_ref);
@@ -165,7 +165,7 @@ static void test_layernorm(int N, int C) {
         }
         dw[c] += sw, db[c] += sb;
     }
-    backend_cpu.ops->layernorm_backward(&backend_cpu, dx_ref, dw_ref, db_ref, dout, be_act(&backend_cpu, x), w, mean_ref, rstd_ref, N, C);
+    backend_cpu.ops->layernorm_backward(&backend_cpu, dx_ref, NULL, dw_ref, db_ref, dout, be_act(&backend_cpu, x), w, mean_ref, rstd_ref, N, C);
     expect("layernorm", "dinp", norm_err(dx, dx_ref, n), TOL_BWD);
     expect("layernorm", "dweight", norm_err(dw, dw_ref, C), TOL_BWD);
     expect("layernorm", "dbias", norm_err(db, db_ref, C), TOL_BWD);
@@ -202,7 +202,7 @@ static void test_rmsnorm(int N, int C) {
         for (int r = 0; r < N; r++) s += dout[(size_t)r * C + c] * x[(size_t)r * C + c] * rstd_ref[r];
         dw[c] += s;
     }
-    backend_cpu.ops->rmsnorm_backward(&backend_cpu, dx_ref, dw_ref, dout, be_act(&backend_cpu, x), w, rstd_ref, N, C);
+    backend_cpu.ops->rmsnorm_backward(&backend_cpu, dx_ref, NULL, dw_ref, dout, be_act(&backend_cpu, x), w, rstd_ref, N, C);
     expect("rmsnorm", "dinp", norm_err(dx, dx_ref, n), TOL_BWD);
     expect("rmsnorm", "dweight", norm_err(dw, dw_ref, C), TOL_BWD);
     free(x), free(w), free(dout), free(out), free(rstd), free(out_ref), free(rstd_ref), free(dx), free(dw);
@@ -244,7 +244,7 @@ static void test_rope(int N, int H, int d, int ld) {
         expect("rope2d", "forward", norm_err(a, b, n), TOL_ELEM);
         rope_by_pairs(a, pos, N, H, d, ld, 0, d / 2, -1.0);
         rope_by_pairs(a, pos_col, N, H, d, ld, d / 2, d / 2, -1.0);
-        backend_cpu.ops->rope2d_backward(&backend_cpu, b, pos, pos_col, N, H, d, ld);
+        backend_cpu.ops->rope2d_backward(&backend_cpu, NULL, 0, b, pos, pos_col, N, H, d, ld, 0);
         expect("rope2d", "backward", norm_err(a, b, n), TOL_ELEM);
     }
     free(pos), free(pos_col), free(x), free(a), free(b);
@@ -307,7 +307,7 @@ static void test_crossentropy(int N, int V) {
         if (t[i] == RR_CE_IGNORE_INDEX) continue;
         for (int v = 0; v < V; v++) dz[(size_t)i * V + v] += rr_ce_dlogit(z[(size_t)i * V + v], lse_ref[i], v == t[i], scale);
     }
-    backend_cpu.ops->crossentropy_backward(&backend_cpu, dz_ref, be_act(&backend_cpu, z), lse_ref, t, scale, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(dz_ref), be_act(&backend_cpu, z), lse_ref, t, scale, N, V);
     expect("crossentropy", "dlogits", norm_err(dz, dz_ref, n), TOL_BWD);
     free(z), free(t), free(lse), free(lse_ref), free(dz), free(dz_ref);
 }
@@ -485,7 +485,7 @@ static void test_attention(const char* name, const int* lens, int S, int H, int 
     /* and against the CPU backend's own flash implementation (BLIS tiles of 64, its own exp) */
     float *out_cpu = fvec(nout), *lse_cpu = fvec((size_t)T * H), *dqkv_cpu = fvec(nqkv);
     backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, out_cpu), lse_cpu, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu, S, T, H, H, d, ld, ld, causal);
-    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_cpu, dqkv_cpu + H * d, dqkv_cpu + 2 * H * d, dout, be_act(&backend_cpu, out_cpu), lse_cpu, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu,
+    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_cpu, dqkv_cpu + H * d, dqkv_cpu + 2 * H * d, NULL, NULL, NULL, 0, buf_f32(dout), be_act(&backend_cpu, out_cpu), lse_cpu, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu,
                                    S, T, H, H, d, ld, ld, causal);
     snprintf(what, sizeof what, "attn %s/cpu", name);
     expect(what, "out", norm_err(out, out_cpu, nout), TOL_ATT);

@@ -18,7 +18,7 @@
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
  *      in any op: no known gap is left. The ViT's patches arrive as 2-byte words (narrowed on the host), a biased
  *      forward GEMM reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype), and every backward
- *      GEMM and the attention backward read 2-byte output gradients stored by their producers (BackendOps.b16): a call of the plain linear_backward / attention_backward (an f32 dout converted / narrowed) fails;
+ *      GEMM and the attention backward read 2-byte output gradients stored by their producers (bf16 gradient Bufs): a call of linear_backward / attention_backward with an f32 dout (converted / narrowed) fails;
  *   3. every op call moves at most 1.3x its `in use` budget (the attention backward's: the least its deterministic
  *      two-kernel algorithm moves, w16_attention_backward);
  *   4. the AdamW step writes the 2-byte compute copy in its own launch, one per tensor;
@@ -57,7 +57,7 @@ static BackendOps wrap_ops;
 static double A_USE = 4; /* bytes of an activation value on the table under test (its act_dtype) */
 #define A_TARGET 2 /* with bf16 activations */
 #define G 4        /* an activation gradient (f32 by the numerics contract) */
-#define G16 2      /* an output gradient stored 2-byte by its producer for a GEMM (BackendOps.b16) */
+#define G16 2      /* an output gradient stored 2-byte by its producer for a GEMM (a bf16 gradient Buf) */
 #define W16 2      /* a 2-D weight's compute copy */
 #define F32B 4        /* statistics, 1-D weights, master weights, moments */
 #define BIASB ((double)dtype_size(inner->bias_dtype)) /* a GEMM bias's compute copy (2 on the CUDA bf16 tables) */
@@ -205,19 +205,51 @@ static void w_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf inp, 
     inner->ops->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
     end();
 }
-/* the plain linear_backward (an f32 dout, converted to bf16 scratch) and attention_backward (an f32 dout, narrowed):
- * no gap on the bf16-activation table: both blocks call the 2-byte slots (BackendOps.b16) for every product, so a plain
- * call fails (its conversion launch) */
-static void w_linear_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                              Buf inp, Buf weight, int N, int C, int OC) {
-    (void)be;
+/* The backward slots that take 2-byte gradients (engine.h, "2-byte output gradients") run one of two budgets: a call
+ * with a 2-byte gradient or mirror the w16_* one below (budgets with G16 for a gradient stored 2-byte; none is a gap),
+ * else the f32-gradient one here. */
+static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C, int OC,
+                                int set);
+static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* dup, const float* dout, Buf gate, Buf up,
+                                size_t n);
+static void w16_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                                 Buf inp, const float* weight, const float* rstd, int N, int C);
+static void w16_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16, float* dk,
+                                 const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf, int keep_q,
+                                 int keep_k);
+static void w16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                   uint16_t* dv16, int ld16, const uint16_t* dout16, Buf out, const float* lse, Buf q, Buf k,
+                                   Buf v, const int* cu, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
+                                   int causal);
+static void w16_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pr, const int* pc, int N,
+                                int H, int d, int ld, int keep);
+static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                   const float* dout, Buf inp, const float* weight, const float* mean, const float* rstd,
+                                   int N, int C);
+static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
+                             Act act);
+
+/* linear_backward with an f32 dout (converted to bf16 scratch) and attention_backward with an f32 dout (narrowed):
+ * no gap on the bf16-activation table: both blocks pass 2-byte output gradients for every product, so a call with an
+ * f32 dout fails there (its conversion launch) */
+static void w_linear_backward(const Backend* be, Buf dinp_b, float* dweight, float* dbias, Buf dout_b,
+                              const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
+    if (dout_b.dt == DTYPE_BF16) {
+        int d16 = dinp_b.dt == DTYPE_BF16;
+        w16_linear_backward(be, d16 ? NULL : buf_f32p(dinp_b), d16 ? buf_bf16p(dinp_b) : NULL, dweight, dbias,
+                            buf_bf16p(dout_b), dout32, inp, weight, N, C, OC, set);
+        return;
+    }
+    float* dinp = buf_f32p(dinp_b);
+    (void)be, (void)dout32;
     double use = 0, target = 0, nd = (double)N * OC * G;
     if (dinp) use += nd + (double)OC * C * W16 + 2.0 * N * C * G, target += nd + (double)OC * C * W16 + 2.0 * N * C * G;
     if (dweight)
         use += nd + (double)N * C * A_USE + 2.0 * OC * C * F32B, target += nd + (double)N * C * A_TARGET + 2.0 * OC * C * F32B;
     if (dbias) use += nd + 2.0 * OC * F32B, target += nd + 2.0 * OC * F32B;
     begin("linear_backward", PROF_GEMM, 0, use, target);
-    inner->ops->linear_backward(inner, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    inner->ops->linear_backward(inner, dinp_b, dweight, dbias, dout_b, NULL, inp, weight, N, C, OC, set);
     end();
 }
 static void w_layernorm_forward(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
@@ -228,15 +260,20 @@ static void w_layernorm_forward(const Backend* be, Buf out, float* mean, float* 
     inner->ops->layernorm_forward(inner, out, mean, rstd, inp, weight, bias, N, C);
     end();
 }
-static void w_layernorm_backward(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout,
-                                 Buf inp, const float* weight, const float* mean, const float* rstd, int N, int C) {
+static void w_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
+                                 const float* dout, Buf inp, const float* weight, const float* mean, const float* rstd, int N,
+                                 int C) {
+    if (dinp16) {
+        w16_layernorm_backward(be, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+        return;
+    }
     (void)be;
     /* one pass reads dout and inp once whatever it computes */
 #define LNB(a)                                                                                                       \
     ((double)N * C * G + ((dinp || dweight) ? (double)N * C * (a) + 2.0 * N * F32B : 0) + (dinp ? 2.0 * N * C * G + C * F32B : 0) + \
      (dweight ? 2.0 * C * F32B : 0) + (dbias ? 2.0 * C * F32B : 0))
     begin("layernorm_backward", PROF_NORM, 0, LNB(A_USE), LNB(A_TARGET));
-    inner->ops->layernorm_backward(inner, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    inner->ops->layernorm_backward(inner, dinp, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     end();
 }
 static void w_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N,
@@ -247,12 +284,16 @@ static void w_rmsnorm_forward(const Backend* be, Buf out, float* rstd, Buf inp, 
     inner->ops->rmsnorm_forward(inner, out, rstd, inp, weight, N, C, eps);
     end();
 }
-static void w_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const float* dout, Buf inp,
-                               const float* weight, const float* rstd, int N, int C) {
+static void w_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
+                               Buf inp, const float* weight, const float* rstd, int N, int C) {
+    if (dinp16) {
+        w16_rmsnorm_backward(be, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
+        return;
+    }
     (void)be;
 #define RNB(a) ((double)N * C * G + (double)N * C * (a) + (double)N * F32B + (dinp ? 2.0 * N * C * G + C * F32B : 0) + (dweight ? 2.0 * C * F32B : 0))
     begin("rmsnorm_backward", PROF_NORM, 0, RNB(A_USE), RNB(A_TARGET));
-    inner->ops->rmsnorm_backward(inner, dinp, dweight, dout, inp, weight, rstd, N, C);
+    inner->ops->rmsnorm_backward(inner, dinp, NULL, dweight, dout, inp, weight, rstd, N, C);
     end();
 }
 static void w_gelu_backward(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n) {
@@ -261,18 +302,27 @@ static void w_gelu_backward(const Backend* be, float* dinp, const float* dout, B
     inner->ops->gelu_backward(inner, dinp, dout, inp, n);
     end();
 }
+/* act_backward: the 2-byte budget with a mirror; without one it runs unwrapped (no block calls it so here) */
+static void w_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n, Act act) {
+    if (dinp16) w16_act_backward(be, dinp, dinp16, dout, inp, n, act);
+    else inner->ops->act_backward(inner, dinp, NULL, dout, inp, n, act);
+}
 static void w_swiglu_forward(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
     (void)be;
     begin("swiglu_forward", PROF_ELEMENTWISE, 0, 3.0 * n * A_USE, 3.0 * n * A_TARGET);
     inner->ops->swiglu_forward(inner, out, gate, up, n);
     end();
 }
-static void w_swiglu_backward(const Backend* be, float* dgate, float* dup, const float* dout, Buf gate,
-                              Buf up, size_t n) {
+static void w_swiglu_backward(const Backend* be, Buf dgate_b, Buf dup_b, const float* dout, Buf gate, Buf up, size_t n) {
+    if (dgate_b.dt == DTYPE_BF16 || dup_b.dt == DTYPE_BF16) {
+        w16_swiglu_backward(be, buf_bf16p(dgate_b), buf_bf16p(dup_b), dout, gate, up, n);
+        return;
+    }
+    float *dgate = buf_f32p(dgate_b), *dup = buf_f32p(dup_b);
     (void)be;
     double gr = n * (G + ((dgate ? 2.0 : 0) + (dup ? 2.0 : 0)) * G);
     begin("swiglu_backward", PROF_ELEMENTWISE, 0, gr + 2.0 * n * A_USE, gr + 2.0 * n * A_TARGET);
-    inner->ops->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
+    inner->ops->swiglu_backward(inner, dgate_b, dup_b, dout, gate, up, n);
     end();
 }
 static void w_add_forward(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
@@ -304,12 +354,17 @@ static void w_rope_qk_forward(const Backend* be, Buf q, Buf k, const int* pos, i
     inner->ops->rope_qk_forward(inner, q, k, pos, N, H, Hkv, d, ld_q, ld_k, rf);
     end();
 }
-static void w_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
-                               int ld_k, const RopeFreq* rf) {
+static void w_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16, float* dk,
+                               const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k, const RopeFreq* rf, int keep_q,
+                               int keep_k) {
+    if (dq16 || dk16) {
+        w16_rope_qk_backward(be, dq16, ldq16, dq, dk16, ldk16, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, keep_q, keep_k);
+        return;
+    }
     (void)be;
     double v = (double)N * (H + Hkv) * d;
     begin("rope_qk_backward", PROF_ELEMENTWISE, 0, 2 * v * G + N * 4.0, 2 * v * G + N * 4.0);
-    inner->ops->rope_qk_backward(inner, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
+    inner->ops->rope_qk_backward(inner, NULL, 0, dq, NULL, 0, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, 0, 0);
     end();
 }
 static void w_rope2d_forward(const Backend* be, Buf x, const int* pr, const int* pc, int N, int H, int d, int ld) {
@@ -319,11 +374,16 @@ static void w_rope2d_forward(const Backend* be, Buf x, const int* pr, const int*
     inner->ops->rope2d_forward(inner, x, pr, pc, N, H, d, ld);
     end();
 }
-static void w_rope2d_backward(const Backend* be, float* dx, const int* pr, const int* pc, int N, int H, int d, int ld) {
+static void w_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pr, const int* pc, int N,
+                              int H, int d, int ld, int keep) {
+    if (dx16) {
+        w16_rope2d_backward(be, dx16, ld16, dx, pr, pc, N, H, d, ld, keep);
+        return;
+    }
     (void)be;
     double v = strided_bytes(dx, N, (size_t)H * d * G, (size_t)ld * G);
     begin("rope2d_backward", PROF_ELEMENTWISE, 0, 2 * v + N * 8.0, 2 * v + N * 8.0);
-    inner->ops->rope2d_backward(inner, dx, pr, pc, N, H, d, ld);
+    inner->ops->rope2d_backward(inner, NULL, 0, dx, pr, pc, N, H, d, ld, 0);
     end();
 }
 /* attention: the compulsory traffic (each input read once): q, out, dout and dq of T H d values, k, v, dk
@@ -340,9 +400,14 @@ static void w_attention_forward(const Backend* be, Buf out, float* lse, Buf q, B
     inner->ops->attention_forward(inner, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
     end();
 }
-static void w_attention_backward(const Backend* be, float* dq, float* dk, float* dv, const float* dout, Buf out,
-                                 const float* lse, Buf q, Buf k, Buf v, const int* cu, int S, int T,
-                                 int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+static void w_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
+                                 uint16_t* dv16, int ld16, Buf dout_b, Buf out, const float* lse, Buf q, Buf k, Buf v,
+                                 const int* cu, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal) {
+    if (dout_b.dt == DTYPE_BF16) {
+        w16_attention_backward(be, dq, dk, dv, dq16, dk16, dv16, ld16, buf_bf16p(dout_b), out, lse, q, k, v, cu, S, T, H,
+                               Hkv, d, ld_q, ld_kv, causal);
+        return;
+    }
     (void)be;
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
     double rest = x * G + 2 * (x + 2 * kv) * G + T * H * 4.0 + (S + 1) * 4.0; /* dout read; dq, dk, dv read and written */
@@ -350,11 +415,12 @@ static void w_attention_backward(const Backend* be, float* dq, float* dk, float*
     /* on the bf16-activation table the own kernel's backward takes f32 inputs: q, k, v and out widened first, a
      * pass of its own (2 bytes read and 4 written a value; the ViT's one qkv span read whole): allowed on top */
     if (inner->act_dtype == DTYPE_BF16) cur_extra = 6.0 * (2 * x + 2 * kv);
-    inner->ops->attention_backward(inner, dq, dk, dv, dout, out, lse, q, k, v, cu, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+    inner->ops->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout_b, out, lse, q, k, v, cu, S, T, H, Hkv, d,
+                                   ld_q, ld_kv, causal);
     end();
 }
-/* ---- the 2-byte output-gradient slots (BackendOps.b16): budgets with G16 for a gradient stored 2-byte; none is a gap */
-static BackendB16 wrap16;
+/* ---- the 2-byte output-gradient budgets (a call with a 2-byte gradient or mirror): G16 for a gradient stored 2-byte;
+ * none is a gap */
 static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                 const uint16_t* dout16, const float* dout, Buf inp, Buf weight, int N, int C,
                                 int OC, int set) {
@@ -365,7 +431,8 @@ static void w16_linear_backward(const Backend* be, float* dinp, uint16_t* dinp16
     if (dweight) b += nd + (double)N * C * A_TARGET + 2.0 * OC * C * F32B;
     if (dbias) b += (double)N * OC * G + 2.0 * OC * F32B; /* the f32 dout */
     begin("linear_backward_b16", PROF_GEMM, 0, b, b);
-    inner->ops->b16->linear_backward(inner, dinp, dinp16, dweight, dbias, dout16, dout, inp, weight, N, C, OC, set);
+    inner->ops->linear_backward(inner, dinp16 ? buf_bf16(dinp16) : buf_f32(dinp), dweight, dbias, buf_bf16(dout16), dout, inp,
+                                weight, N, C, OC, set);
     end();
 }
 static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* dup, const float* dout, Buf gate,
@@ -373,7 +440,7 @@ static void w16_swiglu_backward(const Backend* be, uint16_t* dgate, uint16_t* du
     (void)be;
     double b = n * (G + 2.0 * A_TARGET + ((dgate ? 1 : 0) + (dup ? 1 : 0)) * (double)G16);
     begin("swiglu_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->ops->b16->swiglu_backward(inner, dgate, dup, dout, gate, up, n);
+    inner->ops->swiglu_backward(inner, buf_bf16(dgate), buf_bf16(dup), dout, gate, up, n);
     end();
 }
 static void w16_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, const float* dout,
@@ -381,7 +448,7 @@ static void w16_rmsnorm_backward(const Backend* be, float* dinp, uint16_t* dinp1
     (void)be;
     double b = RNB(A_TARGET) + (dinp16 ? (double)N * C * G16 : 0);
     begin("rmsnorm_backward_b16", PROF_NORM, 0, b, b);
-    inner->ops->b16->rmsnorm_backward(inner, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
+    inner->ops->rmsnorm_backward(inner, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
     end();
 }
 static void w16_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16, int ldk16, float* dk,
@@ -391,7 +458,7 @@ static void w16_rope_qk_backward(const Backend* be, uint16_t* dq16, int ldq16, f
     double vq = (double)N * H * d, vk = (double)N * Hkv * d;
     double b = (vq + vk) * (G + G16) + (keep_q ? vq * G : 0) + (keep_k ? vk * G : 0) + N * 4.0;
     begin("rope_qk_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->ops->b16->rope_qk_backward(inner, dq16, ldq16, dq, dk16, ldk16, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, keep_q, keep_k);
+    inner->ops->rope_qk_backward(inner, dq16, ldq16, dq, dk16, ldk16, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf, keep_q, keep_k);
     end();
 }
 static void w16_attention_backward(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16, uint16_t* dk16,
@@ -425,7 +492,7 @@ static void w16_attention_backward(const Backend* be, float* dq, float* dk, floa
              views_bytes(T, dk16, kw * G16, dv && dv16 ? dv16 : NULL, kw * G16, NULL, 0, (size_t)ld16 * G16);
     double b = prep + 2 * stream + grads;
     begin("attention_backward_b16", PROF_ATTENTION, 0, b, b);
-    inner->ops->b16->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout16, out, lse, q, k, v, cu, S, T, H, Hkv, d,
+    inner->ops->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, buf_bf16(dout16), out, lse, q, k, v, cu, S, T, H, Hkv, d,
                                    ld_q, ld_kv, causal);
     end();
 }
@@ -437,7 +504,7 @@ static void w16_rope2d_backward(const Backend* be, uint16_t* dx16, int ld16, flo
                                                                                           (size_t)ld16 * G16);
     double b = v + v16 + (keep ? v : 0) + N * 8.0;
     begin("rope2d_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->ops->b16->rope2d_backward(inner, dx16, ld16, dx, pr, pc, N, H, d, ld, keep);
+    inner->ops->rope2d_backward(inner, dx16, ld16, dx, pr, pc, N, H, d, ld, keep);
     end();
 }
 static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
@@ -446,7 +513,7 @@ static void w16_layernorm_backward(const Backend* be, float* dinp, uint16_t* din
     (void)be;
     double b = LNB(A_TARGET) + (dinp16 ? (double)N * C * G16 : 0);
     begin("layernorm_backward_b16", PROF_NORM, 0, b, b);
-    inner->ops->b16->layernorm_backward(inner, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    inner->ops->layernorm_backward(inner, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     end();
 }
 static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp, size_t n,
@@ -454,7 +521,7 @@ static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, c
     (void)be;
     double b = n * (3.0 * G + A_TARGET + (dinp16 ? G16 : 0));
     begin("act_backward_b16", PROF_ELEMENTWISE, 0, b, b);
-    inner->ops->b16->act_backward(inner, dinp, dinp16, dout, inp, n, act);
+    inner->ops->act_backward(inner, dinp, dinp16, dout, inp, n, act);
     end();
 }
 
@@ -517,17 +584,7 @@ static void wrap_table(void) {
     wrap_dev.copy_d2d = w_copy_d2d;
     wrap_ops.adamw_update_copy = w_adamw_update_copy;
     wrap_ops.to_bf16 = w_to_bf16;
-    if (inner->ops->b16) {
-        wrap16.linear_backward = w16_linear_backward;
-        wrap16.swiglu_backward = w16_swiglu_backward;
-        wrap16.rmsnorm_backward = w16_rmsnorm_backward;
-        wrap16.rope_qk_backward = w16_rope_qk_backward;
-        wrap16.attention_backward = w16_attention_backward;
-        wrap16.layernorm_backward = w16_layernorm_backward;
-        wrap16.act_backward = w16_act_backward;
-        wrap16.rope2d_backward = w16_rope2d_backward;
-        wrap_ops.b16 = &wrap16;
-    }
+    wrap_ops.act_backward = w_act_backward;
     /* ops a block must not call here (gelu_forward: fused into linear_gelu_forward; the rest are the
      * model's ends) stay unwrapped and would show as unlabelled traffic */
 }

@@ -338,7 +338,7 @@ static void test_ce(void) {
     float loss;
     memset(dlogits, 0, sizeof dlogits);
     backend_cpu.ops->crossentropy_forward(&backend_cpu, &loss, lse, be_act(&backend_cpu, logits), targets, N, V);
-    backend_cpu.ops->crossentropy_backward(&backend_cpu, dlogits, be_act(&backend_cpu, logits), lse, targets, 0.125f, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(dlogits), be_act(&backend_cpu, logits), lse, targets, 0.125f, N, V);
     for (int T = 2; T <= 4; T *= 2) {
         int Vs = V / T;
         FakeGroup g = {.T = T};
