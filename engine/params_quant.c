@@ -9,7 +9,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/cuda/nf4_math.h"
-#include "engine/params.h"
+#include "engine/params_quant.h"
 #include "engine/quant.h"
 #include "engine/util.h"
 
