@@ -1,4 +1,4 @@
-/* params_quant.c — frozen base weights stored as bitsandbytes stores a QLoRA base (engine/params.h "NF4 storage",
+/* params_quant.c — frozen base weights stored as bitsandbytes stores a QLoRA base (engine/params_quant.h,
  * docs/training.md "QLoRA"): NF4 codes packed two a byte in blocks of 64 values, each block's absmax quantised
  * again (8-bit codes of the signed dynamic map in blocks of 256 around the absmaxes' mean), all on the backend.
  * The quantisation is engine/quant.c's (bitsandbytes' quantize_4bit with compress_statistics), over the whole
@@ -9,7 +9,7 @@
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/cuda/nf4_math.h"
-#include "engine/params.h"
+#include "engine/params_quant.h"
 #include "engine/quant.h"
 #include "engine/util.h"
 

@@ -1,4 +1,4 @@
-/* params_quant_st.c — the NF4 form of a table's quantised tensors (engine/params.h "NF4 storage") in safetensors
+/* params_quant_st.c — the NF4 form of a table's quantised tensors (engine/params_quant.h) in safetensors
  * files: checkpoints and step dumps store it beside the tensor's dequantised values, so a QLoRA run resumes the
  * very codes it trained on (a re-quantisation of dequantised values would move the absmaxes). For tensor NAME:
  *   NAME.nf4.codes           U8  ((numel + 1) / 2)  NF4 codes, two a byte, value 2j in the high nibble

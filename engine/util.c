@@ -302,6 +302,22 @@ int rr_fail(char* err, size_t err_len, const char* fmt, ...) {
     return -1;
 }
 
+const char* rr_path_existing_part(const char* path, char* pre, size_t n, int nofollow) {
+    struct stat sb;
+    const char* rest = "";
+    for (;;) {
+        if (pre[0] && (nofollow ? lstat(pre, &sb) : stat(pre, &sb)) == 0) return rest;
+        char* slash = strrchr(pre, '/');
+        if (!slash) { /* nothing of a relative path exists: it starts at the working folder */
+            snprintf(pre, n, ".");
+            return path;
+        }
+        rest = path + (slash - pre) + 1;
+        if (slash == pre) slash[1] = 0; /* "/x": the root */
+        else *slash = 0;
+    }
+}
+
 static int rr_remove_one(const char* path, const struct stat* sb, int type, struct FTW* ftw) {
     (void)sb;
     (void)ftw;

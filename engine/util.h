@@ -103,6 +103,11 @@ void rr_fmt_bytes(char* buf, size_t n, uint64_t bytes);
  * path is success. Returns 0, or -1 with errno set (what could be removed is gone). */
 int rr_remove_tree(const char* path);
 
+/* The longest part of `path` that exists, cut back at a '/' until lstat (nofollow) or stat finds it: pre holds path
+ * on entry (a caller may have cut trailing '/' off it) and that part on return; returns the rest of path after it
+ * ("" when all of it exists). When nothing of a relative path exists, pre is "." (n bytes) and the rest all of path. */
+const char* rr_path_existing_part(const char* path, char* pre, size_t n, int nofollow);
+
 /* Checked 64-bit arithmetic for sizes computed from a file's or an argument's numbers: *out = a * b or
  * a + b; returns 0, or -1 when the result leaves [0, INT64_MAX] (either operand negative included). */
 int rr_mul_i64(int64_t a, int64_t b, int64_t* out);

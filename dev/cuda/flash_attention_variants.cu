@@ -27,6 +27,16 @@ static __device__ __forceinline__ int fa_warp_sum_i(int v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+// the most tiles of `rows` rows a sample has (every lane of the warp)
+static __device__ int fa_max_tiles(const int* cu_seqlens, int S, int rows) {
+    int lane = threadIdx.x % 32, m = 0;
+    for (int s0 = 0; s0 < S; s0 += 32) {
+        int s = s0 + lane;
+        if (s < S) m = max(m, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
+    }
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
 static __device__ int fa_level_count(const int* cu_seqlens, int S, int rows, int tau) {
     int lane = threadIdx.x % 32, c = 0;
     for (int s0 = 0; s0 < S; s0 += 32) {
@@ -37,12 +47,7 @@ static __device__ int fa_level_count(const int* cu_seqlens, int S, int rows, int
 }
 static __device__ int fa_find_tile_lpt(const int* cu_seqlens, int S, int* start, int* len, int* r0, int key_tiles,
                                        int rows = FA_BQ) {
-    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane;
-        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
-    }
-    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
+    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = fa_max_tiles(cu_seqlens, S, rows);
     if (b >= fa_level_count(cu_seqlens, S, rows, 0)) return 0; // a spare block
     int lo = 0, hi = maxnt; // C(lo) > b >= C(hi)
     while (hi - lo > 1) {
@@ -91,12 +96,7 @@ static __device__ int fa_blocks_from(const int* cu_seqlens, int S, int rows, int
 }
 static __device__ int fa_find_tile_lpt_bidir(const int* cu_seqlens, int S, int* start, int* len, int* r0,
                                              int rows = FA_BQ) {
-    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = 0;
-    for (int s0 = 0; s0 < S; s0 += 32) {
-        int s = s0 + lane;
-        if (s < S) maxnt = max(maxnt, (cu_seqlens[s + 1] - cu_seqlens[s] + rows - 1) / rows);
-    }
-    for (int o = 16; o > 0; o >>= 1) maxnt = max(maxnt, __shfl_xor_sync(0xffffffffu, maxnt, o));
+    int lane = threadIdx.x % 32, b = blockIdx.x, maxnt = fa_max_tiles(cu_seqlens, S, rows);
     if (maxnt == 0 || b >= fa_blocks_from(cu_seqlens, S, rows, 1)) return 0; // a spare block
     int lo = 1, hi = maxnt + 1; // B(lo) > b >= B(hi)
     while (hi - lo > 1) {
@@ -177,8 +177,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
     fa_rowstats<DP>(D_s, L_s, dO_s, O_s, LDS, lse, start, q0, len, H, h);
 
     float acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    fa_zero<DP / 8>(acc);
     int qrow = q0 + 16 * warp + g;
     int kend = causal ? min(len, q0 + FA_BQ) : len;
     for (int k0 = 0; k0 < kend; k0 += FA_BK) {
@@ -187,10 +186,8 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
         fa_load_tile<DP>(V_s, LDS, v, ldkv, start, k0, len, (size_t)hk * d, d, vec);
         __syncthreads();
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            #pragma unroll
-            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_zero<FA_BK / 8>(s);
+        fa_zero<FA_BK / 8>(dp);
         fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
         fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
         #pragma unroll
@@ -204,22 +201,7 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_backward_dq_kernel(T* dq
             }
         fa_gemm_pb<DP>(acc, s, K_s, LDS);
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = qrow + 8 * r;
-        if (qi >= len) continue;
-        size_t tok = (size_t)start + qi;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c < d) {
-                    T* p = &dq[tok * ldq + (size_t)h * d + c];
-                    fa_store(p, fa_to_f32(*p) + scale * acc[dn][2 * r + e], 0);
-                }
-            }
-    }
+    fa_add_rows<DP>(dq, ldq, acc, scale, start, qrow, len, h, d, t, (bf16_t*)NULL, 0);
 }
 
 // ---- v1 backward: dk, dv ------------------------------------------------------------------------------
@@ -259,10 +241,8 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
     }
 
     float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++)
-        #pragma unroll
-        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
+    fa_zero<DP / 8>(dk_acc);
+    fa_zero<DP / 8>(dv_acc);
     int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
     for (int h = hk * group; h < (hk + 1) * group; h++) {
         // causal: queries before the key tile see none of its keys (k0 is a multiple of 64)
@@ -275,42 +255,17 @@ static __global__ void __launch_bounds__(32 * FaDkdvWarps<DP>::NW) fa_backward_d
             fa_rowstats<DP, NTH>(D_s, L_s, dO_s, O_s, LDS, lse, start, qt, len, H, h);
             __syncthreads();
             float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
-            #pragma unroll
-            for (int nt = 0; nt < FA_BQ / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+            fa_zero<FA_BQ / 8>(s);
+            fa_zero<FA_BQ / 8>(dp);
             fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Q_s, LDS);   // S^T: keys x queries
             fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dO_s, LDS); // dP^T
-            #pragma unroll
-            for (int nt = 0; nt < FA_BQ / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
-                    int valid = qi < len && kj < len && (!causal || kj <= qi);
-                    float p = valid ? exp2f(s[nt][i] * scale_log2 - L_s[c]) : 0.0f;
-                    s[nt][i] = p;                          // P^T
-                    dp[nt][i] = p * (dp[nt][i] - D_s[c]); // dS^T
-                }
+            fa_kv_p_ds<false>(s, dp, L_s, D_s, qt, krow, t, len, causal, scale_log2);
             fa_gemm_pb<DP>(dv_acc, s, dO_s, LDS);
             fa_gemm_pb<DP>(dk_acc, dp, Q_s, LDS);
         }
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int kj = krow + 8 * r;
-        if (kj >= len) continue;
-        size_t tok = (size_t)start + kj;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c >= d) continue;
-                size_t idx = tok * ldkv + (size_t)hk * d + c;
-                if (dk) fa_store(&dk[idx], fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e], 0);
-                if (dv) fa_store(&dv[idx], fa_to_f32(dv[idx]) + dv_acc[dn][2 * r + e], 0);
-            }
-    }
+    if (dk) fa_add_rows<DP>(dk, ldkv, dk_acc, scale, start, krow, len, hk, d, t, (bf16_t*)NULL, 0);
+    if (dv) fa_add_rows<DP>(dv, ldkv, dv_acc, 1.0f, start, krow, len, hk, d, t, (bf16_t*)NULL, 0);
 }
 
 static size_t fa_dq_smem(int DP) { return 2 * FA_BQ * sizeof(float) + 2 * (size_t)5 * FA_BQ * (DP + 8); }

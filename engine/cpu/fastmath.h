@@ -22,6 +22,17 @@ static inline float cpu_exp2i(int k) {
     return f;
 }
 
+/* The Cephes expf's polynomial on the reduced argument r up to its last step: e^r = p r^2 + r + 1 with this p
+ * (callers do that step, each its own way of rounding r^2) */
+static inline float cpu_exp_cephes_p(float r) {
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    return p * r + 5.0000001201e-1f;
+}
+
 /* Branch-free, so that it vectorises inside `omp simd` loops: out-of-range inputs are clamped to
  * where the same arithmetic overflows to +inf (x >= 89) or underflows to 0 (x <= -104), with no
  * selects after the arithmetic (GCC will not if-convert those under -ftrapping-math). A NaN input
@@ -40,13 +51,7 @@ static inline float cpu_expf(float x) {
     float fn = (float)n;
     float r = xc - fn * ln2_hi - fn * ln2_lo;
     float r2 = r * r;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
+    float p = cpu_exp_cephes_p(r) * r2 + r + 1.0f;
     /* 2^n as two halves in [-75, 64], each a normal float: the product overflows or underflows
      * exactly where expf does */
     int n1 = n / 2;

@@ -9,19 +9,25 @@
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
-// T: float (f32 words) or uint16_t (the bf16-activation table's 2-byte rows, copied as they are)
-template <typename T>
-static __global__ void embedding_forward_kernel(T* out, const int* ids, const T* table, int N, int C, int* err) {
+// A table's value into an output: as it is (f32 words, or the bf16-activation table's 2-byte rows), or 2-byte bf16
+// widened exactly to f32 (the bf16 table's rows into f32 words: bf16-valued, no rounding step)
+static __device__ __forceinline__ float emb_value(float x, float*) { return x; }
+static __device__ __forceinline__ uint16_t emb_value(uint16_t x, uint16_t*) { return x; }
+static __device__ __forceinline__ float emb_value(uint16_t x, float*) { return rr_bf16_to_f32(x); }
+
+// TO, TT: the output's and the table's storage (float or uint16_t)
+template <typename TO, typename TT>
+static __global__ void embedding_forward_kernel(TO* out, const int* ids, const TT* table, int N, int C, int* err) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
     int n = (int)(i / C), c = (int)(i % C);
     int id = ids[n];
     if (id < 0) {
         if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
-        out[i] = T(0);
+        out[i] = TO(0);
         return;
     }
-    out[i] = table[(size_t)id * C + c];
+    out[i] = emb_value(table[(size_t)id * C + c], out);
 }
 static void embedding_forward_cuda(float* out, const int* ids, const float* table, int N, int C, cudaStream_t stream) {
     size_t n = (size_t)N * C;
@@ -48,23 +54,10 @@ static void embedding_backward_cuda(float* dtable, const float* dout, const int*
 
 // The bf16 table (Backend.weight_dtype = DTYPE_BF16): its 2-byte rows widened exactly, so the output is
 // bf16-valued with no rounding step.
-static __global__ void embedding_forward_bf16_kernel(float* out, const int* ids, const uint16_t* table, int N, int C,
-                                                     int* err) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * C) return;
-    int n = (int)(i / C), c = (int)(i % C);
-    int id = ids[n];
-    if (id < 0) {
-        if (c == 0) cuda_report_error(err, CUDA_ERR_EMBEDDING_ID, n, id, 0);
-        out[i] = 0.0f;
-        return;
-    }
-    out[i] = rr_bf16_to_f32(table[(size_t)id * C + c]);
-}
 void cuda_bf16_embedding_forward(const Backend* be, float* out, const int* ids, const uint16_t* table, int N, int C) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
-    embedding_forward_bf16_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>(out, ids, table, N, C,
+    embedding_forward_kernel<<<ceil_div_z(n, 256), 256, 0, cuda_stream(be)>>>(out, ids, table, N, C,
                                                                                    cuda_ctx.error);
     cudaCheck(cudaGetLastError());
 }

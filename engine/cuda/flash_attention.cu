@@ -68,26 +68,22 @@ static __device__ __forceinline__ void fa_mma(float* d, const uint32_t* a, const
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8 i .. 8 i + 7 give the addresses of the 8 rows (16
 // bytes each) of matrix i; lane l gets r[i] = M_i[l / 4][2 (l % 4) .. + 1], or with trans
 // M_i[2 (l % 4)][l / 4], M_i[2 (l % 4) + 1][l / 4] (the emulation: emu_ldmatrix_x4).
-static __device__ __forceinline__ void fa_ldsm(uint32_t* r, const bf16_t* row) {
+template <bool TRANS>
+static __device__ __forceinline__ void fa_ldsm_x4(uint32_t* r, const bf16_t* row) {
 #ifdef RR_CUDA_EMULATED
-    emu_ldmatrix_x4(r, row, 0);
+    emu_ldmatrix_x4(r, row, TRANS);
 #else
     unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 #endif
 }
-static __device__ __forceinline__ void fa_ldsm_t(uint32_t* r, const bf16_t* row) {
-#ifdef RR_CUDA_EMULATED
-    emu_ldmatrix_x4(r, row, 1);
-#else
-    unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#endif
-}
+static __device__ __forceinline__ void fa_ldsm(uint32_t* r, const bf16_t* row) { fa_ldsm_x4<false>(r, row); }
+static __device__ __forceinline__ void fa_ldsm_t(uint32_t* r, const bf16_t* row) { fa_ldsm_x4<true>(r, row); }
 static __device__ __forceinline__ uint32_t fa_ld32(const bf16_t* p) { return *(const uint32_t*)p; }
 static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
     return (uint32_t)rr_f32_to_bf16(lo) | ((uint32_t)rr_f32_to_bf16(hi) << 16);
@@ -271,6 +267,13 @@ static __device__ __forceinline__ void fa_gemm_pb(float (*acc)[4], const float (
     }
 }
 
+// an accumulator of N n-tiles (16 rows x 8 columns each, a thread's 4 values) to zero
+template <int N>
+static __device__ __forceinline__ void fa_zero(float (*acc)[4]) {
+    #pragma unroll
+    for (int n = 0; n < N; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
 // ---- forward ---------------------------------------------------------------------------------------
 
 template <int DP, typename T>
@@ -297,15 +300,13 @@ static __global__ void __launch_bounds__(FA_THREADS) fa_forward_kernel(T* out, f
     fa_cp_commit();
 
     float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    fa_zero<DP / 8>(o);
     int qrow = q0 + 16 * warp + g; // this thread's rows: qrow, qrow + 8
     for (int k0 = 0; k0 < kend; k0 += FA_BK) {
         fa_cp_wait1();
         __syncthreads(); // K of this tile (and Q) in shared memory
         float s[FA_BK / 8][4];
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        fa_zero<FA_BK / 8>(s);
         fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
         __syncthreads(); // every warp is done with K_s: the next tile's K goes there
         if (k0 + FA_BK < kend) fa_tile<DP>(K_s, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
@@ -438,6 +439,81 @@ static __global__ void __launch_bounds__(32 * FA_PREP_ROWS) fa_bwd_prep_kernel(f
     }
 }
 
+// ---- the backward kernels' shared steps ------------------------------------------------------------------
+
+// L (log2 units) and D of query rows r0 .. r0 + 63 of head h from the prep kernel's scratch into L_s, D_s (0 past
+// the sample): threads 0 .. 63, a row each
+static __device__ __forceinline__ void fa_load_ld(float* L_s, float* D_s, const float* Lg, const float* Dg, int h,
+                                                  int T_, int start, int r0, int len) {
+    if (threadIdx.x < FA_BQ) {
+        int r = threadIdx.x, ok = r0 + r < len;
+        size_t at = (size_t)h * T_ + start + r0 + r;
+        L_s[r] = ok ? Lg[at] : 0.0f;
+        D_s[r] = ok ? Dg[at] : 0.0f;
+    }
+}
+
+// dS = P (dP - D) of a dq block's key tile k0 into s (S = Q K^T on entry; dp: dP = dO V^T), for this thread's rows
+// qrow and qrow + 8 (L lrow, D drow). FULL: every (query, key) pair of the tile is in (no mask)
+template <bool FULL>
+static __device__ __forceinline__ void fa_dq_ds(float (*s)[4], const float (*dp)[4], const float* lrow,
+                                                const float* drow, int k0, int qrow, int t, int len, int causal,
+                                                float scale_log2) {
+    #pragma unroll
+    for (int nt = 0; nt < FA_BK / 8; nt++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
+            int valid = FULL || (j < len && qi < len && (!causal || j <= qi));
+            float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
+            s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
+        }
+}
+
+// P^T and dS^T = P^T (dP^T - D) of a dk/dv block's query tile qt for this thread's keys krow and krow + 8: s (S^T on
+// entry) takes P^T, dp (dP^T) takes dS^T; L, D: the tile's rows' (shared memory). FULL: every (key, query) pair is
+// in (no mask)
+template <bool FULL>
+static __device__ __forceinline__ void fa_kv_p_ds(float (*s)[4], float (*dp)[4], const float* L, const float* D, int qt,
+                                                  int krow, int t, int len, int causal, float scale_log2) {
+    #pragma unroll
+    for (int nt = 0; nt < FA_BQ / 8; nt++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
+            int valid = FULL || (qi < len && kj < len && (!causal || kj <= qi));
+            float p = valid ? exp2f(s[nt][i] * scale_log2 - L[c]) : 0.0f;
+            s[nt][i] = p;                      // P^T
+            dp[nt][i] = p * (dp[nt][i] - D[c]); // dS^T
+        }
+}
+
+// A thread's rows row0 and row0 + 8 of a sample (token start; none at or past len) in head h's d columns of g (rows of
+// stride ldg) += alpha acc (a dq, dk or dv accumulator), and the new values' 2-byte mirror m16 (rows of stride ldm16;
+// NULL: none)
+template <int DP, typename T>
+static __device__ __forceinline__ void fa_add_rows(T* g, int ldg, const float (*acc)[4], float alpha, int start,
+                                                   int row0, int len, int h, int d, int t, bf16_t* m16, int ldm16) {
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = row0 + 8 * r;
+        if (i >= len) continue;
+        size_t tok = (size_t)start + i;
+        #pragma unroll
+        for (int dn = 0; dn < DP / 8; dn++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = dn * 8 + 2 * t + e;
+                if (c < d) {
+                    T* p = &g[tok * ldg + (size_t)h * d + c];
+                    float nv = fa_to_f32(*p) + alpha * acc[dn][2 * r + e];
+                    fa_store(p, nv, 0);
+                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
+                }
+            }
+    }
+}
+
 template <int DP> struct FaDq2MinBlocks {
     static const int MINB = DP == 64 ? 4 : 0;
 };
@@ -469,16 +545,10 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
     fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
     fa_tile<DP>(V_s, LDS, v, ldkv, start, 0, len, (size_t)hk * d, d, vec);
     fa_cp_commit();
-    if (threadIdx.x < FA_BQ) {
-        int r = threadIdx.x, ok = q0 + r < len;
-        size_t at = (size_t)h * T_ + start + q0 + r;
-        L_s[r] = ok ? Lg[at] : 0.0f;
-        D_s[r] = ok ? Dg[at] : 0.0f;
-    }
+    fa_load_ld(L_s, D_s, Lg, Dg, h, T_, start, q0, len);
 
     float acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    fa_zero<DP / 8>(acc);
     int qrow = q0 + 16 * warp + g;                // this thread's rows: qrow, qrow + 8
     float lrow[2] = {0.0f, 0.0f}, drow[2] = {0.0f, 0.0f}; // their L and D (after the first barrier)
     for (int k0 = 0, buf = 0; k0 < kend; k0 += FA_BK, buf ^= 1) {
@@ -497,50 +567,17 @@ static __global__ void __launch_bounds__(FA_THREADS, (FaDq2MinBlocks<DP>::MINB))
         const bf16_t* Kb = K_s + buf * TILE;
         const bf16_t* Vb = V_s + buf * TILE;
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            #pragma unroll
-            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_zero<FA_BK / 8>(s);
+        fa_zero<FA_BK / 8>(dp);
         fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, Kb, LDS);
         fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, Vb, LDS);
-        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) {
-            // every (query, key) pair of the tile is in: no mask
-            #pragma unroll
-            for (int nt = 0; nt < FA_BK / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    s[nt][i] = exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) * (dp[nt][i] - drow[i >> 1]); // dS
-        } else {
-            #pragma unroll
-            for (int nt = 0; nt < FA_BK / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
-                    int valid = j < len && qi < len && (!causal || j <= qi);
-                    float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
-                    s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
-                }
-        }
+        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) // every pair of the tile is in
+            fa_dq_ds<true>(s, dp, lrow, drow, k0, qrow, t, len, causal, scale_log2);
+        else
+            fa_dq_ds<false>(s, dp, lrow, drow, k0, qrow, t, len, causal, scale_log2);
         fa_gemm_pb<DP>(acc, s, Kb, LDS);
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = qrow + 8 * r;
-        if (qi >= len) continue;
-        size_t tok = (size_t)start + qi;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c < d) {
-                    T* p = &dq[tok * ldgq + (size_t)h * d + c];
-                    float nv = fa_to_f32(*p) + scale * acc[dn][2 * r + e];
-                    fa_store(p, nv, 0);
-                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
-                }
-            }
-    }
+    fa_add_rows<DP>(dq, ldgq, acc, scale, start, qrow, len, h, d, t, m16, ldm16);
 }
 
 // dq with single K and V buffers (the forward's pipeline; the default at head dims 96 and 128, where dq2's six
@@ -575,16 +612,10 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
     fa_cp_commit();
     fa_tile<DP>(K_s, LDS, k, ldkv, start, 0, len, (size_t)hk * d, d, vec);
     fa_cp_commit();
-    if (threadIdx.x < FA_BQ) {
-        int r = threadIdx.x, ok = q0 + r < len;
-        size_t at = (size_t)h * T_ + start + q0 + r;
-        L_s[r] = ok ? Lg[at] : 0.0f;
-        D_s[r] = ok ? Dg[at] : 0.0f;
-    }
+    fa_load_ld(L_s, D_s, Lg, Dg, h, T_, start, q0, len);
 
     float acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    fa_zero<DP / 8>(acc);
     int qrow = q0 + 16 * warp + g;                        // this thread's rows: qrow, qrow + 8
     float lrow[2] = {0.0f, 0.0f}, drow[2] = {0.0f, 0.0f}; // their L and D (after the first barrier)
     for (int k0 = 0; k0 < kend; k0 += FA_BK) {
@@ -595,10 +626,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
             for (int r = 0; r < 2; r++) lrow[r] = L_s[16 * warp + g + 8 * r], drow[r] = D_s[16 * warp + g + 8 * r];
         }
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
-        #pragma unroll
-        for (int nt = 0; nt < FA_BK / 8; nt++)
-            #pragma unroll
-            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_zero<FA_BK / 8>(s);
+        fa_zero<FA_BK / 8>(dp);
         fa_gemm_abt<DP, FA_BK / 8>(dp, dO_s + 16 * warp * LDS, LDS, V_s, LDS);
         __syncthreads(); // every warp is done with V_s: the next tile's V goes there
         if (k0 + FA_BK < kend) fa_tile<DP>(V_s, LDS, v, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
@@ -606,47 +635,16 @@ static __global__ void __launch_bounds__(FA_THREADS, 3)
         fa_cp_wait1();   // all but the next V: this tile's K
         __syncthreads();
         fa_gemm_abt<DP, FA_BK / 8>(s, Q_s + 16 * warp * LDS, LDS, K_s, LDS);
-        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) {
-            // every (query, key) pair of the tile is in: no mask
-            #pragma unroll
-            for (int nt = 0; nt < FA_BK / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    s[nt][i] = exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) * (dp[nt][i] - drow[i >> 1]); // dS
-        } else {
-            #pragma unroll
-            for (int nt = 0; nt < FA_BK / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int j = k0 + nt * 8 + 2 * t + (i & 1), qi = qrow + (i >> 1) * 8;
-                    int valid = j < len && qi < len && (!causal || j <= qi);
-                    float p = valid ? exp2f(s[nt][i] * scale_log2 - lrow[i >> 1]) : 0.0f;
-                    s[nt][i] = p * (dp[nt][i] - drow[i >> 1]); // dS
-                }
-        }
+        if (k0 + FA_BK <= len && q0 + FA_BQ <= len && (!causal || k0 + FA_BK - 1 <= q0)) // every pair of the tile is in
+            fa_dq_ds<true>(s, dp, lrow, drow, k0, qrow, t, len, causal, scale_log2);
+        else
+            fa_dq_ds<false>(s, dp, lrow, drow, k0, qrow, t, len, causal, scale_log2);
         fa_gemm_pb<DP>(acc, s, K_s, LDS);
         __syncthreads(); // every warp is done with K_s: the next tile's K goes there
         if (k0 + FA_BK < kend) fa_tile<DP>(K_s, LDS, k, ldkv, start, k0 + FA_BK, len, (size_t)hk * d, d, vec);
         fa_cp_commit();
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int qi = qrow + 8 * r;
-        if (qi >= len) continue;
-        size_t tok = (size_t)start + qi;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c < d) {
-                    T* p = &dq[tok * ldgq + (size_t)h * d + c];
-                    float nv = fa_to_f32(*p) + scale * acc[dn][2 * r + e];
-                    fa_store(p, nv, 0);
-                    if (m16) m16[tok * ldm16 + (size_t)h * d + c] = rr_f32_to_bf16(nv); // the 2-byte mirror
-                }
-            }
-    }
+    fa_add_rows<DP>(dq, ldgq, acc, scale, start, qrow, len, h, d, t, m16, ldm16);
 }
 
 // NW warps of 16 keys each (the block's 16 NW keys); FaDkdv2Warps: the default per head dim
@@ -692,18 +690,11 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
     fa_tile<DP, bf16_t, NTH>(Q_s, LDS, q, ldq, start, qfirst, len, (size_t)hk * group * d, d, vec);
     fa_tile<DP, bf16_t, NTH>(dO_s, LDS, dout, ldo, start, qfirst, len, (size_t)hk * group * d, d, vec);
     fa_cp_commit();
-    if (threadIdx.x < FA_BQ) {
-        int r = threadIdx.x, ok = qfirst + r < len;
-        size_t at = (size_t)hk * group * T_ + start + qfirst + r;
-        L_s[r] = ok ? Lg[at] : 0.0f;
-        D_s[r] = ok ? Dg[at] : 0.0f;
-    }
+    fa_load_ld(L_s, D_s, Lg, Dg, hk * group, T_, start, qfirst, len);
 
     float dk_acc[DP / 8][4], dv_acc[DP / 8][4];
-    #pragma unroll
-    for (int dn = 0; dn < DP / 8; dn++)
-        #pragma unroll
-        for (int i = 0; i < 4; i++) dk_acc[dn][i] = dv_acc[dn][i] = 0.0f;
+    fa_zero<DP / 8>(dk_acc);
+    fa_zero<DP / 8>(dv_acc);
     int krow = k0 + 16 * warp + g; // this thread's keys: krow, krow + 8
     for (int it = 0; it < n; it++) {
         int buf = it & 1, qt = qfirst + (it % nq) * FA_BQ;
@@ -726,35 +717,14 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
         const float* Lb = L_s + buf * FA_BQ;
         const float* Db = D_s + buf * FA_BQ;
         float s[FA_BQ / 8][4], dp[FA_BQ / 8][4];
-        #pragma unroll
-        for (int nt = 0; nt < FA_BQ / 8; nt++)
-            #pragma unroll
-            for (int i = 0; i < 4; i++) s[nt][i] = dp[nt][i] = 0.0f;
+        fa_zero<FA_BQ / 8>(s);
+        fa_zero<FA_BQ / 8>(dp);
         fa_gemm_abt<DP, FA_BQ / 8>(s, K_s + 16 * warp * LDS, LDS, Qb, LDS);   // S^T: keys x queries
         fa_gemm_abt<DP, FA_BQ / 8>(dp, V_s + 16 * warp * LDS, LDS, dOb, LDS); // dP^T
-        if (qt + FA_BQ <= len && k0 + KB <= len && (!causal || k0 + KB - 1 <= qt)) {
-            // every (key, query) pair of the step is in: no mask
-            #pragma unroll
-            for (int nt = 0; nt < FA_BQ / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int c = nt * 8 + 2 * t + (i & 1);
-                    float p = exp2f(s[nt][i] * scale_log2 - Lb[c]);
-                    s[nt][i] = p;                        // P^T
-                    dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
-                }
-        } else {
-            #pragma unroll
-            for (int nt = 0; nt < FA_BQ / 8; nt++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    int c = nt * 8 + 2 * t + (i & 1), qi = qt + c, kj = krow + (i >> 1) * 8;
-                    int valid = qi < len && kj < len && (!causal || kj <= qi);
-                    float p = valid ? exp2f(s[nt][i] * scale_log2 - Lb[c]) : 0.0f;
-                    s[nt][i] = p;                        // P^T
-                    dp[nt][i] = p * (dp[nt][i] - Db[c]); // dS^T
-                }
-        }
+        if (qt + FA_BQ <= len && k0 + KB <= len && (!causal || k0 + KB - 1 <= qt)) // every pair of the step is in
+            fa_kv_p_ds<true>(s, dp, Lb, Db, qt, krow, t, len, causal, scale_log2);
+        else
+            fa_kv_p_ds<false>(s, dp, Lb, Db, qt, krow, t, len, causal, scale_log2);
         fa_gemm_pb<DP>(dv_acc, s, dOb, LDS);
         fa_gemm_pb<DP>(dk_acc, dp, Qb, LDS);
         if (threadIdx.x < FA_BQ) { // the other buffer: nobody reads it before the next step's barriers
@@ -762,32 +732,8 @@ static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MIN
             D_s[(buf ^ 1) * FA_BQ + threadIdx.x] = nd;
         }
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int kj = krow + 8 * r;
-        if (kj >= len) continue;
-        size_t tok = (size_t)start + kj;
-        #pragma unroll
-        for (int dn = 0; dn < DP / 8; dn++)
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = dn * 8 + 2 * t + e;
-                if (c >= d) continue;
-                size_t idx = tok * ldgkv + (size_t)hk * d + c;
-                size_t im = tok * ldm16 + (size_t)hk * d + c; // the 2-byte mirrors' (dk16, dv16m)
-                if (dk) {
-                    float nv = fa_to_f32(dk[idx]) + scale * dk_acc[dn][2 * r + e];
-                    fa_store(&dk[idx], nv, 0);
-                    if (dk16) dk16[im] = rr_f32_to_bf16(nv);
-                }
-                if (dv) {
-                    size_t iv = tok * ldgv + (size_t)hk * d + c;
-                    float nv = fa_to_f32(dv[iv]) + dv_acc[dn][2 * r + e];
-                    fa_store(&dv[iv], nv, 0);
-                    if (dv16m) dv16m[im] = rr_f32_to_bf16(nv);
-                }
-            }
-    }
+    if (dk) fa_add_rows<DP>(dk, ldgkv, dk_acc, scale, start, krow, len, hk, d, t, dk16, ldm16);
+    if (dv) fa_add_rows<DP>(dv, ldgv, dv_acc, 1.0f, start, krow, len, hk, d, t, dv16m, ldm16);
 }
 
 // ---- launchers ---------------------------------------------------------------------------------------

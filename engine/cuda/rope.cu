@@ -63,6 +63,16 @@ static __global__ void rope_table_kernel(float* cs, int P, int n, RopeArgs ra) {
     rope_cs_compute(p, j, n, sign, ra, &cs[2 * idx], &cs[2 * idx + 1]);
 }
 
+// This thread's row i, head h (of `heads`) and pair j (of `half`) in a pass over N rows; false past the last
+static __device__ __forceinline__ bool rope_thread(int N, int heads, int half, int* i, int* h, int* j) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * heads * half) return false;
+    *j = (int)(idx % half);
+    *h = (int)((idx / half) % heads);
+    *i = (int)(idx / ((size_t)half * heads));
+    return true;
+}
+
 template <bool R, typename A>
 static __device__ inline void rope_pair(A* v, int pos, int j, int n, double sign, const RopeArgs& ra, const RopeTab& tab) {
     int half = n / 2;
@@ -79,11 +89,8 @@ template <bool R, typename A>
 static __global__ void rope_rotate_kernel(A* x, const int* pos, int N, int H, int d, int ld, double sign,
                                           RopeArgs ra, RopeTab tab) {
     int half = d / 2;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * H * half) return;
-    int j = (int)(idx % half);
-    int h = (int)((idx / half) % H);
-    int i = (int)(idx / ((size_t)half * H));
+    int i, h, j;
+    if (!rope_thread(N, H, half, &i, &h, &j)) return;
     rope_pair<R>(x + (size_t)i * ld + (size_t)h * d, pos[i], j, d, sign, ra, tab);
 }
 // q and k in one pass (the LM's attention inputs, Backend.rope_qk_*): heads h < H of q (stride ld_q), then the
@@ -92,11 +99,8 @@ template <bool R, typename A>
 static __global__ void rope_qk_rotate_kernel(A* q, A* k, const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                                              double sign, RopeArgs ra, RopeTab tab) {
     int half = d / 2, heads = H + Hkv;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * heads * half) return;
-    int j = (int)(idx % half);
-    int h = (int)((idx / half) % heads);
-    int i = (int)(idx / ((size_t)half * heads));
+    int i, h, j;
+    if (!rope_thread(N, heads, half, &i, &h, &j)) return;
     A* v = h < H ? q + (size_t)i * ld_q + (size_t)h * d : k + (size_t)i * ld_k + (size_t)(h - H) * d;
     rope_pair<R>(v, pos[i], j, d, sign, ra, tab);
 }
@@ -106,11 +110,8 @@ template <bool R, typename A>
 static __global__ void rope2d_rotate_kernel(A* x, const int* pos_row, const int* pos_col, int N, int H, int d,
                                             int ld, double sign, RopeTab tab) {
     int half = d / 2, quarter = d / 4;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * H * half) return;
-    int j = (int)(idx % half);
-    int h = (int)((idx / half) % H);
-    int i = (int)(idx / ((size_t)half * H));
+    int i, h, j;
+    if (!rope_thread(N, H, half, &i, &h, &j)) return;
     A* v = x + (size_t)i * ld + (size_t)h * d;
     const RopeArgs ra = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0}; // ROPE2D_ARGS
     if (j < quarter)
@@ -276,11 +277,8 @@ static __global__ void rope_qk_backward_b16_kernel(uint16_t* dq16, int ldq16, fl
                                                    const int* pos, int N, int H, int Hkv, int d, int ld_q, int ld_k,
                                                    RopeArgs ra, RopeTab tab, int keep_q, int keep_k) {
     int half = d / 2, heads = H + Hkv;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * heads * half) return;
-    int j = (int)(idx % half);
-    int h = (int)((idx / half) % heads);
-    int i = (int)(idx / ((size_t)half * heads));
+    int i, h, j;
+    if (!rope_thread(N, heads, half, &i, &h, &j)) return;
     bool isq = h < H;
     int hh = isq ? h : h - H;
     float* v = (isq ? dq + (size_t)i * ld_q : dk + (size_t)i * ld_k) + (size_t)hh * d;
@@ -309,11 +307,8 @@ template <bool KEEP>
 static __global__ void rope2d_backward_b16_kernel(uint16_t* dx16, int ld16, float* dx, const int* pos_row,
                                                   const int* pos_col, int N, int H, int d, int ld, RopeTab tab) {
     int half = d / 2, quarter = d / 4;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * H * half) return;
-    int j = (int)(idx % half);
-    int h = (int)((idx / half) % H);
-    int i = (int)(idx / ((size_t)half * H));
+    int i, h, j;
+    if (!rope_thread(N, H, half, &i, &h, &j)) return;
     size_t off = j < quarter ? 0 : (size_t)half;
     int jj = j < quarter ? j : j - quarter, pos = j < quarter ? pos_row[i] : pos_col[i];
     const RopeArgs ra = {RR_ROPE_THETA, 0, 1.0, 1.0, 1.0, 1.0}; // ROPE2D_ARGS

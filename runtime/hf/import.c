@@ -286,21 +286,8 @@ static void im_rm_rf(const char* dir) {
  * written) into buf; -1 when the rest, which does not exist yet, has a '.' or '..' component */
 static int im_resolve(const char* path, char* buf, size_t n) {
     char pre[4200];
-    struct stat sb;
     snprintf(pre, sizeof pre, "%s", path);
-    const char* rest = "";
-    for (;;) {
-        if (pre[0] && lstat(pre, &sb) == 0) break;
-        char* slash = strrchr(pre, '/');
-        if (!slash) { /* nothing of a relative path exists: it starts at the working folder */
-            rest = path;
-            snprintf(pre, sizeof pre, ".");
-            break;
-        }
-        rest = path + (slash - pre) + 1;
-        if (slash == pre) slash[1] = 0; /* "/x": the root */
-        else *slash = 0;
-    }
+    const char* rest = rr_path_existing_part(path, pre, sizeof pre, 1);
     char real[PATH_MAX];
     if (!realpath(pre, real)) return -1;
     for (const char* c = rest; *c;) { /* no '.' or '..' where the folders do not exist yet */

@@ -337,16 +337,26 @@ static void trim(char* s) {
 }
 
 /* Read "[section]" and "key = value" lines (recipe_print's form). Returns 1 read, 0 absent, -1 damaged. */
-static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t why_len) {
-    memset(r, 0, sizeof *r);
-    size_t len;
-    char* text = rr_read_file(path, &len, RR_MAX_INI);
+/* A file the report shows when it is there: the whole of `path` (at most cap bytes) into *text, *len; NULL with *rc
+ * = 0 when there is no such file, -1 when it cannot be read (why says which; what: the kind of file) */
+static char* optional_file_read(const char* path, size_t cap, const char* what, size_t* len, int* rc, char* why,
+                                size_t why_len) {
+    char* text = rr_read_file(path, len, cap);
     if (!text) {
         int e = errno;
         char w[160];
-        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, "a recipe .ini file", w, sizeof w));
-        return e == ENOENT ? 0 : -1;
+        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, what, w, sizeof w));
+        *rc = e == ENOENT ? 0 : -1;
     }
+    return text;
+}
+
+static int recipe_text_read(const char* path, RecipeText* r, char* why, size_t why_len) {
+    memset(r, 0, sizeof *r);
+    size_t len;
+    int rc;
+    char* text = optional_file_read(path, RR_MAX_INI, "a recipe .ini file", &len, &rc, why, why_len);
+    if (!text) return rc;
     char line[2048], sec[64] = "";
     int ln = 0, cap = 0;
     for (char* p = text; p < text + len;) {
@@ -593,14 +603,11 @@ static void predictions_free(Prediction* p, int n) {
 static int predictions_read(const char* path, Prediction** out, int* n, char* why, size_t why_len) {
     *out = NULL, *n = 0;
     size_t len;
-    char* text = rr_read_file(path, &len, RR_MAX_JSONL);
-    if (!text) {
-        int e = errno;
-        char w[160];
-        snprintf(why, why_len, "%.1800s: %s", path, rr_read_file_why(e, "a predictions.jsonl file", w, sizeof w));
-        return e == ENOENT ? 0 : -1;
-    }
-    int cap = 0, line = 0, rc = 1;
+    int rc;
+    char* text = optional_file_read(path, RR_MAX_JSONL, "a predictions.jsonl file", &len, &rc, why, why_len);
+    if (!text) return rc;
+    int cap = 0, line = 0;
+    rc = 1;
     Prediction* v = NULL;
     for (char* p = text; p < text + len && rc == 1;) {
         char* nl = memchr(p, '\n', (size_t)(text + len - p));
@@ -862,6 +869,14 @@ static int prediction_index_cmp(const void* a, const void* b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* The held-out questions' section ends without cards: the warning, and a note saying why (after lead) */
+static void cards_left_out(Html* h, const ReportConfig* c, const char* lead, const char* why) {
+    warnf(c, "held-out question cards left out: %s", why);
+    h_printf(h, "<p class=\"note\">%s", lead);
+    h_text(h, why);
+    h_printf(h, "</p></section>\n");
+}
+
 static void section_questions(Html* h, const ReportConfig* c, const RecipeText* rt, int have_recipe) {
     char path[4096], why[2048];
     if (c->predictions) snprintf(path, sizeof path, "%s", c->predictions);
@@ -919,35 +934,20 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
     if (source && !strcmp(source, "synthetic")) {
         h_printf(h, "<p class=\"note\">Synthetic source: its held-out samples are generated in memory, there are "
                     "no images or texts to show.</p></section>\n");
-        predictions_free(pr, n);
-        predictions_free(zp, nz);
-        free(zof);
-        return;
+        goto out;
     }
     if (!shards || !shards[0] || !tokp || !tokp[0]) {
         snprintf(why, sizeof why, "%.1800s/recipe.ini %s: the cards need data.eval_shards and data.tokenizer", c->run_dir,
                  have_recipe ? "does not name them" : "is missing");
-        warnf(c, "held-out question cards left out: %s", why);
-        h_printf(h, "<p class=\"note\">");
-        h_text(h, why);
-        h_printf(h, "</p></section>\n");
-        predictions_free(pr, n);
-        predictions_free(zp, nz);
-        free(zof);
-        return;
+        cards_left_out(h, c, "", why);
+        goto out;
     }
     ShardSet ss;
     Tokenizer* tok = NULL;
     if (shard_set_open(shards, &ss, why, sizeof why) != 0 || !(tok = tokenizer_load(tokp, why, sizeof why))) {
         if (!tok && ss.n) shard_set_close(&ss);
-        warnf(c, "held-out question cards left out: %s", why);
-        h_printf(h, "<p class=\"note\">Cards left out: ");
-        h_text(h, why);
-        h_printf(h, "</p></section>\n");
-        predictions_free(pr, n);
-        predictions_free(zp, nz);
-        free(zof);
-        return;
+        cards_left_out(h, c, "Cards left out: ", why);
+        goto out;
     }
     /* the end of an answer: the held-out shards' chat template's (their record, data/shard.h) */
     int image_id = tokenizer_token_id(tok, "<image>");
@@ -976,10 +976,11 @@ static void section_questions(Html* h, const ReportConfig* c, const RecipeText* 
     jpeg_codec_free(jc);
     tokenizer_free(tok);
     shard_set_close(&ss);
+    h_printf(h, "</section>\n");
+out:
     predictions_free(pr, n);
     predictions_free(zp, nz);
     free(zof);
-    h_printf(h, "</section>\n");
 }
 
 /* ---- the page ------------------------------------------------------------------------------------ */

@@ -73,44 +73,28 @@ int pp_task_parse(const char* s, int rank, int P, PpTask* out) {
     return 0;
 }
 
-int pp_task_input(const PpShape* s, int rank, PpTask t, int* src_rank, PpTask* src) {
-    int v = pp_vstage(s, rank, t.chunk), nv = s->chunks * s->P;
-    int u;
-    if (t.kind == PP_F) {
-        if (v == 0) return 0;
-        u = v - 1;
-    } else if (t.kind == PP_B) {
-        if (v == nv - 1) return 0;  // the loss is computed locally on the last virtual stage
-        u = v + 1;
-    } else {
-        return 0;
-    }
+/* The task next to rank's task t on the way its data flows (F up the virtual stages, B down): the one it takes its
+ * input from (out = 0) or gives its output to (out = 1), with its owner; 0 when there is none (a W, the first
+ * stage's F input, the last stage's B input: the loss is computed locally on the last virtual stage, and the
+ * outputs of the last F and the first B) */
+static int task_neighbour(const PpShape* s, int rank, PpTask t, int out, int* peer_rank, PpTask* peer) {
+    if (t.kind != PP_F && t.kind != PP_B) return 0;
+    int u = pp_vstage(s, rank, t.chunk) + ((t.kind == PP_F) == (out != 0) ? 1 : -1);
+    if (u < 0 || u >= s->chunks * s->P) return 0;
     int c;
-    pp_vstage_owner(s, u, src_rank, &c);
-    src->chunk = c;
-    src->kind = t.kind;
-    src->mb = t.mb;
+    pp_vstage_owner(s, u, peer_rank, &c);
+    peer->chunk = c;
+    peer->kind = t.kind;
+    peer->mb = t.mb;
     return 1;
 }
 
+int pp_task_input(const PpShape* s, int rank, PpTask t, int* src_rank, PpTask* src) {
+    return task_neighbour(s, rank, t, 0, src_rank, src);
+}
+
 int pp_task_output(const PpShape* s, int rank, PpTask t, int* dst_rank, PpTask* dst) {
-    int v = pp_vstage(s, rank, t.chunk), nv = s->chunks * s->P;
-    int u;
-    if (t.kind == PP_F) {
-        if (v == nv - 1) return 0;
-        u = v + 1;
-    } else if (t.kind == PP_B) {
-        if (v == 0) return 0;
-        u = v - 1;
-    } else {
-        return 0;
-    }
-    int c;
-    pp_vstage_owner(s, u, dst_rank, &c);
-    dst->chunk = c;
-    dst->kind = t.kind;
-    dst->mb = t.mb;
-    return 1;
+    return task_neighbour(s, rank, t, 1, dst_rank, dst);
 }
 
 /* ---- names -------------------------------------------------------------------------------------- */

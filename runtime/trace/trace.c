@@ -240,6 +240,13 @@ static int peer_from_event(const cJSON* e) {
     return peer;
 }
 
+/* err: "PATH: traceEvents[I] = EVENT: NEED" (the event as compact JSON, its first 200 characters) */
+static void event_error(char* err, size_t errlen, const char* path, int i, const cJSON* e, const char* need) {
+    char* js = cJSON_PrintUnformatted(e);
+    snprintf(err, errlen, "%s: traceEvents[%d] = %.200s: %s", path, i, js ? js : "?", need);
+    free(js);
+}
+
 int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     size_t size;
     char* text = rr_read_file_err(path, &size, RR_MAX_JSONL, "a Chrome trace JSON file (RUN_DIR/trace-rank*.json)",
@@ -268,23 +275,12 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
     cJSON_ArrayForEach(e, events) {
         PpTraceSpan s;
         int k = span_from_event(e, &s);
-        if (k == -2) {
-            char* js = cJSON_PrintUnformatted(e);
-            snprintf(err, errlen,
-                     "%s: traceEvents[%d] = %.200s: a task span needs a \"ts\" in -1e15 .. 1e15 (microseconds), a "
-                     "\"dur\" in 0 .. 1e15 and a rank \"pid\" in 0 .. 65535",
-                     path, i, js ? js : "?");
-            free(js);
-            cJSON_Delete(root);
-            return -1;
-        }
-        if (k == -3) {
-            char* js = cJSON_PrintUnformatted(e);
-            snprintf(err, errlen,
-                     "%s: traceEvents[%d] = %.200s: a task span's \"args\" need an integer \"mb\" in 0 .. 1048575, "
-                     "\"chunk\" in 0 .. 65535 and \"stages\" in 1 .. 65536 above its pid",
-                     path, i, js ? js : "?");
-            free(js);
+        if (k == -2 || k == -3) {
+            event_error(err, errlen, path, i, e,
+                        k == -2 ? "a task span needs a \"ts\" in -1e15 .. 1e15 (microseconds), a \"dur\" in 0 .. 1e15 "
+                                  "and a rank \"pid\" in 0 .. 65535"
+                                : "a task span's \"args\" need an integer \"mb\" in 0 .. 1048575, \"chunk\" in 0 .. "
+                                  "65535 and \"stages\" in 1 .. 65536 above its pid");
             cJSON_Delete(root);
             return -1;
         }
@@ -296,14 +292,12 @@ int pp_trace_load(PpTraceSet* set, const char* path, char* err, size_t errlen) {
         PpTraceStep st;
         int q = step_from_event(e, &st);
         if (q < 0) {
-            char* js = cJSON_PrintUnformatted(e);
-            snprintf(err, errlen,
-                     "%s: traceEvents[%d] = %.200s: a step span (\"cat\": \"step\") needs %s", path, i, js ? js : "?",
-                     q == -1   ? "a numeric \"pid\", \"ts\" and \"dur\""
-                     : q == -2 ? "a \"ts\" in -1e15 .. 1e15 (microseconds), a \"dur\" in 0 .. 1e15 and an integer "
-                                 "rank \"pid\" in 0 .. 65535"
-                               : "\"args\": {\"step\": N} with N an integer in 0 .. 2147483647");
-            free(js);
+            event_error(err, errlen, path, i, e,
+                        q == -1   ? "a step span (\"cat\": \"step\") needs a numeric \"pid\", \"ts\" and \"dur\""
+                        : q == -2 ? "a step span (\"cat\": \"step\") needs a \"ts\" in -1e15 .. 1e15 (microseconds), a "
+                                    "\"dur\" in 0 .. 1e15 and an integer rank \"pid\" in 0 .. 65535"
+                                  : "a step span (\"cat\": \"step\") needs \"args\": {\"step\": N} with N an integer in "
+                                    "0 .. 2147483647");
             cJSON_Delete(root);
             return -1;
         }

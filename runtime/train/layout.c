@@ -91,7 +91,7 @@ typedef struct {
     double quant, qws; /* QLoRA: the NF4 base weights' bytes, and each stage's dequantisation workspace (one block's) */
 } StageBytes;
 
-/* Bytes of an n-value weight in bitsandbytes' NF4 storage (engine/params.h "NF4 storage"): 4 bits a value, one
+/* Bytes of an n-value weight in bitsandbytes' NF4 storage (engine/params_quant.h): 4 bits a value, one
  * 8-bit absmax code per block of 64, one f32 second-level absmax per 256 blocks */
 static double qlora_nf4_bytes(size_t n, int slice) {
     size_t nb = (n + 63) / 64;

@@ -75,23 +75,10 @@ int guard_same_file(const char* a, const char* b) {
 /* path as an absolute one: the realpath of its longest existing prefix, then the rest as written. */
 static void og_resolve(const char* path, char* buf, size_t n) {
     char pre[PATH_MAX];
-    struct stat sb;
     snprintf(pre, sizeof pre, "%s", path);
     size_t l = strlen(pre);
     while (l > 1 && pre[l - 1] == '/') pre[--l] = 0;
-    const char* rest = "";
-    for (;;) {
-        if (pre[0] && stat(pre, &sb) == 0) break;
-        char* slash = strrchr(pre, '/');
-        if (!slash) { /* nothing of a relative path exists: it starts at the working folder */
-            rest = path;
-            snprintf(pre, sizeof pre, ".");
-            break;
-        }
-        rest = path + (slash - pre) + 1;
-        if (slash == pre) slash[1] = 0; /* "/x": the root */
-        else *slash = 0;
-    }
+    const char* rest = rr_path_existing_part(path, pre, sizeof pre, 0);
     char real[PATH_MAX];
     if (!realpath(pre, real)) snprintf(real, sizeof real, "%s", pre);
     if (snprintf(buf, n, "%s%s%s", real, rest[0] && strcmp(real, "/") ? "/" : "", rest) >= (int)n)
