@@ -136,14 +136,20 @@ BACKEND_RULES = [
 ]
 
 
-def backend_findings(path, text):
-    """rule 4 over one of TYPED_BACKEND_FILES; gemm_desc.h must also hold GemmOperands with no float member."""
+def rule_findings(path, code, rules):
+    """path:line: why for every match of each (regex, why) of rules in code (comments stripped)"""
     out = []
-    code = strip_comments(text)
-    for rx, why in BACKEND_RULES:
+    for rx, why in rules:
         for m in rx.finditer(code):
             line = code.count("\n", 0, m.start()) + 1
             out.append("%s:%d: %s" % (path, line, why))
+    return out
+
+
+def backend_findings(path, text):
+    """rule 4 over one of TYPED_BACKEND_FILES; gemm_desc.h must also hold GemmOperands with no float member."""
+    code = strip_comments(text)
+    out = rule_findings(path, code, BACKEND_RULES)
     if path.endswith("gemm_desc.h"):
         m = re.search(r"typedef struct \{([^{}]*)\} GemmOperands;", code)
         if not m:
@@ -154,13 +160,7 @@ def backend_findings(path, text):
 
 
 def model_findings(path, text):
-    out = []
-    code = strip_comments(text)
-    for rx, why in MODEL_RULES:
-        for m in rx.finditer(code):
-            line = code.count("\n", 0, m.start()) + 1
-            out.append("%s:%d: %s" % (path, line, why))
-    return out
+    return rule_findings(path, strip_comments(text), MODEL_RULES)
 
 
 def model_files(src):
