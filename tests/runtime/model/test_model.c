@@ -28,6 +28,7 @@
 
 #include "runtime/model/model.h"
 #include "tests/support/test_model_util.h"
+#include "tests/support/test_stage_chain.h"
 
 static int failures = 0;
 /* `fd_clip`, `split_clip`, `freeze_clip`: the same tests with the CLIP tower (model.vision_arch = clip),
@@ -478,42 +479,6 @@ static void test_freeze(void) {
 
 /* ---- pipeline stages chained in one process ----------------------------------------------------------- */
 
-/* Run all microbatches through stages [cuts[s], cuts[s+1]), forward then backward per microbatch.
- * split_bw: use B then W on every stage. Losses into loss[]. */
-static void run_chain(Stage* st, int P, Microbatch* mb, int M, int max_T, int max_Np, int split_bw, float* loss,
-                      int n_sup) {
-    const Backend* be = &backend_cpu;
-    const ModelConfig* c = &st[0].cfg;
-    StageActs a[8];
-    float* hid[8];
-    float* dhid[8];
-    for (int s = 0; s < P; s++) {
-        stage_acts_init(&a[s], &st[s], max_T, max_Np, split_bw);
-        hid[s] = be->dev->alloc((size_t)max_T * c->Dt * sizeof(float));
-        dhid[s] = be->dev->alloc((size_t)max_T * c->Dt * sizeof(float));
-    }
-    for (int m = 0; m < M; m++) {
-        for (int s = 0; s < P; s++)
-            stage_forward(&st[s], &a[s], &mb[m], s ? hid[s - 1] : NULL, s < P - 1 ? hid[s] : NULL,
-                          s == P - 1 ? &loss[m] : NULL);
-        for (int s = P - 1; s >= 0; s--) {
-            const float* dout = s < P - 1 ? dhid[s] : NULL;
-            float* din = s ? dhid[s - 1] : NULL;
-            if (split_bw) {
-                stage_backward_input(&st[s], &a[s], dout, 1.0f / n_sup, din);
-                stage_backward_weight(&st[s], &a[s]);
-            } else {
-                stage_backward(&st[s], &a[s], dout, 1.0f / n_sup, din);
-            }
-        }
-    }
-    for (int s = 0; s < P; s++) {
-        stage_acts_free(&a[s], &st[s]);
-        be->dev->free(hid[s]);
-        be->dev->free(dhid[s]);
-    }
-}
-
 static void test_stages(void) {
     ModelConfig c = small_config(3);
     Microbatch mb[NMB];
@@ -523,7 +488,7 @@ static void test_stages(void) {
     Stage one;
     stage_init(&one, &c, 0, c.Lt, &backend_cpu);
     float l1[NMB];
-    run_chain(&one, 1, mb, NMB, max_T, max_Np, 0, l1, n_sup);
+    failures += tsc_run_chain(&backend_cpu, &one, 1, mb, NMB, max_T, max_Np, 0, l1, n_sup);
 
     const int layouts[2][4] = {{0, 1, 3, -1}, {0, 1, 2, 3}};
     for (int li = 0; li < 2; li++) {
@@ -531,7 +496,7 @@ static void test_stages(void) {
         Stage st[3];
         for (int s = 0; s < P; s++) stage_init(&st[s], &c, layouts[li][s], layouts[li][s + 1], &backend_cpu);
         float lp[NMB];
-        run_chain(st, P, mb, NMB, max_T, max_Np, li == 1, lp, n_sup);
+        failures += tsc_run_chain(&backend_cpu, st, P, mb, NMB, max_T, max_Np, li == 1, lp, n_sup);
         for (int m = 0; m < NMB; m++)
             EXPECT(memcmp(&l1[m], &lp[m], sizeof(float)) == 0, "%d stages: loss of microbatch %d %.9g vs %.9g", P, m,
                    lp[m], l1[m]);

@@ -23,18 +23,10 @@
 
 #include "runtime/model/model.h"
 #include "tests/support/test_model_util.h"
+#include "tests/support/check.h"
+#include "tests/support/test_stage_chain.h"
 
-static int failures = 0;
 static const Backend* g_be = &backend_cpu;
-#define EXPECT(cond, ...)                                          \
-    do {                                                           \
-        if (!(cond)) {                                             \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);            \
-            printf(__VA_ARGS__);                                   \
-            printf("\n");                                          \
-            failures++;                                            \
-        }                                                          \
-    } while (0)
 
 #define NMB 3
 #define MAXS 4
@@ -43,46 +35,6 @@ static const Backend* g_be = &backend_cpu;
 typedef struct {
     int l0, l1, tv0, tv1;
 } Cut;
-
-static void run_chain(Stage* st, int P, const Microbatch* mb, int max_T, int max_Np, int split_bw, float* loss, int n_sup) {
-    const Backend* be = g_be;
-    StageActs a[MAXS];
-    float *hid[MAXS], *dhid[MAXS];
-    for (int s = 0; s < P; s++) {
-        stage_acts_init(&a[s], &st[s], max_T, max_Np, split_bw);
-        size_t n = stage_edge_max_floats(&st[s], max_T, max_Np);
-        hid[s] = be->dev->alloc(n * sizeof(float));
-        dhid[s] = be->dev->alloc(n * sizeof(float));
-    }
-    for (int s = 0; s + 1 < P; s++) {
-        EXPECT(stage_takes_hidden(&st[s + 1]), "stage %d takes no hidden state from stage %d", s + 1, s);
-        EXPECT(stage_takes_grad(&st[s]) == stage_gives_grad(&st[s + 1]), "stages %d and %d disagree on the gradient edge", s,
-               s + 1);
-    }
-    for (int m = 0; m < NMB; m++) {
-        char err[256];
-        for (int s = 0; s < P; s++) {
-            EXPECT(stage_check_microbatch(&st[s], &a[s], &mb[m], err, sizeof err) == 0, "stage %d: %s", s, err);
-            if (s + 1 < P) EXPECT(stage_out_floats(&st[s], &mb[m]) == stage_in_floats(&st[s + 1], &mb[m]), "edge %d size", s);
-            stage_forward(&st[s], &a[s], &mb[m], s ? hid[s - 1] : NULL, s < P - 1 ? hid[s] : NULL, s == P - 1 ? &loss[m] : NULL);
-        }
-        for (int s = P - 1; s >= 0; s--) {
-            const float* dout = stage_takes_grad(&st[s]) ? dhid[s] : NULL;
-            float* din = s && stage_gives_grad(&st[s]) ? dhid[s - 1] : NULL;
-            if (split_bw) {
-                stage_backward_input(&st[s], &a[s], dout, 1.0f / n_sup, din);
-                stage_backward_weight(&st[s], &a[s]);
-            } else {
-                stage_backward(&st[s], &a[s], dout, 1.0f / n_sup, din);
-            }
-        }
-    }
-    for (int s = 0; s < P; s++) {
-        stage_acts_free(&a[s], &st[s]);
-        be->dev->free(hid[s]);
-        be->dev->free(dhid[s]);
-    }
-}
 
 /* the names of tower block l's tensors start so */
 static int holds_block(const Stage* st, int l) {
@@ -119,42 +71,42 @@ static void check_layout(const ModelConfig* c, const Cut* cut, int P, const char
     Stage one;
     stage_init_frozen(&one, c, 0, c->Lt, freeze, g_be);
     float l1[NMB], lp[NMB];
-    run_chain(&one, 1, mb, max_T, max_Np, 0, l1, n_sup);
+    check_failures += tsc_run_chain(g_be, &one, 1, mb, NMB, max_T, max_Np, 0, l1, n_sup);
     Stage st[MAXS];
     for (int s = 0; s < P; s++)
         stage_init_tower(&st[s], c, cut[s].l0, cut[s].l1, cut[s].tv0, cut[s].tv1, freeze, g_be, 1, 0, NULL);
     for (int s = 0; s < P; s++) /* gpu_bf16: the tower stages on 2-byte activations (their edges narrowed and widened) */
-        EXPECT(!st[s].tower || st[s].vc.act_bytes == (g_be->precision == PRECISION_BF16 && g_be != &backend_cpu ? 2 : 0),
+        CHECK(!st[s].tower || st[s].vc.act_bytes == (g_be->precision == PRECISION_BF16 && g_be != &backend_cpu ? 2 : 0),
                "stage %d: tower activations of %d bytes", s, st[s].vc.act_bytes);
-    run_chain(st, P, mb, max_T, max_Np, split_bw, lp, n_sup);
+    check_failures += tsc_run_chain(g_be, st, P, mb, NMB, max_T, max_Np, split_bw, lp, n_sup);
     char what[160];
     snprintf(what, sizeof what, "%d stages (tower", P);
     for (int s = 0; s < P; s++)
         snprintf(what + strlen(what), sizeof what - strlen(what), " %d:[%d,%d)", s, st[s].tv0, st[s].tv1);
     snprintf(what + strlen(what), sizeof what - strlen(what), ", freeze '%s', %s)", freeze, split_bw ? "B/W" : "fused");
     for (int m = 0; m < NMB; m++)
-        EXPECT(memcmp(&l1[m], &lp[m], sizeof(float)) == 0, "%s: loss of microbatch %d %.9g vs %.9g", what, m, lp[m], l1[m]);
+        CHECK(memcmp(&l1[m], &lp[m], sizeof(float)) == 0, "%s: loss of microbatch %d %.9g vs %.9g", what, m, lp[m], l1[m]);
     int seen = 0;
     float *ov = table_host(&one.params, 0), *og = table_host(&one.params, 1);
     for (int s = 0; s < P; s++) {
         /* the split happened: each stage holds its own tower blocks and no other */
         for (int l = 0; l < c->Lv; l++)
-            EXPECT(holds_block(&st[s], l) == (st[s].tower && l >= cut[s].tv0 && l < cut[s].tv1), "%s: stage %d %s tower block %d",
+            CHECK(holds_block(&st[s], l) == (st[s].tower && l >= cut[s].tv0 && l < cut[s].tv1), "%s: stage %d %s tower block %d",
                    what, s, holds_block(&st[s], l) ? "holds" : "lacks", l);
-        EXPECT((params_find(&st[s].params, "vision.patch_embed.weight") >= 0) == (st[s].tower && cut[s].tv0 == 0),
+        CHECK((params_find(&st[s].params, "vision.patch_embed.weight") >= 0) == (st[s].tower && cut[s].tv0 == 0),
                "%s: stage %d and the patch embedding", what, s);
         const ParamTable* pt = &st[s].params;
         float *sv = table_host(pt, 0), *sg = table_host(pt, 1);
         for (int i = 0; i < pt->n; i++) {
             const ParamSpec* sp = &pt->specs[i];
             int j = params_find(&one.params, sp->name);
-            EXPECT(j >= 0, "%s: stage %d has '%s' that the single stage lacks", what, s, sp->name);
+            CHECK(j >= 0, "%s: stage %d has '%s' that the single stage lacks", what, s, sp->name);
             if (j < 0) continue;
             seen++;
             const ParamSpec* sj = &one.params.specs[j];
-            EXPECT(memcmp(sv + sp->offset, ov + sj->offset, sp->numel * sizeof(float)) == 0, "%s: initial '%s' differs", what,
+            CHECK(memcmp(sv + sp->offset, ov + sj->offset, sp->numel * sizeof(float)) == 0, "%s: initial '%s' differs", what,
                    sp->name);
-            EXPECT(!params_grad(pt, i) == !params_grad(&one.params, j), "%s: '%s' frozen in one run only", what, sp->name);
+            CHECK(!params_grad(pt, i) == !params_grad(&one.params, j), "%s: '%s' frozen in one run only", what, sp->name);
             if (!params_grad(pt, i) || !params_grad(&one.params, j)) continue;
             if (g_be != &backend_cpu && scatter_grad(sp->name)) {
                 /* CUDA: a gather's backward adds its rows with float atomics, in the device's order (not the same
@@ -166,21 +118,21 @@ static void check_layout(const ModelConfig* c, const Cut* cut, int P, const char
                     d = fabs(x - y) > d ? fabs(x - y) : d;
                     m = fabs(y) > m ? fabs(y) : m;
                 }
-                EXPECT(d <= 1e-6 * m, "%s: gradient of '%s' differs by %.3g (largest %.3g)", what, sp->name, d, m);
+                CHECK(d <= 1e-6 * m, "%s: gradient of '%s' differs by %.3g (largest %.3g)", what, sp->name, d, m);
                 if (d > worst_scatter * m) worst_scatter = m > 0 ? d / m : 0;
                 continue;
             }
-            EXPECT(memcmp(sg + sp->goff, og + sj->goff, sp->numel * sizeof(float)) == 0,
+            CHECK(memcmp(sg + sp->goff, og + sj->goff, sp->numel * sizeof(float)) == 0,
                    "%s: gradient of '%s' differs from the single stage's", what, sp->name);
         }
         free(sv), free(sg);
         /* a tower-only stage ran its backward exactly where some block at or below it trains */
         if (st[s].tower_only)
-            EXPECT((st[s].n_vit_backward > 0) == (st[s].vit_floor < cut[s].tv1), "%s: stage %d ran %ld tower backwards (floor %d)",
+            CHECK((st[s].n_vit_backward > 0) == (st[s].vit_floor < cut[s].tv1), "%s: stage %d ran %ld tower backwards (floor %d)",
                    what, s, st[s].n_vit_backward, st[s].vit_floor);
     }
     free(ov), free(og);
-    EXPECT(seen == one.params.n, "%s: the stages hold %d tensors, the single stage %d", what, seen, one.params.n);
+    CHECK(seen == one.params.n, "%s: the stages hold %d tensors, the single stage %d", what, seen, one.params.n);
     printf("tower stages: %s: %d tensors equal to one stage (bitwise%s)\n", what, seen,
            g_be != &backend_cpu ? "; CUDA's atomic gather sums to round-off" : "");
     for (int s = 0; s < P; s++) stage_free(&st[s]);
@@ -248,12 +200,12 @@ int main(int argc, char** argv) {
     check_layout(&c, top, 2, "", 1, mb, max_T, max_Np, n_sup);
     {
         /* the floor: freeze_low leaves block 1 the lowest that trains; a frozen tower none */
-        EXPECT(model_vit_floor(&c, freeze_low) == 1, "floor under '%s': %d", freeze_low, model_vit_floor(&c, freeze_low));
-        EXPECT(model_vit_floor(&c, "vision") == (clip ? Lv - 1 : Lv), "floor of a frozen tower: %d", model_vit_floor(&c, "vision"));
-        EXPECT(model_vit_floor(&c, "") == 0, "floor of a trainable tower: %d", model_vit_floor(&c, ""));
+        CHECK(model_vit_floor(&c, freeze_low) == 1, "floor under '%s': %d", freeze_low, model_vit_floor(&c, freeze_low));
+        CHECK(model_vit_floor(&c, "vision") == (clip ? Lv - 1 : Lv), "floor of a frozen tower: %d", model_vit_floor(&c, "vision"));
+        CHECK(model_vit_floor(&c, "") == 0, "floor of a trainable tower: %d", model_vit_floor(&c, ""));
     }
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
     if (g_be != &backend_cpu) printf("tower stages: gathers' atomic gradients within %.3g of their largest\n", worst_scatter);
-    if (failures) printf("%d check(s) failed\n", failures);
-    return failures ? 1 : 0;
+    if (check_failures) printf("%d check(s) failed\n", check_failures);
+    return check_failures ? 1 : 0;
 }
