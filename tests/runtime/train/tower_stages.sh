@@ -7,7 +7,10 @@
 # LM on 1 and 2 (fixed 1f1b; zb-h1's split backward under the readiness dispatcher), pp 2 (ready 1f1b), a frozen
 # tower (train.freeze = vision: no gradient travels back to the tower stages), and a tiny LLaVA-1.5 (the CLIP tower,
 # feature layer -2: block 3 never runs; pp 2, tower blocks 2 + 2). The split happened: the trainer's log names each
-# stage's tower blocks, and each rank's checkpoint file holds its own tower blocks and no other.
+# stage's tower blocks, and each rank's checkpoint file holds its own tower blocks and no other. Then checkpoints
+# resumed across tower splits (pp 3 -> pp 2, pp 2 -> one process) and data parallelism: pp x dp 2, plain and with
+# parallel.zero (the tower-only stage's optimiser state sharded; resumed under the other split), bitwise dp 2 alone
+# (the parallel.mode = ready runs: adaptive's reorder changes the order the microbatches' gradients add up in).
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -74,6 +77,42 @@ $MPI -np 2 "$BIN" train "$R" "${COMMON[@]}" "${AUTO[@]}" --set train.run_dir="$W
 grep -q "layers 0,2 (cost model), tower blocks \[0,2) \[2,3) (parallel.tower_split = auto)" "$W/auto2.log" \
     || { grep pipeline "$W/auto2.log"; fail "auto2: the log does not name the stages' tower blocks"; }
 same auto auto2
+
+# resuming across tower layouts (the checkpoint is free of the layout): a pp 3 split stopped at step 2 and continued
+# under pp 2's split, a pp 2 split continued in one process (the tower on one stage), each bitwise the uninterrupted run
+leg() { # leg RUN LOG NP [--set ...]: a run (or its continuation) in run dir RUN, its log LOG.log, the split checked
+    $MPI -np "$3" "$BIN" train "$R" "${COMMON[@]}" --set parallel.mode=ready --set train.run_dir="$W/$1" "${@:4}" >"$W/$2.log" 2>&1 \
+        || { cat "$W/$2.log"; fail "$2"; }
+}
+P3=(--set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=2,1,0)
+P2=(--set parallel.pp=2 --set parallel.layers=0,2 --set parallel.tower_layers=1,2)
+split3() { grep -q "layers 0,1,1 (parallel.layers), tower blocks \[0,2) \[2,3) - (parallel.tower_layers)" "$W/$1.log" || fail "$1: no split"; }
+split2() { grep -q "layers 0,2 (parallel.layers), tower blocks \[0,1) \[1,3) (parallel.tower_layers)" "$W/$1.log" || fail "$1: no split"; }
+leg rs3 rs3-a 3 "${P3[@]}" --set train.stop_at=2 && split3 rs3-a
+leg rs3 rs3-b 2 "${P2[@]}" --resume latest && split2 rs3-b
+same one rs3
+leg rs2 rs2-a 2 "${P2[@]}" --set train.stop_at=2 && split2 rs2-a
+leg rs2 rs2-b 1 --resume latest
+grep -q "tower blocks" "$W/rs2-b.log" && fail "rs2-b: the one process split the tower"
+same one rs2
+
+# with data parallelism: pp x dp 2 against dp 2 alone (the replicas' microbatches and the all-reduce's sums the same;
+# dp against one process: dp_train.sh, whose reordered sums are not bitwise), and the distributed optimizer
+# (parallel.zero: each stage's shard covers its tower tensors, the tower-only stage's too), resumed across the splits
+DP=(--set parallel.dp=2 --set data.microbatches=2)
+leg dp2 dp2 2 "${DP[@]}"
+leg pd2 pd2 4 "${DP[@]}" "${P2[@]}" && split2 pd2
+same dp2 pd2
+ZERO=(--set parallel.zero=1 --set parallel.dp_bucket_mb=0.01)
+leg pz3 pz3 6 "${DP[@]}" "${P3[@]}" "${ZERO[@]}" && split3 pz3
+# rank 0 (the tower-only stage: patch embedding, blocks 0 and 1, every tensor trainable) holds half its moments
+n=$("$BIN" tensors ls "$W/pz3/$CK/model.pp0c0.safetensors" 2>&1 | awk '/F32/ { gsub(/[][,]/, " "); k = 1; for (i = 3; i <= NF; i++) k *= $i; n += k } END { print n }')
+grep -q "distributed optimizer: 2 replicas, rank 0 holds AdamW moments of $((n / 2)) of its stage's $n trainable" "$W/pz3.log" \
+    || { grep "distributed optimizer" "$W/pz3.log"; fail "pz3: the tower-only stage's $n values are not sharded"; }
+same dp2 pz3
+leg zr zr-a 6 "${DP[@]}" "${P3[@]}" "${ZERO[@]}" --set train.stop_at=2 && split3 zr-a
+leg zr zr-b 4 "${DP[@]}" "${P2[@]}" "${ZERO[@]}" --resume latest && split2 zr-b
+same dp2 zr
 
 # a split that does not exist is refused naming the key
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=1,1,1 --dry-run \
