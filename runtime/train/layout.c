@@ -524,7 +524,7 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
     int S = r->pp * r->chunks;
     for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
     if (note_len) note[0] = 0;
-    const char* unsupported = r->chunks > 1 ? "parallel.chunks > 1" : r->tp > 1 ? "parallel.tp > 1" : NULL;
+    const char* unsupported = r->chunks > 1 ? "parallel.chunks > 1" : NULL;
     char why[512];
     if (r->tower_layers[0]) {
         const char* origin = recipe_origin(r, "parallel", "tower_layers");

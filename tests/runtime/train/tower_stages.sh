@@ -10,7 +10,9 @@
 # stage's tower blocks, and each rank's checkpoint file holds its own tower blocks and no other. Then checkpoints
 # resumed across tower splits (pp 3 -> pp 2, pp 2 -> one process) and data parallelism: pp x dp 2, plain and with
 # parallel.zero (the tower-only stage's optimiser state sharded; resumed under the other split), bitwise dp 2 alone
-# (the parallel.mode = ready runs: adaptive's reorder changes the order the microbatches' gradients add up in).
+# (the parallel.mode = ready runs: adaptive's reorder changes the order the microbatches' gradients add up in); tensor
+# parallelism: pp x tp 2 (each TP rank's checkpoint holding its slices of its stage's tower blocks), CLIP's, and
+# pp x tp 2 x dp 2 with parallel.zero, bitwise tp 2 (x dp 2) alone.
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -113,6 +115,31 @@ same dp2 pz3
 leg zr zr-a 6 "${DP[@]}" "${P3[@]}" "${ZERO[@]}" --set train.stop_at=2 && split3 zr-a
 leg zr zr-b 4 "${DP[@]}" "${P2[@]}" "${ZERO[@]}" --resume latest && split2 zr-b
 same dp2 zr
+
+# with tensor parallelism: each TP rank of a stage holds its slices of the stage's tower blocks and passes the tower's
+# hidden state (whole on every TP rank) to the same TP rank of the next stage, as the LM does; pp x tp 2 against tp 2
+# alone (tp against one process reorders fp32 sums: tp_train.sh), LLaVA-1.5's CLIP too, and pp 2 x tp 2 x dp 2 with
+# parallel.zero against tp 2 x dp 2
+TP=(--set parallel.tp=2)
+leg tp2 tp2 2 "${TP[@]}"
+leg pt3 pt3 6 "${TP[@]}" "${P3[@]}" && split3 pt3
+shape() { # shape RUN FILE TENSOR: its shape in the rank's checkpoint file (the listing of the checkpoint, file by file)
+    "$BIN" tensors ls "$W/$1/$CK" 2>&1 | awk -v f="/model.$2.safetensors" -v t="$3" '/^#/ { on = index($0, f) > 0; next } on && $1 == t { print $3 $4 }'
+}
+[ "$(shape pt3 pp0tp1c0 vision.blocks.1.attn.qkv.weight)" = "[48,32]" ] \
+    || fail "pt3: TP rank 1 of stage 0 holds vision.blocks.1.attn.qkv.weight $(shape pt3 pp0tp1c0 vision.blocks.1.attn.qkv.weight)"
+[ "$(shape pt3 pp1tp1c0 vision.blocks.2.mlp.fc2.weight)" = "[32,64]" ] \
+    || fail "pt3: TP rank 1 of stage 1 holds vision.blocks.2.mlp.fc2.weight $(shape pt3 pp1tp1c0 vision.blocks.2.mlp.fc2.weight)"
+[ -z "$(shape pt3 pp1tp0c0 vision.blocks.1.attn.qkv.weight)" ] || fail "pt3: stage 1 holds tower block 1"
+same tp2 pt3
+leg tpc tpc 2 "${TP[@]}" "${CLIP[@]}"
+leg ptc ptc 4 "${TP[@]}" "${CLIP[@]}" --set parallel.pp=2 --set parallel.layers=0,2 --set parallel.tower_layers=2,2
+grep -q "tower blocks \[0,2) \[2,4) (parallel.tower_layers)" "$W/ptc.log" || fail "ptc: no split"
+same tpc ptc
+leg tpd tpd 4 "${TP[@]}" "${DP[@]}"
+leg ptz ptz 8 "${TP[@]}" "${DP[@]}" "${P2[@]}" "${ZERO[@]}" && split2 ptz
+grep -q "distributed optimizer: 2 replicas" "$W/ptz.log" || fail "ptz: no distributed optimizer"
+same tpd ptz
 
 # a split that does not exist is refused naming the key
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=1,1,1 --dry-run \
