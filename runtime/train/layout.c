@@ -524,13 +524,11 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
     int S = r->pp * r->chunks;
     for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
     if (note_len) note[0] = 0;
-    const char* unsupported = r->chunks > 1 ? "parallel.chunks > 1" : NULL;
     char why[512];
     if (r->tower_layers[0]) {
         const char* origin = recipe_origin(r, "parallel", "tower_layers");
         int* t = mallocCheck((size_t)S * sizeof(int));
         int rc = partition_parse(r->tower_layers, mc->Lv, S, t, why, (int)sizeof why);
-        if (rc == 0 && unsupported) snprintf(why, sizeof why, "the tower over stages runs without %s", unsupported), rc = -1;
         if (rc == 0) rc = tower_split_check(mc, S, layers, t, why, sizeof why);
         if (rc != 0) {
             snprintf(err, err_len, "%s: parallel.tower_layers = %s: %s", origin, r->tower_layers, why);
@@ -562,8 +560,8 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
             at += tower[s];
         }
     }
-    if (rc == 1 && (unsupported || tower_split_check(mc, S, lw, tower, why, sizeof why) != 0)) {
-        if (note_len) snprintf(note, note_len, "the cost model's tower split is not run: %s", unsupported ? unsupported : why);
+    if (rc == 1 && tower_split_check(mc, S, lw, tower, why, sizeof why) != 0) {
+        if (note_len) snprintf(note, note_len, "the cost model's tower split is not run: %s", why);
         for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
         rc = 0;
     }

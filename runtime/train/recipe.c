@@ -213,8 +213,8 @@ static const RecipeKey recipe_keys[] = {
      "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
     {"parallel", "tower_split", RKEY_ENUM, OFF(tower_split), SZ(tower_split), "off", 0, 0, "off|auto", 0,
      "The vision tower over pipeline stages (docs/anyres.md \"The tower over stages\"): auto = where the tower costs more "
-     "than a stage's share, the cost model's split of the chain [tower blocks][LM blocks] (the one the dry run names; "
-     "one chunk per rank); off = the whole tower on stage 0. Bitwise the same training, so not hashed."},
+     "than a stage's share, the cost model's split of the chain [tower blocks][LM blocks] (the one the dry run names); "
+     "off = the whole tower on stage 0. Bitwise the same training, so not hashed."},
     {"parallel", "tower_layers", RKEY_STRING, OFF(tower_layers), SZ(tower_layers), "", 0, 0, 0, 0,
      "Tower blocks per virtual stage by hand, e.g. `2,1,0` with parallel.layers `0,1,1`: the stages before the first "
      "with LM layers hold tower blocks alone, that one the rest of the tower (\"\" = parallel.tower_split)."},

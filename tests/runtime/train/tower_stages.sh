@@ -12,7 +12,8 @@
 # parallel.zero (the tower-only stage's optimiser state sharded; resumed under the other split), bitwise dp 2 alone
 # (the parallel.mode = ready runs: adaptive's reorder changes the order the microbatches' gradients add up in); tensor
 # parallelism: pp x tp 2 (each TP rank's checkpoint holding its slices of its stage's tower blocks), CLIP's, and
-# pp x tp 2 x dp 2 with parallel.zero, bitwise tp 2 (x dp 2) alone.
+# pp x tp 2 x dp 2 with parallel.zero, bitwise tp 2 (x dp 2) alone; interleaved virtual stages (parallel.chunks = 2,
+# interleaved-1f1b and zbv's V) alone, with dp 2 and zero, with tp 2.
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -140,6 +141,26 @@ leg tpd tpd 4 "${TP[@]}" "${DP[@]}"
 leg ptz ptz 8 "${TP[@]}" "${DP[@]}" "${P2[@]}" "${ZERO[@]}" && split2 ptz
 grep -q "distributed optimizer: 2 replicas" "$W/ptz.log" || fail "ptz: no distributed optimizer"
 same tpd ptz
+
+# interleaved virtual stages (parallel.chunks = 2): tower blocks on virtual stages 0, 1 and 2 (rank 0 chunk 0, rank 1
+# chunk 0, and with LM layer 0 rank 0 chunk 1; the V shape of zbv puts virtual stage 2 on rank 1 chunk 1), bitwise one
+# process; with dp 2 and parallel.zero bitwise dp 2 alone, with tp 2 bitwise tp 2 alone
+C2=(--set parallel.pp=2 --set parallel.chunks=2 --set parallel.layers=0,0,1,1 --set parallel.tower_layers=1,1,1,0)
+splitc() { grep -q "2 ranks x 2 chunks.*layers 0,0,1,1 (parallel.layers), tower blocks \[0,1) \[1,2) \[2,3) - (parallel.tower_layers)" "$W/$1.log" \
+    || { grep pipeline "$W/$1.log"; fail "$1: no split"; }; }
+chunk() { "$BIN" tensors ls "$W/$1/$CK/model.$2.safetensors" 2>&1 | grep -o 'vision\.\(blocks\.[0-9]*\|[a-z_]*\)' | sort -u | tr '\n' ' '; }
+leg ci ci 2 "${C2[@]}" --set parallel.hint=interleaved-1f1b && splitc ci
+[ "$(chunk ci pp0c0)" = "vision.blocks.0 vision.patch_embed " ] || fail "ci rank 0 chunk 0 holds: $(chunk ci pp0c0)"
+[ "$(chunk ci pp1c0)" = "vision.blocks.1 " ] || fail "ci rank 1 chunk 0 holds: $(chunk ci pp1c0)"
+[ "$(chunk ci pp0c1)" = "vision.blocks.2 vision.ln_f " ] || fail "ci rank 0 chunk 1 holds: $(chunk ci pp0c1)"
+same one ci
+leg cv cv 2 "${C2[@]}" --set parallel.hint=zbv && splitc cv
+[ "$(chunk cv pp1c1)" = "vision.blocks.2 vision.ln_f " ] || fail "cv rank 1 chunk 1 holds: $(chunk cv pp1c1)"
+same one cv
+leg cz cz 4 "${C2[@]}" "${DP[@]}" "${ZERO[@]}" --set parallel.hint=interleaved-1f1b && splitc cz
+same dp2 cz
+leg ct ct 4 "${C2[@]}" "${TP[@]}" --set parallel.hint=interleaved-1f1b && splitc ct
+same tp2 ct
 
 # a split that does not exist is refused naming the key
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=1,1,1 --dry-run \
