@@ -225,10 +225,6 @@ static int rank_bytes_split_tower(const Recipe* r, const ModelConfig* mc, const 
     return 0;
 }
 
-static int rank_bytes_split(const Recipe* r, const ModelConfig* mc, const int* layers, int rank, TrainRankBytes* out) {
-    return rank_bytes_split_tower(r, mc, layers, NULL, rank, out);
-}
-
 int train_rank_bytes(const Recipe* r, const ModelConfig* mc, int rank, TrainRankBytes* out, char* err,
                      size_t err_len) {
     int S = r->pp * r->chunks;
@@ -307,14 +303,34 @@ static int split_by_time(const Recipe* r, const ModelConfig* c, int* layers, cha
     return 0;
 }
 
-/* The largest rank of a split: its index, and its bytes in *out. */
-static int split_largest(const Recipe* r, const ModelConfig* mc, const int* layers, TrainRankBytes* out) {
+/* The largest rank of a split: its index, and its bytes in *out. tower: each virtual stage's tower blocks, or NULL:
+ * the whole tower with LM layer 0 */
+static int split_largest_tower(const Recipe* r, const ModelConfig* mc, const int* layers, const int* tower,
+                               TrainRankBytes* out) {
     int worst = 0;
     for (int rank = 0; rank < r->pp; rank++) {
         TrainRankBytes b;
-        rank_bytes_split(r, mc, layers, rank, &b);
+        rank_bytes_split_tower(r, mc, layers, tower, rank, &b);
         if (rank == 0 || b.total > out->total) *out = b, worst = rank;
     }
+    return worst;
+}
+
+/* split_largest_tower of the LM split `layers` with the recipe's parallel.tower_layers where it splits the tower over
+ * stages (train_tower_split on these layers; a split that does not exist is refused where the trainer takes it),
+ * else with the tower on stage 0 (parallel.tower_split = auto is checked where its split is taken: train_tower_split) */
+static int split_largest(const Recipe* r, const ModelConfig* mc, const int* layers, TrainRankBytes* out) {
+    int S = r->pp * r->chunks, *tower = NULL;
+    if (r->tower_layers[0]) {
+        int* lw = mallocCheck((size_t)S * sizeof(int));
+        memcpy(lw, layers, (size_t)S * sizeof(int));
+        tower = mallocCheck((size_t)S * sizeof(int));
+        char e[1024];
+        if (train_tower_split(r, mc, lw, tower, NULL, 0, e, sizeof e) != 1) free(tower), tower = NULL;
+        free(lw);
+    }
+    int worst = split_largest_tower(r, mc, layers, tower, out);
+    free(tower);
     return worst;
 }
 
@@ -442,20 +458,32 @@ static void fit_suggestions(const Recipe* r, const ModelConfig* mc, char* out, s
                                   "ranks or smaller microbatches fits alone", r->dp > 1 && !r->zero ? "parallel.zero=1, " : "");
 }
 
+static int auto_tower_split(const Recipe* r, const ModelConfig* mc, int* lw, int* tower, char* why, size_t n);
+
 static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char* note, size_t note_len, char* err,
                         size_t err_len) {
     if (note && note_len) note[0] = 0;
     if (split_by_time(r, c, layers, err, err_len) != 0) return -1;
-    /* parallel.tower_layers: the split is the recipe's (its stages' bytes: train_rank_bytes, the dry run's table) */
-    if (train_budget_gib(r) <= 0 || r->tower_layers[0]) return 0;
+    if (train_budget_gib(r) <= 0) return 0;
     TrainRankBytes b;
     int worst = split_largest(r, c, layers, &b);
     if (b.total <= budget_bytes(r)) return 0;
+    int S = r->pp * r->chunks;
+    if (!strcmp(r->tower_split, "auto") && !r->layers[0] && !r->tower_layers[0] && c->Lv > 0) {
+        /* the cost model's split of the chain, which train_tower_split takes, where every rank of it fits */
+        int *lw = mallocCheck((size_t)S * sizeof(int)), *tw = mallocCheck((size_t)S * sizeof(int));
+        char why[512];
+        TrainRankBytes bt;
+        int fits = auto_tower_split(r, c, lw, tw, why, sizeof why) == 1 &&
+                   (split_largest_tower(r, c, lw, tw, &bt), bt.total <= budget_bytes(r));
+        free(lw);
+        free(tw);
+        if (fits) return 0;
+    }
     char need[32], acts[32], fix[1024], what[160];
     budget_what(r, what, sizeof what);
     train_fmt_bytes(need, sizeof need, b.total);
     train_fmt_bytes(acts, sizeof acts, b.acts);
-    int S = r->pp * r->chunks;
     int* fitted = mallocCheck((size_t)S * sizeof(int));
     if (!r->layers[0] && split_fit(r, c, fitted) == 0) { /* another split of the layers fits: take it */
         if (note && note_len) {
@@ -474,7 +502,8 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
     snprintf(err, err_len, "%s: %s: rank %d needs %s (activations %s)%s; changes that fit: %s",
              r->memory_budget > 0 ? recipe_origin(r, "runtime", "memory_budget") : recipe_origin(r, "runtime", "backend"),
              what, worst, need, acts,
-             r->layers[0] ? " with parallel.layers as given"
+             r->layers[0] && r->tower_layers[0] ? " with parallel.layers and parallel.tower_layers as given"
+             : r->layers[0] ? " with parallel.layers as given"
              : r->chunks > 1 ? " and no other split is searched with parallel.chunks > 1"
              : c->Lt > SPLIT_FIT_MAX_LAYERS ? " and no other split is searched past 128 LM layers (give parallel.layers)"
                              : " and no split of the LM layers fits",
@@ -519,6 +548,29 @@ static int tower_split_check(const ModelConfig* c, int S, const int* layers, con
     return 0;
 }
 
+/* parallel.tower_split = auto's split of the chain [tower blocks][LM blocks] (partition_auto_tower), the tower-only
+ * stages' blocks past tower_only_cap moved to the stage holding LM layer 0: 1 with lw (LM layers) and tower set, 0 when
+ * the tower stays on stage 0 (tower = Lv, 0, ...; why set where the cost model's split does not exist, else "") */
+static int auto_tower_split(const Recipe* r, const ModelConfig* mc, int* lw, int* tower, char* why, size_t n) {
+    int S = r->pp * r->chunks;
+    why[0] = 0;
+    int rc = partition_auto_tower(mc->Lt, S, split_cost(r, mc), split_tower(r, mc), tower, lw);
+    if (rc == 1) { /* the tower-only stages' blocks past tower_only_cap go to the stage holding LM layer 0 */
+        int s0 = 0, at = 0, cap = tower_only_cap(mc);
+        while (s0 < S && lw[s0] == 0) s0++;
+        for (int s = 0; s < s0 && s0 < S; s++) {
+            int k = at + tower[s] > cap ? cap - at : tower[s];
+            tower[s0] += tower[s] - (k > 0 ? k : 0);
+            tower[s] = k > 0 ? k : 0;
+            at += tower[s];
+        }
+    }
+    if (rc == 1 && tower_split_check(mc, S, lw, tower, why, n) != 0) rc = 0;
+    if (rc != 1)
+        for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
+    return rc == 1;
+}
+
 int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* tower, char* note, size_t note_len, char* err,
                       size_t err_len) {
     int S = r->pp * r->chunks;
@@ -549,21 +601,21 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
         }
     if (strcmp(r->tower_split, "auto") || r->layers[0] || mc->Lv < 1) return 0;
     int* lw = mallocCheck((size_t)S * sizeof(int));
-    int rc = partition_auto_tower(mc->Lt, S, split_cost(r, mc), split_tower(r, mc), tower, lw);
-    if (rc == 1) { /* the tower-only stages' blocks past tower_only_cap go to the stage holding LM layer 0 */
-        int s0 = 0, at = 0, cap = tower_only_cap(mc);
-        while (s0 < S && lw[s0] == 0) s0++;
-        for (int s = 0; s < s0 && s0 < S; s++) {
-            int k = at + tower[s] > cap ? cap - at : tower[s];
-            tower[s0] += tower[s] - (k > 0 ? k : 0);
-            tower[s] = k > 0 ? k : 0;
-            at += tower[s];
+    int rc = auto_tower_split(r, mc, lw, tower, why, sizeof why);
+    if (rc == 0 && why[0] && note_len) snprintf(note, note_len, "the cost model's tower split is not run: %s", why);
+    if (rc == 1 && train_budget_gib(r) > 0) { /* the memory budget: the chain's split runs where every rank fits */
+        TrainRankBytes b;
+        int worst = split_largest_tower(r, mc, lw, tower, &b);
+        if (b.total > budget_bytes(r)) {
+            char need[32], what[160];
+            train_fmt_bytes(need, sizeof need, b.total);
+            budget_what(r, what, sizeof what);
+            if (note_len)
+                snprintf(note, note_len, "the cost model's tower split is not run: with it rank %d needs %s, over %s (the "
+                         "LM split with the tower on stage 0 fits)", worst, need, what);
+            for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
+            rc = 0;
         }
-    }
-    if (rc == 1 && tower_split_check(mc, S, lw, tower, why, sizeof why) != 0) {
-        if (note_len) snprintf(note, note_len, "the cost model's tower split is not run: %s", why);
-        for (int s = 0; s < S; s++) tower[s] = s ? 0 : mc->Lv;
-        rc = 0;
     }
     if (rc == 1) {
         memcpy(layers, lw, (size_t)S * sizeof(int));

@@ -162,6 +162,20 @@ same dp2 cz
 leg ct ct 4 "${C2[@]}" "${TP[@]}" --set parallel.hint=interleaved-1f1b && splitc ct
 same tp2 ct
 
+# the memory budget (runtime.memory_budget) counts each rank with its tower blocks: parallel.tower_layers' split (whose
+# parallel.layers are given by hand: never refitted) is refused naming its largest rank, rank 1 at 8.8 MiB (the
+# dry run's table: 0+ViT 4.9, 1+ViT 8.8, 1 3.3 MiB), and runs under a budget it fits; parallel.tower_split = auto takes
+# the cost model's split where the LM split with the tower on stage 0 (rank 0: 14.1 MiB) does not fit and it (8.9 MiB) does
+dry() { "$BIN" train "$R" "${COMMON[@]}" "$@" --dry-run >"$W/dry.log" 2>&1; }
+dry "${P3[@]}" --set runtime.memory_budget=0.006 && fail "tower_layers over the memory budget: accepted"
+grep -q "runtime.memory_budget = 0.006 GiB: rank 1 needs 8.8 MiB (activations 7.7 MiB) with parallel.layers and parallel.tower_layers as given" \
+    "$W/dry.log" || { cat "$W/dry.log"; fail "tower_layers over the memory budget: the message"; }
+dry "${P3[@]}" --set runtime.memory_budget=0.01 || { cat "$W/dry.log"; fail "tower_layers within the memory budget: refused"; }
+dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runtime.memory_budget=0.01 || { cat "$W/dry.log"; fail "auto within the memory budget"; }
+grep -q "^tower blocks per virtual stage: 2,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "auto: not the chain's split"; }
+dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.01 --set parallel.tower_split=off \
+    && fail "the LM split with the tower on stage 0 fitted: the auto case above tests nothing"
+
 # a split that does not exist is refused naming the key
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=1,1,1 --dry-run \
     >"$W/bad.log" 2>&1 && fail "tower blocks after the first LM stage were accepted"
