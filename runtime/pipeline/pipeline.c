@@ -419,8 +419,7 @@ static float* in_buf(Pipeline* p, PpTask t) {
 
 /* ---- lookahead: the cost model and the start notices ------------------------------------------- */
 
-/* Work units of a task: the microbatch's tokens, plus its patches on a chunk that runs the ViT. */
-/* a microbatch's work units on a chunk: its tokens, plus its patches on the chunk that runs the ViT, plus 1 */
+/* a microbatch's work units on a chunk: its tokens, plus its patches on a chunk that runs tower blocks, plus 1 */
 static double mb_units(const Microbatch* mb, int vit) { return (double)mb->T + (vit ? (double)mb->Np : 0.0) + 1.0; }
 
 static double task_units(const Pipeline* p, PpTask t) { return mb_units(&p->mbs[t.mb], p->stages[t.chunk]->tower); }
@@ -615,26 +614,40 @@ static int run_task(Pipeline* p, PpTask t, const Microbatch* mbs, float loss_sca
     return has_out;
 }
 
-/* adaptive's microbatch order (pipeline.h): pp_plan_order on a deterministic cost model, never on the measured
- * one. A reordered step sums its weight gradients in another order, so the decision must be the same on every
- * run of the same data (a resumed run, a run with eval, a gate off / on) and on every rank. Each (rank, chunk)
- * task costs its work units (tokens, plus patches on virtual stage 0, plus 1: task_units) times a fixed weight
- * per kind (F 1, B 2; split: B 1, W 1); the partition balances the stages, so every stage weighs the same. */
-int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
+/* Whether rank r's chunk c (on every rank alike: the configuration's) runs tower blocks: the first
+ * cfg->tower_vstages virtual stages, virtual stage 0 (the patch embedding's) at least */
+static int cfg_runs_tower(const PipelineConfig* cfg, int r, int c) {
+    PpShape sh = {cfg->P, 0, cfg->chunks, 0, pp_hint_vshape(cfg->hint)};
+    return pp_vstage(&sh, r, c) < (cfg->tower_vstages > 1 ? cfg->tower_vstages : 1);
+}
+
+void pipeline_order_costs(const PipelineConfig* cfg, const Microbatch* mbs, int M, PpDurations* det) {
     int P = cfg->P, V = cfg->chunks, split = cfg->split || pipeline_hint_splits(cfg->hint); /* as pipeline_create */
-    PpDurations det = {.P = P, .M = M, .split = split, .latency = 0};
-    det.F = callocCheck((size_t)P * M, sizeof(double));
-    det.B = callocCheck((size_t)P * M, sizeof(double));
-    if (split) det.W = callocCheck((size_t)P * M, sizeof(double));
-    double* dm[3] = {det.F, det.B, det.W};
+    *det = (PpDurations){.P = P, .M = M, .split = split, .latency = 0};
+    det->F = callocCheck((size_t)P * M, sizeof(double));
+    det->B = callocCheck((size_t)P * M, sizeof(double));
+    if (split) det->W = callocCheck((size_t)P * M, sizeof(double));
+    double* dm[3] = {det->F, det->B, det->W};
     const double wk[3] = {1.0, split ? 1.0 : 2.0, 1.0};
     for (int r = 0; r < P; r++)
         for (int k = 0; k < (split ? 3 : 2); k++)
             for (int m = 0; m < M; m++) {
                 double v = 0;
-                for (int c = 0; c < V; c++) v += wk[k] * mb_units(&mbs[m], c == 0 && r == 0); /* stage 0: the ViT */
+                for (int c = 0; c < V; c++) v += wk[k] * mb_units(&mbs[m], cfg_runs_tower(cfg, r, c));
                 dm[k][(size_t)r * M + m] = v;
             }
+}
+
+/* adaptive's microbatch order (pipeline.h): pp_plan_order on a deterministic cost model, never on the measured
+ * one. A reordered step sums its weight gradients in another order, so the decision must be the same on every
+ * run of the same data (a resumed run, a run with eval, a gate off / on) and on every rank. Each (rank, chunk)
+ * task costs its work units (tokens, plus patches on each virtual stage that runs tower blocks, plus 1: as
+ * task_units) times a fixed weight per kind (pipeline_order_costs); the partition balances the stages, so every
+ * stage weighs the same. */
+int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm) {
+    int V = cfg->chunks;
+    PpDurations det;
+    pipeline_order_costs(cfg, mbs, M, &det);
     double pred[3];
     PpMode mode;
     int reordered = pp_plan_order(&det, -1, cfg->hint, cfg->cap, V, !(cfg->act_budget > 0), pred, &mode, perm);
@@ -715,8 +728,8 @@ static int plan_step(Pipeline* p, const Microbatch* mbs, int M, PpMode* mode, do
                     if (cfg->estimate) {
                         e = cfg->estimate(cfg->estimate_ctx, r, t);
                     } else {
-                        /* slot m runs microbatch perm[m]; virtual stage 0 runs the ViT */
-                        e = rate[((size_t)r * V + c) * 3 + k] * mb_units(&mbs[perm[m]], c == 0 && r == 0);
+                        /* slot m runs microbatch perm[m]; the virtual stages with tower blocks count its patches */
+                        e = rate[((size_t)r * V + c) * 3 + k] * mb_units(&mbs[perm[m]], cfg_runs_tower(cfg, r, c));
                     }
                     if (!(e > 0)) known = 0;
                     v += e;

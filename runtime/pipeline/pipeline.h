@@ -17,6 +17,7 @@
 #include "data/microbatch.h"
 #include "runtime/model/model.h"
 #include "runtime/sched/sched.h"
+#include "runtime/sim/sim.h"
 #include "runtime/trace/trace.h"
 #include "runtime/comm/transport.h"
 
@@ -33,10 +34,13 @@ typedef struct {
     double timeout_s;       /* a rank waiting this long for any message fails naming what it waits for */
     double stall_warn_s;    /* ... and warns every this many seconds before that (0 = never) */
     int max_tokens, max_patches; /* microbatch budget (sizes the activation pool) */
+    /* virtual stages 0 .. tower_vstages - 1 run tower blocks (the tower over stages, docs/anyres.md; 0 or 1: virtual stage
+     * 0 alone): adaptive's cost models count a microbatch's patches on each of them */
+    int tower_vstages;
     /* lookahead, adaptive: the estimated duration in seconds of pipeline rank `rank`'s task t (<= 0:
      * unknown); lookahead asks for this rank's tasks, adaptive's plan for every rank's. NULL = the
      * pipeline's own cost model: per (chunk, kind) seconds per unit of work (tokens, plus patches on the
-     * ViT stage), from the durations measured so far, this step's and earlier steps' (adaptive shares
+     * stages with tower blocks), from the durations measured so far, this step's and earlier steps' (adaptive shares
      * every rank's model over the pipeline group at the start of each step). */
     double (*estimate)(void* ctx, int rank, PpTask t);
     void* estimate_ctx;
@@ -113,6 +117,10 @@ const int* pipeline_step_order(const Pipeline* p);
  * the identity. A function of the microbatches' sizes and cfg alone (pp_plan_order on fixed per-unit costs,
  * never the measured cost model), so the same on every rank, run and resume: docs/scheduler.md. */
 int pipeline_plan_order(const PipelineConfig* cfg, const Microbatch* mbs, int M, int* perm);
+/* pipeline_plan_order's deterministic cost model: det gets P x M durations (F, B, and W where the backward splits) of
+ * each rank's tasks, its work units (tokens, plus patches on each virtual stage that runs tower blocks, plus 1, summed
+ * over its chunks) times a weight per kind (F 1, B 2; split: B 1, W 1). Free with pp_durations_free. */
+void pipeline_order_costs(const PipelineConfig* cfg, const Microbatch* mbs, int M, PpDurations* det);
 
 /* Whether a hint needs the split backward (it schedules W tasks). */
 int pipeline_hint_splits(PpHint h);

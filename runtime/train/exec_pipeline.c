@@ -275,6 +275,11 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
                          .act_budget = (double)r->act_budget_mb * 1048576.0, .transport = grid->pipe->device_memory ? TRANSPORT_FIFO : TRANSPORT_TAGGED,
                          .timeout_s = 600, .stall_warn_s = r->stall_warn_s, .max_tokens = r->microbatch_tokens,
                          .max_patches = model_patch_budget(mc, r->microbatch_tokens), .tp = grid->tp_group, .keep_order = !r->reorder};
+    for (int v = 0; tower_split && v < S; v++) /* the tower over stages: the virtual stages up to the one of LM layer 0 */
+        if (layers[v] > 0) {
+            pc.tower_vstages = v + 1;
+            break;
+        }
     char e[512];
     if (pp_hint_parse(r->hint, &pc.hint) != 0 || pp_mode_parse(r->mode, &pc.mode) != 0) {
         snprintf(err, err_len, "internal: hint '%s' or mode '%s' passed validation but does not parse", r->hint, r->mode);

@@ -112,3 +112,7 @@ add_test(NAME pipeline_skips
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "pipeline skips: ok" ${CMAKE_SOURCE_DIR}/tests/runtime/pipeline/pipeline_skips.sh
                  $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR} $<TARGET_FILE:data_shard_tool> ${CMAKE_CURRENT_BINARY_DIR}/pipeline_skips)
 set_tests_properties(pipeline_skips PROPERTIES LABELS mpi TIMEOUT 400)
+# adaptive's order cost model counts a microbatch's patches on every virtual stage with tower blocks (the tower over stages)
+add_executable(test_order_costs tests/runtime/pipeline/test_order_costs.c)
+target_link_libraries(test_order_costs PRIVATE rrfp_core)
+add_test(NAME pipeline_order_costs COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "order costs: ok" $<TARGET_FILE:test_order_costs>)
