@@ -131,8 +131,10 @@ static int stset_assemble(StSet* s) {
             }
             if (n > held) {
                 fprintf(stderr, "rrfp-mm: error: %s: tensor %s: its slice description (%s) gives a global tensor of %lld "
-                        "values, but its pieces hold %lld: a damaged or forged slice description\n", s->files[f].path,
-                        name, slice_meta(&s->files[f], name), (long long)n, (long long)held);
+                        "values, but the pieces read hold %lld: the other tensor-parallel ranks' files are not among "
+                        "those read (give the checkpoint folder, which holds every rank's file), or the slice "
+                        "description is damaged\n", s->files[f].path, name, slice_meta(&s->files[f], name),
+                        (long long)n, (long long)held);
                 rc = -1;
                 break;
             }

@@ -16,6 +16,11 @@ $MPI -np 2 "$BIN" train "$RECIPE" "${COMMON[@]}" --set parallel.tp=2 --set train
   >"$W/src.log" 2>&1 || { cat "$W/src.log"; fail "tp 2 run"; }
 CK="$W/src/checkpoints/step-00000002"
 ls "$CK"/model.pp0tp1c0.safetensors >/dev/null || fail "the tp 2 checkpoint has no TP shard files"
+# one rank's shard alone holds half of each sliced tensor: refused, saying to give the folder
+one=$("$BIN" tensors ls "$CK"/model.pp0tp1c0.safetensors 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "other tensor-parallel ranks' files are not among those read (give the checkpoint folder" <<<"$one" \
+  || fail "tensors ls on one TP shard (rc $rc): $one"
+"$BIN" tensors ls "$CK" >/dev/null || fail "tensors ls on the tp 2 checkpoint folder"
 mkdir -p "$W/ck" && cp "$CK"/model*.safetensors "$W/ck/"
 check() { # NAME NP SETS...: train one step from the checkpoint, compare the dumped weights with it
   local name=$1 np=$2
