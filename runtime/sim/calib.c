@@ -41,6 +41,7 @@ void pp_calib_defaults(PpCalibConfig* c) {
     c->jitter = 0.03;
     c->straggler_factor = 1.5, c->straggler_len = 8, c->straggler_prob = 0.01;
     c->tower_split = 1;
+    c->partition_path = 1; /* parallel.partition's default */
     c->seed = 1;
 }
 

@@ -465,7 +465,8 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
     int* fitted = mallocCheck((size_t)S * sizeof(int));
     if (!r->layers[0] && split_fit(r, c, fitted) == 0) { /* another split of the layers fits: take it */
         if (note && note_len) {
-            size_t len = (size_t)snprintf(note, note_len, "memory-fitted: the time-balanced split");
+            size_t len = (size_t)snprintf(note, note_len, "memory-fitted: the %s split",
+                                          split_path_mb(r) ? "path-aware" : "time-balanced");
             for (int s = 0; s < S && len < note_len; s++)
                 len += (size_t)snprintf(note + len, note_len - len, "%s%d", s ? "," : " ", layers[s]);
             if (len < note_len)
