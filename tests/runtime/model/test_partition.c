@@ -62,6 +62,28 @@ static double brute_sq(int L, int S, PartitionCost c, double mx, int* cur, int s
     return best;
 }
 
+/* partition_auto_path's fits: stage s holds at most cap[s] layers */
+static int cap_fits(void* ctx, int s, int l0, int k) {
+    (void)l0;
+    return k <= ((const int*)ctx)[s];
+}
+
+/* The least max (path) over the compositions whose every stage is within cap[] (1e300: none) */
+static double brute_cap(int L, int S, PartitionCost c, const int* cap, int* cur, int s, int left) {
+    if (s == S - 1) {
+        if (left < 1 || left > cap[s]) return 1e300;
+        cur[s] = left;
+        return max_cost(S, cur, c);
+    }
+    double best = 1e300;
+    for (int k = 1; k <= left - (S - 1 - s) && k <= cap[s]; k++) {
+        cur[s] = k;
+        double m = brute_cap(L, S, c, cap, cur, s + 1, left - k);
+        if (m < best) best = m;
+    }
+    return best;
+}
+
 int main(void) {
     PartitionCost costs[] = {{0, 0, 1}, {5, 0, 1}, {0, 3.5, 1}, {2.5, 1.5, 1}, {40, 2, 3}};
     int l4[4];
@@ -100,6 +122,23 @@ int main(void) {
     CHECK(partition_stage_paths(4, c4, 4, p4) == 3.25 && p4[0] == 3 && p4[1] == 2.75 && p4[3] == 2.75, "paths %g %g %g %g",
           p4[0], p4[1], p4[2], p4[3]);
     CHECK(partition_stage_paths(4, c4, 0, NULL) == 3, "M = 0: the max stage cost");
+    /* with a fits test (the trainer's memory budget): the optimum over the splits that fit, or -1 when none does */
+    const int cap[5] = {3, 2, 4, 3, 5};
+    int n_fit = 0;
+    for (int ci = 0; ci < 5; ci++)
+        for (path_mb = 0; path_mb <= 4; path_mb += 2)
+            for (int L = 5; L <= 18; L++) { /* 18: over the caps (17), no split fits */
+                int layers[5], cur[5];
+                double want = brute_cap(L, 5, costs[ci], cap, cur, 0, L);
+                int rc = partition_auto_path(L, 5, costs[ci], path_mb, cap_fits, (void*)cap, layers);
+                CHECK((rc == 0) == (want < 1e300), "fits: cost %d M=%d L=%d: rc %d, optimum %g", ci, path_mb, L, rc, want);
+                if (rc != 0) continue;
+                n_fit++;
+                for (int s = 0; s < 5; s++) CHECK(layers[s] <= cap[s], "fits: L=%d stage %d holds %d", L, s, layers[s]);
+                CHECK(max_cost(5, layers, costs[ci]) <= want * (1 + 1e-12), "fits: cost %d M=%d L=%d: %g > optimum %g", ci,
+                      path_mb, L, max_cost(5, layers, costs[ci]), want);
+            }
+    CHECK(n_fit > 100, "fits: %d cases split", n_fit);
     path_mb = 0;
 
     /* Uniform cost: 8 layers on 4 stages is 2,2,2,2; a heavy first stage gets fewer layers. */
