@@ -22,7 +22,8 @@
 #   env PS (default "8 16 32"), KINDS (default "text mm"; also calibrated-mm, calibrated-anyres),
 #   SCALE (s per mean forward, default 0.05),
 #   CAPS (default "1x 1.5x 2x"), MODES (the ready-family modes, default "ready lookahead adaptive"),
-#   SAVE (a file to keep the rows in, for bench/replay_explain.py)
+#   SAVE (a file to keep the rows in, for bench/replay_explain.py), PARTITION (balance|path: the calibrated kinds'
+#   split, rrfp-mm sim --partition; default the recipe's parallel.partition)
 set -euo pipefail
 B=${1:-build}
 PS=${PS:-8 16 32}
@@ -34,6 +35,8 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 RECIPE=${RECIPE:-recipes/llava-1.5-7b.ini}
 RECIPE_ANYRES=${RECIPE_ANYRES:-recipes/llava-next-7b.ini}
+PART=()
+[ -n "${PARTITION:-}" ] && PART=(--partition "$PARTITION")
 MPI=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 0)
 for P in $PS; do
   M=$((2 * P))
@@ -44,8 +47,8 @@ for P in $PS; do
         wl=${kind#calibrated-}
         rec=$RECIPE
         [ "$wl" = anyres ] && rec=$RECIPE_ANYRES
-        "$B/rrfp-mm" sim --calibrated "$rec" --stages "$P" --workload "$wl" --seed 1 --dump "$T/w.json" --json >/dev/null 2>"$T/w.info"
-        "$B/rrfp-mm" sim --calibrated "$rec" --stages "$P" --workload "$wl" --seed 1 --split-backward --dump "$T/s.json" \
+        "$B/rrfp-mm" sim --calibrated "$rec" "${PART[@]}" --stages "$P" --workload "$wl" --seed 1 --dump "$T/w.json" --json >/dev/null 2>"$T/w.info"
+        "$B/rrfp-mm" sim --calibrated "$rec" "${PART[@]}" --stages "$P" --workload "$wl" --seed 1 --split-backward --dump "$T/s.json" \
           --json >/dev/null 2>/dev/null
         # seconds per second of the file: the mean forward takes SCALE
         sc=$(python3 -c 'import json, sys; F = [x for r in json.load(open(sys.argv[1]))["F"] for x in r]; print("%.6g" % (float(sys.argv[2]) * len(F) / sum(F)))' "$T/w.json" "$SCALE")

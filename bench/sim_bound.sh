@@ -7,7 +7,7 @@
 # The ceiling column is fixed-sync 1f1b / lower bound: no 1f1b-family cell's speedup can exceed it.
 #
 # Usage: bench/sim_bound.sh [path/to/rrfp-mm] [SEEDS] [PS]   (default build/rrfp-mm, 3 seeds, "8 16 32")
-#   env WORKLOADS (default "mm anyres"), HINT (1f1b), CAP (2x), ERR (0.2)
+#   env WORKLOADS (default "mm anyres"), HINT (1f1b), CAP (2x), ERR (0.2), PARTITION (balance|path: the split)
 set -euo pipefail
 BIN=${1:-build/rrfp-mm}
 SEEDS=${2:-3}
@@ -18,6 +18,8 @@ CAP=${CAP:-2x}
 ERR=${ERR:-0.2}
 RECIPE=${RECIPE:-recipes/llava-1.5-7b.ini}
 RECIPE_ANYRES=${RECIPE_ANYRES:-recipes/llava-next-7b.ini}
+PART=()  # PARTITION=balance|path: the split's objective (rrfp-mm sim --partition; default the recipe's parallel.partition)
+[ -n "${PARTITION:-}" ] && PART=(--partition "$PARTITION")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 for P in $PS; do
@@ -26,7 +28,7 @@ for P in $PS; do
     [ "$wl" = anyres ] && rec=$RECIPE_ANYRES
     for seed in $(seq 1 "$SEEDS"); do
       f="$T/$P-$wl-$seed.json"
-      "$BIN" sim --calibrated "$rec" --stages "$P" --workload "$wl" --seed "$seed" --dump "$f" --json >/dev/null 2>&1
+      "$BIN" sim --calibrated "$rec" "${PART[@]}" --stages "$P" --workload "$wl" --seed "$seed" --dump "$f" --json >/dev/null 2>&1
       printf '%s\t%s\t%s\t' "$P" "$wl" "$seed"
       "$BIN" sim --durations "$f" --mode fixed-sync --hint 1f1b --json | tr '\n' '\t'
       "$BIN" sim --durations "$f" --mode adaptive --hint "$HINT" --cap "$CAP" --estimate-error "$ERR" \

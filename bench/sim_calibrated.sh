@@ -29,6 +29,8 @@ ERR=${ERR:-0.2}
 RUN_STEPS=${RUN_STEPS:-10}
 RECIPE=${RECIPE:-recipes/llava-1.5-7b.ini}
 RECIPE_ANYRES=${RECIPE_ANYRES:-recipes/llava-next-7b.ini}
+PART=()  # PARTITION=balance|path: the split's objective (rrfp-mm sim --partition; default the recipe's parallel.partition)
+[ -n "${PARTITION:-}" ] && PART=(--partition "$PARTITION")
 WORKLOADS=${WORKLOADS:-text mm anyres}
 recipe_of() { if [ "$1" = anyres ]; then echo "$RECIPE_ANYRES"; else echo "$RECIPE"; fi; }
 T=$(mktemp -d)
@@ -39,9 +41,9 @@ for P in $PS; do
     for seed in $(seq 1 "$SEEDS"); do
       for pol in balanced ffd fifo; do
         base="$T/$P-$wl-$seed-$pol"
-        "$BIN" sim --calibrated "$rec" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
+        "$BIN" sim --calibrated "$rec" "${PART[@]}" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
           --dump "$base-whole.json" --json >/dev/null 2>"$base-whole.info"
-        "$BIN" sim --calibrated "$rec" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
+        "$BIN" sim --calibrated "$rec" "${PART[@]}" --stages "$P" --workload "$wl" --policy "$pol" --seed "$seed" \
           --split-backward --dump "$base-split.json" --json >/dev/null 2>"$base-split.info"
         tokens=$(sed -n 's/.* samples, \([0-9]*\) tokens.*/\1/p' "$base-whole.info")
         run() {  # run MODE HINT FILE [CAP]

@@ -45,7 +45,9 @@ static void sim_usage(FILE* f) {
             "                    train.recompute: full recompute adds the recomputed forward to B, and to W\n"
             "                    with --split-backward), --tower-split auto|off (default auto: the tower's blocks\n"
             "                    over stages where it costs more than a stage's share, docs/anyres.md; off:\n"
-            "                    the whole tower on stage 0, as the trainer runs); every parameter: docs/scheduler.md\n"
+            "                    the whole tower on stage 0, as the trainer runs), --partition balance|path\n"
+            "                    (default the recipe's parallel.partition: the split the trainer runs);\n"
+            "                    every parameter: docs/scheduler.md\n"
             "  --mode MODE       fixed-sync, fixed, ready, lookahead, adaptive or rollout (default ready); adaptive\n"
             "                    predicts the step from the estimates under ready, lookahead and fixed\n"
             "                    and runs the one predicted fastest, on the microbatches in ends order (small\n"
@@ -216,6 +218,7 @@ static int write_sim_trace(const char* path, const PpSimResult* r, const PpShape
 
 static int sim_main(int argc, char** argv, const char** dfiles) {
     int tower_split = -1; /* --tower-split: -1 unset (auto), 1 auto, 0 off */
+    const char* partition_text = NULL; /* --partition balance|path (unset: the recipe's parallel.partition) */
     const char *calib_recipe = NULL, *workload_text = "mm", *policy_text = NULL, *recompute_text = NULL;
     double cal_flops = 0, cal_jitter = -1, cal_sf = 0, cal_sp = 0;
     long cal_sl = 0;
@@ -296,6 +299,13 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
                 return 2;
             }
             tower_split = !strcmp(v, "auto");
+        } else if (!strcmp(a, "--partition")) {
+            NEED_VALUE();
+            if (strcmp(v, "balance") && strcmp(v, "path")) {
+                fprintf(stderr, "rrfp-mm sim: --partition expects balance or path, got '%s'\n", v);
+                return 2;
+            }
+            partition_text = v;
         } else if (!strcmp(a, "--workload")) {
             NEED_VALUE();
             workload_text = v;
@@ -396,6 +406,10 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         fprintf(stderr, "rrfp-mm sim: --tower-split splits a --calibrated RECIPE's model (duration files have no model)\n");
         return 2;
     }
+    if (partition_text && !calib_recipe) {
+        fprintf(stderr, "rrfp-mm sim: --partition splits a --calibrated RECIPE's model (duration files have no model)\n");
+        return 2;
+    }
     if (recompute_text && !calib_recipe) {
         fprintf(stderr, "rrfp-mm sim: --recompute costs a --calibrated RECIPE's blocks (the generator and duration files "
                         "have no model)\n");
@@ -421,6 +435,7 @@ static int sim_main(int argc, char** argv, const char** dfiles) {
         cc.min_patches = rc0.min_patches, cc.max_patches = rc0.max_patches;
         cc.split = split;
         if (tower_split >= 0) cc.tower_split = tower_split;
+        cc.partition_path = !strcmp(partition_text ? partition_text : rc0.partition, "path"); /* as the trainer splits */
         cc.recompute_lm = recipe_recompute(&rc0, 0); /* train.recompute: B (and W) grow by the recomputed forward */
         cc.recompute_tower = recipe_recompute(&rc0, 1);
         if (recompute_text) {

@@ -1,4 +1,5 @@
-/* partition.c — LM layer split across pipeline stages: by hand or balanced by a FLOP cost model. */
+/* partition.c — LM layer split across pipeline stages: by hand, balanced by a FLOP cost model, or path-aware (the
+ * least longest fill + stage work + drain, partition_auto_path). */
 #include "runtime/model/partition.h"
 
 #include <stdio.h>
@@ -36,11 +37,34 @@ void partition_stage_costs(int S, const int* layers, PartitionCost cost, double*
     for (int s = 0; s < S; s++) out_cost[s] = stage_cost(s, S, layers[s], cost);
 }
 
+double partition_stage_paths(int S, const double* cost, int M, double* out_path) {
+    double before = 0, mx = 0;
+    for (int s = 0; s < S; s++) {
+        double p = cost[s] + (M > 0 ? before / M : 0);
+        if (out_path) out_path[s] = p;
+        mx = p > mx ? p : mx;
+        before += cost[s];
+    }
+    return mx;
+}
+
+/* What the split minimises the max of for stage s taking k layers from layer l0: its cost, or (M > 0) its path,
+ * its cost plus 1/M of the stages' before it (the first stage's extra and layers [0, l0)). */
+static double stage_score(int s, int S, int l0, int k, PartitionCost c, int M) {
+    double x = stage_cost(s, S, k, c);
+    if (M > 0 && s > 0) x += (c.first_extra + l0 * c.per_layer) / M;
+    return x;
+}
+
 int partition_auto(int L, int S, PartitionCost cost, int* out_layers) {
     return partition_auto_fit(L, S, cost, NULL, NULL, out_layers);
 }
 
 int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, void* ctx, int* out_layers) {
+    return partition_auto_path(L, S, cost, 0, fits, ctx, out_layers);
+}
+
+int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits fits, void* ctx, int* out_layers) {
     if (L < 1 || S < 1) return -1;
     /* best[s][l]: minimal max-cost splitting the first l layers over the first s stages.
      * O(S L^2) — trivial for any real model (L <= a few hundred). Ties prefer fewer layers on
@@ -58,7 +82,7 @@ int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, voi
             for (int k = minper; k <= l; k++) { /* stage s-1 takes k layers */
                 if (BEST(s - 1, l - k) >= 1e300) continue;
                 if (fits && !fits(ctx, s - 1, l - k, k)) continue;
-                double c = stage_cost(s - 1, S, k, cost);
+                double c = stage_score(s - 1, S, l - k, k, cost, M);
                 double m = BEST(s - 1, l - k) > c ? BEST(s - 1, l - k) : c;
                 if (m < BEST(s, l) * (1.0 - 1e-12)) BEST(s, l) = m, ARG(s, l) = k;
             }
@@ -67,9 +91,10 @@ int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, voi
         free(arg);
         return -1;
     }
-    /* Among the splits whose every stage is within that max, the least sum of squared stage costs: the stages off
-     * the critical one as even as the layers allow (minimising the max alone left, e.g., an any-resolution 7B at
-     * P = 8 split 3,5,5,5,5,5,3,1: five stages at the max and the last at a third of it; now 3,5,4,4,4,4,4,4). */
+    /* Among the splits whose every stage is within that max (cost or path), the least sum of squared stage costs:
+     * the stages off the critical one as even as the layers allow (minimising the max alone left, e.g., an
+     * any-resolution 7B at P = 8 split 3,5,5,5,5,5,3,1: five stages at the max and the last at a third of it; now
+     * 3,5,4,4,4,4,4,4). */
     {
         double mx = BEST(S, L) * (1.0 + 1e-9);
         for (int s = 0; s <= S; s++)
@@ -81,7 +106,7 @@ int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, voi
                     if (BEST(s - 1, l - k) >= 1e300) continue;
                     if (fits && !fits(ctx, s - 1, l - k, k)) continue;
                     double c = stage_cost(s - 1, S, k, cost);
-                    if (c > mx) continue;
+                    if (stage_score(s - 1, S, l - k, k, cost, M) > mx) continue;
                     double m = BEST(s - 1, l - k) + c * c;
                     if (m < BEST(s, l) * (1.0 - 1e-12)) BEST(s, l) = m, ARG(s, l) = k;
                 }

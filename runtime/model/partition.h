@@ -2,7 +2,8 @@
  *
  * The first virtual stage also holds the ViT, the projector and the token embedding; the last holds
  * the final norm, the LM head and the loss. `parallel.layers = 2,3,3` gives the split by hand;
- * otherwise partition_auto balances a per-token FLOP cost model over contiguous layer ranges. */
+ * otherwise partition_auto balances a per-token FLOP cost model over contiguous layer ranges, or (partition_auto_path,
+ * parallel.partition = path) minimises the longest stage path: fill + the stage's work + drain. */
 #ifndef RRFP_PARTITION_H
 #define RRFP_PARTITION_H
 
@@ -35,12 +36,25 @@ int partition_auto(int L, int S, PartitionCost cost, int* out_layers);
 typedef int (*PartitionFits)(void* ctx, int s, int l0, int k);
 int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, void* ctx, int* out_layers);
 
+/* The split's objective (parallel.partition). Balance (M = 0): the least max stage cost, as partition_auto. Path
+ * (M > 0, a step of M microbatches): a stage's path is its cost plus 1/M of every earlier stage's (the first
+ * microbatch's forward through the stages before it, before it can start, and the last microbatch's backward back
+ * through them, after it ends: one microbatch's forward + backward there); the split has the least max path. Every
+ * schedule with a whole backward takes at least the longest path (docs/scheduler.md "The simulator's semantics":
+ * h_s + sum (F + B) + t_s), which balance leaves longest on the last stages (docs/anyres.md "Path-aware split").
+ * partition_auto_path: partition_auto_fit (fits may be NULL) with that objective, of the optimal splits the least sum
+ * of squared stage costs; M = 0 is partition_auto_fit. */
+int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits fits, void* ctx, int* out_layers);
+
 /* Parse "2,3,3" into out_layers[S]; checks there are exactly S non-negative numbers summing to L.
  * On error returns -1 and writes a message into err. */
 int partition_parse(const char* spec, int L, int S, int* out_layers, char* err, int err_len);
 
 /* Cost of each virtual stage under a split (for the dry-run report). */
 void partition_stage_costs(int S, const int* layers, PartitionCost cost, double* out_cost);
+/* Each stage's path from the stages' costs (partition_stage_costs' or _tower's) for a step of M microbatches
+ * (partition_auto_path): cost[s] + (cost[0] + ... + cost[s - 1]) / M (M = 0: cost[s]). Returns the longest. */
+double partition_stage_paths(int S, const double* cost, int M, double* out_path);
 
 /* The tower's part of the first stage's cost, block by block (partition_auto_tower). */
 typedef struct {
@@ -64,6 +78,11 @@ PartitionTower partition_tower_recompute(PartitionTower t, int tower_full);
  * the tower's cost (tower.in + Lv tower.layer) exceeds total / S and the chain's max is below partition_auto's; else
  * 0 with partition_auto's split and the whole tower on stage 0 (out_tower = Lv, 0, ..., 0); -1 when L < 1. */
 int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tower, int* out_tower, int* out_layers);
+/* partition_auto_tower with partition_auto_path's objective for a step of M microbatches (M = 0: balance): the chain's
+ * split when the tower costs more than a stage's share and its longest path is below partition_auto_path's, else that
+ * split with the whole tower on stage 0. */
+int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower tower, int M, int* out_tower,
+                              int* out_layers);
 /* Each stage's cost under a split with the tower over stages (out_tower / out_layers as partition_auto_tower's). */
 void partition_stage_costs_tower(int S, const int* tower, const int* layers, PartitionCost cost, PartitionTower tw,
                                  double* out_cost);

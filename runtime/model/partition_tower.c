@@ -45,8 +45,13 @@ void partition_stage_costs_tower(int S, const int* tower, const int* layers, Par
 }
 
 int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tw, int* out_tower, int* out_layers) {
+    return partition_auto_tower_path(L, S, cost, tw, 0, out_tower, out_layers);
+}
+
+int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower tw, int M, int* out_tower,
+                              int* out_layers) {
     if (L < 1 || S < 1) return -1;
-    if (partition_auto(L, S, cost, out_layers) != 0) return -1;
+    if (partition_auto_path(L, S, cost, M, NULL, NULL, out_layers) != 0) return -1;
     for (int s = 0; s < S; s++) out_tower[s] = s == 0 ? tw.layers : 0;
     int Lv = tw.layers, n = Lv + L;
     if (Lv < 1 || S < 2 || n < S) return 0;
@@ -54,8 +59,7 @@ int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tw, in
     if (!(tower > total / S)) return 0; /* the tower fits in a stage's share: it stays on stage 0 */
     double* cl = mallocCheck(sizeof(double) * (size_t)S);
     partition_stage_costs(S, out_layers, cost, cl);
-    double classic_max = 0;
-    for (int s = 0; s < S; s++) classic_max = cl[s] > classic_max ? cl[s] : classic_max;
+    double classic_max = partition_stage_paths(S, cl, M, NULL); /* the max cost (M = 0) or path */
     free(cl);
     /* prefix sums of the chain's unit costs; stage s over units [a, b) costs pre[b] - pre[a] (+ last_extra) */
     double* pre = mallocCheck(sizeof(double) * (size_t)(n + 1));
@@ -65,8 +69,8 @@ int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tw, in
     int* arg = mallocCheck(sizeof(int) * (size_t)(S + 1) * (size_t)(n + 1));
 #define BEST(s, u) best[(size_t)(s) * (size_t)(n + 1) + (size_t)(u)]
 #define ARG(s, u) arg[(size_t)(s) * (size_t)(n + 1) + (size_t)(u)]
-    /* pass 0: the least max stage cost; pass 1: of the splits within it, the least sum of squared stage costs (the
-     * stages off the critical one as even as the blocks allow), as partition_auto */
+    /* pass 0: the least max stage cost (M > 0: path); pass 1: of the splits within it, the least sum of squared
+     * stage costs (the stages off the critical one as even as the blocks allow), as partition_auto */
     double mx = 1e300;
     for (int pass = 0; pass < 2; pass++) {
         for (int s = 0; s <= S; s++)
@@ -77,10 +81,12 @@ int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tw, in
                 for (int k = 1; k <= u - (s - 1); k++) { /* stage s-1 takes units [u - k, u) */
                     if (BEST(s - 1, u - k) >= 1e300) continue;
                     double c = pre[u] - pre[u - k] + (s == S ? cost.last_extra : 0);
+                    /* path-aware: the stage's path adds 1/M of the stages' before it, the chain's units [0, u - k) */
+                    double score = c + (M > 0 ? pre[u - k] / M : 0);
                     double m;
-                    if (pass == 0) m = BEST(s - 1, u - k) > c ? BEST(s - 1, u - k) : c;
+                    if (pass == 0) m = BEST(s - 1, u - k) > score ? BEST(s - 1, u - k) : score;
                     else {
-                        if (c > mx) continue;
+                        if (score > mx) continue;
                         m = BEST(s - 1, u - k) + c * c;
                     }
                     if (m < BEST(s, u) * (1.0 - 1e-12)) BEST(s, u) = m, ARG(s, u) = k;

@@ -41,6 +41,7 @@ void pp_calib_defaults(PpCalibConfig* c) {
     c->jitter = 0.03;
     c->straggler_factor = 1.5, c->straggler_len = 8, c->straggler_prob = 0.01;
     c->tower_split = 1;
+    c->partition_path = 1; /* parallel.partition's default */
     c->seed = 1;
 }
 
@@ -194,14 +195,16 @@ int pp_calib_generate(const PpCalibConfig* c, PpDurations* d, PpCalibStats* st, 
                                             ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), 256.0, c->patch);
     int lm_full = c->recompute_lm == RECOMPUTE_FULL, tower_full = c->recompute_tower == RECOMPUTE_FULL;
     pc = partition_cost_recompute(pc, lm_full, tower_full); /* as the trainer splits (runtime/train/layout.c) */
+    int path_M = c->partition_path ? M : 0; /* parallel.partition = path: for this step's microbatches */
     /* the tower's blocks over stages where it costs more than a stage's share (partition_auto_tower) */
     int* tower = callocCheck((size_t)P, sizeof(int));
     int spans = 0;
     if (c->tower_split && mm) {
         PartitionTower pt = partition_tower_model(c->Dv, c->Lv, ar ? tok : 0.5 * tok,
                                                   ar ? (double)g * g : 0.5 * (c->min_patches + c->max_patches), c->patch);
-        spans = partition_auto_tower(c->Lt, P, pc, partition_tower_recompute(pt, tower_full), tower, layers) == 1;
-    } else partition_auto(c->Lt, P, pc, layers);
+        spans = partition_auto_tower_path(c->Lt, P, pc, partition_tower_recompute(pt, tower_full), path_M, tower,
+                                          layers) == 1;
+    } else partition_auto_path(c->Lt, P, pc, path_M, NULL, NULL, layers);
     int lm0 = 0; /* the stage holding LM block 0 (the projector and the embedding) */
     while (spans && lm0 < P - 1 && layers[lm0] == 0) lm0++;
     /* 4. durations: FLOPs / rate; F = 1/3 of forward + backward, B = 2/3 (split: B = W = 1/3) */

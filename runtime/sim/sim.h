@@ -163,6 +163,9 @@ typedef struct {
     /* 1 (default): the tower's blocks over stages where it costs more than a stage's share (partition_auto_tower,
      * docs/anyres.md "The tower over stages"); 0: the whole tower on stage 0 (partition_auto, as the trainer runs) */
     int tower_split;
+    /* the split's objective (parallel.partition, partition_auto_path): 0 balance (the least max stage cost), 1 path
+     * (the least longest fill + stage work + drain for the step's M microbatches) */
+    int partition_path;
     /* sample mix (defaults: LLaVA-1.5's 665K mix, approximated) */
     double text_only_share;   /* share of text-only samples (ShareGPT: 40,688 of 665,298 = 0.061) */
     double extra_image_prob;  /* each further image with this probability (LLaVA-1.5: 0, one image each) */

@@ -253,6 +253,12 @@ static PartitionCost split_cost(const Recipe* r, const ModelConfig* c) {
     return partition_cost_recompute(k, recipe_recompute(r, 0) == RECOMPUTE_FULL, recipe_recompute(r, 1) == RECOMPUTE_FULL);
 }
 
+/* The automatic split's objective (parallel.partition, partition_auto_path): 0 balance, else the step's microbatches
+ * for the path-aware split (one chunk per rank: interleaved chunks' paths are not the formula's) */
+static int split_path_mb(const Recipe* r) {
+    return !strcmp(r->partition, "path") && r->chunks == 1 ? r->microbatches : 0;
+}
+
 /* The tower's part of split_cost's (partition_auto_tower) */
 static PartitionTower split_tower(const Recipe* r, const ModelConfig* c) {
     double tokens = (double)r->microbatch_tokens * r->microbatches;
@@ -295,7 +301,7 @@ static int split_by_time(const Recipe* r, const ModelConfig* c, int* layers, cha
         }
         return 0;
     }
-    if (partition_auto(c->Lt, S, split_cost(r, c), layers) != 0) {
+    if (partition_auto_path(c->Lt, S, split_cost(r, c), split_path_mb(r), NULL, NULL, layers) != 0) {
         snprintf(err, err_len, "%s: %d LM layers cannot be split over %d x %d virtual pipeline stages (at least one "
                  "layer each)", recipe_origin(r, "parallel", "pp"), c->Lt, r->pp, r->chunks);
         return -1;
@@ -366,7 +372,7 @@ static int split_fit(const Recipe* r, const ModelConfig* mc, int* layers) {
     if (r->chunks != 1 || mc->Lt > SPLIT_FIT_MAX_LAYERS) return -1;
     size_t n = (size_t)(mc->Lt + 1) * (size_t)(mc->Lt + 1);
     FitCtx f = {r, mc, budget_bytes(r), mallocCheck(n * sizeof(StageBytes)), callocCheck(n, 1)};
-    int rc = partition_auto_fit(mc->Lt, r->pp, split_cost(r, mc), stage_fits, &f, layers);
+    int rc = partition_auto_path(mc->Lt, r->pp, split_cost(r, mc), split_path_mb(r), stage_fits, &f, layers);
     free(f.memo);
     free(f.have);
     return rc;
@@ -487,7 +493,8 @@ static int split_layers(const Recipe* r, const ModelConfig* c, int* layers, char
     int* fitted = mallocCheck((size_t)S * sizeof(int));
     if (!r->layers[0] && split_fit(r, c, fitted) == 0) { /* another split of the layers fits: take it */
         if (note && note_len) {
-            size_t len = (size_t)snprintf(note, note_len, "memory-fitted: the time-balanced split");
+            size_t len = (size_t)snprintf(note, note_len, "memory-fitted: the %s split",
+                                          split_path_mb(r) ? "path-aware" : "time-balanced");
             for (int s = 0; s < S && len < note_len; s++)
                 len += (size_t)snprintf(note + len, note_len - len, "%s%d", s ? "," : " ", layers[s]);
             if (len < note_len)
@@ -554,7 +561,7 @@ static int tower_split_check(const ModelConfig* c, int S, const int* layers, con
 static int auto_tower_split(const Recipe* r, const ModelConfig* mc, int* lw, int* tower, char* why, size_t n) {
     int S = r->pp * r->chunks;
     why[0] = 0;
-    int rc = partition_auto_tower(mc->Lt, S, split_cost(r, mc), split_tower(r, mc), tower, lw);
+    int rc = partition_auto_tower_path(mc->Lt, S, split_cost(r, mc), split_tower(r, mc), split_path_mb(r), tower, lw);
     if (rc == 1) { /* the tower-only stages' blocks past tower_only_cap go to the stage holding LM layer 0 */
         int s0 = 0, at = 0, cap = tower_only_cap(mc);
         while (s0 < S && lw[s0] == 0) s0++;
@@ -625,6 +632,34 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
     return rc == 1;
 }
 
+/* The dry run's line on the automatic split's objective: the longest stage path (fill + work + drain for the step's
+ * microbatches, partition_auto_path) of the split and of the other objective's, on the cost model */
+static void dry_run_paths(FILE* out, const Recipe* r, const ModelConfig* mc, const int* layers, const int* tower) {
+    int S = r->pp * r->chunks, M = r->microbatches, pm = split_path_mb(r);
+    if (S < 2 || r->chunks != 1) return;
+    PartitionCost pc = split_cost(r, mc);
+    PartitionTower pt = split_tower(r, mc);
+    double* c = mallocCheck((size_t)S * sizeof(double));
+    int *ol = mallocCheck((size_t)S * sizeof(int)), *ot = mallocCheck((size_t)S * sizeof(int));
+    if (tower) partition_stage_costs_tower(S, tower, layers, pc, pt, c);
+    else partition_stage_costs(S, layers, pc, c);
+    double mine = partition_stage_paths(S, c, M, NULL);
+    /* the other objective's split, as train_tower_split would take it (the tower over stages or not) */
+    int spans = tower && partition_auto_tower_path(mc->Lt, S, pc, pt, pm ? 0 : M, ot, ol) == 1;
+    if (spans) partition_stage_costs_tower(S, ot, ol, pc, pt, c);
+    else {
+        partition_auto_path(mc->Lt, S, pc, pm ? 0 : M, NULL, NULL, ol);
+        partition_stage_costs(S, ol, pc, c);
+    }
+    double other = partition_stage_paths(S, c, M, NULL);
+    fprintf(out, "parallel.partition = %s: the longest stage path (fill + work + drain for %d microbatches, the cost "
+                 "model's bound on the step) %.4f of the %s split's", pm ? "path" : "balance", M, mine / other,
+            pm ? "cost-balanced" : "path-aware");
+    for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", ol[s]);
+    fprintf(out, "\n");
+    free(c), free(ol), free(ot);
+}
+
 int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_len) {
     ModelConfig mc = train_model_config(r, vocab);
     if (mc.lora_quant && r->tp > 1) { /* QLoRA's slices of whole blocks (the rest of the split: trainer_init) */
@@ -693,7 +728,11 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     }
     fprintf(out, "LM layers per virtual stage:");
     for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", layers[s]);
-    fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : ts ? "with the tower's" : "cost-balanced");
+    int pm = split_path_mb(r);
+    fprintf(out, " (%s)\n", note[0] ? note : r->layers[0] ? "parallel.layers" : ts ? "with the tower's" : pm ? "path-aware"
+                                                                                                  : "cost-balanced");
+    if (!r->layers[0] && !r->tower_layers[0]) /* the split's objective (parallel.partition) on the cost model */
+        dry_run_paths(out, r, &mc, layers, ts ? tower : NULL);
     if (ts) { /* docs/anyres.md "The tower over stages": the live split */
         fprintf(out, "tower blocks per virtual stage:");
         for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", tower[s]);
@@ -706,20 +745,20 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
         int *tw = mallocCheck((size_t)S * sizeof(int)), *lw = mallocCheck((size_t)S * sizeof(int));
         PartitionCost pc = split_cost(r, &mc);
         PartitionTower pt = split_tower(r, &mc);
-        if (partition_auto_tower(mc.Lt, S, pc, pt, tw, lw) == 1) {
+        if (partition_auto_tower_path(mc.Lt, S, pc, pt, pm, tw, lw) == 1) {
             double *a = mallocCheck((size_t)S * sizeof(double)), *b = mallocCheck((size_t)S * sizeof(double));
             int *ref = mallocCheck((size_t)S * sizeof(int));
-            partition_auto(mc.Lt, S, pc, ref);
+            partition_auto_path(mc.Lt, S, pc, pm, NULL, NULL, ref);
             partition_stage_costs(S, ref, pc, a);
             partition_stage_costs_tower(S, tw, lw, pc, pt, b);
-            double ma = 0, mb = 0;
-            for (int s = 0; s < S; s++) ma = a[s] > ma ? a[s] : ma, mb = b[s] > mb ? b[s] : mb;
+            double ma = partition_stage_paths(S, a, pm, NULL), mb = partition_stage_paths(S, b, pm, NULL);
             fprintf(out, "the tower costs more than a stage's share: with its blocks over stages the cost model splits LM");
             for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", lw[s]);
             fprintf(out, ", tower");
             for (int s = 0; s < S; s++) fprintf(out, "%s%d", s ? "," : " ", tw[s]);
-            fprintf(out, " (the most expensive stage %.2fx the cost-balanced split's); parallel.tower_split = auto runs it "
-                         "(docs/anyres.md \"The tower over stages\")\n", mb / ma);
+            fprintf(out, " (the %s %.2fx the %s split's); parallel.tower_split = auto runs it "
+                         "(docs/anyres.md \"The tower over stages\")\n", pm ? "longest stage path" : "most expensive stage",
+                    mb / ma, pm ? "path-aware" : "cost-balanced");
             free(a), free(b), free(ref);
         }
         free(tw), free(lw);

@@ -218,6 +218,12 @@ static const RecipeKey recipe_keys[] = {
     {"parallel", "tower_layers", RKEY_STRING, OFF(tower_layers), SZ(tower_layers), "", 0, 0, 0, 0,
      "Tower blocks per virtual stage by hand, e.g. `2,1,0` with parallel.layers `0,1,1`: the stages before the first "
      "with LM layers hold tower blocks alone, that one the rest of the tower (\"\" = parallel.tower_split)."},
+    {"parallel", "partition", RKEY_ENUM, OFF(partition), SZ(partition), "path", 0, 0, "balance|path", 0,
+     "The objective of the automatic split (parallel.layers unset; also parallel.tower_split = auto's; "
+     "docs/anyres.md \"Path-aware split\"): balance = the least max stage cost of the cost model; path = the least "
+     "longest stage path, a stage's cost plus 1/M of the earlier stages' (the first microbatch's forward to it and "
+     "the last one's backward from it, M = data.microbatches), which bounds every schedule with a whole backward "
+     "(one chunk per rank; with parallel.chunks > 1 balance). Bitwise the same training, so not hashed."},
     {"parallel", "hint", RKEY_ENUM, OFF(hint), SZ(hint), "1f1b", 0, 0, "gpipe|1f1b|interleaved-1f1b|zb-h1|bf|bfw|zbv|dualpipev", 0,
      "Schedule hint (docs/scheduler.md; zbv and dualpipev place parallel.chunks = 2 chunks per rank in a V: "
      "docs/scheduler.md)."},

@@ -87,6 +87,7 @@ typedef struct {
     char layers[256]; /* LM layers per virtual stage ("" = automatic) */
     char tower_split[8];    /* off | auto: the tower over pipeline stages (layout.h train_tower_split) */
     char tower_layers[256]; /* tower blocks per virtual stage ("" = tower_split) */
+    char partition[8];      /* balance | path: the automatic split's objective (partition.h partition_auto_path) */
     char hint[24]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | bf | bfw */
     char mode[16]; /* fixed-sync | fixed | ready | lookahead | adaptive */
     int reorder;   /* adaptive may run a step's microbatches in its ends order (parallel.reorder) */

@@ -1,6 +1,7 @@
-/* test_partition.c — layer split: the balanced split is optimal (checked by brute force over every
- * contiguous split for small L, S), and of the optimal ones the most even (least sum of squared stage costs), and
- * the hand-written split parser's errors. */
+/* test_partition.c — layer split: the balanced split and the path-aware one (partition_auto_path: the least
+ * longest stage cost + 1/M of the earlier stages' costs) are optimal (checked by brute force over every contiguous
+ * split for small L, S), and of the optimal ones the most even (least sum of squared stage costs), and the
+ * hand-written split parser's errors. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,10 +9,17 @@
 
 #include "tests/support/check.h"
 
+/* The split's objective from the definitions: the max stage cost, or with path_mb = M > 0 the max path, a stage's
+ * cost plus 1/M of the costs of the stages before it. */
+static int path_mb;
 static double max_cost(int S, const int* layers, PartitionCost c) {
-    double costs[64], m = 0;
-    partition_stage_costs(S, layers, c, costs);
-    for (int s = 0; s < S; s++) m = costs[s] > m ? costs[s] : m;
+    double m = 0, before = 0;
+    for (int s = 0; s < S; s++) {
+        double x = layers[s] * c.per_layer + (s == 0 ? c.first_extra : 0) + (s == S - 1 ? c.last_extra : 0);
+        double p = x + (path_mb > 0 ? before / path_mb : 0);
+        m = p > m ? p : m;
+        before += x;
+    }
     return m;
 }
 
@@ -54,27 +62,86 @@ static double brute_sq(int L, int S, PartitionCost c, double mx, int* cur, int s
     return best;
 }
 
+/* partition_auto_path's fits: stage s holds at most cap[s] layers */
+static int cap_fits(void* ctx, int s, int l0, int k) {
+    (void)l0;
+    return k <= ((const int*)ctx)[s];
+}
+
+/* The least max (path) over the compositions whose every stage is within cap[] (1e300: none) */
+static double brute_cap(int L, int S, PartitionCost c, const int* cap, int* cur, int s, int left) {
+    if (s == S - 1) {
+        if (left < 1 || left > cap[s]) return 1e300;
+        cur[s] = left;
+        return max_cost(S, cur, c);
+    }
+    double best = 1e300;
+    for (int k = 1; k <= left - (S - 1 - s) && k <= cap[s]; k++) {
+        cur[s] = k;
+        double m = brute_cap(L, S, c, cap, cur, s + 1, left - k);
+        if (m < best) best = m;
+    }
+    return best;
+}
+
 int main(void) {
     PartitionCost costs[] = {{0, 0, 1}, {5, 0, 1}, {0, 3.5, 1}, {2.5, 1.5, 1}, {40, 2, 3}};
-    for (int ci = 0; ci < 5; ci++)
+    int l4[4];
+    const int path_mbs[] = {0, 1, 3, 8}; /* balance, then path-aware for steps of 1, 3 and 8 microbatches */
+    int n_differ = 0;
+    for (int ci = 0; ci < 5 * 4; ci++)
         for (int S = 1; S <= 5; S++)
             for (int L = S; L <= 12; L++) {
+                PartitionCost pc = costs[ci % 5];
+                path_mb = path_mbs[ci / 5];
+                int bal[16];
+                partition_auto(L, S, pc, bal); /* the balanced split, for counting the cases where the path-aware one differs */
                 int layers[16], cur[16];
-                CHECK(partition_auto(L, S, costs[ci], layers) == 0, "auto failed");
+                CHECK((path_mb ? partition_auto_path(L, S, pc, path_mb, NULL, NULL, layers) : partition_auto(L, S, pc, layers))
+                      == 0, "auto failed");
                 int sum = 0;
                 for (int s = 0; s < S; s++) {
                     sum += layers[s];
                     CHECK(layers[s] >= 1, "L=%d S=%d stage %d empty", L, S, s);
                 }
                 CHECK(sum == L, "L=%d S=%d: sum %d", L, S, sum);
-                double got = max_cost(S, layers, costs[ci]), want = brute(L, S, costs[ci], cur, 0, L);
+                double got = max_cost(S, layers, pc), want = brute(L, S, pc, cur, 0, L);
                 CHECK(got <= want * (1 + 1e-12), "cost %d L=%d S=%d: auto %.3f > optimum %.3f", ci, L, S, got, want);
                 /* of the splits at that max, the stages as even as the layers allow: the least sum of squares */
-                double gq = sq_cost(S, layers, costs[ci]), wq = brute_sq(L, S, costs[ci], want * (1 + 1e-9), cur, 0, L);
+                double gq = sq_cost(S, layers, pc), wq = brute_sq(L, S, pc, want * (1 + 1e-9), cur, 0, L);
                 CHECK(gq <= wq * (1 + 1e-12), "cost %d L=%d S=%d: sum of squares %.3f > least %.3f", ci, L, S, gq, wq);
+                if (path_mb && memcmp(bal, layers, sizeof(int) * (size_t)S)) n_differ++;
             }
+    CHECK(n_differ > 50, "the path-aware split differs from the balanced one in %d cases only", n_differ);
+    /* Uniform cost, 8 layers on 4 stages, 4 microbatches: balanced 2,2,2,2 has the last stage's path 2 + 6/4 = 3.5;
+     * path-aware 3,2,2,1 (paths 3, 2.75, 3.25, 2.75) */
+    partition_auto_path(8, 4, (PartitionCost){0, 0, 1}, 4, NULL, NULL, l4);
+    CHECK(l4[0] == 3 && l4[1] == 2 && l4[2] == 2 && l4[3] == 1, "path-aware split %d,%d,%d,%d", l4[0], l4[1], l4[2], l4[3]);
+    double c4[4], p4[4];
+    partition_stage_costs(4, l4, (PartitionCost){0, 0, 1}, c4);
+    CHECK(partition_stage_paths(4, c4, 4, p4) == 3.25 && p4[0] == 3 && p4[1] == 2.75 && p4[3] == 2.75, "paths %g %g %g %g",
+          p4[0], p4[1], p4[2], p4[3]);
+    CHECK(partition_stage_paths(4, c4, 0, NULL) == 3, "M = 0: the max stage cost");
+    /* with a fits test (the trainer's memory budget): the optimum over the splits that fit, or -1 when none does */
+    const int cap[5] = {3, 2, 4, 3, 5};
+    int n_fit = 0;
+    for (int ci = 0; ci < 5; ci++)
+        for (path_mb = 0; path_mb <= 4; path_mb += 2)
+            for (int L = 5; L <= 18; L++) { /* 18: over the caps (17), no split fits */
+                int layers[5], cur[5];
+                double want = brute_cap(L, 5, costs[ci], cap, cur, 0, L);
+                int rc = partition_auto_path(L, 5, costs[ci], path_mb, cap_fits, (void*)cap, layers);
+                CHECK((rc == 0) == (want < 1e300), "fits: cost %d M=%d L=%d: rc %d, optimum %g", ci, path_mb, L, rc, want);
+                if (rc != 0) continue;
+                n_fit++;
+                for (int s = 0; s < 5; s++) CHECK(layers[s] <= cap[s], "fits: L=%d stage %d holds %d", L, s, layers[s]);
+                CHECK(max_cost(5, layers, costs[ci]) <= want * (1 + 1e-12), "fits: cost %d M=%d L=%d: %g > optimum %g", ci,
+                      path_mb, L, max_cost(5, layers, costs[ci]), want);
+            }
+    CHECK(n_fit > 100, "fits: %d cases split", n_fit);
+    path_mb = 0;
+
     /* Uniform cost: 8 layers on 4 stages is 2,2,2,2; a heavy first stage gets fewer layers. */
-    int l4[4];
     partition_auto(8, 4, (PartitionCost){0, 0, 1}, l4);
     CHECK(l4[0] == 2 && l4[1] == 2 && l4[2] == 2 && l4[3] == 2, "uniform split %d,%d,%d,%d", l4[0], l4[1], l4[2], l4[3]);
     partition_auto(8, 2, (PartitionCost){4, 0, 1}, l4);

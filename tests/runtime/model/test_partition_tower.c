@@ -2,7 +2,8 @@
  * least max stage cost, of those the least sum of squares; checked by brute force over every contiguous split of
  * [tower blocks][LM blocks] with the stage costs computed here from the unit definitions), it is taken exactly when
  * the tower costs more than a stage's share and lowers the max, else the split is partition_auto's with the whole
- * tower on stage 0; and on the 7B models: LLaVA-NeXT's tower leaves stage 0 at 32 stages, LLaVA-1.5's at 8 stays. */
+ * tower on stage 0; the same with the path-aware objective (partition_auto_tower_path, M microbatches: a stage's cost plus 1/M of the
+ * earlier stages'); and on the 7B models: LLaVA-NeXT's tower leaves stage 0 at 32 stages, LLaVA-1.5's at 8 stays. */
 #include <stdio.h>
 #include <string.h>
 
@@ -26,9 +27,15 @@ static void chain_costs(int S, const int* take, PartitionCost c, PartitionTower 
     }
 }
 
+/* the objective: the max stage cost, or with path_mb = M > 0 the max of a stage's cost plus 1/M of the earlier ones' */
+static int path_mb;
 static double max_of(int S, const double* x) {
-    double m = 0;
-    for (int s = 0; s < S; s++) m = x[s] > m ? x[s] : m;
+    double m = 0, before = 0;
+    for (int s = 0; s < S; s++) {
+        double p = x[s] + (path_mb > 0 ? before / path_mb : 0);
+        m = p > m ? p : m;
+        before += x[s];
+    }
     return m;
 }
 static double sq_of(int S, const double* x) {
@@ -60,14 +67,17 @@ int main(void) {
     /* {first_extra, last_extra, per_layer} with the tower's part {in, layer, layers}: towers cheap to heavy */
     PartitionCost costs[] = {{2, 0.5, 1}, {9, 0.3, 1}, {4, 0, 1}, {3, 1.5, 1}, {0, 0, 1}, {6.5, 0.7, 1.3}};
     PartitionTower towers[] = {{0.5, 0.5, 3}, {1, 2, 4}, {0.2, 1.2, 3}, {0, 1, 2}, {0, 0, 0}, {0.4, 1.9, 3}};
-    int n_spans = 0, n_cases = 0;
-    for (size_t ci = 0; ci < sizeof costs / sizeof costs[0]; ci++)
+    int n_spans = 0, n_cases = 0, n_path_spans = 0;
+    for (size_t cj = 0; cj < 3 * sizeof costs / sizeof costs[0]; cj++)
         for (int S = 1; S <= 5; S++)
             for (int L = S; L <= 7; L++) {
+                size_t ci = cj % (sizeof costs / sizeof costs[0]);
                 PartitionCost c = costs[ci];
+                path_mb = (int)(cj / (sizeof costs / sizeof costs[0])) * 2; /* 0 (balance), 2, 4 */
                 PartitionTower tt = towers[ci];
                 int tower[16], layers[16], ref[16], take[16];
-                int rc = partition_auto_tower(L, S, c, tt, tower, layers);
+                int rc = path_mb ? partition_auto_tower_path(L, S, c, tt, path_mb, tower, layers)
+                                 : partition_auto_tower(L, S, c, tt, tower, layers);
                 CHECK(rc == 0 || rc == 1, "cost %zu L=%d S=%d: rc %d", ci, L, S, rc);
                 int st = 0, sl = 0;
                 for (int s = 0; s < S; s++) {
@@ -86,8 +96,8 @@ int main(void) {
                 for (int s = 0; s < S; s++)
                     CHECK(got[s] > want[s] - 1e-9 && got[s] < want[s] + 1e-9, "cost %zu L=%d S=%d stage %d: %g vs %g",
                           ci, L, S, s, got[s], want[s]);
-                /* the classic split: partition_auto's, costed as partition_stage_costs */
-                partition_auto(L, S, c, ref);
+                /* the classic split: partition_auto's (path-aware: partition_auto_path's), costed as partition_stage_costs */
+                partition_auto_path(L, S, c, path_mb, NULL, NULL, ref);
                 double cl[16];
                 partition_stage_costs(S, ref, c, cl);
                 double tw = tt.in + tt.layers * tt.layer;
@@ -99,6 +109,7 @@ int main(void) {
                 n_cases++;
                 if (rc == 1) {
                     n_spans++;
+                    n_path_spans += path_mb > 0;
                     CHECK(max_of(S, got) <= opt * (1 + 1e-12), "cost %zu L=%d S=%d: max %g > optimum %g", ci, L, S,
                           max_of(S, got), opt);
                     double wq = brute(S, c, tt, 1, opt * (1 + 1e-9), take, 0, tt.layers + L);
@@ -114,6 +125,8 @@ int main(void) {
             }
     CHECK(n_spans > 10 && n_spans < n_cases - 10, "both outcomes exercised: %d of %d cases split the tower", n_spans,
           n_cases);
+    CHECK(n_path_spans > 10, "path-aware: %d cases split the tower", n_path_spans);
+    path_mb = 0;
     CHECK(partition_auto_tower(0, 2, costs[0], towers[0], (int[2]){0}, (int[2]){0}) == -1, "L = 0 refused");
 
     /* The 7B models at their step's budget (runtime/sim/calib.c's assumptions): LLaVA-NeXT (CLIP-L/14-336 over every

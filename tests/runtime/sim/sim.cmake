@@ -7,3 +7,6 @@ add_test(NAME sched_ref COMMAND ${RRFP_PYTHON} ${CMAKE_SOURCE_DIR}/tests/runtime
 # the calibrated generator with the tower's blocks over stages (--tower-split): work moved, not made; stage 0 relieved
 add_test(NAME calib_tower COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "calib tower: ok"
          bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/calib_tower.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})
+# the path-aware split (--partition, parallel.partition): the simulator's split is the dry run's; lower bound and step fall
+add_test(NAME calib_partition COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "calib partition: ok"
+         bash ${CMAKE_SOURCE_DIR}/tests/runtime/sim/calib_partition.sh $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR})

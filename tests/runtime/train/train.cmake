@@ -565,12 +565,12 @@ add_test(NAME recipe_dry_run_7b_qlora
          COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "dry run qlora: ok" ${RRFP_PYTHON}
                  ${CMAKE_SOURCE_DIR}/tests/runtime/train/dry_run_qlora.py $<TARGET_FILE:rrfp-mm> ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-7b-qlora.ini)
 # LLaVA-1.5-13B stage 2 on one node of 8 x 80 GB (an 80 GB device less the 5% reserve: 75 GiB a rank): the recipe (pp 8,
-# selective recompute) and its run without recompute both fit the budget with the time-balanced split (no re-split)
+# selective recompute) and its run without recompute both fit the budget with the automatic (path-aware) split (no re-split)
 add_test(NAME recipe_dry_run_13b_80g COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0
-         "total +13\\.[0-9][0-9]B.*LM layers per virtual stage: 5,5,5,5,5,5,5,5 \\(cost-balanced\\).* 0 +5\\+ViT .*<= 75\\.00 GiB.*largest rank: 5[0-9]\\.[0-9][0-9] GiB"
+         "total +13\\.[0-9][0-9]B.*LM layers per virtual stage: 5,6,5,5,5,5,5,4 \\(path-aware\\).* 0 +5\\+ViT .*<= 75\\.00 GiB.*largest rank: 5[0-9]\\.[0-9][0-9] GiB"
          $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-13b.ini --dry-run --set runtime.memory_budget=75)
 add_test(NAME recipe_dry_run_13b_80g_none COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0
-         "LM layers per virtual stage: 5,5,5,5,5,5,5,5 \\(cost-balanced\\).*largest rank: [67][0-9]\\.[0-9][0-9] GiB"
+         "LM layers per virtual stage: 5,6,5,5,5,5,5,4 \\(path-aware\\).*largest rank: [67][0-9]\\.[0-9][0-9] GiB"
          $<TARGET_FILE:rrfp-mm> train ${CMAKE_SOURCE_DIR}/recipes/llava-1.5-13b.ini --dry-run --set runtime.memory_budget=75
          --set train.recompute=none)
 # The vision tower over live pipeline stages (parallel.tower_layers, parallel.tower_split = auto): pp 2 and 3 against one

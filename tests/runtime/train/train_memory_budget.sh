@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # train_memory_budget.sh — runtime.memory_budget on the published LLaVA-1.5-7B recipe (dry run: nothing is
-# allocated). Under 1F1B its time-balanced split (4 LM layers a rank at pp 8) puts the CLIP tower and the most
-# microbatches in flight on rank 0, which then needs about 30 GiB while rank 7 needs 11.
+# allocated). Under 1F1B its automatic split (parallel.partition = path: 4,5,4,4,4,4,4,3 at pp 8) puts the CLIP tower
+# and the most microbatches in flight on rank 0, which then needs about 29 GiB while rank 7 needs 11.
 #   1. budget 25 GiB: another split fits and is taken: the layers line says "memory-fitted", the split differs from
-#      the time-balanced one, and every rank's total (read from the table) is within 25 GiB;
+#      the automatic one, and every rank's total (read from the table) is within 25 GiB;
 #   2. budget 12 GiB: no split fits: exit 1, the error names rank 0 and lists changes that fit; each suggested
 #      change, applied, passes the dry run under the same budget with every rank within it;
 #   3. parallel.layers given by hand over the budget: refused (not re-split), naming parallel.layers;
-#   4. budget 100 GiB: the time-balanced split, unchanged;
+#   4. budget 100 GiB: the automatic split, unchanged;
 #   5. pp 4 x dp 2 over the budget: parallel.zero=1 suggested, and it fits.
 # Usage: train_memory_budget.sh RRFP_MM RECIPE
 set -uo pipefail
@@ -24,12 +24,12 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 "$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=100 >"$out/t100" 2>&1 || fail "budget 100: $(cat "$out/t100")"
-balanced=$(sed -n 's/^LM layers per virtual stage: \([0-9,]*\) (cost-balanced)$/\1/p' "$out/t100")
-[ -n "$balanced" ] || fail "budget 100: the split is not the cost-balanced one: $(grep 'LM layers' "$out/t100")"
+balanced=$(sed -n 's/^LM layers per virtual stage: \([0-9,]*\) (path-aware)$/\1/p' "$out/t100")
+[ -n "$balanced" ] || fail "budget 100: the split is not the automatic (path-aware) one: $(grep 'LM layers' "$out/t100")"
 totals_within 100 "$out/t100" || fail "budget 100: a rank over the budget"
 need0=$(awk '$1 == "0" && NF >= 15 { print $14 " " $15 }' "$out/t100")
 [ -n "$need0" ] || fail "budget 100: no rank 0 row"
-echo "ok   budget 100 GiB: cost-balanced $balanced, rank 0 needs $need0"
+echo "ok   budget 100 GiB: path-aware $balanced, rank 0 needs $need0"
 
 "$BIN" train "$RECIPE" --dry-run --set runtime.memory_budget=25 >"$out/t40" 2>&1 || fail "budget 25: $(cat "$out/t40")"
 line=$(grep '^LM layers per virtual stage:' "$out/t40")
