@@ -63,9 +63,9 @@ static void fwd(void* p) {
         c->cu->ops->attention_forward(c->cu, be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd), c->cu_d, c->S, c->T, c->H, c->H, c->d, ld,
                                  ld, c->causal);
     } else {
-        uint16_t* q = (uint16_t*)c->qkv;
-        c->flash(1, 0, c->out, NULL, NULL, c->lse, NULL, NULL, q, q + hd, q + 2 * hd, c->cu_d, c->S, c->T, c->H, c->H, c->d,
-                 ld, ld, hd, c->causal);
+        Buf q = buf_of(c->qkv, DTYPE_BF16), none = buf_of(NULL, DTYPE_BF16);
+        c->flash(0, buf_of(c->out, DTYPE_BF16), none, none, c->lse, none, none, q, buf_at(q, hd), buf_at(q, 2 * (size_t)hd),
+                 c->cu_d, c->S, c->T, c->H, c->H, c->d, ld, ld, hd, c->causal);
     }
 }
 static void bwd(void* p) {
@@ -76,9 +76,10 @@ static void bwd(void* p) {
         c->cu->ops->attention_backward(c->cu, g, g + hd, g + 2 * hd, NULL, NULL, NULL, 0, buf_f32((float*)c->dout), be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd),
                                   c->cu_d, c->S, c->T, c->H, c->H, c->d, ld, ld, c->causal);
     } else {
-        uint16_t *q = (uint16_t*)c->qkv, *g = (uint16_t*)c->dqkv;
-        c->flash(1, 1, g, g + hd, g + 2 * hd, c->lse, c->dout, c->out, q, q + hd, q + 2 * hd, c->cu_d, c->S, c->T, c->H,
-                 c->H, c->d, ld, ld, hd, c->causal);
+        Buf q = buf_of(c->qkv, DTYPE_BF16), g = buf_of(c->dqkv, DTYPE_BF16);
+        c->flash(1, g, buf_at(g, hd), buf_at(g, 2 * (size_t)hd), c->lse, buf_of(c->dout, DTYPE_BF16),
+                 buf_of(c->out, DTYPE_BF16), q, buf_at(q, hd), buf_at(q, 2 * (size_t)hd), c->cu_d, c->S, c->T, c->H, c->H,
+                 c->d, ld, ld, hd, c->causal);
     }
 }
 

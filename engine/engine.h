@@ -66,6 +66,11 @@ static inline uint16_t* buf_bf16p(Buf b) {
     RR_ASSERT((!b.p || b.dt == DTYPE_BF16) && "a 2-byte bf16 buffer");
     return (uint16_t*)b.p;
 }
+/* An f32 gradient g as a backward GEMM reads it (linear_backward's dout): its 2-byte mirror m16 where the pass that
+ * finished g stored one (BackendOps, "2-byte output gradients"), else g's f32 words; buf_grad32 is the f32 dout32
+ * that goes with it (g where the GEMMs read the mirror, so that a bias sums the f32 values; else NULL). */
+static inline Buf buf_grad(const float* g, const uint16_t* m16) { return m16 ? buf_bf16(m16) : buf_f32(g); }
+static inline const float* buf_grad32(const float* g, const uint16_t* m16) { return m16 ? g : NULL; }
 
 #define TENSOR_MAX_DIMS 4 /* safetensors entries and parameter shapes */
 
@@ -147,6 +152,7 @@ typedef struct {
     int max_T, max_S, H, d, ld_qkv;
     int rope;
     RopeFreq rope_freq;
+    DType act; /* the storage of the call's q, k, v and out (the stage's activations; DTYPE_F32 when left 0) */
 } AttnReserve;
 
 /* ------------------------------------------------------------------------------------------------
@@ -235,8 +241,8 @@ typedef struct BackendDevice {
      * first-run check, engine/cuda/attention_scratch.h), so that no training step allocates device
      * memory (a stage's memory comes from its budget, allocated once). Scratch only grows; a call with
      * smaller sizes does nothing. An attention call larger than its reservation runs the backend's own
-     * kernel (no scratch) instead of allocating. What is reserved follows be's precision and storage.
-     * The CPU device has none. */
+     * kernel (no scratch) instead of allocating. What is reserved follows be's precision and each attention
+     * call's storage (AttnReserve.act). The CPU device has none. */
     void (*reserve)(const struct Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn);
     /* The profiler, process-wide (NULL on the CPU device): profile(1) starts recording every op called
      * through a Backend on this device, profile(0) stops; profile_take waits for the recorded work and
@@ -490,37 +496,32 @@ typedef struct Backend {
     Precision precision;
     /* The same device's Backend that computes in bf16 (its own bf16_variant is itself). */
     const struct Backend* bf16_variant;
-    /* The storage of the compute copy of every 2-D parameter (GEMM weights, embedding tables) as the ops
-     * read it (their `weight` / `table` buffers, engine/params.h). DTYPE_BF16 (the CUDA bf16 tables): n
-     * values take 2n bytes, each the bf16 word rr_f32_to_bf16 gives, and the GEMMs hand them to cuBLASLt
-     * as they are (no conversion in a step). DTYPE_F32 (every other table, the CPU's bf16 reference
-     * included): f32 words, in bf16 tables holding bf16 values. 1-D parameters (norm weights, biases) are
-     * f32 words on every table, but GEMM biases where bias_dtype is 2-byte (below). */
+    /* The storage of the compute copies the ops read as weights: every 2-D parameter (GEMM weights, embedding
+     * tables: the ops' `weight` / `table` buffers, engine/params.h) and every GEMM bias (params_mark_gemm_bias:
+     * linear_forward's and linear_gelu_forward's `bias`). DTYPE_BF16 (the CUDA bf16 tables): n values take 2n
+     * bytes, each the bf16 word rr_f32_to_bf16 gives, written by adamw_update_copy, and the GEMMs hand them to
+     * cuBLASLt as they are (no conversion in a step; cuBLASLt's epilogue takes a bf16 D's bias as it is, and the
+     * f32-word bf16 table widens it, exact). DTYPE_F32 (every other table, the CPU's bf16 reference included): f32
+     * words, in bf16 tables holding bf16 values. Other 1-D parameters (norm weights and biases) are f32 words on
+     * every table. */
     DType weight_dtype;
-    /* How the ops store ACTIVATIONS (docs/cuda.md "bf16 storage"): DTYPE_F32 (every table but one: f32
-     * words, in bf16 tables holding bf16 values) or DTYPE_BF16 (the CUDA backend's bf16-activation table:
-     * n values take 2n bytes, each the word rr_f32_to_bf16 gives). The numerics are the bf16 table's: the
-     * same values at the same rounding points, only the storage differs. The activations are the Buf
-     * arguments of the ops but `weight` / `table` (weight_dtype) and a linear's `bias` (bias_dtype); both
-     * of rows_gather_forward's `out` and `table` are activations (a caller with an f32-word table, a
-     * parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches
-     * arrive 2-byte, narrowed on the host: vision.h vit_forward). be_act below types an address so. Every
-     * float* of the ops is f32 words: activation GRADIENTS d*, which stay f32 by the numerics contract,
-     * norm statistics mean / rstd, attention and cross-entropy lse, loss_sum, 1-D weights, the
-     * optimiser's buffers. On the bf16-activation table linear_backward and attention_backward
-     * convert an f32 dout to bf16 scratch; the model passes the 2-byte dout its producer stored instead (a
-     * Buf of dtype bf16: "2-byte output gradients" at BackendOps). attention_decode is NULL there (generation keeps the bf16 table).
-     * No op reads act_dtype or bias_dtype (each dispatches on its Bufs' dtypes): they say what the model allocates
-     * and how it types a bare address (be_act, be_bias, the parameter table's compute copies), and what the device
-     * reserves (BackendDevice.reserve). */
+    /* The ACTIVATION storage this table's ops take (docs/cuda.md "bf16 storage"): DTYPE_F32 (every table but one:
+     * f32 words, in bf16 tables holding bf16 values) or DTYPE_BF16 (the CUDA backend's bf16-activation table,
+     * whose entries are 2-byte kernels: n values take 2n bytes, each the word rr_f32_to_bf16 gives). It describes
+     * the ops, not a model: a stage chooses its storage (LmConfig.act_bytes, VitConfig.act_bytes; runtime/model
+     * stage_init_tp) and runs on the table that takes it (act_bf16_variant below). The numerics are the bf16
+     * table's: the same values at the same rounding points, only the storage differs. The activations are the Buf
+     * arguments of the ops but `weight` / `table` and a linear's `bias` (weight_dtype); both of
+     * rows_gather_forward's `out` and `table` are activations (a caller with an f32-word table, a parameter's
+     * compute copy holding bf16 values, narrows it first with to_bf16; the input patches arrive 2-byte, narrowed
+     * on the host: vision.h vit_forward). be_act below types an address so. Every float* of the ops is f32 words:
+     * activation GRADIENTS d*, which stay f32 by the numerics contract, norm statistics mean / rstd, attention and
+     * cross-entropy lse, loss_sum, 1-D weights, the optimiser's buffers. On the bf16-activation table
+     * linear_backward and attention_backward convert an f32 dout to bf16 scratch; the model passes the 2-byte dout
+     * its producer stored instead (a Buf of dtype bf16: "2-byte output gradients" at BackendOps). attention_decode
+     * is NULL there (generation keeps the bf16 table). No op reads act_dtype (each dispatches on its Bufs'
+     * dtypes), nor does the device's reserve (each attention call's storage is its AttnReserve.act). */
     DType act_dtype;
-    /* Storage of a linear's bias as linear_forward / linear_gelu_forward read it (their `bias`): DTYPE_BF16
-     * on the CUDA bf16 tables (n values in 2n bytes, rr_f32_to_bf16's words: the 2-byte compute copy of a
-     * GEMM bias, written by adamw_update_copy like a 2-D weight's, engine/params.h params_mark_gemm_bias;
-     * cuBLASLt's epilogue takes a bf16 D's bias as it is, and the f32-word bf16 table widens it, exact);
-     * DTYPE_F32 (f32 words) on every other table. Other 1-D parameters (norm weights and biases) stay f32
-     * words everywhere. */
-    DType bias_dtype;
     /* The same device's Backend with act_dtype = DTYPE_BF16 and this one's numerics (NULL: none; the CUDA
      * bf16 table's is the bf16-activation table, which names itself). A stage runs on it only where every
      * module it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM, the tower
@@ -532,8 +533,6 @@ typedef struct Backend {
     void* stream;
 } Backend;
 
-/* The typed buffer at p of what a Backend stores there: an activation (act_dtype), a 2-D weight's
- * compute copy or an embedding table (weight_dtype), a GEMM bias's compute copy (bias_dtype). */
 /* be->dev->alloc(bytes) counted as `tag` (MemTag) in the device's memory split; later allocations count as
  * MEM_WORKSPACE again. */
 static inline void* be_alloc_as(const Backend* be, int tag, size_t bytes) {
@@ -542,9 +541,19 @@ static inline void* be_alloc_as(const Backend* be, int tag, size_t bytes) {
     if (be->dev->memory_tag) be->dev->memory_tag(MEM_WORKSPACE);
     return p;
 }
+/* The first write of an input gradient dinp (n values) by linear_backward from dout: returns its `set`. A GEMM that
+ * reads a 2-byte dout or stores a 2-byte dinp writes it (1: the GEMM's beta 0, no memset); between f32 words dinp
+ * is zeroed here and added into (0). Later GEMMs into the same dinp pass set = 0. */
+static inline int be_dinp_first(const Backend* be, Buf dinp, Buf dout, size_t n) {
+    if (dout.dt != DTYPE_F32 || dinp.dt != DTYPE_F32) return 1;
+    be->dev->memset0(be, dinp.p, n * sizeof(float));
+    return 0;
+}
+/* The typed buffer at p of what a Backend's ops take there: an activation (act_dtype), a 2-D weight's compute copy
+ * or an embedding table (weight_dtype), a GEMM bias's compute copy (weight_dtype too). */
 static inline Buf be_act(const Backend* be, const void* p) { return buf_of(p, be->act_dtype); }
 static inline Buf be_weight(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
-static inline Buf be_bias(const Backend* be, const void* p) { return buf_of(p, be->bias_dtype); }
+static inline Buf be_bias(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
 
 /* A copy of `be` (either precision) whose ops run on `stream` (a cudaStream_t on CUDA; NULL: the
  * backend's compute stream). */

@@ -314,7 +314,7 @@ DType params_compute_dtype(const ParamTable* pt, int i) {
     RR_ASSERT(i >= 0 && i < pt->n && pt->be);
     const ParamSpec* sp = &pt->specs[i];
     if (sp->act_table && pt->act_tables_bf16) return pt->be->weight_dtype;
-    if (sp->ndim == 1 && sp->gemm_bias) return pt->be->bias_dtype;
+    if (sp->ndim == 1 && sp->gemm_bias) return pt->be->weight_dtype;
     return sp->ndim == 2 && !sp->f32_compute ? pt->be->weight_dtype : DTYPE_F32;
 }
 

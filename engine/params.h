@@ -68,12 +68,12 @@ Buf params_weights_buf(const ParamTable* pt, int i);
 float* params_weights(const ParamTable* pt, int i);
 /* Storage of tensor i's compute copy (see ParamTable.compute) and its address. A 2-D tensor is 2-byte
  * bf16 on a table whose weight_dtype is DTYPE_BF16 (the CUDA bf16 table; a params_mark_gemm_bias'd 1-D one where
- * bias_dtype is), so every op that reads it must
+ * weight_dtype is), so every op that reads it must
  * take it as a GEMM weight or an embedding table; a 2-D tensor read any other way (a position embedding
  * added to activations, say) must be marked with params_keep_f32_compute before params_alloc. */
 void params_keep_f32_compute(ParamTable* pt, const char* name); /* dies if no such tensor */
 /* Mark 1-D tensor `name` as a GEMM's bias (read only as linear_forward / linear_gelu_forward's `bias`): its compute
- * copy takes the table's Backend.bias_dtype (2-byte bf16 words on the CUDA bf16 tables, written by AdamW's own pass,
+ * copy takes the table's Backend.weight_dtype (2-byte bf16 words on the CUDA bf16 tables, written by AdamW's own pass,
  * so no step converts it); other 1-D tensors keep f32 words. Before params_alloc; dies if no such 1-D tensor. */
 void params_mark_gemm_bias(ParamTable* pt, const char* name);
 /* Mark tensor `name` as a gather's table read in the activation storage (CLIP's class and position embeddings,

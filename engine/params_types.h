@@ -33,7 +33,7 @@ typedef struct {
     int frozen;     /* no gradient, no AdamW state, no update (train.freeze) */
     int decay;      /* AdamW weight decay applies (2-D weights only) */
     int f32_compute; /* the compute copy stays f32 words even when 2-D (params_keep_f32_compute) */
-    int gemm_bias;   /* a 1-D GEMM bias (params_mark_gemm_bias): its compute copy in the table's Backend.bias_dtype */
+    int gemm_bias;   /* a 1-D GEMM bias (params_mark_gemm_bias): its compute copy in the table's Backend.weight_dtype */
     int act_table;   /* a gather's table read in the activation storage (params_mark_act_table) */
     ParamInit init;
     float init_std; /* for PARAM_INIT_NORMAL */

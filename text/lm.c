@@ -230,20 +230,15 @@ static void lm_tp_residual(const Backend* be, const LmConfig* c, LmScratch* s, B
     be->ops->add_forward(be, out, res, part, n);
 }
 
-/* RoPE over q and k (forward: the activations; else the backward over dq and dk): one pass where the table has
- * rope_qk_* (the same values as the two calls), else rope_forward / rope_backward on each */
-static void lm_rope_qk(const Backend* be, const LmConfig* c, Buf q, Buf k, const int* pos, int T, int H, int Hkv, int d,
-                       int ld_q, int ld_k, int forward) {
-    if (forward && be->ops->rope_qk_forward) {
+/* RoPE over q and k: one pass where the table has rope_qk_forward (the same values as the two calls), else
+ * rope_forward on each (the backward: lm_rope_qk_backward) */
+static void lm_rope_qk_forward(const Backend* be, const LmConfig* c, Buf q, Buf k, const int* pos, int T, int H, int Hkv,
+                               int d, int ld_q, int ld_k) {
+    if (be->ops->rope_qk_forward) {
         be->ops->rope_qk_forward(be, q, k, pos, T, H, Hkv, d, ld_q, ld_k, &c->rope);
-    } else if (!forward && be->ops->rope_qk_backward) {
-        be->ops->rope_qk_backward(be, NULL, 0, buf_f32p(q), NULL, 0, buf_f32p(k), pos, T, H, Hkv, d, ld_q, ld_k, &c->rope, 0, 0);
-    } else if (forward) {
+    } else {
         be->ops->rope_forward(be, q, pos, T, H, d, ld_q, &c->rope);
         be->ops->rope_forward(be, k, pos, T, Hkv, d, ld_k, &c->rope);
-    } else {
-        be->ops->rope_backward(be, buf_f32p(q), pos, T, H, d, ld_q, &c->rope);
-        be->ops->rope_backward(be, buf_f32p(k), pos, T, Hkv, d, ld_k, &c->rope);
     }
 }
 
@@ -260,7 +255,7 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     lm_lora_forward(be, c, w, a, s, seq, LM_LORA_Q, a->n1, a->q); /* no-ops without LoRA */
     lm_lora_forward(be, c, w, a, s, seq, LM_LORA_K, a->n1, a->k);
     lm_lora_forward(be, c, w, a, s, seq, LM_LORA_V, a->n1, a->v);
-    lm_rope_qk(be, c, a->q, a->k, seq->pos, T, H, Hkv, d, Dq, Dkv, 1);
+    lm_rope_qk_forward(be, c, a->q, a->k, seq->pos, T, H, Hkv, d, Dq, Dkv);
     if (seq->kv_k) {
         RR_ASSERT(lm_act_bytes(c) == 4 && "generation's KV cache holds f32 words");
         /* generation: append this call's keys and values to the cache (Dkv wide), attend to every cached row */
@@ -292,124 +287,93 @@ void lm_block_forward(const Backend* be, const LmConfig* c, const LmBlockW* w, L
     lm_tp_residual(be, c, s, xout, a->xmid, s->tmp, (size_t)T * D); /* row-parallel down */
 }
 
-/* B with 2-byte activations (2-byte gradient Bufs, engine.h): every GEMM reads a 2-byte output gradient stored by its producer (no conversion pass):
- * the same values as the plain path's conversions, so the same numerics. */
-static void lm_block_backward_input_b16(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
-                                        LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin,
-                                        const float* dxout, float* dxin) {
+/* RoPE undone over dq and dk (one pass where the table has rope_qk_backward). With their 2-byte mirrors dq16, dk16
+ * (2-byte activations) the rotated values go there for the q and k GEMMs, and the f32 ones are rotated too only where
+ * a bias gradient sums them. */
+static void lm_rope_qk_backward(const Backend* be, const LmConfig* c, const LmBlockW* w, LmBlockGrads* g, const int* pos,
+                                int T, int H, int Hkv, int d, int ld_q, int ld_k) {
+    if (be->ops->rope_qk_backward) {
+        int m = g->dq16 != NULL; /* (q and k in one launch) */
+        be->ops->rope_qk_backward(be, g->dq16, m ? ld_q : 0, g->dq, g->dk16, m ? ld_k : 0, g->dk, pos, T, H, Hkv, d, ld_q,
+                                  ld_k, &c->rope, m && w->q_b.p != NULL, m && w->k_b.p != NULL);
+    } else {
+        RR_ASSERT(!g->dq16 && !g->dk16 && "2-byte RoPE gradients need rope_qk_backward");
+        be->ops->rope_backward(be, g->dq, pos, T, H, d, ld_q, &c->rope);
+        be->ops->rope_backward(be, g->dk, pos, T, Hkv, d, ld_k, &c->rope);
+    }
+}
+
+/* B. Each GEMM reads its output gradient as the producer stored it (buf_grad: the 2-byte mirror with 2-byte
+ * activations, no conversion pass; else f32 words), and each input gradient's first write is be_dinp_first's
+ * (written by a GEMM that reads a 2-byte gradient, else zeroed and added into): one path for both storages, the
+ * same values and rounding points. */
+void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
+                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin, const float* dxout,
+                             float* dxin) {
     const BackendOps* b = be->ops;
     int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
+    if (T == 0) return;
+    RR_ASSERT((c->lora_r <= 0 || lm_act_dtype(c) == DTYPE_F32) && "LoRA runs on f32-word activations");
+    int lora = c->lora_r > 0;
     size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
-    RR_ASSERT(g->dgate.dt == DTYPE_BF16 && g->dup.dt == DTYPE_BF16 && s->datt.dt == DTYPE_BF16);
-    /* MLP branch; an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset), later ones add */
-    if (g->dxout16) {
-        b->linear_backward(be, buf_f32(s->dh), NULL, NULL, buf_bf16(g->dxout16), NULL, a->h, w->down_w, T, F, D, 1);
-    } else { /* no 2-byte copy: converted */
-        be->dev->memset0(be, s->dh, TF * sizeof(float));
-        be->ops->linear_backward(be, buf_f32(s->dh), NULL, NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
-    }
-    b->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF); /* stores: no memset */
-    b->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 1);
-    b->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
-    lm_tp_sum(c, g->dn2, TD);
-    be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
-    b->rmsnorm_backward(be, g->dxmid, g->dxmid16, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-    /* attention branch: o's input gradient stored 2-byte by its GEMM (beta 0: no memset) */
-    b->linear_backward(be, s->datt, NULL, NULL, buf_bf16(g->dxmid16), NULL, a->att, w->o_w, T, Dq, D, 1);
-    /* dq, dk (and dv) packed for this T in their block (lm_block_grads_layout; W reads the same pointers): one memset.
-     * dv: 2-byte only, or (q/k/v biases: v's bias sums it) f32 with its 2-byte mirror, both stored by the kernel */
+    /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
+    Buf dout = buf_grad(dxout, g->dxout16);
+    b->linear_backward(be, buf_f32(s->dh), NULL, NULL, dout, NULL, a->h, w->down_w, T, F, D,
+                       be_dinp_first(be, buf_f32(s->dh), dout, TF));
+    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_DOWN, a->h, dxout, s->dh);
+    /* the gradients packed for this T in their blocks (lm_block_grads_layout; W reads the same pointers), so that one
+     * memset zeroes a group: dk (and dv) right after dq, dup right after dgate */
     g->dk = g->dq + lm_pack(TQ);
     if (g->dv) g->dv = g->dk + lm_pack(TK);
+    g->dup = buf_at(g->dgate, lm_pack(TF));
+    /* SwiGLU's backward adds into f32 dgate and dup, and overwrites 2-byte ones (read only by the GEMMs) */
+    if (g->dgate.dt == DTYPE_F32) be->dev->memset0(be, g->dgate.p, (lm_pack(TF) + TF) * sizeof(float));
+    b->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
+    b->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F,
+                       be_dinp_first(be, buf_f32(g->dn2), g->dgate, TD));
+    b->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
+    lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
+    if (lora) { /* whole: after the sum */
+        lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_GATE, a->n2, buf_f32p(g->dgate), g->dn2);
+        lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_UP, a->n2, buf_f32p(g->dup), g->dn2);
+    }
+    be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
+    b->rmsnorm_backward(be, g->dxmid, g->dxmid16, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))); o's input gradient in the activation
+     * storage (2-byte: the GEMM stores it, the attention backward reads it as it is) */
+    Buf dmid = buf_grad(g->dxmid, g->dxmid16);
+    b->linear_backward(be, s->datt, NULL, NULL, dmid, NULL, a->att, w->o_w, T, Dq, D, be_dinp_first(be, s->datt, dmid, TQ));
+    if (lora) lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_O, a->att, g->dxmid, buf_f32p(s->datt));
+    /* dq, dk (and dv): the attention adds. With 2-byte activations dv may be 2-byte only (dv16: zeroed, the kernel
+     * stores dv16 + its gradient narrowed); with q/k/v biases f32 (v's bias sums it) with its 2-byte mirror */
     be->dev->memset0(be, g->dq, (lm_pack(TQ) + (g->dv ? lm_pack(TK) + TK : TK)) * sizeof(float));
     if (!g->dv) be->dev->memset0(be, g->dv16, TK * sizeof(uint16_t));
-    b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, Dkv, s->datt, a->att, a->lse, a->q, a->k, a->v,
-                          seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
-    /* RoPE undone into the 2-byte copies; the f32 ones rotated too where a bias gradient sums them */
-    /* (q and k in one launch) */
-    b->rope_qk_backward(be, g->dq16, Dq, g->dq, g->dk16, Dkv, g->dk, seq->pos, T, H, Hkv, d, Dq, Dkv, &c->rope,
-                        w->q_b.p != NULL, w->k_b.p != NULL);
-    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_bf16(g->dq16), NULL, a->n1, w->q_w, T, D, Dq, 1);
-    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_bf16(g->dk16), NULL, a->n1, w->k_w, T, D, Dkv, 0);
-    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_bf16(g->dv16), NULL, a->n1, w->v_w, T, D, Dkv, 0);
-    lm_tp_sum(c, g->dn1, TD);
+    b->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, g->dv16, g->dv16 ? Dkv : 0, s->datt, a->att, a->lse, a->q,
+                          a->k, a->v, seq->cu_seqlens, seq->S, T, H, Hkv, d, Dq, Dkv, 1);
+    lm_rope_qk_backward(be, c, w, g, seq->pos, T, H, Hkv, d, Dq, Dkv);
+    Buf dq = buf_grad(g->dq, g->dq16);
+    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, dq, NULL, a->n1, w->q_w, T, D, Dq, be_dinp_first(be, buf_f32(g->dn1), dq, TD));
+    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_grad(g->dk, g->dk16), NULL, a->n1, w->k_w, T, D, Dkv, 0);
+    b->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_grad(g->dv, g->dv16), NULL, a->n1, w->v_w, T, D, Dkv, 0);
+    lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
+    if (lora) { /* whole: after the sum */
+        lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_Q, a->n1, g->dq, g->dn1);
+        lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_K, a->n1, g->dk, g->dn1);
+        lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_V, a->n1, g->dv, g->dn1);
+    }
     be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
     b->rmsnorm_backward(be, dxin, g->dxin16, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }
 
-void lm_block_backward_input(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockActs* a,
-                             LmBlockGrads* g, LmScratch* s, const LmSeq* seq, Buf xin, const float* dxout,
-                             float* dxin) {
-    int T = seq->T, D = c->D, d = D / c->H, H, Dq, F, Hkv, Dkv;
-    lm_local_sizes(c, &H, &Dq, &F);
-    lm_local_kv(c, &Hkv, &Dkv);
-    if (T == 0) return;
-    if (lm_act_bytes(c) == 2) {
-        RR_ASSERT(be->act_dtype == DTYPE_BF16 && "2-byte activations need a table that stores them (its ops take 2-byte gradients)");
-        RR_ASSERT(c->lora_r <= 0 && "LoRA runs on f32-word activations");
-        lm_block_backward_input_b16(be, c, w, a, g, s, seq, xin, dxout, dxin);
-        return;
-    }
-    size_t TD = (size_t)T * D, TQ = (size_t)T * Dq, TK = (size_t)T * Dkv, TF = (size_t)T * F;
-    /* MLP branch: xout = xmid + down(silu(gate(n2)) * up(n2)) */
-    be->dev->memset0(be, s->dh, TF * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(s->dh), NULL, NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_DOWN, a->h, dxout, s->dh);
-    /* the gradients that an adding op writes first, zeroed one group a launch: dk, dv and dup re-pointed right after
-     * dq and dgate for this T (their blocks hold max_T rows; W reads the same pointers) */
-    g->dk = g->dq + lm_pack(TQ), g->dv = g->dk + lm_pack(TK), g->dup = buf_at(g->dgate, lm_pack(TF));
-    be->dev->memset0(be, g->dgate.p, (lm_pack(TF) + TF) * sizeof(float)); /* dgate and dup: SwiGLU's backward adds */
-    be->ops->swiglu_backward(be, g->dgate, g->dup, s->dh, a->gate, a->up, TF);
-    be->dev->memset0(be, g->dn2, TD * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
-    be->ops->linear_backward(be, buf_f32(g->dn2), NULL, NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
-    lm_tp_sum(c, g->dn2, TD); /* column-parallel gate, up: partial input gradients */
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_GATE, a->n2, buf_f32p(g->dgate), g->dn2); /* whole: after the sum */
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_UP, a->n2, buf_f32p(g->dup), g->dn2);
-    be->dev->copy_d2d(be, g->dxmid, dxout, TD * sizeof(float));
-    be->ops->rmsnorm_backward(be, g->dxmid, NULL, NULL, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-    /* attention branch: xmid = xin + o(attn(rope(q(n1)), rope(k(n1)), v(n1))) */
-    be->dev->memset0(be, s->datt.p, TQ * sizeof(float));
-    be->ops->linear_backward(be, s->datt, NULL, NULL, buf_f32(g->dxmid), NULL, a->att, w->o_w, T, Dq, D, 0);
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_O, a->att, g->dxmid, buf_f32p(s->datt));
-    be->dev->memset0(be, g->dq, (lm_pack(TQ) + lm_pack(TK) + TK) * sizeof(float)); /* dq, dk, dv: attention adds */
-    be->ops->attention_backward(be, g->dq, g->dk, g->dv, NULL, NULL, NULL, 0, s->datt, a->att, a->lse, a->q, a->k, a->v, seq->cu_seqlens, seq->S,
-                           T, H, Hkv, d, Dq, Dkv, 1);
-    lm_rope_qk(be, c, buf_f32(g->dq), buf_f32(g->dk), seq->pos, T, H, Hkv, d, Dq, Dkv, 0);
-    be->dev->memset0(be, g->dn1, TD * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_f32(g->dq), NULL, a->n1, w->q_w, T, D, Dq, 0);
-    be->ops->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_f32(g->dk), NULL, a->n1, w->k_w, T, D, Dkv, 0);
-    be->ops->linear_backward(be, buf_f32(g->dn1), NULL, NULL, buf_f32(g->dv), NULL, a->n1, w->v_w, T, D, Dkv, 0);
-    lm_tp_sum(c, g->dn1, TD); /* column-parallel q, k, v */
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_Q, a->n1, g->dq, g->dn1); /* whole: after the sum */
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_K, a->n1, g->dk, g->dn1);
-    lm_lora_backward_input(be, c, w, a, g, s, seq, LM_LORA_V, a->n1, g->dv, g->dn1);
-    be->dev->copy_d2d(be, dxin, g->dxmid, TD * sizeof(float));
-    be->ops->rmsnorm_backward(be, dxin, NULL, NULL, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
-}
-
 void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBlockW* w, const LmBlockW* dw,
                               const LmBlockActs* a, const LmBlockGrads* g, const LmSeq* seq, Buf xin, const float* dxout) {
+    const BackendOps* b = be->ops;
     int T = seq->T, D = c->D, H, Dq, F, Hkv, Dkv;
     lm_local_sizes(c, &H, &Dq, &F);
     lm_local_kv(c, &Hkv, &Dkv);
     if (T == 0) return;
-    if (lm_act_bytes(c) == 2) { /* the 2-byte output gradients B stored (lm_block_backward_input_b16) */
-        const BackendOps* b = be->ops;
-        RR_ASSERT(b);
-        if (g->dxout16) b->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_bf16(g->dxout16), NULL, a->h, w->down_w, T, F, D, 0);
-        else be->ops->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
-        b->linear_backward(be, buf_none(), buf_f32p(dw->gate_w), NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
-        b->linear_backward(be, buf_none(), buf_f32p(dw->up_w), NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
-        be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-        b->linear_backward(be, buf_none(), buf_f32p(dw->o_w), buf_f32p(dw->o_b), buf_bf16(g->dxmid16), g->dxmid, a->att, w->o_w, T, Dq, D, 0);
-        b->linear_backward(be, buf_none(), buf_f32p(dw->q_w), buf_f32p(dw->q_b), buf_bf16(g->dq16), g->dq, a->n1, w->q_w, T, D, Dq, 0);
-        b->linear_backward(be, buf_none(), buf_f32p(dw->k_w), buf_f32p(dw->k_b), buf_bf16(g->dk16), g->dk, a->n1, w->k_w, T, D, Dkv, 0);
-        b->linear_backward(be, buf_none(), buf_f32p(dw->v_w), buf_f32p(dw->v_b), buf_bf16(g->dv16), g->dv, a->n1, w->v_w, T, D, Dkv, 0);
-        be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
-        return;
-    }
     for (int t = 0; t < LM_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (no-ops where none) */
         static const int on_n2[LM_LORA_N] = {0, 0, 0, 0, 1, 1, 0};
         Buf x = t == LM_LORA_O ? a->att : t == LM_LORA_DOWN ? a->h : on_n2[t] ? a->n2 : a->n1;
@@ -418,14 +382,19 @@ void lm_block_backward_weight(const Backend* be, const LmConfig* c, const LmBloc
                         : t == LM_LORA_UP ? buf_f32p(g->dup) : dxout;
         lm_lora_backward_weight(be, c, w, dw, a, g, seq, (LmLoraTarget)t, x, dy);
     }
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_f32(dxout), NULL, a->h, w->down_w, T, F, D, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->gate_w), NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->up_w), NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
-    be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
-    /* the biases' gradients (NULL: none or frozen): o's from the whole dxmid, equal on every TP rank */
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->o_w), buf_f32p(dw->o_b), buf_f32(g->dxmid), NULL, a->att, w->o_w, T, Dq, D, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->q_w), buf_f32p(dw->q_b), buf_f32(g->dq), NULL, a->n1, w->q_w, T, D, Dq, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->k_w), buf_f32p(dw->k_b), buf_f32(g->dk), NULL, a->n1, w->k_w, T, D, Dkv, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->v_w), buf_f32p(dw->v_b), buf_f32(g->dv), NULL, a->n1, w->v_w, T, D, Dkv, 0);
-    be->ops->rmsnorm_backward(be, NULL, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
+    /* the output gradients as B left them (buf_grad: the 2-byte mirrors where B stored them; the biases sum the f32
+     * ones); the biases' gradients (NULL: none or frozen): o's from the whole dxmid, equal on every TP rank */
+    b->linear_backward(be, buf_none(), buf_f32p(dw->down_w), NULL, buf_grad(dxout, g->dxout16), NULL, a->h, w->down_w, T, F, D, 0);
+    b->linear_backward(be, buf_none(), buf_f32p(dw->gate_w), NULL, g->dgate, NULL, a->n2, w->gate_w, T, D, F, 0);
+    b->linear_backward(be, buf_none(), buf_f32p(dw->up_w), NULL, g->dup, NULL, a->n2, w->up_w, T, D, F, 0);
+    b->rmsnorm_backward(be, NULL, NULL, dw->norm2_w, g->dn2, a->xmid, w->norm2_w, a->rstd2, T, D);
+    b->linear_backward(be, buf_none(), buf_f32p(dw->o_w), buf_f32p(dw->o_b), buf_grad(g->dxmid, g->dxmid16),
+                       buf_grad32(g->dxmid, g->dxmid16), a->att, w->o_w, T, Dq, D, 0);
+    b->linear_backward(be, buf_none(), buf_f32p(dw->q_w), buf_f32p(dw->q_b), buf_grad(g->dq, g->dq16), buf_grad32(g->dq, g->dq16),
+                       a->n1, w->q_w, T, D, Dq, 0);
+    b->linear_backward(be, buf_none(), buf_f32p(dw->k_w), buf_f32p(dw->k_b), buf_grad(g->dk, g->dk16), buf_grad32(g->dk, g->dk16),
+                       a->n1, w->k_w, T, D, Dkv, 0);
+    b->linear_backward(be, buf_none(), buf_f32p(dw->v_w), buf_f32p(dw->v_b), buf_grad(g->dv, g->dv16), buf_grad32(g->dv, g->dv16),
+                       a->n1, w->v_w, T, D, Dkv, 0);
+    b->rmsnorm_backward(be, NULL, NULL, dw->norm1_w, g->dn1, xin, w->norm1_w, a->rstd1, T, D);
 }

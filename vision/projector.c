@@ -18,7 +18,7 @@ void projector_params_add(ParamTable* pt, const VitConfig* c) {
     params_add(pt, "projector.0.bias", 1, b, PARAM_INIT_ZEROS, 0, 0);
     params_add(pt, "projector.2.weight", 2, w2, PARAM_INIT_NORMAL, c->init_std, 1);
     params_add(pt, "projector.2.bias", 1, b, PARAM_INIT_ZEROS, 0, 0);
-    params_mark_gemm_bias(pt, "projector.0.bias"); /* the GEMMs' biases: 2-byte where bias_dtype is */
+    params_mark_gemm_bias(pt, "projector.0.bias"); /* the GEMMs' biases: 2-byte where weight_dtype is */
     params_mark_gemm_bias(pt, "projector.2.bias");
 }
 
@@ -74,7 +74,7 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     }
     be->ops->linear_forward(be, a->out, a->gelu, w->fc2_w, c->tp > 1 && c->tp_rank != 0 ? buf_none() : w->fc2_b, N, L, c->Dt);
     size_t n = (size_t)N * c->Dt;
-    if (c->tp > 1 && vit_act_bytes(c) == 2) { /* 2-byte partials widened, summed in f32, rounded into 2 bytes */
+    if (c->tp > 1 && a->out.dt == DTYPE_BF16) { /* 2-byte partials widened, summed in f32, rounded into 2 bytes */
         RR_ASSERT(a->tp_sum && be->ops->from_bf16 && be->ops->to_bf16);
         be->ops->from_bf16(be, a->tp_sum, buf_bf16p(a->out), n);
         proj_tp_sum(c, a->tp_sum, n); /* row-parallel projector.2 */
@@ -87,31 +87,24 @@ void projector_forward(const Backend* be, const VitConfig* c, const ProjW* w, Pr
     if (c->tp > 1 && be->precision == PRECISION_BF16) be->ops->round_bf16(be, buf_f32p(a->out), buf_f32p(a->out), n);
 }
 
+/* Each GEMM reads its output gradient as it was stored (buf_grad: the 2-byte copy with 2-byte activations, ProjActs;
+ * else f32 words), and each input gradient's first write is be_dinp_first's: one path for both storages. */
 void projector_backward_input(const Backend* be, const VitConfig* c, const ProjW* w, ProjActs* a, int N,
                               int need_dvin) {
     if (N == 0) return;
     int L = proj_local(c);
     size_t NL = (size_t)N * L;
-    if (vit_act_bytes(c) == 2) { /* the GEMMs read the 2-byte output gradients (2-byte gradient Bufs; ProjActs) */
-        const BackendOps* b = be->ops;
-        RR_ASSERT(b && a->dout16 && a->dfc1_16);
-        /* the input gradients' first writes write them (set = 1: the GEMM's beta 0, no memset) */
-        b->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_bf16(a->dout16), NULL, a->gelu, w->fc2_w, N, L, c->Dt, 1);
-        be->dev->memset0(be, a->dfc1, NL * sizeof(float));
-        b->act_backward(be, a->dfc1, a->dfc1_16, a->dgelu, a->fc1, NL, c->proj_act);
-        if (!need_dvin) return;
-        b->linear_backward(be, buf_f32(a->dvin), NULL, NULL, buf_bf16(a->dfc1_16), NULL, a->vin, w->fc1_w, N, c->D, L, 1);
-        proj_tp_sum(c, a->dvin, (size_t)N * c->D);
-        return;
-    }
-    be->dev->memset0(be, a->dgelu, NL * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_f32(a->dout), NULL, a->gelu, w->fc2_w, N, L, c->Dt, 0);
+    Buf dout = buf_grad(a->dout, a->dout16);
+    be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, dout, NULL, a->gelu, w->fc2_w, N, L, c->Dt,
+                             be_dinp_first(be, buf_f32(a->dgelu), dout, NL));
     be->dev->memset0(be, a->dfc1, NL * sizeof(float));
-    if (c->proj_act != ACT_GELU_TANH) be->ops->act_backward(be, a->dfc1, NULL, a->dgelu, a->fc1, NL, c->proj_act);
+    /* with dfc1's 2-byte copy (projector.0's GEMMs read it) the activation's backward stores it in the same pass */
+    if (c->proj_act != ACT_GELU_TANH || a->dfc1_16) be->ops->act_backward(be, a->dfc1, a->dfc1_16, a->dgelu, a->fc1, NL, c->proj_act);
     else be->ops->gelu_backward(be, a->dfc1, a->dgelu, a->fc1, NL);
     if (!need_dvin) return; /* a frozen vision tower takes no gradient */
-    be->dev->memset0(be, a->dvin, (size_t)N * c->D * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(a->dvin), NULL, NULL, buf_f32(a->dfc1), NULL, a->vin, w->fc1_w, N, c->D, L, 0);
+    Buf dfc1 = buf_grad(a->dfc1, a->dfc1_16);
+    be->ops->linear_backward(be, buf_f32(a->dvin), NULL, NULL, dfc1, NULL, a->vin, w->fc1_w, N, c->D, L,
+                             be_dinp_first(be, buf_f32(a->dvin), dfc1, (size_t)N * c->D));
     proj_tp_sum(c, a->dvin, (size_t)N * c->D); /* column-parallel projector.0 */
 }
 
@@ -119,11 +112,9 @@ void projector_backward_weight(const Backend* be, const VitConfig* c, const Proj
                                int N) {
     if (N == 0) return;
     int L = proj_local(c);
-    if (vit_act_bytes(c) == 2) { /* the 2-byte copies B kept; the biases from the f32 gradients */
-        be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), buf_bf16(a->dout16), a->dout, a->gelu, w->fc2_w, N, L, c->Dt, 0);
-        be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), buf_bf16(a->dfc1_16), a->dfc1, a->vin, w->fc1_w, N, c->D, L, 0);
-        return;
-    }
-    be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), buf_f32(a->dout), NULL, a->gelu, w->fc2_w, N, L, c->Dt, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), buf_f32(a->dfc1), NULL, a->vin, w->fc1_w, N, c->D, L, 0);
+    /* the output gradients as B read them; the biases sum the f32 ones */
+    be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc2_w), buf_f32p(g->fc2_b), buf_grad(a->dout, a->dout16),
+                             buf_grad32(a->dout, a->dout16), a->gelu, w->fc2_w, N, L, c->Dt, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(g->fc1_w), buf_f32p(g->fc1_b), buf_grad(a->dfc1, a->dfc1_16),
+                             buf_grad32(a->dfc1, a->dfc1_16), a->vin, w->fc1_w, N, c->D, L, 0);
 }

@@ -56,7 +56,7 @@ void vit_params_add(ParamTable* pt, const VitConfig* c) {
         vit_add(pt, "vision.pre_ln.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
     } else {
         vit_add(pt, "vision.patch_embed.bias", 1, D, 0, PARAM_INIT_ZEROS, 0);
-        params_mark_gemm_bias(pt, "vision.patch_embed.bias"); /* the GEMMs' biases: 2-byte where bias_dtype is */
+        params_mark_gemm_bias(pt, "vision.patch_embed.bias"); /* the GEMMs' biases: 2-byte where weight_dtype is */
     }
 blocks:
     for (int l = vit_block_lo(c); l < vit_block_hi(c); l++) {
@@ -183,7 +183,7 @@ static void vit_tp_sum(const VitConfig* c, float* buf, size_t n) {
  * (rounded by their GEMM, as the f32-word bf16 table rounds them) are widened into the f32 scratch, summed in f32,
  * and add_f32_forward stores res + sum in 2 bytes: the f32-word run's values (text/lm.c, lm_tp_residual) */
 static void vit_tp_residual(const Backend* be, const VitConfig* c, VitActs* a, Buf out, Buf res, size_t n) {
-    if (c->tp > 1 && vit_act_bytes(c) == 2) {
+    if (c->tp > 1 && a->tmp.dt == DTYPE_BF16) {
         RR_ASSERT(a->tp_sum && be->ops->from_bf16 && be->ops->add_f32_forward);
         be->ops->from_bf16(be, a->tp_sum, buf_bf16p(a->tmp), n);
         vit_tp_sum(c, a->tp_sum, n);
@@ -602,7 +602,7 @@ static void clip_embed_forward(const Backend* be, const VitConfig* c, const VitW
     RR_ASSERT((!w->tables16 || vit_act_bytes(c) == 2) && "2-byte gather tables on a tower with f32-word activations");
     if (w->tables16) { /* the gather's tables are the 2-byte compute copies AdamW writes: no narrowing */
         RR_ASSERT(cls.dt == DTYPE_BF16 && pos.dt == DTYPE_BF16);
-    } else if (vit_act_bytes(c) == 2) { /* the gather's tables in 2-byte words (exact: bf16 values) */
+    } else if (a->emb.dt == DTYPE_BF16) { /* the gather's tables in 2-byte words (exact: bf16 values) */
         be->ops->to_bf16(be, a->cls16, buf_f32p(w->cls), (size_t)D);
         be->ops->to_bf16(be, a->pos16, buf_f32p(w->pos), (1 + (size_t)c->grid * c->grid) * D);
         cls = buf_bf16(a->cls16), pos = buf_bf16(a->pos16);
@@ -699,7 +699,9 @@ void vit_forward_run(const Backend* be, const VitConfig* c, const VitW* w, VitAc
 /* ------------------------------------------------------------------------------------------------
  * Backward: B (input gradients) and W (weight gradients) per block */
 
-/* dxin = d block input (overwritten) from dxout; keeps the gradients W needs in g. */
+/* dxin = d block input (overwritten) from dxout; keeps the gradients W needs in g. Each GEMM reads its output gradient
+ * as the producer stored it (buf_grad: the 2-byte mirror with 2-byte activations, no conversion pass; else f32 words),
+ * and each input gradient's first write is be_dinp_first's: one path for both storages, the same numerics. */
 static void vit_block_backward_input(const Backend* be, const VitConfig* c, const VitBlockW* w, int l,
                                      const VitBlockActs* b, VitBlockGrads* g, VitActs* a, Buf xin,
                                      const float* dxout, float* dxin) {
@@ -708,79 +710,51 @@ static void vit_block_backward_input(const Backend* be, const VitConfig* c, cons
     const int32_t* seq = clip ? a->tok_cu : a->img_cu;
     vit_local(c, &H, &Dq, &Dm);
     size_t ND = (size_t)N * D, NQ = (size_t)N * Dq, N4D = (size_t)N * Dm;
-    if (vit_act_bytes(c) == 2) { /* the GEMMs read 2-byte output gradients stored by their producers (2-byte gradient Bufs, engine.h) */
-        const BackendOps* bb = be->ops;
-        RR_ASSERT(be->act_dtype == DTYPE_BF16 && "2-byte activations need a table that stores them (its ops take 2-byte gradients)");
-        RR_ASSERT(!(c->lora_r > 0 && c->lora_targets) && "the tower's LoRA runs on f32-word activations");
-        const uint16_t* dxout16 = vit_dxout16(a, c, l);
-        uint16_t* datt16 = buf_bf16p(a->datt);
-        /* an input gradient's first write writes it (set = 1: the GEMM's beta 0, no memset) */
-        if (dxout16) {
-            bb->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_bf16(dxout16), NULL, b->gelu, w->fc2_w, N, Dm, D, 1);
-        } else {
-            be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
-            be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
-        }
-        be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
-        bb->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, b->fc1, N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
-        bb->linear_backward(be, buf_f32(g->dln2), NULL, NULL, buf_bf16(g->dfc1_16), NULL, b->ln2, w->fc1_w, N, D, Dm, 1);
-        vit_tp_sum(c, g->dln2, ND);
-        be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-        bb->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd,
-                               N, D);
-        bb->linear_backward(be, buf_bf16(datt16), NULL, NULL, buf_bf16(g->dxmid16), NULL, b->att, w->out_w, N, Dq, D, 1); /* beta 0 */
-        be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-        /* dqkv f32 (qkv's bias sums it) with its 2-byte mirror dqkv16 for qkv's GEMMs: the attention kernels store
-         * dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
-        uint16_t* m16 = g->dqkv16;
-        bb->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip ? m16 + Dq : NULL,
-                               m16 + 2 * Dq, 3 * Dq, buf_bf16(datt16), b->att, b->att_lse, b->qkv, buf_at(b->qkv, Dq),
-                               buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
-        if (!clip) {
-            /* dq and dk in one pass: their 2H heads are adjacent in each row of dqkv and of its mirror */
-            bb->rope2d_backward(be, m16, 3 * Dq, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 1);
-        }
-        bb->linear_backward(be, buf_f32(g->dln1), NULL, NULL, buf_bf16(m16), NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 1);
-        vit_tp_sum(c, g->dln1, ND);
-        be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-        bb->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
-                               N, D);
-        return;
-    }
+    RR_ASSERT((c->lora_r <= 0 || vit_act_dtype(c) == DTYPE_F32) && "the tower's LoRA runs on f32-word activations");
     /* MLP branch: xout = xmid + fc2(gelu(fc1(ln2(xmid)))) */
-    be->dev->memset0(be, a->dgelu, N4D * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
+    Buf dout = buf_grad(dxout, vit_dxout16(a, c, l));
+    be->ops->linear_backward(be, buf_f32(a->dgelu), NULL, NULL, dout, NULL, b->gelu, w->fc2_w, N, Dm, D,
+                             be_dinp_first(be, buf_f32(a->dgelu), dout, N4D));
     if (c->lora_r > 0) /* local: fc2's split input */
         vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC2, buf_f32p(b->gelu), dxout, a->dgelu);
     be->dev->memset0(be, g->dfc1, N4D * sizeof(float));
-    if (clip) be->ops->act_backward(be, g->dfc1, NULL, a->dgelu, b->fc1, N4D, ACT_QUICK_GELU);
+    /* with dfc1's 2-byte mirror (fc1's GEMMs read it) the activation's backward stores it in the same pass */
+    if (clip || g->dfc1_16)
+        be->ops->act_backward(be, g->dfc1, g->dfc1_16, a->dgelu, b->fc1, N4D, clip ? ACT_QUICK_GELU : ACT_GELU_TANH);
     else be->ops->gelu_backward(be, g->dfc1, a->dgelu, b->fc1, N4D);
-    be->dev->memset0(be, g->dln2, ND * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(g->dln2), NULL, NULL, buf_f32(g->dfc1), NULL, b->ln2, w->fc1_w, N, D, Dm, 0);
+    Buf dfc1 = buf_grad(g->dfc1, g->dfc1_16);
+    be->ops->linear_backward(be, buf_f32(g->dln2), NULL, NULL, dfc1, NULL, b->ln2, w->fc1_w, N, D, Dm,
+                             be_dinp_first(be, buf_f32(g->dln2), dfc1, ND));
     vit_tp_sum(c, g->dln2, ND); /* column-parallel fc1: partial input gradients */
     if (c->lora_r > 0) /* whole: after the sum */
         vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_FC1, buf_f32p(b->ln2), g->dfc1, g->dln2);
     be->dev->copy_d2d(be, g->dxmid, dxout, ND * sizeof(float));
-    be->ops->layernorm_backward(be, g->dxmid, NULL, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))) */
-    float* datt = buf_f32p(a->datt);
-    be->dev->memset0(be, datt, NQ * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(datt), NULL, NULL, buf_f32(g->dxmid), NULL, b->att, w->out_w, N, Dq, D, 0);
-    if (c->lora_r > 0) vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_OUT, buf_f32p(b->att), g->dxmid, datt);
+    be->ops->layernorm_backward(be, g->dxmid, g->dxmid16, NULL, NULL, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd,
+                                N, D);
+    /* attention branch: xmid = xin + out(attn(rope2d(qkv(ln1(xin))))); out's input gradient in the activation storage
+     * (2-byte: the GEMM stores it, the attention backward reads it as it is) */
+    Buf dmid = buf_grad(g->dxmid, g->dxmid16);
+    be->ops->linear_backward(be, a->datt, NULL, NULL, dmid, NULL, b->att, w->out_w, N, Dq, D,
+                             be_dinp_first(be, a->datt, dmid, NQ));
+    if (c->lora_r > 0) vit_lora_backward_input(be, c, w, b, g, a, l, VIT_LORA_OUT, buf_f32p(b->att), g->dxmid, buf_f32p(a->datt));
     be->dev->memset0(be, g->dqkv, 3 * NQ * sizeof(float));
-    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, NULL, NULL, NULL, 0, buf_f32(datt), b->att, b->att_lse, b->qkv,
-                           buf_at(b->qkv, Dq), buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq,
-                           3 * Dq, 0);
-    if (!clip) {
-        be->ops->rope2d_backward(be, NULL, 0, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, 0); /* dq and dk, one pass */
-    }
-    be->dev->memset0(be, g->dln1, ND * sizeof(float));
-    be->ops->linear_backward(be, buf_f32(g->dln1), NULL, NULL, buf_f32(g->dqkv), NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
+    /* dqkv f32 (qkv's bias sums it), with 2-byte activations with its 2-byte mirror dqkv16 for qkv's GEMMs: the
+     * attention kernels store dv's (and CLIP's dq, dk's), RoPE's backward the rotated dq, dk's */
+    uint16_t* m16 = g->dqkv16;
+    be->ops->attention_backward(be, g->dqkv, g->dqkv + Dq, g->dqkv + 2 * Dq, clip ? m16 : NULL, clip && m16 ? m16 + Dq : NULL,
+                                m16 ? m16 + 2 * Dq : NULL, m16 ? 3 * Dq : 0, a->datt, b->att, b->att_lse, b->qkv,
+                                buf_at(b->qkv, Dq), buf_at(b->qkv, 2 * (size_t)Dq), seq, a->I, N, H, H, d, 3 * Dq, 3 * Dq, 0);
+    if (!clip) /* dq and dk in one pass: their 2H heads are adjacent in each row of dqkv (and of its mirror) */
+        be->ops->rope2d_backward(be, m16, m16 ? 3 * Dq : 0, g->dqkv, a->prow, a->pcol, N, 2 * H, d, 3 * Dq, m16 != NULL);
+    Buf dqkv = buf_grad(g->dqkv, m16);
+    be->ops->linear_backward(be, buf_f32(g->dln1), NULL, NULL, dqkv, NULL, b->ln1, w->qkv_w, N, D, 3 * Dq,
+                             be_dinp_first(be, buf_f32(g->dln1), dqkv, ND));
     vit_tp_sum(c, g->dln1, ND); /* column-parallel qkv */
     for (int t = VIT_LORA_Q; t <= VIT_LORA_V && c->lora_r > 0; t++) /* whole: after the sum */
         vit_lora_backward_input(be, c, w, b, g, a, l, (VitLoraTarget)t, buf_f32p(b->ln1), g->dqkv, g->dln1);
     be->dev->copy_d2d(be, dxin, g->dxmid, ND * sizeof(float));
-    be->ops->layernorm_backward(be, dxin, NULL, NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
+    be->ops->layernorm_backward(be, dxin, vit_dxin16(a, c, l), NULL, NULL, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd,
+                                N, D);
 }
 
 static void vit_block_backward_weight(const Backend* be, const VitConfig* c, const VitBlockW* w, const VitBlockW* dw,
@@ -788,25 +762,18 @@ static void vit_block_backward_weight(const Backend* be, const VitConfig* c, con
                                       Buf xin, const float* dxout) {
     int N = a->T, D = c->D, H, Dq, Dm;
     vit_local(c, &H, &Dq, &Dm);
-    if (vit_act_bytes(c) == 2) { /* the 2-byte copies B stored; the biases from the f32 gradients */
-        const BackendOps* bb = be->ops;
-        const uint16_t* dxout16 = vit_dxout16(a, c, l);
-        if (dxout16)
-            bb->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_bf16(dxout16), dxout, b->gelu, w->fc2_w, N, Dm, D, 0);
-        else be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
-        bb->linear_backward(be, buf_none(), buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), buf_bf16(g->dfc1_16), g->dfc1, b->ln2, w->fc1_w, N, D, Dm, 0);
-        be->ops->layernorm_backward(be, NULL, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-        bb->linear_backward(be, buf_none(), buf_f32p(dw->out_w), buf_f32p(dw->out_b), buf_bf16(g->dxmid16), g->dxmid, b->att, w->out_w, N, Dq, D, 0);
-        bb->linear_backward(be, buf_none(), buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), buf_bf16(g->dqkv16), g->dqkv, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
-        be->ops->layernorm_backward(be, NULL, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
-        return;
-    }
-    /* the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_f32(dxout), NULL, b->gelu, w->fc2_w, N, Dm, D, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), buf_f32(g->dfc1), NULL, b->ln2, w->fc1_w, N, D, Dm, 0);
+    /* the output gradients as B left them (buf_grad: the 2-byte mirrors where B stored them, the biases summing the f32
+     * ones); the row-parallel biases' gradients (dxout, dxmid are whole) come out whole on every TP rank */
+    const uint16_t* dxout16 = vit_dxout16(a, c, l);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc2_w), buf_f32p(dw->fc2_b), buf_grad(dxout, dxout16),
+                             buf_grad32(dxout, dxout16), b->gelu, w->fc2_w, N, Dm, D, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->fc1_w), buf_f32p(dw->fc1_b), buf_grad(g->dfc1, g->dfc1_16),
+                             buf_grad32(g->dfc1, g->dfc1_16), b->ln2, w->fc1_w, N, D, Dm, 0);
     be->ops->layernorm_backward(be, NULL, NULL, dw->ln2_w, dw->ln2_b, g->dln2, b->xmid, w->ln2_w, b->ln2_mean, b->ln2_rstd, N, D);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->out_w), buf_f32p(dw->out_b), buf_f32(g->dxmid), NULL, b->att, w->out_w, N, Dq, D, 0);
-    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), buf_f32(g->dqkv), NULL, b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->out_w), buf_f32p(dw->out_b), buf_grad(g->dxmid, g->dxmid16),
+                             buf_grad32(g->dxmid, g->dxmid16), b->att, w->out_w, N, Dq, D, 0);
+    be->ops->linear_backward(be, buf_none(), buf_f32p(dw->qkv_w), buf_f32p(dw->qkv_b), buf_grad(g->dqkv, g->dqkv16),
+                             buf_grad32(g->dqkv, g->dqkv16), b->ln1, w->qkv_w, N, D, 3 * Dq, 0);
     be->ops->layernorm_backward(be, NULL, NULL, dw->ln1_w, dw->ln1_b, g->dln1, xin, w->ln1_w, b->ln1_mean, b->ln1_rstd, N, D);
     for (int t = 0; t < VIT_LORA_N && c->lora_r > 0; t++) { /* the adapters' gradients (f32 activations; no-ops where none) */
         static const int x_of[VIT_LORA_N] = {0, 0, 0, 1, 2, 3};
@@ -907,7 +874,7 @@ void vit_backward(const Backend* be, const VitConfig* c, const VitW* w, const Vi
  * A stage's edges (VitConfig.blk0 / blk1): f32 words on the pipeline, the tower's activation storage here */
 
 static void vit_edge_in(const Backend* be, const VitConfig* c, Buf x, const float* h, size_t n) {
-    if (vit_act_bytes(c) == 2) be->ops->to_bf16(be, buf_bf16p(x), h, n); /* exact: bf16 values */
+    if (x.dt == DTYPE_BF16) be->ops->to_bf16(be, buf_bf16p(x), h, n); /* exact: bf16 values */
     else be->dev->copy_d2d(be, buf_f32p(x), h, n * sizeof(float));
 }
 
@@ -920,7 +887,7 @@ void vit_stage_output(const Backend* be, const VitConfig* c, const VitActs* a, f
     RR_ASSERT(!vit_has_top(c) && h);
     size_t n = (size_t)a->T * c->D;
     Buf x = vit_x(a, c, vit_run_hi(c));
-    if (vit_act_bytes(c) == 2) be->ops->from_bf16(be, h, buf_bf16p(x), n); /* widened, exact */
+    if (x.dt == DTYPE_BF16) be->ops->from_bf16(be, h, buf_bf16p(x), n); /* widened, exact */
     else be->dev->copy_d2d(be, h, buf_f32p(x), n * sizeof(float));
 }
 

@@ -395,28 +395,26 @@ static void fa_dev_backward_f32grad(float* dq, float* dk, float* dv, const bf16_
 
 // rrfp_cuda_flash_attention's signature and meaning, with the backward asked for (tests/engine/cuda/test_flash_attn.c and
 // bench/gpu_attn_bench.c built with RR_FA_DEV call it)
-extern "C" __attribute__((visibility("default"))) void rrfp_dev_flash_attention(int bf16, int backward, void* a, void* dk,
-                                                                              void* dv, float* lse, const void* dout,
-                                                                              const void* out, const void* q,
-                                                                              const void* k, const void* v,
-                                                                              const int* cu_seqlens, int S, int T,
-                                                                              int H, int Hkv, int d, int ldq, int ldkv,
-                                                                              int ldo, int causal) {
+extern "C" __attribute__((visibility("default"))) void rrfp_dev_flash_attention(int backward, Buf a, Buf dk, Buf dv,
+                                                                              float* lse, Buf dout, Buf out, Buf q,
+                                                                              Buf k, Buf v, const int* cu_seqlens,
+                                                                              int S, int T, int H, int Hkv, int d,
+                                                                              int ldq, int ldkv, int ldo, int causal) {
     cudaStream_t st = cuda_ctx.stream;
     if (!backward) {
-        rrfp_cuda_flash_attention(bf16, 0, a, dk, dv, lse, dout, out, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
-                                  ldo, causal);
-    } else if (bf16 == 2) {
-        fa_dev_backward_f32grad((float*)a, (float*)dk, (float*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
-                                (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq,
-                                ldkv, ldo, causal, st);
-    } else if (bf16) {
-        fa_dev_backward<bf16_t>((bf16_t*)a, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
-                                (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq,
-                                ldkv, ldo, causal, st);
+        rrfp_cuda_flash_attention(0, a, dk, dv, lse, dout, out, q, k, v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo,
+                                  causal);
+    } else if (q.dt == DTYPE_BF16 && a.dt == DTYPE_F32) {
+        fa_dev_backward_f32grad(buf_f32p(a), buf_f32p(dk), buf_f32p(dv), (const bf16_t*)buf_bf16p(dout),
+                                (const bf16_t*)buf_bf16p(out), lse, (const bf16_t*)buf_bf16p(q), (const bf16_t*)buf_bf16p(k),
+                                (const bf16_t*)buf_bf16p(v), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
+    } else if (q.dt == DTYPE_BF16) {
+        fa_dev_backward<bf16_t>((bf16_t*)buf_bf16p(a), (bf16_t*)buf_bf16p(dk), (bf16_t*)buf_bf16p(dv),
+                                (const bf16_t*)buf_bf16p(dout), (const bf16_t*)buf_bf16p(out), lse,
+                                (const bf16_t*)buf_bf16p(q), (const bf16_t*)buf_bf16p(k), (const bf16_t*)buf_bf16p(v),
+                                cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
     } else {
-        fa_dev_backward<float>((float*)a, (float*)dk, (float*)dv, (const float*)dout, (const float*)out, lse,
-                               (const float*)q, (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
-                               ldo, causal, st);
+        fa_dev_backward<float>(buf_f32p(a), buf_f32p(dk), buf_f32p(dv), buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q),
+                               buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
     }
 }

@@ -325,7 +325,6 @@ const Backend backend_cpu = {
     .bf16_variant = &backend_cpu_bf16,
     .weight_dtype = DTYPE_F32,
     .act_dtype = DTYPE_F32,
-    .bias_dtype = DTYPE_F32,
 };
 
 const Backend backend_cpu_bf16 = {
@@ -335,5 +334,4 @@ const Backend backend_cpu_bf16 = {
     .bf16_variant = &backend_cpu_bf16,
     .weight_dtype = DTYPE_F32,
     .act_dtype = DTYPE_F32,
-    .bias_dtype = DTYPE_F32,
 };

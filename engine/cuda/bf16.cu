@@ -97,7 +97,7 @@ static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 
 // or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
 // included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D). The bias is in D's type:
 // f32 words with an f32 D, 2-byte bf16 with a bf16 D (cuBLASLt takes no f32 bias with a bf16 D: CUBLAS_STATUS_
-// INVALID_VALUE on an H200). The bf16 tables' GEMM biases are 2-byte compute copies (Backend.bias_dtype,
+// INVALID_VALUE on an H200). The bf16 tables' GEMM biases are 2-byte compute copies (Backend.weight_dtype,
 // written by AdamW), given as they are to a bf16 D and widened (exact) for an f32 D.
 // aux: the Aux output of GEMM_LT_EPI_GELU_AUX_BIAS (leading dimension d->aux_ld, D's type), else NULL.
 static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const uint16_t* A, const uint16_t* B, void* C,
@@ -311,7 +311,7 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
 // The bf16 table's numerics with its activations stored as 2-byte bf16 words (engine.h lists which pointer of
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
 // forward's output in bf16, so no conversion or rounding pass runs in a forward GEMM (a biased one reads its bias as the
-// 2-byte compute copy AdamW wrote: Backend.bias_dtype). Its backward GEMMs and attention backward read 2-byte output
+// 2-byte compute copy AdamW wrote: Backend.weight_dtype). Its backward GEMMs and attention backward read 2-byte output
 // gradients stored by their producers (bf16 gradient Bufs: the *_b16 functions here and in norm.cu, elementwise.cu, rope.cu,
 // clip_ops.cu); linear_backward with an f32 dout (converted to bf16 scratch) remains for the gaps (docs/cuda.md,
 // "2-byte output gradients"). What else remains: a cuDNN run checked against the own kernel widens its inputs into f32
@@ -328,7 +328,7 @@ static void bf16_to_f32_cuda(float* out, const uint16_t* inp, size_t n, cudaStre
 }
 void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n) { bf16_to_f32_cuda(out, inp, n, cuda_stream(be)); }
 
-// out (N rows of OC) = the bias in every row, 2-byte (a product over k = 0; the bias is 2-byte: bias_dtype)
+// out (N rows of OC) = the bias in every row, 2-byte (a product over k = 0; the bias is 2-byte: weight_dtype)
 static __global__ void bias_rows_bf16_kernel(uint16_t* out, const uint16_t* bias, size_t n, int OC) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = bias[i % OC];
@@ -481,6 +481,7 @@ static __global__ void add_f32_rows_b16_kernel(uint16_t* out, int ldo, const flo
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn) {
     size_t most = 0;
     for (int i = 0; i < n_attn; i++) {
+        if (attn[i].act != DTYPE_BF16) continue; // f32-word calls read their inputs as they are
         size_t e = (size_t)attn[i].max_T * (3 * (size_t)attn[i].ld_qkv + (size_t)attn[i].H * attn[i].d);
         if (e > most) most = e;
     }

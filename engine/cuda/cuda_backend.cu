@@ -352,8 +352,9 @@ static void cuda_event_destroy(void* ev) {
 }
 
 void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const AttnReserve* attn, int n_attn) {
-    // the bf16-activation table's attention widens its inputs where it calls f32-input kernels (bf16.cu)
-    if (be->act_dtype == DTYPE_BF16) cuda_bf16a_attn_reserve(attn, n_attn);
+    // an attention on 2-byte activations widens its inputs where it calls f32-input kernels (bf16.cu): the calls
+    // whose AttnReserve.act is DTYPE_BF16
+    cuda_bf16a_attn_reserve(attn, n_attn);
     cuda_bf16_reserve(gemm_elems);
     cuda_sum_squares_reserve(sumsq_n);
     // RoPE's cos / sin tables: the positions of the largest call (a sample's positions are below its T), built now
@@ -766,7 +767,6 @@ static const Backend backend_cuda = {
     .bf16_variant = &backend_cuda_bf16,
     .weight_dtype = DTYPE_F32,
     .act_dtype = DTYPE_F32,
-    .bias_dtype = DTYPE_F32,
     .act_bf16_variant = NULL,
 };
 
@@ -779,7 +779,6 @@ const Backend backend_cuda_bf16 = {
     .bf16_variant = &backend_cuda_bf16,
     .weight_dtype = DTYPE_BF16,
     .act_dtype = DTYPE_F32,
-    .bias_dtype = DTYPE_BF16,
     .act_bf16_variant = &backend_cuda_bf16a,
 };
 const Backend backend_cuda_bf16a = {
@@ -789,7 +788,6 @@ const Backend backend_cuda_bf16a = {
     .bf16_variant = &backend_cuda_bf16a,
     .weight_dtype = DTYPE_BF16,
     .act_dtype = DTYPE_BF16,
-    .bias_dtype = DTYPE_BF16,
     .act_bf16_variant = &backend_cuda_bf16a,
 };
 

@@ -1071,33 +1071,38 @@ extern "C" __attribute__((visibility("default"))) int rrfp_cuda_attention_paths(
 
 // ---- for tests and benchmarks (tests/engine/cuda/test_flash_attn.c, bench): the kernels on any storage and head layout --
 
-// bf16 = 1: every tensor but lse is __nv_bfloat16, else float (converted on load, stored unrounded); bf16 = 2: as 1,
-// but the backward's gradients dq, dk, dv are float (cuda_flash_attention_backward_bf16_f32grad).
-// Forward (backward = 0): a = out, lse written; backward: a = dq, dk, dv added to (each may be NULL), lse read.
+// q, k, v, out and dout all f32 or all bf16 (__nv_bfloat16: converted on load; f32 outputs stored unrounded).
+// Forward (backward = 0): a = out, in q's dtype, and lse written; backward: a = dq, dk, dv added to (each may be NULL,
+// typed all the same), in q's dtype, or f32 with bf16 inputs (cuda_flash_attention_backward_bf16_f32grad), lse read.
 // Runs on the backend's compute stream.
-extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention(int bf16, int backward, void* a, void* dk,
-                                                                               void* dv, float* lse, const void* dout,
-                                                                               const void* out, const void* q,
-                                                                               const void* k, const void* v,
-                                                                               const int* cu_seqlens, int S, int T,
-                                                                               int H, int Hkv, int d, int ldq, int ldkv,
-                                                                               int ldo, int causal) {
+extern "C" __attribute__((visibility("default"))) void rrfp_cuda_flash_attention(int backward, Buf a, Buf dk, Buf dv,
+                                                                               float* lse, Buf dout, Buf out, Buf q,
+                                                                               Buf k, Buf v, const int* cu_seqlens,
+                                                                               int S, int T, int H, int Hkv, int d,
+                                                                               int ldq, int ldkv, int ldo, int causal) {
     cudaStream_t st = cuda_ctx.stream;
-    if (bf16 == 2 && backward) // bf16 inputs, f32 gradients of the same strides
-        fa_backward_bf16_f32grad<float>((float*)a, (float*)dk, (float*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
-                                        (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d,
-                                        ldq, ldkv, ldo, ldq, ldkv, causal, st, ldkv);
-    else if (bf16 && !backward)
-        fa_forward<bf16_t>((bf16_t*)a, lse, (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv,
-                           d, ldq, ldkv, ldo, causal, 0, st);
-    else if (bf16)
-        fa_backward<bf16_t>((bf16_t*)a, (bf16_t*)dk, (bf16_t*)dv, (const bf16_t*)dout, (const bf16_t*)out, lse,
-                            (const bf16_t*)q, (const bf16_t*)k, (const bf16_t*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
-                            ldo, causal, st);
+    DType in = q.dt;
+    RR_ASSERT((in == DTYPE_F32 || in == DTYPE_BF16) && k.dt == in && v.dt == in && "q, k, v of one dtype");
+    RR_ASSERT((!backward || (out.dt == in && dout.dt == in)) && "out and dout in q's dtype");
+    RR_ASSERT(dk.dt == a.dt && dv.dt == a.dt && (a.dt == in || (backward && a.dt == DTYPE_F32)) &&
+              "the outputs in q's dtype (or f32 gradients of bf16 inputs)");
+    if (in == DTYPE_BF16 && backward && a.dt == DTYPE_F32) // bf16 inputs, f32 gradients of the same strides
+        fa_backward_bf16_f32grad<float>(buf_f32p(a), buf_f32p(dk), buf_f32p(dv), (const bf16_t*)buf_bf16p(dout),
+                                        (const bf16_t*)buf_bf16p(out), lse, (const bf16_t*)buf_bf16p(q),
+                                        (const bf16_t*)buf_bf16p(k), (const bf16_t*)buf_bf16p(v), cu_seqlens, S, T, H, Hkv,
+                                        d, ldq, ldkv, ldo, ldq, ldkv, causal, st, ldkv);
+    else if (in == DTYPE_BF16 && !backward)
+        fa_forward<bf16_t>((bf16_t*)buf_bf16p(a), lse, (const bf16_t*)buf_bf16p(q), (const bf16_t*)buf_bf16p(k),
+                           (const bf16_t*)buf_bf16p(v), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, 0, st);
+    else if (in == DTYPE_BF16)
+        fa_backward<bf16_t>((bf16_t*)buf_bf16p(a), (bf16_t*)buf_bf16p(dk), (bf16_t*)buf_bf16p(dv),
+                            (const bf16_t*)buf_bf16p(dout), (const bf16_t*)buf_bf16p(out), lse, (const bf16_t*)buf_bf16p(q),
+                            (const bf16_t*)buf_bf16p(k), (const bf16_t*)buf_bf16p(v), cu_seqlens, S, T, H, Hkv, d, ldq,
+                            ldkv, ldo, causal, st);
     else if (!backward)
-        fa_forward<float>((float*)a, lse, (const float*)q, (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d,
-                          ldq, ldkv, ldo, causal, 0, st);
+        fa_forward<float>(buf_f32p(a), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+                          ldo, causal, 0, st);
     else
-        fa_backward<float>((float*)a, (float*)dk, (float*)dv, (const float*)dout, (const float*)out, lse, (const float*)q,
-                           (const float*)k, (const float*)v, cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
+        fa_backward<float>(buf_f32p(a), buf_f32p(dk), buf_f32p(dv), buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q),
+                           buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, ldo, causal, st);
 }

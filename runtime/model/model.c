@@ -762,11 +762,12 @@ int stage_attn_reserve(const Stage* st, int max_tokens, int max_patches, AttnRes
         int mp = c->min_patches > 0 ? c->min_patches : 1;
         out[n++] = (AttnReserve){.max_T = vit_max_tokens(&st->vc, max_patches), .max_S = (max_patches + mp - 1) / mp, .H = c->Hv / tp,
                                  .d = c->Dv / c->Hv, .ld_qkv = 3 * c->Dv / tp,
-                                 .rope = c->vision_arch == VIT_ARCH_CLIP ? 0 : 2}; /* CLIP has no RoPE */
+                                 .rope = c->vision_arch == VIT_ARCH_CLIP ? 0 : 2, /* CLIP has no RoPE */
+                                 .act = vit_act_dtype(&st->vc)};
     }
     if (st->l1 > st->l0)
         out[n++] = (AttnReserve){.max_T = max_tokens, .max_S = max_tokens, .H = c->Ht / tp, .d = c->Dt / c->Ht,
-                                 .ld_qkv = c->Dt / tp, .rope = 1, .rope_freq = st->lc.rope};
+                                 .ld_qkv = c->Dt / tp, .rope = 1, .rope_freq = st->lc.rope, .act = lm_act_dtype(&st->lc)};
     return n;
 }
 

@@ -549,13 +549,9 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         size_t gemm = st->be->precision == PRECISION_BF16 ? params_gemm_operand_elems(&st->params, r->microbatch_tokens, st->be->weight_dtype == DTYPE_BF16) : 0;
         AttnReserve attn[2];
         int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
+        /* each attention call with its storage (AttnReserve.act: 2-byte where the stage runs it on 2-byte activations,
+         * Stage.lbe / vbe), which sets what its scratch holds */
         st->be->dev->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
-        /* what runs on the bf16-activation table (Stage.lbe; the tower too where Stage.vbe is it): its attention's
-         * scratch as well (stage_attn_reserve: the ViT's entry first, the LM's last) */
-        if (st->lbe && st->lbe != st->be && n_attn > 0) {
-            int a0 = st->vbe == st->lbe ? 0 : n_attn - (st->l1 > st->l0 ? 1 : 0);
-            if (a0 < n_attn) st->lbe->dev->reserve(st->lbe, gemm, st->params.gtotal, &attn[a0], n_attn - a0);
-        }
     }
     /* runtime.cuda_graphs: the tower's forward replayed as a graph per shape (runtime/model/vit_graph.c); not under
      * runtime.profile, which times each op apart */

@@ -21,6 +21,10 @@
    float* is made by casting a bare pointer or another pointer cast ((float*)out_, (const float*)dout16,
    (const float*)(const void*)p: the "only an address" idiom) or declared with a 2-byte name (float* dout16). A
    float* carved from scratch ((float*)(base + off), (float*)scratch(n)) holds f32 words and passes.
+5. The model's blocks (text/lm*, vision/) have one path per block for both activation storages: no 2-byte twin
+   function (a name ending _b16, as lm_block_backward_input_b16 was) and no branch on the configured storage (an if
+   whose condition compares act_bytes or an act_dtype of the config: if (lm_act_bytes(c) == 2) {...}). A step chooses
+   by its buffers' dtypes instead (x.dt, buf_grad, be_dinp_first); carving (a ternary in a layout) is not a branch.
 The script first proves on texts of its own that each rule fails what it should and passes a clean text, so a
 broken pattern cannot pass. Exit 0: clean; 1: a finding (printed)."""
 import os
@@ -94,6 +98,35 @@ MODEL_RULES = [
     (re.compile(r"\(\s*(const\s+)?float\s*\*\s*\)\s*\(\s*\(\s*(const\s+)?char\s*\*\s*\)"),
      "a float* computed from a byte offset (buf_at on a Buf)"),
 ]
+
+
+# rule 5: the model's blocks, one path for both activation storages
+TWIN_FN = re.compile(r"\b\w+_b16\s*\(")
+STORAGE_TEST = re.compile(r"act_bytes\b\s*(\([^()]*\))?\s*[!=<>]=?\s*\d|\d\s*[!=<>]=?\s*[\w>.-]*act_bytes\b|"
+                          r"act_dtype\s*\([^()]*\)\s*[!=]=")
+
+
+def branch_findings(path, text):
+    """rule 5 over one file of text/lm* or vision/: a _b16 twin function, an if on the configured storage"""
+    code = strip_comments(text)
+    out = rule_findings(path, code, [(TWIN_FN, "a 2-byte twin function (one path per block: dispatch on the Bufs' dtypes)")])
+    for m in re.finditer(r"\bif\s*\(", code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        if STORAGE_TEST.search(code[m.end():i - 1]):
+            line = code.count("\n", 0, m.start()) + 1
+            out.append("%s:%d: a branch on the configured activation storage (choose by the Bufs' dtypes: x.dt, buf_grad, "
+                       "be_dinp_first)" % (path, line))
+    return out
+
+
+def branch_files(src):
+    for path in model_files(src):
+        rel = os.path.relpath(path, src)
+        if rel.startswith(("vision" + os.sep, "text" + os.sep)):
+            yield path
 
 
 # the compute copies a bf16 table stores in 2 bytes: the GEMMs' weights and biases, the embedding table
@@ -235,6 +268,20 @@ def self_check():
                 "return (float*)((char*)base + i * ab);", "be->ops->b16->linear_backward(be, x);", "return (const float*)((const char*)base + i * ab);"):
         if not model_findings("x.c", bad):
             return "the model scan misses: %s" % bad
+    clean_b = """static void f(const Backend* be, const LmConfig* c, Buf x) {
+        int b16 = lm_act_bytes(c) == 2;
+        g->dq16 = b16 ? arena_alloc(ar, n * 2) : NULL;
+        RR_ASSERT(lm_act_bytes(c) == 4 && "f32 words");
+        if (x.dt == DTYPE_BF16) be->ops->to_bf16(be, buf_bf16p(x), h, n);
+        if (c->tp > 1 && (n + 1) * 2 > 4) g(buf_bf16(m16), rr_f32_to_bf16(v));
+    }"""
+    if branch_findings("text/lm.c", clean_b):
+        return "the branch scan flags clean code: %s" % branch_findings("text/lm.c", clean_b)
+    for bad in ("static void lm_block_backward_input_b16(const Backend* be) {}", "if (lm_act_bytes(c) == 2) {",
+                "if (c->tp > 1 && vit_act_bytes(c) == 2) { x(); }", "} else if (vit_act_bytes(c)==2) f();",
+                "if (c->act_bytes != 4) f();", "if (lm_act_dtype(c) == DTYPE_BF16) f();", "if (2 == c->act_bytes) f();"):
+        if not branch_findings("text/lm.c", clean_b + "\n" + bad):
+            return "the branch scan misses: %s" % bad
     return None
 
 
@@ -261,13 +308,19 @@ def main():
         n += 1
         with open(path, encoding="utf-8") as f:
             findings += model_findings(os.path.relpath(path, src), f.read())
-    if n == 0:
+    nb = 0
+    for path in branch_files(src):
+        nb += 1
+        with open(path, encoding="utf-8") as f:
+            findings += branch_findings(os.path.relpath(path, src), f.read())
+    if n == 0 or nb == 0:
         findings.append("no model source found under %s (vision/, text/, runtime/model/)" % src)
     if findings:
         print("FAIL: a 2-byte buffer may travel as float* (engine/engine.h, Buf):")
         print("\n".join(findings))
         return 1
-    print("lint typed buffers: ok (engine.h op tables, the CUDA entries, the GEMM and cuDNN operands, %d model files)" % n)
+    print("lint typed buffers: ok (engine.h op tables, the CUDA entries, the GEMM and cuDNN operands, %d model files, "
+          "%d of them with one path per block)" % (n, nb))
     return 0
 
 

@@ -8,12 +8,14 @@
 #include <stdio.h>
 
 #include "engine/cuda/attention_path.h"
+#include "engine/engine.h"
 #include "engine/util.h"
 
 typedef int (*AttnPathsFn)(long* counts, int n);
-typedef void (*FlashFn)(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout, const void* out,
-                        const void* q, const void* k, const void* v, const int* cu_seqlens, int S, int T, int H, int Hkv,
-                        int d, int ldq, int ldkv, int ldo, int causal);
+/* engine/cuda/flash_attention.cu rrfp_cuda_flash_attention: the buffers typed (f32 or bf16 inputs; forward a = out,
+ * backward a, dk, dv = the gradients, in the inputs' dtype or f32) */
+typedef void (*FlashFn)(int backward, Buf a, Buf dk, Buf dv, float* lse, Buf dout, Buf out, Buf q, Buf k, Buf v,
+                        const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
 typedef void (*FlashBwdInfoFn)(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
 
 #ifdef RR_CUDA_EMU
@@ -21,14 +23,14 @@ typedef void (*FlashBwdInfoFn)(int* version, int* dkdv_warps, int* dq_kernel, in
 extern "C" {
 #endif
 int backend_cuda_emu_attention_paths(long* counts, int n);
-void backend_cuda_emu_flash_attention(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout,
-                                      const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens,
-                                      int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+void backend_cuda_emu_flash_attention(int backward, Buf a, Buf dk, Buf dv, float* lse, Buf dout, Buf out, Buf q, Buf k,
+                                      Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv,
+                                      int ldo, int causal);
 void backend_cuda_emu_flash_attention_bwd_info(int* version, int* dkdv_warps, int* dq_kernel, int* lpt);
 #ifdef RR_FA_DEV
-void rrfp_dev_flash_attention(int bf16, int backward, void* a, void* dk, void* dv, float* lse, const void* dout,
-                              const void* out, const void* q, const void* k, const void* v, const int* cu_seqlens, int S,
-                              int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo, int causal);
+void rrfp_dev_flash_attention(int backward, Buf a, Buf dk, Buf dv, float* lse, Buf dout, Buf out, Buf q, Buf k, Buf v,
+                              const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq, int ldkv, int ldo,
+                              int causal);
 #endif
 #ifdef __cplusplus
 }

@@ -71,9 +71,9 @@ static float* upw(const Backend* be, const float* h, size_t n) {
     free(b);
     return d;
 }
-/* a GEMM bias in be's storage (bias_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
+/* a GEMM bias in be's storage (weight_dtype: 2-byte words on both CUDA bf16 tables, the compute copy AdamW writes) */
 static float* upb(const Backend* be, const float* h, size_t n) {
-    return be->bias_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
+    return be->weight_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
 }
 /* an activation in be's storage (act_dtype) */
 static float* upa(const Backend* be, const float* h, size_t n) {
@@ -127,7 +127,7 @@ static uint16_t* up16(const Backend* be, const float* h, size_t n);
 static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
     case_name = name;
     size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
-    /* the bias: bf16 values in the tables' bias storage (Backend.bias_dtype: 2-byte words, as the compute copy) */
+    /* the bias: bf16 values in the tables' bias storage (Backend.weight_dtype: 2-byte words, as the compute copy) */
     float *x = hrand(nx, 1, 1), *w = hrand(nw, 0.2f, 1), *b = hrand(OC, 0.5f, 1), *dy = hrand(ny, 1, 0);
     float *dx0 = hrand(nx, 1, 0), *dw0 = hrand(nw, 1, 0), *db0 = hrand(OC, 1, 0);
     const Backend* be[2] = {B16, B16A};
@@ -459,6 +459,7 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
     float *o_d[3], *lse_d[3], *dq_d[3], *dk_d[3], *dv_d[3];
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
+        ar.act = be[t]->act_dtype; /* the call's storage */
         be[t]->dev->reserve(be[t], 0, 0, &ar, 1);
         float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
         int* cu_d = be[t]->dev->alloc((S + 1) * sizeof(int));
@@ -709,6 +710,7 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
     uint16_t *dv16 = NULL, *mq16 = NULL, *mk16 = NULL, *mv16 = NULL;
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
+        ar.act = be[t]->act_dtype; /* the call's storage */
         be[t]->dev->reserve(be[t], 0, 0, &ar, 1);
         float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
         int* cu_d = be[t]->dev->alloc((S + 1) * sizeof(int));

@@ -242,11 +242,11 @@ static float* up(const float* h, size_t n) {
     cu->dev->copy_h2d(cu, d, h, n * sizeof(float));
     return d;
 }
-/* device copy of a GEMM bias in the table's bias storage (Backend.bias_dtype): the bf16 table's are 2-byte bf16
+/* device copy of a GEMM bias in the table's bias storage (Backend.weight_dtype): the bf16 table's are 2-byte bf16
  * words, as the ParamTable's compute copy holds them; h is rounded to bf16 values first on such a table, so that the
  * reference computes with the same bias */
 static float* upb(float* h, size_t n) {
-    if (cu->bias_dtype != DTYPE_BF16) return up(h, n);
+    if (cu->weight_dtype != DTYPE_BF16) return up(h, n);
     uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) h[i] = rr_bf16_to_f32(b[i] = rr_f32_to_bf16(h[i]));
     float* d = cu->dev->alloc((n ? n : 1) * sizeof(uint16_t));
@@ -833,7 +833,7 @@ static void run_attention(const OpCase* tc) {
     int hd = H * d;
     /* cuDNN attention (bf16 table, a device with cuDNN) runs only within the scratch BackendDevice.reserve set
      * aside (no allocation in a call): reserve this case's shape as the trainer reserves a stage's */
-    AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld};
+    AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld, .act = cu->act_dtype};
     cu->dev->reserve(cu, 0, 0, &ar, 1);
     refb->ops->attention_forward(refb, be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T, H, H, d, ld, ld, causal);
     int cudnn_shape = d % 8 == 0 && d <= 128 && T > 0;

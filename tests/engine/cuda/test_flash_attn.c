@@ -227,11 +227,12 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     void* dqkv_d = up(prior, nqkv, bg);
     int* cu_d = (int*)cu->dev->alloc((size_t)(S + 1) * sizeof(int));
     cu->dev->copy_h2d(cu, cu_d, cu_seqlens, (size_t)(S + 1) * sizeof(int));
-    size_t es = bf ? 2 : 4;
-    char* q_d = (char*)qkv_d;
-    char* k_d = q_d + (size_t)H * d * es;
-    char* v_d = k_d + (size_t)Hkv * d * es;
-    flash(bf, 0, out_d, NULL, NULL, lse_d, NULL, NULL, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
+    DType dt = bf ? DTYPE_BF16 : DTYPE_F32, dtg = bg ? DTYPE_BF16 : DTYPE_F32; /* the inputs', the gradients' */
+    Buf q_d = buf_of(qkv_d, dt);
+    Buf k_d = buf_at(q_d, (size_t)H * d);
+    Buf v_d = buf_at(k_d, (size_t)Hkv * d);
+    flash(0, buf_of(out_d, dt), buf_of(NULL, dt), buf_of(NULL, dt), lse_d, buf_of(NULL, dt), buf_of(NULL, dt), q_d, k_d,
+          v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
     float* got = (float*)malloc((nqkv + nout + nlse + 1) * 4);
     down(got, out_d, nout, bf);
     check(c->name, "out", err_of(got, out_r, nout), 0.0078125);
@@ -241,11 +242,11 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
     cu->dev->free(out_d);
     out_d = up(out_r, nout, bf);
     cu->dev->copy_h2d(cu, lse_d, lse_r, nlse * 4);
-    size_t esg = bg ? 2 : 4;
-    char* dq_d = (char*)dqkv_d;
-    char* dk_d = dq_d + (size_t)H * d * esg;
-    char* dv_d = dk_d + (size_t)Hkv * d * esg;
-    flash(c->bf16, 1, dq_d, dk_d, dv_d, lse_d, dout_d, out_d, q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv, ldo, c->causal);
+    Buf dq_d = buf_of(dqkv_d, dtg);
+    Buf dk_d = buf_at(dq_d, (size_t)H * d);
+    Buf dv_d = buf_at(dk_d, (size_t)Hkv * d);
+    flash(1, dq_d, dk_d, dv_d, lse_d, buf_of(dout_d, dt), buf_of(out_d, dt), q_d, k_d, v_d, cu_d, S, T, H, Hkv, d, ldq, ldkv,
+          ldo, c->causal);
     /* the backward that ran is the one asked for */
     int version = 0, warps = 0, dqk = 0, lpt = 0;
     bwd_info(&version, &warps, &dqk, &lpt);

@@ -17,7 +17,7 @@
  *      kind (the profiler scope);
  *   2. no standalone conversion / rounding launch (f32_to_bf16_kernel, round_bf16_kernel, bf16_to_f32_kernel)
  *      in any op: no known gap is left. The ViT's patches arrive as 2-byte words (narrowed on the host), a biased
- *      forward GEMM reads its bias as the 2-byte compute copy AdamW wrote (Backend.bias_dtype), and every backward
+ *      forward GEMM reads its bias as the 2-byte compute copy AdamW wrote (Backend.weight_dtype), and every backward
  *      GEMM and the attention backward read 2-byte output gradients stored by their producers (bf16 gradient Bufs): a call of linear_backward / attention_backward with an f32 dout (converted / narrowed) fails;
  *   3. every op call moves at most 1.3x its `in use` budget (the attention backward's: the least its deterministic
  *      two-kernel algorithm moves, w16_attention_backward);
@@ -60,7 +60,7 @@ static double A_USE = 4; /* bytes of an activation value on the table under test
 #define G16 2      /* an output gradient stored 2-byte by its producer for a GEMM (a bf16 gradient Buf) */
 #define W16 2      /* a 2-D weight's compute copy */
 #define F32B 4        /* statistics, 1-D weights, master weights, moments */
-#define BIASB ((double)dtype_size(inner->bias_dtype)) /* a GEMM bias's compute copy (2 on the CUDA bf16 tables) */
+#define BIASB ((double)dtype_size(inner->weight_dtype)) /* a GEMM bias's compute copy (2 on the CUDA bf16 tables) */
 
 /* The emulation sees pages (4 KiB): an op's buffers are counted from the first to the last page they
  * touch, so an op may show up to two partial pages per buffer more than it moves (a few buffers, read and
@@ -192,7 +192,7 @@ static void w_linear_forward(const Backend* be, Buf out, Buf inp, Buf weight, Bu
     (void)be;
 #define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + (double)N * OC * (a))
     /* a known gap on the bf16 table (its conversion and rounding passes); none on the bf16-activation table, biased or
-     * not (the bias is the 2-byte compute copy AdamW wrote: Backend.bias_dtype) */
+     * not (the bias is the 2-byte compute copy AdamW wrote: Backend.weight_dtype) */
     begin("linear_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LF(A_USE), LF(A_TARGET));
     inner->ops->linear_forward(inner, out, inp, weight, bias, N, C, OC);
     end();

@@ -161,7 +161,7 @@ static void test_marks(void) {
     /* CLIP's gather tables (params_mark_act_table: 2-byte compute copies on a tower with 2-byte activations) */
     CHECK(tab_whole == 2 && whole.specs[pos].act_table, "one process: %d gather-table marked tensors, expected 2 (the "
           "class and position embeddings)", tab_whole);
-    /* the GEMM biases (params_mark_gemm_bias: 2-byte compute copies where Backend.bias_dtype is): the tower's
+    /* the GEMM biases (params_mark_gemm_bias: 2-byte compute copies where Backend.weight_dtype is): the tower's
      * qkv / out / fc1 / fc2 per block and the projector's two; none of the norms' */
     CHECK(bias_whole == 4 * mc.Lv + 2, "one process: %d GEMM-bias marked tensors, expected %d", bias_whole, 4 * mc.Lv + 2);
     for (int T = 2; T <= 4; T += 2)
