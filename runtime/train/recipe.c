@@ -775,12 +775,14 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
      * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
      * sizes and the vocabulary */
     int S = r->pp * r->chunks;
-    /* with parallel.tower_layers stages before the first LM one hold tower blocks alone (train_tower_split checks them) */
-    if (S > r->text_layers + (r->tower_layers[0] ? r->vision_layers : 0))
+    /* with parallel.tower_layers stages before the first LM one hold tower blocks alone, with parallel.layers the last
+     * may hold the head alone (train_tower_split checks them) */
+    if (S > r->text_layers + (r->tower_layers[0] ? r->vision_layers : 0) + (r->layers[0] ? 1 : 0))
         VFAIL("parallel", "pp", "%d", r->pp,
               "pp x chunks = %d virtual stages but the LM has only %d layers (model.text_layers); "
-              "allowed: pp x chunks <= %d",
-              S, r->text_layers, r->text_layers);
+              "allowed: pp x chunks <= %d%s",
+              S, r->text_layers, r->text_layers + (r->layers[0] ? 1 : 0),
+              r->layers[0] ? " (a last stage with the head alone)" : "");
     if (r->layers[0]) {
         int* split = mallocCheck((size_t)S * sizeof(int));
         char why[512];

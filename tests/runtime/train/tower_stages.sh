@@ -7,7 +7,9 @@
 # LM on 1 and 2 (fixed 1f1b; zb-h1's split backward under the readiness dispatcher), pp 2 (ready 1f1b), a frozen
 # tower (train.freeze = vision: no gradient travels back to the tower stages), and a tiny LLaVA-1.5 (the CLIP tower,
 # feature layer -2: block 3 never runs; pp 2, tower blocks 2 + 2). The split happened: the trainer's log names each
-# stage's tower blocks, and each rank's checkpoint file holds its own tower blocks and no other.
+# stage's tower blocks, and each rank's checkpoint file holds its own tower blocks and no other. A last stage holding the
+# head alone (pp 3, parallel.layers = 1,1,0 fixed 1f1b; 0,2,0 with tower blocks 2,1,0 under zb-h1): the same checks,
+# its file holds the final norm and the head and no LM block; a middle stage with no LM layer is refused.
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -74,6 +76,24 @@ $MPI -np 2 "$BIN" train "$R" "${COMMON[@]}" "${AUTO[@]}" --set train.run_dir="$W
 grep -q "layers 0,2 (cost model), tower blocks \[0,2) \[2,3) (parallel.tower_split = auto)" "$W/auto2.log" \
     || { grep pipeline "$W/auto2.log"; fail "auto2: the log does not name the stages' tower blocks"; }
 same auto auto2
+
+# a head-only last stage (the final norm, the LM head and the loss alone: parallel.layers ending in 0), without and with
+# the tower over stages; its checkpoint file holds the head and no LM block, the stage before it no head
+texts() { "$BIN" tensors ls "$W/$1/$CK/model.pp${2}c0.safetensors" 2>&1 | grep -o 'text\.\(blocks\.[0-9]*\|[a-z_]*\)' | sort -u | tr '\n' ' '; }
+$MPI -np 3 "$BIN" train "$R" "${COMMON[@]}" --set train.run_dir="$W/head3" --set parallel.pp=3 --set parallel.layers=1,1,0 \
+    --set parallel.mode=fixed >"$W/head3.log" 2>&1 || { cat "$W/head3.log"; fail "head3"; }
+grep -q "layers 1,1,0 (parallel.layers)$" "$W/head3.log" || { grep pipeline "$W/head3.log"; fail "head3: the log does not name the split"; }
+[ "$(texts head3 1)" = "text.blocks.1 " ] || fail "head3 rank 1 holds: $(texts head3 1)"
+[ "$(texts head3 2)" = "text.lm_head text.norm " ] || fail "head3 rank 2 holds: $(texts head3 2)"
+same one head3
+pipe headtw3 3 0,2,0 2,1,0 --set parallel.mode=ready --set parallel.hint=zb-h1
+grep -q "layers 0,2,0 (parallel.layers), tower blocks \[0,2) \[2,3) - (parallel.tower_layers)" "$W/headtw3.log" \
+    || { grep pipeline "$W/headtw3.log"; fail "headtw3: the log does not name the split"; }
+[ "$(texts headtw3 2)" = "text.lm_head text.norm " ] || fail "headtw3 rank 2 holds: $(texts headtw3 2)"
+same one headtw3
+"$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=1,0,1 --dry-run >"$W/mid.log" 2>&1 \
+    && fail "a middle stage with no LM layer was accepted"
+grep -q "parallel.layers = 1,0,1: stage 1 holds no LM layer" "$W/mid.log" || { cat "$W/mid.log"; fail "middle stage message"; }
 
 # a split that does not exist is refused naming the key
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=1,1,1 --dry-run \
