@@ -78,7 +78,7 @@ int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower t
             for (int u = 0; u <= n; u++) BEST(s, u) = 1e300, ARG(s, u) = -1;
         BEST(0, 0) = 0.0;
         for (int s = 1; s <= S; s++)
-            for (int u = s; u <= n - (S - s) + head_only; u++)
+            for (int u = s; u <= n - (S - s) + (s < S ? head_only : 0); u++)
                 for (int k = s == S && head_only ? 0 : 1; k <= u - (s - 1); k++) { /* stage s-1 takes units [u - k, u) */
                     if (BEST(s - 1, u - k) >= 1e300) continue;
                     double c = pre[u] - pre[u - k] + (s == S ? cost.last_extra : 0);
