@@ -81,7 +81,7 @@ int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits f
     BEST(0, 0) = 0.0;
     for (int s = 1; s <= S; s++)
         for (int l = 0; l <= L; l++)
-            for (int k = s == S && head_only ? 0 : minper; k <= l; k++) { /* stage s-1 takes k layers */
+            for (int k = s == S && head_only && l == L ? 0 : minper; k <= l; k++) { /* stage s-1 takes k layers */
                 if (BEST(s - 1, l - k) >= 1e300) continue;
                 if (fits && !fits(ctx, s - 1, l - k, k)) continue;
                 double c = stage_score(s - 1, S, l - k, k, cost, M);
@@ -104,7 +104,7 @@ int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits f
         BEST(0, 0) = 0.0;
         for (int s = 1; s <= S; s++)
             for (int l = 0; l <= L; l++)
-                for (int k = s == S && head_only ? 0 : minper; k <= l; k++) {
+                for (int k = s == S && head_only && l == L ? 0 : minper; k <= l; k++) {
                     if (BEST(s - 1, l - k) >= 1e300) continue;
                     if (fits && !fits(ctx, s - 1, l - k, k)) continue;
                     double c = stage_cost(s - 1, S, k, cost);
