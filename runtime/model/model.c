@@ -139,12 +139,13 @@ static Buf stage_buf(const ParamTable* pt, const char* name) {
 }
 
 /* A Stage with its shapes but no parameters: enough for registration counts and the act layout. Tower blocks
- * [tv0, tv1): the first stage's (tv1 = Lv) or a tower-only stage's (l0 == l1 == 0, tv1 < Lv); none elsewhere. */
+ * [tv0, tv1): the first stage's (tv1 = Lv) or a tower-only stage's (l0 == l1 == 0, tv1 < Lv); none elsewhere. A last
+ * stage may hold no LM block (l0 == l1 == Lt): the final norm, the LM head and the loss on the previous stage's output. */
 static void stage_shell_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1) {
     char err[256];
     if (model_config_check(cfg, err, sizeof err)) rr_die("internal: %s (callers check the config with model_config_check first)", err);
-    int tower_only = l0 == l1;
-    RR_ASSERT(tower_only ? l0 == 0 && 0 <= tv0 && tv0 < tv1 && tv1 < cfg->Lv : 0 <= l0 && l0 < l1 && l1 <= cfg->Lt);
+    int tower_only = l0 == l1 && l0 == 0; /* l0 == l1 == Lt: a head-only last stage (the final norm, the head, the loss) */
+    RR_ASSERT(tower_only ? 0 <= tv0 && tv0 < tv1 && tv1 < cfg->Lv : 0 <= l0 && (l0 < l1 || l0 == cfg->Lt) && l1 <= cfg->Lt);
     RR_ASSERT(tower_only || (l0 == 0 ? 0 <= tv0 && tv0 <= cfg->Lv && tv1 == cfg->Lv : tv0 == 0 && tv1 == 0));
     memset(st, 0, sizeof *st);
     st->cfg = *cfg;
@@ -161,6 +162,14 @@ static void stage_shell_tower(Stage* st, const ModelConfig* cfg, int l0, int l1,
     if (st->tower) st->vc.blk0 = tv0, st->vc.blk1 = tv1;
     st->vit_train = st->tower;
     st->proj_train = st->first;
+}
+
+/* head: the shell holds the final norm, the LM head and the loss (the stage ending at Lt, or the head-only one after it:
+ * then the stage ending at Lt has head = 0 and passes its output on) */
+static void stage_shell_head(Stage* st, int head) {
+    RR_ASSERT(!head || st->l1 == st->cfg.Lt);
+    RR_ASSERT(head || st->l0 < st->l1 || st->tower_only); /* a stage with no LM block holds the tower's or the head */
+    st->last = head;
 }
 
 static void stage_shell(Stage* st, const ModelConfig* cfg, int l0, int l1) {
@@ -459,7 +468,13 @@ int model_vit_floor(const ModelConfig* cfg, const char* freeze) {
 
 void stage_init_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, const char* freeze,
                       const Backend* be, int tp, int tp_rank, Comm* tp_comm) {
+    stage_init_split(st, cfg, l0, l1, tv0, tv1, l1 == cfg->Lt, freeze, be, tp, tp_rank, tp_comm);
+}
+
+void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, const char* freeze,
+                      const Backend* be, int tp, int tp_rank, Comm* tp_comm) {
     stage_shell_tower(st, cfg, l0, l1, tv0, tv1);
+    stage_shell_head(st, head);
     st->be = be;
     st->tp = tp > 1 ? tp : 1;
     st->tp_rank = tp > 1 ? tp_rank : 0;
@@ -862,8 +877,14 @@ static void stage_shell_tp(Stage* st, const ModelConfig* cfg, int l0, int l1, in
 }
 
 void model_params_register_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int tp, int t, ParamTable* pt) {
+    model_params_register_split(cfg, l0, l1, tv0, tv1, l1 == cfg->Lt, tp, t, pt);
+}
+
+void model_params_register_split(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, int tp, int t,
+                                 ParamTable* pt) {
     Stage st;
     stage_shell_tp_tower(&st, cfg, l0, l1, tv0, tv1, tp, t);
+    stage_shell_head(&st, head);
     params_init(pt);
     stage_register(pt, &st);
 }
@@ -900,8 +921,16 @@ size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max
 
 size_t model_stage_acts_bytes_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int max_tokens, int max_patches,
                                     int split, int tp, int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws) {
+    return model_stage_acts_bytes_split(cfg, l0, l1, tv0, tv1, l1 == cfg->Lt, max_tokens, max_patches, split, tp,
+                                        lm_act_bytes, vit_train, lm, tower, ws);
+}
+
+size_t model_stage_acts_bytes_split(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, int max_tokens,
+                                    int max_patches, int split, int tp, int lm_act_bytes, int vit_train, int lm, int tower,
+                                    size_t* ws) {
     Stage st;
     stage_shell_tp_tower(&st, cfg, l0, l1, tv0, tv1, tp, 0);
+    stage_shell_head(&st, head);
     st.vit_train = st.tower && vit_train;
     st.lc.act_bytes = lm_act_bytes == 2 ? 2 : 0;
     st.vc.act_bytes = lm_act_bytes == 2 && st.tower && model_bf16_vision(cfg) ? 2 : 0; /* as stage_init_tp */

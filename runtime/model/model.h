@@ -210,8 +210,14 @@ void vit_graphs_free(Stage* st);
 void vit_graphs_forget(struct VitGraphs* gs);
 
 /* stage_init_tp with the tower over stages: LM blocks [l0, l1) and tower blocks [tv0, tv1) (Stage.tv0): a first stage
- * (l0 == 0) holds [tv0, Lv), a tower-only stage (l0 == l1 == 0) [tv0, tv1) with tv1 < Lv, the others none (0, 0). */
+ * (l0 == 0) holds [tv0, Lv), a tower-only stage (l0 == l1 == 0) [tv0, tv1) with tv1 < Lv, the others none (0, 0). A
+ * head-only last stage (l0 == l1 == Lt) holds the final norm, the LM head and the loss alone. */
 void stage_init_tower(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, const char* freeze,
+                      const Backend* be, int tp, int tp_rank, Comm* tp_comm);
+/* stage_init_tower with head saying whether the stage holds the final norm, the LM head and the loss (l1 == Lt): 0 for
+ * the stage ending at Lt when a head-only last stage (l0 == l1 == Lt, head 1) follows it; stage_init_tower takes
+ * l1 == Lt */
+void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, const char* freeze,
                       const Backend* be, int tp, int tp_rank, Comm* tp_comm);
 /* The lowest tower block whose input gradient a backward needs under the train.freeze list (with the tensors that
  * never train): 0 when the embedding trains, vit_blocks_run when no block does. */
@@ -343,6 +349,12 @@ size_t model_stage_acts_bytes_rc(const ModelConfig* cfg, int l0, int l1, int max
 /* model_params_register_tp and model_stage_acts_bytes_rc of a stage with tower blocks [tv0, tv1) (stage_init_tower; tv1 < 0:
  * the tower on the first stage, as those) */
 void model_params_register_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int tp, int t, ParamTable* pt);
+/* the same with head as stage_init_split's (the _tower ones take l1 == Lt) */
+void model_params_register_split(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, int tp, int t,
+                                 ParamTable* pt);
+size_t model_stage_acts_bytes_split(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int head, int max_tokens,
+                                    int max_patches, int split, int tp, int lm_act_bytes, int vit_train, int lm, int tower,
+                                    size_t* ws);
 size_t model_stage_acts_bytes_tower(const ModelConfig* cfg, int l0, int l1, int tv0, int tv1, int max_tokens, int max_patches,
                                     int split, int tp, int lm_act_bytes, int vit_train, int lm, int tower, size_t* ws);
 /* Bytes of one StageActs (for the memory plan). */

@@ -70,6 +70,8 @@ int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits f
      * O(S L^2) — trivial for any real model (L <= a few hundred). Ties prefer fewer layers on
      * earlier stages so the first stage (which also runs the ViT) is not overloaded. */
     int minper = L >= S ? 1 : 0;
+    /* path-aware: the last stage may hold the final norm, the LM head and the loss alone (no LM block) */
+    int head_only = M > 0 && S >= 2;
     double* best = mallocCheck(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
     int* arg = mallocCheck(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
 #define BEST(s, l) best[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
@@ -79,7 +81,7 @@ int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits f
     BEST(0, 0) = 0.0;
     for (int s = 1; s <= S; s++)
         for (int l = 0; l <= L; l++)
-            for (int k = minper; k <= l; k++) { /* stage s-1 takes k layers */
+            for (int k = s == S && head_only && l == L ? 0 : minper; k <= l; k++) { /* stage s-1 takes k layers */
                 if (BEST(s - 1, l - k) >= 1e300) continue;
                 if (fits && !fits(ctx, s - 1, l - k, k)) continue;
                 double c = stage_score(s - 1, S, l - k, k, cost, M);
@@ -102,7 +104,7 @@ int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits f
         BEST(0, 0) = 0.0;
         for (int s = 1; s <= S; s++)
             for (int l = 0; l <= L; l++)
-                for (int k = minper; k <= l; k++) {
+                for (int k = s == S && head_only && l == L ? 0 : minper; k <= l; k++) {
                     if (BEST(s - 1, l - k) >= 1e300) continue;
                     if (fits && !fits(ctx, s - 1, l - k, k)) continue;
                     double c = stage_cost(s - 1, S, k, cost);

@@ -43,7 +43,9 @@ int partition_auto_fit(int L, int S, PartitionCost cost, PartitionFits fits, voi
  * schedule with a whole backward takes at least the longest path (docs/scheduler.md "The simulator's semantics":
  * h_s + sum (F + B) + t_s), which balance leaves longest on the last stages (docs/anyres.md "Path-aware split").
  * partition_auto_path: partition_auto_fit (fits may be NULL) with that objective, of the optimal splits the least sum
- * of squared stage costs; M = 0 is partition_auto_fit. */
+ * of squared stage costs; M = 0 is partition_auto_fit. With M > 0 and S >= 2 the last stage may hold no LM layer (the
+ * final norm, the LM head and the loss alone: out_layers[S - 1] = 0), where that shortens the longest path (the head's
+ * V x D GEMM is a stage's worth when every other stage holds one or two layers: a 7B's 32 layers over 32 stages). */
 int partition_auto_path(int L, int S, PartitionCost cost, int M, PartitionFits fits, void* ctx, int* out_layers);
 
 /* Parse "2,3,3" into out_layers[S]; checks there are exactly S non-negative numbers summing to L.
@@ -80,7 +82,7 @@ PartitionTower partition_tower_recompute(PartitionTower t, int tower_full);
 int partition_auto_tower(int L, int S, PartitionCost cost, PartitionTower tower, int* out_tower, int* out_layers);
 /* partition_auto_tower with partition_auto_path's objective for a step of M microbatches (M = 0: balance): the chain's
  * split when the tower costs more than a stage's share and its longest path is below partition_auto_path's, else that
- * split with the whole tower on stage 0. */
+ * split with the whole tower on stage 0. With M > 0 the last stage may hold the head alone (no unit of the chain). */
 int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower tower, int M, int* out_tower,
                               int* out_layers);
 /* Each stage's cost under a split with the tower over stages (out_tower / out_layers as partition_auto_tower's). */

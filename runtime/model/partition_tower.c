@@ -72,13 +72,14 @@ int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower t
     /* pass 0: the least max stage cost (M > 0: path); pass 1: of the splits within it, the least sum of squared
      * stage costs (the stages off the critical one as even as the blocks allow), as partition_auto */
     double mx = 1e300;
+    int head_only = M > 0; /* path-aware: the last stage may hold the final norm, the LM head and the loss alone */
     for (int pass = 0; pass < 2; pass++) {
         for (int s = 0; s <= S; s++)
             for (int u = 0; u <= n; u++) BEST(s, u) = 1e300, ARG(s, u) = -1;
         BEST(0, 0) = 0.0;
         for (int s = 1; s <= S; s++)
-            for (int u = s; u <= n - (S - s); u++)
-                for (int k = 1; k <= u - (s - 1); k++) { /* stage s-1 takes units [u - k, u) */
+            for (int u = s; u <= n - (S - s) + (s < S ? head_only : 0); u++)
+                for (int k = s == S && head_only ? 0 : 1; k <= u - (s - 1); k++) { /* stage s-1 takes units [u - k, u) */
                     if (BEST(s - 1, u - k) >= 1e300) continue;
                     double c = pre[u] - pre[u - k] + (s == S ? cost.last_extra : 0);
                     /* path-aware: the stage's path adds 1/M of the stages' before it, the chain's units [0, u - k) */
@@ -99,7 +100,7 @@ int partition_auto_tower_path(int L, int S, PartitionCost cost, PartitionTower t
         int u = n;
         for (int s = S; s >= 1; s--) {
             take[s - 1] = ARG(s, u);
-            RR_ASSERT(take[s - 1] >= 1);
+            RR_ASSERT(take[s - 1] >= (s == S && head_only ? 0 : 1));
             u -= take[s - 1];
         }
         RR_ASSERT(u == 0);

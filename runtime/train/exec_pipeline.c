@@ -209,7 +209,7 @@ static int pipe_tower_end(const ModelConfig* mc, const int* layers, const int* t
     int l0 = 0, t1 = 0;
     for (int u = 0; u <= v; u++) t1 += tower[u];
     for (int u = 0; u < v; u++) l0 += layers[u];
-    if (layers[v] == 0) return t1;
+    if (layers[v] == 0 && l0 == 0) return t1; /* else a head-only last stage: no tower block */
     return l0 == 0 ? mc->Lv : 0;
 }
 
@@ -246,12 +246,15 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
         int tv0 = 0; /* the tower over stages (train_tower_split): blocks [tv0, tv0 + tower[v]), the rest with LM layer 0 */
         for (int u = 0; u < v; u++) l0 += layers[u], tv0 += tower[u];
         x->chunks[c] = callocCheck(1, sizeof(Stage));
+        /* the last virtual stage holds the head: with no LM layer there (parallel.layers = ...,0) it alone */
+        int head = v == S - 1;
         if (tower_split) {
             int tv1 = pipe_tower_end(mc, layers, tower, v);
-            stage_init_tower(x->chunks[c], mc, l0, l0 + layers[v], tv1 > 0 ? tv0 : 0, tv1, r->freeze, be, r->tp, grid->t,
-                             grid->tp_group);
+            stage_init_split(x->chunks[c], mc, l0, l0 + layers[v], tv1 > 0 ? tv0 : 0, tv1, head, r->freeze, be, r->tp,
+                             grid->t, grid->tp_group);
         } else
-            stage_init_tp(x->chunks[c], mc, l0, l0 + layers[v], r->freeze, be, r->tp, grid->t, grid->tp_group);
+            stage_init_split(x->chunks[c], mc, l0, l0 + layers[v], 0, l0 == 0 ? mc->Lv : 0, head, r->freeze, be, r->tp,
+                             grid->t, grid->tp_group);
         stage_set_recompute(x->chunks[c], (Recompute)recipe_recompute(r, 0), (Recompute)recipe_recompute(r, 1));
         if (!(r->zero && r->dp > 1)) params_alloc_optimizer(&x->chunks[c]->params); /* the distributed optimizer: shards only */
     }
@@ -321,7 +324,7 @@ StepExec* step_exec_pipeline_create(const Recipe* r, const ModelConfig* mc, cons
     }
     x->pl = pipeline_create(&pc, x->chunks, grid->pipe, r->microbatches, e, sizeof e);
     if (!x->pl) {
-        snprintf(err, err_len, "%s: %s", recipe_origin(r, "runtime", "mode"), e);
+        snprintf(err, err_len, "%s: %s", recipe_origin(r, "parallel", "mode"), e);
         goto fail;
     }
     if (r->trace) {

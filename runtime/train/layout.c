@@ -99,15 +99,16 @@ static double qlora_nf4_bytes(size_t n, int slice) {
     return (double)((n + 1) / 2) + (double)nb + 4.0 * (double)((nb + 255) / 256);
 }
 
-/* tower blocks [tv0, tv1) where the tower runs over stages (train_tower_split; tv1 < 0: the whole tower with LM layer 0) */
-static void stage_bytes_tower(const Recipe* r, const ModelConfig* mc, int l0, int l1, int tv0, int tv1, StageBytes* o) {
+/* tower blocks [tv0, tv1) where the tower runs over stages (train_tower_split; tv1 < 0: the whole tower with LM layer 0);
+ * head: the stage holds the final norm, the LM head and the loss (stage_init_split) */
+static void stage_bytes_head(const Recipe* r, const ModelConfig* mc, int l0, int l1, int tv0, int tv1, int head, StageBytes* o) {
     int T = r->microbatch_tokens;
     memset(o, 0, sizeof *o);
     /* runtime.precision = bf16: the compute copy (engine/params.h: 2-byte bf16 for the 2-D tensors on
      * the CUDA backend, f32 words elsewhere) and, on CUDA, the bf16 GEMMs' operand scratch (bf16.cu) */
     int bf16 = !strcmp(r->precision, "bf16"), cuda = !strcmp(r->backend, "cuda");
     ParamTable pt; /* train.freeze: gradients and AdamW moments of the trainable tensors only */
-    model_params_register_tower(mc, l0, l1, tv0, tv1, r->tp, 0, &pt);
+    model_params_register_split(mc, l0, l1, tv0, tv1, head, r->tp, 0, &pt);
     o->params = (double)pt.total;
     double qnumel = 0; /* QLoRA's quantised base weights: their NF4 form instead of a master or compute copy */
     for (int i = 0; i < pt.n; i++)
@@ -139,8 +140,8 @@ static void stage_bytes_tower(const Recipe* r, const ModelConfig* mc, int l0, in
     int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
     /* train.recompute: what a microbatch keeps, and the stage's one recompute workspace */
     size_t ws = 0;
-    o->act_mb = (double)model_stage_acts_bytes_tower(mc, l0, l1, tv0, tv1, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes, vit_train,
-                                                     recipe_recompute(r, 0), recipe_recompute(r, 1), &ws);
+    o->act_mb = (double)model_stage_acts_bytes_split(mc, l0, l1, tv0, tv1, head, T, model_patch_budget(mc, T), 0, r->tp, lm_bytes,
+                                                     vit_train, recipe_recompute(r, 0), recipe_recompute(r, 1), &ws);
     o->act_ws = (double)ws;
     /* and its attention's f32 scratch where it widens q, k, v, out (bf16.cu: a known gap; the largest call on
      * that table: the LM's, and the ViT's where the tower runs there too, stage_attn_reserve) */
@@ -156,6 +157,10 @@ static void stage_bytes_tower(const Recipe* r, const ModelConfig* mc, int l0, in
         }
         o->wscratch = ws; /* its own buffer, beside the GEMM operands' */
     }
+}
+
+static void stage_bytes_tower(const Recipe* r, const ModelConfig* mc, int l0, int l1, int tv0, int tv1, StageBytes* o) {
+    stage_bytes_head(r, mc, l0, l1, tv0, tv1, l1 == mc->Lt, o);
 }
 
 static void stage_bytes(const Recipe* r, const ModelConfig* mc, int l0, int l1, StageBytes* o) {
@@ -216,9 +221,10 @@ static int rank_bytes_split_tower(const Recipe* r, const ModelConfig* mc, const 
         int s = rank + ch * P, l0 = 0, tv0 = 0;
         for (int u = 0; u < s; u++) l0 += layers[u], tv0 += tower ? tower[u] : 0;
         nl += layers[s];
-        if (!tower) stage_bytes(r, mc, l0, l0 + layers[s], &sb);
-        else if (layers[s] == 0) stage_bytes_tower(r, mc, 0, 0, tv0, tv0 + tower[s], &sb);
-        else stage_bytes_tower(r, mc, l0, l0 + layers[s], l0 == 0 ? tv0 : 0, l0 == 0 ? mc->Lv : 0, &sb);
+        int head = s == P * r->chunks - 1; /* the head: on the last virtual stage (alone there with no LM layer) */
+        if (!tower) stage_bytes_head(r, mc, l0, l0 + layers[s], 0, -1, head, &sb);
+        else if (layers[s] == 0 && l0 == 0) stage_bytes_tower(r, mc, 0, 0, tv0, tv0 + tower[s], &sb);
+        else stage_bytes_head(r, mc, l0, l0 + layers[s], l0 == 0 ? tv0 : 0, l0 == 0 ? mc->Lv : 0, head, &sb);
         stage_bytes_add(&acc, &sb);
     }
     rank_bytes_of(r, &acc, rank_inflight(r, rank), nl, out);
@@ -353,12 +359,15 @@ typedef struct {
 static int stage_fits(void* vctx, int s, int l0, int k) {
     FitCtx* f = vctx;
     size_t i = (size_t)l0 * (size_t)(f->mc->Lt + 1) + (size_t)(l0 + k);
-    if (!f->have[i]) {
+    StageBytes own, *sb = &f->memo[i];
+    if (s < f->r->pp - 1 && l0 + k == f->mc->Lt) /* a head-only last stage follows: this one holds no head */
+        stage_bytes_head(f->r, f->mc, l0, l0 + k, 0, -1, 0, sb = &own);
+    else if (!f->have[i]) {
         stage_bytes(f->r, f->mc, l0, l0 + k, &f->memo[i]);
         f->have[i] = 1;
     }
     TrainRankBytes b;
-    rank_bytes_of(f->r, &f->memo[i], rank_inflight(f->r, s), k, &b);
+    rank_bytes_of(f->r, sb, rank_inflight(f->r, s), k, &b);
     return b.total <= f->budget;
 }
 
@@ -545,6 +554,11 @@ static int tower_split_check(const ModelConfig* c, int S, const int* layers, con
                      "stage %d and the stages before it", s, s0, s0);
             return -1;
         }
+        if (s > s0 && s < S - 1 && layers[s] == 0) {
+            snprintf(why, n, "stage %d holds no LM layer; allowed: zeros before the first stage with LM layers and on the "
+                     "last stage (the final norm, the LM head and the loss alone)", s);
+            return -1;
+        }
         if (s < s0) at += tower[s];
     }
     if (s0 > 0 && at > run) {
@@ -600,9 +614,10 @@ int train_tower_split(const Recipe* r, const ModelConfig* mc, int* layers, int* 
         return tower[0] < mc->Lv;
     }
     for (int s = 0; s < S; s++)
-        if (layers[s] < 1) {
-            snprintf(err, err_len, "%s: parallel.layers = %s: stage %d holds no LM layer; allowed: zeros only before the first "
-                     "stage with LM layers, with parallel.tower_layers giving those stages tower blocks",
+        if (layers[s] < 1 && (s < S - 1 || S < 2)) { /* the last stage may hold the head alone */
+            snprintf(err, err_len, "%s: parallel.layers = %s: stage %d holds no LM layer; allowed: zeros before the first "
+                     "stage with LM layers, with parallel.tower_layers giving those stages tower blocks, and on the last "
+                     "stage (the final norm, the LM head and the loss alone)",
                      recipe_origin(r, "parallel", "layers"), r->layers, s);
             return -1;
         }

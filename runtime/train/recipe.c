@@ -210,7 +210,8 @@ static const RecipeKey recipe_keys[] = {
      "optimizer\"); the same training to fp32 round-off, so not hashed: checkpoints resume with it on or off."},
     {"parallel", "chunks", RKEY_INT, OFF(chunks), 0, "1", 1, 64, 0, 0, "Model chunks (virtual stages) per pipeline rank."},
     {"parallel", "layers", RKEY_STRING, OFF(layers), SZ(layers), "", 0, 0, 0, 0,
-     "LM layers per virtual stage by hand, e.g. `2,3,3` (\"\" = cost-balanced automatic split)."},
+     "LM layers per virtual stage by hand, e.g. `2,3,3`; a last 0 leaves the last stage the final norm, the LM head and "
+     "the loss alone, e.g. `2,3,3,0` (\"\" = cost-balanced automatic split)."},
     {"parallel", "tower_split", RKEY_ENUM, OFF(tower_split), SZ(tower_split), "off", 0, 0, "off|auto", 0,
      "The vision tower over pipeline stages (docs/anyres.md \"The tower over stages\"): auto = where the tower costs more "
      "than a stage's share, the cost model's split of the chain [tower blocks][LM blocks] (the one the dry run names); "
@@ -774,12 +775,14 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
      * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
      * sizes and the vocabulary */
     int S = r->pp * r->chunks;
-    /* with parallel.tower_layers stages before the first LM one hold tower blocks alone (train_tower_split checks them) */
-    if (S > r->text_layers + (r->tower_layers[0] ? r->vision_layers : 0))
+    /* with parallel.tower_layers stages before the first LM one hold tower blocks alone, with parallel.layers the last
+     * may hold the head alone (train_tower_split checks them) */
+    if (S > r->text_layers + (r->tower_layers[0] ? r->vision_layers : 0) + (r->layers[0] ? 1 : 0))
         VFAIL("parallel", "pp", "%d", r->pp,
               "pp x chunks = %d virtual stages but the LM has only %d layers (model.text_layers); "
-              "allowed: pp x chunks <= %d",
-              S, r->text_layers, r->text_layers);
+              "allowed: pp x chunks <= %d%s",
+              S, r->text_layers, r->text_layers + (r->layers[0] ? 1 : 0),
+              r->layers[0] ? " (a last stage with the head alone)" : "");
     if (r->layers[0]) {
         int* split = mallocCheck((size_t)S * sizeof(int));
         char why[512];

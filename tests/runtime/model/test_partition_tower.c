@@ -44,10 +44,12 @@ static double sq_of(int S, const double* x) {
     return q;
 }
 
-/* best max (mode 0) or the least sum of squares within mx (mode 1) over every composition of `left` units */
+/* best max (mode 0) or the least sum of squares within mx (mode 1) over every composition of `left` units (path-aware:
+ * the last stage may hold none, the head alone) */
 static double brute(int S, PartitionCost c, PartitionTower t, int mode, double mx, int* take, int s, int left) {
+    int head = path_mb > 0;
     if (s == S - 1) {
-        if (left < 1) return 1e300;
+        if (left < 1 - head) return 1e300;
         take[s] = left;
         double x[16];
         chain_costs(S, take, c, t, x);
@@ -55,7 +57,7 @@ static double brute(int S, PartitionCost c, PartitionTower t, int mode, double m
         return max_of(S, x) <= mx ? sq_of(S, x) : 1e300;
     }
     double best = 1e300;
-    for (int k = 1; k <= left - (S - 1 - s); k++) {
+    for (int k = 1; k <= left - (S - 1 - s) + head; k++) {
         take[s] = k;
         double m = brute(S, c, t, mode, mx, take, s + 1, left - k);
         if (m < best) best = m;
@@ -67,7 +69,7 @@ int main(void) {
     /* {first_extra, last_extra, per_layer} with the tower's part {in, layer, layers}: towers cheap to heavy */
     PartitionCost costs[] = {{2, 0.5, 1}, {9, 0.3, 1}, {4, 0, 1}, {3, 1.5, 1}, {0, 0, 1}, {6.5, 0.7, 1.3}};
     PartitionTower towers[] = {{0.5, 0.5, 3}, {1, 2, 4}, {0.2, 1.2, 3}, {0, 1, 2}, {0, 0, 0}, {0.4, 1.9, 3}};
-    int n_spans = 0, n_cases = 0, n_path_spans = 0;
+    int n_spans = 0, n_cases = 0, n_path_spans = 0, n_head = 0;
     for (size_t cj = 0; cj < 3 * sizeof costs / sizeof costs[0]; cj++)
         for (int S = 1; S <= 5; S++)
             for (int L = S; L <= 7; L++) {
@@ -82,7 +84,8 @@ int main(void) {
                 int st = 0, sl = 0;
                 for (int s = 0; s < S; s++) {
                     st += tower[s], sl += layers[s];
-                    CHECK(tower[s] + layers[s] >= 1, "cost %zu L=%d S=%d: stage %d empty", ci, L, S, s);
+                    CHECK(tower[s] + layers[s] >= 1 || (path_mb && s == S - 1 && S > 1), "cost %zu L=%d S=%d: stage %d empty",
+                          ci, L, S, s);
                     /* contiguous: a stage with LM blocks holds the tower's last blocks or none; tower blocks only
                      * before every LM block */
                     CHECK(s == 0 || tower[s] == 0 || sl - layers[s] == 0, "cost %zu L=%d S=%d: tower after LM", ci, L, S);
@@ -109,6 +112,7 @@ int main(void) {
                 n_cases++;
                 if (rc == 1) {
                     n_spans++;
+                    n_head += take[S - 1] == 0;
                     n_path_spans += path_mb > 0;
                     CHECK(max_of(S, got) <= opt * (1 + 1e-12), "cost %zu L=%d S=%d: max %g > optimum %g", ci, L, S,
                           max_of(S, got), opt);
@@ -126,6 +130,7 @@ int main(void) {
     CHECK(n_spans > 10 && n_spans < n_cases - 10, "both outcomes exercised: %d of %d cases split the tower", n_spans,
           n_cases);
     CHECK(n_path_spans > 10, "path-aware: %d cases split the tower", n_path_spans);
+    CHECK(n_head > 0, "path-aware: no tower split leaves the last stage the head alone");
     path_mb = 0;
     CHECK(partition_auto_tower(0, 2, costs[0], towers[0], (int[2]){0}, (int[2]){0}) == -1, "L = 0 refused");
 

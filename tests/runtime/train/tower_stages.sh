@@ -13,7 +13,9 @@
 # (the parallel.mode = ready runs: adaptive's reorder changes the order the microbatches' gradients add up in); tensor
 # parallelism: pp x tp 2 (each TP rank's checkpoint holding its slices of its stage's tower blocks), CLIP's, and
 # pp x tp 2 x dp 2 with parallel.zero, bitwise tp 2 (x dp 2) alone; interleaved virtual stages (parallel.chunks = 2,
-# interleaved-1f1b and zbv's V) alone, with dp 2 and zero, with tp 2.
+# interleaved-1f1b and zbv's V) alone, with dp 2 and zero, with tp 2. A last stage holding the
+# head alone (pp 3, parallel.layers = 1,1,0 fixed 1f1b; 0,2,0 with tower blocks 2,1,0 under zb-h1): the same checks,
+# its file holds the final norm and the head and no LM block; a middle stage with no LM layer is refused.
 # Usage: tower_stages.sh RRFP_MM SOURCE_DIR WORKDIR
 set -uo pipefail
 BIN=$1 SRC=$2 W=$3
@@ -175,6 +177,24 @@ dry "${AUTO[@]}" --set parallel.pp=2 --set parallel.tower_split=auto --set runti
 grep -q "^tower blocks per virtual stage: 2,1 (parallel.tower_split = auto" "$W/dry.log" || { cat "$W/dry.log"; fail "auto: not the chain's split"; }
 dry "${AUTO[@]}" --set parallel.pp=2 --set runtime.memory_budget=0.01 --set parallel.tower_split=off \
     && fail "the LM split with the tower on stage 0 fitted: the auto case above tests nothing"
+
+# a head-only last stage (the final norm, the LM head and the loss alone: parallel.layers ending in 0), without and with
+# the tower over stages; its checkpoint file holds the head and no LM block, the stage before it no head
+texts() { "$BIN" tensors ls "$W/$1/$CK/model.pp${2}c0.safetensors" 2>&1 | grep -o 'text\.\(blocks\.[0-9]*\|[a-z_]*\)' | sort -u | tr '\n' ' '; }
+$MPI -np 3 "$BIN" train "$R" "${COMMON[@]}" --set train.run_dir="$W/head3" --set parallel.pp=3 --set parallel.layers=1,1,0 \
+    --set parallel.mode=fixed >"$W/head3.log" 2>&1 || { cat "$W/head3.log"; fail "head3"; }
+grep -q "layers 1,1,0 (parallel.layers)$" "$W/head3.log" || { grep pipeline "$W/head3.log"; fail "head3: the log does not name the split"; }
+[ "$(texts head3 1)" = "text.blocks.1 " ] || fail "head3 rank 1 holds: $(texts head3 1)"
+[ "$(texts head3 2)" = "text.lm_head text.norm " ] || fail "head3 rank 2 holds: $(texts head3 2)"
+same one head3
+pipe headtw3 3 0,2,0 2,1,0 --set parallel.mode=ready --set parallel.hint=zb-h1
+grep -q "layers 0,2,0 (parallel.layers), tower blocks \[0,2) \[2,3) - (parallel.tower_layers)" "$W/headtw3.log" \
+    || { grep pipeline "$W/headtw3.log"; fail "headtw3: the log does not name the split"; }
+[ "$(texts headtw3 2)" = "text.lm_head text.norm " ] || fail "headtw3 rank 2 holds: $(texts headtw3 2)"
+same one headtw3
+"$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=1,0,1 --dry-run >"$W/mid.log" 2>&1 \
+    && fail "a middle stage with no LM layer was accepted"
+grep -q "parallel.layers = 1,0,1: stage 1 holds no LM layer" "$W/mid.log" || { cat "$W/mid.log"; fail "middle stage message"; }
 
 # a split that does not exist is refused naming the key
 "$BIN" train "$R" "${COMMON[@]}" --set parallel.pp=3 --set parallel.layers=0,1,1 --set parallel.tower_layers=1,1,1 --dry-run \
