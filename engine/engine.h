@@ -487,6 +487,12 @@ typedef struct BackendOps {
      * (a tensor-parallel slice's, engine/params_quant.c). */
     void (*nf4_dequantize)(const struct Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
                            const float* map8, float offset, size_t n);
+    /* 1: the ops take activations in either storage, f32 words or 2-byte bf16 words (Bufs of DTYPE_BF16, n values in
+     * 2n bytes, each the word rr_f32_to_bf16 gives), each entry dispatching on its activation Bufs' dtypes (the CUDA
+     * bf16 table); the numerics are the same, only the storage differs. 0: f32 words only (every other table: a
+     * 2-byte activation is refused, RR_ASSERT). A stage asks this to choose its activations' storage
+     * (runtime/model/model.c, stage_init_tp); a call must not mix the storages (refused, naming the op). */
+    int bf16_activations;
 } BackendOps;
 
 typedef struct Backend {

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <initializer_list>
+
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
@@ -370,7 +372,7 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
 // the gradients' dtypes. The f32 and bf16 tables take f32 gradients only (buf_f32p refuses a 2-byte one; a mirror is
 // refused); the bf16-activation table runs its 2-byte entries (the *_b16 functions) where a gradient is 2-byte or a
 // mirror is asked for, else its f32-gradient entries. set (linear_backward): an f32 dinp written, not added.
-#define CUDA_F32_GRADS(mirrors) RR_ASSERT(!(mirrors) && "a 2-byte gradient mirror on a table with f32 gradients only")
+#define CUDA_F32_GRADS(mirrors) RR_ASSERT(!(mirrors) && "a 2-byte gradient mirror with f32-word activations (or on the fp32 table)")
 static float* grad_set(const Backend* be, Buf dinp, int set, int N, int C) {
     float* d = buf_f32p(dinp);
     if (set && d) cudaCheck(cudaMemsetAsync(d, 0, (size_t)N * C * sizeof(float), cuda_stream(be)));
@@ -381,12 +383,6 @@ static void cuda_linear_backward_g(const Backend* be, Buf dinp, float* dweight, 
     (void)dout32; // dout is f32 here: dbias sums it
     cuda_linear_backward(be, grad_set(be, dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
                          buf_f32p(weight), N, C, OC);
-}
-static void cuda_bf16_linear_backward_g(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
-                                        const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
-    (void)dout32;
-    cuda_bf16_linear_backward(be, grad_set(be, dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
-                              buf_bf16p(weight), N, C, OC);
 }
 static void cuda_bf16a_linear_backward_g(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
                                          const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
@@ -451,7 +447,7 @@ static void cuda_rope_qk_backward_g(const Backend* be, uint16_t* dq16, int ldq16
     (void)ldq16, (void)ldk16, (void)keep_q, (void)keep_k;
     cuda_rope_qk_backward(be, dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, rf);
 }
-static void cuda_bf16a_rope_qk_backward_g(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16,
+static void cuda_bf16_rope_qk_backward_g(const Backend* be, uint16_t* dq16, int ldq16, float* dq, uint16_t* dk16,
                                           int ldk16, float* dk, const int* pos, int N, int H, int Hkv, int d, int ld_q,
                                           int ld_k, const RopeFreq* rf, int keep_q, int keep_k) {
     if (dq16 || dk16)
@@ -465,7 +461,7 @@ static void cuda_rope2d_backward_g(const Backend* be, uint16_t* dx16, int ld16, 
     (void)ld16, (void)keep_f32;
     cuda_rope2d_backward(be, dx, pos_row, pos_col, N, H, d, ld);
 }
-static void cuda_bf16a_rope2d_backward_g(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
+static void cuda_bf16_rope2d_backward_g(const Backend* be, uint16_t* dx16, int ld16, float* dx, const int* pos_row,
                                          const int* pos_col, int N, int H, int d, int ld, int keep_f32) {
     if (dx16) cuda_bf16a_rope2d_backward_b16(be, dx16, ld16, dx, pos_row, pos_col, N, H, d, ld, keep_f32);
     else cuda_rope2d_backward(be, dx, pos_row, pos_col, N, H, d, ld);
@@ -489,15 +485,6 @@ static void cuda_attention_backward_g(const Backend* be, float* dq, float* dk, f
     cuda_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v),
                             cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
 }
-static void cuda_bf16_attention_backward_g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16,
-                                           uint16_t* dk16, uint16_t* dv16, int ld16, Buf dout, Buf out, const float* lse,
-                                           Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv,
-                                           int d, int ld_q, int ld_kv, int causal) {
-    CUDA_F32_GRADS(dq16 || dk16 || dv16);
-    (void)ld16;
-    cuda_bf16_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q), buf_f32p(k),
-                                 buf_f32p(v), cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
-}
 static void cuda_bf16a_attention_backward_g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16,
                                             uint16_t* dk16, uint16_t* dv16, int ld16, Buf dout, Buf out,
                                             const float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T,
@@ -513,6 +500,180 @@ static void cuda_bf16a_attention_backward_g(const Backend* be, float* dq, float*
     }
 }
 
+// ---- the bf16 table's two activation storages (engine.h, BackendOps.bf16_activations): one entry per op, whose
+// activation Bufs' dtypes pick the kernel: 2-byte bf16 words the cuda_bf16a_* ones, f32 words holding bf16 values the
+// cuda_bf16_* ones (or the f32 entries the bf16 numerics share: the backward ops, cross-entropy's forward). A call
+// whose activations mix the two storages (or hold another dtype), which no kernel takes, stops naming the op.
+static int acts16_of(const char* op, const char* file, int line, std::initializer_list<Buf> bs) {
+    int n16 = 0, n32 = 0, other = 0;
+    for (Buf b : bs) {
+        if (!b.p) continue;
+        if (b.dt == DTYPE_BF16) n16++;
+        else if (b.dt == DTYPE_F32) n32++;
+        else other++;
+    }
+    if ((n16 && n32) || other) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: activations all f32 words or all 2-byte bf16 (this call %s, which no kernel of the "
+                 "bf16 table takes)", op, other ? "holds another dtype" : "mixes them");
+        rr_assert_fail(msg, file, line);
+    }
+    return n16 > 0;
+}
+#define ACTS16(op, ...) acts16_of(op, __FILE__, __LINE__, {__VA_ARGS__})
+// a 2-byte gradient Buf g (read or written only with 2-byte activations): counted with them; an f32 one is not
+static inline Buf grad16(Buf g) { return g.dt == DTYPE_F32 ? buf_none() : g; }
+
+static void cuda_bf16_linear_forward_g(const Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C, int OC) {
+    if (ACTS16("linear_forward", out, inp))
+        cuda_bf16a_linear_forward(be, buf_bf16p(out), buf_bf16p(inp), buf_bf16p(weight), buf_bf16p(bias), N, C, OC);
+    else cuda_bf16_linear_forward(be, buf_f32p(out), buf_f32p(inp), buf_bf16p(weight), buf_bf16p(bias), N, C, OC);
+}
+static void cuda_bf16_linear_backward_g(const Backend* be, Buf dinp, float* dweight, float* dbias, Buf dout,
+                                        const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
+    if (ACTS16("linear_backward", inp, grad16(dout), grad16(dinp))) {
+        cuda_bf16a_linear_backward_g(be, dinp, dweight, dbias, dout, dout32, inp, weight, N, C, OC, set);
+        return;
+    }
+    (void)dout32; // dout is f32 here: dbias sums it
+    cuda_bf16_linear_backward(be, grad_set(be, dinp, set, N, C), dweight, dbias, buf_f32p(dout), buf_f32p(inp),
+                              buf_bf16p(weight), N, C, OC);
+}
+static void cuda_bf16_linear_gelu_forward_g(const Backend* be, Buf out, Buf pre, Buf inp, Buf weight, Buf bias, int N,
+                                            int C, int OC) {
+    if (ACTS16("linear_gelu_forward", out, pre, inp))
+        cuda_bf16a_linear_gelu_forward(be, buf_bf16p(out), buf_bf16p(pre), buf_bf16p(inp), buf_bf16p(weight),
+                                       buf_bf16p(bias), N, C, OC);
+    else
+        cuda_bf16_linear_gelu_forward(be, buf_f32p(out), buf_f32p(pre), buf_f32p(inp), buf_bf16p(weight), buf_bf16p(bias),
+                                      N, C, OC);
+}
+static void cuda_bf16_layernorm_forward_g(const Backend* be, Buf out, float* mean, float* rstd, Buf inp,
+                                          const float* weight, const float* bias, int N, int C) {
+    if (ACTS16("layernorm_forward", out, inp))
+        cuda_bf16a_layernorm_forward(be, buf_bf16p(out), mean, rstd, buf_bf16p(inp), weight, bias, N, C);
+    else cuda_bf16_layernorm_forward(be, buf_f32p(out), mean, rstd, buf_f32p(inp), weight, bias, N, C);
+}
+static void cuda_bf16_layernorm_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight,
+                                           float* dbias, const float* dout, Buf inp, const float* weight,
+                                           const float* mean, const float* rstd, int N, int C) {
+    if (ACTS16("layernorm_backward", inp))
+        cuda_bf16a_layernorm_backward_g(be, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    else cuda_layernorm_backward_g(be, dinp, dinp16, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+static void cuda_bf16_rmsnorm_forward_g(const Backend* be, Buf out, float* rstd, Buf inp, const float* weight, int N,
+                                        int C, double eps) {
+    if (ACTS16("rmsnorm_forward", out, inp))
+        cuda_bf16a_rmsnorm_forward(be, buf_bf16p(out), rstd, buf_bf16p(inp), weight, N, C, eps);
+    else cuda_bf16_rmsnorm_forward(be, buf_f32p(out), rstd, buf_f32p(inp), weight, N, C, eps);
+}
+static void cuda_bf16_rmsnorm_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight,
+                                         const float* dout, Buf inp, const float* weight, const float* rstd, int N,
+                                         int C) {
+    if (ACTS16("rmsnorm_backward", inp))
+        cuda_bf16a_rmsnorm_backward_g(be, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
+    else cuda_rmsnorm_backward_g(be, dinp, dinp16, dweight, dout, inp, weight, rstd, N, C);
+}
+static void cuda_bf16_gelu_forward_g(const Backend* be, Buf out, Buf inp, size_t n) {
+    if (ACTS16("gelu_forward", out, inp)) cuda_bf16a_gelu_forward(be, buf_bf16p(out), buf_bf16p(inp), n);
+    else cuda_bf16_gelu_forward(be, buf_f32p(out), buf_f32p(inp), n);
+}
+static void cuda_bf16_gelu_backward_g(const Backend* be, float* dinp, const float* dout, Buf inp, size_t n) {
+    if (ACTS16("gelu_backward", inp)) cuda_bf16a_gelu_backward(be, dinp, dout, buf_bf16p(inp), n);
+    else cuda_gelu_backward(be, dinp, dout, buf_f32p(inp), n);
+}
+static void cuda_bf16_swiglu_forward_g(const Backend* be, Buf out, Buf gate, Buf up, size_t n) {
+    if (ACTS16("swiglu_forward", out, gate, up))
+        cuda_bf16a_swiglu_forward(be, buf_bf16p(out), buf_bf16p(gate), buf_bf16p(up), n);
+    else cuda_bf16_swiglu_forward(be, buf_f32p(out), buf_f32p(gate), buf_f32p(up), n);
+}
+static void cuda_bf16_swiglu_backward_g(const Backend* be, Buf dgate, Buf dup, const float* dout, Buf gate, Buf up,
+                                        size_t n) {
+    if (ACTS16("swiglu_backward", gate, up, grad16(dgate), grad16(dup)))
+        cuda_bf16a_swiglu_backward_g(be, dgate, dup, dout, gate, up, n);
+    else cuda_swiglu_backward_g(be, dgate, dup, dout, gate, up, n);
+}
+static void cuda_bf16_add_forward_g(const Backend* be, Buf out, Buf a, Buf b, size_t n) {
+    if (ACTS16("add_forward", out, a, b)) cuda_bf16a_add_forward(be, buf_bf16p(out), buf_bf16p(a), buf_bf16p(b), n);
+    else cuda_bf16_add_forward(be, buf_f32p(out), buf_f32p(a), buf_f32p(b), n);
+}
+// f32 words: add_forward's value (b is f32 words either way)
+static void cuda_bf16_add_f32_forward_g(const Backend* be, Buf out, Buf a, const float* b, size_t n) {
+    if (ACTS16("add_f32_forward", out, a)) cuda_bf16a_add_f32_forward(be, buf_bf16p(out), buf_bf16p(a), b, n);
+    else cuda_bf16_add_forward(be, buf_f32p(out), buf_f32p(a), b, n);
+}
+static void cuda_bf16_rope_forward_g(const Backend* be, Buf x, const int* pos, int N, int H, int d, int ld,
+                                     const RopeFreq* rf) {
+    if (ACTS16("rope_forward", x)) cuda_bf16a_rope_forward(be, buf_bf16p(x), pos, N, H, d, ld, rf);
+    else cuda_bf16_rope_forward(be, buf_f32p(x), pos, N, H, d, ld, rf);
+}
+static void cuda_bf16_rope2d_forward_g(const Backend* be, Buf x, const int* pos_row, const int* pos_col, int N, int H,
+                                       int d, int ld) {
+    if (ACTS16("rope2d_forward", x)) cuda_bf16a_rope2d_forward(be, buf_bf16p(x), pos_row, pos_col, N, H, d, ld);
+    else cuda_bf16_rope2d_forward(be, buf_f32p(x), pos_row, pos_col, N, H, d, ld);
+}
+static void cuda_bf16_rope_qk_forward_g(const Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d,
+                                        int ld_q, int ld_k, const RopeFreq* rf) {
+    if (ACTS16("rope_qk_forward", q, k))
+        cuda_bf16a_rope_qk_forward(be, buf_bf16p(q), buf_bf16p(k), pos, N, H, Hkv, d, ld_q, ld_k, rf);
+    else cuda_bf16_rope_qk_forward(be, buf_f32p(q), buf_f32p(k), pos, N, H, Hkv, d, ld_q, ld_k, rf);
+}
+static void cuda_bf16_embedding_forward_g(const Backend* be, Buf out, const int* ids, Buf table, int N, int C) {
+    if (ACTS16("embedding_forward", out)) cuda_bf16a_embedding_forward(be, buf_bf16p(out), ids, buf_bf16p(table), N, C);
+    else cuda_bf16_embedding_forward(be, buf_f32p(out), ids, buf_bf16p(table), N, C);
+}
+static void cuda_bf16_crossentropy_forward_g(const Backend* be, float* loss_sum, float* lse, Buf logits,
+                                             const int* targets, int N, int V) {
+    if (ACTS16("crossentropy_forward", logits))
+        cuda_bf16a_crossentropy_forward(be, loss_sum, lse, buf_bf16p(logits), targets, N, V);
+    else cuda_crossentropy_forward(be, loss_sum, lse, buf_f32p(logits), targets, N, V);
+}
+static void cuda_bf16_crossentropy_backward_g(const Backend* be, Buf dlogits, Buf logits, const float* lse,
+                                              const int* targets, float scale, int N, int V) {
+    if (ACTS16("crossentropy_backward", logits, grad16(dlogits)))
+        cuda_bf16a_crossentropy_backward_g(be, dlogits, logits, lse, targets, scale, N, V);
+    else cuda_crossentropy_backward_g(be, dlogits, logits, lse, targets, scale, N, V);
+}
+static void cuda_bf16_attention_forward_g(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v,
+                                          const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv,
+                                          int causal) {
+    if (ACTS16("attention_forward", out, q, k, v))
+        cuda_bf16a_attention_forward(be, buf_bf16p(out), lse, buf_bf16p(q), buf_bf16p(k), buf_bf16p(v), cu_seqlens, S, T,
+                                     H, Hkv, d, ld_q, ld_kv, causal);
+    else
+        cuda_bf16_attention_forward(be, buf_f32p(out), lse, buf_f32p(q), buf_f32p(k), buf_f32p(v), cu_seqlens, S, T, H,
+                                    Hkv, d, ld_q, ld_kv, causal);
+}
+static void cuda_bf16_attention_backward_g(const Backend* be, float* dq, float* dk, float* dv, uint16_t* dq16,
+                                           uint16_t* dk16, uint16_t* dv16, int ld16, Buf dout, Buf out, const float* lse,
+                                           Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int Hkv,
+                                           int d, int ld_q, int ld_kv, int causal) {
+    if (ACTS16("attention_backward", out, q, k, v, grad16(dout))) {
+        cuda_bf16a_attention_backward_g(be, dq, dk, dv, dq16, dk16, dv16, ld16, dout, out, lse, q, k, v, cu_seqlens, S, T,
+                                        H, Hkv, d, ld_q, ld_kv, causal);
+        return;
+    }
+    CUDA_F32_GRADS(dq16 || dk16 || dv16);
+    (void)ld16;
+    cuda_bf16_attention_backward(be, dq, dk, dv, buf_f32p(dout), buf_f32p(out), lse, buf_f32p(q), buf_f32p(k),
+                                 buf_f32p(v), cu_seqlens, S, T, H, Hkv, d, ld_q, ld_kv, causal);
+}
+static void cuda_bf16_act_forward_g(const Backend* be, Buf out, Buf inp, size_t n, Act act) {
+    if (ACTS16("act_forward", out, inp)) cuda_bf16a_act_forward(be, buf_bf16p(out), buf_bf16p(inp), n, act);
+    else cuda_bf16_act_forward(be, buf_f32p(out), buf_f32p(inp), n, act);
+}
+static void cuda_bf16_act_backward_g(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, Buf inp,
+                                     size_t n, Act act) {
+    if (ACTS16("act_backward", inp)) cuda_bf16a_act_backward_g(be, dinp, dinp16, dout, inp, n, act);
+    else cuda_act_backward_g(be, dinp, dinp16, dout, inp, n, act);
+}
+static void cuda_bf16_rows_gather_forward_g(const Backend* be, Buf out, const int* idx, const float* w, Buf table,
+                                            int N, int K, int C) {
+    if (ACTS16("rows_gather_forward", out, table))
+        cuda_bf16a_rows_gather_forward(be, buf_bf16p(out), idx, w, buf_bf16p(table), N, K, C);
+    else cuda_bf16_rows_gather_forward(be, buf_f32p(out), idx, w, buf_f32p(table), N, K, C);
+}
+
 // every op slot inside its profiler scope
 PROF_OP(PROF_COPIES, cuda_memset0)
 PROF_OP(PROF_COPIES, cuda_copy_h2d)
@@ -521,15 +682,10 @@ PROF_OP(PROF_COPIES, cuda_copy_d2d)
 PROF_OP(PROF_GEMM, cuda_linear_forward)
 PROF_OP(PROF_GEMM, cuda_linear_backward_g)
 PROF_OP(PROF_GEMM, cuda_linear_gelu_forward)
-PROF_OP(PROF_GEMM, cuda_bf16_linear_forward)
-PROF_OP(PROF_GEMM, cuda_bf16_linear_backward_g)
-PROF_OP(PROF_GEMM, cuda_bf16_linear_gelu_forward)
 PROF_OP(PROF_NORM, cuda_layernorm_forward)
 PROF_OP(PROF_NORM, cuda_layernorm_backward_g)
 PROF_OP(PROF_NORM, cuda_rmsnorm_forward)
 PROF_OP(PROF_NORM, cuda_rmsnorm_backward_g)
-PROF_OP(PROF_NORM, cuda_bf16_layernorm_forward)
-PROF_OP(PROF_NORM, cuda_bf16_rmsnorm_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_gelu_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_gelu_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_swiglu_forward)
@@ -539,25 +695,14 @@ PROF_OP(PROF_ELEMENTWISE, cuda_rope_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope2d_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rope_qk_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_embedding_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_embedding_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_crossentropy_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_gelu_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_swiglu_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_add_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope2d_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_qk_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_embedding_forward)
 PROF_OP(PROF_ATTENTION, cuda_attention_forward)
 PROF_OP(PROF_ATTENTION, cuda_attention_backward_g)
-PROF_OP(PROF_ATTENTION, cuda_bf16_attention_forward)
-PROF_OP(PROF_ATTENTION, cuda_bf16_attention_backward_g)
 PROF_OP(PROF_OPTIMISER, cuda_sum_squares)
 PROF_OP(PROF_OPTIMISER, cuda_scale)
 PROF_OP(PROF_OPTIMISER, cuda_adamw_update)
@@ -566,38 +711,38 @@ PROF_OP(PROF_OPTIMISER, cuda_adamw_multi)
 PROF_OP(PROF_OPTIMISER, cuda_sum_squares_multi)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_act_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_rows_gather_backward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward)
 PROF_OP(PROF_COPIES, cuda_from_bf16)
 PROF_OP(PROF_COPIES, cuda_to_bf16)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_act_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rows_gather_forward)
-PROF_OP(PROF_GEMM, cuda_bf16a_linear_forward)
-PROF_OP(PROF_GEMM, cuda_bf16a_linear_backward_g)
-PROF_OP(PROF_GEMM, cuda_bf16a_linear_gelu_forward)
-PROF_OP(PROF_NORM, cuda_bf16a_layernorm_forward)
-PROF_OP(PROF_NORM, cuda_bf16a_layernorm_backward_g)
-PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_forward)
-PROF_OP(PROF_NORM, cuda_bf16a_rmsnorm_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_gelu_backward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_swiglu_backward_g)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_add_f32_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope2d_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_rope_qk_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_embedding_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_forward)
-PROF_OP(PROF_ELEMENTWISE, cuda_bf16a_crossentropy_backward_g)
-PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_forward)
-PROF_OP(PROF_ATTENTION, cuda_bf16a_attention_backward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_dropout_forward)
 PROF_OP(PROF_ELEMENTWISE, cuda_bf16_dropout_forward)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_forward_g)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_backward_g)
+PROF_OP(PROF_GEMM, cuda_bf16_linear_gelu_forward_g)
+PROF_OP(PROF_NORM, cuda_bf16_layernorm_forward_g)
+PROF_OP(PROF_NORM, cuda_bf16_layernorm_backward_g)
+PROF_OP(PROF_NORM, cuda_bf16_rmsnorm_forward_g)
+PROF_OP(PROF_NORM, cuda_bf16_rmsnorm_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_gelu_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_gelu_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_swiglu_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_swiglu_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_add_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_add_f32_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope2d_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope2d_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_qk_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rope_qk_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_embedding_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_crossentropy_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_crossentropy_backward_g)
+PROF_OP(PROF_ATTENTION, cuda_bf16_attention_forward_g)
+PROF_OP(PROF_ATTENTION, cuda_bf16_attention_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_forward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_act_backward_g)
+PROF_OP(PROF_ELEMENTWISE, cuda_bf16_rows_gather_forward_g)
 PROF_OP(PROF_ELEMENTWISE, cuda_dropout_backward)
 PROF_OP(PROF_ELEMENTWISE, cuda_nf4_dequantize)
 
@@ -696,62 +841,41 @@ static const BackendOps cuda_ops = {
     .nf4_dequantize = prof_cuda_nf4_dequantize,
 };
 
-// runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and
-// the GEMMs go through cuBLASLt (reading 2-byte weights and GEMM biases); the other backward ops,
-// cross-entropy and the step end are the f32 ones.
+// runtime.precision = bf16 (engine/cuda/bf16.cu): the forward ops round where the GPU stores bf16 and the GEMMs go
+// through cuBLASLt (reading 2-byte weights and GEMM biases); the other backward ops, cross-entropy and the step end are
+// the f32 ones. Activations in either storage (BackendOps.bf16_activations): each entry dispatches on its activation
+// Bufs' dtypes (the _g entries above), 2-byte bf16 words or f32 words holding bf16 values; generation's attention_decode
+// takes f32 words (its KV cache).
 static const BackendOps cuda_bf16_ops = [] {
     BackendOps o = cuda_ops;
-    o.linear_forward = prof_cuda_bf16_linear_forward;
+    o.linear_forward = prof_cuda_bf16_linear_forward_g;
     o.linear_backward = prof_cuda_bf16_linear_backward_g;
-    o.linear_gelu_forward = prof_cuda_bf16_linear_gelu_forward;
-    o.layernorm_forward = prof_cuda_bf16_layernorm_forward;
-    o.rmsnorm_forward = prof_cuda_bf16_rmsnorm_forward;
-    o.gelu_forward = prof_cuda_bf16_gelu_forward;
-    o.swiglu_forward = prof_cuda_bf16_swiglu_forward;
-    o.add_forward = prof_cuda_bf16_add_forward;
-    o.rope_forward = prof_cuda_bf16_rope_forward;
-    o.rope2d_forward = prof_cuda_bf16_rope2d_forward;
-    o.embedding_forward = prof_cuda_bf16_embedding_forward;
-    o.attention_forward = prof_cuda_bf16_attention_forward;
+    o.linear_gelu_forward = prof_cuda_bf16_linear_gelu_forward_g;
+    o.layernorm_forward = prof_cuda_bf16_layernorm_forward_g;
+    o.layernorm_backward = prof_cuda_bf16_layernorm_backward_g;
+    o.rmsnorm_forward = prof_cuda_bf16_rmsnorm_forward_g;
+    o.rmsnorm_backward = prof_cuda_bf16_rmsnorm_backward_g;
+    o.gelu_forward = prof_cuda_bf16_gelu_forward_g;
+    o.gelu_backward = prof_cuda_bf16_gelu_backward_g;
+    o.swiglu_forward = prof_cuda_bf16_swiglu_forward_g;
+    o.swiglu_backward = prof_cuda_bf16_swiglu_backward_g;
+    o.add_forward = prof_cuda_bf16_add_forward_g;
+    o.rope_forward = prof_cuda_bf16_rope_forward_g;
+    o.rope2d_forward = prof_cuda_bf16_rope2d_forward_g;
+    o.rope2d_backward = prof_cuda_bf16_rope2d_backward_g;
+    o.embedding_forward = prof_cuda_bf16_embedding_forward_g;
+    o.crossentropy_forward = prof_cuda_bf16_crossentropy_forward_g;
+    o.crossentropy_backward = prof_cuda_bf16_crossentropy_backward_g;
+    o.attention_forward = prof_cuda_bf16_attention_forward_g;
     o.attention_backward = prof_cuda_bf16_attention_backward_g;
-    o.act_forward = prof_cuda_bf16_act_forward;
-    o.rows_gather_forward = prof_cuda_bf16_rows_gather_forward;
-    o.rope_qk_forward = prof_cuda_bf16_rope_qk_forward;
+    o.act_forward = prof_cuda_bf16_act_forward_g;
+    o.act_backward = prof_cuda_bf16_act_backward_g;
+    o.rows_gather_forward = prof_cuda_bf16_rows_gather_forward_g;
+    o.add_f32_forward = prof_cuda_bf16_add_f32_forward_g;
+    o.rope_qk_forward = prof_cuda_bf16_rope_qk_forward_g;
+    o.rope_qk_backward = prof_cuda_bf16_rope_qk_backward_g;
     o.dropout_forward = prof_cuda_bf16_dropout_forward;
-    return o;
-}();
-
-// bf16 with 2-byte activations (engine.h, act_dtype; bf16.cu): the bf16 ops' numerics, activations
-// stored as bf16 words; generation's attention_decode is NULL (generation keeps the bf16 table).
-static const BackendOps cuda_bf16a_ops = [] {
-    BackendOps o = cuda_bf16_ops;
-    o.linear_forward = prof_cuda_bf16a_linear_forward;
-    o.linear_backward = prof_cuda_bf16a_linear_backward_g;
-    o.linear_gelu_forward = prof_cuda_bf16a_linear_gelu_forward;
-    o.layernorm_forward = prof_cuda_bf16a_layernorm_forward;
-    o.layernorm_backward = prof_cuda_bf16a_layernorm_backward_g;
-    o.rmsnorm_forward = prof_cuda_bf16a_rmsnorm_forward;
-    o.rmsnorm_backward = prof_cuda_bf16a_rmsnorm_backward_g;
-    o.gelu_forward = prof_cuda_bf16a_gelu_forward;
-    o.gelu_backward = prof_cuda_bf16a_gelu_backward;
-    o.swiglu_forward = prof_cuda_bf16a_swiglu_forward;
-    o.swiglu_backward = prof_cuda_bf16a_swiglu_backward_g;
-    o.add_forward = prof_cuda_bf16a_add_forward;
-    o.rope_forward = prof_cuda_bf16a_rope_forward;
-    o.rope2d_forward = prof_cuda_bf16a_rope2d_forward;
-    o.embedding_forward = prof_cuda_bf16a_embedding_forward;
-    o.crossentropy_forward = prof_cuda_bf16a_crossentropy_forward;
-    o.crossentropy_backward = prof_cuda_bf16a_crossentropy_backward_g;
-    o.attention_forward = prof_cuda_bf16a_attention_forward;
-    o.attention_backward = prof_cuda_bf16a_attention_backward_g;
-    o.act_forward = prof_cuda_bf16a_act_forward;
-    o.act_backward = prof_cuda_bf16a_act_backward_g;
-    o.rows_gather_forward = prof_cuda_bf16a_rows_gather_forward;
-    o.attention_decode = NULL;
-    o.add_f32_forward = prof_cuda_bf16a_add_f32_forward;
-    o.rope_qk_forward = prof_cuda_bf16a_rope_qk_forward;
-    o.rope_qk_backward = prof_cuda_bf16a_rope_qk_backward_g;
-    o.rope2d_backward = prof_cuda_bf16a_rope2d_backward_g;
+    o.bf16_activations = 1;
     return o;
 }();
 
@@ -783,7 +907,7 @@ const Backend backend_cuda_bf16 = {
 };
 const Backend backend_cuda_bf16a = {
     .dev = &cuda_device,
-    .ops = &cuda_bf16a_ops,
+    .ops = &cuda_bf16_ops,
     .precision = PRECISION_BF16,
     .bf16_variant = &backend_cuda_bf16a,
     .weight_dtype = DTYPE_BF16,

@@ -789,13 +789,14 @@ int main(int argc, char** argv) {
     B16A = B16->act_bf16_variant;
     if (B16->act_dtype != DTYPE_F32 || !B16A || B16A->act_dtype != DTYPE_BF16 || B16A->precision != PRECISION_BF16 ||
         B16A->weight_dtype != DTYPE_BF16 || B16A->act_bf16_variant != B16A || !B16A->ops->from_bf16 || !B16A->ops->to_bf16 ||
-        !B16A->ops->add_f32_forward || B16->ops->add_f32_forward || cu->ops->add_f32_forward ||
+        !B16A->ops->add_f32_forward || B16->ops != B16A->ops || !B16->ops->bf16_activations || cu->ops->add_f32_forward ||
+        cu->ops->bf16_activations || backend_cpu_bf16.ops->bf16_activations ||
         cu->act_bf16_variant != NULL || backend_cpu_bf16.act_bf16_variant != NULL) {
         printf("test_cuda_bf16a: FAIL: the tables' act_dtype / act_bf16_variant are not as engine.h says\n");
         return 1;
     }
-    /* generation's decoding attention is not on it (NULL: generation refuses it, naming the backend); CLIP's ops are */
-    if (B16A->ops->attention_decode || !B16A->ops->act_forward || !B16A->ops->act_backward || !B16A->ops->rows_gather_forward ||
+    /* generation's decoding attention is on it (f32 words: its KV cache); CLIP's ops are */
+    if (!B16A->ops->attention_decode || !B16A->ops->act_forward || !B16A->ops->act_backward || !B16A->ops->rows_gather_forward ||
         !B16A->ops->rows_gather_backward || !B16A->ops->linear_gelu_forward) {
         printf("test_cuda_bf16a: FAIL: the bf16-activation table's slots are not as engine.h says\n");
         return 1;
