@@ -186,7 +186,7 @@ static void bench_mixed(int threads, const char* only) {
             double t0 = rr_now();
             for (int i = 0; i < iters; i++) {
                 libs[l].sgemm(ROW_MAJOR, NO_TRANS, TRANS, T, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
-                backend_cpu.ops->gelu_forward(&backend_cpu, be_act(&backend_cpu, out), be_act(&backend_cpu, out), (size_t)T * OC);
+                backend_cpu.ops->gelu_forward(&backend_cpu, buf_f32(out), buf_f32(out), (size_t)T * OC);
             }
             double t1 = rr_now();
             for (int i = 0; i < iters; i++)
@@ -243,9 +243,9 @@ static void bench_attention(int quick) {
         double best_f = 1e30, best_b = 1e30;
         for (int r = 0; r < (quick ? 2 : 3); r++) {
             double t0 = rr_now();
-            be->ops->attention_forward(be, be_act(be, out), lse, be_act(be, qkv), be_act(be, qkv + D), be_act(be, qkv + 2 * D), cu, a->S, T, H, H, d, ld, ld, a->causal);
+            be->ops->attention_forward(be, buf_f32(out), lse, buf_f32(qkv), buf_f32(qkv + D), buf_f32(qkv + 2 * D), cu, a->S, T, H, H, d, ld, ld, a->causal);
             double t1 = rr_now();
-            be->ops->attention_backward(be, dqkv, dqkv + D, dqkv + 2 * D, NULL, NULL, NULL, 0, buf_f32(dout), be_act(be, out), lse, be_act(be, qkv), be_act(be, qkv + D), be_act(be, qkv + 2 * D), cu, a->S,
+            be->ops->attention_backward(be, dqkv, dqkv + D, dqkv + 2 * D, NULL, NULL, NULL, 0, buf_f32(dout), buf_f32(out), lse, buf_f32(qkv), buf_f32(qkv + D), buf_f32(qkv + 2 * D), cu, a->S,
                                    T, H, H, d, ld, ld, a->causal);
             double t2 = rr_now();
             if (t1 - t0 < best_f) best_f = t1 - t0;

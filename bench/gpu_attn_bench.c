@@ -60,7 +60,7 @@ static void fwd(void* p) {
     int hd = c->H * c->d, ld = 3 * hd;
     if (!c->bf16) {
         float* q = (float*)c->qkv;
-        c->cu->ops->attention_forward(c->cu, be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd), c->cu_d, c->S, c->T, c->H, c->H, c->d, ld,
+        c->cu->ops->attention_forward(c->cu, buf_f32((float*)c->out), c->lse, buf_f32(q), buf_f32(q + hd), buf_f32(q + 2 * hd), c->cu_d, c->S, c->T, c->H, c->H, c->d, ld,
                                  ld, c->causal);
     } else {
         Buf q = buf_of(c->qkv, DTYPE_BF16), none = buf_of(NULL, DTYPE_BF16);
@@ -73,7 +73,7 @@ static void bwd(void* p) {
     int hd = c->H * c->d, ld = 3 * hd;
     if (!c->bf16) {
         float *q = (float*)c->qkv, *g = (float*)c->dqkv;
-        c->cu->ops->attention_backward(c->cu, g, g + hd, g + 2 * hd, NULL, NULL, NULL, 0, buf_f32((float*)c->dout), be_act(c->cu, (float*)c->out), c->lse, be_act(c->cu, q), be_act(c->cu, q + hd), be_act(c->cu, q + 2 * hd),
+        c->cu->ops->attention_backward(c->cu, g, g + hd, g + 2 * hd, NULL, NULL, NULL, 0, buf_f32((float*)c->dout), buf_f32((float*)c->out), c->lse, buf_f32(q), buf_f32(q + hd), buf_f32(q + 2 * hd),
                                   c->cu_d, c->S, c->T, c->H, c->H, c->d, ld, ld, c->causal);
     } else {
         Buf q = buf_of(c->qkv, DTYPE_BF16), g = buf_of(c->dqkv, DTYPE_BF16);

@@ -49,13 +49,13 @@ static volatile double sink;
 static void call(Ctx* c) {
     const Backend* be = c->be;
     switch (c->op) {
-    case RMS_F: be->ops->rmsnorm_forward(be, be_act(be, c->y), c->st1, be_act(be, c->x), c->w, c->N, c->C, 1e-5); break;
-    case RMS_W: be->ops->rmsnorm_backward(be, NULL, NULL, c->gw, c->g, be_act(be, c->x), c->w, c->st1, c->N, c->C); break;
-    case LN_F: be->ops->layernorm_forward(be, be_act(be, c->y), c->st1, c->st2, be_act(be, c->x), c->w, c->b, c->N, c->C); break;
-    case LN_W: be->ops->layernorm_backward(be, NULL, NULL, c->gw, c->gb, c->g, be_act(be, c->x), c->w, c->st1, c->st2, c->N, c->C); break;
-    case SWIGLU_F: be->ops->swiglu_forward(be, be_act(be, c->z), be_act(be, c->x), be_act(be, c->y), c->n); break;
-    case GELU_F: be->ops->gelu_forward(be, be_act(be, c->y), be_act(be, c->x), c->n); break;
-    case ADD_F: be->ops->add_forward(be, be_act(be, c->z), be_act(be, c->x), be_act(be, c->y), c->n); break;
+    case RMS_F: be->ops->rmsnorm_forward(be, buf_of(c->y, DTYPE_BF16), c->st1, buf_of(c->x, DTYPE_BF16), c->w, c->N, c->C, 1e-5); break;
+    case RMS_W: be->ops->rmsnorm_backward(be, NULL, NULL, c->gw, c->g, buf_of(c->x, DTYPE_BF16), c->w, c->st1, c->N, c->C); break;
+    case LN_F: be->ops->layernorm_forward(be, buf_of(c->y, DTYPE_BF16), c->st1, c->st2, buf_of(c->x, DTYPE_BF16), c->w, c->b, c->N, c->C); break;
+    case LN_W: be->ops->layernorm_backward(be, NULL, NULL, c->gw, c->gb, c->g, buf_of(c->x, DTYPE_BF16), c->w, c->st1, c->st2, c->N, c->C); break;
+    case SWIGLU_F: be->ops->swiglu_forward(be, buf_of(c->z, DTYPE_BF16), buf_of(c->x, DTYPE_BF16), buf_of(c->y, DTYPE_BF16), c->n); break;
+    case GELU_F: be->ops->gelu_forward(be, buf_of(c->y, DTYPE_BF16), buf_of(c->x, DTYPE_BF16), c->n); break;
+    case ADD_F: be->ops->add_forward(be, buf_of(c->z, DTYPE_BF16), buf_of(c->x, DTYPE_BF16), buf_of(c->y, DTYPE_BF16), c->n); break;
     case SUMSQ: sink = be->ops->sum_squares(be, c->g, c->n); break;
     }
 }
@@ -108,12 +108,12 @@ int main(int argc, char** argv) {
         return 77;
     }
     const Backend* b16 = backend_with_precision(cu, PRECISION_BF16);
-    const Backend* be = b16 ? b16->act_bf16_variant : NULL;
-    if (!be || be->act_dtype != DTYPE_BF16) {
-        printf("gpu_bw_bench: FAIL: the CUDA backend has no bf16-activation table\n");
+    const Backend* be = b16;
+    if (!be || !be->ops->bf16_activations) {
+        printf("gpu_bw_bench: FAIL: the CUDA bf16 table takes no 2-byte activations\n");
         return 1;
     }
-    printf("# gpu_bw_bench: %s, bf16-activation table, median of 5 x %d calls, peak %.0f GB/s\n", be->dev->name, reps, peak);
+    printf("# gpu_bw_bench: %s, bf16 table on 2-byte activations, median of 5 x %d calls, peak %.0f GB/s\n", be->dev->name, reps, peak);
     printf("%-6s %-24s %8s %8s %10s %10s %9s %6s\n", "shape", "op", "N", "C", "MB", "ms", "GB/s", "peak");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const Shape* sh = &shapes[s];

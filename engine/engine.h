@@ -98,7 +98,8 @@ void arena_free(Arena* a);
  * Norm statistics (mean, rstd), softmax and its lse, RoPE angles, cross-entropy, activation and
  * weight gradients, reductions and the optimiser stay f32. Buffers are f32 words (a bf16 value is
  * exactly representable in f32, so the numerics are those of bf16 storage; engine/cpu/bf16.c) except where
- * a table's weight_dtype / act_dtype say 2-byte bf16 (the CUDA bf16 tables: Backend below). */
+ * a table's weight_dtype says 2-byte bf16 and where a stage stores its activations as 2-byte bf16 Bufs on a
+ * table that takes them (the CUDA bf16 table: Backend.weight_dtype, BackendOps.bf16_activations below). */
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 const char* precision_name(Precision p);
 
@@ -269,15 +270,15 @@ typedef struct BackendDevice {
  * (`be->ops->linear_forward(be, ...)`), so the same ops run on the stream that Backend is bound to and
  * see its storage facts. An op a table does not have is NULL (said at the op).
  *
- * 2-byte output gradients (the bf16-activation table, act_dtype = DTYPE_BF16): a backward GEMM and the attention
+ * 2-byte output gradients (with 2-byte activations, BackendOps.bf16_activations): a backward GEMM and the attention
  * backward can read an output gradient stored as 2-byte bf16 words by the kernel that produced it, in its own store,
  * with no conversion pass. Such a gradient is a Buf of dtype DTYPE_BF16 (linear_backward's dout and dinp,
  * swiglu_backward's dgate and dup, attention_backward's dout, crossentropy_backward's dlogits) or a 2-byte mirror
  * (uint16_t*: a copy of an f32 gradient's final value, stored in the same pass: *_backward's dinp16, dq16, ...). Each
  * 2-byte value is rr_f32_to_bf16 of the f32 gradient the op would leave in a zeroed f32 buffer, so the numerics are
- * exactly the f32 gradients'. The ops dispatch on the gradients' dtypes; only a table with act_dtype = DTYPE_BF16
- * takes 2-byte gradients and mirrors: every other table refuses them (RR_ASSERT), so its callers pass f32 Bufs,
- * NULL mirrors and 0 for the flags that go with them. */
+ * exactly the f32 gradients'. The ops dispatch on the gradients' dtypes; they take 2-byte gradients and mirrors only
+ * with 2-byte activations on a table with bf16_activations: every other call refuses them (RR_ASSERT), so its
+ * callers pass f32 Bufs, NULL mirrors and 0 for the flags that go with them. */
 typedef struct BackendOps {
     /* out (N, OC) = inp (N, C) @ weight (OC, C)^T + bias (OC); bias may be NULL. */
     void (*linear_forward)(const struct Backend* be, Buf out, Buf inp, Buf weight, Buf bias, int N, int C,
@@ -443,16 +444,17 @@ typedef struct BackendOps {
     void (*to_bf16)(const struct Backend* be, uint16_t* out, const float* inp, size_t n);
     /* out[i] = rr_bf16_to_f32(inp[i]): 2-byte bf16 words widened (exact) to f32 words; with to_bf16, the
      * conversion of a stage's hidden states at its entry and exit (the pipeline's transfers stay f32). NULL
-     * where act_bf16_variant is. */
+     * where bf16_activations is 0 and nothing needs it. */
     void (*from_bf16)(const struct Backend* be, float* out, const uint16_t* inp, size_t n);
-    /* out = a + b with out and a activations (act_dtype) and b f32 words: the residual add after a TP
-     * all-reduce, which sums the row-parallel partial outputs in f32 (under tp > 1; the value and
-     * rounding point add_forward's with b's f32 value). NULL where act_dtype is f32 (add_forward does it). */
+    /* out = a + b with out and a activations (either storage on a table with bf16_activations) and b f32 words:
+     * the residual add after a TP all-reduce, which sums the row-parallel partial outputs in f32 (under tp > 1;
+     * the value and rounding point add_forward's with b's f32 value). NULL on a table without 2-byte activations
+     * (add_forward does it there). */
     void (*add_f32_forward)(const struct Backend* be, Buf out, Buf a, const float* b, size_t n);
     /* 1-D RoPE over the LM's q and k in one pass: rope_forward of q (N rows of H heads, stride
      * ld_q) and of k (Hkv heads, stride ld_k) at the same positions, the same values in one launch on CUDA;
-     * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations
-     * (act_dtype), dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). With dq16,
+     * rope_qk_backward the same over the f32 gradients dq and dk (rope_backward's). q and k are activations,
+     * dq and dk f32. NULL: the caller calls rope_forward / rope_backward twice (lm_rope_qk_*). With dq16,
      * dk16 (2-byte tables; NULL: none) the backward stores the rotated values as 2-byte words there (rows of stride
      * ldq16, ldk16) instead, and rotates dq / dk in place too only with keep_q / keep_k (a bias gradient reads it). */
     void (*rope_qk_forward)(const struct Backend* be, Buf q, Buf k, const int* pos, int N, int H, int Hkv, int d, int ld_q,
@@ -464,7 +466,7 @@ typedef struct BackendOps {
      * matrix of global width ld_g (a tensor-parallel rank's share; c0 = 0, ld_g = C unsplit): out = inp where
      * the mask keeps an element, scaled by 1 / (1 - p), else 0; the mask is a pure function of (seed, the
      * element's global index n ld_g + c0 + c), engine/cuda/dropout_math.h, the same on every backend. out may
-     * be inp. f32-word activations only (act_dtype DTYPE_F32; the bf16 tables round out to bf16).
+     * be inp. f32-word activations only (a stage with LoRA keeps f32 words; the bf16 tables round out to bf16).
      * backward: dinp += the same mask and scale applied to dout. */
     void (*dropout_forward)(const struct Backend* be, Buf out, Buf inp, int N, int C, int ld_g, int c0, float p,
                             uint64_t seed);
@@ -487,11 +489,22 @@ typedef struct BackendOps {
      * (a tensor-parallel slice's, engine/params_quant.c). */
     void (*nf4_dequantize)(const struct Backend* be, Buf out, const uint8_t* q, const uint8_t* q8, const float* absmax2,
                            const float* map8, float offset, size_t n);
-    /* 1: the ops take activations in either storage, f32 words or 2-byte bf16 words (Bufs of DTYPE_BF16, n values in
-     * 2n bytes, each the word rr_f32_to_bf16 gives), each entry dispatching on its activation Bufs' dtypes (the CUDA
-     * bf16 table); the numerics are the same, only the storage differs. 0: f32 words only (every other table: a
-     * 2-byte activation is refused, RR_ASSERT). A stage asks this to choose its activations' storage
-     * (runtime/model/model.c, stage_init_tp); a call must not mix the storages (refused, naming the op). */
+    /* The ACTIVATION storage the ops take (docs/cuda.md "bf16 storage"). 1: either storage, f32 words (in a bf16
+     * table holding bf16 values) or 2-byte bf16 words (Bufs of DTYPE_BF16: n values in 2n bytes, each the word
+     * rr_f32_to_bf16 gives), each entry dispatching on its activation Bufs' dtypes (the CUDA bf16 table); the
+     * numerics are the same, the same values at the same rounding points, only the storage differs. A call must not
+     * mix the storages (refused, naming the op). 0: f32 words only (every other table: a 2-byte activation is
+     * refused, RR_ASSERT). The table describes the ops, not a model: a stage chooses its storage (LmConfig.act_bytes,
+     * VitConfig.act_bytes; runtime/model/model.c stage_init_tp asks this) and allocates its activations so. The
+     * activations are the Buf arguments of the ops but `weight` / `table` and a linear's `bias` (Backend.weight_dtype);
+     * both of rows_gather_forward's `out` and `table` are activations (a caller with an f32-word table, a
+     * parameter's compute copy holding bf16 values, narrows it first with to_bf16; the input patches arrive
+     * 2-byte, narrowed on the host: vision.h vit_forward). Every float* of the ops is f32 words: activation
+     * GRADIENTS d*, which stay f32 by the numerics contract, norm statistics mean / rstd, attention and
+     * cross-entropy lse, loss_sum, 1-D weights, the optimiser's buffers. With 2-byte activations linear_backward
+     * and attention_backward convert an f32 dout to bf16 scratch; the model passes the 2-byte dout its producer
+     * stored instead ("2-byte output gradients" above). attention_decode takes f32 words (generation keeps f32-word
+     * activations). The device's reserve takes each attention call's storage from its AttnReserve.act. */
     int bf16_activations;
 } BackendOps;
 
@@ -504,35 +517,13 @@ typedef struct Backend {
     const struct Backend* bf16_variant;
     /* The storage of the compute copies the ops read as weights: every 2-D parameter (GEMM weights, embedding
      * tables: the ops' `weight` / `table` buffers, engine/params.h) and every GEMM bias (params_mark_gemm_bias:
-     * linear_forward's and linear_gelu_forward's `bias`). DTYPE_BF16 (the CUDA bf16 tables): n values take 2n
+     * linear_forward's and linear_gelu_forward's `bias`). DTYPE_BF16 (the CUDA bf16 table): n values take 2n
      * bytes, each the bf16 word rr_f32_to_bf16 gives, written by adamw_update_copy, and the GEMMs hand them to
-     * cuBLASLt as they are (no conversion in a step; cuBLASLt's epilogue takes a bf16 D's bias as it is, and the
-     * f32-word bf16 table widens it, exact). DTYPE_F32 (every other table, the CPU's bf16 reference included): f32
+     * cuBLASLt as they are (no conversion in a step; cuBLASLt's epilogue takes a bf16 D's bias as it is, and a GEMM
+     * on f32-word activations widens it, exact). DTYPE_F32 (every other table, the CPU's bf16 reference included): f32
      * words, in bf16 tables holding bf16 values. Other 1-D parameters (norm weights and biases) are f32 words on
      * every table. */
     DType weight_dtype;
-    /* The ACTIVATION storage this table's ops take (docs/cuda.md "bf16 storage"): DTYPE_F32 (every table but one:
-     * f32 words, in bf16 tables holding bf16 values) or DTYPE_BF16 (the CUDA backend's bf16-activation table,
-     * whose entries are 2-byte kernels: n values take 2n bytes, each the word rr_f32_to_bf16 gives). It describes
-     * the ops, not a model: a stage chooses its storage (LmConfig.act_bytes, VitConfig.act_bytes; runtime/model
-     * stage_init_tp) and runs on the table that takes it (act_bf16_variant below). The numerics are the bf16
-     * table's: the same values at the same rounding points, only the storage differs. The activations are the Buf
-     * arguments of the ops but `weight` / `table` and a linear's `bias` (weight_dtype); both of
-     * rows_gather_forward's `out` and `table` are activations (a caller with an f32-word table, a parameter's
-     * compute copy holding bf16 values, narrows it first with to_bf16; the input patches arrive 2-byte, narrowed
-     * on the host: vision.h vit_forward). be_act below types an address so. Every float* of the ops is f32 words:
-     * activation GRADIENTS d*, which stay f32 by the numerics contract, norm statistics mean / rstd, attention and
-     * cross-entropy lse, loss_sum, 1-D weights, the optimiser's buffers. On the bf16-activation table
-     * linear_backward and attention_backward convert an f32 dout to bf16 scratch; the model passes the 2-byte dout
-     * its producer stored instead (a Buf of dtype bf16: "2-byte output gradients" at BackendOps). attention_decode
-     * is NULL there (generation keeps the bf16 table). No op reads act_dtype (each dispatches on its Bufs'
-     * dtypes), nor does the device's reserve (each attention call's storage is its AttnReserve.act). */
-    DType act_dtype;
-    /* The same device's Backend with act_dtype = DTYPE_BF16 and this one's numerics (NULL: none; the CUDA
-     * bf16 table's is the bf16-activation table, which names itself). A stage runs on it only where every
-     * module it runs supports 2-byte activations (runtime/model/model.c, stage_init_tp: the LM, the tower
-     * and the projector, at any tp). */
-    const struct Backend* act_bf16_variant;
     /* The stream the ops and the device's ordered calls run on: on CUDA a cudaStream_t (NULL: the
      * backend's compute stream), ordered with the other work of that stream only; the CPU runs everything
      * in call order and ignores it. The static tables have NULL; backend_on_stream makes a bound copy. */
@@ -555,9 +546,10 @@ static inline int be_dinp_first(const Backend* be, Buf dinp, Buf dout, size_t n)
     be->dev->memset0(be, dinp.p, n * sizeof(float));
     return 0;
 }
-/* The typed buffer at p of what a Backend's ops take there: an activation (act_dtype), a 2-D weight's compute copy
- * or an embedding table (weight_dtype), a GEMM bias's compute copy (weight_dtype too). */
-static inline Buf be_act(const Backend* be, const void* p) { return buf_of(p, be->act_dtype); }
+/* The typed buffer at p of what a Backend's ops take there: a 2-D weight's compute copy or an embedding table
+ * (weight_dtype), a GEMM bias's compute copy (weight_dtype too). An activation's storage is its stage's choice
+ * (LmConfig.act_bytes, VitConfig.act_bytes: lm_act_dtype, vit_act_dtype), 2-byte only where the table's
+ * ops.bf16_activations says it takes them. */
 static inline Buf be_weight(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
 static inline Buf be_bias(const Backend* be, const void* p) { return buf_of(p, be->weight_dtype); }
 

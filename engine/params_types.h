@@ -75,8 +75,8 @@ typedef struct {
      * also holds; checkpoints and dumps leave them out here (TP rank 0 writes them), so a union of the
      * TP ranks' files holds every tensor once. */
     int omit_replicated;
-    /* set before params_alloc: the params_mark_act_table'd tensors are read by a table with 2-byte activations
-     * (the bf16-activation table): their compute copy is 2-byte bf16 words where weight_dtype is */
+    /* set before params_alloc: the params_mark_act_table'd tensors are read as 2-byte activations (a stage whose
+     * tower stores them so): their compute copy is 2-byte bf16 words where weight_dtype is */
     int act_tables_bf16;
     /* The NF4 storage of the params_mark_quant'd tensors (engine/params_quant.c; NULL when none): one entry per
      * tensor, on the backend, with the dynamic map's 256 values (quant_map8); quant_gen counts quantisations, so

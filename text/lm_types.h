@@ -30,8 +30,8 @@ typedef struct {
     int tp, tp_rank;
     LmTpReduce tp_reduce;
     void* tp_ctx;
-    /* Bytes of a stored activation (engine.h, Backend.act_dtype): 0 or 4, f32 words; 2, bf16 words (the
-     * blocks then run on a table with act_dtype = DTYPE_BF16; tp must be 1, and no KV cache). Sizes the
+    /* Bytes of a stored activation (lm_act_dtype): 0 or 4, f32 words; 2, bf16 words (only on a table whose ops take
+     * them, engine.h BackendOps.bf16_activations; no KV cache). Sizes the
      * activation buffers of lm_block_acts_layout and lm_scratch_layout's tmp; gradients stay f32. */
     int act_bytes;
     /* LoRA (text/lm_lora.c; docs/training.md "LoRA"): lora_r > 0 adds to each linear of lora_targets (a bit per

@@ -88,8 +88,8 @@ typedef struct {
     int tp, tp_rank;
     VitTpReduce tp_reduce;
     void* tp_ctx;
-    /* Bytes of a stored activation of the tower and the projector (engine.h, Backend.act_dtype): 0 or 4, f32
-     * words; 2, bf16 words (their ops then run on a table with act_dtype = DTYPE_BF16; tp 1). Sizes the
+    /* Bytes of a stored activation of the tower and the projector (vit_act_dtype): 0 or 4, f32 words; 2, bf16 words
+     * (only on a table whose ops take them, engine.h BackendOps.bf16_activations). Sizes the
      * activation buffers; gradients and statistics stay f32. */
     int act_bytes;
     /* Activation recompute of the blocks (Recompute, engine.h) where a backward runs: SELECTIVE keeps no GELU output

@@ -317,14 +317,14 @@ static const BackendOps cpu_bf16_ops = {
 };
 #pragma GCC diagnostic pop
 
-/* Every CPU buffer is f32 words (bf16 values held in f32 words under bf16). */
+/* Every CPU buffer is f32 words (bf16 values held in f32 words under bf16): the ops take f32-word activations only
+ * (BackendOps.bf16_activations 0; a 2-byte Buf is refused). */
 const Backend backend_cpu = {
     .dev = &cpu_device,
     .ops = &cpu_ops,
     .precision = PRECISION_FP32,
     .bf16_variant = &backend_cpu_bf16,
     .weight_dtype = DTYPE_F32,
-    .act_dtype = DTYPE_F32,
 };
 
 const Backend backend_cpu_bf16 = {
@@ -333,5 +333,4 @@ const Backend backend_cpu_bf16 = {
     .precision = PRECISION_BF16,
     .bf16_variant = &backend_cpu_bf16,
     .weight_dtype = DTYPE_F32,
-    .act_dtype = DTYPE_F32,
 };

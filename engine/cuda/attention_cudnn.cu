@@ -453,7 +453,7 @@ __global__ void pack_bf16_kernel(uint16_t* out, const float* in, int T, int W, i
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)T * W) out[i] = rr_f32_to_bf16(in[(i / W) * (size_t)ld + i % W]);
 }
-// the same from 2-byte bf16 rows (the bf16-activation table's activations): a copy
+// the same from 2-byte bf16 rows (2-byte activations): a copy
 __global__ void pack_b16_kernel(uint16_t* out, const uint16_t* in, int T, int W, int ld) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)T * W) out[i] = in[(i / W) * (size_t)ld + i % W];
@@ -693,7 +693,7 @@ static int run_execute(Run* r, const char* dir, const int64_t* uids, void** ptrs
 // Returns 1 when out (rounded to bf16) and lse hold a result (cuDNN's, or on a disagreement without strict
 // mode the own kernel's); 0 when the caller must run its own kernel. Notes the path (attention_path.h).
 // q, k, v and out f32 words (the bf16 table: rounded to bf16 on packing, cuDNN's output widened) or 2-byte bf16 words
-// (the bf16-activation table: packed by a copy, cuDNN's bf16 output copied out as it is; a run that must be checked
+// (2-byte activations: packed by a copy, cuDNN's bf16 output copied out as it is; a run that must be checked
 // against the own kernel returns -1 instead: run_begin).
 static int cudnn_forward(const Backend* be, Buf out, float* lse, Buf q, Buf k, Buf v, const int* cu_seqlens, int S, int T,
                          int H, int d, int ld_qkv, int causal) {
@@ -801,7 +801,7 @@ int cuda_cudnn_attention_forward(const Backend* be, Buf out, float* lse, Buf q, 
 // q, k, v and out f32 words or 2-byte bf16 words, as cudnn_forward's (-1: a checked run on 2-byte inputs, call the f32
 // entry on widened inputs); dout f32 or 2-byte (packed as it is), as its dtype says. dv16 with dv NULL: dv is 2-byte
 // bf16 words of row stride ld_dv, and gets bf16(dv + cuDNN's bf16 dv); dq16, dk16, dv16 with their f32 gradient:
-// 2-byte mirrors (stride ld_dv) of the f32 sums (the bf16-activation table's 2-byte output gradients; 2-byte inputs
+// 2-byte mirrors (stride ld_dv) of the f32 sums (the 2-byte output gradients that go with 2-byte activations; 2-byte inputs
 // only)
 static int cudnn_backward(const Backend* be, float* dq, float* dk, float* dv, Buf dout, Buf out, const float* lse, Buf q,
                           Buf k, Buf v, const int* cu_seqlens, int S, int T, int H, int d, int ld_qkv, int causal,

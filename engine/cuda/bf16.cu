@@ -10,7 +10,7 @@
 // operands into bf16 scratch (f32_to_bf16_kernel) right before the call, and a GEMM's f32 output is rounded
 // by round_bf16_kernel after it (cuBLASLt's f32 D cannot round). Every other stored activation is rounded in
 // its producing kernel's store (norm.cu, elementwise.cu, rope.cu, embedding.cu: the <R> / bf16 variants),
-// with no separate pass. The bf16-activation table (end of this file, backend_cuda_bf16a) stores the
+// with no separate pass. With 2-byte activations (end of this file) the table stores the
 // activations as 2-byte bf16 words, so its forward GEMMs have neither pass: docs/cuda.md, "bf16 storage".
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/attention_path.h"
@@ -94,7 +94,7 @@ void cuda_bf16_reserve(size_t gemm_elems) {
 static size_t lt_span(int rows, int cols, int ld) { return rows <= 0 || cols <= 0 ? 0 : (size_t)(cols - 1) * ld + rows; }
 
 // One described GEMM: A and B are the bf16 operands (already converted), C = D in place: f32 (ctype CUDA_R_32F)
-// or 2-byte bf16 (CUDA_R_16BF, the bf16-activation table's forward output: cuBLASLt rounds its f32 result, bias
+// or 2-byte bf16 (CUDA_R_16BF, a forward output into a 2-byte activation: cuBLASLt rounds its f32 result, bias
 // included, to bf16 in its own store, the value round_bf16_kernel gave after an f32 D). The bias is in D's type:
 // f32 words with an f32 D, 2-byte bf16 with a bf16 D (cuBLASLt takes no f32 bias with a bf16 D: CUBLAS_STATUS_
 // INVALID_VALUE on an H200). The bf16 tables' GEMM biases are 2-byte compute copies (Backend.weight_dtype,
@@ -140,9 +140,9 @@ static void gemm_lt_desc_run_cuda(const Backend* be, const GemmLtDesc* d, const 
 }
 
 // Run the desc with its A, B and C from `ops`, each a typed buffer (GemmOperands, engine/gemm_desc.h): a 2-byte bf16
-// operand (the weight's compute copy; an activation on the bf16-activation table; an output gradient stored 2-byte by
+// operand (the weight's compute copy; a 2-byte activation; an output gradient stored 2-byte by
 // the kernel that produced it) goes to cuBLASLt as it is; an f32 one (an activation or an output gradient in f32 words)
-// is converted into bf16 scratch first. C in 2-byte bf16 (the bf16-activation table's forward output; an input gradient
+// is converted into bf16 scratch first. C in 2-byte bf16 (a forward output into a 2-byte activation; an input gradient
 // stored 2-byte, with the desc's beta 0) is a bf16 D: cuBLASLt rounds the f32 product in its own store; else an f32 D.
 // aux: GELU_AUX_BIAS's.
 static void gemm_lt_run_operands(const Backend* be, const GemmLtDesc* d, const GemmOperands* ops, const uint16_t* bias,
@@ -243,7 +243,7 @@ void cuda_bf16_linear_gelu_forward(const Backend* be, float* out, float* pre, co
     round_bf16_2_cuda(out, pre, n, cuda_stream(be)); // both stored values, one launch
 }
 
-// linear_backward of both bf16 tables: inp 2-byte (the bf16-activation table) or f32 words, as its dtype says
+// linear_backward of both bf16 tables: inp 2-byte (2-byte activations) or f32 words, as its dtype says
 static void linear_backward_tables(const Backend* be, float* dinp, float* dweight, float* dbias, const float* dout, Buf inp,
                                    const uint16_t* weight, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
@@ -307,7 +307,7 @@ void cuda_bf16_attention_backward(const Backend* be, float* dq, float* dk, float
     cuda_attention_path_note(RR_ATTN_OWN_TC_BWD);
 }
 
-// ---- the bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16) ----------------------
+// ---- 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table) --------------------------------------------
 // The bf16 table's numerics with its activations stored as 2-byte bf16 words (engine.h lists which pointer of
 // each slot is one): the GEMMs hand the activation operand to cuBLASLt as it is and let cuBLASLt store the
 // forward's output in bf16, so no conversion or rounding pass runs in a forward GEMM (a biased one reads its bias as the
@@ -392,7 +392,7 @@ void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* di
     if (dbias) column_sum_cuda(dbias, Bf16RowsOf{dout, OC}, N, OC, cuda_stream(be));
 }
 
-// Linear then GELU on the bf16-activation table (engine.h's contract for bf16 tables): one cublasLtMatmul with the
+// Linear then GELU with 2-byte activations (engine.h's contract for bf16 tables): one cublasLtMatmul with the
 // GELU_AUX_BIAS epilogue and a bf16 D and Aux: out = bf16(gelu(pre)) and pre = bf16(x W^T + b) from the f32 result,
 // the values the bf16 table stores after its rounding pass. Where cuBLASLt's epilogue does not apply (no bias, an
 // Aux leading dimension not a multiple of 8, C = 0) the f32 pre-activation goes through f32 scratch (grown on first

@@ -12,7 +12,7 @@
 
 #define CLIP_BLOCK 256
 
-// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh); R: the
+// A: the activations' storage (float, or uint16_t bf16 words with 2-byte activations; cuda_common.cuh); R: the
 // stored value rounded to bf16 in the store
 // VEC: one 8-value group a thread through 16-byte loads and stores (cuda_common.cuh: out and inp 16-byte
 // aligned; the tail value by value); the same values either way
@@ -129,7 +129,7 @@ void cuda_bf16_rows_gather_forward(const Backend* be, float* out, const int* idx
     cudaCheck(cudaGetLastError());
 }
 
-// The bf16-activation table (Backend.act_dtype = DTYPE_BF16): out, inp and the gather's table are 2-byte bf16 words
+// 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table): out, inp and the gather's table are 2-byte bf16 words
 // (engine.h), the values and rounding points the bf16 table's (its rounding pass after the f32 op gives the same).
 void cuda_bf16a_act_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n, Act act) {
     if (act == ACT_GELU_TANH) {
@@ -157,7 +157,7 @@ void cuda_bf16a_rows_gather_forward(const Backend* be, uint16_t* out, const int*
     cudaCheck(cudaGetLastError());
 }
 
-// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
+// ---- 2-byte output gradients (2-byte activations) -------------------------------------------------------
 // act_backward (GELU tanh: gelu_backward's expression) adding into the f32 dinp and storing the final value as 2-byte
 // bf16 too, in the same pass: the copy the next GEMM reads, the f32 one for the bias gradient
 static __global__ void act_backward_b16_kernel(float* dinp, uint16_t* dinp16, const float* dout, const uint16_t* inp,

@@ -15,7 +15,7 @@
 
 static __device__ inline int ce_target_ok(int t, int V) { return t >= 0 && t < V; }
 
-// A: the logits' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+// A: the logits' storage (float, or uint16_t bf16 words with 2-byte activations; cuda_common.cuh)
 template <typename A>
 static __global__ void crossentropy_lse_kernel(float* lse, const A* logits, const int* targets, int V, int* err) {
     __shared__ float shared[32];
@@ -95,7 +95,7 @@ void cuda_crossentropy_backward(const Backend* be, float* dlogits, const float* 
     crossentropy_backward_cuda(dlogits, logits, lse, targets, scale, N, V, cuda_stream(be));
 }
 
-// the bf16-activation table (Backend.act_dtype = DTYPE_BF16): logits are 2-byte bf16 words (the bf16 table's
+// 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table): logits are 2-byte bf16 words (the bf16 table's
 // rounded values), widened on load; lse, the loss and dlogits f32
 void cuda_bf16a_crossentropy_forward(const Backend* be, float* loss_sum, float* lse, const uint16_t* logits, const int* targets, int N,
                                      int V) {
@@ -106,7 +106,7 @@ void cuda_bf16a_crossentropy_backward(const Backend* be, float* dlogits, const u
     crossentropy_backward_cuda(dlogits, logits, lse, targets, scale, N, V, cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
+// ---- 2-byte output gradients (2-byte activations) -------------------------------------------------------
 // dlogits stored as 2-byte bf16 words, every row: bf16(0 + the plain kernel's value) for a supervised row, zeros for
 // an ignored (or bad) one: the plain slot over a zeroed f32 buffer, narrowed; what the head's GEMMs read
 static __global__ void crossentropy_backward_b16_kernel(uint16_t* dlogits, const uint16_t* logits, const float* lse,

@@ -369,9 +369,10 @@ void cuda_reserve(const Backend* be, size_t gemm_elems, size_t sumsq_n, const At
 }
 
 // ---- the backward ops that take 2-byte gradients (engine.h, "2-byte output gradients"): one slot each, dispatched on
-// the gradients' dtypes. The f32 and bf16 tables take f32 gradients only (buf_f32p refuses a 2-byte one; a mirror is
-// refused); the bf16-activation table runs its 2-byte entries (the *_b16 functions) where a gradient is 2-byte or a
-// mirror is asked for, else its f32-gradient entries. set (linear_backward): an f32 dinp written, not added.
+// the gradients' dtypes. The fp32 table, and the bf16 table on f32-word activations, take f32 gradients only (buf_f32p
+// refuses a 2-byte one; a mirror is refused); on 2-byte activations the bf16 table runs its 2-byte entries (the *_b16
+// functions) where a gradient is 2-byte or a mirror is asked for, else its f32-gradient entries. set
+// (linear_backward): an f32 dinp written, not added.
 #define CUDA_F32_GRADS(mirrors) RR_ASSERT(!(mirrors) && "a 2-byte gradient mirror with f32-word activations (or on the fp32 table)")
 static float* grad_set(const Backend* be, Buf dinp, int set, int N, int C) {
     float* d = buf_f32p(dinp);
@@ -883,36 +884,21 @@ static const BackendOps cuda_bf16_ops = [] {
 // C++ designated initialisers follow the declaration order of engine.h's structs; a variant is its base
 // copied, with the entries it overrides named.
 extern const Backend backend_cuda_bf16; // below (a const object is declared ahead only as extern in C++)
-extern const Backend backend_cuda_bf16a;
 static const Backend backend_cuda = {
     .dev = &cuda_device,
     .ops = &cuda_ops,
     .precision = PRECISION_FP32,
     .bf16_variant = &backend_cuda_bf16,
     .weight_dtype = DTYPE_F32,
-    .act_dtype = DTYPE_F32,
-    .act_bf16_variant = NULL,
 };
 
-// the bf16 table (weights and GEMM biases 2-byte, activations f32 words holding bf16 values) and the
-// bf16-activation table (activations 2-byte too)
+// the bf16 table: weights and GEMM biases 2-byte; activations in the storage each stage chose (cuda_bf16_ops)
 const Backend backend_cuda_bf16 = {
     .dev = &cuda_device,
     .ops = &cuda_bf16_ops,
     .precision = PRECISION_BF16,
     .bf16_variant = &backend_cuda_bf16,
     .weight_dtype = DTYPE_BF16,
-    .act_dtype = DTYPE_F32,
-    .act_bf16_variant = &backend_cuda_bf16a,
-};
-const Backend backend_cuda_bf16a = {
-    .dev = &cuda_device,
-    .ops = &cuda_bf16_ops,
-    .precision = PRECISION_BF16,
-    .bf16_variant = &backend_cuda_bf16a,
-    .weight_dtype = DTYPE_BF16,
-    .act_dtype = DTYPE_BF16,
-    .act_bf16_variant = &backend_cuda_bf16a,
 };
 
 // A probe whose attributes tell whether this binary has code the device can run.

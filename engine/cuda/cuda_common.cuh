@@ -64,7 +64,7 @@ typedef struct {
     // before comes, so a step at a fixed token budget allocates nothing after its first microbatch
     uint16_t* bf16_scratch;
     size_t bf16_scratch_elems;
-    float* attn_f32_scratch; // the bf16-activation table's attention calls that widen their inputs (bf16.cu)
+    float* attn_f32_scratch; // attention calls on 2-byte activations that widen their inputs (bf16.cu)
     size_t attn_f32_scratch_elems;
     float* act_f32_scratch; // its fused linear + GELU where cuBLASLt's epilogue does not apply (bf16.cu)
     size_t act_f32_scratch_elems;
@@ -80,12 +80,12 @@ static inline cudaStream_t cuda_stream(const Backend* be) {
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 static inline unsigned ceil_div_z(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
-// ---- activation storage (Backend.act_dtype) -------------------------------------------------------
-// An activation is an f32 word (float) or a 2-byte bf16 word (uint16_t, the bf16-activation table's): act_ld
+// ---- activation storage (BackendOps.bf16_activations) ---------------------------------------------
+// An activation is an f32 word (float) or a 2-byte bf16 word (uint16_t, a 2-byte activation): act_ld
 // widens it (exact), act_st<R> stores a value computed in f32. R: the bf16 tables' rounding point; into an
 // f32 word that is rr_bf16_round, into a bf16 word rr_f32_to_bf16 (the same value), so one kernel template
-// serves the fp32 table (float, R false), the bf16 table (float, R true) and the bf16-activation table
-// (uint16_t) with the same numerics.
+// serves the fp32 table (float, R false) and the bf16 table on f32 words (float, R true) and on 2-byte
+// words (uint16_t) with the same numerics.
 static __device__ inline float act_ld(const float* p, size_t i) { return p[i]; }
 static __device__ inline float act_ld(const uint16_t* p, size_t i) { return rr_bf16_to_f32(p[i]); }
 template <bool R>

@@ -135,7 +135,7 @@ void cuda_cudnn_attention_reserve(const AttnReserve* attn, int n_attn);
 void cuda_flash_attention_reserve(const AttnReserve* attn, int n_attn);
 
 // attention_cudnn.cu: cuDNN's fused attention for the bf16 tables (1: done, 0: run the own kernel). q, k, v, out and
-// dout typed: f32 words (the bf16 table) or 2-byte bf16 words (the bf16-activation table; then -1: a run to be checked
+// dout typed: f32 words (the bf16 table) or 2-byte bf16 words (2-byte activations; then -1: a run to be checked
 // against the own kernel, call the f32 entry on widened inputs). The backward adds into the f32 dq, dk, dv (each may
 // be NULL); with 2-byte inputs, dq16, dk16, dv16 (rows of stride ld_dv; NULL: none) are 2-byte mirrors of the f32 sums,
 // or with dv NULL dv16 is dv stored 2-byte only (dv16 = bf16(dv16 + cuDNN's dv)).
@@ -169,7 +169,7 @@ void cuda_flash_attention_backward_bf16_f32grad(cudaStream_t stream, float* dq, 
                                                 const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ldq,
                                                 int ldkv, int ldo, int ldgq, int ldgkv, int causal);
 // the same with dv 2-byte bf16 (rows of stride ldgv): dv16 = bf16(dv16 + the f32 sum) in the kernel's one store (a
-// zeroed dv16 gets rr_f32_to_bf16 of the f32 entry's dv: the bf16-activation table's 2-byte output gradient)
+// zeroed dv16 gets rr_f32_to_bf16 of the f32 entry's dv: the 2-byte output gradient that goes with 2-byte activations)
 // the same with f32 dq, dk, dv (added) and 2-byte mirrors of their final values (any may be NULL; rows of stride ld16):
 // rr_f32_to_bf16 of each value in the store that wrote it (a gradient a bias sums in f32 and a GEMM reads in 2 bytes)
 void cuda_flash_attention_backward_bf16_f32grad_m16(cudaStream_t stream, float* dq, float* dk, float* dv,
@@ -195,8 +195,8 @@ void cuda_flash_attention_backward_f32(cudaStream_t stream, float* dq, float* dk
 // which path ran each attention call (engine/cuda/attention_path.h's RR_ATTN_*): counted here
 void cuda_attention_path_note(int path);
 
-// The bf16-activation table (backend_cuda_bf16a, Backend.act_dtype = DTYPE_BF16): the bf16 table's numerics with
-// activations stored as 2-byte bf16 words (engine.h lists which pointers); each beside its family's kernels.
+// 2-byte activations (the bf16 table's entries given Bufs of DTYPE_BF16: cuda_backend.cu dispatches): the bf16
+// numerics with activations stored as 2-byte bf16 words (engine.h lists which pointers); each beside its family's kernels.
 void cuda_from_bf16(const Backend* be, float* out, const uint16_t* inp, size_t n);
 void cuda_bf16a_linear_forward(const Backend* be, uint16_t* out, const uint16_t* inp, const uint16_t* weight, const uint16_t* bias, int N, int C,
                                int OC);
@@ -232,7 +232,7 @@ void cuda_bf16a_attention_backward(const Backend* be, float* dq, float* dk, floa
                                    const float* lse, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                    const int* cu_seqlens, int S, int T, int H, int Hkv, int d, int ld_q, int ld_kv, int causal);
 void cuda_bf16a_attn_reserve(const AttnReserve* attn, int n_attn);
-// 2-byte output gradients on the bf16-activation table (its slots dispatch here on a 2-byte gradient or mirror:
+// 2-byte output gradients with 2-byte activations (its slots dispatch here on a 2-byte gradient or mirror:
 // cuda_backend.cu, the *_g entries)
 void cuda_bf16a_linear_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, float* dweight, float* dbias,
                                     const uint16_t* dout16, const float* dout, const uint16_t* inp, const uint16_t* weight, int N,
@@ -258,7 +258,7 @@ void cuda_bf16a_crossentropy_backward_b16(const Backend* be, uint16_t* dlogits16
                                           const int* targets, float scale, int N, int V);
 void cuda_bf16a_act_backward_b16(const Backend* be, float* dinp, uint16_t* dinp16, const float* dout, const uint16_t* inp,
                                  size_t n, Act act);
-// clip_ops.cu on the bf16-activation table
+// clip_ops.cu with 2-byte activations
 void cuda_bf16a_act_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n, Act act);
 void cuda_bf16a_act_backward(const Backend* be, float* dinp, const float* dout, const uint16_t* inp, size_t n, Act act);
 void cuda_bf16a_rows_gather_forward(const Backend* be, uint16_t* out, const int* idx, const float* w, const uint16_t* table, int N,

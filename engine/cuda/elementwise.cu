@@ -18,7 +18,7 @@ static bool ew_vec(const void* a, const void* b = NULL, const void* c = NULL) {
 // ---- GELU ----------------------------------------------------------------------------------------
 
 // R: the bf16 tables' forward, the stored output rounded to bf16 in the store (act_st, no separate pass)
-// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+// A: the activations' storage (float, or uint16_t bf16 words with 2-byte activations; cuda_common.cuh)
 // VEC: 16-byte loads and stores (ew_vec); the same values either way
 template <bool R, bool VEC, typename A>
 static __global__ void gelu_forward_kernel(A* out, const A* inp, size_t n) {
@@ -173,7 +173,7 @@ void cuda_bf16_add_forward(const Backend* be, float* out, const float* a, const 
     add_forward_cuda(out, a, b, n, true, cuda_stream(be));
 }
 
-// ---- the bf16-activation table (Backend.act_dtype = DTYPE_BF16): activations are 2-byte bf16 words, the
+// ---- 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table): activations are 2-byte bf16 words, the
 // values and rounding points the bf16 table's (act_st<true>), gradients f32 ----------------------------------
 
 void cuda_bf16a_gelu_forward(const Backend* be, uint16_t* out, const uint16_t* inp, size_t n) {
@@ -197,7 +197,7 @@ void cuda_bf16a_add_f32_forward(const Backend* be, uint16_t* out, const uint16_t
     add_forward_launch<true>(out, a, b, n, cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
+// ---- 2-byte output gradients (2-byte activations) -------------------------------------------------------
 // SwiGLU backward storing d(gate), d(up) as 2-byte bf16 words: bf16(0 + gradient), the value the f32 kernel adds into
 // a zeroed buffer, narrowed (what the GEMMs reading them took from their conversion); the buffers are overwritten.
 static __global__ void swiglu_backward_b16_kernel(uint16_t* dgate, uint16_t* dup, const float* dout, const uint16_t* gate,

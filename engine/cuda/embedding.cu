@@ -9,7 +9,7 @@
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
-// A table's value into an output: as it is (f32 words, or the bf16-activation table's 2-byte rows), or 2-byte bf16
+// A table's value into an output: as it is (f32 words, or 2-byte rows of 2-byte activations), or 2-byte bf16
 // widened exactly to f32 (the bf16 table's rows into f32 words: bf16-valued, no rounding step)
 static __device__ __forceinline__ float emb_value(float x, float*) { return x; }
 static __device__ __forceinline__ uint16_t emb_value(uint16_t x, uint16_t*) { return x; }
@@ -69,7 +69,7 @@ void cuda_embedding_backward(const Backend* be, float* dtable, const float* dout
     embedding_backward_cuda(dtable, dout, ids, N, C, cuda_stream(be));
 }
 
-// The bf16-activation table (Backend.act_dtype = DTYPE_BF16): the 2-byte rows copied as they are into a
+// 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table): the 2-byte rows copied as they are into a
 // 2-byte activation (the bf16 table's values, no rounding step).
 void cuda_bf16a_embedding_forward(const Backend* be, uint16_t* out, const int* ids, const uint16_t* table, int N, int C) {
     size_t n = (size_t)N * C;

@@ -656,7 +656,7 @@ template <int DP> struct FaDkdv2Warps {
 template <int DP, int NW> struct FaDkdv2MinBlocks {
     static const int MINB = DP == 64 && NW == 4 ? 3 : 0;
 };
-// TV: dv's storage (T, or bf16_t: the bf16-activation table's 2-byte dv, rows of stride ldgv, bf16(old + sum) in one store)
+// TV: dv's storage (T, or bf16_t: the 2-byte dv that goes with 2-byte activations, rows of stride ldgv, bf16(old + sum) in one store)
 template <int DP, typename T, int NW, typename TV = T, typename Cfg = FaBwdShipping>
 static __global__ void __launch_bounds__(32 * NW, (FaDkdv2MinBlocks<DP, NW>::MINB)) fa_backward_dkdv2_kernel(T* dk, TV* dv, int ldgkv, int ldgv,
                                                                          const bf16_t* dout, const float* Lg,

@@ -12,7 +12,7 @@
 // NORM_GROUPS_REG of them in registers for the second pass (C up to 8192 at T = 256: the row is read from
 // memory once) and stores the output the same way. A thread adds its values group by group in index order;
 // the block sum adds the thread sums (block_sum): the same order for every storage (f32 words or 2-byte bf16),
-// so the bf16 and bf16-activation tables give the same bits.
+// so the bf16 table's two storages give the same bits.
 #include "engine/cuda/cuda_common.cuh"
 #include "engine/cuda/cuda_ops.cuh"
 
@@ -32,7 +32,7 @@ static int norm_forward_block(int C) {
 // ---- LayerNorm -----------------------------------------------------------------------------------
 
 // R: round the stored output to bf16 in the store (the bf16 table's rounding point, no separate pass)
-// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+// A: the activations' storage (float, or uint16_t bf16 words with 2-byte activations; cuda_common.cuh)
 // VEC: 16-byte loads and stores (C a multiple of 8, every pointer 16-byte aligned); the same values either way
 // group g of the output row y from its inputs v
 template <bool VEC, bool R, typename A>
@@ -132,7 +132,7 @@ static void layernorm_forward_bf16a_cuda(uint16_t* out, float* mean, float* rstd
 }
 
 // dinp += the input gradient; dinp16 (NULL: none) the sum's final value as 2-byte bf16 too, in the same store (the
-// bf16-activation table's copy a GEMM reads next: engine.h, "2-byte output gradients")
+// 2-byte copy a GEMM reads next: engine.h, "2-byte output gradients")
 template <typename A>
 static __global__ void layernorm_backward_input_kernel(float* dinp, uint16_t* dinp16, const float* dout, const A* inp,
                                                        const float* weight, const float* mean, const float* rstd,
@@ -218,7 +218,7 @@ void cuda_layernorm_backward(const Backend* be, float* dinp, float* dweight, flo
                              const float* weight, const float* mean, const float* rstd, int N, int C) {
     layernorm_backward_any(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
-// the bf16-activation table (Backend.act_dtype = DTYPE_BF16): inp / out are 2-byte bf16 words
+// 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table): inp / out are 2-byte bf16 words
 void cuda_bf16a_layernorm_forward(const Backend* be, uint16_t* out, float* mean, float* rstd, const uint16_t* inp, const float* weight,
                                   const float* bias, int N, int C) {
     layernorm_forward_bf16a_cuda(out, mean, rstd, inp, weight, bias, N, C, cuda_stream(be));
@@ -357,7 +357,7 @@ void cuda_rmsnorm_backward(const Backend* be, float* dinp, float* dweight, const
     if (dinp) rmsnorm_backward_input_cuda(dinp, (uint16_t*)NULL, dout, inp, weight, rstd, N, C, cuda_stream(be));
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<float>{dout, inp, rstd, C}, N, C, cuda_stream(be));
 }
-// the bf16-activation table: inp / out 2-byte bf16 words, rstd and the gradients f32
+// 2-byte activations: inp / out 2-byte bf16 words, rstd and the gradients f32
 void cuda_bf16a_rmsnorm_forward(const Backend* be, uint16_t* out, float* rstd, const uint16_t* inp, const float* weight, int N, int C,
                                 double eps) {
     rmsnorm_forward_launch<true>(out, rstd, inp, weight, N, C, eps, cuda_stream(be));
@@ -369,7 +369,7 @@ void cuda_bf16a_rmsnorm_backward(const Backend* be, float* dinp, float* dweight,
     if (dweight) column_sum_cuda(dweight, RmsnormDweight<uint16_t>{dout, x, rstd, C}, N, C, cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
+// ---- 2-byte output gradients (2-byte activations) -------------------------------------------------------
 // RMSNorm / LayerNorm backward adding into the f32 dinp and storing its final value as 2-byte bf16 too (dinp16 =
 // rr_f32_to_bf16(dinp), in the same store: the input-gradient kernels' dinp16): the copy a GEMM reads next (the
 // residual stream's gradient)

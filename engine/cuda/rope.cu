@@ -22,7 +22,7 @@ struct RopeArgs {
 
 // Rotate pair j of the n dims at v by sign * pos; R: the bf16 table's forward, the rotated values rounded
 // to bf16 in the store (no separate pass).
-// A: the activations' storage (float, or uint16_t bf16 words on the bf16-activation table; cuda_common.cuh)
+// A: the activations' storage (float, or uint16_t bf16 words with 2-byte activations; cuda_common.cuh)
 // cos and sin of pair j of dims n at pos, turned by sign: the double-precision angle of kernel_math.h (the one
 // expression both the table and a position outside it use)
 static __device__ inline void rope_cs_compute(int pos, int j, int n, double sign, const RopeArgs& ra, float* c, float* s) {
@@ -218,7 +218,7 @@ void cuda_rope2d_backward(const Backend* be, float* dx, const int* pos_row, cons
     rope2d_rotate_cuda<false>(dx, pos_row, pos_col, N, H, d, ld, -1.0, cuda_stream(be));
 }
 
-// the bf16-activation table (Backend.act_dtype = DTYPE_BF16): x is 2-byte bf16 words, rotated in place and
+// 2-byte activations (Bufs of DTYPE_BF16 on the bf16 table): x is 2-byte bf16 words, rotated in place and
 // rounded in the store as the bf16 table's forward; the backwards act on f32 gradients (cuda_rope_backward)
 void cuda_bf16a_rope_forward(const Backend* be, uint16_t* x, const int* pos, int N, int H, int d, int ld, const RopeFreq* rf) {
     rope_rotate_cuda<true>(x, pos, N, H, d, ld, 1.0, rope_args(rf), cuda_stream(be));
@@ -256,7 +256,7 @@ void cuda_rope_qk_backward(const Backend* be, float* dq, float* dk, const int* p
     rope_qk_cuda<false>(dq, dk, pos, N, H, Hkv, d, ld_q, ld_k, -1.0, rope_args(rf), cuda_stream(be));
 }
 
-// ---- 2-byte output gradients (the bf16-activation table) -------------------------------------------------------
+// ---- 2-byte output gradients (2-byte activations) -------------------------------------------------------
 // RoPE backward reading the f32 gradients and storing the rotated values as 2-byte bf16 (rows of stride ld16):
 // rr_f32_to_bf16 of what cuda_rope_backward leaves in dx, in the rotation's own store; KEEP: the f32 gradient is rotated
 // in place too (a bias gradient reads it), else left as it was. The LM's dq and dk in one launch (rope_qk_backward

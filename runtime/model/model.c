@@ -503,23 +503,18 @@ void stage_init_split(Stage* st, const ModelConfig* cfg, int l0, int l1, int tv0
         char always[8192];
         freeze_for_each(vit_always_frozen(&st->vc, always, sizeof always), freeze_apply, &st->params);
     }
-    /* the tower on 2-byte activations (below): CLIP's gather tables (class, position embeddings) get 2-byte compute
+    /* the LM on 2-byte bf16 activations where the backend's ops take them (BackendOps.bf16_activations; tp > 1 too:
+     * the TP sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
+     * setting); LoRA keeps f32 words. The stage runs on be either way and allocates its activations in the storage
+     * chosen here (lm_act_dtype, vit_act_dtype). */
+    int b16 = be->ops->bf16_activations && model_bf16_activations(st->tp) && cfg->lora_r <= 0;
+    /* the tower on 2-byte activations too (below): CLIP's gather tables (class, position embeddings) get 2-byte compute
      * copies, written by AdamW, so no step narrows them (engine/params.h params_mark_act_table) */
-    st->params.act_tables_bf16 = be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && st->tower &&
-                                 model_bf16_vision(cfg) && cfg->lora_r <= 0; /* LoRA: f32 words, as below */
+    st->params.act_tables_bf16 = b16 && st->tower && model_bf16_vision(cfg);
     params_alloc(&st->params, be, cfg->seed);
-    /* the LM on 2-byte bf16 activations where the backend has such a table (tp > 1 too: the TP
-     * sums stay f32, text/lm.c lm_tp_residual), RRFP_BF16_ACTIVATIONS=0 keeps f32 words (a comparison, not a
-     * setting); a table bound to a stream (backend_on_stream) keeps its own, whose variant would run on the
-     * compute stream */
-    st->lbe = st->vbe = be;
-    if (be->act_bf16_variant && !be->stream && model_bf16_activations(st->tp) && cfg->lora_r <= 0) { /* LoRA: f32 words */
-        st->lbe = be->act_bf16_variant;
+    if (b16) {
         st->lc.act_bytes = 2;
-        if (st->tower && model_bf16_vision(cfg)) { /* the tower and the projector too */
-            st->vbe = st->lbe;
-            st->vc.act_bytes = 2;
-        }
+        if (st->tower && model_bf16_vision(cfg)) st->vc.act_bytes = 2; /* the tower and the projector too */
     }
 
     const ParamTable* pt = &st->params;
@@ -583,7 +578,6 @@ void stage_set_recompute(Stage* st, Recompute lm, Recompute tower) {
 }
 
 void stage_keep_f32_activations(Stage* st) {
-    st->lbe = st->vbe = st->be;
     st->lc.act_bytes = 0;
     st->vc.act_bytes = 0;
     /* generation runs no backward: no recompute, and the workspace laid out for the other activation words goes */
@@ -718,7 +712,7 @@ static void stage_acts_layout(StageActs* a, const Stage* st, Arena* ar, int max_
         a->img_cu = arena_alloc(ar, (Np + 1) * sizeof(int32_t));
         a->prow = arena_alloc(ar, Np * sizeof(int32_t));
         a->pcol = arena_alloc(ar, Np * sizeof(int32_t));
-        /* the tower's first activation: 2-byte words on the bf16-activation table (narrowed on the host) */
+        /* the tower's first activation: 2-byte words where the tower's activations are (narrowed on the host) */
         a->patches = vit_has_embed(&st->vc) ? buf_of(arena_alloc(ar, Np * 3 * c->patch * c->patch * (size_t)vit_act_bytes(&st->vc)), vit_act_dtype(&st->vc))
                                            : buf_none(); /* a later stage's share of the tower: its input comes from the previous stage */
         /* a frozen vision tower keeps nothing for a backward that never runs: its output alone, the rest of its
@@ -1208,7 +1202,7 @@ static void stage_anyres_index(Stage* st, StageActs* a, const Microbatch* mb) {
  * the token embedding (docs/model.md "Sequence assembly and the loss"); with any-resolution images the
  * rows of docs/anyres.md "The features" (stage_anyres_index) and the image_newline, by two row gathers. */
 static void stage_assemble(Stage* st, StageActs* a, Buf x0) {
-    const Backend* be = st->lbe;
+    const Backend* be = st->be;
     int Dt = st->cfg.Dt;
     if (st->tp > 1) {
         /* vocabulary-parallel: this rank's rows for the tokens it owns, 0 elsewhere, summed over TP (in f32:
@@ -1321,7 +1315,7 @@ static void stage_tp_ce_backward(Stage* st, StageActs* a, float loss_scale) {
 
 /* QLoRA: block j's base weights dequantised into the stage's workspace (no-op without, or when it holds them) */
 static void stage_qlora_load(Stage* st, int j) {
-    if (st->qlora) lm_qlora_load(st->qlora, st->lbe, &st->params, st->l0 + j);
+    if (st->qlora) lm_qlora_load(st->qlora, st->be, &st->params, st->l0 + j);
 }
 
 /* LM block j's activations as its forward writes and its backward reads them (the kept ones and the recompute
@@ -1335,7 +1329,7 @@ static void stage_block_view(const Stage* st, const StageActs* a, int j, LmBlock
  * either), counted in n_recomputed */
 static void stage_block_recompute(Stage* st, StageActs* a, int j, LmBlockActs* v, const LmSeq* seq) {
     stage_qlora_load(st, j);
-    st->n_recomputed += lm_block_recompute(st->lbe, &st->lc, &st->blk_w[j], v, &a->scratch, seq,
+    st->n_recomputed += lm_block_recompute(st->be, &st->lc, &st->blk_w[j], v, &a->scratch, seq,
                                            stage_res(a, st, j));
 }
 
@@ -1348,7 +1342,6 @@ static void stage_count_vit_recompute(Stage* st, StageActs* a) {
 void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* hidden_in, float* hidden_out,
                    float* loss_sum) {
     const Backend* be = st->be;
-    const Backend* lbe = st->lbe ? st->lbe : st->be; /* the LM's table (Stage.lbe) */
     const ModelConfig* c = &st->cfg;
     RR_ASSERT(a->state == ACTS_EMPTY && "stage_forward on activations still in use by another microbatch");
     RR_ASSERT(stage_takes_hidden(st) == (hidden_in != NULL));
@@ -1431,29 +1424,28 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         }
         a->n_ar = mb->J;
         if (c->anyres && st->first) stage_anyres_index(st, a, mb);
-        const Backend* vbe = st->vbe ? st->vbe : be; /* the tower's table (Stage.vbe) */
         stage_tower_bind(st, a); /* a frozen tower: the stage's forward buffers */
         /* the tower's LoRA dropout: the microbatch's key (below), mixed with the tower's own tag (vision/vit_lora.c) */
         a->vit.lora_seed = st->lora_step > 0 && c->lora_r > 0 && c->lora_dropout > 0 && st->vc.lora_targets
                                ? lm_lora_seed(c->seed, st->lora_step, mb->index)
                                : 0;
-        vit_forward_prepare(vbe, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
-        if (st->tv0 > 0 && a->Np > 0) vit_stage_input(vbe, &st->vc, &a->vit, hidden_in);
-        vit_forward_graphed(st, vbe, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
+        vit_forward_prepare(be, &st->vc, &a->vit, a->patches, a->img_cu, a->I, a->prow, a->pcol, a->Np);
+        if (st->tv0 > 0 && a->Np > 0) vit_stage_input(be, &st->vc, &a->vit, hidden_in);
+        vit_forward_graphed(st, be, &a->vit); /* vit_forward_run, or its recorded graph (runtime.cuda_graphs) */
         if (st->tower_only) { /* tower blocks alone: the tower's hidden state to the next stage */
-            if (a->Np > 0) vit_stage_output(vbe, &st->vc, &a->vit, hidden_out);
+            if (a->Np > 0) vit_stage_output(be, &st->vc, &a->vit, hidden_out);
             a->state = ACTS_FORWARD;
             return;
         }
     }
     if (st->first) {
-        projector_forward(st->vbe ? st->vbe : be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
+        projector_forward(be, &st->vc, &st->proj_w, &a->proj, a->vit.vout, a->Np);
         stage_assemble(st, a, x0);
     } else {
         a->I = a->Np = 0;
         /* the pipeline's hidden states are f32 words (bf16 values under runtime.precision = bf16): narrowed
          * (exact) into 2-byte activations, one pass per microbatch */
-        if (lm_act_bytes(&st->lc) == 2) lbe->ops->to_bf16(lbe, buf_bf16p(x0), hidden_in, (size_t)T * Dt);
+        if (lm_act_bytes(&st->lc) == 2) be->ops->to_bf16(be, buf_bf16p(x0), hidden_in, (size_t)T * Dt);
         else be->dev->copy_d2d(be, buf_f32p(x0), hidden_in, (size_t)T * Dt * sizeof(float));
     }
 
@@ -1469,25 +1461,25 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
         stage_block_view(st, a, j, &v);
         stage_param_wait(st, 1 + j);
         stage_qlora_load(st, j);
-        lm_block_forward(lbe, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, stage_res(a, st, j),
+        lm_block_forward(be, &st->lc, &st->blk_w[j], &v, &a->scratch, &seq, stage_res(a, st, j),
                          stage_res(a, st, j + 1));
     }
 
     Buf xL = stage_res(a, st, nL);
     stage_param_wait(st, 1 + nL);
     if (st->last) {
-        lbe->ops->rmsnorm_forward(lbe, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
+        be->ops->rmsnorm_forward(be, a->nf, a->rstdf, xL, st->normf_w, T, Dt, st->lc.rms_eps);
         if (st->tp > 1) {
-            lbe->ops->linear_forward(lbe, a->logits, a->nf, st->head_w, buf_none(), T, Dt, st->Vs);
+            be->ops->linear_forward(be, a->logits, a->nf, st->head_w, buf_none(), T, Dt, st->Vs);
             stage_tp_ce_forward(st, a);
         } else {
-            lbe->ops->linear_forward(lbe, a->logits, a->nf, st->head_w, buf_none(), T, Dt, c->V);
-            lbe->ops->crossentropy_forward(lbe, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
-            lbe->dev->copy_d2h(lbe, &a->loss_sum, a->loss_dev, sizeof(float));
+            be->ops->linear_forward(be, a->logits, a->nf, st->head_w, buf_none(), T, Dt, c->V);
+            be->ops->crossentropy_forward(be, a->loss_dev, a->lse, a->logits, a->targets, T, c->V);
+            be->dev->copy_d2h(be, &a->loss_sum, a->loss_dev, sizeof(float));
         }
         if (loss_sum) *loss_sum = a->loss_sum;
     } else if (lm_act_bytes(&st->lc) == 2) {
-        lbe->ops->from_bf16(lbe, hidden_out, buf_bf16p(xL), (size_t)T * Dt); /* widened (exact) to f32 words */
+        be->ops->from_bf16(be, hidden_out, buf_bf16p(xL), (size_t)T * Dt); /* widened (exact) to f32 words */
     } else {
         be->dev->copy_d2d(be, hidden_out, buf_f32p(xL), (size_t)T * Dt * sizeof(float));
     }
@@ -1499,7 +1491,7 @@ void stage_forward(Stage* st, StageActs* a, const Microbatch* mb, const float* h
  * W = every weight gradient, from what B kept. The fused path runs each piece's B then its W. */
 
 static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale) {
-    const Backend* be = st->lbe;
+    const Backend* be = st->be;
     int T = a->T, Dt = st->cfg.Dt, V = st->cfg.V, nL = st->l1 - st->l0;
     if (st->tp > 1) V = st->Vs; /* this rank's vocabulary columns */
     if (lm_act_bytes(&st->lc) == 2 && st->tp <= 1) { /* 2-byte dlogits, stored whole by cross-entropy's backward */
@@ -1522,7 +1514,7 @@ static void stage_head_backward_input(Stage* st, StageActs* a, float loss_scale)
 }
 
 static void stage_head_backward_weight(Stage* st, StageActs* a) {
-    const Backend* be = st->lbe;
+    const Backend* be = st->be;
     int T = a->T, Dt = st->cfg.Dt, V = st->tp > 1 ? st->Vs : st->cfg.V, nL = st->l1 - st->l0;
     /* dlogits 2-byte (stored so by cross-entropy's backward) or f32, as the table stores it */
     be->ops->linear_backward(be, buf_none(), st->head_g, NULL, a->dlogits, NULL, a->nf, st->head_w, T, Dt, V, 0);
@@ -1531,7 +1523,7 @@ static void stage_head_backward_weight(Stage* st, StageActs* a) {
 
 /* Image rows of d x0 go back to the projector output, in patch order. */
 static void stage_vision_backward_input(Stage* st, StageActs* a) {
-    const Backend* be = st->vbe;
+    const Backend* be = st->be;
     int Dt = st->cfg.Dt;
     if (a->Np == 0 || (!st->proj_train && !st->vit_train)) return; /* nothing below the LM trains */
     const float* dx0 = stage_dres(a, st, 0);
@@ -1558,7 +1550,7 @@ static void stage_vision_backward_input(Stage* st, StageActs* a) {
 
 /* The projector's W and the ViT's B / W run only for what trains. */
 static void stage_vision_backward_weight(Stage* st, StageActs* a, int vit_input_too) {
-    const Backend* be = st->vbe;
+    const Backend* be = st->be;
     if (st->proj_train) projector_backward_weight(be, &st->vc, &st->proj_w, &st->proj_g, &a->proj, a->Np);
     if (!st->vit_train || a->Np == 0) return;
     vit_backward_graphed(st, be, &a->vit, vit_input_too, 1); /* or its recorded graph (runtime.cuda_graphs) */
@@ -1613,7 +1605,7 @@ static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_o
     } else {
         st->be->dev->copy_d2d(st->be, stage_dres(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt * sizeof(float));
         /* the pipeline's f32 gradient at the stage's exit edge: narrowed once for the last block's GEMMs */
-        if (stage_dres16(a, st, nL)) st->lbe->ops->to_bf16(st->lbe, stage_dres16(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt);
+        if (stage_dres16(a, st, nL)) st->be->ops->to_bf16(st->be, stage_dres16(a, st, nL), dhidden_out, (size_t)a->T * st->cfg.Dt);
     }
 }
 
@@ -1622,9 +1614,9 @@ static void stage_backward_start(Stage* st, StageActs* a, const float* dhidden_o
 static void stage_tower_only_backward(Stage* st, StageActs* a, const float* dhidden_out, float* dhidden_in, int input,
                                       int weight) {
     if (!st->vit_train || a->Np == 0) return;
-    if (input) vit_stage_doutput(st->vbe, &st->vc, &a->vit, dhidden_out);
-    vit_backward_graphed(st, st->vbe, &a->vit, input, weight);
-    if (input && dhidden_in) vit_stage_dinput(st->vbe, &st->vc, &a->vit, dhidden_in);
+    if (input) vit_stage_doutput(st->be, &st->vc, &a->vit, dhidden_out);
+    vit_backward_graphed(st, st->be, &a->vit, input, weight);
+    if (input && dhidden_in) vit_stage_dinput(st->be, &st->vc, &a->vit, dhidden_in);
     if (weight) st->n_vit_backward++;
     stage_count_vit_recompute(st, a);
 }
@@ -1648,13 +1640,13 @@ void stage_backward_input(Stage* st, StageActs* a, const float* dhidden_out, flo
         stage_block_view(st, a, j, &v);
         if (st->lc.recompute == RECOMPUTE_FULL) stage_block_recompute(st, a, j, &v, &seq);
         stage_qlora_load(st, j);
-        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
+        lm_block_backward_input(st->be, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
     }
     if (st->first) {
         stage_vision_backward_input(st, a);
-        if (st->vit_train && a->Np > 0) vit_backward_graphed(st, st->vbe, &a->vit, 1, 0);
-        if (dhidden_in && a->Np > 0) vit_stage_dinput(st->vbe, &st->vc, &a->vit, dhidden_in); /* to the tower's stages */
+        if (st->vit_train && a->Np > 0) vit_backward_graphed(st, st->be, &a->vit, 1, 0);
+        if (dhidden_in && a->Np > 0) vit_stage_dinput(st->be, &st->vc, &a->vit, dhidden_in); /* to the tower's stages */
         stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));
@@ -1677,7 +1669,7 @@ void stage_backward_weight(Stage* st, StageActs* a) {
         stage_block_view(st, a, j, &v);
         stage_block_recompute(st, a, j, &v, &seq);
         stage_qlora_load(st, j);
-        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
+        lm_block_backward_weight(st->be, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  stage_res(a, st, j), stage_dres(a, st, j + 1));
     }
     if (st->first) {
@@ -1707,16 +1699,16 @@ void stage_backward(Stage* st, StageActs* a, const float* dhidden_out, float los
         LmBlockActs v;
         stage_block_view(st, a, j, &v);
         stage_block_recompute(st, a, j, &v, &seq);
-        lm_block_backward_input(st->lbe, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
+        lm_block_backward_input(st->be, &st->lc, &st->blk_w[j], &v, &a->grads[j], &a->scratch, &seq,
                                 stage_res(a, st, j), stage_dres(a, st, j + 1), stage_dres(a, st, j));
-        lm_block_backward_weight(st->lbe, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
+        lm_block_backward_weight(st->be, &st->lc, &st->blk_w[j], &st->blk_g[j], &v, &a->grads[j], &seq,
                                  stage_res(a, st, j), stage_dres(a, st, j + 1));
     }
     if (st->first) {
         stage_embed_backward_weight(st, a);
         stage_vision_backward_input(st, a);
         stage_vision_backward_weight(st, a, 1);
-        if (dhidden_in && a->Np > 0) vit_stage_dinput(st->vbe, &st->vc, &a->vit, dhidden_in); /* to the tower's stages */
+        if (dhidden_in && a->Np > 0) vit_stage_dinput(st->be, &st->vc, &a->vit, dhidden_in); /* to the tower's stages */
         stage_count_vit_recompute(st, a);
     } else {
         be->dev->copy_d2d(be, dhidden_in, stage_dres(a, st, 0), (size_t)a->T * st->cfg.Dt * sizeof(float));

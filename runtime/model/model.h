@@ -122,15 +122,11 @@ typedef struct {
     LmConfig lc;
     int l0, l1;      /* LM blocks [l0, l1) */
     int first, last; /* l0 == 0, l1 == Lt */
+    /* The stage's table, for every part of it. Its activations' storage is the stage's choice (stage_init_tp):
+     * lc.act_bytes = 2 (the LM's, 2-byte bf16 words) where be's ops take them (BackendOps.bf16_activations:
+     * runtime.precision = bf16 on CUDA), RRFP_BF16_ACTIVATIONS is not 0 and no LoRA; vc.act_bytes = 2 (the tower's and
+     * the projector's) with it (model_bf16_vision). The stage's hidden_in / hidden_out and every gradient stay f32. */
     const Backend* be;
-    /* The LM's table (embedding, blocks, final norm, head, loss): be, or be's act_bf16_variant (2-byte bf16
-     * activations, engine.h act_dtype; lc.act_bytes = 2) where stage_init_tp gates it in: runtime.precision =
-     * bf16 on a backend that has one, tp = 1, RRFP_BF16_ACTIVATIONS not 0. The ViT and the projector run on
-     * be (f32 words); the stage's hidden_in / hidden_out and every gradient stay f32. */
-    const Backend* lbe;
-    /* The ViT's and projector's table: be, or lbe where the tower can run on 2-byte activations too (the RoPE
-     * tower with the tanh-GELU projector; vc.act_bytes = 2). */
-    const Backend* vbe;
     ParamTable params;
     /* pointers into params_weights (w: the bf16 compute copy under runtime.precision = bf16, else params.data) and params.grad (g) */
     VitW vit_w, vit_g;
@@ -328,8 +324,8 @@ typedef struct {
 /* The first n values of a last stage's logits (a->logits, after stage_forward) into host f32 words dst: a copy,
  * widened (exact) where the LM stores 2-byte bf16 activations. */
 void stage_logits_d2h(const Stage* st, const StageActs* a, float* dst, size_t n);
-/* 1 when a stage of a TP group of tp ranks runs its LM on 2-byte bf16 activations, given that its backend has a
- * bf16-activation table (the CUDA backend under runtime.precision = bf16): RRFP_BF16_ACTIVATIONS is not 0 (any
+/* 1 when a stage of a TP group of tp ranks runs its LM on 2-byte bf16 activations, given that its backend's ops
+ * take them (BackendOps.bf16_activations: the CUDA backend under runtime.precision = bf16): RRFP_BF16_ACTIVATIONS is not 0 (any
  * tp: the TP sums of 2-byte partials run in f32, text/lm.c). stage_init_tp and the dry run's estimate (runtime/train/layout.c) both ask it. */
 int model_bf16_activations(int tp);
 /* 1 when a first stage's ViT and projector run on 2-byte activations with its LM (model_bf16_activations): every

@@ -95,8 +95,8 @@ Generator* generator_new(Trainer* t, int max_new, char* err, size_t err_len) {
     int Hkv;
     lm_local_kv(&st->lc, &Hkv, &g->Dkv); /* tp = 1: every key/value head (grouped-query: fewer than the query heads) */
     g->max_T = r->microbatch_tokens + max_new;
-    /* the KV cache and attention_decode take f32 words: the LM on the stage's own table (not the bf16-activation
-     * one); the trainer's activations are not used again by generation */
+    /* the KV cache and attention_decode take f32 words: the LM on f32-word activations (not 2-byte ones); the
+     * trainer's activations are not used again by generation */
     stage_keep_f32_activations(st);
     stage_acts_init(&g->big, st, g->max_T, model_patch_budget(&st->cfg, r->microbatch_tokens), 0);
     stage_acts_init(&g->one, st, 1, 0, 0);

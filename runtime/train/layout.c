@@ -136,7 +136,7 @@ static void stage_bytes_head(const Recipe* r, const ModelConfig* mc, int l0, int
     }
     params_free(&pt);
     /* every position of the microbatch may be an image patch: the worst case */
-    /* bf16 on CUDA: the LM's activations 2-byte (the bf16-activation table, model_bf16_activations; any tp) */
+    /* bf16 on CUDA: the LM's activations 2-byte (the CUDA bf16 table takes them, model_bf16_activations; any tp) */
     int lm_bytes = bf16 && cuda && model_bf16_activations(r->tp) && mc->lora_r <= 0 ? 2 : 4; /* LoRA: f32 words */
     /* train.recompute: what a microbatch keeps, and the stage's one recompute workspace */
     size_t ws = 0;

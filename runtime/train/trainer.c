@@ -550,7 +550,7 @@ int trainer_init(Trainer* t, const Recipe* r, Comm* world, int eval_only, char* 
         AttnReserve attn[2];
         int n_attn = stage_attn_reserve(st, r->microbatch_tokens, r->microbatch_tokens, attn);
         /* each attention call with its storage (AttnReserve.act: 2-byte where the stage runs it on 2-byte activations,
-         * Stage.lbe / vbe), which sets what its scratch holds */
+         * lm_act_dtype / vit_act_dtype of the stage's configs), which sets what its scratch holds */
         st->be->dev->reserve(st->be, gemm, st->params.gtotal, attn, n_attn);
     }
     /* runtime.cuda_graphs: the tower's forward replayed as a graph per shape (runtime/model/vit_graph.c); not under

@@ -106,7 +106,7 @@ static int test_shape(int N, int C, int OC) {
 
     /* forward overwrites: out starts as garbage (beta must be 0) */
     guarded_fill(&out);
-    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, ref_out), be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, buf_f32(ref_out), buf_f32(inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
     GemmDesc g = gemm_desc_linear_forward(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("forward", N, C, OC, &g, &out, ref_out);
@@ -114,14 +114,14 @@ static int test_shape(int N, int C, int OC) {
     /* backward adds: both sides start from the same random gradients */
     guarded_fill(&dinp);
     memcpy(ref_dinp, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref_dinp), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref_dinp), NULL, NULL, buf_f32(dout.p), NULL, buf_f32(inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
     g = gemm_desc_linear_backward_input(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_input", N, C, OC, &g, &dinp, ref_dinp);
 
     guarded_fill(&dw);
     memcpy(ref_dw, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu.ops->linear_backward(&backend_cpu, buf_none(), ref_dw, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_none(), ref_dw, NULL, buf_f32(dout.p), NULL, buf_f32(inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
     g = gemm_desc_linear_backward_weight(N, C, OC);
     gemm_desc_run_cblas(&g, &ops);
     ok &= check("backward_weight", N, C, OC, &g, &dw, ref_dw);
@@ -161,7 +161,7 @@ static int test_mutants(void) {
         GemmDesc g;
         Guarded* got;
         if (mutant < 3) {
-            backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, ref), be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
+            backend_cpu.ops->linear_forward(&backend_cpu, buf_f32(ref), buf_f32(inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
             g = gemm_desc_linear_forward(N, C, OC);
             got = &out;
             guarded_fill(got);
@@ -172,7 +172,7 @@ static int test_mutants(void) {
             got = &dinp;
             guarded_fill(got);
             memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-            backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
+            backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, buf_f32(inp.p), be_weight(&backend_cpu, w.p), N, C, OC, 0);
             g = gemm_desc_linear_backward_input(N, C, OC);
             g.beta = 0.0f; /* backward that overwrites instead of adding */
         }
@@ -252,7 +252,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     /* forward with the bias epilogue, output rounded to bf16 as the CUDA path stores it */
     guarded_fill(&out);
-    backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, ref), be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), be_bias(&backend_cpu_bf16, bias.p), N, C, OC);
+    backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, buf_f32(ref), buf_f32(inp.p), be_weight(&backend_cpu_bf16, w.p), be_bias(&backend_cpu_bf16, bias.p), N, C, OC);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 1);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), bias.p);
@@ -263,7 +263,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dinp);
     memcpy(ref, dinp.p, (size_t)N * C * sizeof(float));
-    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(ref), NULL, NULL, buf_f32(dout.p), NULL, buf_f32(inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
     d = gemm_lt_desc_linear_backward_input(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), NULL);
@@ -273,7 +273,7 @@ static int test_lt_shape(int N, int C, int OC) {
 
     guarded_fill(&dw);
     memcpy(ref, dw.p, (size_t)OC * C * sizeof(float));
-    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), ref, NULL, buf_f32(dout.p), NULL, be_act(&backend_cpu_bf16, inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
+    backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), ref, NULL, buf_f32(dout.p), NULL, buf_f32(inp.p), be_weight(&backend_cpu_bf16, w.p), N, C, OC, 0);
     d = gemm_lt_desc_linear_backward_weight(N, C, OC);
     gemm_desc_operands(&d.g, &ops, &A, &B, &Cm);
     gemm_lt_desc_run_ref(&d, buf_f32p(A), buf_f32p(B), buf_f32p(Cm), NULL);
@@ -304,8 +304,8 @@ static int test_lt_gelu(int N, int C, int OC) {
     float* act = mallocCheck((size_t)N * OC * sizeof(float));
     cpu_round_bf16(&backend_cpu, ir, inp.p, (size_t)N * C);
     cpu_round_bf16(&backend_cpu, wr, w.p, (size_t)OC * C);
-    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, pre), be_act(&backend_cpu, ir), be_weight(&backend_cpu, wr), be_bias(&backend_cpu, bias.p), N, C, OC);
-    backend_cpu.ops->gelu_forward(&backend_cpu, be_act(&backend_cpu, act), be_act(&backend_cpu, pre), (size_t)N * OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, buf_f32(pre), buf_f32(ir), be_weight(&backend_cpu, wr), be_bias(&backend_cpu, bias.p), N, C, OC);
+    backend_cpu.ops->gelu_forward(&backend_cpu, buf_f32(act), buf_f32(pre), (size_t)N * OC);
     GemmLtDesc d = gemm_lt_desc_linear_gelu_forward(N, C, OC);
     GemmOperands ops;
     memset(&ops, 0, sizeof ops);
@@ -344,7 +344,7 @@ static int test_lt_rounds(void) {
     Guarded inp = guarded_new((size_t)N * C), w = guarded_new((size_t)OC * C), out = guarded_new((size_t)N * OC);
     guarded_fill(&inp), guarded_fill(&w);
     float* f32 = mallocCheck((size_t)N * OC * sizeof(float));
-    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, f32), be_act(&backend_cpu, inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, buf_f32(f32), buf_f32(inp.p), be_weight(&backend_cpu, w.p), buf_none(), N, C, OC);
     GemmLtDesc d = gemm_lt_desc_linear_forward(N, C, OC, 0);
     gemm_lt_desc_run_ref(&d, w.p, inp.p, out.p, NULL);
     double e = max_err(out.p, f32, (size_t)N * OC);

@@ -88,7 +88,7 @@ int main(void) {
             float* full = malloc(sizeof(float) * (size_t)T * H * d);
             float* lse = malloc(sizeof(float) * (size_t)T * H);
             int cu[2] = {0, T};
-            backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, full), lse, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu, 1, T, H, Hkv, d, ld, ld, 1);
+            backend_cpu.ops->attention_forward(&backend_cpu, buf_f32(full), lse, buf_f32(q), buf_f32(k), buf_f32(v), cu, 1, T, H, Hkv, d, ld, ld, 1);
             float* out = malloc(sizeof(float) * (size_t)n * H * d);
             backend_cpu.ops->attention_decode(&backend_cpu, out, q + (size_t)(T - n) * ld, k, v, n, T, H, Hkv, d, ld, ld);
             double worst = 0;

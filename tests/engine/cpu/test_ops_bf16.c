@@ -104,8 +104,8 @@ static void case_linear(int N, int C, int OC, int split) {
     size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     float *x = hrand(nin, 1), *w = hrand(nw, 0.5f), *b = hrand(OC, 1), *dy = hrand(nout, 1);
     float *yb = hrand(nout, 1), *yf = hrand(nout, 1);
-    backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), be_bias(&backend_cpu_bf16, b), N, C, OC);
-    backend_cpu.ops->linear_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, x), be_weight(&backend_cpu, w), be_bias(&backend_cpu, b), N, C, OC);
+    backend_cpu_bf16.ops->linear_forward(&backend_cpu_bf16, buf_f32(yb), buf_f32(x), be_weight(&backend_cpu_bf16, w), be_bias(&backend_cpu_bf16, b), N, C, OC);
+    backend_cpu.ops->linear_forward(&backend_cpu, buf_f32(yf), buf_f32(x), be_weight(&backend_cpu, w), be_bias(&backend_cpu, b), N, C, OC);
     double u2 = 2 * U_BF16 + U_BF16 * U_BF16;
     double* bound = mallocCheck((nin + nw + nout + 1) * sizeof(double));
     size_t differs = 0;
@@ -132,12 +132,12 @@ static void case_linear(int N, int C, int OC, int split) {
     float *dxb = hdup(g0x, nin), *dwb = hdup(g0w, nw), *dbb = hdup(g0b, OC);
     float *dxf = hdup(g0x, nin), *dwf = hdup(g0w, nw), *dbf = hdup(g0b, OC);
     if (split) {
-        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(dxb), NULL, NULL, buf_f32(dy), NULL, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
-        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), dwb, dbb, buf_f32(dy), NULL, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(dxb), NULL, NULL, buf_f32(dy), NULL, buf_f32(x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_none(), dwb, dbb, buf_f32(dy), NULL, buf_f32(x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
     } else {
-        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(dxb), dwb, dbb, buf_f32(dy), NULL, be_act(&backend_cpu_bf16, x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
+        backend_cpu_bf16.ops->linear_backward(&backend_cpu_bf16, buf_f32(dxb), dwb, dbb, buf_f32(dy), NULL, buf_f32(x), be_weight(&backend_cpu_bf16, w), N, C, OC, 0);
     }
-    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(dxf), dwf, dbf, buf_f32(dy), NULL, be_act(&backend_cpu, x), be_weight(&backend_cpu, w), N, C, OC, 0);
+    backend_cpu.ops->linear_backward(&backend_cpu, buf_f32(dxf), dwf, dbf, buf_f32(dy), NULL, buf_f32(x), be_weight(&backend_cpu, w), N, C, OC, 0);
     grad_bound(bound, N, C, OC, dy, OC, 1, w, C, u2, g0x); /* dinp[n, c] += sum over o of dy[n, o] w[o, c] */
     check_bound("dinp", dxb, dxf, bound, nin);
     grad_bound(bound, OC, C, N, dy, 1, OC, x, C, u2, g0w); /* dweight[o, c] += sum over n of dy[n, o] x[n, c] */
@@ -152,23 +152,23 @@ static void case_norm(int ln, int N, int C) {
     float *x = hrand(n, 2), *w = hrand(C, 1), *b = hrand(C, 1), *dy = hrand(n, 1);
     float *yb = hrand(n, 1), *yf = hrand(n, 1), *mb = hrand(N, 1), *mf = hrand(N, 1), *rb = hrand(N, 1), *rf = hrand(N, 1);
     if (ln) {
-        backend_cpu_bf16.ops->layernorm_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), mb, rb, be_act(&backend_cpu_bf16, x), w, b, N, C);
-        backend_cpu.ops->layernorm_forward(&backend_cpu, be_act(&backend_cpu, yf), mf, rf, be_act(&backend_cpu, x), w, b, N, C);
+        backend_cpu_bf16.ops->layernorm_forward(&backend_cpu_bf16, buf_f32(yb), mb, rb, buf_f32(x), w, b, N, C);
+        backend_cpu.ops->layernorm_forward(&backend_cpu, buf_f32(yf), mf, rf, buf_f32(x), w, b, N, C);
         check_same("mean", mb, mf, (size_t)N);
     } else {
-        backend_cpu_bf16.ops->rmsnorm_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), rb, be_act(&backend_cpu_bf16, x), w, N, C, 1e-5);
-        backend_cpu.ops->rmsnorm_forward(&backend_cpu, be_act(&backend_cpu, yf), rf, be_act(&backend_cpu, x), w, N, C, 1e-5);
+        backend_cpu_bf16.ops->rmsnorm_forward(&backend_cpu_bf16, buf_f32(yb), rb, buf_f32(x), w, N, C, 1e-5);
+        backend_cpu.ops->rmsnorm_forward(&backend_cpu, buf_f32(yf), rf, buf_f32(x), w, N, C, 1e-5);
     }
     check_same("rstd", rb, rf, (size_t)N);
     check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
     float *dxb = hrand(n, 1), *dwb = hrand(C, 1), *dbb = hrand(C, 1);
     float *dxf = hdup(dxb, n), *dwf = hdup(dwb, C), *dbf = hdup(dbb, C);
     if (ln) {
-        backend_cpu_bf16.ops->layernorm_backward(&backend_cpu_bf16, dxb, NULL, dwb, dbb, dy, be_act(&backend_cpu_bf16, x), w, mf, rf, N, C);
-        backend_cpu.ops->layernorm_backward(&backend_cpu, dxf, NULL, dwf, dbf, dy, be_act(&backend_cpu, x), w, mf, rf, N, C);
+        backend_cpu_bf16.ops->layernorm_backward(&backend_cpu_bf16, dxb, NULL, dwb, dbb, dy, buf_f32(x), w, mf, rf, N, C);
+        backend_cpu.ops->layernorm_backward(&backend_cpu, dxf, NULL, dwf, dbf, dy, buf_f32(x), w, mf, rf, N, C);
     } else {
-        backend_cpu_bf16.ops->rmsnorm_backward(&backend_cpu_bf16, dxb, NULL, dwb, dy, be_act(&backend_cpu_bf16, x), w, rf, N, C);
-        backend_cpu.ops->rmsnorm_backward(&backend_cpu, dxf, NULL, dwf, dy, be_act(&backend_cpu, x), w, rf, N, C);
+        backend_cpu_bf16.ops->rmsnorm_backward(&backend_cpu_bf16, dxb, NULL, dwb, dy, buf_f32(x), w, rf, N, C);
+        backend_cpu.ops->rmsnorm_backward(&backend_cpu, dxf, NULL, dwf, dy, buf_f32(x), w, rf, N, C);
     }
     check_same("dinp", dxb, dxf, n);
     check_same("dweight", dwb, dwf, (size_t)C);
@@ -181,24 +181,24 @@ static void case_elementwise(int which, size_t n) {
     const char* name[] = {"gelu", "swiglu", "add"};
     (void)name;
     if (which == 0) {
-        backend_cpu_bf16.ops->gelu_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), n);
-        backend_cpu.ops->gelu_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), n);
+        backend_cpu_bf16.ops->gelu_forward(&backend_cpu_bf16, buf_f32(yb), buf_f32(a), n);
+        backend_cpu.ops->gelu_forward(&backend_cpu, buf_f32(yf), buf_f32(a), n);
     } else if (which == 1) {
-        backend_cpu_bf16.ops->swiglu_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
-        backend_cpu.ops->swiglu_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
+        backend_cpu_bf16.ops->swiglu_forward(&backend_cpu_bf16, buf_f32(yb), buf_f32(a), buf_f32(c), n);
+        backend_cpu.ops->swiglu_forward(&backend_cpu, buf_f32(yf), buf_f32(a), buf_f32(c), n);
     } else {
-        backend_cpu_bf16.ops->add_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
-        backend_cpu.ops->add_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
+        backend_cpu_bf16.ops->add_forward(&backend_cpu_bf16, buf_f32(yb), buf_f32(a), buf_f32(c), n);
+        backend_cpu.ops->add_forward(&backend_cpu, buf_f32(yf), buf_f32(a), buf_f32(c), n);
     }
     check_rounded("out", yb, yf, 1, n, n);
     if (which < 2) {
         float *dy = hrand(n, 1), *d1b = hrand(n, 1), *d2b = hrand(n, 1), *d1f = hdup(d1b, n), *d2f = hdup(d2b, n);
         if (which == 0) {
-            backend_cpu_bf16.ops->gelu_backward(&backend_cpu_bf16, d1b, dy, be_act(&backend_cpu_bf16, a), n);
-            backend_cpu.ops->gelu_backward(&backend_cpu, d1f, dy, be_act(&backend_cpu, a), n);
+            backend_cpu_bf16.ops->gelu_backward(&backend_cpu_bf16, d1b, dy, buf_f32(a), n);
+            backend_cpu.ops->gelu_backward(&backend_cpu, d1f, dy, buf_f32(a), n);
         } else {
-            backend_cpu_bf16.ops->swiglu_backward(&backend_cpu_bf16, buf_f32(d1b), buf_f32(d2b), dy, be_act(&backend_cpu_bf16, a), be_act(&backend_cpu_bf16, c), n);
-            backend_cpu.ops->swiglu_backward(&backend_cpu, buf_f32(d1f), buf_f32(d2f), dy, be_act(&backend_cpu, a), be_act(&backend_cpu, c), n);
+            backend_cpu_bf16.ops->swiglu_backward(&backend_cpu_bf16, buf_f32(d1b), buf_f32(d2b), dy, buf_f32(a), buf_f32(c), n);
+            backend_cpu.ops->swiglu_backward(&backend_cpu, buf_f32(d1f), buf_f32(d2f), dy, buf_f32(a), buf_f32(c), n);
             check_same("dup", d2b, d2f, n);
         }
         check_same("dinp", d1b, d1f, n);
@@ -213,11 +213,11 @@ static void case_rope(int two_d, int N, int H, int d, int ld) {
     for (int i = 0; i < 2 * N; i++) pos[i] = (int)((rng_sym() + 1.0f) * 2000.0f);
     float *xb = hrand(n, 1), *xf = hdup(xb, n);
     if (two_d) {
-        backend_cpu_bf16.ops->rope2d_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, xb), pos, pos + N, N, H, d, ld);
-        backend_cpu.ops->rope2d_forward(&backend_cpu, be_act(&backend_cpu, xf), pos, pos + N, N, H, d, ld);
+        backend_cpu_bf16.ops->rope2d_forward(&backend_cpu_bf16, buf_f32(xb), pos, pos + N, N, H, d, ld);
+        backend_cpu.ops->rope2d_forward(&backend_cpu, buf_f32(xf), pos, pos + N, N, H, d, ld);
     } else {
-        backend_cpu_bf16.ops->rope_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, xb), pos, N, H, d, ld, &RF_DEFAULT);
-        backend_cpu.ops->rope_forward(&backend_cpu, be_act(&backend_cpu, xf), pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu_bf16.ops->rope_forward(&backend_cpu_bf16, buf_f32(xb), pos, N, H, d, ld, &RF_DEFAULT);
+        backend_cpu.ops->rope_forward(&backend_cpu, buf_f32(xf), pos, N, H, d, ld, &RF_DEFAULT);
     }
     check_rounded("forward", xb, xf, (size_t)N, (size_t)H * d, (size_t)ld);
     /* the backward is f32 on both: from the same values, the same bits */
@@ -238,8 +238,8 @@ static void case_embedding(int N, int C, int V) {
     int* ids = mallocCheck((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) ids[i] = (int)((rng_sym() + 1.0f) * 0.5f * (V - 1));
     float *t = hrand((size_t)V * C, 1), *yb = hrand((size_t)N * C, 1), *yf = hrand((size_t)N * C, 1);
-    backend_cpu_bf16.ops->embedding_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), ids, be_weight(&backend_cpu_bf16, t), N, C);
-    backend_cpu.ops->embedding_forward(&backend_cpu, be_act(&backend_cpu, yf), ids, be_weight(&backend_cpu, t), N, C);
+    backend_cpu_bf16.ops->embedding_forward(&backend_cpu_bf16, buf_f32(yb), ids, be_weight(&backend_cpu_bf16, t), N, C);
+    backend_cpu.ops->embedding_forward(&backend_cpu, buf_f32(yf), ids, be_weight(&backend_cpu, t), N, C);
     check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
     free(ids), free(t), free(yb), free(yf);
 }
@@ -250,12 +250,12 @@ static void case_act(int which) {
     size_t n = 3 * 337;
     Act act = which ? ACT_QUICK_GELU : ACT_GELU_ERF;
     float *a = hrand(n, 3), *yb = hrand(n, 1), *yf = hrand(n, 1);
-    backend_cpu_bf16.ops->act_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), be_act(&backend_cpu_bf16, a), n, act);
-    backend_cpu.ops->act_forward(&backend_cpu, be_act(&backend_cpu, yf), be_act(&backend_cpu, a), n, act);
+    backend_cpu_bf16.ops->act_forward(&backend_cpu_bf16, buf_f32(yb), buf_f32(a), n, act);
+    backend_cpu.ops->act_forward(&backend_cpu, buf_f32(yf), buf_f32(a), n, act);
     check_rounded("out", yb, yf, 1, n, n);
     float *dy = hrand(n, 1), *db = hrand(n, 1), *df = hdup(db, n);
-    backend_cpu_bf16.ops->act_backward(&backend_cpu_bf16, db, NULL, dy, be_act(&backend_cpu_bf16, a), n, act);
-    backend_cpu.ops->act_backward(&backend_cpu, df, NULL, dy, be_act(&backend_cpu, a), n, act);
+    backend_cpu_bf16.ops->act_backward(&backend_cpu_bf16, db, NULL, dy, buf_f32(a), n, act);
+    backend_cpu.ops->act_backward(&backend_cpu, df, NULL, dy, buf_f32(a), n, act);
     check_same("dinp", db, df, n);
     free(a), free(yb), free(yf), free(dy), free(db), free(df);
 }
@@ -266,8 +266,8 @@ static void case_gather(int K) {
     for (int i = 0; i < N * K; i++) idx[i] = i % 7 == 3 ? -1 : (int)((rng_sym() + 1.0f) * 0.5f * (R - 1));
     float *w = hrand((size_t)N * K, 1), *t = hrand((size_t)R * C, 1), *yb = hrand((size_t)N * C, 1);
     float* yf = hdup(yb, (size_t)N * C); /* the op adds: from the same start */
-    backend_cpu_bf16.ops->rows_gather_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, yb), idx, w, be_act(&backend_cpu_bf16, t), N, K, C);
-    backend_cpu.ops->rows_gather_forward(&backend_cpu, be_act(&backend_cpu, yf), idx, w, be_act(&backend_cpu, t), N, K, C);
+    backend_cpu_bf16.ops->rows_gather_forward(&backend_cpu_bf16, buf_f32(yb), idx, w, buf_f32(t), N, K, C);
+    backend_cpu.ops->rows_gather_forward(&backend_cpu, buf_f32(yf), idx, w, buf_f32(t), N, K, C);
     check_rounded("out", yb, yf, (size_t)N, (size_t)C, (size_t)C);
     float *dy = hrand((size_t)N * C, 1), *db = hrand((size_t)R * C, 1), *df = hdup(db, (size_t)R * C);
     backend_cpu_bf16.ops->rows_gather_backward(&backend_cpu_bf16, db, dy, idx, w, N, K, C);
@@ -280,13 +280,13 @@ static void case_ce(int N, int V) {
     int* tg = mallocCheck((size_t)N * sizeof(int));
     for (int i = 0; i < N; i++) tg[i] = i % 4 == 3 ? -100 : (int)((rng_sym() + 1.0f) * 0.5f * (V - 1));
     float *z = hrand((size_t)N * V, 4), *lb = hrand(N, 1), *lf = hrand(N, 1), lossb, lossf;
-    backend_cpu_bf16.ops->crossentropy_forward(&backend_cpu_bf16, &lossb, lb, be_act(&backend_cpu_bf16, z), tg, N, V);
-    backend_cpu.ops->crossentropy_forward(&backend_cpu, &lossf, lf, be_act(&backend_cpu, z), tg, N, V);
+    backend_cpu_bf16.ops->crossentropy_forward(&backend_cpu_bf16, &lossb, lb, buf_f32(z), tg, N, V);
+    backend_cpu.ops->crossentropy_forward(&backend_cpu, &lossf, lf, buf_f32(z), tg, N, V);
     check_same("loss_sum", &lossb, &lossf, 1);
     check_same("lse", lb, lf, (size_t)N);
     float *db = hrand((size_t)N * V, 1), *df = hdup(db, (size_t)N * V);
-    backend_cpu_bf16.ops->crossentropy_backward(&backend_cpu_bf16, buf_f32(db), be_act(&backend_cpu_bf16, z), lf, tg, 0.1f, N, V);
-    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(df), be_act(&backend_cpu, z), lf, tg, 0.1f, N, V);
+    backend_cpu_bf16.ops->crossentropy_backward(&backend_cpu_bf16, buf_f32(db), buf_f32(z), lf, tg, 0.1f, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(df), buf_f32(z), lf, tg, 0.1f, N, V);
     check_same("dlogits", db, df, (size_t)N * V);
     free(tg), free(z), free(lb), free(lf), free(db), free(df);
 }
@@ -298,14 +298,14 @@ static void case_attention(int causal) {
     size_t no = (size_t)T * H * d;
     float *ob = hrand(no, 1), *of = hrand(no, 1), *lb = hrand((size_t)T * H, 1), *lf = hrand((size_t)T * H, 1);
     int hd = H * d;
-    backend_cpu_bf16.ops->attention_forward(&backend_cpu_bf16, be_act(&backend_cpu_bf16, ob), lb, be_act(&backend_cpu_bf16, qkv), be_act(&backend_cpu_bf16, qkv + hd), be_act(&backend_cpu_bf16, qkv + 2 * hd), cu, S, T, H, H, d, ld, ld, causal);
-    backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, of), lf, be_act(&backend_cpu, qkv), be_act(&backend_cpu, qkv + hd), be_act(&backend_cpu, qkv + 2 * hd), cu, S, T, H, H, d, ld, ld, causal);
+    backend_cpu_bf16.ops->attention_forward(&backend_cpu_bf16, buf_f32(ob), lb, buf_f32(qkv), buf_f32(qkv + hd), buf_f32(qkv + 2 * hd), cu, S, T, H, H, d, ld, ld, causal);
+    backend_cpu.ops->attention_forward(&backend_cpu, buf_f32(of), lf, buf_f32(qkv), buf_f32(qkv + hd), buf_f32(qkv + 2 * hd), cu, S, T, H, H, d, ld, ld, causal);
     check_same("lse", lb, lf, (size_t)T * H);
     check_rounded("out", ob, of, 1, no, no);
     float *dy = hrand(no, 1), *gb = hrand((size_t)T * ld, 1), *gf = hdup(gb, (size_t)T * ld);
-    backend_cpu_bf16.ops->attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(&backend_cpu_bf16, of), lf, be_act(&backend_cpu_bf16, qkv), be_act(&backend_cpu_bf16, qkv + hd), be_act(&backend_cpu_bf16, qkv + 2 * hd), cu, S, T,
+    backend_cpu_bf16.ops->attention_backward(&backend_cpu_bf16, gb, gb + hd, gb + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), buf_f32(of), lf, buf_f32(qkv), buf_f32(qkv + hd), buf_f32(qkv + 2 * hd), cu, S, T,
                                         H, H, d, ld, ld, causal);
-    backend_cpu.ops->attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(&backend_cpu, of), lf, be_act(&backend_cpu, qkv), be_act(&backend_cpu, qkv + hd), be_act(&backend_cpu, qkv + 2 * hd), cu, S, T, H, H, d,
+    backend_cpu.ops->attention_backward(&backend_cpu, gf, gf + hd, gf + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), buf_f32(of), lf, buf_f32(qkv), buf_f32(qkv + hd), buf_f32(qkv + 2 * hd), cu, S, T, H, H, d,
                                    ld, ld, causal);
     check_same("dqkv", gb, gf, (size_t)T * ld);
     free(qkv), free(ob), free(of), free(lb), free(lf), free(dy), free(gb), free(gf);

@@ -371,56 +371,56 @@ static void run_forward(const OpCase* tc, const Problem* p, float** in, float* o
     int N = tc->N, C = tc->C, OC = tc->OC;
     size_t NC = (size_t)N * C;
     switch (tc->op) {
-    case OP_LINEAR: be->ops->linear_forward(be, be_act(be, out), be_act(be, in[0]), be_weight(be, in[1]), be_bias(be, p->n_in == 3 ? in[2] : NULL), N, C, OC); break;
-    case OP_LAYERNORM: be->ops->layernorm_forward(be, be_act(be, out), out + NC, out + NC + N, be_act(be, in[0]), in[1], in[2], N, C); break;
-    case OP_RMSNORM: be->ops->rmsnorm_forward(be, be_act(be, out), out + NC, be_act(be, in[0]), in[1], N, C, 1e-5); break;
+    case OP_LINEAR: be->ops->linear_forward(be, buf_f32(out), buf_f32(in[0]), be_weight(be, in[1]), be_bias(be, p->n_in == 3 ? in[2] : NULL), N, C, OC); break;
+    case OP_LAYERNORM: be->ops->layernorm_forward(be, buf_f32(out), out + NC, out + NC + N, buf_f32(in[0]), in[1], in[2], N, C); break;
+    case OP_RMSNORM: be->ops->rmsnorm_forward(be, buf_f32(out), out + NC, buf_f32(in[0]), in[1], N, C, 1e-5); break;
     case OP_GELU:
         if (tc->flags & CASE_INPLACE) {
             float* buf = malloc(NC * sizeof(float));
             memcpy(buf, in[0], NC * sizeof(float));
-            be->ops->gelu_forward(be, be_act(be, buf), be_act(be, buf), NC);
+            be->ops->gelu_forward(be, buf_f32(buf), buf_f32(buf), NC);
             memcpy(out, buf, NC * sizeof(float));
             free(buf);
         } else {
-            be->ops->gelu_forward(be, be_act(be, out), be_act(be, in[0]), NC);
+            be->ops->gelu_forward(be, buf_f32(out), buf_f32(in[0]), NC);
         }
         break;
-    case OP_SWIGLU: be->ops->swiglu_forward(be, be_act(be, out), be_act(be, in[0]), be_act(be, in[1]), NC); break;
+    case OP_SWIGLU: be->ops->swiglu_forward(be, buf_f32(out), buf_f32(in[0]), buf_f32(in[1]), NC); break;
     case OP_GELU_ERF:
     case OP_QUICK_GELU: {
         Act act = tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU;
         if (tc->flags & CASE_INPLACE) {
             memcpy(out, in[0], NC * sizeof(float));
-            be->ops->act_forward(be, be_act(be, out), be_act(be, out), NC, act);
+            be->ops->act_forward(be, buf_f32(out), buf_f32(out), NC, act);
         } else {
-            be->ops->act_forward(be, be_act(be, out), be_act(be, in[0]), NC, act);
+            be->ops->act_forward(be, buf_f32(out), buf_f32(in[0]), NC, act);
         }
         break;
     }
     case OP_GATHER: /* the op adds: into zeros here */
         memset(out, 0, NC * sizeof(float));
-        be->ops->rows_gather_forward(be, be_act(be, out), p->ints, tc->H == 1 ? NULL : p->tap_w, be_act(be, in[0]), N, tc->H, C);
+        be->ops->rows_gather_forward(be, buf_f32(out), p->ints, tc->H == 1 ? NULL : p->tap_w, buf_f32(in[0]), N, tc->H, C);
         break;
     case OP_ADD:
         if (tc->flags & CASE_INPLACE) { /* x += f(x) */
             memcpy(out, in[0], NC * sizeof(float));
-            be->ops->add_forward(be, be_act(be, out), be_act(be, out), be_act(be, in[1]), NC);
+            be->ops->add_forward(be, buf_f32(out), buf_f32(out), buf_f32(in[1]), NC);
         } else {
-            be->ops->add_forward(be, be_act(be, out), be_act(be, in[0]), be_act(be, in[1]), NC);
+            be->ops->add_forward(be, buf_f32(out), buf_f32(in[0]), buf_f32(in[1]), NC);
         }
         break;
     case OP_ROPE:
     case OP_ROPE2D:
         memcpy(out, in[0], p->out_size * sizeof(float));
         if (tc->op == OP_ROPE && (tc->flags & CASE_QK))
-            be->ops->rope_qk_forward(be, be_act(be, out), be_act(be, out + (size_t)(tc->H - 1) * tc->d), p->ints, N, tc->H - 1, 1, tc->d, tc->ld, tc->ld,
+            be->ops->rope_qk_forward(be, buf_f32(out), buf_f32(out + (size_t)(tc->H - 1) * tc->d), p->ints, N, tc->H - 1, 1, tc->d, tc->ld, tc->ld,
                                 tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
-        else if (tc->op == OP_ROPE) be->ops->rope_forward(be, be_act(be, out), p->ints, N, tc->H, tc->d, tc->ld,
+        else if (tc->op == OP_ROPE) be->ops->rope_forward(be, buf_f32(out), p->ints, N, tc->H, tc->d, tc->ld,
                                             tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT);
-        else be->ops->rope2d_forward(be, be_act(be, out), p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
+        else be->ops->rope2d_forward(be, buf_f32(out), p->ints, p->ints + N, N, tc->H, tc->d, tc->ld);
         break;
-    case OP_EMBEDDING: be->ops->embedding_forward(be, be_act(be, out), p->ints, be_weight(be, in[0]), N, C); break;
-    case OP_CE: be->ops->crossentropy_forward(be, out, out + 1, be_act(be, in[0]), p->ints, N, C); break;
+    case OP_EMBEDDING: be->ops->embedding_forward(be, buf_f32(out), p->ints, be_weight(be, in[0]), N, C); break;
+    case OP_CE: be->ops->crossentropy_forward(be, out, out + 1, buf_f32(in[0]), p->ints, N, C); break;
     }
 }
 
@@ -432,19 +432,19 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
     run_forward(tc, p, in, out);
     switch (tc->op) {
     case OP_LINEAR:
-        be->ops->linear_backward(be, buf_f32(grad[0]), grad[1], p->n_in == 3 ? grad[2] : NULL, buf_f32(R), NULL, be_act(be, in[0]), be_weight(be, in[1]), N, C, OC, 0);
+        be->ops->linear_backward(be, buf_f32(grad[0]), grad[1], p->n_in == 3 ? grad[2] : NULL, buf_f32(R), NULL, buf_f32(in[0]), be_weight(be, in[1]), N, C, OC, 0);
         break;
     case OP_LAYERNORM:
-        be->ops->layernorm_backward(be, grad[0], NULL, grad[1], grad[2], R, be_act(be, in[0]), in[1], out + NC, out + NC + N, N, C);
+        be->ops->layernorm_backward(be, grad[0], NULL, grad[1], grad[2], R, buf_f32(in[0]), in[1], out + NC, out + NC + N, N, C);
         break;
-    case OP_RMSNORM: be->ops->rmsnorm_backward(be, grad[0], NULL, grad[1], R, be_act(be, in[0]), in[1], out + NC, N, C); break;
+    case OP_RMSNORM: be->ops->rmsnorm_backward(be, grad[0], NULL, grad[1], R, buf_f32(in[0]), in[1], out + NC, N, C); break;
     case OP_GELU:
-        if (grad[0]) be->ops->gelu_backward(be, grad[0], R, be_act(be, in[0]), NC);
+        if (grad[0]) be->ops->gelu_backward(be, grad[0], R, buf_f32(in[0]), NC);
         break;
-    case OP_SWIGLU: be->ops->swiglu_backward(be, buf_f32(grad[0]), buf_f32(grad[1]), R, be_act(be, in[0]), be_act(be, in[1]), NC); break;
+    case OP_SWIGLU: be->ops->swiglu_backward(be, buf_f32(grad[0]), buf_f32(grad[1]), R, buf_f32(in[0]), buf_f32(in[1]), NC); break;
     case OP_GELU_ERF:
     case OP_QUICK_GELU:
-        if (grad[0]) be->ops->act_backward(be, grad[0], NULL, R, be_act(be, in[0]), NC, tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU);
+        if (grad[0]) be->ops->act_backward(be, grad[0], NULL, R, buf_f32(in[0]), NC, tc->op == OP_GELU_ERF ? ACT_GELU_ERF : ACT_QUICK_GELU);
         break;
     case OP_GATHER:
         if (grad[0]) be->ops->rows_gather_backward(be, grad[0], R, p->ints, tc->H == 1 ? NULL : p->tap_w, N, tc->H, C);
@@ -469,7 +469,7 @@ static void run_backward(const OpCase* tc, const Problem* p, float** in, const f
         if (grad[0]) be->ops->embedding_backward(be, grad[0], R, p->ints, N, C);
         break;
     case OP_CE: /* loss = R[0] * loss_sum: the backward's scale argument carries R[0] */
-        if (grad[0]) be->ops->crossentropy_backward(be, buf_f32(grad[0]), be_act(be, in[0]), out + 1, p->ints, R[0], N, C);
+        if (grad[0]) be->ops->crossentropy_backward(be, buf_f32(grad[0]), buf_f32(in[0]), out + 1, p->ints, R[0], N, C);
         break;
     }
     free(out);

@@ -1,25 +1,29 @@
-/* test_cuda_bf16a.c — the CUDA backend's bf16-activation table (backend_cuda_bf16a: Backend.act_dtype =
- * DTYPE_BF16) against its bf16 table (f32 words holding bf16 values), op by op.
+/* test_cuda_bf16a.c — the CUDA backend's bf16 table on its two activation storages (BackendOps.bf16_activations:
+ * one ops table whose entries dispatch on the activation Bufs' dtypes), op by op.
  *
- * The two tables have the same numerics (engine.h: the same values at the same rounding points), only the
- * storage of the activations differs. Each case makes random inputs, bf16 values where they are activations,
- * runs the op through both tables on the same device (activations uploaded as f32 words to the bf16 table and
- * as 2-byte words to the bf16-activation table; weights are 2-byte on both; gradients, statistics and biases
- * f32 on both), and compares every output: the activations the bf16-activation table wrote widened to f32, the
- * f32 ones as they are. Backward ops add into gradients pre-filled with the same random values. The gather's
- * table is an activation there too (2-byte on the bf16-activation table, engine.h).
+ * The two storages have the same numerics (engine.h: the same values at the same rounding points), only the storage
+ * of the activations differs. Each case makes random inputs, bf16 values where they are activations, runs the op
+ * twice through the one table on the same device, once on f32-word activations (B16) and once on 2-byte ones (B16A:
+ * the same table, its activations uploaded as 2-byte words and passed as Bufs of DTYPE_BF16; weights are 2-byte on
+ * both; gradients, statistics and biases f32 on both), and compares every output: the activations the 2-byte run
+ * wrote widened to f32, the f32 ones as they are. A table that picked the wrong kernel for a storage fails here (a
+ * Buf of the other dtype is refused, or the values differ). Backward ops add into gradients pre-filled with the same
+ * random values. The gather's table is an activation there too (2-byte on the 2-byte run, engine.h).
  *
- * In the CPU emulation (test_cuda_bf16a_emu) the comparison is BITWISE: both tables' GEMMs are the same BLIS
- * product of the same bf16 operands, and the other kernels compute the same f32 values before the store. On a
- * device (test_cuda_bf16a, label gpu) cuBLASLt may pick another algorithm for a bf16 output than for an f32 one,
- * and cuDNN's attention differs from the own kernel's, so values may differ by one bf16 ulp: 2^-7 of the
- * tensor's largest value there. attention_decode must be NULL on it (generation keeps the bf16 table).
+ * In the CPU emulation (test_cuda_bf16a_emu) the comparison is BITWISE: both runs' GEMMs are the same BLIS product
+ * of the same bf16 operands, and the other kernels compute the same f32 values before the store. On a device
+ * (test_cuda_bf16a, label gpu) cuBLASLt may pick another algorithm for a bf16 output than for an f32 one, and cuDNN's
+ * attention differs from the own kernel's, so values may differ by one bf16 ulp: 2^-7 of the tensor's largest value
+ * there. Also checked: the tables' capability (only the CUDA bf16 table takes 2-byte activations), and that a call
+ * mixing the storages (CUDA) or a 2-byte activation given to a CPU op is refused, naming the op.
  *
  * Usage: test_cuda_bf16a [case-name-substring]; exit 77 (skipped) without a device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/cuda/kernel_math.h"
 #include "engine/engine.h"
@@ -32,8 +36,14 @@ const Backend* backend_cuda_emu_get(char* why, size_t why_len);
 #define backend_cuda_get backend_cuda_emu_get
 #endif
 
-static const Backend* B16;  /* the bf16 table: activations f32 words */
-static const Backend* B16A; /* the bf16-activation table: activations 2-byte bf16 words */
+/* The one CUDA bf16 table twice (copies: the same ops and device), so that a case tells its two runs apart: B16 runs
+ * it on f32-word activations, B16A on 2-byte bf16 ones. */
+static Backend sides[2];
+static const Backend* B16 = &sides[0];
+static const Backend* B16A = &sides[1];
+/* the storage of be's run's activations, and an activation Buf in it */
+static DType act_dt(const Backend* be) { return be == B16A ? DTYPE_BF16 : DTYPE_F32; }
+static Buf act_buf(const Backend* be, const void* p) { return buf_of(p, act_dt(be)); }
 static int failures = 0, checks = 0;
 static const char* case_name = "";
 static double tol = 0.0; /* 0 in the emulation: bitwise */
@@ -75,14 +85,14 @@ static float* upw(const Backend* be, const float* h, size_t n) {
 static float* upb(const Backend* be, const float* h, size_t n) {
     return be->weight_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
 }
-/* an activation in be's storage (act_dtype) */
+/* an activation in the storage of be's run (act_dt) */
 static float* upa(const Backend* be, const float* h, size_t n) {
-    return be->act_dtype == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
+    return act_dt(be) == DTYPE_BF16 ? upw(be, h, n) : up32(be, h, n);
 }
 /* host f32 copy of n values of a device buffer; act: an activation in be's storage */
 static float* down(const Backend* be, const float* d, size_t n, int act) {
     float* h = mallocCheck((n ? n : 1) * sizeof(float));
-    if (act && be->act_dtype == DTYPE_BF16) {
+    if (act && act_dt(be) == DTYPE_BF16) {
         uint16_t* b = mallocCheck((n ? n : 1) * sizeof(uint16_t));
         be->dev->copy_d2h(be, b, d, n * sizeof(uint16_t));
         for (size_t i = 0; i < n; i++) h[i] = rr_bf16_to_f32(b[i]);
@@ -93,7 +103,7 @@ static float* down(const Backend* be, const float* d, size_t n, int act) {
     return h;
 }
 
-/* Compare tensor `what`: a on the bf16 table, b on the bf16-activation table (act: an activation buffer). */
+/* Compare tensor `what`: a from the f32-word run, b from the 2-byte run (act: an activation buffer). */
 static void cmp(const char* what, const float* a_d, const float* b_d, size_t n, int act) {
     float* a = down(B16, a_d, n, 0);
     float* b = down(B16A, b_d, n, act);
@@ -136,10 +146,10 @@ static void run_linear(const char* name, int N, int C, int OC, int with_bias) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny); /* overwritten */
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
-        be[t]->ops->linear_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
+        be[t]->ops->linear_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
         /* split as the pipeline's B then W */
-        be[t]->ops->linear_backward(be[t], buf_f32(dx_d[t]), NULL, NULL, buf_f32(dy_d), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
-        be[t]->ops->linear_backward(be[t], buf_none(), dw_d[t], with_bias ? db_d[t] : NULL, buf_f32(dy_d), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+        be[t]->ops->linear_backward(be[t], buf_f32(dx_d[t]), NULL, NULL, buf_f32(dy_d), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+        be[t]->ops->linear_backward(be[t], buf_none(), dw_d[t], with_bias ? db_d[t] : NULL, buf_f32(dy_d), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
@@ -161,8 +171,8 @@ static void run_act(const char* name, Act act) {
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], x, n), dx_d[t] = up32(be[t], dx0, n);
-        be[t]->ops->act_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], x_d), n, act);
-        be[t]->ops->act_backward(be[t], dx_d[t], NULL, dy_d, be_act(be[t], x_d), n, act);
+        be[t]->ops->act_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], x_d), n, act);
+        be[t]->ops->act_backward(be[t], dx_d[t], NULL, dy_d, act_buf(be[t], x_d), n, act);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(dy_d);
     }
@@ -188,7 +198,7 @@ static void run_gather(const char* name, int N, int K, int C, int V, int weighte
         int* idx_d = be[t]->dev->alloc((size_t)N * K * sizeof(int));
         be[t]->dev->copy_h2d(be[t], idx_d, idx, (size_t)N * K * sizeof(int));
         o_d[t] = upa(be[t], out, n), dt_d[t] = up32(be[t], dt0, nt);
-        be[t]->ops->rows_gather_forward(be[t], be_act(be[t], o_d[t]), idx_d, weighted ? w_d : NULL, be_act(be[t], tab_d), N, K, C);
+        be[t]->ops->rows_gather_forward(be[t], act_buf(be[t], o_d[t]), idx_d, weighted ? w_d : NULL, act_buf(be[t], tab_d), N, K, C);
         be[t]->ops->rows_gather_backward(be[t], dt_d[t], dy_d, idx_d, weighted ? w_d : NULL, N, K, C);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(tab_d), be[t]->dev->free(w_d), be[t]->dev->free(dy_d), be[t]->dev->free(idx_d);
@@ -214,8 +224,8 @@ static void run_linear_gelu(const char* name, int N, int C, int OC, int with_bia
     for (int t = 0; t < 2; t++) {
         float *x_d = upa(be[t], x, nx), *w_d = upw(be[t], w, nw), *b_d = upb(be[t], b, OC), *dy_d = up32(be[t], dy, ny);
         y_d[t] = upa(be[t], dy, ny), p_d[t] = upa(be[t], dy, ny), dp_d[t] = up32(be[t], dp0, ny);
-        be[t]->ops->linear_gelu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], p_d[t]), be_act(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
-        be[t]->ops->gelu_backward(be[t], dp_d[t], dy_d, be_act(be[t], p_d[t]), ny);
+        be[t]->ops->linear_gelu_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], p_d[t]), act_buf(be[t], x_d), be_weight(be[t], w_d), be_bias(be[t], with_bias ? b_d : NULL), N, C, OC);
+        be[t]->ops->gelu_backward(be[t], dp_d[t], dy_d, act_buf(be[t], p_d[t]), ny);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
     }
@@ -238,12 +248,12 @@ static void run_norm(const char* name, int layer, int N, int C) {
         y_d[t] = upa(be[t], x, n), mean_d[t] = up32(be[t], dy, N), rstd_d[t] = up32(be[t], dy, N);
         dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
         if (layer) {
-            be[t]->ops->layernorm_forward(be[t], be_act(be[t], y_d[t]), mean_d[t], rstd_d[t], be_act(be[t], x_d), w_d, b_d, N, C);
-            be[t]->ops->layernorm_backward(be[t], dx_d[t], NULL, dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, mean_d[t], rstd_d[t], N, C);
+            be[t]->ops->layernorm_forward(be[t], act_buf(be[t], y_d[t]), mean_d[t], rstd_d[t], act_buf(be[t], x_d), w_d, b_d, N, C);
+            be[t]->ops->layernorm_backward(be[t], dx_d[t], NULL, dw_d[t], db_d[t], dy_d, act_buf(be[t], x_d), w_d, mean_d[t], rstd_d[t], N, C);
         } else {
-            be[t]->ops->rmsnorm_forward(be[t], be_act(be[t], y_d[t]), rstd_d[t], be_act(be[t], x_d), w_d, N, C, 1e-5);
-            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, NULL, dy_d, be_act(be[t], x_d), w_d, rstd_d[t], N, C);
-            be[t]->ops->rmsnorm_backward(be[t], NULL, NULL, dw_d[t], dy_d, be_act(be[t], x_d), w_d, rstd_d[t], N, C);
+            be[t]->ops->rmsnorm_forward(be[t], act_buf(be[t], y_d[t]), rstd_d[t], act_buf(be[t], x_d), w_d, N, C, 1e-5);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, NULL, dy_d, act_buf(be[t], x_d), w_d, rstd_d[t], N, C);
+            be[t]->ops->rmsnorm_backward(be[t], NULL, NULL, dw_d[t], dy_d, act_buf(be[t], x_d), w_d, rstd_d[t], N, C);
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
@@ -273,24 +283,24 @@ static void run_elementwise(const char* name, int kind, size_t n) {
         float *a_d = upa(be[t], a, n), *b_d = kind == 3 ? up32(be[t], b, n) : upa(be[t], b, n), *dy_d = up32(be[t], dy, n);
         y_d[t] = upa(be[t], a, n), da_d[t] = up32(be[t], da0, n), db_d[t] = up32(be[t], db0, n);
         if (kind == 0) {
-            be[t]->ops->gelu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), n);
-            be[t]->ops->gelu_backward(be[t], da_d[t], dy_d, be_act(be[t], a_d), n);
+            be[t]->ops->gelu_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], a_d), n);
+            be[t]->ops->gelu_backward(be[t], da_d[t], dy_d, act_buf(be[t], a_d), n);
         } else if (kind == 1) {
-            be[t]->ops->swiglu_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
-            be[t]->ops->swiglu_backward(be[t], buf_f32(da_d[t]), buf_f32(db_d[t]), dy_d, be_act(be[t], a_d), be_act(be[t], b_d), n);
+            be[t]->ops->swiglu_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], a_d), act_buf(be[t], b_d), n);
+            be[t]->ops->swiglu_backward(be[t], buf_f32(da_d[t]), buf_f32(db_d[t]), dy_d, act_buf(be[t], a_d), act_buf(be[t], b_d), n);
         } else if (kind == 3) {
-            if (be[t]->act_dtype == DTYPE_BF16) {
-                be[t]->ops->add_f32_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), b_d, n);
-                be[t]->ops->add_f32_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), b_d, n); /* in place */
+            if (act_dt(be[t]) == DTYPE_BF16) {
+                be[t]->ops->add_f32_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], a_d), b_d, n);
+                be[t]->ops->add_f32_forward(be[t], act_buf(be[t], a_d), act_buf(be[t], a_d), b_d, n); /* in place */
             } else {
-                be[t]->ops->add_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
-                be[t]->ops->add_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), be_act(be[t], b_d), n);
+                be[t]->ops->add_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], a_d), act_buf(be[t], b_d), n);
+                be[t]->ops->add_forward(be[t], act_buf(be[t], a_d), act_buf(be[t], a_d), act_buf(be[t], b_d), n);
             }
-            be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
+            be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (act_dt(be[t]) == DTYPE_BF16 ? 2 : 4));
         } else {
-            be[t]->ops->add_forward(be[t], be_act(be[t], y_d[t]), be_act(be[t], a_d), be_act(be[t], b_d), n);
-            be[t]->ops->add_forward(be[t], be_act(be[t], a_d), be_act(be[t], a_d), be_act(be[t], b_d), n); /* in place */
-            be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (be[t]->act_dtype == DTYPE_BF16 ? 2 : 4));
+            be[t]->ops->add_forward(be[t], act_buf(be[t], y_d[t]), act_buf(be[t], a_d), act_buf(be[t], b_d), n);
+            be[t]->ops->add_forward(be[t], act_buf(be[t], a_d), act_buf(be[t], a_d), act_buf(be[t], b_d), n); /* in place */
+            be[t]->dev->copy_d2d(be[t], da_d[t], a_d, n * (act_dt(be[t]) == DTYPE_BF16 ? 2 : 4));
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(a_d), be[t]->dev->free(b_d), be[t]->dev->free(dy_d);
@@ -319,8 +329,8 @@ static void run_rope(const char* name, const RopeFreq* rf, int N, int H, int d) 
         be[t]->dev->copy_h2d(be[t], pos_d, pos, N * sizeof(int));
         be[t]->dev->copy_h2d(be[t], pcol_d, pcol, N * sizeof(int));
         x_d[t] = upa(be[t], x, n);
-        if (rf) be[t]->ops->rope_forward(be[t], be_act(be[t], x_d[t]), pos_d, N, H, d, ld, rf);
-        else be[t]->ops->rope2d_forward(be[t], be_act(be[t], x_d[t]), pos_d, pcol_d, N, H, d, ld);
+        if (rf) be[t]->ops->rope_forward(be[t], act_buf(be[t], x_d[t]), pos_d, N, H, d, ld, rf);
+        else be[t]->ops->rope2d_forward(be[t], act_buf(be[t], x_d[t]), pos_d, pcol_d, N, H, d, ld);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(pos_d), be[t]->dev->free(pcol_d);
     }
@@ -358,10 +368,10 @@ static void run_rope_qk(const char* name, const RopeFreq* rf, int N, int H, int 
         q_d[t] = upa(be[t], q, nq);
         k_d[t] = upa(be[t], k, nk);
         if (t < 2) {
-            be[t]->ops->rope_qk_forward(be[t], be_act(be[t], q_d[t]), be_act(be[t], k_d[t]), pos_d, N, H, Hkv, d, ldq, ldk, rf);
+            be[t]->ops->rope_qk_forward(be[t], act_buf(be[t], q_d[t]), act_buf(be[t], k_d[t]), pos_d, N, H, Hkv, d, ldq, ldk, rf);
         } else { /* the two-call form */
-            be[t]->ops->rope_forward(be[t], be_act(be[t], q_d[t]), pos_d, N, H, d, ldq, rf);
-            be[t]->ops->rope_forward(be[t], be_act(be[t], k_d[t]), pos_d, N, Hkv, d, ldk, rf);
+            be[t]->ops->rope_forward(be[t], act_buf(be[t], q_d[t]), pos_d, N, H, d, ldq, rf);
+            be[t]->ops->rope_forward(be[t], act_buf(be[t], k_d[t]), pos_d, N, Hkv, d, ldk, rf);
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(pos_d);
@@ -390,7 +400,7 @@ static void run_embedding(void) {
         int* ids_d = be[t]->dev->alloc(sizeof ids);
         be[t]->dev->copy_h2d(be[t], ids_d, ids, sizeof ids);
         y_d[t] = be[t]->dev->alloc((size_t)N * C * sizeof(float)); /* room for f32 words; bf16 ones take half */
-        be[t]->ops->embedding_forward(be[t], be_act(be[t], y_d[t]), ids_d, be_weight(be[t], tab_d), N, C);
+        be[t]->ops->embedding_forward(be[t], act_buf(be[t], y_d[t]), ids_d, be_weight(be[t], tab_d), N, C);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(tab_d), be[t]->dev->free(ids_d);
     }
@@ -415,8 +425,8 @@ static void run_ce(void) {
         loss_d[t] = be[t]->dev->alloc(sizeof(float));
         lse_d[t] = be[t]->dev->alloc(N * sizeof(float));
         dz_d[t] = up32(be[t], dz0, n);
-        be[t]->ops->crossentropy_forward(be[t], loss_d[t], lse_d[t], be_act(be[t], z_d), tg_d, N, V);
-        be[t]->ops->crossentropy_backward(be[t], buf_f32(dz_d[t]), be_act(be[t], z_d), lse_d[t], tg_d, 0.1f, N, V);
+        be[t]->ops->crossentropy_forward(be[t], loss_d[t], lse_d[t], act_buf(be[t], z_d), tg_d, N, V);
+        be[t]->ops->crossentropy_backward(be[t], buf_f32(dz_d[t]), act_buf(be[t], z_d), lse_d[t], tg_d, 0.1f, N, V);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(z_d), be[t]->dev->free(tg_d);
     }
@@ -432,8 +442,8 @@ static void run_ce(void) {
         uint16_t* dz16 = up16(B16A, dz0, n);
         B16->dev->copy_h2d(B16, tg0, tg, sizeof tg);
         B16A->dev->copy_h2d(B16A, tg1, tg, sizeof tg);
-        B16->ops->crossentropy_backward(B16, buf_f32(ref), be_act(B16, z_d), lse_d[0], tg0, 0.1f, N, V);
-        B16A->ops->crossentropy_backward(B16A, buf_bf16(dz16), be_act(B16A, z16), lse_d[1], tg1, 0.1f, N, V);
+        B16->ops->crossentropy_backward(B16, buf_f32(ref), act_buf(B16, z_d), lse_d[0], tg0, 0.1f, N, V);
+        B16A->ops->crossentropy_backward(B16A, buf_bf16(dz16), act_buf(B16A, z16), lse_d[1], tg1, 0.1f, N, V);
         B16->dev->synchronize(B16), B16A->dev->synchronize(B16A);
         cmp16("dlogits16", ref, V, dz16, V, N, V);
         B16->dev->free(z_d), B16->dev->free(ref), B16->dev->free(tg0), B16A->dev->free(z16), B16A->dev->free(tg1), B16A->dev->free(dz16);
@@ -459,15 +469,15 @@ static void run_attention(const char* name, int S, const int* lens, int H, int H
     float *o_d[3], *lse_d[3], *dq_d[3], *dk_d[3], *dv_d[3];
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
-        ar.act = be[t]->act_dtype; /* the call's storage */
+        ar.act = act_dt(be[t]); /* the call's storage */
         be[t]->dev->reserve(be[t], 0, 0, &ar, 1);
         float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
         int* cu_d = be[t]->dev->alloc((S + 1) * sizeof(int));
         be[t]->dev->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
         o_d[t] = upa(be[t], q, nq), lse_d[t] = be[t]->dev->alloc((size_t)T * H * sizeof(float));
         dq_d[t] = up32(be[t], dq0, nq), dk_d[t] = up32(be[t], dk0, nkv), dv_d[t] = up32(be[t], dv0, nkv);
-        be[t]->ops->attention_forward(be[t], be_act(be[t], o_d[t]), lse_d[t], be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
-        be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(be[t], o_d[t]), lse_d[t], be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H,
+        be[t]->ops->attention_forward(be[t], act_buf(be[t], o_d[t]), lse_d[t], act_buf(be[t], q_d), act_buf(be[t], k_d), act_buf(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], NULL, NULL, NULL, 0, buf_f32(dy_d), act_buf(be[t], o_d[t]), lse_d[t], act_buf(be[t], q_d), act_buf(be[t], k_d), act_buf(be[t], v_d), cu_d, S, T, H,
                                   Hkv, d, Dq, Dkv, 1);
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(q_d), be[t]->dev->free(k_d), be[t]->dev->free(v_d), be[t]->dev->free(dy_d), be[t]->dev->free(cu_d);
@@ -530,18 +540,18 @@ static void run_b16_linear(const char* name, int N, int C, int OC, int with_bias
         dx_d[t] = up32(be[t], dx0, nx), dw_d[t] = up32(be[t], dw0, nw), db_d[t] = up32(be[t], db0, OC);
         if (t == 0) {
             dxz = up32(be[t], zero, nx);
-            be[t]->ops->linear_backward(be[t], buf_f32(dx_d[t]), NULL, NULL, buf_f32(dy_d), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
-            be[t]->ops->linear_backward(be[t], buf_none(), dw_d[t], with_bias ? db_d[t] : NULL, buf_f32(dy_d), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
-            be[t]->ops->linear_backward(be[t], buf_f32(dxz), NULL, NULL, buf_f32(dy_d), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->linear_backward(be[t], buf_f32(dx_d[t]), NULL, NULL, buf_f32(dy_d), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->linear_backward(be[t], buf_none(), dw_d[t], with_bias ? db_d[t] : NULL, buf_f32(dy_d), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->linear_backward(be[t], buf_f32(dxz), NULL, NULL, buf_f32(dy_d), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
         } else {
             uint16_t* dy16 = up16(be[t], dy, ny);
             dx16 = up16(be[t], dx0, nx); /* garbage: overwritten */
             dxs = up32(be[t], dx0, nx); /* garbage: written (set) */
-            be[t]->ops->linear_backward(be[t], buf_f32(dx_d[t]), NULL, NULL, buf_bf16(dy16), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->linear_backward(be[t], buf_f32(dx_d[t]), NULL, NULL, buf_bf16(dy16), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
             be[t]->ops->linear_backward(be[t], buf_none(), dw_d[t], with_bias ? db_d[t] : NULL, buf_bf16(dy16), with_bias ? dy_d : NULL,
-                                        be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
-            be[t]->ops->linear_backward(be[t], buf_bf16(dx16), NULL, NULL, buf_bf16(dy16), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
-            be[t]->ops->linear_backward(be[t], buf_f32(dxs), NULL, NULL, buf_bf16(dy16), NULL, be_act(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
+                                        act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 0);
+            be[t]->ops->linear_backward(be[t], buf_bf16(dx16), NULL, NULL, buf_bf16(dy16), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
+            be[t]->ops->linear_backward(be[t], buf_f32(dxs), NULL, NULL, buf_bf16(dy16), NULL, act_buf(be[t], x_d), be_weight(be[t], w_d), N, C, OC, 1);
             be[t]->dev->synchronize(be[t]);
             be[t]->dev->free(dy16);
         }
@@ -574,11 +584,11 @@ static void run_b16_elementwise(const char* name, size_t n, int N, int C) {
         float *x_d = upa(be[t], x, nn), *w_d = up32(be[t], w, C), *dyn_d = up32(be[t], dyn, nn), *rs_d = up32(be[t], rs, N);
         dx_d[t] = up32(be[t], dx0, nn);
         if (t == 0) {
-            be[t]->ops->swiglu_backward(be[t], buf_f32(dg_ref), buf_f32(du_ref), dy_d, be_act(be[t], g_d), be_act(be[t], u_d), n);
-            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, NULL, dyn_d, be_act(be[t], x_d), w_d, rs_d, N, C);
+            be[t]->ops->swiglu_backward(be[t], buf_f32(dg_ref), buf_f32(du_ref), dy_d, act_buf(be[t], g_d), act_buf(be[t], u_d), n);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], NULL, NULL, dyn_d, act_buf(be[t], x_d), w_d, rs_d, N, C);
         } else {
-            be[t]->ops->swiglu_backward(be[t], buf_bf16(dg16), buf_bf16(du16), dy_d, be_act(be[t], g_d), be_act(be[t], u_d), n);
-            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, be_act(be[t], x_d), w_d, rs_d, N, C);
+            be[t]->ops->swiglu_backward(be[t], buf_bf16(dg16), buf_bf16(du16), dy_d, act_buf(be[t], g_d), act_buf(be[t], u_d), n);
+            be[t]->ops->rmsnorm_backward(be[t], dx_d[t], dx16, NULL, dyn_d, act_buf(be[t], x_d), w_d, rs_d, N, C);
         }
         be[t]->dev->synchronize(be[t]);
         be[t]->dev->free(g_d), be[t]->dev->free(u_d), be[t]->dev->free(dy_d), be[t]->dev->free(x_d), be[t]->dev->free(w_d), be[t]->dev->free(dyn_d);
@@ -609,15 +619,15 @@ static void run_b16_ln_act(const char* name, int N, int C) {
         float *x_d = upa(be[t], x, n), *w_d = up32(be[t], w, C), *dy_d = up32(be[t], dy, n), *m_d = up32(be[t], m, N);
         float* rs_d = up32(be[t], rs, N);
         dx_d[t] = up32(be[t], dx0, n), dw_d[t] = up32(be[t], dw0, C), db_d[t] = up32(be[t], db0, C);
-        if (t == 0) be[t]->ops->layernorm_backward(be[t], dx_d[t], NULL, dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, m_d, rs_d, N, C);
-        else be[t]->ops->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, be_act(be[t], x_d), w_d, m_d, rs_d, N, C);
+        if (t == 0) be[t]->ops->layernorm_backward(be[t], dx_d[t], NULL, dw_d[t], db_d[t], dy_d, act_buf(be[t], x_d), w_d, m_d, rs_d, N, C);
+        else be[t]->ops->layernorm_backward(be[t], dx_d[t], dx16, dw_d[t], db_d[t], dy_d, act_buf(be[t], x_d), w_d, m_d, rs_d, N, C);
         for (int k = 0; k < 3; k++) {
             da_d[t][k] = up32(be[t], dx0, n);
             if (t == 0) {
-                be[t]->ops->act_backward(be[t], da_d[t][k], NULL, dy_d, be_act(be[t], x_d), n, acts[k]);
+                be[t]->ops->act_backward(be[t], da_d[t][k], NULL, dy_d, act_buf(be[t], x_d), n, acts[k]);
             } else {
                 da16[k] = up16(be[t], dy, n);
-                be[t]->ops->act_backward(be[t], da_d[t][k], da16[k], dy_d, be_act(be[t], x_d), n, acts[k]);
+                be[t]->ops->act_backward(be[t], da_d[t][k], da16[k], dy_d, act_buf(be[t], x_d), n, acts[k]);
             }
         }
         be[t]->dev->synchronize(be[t]);
@@ -710,16 +720,16 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
     uint16_t *dv16 = NULL, *mq16 = NULL, *mk16 = NULL, *mv16 = NULL;
     AttnReserve ar = {.max_T = T, .max_S = S, .H = H, .d = d, .ld_qkv = Dq};
     for (int t = 0; t < 3; t++) {
-        ar.act = be[t]->act_dtype; /* the call's storage */
+        ar.act = act_dt(be[t]); /* the call's storage */
         be[t]->dev->reserve(be[t], 0, 0, &ar, 1);
         float *q_d = upa(be[t], q, nq), *k_d = upa(be[t], k, nkv), *v_d = upa(be[t], v, nkv), *dy_d = up32(be[t], dy, nq);
         int* cu_d = be[t]->dev->alloc((S + 1) * sizeof(int));
         be[t]->dev->copy_h2d(be[t], cu_d, cu, (S + 1) * sizeof(int));
         float *o_d = upa(be[t], q, nq), *lse_d = be[t]->dev->alloc((size_t)T * H * sizeof(float));
         dq_d[t] = up32(be[t], zero, nq), dk_d[t] = up32(be[t], zero, nkv), dv_d[t] = up32(be[t], zero, nkv);
-        be[t]->ops->attention_forward(be[t], be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+        be[t]->ops->attention_forward(be[t], act_buf(be[t], o_d), lse_d, act_buf(be[t], q_d), act_buf(be[t], k_d), act_buf(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
         if (t == 0) {
-            be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv,
+            be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], NULL, NULL, NULL, 0, buf_f32(dy_d), act_buf(be[t], o_d), lse_d, act_buf(be[t], q_d), act_buf(be[t], k_d), act_buf(be[t], v_d), cu_d, S, T, H, Hkv,
                                       d, Dq, Dkv, 1);
         } else {
             uint16_t* dy16 = up16(be[t], dy, nq);
@@ -728,11 +738,11 @@ static void run_b16_attention(const char* name, int S, const int* lens, int H, i
                 mq16 = up16(be[t], dy, nq), mk16 = up16(be[t], dy, nkv), mv16 = up16(be[t], dy, nkv);
             }
             if (t == 1)
-                be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, buf_bf16(dy16), be_act(be[t], o_d), lse_d, be_act(be[t], q_d),
-                                               be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+                be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], NULL, NULL, NULL, dv16, Dkv, buf_bf16(dy16), act_buf(be[t], o_d), lse_d, act_buf(be[t], q_d),
+                                               act_buf(be[t], k_d), act_buf(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
             else /* mirrors of stride Dkv (the q mirror where Dq == Dkv) */
                 be[t]->ops->attention_backward(be[t], dq_d[t], dk_d[t], dv_d[t], Dkv == Dq ? mq16 : NULL, mk16, mv16, Dkv,
-                                               buf_bf16(dy16), be_act(be[t], o_d), lse_d, be_act(be[t], q_d), be_act(be[t], k_d), be_act(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
+                                               buf_bf16(dy16), act_buf(be[t], o_d), lse_d, act_buf(be[t], q_d), act_buf(be[t], k_d), act_buf(be[t], v_d), cu_d, S, T, H, Hkv, d, Dq, Dkv, 1);
             be[t]->dev->synchronize(be[t]);
             be[t]->dev->free(dy16);
         }
@@ -774,6 +784,68 @@ static void run_convert(void) {
     free(x), free(y);
 }
 
+/* ---- refusals: a call no kernel takes stops with an assertion naming the op ---------------------------------- */
+
+/* Runs call(be, a, b) in a child process: 1 when it aborted with `op` (the op's name, or what the refusal says) in
+ * its message on stderr, else 0. */
+static int refused(const char* what, const char* op, void (*call)(const Backend*, void*, void*), const Backend* be, void* a,
+                   void* b) {
+    int fd[2];
+    if (pipe(fd) != 0) rr_die("pipe failed");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) rr_die("fork failed");
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        call(be, a, b);
+        be->dev->synchronize(be);
+        _exit(0); /* not refused */
+    }
+    close(fd[1]);
+    char msg[2048];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof msg - 1 && (r = read(fd[0], msg + n, sizeof msg - 1 - n)) > 0) n += (size_t)r;
+    msg[n] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    int ok = WIFSIGNALED(st) && strstr(msg, op) != NULL;
+    checks++;
+    printf("  %-22s %-14s %s%s\n", "refusals", what, ok ? "refused: ok" : "not refused as it should be: FAIL\n", ok ? "" : msg);
+    failures += !ok;
+    return ok;
+}
+static void call_linear_mixed(const Backend* be, void* x16, void* y32) { /* out f32 words, inp 2-byte */
+    be->ops->linear_forward(be, buf_f32(y32), buf_bf16(x16), buf_bf16(x16), buf_none(), 2, 4, 4);
+}
+static void call_add_mixed(const Backend* be, void* x16, void* y32) {
+    be->ops->add_forward(be, buf_bf16(x16), buf_bf16(x16), buf_f32(y32), 8);
+}
+static void call_attention_mixed(const Backend* be, void* x16, void* y32) { /* 2-byte dout, f32-word q, k, v, out */
+    be->ops->attention_backward(be, (float*)y32, (float*)y32, (float*)y32, NULL, NULL, NULL, 0, buf_bf16(x16), buf_f32(y32),
+                                (float*)y32, buf_f32(y32), buf_f32(y32), buf_f32(y32), NULL, 0, 0, 1, 1, 4, 4, 4, 0);
+}
+static void call_cpu_gelu16(const Backend* be, void* x16, void* y32) { /* a CPU op given a 2-byte activation */
+    be->ops->gelu_forward(be, buf_f32(y32), buf_bf16(x16), 8);
+}
+static int only_matches(int argc, char** argv, const char* name) { return argc < 2 || strstr(name, argv[1]); }
+/* each refusal counts a check (and a failure where it does not hold) */
+static void refusals(void) {
+    const Backend* be = B16;
+    void* x16 = be->dev->alloc(64 * sizeof(float));
+    void* y32 = be->dev->alloc(64 * sizeof(float));
+    be->dev->memset0(be, x16, 64 * sizeof(float));
+    be->dev->memset0(be, y32, 64 * sizeof(float));
+    refused("cuda_linear", "linear_forward", call_linear_mixed, be, x16, y32);
+    refused("cuda_add", "add_forward", call_add_mixed, be, x16, y32);
+    refused("cuda_attention", "attention_backward", call_attention_mixed, be, x16, y32);
+    be->dev->free(x16), be->dev->free(y32);
+    float hx[8] = {0}, hy[8] = {0};
+    refused("cpu_gelu", "an f32 buffer", call_cpu_gelu16, &backend_cpu_bf16, hx, hy);
+}
+
 int main(int argc, char** argv) {
     char why[512] = "";
     const Backend* cu = backend_cuda_get(why, sizeof why);
@@ -785,28 +857,26 @@ int main(int argc, char** argv) {
         printf("test_cuda_bf16a: skipped: %s\n", why);
         return SKIP_RC;
     }
-    B16 = backend_with_precision(cu, PRECISION_BF16);
-    B16A = B16->act_bf16_variant;
-    if (B16->act_dtype != DTYPE_F32 || !B16A || B16A->act_dtype != DTYPE_BF16 || B16A->precision != PRECISION_BF16 ||
-        B16A->weight_dtype != DTYPE_BF16 || B16A->act_bf16_variant != B16A || !B16A->ops->from_bf16 || !B16A->ops->to_bf16 ||
-        !B16A->ops->add_f32_forward || B16->ops != B16A->ops || !B16->ops->bf16_activations || cu->ops->add_f32_forward ||
-        cu->ops->bf16_activations || backend_cpu_bf16.ops->bf16_activations ||
-        cu->act_bf16_variant != NULL || backend_cpu_bf16.act_bf16_variant != NULL) {
-        printf("test_cuda_bf16a: FAIL: the tables' act_dtype / act_bf16_variant are not as engine.h says\n");
+    const Backend* b16 = backend_with_precision(cu, PRECISION_BF16);
+    /* one table for both storages: the CUDA bf16 table takes 2-byte activations, no other table does; with them it
+     * has the conversions and the f32-sum residual add; generation's decoding attention (f32 words) and CLIP's ops */
+    if (!b16->ops->bf16_activations || b16->precision != PRECISION_BF16 || b16->weight_dtype != DTYPE_BF16 ||
+        b16->bf16_variant != b16 || cu->ops->bf16_activations || backend_cpu.ops->bf16_activations ||
+        backend_cpu_bf16.ops->bf16_activations || !b16->ops->from_bf16 || !b16->ops->to_bf16 ||
+        !b16->ops->add_f32_forward || cu->ops->add_f32_forward || !b16->ops->attention_decode || !b16->ops->act_forward ||
+        !b16->ops->act_backward || !b16->ops->rows_gather_forward || !b16->ops->rows_gather_backward ||
+        !b16->ops->linear_gelu_forward) {
+        printf("test_cuda_bf16a: FAIL: the tables' bf16_activations / slots are not as engine.h says\n");
         return 1;
     }
-    /* generation's decoding attention is on it (f32 words: its KV cache); CLIP's ops are */
-    if (!B16A->ops->attention_decode || !B16A->ops->act_forward || !B16A->ops->act_backward || !B16A->ops->rows_gather_forward ||
-        !B16A->ops->rows_gather_backward || !B16A->ops->linear_gelu_forward) {
-        printf("test_cuda_bf16a: FAIL: the bf16-activation table's slots are not as engine.h says\n");
-        return 1;
-    }
+    sides[0] = sides[1] = *b16;
+    if (only_matches(argc, argv, "refusals")) refusals(); /* counted in failures */
 #ifdef RR_CUDA_EMU
     tol = 0.0;
-    printf("test_cuda_bf16a: bf16-activation table vs bf16 table, emulated: bitwise\n");
+    printf("test_cuda_bf16a: 2-byte vs f32-word activations on the bf16 table, emulated: bitwise\n");
 #else
     tol = 0.0078125; /* 2^-7: one bf16 ulp (see the header) */
-    printf("test_cuda_bf16a: bf16-activation table vs bf16 table on the device: within 2^-7 of each tensor's largest\n");
+    printf("test_cuda_bf16a: 2-byte vs f32-word activations on the bf16 table on the device: within 2^-7 of each tensor's largest\n");
 #endif
     const char* only = argc > 1 ? argv[1] : NULL;
 #define RUN(name, call) \

@@ -379,17 +379,17 @@ static void run_linear(const OpCase* tc) {
     float *out = hrand(nout, 1), *dx = hrand(nin, 1), *dw = hrand(nw, 1), *db = hrand(OC, 1);
     float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = upb(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *dx_d = up(dx, nin), *dw_d = up(dw, nw), *db_d = up(db, OC);
-    refb->ops->linear_forward(refb, be_act(refb, out), be_act(refb, x), be_weight(refb, w), be_bias(refb, bias ? b : NULL), N, C, OC);
-    cu->ops->linear_forward(cu, be_act(cu, out_d), be_act(cu, x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
+    refb->ops->linear_forward(refb, buf_f32(out), buf_f32(x), be_weight(refb, w), be_bias(refb, bias ? b : NULL), N, C, OC);
+    cu->ops->linear_forward(cu, buf_f32(out_d), buf_f32(x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
     double tol = (tc->flags & CASE_BIG) ? TOL_GEMM_BIG : TOL_GEMM;
     cmp("out", out_d, out, nout, tol);
-    refb->ops->linear_backward(refb, buf_f32(dx), dw, bias ? db : NULL, buf_f32(dy), NULL, be_act(refb, x), be_weight(refb, w), N, C, OC, 0);
+    refb->ops->linear_backward(refb, buf_f32(dx), dw, bias ? db : NULL, buf_f32(dy), NULL, buf_f32(x), be_weight(refb, w), N, C, OC, 0);
     bw_mark();
     if (tc->flags & CASE_SPLIT) {
-        cu->ops->linear_backward(cu, buf_f32(dx_d), NULL, NULL, buf_f32(dy_d), NULL, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC, 0);
-        cu->ops->linear_backward(cu, buf_none(), dw_d, bias ? db_d : NULL, buf_f32(dy_d), NULL, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC, 0);
+        cu->ops->linear_backward(cu, buf_f32(dx_d), NULL, NULL, buf_f32(dy_d), NULL, buf_f32(x_d), be_weight(cu, w_d), N, C, OC, 0);
+        cu->ops->linear_backward(cu, buf_none(), dw_d, bias ? db_d : NULL, buf_f32(dy_d), NULL, buf_f32(x_d), be_weight(cu, w_d), N, C, OC, 0);
     } else {
-        cu->ops->linear_backward(cu, buf_f32(dx_d), dw_d, bias ? db_d : NULL, buf_f32(dy_d), NULL, be_act(cu, x_d), be_weight(cu, w_d), N, C, OC, 0);
+        cu->ops->linear_backward(cu, buf_f32(dx_d), dw_d, bias ? db_d : NULL, buf_f32(dy_d), NULL, buf_f32(x_d), be_weight(cu, w_d), N, C, OC, 0);
     }
     if (bias && N > 0) bw_check(tc, "dbias", 1, 1);
     cmp("dinp", dx_d, dx, nin, tol);
@@ -409,8 +409,8 @@ static void run_linear_gelu(const OpCase* tc) {
     float *out = hrand(nout, 1), *pre = hrand(nout, 1), *dpre = hrand(nout, 1);
     float *x_d = up(x, nin), *w_d = upw(w, nw), *b_d = upb(b, OC), *dy_d = up(dy, nout);
     float *out_d = up(out, nout), *pre_d = up(pre, nout), *dpre_d = up(dpre, nout);
-    refb->ops->linear_gelu_forward(refb, be_act(refb, out), be_act(refb, pre), be_act(refb, x), be_weight(refb, w), be_bias(refb, bias ? b : NULL), N, C, OC);
-    cu->ops->linear_gelu_forward(cu, be_act(cu, out_d), be_act(cu, pre_d), be_act(cu, x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
+    refb->ops->linear_gelu_forward(refb, buf_f32(out), buf_f32(pre), buf_f32(x), be_weight(refb, w), be_bias(refb, bias ? b : NULL), N, C, OC);
+    cu->ops->linear_gelu_forward(cu, buf_f32(out_d), buf_f32(pre_d), buf_f32(x_d), be_weight(cu, w_d), be_bias(cu, bias ? b_d : NULL), N, C, OC);
     cmp("pre", pre_d, pre, nout, TOL_GEMM);
     cmp("out", out_d, out, nout, TOL_LINEAR_GELU);
 #ifdef RR_CUDA_EMU
@@ -439,8 +439,8 @@ static void run_linear_gelu(const OpCase* tc) {
 #endif
     /* the backward from the CPU's pre (as run_attention's): in bf16 the two pre may sit one bf16 ulp apart */
     cu->dev->copy_h2d(cu, pre_d, pre, nout * sizeof(float));
-    refb->ops->gelu_backward(refb, dpre, dy, be_act(refb, pre), nout);
-    cu->ops->gelu_backward(cu, dpre_d, dy_d, be_act(cu, pre_d), nout);
+    refb->ops->gelu_backward(refb, dpre, dy, buf_f32(pre), nout);
+    cu->ops->gelu_backward(cu, dpre_d, dy_d, buf_f32(pre_d), nout);
     cmp("dpre", dpre_d, dpre, nout, TOL_ELEM);
     free(x), free(w), free(b), free(dy), free(out), free(pre), free(dpre);
     cu->dev->free(x_d), cu->dev->free(w_d), cu->dev->free(b_d), cu->dev->free(dy_d), cu->dev->free(out_d), cu->dev->free(pre_d), cu->dev->free(dpre_d);
@@ -458,13 +458,13 @@ static void run_norm(const OpCase* tc) {
     float *mean_d = up(mean, N), *rstd_d = up(rstd, N), *dx_d = upo(dx, n, mis), *dw_d = up(dw, C), *db_d = up(db, C);
     bw_mark();
     if (ln) {
-        refb->ops->layernorm_forward(refb, be_act(refb, out), mean, rstd, be_act(refb, x), w, b, N, C);
-        cu->ops->layernorm_forward(cu, be_act(cu, out_d), mean_d, rstd_d, be_act(cu, x_d), w_d, b_d, N, C);
+        refb->ops->layernorm_forward(refb, buf_f32(out), mean, rstd, buf_f32(x), w, b, N, C);
+        cu->ops->layernorm_forward(cu, buf_f32(out_d), mean_d, rstd_d, buf_f32(x_d), w_d, b_d, N, C);
         bw_check(tc, "forward", 0, 1);
         cmp("mean", mean_d, mean, N, TOL_ROW);
     } else {
-        refb->ops->rmsnorm_forward(refb, be_act(refb, out), rstd, be_act(refb, x), w, N, C, 1e-5);
-        cu->ops->rmsnorm_forward(cu, be_act(cu, out_d), rstd_d, be_act(cu, x_d), w_d, N, C, 1e-5);
+        refb->ops->rmsnorm_forward(refb, buf_f32(out), rstd, buf_f32(x), w, N, C, 1e-5);
+        cu->ops->rmsnorm_forward(cu, buf_f32(out_d), rstd_d, buf_f32(x_d), w_d, N, C, 1e-5);
         bw_check(tc, "forward", 0, 1);
     }
     cmp("out", out_d, out, n, TOL_ROW);
@@ -474,21 +474,21 @@ static void run_norm(const OpCase* tc) {
     cu->dev->copy_h2d(cu, rstd_d, rstd, N * sizeof(float));
     bw_mark();
     if (ln) {
-        refb->ops->layernorm_backward(refb, dx, NULL, dw, db, dy, be_act(refb, x), w, mean, rstd, N, C);
+        refb->ops->layernorm_backward(refb, dx, NULL, dw, db, dy, buf_f32(x), w, mean, rstd, N, C);
         if (split) {
-            cu->ops->layernorm_backward(cu, dx_d, NULL, NULL, NULL, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
-            cu->ops->layernorm_backward(cu, NULL, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, NULL, NULL, dy_d, buf_f32(x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, NULL, NULL, dw_d, db_d, dy_d, buf_f32(x_d), w_d, mean_d, rstd_d, N, C);
         } else {
-            cu->ops->layernorm_backward(cu, dx_d, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, dw_d, db_d, dy_d, buf_f32(x_d), w_d, mean_d, rstd_d, N, C);
         }
         cmp("dbias", db_d, db, C, TOL_BWD);
     } else {
-        refb->ops->rmsnorm_backward(refb, dx, NULL, dw, dy, be_act(refb, x), w, rstd, N, C);
+        refb->ops->rmsnorm_backward(refb, dx, NULL, dw, dy, buf_f32(x), w, rstd, N, C);
         if (split) {
-            cu->ops->rmsnorm_backward(cu, dx_d, NULL, NULL, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
-            cu->ops->rmsnorm_backward(cu, NULL, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, NULL, dy_d, buf_f32(x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, NULL, NULL, dw_d, dy_d, buf_f32(x_d), w_d, rstd_d, N, C);
         } else {
-            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dw_d, dy_d, buf_f32(x_d), w_d, rstd_d, N, C);
         }
     }
     bw_check(tc, "dweight", 1, 1);
@@ -501,17 +501,17 @@ static void run_norm(const OpCase* tc) {
         cu->dev->copy_d2d(cu, dw2, dw_d, C * sizeof(float)); /* backward on each side adds the same values */
         cu->dev->copy_d2d(cu, db2, db_d, C * sizeof(float));
         if (ln) {
-            cu->ops->layernorm_forward(cu, be_act(cu, out2), mean2, rstd2, be_act(cu, x2), w_d, b_d, N, C);
-            cu->ops->layernorm_forward(cu, be_act(cu, out_d), mean_d, rstd_d, be_act(cu, x_d), w_d, b_d, N, C);
+            cu->ops->layernorm_forward(cu, buf_f32(out2), mean2, rstd2, buf_f32(x2), w_d, b_d, N, C);
+            cu->ops->layernorm_forward(cu, buf_f32(out_d), mean_d, rstd_d, buf_f32(x_d), w_d, b_d, N, C);
             cmp_bits("mean", mean2, mean_d, N);
-            cu->ops->layernorm_backward(cu, dx2, NULL, dw2, db2, dy2, be_act(cu, x2), w_d, mean2, rstd2, N, C);
-            cu->ops->layernorm_backward(cu, dx_d, NULL, dw_d, db_d, dy_d, be_act(cu, x_d), w_d, mean_d, rstd_d, N, C);
+            cu->ops->layernorm_backward(cu, dx2, NULL, dw2, db2, dy2, buf_f32(x2), w_d, mean2, rstd2, N, C);
+            cu->ops->layernorm_backward(cu, dx_d, NULL, dw_d, db_d, dy_d, buf_f32(x_d), w_d, mean_d, rstd_d, N, C);
             cmp_bits("dbias", db2, db_d, C);
         } else {
-            cu->ops->rmsnorm_forward(cu, be_act(cu, out2), rstd2, be_act(cu, x2), w_d, N, C, 1e-5);
-            cu->ops->rmsnorm_forward(cu, be_act(cu, out_d), rstd_d, be_act(cu, x_d), w_d, N, C, 1e-5);
-            cu->ops->rmsnorm_backward(cu, dx2, NULL, dw2, dy2, be_act(cu, x2), w_d, rstd2, N, C);
-            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dw_d, dy_d, be_act(cu, x_d), w_d, rstd_d, N, C);
+            cu->ops->rmsnorm_forward(cu, buf_f32(out2), rstd2, buf_f32(x2), w_d, N, C, 1e-5);
+            cu->ops->rmsnorm_forward(cu, buf_f32(out_d), rstd_d, buf_f32(x_d), w_d, N, C, 1e-5);
+            cu->ops->rmsnorm_backward(cu, dx2, NULL, dw2, dy2, buf_f32(x2), w_d, rstd2, N, C);
+            cu->ops->rmsnorm_backward(cu, dx_d, NULL, dw_d, dy_d, buf_f32(x_d), w_d, rstd_d, N, C);
         }
         cmp_bits("out", out2, out_d, n);
         cmp_bits("rstd", rstd2, rstd_d, N);
@@ -536,46 +536,46 @@ static void run_elementwise(const OpCase* tc) {
     float* ref_in = hdup(a, n); /* the input before an in-place forward overwrote it */
     bw_mark();
     if (tc->op == OP_GELU) {
-        refb->ops->gelu_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), n);
-        cu->ops->gelu_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), n);
+        refb->ops->gelu_forward(refb, buf_f32(inplace ? a : out), buf_f32(a), n);
+        cu->ops->gelu_forward(cu, buf_f32(inplace ? a_d : out_d), buf_f32(a_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
         if (!inplace) {
-            refb->ops->gelu_backward(refb, da, dy, be_act(refb, ref_in), n);
-            cu->ops->gelu_backward(cu, da_d, dy_d, be_act(cu, a_d), n);
+            refb->ops->gelu_backward(refb, da, dy, buf_f32(ref_in), n);
+            cu->ops->gelu_backward(cu, da_d, dy_d, buf_f32(a_d), n);
             cmp("dinp", da_d, da, n, TOL_ELEM);
         }
     } else if (tc->op == OP_SWIGLU) {
-        refb->ops->swiglu_forward(refb, be_act(refb, out), be_act(refb, a), be_act(refb, b), n);
-        cu->ops->swiglu_forward(cu, be_act(cu, out_d), be_act(cu, a_d), be_act(cu, b_d), n);
+        refb->ops->swiglu_forward(refb, buf_f32(out), buf_f32(a), buf_f32(b), n);
+        cu->ops->swiglu_forward(cu, buf_f32(out_d), buf_f32(a_d), buf_f32(b_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", out_d, out, n, TOL_ELEM);
-        refb->ops->swiglu_backward(refb, buf_f32(da), buf_f32(db), dy, be_act(refb, a), be_act(refb, b), n);
+        refb->ops->swiglu_backward(refb, buf_f32(da), buf_f32(db), dy, buf_f32(a), buf_f32(b), n);
         if (split) {
-            cu->ops->swiglu_backward(cu, buf_f32(da_d), buf_none(), dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
-            cu->ops->swiglu_backward(cu, buf_none(), buf_f32(db_d), dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
+            cu->ops->swiglu_backward(cu, buf_f32(da_d), buf_none(), dy_d, buf_f32(a_d), buf_f32(b_d), n);
+            cu->ops->swiglu_backward(cu, buf_none(), buf_f32(db_d), dy_d, buf_f32(a_d), buf_f32(b_d), n);
         } else {
-            cu->ops->swiglu_backward(cu, buf_f32(da_d), buf_f32(db_d), dy_d, be_act(cu, a_d), be_act(cu, b_d), n);
+            cu->ops->swiglu_backward(cu, buf_f32(da_d), buf_f32(db_d), dy_d, buf_f32(a_d), buf_f32(b_d), n);
         }
         cmp("dgate", da_d, da, n, TOL_ELEM);
         cmp("dup", db_d, db, n, TOL_ELEM);
     } else {
-        refb->ops->add_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), be_act(refb, b), n);
-        cu->ops->add_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), be_act(cu, b_d), n);
+        refb->ops->add_forward(refb, buf_f32(inplace ? a : out), buf_f32(a), buf_f32(b), n);
+        cu->ops->add_forward(cu, buf_f32(inplace ? a_d : out_d), buf_f32(a_d), buf_f32(b_d), n);
         bw_check(tc, "forward", 0, 1);
         cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
     }
     if (mis && !inplace) { /* the forward on aligned copies (the 16-byte path): the same bits */
         float *a2 = up(ref_in, n), *b2 = up(b, n), *out2 = up(out, n), *a1 = upo(ref_in, n, 1);
         if (tc->op == OP_GELU) {
-            cu->ops->gelu_forward(cu, be_act(cu, out2), be_act(cu, a2), n);
-            cu->ops->gelu_forward(cu, be_act(cu, out_d), be_act(cu, a1), n);
+            cu->ops->gelu_forward(cu, buf_f32(out2), buf_f32(a2), n);
+            cu->ops->gelu_forward(cu, buf_f32(out_d), buf_f32(a1), n);
         } else if (tc->op == OP_SWIGLU) {
-            cu->ops->swiglu_forward(cu, be_act(cu, out2), be_act(cu, a2), be_act(cu, b2), n);
-            cu->ops->swiglu_forward(cu, be_act(cu, out_d), be_act(cu, a1), be_act(cu, b_d), n);
+            cu->ops->swiglu_forward(cu, buf_f32(out2), buf_f32(a2), buf_f32(b2), n);
+            cu->ops->swiglu_forward(cu, buf_f32(out_d), buf_f32(a1), buf_f32(b_d), n);
         } else {
-            cu->ops->add_forward(cu, be_act(cu, out2), be_act(cu, a2), be_act(cu, b2), n);
-            cu->ops->add_forward(cu, be_act(cu, out_d), be_act(cu, a1), be_act(cu, b_d), n);
+            cu->ops->add_forward(cu, buf_f32(out2), buf_f32(a2), buf_f32(b2), n);
+            cu->ops->add_forward(cu, buf_f32(out_d), buf_f32(a1), buf_f32(b_d), n);
         }
         cmp_bits("out", out2, out_d, n);
         cu->dev->free(a2), cu->dev->free(b2), cu->dev->free(out2), dfree(a1, 1);
@@ -607,8 +607,8 @@ static void run_rope(const OpCase* tc) {
         size_t nk = (size_t)N * ldk;
         float* k = hrand(nk, 1);
         float* k_d = up(k, nk);
-        refb->ops->rope_qk_forward(refb, be_act(refb, x), be_act(refb, k), pos, N, H, Hkv, d, ld, ldk, rf);
-        cu->ops->rope_qk_forward(cu, be_act(cu, x_d), be_act(cu, k_d), pos_d, N, H, Hkv, d, ld, ldk, rf);
+        refb->ops->rope_qk_forward(refb, buf_f32(x), buf_f32(k), pos, N, H, Hkv, d, ld, ldk, rf);
+        cu->ops->rope_qk_forward(cu, buf_f32(x_d), buf_f32(k_d), pos_d, N, H, Hkv, d, ld, ldk, rf);
         cmp("forward q", x_d, x, n, TOL_ROPE);
         cmp("forward k", k_d, k, nk, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
@@ -621,16 +621,16 @@ static void run_rope(const OpCase* tc) {
         cu->dev->free(k_d);
     } else if (tc->op == OP_ROPE) {
         const RopeFreq* rf = tc->flags & CASE_LLAMA3 ? &RF_LLAMA3 : &RF_DEFAULT;
-        refb->ops->rope_forward(refb, be_act(refb, x), pos, N, H, d, ld, rf);
-        cu->ops->rope_forward(cu, be_act(cu, x_d), pos_d, N, H, d, ld, rf);
+        refb->ops->rope_forward(refb, buf_f32(x), pos, N, H, d, ld, rf);
+        cu->ops->rope_forward(cu, buf_f32(x_d), pos_d, N, H, d, ld, rf);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
         refb->ops->rope_backward(refb, x, pos, N, H, d, ld, rf);
         cu->ops->rope_backward(cu, x_d, pos_d, N, H, d, ld, rf);
         cmp("backward", x_d, x, n, TOL_ROPE);
     } else {
-        refb->ops->rope2d_forward(refb, be_act(refb, x), pos, pos + N, N, H, d, ld);
-        cu->ops->rope2d_forward(cu, be_act(cu, x_d), pos_d, pos_d + N, N, H, d, ld);
+        refb->ops->rope2d_forward(refb, buf_f32(x), pos, pos + N, N, H, d, ld);
+        cu->ops->rope2d_forward(cu, buf_f32(x_d), pos_d, pos_d + N, N, H, d, ld);
         cmp("forward", x_d, x, n, TOL_ROPE);
         rope_check_bf16(x_d, N, H * d, ld);
         refb->ops->rope2d_backward(refb, NULL, 0, x, pos, pos + N, N, H, d, ld, 0);
@@ -649,8 +649,8 @@ static void run_embedding(const OpCase* tc) {
     float *table = hrand(nt, 1), *dy = hrand(n, 1), *out = hrand(n, 1), *dt = hrand(nt, 1);
     float *table_d = upw(table, nt), *dy_d = up(dy, n), *out_d = up(out, n), *dt_d = up(dt, nt);
     int* ids_d = upi(ids, N);
-    refb->ops->embedding_forward(refb, be_act(refb, out), ids, be_weight(refb, table), N, C);
-    cu->ops->embedding_forward(cu, be_act(cu, out_d), ids_d, be_weight(cu, table_d), N, C);
+    refb->ops->embedding_forward(refb, buf_f32(out), ids, be_weight(refb, table), N, C);
+    cu->ops->embedding_forward(cu, buf_f32(out_d), ids_d, be_weight(cu, table_d), N, C);
     cmp("out", out_d, out, n, 0.0);
     refb->ops->embedding_backward(refb, dt, dy, ids, N, C);
     cu->ops->embedding_backward(cu, dt_d, dy_d, ids_d, N, C);
@@ -669,18 +669,18 @@ static void run_act(const OpCase* tc) {
     int mis = !!(tc->flags & CASE_MISALIGN);
     float *a_d = upo(a, n, mis), *dy_d = up(dy, n), *out_d = up(out, n), *da_d = up(da, n);
     float* ref_in = hdup(a, n);
-    refb->ops->act_forward(refb, be_act(refb, inplace ? a : out), be_act(refb, a), n, act);
+    refb->ops->act_forward(refb, buf_f32(inplace ? a : out), buf_f32(a), n, act);
     bw_mark();
-    cu->ops->act_forward(cu, be_act(cu, inplace ? a_d : out_d), be_act(cu, a_d), n, act);
+    cu->ops->act_forward(cu, buf_f32(inplace ? a_d : out_d), buf_f32(a_d), n, act);
     bw_check(tc, "forward", 0, 1);
     cmp("out", inplace ? a_d : out_d, inplace ? a : out, n, TOL_ELEM);
-    refb->ops->act_backward(refb, da, NULL, dy, be_act(refb, ref_in), n, act);
+    refb->ops->act_backward(refb, da, NULL, dy, buf_f32(ref_in), n, act);
     float* in_d = up(ref_in, n);
-    cu->ops->act_backward(cu, da_d, NULL, dy_d, be_act(cu, in_d), n, act);
+    cu->ops->act_backward(cu, da_d, NULL, dy_d, buf_f32(in_d), n, act);
     cmp("dinp", da_d, da, n, TOL_ELEM);
     if (mis && !inplace) { /* the forward on an aligned copy (the 16-byte path): the same bits */
         float *a2 = up(ref_in, n), *out2 = up(out, n);
-        cu->ops->act_forward(cu, be_act(cu, out2), be_act(cu, a2), n, act);
+        cu->ops->act_forward(cu, buf_f32(out2), buf_f32(a2), n, act);
         cmp_bits("out", out2, out_d, n);
         cu->dev->free(a2), cu->dev->free(out2);
     }
@@ -699,8 +699,8 @@ static void run_gather(const OpCase* tc) {
     float *w_d = up(w, nk), *table_d = up(table, nt), *out_d = up(out, n), *dy_d = up(dy, n), *dt_d = up(dt, nt);
     int* idx_d = upi(idx, nk);
     const float* wh = K == 1 ? NULL : w; /* K = 1: every weight 1 (the NULL form) */
-    refb->ops->rows_gather_forward(refb, be_act(refb, out), idx, wh, be_act(refb, table), N, K, C);
-    cu->ops->rows_gather_forward(cu, be_act(cu, out_d), idx_d, K == 1 ? NULL : w_d, be_act(cu, table_d), N, K, C);
+    refb->ops->rows_gather_forward(refb, buf_f32(out), idx, wh, buf_f32(table), N, K, C);
+    cu->ops->rows_gather_forward(cu, buf_f32(out_d), idx_d, K == 1 ? NULL : w_d, buf_f32(table_d), N, K, C);
     cmp("out", out_d, out, n, TOL_ELEM);
     refb->ops->rows_gather_backward(refb, dt, dy, idx, wh, N, K, C);
     cu->ops->rows_gather_backward(cu, dt_d, dy_d, idx_d, K == 1 ? NULL : w_d, N, K, C);
@@ -717,13 +717,13 @@ static void run_ce(const OpCase* tc) {
     float *z = hrand(n, 4), *lse = hrand(N, 1), *dz = hrand(n, 1), loss = 0.0f;
     float *z_d = up(z, n), *lse_d = up(lse, N), *dz_d = up(dz, n), *loss_d = up(&loss, 1);
     int* t_d = upi(t, N);
-    refb->ops->crossentropy_forward(refb, &loss, lse, be_act(refb, z), t, N, V);
-    cu->ops->crossentropy_forward(cu, loss_d, lse_d, be_act(cu, z_d), t_d, N, V);
+    refb->ops->crossentropy_forward(refb, &loss, lse, buf_f32(z), t, N, V);
+    cu->ops->crossentropy_forward(cu, loss_d, lse_d, buf_f32(z_d), t_d, N, V);
     cmp("loss_sum", loss_d, &loss, 1, TOL_ROW);
     cmp("lse", lse_d, lse, N, TOL_ROW);
     cu->dev->copy_h2d(cu, lse_d, lse, N * sizeof(float)); /* the backward from the CPU's lse */
-    refb->ops->crossentropy_backward(refb, buf_f32(dz), be_act(refb, z), lse, t, 1.0f / 9.0f, N, V);
-    cu->ops->crossentropy_backward(cu, buf_f32(dz_d), be_act(cu, z_d), lse_d, t_d, 1.0f / 9.0f, N, V);
+    refb->ops->crossentropy_backward(refb, buf_f32(dz), buf_f32(z), lse, t, 1.0f / 9.0f, N, V);
+    cu->ops->crossentropy_backward(cu, buf_f32(dz_d), buf_f32(z_d), lse_d, t_d, 1.0f / 9.0f, N, V);
     cmp("dlogits", dz_d, dz, n, TOL_BWD);
     free(t), free(z), free(lse), free(dz);
     cu->dev->free(z_d), cu->dev->free(lse_d), cu->dev->free(dz_d), cu->dev->free(loss_d), cu->dev->free(t_d);
@@ -776,31 +776,31 @@ static void run_attention_gqa(const OpCase* tc) {
     float *q_d = up(q, nq), *kv_d = up(kv, nkv), *out_d = up(out, nout), *lse_d = up(lse, nlse), *dy_d = up(dy, nout);
     float *dq_d = up(dq, nq), *dkv_d = up(dkv, nkv);
     int* cu_d = upi(cu_seqlens, S + 1);
-    refb->ops->attention_forward(refb, be_act(refb, out), lse, be_act(refb, q), be_act(refb, kv), be_act(refb, kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, causal);
+    refb->ops->attention_forward(refb, buf_f32(out), lse, buf_f32(q), buf_f32(kv), buf_f32(kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv, causal);
     /* cuDNN is never asked for grouped-query attention or separate q / kv strides: the bf16 table runs the own
      * tensor-core kernel (GQA-ready), the fp32 table attention.cu's */
     path_mark();
-    cu->ops->attention_forward(cu, be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d, ldq, ldkv, causal);
+    cu->ops->attention_forward(cu, buf_f32(out_d), lse_d, buf_f32(q_d), buf_f32(kv_d), buf_f32(kv_d + kd), cu_d, S, T, H, Hkv, d, ldq, ldkv, causal);
     cu->dev->synchronize(cu);
     path_check("fwd_path", 0, 0);
     cmp("out", out_d, out, nout, bf16_pass ? TOL_ATT_TC : TOL_ATT);
     cmp("lse", lse_d, lse, nlse, TOL_ATT);
     cu->dev->copy_h2d(cu, out_d, out, nout * sizeof(float));
     cu->dev->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
-    refb->ops->attention_backward(refb, dq, dkv, dkv + kd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(refb, out), lse, be_act(refb, q), be_act(refb, kv), be_act(refb, kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
+    refb->ops->attention_backward(refb, dq, dkv, dkv + kd, NULL, NULL, NULL, 0, buf_f32(dy), buf_f32(out), lse, buf_f32(q), buf_f32(kv), buf_f32(kv + kd), cu_seqlens, S, T, H, Hkv, d, ldq, ldkv,
                              causal);
     if (tc->flags & CASE_SPLIT) {
         path_mark();
-        cu->ops->attention_backward(cu, dq_d, NULL, NULL, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d, ldq,
+        cu->ops->attention_backward(cu, dq_d, NULL, NULL, NULL, NULL, NULL, 0, buf_f32(dy_d), buf_f32(out_d), lse_d, buf_f32(q_d), buf_f32(kv_d), buf_f32(kv_d + kd), cu_d, S, T, H, Hkv, d, ldq,
                                ldkv, causal);
         cu->dev->synchronize(cu);
         path_check("bwd_path", 1, 0);
         path_mark();
-        cu->ops->attention_backward(cu, NULL, dkv_d, dkv_d + kd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
+        cu->ops->attention_backward(cu, NULL, dkv_d, dkv_d + kd, NULL, NULL, NULL, 0, buf_f32(dy_d), buf_f32(out_d), lse_d, buf_f32(q_d), buf_f32(kv_d), buf_f32(kv_d + kd), cu_d, S, T, H, Hkv, d,
                                ldq, ldkv, causal);
     } else {
         path_mark();
-        cu->ops->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, q_d), be_act(cu, kv_d), be_act(cu, kv_d + kd), cu_d, S, T, H, Hkv, d,
+        cu->ops->attention_backward(cu, dq_d, dkv_d, dkv_d + kd, NULL, NULL, NULL, 0, buf_f32(dy_d), buf_f32(out_d), lse_d, buf_f32(q_d), buf_f32(kv_d), buf_f32(kv_d + kd), cu_d, S, T, H, Hkv, d,
                                ldq, ldkv, causal);
     }
     cu->dev->synchronize(cu);
@@ -833,14 +833,14 @@ static void run_attention(const OpCase* tc) {
     int hd = H * d;
     /* cuDNN attention (bf16 table, a device with cuDNN) runs only within the scratch BackendDevice.reserve set
      * aside (no allocation in a call): reserve this case's shape as the trainer reserves a stage's */
-    AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld, .act = cu->act_dtype};
+    AttnReserve ar = {.max_T = T > 0 ? T : 1, .max_S = S, .H = H, .d = d, .ld_qkv = ld, .act = DTYPE_F32};
     cu->dev->reserve(cu, 0, 0, &ar, 1);
-    refb->ops->attention_forward(refb, be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T, H, H, d, ld, ld, causal);
+    refb->ops->attention_forward(refb, buf_f32(out), lse, buf_f32(qkv), buf_f32(qkv + hd), buf_f32(qkv + 2 * hd), cu_seqlens, S, T, H, H, d, ld, ld, causal);
     int cudnn_shape = d % 8 == 0 && d <= 128 && T > 0;
     const char* bwd_env = getenv("RRFP_CUDNN_ATTENTION_BWD");
     int cudnn_bwd_shape = cudnn_shape && d % 16 == 0 && !(bwd_env && !strcmp(bwd_env, "0"));
     path_mark();
-    cu->ops->attention_forward(cu, be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
+    cu->ops->attention_forward(cu, buf_f32(out_d), lse_d, buf_f32(qkv_d), buf_f32(qkv_d + hd), buf_f32(qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
     cu->dev->synchronize(cu);
     path_check("fwd_path", 0, cudnn_shape);
     cmp("out", out_d, out, nout, bf16_pass ? TOL_ATT_TC : TOL_ATT);
@@ -848,21 +848,21 @@ static void run_attention(const OpCase* tc) {
     /* the backward from the CPU's out and lse */
     cu->dev->copy_h2d(cu, out_d, out, nout * sizeof(float));
     cu->dev->copy_h2d(cu, lse_d, lse, nlse * sizeof(float));
-    refb->ops->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), be_act(refb, out), lse, be_act(refb, qkv), be_act(refb, qkv + hd), be_act(refb, qkv + 2 * hd), cu_seqlens, S, T,
+    refb->ops->attention_backward(refb, dqkv, dqkv + hd, dqkv + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy), buf_f32(out), lse, buf_f32(qkv), buf_f32(qkv + hd), buf_f32(qkv + 2 * hd), cu_seqlens, S, T,
                            H, H, d, ld, ld, causal);
     if (tc->flags & CASE_SPLIT) {
         path_mark();
-        cu->ops->attention_backward(cu, dqkv_d, NULL, NULL, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H,
+        cu->ops->attention_backward(cu, dqkv_d, NULL, NULL, NULL, NULL, NULL, 0, buf_f32(dy_d), buf_f32(out_d), lse_d, buf_f32(qkv_d), buf_f32(qkv_d + hd), buf_f32(qkv_d + 2 * hd), cu_d, S, T, H,
                                H, d, ld, ld, causal);
         cu->dev->synchronize(cu);
         path_check("bwd_path", 1, cudnn_bwd_shape);
         path_mark();
-        cu->ops->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd), be_act(cu, qkv_d + 2 * hd),
+        cu->ops->attention_backward(cu, NULL, dqkv_d + hd, dqkv_d + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy_d), buf_f32(out_d), lse_d, buf_f32(qkv_d), buf_f32(qkv_d + hd), buf_f32(qkv_d + 2 * hd),
                                cu_d, S, T, H, H, d, ld, ld, causal);
     } else {
         path_mark();
-        cu->ops->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy_d), be_act(cu, out_d), lse_d, be_act(cu, qkv_d), be_act(cu, qkv_d + hd),
-                               be_act(cu, qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
+        cu->ops->attention_backward(cu, dqkv_d, dqkv_d + hd, dqkv_d + 2 * hd, NULL, NULL, NULL, 0, buf_f32(dy_d), buf_f32(out_d), lse_d, buf_f32(qkv_d), buf_f32(qkv_d + hd),
+                               buf_f32(qkv_d + 2 * hd), cu_d, S, T, H, H, d, ld, ld, causal);
     }
     cu->dev->synchronize(cu);
     path_check("bwd_path", 1, cudnn_bwd_shape);
@@ -993,10 +993,10 @@ static void run_bad_input(const char* what) {
     float* out_d = up(z, (size_t)N * C);
     if (!strcmp(what, "--bad-target")) {
         int* t_d = upi(t, N);
-        cu->ops->crossentropy_forward(cu, loss_d, lse_d, be_act(cu, z_d), t_d, N, V);
+        cu->ops->crossentropy_forward(cu, loss_d, lse_d, buf_f32(z_d), t_d, N, V);
     } else {
         int* ids_d = upi(ids, N);
-        cu->ops->embedding_forward(cu, be_act(cu, out_d), ids_d, be_weight(cu, tab_d), N, C);
+        cu->ops->embedding_forward(cu, buf_f32(out_d), ids_d, be_weight(cu, tab_d), N, C);
     }
     cu->dev->synchronize(cu);
     printf("test_cuda_ops: FAIL: %s was not reported\n", what);

@@ -189,10 +189,10 @@ static void run_case(const FlashCase* c, FlashFn flash, FlashBwdInfoFn bwd_info)
             }
     float *out_r = (float*)malloc((nout ? nout : 1) * 4), *lse_r = (float*)malloc((nlse ? nlse : 1) * 4);
     float* dqkv_e = (float*)calloc((size_t)T * lde + 1, 4);
-    backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, out_r), lse_r, be_act(&backend_cpu, qkv_e), be_act(&backend_cpu, qkv_e + H * d), be_act(&backend_cpu, qkv_e + 2 * H * d), cu_seqlens, S, T, H,
+    backend_cpu.ops->attention_forward(&backend_cpu, buf_f32(out_r), lse_r, buf_f32(qkv_e), buf_f32(qkv_e + H * d), buf_f32(qkv_e + 2 * H * d), cu_seqlens, S, T, H,
                                   H, d, lde, lde, c->causal);
-    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_e, dqkv_e + H * d, dqkv_e + 2 * H * d, NULL, NULL, NULL, 0, buf_f32(dout), be_act(&backend_cpu, out_r), lse_r, be_act(&backend_cpu, qkv_e),
-                                   be_act(&backend_cpu, qkv_e + H * d), be_act(&backend_cpu, qkv_e + 2 * H * d), cu_seqlens, S, T, H, H, d, lde, lde, c->causal);
+    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_e, dqkv_e + H * d, dqkv_e + 2 * H * d, NULL, NULL, NULL, 0, buf_f32(dout), buf_f32(out_r), lse_r, buf_f32(qkv_e),
+                                   buf_f32(qkv_e + H * d), buf_f32(qkv_e + 2 * H * d), cu_seqlens, S, T, H, H, d, lde, lde, c->causal);
     /* reference gradients in the packed layout: dq per query head, dk / dv summed over each group */
     float* grad_r = (float*)calloc(nqkv + 1, 4);
     for (int t = 0; t < T; t++)

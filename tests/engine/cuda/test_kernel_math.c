@@ -89,12 +89,12 @@ static void test_gelu(size_t n) {
     float* dout = frand(n, 1.0f);
     float *out = fvec(n), *ref = fvec(n);
     for (size_t i = 0; i < n; i++) out[i] = rr_gelu_tanh(x[i]);
-    backend_cpu.ops->gelu_forward(&backend_cpu, be_act(&backend_cpu, ref), be_act(&backend_cpu, x), n);
+    backend_cpu.ops->gelu_forward(&backend_cpu, buf_f32(ref), buf_f32(x), n);
     expect("gelu", "forward", norm_err(out, ref, n), TOL_ELEM);
     float* dx = frand(n, 1.0f); /* backward ADDS: start from the same random gradient */
     float* dref = fcopy(dx, n);
     for (size_t i = 0; i < n; i++) dx[i] += rr_gelu_tanh_grad(x[i]) * dout[i];
-    backend_cpu.ops->gelu_backward(&backend_cpu, dref, dout, be_act(&backend_cpu, x), n);
+    backend_cpu.ops->gelu_backward(&backend_cpu, dref, dout, buf_f32(x), n);
     expect("gelu", "backward", norm_err(dx, dref, n), TOL_ELEM);
     free(x), free(dout), free(out), free(ref), free(dx), free(dref);
 }
@@ -103,7 +103,7 @@ static void test_swiglu(size_t n) {
     float *g = frand(n, 8.0f), *u = frand(n, 2.0f), *dout = frand(n, 1.0f);
     float *out = fvec(n), *ref = fvec(n);
     for (size_t i = 0; i < n; i++) out[i] = rr_swiglu(g[i], u[i]);
-    backend_cpu.ops->swiglu_forward(&backend_cpu, be_act(&backend_cpu, ref), be_act(&backend_cpu, g), be_act(&backend_cpu, u), n);
+    backend_cpu.ops->swiglu_forward(&backend_cpu, buf_f32(ref), buf_f32(g), buf_f32(u), n);
     expect("swiglu", "forward", norm_err(out, ref, n), TOL_ELEM);
     float *dg = frand(n, 1.0f), *du = frand(n, 1.0f);
     float *dg_ref = fcopy(dg, n), *du_ref = fcopy(du, n);
@@ -113,7 +113,7 @@ static void test_swiglu(size_t n) {
         dg[i] += a;
         du[i] += b;
     }
-    backend_cpu.ops->swiglu_backward(&backend_cpu, buf_f32(dg_ref), buf_f32(du_ref), dout, be_act(&backend_cpu, g), be_act(&backend_cpu, u), n);
+    backend_cpu.ops->swiglu_backward(&backend_cpu, buf_f32(dg_ref), buf_f32(du_ref), dout, buf_f32(g), buf_f32(u), n);
     expect("swiglu", "dgate", norm_err(dg, dg_ref, n), TOL_ELEM);
     expect("swiglu", "dup", norm_err(du, du_ref, n), TOL_ELEM);
     free(g), free(u), free(dout), free(out), free(ref), free(dg), free(du), free(dg_ref), free(du_ref);
@@ -138,7 +138,7 @@ static void test_layernorm(int N, int C) {
         for (int c = 0; c < C; c++) out[(size_t)r * C + c] = rr_layernorm_out(xr[c], m, rs, w[c], b[c]);
         mean[r] = m, rstd[r] = rs;
     }
-    backend_cpu.ops->layernorm_forward(&backend_cpu, be_act(&backend_cpu, out_ref), mean_ref, rstd_ref, be_act(&backend_cpu, x), w, b, N, C);
+    backend_cpu.ops->layernorm_forward(&backend_cpu, buf_f32(out_ref), mean_ref, rstd_ref, buf_f32(x), w, b, N, C);
     expect("layernorm", "out", norm_err(out, out_ref, n), TOL_ROW);
     expect("layernorm", "mean", norm_err(mean, mean_ref, N), TOL_ROW);
     expect("layernorm", "rstd", norm_err(rstd, rstd_ref, N), TOL_ROW);
@@ -165,7 +165,7 @@ static void test_layernorm(int N, int C) {
         }
         dw[c] += sw, db[c] += sb;
     }
-    backend_cpu.ops->layernorm_backward(&backend_cpu, dx_ref, NULL, dw_ref, db_ref, dout, be_act(&backend_cpu, x), w, mean_ref, rstd_ref, N, C);
+    backend_cpu.ops->layernorm_backward(&backend_cpu, dx_ref, NULL, dw_ref, db_ref, dout, buf_f32(x), w, mean_ref, rstd_ref, N, C);
     expect("layernorm", "dinp", norm_err(dx, dx_ref, n), TOL_BWD);
     expect("layernorm", "dweight", norm_err(dw, dw_ref, C), TOL_BWD);
     expect("layernorm", "dbias", norm_err(db, db_ref, C), TOL_BWD);
@@ -185,7 +185,7 @@ static void test_rmsnorm(int N, int C) {
         for (int c = 0; c < C; c++) out[(size_t)r * C + c] = rr_rmsnorm_out(xr[c], rs, w[c]);
         rstd[r] = rs;
     }
-    backend_cpu.ops->rmsnorm_forward(&backend_cpu, be_act(&backend_cpu, out_ref), rstd_ref, be_act(&backend_cpu, x), w, N, C, 1e-5);
+    backend_cpu.ops->rmsnorm_forward(&backend_cpu, buf_f32(out_ref), rstd_ref, buf_f32(x), w, N, C, 1e-5);
     expect("rmsnorm", "out", norm_err(out, out_ref, n), TOL_ROW);
     expect("rmsnorm", "rstd", norm_err(rstd, rstd_ref, N), TOL_ROW);
 
@@ -202,7 +202,7 @@ static void test_rmsnorm(int N, int C) {
         for (int r = 0; r < N; r++) s += dout[(size_t)r * C + c] * x[(size_t)r * C + c] * rstd_ref[r];
         dw[c] += s;
     }
-    backend_cpu.ops->rmsnorm_backward(&backend_cpu, dx_ref, NULL, dw_ref, dout, be_act(&backend_cpu, x), w, rstd_ref, N, C);
+    backend_cpu.ops->rmsnorm_backward(&backend_cpu, dx_ref, NULL, dw_ref, dout, buf_f32(x), w, rstd_ref, N, C);
     expect("rmsnorm", "dinp", norm_err(dx, dx_ref, n), TOL_BWD);
     expect("rmsnorm", "dweight", norm_err(dw, dw_ref, C), TOL_BWD);
     free(x), free(w), free(dout), free(out), free(rstd), free(out_ref), free(rstd_ref), free(dx), free(dw);
@@ -230,7 +230,7 @@ static void test_rope(int N, int H, int d, int ld) {
     float* x = frand(n, 1.0f);
     float *a = fcopy(x, n), *b = fcopy(x, n);
     rope_by_pairs(a, pos, N, H, d, ld, 0, d, 1.0);
-    backend_cpu.ops->rope_forward(&backend_cpu, be_act(&backend_cpu, b), pos, N, H, d, ld, &RF_DEFAULT);
+    backend_cpu.ops->rope_forward(&backend_cpu, buf_f32(b), pos, N, H, d, ld, &RF_DEFAULT);
     expect("rope", "forward", norm_err(a, b, n), TOL_ELEM);
     rope_by_pairs(a, pos, N, H, d, ld, 0, d, -1.0);
     backend_cpu.ops->rope_backward(&backend_cpu, b, pos, N, H, d, ld, &RF_DEFAULT);
@@ -240,7 +240,7 @@ static void test_rope(int N, int H, int d, int ld) {
         memcpy(a, x, n * sizeof(float)), memcpy(b, x, n * sizeof(float));
         rope_by_pairs(a, pos, N, H, d, ld, 0, d / 2, 1.0);
         rope_by_pairs(a, pos_col, N, H, d, ld, d / 2, d / 2, 1.0);
-        backend_cpu.ops->rope2d_forward(&backend_cpu, be_act(&backend_cpu, b), pos, pos_col, N, H, d, ld);
+        backend_cpu.ops->rope2d_forward(&backend_cpu, buf_f32(b), pos, pos_col, N, H, d, ld);
         expect("rope2d", "forward", norm_err(a, b, n), TOL_ELEM);
         rope_by_pairs(a, pos, N, H, d, ld, 0, d / 2, -1.0);
         rope_by_pairs(a, pos_col, N, H, d, ld, d / 2, d / 2, -1.0);
@@ -271,7 +271,7 @@ static void test_rope_llama3(int N, int H, int d, int ld) {
                     float* v = a + (size_t)i * ld + (size_t)h * d;
                     rr_rope_rotate_pair(&v[j], &v[j + d / 2], c, s);
                 }
-        if (sign > 0) backend_cpu.ops->rope_forward(&backend_cpu, be_act(&backend_cpu, b), pos, N, H, d, ld, &rf);
+        if (sign > 0) backend_cpu.ops->rope_forward(&backend_cpu, buf_f32(b), pos, N, H, d, ld, &rf);
         else backend_cpu.ops->rope_backward(&backend_cpu, b, pos, N, H, d, ld, &rf);
         expect("rope llama3", sign > 0 ? "forward" : "backward", norm_err(a, b, n), TOL_ELEM);
     }
@@ -296,7 +296,7 @@ static void test_crossentropy(int N, int V) {
         lse[i] = rr_ce_lse(m, s);
         if (t[i] != RR_CE_IGNORE_INDEX) loss += (double)lse[i] - zr[t[i]];
     }
-    backend_cpu.ops->crossentropy_forward(&backend_cpu, &loss_ref, lse_ref, be_act(&backend_cpu, z), t, N, V);
+    backend_cpu.ops->crossentropy_forward(&backend_cpu, &loss_ref, lse_ref, buf_f32(z), t, N, V);
     float lossf = (float)loss;
     expect("crossentropy", "lse", norm_err(lse, lse_ref, N), TOL_ROW);
     expect("crossentropy", "loss", norm_err(&lossf, &loss_ref, 1), TOL_ROW);
@@ -307,7 +307,7 @@ static void test_crossentropy(int N, int V) {
         if (t[i] == RR_CE_IGNORE_INDEX) continue;
         for (int v = 0; v < V; v++) dz[(size_t)i * V + v] += rr_ce_dlogit(z[(size_t)i * V + v], lse_ref[i], v == t[i], scale);
     }
-    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(dz_ref), be_act(&backend_cpu, z), lse_ref, t, scale, N, V);
+    backend_cpu.ops->crossentropy_backward(&backend_cpu, buf_f32(dz_ref), buf_f32(z), lse_ref, t, scale, N, V);
     expect("crossentropy", "dlogits", norm_err(dz, dz_ref, n), TOL_BWD);
     free(z), free(t), free(lse), free(lse_ref), free(dz), free(dz_ref);
 }
@@ -484,8 +484,8 @@ static void test_attention(const char* name, const int* lens, int S, int H, int 
     }
     /* and against the CPU backend's own flash implementation (BLIS tiles of 64, its own exp) */
     float *out_cpu = fvec(nout), *lse_cpu = fvec((size_t)T * H), *dqkv_cpu = fvec(nqkv);
-    backend_cpu.ops->attention_forward(&backend_cpu, be_act(&backend_cpu, out_cpu), lse_cpu, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu, S, T, H, H, d, ld, ld, causal);
-    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_cpu, dqkv_cpu + H * d, dqkv_cpu + 2 * H * d, NULL, NULL, NULL, 0, buf_f32(dout), be_act(&backend_cpu, out_cpu), lse_cpu, be_act(&backend_cpu, q), be_act(&backend_cpu, k), be_act(&backend_cpu, v), cu,
+    backend_cpu.ops->attention_forward(&backend_cpu, buf_f32(out_cpu), lse_cpu, buf_f32(q), buf_f32(k), buf_f32(v), cu, S, T, H, H, d, ld, ld, causal);
+    backend_cpu.ops->attention_backward(&backend_cpu, dqkv_cpu, dqkv_cpu + H * d, dqkv_cpu + 2 * H * d, NULL, NULL, NULL, 0, buf_f32(dout), buf_f32(out_cpu), lse_cpu, buf_f32(q), buf_f32(k), buf_f32(v), cu,
                                    S, T, H, H, d, ld, ld, causal);
     snprintf(what, sizeof what, "attn %s/cpu", name);
     expect(what, "out", norm_err(out, out_cpu, nout), TOL_ATT);

@@ -2,7 +2,7 @@
  * or rounding pass, 2-byte activations: docs/cuda.md "Traffic budget").
  *
  * One LM block (forward, B, W) and one RoPE ViT tower of one block (patch embedding, block, ln_f; forward, B, W)
- * through the CUDA bf16-activation table (backend_cuda_bf16a: activations 2-byte bf16, as a stage runs them under
+ * through the CUDA bf16 table on 2-byte bf16 activations (BackendOps.bf16_activations, as a stage runs them under
  * runtime.precision = bf16), each followed by the AdamW step over its parameters, on the emulation
  * (tests/support/cuda_emu). The emulation counts, for every launch, memset, copy and cuBLAS(Lt) product, the
  * bytes of device memory it really read and wrote (emu_traffic: each page touched, found by page
@@ -54,7 +54,8 @@ static Backend wrap;         /* its copy with the ops below */
 static BackendDevice wrap_dev;
 static BackendOps wrap_ops;
 
-static double A_USE = 4; /* bytes of an activation value on the table under test (its act_dtype) */
+static double A_USE = 4; /* bytes of an activation value in the storage under test (A_DT) */
+static DType A_DT = DTYPE_F32; /* the storage of the activations under test */
 #define A_TARGET 2 /* with bf16 activations */
 #define G 4        /* an activation gradient (f32 by the numerics contract) */
 #define G16 2      /* an output gradient stored 2-byte by its producer for a GEMM (a bf16 gradient Buf) */
@@ -191,9 +192,9 @@ static void w_linear_forward(const Backend* be, Buf out, Buf inp, Buf weight, Bu
                              int C, int OC) {
     (void)be;
 #define LF(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + (double)N * OC * (a))
-    /* a known gap on the bf16 table (its conversion and rounding passes); none on the bf16-activation table, biased or
+    /* a known gap on the bf16 table (its conversion and rounding passes); none on 2-byte activations, biased or
      * not (the bias is the 2-byte compute copy AdamW wrote: Backend.weight_dtype) */
-    begin("linear_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LF(A_USE), LF(A_TARGET));
+    begin("linear_forward", PROF_GEMM, A_DT != DTYPE_BF16, LF(A_USE), LF(A_TARGET));
     inner->ops->linear_forward(inner, out, inp, weight, bias, N, C, OC);
     end();
 }
@@ -201,7 +202,7 @@ static void w_linear_gelu_forward(const Backend* be, Buf out, Buf pre, Buf inp, 
                                   Buf bias, int N, int C, int OC) {
     (void)be;
 #define LG(a) ((double)N * C * (a) + (double)OC * C * W16 + (bias.p ? (double)OC * BIASB : 0) + 2.0 * N * OC * (a))
-    begin("linear_gelu_forward", PROF_GEMM, inner->act_dtype != DTYPE_BF16, LG(A_USE), LG(A_TARGET));
+    begin("linear_gelu_forward", PROF_GEMM, A_DT != DTYPE_BF16, LG(A_USE), LG(A_TARGET));
     inner->ops->linear_gelu_forward(inner, out, pre, inp, weight, bias, N, C, OC);
     end();
 }
@@ -231,7 +232,7 @@ static void w16_act_backward(const Backend* be, float* dinp, uint16_t* dinp16, c
                              Act act);
 
 /* linear_backward with an f32 dout (converted to bf16 scratch) and attention_backward with an f32 dout (narrowed):
- * no gap on the bf16-activation table: both blocks pass 2-byte output gradients for every product, so a call with an
+ * no gap on 2-byte activations: both blocks pass 2-byte output gradients for every product, so a call with an
  * f32 dout fails there (its conversion launch) */
 static void w_linear_backward(const Backend* be, Buf dinp_b, float* dweight, float* dbias, Buf dout_b,
                               const float* dout32, Buf inp, Buf weight, int N, int C, int OC, int set) {
@@ -412,9 +413,9 @@ static void w_attention_backward(const Backend* be, float* dq, float* dk, float*
     double x = (double)T * H * d, kv = (double)T * Hkv * d;
     double rest = x * G + 2 * (x + 2 * kv) * G + T * H * 4.0 + (S + 1) * 4.0; /* dout read; dq, dk, dv read and written */
     begin("attention_backward", PROF_ATTENTION, 0, 2 * (x + kv) * A_USE + rest, 2 * (x + kv) * A_TARGET + rest);
-    /* on the bf16-activation table the own kernel's backward takes f32 inputs: q, k, v and out widened first, a
+    /* on 2-byte activations the own kernel's backward takes f32 inputs: q, k, v and out widened first, a
      * pass of its own (2 bytes read and 4 written a value; the ViT's one qkv span read whole): allowed on top */
-    if (inner->act_dtype == DTYPE_BF16) cur_extra = 6.0 * (2 * x + 2 * kv);
+    if (A_DT == DTYPE_BF16) cur_extra = 6.0 * (2 * x + 2 * kv);
     inner->ops->attention_backward(inner, dq, dk, dv, dq16, dk16, dv16, ld16, dout_b, out, lse, q, k, v, cu, S, T, H, Hkv, d,
                                    ld_q, ld_kv, causal);
     end();
@@ -614,10 +615,10 @@ static int* dev_ints(const int* h, size_t n) {
 }
 
 /* an activation input of n random values in the table's storage (bf16 values; 2-byte words on a
- * bf16-activation table) */
+ * 2-byte activations) */
 static Buf dev_random_act(size_t n, float scale, uint64_t* s) {
     float* d = dev_random(n, scale, s);
-    if (inner->act_dtype != DTYPE_BF16) return buf_f32(d);
+    if (A_DT != DTYPE_BF16) return buf_f32(d);
     float* h = malloc(n * sizeof(float));
     uint16_t* b = malloc(n * sizeof(uint16_t));
     inner->dev->copy_d2h(inner, h, d, n * sizeof(float));
@@ -716,7 +717,7 @@ static void check_compute_copy(void) {
 }
 
 static void run_lm(void) {
-    /* the LM block as a stage runs it: on the bf16-activation table, 2-byte activations */
+    /* the LM block as a stage runs it: on the bf16 table, 2-byte activations */
     LmConfig c = {.D = 256, .L = 1, .H = 4, .F = 512, .V = 16, .init_std = 0.02f, .rms_eps = 1e-5, .rope = {.theta = 10000},
                   .act_bytes = 2, .qkv_bias = 1}; /* Qwen2's q, k, v biases: biased GEMMs in the LM too */
     int T = 256, S = 2;
@@ -769,7 +770,7 @@ static void run_lm(void) {
 }
 
 static void run_vit(void) {
-    /* the RoPE tower as a first stage runs it under bf16 on CUDA: on the bf16-activation table (model_bf16_vision) */
+    /* the RoPE tower as a first stage runs it under bf16 on CUDA: on 2-byte activations (model_bf16_vision) */
     VitConfig c = {.patch = 4, .D = 256, .L = 1, .H = 4, .Dt = 256, .init_std = 0.02f, .act_bytes = 2};
     int N = 256, I = 2, P = 3 * c.patch * c.patch;
     ParamTable pt;
@@ -864,19 +865,19 @@ int main(int argc, char** argv) {
     }
     const Backend* bf16_table = inner;
     check_compute_copy();
-    /* the LM block on the bf16-activation table (a stage's LM under runtime.precision = bf16, tp = 1) */
-    inner = bf16_table->act_bf16_variant;
-    if (!inner || inner->act_dtype != DTYPE_BF16 || !inner->dev->profile) {
-        printf("test_traffic: FAIL: the CUDA bf16 table has no bf16-activation variant with a profiler\n");
+    /* the LM block on 2-byte activations (a stage's LM under runtime.precision = bf16, tp = 1) */
+    if (!inner->ops->bf16_activations) {
+        printf("test_traffic: FAIL: the CUDA bf16 table takes no 2-byte activations\n");
         return 1;
     }
+    A_DT = DTYPE_BF16;
     A_USE = A_TARGET;
     wrap_table();
     run_lm();
-    print_totals("LM block (bf16-activation table)", LM_LAUNCHES);
+    print_totals("LM block (2-byte activations)", LM_LAUNCHES);
     /* the RoPE ViT on it too */
     run_vit();
-    print_totals("ViT block (bf16-activation table)", VIT_LAUNCHES);
+    print_totals("ViT block (2-byte activations)", VIT_LAUNCHES);
     inner = bf16_table;
     if (failures) {
         printf("test_traffic: %d failures\n", failures);

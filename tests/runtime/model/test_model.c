@@ -650,10 +650,10 @@ static void test_gpu(void) {
     for (int m = 0; m < NMB; m++) tm_microbatch_free(&mb[m]);
 }
 
-/* ---- the bf16-activation table (label gpu, and on the emulation) ----------------------------------------
- * runtime.precision = bf16 on CUDA: a stage's LM runs on the bf16-activation table (2-byte activations; Stage.lbe),
- * and the RoPE tower and projector of a first stage (Stage.vbe). The numerics are the bf16 table's, so the same
- * step with the gate off (RRFP_BF16_ACTIVATIONS=0: the whole stage on the bf16 table) must give the same losses
+/* ---- 2-byte activations (label gpu, and on the emulation) -----------------------------------------------
+ * runtime.precision = bf16 on CUDA: a stage's LM stores its activations as 2-byte bf16 words (lc.act_bytes = 2), and
+ * so do the RoPE tower and projector of a first stage (vc.act_bytes), on the one bf16 table. The numerics are the
+ * same, so the same step with the gate off (RRFP_BF16_ACTIVATIONS=0: f32-word activations) must give the same losses
  * and gradients. In the emulation: bitwise, but for the tensors whose CUDA backward adds with atomics (round-off).
  * On a device cuBLASLt may choose another algorithm for a bf16 D than for an f32 one (and cuDNN runs on other
  * buffers), so a stored activation may round the other way: there losses within 1e-3 and each gradient within
@@ -704,19 +704,21 @@ static int bf16a_run(const ModelConfig* cfg, const Backend* b16) {
     stage_init(&one, &c, 0, c.Lt, b16);
     stage_init(&two[0], &c, 0, cut, b16);
     stage_init(&two[1], &c, cut, c.Lt, b16);
-    EXPECT(ref.lbe == ref.be && ref.be->act_dtype == DTYPE_F32, "RRFP_BF16_ACTIVATIONS=0 left the gate on");
-    int gated = one.lbe && one.lbe->act_dtype == DTYPE_BF16 && two[0].lbe->act_dtype == DTYPE_BF16 &&
-                two[1].lbe->act_dtype == DTYPE_BF16 && one.be->act_dtype == DTYPE_F32;
-    EXPECT(gated, "the stages' LM is not on the bf16-activation table (the path this test names did not run)");
+    EXPECT(lm_act_dtype(&ref.lc) == DTYPE_F32 && vit_act_dtype(&ref.vc) == DTYPE_F32,
+           "RRFP_BF16_ACTIVATIONS=0 left the gate on");
+    int gated = b16->ops->bf16_activations && lm_act_dtype(&one.lc) == DTYPE_BF16 &&
+                lm_act_dtype(&two[0].lc) == DTYPE_BF16 && lm_act_dtype(&two[1].lc) == DTYPE_BF16 && one.be == b16 &&
+                ref.be == b16;
+    EXPECT(gated, "the stages' LM is not on 2-byte activations (the path this test names did not run)");
     if (!gated) return 0;
     /* the tower and the projector run there too (the RoPE tower and CLIP's with its exact-GELU projector) */
-    EXPECT(one.vbe == one.lbe && one.vc.act_bytes == 2 && two[0].vbe == two[0].lbe && two[0].vc.act_bytes == 2,
-           "the tower is not on the bf16-activation table");
+    EXPECT(vit_act_dtype(&one.vc) == DTYPE_BF16 && vit_act_dtype(&two[0].vc) == DTYPE_BF16,
+           "the tower is not on 2-byte activations");
     /* CLIP's gather tables (class, position embeddings): 2-byte compute copies AdamW writes (params_mark_act_table),
      * read as they are, no narrowing in the step; f32 words with the gate off */
     if (g_clip)
         EXPECT(one.vit_w.tables16 && two[0].vit_w.tables16 && !ref.vit_w.tables16,
-               "CLIP's class / position tables are not 2-byte compute copies on the bf16-activation table (gate on %d %d, "
+               "CLIP's class / position tables are not 2-byte compute copies with 2-byte activations (gate on %d %d, "
                "off %d)", one.vit_w.tables16, two[0].vit_w.tables16, ref.vit_w.tables16);
     StageActs ar, a1, a2[2];
     stage_acts_init(&ar, &ref, max_T, max_Np, 0);
