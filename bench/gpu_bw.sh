@@ -2,7 +2,7 @@
 # gpu_bw.sh — the bandwidth-bound ops on a device (bench/gpu_bw_bench.c describes the shapes, the ops,
 # the bytes and the timing): RMSNorm / LayerNorm forward and weight gradients (the column sums), SwiGLU / GELU
 # forward, the residual add and the gradient norm (sum_squares) at the LM stage's and CLIP-L's shapes, on the
-# bf16-activation table: ms, useful GB/s and the share of the peak (default 3350 GB/s, an H100 SXM's; pass
+# bf16 table on 2-byte activations: ms, useful GB/s and the share of the peak (default 3350 GB/s, an H100 SXM's; pass
 # 4800 on an H200). Expected on an H100 (docs/cuda.md, "Bandwidth-bound kernels"): each op but sum_squares at
 # 60-90% of the peak. Without a device it says "not measured".
 #

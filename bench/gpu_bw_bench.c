@@ -1,6 +1,6 @@
 /* gpu_bw_bench.c — the CUDA backend's bandwidth-bound ops at a stage's shapes (docs/cuda.md,
  * "Bandwidth-bound kernels"): time, achieved GB/s and the share of a peak bandwidth, per op, on the
- * bf16-activation table (2-byte activations, f32 gradients, as a stage runs under runtime.precision = bf16).
+ * bf16 table on 2-byte activations (f32 gradients, as a stage runs under runtime.precision = bf16).
  *   lm:  bench/gpu_stage.sh's LM stage: 4096 tokens, D 4096, F 11008 (Llama-2 7B width), 4 blocks' parameters
  *        for the gradient norm;
  *   vit: CLIP-L: 7 images of 576 patches (4032 rows), D 1024, MLP 4096;

@@ -4,7 +4,7 @@
 #   source .gpu/setup.sh && cd "$ROOT" && device/bw_check.sh
 #   1. the gpu op tests: the fp32, bf16 and second-stream op matrices (their *_vec / *_misaligned / *_chunks cases
 #      fail when a launch took another path; sum_squares must equal the kernels' order bit for bit) and the
-#      bf16-activation table against the bf16 table (within one bf16 ulp on a device);
+#      bf16 table on 2-byte against f32-word activations (within one bf16 ulp on a device);
 #   2. bench/gpu_bw.sh: each op's time, useful GB/s and share of the peak (PEAK, default 3350 GB/s: an H100 SXM;
 #      4800 on an H200).
 # Every log goes into $OUT/bw_logs.tar.gz beside $OUT/summary.txt, which is printed last. $OUT defaults to ./bw_out.

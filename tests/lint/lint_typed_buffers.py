@@ -8,9 +8,9 @@
    f32 side of a conversion, a gather's weights, NF4's f32 tables, or the f32-only generation op (the table below).
    Any other buffer an op takes (an activation, a 2-D weight, a GEMM bias, an embedding table) is a Buf, whose dtype
    says what it holds: a float* there fails, naming the slot and the parameter.
-2. The CUDA backend's entries (engine/cuda/cuda_ops.cuh) follow their slots: an entry of the bf16-activation table
+2. The CUDA backend's entries (engine/cuda/cuda_ops.cuh) follow their slots: an entry for 2-byte activations
    (cuda_bf16a_*) takes no float* but those of rule 1 (its activations are 2-byte: uint16_t* or Buf), and no entry of
-   a bf16 table (cuda_bf16_*, cuda_bf16a_*) takes a GEMM's weight or bias or an embedding table (2-byte compute
+   the bf16 table (cuda_bf16_*, cuda_bf16a_*) takes a GEMM's weight or bias or an embedding table (2-byte compute
    copies) as float*.
 3. The model code (vision/, text/lm*, runtime/model/) calls no 2-byte twin op (->b16->) and carves and addresses its activations as typed buffers: no cast
    to a 2-byte pointer ((uint16_t*), (const uint16_t*): a 2-byte buffer arrives typed), no float* carved out of an
@@ -25,6 +25,11 @@
    function (a name ending _b16, as lm_block_backward_input_b16 was) and no branch on the configured storage (an if
    whose condition compares act_bytes or an act_dtype of the config: if (lm_act_bytes(c) == 2) {...}). A step chooses
    by its buffers' dtypes instead (x.dt, buf_grad, be_dinp_first); carving (a ternary in a layout) is not a branch.
+6. One CUDA bf16 table for both activation storages: the activations' storage is a stage's choice (LmConfig.act_bytes,
+   VitConfig.act_bytes), not a table's. No C / CUDA source of the tree (engine/, runtime/, text/, vision/, tests/,
+   bench/, dev/, device/) names a table's activation dtype or its 2-byte variant (a member act_dtype, act_bf16_variant,
+   be_act(), backend_cuda_bf16a, cuda_bf16a_ops), and engine/cuda/cuda_backend.cu defines one bf16 ops table and one
+   Backend of PRECISION_BF16 (what a table says is BackendOps.bf16_activations: whether its ops take 2-byte ones).
 The script first proves on texts of its own that each rule fails what it should and passes a clean text, so a
 broken pattern cannot pass. Exit 0: clean; 1: a finding (printed)."""
 import os
@@ -50,7 +55,7 @@ F32_BY_CONTRACT = {
     "rows_gather_forward": {"w"},  # the taps' f32 weights
     "rows_gather_backward": {"w"},
     "nf4_dequantize": {"absmax2", "map8"},
-    # generation's decode: only on tables that store f32-word activations (NULL on the 2-byte one)
+    # generation's decode: f32-word activations only (its KV cache)
     "attention_decode": {"out", "q", "k", "v"},
 }
 GRADIENT = re.compile(r"^d[a-z0-9_]*$")
@@ -192,6 +197,44 @@ def backend_findings(path, text):
     return out
 
 
+# rule 6: the activations' storage is a stage's choice, one CUDA bf16 table
+STORAGE_FIELD = re.compile(r"(?:\.|->)\s*act_dtype\b|\bDType\s+act_dtype\b|\bact_bf16_variant\b|\bbe_act\s*\(|"
+                           r"\bbackend_cuda_bf16a\b|\bcuda_bf16a_ops\b")
+STORAGE_DIRS = ("engine", "runtime", "text", "vision", "tests", "bench", "dev", "device")
+
+
+def storage_findings(path, text):
+    """rule 6 over one C / CUDA source: a table's activation storage or its 2-byte variant named"""
+    return rule_findings(path, strip_comments(text), [(STORAGE_FIELD, "a table's activation storage or its 2-byte variant "
+                                                       "(one bf16 table takes both storages; a stage chooses: "
+                                                       "lm_act_dtype, vit_act_dtype, BackendOps.bf16_activations)")])
+
+
+def cuda_table_findings(text):
+    """rule 6 over engine/cuda/cuda_backend.cu: one bf16 ops table, one Backend of PRECISION_BF16"""
+    code = strip_comments(text)
+    ops = re.findall(r"\bBackendOps\s+(\w+)\s*=", code)
+    bf16_ops = [t for t in ops if "bf16" in t]
+    bf16_backends = [n for n, body in re.findall(r"\bBackend\s+(\w+)\s*=\s*\{(.*?)\};", code, re.S)
+                     if "PRECISION_BF16" in body]
+    out = []
+    if not ops:
+        out.append("no BackendOps table found: the scan cannot check it")
+    if len(bf16_ops) != 1:
+        out.append("%d bf16 ops tables (%s): one table takes both activation storages" % (len(bf16_ops), ", ".join(bf16_ops)))
+    if len(bf16_backends) != 1:
+        out.append("%d Backends of PRECISION_BF16 (%s): one" % (len(bf16_backends), ", ".join(bf16_backends)))
+    return out
+
+
+def storage_files(src):
+    for d in STORAGE_DIRS:
+        for dirpath, _, names in os.walk(os.path.join(src, d)):
+            for n in sorted(names):
+                if n.endswith((".c", ".h", ".cu", ".cuh", ".cpp", ".hpp")):
+                    yield os.path.join(dirpath, n)
+
+
 def model_findings(path, text):
     return rule_findings(path, strip_comments(text), MODEL_RULES)
 
@@ -282,6 +325,30 @@ def self_check():
                 "if (c->act_bytes != 4) f();", "if (lm_act_dtype(c) == DTYPE_BF16) f();", "if (2 == c->act_bytes) f();"):
         if not branch_findings("text/lm.c", clean_b + "\n" + bad):
             return "the branch scan misses: %s" % bad
+    clean_s = """st->lc.act_bytes = 2;
+        DType adt = lm_act_dtype(&st->lc);
+        if (be->ops->bf16_activations) f(vit_act_dtype(c), buf_of(p, adt));
+        // be->act_dtype in a comment
+        AttnReserve ar = {.act = DTYPE_BF16};"""
+    if storage_findings("x.c", clean_s):
+        return "the storage scan flags clean code: %s" % storage_findings("x.c", clean_s)
+    for bad in ("if (be->act_dtype == DTYPE_BF16) f();", "const Backend* b = be->act_bf16_variant;",
+                "    DType act_dtype;", ".act_dtype = DTYPE_F32,", "f(be_act(be, x));", "extern const Backend backend_cuda_bf16a;",
+                "o = cuda_bf16a_ops;"):
+        if not storage_findings("x.c", clean_s + "\n" + bad):
+            return "the storage scan misses: %s" % bad
+    clean_t = """static const BackendOps cuda_ops = {.linear_forward = f};
+    static const BackendOps cuda_bf16_ops = [] { BackendOps o = cuda_ops; o.bf16_activations = 1; return o; }();
+    static const Backend backend_cuda = {.ops = &cuda_ops, .precision = PRECISION_FP32};
+    const Backend backend_cuda_bf16 = {.ops = &cuda_bf16_ops, .precision = PRECISION_BF16};"""
+    if cuda_table_findings(clean_t):
+        return "the CUDA table scan flags clean code: %s" % cuda_table_findings(clean_t)
+    for bad in ("static const BackendOps cuda_bf16x_ops = [] { BackendOps o = cuda_bf16_ops; return o; }();",
+                "const Backend backend_cuda_b16 = {.ops = &cuda_bf16_ops, .precision = PRECISION_BF16};"):
+        if not cuda_table_findings(clean_t + "\n" + bad):
+            return "the CUDA table scan misses: %s" % bad
+    if not cuda_table_findings("int x;"):
+        return "the CUDA table scan passes a file without tables"
     return None
 
 
@@ -315,12 +382,22 @@ def main():
             findings += branch_findings(os.path.relpath(path, src), f.read())
     if n == 0 or nb == 0:
         findings.append("no model source found under %s (vision/, text/, runtime/model/)" % src)
+    ns = 0
+    for path in storage_files(src):
+        ns += 1
+        with open(path, encoding="utf-8") as f:
+            findings += storage_findings(os.path.relpath(path, src), f.read())
+    if ns == 0:
+        findings.append("no C / CUDA source found under %s (%s)" % (src, ", ".join(STORAGE_DIRS)))
+    with open(os.path.join(src, "engine", "cuda", "cuda_backend.cu"), encoding="utf-8") as f:
+        findings += ["engine/cuda/cuda_backend.cu: " + x for x in cuda_table_findings(f.read())]
     if findings:
         print("FAIL: a 2-byte buffer may travel as float* (engine/engine.h, Buf):")
         print("\n".join(findings))
         return 1
     print("lint typed buffers: ok (engine.h op tables, the CUDA entries, the GEMM and cuDNN operands, %d model files, "
-          "%d of them with one path per block)" % (n, nb))
+          "%d of them with one path per block, %d sources with no table-level activation storage, one CUDA bf16 table)"
+          % (n, nb, ns))
     return 0
 
 

@@ -1,6 +1,6 @@
 # cuda.cmake — the CUDA backend's tests (engine/cuda/). No machine here has a GPU, so the backend's logic
 # is tested on the CPU in both builds: the kernels' math (test_kernel_math) and the op matrix, the
-# bf16-activation table and the own attention kernel on the CPU emulation of the CUDA runtime
+# bf16 table on both activation storages and the own attention kernel on the CPU emulation of the CUDA runtime
 # (tests/support/support.cmake). The same programs on a device are labelled `gpu` and exit 77 (skipped)
 # with the reason where there is no device or no CUDA build.
 add_executable(test_kernel_math tests/engine/cuda/test_kernel_math.c)
@@ -55,8 +55,7 @@ set_tests_properties(cuda_ops_gpu_bf16_attn_cudnn_fwd_only PROPERTIES
                      ENVIRONMENT "RRFP_CUDNN_VERBOSE=1;RRFP_CUDNN_STRICT=1;RRFP_CUDNN_ATTENTION_BWD=0")
 set_tests_properties(cuda_ops_gpu_bf16_attn_fallback PROPERTIES ENVIRONMENT "RRFP_CUDNN_ATTENTION=0")
 set_tests_properties(cuda_ops_gpu cuda_ops_gpu_stream cuda_ops_gpu_bf16 PROPERTIES ENVIRONMENT "RRFP_CUDNN_STRICT=1")
-# The bf16-activation table (backend_cuda_bf16a: activations stored as 2-byte bf16) against the bf16
-# table, op by op (tests/engine/cuda/test_cuda_bf16a.c): bitwise in the emulation (strict: two thread orders, -0.0 guards),
+# The bf16 table on 2-byte activations (Bufs of DTYPE_BF16) against the same table on f32 words, op by op (tests/engine/cuda/test_cuda_bf16a.c): bitwise in the emulation (strict: two thread orders, -0.0 guards),
 # within one bf16 ulp on a device (gpu, skipped without one)
 add_executable(test_cuda_bf16a tests/engine/cuda/test_cuda_bf16a.c)
 target_link_libraries(test_cuda_bf16a PRIVATE rrfp_core ${CMAKE_DL_LIBS})

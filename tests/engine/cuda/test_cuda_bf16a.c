@@ -272,8 +272,8 @@ static void run_norm(const char* name, int layer, int N, int C) {
 }
 
 /* kind 0: GELU, 1: SwiGLU, 2: add (forward only: its backward is the caller's copy), 3: the residual add after a
- * TP all-reduce (b f32 words, any f32 value: add_f32_forward on the bf16-activation table, add_forward on the
- * bf16 table, where every buffer is f32 words) */
+ * TP all-reduce (b f32 words, any f32 value: add_f32_forward on 2-byte activations, add_forward on f32
+ * words, where every buffer is f32 words) */
 static void run_elementwise(const char* name, int kind, size_t n) {
     case_name = name;
     float *a = hrand(n, 3, 1), *b = hrand(n, 3, kind != 3), *dy = hrand(n, 1, 0), *da0 = hrand(n, 1, 0), *db0 = hrand(n, 1, 0);
@@ -453,10 +453,10 @@ static void run_ce(void) {
     free(z), free(dz0);
 }
 
-/* q (T, H*d), k and v (T, Hkv*d) in separate buffers, as the LM block holds them. The bf16-activation table runs
- * twice, before the bf16 table: on a device with cuDNN its first run of a shape is checked against the own kernel
- * through the bf16 table's f32 entry (widened inputs), the second runs cuDNN on the 2-byte buffers directly; both
- * are compared with the bf16 table's. */
+/* q (T, H*d), k and v (T, Hkv*d) in separate buffers, as the LM block holds them. The 2-byte run goes
+ * twice, before the f32-word one: on a device with cuDNN its first run of a shape is checked against the own kernel
+ * through the f32-word entry (widened inputs), the second runs cuDNN on the 2-byte buffers directly; both are
+ * compared with the f32-word run's. */
 static void run_attention(const char* name, int S, const int* lens, int H, int Hkv, int d) {
     case_name = name;
     int cu[9] = {0};

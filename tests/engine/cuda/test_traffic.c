@@ -835,7 +835,7 @@ static const long VIT_LAUNCHES[PROF_KINDS] = {24, 4, 12, 5, 16, 6, 0};
 /* the per-kind totals since the last call (every launch was inside a wrapped op: nothing unlabelled ran), and their
  * launch counts against `want` */
 static void print_totals(const char* what, const long* want) {
-    printf("%s per kind: launches, bytes moved against the in-use budget and the bf16-activation target\n", what);
+    printf("%s per kind: launches, bytes moved against the in-use budget and the 2-byte-activation target\n", what);
     for (int k = 0; k < PROF_KINDS; k++) {
         if (tot_launch[k] == 0 && want[k] == 0) continue;
         printf("  %-12s launches %4ld (conversion / rounding %3ld)  bytes %11.0f  in use %11.0f (%.2fx)  target %11.0f "

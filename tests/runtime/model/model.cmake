@@ -10,8 +10,8 @@ target_link_libraries(test_model PRIVATE rrfp_core)
 #     forward scratch with CLIP's token tables and channel-major index);
 #   fd_anyres*: LLaVA-NeXT's any-resolution images (docs/anyres.md): image_newline and the unpadded grid's gathers,
 #     both towers;
-#   gpu*: on a device (label gpu, skipped without one); gpu_bf16a: runtime.precision = bf16, the LM on the
-#     bf16-activation table (2-byte activations) against the bf16 table, one stage and two pipeline stages
+#   gpu*: on a device (label gpu, skipped without one); gpu_bf16a: runtime.precision = bf16, the LM on
+#     2-byte activations against f32-word ones, one stage and two pipeline stages
 #     (tests/runtime/model/test_model.c test_gpu_bf16a).
 foreach(t fd fd_variants split_bitwise:split split_bitwise_variants:split_variants pipeline_stages:stages freeze fd_clip
           fd_anyres fd_anyres_clip split_bitwise_clip:split_clip pipeline_stages_clip:stages_clip freeze_clip gpu gpu_clip
@@ -125,7 +125,7 @@ target_compile_definitions(test_model_emu PRIVATE backend_cuda_get=backend_cuda_
 add_test(NAME model_gpu_emu COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu: [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu)
 set_tests_properties(model_gpu_emu PROPERTIES TIMEOUT 300
                      ENVIRONMENT "RR_EMU_GUARD=negzero;RR_EMU_ORDERS=2")
-# runtime.precision = bf16: the LM and the tower on the bf16-activation table against the bf16 table, bitwise;
+# runtime.precision = bf16: the LM and the tower on 2-byte activations against f32-word ones, bitwise;
 # one thread order (the ops' two-order checks are cuda_bf16a_emu's), to stay quick
 add_test(NAME model_gpu_emu_bf16a COMMAND bash ${CMAKE_SOURCE_DIR}/tests/support/util/expect.sh 0 "gpu_bf16a: [0-9]+ \\+ [0-9]+ tensors" $<TARGET_FILE:test_model_emu> gpu_bf16a)
 set_tests_properties(model_gpu_emu_bf16a PROPERTIES TIMEOUT 300 ENVIRONMENT "RR_EMU_GUARD=negzero")

@@ -444,7 +444,7 @@ if(TARGET rrfp_cuda_emu)
   set_tests_properties(train_profile_nccl_emu PROPERTIES LABELS mpi TIMEOUT 300)
 endif()
 # 2-byte activations under tensor parallelism (tests/runtime/train/train_bf16a_tp_emu.sh): bf16 training with
-# parallel.tp = 2 on the emulated CUDA runtime and NCCL, the bf16-activation table against
+# parallel.tp = 2 on the emulated CUDA runtime and NCCL, 2-byte activations against
 # RRFP_BF16_ACTIVATIONS=0, bitwise (losses, gradient norms, step 1's dump, the last checkpoint; the token
 # embedding's atomics within 1e-6): pp 1 (one stage: embedding, tower, LM, vocabulary-parallel head) with the
 # CLIP tower and the LM variants (GQA, q/k/v and o biases: o's added by TP rank 0 before the sum, tied

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train_bf16a_tp_emu.sh — 2-byte activations under tensor parallelism: a bf16 training run with
-# parallel.tp > 1 on the emulated CUDA runtime and NCCL (rrfp-mm-emu under mpirun), with the bf16-activation
-# table (the default) against the same run with RRFP_BF16_ACTIVATIONS=0 (f32 words holding bf16 values), BITWISE:
+# parallel.tp > 1 on the emulated CUDA runtime and NCCL (rrfp-mm-emu under mpirun), with 2-byte
+# activations (the default) against the same run with RRFP_BF16_ACTIVATIONS=0 (f32 words holding bf16 values), BITWISE:
 #   - every step's loss (hex) and gradient norm (metrics JSONL, the printed digits);
 #   - step 1's dump (train.dump_step = 1): every microbatch's logits and loss, every rank's gradients and
 #     weights (`rrfp-mm tensors diff` with rtol = atol = 0, the TP slices assembled);
