@@ -1,17 +1,44 @@
 /* backend.c — choosing a backend by name ("cpu" or "cuda"), for the CLI and recipes. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine.h"
 
-const Backend* backend_select(const char* name) {
-    if (strcmp(name, "cpu") == 0) return &backend_cpu;
-    if (strcmp(name, "cuda") == 0) {
-        char why[256] = "";
-        const Backend* be = backend_cuda_get(why, sizeof why);
-        if (!be) rr_die("cannot use backend 'cuda': %s", why);
-        return be;
+/* The names a recipe or the CLI may give, with what their device tables say of their memory (checked against the
+ * table when it is opened): the one place a backend is known by its name. */
+static const struct {
+    const char* name;
+    int host_addressable;
+} backend_names[] = {{"cpu", 1}, {"cuda", 0}};
+
+static int backend_name_index(const char* name) {
+    for (int i = 0; i < (int)(sizeof backend_names / sizeof backend_names[0]); i++)
+        if (strcmp(name, backend_names[i].name) == 0) return i;
+    return -1;
+}
+
+int backend_name_host_addressable(const char* name) {
+    int i = backend_name_index(name);
+    return i < 0 ? -1 : backend_names[i].host_addressable;
+}
+
+const Backend* backend_open(const char* name, char* why, size_t why_len) {
+    int i = backend_name_index(name);
+    if (i < 0) {
+        snprintf(why, why_len, "unknown backend '%s' (choices: cpu, cuda)", name);
+        return NULL;
     }
-    rr_die("unknown backend '%s' (choices: cpu, cuda)", name);
+    const Backend* be = i == 0 ? &backend_cpu : backend_cuda_get(why, why_len);
+    RR_ASSERT((!be || be->dev->host_addressable == backend_names[i].host_addressable) && "backend_names says what the table says");
+    return be;
+}
+
+const Backend* backend_select(const char* name) {
+    char why[256] = "";
+    const Backend* be = backend_open(name, why, sizeof why);
+    if (!be && backend_name_index(name) < 0) rr_die("%s", why);
+    if (!be) rr_die("cannot use backend '%s': %s", name, why);
+    return be;
 }
 
 const char* precision_name(Precision p) { return p == PRECISION_BF16 ? "bf16" : "fp32"; }
