@@ -80,7 +80,7 @@ static void fmt_bytes(char* s, size_t n, double x) {
 void train_fmt_bytes(char* s, size_t n, double x) { fmt_bytes(s, n, x); }
 
 /* What one virtual stage holding LM layers [l0, l1) allocates, before the microbatches in flight multiply its
- * activations: exact sizes from the model's own tables (runtime/model.h), nothing allocated. With tp > 1: one TP
+ * activations: exact sizes from the model's own tables (runtime/model/model.h), nothing allocated. With tp > 1: one TP
  * rank's table (its slices of the split tensors, whole copies of the replicated ones: every TP rank holds the same
  * amount) and its split activations. */
 typedef struct {
@@ -811,7 +811,7 @@ int train_dry_run(const Recipe* r, int vocab, FILE* out, char* err, size_t err_l
     int budget = train_budget_gib(r) > 0;
     fprintf(out, "  %-5s %-8s %12s %12s %12s %12s %12s %12s %12s%s\n", "rank", "layers", "params", "weights", "grads",
             "adam m+v", "activations", "workspace", "total", budget ? "       budget" : "");
-    /* Exact per-stage sizes from the model's own tables (runtime/model.h), nothing allocated. With
+    /* Exact per-stage sizes from the model's own tables (runtime/model/model.h), nothing allocated. With
      * tp > 1 they are divided by tp: exact for the split matrices, a slight under-count for the
      * replicated norms and biases. */
     double max_total = 0, max_params = 0;

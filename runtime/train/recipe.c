@@ -771,7 +771,7 @@ int recipe_validate(Recipe* r, char* err, size_t err_len) {
     if (!strcmp(r->comm, "nccl") && backend_name_host_addressable(r->backend) != 0)
         VFAIL("runtime", "comm", "%s", r->comm, "carries device memory: it needs runtime.backend = cuda (got %s); "
               "allowed with %s: mpi", r->backend, r->backend);
-    /* parallel layout: the LM layers are split over pp x chunks virtual stages (runtime/partition.h; the
+    /* parallel layout: the LM layers are split over pp x chunks virtual stages (runtime/model/partition.h; the
      * first also holds the ViT and projector), each with at least one layer; TP splits heads, hidden
      * sizes and the vocabulary */
     int S = r->pp * r->chunks;

@@ -118,7 +118,7 @@ static void test_lr(void) {
     printf("lr: %zu values checked\n", sizeof c / sizeof c[0]);
 }
 
-/* The step end's code as it was before it became Backend ops (runtime/trainer.c's
+/* The step end's code as it was before it became Backend ops (runtime/train/trainer.c's
  * trainer_sum_squares, engine/adamw.c's sum_squares and adamw_update at commit 37c5657), kept here
  * verbatim as the bitwise reference: bit-exact resume and the recorded loss trajectories depend on
  * the CPU backend giving exactly these bits. */
