@@ -4,39 +4,21 @@
 
 #include "engine/engine.h"
 
-/* The names a recipe or the CLI may give, with what their device tables say of their memory (checked against the
- * table when it is opened): the one place a backend is known by its name. */
-static const struct {
-    const char* name;
-    int host_addressable;
-} backend_names[] = {{"cpu", 1}, {"cuda", 0}};
-
-static int backend_name_index(const char* name) {
-    for (int i = 0; i < (int)(sizeof backend_names / sizeof backend_names[0]); i++)
-        if (strcmp(name, backend_names[i].name) == 0) return i;
-    return -1;
-}
-
-int backend_name_host_addressable(const char* name) {
-    int i = backend_name_index(name);
-    return i < 0 ? -1 : backend_names[i].host_addressable;
-}
-
 const Backend* backend_open(const char* name, char* why, size_t why_len) {
-    int i = backend_name_index(name);
-    if (i < 0) {
+    int host = backend_name_host_addressable(name);
+    if (host < 0) {
         snprintf(why, why_len, "unknown backend '%s' (choices: cpu, cuda)", name);
         return NULL;
     }
-    const Backend* be = i == 0 ? &backend_cpu : backend_cuda_get(why, why_len);
-    RR_ASSERT((!be || be->dev->host_addressable == backend_names[i].host_addressable) && "backend_names says what the table says");
+    const Backend* be = strcmp(name, "cpu") == 0 ? &backend_cpu : backend_cuda_get(why, why_len);
+    RR_ASSERT((!be || be->dev->host_addressable == host) && "backend_names.c says what the table says");
     return be;
 }
 
 const Backend* backend_select(const char* name) {
     char why[256] = "";
     const Backend* be = backend_open(name, why, sizeof why);
-    if (!be && backend_name_index(name) < 0) rr_die("%s", why);
+    if (!be && backend_name_host_addressable(name) < 0) rr_die("%s", why);
     if (!be) rr_die("cannot use backend '%s': %s", name, why);
     return be;
 }
